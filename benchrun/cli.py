@@ -1,0 +1,67 @@
+"""The ``benchrun`` command line: one typer app; each area registers its commands."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+
+import typer
+
+from benchrun.errors import BenchrunError
+
+app = typer.Typer(
+    name="benchrun",
+    help="Declarative benchmark service for AI systems: validate, run, curate, compare.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# Each module defines ``register(app: typer.Typer) -> None``. Heavy imports (dagster,
+# pandas) stay inside the command functions so `benchrun validate` starts fast.
+COMMAND_MODULES = (
+    "benchrun.spec.commands",  # validate, digest, crd
+    "benchrun.commands",  # run, submit, runs, show, cadence
+    "benchrun.loadgen.commands",  # loadgen, refserver
+    "benchrun.warehouse.commands",  # query, lineage, retention
+    "benchrun.stats.commands",  # compare, promote, report
+)
+
+
+
+def _present(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+for _name in COMMAND_MODULES:
+    if _present(_name):
+        importlib.import_module(_name).register(app)
+
+
+def main() -> None:
+    """Console entry point: user errors become one line on stderr and a non-zero exit."""
+    try:
+        app(standalone_mode=False)
+    except BenchrunError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        print("aborted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as exc:  # click usage errors and the like
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        raise
+
+
+if __name__ == "__main__":
+    main()

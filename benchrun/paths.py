@@ -1,0 +1,58 @@
+"""Where benchrun keeps its state, and the checks a name passes before it touches a path."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from benchrun.errors import BenchrunError
+
+# A run id is a DNS-1123 label (ARCHITECTURE.md §2): it becomes a partition key, a
+# directory name, a Kubernetes label value and part of object keys.
+_RUN_ID = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+# File-name components (suite names, labels, kinds): no separators, no dot-dot, no NUL.
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def benchrun_home(override: str | os.PathLike[str] | None = None) -> Path:
+    """``$BENCHRUN_HOME``, else ``./.benchrun``; the directory is created."""
+    raw = override if override is not None else os.environ.get("BENCHRUN_HOME", ".benchrun")
+    home = Path(raw).expanduser().resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    return home
+
+
+def validate_run_id(run_id: str) -> str:
+    """Return ``run_id`` unchanged if it is a DNS-1123 label, else raise BenchrunError."""
+    if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
+        raise BenchrunError(
+            f"run id {run_id!r} is not valid: use lowercase letters, digits and '-', "
+            "at most 63 characters, starting and ending with a letter or digit"
+        )
+    return run_id
+
+
+def validate_name(name: str, *, what: str = "name") -> str:
+    """Return ``name`` unchanged if it is safe as one path component, else raise."""
+    if (
+        not isinstance(name, str)
+        or not _NAME.match(name)
+        or ".." in name
+    ):
+        raise BenchrunError(
+            f"{what} {name!r} is not a safe file-name component: use letters, digits, "
+            "'.', '_' and '-' (no '/', no '..'), at most 128 characters"
+        )
+    return name
+
+
+def safe_join(root: Path, *parts: str) -> Path:
+    """Join validated components under ``root`` and prove the result stays inside it."""
+    for part in parts:
+        for piece in Path(part).parts:
+            validate_name(piece, what="path component")
+    path = root.joinpath(*parts).resolve()
+    if not path.is_relative_to(root.resolve()):
+        raise BenchrunError(f"path {path} escapes {root}")
+    return path

@@ -1,0 +1,56 @@
+"""The ``${NAME}`` placeholders a ``repoCommand`` may use, and their per-argument substitution.
+
+Substitution works on an argv list (``shlex.split`` of what a person wrote), one argument
+at a time; nothing is ever handed to a shell, so a value holding ``; rm -rf ~`` stays one
+literal argument.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Mapping
+
+# Names the planner fills in itself for every invocation.
+RUNTIME_NAMES = frozenset(
+    {"RUN_ID", "RUN_DIR", "REPLICATE", "SUITE", "LAYER", "BENCHMARK_CASE_ID", "HOSTS", "LABELS", "BENCHRUN_HOME"}
+)
+# Names whose value comes from the site (environment ``BENCHRUN_VAR_<NAME>``): cluster
+# access and the reference template's knobs. Known, so a typo is caught at admission.
+SITE_NAMES = frozenset(
+    {
+        "SSH_USER",
+        "SSH_KEY",
+        "OOB_IF",
+        "SOCKET_IFNAME",
+        "PRIMARY_LABEL",
+        "GPU_HOURLY_COST_USD",
+        "VLLM_MULTINODE_IMAGE",
+        "BASELINE_RUN_ID",
+        "ENDPOINT_URL",
+    }
+)
+KNOWN_NAMES = RUNTIME_NAMES | SITE_NAMES
+
+PLACEHOLDER = re.compile(r"\$\{([^}]*)\}")
+
+
+def placeholder_names(text: str) -> list[str]:
+    """Every ``${NAME}`` in ``text``, in order (duplicates kept)."""
+    return PLACEHOLDER.findall(text)
+
+
+def unknown_placeholders(text: str) -> list[str]:
+    """The placeholder names in ``text`` that benchrun does not know."""
+    return [n for n in placeholder_names(text) if n not in KNOWN_NAMES]
+
+
+def substitute(arg: str, values: Mapping[str, str]) -> str:
+    """Replace every ``${NAME}`` in one argument; KeyError names a missing value."""
+
+    def repl(m: re.Match[str]) -> str:
+        name = m.group(1)
+        if name not in values:
+            raise KeyError(name)
+        return str(values[name])
+
+    return PLACEHOLDER.sub(repl, arg)

@@ -1,0 +1,178 @@
+"""What every built-in suite shares: its invocation, Pipes reporting, and its result file.
+
+Standard library + dagster-pipes only (this runs in benchmark pods). A suite module
+defines ``run(ctx: SuiteContext) -> None`` and ends with ``main(run)``. The launcher
+passes the invocation through the environment (never through a shell):
+
+    BENCHRUN_RUN_ID, BENCHRUN_RUN_DIR, BENCHRUN_SUITE, BENCHRUN_REPLICATE,
+    BENCHRUN_CASE_ID, BENCHRUN_PARAMS (a JSON object of suite parameters)
+
+When run by hand without them, defaults make a scratch run in a temporary directory.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+from benchrun.suites.result import SCHEMA, atomic_write_json, metric, raw_path, result_path
+
+
+class Unavailable(Exception):
+    """Raised by a suite when a measurement cannot run here (``unavailable: <reason>``)."""
+
+
+def _utc() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+class SuiteContext:
+    """One replicate of one suite: parameters in, metrics and files out."""
+
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        env = dict(os.environ if env is None else env)
+        self.t_process_start = time.time()
+        self.run_id = env.get("BENCHRUN_RUN_ID", "scratch")
+        run_dir = env.get("BENCHRUN_RUN_DIR") or tempfile.mkdtemp(prefix="benchrun-scratch-")
+        self.run_dir = Path(run_dir)
+        self.suite = env.get("BENCHRUN_SUITE", Path(sys.argv[0]).stem or "suite")
+        self.replicate = int(env.get("BENCHRUN_REPLICATE", "1"))
+        self.case_id = env.get("BENCHRUN_CASE_ID")
+        try:
+            params = json.loads(env.get("BENCHRUN_PARAMS", "{}") or "{}")
+        except json.JSONDecodeError as exc:
+            raise SystemExit(f"BENCHRUN_PARAMS is not JSON: {exc}") from exc
+        if not isinstance(params, dict):
+            raise SystemExit("BENCHRUN_PARAMS must be a JSON object")
+        self.params: dict[str, Any] = params
+        self.metrics: list[dict[str, Any]] = []
+        self.context: dict[str, Any] = {}
+        self.samples: dict[str, str] = {}
+        self.serving: list[dict[str, Any]] = []
+        self.synthetic = False
+        self.started_utc = _utc()
+        for sub in ("structured", "raw", "figures"):
+            (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
+        self._pipes = _open_pipes()
+
+    # -- parameters -------------------------------------------------------------
+    def param(self, name: str, default: Any) -> Any:
+        """A suite parameter, coerced to the type of ``default`` (a clear error if not)."""
+        if name not in self.params:
+            return default
+        value = self.params[name]
+        if default is None or isinstance(value, type(default)):
+            return value
+        try:
+            if isinstance(default, bool):
+                if isinstance(value, str) and value.lower() in ("true", "false"):
+                    return value.lower() == "true"
+                raise ValueError
+            if isinstance(default, list):
+                return [type(default[0])(v) for v in value] if default else list(value)
+            return type(default)(value)
+        except (TypeError, ValueError):
+            raise SystemExit(
+                f"suite {self.suite}: parameter {name}={value!r} should be {type(default).__name__}"
+            ) from None
+
+    # -- reporting --------------------------------------------------------------
+    def add_metric(self, name: str, value: float, unit: str, direction: str, case: str = "", **keys: Any) -> None:
+        """Record one headline metric of this replicate (and stream it over Pipes)."""
+        row = metric(name, value, unit, direction, case, **keys)
+        self.metrics.append(row)
+        self.message({"kind": "metric", **row})
+
+    def message(self, payload: dict[str, Any]) -> None:
+        """A custom Pipes message (progress, metrics); a no-op outside Dagster."""
+        if self._pipes is not None:
+            try:
+                self._pipes.report_custom_message(payload)
+            except Exception:  # reporting must never fail a measurement
+                pass
+
+    def log(self, text: str) -> None:
+        """A line to stderr (kept in raw/) and to the Dagster log when under Pipes."""
+        print(text, file=sys.stderr, flush=True)
+        if self._pipes is not None:
+            try:
+                self._pipes.log.info(text)
+            except Exception:
+                pass
+
+    def raw_file(self, kind: str, ext: str) -> Path:
+        """A path in raw/ named ``<run_id>_<suite>_r<k>_<kind>.<ext>``."""
+        return raw_path(self.run_dir, self.run_id, self.suite, self.replicate, kind, ext)
+
+    def finish(self, status: str, reason: str | None = None) -> Path:
+        """Write the result document atomically and close Pipes."""
+        doc = {
+            "schema": SCHEMA,
+            "run_id": self.run_id,
+            "suite": self.suite,
+            "replicate": self.replicate,
+            "benchmark_case_id": self.case_id,
+            "status": status,
+            "reason": reason,
+            "synthetic": self.synthetic,
+            "started_utc": self.started_utc,
+            "finished_utc": _utc(),
+            "parameters": self.params,
+            "context": self.context,
+            "metrics": self.metrics,
+            "samples": self.samples,
+        }
+        if self.serving:
+            doc["serving"] = self.serving
+        path = atomic_write_json(result_path(self.run_dir, self.run_id, self.suite, self.replicate), doc)
+        self.message({"kind": "result", "status": status, "reason": reason, "path": str(path)})
+        if self._pipes is not None:
+            try:
+                self._pipes.close()
+            except Exception:
+                pass
+        return path
+
+
+def _open_pipes() -> Any:
+    try:
+        from dagster_pipes import PipesEnvVarParamsLoader, open_dagster_pipes
+    except ImportError:
+        return None
+    if not PipesEnvVarParamsLoader().is_dagster_pipes_process():
+        return None
+    try:
+        return open_dagster_pipes()
+    except Exception:
+        return None
+
+
+def main(run: Callable[[SuiteContext], None]) -> None:
+    """Run a suite body; turn Unavailable/errors into a result document and exit code.
+
+    ``unavailable`` exits 0 (the suite did what it could and said why); a failure exits 1
+    with the traceback in the log and ``status: failed`` in the result.
+    """
+    ctx = SuiteContext()
+    try:
+        run(ctx)
+    except Unavailable as exc:
+        reason = str(exc)
+        reason = reason if reason.startswith("unavailable:") else f"unavailable: {reason}"
+        ctx.log(reason)
+        ctx.finish("unavailable", reason)
+        sys.exit(0)
+    except SystemExit:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - a suite failure is recorded, then re-raised as exit 1
+        traceback.print_exc()
+        ctx.finish("failed", f"{type(exc).__name__}: {exc}")
+        sys.exit(1)
+    ctx.finish("ok")
