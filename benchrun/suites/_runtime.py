@@ -5,7 +5,9 @@ defines ``run(ctx: SuiteContext) -> None`` and ends with ``main(run)``. The laun
 passes the invocation through the environment (never through a shell):
 
     BENCHRUN_RUN_ID, BENCHRUN_RUN_DIR, BENCHRUN_SUITE, BENCHRUN_REPLICATE,
-    BENCHRUN_CASE_ID, BENCHRUN_PARAMS (a JSON object of suite parameters)
+    BENCHRUN_CASE_ID, BENCHRUN_PARAMS (a JSON object of suite parameters),
+    BENCHRUN_WORKLOAD (a JSON object: ``spec.workload`` in the spec's own spelling, plus
+    ``slo`` and ``pricing`` from ``spec.metrics.inference`` when declared, else null)
 
 When run by hand without them, defaults make a scratch run in a temporary directory.
 """
@@ -52,6 +54,11 @@ class SuiteContext:
         if not isinstance(params, dict):
             raise SystemExit("BENCHRUN_PARAMS must be a JSON object")
         self.params: dict[str, Any] = params
+        try:
+            workload = json.loads(env.get("BENCHRUN_WORKLOAD", "{}") or "{}")
+        except json.JSONDecodeError as exc:
+            raise SystemExit(f"BENCHRUN_WORKLOAD is not JSON: {exc}") from exc
+        self.workload: dict[str, Any] = workload if isinstance(workload, dict) else {}
         self.metrics: list[dict[str, Any]] = []
         self.context: dict[str, Any] = {}
         self.samples: dict[str, str] = {}

@@ -1,0 +1,1 @@
+"""Dagster resources for benchrun."""

@@ -1,0 +1,1 @@
+"""Dagster schedules for benchrun."""
