@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "benchrun.loadgen.commands",  # loadgen, refserver
     "benchrun.warehouse.commands",  # query, lineage, retention
     "benchrun.stats.commands",  # compare, promote, report
+    "benchrun.automation.commands",  # cadence
 )
 
 
