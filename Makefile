@@ -1,0 +1,54 @@
+# benchrun: `make run` (the canary spec on this machine), `make test`, `make ui`.
+# Every target bootstraps what it needs: the venv (idempotent, fast when nothing changed)
+# and, when running as root, the Debian packages the suites and tests use.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+APT_PACKAGES := fio prometheus-pushgateway
+export BENCHRUN_HOME ?= $(CURDIR)/.benchrun
+UI_PORT ?= 3000
+
+.PHONY: bootstrap apt run test test-fast ui validate clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "benchrun needs Python >= 3.11")'
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# torch==2.13.0 is the CPU build on this machine's disk; a bare `torch` pulls CUDA (GBs).
+	$(PY) -m pip install --quiet -e '.[test,torch]'
+	@touch $(STAMP)
+
+apt:
+	@missing=""; \
+	for pkg in $(APT_PACKAGES); do dpkg -s $$pkg >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Debian packages:$$missing"; \
+	    (apt-get install -y -q $$missing || (apt-get update -q && apt-get install -y -q $$missing)) >/dev/null; \
+	  else \
+	    echo "note: Debian packages missing:$$missing (run as root, or: sudo apt-get install$$missing)"; \
+	  fi; \
+	fi
+
+bootstrap: $(STAMP) apt
+
+run: bootstrap
+	$(VENV)/bin/benchrun run specs/local/canary.yaml
+
+test: bootstrap
+	$(PY) -m pytest -q
+
+test-fast: bootstrap
+	$(PY) -m pytest -q -m "not slow"
+
+validate: bootstrap
+	$(VENV)/bin/benchrun validate specs/
+
+ui: bootstrap
+	DAGSTER_HOME="$$($(PY) -c 'from benchrun.submit import dagster_home; print(dagster_home())')" \
+	  $(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(UI_PORT)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,116 @@
+"""The run-level assets: the pinned spec, the three layers in order, the evidence, the status."""
+
+
+import dagster as dg
+
+from bench_assets.partitions import benchmark_run_partitions
+from benchrun import lifecycle
+from benchrun.rundir import RunDir
+from resources.launcher import LauncherResource
+
+GROUP = "benchmark_run"
+
+
+def _md_table(rows: list[dict], cols: list[str]) -> str:
+    def fmt(v: object) -> str:
+        return f"{v:.4g}" if isinstance(v, float) else ("" if v is None else str(v))
+
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+@dg.asset(partitions_def=benchmark_run_partitions, group_name=GROUP, kinds={"python", "yaml"})
+def pinned_spec(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    """The run's spec, pinned by digest, admitted with the class this machine can honour."""
+    rd = RunDir.for_run(context.partition_key)
+    loaded = lifecycle.load_pinned(rd)
+    status = lifecycle.admit(rd, loaded, dagster_run_id=context.run_id)
+    plans = lifecycle.plans_for(rd, loaded)
+    rows = [{"layer": p.name, "enabled": p.enabled, "suites": ", ".join(p.suites), "launches": len(p.invocations)}
+            for p in plans.values()]
+    return dg.MaterializeResult(
+        metadata={
+            "run_id": rd.run_id,
+            "spec_digest": loaded.spec_digest,
+            "workload_spec_digest": loaded.workload_spec_digest,
+            "benchmark_class_requested": status["benchmark_class_requested"],
+            "benchmark_class_granted": status["benchmark_class_granted"],
+            "run_directory": dg.MetadataValue.path(str(rd.path)),
+            "plan": dg.MetadataValue.md(_md_table(rows, ["layer", "enabled", "suites", "launches"])),
+        },
+        data_version=dg.DataVersion(loaded.spec_digest),
+    )
+
+
+def _layer_asset(layer: str, upstream: str) -> dg.AssetsDefinition:
+    @dg.asset(
+        name=f"{layer}_layer",
+        partitions_def=benchmark_run_partitions,
+        deps=[upstream],
+        group_name=GROUP,
+        kinds={"python"},
+        description=f"The {layer} layer's suites, every replicate, run one after another.",
+    )
+    def _asset(context: dg.AssetExecutionContext, launcher: LauncherResource) -> dg.MaterializeResult:
+        rd = RunDir.for_run(context.partition_key)
+        plan = lifecycle.plans_for(rd, lifecycle.load_pinned(rd))[layer]
+        outcome = launcher.run_layer(context, plan, rd)
+        if outcome.status == "skipped":
+            return dg.MaterializeResult(metadata={"status": "skipped", "reason": outcome.skip_reason or ""})
+        table = _md_table(outcome.summary_rows(),
+                          ["suite", "case", "metric", "unit", "median", "min", "max", "n_ok", "n_failed"])
+        return dg.MaterializeResult(
+            metadata={
+                "status": outcome.status,
+                "replicates_ok": outcome.n_ok,
+                "replicates_failed": outcome.n_failed,
+                "headline": dg.MetadataValue.md(table),
+            }
+        )
+
+    return _asset
+
+
+micro_layer = _layer_asset("micro", "pinned_spec")
+component_layer = _layer_asset("component", "micro_layer")
+end_to_end_layer = _layer_asset("end_to_end", "component_layer")
+
+
+@dg.asset(partitions_def=benchmark_run_partitions, deps=[end_to_end_layer], group_name=GROUP,
+          kinds={"json", "s3"})
+def run_evidence(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    """The run directory hashed into manifest.json and stored write-once (raw evidence)."""
+    rd = RunDir.for_run(context.partition_key)
+    ev = lifecycle.record_evidence(rd, lifecycle.load_pinned(rd))
+    return dg.MaterializeResult(
+        metadata={
+            "outcome": ev["outcome"],
+            "issues": dg.MetadataValue.json(ev["issues"]),
+            "file_count": ev["manifest"]["summary"]["file_count"],
+            "artifact_manifest_digest": ev["stored"].digest,
+            "manifest": dg.MetadataValue.path(str(rd.path / "manifest.json")),
+        }
+    )
+
+
+def run_status_asset(extra_deps: list[dg.AssetKey]) -> dg.AssetsDefinition:
+    """``run_status`` runs last: after the evidence and whatever analysis is installed."""
+
+    @dg.asset(name="run_status", partitions_def=benchmark_run_partitions, deps=[run_evidence, *extra_deps],
+              group_name=GROUP, kinds={"json"})
+    def _run_status(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+        """The run's final phase and conditions in status.json."""
+        rd = RunDir.for_run(context.partition_key)
+        st = lifecycle.finalize(rd)
+        conds = [{"type": c["type"], "status": c["status"], "reason": c["reason"]} for c in st["conditions"]]
+        return dg.MaterializeResult(
+            metadata={
+                "phase": st["phase"],
+                "outcome": st.get("outcome") or "",
+                "conditions": dg.MetadataValue.md(_md_table(conds, ["type", "status", "reason"])),
+                "status_json": dg.MetadataValue.path(str(rd.status_path)),
+            }
+        )
+
+    return _run_status

@@ -1,0 +1,203 @@
+"""CLI commands for the run lifecycle: run, submit, runs, show."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from benchrun.errors import BenchrunError
+
+HomeOpt = typer.Option(None, "--home", help="benchrun state directory (default $BENCHRUN_HOME or ./.benchrun)")
+
+
+def _use_home(home: Optional[Path]) -> None:
+    # The assets find the run directory through $BENCHRUN_HOME, in this process or the UI's.
+    if home is not None:
+        os.environ["BENCHRUN_HOME"] = str(home.expanduser().resolve())
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def summary_rows(run_dir: Path, run_id: str) -> list[dict[str, Any]]:
+    """Suite × metric rows (median, min, max, n ok, n failed) from the launch records."""
+    from benchrun.execute import summarise
+    from benchrun.launch.base import LaunchResult
+
+    path = run_dir / "structured" / f"{run_id}_launches.json"
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return []
+    return summarise([LaunchResult(**r) for r in rows])
+
+
+def print_summary(console: Any, run_dir: Path, run_id: str) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{run_id}: headline metrics (over ok replicates)")
+    for col in ("suite", "case", "metric", "unit", "median", "min", "max", "ok", "failed"):
+        table.add_column(col, justify="right" if col in ("median", "min", "max", "ok", "failed") else "left")
+    for r in summary_rows(run_dir, run_id):
+        table.add_row(r["suite"], r["case"], r["metric"], r["unit"], _fmt(r["median"]), _fmt(r["min"]),
+                      _fmt(r["max"]), str(r["n_ok"]), str(r["n_failed"]))
+    console.print(table)
+
+
+def _progress_line(p: dict[str, Any]) -> str:
+    cur = p.get("current") or {}
+    where = f"{cur.get('layer')}/{cur.get('suite')} r{cur.get('replicate')}" if cur else "between steps"
+    eta = p.get("eta_s")
+    return (f"[bold]{p.get('done', 0)}/{p.get('total', '?')}[/] launches, {p.get('failed', 0)} failed | "
+            f"{where} | elapsed {p.get('elapsed_s', 0):.0f}s | ETA {'-' if eta is None else f'{eta:.0f}s'}")
+
+
+def _watch(run_dir: Path, stop: threading.Event, console: Any) -> None:
+    from rich.live import Live
+
+    progress_file = run_dir / "progress" / "run_progress.json"
+    with Live(console=console, refresh_per_second=4, transient=True) as live:
+        while not stop.wait(0.25):
+            try:
+                p = json.loads(progress_file.read_text(encoding="utf-8"))
+            except (FileNotFoundError, json.JSONDecodeError):
+                continue
+            live.update(_progress_line(p))
+
+
+def _print_spec_errors(console: Any, exc: Exception) -> None:
+    errors = getattr(exc, "errors", None)
+    if not errors:
+        console.print(f"[red]error:[/] {exc}")
+        return
+    console.print(f"[red]rejected:[/] {len(errors)} validation error(s)")
+    for e in errors:
+        loc = f"{getattr(e, 'file', '')}:{getattr(e, 'line', '') or '?'}"
+        console.print(f"  {loc}: {e.path}: {e.message}", markup=False)
+
+
+def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Optional[Path] = HomeOpt) -> None:
+    """Submit a spec and run every layer here, with live progress; exit 0/1/2."""
+    from benchrun import submit as sub
+    from benchrun.lifecycle import exit_code_for
+    from benchrun.rundir import RunDir
+
+    _use_home(home)
+    console = _console()
+    try:
+        prepared = sub.prepare(spec)
+    except BenchrunError as exc:
+        _print_spec_errors(console, exc)
+        raise typer.Exit(2) from None
+    console.print(f"run [bold]{prepared.run_id}[/] (spec {prepared.spec_digest[:19]}…) → {prepared.run_dir}")
+    instance = sub.get_instance()
+    stop = threading.Event()
+    watcher = threading.Thread(target=_watch, args=(prepared.run_dir, stop, console), daemon=True)
+    watcher.start()
+    try:
+        result = sub.execute(prepared, instance=instance)
+    finally:
+        stop.set()
+        watcher.join()
+    rd = RunDir.for_run(prepared.run_id)
+    if not result.success:
+        from benchrun.rundir import mark_run_failed
+
+        failure = next((e for e in result.all_events if e.is_step_failure), None)
+        reason = failure.step_failure_data.error.message.strip() if failure else "the Dagster run failed"
+        mark_run_failed(rd.home, rd.run_id, reason)
+        console.print(f"[red]orchestration failed:[/] {reason}", markup=False)
+    print_summary(console, rd.path, rd.run_id)
+    st = rd.read_status()
+    for c in st.get("conditions", []):
+        if c["status"] != "True" or c["type"] in ("Complete",):
+            console.print(f"  {c['type']}={c['status']} ({c['reason']}) {c['message']}", markup=False)
+    console.print(f"phase [bold]{st['phase']}[/], outcome {st.get('outcome')}; run directory {rd.path}")
+    raise typer.Exit(exit_code_for(st))
+
+
+def submit(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Optional[Path] = HomeOpt) -> None:
+    """Validate, pin and register a run (materialize it from the UI); print its run_id."""
+    from benchrun import submit as sub
+
+    _use_home(home)
+    try:
+        prepared = sub.submit(spec)
+    except BenchrunError as exc:
+        _print_spec_errors(_console(), exc)
+        raise typer.Exit(2) from None
+    print(prepared.run_id)
+
+
+def runs(home: Optional[Path] = HomeOpt, as_json: bool = typer.Option(False, "--json")) -> None:
+    """List runs with phase, outcome and times."""
+    from rich.table import Table
+
+    from benchrun.rundir import list_runs
+
+    _use_home(home)
+    rows = []
+    for rd in list_runs():
+        st = rd.read_status()
+        rows.append({k: st.get(k) for k in ("run_id", "name", "phase", "outcome", "cadence", "created_utc",
+                                            "finished_utc")})
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table(title=f"{len(rows)} run(s)")
+    for col in ("run_id", "phase", "outcome", "cadence", "created_utc", "finished_utc"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(*[_fmt(r[c]) for c in ("run_id", "phase", "outcome", "cadence", "created_utc", "finished_utc")])
+    _console().print(table)
+
+
+def show(run_id: str = typer.Argument(...), home: Optional[Path] = HomeOpt,
+         as_json: bool = typer.Option(False, "--json")) -> None:
+    """A run's status, conditions, headline metrics and paths."""
+    from rich.table import Table
+
+    from benchrun.rundir import RunDir
+
+    _use_home(home)
+    rd = RunDir.for_run(run_id)
+    st = rd.read_status()
+    if as_json:
+        print(json.dumps({"status": st, "headline": summary_rows(rd.path, run_id)}, indent=2, default=str))
+        return
+    console = _console()
+    console.print(f"[bold]{run_id}[/]  phase {st.get('phase')}  outcome {st.get('outcome')}")
+    for key in ("name", "benchmark_class_requested", "benchmark_class_granted", "selected_scheduler_path",
+                "spec_digest", "workload_spec_digest", "artifact_manifest_digest", "created_utc",
+                "started_utc", "finished_utc", "run_directory", "pinned_spec"):
+        console.print(f"  {key}: {_fmt(st.get(key))}", markup=False)
+    table = Table(title="conditions")
+    for col in ("type", "status", "reason", "message", "lastTransitionTime"):
+        table.add_column(col)
+    for c in st.get("conditions", []):
+        table.add_row(*[str(c.get(k, "")) for k in ("type", "status", "reason", "message", "lastTransitionTime")])
+    console.print(table)
+    print_summary(console, rd.path, run_id)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run)
+    app.command("submit")(submit)
+    app.command("runs")(runs)
+    app.command("show")(show)

@@ -1,0 +1,195 @@
+"""Running a planned layer: launch every invocation in order, record launches and progress,
+and summarise the replicates. The Dagster layer assets are thin wrappers over this."""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any, Callable, ContextManager, Mapping
+
+from benchrun.launch.base import Launcher, LaunchResult
+from benchrun.plan import Invocation, LayerPlan
+from benchrun.rundir import RunDir, utc_now
+from benchrun.suites.result import atomic_write_json
+
+log = logging.getLogger(__name__)
+
+# Opens whatever must surround one launch (a Dagster Pipes session) and yields the extra
+# environment the child needs; the local CLI path needs nothing.
+SessionFactory = Callable[[Invocation], ContextManager[Mapping[str, str]]]
+
+
+@dataclass
+class LayerOutcome:
+    """A layer's replicates and what they add up to."""
+
+    layer: str
+    status: str  # succeeded | partial | failed | skipped
+    results: list[LaunchResult] = field(default_factory=list)
+    skip_reason: str | None = None
+
+    @property
+    def n_ok(self) -> int:
+        return sum(r.status == "ok" for r in self.results)
+
+    @property
+    def n_failed(self) -> int:
+        return sum(r.status == "failed" for r in self.results)
+
+    def summary_rows(self) -> list[dict[str, Any]]:
+        """Suite × case × metric: median, min, max over ok replicates; ok/failed counts."""
+        return summarise(self.results)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "layer": self.layer,
+            "status": self.status,
+            "skip_reason": self.skip_reason,
+            "ok": self.n_ok,
+            "failed": self.n_failed,
+            "unavailable": sum(r.status == "unavailable" for r in self.results),
+            "launches": len(self.results),
+        }
+
+
+def summarise(results: list[LaunchResult]) -> list[dict[str, Any]]:
+    """Headline rows (suite, case, metric, unit, median, min, max, n_ok, n_failed)."""
+    per_suite: dict[str, dict[str, int]] = {}
+    values: dict[tuple[str, str, str, str], list[float]] = {}
+    for r in results:
+        c = per_suite.setdefault(r.suite, {"ok": 0, "failed": 0, "unavailable": 0})
+        c[r.status] = c.get(r.status, 0) + 1
+        for m in r.metrics:
+            values.setdefault((r.suite, m.get("case", ""), m["name"], m.get("unit", "")), []).append(m["value"])
+    rows = []
+    for (suite, case, name, unit), vals in values.items():
+        c = per_suite[suite]
+        rows.append({"suite": suite, "case": case, "metric": name, "unit": unit,
+                     "median": statistics.median(vals), "min": min(vals), "max": max(vals),
+                     "n_ok": c["ok"], "n_failed": c["failed"]})
+    for suite, c in per_suite.items():
+        if not any(row["suite"] == suite for row in rows):
+            rows.append({"suite": suite, "case": "", "metric": "(no metrics)", "unit": "",
+                         "median": None, "min": None, "max": None, "n_ok": c["ok"], "n_failed": c["failed"]})
+    return rows
+
+
+def layer_status(results: list[LaunchResult]) -> str:
+    """succeeded (no failure), failed (every replicate failed), else partial."""
+    if not results:
+        return "succeeded"
+    failed = sum(r.status == "failed" for r in results)
+    if failed == 0:
+        return "succeeded"
+    return "failed" if failed == len(results) else "partial"
+
+
+class Progress:
+    """``progress/run_progress.json``: what runs now, what is done, and an ETA.
+
+    State lives in the file so that the per-layer assets (separate steps) share it and a
+    person (or `benchrun run`'s live display) can read it at any time.
+    """
+
+    def __init__(self, run_dir: RunDir) -> None:
+        self.run_dir = run_dir
+
+    def begin_run(self, plans: list[LayerPlan]) -> None:
+        total = sum(len(p.invocations) for p in plans)
+        self.run_dir.write_progress({"total": total, "done": 0, "failed": 0, "started_epoch": time.time(),
+                                     "walls": {}, "current": None, "layers": {p.name: len(p.invocations) for p in plans}})
+
+    def start(self, inv: Invocation) -> None:
+        p = self.run_dir.read_progress()
+        p["current"] = {"layer": inv.layer, "suite": inv.suite, "replicate": inv.replicate, "since_epoch": time.time()}
+        self._write(p)
+
+    def finish(self, res: LaunchResult) -> None:
+        p = self.run_dir.read_progress()
+        p["done"] = p.get("done", 0) + 1
+        p["failed"] = p.get("failed", 0) + (res.status == "failed")
+        p.setdefault("walls", {}).setdefault(res.suite, []).append(res.wall_s)
+        p["current"] = None
+        self._write(p)
+
+    def _write(self, p: dict[str, Any]) -> None:
+        started = p.get("started_epoch", time.time())
+        p["elapsed_s"] = round(time.time() - started, 3)
+        done, total = p.get("done", 0), p.get("total", 0)
+        all_walls = [w for ws in p.get("walls", {}).values() for w in ws]
+        p["eta_s"] = round(statistics.fmean(all_walls) * (total - done), 1) if all_walls and total else None
+        self.run_dir.write_progress(p)
+
+
+def record_launches(run_dir: RunDir, layer: str, results: list[LaunchResult]) -> None:
+    """Replace this layer's rows in ``structured/<run_id>_launches.json`` (re-runs stay exact)."""
+    path = run_dir.file("structured", "launches", "", "json")
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        rows = []
+    rows = [r for r in rows if r.get("layer") != layer] + [r.to_json() for r in results]
+    atomic_write_json(path, rows)
+
+
+def run_layer(
+    plan: LayerPlan,
+    run_dir: RunDir,
+    launcher: Launcher,
+    *,
+    session: SessionFactory | None = None,
+    on_result: Callable[[LaunchResult], None] | None = None,
+) -> LayerOutcome:
+    """Launch a layer's invocations one after another (benchmarks never share the machine
+    with themselves), keep going after failures, and record everything."""
+    if not plan.enabled:
+        return LayerOutcome(plan.name, "skipped", [], plan.skip_reason)
+    progress = Progress(run_dir)
+    results: list[LaunchResult] = []
+    for inv in plan.invocations:
+        progress.start(inv)
+        with (session(inv) if session else nullcontext({})) as extra_env:
+            res = launcher.launch(inv, run_dir.path, extra_env=extra_env)
+        results.append(res)
+        progress.finish(res)
+        if on_result:
+            on_result(res)
+    record_launches(run_dir, plan.name, results)
+    outcome = LayerOutcome(plan.name, layer_status(results), results)
+    status = run_dir.read_status()
+    layers = status.get("layers", {})
+    layers[plan.name] = {**outcome.to_json(), "finished_utc": utc_now()}
+    run_dir.update_status(layers=layers)
+    return outcome
+
+
+def run_outcome(layer_states: Mapping[str, Mapping[str, Any]]) -> tuple[str, list[str]]:
+    """The run's overall status (succeeded | partial | failed) and the issues behind it.
+
+    failed: every launch failed, or an enabled layer that later enabled layers build on
+    failed entirely; partial: some replicate failed; succeeded otherwise.
+    """
+    order = ("micro", "component", "end_to_end")
+    enabled = [n for n in order if layer_states.get(n, {}).get("status") not in (None, "skipped")]
+    issues: list[str] = []
+    any_failed = False
+    fatal = False
+    total = sum(int(layer_states[n].get("launches", 0)) for n in enabled)
+    failed_total = sum(int(layer_states[n].get("failed", 0)) for n in enabled)
+    for i, name in enumerate(enabled):
+        st = layer_states[name]
+        if int(st.get("failed", 0)):
+            any_failed = True
+            issues.append(f"{name}: {st['failed']} of {st.get('launches', 0)} replicates failed")
+        if st.get("status") == "failed" and i < len(enabled) - 1:
+            fatal = True
+            issues.append(f"{name}: every replicate failed and later layers build on it")
+    if total and failed_total == total:
+        fatal = True
+    if fatal:
+        return "failed", issues
+    return ("partial" if any_failed else "succeeded"), issues

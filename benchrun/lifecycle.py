@@ -1,0 +1,127 @@
+"""A run's life after submission: admit (grant a class, capture the environment, plan),
+record evidence, and settle the final phase. Dagster-free; the run assets call these."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from benchrun.errors import BenchrunError
+from benchrun.execute import run_outcome
+from benchrun.plan import LayerPlan, plan_run
+from benchrun.rundir import RunDir
+from benchrun.suites.result import atomic_write_json
+
+log = logging.getLogger(__name__)
+
+LOCAL_SCHEDULER_PATH = "local"
+LAYER_CONDITION = {"micro": "MicroComplete", "component": "ComponentComplete", "end_to_end": "EndToEndComplete"}
+
+
+def load_pinned(rd: RunDir) -> Any:
+    """The run's pinned spec, re-validated, its digest checked against status.json."""
+    from benchrun.spec import load_spec_bytes
+
+    path = rd.file("structured", "spec", "", "yaml")
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise BenchrunError(f"run {rd.run_id}: pinned spec {path} is missing; submit the run again") from None
+    loaded = load_spec_bytes(raw, str(path))
+    expected = rd.read_status().get("spec_digest")
+    if expected and loaded.spec_digest != expected:
+        raise BenchrunError(
+            f"run {rd.run_id}: pinned spec digest {loaded.spec_digest} != {expected} in status.json; "
+            "a pinned run never changes: submit a new run"
+        )
+    return loaded
+
+
+def plans_for(rd: RunDir, loaded: Any) -> dict[str, LayerPlan]:
+    return {p.name: p for p in plan_run(loaded.run, rd.run_id, rd.path, home=rd.home)}
+
+
+def admit(rd: RunDir, loaded: Any, *, dagster_run_id: str | None = None) -> dict[str, Any]:
+    """Grant the benchmark class this machine can honour, capture the environment, write the
+    plan, and move the run to Running. A local run never claims publication grade."""
+    from benchrun.envcapture import write_environment
+    from benchrun.execute import Progress
+
+    intent = loaded.run.spec.intent
+    requested = intent.benchmark_class
+    granted = "realism_grade"
+    if requested == "publication_grade":
+        rd.set_condition(
+            "PublicationGuaranteesMet", False, "LocalExecution",
+            "dedicated nodes, fixed topology, stable background load and topology-exclusive "
+            "placement cannot be guaranteed on a shared local machine; the run is downgraded "
+            "to realism_grade",
+        )
+    signing = loaded.run.spec.provenance.signing
+    if getattr(signing, "required", False):
+        rd.set_condition("Signed", False, "SigningNotPerformed",
+                         f"signing backend {signing.backend!r} is not available here; nothing was signed")
+    plans = plans_for(rd, loaded)
+    atomic_write_json(rd.file("structured", "plan", "", "json"),
+                      [inv.to_json() for p in plans.values() for inv in p.invocations])
+    write_environment(rd.path, rd.run_id)
+    Progress(rd).begin_run(list(plans.values()))
+    rd.update_status(benchmark_class_granted=granted, selected_scheduler_path=LOCAL_SCHEDULER_PATH,
+                     dagster_run_id=dagster_run_id)
+    rd.set_condition("Admitted", True, "LocalLauncher", "admitted to run on this machine")
+    return rd.set_phase("Running")
+
+
+def settle_layers(rd: RunDir) -> tuple[str, list[str]]:
+    """The outcome of the layers so far, with a <Layer>Complete condition for each."""
+    layers = rd.read_status().get("layers", {})
+    for name, cond in LAYER_CONDITION.items():
+        st = layers.get(name)
+        if st is None:
+            continue
+        if st["status"] == "skipped":
+            rd.set_condition(cond, True, "Skipped", st.get("skip_reason") or "layer disabled")
+        else:
+            ok = st["status"] == "succeeded"
+            rd.set_condition(cond, ok, "AllReplicatesSucceeded" if ok else "ReplicatesFailed",
+                             f"{st['ok']} ok, {st['failed']} failed, {st.get('unavailable', 0)} unavailable "
+                             f"of {st['launches']}")
+    return run_outcome(layers)
+
+
+def record_evidence(rd: RunDir, loaded: Any) -> dict[str, Any]:
+    """Write manifest.json over the finished run directory, then store it write-once."""
+    from benchrun.store import open_store
+
+    outcome, issues = settle_layers(rd)
+    rd.update_status(outcome=outcome, issues=issues)
+    rd.set_phase("Analyzing")
+    layers = rd.read_status().get("layers", {})
+    steps = {name: {"status": st["status"], "planned": st.get("launches", 0), "ok": st.get("ok", 0),
+                    "failed": st.get("failed", 0)} for name, st in layers.items()}
+    manifest = rd.write_manifest(status=outcome, issues=issues, suite_steps=steps)
+    template = loaded.run.spec.sinks.raw_artifacts.path_template
+    stored = open_store(template, rd.home).put_run_dir(rd.path, rd.run_id)
+    rd.update_status(artifact_manifest_digest=stored.digest)
+    return {"manifest": manifest, "stored": stored, "outcome": outcome, "issues": issues}
+
+
+def finalize(rd: RunDir) -> dict[str, Any]:
+    """Succeeded unless the outcome is failed; the exit code follows the outcome."""
+    st = rd.read_status()
+    outcome = st.get("outcome") or settle_layers(rd)[0]
+    rd.set_condition("Complete", outcome == "succeeded", outcome.capitalize(),
+                     "; ".join(st.get("issues") or []) or "every replicate succeeded")
+    return rd.set_phase("Failed" if outcome == "failed" else "Succeeded")
+
+
+def exit_code_for(status: dict[str, Any]) -> int:
+    """0 Succeeded, 1 Failed or partial, 2 Rejected (the CLI's contract)."""
+    if status.get("phase") == "Rejected":
+        return 2
+    return 0 if status.get("phase") == "Succeeded" and status.get("outcome") == "succeeded" else 1
+
+
+def run_dir_of(run_id: str, home: Path | None = None) -> RunDir:
+    return RunDir.for_run(run_id, home)

@@ -1,0 +1,232 @@
+"""The run directory (CONTRACT.md §4): layout, status.json, progress, and manifest.json.
+
+``<home>/runs/<run_id>/`` is the unit of record. Everything here is written to a temporary
+name and renamed, so a reader never sees half a file; ``status.json`` is the phase and
+conditions a person (or the custom resource's status) reads.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchrun.errors import BenchrunError
+from benchrun.paths import benchrun_home, safe_join, validate_run_id
+from benchrun.suites.result import atomic_write_json
+
+PHASES = ("Pending", "Admitted", "Running", "Analyzing", "Succeeded", "Failed", "Rejected")
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Rejected"})
+SUBDIRS = ("structured", "raw", "figures", "reports", "progress")
+MANIFEST_VERSION = 2
+
+# What each file is for, by where it lives and what it is called (manifest artifact_roles).
+_ROLE_RULES: tuple[tuple[str, str], ...] = (
+    ("status.json", "status"),
+    ("progress/", "progress"),
+    ("reports/", "report"),
+    ("figures/", "figure"),
+    ("_environment.json", "environment"),
+    ("_spec.yaml", "pinned_spec"),
+    ("_plan.json", "plan"),
+    ("_launches.json", "launches"),
+    (".log", "log"),
+    ("raw/", "raw_output"),
+    ("structured/", "suite_result"),
+)
+
+
+def utc_now() -> str:
+    """The current UTC time as ISO 8601 with a Z."""
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def artifact_role(relpath: str) -> str:
+    """The role of a run-directory file, from its place and name."""
+    for needle, role in _ROLE_RULES:
+        if needle.endswith("/") and relpath.startswith(needle):
+            return role
+        if not needle.endswith("/") and (relpath.endswith(needle) or relpath == needle):
+            return role
+    return "other"
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """One run's directory under ``<home>/runs/``; the run id is validated on creation."""
+
+    home: Path
+    run_id: str
+
+    def __post_init__(self) -> None:
+        validate_run_id(self.run_id)
+
+    @classmethod
+    def for_run(cls, run_id: str, home: Path | str | None = None) -> "RunDir":
+        return cls(benchrun_home(home), run_id)
+
+    @property
+    def path(self) -> Path:
+        return safe_join(self.home, "runs", self.run_id)
+
+    def exists(self) -> bool:
+        return (self.path / "status.json").is_file()
+
+    def create(self) -> "RunDir":
+        for sub in SUBDIRS:
+            (self.path / sub).mkdir(parents=True, exist_ok=True)
+        return self
+
+    def file(self, sub: str, label: str, kind: str, ext: str) -> Path:
+        """``<sub>/<run_id>_<label>_<kind>.<ext>`` (CONTRACT.md §4 naming), validated."""
+        name = f"{self.run_id}_{label}_{kind}.{ext}" if kind else f"{self.run_id}_{label}.{ext}"
+        return safe_join(self.path, sub, name)
+
+    # -- status.json ------------------------------------------------------------
+    @property
+    def status_path(self) -> Path:
+        return self.path / "status.json"
+
+    def read_status(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.status_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise BenchrunError(f"run {self.run_id}: no status.json under {self.path}") from None
+        except json.JSONDecodeError as exc:
+            raise BenchrunError(f"{self.status_path}: not valid JSON ({exc})") from exc
+
+    def write_status(self, status: dict[str, Any]) -> None:
+        atomic_write_json(self.status_path, status)
+
+    def update_status(self, **fields: Any) -> dict[str, Any]:
+        status = self.read_status() if self.exists() else {"run_id": self.run_id, "conditions": []}
+        status.update(fields)
+        self.write_status(status)
+        return status
+
+    def set_phase(self, phase: str, *, message: str | None = None) -> dict[str, Any]:
+        if phase not in PHASES:
+            raise ValueError(f"unknown phase {phase!r}")
+        fields: dict[str, Any] = {"phase": phase}
+        if message is not None:
+            fields["message"] = message
+        if phase == "Running":
+            fields.setdefault("started_utc", utc_now())
+        if phase in TERMINAL_PHASES:
+            fields["finished_utc"] = utc_now()
+        return self.update_status(**fields)
+
+    def set_condition(self, type_: str, status: bool | str, reason: str, message: str = "") -> dict[str, Any]:
+        """Set (or replace) one condition; lastTransitionTime moves only when status changes."""
+        st = self.read_status()
+        value = status if isinstance(status, str) else ("True" if status else "False")
+        conditions = [c for c in st.get("conditions", [])]
+        now = utc_now()
+        for c in conditions:
+            if c["type"] == type_:
+                if c["status"] != value:
+                    c["lastTransitionTime"] = now
+                c.update(status=value, reason=reason, message=message)
+                break
+        else:
+            conditions.append(
+                {"type": type_, "status": value, "reason": reason, "message": message, "lastTransitionTime": now}
+            )
+        st["conditions"] = conditions
+        self.write_status(st)
+        return st
+
+    # -- progress ---------------------------------------------------------------
+    @property
+    def progress_path(self) -> Path:
+        return self.path / "progress" / "run_progress.json"
+
+    def write_progress(self, progress: dict[str, Any]) -> None:
+        atomic_write_json(self.progress_path, {**progress, "updated_utc": utc_now()})
+
+    def read_progress(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.progress_path.read_text(encoding="utf-8"))
+        except (FileNotFoundError, json.JSONDecodeError):
+            return {}
+
+    # -- manifest.json ----------------------------------------------------------
+    def write_manifest(self, *, status: str, issues: list[str], suite_steps: dict[str, Any],
+                       nodes: list[dict[str, str]] | None = None) -> dict[str, Any]:
+        """Hash every file (except the manifest itself) and write manifest version 2."""
+        files = sorted(
+            p.relative_to(self.path).as_posix()
+            for p in self.path.rglob("*")
+            if p.is_file() and p.name != "manifest.json" and not p.name.startswith(".")
+        )
+        sha = {rel: _sha256_file(self.path / rel) for rel in files}
+        roles = {rel: artifact_role(rel) for rel in files}
+        counts: dict[str, int] = {}
+        for role in roles.values():
+            counts[role] = counts.get(role, 0) + 1
+        total = sum(int(s.get("planned", 0)) for s in suite_steps.values())
+        done = sum(int(s.get("ok", 0)) for s in suite_steps.values())
+        manifest = {
+            "manifest_version": MANIFEST_VERSION,
+            "run_id": self.run_id,
+            "timestamp_utc": utc_now(),
+            "nodes": nodes or [{"label": "local", "host": socket.gethostname()}],
+            "status": status,
+            "suite_status": status,
+            "success": status == "succeeded",
+            "completeness": round(done / total, 4) if total else 0.0,
+            "issues": issues,
+            "progress": self.read_progress(),
+            "suite_steps": suite_steps,
+            "files": files,
+            "summary": {"file_count": len(files), "artifact_counts": counts, "sha256": sha},
+            "artifact_roles": roles,
+        }
+        atomic_write_json(self.path / "manifest.json", manifest)
+        return manifest
+
+    def read_manifest(self) -> dict[str, Any]:
+        try:
+            return json.loads((self.path / "manifest.json").read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise BenchrunError(f"run {self.run_id}: no manifest.json yet (the run has not recorded its evidence)") from None
+
+
+def list_runs(home: Path | str | None = None) -> list[RunDir]:
+    """Every run directory under ``<home>/runs`` that has a status.json, oldest first."""
+    root = benchrun_home(home) / "runs"
+    if not root.is_dir():
+        return []
+    out = []
+    for p in sorted(root.iterdir()):
+        try:
+            rd = RunDir(root.parent, p.name)
+        except BenchrunError:
+            continue
+        if rd.exists():
+            out.append(rd)
+    return sorted(out, key=lambda r: r.read_status().get("created_utc", ""))
+
+
+def mark_run_failed(home: Path | str | None, run_id: str, reason: str) -> bool:
+    """Phase Failed with the reason unless already terminal; True when it changed."""
+    rd = RunDir.for_run(run_id, home)
+    if not rd.exists():
+        return False
+    if rd.read_status().get("phase") in TERMINAL_PHASES:
+        return False
+    rd.set_condition("Failed", True, "OrchestratorRunFailed", reason)
+    rd.set_phase("Failed", message=reason)
+    return True

@@ -1,0 +1,190 @@
+"""Submission: validate → pin → mint run_id → register the partition → (optionally) run.
+
+Used by the CLI, the schedules and the sensors alike, so every path into benchrun pins the
+same way. ``prepare`` is idempotent: the same bytes at the same ``now`` give the same run.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchrun.errors import BenchrunError
+from benchrun.paths import benchrun_home, validate_run_id
+from benchrun.rundir import RunDir, utc_now
+from benchrun.suites.result import atomic_write_text
+
+PARTITIONS_NAME = "benchmark_run"
+JOB_NAME = "benchmark_run_job"
+_REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A pinned, registered-to-be run."""
+
+    run_id: str
+    name: str
+    spec_digest: str
+    workload_spec_digest: str
+    pinned_path: Path
+    run_dir: Path
+    cadence: str
+    source: str
+
+
+def mint_run_id(name: str, now: dt.datetime, spec_digest: str) -> str:
+    """``<name>-<utc yyyymmddhhmmss>-<digest8>``, a DNS-1123 label of at most 63 chars."""
+    stem = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
+    stem = re.sub(r"-{2,}", "-", stem)[:39].rstrip("-") or "run"
+    stamp = now.astimezone(dt.timezone.utc).strftime("%Y%m%d%H%M%S")
+    return validate_run_id(f"{stem}-{stamp}-{spec_digest.removeprefix('sha256:')[:8]}")
+
+
+def pin_bytes(raw: bytes, home: Path) -> Path:
+    """Store the exact submitted bytes content-addressed, write-once and read-only."""
+    digest = hashlib.sha256(raw).hexdigest()
+    path = home / "specs" / "sha256" / f"{digest}.yaml"
+    if path.exists():
+        if hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+            raise BenchrunError(f"{path}: pinned spec was modified on disk; restore it or remove it")
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(raw)
+    os.chmod(tmp, 0o444)
+    os.replace(tmp, path)
+    return path
+
+
+def prepare(
+    spec: Path | str | bytes,
+    *,
+    source: str | None = None,
+    home: Path | str | None = None,
+    now: dt.datetime | None = None,
+) -> Prepared:
+    """Validate and pin a spec and create its run directory (phase Pending).
+
+    Raises SpecInvalid (exit code 2) listing every error; nothing is created then.
+    """
+    from benchrun.spec import load_spec, load_spec_bytes
+
+    if isinstance(spec, bytes):
+        loaded = load_spec_bytes(spec, source or "<bytes>")
+    else:
+        loaded = load_spec(Path(spec))
+    root = benchrun_home(home)
+    now = now or dt.datetime.now(dt.timezone.utc)
+    run = loaded.run
+    run_id = mint_run_id(run.metadata.name, now, loaded.spec_digest)
+    rd = RunDir(root, run_id)
+    if rd.exists():
+        status = rd.read_status()
+        if status.get("spec_digest") != loaded.spec_digest:
+            raise BenchrunError(f"run {run_id} is pinned to another spec digest; a pinned run never changes")
+    else:
+        pinned = pin_bytes(loaded.raw, root)
+        rd.create()
+        atomic_write_text(rd.file("structured", "spec", "", "yaml"), loaded.raw.decode("utf-8"))
+        intent = run.spec.intent
+        rd.write_status(
+            {
+                "apiVersion": "benchmarking.aisp.dev/v1alpha1",
+                "kind": "BenchmarkRun",
+                "run_id": run_id,
+                "name": run.metadata.name,
+                "phase": "Pending",
+                "outcome": None,
+                "conditions": [],
+                "spec_digest": loaded.spec_digest,
+                "workload_spec_digest": loaded.workload_spec_digest,
+                "artifact_manifest_digest": None,
+                "benchmark_class_requested": intent.benchmark_class,
+                "benchmark_class_granted": None,
+                "workload_type": intent.workload_type,
+                "cadence": intent.cadence,
+                "scheduler_path_requested": intent.scheduler_path,
+                "selected_scheduler_path": None,
+                "variable_under_test": run.spec.comparison.variable_under_test,
+                "created_utc": utc_now(),
+                "started_utc": None,
+                "finished_utc": None,
+                "run_directory": str(rd.path),
+                "pinned_spec": str(pinned),
+                "source": source or (str(spec) if not isinstance(spec, bytes) else "<bytes>"),
+                "dagster_run_id": None,
+                "layers": {},
+            }
+        )
+        rd.set_condition("Validated", True, "AdmissionRulesPassed", "every rule of the contract holds")
+        rd.set_condition("SpecPinned", True, "ContentAddressed", f"pinned at {pinned}")
+    return Prepared(
+        run_id=run_id,
+        name=run.metadata.name,
+        spec_digest=loaded.spec_digest,
+        workload_spec_digest=loaded.workload_spec_digest,
+        pinned_path=Path(rd.read_status()["pinned_spec"]),
+        run_dir=rd.path,
+        cadence=run.spec.intent.cadence,
+        source=source or str(spec if not isinstance(spec, bytes) else "<bytes>"),
+    )
+
+
+def dagster_home(home: Path | str | None = None) -> Path:
+    """``$BENCHRUN_HOME/dagster_home`` with the repo's instance template (dagster.yaml)."""
+    path = benchrun_home(home) / "dagster_home"
+    path.mkdir(parents=True, exist_ok=True)
+    template = _REPO_ROOT / "dagster.yaml"
+    target = path / "dagster.yaml"
+    if template.is_file() and not target.exists():
+        shutil.copyfile(template, target)
+    return path
+
+
+def get_instance(home: Path | str | None = None) -> Any:
+    """The persistent Dagster instance under ``$BENCHRUN_HOME`` (so the UI sees CLI runs)."""
+    import dagster as dg
+
+    dh = dagster_home(home)
+    os.environ["DAGSTER_HOME"] = str(dh)
+    return dg.DagsterInstance.get()
+
+
+def register_partition(instance: Any, run_id: str) -> None:
+    if not instance.has_dynamic_partition(PARTITIONS_NAME, run_id):
+        instance.add_dynamic_partitions(PARTITIONS_NAME, [run_id])
+
+
+def submit(
+    spec: Path | str | bytes,
+    *,
+    home: Path | str | None = None,
+    instance: Any = None,
+    now: dt.datetime | None = None,
+    source: str | None = None,
+) -> Prepared:
+    """prepare + add the dynamic partition (to materialize from the UI or a sensor)."""
+    prepared = prepare(spec, home=home, now=now, source=source)
+    register_partition(instance or get_instance(home), prepared.run_id)
+    return prepared
+
+
+def execute(prepared: Prepared, *, home: Path | str | None = None, instance: Any = None) -> Any:
+    """Materialize the whole benchmark graph for the run's partition, in this process."""
+    from bench_assets.definitions import defs
+
+    instance = instance or get_instance(home)
+    register_partition(instance, prepared.run_id)
+    job = defs.resolve_job_def(JOB_NAME)
+    # The run log is in the UI; the terminal shows benchrun's own progress instead.
+    quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+    return job.execute_in_process(
+        instance=instance, partition_key=prepared.run_id, raise_on_error=False, run_config=quiet
+    )
