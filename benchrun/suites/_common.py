@@ -1,0 +1,160 @@
+"""Helpers the built-in micro/component suites share: parameter checks, percentiles, host facts.
+
+Standard library + numpy only (this runs inside benchmark pods). Parameter checks raise
+:class:`ParamError`, which ``_runtime.main`` records as a ``failed`` result whose reason
+names the parameter and what it should be.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import platform
+from typing import Any, Sequence
+
+import numpy as np
+
+from benchrun.suites._runtime import SuiteContext
+
+
+class ParamError(ValueError):
+    """A suite parameter with a value the suite cannot use (names the parameter and the fix)."""
+
+
+def _raw(ctx: SuiteContext, name: str) -> Any:
+    # default=None makes ctx.param return the value as given; we check it ourselves so a
+    # bad value becomes a failed result document rather than a bare SystemExit.
+    return ctx.param(name, None)
+
+
+def int_param(ctx: SuiteContext, name: str, default: int, *, minimum: int = 1, maximum: int | None = None) -> int:
+    """An integer parameter within [minimum, maximum]."""
+    value = _raw(ctx, name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ParamError(f"parameter {name}={value!r} must be an integer >= {minimum}")
+    try:
+        number = int(value)
+        if isinstance(value, float) and number != value:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise ParamError(f"parameter {name}={value!r} must be an integer >= {minimum}") from None
+    if number < minimum or (maximum is not None and number > maximum):
+        bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
+        raise ParamError(f"parameter {name}={value!r} must be an integer {bound}")
+    return number
+
+
+def float_param(ctx: SuiteContext, name: str, default: float, *, minimum: float = 0.0) -> float:
+    """A number parameter greater than ``minimum``."""
+    value = _raw(ctx, name)
+    if value is None:
+        return default
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ParamError(f"parameter {name}={value!r} must be a number > {minimum}") from None
+    if isinstance(value, bool) or not number > minimum or number != number:
+        raise ParamError(f"parameter {name}={value!r} must be a number > {minimum}")
+    return number
+
+
+def int_list_param(ctx: SuiteContext, name: str, default: Sequence[int], *, minimum: int = 1) -> list[int]:
+    """A non-empty list of integers >= minimum (a single integer is accepted as a list of one)."""
+    value = _raw(ctx, name)
+    if value is None:
+        return list(default)
+    if isinstance(value, (int, str)) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, list) or not value:
+        raise ParamError(f"parameter {name}={value!r} must be a non-empty list of integers >= {minimum}")
+    out = []
+    for item in value:
+        try:
+            if isinstance(item, bool):
+                raise ValueError
+            number = int(item)
+            if isinstance(item, float) and number != item:
+                raise ValueError
+        except (TypeError, ValueError):
+            raise ParamError(f"parameter {name}: {item!r} is not an integer (list of integers >= {minimum})") from None
+        if number < minimum:
+            raise ParamError(f"parameter {name}: {item!r} must be >= {minimum}")
+        out.append(number)
+    return out
+
+
+def choice_param(ctx: SuiteContext, name: str, default: str, choices: Sequence[str]) -> str:
+    """A string parameter from a fixed set."""
+    value = _raw(ctx, name)
+    if value is None:
+        return default
+    if not isinstance(value, str) or value not in choices:
+        raise ParamError(f"parameter {name}={value!r} must be one of {', '.join(choices)}")
+    return value
+
+
+def bool_param(ctx: SuiteContext, name: str, default: bool) -> bool:
+    """A boolean parameter (true/false, or the strings "true"/"false")."""
+    value = _raw(ctx, name)
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise ParamError(f"parameter {name}={value!r} must be true or false")
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile with numpy's linear interpolation (CONTRACT.md §5)."""
+    if len(values) == 0:
+        raise ValueError("percentile of no values")
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q, method="linear"))
+
+
+def torch_present() -> bool:
+    """Whether torch can be imported here, without importing it (that takes a second)."""
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def cpu_model() -> str:
+    """The CPU model name from /proc/cpuinfo (Linux), else platform.processor()."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (affinity mask), not the host's total."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def cuda_device_nodes() -> bool:
+    """Whether this host exposes GPU device nodes (NVIDIA or ROCm); cheap, imports nothing.
+
+    CUDA cannot work without them, so when they are absent the suites skip importing torch
+    just to ask (that import costs a second per replicate on a small machine).
+    """
+    return any(os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia", "/dev/kfd"))
+
+
+def cuda_available() -> bool:
+    """Whether torch sees a CUDA (or ROCm) device; False when torch is absent."""
+    if not cuda_device_nodes() or not torch_present():
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())

@@ -1,0 +1,168 @@
+"""The ``fio`` suite: storage bandwidth, IOPS and p99 latency measured by the real fio.
+
+Parameters:
+    size_mb     file size per case in MiB (default 256)
+    runtime_s   upper bound on each case's run time in seconds (default 10; a case ends
+                earlier when it has moved size_mb, as fio does without --time_based)
+    directory   where the test files go (default: a temporary directory under the run
+                directory). A temporary sub-directory is made inside it and removed after.
+    ioengine    fio I/O engine (default psync)
+    iodepth     queue depth for asynchronous engines (default 1)
+    direct      O_DIRECT, bypassing the page cache (default true)
+    cases       any of seq_read, seq_write (1 MiB blocks), rand_read, rand_write (4 KiB
+                blocks); default all four, run one after another (``--stonewall``)
+
+fio runs from an argv list with ``--output-format=json``; its JSON is kept as
+``raw/<run_id>_fio_r<k>_fio.json`` and read by :mod:`benchrun.ingest.fio` (metrics per
+case: ``bandwidth_mib_per_s``, ``iops``, ``p99_clat_ms``). No fio on PATH is reported as
+``unavailable: fio not installed (apt-get install fio)``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from benchrun.ingest.fio import fio_context, fio_metrics, job_errors, parse_fio_json
+from benchrun.suites._common import ParamError, bool_param, int_param
+from benchrun.suites._runtime import SuiteContext, Unavailable, main
+
+CASES: dict[str, dict[str, str]] = {
+    "seq_read": {"rw": "read", "bs": "1M"},
+    "seq_write": {"rw": "write", "bs": "1M"},
+    "rand_read": {"rw": "randread", "bs": "4k"},
+    "rand_write": {"rw": "randwrite", "bs": "4k"},
+}
+_ENGINE = re.compile(r"^[a-z0-9_]{1,32}$")
+
+
+def _cases(ctx: SuiteContext) -> list[str]:
+    value = ctx.param("cases", None)
+    if value is None:
+        return list(CASES)
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not value or any(v not in CASES for v in value):
+        raise ParamError(f"parameter cases={value!r} must be a non-empty list drawn from {', '.join(CASES)}")
+    return list(dict.fromkeys(value))
+
+
+def _directory(ctx: SuiteContext) -> Path | None:
+    value = ctx.param("directory", None)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ParamError(f"parameter directory={value!r} must be a path string")
+    path = Path(value).expanduser()
+    if not path.is_dir():
+        raise ParamError(f"parameter directory={value!r} is not an existing directory; create it or omit directory")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ParamError(f"parameter directory={value!r} is not writable by this user")
+    return path
+
+
+def filesystem_of(path: Path) -> dict[str, str] | None:
+    """The mount (device, mount point, type) holding ``path``, from /proc/self/mounts."""
+    try:
+        lines = Path("/proc/self/mounts").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    target = str(path.resolve())
+    best: dict[str, str] | None = None
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        mnt = parts[1].replace("\\040", " ")
+        if target == mnt or target.startswith(mnt.rstrip("/") + "/"):
+            if best is None or len(mnt) > len(best["mount_point"]):
+                best = {"device": parts[0], "mount_point": mnt, "fstype": parts[2]}
+    return best
+
+
+def build_argv(fio: str, workdir: Path, output: Path, cases: list[str], *, size_mb: int, runtime_s: int,
+               ioengine: str, iodepth: int, direct: bool) -> list[str]:
+    """fio's argv: global options, then one ``--name`` section per case, run in sequence."""
+    argv = [
+        fio,
+        "--output-format=json",
+        f"--output={output}",
+        f"--directory={workdir}",
+        f"--size={size_mb}M",
+        f"--runtime={runtime_s}",
+        f"--ioengine={ioengine}",
+        f"--iodepth={iodepth}",
+        f"--direct={1 if direct else 0}",
+        "--randrepeat=0",
+    ]
+    for case in cases:
+        spec = CASES[case]
+        argv += [f"--name={case}", f"--rw={spec['rw']}", f"--bs={spec['bs']}", "--stonewall"]
+        if "write" in spec["rw"]:
+            argv.append("--end_fsync=1")  # the bandwidth includes getting the bytes to the device
+    return argv
+
+
+def run(ctx: SuiteContext) -> None:
+    """Run fio over the chosen cases and report each case's bandwidth, IOPS and p99 latency."""
+    size_mb = int_param(ctx, "size_mb", 256, minimum=1, maximum=1_048_576)
+    runtime_s = int_param(ctx, "runtime_s", 10, minimum=1, maximum=86_400)
+    iodepth = int_param(ctx, "iodepth", 1, minimum=1, maximum=4096)
+    direct = bool_param(ctx, "direct", True)
+    ioengine = ctx.param("ioengine", "psync")
+    if not isinstance(ioengine, str) or not _ENGINE.match(ioengine):
+        raise ParamError(f"parameter ioengine={ioengine!r} must be a fio engine name such as psync, libaio, io_uring")
+    cases = _cases(ctx)
+    base = _directory(ctx)
+
+    fio = shutil.which("fio")
+    if fio is None:
+        raise Unavailable("fio not installed (apt-get install fio)")
+    version = subprocess.run([fio, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
+
+    workdir = Path(tempfile.mkdtemp(prefix=".fio-scratch-", dir=base if base is not None else ctx.run_dir))
+    output = ctx.raw_file("fio", "json")
+    argv = build_argv(fio, workdir, output, cases, size_mb=size_mb, runtime_s=runtime_s,
+                      ioengine=ioengine, iodepth=iodepth, direct=direct)
+    ctx.context.update({"fio": fio, "fio_version": version, "argv": argv, "filesystem": filesystem_of(workdir),
+                        "directory": str(base) if base is not None else "temporary under the run directory",
+                        "direct": direct, "ioengine": ioengine, "iodepth": iodepth, "cases": cases})
+    # Generous bound: fio stops each case at runtime_s; laying out files runs at >= 20 MiB/s.
+    timeout = 120 + len(cases) * (runtime_s + size_mb / 20)
+    ctx.log(f"fio: {len(cases)} cases, {size_mb} MiB each, in {workdir}")
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    if proc.stderr.strip():
+        ctx.log(proc.stderr.strip()[-4000:])
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        raise RuntimeError(f"fio exited {proc.returncode}: {' | '.join(tail) or 'no output'}")
+    if not output.exists():
+        raise RuntimeError(f"fio wrote no JSON to {output.name}")
+    ctx.samples["fio_json"] = str(output.relative_to(ctx.run_dir))
+    doc = parse_fio_json(output.read_text(encoding="utf-8", errors="replace"), output.name)
+    ctx.context["fio_report"] = fio_context(doc)
+    errors = job_errors(doc)
+    if errors:
+        raise RuntimeError(f"fio jobs failed: {'; '.join(errors)}")
+    rows = fio_metrics(doc)
+    if not rows:
+        raise RuntimeError("fio reported no I/O for any case")
+    for row in rows:
+        ctx.add_metric(row.pop("name"), row.pop("value"), row.pop("unit"), row.pop("direction"), row.pop("case"), **row)
+    for case in cases:
+        got = {r["name"]: r["value"] for r in ctx.metrics if r["case"] == case}
+        if got:
+            ctx.log(f"fio {case}: {got.get('bandwidth_mib_per_s', 0):.1f} MiB/s, {got.get('iops', 0):.0f} IOPS, "
+                    f"p99 {got.get('p99_clat_ms', float('nan')):.3f} ms")
+
+
+if __name__ == "__main__":
+    main(run)
