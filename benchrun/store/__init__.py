@@ -1,0 +1,126 @@
+"""The content-addressed, write-once artifact store for run directories (local or S3).
+
+``open_store(sinks.rawArtifacts.pathTemplate, home)`` picks the backend:
+
+- ``None`` / empty → ``$BENCHRUN_HOME/objects`` (objects shared across runs);
+- ``file:///abs/path/${RUN_ID}/`` or a plain path (relative paths are under ``home``);
+- ``s3://bucket/prefix/${RUN_ID}/`` → S3 through boto3 (endpoint and credentials from the
+  environment only).
+
+Layout under the run's prefix: ``sha256/<aa>/<hex>`` (objects) and
+``manifests/<run_id>.json`` (the latest object manifest) plus
+``manifests/<run_id>/<artifact_manifest_digest>.json`` (every version, immutable).
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+from pathlib import Path
+
+from benchrun.errors import BenchrunError
+from benchrun.store.base import (
+    ArtifactStore,
+    ObjectEntry,
+    ObjectManifest,
+    manifest_digest,
+    sha256_file,
+)
+from benchrun.store.local import LocalStore
+from benchrun.store.s3 import S3Store
+
+__all__ = [
+    "ArtifactStore",
+    "LocalStore",
+    "ObjectEntry",
+    "ObjectManifest",
+    "S3Store",
+    "hash_uri",
+    "manifest_digest",
+    "open_store",
+    "retention_days_for_class",
+    "sha256_file",
+]
+
+_PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _split_template(template: str, field: str) -> tuple[str, str]:
+    """(part before ``${RUN_ID}``, part from it on); refuses other placeholders."""
+    for name in _PLACEHOLDER.findall(template):
+        if name != "RUN_ID":
+            raise BenchrunError(f"{field}: placeholder ${{{name}}} is not supported here; only ${{RUN_ID}}")
+    idx = template.find("${RUN_ID}")
+    if idx < 0:
+        return template, ""
+    return template[:idx], template[idx:]
+
+
+def retention_days_for_class(retention_class: str | None, retention: dict | None) -> int | None:
+    """Days a raw object is kept for ``retention_class`` (``hot*``/``warm*``/``cold*`` map to
+    ``hotDays``/``warmDays``/``coldDays``); None = no known limit (keep forever)."""
+    if not retention_class or not retention:
+        return None
+    cls = retention_class.lower()
+    for tier in ("hot", "warm", "cold"):
+        if cls.startswith(tier):
+            value = retention.get(f"{tier}Days")
+            return int(value) if isinstance(value, (int, float)) and value > 0 else None
+    return None
+
+
+def open_store(
+    path_template: str | None,
+    home: Path,
+    *,
+    retention_days: int | None = None,
+    lock_mode: str = "GOVERNANCE",
+) -> ArtifactStore:
+    """The artifact store named by ``sinks.rawArtifacts.pathTemplate`` (None → the local default).
+
+    ``retention_days`` sets the object-lock retain-until date on S3 buckets with object
+    lock enabled (ignored elsewhere).
+    """
+    field = "sinks.rawArtifacts.pathTemplate"
+    home = Path(home)
+    if not path_template:
+        return LocalStore(home / "objects")
+    if not isinstance(path_template, str):
+        raise BenchrunError(f"{field}: must be a string such as s3://bucket/raw/${{RUN_ID}}/")
+    parsed = urllib.parse.urlparse(path_template)
+    if parsed.scheme == "s3":
+        key = parsed.path.lstrip("/")
+        base, prefix = _split_template(key, field)
+        if base and not base.endswith("/") and prefix:
+            # "raw-${RUN_ID}/" style: keep the literal text before the placeholder in the prefix.
+            base, prefix = "", key
+        return S3Store(parsed.netloc, base, prefix, retention_days=retention_days, lock_mode=lock_mode)
+    if parsed.scheme == "file":
+        if parsed.netloc not in ("", "localhost"):
+            raise BenchrunError(f"{field}: file:// URI names host {parsed.netloc!r}; use file:///absolute/path")
+        raw = urllib.parse.unquote(parsed.path)
+    elif parsed.scheme in ("",) or (len(parsed.scheme) == 1 and path_template[1:3] == ":\\"):
+        raw = path_template
+    else:
+        raise BenchrunError(f"{field}: scheme {parsed.scheme}:// is not supported; use s3://, file:// or a path")
+    base, prefix = _split_template(raw, field)
+    if base and not base.endswith("/") and prefix:
+        base, prefix = str(Path(base).parent) + "/", Path(base).name + prefix
+    root = Path(base or ".")
+    if not root.is_absolute():
+        root = home / root
+    return LocalStore(root, prefix)
+
+
+def hash_uri(uri: str) -> str:
+    """Re-hash the stored object at ``uri`` (``file://`` or ``s3://``), streaming."""
+    parsed = urllib.parse.urlparse(uri)
+    if parsed.scheme == "file":
+        path = Path(urllib.parse.unquote(parsed.path))
+        if not path.is_file():
+            raise BenchrunError(f"{uri}: stored object is missing")
+        return sha256_file(path)
+    if parsed.scheme == "s3":
+        store = S3Store(parsed.netloc, "")
+        return store.hash_key(parsed.path.lstrip("/"))
+    raise BenchrunError(f"{uri}: not a stored object URI (file:// or s3://)")

@@ -1,0 +1,128 @@
+"""The local-filesystem artifact store: content-addressed, read-only files under one root."""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import tempfile
+from pathlib import Path
+from typing import BinaryIO
+
+from benchrun.errors import BenchrunError
+from benchrun.store.base import ArtifactStore, sha256_file
+
+log = logging.getLogger(__name__)
+
+READ_ONLY = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
+
+
+class LocalStore(ArtifactStore):
+    """Objects at ``<root>/<prefix>sha256/<aa>/<hex>``, written once and made read-only.
+
+    ``prefix_template`` is the part of the path template from ``${RUN_ID}`` on (empty for
+    the default store, which then de-duplicates identical files across runs).
+    """
+
+    def __init__(self, root: Path, prefix_template: str = "") -> None:
+        self.root = Path(root).resolve()
+        self.prefix_template = prefix_template
+        self.uri = self.root.as_uri() + "/" + prefix_template
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BenchrunError(f"artifact store {self.root}: cannot create it ({exc}); check sinks.rawArtifacts.pathTemplate") from exc
+
+    def run_prefix(self, run_id: str) -> str:
+        prefix = self.prefix_template.replace("${RUN_ID}", run_id)
+        return prefix if not prefix or prefix.endswith("/") else prefix + "/"
+
+    def path_of(self, key: str) -> Path:
+        """Filesystem path of ``key``; refuses keys that would leave the root."""
+        path = (self.root / key).resolve()
+        if not path.is_relative_to(self.root):
+            raise BenchrunError(f"object key {key!r} escapes the store root {self.root}")
+        return path
+
+    def key_uri(self, key: str) -> str:
+        return self.path_of(key).as_uri()
+
+    def exists(self, key: str) -> bool:
+        return self.path_of(key).is_file()
+
+    def open_key(self, key: str) -> BinaryIO:
+        path = self.path_of(key)
+        try:
+            return open(path, "rb")
+        except FileNotFoundError as exc:
+            raise BenchrunError(f"{path.as_uri()}: stored object is missing") from exc
+
+    def _link_new(self, target: Path, write) -> bool:
+        """Create ``target`` from a temp file via link(): atomic create-if-absent."""
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name[:16]}.", suffix=".tmp", dir=target.parent)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                write(fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, READ_ONLY)
+            try:
+                os.link(tmp, target)
+            except FileExistsError:
+                return False
+            return True
+        finally:
+            os.unlink(tmp)
+
+    def _put_file(self, key: str, path: Path, sha256: str) -> bool:
+        target = self.path_of(key)
+        if not target.exists():
+
+            def copy(fh: BinaryIO) -> None:
+                with open(path, "rb") as src:
+                    while chunk := src.read(1 << 20):
+                        fh.write(chunk)
+
+            if self._link_new(target, copy):
+                if sha256_file(target) != sha256:
+                    # The source changed while we copied it: never leave a mislabelled object.
+                    os.unlink(target)
+                    raise BenchrunError(f"{path}: changed while being stored; store the run again once it is finished")
+                return True
+        existing = sha256_file(target)
+        if existing != sha256:
+            raise BenchrunError(
+                f"{target.as_uri()}: already holds different bytes (sha256 {existing}) than {path} "
+                f"({sha256}); stored objects are write-once, so the stored copy was altered: investigate the store"
+            )
+        return False
+
+    def _put_manifest_doc(self, key: str, data: bytes, *, overwrite: bool) -> None:
+        target = self.path_of(key)
+        if not overwrite:
+            if not self._link_new(target, lambda fh: fh.write(data)) and target.read_bytes() != data:
+                raise BenchrunError(f"{target}: a different manifest is already stored under this digest")
+            return
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, READ_ONLY)
+            os.replace(tmp, target)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+    def list_manifest_run_ids(self) -> list[str]:
+        pattern = "manifests/*.json" if not self.prefix_template else "*/manifests/*.json"
+        return sorted({p.stem for p in self.root.glob(pattern)})
+
+    def delete_key(self, key: str) -> None:
+        """Remove one object (retention only; never called inside a retention window)."""
+        path = self.path_of(key)
+        path.unlink(missing_ok=True)

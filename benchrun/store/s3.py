@@ -1,0 +1,225 @@
+"""The S3 artifact store: conditional writes (never overwrite) and object-lock retention.
+
+The endpoint comes from ``BENCHRUN_S3_ENDPOINT_URL`` (else boto3's own ``AWS_ENDPOINT_URL``
+/ ``AWS_*`` environment); credentials come only from the environment boto3 reads and are
+never logged or put in messages.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import logging
+import os
+from pathlib import Path
+from typing import Any, BinaryIO, Callable, TypeVar
+
+from benchrun.errors import BenchrunError
+from benchrun.store.base import ArtifactStore, sha256_stream
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# Errors that mean "the service is not there right now": retry the evidence step later.
+_UNREACHABLE = (
+    "EndpointConnectionError",
+    "ConnectTimeoutError",
+    "ReadTimeoutError",
+    "ConnectionClosedError",
+    "ConnectionError",
+)
+
+
+class S3Store(ArtifactStore):
+    """Objects at ``s3://<bucket>/<base><prefix>sha256/<aa>/<hex>`` written with ``If-None-Match: *``."""
+
+    def __init__(
+        self,
+        bucket: str,
+        base: str,
+        prefix_template: str = "",
+        *,
+        retention_days: int | None = None,
+        lock_mode: str = "GOVERNANCE",
+        client: Any = None,
+    ) -> None:
+        if not bucket:
+            raise BenchrunError("sinks.rawArtifacts.pathTemplate: s3:// URI has no bucket; use s3://bucket/prefix/${RUN_ID}/")
+        self.bucket = bucket
+        self.base = base
+        self.prefix_template = prefix_template
+        self.retention_days = retention_days
+        self.lock_mode = lock_mode
+        self.uri = f"s3://{bucket}/{base}{prefix_template}"
+        self.endpoint_url = os.environ.get("BENCHRUN_S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL")
+        self._client = client
+        self._lock_enabled: bool | None = None
+
+    # -- client and error mapping ---------------------------------------------
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            import boto3
+            from botocore.config import Config
+
+            config = Config(
+                connect_timeout=float(os.environ.get("BENCHRUN_S3_CONNECT_TIMEOUT_S", "3")),
+                read_timeout=60,
+                retries={"max_attempts": int(os.environ.get("BENCHRUN_S3_MAX_ATTEMPTS", "3")), "mode": "standard"},
+            )
+            self._client = boto3.client("s3", endpoint_url=self.endpoint_url, config=config)
+        return self._client
+
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        import botocore.exceptions as bex
+
+        where = f"s3://{self.bucket} at {self.endpoint_url or 'the default AWS endpoint'}"
+        try:
+            return fn()
+        except bex.NoCredentialsError as exc:
+            raise BenchrunError(
+                f"{what}: no S3 credentials in the environment; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)"
+            ) from exc
+        except bex.ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            if code in ("NoSuchBucket",):
+                raise BenchrunError(f"{what}: bucket {self.bucket} does not exist at {where}; create it or fix sinks.rawArtifacts.pathTemplate") from exc
+            if code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
+                raise BenchrunError(f"{what}: {where} refused the credentials in the environment ({code})") from exc
+            raise
+        except bex.BotoCoreError as exc:
+            if type(exc).__name__ in _UNREACHABLE or isinstance(exc, (bex.EndpointConnectionError, bex.ConnectionError)):
+                raise BenchrunError(
+                    f"{what}: S3 endpoint unreachable ({where}): {type(exc).__name__}; "
+                    "check BENCHRUN_S3_ENDPOINT_URL and retry — nothing was half-written"
+                ) from exc
+            raise
+
+    # -- primitives ---------------------------------------------------------------
+    def run_prefix(self, run_id: str) -> str:
+        prefix = self.base + self.prefix_template.replace("${RUN_ID}", run_id)
+        return prefix if not prefix or prefix.endswith("/") else prefix + "/"
+
+    def key_uri(self, key: str) -> str:
+        return f"s3://{self.bucket}/{key}"
+
+    @property
+    def lock_enabled(self) -> bool:
+        """Whether the bucket has object lock (then every object gets a retention date)."""
+        if self._lock_enabled is None:
+            import botocore.exceptions as bex
+
+            def probe() -> bool:
+                try:
+                    conf = self.client.get_object_lock_configuration(Bucket=self.bucket)
+                except bex.ClientError as exc:
+                    if exc.response.get("Error", {}).get("Code") in (
+                        "ObjectLockConfigurationNotFoundError",
+                        "NotImplemented",
+                        "InvalidRequest",
+                    ):
+                        return False
+                    raise
+                return conf.get("ObjectLockConfiguration", {}).get("ObjectLockEnabled") == "Enabled"
+
+            self._lock_enabled = self._call("object lock check", probe)
+        return self._lock_enabled
+
+    def exists(self, key: str) -> bool:
+        import botocore.exceptions as bex
+
+        def head() -> bool:
+            try:
+                self.client.head_object(Bucket=self.bucket, Key=key)
+            except bex.ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                    return False
+                raise
+            return True
+
+        return self._call(f"head {self.key_uri(key)}", head)
+
+    def open_key(self, key: str) -> BinaryIO:
+        import botocore.exceptions as bex
+
+        def get() -> BinaryIO:
+            try:
+                resp = self.client.get_object(Bucket=self.bucket, Key=key)
+            except bex.ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                    raise BenchrunError(f"{self.key_uri(key)}: stored object is missing") from exc
+                raise
+            return resp["Body"]
+
+        return self._call(f"get {self.key_uri(key)}", get)
+
+    def _lock_args(self) -> dict[str, Any]:
+        if not self.lock_enabled or not self.retention_days:
+            return {}
+        until = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=self.retention_days)
+        return {"ObjectLockMode": self.lock_mode, "ObjectLockRetainUntilDate": until}
+
+    def _conditional_put(self, key: str, body: BinaryIO, extra: dict[str, Any]) -> bool:
+        """PutObject with If-None-Match: * ; False when the key already exists."""
+        import botocore.exceptions as bex
+
+        def put() -> bool:
+            try:
+                self.client.put_object(Bucket=self.bucket, Key=key, Body=body, IfNoneMatch="*", **extra)
+            except bex.ClientError as exc:
+                code = exc.response.get("Error", {}).get("Code", "")
+                status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+                if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412):
+                    return False
+                raise
+            return True
+
+        return self._call(f"put {self.key_uri(key)}", put)
+
+    def _put_file(self, key: str, path: Path, sha256: str) -> bool:
+        with open(path, "rb") as fh:
+            written = self._conditional_put(key, fh, {"Metadata": {"sha256": sha256}, **self._lock_args()})
+        if written:
+            return True
+        existing = self.hash_key(key)
+        if existing != sha256:
+            raise BenchrunError(
+                f"{self.key_uri(key)}: already holds different bytes (sha256 {existing}) than {path} ({sha256}); "
+                "stored objects are write-once, so the stored copy was altered: investigate the bucket"
+            )
+        return False
+
+    def _put_manifest_doc(self, key: str, data: bytes, *, overwrite: bool) -> None:
+        if overwrite:
+            self._call(
+                f"put {self.key_uri(key)}",
+                lambda: self.client.put_object(Bucket=self.bucket, Key=key, Body=data, ContentType="application/json"),
+            )
+            return
+        extra = {"ContentType": "application/json", **self._lock_args()}
+        if not self._conditional_put(key, io.BytesIO(data), extra):
+            with self.open_key(key) as fh:
+                if fh.read() != data:
+                    raise BenchrunError(f"{self.key_uri(key)}: a different manifest is already stored under this digest")
+
+    def hash_key(self, key: str) -> str:
+        body = self.open_key(key)
+        try:
+            return self._call(f"read {self.key_uri(key)}", lambda: sha256_stream(body.iter_chunks(1 << 20)))
+        finally:
+            body.close()
+
+    def list_manifest_run_ids(self) -> list[str]:
+        ids: set[str] = set()
+        base = self.base + (self.prefix_template.split("${RUN_ID}")[0] if "${RUN_ID}" in self.prefix_template else self.prefix_template)
+
+        def scan() -> None:
+            paginator = self.client.get_paginator("list_objects_v2")
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=base):
+                for obj in page.get("Contents", []):
+                    parts = obj["Key"].split("/")
+                    if len(parts) >= 2 and parts[-2] == "manifests" and parts[-1].endswith(".json"):
+                        ids.add(parts[-1][: -len(".json")])
+
+        self._call("list manifests", scan)
+        return sorted(ids)

@@ -1,0 +1,115 @@
+"""Tests for the local artifact store: content addressing, write-once, read-only, verify."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from benchrun.errors import BenchrunError
+from benchrun.store import LocalStore, S3Store, hash_uri, manifest_digest, open_store
+from test_store_helpers import make_run_dir
+
+
+def test_open_store_picks_backend(tmp_path: Path) -> None:
+    default = open_store(None, tmp_path)
+    assert isinstance(default, LocalStore) and default.root == (tmp_path / "objects").resolve()
+    assert default.run_prefix("r1") == ""
+    plain = open_store("evidence/${RUN_ID}/", tmp_path)
+    assert isinstance(plain, LocalStore)
+    assert plain.root == (tmp_path / "evidence").resolve() and plain.run_prefix("r1") == "r1/"
+    uri = open_store(f"file://{tmp_path}/abs/${{RUN_ID}}/", tmp_path)
+    assert uri.root == (tmp_path / "abs").resolve()
+    s3 = open_store("s3://benchmarks/raw/${RUN_ID}/", tmp_path)
+    assert isinstance(s3, S3Store) and s3.bucket == "benchmarks"
+    assert s3.run_prefix("run-1") == "raw/run-1/"
+    with pytest.raises(BenchrunError, match="gs://"):
+        open_store("gs://b/x/", tmp_path)
+    with pytest.raises(BenchrunError, match=r"\$\{DATE\}"):
+        open_store("s3://b/${DATE}/", tmp_path)
+
+
+def test_put_run_dir_is_content_addressed_and_read_only(tmp_path: Path) -> None:
+    run_dir = make_run_dir(tmp_path, "run-a")
+    store = open_store(None, tmp_path)
+    manifest = store.put_run_dir(run_dir, "run-a")
+    status = manifest.entry("status.json")
+    assert status.sha256 == hashlib.sha256((run_dir / "status.json").read_bytes()).hexdigest()
+    stored = store.path_of(status.key)
+    assert stored.read_bytes() == (run_dir / "status.json").read_bytes()
+    assert status.key == f"sha256/{status.sha256[:2]}/{status.sha256}"
+    assert status.uri == stored.as_uri()
+    assert not stored.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
+    files = sorted(p.relative_to(run_dir).as_posix() for p in run_dir.rglob("*") if p.is_file())
+    assert [o.path for o in manifest.objects] == files
+    # digest: sha256 of the canonical sorted (path, sha256, size) JSON
+    rows = [{"path": o.path, "sha256": o.sha256, "size": o.size} for o in manifest.objects]
+    canonical = json.dumps(sorted(rows, key=lambda r: r["path"]), sort_keys=True, separators=(",", ":"))
+    assert manifest.digest == hashlib.sha256(canonical.encode()).hexdigest() == manifest_digest(manifest.objects)
+    # the manifest is saved and loads by run id (latest and by digest)
+    assert store.load_manifest("run-a") == manifest
+    assert store.load_manifest("run-a", manifest.digest).digest == manifest.digest
+    assert store.list_manifest_run_ids() == ["run-a"]
+    assert store.verify(manifest) == len(files)
+    assert store.get(manifest, "status.json") == (run_dir / "status.json").read_bytes()
+    assert hash_uri(status.uri) == status.sha256
+
+
+def test_put_again_is_a_no_op_and_shares_objects(tmp_path: Path) -> None:
+    run_dir = make_run_dir(tmp_path, "run-a")
+    store = open_store(None, tmp_path)
+    first = store.put_run_dir(run_dir, "run-a")
+    mtimes = {o.key: store.path_of(o.key).stat().st_mtime_ns for o in first.objects}
+    second = store.put_run_dir(run_dir, "run-a")
+    assert second.digest == first.digest
+    assert {o.key: store.path_of(o.key).stat().st_mtime_ns for o in second.objects} == mtimes
+    # identical bytes in another run are one object
+    other = make_run_dir(tmp_path, "run-b")
+    third = store.put_run_dir(other, "run-b")
+    assert third.entry("raw/run-b_gemm_r1.log").key == first.entry("raw/run-a_gemm_r1.log").key
+
+
+def test_different_bytes_under_existing_key_refused(tmp_path: Path) -> None:
+    run_dir = make_run_dir(tmp_path, "run-a")
+    store = open_store(None, tmp_path)
+    manifest = store.put_run_dir(run_dir, "run-a")
+    entry = manifest.entry("raw/run-a_gemm_r1.log")
+    target = store.path_of(entry.key)
+    os.chmod(target, 0o644)
+    target.write_bytes(b"tampered\n")
+    with pytest.raises(BenchrunError, match="already holds different bytes"):
+        store.put_run_dir(run_dir, "run-a")
+    with pytest.raises(BenchrunError, match="raw/run-a_gemm_r1.log") as err:
+        store.verify(manifest)
+    assert entry.uri in str(err.value)
+    with pytest.raises(BenchrunError, match="tampered"):
+        store.get(manifest, "raw/run-a_gemm_r1.log")
+
+
+def test_manifest_altered_is_refused(tmp_path: Path) -> None:
+    run_dir = make_run_dir(tmp_path, "run-a")
+    store = open_store(None, tmp_path)
+    store.put_run_dir(run_dir, "run-a")
+    path = store.path_of(store.manifest_key("run-a"))
+    doc = json.loads(path.read_text())
+    doc["objects"][0]["sha256"] = "0" * 64
+    os.chmod(path, 0o644)
+    path.write_text(json.dumps(doc))
+    with pytest.raises(BenchrunError, match="manifest was altered"):
+        store.load_manifest("run-a")
+
+
+def test_bad_inputs(tmp_path: Path) -> None:
+    store = open_store(None, tmp_path)
+    with pytest.raises(BenchrunError, match="does not exist"):
+        store.put_run_dir(tmp_path / "nope", "run-x")
+    with pytest.raises(BenchrunError, match="run id"):
+        store.put_run_dir(tmp_path, "Bad_ID")
+    with pytest.raises(BenchrunError, match="no object manifest"):
+        store.load_manifest("run-missing")
+    with pytest.raises(BenchrunError, match="escapes"):
+        store.path_of("../../etc/passwd")
