@@ -1,0 +1,37 @@
+"""Run ids and file names are checked before they touch a path."""
+
+import pytest
+
+from benchrun.errors import BenchrunError
+from benchrun.paths import safe_join, validate_name, validate_run_id
+from benchrun.rundir import RunDir
+from benchrun.submit import mint_run_id
+
+
+@pytest.mark.parametrize("bad", ["../etc", "a/b", "..", "", "UPPER", "-lead", "trail-", "a" * 64, "x\x00y", "a..b/c"])
+def test_bad_run_ids_are_refused(bad):
+    with pytest.raises(BenchrunError):
+        validate_run_id(bad)
+
+
+@pytest.mark.parametrize("bad", ["..", "../x", "a/b", "", ".hidden", "a\\b", "x..y"])
+def test_bad_names_are_refused(bad):
+    with pytest.raises(BenchrunError):
+        validate_name(bad)
+
+
+def test_rundir_refuses_traversal(tmp_path):
+    with pytest.raises(BenchrunError):
+        RunDir(tmp_path, "../../etc")
+    with pytest.raises(BenchrunError):
+        safe_join(tmp_path, "runs", "..", "x")
+
+
+def test_mint_run_id_is_a_dns_label():
+    import datetime as dt
+
+    rid = mint_run_id("Publication Inference/Stack_B200" + "x" * 80, dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc),
+                      "sha256:0123456789abcdef")
+    assert len(rid) <= 63
+    assert rid.endswith("-20260102030405-01234567")
+    assert validate_run_id(rid) == rid
