@@ -127,22 +127,6 @@ def build_argv(command: str, values: Mapping[str, str], *, where: str) -> tuple[
     return tuple(argv)
 
 
-def workload_payload(run: Any) -> dict[str, Any]:
-    """BENCHRUN_WORKLOAD: spec.workload as written, plus inference SLO and pricing or null."""
-    spec = run.spec
-    workload = spec.workload.model_dump(by_alias=True, mode="json", exclude_none=True)
-    inference = getattr(spec.metrics, "inference", None)
-    slo = getattr(inference, "slo", None) if inference is not None else None
-    pricing = getattr(inference, "pricing", None) if inference is not None else None
-
-    def dump(x: Any) -> Any:
-        if x is None:
-            return None
-        return x.model_dump(by_alias=True, mode="json", exclude_none=True) if hasattr(x, "model_dump") else dict(x)
-
-    return {**workload, "slo": dump(slo), "pricing": dump(pricing)}
-
-
 def base_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The few variables a suite process inherits; everything else is explicit."""
     environ = os.environ if environ is None else environ
@@ -167,8 +151,7 @@ def plan_run(
     spec = run.spec
     site = site_values(environ)
     env0 = base_env(environ)
-    workload_json = json.dumps(workload_payload(run), sort_keys=True)
-    min_reps = int(spec.trials.min_replicates)
+    workload_json = run.workload_env_json()
     by_name = {layer.name: layer for layer in spec.layers}
     plans: list[LayerPlan] = []
     for layer_name in LAYER_ORDER:
@@ -180,10 +163,10 @@ def plan_run(
         for i, suite in enumerate(layer.suites):
             where = f"spec.layers[{layer_name}].suites[{i}] ({suite.name})"
             validate_name(suite.name, what=f"{where}: suite name")
-            params = dict(getattr(suite, "parameters", None) or {})
+            params = dict(suite.parameters)
             cid = case_id(run_id, layer_name, suite.name, params)
-            reps = max(min_reps, int(getattr(suite, "replicates", None) or 0))
-            timeout = float(getattr(suite, "timeout_seconds", None) or DEFAULT_TIMEOUT_S[layer_name])
+            reps = run.replicates_for(suite)
+            timeout = float(suite.timeout_seconds or DEFAULT_TIMEOUT_S[layer_name])
             for k in range(1, reps + 1):
                 values = {
                     **site,
@@ -210,8 +193,7 @@ def plan_run(
                     "BENCHRUN_WORKLOAD": workload_json,
                 }
                 invocations.append(
-                    Invocation(run_id, layer_name, suite.name, k, cid, argv, env, timeout, params,
-                               getattr(suite, "image", None))
+                    Invocation(run_id, layer_name, suite.name, k, cid, argv, env, timeout, params, suite.image)
                 )
         # Interleave: replicate 1 of every suite, then replicate 2, ... so slow drift of the
         # machine (thermal, background load) spreads over suites instead of biasing one.
