@@ -1,0 +1,634 @@
+"""The admission rules of CONTRACT.md §2 that the model's types cannot say, one function each.
+
+The model (:mod:`benchrun.spec.model`) already enforces the structure, the enumerations
+and single-field bounds. Each function here takes the document *as written* (plain
+data, camelCase keys) and yields ``(path, message)`` for every violation it finds; all
+rules always run, so every error is collected in one pass. A rule looks only at values
+of the right type and skips the rest: a value of the wrong type is the model's error,
+reported once.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+import shlex
+from typing import Any, Callable, Iterable, Iterator
+
+from benchrun.spec.model import FROZEN_WORKLOAD_KEYS, LAYER_NAMES, WORKLOAD_KEYS
+from benchrun.spec.placeholders import KNOWN_NAMES, unknown_placeholders
+
+Path = tuple[str | int, ...]
+Finding = tuple[Path, str]
+Rule = Callable[[dict[str, Any]], Iterable[Finding]]
+
+SPEC: Path = ("spec",)
+
+TRAINING_PRIMARY = ("time_to_train_hours", "mfu_pct", "scaling_efficiency_pct", "training_reliability_pct")
+INFERENCE_PRIMARY = ("ttft_ms", "tokens_per_second", "p99_latency_ms", "jitter_ms")
+COST_METRICS = ("cost_per_token_usd", "cost_per_request_usd")
+TAXONOMY = ("compute_bound", "comm_bound", "input_bound", "control_plane_bound")
+OVERHEADS = ("compute", "communication", "storage", "orchestration")
+COLLECTIVES = ("latency", "bandwidth")
+NODE_CHECKS = ("rdma_pathing", "gpu_nic_affinity", "pcie_link_health", "nvlink_health", "thermal_throttling")
+REMEDIATION = ("isolate_bad_node", "cordon_problematic_node")
+JOIN_KEYS = ("run_id", "benchmark_case_id", "scheduler_run_id", "job_uid", "pod_uid", "node_name", "gpu_uuid")
+INFRA_TELEMETRY = (
+    "dcgm-exporter",
+    "nvlink-exporter",
+    "node-pci-exporter",
+    "ping-exporter",
+    "node-problem-detector",
+    "hpc-verification",
+)
+PLAYBOOKS = ("tail_latency_regression", "low_gpu_utilization", "distributed_straggler", "scheduler_backpressure")
+CAPTURE_FLAGS = (
+    "pinnedWorkloadSpec",
+    "imageDigest",
+    "driverCudaNcclRuntimeVersions",
+    "hardwareTopology",
+    "immutableRawArtifacts",
+    "auditTrail",
+)
+PUBLICATION_FLAGS = ("dedicatedNodes", "stableBackgroundLoad", "fixedTopology", "topologyExclusiveScheduling")
+REALISM_FLAGS = ("multiTenantScenarios", "captureClusterContext")
+RAW_ARTIFACTS = ("logs", "traces", "profiler_reports", "manifests")
+HOT_DROP = ("request_id", "trace_id")
+FACTS = ("benchmark_run_fact", "telemetry_slice_fact")
+DIMENSIONS = (
+    "software_version_dim",
+    "hardware_topology_dim",
+    "cluster_region_dim",
+    "workload_dim",
+    "artifact_lineage_dim",
+)
+CORRELATION_LINEAGE = ("rawArtifactManifestDigest", "warehouseRowLineage", "querySpecCaptured")
+WAREHOUSE_LINEAGE = ("publishedNumbersTraceableToRaw", "manifestDigestColumn", "workloadSpecDigestColumn")
+
+# -- access helpers ------------------------------------------------------------------------
+
+
+def get(doc: Any, path: Path) -> Any:
+    """The value at ``path``, or None when any step is missing or of the wrong kind."""
+    cur = doc
+    for part in path:
+        if isinstance(part, int):
+            if not isinstance(cur, list) or not 0 <= part < len(cur):
+                return None
+            cur = cur[part]
+        else:
+            if not isinstance(cur, dict):
+                return None
+            cur = cur.get(part)
+    return cur
+
+
+def strings(value: Any) -> list[str] | None:
+    """The strings of a list (others dropped: the model reports them), None if not a list."""
+    if not isinstance(value, list):
+        return None
+    return [v for v in value if isinstance(v, str)]
+
+
+def is_number(value: Any) -> bool:
+    """A real int or float (not a bool), finite."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest choice, or an empty string."""
+    choices = list(choices)
+    lowered = {c.lower(): c for c in choices}
+    if word.lower() in lowered:
+        return f" (did you mean {lowered[word.lower()]!r}?)"
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def workload_type(doc: Any) -> str | None:
+    """``spec.intent.workloadType`` when it is one of the three known values."""
+    value = get(doc, SPEC + ("intent", "workloadType"))
+    return value if value in ("training", "inference", "mixed") else None
+
+
+def benchmark_class(doc: Any) -> str | None:
+    """``spec.intent.benchmarkClass`` when it is one of the two known values."""
+    value = get(doc, SPEC + ("intent", "benchmarkClass"))
+    return value if value in ("publication_grade", "realism_grade") else None
+
+
+def require_all(doc: Any, path: Path, required: Iterable[str], why: str = "") -> Iterator[Finding]:
+    """The list at ``path`` must contain every name in ``required``."""
+    have = strings(get(doc, path))
+    if have is None:
+        return
+    missing = [r for r in required if r not in have]
+    if missing:
+        yield path, f"must include {', '.join(missing)}{why}"
+
+
+def require_true(doc: Any, path: Path, flags: Iterable[str], why: str = "") -> Iterator[Finding]:
+    """Each boolean flag under ``path`` must be true (missing or non-bool: the model's error)."""
+    for flag in flags:
+        if get(doc, path + (flag,)) is False:
+            yield path + (flag,), f"must be true{why}"
+
+
+def suites(doc: Any) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """Every suite mapping with its path ``spec.layers[i].suites[j]``."""
+    layers = get(doc, SPEC + ("layers",))
+    for i, layer in enumerate(layers if isinstance(layers, list) else []):
+        entries = get(layer, ("suites",))
+        for j, suite in enumerate(entries if isinstance(entries, list) else []):
+            if isinstance(suite, dict):
+                yield SPEC + ("layers", i, "suites", j), suite
+
+
+# -- intent and layers ---------------------------------------------------------------------
+
+
+def rule_scheduler_path(doc: Any) -> Iterator[Finding]:
+    """CONTRACT §2: ``intent.schedulerPath`` contains ``kueue`` and/or ``slinky`` (or ``local``)."""
+    value = get(doc, SPEC + ("intent", "schedulerPath"))
+    if isinstance(value, str) and value.strip():
+        if not any(word in value.lower() for word in ("kueue", "slinky", "local")):
+            yield SPEC + ("intent", "schedulerPath"), (
+                f"{value!r} names no scheduler path: use one containing 'kueue' and/or 'slinky' "
+                "(e.g. 'slinky-kueue'), or 'local'"
+            )
+
+
+def rule_layers_complete(doc: Any) -> Iterator[Finding]:
+    """CONTRACT §2: layers are micro, component and end_to_end, each listed exactly once."""
+    layers = get(doc, SPEC + ("layers",))
+    if not isinstance(layers, list):
+        return
+    seen: dict[str, int] = {}
+    for i, layer in enumerate(layers):
+        name = get(layer, ("name",))
+        if name in LAYER_NAMES:
+            if name in seen:
+                yield SPEC + ("layers", i, "name"), f"layer {name!r} is listed twice (first at spec.layers[{seen[name]}])"
+            seen.setdefault(name, i)
+    missing = [n for n in LAYER_NAMES if n not in seen]
+    if missing:
+        yield SPEC + ("layers",), f"must list all three layers micro, component, end_to_end; missing: {', '.join(missing)}"
+
+
+def rule_layer_enabled(doc: Any) -> Iterator[Finding]:
+    """CONTRACT §2: at least one layer is enabled."""
+    layers = get(doc, SPEC + ("layers",))
+    if not isinstance(layers, list) or not layers:
+        return
+    flags = [get(layer, ("enabled",)) for layer in layers]
+    if all(flag is False for flag in flags):
+        yield SPEC + ("layers",), "at least one layer must be enabled"
+
+
+def rule_enabled_layer_has_suites(doc: Any) -> Iterator[Finding]:
+    """CONTRACT §2: an enabled layer needs at least one suite (a disabled one may have none)."""
+    layers = get(doc, SPEC + ("layers",))
+    for i, layer in enumerate(layers if isinstance(layers, list) else []):
+        if get(layer, ("enabled",)) is True and get(layer, ("suites",)) in (None, []):
+            if isinstance(layer, dict):
+                yield SPEC + ("layers", i, "suites"), "an enabled layer needs at least one suite (or set enabled: false)"
+
+
+def rule_suite_names_unique(doc: Any) -> Iterator[Finding]:
+    """Suite names are unique across layers: result files are named ``<run_id>_<suite>_r<k>``."""
+    first: dict[str, str] = {}
+    for path, suite in suites(doc):
+        name = suite.get("name")
+        if not isinstance(name, str):
+            continue
+        if ".." in name:
+            yield path + ("name",), "must not contain '..' (it names files)"
+        where = f"spec.layers[{path[2]}].suites[{path[4]}]"
+        if name in first:
+            yield path + ("name",), f"suite name {name!r} is used twice (first at {first[name]}); names must be unique"
+        first.setdefault(name, where)
+
+
+def rule_repo_command(doc: Any) -> Iterator[Finding]:
+    """CONTRACT §2: ``repoCommand`` parses as argv (shlex) and uses only known ``${NAME}`` placeholders."""
+    for path, suite in suites(doc):
+        command = suite.get("repoCommand")
+        if not isinstance(command, str) or not command.strip():
+            continue
+        where = path + ("repoCommand",)
+        try:
+            argv = shlex.split(command)
+        except ValueError as exc:
+            yield where, f"cannot be split into arguments ({exc}); check the quotes"
+            continue
+        if not argv or not argv[0]:
+            yield where, "names no program to run"
+        for name in unknown_placeholders(command):
+            yield where, f"unknown placeholder ${{{name}}}{did_you_mean(name, KNOWN_NAMES)}; known: {', '.join(sorted(KNOWN_NAMES))}"
+
+
+def rule_suite_replicates(doc: Any) -> Iterator[Finding]:
+    """Extension: a suite's own ``replicates`` is at least ``trials.minReplicates``."""
+    minimum = get(doc, SPEC + ("trials", "minReplicates"))
+    if not isinstance(minimum, int) or isinstance(minimum, bool):
+        return
+    for path, suite in suites(doc):
+        value = suite.get("replicates")
+        if isinstance(value, int) and not isinstance(value, bool) and 0 < value < minimum:
+            yield path + ("replicates",), f"is {value}; it must be at least trials.minReplicates ({minimum})"
+
+
+# -- workload and comparison ---------------------------------------------------------------
+
+
+def rule_mix_weights(doc: Any) -> Iterator[Finding]:
+    """CONTRACT §2: ``workload.sequenceLengthMix`` weights sum to 1."""
+    mix = get(doc, SPEC + ("workload", "sequenceLengthMix"))
+    if not isinstance(mix, list) or not mix:
+        return
+    weights = [get(entry, ("weight",)) for entry in mix]
+    if all(is_number(w) and w > 0 for w in weights):
+        total = math.fsum(weights)
+        if abs(total - 1.0) > 1e-6:
+            yield SPEC + ("workload", "sequenceLengthMix"), f"weights sum to {total:g}; they must sum to 1"
+
+
+_MIX_ENTRY = re.compile(r"\{\s*(\d+)\s*/\s*(\d+)\s*@\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*\}")
+
+
+def parse_compact_mix(text: str) -> list[tuple[int, int, float]]:
+    """``"[{512/128@0.7},{1024/256@0.3}]"`` → ``[(512, 128, 0.7), (1024, 256, 0.3)]``; ValueError if malformed."""
+    body = text.strip()
+    if not (body.startswith("[") and body.endswith("]")):
+        raise ValueError("must be enclosed in [ ]")
+    body = body[1:-1].strip()
+    if not body:
+        raise ValueError("holds no entries")
+    out = []
+    for part in re.split(r"\s*,\s*(?=\{)", body):
+        m = _MIX_ENTRY.fullmatch(part.strip())
+        if not m:
+            raise ValueError(f"cannot read entry {part.strip()!r}")
+        out.append((int(m.group(1)), int(m.group(2)), float(m.group(3))))
+    return out
+
+
+def _mix_values(value: Any) -> list[tuple[int, int, float]] | None:
+    """The list form of a mix as (input, output, weight) tuples, or None if malformed."""
+    if not isinstance(value, list):
+        return None
+    out = []
+    for entry in value:
+        i, o, w = get(entry, ("inputTokens",)), get(entry, ("outputTokens",)), get(entry, ("weight",))
+        if not (isinstance(i, int) and isinstance(o, int) and is_number(w)) or isinstance(i, bool) or isinstance(o, bool):
+            return None
+        out.append((i, o, float(w)))
+    return out
+
+
+def _same_mix(a: list[tuple[int, int, float]], b: list[tuple[int, int, float]]) -> bool:
+    return len(a) == len(b) and all(
+        x[0] == y[0] and x[1] == y[1] and math.isclose(x[2], y[2], rel_tol=1e-9, abs_tol=1e-12) for x, y in zip(a, b)
+    )
+
+
+def _compact(mix: list[tuple[int, int, float]]) -> str:
+    return "[" + ",".join(f"{{{i}/{o}@{w:g}}}" for i, o, w in mix) + "]"
+
+
+def rule_controls_fixed(doc: Any) -> Iterator[Finding]:
+    """CONTRACT §2: ``comparison.controls.fixed`` holds the five workload keys with values equal to ``spec.workload``."""
+    fixed_path = SPEC + ("comparison", "controls", "fixed")
+    fixed = get(doc, fixed_path)
+    workload = get(doc, SPEC + ("workload",))
+    if not isinstance(fixed, dict) or not isinstance(workload, dict):
+        return
+    for key in FROZEN_WORKLOAD_KEYS:
+        want = workload.get(key)
+        if key not in fixed or fixed[key] is None:
+            shown = _compact(_mix_values(want) or []) if key == "sequenceLengthMix" else want
+            yield fixed_path + (key,), f"missing: controls.fixed must hold every frozen workload key (spec.workload.{key} is {shown!r})"
+            continue
+        have = fixed[key]
+        if key == "sequenceLengthMix":
+            want_mix = _mix_values(want)
+            if want_mix is None:
+                continue  # the workload's own mix is malformed: reported there
+            if isinstance(have, str):
+                try:
+                    have_mix = parse_compact_mix(have)
+                except ValueError as exc:
+                    yield fixed_path + (key,), f"cannot read the compact mix ({exc}); write it as {_compact(want_mix)}"
+                    continue
+            else:
+                have_mix = _mix_values(have)
+                if have_mix is None:
+                    yield fixed_path + (key,), "must be the compact form '[{512/128@0.7},...]' or a list like spec.workload.sequenceLengthMix"
+                    continue
+            if not _same_mix(have_mix, want_mix):
+                yield fixed_path + (key,), f"is {_compact(have_mix)} but spec.workload.sequenceLengthMix is {_compact(want_mix)}; they must be equal"
+        elif isinstance(have, str) and isinstance(want, str) and have != want:
+            yield fixed_path + (key,), f"is {have!r} but spec.workload.{key} is {want!r}; they must be equal"
+    want_ref = workload.get("datasetRef")
+    have_ref = fixed.get("datasetRef")
+    if isinstance(have_ref, str) and have_ref != want_ref:
+        yield fixed_path + ("datasetRef",), f"is {have_ref!r} but spec.workload.datasetRef is {want_ref!r}; they must be equal"
+
+
+def rule_one_variable_at_a_time(doc: Any) -> Iterator[Finding]:
+    """CONTRACT §2: ``comparison.controls.compareOneVariableAtATime`` must be true."""
+    yield from require_true(doc, SPEC + ("comparison", "controls"), ("compareOneVariableAtATime",), ": a comparison changes one variable at a time")
+
+
+def rule_fixed_across_trials(doc: Any) -> Iterator[Finding]:
+    """CONTRACT §2: ``workload.fixedAcrossTrials`` names only workload keys."""
+    path = SPEC + ("workload", "fixedAcrossTrials")
+    names = get(doc, path)
+    allowed = [k for k in WORKLOAD_KEYS if k != "fixedAcrossTrials"]
+    for i, name in enumerate(names if isinstance(names, list) else []):
+        if isinstance(name, str) and name not in allowed:
+            yield path + (i,), (
+                f"{name!r} is not a workload key{did_you_mean(name, allowed)}; allowed: {', '.join(allowed)} "
+                "(site settings belong in suite parameters)"
+            )
+
+
+# -- metrics and trials --------------------------------------------------------------------
+
+
+def rule_training_metrics(doc: Any) -> Iterator[Finding]:
+    """CONTRACT §2: training or mixed needs ``metrics.training.enabled`` and the four training primaries."""
+    wt = workload_type(doc)
+    if wt not in ("training", "mixed"):
+        return
+    path = SPEC + ("metrics", "training")
+    if not isinstance(get(doc, SPEC + ("metrics",)), dict):
+        return
+    if get(doc, path) is None:
+        yield path, f"required for workloadType {wt} (enabled: true, primary: {', '.join(TRAINING_PRIMARY)})"
+        return
+    yield from require_true(doc, path, ("enabled",), f" for workloadType {wt}")
+    yield from require_all(doc, path + ("primary",), TRAINING_PRIMARY, f" for workloadType {wt}")
+
+
+def rule_inference_metrics(doc: Any) -> Iterator[Finding]:
+    """CONTRACT §2: inference or mixed needs ``metrics.inference.enabled``, the four primaries and a cost metric."""
+    wt = workload_type(doc)
+    if wt not in ("inference", "mixed"):
+        return
+    path = SPEC + ("metrics", "inference")
+    if not isinstance(get(doc, SPEC + ("metrics",)), dict):
+        return
+    if get(doc, path) is None:
+        yield path, f"required for workloadType {wt} (enabled: true, primary: {', '.join(INFERENCE_PRIMARY)} and a cost metric)"
+        return
+    yield from require_true(doc, path, ("enabled",), f" for workloadType {wt}")
+    primary = strings(get(doc, path + ("primary",)))
+    if primary is None:
+        return
+    missing = [m for m in INFERENCE_PRIMARY if m not in primary]
+    if not any(c in primary for c in COST_METRICS):
+        missing.append(" or ".join(COST_METRICS))
+    if missing:
+        yield path + ("primary",), f"must include {', '.join(missing)} for workloadType {wt}"
+
+
+def rule_trial_report(doc: Any) -> Iterator[Finding]:
+    """CONTRACT §2: ``trials.report`` distributions, confidenceIntervals and rankLevelOutliers are true."""
+    yield from require_true(doc, SPEC + ("trials", "report"), ("distributions", "confidenceIntervals", "rankLevelOutliers"))
+
+
+# -- bottleneck analysis and distributed ------------------------------------------------------
+
+
+def rule_taxonomy(doc: Any) -> Iterator[Finding]:
+    """CONTRACT §2: ``bottleneckAnalysis.taxonomy`` ⊇ the four bottleneck classes."""
+    yield from require_all(doc, SPEC + ("bottleneckAnalysis", "taxonomy"), TAXONOMY)
+
+
+def rule_decompose_overheads(doc: Any) -> Iterator[Finding]:
+    """CONTRACT §2: ``bottleneckAnalysis.decomposeOverheads`` ⊇ compute, communication, storage, orchestration."""
+    yield from require_all(doc, SPEC + ("bottleneckAnalysis", "decomposeOverheads"), OVERHEADS)
+
+
+def rule_instrumentation(doc: Any) -> Iterator[Finding]:
+    """CONTRACT §2: ``bottleneckAnalysis.instrumentation`` is non-empty for each class of the taxonomy."""
+    taxonomy = strings(get(doc, SPEC + ("bottleneckAnalysis", "taxonomy")))
+    path = SPEC + ("bottleneckAnalysis", "instrumentation")
+    inst = get(doc, path)
+    if taxonomy is None or not isinstance(inst, dict):
+        return
+    for cls in taxonomy:
+        sources = inst.get(cls)
+        if sources is None or sources == []:
+            yield path + (cls,), f"needs at least one instrumentation source for the class {cls!r}"
+    for key in inst:
+        if key not in taxonomy:
+            yield path + (key,), f"{key!r} is not a class of bottleneckAnalysis.taxonomy{did_you_mean(key, taxonomy)}"
+
+
+def rule_rank_visibility(doc: Any) -> Iterator[Finding]:
+    """CONTRACT §2: ``distributed.requireRankLevelVisibility`` is true."""
+    yield from require_true(doc, SPEC + ("distributed",), ("requireRankLevelVisibility",))
+
+
+def rule_collectives(doc: Any) -> Iterator[Finding]:
+    """CONTRACT §2: ``distributed.collectives`` ⊇ latency, bandwidth."""
+    yield from require_all(doc, SPEC + ("distributed", "collectives"), COLLECTIVES)
+
+
+def rule_node_diagnosis(doc: Any) -> Iterator[Finding]:
+    """CONTRACT §2: ``distributed.nodeDiagnosis.validate`` ⊇ the five node checks."""
+    yield from require_all(doc, SPEC + ("distributed", "nodeDiagnosis", "validate"), NODE_CHECKS)
+
+
+def rule_remediation(doc: Any) -> Iterator[Finding]:
+    """CONTRACT §2: ``distributed.nodeDiagnosis.remediation`` ⊇ isolate_bad_node, cordon_problematic_node."""
+    yield from require_all(doc, SPEC + ("distributed", "nodeDiagnosis", "remediation"), REMEDIATION)
+
+
+# -- observability -----------------------------------------------------------------------------
+
+
+def rule_join_keys(doc: Any) -> Iterator[Finding]:
+    """CONTRACT §2: join keys ⊇ the seven base keys, + rank_id (training/mixed), + request_id, trace_id (inference/mixed)."""
+    wt = workload_type(doc)
+    required = list(JOIN_KEYS)
+    if wt in ("training", "mixed"):
+        required.append("rank_id")
+    if wt in ("inference", "mixed"):
+        required += ["request_id", "trace_id"]
+    why = f" for workloadType {wt}" if wt else ""
+    yield from require_all(doc, SPEC + ("observability", "correlation", "stableJoinKeys"), required, why)
+
+
+def rule_number_lineage(doc: Any) -> Iterator[Finding]:
+    """CONTRACT §2: the three ``publishedNumberLineage`` flags are true."""
+    yield from require_true(doc, SPEC + ("observability", "correlation", "publishedNumberLineage"), CORRELATION_LINEAGE)
+
+
+def rule_service_telemetry(doc: Any) -> Iterator[Finding]:
+    """CONTRACT §2: ``telemetrySources.service`` is non-empty."""
+    path = SPEC + ("observability", "telemetrySources", "service")
+    if get(doc, path) == []:
+        yield path, "must name at least one service telemetry source (e.g. model_server_metrics)"
+
+
+def rule_infrastructure_telemetry(doc: Any) -> Iterator[Finding]:
+    """CONTRACT §2: ``telemetrySources.infrastructure`` ⊇ the six exporters."""
+    yield from require_all(doc, SPEC + ("observability", "telemetrySources", "infrastructure"), INFRA_TELEMETRY)
+
+
+def rule_scheduler_telemetry(doc: Any) -> Iterator[Finding]:
+    """CONTRACT §2: scheduler telemetry has kubernetes_events, plus kueue / slinky when the scheduler path names them."""
+    required = ["kubernetes_events"]
+    path_value = get(doc, SPEC + ("intent", "schedulerPath"))
+    if isinstance(path_value, str):
+        required += [word for word in ("kueue", "slinky") if word in path_value.lower()]
+    yield from require_all(
+        doc, SPEC + ("observability", "telemetrySources", "scheduler"), required, f" (schedulerPath is {path_value!r})"
+    )
+
+
+def rule_playbooks(doc: Any) -> Iterator[Finding]:
+    """CONTRACT §2: ``observability.scenarioPlaybooks`` ⊇ the four playbooks."""
+    yield from require_all(doc, SPEC + ("observability", "scenarioPlaybooks"), PLAYBOOKS)
+
+
+# -- provenance and execution policy -----------------------------------------------------------
+
+
+def rule_provenance_capture(doc: Any) -> Iterator[Finding]:
+    """CONTRACT §2: the six ``provenance.capture`` flags are true."""
+    yield from require_true(doc, SPEC + ("provenance", "capture"), CAPTURE_FLAGS)
+
+
+def rule_signing(doc: Any) -> Iterator[Finding]:
+    """CONTRACT §2: publication grade needs ``signing.required``, a backend and an attestation format."""
+    if benchmark_class(doc) != "publication_grade":
+        return
+    path = SPEC + ("provenance", "signing")
+    if not isinstance(get(doc, path), dict):
+        return
+    yield from require_true(doc, path, ("required",), " for publication_grade")
+    for key, example in (("backend", "sigstore"), ("attestationFormat", "in_toto")):
+        value = get(doc, path + (key,))
+        if value is None or (isinstance(value, str) and not value.strip()):
+            yield path + (key,), f"must be set for publication_grade (e.g. {example})"
+
+
+def rule_publication_policy(doc: Any) -> Iterator[Finding]:
+    """CONTRACT §2: publication grade needs the four ``executionPolicy.publicationGrade`` flags true."""
+    if benchmark_class(doc) == "publication_grade":
+        yield from require_true(doc, SPEC + ("executionPolicy", "publicationGrade"), PUBLICATION_FLAGS, " for publication_grade")
+
+
+def rule_realism_policy(doc: Any) -> Iterator[Finding]:
+    """CONTRACT §2: realism grade needs ``multiTenantScenarios`` and ``captureClusterContext`` true."""
+    if benchmark_class(doc) == "realism_grade":
+        yield from require_true(doc, SPEC + ("executionPolicy", "realismGrade"), REALISM_FLAGS, " for realism_grade")
+
+
+# -- sinks -------------------------------------------------------------------------------------
+
+
+def rule_raw_artifacts(doc: Any) -> Iterator[Finding]:
+    """CONTRACT §2: ``sinks.rawArtifacts.artifacts`` ⊇ logs, traces, profiler_reports, manifests."""
+    yield from require_all(doc, SPEC + ("sinks", "rawArtifacts", "artifacts"), RAW_ARTIFACTS)
+
+
+def rule_path_template(doc: Any) -> Iterator[Finding]:
+    """CONTRACT §2 (placeholders): ``sinks.rawArtifacts.pathTemplate`` uses only known ``${NAME}`` names."""
+    path = SPEC + ("sinks", "rawArtifacts", "pathTemplate")
+    value = get(doc, path)
+    if isinstance(value, str):
+        for name in unknown_placeholders(value):
+            yield path, f"unknown placeholder ${{{name}}}{did_you_mean(name, KNOWN_NAMES)}"
+
+
+def rule_hot_metrics_drop(doc: Any) -> Iterator[Finding]:
+    """CONTRACT §2: ``hotMetrics.cardinalityBudget.dropDimensions`` ⊇ request_id, trace_id."""
+    yield from require_all(doc, SPEC + ("sinks", "hotMetrics", "cardinalityBudget", "dropDimensions"), HOT_DROP)
+
+
+def rule_facts(doc: Any) -> Iterator[Finding]:
+    """CONTRACT §2: facts ⊇ benchmark_run_fact, telemetry_slice_fact, + serving_outcome_fact (inference/mixed), + training_outcome_fact (training/mixed)."""
+    wt = workload_type(doc)
+    required = list(FACTS)
+    if wt in ("inference", "mixed"):
+        required.append("serving_outcome_fact")
+    if wt in ("training", "mixed"):
+        required.append("training_outcome_fact")
+    why = f" for workloadType {wt}" if wt else ""
+    yield from require_all(doc, SPEC + ("sinks", "curatedWarehouse", "layout", "facts"), required, why)
+
+
+def rule_dimensions(doc: Any) -> Iterator[Finding]:
+    """CONTRACT §2: ``curatedWarehouse.layout.dimensions`` ⊇ the five dimensions."""
+    yield from require_all(doc, SPEC + ("sinks", "curatedWarehouse", "layout", "dimensions"), DIMENSIONS)
+
+
+def rule_retention_order(doc: Any) -> Iterator[Finding]:
+    """CONTRACT §2: warehouse retention ``0 < hotDays <= warmDays <= coldDays``."""
+    path = SPEC + ("sinks", "curatedWarehouse", "retention")
+    hot, warm, cold = (get(doc, path + (k,)) for k in ("hotDays", "warmDays", "coldDays"))
+    if is_number(hot) and is_number(warm) and hot > 0 and hot > warm:
+        yield path + ("hotDays",), f"is {hot}, more than warmDays ({warm}); need hotDays <= warmDays <= coldDays"
+    if is_number(warm) and is_number(cold) and warm > 0 and warm > cold:
+        yield path + ("warmDays",), f"is {warm}, more than coldDays ({cold}); need hotDays <= warmDays <= coldDays"
+
+
+def rule_warehouse_lineage(doc: Any) -> Iterator[Finding]:
+    """CONTRACT §2: the three ``curatedWarehouse.lineage`` flags are true."""
+    yield from require_true(doc, SPEC + ("sinks", "curatedWarehouse", "lineage"), WAREHOUSE_LINEAGE)
+
+
+RULES: tuple[Rule, ...] = (
+    rule_scheduler_path,
+    rule_layers_complete,
+    rule_layer_enabled,
+    rule_enabled_layer_has_suites,
+    rule_suite_names_unique,
+    rule_repo_command,
+    rule_suite_replicates,
+    rule_mix_weights,
+    rule_controls_fixed,
+    rule_one_variable_at_a_time,
+    rule_fixed_across_trials,
+    rule_training_metrics,
+    rule_inference_metrics,
+    rule_trial_report,
+    rule_taxonomy,
+    rule_decompose_overheads,
+    rule_instrumentation,
+    rule_rank_visibility,
+    rule_collectives,
+    rule_node_diagnosis,
+    rule_remediation,
+    rule_join_keys,
+    rule_number_lineage,
+    rule_service_telemetry,
+    rule_infrastructure_telemetry,
+    rule_scheduler_telemetry,
+    rule_playbooks,
+    rule_provenance_capture,
+    rule_signing,
+    rule_publication_policy,
+    rule_realism_policy,
+    rule_raw_artifacts,
+    rule_path_template,
+    rule_hot_metrics_drop,
+    rule_facts,
+    rule_dimensions,
+    rule_retention_order,
+    rule_warehouse_lineage,
+)
+
+
+def check(doc: Any) -> list[Finding]:
+    """Run every rule over the document as written; all findings, in rule order."""
+    findings: list[Finding] = []
+    for rule in RULES:
+        findings.extend(rule(doc))
+    return findings

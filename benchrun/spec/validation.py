@@ -1,0 +1,369 @@
+"""Admission of BenchmarkRun documents: YAML → model + rules → every error with file:line.
+
+``validate_document`` runs the model (types, enumerations, bounds, unknown keys with a
+"did you mean") and then every rule of :mod:`benchrun.spec.rules`, so one pass reports
+all problems. ``load_spec`` / ``load_spec_bytes`` are what the rest of benchrun calls:
+one valid document in, a :class:`LoadedSpec` out, else :class:`SpecInvalid`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path as FsPath
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from benchrun.errors import BenchrunError
+from benchrun.spec import rules
+from benchrun.spec.digest import spec_digest, workload_spec_digest
+from benchrun.spec.loader import Path, SpecError, YamlDocument, YamlLoadError, format_path, load_documents
+from benchrun.spec.model import API_VERSION, KIND, BenchmarkRun
+
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
+class SpecInvalid(BenchrunError):
+    """A spec that does not pass admission; ``errors`` holds every problem found."""
+
+    exit_code = 2
+
+    def __init__(self, errors: list[SpecError], source: str) -> None:
+        self.errors = list(errors)
+        self.source = source
+        lines = "\n".join(f"  {e}" for e in self.errors)
+        super().__init__(f"{source}: {len(self.errors)} error(s) in the BenchmarkRun spec:\n{lines}", exit_code=2)
+
+
+@dataclass(frozen=True)
+class LoadedSpec:
+    """A valid, pinned-ready spec: the model, the exact bytes and both digests."""
+
+    run: BenchmarkRun
+    raw: bytes
+    source: str
+    spec_digest: str
+    workload_spec_digest: str
+    document: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass
+class DocumentResult:
+    """The outcome for one YAML document (or for a file that could not be read).
+
+    ``fatal`` marks a file that is unreadable or not YAML (exit code 2); ``skipped`` a
+    document of another kind met while scanning a folder (e.g. the CRD itself).
+    """
+
+    file: str
+    index: int
+    valid: bool
+    errors: list[SpecError] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+    fatal: bool = False
+    skipped: bool = False
+    run: BenchmarkRun | None = field(default=None, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"valid", "file", "errors": [{"path","line","message"}], "summary"}``."""
+        return {
+            "valid": self.valid,
+            "file": self.file,
+            "errors": [e.to_json() for e in self.errors],
+            "summary": self.summary,
+        }
+
+
+# -- pydantic errors → SpecError ---------------------------------------------------------------
+
+
+def _unwrap(tp: Any) -> Any:
+    """Strip Annotated and Optional from a type annotation."""
+    while True:
+        origin = typing.get_origin(tp)
+        if origin is typing.Annotated:
+            tp = typing.get_args(tp)[0]
+        elif origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+            args = [a for a in typing.get_args(tp) if a is not type(None)]
+            if len(args) != 1:
+                return tp
+            tp = args[0]
+        else:
+            return tp
+
+
+def _keys_of(model: type[BaseModel]) -> dict[str, str]:
+    """YAML key → Python attribute name for a model's fields."""
+    return {(f.alias or name): name for name, f in model.model_fields.items()}
+
+
+def model_at(loc: Path) -> type[BaseModel] | None:
+    """The model class that validates the mapping at ``loc`` (None for free mappings)."""
+    tp: Any = BenchmarkRun
+    for part in loc:
+        tp = _unwrap(tp)
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            name = _keys_of(tp).get(str(part))
+            if name is None:
+                return None
+            tp = tp.model_fields[name].annotation
+        elif typing.get_origin(tp) is list:
+            tp = typing.get_args(tp)[0]
+        elif typing.get_origin(tp) is dict:
+            tp = typing.get_args(tp)[1]
+        else:
+            return None
+    tp = _unwrap(tp)
+    return tp if isinstance(tp, type) and issubclass(tp, BaseModel) else None
+
+
+_TYPE_WORDS = {
+    bool: "a boolean",
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    list: "a list",
+    dict: "a mapping",
+    type(None): "null",
+}
+_EXPECTED = {
+    "string_type": "a string",
+    "int_type": "an integer",
+    "float_type": "a number",
+    "bool_type": "a boolean (true or false)",
+    "list_type": "a list",
+    "dict_type": "a mapping",
+    "model_type": "a mapping",
+    "model_attributes_type": "a mapping",
+}
+
+
+def _got(value: Any) -> str:
+    word = _TYPE_WORDS.get(type(value), type(value).__name__)
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        text = repr(value)
+        text = text if len(text) <= 40 else text[:37] + "..."
+        return f"{word} {text}"
+    return word
+
+
+def _message(err: dict[str, Any]) -> str:
+    kind = err["type"]
+    loc = tuple(err["loc"])
+    if kind == "extra_forbidden":
+        key = str(loc[-1])
+        model = model_at(loc[:-1])
+        allowed = sorted(_keys_of(model)) if model is not None else []
+        hint = rules.did_you_mean(key, allowed)
+        if hint:
+            return f"unknown key {key!r}{hint}"
+        return f"unknown key {key!r}; allowed here: {', '.join(allowed)}" if allowed else f"unknown key {key!r}"
+    if kind == "missing":
+        return f"required key {str(loc[-1])!r} is missing"
+    if kind in _EXPECTED:
+        return f"must be {_EXPECTED[kind]}, not {_got(err.get('input'))}"
+    if kind == "literal_error":
+        expected = re.findall(r"'([^']*)'", str(err.get("ctx", {}).get("expected", "")))
+        value = err.get("input")
+        hint = rules.did_you_mean(value, expected) if isinstance(value, str) else ""
+        return f"is {value!r}; must be one of {', '.join(expected)}{hint}"
+    if kind == "string_pattern_mismatch":
+        pattern = str(err.get("ctx", {}).get("pattern", ""))
+        if pattern == r"\S":
+            return "must not be empty or blank"
+        return f"{err.get('input')!r} does not match the pattern {pattern}"
+    if kind == "string_too_short":
+        return "must not be empty"
+    if kind == "too_short":
+        return "must not be empty"
+    if kind == "finite_number":
+        return "must be a finite number"
+    if kind in ("value_error", "assertion_error"):
+        return str(err.get("msg", "")).removeprefix("Value error, ")
+    msg = str(err.get("msg", ""))
+    value = err.get("input")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"is {value!r}; {msg[0].lower() + msg[1:]}" if msg else f"is {value!r}"
+    return msg[0].lower() + msg[1:] if msg else kind
+
+
+def model_errors(data: Any) -> tuple[BenchmarkRun | None, list[tuple[Path, str]]]:
+    """Validate ``data`` with the model; the model, or every error as (path, message)."""
+    try:
+        return BenchmarkRun.model_validate(data), []
+    except ValidationError as exc:
+        return None, [(tuple(e["loc"]), _message(e)) for e in exc.errors(include_url=False)]
+
+
+# -- documents -------------------------------------------------------------------------------
+
+
+def _covered(path: Path, model_paths: set[Path]) -> bool:
+    return any(path[: len(p)] == p for p in model_paths)
+
+
+def summary_of(data: Any) -> dict[str, Any]:
+    """A short description of a document for humans and ``--json``."""
+    out: dict[str, Any] = {}
+    if not isinstance(data, dict):
+        return out
+    out["name"] = rules.get(data, ("metadata", "name"))
+    out["kind"] = data.get("kind")
+    for key in ("benchmarkClass", "workloadType", "schedulerPath", "cadence"):
+        out[key] = rules.get(data, ("spec", "intent", key))
+    layers: dict[str, Any] = {}
+    total = 0
+    for layer in rules.get(data, ("spec", "layers")) or []:
+        name = rules.get(layer, ("name",))
+        entries = rules.get(layer, ("suites",))
+        n = len(entries) if isinstance(entries, list) else 0
+        if isinstance(name, str):
+            layers[name] = {"enabled": rules.get(layer, ("enabled",)), "suites": n}
+            total += n
+    out["layers"] = layers
+    out["suites"] = total
+    return out
+
+
+def validate_document(doc: YamlDocument, file: str) -> DocumentResult:
+    """Model + every rule over one document; errors sorted by line, then path."""
+    found: list[tuple[Path, str]] = list(doc.errors)
+    run: BenchmarkRun | None = None
+    data = doc.data
+    if not isinstance(data, dict):
+        what = "empty" if data is None else f"{_got(data)}"
+        found.append(((), f"a BenchmarkRun document must be a mapping with apiVersion, kind, metadata and spec, not {what}"))
+    else:
+        run, from_model = model_errors(data)
+        found.extend(from_model)
+        model_paths = {p for p, _ in from_model} | {p for p, _ in doc.errors}
+        found.extend(f for f in rules.check(data) if not _covered(f[0], model_paths))
+        if run is not None and doc.errors:
+            run = None
+    seen: set[tuple[Path, str]] = set()
+    errors: list[SpecError] = []
+    for path, message in found:
+        if (path, message) in seen:
+            continue
+        seen.add((path, message))
+        errors.append(SpecError(format_path(path), message, doc.line_of(path), file))
+    errors.sort(key=lambda e: (e.line or 0, e.path))
+    valid = not errors and run is not None
+    summary = summary_of(data)
+    summary["errors"] = len(errors)
+    if valid:
+        summary["specDigest"] = spec_digest(data)
+        summary["workloadSpecDigest"] = workload_spec_digest(data)
+    return DocumentResult(file=file, index=doc.index, valid=valid, errors=errors, summary=summary, run=run if valid else None)
+
+
+def validate_bytes(data: bytes, source: str, *, only_benchmark_runs: bool = False) -> list[DocumentResult]:
+    """Every document in ``data``; a file-level problem is one fatal result.
+
+    With ``only_benchmark_runs`` (folder scans), documents whose ``kind`` is another
+    string are skipped, not failed.
+    """
+    try:
+        docs = load_documents(data)
+    except YamlLoadError as exc:
+        error = SpecError("(file)", exc.message, exc.line, source)
+        return [DocumentResult(file=source, index=0, valid=False, errors=[error], summary={"errors": 1}, fatal=True)]
+    if not docs:
+        error = SpecError("(file)", "holds no YAML document (the file is empty)", 1, source)
+        return [DocumentResult(file=source, index=0, valid=False, errors=[error], summary={"errors": 1})]
+    results = []
+    for doc in docs:
+        kind = rules.get(doc.data, ("kind",))
+        if only_benchmark_runs and isinstance(kind, str) and kind != KIND:
+            results.append(
+                DocumentResult(
+                    file=source, index=doc.index, valid=True, skipped=True,
+                    summary={"kind": kind, "skipped": f"kind {kind} is not {KIND}"},
+                )
+            )
+            continue
+        results.append(validate_document(doc, source))
+    return results
+
+
+def _read(path: FsPath) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise BenchrunError(f"{path}: cannot read the file ({exc.strerror or exc}); check the path", exit_code=2) from None
+
+
+def validate_path(path: str | FsPath) -> list[DocumentResult]:
+    """Validate a file, or every ``*.yaml``/``*.yml`` under a folder (hidden folders skipped)."""
+    root = FsPath(path)
+    if root.is_dir():
+        files = sorted(
+            p for p in root.rglob("*")
+            if p.suffix in YAML_SUFFIXES and p.is_file()
+            and not any(part.startswith(".") for part in p.relative_to(root).parts)
+        )
+        if not files:
+            error = SpecError("(file)", "the folder holds no .yaml or .yml file", None, str(root))
+            return [DocumentResult(file=str(root), index=0, valid=False, errors=[error], fatal=True)]
+        results: list[DocumentResult] = []
+        for file in files:
+            results.extend(_validate_file(file, only_benchmark_runs=True))
+        return results
+    return _validate_file(root, only_benchmark_runs=False)
+
+
+def _validate_file(path: FsPath, *, only_benchmark_runs: bool) -> list[DocumentResult]:
+    try:
+        data = _read(path)
+    except BenchrunError as exc:
+        error = SpecError("(file)", str(exc).split(": ", 1)[-1], None, str(path))
+        return [DocumentResult(file=str(path), index=0, valid=False, errors=[error], fatal=True)]
+    return validate_bytes(data, str(path), only_benchmark_runs=only_benchmark_runs)
+
+
+def load_spec_bytes(data: bytes, source: str) -> LoadedSpec:
+    """One valid BenchmarkRun from ``data``; SpecInvalid (exit 2) listing every error otherwise."""
+    try:
+        docs = load_documents(data)
+    except YamlLoadError as exc:
+        where = f"{source}:{exc.line}" if exc.line else source
+        raise BenchrunError(f"{where}: {exc.message}", exit_code=2) from None
+    if len(docs) != 1:
+        what = "no YAML document (the file is empty)" if not docs else f"{len(docs)} YAML documents"
+        raise SpecInvalid([SpecError("(file)", f"holds {what}; a spec file holds exactly one BenchmarkRun", 1, source)], source)
+    result = validate_document(docs[0], source)
+    if not result.valid or result.run is None:
+        raise SpecInvalid(result.errors, source)
+    document = docs[0].data
+    return LoadedSpec(
+        run=result.run,
+        raw=data,
+        source=source,
+        spec_digest=spec_digest(document),
+        workload_spec_digest=workload_spec_digest(document),
+        document=document,
+    )
+
+
+def load_spec(path: str | FsPath) -> LoadedSpec:
+    """The one BenchmarkRun in the file at ``path`` (see ``load_spec_bytes``)."""
+    p = FsPath(path)
+    if p.is_dir():
+        raise BenchrunError(f"{p}: is a folder; give one spec file", exit_code=2)
+    return load_spec_bytes(_read(p), str(p))
+
+
+__all__ = [
+    "API_VERSION",
+    "DocumentResult",
+    "LoadedSpec",
+    "SpecInvalid",
+    "load_spec",
+    "load_spec_bytes",
+    "validate_bytes",
+    "validate_document",
+    "validate_path",
+]
