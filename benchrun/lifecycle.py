@@ -10,7 +10,7 @@ from typing import Any
 from benchrun.errors import BenchrunError
 from benchrun.execute import run_outcome
 from benchrun.plan import LayerPlan, plan_run
-from benchrun.rundir import RunDir
+from benchrun.rundir import MUTABLE_FILES, RunDir
 from benchrun.suites.result import atomic_write_json
 
 log = logging.getLogger(__name__)
@@ -92,7 +92,7 @@ def settle_layers(rd: RunDir) -> tuple[str, list[str]]:
 
 def record_evidence(rd: RunDir, loaded: Any) -> dict[str, Any]:
     """Write manifest.json over the finished run directory, then store it write-once."""
-    from benchrun.store import open_store
+    from benchrun.store import open_store, retention_days_for_class
 
     outcome, issues = settle_layers(rd)
     rd.update_status(outcome=outcome, issues=issues)
@@ -101,8 +101,11 @@ def record_evidence(rd: RunDir, loaded: Any) -> dict[str, Any]:
     steps = {name: {"status": st["status"], "planned": st.get("launches", 0), "ok": st.get("ok", 0),
                     "failed": st.get("failed", 0)} for name, st in layers.items()}
     manifest = rd.write_manifest(status=outcome, issues=issues, suite_steps=steps)
-    template = loaded.run.spec.sinks.raw_artifacts.path_template
-    stored = open_store(template, rd.home).put_run_dir(rd.path, rd.run_id)
+    sinks = loaded.run.spec.sinks
+    days = retention_days_for_class(sinks.raw_artifacts.retention_class,
+                                    sinks.curated_warehouse.retention.model_dump(by_alias=True))
+    store = open_store(sinks.raw_artifacts.path_template, rd.home, retention_days=days)
+    stored = store.put_run_dir(rd.path, rd.run_id, exclude=MUTABLE_FILES)
     rd.update_status(artifact_manifest_digest=stored.digest)
     return {"manifest": manifest, "stored": stored, "outcome": outcome, "issues": issues}
 

@@ -23,6 +23,9 @@ PHASES = ("Pending", "Admitted", "Running", "Analyzing", "Succeeded", "Failed", 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Rejected"})
 SUBDIRS = ("structured", "raw", "figures", "reports", "progress")
 MANIFEST_VERSION = 2
+# status.json is the run's live status (the custom resource's status subresource): it keeps
+# changing after the evidence is sealed, so it is not part of the immutable evidence.
+MUTABLE_FILES = ("status.json",)
 
 # What each file is for, by where it lives and what it is called (manifest artifact_roles).
 _ROLE_RULES: tuple[tuple[str, str], ...] = (
@@ -170,6 +173,7 @@ class RunDir:
             p.relative_to(self.path).as_posix()
             for p in self.path.rglob("*")
             if p.is_file() and p.name != "manifest.json" and not p.name.startswith(".")
+            and p.relative_to(self.path).as_posix() not in MUTABLE_FILES
         )
         sha = {rel: _sha256_file(self.path / rel) for rel in files}
         roles = {rel: artifact_role(rel) for rel in files}

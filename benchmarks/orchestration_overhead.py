@@ -1,0 +1,66 @@
+"""The service's own overhead on a real run: (total wall − Σ suite process walls) / launches.
+
+Runs `benchrun run SPEC` (default specs/local/canary.yaml) in a fresh $BENCHRUN_HOME as a
+user would, then reads the run's launch records. "Total wall" is the whole CLI command,
+from process start (interpreter, imports, Dagster instance) to exit; suite walls are the
+launcher's own clock around each subprocess. Targets (issue 3): ≤ 0.3 s per launch and
+≤ 10 % of the run.
+
+    .venv/bin/python benchmarks/orchestration_overhead.py [SPEC] [--repeat N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def measure(spec: Path) -> dict:
+    with tempfile.TemporaryDirectory(prefix="benchrun-overhead-") as home:
+        env = {**os.environ, "BENCHRUN_HOME": home}
+        t0 = time.perf_counter()
+        proc = subprocess.run([str(ROOT / ".venv/bin/benchrun"), "run", str(spec)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        total = time.perf_counter() - t0
+        runs = sorted((Path(home) / "runs").iterdir())
+        if not runs:
+            raise SystemExit(f"no run was created: {proc.stderr[-2000:]}")
+        run_dir = runs[-1]
+        launches = json.loads((run_dir / "structured" / f"{run_dir.name}_launches.json").read_text())
+        suite_wall = sum(r["wall_s"] for r in launches)
+        n = len(launches)
+        status = json.loads((run_dir / "status.json").read_text())
+        return {
+            "exit_code": proc.returncode,
+            "outcome": status.get("outcome"),
+            "launches": n,
+            "failed": sum(r["status"] == "failed" for r in launches),
+            "total_wall_s": round(total, 2),
+            "suite_wall_s": round(suite_wall, 2),
+            "overhead_per_launch_s": round((total - suite_wall) / n, 3),
+            "overhead_share_pct": round(100 * (total - suite_wall) / total, 1),
+        }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("spec", nargs="?", default=str(ROOT / "specs/local/canary.yaml"))
+    ap.add_argument("--repeat", type=int, default=1)
+    args = ap.parse_args()
+    rows = [measure(Path(args.spec)) for _ in range(args.repeat)]
+    for r in rows:
+        print(json.dumps(r))
+    if any(r["exit_code"] not in (0, 1) for r in rows):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

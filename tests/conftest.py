@@ -1,0 +1,46 @@
+"""Shared fixtures: a private $BENCHRUN_HOME per test and spec documents to modify."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def bench_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh $BENCHRUN_HOME (and DAGSTER_HOME under it) for one test."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("BENCHRUN_HOME", str(home))
+    monkeypatch.setenv("DAGSTER_HOME", str(home / "dagster_home"))
+    return home
+
+
+@pytest.fixture
+def canary_doc() -> dict[str, Any]:
+    """specs/local/canary.yaml as a dict (a deep copy: modify freely)."""
+    return copy.deepcopy(yaml.safe_load((ROOT / "specs/local/canary.yaml").read_text()))
+
+
+@pytest.fixture
+def write_spec(tmp_path: Path) -> Callable[[dict[str, Any], str], Path]:
+    def _write(doc: dict[str, Any], name: str = "spec.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        return path
+
+    return _write
+
+
+def tiny_layers(micro: list[dict], component: list[dict] | None = None, end_to_end: list[dict] | None = None) -> list[dict]:
+    """A layers section with the given suites (a layer with none is disabled)."""
+    out = []
+    for name, suites in (("micro", micro), ("component", component or []), ("end_to_end", end_to_end or [])):
+        out.append({"name": name, "enabled": bool(suites), "objective": f"{name} (test)", "suites": suites})
+    return out
