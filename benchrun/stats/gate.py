@@ -1,0 +1,187 @@
+"""The one-variable gate: diff two runs' identities and allow only the declared variable to differ.
+
+Both runs are flattened into dotted fields (status.json identity, the environment capture,
+image digests from the manifest). Each field belongs to a category; each
+``comparison.variableUnderTest`` may change the categories listed in :data:`ALLOWED`.
+Fields that describe one machine's moment rather than its configuration (hostname, load,
+free memory, timestamps, device serials) are not compared. A field that no rule knows is
+compared and, if it differs, refuses the pair: an unknown difference is not a safe one.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from benchrun.stats.load import RunInfo, variable_under_test
+
+VARIABLES = (
+    "hardware_generation",
+    "runtime_version",
+    "scheduler_path",
+    "control_plane_path",
+    "driver_stack",
+    "network_topology",
+    "storage_stack",
+)
+
+# What each variable under test may change.
+ALLOWED: dict[str, frozenset[str]] = {
+    "hardware_generation": frozenset({"hardware"}),
+    "runtime_version": frozenset({"software"}),
+    "scheduler_path": frozenset({"scheduler"}),
+    "control_plane_path": frozenset({"control_plane"}),
+    "driver_stack": frozenset({"driver_stack"}),
+    "network_topology": frozenset({"network"}),
+    "storage_stack": frozenset({"storage"}),
+}
+
+# Volatile fields: measured state of a moment, or identities of interchangeable parts.
+_IGNORE = re.compile(
+    r"(^|[._])(hostname|host|node_name|pid|uptime|boot_id|run_id|name_of_run|"
+    r"background\w*|load\w*|loadavg\w*|free\w*|available\w*|used\w*|percent\w*|"
+    r"\w*_utc|timestamp\w*|time|captured\w*|created\w*|started\w*|finished\w*|"
+    r"uuid|gpu_uuid|serial\w*|bus_id|pci_bus_id|temperature\w*|power_draw\w*|utilization\w*|"
+    r"run_directory|pinned_spec|dagster_run_id|spec_digest|artifact_manifest_digest|"
+    r"phase|conditions|layers|executable|cwd|argv)($|[._])"
+)
+
+# First match wins; patterns are searched in the lower-cased dotted field name.
+_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (cat, re.compile(p))
+    for cat, p in (
+        ("workload", r"workload"),
+        ("measurement_policy", r"benchmark_class|cadence|variable_under_test"),
+        # Python packages are the runtime, even the CUDA/NCCL wheels that travel with it.
+        ("software", r"(^|\.)(packages|python)($|\.)"),
+        ("scheduler", r"scheduler"),
+        ("control_plane", r"control_plane|kubernetes|k8s|kubelet|kueue|slinky|operator_version"),
+        ("driver_stack", r"driver|cuda|nccl|cudnn|kernel|(^|\.)os($|\.)|distro|firmware|vbios"),
+        ("network", r"network|nic|rdma|infiniband|(^|[._])ib[._]|interconnect|fabric|(^|\.)net\w*"),
+        ("storage", r"storage|disk|filesystem|fs_type|mount|nvme|(^|[._])fio"),
+        ("software", r"python|packages|software|image|framework|torch|runtime|vllm|sglang|"
+                     r"trt|tensorrt|container|version"),
+        ("hardware", r"hardware|cpu|core|numa|socket|memory|mem_total|gpu|pcie|nvlink|"
+                     r"topology|machine|arch|platform|model"),
+    )
+)
+
+# status.json fields that say what was measured and how; the rest of status.json is bookkeeping.
+_STATUS_FIELDS = (
+    "workload_spec_digest",
+    "workload_type",
+    "benchmark_class_granted",
+    "selected_scheduler_path",
+)
+
+
+def categorize(name: str) -> str | None:
+    """The category of a dotted field, or None when the field is volatile and not compared."""
+    low = name.lower()
+    if "workload" in low:  # never volatile, never allowed to differ
+        return "workload"
+    if _IGNORE.search(low):
+        return None
+    for cat, pat in _RULES:
+        if pat.search(low):
+            return cat
+    return "other"
+
+
+def _flatten(obj: Any, prefix: str, out: dict[str, Any]) -> None:
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            _flatten(v, f"{prefix}.{k}" if prefix else str(k), out)
+    elif isinstance(obj, (list, tuple)):
+        if all(not isinstance(v, (dict, list, tuple)) for v in obj):
+            out[prefix] = sorted(map(str, obj))
+        else:
+            out[f"{prefix}.count"] = len(obj)
+            for i, v in enumerate(obj):
+                _flatten(v, f"{prefix}.{i}", out)
+    else:
+        out[prefix] = obj
+
+
+def identity(run: RunInfo) -> dict[str, Any]:
+    """The compared fields of one run, flattened: status identity, environment, image digests."""
+    out: dict[str, Any] = {}
+    for key in _STATUS_FIELDS:
+        if key in run.status:
+            out[f"status.{key}"] = run.status[key]
+    env = dict(run.environment)
+    _flatten(env, "environment", out)
+    images = run.manifest.get("image_digests") or run.status.get("image_digests")
+    if images:
+        _flatten(images, "images", out)
+    return {k: v for k, v in out.items() if categorize(k) is not None}
+
+
+@dataclass(frozen=True)
+class FieldDiff:
+    """One field that differs between baseline and candidate."""
+
+    field: str
+    category: str
+    baseline: Any
+    candidate: Any
+    allowed: bool
+
+
+@dataclass
+class GateResult:
+    """The gate's decision: may these two runs be compared, and which fields differ."""
+
+    variable: str | None
+    diffs: list[FieldDiff] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def refused(self) -> list[FieldDiff]:
+        return [d for d in self.diffs if not d.allowed]
+
+    @property
+    def passed(self) -> bool:
+        return not self.refused and not self.problems
+
+    def message(self) -> str:
+        if self.passed:
+            changed = sorted({d.category for d in self.diffs})
+            return f"one-variable gate passed (variable {self.variable}; changed: {', '.join(changed) or 'nothing'})"
+        parts = list(self.problems)
+        if self.refused:
+            cats = sorted({d.category for d in self.refused})
+            fields = "; ".join(f"{d.field}: {d.baseline!r} -> {d.candidate!r}" for d in self.refused)
+            parts.append(
+                f"fields outside variableUnderTest={self.variable} differ ({', '.join(cats)}): {fields}"
+            )
+        return "one-variable gate refused the pair: " + " | ".join(parts)
+
+
+_MISSING = "<absent>"
+
+
+def check_gate(baseline: RunInfo, candidate: RunInfo, variable: str | None = None) -> GateResult:
+    """Diff the two runs; only fields of the categories the variable under test allows may differ."""
+    variable = variable or variable_under_test(candidate.spec, candidate.status)
+    result = GateResult(variable=variable)
+    if variable is not None and variable not in ALLOWED:
+        result.problems.append(
+            f"comparison.variableUnderTest {variable!r} is not one of {', '.join(VARIABLES)}"
+        )
+    if not baseline.status.get("workload_spec_digest") or not candidate.status.get("workload_spec_digest"):
+        result.problems.append(
+            "workload_spec_digest missing from status.json of "
+            + ", ".join(r.run_id for r in (baseline, candidate) if not r.status.get("workload_spec_digest"))
+            + ": the workloads cannot be shown identical; re-run with a pinned spec"
+        )
+    allowed = ALLOWED.get(variable or "", frozenset())
+    a, b = identity(baseline), identity(candidate)
+    for key in sorted(set(a) | set(b)):
+        va, vb = a.get(key, _MISSING), b.get(key, _MISSING)
+        if va == vb:
+            continue
+        cat = categorize(key) or "other"
+        result.diffs.append(FieldDiff(key, cat, va, vb, cat in allowed))
+    return result

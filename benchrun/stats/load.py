@@ -1,0 +1,303 @@
+"""Readers of a run directory for statistics: replicate table, run identity, spec settings, requests.
+
+Everything here reads the run directory (CONTRACT.md §4) directly, so the statistics do
+not depend on the warehouse being built first. A run is named by a run id, a path to its
+directory, or the alias ``published/current`` (set by ``benchrun promote``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from benchrun.errors import BenchrunError
+from benchrun.paths import benchrun_home, validate_run_id
+from benchrun.suites.result import atomic_write_text, read_result
+
+if TYPE_CHECKING:  # pandas is heavy; imported inside the functions that need it
+    import pandas as pd
+
+log = logging.getLogger(__name__)
+
+REPLICATE_COLUMNS = ("suite", "case", "metric", "unit", "direction", "replicate", "value", "status")
+ALIAS = "published/current"
+DEFAULT_DELTA_PCT = 3.0
+DEFAULT_CONFIDENCE = 0.95
+DEFAULT_MIN_REPLICATES = 3
+
+_RESULT_NAME = re.compile(r"^(?P<run>[a-z0-9-]+)_(?P<suite>[A-Za-z0-9][A-Za-z0-9._-]*)_r(?P<rep>\d+)\.json$")
+
+
+def _result_files(run_dir: Path, run_id: str) -> list[Path]:
+    out = []
+    for p in sorted((run_dir / "structured").glob(f"{run_id}_*_r*.json")):
+        m = _RESULT_NAME.match(p.name)
+        if m and m.group("run") == run_id:
+            out.append(p)
+    return out
+
+
+def suite_results(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Every suite result document of a run (all statuses), checked by ``read_result``."""
+    rd = Path(run_dir)
+    run_id = rd.name
+    docs = []
+    for p in _result_files(rd, run_id):
+        try:
+            doc = read_result(p)
+        except ValueError as exc:
+            raise BenchrunError(f"{exc}; fix or remove the file and re-run the analysis") from exc
+        doc["_path"] = str(p.relative_to(rd))
+        docs.append(doc)
+    return docs
+
+
+def replicate_table(run_dir: str | os.PathLike[str]) -> "pd.DataFrame":
+    """One row per replicate per metric of the run's ok suite results.
+
+    Columns: suite, case, metric, unit, direction, replicate, value, status (always
+    ``ok``: failed and unavailable replicates do not count). Several rows for one
+    (suite, case, metric, replicate) — per-rank values — are summarised by their median,
+    because a replicate (one launch) is the unit of replication, never a rank or sample.
+    """
+    import pandas as pd
+
+    rows = []
+    for doc in suite_results(run_dir):
+        if doc.get("status") != "ok":
+            continue
+        for m in doc.get("metrics", []):
+            rows.append(
+                {
+                    "suite": str(doc.get("suite")),
+                    "case": str(m.get("case") or ""),
+                    "metric": str(m["name"]),
+                    "unit": str(m.get("unit") or ""),
+                    "direction": m["direction"],
+                    "replicate": int(doc.get("replicate", 0)),
+                    "value": float(m["value"]),
+                    "status": "ok",
+                }
+            )
+    df = pd.DataFrame(rows, columns=list(REPLICATE_COLUMNS))
+    if df.empty:
+        return df.astype({"replicate": "int64", "value": "float64"})
+    keys = ["suite", "case", "metric", "unit", "direction", "replicate", "status"]
+    df = df.groupby(keys, as_index=False, sort=True)["value"].median()
+    return df[list(REPLICATE_COLUMNS)].reset_index(drop=True)
+
+
+def requests_tables(run_dir: str | os.PathLike[str]) -> "pd.DataFrame":
+    """All per-request rows in ``raw/*_requests.parquet``, with suite and replicate columns."""
+    import pandas as pd
+
+    rd = Path(run_dir)
+    frames = []
+    for p in sorted((rd / "raw").glob(f"{rd.name}_*_r*_requests.parquet")):
+        m = re.match(rf"^{re.escape(rd.name)}_(?P<suite>.+)_r(?P<rep>\d+)_requests\.parquet$", p.name)
+        if not m:
+            continue
+        df = pd.read_parquet(p)
+        df["suite"] = m.group("suite")
+        df["replicate"] = int(m.group("rep"))
+        df["raw_file"] = str(p.relative_to(rd))
+        frames.append(df)
+    if not frames:
+        return pd.DataFrame()
+    return pd.concat(frames, ignore_index=True)
+
+
+def serving_rows(run_dir: str | os.PathLike[str]) -> "pd.DataFrame":
+    """The ``serving`` summary rows of the ok suite results (one per point x bucket x replicate)."""
+    import pandas as pd
+
+    rows = []
+    for doc in suite_results(run_dir):
+        if doc.get("status") != "ok":
+            continue
+        for r in doc.get("serving") or []:
+            row = dict(r)
+            row["suite"] = doc.get("suite")
+            row["replicate"] = int(doc.get("replicate", 0))
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What the statistics need to know about one run besides its values."""
+
+    run_id: str
+    path: Path
+    status: dict[str, Any]
+    environment: dict[str, Any]
+    spec: dict[str, Any]
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def spec_body(self) -> dict[str, Any]:
+        return self.spec.get("spec", {}) if isinstance(self.spec.get("spec"), dict) else {}
+
+
+def _read_json(path: Path, what: str) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise BenchrunError(f"{path}: {what} is not readable JSON ({exc}); re-run the benchmark") from exc
+    return data if isinstance(data, dict) else {}
+
+
+def load_run(run_dir: str | os.PathLike[str]) -> RunInfo:
+    """Read status.json, the environment capture, the pinned spec and the manifest of a run."""
+    import yaml
+
+    rd = Path(run_dir)
+    if not rd.is_dir():
+        raise BenchrunError(f"run directory {rd} does not exist; check the run id or path")
+    run_id = rd.name
+    status = _read_json(rd / "status.json", "status.json")
+    env = _read_json(rd / "structured" / f"{run_id}_environment.json", "environment capture")
+    manifest = _read_json(rd / "manifest.json", "manifest.json")
+    spec: dict[str, Any] = {}
+    spec_path = rd / "structured" / f"{run_id}_spec.yaml"
+    if spec_path.is_file():
+        try:
+            loaded = yaml.safe_load(spec_path.read_text(encoding="utf-8"))
+        except yaml.YAMLError as exc:
+            raise BenchrunError(f"{spec_path}: pinned spec is not valid YAML ({exc})") from exc
+        spec = loaded if isinstance(loaded, dict) else {}
+    return RunInfo(run_id=run_id, path=rd, status=status, environment=env, spec=spec, manifest=manifest)
+
+
+# -- spec settings (plain dict reads with defaults: extension fields may be absent) -------
+
+
+def _get(d: Any, *keys: str, default: Any = None) -> Any:
+    for k in keys:
+        if not isinstance(d, dict) or k not in d:
+            return default
+        d = d[k]
+    return d
+
+
+def confidence_level(spec: dict[str, Any]) -> float:
+    """``trials.confidenceLevel`` (default 0.95)."""
+    return float(_get(spec, "spec", "trials", "confidenceLevel", default=DEFAULT_CONFIDENCE))
+
+
+def min_replicates(spec: dict[str, Any]) -> int:
+    """``trials.minReplicates`` (default 3)."""
+    return int(_get(spec, "spec", "trials", "minReplicates", default=DEFAULT_MIN_REPLICATES))
+
+
+def primary_metrics(spec: dict[str, Any]) -> set[str]:
+    """Union of ``metrics.<family>.primary`` over the enabled families."""
+    out: set[str] = set()
+    metrics = _get(spec, "spec", "metrics", default={}) or {}
+    for fam in metrics.values() if isinstance(metrics, dict) else []:
+        if isinstance(fam, dict) and fam.get("enabled", True):
+            out.update(str(m) for m in fam.get("primary") or [])
+    return out
+
+
+def delta_pct(spec: dict[str, Any], metric: str) -> float:
+    """The no-change margin δ in percent for ``metric``: ``comparison.deltaPctByMetric``,
+    else ``comparison.deltaPct``, else 3 %."""
+    comp = _get(spec, "spec", "comparison", default={}) or {}
+    by_metric = comp.get("deltaPctByMetric") or {}
+    if isinstance(by_metric, dict) and metric in by_metric:
+        return float(by_metric[metric])
+    return float(comp.get("deltaPct", DEFAULT_DELTA_PCT))
+
+
+def variable_under_test(spec: dict[str, Any], status: dict[str, Any] | None = None) -> str | None:
+    """``comparison.variableUnderTest`` of the pinned spec, else the one in status.json."""
+    v = _get(spec, "spec", "comparison", "variableUnderTest")
+    if v is None and status:
+        v = status.get("variable_under_test")
+    return str(v) if v else None
+
+
+def slo_lines(spec: dict[str, Any]) -> dict[str, float]:
+    """Per-request SLO thresholds declared under ``metrics.inference`` (extension; may be absent)."""
+    inf = _get(spec, "spec", "metrics", "inference", default={}) or {}
+    for key in ("slo", "slos", "requestSlo", "perRequestSlo"):
+        v = inf.get(key) if isinstance(inf, dict) else None
+        if isinstance(v, dict):
+            out = {}
+            for k, val in v.items():
+                try:
+                    out[str(k)] = float(val)
+                except (TypeError, ValueError):
+                    continue
+            return out
+    return {}
+
+
+# -- naming runs: id, path, alias ------------------------------------------------------
+
+
+def runs_root(home: Path | None = None) -> Path:
+    return (home or benchrun_home()) / "runs"
+
+
+def alias_path(home: Path | None = None) -> Path:
+    return (home or benchrun_home()) / "published" / "current"
+
+
+def resolve_run(ref: str, home: Path | None = None) -> Path:
+    """A run directory from a run id, a path to a run directory, or ``published/current``.
+
+    ``cluster/published/current`` (the seed's spelling) and ``cluster/runs/<id>`` are
+    accepted too.
+    """
+    home = home or benchrun_home()
+    ref = str(ref).strip()
+    if ref.endswith(ALIAS):
+        p = alias_path(home)
+        if not p.is_file():
+            raise BenchrunError(
+                f"baseline alias {ALIAS} is not set under {p.parent}; "
+                "run `benchrun promote RUN_ID` to publish a baseline"
+            )
+        ref = p.read_text(encoding="utf-8").strip()
+        validate_run_id(ref)
+    elif ref.startswith("cluster/runs/"):
+        ref = ref.removeprefix("cluster/runs/")
+    candidate = Path(ref)
+    if ("/" in ref or ref.startswith(".")) and candidate.is_dir():
+        if not (candidate / "status.json").is_file() and not (candidate / "structured").is_dir():
+            raise BenchrunError(f"{candidate} is not a run directory (no status.json or structured/)")
+        return candidate.resolve()
+    if "/" in ref:
+        raise BenchrunError(f"{ref}: no such run directory; give a run id, a run directory or {ALIAS}")
+    validate_run_id(ref)
+    rd = runs_root(home) / ref
+    if not rd.is_dir():
+        raise BenchrunError(f"run {ref!r} not found under {runs_root(home)}; list runs with `benchrun runs`")
+    return rd
+
+
+def promote(run_id: str, home: Path | None = None) -> Path:
+    """Point ``published/current`` at ``run_id`` (written to a temporary name and renamed)."""
+    home = home or benchrun_home()
+    validate_run_id(run_id)
+    rd = runs_root(home) / run_id
+    if not rd.is_dir():
+        raise BenchrunError(f"run {run_id!r} not found under {runs_root(home)}; nothing to promote")
+    status = _read_json(rd / "status.json", "status.json")
+    if status.get("phase") not in (None, "Succeeded"):
+        raise BenchrunError(
+            f"run {run_id} is in phase {status.get('phase')}; only a Succeeded run can become the baseline"
+        )
+    p = alias_path(home)
+    atomic_write_text(p, run_id + "\n")
+    log.info("published/current -> %s", run_id)
+    return p
