@@ -1,0 +1,193 @@
+"""Which BenchmarkRun documents a cadence runs: discovery on disk or in a git commit."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchrun.errors import BenchrunError
+
+log = logging.getLogger(__name__)
+
+CADENCES: tuple[str, ...] = ("canary", "nightly", "pre_release")
+# intent.cadence value -> the automation.ci switch (YAML key) that must also be true
+CI_SWITCH: dict[str, str] = {"canary": "canary", "nightly": "nightly", "pre_release": "preRelease"}
+SPEC_SUFFIXES = (".yaml", ".yml")
+# Below the specs folder, ``crd/`` holds the CustomResourceDefinition, not BenchmarkRuns.
+EXCLUDED_SUBFOLDERS = ("crd",)
+
+
+@dataclass(frozen=True)
+class SpecDocument:
+    """The bytes of one candidate spec file and where they came from."""
+
+    path: str  # as shown to people: relative to the repository or specs folder
+    data: bytes
+    source: str  # longer provenance, e.g. "<repo>@<sha>:<path>" or an absolute path
+
+
+@dataclass(frozen=True)
+class ValidSpec:
+    """A document that passed every admission rule."""
+
+    path: str
+    source: str
+    loaded: Any  # benchrun.spec.LoadedSpec
+
+    @property
+    def name(self) -> str:
+        return str(self.loaded.run.metadata.name)
+
+    @property
+    def spec_digest(self) -> str:
+        return str(self.loaded.spec_digest)
+
+    @property
+    def cadence(self) -> str:
+        return str(self.loaded.run.spec.intent.cadence)
+
+
+@dataclass(frozen=True)
+class InvalidSpec:
+    """A document that cannot run, with every error found in it."""
+
+    path: str
+    source: str
+    errors: tuple[str, ...]
+
+    def describe(self, limit: int = 20) -> str:
+        shown = list(self.errors[:limit])
+        if len(self.errors) > limit:
+            shown.append(f"... and {len(self.errors) - limit} more")
+        return f"{self.path}: " + "; ".join(shown)
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """The result of looking for a cadence's specs: what runs, what is broken, what is not ours."""
+
+    cadence: str
+    selected: tuple[ValidSpec, ...]
+    invalid: tuple[InvalidSpec, ...]
+    other: tuple[ValidSpec, ...]  # valid documents of another cadence or with the switch off
+
+
+def check_cadence(name: str) -> str:
+    """Normalise a cadence name (``pre-release`` is accepted) or raise naming the choices."""
+    norm = name.strip().lower().replace("-", "_")
+    if norm not in CADENCES:
+        raise BenchrunError(f"unknown cadence {name!r}: use one of {', '.join(CADENCES)}")
+    return norm
+
+
+def ci_switch_on(loaded: Any, cadence: str) -> bool:
+    """Whether ``spec.automation.ci.<cadence>`` is true for a loaded spec."""
+    return bool(getattr(loaded.run.spec.automation.ci, cadence))
+
+
+def wants(loaded: Any, cadence: str) -> bool:
+    """A spec runs on ``cadence`` when ``intent.cadence`` names it and its CI switch is on."""
+    return loaded.run.spec.intent.cadence == cadence and ci_switch_on(loaded, cadence)
+
+
+def is_spec_path(path: str, under: str = "") -> bool:
+    """Whether a POSIX path (relative to the repository) is a candidate spec document."""
+    if not path.lower().endswith(SPEC_SUFFIXES):
+        return False
+    prefix = f"{under.strip('/')}/" if under.strip("/") else ""
+    if prefix and not path.startswith(prefix):
+        return False
+    rest = path[len(prefix):].split("/")
+    return not (len(rest) > 1 and rest[0] in EXCLUDED_SUBFOLDERS)
+
+
+def format_spec_errors(exc: BaseException) -> tuple[str, ...]:
+    """Every error of a SpecInvalid as ``path (line N): message``; other errors as their text."""
+    items = getattr(exc, "errors", None)
+    if not items:
+        return (str(exc),)
+    out = []
+    for err in items:
+        where = getattr(err, "path", "") or "<document>"
+        line = getattr(err, "line", None)
+        message = getattr(err, "message", str(err))
+        out.append(f"{where} (line {line}): {message}" if line else f"{where}: {message}")
+    return tuple(out)
+
+
+def load_document(doc: SpecDocument) -> ValidSpec | InvalidSpec:
+    """Validate one document; admission errors become an InvalidSpec, never an exception."""
+    from benchrun.spec import load_spec_bytes
+
+    try:
+        loaded = load_spec_bytes(doc.data, doc.source)
+    except BenchrunError as exc:  # SpecInvalid is one; so is unreadable YAML
+        return InvalidSpec(path=doc.path, source=doc.source, errors=format_spec_errors(exc))
+    return ValidSpec(path=doc.path, source=doc.source, loaded=loaded)
+
+
+def select(documents: Iterable[SpecDocument], cadence: str) -> Discovery:
+    """Validate every document and keep those that run on ``cadence``."""
+    cadence = check_cadence(cadence)
+    selected: list[ValidSpec] = []
+    invalid: list[InvalidSpec] = []
+    other: list[ValidSpec] = []
+    for doc in documents:
+        result = load_document(doc)
+        if isinstance(result, InvalidSpec):
+            log.warning("skipping invalid spec %s", result.describe())
+            invalid.append(result)
+        elif wants(result.loaded, cadence):
+            selected.append(result)
+        else:
+            other.append(result)
+    return Discovery(cadence, tuple(selected), tuple(invalid), tuple(other))
+
+
+def default_specs_dir() -> Path:
+    """``$BENCHRUN_SPECS_DIR``, else ``specs/`` of the project checkout, else ``./specs``."""
+    env = os.environ.get("BENCHRUN_SPECS_DIR")
+    if env:
+        return Path(env).expanduser()
+    from benchrun.automation.settings import project_root
+
+    return project_root() / "specs"
+
+
+def documents_in_folder(folder: Path) -> list[SpecDocument]:
+    """Every candidate spec document below ``folder`` (recursive, sorted, ``crd/`` skipped)."""
+    if not folder.is_dir():
+        raise BenchrunError(f"specs folder {folder} does not exist: pass --specs DIR or set BENCHRUN_SPECS_DIR")
+    docs = []
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder).as_posix()
+        if not path.is_file() or not is_spec_path(rel) or any(p.startswith(".") for p in rel.split("/")):
+            continue
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise BenchrunError(f"cannot read spec {path}: {exc.strerror}") from exc
+        docs.append(SpecDocument(path=rel, data=data, source=str(path.resolve())))
+    return docs
+
+
+def discover(cadence: str, specs_dir: Path | None = None) -> Discovery:
+    """The specs under ``specs_dir`` (default :func:`default_specs_dir`) that run on ``cadence``."""
+    folder = specs_dir if specs_dir is not None else default_specs_dir()
+    return select(documents_in_folder(folder), cadence)
+
+
+def documents_at_commit(repo: Path, sha: str, under: str, paths: Iterable[str] | None = None) -> list[SpecDocument]:
+    """Candidate spec documents as committed in ``sha`` (all below ``under``, or just ``paths``)."""
+    from benchrun.automation import git
+
+    candidates = list(paths) if paths is not None else git.list_files(repo, sha, under)
+    return [
+        SpecDocument(path=p, data=git.read_blob(repo, sha, p), source=f"{repo}@{sha[:12]}:{p}")
+        for p in candidates
+        if is_spec_path(p, under)
+    ]

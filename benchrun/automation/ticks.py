@@ -1,0 +1,257 @@
+"""What one schedule or sensor tick submits: specs pinned through ``benchrun.submit``, with run keys.
+
+Dagster-free: the schedules and sensors call these functions and only translate the
+outcome into run requests. Every path pins through :func:`benchrun.submit.prepare` (or
+``submit``, which also registers the partition), so a tick and ``benchrun run`` make the
+same run directory from the same bytes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchrun.automation import git
+from benchrun.automation.commits import CommitWindow, commit_window
+from benchrun.automation.discovery import (
+    InvalidSpec,
+    SpecDocument,
+    ValidSpec,
+    check_cadence,
+    documents_at_commit,
+    documents_in_folder,
+    format_spec_errors,
+    is_spec_path,
+    load_document,
+    select,
+)
+from benchrun.automation.settings import RepoWatch
+from benchrun.errors import BenchrunError
+
+log = logging.getLogger(__name__)
+
+# (spec bytes, source, now) -> benchrun.submit.Prepared
+Register = Callable[[bytes, str, dt.datetime], Any]
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One spec pinned for a run, and the run key that keeps a retried tick from running it twice."""
+
+    run_key: str
+    run_id: str
+    name: str
+    path: str
+    spec_digest: str
+    trigger: str  # "nightly", "pre_release", "canary", "spec-commit"
+    commit: str | None = None
+    prepared: Any = field(default=None, compare=False, repr=False)  # benchrun.submit.Prepared
+
+    def tags(self) -> dict[str, str]:
+        tags = {"benchrun/trigger": self.trigger, "benchrun/spec_path": self.path[-200:],
+                "benchrun/spec_digest": self.spec_digest.removeprefix("sha256:")[:63]}
+        if self.commit:
+            tags["benchrun/commit"] = self.commit
+        return tags
+
+
+@dataclass
+class TickOutcome:
+    """Everything a tick decided: submissions, invalid documents, notes, the next cursor."""
+
+    submissions: list[Submission] = field(default_factory=list)
+    invalid: list[InvalidSpec] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    cursor: str | None = None
+
+    def skip_reason(self) -> str:
+        """Why nothing was submitted, in one message (invalid specs with their errors first)."""
+        parts = [f"invalid spec skipped: {bad.describe()}" for bad in self.invalid]
+        parts += self.notes
+        return " | ".join(parts) if parts else "nothing to submit"
+
+    def add(self, sub: Submission) -> None:
+        if any(s.run_id == sub.run_id for s in self.submissions):
+            # Same bytes at the same second (e.g. two commits in one second): one run.
+            self.notes.append(f"{sub.path}: same run {sub.run_id} already submitted in this tick")
+            return
+        self.submissions.append(sub)
+
+
+def utc(ts: dt.datetime) -> dt.datetime:
+    """``ts`` as an aware UTC time, whole seconds (run ids and run keys have second precision)."""
+    if ts.tzinfo is None:
+        ts = ts.replace(tzinfo=dt.timezone.utc)
+    return ts.astimezone(dt.timezone.utc).replace(microsecond=0)
+
+
+def prepare_register(home: Path | None) -> Register:
+    """Pin and create the run directory only (sensors request the partition themselves)."""
+    from benchrun.submit import prepare
+
+    return lambda data, source, now: prepare(data, source=source, home=home, now=now)
+
+
+def submit_register(home: Path | None, instance: Any) -> Register:
+    """Pin, create the run directory and add the partition to ``instance`` (schedules, CLI)."""
+    from benchrun.submit import submit
+
+    return lambda data, source, now: submit(data, source=source, home=home, instance=instance, now=now)
+
+
+def _pin(register: Register, spec: ValidSpec, now: dt.datetime) -> Any | InvalidSpec:
+    try:
+        return register(spec.loaded.raw, spec.source, now)
+    except BenchrunError as exc:
+        log.warning("could not submit %s: %s", spec.path, exc)
+        return InvalidSpec(path=spec.path, source=spec.source, errors=format_spec_errors(exc))
+
+
+# -- schedules and `benchrun cadence run` ----------------------------------------------------
+
+
+def cadence_tick(cadence: str, specs_dir: Path, now: dt.datetime, register: Register) -> TickOutcome:
+    """Submit every spec under ``specs_dir`` that runs on ``cadence``, as of tick time ``now``.
+
+    Run key ``<cadence>:<spec_digest>:<tick time>``: a retried tick (same scheduled time)
+    gives the same keys and, because ``prepare`` is idempotent, the same run ids.
+    """
+    cadence = check_cadence(cadence)
+    now = utc(now)
+    found = select(documents_in_folder(specs_dir), cadence)
+    out = TickOutcome(invalid=list(found.invalid))
+    for spec in found.selected:
+        pinned = _pin(register, spec, now)
+        if isinstance(pinned, InvalidSpec):
+            out.invalid.append(pinned)
+            continue
+        out.add(Submission(
+            run_key=f"{cadence}:{spec.spec_digest}:{now:%Y%m%dT%H%M%SZ}",
+            run_id=pinned.run_id, name=pinned.name, path=spec.path,
+            spec_digest=spec.spec_digest, trigger=cadence, prepared=pinned,
+        ))
+    if not found.selected:
+        out.notes.append(f"no {cadence} specs under {specs_dir}: a spec runs on {cadence} when "
+                         f"intent.cadence is {cadence} and its automation.ci switch is true "
+                         f"({len(found.other)} valid spec(s) of other cadences)")
+    return out
+
+
+# -- commit sensors -------------------------------------------------------------------------
+
+
+def _commit_now(repo: Path, sha: str) -> dt.datetime:
+    # The commit's own time, not the tick's: a retried tick mints the same run id.
+    return dt.datetime.fromtimestamp(git.commit_time(repo, sha), tz=dt.timezone.utc)
+
+
+def changed_spec_paths(repo: Path, sha: str, under: str) -> list[str]:
+    """Spec documents below ``under`` that ``sha`` added or modified (against its first parent)."""
+    return [c.path for c in git.changed_files(repo, sha, under) if is_spec_path(c.path, under)]
+
+
+def _abandoned_specs(repo: Path, commits: Iterable[str], under: str) -> set[tuple[str, str]]:
+    """(path, spec_digest) of the valid specs the abandoned commits changed: already submitted."""
+    seen: set[tuple[str, str]] = set()
+    for sha in commits:
+        for doc in documents_at_commit(repo, sha, under, changed_spec_paths(repo, sha, under)):
+            result = load_document(doc)
+            if isinstance(result, ValidSpec):
+                seen.add((result.path, result.spec_digest))
+    return seen
+
+
+def _window(watch: RepoWatch, cursor: str | None) -> CommitWindow:
+    return commit_window(git.repo_root(watch.repo), watch.branch, cursor, watch.max_commits)
+
+
+def spec_commit_tick(watch: RepoWatch, cursor: str | None, register: Register) -> TickOutcome:
+    """Submit the specs each new commit on the watched branch added or changed.
+
+    Run key ``spec-commit:<sha>:<path>:<spec_digest>``. After a force-push, specs whose
+    (path, digest) an abandoned commit already submitted are not submitted again.
+    """
+    repo = git.repo_root(watch.repo)
+    window = _window(watch, cursor)
+    out = TickOutcome(cursor=window.next_cursor)
+    if window.note:
+        out.notes.append(window.note)
+    already = _abandoned_specs(repo, window.abandoned, watch.specs_under) if window.abandoned else set()
+    for sha in window.commits:
+        paths = changed_spec_paths(repo, sha, watch.specs_under)
+        if not paths:
+            out.notes.append(f"commit {sha[:12]} touches no spec under {watch.specs_under or '.'}/")
+            continue
+        now = _commit_now(repo, sha)
+        for doc in documents_at_commit(repo, sha, watch.specs_under, paths):
+            result = load_document(doc)
+            if isinstance(result, InvalidSpec):
+                out.invalid.append(InvalidSpec(f"{result.path}@{sha[:12]}", result.source, result.errors))
+                continue
+            if (result.path, result.spec_digest) in already:
+                out.notes.append(f"{result.path}@{sha[:12]}: same spec was submitted before the history rewrite")
+                continue
+            pinned = _pin(register, result, now)
+            if isinstance(pinned, InvalidSpec):
+                out.invalid.append(InvalidSpec(f"{pinned.path}@{sha[:12]}", pinned.source, pinned.errors))
+                continue
+            out.add(Submission(
+                run_key=f"spec-commit:{sha}:{result.path}:{result.spec_digest}",
+                run_id=pinned.run_id, name=pinned.name, path=result.path,
+                spec_digest=result.spec_digest, trigger="spec-commit", commit=sha, prepared=pinned,
+            ))
+    return out
+
+
+def canary_tick(watch: RepoWatch, cursor: str | None, register: Register) -> TickOutcome:
+    """For each new commit on the watched branch, submit the canary specs as committed in it.
+
+    Run key ``canary:<sha>:<path>:<spec_digest>``: once per commit and spec.
+    """
+    repo = git.repo_root(watch.repo)
+    window = _window(watch, cursor)
+    out = TickOutcome(cursor=window.next_cursor)
+    if window.note:
+        out.notes.append(window.note)
+    reported: set[tuple[str, tuple[str, ...]]] = set()
+    for sha in window.commits:
+        docs: list[SpecDocument] = documents_at_commit(repo, sha, watch.specs_under)
+        found = select(docs, "canary")
+        for bad in found.invalid:
+            if (bad.path, bad.errors) not in reported:  # the same broken file in every commit: once
+                reported.add((bad.path, bad.errors))
+                out.invalid.append(InvalidSpec(f"{bad.path}@{sha[:12]}", bad.source, bad.errors))
+        if not found.selected:
+            out.notes.append(f"commit {sha[:12]}: no canary specs under {watch.specs_under or '.'}/")
+            continue
+        now = _commit_now(repo, sha)
+        for spec in found.selected:
+            pinned = _pin(register, spec, now)
+            if isinstance(pinned, InvalidSpec):
+                out.invalid.append(InvalidSpec(f"{pinned.path}@{sha[:12]}", pinned.source, pinned.errors))
+                continue
+            out.add(Submission(
+                run_key=f"canary:{sha}:{spec.path}:{spec.spec_digest}",
+                run_id=pinned.run_id, name=pinned.name, path=spec.path,
+                spec_digest=spec.spec_digest, trigger="canary", commit=sha, prepared=pinned,
+            ))
+    return out
+
+
+__all__ = [
+    "Register",
+    "Submission",
+    "TickOutcome",
+    "SpecDocument",
+    "cadence_tick",
+    "canary_tick",
+    "changed_spec_paths",
+    "prepare_register",
+    "spec_commit_tick",
+    "submit_register",
+    "utc",
+]

@@ -1,0 +1,65 @@
+"""nightly_schedule and pre_release_schedule: each tick submits that cadence's specs under specs/.
+
+Written by hand because Dagster's partitioned-schedule helper rejects dynamic partitions.
+A schedule cannot return partition requests, so each tick registers the partitions itself
+through ``benchrun.submit.submit`` (the CLI's path) and returns one run request per spec.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import dagster as dg
+
+from benchrun.automation.discovery import default_specs_dir
+from benchrun.automation.settings import (
+    DEFAULT_NIGHTLY_CRON,
+    DEFAULT_PRE_RELEASE_CRON,
+    ENV_NIGHTLY_CRON,
+    ENV_PRE_RELEASE_CRON,
+    JOB_NAME,
+    cron_from_env,
+)
+from benchrun.automation.ticks import cadence_tick, submit_register
+from sensors._requests import log_outcome, run_request
+
+
+def _tick(context: dg.ScheduleEvaluationContext, cadence: str) -> list[dg.RunRequest] | dg.SkipReason:
+    now = context.scheduled_execution_time or dt.datetime.now(dt.timezone.utc)
+    outcome = cadence_tick(cadence, default_specs_dir(), now, submit_register(None, context.instance))
+    log_outcome(context.log, outcome)
+    if not outcome.submissions:
+        return dg.SkipReason(outcome.skip_reason())
+    return [run_request(s) for s in outcome.submissions]
+
+
+@dg.schedule(
+    name="nightly_schedule",
+    cron_schedule=cron_from_env(ENV_NIGHTLY_CRON, DEFAULT_NIGHTLY_CRON),
+    execution_timezone="UTC",
+    job_name=JOB_NAME,
+    # On by default: it only acts while the daemon (`make ui`) runs, and only for specs that
+    # opt in twice (intent.cadence nightly and automation.ci.nightly true).
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="Nightly (default 03:15 UTC, BENCHRUN_NIGHTLY_CRON): specs with intent.cadence "
+    "nightly and automation.ci.nightly true.",
+)
+def nightly_schedule(context: dg.ScheduleEvaluationContext) -> list[dg.RunRequest] | dg.SkipReason:
+    """Run key = nightly + spec digest + tick time."""
+    return _tick(context, "nightly")
+
+
+@dg.schedule(
+    name="pre_release_schedule",
+    cron_schedule=cron_from_env(ENV_PRE_RELEASE_CRON, DEFAULT_PRE_RELEASE_CRON),
+    execution_timezone="UTC",
+    job_name=JOB_NAME,
+    # Off by default: publication-grade end-to-end runs are long and need dedicated nodes;
+    # switch it on where a release pipeline owns the machines.
+    default_status=dg.DefaultScheduleStatus.STOPPED,
+    description="Pre-release (BENCHRUN_PRE_RELEASE_CRON, default Saturdays 04:30 UTC; off by "
+    "default): specs with intent.cadence pre_release and automation.ci.preRelease true.",
+)
+def pre_release_schedule(context: dg.ScheduleEvaluationContext) -> list[dg.RunRequest] | dg.SkipReason:
+    """Run key = pre_release + spec digest + tick time."""
+    return _tick(context, "pre_release")

@@ -1,0 +1,48 @@
+"""Turn a tick outcome into a SensorResult: partition requests plus run requests, one result."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from bench_assets.partitions import benchmark_run_partitions
+from benchrun.automation.settings import JOB_NAME
+from benchrun.automation.ticks import Submission, TickOutcome
+
+
+def has_runs(instance: dg.DagsterInstance, run_id: str) -> bool:
+    """Whether some trigger already launched a Dagster run for this benchmark partition."""
+    records = instance.get_run_records(
+        filters=dg.RunsFilter(job_name=JOB_NAME, tags={"dagster/partition": run_id}), limit=1
+    )
+    return bool(records)
+
+
+def run_request(sub: Submission) -> dg.RunRequest:
+    return dg.RunRequest(run_key=sub.run_key, partition_key=sub.run_id, tags=sub.tags())
+
+
+def log_outcome(log: object, outcome: TickOutcome) -> None:
+    for bad in outcome.invalid:
+        log.warning(f"invalid spec skipped (never run): {bad.describe()}")  # type: ignore[attr-defined]
+    for note in outcome.notes:
+        log.info(note)  # type: ignore[attr-defined]
+    for sub in outcome.submissions:
+        log.info(f"submitting {sub.path} as run {sub.run_id} (run key {sub.run_key})")  # type: ignore[attr-defined]
+
+
+def sensor_result(context: dg.SensorEvaluationContext, outcome: TickOutcome) -> dg.SensorResult:
+    """Requests for the fresh submissions; a skip reason (with invalid specs' errors) when none."""
+    log_outcome(context.log, outcome)
+    fresh: list[Submission] = []
+    for sub in outcome.submissions:
+        if has_runs(context.instance, sub.run_id):
+            outcome.notes.append(f"{sub.path}: run {sub.run_id} already has a Dagster run")
+        else:
+            fresh.append(sub)
+    if not fresh:
+        return dg.SensorResult(skip_reason=outcome.skip_reason(), cursor=outcome.cursor)
+    return dg.SensorResult(
+        run_requests=[run_request(s) for s in fresh],
+        dynamic_partitions_requests=[benchmark_run_partitions.build_add_request([s.run_id for s in fresh])],
+        cursor=outcome.cursor,
+    )

@@ -1,0 +1,36 @@
+"""run_failure_sensor and run_canceled_sensor: a failed or cancelled Dagster run marks its run Failed."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from benchrun.automation.failures import record_orchestrator_failure
+
+
+@dg.run_failure_sensor(
+    name="run_failure_sensor",
+    minimum_interval_seconds=30,
+    # On by default: it only writes status.json, and without it a crashed run looks Running.
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="When a benchmark_run_job run fails, its run's status.json gets phase Failed with the reason.",
+)
+def run_failure_sensor(context: dg.RunFailureSensorContext) -> dg.SkipReason | None:
+    """Mark the partition's run Failed with the failure event's message."""
+    message = context.failure_event.message or "the Dagster run failed"
+    return _as_skip(record_orchestrator_failure(context.dagster_run, f"Dagster run failed: {message}"))
+
+
+@dg.run_status_sensor(
+    run_status=dg.DagsterRunStatus.CANCELED,
+    name="run_canceled_sensor",
+    minimum_interval_seconds=30,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="When a benchmark_run_job run is cancelled, its run's status.json gets phase Failed.",
+)
+def run_canceled_sensor(context: dg.RunStatusSensorContext) -> dg.SkipReason | None:
+    """Mark the partition's run Failed because its Dagster run was cancelled."""
+    return _as_skip(record_orchestrator_failure(context.dagster_run, "Dagster run was cancelled"))
+
+
+def _as_skip(skip: str | None) -> dg.SkipReason | None:
+    return dg.SkipReason(skip) if skip else None
