@@ -1,0 +1,1 @@
+"""Cadences and triggers: which specs a cadence runs, and what each schedule or sensor tick submits."""
