@@ -46,7 +46,8 @@ for _name in COMMAND_MODULES:
 def main() -> None:
     """Console entry point: user errors become one line on stderr and a non-zero exit."""
     try:
-        app(standalone_mode=False)
+        # Without standalone mode click returns a command's typer.Exit code instead of exiting.
+        rc = app(standalone_mode=False)
     except BenchrunError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
@@ -62,6 +63,7 @@ def main() -> None:
             exc.show()
             sys.exit(exc.exit_code)
         raise
+    sys.exit(rc if isinstance(rc, int) else 0)
 
 
 if __name__ == "__main__":

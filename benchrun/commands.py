@@ -24,7 +24,7 @@ def _use_home(home: Optional[Path]) -> None:
 def _console() -> Any:
     from rich.console import Console
 
-    return Console(highlight=False)
+    return Console(highlight=False, soft_wrap=True)
 
 
 def _fmt(v: Any) -> str:
@@ -92,6 +92,17 @@ def _print_spec_errors(console: Any, exc: Exception) -> None:
         console.print(f"  {loc}: {e.path}: {e.message}", markup=False)
 
 
+def _failure_reason(result: Any) -> str:
+    """The innermost error of the first failed step, as one line."""
+    failure = next((e for e in result.all_events if e.is_step_failure), None)
+    if failure is None:
+        return "the Dagster run failed"
+    err = failure.step_failure_data.error
+    while err.cause is not None:
+        err = err.cause
+    return f"step {failure.step_key}: {err.message.strip()}"
+
+
 def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Optional[Path] = HomeOpt) -> None:
     """Submit a spec and run every layer here, with live progress; exit 0/1/2."""
     from benchrun import submit as sub
@@ -119,10 +130,10 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
     if not result.success:
         from benchrun.rundir import mark_run_failed
 
-        failure = next((e for e in result.all_events if e.is_step_failure), None)
-        reason = failure.step_failure_data.error.message.strip() if failure else "the Dagster run failed"
+        reason = _failure_reason(result)
         mark_run_failed(rd.home, rd.run_id, reason)
-        console.print(f"[red]orchestration failed:[/] {reason}", markup=False)
+        console.print("[red]orchestration failed:[/] ", end="")
+        console.print(reason, markup=False)
     print_summary(console, rd.path, rd.run_id)
     st = rd.read_status()
     for c in st.get("conditions", []):
