@@ -1,0 +1,193 @@
+"""The ``allreduce`` suite: torch.distributed all-reduce over N local processes, per rank.
+
+Parameters:
+    world_size  processes (ranks), at least 2 (default 2)
+    sizes       message sizes in bytes, float32 tensors, rounded down to a multiple of 4
+                (default [1024, 65536, 1048576, 16777216])
+    iterations  timed all_reduces per size, after ``warmup`` untimed ones (default 20, 2)
+    backend     auto | gloo | nccl (default auto: nccl when CUDA has a device for every
+                rank, else gloo on CPU tensors)
+    timeout_s   the whole group's deadline, seconds (default 300)
+
+Ranks are spawned processes (``multiprocessing`` spawn) meeting on a free loopback TCP port.
+Each records, per iteration, its wall-clock start (``time.time()``, shared by processes
+on one host) and its time inside ``all_reduce``. From those, per size
+(``case`` = ``bytes=<n>``):
+
+* ``p50_latency_us`` / ``p99_latency_us`` — per iteration, last completion minus last
+  arrival over ranks (the collective's time once every rank has joined), percentiles over
+  iterations;
+* ``algbw_gb_per_s`` = bytes / p50 latency; ``busbw_gb_per_s`` = algbw × 2(n−1)/n
+  (nccl-tests' definitions; GB = 1e9 bytes);
+* ``rank_p50_time_us`` with ``rank_id`` — each rank's own median time in the call
+  (waiting for late ranks included): rank-level visibility;
+* ``slowest_rank_arrival_lag_us`` with ``rank_id`` — the rank that arrives last (largest
+  median lag behind the first arrival) and that lag. A straggler spends *less* time in
+  the call than the ranks waiting for it, so it is found by arrival, not by duration.
+
+Every rank × iteration sample is kept in ``raw/<run_id>_allreduce_r<k>_ranks.json``.
+No torch → ``unavailable: torch not installed``; nccl asked without enough CUDA devices
+→ ``unavailable: no CUDA device ...``.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import shutil
+import socket
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchrun.suites._common import (
+    ParamError,
+    choice_param,
+    cuda_device_nodes,
+    float_param,
+    int_list_param,
+    int_param,
+    percentile,
+    torch_present,
+)
+from benchrun.suites._runtime import SuiteContext, Unavailable, main
+from benchrun.suites.result import atomic_write_json
+
+
+def free_loopback_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _cuda_device_count() -> int:
+    if not cuda_device_nodes():
+        return 0
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def resolve_backend(requested: str, world_size: int) -> str:
+    """gloo or nccl for ``requested`` (auto|gloo|nccl); Unavailable when nccl cannot run."""
+    if requested == "gloo":
+        return "gloo"
+    devices = _cuda_device_count()
+    if requested == "nccl":
+        if devices == 0:
+            raise Unavailable("no CUDA device (backend nccl)")
+        if devices < world_size:
+            raise Unavailable(f"no CUDA device for every rank: nccl needs {world_size}, found {devices}")
+        return "nccl"
+    return "nccl" if devices >= world_size else "gloo"
+
+
+def summarise(rank_docs: list[dict[str, Any]], world_size: int) -> dict[int, dict[str, Any]]:
+    """Per size: iteration latencies, per-rank median times and arrival lags (see module docstring)."""
+    by_size: dict[int, dict[str, Any]] = {}
+    sizes = sorted({r["size_bytes"] for d in rank_docs for r in d["records"]})
+    for size in sizes:
+        start = np.array([[r["start_unix"] for r in d["records"] if r["size_bytes"] == size] for d in rank_docs])
+        elapsed = np.array([[r["elapsed_s"] for r in d["records"] if r["size_bytes"] == size] for d in rank_docs])
+        end = start + elapsed
+        latency = end.max(axis=0) - start.max(axis=0)  # per iteration
+        lag = start - start.min(axis=0)  # rank x iteration
+        lag_median = np.median(lag, axis=1)
+        by_size[size] = {
+            "latency_s": latency.tolist(),
+            "rank_p50_s": np.median(elapsed, axis=1).tolist(),
+            "arrival_lag_p50_s": lag_median.tolist(),
+            "slowest_rank": int(np.argmax(lag_median)),
+        }
+    return by_size
+
+
+def run(ctx: SuiteContext) -> None:
+    """Spawn the ranks, collect their samples, report latency, bandwidth and the slowest rank."""
+    world_size = int_param(ctx, "world_size", 2, minimum=2, maximum=256)
+    sizes = int_list_param(ctx, "sizes", [1024, 65536, 1048576, 16777216], minimum=4)
+    sizes = sorted(dict.fromkeys(s - s % 4 for s in sizes))
+    if max(sizes) > 2**34:
+        raise ParamError(f"parameter sizes: {max(sizes)} bytes is more than 16 GiB")
+    iterations = int_param(ctx, "iterations", 20, minimum=1, maximum=1_000_000)
+    warmup = int_param(ctx, "warmup", 2, minimum=0, maximum=1_000_000)
+    requested = choice_param(ctx, "backend", "auto", ("auto", "gloo", "nccl"))
+    timeout_s = float_param(ctx, "timeout_s", 300.0)
+    if not torch_present():
+        raise Unavailable("torch not installed")
+    backend = resolve_backend(requested, world_size)
+
+    from benchrun.suites._allreduce_worker import worker
+
+    out_dir = Path(tempfile.mkdtemp(prefix="benchrun-allreduce-"))
+    port = free_loopback_port()
+    spawn = multiprocessing.get_context("spawn")
+    procs = [spawn.Process(target=worker, name=f"rank{r}",
+                           args=(r, world_size, port, backend, sizes, iterations, warmup, str(out_dir), timeout_s))
+             for r in range(world_size)]
+    ctx.log(f"allreduce: {world_size} ranks, backend {backend}, port {port}, sizes {sizes}")
+    t0 = time.monotonic()
+    try:
+        for p in procs:
+            p.start()
+        deadline = t0 + timeout_s + 60  # the group's own timeout fires first; this catches a wedged rank
+        for p in procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+        hung = [p.name for p in procs if p.is_alive()]
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+        docs = []
+        for r in range(world_size):
+            f = out_dir / f"rank{r}.json"
+            docs.append(json.loads(f.read_text(encoding="utf-8")) if f.exists() else {"rank_id": r})
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    wall = time.monotonic() - t0
+    problems = [f"rank {d['rank_id']}: {d['error']}" for d in docs if "error" in d]
+    problems += [f"rank {d['rank_id']}: exit code {p.exitcode}, no samples" for d, p in zip(docs, procs)
+                 if "records" not in d and "error" not in d]
+    if hung:
+        problems.insert(0, f"killed after {timeout_s + 60:.0f}s: {', '.join(hung)}")
+    if problems:
+        raise RuntimeError("; ".join(problems))
+
+    first = docs[0]
+    ctx.context.update({"backend": backend, "world_size": world_size, "device": first.get("device"),
+                        "torch_version": first.get("torch_version"), "nccl_version": first.get("nccl_version"),
+                        "gpu_name": first.get("gpu_name"), "transport": "tcp://127.0.0.1 (init), single host",
+                        "dtype": "float32", "warmup": warmup, "iterations": iterations,
+                        "init_s_per_rank": [d.get("init_s") for d in docs], "group_wall_s": wall,
+                        "latency_definition": "per iteration: max over ranks of end - max over ranks of start"})
+    samples = [{"rank_id": d["rank_id"], "pid": d["pid"], "hostname": d["hostname"], **r} for d in docs for r in d["records"]]
+    path = atomic_write_json(ctx.raw_file("ranks", "json"), {"unit": "s", "samples": samples})
+    ctx.samples["ranks"] = str(path.relative_to(ctx.run_dir))
+
+    factor = 2.0 * (world_size - 1) / world_size
+    slowest: dict[str, int] = {}
+    for size, s in summarise(docs, world_size).items():
+        case = f"bytes={size}"
+        p50 = percentile(s["latency_s"], 50)
+        algbw = size / p50 / 1e9
+        ctx.add_metric("p50_latency_us", p50 * 1e6, "us", "lower", case=case)
+        ctx.add_metric("p99_latency_us", percentile(s["latency_s"], 99) * 1e6, "us", "lower", case=case)
+        ctx.add_metric("algbw_gb_per_s", algbw, "GB/s", "higher", case=case)
+        ctx.add_metric("busbw_gb_per_s", algbw * factor, "GB/s", "higher", case=case)
+        for rank, t in enumerate(s["rank_p50_s"]):
+            ctx.add_metric("rank_p50_time_us", t * 1e6, "us", "lower", case=case, rank_id=rank)
+        worst = s["slowest_rank"]
+        slowest[case] = worst
+        ctx.add_metric("slowest_rank_arrival_lag_us", s["arrival_lag_p50_s"][worst] * 1e6, "us", "lower",
+                       case=case, rank_id=worst)
+        ctx.log(f"allreduce {case}: p50 {p50 * 1e6:.1f} us, algbw {algbw:.3f} GB/s, busbw {algbw * factor:.3f} GB/s, "
+                f"slowest rank {worst}")
+    ctx.context["slowest_rank_by_case"] = slowest
+
+
+if __name__ == "__main__":
+    main(run)
