@@ -1,0 +1,115 @@
+"""Run-level analysis entry points: trial statistics of one run, and a gated comparison of two.
+
+These glue the loaders to the pure statistics and write the results as files in the run
+directory (``structured/<run_id>_trial_statistics.json``, ``_comparison.json``), each to
+a temporary name and renamed.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from benchrun.stats import describe as D
+from benchrun.stats.compare import Comparison, ConfirmHook, compare_tables
+from benchrun.stats.gate import GateResult, check_gate
+from benchrun.stats.load import (
+    confidence_level,
+    delta_pct,
+    load_run,
+    min_replicates,
+    primary_metrics,
+    replicate_table,
+    requests_tables,
+)
+from benchrun.suites.result import atomic_write_json
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrialStatistics:
+    """Everything the statistics say about one run."""
+
+    run_id: str
+    confidence: float
+    min_replicates: int
+    replicates: "pd.DataFrame"  # replicate table with robust_z and outlier columns
+    summary: "pd.DataFrame"  # one row per (suite, case, metric)
+    tails: "pd.DataFrame"  # p99 intervals per point x bucket, from per-request rows
+
+    def to_json(self) -> dict[str, Any]:
+        def clean(df: "pd.DataFrame") -> list[dict[str, Any]]:
+            return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+                    for r in df.to_dict(orient="records")]
+
+        return {"run_id": self.run_id, "confidence_level": self.confidence,
+                "min_replicates": self.min_replicates, "metrics": clean(self.summary),
+                "replicates": clean(self.replicates), "tails": clean(self.tails)}
+
+
+def trial_statistics_for_run(run_dir: str | os.PathLike[str], *, seed: int = D.DEFAULT_SEED) -> TrialStatistics:
+    """Per-metric statistics, outlier flags and p99 intervals of one run, at the spec's confidence."""
+    run = load_run(run_dir)
+    conf = confidence_level(run.spec)
+    table = replicate_table(run.path)
+    flagged = D.flag_replicates(table) if not table.empty else table.assign(robust_z=[], outlier=[])
+    summary = D.trial_statistics(table, conf, seed=seed) if not table.empty else table.iloc[0:0]
+    tails = D.tail_intervals(requests_tables(run.path), conf)
+    log.info("%s: %d metrics, %d replicate rows, %d tail rows", run.run_id, len(summary), len(table), len(tails))
+    return TrialStatistics(run.run_id, conf, min_replicates(run.spec), flagged, summary, tails)
+
+
+def write_trial_statistics(stats: TrialStatistics, run_dir: str | os.PathLike[str]) -> Path:
+    """``structured/<run_id>_trial_statistics.json`` (atomic)."""
+    return atomic_write_json(Path(run_dir) / "structured" / f"{stats.run_id}_trial_statistics.json", stats.to_json())
+
+
+def compare_runs(
+    baseline_dir: str | os.PathLike[str],
+    candidate_dir: str | os.PathLike[str],
+    *,
+    confirm: ConfirmHook | None = None,
+    variable: str | None = None,
+) -> tuple[GateResult, Comparison | None]:
+    """Gate first; if the pair passes, compare with the candidate spec's settings.
+
+    Returns the gate result and the comparison (None when the gate refused the pair).
+    """
+    base, cand = load_run(baseline_dir), load_run(candidate_dir)
+    gate = check_gate(base, cand, variable)
+    if not gate.passed:
+        log.warning("%s", gate.message())
+        return gate, None
+    result = compare_tables(
+        replicate_table(base.path),
+        replicate_table(cand.path),
+        confidence=confidence_level(cand.spec),
+        primary=primary_metrics(cand.spec),
+        delta_pct=lambda m: delta_pct(cand.spec, m),
+        confirm=confirm,
+    )
+    return gate, result
+
+
+def write_comparison(
+    gate: GateResult, result: Comparison | None, baseline_id: str, candidate_dir: str | os.PathLike[str]
+) -> Path:
+    """``structured/<run_id>_comparison.json`` with the gate, the rows and the condition (atomic)."""
+    rd = Path(candidate_dir)
+    doc: dict[str, Any] = {
+        "baseline": baseline_id, "candidate": rd.name, "variable_under_test": gate.variable,
+        "gate": {"passed": gate.passed, "message": gate.message(),
+                 "differences": [d.__dict__ for d in gate.diffs]},
+    }
+    if result is not None:
+        doc.update(confidence_level=result.confidence, metrics=result.records(), notes=result.notes,
+                   confirmation=result.confirmation, condition=result.condition())
+    return atomic_write_json(rd / "structured" / f"{rd.name}_comparison.json", doc)
