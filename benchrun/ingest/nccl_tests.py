@@ -1,0 +1,131 @@
+"""Reader of nccl-tests result tables (``all_reduce_perf`` and its siblings) into metric rows.
+
+nccl-tests (github.com/NVIDIA/nccl-tests) print, on stdout, a parameter line
+(``# nThread 1 nGpus 1 minBytes 8 ...``), the ranks and devices, then a table whose header
+names its columns::
+
+    #       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+    #        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+               8             2     float     sum      -1    36.37    0.00    0.00      0    35.63    0.00    0.00      0
+
+The first ``time algbw busbw #wrong`` group is out-of-place, the second in-place. Older
+versions have no ``root`` column and a floating-point ``error`` column instead of
+``#wrong``; ``N/A`` appears when validation is off. The reader goes by the header's
+column names, so both read the same; any other line (NCCL INFO logs, mpirun noise) is
+ignored. The footer gives ``# Avg bus bandwidth : <GB/s>``.
+
+Metric rows (``case`` = ``bytes=<size>,out_of_place`` or ``...,in_place``):
+``mean_latency_us`` (nccl-tests' time is the mean over its iterations), ``algbw_gb_per_s``,
+``busbw_gb_per_s`` and, when validated, ``wrong_values`` (count of wrong elements, or the
+max error); plus ``avg_busbw_gb_per_s`` (case ``""``) from the footer. GB = 1e9 bytes, as
+nccl-tests print them.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from benchrun.errors import BenchrunError
+from benchrun.suites.result import metric
+
+PLACEMENTS = ("out_of_place", "in_place")
+_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)")
+_PARAMS = re.compile(r"^#\s*nThread\b")
+
+
+def _number(token: str) -> float | None:
+    try:
+        return float(token)
+    except ValueError:
+        return None
+
+
+def parse_nccl_tests(text: str, source: str = "nccl-tests output") -> dict[str, Any]:
+    """The table as data: ``{"parameters", "devices", "rows": [...], "avg_busbw_gb_per_s"}``.
+
+    Each row: ``size_bytes, count, type, redop, root`` (None when absent) and per placement
+    ``{"time_us", "algbw_gb_per_s", "busbw_gb_per_s", "wrong"}`` (wrong None for ``N/A``).
+    """
+    columns: list[str] | None = None
+    time_scale = 1.0
+    rows: list[dict[str, Any]] = []
+    parameters = ""
+    devices: list[str] = []
+    avg: float | None = None
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            body = stripped.lstrip("#").split()
+            if _PARAMS.match(stripped):
+                parameters = stripped.lstrip("# ").strip()
+            elif body[:1] == ["Rank"]:
+                devices.append(stripped.lstrip("# ").strip())
+            elif "size" in body and "algbw" in body and "busbw" in body and "time" in body:
+                columns = body
+                units = lines[i + 1] if i + 1 < len(lines) else ""
+                time_scale = 1e3 if "(ms)" in units else 1.0
+            elif (m := _AVG.match(stripped)) is not None:
+                avg = float(m.group(1))
+            continue
+        if columns is None:
+            continue
+        tokens = stripped.split()
+        if len(tokens) != len(columns) or not tokens[0].isdigit():
+            continue
+        times = [k for k, c in enumerate(columns) if c == "time"]
+        if len(times) != 2:
+            raise BenchrunError(f"{source}: table header {' '.join(columns)!r} lacks the two time/algbw/busbw groups")
+        row: dict[str, Any] = {"size_bytes": int(tokens[0])}
+        for name in ("count", "type", "redop", "root"):
+            if name in columns[: times[0]]:
+                raw = tokens[columns.index(name)]
+                row[name] = int(raw) if name in ("count", "root") and re.fullmatch(r"-?\d+", raw) else raw
+            else:
+                row[name] = None
+        for placement, start in zip(PLACEMENTS, times):
+            t, alg, bus = (_number(tokens[start + k]) for k in range(3))
+            if t is None or alg is None or bus is None:
+                raise BenchrunError(f"{source}: row {stripped!r} has a non-numeric time or bandwidth")
+            wrong = _number(tokens[start + 3]) if start + 3 < len(tokens) else None
+            row[placement] = {"time_us": t * time_scale, "algbw_gb_per_s": alg, "busbw_gb_per_s": bus,
+                              "wrong": wrong}
+        rows.append(row)
+    if columns is None:
+        raise BenchrunError(f"{source}: no nccl-tests result table (a '#  size  count  type ... time  algbw  busbw' "
+                            "header); is this the stdout of all_reduce_perf?")
+    if not rows:
+        raise BenchrunError(f"{source}: the nccl-tests table has a header but no rows (did the run fail?)")
+    return {"parameters": parameters, "devices": devices, "rows": rows, "avg_busbw_gb_per_s": avg}
+
+
+def nccl_metrics(parsed: dict[str, Any]) -> list[dict[str, Any]]:
+    """Metric rows for every size and placement of a parsed table (see the module docstring)."""
+    out: list[dict[str, Any]] = []
+    for row in parsed["rows"]:
+        for placement in PLACEMENTS:
+            v = row[placement]
+            case = f"bytes={row['size_bytes']},{placement}"
+            out.append(metric("mean_latency_us", v["time_us"], "us", "lower", case=case))
+            out.append(metric("algbw_gb_per_s", v["algbw_gb_per_s"], "GB/s", "higher", case=case))
+            out.append(metric("busbw_gb_per_s", v["busbw_gb_per_s"], "GB/s", "higher", case=case))
+            if v["wrong"] is not None:
+                out.append(metric("wrong_values", v["wrong"], "count", "lower", case=case))
+    if parsed["avg_busbw_gb_per_s"] is not None:
+        out.append(metric("avg_busbw_gb_per_s", parsed["avg_busbw_gb_per_s"], "GB/s", "higher"))
+    return out
+
+
+def metrics_from_file(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Metric rows from a file holding an nccl-tests program's stdout."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise BenchrunError(f"{p}: cannot read nccl-tests output ({exc.strerror})") from None
+    return nccl_metrics(parse_nccl_tests(text, str(p)))
