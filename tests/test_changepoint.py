@@ -1,0 +1,73 @@
+"""Change points over history (benchrun.stats.changepoint): detection, the head rule, the fact table."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from benchrun.stats.changepoint import FACT_COLUMNS, change_points, detect, history_table, shift_pvalue, \
+    write_change_point_fact
+from benchrun.stats.synthetic import make_run
+
+
+def test_step_is_found_at_its_index_with_magnitude():
+    rng = np.random.default_rng(0)
+    y = np.r_[rng.normal(100, 1, 20), rng.normal(90, 1, 20)]
+    cps = detect(y, alpha=0.01)
+    main = [c for c in cps if abs(c.index - 20) <= 1]
+    assert len(main) == 1
+    cp = main[0]
+    assert cp.magnitude_pct == (cp.after_mean - cp.before_mean) / cp.before_mean * 100
+    assert -12 < cp.magnitude_pct < -8 and cp.p_adjusted < 0.01
+
+
+def test_flat_series_rarely_alarm_and_steps_are_found():
+    rng = np.random.default_rng(1)
+    false = sum(bool(detect(rng.normal(100, 1, 30), alpha=0.01)) for _ in range(200))
+    assert false / 200 <= 0.02
+    found = sum(any(abs(c.index - 15) <= 1 for c in detect(np.r_[rng.normal(100, 1, 15), rng.normal(96, 1, 15)],
+                                                           alpha=0.01)) for _ in range(100))
+    assert found >= 80
+
+
+def test_no_change_point_inside_the_head():
+    y = np.r_[np.full(3, 100.0), np.full(27, 80.0)] + np.random.default_rng(2).normal(0, 0.5, 30)
+    assert detect(y) == []
+    assert detect(np.arange(6.0)) == []  # too short a series
+
+
+def test_permutation_pvalue_accounts_for_selection():
+    rng = np.random.default_rng(3)
+    ps = np.array([shift_pvalue(rng.normal(size=20), seed=i, n_perm=499) for i in range(300)])
+    assert abs((ps < 0.05).mean() - 0.05) < 0.03  # uniform under the null, despite max over splits
+    assert shift_pvalue(np.r_[np.zeros(10), np.ones(10)] + rng.normal(0, .01, 20)) <= 0.002
+
+
+def test_history_fact_table_from_run_directories(tmp_path):
+    rng = np.random.default_rng(4)
+    for i in range(24):
+        level = 100.0 if i < 14 else 85.0
+        make_run(tmp_path, f"nightly-{i:02d}",
+                 {("serve", "c=8", "tokens_per_second"): (rng.normal(level, 1.0, 3), "tok/s", "higher"),
+                  ("serve", "c=8", "p50_latency_ms"): (rng.normal(40, 0.4, 3), "ms", "lower")},
+                 status={"cadence": "nightly", "created_utc": f"2026-11-{i + 1:02d}T02:00:00Z",
+                         "artifact_manifest_digest": f"{i:064x}"})
+    make_run(tmp_path, "canary-x", {("serve", "c=8", "tokens_per_second"): ([1, 2, 3], "tok/s", "higher")},
+             status={"cadence": "canary"})
+    hist = history_table(tmp_path)
+    assert len(hist) == 48 and "canary-x" not in set(hist.run_id)
+    assert hist.hardware_key.nunique() == 1
+    fact = change_points(hist, alpha=0.01)
+    assert list(fact.columns) == FACT_COLUMNS
+    tps = fact[fact.metric == "tokens_per_second"]
+    assert len(tps) == 1
+    row = tps.iloc[0]
+    assert row.run_id == "nightly-14" and row.kind == "regression"
+    assert row.artifact_manifest_digest == f"{14:064x}"
+    assert abs(row.before_mean - 100) < 1 and abs(row.after_mean - 85) < 1
+    assert fact[fact.metric == "p50_latency_ms"].empty
+    path = write_change_point_fact(fact, tmp_path)
+    assert path == tmp_path / "warehouse" / "change_point_fact" / "change_points.parquet"
+    back = pd.read_parquet(path)
+    assert back.run_id.tolist() == ["nightly-14"]
+    assert not list(path.parent.glob(".*tmp"))
