@@ -1,0 +1,382 @@
+"""Environment capture: what a run ran on (software, hardware, GPUs, background load), with stable keys.
+
+``write_environment(run_dir, run_id)`` writes ``structured/<run_id>_environment.json``;
+called again with ``when="after"`` at the end of the run, it adds the background load
+sampled then. The document (schema ``benchrun.environment/v1``)::
+
+    captured_utc, hostname,
+    python{version, implementation, executable}, packages{name: version | null},
+    os{system, distro, release, version, machine, libc}, kernel,
+    cpu{model, vendor, logical_cores, physical_cores, usable_cpus, max_mhz},
+    numa{nodes: [{node, cpus, memory_total_bytes}]},
+    memory{total_bytes, available_bytes, swap_total_bytes},
+    gpus[{index, name, uuid, driver_version, memory_total_mib, pci_bus_id}],
+    gpu_unavailable_reason (null when GPUs were found),
+    gpu_runtime{driver_version, cuda_driver_version, torch_version, torch_cuda, nccl_version},
+    background_load{before, after}: {sampled_utc, interval_s, load_average_1m/5m/15m,
+        cpu_busy_share, other_processes_cpu_share, top_other_processes[{pid, name, cpu_pct}]},
+    hardware_key, software_key, key_inputs{hardware, software}
+
+Keys: ``hardware_key`` and ``software_key`` are sha256 (hex) of the canonical JSON of
+``key_inputs.hardware`` / ``key_inputs.software``, stored beside them so anyone can see
+what differs. They name a *class* of machine and software stack, not one machine:
+
+* hardware: machine architecture, CPU model, logical and physical cores, NUMA node count,
+  memory rounded to whole GiB (kernel reservations move the exact figure), and the sorted
+  list of (GPU model, memory MiB). Hostname and GPU UUIDs are left out (they identify a
+  node, recorded separately).
+* software: OS distribution, kernel release, Python version, the versions of
+  :data:`KEY_PACKAGES` except benchrun itself (the harness is not the system under test),
+  GPU driver, CUDA (driver and torch build) and NCCL versions.
+
+psutil is used for load sampling (this module runs on the orchestrating side, not in pods).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import logging
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchrun.errors import BenchrunError
+from benchrun.paths import validate_run_id
+from benchrun.suites.result import atomic_write_json
+
+log = logging.getLogger(__name__)
+
+SCHEMA = "benchrun.environment/v1"
+KEY_PACKAGES = (
+    "benchrun", "numpy", "scipy", "pandas", "pyarrow", "duckdb", "torch", "dagster", "dagster-pipes",
+    "dagster-k8s", "pydantic", "kubernetes", "psutil", "nvidia-nccl-cu12", "nvidia-ml-py",
+)
+_NVSMI_FIELDS = ("index", "name", "uuid", "driver_version", "memory.total", "pci.bus_id")
+
+
+def _utc() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def package_versions(names: tuple[str, ...] = KEY_PACKAGES) -> dict[str, str | None]:
+    """Installed versions (importlib.metadata) of ``names``; null for those not installed."""
+    out: dict[str, str | None] = {}
+    for name in names:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def _os_release() -> str | None:
+    for path in ("/etc/os-release", "/usr/lib/os-release"):
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError:
+            continue
+        m = re.search(r'^PRETTY_NAME="?([^"\n]*)"?', text, re.M)
+        if m:
+            return m.group(1)
+    return None
+
+
+def _cpuinfo() -> dict[str, str]:
+    info: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if ":" in line:
+                    k, v = line.split(":", 1)
+                    info.setdefault(k.strip(), v.strip())
+    except OSError:
+        pass
+    return info
+
+
+def cpu_facts() -> dict[str, Any]:
+    """CPU model, vendor, logical/physical/usable cores and the highest frequency."""
+    import psutil
+
+    info = _cpuinfo()
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        usable = os.cpu_count()
+    try:
+        freq = psutil.cpu_freq()
+    except Exception:  # noqa: BLE001 - not every kernel exposes it
+        freq = None
+    return {
+        "model": info.get("model name") or platform.processor() or platform.machine(),
+        "vendor": info.get("vendor_id"),
+        "logical_cores": psutil.cpu_count(logical=True),
+        "physical_cores": psutil.cpu_count(logical=False),
+        "usable_cpus": usable,
+        "max_mhz": (freq.max or freq.current) if freq else None,
+    }
+
+
+def numa_layout(root: str | os.PathLike[str] = "/sys/devices/system/node") -> dict[str, Any]:
+    """NUMA nodes from sysfs: each node's CPU list and memory; ``nodes: []`` when absent."""
+    base = Path(root)
+    nodes = []
+    for node_dir in sorted(base.glob("node[0-9]*"), key=lambda p: int(p.name[4:])):
+        entry: dict[str, Any] = {"node": int(node_dir.name[4:]), "cpus": None, "memory_total_bytes": None}
+        try:
+            entry["cpus"] = (node_dir / "cpulist").read_text(encoding="utf-8").strip()
+        except OSError:
+            pass
+        try:
+            m = re.search(r"MemTotal:\s+(\d+)\s*kB", (node_dir / "meminfo").read_text(encoding="utf-8"))
+            if m:
+                entry["memory_total_bytes"] = int(m.group(1)) * 1024
+        except OSError:
+            pass
+        nodes.append(entry)
+    return {"nodes": nodes, "source": str(base) if nodes else None}
+
+
+def parse_nvidia_smi_csv(text: str) -> list[dict[str, Any]]:
+    """Rows of ``nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total,pci.bus_id
+    --format=csv,noheader,nounits`` as GPU dicts."""
+    gpus = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != len(_NVSMI_FIELDS):
+            raise ValueError(f"nvidia-smi row {line!r} has {len(parts)} fields, expected {len(_NVSMI_FIELDS)}")
+        index, name, uuid, driver, mem, bus = parts
+        try:
+            mem_mib: int | None = int(float(mem))
+        except ValueError:
+            mem_mib = None  # "[N/A]" on some MIG or vGPU setups
+        gpus.append({"index": int(index), "name": name, "uuid": uuid, "driver_version": driver,
+                     "memory_total_mib": mem_mib, "pci_bus_id": bus})
+    return gpus
+
+
+def _torch_build() -> dict[str, Any]:
+    """torch's version and CUDA build, read from torch/version.py without importing torch."""
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        return {"torch_version": None, "torch_cuda": None}
+    path = Path(list(spec.submodule_search_locations)[0]) / "version.py"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return {"torch_version": None, "torch_cuda": None}
+    def grab(name: str) -> str | None:
+        m = re.search(rf"^{name}\s*(?::[^=]*)?=\s*['\"]([^'\"]*)['\"]", text, re.M)
+        return m.group(1) if m else None
+    return {"torch_version": grab("__version__"), "torch_cuda": grab("cuda")}
+
+
+def gpu_facts(timeout_s: float = 20.0) -> tuple[list[dict[str, Any]], str | None, dict[str, Any]]:
+    """(gpus, reason they are unavailable or None, runtime versions) via nvidia-smi and torch."""
+    runtime: dict[str, Any] = {"driver_version": None, "cuda_driver_version": None, "nccl_version": None,
+                               **_torch_build()}
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return [], "nvidia-smi not found (no NVIDIA driver on this host)", runtime
+    argv = [exe, f"--query-gpu={','.join(_NVSMI_FIELDS)}", "--format=csv,noheader,nounits"]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return [], f"nvidia-smi did not answer: {exc}", runtime
+    if proc.returncode != 0:
+        return [], f"nvidia-smi exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()[:300]}", runtime
+    try:
+        gpus = parse_nvidia_smi_csv(proc.stdout)
+    except ValueError as exc:
+        return [], f"nvidia-smi output not understood: {exc}", runtime
+    if not gpus:
+        return [], "nvidia-smi lists no GPUs", runtime
+    runtime["driver_version"] = gpus[0]["driver_version"]
+    try:
+        banner = subprocess.run([exe], capture_output=True, text=True, timeout=timeout_s).stdout
+        m = re.search(r"CUDA Version:\s*([0-9.]+)", banner)
+        runtime["cuda_driver_version"] = m.group(1) if m else None
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    if runtime["torch_version"] is not None:
+        try:
+            import torch
+
+            if torch.cuda.is_available() and hasattr(torch.cuda, "nccl"):
+                runtime["nccl_version"] = ".".join(map(str, torch.cuda.nccl.version()))
+        except Exception as exc:  # noqa: BLE001 - a broken CUDA runtime is recorded, not fatal
+            runtime["torch_cuda_error"] = f"{type(exc).__name__}: {exc}"
+    return gpus, None, runtime
+
+
+def _own_pids() -> set[int]:
+    import psutil
+
+    me = psutil.Process()
+    pids = {me.pid}
+    try:
+        pids.update(c.pid for c in me.children(recursive=True))
+    except psutil.Error:
+        pass
+    return pids
+
+
+def _process_cpu() -> dict[int, tuple[str, float]]:
+    import psutil
+
+    snap = {}
+    for proc in psutil.process_iter(["name", "cpu_times"]):
+        times = proc.info.get("cpu_times")
+        if times is not None:
+            snap[proc.pid] = (proc.info.get("name") or "?", float(times.user + times.system))
+    return snap
+
+
+def sample_background_load(interval_s: float = 0.5, top: int = 5) -> dict[str, Any]:
+    """Load average now, and over ``interval_s`` the CPU share used by processes other than ours.
+
+    Shares are fractions of the whole machine's CPU capacity (all logical cores);
+    ``top_other_processes`` gives the busiest others in percent of one core.
+    """
+    import psutil
+
+    own = _own_pids()
+    before_sys = psutil.cpu_times()
+    before = _process_cpu()
+    t0 = time.monotonic()
+    time.sleep(interval_s)
+    after = _process_cpu()
+    after_sys = psutil.cpu_times()
+    elapsed = time.monotonic() - t0
+    total = sum(after_sys) - sum(before_sys)
+    idle = (after_sys.idle - before_sys.idle) + (getattr(after_sys, "iowait", 0.0) - getattr(before_sys, "iowait", 0.0))
+    deltas = []
+    for pid, (name, cpu) in after.items():
+        if pid in own or pid not in before:
+            continue
+        d = cpu - before[pid][1]
+        if d > 0:
+            deltas.append((d, pid, name))
+    others = sum(d for d, _, _ in deltas)
+    deltas.sort(reverse=True)
+    load1, load5, load15 = os.getloadavg()
+    return {
+        "sampled_utc": _utc(),
+        "interval_s": round(elapsed, 3),
+        "load_average_1m": load1,
+        "load_average_5m": load5,
+        "load_average_15m": load15,
+        "cpu_busy_share": max(0.0, min(1.0, (total - idle) / total)) if total > 0 else None,
+        "other_processes_cpu_share": max(0.0, min(1.0, others / total)) if total > 0 else None,
+        "top_other_processes": [{"pid": pid, "name": name, "cpu_pct": round(100.0 * d / elapsed, 1)}
+                                for d, pid, name in deltas[:top]],
+    }
+
+
+def _digest(data: Any) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
+
+
+def key_inputs(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The attributes hashed into hardware_key and software_key (see the module docstring)."""
+    gpus = sorted([g.get("name"), g.get("memory_total_mib")] for g in doc.get("gpus", []))
+    total = (doc.get("memory") or {}).get("total_bytes")
+    hardware = {
+        "machine": doc["os"]["machine"],
+        "cpu_model": doc["cpu"]["model"],
+        "logical_cores": doc["cpu"]["logical_cores"],
+        "physical_cores": doc["cpu"]["physical_cores"],
+        "numa_nodes": len(doc["numa"]["nodes"]),
+        "memory_gib": round(total / 2**30) if total else None,
+        "gpus": gpus,
+    }
+    rt = doc.get("gpu_runtime") or {}
+    software = {
+        "os": doc["os"]["distro"] or doc["os"]["system"],
+        "kernel": doc["kernel"],
+        "python": doc["python"]["version"],
+        "packages": {k: v for k, v in sorted(doc["packages"].items()) if k != "benchrun"},
+        "gpu_driver": rt.get("driver_version"),
+        "cuda_driver": rt.get("cuda_driver_version"),
+        "torch_cuda": rt.get("torch_cuda"),
+        "nccl": rt.get("nccl_version"),
+    }
+    return {"hardware": hardware, "software": software}
+
+
+def capture_environment(*, load_interval_s: float = 0.5) -> dict[str, Any]:
+    """Everything in the module docstring, with ``background_load.before`` sampled now."""
+    import psutil
+
+    vm = psutil.virtual_memory()
+    gpus, reason, runtime = gpu_facts()
+    doc: dict[str, Any] = {
+        "schema": SCHEMA,
+        "captured_utc": _utc(),
+        "hostname": socket.gethostname(),
+        "python": {"version": platform.python_version(), "implementation": platform.python_implementation(),
+                   "executable": sys.executable},
+        "packages": package_versions(),
+        "os": {"system": platform.system(), "distro": _os_release(), "release": platform.release(),
+               "version": platform.version(), "machine": platform.machine(),
+               "libc": "-".join(x for x in platform.libc_ver() if x) or None},
+        "kernel": platform.release(),
+        "cpu": cpu_facts(),
+        "numa": numa_layout(),
+        "memory": {"total_bytes": vm.total, "available_bytes": vm.available,
+                   "swap_total_bytes": psutil.swap_memory().total},
+        "gpus": gpus,
+        "gpu_unavailable_reason": reason,
+        "gpu_runtime": runtime,
+        "background_load": {"before": sample_background_load(load_interval_s), "after": None},
+    }
+    inputs = key_inputs(doc)
+    doc["key_inputs"] = inputs
+    doc["hardware_key"] = _digest(inputs["hardware"])
+    doc["software_key"] = _digest(inputs["software"])
+    return doc
+
+
+def environment_path(run_dir: str | os.PathLike[str], run_id: str) -> Path:
+    """``<run_dir>/structured/<run_id>_environment.json``."""
+    return Path(run_dir) / "structured" / f"{validate_run_id(run_id)}_environment.json"
+
+
+def write_environment(run_dir: str | os.PathLike[str], run_id: str, *, when: str = "before",
+                      load_interval_s: float = 0.5) -> Path:
+    """Write the environment document (``when="before"``), or add the after-run load sample to it.
+
+    ``when="after"`` reads the existing file and sets ``background_load.after``; if the
+    file is missing it captures everything first. Written to a temporary name, then renamed.
+    """
+    if when not in ("before", "after"):
+        raise ValueError(f"when must be 'before' or 'after', not {when!r}")
+    path = environment_path(run_dir, run_id)
+    if when == "before" or not path.exists():
+        doc = capture_environment(load_interval_s=load_interval_s)
+        doc["run_id"] = run_id
+    else:
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise BenchrunError(f"{path}: cannot read the environment document to add the after-run load ({exc})") from None
+    if when == "after":
+        doc["background_load"]["after"] = sample_background_load(load_interval_s)
+    log.info("environment %s: hardware_key %s software_key %s", path, doc["hardware_key"][:12], doc["software_key"][:12])
+    return atomic_write_json(path, doc)
