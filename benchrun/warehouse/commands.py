@@ -1,0 +1,123 @@
+"""The ``benchrun query``, ``benchrun lineage`` and ``benchrun retention`` commands."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+import typer
+
+
+def _home():
+    from benchrun.paths import benchrun_home
+
+    return benchrun_home()
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def query_cmd(
+    sql: str = typer.Argument(..., help="One SELECT statement over the warehouse views."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON object with rows and query_spec_digest."),
+    as_csv: bool = typer.Option(False, "--csv", help="Print CSV (header + rows)."),
+) -> None:
+    """Run read-only SQL over the curated warehouse (a table by default)."""
+    from benchrun.errors import BenchrunError
+    from benchrun.warehouse.views import query
+
+    if as_json and as_csv:
+        raise BenchrunError("query: choose one of --json and --csv")
+    result = query(sql, _home())
+    table = result.table
+    if as_json:
+        rows = table.to_pylist()
+        typer.echo(json.dumps({"query_spec_digest": result.query_spec_digest, "columns": table.column_names,
+                               "rows": rows}, default=str, indent=2))
+    elif as_csv:
+        import csv
+        import sys
+
+        writer = csv.writer(sys.stdout)
+        writer.writerow(table.column_names)
+        for row in table.to_pylist():
+            writer.writerow([_cell(row[c]) for c in table.column_names])
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        out = Table(caption=f"{table.num_rows} rows · query_spec_digest {result.query_spec_digest[:16]}…")
+        for name in table.column_names:
+            out.add_column(name)
+        for row in table.to_pylist():
+            out.add_row(*[_cell(row[c]) for c in table.column_names])
+        Console().print(out)
+
+
+def lineage_cmd(
+    run_id: str = typer.Argument(..., help="The run id."),
+    metric: str = typer.Argument(..., help="Metric name, e.g. p99_latency_ms."),
+    case: Optional[str] = typer.Option(None, "--case", help="Only this case of the metric."),
+    as_json: bool = typer.Option(False, "--json", help="Print the lineage as JSON."),
+) -> None:
+    """Walk a published median back to its raw objects, re-checking every hash on the way."""
+    from benchrun.warehouse.lineage import trace
+
+    reports = trace(_home(), run_id, metric, case)
+    if as_json:
+        typer.echo(json.dumps([r.to_json() for r in reports], indent=2, default=str))
+        return
+    from rich.console import Console
+
+    con = Console(soft_wrap=True)
+    for r in reports:
+        con.print(f"[bold]{r.run_id}[/] {r.suite} {r.metric} case={r.case!r}: median {r.median:.6g} {r.unit} "
+                  f"over {r.replicates} replicates")
+        con.print(f"  query_spec_digest {r.query_spec_digest}")
+        con.print(f"  workload_spec_digest {r.workload_spec_digest}")
+        con.print(f"  artifact_manifest_digest {r.artifact_manifest_digest} ({r.store_uri})")
+        for s in r.steps:
+            con.print(f"  r{s.replicate} = {s.value:.6g} ← {s.raw_path} {s.raw_uri}")
+            for check in s.checks:
+                con.print(f"      ✓ {check}")
+    con.print("lineage verified: every value re-hashed to its raw bytes")
+
+
+def retention_cmd(
+    apply: bool = typer.Option(False, "--apply", help="Remove what is listed (default: dry run)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+) -> None:
+    """List curated partitions past cold retention and raw objects past theirs; --apply removes them."""
+    from benchrun.warehouse.retention import apply_retention, plan_retention
+
+    home = _home()
+    plan = plan_retention(home)
+    record = apply_retention(home, plan) if apply else None
+    if as_json:
+        typer.echo(json.dumps({**plan.to_json(), "record": str(record) if record else None}, indent=2, default=str))
+        return
+    verb = "removed" if apply else "would remove"
+    for run in plan.runs:
+        age = f"{run.age_days:.1f} d" if run.age_days is not None else "age unknown"
+        typer.echo(f"run {run.run_id}: {age}, tier {run.tier}")
+    for part in plan.partitions:
+        typer.echo(f"{verb} partition {part['table']}/run_id={part['run_id']}")
+    for obj in plan.objects:
+        typer.echo(f"{verb} raw object {obj['uri']} (runs {', '.join(obj['runs'])})")
+    for note in plan.notes:
+        typer.echo(f"note: {note}")
+    typer.echo(f"{verb}: {len(plan.partitions)} partitions, {len(plan.objects)} raw objects; "
+               f"kept {plan.kept_objects} raw objects inside retention"
+               + (f"; record {record}" if record else " (dry run; --apply to remove)"))
+
+
+def register(app: typer.Typer) -> None:
+    """Add query, lineage and retention to the benchrun CLI."""
+    app.command("query")(query_cmd)
+    app.command("lineage")(lineage_cmd)
+    app.command("retention")(retention_cmd)

@@ -1,0 +1,377 @@
+"""Turning one run directory into its rows of every fact and dimension table."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from benchrun.store import ObjectManifest
+from benchrun.warehouse.schemas import (
+    DIMENSIONS,
+    JOIN_KEY_NAMES,
+    REQUEST_COLUMNS,
+    SERVING_DISTRIBUTION_COLUMNS,
+    SERVING_REQUEST_FACT,
+    SERVING_SCALAR_COLUMNS,
+    TABLES,
+    dim_key,
+)
+from benchrun.warehouse.sources import RunSources, dig, load_sources, parse_ts
+from benchrun.warehouse.writer import rows_to_table, write_partition
+
+log = logging.getLogger(__name__)
+
+REQUEST_BATCH_ROWS = 256_000
+
+
+def _keys(src: RunSources, **given: Any) -> dict[str, Any]:
+    """Join keys: the run's id, what the caller knows, and nothing invented."""
+    row = {name: None for name in JOIN_KEY_NAMES}
+    row["run_id"] = src.run_id
+    for name, value in given.items():
+        if name in row and value not in (None, ""):
+            row[name] = int(value) if name == "rank_id" else str(value)
+    return row
+
+
+def _launch_keys(src: RunSources, suite: str, replicate: int) -> dict[str, Any]:
+    launch = src.launch_for(suite, replicate)
+    return {k: launch.get(k) for k in ("scheduler_run_id", "job_uid", "pod_uid", "node_name") if launch.get(k)}
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _str(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return str(value)
+
+
+# -- dimensions ----------------------------------------------------------------
+
+
+def _packages(env: dict[str, Any]) -> dict[str, str]:
+    pkgs = env.get("packages") or {}
+    if isinstance(pkgs, list):
+        out = {}
+        for p in pkgs:
+            if isinstance(p, dict) and p.get("name"):
+                out[str(p["name"])] = str(p.get("version"))
+        return out
+    return {str(k): str(v) for k, v in pkgs.items()} if isinstance(pkgs, dict) else {}
+
+
+def _first(env: dict[str, Any], *paths: tuple[str, ...]) -> Any:
+    for path in paths:
+        value = dig(env, *path)
+        if value not in (None, "", [], {}):
+            return value
+    return None
+
+
+def dimension_rows(src: RunSources) -> dict[str, dict[str, Any]]:
+    """One row per dimension for this run, each keyed by the hash of its natural attributes."""
+    env, status = src.environment, src.status
+    gpus = env.get("gpus") if isinstance(env.get("gpus"), list) else []
+    pkgs = _packages(env)
+    python = env.get("python")
+    software = {
+        "image_digest": _str(_first(env, ("image_digest",), ("container", "image_digest"))),
+        "driver_version": _str(_first(env, ("driver_version",), ("nvidia", "driver_version")) or (gpus[0].get("driver_version") if gpus and isinstance(gpus[0], dict) else None)),
+        "cuda_version": _str(_first(env, ("cuda_version",), ("torch", "cuda"))),
+        "nccl_version": _str(_first(env, ("nccl_version",), ("torch", "nccl"))),
+        "framework_version": _str(pkgs.get("torch") or _first(env, ("torch", "version"))),
+        "runtime_version": _str(_first(env, ("runtime_version",), ("vllm_version",)) or pkgs.get("vllm")),
+        "python_version": _str(python.get("version") if isinstance(python, dict) else python),
+        "os": _str(_first(env, ("os",), ("platform",))),
+        "kernel": _str(_first(env, ("kernel",), ("os_release",))),
+        "packages_json": json.dumps(pkgs, sort_keys=True, separators=(",", ":")) if pkgs else None,
+    }
+    gpu_models = sorted({str(g.get("name") or g.get("model")) for g in gpus if isinstance(g, dict) and (g.get("name") or g.get("model"))})
+    hardware = {
+        "gpu_model": ",".join(gpu_models) or None,
+        "gpu_count": len(gpus),
+        "pcie_layout": _str(env.get("pcie_layout")),
+        "nvlink_topology": _str(env.get("nvlink_topology")),
+        "gpu_nic_affinity": _str(env.get("gpu_nic_affinity")),
+        "numa_layout": _str(_first(env, ("numa",), ("numa_layout",))),
+        "cpu_model": _str(_first(env, ("cpu_model",), ("cpu", "model"))),
+        "cpu_cores": (lambda v: int(v) if isinstance(v, (int, float)) else None)(_first(env, ("cores",), ("cpu_cores",), ("cpu", "cores"))),
+        "memory_bytes": (lambda v: int(v) if isinstance(v, (int, float)) else None)(_first(env, ("memory_bytes",), ("memory", "total_bytes"), ("memory", "total"))),
+    }
+    cluster = {
+        "cluster": _str(_first(env, ("cluster",), ("kubernetes", "cluster"))),
+        "region": _str(_first(env, ("region",), ("kubernetes", "region"))),
+        "availability_zone": _str(_first(env, ("availability_zone",), ("kubernetes", "zone"))),
+        "node_pool": _str(_first(env, ("node_pool",), ("kubernetes", "node_pool"))),
+        "scheduler_path": _str(status.get("selected_scheduler_path") or status.get("scheduler_path_requested")),
+        "resource_flavor": _str(_first(env, ("resource_flavor",), ("kueue", "resource_flavor"))),
+    }
+    workload = dig(src.spec, "spec", "workload") or {}
+    wl = {
+        "model": _str(workload.get("model")),
+        "precision": _str(workload.get("precision")),
+        "protocol": _str(workload.get("protocol")),
+        "deployment_model": _str(workload.get("deploymentModel")),
+        "batching_policy": _str(workload.get("batchingPolicy")),
+        "concurrency_model": _str(workload.get("concurrencyModel")),
+        "sequence_length_mix_json": _str(workload.get("sequenceLengthMix")),
+    }
+    manifest = src.manifest
+    lineage = {
+        "run_id": src.run_id,
+        "artifact_manifest_digest": src.artifact_manifest_digest,
+        "workload_spec_digest": src.workload_spec_digest,
+        "spec_digest": _str(status.get("spec_digest")),
+        "store_uri": manifest.store_uri if manifest else None,
+        "manifest_uri": None,
+        "object_count": len(manifest.objects) if manifest else None,
+        "total_bytes": sum(o.size for o in manifest.objects) if manifest else None,
+    }
+    if manifest is not None:
+        status_entry = next((o for o in manifest.objects if o.path == "status.json"), None)
+        lineage["manifest_uri"] = status_entry.uri.rsplit("sha256/", 1)[0] + f"manifests/{src.run_id}/{manifest.digest}.json" if status_entry else None
+    out = {}
+    for table, attrs in (
+        ("software_version_dim", software),
+        ("hardware_topology_dim", hardware),
+        ("cluster_region_dim", cluster),
+        ("workload_dim", wl),
+        ("artifact_lineage_dim", lineage),
+    ):
+        key_col = DIMENSIONS[table].names[0]
+        out[table] = {key_col: dim_key(attrs), **attrs}
+    return out
+
+
+# -- facts ---------------------------------------------------------------------
+
+
+def _retention(src: RunSources) -> dict[str, Any]:
+    sinks = src.sinks()
+    ret = dig(sinks, "curatedWarehouse", "retention") or {}
+    raw = sinks.get("rawArtifacts") or {}
+
+    def days(name: str) -> int | None:
+        v = ret.get(name)
+        return int(v) if isinstance(v, (int, float)) else None
+
+    return {
+        "retention_hot_days": days("hotDays"),
+        "retention_warm_days": days("warmDays"),
+        "retention_cold_days": days("coldDays"),
+        "raw_retention_class": _str(raw.get("retentionClass")),
+        "raw_path_template": _str(raw.get("pathTemplate")),
+    }
+
+
+def benchmark_run_rows(src: RunSources, dims: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    st = src.status
+    created, started, finished = (parse_ts(st.get(k)) for k in ("created_utc", "started_utc", "finished_utc"))
+    row = _keys(src, scheduler_run_id=st.get("scheduler_run_id"), job_uid=st.get("job_uid"))
+    row.update({
+        k: _str(st.get(k))
+        for k in (
+            "name", "phase", "outcome", "benchmark_class_requested", "benchmark_class_granted", "workload_type",
+            "cadence", "scheduler_path_requested", "selected_scheduler_path", "variable_under_test",
+            "spec_digest", "dagster_run_id",
+        )
+    })
+    row.update(
+        created_utc=created,
+        started_utc=started,
+        finished_utc=finished,
+        duration_s=(finished - started).total_seconds() if started and finished else None,
+        n_suite_results=len(src.results),
+        n_metrics=sum(len(doc.get("metrics", [])) for _, doc in src.results),
+        **_retention(src),
+    )
+    for table, drow in dims.items():
+        key_col = DIMENSIONS[table].names[0]
+        row[key_col] = drow[key_col]
+    row.update(src.lineage("status.json"))
+    return [row]
+
+
+def _layer(src: RunSources, doc: dict[str, Any]) -> str | None:
+    return _str(src.launch_for(doc["suite"], doc.get("replicate", 0)).get("layer") or dig(doc, "parameters", "layer"))
+
+
+def measurement_rows(src: RunSources) -> list[dict[str, Any]]:
+    rows = []
+    for relpath, doc in src.results:
+        suite, rep = doc.get("suite"), int(doc.get("replicate") or 0)
+        base_keys = {**_launch_keys(src, suite, rep), "benchmark_case_id": doc.get("benchmark_case_id")}
+        lineage = src.lineage(relpath)
+        for m in doc.get("metrics", []):
+            keys = dict(base_keys)
+            for k in ("scheduler_run_id", "job_uid", "pod_uid", "node_name", "gpu_uuid", "rank_id"):
+                if m.get(k) not in (None, ""):
+                    keys[k] = m[k]
+            row = _keys(src, **keys)
+            row.update(
+                layer=_layer(src, doc), suite=suite, replicate=rep, case=m.get("case") or "",
+                metric=m.get("name"), value=_num(m.get("value")), unit=m.get("unit"),
+                direction=m.get("direction"), status=doc.get("status"), reason=_str(doc.get("reason")),
+                synthetic=bool(doc.get("synthetic", False)), finished_utc=parse_ts(doc.get("finished_utc")),
+                **lineage,
+            )
+            rows.append(row)
+    return rows
+
+
+def serving_outcome_rows(src: RunSources) -> list[dict[str, Any]]:
+    rows = []
+    types = dict(SERVING_SCALAR_COLUMNS)
+    for relpath, doc in src.results:
+        serving = doc.get("serving") or []
+        if not serving:
+            continue
+        suite, rep = doc.get("suite"), int(doc.get("replicate") or 0)
+        lineage = src.lineage(relpath)
+        for point in serving:
+            if not isinstance(point, dict):
+                continue
+            row = _keys(src, **_launch_keys(src, suite, rep), benchmark_case_id=doc.get("benchmark_case_id"))
+            row.update(layer=_layer(src, doc), suite=suite, replicate=rep, synthetic=bool(doc.get("synthetic", False)))
+            for name, dtype in types.items():
+                value = point.get(name)
+                if pa.types.is_floating(dtype):
+                    row[name] = _num(value)
+                elif pa.types.is_integer(dtype):
+                    row[name] = int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+                elif pa.types.is_list(dtype):
+                    row[name] = [str(v) for v in value] if isinstance(value, list) else None
+                else:
+                    row[name] = _str(value)
+            for name, _ in SERVING_DISTRIBUTION_COLUMNS:
+                row[name] = _num(point.get(name))
+            row.update(lineage)
+            rows.append(row)
+    return rows
+
+
+def telemetry_rows(src: RunSources) -> list[dict[str, Any]]:
+    """Node- and GPU-scope slices over the run window from the environment capture.
+
+    Time-series samples from suites join here when a suite writes them (none does yet).
+    """
+    env = src.environment
+    if not env:
+        return []
+    start = parse_ts(src.status.get("started_utc")) or parse_ts(src.status.get("created_utc"))
+    end = parse_ts(src.status.get("finished_utc"))
+    relpath = f"structured/{src.run_id}_environment.json"
+    lineage = src.lineage(relpath)
+    node = _str(env.get("hostname"))
+    rows = []
+
+    def add(scope: str, metric: str, value: Any, unit: str, **keys: Any) -> None:
+        v = _num(value)
+        if v is None:
+            return
+        row = _keys(src, node_name=node, **keys)
+        row.update(window_start_utc=start, window_end_utc=end, scope=scope, source="environment",
+                   metric=metric, value=v, unit=unit, **lineage)
+        rows.append(row)
+
+    load = env.get("background_load") if isinstance(env.get("background_load"), dict) else {}
+    for name, value in load.items():
+        add("node", f"background_{name}", value, "load" if "loadavg" in name else "")
+    add("node", "cpu_cores", _first(env, ("cores",), ("cpu_cores",), ("cpu", "cores")), "count")
+    add("node", "memory_bytes", _first(env, ("memory_bytes",), ("memory", "total_bytes"), ("memory", "total")), "bytes")
+    for gpu in env.get("gpus") or []:
+        if not isinstance(gpu, dict):
+            continue
+        uuid = gpu.get("uuid") or gpu.get("gpu_uuid")
+        for metric, unit in (("memory_total_bytes", "bytes"), ("utilization_pct", "%"), ("temperature_c", "C"),
+                             ("power_w", "W"), ("sm_clock_mhz", "MHz")):
+            add("gpu", f"gpu_{metric}", gpu.get(metric), unit, gpu_uuid=uuid)
+    return rows
+
+
+def request_batches(src: RunSources) -> Iterator[pa.RecordBatch]:
+    """Rows of every ``raw/*_requests.parquet``, streamed in batches with keys and lineage added."""
+    for relpath, doc in src.results:
+        sample = (doc.get("samples") or {}).get("requests")
+        if not sample:
+            continue
+        path = src.run_dir / sample
+        if not path.is_file():
+            log.warning("run %s: %s names %s, which is missing", src.run_id, relpath, sample)
+            continue
+        suite, rep = doc.get("suite"), int(doc.get("replicate") or 0)
+        consts = {
+            **_keys(src, **_launch_keys(src, suite, rep), benchmark_case_id=doc.get("benchmark_case_id")),
+            "suite": suite, "replicate": rep, **src.lineage(sample),
+        }
+        yield from stream_request_file(path, consts)
+
+
+def stream_request_file(path: Path, consts: dict[str, Any], batch_rows: int = REQUEST_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    """One requests parquet file as serving_request_fact batches (columns it lacks → null)."""
+    schema = SERVING_REQUEST_FACT
+    parquet = pq.ParquetFile(path)
+    present = set(parquet.schema_arrow.names)
+    wanted = [n for n, _ in REQUEST_COLUMNS if n in present] + [k for k in ("request_id", "trace_id", "node_name", "gpu_uuid", "pod_uid") if k in present]
+    for batch in parquet.iter_batches(batch_size=batch_rows, columns=wanted):
+        n = batch.num_rows
+        columns = []
+        for field in schema:
+            if field.name in present and field.name in wanted:
+                col = batch.column(field.name)
+                if field.name == "error" and not pa.types.is_string(col.type) and not pa.types.is_null(col.type):
+                    col = pc.cast(col, pa.string())
+                columns.append(col.cast(field.type))
+            else:
+                value = consts.get(field.name)
+                columns.append(pa.nulls(n, field.type) if value is None else pa.repeat(pa.scalar(value, field.type), n))
+        yield pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def build_tables(src: RunSources) -> dict[str, Callable[[], Any]]:
+    """Producers for every table of one run (called lazily so requests stream)."""
+    dims = dimension_rows(src)
+    producers: dict[str, Callable[[], Any]] = {
+        "benchmark_run_fact": lambda: [rows_to_table("benchmark_run_fact", benchmark_run_rows(src, dims))],
+        "measurement_fact": lambda: [rows_to_table("measurement_fact", measurement_rows(src))],
+        "serving_outcome_fact": lambda: [rows_to_table("serving_outcome_fact", serving_outcome_rows(src))],
+        "serving_request_fact": lambda: request_batches(src),
+        "telemetry_slice_fact": lambda: [rows_to_table("telemetry_slice_fact", telemetry_rows(src))],
+        "training_outcome_fact": lambda: [],
+    }
+    for table, row in dims.items():
+        producers[table] = (lambda t=table, r=row: [rows_to_table(t, [r])])
+    return producers
+
+
+def curate_run(
+    run_dir: Path,
+    home: Path,
+    manifest: ObjectManifest | None = None,
+    *,
+    tables: list[str] | None = None,
+) -> dict[str, int]:
+    """Write the run's partition of every table (or of ``tables``); return rows per table.
+
+    ``manifest`` is the stored object manifest (``ArtifactStore.put_run_dir``); without it
+    the one named by status.json's ``artifact_manifest_digest`` is loaded, else the
+    lineage columns stay null.
+    """
+    src = load_sources(Path(run_dir), manifest, Path(home))
+    producers = build_tables(src)
+    selected = tables or list(TABLES)
+    unknown = [t for t in selected if t not in TABLES]
+    if unknown:
+        raise ValueError(f"unknown tables {unknown}")
+    return {table: write_partition(Path(home), table, src.run_id, producers[table]()) for table in selected}

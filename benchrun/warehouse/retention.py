@@ -1,0 +1,174 @@
+"""Retention: which curated partitions and raw objects have outlived their tier, and removing them.
+
+Per run (from its ``benchmark_run_fact`` row, i.e. the run's own pinned spec):
+``sinks.curatedWarehouse.retention`` hot/warm/cold days and
+``sinks.rawArtifacts.retentionClass``. A run's age counts from ``finished_utc`` (else
+``created_utc``). Curated partitions go once the run is older than ``coldDays``. A raw
+object (local store only) goes once *every* run whose object manifest lists it is past
+its raw retention; an object any run still needs is kept, and so is every object of a
+run whose age or retention is unknown. S3 objects are left to the bucket's object lock
+and lifecycle rules.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from benchrun.errors import BenchrunError
+from benchrun.store import LocalStore, open_store, retention_days_for_class
+from benchrun.suites.result import atomic_write_json
+from benchrun.warehouse.schemas import TABLES
+from benchrun.warehouse.views import connect, refresh_views
+from benchrun.warehouse.writer import partition_run_ids, remove_partition, warehouse_root
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class RunAge:
+    run_id: str
+    age_days: float | None
+    tier: str  # hot | warm | cold | expired | unknown
+    cold_days: int | None
+    raw_days: int | None
+    raw_path_template: str | None
+
+
+@dataclasses.dataclass
+class RetentionPlan:
+    """What a retention pass would remove (or removed, once applied)."""
+
+    now_utc: str
+    runs: list[RunAge]
+    partitions: list[dict[str, str]]  # {"table", "run_id", "path"}
+    objects: list[dict[str, Any]]  # {"uri", "runs": [...]}
+    kept_objects: int
+    notes: list[str]
+    applied: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _tier(age: float | None, hot: int | None, warm: int | None, cold: int | None) -> str:
+    if age is None or cold is None:
+        return "unknown"
+    if age > cold:
+        return "expired"
+    if warm is not None and age > warm:
+        return "cold"
+    if hot is not None and age > hot:
+        return "warm"
+    return "hot"
+
+
+def _run_ages(home: Path, now: dt.datetime) -> list[RunAge]:
+    con = connect(home)
+    try:
+        rows = con.execute(
+            """SELECT run_id, coalesce(finished_utc, created_utc) AS t, retention_hot_days, retention_warm_days,
+                      retention_cold_days, raw_retention_class, raw_path_template
+               FROM benchmark_run_fact ORDER BY run_id"""
+        ).fetchall()
+    finally:
+        con.close()
+    out = []
+    for run_id, t, hot, warm, cold, raw_class, template in rows:
+        age = (now - t).total_seconds() / 86400 if t is not None else None
+        raw_days = retention_days_for_class(raw_class, {"hotDays": hot, "warmDays": warm, "coldDays": cold})
+        out.append(RunAge(run_id, age, _tier(age, hot, warm, cold), cold, raw_days, template))
+    return out
+
+
+def plan_retention(home: Path, now: dt.datetime | None = None) -> RetentionPlan:
+    """The dry run: expired curated partitions and raw objects no run still needs."""
+    now = now or dt.datetime.now(dt.timezone.utc)
+    home = Path(home)
+    runs = _run_ages(home, now)
+    notes: list[str] = []
+    partitions = []
+    for run in runs:
+        if run.tier == "expired":
+            for table in TABLES:
+                if run.run_id in partition_run_ids(home, table):
+                    partitions.append({"table": table, "run_id": run.run_id,
+                                       "path": str(warehouse_root(home) / table / f"run_id={run.run_id}")})
+        elif run.tier == "unknown":
+            notes.append(f"run {run.run_id}: age or coldDays unknown; its partitions are kept")
+
+    # Raw objects in local stores: a key is removable only if every manifest listing it is expired.
+    by_store: dict[str, tuple[LocalStore, list[RunAge]]] = {}
+    for run in runs:
+        try:
+            store = open_store(run.raw_path_template, home)
+        except BenchrunError as exc:
+            notes.append(f"run {run.run_id}: raw store not usable ({exc}); its objects are kept")
+            continue
+        if not isinstance(store, LocalStore):
+            notes.append(f"run {run.run_id}: raw objects on {store.uri} are governed by object lock/lifecycle, not removed here")
+            continue
+        by_store.setdefault(str(store.root), (store, []))[1].append(run)
+    objects: list[dict[str, Any]] = []
+    kept = 0
+    for store, store_runs in by_store.values():
+        ages = {r.run_id: r for r in store_runs}
+        holders: dict[str, list[str]] = {}
+        for run_id in store.list_manifest_run_ids():
+            try:
+                manifest = store.load_manifest(run_id)
+            except BenchrunError as exc:
+                notes.append(f"{store.uri}: manifest of {run_id} unreadable ({exc}); store left untouched")
+                holders = {}
+                break
+            # Every stored version of the run's manifest counts, not only the latest.
+            for version in _manifest_versions(store, run_id):
+                for obj in version:
+                    holders.setdefault(obj, []).append(run_id)
+            for obj in manifest.objects:
+                holders.setdefault(obj.key, []).append(run_id)
+        for key, run_ids in sorted(holders.items()):
+            expired = all(
+                r in ages and ages[r].raw_days is not None and ages[r].age_days is not None
+                and ages[r].age_days > ages[r].raw_days
+                for r in set(run_ids)
+            )
+            if expired and store.exists(key):
+                objects.append({"uri": store.key_uri(key), "key": key, "store": str(store.root), "runs": sorted(set(run_ids))})
+            else:
+                kept += 1
+    return RetentionPlan(now.isoformat(timespec="seconds"), runs, partitions, objects, kept, notes)
+
+
+def _manifest_versions(store: LocalStore, run_id: str) -> list[list[str]]:
+    out = []
+    directory = store.path_of(store.manifest_key(run_id)).with_suffix("")
+    for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+        try:
+            doc = json.loads(path.read_text())
+            out.append([o["key"] for o in doc.get("objects", [])])
+        except (OSError, json.JSONDecodeError, KeyError, TypeError):
+            continue
+    return out
+
+
+def apply_retention(home: Path, plan: RetentionPlan) -> Path:
+    """Remove what ``plan`` lists, refresh the views, and record it under ``warehouse/_retention/``."""
+    home = Path(home)
+    for part in plan.partitions:
+        remove_partition(home, part["table"], part["run_id"])
+    for obj in plan.objects:
+        store = LocalStore(Path(obj["store"]))
+        store.delete_key(obj["key"])
+    if plan.partitions:
+        refresh_views(home)
+    plan.applied = True
+    stamp = plan.now_utc.replace(":", "").replace("+", "Z").replace("-", "")
+    record = warehouse_root(home) / "_retention" / f"retention-{stamp}.json"
+    atomic_write_json(record, plan.to_json())
+    log.info("retention removed %d partitions and %d raw objects; record %s", len(plan.partitions), len(plan.objects), record)
+    return record
