@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -11,43 +9,7 @@ import pytest
 from benchrun.automation import git
 from benchrun.automation.commits import commit_window
 from benchrun.errors import BenchrunError
-
-
-class GitRepo:
-    """A throwaway repository driven through the git CLI, with one commit per second of a fixed clock."""
-
-    def __init__(self, path: Path, branch: str = "main") -> None:
-        self.path = path
-        self.clock = 1_790_000_000  # 2026-09-21, whole seconds
-        path.mkdir(parents=True, exist_ok=True)
-        self.git("init", "-q", "-b", branch)
-        self.git("config", "user.email", "bench@example.invalid")
-        self.git("config", "user.name", "bench")
-        self.git("config", "commit.gpgsign", "false")
-
-    def git(self, *args: str) -> str:
-        env = {**os.environ, "GIT_AUTHOR_DATE": f"@{self.clock} +0000", "GIT_COMMITTER_DATE": f"@{self.clock} +0000"}
-        env.pop("GIT_DIR", None)
-        proc = subprocess.run(["git", "-C", str(self.path), *args], capture_output=True, env=env, check=True)
-        return proc.stdout.decode().strip()
-
-    def write(self, rel: str, data: bytes | str) -> None:
-        target = self.path / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data.encode() if isinstance(data, str) else data)
-
-    def commit(self, message: str, files: dict[str, bytes | str] | None = None, remove: tuple[str, ...] = ()) -> str:
-        for rel, data in (files or {}).items():
-            self.write(rel, data)
-        for rel in remove:
-            self.git("rm", "-q", rel)
-        self.git("add", "-A")
-        self.clock += 1
-        self.git("commit", "-q", "--allow-empty", "-m", message)
-        return self.head()
-
-    def head(self) -> str:
-        return self.git("rev-parse", "HEAD")
+from test_automation_fixtures import GitRepo
 
 
 @pytest.fixture

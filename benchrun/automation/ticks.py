@@ -53,7 +53,7 @@ class Submission:
 
     def tags(self) -> dict[str, str]:
         tags = {"benchrun/trigger": self.trigger, "benchrun/spec_path": self.path[-200:],
-                "benchrun/spec_digest": self.spec_digest.removeprefix("sha256:")[:63]}
+                "benchrun/spec_digest": self.spec_digest}
         if self.commit:
             tags["benchrun/commit"] = self.commit
         return tags

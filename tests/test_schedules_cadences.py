@@ -1,0 +1,122 @@
+"""The nightly and pre-release schedules, ticked through build_schedule_context on a real instance."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from benchrun.automation.settings import DEFAULT_NIGHTLY_CRON, ENV_NIGHTLY_CRON, cron_from_env
+from benchrun.errors import BenchrunError
+from schedules.cadences import nightly_schedule, pre_release_schedule
+from test_automation_fixtures import ROOT, definitions, invalid_spec_bytes, spec_bytes
+
+TICK = dt.datetime(2026, 9, 21, 3, 15, tzinfo=dt.timezone.utc)
+
+
+@pytest.fixture
+def instance(bench_home: Path) -> Iterator[dg.DagsterInstance]:
+    with dg.instance_for_test() as inst:
+        yield inst
+
+
+@pytest.fixture
+def specs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    monkeypatch.setenv("BENCHRUN_SPECS_DIR", str(folder))
+    return folder
+
+
+def tick(schedule: dg.ScheduleDefinition, instance: dg.DagsterInstance, when: dt.datetime = TICK):
+    repo_def = definitions().get_repository_def()
+    context = dg.build_schedule_context(instance=instance, scheduled_execution_time=when, repository_def=repo_def)
+    return schedule.evaluate_tick(context)
+
+
+def test_nightly_tick_requests_one_run_per_nightly_spec(instance, specs_dir: Path, bench_home: Path) -> None:
+    (specs_dir / "a.yaml").write_bytes(spec_bytes("nightly-a", "nightly"))
+    (specs_dir / "sub").mkdir()
+    (specs_dir / "sub" / "b.yaml").write_bytes(spec_bytes("nightly-b", "nightly"))
+    (specs_dir / "canary.yaml").write_bytes(spec_bytes("canary-a", "canary"))
+    (specs_dir / "off.yaml").write_bytes(spec_bytes("nightly-off", "nightly", nightly=False))
+    (specs_dir / "broken.yaml").write_bytes(invalid_spec_bytes("broken"))
+
+    data = tick(nightly_schedule, instance)
+    requests = data.run_requests
+    assert data.skip_message is None
+    assert sorted(r.tags["benchrun/spec_path"] for r in requests) == ["a.yaml", "sub/b.yaml"]
+    run_ids = sorted(r.partition_key for r in requests)
+    assert [rid.rsplit("-", 2)[0] for rid in run_ids] == ["nightly-a", "nightly-b"]
+    assert all(rid.split("-")[-2] == "20260921031500" for rid in run_ids)
+    # the same submission path as the CLI: partitions registered, run directories Pending
+    assert sorted(instance.get_dynamic_partitions("benchmark_run")) == run_ids
+    for rid in run_ids:
+        status = json.loads((bench_home / "runs" / rid / "status.json").read_text())
+        assert status["phase"] == "Pending" and status["cadence"] == "nightly"
+    for r in requests:
+        digest = r.tags["benchrun/spec_digest"]
+        assert r.run_key == f"nightly:{digest}:20260921T031500Z"
+        assert r.tags["dagster/partition"] == r.partition_key
+
+
+def test_retried_tick_gives_the_same_run_keys_and_runs(instance, specs_dir: Path, bench_home: Path) -> None:
+    (specs_dir / "a.yaml").write_bytes(spec_bytes("nightly-a", "nightly"))
+    first = tick(nightly_schedule, instance)
+    again = tick(nightly_schedule, instance)
+    assert [r.run_key for r in again.run_requests] == [r.run_key for r in first.run_requests]
+    assert [r.partition_key for r in again.run_requests] == [r.partition_key for r in first.run_requests]
+    assert len(instance.get_dynamic_partitions("benchmark_run")) == 1
+    assert len(list((bench_home / "runs").iterdir())) == 1
+    # the next night is a new run of the same spec
+    later = tick(nightly_schedule, instance, TICK + dt.timedelta(days=1))
+    assert later.run_requests[0].run_key != first.run_requests[0].run_key
+    assert len(instance.get_dynamic_partitions("benchmark_run")) == 2
+
+
+def test_tick_without_matching_specs_says_why(instance, specs_dir: Path) -> None:
+    (specs_dir / "a.yaml").write_bytes(spec_bytes("nightly-a", "nightly"))
+    (specs_dir / "broken.yaml").write_bytes(invalid_spec_bytes("broken"))
+    data = tick(pre_release_schedule, instance)
+    assert data.run_requests == []
+    assert "no pre_release specs" in data.skip_message
+    assert "broken.yaml" in data.skip_message and "spec.trials.minReplicates" in data.skip_message
+    assert instance.get_dynamic_partitions("benchmark_run") == []
+
+
+def test_schedule_defaults_are_deliberate() -> None:
+    assert nightly_schedule.cron_schedule == DEFAULT_NIGHTLY_CRON == "15 3 * * *"
+    assert nightly_schedule.execution_timezone == "UTC"
+    assert nightly_schedule.default_status == dg.DefaultScheduleStatus.RUNNING
+    assert pre_release_schedule.default_status == dg.DefaultScheduleStatus.STOPPED
+    assert {s.job_name for s in (nightly_schedule, pre_release_schedule)} == {"benchmark_run_job"}
+
+
+def test_cron_comes_from_the_environment_and_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_NIGHTLY_CRON, "0 1 * * 1-5")
+    assert cron_from_env(ENV_NIGHTLY_CRON, DEFAULT_NIGHTLY_CRON) == "0 1 * * 1-5"
+    monkeypatch.setenv(ENV_NIGHTLY_CRON, "at three")
+    with pytest.raises(BenchrunError, match="BENCHRUN_NIGHTLY_CRON='at three' is not a valid cron"):
+        cron_from_env(ENV_NIGHTLY_CRON, DEFAULT_NIGHTLY_CRON)
+
+
+def test_definitions_load_with_the_schedules_and_sensors() -> None:
+    repo = definitions().get_repository_def()
+    assert {s.name for s in repo.schedule_defs} >= {"nightly_schedule", "pre_release_schedule"}
+    assert {s.name for s in repo.sensor_defs} >= {
+        "spec_commit_sensor", "canary_sensor", "run_failure_sensor", "run_canceled_sensor"}
+
+
+def test_packages_export_the_lists_definitions_use() -> None:
+    # run from the checkout, as `dagster dev` does, so the packages' __init__ modules are used
+    code = ("from sensors import all_sensors; from schedules import all_schedules; "
+            "print(','.join(sorted(d.name for d in all_sensors + all_schedules)))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ("canary_sensor,nightly_schedule,pre_release_schedule,"
+                                  "run_canceled_sensor,run_failure_sensor,spec_commit_sensor")

@@ -1,0 +1,227 @@
+"""spec_commit_sensor and canary_sensor ticked on a real git repository made with the git CLI."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from dagster._core.test_utils import create_run_for_test
+
+from benchrun.errors import BenchrunError
+from sensors.canary import canary_sensor
+from sensors.spec_commit import spec_commit_sensor
+from test_automation_fixtures import GitRepo, definitions, invalid_spec_bytes, spec_bytes
+
+
+@pytest.fixture(scope="module")
+def defs() -> dg.Definitions:
+    return definitions()
+
+
+@pytest.fixture
+def instance(bench_home: Path) -> Iterator[dg.DagsterInstance]:
+    with dg.instance_for_test() as inst:
+        yield inst
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> GitRepo:
+    r = GitRepo(tmp_path / "repo")
+    monkeypatch.setenv("BENCHRUN_SPEC_REPO", str(r.path))
+    monkeypatch.setenv("BENCHRUN_SPEC_BRANCH", "main")
+    monkeypatch.delenv("BENCHRUN_SPEC_REPO_SPECS", raising=False)
+    r.commit("root", {"README.md": "project\n"})
+    return r
+
+
+def tick(sensor: dg.SensorDefinition, instance: dg.DagsterInstance, defs: dg.Definitions, cursor: str | None):
+    context = dg.build_sensor_context(
+        instance=instance, cursor=cursor, definitions=defs, instance_ref=instance.get_ref()
+    )
+    return sensor.evaluate_tick(context)
+
+
+def started(sensor: dg.SensorDefinition, instance: dg.DagsterInstance, defs: dg.Definitions, repo: GitRepo) -> str:
+    """The first tick: the sensor starts at the head and submits nothing for old history."""
+    first = tick(sensor, instance, defs, None)
+    assert first.run_requests in (None, []) and "first tick" in first.skip_message
+    assert first.cursor == repo.head()
+    return first.cursor
+
+
+def partition_adds(data) -> list[str]:
+    return [key for req in data.dynamic_partitions_requests or [] for key in req.partition_keys]
+
+
+def digest_of(data: bytes) -> str:
+    from benchrun.spec import load_spec_bytes
+
+    return load_spec_bytes(data, "test").spec_digest
+
+
+def test_new_spec_commit_requests_one_run_per_changed_spec(repo, instance, defs, bench_home) -> None:
+    cursor = started(spec_commit_sensor, instance, defs, repo)
+    a, b = spec_bytes("spec-a", "nightly"), spec_bytes("spec-b", "canary")
+    sha = repo.commit("add two specs", {"specs/local/a.yaml": a, "specs/examples/b.yml": b, "README.md": "more\n"})
+    data = tick(spec_commit_sensor, instance, defs, cursor)
+
+    assert data.skip_message is None and data.cursor == sha
+    keys = sorted(r.run_key for r in data.run_requests)
+    assert keys == sorted([f"spec-commit:{sha}:specs/examples/b.yml:{digest_of(b)}",
+                           f"spec-commit:{sha}:specs/local/a.yaml:{digest_of(a)}"])
+    run_ids = sorted(r.partition_key for r in data.run_requests)
+    assert sorted(partition_adds(data)) == run_ids
+    assert all(r.tags["benchrun/commit"] == sha for r in data.run_requests)
+    for rid in run_ids:  # pinned through the submission path, with the commit's time
+        status = json.loads((bench_home / "runs" / rid / "status.json").read_text())
+        assert status["phase"] == "Pending" and f"@{sha[:12]}:" in status["source"]
+    # run id = <name>-<commit time>-<digest8>: a retried tick mints the same one
+    assert run_ids == sorted([f"spec-a-{_utc_stamp(repo.clock)}-{digest_of(a)[:8]}",
+                              f"spec-b-{_utc_stamp(repo.clock)}-{digest_of(b)[:8]}"])
+
+    # the next commit changes only a: one request, for a
+    a2 = spec_bytes("spec-a", "nightly", note="edited")
+    sha2 = repo.commit("edit a", {"specs/local/a.yaml": a2})
+    data2 = tick(spec_commit_sensor, instance, defs, data.cursor)
+    assert [r.run_key for r in data2.run_requests] == [f"spec-commit:{sha2}:specs/local/a.yaml:{digest_of(a2)}"]
+
+
+def _utc_stamp(epoch: int) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(epoch, dt.timezone.utc).strftime("%Y%m%d%H%M%S")
+
+
+def test_the_same_tick_twice_requests_nothing_twice(repo, instance, defs, bench_home) -> None:
+    cursor = started(spec_commit_sensor, instance, defs, repo)
+    repo.commit("add a", {"specs/a.yaml": spec_bytes("spec-a")})
+    first = tick(spec_commit_sensor, instance, defs, cursor)
+    assert len(first.run_requests) == 1
+    # the next tick, from the stored cursor: nothing new
+    after = tick(spec_commit_sensor, instance, defs, first.cursor)
+    assert after.run_requests in (None, []) and "no new commits" in after.skip_message
+    # a retried tick (cursor not stored): the same run key and run id, no second run directory
+    retried = tick(spec_commit_sensor, instance, defs, cursor)
+    assert [(r.run_key, r.partition_key) for r in retried.run_requests] == [
+        (r.run_key, r.partition_key) for r in first.run_requests]
+    assert len(list((bench_home / "runs").iterdir())) == 1
+    # once a Dagster run exists for that partition, a retried tick does not request it again
+    rid = first.run_requests[0].partition_key
+    instance.add_dynamic_partitions("benchmark_run", [rid])
+    create_run_for_test(instance, job_name="benchmark_run_job", tags={"dagster/partition": rid})
+    again = tick(spec_commit_sensor, instance, defs, cursor)
+    assert again.run_requests in (None, []) and "already has a Dagster run" in again.skip_message
+
+
+def test_force_push_neither_duplicates_nor_loses(repo, instance, defs) -> None:
+    base = repo.head()
+    cursor = started(spec_commit_sensor, instance, defs, repo)
+    a = spec_bytes("spec-a")
+    repo.commit("add a", {"specs/a.yaml": a})
+    first = tick(spec_commit_sensor, instance, defs, cursor)
+    assert [r.tags["benchrun/spec_path"] for r in first.run_requests] == ["specs/a.yaml"]
+
+    # rewrite history: the same a (already submitted) plus a new c, and an edited d
+    repo.git("reset", "-q", "--hard", base)
+    c, d = spec_bytes("spec-c"), spec_bytes("spec-d")
+    repo.commit("add a and c again", {"specs/a.yaml": a, "specs/c.yaml": c})
+    new_head = repo.commit("add d", {"specs/d.yaml": d})
+    data = tick(spec_commit_sensor, instance, defs, first.cursor)
+
+    assert sorted(r.tags["benchrun/spec_path"] for r in data.run_requests) == ["specs/c.yaml", "specs/d.yaml"]
+    assert data.cursor == new_head
+    assert "specs/a.yaml" not in [r.tags["benchrun/spec_path"] for r in data.run_requests]
+    assert tick(spec_commit_sensor, instance, defs, data.cursor).run_requests in (None, [])
+
+
+def test_force_push_with_changed_content_submits_it(repo, instance, defs) -> None:
+    base = repo.head()
+    cursor = started(spec_commit_sensor, instance, defs, repo)
+    repo.commit("add a", {"specs/a.yaml": spec_bytes("spec-a")})
+    first = tick(spec_commit_sensor, instance, defs, cursor)
+    repo.git("reset", "-q", "--hard", base)
+    a2 = spec_bytes("spec-a", note="amended")
+    sha = repo.commit("add a (amended)", {"specs/a.yaml": a2})
+    data = tick(spec_commit_sensor, instance, defs, first.cursor)
+    assert [r.run_key for r in data.run_requests] == [f"spec-commit:{sha}:specs/a.yaml:{digest_of(a2)}"]
+
+
+def test_commit_with_an_invalid_spec_is_skipped_with_its_errors(repo, instance, defs, bench_home) -> None:
+    cursor = started(spec_commit_sensor, instance, defs, repo)
+    sha = repo.commit("broken spec", {"specs/broken.yaml": invalid_spec_bytes("broken")})
+    data = tick(spec_commit_sensor, instance, defs, cursor)
+    assert data.run_requests in (None, [])
+    assert f"invalid spec skipped: specs/broken.yaml@{sha[:12]}" in data.skip_message
+    assert "spec.trials.minReplicates (line" in data.skip_message
+    assert "spec.intent.cadence (line" in data.skip_message
+    assert data.cursor == sha  # not retried forever: a fix is a new commit
+    assert not (bench_home / "runs").exists() or not any((bench_home / "runs").iterdir())
+
+    # valid and invalid in one commit: the valid one runs, the invalid one never does
+    repo.commit("one good, one bad", {"specs/good.yaml": spec_bytes("good"),
+                                      "specs/broken.yaml": invalid_spec_bytes("broken-2")})
+    mixed = tick(spec_commit_sensor, instance, defs, data.cursor)
+    assert [r.tags["benchrun/spec_path"] for r in mixed.run_requests] == ["specs/good.yaml"]
+
+
+def test_commit_touching_no_spec_says_so(repo, instance, defs) -> None:
+    cursor = started(spec_commit_sensor, instance, defs, repo)
+    sha = repo.commit("docs and the CRD only", {"README.md": "changed\n", "specs/crd/brun.yaml": "kind: x\n"})
+    data = tick(spec_commit_sensor, instance, defs, cursor)
+    assert data.run_requests in (None, [])
+    assert f"commit {sha[:12]} touches no spec under specs/" in data.skip_message
+    assert data.cursor == sha
+
+
+def test_specs_folder_and_branch_are_configurable(repo, instance, defs, monkeypatch) -> None:
+    monkeypatch.setenv("BENCHRUN_SPEC_REPO_SPECS", "bench/specs")
+    repo.git("checkout", "-q", "-b", "release")
+    monkeypatch.setenv("BENCHRUN_SPEC_BRANCH", "release")
+    cursor = started(spec_commit_sensor, instance, defs, repo)
+    repo.commit("both folders", {"bench/specs/x.yaml": spec_bytes("spec-x"), "specs/y.yaml": spec_bytes("spec-y")})
+    data = tick(spec_commit_sensor, instance, defs, cursor)
+    assert [r.tags["benchrun/spec_path"] for r in data.run_requests] == ["bench/specs/x.yaml"]
+
+
+def test_not_a_repository_is_a_clear_error(instance, defs, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("BENCHRUN_SPEC_REPO", str(tmp_path))
+    with pytest.raises(BenchrunError, match="BENCHRUN_SPEC_REPO"):
+        spec_commit_sensor(dg.build_sensor_context(instance=instance, definitions=defs,
+                                                   instance_ref=instance.get_ref()))
+
+
+def test_canary_runs_once_per_new_commit(repo, instance, defs) -> None:
+    repo.commit("specs", {"specs/canary.yaml": spec_bytes("canary-a", "canary"),
+                          "specs/nightly.yaml": spec_bytes("nightly-a", "nightly"),
+                          "specs/canary-off.yaml": spec_bytes("canary-off", "canary", canary=False)})
+    cursor = started(canary_sensor, instance, defs, repo)
+    c1 = repo.commit("merge 1", {"src.py": "1\n"})
+    c2 = repo.commit("merge 2", {"src.py": "2\n"})
+    data = tick(canary_sensor, instance, defs, cursor)
+    digest = digest_of(spec_bytes("canary-a", "canary"))
+    assert [r.run_key for r in data.run_requests] == [
+        f"canary:{c1}:specs/canary.yaml:{digest}", f"canary:{c2}:specs/canary.yaml:{digest}"]
+    assert len(set(partition_adds(data))) == 2 and data.cursor == c2
+    assert tick(canary_sensor, instance, defs, data.cursor).run_requests in (None, [])
+
+
+def test_canary_without_canary_specs_says_so(repo, instance, defs) -> None:
+    cursor = started(canary_sensor, instance, defs, repo)
+    sha = repo.commit("no specs", {"src.py": "1\n"})
+    data = tick(canary_sensor, instance, defs, cursor)
+    assert data.run_requests in (None, []) and f"commit {sha[:12]}: no canary specs" in data.skip_message
+
+
+def test_canary_and_spec_commit_on_one_commit_make_one_run(repo, instance, defs) -> None:
+    commit_cursor = started(spec_commit_sensor, instance, defs, repo)
+    canary_cursor = started(canary_sensor, instance, defs, repo)
+    repo.commit("add canary", {"specs/canary.yaml": spec_bytes("canary-a", "canary")})
+    by_commit = tick(spec_commit_sensor, instance, defs, commit_cursor)
+    rid = by_commit.run_requests[0].partition_key
+    instance.add_dynamic_partitions("benchmark_run", [rid])
+    create_run_for_test(instance, job_name="benchmark_run_job", tags={"dagster/partition": rid})
+    by_canary = tick(canary_sensor, instance, defs, canary_cursor)
+    assert by_canary.run_requests in (None, []) and f"run {rid} already has a Dagster run" in by_canary.skip_message
