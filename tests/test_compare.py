@@ -227,3 +227,24 @@ def test_end_to_end_compare_runs(tmp_path):
     assert rows.loc["p50_latency_ms", "delta_pct"] == 10.0 and rows.loc["tokens_per_second", "delta_pct"] == 3.0
     assert not rows.loc["tokens_per_second", "verdict"] == "regression"
     assert replicate_table(b).shape[0] == 10
+
+
+def test_gate_on_real_environment_capture(tmp_path):
+    envcapture = pytest.importorskip("benchrun.envcapture")
+    env = envcapture.capture_environment(load_interval_s=0.05)
+    m = {("serve", "", "tokens_per_second"): ([100, 101, 99, 100.2, 100.5], "tok/s", "higher")}
+    make_run(tmp_path, "real-a", m, environment=env)
+    later = envcapture.capture_environment(load_interval_s=0.05)  # new time, load, free memory
+    make_run(tmp_path, "real-b", m, environment=later)
+    upgraded = {**later, "packages": {**later["packages"], "torch": "9.9.9"},
+                "key_inputs": {**later["key_inputs"],
+                               "software": {**later["key_inputs"]["software"], "torch_cuda": "99.0"}}}
+    make_run(tmp_path, "real-c", m, environment=upgraded)
+    both = {**upgraded, "kernel": "9.0.0-other"}
+    make_run(tmp_path, "real-d", m, environment=both)
+    a = load_run(tmp_path / "runs" / "real-a")
+    assert check_gate(a, load_run(tmp_path / "runs" / "real-b")).passed
+    c = check_gate(a, load_run(tmp_path / "runs" / "real-c"))
+    assert c.passed and {d.category for d in c.diffs} == {"software"}
+    d = check_gate(a, load_run(tmp_path / "runs" / "real-d"))
+    assert not d.passed and [x.field for x in d.refused] == ["environment.kernel"]

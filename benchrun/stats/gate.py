@@ -4,7 +4,9 @@ Both runs are flattened into dotted fields (status.json identity, the environmen
 image digests from the manifest). Each field belongs to a category; each
 ``comparison.variableUnderTest`` may change the categories listed in :data:`ALLOWED`.
 Fields that describe one machine's moment rather than its configuration (hostname, load,
-free memory, timestamps, device serials) are not compared. A field that no rule knows is
+free memory, timestamps, device serials, exact byte counts that kernel reservations move)
+are not compared, nor the derived ``hardware_key``/``software_key`` digests: their inputs
+(``key_inputs``) are compared field by field, so a refusal names the field itself. A field that no rule knows is
 compared and, if it differs, refuses the pair: an unknown difference is not a safe one.
 """
 
@@ -44,7 +46,10 @@ _IGNORE = re.compile(
     r"\w*_utc|timestamp\w*|time|captured\w*|created\w*|started\w*|finished\w*|"
     r"uuid|gpu_uuid|serial\w*|bus_id|pci_bus_id|temperature\w*|power_draw\w*|utilization\w*|"
     r"run_directory|pinned_spec|dagster_run_id|spec_digest|artifact_manifest_digest|"
-    r"phase|conditions|layers|executable|cwd|argv)($|[._])"
+    r"phase|conditions|layers|executable|cwd|argv|schema|max_mhz|swap\w*|"
+    r"total_bytes|memory_total_bytes)($|[._])"
+    # derived digests of fields compared one by one (key_inputs); the harness itself
+    r"|(^|\.)(hardware_key|software_key)$|packages\.benchrun$"
 )
 
 # First match wins; patterns are searched in the lower-cased dotted field name.
@@ -54,7 +59,8 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("workload", r"workload"),
         ("measurement_policy", r"benchmark_class|cadence|variable_under_test"),
         # Python packages are the runtime, even the CUDA/NCCL wheels that travel with it.
-        ("software", r"(^|\.)(packages|python)($|\.)"),
+        ("software", r"(^|\.)(packages|python)($|\.)|torch_cuda"),
+        ("hardware", r"(^|\.)machine$"),
         ("scheduler", r"scheduler"),
         ("control_plane", r"control_plane|kubernetes|k8s|kubelet|kueue|slinky|operator_version"),
         ("driver_stack", r"driver|cuda|nccl|cudnn|kernel|(^|\.)os($|\.)|distro|firmware|vbios"),
