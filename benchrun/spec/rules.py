@@ -164,9 +164,11 @@ def rule_layers_complete(doc: Any) -> Iterator[Finding]:
     layers = get(doc, SPEC + ("layers",))
     if not isinstance(layers, list):
         return
+    names = [get(layer, ("name",)) for layer in layers]
+    if any(name not in LAYER_NAMES for name in names):
+        return  # a misspelt or missing layer name is the model's error, reported at that name
     seen: dict[str, int] = {}
-    for i, layer in enumerate(layers):
-        name = get(layer, ("name",))
+    for i, name in enumerate(names):
         if name in LAYER_NAMES:
             if name in seen:
                 yield SPEC + ("layers", i, "name"), f"layer {name!r} is listed twice (first at spec.layers[{seen[name]}])"
@@ -422,10 +424,10 @@ def rule_instrumentation(doc: Any) -> Iterator[Finding]:
     for cls in taxonomy:
         sources = inst.get(cls)
         if sources is None or sources == []:
-            yield path + (cls,), f"needs at least one instrumentation source for the class {cls!r}"
-    for key in inst:
-        if key not in taxonomy:
-            yield path + (key,), f"{key!r} is not a class of bottleneckAnalysis.taxonomy{did_you_mean(key, taxonomy)}"
+            others = [k for k in inst if k not in taxonomy]
+            close = difflib.get_close_matches(cls, others, n=1, cutoff=0.6)
+            hint = f" (is {close[0]!r} a misspelling of it?)" if close else ""
+            yield path + (cls,), f"needs at least one instrumentation source for the class {cls!r}{hint}"
 
 
 def rule_rank_visibility(doc: Any) -> Iterator[Finding]:

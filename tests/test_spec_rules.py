@@ -1,0 +1,454 @@
+"""Admission rules of CONTRACT.md §2: one negative test per rule, each asserting the exact path."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from benchrun.spec import rules, validate_bytes
+
+ROOT = Path(__file__).resolve().parents[1]
+SEED = ROOT / "specs/examples/publication-inference-stack-b200.yaml"
+EXAMPLES = sorted((ROOT / "specs/examples").glob("*.yaml")) + sorted((ROOT / "specs/local").glob("*.yaml"))
+DELETE = object()
+
+
+def load(path: Path) -> dict[str, Any]:
+    return yaml.safe_load(path.read_text())
+
+
+SEED_DOC = load(SEED)
+EXAMPLE_DOCS = {p.name: load(p) for p in EXAMPLES}
+
+
+def put(doc: dict[str, Any], path: tuple[Any, ...], value: Any) -> None:
+    """Set (or delete, with DELETE) the value at ``path``; ``("x", "+")`` appends to list x."""
+    cur: Any = doc
+    for part in path[:-1]:
+        cur = cur[part]
+    last = path[-1]
+    if value is DELETE:
+        del cur[last]
+    elif last == "+":
+        cur.append(value)
+    else:
+        cur[last] = value
+
+
+def without(doc: dict[str, Any], path: tuple[Any, ...], item: Any) -> list[Any]:
+    cur: Any = doc
+    for part in path:
+        cur = cur[part]
+    assert item in cur, f"{item} not in {path}"
+    return [x for x in cur if x != item]
+
+
+def errors_of(doc: Any) -> list[Any]:
+    [result] = validate_bytes(yaml.safe_dump(doc, sort_keys=False).encode(), "t.yaml")
+    return result.errors
+
+
+def paths_of(doc: Any) -> set[str]:
+    return {e.path for e in errors_of(doc)}
+
+
+S = ("spec",)
+LAYER0_SUITE0 = S + ("layers", 0, "suites", 0)
+
+# (id, [(path, value), ...] applied to the seed, the one error path expected)
+CASES: list[tuple[str, list[tuple[tuple[Any, ...], Any]], str]] = [
+    # enumerations
+    ("benchmark-class", [(S + ("intent", "benchmarkClass"), "gold_grade")], "spec.intent.benchmarkClass"),
+    ("workload-type", [(S + ("intent", "workloadType"), "serving")], "spec.intent.workloadType"),
+    ("cadence", [(S + ("intent", "cadence"), "weekly")], "spec.intent.cadence"),
+    ("scheduler-path", [(S + ("intent", "schedulerPath"), "volcano")], "spec.intent.schedulerPath"),
+    ("layer-name", [(S + ("layers", 0, "name"), "macro")], "spec.layers[0].name"),
+    ("layers-all-three", [(S + ("layers", 2), DELETE)], "spec.layers"),
+    ("layer-enabled", [(S + ("layers", i, "enabled"), False) for i in range(3)], "spec.layers"),
+    ("enabled-layer-suites", [(S + ("layers", 1, "suites"), [])], "spec.layers[1].suites"),
+    ("variable-under-test", [(S + ("comparison", "variableUnderTest"), "weather")], "spec.comparison.variableUnderTest"),
+    # workload frozen
+    (
+        "workload-model-nonempty",
+        [(S + ("workload", "model"), ""), (S + ("comparison", "controls", "fixed", "model"), "")],
+        "spec.workload.model",
+    ),
+    ("workload-precision-nonempty", [(S + ("workload", "precision"), " "), (S + ("comparison", "controls", "fixed", "precision"), " ")], "spec.workload.precision"),
+    (
+        "mix-nonempty",
+        [(S + ("workload", "sequenceLengthMix"), []), (S + ("comparison", "controls", "fixed", "sequenceLengthMix"), [])],
+        "spec.workload.sequenceLengthMix",
+    ),
+    (
+        "mix-positive-tokens",
+        [
+            (S + ("workload", "sequenceLengthMix", 0, "inputTokens"), 0),
+            (S + ("comparison", "controls", "fixed", "sequenceLengthMix"), "[{0/128@0.7},{1024/256@0.3}]"),
+        ],
+        "spec.workload.sequenceLengthMix[0].inputTokens",
+    ),
+    (
+        "mix-positive-weight",
+        [
+            (S + ("workload", "sequenceLengthMix", 1, "weight"), -0.3),
+            (S + ("comparison", "controls", "fixed", "sequenceLengthMix"), [
+                {"inputTokens": 512, "outputTokens": 128, "weight": 0.7},
+                {"inputTokens": 1024, "outputTokens": 256, "weight": -0.3},
+            ]),
+        ],
+        "spec.workload.sequenceLengthMix[1].weight",
+    ),
+    (
+        "mix-weights-sum",
+        [
+            (S + ("workload", "sequenceLengthMix", 0, "weight"), 0.6),
+            (S + ("comparison", "controls", "fixed", "sequenceLengthMix"), "[{512/128@0.6},{1024/256@0.3}]"),
+        ],
+        "spec.workload.sequenceLengthMix",
+    ),
+    ("fixed-value-differs", [(S + ("comparison", "controls", "fixed", "precision"), "fp8")], "spec.comparison.controls.fixed.precision"),
+    ("fixed-key-missing", [(S + ("comparison", "controls", "fixed", "batchingPolicy"), DELETE)], "spec.comparison.controls.fixed.batchingPolicy"),
+    (
+        "fixed-compact-mix-differs",
+        [(S + ("comparison", "controls", "fixed", "sequenceLengthMix"), "[{512/128@0.6},{1024/256@0.4}]")],
+        "spec.comparison.controls.fixed.sequenceLengthMix",
+    ),
+    (
+        "fixed-compact-mix-unreadable",
+        [(S + ("comparison", "controls", "fixed", "sequenceLengthMix"), "512/128 x0.7")],
+        "spec.comparison.controls.fixed.sequenceLengthMix",
+    ),
+    ("one-variable", [(S + ("comparison", "controls", "compareOneVariableAtATime"), False)], "spec.comparison.controls.compareOneVariableAtATime"),
+    ("fixed-across-trials", [(S + ("workload", "fixedAcrossTrials", "+"), "visibleGpuShape")], "spec.workload.fixedAcrossTrials[5]"),
+    # metrics
+    ("inference-enabled", [(S + ("metrics", "inference", "enabled"), False)], "spec.metrics.inference.enabled"),
+    ("inference-primary", [(S + ("metrics", "inference", "primary"), without(SEED_DOC, S + ("metrics", "inference", "primary"), "jitter_ms"))], "spec.metrics.inference.primary"),
+    (
+        "inference-cost-metric",
+        [(S + ("metrics", "inference", "primary"), ["ttft_ms", "tokens_per_second", "p99_latency_ms", "jitter_ms"])],
+        "spec.metrics.inference.primary",
+    ),
+    ("inference-section", [(S + ("metrics", "inference"), DELETE)], "spec.metrics.inference"),
+    # trials
+    ("min-replicates", [(S + ("trials", "minReplicates"), 2)], "spec.trials.minReplicates"),
+    ("min-replicates-integer", [(S + ("trials", "minReplicates"), 3.5)], "spec.trials.minReplicates"),
+    ("confidence-upper", [(S + ("trials", "confidenceLevel"), 1.0)], "spec.trials.confidenceLevel"),
+    ("confidence-lower", [(S + ("trials", "confidenceLevel"), 0.5)], "spec.trials.confidenceLevel"),
+    ("outlier-method", [(S + ("trials", "outlierPolicy", "method"), "iqr")], "spec.trials.outlierPolicy.method"),
+    ("outlier-action", [(S + ("trials", "outlierPolicy", "action"), "drop")], "spec.trials.outlierPolicy.action"),
+    ("report-distributions", [(S + ("trials", "report", "distributions"), False)], "spec.trials.report.distributions"),
+    ("report-intervals", [(S + ("trials", "report", "confidenceIntervals"), False)], "spec.trials.report.confidenceIntervals"),
+    ("report-rank-outliers", [(S + ("trials", "report", "rankLevelOutliers"), False)], "spec.trials.report.rankLevelOutliers"),
+    # bottleneck analysis
+    ("taxonomy", [(S + ("bottleneckAnalysis", "taxonomy"), without(SEED_DOC, S + ("bottleneckAnalysis", "taxonomy"), "comm_bound"))], "spec.bottleneckAnalysis.taxonomy"),
+    ("overheads", [(S + ("bottleneckAnalysis", "decomposeOverheads"), ["compute", "communication", "orchestration"])], "spec.bottleneckAnalysis.decomposeOverheads"),
+    ("instrumentation", [(S + ("bottleneckAnalysis", "instrumentation", "input_bound"), [])], "spec.bottleneckAnalysis.instrumentation.input_bound"),
+    # distributed
+    ("rank-visibility", [(S + ("distributed", "requireRankLevelVisibility"), False)], "spec.distributed.requireRankLevelVisibility"),
+    ("collectives", [(S + ("distributed", "collectives"), ["latency", "outliers"])], "spec.distributed.collectives"),
+    (
+        "node-diagnosis",
+        [(S + ("distributed", "nodeDiagnosis", "validate"), without(SEED_DOC, S + ("distributed", "nodeDiagnosis", "validate"), "nvlink_health"))],
+        "spec.distributed.nodeDiagnosis.validate",
+    ),
+    ("remediation", [(S + ("distributed", "nodeDiagnosis", "remediation"), ["isolate_bad_node"])], "spec.distributed.nodeDiagnosis.remediation"),
+    # observability
+    (
+        "join-keys-base",
+        [(S + ("observability", "correlation", "stableJoinKeys"), without(SEED_DOC, S + ("observability", "correlation", "stableJoinKeys"), "pod_uid"))],
+        "spec.observability.correlation.stableJoinKeys",
+    ),
+    (
+        "join-keys-inference",
+        [(S + ("observability", "correlation", "stableJoinKeys"), without(SEED_DOC, S + ("observability", "correlation", "stableJoinKeys"), "trace_id"))],
+        "spec.observability.correlation.stableJoinKeys",
+    ),
+    (
+        "number-lineage",
+        [(S + ("observability", "correlation", "publishedNumberLineage", "querySpecCaptured"), False)],
+        "spec.observability.correlation.publishedNumberLineage.querySpecCaptured",
+    ),
+    ("service-telemetry", [(S + ("observability", "telemetrySources", "service"), [])], "spec.observability.telemetrySources.service"),
+    (
+        "infrastructure-telemetry",
+        [(S + ("observability", "telemetrySources", "infrastructure"), without(SEED_DOC, S + ("observability", "telemetrySources", "infrastructure"), "ping-exporter"))],
+        "spec.observability.telemetrySources.infrastructure",
+    ),
+    ("scheduler-telemetry-events", [(S + ("observability", "telemetrySources", "scheduler"), ["kueue", "slinky"])], "spec.observability.telemetrySources.scheduler"),
+    ("scheduler-telemetry-kueue", [(S + ("observability", "telemetrySources", "scheduler"), ["kubernetes_events", "slinky"])], "spec.observability.telemetrySources.scheduler"),
+    (
+        "playbooks",
+        [(S + ("observability", "scenarioPlaybooks"), without(SEED_DOC, S + ("observability", "scenarioPlaybooks"), "distributed_straggler"))],
+        "spec.observability.scenarioPlaybooks",
+    ),
+    # provenance and execution policy
+    ("capture-flags", [(S + ("provenance", "capture", "auditTrail"), False)], "spec.provenance.capture.auditTrail"),
+    ("signing-required", [(S + ("provenance", "signing", "required"), False)], "spec.provenance.signing.required"),
+    ("signing-backend", [(S + ("provenance", "signing", "backend"), DELETE)], "spec.provenance.signing.backend"),
+    ("signing-attestation", [(S + ("provenance", "signing", "attestationFormat"), "")], "spec.provenance.signing.attestationFormat"),
+    ("publication-policy", [(S + ("executionPolicy", "publicationGrade", "fixedTopology"), False)], "spec.executionPolicy.publicationGrade.fixedTopology"),
+    # sinks
+    ("raw-store", [(S + ("sinks", "rawArtifacts", "store"), "")], "spec.sinks.rawArtifacts.store"),
+    ("raw-path-template", [(S + ("sinks", "rawArtifacts", "pathTemplate"), DELETE)], "spec.sinks.rawArtifacts.pathTemplate"),
+    ("raw-retention-class", [(S + ("sinks", "rawArtifacts", "retentionClass"), DELETE)], "spec.sinks.rawArtifacts.retentionClass"),
+    ("raw-artifacts", [(S + ("sinks", "rawArtifacts", "artifacts"), ["logs", "profiler_reports", "manifests"])], "spec.sinks.rawArtifacts.artifacts"),
+    ("path-template-placeholder", [(S + ("sinks", "rawArtifacts", "pathTemplate"), "s3://b/${RUNID}/")], "spec.sinks.rawArtifacts.pathTemplate"),
+    ("hot-retention", [(S + ("sinks", "hotMetrics", "retentionDays"), 0)], "spec.sinks.hotMetrics.retentionDays"),
+    ("hot-max-series", [(S + ("sinks", "hotMetrics", "cardinalityBudget", "maxActiveSeries"), 0)], "spec.sinks.hotMetrics.cardinalityBudget.maxActiveSeries"),
+    (
+        "hot-drop-dimensions",
+        [(S + ("sinks", "hotMetrics", "cardinalityBudget", "dropDimensions"), ["request_id", "prompt_hash"])],
+        "spec.sinks.hotMetrics.cardinalityBudget.dropDimensions",
+    ),
+    ("facts-base", [(S + ("sinks", "curatedWarehouse", "layout", "facts"), ["benchmark_run_fact", "serving_outcome_fact"])], "spec.sinks.curatedWarehouse.layout.facts"),
+    ("facts-serving", [(S + ("sinks", "curatedWarehouse", "layout", "facts"), ["benchmark_run_fact", "telemetry_slice_fact"])], "spec.sinks.curatedWarehouse.layout.facts"),
+    (
+        "dimensions",
+        [(S + ("sinks", "curatedWarehouse", "layout", "dimensions"), without(SEED_DOC, S + ("sinks", "curatedWarehouse", "layout", "dimensions"), "workload_dim"))],
+        "spec.sinks.curatedWarehouse.layout.dimensions",
+    ),
+    ("retention-positive", [(S + ("sinks", "curatedWarehouse", "retention", "hotDays"), 0)], "spec.sinks.curatedWarehouse.retention.hotDays"),
+    ("retention-hot-warm", [(S + ("sinks", "curatedWarehouse", "retention", "hotDays"), 200)], "spec.sinks.curatedWarehouse.retention.hotDays"),
+    ("retention-warm-cold", [(S + ("sinks", "curatedWarehouse", "retention", "warmDays"), 1000)], "spec.sinks.curatedWarehouse.retention.warmDays"),
+    ("warehouse-lineage", [(S + ("sinks", "curatedWarehouse", "lineage", "manifestDigestColumn"), False)], "spec.sinks.curatedWarehouse.lineage.manifestDigestColumn"),
+    # automation
+    ("ci-boolean", [(S + ("automation", "ci", "canary"), "yes please")], "spec.automation.ci.canary"),
+    ("ci-present", [(S + ("automation", "ci", "preRelease"), DELETE)], "spec.automation.ci.preRelease"),
+    # placeholders and argv
+    ("placeholder-unknown", [(LAYER0_SUITE0 + ("repoCommand",), "run.sh --id ${RUNID}")], "spec.layers[0].suites[0].repoCommand"),
+    ("repo-command-quotes", [(LAYER0_SUITE0 + ("repoCommand",), "run.sh 'unclosed")], "spec.layers[0].suites[0].repoCommand"),
+    ("repo-command-blank", [(LAYER0_SUITE0 + ("repoCommand",), "   ")], "spec.layers[0].suites[0].repoCommand"),
+    # structure: 13 required sections, unknown keys, document header
+    ("section-required", [(S + ("sinks",), DELETE)], "spec.sinks"),
+    ("section-unknown", [(S + ("extras",), {"a": 1})], "spec.extras"),
+    ("api-version", [(("apiVersion",), "benchmarking.aisp.dev/v1")], "apiVersion"),
+    ("kind", [(("kind",), "BenchRun")], "kind"),
+    ("metadata-name", [(("metadata", "name"), "Not_A_Label")], "metadata.name"),
+    # suite names and the additive extensions
+    ("suite-name-unique", [(S + ("layers", 1, "suites", 0, "name"), "nccl-allreduce")], "spec.layers[1].suites[0].name"),
+    ("suite-name-safe", [(LAYER0_SUITE0 + ("name",), "../etc")], "spec.layers[0].suites[0].name"),
+    ("suite-replicates", [(LAYER0_SUITE0 + ("replicates",), 3)], "spec.layers[0].suites[0].replicates"),
+    ("suite-timeout", [(LAYER0_SUITE0 + ("timeoutSeconds",), 0)], "spec.layers[0].suites[0].timeoutSeconds"),
+    ("suite-parameter-shape", [(LAYER0_SUITE0 + ("parameters",), {"nested": {"a": 1}})], "spec.layers[0].suites[0].parameters.nested"),
+    ("slo-key", [(S + ("metrics", "inference", "slo"), {"p99_ms": 5.0})], "spec.metrics.inference.slo.p99_ms"),
+    ("slo-positive", [(S + ("metrics", "inference", "slo"), {"ttft_ms": -1})], "spec.metrics.inference.slo.ttft_ms"),
+    ("pricing-nodes", [(S + ("metrics", "inference", "pricing"), {"pricePerNodeHourUsd": 1.0, "nodes": 0})], "spec.metrics.inference.pricing.nodes"),
+    ("pricing-price", [(S + ("metrics", "inference", "pricing"), {"pricePerNodeHourUsd": 0, "nodes": 1})], "spec.metrics.inference.pricing.pricePerNodeHourUsd"),
+    ("delta-pct", [(S + ("comparison", "deltaPct"), -1.0)], "spec.comparison.deltaPct"),
+    ("delta-pct-by-metric", [(S + ("comparison", "deltaPctByMetric"), {"ttft_ms": "5%"})], "spec.comparison.deltaPctByMetric.ttft_ms"),
+]
+
+
+def apply(doc: dict[str, Any], changes: list[tuple[tuple[Any, ...], Any]]) -> dict[str, Any]:
+    out = copy.deepcopy(doc)
+    for path, value in changes:
+        put(out, path, value if value is DELETE else copy.deepcopy(value))
+    return out
+
+
+def test_seed_example_is_valid() -> None:
+    assert errors_of(SEED_DOC) == []
+
+
+@pytest.mark.parametrize("name,changes,expected", CASES, ids=[c[0] for c in CASES])
+def test_one_rule_broken_reports_exactly_its_path(name: str, changes: list[Any], expected: str) -> None:
+    errors = errors_of(apply(SEED_DOC, changes))
+    assert {e.path for e in errors} == {expected}, [str(e) for e in errors]
+    assert all(e.message and e.line is not None and e.line >= 1 for e in errors)
+
+
+def test_training_rules_on_the_training_example() -> None:
+    doc = EXAMPLE_DOCS["training-llama-8b-pretrain-h100.yaml"]
+    assert errors_of(doc) == []
+    assert paths_of(apply(doc, [(S + ("metrics", "training", "enabled"), False)])) == {"spec.metrics.training.enabled"}
+    primary = without(doc, S + ("metrics", "training", "primary"), "mfu_pct")
+    assert paths_of(apply(doc, [(S + ("metrics", "training", "primary"), primary)])) == {"spec.metrics.training.primary"}
+    assert paths_of(apply(doc, [(S + ("metrics", "training"), DELETE)])) == {"spec.metrics.training"}
+    keys = without(doc, S + ("observability", "correlation", "stableJoinKeys"), "rank_id")
+    assert paths_of(apply(doc, [(S + ("observability", "correlation", "stableJoinKeys"), keys)])) == {
+        "spec.observability.correlation.stableJoinKeys"
+    }
+    facts = without(doc, S + ("sinks", "curatedWarehouse", "layout", "facts"), "training_outcome_fact")
+    assert paths_of(apply(doc, [(S + ("sinks", "curatedWarehouse", "layout", "facts"), facts)])) == {
+        "spec.sinks.curatedWarehouse.layout.facts"
+    }
+    # a training run needs no inference metrics, request join keys or serving facts
+    assert "request_id" not in doc["spec"]["observability"]["correlation"]["stableJoinKeys"]
+    assert "serving_outcome_fact" not in doc["spec"]["sinks"]["curatedWarehouse"]["layout"]["facts"]
+
+
+def test_mixed_needs_both_metric_sets_and_all_join_keys() -> None:
+    doc = EXAMPLE_DOCS["mixed-train-and-serve-b200.yaml"]
+    assert errors_of(doc) == []
+    assert paths_of(apply(doc, [(S + ("metrics", "training", "enabled"), False)])) == {"spec.metrics.training.enabled"}
+    assert paths_of(apply(doc, [(S + ("metrics", "inference", "enabled"), False)])) == {"spec.metrics.inference.enabled"}
+    keys = without(doc, S + ("observability", "correlation", "stableJoinKeys"), "rank_id")
+    assert paths_of(apply(doc, [(S + ("observability", "correlation", "stableJoinKeys"), keys)])) == {
+        "spec.observability.correlation.stableJoinKeys"
+    }
+
+
+def test_realism_grade_policy() -> None:
+    doc = EXAMPLE_DOCS["realism-inference-shared-h100.yaml"]
+    assert errors_of(doc) == []
+    changed = apply(doc, [(S + ("executionPolicy", "realismGrade", "multiTenantScenarios"), False)])
+    assert paths_of(changed) == {"spec.executionPolicy.realismGrade.multiTenantScenarios"}
+    changed = apply(doc, [(S + ("executionPolicy", "realismGrade", "captureClusterContext"), False)])
+    assert paths_of(changed) == {"spec.executionPolicy.realismGrade.captureClusterContext"}
+    # realism grade does not need signing; the seed (publication grade) does
+    assert doc["spec"]["provenance"]["signing"] == {"required": False}
+
+
+def test_scheduler_telemetry_follows_the_scheduler_path() -> None:
+    doc = apply(SEED_DOC, [(S + ("intent", "schedulerPath"), "kueue"), (S + ("observability", "telemetrySources", "scheduler"), ["kubernetes_events", "kueue"])])
+    assert errors_of(doc) == []
+    doc = apply(doc, [(S + ("intent", "schedulerPath"), "slinky")])
+    errors = errors_of(doc)
+    assert [(e.path, e.message.split(" (")[0]) for e in errors] == [
+        ("spec.observability.telemetrySources.scheduler", "must include slinky")
+    ]
+
+
+def test_every_error_is_collected_in_one_pass() -> None:
+    changes = [c for _, cs, _ in CASES[:3] for c in cs] + [(S + ("trials", "minReplicates"), 1), (S + ("sinks", "hotMetrics", "retentionDays"), 0)]
+    paths = paths_of(apply(SEED_DOC, changes))
+    assert paths == {
+        "spec.intent.benchmarkClass",
+        "spec.intent.workloadType",
+        "spec.intent.cadence",
+        "spec.trials.minReplicates",
+        "spec.sinks.hotMetrics.retentionDays",
+    }
+
+
+def test_messages_name_the_fix() -> None:
+    doc = apply(SEED_DOC, [(S + ("comparison", "controls", "fixed", "sequenceLengthMix"), "[{512/128@0.6},{1024/256@0.4}]")])
+    [error] = errors_of(doc)
+    assert "[{512/128@0.7},{1024/256@0.3}]" in error.message
+    doc = apply(SEED_DOC, [(LAYER0_SUITE0 + ("repoCommand",), "run.sh --id ${RUN_IDD}")])
+    [error] = errors_of(doc)
+    assert "${RUN_IDD}" in error.message and "did you mean 'RUN_ID'" in error.message
+    doc = apply(SEED_DOC, [(S + ("intent", "cadence"), "prerelease")])
+    [error] = errors_of(doc)
+    assert "did you mean 'pre_release'" in error.message
+
+
+def test_compact_mix_parser() -> None:
+    assert rules.parse_compact_mix("[{512/128@0.7},{1024/256@0.3}]") == [(512, 128, 0.7), (1024, 256, 0.3)]
+    assert rules.parse_compact_mix(" [ { 512 / 128 @ .7 } , {1024/256@3e-1} ] ") == [(512, 128, 0.7), (1024, 256, 0.3)]
+    for bad in ("", "[]", "{512/128@0.7}", "[{512/128}]", "[{a/b@c}]", "[{512/128@0.7}{1/1@0.3}]"):
+        with pytest.raises(ValueError):
+            rules.parse_compact_mix(bad)
+
+
+def test_compact_mix_equals_list_form() -> None:
+    doc = apply(SEED_DOC, [(S + ("comparison", "controls", "fixed", "sequenceLengthMix"), copy.deepcopy(SEED_DOC["spec"]["workload"]["sequenceLengthMix"]))])
+    assert errors_of(doc) == []
+    doc = apply(SEED_DOC, [(S + ("comparison", "controls", "fixed", "sequenceLengthMix"), "[{512/128@0.70},{1024/256@0.30}]")])
+    assert errors_of(doc) == []
+
+
+def test_every_rule_cites_its_source() -> None:
+    for rule in rules.RULES:
+        doc = rule.__doc__ or ""
+        assert doc.startswith(("CONTRACT §2", "Extension", "Suite names")) or "CONTRACT" in doc, rule.__name__
+
+
+# -- property tests ---------------------------------------------------------------------------
+
+# Mutations that break exactly one rule in every example (publication or realism, any type).
+GENERIC = [c for c in CASES if c[0] in {
+    "min-replicates", "confidence-upper", "outlier-method", "report-distributions", "one-variable",
+    "overheads", "rank-visibility", "collectives", "remediation", "number-lineage", "service-telemetry",
+    "capture-flags", "hot-retention", "hot-max-series", "dimensions", "retention-hot-warm",
+    "warehouse-lineage", "ci-present", "placeholder-unknown", "section-unknown", "api-version",
+    "suite-timeout", "delta-pct", "layers-all-three", "fixed-value-differs", "fixed-key-missing",
+    "fixed-compact-mix-unreadable", "cadence", "variable-under-test",
+}]
+assert len(GENERIC) == 29
+
+
+def _shuffle_keys(value: Any, rnd: Any) -> Any:
+    if isinstance(value, dict):
+        items = list(value.items())
+        rnd.shuffle(items)
+        return {k: _shuffle_keys(v, rnd) for k, v in items}
+    if isinstance(value, list):
+        return [_shuffle_keys(v, rnd) for v in value]
+    return value
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(sorted(EXAMPLE_DOCS)), st.sampled_from(GENERIC), st.randoms(use_true_random=False), st.booleans())
+def test_property_one_broken_rule_in_any_example(name: str, case: Any, rnd: Any, flow: bool) -> None:
+    _, changes, expected = case
+    doc = apply(EXAMPLE_DOCS[name], changes)
+    text = yaml.safe_dump(_shuffle_keys(doc, rnd), sort_keys=False, default_flow_style=flow or None)
+    [result] = validate_bytes(text.encode(), name)
+    assert {e.path for e in result.errors} == {expected}, [str(e) for e in result.errors]
+
+
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=20)
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=12), inner, max_size=4)),
+    max_leaves=12,
+)
+
+
+def _all_paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [prefix] if prefix else []
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out += _all_paths(v, prefix + (k,))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            out += _all_paths(v, prefix + (i,))
+    return out
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(sorted(EXAMPLE_DOCS)), st.data())
+def test_property_mutated_examples_always_give_a_result(name: str, data: Any) -> None:
+    doc = copy.deepcopy(EXAMPLE_DOCS[name])
+    paths = _all_paths(doc)
+    for _ in range(data.draw(st.integers(1, 3))):
+        path = data.draw(st.sampled_from(paths))
+        action = data.draw(st.sampled_from(["replace", "delete", "rename"]))
+        try:
+            parent: Any = doc
+            for part in path[:-1]:
+                parent = parent[part]
+            if action == "replace":
+                parent[path[-1]] = data.draw(values)
+            elif action == "delete":
+                del parent[path[-1]]
+            elif isinstance(parent, dict):
+                parent[path[-1] + data.draw(st.text(min_size=1, max_size=2))] = parent.pop(path[-1])
+        except (KeyError, IndexError, TypeError):
+            pass  # an earlier mutation removed this path
+    text = yaml.safe_dump(doc, sort_keys=False, allow_unicode=True)
+    results = validate_bytes(text.encode(), name)
+    assert len(results) == 1
+    result = results[0]
+    assert result.valid == (not result.errors)
+    for error in result.errors:
+        assert isinstance(error.path, str) and error.path and error.message
+        assert error.line is None or error.line >= 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(values)
+def test_property_generated_documents_always_give_a_result(value: Any) -> None:
+    text = yaml.safe_dump(value, allow_unicode=True)
+    results = validate_bytes(text.encode(), "gen.yaml")
+    assert results and all(not r.valid for r in results)
+    assert all(r.errors for r in results)
