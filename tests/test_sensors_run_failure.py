@@ -1,0 +1,109 @@
+"""run_failure_sensor and run_canceled_sensor: a failed or cancelled Dagster run marks status.json Failed."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from dagster._core.test_utils import create_run_for_test
+
+from bench_assets.partitions import benchmark_run_partitions
+from benchrun.submit import prepare
+from sensors.run_failure import run_canceled_sensor, run_failure_sensor
+from test_automation_fixtures import spec_bytes
+
+
+@dg.asset(partitions_def=benchmark_run_partitions)
+def crashing_layer() -> None:
+    """Stands in for a layer whose orchestration breaks (the sensor only sees the run fail)."""
+    raise RuntimeError("node lost during micro layer")
+
+
+def failed_run(instance: dg.DagsterInstance, job_name: str, run_id: str):
+    job = dg.Definitions(
+        assets=[crashing_layer],
+        jobs=[dg.define_asset_job(job_name, selection=[crashing_layer])],
+    ).resolve_job_def(job_name)
+    instance.add_dynamic_partitions("benchmark_run", [run_id])
+    result = job.execute_in_process(instance=instance, partition_key=run_id, raise_on_error=False)
+    assert not result.success
+    return result.dagster_run, result.get_run_failure_event()
+
+
+@pytest.fixture
+def instance(bench_home: Path) -> Iterator[dg.DagsterInstance]:
+    with dg.instance_for_test() as inst:
+        yield inst
+
+
+@pytest.fixture
+def pending_run(bench_home: Path) -> str:
+    now = dt.datetime(2026, 9, 21, 3, 15, tzinfo=dt.timezone.utc)
+    return prepare(spec_bytes("nightly-a"), source="test", home=bench_home, now=now).run_id
+
+
+def status(home: Path, run_id: str) -> dict:
+    return json.loads((home / "runs" / run_id / "status.json").read_text())
+
+
+def failure_context(instance, run, event):
+    return dg.build_run_status_sensor_context(
+        sensor_name="run_failure_sensor", dagster_instance=instance, dagster_run=run, dagster_event=event
+    ).for_run_failure()
+
+
+def test_failed_benchmark_run_is_marked_failed_with_the_reason(instance, pending_run, bench_home) -> None:
+    run, event = failed_run(instance, "benchmark_run_job", pending_run)
+    assert status(bench_home, pending_run)["phase"] == "Pending"
+    assert run_failure_sensor(failure_context(instance, run, event)) is None
+    st = status(bench_home, pending_run)
+    assert st["phase"] == "Failed"
+    failed = [c for c in st["conditions"] if c["type"] == "Failed"]
+    assert failed and failed[0]["status"] == "True"
+    assert "Dagster run failed" in failed[0]["message"] and run.run_id in failed[0]["message"]
+    assert "crashing_layer" in failed[0]["message"]  # the failure event names the failed step
+    # a second evaluation leaves the final phase alone and says so
+    again = run_failure_sensor(failure_context(instance, run, event))
+    assert isinstance(again, dg.SkipReason) and "already in a final phase" in again.skip_message
+
+
+def test_failures_of_other_jobs_are_left_alone(instance, pending_run, bench_home) -> None:
+    run, event = failed_run(instance, "some_other_job", pending_run)
+    skip = run_failure_sensor(failure_context(instance, run, event))
+    assert isinstance(skip, dg.SkipReason) and "not benchmark_run_job" in skip.skip_message
+    assert status(bench_home, pending_run)["phase"] == "Pending"
+
+
+def test_cancelled_benchmark_run_is_marked_failed(instance, pending_run, bench_home) -> None:
+    instance.add_dynamic_partitions("benchmark_run", [pending_run])
+    run = create_run_for_test(instance, job_name="benchmark_run_job", tags={"dagster/partition": pending_run},
+                              status=dg.DagsterRunStatus.STARTED)
+    instance.report_run_canceled(run)
+    event = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.RUN_CANCELED)[0].dagster_event
+    run = instance.get_run_by_id(run.run_id)
+    context = dg.build_run_status_sensor_context(
+        sensor_name="run_canceled_sensor", dagster_instance=instance, dagster_run=run, dagster_event=event)
+    assert run_canceled_sensor(context) is None
+    st = status(bench_home, pending_run)
+    assert st["phase"] == "Failed"
+    assert any("cancelled" in c["message"] for c in st["conditions"] if c["type"] == "Failed")
+
+
+def test_run_without_a_run_directory_is_skipped_with_a_reason(instance, bench_home) -> None:
+    run, event = failed_run(instance, "benchmark_run_job", "ghost-20260921031500-deadbeef")
+    skip = run_failure_sensor(failure_context(instance, run, event))
+    assert isinstance(skip, dg.SkipReason) and "no run directory" in skip.skip_message
+
+
+def test_failure_sensors_are_on_by_default_and_the_commit_sensors_off() -> None:
+    from sensors.canary import canary_sensor
+    from sensors.spec_commit import spec_commit_sensor
+
+    assert run_failure_sensor.default_status == dg.DefaultSensorStatus.RUNNING
+    assert run_canceled_sensor.default_status == dg.DefaultSensorStatus.RUNNING
+    assert spec_commit_sensor.default_status == dg.DefaultSensorStatus.STOPPED
+    assert canary_sensor.default_status == dg.DefaultSensorStatus.STOPPED
