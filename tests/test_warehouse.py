@@ -37,7 +37,7 @@ def test_curate_writes_every_table_with_keys_and_lineage(tmp_path: Path) -> None
     counts = curate_run(run_dir, tmp_path, manifest)
     assert counts == {
         "benchmark_run_fact": 1, "measurement_fact": 9, "serving_outcome_fact": 3, "serving_request_fact": 60,
-        "telemetry_slice_fact": 5, "training_outcome_fact": 0, "software_version_dim": 1,
+        "telemetry_slice_fact": 7, "training_outcome_fact": 0, "software_version_dim": 1,
         "hardware_topology_dim": 1, "cluster_region_dim": 1, "workload_dim": 1, "artifact_lineage_dim": 1,
     }
     for table, schema in TABLES.items():
@@ -75,6 +75,16 @@ def test_curate_writes_every_table_with_keys_and_lineage(tmp_path: Path) -> None
                 tmp_path).table.to_pylist()[0]
     assert run["phase"] == "Succeeded" and run["duration_s"] == 50.0
     assert run["retention_cold_days"] == 730 and run["raw_retention_class"] == "cold_immutable"
+    tel = query("SELECT node_name, scope, source, value, window_start_utc, window_end_utc FROM telemetry_slice_fact "
+                "WHERE metric = 'background_load_average_1m'", tmp_path).table.to_pylist()
+    assert len(tel) == 1 and tel[0]["node_name"] == "node-a" and tel[0]["value"] == 0.5
+    assert tel[0]["source"] == "environment.background_load.before"
+    assert (tel[0]["window_end_utc"] - tel[0]["window_start_utc"]).total_seconds() == 0.5
+    sw = query("SELECT python_version, os, framework_version, packages_json FROM software_version_dim", tmp_path).table.to_pylist()
+    assert sw == [{"python_version": "3.12.3", "os": "Debian 13", "framework_version": "2.13.0",
+                   "packages_json": '{"duckdb":"1.4.1","numpy":"2.3.4","torch":"2.13.0"}'}]
+    hw = query("SELECT cpu_model, cpu_cores, memory_gib, gpu_count, numa_layout FROM hardware_topology_dim", tmp_path).table.to_pylist()
+    assert hw == [{"cpu_model": "Test CPU", "cpu_cores": 2, "memory_gib": 24, "gpu_count": 0, "numa_layout": '[[0,"0-1"]]'}]
     wl = query("SELECT * FROM workload_dim", tmp_path).table.to_pylist()
     assert wl[0]["workload_key"] == run["workload_key"] and wl[0]["model"] == "tiny-llm"
 

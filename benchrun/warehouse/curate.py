@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 from pathlib import Path
@@ -82,32 +83,40 @@ def _first(env: dict[str, Any], *paths: tuple[str, ...]) -> Any:
 def dimension_rows(src: RunSources) -> dict[str, dict[str, Any]]:
     """One row per dimension for this run, each keyed by the hash of its natural attributes."""
     env, status = src.environment, src.status
-    gpus = env.get("gpus") if isinstance(env.get("gpus"), list) else []
+    gpus = [g for g in env.get("gpus") or [] if isinstance(g, dict)]
     pkgs = _packages(env)
     python = env.get("python")
+    os_doc = env.get("os")
+    runtime = env.get("gpu_runtime") if isinstance(env.get("gpu_runtime"), dict) else {}
     software = {
         "image_digest": _str(_first(env, ("image_digest",), ("container", "image_digest"))),
-        "driver_version": _str(_first(env, ("driver_version",), ("nvidia", "driver_version")) or (gpus[0].get("driver_version") if gpus and isinstance(gpus[0], dict) else None)),
-        "cuda_version": _str(_first(env, ("cuda_version",), ("torch", "cuda"))),
-        "nccl_version": _str(_first(env, ("nccl_version",), ("torch", "nccl"))),
-        "framework_version": _str(pkgs.get("torch") or _first(env, ("torch", "version"))),
-        "runtime_version": _str(_first(env, ("runtime_version",), ("vllm_version",)) or pkgs.get("vllm")),
+        "driver_version": _str(runtime.get("driver_version") or env.get("driver_version")),
+        "cuda_version": _str(runtime.get("cuda_driver_version") or runtime.get("torch_cuda") or env.get("cuda_version")),
+        "nccl_version": _str(runtime.get("nccl_version") or env.get("nccl_version")),
+        "framework_version": _str(pkgs.get("torch") or runtime.get("torch_version")),
+        "runtime_version": _str(_first(env, ("runtime_version",)) or pkgs.get("vllm") or pkgs.get("sglang")),
         "python_version": _str(python.get("version") if isinstance(python, dict) else python),
-        "os": _str(_first(env, ("os",), ("platform",))),
-        "kernel": _str(_first(env, ("kernel",), ("os_release",))),
-        "packages_json": json.dumps(pkgs, sort_keys=True, separators=(",", ":")) if pkgs else None,
+        "os": _str((os_doc.get("distro") or os_doc.get("system")) if isinstance(os_doc, dict) else os_doc),
+        "kernel": _str(env.get("kernel")),
+        "packages_json": json.dumps({k: v for k, v in sorted(pkgs.items()) if k != "benchrun"},
+                                    separators=(",", ":")) if pkgs else None,
     }
-    gpu_models = sorted({str(g.get("name") or g.get("model")) for g in gpus if isinstance(g, dict) and (g.get("name") or g.get("model"))})
+    gpu_models = sorted({str(g.get("name") or g.get("model")) for g in gpus if g.get("name") or g.get("model")})
+    numa_nodes = dig(env, "numa", "nodes")
+    cores = _first(env, ("cpu", "logical_cores"), ("cores",), ("cpu_cores",))
+    memory = _first(env, ("memory", "total_bytes"), ("memory_bytes",))
     hardware = {
         "gpu_model": ",".join(gpu_models) or None,
         "gpu_count": len(gpus),
         "pcie_layout": _str(env.get("pcie_layout")),
         "nvlink_topology": _str(env.get("nvlink_topology")),
         "gpu_nic_affinity": _str(env.get("gpu_nic_affinity")),
-        "numa_layout": _str(_first(env, ("numa",), ("numa_layout",))),
-        "cpu_model": _str(_first(env, ("cpu_model",), ("cpu", "model"))),
-        "cpu_cores": (lambda v: int(v) if isinstance(v, (int, float)) else None)(_first(env, ("cores",), ("cpu_cores",), ("cpu", "cores"))),
-        "memory_bytes": (lambda v: int(v) if isinstance(v, (int, float)) else None)(_first(env, ("memory_bytes",), ("memory", "total_bytes"), ("memory", "total"))),
+        "numa_layout": _str([[n.get("node"), n.get("cpus")] for n in numa_nodes if isinstance(n, dict)])
+        if isinstance(numa_nodes, list) else _str(env.get("numa_layout")),
+        "cpu_model": _str(_first(env, ("cpu", "model"), ("cpu_model",))),
+        "cpu_cores": int(cores) if isinstance(cores, (int, float)) else None,
+        # whole GiB: kernel reservations move the exact figure between boots
+        "memory_gib": round(memory / 2**30) if isinstance(memory, (int, float)) else None,
     }
     cluster = {
         "cluster": _str(_first(env, ("cluster",), ("kubernetes", "cluster"))),
@@ -276,27 +285,34 @@ def telemetry_rows(src: RunSources) -> list[dict[str, Any]]:
     node = _str(env.get("hostname"))
     rows = []
 
-    def add(scope: str, metric: str, value: Any, unit: str, **keys: Any) -> None:
+    def add(scope: str, metric: str, value: Any, unit: str, *, source: str = "environment",
+            window: tuple[Any, Any] | None = None, **keys: Any) -> None:
         v = _num(value)
         if v is None:
             return
         row = _keys(src, node_name=node, **keys)
-        row.update(window_start_utc=start, window_end_utc=end, scope=scope, source="environment",
+        w_start, w_end = window or (start, end)
+        row.update(window_start_utc=w_start, window_end_utc=w_end, scope=scope, source=source,
                    metric=metric, value=v, unit=unit, **lineage)
         rows.append(row)
 
     load = env.get("background_load") if isinstance(env.get("background_load"), dict) else {}
-    for name, value in load.items():
-        add("node", f"background_{name}", value, "load" if "loadavg" in name else "")
-    add("node", "cpu_cores", _first(env, ("cores",), ("cpu_cores",), ("cpu", "cores")), "count")
-    add("node", "memory_bytes", _first(env, ("memory_bytes",), ("memory", "total_bytes"), ("memory", "total")), "bytes")
-    for gpu in env.get("gpus") or []:
-        if not isinstance(gpu, dict):
+    for when in ("before", "after"):
+        sample = load.get(when)
+        if not isinstance(sample, dict):
             continue
-        uuid = gpu.get("uuid") or gpu.get("gpu_uuid")
-        for metric, unit in (("memory_total_bytes", "bytes"), ("utilization_pct", "%"), ("temperature_c", "C"),
-                             ("power_w", "W"), ("sm_clock_mhz", "MHz")):
-            add("gpu", f"gpu_{metric}", gpu.get(metric), unit, gpu_uuid=uuid)
+        t_end = parse_ts(sample.get("sampled_utc"))
+        interval = _num(sample.get("interval_s"))
+        t_start = t_end - dt.timedelta(seconds=interval) if t_end and interval else t_end
+        for metric, unit in (("load_average_1m", "load"), ("load_average_5m", "load"), ("load_average_15m", "load"),
+                             ("cpu_busy_share", "fraction"), ("other_processes_cpu_share", "fraction")):
+            add("node", f"background_{metric}", sample.get(metric), unit, source=f"environment.background_load.{when}",
+                window=(t_start, t_end))
+    add("node", "cpu_logical_cores", _first(env, ("cpu", "logical_cores"), ("cores",)), "count")
+    add("node", "memory_total_bytes", _first(env, ("memory", "total_bytes"), ("memory_bytes",)), "bytes")
+    for gpu in env.get("gpus") or []:
+        if isinstance(gpu, dict):
+            add("gpu", "gpu_memory_total_mib", gpu.get("memory_total_mib"), "MiB", gpu_uuid=gpu.get("uuid"))
     return rows
 
 

@@ -186,7 +186,7 @@ HARDWARE_TOPOLOGY_DIM = pa.schema([
     ("numa_layout", pa.string()),
     ("cpu_model", pa.string()),
     ("cpu_cores", pa.int64()),
-    ("memory_bytes", pa.int64()),
+    ("memory_gib", pa.int64()),
 ])
 CLUSTER_REGION_DIM = pa.schema([
     ("cluster_region_key", pa.string()),

@@ -1,0 +1,78 @@
+"""Tests for retention: expired curated partitions go, raw objects inside any run's retention stay."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from benchrun.store import open_store
+from benchrun.warehouse import curate_run, query
+from benchrun.warehouse.retention import apply_retention, plan_retention
+from test_store_helpers import make_run_dir
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _count(home: Path, sql: str) -> int:
+    return query(sql, home).table.column(0)[0].as_py()
+
+
+def _setup(home: Path, now: dt.datetime):
+    store = open_store(None, home)
+    manifests = {}
+    for run_id, age_days in (("run-old", 800), ("run-warm", 200), ("run-new", 1)):
+        finished = (now - dt.timedelta(days=age_days)).isoformat()
+        run_dir = make_run_dir(home, run_id, finished_utc=finished)
+        manifests[run_id] = store.put_run_dir(run_dir, run_id)
+        curate_run(run_dir, home, manifests[run_id])
+    return store, manifests
+
+
+def test_dry_run_lists_and_apply_removes_only_expired(tmp_path: Path) -> None:
+    now = dt.datetime(2026, 11, 30, 12, tzinfo=dt.timezone.utc)
+    store, manifests = _setup(tmp_path, now)
+    plan = plan_retention(tmp_path, now)
+    tiers = {r.run_id: r.tier for r in plan.runs}
+    assert tiers == {"run-old": "expired", "run-warm": "cold", "run-new": "hot"}
+    assert {p["run_id"] for p in plan.partitions} == {"run-old"}
+    assert len(plan.partitions) == 11  # every table's partition of the expired run
+    old_keys = {o.key for o in manifests["run-old"].objects}
+    needed = {o.key for r in ("run-warm", "run-new") for o in manifests[r].objects}
+    listed = {o["key"] for o in plan.objects}
+    assert listed == old_keys - needed and listed  # only objects no younger run needs
+    shared = manifests["run-old"].entry("raw/run-old_gemm_r1.log").key
+    assert shared in needed and shared not in listed  # identical log bytes are kept for the younger runs
+    # dry run removed nothing
+    assert _count(tmp_path, "SELECT count(DISTINCT run_id) FROM measurement_fact") == 3
+    assert all(store.exists(k) for k in listed)
+    assert not (tmp_path / "warehouse" / "_retention").exists()
+
+    record = apply_retention(tmp_path, plan)
+    assert _count(tmp_path, "SELECT count(*) FROM measurement_fact WHERE run_id = 'run-old'") == 0
+    assert _count(tmp_path, "SELECT count(*) FROM measurement_fact") == 18
+    assert not any(store.exists(k) for k in listed)
+    assert store.exists(shared)
+    for run_id in ("run-warm", "run-new"):
+        assert store.verify(manifests[run_id]) == len(manifests[run_id].objects)
+    doc = json.loads(record.read_text())
+    assert doc["applied"] is True and record.parent == tmp_path / "warehouse" / "_retention"
+    assert {o["key"] for o in doc["objects"]} == listed
+    # a second pass finds nothing more to do
+    again = plan_retention(tmp_path, now)
+    assert again.partitions == [] and again.objects == []
+
+
+def test_cli_retention_dry_run(tmp_path: Path) -> None:
+    now = dt.datetime.now(dt.timezone.utc)
+    _setup(tmp_path, now)
+    env = {**os.environ, "BENCHRUN_HOME": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "benchrun.cli", "retention"], capture_output=True, text=True,
+                         env=env, cwd=REPO, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "would remove partition measurement_fact/run_id=run-old" in out.stdout
+    assert "(dry run; --apply to remove)" in out.stdout
+    assert _count(tmp_path, "SELECT count(DISTINCT run_id) FROM measurement_fact") == 3
