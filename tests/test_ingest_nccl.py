@@ -1,0 +1,84 @@
+"""The nccl-tests table reader.
+
+The fixtures in tests/fixtures/nccl_tests_*.txt were written by hand from nccl-tests'
+documented output format (README, doc/PERFORMANCE.md, the header printed by src/common.cu);
+their numbers are synthetic and self-consistent, not measured (the files say so).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchrun.errors import BenchrunError
+from benchrun.ingest import ingest_file
+from benchrun.ingest.nccl_tests import parse_nccl_tests
+
+FIXTURES = Path(__file__).parent / "fixtures"
+V2 = FIXTURES / "nccl_tests_all_reduce_perf_v2.txt"
+LEGACY = FIXTURES / "nccl_tests_all_reduce_perf_legacy.txt"
+
+
+def test_v2_table_rows_and_values() -> None:
+    parsed = parse_nccl_tests(V2.read_text())
+    assert len(parsed["rows"]) == 12 and len(parsed["devices"]) == 8
+    assert parsed["parameters"].startswith("nThread 1 nGpus 1 minBytes 8 maxBytes 33554432")
+    last = parsed["rows"][-1]
+    assert last["size_bytes"] == 33554432 and last["count"] == 8388608 and last["type"] == "float"
+    assert last["redop"] == "sum" and last["root"] == -1
+    assert last["out_of_place"] == {"time_us": 245.70, "algbw_gb_per_s": 136.57, "busbw_gb_per_s": 239.00, "wrong": 0.0}
+    assert last["in_place"]["time_us"] == 242.25
+    assert parsed["avg_busbw_gb_per_s"] == 48.6337
+
+
+def test_metric_rows_keep_nccl_tests_definitions() -> None:
+    rows = ingest_file(V2, "nccl_tests")
+    by = {(r["name"], r["case"]): r["value"] for r in rows}
+    assert len(rows) == 12 * 2 * 4 + 1
+    n = 8
+    for size in (2097152, 8388608, 33554432):
+        for placement in ("out_of_place", "in_place"):
+            case = f"bytes={size},{placement}"
+            t, alg, bus = by[("mean_latency_us", case)], by[("algbw_gb_per_s", case)], by[("busbw_gb_per_s", case)]
+            assert alg == pytest.approx(size / t / 1e3, abs=0.01)  # GB/s from bytes and us
+            assert bus == pytest.approx(alg * 2 * (n - 1) / n, abs=0.02)
+            assert by[("wrong_values", case)] == 0
+    assert by[("avg_busbw_gb_per_s", "")] == 48.6337
+
+
+def test_legacy_table_without_root_column() -> None:
+    parsed = parse_nccl_tests(LEGACY.read_text())
+    assert [r["size_bytes"] for r in parsed["rows"]] == [1024, 4096, 16384, 65536, 262144, 1048576]
+    first = parsed["rows"][0]
+    assert first["root"] is None and first["redop"] == "sum"
+    assert first["out_of_place"]["time_us"] == 9.53 and first["in_place"]["busbw_gb_per_s"] == 0.11
+    rows = ingest_file(LEGACY, "nccl_tests")
+    by = {(r["name"], r["case"]): r["value"] for r in rows}
+    # n = 2: busbw equals algbw
+    assert by[("busbw_gb_per_s", "bytes=1048576,out_of_place")] == by[("algbw_gb_per_s", "bytes=1048576,out_of_place")]
+
+
+def test_interleaved_log_lines_and_unvalidated_runs() -> None:
+    lines = V2.read_text().splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.strip().startswith("8388608"))
+    lines.insert(at, "node-a01:4100:4180 [0] NCCL INFO comm 0x5555 rank 0 nranks 8 - Init COMPLETE")
+    row = lines[at + 1].split()
+    row[8], row[12] = "N/A", "N/A"
+    lines[at + 1] = "  ".join(row)
+    parsed = parse_nccl_tests("\n".join(lines))
+    assert len(parsed["rows"]) == 12
+    r = next(r for r in parsed["rows"] if r["size_bytes"] == 8388608)
+    assert r["out_of_place"]["wrong"] is None and r["in_place"]["algbw_gb_per_s"] == 109.39
+
+
+def test_not_an_nccl_tests_output(tmp_path: Path) -> None:
+    bad = tmp_path / "out.txt"
+    bad.write_text("Segmentation fault (core dumped)\n")
+    with pytest.raises(BenchrunError, match="no nccl-tests result table") as err:
+        ingest_file(bad, "nccl_tests")
+    assert str(bad) in str(err.value)
+    lines = V2.read_text().splitlines()
+    header_only = "\n".join(lines[: next(i for i, ln in enumerate(lines) if "(B)" in ln) + 1])
+    with pytest.raises(BenchrunError, match="no rows"):
+        parse_nccl_tests(header_only)

@@ -1,0 +1,103 @@
+"""The fio suite run as a real subprocess over the real fio, and its failure paths."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchrun.suites.fio import CASES, build_argv
+from benchrun.suites.result import read_result, result_path
+
+RUN_ID = "t-fio"
+needs_fio = pytest.mark.skipif(shutil.which("fio") is None, reason="fio not installed (apt-get install fio)")
+
+
+def run_suite(run_dir: Path, params: dict[str, Any], path: str | None = None) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    env = {"PATH": os.environ["PATH"] if path is None else path, "BENCHRUN_RUN_ID": RUN_ID,
+           "BENCHRUN_RUN_DIR": str(run_dir), "BENCHRUN_SUITE": "fio", "BENCHRUN_REPLICATE": "1",
+           "BENCHRUN_PARAMS": json.dumps(params)}
+    proc = subprocess.run([sys.executable, "-m", "benchrun.suites.fio"], env=env, capture_output=True,
+                          text=True, timeout=300)
+    return proc, read_result(result_path(run_dir, RUN_ID, "fio", 1))
+
+
+@needs_fio
+@pytest.mark.slow
+def test_four_cases_measured_and_raw_json_kept(tmp_path: Path) -> None:
+    proc, doc = run_suite(tmp_path, {"size_mb": 4, "runtime_s": 2})
+    assert proc.returncode == 0, proc.stderr
+    assert doc["status"] == "ok"
+    raw = tmp_path / doc["samples"]["fio_json"]
+    assert raw.name == f"{RUN_ID}_fio_r1_fio.json"
+    fio_doc = json.loads(raw.read_text())
+    assert fio_doc["fio version"].startswith("fio-")
+    assert [j["jobname"] for j in fio_doc["jobs"]] == list(CASES)
+    by = {(m["name"], m["case"]): m["value"] for m in doc["metrics"]}
+    for case, spec in CASES.items():
+        bw, iops, p99 = by[("bandwidth_mib_per_s", case)], by[("iops", case)], by[("p99_clat_ms", case)]
+        assert bw > 0 and iops > 0 and p99 > 0
+        block = 2**20 if spec["bs"] == "1M" else 4096
+        # fio's bandwidth and IOPS describe the same transfer: bw = iops * block size
+        assert bw * 2**20 / block == pytest.approx(iops, rel=0.05)
+    # the scratch directory under the run directory is gone, nothing else left behind
+    assert not list(tmp_path.glob(".fio-scratch-*"))
+    assert doc["context"]["direct"] is True and doc["context"]["filesystem"]["fstype"]
+
+
+@needs_fio
+def test_given_directory_is_used_and_left_clean(tmp_path: Path) -> None:
+    target = tmp_path / "disk"
+    target.mkdir()
+    run_dir = tmp_path / "run"
+    proc, doc = run_suite(run_dir, {"size_mb": 1, "runtime_s": 1, "cases": ["seq_write"], "directory": str(target)})
+    assert proc.returncode == 0, proc.stderr
+    assert doc["status"] == "ok"
+    assert [m["case"] for m in doc["metrics"]] == ["seq_write"] * 3
+    assert any(a.startswith(f"--directory={target}/.fio-scratch-") for a in doc["context"]["argv"])
+    assert list(target.iterdir()) == []
+
+
+def test_missing_fio_is_unavailable_and_names_the_package(tmp_path: Path) -> None:
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    proc, doc = run_suite(tmp_path / "run", {"size_mb": 1}, path=str(empty))
+    assert proc.returncode == 0
+    assert doc["status"] == "unavailable"
+    assert doc["reason"] == "unavailable: fio not installed (apt-get install fio)"
+
+
+@pytest.mark.parametrize(
+    ("params", "named"),
+    [({"directory": "/no/such/dir"}, "directory"), ({"cases": ["seq_read", "bogus"]}, "cases"),
+     ({"size_mb": 0}, "size_mb"), ({"ioengine": "psync; rm -rf ~"}, "ioengine")],
+)
+def test_bad_parameters_fail_with_the_parameter_named(tmp_path: Path, params: dict[str, Any], named: str) -> None:
+    proc, doc = run_suite(tmp_path, params)
+    assert proc.returncode == 1
+    assert doc["status"] == "failed" and f"parameter {named}" in doc["reason"]
+
+
+@needs_fio
+def test_fio_error_exit_is_a_failed_replicate_with_fio_message(tmp_path: Path) -> None:
+    proc, doc = run_suite(tmp_path, {"size_mb": 1, "runtime_s": 1, "cases": ["seq_read"], "ioengine": "nosuchengine"})
+    assert proc.returncode == 1
+    assert doc["status"] == "failed" and doc["reason"].startswith("RuntimeError: fio exited")
+    assert not list(tmp_path.glob(".fio-scratch-*"))
+
+
+def test_argv_is_a_list_with_one_section_per_case(tmp_path: Path) -> None:
+    argv = build_argv("/usr/bin/fio", tmp_path, tmp_path / "o.json", ["rand_read", "seq_write"], size_mb=8,
+                      runtime_s=3, ioengine="libaio", iodepth=4, direct=False)
+    assert argv[0] == "/usr/bin/fio" and "--output-format=json" in argv
+    assert argv.count("--stonewall") == 2
+    i, j = argv.index("--name=rand_read"), argv.index("--name=seq_write")
+    assert argv[i:j] == ["--name=rand_read", "--rw=randread", "--bs=4k", "--stonewall"]
+    assert argv[j:] == ["--name=seq_write", "--rw=write", "--bs=1M", "--stonewall", "--end_fsync=1"]
+    assert "--direct=0" in argv and "--iodepth=4" in argv and "--size=8M" in argv

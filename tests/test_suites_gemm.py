@@ -1,0 +1,83 @@
+"""The gemm suite run as a real subprocess: measured values, sample file, failure paths."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchrun.suites.gemm import numpy_blas
+from benchrun.suites.result import read_result, result_path
+
+RUN_ID = "t-gemm"
+
+
+def run_suite(run_dir: Path, params: dict[str, Any], **env_extra: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"), "BENCHRUN_RUN_ID": RUN_ID,
+           "BENCHRUN_RUN_DIR": str(run_dir), "BENCHRUN_SUITE": "gemm", "BENCHRUN_REPLICATE": "1",
+           "BENCHRUN_PARAMS": json.dumps(params), **env_extra}
+    proc = subprocess.run([sys.executable, "-m", "benchrun.suites.gemm"], env=env, capture_output=True,
+                          text=True, timeout=120)
+    return proc, read_result(result_path(run_dir, RUN_ID, "gemm", 1))
+
+
+def test_cpu_gemm_reports_consistent_tflops_and_call_times(tmp_path: Path) -> None:
+    proc, doc = run_suite(tmp_path, {"sizes": [64, 192], "iterations": 5, "device": "cpu"})
+    assert proc.returncode == 0, proc.stderr
+    assert doc["status"] == "ok" and doc["reason"] is None
+    assert doc["context"]["device"] == "cpu" and doc["context"]["dtype"] == "float32"
+    assert doc["context"]["blas"]["name"] not in ("", None)
+    by = {(m["name"], m["case"]): m for m in doc["metrics"]}
+    assert {c for _, c in by} == {"n=64,float32,cpu", "n=192,float32,cpu"}
+    calls = json.loads((tmp_path / doc["samples"]["calls"]).read_text())["calls"]
+    for n in (64, 192):
+        case = f"n={n},float32,cpu"
+        times = calls[case]
+        assert len(times) == 5 and all(t > 0 for t in times)
+        p50 = by[("p50_call_ms", case)]["value"]
+        p99 = by[("p99_call_ms", case)]["value"]
+        assert 0 < p50 <= p99 <= max(times) * 1e3 + 1e-9
+        tflops = by[("tflops", case)]
+        assert tflops["unit"] == "TFLOP/s" and tflops["direction"] == "higher"
+        # TFLOP/s is 2n^3 over the median call, and a 2-core VM is far below 100 TFLOP/s
+        assert tflops["value"] == pytest.approx(2 * n**3 / (p50 / 1e3) / 1e12, rel=1e-9)
+        assert 1e-5 < tflops["value"] < 100
+
+
+def test_half_precision_without_cuda_is_unavailable_not_a_number(tmp_path: Path) -> None:
+    proc, doc = run_suite(tmp_path, {"sizes": [64], "dtype": "bfloat16", "device": "cpu"})
+    assert proc.returncode == 0
+    assert doc["status"] == "unavailable"
+    assert doc["reason"].startswith("unavailable: no CUDA device")
+    assert doc["metrics"] == []
+
+
+def test_cuda_requested_without_a_device_is_unavailable(tmp_path: Path) -> None:
+    if any(os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/nvidia0")):
+        pytest.skip("this host has an NVIDIA device")
+    proc, doc = run_suite(tmp_path, {"sizes": [64], "device": "cuda"})
+    assert proc.returncode == 0
+    assert doc["status"] == "unavailable" and "no CUDA device" in doc["reason"]
+
+
+@pytest.mark.parametrize(
+    ("params", "named"),
+    [({"sizes": [-5]}, "sizes"), ({"sizes": "big"}, "sizes"), ({"iterations": 0}, "iterations"),
+     ({"dtype": "int8"}, "dtype"), ({"sizes": [100000]}, "sizes")],
+)
+def test_bad_parameters_fail_with_the_parameter_named(tmp_path: Path, params: dict[str, Any], named: str) -> None:
+    proc, doc = run_suite(tmp_path, params)
+    assert proc.returncode == 1
+    assert doc["status"] == "failed"
+    assert f"parameter {named}" in doc["reason"]
+    assert doc["metrics"] == []
+
+
+def test_numpy_blas_names_the_library() -> None:
+    blas = numpy_blas()
+    assert isinstance(blas["name"], str) and blas["name"] != "unknown"

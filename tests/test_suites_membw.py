@@ -1,0 +1,63 @@
+"""The membw (STREAM) suite run as a real subprocess, and its validation step."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from benchrun.suites.membw import KERNELS, _check
+from benchrun.suites.result import read_result, result_path
+
+RUN_ID = "t-membw"
+
+
+def run_suite(run_dir: Path, params: dict[str, Any]) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    env = {"PATH": os.environ["PATH"], "BENCHRUN_RUN_ID": RUN_ID, "BENCHRUN_RUN_DIR": str(run_dir),
+           "BENCHRUN_SUITE": "membw", "BENCHRUN_REPLICATE": "1", "BENCHRUN_PARAMS": json.dumps(params)}
+    proc = subprocess.run([sys.executable, "-m", "benchrun.suites.membw"], env=env, capture_output=True,
+                          text=True, timeout=120)
+    return proc, read_result(result_path(run_dir, RUN_ID, "membw", 1))
+
+
+def test_stream_kernels_report_plausible_bandwidth(tmp_path: Path) -> None:
+    proc, doc = run_suite(tmp_path, {"elements": 1_000_000, "iterations": 3, "device": "cpu"})
+    assert proc.returncode == 0, proc.stderr
+    assert doc["status"] == "ok"
+    assert doc["context"]["elements"] == 1_000_000 and doc["context"]["triad_passes"] == 2
+    by = {(m["name"], m["case"]): m["value"] for m in doc["metrics"]}
+    assert len(by) == 8
+    times = json.loads((tmp_path / doc["samples"]["iterations"]).read_text())["times"]
+    for kernel in KERNELS:
+        best = by[("bandwidth_best_gb_per_s", kernel)]
+        median = by[("bandwidth_median_gb_per_s", kernel)]
+        assert len(times[kernel]) == 3
+        assert 0.05 < median <= best < 2000  # GB/s: anything outside is a counting bug
+        arrays = 3 if kernel in ("add", "triad") else 2
+        assert best == pytest.approx(arrays * 8 * 1_000_000 / min(times[kernel]) / 1e9)
+
+
+def test_validation_catches_a_kernel_that_did_not_run() -> None:
+    n, iterations = 4096, 2
+    a, b, c = np.full(n, 1.0), np.full(n, 2.0), np.zeros(n)
+    for _ in range(iterations + 1):  # the real sequence passes
+        np.copyto(c, a)
+        np.multiply(c, 3.0, out=b)
+        np.add(a, b, out=c)
+        np.multiply(c, 3.0, out=a)
+        np.add(a, b, out=a)
+    _check((a, b, c), iterations, "float64")
+    with pytest.raises(RuntimeError, match="validation failed"):
+        _check((a, b, c + 1.0), iterations, "float64")
+
+
+def test_too_few_elements_fail_naming_the_parameter(tmp_path: Path) -> None:
+    proc, doc = run_suite(tmp_path, {"elements": 10})
+    assert proc.returncode == 1
+    assert doc["status"] == "failed" and "parameter elements" in doc["reason"]
