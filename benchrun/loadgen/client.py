@@ -1,0 +1,508 @@
+"""The asyncio HTTP/1.1 streaming client and Server-Sent-Events parser of the load generator.
+
+Why a client written on :func:`asyncio.open_connection` rather than a library: the modules
+that run inside benchmark pods may import only the standard library and numpy, and the
+standard library has no asynchronous HTTP client (``http.client`` and ``urllib`` block a
+thread per request). Owning the socket also gives exact timestamps: the monotonic clock
+(``time.perf_counter_ns``, CLOCK_MONOTONIC on Linux, shared by all processes of a host) is
+read the instant each ``read()`` returns, with no library buffer between the socket and the
+clock; every SSE event parsed from that read carries that time.
+
+Supported: ``http`` and ``https``, ``Content-Length``, ``Transfer-Encoding: chunked`` and
+close-delimited bodies, keep-alive connection reuse (one pool per worker), SSE ``data:``
+events with LF or CRLF line ends, ``[DONE]``, OpenAI ``usage`` (final or continuous), and
+error objects inside the stream. Every failure ends the request as an error with a kind
+(``connect``, ``http_<status>``, ``closed``, ``malformed_sse``, ``no_done``,
+``server_error``, ``timeout``, ``empty``) and a one-line detail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import ssl
+import time
+import urllib.parse
+from dataclasses import dataclass
+from typing import Any
+
+CLOCK = time.perf_counter_ns
+USER_AGENT = "benchrun-loadgen/1"
+APIS = ("completions", "chat")
+
+
+class EndpointError(ValueError):
+    """A URL the client cannot use; the message names it and the fix."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where requests go: scheme, host, port and the POST path for the chosen API."""
+
+    scheme: str
+    host: str
+    port: int
+    path: str
+    api: str
+    base_path: str
+
+    @classmethod
+    def from_url(cls, url: str, api: str = "completions") -> "Endpoint":
+        """``http://host:port[/prefix]``; ``/v1/completions`` or ``/v1/chat/completions`` appended
+        unless the URL already ends with one (which then decides the API)."""
+        u = urllib.parse.urlsplit(url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise EndpointError(f"URL {url!r} is not http(s)://host[:port][/path]; give e.g. http://127.0.0.1:8000")
+        try:
+            port = u.port or (443 if u.scheme == "https" else 80)
+        except ValueError:
+            raise EndpointError(f"URL {url!r} has an invalid port") from None
+        path = u.path.rstrip("/")
+        if path.endswith("/chat/completions"):
+            api, full = "chat", path
+            base = path[: -len("/chat/completions")]
+        elif path.endswith("/completions"):
+            api, full = "completions", path
+            base = path[: -len("/completions")]
+        else:
+            if api not in APIS:
+                raise EndpointError(f"api {api!r} is not one of {APIS}")
+            base = path if path.endswith("/v1") else path + "/v1"
+            full = base + ("/chat/completions" if api == "chat" else "/completions")
+        return cls(u.scheme, u.hostname, port, full, api, base)
+
+    @property
+    def models_path(self) -> str:
+        """The ``/v1/models`` path next to the completions path."""
+        return self.base_path + "/models"
+
+    def display(self) -> str:
+        """``scheme://host:port/path`` for logs (the URL never carries secrets here)."""
+        return f"{self.scheme}://{self.host}:{self.port}{self.path}"
+
+
+def _api_key() -> str | None:
+    # Secrets only from the environment, never logged.
+    return os.environ.get("BENCHRUN_API_KEY") or os.environ.get("OPENAI_API_KEY") or None
+
+
+def build_body(
+    endpoint: Endpoint,
+    model: str,
+    prompt: str,
+    max_tokens: int,
+    *,
+    ignore_eos: bool = True,
+    include_usage: bool = True,
+    extra: dict[str, Any] | None = None,
+) -> bytes:
+    """The JSON body of one streaming request (vLLM-style ``ignore_eos`` when asked)."""
+    body: dict[str, Any] = {"model": model, "max_tokens": int(max_tokens), "stream": True, "temperature": 0.0}
+    if endpoint.api == "chat":
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    if include_usage:
+        body["stream_options"] = {"include_usage": True}
+    if ignore_eos:
+        body["ignore_eos"] = True
+    if extra:
+        body.update(extra)
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def build_head(endpoint: Endpoint, method: str, path: str, body_len: int, headers: dict[str, str]) -> bytes:
+    """An HTTP/1.1 request head (keep-alive) with ``headers`` added."""
+    lines = [
+        f"{method} {path} HTTP/1.1",
+        f"Host: {endpoint.host}:{endpoint.port}",
+        f"User-Agent: {USER_AGENT}",
+        "Accept: text/event-stream",
+        "Connection: keep-alive",
+    ]
+    if method == "POST":
+        lines += ["Content-Type: application/json", f"Content-Length: {body_len}"]
+    key = _api_key()
+    if key:
+        lines.append(f"Authorization: Bearer {key}")
+    for k, v in headers.items():
+        if "\r" in k or "\n" in k or "\r" in v or "\n" in v:
+            raise ValueError(f"header {k!r} contains a line break")
+        lines.append(f"{k}: {v}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+class Outcome:
+    """What happened to one request, with raw monotonic timestamps (ns)."""
+
+    __slots__ = (
+        "send_ns",
+        "first_ns",
+        "last_ns",
+        "done_ns",
+        "chunk_ns",
+        "chunk_tokens",
+        "usage_prompt",
+        "usage_completion",
+        "status",
+        "error_kind",
+        "error",
+        "reused_connection",
+    )
+
+    def __init__(self) -> None:
+        self.send_ns = 0
+        self.first_ns: int | None = None
+        self.last_ns: int | None = None
+        self.done_ns: int | None = None
+        self.chunk_ns: list[int] = []
+        self.chunk_tokens: list[int] = []
+        self.usage_prompt: int | None = None
+        self.usage_completion: int | None = None
+        self.status: int | None = None
+        self.error_kind: str | None = None
+        self.error: str | None = None
+        self.reused_connection = False
+
+    def fail(self, kind: str, detail: str) -> None:
+        """Mark the request failed (the first failure wins)."""
+        if self.error_kind is None:
+            self.error_kind = kind
+            self.error = f"{kind}: {detail}"
+
+
+class _Conn:
+    __slots__ = ("reader", "writer")
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+
+class ConnectionPool:
+    """Keep-alive connections to one endpoint (one pool per worker event loop)."""
+
+    def __init__(self, endpoint: Endpoint, connect_timeout_s: float = 10.0) -> None:
+        self.endpoint = endpoint
+        self.connect_timeout_s = connect_timeout_s
+        self._idle: list[_Conn] = []
+        self._ssl = ssl.create_default_context() if endpoint.scheme == "https" else None
+        self.opened = 0
+
+    async def acquire(self) -> tuple[_Conn, bool]:
+        """An idle live connection (reused=True) or a new one."""
+        while self._idle:
+            c = self._idle.pop()
+            if c.writer.is_closing() or c.reader.at_eof():
+                c.writer.close()
+                continue
+            return c, True
+        async with asyncio.timeout(self.connect_timeout_s):
+            reader, writer = await asyncio.open_connection(
+                self.endpoint.host,
+                self.endpoint.port,
+                ssl=self._ssl,
+                server_hostname=self.endpoint.host if self._ssl else None,
+                limit=1 << 20,
+            )
+        self.opened += 1
+        return _Conn(reader, writer), False
+
+    def release(self, conn: _Conn, reusable: bool) -> None:
+        """Return a connection after a cleanly finished response, else close it."""
+        if reusable and not conn.writer.is_closing():
+            self._idle.append(conn)
+        else:
+            conn.writer.close()
+
+    async def close(self) -> None:
+        """Close every idle connection."""
+        idle, self._idle = self._idle, []
+        for c in idle:
+            c.writer.close()
+        for c in idle:
+            try:
+                await c.writer.wait_closed()
+            except (OSError, ConnectionError):
+                pass
+
+
+def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+        raise ValueError(f"bad status line {lines[0][:80]!r}")
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        if not line:
+            continue
+        k, _, v = line.partition(":")
+        headers[k.strip().lower()] = v.strip()
+    return int(parts[1]), headers
+
+
+async def _read_error_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> str:
+    try:
+        async with asyncio.timeout(2.0):
+            n = headers.get("content-length")
+            if n is not None and n.isdigit():
+                data = await reader.readexactly(min(int(n), 8192))
+            else:
+                data = await reader.read(8192)
+    except (TimeoutError, asyncio.IncompleteReadError, OSError, ConnectionError):
+        return ""
+    text = data.decode("utf-8", "replace")
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        # drop chunk-size lines for the message
+        text = "".join(line for line in text.split("\r\n") if line and not all(c in "0123456789abcdefABCDEF" for c in line))
+    try:
+        obj = json.loads(text)
+        msg = obj.get("error", obj)
+        if isinstance(msg, dict):
+            msg = msg.get("message", msg)
+        return str(msg)[:200]
+    except (ValueError, AttributeError):
+        return text.strip().replace("\n", " ")[:200]
+
+
+async def stream_request(
+    pool: ConnectionPool,
+    head: bytes,
+    body: bytes,
+    out: Outcome,
+    *,
+    timeout_s: float,
+) -> bool:
+    """Send one request and consume its SSE stream into ``out``; True when the request succeeded.
+
+    ``out.send_ns`` is taken before a connection is acquired, so a new connection's set-up
+    counts in the request's latency as it would for any client.
+    """
+    endpoint_chat = pool.endpoint.api == "chat"
+    conn: _Conn | None = None
+    reusable = False
+    out.send_ns = CLOCK()
+    try:
+        async with asyncio.timeout(timeout_s):
+            try:
+                conn, out.reused_connection = await pool.acquire()
+            except (OSError, ConnectionError) as exc:
+                out.fail("connect", f"{type(exc).__name__}: {exc}")
+                return False
+            w = conn.writer
+            w.write(head + body)
+            reader = conn.reader
+            try:
+                raw_head = await reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError:
+                out.fail("closed", "connection closed before the response headers")
+                return False
+            try:
+                status, headers = _parse_head(raw_head)
+            except ValueError as exc:
+                out.fail("bad_response", str(exc))
+                return False
+            out.status = status
+            if status != 200:
+                msg = await _read_error_body(reader, headers)
+                out.fail(f"http_{status}", msg or "no message")
+                return False
+            reusable = await _consume_stream(reader, headers, out, endpoint_chat)
+    except TimeoutError:
+        out.fail("timeout", f"no complete response within {timeout_s:g} s (stalled after {len(out.chunk_ns)} chunks)")
+        reusable = False
+    except (OSError, ConnectionError) as exc:
+        out.fail("closed", f"{type(exc).__name__}: {exc}")
+        reusable = False
+    finally:
+        if conn is not None:
+            pool.release(conn, reusable and out.error_kind is None)
+    return out.error_kind is None
+
+
+async def _consume_stream(reader: asyncio.StreamReader, headers: dict[str, str], out: Outcome, chat: bool) -> bool:
+    """Read the body, dechunk, parse SSE; returns whether the connection can be reused."""
+    chunked = headers.get("transfer-encoding", "").lower() == "chunked"
+    length = headers.get("content-length")
+    remaining = int(length) if (length is not None and length.isdigit() and not chunked) else -1
+    keep_alive = headers.get("connection", "").lower() != "close"
+    raw = bytearray()  # undechunked bytes not yet consumed
+    sse = bytearray()  # SSE text not yet parsed
+    chunk_left = 0  # data bytes left in the current HTTP chunk
+    expect_crlf = False
+    body_done = False
+    done = False
+    prev_usage_tokens = 0
+    crlf = False
+    loads = json.loads
+    chunk_ns = out.chunk_ns
+    chunk_tokens = out.chunk_tokens
+    while not done:
+        data = await reader.read(65536)
+        t = CLOCK()
+        if not data:
+            break
+        if chunked:
+            raw += data
+            pos = 0
+            n = len(raw)
+            while pos < n and not body_done:
+                if expect_crlf:
+                    if n - pos < 2:
+                        break
+                    pos += 2
+                    expect_crlf = False
+                elif chunk_left:
+                    take = min(chunk_left, n - pos)
+                    sse += raw[pos : pos + take]
+                    pos += take
+                    chunk_left -= take
+                    if not chunk_left:
+                        expect_crlf = True
+                else:
+                    j = raw.find(b"\r\n", pos)
+                    if j < 0:
+                        break
+                    size_txt = bytes(raw[pos:j]).split(b";", 1)[0].strip()
+                    try:
+                        size = int(size_txt, 16)
+                    except ValueError:
+                        out.fail("bad_response", f"bad chunk size {size_txt[:20]!r}")
+                        return False
+                    pos = j + 2
+                    if size == 0:
+                        body_done = True  # trailers (rare) are ignored; connection then not reused
+                        if raw[pos : pos + 2] == b"\r\n":
+                            pos += 2
+                        else:
+                            keep_alive = False
+                    else:
+                        chunk_left = size
+            del raw[:pos]
+        else:
+            sse += data
+            if remaining >= 0:
+                remaining -= len(data)
+                body_done = remaining <= 0
+        if not crlf and b"\r" in data:
+            crlf = True
+        if crlf:
+            sse[:] = sse.replace(b"\r\n", b"\n")
+        # parse complete SSE events
+        pos = 0
+        while True:
+            j = sse.find(b"\n\n", pos)
+            if j < 0:
+                break
+            event = bytes(sse[pos:j])
+            pos = j + 2
+            if event.startswith(b"data: ") and b"\n" not in event:
+                payload = event[6:]
+            else:
+                datas = [ln[5:].removeprefix(b" ") for ln in event.split(b"\n") if ln.startswith(b"data:")]
+                if not datas:
+                    continue  # comment / keep-alive / event: lines
+                payload = b"\n".join(datas)
+            if payload == b"[DONE]":
+                done = True
+                out.done_ns = t
+                break
+            try:
+                obj = loads(payload)
+            except ValueError:
+                out.fail("malformed_sse", f"event is not JSON: {payload[:60]!r}")
+                return False
+            if not isinstance(obj, dict):
+                out.fail("malformed_sse", f"event is not a JSON object: {payload[:60]!r}")
+                return False
+            if "error" in obj or obj.get("object") == "error":
+                err = obj.get("error", obj)
+                msg = err.get("message", err) if isinstance(err, dict) else err
+                out.fail("server_error", str(msg)[:200])
+                return False
+            usage = obj.get("usage")
+            text = None
+            choices = obj.get("choices")
+            if choices:
+                c0 = choices[0]
+                if chat:
+                    delta = c0.get("delta") or {}
+                    text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+                else:
+                    text = c0.get("text")
+            if text:
+                if out.first_ns is None:
+                    out.first_ns = t
+                out.last_ns = t
+                chunk_ns.append(t)
+                k = 1
+                if usage and usage.get("completion_tokens") is not None:
+                    ct = int(usage["completion_tokens"])
+                    k = max(1, ct - prev_usage_tokens)
+                    prev_usage_tokens = ct
+                chunk_tokens.append(k)
+            if usage:
+                if usage.get("prompt_tokens") is not None:
+                    out.usage_prompt = int(usage["prompt_tokens"])
+                if usage.get("completion_tokens") is not None:
+                    out.usage_completion = int(usage["completion_tokens"])
+        del sse[:pos]
+        if body_done and not done:
+            break
+    if not done:
+        if body_done:
+            out.fail("no_done", f"stream ended without data: [DONE] after {len(chunk_ns)} chunks")
+        else:
+            out.fail("closed", f"connection closed mid-stream after {len(chunk_ns)} chunks")
+        return False
+    if out.first_ns is None:
+        out.fail("empty", "stream finished without any content")
+        return False
+    return body_done and keep_alive and not raw and not sse.strip()
+
+
+async def get_json(endpoint: Endpoint, path: str, timeout_s: float = 5.0) -> Any:
+    """GET ``path`` on the endpoint's host and decode the JSON body (Connection: close)."""
+    ssl_ctx = ssl.create_default_context() if endpoint.scheme == "https" else None
+    async with asyncio.timeout(timeout_s):
+        reader, writer = await asyncio.open_connection(
+            endpoint.host, endpoint.port, ssl=ssl_ctx, server_hostname=endpoint.host if ssl_ctx else None, limit=1 << 24
+        )
+        try:
+            head = build_head(endpoint, "GET", path, 0, {"Connection": "close"}).replace(
+                b"Connection: keep-alive\r\n", b""
+            )
+            writer.write(head)
+            status, headers = _parse_head(await reader.readuntil(b"\r\n\r\n"))
+            data = await reader.read(-1)
+        finally:
+            writer.close()
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        body = bytearray()
+        pos = 0
+        while True:
+            j = data.find(b"\r\n", pos)
+            size = int(data[pos:j].split(b";")[0], 16)
+            if size == 0:
+                break
+            body += data[j + 2 : j + 2 + size]
+            pos = j + 2 + size + 2
+        data = bytes(body)
+    if status != 200:
+        raise OSError(f"GET {path}: HTTP {status}")
+    return json.loads(data)
+
+
+async def probe(endpoint: Endpoint, timeout_s: float = 5.0) -> None:
+    """Open and close one TCP connection; raises OSError/TimeoutError when unreachable."""
+    ssl_ctx = ssl.create_default_context() if endpoint.scheme == "https" else None
+    async with asyncio.timeout(timeout_s):
+        _, writer = await asyncio.open_connection(
+            endpoint.host, endpoint.port, ssl=ssl_ctx, server_hostname=endpoint.host if ssl_ctx else None
+        )
+    writer.close()
+    try:
+        await writer.wait_closed()
+    except (OSError, ConnectionError):
+        pass

@@ -1,0 +1,370 @@
+"""Serving metrics from per-request rows: distributions, goodput, SLO attainment, capacity, cost, verdict.
+
+Definitions follow CONTRACT.md §5; the field names are those of
+:mod:`benchrun.suites.result` (``SERVING_SCALARS`` and ``SERVING_DISTRIBUTIONS`` x
+``PERCENTILE_SUFFIXES``). All functions are pure and work on the raw request rows, so rows
+from several worker processes are merged first and the percentiles computed once over the
+merged rows (percentiles are never averaged).
+
+- Percentiles: ``numpy.percentile`` with linear interpolation; ``std`` is the population
+  standard deviation (ddof=0, as vLLM reports it).
+- ``window_s``: first measured send to the last measured request's end (success or error).
+  Bucket rows use their point's window (buckets are interleaved in time).
+- ``per_user_output_tokens_per_s``: mean over completed requests of output tokens / e2e s.
+- ``jitter_ms``: median over requests with ≥ 2 token gaps of the standard deviation (ddof=0)
+  of that request's gaps.
+- A request is *good* when it completed and meets every declared SLO: ``ttft_ms``,
+  ``decode_ms_per_token`` (a one-token answer has no decode and meets it), ``e2e_ms``.
+  ``request_goodput`` = good / window; ``slo_attainment`` = good / (completed + errored).
+  Without an SLO both are null (absent, not zero).
+- Cost: price per node-second x nodes x window, divided by completed requests (output
+  tokens; good requests). Bucket rows apportion the window's cost by output-token share,
+  so the cost per token is the same for every bucket of a point. Without a price, null.
+- ``capacity_at_slo``: the highest offered load of a sweep whose p99 TTFT and p99 decode
+  pace (or p99 e2e, when that is the only SLO) meet the SLO; null when no point does.
+
+Minimum samples: to claim the sample p-quantile is supported at confidence ``c`` we use the
+order-statistic (binomial) argument for a distribution-free upper confidence bound: the
+largest of ``n`` i.i.d. samples exceeds the true q-quantile with probability
+``1 - q**n``, so the sample maximum (and hence any reported upper percentile) is backed
+by a ``c`` upper bound only when ``n >= ln(1 - c) / ln(q)``. For p99 at 99 % that is
+``n >= 459``; for p50 7, p90 44, p95 90, p99.9 4603.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+PERCENTILES: dict[str, float] = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
+SUFFIXES = ("mean", "p50", "p90", "p95", "p99", "p999", "min", "max", "std")
+
+
+def distribution(values: Iterable[float | None], base: str) -> dict[str, float | None]:
+    """``{base}_{mean,p50,p90,p95,p99,p999,min,max,std}``; all null when there are no values."""
+    arr = np.asarray([v for v in values if v is not None], dtype=float)
+    if arr.size == 0:
+        return {f"{base}_{s}": None for s in SUFFIXES}
+    qs = np.percentile(arr, list(PERCENTILES.values()))
+    out: dict[str, float | None] = {f"{base}_mean": float(arr.mean())}
+    for name, q in zip(PERCENTILES, qs):
+        out[f"{base}_{name}"] = float(q)
+    out[f"{base}_min"] = float(arr.min())
+    out[f"{base}_max"] = float(arr.max())
+    out[f"{base}_std"] = float(arr.std())
+    return out
+
+
+def min_samples(quantile: float, confidence: float = 0.99) -> int:
+    """Smallest n with ``1 - q**n >= confidence`` (see module docstring); q in (0, 1)."""
+    if not 0 < quantile < 1 or not 0 < confidence < 1:
+        raise ValueError("quantile and confidence must lie in (0, 1)")
+    return int(math.ceil(math.log(1 - confidence) / math.log(quantile) - 1e-12))
+
+
+@dataclass(frozen=True)
+class SLO:
+    """Per-request service-level objectives (any subset; at least one)."""
+
+    ttft_ms: float | None = None
+    decode_ms_per_token: float | None = None
+    e2e_ms: float | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> "SLO | None":
+        """From ``{"ttft_ms": .., "decode_ms_per_token": .., "e2e_ms": ..}``; None when empty."""
+        if not d:
+            return None
+        known = {"ttft_ms", "decode_ms_per_token", "e2e_ms", "tpot_ms"}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown SLO key(s) {unknown}; use ttft_ms, decode_ms_per_token, e2e_ms")
+        vals = {}
+        for k, v in d.items():
+            if v is None:
+                continue
+            key = "decode_ms_per_token" if k == "tpot_ms" else k
+            f = float(v)
+            if not f > 0:
+                raise ValueError(f"SLO {k}={v!r} must be a positive number of milliseconds")
+            vals[key] = f
+        return cls(**vals) if vals else None
+
+    def as_dict(self) -> dict[str, float]:
+        """The declared objectives only."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """A declared price per node-hour and node count (cost metrics exist only with one)."""
+
+    price_per_node_hour_usd: float
+    nodes: int = 1
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> "Pricing | None":
+        """From ``{"pricePerNodeHourUsd": .., "nodes": ..}``; None when absent."""
+        if not d:
+            return None
+        price = d.get("pricePerNodeHourUsd", d.get("price_per_node_hour_usd"))
+        if price is None:
+            return None
+        p = float(price)
+        n = int(d.get("nodes", 1) or 1)
+        if not p >= 0 or n < 1:
+            raise ValueError("pricing needs pricePerNodeHourUsd >= 0 and nodes >= 1")
+        return cls(p, n)
+
+    def cost_usd(self, window_s: float) -> float:
+        """Cost of ``nodes`` nodes for ``window_s`` seconds."""
+        return self.price_per_node_hour_usd / 3600.0 * self.nodes * window_s
+
+
+@dataclass(frozen=True)
+class VerdictPolicy:
+    """Thresholds of the validity verdict of a load point."""
+
+    max_error_rate: float = 0.01
+    rate_tolerance: float = 0.05
+    min_concurrency_ratio: float = 0.9
+    max_schedule_lag_p99_ms: float = 10.0
+    max_client_cpu: float = 0.9
+    max_loop_lag_p99_ms: float = 10.0
+    percentile: str = "p99"
+    confidence: float = 0.99
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> "VerdictPolicy":
+        """Override defaults from a mapping (unknown keys raise ValueError)."""
+        d = dict(d or {})
+        names = set(asdict(cls()).keys())
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"unknown verdict policy key(s) {unknown}; known: {sorted(names)}")
+        if "percentile" in d and d["percentile"] not in PERCENTILES:
+            raise ValueError(f"verdict percentile must be one of {list(PERCENTILES)}")
+        return cls(**d)
+
+
+def is_good(row: dict[str, Any], slo: SLO) -> bool:
+    """Completed and within every declared objective."""
+    if row.get("error") is not None or row.get("ttft_ms") is None:
+        return False
+    if slo.ttft_ms is not None and row["ttft_ms"] > slo.ttft_ms:
+        return False
+    if slo.decode_ms_per_token is not None:
+        d = row.get("decode_ms_per_token")
+        if d is not None and d > slo.decode_ms_per_token:
+            return False
+    if slo.e2e_ms is not None and row["e2e_ms"] > slo.e2e_ms:
+        return False
+    return True
+
+
+def window_s(rows: Sequence[dict[str, Any]]) -> float | None:
+    """Seconds from the first send to the last end among ``rows`` (None when empty)."""
+    if not rows:
+        return None
+    start = min(r["send_mono_ns"] for r in rows)
+    end = max(r["end_mono_ns"] for r in rows)
+    return max(end - start, 1) / 1e9
+
+
+def _pctl(values: Sequence[float], q: float) -> float | None:
+    return float(np.percentile(np.asarray(values, dtype=float), q)) if len(values) else None
+
+
+def load_stats(rows: Sequence[dict[str, Any]], load_model: str, offered_load: float) -> dict[str, Any]:
+    """Achieved rate, schedule lag and (closed loop) achieved concurrency of a point's rows."""
+    out: dict[str, Any] = {"achieved_rate_rps": None, "scheduled_rate_rps": None, "schedule_lag_p99_ms": None, "achieved_concurrency": None}
+    if not rows:
+        return out
+    sends = sorted(r["send_mono_ns"] for r in rows)
+    sched = sorted(r["scheduled_mono_ns"] for r in rows)
+    if len(sends) >= 2 and sends[-1] > sends[0]:
+        out["achieved_rate_rps"] = (len(sends) - 1) / ((sends[-1] - sends[0]) / 1e9)
+    if len(sched) >= 2 and sched[-1] > sched[0]:
+        out["scheduled_rate_rps"] = (len(sched) - 1) / ((sched[-1] - sched[0]) / 1e9)
+    out["schedule_lag_p99_ms"] = _pctl([r["schedule_lag_ms"] for r in rows], 99)
+    if load_model == "closed_loop" and len(sends) >= 2 and sends[-1] > sends[0]:
+        a, b = sends[0], sends[-1]
+        busy = sum(max(0, min(r["end_mono_ns"], b) - max(r["send_mono_ns"], a)) for r in rows)
+        out["achieved_concurrency"] = busy / (b - a)
+    return out
+
+
+def verdict(
+    *,
+    load_model: str,
+    offered_load: float,
+    n_completed: int,
+    n_errors: int,
+    error_kinds: dict[str, int],
+    stats: dict[str, Any],
+    client: dict[str, Any],
+    policy: VerdictPolicy,
+) -> tuple[str, list[str]]:
+    """``("valid" | "invalid", reasons)`` for one point (or one bucket of it)."""
+    reasons: list[str] = []
+    total = n_completed + n_errors
+    if total == 0:
+        return "invalid", ["no measured requests"]
+    if n_errors / total > policy.max_error_rate:
+        kinds = ", ".join(f"{v} {k}" for k, v in sorted(error_kinds.items()))
+        reasons.append(f"error rate {n_errors}/{total} = {n_errors / total:.1%} > {policy.max_error_rate:.1%} ({kinds})")
+    q = PERCENTILES[policy.percentile] / 100.0
+    need = min_samples(q, policy.confidence)
+    if n_completed < need:
+        reasons.append(
+            f"{n_completed} completed requests < {need} needed to support {policy.percentile} at "
+            f"{policy.confidence:.0%} confidence (order-statistic bound)"
+        )
+    if load_model == "open_loop":
+        ach, sch = stats.get("achieved_rate_rps"), stats.get("scheduled_rate_rps")
+        if ach is not None and sch:
+            if abs(ach / sch - 1) > policy.rate_tolerance:
+                reasons.append(f"achieved rate {ach:.3g} req/s differs from the offered schedule's {sch:.3g} req/s by more than {policy.rate_tolerance:.0%}")
+    else:
+        conc = stats.get("achieved_concurrency")
+        if conc is not None and conc < policy.min_concurrency_ratio * offered_load:
+            reasons.append(f"achieved concurrency {conc:.3g} < {policy.min_concurrency_ratio:.0%} of {offered_load:g}")
+    lag = stats.get("schedule_lag_p99_ms")
+    if lag is not None and lag > policy.max_schedule_lag_p99_ms:
+        reasons.append(f"p99 schedule lag {lag:.3g} ms > {policy.max_schedule_lag_p99_ms:g} ms (requests sent late: coordinated omission)")
+    cpu = client.get("client_cpu_max")
+    if cpu is not None and cpu > policy.max_client_cpu:
+        reasons.append(f"client saturated: a worker used {cpu:.0%} of a core (> {policy.max_client_cpu:.0%}); add --workers")
+    loop_lag = client.get("loop_lag_p99_ms")
+    if loop_lag is not None and loop_lag > policy.max_loop_lag_p99_ms:
+        reasons.append(f"client event-loop lag p99 {loop_lag:.3g} ms > {policy.max_loop_lag_p99_ms:g} ms (timestamps late)")
+    return ("invalid" if reasons else "valid"), reasons
+
+
+def supported_percentiles(n: int, confidence: float = 0.99) -> list[str]:
+    """The percentiles whose minimum sample count ``n`` meets."""
+    return [name for name, q in PERCENTILES.items() if n >= min_samples(q / 100.0, confidence)]
+
+
+def summarize(
+    rows: Sequence[dict[str, Any]],
+    *,
+    point: str,
+    load_model: str,
+    offered_load: float,
+    bucket: str,
+    window: float | None,
+    slo: SLO | None,
+    pricing: Pricing | None,
+    point_output_tokens: int | None = None,
+    stats: dict[str, Any] | None = None,
+    client: dict[str, Any] | None = None,
+    policy: VerdictPolicy | None = None,
+) -> dict[str, Any]:
+    """One serving summary row (point x bucket) from measured request rows.
+
+    ``window`` is the point's window; ``point_output_tokens`` the point's total output
+    tokens (for apportioning cost to a bucket; defaults to this row set's own total).
+    """
+    policy = policy or VerdictPolicy()
+    ok = [r for r in rows if r.get("error") is None]
+    errs = [r for r in rows if r.get("error") is not None]
+    kinds: dict[str, int] = {}
+    for r in errs:
+        kinds[r.get("error_kind") or "error"] = kinds.get(r.get("error_kind") or "error", 0) + 1
+    out: dict[str, Any] = {
+        "point": point,
+        "load_model": load_model,
+        "offered_load": float(offered_load),
+        "bucket": bucket,
+        "n_requests": len(ok),
+        "n_errors": len(errs),
+        "error_kinds": kinds,
+        "window_s": window,
+    }
+    out.update(distribution((r["ttft_ms"] for r in ok), "ttft_ms"))
+    out.update(distribution((r["decode_ms_per_token"] for r in ok), "decode_ms_per_token"))
+    out.update(distribution((r["e2e_ms"] for r in ok), "e2e_ms"))
+    out.update(distribution((g for r in ok for g in (r.get("token_gaps_ms") or ())), "token_gap_ms"))
+    stds = [r["token_gap_std_ms"] for r in ok if r.get("token_gap_std_ms") is not None]
+    out["jitter_ms"] = float(np.median(stds)) if stds else None
+    out_tokens = int(sum(r["output_tokens"] or 0 for r in ok))
+    in_tokens = int(sum(r["input_tokens"] or 0 for r in ok))
+    out["output_tokens_total"] = out_tokens
+    out["input_tokens_total"] = in_tokens
+    out["output_token_discrepancy_total"] = int(sum(r.get("output_token_discrepancy") or 0 for r in ok))
+    out["input_token_discrepancy_total"] = int(sum(r.get("input_token_discrepancy") or 0 for r in ok))
+    if window:
+        out["tokens_per_second"] = out_tokens / window
+        out["request_throughput_rps"] = len(ok) / window
+    else:
+        out["tokens_per_second"] = out["request_throughput_rps"] = None
+    rates = [r["output_tokens"] / (r["e2e_ms"] / 1000.0) for r in ok if r["e2e_ms"] and r["output_tokens"]]
+    out["per_user_output_tokens_per_s"] = float(np.mean(rates)) if rates else None
+    if slo is not None:
+        good = sum(1 for r in ok if is_good(r, slo))
+        out["n_good"] = good
+        out["request_goodput"] = good / window if window else None
+        out["slo_attainment"] = good / len(rows) if rows else None
+    else:
+        out["n_good"] = None
+        out["request_goodput"] = None
+        out["slo_attainment"] = None
+    out["cost_per_request_usd"] = out["cost_per_token_usd"] = out["cost_per_good_request_usd"] = None
+    if pricing is not None and window:
+        total_tokens = point_output_tokens if point_output_tokens is not None else out_tokens
+        share = (out_tokens / total_tokens) if total_tokens else (1.0 if point_output_tokens is None else 0.0)
+        cost = pricing.cost_usd(window) * share
+        out["cost_window_usd"] = cost
+        out["cost_per_request_usd"] = cost / len(ok) if ok else None
+        out["cost_per_token_usd"] = cost / out_tokens if out_tokens else None
+        if slo is not None and out["n_good"]:
+            out["cost_per_good_request_usd"] = cost / out["n_good"]
+    st = stats if stats is not None else load_stats(rows, load_model, offered_load)
+    out["achieved_rate_rps"] = st.get("achieved_rate_rps")
+    out["scheduled_rate_rps"] = st.get("scheduled_rate_rps")
+    out["achieved_concurrency"] = st.get("achieved_concurrency")
+    out["schedule_lag_p99_ms"] = st.get("schedule_lag_p99_ms")
+    cl = client or {}
+    out["client_cpu_max"] = cl.get("client_cpu_max")
+    out["loop_lag_p99_ms"] = cl.get("loop_lag_p99_ms")
+    out["percentiles_supported"] = supported_percentiles(len(ok), policy.confidence)
+    v, reasons = verdict(
+        load_model=load_model,
+        offered_load=offered_load,
+        n_completed=len(ok),
+        n_errors=len(errs),
+        error_kinds=kinds,
+        stats=st,
+        client=cl,
+        policy=policy,
+    )
+    out["verdict"] = v
+    out["verdict_reasons"] = reasons
+    return out
+
+
+def capacity_at_slo(points: Sequence[dict[str, Any]], slo: SLO | None) -> float | None:
+    """Highest ``offered_load`` among bucket-"all" summaries whose p99 TTFT and p99 decode
+    pace meet the SLO (p99 e2e when only ``e2e_ms`` is declared); None without SLO or when
+    no point meets it."""
+    if slo is None:
+        return None
+    best: float | None = None
+    for p in points:
+        if p.get("bucket", "all") != "all" or not p.get("n_requests"):
+            continue
+        checks = []
+        if slo.ttft_ms is not None:
+            checks.append(p.get("ttft_ms_p99") is not None and p["ttft_ms_p99"] <= slo.ttft_ms)
+        if slo.decode_ms_per_token is not None:
+            d = p.get("decode_ms_per_token_p99")
+            checks.append(d is None or d <= slo.decode_ms_per_token)
+        if slo.ttft_ms is None and slo.decode_ms_per_token is None and slo.e2e_ms is not None:
+            checks.append(p.get("e2e_ms_p99") is not None and p["e2e_ms_p99"] <= slo.e2e_ms)
+        if checks and all(checks):
+            best = p["offered_load"] if best is None else max(best, p["offered_load"])
+    return best

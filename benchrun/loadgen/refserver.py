@@ -1,0 +1,727 @@
+"""A synthetic OpenAI-compatible streaming server that behaves like a continuously batched engine.
+
+Standard library only (asyncio). It serves ``POST /v1/completions``,
+``POST /v1/chat/completions`` (streaming SSE and non-streaming), ``GET /v1/models``,
+``GET /health`` and ``GET /debug/requests`` (ground truth), with HTTP/1.1 keep-alive and
+chunked transfer encoding, like vLLM behind uvicorn. Everything it returns is labelled
+synthetic: ``system_fingerprint: "benchrun-refserver-synthetic"``, the header
+``X-Benchrun-Synthetic: true``, ``owned_by: "benchrun-refserver (synthetic)"``, and every
+generated token is the text ``" syn"``.
+
+Performance model (one engine loop, iteration-level scheduling as in vLLM/Orca):
+
+- Requests wait in a FIFO queue (at most ``max_queue``; beyond that HTTP 429).
+- Each engine step admits waiting requests while the batch holds fewer than ``max_batch``
+  sequences and the step's token budget ``max_batched_tokens`` (prefill tokens of the
+  admitted prompts + one decode token per running sequence) is not exceeded; a prompt
+  larger than the budget runs alone (chunked prefill is not modelled).
+- A step lasts ``decode_base_ms + decode_ms_per_seq * batch + prefill_ms_per_token *
+  prefill_tokens``. At its end every sequence in the batch emits one token; a newly admitted
+  sequence emits its first token (prefill produces it). A sequence finishes after exactly
+  ``max_tokens`` tokens (there is no EOS: ``ignore_eos`` is always in effect).
+- Steps are timed against a deadline clock, so the mean step time follows the model even
+  though asyncio sleeps with about 1 ms granularity; the engine never bursts to catch up
+  more than 5 ms.
+
+Ground truth: per ``X-Request-Id`` the server records ``arrival_ns`` (request head read),
+``admitted_ns``, ``first_token_ns`` and ``last_token_ns`` (just after the socket write of
+the first / last content chunk returned), on ``time.perf_counter_ns`` (CLOCK_MONOTONIC on
+Linux, the same clock the client uses in another process on the same host). It serves
+them at ``GET /debug/requests`` and appends them to a JSONL file (``--record``).
+
+Fault modes (server-wide ``--fault`` applied to every ``--fault-every``-th completion
+request, or per request with the header ``X-Benchrun-Fault``): ``refuse`` (the connection
+is reset without a response), ``http500``, ``http429``, ``close_midstream`` (closed after
+half the tokens), ``malformed_sse`` (a non-JSON event after half the tokens),
+``no_done`` (the stream ends without ``data: [DONE]``), ``stall`` (no more bytes after
+half the tokens; the connection stays open until the client gives up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+CLOCK = time.perf_counter_ns
+FAULTS = ("none", "refuse", "http500", "http429", "close_midstream", "malformed_sse", "no_done", "stall")
+FINGERPRINT = "benchrun-refserver-synthetic"
+TOKEN_TEXT = " syn"
+_MAX_RECORDS = 200_000
+
+
+@dataclass(frozen=True)
+class PerfModel:
+    """The stated performance model of the synthetic engine (see module docstring)."""
+
+    prefill_ms_per_token: float = 0.01
+    decode_base_ms: float = 2.0
+    decode_ms_per_seq: float = 0.05
+    max_batch: int = 64
+    max_batched_tokens: int = 8192
+    max_queue: int = 4096
+
+    def step_ms(self, batch: int, prefill_tokens: int) -> float:
+        """Duration of one engine step for ``batch`` sequences and ``prefill_tokens`` new prompt tokens."""
+        return self.decode_base_ms + self.decode_ms_per_seq * batch + self.prefill_ms_per_token * prefill_tokens
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> "PerfModel":
+        """Build from a mapping of field names; unknown names raise ValueError naming them."""
+        d = dict(d or {})
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"unknown reference-server model field(s) {unknown}; known: {sorted(names)}")
+        kw = {}
+        for f in fields(cls):
+            if f.name in d:
+                kw[f.name] = int(d[f.name]) if f.type in ("int", int) else float(d[f.name])
+        model = cls(**kw)
+        if model.max_batch < 1 or model.max_batched_tokens < 1 or model.max_queue < 1:
+            raise ValueError("max_batch, max_batched_tokens and max_queue must be >= 1")
+        if min(model.prefill_ms_per_token, model.decode_base_ms, model.decode_ms_per_seq) < 0:
+            raise ValueError("model times must be >= 0")
+        return model
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+class _Seq:
+    __slots__ = (
+        "rid",
+        "prompt_tokens",
+        "max_tokens",
+        "emitted",
+        "writer",
+        "chat",
+        "include_usage",
+        "fault",
+        "done",
+        "record",
+        "cancelled",
+        "stream",
+        "prefix",
+        "mid",
+        "model",
+    )
+
+    def __init__(self) -> None:
+        self.emitted = 0
+        self.cancelled = False
+
+
+class Engine:
+    """The continuously batched engine loop under a :class:`PerfModel`."""
+
+    def __init__(self, perf: PerfModel) -> None:
+        self.perf = perf
+        self.waiting: collections.deque[_Seq] = collections.deque()
+        self.running: list[_Seq] = []
+        self._wake = asyncio.Event()
+        self.steps = 0
+
+    def submit(self, seq: _Seq) -> bool:
+        """Queue a sequence; False when the queue is full."""
+        if len(self.waiting) >= self.perf.max_queue:
+            return False
+        self.waiting.append(seq)
+        self._wake.set()
+        return True
+
+    async def run(self) -> None:
+        """Step forever (cancelled on shutdown)."""
+        perf = self.perf
+        next_t = CLOCK()
+        while True:
+            if not self.waiting and not self.running:
+                self._wake.clear()
+                await self._wake.wait()
+                next_t = CLOCK()
+            new: list[_Seq] = []
+            budget = perf.max_batched_tokens - len(self.running)
+            prefill = 0
+            while self.waiting and len(self.running) + len(new) < perf.max_batch:
+                s = self.waiting[0]
+                if s.cancelled:
+                    self.waiting.popleft()
+                    continue
+                if prefill + s.prompt_tokens > budget and (new or self.running):
+                    break
+                self.waiting.popleft()
+                new.append(s)
+                prefill += s.prompt_tokens
+            batch = len(self.running) + len(new)
+            now = CLOCK()
+            if now - next_t > 5_000_000:
+                next_t = now
+            next_t += int(perf.step_ms(batch, prefill) * 1e6)
+            delay = next_t - CLOCK()
+            await asyncio.sleep(delay / 1e9 if delay > 0 else 0)
+            self.steps += 1
+            t_adm = CLOCK()
+            for s in new:
+                s.record["admitted_ns"] = t_adm
+            self.running.extend(new)
+            still: list[_Seq] = []
+            for s in self.running:
+                if s.cancelled or (s.writer is not None and s.writer.is_closing()):
+                    s.cancelled = True
+                    s.record["status"] = "client_gone"
+                    _resolve(s)
+                    continue
+                if _emit(s):
+                    still.append(s)
+            self.running = still
+
+
+def _resolve(s: _Seq) -> None:
+    if not s.done.done():
+        s.done.set_result(None)
+
+
+def _token_event(s: _Seq, last: bool) -> bytes:
+    finish = b'"length"' if last else b"null"
+    if s.chat:
+        delta = b'{"role":"assistant","content":"' if s.emitted == 0 else b'{"content":"'
+        body = s.prefix + b'"choices":[{"index":0,"delta":' + delta + TOKEN_TEXT.encode() + b'"},"finish_reason":' + finish + b"}]}"
+    else:
+        body = (
+            s.prefix
+            + b'"choices":[{"index":0,"text":"'
+            + TOKEN_TEXT.encode()
+            + b'","logprobs":null,"finish_reason":'
+            + finish
+            + b"}]}"
+        )
+    return b"data: " + body + b"\n\n"
+
+
+def _emit(s: _Seq) -> bool:
+    """Emit one token for ``s``; False when the sequence leaves the batch."""
+    rec = s.record
+    if not s.stream:
+        s.emitted += 1
+        t = CLOCK()
+        if s.emitted == 1:
+            rec["first_token_ns"] = t
+        if s.emitted >= s.max_tokens:
+            rec["last_token_ns"] = t
+            rec["completion_tokens"] = s.emitted
+            _resolve(s)
+            return False
+        return True
+    w = s.writer
+    if s.emitted == s.mid and s.fault in ("close_midstream", "stall", "malformed_sse"):
+        if s.fault == "close_midstream":
+            rec["status"] = "fault:close_midstream"
+            rec["completion_tokens"] = s.emitted
+            w.close()
+            _resolve(s)
+            return False
+        if s.fault == "stall":
+            rec["status"] = "fault:stall"
+            rec["completion_tokens"] = s.emitted
+            _resolve(s)
+            return False
+        w.write(_chunk(b"data: {not json\n\n"))
+    last = s.emitted + 1 >= s.max_tokens
+    data = _token_event(s, last)
+    if last:
+        if s.include_usage:
+            usage = b'{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}' % (
+                s.prompt_tokens,
+                s.max_tokens,
+                s.prompt_tokens + s.max_tokens,
+            )
+            data += b"data: " + s.prefix + b'"choices":[],"usage":' + usage + b"}\n\n"
+        if s.fault != "no_done":
+            data += b"data: [DONE]\n\n"
+        w.write(_chunk(data) + b"0\r\n\r\n")
+    else:
+        w.write(_chunk(data))
+    t = CLOCK()
+    s.emitted += 1
+    if s.emitted == 1:
+        rec["first_token_ns"] = t
+    if last:
+        rec["last_token_ns"] = t
+        rec["completion_tokens"] = s.emitted
+        rec["status"] = "ok" if s.fault == "none" else f"fault:{s.fault}"
+        _resolve(s)
+        return False
+    return True
+
+
+def _count_words(body: dict[str, Any], chat: bool) -> int:
+    if chat:
+        msgs = body.get("messages") or []
+        text = " ".join(str(m.get("content", "")) for m in msgs if isinstance(m, dict))
+    else:
+        p = body.get("prompt", "")
+        text = " ".join(map(str, p)) if isinstance(p, list) else str(p)
+    return len(text.split())
+
+
+class RefServer:
+    """The HTTP front of the reference server; ``await start()`` then ``await close()``."""
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        model_name: str = "benchrun-synthetic",
+        perf: PerfModel | None = None,
+        fault: str = "none",
+        fault_every: int = 1,
+        record_path: str | None = None,
+    ) -> None:
+        if fault not in FAULTS:
+            raise ValueError(f"fault {fault!r} is not one of {FAULTS}")
+        if fault_every < 1:
+            raise ValueError("fault_every must be >= 1")
+        self.host = host
+        self.port = port
+        self.model_name = model_name
+        self.perf = perf or PerfModel()
+        self.fault = fault
+        self.fault_every = fault_every
+        self.records: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
+        self._record_fh = open(record_path, "a", encoding="utf-8", buffering=1) if record_path else None
+        self._n = 0
+        self._server: asyncio.base_events.Server | None = None
+        self._engine_task: asyncio.Task[None] | None = None
+        self._conns: set[asyncio.StreamWriter] = set()
+        self.engine: Engine | None = None
+
+    async def start(self) -> int:
+        """Start listening; returns the bound port."""
+        self.engine = Engine(self.perf)
+        self._engine_task = asyncio.create_task(self.engine.run())
+        self._server = await asyncio.start_server(self._handle, self.host, self.port, backlog=2048, limit=1 << 16)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self.port
+
+    async def close(self) -> None:
+        """Stop accepting, drop open connections and stop the engine."""
+        if self._server is not None:
+            self._server.close()
+        for w in list(self._conns):
+            w.close()
+        if self._engine_task is not None:
+            self._engine_task.cancel()
+            try:
+                await self._engine_task
+            except asyncio.CancelledError:
+                pass
+        if self._server is not None:
+            try:
+                await asyncio.wait_for(self._server.wait_closed(), 2.0)
+            except (TimeoutError, asyncio.TimeoutError):
+                pass
+        if self._record_fh is not None:
+            self._record_fh.close()
+
+    def _store(self, rid: str, rec: dict[str, Any]) -> None:
+        self.records[rid] = rec
+        while len(self.records) > _MAX_RECORDS:
+            self.records.popitem(last=False)
+
+    def _finish_record(self, rec: dict[str, Any]) -> None:
+        if self._record_fh is not None:
+            self._record_fh.write(json.dumps(rec, sort_keys=True) + "\n")
+
+    async def _respond(
+        self, w: asyncio.StreamWriter, status: int, obj: Any, keep: bool, extra: dict[str, str] | None = None
+    ) -> None:
+        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 429: "Too Many Requests", 500: "Internal Server Error"}
+        body = json.dumps(obj).encode()
+        head = [
+            f"HTTP/1.1 {status} {reason.get(status, 'Error')}",
+            "Content-Type: application/json",
+            f"Content-Length: {len(body)}",
+            "X-Benchrun-Synthetic: true",
+            f"Connection: {'keep-alive' if keep else 'close'}",
+        ]
+        for k, v in (extra or {}).items():
+            head.append(f"{k}: {v}")
+        w.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
+        await w.drain()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._conns.add(writer)
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, OSError):
+                    break
+                arrival = CLOCK()
+                lines = head.decode("latin-1").split("\r\n")
+                parts = lines[0].split(" ")
+                if len(parts) != 3:
+                    await self._respond(writer, 400, {"error": {"message": "bad request line"}}, False)
+                    break
+                method, target, version = parts
+                headers = {}
+                for ln in lines[1:]:
+                    if ln:
+                        k, _, v = ln.partition(":")
+                        headers[k.strip().lower()] = v.strip()
+                keep = version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
+                n = int(headers.get("content-length", "0") or 0)
+                try:
+                    raw = await reader.readexactly(n) if n else b""
+                except (asyncio.IncompleteReadError, ConnectionError, OSError):
+                    break
+                path = target.split("?", 1)[0]
+                if method == "GET" and path == "/health":
+                    await self._respond(writer, 200, {"status": "ok", "synthetic": True}, keep)
+                elif method == "GET" and path == "/v1/models":
+                    data = [{"id": self.model_name, "object": "model", "created": 0, "owned_by": "benchrun-refserver (synthetic)"}]
+                    await self._respond(writer, 200, {"object": "list", "data": data}, keep)
+                elif method == "GET" and path == "/debug/requests":
+                    await self._respond(
+                        writer,
+                        200,
+                        {"clock": "CLOCK_MONOTONIC (time.perf_counter_ns)", "synthetic": True, "perf_model": asdict(self.perf), "requests": list(self.records.values())},
+                        keep,
+                    )
+                elif path in ("/v1/completions", "/v1/chat/completions"):
+                    if method != "POST":
+                        await self._respond(writer, 405, {"error": {"message": "use POST"}}, keep)
+                    else:
+                        keep = await self._completion(writer, reader, headers, raw, path.endswith("chat/completions"), arrival, keep)
+                else:
+                    await self._respond(writer, 404, {"error": {"message": f"no route {path}"}}, keep)
+                if not keep:
+                    break
+        finally:
+            self._conns.discard(writer)
+            writer.close()
+
+    async def _completion(
+        self,
+        writer: asyncio.StreamWriter,
+        reader: asyncio.StreamReader,
+        headers: dict[str, str],
+        raw: bytes,
+        chat: bool,
+        arrival: int,
+        keep: bool,
+    ) -> bool:
+        self._n += 1
+        rid = headers.get("x-request-id") or f"srv-{self._n}"
+        tp = headers.get("traceparent", "")
+        trace_id = tp.split("-")[1] if tp.count("-") == 3 else None
+        fault = headers.get("x-benchrun-fault") or (self.fault if self._n % self.fault_every == 0 else "none")
+        if fault not in FAULTS:
+            fault = "none"
+        rec: dict[str, Any] = {
+            "request_id": rid,
+            "trace_id": trace_id,
+            "arrival_ns": arrival,
+            "admitted_ns": None,
+            "first_token_ns": None,
+            "last_token_ns": None,
+            "prompt_tokens": None,
+            "completion_tokens": 0,
+            "status": "running",
+            "fault": fault,
+            "synthetic": True,
+        }
+        self._store(rid, rec)
+        try:
+            body = json.loads(raw or b"{}")
+            if not isinstance(body, dict):
+                raise ValueError("body is not a JSON object")
+            max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
+            if max_tokens < 1:
+                raise ValueError("max_tokens must be >= 1")
+        except (ValueError, TypeError) as exc:
+            rec["status"] = "bad_request"
+            await self._respond(writer, 400, {"error": {"message": f"bad request body: {exc}"}}, keep)
+            self._finish_record(rec)
+            return keep
+        rid_hdr = {"X-Request-Id": rid}
+        if fault == "refuse":
+            rec["status"] = "fault:refuse"
+            self._finish_record(rec)
+            writer.transport.abort()
+            return False
+        if fault in ("http500", "http429"):
+            code = 500 if fault == "http500" else 429
+            rec["status"] = f"fault:{fault}"
+            await self._respond(writer, code, {"error": {"message": f"synthetic fault {fault}", "code": code}}, keep, rid_hdr)
+            self._finish_record(rec)
+            return keep
+        s = _Seq()
+        s.rid = rid
+        s.prompt_tokens = _count_words(body, chat)
+        rec["prompt_tokens"] = s.prompt_tokens
+        s.max_tokens = max_tokens
+        s.chat = chat
+        s.stream = bool(body.get("stream"))
+        so = body.get("stream_options") or {}
+        s.include_usage = bool(so.get("include_usage")) if isinstance(so, dict) else False
+        s.fault = fault
+        s.mid = max_tokens // 2
+        s.record = rec
+        s.model = str(body.get("model") or self.model_name)
+        created = int(time.time())
+        if chat:
+            s.prefix = (
+                '{"id":"chatcmpl-%s","object":"chat.completion.chunk","created":%d,"model":%s,"system_fingerprint":"%s",'
+                % (self._n, created, json.dumps(s.model), FINGERPRINT)
+            ).encode()
+        else:
+            s.prefix = (
+                '{"id":"cmpl-%s","object":"text_completion","created":%d,"model":%s,"system_fingerprint":"%s",'
+                % (self._n, created, json.dumps(s.model), FINGERPRINT)
+            ).encode()
+        s.done = asyncio.get_running_loop().create_future()
+        s.writer = writer if s.stream else None
+        assert self.engine is not None
+        if not self.engine.submit(s):
+            rec["status"] = "queue_full"
+            await self._respond(writer, 429, {"error": {"message": "queue full"}}, keep, rid_hdr)
+            self._finish_record(rec)
+            return keep
+        if s.stream:
+            writer.write(
+                (
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                    f"Transfer-Encoding: chunked\r\nX-Request-Id: {rid}\r\nX-Benchrun-Synthetic: true\r\n"
+                    f"Connection: {'keep-alive' if keep else 'close'}\r\n\r\n"
+                ).encode("latin-1")
+            )
+        try:
+            await s.done
+        finally:
+            if not s.done.done():
+                s.cancelled = True
+        if s.stream:
+            if s.fault == "stall" or s.cancelled:
+                # keep the connection open and silent until the client gives up
+                if s.fault == "stall":
+                    try:
+                        await reader.read()
+                    except (ConnectionError, OSError):
+                        pass
+                self._finish_record(rec)
+                return False
+            self._finish_record(rec)
+            if s.fault == "close_midstream":
+                return False
+            try:
+                await writer.drain()
+            except (ConnectionError, OSError):
+                return False
+            return keep and s.fault not in ("malformed_sse",)
+        # non-streaming: one JSON body once generation is done
+        rec["status"] = "ok"
+        text = TOKEN_TEXT * s.max_tokens
+        usage = {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.max_tokens, "total_tokens": s.prompt_tokens + s.max_tokens}
+        if chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
+            obj = {"id": f"chatcmpl-{self._n}", "object": "chat.completion", "model": s.model, "choices": [choice], "usage": usage}
+        else:
+            choice = {"index": 0, "text": text, "finish_reason": "length", "logprobs": None}
+            obj = {"id": f"cmpl-{self._n}", "object": "text_completion", "model": s.model, "choices": [choice], "usage": usage}
+        obj["system_fingerprint"] = FINGERPRINT
+        await self._respond(writer, 200, obj, keep, rid_hdr)
+        self._finish_record(rec)
+        return keep
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The reference server's command-line options (shared with ``benchrun refserver``)."""
+    d = PerfModel()
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
+    p.add_argument("--port", type=int, default=8000, help="port (0 = any free port; the chosen one is printed)")
+    p.add_argument("--model", default="benchrun-synthetic", help="model id listed by /v1/models")
+    p.add_argument("--prefill-ms-per-token", type=float, default=d.prefill_ms_per_token)
+    p.add_argument("--decode-base-ms", type=float, default=d.decode_base_ms)
+    p.add_argument("--decode-ms-per-seq", type=float, default=d.decode_ms_per_seq)
+    p.add_argument("--max-batch", type=int, default=d.max_batch)
+    p.add_argument("--max-batched-tokens", type=int, default=d.max_batched_tokens)
+    p.add_argument("--max-queue", type=int, default=d.max_queue)
+    p.add_argument("--fault", choices=FAULTS, default="none")
+    p.add_argument("--fault-every", type=int, default=1, help="apply --fault to every N-th completion request")
+    p.add_argument("--record", default=None, help="append ground-truth JSONL records to this file")
+
+
+def perf_from_args(a: argparse.Namespace) -> PerfModel:
+    """The :class:`PerfModel` named by parsed arguments."""
+    return PerfModel.from_dict(
+        {
+            "prefill_ms_per_token": a.prefill_ms_per_token,
+            "decode_base_ms": a.decode_base_ms,
+            "decode_ms_per_seq": a.decode_ms_per_seq,
+            "max_batch": a.max_batch,
+            "max_batched_tokens": a.max_batched_tokens,
+            "max_queue": a.max_queue,
+        }
+    )
+
+
+async def serve(
+    host: str,
+    port: int,
+    *,
+    model_name: str,
+    perf: PerfModel,
+    fault: str = "none",
+    fault_every: int = 1,
+    record_path: str | None = None,
+    announce: Any = None,
+) -> None:
+    """Run a server until SIGINT/SIGTERM; ``announce(dict)`` is called once it listens."""
+    srv = RefServer(host, port, model_name=model_name, perf=perf, fault=fault, fault_every=fault_every, record_path=record_path)
+    bound = await srv.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):
+            pass
+    if announce is not None:
+        announce(
+            {
+                "listening": f"http://{host}:{bound}",
+                "port": bound,
+                "synthetic": True,
+                "model": model_name,
+                "perf_model": asdict(perf),
+                "fault": fault,
+                "fault_every": fault_every,
+            }
+        )
+    try:
+        await stop.wait()
+    finally:
+        await srv.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m benchrun.loadgen.refserver``: prints one JSON line when listening."""
+    p = argparse.ArgumentParser(prog="refserver", description=__doc__.splitlines()[0])
+    add_arguments(p)
+    a = p.parse_args(argv)
+    try:
+        perf = perf_from_args(a)
+    except ValueError as exc:
+        p.error(str(exc))
+
+    def announce(info: dict[str, Any]) -> None:
+        print(json.dumps(info), flush=True)
+
+    asyncio.run(
+        serve(a.host, a.port, model_name=a.model, perf=perf, fault=a.fault, fault_every=a.fault_every, record_path=a.record, announce=announce)
+    )
+
+
+class ServerProcess:
+    """A reference server in a child process on a free loopback port (for suites and tests)."""
+
+    def __init__(
+        self,
+        perf: PerfModel | None = None,
+        *,
+        model_name: str = "benchrun-synthetic",
+        fault: str = "none",
+        fault_every: int = 1,
+        record_path: str | None = None,
+        start_timeout_s: float = 20.0,
+    ) -> None:
+        perf = perf or PerfModel()
+        argv = [
+            sys.executable,
+            "-m",
+            "benchrun.loadgen.refserver",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--model",
+            model_name,
+            "--prefill-ms-per-token",
+            repr(perf.prefill_ms_per_token),
+            "--decode-base-ms",
+            repr(perf.decode_base_ms),
+            "--decode-ms-per-seq",
+            repr(perf.decode_ms_per_seq),
+            "--max-batch",
+            str(perf.max_batch),
+            "--max-batched-tokens",
+            str(perf.max_batched_tokens),
+            "--max-queue",
+            str(perf.max_queue),
+            "--fault",
+            fault,
+            "--fault-every",
+            str(fault_every),
+        ]
+        if record_path:
+            argv += ["--record", record_path]
+        env = dict(os.environ)
+        env.pop("DAGSTER_PIPES_CONTEXT", None)
+        env.pop("DAGSTER_PIPES_MESSAGES", None)
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+        self.info = self._read_announce(start_timeout_s)
+        self.port = int(self.info["port"])
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.perf = perf
+
+    def _read_announce(self, timeout_s: float) -> dict[str, Any]:
+        import selectors
+
+        sel = selectors.DefaultSelector()
+        assert self.proc.stdout is not None
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        ready = sel.select(timeout_s)
+        sel.close()
+        if not ready:
+            self.stop()
+            raise RuntimeError(f"reference server did not start within {timeout_s:g} s")
+        line = self.proc.stdout.readline()
+        if not line:
+            err = self.proc.stderr.read() if self.proc.stderr else ""
+            self.stop()
+            raise RuntimeError(f"reference server exited at start: {err.strip()[-400:]}")
+        return json.loads(line)
+
+    def stop(self) -> None:
+        """Terminate the child and wait for it."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        for fh in (self.proc.stdout, self.proc.stderr):
+            if fh is not None:
+                fh.close()
+
+    def __enter__(self) -> "ServerProcess":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+"""The body shared by the ``serving_sweep`` and ``serving_workflow`` suites.
+
+Inputs come from the :class:`~benchrun.suites._runtime.SuiteContext`: suite parameters
+(``ctx.params``) and the frozen workload (``ctx.workload``: model, sequenceLengthMix,
+concurrencyModel, ``slo``, ``pricing``). Without an ``endpoint`` parameter the suite starts
+the reference server as a child process on a free loopback port, stops it afterwards and
+marks the result ``synthetic``.
+
+Common parameters: ``endpoint`` (URL), ``api`` (completions | chat), ``model`` (overrides
+the workload's), ``warmup``, ``seed``, ``workers``, ``request_timeout_s``, ``arrival``
+(poisson | constant, open loop), ``ignore_eos``, ``refserver`` (overrides of the reference
+server's performance model), ``verdict`` (overrides of the verdict thresholds).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from benchrun.errors import BenchrunError
+from benchrun.loadgen.metrics import SLO, Pricing, VerdictPolicy
+from benchrun.loadgen.output import plot_latency_throughput, write_requests_parquet
+from benchrun.loadgen.refserver import PerfModel, ServerProcess
+from benchrun.loadgen.runner import LoadPoint, SweepConfig, SweepResult, run_sweep
+from benchrun.loadgen.workload import MixBucket, format_mix, mix_from_workload, parse_mix
+
+# Fast synthetic engine for the suites' self-started server: a replicate of the canary
+# (c=1 and c=4, 24 requests each, the seed's 512/128 + 1024/256 mix) takes about 2 s.
+SUITE_REFSERVER_MODEL = {
+    "prefill_ms_per_token": 0.002,
+    "decode_base_ms": 0.3,
+    "decode_ms_per_seq": 0.01,
+    "max_batch": 64,
+    "max_batched_tokens": 8192,
+}
+DEFAULT_MIX = "128/32"
+
+# Headline metrics: (spec name, summary field, unit, direction).
+HEADLINE = (
+    ("ttft_ms", "ttft_ms_p50", "ms", "lower"),
+    ("p50_latency_ms", "e2e_ms_p50", "ms", "lower"),
+    ("p99_latency_ms", "e2e_ms_p99", "ms", "lower"),
+    ("decode_ms_per_token", "decode_ms_per_token_p50", "ms/token", "lower"),
+    ("tokens_per_second", "tokens_per_second", "tokens/s", "higher"),
+    ("request_throughput_rps", "request_throughput_rps", "req/s", "higher"),
+    ("jitter_ms", "jitter_ms", "ms", "lower"),
+    ("request_goodput", "request_goodput", "req/s", "higher"),
+    ("slo_attainment", "slo_attainment", "fraction", "higher"),
+    ("cost_per_request_usd", "cost_per_request_usd", "USD/request", "lower"),
+    ("cost_per_token_usd", "cost_per_token_usd", "USD/token", "lower"),
+)
+
+
+def workload_inputs(ctx: Any) -> tuple[str, list[MixBucket], str, SLO | None, Pricing | None, dict[str, Any]]:
+    """(model, mix, load model, slo, pricing, notes) from the workload and parameters."""
+    wl = ctx.workload or {}
+    notes: dict[str, Any] = {}
+    try:
+        if wl.get("sequenceLengthMix"):
+            mix = mix_from_workload(wl["sequenceLengthMix"])
+        elif ctx.params.get("mix"):
+            mix = parse_mix(str(ctx.params["mix"]))
+        else:
+            mix = parse_mix(DEFAULT_MIX)
+            notes["mix"] = f"no workload.sequenceLengthMix given; default {DEFAULT_MIX}"
+        slo = SLO.from_dict(wl.get("slo"))
+        pricing = Pricing.from_dict(wl.get("pricing"))
+    except ValueError as exc:
+        raise BenchrunError(f"BENCHRUN_WORKLOAD: {exc}") from None
+    model = str(ctx.params.get("model") or wl.get("model") or "benchrun-synthetic")
+    load_model = str(wl.get("concurrencyModel") or "").strip()
+    if load_model and load_model not in ("closed_loop", "open_loop"):
+        raise BenchrunError(f"workload.concurrencyModel {load_model!r} is not closed_loop or open_loop")
+    return model, mix, load_model, slo, pricing, notes
+
+
+def run_serving_suite(ctx: Any, points: list[LoadPoint], requests_per_point: int | None, duration_s: float | None) -> SweepResult:
+    """Run ``points`` against the endpoint (or a self-started reference server) and report."""
+    model, mix, _, slo, pricing, notes = workload_inputs(ctx)
+    try:
+        policy = VerdictPolicy.from_dict(ctx.params.get("verdict"))
+    except (TypeError, ValueError) as exc:
+        raise BenchrunError(f"suite {ctx.suite}: parameter verdict: {exc}") from None
+    endpoint = ctx.params.get("endpoint") or None
+    server: ServerProcess | None = None
+    if endpoint is None:
+        overrides = {**SUITE_REFSERVER_MODEL, **(ctx.params.get("refserver") or {})}
+        try:
+            perf = PerfModel.from_dict(overrides)
+        except (TypeError, ValueError) as exc:
+            raise BenchrunError(f"suite {ctx.suite}: parameter refserver: {exc}") from None
+        server = ServerProcess(perf, model_name=model)
+        endpoint = server.url
+        ctx.synthetic = True
+        ctx.context["reference_server"] = {"synthetic": True, **server.info}
+        ctx.log(f"no endpoint given: started the synthetic reference server at {endpoint}")
+    try:
+        cfg = SweepConfig(
+            url=str(endpoint),
+            model=model,
+            mix=tuple(mix),
+            points=tuple(points),
+            requests_per_point=requests_per_point,
+            duration_s=duration_s,
+            warmup=int(ctx.param("warmup", 2)),
+            seed=int(ctx.param("seed", 0)),
+            workers=int(ctx.param("workers", 1)),
+            api=str(ctx.param("api", "completions")),
+            request_timeout_s=float(ctx.param("request_timeout_s", 60.0)),
+            ignore_eos=bool(ctx.param("ignore_eos", True)),
+            slo=slo,
+            pricing=pricing,
+            policy=policy,
+            synthetic=server is not None,
+        )
+        result = run_sweep(cfg, progress=lambda s: ctx.message({"kind": "serving_point", "point": s["point"], "verdict": s["verdict"]}))
+    finally:
+        if server is not None:
+            server.stop()
+    report(ctx, result, mix, notes)
+    return result
+
+
+def report(ctx: Any, result: SweepResult, mix: list[MixBucket], notes: dict[str, Any]) -> None:
+    """Write the parquet and figures, fill ``ctx.serving``, metrics and context."""
+    raw = ctx.raw_file("requests", "parquet")
+    consts = {"run_id": ctx.run_id, "benchmark_case_id": ctx.case_id, "suite": ctx.suite}
+    write_requests_parquet(result.rows, raw, consts)
+    ctx.samples["requests"] = str(Path(raw).relative_to(ctx.run_dir))
+    prefix = f"{ctx.run_id}_{ctx.suite}_r{ctx.replicate}"
+    figs, why = plot_latency_throughput(result.summaries, Path(ctx.run_dir) / "figures", prefix, synthetic=ctx.synthetic)
+    ctx.context["figures"] = [str(p.relative_to(ctx.run_dir)) for p in figs]
+    if why:
+        ctx.context["figures_skipped"] = why
+        ctx.log(why)
+    ctx.serving.extend(result.summaries)
+    for s in result.summaries:
+        if s["bucket"] != "all":
+            continue
+        for name, fld, unit, direction in HEADLINE:
+            value = s.get(fld)
+            if value is not None:
+                ctx.add_metric(name, value, unit, direction, case=s["point"])
+    if result.capacity_at_slo is not None:
+        unit = "concurrency" if result.summaries and result.summaries[0]["load_model"] == "closed_loop" else "req/s"
+        ctx.add_metric("capacity_at_slo", result.capacity_at_slo, unit, "higher", case="sweep")
+    elif any(s.get("n_good") is not None for s in result.summaries):
+        ctx.context["capacity_at_slo"] = "absent: no point of the sweep met the SLO at p99"
+    ctx.context["loadgen"] = result.context
+    ctx.context["mix"] = format_mix(mix)
+    ctx.context["verdicts"] = {s["point"]: {"verdict": s["verdict"], "reasons": s["verdict_reasons"]} for s in result.summaries if s["bucket"] == "all"}
+    if notes:
+        ctx.context["notes"] = notes
+    if not any(s.get("n_requests") for s in result.summaries):
+        raise RuntimeError("no request of the sweep completed; see verdict reasons in the result context")

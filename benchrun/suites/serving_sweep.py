@@ -1,0 +1,63 @@
+"""The ``serving_sweep`` suite (component layer): a latency-throughput sweep of a serving endpoint.
+
+Parameters (``BENCHRUN_PARAMS``):
+
+- ``concurrency``: list of concurrencies (closed loop; default ``[1, 4]``), or
+- ``rates``: list of request rates in req/s (open loop), with ``arrival`` poisson | constant;
+- ``requests_per_point`` (default 24) or ``duration_s``; ``warmup`` (default 2);
+- ``endpoint`` (optional): without it the synthetic reference server is started on a free
+  loopback port, stopped afterwards, and the result is marked ``synthetic``;
+- and the common ones of :mod:`benchrun.loadgen.suite` (api, model, seed, workers,
+  request_timeout_s, ignore_eos, refserver, verdict).
+
+The load model follows ``workload.concurrencyModel`` (closed_loop → concurrency, open_loop
+→ rates); without one, whichever of ``concurrency`` / ``rates`` is given. Results: per-point
+x per-bucket rows in ``serving``, headline metrics per point (``case`` = the point label),
+``capacity_at_slo`` across the sweep when the workload declares an SLO, the per-request
+parquet in ``raw/`` and one latency-throughput figure per bucket in ``figures/``.
+"""
+
+from __future__ import annotations
+
+from benchrun.errors import BenchrunError
+from benchrun.suites._runtime import SuiteContext, main
+
+
+def sweep_points(ctx: SuiteContext, load_model: str) -> list:
+    """The sweep's load points from the parameters and the workload's concurrency model."""
+    from benchrun.loadgen.runner import LoadPoint
+
+    has_c, has_r = "concurrency" in ctx.params, "rates" in ctx.params
+    if not load_model:
+        load_model = "open_loop" if has_r and not has_c else "closed_loop"
+    arrival = str(ctx.param("arrival", "poisson"))
+    try:
+        if load_model == "closed_loop":
+            if has_r and not has_c:
+                raise BenchrunError(
+                    "serving_sweep: workload.concurrencyModel is closed_loop but only 'rates' was given; give 'concurrency'"
+                )
+            values = ctx.params.get("concurrency", [1, 4])
+            values = values if isinstance(values, list) else [values]
+            return [LoadPoint("closed_loop", int(c)) for c in values]
+        if "rates" not in ctx.params:
+            raise BenchrunError("serving_sweep: workload.concurrencyModel is open_loop; give 'rates' (req/s list)")
+        values = ctx.params["rates"] if isinstance(ctx.params["rates"], list) else [ctx.params["rates"]]
+        return [LoadPoint("open_loop", float(r), arrival) for r in values]
+    except (TypeError, ValueError) as exc:
+        raise BenchrunError(f"serving_sweep: bad load points: {exc}") from None
+
+
+def run(ctx: SuiteContext) -> None:
+    """Sweep the load points and report per point and bucket."""
+    from benchrun.loadgen.suite import run_serving_suite, workload_inputs
+
+    _, _, load_model, _, _, _ = workload_inputs(ctx)
+    points = sweep_points(ctx, load_model)
+    duration = ctx.params.get("duration_s")
+    requests = None if duration is not None else int(ctx.param("requests_per_point", 24))
+    run_serving_suite(ctx, points, requests, float(duration) if duration is not None else None)
+
+
+if __name__ == "__main__":
+    main(run)

@@ -1,0 +1,40 @@
+"""The ``serving_workflow`` suite (end-to-end layer): one customer-like serving point.
+
+Parameters (``BENCHRUN_PARAMS``): ``concurrency`` (default 4; closed loop) or ``rate``
+(req/s; open loop, ``arrival`` poisson | constant), ``requests`` (default 32) or
+``duration_s``, ``warmup`` (default 2), ``endpoint`` (optional; without it the synthetic
+reference server is started and the result marked ``synthetic``), and the common ones of
+:mod:`benchrun.loadgen.suite`. The load model follows ``workload.concurrencyModel`` when
+it is set. Results as for ``serving_sweep``, for a single point.
+"""
+
+from __future__ import annotations
+
+from benchrun.errors import BenchrunError
+from benchrun.suites._runtime import SuiteContext, main
+
+
+def run(ctx: SuiteContext) -> None:
+    """Run one load point end to end and report it."""
+    from benchrun.loadgen.runner import LoadPoint
+    from benchrun.loadgen.suite import run_serving_suite, workload_inputs
+
+    _, _, load_model, _, _, _ = workload_inputs(ctx)
+    if not load_model:
+        load_model = "open_loop" if "rate" in ctx.params and "concurrency" not in ctx.params else "closed_loop"
+    try:
+        if load_model == "open_loop":
+            if "rate" not in ctx.params:
+                raise BenchrunError("serving_workflow: workload.concurrencyModel is open_loop; give 'rate' (req/s)")
+            point = LoadPoint("open_loop", float(ctx.params["rate"]), str(ctx.param("arrival", "poisson")))
+        else:
+            point = LoadPoint("closed_loop", int(ctx.param("concurrency", 4)))
+    except (TypeError, ValueError) as exc:
+        raise BenchrunError(f"serving_workflow: bad load point: {exc}") from None
+    duration = ctx.params.get("duration_s")
+    requests = None if duration is not None else int(ctx.param("requests", 32))
+    run_serving_suite(ctx, [point], requests, float(duration) if duration is not None else None)
+
+
+if __name__ == "__main__":
+    main(run)
