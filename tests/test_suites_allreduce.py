@@ -1,0 +1,90 @@
+"""The allreduce suite: real gloo ranks on loopback, the summary maths, and the unavailable paths."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchrun.suites.allreduce import summarise
+from benchrun.suites.result import read_result, result_path
+
+RUN_ID = "t-allreduce"
+HIDE_TORCH = Path(__file__).parent / "fixtures" / "hide_torch"
+
+
+def run_suite(run_dir: Path, params: dict[str, Any], **env_extra: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"), "BENCHRUN_RUN_ID": RUN_ID,
+           "BENCHRUN_RUN_DIR": str(run_dir), "BENCHRUN_SUITE": "allreduce", "BENCHRUN_REPLICATE": "1",
+           "BENCHRUN_PARAMS": json.dumps(params), **env_extra}
+    proc = subprocess.run([sys.executable, "-m", "benchrun.suites.allreduce"], env=env, capture_output=True,
+                          text=True, timeout=300)
+    return proc, read_result(result_path(run_dir, RUN_ID, "allreduce", 1))
+
+
+@pytest.mark.slow
+def test_gloo_ranks_report_latency_bandwidth_and_rank_samples(tmp_path: Path) -> None:
+    sizes, iterations = [1024, 262144], 5
+    proc, doc = run_suite(tmp_path, {"world_size": 2, "sizes": sizes, "iterations": iterations, "backend": "gloo"})
+    assert proc.returncode == 0, proc.stderr
+    assert doc["status"] == "ok"
+    assert doc["context"]["backend"] == "gloo" and doc["context"]["world_size"] == 2
+    samples = json.loads((tmp_path / doc["samples"]["ranks"]).read_text())["samples"]
+    assert len(samples) == 2 * len(sizes) * iterations
+    assert {s["rank_id"] for s in samples} == {0, 1} and len({s["pid"] for s in samples}) == 2
+    assert all(s["elapsed_s"] > 0 for s in samples)
+    by = {(m["name"], m["case"], m.get("rank_id")): m["value"] for m in doc["metrics"]}
+    for size in sizes:
+        case = f"bytes={size}"
+        p50, p99 = by[("p50_latency_us", case, None)], by[("p99_latency_us", case, None)]
+        assert 0 < p50 <= p99 < 10e6
+        algbw = by[("algbw_gb_per_s", case, None)]
+        assert algbw == pytest.approx(size / (p50 / 1e6) / 1e9)
+        assert by[("busbw_gb_per_s", case, None)] == pytest.approx(algbw * 2 * (2 - 1) / 2)
+        assert by[("rank_p50_time_us", case, 0)] > 0 and by[("rank_p50_time_us", case, 1)] > 0
+        slow = [k for k in by if k[0] == "slowest_rank_arrival_lag_us" and k[1] == case]
+        assert len(slow) == 1 and slow[0][2] in (0, 1)
+        assert doc["context"]["slowest_rank_by_case"][case] == slow[0][2]
+
+
+def test_summary_finds_the_late_rank_and_the_collective_time() -> None:
+    # rank 2 arrives 3 ms late every iteration; the others wait for it inside the call
+    docs = []
+    for rank in range(3):
+        late = 0.003 if rank == 2 else 0.0
+        docs.append({"rank_id": rank, "records": [
+            {"size_bytes": 4096, "iteration": i, "start_unix": 100.0 + i + late, "elapsed_s": 0.001 + (0.003 - late)}
+            for i in range(4)]})
+    s = summarise(docs, 3)[4096]
+    assert s["slowest_rank"] == 2
+    assert s["arrival_lag_p50_s"] == pytest.approx([0.0, 0.0, 0.003])
+    assert s["latency_s"] == pytest.approx([0.001] * 4)  # last completion - last arrival
+    assert s["rank_p50_s"] == pytest.approx([0.004, 0.004, 0.001])
+
+
+def test_without_torch_the_suite_is_unavailable(tmp_path: Path) -> None:
+    proc, doc = run_suite(tmp_path, {"world_size": 2, "sizes": [1024]}, PYTHONPATH=str(HIDE_TORCH))
+    assert proc.returncode == 0, proc.stderr
+    assert doc["status"] == "unavailable" and doc["reason"] == "unavailable: torch not installed"
+    assert doc["metrics"] == []
+
+
+def test_nccl_without_cuda_is_unavailable(tmp_path: Path) -> None:
+    if any(os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/nvidia0")):
+        pytest.skip("this host has an NVIDIA device")
+    proc, doc = run_suite(tmp_path, {"world_size": 2, "sizes": [1024], "backend": "nccl"})
+    assert proc.returncode == 0
+    assert doc["status"] == "unavailable" and doc["reason"].startswith("unavailable: no CUDA device")
+
+
+@pytest.mark.parametrize(("params", "named"), [({"world_size": 1}, "world_size"), ({"sizes": [2]}, "sizes"),
+                                               ({"backend": "mpi"}, "backend")])
+def test_bad_parameters_fail_with_the_parameter_named(tmp_path: Path, params: dict[str, Any], named: str) -> None:
+    proc, doc = run_suite(tmp_path, params)
+    assert proc.returncode == 1
+    assert doc["status"] == "failed" and f"parameter {named}" in doc["reason"]

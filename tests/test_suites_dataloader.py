@@ -1,0 +1,74 @@
+"""The dataloader suite: a real parquet dataset read by pyarrow and by torch DataLoader workers."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchrun.suites.result import read_result, result_path
+
+RUN_ID = "t-dataloader"
+HIDE_TORCH = Path(__file__).parent / "fixtures" / "hide_torch"
+
+
+def run_suite(run_dir: Path, params: dict[str, Any], **env_extra: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"), "BENCHRUN_RUN_ID": RUN_ID,
+           "BENCHRUN_RUN_DIR": str(run_dir), "BENCHRUN_SUITE": "dataloader", "BENCHRUN_REPLICATE": "1",
+           "BENCHRUN_PARAMS": json.dumps(params), **env_extra}
+    proc = subprocess.run([sys.executable, "-m", "benchrun.suites.dataloader"], env=env, capture_output=True,
+                          text=True, timeout=300)
+    return proc, read_result(result_path(run_dir, RUN_ID, "dataloader", 1))
+
+
+def _check_case(doc: dict[str, Any], gaps: dict[str, list[float]], case: str, batches: int) -> None:
+    by = {m["name"]: m["value"] for m in doc["metrics"] if m["case"] == case}
+    assert set(by) == {"samples_per_s", "mb_per_s", "p99_batch_latency_ms", "first_batch_latency_ms"}
+    assert len(gaps[case]) == batches and all(g >= 0 for g in gaps[case])
+    assert by["samples_per_s"] > 0 and by["mb_per_s"] > 0
+    # decoded bytes per row: id int64 + label int32 + 8 float32 features = 44 bytes
+    assert by["mb_per_s"] == pytest.approx(by["samples_per_s"] * 44 / 1e6)
+    assert by["first_batch_latency_ms"] == pytest.approx(gaps[case][0] * 1e3)
+    assert 0 <= by["p99_batch_latency_ms"] <= max(gaps[case][1:]) * 1e3 + 1e-9
+
+
+@pytest.mark.slow
+def test_pyarrow_and_torch_workers_read_every_row(tmp_path: Path) -> None:
+    rows, batch, files = 5000, 512, 2
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    proc, doc = run_suite(tmp_path, {"rows": rows, "batch_size": batch, "workers": 2, "files": files, "feature_dim": 8},
+                          TMPDIR=str(scratch))
+    assert proc.returncode == 0, proc.stderr
+    assert doc["status"] == "ok"
+    gaps = json.loads((tmp_path / doc["samples"]["batches"]).read_text())["batch_gaps"]
+    batches = files * math.ceil(rows / files / batch)
+    _check_case(doc, gaps, "pyarrow", batches)
+    _check_case(doc, gaps, "torch_workers=2", batches)
+    assert doc["context"]["dataset_bytes_on_disk"] > 0
+    assert list(scratch.iterdir()) == []  # the generated dataset was removed
+
+
+def test_without_torch_only_the_pyarrow_case_runs(tmp_path: Path) -> None:
+    proc, doc = run_suite(tmp_path, {"rows": 3000, "batch_size": 1000, "files": 1, "feature_dim": 8},
+                          PYTHONPATH=str(HIDE_TORCH))
+    assert proc.returncode == 0, proc.stderr
+    assert doc["status"] == "ok"
+    assert {m["case"] for m in doc["metrics"]} == {"pyarrow"}
+    assert doc["context"]["torch_case"] == "skipped: torch not installed"
+    gaps = json.loads((tmp_path / doc["samples"]["batches"]).read_text())["batch_gaps"]
+    _check_case(doc, gaps, "pyarrow", 3)
+
+
+@pytest.mark.parametrize(("params", "named"), [({"batch_size": 0}, "batch_size"), ({"rows": "many"}, "rows"),
+                                               ({"workers": -1}, "workers")])
+def test_bad_parameters_fail_with_the_parameter_named(tmp_path: Path, params: dict[str, Any], named: str) -> None:
+    proc, doc = run_suite(tmp_path, params)
+    assert proc.returncode == 1
+    assert doc["status"] == "failed" and f"parameter {named}" in doc["reason"]
