@@ -1,0 +1,519 @@
+"""Hot metrics: a finished run's headline numbers as Prometheus series, within the cardinality budget.
+
+One run becomes one push group (``job=benchrun, run_id=<run_id>``) or one node-exporter
+textfile (``$BENCHRUN_HOME/metrics/<run_id>.prom``). Each suite metric becomes a gauge
+``benchrun_<metric>`` holding the median over the run's ok replicates, labelled by run,
+cadence, benchmark class, layer, suite and case; run-level gauges say how many replicates
+succeeded or failed, how long the run took and which phase it was in.
+
+Labels named in CONTRACT.md §3 (``request_id``, ``trace_id``, ``prompt_hash``) and the
+spec's ``dropDimensions`` never appear: rows that differ only in such a label are merged
+(median within the replicate, then across replicates) and the merge is counted. When the
+series exceed the budget the most important are kept (run-level, then the spec's primary
+metrics, then the other suite metrics, then per-rank/node/GPU detail) and the number
+dropped is reported, never silently.
+
+The exposition text (format 0.0.4) and the push are produced by ``prometheus_client``;
+the push is an HTTP PUT through urllib, which replaces the run's group on every push.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import math
+import os
+import re
+import statistics
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import push_to_gateway
+from prometheus_client.metrics_core import Metric
+
+from benchrun.errors import BenchrunError
+from benchrun.paths import benchrun_home, validate_run_id
+from benchrun.suites.result import SCHEMA, atomic_write_text
+
+log = logging.getLogger(__name__)
+
+PUSHGATEWAY_ENV = "BENCHRUN_PUSHGATEWAY_URL"
+DEFAULT_JOB = "benchrun"
+PREFIX = "benchrun_"
+# CONTRACT.md §3: hot metrics never carry these as labels, whatever the spec says.
+FORBIDDEN_LABELS = frozenset({"request_id", "trace_id", "prompt_hash"})
+# The Pushgateway adds these two series to every group it holds.
+GATEWAY_SERIES_PER_GROUP = 2
+
+# Importance, lowest first kept first when the budget is tight.
+PRIORITY_RUN = 0
+PRIORITY_SUITE_COUNTS = 1
+PRIORITY_PRIMARY = 2
+PRIORITY_METRIC = 3
+PRIORITY_DETAIL = 4  # a metric row carrying rank/node/GPU keys
+PRIORITY_NAMES = {
+    PRIORITY_RUN: "run",
+    PRIORITY_SUITE_COUNTS: "suite_replicates",
+    PRIORITY_PRIMARY: "primary",
+    PRIORITY_METRIC: "metric",
+    PRIORITY_DETAIL: "detail",
+}
+
+RUN_METRICS = {
+    "benchrun_run_info": "Run identity and lineage (value always 1).",
+    "benchrun_run_phase": "The run's phase when the metrics were rendered (value always 1).",
+    "benchrun_run_duration_seconds": "Seconds from run start to finish, or to evidence sealing while analysing.",
+    "benchrun_run_replicates": "Replicates per layer by outcome (ok, failed, unavailable).",
+    "benchrun_suite_replicates": "Suite result documents per suite by status (ok, failed, unavailable).",
+}
+_ROW_FIELDS = frozenset({"name", "value", "unit", "direction", "case"})
+_NAME_BAD = re.compile(r"[^a-zA-Z0-9_:]")
+_LABEL_BAD = re.compile(r"[^a-zA-Z0-9_]")
+_RESULT_NAME = re.compile(r"^(?P<run>.+)_(?P<suite>[A-Za-z0-9][A-Za-z0-9._-]*)_r(?P<k>\d+)\.json$")
+
+
+class BudgetLike(Protocol):
+    """What :func:`render` needs of ``sinks.hotMetrics.cardinalityBudget``."""
+
+    max_active_series: int
+    drop_dimensions: list[str]
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A plain cardinality budget (the spec model's ``CardinalityBudget`` fits too)."""
+
+    max_active_series: int
+    drop_dimensions: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Series:
+    """One gauge sample: family name, sorted labels, value, and how much it matters."""
+
+    name: str
+    labels: tuple[tuple[str, str], ...]
+    value: float
+    priority: int
+
+
+@dataclass(frozen=True)
+class HotMetrics:
+    """A run's rendered series and what the budget did to them."""
+
+    run_id: str
+    series: tuple[Series, ...]
+    help: Mapping[str, str]
+    max_active_series: int
+    existing_series: int
+    series_total: int
+    dropped_by_budget: Mapping[str, int]
+    merged_series: int
+    labels_removed: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def series_count(self) -> int:
+        return len(self.series)
+
+    @property
+    def series_dropped(self) -> int:
+        return sum(self.dropped_by_budget.values())
+
+    def registry(self) -> CollectorRegistry:
+        """A private registry holding exactly these series (never the process default)."""
+        reg = CollectorRegistry(auto_describe=False)
+        reg.register(_Families(self))
+        return reg
+
+    @property
+    def text(self) -> str:
+        """Prometheus text exposition format 0.0.4."""
+        return generate_latest(self.registry()).decode("utf-8")
+
+
+class _Families:
+    """A prometheus_client collector over a HotMetrics' series."""
+
+    def __init__(self, hm: HotMetrics) -> None:
+        self._hm = hm
+
+    def collect(self) -> Iterator[Metric]:
+        families: dict[str, Metric] = {}
+        for s in self._hm.series:
+            fam = families.get(s.name)
+            if fam is None:
+                fam = families[s.name] = Metric(s.name, self._hm.help.get(s.name, s.name), "gauge")
+            fam.add_sample(s.name, dict(s.labels), s.value)
+        yield from (families[k] for k in sorted(families))
+
+    def describe(self) -> list[Metric]:
+        return []
+
+
+@dataclass(frozen=True)
+class Published:
+    """Where a run's hot metrics went."""
+
+    textfile: Path | None
+    pushed_to: str | None
+    note: str
+
+
+# -- names ------------------------------------------------------------------------------------
+
+
+def metric_name(raw: str) -> str:
+    """``benchrun_<raw>`` with every character outside ``[a-zA-Z0-9_:]`` replaced by ``_``."""
+    body = _NAME_BAD.sub("_", raw.strip()) or "unnamed"
+    name = PREFIX + body
+    if name in RUN_METRICS:  # a suite metric may not masquerade as a run-level gauge
+        name = PREFIX + "suite_" + body
+    return name
+
+
+def label_name(raw: str) -> str:
+    """A valid label name: ``[a-zA-Z_][a-zA-Z0-9_]*``, never the reserved ``__`` prefix."""
+    name = _LABEL_BAD.sub("_", str(raw)) or "_"
+    if name[0].isdigit():
+        name = "_" + name
+    return "x" + name if name.startswith("__") else name
+
+
+def _label_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
+# -- reading the run ---------------------------------------------------------------------------
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise BenchrunError(f"{path}: not readable JSON ({exc}); the run directory is damaged") from exc
+
+
+def _result_docs(run_dir: Path, run_id: str) -> list[dict[str, Any]]:
+    """Every suite result document of the run, read and checked, in a stable order."""
+    structured = run_dir / "structured"
+    docs = []
+    for path in sorted(structured.glob(f"{run_id}_*_r*.json")):
+        m = _RESULT_NAME.match(path.name)
+        if not m or m.group("run") != run_id:
+            continue
+        doc = _read_json(path)
+        if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+            continue  # other structured JSON (launches, environment) shares the prefix
+        if doc.get("status") not in ("ok", "failed", "unavailable"):
+            raise BenchrunError(f"{path}: status must be ok, failed or unavailable")
+        docs.append(doc)
+    return docs
+
+
+def _suite_layers(run_dir: Path, run_id: str) -> dict[str, str]:
+    """suite -> layer from the launches record (else the plan); empty when neither exists."""
+    out: dict[str, str] = {}
+    for kind in ("launches", "plan"):
+        rows = _read_json(run_dir / "structured" / f"{run_id}_{kind}.json")
+        if isinstance(rows, list):
+            for r in rows:
+                if isinstance(r, dict) and r.get("suite") and r.get("layer"):
+                    out.setdefault(str(r["suite"]), str(r["layer"]))
+    return out
+
+
+def _parse_utc(text: Any) -> dt.datetime | None:
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+
+
+def _duration_s(run_dir: Path, status: Mapping[str, Any]) -> float | None:
+    start = _parse_utc(status.get("started_utc")) or _parse_utc(status.get("created_utc"))
+    end = _parse_utc(status.get("finished_utc"))
+    if end is None:  # still analysing: the evidence was sealed when the manifest was written
+        manifest = _read_json(run_dir / "manifest.json")
+        end = _parse_utc(manifest.get("timestamp_utc")) if isinstance(manifest, dict) else None
+    if start is None or end is None:
+        return None
+    return max(0.0, (end - start).total_seconds())
+
+
+# -- rendering ---------------------------------------------------------------------------------
+
+
+def render(
+    run_dir: Path,
+    status: Mapping[str, Any],
+    budget: BudgetLike,
+    *,
+    primary: Iterable[str] = (),
+    existing_series: int = 0,
+) -> HotMetrics:
+    """The run's hot series, trimmed to ``budget.max_active_series - existing_series``.
+
+    ``primary`` names the spec's primary metrics (kept before the others);
+    ``existing_series`` is what the sink already holds from other runs (see
+    :func:`gateway_series` and :func:`textfile_series`).
+    """
+    run_dir = Path(run_dir)
+    run_id = validate_run_id(str(status.get("run_id") or run_dir.name))
+    removed_cfg = {label_name(d) for d in budget.drop_dimensions}
+    notes: list[str] = []
+    if "run_id" in removed_cfg:
+        removed_cfg.discard("run_id")
+        notes.append("run_id is the push group and stays a label although dropDimensions lists it")
+    removed = FORBIDDEN_LABELS | removed_cfg
+
+    base = {
+        "run_id": run_id,
+        "run_name": _label_value(status.get("name") or ""),
+        "cadence": _label_value(status.get("cadence") or ""),
+        "benchmark_class": _label_value(status.get("benchmark_class_granted") or ""),
+    }
+    labels_removed: set[str] = set()
+
+    def labels(extra: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+        merged = {**base, **{label_name(k): _label_value(v) for k, v in extra.items() if v is not None}}
+        for k in [k for k in merged if k in removed]:
+            labels_removed.add(k)
+            del merged[k]
+        return tuple(sorted(merged.items()))
+
+    series: list[Series] = []
+    help_text: dict[str, str] = dict(RUN_METRICS)
+
+    # Run-level gauges.
+    info = {
+        "phase": status.get("phase") or "",
+        "benchmark_class_requested": status.get("benchmark_class_requested") or "",
+        "workload_type": status.get("workload_type") or "",
+        "scheduler_path": status.get("selected_scheduler_path") or status.get("scheduler_path_requested") or "",
+        "variable_under_test": status.get("variable_under_test") or "",
+        "workload_spec_digest": status.get("workload_spec_digest") or "",
+    }
+    series.append(Series("benchrun_run_info", labels(info), 1.0, PRIORITY_RUN))
+    series.append(Series("benchrun_run_phase", labels({"phase": status.get("phase") or "Unknown"}), 1.0, PRIORITY_RUN))
+    duration = _duration_s(run_dir, status)
+    if duration is not None:
+        series.append(Series("benchrun_run_duration_seconds", labels({}), duration, PRIORITY_RUN))
+    for layer, st in sorted((status.get("layers") or {}).items()):
+        if not isinstance(st, Mapping) or st.get("status") == "skipped":
+            continue
+        for outcome in ("ok", "failed", "unavailable"):
+            n = st.get(outcome)
+            if isinstance(n, (int, float)):
+                series.append(Series("benchrun_run_replicates", labels({"layer": layer, "outcome": outcome}),
+                                     float(n), PRIORITY_RUN))
+
+    # Suite metrics: median within a replicate (after merging removed labels), then across replicates.
+    docs = _result_docs(run_dir, run_id)
+    layer_of = _suite_layers(run_dir, run_id)
+    counts: dict[tuple[str, str], int] = {}
+    per_rep: dict[tuple[str, tuple[tuple[str, str], ...]], dict[int, list[float]]] = {}
+    key_rows: dict[tuple[str, tuple[tuple[str, str], ...]], set[tuple[tuple[str, Any], ...]]] = {}
+    priority: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
+    primary_set = set(primary)
+    for doc in docs:
+        suite = str(doc.get("suite", ""))
+        counts[(suite, doc["status"])] = counts.get((suite, doc["status"]), 0) + 1
+        if doc["status"] != "ok":
+            continue
+        rep = int(doc.get("replicate", 0))
+        for row in doc.get("metrics") or []:
+            value = row.get("value")
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+                continue
+            extra = {k: v for k, v in row.items() if k not in _ROW_FIELDS and v is not None}
+            lab = labels({"layer": layer_of.get(suite, ""), "suite": suite, "case": row.get("case") or "", **extra})
+            name = metric_name(str(row.get("name", "")))
+            key = (name, lab)
+            per_rep.setdefault(key, {}).setdefault(rep, []).append(float(value))
+            key_rows.setdefault(key, set()).add(tuple(sorted(extra.items(), key=lambda kv: kv[0])))
+            kept_extra = [k for k in extra if label_name(k) not in removed]
+            prio = PRIORITY_DETAIL if kept_extra else (
+                PRIORITY_PRIMARY if row.get("name") in primary_set else PRIORITY_METRIC)
+            priority[key] = min(priority.get(key, prio), prio)
+            if name not in help_text:
+                unit = row.get("unit") or "1"
+                better = row.get("direction") or "?"
+                help_text[name] = (f"{row.get('name')} in {unit} ({better} is better): "
+                                   "median over the run's ok replicates.")
+    for (suite, st), n in sorted(counts.items()):
+        series.append(Series("benchrun_suite_replicates",
+                             labels({"layer": layer_of.get(suite, ""), "suite": suite, "status": st}),
+                             float(n), PRIORITY_SUITE_COUNTS))
+    merged = 0
+    for key, reps in per_rep.items():
+        if len(key_rows[key]) > 1:
+            merged += len(key_rows[key]) - 1
+        value = statistics.median(statistics.median(v) for v in reps.values())
+        series.append(Series(key[0], key[1], float(value), priority[key]))
+
+    allowed = max(0, int(budget.max_active_series) - int(existing_series))
+    ordered = sorted(series, key=lambda s: (s.priority, s.name, s.labels))
+    kept, over = ordered[:allowed], ordered[allowed:]
+    dropped: dict[str, int] = {}
+    for s in over:
+        dropped[PRIORITY_NAMES[s.priority]] = dropped.get(PRIORITY_NAMES[s.priority], 0) + 1
+    if over:
+        log.warning(
+            "run %s: %d hot series over the budget (%d allowed = maxActiveSeries %d - %d already held); "
+            "dropped %s", run_id, len(over), allowed, budget.max_active_series, existing_series, dropped,
+        )
+    if merged:
+        notes.append(f"{merged} series merged because their distinguishing labels are dropped "
+                     f"({', '.join(sorted(labels_removed))})")
+    used_names = {s.name for s in kept}
+    return HotMetrics(
+        run_id=run_id,
+        series=tuple(kept),
+        help={k: v for k, v in help_text.items() if k in used_names},
+        max_active_series=int(budget.max_active_series),
+        existing_series=int(existing_series),
+        series_total=len(series),
+        dropped_by_budget=dropped,
+        merged_series=merged,
+        labels_removed=tuple(sorted(labels_removed)),
+        notes=tuple(notes),
+    )
+
+
+# -- sinks -------------------------------------------------------------------------------------
+
+
+def default_textfile(run_id: str, home: Path | str | None = None) -> Path:
+    """``$BENCHRUN_HOME/metrics/<run_id>.prom`` (a node-exporter textfile-collector directory)."""
+    return benchrun_home(home) / "metrics" / f"{validate_run_id(run_id)}.prom"
+
+
+def write_textfile(hm: HotMetrics, path: Path | str | None = None) -> Path:
+    """Write the exposition text to ``path`` (default :func:`default_textfile`) atomically."""
+    target = Path(path) if path is not None else default_textfile(hm.run_id)
+    atomic_write_text(target, hm.text)
+    log.info("hot metrics of run %s: %d series in %s", hm.run_id, hm.series_count, target)
+    return target
+
+
+def textfile_series(directory: Path, *, exclude_run_id: str | None = None) -> int:
+    """Samples in the other ``*.prom`` files of a textfile directory (series already held)."""
+    total = 0
+    if not directory.is_dir():
+        return 0
+    for p in sorted(directory.glob("*.prom")):
+        if exclude_run_id is not None and p.name == f"{exclude_run_id}.prom":
+            continue
+        with p.open(encoding="utf-8", errors="replace") as fh:
+            total += sum(1 for line in fh if line.strip() and not line.startswith("#"))
+    return total
+
+
+def _gateway_error(url: str, exc: BaseException) -> BenchrunError:
+    if isinstance(exc, urllib.error.HTTPError):
+        try:
+            body = exc.read().decode("utf-8", "replace").strip()
+        except Exception:  # the body is only for the message
+            body = ""
+        return BenchrunError(f"Pushgateway {url} refused the request: HTTP {exc.code} {body or exc.reason}")
+    reason = getattr(exc, "reason", exc)
+    return BenchrunError(
+        f"Pushgateway {url} is unreachable ({reason}); check {PUSHGATEWAY_ENV} or unset it to "
+        "write the textfile only"
+    )
+
+
+def gateway_series(url: str, *, job: str = DEFAULT_JOB, exclude_run_id: str | None = None,
+                   timeout: float = 10.0) -> int:
+    """Series the Pushgateway holds in groups other than this run's (its ``/api/v1/metrics``)."""
+    endpoint = url.rstrip("/") + "/api/v1/metrics"
+    try:
+        with urllib.request.urlopen(endpoint, timeout=timeout) as resp:
+            doc = json.loads(resp.read().decode("utf-8"))
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise _gateway_error(url, exc) from exc
+    total = 0
+    for group in doc.get("data") or []:
+        glabels = group.get("labels") or {}
+        if exclude_run_id is not None and glabels.get("job") == job and glabels.get("run_id") == exclude_run_id:
+            continue
+        for value in group.values():
+            if isinstance(value, dict) and isinstance(value.get("metrics"), list):
+                total += len(value["metrics"])
+    return total
+
+
+def group_url(url: str, run_id: str, *, job: str = DEFAULT_JOB, grouping: Mapping[str, str] | None = None) -> str:
+    """``<url>/metrics/job/<job>/run_id/<run_id>[/<k>/<v>...]`` for plain label values."""
+    parts = [url.rstrip("/"), "metrics", "job", job, "run_id", run_id]
+    for k, v in sorted((grouping or {}).items()):
+        parts += [k, v]
+    return "/".join(parts)
+
+
+def push(hm: HotMetrics, url: str, *, job: str = DEFAULT_JOB, grouping: Mapping[str, str] | None = None,
+         timeout: float = 10.0) -> str:
+    """PUT the series as the group ``job/<job>/run_id/<run_id>`` (replacing it); returns the group URL."""
+    extra = dict(grouping or {})
+    bad = sorted((FORBIDDEN_LABELS | {"job", "run_id"}) & set(extra))
+    if bad:
+        raise BenchrunError(f"push grouping may not use {', '.join(bad)} (job and run_id are set by benchrun; "
+                            "request_id, trace_id and prompt_hash are never labels)")
+    key = {"run_id": hm.run_id, **{label_name(k): str(v) for k, v in extra.items()}}
+    target = group_url(url, hm.run_id, job=job, grouping=extra)
+    try:
+        push_to_gateway(url, job=job, registry=hm.registry(), grouping_key=key, timeout=timeout)
+    except (urllib.error.URLError, OSError) as exc:
+        raise _gateway_error(url, exc) from exc
+    log.info("hot metrics of run %s: %d series pushed to %s", hm.run_id, hm.series_count, target)
+    return target
+
+
+def publish_run(
+    run_dir: Path,
+    status: Mapping[str, Any],
+    budget: BudgetLike,
+    *,
+    primary: Iterable[str] = (),
+    home: Path | str | None = None,
+    url: str | None = None,
+    job: str = DEFAULT_JOB,
+) -> tuple[HotMetrics, Published]:
+    """Render within the budget, write the textfile, and push when a Pushgateway is configured.
+
+    ``url`` defaults to ``$BENCHRUN_PUSHGATEWAY_URL``; without one the textfile is the only
+    sink and the returned note says so. The series the sink already holds (other runs'
+    groups plus the gateway's own per-group series, or the other textfiles) count against
+    the budget.
+    """
+    run_id = validate_run_id(str(status.get("run_id") or Path(run_dir).name))
+    url = url if url is not None else (os.environ.get(PUSHGATEWAY_ENV) or None)
+    textfile = default_textfile(run_id, home)
+    if url:
+        existing = gateway_series(url, job=job, exclude_run_id=run_id) + GATEWAY_SERIES_PER_GROUP
+    else:
+        existing = textfile_series(textfile.parent, exclude_run_id=run_id)
+    hm = render(Path(run_dir), status, budget, primary=primary, existing_series=existing)
+    path = write_textfile(hm, textfile)
+    if url:
+        target = push(hm, url, job=job)
+        return hm, Published(path, target, f"pushed to {target} and written to {path}")
+    note = f"{PUSHGATEWAY_ENV} is not set: written to the textfile {path} only, nothing pushed"
+    log.info("run %s: %s", run_id, note)
+    return hm, Published(path, None, note)

@@ -1,0 +1,301 @@
+"""Hot metrics: rendering, labels never carried, the cardinality budget, textfile, a real Pushgateway."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from benchrun import hotmetrics as hm_mod
+from benchrun.errors import BenchrunError
+from benchrun.hotmetrics import Budget, publish_run, push, render, write_textfile
+from benchrun.suites.result import SCHEMA, atomic_write_json, metric
+
+RUN_ID = "hot-20261130090000-abcdef12"
+PUSHGATEWAY = Path("/usr/bin/prometheus-pushgateway")
+FORBIDDEN = ("request_id", "trace_id", "prompt_hash")
+BIG = Budget(max_active_series=10_000, drop_dimensions=["request_id", "trace_id", "prompt_hash"])
+
+
+def _doc(suite: str, rep: int, status: str, metrics: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"schema": SCHEMA, "run_id": RUN_ID, "suite": suite, "replicate": rep, "benchmark_case_id": f"{suite}-c",
+            "status": status, "reason": None if status == "ok" else "exited with code 1", "synthetic": False,
+            "started_utc": "2026-11-30T09:00:01Z", "finished_utc": "2026-11-30T09:00:02Z",
+            "parameters": {}, "context": {}, "metrics": metrics, "samples": {}}
+
+
+def make_run(root: Path, run_id: str = RUN_ID) -> tuple[Path, dict[str, Any]]:
+    """A finished run directory by hand: status, launches, manifest and five suite results."""
+    rd = root / "runs" / run_id
+    for sub in ("structured", "raw", "figures", "reports", "progress"):
+        (rd / sub).mkdir(parents=True, exist_ok=True)
+    status = {
+        "run_id": run_id, "name": "hot", "phase": "Analyzing", "cadence": "canary",
+        "benchmark_class_requested": "publication_grade", "benchmark_class_granted": "realism_grade",
+        "workload_type": "inference", "selected_scheduler_path": "local", "variable_under_test": "runtime_version",
+        "workload_spec_digest": "ab" * 32, "started_utc": "2026-11-30T09:00:00.000000Z", "conditions": [],
+        "layers": {"micro": {"status": "succeeded", "ok": 3, "failed": 0, "unavailable": 0, "launches": 3},
+                   "component": {"status": "failed", "ok": 2, "failed": 1, "unavailable": 0, "launches": 3},
+                   "end_to_end": {"status": "skipped", "ok": 0, "failed": 0, "launches": 0}},
+    }
+    atomic_write_json(rd / "status.json", status)
+    atomic_write_json(rd / "manifest.json", {"manifest_version": 2, "run_id": run_id,
+                                             "timestamp_utc": "2026-11-30T09:01:30.500000Z"})
+    launches = [{"layer": "micro", "suite": "gemm", "replicate": k} for k in (1, 2, 3)]
+    launches += [{"layer": "component", "suite": "allreduce", "replicate": k} for k in (1, 2, 3)]
+    atomic_write_json(rd / "structured" / f"{run_id}_launches.json", launches)
+    for k, (tf, p99) in enumerate([(1.0, 9.0), (4.0, 7.0), (2.0, 8.0)], start=1):
+        rows = [metric("tflops", tf, "TFLOP/s", "higher", case="n=64,fp64"),
+                metric("p99_latency_ms", p99, "ms", "lower", case='say "hi"\\now\nnext'),
+                metric("weird-name.per/s", 5.0, "1/s", "higher")]
+        atomic_write_json(rd / "structured" / f"{run_id}_gemm_r{k}.json", _doc("gemm", k, "ok", rows))
+    for k, lat in ((1, 10.0), (2, 30.0)):
+        rows = [metric("p50_latency_us", lat, "us", "lower", case="1MiB", rank_id=None),
+                metric("rank_p50_time_us", lat + 1, "us", "lower", case="1MiB", rank_id=0),
+                metric("rank_p50_time_us", lat + 3, "us", "lower", case="1MiB", rank_id=1),
+                # Rows that carry per-request keys: the keys must vanish and the rows merge.
+                metric("ttft_ms", lat / 10, "ms", "lower", case="c=1", request_id=f"req-{k}-a", trace_id="t1"),
+                metric("ttft_ms", lat / 10 + 2, "ms", "lower", case="c=1", request_id=f"req-{k}-b", trace_id="t2")]
+        atomic_write_json(rd / "structured" / f"{run_id}_allreduce_r{k}.json", _doc("allreduce", k, "ok", rows))
+    atomic_write_json(rd / "structured" / f"{run_id}_allreduce_r3.json",
+                      _doc("allreduce", 3, "failed", [metric("p50_latency_us", 999.0, "us", "lower", case="1MiB")]))
+    return rd, status
+
+
+def samples(text: str) -> list[tuple[str, dict[str, str], float]]:
+    return [(s.name, dict(s.labels), s.value) for fam in text_string_to_metric_families(text) for s in fam.samples]
+
+
+def find(rows: list[tuple[str, dict[str, str], float]], name: str, **labels: str) -> list[float]:
+    return [v for n, lab, v in rows if n == name and all(lab.get(k) == want for k, want in labels.items())]
+
+
+def test_render_medians_of_ok_replicates_with_labels(tmp_path: Path) -> None:
+    rd, status = make_run(tmp_path)
+    hm = render(rd, status, BIG, primary=["ttft_ms"])
+    rows = samples(hm.text)
+    assert find(rows, "benchrun_tflops", suite="gemm", case="n=64,fp64", layer="micro", run_name="hot",
+                cadence="canary", benchmark_class="realism_grade", run_id=RUN_ID) == [2.0]
+    # The failed replicate's 999 is not in the median; only r1 and r2 are ok.
+    assert find(rows, "benchrun_p50_latency_us", suite="allreduce", layer="component") == [20.0]
+    assert sorted(find(rows, "benchrun_rank_p50_time_us")) == [21.0, 23.0]
+    assert find(rows, "benchrun_rank_p50_time_us", rank_id="1") == [23.0]
+    # Label values with a quote, a backslash and a newline survive the round trip.
+    assert find(rows, "benchrun_p99_latency_ms", case='say "hi"\\now\nnext') == [8.0]
+    assert find(rows, "benchrun_weird_name_per_s") == [5.0]
+    # Run-level gauges.
+    assert find(rows, "benchrun_run_phase", phase="Analyzing") == [1.0]
+    assert find(rows, "benchrun_run_duration_seconds") == [90.5]
+    assert find(rows, "benchrun_run_replicates", layer="component", outcome="failed") == [1.0]
+    assert find(rows, "benchrun_run_replicates", layer="micro", outcome="ok") == [3.0]
+    assert not find(rows, "benchrun_run_replicates", layer="end_to_end")
+    assert find(rows, "benchrun_suite_replicates", suite="allreduce", status="failed") == [1.0]
+    assert find(rows, "benchrun_suite_replicates", suite="gemm", status="ok") == [3.0]
+    info = [lab for n, lab, _ in rows if n == "benchrun_run_info"]
+    assert info[0]["benchmark_class_requested"] == "publication_grade"
+    assert info[0]["workload_spec_digest"] == "ab" * 32
+    assert "# TYPE benchrun_tflops gauge" in hm.text
+    assert "# HELP benchrun_tflops tflops in TFLOP/s (higher is better)" in hm.text
+    assert hm.series_count == len(rows) == hm.series_total and hm.series_dropped == 0
+
+
+def test_forbidden_and_dropped_labels_never_appear_and_rows_merge(tmp_path: Path) -> None:
+    rd, status = make_run(tmp_path)
+    # Even with an empty dropDimensions the contract's three labels are never carried.
+    hm = render(rd, status, Budget(10_000, []))
+    rows = samples(hm.text)
+    assert all(f not in lab for _, lab, _ in rows for f in FORBIDDEN)
+    for f in FORBIDDEN[:2]:
+        assert f not in hm.text
+    # ttft rows per replicate: r1 (1, 3) -> 2, r2 (3, 5) -> 4; across replicates -> 3.
+    assert find(rows, "benchrun_ttft_ms", case="c=1") == [3.0]
+    assert hm.merged_series == 3 and set(hm.labels_removed) == {"request_id", "trace_id"}
+    # A spec dimension is dropped too: rank rows merge into one series per case.
+    hm2 = render(rd, status, Budget(10_000, ["rank_id", "cadence"]))
+    rows2 = samples(hm2.text)
+    assert all("rank_id" not in lab and "cadence" not in lab for _, lab, _ in rows2)
+    assert find(rows2, "benchrun_rank_p50_time_us") == [22.0]  # r1 median(11,13)=12, r2 32 -> 22
+
+
+def test_budget_keeps_run_level_first_and_reports_the_drop(tmp_path: Path) -> None:
+    rd, status = make_run(tmp_path)
+    full = render(rd, status, BIG, primary=["ttft_ms"])
+    run_level = [s for s in full.series if s.priority == hm_mod.PRIORITY_RUN]
+    # Room (after 4 series held elsewhere) for the run level, the 3 suite counts and 1 more.
+    hm = render(rd, status, Budget(len(run_level) + 4 + 4, []), primary=["ttft_ms"], existing_series=4)
+    assert hm.series_count == len(run_level) + 4
+    assert hm.dropped_by_budget == {"metric": 4, "detail": 2}
+    assert hm.series_dropped == full.series_count - hm.series_count == 6
+    names = {s.name for s in hm.series}
+    assert "benchrun_ttft_ms" in names and "benchrun_tflops" not in names and "benchrun_run_info" in names
+    rows = samples(hm.text)
+    assert len(rows) == hm.series_count
+    assert sum(1 for n, _, _ in rows if n == "benchrun_suite_replicates") == 3
+    # Budget smaller than the run level: still nothing but the most important.
+    tiny = render(rd, status, Budget(2, []))
+    assert tiny.series_count == 2 and {s.priority for s in tiny.series} == {hm_mod.PRIORITY_RUN}
+    assert tiny.series_dropped == full.series_count - 2
+
+
+def test_textfile_is_atomic_and_counts_other_runs(tmp_path: Path) -> None:
+    rd, status = make_run(tmp_path)
+    hm = render(rd, status, BIG)
+    path = write_textfile(hm, tmp_path / "metrics" / f"{RUN_ID}.prom")
+    assert path.read_text() == hm.text
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary left behind
+    other = tmp_path / "metrics" / "other-run.prom"
+    other.write_text("# HELP x y\n# TYPE x gauge\nx 1\nx{a=\"b\"} 2\n")
+    assert hm_mod.textfile_series(path.parent, exclude_run_id=RUN_ID) == 2
+
+
+def test_publish_without_gateway_writes_the_textfile_and_says_so(tmp_path: Path, monkeypatch) -> None:
+    rd, status = make_run(tmp_path)
+    monkeypatch.delenv(hm_mod.PUSHGATEWAY_ENV, raising=False)
+    hm, pub = publish_run(rd, status, BIG, home=tmp_path)
+    assert pub.pushed_to is None and "BENCHRUN_PUSHGATEWAY_URL is not set" in pub.note
+    assert pub.textfile == tmp_path / "metrics" / f"{RUN_ID}.prom" and pub.textfile.read_text() == hm.text
+
+
+def test_metric_names_are_sanitised() -> None:
+    assert hm_mod.metric_name("p99-latency.ms") == "benchrun_p99_latency_ms"
+    assert hm_mod.metric_name("run_info") == "benchrun_suite_run_info"
+    assert hm_mod.label_name("9lives") == "_9lives" and hm_mod.label_name("__x") == "x__x"
+
+
+# -- a real Pushgateway on loopback ------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def pushgateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The real Debian prometheus-pushgateway on a free loopback port, no persistence."""
+    if not PUSHGATEWAY.exists():
+        pytest.skip(f"{PUSHGATEWAY} is not installed (Debian package prometheus-pushgateway)")
+    port = _free_port()
+    log = tmp_path_factory.mktemp("pushgateway") / "pushgateway.log"
+    with log.open("wb") as fh:
+        proc = subprocess.Popen([str(PUSHGATEWAY), f"--web.listen-address=127.0.0.1:{port}"],
+                                stdout=fh, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/-/ready", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"pushgateway did not become ready: {log.read_text()[-2000:]}")
+            time.sleep(0.05)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _gateway_samples(url: str) -> list[tuple[str, dict[str, str], float]]:
+    with urllib.request.urlopen(url + "/metrics", timeout=5) as r:
+        return samples(r.read().decode())
+
+
+def test_push_to_a_real_pushgateway(tmp_path: Path, pushgateway: str, monkeypatch) -> None:
+    rd, status = make_run(tmp_path)
+    monkeypatch.setenv(hm_mod.PUSHGATEWAY_ENV, pushgateway)
+    hm, pub = publish_run(rd, status, BIG, primary=["ttft_ms"], home=tmp_path)
+    assert pub.pushed_to == f"{pushgateway}/metrics/job/benchrun/run_id/{RUN_ID}"
+    rows = _gateway_samples(pushgateway)
+    ours = [(n, lab, v) for n, lab, v in rows if lab.get("run_id") == RUN_ID and n.startswith("benchrun_")]
+    assert len(ours) == hm.series_count
+    assert find(ours, "benchrun_tflops", job="benchrun", suite="gemm", case="n=64,fp64") == [2.0]
+    assert find(ours, "benchrun_ttft_ms", case="c=1") == [3.0]
+    assert find(ours, "benchrun_p99_latency_ms", case='say "hi"\\now\nnext') == [8.0]
+    assert find(ours, "benchrun_run_phase", phase="Analyzing") == [1.0]
+    assert all(f not in lab for _, lab, _ in rows for f in FORBIDDEN)
+    assert find(rows, "push_time_seconds", run_id=RUN_ID)  # the gateway accepted the group
+
+    # A second push replaces the group (PUT), it does not add to it.
+    status2 = {**status, "phase": "Succeeded", "finished_utc": "2026-11-30T09:02:00Z"}
+    push(render(rd, status2, Budget(3, [])), pushgateway)
+    rows = [(n, lab, v) for n, lab, v in _gateway_samples(pushgateway)
+            if lab.get("run_id") == RUN_ID and n.startswith("benchrun_")]
+    assert len(rows) == 3 and not find(rows, "benchrun_tflops")
+    assert find(rows, "benchrun_run_phase", phase="Succeeded") == [1.0]
+    assert find(rows, "benchrun_run_duration_seconds") == [120.0]
+
+
+def test_gateway_series_of_other_runs_count_against_the_budget(tmp_path: Path, pushgateway: str) -> None:
+    other_id = "other-20261130090000-00000000"
+    rd, status = make_run(tmp_path / "a", other_id)
+    other = render(rd, status, Budget(4, []))
+    push(other, pushgateway)
+    held = hm_mod.gateway_series(pushgateway, exclude_run_id=RUN_ID)
+    assert held >= 4 + hm_mod.GATEWAY_SERIES_PER_GROUP
+    rd2, status2 = make_run(tmp_path / "b")
+    budget = Budget(held + hm_mod.GATEWAY_SERIES_PER_GROUP + 3, [])
+    hm, pub = publish_run(rd2, status2, budget, home=tmp_path, url=pushgateway)
+    assert hm.existing_series == held + hm_mod.GATEWAY_SERIES_PER_GROUP and hm.series_count == 3
+    assert hm.series_dropped == hm.series_total - 3 and pub.pushed_to
+
+
+def test_unreachable_gateway_is_a_clear_error(tmp_path: Path) -> None:
+    rd, status = make_run(tmp_path)
+    url = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    with pytest.raises(BenchrunError, match=r"Pushgateway http://127\.0\.0\.1:\d+ is unreachable"):
+        push(render(rd, status, BIG), url, timeout=2)
+    with pytest.raises(BenchrunError, match="unreachable"):
+        publish_run(rd, status, BIG, home=tmp_path, url=url)
+
+
+def test_push_refuses_forbidden_grouping(tmp_path: Path, pushgateway: str) -> None:
+    rd, status = make_run(tmp_path)
+    with pytest.raises(BenchrunError, match="request_id"):
+        push(render(rd, status, BIG), pushgateway, grouping={"request_id": "x"})
+
+
+def test_gateway_rejection_is_reported(tmp_path: Path, pushgateway: str) -> None:
+    # Another group holds benchrun_conflict_probe as a counter: the gateway refuses our gauge (400).
+    foreign = f"{pushgateway}/metrics/job/foreign"
+    body = b"# TYPE benchrun_conflict_probe counter\nbenchrun_conflict_probe 1\n"
+    urllib.request.urlopen(urllib.request.Request(foreign, data=body, method="PUT"), timeout=5).close()
+    try:
+        rd, status = make_run(tmp_path)
+        atomic_write_json(rd / "structured" / f"{RUN_ID}_probe_r1.json",
+                          _doc("probe", 1, "ok", [metric("conflict_probe", 1.0, "1", "higher")]))
+        with pytest.raises(BenchrunError, match=r"refused the request: HTTP 400 .*conflict_probe.* is not a (COUNTER|GAUGE)"):
+            push(render(rd, status, BIG), pushgateway)
+    finally:
+        urllib.request.urlopen(urllib.request.Request(foreign, method="DELETE"), timeout=5).close()
+
+
+def test_render_ignores_other_structured_json(tmp_path: Path) -> None:
+    rd, status = make_run(tmp_path)
+    before = render(rd, status, BIG).text
+    (rd / "structured" / f"{RUN_ID}_environment.json").write_text(json.dumps({"python": "3.11"}))
+    (rd / "structured" / f"{RUN_ID}_plan_r1.json").write_text(json.dumps([{"suite": "x"}]))
+    assert render(rd, status, BIG).text == before
+
+
+def test_a_damaged_result_names_the_file(tmp_path: Path) -> None:
+    rd, status = make_run(tmp_path)
+    bad = rd / "structured" / f"{RUN_ID}_gemm_r9.json"
+    bad.write_text("{not json")
+    with pytest.raises(BenchrunError, match=f"{bad.name}: not readable JSON"):
+        render(rd, status, BIG)
