@@ -1,0 +1,140 @@
+"""Environment capture on this machine, its keys, its parsers, and the background-load sample."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from benchrun.envcapture import (
+    capture_environment,
+    key_inputs,
+    numa_layout,
+    parse_nvidia_smi_csv,
+    sample_background_load,
+    write_environment,
+)
+from benchrun.errors import BenchrunError
+
+
+@pytest.fixture(scope="module")
+def env_doc() -> dict:
+    return capture_environment(load_interval_s=0.2)
+
+
+def test_captures_this_machine(env_doc: dict) -> None:
+    assert env_doc["schema"] == "benchrun.environment/v1"
+    assert env_doc["python"]["version"] == ".".join(map(str, sys.version_info[:3]))
+    assert env_doc["packages"]["numpy"] == __import__("numpy").__version__
+    assert set(env_doc["packages"]) >= {"numpy", "torch", "pyarrow", "dagster"}
+    assert env_doc["kernel"] == os.uname().release and env_doc["os"]["machine"] == os.uname().machine
+    assert env_doc["cpu"]["logical_cores"] == psutil.cpu_count() and env_doc["cpu"]["model"]
+    assert env_doc["memory"]["total_bytes"] == psutil.virtual_memory().total
+    if Path("/sys/devices/system/node/node0").exists():
+        assert env_doc["numa"]["nodes"][0]["node"] == 0 and env_doc["numa"]["nodes"][0]["cpus"]
+    load = env_doc["background_load"]["before"]
+    assert load["load_average_1m"] == pytest.approx(os.getloadavg()[0], abs=5)
+    assert 0.0 <= load["other_processes_cpu_share"] <= load["cpu_busy_share"] + 0.05 <= 1.05
+    assert env_doc["background_load"]["after"] is None
+
+
+def test_gpus_empty_with_a_reason_without_nvidia_smi(env_doc: dict) -> None:
+    if shutil.which("nvidia-smi"):
+        assert env_doc["gpus"] and env_doc["gpu_unavailable_reason"] is None
+        assert all(g["uuid"].startswith(("GPU-", "MIG-")) for g in env_doc["gpus"])
+    else:
+        assert env_doc["gpus"] == []
+        assert "nvidia-smi not found" in env_doc["gpu_unavailable_reason"]
+
+
+def test_keys_are_stable_and_follow_their_inputs(env_doc: dict) -> None:
+    again = capture_environment(load_interval_s=0.1)
+    assert again["hardware_key"] == env_doc["hardware_key"] and again["software_key"] == env_doc["software_key"]
+    assert len(env_doc["hardware_key"]) == 64 and env_doc["key_inputs"] == key_inputs(env_doc)
+    changed = json.loads(json.dumps(env_doc))
+    changed["hostname"] = "another-node"  # a different node of the same class: same keys
+    changed["packages"]["benchrun"] = "9.9.9"
+    assert key_inputs(changed) == key_inputs(env_doc)
+    changed["gpus"] = [{"name": "NVIDIA H100 80GB HBM3", "memory_total_mib": 81559}]
+    changed["packages"]["torch"] = "0.0.1"
+    inputs = key_inputs(changed)
+    assert inputs["hardware"]["gpus"] == [["NVIDIA H100 80GB HBM3", 81559]]
+    assert inputs["hardware"] != env_doc["key_inputs"]["hardware"]
+    assert inputs["software"]["packages"]["torch"] == "0.0.1"
+
+
+def test_nvidia_smi_csv_rows() -> None:
+    # the row shape of `nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total,pci.bus_id
+    # --format=csv,noheader,nounits` (written from nvidia-smi's documented query format)
+    text = ("0, NVIDIA H100 80GB HBM3, GPU-5b8c5e2a-1f3d-4c7e-9a44-0d2f9b7a1c11, 550.54.15, 81559, 00000000:18:00.0\n"
+            "1, NVIDIA H100 80GB HBM3, GPU-7d1e0f6b-2a4c-4b8d-8e55-1e3a0c8b2d22, 550.54.15, [N/A], 00000000:2A:00.0\n")
+    gpus = parse_nvidia_smi_csv(text)
+    assert gpus[0] == {"index": 0, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-5b8c5e2a-1f3d-4c7e-9a44-0d2f9b7a1c11",
+                       "driver_version": "550.54.15", "memory_total_mib": 81559, "pci_bus_id": "00000000:18:00.0"}
+    assert gpus[1]["memory_total_mib"] is None
+    with pytest.raises(ValueError, match="fields"):
+        parse_nvidia_smi_csv("0, only, three\n")
+
+
+def test_numa_layout_from_a_sysfs_tree(tmp_path: Path) -> None:
+    for node, cpus, kb in ((0, "0-3,8-11", 1000), (1, "4-7,12-15", 2000)):
+        d = tmp_path / f"node{node}"
+        d.mkdir()
+        (d / "cpulist").write_text(cpus + "\n")
+        (d / "meminfo").write_text(f"Node {node} MemTotal:       {kb} kB\nNode {node} MemFree: 1 kB\n")
+    (tmp_path / "possible").write_text("0-1\n")
+    layout = numa_layout(tmp_path)
+    assert layout["nodes"] == [{"node": 0, "cpus": "0-3,8-11", "memory_total_bytes": 1000 * 1024},
+                               {"node": 1, "cpus": "4-7,12-15", "memory_total_bytes": 2000 * 1024}]
+    assert numa_layout(tmp_path / "absent") == {"nodes": [], "source": None}
+
+
+def test_write_before_then_after(tmp_path: Path) -> None:
+    path = write_environment(tmp_path, "run-1-20261130", load_interval_s=0.1)
+    assert path == tmp_path / "structured" / "run-1-20261130_environment.json"
+    first = json.loads(path.read_text())
+    assert first["run_id"] == "run-1-20261130" and first["background_load"]["after"] is None
+    write_environment(tmp_path, "run-1-20261130", when="after", load_interval_s=0.1)
+    doc = json.loads(path.read_text())
+    assert doc["background_load"]["before"] == first["background_load"]["before"]
+    assert doc["background_load"]["after"]["sampled_utc"] > first["background_load"]["before"]["sampled_utc"]
+    assert doc["hardware_key"] == first["hardware_key"]
+    assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_bad_run_id_is_refused_before_touching_a_path(tmp_path: Path) -> None:
+    with pytest.raises(BenchrunError):
+        write_environment(tmp_path, "../escape")
+    assert not (tmp_path / "structured").exists()
+
+
+def test_a_busy_foreign_process_shows_in_the_background_load() -> None:
+    # a spinner that is not our descendant (double fork: reparented away from us)
+    code = ("import os, sys, time\n"
+            "pid = os.fork()\n"
+            "if pid:\n    print(pid, flush=True); os._exit(0)\n"
+            "fd = os.open(os.devnull, os.O_RDWR)\n"
+            "for n in (0, 1, 2): os.dup2(fd, n)\n"
+            "os.setsid(); end = time.time() + 20\n"
+            "while time.time() < end: pass\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30).stdout
+    spinner = int(out.strip())
+    try:
+        time.sleep(0.2)
+        sample = sample_background_load(interval_s=1.0, top=10)
+        top = {p["pid"]: p["cpu_pct"] for p in sample["top_other_processes"]}
+        assert spinner in top and top[spinner] > 20  # percent of one core, on a shared 2-core machine
+        assert sample["other_processes_cpu_share"] > 0.1
+    finally:
+        try:
+            os.kill(spinner, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
