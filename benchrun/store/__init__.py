@@ -75,6 +75,7 @@ def open_store(
     *,
     retention_days: int | None = None,
     lock_mode: str = "GOVERNANCE",
+    endpoint_url: str | None = None,
 ) -> ArtifactStore:
     """The artifact store named by ``sinks.rawArtifacts.pathTemplate`` (None → the local default).
 
@@ -94,7 +95,8 @@ def open_store(
         if base and not base.endswith("/") and prefix:
             # "raw-${RUN_ID}/" style: keep the literal text before the placeholder in the prefix.
             base, prefix = "", key
-        return S3Store(parsed.netloc, base, prefix, retention_days=retention_days, lock_mode=lock_mode)
+        return S3Store(parsed.netloc, base, prefix, retention_days=retention_days, lock_mode=lock_mode,
+                       endpoint_url=endpoint_url)
     if parsed.scheme == "file":
         if parsed.netloc not in ("", "localhost"):
             raise BenchrunError(f"{field}: file:// URI names host {parsed.netloc!r}; use file:///absolute/path")

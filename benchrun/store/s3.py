@@ -41,6 +41,7 @@ class S3Store(ArtifactStore):
         *,
         retention_days: int | None = None,
         lock_mode: str = "GOVERNANCE",
+        endpoint_url: str | None = None,
         client: Any = None,
     ) -> None:
         if not bucket:
@@ -51,7 +52,9 @@ class S3Store(ArtifactStore):
         self.retention_days = retention_days
         self.lock_mode = lock_mode
         self.uri = f"s3://{bucket}/{base}{prefix_template}"
-        self.endpoint_url = os.environ.get("BENCHRUN_S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL")
+        self.endpoint_url = (
+            endpoint_url or os.environ.get("BENCHRUN_S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL")
+        )
         self._client = client
         self._lock_enabled: bool | None = None
 

@@ -1,0 +1,82 @@
+"""The warehouse assets: each fact and dimension table per run, and the DuckDB views over them."""
+
+
+from typing import Iterator
+
+import dagster as dg
+
+from bench_assets.partitions import benchmark_run_partitions
+from benchrun.paths import validate_run_id
+from benchrun.warehouse.schemas import DIMENSIONS, TABLES
+from resources.store import artifact_store
+from resources.warehouse import WarehouseResource, warehouse
+
+GROUP = "warehouse"
+RUN_EVIDENCE = dg.AssetKey("run_evidence")
+
+_DESCRIPTIONS = {
+    "benchmark_run_fact": "One row per run: identity, intent, scheduler path, class requested and granted, phase, times, digests.",
+    "measurement_fact": "One row per run x case x replicate x metric: value, unit, direction, status.",
+    "serving_outcome_fact": "One row per run x load point x bucket x replicate with the serving metrics.",
+    "serving_request_fact": "One row per served request (tail analysis), from the raw requests parquet.",
+    "telemetry_slice_fact": "Run x time window x node/gpu/rank scope samples (environment capture, suite samples).",
+    "training_outcome_fact": "Training outcomes per run x case x replicate (schema only until a training suite fills it).",
+}
+
+
+def _spec(table: str) -> dg.AssetSpec:
+    kind = "dimension" if table in DIMENSIONS else "fact"
+    return dg.AssetSpec(
+        key=table,
+        deps=[RUN_EVIDENCE],
+        partitions_def=benchmark_run_partitions,
+        group_name=GROUP,
+        kinds={"parquet", "duckdb"},
+        description=_DESCRIPTIONS.get(table, f"The {table} dimension, keyed by a hash of its natural attributes."),
+        metadata={"table_kind": kind, "columns": dg.TableSchema(
+            columns=[dg.TableColumn(f.name, str(f.type)) for f in TABLES[table]])},
+        skippable=True,
+    )
+
+
+@dg.multi_asset(specs=[_spec(t) for t in TABLES], can_subset=True, name="warehouse_tables")
+def warehouse_tables(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> Iterator[dg.MaterializeResult]:
+    """Curate the run's partition of every selected table (parquet, atomically replaced)."""
+    selected = [key.to_user_string() for key in context.selected_asset_keys]
+    counts = warehouse.curate(context.partition_key, selected)
+    root = warehouse.home_path() / "warehouse"
+    for table, rows in counts.items():
+        yield dg.MaterializeResult(
+            asset_key=table,
+            metadata={
+                "dagster/row_count": rows,
+                "partition_file": dg.MetadataValue.path(str(root / table / f"run_id={context.partition_key}" / "part.parquet")),
+            },
+        )
+
+
+@dg.asset(
+    partitions_def=benchmark_run_partitions,
+    deps=[dg.AssetKey(t) for t in TABLES],
+    group_name=GROUP,
+    kinds={"duckdb"},
+    pool="duckdb_writer",
+)
+def warehouse_views(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
+    """The DuckDB views over every table's parquet (the single writer of warehouse.duckdb)."""
+    db = warehouse.refresh_views()
+    totals = {t: warehouse.query(f'SELECT count(*) FROM "{t}"').table.column(0)[0].as_py() for t in TABLES}
+    run_id = validate_run_id(context.partition_key)  # a DNS-1123 label: safe inside a SQL literal
+    run = warehouse.query(f"SELECT count(*) FROM measurement_fact WHERE run_id = '{run_id}'").table.column(0)[0].as_py()
+    lines = ["| table | rows (all runs) |", "|---|---|"] + [f"| {t} | {n} |" for t, n in totals.items()]
+    return dg.MaterializeResult(
+        metadata={
+            "duckdb_file": dg.MetadataValue.path(str(db)),
+            "rows": dg.MetadataValue.md("\n".join(lines)),
+            "measurement_rows_this_run": run,
+        }
+    )
+
+
+warehouse_assets: list = [warehouse_tables, warehouse_views]
+warehouse_resources: dict = {"warehouse": warehouse, "artifact_store": artifact_store}
