@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dagster as dg
 
-from bench_assets.partitions import benchmark_run_partitions
 from bench_assets.run_assets import (
     component_layer,
     end_to_end_layer,
@@ -22,7 +21,6 @@ benchmark_run_job = dg.define_asset_job(
     selection=dg.AssetSelection.assets(
         pinned_spec, micro_layer, component_layer, end_to_end_layer, run_evidence, run_status
     ),
-    partitions_def=benchmark_run_partitions,
     executor_def=dg.in_process_executor,
     description="One BenchmarkRun, end to end, for its partition (run_id).",
 )

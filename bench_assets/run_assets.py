@@ -25,7 +25,7 @@ def pinned_spec(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     """The run's spec, pinned by digest, admitted with the class this machine can honour."""
     rd = RunDir.for_run(context.partition_key)
     loaded = lifecycle.load_pinned(rd)
-    status = lifecycle.admit(rd, loaded, dagster_run_id=context.run_id)
+    status = lifecycle.admit(rd, loaded, dagster_run_id=context.run.run_id)
     plans = lifecycle.plans_for(rd, loaded)
     rows = [{"layer": p.name, "enabled": p.enabled, "suites": ", ".join(p.suites), "launches": len(p.invocations)}
             for p in plans.values()]

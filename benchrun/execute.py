@@ -147,7 +147,9 @@ def run_layer(
     """Launch a layer's invocations one after another (benchmarks never share the machine
     with themselves), keep going after failures, and record everything."""
     if not plan.enabled:
-        return LayerOutcome(plan.name, "skipped", [], plan.skip_reason)
+        outcome = LayerOutcome(plan.name, "skipped", [], plan.skip_reason)
+        _record_layer(run_dir, outcome)
+        return outcome
     progress = Progress(run_dir)
     results: list[LaunchResult] = []
     for inv in plan.invocations:
@@ -160,11 +162,14 @@ def run_layer(
             on_result(res)
     record_launches(run_dir, plan.name, results)
     outcome = LayerOutcome(plan.name, layer_status(results), results)
-    status = run_dir.read_status()
-    layers = status.get("layers", {})
-    layers[plan.name] = {**outcome.to_json(), "finished_utc": utc_now()}
-    run_dir.update_status(layers=layers)
+    _record_layer(run_dir, outcome)
     return outcome
+
+
+def _record_layer(run_dir: RunDir, outcome: LayerOutcome) -> None:
+    layers = run_dir.read_status().get("layers", {})
+    layers[outcome.layer] = {**outcome.to_json(), "finished_utc": utc_now()}
+    run_dir.update_status(layers=layers)
 
 
 def run_outcome(layer_states: Mapping[str, Mapping[str, Any]]) -> tuple[str, list[str]]:

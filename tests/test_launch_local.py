@@ -143,3 +143,13 @@ def test_environment_is_explicit_not_inherited(run_dir, monkeypatch):
     names = json.loads((run_dir / res.log).read_text().splitlines()[0])
     assert "SECRET_TOKEN" not in names
     assert "PATH" in names
+
+
+def test_a_suite_ignoring_sigterm_is_killed_after_the_grace_period(run_dir):
+    code = ("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "print('ignoring SIGTERM', flush=True)\ntime.sleep(60)\n")
+    t0 = time.monotonic()
+    res = LocalLauncher().launch(_inv([sys.executable, "-c", code], timeout=1.0), run_dir)
+    assert res.status == "failed" and "timed out" in res.reason
+    assert time.monotonic() - t0 < 10
+    assert "ignoring SIGTERM" in (run_dir / res.log).read_text()

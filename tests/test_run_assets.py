@@ -9,7 +9,7 @@ import pytest
 from bench_assets.definitions import defs
 from benchrun import submit as sub
 from benchrun.rundir import RunDir
-from tests.conftest import tiny_layers
+from helpers import tiny_layers
 
 PY = "python"
 FAIL = {"name": "exits-one", "repoCommand": f"{PY} -c 'import sys; print(\"failing now\"); sys.exit(1)'"}
@@ -20,7 +20,7 @@ GEMM = {"name": "gemm", "repoCommand": f"{PY} -m benchrun.suites.gemm", "paramet
 
 
 def _materialize(prepared):
-    instance = dg.DagsterInstance.get()
+    instance = sub.get_instance()
     sub.register_partition(instance, prepared.run_id)
     return sub.execute(prepared, instance=instance)
 
@@ -73,12 +73,17 @@ def test_upstream_layer_failing_entirely_fails_the_run(bench_home, canary_doc, w
     assert st["layers"]["component"]["ok"] == 3  # later layers still ran and kept evidence
 
 
-def test_publication_grade_is_downgraded_locally(bench_home, canary_doc, write_spec):
-    canary_doc["metadata"]["name"] = "pubgrade"
-    canary_doc["spec"]["intent"]["benchmarkClass"] = "publication_grade"
-    canary_doc["spec"]["trials"]["minReplicates"] = 3
-    canary_doc["spec"]["layers"] = tiny_layers([GEMM])
-    prepared = sub.prepare(write_spec(canary_doc))
+@pytest.mark.slow
+def test_publication_grade_is_downgraded_locally(bench_home, write_spec):
+    import yaml
+
+    from conftest import ROOT
+
+    doc = yaml.safe_load((ROOT / "specs/local/pre-release.yaml").read_text())
+    assert doc["spec"]["intent"]["benchmarkClass"] == "publication_grade"
+    doc["spec"]["trials"]["minReplicates"] = 3
+    doc["spec"]["layers"] = tiny_layers([GEMM])
+    prepared = sub.prepare(write_spec(doc))
     _materialize(prepared)
     st = RunDir.for_run(prepared.run_id).read_status()
     assert st["benchmark_class_requested"] == "publication_grade"
