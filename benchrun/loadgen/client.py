@@ -19,6 +19,7 @@ error objects inside the stream. Every failure ends the request as an error with
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import os
 import ssl
@@ -172,6 +173,51 @@ class Outcome:
             self.error = f"{kind}: {detail}"
 
 
+class TimedReader(asyncio.StreamReader):
+    """A StreamReader that stamps every delivery of bytes with the monotonic clock.
+
+    ``feed_data`` runs in the protocol's ``data_received``, i.e. in the event-loop iteration
+    in which the kernel handed the bytes over, before any coroutine resumes. Each event
+    parsed later takes the stamp of the delivery that carried its last byte, so parsing
+    other streams first (32 sockets ready in one iteration) does not delay timestamps.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fed = 0  # bytes delivered so far
+        self.consumed = 0  # bytes handed to the parser so far
+        self.marks: collections.deque[tuple[int, int]] = collections.deque()  # (end offset, t_ns)
+
+    def feed_data(self, data: bytes) -> None:
+        if data:
+            self.fed += len(data)
+            self.marks.append((self.fed, CLOCK()))
+        super().feed_data(data)
+
+    def skip(self, n: int) -> None:
+        """Account for ``n`` bytes consumed without timestamps (headers)."""
+        self.consumed += n
+        while self.marks and self.marks[0][0] <= self.consumed:
+            self.marks.popleft()
+
+    def segments(self, data: bytes) -> list[tuple[bytes, int]]:
+        """Split ``data`` (the next bytes read) into (piece, delivery time) pairs."""
+        start = self.consumed
+        end = start + len(data)
+        self.consumed = end
+        out: list[tuple[bytes, int]] = []
+        cut = start
+        marks = self.marks
+        while marks and marks[0][0] <= end:
+            m_end, t = marks.popleft()
+            if m_end > cut:
+                out.append((data[cut - start : m_end - start], t))
+                cut = m_end
+        if cut < end:
+            out.append((data[cut - start :], marks[0][1] if marks else CLOCK()))
+        return out
+
+
 class _Conn:
     __slots__ = ("reader", "writer")
 
@@ -198,14 +244,18 @@ class ConnectionPool:
                 c.writer.close()
                 continue
             return c, True
+        loop = asyncio.get_running_loop()
+        reader = TimedReader(limit=1 << 20, loop=loop)
+        protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
         async with asyncio.timeout(self.connect_timeout_s):
-            reader, writer = await asyncio.open_connection(
+            transport, _ = await loop.create_connection(
+                lambda: protocol,
                 self.endpoint.host,
                 self.endpoint.port,
                 ssl=self._ssl,
                 server_hostname=self.endpoint.host if self._ssl else None,
-                limit=1 << 20,
             )
+        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
         self.opened += 1
         return _Conn(reader, writer), False
 
@@ -244,7 +294,7 @@ def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
 
 async def _read_error_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> str:
     try:
-        async with asyncio.timeout(2.0):
+        async with asyncio.timeout(0.5):
             n = headers.get("content-length")
             if n is not None and n.isdigit():
                 data = await reader.readexactly(min(int(n), 8192))
@@ -298,6 +348,7 @@ async def stream_request(
             except asyncio.IncompleteReadError:
                 out.fail("closed", "connection closed before the response headers")
                 return False
+            reader.skip(len(raw_head))
             try:
                 status, headers = _parse_head(raw_head)
             except ValueError as exc:
@@ -305,8 +356,10 @@ async def stream_request(
                 return False
             out.status = status
             if status != 200:
+                out.fail(f"http_{status}", "no message")
                 msg = await _read_error_body(reader, headers)
-                out.fail(f"http_{status}", msg or "no message")
+                if msg:
+                    out.error = f"http_{status}: {msg}"
                 return False
             reusable = await _consume_stream(reader, headers, out, endpoint_chat)
     except TimeoutError:
@@ -321,7 +374,7 @@ async def stream_request(
     return out.error_kind is None
 
 
-async def _consume_stream(reader: asyncio.StreamReader, headers: dict[str, str], out: Outcome, chat: bool) -> bool:
+async def _consume_stream(reader: TimedReader, headers: dict[str, str], out: Outcome, chat: bool) -> bool:
     """Read the body, dechunk, parse SSE; returns whether the connection can be reused."""
     chunked = headers.get("transfer-encoding", "").lower() == "chunked"
     length = headers.get("content-length")
@@ -340,115 +393,115 @@ async def _consume_stream(reader: asyncio.StreamReader, headers: dict[str, str],
     chunk_tokens = out.chunk_tokens
     while not done:
         data = await reader.read(65536)
-        t = CLOCK()
         if not data:
             break
-        if chunked:
-            raw += data
-            pos = 0
-            n = len(raw)
-            while pos < n and not body_done:
-                if expect_crlf:
-                    if n - pos < 2:
-                        break
-                    pos += 2
-                    expect_crlf = False
-                elif chunk_left:
-                    take = min(chunk_left, n - pos)
-                    sse += raw[pos : pos + take]
-                    pos += take
-                    chunk_left -= take
-                    if not chunk_left:
-                        expect_crlf = True
-                else:
-                    j = raw.find(b"\r\n", pos)
-                    if j < 0:
-                        break
-                    size_txt = bytes(raw[pos:j]).split(b";", 1)[0].strip()
-                    try:
-                        size = int(size_txt, 16)
-                    except ValueError:
-                        out.fail("bad_response", f"bad chunk size {size_txt[:20]!r}")
-                        return False
-                    pos = j + 2
-                    if size == 0:
-                        body_done = True  # trailers (rare) are ignored; connection then not reused
-                        if raw[pos : pos + 2] == b"\r\n":
-                            pos += 2
-                        else:
-                            keep_alive = False
+        for data, t in reader.segments(data):
+            if chunked:
+                raw += data
+                pos = 0
+                n = len(raw)
+                while pos < n and not body_done:
+                    if expect_crlf:
+                        if n - pos < 2:
+                            break
+                        pos += 2
+                        expect_crlf = False
+                    elif chunk_left:
+                        take = min(chunk_left, n - pos)
+                        sse += raw[pos : pos + take]
+                        pos += take
+                        chunk_left -= take
+                        if not chunk_left:
+                            expect_crlf = True
                     else:
-                        chunk_left = size
-            del raw[:pos]
-        else:
-            sse += data
-            if remaining >= 0:
-                remaining -= len(data)
-                body_done = remaining <= 0
-        if not crlf and b"\r" in data:
-            crlf = True
-        if crlf:
-            sse[:] = sse.replace(b"\r\n", b"\n")
-        # parse complete SSE events
-        pos = 0
-        while True:
-            j = sse.find(b"\n\n", pos)
-            if j < 0:
-                break
-            event = bytes(sse[pos:j])
-            pos = j + 2
-            if event.startswith(b"data: ") and b"\n" not in event:
-                payload = event[6:]
+                        j = raw.find(b"\r\n", pos)
+                        if j < 0:
+                            break
+                        size_txt = bytes(raw[pos:j]).split(b";", 1)[0].strip()
+                        try:
+                            size = int(size_txt, 16)
+                        except ValueError:
+                            out.fail("bad_response", f"bad chunk size {size_txt[:20]!r}")
+                            return False
+                        pos = j + 2
+                        if size == 0:
+                            body_done = True  # trailers (rare) are ignored; connection then not reused
+                            if raw[pos : pos + 2] == b"\r\n":
+                                pos += 2
+                            else:
+                                keep_alive = False
+                        else:
+                            chunk_left = size
+                del raw[:pos]
             else:
-                datas = [ln[5:].removeprefix(b" ") for ln in event.split(b"\n") if ln.startswith(b"data:")]
-                if not datas:
-                    continue  # comment / keep-alive / event: lines
-                payload = b"\n".join(datas)
-            if payload == b"[DONE]":
-                done = True
-                out.done_ns = t
-                break
-            try:
-                obj = loads(payload)
-            except ValueError:
-                out.fail("malformed_sse", f"event is not JSON: {payload[:60]!r}")
-                return False
-            if not isinstance(obj, dict):
-                out.fail("malformed_sse", f"event is not a JSON object: {payload[:60]!r}")
-                return False
-            if "error" in obj or obj.get("object") == "error":
-                err = obj.get("error", obj)
-                msg = err.get("message", err) if isinstance(err, dict) else err
-                out.fail("server_error", str(msg)[:200])
-                return False
-            usage = obj.get("usage")
-            text = None
-            choices = obj.get("choices")
-            if choices:
-                c0 = choices[0]
-                if chat:
-                    delta = c0.get("delta") or {}
-                    text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+                sse += data
+                if remaining >= 0:
+                    remaining -= len(data)
+                    body_done = remaining <= 0
+            if not crlf and b"\r" in data:
+                crlf = True
+            if crlf:
+                sse[:] = sse.replace(b"\r\n", b"\n")
+            # parse complete SSE events (after [DONE] only the body's end is awaited)
+            pos = 0
+            while not done:
+                j = sse.find(b"\n\n", pos)
+                if j < 0:
+                    break
+                event = bytes(sse[pos:j])
+                pos = j + 2
+                if event.startswith(b"data: ") and b"\n" not in event:
+                    payload = event[6:]
                 else:
-                    text = c0.get("text")
-            if text:
-                if out.first_ns is None:
-                    out.first_ns = t
-                out.last_ns = t
-                chunk_ns.append(t)
-                k = 1
-                if usage and usage.get("completion_tokens") is not None:
-                    ct = int(usage["completion_tokens"])
-                    k = max(1, ct - prev_usage_tokens)
-                    prev_usage_tokens = ct
-                chunk_tokens.append(k)
-            if usage:
-                if usage.get("prompt_tokens") is not None:
-                    out.usage_prompt = int(usage["prompt_tokens"])
-                if usage.get("completion_tokens") is not None:
-                    out.usage_completion = int(usage["completion_tokens"])
-        del sse[:pos]
-        if body_done and not done:
+                    datas = [ln[5:].removeprefix(b" ") for ln in event.split(b"\n") if ln.startswith(b"data:")]
+                    if not datas:
+                        continue  # comment / keep-alive / event: lines
+                    payload = b"\n".join(datas)
+                if payload == b"[DONE]":
+                    done = True
+                    out.done_ns = t
+                    break
+                try:
+                    obj = loads(payload)
+                except ValueError:
+                    out.fail("malformed_sse", f"event is not JSON: {payload[:60]!r}")
+                    return False
+                if not isinstance(obj, dict):
+                    out.fail("malformed_sse", f"event is not a JSON object: {payload[:60]!r}")
+                    return False
+                if "error" in obj or obj.get("object") == "error":
+                    err = obj.get("error", obj)
+                    msg = err.get("message", err) if isinstance(err, dict) else err
+                    out.fail("server_error", str(msg)[:200])
+                    return False
+                usage = obj.get("usage")
+                text = None
+                choices = obj.get("choices")
+                if choices:
+                    c0 = choices[0]
+                    if chat:
+                        delta = c0.get("delta") or {}
+                        text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+                    else:
+                        text = c0.get("text")
+                if text:
+                    if out.first_ns is None:
+                        out.first_ns = t
+                    out.last_ns = t
+                    chunk_ns.append(t)
+                    k = 1
+                    if usage and usage.get("completion_tokens") is not None:
+                        ct = int(usage["completion_tokens"])
+                        k = max(1, ct - prev_usage_tokens)
+                        prev_usage_tokens = ct
+                    chunk_tokens.append(k)
+                if usage:
+                    if usage.get("prompt_tokens") is not None:
+                        out.usage_prompt = int(usage["prompt_tokens"])
+                    if usage.get("completion_tokens") is not None:
+                        out.usage_completion = int(usage["completion_tokens"])
+            del sse[:pos]
+        if body_done:
             break
     if not done:
         if body_done:

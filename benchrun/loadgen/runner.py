@@ -29,6 +29,7 @@ import asyncio
 import logging
 import os
 import pickle
+import socket
 import subprocess
 import sys
 import time
@@ -465,7 +466,12 @@ def check_reachable(url: str, api: str = "completions", timeout_s: float = 5.0) 
     try:
         asyncio.run(http.probe(ep, timeout_s))
     except (OSError, TimeoutError) as exc:
-        why = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+        if isinstance(exc, TimeoutError):
+            why = f"no answer within {timeout_s:g} s"
+        else:
+            why = f"cannot resolve the host: {exc.strerror}" if isinstance(exc, socket.gaierror) else (
+                os.strerror(exc.errno).lower() if exc.errno and exc.errno > 0 else str(exc)
+            )
         raise BenchrunError(f"cannot reach {url} ({why}); start the server or fix --url/endpoint") from None
     return ep
 

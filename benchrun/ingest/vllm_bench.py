@@ -1,0 +1,213 @@
+"""Reader of ``vllm bench serve`` result JSON into benchrun's per-point serving shape.
+
+Standard library only. The input is the file ``vllm bench serve --save-result`` writes
+(``--append-result`` writes one such object per line; each becomes one point). Its fields,
+as vLLM's ``benchmarks/serve.py`` documents and writes them:
+
+- setup: ``date``, ``backend`` / ``endpoint_type``, ``model_id``, ``tokenizer_id``,
+  ``num_prompts``, ``request_rate`` (a number or ``"inf"``), ``burstiness``,
+  ``max_concurrency`` (null when unlimited);
+- totals: ``duration`` (s), ``completed``, ``failed`` (newer versions), ``total_input_tokens``,
+  ``total_output_tokens``, ``request_throughput``, ``request_goodput`` (null without
+  ``--goodput``), ``output_throughput``, ``total_token_throughput``;
+- per metric ``m`` in ``--percentile-metrics`` (default ttft,tpot,itl; e2el optional):
+  ``mean_<m>_ms``, ``median_<m>_ms``, ``std_<m>_ms`` and ``p<P>_<m>_ms`` for each
+  ``--metric-percentiles`` P (``p99``, ``p99.9`` ...);
+- with ``--save-detailed``: ``input_lens``, ``output_lens``, ``ttfts`` (s), ``itls``
+  (list of per-request lists, s), ``errors`` (empty string on success).
+
+Mapping (CONTRACT.md §5 names): ttft → ``ttft_ms``, tpot → ``decode_ms_per_token`` (same
+formula), itl → ``token_gap_ms``, e2el → ``e2e_ms``, output_throughput →
+``tokens_per_second``, request_throughput → ``request_throughput_rps``, request_goodput →
+``request_goodput``, duration → ``window_s``. With per-request detail the distributions,
+``jitter_ms`` and ``per_user_output_tokens_per_s`` are recomputed from the raw values with
+benchrun's own definitions; otherwise they come from the summary fields present (missing
+percentiles stay null). ``verdict`` is null: vLLM records neither schedule lag nor client
+saturation, so the point cannot be judged; ``verdict_reasons`` says so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from benchrun.errors import BenchrunError
+from benchrun.suites.result import PERCENTILE_SUFFIXES, metric
+
+_METRICS = {"ttft": "ttft_ms", "tpot": "decode_ms_per_token", "itl": "token_gap_ms", "e2el": "e2e_ms"}
+_PCT = {"p50": "50", "p90": "90", "p95": "95", "p99": "99", "p999": "99.9"}
+
+
+def _num(v: Any) -> float | None:
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _percentile(sorted_vals: list[float], q: float) -> float:
+    # numpy's default "linear" method, without numpy (this module is stdlib-only)
+    if len(sorted_vals) == 1:
+        return sorted_vals[0]
+    pos = (len(sorted_vals) - 1) * q / 100.0
+    lo = int(math.floor(pos))
+    hi = min(lo + 1, len(sorted_vals) - 1)
+    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (pos - lo)
+
+
+def _dist(values: list[float], base: str) -> dict[str, float | None]:
+    if not values:
+        return {f"{base}_{s}": None for s in PERCENTILE_SUFFIXES}
+    v = sorted(values)
+    mean = sum(v) / len(v)
+    out: dict[str, float | None] = {f"{base}_mean": mean}
+    for name, q in _PCT.items():
+        out[f"{base}_{name}"] = _percentile(v, float(q))
+    out[f"{base}_min"] = v[0]
+    out[f"{base}_max"] = v[-1]
+    out[f"{base}_std"] = math.sqrt(sum((x - mean) ** 2 for x in v) / len(v))
+    return out
+
+
+def _from_summary(doc: dict[str, Any], m: str, base: str) -> dict[str, float | None]:
+    out: dict[str, float | None] = {f"{base}_{s}": None for s in PERCENTILE_SUFFIXES}
+    out[f"{base}_mean"] = _num(doc.get(f"mean_{m}_ms"))
+    out[f"{base}_std"] = _num(doc.get(f"std_{m}_ms"))
+    out[f"{base}_p50"] = _num(doc.get(f"median_{m}_ms", doc.get(f"p50_{m}_ms")))
+    for name, q in _PCT.items():
+        if name != "p50" and doc.get(f"p{q}_{m}_ms") is not None:
+            out[f"{base}_{name}"] = _num(doc.get(f"p{q}_{m}_ms"))
+    return out
+
+
+def point_from_result(doc: dict[str, Any], where: str = "vllm result") -> dict[str, Any]:
+    """One per-point serving row (bucket ``all``) from one ``vllm bench serve`` result object."""
+    if not isinstance(doc, dict) or "completed" not in doc or "duration" not in doc:
+        raise BenchrunError(f"{where}: not a vllm bench serve result (needs 'completed' and 'duration'); save it with --save-result")
+    rate = doc.get("request_rate")
+    rate_f = None if rate in (None, "inf") else _num(rate)
+    conc = doc.get("max_concurrency")
+    if rate_f is None:
+        if conc is None:
+            raise BenchrunError(f"{where}: request_rate is inf and max_concurrency is null; the load point is undefined")
+        load_model, offered, label = "closed_loop", float(conc), f"c={int(conc)}"
+    else:
+        load_model, offered, label = "open_loop", rate_f, f"rate={rate_f:g}"
+    completed = int(doc["completed"])
+    window = _num(doc.get("duration"))
+    errors = doc.get("errors")
+    if doc.get("failed") is not None:
+        failed = int(doc["failed"])
+    elif isinstance(errors, list):
+        failed = sum(1 for e in errors if e)
+    elif doc.get("num_prompts") is not None:
+        failed = max(0, int(doc["num_prompts"]) - completed)
+    else:
+        failed = 0
+    row: dict[str, Any] = {
+        "point": label,
+        "load_model": load_model,
+        "offered_load": offered,
+        "bucket": "all",
+        "n_requests": completed,
+        "n_errors": failed,
+        "window_s": window,
+        "tokens_per_second": _num(doc.get("output_throughput")),
+        "request_throughput_rps": _num(doc.get("request_throughput")),
+        "request_goodput": _num(doc.get("request_goodput")),
+        "slo_attainment": None,
+        "cost_per_request_usd": None,
+        "cost_per_token_usd": None,
+        "achieved_rate_rps": None,
+        "schedule_lag_p99_ms": None,
+        "jitter_ms": None,
+        "per_user_output_tokens_per_s": None,
+        "verdict": None,
+        "verdict_reasons": ["not judged: vllm bench serve records neither schedule lag nor client saturation"],
+        "source": "vllm bench serve",
+        "model": doc.get("model_id"),
+        "date": doc.get("date"),
+        "burstiness": _num(doc.get("burstiness")),
+        "output_tokens_total": doc.get("total_output_tokens"),
+        "input_tokens_total": doc.get("total_input_tokens"),
+    }
+    if row["request_goodput"] is not None and window and (completed + failed):
+        row["slo_attainment"] = row["request_goodput"] * window / (completed + failed)
+    ttfts, itls, outs = doc.get("ttfts"), doc.get("itls"), doc.get("output_lens")
+    detailed = isinstance(ttfts, list) and isinstance(itls, list) and isinstance(outs, list) and len(ttfts) == len(itls) == len(outs)
+    if detailed:
+        ok = [i for i in range(len(ttfts)) if not (isinstance(errors, list) and i < len(errors) and errors[i]) and _num(ttfts[i]) is not None and (outs[i] or 0) > 0]
+        ttft_ms = [ttfts[i] * 1000 for i in ok]
+        e2e_ms = [(ttfts[i] + sum(itls[i] or [])) * 1000 for i in ok]
+        tpot = [(e2e_ms[k] - ttft_ms[k]) / (outs[i] - 1) for k, i in enumerate(ok) if outs[i] > 1]
+        gaps = [g * 1000 for i in ok for g in (itls[i] or [])]
+        row.update(_dist(ttft_ms, "ttft_ms"))
+        row.update(_dist(e2e_ms, "e2e_ms"))
+        row.update(_dist(tpot, "decode_ms_per_token"))
+        row.update(_dist(gaps, "token_gap_ms"))
+        stds = []
+        for i in ok:
+            g = [x * 1000 for x in (itls[i] or [])]
+            if len(g) >= 2:
+                mu = sum(g) / len(g)
+                stds.append(math.sqrt(sum((x - mu) ** 2 for x in g) / len(g)))
+        if stds:
+            row["jitter_ms"] = _percentile(sorted(stds), 50)
+        rates = [outs[i] / (e2e_ms[k] / 1000) for k, i in enumerate(ok) if e2e_ms[k] > 0]
+        row["per_user_output_tokens_per_s"] = sum(rates) / len(rates) if rates else None
+        row["distributions_from"] = "per-request detail (--save-detailed)"
+    else:
+        for m, base in _METRICS.items():
+            row.update(_from_summary(doc, m, base))
+        row["distributions_from"] = "summary fields (percentiles not saved are null)"
+    return row
+
+
+def points_from_file(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Every point in a result file (one JSON object, or one object per line)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise BenchrunError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    try:
+        docs = [json.loads(text)]
+    except json.JSONDecodeError:
+        docs = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    docs.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise BenchrunError(f"{p}:{n}: not JSON ({exc.msg}); expected vllm bench serve --save-result output") from None
+    if not docs:
+        raise BenchrunError(f"{p}: empty; expected vllm bench serve --save-result output")
+    return [point_from_result(d, f"{p}" if len(docs) == 1 else f"{p} object {i + 1}") for i, d in enumerate(docs)]
+
+
+_HEADLINE = (
+    ("ttft_ms", "ttft_ms_p50", "ms", "lower"),
+    ("p50_latency_ms", "e2e_ms_p50", "ms", "lower"),
+    ("p99_latency_ms", "e2e_ms_p99", "ms", "lower"),
+    ("decode_ms_per_token", "decode_ms_per_token_p50", "ms/token", "lower"),
+    ("tokens_per_second", "tokens_per_second", "tokens/s", "higher"),
+    ("request_throughput_rps", "request_throughput_rps", "req/s", "higher"),
+    ("jitter_ms", "jitter_ms", "ms", "lower"),
+    ("request_goodput", "request_goodput", "req/s", "higher"),
+)
+
+
+def metrics_from_file(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Headline metric rows (``case`` = the point label) for :func:`benchrun.ingest.ingest_file`."""
+    rows = []
+    for pt in points_from_file(path):
+        for name, fld, unit, direction in _HEADLINE:
+            if pt.get(fld) is not None:
+                rows.append(metric(name, pt[fld], unit, direction, case=pt["point"]))
+    return rows

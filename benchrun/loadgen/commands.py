@@ -1,0 +1,273 @@
+"""The ``benchrun loadgen`` and ``benchrun refserver`` commands."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from benchrun.errors import BenchrunError
+
+
+def _floats(text: str, what: str) -> list[float]:
+    try:
+        vals = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise BenchrunError(f"{what} {text!r} is not a comma-separated list of numbers (e.g. 1,8,32)") from None
+    if not vals or any(not v > 0 for v in vals):
+        raise BenchrunError(f"{what} {text!r} needs positive values")
+    return vals
+
+
+def parse_slo(text: str | None) -> Any:
+    """``ttft_ms=200,decode_ms_per_token=50`` → SLO (None when not given)."""
+    from benchrun.loadgen.metrics import SLO
+
+    if not text:
+        return None
+    d: dict[str, float] = {}
+    for part in text.split(","):
+        k, sep, v = part.partition("=")
+        if not sep:
+            raise BenchrunError(f"--slo item {part!r} is not KEY=MS (keys: ttft_ms, decode_ms_per_token, e2e_ms)")
+        try:
+            d[k.strip()] = float(v)
+        except ValueError:
+            raise BenchrunError(f"--slo {k.strip()}={v!r}: the value must be a number of milliseconds") from None
+    try:
+        return SLO.from_dict(d)
+    except ValueError as exc:
+        raise BenchrunError(f"--slo: {exc}") from None
+
+
+def _fmt(v: Any, nd: int = 2) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{nd}f}"
+    return str(v)
+
+
+def _print_table(summaries: list[dict[str, Any]], capacity: float | None, has_slo: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="benchrun loadgen (bucket rows in the JSON summary)")
+    cols = ["point", "bucket", "ok", "err", "ttft p50", "ttft p99", "e2e p50", "e2e p99", "decode p50", "jitter", "tok/s", "req/s"]
+    if has_slo:
+        cols += ["goodput", "attain"]
+    cols += ["verdict"]
+    for c in cols:
+        t.add_column(c, justify="right" if c not in ("point", "bucket", "verdict") else "left")
+    for s in summaries:
+        row = [
+            s["point"],
+            s["bucket"],
+            str(s["n_requests"]),
+            str(s["n_errors"]),
+            _fmt(s["ttft_ms_p50"]),
+            _fmt(s["ttft_ms_p99"]),
+            _fmt(s["e2e_ms_p50"], 1),
+            _fmt(s["e2e_ms_p99"], 1),
+            _fmt(s["decode_ms_per_token_p50"], 3),
+            _fmt(s["jitter_ms"], 3),
+            _fmt(s["tokens_per_second"], 0),
+            _fmt(s["request_throughput_rps"], 2),
+        ]
+        if has_slo:
+            row += [_fmt(s["request_goodput"]), _fmt(s["slo_attainment"], 3)]
+        row.append(s["verdict"])
+        t.add_row(*row)
+    con = Console(width=None if sys.stdout.isatty() else 170)
+    con.print(t)
+    for s in summaries:
+        if s["bucket"] == "all" and s["verdict_reasons"]:
+            con.print(f"[bold]{s['point']}[/bold] invalid: " + "; ".join(s["verdict_reasons"]))
+    if has_slo:
+        con.print(f"capacity_at_slo: {_fmt(capacity, 3) if capacity is not None else 'none (no point met the SLO at p99)'}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``loadgen`` and ``refserver`` to the benchrun CLI."""
+
+    @app.command("loadgen")
+    def loadgen(
+        url: str = typer.Option(..., "--url", help="server base URL, e.g. http://127.0.0.1:8000 (or a full /v1/... path)"),
+        model: str = typer.Option(..., "--model", help="served model name"),
+        out: Path = typer.Option(..., "--out", help="output directory (raw/, structured/, figures/)"),
+        mix: str = typer.Option("512/128", "--mix", help="joint (input/output) pairs with weights, e.g. 512/128@0.7,1024/256@0.3"),
+        concurrency: Optional[str] = typer.Option(None, "--concurrency", help="closed-loop sweep, e.g. 1,8,32"),
+        rate: Optional[str] = typer.Option(None, "--rate", help="open-loop sweep in req/s, e.g. 2,4,8"),
+        arrival: str = typer.Option("poisson", "--arrival", help="open-loop arrivals: poisson | constant"),
+        duration: Optional[float] = typer.Option(None, "--duration", help="seconds per point"),
+        requests: Optional[int] = typer.Option(None, "--requests", help="measured requests per point"),
+        warmup: int = typer.Option(0, "--warmup", help="warm-up requests per point (excluded)"),
+        seed: int = typer.Option(0, "--seed"),
+        slo: Optional[str] = typer.Option(None, "--slo", help="per-request SLO, e.g. ttft_ms=200,decode_ms_per_token=50"),
+        price_per_node_hour: Optional[float] = typer.Option(None, "--price-per-node-hour", help="USD per node-hour (enables cost metrics)"),
+        nodes: int = typer.Option(1, "--nodes", help="nodes serving the endpoint (for cost)"),
+        workers: int = typer.Option(1, "--workers", help="client worker processes"),
+        api: str = typer.Option("completions", "--api", help="completions | chat"),
+        timeout: float = typer.Option(60.0, "--timeout", help="per-request timeout in seconds"),
+        ignore_eos: bool = typer.Option(True, "--ignore-eos/--no-ignore-eos", help="send vLLM-style ignore_eos"),
+        verdict_percentile: str = typer.Option("p99", "--verdict-percentile", help="percentile whose sample count the verdict requires"),
+        json_out: bool = typer.Option(False, "--json", help="print the JSON summary instead of the table"),
+    ) -> None:
+        """Measure an OpenAI-compatible streaming endpoint over a load sweep (like `vllm bench serve`)."""
+        from benchrun.loadgen.metrics import Pricing, VerdictPolicy
+        from benchrun.loadgen.output import plot_latency_throughput, write_requests_parquet
+        from benchrun.loadgen.runner import LoadPoint, SweepConfig, run_sweep
+        from benchrun.loadgen.workload import MixError, parse_mix
+        from benchrun.suites.result import atomic_write_json
+
+        if (concurrency is None) == (rate is None):
+            raise BenchrunError("give exactly one of --concurrency LIST or --rate LIST")
+        if (duration is None) == (requests is None):
+            raise BenchrunError("give exactly one of --duration S or --requests N")
+        try:
+            buckets = parse_mix(mix)
+        except MixError as exc:
+            raise BenchrunError(f"--mix: {exc}") from None
+        if arrival not in ("poisson", "constant"):
+            raise BenchrunError("--arrival must be poisson or constant")
+        if api not in ("completions", "chat"):
+            raise BenchrunError("--api must be completions or chat")
+        try:
+            if concurrency is not None:
+                cs = _floats(concurrency, "--concurrency")
+                if any(c != int(c) for c in cs):
+                    raise BenchrunError(f"--concurrency {concurrency!r} needs whole numbers")
+                points = [LoadPoint("closed_loop", int(c)) for c in cs]
+            else:
+                points = [LoadPoint("open_loop", r, arrival) for r in _floats(rate or "", "--rate")]
+            policy = VerdictPolicy.from_dict({"percentile": verdict_percentile})
+        except ValueError as exc:
+            raise BenchrunError(str(exc)) from None
+        pricing = None
+        if price_per_node_hour is not None:
+            if price_per_node_hour < 0 or nodes < 1:
+                raise BenchrunError("--price-per-node-hour must be >= 0 and --nodes >= 1")
+            pricing = Pricing(price_per_node_hour, nodes)
+        cfg = SweepConfig(
+            url=url,
+            model=model,
+            mix=tuple(buckets),
+            points=tuple(points),
+            requests_per_point=requests,
+            duration_s=duration,
+            warmup=warmup,
+            seed=seed,
+            workers=workers,
+            api=api,
+            request_timeout_s=timeout,
+            ignore_eos=ignore_eos,
+            slo=parse_slo(slo),
+            pricing=pricing,
+            policy=policy,
+        )
+        run_id = "loadgen-" + _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d%H%M%S")
+        started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+        def progress(s: dict[str, Any]) -> None:
+            print(
+                f"{s['point']}: {s['n_requests']} ok, {s['n_errors']} errors, "
+                f"ttft p50 {_fmt(s['ttft_ms_p50'])} ms, e2e p99 {_fmt(s['e2e_ms_p99'], 1)} ms, {s['verdict']}",
+                file=sys.stderr,
+            )
+
+        result = run_sweep(cfg, progress=progress)
+        synthetic = any("synthetic" in str(o) for o in result.context.get("server", {}).get("owned_by", []))
+        for s in result.summaries:
+            s["synthetic"] = synthetic
+        for r in result.rows:
+            r["synthetic"] = synthetic
+        raw = out / "raw" / f"{run_id}_loadgen_requests.parquet"
+        write_requests_parquet(result.rows, raw, {"run_id": run_id})
+        figs, why = plot_latency_throughput(result.summaries, out / "figures", f"{run_id}_loadgen", synthetic=synthetic)
+        summary = {
+            "schema": "benchrun.loadgen_summary/v1",
+            "run_id": run_id,
+            "started_utc": started,
+            "finished_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "synthetic": synthetic,
+            "capacity_at_slo": result.capacity_at_slo,
+            "points": result.summaries,
+            "context": result.context,
+            "files": {
+                "requests": str(raw.relative_to(out)),
+                "figures": [str(p.relative_to(out)) for p in figs],
+            },
+        }
+        if why:
+            summary["files"]["figures_skipped"] = why
+        sp = atomic_write_json(out / "structured" / f"{run_id}_loadgen_summary.json", summary)
+        if json_out:
+            print(json.dumps(summary, indent=2, sort_keys=True, default=str))
+        else:
+            _print_table(result.summaries, result.capacity_at_slo, cfg.slo is not None)
+            print(f"requests: {raw}\nsummary: {sp}\nfigures: {', '.join(map(str, figs)) or why}")
+
+    @app.command("refserver")
+    def refserver(
+        port: int = typer.Option(8000, "--port", help="port (0 = any free port; printed)"),
+        host: str = typer.Option("127.0.0.1", "--host", help="address to bind"),
+        model: str = typer.Option("benchrun-synthetic", "--model", help="model id listed by /v1/models"),
+        prefill_ms_per_token: float = typer.Option(0.01, "--prefill-ms-per-token"),
+        decode_base_ms: float = typer.Option(2.0, "--decode-base-ms"),
+        decode_ms_per_seq: float = typer.Option(0.05, "--decode-ms-per-seq"),
+        max_batch: int = typer.Option(64, "--max-batch"),
+        max_batched_tokens: int = typer.Option(8192, "--max-batched-tokens"),
+        max_queue: int = typer.Option(4096, "--max-queue"),
+        fault: str = typer.Option("none", "--fault", help="none|refuse|http500|http429|close_midstream|malformed_sse|no_done|stall"),
+        fault_every: int = typer.Option(1, "--fault-every", help="apply --fault to every N-th completion request"),
+        record: Optional[Path] = typer.Option(None, "--record", help="append ground-truth JSONL records here"),
+    ) -> None:
+        """Run the synthetic OpenAI-compatible reference server (a continuously batched engine model)."""
+        import asyncio
+
+        from benchrun.loadgen.refserver import FAULTS, PerfModel, serve
+
+        if fault not in FAULTS:
+            raise BenchrunError(f"--fault {fault!r} is not one of {', '.join(FAULTS)}")
+        if fault_every < 1:
+            raise BenchrunError("--fault-every must be >= 1")
+        try:
+            perf = PerfModel.from_dict(
+                {
+                    "prefill_ms_per_token": prefill_ms_per_token,
+                    "decode_base_ms": decode_base_ms,
+                    "decode_ms_per_seq": decode_ms_per_seq,
+                    "max_batch": max_batch,
+                    "max_batched_tokens": max_batched_tokens,
+                    "max_queue": max_queue,
+                }
+            )
+        except ValueError as exc:
+            raise BenchrunError(f"refserver: {exc}") from None
+
+        def announce(info: dict[str, Any]) -> None:
+            print(json.dumps(info), flush=True)
+            print(f"synthetic reference server listening on {info['listening']} (Ctrl-C stops it)", file=sys.stderr, flush=True)
+
+        try:
+            asyncio.run(
+                serve(
+                    host,
+                    port,
+                    model_name=model,
+                    perf=perf,
+                    fault=fault,
+                    fault_every=fault_every,
+                    record_path=str(record) if record else None,
+                    announce=announce,
+                )
+            )
+        except OSError as exc:
+            raise BenchrunError(f"refserver: cannot listen on {host}:{port} ({exc.strerror or exc}); pick another --port") from None
+        except KeyboardInterrupt:
+            pass
+

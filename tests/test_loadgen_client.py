@@ -1,0 +1,160 @@
+"""The streaming HTTP/1.1 client and SSE parser against a real loopback server sending crafted bytes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from benchrun.loadgen.client import ConnectionPool, Endpoint, EndpointError, Outcome, build_body, build_head, stream_request
+
+
+def _ev(text: str | None = None, usage: dict | None = None, chat: bool = False) -> bytes:
+    obj: dict = {"id": "x", "choices": []}
+    if text is not None:
+        obj["choices"] = [{"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}]
+    if usage is not None:
+        obj["usage"] = usage
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def _chunked(*parts: bytes) -> bytes:
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
+
+
+HEAD_CHUNKED = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+async def _serve_once(pieces: list[bytes], delay_s: float = 0.0):
+    """A loopback server answering each request with ``pieces`` (written with gaps)."""
+    seen: list[bytes] = []
+
+    async def handle(reader, writer):
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                n = int([ln.split(b":")[1] for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length")][0])
+                body = await reader.readexactly(n)
+                seen.append(head + body)
+                for p in pieces:
+                    writer.write(p)
+                    await writer.drain()
+                    if delay_s:
+                        await asyncio.sleep(delay_s)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1], seen
+
+
+async def _request(pieces, api="completions", delay_s=0.0, n=1, timeout_s=5.0):
+    server, port, seen = await _serve_once(pieces, delay_s)
+    ep = Endpoint.from_url(f"http://127.0.0.1:{port}", api)
+    pool = ConnectionPool(ep)
+    outs = []
+    try:
+        for i in range(n):
+            body = build_body(ep, "m", "a b c", 4)
+            head = build_head(ep, "POST", ep.path, len(body), {"X-Request-Id": f"r{i}", "traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01"})
+            out = Outcome()
+            await stream_request(pool, head, body, out, timeout_s=timeout_s)
+            outs.append(out)
+    finally:
+        await pool.close()
+        server.close()
+    return outs, seen, pool
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_endpoint_from_url():
+    e = Endpoint.from_url("http://h:8000", "chat")
+    assert (e.host, e.port, e.path, e.api) == ("h", 8000, "/v1/chat/completions", "chat")
+    e = Endpoint.from_url("https://h/prefix/v1/completions")
+    assert (e.port, e.path, e.api, e.models_path) == (443, "/prefix/v1/completions", "completions", "/prefix/v1/models")
+    with pytest.raises(EndpointError):
+        Endpoint.from_url("h:8000")
+
+
+def test_chunked_stream_with_usage_reuses_connection_and_sends_headers():
+    body = _chunked(_ev("a"), _ev("b"), _ev("c") + _ev(None, {"prompt_tokens": 3, "completion_tokens": 3}), b"data: [DONE]\n\n")
+    outs, seen, pool = run(_request([HEAD_CHUNKED + body], n=2))
+    for o in outs:
+        assert o.error is None
+        assert len(o.chunk_ns) == 3 and o.chunk_tokens == [1, 1, 1]
+        assert (o.usage_prompt, o.usage_completion) == (3, 3)
+        assert o.send_ns < o.first_ns <= o.last_ns <= o.done_ns
+    assert pool.opened == 1 and outs[1].reused_connection
+    req = json.loads(seen[0].split(b"\r\n\r\n", 1)[1])
+    assert req["stream"] is True and req["ignore_eos"] is True and req["stream_options"] == {"include_usage": True}
+    assert b"X-Request-Id: r0\r\n" in seen[0] and b"traceparent: 00-" + b"a" * 32 in seen[0]
+
+
+def test_events_split_across_reads_crlf_and_multiline_data_and_comments():
+    ev = _ev("hello").replace(b"\n", b"\r\n")
+    raw = HEAD_CHUNKED + _chunked(b": keep-alive\r\n\r\n", ev, b'data: {"choices":[{"text":\r\ndata: "x"}]}\r\n\r\n', b"data: [DONE]\r\n\r\n")
+    pieces = [raw[i : i + 7] for i in range(0, len(raw), 7)]  # 7-byte writes split everything
+    outs, _, _ = run(_request(pieces, delay_s=0.001))
+    o = outs[0]
+    assert o.error is None, o.error
+    assert len(o.chunk_ns) == 2
+    assert o.usage_completion is None  # no usage: counts come from chunks
+
+
+def test_content_length_body_and_chat_deltas():
+    body = _ev("x", chat=True) + _ev("y", chat=True) + b"data: [DONE]\n\n"
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n" % len(body)
+    outs, _, _ = run(_request([head + body], api="chat"))
+    assert outs[0].error is None and len(outs[0].chunk_ns) == 2
+
+
+def test_continuous_usage_gives_tokens_per_chunk():
+    body = _chunked(_ev("ab", {"completion_tokens": 2}), _ev("cde", {"completion_tokens": 5}), b"data: [DONE]\n\n")
+    outs, _, _ = run(_request([HEAD_CHUNKED + body]))
+    assert outs[0].chunk_tokens == [2, 3]
+    assert outs[0].usage_completion == 5
+
+
+@pytest.mark.parametrize(
+    "pieces, kind",
+    [
+        ([b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 25\r\n\r\n" + json.dumps({"error": {"message": "x"}}, separators=(",", ":")).encode()], "http_503"),
+        ([HEAD_CHUNKED + _chunked(_ev("a"), b"data: {oops\n\n")], "malformed_sse"),
+        ([HEAD_CHUNKED + _chunked(_ev("a"), b'data: {"error": {"message": "overloaded"}}\n\n')], "server_error"),
+        ([HEAD_CHUNKED + _chunked(_ev("a"), _ev("b"))], "no_done"),
+        ([HEAD_CHUNKED + b"%x\r\n%s\r\n" % (len(_ev("a")), _ev("a"))], "timeout"),  # body never ends
+        ([HEAD_CHUNKED + _chunked(b"data: [DONE]\n\n")], "empty"),
+        ([b"garbage\r\n\r\n"], "bad_response"),
+    ],
+)
+def test_faulty_responses_become_errors(pieces, kind):
+    outs, _, _ = run(_request(pieces, timeout_s=0.5))
+    assert outs[0].error_kind == kind, outs[0].error
+    assert outs[0].error.startswith(kind + ": ")
+
+
+def test_connection_closed_mid_stream():
+    async def go():
+        async def handle(reader, writer):
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(HEAD_CHUNKED + b"%x\r\n%s\r\n" % (len(_ev("a")), _ev("a")))
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        ep = Endpoint.from_url(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+        pool = ConnectionPool(ep)
+        out = Outcome()
+        body = build_body(ep, "m", "p", 3)
+        await stream_request(pool, build_head(ep, "POST", ep.path, len(body), {}), body, out, timeout_s=5)
+        server.close()
+        return out
+
+    out = run(go())
+    assert out.error_kind == "closed" and "after 1 chunks" in out.error
