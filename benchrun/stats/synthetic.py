@@ -71,6 +71,7 @@ def make_run(
     requests: Mapping[str, Sequence[Any]] | None = None,
     failed_replicates: Mapping[str, Sequence[int]] | None = None,
     created_utc: str | None = None,
+    manifest: bool = True,
 ) -> Path:
     """Write a run directory under ``home/runs/run_id``.
 
@@ -122,7 +123,20 @@ def make_run(
             atomic_write_text(rd / "raw" / f"{run_id}_{suite}_r{k}.log", "synthetic\n")
             if requests and suite in requests and k <= len(requests[suite]):
                 requests[suite][k - 1].to_parquet(raw_path(rd, run_id, suite, k, "requests", "parquet"))
+    if manifest:
+        write_manifest(rd)
     return rd
+
+
+def write_manifest(rd: Path) -> Path:
+    """A minimal version-2 manifest.json hashing every file of the run directory (status.json excepted)."""
+    import hashlib
+
+    files = sorted(p for p in rd.rglob("*") if p.is_file() and p.name not in ("manifest.json", "status.json"))
+    sha = {str(p.relative_to(rd)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+    doc = {"manifest_version": 2, "run_id": rd.name, "status": "succeeded", "success": True,
+           "files": sorted(sha), "summary": {"file_count": len(sha), "sha256": sha}}
+    return atomic_write_json(rd / "manifest.json", doc)
 
 
 def lognormal_replicates(rng: np.random.Generator, median: float, cv: float, n: int) -> np.ndarray:

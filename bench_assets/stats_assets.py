@@ -1,0 +1,195 @@
+"""Statistics assets and checks: trial statistics, baseline comparison, change points, run report."""
+
+import math
+
+import dagster as dg
+
+from bench_assets.partitions import benchmark_run_partitions
+from benchrun.paths import benchrun_home
+from benchrun.stats import analysis, changepoint, lineage
+from benchrun.stats.compare import ConfirmHook
+from benchrun.stats.load import delta_pct, load_run, resolve_run
+
+GROUP = "statistics"
+
+
+class ConfirmRoundResource(dg.ConfigurableResource):
+    """Supplies the confirmation round: fresh, interleaved replicates of both arms.
+
+    The default has none (``hook`` returns None), so a suspected gating regression stays
+    ``RegressionDetected=Unknown`` instead of alerting unconfirmed. The launcher wiring
+    overrides :meth:`hook`.
+    """
+
+    def hook(self, context: dg.AssetExecutionContext, baseline_run: str, candidate_run: str) -> ConfirmHook | None:
+        return None
+
+
+def _md(rows: list[dict], cols: list[str]) -> str:
+    def fmt(v: object) -> str:
+        if isinstance(v, float):
+            return "–" if math.isnan(v) else f"{v:.4g}"
+        return "" if v is None else str(v)
+
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    return "\n".join(lines + ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in rows])
+
+
+def _run_dir(run_id: str):
+    return benchrun_home() / "runs" / run_id
+
+
+@dg.asset(partitions_def=benchmark_run_partitions, deps=[dg.AssetKey("run_evidence")], group_name=GROUP,
+          kinds={"python", "json"})
+def trial_statistics(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    """Per-metric replicate statistics, MAD outlier flags and intervals of one run."""
+    rd = _run_dir(context.partition_key)
+    st = analysis.trial_statistics_for_run(rd)
+    path = analysis.write_trial_statistics(st, rd)
+    head = st.summary.assign(
+        metric_id=st.summary["suite"] + "/" + st.summary["metric"] + st.summary["case"].map(lambda c: f"[{c}]" if c else ""),
+        interval=[f"[{lo:.4g}, {hi:.4g}] ({cov:.1%})" for lo, hi, cov in
+                  zip(st.summary["median_ci_low"], st.summary["median_ci_high"], st.summary["median_ci_coverage"])],
+    ) if not st.summary.empty else st.summary
+    return dg.MaterializeResult(metadata={
+        "headline": dg.MetadataValue.md(_md(head.to_dict(orient="records"),
+                                            ["metric_id", "unit", "n", "median", "interval", "cv", "n_outliers"])),
+        "metrics": len(st.summary), "replicate_rows": len(st.replicates),
+        "outliers": int(st.replicates["outlier"].sum()) if len(st.replicates) else 0,
+        "confidence_level": st.confidence, "statistics": dg.MetadataValue.path(str(path)),
+    })
+
+
+def _stats(run_id: str) -> analysis.TrialStatistics:
+    return analysis.trial_statistics_for_run(_run_dir(run_id))
+
+
+@dg.asset_check(asset=trial_statistics, description="Every metric has at least trials.minReplicates ok replicates.")
+def enough_replicates(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+    st = _stats(context.partition_key)
+    short = st.summary[st.summary["n"] < st.min_replicates] if len(st.summary) else st.summary
+    return dg.AssetCheckResult(
+        passed=bool(len(st.summary)) and short.empty, severity=dg.AssetCheckSeverity.ERROR,
+        metadata={"min_replicates": st.min_replicates, "metrics": len(st.summary),
+                  "short": dg.MetadataValue.md(_md(short.to_dict(orient="records"), ["suite", "case", "metric", "n"]))},
+    )
+
+
+@dg.asset_check(asset=trial_statistics, description="No replicate is a MAD outlier (|robust z| > 3.5); outliers are kept.")
+def no_outliers(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+    st = _stats(context.partition_key)
+    out = st.replicates[st.replicates["outlier"]] if len(st.replicates) else st.replicates
+    return dg.AssetCheckResult(
+        passed=out.empty, severity=dg.AssetCheckSeverity.WARN,
+        metadata={"outliers": len(out), "mad_degenerate": int(st.summary["mad_degenerate"].sum()) if len(st.summary) else 0,
+                  "flagged": dg.MetadataValue.md(_md(out.to_dict(orient="records"),
+                                                     ["suite", "case", "metric", "replicate", "value", "robust_z"]))},
+    )
+
+
+@dg.asset_check(asset=trial_statistics,
+                description="Each median interval is no wider than the ±δ no-change band (2δ of the median).")
+def interval_width_within_budget(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+    st = _stats(context.partition_key)
+    spec = load_run(_run_dir(context.partition_key)).spec
+    wide = []
+    for r in st.summary.to_dict(orient="records"):
+        budget = 2 * delta_pct(spec, r["metric"])
+        width = 100 * (r["median_ci_high"] - r["median_ci_low"]) / abs(r["median"]) if r["median"] else math.nan
+        if not width <= budget:
+            wide.append({**r, "width_pct": width, "budget_pct": budget})
+    return dg.AssetCheckResult(
+        passed=not wide, severity=dg.AssetCheckSeverity.WARN,
+        metadata={"too_wide": len(wide), "metrics": len(st.summary),
+                  "wide": dg.MetadataValue.md(_md(wide[:50], ["suite", "case", "metric", "n", "width_pct", "budget_pct"]))},
+    )
+
+
+@dg.asset_check(asset=trial_statistics,
+                description="Every published number walks back to its digests and hashed raw files.")
+def lineage_complete(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+    st = _stats(context.partition_key)
+    gaps = lineage.lineage_gaps(_run_dir(context.partition_key), st.replicates)
+    return dg.AssetCheckResult(passed=not gaps, severity=dg.AssetCheckSeverity.ERROR,
+                               metadata={"gaps": len(gaps), "first_gaps": dg.MetadataValue.json(gaps[:20])})
+
+
+@dg.asset(partitions_def=benchmark_run_partitions, deps=[trial_statistics], group_name=GROUP, kinds={"python", "json"})
+def baseline_comparison(context: dg.AssetExecutionContext, confirm_round: ConfirmRoundResource) -> dg.MaterializeResult:
+    """The run against its baseline, behind the one-variable gate; RegressionDetected in status.json."""
+    from benchrun.rundir import RunDir
+
+    run_id = context.partition_key
+    rd = _run_dir(run_id)
+    ref = (((load_run(rd).spec.get("spec") or {}).get("comparison") or {}).get("baseline") or {}).get("artifactRef")
+    try:
+        base_dir = resolve_run(ref) if ref else None
+    except Exception as exc:  # no alias yet, or a missing run: say so, compare nothing
+        context.log.warning(f"no baseline: {exc}")
+        base_dir = None
+    if base_dir is None or base_dir.name == run_id:
+        return dg.MaterializeResult(metadata={"compared": False, "reason": f"no baseline resolved from {ref!r}"})
+    gate, res = analysis.compare_runs(base_dir, rd, confirm=confirm_round.hook(context, base_dir.name, run_id))
+    path = analysis.write_comparison(gate, res, base_dir.name, rd)
+    meta = {"compared": res is not None, "baseline": base_dir.name, "gate": gate.message(),
+            "comparison": dg.MetadataValue.path(str(path))}
+    if res is not None:
+        cond = res.condition()
+        RunDir.for_run(run_id).set_condition(cond["type"], cond["status"], cond["reason"], cond["message"])
+        meta["verdicts"] = dg.MetadataValue.md(_md(res.records(), ["metric", "gating", "ratio", "ci_low", "ci_high",
+                                                                   "p_value", "verdict", "confirmation"]))
+        meta["regression_detected"] = cond["status"]
+    return dg.MaterializeResult(metadata=meta)
+
+
+@dg.asset_check(asset=baseline_comparison, description="No gating (primary) metric regressed, confirmed.")
+def no_gating_regression(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+    import json
+
+    path = _run_dir(context.partition_key) / "structured" / f"{context.partition_key}_comparison.json"
+    if not path.is_file():
+        return dg.AssetCheckResult(passed=True, metadata={"compared": False})
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    if not doc["gate"]["passed"]:
+        return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN,
+                                   description=doc["gate"]["message"], metadata={"compared": False})
+    cond = doc.get("condition") or {}
+    bad = [m for m in doc.get("metrics", []) if m["gating"] and m["verdict"] == "regression"]
+    return dg.AssetCheckResult(
+        passed=cond.get("status") == "False", severity=dg.AssetCheckSeverity.ERROR,
+        description=cond.get("message"),
+        metadata={"regression_detected": cond.get("status"), "gating_regressions": len(bad),
+                  "metrics": dg.MetadataValue.md(_md(bad, ["metric", "ratio", "ci_low", "ci_high", "p_adjusted",
+                                                           "confirmation"]))},
+    )
+
+
+@dg.asset(deps=[trial_statistics], group_name=GROUP, kinds={"python", "parquet"})
+def change_points(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    """Change points in the nightly history, per workload × hardware × metric (change_point_fact)."""
+    home = benchrun_home()
+    hist = changepoint.history_table(home)
+    fact = changepoint.change_points(hist)
+    path = changepoint.write_change_point_fact(fact, home)
+    return dg.MaterializeResult(metadata={
+        "runs": int(hist["run_id"].nunique()) if len(hist) else 0, "change_points": len(fact),
+        "series": int(hist.groupby(changepoint.SERIES).ngroups) if len(hist) else 0,
+        "table": dg.MetadataValue.md(_md(fact.to_dict(orient="records")[:50], [
+            "metric", "case", "run_id", "before_mean", "after_mean", "magnitude_pct", "p_adjusted", "kind"])),
+        "path": dg.MetadataValue.path(str(path)),
+    })
+
+
+@dg.asset(partitions_def=benchmark_run_partitions, deps=[baseline_comparison], group_name=GROUP, kinds={"html"})
+def run_report(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    """The self-contained HTML report of one run, figures embedded and saved under figures/."""
+    from benchrun.report.html import build_report
+
+    path = build_report(_run_dir(context.partition_key))
+    return dg.MaterializeResult(metadata={"report": dg.MetadataValue.path(str(path)),
+                                          "bytes": path.stat().st_size})
+
+
+stats_assets = [trial_statistics, baseline_comparison, change_points, run_report]
+stats_checks = [enough_replicates, no_outliers, interval_width_within_budget, lineage_complete, no_gating_regression]
+stats_resources = {"confirm_round": ConfirmRoundResource()}

@@ -1,0 +1,139 @@
+"""The report's figures (matplotlib, Agg): replicate strip plots, comparison forest plot,
+latency–throughput curves with SLO lines, history with change points. Each returns PNG bytes."""
+
+from __future__ import annotations
+
+import io
+import math
+from typing import TYPE_CHECKING, Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+VERDICT_COLORS = {"regression": "#c0392b", "improvement": "#1e8449", "no_change": "#2e86c1",
+                  "inconclusive": "#7f8c8d"}
+
+
+def _png(fig: Any) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=96, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def strip_plot(replicates: "pd.DataFrame", summary: "pd.DataFrame", title: str, max_panels: int = 24) -> bytes:
+    """One panel per (case, metric): replicate values (outliers in red, kept), median and its interval."""
+    keys = list(summary[["case", "metric"]].itertuples(index=False, name=None))[:max_panels]
+    cols = min(4, max(1, len(keys)))
+    rows = math.ceil(len(keys) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows), squeeze=False)
+    rng = np.random.default_rng(0)  # jitter only; fixed so figures are reproducible
+    for ax, (case, metric) in zip(axes.flat, keys):
+        r = replicates[(replicates["case"] == case) & (replicates["metric"] == metric)]
+        s = summary[(summary["case"] == case) & (summary["metric"] == metric)].iloc[0]
+        x = rng.uniform(-0.15, 0.15, size=len(r))
+        out = r["outlier"].to_numpy(bool)
+        ax.scatter(x[~out], r["value"][~out], s=22, color="#2e86c1", label="replicate")
+        if out.any():
+            ax.scatter(x[out], r["value"][out], s=40, color="#c0392b", marker="x", label="outlier (kept)")
+        ax.axhline(s["median"], color="black", lw=1)
+        if np.isfinite(s.get("median_ci_low", np.nan)):
+            ax.axhspan(s["median_ci_low"], s["median_ci_high"], color="#f5b041", alpha=0.3,
+                       label=f"median CI ({s['median_ci_coverage']:.1%})")
+        ax.set_xlim(-0.5, 0.5)
+        ax.set_xticks([])
+        ax.set_title(f"{metric}" + (f"\n[{case}]" if case else ""), fontsize=8)
+        ax.set_ylabel(s["unit"], fontsize=7)
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[len(keys):]:
+        ax.axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=7, frameon=False)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0.05, 1, 0.97))
+    return _png(fig)
+
+
+def forest_plot(rows: list[dict[str, Any]], title: str) -> bytes:
+    """Ratio (higher is better) with its interval per metric, the ±δ band, coloured by verdict."""
+    rows = [r for r in rows if r.get("ratio") is not None and np.isfinite(r["ratio"])]
+    fig, ax = plt.subplots(figsize=(8, 0.35 * max(len(rows), 3) + 1.2))
+    for i, r in enumerate(rows):
+        d = float(r.get("delta_pct", 3.0)) / 100.0
+        ax.fill_betweenx([i - 0.4, i + 0.4], 1 - d, 1 + d, color="#d5dbdb", alpha=0.7, lw=0)
+        color = VERDICT_COLORS.get(r.get("verdict"), "black")
+        ax.plot([r["ci_low"], r["ci_high"]], [i, i], color=color, lw=2)
+        ax.plot([r["ratio"]], [i], "o" if r.get("gating") else "s", color=color, ms=6)
+    ax.axvline(1.0, color="black", lw=0.8)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([("★ " if r.get("gating") else "") + str(r["metric"]) for r in rows], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("candidate / baseline, higher is better (grey: ±δ no-change band)")
+    for verdict, color in VERDICT_COLORS.items():
+        ax.plot([], [], color=color, lw=2, label=verdict)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title(title + "  (★ gating)", fontsize=10)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def latency_throughput(serving: "pd.DataFrame", slo: dict[str, float], title: str) -> bytes:
+    """Per bucket: p99 latency against output throughput over the load points, SLO lines dashed."""
+    quantities = [q for q in ("ttft_ms_p99", "e2e_ms_p99", "decode_ms_per_token_p99") if q in serving.columns]
+    buckets = sorted(serving["bucket"].dropna().unique()) if "bucket" in serving.columns else ["all"]
+    fig, axes = plt.subplots(1, max(len(quantities), 1), figsize=(4.2 * max(len(quantities), 1), 3.4),
+                             squeeze=False)
+    xcol = "tokens_per_second" if "tokens_per_second" in serving.columns else "request_throughput_rps"
+    for ax, q in zip(axes.flat, quantities):
+        for b in buckets:
+            g = serving[serving["bucket"] == b] if "bucket" in serving.columns else serving
+            agg = g.groupby("offered_load", as_index=False)[[xcol, q]].median().sort_values("offered_load")
+            ax.plot(agg[xcol], agg[q], marker="o", label=f"bucket {b}")
+            for _, row in agg.iterrows():
+                ax.annotate(f"{row['offered_load']:g}", (row[xcol], row[q]), fontsize=6,
+                            textcoords="offset points", xytext=(3, 3))
+        base = q.rsplit("_p99", 1)[0]
+        if base in slo:
+            ax.axhline(slo[base], color="#c0392b", ls="--", lw=1, label=f"SLO {base} {slo[base]:g} ms")
+        ax.set_xlabel(xcol.replace("_", " "))
+        ax.set_ylabel(q)
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+    fig.suptitle(title + " (median over replicates; labels = offered load)", fontsize=10)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def history_plot(history: "pd.DataFrame", cps: "pd.DataFrame", title: str, current_run: str | None = None,
+                 max_panels: int = 12) -> bytes:
+    """Per series: replicate medians by run time, the current run highlighted, change points marked."""
+    keys = list(history[["suite", "case", "metric"]].drop_duplicates().itertuples(index=False, name=None))
+    keys = keys[:max_panels]
+    cols = min(3, max(1, len(keys)))
+    rows = math.ceil(len(keys) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 2.6 * rows), squeeze=False)
+    for ax, (suite, case, metric) in zip(axes.flat, keys):
+        h = history[(history["suite"] == suite) & (history["case"] == case) & (history["metric"] == metric)]
+        h = h.sort_values(["created_utc", "run_id"], kind="stable").reset_index(drop=True)
+        ax.plot(range(len(h)), h["median"], marker=".", color="#2e86c1")
+        here = np.nonzero((h["run_id"] == current_run).to_numpy())[0]
+        if here.size:
+            ax.plot(here, h["median"].to_numpy()[here], "*", color="#f39c12", ms=12, label="this run")
+        c = cps[(cps["suite"] == suite) & (cps["case"] == case) & (cps["metric"] == metric)] if len(cps) else cps
+        for _, cp in c.iterrows():
+            ax.axvline(cp["change_index"] - 0.5, color=VERDICT_COLORS.get(cp["kind"], "black"), ls="--")
+            ax.annotate(f"{cp['magnitude_pct']:+.1f}%", (cp["change_index"], cp["after_mean"]), fontsize=7)
+        ax.set_title(f"{suite}/{metric}" + (f" [{case}]" if case else ""), fontsize=8)
+        ax.set_xlabel("run (time order)", fontsize=7)
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[len(keys):]:
+        ax.axis("off")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return _png(fig)

@@ -1,0 +1,88 @@
+"""CLI commands of the statistics: ``benchrun compare``, ``benchrun promote``, ``benchrun report``."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Optional
+
+import typer
+
+from benchrun.errors import BenchrunError
+
+JSON_KEYS = ("metric", "baseline_median", "candidate_median", "ratio", "ci_low", "ci_high", "p_value",
+             "verdict", "gating")
+
+
+def _num(v: object) -> str:
+    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4g}"
+
+
+def compare(
+    baseline: str = typer.Argument(..., help="Baseline: run id, run directory, or published/current."),
+    candidate: str = typer.Argument(..., help="Candidate: run id or run directory."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object per metric on stdout."),
+    variable: Optional[str] = typer.Option(
+        None, "--variable", help="Variable under test (default: the candidate spec's comparison.variableUnderTest)."),
+) -> None:
+    """Compare CANDIDATE with BASELINE behind the one-variable gate: ratios, exact intervals, verdicts."""
+    from benchrun.stats.analysis import compare_runs
+    from benchrun.stats.load import resolve_run
+
+    gate, result = compare_runs(resolve_run(baseline), resolve_run(candidate), variable=variable)
+    if result is None:
+        raise BenchrunError(gate.message() + "; compare runs that differ only in the declared variable",
+                            exit_code=3)
+    records = result.records()
+    if as_json:
+        out = [{**{k: r.get(k) for k in JSON_KEYS}, **{k: v for k, v in r.items() if k not in JSON_KEYS}}
+               for r in records]
+        typer.echo(json.dumps(out, indent=2, default=str))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    import sys
+
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    console.print(gate.message())
+    table = Table(title=f"{candidate} vs {baseline} (confidence {result.confidence:.0%}; ratio > 1 is better)")
+    for col in ("metric", "gating", "baseline", "candidate", "ratio", "interval", "p", "p adj", "verdict"):
+        table.add_column(col, justify="left" if col in ("metric", "verdict") else "right")
+    colors = {"regression": "red", "improvement": "green", "no_change": "blue", "inconclusive": "white"}
+    for r in records:
+        table.add_row(
+            r["metric"], "★" if r["gating"] else "", _num(r["baseline_median"]), _num(r["candidate_median"]),
+            _num(r["ratio"]), f"[{_num(r['ci_low'])}, {_num(r['ci_high'])}]", _num(r["p_value"]),
+            _num(r["p_adjusted"]), f"[{colors[r['verdict']]}]{r['verdict']}[/]",
+        )
+    console.print(table)
+    for note in result.notes:
+        console.print(f"note: {note}")
+    cond = result.condition()
+    console.print(f"RegressionDetected={cond['status']} ({cond['reason']}): {cond['message']}")
+
+
+def promote(run_id: str = typer.Argument(..., help="The run to publish as baseline.")) -> None:
+    """Point the baseline alias published/current at RUN_ID."""
+    from benchrun.stats.load import promote as _promote
+
+    path = _promote(run_id)
+    typer.echo(f"published/current -> {run_id} ({path})")
+
+
+def report(run_id: str = typer.Argument(..., help="Run id or run directory.")) -> None:
+    """Write the run's self-contained HTML report and its figures."""
+    from benchrun.report.html import build_report
+    from benchrun.stats.load import resolve_run
+
+    path = build_report(resolve_run(run_id))
+    typer.echo(f"report: {path}")
+    typer.echo(f"figures: {path.parent.parent / 'figures'}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add compare, promote and report to the benchrun CLI."""
+    app.command("compare")(compare)
+    app.command("promote")(promote)
+    app.command("report")(report)

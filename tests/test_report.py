@@ -1,0 +1,185 @@
+"""The HTML report (benchrun.report), the CLI commands, and the statistics assets through dg.materialize."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import subprocess
+import sys
+
+import dagster as dg
+import numpy as np
+import pandas as pd
+import pytest
+
+from benchrun.stats.analysis import compare_runs, write_comparison
+from benchrun.stats.load import promote
+from benchrun.stats.synthetic import lognormal_replicates, make_run
+
+
+def _metrics(rng, level=1.0, outlier=False):
+    lat = list(lognormal_replicates(rng, 50, 0.02, 5))
+    if outlier:
+        lat[-1] = 90.0
+    return {("serve", "c=8", "tokens_per_second"): (lognormal_replicates(rng, 100 * level, 0.02, 5), "tok/s", "higher"),
+            ("serve", "c=8", "p99_latency_ms"): (lat, "ms", "lower"),
+            ("gemm", "n=512", "tflops"): (lognormal_replicates(rng, 1.0, 0.02, 5), "TFLOP/s", "higher")}
+
+
+def _serving(n_reps=5):
+    return [[{"point": f"c={c}", "offered_load": c, "bucket": b, "tokens_per_second": 100.0 * c ** 0.7,
+              "e2e_ms_p99": 200.0 + 20 * c + (5 if b == "1024/256" else 0), "ttft_ms_p99": 20.0 + 5 * c}
+             for c in (1, 4, 8) for b in ("512/128", "1024/256", "all")] for _ in range(n_reps)]
+
+
+def _requests(rng, n=400, reps=5):
+    return [pd.DataFrame({"request_id": [f"r{j}" for j in range(n)], "point": "c=8", "bucket": "512/128",
+                          "e2e_ms": rng.gamma(4, 10, n), "ttft_ms": rng.gamma(2, 5, n), "error": [None] * n})
+            for _ in range(reps)]
+
+
+@pytest.fixture()
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    return tmp_path
+
+
+@pytest.mark.slow
+def test_report_is_self_contained_with_all_sections(home):
+    from benchrun.report.html import build_report
+
+    rng = np.random.default_rng(0)
+    for i in range(10):
+        make_run(home, f"hist-{i:02d}", _metrics(rng, 1.0 if i < 6 else 0.85),
+                 status={"created_utc": f"2026-11-{i + 1:02d}T00:00:00Z"})
+    base = make_run(home, "base", _metrics(rng), serving={"serve": _serving()})
+    cand = make_run(home, "cand", _metrics(rng, 0.9, outlier=True), serving={"serve": _serving()},
+                    requests={"serve": _requests(rng)},
+                    spec={"spec": {"metrics": {"inference": {"slo": {"e2e_ms": 300, "ttft_ms": 50}}}}})
+    gate, res = compare_runs(base, cand)
+    write_comparison(gate, res, "base", cand)
+    path = build_report(cand)
+    assert path == cand / "reports" / "cand_report.html"
+    text = path.read_text()
+    # self-contained: no external references at all
+    assert not re.search(r"(src|href)=[\"']?(https?:|//|file:)", text)
+    assert "<script" not in text
+    imgs = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', text)
+    assert len(imgs) == 5  # two strip plots, forest, latency-throughput, history
+    assert all(base64.b64decode(i)[:8] == b"\x89PNG\r\n\x1a\n" for i in imgs)
+    figs = sorted(p.name for p in (cand / "figures").iterdir())
+    assert figs == ["cand_comparison_forest.png", "cand_gemm_strip.png", "cand_history_changepoints.png",
+                    "cand_serve_report-latency-throughput.png", "cand_serve_strip.png"]
+    # headline and comparison numbers are the statistics' own
+    comp = json.loads((cand / "structured" / "cand_comparison.json").read_text())
+    tps = next(m for m in comp["metrics"] if m["name"] == "tokens_per_second")
+    assert tps["verdict"] == "regression" and f"{tps['ratio']:.4g}" in text
+    assert "RegressionDetected" in text and "UnconfirmedRegression" in text
+    assert "p99 per point" in text and "c=8" in text
+    assert "hist-06" in text  # the change point in the history (10 % drop from run 6 on)
+
+
+@pytest.mark.slow
+def test_cli_compare_json_promote_report(home):
+    rng = np.random.default_rng(1)
+    make_run(home, "base", _metrics(rng))
+    make_run(home, "cand", _metrics(rng))
+    make_run(home, "drift", _metrics(rng), environment={"kernel": "7.0", "packages": {"torch": "9.9"}})
+    run = lambda *a: subprocess.run([sys.executable, "-m", "benchrun.cli", *a], capture_output=True, text=True,
+                                    env={**__import__("os").environ, "BENCHRUN_HOME": str(home)})
+    r = run("promote", "base")
+    assert r.returncode == 0 and (home / "published" / "current").read_text().strip() == "base"
+    r = run("compare", "published/current", "cand", "--json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert len(rows) == 3
+    for row in rows:
+        assert list(row)[:9] == ["metric", "baseline_median", "candidate_median", "ratio", "ci_low", "ci_high",
+                                 "p_value", "verdict", "gating"]
+        assert row["ci_low"] <= row["ratio"] <= row["ci_high"]
+        assert row["verdict"] != "regression"  # an A/A pair
+    assert {r["gating"] for r in rows} == {True, False}
+    r = run("compare", "base", "cand")
+    assert r.returncode == 0 and "tokens_per_second" in r.stdout and "RegressionDetected=False" in r.stdout
+    r = run("compare", "base", "drift")
+    assert r.returncode == 3 and "Traceback" not in r.stderr
+    assert "environment.kernel" in r.stderr and r.stderr.count("\n") == 1
+    r = run("compare", "base", "missing-run")
+    assert r.returncode == 1 and "not found" in r.stderr and "Traceback" not in r.stderr
+    r = run("report", "cand")
+    assert r.returncode == 0 and (home / "runs" / "cand" / "reports" / "cand_report.html").is_file()
+
+
+@pytest.mark.slow
+def test_assets_and_checks_materialize(home):
+    from bench_assets.stats_assets import stats_assets, stats_checks, stats_resources
+
+    rng = np.random.default_rng(2)
+    make_run(home, "base", _metrics(rng), status={"cadence": "nightly"})
+    promote("base", home)
+    make_run(home, "cand", _metrics(rng, 0.85, outlier=True), status={"cadence": "nightly"})
+    inst = dg.DagsterInstance.ephemeral()
+    inst.add_dynamic_partitions("benchmark_run", ["cand"])
+    partitioned = [a for a in stats_assets if a.key.path[-1] != "change_points"]
+    res = dg.materialize([*partitioned, *stats_checks], instance=inst, partition_key="cand",
+                         resources=stats_resources, raise_on_error=True)
+    checks = {e.check_name: e for e in res.get_asset_check_evaluations()}
+    assert checks["enough_replicates"].passed
+    assert not checks["no_outliers"].passed and checks["no_outliers"].severity == dg.AssetCheckSeverity.WARN
+    assert checks["lineage_complete"].passed
+    # tokens/s down 15 %: a gating regression, unconfirmed without a confirmation round
+    assert not checks["no_gating_regression"].passed
+    assert checks["no_gating_regression"].severity == dg.AssetCheckSeverity.ERROR
+    status = json.loads((home / "runs" / "cand" / "status.json").read_text())
+    cond = [c for c in status["conditions"] if c["type"] == "RegressionDetected"]
+    assert cond and cond[0]["status"] == "Unknown"
+    mats = {m.asset_key.path[-1]: m.materialization.metadata for m in res.get_asset_materialization_events()}
+    assert "tokens_per_second" in mats["trial_statistics"]["headline"].value
+    assert (home / "runs" / "cand" / "reports" / "cand_report.html").is_file()
+    # lineage breaks when a raw file changes after the manifest
+    (home / "runs" / "cand" / "raw" / "cand_gemm_r1.log").write_text("tampered\n")
+    res2 = dg.materialize([*partitioned[:1], *stats_checks[:4]], instance=inst, partition_key="cand")
+    lin = {e.check_name: e for e in res2.get_asset_check_evaluations()}["lineage_complete"]
+    assert not lin.passed and lin.metadata["gaps"].value == 1
+
+
+def test_confirm_resource_confirms_regression(home):
+    from bench_assets.stats_assets import ConfirmRoundResource, baseline_comparison, no_gating_regression, \
+        trial_statistics
+    from benchrun.stats.load import replicate_table
+
+    rng = np.random.default_rng(3)
+    make_run(home, "base", _metrics(rng))
+    promote("base", home)
+    make_run(home, "cand", _metrics(rng, 0.85))
+    make_run(home, "fresh-b", _metrics(rng))
+    make_run(home, "fresh-c", _metrics(rng, 0.85))
+
+    class Fake(ConfirmRoundResource):
+        def hook(self, context, baseline_run, candidate_run):
+            return lambda keys: (replicate_table(home / "runs" / "fresh-b"), replicate_table(home / "runs" / "fresh-c"))
+
+    inst = dg.DagsterInstance.ephemeral()
+    inst.add_dynamic_partitions("benchmark_run", ["cand"])
+    res = dg.materialize([trial_statistics, baseline_comparison, no_gating_regression], instance=inst,
+                         partition_key="cand", resources={"confirm_round": Fake()})
+    check = res.get_asset_check_evaluations()[0]
+    assert not check.passed and check.metadata["regression_detected"].value == "True"
+    doc = json.loads((home / "runs" / "cand" / "structured" / "cand_comparison.json").read_text())
+    assert doc["confirmation"] == "confirmed"
+
+
+def test_change_points_asset(home):
+    from bench_assets.stats_assets import change_points
+
+    rng = np.random.default_rng(4)
+    for i in range(16):
+        make_run(home, f"n-{i:02d}", {("serve", "", "tokens_per_second"):
+                                      (rng.normal(100 if i < 9 else 80, 1, 3), "tok/s", "higher")},
+                 status={"cadence": "nightly", "created_utc": f"2026-11-{i + 1:02d}T00:00:00Z"})
+    res = dg.materialize([change_points], instance=dg.DagsterInstance.ephemeral())
+    meta = res.get_asset_materialization_events()[0].materialization.metadata
+    assert meta["change_points"].value == 1 and meta["runs"].value == 16
+    fact = pd.read_parquet(home / "warehouse" / "change_point_fact" / "change_points.parquet")
+    assert fact.run_id.tolist() == ["n-09"]
