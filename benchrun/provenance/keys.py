@@ -1,0 +1,160 @@
+"""The ed25519 signing key: from ``$BENCHRUN_SIGNING_KEY`` or made once under ``$BENCHRUN_HOME/keys``.
+
+Key material is never logged or put in a message; only the key id (sha256 of the raw
+32-byte public key) and file paths are.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import stat
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from benchrun.errors import BenchrunError
+from benchrun.paths import benchrun_home
+from benchrun.suites.result import atomic_write_text
+
+log = logging.getLogger(__name__)
+
+KEY_ENV = "BENCHRUN_SIGNING_KEY"
+KEY_PASSWORD_ENV = "BENCHRUN_SIGNING_KEY_PASSWORD"
+LOCAL_KEY_NAME = "ed25519.pem"
+LOCAL_PUB_NAME = "ed25519.pub.pem"
+
+
+@dataclass(frozen=True)
+class SigningKey:
+    """A private key with its public half, key id, and where it came from (a path, never bytes)."""
+
+    private: Ed25519PrivateKey
+    public: Ed25519PublicKey
+    keyid: str
+    source: str
+    public_path: Path | None
+
+    def __repr__(self) -> str:  # never show the key object's internals
+        return f"SigningKey(keyid={self.keyid!r}, source={self.source!r})"
+
+
+def keyid_of(public: Ed25519PublicKey) -> str:
+    """sha256 (hex) of the raw 32-byte public key."""
+    raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return hashlib.sha256(raw).hexdigest()
+
+
+def public_pem(public: Ed25519PublicKey) -> str:
+    return public.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+
+
+def _load_private(path: Path, password: bytes | None) -> Ed25519PrivateKey:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise BenchrunError(f"signing key {path} does not exist; set {KEY_ENV} to a PEM ed25519 private key "
+                            "or unset it to use the local key") from None
+    except OSError as exc:
+        raise BenchrunError(f"signing key {path} cannot be read ({exc.strerror})") from None
+    try:
+        key = serialization.load_pem_private_key(data, password=password)
+    except TypeError:
+        # Encrypted without a password, or a password for an unencrypted key.
+        raise BenchrunError(f"signing key {path}: set {KEY_PASSWORD_ENV} for an encrypted key "
+                            "(and only for one)") from None
+    except ValueError:
+        raise BenchrunError(f"signing key {path} is not a readable PEM private key "
+                            f"(or {KEY_PASSWORD_ENV} is wrong)") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise BenchrunError(f"signing key {path} is a {type(key).__name__.lstrip('_')}, not ed25519; "
+                            "make one with `openssl genpkey -algorithm ed25519`")
+    return key
+
+
+def _check_private_mode(path: Path) -> None:
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        raise BenchrunError(f"signing key {path} is readable by others (mode {mode:o}); run `chmod 600 {path}`")
+
+
+def _create_local(path: Path) -> None:
+    """Write a new key to ``path`` (0600) unless one appears there first; never half a file."""
+    key = Ed25519PrivateKey.generate()
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption())
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)  # mode 0600
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(pem)
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, path)  # fails if another process made the key meanwhile: theirs wins
+        except FileExistsError:
+            return
+        log.info("made a new local ed25519 signing key %s (keyid %s)", path, keyid_of(key.public_key()))
+    finally:
+        os.unlink(tmp)
+
+
+def local_key_paths(home: Path | str | None = None) -> tuple[Path, Path]:
+    keys = benchrun_home(home) / "keys"
+    return keys / LOCAL_KEY_NAME, keys / LOCAL_PUB_NAME
+
+
+def load_signing_key(home: Path | str | None = None) -> SigningKey:
+    """``$BENCHRUN_SIGNING_KEY`` (a PEM path) if set, else the local key, made on first use."""
+    env = os.environ.get(KEY_ENV)
+    password_text = os.environ.get(KEY_PASSWORD_ENV)
+    password = password_text.encode("utf-8") if password_text else None
+    if env:
+        path = Path(env).expanduser()
+        key = _load_private(path, password)
+        return SigningKey(key, key.public_key(), keyid_of(key.public_key()), f"${KEY_ENV} ({path})", None)
+    priv_path, pub_path = local_key_paths(home)
+    priv_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if not priv_path.exists():
+        _create_local(priv_path)
+    _check_private_mode(priv_path)
+    key = _load_private(priv_path, None)
+    public = key.public_key()
+    pem = public_pem(public)
+    if not pub_path.exists() or pub_path.read_text(encoding="utf-8") != pem:
+        atomic_write_text(pub_path, pem)
+        os.chmod(pub_path, 0o644)
+    return SigningKey(key, public, keyid_of(public), str(priv_path), pub_path)
+
+
+def load_public_key(path: Path | str) -> Ed25519PublicKey:
+    """A PEM ed25519 public key (a PEM private key is accepted too: its public half is used)."""
+    p = Path(path).expanduser()
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise BenchrunError(f"public key {p} cannot be read ({exc.strerror})") from None
+    try:
+        key = serialization.load_pem_public_key(data)
+    except ValueError:
+        try:
+            key = serialization.load_pem_private_key(data, password=None).public_key()
+        except (ValueError, TypeError):
+            raise BenchrunError(f"public key {p} is not a PEM ed25519 key") from None
+    if not isinstance(key, Ed25519PublicKey):
+        raise BenchrunError(f"public key {p} is not ed25519")
+    return key
+
+
+def default_public_key(home: Path | str | None = None) -> tuple[Ed25519PublicKey, str]:
+    """The key signatures are checked with by default: the signing key's public half, and where it is."""
+    env = os.environ.get(KEY_ENV)
+    if env:
+        return load_public_key(env), f"${KEY_ENV} ({env})"
+    _, pub_path = local_key_paths(home)
+    if not pub_path.exists():
+        raise BenchrunError(f"no public key at {pub_path}: pass --public-key, or set {KEY_ENV} to the signing key")
+    return load_public_key(pub_path), str(pub_path)

@@ -1,0 +1,136 @@
+"""Sign a run's provenance Statement into a DSSE envelope, and verify one, saying which backend signed.
+
+Only a local ed25519 key can sign here. When the spec asks for another backend (sigstore,
+a KMS key) the envelope is still made with the local key and the result says so:
+``backend_used`` is what actually signed, ``satisfied_request`` is False, and the run's
+``Signed`` condition must not claim the requested signature (CONTRACT.md §3).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchrun.errors import BenchrunError
+from benchrun.paths import validate_run_id
+from benchrun.provenance import dsse
+from benchrun.provenance.keys import default_public_key, keyid_of, load_public_key, load_signing_key
+from benchrun.provenance.statement import Statement, build_statement, canonical_json, subject_mismatches
+from benchrun.rundir import utc_now
+from benchrun.suites.result import atomic_write_json
+
+log = logging.getLogger(__name__)
+
+BACKEND_USED = "local-ed25519"
+# Requests a local ed25519 DSSE signature satisfies.
+LOCAL_BACKENDS = frozenset({"local", "local-ed25519", "ed25519", "dsse", "dsse-ed25519"})
+IN_TOTO_FORMATS = frozenset({"in_toto", "in-toto", "intoto", "dsse"})
+
+
+@dataclass(frozen=True)
+class SignResult:
+    """What was signed, with which key, and whether that is what the spec asked for."""
+
+    path: Path
+    keyid: str
+    backend_requested: str | None
+    backend_used: str
+    satisfied_request: bool
+    attestation_format_requested: str | None = None
+    subjects: int = 0
+
+    def condition(self) -> tuple[bool, str, str]:
+        """(status, reason, message) for the run's ``Signed`` condition; True only if the request was met."""
+        where = f"{self.path.name} (keyid {self.keyid[:16]})"
+        if self.satisfied_request:
+            return True, "SignedLocalEd25519", f"DSSE in-toto statement signed with {self.backend_used}: {where}"
+        wanted = self.backend_requested or "(none)"
+        if self.backend_requested is not None and self.backend_requested.lower() not in LOCAL_BACKENDS:
+            why = f"the requested backend {wanted} is not available here, so no {wanted} signature was made"
+        else:
+            why = f"the requested attestation format {self.attestation_format_requested} was not produced"
+        return False, "RequestedBackendUnavailable", f"{why}; signed instead with {self.backend_used}: {where}"
+
+
+def envelope_path(run_dir: Path) -> Path:
+    run_id = validate_run_id(run_dir.name)
+    return run_dir / "reports" / f"{run_id}_provenance.dsse.json"
+
+
+def sign_run(run_dir: Path, home: Path | str | None = None, *, backend_requested: str | None = None,
+             attestation_format: str | None = None) -> SignResult:
+    """Write ``<run_dir>/reports/<run_id>_provenance.dsse.json`` (atomic) and say who signed it.
+
+    The Statement's subjects are the files manifest.json hashes (re-hashed now: if any
+    changed since the evidence was sealed nothing is signed) and manifest.json itself.
+    """
+    run_dir = Path(run_dir)
+    key = load_signing_key(home)
+    statement = build_statement(run_dir, backend_requested=backend_requested, backend_used=BACKEND_USED,
+                                signed_utc=utc_now())
+    envelope = dsse.sign(dsse.IN_TOTO_PAYLOAD_TYPE, canonical_json(statement), key.private, key.keyid)
+    path = envelope_path(run_dir)
+    atomic_write_json(path, envelope.to_json())
+    backend_ok = backend_requested is None or backend_requested.lower() in LOCAL_BACKENDS
+    format_ok = attestation_format is None or attestation_format.lower() in IN_TOTO_FORMATS
+    result = SignResult(path, key.keyid, backend_requested, BACKEND_USED, backend_ok and format_ok,
+                        attestation_format, len(statement["subject"]))
+    log.info("run %s: provenance of %d subjects signed with %s (keyid %s) in %s%s",
+             run_dir.name, len(statement["subject"]), BACKEND_USED, key.keyid, path,
+             "" if result.satisfied_request else f"; the request was {backend_requested!r}, not met")
+    return result
+
+
+def verify_envelope(path: Path | str, public_key_path: Path | str | None = None, *,
+                    home: Path | str | None = None) -> Statement:
+    """The Statement inside a DSSE envelope whose signature verifies; BenchrunError naming ``path`` otherwise.
+
+    The key is ``public_key_path`` or, by default, the signing key's public half
+    (``$BENCHRUN_SIGNING_KEY`` or ``$BENCHRUN_HOME/keys/ed25519.pub.pem``).
+    """
+    p = Path(path)
+    if public_key_path is not None:
+        public, where = load_public_key(public_key_path), str(public_key_path)
+    else:
+        public, where = default_public_key(home)
+    keyid = keyid_of(public)
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BenchrunError(f"{p}: no provenance envelope there; sign the run first") from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise BenchrunError(f"{p}: not a readable DSSE envelope ({exc})") from exc
+    try:
+        env = dsse.Envelope.from_json(doc)
+    except ValueError as exc:
+        raise BenchrunError(f"{p}: not a DSSE envelope ({exc})") from None
+    if env.payload_type != dsse.IN_TOTO_PAYLOAD_TYPE:
+        raise BenchrunError(f"{p}: payloadType {env.payload_type!r} is not {dsse.IN_TOTO_PAYLOAD_TYPE}")
+    if not dsse.verify(env, public, keyid):
+        signers = ", ".join(sorted({k[:16] for k, _ in env.signatures if k})) or "no keyid"
+        raise BenchrunError(
+            f"{p}: the signature does not verify with the key {where} (keyid {keyid[:16]}; envelope signed by "
+            f"{signers}): the envelope was altered or signed with another key"
+        )
+    try:
+        statement = json.loads(env.payload.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BenchrunError(f"{p}: the signed payload is not JSON ({exc})") from exc
+    return Statement.from_json(statement, str(p))
+
+
+def verify_run(run_dir: Path, public_key_path: Path | str | None = None, *,
+               home: Path | str | None = None) -> Statement:
+    """Verify the run's envelope, then that every subject still matches the file on disk."""
+    run_dir = Path(run_dir)
+    path = envelope_path(run_dir)
+    statement = verify_envelope(path, public_key_path, home=home)
+    if statement.run_id != run_dir.name:
+        raise BenchrunError(f"{path}: the statement is for run {statement.run_id!r}, not {run_dir.name!r}")
+    bad = subject_mismatches(statement, run_dir)
+    if bad:
+        raise BenchrunError(f"{path}: signature valid, but {len(bad)} signed file(s) changed since signing: "
+                            f"{', '.join(bad[:10])}{' ...' if len(bad) > 10 else ''}")
+    return statement

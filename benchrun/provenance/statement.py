@@ -1,0 +1,174 @@
+"""The in-toto Statement v1 for a run: its stored files as subjects and benchrun's provenance predicate."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchrun.errors import BenchrunError
+from benchrun.paths import validate_run_id
+
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PREDICATE_TYPE = "https://benchrun.dev/provenance/v1"
+BUILDER_ID = "https://benchrun.dev/builder/benchrun"
+
+
+def benchrun_version() -> str:
+    """The installed distribution's version (the builder version in every Statement)."""
+    try:
+        return importlib.metadata.version("benchrun")
+    except importlib.metadata.PackageNotFoundError:
+        from benchrun import __version__
+
+        return __version__
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def canonical_json(data: Any) -> bytes:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BenchrunError(f"{path}: missing; {what}") from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise BenchrunError(f"{path}: not readable JSON ({exc})") from exc
+
+
+def environment_summary(run_dir: Path, run_id: str) -> dict[str, Any] | None:
+    """The captured environment without the package list (its count and digest stand in)."""
+    path = run_dir / "structured" / f"{run_id}_environment.json"
+    if not path.is_file():
+        return None
+    env = _read_json(path, "")
+    if not isinstance(env, dict):
+        return None
+    out = {k: v for k, v in env.items() if k != "packages"}
+    if "packages" in env:
+        pk = env["packages"]
+        out["packages_count"] = len(pk) if isinstance(pk, (list, dict)) else None
+        out["packages_sha256"] = hashlib.sha256(canonical_json(pk)).hexdigest()
+    return out
+
+
+def subjects_of(run_dir: Path, manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every file the manifest hashes, re-hashed from disk (they must agree), plus manifest.json."""
+    sha = (manifest.get("summary") or {}).get("sha256")
+    if not isinstance(sha, dict) or not sha:
+        raise BenchrunError(f"{run_dir / 'manifest.json'}: summary.sha256 is missing or empty; "
+                            "record the run's evidence first")
+    subjects = []
+    changed = []
+    for rel in sorted(sha):
+        path = run_dir / rel
+        if not path.resolve().is_relative_to(run_dir.resolve()):
+            raise BenchrunError(f"{run_dir / 'manifest.json'}: {rel!r} points outside the run directory")
+        actual = sha256_file(path) if path.is_file() else None
+        if actual != sha[rel]:
+            changed.append(rel if actual else f"{rel} (missing)")
+        subjects.append({"name": rel, "digest": {"sha256": sha[rel]}})
+    if changed:
+        raise BenchrunError(f"{run_dir}: files differ from manifest.json, the sealed evidence changed: "
+                            f"{', '.join(changed[:10])}{' ...' if len(changed) > 10 else ''}; nothing was signed")
+    subjects.append({"name": "manifest.json", "digest": {"sha256": sha256_file(run_dir / "manifest.json")}})
+    return sorted(subjects, key=lambda s: s["name"])
+
+
+def build_statement(run_dir: Path, *, backend_requested: str | None, backend_used: str,
+                    signed_utc: str) -> dict[str, Any]:
+    """The Statement for the run in ``run_dir`` (its status.json and manifest.json must exist)."""
+    run_id = validate_run_id(run_dir.name)
+    status = _read_json(run_dir / "status.json", "the run has no status")
+    manifest = _read_json(run_dir / "manifest.json", "the run's evidence is not recorded yet")
+    if manifest.get("run_id") not in (None, run_id):
+        raise BenchrunError(f"{run_dir / 'manifest.json'}: run_id {manifest.get('run_id')!r} is not {run_id!r}")
+    digest = status.get("artifact_manifest_digest")
+    if not digest:
+        raise BenchrunError(f"{run_dir / 'status.json'}: no artifact_manifest_digest; the evidence is not in the "
+                            "artifact store yet (materialize run_evidence first)")
+    predicate = {
+        "run_id": run_id,
+        "run_name": status.get("name"),
+        "spec_digest": status.get("spec_digest"),
+        "workload_spec_digest": status.get("workload_spec_digest"),
+        "artifact_manifest_digest": digest,
+        "benchmark_class": {
+            "requested": status.get("benchmark_class_requested"),
+            "granted": status.get("benchmark_class_granted"),
+        },
+        "outcome": manifest.get("status"),
+        "environment": environment_summary(run_dir, run_id),
+        "builder": {"id": BUILDER_ID, "version": benchrun_version()},
+        "signing": {"backend_requested": backend_requested, "backend_used": backend_used},
+        "timestamps": {
+            "created_utc": status.get("created_utc"),
+            "started_utc": status.get("started_utc"),
+            "finished_utc": status.get("finished_utc"),
+            "evidence_sealed_utc": manifest.get("timestamp_utc"),
+            "signed_utc": signed_utc,
+        },
+    }
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": subjects_of(run_dir, manifest),
+        "predicateType": PREDICATE_TYPE,
+        "predicate": predicate,
+    }
+
+
+@dataclass(frozen=True)
+class Statement:
+    """A verified Statement: its subjects (name -> sha256) and predicate."""
+
+    subjects: dict[str, str]
+    predicate_type: str
+    predicate: dict[str, Any]
+    raw: dict[str, Any]
+
+    @property
+    def run_id(self) -> str:
+        return str(self.predicate.get("run_id", ""))
+
+    @classmethod
+    def from_json(cls, doc: Any, source: str) -> "Statement":
+        if not isinstance(doc, dict) or doc.get("_type") != STATEMENT_TYPE:
+            raise BenchrunError(f"{source}: the payload is not an in-toto Statement v1")
+        if doc.get("predicateType") != PREDICATE_TYPE:
+            raise BenchrunError(f"{source}: predicateType {doc.get('predicateType')!r} is not {PREDICATE_TYPE}")
+        subjects: dict[str, str] = {}
+        for s in doc.get("subject") or []:
+            name, sha = (s or {}).get("name"), ((s or {}).get("digest") or {}).get("sha256")
+            if not isinstance(name, str) or not isinstance(sha, str):
+                raise BenchrunError(f"{source}: a subject lacks a name or a sha256 digest")
+            subjects[name] = sha
+        if not subjects:
+            raise BenchrunError(f"{source}: the Statement has no subjects")
+        return cls(subjects, doc["predicateType"], dict(doc.get("predicate") or {}), doc)
+
+
+def subject_mismatches(statement: Statement, run_dir: Path) -> list[str]:
+    """Subjects whose file is missing or whose bytes changed since signing (empty when all match)."""
+    bad = []
+    root = run_dir.resolve()
+    for name, sha in sorted(statement.subjects.items()):
+        path = (run_dir / name).resolve()
+        if not path.is_relative_to(root):
+            bad.append(f"{name} (outside the run directory)")
+        elif not path.is_file():
+            bad.append(f"{name} (missing)")
+        elif sha256_file(path) != sha:
+            bad.append(f"{name} (sha256 differs)")
+    return bad
