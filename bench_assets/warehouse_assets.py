@@ -39,19 +39,40 @@ def _spec(table: str) -> dg.AssetSpec:
     )
 
 
-@dg.multi_asset(specs=[_spec(t) for t in TABLES], can_subset=True, name="warehouse_tables")
-def warehouse_tables(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> Iterator[dg.MaterializeResult]:
+LINEAGE_CHECK = dg.AssetCheckSpec(
+    "lineage_complete",
+    asset="measurement_fact",
+    description="Every measurement row of the run names its stored raw object and artifact_manifest_digest.",
+)
+
+
+@dg.multi_asset(specs=[_spec(t) for t in TABLES], check_specs=[LINEAGE_CHECK], can_subset=True, name="warehouse_tables")
+def warehouse_tables(
+    context: dg.AssetExecutionContext, warehouse: WarehouseResource
+) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
     """Curate the run's partition of every selected table (parquet, atomically replaced)."""
+    run_id = validate_run_id(context.partition_key)
     selected = [key.to_user_string() for key in context.selected_asset_keys]
-    counts = warehouse.curate(context.partition_key, selected)
+    counts = warehouse.curate(run_id, selected)
     root = warehouse.home_path() / "warehouse"
     for table, rows in counts.items():
         yield dg.MaterializeResult(
             asset_key=table,
             metadata={
                 "dagster/row_count": rows,
-                "partition_file": dg.MetadataValue.path(str(root / table / f"run_id={context.partition_key}" / "part.parquet")),
+                "partition_file": dg.MetadataValue.path(str(root / table / f"run_id={run_id}" / "part.parquet")),
             },
+        )
+    if LINEAGE_CHECK.key in context.selected_asset_check_keys:
+        missing = warehouse.query(
+            "SELECT count(*) FILTER (WHERE raw_uri IS NULL OR artifact_manifest_digest IS NULL), count(*) "
+            f"FROM measurement_fact WHERE run_id = '{run_id}'"  # a DNS-1123 label: safe inside a SQL literal
+        ).table.to_pylist()[0]
+        bad, total = list(missing.values())
+        yield dg.AssetCheckResult(
+            check_name="lineage_complete", asset_key="measurement_fact", passed=bad == 0,
+            metadata={"rows": total, "rows_without_raw_object": bad},
+            description=None if bad == 0 else f"{bad} of {total} rows lack a stored raw object; store the evidence first",
         )
 
 
@@ -66,7 +87,7 @@ def warehouse_views(context: dg.AssetExecutionContext, warehouse: WarehouseResou
     """The DuckDB views over every table's parquet (the single writer of warehouse.duckdb)."""
     db = warehouse.refresh_views()
     totals = {t: warehouse.query(f'SELECT count(*) FROM "{t}"').table.column(0)[0].as_py() for t in TABLES}
-    run_id = validate_run_id(context.partition_key)  # a DNS-1123 label: safe inside a SQL literal
+    run_id = validate_run_id(context.partition_key)
     run = warehouse.query(f"SELECT count(*) FROM measurement_fact WHERE run_id = '{run_id}'").table.column(0)[0].as_py()
     lines = ["| table | rows (all runs) |", "|---|---|"] + [f"| {t} | {n} |" for t, n in totals.items()]
     return dg.MaterializeResult(

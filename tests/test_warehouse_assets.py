@@ -57,6 +57,17 @@ def test_materialize_partition(tmp_path: Path) -> None:
         assert mats["training_outcome_fact"].metadata["dagster/row_count"].value == 0
         assert mats["warehouse_views"].metadata["measurement_rows_this_run"].value == 9
         assert mats["measurement_fact"].partition == "run-b"
-    assert query("SELECT count(*) FROM measurement_fact", tmp_path).table.column(0)[0].as_py() == 18
-    assert query("SELECT count(*) FROM measurement_fact WHERE raw_uri IS NULL", tmp_path).table.column(0)[0].as_py() == 0
+        checks = result.get_asset_check_evaluations()
+        assert [(c.check_name, c.passed) for c in checks] == [("lineage_complete", True)]
+        assert checks[0].metadata["rows"].value == 9
+        # a run whose evidence was never stored: curated, but the lineage check fails
+        make_run_dir(tmp_path, "run-c")
+        instance.add_dynamic_partitions("benchmark_run", ["run-c"])
+        result = dg.materialize(warehouse_assets, instance=instance, partition_key="run-c", resources=resources)
+        assert result.success
+        checks = result.get_asset_check_evaluations()
+        assert [(c.check_name, c.passed) for c in checks] == [("lineage_complete", False)]
+        assert checks[0].metadata["rows_without_raw_object"].value == 9
+    assert query("SELECT count(*) FROM measurement_fact", tmp_path).table.column(0)[0].as_py() == 27
+    assert query("SELECT count(*) FROM measurement_fact WHERE raw_uri IS NULL", tmp_path).table.column(0)[0].as_py() == 9
     assert (tmp_path / "warehouse.duckdb").is_file()
