@@ -68,7 +68,7 @@ def test_cuda_requested_without_a_device_is_unavailable(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("params", "named"),
     [({"sizes": [-5]}, "sizes"), ({"sizes": "big"}, "sizes"), ({"iterations": 0}, "iterations"),
-     ({"dtype": "int8"}, "dtype"), ({"sizes": [100000]}, "sizes")],
+     ({"dtype": "int8"}, "dtype"), ({"sizes": [100000]}, "sizes"), ({"size": [512]}, "size")],
 )
 def test_bad_parameters_fail_with_the_parameter_named(tmp_path: Path, params: dict[str, Any], named: str) -> None:
     proc, doc = run_suite(tmp_path, params)

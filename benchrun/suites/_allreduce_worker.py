@@ -34,12 +34,13 @@ def worker(rank: int, world_size: int, port: int, backend: str, sizes: list[int]
         import torch.distributed as dist
 
         doc["torch_version"] = torch.__version__
+        if backend == "nccl":
+            torch.cuda.set_device(rank)  # before the group forms, so NCCL binds this rank to its GPU
         t0 = time.perf_counter()
         dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                                 world_size=world_size, timeout=_dt.timedelta(seconds=timeout_s))
         doc["init_s"] = time.perf_counter() - t0
         if backend == "nccl":
-            torch.cuda.set_device(rank)
             device = torch.device("cuda", rank)
             sync = torch.cuda.synchronize
             doc["gpu_name"] = torch.cuda.get_device_name(rank)

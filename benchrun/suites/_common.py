@@ -158,3 +158,11 @@ def cuda_available() -> bool:
     import torch
 
     return bool(torch.cuda.is_available())
+
+
+def check_known(ctx: SuiteContext, known: Sequence[str]) -> None:
+    """Refuse parameters the suite does not take (a typo would otherwise be silently ignored)."""
+    unknown = sorted(set(ctx.params) - set(known))
+    if unknown:
+        raise ParamError(f"parameter {unknown[0]} is not a parameter of suite {ctx.suite}; "
+                         f"it takes {', '.join(sorted(known))}")

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from benchrun.suites._common import (
+    check_known,
     ParamError,
     choice_param,
     cuda_device_nodes,
@@ -108,6 +109,7 @@ def summarise(rank_docs: list[dict[str, Any]], world_size: int) -> dict[int, dic
 
 def run(ctx: SuiteContext) -> None:
     """Spawn the ranks, collect their samples, report latency, bandwidth and the slowest rank."""
+    check_known(ctx, ("world_size", "sizes", "iterations", "warmup", "backend", "timeout_s"))
     world_size = int_param(ctx, "world_size", 2, minimum=2, maximum=256)
     sizes = int_list_param(ctx, "sizes", [1024, 65536, 1048576, 16777216], minimum=4)
     sizes = sorted(dict.fromkeys(s - s % 4 for s in sizes))

@@ -31,7 +31,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from benchrun.suites._common import int_param, percentile, torch_present, usable_cpus
+from benchrun.suites._common import check_known, int_param, percentile, torch_present, usable_cpus
 from benchrun.suites._runtime import SuiteContext, Unavailable, main
 from benchrun.suites.result import atomic_write_json
 
@@ -106,6 +106,7 @@ def _torch_loader(paths: list[Path], batch_size: int, feature_dim: int, workers:
 
 def run(ctx: SuiteContext) -> None:
     """Generate the dataset, read it with each loader, report throughput and batch latency."""
+    check_known(ctx, ("rows", "batch_size", "workers", "files", "feature_dim"))
     rows = int_param(ctx, "rows", 200_000, minimum=1, maximum=2_000_000_000)
     batch_size = int_param(ctx, "batch_size", 1024, minimum=1, maximum=10_000_000)
     workers = int_param(ctx, "workers", 2, minimum=0, maximum=256)

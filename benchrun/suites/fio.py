@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from benchrun.ingest.fio import fio_context, fio_metrics, job_errors, parse_fio_json
-from benchrun.suites._common import ParamError, bool_param, int_param
+from benchrun.suites._common import ParamError, bool_param, check_known, int_param
 from benchrun.suites._runtime import SuiteContext, Unavailable, main
 
 CASES: dict[str, dict[str, str]] = {
@@ -110,6 +110,7 @@ def build_argv(fio: str, workdir: Path, output: Path, cases: list[str], *, size_
 
 def run(ctx: SuiteContext) -> None:
     """Run fio over the chosen cases and report each case's bandwidth, IOPS and p99 latency."""
+    check_known(ctx, ("size_mb", "runtime_s", "directory", "ioengine", "iodepth", "direct", "cases"))
     size_mb = int_param(ctx, "size_mb", 256, minimum=1, maximum=1_048_576)
     runtime_s = int_param(ctx, "runtime_s", 10, minimum=1, maximum=86_400)
     iodepth = int_param(ctx, "iodepth", 1, minimum=1, maximum=4096)

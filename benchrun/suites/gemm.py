@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from benchrun.suites._common import (
+    check_known,
     ParamError,
     choice_param,
     cpu_model,
@@ -92,6 +93,7 @@ def _time_torch_cuda(n: int, dtype: str, iterations: int) -> list[float]:
 
 def run(ctx: SuiteContext) -> None:
     """Time n x n matrix products for each size; report TFLOP/s and call-time percentiles."""
+    check_known(ctx, ("sizes", "iterations", "dtype", "device"))
     sizes = int_list_param(ctx, "sizes", [1024], minimum=1)
     if max(sizes) > MAX_N:
         raise ParamError(f"parameter sizes: {max(sizes)} is larger than {MAX_N}")
@@ -119,7 +121,7 @@ def run(ctx: SuiteContext) -> None:
                 "gpu_name": props.name,
                 "gpu_uuid": str(getattr(props, "uuid", "")) or None,
                 "cuda_version": torch.version.cuda,
-                "tf32_allowed": bool(torch.backends.cuda.matmul.allow_tf32),
+                "tf32_allowed": bool(getattr(torch.backends.cuda.matmul, "allow_tf32", False)),
                 "timer": "cuda events",
             }
         )

@@ -32,7 +32,7 @@ import threading
 import time
 from typing import Any
 
-from benchrun.suites._common import float_param, int_param, percentile
+from benchrun.suites._common import check_known, float_param, int_param, percentile
 from benchrun.suites._runtime import SuiteContext, Unavailable, main
 from benchrun.suites.result import atomic_write_json
 
@@ -130,6 +130,7 @@ def launch_once(env: dict[str, str], timeout_s: float) -> dict[str, Any]:
 
 def run(ctx: SuiteContext) -> None:
     """Launch the child ``launches`` times; report percentiles of each phase of the timeline."""
+    check_known(ctx, ("launches", "timeout_s"))
     launches = int_param(ctx, "launches", 10, minimum=1, maximum=10_000)
     timeout_s = float_param(ctx, "timeout_s", 60.0)
     try:

@@ -28,6 +28,7 @@ from typing import Any, Callable
 import numpy as np
 
 from benchrun.suites._common import (
+    check_known,
     choice_param,
     cpu_model,
     cuda_available,
@@ -94,6 +95,7 @@ def _check(arrays: Any, iterations: int, dtype: str) -> None:
 
 def run(ctx: SuiteContext) -> None:
     """Time the four STREAM kernels; report best and median GB/s per kernel."""
+    check_known(ctx, ("elements", "iterations", "dtype", "device"))
     n = int_param(ctx, "elements", 20_000_000, minimum=1024, maximum=4_000_000_000)
     iterations = int_param(ctx, "iterations", 10, minimum=1, maximum=100_000)
     dtype = choice_param(ctx, "dtype", "float64", ("float64", "float32"))
