@@ -106,7 +106,8 @@ BAD_INPUT = [
     ("list-key", b"? [a, b]\n: 1\n", False, "mapping key must be a plain string"),
     ("int-key", b"1: a\n", False, "must be a string"),
     ("duplicate-key", b"apiVersion: a\napiVersion: b\n", False, "duplicate key 'apiVersion' (first at line 1)"),
-    ("too-big", b"a: " + b"x" * (5 * 1024 * 1024), True, "at most"),
+    ("too-big", b"a: " + b"x" * (2 * 1024 * 1024), True, "at most"),
+    ("deep-flow-interleaved", b"a: " + b"[x, " * 100_000, True, f"nested deeper than {MAX_DEPTH}"),
 ]
 
 

@@ -384,7 +384,8 @@ def _shuffle_keys(value: Any, rnd: Any) -> Any:
     return value
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.slow
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(sorted(EXAMPLE_DOCS)), st.sampled_from(GENERIC), st.randoms(use_true_random=False), st.booleans())
 def test_property_one_broken_rule_in_any_example(name: str, case: Any, rnd: Any, flow: bool) -> None:
     _, changes, expected = case
@@ -415,7 +416,8 @@ def _all_paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]
     return out
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.slow
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(sorted(EXAMPLE_DOCS)), st.data())
 def test_property_mutated_examples_always_give_a_result(name: str, data: Any) -> None:
     doc = copy.deepcopy(EXAMPLE_DOCS[name])

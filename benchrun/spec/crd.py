@@ -15,6 +15,7 @@ committed, and a test fails when they drift.
 
 from __future__ import annotations
 
+import types
 import typing
 from typing import Any
 
@@ -83,7 +84,7 @@ def schema_for(tp: Any, metadata: list[Any] | None = None, description: str | No
         if origin is typing.Annotated:
             args = typing.get_args(tp)
             tp, metadata = args[0], metadata + list(args[1:])
-        elif origin in (typing.Union, __import__("types").UnionType):
+        elif origin in (typing.Union, types.UnionType):
             args = [a for a in typing.get_args(tp) if a is not type(None)]
             if len(args) != 1:
                 raise TypeError(f"cannot express the union {tp} structurally")

@@ -7,7 +7,9 @@ every mapping key and sequence item under its path. Limits, all reported as erro
 * size: at most ``MAX_BYTES`` per file;
 * encoding: UTF-8 (a BOM is allowed); binary data and control characters are refused;
 * nesting: at most ``MAX_DEPTH`` levels, checked while composing (so a document nested
-  ten thousand levels deep never reaches Python's recursion limit);
+  ten thousand levels deep never reaches Python's recursion limit), and for flow
+  collections (``[[[[...``) before parsing too, because PyYAML's scanner slows to a crawl
+  on very deep flow nesting long before the composer sees it;
 * aliases: expanding anchors may produce at most ``MAX_VALUES`` values per file (the
   "billion laughs" bomb stops there);
 * numbers: integers beyond 64 bits and integer literals too long for Python to convert
@@ -25,9 +27,9 @@ from typing import Any, Iterator
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-MAX_BYTES = 4 * 1024 * 1024
+MAX_BYTES = 1024 * 1024
 MAX_DEPTH = 64
-MAX_VALUES = 200_000
+MAX_VALUES = 50_000
 INT64_MAX = 2**63 - 1
 
 Path = tuple[str | int, ...]
@@ -142,9 +144,25 @@ def decode(data: bytes) -> str:
     return text
 
 
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def check_flow_depth(text: str) -> None:
+    """Refuse text whose ``[``/``{`` nesting exceeds MAX_DEPTH (a cheap over-estimate: quotes are not parsed)."""
+    depth = 0
+    for m in _BRACKETS.finditer(text):
+        if m.group() in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise YamlLoadError(f"nested deeper than {MAX_DEPTH} levels", text.count("\n", 0, m.start()) + 1)
+        elif depth:
+            depth -= 1
+
+
 def load_documents(data: bytes) -> list[YamlDocument]:
     """Every document of a YAML stream, with line maps; YamlLoadError if the file is unusable."""
     text = decode(data)
+    check_flow_depth(text)
     budget = _Budget()
     docs: list[YamlDocument] = []
     loader: _Loader | None = None

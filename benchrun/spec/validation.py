@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path as FsPath
@@ -86,7 +87,7 @@ def _unwrap(tp: Any) -> Any:
         origin = typing.get_origin(tp)
         if origin is typing.Annotated:
             tp = typing.get_args(tp)[0]
-        elif origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        elif origin in (typing.Union, types.UnionType):
             args = [a for a in typing.get_args(tp) if a is not type(None)]
             if len(args) != 1:
                 return tp
