@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 import dagster as dg
 
 from bench_assets.partitions import benchmark_run_partitions
@@ -18,16 +21,18 @@ def has_runs(instance: dg.DagsterInstance, run_id: str) -> bool:
 
 
 def run_request(sub: Submission) -> dg.RunRequest:
+    """The run request for one submission: its partition is the run id."""
     return dg.RunRequest(run_key=sub.run_key, partition_key=sub.run_id, tags=sub.tags())
 
 
-def log_outcome(log: object, outcome: TickOutcome) -> None:
+def log_outcome(log: logging.Logger | Any, outcome: TickOutcome) -> None:
+    """Write the tick's decisions to the tick log (``context.log``), invalid specs as warnings."""
     for bad in outcome.invalid:
-        log.warning(f"invalid spec skipped (never run): {bad.describe()}")  # type: ignore[attr-defined]
+        log.warning(f"invalid spec skipped (never run): {bad.describe()}")
     for note in outcome.notes:
-        log.info(note)  # type: ignore[attr-defined]
+        log.info(note)
     for sub in outcome.submissions:
-        log.info(f"submitting {sub.path} as run {sub.run_id} (run key {sub.run_key})")  # type: ignore[attr-defined]
+        log.info(f"submitting {sub.path} as run {sub.run_id} (run key {sub.run_key})")
 
 
 def sensor_result(context: dg.SensorEvaluationContext, outcome: TickOutcome) -> dg.SensorResult:

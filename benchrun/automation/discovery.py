@@ -132,12 +132,16 @@ def load_document(doc: SpecDocument) -> ValidSpec | InvalidSpec:
 
 def select(documents: Iterable[SpecDocument], cadence: str) -> Discovery:
     """Validate every document and keep those that run on ``cadence``."""
+    return sort_results((load_document(doc) for doc in documents), cadence)
+
+
+def sort_results(results: Iterable[ValidSpec | InvalidSpec], cadence: str) -> Discovery:
+    """Split validation results into this cadence's specs, invalid documents and the rest."""
     cadence = check_cadence(cadence)
     selected: list[ValidSpec] = []
     invalid: list[InvalidSpec] = []
     other: list[ValidSpec] = []
-    for doc in documents:
-        result = load_document(doc)
+    for result in results:
         if isinstance(result, InvalidSpec):
             log.warning("skipping invalid spec %s", result.describe())
             invalid.append(result)

@@ -126,6 +126,26 @@ def list_files(repo: Path, sha: str, under: str = "") -> list[str]:
     return sorted(f for f in raw.split("\0") if f)
 
 
+def list_blobs(repo: Path, sha: str, under: str = "") -> list[tuple[str, str]]:
+    """(path, blob id) of every file in ``sha``'s tree below ``under``, sorted by path."""
+    args = ["ls-tree", "-r", "-z", "--full-tree", sha]
+    if under:
+        args += ["--", under]
+    raw = git(repo, *args).stdout.decode("utf-8", "surrogateescape")
+    out = []
+    for entry in filter(None, raw.split("\0")):
+        meta, path = entry.split("\t", 1)
+        _mode, kind, blob = meta.split()
+        if kind == "blob":
+            out.append((path, blob))
+    return sorted(out)
+
+
+def read_object(repo: Path, blob: str) -> bytes:
+    """The bytes of one blob by its id."""
+    return git(repo, "cat-file", "blob", blob).stdout
+
+
 def read_blob(repo: Path, sha: str, path: str) -> bytes:
     """The bytes of ``path`` as committed in ``sha``."""
     return git(repo, "cat-file", "blob", f"{sha}:{path}").stdout

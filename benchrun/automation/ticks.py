@@ -8,6 +8,7 @@ same run directory from the same bytes.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 from collections.abc import Callable, Iterable
@@ -28,6 +29,7 @@ from benchrun.automation.discovery import (
     is_spec_path,
     load_document,
     select,
+    sort_results,
 )
 from benchrun.automation.settings import RepoWatch
 from benchrun.errors import BenchrunError
@@ -207,6 +209,20 @@ def spec_commit_tick(watch: RepoWatch, cursor: str | None, register: Register) -
     return out
 
 
+def _tree_results(repo: Path, sha: str, under: str,
+                  cache: dict[str, ValidSpec | InvalidSpec]) -> list[ValidSpec | InvalidSpec]:
+    """Validation results of every spec document in ``sha``'s tree, each distinct blob validated once."""
+    results: list[ValidSpec | InvalidSpec] = []
+    for path, blob in git.list_blobs(repo, sha, under):
+        if not is_spec_path(path, under):
+            continue
+        source = f"{repo}@{sha[:12]}:{path}"
+        if blob not in cache:
+            cache[blob] = load_document(SpecDocument(path=path, data=git.read_object(repo, blob), source=source))
+        results.append(dataclasses.replace(cache[blob], path=path, source=source))
+    return results
+
+
 def canary_tick(watch: RepoWatch, cursor: str | None, register: Register) -> TickOutcome:
     """For each new commit on the watched branch, submit the canary specs as committed in it.
 
@@ -218,9 +234,9 @@ def canary_tick(watch: RepoWatch, cursor: str | None, register: Register) -> Tic
     if window.note:
         out.notes.append(window.note)
     reported: set[tuple[str, tuple[str, ...]]] = set()
+    by_blob: dict[str, ValidSpec | InvalidSpec] = {}  # the tree rarely changes between commits
     for sha in window.commits:
-        docs: list[SpecDocument] = documents_at_commit(repo, sha, watch.specs_under)
-        found = select(docs, "canary")
+        found = sort_results(_tree_results(repo, sha, watch.specs_under, by_blob), "canary")
         for bad in found.invalid:
             if (bad.path, bad.errors) not in reported:  # the same broken file in every commit: once
                 reported.add((bad.path, bad.errors))
