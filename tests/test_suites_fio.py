@@ -101,3 +101,23 @@ def test_argv_is_a_list_with_one_section_per_case(tmp_path: Path) -> None:
     assert argv[i:j] == ["--name=rand_read", "--rw=randread", "--bs=4k", "--stonewall"]
     assert argv[j:] == ["--name=seq_write", "--rw=write", "--bs=1M", "--stonewall", "--end_fsync=1"]
     assert "--direct=0" in argv and "--iodepth=4" in argv and "--size=8M" in argv
+
+
+def _shm_is_tmpfs() -> bool:
+    from benchrun.suites.fio import filesystem_of
+
+    fs = filesystem_of(Path("/dev/shm")) if Path("/dev/shm").is_dir() else None
+    return bool(fs and fs["fstype"] == "tmpfs" and os.access("/dev/shm", os.W_OK))
+
+
+@needs_fio
+@pytest.mark.skipif(not _shm_is_tmpfs(), reason="needs a writable tmpfs at /dev/shm")
+def test_tmpfs_has_no_o_direct_default_falls_back_explicit_is_refused(tmp_path: Path) -> None:
+    params = {"size_mb": 1, "runtime_s": 1, "cases": ["seq_read"], "directory": "/dev/shm"}
+    proc, doc = run_suite(tmp_path / "a", params)
+    assert proc.returncode == 0, proc.stderr
+    assert doc["status"] == "ok" and doc["context"]["direct"] is False
+    assert "--direct=0" in doc["context"]["argv"] and "no O_DIRECT" in doc["context"]["direct_note"]
+    proc, doc = run_suite(tmp_path / "b", {**params, "direct": True})
+    assert proc.returncode == 1
+    assert doc["status"] == "failed" and "parameter direct=true" in doc["reason"] and "tmpfs" in doc["reason"]

@@ -8,7 +8,8 @@ Parameters:
                 directory). A temporary sub-directory is made inside it and removed after.
     ioengine    fio I/O engine (default psync)
     iodepth     queue depth for asynchronous engines (default 1)
-    direct      O_DIRECT, bypassing the page cache (default true)
+    direct      O_DIRECT, bypassing the page cache (default true; on tmpfs, which has no
+                O_DIRECT, the default becomes false and context.direct_note says so)
     cases       any of seq_read, seq_write (1 MiB blocks), rand_read, rand_write (4 KiB
                 blocks); default all four, run one after another (``--stonewall``)
 
@@ -38,6 +39,7 @@ CASES: dict[str, dict[str, str]] = {
     "rand_read": {"rw": "randread", "bs": "4k"},
     "rand_write": {"rw": "randwrite", "bs": "4k"},
 }
+NO_O_DIRECT = ("tmpfs", "ramfs")  # open(O_DIRECT) fails there with EINVAL
 _ENGINE = re.compile(r"^[a-z0-9_]{1,32}$")
 
 
@@ -114,6 +116,7 @@ def run(ctx: SuiteContext) -> None:
     size_mb = int_param(ctx, "size_mb", 256, minimum=1, maximum=1_048_576)
     runtime_s = int_param(ctx, "runtime_s", 10, minimum=1, maximum=86_400)
     iodepth = int_param(ctx, "iodepth", 1, minimum=1, maximum=4096)
+    direct_asked = ctx.param("direct", None) is not None
     direct = bool_param(ctx, "direct", True)
     ioengine = ctx.param("ioengine", "psync")
     if not isinstance(ioengine, str) or not _ENGINE.match(ioengine):
@@ -126,11 +129,19 @@ def run(ctx: SuiteContext) -> None:
         raise Unavailable("fio not installed (apt-get install fio)")
     version = subprocess.run([fio, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
 
+    fs = filesystem_of(base if base is not None else ctx.run_dir)
+    direct_note = None
+    if direct and fs is not None and fs["fstype"] in NO_O_DIRECT:
+        if direct_asked:
+            raise ParamError(f"parameter direct=true: {fs['mount_point']} is {fs['fstype']}, which has no O_DIRECT; "
+                             "set direct: false or choose another directory")
+        direct = False
+        direct_note = f"{fs['fstype']} has no O_DIRECT: measured through the page cache"
     workdir = Path(tempfile.mkdtemp(prefix=".fio-scratch-", dir=base if base is not None else ctx.run_dir))
     output = ctx.raw_file("fio", "json")
     argv = build_argv(fio, workdir, output, cases, size_mb=size_mb, runtime_s=runtime_s,
                       ioengine=ioengine, iodepth=iodepth, direct=direct)
-    ctx.context.update({"fio": fio, "fio_version": version, "argv": argv, "filesystem": filesystem_of(workdir),
+    ctx.context.update({"fio": fio, "fio_version": version, "argv": argv, "filesystem": fs, "direct_note": direct_note,
                         "directory": str(base) if base is not None else "temporary under the run directory",
                         "direct": direct, "ioengine": ioengine, "iodepth": iodepth, "cases": cases})
     # Generous bound: fio stops each case at runtime_s; laying out files runs at >= 20 MiB/s.
