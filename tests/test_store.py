@@ -113,3 +113,15 @@ def test_bad_inputs(tmp_path: Path) -> None:
         store.load_manifest("run-missing")
     with pytest.raises(BenchrunError, match="escapes"):
         store.path_of("../../etc/passwd")
+
+
+def test_run_prefixed_local_template(tmp_path: Path) -> None:
+    run_dir = make_run_dir(tmp_path, "run-p", replicates=1)
+    store = open_store(f"file://{tmp_path}/raw/${{RUN_ID}}/", tmp_path)
+    manifest = store.put_run_dir(run_dir, "run-p")
+    entry = manifest.entry("status.json")
+    assert entry.key.startswith("run-p/sha256/")
+    assert (tmp_path / "raw" / "run-p" / "manifests" / "run-p.json").is_file()
+    assert Path(entry.uri.removeprefix("file://")) == tmp_path / "raw" / entry.key
+    assert store.list_manifest_run_ids() == ["run-p"]
+    assert open_store(f"file://{tmp_path}/raw/${{RUN_ID}}/", tmp_path).load_manifest("run-p").digest == manifest.digest

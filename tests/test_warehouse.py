@@ -85,6 +85,9 @@ def test_curate_writes_every_table_with_keys_and_lineage(tmp_path: Path) -> None
                    "packages_json": '{"duckdb":"1.4.1","numpy":"2.3.4","torch":"2.13.0"}'}]
     hw = query("SELECT cpu_model, cpu_cores, memory_gib, gpu_count, numa_layout FROM hardware_topology_dim", tmp_path).table.to_pylist()
     assert hw == [{"cpu_model": "Test CPU", "cpu_cores": 2, "memory_gib": 24, "gpu_count": 0, "numa_layout": '[[0,"0-1"]]'}]
+    lin = query("SELECT manifest_uri, object_count FROM artifact_lineage_dim", tmp_path).table.to_pylist()[0]
+    manifest_path = open_store(None, tmp_path).path_of(f"manifests/run-a/{manifest.digest}.json")
+    assert lin == {"manifest_uri": manifest_path.as_uri(), "object_count": len(manifest.objects)}
     wl = query("SELECT * FROM workload_dim", tmp_path).table.to_pylist()
     assert wl[0]["workload_key"] == run["workload_key"] and wl[0]["model"] == "tiny-llm"
 

@@ -147,9 +147,10 @@ def dimension_rows(src: RunSources) -> dict[str, dict[str, Any]]:
         "object_count": len(manifest.objects) if manifest else None,
         "total_bytes": sum(o.size for o in manifest.objects) if manifest else None,
     }
-    if manifest is not None:
-        status_entry = next((o for o in manifest.objects if o.path == "status.json"), None)
-        lineage["manifest_uri"] = status_entry.uri.rsplit("sha256/", 1)[0] + f"manifests/{src.run_id}/{manifest.digest}.json" if status_entry else None
+    if manifest is not None and manifest.objects:
+        # Objects live at <prefix>sha256/..; the manifest version at <prefix>manifests/<run_id>/<digest>.json.
+        prefix_uri = manifest.objects[0].uri.rsplit("sha256/", 1)[0]
+        lineage["manifest_uri"] = f"{prefix_uri}manifests/{src.run_id}/{manifest.digest}.json"
     out = {}
     for table, attrs in (
         ("software_version_dim", software),
