@@ -291,7 +291,7 @@ def render(
     labels_removed: set[str] = set()
 
     def labels(extra: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-        merged = {**base, **{label_name(k): _label_value(v) for k, v in extra.items() if v is not None}}
+        merged = {**{label_name(k): _label_value(v) for k, v in extra.items() if v is not None}, **base}
         for k in [k for k in merged if k in removed]:
             labels_removed.add(k)
             del merged[k]
@@ -342,7 +342,8 @@ def render(
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
                 continue
             extra = {k: v for k, v in row.items() if k not in _ROW_FIELDS and v is not None}
-            lab = labels({"layer": layer_of.get(suite, ""), "suite": suite, "case": row.get("case") or "", **extra})
+            # A row's own keys (rank_id, node_name, ...) never override the structural labels.
+            lab = labels({**extra, "layer": layer_of.get(suite, ""), "suite": suite, "case": row.get("case") or ""})
             name = metric_name(str(row.get("name", "")))
             key = (name, lab)
             per_rep.setdefault(key, {}).setdefault(rep, []).append(float(value))

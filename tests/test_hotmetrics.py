@@ -299,3 +299,12 @@ def test_a_damaged_result_names_the_file(tmp_path: Path) -> None:
     bad.write_text("{not json")
     with pytest.raises(BenchrunError, match=f"{bad.name}: not readable JSON"):
         render(rd, status, BIG)
+
+
+def test_row_keys_never_override_structural_labels(tmp_path: Path) -> None:
+    rd, status = make_run(tmp_path)
+    row = metric("probe", 7.0, "1", "higher", case="x", suite="evil", run_id="other-run", layer="nope",
+                 node_name="node-a")
+    atomic_write_json(rd / "structured" / f"{RUN_ID}_probe_r1.json", _doc("probe", 1, "ok", [row]))
+    rows = samples(render(rd, status, BIG).text)
+    assert find(rows, "benchrun_probe", suite="probe", run_id=RUN_ID, case="x", layer="", node_name="node-a") == [7.0]
