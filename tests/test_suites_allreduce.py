@@ -60,7 +60,7 @@ def test_summary_finds_the_late_rank_and_the_collective_time() -> None:
         docs.append({"rank_id": rank, "records": [
             {"size_bytes": 4096, "iteration": i, "start_unix": 100.0 + i + late, "elapsed_s": 0.001 + (0.003 - late)}
             for i in range(4)]})
-    s = summarise(docs, 3)[4096]
+    s = summarise(docs)[4096]
     assert s["slowest_rank"] == 2
     assert s["arrival_lag_p50_s"] == pytest.approx([0.0, 0.0, 0.003])
     assert s["latency_s"] == pytest.approx([0.001] * 4)  # last completion - last arrival
@@ -88,3 +88,13 @@ def test_bad_parameters_fail_with_the_parameter_named(tmp_path: Path, params: di
     proc, doc = run_suite(tmp_path, params)
     assert proc.returncode == 1
     assert doc["status"] == "failed" and f"parameter {named}" in doc["reason"]
+
+
+@pytest.mark.slow
+def test_a_group_that_cannot_form_is_a_failed_replicate_with_each_rank_error(tmp_path: Path) -> None:
+    # a 1 ms group deadline: the ranks cannot even connect to the rendezvous store
+    proc, doc = run_suite(tmp_path, {"world_size": 2, "sizes": [1024], "iterations": 2, "timeout_s": 0.001})
+    assert proc.returncode == 1
+    assert doc["status"] == "failed" and doc["metrics"] == []
+    assert "rank 0:" in doc["reason"] and "rank 1:" in doc["reason"] and "timed out" in doc["reason"]
+    assert not (tmp_path / "raw" / f"{RUN_ID}_allreduce_r1_ranks.json").exists()

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+from multiprocessing.connection import wait
 import shutil
 import socket
 import tempfile
@@ -87,7 +88,7 @@ def resolve_backend(requested: str, world_size: int) -> str:
     return "nccl" if devices >= world_size else "gloo"
 
 
-def summarise(rank_docs: list[dict[str, Any]], world_size: int) -> dict[int, dict[str, Any]]:
+def summarise(rank_docs: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     """Per size: iteration latencies, per-rank median times and arrival lags (see module docstring)."""
     by_size: dict[int, dict[str, Any]] = {}
     sizes = sorted({r["size_bytes"] for d in rank_docs for r in d["records"]})
@@ -137,9 +138,13 @@ def run(ctx: SuiteContext) -> None:
         for p in procs:
             p.start()
         deadline = t0 + timeout_s + 60  # the group's own timeout fires first; this catches a wedged rank
-        for p in procs:
-            p.join(max(0.0, deadline - time.monotonic()))
-        hung = [p.name for p in procs if p.is_alive()]
+        pending = list(procs)
+        while pending and time.monotonic() < deadline:
+            wait([p.sentinel for p in pending], timeout=max(0.0, deadline - time.monotonic()))
+            pending = [p for p in pending if p.exitcode is None]
+            if any(p.exitcode not in (None, 0) for p in procs):
+                break  # one rank failed: the others would only wait for it until the group timeout
+        hung = [p.name for p in procs if p.is_alive() and all(q.exitcode in (None, 0) for q in procs)]
         for p in procs:
             if p.is_alive():
                 p.kill()
@@ -172,7 +177,7 @@ def run(ctx: SuiteContext) -> None:
 
     factor = 2.0 * (world_size - 1) / world_size
     slowest: dict[str, int] = {}
-    for size, s in summarise(docs, world_size).items():
+    for size, s in summarise(docs).items():
         case = f"bytes={size}"
         p50 = percentile(s["latency_s"], 50)
         algbw = size / p50 / 1e9
