@@ -77,3 +77,13 @@ def test_documents_at_commit_read_the_committed_tree(tmp_path: Path) -> None:
     docs = documents_at_commit(repo.path, sha, "specs")
     assert [d.path for d in docs] == ["specs/a.yaml"]
     assert docs[0].data == spec_bytes("a") and docs[0].source.endswith(f"@{sha[:12]}:specs/a.yaml")
+
+
+def test_long_skip_reasons_are_cut_at_a_message_boundary() -> None:
+    from benchrun.automation.ticks import SKIP_REASON_MAX, TickOutcome
+
+    out = TickOutcome(notes=[f"commit {i:040d} touches no spec under specs/" for i in range(200)])
+    text = out.skip_reason()
+    assert len(text) < SKIP_REASON_MAX + 80
+    assert text.startswith("commit " + "0" * 40) and text.endswith("(200 messages in all: see the tick log)")
+    assert TickOutcome().skip_reason() == "nothing to submit"

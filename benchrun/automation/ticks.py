@@ -36,6 +36,7 @@ from benchrun.errors import BenchrunError
 
 log = logging.getLogger(__name__)
 
+SKIP_REASON_MAX = 4000
 # (spec bytes, source, now) -> benchrun.submit.Prepared
 Register = Callable[[bytes, str, dt.datetime], Any]
 
@@ -74,7 +75,12 @@ class TickOutcome:
         """Why nothing was submitted, in one message (invalid specs with their errors first)."""
         parts = [f"invalid spec skipped: {bad.describe()}" for bad in self.invalid]
         parts += self.notes
-        return " | ".join(parts) if parts else "nothing to submit"
+        if not parts:
+            return "nothing to submit"
+        text = " | ".join(parts)
+        if len(text) > SKIP_REASON_MAX:  # the tick log has every line; keep the UI's line readable
+            text = text[:SKIP_REASON_MAX].rsplit(" | ", 1)[0] + f" | ... ({len(parts)} messages in all: see the tick log)"
+        return text
 
     def add(self, sub: Submission) -> None:
         if any(s.run_id == sub.run_id for s in self.submissions):
