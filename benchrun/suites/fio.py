@@ -27,7 +27,6 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from benchrun.ingest.fio import fio_context, fio_metrics, job_errors, parse_fio_json
 from benchrun.suites._common import ParamError, bool_param, check_known, int_param
