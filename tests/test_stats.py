@@ -159,3 +159,11 @@ def test_resolve_and_promote(tmp_path):
         resolve_run("Bad_Id", home=tmp_path)
     with pytest.raises(BenchrunError, match="not found"):
         promote("missing", home=tmp_path)
+    # other aliases, with the site prefix the specs write
+    with pytest.raises(BenchrunError, match="--alias canary"):
+        resolve_run("local/published/canary", home=tmp_path)
+    promote("base-1", home=tmp_path, alias="canary")
+    assert resolve_run("local/published/canary", home=tmp_path) == tmp_path / "runs" / "base-1"
+    assert resolve_run("local/runs/base-1", home=tmp_path) == tmp_path / "runs" / "base-1"
+    with pytest.raises(BenchrunError, match="baseline alias"):
+        promote("base-1", home=tmp_path, alias="../x")

@@ -63,12 +63,15 @@ def compare(
     console.print(f"RegressionDetected={cond['status']} ({cond['reason']}): {cond['message']}")
 
 
-def promote(run_id: str = typer.Argument(..., help="The run to publish as baseline.")) -> None:
-    """Point the baseline alias published/current at RUN_ID."""
+def promote(
+    run_id: str = typer.Argument(..., help="The run to publish as baseline."),
+    alias: str = typer.Option("current", "--alias", help="Alias name under published/ (specs refer to it)."),
+) -> None:
+    """Point the baseline alias published/current (or published/ALIAS) at RUN_ID."""
     from benchrun.stats.load import promote as _promote
 
-    path = _promote(run_id)
-    typer.echo(f"published/current -> {run_id} ({path})")
+    path = _promote(run_id, alias=alias)
+    typer.echo(f"published/{alias} -> {run_id} ({path})")
 
 
 def report(run_id: str = typer.Argument(..., help="Run id or run directory.")) -> None:

@@ -88,13 +88,10 @@ def median_interval(values: Sequence[float], confidence: float) -> Interval:
     n = x.size
     if n < 2:
         return NAN_INTERVAL
-    best_k = 0
-    for k in range(1, n // 2 + 1):
-        cov = 1.0 - 2.0 * stats.binom.cdf(k - 1, n, 0.5)
-        if cov >= confidence - 1e-12:
-            best_k = k
-        else:
-            break
+    ks = np.arange(1, n // 2 + 1)
+    covs = 1.0 - 2.0 * stats.binom.cdf(ks - 1, n, 0.5)  # decreasing in k
+    ok = np.nonzero(covs >= confidence - 1e-12)[0]
+    best_k = int(ks[ok[-1]]) if ok.size else 0
     note = ""
     if best_k == 0:
         best_k = 1

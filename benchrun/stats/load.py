@@ -248,35 +248,44 @@ def runs_root(home: Path | None = None) -> Path:
     return (home or benchrun_home()) / "runs"
 
 
-def alias_path(home: Path | None = None) -> Path:
-    return (home or benchrun_home()) / "published" / "current"
+def alias_path(home: Path | None = None, alias: str = "current") -> Path:
+    """``<home>/published/<alias>``: a one-line file holding the run id it points at."""
+    from benchrun.paths import validate_name
+
+    return (home or benchrun_home()) / "published" / validate_name(alias, what="baseline alias")
+
+
+_ALIAS_REF = re.compile(r"^(?:[A-Za-z0-9_.-]+/)?published/(?P<alias>[A-Za-z0-9._-]+)/?$")
+_RUN_REF = re.compile(r"^(?:[A-Za-z0-9_.-]+/)?runs/(?P<run>[a-z0-9-]+)/?$")
 
 
 def resolve_run(ref: str, home: Path | None = None) -> Path:
-    """A run directory from a run id, a path to a run directory, or ``published/current``.
+    """A run directory from a run id, a path to a run directory, or a baseline alias.
 
-    ``cluster/published/current`` (the seed's spelling) and ``cluster/runs/<id>`` are
-    accepted too.
+    ``published/<alias>`` (``published/current`` is what ``benchrun promote`` sets) may carry
+    a site prefix as the specs write it (``cluster/published/current``,
+    ``local/published/canary``); so may ``<site>/runs/<run_id>``.
     """
     home = home or benchrun_home()
     ref = str(ref).strip()
-    if ref.endswith(ALIAS):
-        p = alias_path(home)
-        if not p.is_file():
-            raise BenchrunError(
-                f"baseline alias {ALIAS} is not set under {p.parent}; "
-                "run `benchrun promote RUN_ID` to publish a baseline"
-            )
-        ref = p.read_text(encoding="utf-8").strip()
-        validate_run_id(ref)
-    elif ref.startswith("cluster/runs/"):
-        ref = ref.removeprefix("cluster/runs/")
     candidate = Path(ref)
     if ("/" in ref or ref.startswith(".")) and candidate.is_dir():
         if not (candidate / "status.json").is_file() and not (candidate / "structured").is_dir():
             raise BenchrunError(f"{candidate} is not a run directory (no status.json or structured/)")
         return candidate.resolve()
-    if "/" in ref:
+    m = _ALIAS_REF.match(ref)
+    if m:
+        p = alias_path(home, m.group("alias"))
+        if not p.is_file():
+            raise BenchrunError(
+                f"baseline alias published/{m.group('alias')} is not set under {p.parent}; "
+                f"run `benchrun promote RUN_ID{'' if m.group('alias') == 'current' else ' --alias ' + m.group('alias')}`"
+                " to publish a baseline"
+            )
+        ref = p.read_text(encoding="utf-8").strip()
+    elif _RUN_REF.match(ref):
+        ref = _RUN_REF.match(ref).group("run")
+    elif "/" in ref:
         raise BenchrunError(f"{ref}: no such run directory; give a run id, a run directory or {ALIAS}")
     validate_run_id(ref)
     rd = runs_root(home) / ref
@@ -285,8 +294,8 @@ def resolve_run(ref: str, home: Path | None = None) -> Path:
     return rd
 
 
-def promote(run_id: str, home: Path | None = None) -> Path:
-    """Point ``published/current`` at ``run_id`` (written to a temporary name and renamed)."""
+def promote(run_id: str, home: Path | None = None, alias: str = "current") -> Path:
+    """Point ``published/<alias>`` at ``run_id`` (written to a temporary name and renamed)."""
     home = home or benchrun_home()
     validate_run_id(run_id)
     rd = runs_root(home) / run_id
@@ -297,7 +306,7 @@ def promote(run_id: str, home: Path | None = None) -> Path:
         raise BenchrunError(
             f"run {run_id} is in phase {status.get('phase')}; only a Succeeded run can become the baseline"
         )
-    p = alias_path(home)
+    p = alias_path(home, alias)
     atomic_write_text(p, run_id + "\n")
-    log.info("published/current -> %s", run_id)
+    log.info("published/%s -> %s", alias, run_id)
     return p
