@@ -454,3 +454,17 @@ def test_property_generated_documents_always_give_a_result(value: Any) -> None:
     results = validate_bytes(text.encode(), "gen.yaml")
     assert results and all(not r.valid for r in results)
     assert all(r.errors for r in results)
+
+
+def test_quote_error_and_unknown_placeholder_are_both_reported() -> None:
+    doc = apply(SEED_DOC, [(LAYER0_SUITE0 + ("repoCommand",), "run.sh --host ${HOST} 'unclosed")])
+    messages = [e.message for e in errors_of(doc)]
+    assert len(messages) == 2
+    assert messages[0].startswith("cannot be split into arguments")
+    assert messages[1].startswith("unknown placeholder ${HOST} (did you mean 'HOSTS'?)")
+
+
+def test_missing_list_item_names_a_likely_misspelling() -> None:
+    keys = [k if k != "trace_id" else "traceid" for k in SEED_DOC["spec"]["observability"]["correlation"]["stableJoinKeys"]]
+    [error] = errors_of(apply(SEED_DOC, [(S + ("observability", "correlation", "stableJoinKeys"), keys)]))
+    assert error.message == "must include trace_id for workloadType inference (misspelt as 'traceid'?)"

@@ -125,7 +125,10 @@ def require_all(doc: Any, path: Path, required: Iterable[str], why: str = "") ->
         return
     missing = [r for r in required if r not in have]
     if missing:
-        yield path, f"must include {', '.join(missing)}{why}"
+        extra = [h for h in have if h not in required]
+        typos = [f"{close[0]!r}" for m in missing if (close := difflib.get_close_matches(m, extra, n=1, cutoff=0.75))]
+        hint = f" (misspelt as {', '.join(typos)}?)" if typos else ""
+        yield path, f"must include {', '.join(missing)}{why}{hint}"
 
 
 def require_true(doc: Any, path: Path, flags: Iterable[str], why: str = "") -> Iterator[Finding]:
@@ -223,9 +226,9 @@ def rule_repo_command(doc: Any) -> Iterator[Finding]:
             argv = shlex.split(command)
         except ValueError as exc:
             yield where, f"cannot be split into arguments ({exc}); check the quotes"
-            continue
-        if not argv or not argv[0]:
-            yield where, "names no program to run"
+        else:
+            if not argv or not argv[0]:
+                yield where, "names no program to run"
         for name in unknown_placeholders(command):
             yield where, f"unknown placeholder ${{{name}}}{did_you_mean(name, KNOWN_NAMES)}; known: {', '.join(sorted(KNOWN_NAMES))}"
 
