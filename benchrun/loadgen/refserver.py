@@ -446,7 +446,8 @@ class RefServer:
             body = json.loads(raw or b"{}")
             if not isinstance(body, dict):
                 raise ValueError("body is not a JSON object")
-            max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
+            mt = body.get("max_tokens", body.get("max_completion_tokens"))
+            max_tokens = 16 if mt is None else int(mt)
             if max_tokens < 1:
                 raise ValueError("max_tokens must be >= 1")
         except (ValueError, TypeError) as exc:
