@@ -9,7 +9,8 @@ Parameters:
                 rank, else gloo on CPU tensors)
     timeout_s   the whole group's deadline, seconds (default 300)
 
-Ranks are spawned processes (``multiprocessing`` spawn) meeting on a free loopback TCP port.
+Ranks are processes (``multiprocessing`` fork for gloo, spawn for nccl) meeting on a free
+loopback TCP port.
 Each records, per iteration, its wall-clock start (``time.time()``, shared by processes
 on one host) and its time inside ``all_reduce``. From those, per size
 (``case`` = ``bytes=<n>``):
@@ -128,8 +129,13 @@ def run(ctx: SuiteContext) -> None:
 
     out_dir = Path(tempfile.mkdtemp(prefix="benchrun-allreduce-"))
     port = free_loopback_port()
-    spawn = multiprocessing.get_context("spawn")
-    procs = [spawn.Process(target=worker, name=f"rank{r}",
+    # gloo: fork after importing torch once here (each rank would otherwise spend a second
+    # of CPU importing it); nccl: spawn, since CUDA must not be initialised before a fork.
+    method = "fork" if backend == "gloo" and "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    if method == "fork":
+        import torch.distributed  # noqa: F401 - imported before forking so the ranks inherit it
+    mp = multiprocessing.get_context(method)
+    procs = [mp.Process(target=worker, name=f"rank{r}",
                            args=(r, world_size, port, backend, sizes, iterations, warmup, str(out_dir), timeout_s))
              for r in range(world_size)]
     ctx.log(f"allreduce: {world_size} ranks, backend {backend}, port {port}, sizes {sizes}")
@@ -170,6 +176,7 @@ def run(ctx: SuiteContext) -> None:
                         "gpu_name": first.get("gpu_name"), "transport": "tcp://127.0.0.1 (init), single host",
                         "dtype": "float32", "warmup": warmup, "iterations": iterations,
                         "init_s_per_rank": [d.get("init_s") for d in docs], "group_wall_s": wall,
+                        "start_method": method,
                         "latency_definition": "per iteration: max over ranks of end - max over ranks of start"})
     samples = [{"rank_id": d["rank_id"], "pid": d["pid"], "hostname": d["hostname"], **r} for d in docs for r in d["records"]]
     path = atomic_write_json(ctx.raw_file("ranks", "json"), {"unit": "s", "samples": samples})
