@@ -61,7 +61,7 @@ def trial_statistics(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
 
 
 def _stats(run_id: str) -> analysis.TrialStatistics:
-    return analysis.trial_statistics_for_run(_run_dir(run_id))
+    return analysis.read_trial_statistics(_run_dir(run_id))
 
 
 @dg.asset_check(asset=trial_statistics, description="Every metric has at least trials.minReplicates ok replicates.")

@@ -167,3 +167,24 @@ def test_resolve_and_promote(tmp_path):
     assert resolve_run("local/runs/base-1", home=tmp_path) == tmp_path / "runs" / "base-1"
     with pytest.raises(BenchrunError, match="baseline alias"):
         promote("base-1", home=tmp_path, alias="../x")
+
+
+def test_trial_statistics_round_trip_through_json(tmp_path):
+    from benchrun.stats import analysis
+
+    rng = np.random.default_rng(0)
+    rd = make_run(tmp_path, "rt", {("s", "c", "m"): (list(rng.normal(10, 0.2, 9)) + [30.0], "u", "higher"),
+                                   ("s", "", "k"): ([5, 5, 5, 5, 5], "u", "lower")})
+    st = analysis.trial_statistics_for_run(rd)
+    assert analysis.write_trial_statistics(st, rd) == rd / "structured" / "rt_trial_statistics.json"
+    back = analysis.read_trial_statistics(rd)
+    pd.testing.assert_frame_equal(st.summary.reset_index(drop=True), back.summary[st.summary.columns],
+                                  check_dtype=False)
+    assert back.replicates["outlier"].tolist() == st.replicates["outlier"].tolist()
+    assert int(back.replicates["outlier"].sum()) == 1
+    k = back.summary.set_index("metric").loc["k"]
+    assert bool(k["mad_degenerate"]) and k["n_outliers"] == 0
+    m = back.summary.set_index("metric").loc["m"]
+    assert m["n"] == 10 and m["bca_ci_method"] == "bca_mean"  # 10 replicates: BCa shown
+    # the loader ignores the statistics file itself (it is not a suite result)
+    assert len(replicate_table(rd)) == 15

@@ -72,6 +72,28 @@ def write_trial_statistics(stats: TrialStatistics, run_dir: str | os.PathLike[st
     return atomic_write_json(Path(run_dir) / "structured" / f"{stats.run_id}_trial_statistics.json", stats.to_json())
 
 
+def read_trial_statistics(run_dir: str | os.PathLike[str]) -> TrialStatistics:
+    """The statistics written by :func:`write_trial_statistics`, else computed afresh."""
+    import json
+
+    import pandas as pd
+
+    rd = Path(run_dir)
+    path = rd / "structured" / f"{rd.name}_trial_statistics.json"
+    if not path.is_file():
+        return trial_statistics_for_run(rd)
+    doc = json.loads(path.read_text(encoding="utf-8"))
+
+    def frame(rows: list[dict[str, Any]]) -> "pd.DataFrame":
+        return pd.DataFrame(rows).fillna(value=math.nan) if rows else pd.DataFrame()
+
+    reps = frame(doc["replicates"])
+    if not reps.empty:
+        reps["outlier"] = reps["outlier"].astype(bool)
+    return TrialStatistics(doc["run_id"], float(doc["confidence_level"]), int(doc["min_replicates"]),
+                           reps, frame(doc["metrics"]), frame(doc["tails"]))
+
+
 def compare_runs(
     baseline_dir: str | os.PathLike[str],
     candidate_dir: str | os.PathLike[str],
