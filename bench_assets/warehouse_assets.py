@@ -99,5 +99,34 @@ def warehouse_views(context: dg.AssetExecutionContext, warehouse: WarehouseResou
     )
 
 
-warehouse_assets: list = [warehouse_tables, warehouse_views]
+class RetentionConfig(dg.Config):
+    """``apply: true`` removes what the pass lists; the default is a dry run."""
+
+    apply: bool = False
+
+
+@dg.asset(group_name=GROUP, kinds={"parquet", "duckdb"}, pool="duckdb_writer")
+def warehouse_retention(config: RetentionConfig, warehouse: WarehouseResource) -> dg.MaterializeResult:
+    """Curated partitions past coldDays and raw objects past their retention class (dry run unless apply)."""
+    from benchrun.warehouse.retention import apply_retention, plan_retention
+
+    home = warehouse.home_path()
+    plan = plan_retention(home)
+    record = apply_retention(home, plan) if config.apply else None
+    tiers = "\n".join(["| run | age (days) | tier |", "|---|---|---|"] + [
+        f"| {r.run_id} | {'' if r.age_days is None else f'{r.age_days:.1f}'} | {r.tier} |" for r in plan.runs])
+    return dg.MaterializeResult(metadata={
+        "applied": config.apply,
+        "partitions": len(plan.partitions),
+        "raw_objects": len(plan.objects),
+        "raw_objects_kept": plan.kept_objects,
+        "runs": dg.MetadataValue.md(tiers),
+        "notes": dg.MetadataValue.json(plan.notes),
+        "record": dg.MetadataValue.path(str(record)) if record else "dry run: nothing removed",
+    })
+
+
+# Per-run assets (partitioned by benchmark_run: put them in the run's job) and everything.
+warehouse_run_assets: list = [warehouse_tables, warehouse_views]
+warehouse_assets: list = [*warehouse_run_assets, warehouse_retention]
 warehouse_resources: dict = {"warehouse": warehouse, "artifact_store": artifact_store}

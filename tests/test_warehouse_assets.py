@@ -7,12 +7,15 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from bench_assets.warehouse_assets import warehouse_assets, warehouse_tables, warehouse_views
+from bench_assets.warehouse_assets import warehouse_assets, warehouse_retention, warehouse_tables, warehouse_views
 from benchrun.store import open_store
 from benchrun.suites.result import atomic_write_json
 from benchrun.warehouse import TABLES, query
 from resources.warehouse import WarehouseResource
 from test_store_helpers import load_json, make_run_dir
+
+
+PARTITIONED = [warehouse_tables, warehouse_views]
 
 
 @dg.asset(partitions_def=dg.DynamicPartitionsDefinition(name="benchmark_run"), name="run_evidence")
@@ -48,7 +51,7 @@ def test_materialize_partition(tmp_path: Path) -> None:
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions("benchmark_run", ["run-a", "run-b"])
         for run_id in ("run-a", "run-a", "run-b"):  # run-a twice: re-materializing replaces, no duplicates
-            result = dg.materialize(warehouse_assets, instance=instance, partition_key=run_id, resources=resources)
+            result = dg.materialize(PARTITIONED, instance=instance, partition_key=run_id, resources=resources)
             assert result.success
         mats = {m.asset_key.to_user_string(): m
                 for m in (e.event_specific_data.materialization for e in result.get_asset_materialization_events())}
@@ -63,11 +66,15 @@ def test_materialize_partition(tmp_path: Path) -> None:
         # a run whose evidence was never stored: curated, but the lineage check fails
         make_run_dir(tmp_path, "run-c")
         instance.add_dynamic_partitions("benchmark_run", ["run-c"])
-        result = dg.materialize(warehouse_assets, instance=instance, partition_key="run-c", resources=resources)
+        result = dg.materialize(PARTITIONED, instance=instance, partition_key="run-c", resources=resources)
         assert result.success
         checks = result.get_asset_check_evaluations()
         assert [(c.check_name, c.passed) for c in checks] == [("lineage_complete", False)]
         assert checks[0].metadata["rows_without_raw_object"].value == 9
+    # the retention asset: a dry run over young runs lists nothing and removes nothing
+    result = dg.materialize([warehouse_retention], resources=resources)
+    meta = result.asset_materializations_for_node("warehouse_retention")[0].metadata
+    assert meta["applied"].value is False and meta["partitions"].value == 0 and meta["raw_objects"].value == 0
     assert query("SELECT count(*) FROM measurement_fact", tmp_path).table.column(0)[0].as_py() == 27
     assert query("SELECT count(*) FROM measurement_fact WHERE raw_uri IS NULL", tmp_path).table.column(0)[0].as_py() == 9
     assert (tmp_path / "warehouse.duckdb").is_file()
