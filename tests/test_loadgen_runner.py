@@ -1,0 +1,134 @@
+"""Load models, warm-up, reproducibility, worker processes and exact merging, against the reference server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+
+import numpy as np
+import pytest
+
+from benchrun.loadgen import client as http
+from benchrun.loadgen.metrics import summarize, window_s
+from benchrun.loadgen.refserver import PerfModel, RefServer, ServerProcess
+from benchrun.loadgen.runner import LoadPoint, SweepConfig, _row, _Spec, _WorkerState, run_sweep
+from benchrun.loadgen.workload import parse_mix
+
+FAST = PerfModel(decode_base_ms=0.3, decode_ms_per_seq=0.01, prefill_ms_per_token=0.001)
+
+
+@contextlib.contextmanager
+def threaded_server(**kw):
+    loop = asyncio.new_event_loop()
+    t = threading.Thread(target=loop.run_forever, daemon=True)
+    t.start()
+    srv = RefServer(**kw)
+    port = asyncio.run_coroutine_threadsafe(srv.start(), loop).result(10)
+    try:
+        yield srv, f"http://127.0.0.1:{port}"
+    finally:
+        asyncio.run_coroutine_threadsafe(srv.close(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        t.join(5)
+        loop.close()
+
+
+@pytest.fixture(scope="module")
+def server():
+    with ServerProcess(FAST) as sp:
+        yield sp
+
+
+def _cfg(url, **kw):
+    base = dict(url=url, model="m", mix=tuple(parse_mix("16/4@0.5,32/8@0.5")), points=(LoadPoint("closed_loop", 1),), requests_per_point=12, warmup=0, seed=1)
+    base.update(kw)
+    return SweepConfig(**base)
+
+
+def test_same_seed_same_requests_and_warmup_excluded(server):
+    a = run_sweep(_cfg(server.url, warmup=3))
+    b = run_sweep(_cfg(server.url, warmup=3))
+    c = run_sweep(_cfg(server.url, warmup=3, seed=2))
+    seq = lambda res: [r["bucket"] for r in res.rows]  # noqa: E731
+    assert seq(a) == seq(b) and seq(a) != seq(c)
+    assert len(a.rows) == 12 and not any("-wu" in r["request_id"] for r in a.rows)
+    allrow = next(s for s in a.summaries if s["bucket"] == "all")
+    assert allrow["n_warmup"] == 3 and allrow["n_requests"] == 12
+    # each bucket's requests have that bucket's lengths, counted by the server's usage
+    for r in a.rows:
+        i, o = map(int, r["bucket"].split("/"))
+        assert (r["input_tokens"], r["output_tokens"], r["usage_output_tokens"]) == (i, o, o)
+        assert r["output_token_discrepancy"] == 0 and r["input_token_discrepancy"] == 0
+        assert r["token_count_source"] == "usage"
+        assert len(r["token_gaps_ms"]) == o - 1
+    # bucket rows partition the point
+    buckets = [s for s in a.summaries if s["bucket"] != "all"]
+    assert sum(s["n_requests"] for s in buckets) == 12
+
+
+def test_two_workers_merge_raw_rows_exactly(server):
+    res = run_sweep(_cfg(server.url, points=(LoadPoint("closed_loop", 4),), requests_per_point=20, workers=2, warmup=2))
+    rows = res.rows
+    assert len(rows) == 20 and {r["worker"] for r in rows} == {0, 1}
+    assert len({r["request_id"] for r in rows}) == 20
+    s = next(x for x in res.summaries if x["bucket"] == "all")
+    ttft = [r["ttft_ms"] for r in rows]
+    # percentiles over the merged raw rows, not an average of per-worker percentiles
+    assert s["ttft_ms_p99"] == pytest.approx(float(np.percentile(ttft, 99)))
+    assert s["ttft_ms_p50"] == pytest.approx(float(np.median(ttft)))
+    again = summarize(rows, point="c=4", load_model="closed_loop", offered_load=4, bucket="all", window=window_s(rows), slo=None, pricing=None)
+    for k in ("e2e_ms_p90", "token_gap_ms_p99", "jitter_ms", "tokens_per_second"):
+        assert s[k] == pytest.approx(again[k])
+    assert res.context["points"][0]["workers_active"] == 2
+
+
+def test_open_loop_poisson_schedule_has_the_offered_rate(server):
+    res = run_sweep(_cfg(server.url, points=(LoadPoint("open_loop", 40.0),), requests_per_point=20))
+    s = next(x for x in res.summaries if x["bucket"] == "all")
+    # count-ended Poisson schedule is rescaled to span (n-1)/rate exactly
+    assert s["scheduled_rate_rps"] == pytest.approx(40.0, rel=1e-6)
+    assert s["achieved_rate_rps"] == pytest.approx(40.0, rel=0.25)
+    assert s["load_model"] == "open_loop" and s["point"] == "rate=40"
+    lags = [r["schedule_lag_ms"] for r in res.rows]
+    assert min(lags) >= 0
+
+
+def test_open_loop_constant_rate_across_workers_interleaves(server):
+    res = run_sweep(_cfg(server.url, points=(LoadPoint("open_loop", 50.0, "constant"),), requests_per_point=20, workers=2))
+    sched = sorted(r["scheduled_mono_ns"] for r in res.rows)
+    gaps = np.diff(sched) / 1e6
+    assert gaps.mean() == pytest.approx(20.0, rel=0.05)  # 50 req/s overall: 20 ms apart
+
+
+def test_duration_ends_the_point(server):
+    res = run_sweep(_cfg(server.url, points=(LoadPoint("closed_loop", 2),), requests_per_point=None, duration_s=0.4))
+    sends = [r["send_mono_ns"] for r in res.rows]
+    assert len(res.rows) > 2
+    assert (max(sends) - min(sends)) / 1e9 < 0.4 + 0.05
+
+
+def test_chat_api_and_headers_reach_the_server():
+    with threaded_server(perf=FAST) as (srv, url):
+        res = run_sweep(_cfg(url, api="chat", requests_per_point=4))
+        recs = dict(srv.records)
+    assert all(r["error"] is None for r in res.rows)
+    for r in res.rows:
+        assert recs[r["request_id"]]["trace_id"] == r["trace_id"]
+
+
+def test_row_records_usage_versus_chunk_discrepancy():
+    cfg = _cfg("http://127.0.0.1:9")
+    st = _WorkerState(cfg, 0)
+    spec = _Spec()
+    spec.request_id, spec.trace_id, spec.bucket, spec.in_tokens, spec.out_tokens, spec.scheduled_ns = "r", "t", "16/4", 16, 4, 0
+    out = http.Outcome()
+    out.send_ns, out.first_ns, out.last_ns = 1_000_000, 3_000_000, 9_000_000
+    out.chunk_ns, out.chunk_tokens = [3_000_000, 6_000_000, 9_000_000], [1, 1, 1]
+    out.usage_prompt, out.usage_completion = 18, 5
+    row = _row(st, spec, out, 9_500_000, cfg.points[0], 0)
+    assert row["output_tokens"] == 5 and row["chunk_output_tokens"] == 3
+    assert row["output_token_discrepancy"] == 2 and row["input_token_discrepancy"] == 2
+    assert row["ttft_ms"] == pytest.approx(2.0) and row["e2e_ms"] == pytest.approx(8.0)
+    assert row["decode_ms_per_token"] == pytest.approx(6.0 / 4)
+    assert row["token_gaps_ms"] == [3.0, 3.0]

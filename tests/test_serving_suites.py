@@ -1,0 +1,111 @@
+"""The serving_sweep and serving_workflow suites against the self-started reference server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from benchrun.errors import BenchrunError
+from benchrun.suites import serving_sweep, serving_workflow
+from benchrun.suites._runtime import SuiteContext
+from benchrun.suites.result import PERCENTILE_SUFFIXES, SERVING_DISTRIBUTIONS, SERVING_SCALARS, read_result
+
+MIX = [{"inputTokens": 64, "outputTokens": 16, "weight": 0.7}, {"inputTokens": 128, "outputTokens": 32, "weight": 0.3}]
+
+
+def _workload(**extra):
+    wl = {"model": "openai/gpt-oss-20b", "sequenceLengthMix": MIX, "precision": "bf16", "batchingPolicy": "continuous", "concurrencyModel": "closed_loop", "slo": None, "pricing": None}
+    wl.update(extra)
+    return wl
+
+
+def _env(run_dir: Path, suite: str, params: dict, workload: dict) -> dict[str, str]:
+    return {
+        "BENCHRUN_RUN_ID": "r1",
+        "BENCHRUN_RUN_DIR": str(run_dir),
+        "BENCHRUN_SUITE": suite,
+        "BENCHRUN_REPLICATE": "1",
+        "BENCHRUN_CASE_ID": "case-1",
+        "BENCHRUN_PARAMS": json.dumps(params),
+        "BENCHRUN_WORKLOAD": json.dumps(workload),
+    }
+
+
+def _run_inline(module, run_dir, suite, params, workload):
+    ctx = SuiteContext(_env(run_dir, suite, params, workload))
+    module.run(ctx)
+    return read_result(ctx.finish("ok"))
+
+
+@pytest.mark.slow
+def test_serving_sweep_as_a_real_subprocess_with_slo_and_price(tmp_path):
+    env = {**os.environ, **_env(tmp_path, "serving_sweep", {"concurrency": [1, 4], "requests_per_point": 24, "warmup": 2}, _workload(slo={"ttft_ms": 500, "decode_ms_per_token": 50}, pricing={"pricePerNodeHourUsd": 98.32, "nodes": 2}))}
+    p = subprocess.run([sys.executable, "-m", "benchrun.suites.serving_sweep"], env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    doc = read_result(tmp_path / "structured" / "r1_serving_sweep_r1.json")
+    assert doc["status"] == "ok" and doc["synthetic"] is True
+    assert doc["context"]["reference_server"]["synthetic"] is True
+    rows = doc["serving"]
+    assert [(r["point"], r["bucket"]) for r in rows] == [(p, b) for p in ("c=1", "c=4") for b in ("all", "64/16", "128/32")]
+    for r in rows:
+        for k in SERVING_SCALARS:
+            assert k in r, k
+        for base in SERVING_DISTRIBUTIONS:
+            for suf in PERCENTILE_SUFFIXES:
+                assert f"{base}_{suf}" in r
+        assert r["verdict"] in ("valid", "invalid") and isinstance(r["verdict_reasons"], list)
+        assert r["synthetic"] is True
+    alls = [r for r in rows if r["bucket"] == "all"]
+    assert all(r["n_requests"] == 24 and r["n_errors"] == 0 for r in alls)
+    # 24 samples cannot support p99 at 99 % confidence: the verdict says so
+    assert all(any("459 needed" in x for x in r["verdict_reasons"]) for r in alls)
+    names = {(m["name"], m["case"]) for m in doc["metrics"]}
+    for name in ("ttft_ms", "p50_latency_ms", "p99_latency_ms", "tokens_per_second", "jitter_ms", "request_goodput", "slo_attainment", "cost_per_request_usd", "cost_per_token_usd", "decode_ms_per_token"):
+        assert (name, "c=1") in names and (name, "c=4") in names, name
+    assert ("capacity_at_slo", "sweep") in names
+    cap = next(m for m in doc["metrics"] if m["name"] == "capacity_at_slo")
+    assert cap["value"] == 4.0  # generous SLO: both points meet it
+    table = pq.read_table(tmp_path / doc["samples"]["requests"])
+    for col in ("request_id", "trace_id", "point", "bucket", "send_ts", "ttft_ms", "e2e_ms", "input_tokens", "output_tokens", "decode_ms_per_token", "error", "worker", "usage_output_tokens", "chunk_output_tokens"):
+        assert col in table.column_names
+    assert table.num_rows == 48 and set(table.column("run_id").to_pylist()) == {"r1"}
+    figs = doc["context"]["figures"]
+    assert sorted(Path(f).name for f in figs) == sorted(f"r1_serving_sweep_r1_latency_throughput_{b}.png" for b in ("all", "64-16", "128-32"))
+    assert all((tmp_path / f).stat().st_size > 1000 for f in figs)
+
+
+def test_serving_workflow_without_slo_or_price_has_no_goodput_or_cost(tmp_path):
+    doc = _run_inline(serving_workflow, tmp_path, "serving_workflow", {"concurrency": 4, "requests": 32, "warmup": 2}, _workload())
+    names = {m["name"] for m in doc["metrics"]}
+    assert {"ttft_ms", "p99_latency_ms", "tokens_per_second", "jitter_ms"} <= names
+    assert not names & {"request_goodput", "slo_attainment", "cost_per_request_usd", "cost_per_token_usd", "capacity_at_slo"}
+    allrow = next(r for r in doc["serving"] if r["bucket"] == "all")
+    assert allrow["point"] == "c=4" and allrow["n_requests"] == 32
+    for k in ("request_goodput", "slo_attainment", "cost_per_request_usd", "cost_per_token_usd"):
+        assert allrow[k] is None
+
+
+def test_serving_sweep_open_loop_from_the_workload(tmp_path):
+    doc = _run_inline(serving_sweep, tmp_path, "serving_sweep", {"rates": [20, 40], "requests_per_point": 12, "warmup": 0, "arrival": "constant"}, _workload(concurrencyModel="open_loop"))
+    alls = [r for r in doc["serving"] if r["bucket"] == "all"]
+    assert [r["point"] for r in alls] == ["rate=20", "rate=40"]
+    assert all(r["load_model"] == "open_loop" and r["n_requests"] == 12 for r in alls)
+
+
+def test_serving_sweep_rejects_load_points_that_contradict_the_workload(tmp_path):
+    with pytest.raises(BenchrunError, match="only 'rates' was given"):
+        _run_inline(serving_sweep, tmp_path, "serving_sweep", {"rates": [2]}, _workload())
+
+
+def test_unreachable_endpoint_fails_the_suite_with_one_clear_reason(tmp_path):
+    env = {**os.environ, **_env(tmp_path, "serving_sweep", {"endpoint": "http://127.0.0.1:1", "concurrency": [1], "requests_per_point": 2}, _workload())}
+    p = subprocess.run([sys.executable, "-m", "benchrun.suites.serving_sweep"], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1
+    doc = read_result(tmp_path / "structured" / "r1_serving_sweep_r1.json")
+    assert doc["status"] == "failed" and "cannot reach http://127.0.0.1:1" in doc["reason"] and "connection refused" in doc["reason"]
