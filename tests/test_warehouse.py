@@ -283,3 +283,19 @@ def test_concurrent_curation_loses_no_rows(tmp_path: Path) -> None:
     assert _count(tmp_path, "SELECT count(*) FROM software_version_dim") == 1
     assert _count(tmp_path, "SELECT count(*) FROM artifact_lineage_dim") == 3
     assert _count(tmp_path, "SELECT count(*) FROM measurement_fact WHERE raw_uri IS NULL") == 0
+
+
+def test_old_partitions_without_a_new_column_still_read(tmp_path: Path) -> None:
+
+    run_dir, manifest = _stored_run(tmp_path, "run-a")
+    curate_run(run_dir, tmp_path, manifest)
+    part = tmp_path / "warehouse" / "hardware_topology_dim" / "run_id=run-a" / "part.parquet"
+    old = pq.read_table(part).drop_columns(["memory_gib"])  # as written before the column existed
+    pq.write_table(old, part)
+    rows = query("SELECT cpu_model, memory_gib FROM hardware_topology_dim", tmp_path).table.to_pylist()
+    assert rows == [{"cpu_model": "Test CPU", "memory_gib": None}]
+    # a damaged partition file is named, with the fix, instead of a DuckDB traceback
+    bad = tmp_path / "warehouse" / "measurement_fact" / "run_id=run-a" / "part.parquet"
+    bad.write_bytes(b"not parquet")
+    with pytest.raises(BenchrunError, match="measurement_fact.*curate that run again"):
+        query("SELECT 1", tmp_path)

@@ -32,13 +32,23 @@ def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def view_sql(home: Path, table: str) -> str:
-    """``CREATE OR REPLACE VIEW`` for one table: its parquet files, or an empty typed relation."""
+def view_sql(home: Path, table: str, con: Any = None) -> str:
+    """``CREATE OR REPLACE VIEW`` for one table: its parquet files, or an empty typed relation.
+
+    With ``con``, the files' columns are probed first so that partitions written before a
+    column was added still read (the column is null there, never invented).
+    """
     schema = TABLES[table]
     files = list((warehouse_root(home) / table).glob("run_id=*/part.parquet"))
     if files:
         source = f"read_parquet({_quote(table_glob(home, table))}, union_by_name = true, hive_partitioning = false)"
-        cols = ", ".join(f'"{n}"' for n in schema.names)
+        present = set(schema.names)
+        if con is not None:
+            present = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
+        cols = ", ".join(
+            f'"{f.name}"' if f.name in present else f'CAST(NULL AS {duckdb_type(f.type)}) AS "{f.name}"'
+            for f in schema
+        )
         if table in DIMENSIONS:
             # Dimensions are written per run; the same natural attributes are one row.
             body = f'SELECT DISTINCT ON ("{schema.names[0]}") {cols} FROM {source} ORDER BY "{schema.names[0]}"'
@@ -52,8 +62,16 @@ def view_sql(home: Path, table: str) -> str:
 
 def create_views(con: Any, home: Path) -> None:
     """Create every table's view on ``con`` (a DuckDB connection)."""
+    import duckdb
+
     for table in TABLES:
-        con.execute(view_sql(home, table))
+        try:
+            con.execute(view_sql(home, table, con))
+        except duckdb.Error as exc:
+            raise BenchrunError(
+                f"{warehouse_root(home) / table}: cannot build the {table} view ({str(exc).splitlines()[0]}); "
+                "a partition file is damaged or foreign: curate that run again or remove its run_id= directory"
+            ) from exc
 
 
 @contextlib.contextmanager
