@@ -188,3 +188,16 @@ def test_trial_statistics_round_trip_through_json(tmp_path):
     assert m["n"] == 10 and m["bca_ci_method"] == "bca_mean"  # 10 replicates: BCa shown
     # the loader ignores the statistics file itself (it is not a suite result)
     assert len(replicate_table(rd)) == 15
+
+
+@pytest.mark.slow
+def test_bca_coverage_near_nominal_with_enough_replicates():
+    rng = np.random.default_rng(5)
+    sims, n = 1000, 100
+    hits = 0
+    for i in range(sims):
+        iv = D.bca_interval(rng.normal(100, 2, n), 0.95, seed=i, n_resamples=1999)
+        hits += iv.low <= 100 <= iv.high
+    assert abs(hits / sims - 0.95) < 0.02
+    small = D.bca_interval(rng.normal(100, 2, 10), 0.95)
+    assert "undercovers" in small.note  # at n = 10 it says so (simulated: about 90 %)

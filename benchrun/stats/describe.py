@@ -158,7 +158,10 @@ def bca_interval(
     lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return Interval(math.nan, math.nan, math.nan, "none", "BCa undefined for these values")
-    return Interval(lo, hi, confidence, "bca_mean")
+    note = "" if x.size >= 100 else (
+        "BCa is approximate and undercovers with few replicates (simulated: ~90 % for a nominal 95 % "
+        "at n = 10, ~93 % at n = 40); the median interval's coverage is exact")
+    return Interval(lo, hi, confidence, "bca_mean", note)
 
 
 def summarize(values: Sequence[float], confidence: float, *, seed: int = DEFAULT_SEED) -> dict[str, Any]:
