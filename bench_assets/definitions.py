@@ -1,9 +1,8 @@
 """The Dagster code location: every asset, check, job, schedule, sensor and resource."""
 
-from __future__ import annotations
-
 import dagster as dg
 
+from bench_assets.publish_assets import hot_metrics, provenance_attestation, publish_assets
 from bench_assets.run_assets import (
     component_layer,
     end_to_end_layer,
@@ -12,21 +11,41 @@ from bench_assets.run_assets import (
     run_evidence,
     run_status_asset,
 )
+from bench_assets.stats_assets import change_points, run_report, stats_assets, stats_checks, stats_resources
+from bench_assets.warehouse_assets import warehouse_assets, warehouse_resources, warehouse_views
 from resources.launcher import LauncherResource
+from schedules import all_schedules
+from sensors import all_sensors
 
-run_status = run_status_asset([])
+# run_status settles the phase last: after the evidence, the warehouse, the report and
+# what is published (hot metrics, the signed attestation).
+run_status = run_status_asset(
+    [warehouse_views.key, run_report.key, hot_metrics.key, provenance_attestation.key]
+)
+
+run_assets = [pinned_spec, micro_layer, component_layer, end_to_end_layer, run_evidence, run_status]
+# Everything partitioned by run_id; change_points reads history across runs and runs on its own.
+partitioned = [*run_assets, *warehouse_assets, *[a for a in stats_assets if a is not change_points], *publish_assets]
 
 benchmark_run_job = dg.define_asset_job(
     "benchmark_run_job",
-    selection=dg.AssetSelection.assets(
-        pinned_spec, micro_layer, component_layer, end_to_end_layer, run_evidence, run_status
-    ),
+    selection=dg.AssetSelection.assets(*partitioned),
     executor_def=dg.in_process_executor,
     description="One BenchmarkRun, end to end, for its partition (run_id).",
 )
 
+history_job = dg.define_asset_job(
+    "history_job",
+    selection=dg.AssetSelection.assets(change_points),
+    executor_def=dg.in_process_executor,
+    description="Change points over the history of every series.",
+)
+
 defs = dg.Definitions(
-    assets=[pinned_spec, micro_layer, component_layer, end_to_end_layer, run_evidence, run_status],
-    jobs=[benchmark_run_job],
-    resources={"launcher": LauncherResource()},
+    assets=[*partitioned, change_points],
+    asset_checks=stats_checks,
+    jobs=[benchmark_run_job, history_job],
+    schedules=all_schedules,
+    sensors=all_sensors,
+    resources={"launcher": LauncherResource(), **warehouse_resources, **stats_resources},
 )

@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "benchrun.warehouse.commands",  # query, lineage, retention
     "benchrun.stats.commands",  # compare, promote, report
     "benchrun.automation.commands",  # cadence
+    "benchrun.provenance.commands",  # verify
 )
 
 

@@ -24,7 +24,9 @@ def _use_home(home: Optional[Path]) -> None:
 def _console() -> Any:
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=True)
+    import sys
+
+    return Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 
 
 def _fmt(v: Any) -> str:
