@@ -92,8 +92,10 @@ def settle_layers(rd: RunDir) -> tuple[str, list[str]]:
 
 def record_evidence(rd: RunDir, loaded: Any) -> dict[str, Any]:
     """Write manifest.json over the finished run directory, then store it write-once."""
+    from benchrun.envcapture import write_environment
     from benchrun.store import open_store, retention_days_for_class
 
+    write_environment(rd.path, rd.run_id, when="after")  # background load after the suites
     outcome, issues = settle_layers(rd)
     rd.update_status(outcome=outcome, issues=issues)
     rd.set_phase("Analyzing")

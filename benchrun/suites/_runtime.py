@@ -86,7 +86,8 @@ class SuiteContext:
                 return [type(default[0])(v) for v in value] if default else list(value)
             return type(default)(value)
         except (TypeError, ValueError):
-            raise SystemExit(
+            # A ValueError (not SystemExit) so main() records a failed replicate with this reason.
+            raise ValueError(
                 f"suite {self.suite}: parameter {name}={value!r} should be {type(default).__name__}"
             ) from None
 
