@@ -1,4 +1,4 @@
-"""Turn a tick outcome into a SensorResult: partition requests plus run requests, one result."""
+"""Glue the sensors share: default statuses, and a tick outcome as one SensorResult (partitions + runs)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,13 @@ from typing import Any
 import dagster as dg
 
 from bench_assets.partitions import benchmark_run_partitions
-from benchrun.automation.settings import JOB_NAME
+from benchrun.automation.settings import JOB_NAME, starts_on
 from benchrun.automation.ticks import Submission, TickOutcome
+
+
+def default_status(name: str, *, on: bool) -> dg.DefaultSensorStatus:
+    """The sensor's built-in default status unless BENCHRUN_AUTOMATION_ON/OFF names it."""
+    return dg.DefaultSensorStatus.RUNNING if starts_on(name, on) else dg.DefaultSensorStatus.STOPPED
 
 
 def has_runs(instance: dg.DagsterInstance, run_id: str) -> bool:

@@ -6,7 +6,7 @@ import dagster as dg
 
 from benchrun.automation.settings import JOB_NAME, RepoWatch
 from benchrun.automation.ticks import canary_tick, prepare_register
-from sensors._requests import sensor_result
+from sensors._requests import default_status, sensor_result
 
 
 @dg.sensor(
@@ -15,7 +15,7 @@ from sensors._requests import sensor_result
     minimum_interval_seconds=60,
     # Off until switched on: a canary per merge belongs on a benchmark machine, not on a
     # laptop where `make ui` was started to look at results.
-    default_status=dg.DefaultSensorStatus.STOPPED,
+    default_status=default_status("canary_sensor", on=False),
     description="For each new commit on BENCHRUN_SPEC_BRANCH, submits the specs with "
     "intent.cadence canary and automation.ci.canary true, as committed in it.",
 )

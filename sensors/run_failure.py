@@ -5,13 +5,14 @@ from __future__ import annotations
 import dagster as dg
 
 from benchrun.automation.failures import record_orchestrator_failure
+from sensors._requests import default_status
 
 
 @dg.run_failure_sensor(
     name="run_failure_sensor",
     minimum_interval_seconds=30,
     # On by default: it only writes status.json, and without it a crashed run looks Running.
-    default_status=dg.DefaultSensorStatus.RUNNING,
+    default_status=default_status("run_failure_sensor", on=True),
     description="When a benchmark_run_job run fails, its run's status.json gets phase Failed with the reason.",
 )
 def run_failure_sensor(context: dg.RunFailureSensorContext) -> dg.SkipReason | None:
@@ -24,7 +25,7 @@ def run_failure_sensor(context: dg.RunFailureSensorContext) -> dg.SkipReason | N
     run_status=dg.DagsterRunStatus.CANCELED,
     name="run_canceled_sensor",
     minimum_interval_seconds=30,
-    default_status=dg.DefaultSensorStatus.RUNNING,
+    default_status=default_status("run_canceled_sensor", on=True),
     description="When a benchmark_run_job run is cancelled, its run's status.json gets phase Failed.",
 )
 def run_canceled_sensor(context: dg.RunStatusSensorContext) -> dg.SkipReason | None:

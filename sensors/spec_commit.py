@@ -6,7 +6,7 @@ import dagster as dg
 
 from benchrun.automation.settings import JOB_NAME, RepoWatch
 from benchrun.automation.ticks import prepare_register, spec_commit_tick
-from sensors._requests import sensor_result
+from sensors._requests import default_status, sensor_result
 
 
 @dg.sensor(
@@ -15,7 +15,7 @@ from sensors._requests import sensor_result
     minimum_interval_seconds=60,
     # Off until switched on: on the project's own checkout every edit of an example spec
     # would start a benchmark on the machine someone is working on.
-    default_status=dg.DefaultSensorStatus.STOPPED,
+    default_status=default_status("spec_commit_sensor", on=False),
     description="For each new commit on BENCHRUN_SPEC_BRANCH (default main) of BENCHRUN_SPEC_REPO "
     "(default this checkout), submits the specs under specs/ it added or changed.",
 )

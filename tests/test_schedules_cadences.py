@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -93,7 +94,7 @@ def test_tick_without_matching_specs_says_why(instance, specs_dir: Path) -> None
 def test_schedule_defaults_are_deliberate() -> None:
     assert nightly_schedule.cron_schedule == DEFAULT_NIGHTLY_CRON == "15 3 * * *"
     assert nightly_schedule.execution_timezone == "UTC"
-    assert nightly_schedule.default_status == dg.DefaultScheduleStatus.RUNNING
+    assert nightly_schedule.default_status == dg.DefaultScheduleStatus.STOPPED
     assert pre_release_schedule.default_status == dg.DefaultScheduleStatus.STOPPED
     assert {s.job_name for s in (nightly_schedule, pre_release_schedule)} == {"benchmark_run_job"}
 
@@ -116,7 +117,23 @@ def test_definitions_load_with_the_schedules_and_sensors() -> None:
 def test_packages_export_the_lists_definitions_use() -> None:
     # run from the checkout, as `dagster dev` does, so the packages' __init__ modules are used
     code = ("from sensors import all_sensors; from schedules import all_schedules; "
-            "print(','.join(sorted(d.name for d in all_sensors + all_schedules)))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == ("canary_sensor,nightly_schedule,pre_release_schedule,"
-                                  "run_canceled_sensor,run_failure_sensor,spec_commit_sensor")
+            "print(' '.join(sorted(f'{d.name}={d.default_status.value}' for d in all_sensors + all_schedules)))")
+    env = {**os.environ, "BENCHRUN_AUTOMATION_ON": "nightly_schedule, spec_commit_sensor",
+           "BENCHRUN_AUTOMATION_OFF": "run_canceled_sensor"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.split() == [
+        "canary_sensor=STOPPED", "nightly_schedule=RUNNING", "pre_release_schedule=STOPPED",
+        "run_canceled_sensor=STOPPED", "run_failure_sensor=RUNNING", "spec_commit_sensor=RUNNING"]
+
+
+def test_automation_switches_reject_unknown_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchrun.automation.settings import starts_on
+
+    assert starts_on("run_failure_sensor", True) and not starts_on("canary_sensor", False)
+    monkeypatch.setenv("BENCHRUN_AUTOMATION_ON", "all")
+    assert starts_on("canary_sensor", False)
+    monkeypatch.setenv("BENCHRUN_AUTOMATION_OFF", "canary_sensor")
+    assert not starts_on("canary_sensor", False)
+    monkeypatch.setenv("BENCHRUN_AUTOMATION_ON", "nightly")
+    with pytest.raises(BenchrunError, match="BENCHRUN_AUTOMATION_ON names unknown schedules or sensors"):
+        starts_on("nightly_schedule", False)

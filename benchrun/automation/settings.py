@@ -63,3 +63,33 @@ class RepoWatch:
 
 # The partitioned job every trigger requests (defined in bench_assets/definitions.py).
 JOB_NAME = "benchmark_run_job"
+
+ENV_ON = "BENCHRUN_AUTOMATION_ON"
+ENV_OFF = "BENCHRUN_AUTOMATION_OFF"
+AUTOMATION_NAMES = (
+    "nightly_schedule", "pre_release_schedule",
+    "spec_commit_sensor", "canary_sensor", "run_failure_sensor", "run_canceled_sensor",
+)
+
+
+def _names_from_env(var: str) -> set[str]:
+    raw = {n.strip() for n in os.environ.get(var, "").split(",") if n.strip()}
+    if "all" in raw:
+        return set(AUTOMATION_NAMES)
+    unknown = sorted(raw - set(AUTOMATION_NAMES))
+    if unknown:
+        raise BenchrunError(f"{var} names unknown schedules or sensors {unknown}: use 'all' or any of "
+                            f"{', '.join(AUTOMATION_NAMES)}, comma-separated")
+    return raw
+
+
+def starts_on(name: str, built_in: bool) -> bool:
+    """The default status of a schedule or sensor: built-in, unless BENCHRUN_AUTOMATION_ON/OFF names it.
+
+    Like any Dagster default status it applies until someone toggles it in the UI or CLI;
+    the toggle is stored in the instance and wins.
+    """
+    on, off = _names_from_env(ENV_ON), _names_from_env(ENV_OFF)  # both checked, always
+    if name in off:
+        return False
+    return built_in or name in on
