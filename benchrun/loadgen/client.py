@@ -1,19 +1,32 @@
 """The asyncio HTTP/1.1 streaming client and Server-Sent-Events parser of the load generator.
 
-Why a client written on :func:`asyncio.open_connection` rather than a library: the modules
-that run inside benchmark pods may import only the standard library and numpy, and the
-standard library has no asynchronous HTTP client (``http.client`` and ``urllib`` block a
-thread per request). Owning the socket also gives exact timestamps: the monotonic clock
-(``time.perf_counter_ns``, CLOCK_MONOTONIC on Linux, shared by all processes of a host) is
-read the instant each ``read()`` returns, with no library buffer between the socket and the
-clock; every SSE event parsed from that read carries that time.
+Why a client written on asyncio sockets rather than a library: the modules that run inside
+benchmark pods may import only the standard library and numpy, and the standard library
+has no asynchronous HTTP client (``http.client`` and ``urllib`` block a thread per
+request). Owning the socket also gives exact timestamps, all on the monotonic clock
+(``time.perf_counter_ns``, CLOCK_MONOTONIC on Linux, shared by every process of a host):
 
-Supported: ``http`` and ``https``, ``Content-Length``, ``Transfer-Encoding: chunked`` and
-close-delimited bodies, keep-alive connection reuse (one pool per worker), SSE ``data:``
-events with LF or CRLF line ends, ``[DONE]``, OpenAI ``usage`` (final or continuous), and
-error objects inside the stream. Every failure ends the request as an error with a kind
-(``connect``, ``http_<status>``, ``closed``, ``malformed_sse``, ``no_done``,
-``server_error``, ``timeout``, ``empty``) and a one-line detail.
+- plain ``http``: each connection is a non-blocking socket read with ``recvmsg`` and
+  ``SO_TIMESTAMPNS`` (:class:`KernelStampedConn`), so every delivery carries the time the
+  kernel received the packet, converted from CLOCK_REALTIME to the monotonic clock; a busy
+  or descheduled client does not delay its own timestamps. (Limit: when the client has
+  not read a socket for longer than one token interval, the kernel coalesces queued
+  segments and keeps the later stamp, so a first token can be stamped late; the verdict's
+  event-loop-lag and CPU checks flag such points.)
+- ``https`` (or where the kernel gives no stamp): asyncio streams
+  (``asyncio.open_connection``'s machinery) with a StreamReader that stamps bytes in
+  ``data_received``, before any parsing coroutine runs (:class:`TimedReader`).
+
+Every SSE event takes the stamp of the delivery that carried its last byte. The send time
+is read just before the connection is taken from the pool and the request written.
+
+Supported: ``Content-Length``, ``Transfer-Encoding: chunked`` and close-delimited bodies,
+keep-alive connection reuse (one pool per worker), SSE ``data:`` events with LF or CRLF
+line ends, comments, multi-line data, ``[DONE]``, OpenAI ``usage`` (final or continuous,
+which gives tokens per chunk), and error objects inside the stream. Every failure ends the
+request as an error with a kind (``connect``, ``http_<status>``, ``closed``,
+``malformed_sse``, ``no_done``, ``server_error``, ``timeout``, ``empty``,
+``bad_response``) and a one-line detail.
 """
 
 from __future__ import annotations
@@ -263,6 +276,9 @@ class KernelStampedConn:
         self._closed = False
         self._error: OSError | None = None
         self._waiter: asyncio.Future[None] | None = None
+        self._drain_waiter: asyncio.Future[None] | None = None
+        self._wbuf = bytearray()
+        self._last_t = CLOCK()
         self._fd = sock.fileno()
         loop.add_reader(self._fd, self._on_readable)
 
@@ -310,6 +326,7 @@ class KernelStampedConn:
             self.buf += data
             self.fed += len(data)
             self.marks.append((self.fed, t if t is not None else CLOCK()))
+            self._last_t = self.marks[-1][1]
         w = self._waiter
         if w is not None and not w.done():
             w.set_result(None)
@@ -369,16 +386,66 @@ class KernelStampedConn:
     def at_eof(self) -> bool:
         return self._eof and not self.buf
 
+    def consume_stamp(self, n: int) -> int:
+        """Account for ``n`` bytes taken by readuntil/readexactly; the arrival time of the last one."""
+        self.consumed += n
+        marks = self.marks
+        while marks and marks[0][0] < self.consumed:
+            self._last_t = marks.popleft()[1]
+        if marks:
+            t = marks[0][1]
+            if marks[0][0] == self.consumed:
+                self._last_t = marks.popleft()[1]
+            return t
+        return self._last_t
+
     def write(self, data: bytes) -> None:
-        """Send ``data`` now; what the socket does not take at once follows asynchronously."""
-        if self._closed or self._eof:
-            raise ConnectionResetError("connection closed by the server")
+        """Send now; what the socket does not take is buffered and sent when writable.
+        Writing to a closed connection drops the data (the reader sees the close)."""
+        if self._closed:
+            return
+        if self._wbuf:
+            self._wbuf += data
+            return
         try:
             sent = self.sock.send(data)
         except (BlockingIOError, InterruptedError):
             sent = 0
+        except OSError as exc:
+            self._error = self._error or exc
+            self._eof = True
+            return
         if sent < len(data):
-            self.loop.create_task(self.loop.sock_sendall(self.sock, data[sent:]))
+            self._wbuf += data[sent:]
+            self.loop.add_writer(self._fd, self._on_writable)
+
+    def _on_writable(self) -> None:
+        try:
+            sent = self.sock.send(self._wbuf)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._error = self._error or exc
+            self._wbuf.clear()
+            sent = 0
+        del self._wbuf[:sent]
+        if not self._wbuf:
+            self.loop.remove_writer(self._fd)
+            self._wake_drain()
+
+    def _wake_drain(self) -> None:
+        w = self._drain_waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    async def drain(self) -> None:
+        """Wait until buffered output has been handed to the kernel (or the connection closed)."""
+        while self._wbuf and not self._closed:
+            self._drain_waiter = self.loop.create_future()
+            try:
+                await self._drain_waiter
+            finally:
+                self._drain_waiter = None
 
     def is_closing(self) -> bool:
         return self._closed or self._eof
@@ -387,10 +454,23 @@ class KernelStampedConn:
         if not self._closed:
             self._closed = True
             self.loop.remove_reader(self._fd)
+            if self._wbuf:
+                self.loop.remove_writer(self._fd)
+                self._wbuf.clear()
             self.sock.close()
             w = self._waiter
             if w is not None and not w.done():
                 w.set_result(None)
+            self._wake_drain()
+
+    def abort(self) -> None:
+        """Close with a TCP reset (no graceful FIN)."""
+        if not self._closed:
+            try:
+                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            except OSError:
+                pass
+            self.close()
 
     async def wait_closed(self) -> None:
         return None

@@ -23,11 +23,14 @@ Performance model (one engine loop, iteration-level scheduling as in vLLM/Orca):
   though asyncio sleeps with about 1 ms granularity; the engine never bursts to catch up
   more than 5 ms.
 
-Ground truth: per ``X-Request-Id`` the server records ``arrival_ns`` (request head read),
-``admitted_ns``, ``first_token_ns`` and ``last_token_ns`` (just after the socket write of
-the first / last content chunk returned), on ``time.perf_counter_ns`` (CLOCK_MONOTONIC on
-Linux, the same clock the client uses in another process on the same host). It serves
-them at ``GET /debug/requests`` and appends them to a JSONL file (``--record``).
+Ground truth: per ``X-Request-Id`` the server records ``arrival_ns`` (the kernel's receive
+stamp of the request head's last byte, ``SO_TIMESTAMPNS``, so a busy engine loop does not
+delay it), ``admitted_ns``, ``first_token_ns`` and ``last_token_ns`` (just after the
+socket write of the first / last content chunk returned), on ``time.perf_counter_ns``
+(CLOCK_MONOTONIC on Linux, the clock the client uses in another process on the same
+host). It serves them at ``GET /debug/requests`` and appends them to a JSONL file
+(``--record``). Connections are non-blocking sockets driven by asyncio
+(:class:`benchrun.loadgen.client.KernelStampedConn`), standard library only.
 
 Fault modes (server-wide ``--fault`` applied to every ``--fault-every``-th completion
 request, or per request with the header ``X-Benchrun-Fault``): ``refuse`` (the connection
@@ -45,11 +48,14 @@ import collections
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, fields
 from typing import Any
+
+from benchrun.loadgen.client import SO_TIMESTAMPNS, KernelStampedConn, realtime_offset_ns
 
 CLOCK = time.perf_counter_ns
 FAULTS = ("none", "refuse", "http500", "http429", "close_midstream", "malformed_sse", "no_done", "stall")
@@ -300,36 +306,59 @@ class RefServer:
         self.records: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
         self._record_fh = open(record_path, "a", encoding="utf-8", buffering=1) if record_path else None
         self._n = 0
-        self._server: asyncio.base_events.Server | None = None
+        self._lsock: socket.socket | None = None
         self._engine_task: asyncio.Task[None] | None = None
-        self._conns: set[asyncio.StreamWriter] = set()
+        self._accept_task: asyncio.Task[None] | None = None
+        self._conns: set[KernelStampedConn] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
         self.engine: Engine | None = None
 
     async def start(self) -> int:
         """Start listening; returns the bound port."""
         self.engine = Engine(self.perf)
         self._engine_task = asyncio.create_task(self.engine.run())
-        self._server = await asyncio.start_server(self._handle, self.host, self.port, backlog=2048, limit=1 << 16)
-        self.port = self._server.sockets[0].getsockname()[1]
+        self._lsock = socket.create_server((self.host, self.port), backlog=2048)
+        self._lsock.setblocking(False)
+        self.port = self._lsock.getsockname()[1]
+        self._offset_ns = realtime_offset_ns()
+        self._accept_task = asyncio.create_task(self._accept_loop())
         return self.port
+
+    async def _accept_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._lsock is not None
+        while True:
+            sock, _ = await loop.sock_accept(self._lsock)
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            try:
+                # kernel receive stamps make the recorded arrival independent of how busy
+                # this event loop is (see the client's KernelStampedConn)
+                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            except OSError:
+                pass
+            conn = KernelStampedConn(sock, loop, self._offset_ns)
+            task = asyncio.create_task(self._handle(conn, conn))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def close(self) -> None:
         """Stop accepting, drop open connections and stop the engine."""
-        if self._server is not None:
-            self._server.close()
+        for t in (self._accept_task, self._engine_task):
+            if t is not None:
+                t.cancel()
+                try:
+                    await t
+                except asyncio.CancelledError:
+                    pass
+        if self._lsock is not None:
+            self._lsock.close()
         for w in list(self._conns):
             w.close()
-        if self._engine_task is not None:
-            self._engine_task.cancel()
-            try:
-                await self._engine_task
-            except asyncio.CancelledError:
-                pass
-        if self._server is not None:
-            try:
-                await asyncio.wait_for(self._server.wait_closed(), 2.0)
-            except (TimeoutError, asyncio.TimeoutError):
-                pass
+        for t in list(self._tasks):
+            t.cancel()
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=2.0)
         if self._record_fh is not None:
             self._record_fh.close()
 
@@ -343,7 +372,7 @@ class RefServer:
             self._record_fh.write(json.dumps(rec, sort_keys=True) + "\n")
 
     async def _respond(
-        self, w: asyncio.StreamWriter, status: int, obj: Any, keep: bool, extra: dict[str, str] | None = None
+        self, w: KernelStampedConn, status: int, obj: Any, keep: bool, extra: dict[str, str] | None = None
     ) -> None:
         reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 429: "Too Many Requests", 500: "Internal Server Error"}
         body = json.dumps(obj).encode()
@@ -359,15 +388,15 @@ class RefServer:
         w.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
         await w.drain()
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _handle(self, reader: KernelStampedConn, writer: KernelStampedConn) -> None:
         self._conns.add(writer)
         try:
             while True:
                 try:
                     head = await reader.readuntil(b"\r\n\r\n")
-                except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, OSError):
+                except (asyncio.IncompleteReadError, ConnectionError, OSError):
                     break
-                arrival = CLOCK()
+                arrival = reader.consume_stamp(len(head))
                 lines = head.decode("latin-1").split("\r\n")
                 parts = lines[0].split(" ")
                 if len(parts) != 3:
@@ -385,6 +414,7 @@ class RefServer:
                     raw = await reader.readexactly(n) if n else b""
                 except (asyncio.IncompleteReadError, ConnectionError, OSError):
                     break
+                reader.consume_stamp(n)
                 path = target.split("?", 1)[0]
                 if method == "GET" and path == "/health":
                     await self._respond(writer, 200, {"status": "ok", "synthetic": True}, keep)
@@ -413,8 +443,8 @@ class RefServer:
 
     async def _completion(
         self,
-        writer: asyncio.StreamWriter,
-        reader: asyncio.StreamReader,
+        writer: KernelStampedConn,
+        reader: KernelStampedConn,
         headers: dict[str, str],
         raw: bytes,
         chat: bool,
@@ -459,7 +489,7 @@ class RefServer:
         if fault == "refuse":
             rec["status"] = "fault:refuse"
             self._finish_record(rec)
-            writer.transport.abort()
+            writer.abort()
             return False
         if fault in ("http500", "http429"):
             code = 500 if fault == "http500" else 429
@@ -517,7 +547,8 @@ class RefServer:
                 # keep the connection open and silent until the client gives up
                 if s.fault == "stall":
                     try:
-                        await reader.read()
+                        while await reader.read():
+                            pass
                     except (ConnectionError, OSError):
                         pass
                 self._finish_record(rec)

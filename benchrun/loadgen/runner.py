@@ -26,6 +26,7 @@ seed and worker count sends the same requests.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import pickle
@@ -43,7 +44,6 @@ from benchrun.loadgen import client as http
 from benchrun.loadgen.metrics import SLO, Pricing, VerdictPolicy, capacity_at_slo, load_stats, summarize, window_s
 from benchrun.loadgen.workload import (
     MixBucket,
-    draw_buckets,
     make_prompt,
     new_trace_context,
     split_evenly,
@@ -139,24 +139,29 @@ class SweepResult:
 
 
 class _Spec:
-    __slots__ = ("request_id", "trace_id", "traceparent", "bucket", "in_tokens", "out_tokens", "prompt", "scheduled_ns")
+    __slots__ = ("request_id", "trace_id", "bucket", "in_tokens", "out_tokens", "head", "body", "scheduled_ns")
 
 
-def _specs(cfg: SweepConfig, point_index: int, worker: int, nonce: str, n_warm: int, n: int | None) -> Any:
-    """Yield warm-up specs then measured specs (endless when ``n`` is None)."""
+def _specs(cfg: SweepConfig, endpoint: http.Endpoint, point_index: int, worker: int, nonce: str, n_warm: int, n: int | None) -> Any:
+    """Yield warm-up specs then measured specs (endless when ``n`` is None), each with its
+    request bytes already built so sending costs nothing on the measured path."""
     rng = worker_rng(cfg.seed, point_index, worker, 0)
+    cdf = np.cumsum([b.weight for b in cfg.mix])
+    cdf = cdf / cdf[-1]
     seq = 0
 
     def one(tag: str) -> _Spec:
         nonlocal seq
-        b = cfg.mix[draw_buckets(list(cfg.mix), 1, rng)[0]]
+        # one uniform draw per request (inverse CDF), so lazy and bulk drawing agree
+        b = cfg.mix[min(int(np.searchsorted(cdf, rng.random(), side="right")), len(cfg.mix) - 1)]
         s = _Spec()
         s.request_id = f"{nonce}-p{point_index}-w{worker}-{tag}{seq}"
-        s.trace_id, s.traceparent = new_trace_context()
+        s.trace_id, traceparent = new_trace_context()
         s.bucket = b.label
         s.in_tokens = b.input_tokens
         s.out_tokens = b.output_tokens
-        s.prompt = make_prompt(b.input_tokens, rng)
+        s.body = http.build_body(endpoint, cfg.model, make_prompt(b.input_tokens, rng), b.output_tokens, ignore_eos=cfg.ignore_eos, include_usage=cfg.include_usage)
+        s.head = http.build_head(endpoint, "POST", endpoint.path, len(s.body), {"X-Request-Id": s.request_id, "traceparent": traceparent})
         seq += 1
         return s
 
@@ -261,14 +266,10 @@ def _row(st: _WorkerState, spec: _Spec, out: http.Outcome, end_ns: int, point: L
     }
 
 
-async def _one(st: _WorkerState, pool: http.ConnectionPool, spec: _Spec, point: LoadPoint, point_index: int) -> tuple[dict[str, Any], int]:
-    cfg = st.cfg
-    body = http.build_body(st.endpoint, cfg.model, spec.prompt, spec.out_tokens, ignore_eos=cfg.ignore_eos, include_usage=cfg.include_usage)
-    head = http.build_head(st.endpoint, "POST", st.endpoint.path, len(body), {"X-Request-Id": spec.request_id, "traceparent": spec.traceparent})
+async def _one(pool: http.ConnectionPool, spec: _Spec, timeout_s: float) -> tuple[_Spec, http.Outcome, int]:
     out = http.Outcome()
-    await http.stream_request(pool, head, body, out, timeout_s=cfg.request_timeout_s)
-    end = CLOCK()
-    return _row(st, spec, out, end, point, point_index), end
+    await http.stream_request(pool, spec.head, spec.body, out, timeout_s=timeout_s)
+    return spec, out, CLOCK()
 
 
 async def _phase(
@@ -277,35 +278,40 @@ async def _phase(
     specs: Any,
     n: int | None,
     point: LoadPoint,
-    point_index: int,
     conc_w: int,
     rate_w: float,
     phase_s: float,
     duration_s: float | None,
     stream: int,
-) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
+    point_index: int,
+) -> list[tuple[_Spec, http.Outcome, int]]:
+    """Run one phase; returns (spec, outcome, end) triples (rows are built afterwards, off
+    the measured path)."""
+    done: list[tuple[_Spec, http.Outcome, int]] = []
+    timeout_s = st.cfg.request_timeout_s
     start = CLOCK()
     deadline = start + int(duration_s * 1e9) if duration_s is not None else None
+    it = iter(specs)
     if point.load_model == "closed_loop":
 
         async def slot() -> None:
             prev = start
             while deadline is None or CLOCK() < deadline:
-                spec = next(specs, None)
+                spec = next(it, None)
                 if spec is None:
                     return
                 spec.scheduled_ns = prev
-                row, prev = await _one(st, pool, spec, point, point_index)
-                rows.append(row)
+                item = await _one(pool, spec, timeout_s)
+                prev = item[2]
+                done.append(item)
 
         await asyncio.gather(*(slot() for _ in range(conc_w)))
-        return rows
+        return done
     rng = worker_rng(st.cfg.seed, point_index, st.worker, stream)
     offsets = _arrivals(point, rate_w, n, duration_s, rng, phase_s)
     tasks = []
     for off in offsets:
-        spec = next(specs, None)
+        spec = next(it, None)
         if spec is None:
             break
         target = start + int(off * 1e9)
@@ -313,10 +319,9 @@ async def _phase(
         if delay > 0:
             await asyncio.sleep(delay / 1e9)
         spec.scheduled_ns = target
-        tasks.append(asyncio.ensure_future(_one(st, pool, spec, point, point_index)))
-    for r in await asyncio.gather(*tasks):
-        rows.append(r[0])
-    return rows
+        tasks.append(asyncio.ensure_future(_one(pool, spec, timeout_s)))
+    done.extend(await asyncio.gather(*tasks))
+    return done
 
 
 async def _probe_loop(samples: list[float], stop: asyncio.Event, interval_s: float = 0.005) -> None:
@@ -326,7 +331,15 @@ async def _probe_loop(samples: list[float], stop: asyncio.Event, interval_s: flo
         samples.append(max(0.0, (CLOCK() - t0) / 1e6 - interval_s * 1e3))
 
 
-async def _run_point(cfg: SweepConfig, point_index: int, worker: int, n_workers: int, nonce: str, start_at_ns: int | None) -> dict[str, Any]:
+async def _run_point(
+    cfg: SweepConfig,
+    point_index: int,
+    worker: int,
+    n_workers: int,
+    nonce: str,
+    start_at_ns: int | None,
+    barrier: Callable[[], int] | None = None,
+) -> dict[str, Any]:
     point = cfg.points[point_index]
     st = _WorkerState(cfg, worker)
     if point.load_model == "closed_loop":
@@ -346,7 +359,10 @@ async def _run_point(cfg: SweepConfig, point_index: int, worker: int, n_workers:
         return result
     # constant arrivals from several workers interleave: worker w starts w/rate later
     phase_s = (worker / point.offered_load) if point.load_model == "open_loop" and point.arrival == "constant" else 0.0
-    specs = _specs(cfg, point_index, worker, nonce, warm_w, n_w)
+    specs = _specs(cfg, st.endpoint, point_index, worker, nonce, warm_w, n_w)
+    warm_specs = [next(specs) for _ in range(warm_w)]
+    # a count-ended phase is built in full before it starts; a timed one lazily
+    measured: Any = list(specs) if n_w is not None else specs
     pool = http.ConnectionPool(st.endpoint)
     if start_at_ns is not None:
         delay = start_at_ns - CLOCK()
@@ -354,22 +370,30 @@ async def _run_point(cfg: SweepConfig, point_index: int, worker: int, n_workers:
             await asyncio.sleep(delay / 1e9)
     try:
         if warm_w:
-            warm_specs = (next(specs) for _ in range(warm_w))
-            wrows = await _phase(st, pool, warm_specs, warm_w, point, point_index, min(conc_w, warm_w) if conc_w else 0, rate_w, phase_s, None, 2)
-            result["warmup_rows"] = len(wrows)
-            result["warmup_errors"] = sum(1 for r in wrows if r["error"] is not None)
+            wdone = await _phase(st, pool, warm_specs, warm_w, point, min(conc_w, warm_w) if conc_w else 0, rate_w, phase_s, None, 2, point_index)
+            result["warmup_rows"] = len(wdone)
+            result["warmup_errors"] = sum(1 for _, o, _ in wdone if o.error is not None)
+        if barrier is not None:
+            # all workers start measuring together (nothing is in flight at this point)
+            go = barrier() - CLOCK()
+            if go > 0:
+                await asyncio.sleep(go / 1e9)
         stop = asyncio.Event()
         lags: list[float] = []
         probe = asyncio.ensure_future(_probe_loop(lags, stop))
+        gc.collect()
+        gc.freeze()  # older objects out of the collector's way while measuring
         cpu0, wall0 = time.process_time(), time.perf_counter()
-        rows = await _phase(st, pool, specs, n_w, point, point_index, conc_w, rate_w, phase_s, cfg.duration_s, 1)
+        done = await _phase(st, pool, measured, n_w, point, conc_w, rate_w, phase_s, cfg.duration_s, 1, point_index)
         cpu1, wall1 = time.process_time(), time.perf_counter()
+        gc.unfreeze()
         stop.set()
         await probe
-        result["rows"] = rows
+        result["rows"] = [_row(st, spec, out, end, point, point_index) for spec, out, end in done]
         result["cpu_frac"] = (cpu1 - cpu0) / max(wall1 - wall0, 1e-9)
         result["loop_lag_ms"] = lags
         result["connections"] = pool.opened
+        result["kernel_timestamps"] = pool.kernel_timestamps
     finally:
         await pool.close()
     return result
@@ -398,13 +422,19 @@ def _worker_main() -> None:
     inp, outp = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # stray prints must not corrupt the frames
     cfg, worker, n_workers, nonce = _recv(inp)
+    _send(outp, ("ready",))
+
+    def barrier() -> int:
+        _send(outp, ("warm",))
+        return int(_recv(inp)[1])
+
     while True:
         msg = _recv(inp)
         if msg is None:
             break
         point_index, start_at_ns = msg
         try:
-            res = asyncio.run(_run_point(cfg, point_index, worker, n_workers, nonce, start_at_ns))
+            res = asyncio.run(_run_point(cfg, point_index, worker, n_workers, nonce, start_at_ns, barrier))
         except Exception as exc:  # reported to the parent, which fails the sweep
             res = {"fatal": f"{type(exc).__name__}: {exc}"}
         _send(outp, res)
@@ -426,15 +456,22 @@ class _Workers:
                 )
                 self.procs.append(p)
                 _send(p.stdin, (cfg, w, cfg.workers, nonce))
+            for p in self.procs:
+                _recv(p.stdout)  # ("ready",): imports done
         except BaseException:
             self.close()
             raise
 
     def run_point(self, point_index: int) -> list[dict[str, Any]]:
-        start_at = CLOCK() + 300_000_000  # all workers start together
+        start_at = CLOCK() + 50_000_000  # all workers start the warm-up together
         for p in self.procs:
             _send(p.stdin, (point_index, start_at))
-        results = [_recv(p.stdout) for p in self.procs]
+        first = [_recv(p.stdout) for p in self.procs]
+        waiting = [i for i, m in enumerate(first) if isinstance(m, tuple) and m == ("warm",)]
+        go = CLOCK() + 20_000_000
+        for i in waiting:
+            _send(self.procs[i].stdin, ("go", go))
+        results = [_recv(self.procs[i].stdout) if i in waiting else first[i] for i in range(len(self.procs))]
         fatal = [r["fatal"] for r in results if "fatal" in r]
         if fatal:
             raise RuntimeError(f"load generator worker failed: {fatal[0]}")
@@ -524,6 +561,7 @@ def run_sweep(cfg: SweepConfig, progress: Callable[[dict[str, Any]], None] | Non
                 "warmup_errors": sum(r["warmup_errors"] for r in results),
                 "client_cpu_by_worker": [r["cpu_frac"] for r in results],
                 "connections_opened": sum(r["connections"] for r in results),
+                "receive_timestamps": "kernel (SO_TIMESTAMPNS)" if any(r.get("kernel_timestamps") for r in results) else "event loop",
             }
             context["points"].append(info)
             log.info("point %s: %d requests, %d errors, verdict %s", point.label, pt_summaries[0]["n_requests"], pt_summaries[0]["n_errors"], pt_summaries[0]["verdict"])

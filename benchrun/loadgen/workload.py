@@ -140,8 +140,8 @@ def make_prompt(n_words: int, rng: np.random.Generator) -> str:
 def worker_rng(seed: int, point_index: int, worker: int, stream: int) -> np.random.Generator:
     """The generator for one (point, worker, stream); identical inputs give identical draws.
 
-    ``stream`` 0 draws buckets and prompts, 1 draws arrival times, so changing the load
-    model never changes which requests are sent.
+    ``stream`` 0 draws buckets and prompts, 1 the measured arrival times and 2 the
+    warm-up's, so changing the load model never changes which requests are sent.
     """
     return np.random.default_rng([int(seed), int(point_index), int(worker), int(stream)])
 
