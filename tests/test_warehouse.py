@@ -170,6 +170,7 @@ def _cli(home: Path, *args: str) -> subprocess.CompletedProcess:
                           cwd=REPO, timeout=120)
 
 
+@pytest.mark.slow
 def test_cli_query_lineage_and_tamper(tmp_path: Path) -> None:
     run_dir, manifest = _stored_run(tmp_path, "run-a")
     curate_run(run_dir, tmp_path, manifest)
