@@ -12,7 +12,13 @@ from bench_assets.run_assets import (
     run_status_asset,
 )
 from bench_assets.stats_assets import change_points, run_report, stats_assets, stats_checks, stats_resources
-from bench_assets.warehouse_assets import warehouse_assets, warehouse_resources, warehouse_views
+from bench_assets.warehouse_assets import (
+    warehouse_assets,
+    warehouse_resources,
+    warehouse_retention,
+    warehouse_run_assets,
+    warehouse_views,
+)
 from resources.launcher import LauncherResource
 from schedules import all_schedules
 from sensors import all_sensors
@@ -25,7 +31,7 @@ run_status = run_status_asset(
 
 run_assets = [pinned_spec, micro_layer, component_layer, end_to_end_layer, run_evidence, run_status]
 # Everything partitioned by run_id; change_points reads history across runs and runs on its own.
-partitioned = [*run_assets, *warehouse_assets, *[a for a in stats_assets if a is not change_points], *publish_assets]
+partitioned = [*run_assets, *warehouse_run_assets, *[a for a in stats_assets if a is not change_points], *publish_assets]
 
 benchmark_run_job = dg.define_asset_job(
     "benchmark_run_job",
@@ -41,10 +47,17 @@ history_job = dg.define_asset_job(
     description="Change points over the history of every series.",
 )
 
+retention_job = dg.define_asset_job(
+    "retention_job",
+    selection=dg.AssetSelection.assets(warehouse_retention),
+    executor_def=dg.in_process_executor,
+    description="Warehouse retention (dry run unless configured with apply: true).",
+)
+
 defs = dg.Definitions(
-    assets=[*partitioned, change_points],
+    assets=[*run_assets, *warehouse_assets, *stats_assets, *publish_assets],
     asset_checks=stats_checks,
-    jobs=[benchmark_run_job, history_job],
+    jobs=[benchmark_run_job, history_job, retention_job],
     schedules=all_schedules,
     sensors=all_sensors,
     resources={"launcher": LauncherResource(), **warehouse_resources, **stats_resources},

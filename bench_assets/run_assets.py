@@ -101,8 +101,12 @@ def run_status_asset(extra_deps: list[dg.AssetKey]) -> dg.AssetsDefinition:
               group_name=GROUP, kinds={"json"})
     def _run_status(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         """The run's final phase and conditions in status.json."""
+        from benchrun.warehouse import curate_run
+
         rd = RunDir.for_run(context.partition_key)
         st = lifecycle.finalize(rd)
+        # The run fact was curated while the run was Analyzing; record its final phase.
+        curate_run(rd.path, rd.home, tables=["benchmark_run_fact"])
         conds = [{"type": c["type"], "status": c["status"], "reason": c["reason"]} for c in st["conditions"]]
         return dg.MaterializeResult(
             metadata={
