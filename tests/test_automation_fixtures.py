@@ -16,21 +16,10 @@ _BASE: dict[str, Any] | None = None
 
 
 def definitions() -> Any:
-    """The project's Definitions, plus this issue's schedules and sensors until they are wired in."""
-    import dagster as dg
-
+    """The project's code location (bench_assets.definitions), with these schedules and sensors."""
     from bench_assets.definitions import defs
-    from schedules.cadences import nightly_schedule, pre_release_schedule
-    from sensors.canary import canary_sensor
-    from sensors.run_failure import run_canceled_sensor, run_failure_sensor
-    from sensors.spec_commit import spec_commit_sensor
 
-    if any(s.name == "spec_commit_sensor" for s in defs.sensors or []):
-        return defs
-    return dg.Definitions.merge(defs, dg.Definitions(
-        schedules=[nightly_schedule, pre_release_schedule],
-        sensors=[spec_commit_sensor, canary_sensor, run_failure_sensor, run_canceled_sensor],
-    ))
+    return defs
 
 
 def spec_doc(name: str, cadence: str = "nightly", *, canary: bool = False, nightly: bool = False,
