@@ -106,6 +106,21 @@ def interval_width_within_budget(context: dg.AssetCheckExecutionContext) -> dg.A
 
 
 @dg.asset_check(asset=trial_statistics,
+                description="Each serving point saw enough successful requests for a bounded p99 interval.")
+def p99_has_enough_requests(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+    st = _stats(context.partition_key)
+    tails = st.tails
+    short = tails[~tails["trustworthy"].astype(bool)] if len(tails) else tails
+    return dg.AssetCheckResult(
+        passed=short.empty, severity=dg.AssetCheckSeverity.WARN,
+        metadata={"points": len(tails), "too_few": len(short),
+                  "required": int(tails["n_required"].iloc[0]) if len(tails) else 0,
+                  "short": dg.MetadataValue.md(_md(short.head(50).to_dict(orient="records"),
+                                                   ["suite", "replicate", "point", "bucket", "quantity", "n_requests"]))},
+    )
+
+
+@dg.asset_check(asset=trial_statistics,
                 description="Every published number walks back to its digests and hashed raw files.")
 def lineage_complete(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
     st = _stats(context.partition_key)
@@ -191,5 +206,6 @@ def run_report(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
 
 
 stats_assets = [trial_statistics, baseline_comparison, change_points, run_report]
-stats_checks = [enough_replicates, no_outliers, interval_width_within_budget, lineage_complete, no_gating_regression]
+stats_checks = [enough_replicates, no_outliers, interval_width_within_budget, lineage_complete, no_gating_regression,
+                p99_has_enough_requests]
 stats_resources = {"confirm_round": ConfirmRoundResource()}

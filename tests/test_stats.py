@@ -119,8 +119,16 @@ def test_quantile_interval_and_p99_sample_size():
     iv, bounded = D.quantile_interval(x, 0.99, 0.95)
     assert bounded and iv.low <= np.quantile(x, 0.99) <= iv.high
     assert iv.coverage >= 0.95
-    _, bounded_small = D.quantile_interval(x[:200], 0.99, 0.95)
-    assert not bounded_small
+    small, bounded_small = D.quantile_interval(x[:200], 0.99, 0.95)
+    assert not bounded_small and small.high == math.inf and small.low <= 198
+    # simulated coverage of the bounded interval matches the stated one
+    rng = np.random.default_rng(9)
+    n, hits, true_p99 = 1000, 0, -np.log(0.01)  # exponential(1)
+    for _ in range(1000):
+        iv, _ = D.quantile_interval(rng.exponential(size=n), 0.99, 0.95)
+        hits += iv.low <= true_p99 <= iv.high
+    stated = D.quantile_interval(np.arange(n), 0.99, 0.95)[0].coverage
+    assert stated >= 0.95 and abs(hits / 1000 - stated) < 0.02
 
 
 def test_tail_intervals_per_point_and_bucket():

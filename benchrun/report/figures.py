@@ -39,13 +39,12 @@ def strip_plot(replicates: "pd.DataFrame", summary: "pd.DataFrame", title: str, 
         s = summary[(summary["case"] == case) & (summary["metric"] == metric)].iloc[0]
         x = rng.uniform(-0.15, 0.15, size=len(r))
         out = r["outlier"].to_numpy(bool)
-        ax.scatter(x[~out], r["value"][~out], s=22, color="#2e86c1", label="replicate")
+        ax.scatter(x[~out], r["value"][~out], s=22, color="#2e86c1")
         if out.any():
-            ax.scatter(x[out], r["value"][out], s=40, color="#c0392b", marker="x", label="outlier (kept)")
+            ax.scatter(x[out], r["value"][out], s=40, color="#c0392b", marker="x")
         ax.axhline(s["median"], color="black", lw=1)
         if np.isfinite(s.get("median_ci_low", np.nan)):
-            ax.axhspan(s["median_ci_low"], s["median_ci_high"], color="#f5b041", alpha=0.3,
-                       label=f"median CI ({s['median_ci_coverage']:.1%})")
+            ax.axhspan(s["median_ci_low"], s["median_ci_high"], color="#f5b041", alpha=0.3)
         ax.set_xlim(-0.5, 0.5)
         ax.set_xticks([])
         ax.set_title(f"{metric}" + (f"\n[{case}]" if case else ""), fontsize=8)
@@ -53,8 +52,14 @@ def strip_plot(replicates: "pd.DataFrame", summary: "pd.DataFrame", title: str, 
         ax.tick_params(labelsize=7)
     for ax in list(axes.flat)[len(keys):]:
         ax.axis("off")
-    handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=7, frameon=False)
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles = [Line2D([], [], ls="", marker="o", color="#2e86c1", label="replicate"),
+               Line2D([], [], ls="", marker="x", color="#c0392b", label="MAD outlier (|z| > 3.5, kept)"),
+               Line2D([], [], color="black", label="median"),
+               Patch(color="#f5b041", alpha=0.3, label="median interval (coverage in the table)")]
+    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=7, frameon=False)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0.05, 1, 0.97))
     return _png(fig)

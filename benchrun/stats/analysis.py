@@ -85,7 +85,11 @@ def read_trial_statistics(run_dir: str | os.PathLike[str]) -> TrialStatistics:
     doc = json.loads(path.read_text(encoding="utf-8"))
 
     def frame(rows: list[dict[str, Any]]) -> "pd.DataFrame":
-        return pd.DataFrame(rows).fillna(value=math.nan) if rows else pd.DataFrame()
+        df = pd.DataFrame(rows)
+        for col in df.columns:  # JSON null: NaN in numeric columns, and in all-null ones
+            if df[col].isna().all():
+                df[col] = math.nan
+        return df
 
     reps = frame(doc["replicates"])
     if not reps.empty:

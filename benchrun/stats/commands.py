@@ -40,27 +40,28 @@ def compare(
         typer.echo(json.dumps(out, indent=2, default=str))
         return
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     import sys
 
     console = Console(width=None if sys.stdout.isatty() else 200)
-    console.print(gate.message())
+    console.print(escape(gate.message()))
     table = Table(title=f"{candidate} vs {baseline} (confidence {result.confidence:.0%}; ratio > 1 is better)")
     for col in ("metric", "gating", "baseline", "candidate", "ratio", "interval", "p", "p adj", "verdict"):
         table.add_column(col, justify="left" if col in ("metric", "verdict") else "right")
     colors = {"regression": "red", "improvement": "green", "no_change": "blue", "inconclusive": "white"}
     for r in records:
         table.add_row(
-            r["metric"], "★" if r["gating"] else "", _num(r["baseline_median"]), _num(r["candidate_median"]),
+            escape(r["metric"]), "★" if r["gating"] else "", _num(r["baseline_median"]), _num(r["candidate_median"]),
             _num(r["ratio"]), f"[{_num(r['ci_low'])}, {_num(r['ci_high'])}]", _num(r["p_value"]),
             _num(r["p_adjusted"]), f"[{colors[r['verdict']]}]{r['verdict']}[/]",
         )
     console.print(table)
     for note in result.notes:
-        console.print(f"note: {note}")
+        console.print(f"note: {escape(note)}")
     cond = result.condition()
-    console.print(f"RegressionDetected={cond['status']} ({cond['reason']}): {cond['message']}")
+    console.print(escape(f"RegressionDetected={cond['status']} ({cond['reason']}): {cond['message']}"))
 
 
 def promote(

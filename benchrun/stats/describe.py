@@ -115,13 +115,14 @@ def quantile_interval(values: Sequence[float], q: float, confidence: float) -> t
     lows = np.nonzero(cdf[:n] <= alpha / 2)[0]  # candidates for l-1
     highs = np.nonzero(cdf[:n] >= 1 - alpha / 2)[0]  # candidates for u-1
     bounded = lows.size > 0 and highs.size > 0
-    l_idx = int(lows[-1]) + 1 if lows.size else 1
-    u_idx = int(highs[0]) + 1 if highs.size else n
-    lower_cdf = cdf[l_idx - 1] if lows.size else 0.0
-    upper_cdf = cdf[u_idx - 1] if highs.size else 1.0
-    cov = float(upper_cdf - lower_cdf)
+    # Without the order statistic a side needs, that side is unbounded (±inf), never x(1) or x(n):
+    # [x(l), x(n)] covers the p99 only when x(n) exceeds it, which few samples rarely do.
+    low = float(x[int(lows[-1])]) if lows.size else -math.inf
+    high = float(x[int(highs[0])]) if highs.size else math.inf
+    lower_cdf = float(cdf[int(lows[-1])]) if lows.size else 0.0
+    upper_cdf = float(cdf[int(highs[0])]) if highs.size else 1.0
     note = "" if bounded else f"only {n} samples: too few for a bounded {q:g}-quantile interval"
-    return Interval(float(x[l_idx - 1]), float(x[u_idx - 1]), cov, "order_statistic", note), bounded
+    return Interval(low, high, upper_cdf - lower_cdf, "order_statistic", note), bounded
 
 
 def min_samples_for_quantile(q: float, confidence: float) -> int:
