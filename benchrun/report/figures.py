@@ -76,6 +76,19 @@ def forest_plot(rows: list[dict[str, Any]], title: str) -> bytes:
         ax.plot([r["ci_low"], r["ci_high"]], [i, i], color=color, lw=2)
         ax.plot([r["ratio"]], [i], "o" if r.get("gating") else "s", color=color, ms=6)
     ax.axvline(1.0, color="black", lw=0.8)
+    # ratios live on a log scale; very wide intervals are clipped at 1/4 and 4 (arrows mark it)
+    lo_lim, hi_lim = 0.25, 4.0
+    ax.set_xscale("log")
+    ax.set_xlim(lo_lim, hi_lim)
+    for i, r in enumerate(rows):
+        if r["ci_low"] < lo_lim:
+            ax.annotate("◀", (lo_lim, i), fontsize=7, va="center", ha="left")
+        if r["ci_high"] > hi_lim:
+            ax.annotate("▶", (hi_lim, i), fontsize=7, va="center", ha="right")
+    ticks = [0.25, 0.5, 0.8, 0.9, 1.0, 1.1, 1.25, 2.0, 4.0]
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([f"{t:g}" for t in ticks], fontsize=7)
+    ax.minorticks_off()
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([("★ " if r.get("gating") else "") + str(r["metric"]) for r in rows], fontsize=7)
     ax.invert_yaxis()
