@@ -186,7 +186,9 @@ def pushgateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = _free_port()
     log = tmp_path_factory.mktemp("pushgateway") / "pushgateway.log"
     with log.open("wb") as fh:
-        proc = subprocess.Popen([str(PUSHGATEWAY), f"--web.listen-address=127.0.0.1:{port}"],
+        # Debian's build persists to /var/lib/prometheus/pushgateway.data by default, which
+        # would leak groups between test runs: an empty --persistence.file keeps it in memory.
+        proc = subprocess.Popen([str(PUSHGATEWAY), f"--web.listen-address=127.0.0.1:{port}", "--persistence.file="],
                                 stdout=fh, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
