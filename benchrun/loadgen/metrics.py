@@ -6,6 +6,8 @@ Definitions follow CONTRACT.md §5; the field names are those of
 from several worker processes are merged first and the percentiles computed once over the
 merged rows (percentiles are never averaged).
 
+- ``n_requests`` counts completed requests, ``n_errors`` failed ones (``error_kinds``
+  splits them by kind); distributions are over completed requests only.
 - Percentiles: ``numpy.percentile`` with linear interpolation; ``std`` is the population
   standard deviation (ddof=0, as vLLM reports it).
 - ``window_s``: first measured send to the last measured request's end (success or error).
