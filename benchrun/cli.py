@@ -22,7 +22,7 @@ app = typer.Typer(
 # pandas) stay inside the command functions so `benchrun validate` starts fast.
 COMMAND_MODULES = (
     "benchrun.spec.commands",  # validate, digest, crd
-    "benchrun.commands",  # run, submit, runs, show, cadence
+    "benchrun.commands",  # run, submit, runs, show
     "benchrun.loadgen.commands",  # loadgen, refserver
     "benchrun.warehouse.commands",  # query, lineage, retention
     "benchrun.stats.commands",  # compare, promote, report
