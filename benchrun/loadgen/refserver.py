@@ -51,6 +51,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -711,7 +712,9 @@ class ServerProcess:
         env = dict(os.environ)
         env.pop("DAGSTER_PIPES_CONTEXT", None)
         env.pop("DAGSTER_PIPES_MESSAGES", None)
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+        # stderr to a file: a pipe nobody drains would block the server once full
+        self._stderr = tempfile.TemporaryFile(mode="w+", prefix="benchrun-refserver-", suffix=".log")
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self._stderr, env=env, text=True)
         self.info = self._read_announce(start_timeout_s)
         self.port = int(self.info["port"])
         self.url = f"http://127.0.0.1:{self.port}"
@@ -730,10 +733,17 @@ class ServerProcess:
             raise RuntimeError(f"reference server did not start within {timeout_s:g} s")
         line = self.proc.stdout.readline()
         if not line:
-            err = self.proc.stderr.read() if self.proc.stderr else ""
             self.stop()
-            raise RuntimeError(f"reference server exited at start: {err.strip()[-400:]}")
+            raise RuntimeError(f"reference server exited at start: {self.stderr_tail()}")
         return json.loads(line)
+
+    def stderr_tail(self, n: int = 400) -> str:
+        """The last ``n`` characters the server wrote to stderr."""
+        try:
+            self._stderr.seek(0)
+            return self._stderr.read()[-n:].strip()
+        except (OSError, ValueError):
+            return ""
 
     def stop(self) -> None:
         """Terminate the child and wait for it."""
@@ -744,9 +754,9 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
-        for fh in (self.proc.stdout, self.proc.stderr):
-            if fh is not None:
-                fh.close()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self._stderr.close()
 
     def __enter__(self) -> "ServerProcess":
         return self

@@ -74,8 +74,11 @@ def workload_inputs(ctx: Any) -> tuple[str, list[MixBucket], str, SLO | None, Pr
     return model, mix, load_model, slo, pricing, notes
 
 
-def run_serving_suite(ctx: Any, points: list[LoadPoint], requests_per_point: int | None, duration_s: float | None) -> SweepResult:
-    """Run ``points`` against the endpoint (or a self-started reference server) and report."""
+def run_serving_suite(
+    ctx: Any, points: list[LoadPoint], requests_per_point: int | None, duration_s: float | None, *, sweep: bool = True
+) -> SweepResult:
+    """Run ``points`` against the endpoint (or a self-started reference server) and report;
+    ``sweep`` adds ``capacity_at_slo`` across the points."""
     model, mix, _, slo, pricing, notes = workload_inputs(ctx)
     try:
         policy = VerdictPolicy.from_dict(ctx.params.get("verdict"))
@@ -117,11 +120,11 @@ def run_serving_suite(ctx: Any, points: list[LoadPoint], requests_per_point: int
     finally:
         if server is not None:
             server.stop()
-    report(ctx, result, mix, notes)
+    report(ctx, result, mix, notes, sweep=sweep)
     return result
 
 
-def report(ctx: Any, result: SweepResult, mix: list[MixBucket], notes: dict[str, Any]) -> None:
+def report(ctx: Any, result: SweepResult, mix: list[MixBucket], notes: dict[str, Any], *, sweep: bool = True) -> None:
     """Write the parquet and figures, fill ``ctx.serving``, metrics and context."""
     raw = ctx.raw_file("requests", "parquet")
     consts = {"run_id": ctx.run_id, "benchmark_case_id": ctx.case_id, "suite": ctx.suite}
@@ -141,10 +144,10 @@ def report(ctx: Any, result: SweepResult, mix: list[MixBucket], notes: dict[str,
             value = s.get(fld)
             if value is not None:
                 ctx.add_metric(name, value, unit, direction, case=s["point"])
-    if result.capacity_at_slo is not None:
+    if sweep and result.capacity_at_slo is not None:
         unit = "concurrency" if result.summaries and result.summaries[0]["load_model"] == "closed_loop" else "req/s"
         ctx.add_metric("capacity_at_slo", result.capacity_at_slo, unit, "higher", case="sweep")
-    elif any(s.get("n_good") is not None for s in result.summaries):
+    elif sweep and any(s.get("n_good") is not None for s in result.summaries):
         ctx.context["capacity_at_slo"] = "absent: no point of the sweep met the SLO at p99"
     ctx.context["loadgen"] = result.context
     ctx.context["mix"] = format_mix(mix)

@@ -33,7 +33,7 @@ def run(ctx: SuiteContext) -> None:
         raise BenchrunError(f"serving_workflow: bad load point: {exc}") from None
     duration = ctx.params.get("duration_s")
     requests = None if duration is not None else int(ctx.param("requests", 32))
-    run_serving_suite(ctx, [point], requests, float(duration) if duration is not None else None)
+    run_serving_suite(ctx, [point], requests, float(duration) if duration is not None else None, sweep=False)
 
 
 if __name__ == "__main__":
