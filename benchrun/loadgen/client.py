@@ -38,6 +38,7 @@ import os
 import socket
 import ssl
 import struct
+import sys
 import time
 import urllib.parse
 from dataclasses import dataclass
@@ -233,8 +234,20 @@ class TimedReader(asyncio.StreamReader):
         return out
 
 
-# Linux: SO_TIMESTAMPNS / SCM_TIMESTAMPNS (not exported by Python's socket module).
-SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+# Linux: SO_TIMESTAMPNS == SCM_TIMESTAMPNS == 35 (not exported by Python's socket module);
+# elsewhere no kernel stamps are asked for and event-loop delivery times are used.
+SO_TIMESTAMPNS: int | None = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform.startswith("linux") else None)
+
+
+def enable_kernel_timestamps(sock: socket.socket) -> bool:
+    """Ask the kernel to stamp received data on ``sock``; False where it cannot."""
+    if SO_TIMESTAMPNS is None:
+        return False
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    except OSError:
+        return False
+    return True
 
 
 def realtime_offset_ns() -> int:
@@ -298,10 +311,7 @@ class KernelStampedConn:
                 last = exc
                 continue
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-            except OSError:
-                pass
+            enable_kernel_timestamps(sock)
             return cls(sock, loop, offset_ns)
         raise last or OSError(f"no address for {host}:{port}")
 
@@ -493,7 +503,7 @@ class ConnectionPool:
         self._idle: list[_Conn] = []
         self._ssl = ssl.create_default_context() if endpoint.scheme == "https" else None
         self.opened = 0
-        self.kernel_timestamps = kernel_timestamps and endpoint.scheme == "http"
+        self.kernel_timestamps = kernel_timestamps and endpoint.scheme == "http" and SO_TIMESTAMPNS is not None
         self._offset_ns = realtime_offset_ns()
 
     async def acquire(self) -> tuple[_Conn, bool]:

@@ -56,7 +56,7 @@ import time
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from benchrun.loadgen.client import SO_TIMESTAMPNS, KernelStampedConn, realtime_offset_ns
+from benchrun.loadgen.client import KernelStampedConn, enable_kernel_timestamps, realtime_offset_ns
 
 CLOCK = time.perf_counter_ns
 FAULTS = ("none", "refuse", "http500", "http429", "close_midstream", "malformed_sse", "no_done", "stall")
@@ -332,12 +332,9 @@ class RefServer:
             sock, _ = await loop.sock_accept(self._lsock)
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            try:
-                # kernel receive stamps make the recorded arrival independent of how busy
-                # this event loop is (see the client's KernelStampedConn)
-                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-            except OSError:
-                pass
+            # kernel receive stamps make the recorded arrival independent of how busy this
+            # event loop is (see the client's KernelStampedConn)
+            enable_kernel_timestamps(sock)
             conn = KernelStampedConn(sock, loop, self._offset_ns)
             task = asyncio.create_task(self._handle(conn, conn))
             self._tasks.add(task)
