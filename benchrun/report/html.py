@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from benchrun.report import figures as F
-from benchrun.stats.analysis import TrialStatistics, trial_statistics_for_run
+from benchrun.stats.analysis import TrialStatistics, read_trial_statistics
 from benchrun.stats.changepoint import change_points, hardware_key, history_table
 from benchrun.stats.load import delta_pct, load_run, serving_rows, slo_lines
 from benchrun.suites.result import atomic_write_text
@@ -77,7 +77,7 @@ def build_report(run_dir: str | os.PathLike[str], *, home: Path | None = None,
     """Write ``reports/<run_id>_report.html`` and the figures under ``figures/``; return the report path."""
     run = load_run(run_dir)
     rid = run.run_id
-    stats = stats or trial_statistics_for_run(run.path)
+    stats = stats or read_trial_statistics(run.path)  # the asset's file when present, else computed
     figs: list[tuple[str, str, bytes]] = []  # (section, caption, png)
 
     for suite in sorted(stats.summary["suite"].unique()) if not stats.summary.empty else []:
