@@ -51,10 +51,10 @@ async def _serve_once(pieces: list[bytes], delay_s: float = 0.0):
     return server, server.sockets[0].getsockname()[1], seen
 
 
-async def _request(pieces, api="completions", delay_s=0.0, n=1, timeout_s=5.0):
+async def _request(pieces, api="completions", delay_s=0.0, n=1, timeout_s=5.0, kernel=True):
     server, port, seen = await _serve_once(pieces, delay_s)
     ep = Endpoint.from_url(f"http://127.0.0.1:{port}", api)
-    pool = ConnectionPool(ep)
+    pool = ConnectionPool(ep, kernel_timestamps=kernel)
     outs = []
     try:
         for i in range(n):
@@ -82,9 +82,10 @@ def test_endpoint_from_url():
         Endpoint.from_url("h:8000")
 
 
-def test_chunked_stream_with_usage_reuses_connection_and_sends_headers():
+@pytest.mark.parametrize("kernel", [True, False], ids=["kernel-stamps", "event-loop-stamps"])
+def test_chunked_stream_with_usage_reuses_connection_and_sends_headers(kernel):
     body = _chunked(_ev("a"), _ev("b"), _ev("c") + _ev(None, {"prompt_tokens": 3, "completion_tokens": 3}), b"data: [DONE]\n\n")
-    outs, seen, pool = run(_request([HEAD_CHUNKED + body], n=2))
+    outs, seen, pool = run(_request([HEAD_CHUNKED + body], n=2, kernel=kernel))
     for o in outs:
         assert o.error is None
         assert len(o.chunk_ns) == 3 and o.chunk_tokens == [1, 1, 1]
@@ -96,14 +97,16 @@ def test_chunked_stream_with_usage_reuses_connection_and_sends_headers():
     assert b"X-Request-Id: r0\r\n" in seen[0] and b"traceparent: 00-" + b"a" * 32 in seen[0]
 
 
-def test_events_split_across_reads_crlf_and_multiline_data_and_comments():
+@pytest.mark.parametrize("kernel", [True, False], ids=["kernel-stamps", "event-loop-stamps"])
+def test_events_split_across_reads_crlf_and_multiline_data_and_comments(kernel):
     ev = _ev("hello").replace(b"\n", b"\r\n")
     raw = HEAD_CHUNKED + _chunked(b": keep-alive\r\n\r\n", ev, b'data: {"choices":[{"text":\r\ndata: "x"}]}\r\n\r\n', b"data: [DONE]\r\n\r\n")
     pieces = [raw[i : i + 7] for i in range(0, len(raw), 7)]  # 7-byte writes split everything
-    outs, _, _ = run(_request(pieces, delay_s=0.001))
+    outs, _, _ = run(_request(pieces, delay_s=0.001, kernel=kernel))
     o = outs[0]
     assert o.error is None, o.error
     assert len(o.chunk_ns) == 2
+    assert o.chunk_ns[0] < o.chunk_ns[1]  # each event stamped by the delivery of its last byte
     assert o.usage_completion is None  # no usage: counts come from chunks
 
 
@@ -158,3 +161,23 @@ def test_connection_closed_mid_stream():
 
     out = run(go())
     assert out.error_kind == "closed" and "after 1 chunks" in out.error
+
+
+def test_delivery_stamps_are_split_at_delivery_boundaries():
+    from benchrun.loadgen.client import TimedReader
+
+    async def go():
+        r = TimedReader()
+        r.feed_data(b"HEAD")
+        r.feed_data(b"abc")
+        r.feed_data(b"defg")
+        (_, t1), (_, t2), (_, t3) = r.marks
+        assert t1 <= t2 <= t3
+        assert await r.readexactly(4) == b"HEAD"
+        r.skip(4)
+        data = await r.read(5)  # a read may end inside a delivery
+        assert r.segments(data) == [(b"abc", t2), (b"de", t3)]
+        assert r.segments(await r.read(10)) == [(b"fg", t3)]
+        assert not r.marks
+
+    asyncio.run(go())
