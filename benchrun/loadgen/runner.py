@@ -340,6 +340,7 @@ async def _run_point(
     start_at_ns: int | None,
     barrier: Callable[[], int] | None = None,
 ) -> dict[str, Any]:
+    """One worker's share of one point: warm-up, (barrier,) measured phase, raw rows."""
     point = cfg.points[point_index]
     st = _WorkerState(cfg, worker)
     if point.load_model == "closed_loop":
@@ -383,10 +384,12 @@ async def _run_point(
         probe = asyncio.ensure_future(_probe_loop(lags, stop))
         gc.collect()
         gc.freeze()  # older objects out of the collector's way while measuring
-        cpu0, wall0 = time.process_time(), time.perf_counter()
-        done = await _phase(st, pool, measured, n_w, point, conc_w, rate_w, phase_s, cfg.duration_s, 1, point_index)
-        cpu1, wall1 = time.process_time(), time.perf_counter()
-        gc.unfreeze()
+        try:
+            cpu0, wall0 = time.process_time(), time.perf_counter()
+            done = await _phase(st, pool, measured, n_w, point, conc_w, rate_w, phase_s, cfg.duration_s, 1, point_index)
+            cpu1, wall1 = time.process_time(), time.perf_counter()
+        finally:
+            gc.unfreeze()
         stop.set()
         await probe
         result["rows"] = [_row(st, spec, out, end, point, point_index) for spec, out, end in done]
