@@ -16,13 +16,24 @@ GROUP = "statistics"
 class ConfirmRoundResource(dg.ConfigurableResource):
     """Supplies the confirmation round: fresh, interleaved replicates of both arms.
 
-    The default has none (``hook`` returns None), so a suspected gating regression stays
-    ``RegressionDetected=Unknown`` instead of alerting unconfirmed. The launcher wiring
-    overrides :meth:`hook`.
+    A suspected gating regression re-runs the suites behind it from both runs' pinned specs
+    (``benchrun.confirm``), baseline and candidate alternating, before ``RegressionDetected``
+    may turn True. ``enabled: false`` turns the round off; a suspected regression then stays
+    ``RegressionDetected=Unknown`` rather than alerting unconfirmed.
     """
 
+    enabled: bool = True
+
     def hook(self, context: dg.AssetExecutionContext, baseline_run: str, candidate_run: str) -> ConfirmHook | None:
-        return None
+        if not self.enabled:
+            return None
+        from benchrun.confirm import confirmation_hook
+
+        def on_launch(res) -> None:  # noqa: ANN001 - a LaunchResult
+            context.log.info(f"confirmation {res.suite} r{res.replicate} ({res.run_id}): {res.status}"
+                             + (f" ({res.reason})" if res.reason else ""))
+
+        return confirmation_hook(benchrun_home(), baseline_run, candidate_run, on_launch=on_launch)
 
 
 def _md(rows: list[dict], cols: list[str]) -> str:
