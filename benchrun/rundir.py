@@ -8,7 +8,6 @@ conditions a person (or the custom resource's status) reads.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import socket
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from typing import Any
 
 from benchrun.errors import BenchrunError
 from benchrun.paths import benchrun_home, safe_join, validate_run_id
+from benchrun.store.base import sha256_file
 from benchrun.suites.result import atomic_write_json
 
 PHASES = ("Pending", "Admitted", "Running", "Analyzing", "Succeeded", "Failed", "Rejected")
@@ -46,14 +46,6 @@ _ROLE_RULES: tuple[tuple[str, str], ...] = (
 def utc_now() -> str:
     """The current UTC time as ISO 8601 with a Z."""
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def artifact_role(relpath: str) -> str:
@@ -175,7 +167,7 @@ class RunDir:
             if p.is_file() and p.name != "manifest.json" and not p.name.startswith(".")
             and p.relative_to(self.path).as_posix() not in MUTABLE_FILES
         )
-        sha = {rel: _sha256_file(self.path / rel) for rel in files}
+        sha = {rel: sha256_file(self.path / rel) for rel in files}
         roles = {rel: artifact_role(rel) for rel in files}
         counts: dict[str, int] = {}
         for role in roles.values():

@@ -2,33 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import socket
-import threading
 
 import pytest
 
 from benchrun.errors import BenchrunError
-from benchrun.loadgen.refserver import PerfModel, RefServer
+from benchrun.loadgen.refserver import PerfModel
 from benchrun.loadgen.runner import LoadPoint, SweepConfig, check_reachable, run_sweep
 from benchrun.loadgen.workload import parse_mix
+from helpers import threaded_server
 
 
-@contextlib.contextmanager
-def threaded_server(**kw):
-    loop = asyncio.new_event_loop()
-    t = threading.Thread(target=loop.run_forever, daemon=True)
-    t.start()
-    srv = RefServer(**kw)
-    port = asyncio.run_coroutine_threadsafe(srv.start(), loop).result(10)
-    try:
-        yield srv, f"http://127.0.0.1:{port}"
-    finally:
-        asyncio.run_coroutine_threadsafe(srv.close(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        t.join(5)
-        loop.close()
 
 
 def _cfg(url, **kw):

@@ -2,36 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import threading
 
 import numpy as np
 import pytest
 
 from benchrun.loadgen import client as http
 from benchrun.loadgen.metrics import summarize, window_s
-from benchrun.loadgen.refserver import PerfModel, RefServer, ServerProcess
+from benchrun.loadgen.refserver import PerfModel, ServerProcess
 from benchrun.loadgen.runner import LoadPoint, SweepConfig, _row, _Spec, _WorkerState, run_sweep
 from benchrun.loadgen.workload import parse_mix
+from helpers import threaded_server
 
 FAST = PerfModel(decode_base_ms=0.3, decode_ms_per_seq=0.01, prefill_ms_per_token=0.001)
 
 
-@contextlib.contextmanager
-def threaded_server(**kw):
-    loop = asyncio.new_event_loop()
-    t = threading.Thread(target=loop.run_forever, daemon=True)
-    t.start()
-    srv = RefServer(**kw)
-    port = asyncio.run_coroutine_threadsafe(srv.start(), loop).result(10)
-    try:
-        yield srv, f"http://127.0.0.1:{port}"
-    finally:
-        asyncio.run_coroutine_threadsafe(srv.close(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        t.join(5)
-        loop.close()
 
 
 @pytest.fixture(scope="module")

@@ -3,33 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import threading
 import urllib.error
 import urllib.request
 
 import pytest
 
 from benchrun.loadgen.client import ConnectionPool, Endpoint, Outcome, build_body, build_head, stream_request
-from benchrun.loadgen.refserver import PerfModel, RefServer, ServerProcess
+from benchrun.loadgen.refserver import PerfModel, ServerProcess
+from helpers import threaded_server
 
 
-@contextlib.contextmanager
-def threaded_server(**kw):
-    """A RefServer on its own event loop in a thread (tests that do not measure timing)."""
-    loop = asyncio.new_event_loop()
-    t = threading.Thread(target=loop.run_forever, daemon=True)
-    t.start()
-    srv = RefServer(**kw)
-    port = asyncio.run_coroutine_threadsafe(srv.start(), loop).result(10)
-    try:
-        yield srv, f"http://127.0.0.1:{port}"
-    finally:
-        asyncio.run_coroutine_threadsafe(srv.close(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        t.join(5)
-        loop.close()
 
 
 def _get(url):

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Sequence
+
+from benchrun.suites.result import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -56,13 +57,6 @@ REQUEST_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 
-def _tmp_beside(target: Path) -> str:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(fd)
-    return tmp
-
-
 def write_requests_parquet(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str], constants: dict[str, Any] | None = None) -> Path:
     """Write request rows (plus constant string columns such as run_id) atomically."""
     import pyarrow as pa
@@ -85,16 +79,8 @@ def write_requests_parquet(rows: Sequence[dict[str, Any]], path: str | os.PathLi
         cols[name] = [r.get(name) for r in rows]
     table = pa.Table.from_pydict(cols, schema=schema)
     target = Path(path)
-    tmp = _tmp_beside(target)
-    try:
+    with atomic_path(target) as tmp:
         pq.write_table(table, tmp, compression="zstd")
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
     return target
 
 
@@ -148,13 +134,10 @@ def plot_latency_throughput(
         ax.legend(fontsize=8)
         fig.tight_layout()
         target = out / f"{prefix}_latency_throughput_{_slug(b)}.png"
-        tmp = _tmp_beside(target)
         try:
-            fig.savefig(tmp, format="png")
-            os.replace(tmp, target)
+            with atomic_path(target) as tmp:
+                fig.savefig(tmp, format="png")
         finally:
             plt.close(fig)
-            if os.path.exists(tmp):
-                os.unlink(tmp)
         paths.append(target)
     return paths, None

@@ -11,6 +11,7 @@ from typing import Any
 
 from benchrun.errors import BenchrunError
 from benchrun.paths import validate_run_id
+from benchrun.store.base import sha256_file
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://benchrun.dev/provenance/v1"
@@ -25,14 +26,6 @@ def benchrun_version() -> str:
         from benchrun import __version__
 
         return __version__
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def canonical_json(data: Any) -> bytes:

@@ -10,7 +10,6 @@ import json
 import logging
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -18,22 +17,9 @@ from benchrun.report import figures as F
 from benchrun.stats.analysis import TrialStatistics, read_trial_statistics
 from benchrun.stats.changepoint import change_points, hardware_key, history_table
 from benchrun.stats.load import delta_pct, load_run, serving_rows, slo_lines
-from benchrun.suites.result import atomic_write_text
+from benchrun.suites.result import atomic_write_bytes, atomic_write_text
 
 log = logging.getLogger(__name__)
-
-
-def _atomic_bytes(path: Path, data: bytes) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def _fmt(v: Any) -> str:
@@ -84,7 +70,7 @@ def build_report(run_dir: str | os.PathLike[str], *, home: Path | None = None,
         png = F.strip_plot(stats.replicates[stats.replicates["suite"] == suite],
                            stats.summary[stats.summary["suite"] == suite], f"{suite}: replicates")
         figs.append(("replicates", f"{suite}: one point per replicate; red × = MAD outlier (kept)", png))
-        _atomic_bytes(run.path / "figures" / f"{rid}_{suite}_strip.png", png)
+        atomic_write_bytes(run.path / "figures" / f"{rid}_{suite}_strip.png", png)
 
     comparison = None
     comp_path = run.path / "structured" / f"{rid}_comparison.json"
@@ -93,7 +79,7 @@ def build_report(run_dir: str | os.PathLike[str], *, home: Path | None = None,
         if comparison.get("metrics"):
             png = F.forest_plot(comparison["metrics"], f"{rid} vs {comparison.get('baseline')}")
             figs.append(("comparison", "effects with exact HL intervals; grey = ±δ", png))
-            _atomic_bytes(run.path / "figures" / f"{rid}_comparison_forest.png", png)
+            atomic_write_bytes(run.path / "figures" / f"{rid}_comparison_forest.png", png)
 
     serving = serving_rows(run.path)
     slo = slo_lines(run.spec)
@@ -101,7 +87,7 @@ def build_report(run_dir: str | os.PathLike[str], *, home: Path | None = None,
         for suite, g in serving.groupby("suite"):
             png = F.latency_throughput(g, slo, f"{suite}: latency vs throughput per bucket")
             figs.append(("serving", f"{suite}: p99 latency against throughput, SLO dashed", png))
-            _atomic_bytes(run.path / "figures" / f"{rid}_{suite}_report-latency-throughput.png", png)
+            atomic_write_bytes(run.path / "figures" / f"{rid}_{suite}_report-latency-throughput.png", png)
 
     hist_home = home or run.path.parent.parent
     hist = history_table(hist_home, cadences=None)
@@ -119,7 +105,7 @@ def build_report(run_dir: str | os.PathLike[str], *, home: Path | None = None,
         png = F.history_plot(shown, cps, "history of replicate medians (same workload × hardware; ★ this run)",
                              current_run=rid)
         figs.append(("history", "dashed lines: significant change points", png))
-        _atomic_bytes(run.path / "figures" / f"{rid}_history_changepoints.png", png)
+        atomic_write_bytes(run.path / "figures" / f"{rid}_history_changepoints.png", png)
 
     def img(section: str) -> str:
         return "".join(

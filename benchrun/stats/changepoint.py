@@ -10,8 +10,6 @@ import hashlib
 import json
 import logging
 import math
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
@@ -22,6 +20,7 @@ from scipy import stats
 from benchrun.stats.compare import holm
 from benchrun.stats.gate import categorize, identity
 from benchrun.stats.load import load_run, replicate_table
+from benchrun.suites.result import atomic_path
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -213,12 +212,6 @@ def write_change_point_fact(df: "pd.DataFrame", home: Path) -> Path:
     out_dir = Path(home) / "warehouse" / "change_point_fact"
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / "change_points.parquet"
-    fd, tmp = tempfile.mkstemp(prefix=".change_points.", suffix=".parquet.tmp", dir=out_dir)
-    os.close(fd)
-    try:
+    with atomic_path(target) as tmp:
         df.to_parquet(tmp, index=False)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return target

@@ -7,23 +7,15 @@ in the run directory, listed in ``manifest.json`` with a sha256 that still match
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from benchrun.stats.load import load_run
+from benchrun.store.base import sha256_file
 
 if TYPE_CHECKING:
     import pandas as pd
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def lineage_gaps(run_dir: str | os.PathLike[str], replicates: "pd.DataFrame") -> list[str]:
@@ -45,6 +37,6 @@ def lineage_gaps(run_dir: str | os.PathLike[str], replicates: "pd.DataFrame") ->
                 gaps.append(f"{rel} missing")
             elif run.manifest and rel not in hashes:
                 gaps.append(f"{rel} not in manifest.json")
-            elif run.manifest and hashes[rel] != _sha256(path):
+            elif run.manifest and hashes[rel] != sha256_file(path):
                 gaps.append(f"{rel} changed since the manifest was written (sha256 differs)")
     return gaps

@@ -36,12 +36,13 @@ replicate is the unit of replication (stats never treat samples as independent).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 SCHEMA = "benchrun.suite_result/v1"
 STATUSES = ("ok", "unavailable", "failed")
@@ -122,24 +123,36 @@ def metric(
     return row
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` to a temporary name beside ``path``, fsync, then rename over it."""
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success fsync it and rename it over
+    ``path``, on failure remove it. Readers see the old file or the new one, never half.
+
+    For writers that want a file name (pyarrow, matplotlib, pandas)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
+        yield Path(tmp)
+        with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, target)
-    except BaseException:
-        try:
+    finally:
+        if os.path.exists(tmp):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    return target
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write ``data`` to a temporary name beside ``path``, fsync, then rename over it."""
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+    return Path(path)
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write ``text`` (UTF-8) to a temporary name beside ``path``, then rename over it."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def atomic_write_json(path: str | os.PathLike[str], data: Any) -> Path:
