@@ -36,6 +36,7 @@ from typing import Any
 
 from benchrun.errors import BenchrunError
 from benchrun.suites.result import PERCENTILE_SUFFIXES, metric
+from benchrun.loadgen.metrics import HEADLINE
 
 _METRICS = {"ttft": "ttft_ms", "tpot": "decode_ms_per_token", "itl": "token_gap_ms", "e2el": "e2e_ms"}
 _PCT = {"p50": "50", "p90": "90", "p95": "95", "p99": "99", "p999": "99.9"}
@@ -191,23 +192,13 @@ def points_from_file(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return [point_from_result(d, f"{p}" if len(docs) == 1 else f"{p} object {i + 1}") for i, d in enumerate(docs)]
 
 
-_HEADLINE = (
-    ("ttft_ms", "ttft_ms_p50", "ms", "lower"),
-    ("p50_latency_ms", "e2e_ms_p50", "ms", "lower"),
-    ("p99_latency_ms", "e2e_ms_p99", "ms", "lower"),
-    ("decode_ms_per_token", "decode_ms_per_token_p50", "ms/token", "lower"),
-    ("tokens_per_second", "tokens_per_second", "tokens/s", "higher"),
-    ("request_throughput_rps", "request_throughput_rps", "req/s", "higher"),
-    ("jitter_ms", "jitter_ms", "ms", "lower"),
-    ("request_goodput", "request_goodput", "req/s", "higher"),
-)
 
 
 def metrics_from_file(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Headline metric rows (``case`` = the point label) for :func:`benchrun.ingest.ingest_file`."""
     rows = []
     for pt in points_from_file(path):
-        for name, fld, unit, direction in _HEADLINE:
+        for name, fld, unit, direction in HEADLINE:
             if pt.get(fld) is not None:
                 rows.append(metric(name, pt[fld], unit, direction, case=pt["point"]))
     return rows

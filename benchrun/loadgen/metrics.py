@@ -370,3 +370,19 @@ def capacity_at_slo(points: Sequence[dict[str, Any]], slo: SLO | None) -> float 
         if checks and all(checks):
             best = p["offered_load"] if best is None else max(best, p["offered_load"])
     return best
+
+
+# Headline metrics of a serving point (suites and readers of other tools alike): (spec name, summary field, unit, direction).
+HEADLINE = (
+    ("ttft_ms", "ttft_ms_p50", "ms", "lower"),
+    ("p50_latency_ms", "e2e_ms_p50", "ms", "lower"),
+    ("p99_latency_ms", "e2e_ms_p99", "ms", "lower"),
+    ("decode_ms_per_token", "decode_ms_per_token_p50", "ms/token", "lower"),
+    ("tokens_per_second", "tokens_per_second", "tokens/s", "higher"),
+    ("request_throughput_rps", "request_throughput_rps", "req/s", "higher"),
+    ("jitter_ms", "jitter_ms", "ms", "lower"),
+    ("request_goodput", "request_goodput", "req/s", "higher"),
+    ("slo_attainment", "slo_attainment", "fraction", "higher"),
+    ("cost_per_request_usd", "cost_per_request_usd", "USD/request", "lower"),
+    ("cost_per_token_usd", "cost_per_token_usd", "USD/token", "lower"),
+)

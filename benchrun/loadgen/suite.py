@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from benchrun.errors import BenchrunError
-from benchrun.loadgen.metrics import SLO, Pricing, VerdictPolicy
+from benchrun.loadgen.metrics import HEADLINE, SLO, Pricing, VerdictPolicy
 from benchrun.loadgen.output import plot_latency_throughput, write_requests_parquet
 from benchrun.loadgen.refserver import PerfModel, ServerProcess
 from benchrun.loadgen.runner import LoadPoint, SweepConfig, SweepResult, run_sweep
@@ -35,20 +35,6 @@ SUITE_REFSERVER_MODEL = {
 }
 DEFAULT_MIX = "128/32"
 
-# Headline metrics: (spec name, summary field, unit, direction).
-HEADLINE = (
-    ("ttft_ms", "ttft_ms_p50", "ms", "lower"),
-    ("p50_latency_ms", "e2e_ms_p50", "ms", "lower"),
-    ("p99_latency_ms", "e2e_ms_p99", "ms", "lower"),
-    ("decode_ms_per_token", "decode_ms_per_token_p50", "ms/token", "lower"),
-    ("tokens_per_second", "tokens_per_second", "tokens/s", "higher"),
-    ("request_throughput_rps", "request_throughput_rps", "req/s", "higher"),
-    ("jitter_ms", "jitter_ms", "ms", "lower"),
-    ("request_goodput", "request_goodput", "req/s", "higher"),
-    ("slo_attainment", "slo_attainment", "fraction", "higher"),
-    ("cost_per_request_usd", "cost_per_request_usd", "USD/request", "lower"),
-    ("cost_per_token_usd", "cost_per_token_usd", "USD/token", "lower"),
-)
 
 
 def workload_inputs(ctx: Any) -> tuple[str, list[MixBucket], str, SLO | None, Pricing | None, dict[str, Any]]:

@@ -14,19 +14,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
 
+from benchrun.spec.model import VariableUnderTest
 from benchrun.stats.load import RunInfo, variable_under_test
 
-VARIABLES = (
-    "hardware_generation",
-    "runtime_version",
-    "scheduler_path",
-    "control_plane_path",
-    "driver_stack",
-    "network_topology",
-    "storage_stack",
-)
+# The comparison variables of CONTRACT.md §2, from the spec model (one list, not two).
+VARIABLES: tuple[str, ...] = get_args(VariableUnderTest)
 
 # What each variable under test may change.
 ALLOWED: dict[str, frozenset[str]] = {
