@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import warnings
 from pathlib import Path
 from typing import Any, Optional
 
@@ -112,6 +113,8 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
     from benchrun.rundir import RunDir
 
     _use_home(home)
+    # Dagster flags its Pipes internals as preview on every launch; the terminal is for results.
+    warnings.filterwarnings("ignore", message=r".*is currently in (preview|beta)")
     console = _console()
     try:
         prepared = sub.prepare(spec)
@@ -141,6 +144,9 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
     for c in st.get("conditions", []):
         if c["status"] != "True" or c["type"] in ("Complete",):
             console.print(f"  {c['type']}={c['status']} ({c['reason']}) {c['message']}", markup=False)
+    report = rd.path / "reports" / f"{rd.run_id}_report.html"
+    if report.is_file():
+        console.print(f"report {report}")
     console.print(f"phase [bold]{st['phase']}[/], outcome {st.get('outcome')}; run directory {rd.path}")
     raise typer.Exit(exit_code_for(st))
 
