@@ -118,7 +118,8 @@ class RunDir:
         if message is not None:
             fields["message"] = message
         if phase == "Running":
-            fields.setdefault("started_utc", utc_now())
+            # (Re-)started: a re-materialized run is not finished until it finishes again.
+            fields.update(started_utc=utc_now(), finished_utc=None)
         if phase in TERMINAL_PHASES:
             fields["finished_utc"] = utc_now()
         return self.update_status(**fields)

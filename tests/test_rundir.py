@@ -1,0 +1,57 @@
+"""The run directory: status transitions, conditions, manifest, failure marking."""
+
+import json
+
+from benchrun.rundir import RunDir, artifact_role, list_runs, mark_run_failed
+
+RUN = "r-20260101000000-0000abcd"
+
+
+def test_conditions_keep_transition_time_until_status_changes(tmp_path):
+    rd = RunDir(tmp_path, RUN).create()
+    rd.write_status({"run_id": RUN, "conditions": [], "created_utc": "x"})
+    first = rd.set_condition("Signed", False, "A", "m")["conditions"][0]["lastTransitionTime"]
+    again = rd.set_condition("Signed", False, "B", "m2")["conditions"][0]
+    assert again["lastTransitionTime"] == first and again["reason"] == "B"
+    flipped = rd.set_condition("Signed", True, "C")["conditions"][0]
+    assert flipped["status"] == "True" and flipped["lastTransitionTime"] >= first
+
+
+def test_phases_and_restart(tmp_path):
+    rd = RunDir(tmp_path, RUN).create()
+    rd.write_status({"run_id": RUN, "conditions": []})
+    rd.set_phase("Running")
+    st = rd.set_phase("Succeeded")
+    assert st["finished_utc"]
+    st = rd.set_phase("Running")
+    assert st["finished_utc"] is None and st["phase"] == "Running"
+
+
+def test_manifest_hashes_every_file_but_the_live_status(tmp_path):
+    rd = RunDir(tmp_path, RUN).create()
+    rd.write_status({"run_id": RUN, "conditions": []})
+    (rd.path / "raw" / f"{RUN}_gemm_r1.log").write_text("log\n")
+    (rd.path / "structured" / f"{RUN}_gemm_r1.json").write_text("{}\n")
+    m = rd.write_manifest(status="partial", issues=["x"], suite_steps={"micro": {"planned": 2, "ok": 1}})
+    assert m["manifest_version"] == 2 and m["status"] == m["suite_status"] == "partial"
+    assert m["success"] is False and m["completeness"] == 0.5
+    assert set(m["files"]) == {f"raw/{RUN}_gemm_r1.log", f"structured/{RUN}_gemm_r1.json"}
+    assert m["summary"]["sha256"][f"raw/{RUN}_gemm_r1.log"] == __import__("hashlib").sha256(b"log\n").hexdigest()
+    assert m["artifact_roles"][f"raw/{RUN}_gemm_r1.log"] == "log"
+    assert json.loads((rd.path / "manifest.json").read_text()) == m
+
+
+def test_artifact_roles():
+    assert artifact_role("structured/r_environment.json") == "environment"
+    assert artifact_role("raw/r_fio_r1_fio.json") == "raw_output"
+    assert artifact_role("reports/r_report.html") == "report"
+
+
+def test_mark_run_failed_only_once_and_not_terminal(tmp_path):
+    rd = RunDir(tmp_path, RUN).create()
+    rd.write_status({"run_id": RUN, "conditions": [], "phase": "Running", "created_utc": "1"})
+    assert mark_run_failed(tmp_path, RUN, "orchestrator crashed")
+    st = rd.read_status()
+    assert st["phase"] == "Failed" and st["message"] == "orchestrator crashed"
+    assert not mark_run_failed(tmp_path, RUN, "again")
+    assert [r.run_id for r in list_runs(tmp_path)] == [RUN]
