@@ -100,8 +100,13 @@ class Progress:
 
     def begin_run(self, plans: list[LayerPlan]) -> None:
         total = sum(len(p.invocations) for p in plans)
+        planned: dict[str, int] = {}
+        for p in plans:
+            for inv in p.invocations:
+                planned[f"{inv.layer}/{inv.suite}"] = planned.get(f"{inv.layer}/{inv.suite}", 0) + 1
         self.run_dir.write_progress({"total": total, "done": 0, "failed": 0, "started_epoch": time.time(),
-                                     "walls": {}, "current": None, "layers": {p.name: len(p.invocations) for p in plans}})
+                                     "planned": planned, "walls": {}, "current": None,
+                                     "layers": {p.name: len(p.invocations) for p in plans}})
 
     def start(self, inv: Invocation) -> None:
         p = self.run_dir.read_progress()
@@ -112,17 +117,30 @@ class Progress:
         p = self.run_dir.read_progress()
         p["done"] = p.get("done", 0) + 1
         p["failed"] = p.get("failed", 0) + (res.status == "failed")
-        p.setdefault("walls", {}).setdefault(res.suite, []).append(res.wall_s)
+        p.setdefault("walls", {}).setdefault(f"{res.layer}/{res.suite}", []).append(res.wall_s)
         p["current"] = None
         self._write(p)
 
     def _write(self, p: dict[str, Any]) -> None:
         started = p.get("started_epoch", time.time())
         p["elapsed_s"] = round(time.time() - started, 3)
-        done, total = p.get("done", 0), p.get("total", 0)
-        all_walls = [w for ws in p.get("walls", {}).values() for w in ws]
-        p["eta_s"] = round(statistics.fmean(all_walls) * (total - done), 1) if all_walls and total else None
+        p["eta_s"] = self.eta(p)
         self.run_dir.write_progress(p)
+
+    @staticmethod
+    def eta(p: dict[str, Any]) -> float | None:
+        """Seconds left: each remaining replicate at its own suite's mean wall so far (the
+        mean over all suites for a suite not yet seen); None before anything finished."""
+        walls: dict[str, list[float]] = p.get("walls", {})
+        seen = [w for ws in walls.values() for w in ws]
+        if not seen:
+            return None
+        overall = statistics.fmean(seen)
+        left = 0.0
+        for key, n in p.get("planned", {}).items():
+            done = len(walls.get(key, []))
+            left += max(n - done, 0) * (statistics.fmean(walls[key]) if walls.get(key) else overall)
+        return round(left, 1)
 
 
 def record_launches(run_dir: RunDir, layer: str, results: list[LaunchResult]) -> None:

@@ -55,3 +55,13 @@ def test_mark_run_failed_only_once_and_not_terminal(tmp_path):
     assert st["phase"] == "Failed" and st["message"] == "orchestrator crashed"
     assert not mark_run_failed(tmp_path, RUN, "again")
     assert [r.run_id for r in list_runs(tmp_path)] == [RUN]
+
+
+def test_eta_weighs_each_remaining_replicate_by_its_own_suite():
+    from benchrun.execute import Progress
+
+    p = {"planned": {"micro/fast": 3, "micro/slow": 3, "component/new": 2},
+         "walls": {"micro/fast": [1.0, 1.0], "micro/slow": [10.0]}}
+    # fast: 1 left x 1 s; slow: 2 left x 10 s; new: 2 x overall mean (12/3 = 4 s)
+    assert Progress.eta(p) == 1.0 + 20.0 + 8.0
+    assert Progress.eta({"planned": {"a": 1}, "walls": {}}) is None
