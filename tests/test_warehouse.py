@@ -74,6 +74,10 @@ def test_curate_writes_every_table_with_keys_and_lineage(tmp_path: Path) -> None
     run = query("SELECT phase, duration_s, retention_cold_days, raw_retention_class, workload_key FROM benchmark_run_fact",
                 tmp_path).table.to_pylist()[0]
     assert run["phase"] == "Succeeded" and run["duration_s"] == 50.0
+    # the run row walks back to manifest.json, the root of the sealed evidence
+    root = manifest.entry("manifest.json")
+    assert query("SELECT raw_uri, raw_path, raw_sha256 FROM benchmark_run_fact", tmp_path).table.to_pylist() == [
+        {"raw_uri": root.uri, "raw_path": "manifest.json", "raw_sha256": root.sha256}]
     assert run["retention_cold_days"] == 730 and run["raw_retention_class"] == "cold_immutable"
     tel = query("SELECT node_name, scope, source, value, window_start_utc, window_end_utc FROM telemetry_slice_fact "
                 "WHERE metric = 'background_load_average_1m'", tmp_path).table.to_pylist()

@@ -209,7 +209,9 @@ def benchmark_run_rows(src: RunSources, dims: dict[str, dict[str, Any]]) -> list
     for table, drow in dims.items():
         key_col = DIMENSIONS[table].names[0]
         row[key_col] = drow[key_col]
-    row.update(src.lineage("status.json"))
+    # manifest.json is the root of the sealed evidence (it hashes every file); status.json
+    # keeps changing after the run is stored, so it is never an object and cannot be raw_uri.
+    row.update(src.lineage("manifest.json"))
     return [row]
 
 
