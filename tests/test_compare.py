@@ -181,6 +181,36 @@ def test_confirmation_round_confirms_or_clears():
     assert res3.confirmation == "not_needed" and res3.condition()["status"] == "False"
 
 
+def test_confirmation_round_that_gives_no_answer_leaves_regression_unknown():
+    from benchrun.errors import BenchrunError
+    from benchrun.stats.load import REPLICATE_COLUMNS
+
+    rng = np.random.default_rng(4)
+    base = _table(lognormal_replicates(rng, 100, 0.02, 5))
+    cand = _table(lognormal_replicates(rng, 85, 0.02, 5))
+
+    def cannot_run(keys):  # what benchrun.confirm raises when a run's pinned spec is gone
+        raise BenchrunError("run base-1: pinned spec /x/base-1_spec.yaml is missing; submit the run again")
+
+    res = C.compare_tables(base, cand, primary={"tokens_per_second"}, confirm=cannot_run)
+    assert not res.regression_detected and res.confirmation == "failed"
+    cond = res.condition()
+    assert (cond["status"], cond["reason"]) == ("Unknown", "ConfirmationFailed")
+    assert "pinned spec /x/base-1_spec.yaml is missing" in cond["message"]
+    assert "serve//tokens_per_second" in cond["message"]
+    assert res.rows.confirmation.tolist() == ["failed"] and res.rows.verdict.tolist() == ["regression"]
+
+    empty = pd.DataFrame([], columns=list(REPLICATE_COLUMNS)).astype({"replicate": "int64", "value": "float64"})
+    res2 = C.compare_tables(base, cand, primary={"tokens_per_second"}, confirm=lambda keys: (empty, empty))
+    assert res2.confirmation == "failed" and res2.condition()["status"] == "Unknown"
+    assert "fewer than 2 ok fresh replicates" in res2.condition()["message"]
+
+    # one arm short of replicates: not cleared either
+    res3 = C.compare_tables(base, cand, primary={"tokens_per_second"},
+                            confirm=lambda keys: (_table([100.0]), _table(lognormal_replicates(rng, 85, 0.02, 5))))
+    assert res3.confirmation == "failed" and res3.rows.confirmation.tolist() == ["failed"]
+
+
 def test_holm_family_note_when_n_too_small():
     rng = np.random.default_rng(5)
     metrics = [f"m{i}" for i in range(8)]

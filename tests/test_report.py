@@ -174,6 +174,29 @@ def test_confirm_resource_confirms_regression(home):
     assert doc["confirmation"] == "confirmed"
 
 
+def test_confirmation_round_that_cannot_run_says_why(home):
+    """The real confirmation round on runs without a pinned spec: the comparison is kept,
+    RegressionDetected stays Unknown and names the missing file; the asset does not crash."""
+    from bench_assets.stats_assets import ConfirmRoundResource, baseline_comparison, no_gating_regression, \
+        trial_statistics
+
+    rng = np.random.default_rng(3)
+    make_run(home, "base", _metrics(rng))
+    promote("base", home)
+    make_run(home, "cand", _metrics(rng, 0.85))
+    (home / "runs" / "base" / "structured" / "base_spec.yaml").unlink()
+    inst = dg.DagsterInstance.ephemeral()
+    inst.add_dynamic_partitions("benchmark_run", ["cand"])
+    res = dg.materialize([trial_statistics, baseline_comparison, no_gating_regression], instance=inst,
+                         partition_key="cand", resources={"confirm_round": ConfirmRoundResource()})
+    check = res.get_asset_check_evaluations()[0]
+    assert not check.passed and check.metadata["regression_detected"].value == "Unknown"
+    status = json.loads((home / "runs" / "cand" / "status.json").read_text())
+    cond = [c for c in status["conditions"] if c["type"] == "RegressionDetected"][0]
+    assert (cond["status"], cond["reason"]) == ("Unknown", "ConfirmationFailed")
+    assert "pinned spec" in cond["message"] and "is missing" in cond["message"]
+
+
 def test_change_points_asset(home):
     from bench_assets.stats_assets import change_points
 

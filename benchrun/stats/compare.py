@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 from scipy import stats
 
+from benchrun.errors import BenchrunError
 from benchrun.stats.describe import SERIES_KEYS
 
 if TYPE_CHECKING:
@@ -178,8 +179,9 @@ class Comparison:
     confidence: float
     suspected: list[tuple[str, str, str]] = field(default_factory=list)
     confirmed: list[tuple[str, str, str]] = field(default_factory=list)
-    confirmation: str = "not_needed"  # not_needed | confirmed | not_confirmed | not_run
+    confirmation: str = "not_needed"  # not_needed | confirmed | not_confirmed | not_run | failed
     notes: list[str] = field(default_factory=list)
+    confirmation_error: str = ""  # why a confirmation round that was needed gave no answer
 
     @property
     def regression_detected(self) -> bool:
@@ -191,6 +193,11 @@ class Comparison:
             names = ", ".join("/".join(k) for k in self.confirmed)
             return {"type": "RegressionDetected", "status": "True", "reason": "ConfirmedRegression",
                     "message": f"gating regression confirmed by a fresh interleaved round: {names}"}
+        if self.confirmation == "failed":
+            names = ", ".join("/".join(k) for k in self.suspected)
+            return {"type": "RegressionDetected", "status": "Unknown", "reason": "ConfirmationFailed",
+                    "message": f"gating regression suspected on {names}, but the confirmation round gave no "
+                               f"answer: {self.confirmation_error}"}
         if self.confirmation == "not_run":
             names = ", ".join("/".join(k) for k in self.suspected)
             return {"type": "RegressionDetected", "status": "Unknown", "reason": "UnconfirmedRegression",
@@ -295,17 +302,53 @@ def compare_tables(
         df.loc[df["gating"] & (df["verdict"] == "regression"), "confirmation"] = "not_run"
         return result
     log.info("gating regression suspected on %d metric(s); running one confirmation round", len(suspected))
-    fresh_b, fresh_c = confirm(list(suspected))
+    try:
+        fresh_b, fresh_c = confirm(list(suspected))
+    except BenchrunError as exc:  # e.g. a run whose pinned spec is gone: keep the verdicts, say why
+        log.warning("confirmation round could not run: %s", exc)
+        return _unanswered(result, suspected, str(exc))
     keyset = set(suspected)
-    sub_b = fresh_b[[tuple(k) in keyset for k in fresh_b[SERIES_KEYS].itertuples(index=False)]]
-    sub_c = fresh_c[[tuple(k) in keyset for k in fresh_c[SERIES_KEYS].itertuples(index=False)]]
+    sub_b, sub_c = _only(fresh_b, keyset), _only(fresh_c, keyset)
+    # A key without 2 fresh ok replicates in each arm was not tested again: it is neither
+    # confirmed nor cleared.
+    untested = [k for k in suspected if min(_count(sub_b, k), _count(sub_c, k)) < 2]
     again = compare_tables(sub_b, sub_c, confidence=confidence, primary=primary, delta_pct=delta_of, _round=1)
     confirmed_keys = {
         (r.suite, r.case, r.name) for r in again.rows.itertuples() if r.verdict == "regression"
     } if not again.rows.empty else set()
     result.confirmed = [k for k in suspected if k in confirmed_keys]
+    if not result.confirmed and untested:
+        return _unanswered(result, untested, "fewer than 2 ok fresh replicates in an arm of "
+                           + ", ".join("/".join(k) for k in untested) + " (see the confirmation round's logs)")
     result.confirmation = "confirmed" if result.confirmed else "not_confirmed"
     for k in suspected:
-        mask = (df["suite"] == k[0]) & (df["case"] == k[1]) & (df["name"] == k[2])
-        df.loc[mask, "confirmation"] = "confirmed" if k in confirmed_keys else "not_confirmed"
+        state = "confirmed" if k in confirmed_keys else "failed" if k in untested else "not_confirmed"
+        df.loc[_mask(df, k), "confirmation"] = state
+    return result
+
+
+def _mask(df: "pd.DataFrame", key: tuple[str, str, str]) -> "pd.Series":
+    return (df["suite"] == key[0]) & (df["case"] == key[1]) & (df["name"] == key[2])
+
+
+def _only(table: "pd.DataFrame", keys: set[tuple[str, str, str]]) -> "pd.DataFrame":
+    """The rows of a replicate table whose (suite, case, metric) is in ``keys``."""
+    if table.empty:
+        return table
+    return table[np.array([tuple(k) in keys for k in table[SERIES_KEYS].itertuples(index=False)], dtype=bool)]
+
+
+def _count(table: "pd.DataFrame", key: tuple[str, str, str]) -> int:
+    if table.empty:
+        return 0
+    return int(((table["suite"] == key[0]) & (table["case"] == key[1]) & (table["metric"] == key[2])).sum())
+
+
+def _unanswered(result: Comparison, keys: list[tuple[str, str, str]], why: str) -> Comparison:
+    """A confirmation round that was needed but gave no answer: RegressionDetected=Unknown, with why."""
+    result.confirmation = "failed"
+    result.confirmation_error = why
+    result.notes.append(f"confirmation round gave no answer: {why}")
+    for k in keys:
+        result.rows.loc[_mask(result.rows, k), "confirmation"] = "failed"
     return result
