@@ -80,6 +80,13 @@ def test_endpoint_from_url():
     assert (e.port, e.path, e.api, e.models_path) == (443, "/prefix/v1/completions", "completions", "/prefix/v1/models")
     with pytest.raises(EndpointError):
         Endpoint.from_url("h:8000")
+    # credentials in the URL are refused (they would land in every result's context), unechoed
+    with pytest.raises(EndpointError, match="BENCHRUN_API_KEY") as e:
+        Endpoint.from_url("http://user:s3cret@h:8000")
+    assert "s3cret" not in str(e.value)
+    e = Endpoint.from_url("http://[::1]:8000")
+    assert e.host == "::1" and e.display() == "http://[::1]:8000/v1/completions"
+    assert b"\r\nHost: [::1]:8000\r\n" in build_head(e, "GET", "/v1/models", 0, {})
 
 
 @pytest.mark.parametrize("kernel", [True, False], ids=["kernel-stamps", "event-loop-stamps"])
@@ -129,6 +136,9 @@ def test_continuous_usage_gives_tokens_per_chunk():
     [
         ([b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 25\r\n\r\n" + json.dumps({"error": {"message": "x"}}, separators=(",", ":")).encode()], "http_503"),
         ([HEAD_CHUNKED + _chunked(_ev("a"), b"data: {oops\n\n")], "malformed_sse"),
+        # valid JSON of the wrong shape: an error row, not an exception that ends the sweep
+        ([HEAD_CHUNKED + _chunked(_ev("a"), b'data: {"choices": [1]}\n\n', b"data: [DONE]\n\n")], "malformed_sse"),
+        ([HEAD_CHUNKED + _chunked(_ev("a", {"completion_tokens": "many"}), b"data: [DONE]\n\n")], "malformed_sse"),
         ([HEAD_CHUNKED + _chunked(_ev("a"), b'data: {"error": {"message": "overloaded"}}\n\n')], "server_error"),
         ([HEAD_CHUNKED + _chunked(_ev("a"), _ev("b"))], "no_done"),
         ([HEAD_CHUNKED + b"%x\r\n%s\r\n" % (len(_ev("a")), _ev("a"))], "timeout"),  # body never ends

@@ -71,6 +71,12 @@ class Endpoint:
         u = urllib.parse.urlsplit(url)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise EndpointError(f"URL {url!r} is not http(s)://host[:port][/path]; give e.g. http://127.0.0.1:8000")
+        if u.username is not None or u.password is not None:
+            # credentials in a URL would be sent nowhere and stored in every result's context
+            raise EndpointError(
+                f"URL for host {u.hostname!r} carries credentials (user:password@); remove them and "
+                "put the API key in BENCHRUN_API_KEY (or OPENAI_API_KEY)"
+            )
         try:
             port = u.port or (443 if u.scheme == "https" else 80)
         except ValueError:
@@ -94,9 +100,15 @@ class Endpoint:
         """The ``/v1/models`` path next to the completions path."""
         return self.base_path + "/models"
 
+    @property
+    def authority(self) -> str:
+        """``host:port`` as the Host header and URLs spell it (an IPv6 literal in brackets)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
     def display(self) -> str:
-        """``scheme://host:port/path`` for logs (the URL never carries secrets here)."""
-        return f"{self.scheme}://{self.host}:{self.port}{self.path}"
+        """``scheme://host:port/path`` for logs (URLs with credentials are refused, so none here)."""
+        return f"{self.scheme}://{self.authority}{self.path}"
 
 
 def _api_key() -> str | None:
@@ -133,7 +145,7 @@ def build_head(endpoint: Endpoint, method: str, path: str, body_len: int, header
     """An HTTP/1.1 request head (keep-alive) with ``headers`` added."""
     lines = [
         f"{method} {path} HTTP/1.1",
-        f"Host: {endpoint.host}:{endpoint.port}",
+        f"Host: {endpoint.authority}",
         f"User-Agent: {USER_AGENT}",
         "Accept: text/event-stream",
         "Connection: keep-alive",
@@ -749,32 +761,38 @@ async def _consume_stream(reader: TimedReader, headers: dict[str, str], out: Out
                     msg = err.get("message", err) if isinstance(err, dict) else err
                     out.fail("server_error", str(msg)[:200])
                     return False
-                usage = obj.get("usage")
-                text = None
-                choices = obj.get("choices")
-                if choices:
-                    c0 = choices[0]
-                    if chat:
-                        delta = c0.get("delta") or {}
-                        text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
-                    else:
-                        text = c0.get("text")
-                if text:
-                    if out.first_ns is None:
-                        out.first_ns = t
-                    out.last_ns = t
-                    chunk_ns.append(t)
-                    k = 1
-                    if usage and usage.get("completion_tokens") is not None:
-                        ct = int(usage["completion_tokens"])
-                        k = max(1, ct - prev_usage_tokens)
-                        prev_usage_tokens = ct
-                    chunk_tokens.append(k)
-                if usage:
-                    if usage.get("prompt_tokens") is not None:
-                        out.usage_prompt = int(usage["prompt_tokens"])
-                    if usage.get("completion_tokens") is not None:
-                        out.usage_completion = int(usage["completion_tokens"])
+                try:
+                    usage = obj.get("usage")
+                    text = None
+                    choices = obj.get("choices")
+                    if choices:
+                        c0 = choices[0]
+                        if chat:
+                            delta = c0.get("delta") or {}
+                            text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+                        else:
+                            text = c0.get("text")
+                    if text:
+                        if out.first_ns is None:
+                            out.first_ns = t
+                        out.last_ns = t
+                        chunk_ns.append(t)
+                        k = 1
+                        if usage and usage.get("completion_tokens") is not None:
+                            ct = int(usage["completion_tokens"])
+                            k = max(1, ct - prev_usage_tokens)
+                            prev_usage_tokens = ct
+                        chunk_tokens.append(k)
+                    if usage:
+                        if usage.get("prompt_tokens") is not None:
+                            out.usage_prompt = int(usage["prompt_tokens"])
+                        if usage.get("completion_tokens") is not None:
+                            out.usage_completion = int(usage["completion_tokens"])
+                except (AttributeError, TypeError, ValueError, LookupError) as exc:
+                    # valid JSON of the wrong shape (choices not a list of objects, usage not a
+                    # mapping of integers) is malformed too: this request fails, the sweep goes on
+                    out.fail("malformed_sse", f"unexpected event shape ({type(exc).__name__}: {exc}): {payload[:60]!r}")
+                    return False
             del sse[:pos]
         if body_done:
             break
