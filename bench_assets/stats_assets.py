@@ -5,7 +5,8 @@ import math
 import dagster as dg
 
 from bench_assets.partitions import benchmark_run_partitions
-from benchrun.paths import benchrun_home
+from benchrun.errors import BenchrunError
+from benchrun.paths import benchrun_home, validate_run_id
 from benchrun.stats import analysis, changepoint, lineage
 from benchrun.stats.compare import ConfirmHook
 from benchrun.stats.load import delta_pct, load_run, resolve_run
@@ -47,7 +48,7 @@ def _md(rows: list[dict], cols: list[str]) -> str:
 
 
 def _run_dir(run_id: str):
-    return benchrun_home() / "runs" / run_id
+    return benchrun_home() / "runs" / validate_run_id(run_id)
 
 
 @dg.asset(partitions_def=benchmark_run_partitions, deps=[dg.AssetKey("run_evidence")], group_name=GROUP,
@@ -150,7 +151,7 @@ def baseline_comparison(context: dg.AssetExecutionContext, confirm_round: Confir
     ref = (((load_run(rd).spec.get("spec") or {}).get("comparison") or {}).get("baseline") or {}).get("artifactRef")
     try:
         base_dir = resolve_run(ref) if ref else None
-    except Exception as exc:  # no alias yet, or a missing run: say so, compare nothing
+    except BenchrunError as exc:  # no alias yet, or a missing run: say so, compare nothing
         context.log.warning(f"no baseline: {exc}")
         base_dir = None
     if base_dir is None or base_dir.name == run_id:
