@@ -147,3 +147,9 @@ def test_server_process_announces_port_and_records_jsonl(tmp_path):
     lines = [json.loads(x) for x in rec.read_text().splitlines()]
     assert sorted(r["request_id"] for r in lines) == ["q0", "q1"]
     assert all(r["completion_tokens"] == 3 for r in lines)
+
+
+def test_server_process_that_exits_at_start_says_why():
+    # the child refuses the model (PerfModel() itself does not validate); its stderr is the reason
+    with pytest.raises(RuntimeError, match=r"exited at start: .*max_batch, max_batched_tokens and max_queue must be >= 1"):
+        ServerProcess(PerfModel(max_batch=0))

@@ -726,13 +726,19 @@ class ServerProcess:
         ready = sel.select(timeout_s)
         sel.close()
         if not ready:
-            self.stop()
-            raise RuntimeError(f"reference server did not start within {timeout_s:g} s")
+            raise RuntimeError(f"reference server did not start within {timeout_s:g} s: {self._stop_with_tail()}")
         line = self.proc.stdout.readline()
         if not line:
-            self.stop()
-            raise RuntimeError(f"reference server exited at start: {self.stderr_tail()}")
+            raise RuntimeError(f"reference server exited at start: {self._stop_with_tail()}")
         return json.loads(line)
+
+    def _stop_with_tail(self) -> str:
+        # the stderr file is read after the child has exited (all it wrote is there) and
+        # before stop() closes it
+        self._stop_process()
+        lines = [ln.strip() for ln in self.stderr_tail().splitlines() if ln.strip()]
+        self.stop()
+        return " | ".join(lines[-3:]) or "(nothing on stderr)"
 
     def stderr_tail(self, n: int = 400) -> str:
         """The last ``n`` characters the server wrote to stderr."""
@@ -743,7 +749,11 @@ class ServerProcess:
             return ""
 
     def stop(self) -> None:
-        """Terminate the child and wait for it."""
+        """Terminate the child, wait for it, close its output files."""
+        self._stop_process()
+        self._stderr.close()
+
+    def _stop_process(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -753,7 +763,6 @@ class ServerProcess:
                 self.proc.wait(5)
         if self.proc.stdout is not None:
             self.proc.stdout.close()
-        self._stderr.close()
 
     def __enter__(self) -> "ServerProcess":
         return self
