@@ -1,0 +1,86 @@
+"""The playbook result type and the helpers every playbook shares (rows from SQL, run checks)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+from benchrun.errors import BenchrunError
+from benchrun.paths import validate_run_id
+
+Verdict = Literal["flagged", "clear", "unavailable"]
+VERDICTS: tuple[str, ...] = ("flagged", "clear", "unavailable")
+
+
+@dataclasses.dataclass(frozen=True)
+class PlaybookResult:
+    """One scenario playbook's answer for one run: the verdict, why, and the evidence rows.
+
+    ``rows`` are the rows of ``sql`` (the evidence query, run over the warehouse views with
+    the run ids as parameters) plus the columns the verdict added (``flagged``, ``why``);
+    ``query_spec_digest`` is that query's identity (``benchrun.warehouse.query_spec_digest``).
+    """
+
+    name: str
+    question: str
+    verdict: Verdict
+    reason: str
+    rows: list[dict[str, Any]]
+    query_spec_digest: str
+    sql: str
+    run_id: str = ""
+    baseline_run_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def clean(value: Any) -> Any:
+    """JSON-safe cell: NaN/±inf → None (never a made-up number), others unchanged."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def fetch(sql: str, home: Path, params: list[Any]) -> tuple[list[dict[str, Any]], str]:
+    """Run one playbook query over the warehouse views; rows as dicts and the query's digest."""
+    from benchrun.warehouse.views import query
+
+    result = query(sql, Path(home), params)
+    rows = [{k: clean(v) for k, v in row.items()} for row in result.table.to_pylist()]
+    return rows, result.query_spec_digest
+
+
+# Which runs the warehouse holds (benchmark_run_fact has one row per curated run).
+RUN_PRESENT_SQL = "SELECT count(*) AS n FROM benchmark_run_fact WHERE run_id = $1"
+
+
+def in_warehouse(home: Path, run_id: str) -> bool:
+    """True when ``run_id`` has been curated into the warehouse."""
+    rows, _ = fetch(RUN_PRESENT_SQL, home, [run_id])
+    return bool(rows and rows[0]["n"])
+
+
+def check_runs(home: Path, run_id: str, baseline_run_id: str | None) -> None:
+    """Both runs are valid ids and curated, else a BenchrunError naming the run and the fix."""
+    for what, rid in (("run", run_id), ("baseline run", baseline_run_id)):
+        if rid is None:
+            continue
+        validate_run_id(rid)
+        if not in_warehouse(home, rid):
+            raise BenchrunError(
+                f"{what} {rid!r} is not in the warehouse under {Path(home) / 'warehouse'}; "
+                "curate it first (materialize its warehouse assets, or `benchrun run` it) and list runs with "
+                "`benchrun query \"SELECT run_id FROM benchmark_run_fact\"`"
+            )
+    if baseline_run_id is not None and baseline_run_id == run_id:
+        raise BenchrunError(f"baseline run {baseline_run_id!r} is the run itself; give a different --baseline")
+
+
+def ratio(a: Any, b: Any) -> float | None:
+    """a / b, or None when either is missing or b is zero."""
+    if a is None or b is None or b == 0:
+        return None
+    return float(a) / float(b)

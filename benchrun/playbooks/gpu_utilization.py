@@ -1,0 +1,112 @@
+"""Playbook ``low_gpu_utilization``: throughput dropped while GPU utilization stayed low."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchrun.playbooks.base import PlaybookResult, check_runs, fetch
+
+NAME = "low_gpu_utilization"
+QUESTION = "Training throughput dropped while GPU utilization stayed low: which suite, how low, how much lost?"
+
+# "Low": the median of the measured GPU utilization samples of a suite is below this
+# (percent). The GPU is then starved (input pipeline, host, communication), not saturated.
+LOW_UTIL_PCT = 50.0
+# "Dropped": a throughput metric's median is at most (1 − this) × the baseline's median.
+THROUGHPUT_DROP_MIN = 0.10
+
+# Per suite: the median GPU utilization measured (measurement_fact rows named
+# gpu_utilization_pct, or telemetry_slice_fact samples of that metric, whose source names
+# the suite sample file), for the run ($1) and its baseline ($2, NULL for none), next to
+# each throughput metric of that suite (higher-is-better per-second metrics of ok
+# replicates, and training_outcome_fact tokens_per_second): its median over replicates in
+# both runs and the run-over-baseline ratio. Nothing here is derived from other metrics:
+# without gpu_utilization_pct rows the answer is "not measured".
+SQL = """
+WITH util_samples AS (
+    SELECT run_id, suite, value
+    FROM measurement_fact
+    WHERE run_id IN ($1, $2) AND metric = 'gpu_utilization_pct' AND value IS NOT NULL
+    UNION ALL
+    SELECT run_id, source AS suite, value
+    FROM telemetry_slice_fact
+    WHERE run_id IN ($1, $2) AND metric = 'gpu_utilization_pct' AND value IS NOT NULL
+),
+util AS (
+    SELECT run_id, suite, count(*) AS n_util_samples, median(value) AS gpu_util_pct,
+           min(value) AS gpu_util_min_pct, max(value) AS gpu_util_max_pct
+    FROM util_samples
+    GROUP BY run_id, suite
+),
+throughput_samples AS (
+    SELECT run_id, suite, "case", metric, unit, value
+    FROM measurement_fact
+    WHERE run_id IN ($1, $2) AND status = 'ok' AND direction = 'higher' AND value IS NOT NULL
+      AND (unit LIKE '%/s' OR metric LIKE '%per_s%' OR metric LIKE '%per_second%' OR metric LIKE '%throughput%')
+    UNION ALL
+    SELECT run_id, suite, "case", 'tokens_per_second', 'tokens/s', tokens_per_second
+    FROM training_outcome_fact
+    WHERE run_id IN ($1, $2) AND tokens_per_second IS NOT NULL
+),
+throughput AS (
+    SELECT run_id, suite, "case", metric, any_value(unit) AS unit,
+           count(*) AS n_replicates, median(value) AS value
+    FROM throughput_samples
+    GROUP BY run_id, suite, "case", metric
+)
+SELECT u.suite, u.n_util_samples, u.gpu_util_pct, u.gpu_util_min_pct, u.gpu_util_max_pct,
+       bu.gpu_util_pct AS base_gpu_util_pct,
+       t."case", t.metric AS throughput_metric, t.unit AS throughput_unit, t.n_replicates,
+       t.value AS throughput, bt.value AS base_throughput,
+       t.value / nullif(bt.value, 0) AS throughput_change
+FROM util u
+LEFT JOIN util bu ON bu.run_id = $2 AND bu.suite = u.suite
+LEFT JOIN throughput t ON t.run_id = $1 AND t.suite = u.suite
+LEFT JOIN throughput bt ON bt.run_id = $2 AND bt.suite = t.suite AND bt."case" = t."case" AND bt.metric = t.metric
+WHERE u.run_id = $1
+ORDER BY u.suite, t."case", t.metric
+"""
+
+
+def low_gpu_utilization(home: Path, run_id: str, baseline_run_id: str | None) -> PlaybookResult:
+    """Per suite with measured GPU utilization: below LOW_UTIL_PCT, and throughput down vs the baseline?"""
+    check_runs(home, run_id, baseline_run_id)
+    rows, digest = fetch(SQL, home, [run_id, baseline_run_id])
+
+    def result(verdict: str, reason: str) -> PlaybookResult:
+        return PlaybookResult(NAME, QUESTION, verdict, reason, rows, digest, SQL, run_id, baseline_run_id)
+
+    if not rows:
+        return result("unavailable", f"run {run_id} has no gpu_utilization_pct in measurement_fact or "
+                                     "telemetry_slice_fact: GPU utilization was not measured (a CPU-only run has "
+                                     "no GPU telemetry), so it is not inferred from anything else")
+    for row in rows:
+        low = row["gpu_util_pct"] < LOW_UTIL_PCT
+        change = row["throughput_change"]
+        if baseline_run_id is None:
+            row.update(flagged=low, why=(f"utilization {row['gpu_util_pct']:.1f}% < {LOW_UTIL_PCT:g}%" if low else
+                                         f"utilization {row['gpu_util_pct']:.1f}% ≥ {LOW_UTIL_PCT:g}%"))
+        elif change is None:
+            row.update(flagged=False, why="no baseline throughput for this metric")
+        else:
+            dropped = change <= 1.0 - THROUGHPUT_DROP_MIN
+            row.update(flagged=low and dropped,
+                       why=f"utilization {row['gpu_util_pct']:.1f}% ({'<' if low else '≥'} {LOW_UTIL_PCT:g}%), "
+                           f"throughput ×{change:.2f} ({'dropped' if dropped else 'not dropped'} by "
+                           f"≥ {THROUGHPUT_DROP_MIN:.0%})")
+    hits = [r for r in rows if r["flagged"]]
+    suites = sorted({r["suite"] for r in hits})
+    if baseline_run_id is None:
+        if hits:
+            return result("flagged", f"GPU utilization below {LOW_UTIL_PCT:g}% in {', '.join(suites)}; "
+                                     "throughput change not assessed (no baseline run; give --baseline RUN_ID)")
+        return result("clear", f"GPU utilization ≥ {LOW_UTIL_PCT:g}% wherever measured; throughput change not "
+                               "assessed (no baseline run)")
+    if not any(r["throughput_change"] is not None for r in rows):
+        return result("unavailable", f"GPU utilization was measured but no throughput metric of those suites is in "
+                                     f"both {run_id} and baseline {baseline_run_id}")
+    if hits:
+        return result("flagged", f"{len(hits)} throughput metric(s) fell by ≥ {THROUGHPUT_DROP_MIN:.0%} with GPU "
+                                 f"utilization below {LOW_UTIL_PCT:g}% in {', '.join(suites)}")
+    return result("clear", f"no throughput metric fell by ≥ {THROUGHPUT_DROP_MIN:.0%} while GPU utilization was "
+                           f"below {LOW_UTIL_PCT:g}%")

@@ -1,0 +1,125 @@
+"""Playbook ``distributed_straggler``: periodic spikes in a collective and one rank (node) that looks slow."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from benchrun.playbooks.base import PlaybookResult, check_runs, fetch
+
+NAME = "distributed_straggler"
+QUESTION = "Distributed runs show periodic spikes and one node looks slow: which rank/node, and does it repeat?"
+
+# A rank "stands out" in one replicate of one message size when either
+#  * its own median time in the collective is a robust outlier among the ranks:
+#    |value − median| / (1.4826 · MAD) ≥ Z_MIN (the same 3.5 as the replicate outlier rule),
+#    computed only with at least MIN_RANKS_FOR_Z ranks (with two, |z| is always 0.67); or
+#  * it is the rank that arrives last and its arrival lag is at least LAG_SHARE_MIN of the
+#    collective's p50 latency (a straggler spends *less* time in the call than the ranks
+#    waiting for it, so lateness, not duration, names it).
+Z_MIN = 3.5
+MIN_RANKS_FOR_Z = 3
+LAG_SHARE_MIN = 0.5
+# "Repeats": it stands out in at least this share of the replicates, and in at least
+# MIN_REPEATS of them (one bad replicate is noise, not a slow node). Two thirds, not half:
+# with two ranks each is last about half the time by chance.
+REPEAT_SHARE_MIN = 2 / 3
+MIN_REPEATS = 2
+
+# Per message size (case) × rank: from measurement_fact's per-rank rows (rank_p50_time_us
+# and slowest_rank_arrival_lag_us, both with rank_id) of the run ($1), per replicate the
+# rank's robust z over the ranks (NULL below $3 ranks or when MAD is 0), whether it was the
+# last to arrive and its lag as a share of that replicate's p50_latency_us; then over
+# replicates: how often it stood out (|z| ≥ $2, or last with lag share ≥ $4), its median
+# time and z, and the collective's median p99/p50 (the "periodic spikes").
+SQL = """
+WITH rank_times AS (
+    SELECT suite, "case", replicate, rank_id, any_value(node_name) AS node_name, median(value) AS time_us
+    FROM measurement_fact
+    WHERE run_id = $1 AND metric = 'rank_p50_time_us' AND rank_id IS NOT NULL AND value IS NOT NULL
+    GROUP BY suite, "case", replicate, rank_id
+),
+centred AS (
+    SELECT *, median(time_us) OVER w AS median_us, count(*) OVER w AS n_ranks
+    FROM rank_times
+    WINDOW w AS (PARTITION BY suite, "case", replicate)
+),
+scaled AS (
+    SELECT *, 1.4826 * median(abs(time_us - median_us)) OVER (PARTITION BY suite, "case", replicate) AS mad_us
+    FROM centred
+),
+latency AS (
+    SELECT suite, "case", replicate,
+           max(value) FILTER (WHERE metric = 'p50_latency_us') AS p50_latency_us,
+           max(value) FILTER (WHERE metric = 'p99_latency_us') AS p99_latency_us
+    FROM measurement_fact
+    WHERE run_id = $1 AND metric IN ('p50_latency_us', 'p99_latency_us') AND rank_id IS NULL
+    GROUP BY suite, "case", replicate
+),
+last_arrival AS (
+    SELECT suite, "case", replicate, rank_id, value AS lag_us
+    FROM measurement_fact
+    WHERE run_id = $1 AND metric = 'slowest_rank_arrival_lag_us' AND rank_id IS NOT NULL
+),
+per_replicate AS (
+    SELECT s.suite, s."case", s.replicate, s.rank_id, s.node_name, s.n_ranks, s.time_us,
+           CASE WHEN s.n_ranks >= $3 AND s.mad_us > 0 THEN (s.time_us - s.median_us) / s.mad_us END AS robust_z,
+           a.rank_id IS NOT NULL AS arrived_last,
+           a.lag_us, a.lag_us / nullif(l.p50_latency_us, 0) AS lag_share,
+           l.p99_latency_us / nullif(l.p50_latency_us, 0) AS spike_ratio
+    FROM scaled s
+    LEFT JOIN last_arrival a USING (suite, "case", replicate, rank_id)
+    LEFT JOIN latency l USING (suite, "case", replicate)
+)
+SELECT suite, "case", rank_id, any_value(node_name) AS node_name, max(n_ranks) AS n_ranks,
+       count(*) AS n_replicates,
+       count(*) FILTER (WHERE abs(robust_z) >= $2 OR (arrived_last AND lag_share >= $4)) AS n_stood_out,
+       count(*) FILTER (WHERE arrived_last) AS n_arrived_last,
+       median(time_us) AS median_time_us,
+       median(robust_z) AS median_robust_z,
+       median(lag_us) FILTER (WHERE arrived_last) AS median_lag_us,
+       median(lag_share) FILTER (WHERE arrived_last) AS median_lag_share,
+       median(spike_ratio) AS collective_p99_over_p50
+FROM per_replicate
+GROUP BY suite, "case", rank_id
+ORDER BY suite, "case", rank_id
+"""
+
+
+def _key(row: dict[str, Any]) -> str:
+    return f"rank {row['rank_id']}" + (f" (node {row['node_name']})" if row.get("node_name") else "")
+
+
+def distributed_straggler(home: Path, run_id: str, baseline_run_id: str | None) -> PlaybookResult:
+    """Per message size and rank: does one rank stand out (robust z or late arrival), repeatedly?
+
+    The baseline is not needed: a straggler is judged among the run's own ranks.
+    """
+    check_runs(home, run_id, baseline_run_id)
+    params = [run_id, Z_MIN, MIN_RANKS_FOR_Z, LAG_SHARE_MIN]
+    rows, digest = fetch(SQL, home, params)
+
+    def result(verdict: str, reason: str) -> PlaybookResult:
+        return PlaybookResult(NAME, QUESTION, verdict, reason, rows, digest, SQL, run_id, baseline_run_id)
+
+    if not rows:
+        return result("unavailable", f"run {run_id} has no per-rank rows (rank_p50_time_us with rank_id) in "
+                                     "measurement_fact: no distributed suite (allreduce) ran")
+    for row in rows:
+        n, k = row["n_replicates"], row["n_stood_out"]
+        row["flagged"] = k >= MIN_REPEATS and k / n >= REPEAT_SHARE_MIN - 1e-9
+        row["why"] = f"stood out in {k}/{n} replicates"
+    hits = [r for r in rows if r["flagged"]]
+    world = max(r["n_ranks"] for r in rows)
+    z_note = "" if world >= MIN_RANKS_FOR_Z else f"; with {world} ranks only late arrival can name a straggler (no z)"
+    if hits:
+        by_rank: dict[str, list[str]] = {}
+        for r in hits:
+            by_rank.setdefault(_key(r), []).append(f"{r['case']} ({r['why'].split(' in ')[1]})")
+        worst = max(by_rank.items(), key=lambda kv: len(kv[1]))
+        return result("flagged", f"{worst[0]} stands out in {len(worst[1])} message size(s): {', '.join(worst[1])}"
+                                 + (f"; also {', '.join(k for k in by_rank if k != worst[0])}" if len(by_rank) > 1 else "")
+                                 + z_note)
+    return result("clear", f"no rank stood out (|robust z| ≥ {Z_MIN:g} or last arrival ≥ {LAG_SHARE_MIN:.0%} of the "
+                           f"p50 latency) in ≥ {REPEAT_SHARE_MIN:.0%} of replicates; {len(rows)} case×rank rows"
+                           + z_note)

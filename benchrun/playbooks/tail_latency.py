@@ -1,0 +1,107 @@
+"""Playbook ``tail_latency_regression``: inference p99 doubled while the average barely moved."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from benchrun.playbooks.base import PlaybookResult, check_runs, fetch
+
+NAME = "tail_latency_regression"
+QUESTION = "Inference p99 doubled but the average barely moved: which serving point and bucket, by how much?"
+
+# "Doubled": the run's p99 is at least this multiple of the baseline's at the same point,
+# bucket and quantity (medians over replicates of each replicate's p99).
+P99_GROWTH_MIN = 2.0
+# "Barely moved": the run's mean is within ±this fraction of the baseline's mean. A mean
+# that moved more is a general slowdown, not a tail regression (the comparison gate and
+# baseline_comparison cover that).
+MEAN_BAND = 0.10
+
+# Per serving point × bucket × latency quantity (request end-to-end and time to first
+# token), the median over replicates of each replicate's mean, p50 and p99 for the run
+# ($1) and its baseline ($2, NULL for none), side by side, with the tail ratio p99/p50 of
+# each and the run-over-baseline ratios of p99, p50 and mean. Rows without a p99 (a
+# replicate that served nothing) are left out, never filled. bucket NULL (the whole
+# point's requests) reads 'all'.
+SQL = """
+WITH per_replicate AS (
+    SELECT run_id, suite, point, coalesce(bucket, 'all') AS bucket, 'e2e_ms' AS quantity,
+           e2e_ms_mean AS mean_ms, e2e_ms_p50 AS p50_ms, e2e_ms_p99 AS p99_ms, n_requests
+    FROM serving_outcome_fact
+    WHERE run_id IN ($1, $2) AND e2e_ms_p99 IS NOT NULL
+    UNION ALL
+    SELECT run_id, suite, point, coalesce(bucket, 'all') AS bucket, 'ttft_ms' AS quantity,
+           ttft_ms_mean, ttft_ms_p50, ttft_ms_p99, n_requests
+    FROM serving_outcome_fact
+    WHERE run_id IN ($1, $2) AND ttft_ms_p99 IS NOT NULL
+),
+per_point AS (
+    SELECT run_id, suite, point, bucket, quantity,
+           count(*) AS n_replicates, CAST(sum(n_requests) AS BIGINT) AS n_requests,
+           median(mean_ms) AS mean_ms, median(p50_ms) AS p50_ms, median(p99_ms) AS p99_ms
+    FROM per_replicate
+    GROUP BY run_id, suite, point, bucket, quantity
+)
+SELECT r.suite, r.point, r.bucket, r.quantity, r.n_replicates, r.n_requests,
+       r.mean_ms, r.p50_ms, r.p99_ms, r.p99_ms / nullif(r.p50_ms, 0) AS tail_ratio,
+       b.n_replicates AS base_n_replicates,
+       b.mean_ms AS base_mean_ms, b.p50_ms AS base_p50_ms, b.p99_ms AS base_p99_ms,
+       b.p99_ms / nullif(b.p50_ms, 0) AS base_tail_ratio,
+       r.p99_ms / nullif(b.p99_ms, 0) AS p99_change,
+       r.p50_ms / nullif(b.p50_ms, 0) AS p50_change,
+       r.mean_ms / nullif(b.mean_ms, 0) AS mean_change
+FROM per_point r
+LEFT JOIN per_point b
+       ON b.run_id = $2 AND b.suite = r.suite AND b.point = r.point
+      AND b.bucket = r.bucket AND b.quantity = r.quantity
+WHERE r.run_id = $1
+ORDER BY r.suite, r.point, r.bucket, r.quantity
+"""
+
+
+def _judge(row: dict[str, Any]) -> tuple[bool, str]:
+    p99, mean = row["p99_change"], row["mean_change"]
+    if p99 is None or mean is None:
+        return False, "no baseline at this point/bucket"
+    grew = p99 >= P99_GROWTH_MIN
+    steady = abs(mean - 1.0) <= MEAN_BAND
+    if grew and steady:
+        return True, f"p99 ×{p99:.2f} (≥ ×{P99_GROWTH_MIN:g}) while mean ×{mean:.2f} (within ±{MEAN_BAND:.0%})"
+    if grew:
+        return False, f"p99 ×{p99:.2f} but mean ×{mean:.2f} moved too (a general slowdown, not a tail regression)"
+    return False, f"p99 ×{p99:.2f} (< ×{P99_GROWTH_MIN:g})"
+
+
+def tail_latency_regression(home: Path, run_id: str, baseline_run_id: str | None) -> PlaybookResult:
+    """Per serving point, bucket and quantity: did p99 at least double while the mean stayed within the band?"""
+    check_runs(home, run_id, baseline_run_id)
+    rows, digest = fetch(SQL, home, [run_id, baseline_run_id])
+
+    def result(verdict: str, reason: str) -> PlaybookResult:
+        return PlaybookResult(NAME, QUESTION, verdict, reason, rows, digest, SQL, run_id, baseline_run_id)
+
+    if not rows:
+        return result("unavailable", f"run {run_id} has no serving_outcome_fact rows with a p99 "
+                                     "(no serving suite ran or none served a request)")
+    if baseline_run_id is None:
+        for row in rows:
+            row.update(flagged=None, why="no baseline")
+        return result("unavailable", "no baseline run: 'p99 doubled' is a change between runs; the run's own "
+                                     "p50/p99/mean and tail ratio are listed (give --baseline RUN_ID)")
+    for row in rows:
+        flagged, why = _judge(row)
+        row.update(flagged=flagged, why=why)
+    compared = [r for r in rows if r["p99_change"] is not None]
+    if not compared:
+        return result("unavailable", f"baseline {baseline_run_id} has no serving rows at the run's points and buckets")
+    hits = [r for r in compared if r["flagged"]]
+    if hits:
+        worst = max(hits, key=lambda r: r["p99_change"])
+        return result("flagged", f"{len(hits)} of {len(compared)} point/bucket/quantity rows: p99 ≥ ×{P99_GROWTH_MIN:g} "
+                                 f"the baseline's with the mean within ±{MEAN_BAND:.0%}; worst {worst['suite']} "
+                                 f"{worst['point']} bucket {worst['bucket']} {worst['quantity']}: {worst['why']}")
+    top = max(compared, key=lambda r: r["p99_change"])
+    return result("clear", f"no point/bucket's p99 reached ×{P99_GROWTH_MIN:g} the baseline's with a steady mean "
+                           f"({len(compared)} compared; largest p99 change ×{top['p99_change']:.2f} at {top['suite']} "
+                           f"{top['point']} bucket {top['bucket']} {top['quantity']})")
