@@ -41,15 +41,24 @@ def _fifo(pid: int, prio: int):
             pass
 
 
+SERVER_PRIO, CLIENT_PRIO = 10, 20  # the client above the server
+
+
 def _rt_permitted() -> bool:
+    # probe the highest priority the test uses: RLIMIT_RTPRIO may allow 1 and refuse 20,
+    # which would fail the test instead of skipping it
     try:
-        with _fifo(0, 1):
+        with _fifo(0, max(SERVER_PRIO, CLIENT_PRIO)):
             return True
     except (PermissionError, AttributeError, OSError):
         return False
 
 
-@pytest.mark.skipif(not _rt_permitted(), reason="SCHED_FIFO not permitted: cannot isolate the timing check from other load on this host")
+@pytest.mark.skipif(
+    not _rt_permitted(),
+    reason=f"SCHED_FIFO priority {CLIENT_PRIO} not permitted (needs CAP_SYS_NICE, as root has, or RLIMIT_RTPRIO >= "
+    f"{CLIENT_PRIO}): cannot isolate the timing check from other load on this host",
+)
 def test_client_timing_matches_server_ground_truth_at_concurrency_32():
     perf = PerfModel(decode_base_ms=2.0, decode_ms_per_seq=0.05, prefill_ms_per_token=0.01)
     with ServerProcess(perf) as srv:
@@ -62,7 +71,7 @@ def test_client_timing_matches_server_ground_truth_at_concurrency_32():
             warmup=32,  # opens the 32 keep-alive connections before measuring
             seed=3,
         )
-        with _fifo(srv.proc.pid, 10), _fifo(0, 20):
+        with _fifo(srv.proc.pid, SERVER_PRIO), _fifo(0, CLIENT_PRIO):
             res = run_sweep(cfg)
         truth = asyncio.run(get_json(Endpoint.from_url(srv.url), "/debug/requests"))["requests"]
     gt = {r["request_id"]: r for r in truth}
