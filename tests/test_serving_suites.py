@@ -109,3 +109,15 @@ def test_unreachable_endpoint_fails_the_suite_with_one_clear_reason(tmp_path):
     assert p.returncode == 1
     doc = read_result(tmp_path / "structured" / "r1_serving_sweep_r1.json")
     assert doc["status"] == "failed" and "cannot reach http://127.0.0.1:1" in doc["reason"] and "connection refused" in doc["reason"]
+
+
+@pytest.mark.parametrize("module, suite", [(serving_sweep, "serving_sweep"), (serving_workflow, "serving_workflow")])
+def test_a_misspelt_parameter_is_refused_not_ignored(tmp_path, module, suite):
+    # "concurency" would otherwise run the default load and look like a valid result
+    with pytest.raises(ValueError, match=f"parameter concurency is not a parameter of suite {suite}"):
+        _run_inline(module, tmp_path, suite, {"concurency": [8]}, _workload())
+
+
+def test_a_refserver_override_that_is_not_a_mapping_is_a_clear_error(tmp_path):
+    with pytest.raises(BenchrunError, match="parameter refserver"):
+        _run_inline(serving_sweep, tmp_path, "serving_sweep", {"refserver": [1, 2]}, _workload())

@@ -6,10 +6,13 @@ concurrencyModel, ``slo``, ``pricing``). Without an ``endpoint`` parameter the s
 the reference server as a child process on a free loopback port, stops it afterwards and
 marks the result ``synthetic``.
 
-Common parameters: ``endpoint`` (URL), ``api`` (completions | chat), ``model`` (overrides
-the workload's), ``warmup``, ``seed``, ``workers``, ``request_timeout_s``, ``arrival``
-(poisson | constant, open loop), ``ignore_eos``, ``refserver`` (overrides of the reference
-server's performance model), ``verdict`` (overrides of the verdict thresholds).
+Common parameters (:data:`COMMON_PARAMS`): ``endpoint`` (URL), ``api`` (completions |
+chat), ``model`` (overrides the workload's), ``mix`` (compact form, used only when the
+workload has no sequenceLengthMix), ``warmup``, ``seed``, ``workers``,
+``request_timeout_s``, ``arrival`` (poisson | constant, open loop), ``ignore_eos``,
+``refserver`` (overrides of the reference server's performance model), ``verdict``
+(overrides of the verdict thresholds). A parameter the suite does not take is refused
+(a typo would otherwise fall back to a default silently).
 """
 
 from __future__ import annotations
@@ -34,7 +37,10 @@ SUITE_REFSERVER_MODEL = {
     "max_batched_tokens": 8192,
 }
 DEFAULT_MIX = "128/32"
-
+COMMON_PARAMS = (
+    "endpoint", "api", "model", "mix", "warmup", "seed", "workers", "request_timeout_s", "arrival",
+    "ignore_eos", "refserver", "verdict",
+)
 
 
 def workload_inputs(ctx: Any) -> tuple[str, list[MixBucket], str, SLO | None, Pricing | None, dict[str, Any]]:
@@ -73,9 +79,8 @@ def run_serving_suite(
     endpoint = ctx.params.get("endpoint") or None
     server: ServerProcess | None = None
     if endpoint is None:
-        overrides = {**SUITE_REFSERVER_MODEL, **(ctx.params.get("refserver") or {})}
         try:
-            perf = PerfModel.from_dict(overrides)
+            perf = PerfModel.from_dict({**SUITE_REFSERVER_MODEL, **(ctx.params.get("refserver") or {})})
         except (TypeError, ValueError) as exc:
             raise BenchrunError(f"suite {ctx.suite}: parameter refserver: {exc}") from None
         server = ServerProcess(perf, model_name=model)

@@ -7,7 +7,7 @@ Parameters (``BENCHRUN_PARAMS``):
 - ``requests_per_point`` (default 24) or ``duration_s``; ``warmup`` (default 2);
 - ``endpoint`` (optional): without it the synthetic reference server is started on a free
   loopback port, stopped afterwards, and the result is marked ``synthetic``;
-- and the common ones of :mod:`benchrun.loadgen.suite` (api, model, seed, workers,
+- and the common ones of :mod:`benchrun.loadgen.suite` (api, model, mix, seed, workers,
   request_timeout_s, ignore_eos, refserver, verdict).
 
 The load model follows ``workload.concurrencyModel`` (closed_loop → concurrency, open_loop
@@ -20,6 +20,7 @@ parquet in ``raw/`` and one latency-throughput figure per bucket in ``figures/``
 from __future__ import annotations
 
 from benchrun.errors import BenchrunError
+from benchrun.suites._common import check_known
 from benchrun.suites._runtime import SuiteContext, main
 
 
@@ -50,8 +51,9 @@ def sweep_points(ctx: SuiteContext, load_model: str) -> list:
 
 def run(ctx: SuiteContext) -> None:
     """Sweep the load points and report per point and bucket."""
-    from benchrun.loadgen.suite import run_serving_suite, workload_inputs
+    from benchrun.loadgen.suite import COMMON_PARAMS, run_serving_suite, workload_inputs
 
+    check_known(ctx, COMMON_PARAMS + ("concurrency", "rates", "requests_per_point", "duration_s"))
     _, _, load_model, _, _, _ = workload_inputs(ctx)
     points = sweep_points(ctx, load_model)
     duration = ctx.params.get("duration_s")

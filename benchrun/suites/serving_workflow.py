@@ -11,14 +11,16 @@ it is set. Results as for ``serving_sweep``, for a single point.
 from __future__ import annotations
 
 from benchrun.errors import BenchrunError
+from benchrun.suites._common import check_known
 from benchrun.suites._runtime import SuiteContext, main
 
 
 def run(ctx: SuiteContext) -> None:
     """Run one load point end to end and report it."""
     from benchrun.loadgen.runner import LoadPoint
-    from benchrun.loadgen.suite import run_serving_suite, workload_inputs
+    from benchrun.loadgen.suite import COMMON_PARAMS, run_serving_suite, workload_inputs
 
+    check_known(ctx, COMMON_PARAMS + ("concurrency", "rate", "requests", "duration_s"))
     _, _, load_model, _, _, _ = workload_inputs(ctx)
     if not load_model:
         load_model = "open_loop" if "rate" in ctx.params and "concurrency" not in ctx.params else "closed_loop"
