@@ -11,6 +11,7 @@ from typing import BinaryIO
 
 from benchrun.errors import BenchrunError
 from benchrun.store.base import ArtifactStore, sha256_file
+from benchrun.suites.result import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -104,19 +105,9 @@ class LocalStore(ArtifactStore):
             if not self._link_new(target, lambda fh: fh.write(data)) and target.read_bytes() != data:
                 raise BenchrunError(f"{target}: a different manifest is already stored under this digest")
             return
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
+        with atomic_path(target) as tmp:
+            tmp.write_bytes(data)
             os.chmod(tmp, READ_ONLY)
-            os.replace(tmp, target)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
 
     def list_manifest_run_ids(self) -> list[str]:
         pattern = "manifests/*.json" if not self.prefix_template else "*/manifests/*.json"
