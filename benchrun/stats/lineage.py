@@ -8,7 +8,6 @@ in the run directory, listed in ``manifest.json`` with a sha256 that still match
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from benchrun.stats.load import load_run
