@@ -54,8 +54,11 @@ def test_history_fact_table_from_run_directories(tmp_path):
                          "artifact_manifest_digest": f"{i:064x}"})
     make_run(tmp_path, "canary-x", {("serve", "c=8", "tokens_per_second"): ([1, 2, 3], "tok/s", "higher")},
              status={"cadence": "canary"})
-    hist = history_table(tmp_path)
-    assert len(hist) == 48 and "canary-x" not in set(hist.run_id)
+    make_run(tmp_path, "broken", {("serve", "c=8", "tokens_per_second"): ([1, 2, 3], "tok/s", "higher")},
+             status={"cadence": "nightly"})
+    (tmp_path / "runs" / "broken" / "status.json").write_text("{not json")
+    hist = history_table(tmp_path)  # the damaged run is skipped, not fatal
+    assert len(hist) == 48 and "canary-x" not in set(hist.run_id) and "broken" not in set(hist.run_id)
     assert hist.hardware_key.nunique() == 1
     fact = change_points(hist, alpha=0.01)
     assert list(fact.columns) == FACT_COLUMNS
@@ -71,3 +74,7 @@ def test_history_fact_table_from_run_directories(tmp_path):
     back = pd.read_parquet(path)
     assert back.run_id.tolist() == ["nightly-14"]
     assert not list(path.parent.glob(".*tmp"))
+    from benchrun.warehouse import query  # queryable beside the other facts
+
+    rows = query("SELECT run_id, kind FROM change_point_fact", tmp_path).table.to_pylist()
+    assert rows == [{"run_id": "nightly-14", "kind": "regression"}]

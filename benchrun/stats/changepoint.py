@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 from scipy import stats
 
+from benchrun.errors import BenchrunError
 from benchrun.stats.compare import holm
 from benchrun.stats.gate import categorize, identity
 from benchrun.stats.load import load_run, replicate_table
@@ -148,19 +149,24 @@ def history_table(home: Path, *, cadences: Sequence[str] | None = ("nightly",)) 
     """Per run × metric: the median over replicates, with the series keys and run time.
 
     Only Succeeded runs with a workload digest; ``cadences`` limits the history (None = all).
+    A run whose files cannot be read is skipped with a warning.
     """
     import pandas as pd
 
     frames = []
     runs_dir = Path(home) / "runs"
     for rd in sorted(p for p in runs_dir.glob("*") if (p / "status.json").is_file()):
-        run = load_run(rd)
-        st = run.status
-        if st.get("phase") != "Succeeded" or not st.get("workload_spec_digest"):
+        try:
+            run = load_run(rd)
+            st = run.status
+            if st.get("phase") != "Succeeded" or not st.get("workload_spec_digest"):
+                continue
+            if cadences is not None and st.get("cadence") not in cadences:
+                continue
+            t = replicate_table(rd)
+        except BenchrunError as exc:  # one damaged run must not hide the whole history
+            log.warning("history: skipping run %s: %s", rd.name, exc)
             continue
-        if cadences is not None and st.get("cadence") not in cadences:
-            continue
-        t = replicate_table(rd)
         if t.empty:
             continue
         g = t.groupby(["suite", "case", "metric", "direction"], as_index=False).agg(

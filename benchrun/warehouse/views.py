@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 
 DB_NAME = "warehouse.duckdb"
 READ_ONLY_TYPES = ("SELECT", "EXPLAIN")
+# The change_points history asset writes one file for the whole history (benchrun.stats.changepoint).
+CHANGE_POINT_FACT = ("change_point_fact", "change_points.parquet")
 
 
 def _quote(text: str) -> str:
@@ -72,6 +74,14 @@ def create_views(con: Any, home: Path) -> None:
                 f"{warehouse_root(home) / table}: cannot build the {table} view ({str(exc).splitlines()[0]}); "
                 "a partition file is damaged or foreign: curate that run again or remove its run_id= directory"
             ) from exc
+    change_points = warehouse_root(home).joinpath(*CHANGE_POINT_FACT)
+    if change_points.is_file():
+        try:
+            con.execute(f'CREATE OR REPLACE VIEW "{CHANGE_POINT_FACT[0]}" AS '
+                        f"SELECT * FROM read_parquet({_quote(str(change_points.resolve()))})")
+        except duckdb.Error as exc:
+            raise BenchrunError(f"{change_points}: cannot build the change_point_fact view "
+                                f"({str(exc).splitlines()[0]}); materialize change_points again") from exc
 
 
 @contextlib.contextmanager
