@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -109,3 +110,30 @@ def test_console_entry_point_prints_one_line_not_a_traceback(tmp_path: Path) -> 
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert proc.stderr.startswith("error: ") and "spec.trials.minReplicate" in proc.stderr
+
+
+def _limit_memory() -> None:
+    # 1 GiB of address space: a validator that reads a device or a huge file whole fails here
+    # with a MemoryError traceback instead of eating the machine.
+    resource.setrlimit(resource.RLIMIT_AS, (2**30, 2**30))
+
+
+def test_validate_endless_huge_and_unusable_paths_exit_2_without_a_traceback(tmp_path: Path) -> None:
+    sparse = tmp_path / "huge.yaml"
+    with sparse.open("wb") as fh:
+        fh.truncate(64 * 2**20)  # 64 MiB of NULs, no disk used
+    long_name = tmp_path / ("x" * 300 + ".yaml")  # longer than any file system allows (ENAMETOOLONG)
+    cases = {
+        "/dev/zero": "more than 1048576 bytes",
+        str(sparse): "more than 1048576 bytes",
+        str(long_name): "cannot read the file (File name too long)",
+    }
+    for path, needle in cases.items():
+        for command in ("validate", "digest"):
+            proc = subprocess.run(
+                [sys.executable, "-c", "from benchrun.cli import main; main()", command, path],
+                capture_output=True, text=True, timeout=120, cwd=ROOT, preexec_fn=_limit_memory,
+            )
+            assert proc.returncode == 2, (command, path, proc.stdout, proc.stderr)
+            assert "Traceback" not in proc.stderr, (command, path, proc.stderr)
+            assert needle in proc.stdout + proc.stderr, (command, path, proc.stdout, proc.stderr)

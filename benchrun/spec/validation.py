@@ -8,7 +8,6 @@ one valid document in, a :class:`LoadedSpec` out, else :class:`SpecInvalid`.
 
 from __future__ import annotations
 
-import difflib
 import re
 import types
 import typing
@@ -21,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 from benchrun.errors import BenchrunError
 from benchrun.spec import rules
 from benchrun.spec.digest import spec_digest, workload_spec_digest
-from benchrun.spec.loader import Path, SpecError, YamlDocument, YamlLoadError, format_path, load_documents
+from benchrun.spec.loader import MAX_BYTES, Path, SpecError, YamlDocument, YamlLoadError, format_path, load_documents
 from benchrun.spec.model import API_VERSION, KIND, BenchmarkRun
 
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -291,16 +290,32 @@ def validate_bytes(data: bytes, source: str, *, only_benchmark_runs: bool = Fals
 
 
 def _read(path: FsPath) -> bytes:
+    """At most MAX_BYTES + 1 bytes of ``path``: a huge file or a device such as /dev/zero is refused, not swallowed."""
     try:
-        return path.read_bytes()
+        with path.open("rb") as fh:
+            data = fh.read(MAX_BYTES + 1)
     except OSError as exc:
         raise BenchrunError(f"{path}: cannot read the file ({exc.strerror or exc}); check the path", exit_code=2) from None
+    if len(data) > MAX_BYTES:
+        raise BenchrunError(
+            f"{path}: more than {MAX_BYTES} bytes; a spec may be at most {MAX_BYTES} bytes (is this the right file?)",
+            exit_code=2,
+        )
+    return data
+
+
+def _is_dir(path: FsPath) -> bool:
+    """``path.is_dir()``, False where the name itself is unusable (too long, ...): reading it then says why."""
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
 
 
 def validate_path(path: str | FsPath) -> list[DocumentResult]:
     """Validate a file, or every ``*.yaml``/``*.yml`` under a folder (hidden folders skipped)."""
     root = FsPath(path)
-    if root.is_dir():
+    if _is_dir(root):
         files = sorted(
             p for p in root.rglob("*")
             if p.suffix in YAML_SUFFIXES and p.is_file()
@@ -352,7 +367,7 @@ def load_spec_bytes(data: bytes, source: str) -> LoadedSpec:
 def load_spec(path: str | FsPath) -> LoadedSpec:
     """The one BenchmarkRun in the file at ``path`` (see ``load_spec_bytes``)."""
     p = FsPath(path)
-    if p.is_dir():
+    if _is_dir(p):
         raise BenchrunError(f"{p}: is a folder; give one spec file", exit_code=2)
     return load_spec_bytes(_read(p), str(p))
 
