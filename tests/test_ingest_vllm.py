@@ -114,6 +114,22 @@ def test_bad_files_name_the_file(tmp_path, text, match):
     assert "bad.json" in str(e.value)
 
 
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        (b"\xff\xfe\x00 not text", "not UTF-8 text"),
+        (json.dumps(dict(SUMMARY, completed="many")).encode(), "unexpected type or value"),
+        (json.dumps(dict(SUMMARY, max_concurrency="eight")).encode(), "unexpected type or value"),
+    ],
+)
+def test_wrong_bytes_or_field_types_are_one_clear_error(tmp_path, content, match):
+    f = tmp_path / "odd.json"
+    f.write_bytes(content)
+    with pytest.raises(BenchrunError, match=match) as e:
+        ingest_file(f, "vllm_bench")
+    assert "odd.json" in str(e.value) and "\n" not in str(e.value)
+
+
 def test_undefined_load_point(tmp_path):
     f = tmp_path / "x.json"
     f.write_text(json.dumps(dict(SUMMARY, max_concurrency=None)))

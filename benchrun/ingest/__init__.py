@@ -16,7 +16,8 @@ Kinds (each reader module exposes ``metrics_from_file(path) -> list[dict]``):
   ``all_reduce_perf`` (:mod:`benchrun.ingest.nccl_tests`)
 * ``vllm_bench`` — ``vllm bench serve`` result JSON (:mod:`benchrun.ingest.vllm_bench`)
 
-Standard library only, so suites inside pods may use it.
+Standard library (numpy for ``vllm_bench``, which shares the load generator's metric
+definitions), so suites inside pods may use them.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Reader of ``vllm bench serve`` result JSON into benchrun's per-point serving shape.
 
-Standard library only. The input is the file ``vllm bench serve --save-result`` writes
+The input is the file ``vllm bench serve --save-result`` writes
 (``--append-result`` writes one such object per line; each becomes one point). Its fields,
 as vLLM's ``benchmarks/serve.py`` documents and writes them:
 
@@ -24,6 +24,9 @@ formula), itl → ``token_gap_ms``, e2el → ``e2e_ms``, output_throughput →
 benchrun's own definitions; otherwise they come from the summary fields present (missing
 percentiles stay null). ``verdict`` is null: vLLM records neither schedule lag nor client
 saturation, so the point cannot be judged; ``verdict_reasons`` says so.
+
+Standard library and numpy: the recomputed distributions are
+:func:`benchrun.loadgen.metrics.distribution`, the one definition the load generator uses.
 """
 
 from __future__ import annotations
@@ -34,12 +37,15 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from benchrun.errors import BenchrunError
+from benchrun.loadgen.metrics import HEADLINE, PERCENTILES, distribution
 from benchrun.suites.result import PERCENTILE_SUFFIXES, metric
-from benchrun.loadgen.metrics import HEADLINE
 
 _METRICS = {"ttft": "ttft_ms", "tpot": "decode_ms_per_token", "itl": "token_gap_ms", "e2el": "e2e_ms"}
-_PCT = {"p50": "50", "p90": "90", "p95": "95", "p99": "99", "p999": "99.9"}
+# summary-field spelling of each percentile: p90 -> "90", p999 -> "99.9"
+_PCT = {name: f"{q:g}" for name, q in PERCENTILES.items()}
 
 
 def _num(v: Any) -> float | None:
@@ -50,30 +56,6 @@ def _num(v: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return f if math.isfinite(f) else None
-
-
-def _percentile(sorted_vals: list[float], q: float) -> float:
-    # numpy's default "linear" method, without numpy (this module is stdlib-only)
-    if len(sorted_vals) == 1:
-        return sorted_vals[0]
-    pos = (len(sorted_vals) - 1) * q / 100.0
-    lo = int(math.floor(pos))
-    hi = min(lo + 1, len(sorted_vals) - 1)
-    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (pos - lo)
-
-
-def _dist(values: list[float], base: str) -> dict[str, float | None]:
-    if not values:
-        return {f"{base}_{s}": None for s in PERCENTILE_SUFFIXES}
-    v = sorted(values)
-    mean = sum(v) / len(v)
-    out: dict[str, float | None] = {f"{base}_mean": mean}
-    for name, q in _PCT.items():
-        out[f"{base}_{name}"] = _percentile(v, float(q))
-    out[f"{base}_min"] = v[0]
-    out[f"{base}_max"] = v[-1]
-    out[f"{base}_std"] = math.sqrt(sum((x - mean) ** 2 for x in v) / len(v))
-    return out
 
 
 def _from_summary(doc: dict[str, Any], m: str, base: str) -> dict[str, float | None]:
@@ -148,18 +130,13 @@ def point_from_result(doc: dict[str, Any], where: str = "vllm result") -> dict[s
         e2e_ms = [(ttfts[i] + sum(itls[i] or [])) * 1000 for i in ok]
         tpot = [(e2e_ms[k] - ttft_ms[k]) / (outs[i] - 1) for k, i in enumerate(ok) if outs[i] > 1]
         gaps = [g * 1000 for i in ok for g in (itls[i] or [])]
-        row.update(_dist(ttft_ms, "ttft_ms"))
-        row.update(_dist(e2e_ms, "e2e_ms"))
-        row.update(_dist(tpot, "decode_ms_per_token"))
-        row.update(_dist(gaps, "token_gap_ms"))
-        stds = []
-        for i in ok:
-            g = [x * 1000 for x in (itls[i] or [])]
-            if len(g) >= 2:
-                mu = sum(g) / len(g)
-                stds.append(math.sqrt(sum((x - mu) ** 2 for x in g) / len(g)))
+        row.update(distribution(ttft_ms, "ttft_ms"))
+        row.update(distribution(e2e_ms, "e2e_ms"))
+        row.update(distribution(tpot, "decode_ms_per_token"))
+        row.update(distribution(gaps, "token_gap_ms"))
+        stds = [float(np.std([x * 1000 for x in itls[i]])) for i in ok if len(itls[i] or []) >= 2]
         if stds:
-            row["jitter_ms"] = _percentile(sorted(stds), 50)
+            row["jitter_ms"] = float(np.median(stds))
         rates = [outs[i] / (e2e_ms[k] / 1000) for k, i in enumerate(ok) if e2e_ms[k] > 0]
         row["per_user_output_tokens_per_s"] = sum(rates) / len(rates) if rates else None
         row["distributions_from"] = "per-request detail (--save-detailed)"
@@ -177,6 +154,8 @@ def points_from_file(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise BenchrunError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise BenchrunError(f"{p}: not UTF-8 text; expected vllm bench serve --save-result output") from None
     try:
         docs = [json.loads(text)]
     except json.JSONDecodeError:
@@ -189,9 +168,15 @@ def points_from_file(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
                     raise BenchrunError(f"{p}:{n}: not JSON ({exc.msg}); expected vllm bench serve --save-result output") from None
     if not docs:
         raise BenchrunError(f"{p}: empty; expected vllm bench serve --save-result output")
-    return [point_from_result(d, f"{p}" if len(docs) == 1 else f"{p} object {i + 1}") for i, d in enumerate(docs)]
-
-
+    points = []
+    for i, d in enumerate(docs):
+        where = f"{p}" if len(docs) == 1 else f"{p} object {i + 1}"
+        try:
+            points.append(point_from_result(d, where))
+        except (TypeError, ValueError, LookupError, AttributeError) as exc:
+            raise BenchrunError(f"{where}: a field has an unexpected type or value ({exc}); "
+                                "expected vllm bench serve --save-result output") from None
+    return points
 
 
 def metrics_from_file(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
