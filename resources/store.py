@@ -29,7 +29,11 @@ class ArtifactStoreResource(dg.ConfigurableResource):
                           retention_days=self.retention_days, endpoint_url=self.endpoint_url)
 
     def put_run_dir(self, run_dir: Path, run_id: str, path_template: Optional[str] = None) -> ObjectManifest:
-        return self.open(path_template).put_run_dir(Path(run_dir), run_id)
+        """Seal the run directory as ``benchrun.lifecycle.record_evidence`` does: status.json
+        keeps changing after the run is stored, so it is never an object."""
+        from benchrun.rundir import MUTABLE_FILES
+
+        return self.open(path_template).put_run_dir(Path(run_dir), run_id, exclude=MUTABLE_FILES)
 
     def load_manifest(self, run_id: str, path_template: Optional[str] = None) -> ObjectManifest:
         return self.open(path_template).load_manifest(run_id)

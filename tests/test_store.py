@@ -125,3 +125,14 @@ def test_run_prefixed_local_template(tmp_path: Path) -> None:
     assert Path(entry.uri.removeprefix("file://")) == tmp_path / "raw" / entry.key
     assert store.list_manifest_run_ids() == ["run-p"]
     assert open_store(f"file://{tmp_path}/raw/${{RUN_ID}}/", tmp_path).load_manifest("run-p").digest == manifest.digest
+
+
+def test_store_resource_seals_like_the_run_does(tmp_path: Path) -> None:
+    """The Dagster resource stores what record_evidence stores: every file but status.json."""
+    from resources.store import ArtifactStoreResource
+
+    run_dir = make_run_dir(tmp_path, "run-r", replicates=1)
+    manifest = ArtifactStoreResource(home=str(tmp_path)).put_run_dir(run_dir, "run-r")
+    paths = {o.path for o in manifest.objects}
+    assert "status.json" not in paths and "manifest.json" in paths
+    assert manifest == ArtifactStoreResource(home=str(tmp_path)).load_manifest("run-r")
