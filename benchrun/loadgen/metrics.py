@@ -41,8 +41,9 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from benchrun.suites.result import PERCENTILE_SUFFIXES as SUFFIXES
+
 PERCENTILES: dict[str, float] = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
-SUFFIXES = ("mean", "p50", "p90", "p95", "p99", "p999", "min", "max", "std")
 
 
 def distribution(values: Iterable[float | None], base: str) -> dict[str, float | None]:

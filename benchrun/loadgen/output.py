@@ -1,4 +1,4 @@
-"""Writers for load-generator outputs: the per-request parquet, the JSON summary, the figures.
+"""Writers for load-generator outputs: the per-request parquet and the latency-throughput figures.
 
 pyarrow (parquet) and matplotlib (figures) are imported lazily: the load generator itself
 needs neither. Every file is written to a temporary name beside its target and renamed.
