@@ -16,11 +16,12 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from benchrun.suites.result import atomic_write_bytes
+
 
 def _write(path: Path, doc: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc), encoding="utf-8")
-    os.replace(tmp, path)
+    # compact JSON (every iteration of every size); atomic, as the parent reads it
+    atomic_write_bytes(path, json.dumps(doc).encode("utf-8"))
 
 
 def worker(rank: int, world_size: int, port: int, backend: str, sizes: list[int], iterations: int,
