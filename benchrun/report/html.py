@@ -16,7 +16,7 @@ from typing import Any
 from benchrun.report import figures as F
 from benchrun.stats.analysis import TrialStatistics, read_trial_statistics
 from benchrun.stats.changepoint import change_points, hardware_key, history_table
-from benchrun.stats.load import delta_pct, load_run, serving_rows, slo_lines
+from benchrun.stats.load import load_run, serving_rows, slo_lines
 from benchrun.suites.result import atomic_write_bytes, atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -170,4 +170,4 @@ def build_report(run_dir: str | os.PathLike[str], *, home: Path | None = None,
     return out
 
 
-__all__ = ["build_report", "headline_rows", "HEADLINE_COLS", "delta_pct"]
+__all__ = ["build_report", "headline_rows", "HEADLINE_COLS"]
