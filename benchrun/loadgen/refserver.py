@@ -576,7 +576,8 @@ class RefServer:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The reference server's command-line options (shared with ``benchrun refserver``)."""
+    """The reference server's command-line options for ``python -m benchrun.loadgen.refserver``
+    (``benchrun refserver`` declares the same ones with typer, in :mod:`benchrun.loadgen.commands`)."""
     d = PerfModel()
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
     p.add_argument("--port", type=int, default=8000, help="port (0 = any free port; the chosen one is printed)")

@@ -44,7 +44,9 @@ from benchrun.loadgen import client as http
 from benchrun.loadgen.metrics import SLO, Pricing, VerdictPolicy, capacity_at_slo, load_stats, summarize, window_s
 from benchrun.loadgen.workload import (
     MixBucket,
+    draw_bucket,
     make_prompt,
+    mix_cdf,
     new_trace_context,
     split_evenly,
     worker_rng,
@@ -146,14 +148,12 @@ def _specs(cfg: SweepConfig, endpoint: http.Endpoint, point_index: int, worker: 
     """Yield warm-up specs then measured specs (endless when ``n`` is None), each with its
     request bytes already built so sending costs nothing on the measured path."""
     rng = worker_rng(cfg.seed, point_index, worker, 0)
-    cdf = np.cumsum([b.weight for b in cfg.mix])
-    cdf = cdf / cdf[-1]
+    cdf = mix_cdf(cfg.mix)
     seq = 0
 
     def one(tag: str) -> _Spec:
         nonlocal seq
-        # one uniform draw per request (inverse CDF), so lazy and bulk drawing agree
-        b = cfg.mix[min(int(np.searchsorted(cdf, rng.random(), side="right")), len(cfg.mix) - 1)]
+        b = cfg.mix[draw_bucket(cdf, rng)]
         s = _Spec()
         s.request_id = f"{nonce}-p{point_index}-w{worker}-{tag}{seq}"
         s.trace_id, traceparent = new_trace_context()

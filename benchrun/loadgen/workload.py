@@ -122,13 +122,23 @@ def format_mix(buckets: Iterable[MixBucket]) -> str:
     return ",".join(f"{b.label}@{b.weight:g}" for b in buckets)
 
 
+def mix_cdf(buckets: Iterable[MixBucket]) -> np.ndarray:
+    """The cumulative weights of a mix, normalised to end at 1 (for :func:`draw_bucket`)."""
+    cdf = np.cumsum([b.weight for b in buckets], dtype=float)
+    return cdf / cdf[-1]
+
+
+def draw_bucket(cdf: np.ndarray, rng: np.random.Generator) -> int:
+    """One bucket index for one request: a single uniform draw through the inverse CDF, so
+    drawing lazily (a timed point) and in bulk (a counted one) give the same sequence."""
+    return min(int(np.searchsorted(cdf, rng.random(), side="right")), len(cdf) - 1)
+
+
 def draw_buckets(buckets: list[MixBucket], n: int, rng: np.random.Generator) -> list[int]:
-    """``n`` bucket indices drawn i.i.d. with the mix weights (joint (input, output) pairs)."""
-    if n <= 0:
-        return []
-    p = np.array([b.weight for b in buckets], dtype=float)
-    p = p / p.sum()
-    return [int(i) for i in rng.choice(len(buckets), size=n, p=p)]
+    """``n`` bucket indices drawn i.i.d. with the mix weights (joint (input, output) pairs),
+    exactly as the runner draws them one request at a time."""
+    cdf = mix_cdf(buckets)
+    return [draw_bucket(cdf, rng) for _ in range(max(0, n))]
 
 
 def make_prompt(n_words: int, rng: np.random.Generator) -> str:
