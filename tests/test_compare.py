@@ -260,7 +260,7 @@ def test_end_to_end_compare_runs(tmp_path):
 
 
 def test_gate_on_real_environment_capture(tmp_path):
-    envcapture = pytest.importorskip("benchrun.envcapture")
+    from benchrun import envcapture  # a plain import: a broken capture must fail here, not skip
     env = envcapture.capture_environment(load_interval_s=0.05)
     m = {("serve", "", "tokens_per_second"): ([100, 101, 99, 100.2, 100.5], "tok/s", "higher")}
     make_run(tmp_path, "real-a", m, environment=env)
