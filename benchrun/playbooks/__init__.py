@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Callable
 
 from benchrun.errors import BenchrunError
+from benchrun.playbooks import backpressure, gpu_utilization, straggler, tail_latency
 from benchrun.playbooks.backpressure import scheduler_backpressure
 from benchrun.playbooks.base import VERDICTS, PlaybookResult, check_runs, in_warehouse
 from benchrun.playbooks.gpu_utilization import low_gpu_utilization
@@ -27,6 +28,14 @@ PLAYBOOKS: dict[str, Playbook] = {
     "low_gpu_utilization": low_gpu_utilization,
     "distributed_straggler": distributed_straggler,
     "scheduler_backpressure": scheduler_backpressure,
+}
+
+# The evidence columns a terminal or UI table shows per playbook (the rows hold more).
+DISPLAY_COLUMNS: dict[str, tuple[str, ...]] = {
+    tail_latency.NAME: tail_latency.DISPLAY,
+    gpu_utilization.NAME: gpu_utilization.DISPLAY,
+    straggler.NAME: straggler.DISPLAY,
+    backpressure.NAME: backpressure.DISPLAY,
 }
 
 
@@ -67,6 +76,7 @@ def write_playbooks_report(run_dir: Path, results: list[PlaybookResult]) -> Path
 
 
 __all__ = [
+    "DISPLAY_COLUMNS",
     "PLAYBOOKS",
     "VERDICTS",
     "PlaybookResult",

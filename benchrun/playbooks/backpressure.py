@@ -48,6 +48,9 @@ WHERE r.run_id = $1
 ORDER BY r.source, r.metric
 """
 
+# Columns the terminal table shows (--json gives every column).
+DISPLAY = ("source", "metric", "n_replicates", "value_s", "base_value_s", "delta_s", "change", "flagged")
+
 
 def scheduler_backpressure(home: Path, run_id: str, baseline_run_id: str | None) -> PlaybookResult:
     """Per wait: did it grow by ≥ PENDING_GROWTH_MIN× and ≥ PENDING_ABS_MIN_S against the baseline?"""

@@ -67,6 +67,10 @@ WHERE u.run_id = $1
 ORDER BY u.suite, t."case", t.metric
 """
 
+# Columns the terminal table shows (--json gives every column).
+DISPLAY = ("suite", "gpu_util_pct", "base_gpu_util_pct", "case", "throughput_metric", "throughput",
+           "base_throughput", "throughput_change", "flagged")
+
 
 def low_gpu_utilization(home: Path, run_id: str, baseline_run_id: str | None) -> PlaybookResult:
     """Per suite with measured GPU utilization: below LOW_UTIL_PCT, and throughput down vs the baseline?"""

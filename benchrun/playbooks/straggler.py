@@ -85,6 +85,10 @@ GROUP BY suite, "case", rank_id
 ORDER BY suite, "case", rank_id
 """
 
+# Columns the terminal table shows (--json gives every column).
+DISPLAY = ("suite", "case", "rank_id", "node_name", "n_ranks", "n_replicates", "n_stood_out", "n_arrived_last",
+           "median_time_us", "median_robust_z", "median_lag_share", "collective_p99_over_p50", "flagged")
+
 
 def _key(row: dict[str, Any]) -> str:
     return f"rank {row['rank_id']}" + (f" (node {row['node_name']})" if row.get("node_name") else "")

@@ -59,6 +59,10 @@ WHERE r.run_id = $1
 ORDER BY r.suite, r.point, r.bucket, r.quantity
 """
 
+# Columns the terminal table shows (--json gives every column).
+DISPLAY = ("suite", "point", "bucket", "quantity", "mean_ms", "p50_ms", "p99_ms", "tail_ratio", "base_p99_ms",
+           "base_tail_ratio", "p99_change", "mean_change", "flagged")
+
 
 def _judge(row: dict[str, Any]) -> tuple[bool, str]:
     p99, mean = row["p99_change"], row["mean_change"]

@@ -1,0 +1,71 @@
+"""The ``benchrun playbook`` command: the scenario playbooks' verdicts and evidence for one run."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, List, Optional
+
+import typer
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+_STYLE = {"flagged": "bold red", "clear": "green", "unavailable": "yellow"}
+
+
+def playbook_cmd(
+    run_id: str = typer.Argument(..., help="The run id (curated into the warehouse)."),
+    names: Optional[List[str]] = typer.Argument(None, help="Playbooks to run (default: all four)."),
+    baseline: Optional[str] = typer.Option(None, "--baseline", help="Baseline: a run id, run directory or "
+                                           "published/<alias>."),
+    as_json: bool = typer.Option(False, "--json", help="Print the verdicts, evidence rows and SQL as JSON."),
+) -> None:
+    """Answer the scenario playbooks for a run from the warehouse: verdict, reason and evidence rows."""
+    from benchrun.paths import benchrun_home
+    from benchrun.playbooks import DISPLAY_COLUMNS, playbooks_document, run_playbooks
+
+    home = benchrun_home()
+    baseline_id = None
+    if baseline and ("/" in baseline or baseline.startswith(".")):
+        from benchrun.stats.load import resolve_run
+
+        baseline_id = resolve_run(baseline, home).name  # a run directory or published/<alias>
+    elif baseline:
+        baseline_id = baseline  # a run id: only the warehouse is needed (checked by run_playbooks)
+    results = run_playbooks(home, run_id, baseline_id, names or None)
+    if as_json:
+        typer.echo(json.dumps(playbooks_document(results), indent=2, default=str))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(soft_wrap=True)
+    con.print(f"[bold]{run_id}[/]" + (f" against baseline [bold]{baseline_id}[/]" if baseline_id else " (no baseline)"))
+    for res in results:
+        con.print()
+        con.print(f"[bold]{res.name}[/]: [{_STYLE[res.verdict]}]{res.verdict}[/]")
+        con.print(f"  {res.question}")
+        con.print(f"  {res.reason}", markup=False)
+        if not res.rows:
+            continue
+        cols = [c for c in DISPLAY_COLUMNS.get(res.name, tuple(res.rows[0])) if c in res.rows[0]]
+        table = Table(caption=f"{len(res.rows)} rows · query_spec_digest {res.query_spec_digest[:16]}… "
+                              "(--json for every column and the SQL)")
+        for c in cols:
+            table.add_column(c, overflow="fold")
+        for row in res.rows:
+            table.add_row(*[_cell(row.get(c)) for c in cols], style="red" if row.get("flagged") else None)
+        con.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    """Add playbook to the benchrun CLI."""
+    app.command("playbook")(playbook_cmd)

@@ -1,0 +1,356 @@
+"""The four scenario playbooks on constructed warehouse partitions: flagged, clear and unavailable."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from benchrun.errors import BenchrunError
+from benchrun.playbooks import (
+    PLAYBOOKS,
+    distributed_straggler,
+    low_gpu_utilization,
+    run_playbooks,
+    scheduler_backpressure,
+    tail_latency_regression,
+    write_playbooks_report,
+)
+from benchrun.playbooks import backpressure, gpu_utilization, straggler, tail_latency
+from benchrun.warehouse import query_spec_digest
+from benchrun.warehouse.writer import rows_to_table, write_partition
+
+T0 = dt.datetime(2026, 11, 30, 9, 0, tzinfo=dt.timezone.utc)
+
+
+def put(home: Path, table: str, run_id: str, rows: list[dict[str, Any]]) -> None:
+    """Write the run's partition of ``table`` through the warehouse's own writer."""
+    write_partition(home, table, run_id, [rows_to_table(table, [{"run_id": run_id, **r} for r in rows])])
+
+
+def add_run(home: Path, run_id: str, pending_s: float | None = 2.0) -> None:
+    started = T0 + dt.timedelta(seconds=pending_s) if pending_s is not None else None
+    put(home, "benchmark_run_fact", run_id, [{"name": run_id, "phase": "Succeeded", "created_utc": T0,
+                                               "started_utc": started, "selected_scheduler_path": "local"}])
+
+
+def measurements(rows: list[tuple], suite: str, **extra: Any) -> list[dict[str, Any]]:
+    """(replicate, case, metric, value[, rank_id]) tuples as measurement_fact rows of ``suite``."""
+    out = []
+    for rep, case, metric, value, *rank in rows:
+        out.append({"suite": suite, "replicate": rep, "case": case, "metric": metric, "value": value,
+                    "rank_id": rank[0] if rank else None, "status": "ok", **extra})
+    return out
+
+
+# -- tail_latency_regression ---------------------------------------------------------
+
+
+def serving(point_rows: list[tuple]) -> list[dict[str, Any]]:
+    """(replicate, bucket, e2e mean, p50, p99, ttft mean, p50, p99) as serving_outcome_fact rows."""
+    return [{"suite": "serving_sweep", "point": "c=4", "bucket": b, "replicate": rep, "n_requests": 100,
+             "e2e_ms_mean": em, "e2e_ms_p50": e50, "e2e_ms_p99": e99,
+             "ttft_ms_mean": tm, "ttft_ms_p50": t50, "ttft_ms_p99": t99}
+            for rep, b, em, e50, e99, tm, t50, t99 in point_rows]
+
+
+BASE_SERVING = serving([(1, "all", 100.0, 90.0, 140.0, 10.0, 9.0, 20.0),
+                        (2, "all", 101.0, 91.0, 150.0, 10.0, 9.0, 20.0),
+                        (3, "all", 99.0, 89.0, 400.0, 10.0, 9.0, 20.0)])  # one wild p99: the median ignores it
+
+
+@pytest.fixture
+def serving_home(tmp_path: Path) -> Path:
+    home = tmp_path
+    add_run(home, "base")
+    put(home, "serving_outcome_fact", "base", BASE_SERVING)
+    return home
+
+
+def test_tail_latency_flagged_when_p99_doubles_with_a_steady_mean(serving_home: Path) -> None:
+    add_run(serving_home, "cand")
+    put(serving_home, "serving_outcome_fact", "cand", serving([
+        (1, "all", 104.0, 92.0, 330.0, 10.0, 9.0, 21.0),
+        (2, "all", 105.0, 93.0, 320.0, 10.0, 9.0, 20.0),
+        (3, "all", 103.0, 91.0, 340.0, 10.0, 9.0, 22.0)]))
+    res = tail_latency_regression(serving_home, "cand", "base")
+    assert res.verdict == "flagged"
+    by_q = {r["quantity"]: r for r in res.rows}
+    e2e = by_q["e2e_ms"]
+    assert (e2e["n_replicates"], e2e["n_requests"]) == (3, 300)
+    assert e2e["p99_ms"] == 330.0 and e2e["base_p99_ms"] == 150.0  # medians over replicates
+    assert e2e["p99_change"] == pytest.approx(2.2)
+    assert e2e["mean_change"] == pytest.approx(104.0 / 100.0)
+    assert e2e["tail_ratio"] == pytest.approx(330.0 / 92.0) and e2e["base_tail_ratio"] == pytest.approx(150.0 / 90.0)
+    assert e2e["flagged"] is True
+    assert by_q["ttft_ms"]["flagged"] is False and by_q["ttft_ms"]["p99_change"] == pytest.approx(21.0 / 20.0)
+    assert "c=4" in res.reason and "e2e_ms" in res.reason
+    assert res.query_spec_digest == query_spec_digest(tail_latency.SQL)
+
+
+def test_tail_latency_clear_when_the_mean_moved_too(serving_home: Path) -> None:
+    add_run(serving_home, "slow")
+    put(serving_home, "serving_outcome_fact", "slow", serving([
+        (1, "all", 150.0, 140.0, 330.0, 10.0, 9.0, 20.0),
+        (2, "all", 150.0, 140.0, 330.0, 10.0, 9.0, 20.0)]))
+    res = tail_latency_regression(serving_home, "slow", "base")
+    assert res.verdict == "clear"
+    e2e = next(r for r in res.rows if r["quantity"] == "e2e_ms")
+    assert e2e["p99_change"] == pytest.approx(2.2) and e2e["mean_change"] == pytest.approx(1.5)
+    assert e2e["flagged"] is False and "general slowdown" in e2e["why"]
+
+
+def test_tail_latency_unavailable_without_baseline_or_serving_rows(serving_home: Path) -> None:
+    res = tail_latency_regression(serving_home, "base", None)
+    assert res.verdict == "unavailable" and "no baseline" in res.reason
+    assert [r["p99_ms"] for r in res.rows if r["quantity"] == "e2e_ms"] == [150.0]  # the run's own numbers
+    add_run(serving_home, "noserve")
+    res = tail_latency_regression(serving_home, "noserve", "base")
+    assert res.verdict == "unavailable" and res.rows == [] and "no serving_outcome_fact rows" in res.reason
+
+
+# -- low_gpu_utilization -------------------------------------------------------------
+
+
+def gpu_rows(util: list[float], tokens: list[float]) -> list[dict[str, Any]]:
+    rows = [(i + 1, "", "gpu_utilization_pct", u) for i, u in enumerate(util)]
+    rows += [(i + 1, "", "tokens_per_second", t) for i, t in enumerate(tokens)]
+    out = measurements(rows, "train_step")
+    for r in out:
+        r.update(direction="higher" if r["metric"] == "tokens_per_second" else None,
+                 unit="tokens/s" if r["metric"] == "tokens_per_second" else "%")
+    return out
+
+
+def test_low_gpu_utilization_flagged_and_clear(tmp_path: Path) -> None:
+    for rid, util, tokens in (("base", [90, 92, 91], [1000, 1010, 990]),
+                              ("starved", [30, 35, 40], [700, 690, 710]),
+                              ("busy", [93, 95, 94], [700, 690, 710])):
+        add_run(tmp_path, rid)
+        put(tmp_path, "measurement_fact", rid, gpu_rows(util, tokens))
+    res = low_gpu_utilization(tmp_path, "starved", "base")
+    assert res.verdict == "flagged"
+    [row] = res.rows
+    assert (row["suite"], row["throughput_metric"], row["n_util_samples"]) == ("train_step", "tokens_per_second", 3)
+    assert row["gpu_util_pct"] == 35.0 and row["base_gpu_util_pct"] == 91.0
+    assert row["throughput"] == 700.0 and row["base_throughput"] == 1000.0
+    assert row["throughput_change"] == pytest.approx(0.7) and row["flagged"] is True
+    # The same throughput loss with a busy GPU is a different problem: not this playbook's.
+    res = low_gpu_utilization(tmp_path, "busy", "base")
+    assert res.verdict == "clear" and res.rows[0]["gpu_util_pct"] == 94.0 and res.rows[0]["flagged"] is False
+
+
+def test_low_gpu_utilization_from_telemetry_without_baseline(tmp_path: Path) -> None:
+    add_run(tmp_path, "tele")
+    put(tmp_path, "telemetry_slice_fact", "tele", [
+        {"scope": "gpu", "source": "train_step", "metric": "gpu_utilization_pct", "value": v, "unit": "%",
+         "gpu_uuid": f"GPU-{i}"} for i, v in enumerate([20.0, 24.0])])
+    res = low_gpu_utilization(tmp_path, "tele", None)
+    assert res.verdict == "flagged" and "not assessed" in res.reason
+    [row] = res.rows
+    assert row["gpu_util_pct"] == 22.0 and row["gpu_util_min_pct"] == 20.0 and row["throughput"] is None
+
+
+def test_low_gpu_utilization_unavailable_on_a_cpu_only_run(tmp_path: Path) -> None:
+    add_run(tmp_path, "cpu")
+    put(tmp_path, "measurement_fact", "cpu", measurements([(1, "", "samples_per_s", 5000.0)], "dataloader"))
+    res = low_gpu_utilization(tmp_path, "cpu", None)
+    assert res.verdict == "unavailable" and res.rows == []
+    assert "gpu_utilization_pct" in res.reason and "not measured" in res.reason
+
+
+# -- distributed_straggler -----------------------------------------------------------
+
+
+def allreduce(times: dict[int, list[float]], last: list[tuple[int, float]], p50: float = 500.0) -> list[dict]:
+    """Per replicate k: each rank's rank_p50_time_us times[rank][k], the last rank and its lag."""
+    rows = []
+    for k, (rank_last, lag) in enumerate(last):
+        rep = k + 1
+        rows += [(rep, "bytes=1024", "rank_p50_time_us", t[k], r) for r, t in times.items()]
+        rows += [(rep, "bytes=1024", "slowest_rank_arrival_lag_us", lag, rank_last),
+                 (rep, "bytes=1024", "p50_latency_us", p50), (rep, "bytes=1024", "p99_latency_us", 4 * p50)]
+    return measurements(rows, "allreduce")
+
+
+def test_straggler_flagged_by_robust_z_across_replicates(tmp_path: Path) -> None:
+    add_run(tmp_path, "ar")
+    times = {0: [1000.0, 1001.0, 999.0], 1: [1010.0, 1011.0, 1009.0], 2: [400.0, 410.0, 390.0],
+             3: [990.0, 991.0, 989.0]}
+    put(tmp_path, "measurement_fact", "ar", allreduce(times, [(2, 600.0)] * 3))
+    res = distributed_straggler(tmp_path, "ar", None)
+    assert res.verdict == "flagged" and res.reason.startswith("rank 2 stands out in 1 message size")
+    by_rank = {r["rank_id"]: r for r in res.rows}
+    slow = by_rank[2]
+    assert (slow["n_ranks"], slow["n_replicates"], slow["n_stood_out"], slow["n_arrived_last"]) == (4, 3, 3, 3)
+    # replicate 1: median 995, |deviations| 5, 15, 595, 5 → MAD 10 → z = (400 − 995) / 14.826
+    z1 = (400.0 - 995.0) / 14.826
+    assert slow["median_robust_z"] == pytest.approx(z1, rel=0.05)
+    assert slow["median_lag_share"] == pytest.approx(600.0 / 500.0)
+    assert slow["collective_p99_over_p50"] == pytest.approx(4.0)
+    assert slow["flagged"] is True
+    assert [by_rank[r]["flagged"] for r in (0, 1, 3)] == [False, False, False]
+    assert by_rank[0]["n_stood_out"] == 0 and abs(by_rank[1]["median_robust_z"]) < straggler.Z_MIN
+
+
+def test_straggler_clear_when_nobody_stands_out_twice(tmp_path: Path) -> None:
+    add_run(tmp_path, "ok")
+    times = {0: [1000.0, 1002.0, 998.0], 1: [1010.0, 1004.0, 1001.0], 2: [990.0, 996.0, 1003.0],
+             3: [1005.0, 999.0, 994.0]}
+    # rank 1 is very late once (one bad replicate is noise), otherwise the last rank changes and lags little
+    put(tmp_path, "measurement_fact", "ok", allreduce(times, [(1, 900.0), (3, 40.0), (0, 35.0)]))
+    res = distributed_straggler(tmp_path, "ok", None)
+    assert res.verdict == "clear"
+    by_rank = {r["rank_id"]: r for r in res.rows}
+    assert by_rank[1]["n_stood_out"] == 1 and by_rank[1]["flagged"] is False
+    assert sum(r["n_arrived_last"] for r in res.rows) == 3
+
+
+def test_straggler_two_ranks_flagged_by_repeated_late_arrival(tmp_path: Path) -> None:
+    add_run(tmp_path, "two")
+    times = {0: [900.0, 950.0, 920.0], 1: [300.0, 320.0, 310.0]}
+    put(tmp_path, "measurement_fact", "two", allreduce(times, [(1, 400.0), (1, 420.0), (0, 30.0)]))
+    res = distributed_straggler(tmp_path, "two", None)
+    assert res.verdict == "flagged" and "only late arrival" in res.reason
+    r1 = next(r for r in res.rows if r["rank_id"] == 1)
+    assert r1["median_robust_z"] is None and r1["n_stood_out"] == 2 and r1["n_arrived_last"] == 2
+    assert r1["median_lag_us"] == pytest.approx(410.0)
+
+
+def test_straggler_unavailable_without_rank_rows(serving_home: Path) -> None:
+    res = distributed_straggler(serving_home, "base", None)
+    assert res.verdict == "unavailable" and res.rows == [] and "rank_p50_time_us" in res.reason
+
+
+# -- scheduler_backpressure ----------------------------------------------------------
+
+
+def startup(values: list[float]) -> list[dict[str, Any]]:
+    rows = measurements([(i + 1, "", "launch_to_process_start_p50_s", v) for i, v in enumerate(values)], "job_startup")
+    for r in rows:
+        r["unit"] = "s"
+    return rows
+
+
+def test_backpressure_flagged_clear_and_unavailable(tmp_path: Path) -> None:
+    for rid, pending, starts in (("base", 2.0, [0.030, 0.031, 0.029]),
+                                 ("queued", 10.0, [0.090, 0.093, 0.087]),
+                                 ("steady", 2.5, [0.032, 0.030, 0.031])):
+        add_run(tmp_path, rid, pending)
+        put(tmp_path, "measurement_fact", rid, startup(starts))
+    res = scheduler_backpressure(tmp_path, "queued", "base")
+    assert res.verdict == "flagged"
+    by = {r["metric"]: r for r in res.rows}
+    pend = by["run_pending_s"]
+    assert pend["value_s"] == pytest.approx(10.0) and pend["base_value_s"] == pytest.approx(2.0)
+    assert pend["change"] == pytest.approx(5.0) and pend["delta_s"] == pytest.approx(8.0) and pend["flagged"] is True
+    proc = by["launch_to_process_start_p50_s"]
+    # ×3 and +0.06 s (≥ PENDING_ABS_MIN_S): flagged too
+    assert proc["value_s"] == pytest.approx(0.090) and proc["change"] == pytest.approx(3.0) and proc["flagged"] is True
+    assert "Kueue" in res.reason and pend["scheduler_path"] == "local"
+
+    res = scheduler_backpressure(tmp_path, "steady", "base")
+    assert res.verdict == "clear"
+    assert {r["metric"]: r["change"] for r in res.rows} == pytest.approx(
+        {"run_pending_s": 1.25, "launch_to_process_start_p50_s": 0.031 / 0.030})
+
+    res = scheduler_backpressure(tmp_path, "queued", None)
+    assert res.verdict == "unavailable" and "no baseline" in res.reason and len(res.rows) == 2
+
+
+def test_backpressure_small_absolute_growth_is_not_flagged(tmp_path: Path) -> None:
+    add_run(tmp_path, "a", 1.0)
+    add_run(tmp_path, "b", 1.0)
+    put(tmp_path, "measurement_fact", "a", startup([0.002]))
+    put(tmp_path, "measurement_fact", "b", startup([0.006]))  # ×3, +4 ms
+    res = scheduler_backpressure(tmp_path, "b", "a")
+    row = next(r for r in res.rows if r["metric"] == "launch_to_process_start_p50_s")
+    assert row["change"] == pytest.approx(3.0) and row["flagged"] is False and res.verdict == "clear"
+
+
+def test_backpressure_unavailable_without_any_wait(tmp_path: Path) -> None:
+    add_run(tmp_path, "bare", pending_s=None)
+    res = scheduler_backpressure(tmp_path, "bare", None)
+    assert res.verdict == "unavailable" and res.rows == [] and "neither start times" in res.reason
+
+
+# -- running them together, the document, the CLI --------------------------------------
+
+
+def test_run_playbooks_errors_name_the_fix(serving_home: Path) -> None:
+    with pytest.raises(BenchrunError, match="not in the warehouse"):
+        run_playbooks(serving_home, "missing-run")
+    with pytest.raises(BenchrunError, match="unknown playbook"):
+        run_playbooks(serving_home, "base", None, ["tail_latency_regression", "nope"])
+    with pytest.raises(BenchrunError, match="is the run itself"):
+        run_playbooks(serving_home, "base", "base")
+    with pytest.raises(BenchrunError, match="not valid"):
+        run_playbooks(serving_home, "Bad_Id")
+
+
+def test_report_document_holds_every_verdict(serving_home: Path) -> None:
+    results = run_playbooks(serving_home, "base")
+    assert [r.name for r in results] == list(PLAYBOOKS)
+    path = write_playbooks_report(serving_home / "runs" / "base", results)
+    assert path == serving_home / "runs" / "base" / "reports" / "base_playbooks.json"
+    doc = json.loads(path.read_text())
+    assert doc["verdicts"] == {"tail_latency_regression": "unavailable", "low_gpu_utilization": "unavailable",
+                               "distributed_straggler": "unavailable", "scheduler_backpressure": "unavailable"}
+    assert doc["playbooks"][0]["sql"] == tail_latency.SQL and not list(path.parent.glob(".*tmp*"))
+
+
+def test_cli_prints_verdicts_and_json(serving_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchrun.playbooks.commands import register
+
+    add_run(serving_home, "cand")
+    put(serving_home, "serving_outcome_fact", "cand", serving([(1, "all", 100.0, 90.0, 400.0, 10.0, 9.0, 20.0)]))
+    monkeypatch.setenv("BENCHRUN_HOME", str(serving_home))
+    app = typer.Typer()
+    register(app)
+    app.command("noop")(lambda: None)  # a second command keeps "playbook" a subcommand
+    out = CliRunner().invoke(app, ["playbook", "cand", "tail_latency_regression", "--baseline", "base", "--json"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.output)
+    assert doc["verdicts"] == {"tail_latency_regression": "flagged"} and doc["baseline_run_id"] == "base"
+    assert doc["playbooks"][0]["rows"][0]["p99_change"] == pytest.approx(400.0 / 150.0)
+    out = CliRunner().invoke(app, ["playbook", "cand", "--baseline", "base"], env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    assert "tail_latency_regression: flagged" in out.output and "low_gpu_utilization: unavailable" in out.output
+    assert "query_spec_digest" in out.output
+
+
+def test_every_playbook_sql_is_documented_and_registered() -> None:
+    for mod in (tail_latency, gpu_utilization, straggler, backpressure):
+        assert PLAYBOOKS[mod.NAME].__module__ == mod.__name__
+        assert set(mod.DISPLAY) and mod.SQL.strip().upper().startswith("WITH")
+
+
+def test_scenario_playbooks_asset_writes_the_report(serving_home: Path) -> None:
+    import dagster as dg
+
+    from bench_assets.playbook_assets import playbook_assets, scenario_playbooks
+    from resources.warehouse import WarehouseResource
+
+    add_run(serving_home, "cand")
+    put(serving_home, "serving_outcome_fact", "cand", serving([(1, "all", 100.0, 90.0, 400.0, 10.0, 9.0, 20.0)]))
+    structured = serving_home / "runs" / "cand" / "structured"
+    structured.mkdir(parents=True)
+    # the baseline baseline_comparison resolved for this run
+    (structured / "cand_comparison.json").write_text(json.dumps({"baseline": "base", "candidate": "cand"}))
+    assert playbook_assets == [scenario_playbooks]
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("benchmark_run", ["cand"])
+        result = dg.materialize([scenario_playbooks], instance=instance, partition_key="cand",
+                                resources={"warehouse": WarehouseResource(home=str(serving_home))})
+    assert result.success
+    meta = result.asset_materializations_for_node("scenario_playbooks")[0].metadata
+    assert meta["baseline"].value == "base" and meta["flagged"].value == 1
+    assert "| tail_latency_regression | **flagged** |" in meta["verdicts"].value
+    assert meta["query_spec_digest/tail_latency_regression"].value == query_spec_digest(tail_latency.SQL)
+    doc = json.loads((serving_home / "runs" / "cand" / "reports" / "cand_playbooks.json").read_text())
+    assert doc["baseline_run_id"] == "base" and doc["verdicts"]["tail_latency_regression"] == "flagged"
