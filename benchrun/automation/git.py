@@ -155,12 +155,3 @@ def commit_time(repo: Path, sha: str) -> int:
     """The committer time of ``sha`` in seconds since the epoch (UTC)."""
     return int(_out(repo, "show", "-s", "--format=%ct", sha))
 
-
-def relative_under(repo: Path, folder: Path) -> str:
-    """``folder`` as a POSIX path relative to the work tree root (``""`` for the root)."""
-    root = repo_root(repo).resolve()
-    target = (folder if folder.is_absolute() else root / folder).resolve()
-    if not target.is_relative_to(root):
-        raise BenchrunError(f"specs folder {folder} is outside the git repository {root}")
-    rel = target.relative_to(root).as_posix()
-    return "" if rel == "." else rel
