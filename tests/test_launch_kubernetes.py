@@ -485,6 +485,40 @@ def test_create_refused(tmp_path: Path) -> None:
     assert (run_dir / res.log).read_text().startswith("benchrun: cannot create pod")
 
 
+def test_preflight_rejects_before_any_pod_is_created() -> None:
+    api = FakeCoreV1([finished(0)])
+    launcher = KubernetesLauncher(api, "bench", PLACE)
+    launcher.preflight([make_inv(replicate=1), make_inv(replicate=2)])
+    with pytest.raises(BenchrunError, match=r"spec\.layers\[component\]\.suites\[fio\]\.image"):
+        launcher.preflight([make_inv(), make_inv(layer="component", suite="fio", image=None)])
+    assert api.created == []
+
+
+def test_unreachable_api_gives_up_and_deletes(tmp_path: Path) -> None:
+    from urllib3.exceptions import MaxRetryError
+
+    class Flaky(FakeCoreV1):
+        def read_namespaced_pod(self, name: str, namespace: str, **kw: Any) -> Any:
+            self.reads += 1
+            raise MaxRetryError(None, "/api/v1/namespaces/bench/pods", "connection refused")
+
+    api = Flaky([], log_error=ApiException(status=0, reason="unreachable"))
+    res, _ = launch(api, tmp_path)
+    assert api.reads == 5 and api.deleted
+    assert res.status == "failed" and res.reason.startswith("lost the pod: 5 reads in a row failed, last MaxRetryError")
+
+
+def test_cancellation_deletes_the_pod(tmp_path: Path) -> None:
+    def interrupt(_: float) -> None:
+        raise KeyboardInterrupt
+
+    api = FakeCoreV1([running()])
+    launcher = KubernetesLauncher(api, "bench", PLACE, poll_s=0.01, sleep=interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        launcher.launch(make_inv(), tmp_path / "runs" / RUN_ID)
+    assert api.deleted == [("bench", f"{RUN_ID}-gemm-r2-x7k2q")]
+
+
 def test_keep_finished_pods_when_asked(tmp_path: Path) -> None:
     api = FakeCoreV1([finished(0)], pod_log(result_doc()))
     res, _ = launch(api, tmp_path, delete_finished=False)

@@ -40,10 +40,11 @@ import logging
 import signal as _signal
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from dagster_pipes import DAGSTER_PIPES_MESSAGES_ENV_VAR, PIPES_PROTOCOL_VERSION_FIELD, encode_env_var
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 from benchrun.launch.base import LaunchResult
 from benchrun.launch.podspec import CONTAINER_NAME, Placement, pod_manifest
@@ -199,6 +200,13 @@ class KubernetesLauncher:
         self.delete_finished = delete_finished
         self._sleep = sleep
 
+    def preflight(self, invocations: Iterable[Invocation]) -> None:
+        """Build every pod manifest without creating any: a spec error (no image, a label
+        value Kubernetes refuses, publication grade without its guarantees) raises
+        BenchrunError before the first pod of the run starts, not halfway through it."""
+        for inv in invocations:
+            pod_manifest(inv, namespace=self.namespace, run_labels=self.run_labels, placement=self.placement)
+
     # -- the protocol -------------------------------------------------------------------
     def launch(
         self, inv: Invocation, run_dir: Path, *, extra_env: Mapping[str, str] | None = None
@@ -224,8 +232,14 @@ class KubernetesLauncher:
         name = pod.metadata.name
         log.info("%s r%d: pod %s/%s created", inv.suite, inv.replicate, self.namespace, name)
 
-        pod, verdict = self._wait(inv, name, pod, t0)
-        log_note = self._copy_log(name, log_path)
+        try:
+            pod, verdict = self._wait(inv, name, pod, t0)
+            log_note = self._copy_log(name, log_path)
+        except BaseException:
+            # Cancelled (KeyboardInterrupt, a Dagster run terminated) or a bug: the pod
+            # must not outlive the launch that owns it.
+            self._delete(name)
+            raise
         deleted = False
         if verdict is not None or self.delete_finished:
             deleted = self._delete(name)
@@ -261,13 +275,14 @@ class KubernetesLauncher:
             try:
                 pod = self.api.read_namespaced_pod(name=name, namespace=self.namespace)
                 errors = 0
-            except ApiException as exc:
-                if exc.status == 404:
+            except (ApiException, HTTPError, OSError) as exc:
+                if isinstance(exc, ApiException) and exc.status == 404:
                     return None, "pod disappeared before it finished (deleted by someone else?)"
                 errors += 1
+                what = _api_error(exc) if isinstance(exc, ApiException) else f"{type(exc).__name__}: {exc}"
                 if errors >= MAX_READ_ERRORS:
-                    return None, f"lost the pod: {MAX_READ_ERRORS} reads failed, last {_api_error(exc)}"
-                log.warning("reading pod %s failed (%s); retrying", name, _api_error(exc))
+                    return pod, f"lost the pod: {MAX_READ_ERRORS} reads in a row failed, last {what}; pod deleted"
+                log.warning("reading pod %s failed (%s); retrying", name, what)
                 self._sleep(self.poll_s)
                 continue
             phase = pod.status.phase if pod.status is not None else None
