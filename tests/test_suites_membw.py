@@ -57,6 +57,15 @@ def test_validation_catches_a_kernel_that_did_not_run() -> None:
         _check((a, b, c + 1.0), iterations, "float64")
 
 
+def test_cuda_requested_without_a_device_is_unavailable_not_a_number(tmp_path: Path) -> None:
+    if any(os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia", "/dev/kfd")):
+        pytest.skip("this host has a GPU device")
+    proc, doc = run_suite(tmp_path, {"elements": 4096, "iterations": 1, "device": "cuda"})
+    assert proc.returncode == 0, proc.stderr
+    assert doc["status"] == "unavailable" and doc["metrics"] == [] and doc["samples"] == {}
+    assert doc["reason"].startswith("unavailable: no CUDA device") or "torch not installed" in doc["reason"]
+
+
 def test_too_few_elements_fail_naming_the_parameter(tmp_path: Path) -> None:
     proc, doc = run_suite(tmp_path, {"elements": 10})
     assert proc.returncode == 1
