@@ -153,3 +153,19 @@ def test_server_process_that_exits_at_start_says_why():
     # the child refuses the model (PerfModel() itself does not validate); its stderr is the reason
     with pytest.raises(RuntimeError, match=r"exited at start: .*max_batch, max_batched_tokens and max_queue must be >= 1"):
         ServerProcess(PerfModel(max_batch=0))
+
+
+@pytest.mark.parametrize("length", [b"abc", b"99999999999"])
+def test_bad_or_huge_content_length_is_a_400_not_a_dead_handler(length):
+    import socket
+    import urllib.parse
+
+    with threaded_server() as (_, url):
+        u = urllib.parse.urlsplit(url)
+        with socket.create_connection((u.hostname, u.port), timeout=5) as s:
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + length + b"\r\n\r\n")
+            reply = b""
+            while chunk := s.recv(4096):
+                reply += chunk
+        assert reply.startswith(b"HTTP/1.1 400 ") and b"Content-Length must be" in reply
+        assert _get(url + "/health")[0] == 200  # the server still answers

@@ -63,6 +63,7 @@ FAULTS = ("none", "refuse", "http500", "http429", "close_midstream", "malformed_
 FINGERPRINT = "benchrun-refserver-synthetic"
 TOKEN_TEXT = " syn"
 _MAX_RECORDS = 200_000
+_MAX_BODY = 16 << 20  # a request body larger than this is refused (the longest prompts are far smaller)
 
 
 @dataclass(frozen=True)
@@ -407,7 +408,11 @@ class RefServer:
                         k, _, v = ln.partition(":")
                         headers[k.strip().lower()] = v.strip()
                 keep = version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
-                n = int(headers.get("content-length", "0") or 0)
+                length = headers.get("content-length", "0") or "0"
+                if not length.isdigit() or int(length) > _MAX_BODY:
+                    await self._respond(writer, 400, {"error": {"message": f"Content-Length must be 0..{_MAX_BODY}"}}, False)
+                    break
+                n = int(length)
                 try:
                     raw = await reader.readexactly(n) if n else b""
                 except (asyncio.IncompleteReadError, ConnectionError, OSError):
