@@ -14,7 +14,6 @@ import pyarrow.parquet as pq
 
 from benchrun.store import ObjectManifest
 from benchrun.warehouse.schemas import (
-    DIMENSIONS,
     JOIN_KEY_NAMES,
     REQUEST_COLUMNS,
     SERVING_DISTRIBUTION_COLUMNS,
@@ -22,6 +21,7 @@ from benchrun.warehouse.schemas import (
     SERVING_SCALAR_COLUMNS,
     TABLES,
     dim_key,
+    dim_key_column,
 )
 from benchrun.warehouse.sources import RunSources, dig, load_sources, parse_ts
 from benchrun.warehouse.writer import rows_to_table, write_partition
@@ -159,7 +159,7 @@ def dimension_rows(src: RunSources) -> dict[str, dict[str, Any]]:
         ("workload_dim", wl),
         ("artifact_lineage_dim", lineage),
     ):
-        key_col = DIMENSIONS[table].names[0]
+        key_col = dim_key_column(table)
         out[table] = {key_col: dim_key(attrs), **attrs}
     return out
 
@@ -207,7 +207,7 @@ def benchmark_run_rows(src: RunSources, dims: dict[str, dict[str, Any]]) -> list
         **_retention(src),
     )
     for table, drow in dims.items():
-        key_col = DIMENSIONS[table].names[0]
+        key_col = dim_key_column(table)
         row[key_col] = drow[key_col]
     # manifest.json is the root of the sealed evidence (it hashes every file); status.json
     # keeps changing after the run is stored, so it is never an object and cannot be raw_uri.
