@@ -121,3 +121,14 @@ def test_tmpfs_has_no_o_direct_default_falls_back_explicit_is_refused(tmp_path: 
     proc, doc = run_suite(tmp_path / "b", {**params, "direct": True})
     assert proc.returncode == 1
     assert doc["status"] == "failed" and "parameter direct=true" in doc["reason"] and "tmpfs" in doc["reason"]
+
+
+@needs_fio
+def test_a_directory_with_a_colon_is_passed_escaped(tmp_path: Path) -> None:
+    target = tmp_path / "disk:a"  # unescaped, fio would look for .../disk and a/...
+    target.mkdir()
+    proc, doc = run_suite(tmp_path / "run", {"size_mb": 1, "runtime_s": 1, "cases": ["seq_write"], "directory": str(target)})
+    assert proc.returncode == 0, proc.stderr
+    assert doc["status"] == "ok" and [m["case"] for m in doc["metrics"]] == ["seq_write"] * 3
+    assert any(a.startswith(f"--directory={tmp_path}/disk\\:a/.fio-scratch-") for a in doc["context"]["argv"])
+    assert list(target.iterdir()) == []

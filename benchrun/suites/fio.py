@@ -93,7 +93,8 @@ def build_argv(fio: str, workdir: Path, output: Path, cases: list[str], *, size_
         fio,
         "--output-format=json",
         f"--output={output}",
-        f"--directory={workdir}",
+        # fio splits --directory at ':' (several directories); a colon in the path is escaped
+        "--directory=" + str(workdir).replace(":", "\\:"),
         f"--size={size_mb}M",
         f"--runtime={runtime_s}",
         f"--ioengine={ioengine}",
