@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from benchrun.errors import BenchrunError
+from benchrun.paths import validate_run_id
 from benchrun.store import ObjectManifest, open_store
 from benchrun.suites.result import read_result
 
@@ -103,7 +104,7 @@ def load_sources(run_dir: Path, manifest: ObjectManifest | None, home: Path) -> 
     status = _read_json(run_dir / "status.json")
     if not isinstance(status, dict) or not status.get("run_id"):
         raise BenchrunError(f"{run_dir / 'status.json'}: missing or has no run_id; is {run_dir} a run directory?")
-    run_id = status["run_id"]
+    run_id = validate_run_id(status["run_id"])
     structured = run_dir / "structured"
     env = _read_json(structured / f"{run_id}_environment.json") or {}
     spec: dict[str, Any] = {}
