@@ -153,3 +153,17 @@ def test_a_suite_ignoring_sigterm_is_killed_after_the_grace_period(run_dir):
     assert res.status == "failed" and "timed out" in res.reason
     assert time.monotonic() - t0 < 10
     assert "ignoring SIGTERM" in (run_dir / res.log).read_text()
+
+
+def test_suite_prints_its_result_line_for_pods(run_dir):
+    """In a pod the run directory dies with the container; the result travels on stdout."""
+    from benchrun.launch.kubernetes import RESULT_KEY
+
+    env = {**_suite_env(run_dir, "s"), "BENCHRUN_RESULT_STDOUT": "1"}
+    res = LocalLauncher().launch(_inv([sys.executable, "-c", OK_SUITE], env=env), run_dir)
+    assert res.status == "ok"
+    lines = [ln for ln in (run_dir / res.log).read_text().splitlines() if ln.startswith('{"' + RESULT_KEY)]
+    assert len(lines) == 1
+    doc = json.loads(lines[0])[RESULT_KEY]
+    assert doc == json.loads((run_dir / res.result).read_text())
+    assert doc["metrics"][0]["value"] == 42.0

@@ -64,6 +64,9 @@ class SuiteContext:
         self.samples: dict[str, str] = {}
         self.serving: list[dict[str, Any]] = []
         self.synthetic = False
+        # In a pod the run directory dies with the container: the Kubernetes launcher reads
+        # the result document from one stdout line instead (benchrun.launch.kubernetes).
+        self.result_to_stdout = env.get("BENCHRUN_RESULT_STDOUT") == "1"
         self.started_utc = _utc()
         for sub in ("structured", "raw", "figures"):
             (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
@@ -140,6 +143,11 @@ class SuiteContext:
         if self.serving:
             doc["serving"] = self.serving
         path = atomic_write_json(result_path(self.run_dir, self.run_id, self.suite, self.replicate), doc)
+        if self.result_to_stdout:
+            # A leading newline so the line starts fresh even after a partial line.
+            line = json.dumps({"__benchrun_result__": doc}, sort_keys=True, separators=(",", ":"), default=str)
+            sys.stdout.write("\n" + line + "\n")
+            sys.stdout.flush()
         self.message({"kind": "result", "status": status, "reason": reason, "path": str(path)})
         if self._pipes is not None:
             try:
