@@ -77,6 +77,8 @@ def test_loadgen_table_from_the_real_entry_point(server, tmp_path):
         (["--concurrency", "1", "--rate", "2", "--requests", "2"], "exactly one of --concurrency"),
         (["--concurrency", "1"], "exactly one of --duration"),
         (["--concurrency", "1.5", "--requests", "2"], "whole numbers"),
+        (["--concurrency", "inf", "--requests", "2"], "positive, finite"),
+        (["--rate", "1e400", "--requests", "2"], "positive, finite"),
         (["--concurrency", "1", "--requests", "2", "--mix", "1/2@0.3"], "--mix"),
         (["--concurrency", "1", "--requests", "2", "--slo", "ttft=3"], "--slo"),
         (["--concurrency", "1", "--requests", "2", "--url", "http://127.0.0.1:1"], "cannot reach http://127.0.0.1:1"),

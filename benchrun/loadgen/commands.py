@@ -18,8 +18,8 @@ def _floats(text: str, what: str) -> list[float]:
         vals = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise BenchrunError(f"{what} {text!r} is not a comma-separated list of numbers (e.g. 1,8,32)") from None
-    if not vals or any(not v > 0 for v in vals):
-        raise BenchrunError(f"{what} {text!r} needs positive values")
+    if not vals or any(not 0 < v < float("inf") for v in vals):
+        raise BenchrunError(f"{what} {text!r} needs positive, finite values")
     return vals
 
 
