@@ -304,3 +304,14 @@ def test_old_partitions_without_a_new_column_still_read(tmp_path: Path) -> None:
     bad.write_bytes(b"not parquet")
     with pytest.raises(BenchrunError, match="measurement_fact.*curate that run again"):
         query("SELECT 1", tmp_path)
+
+
+def test_command_modules_import_light() -> None:
+    """The CLI imports these for every command: pyarrow, duckdb and cryptography load only when used."""
+    code = ("import sys, benchrun.warehouse.commands, benchrun.stats.commands, benchrun.provenance.commands; "
+            "print(sorted(m for m in ('pyarrow', 'duckdb', 'cryptography', 'pandas') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip() == "[]"
+    import benchrun.warehouse as wh  # the lazy names still resolve
+
+    assert wh.curate_run is curate_run and "TABLES" in dir(wh)
