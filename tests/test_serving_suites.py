@@ -121,3 +121,23 @@ def test_a_misspelt_parameter_is_refused_not_ignored(tmp_path, module, suite):
 def test_a_refserver_override_that_is_not_a_mapping_is_a_clear_error(tmp_path):
     with pytest.raises(BenchrunError, match="parameter refserver"):
         _run_inline(serving_sweep, tmp_path, "serving_sweep", {"refserver": [1, 2]}, _workload())
+
+
+@pytest.mark.parametrize(
+    "module, suite, params, named",
+    [
+        (serving_sweep, "serving_sweep", {"concurrency": [1, 2.5]}, "concurrency"),  # was truncated to c=2
+        (serving_sweep, "serving_sweep", {"warmup": 1.5}, "warmup"),
+        (serving_workflow, "serving_workflow", {"concurrency": 2.5}, "concurrency"),
+        (serving_workflow, "serving_workflow", {"requests": 0}, "requests"),
+        (serving_workflow, "serving_workflow", {"api": "embeddings"}, "api"),
+    ],
+)
+def test_bad_numeric_parameters_are_refused_naming_them(tmp_path, module, suite, params, named):
+    with pytest.raises(ValueError, match=f"parameter {named}"):
+        _run_inline(module, tmp_path, suite, params, _workload())
+
+
+def test_an_infinite_rate_is_refused(tmp_path):
+    with pytest.raises(BenchrunError, match="positive, finite"):
+        _run_inline(serving_sweep, tmp_path, "serving_sweep", {"rates": [float("inf")]}, _workload(concurrencyModel="open_loop"))

@@ -26,6 +26,7 @@ from benchrun.loadgen.output import plot_latency_throughput, write_requests_parq
 from benchrun.loadgen.refserver import PerfModel, ServerProcess
 from benchrun.loadgen.runner import LoadPoint, SweepConfig, SweepResult, run_sweep
 from benchrun.loadgen.workload import MixBucket, format_mix, mix_from_workload, parse_mix
+from benchrun.suites._common import bool_param, choice_param, float_param, int_param
 
 # Fast synthetic engine for the suites' self-started server: a replicate of the canary
 # (c=1 and c=4, 24 requests each, the seed's 512/128 + 1024/256 mix) takes about 2 s.
@@ -96,12 +97,13 @@ def run_serving_suite(
             points=tuple(points),
             requests_per_point=requests_per_point,
             duration_s=duration_s,
-            warmup=int(ctx.param("warmup", 2)),
-            seed=int(ctx.param("seed", 0)),
-            workers=int(ctx.param("workers", 1)),
-            api=str(ctx.param("api", "completions")),
-            request_timeout_s=float(ctx.param("request_timeout_s", 60.0)),
-            ignore_eos=bool(ctx.param("ignore_eos", True)),
+            # strict checks (2.5 is refused, not truncated to 2), each error naming the parameter
+            warmup=int_param(ctx, "warmup", 2, minimum=0),
+            seed=int_param(ctx, "seed", 0, minimum=0),
+            workers=int_param(ctx, "workers", 1, minimum=1, maximum=1024),
+            api=choice_param(ctx, "api", "completions", ("completions", "chat")),
+            request_timeout_s=float_param(ctx, "request_timeout_s", 60.0),
+            ignore_eos=bool_param(ctx, "ignore_eos", True),
             slo=slo,
             pricing=pricing,
             policy=policy,

@@ -19,8 +19,10 @@ parquet in ``raw/`` and one latency-throughput figure per bucket in ``figures/``
 
 from __future__ import annotations
 
+import math
+
 from benchrun.errors import BenchrunError
-from benchrun.suites._common import check_known
+from benchrun.suites._common import ParamError, check_known, float_param, int_list_param, int_param
 from benchrun.suites._runtime import SuiteContext, main
 
 
@@ -38,13 +40,16 @@ def sweep_points(ctx: SuiteContext, load_model: str) -> list:
                 raise BenchrunError(
                     "serving_sweep: workload.concurrencyModel is closed_loop but only 'rates' was given; give 'concurrency'"
                 )
-            values = ctx.params.get("concurrency", [1, 4])
-            values = values if isinstance(values, list) else [values]
-            return [LoadPoint("closed_loop", int(c)) for c in values]
+            return [LoadPoint("closed_loop", c) for c in int_list_param(ctx, "concurrency", [1, 4], minimum=1)]
         if "rates" not in ctx.params:
             raise BenchrunError("serving_sweep: workload.concurrencyModel is open_loop; give 'rates' (req/s list)")
         values = ctx.params["rates"] if isinstance(ctx.params["rates"], list) else [ctx.params["rates"]]
-        return [LoadPoint("open_loop", float(r), arrival) for r in values]
+        rates = [float(r) for r in values]
+        if not rates or not all(0 < r < math.inf for r in rates):
+            raise ValueError(f"rates {values!r} must be a non-empty list of positive, finite req/s")
+        return [LoadPoint("open_loop", r, arrival) for r in rates]
+    except ParamError:
+        raise
     except (TypeError, ValueError) as exc:
         raise BenchrunError(f"serving_sweep: bad load points: {exc}") from None
 
@@ -56,9 +61,9 @@ def run(ctx: SuiteContext) -> None:
     check_known(ctx, COMMON_PARAMS + ("concurrency", "rates", "requests_per_point", "duration_s"))
     _, _, load_model, _, _, _ = workload_inputs(ctx)
     points = sweep_points(ctx, load_model)
-    duration = ctx.params.get("duration_s")
-    requests = None if duration is not None else int(ctx.param("requests_per_point", 24))
-    run_serving_suite(ctx, points, requests, float(duration) if duration is not None else None)
+    duration = float_param(ctx, "duration_s", 0.0) if "duration_s" in ctx.params else None
+    requests = None if duration is not None else int_param(ctx, "requests_per_point", 24, minimum=1)
+    run_serving_suite(ctx, points, requests, duration)
 
 
 if __name__ == "__main__":

@@ -10,8 +10,10 @@ it is set. Results as for ``serving_sweep``, for a single point.
 
 from __future__ import annotations
 
+import math
+
 from benchrun.errors import BenchrunError
-from benchrun.suites._common import check_known
+from benchrun.suites._common import ParamError, check_known, float_param, int_param
 from benchrun.suites._runtime import SuiteContext, main
 
 
@@ -28,14 +30,19 @@ def run(ctx: SuiteContext) -> None:
         if load_model == "open_loop":
             if "rate" not in ctx.params:
                 raise BenchrunError("serving_workflow: workload.concurrencyModel is open_loop; give 'rate' (req/s)")
-            point = LoadPoint("open_loop", float(ctx.params["rate"]), str(ctx.param("arrival", "poisson")))
+            rate = float_param(ctx, "rate", 1.0)
+            if rate == math.inf:
+                raise ParamError(f"parameter rate={ctx.params['rate']!r} must be a finite number of req/s")
+            point = LoadPoint("open_loop", rate, str(ctx.param("arrival", "poisson")))
         else:
-            point = LoadPoint("closed_loop", int(ctx.param("concurrency", 4)))
+            point = LoadPoint("closed_loop", int_param(ctx, "concurrency", 4, minimum=1))
+    except ParamError:
+        raise
     except (TypeError, ValueError) as exc:
         raise BenchrunError(f"serving_workflow: bad load point: {exc}") from None
-    duration = ctx.params.get("duration_s")
-    requests = None if duration is not None else int(ctx.param("requests", 32))
-    run_serving_suite(ctx, [point], requests, float(duration) if duration is not None else None, sweep=False)
+    duration = float_param(ctx, "duration_s", 0.0) if "duration_s" in ctx.params else None
+    requests = None if duration is not None else int_param(ctx, "requests", 32, minimum=1)
+    run_serving_suite(ctx, [point], requests, duration, sweep=False)
 
 
 if __name__ == "__main__":
