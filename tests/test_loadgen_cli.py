@@ -60,7 +60,9 @@ def test_loadgen_json_summary_and_outputs(server, tmp_path, monkeypatch, capsys)
     table = pq.read_table(tmp_path / doc["files"]["requests"])
     assert table.num_rows == 20
     assert all((tmp_path / f).is_file() for f in doc["files"]["figures"])
-    assert (tmp_path / "structured").glob("*_loadgen_summary.json")
+    [summary] = (tmp_path / "structured").glob("*_loadgen_summary.json")  # (a bare glob is always truthy)
+    assert summary.name == f"{doc['run_id']}_loadgen_summary.json"
+    assert json.loads(summary.read_text())["points"] == json.loads(json.dumps(doc["points"]))
     assert "c=1: 10 ok, 0 errors" in p.stderr  # progress per point
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -169,7 +170,8 @@ def register(app: typer.Typer) -> None:
             pricing=pricing,
             policy=policy,
         )
-        run_id = "loadgen-" + _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d%H%M%S")
+        # a random suffix: two runs into one --out within a second must not overwrite each other
+        run_id = "loadgen-" + _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d%H%M%S") + "-" + os.urandom(2).hex()
         started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
         def progress(s: dict[str, Any]) -> None:
