@@ -185,6 +185,10 @@ def test_slo_and_pricing_parsing():
         SLO.from_dict({"latency": 3})
     with pytest.raises(ValueError, match="positive"):
         SLO.from_dict({"ttft_ms": 0})
+    with pytest.raises(ValueError, match=r"SLO ttft_ms='fast' must be a positive number"):  # names the key
+        SLO.from_dict({"ttft_ms": "fast"})
+    with pytest.raises(ValueError, match="pricePerNodeHourUsd >= 0 and nodes >= 1"):
+        Pricing.from_dict({"pricePerNodeHourUsd": "cheap"})
     p = Pricing.from_dict({"pricePerNodeHourUsd": 98.32, "nodes": 2})
     assert p.cost_usd(3600) == pytest.approx(196.64)
     assert Pricing.from_dict(None) is None

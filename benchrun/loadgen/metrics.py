@@ -90,7 +90,10 @@ class SLO:
             if v is None:
                 continue
             key = "decode_ms_per_token" if k == "tpot_ms" else k
-            f = float(v)
+            try:
+                f = float(v)
+            except (TypeError, ValueError):
+                f = math.nan
             if not f > 0:
                 raise ValueError(f"SLO {k}={v!r} must be a positive number of milliseconds")
             vals[key] = f
@@ -116,8 +119,11 @@ class Pricing:
         price = d.get("pricePerNodeHourUsd", d.get("price_per_node_hour_usd"))
         if price is None:
             return None
-        p = float(price)
-        n = int(d.get("nodes", 1) or 1)
+        try:
+            p = float(price)
+            n = int(d.get("nodes", 1) or 1)
+        except (TypeError, ValueError):
+            p, n = math.nan, 0
         if not p >= 0 or n < 1:
             raise ValueError("pricing needs pricePerNodeHourUsd >= 0 and nodes >= 1")
         return cls(p, n)
