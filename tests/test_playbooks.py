@@ -51,9 +51,9 @@ def measurements(rows: list[tuple], suite: str, **extra: Any) -> list[dict[str, 
 # -- tail_latency_regression ---------------------------------------------------------
 
 
-def serving(point_rows: list[tuple]) -> list[dict[str, Any]]:
+def serving(point_rows: list[tuple], n_requests: int = 400) -> list[dict[str, Any]]:
     """(replicate, bucket, e2e mean, p50, p99, ttft mean, p50, p99) as serving_outcome_fact rows."""
-    return [{"suite": "serving_sweep", "point": "c=4", "bucket": b, "replicate": rep, "n_requests": 100,
+    return [{"suite": "serving_sweep", "point": "c=4", "bucket": b, "replicate": rep, "n_requests": n_requests,
              "e2e_ms_mean": em, "e2e_ms_p50": e50, "e2e_ms_p99": e99,
              "ttft_ms_mean": tm, "ttft_ms_p50": t50, "ttft_ms_p99": t99}
             for rep, b, em, e50, e99, tm, t50, t99 in point_rows]
@@ -82,7 +82,8 @@ def test_tail_latency_flagged_when_p99_doubles_with_a_steady_mean(serving_home: 
     assert res.verdict == "flagged"
     by_q = {r["quantity"]: r for r in res.rows}
     e2e = by_q["e2e_ms"]
-    assert (e2e["n_replicates"], e2e["n_requests"]) == (3, 300)
+    assert (e2e["n_replicates"], e2e["n_requests"], e2e["n_requests_per_replicate"]) == (3, 1200, 400)
+    assert e2e["p99_backed"] is True
     assert e2e["p99_ms"] == 330.0 and e2e["base_p99_ms"] == 150.0  # medians over replicates
     assert e2e["p99_change"] == pytest.approx(2.2)
     assert e2e["mean_change"] == pytest.approx(104.0 / 100.0)
@@ -103,6 +104,18 @@ def test_tail_latency_clear_when_the_mean_moved_too(serving_home: Path) -> None:
     e2e = next(r for r in res.rows if r["quantity"] == "e2e_ms")
     assert e2e["p99_change"] == pytest.approx(2.2) and e2e["mean_change"] == pytest.approx(1.5)
     assert e2e["flagged"] is False and "general slowdown" in e2e["why"]
+
+
+def test_tail_latency_too_few_requests_is_not_flagged(serving_home: Path) -> None:
+    add_run(serving_home, "thin")
+    put(serving_home, "serving_outcome_fact", "thin", serving([
+        (1, "all", 104.0, 92.0, 330.0, 10.0, 9.0, 20.0), (2, "all", 104.0, 92.0, 330.0, 10.0, 9.0, 20.0)],
+        n_requests=24))
+    res = tail_latency_regression(serving_home, "thin", "base")
+    assert res.verdict == "unavailable" and "too few requests" in res.reason
+    e2e = next(r for r in res.rows if r["quantity"] == "e2e_ms")
+    assert e2e["p99_change"] == pytest.approx(2.2) and e2e["n_requests_per_replicate"] == 24
+    assert e2e["p99_backed"] is False and e2e["flagged"] is False and "24 requests per replicate (< 368)" in e2e["why"]
 
 
 def test_tail_latency_unavailable_without_baseline_or_serving_rows(serving_home: Path) -> None:
@@ -250,8 +263,9 @@ def test_backpressure_flagged_clear_and_unavailable(tmp_path: Path) -> None:
     assert pend["value_s"] == pytest.approx(10.0) and pend["base_value_s"] == pytest.approx(2.0)
     assert pend["change"] == pytest.approx(5.0) and pend["delta_s"] == pytest.approx(8.0) and pend["flagged"] is True
     proc = by["launch_to_process_start_p50_s"]
-    # ×3 and +0.06 s (≥ PENDING_ABS_MIN_S): flagged too
+    # ×3, +0.06 s (≥ PENDING_ABS_MIN_S), every replicate above the baseline's slowest: flagged too
     assert proc["value_s"] == pytest.approx(0.090) and proc["change"] == pytest.approx(3.0) and proc["flagged"] is True
+    assert (proc["min_s"], proc["base_max_s"], proc["n_replicates"]) == (0.087, 0.031, 3)
     assert "Kueue" in res.reason and pend["scheduler_path"] == "local"
 
     res = scheduler_backpressure(tmp_path, "steady", "base")
@@ -263,14 +277,29 @@ def test_backpressure_flagged_clear_and_unavailable(tmp_path: Path) -> None:
     assert res.verdict == "unavailable" and "no baseline" in res.reason and len(res.rows) == 2
 
 
+def test_backpressure_overlapping_replicates_are_not_flagged(tmp_path: Path) -> None:
+    # The medians moved ×1.6 (the A/A pattern seen on this shared machine) but the ranges overlap.
+    add_run(tmp_path, "a", 4.8)
+    add_run(tmp_path, "b", 6.3)  # ×1.31, +1.5 s: below ×1.5
+    put(tmp_path, "measurement_fact", "a", startup([0.31, 0.20, 0.17, 0.17, 0.14, 0.19]))
+    put(tmp_path, "measurement_fact", "b", startup([0.30, 0.27, 0.29, 0.34, 0.22, 0.22]))
+    res = scheduler_backpressure(tmp_path, "b", "a")
+    row = next(r for r in res.rows if r["metric"] == "launch_to_process_start_p50_s")
+    assert row["change"] == pytest.approx(0.28 / 0.18) and row["delta_s"] == pytest.approx(0.10)
+    assert (row["min_s"], row["base_max_s"]) == (0.22, 0.31)
+    assert row["flagged"] is False and "overlap" in row["why"] and res.verdict == "clear"
+
+
 def test_backpressure_small_absolute_growth_is_not_flagged(tmp_path: Path) -> None:
-    add_run(tmp_path, "a", 1.0)
-    add_run(tmp_path, "b", 1.0)
+    add_run(tmp_path, "a", 0.5)
+    add_run(tmp_path, "b", 1.2)  # ×2.4 but +0.7 s: under the run-level floor (orchestration jitter)
     put(tmp_path, "measurement_fact", "a", startup([0.002]))
     put(tmp_path, "measurement_fact", "b", startup([0.006]))  # ×3, +4 ms
     res = scheduler_backpressure(tmp_path, "b", "a")
-    row = next(r for r in res.rows if r["metric"] == "launch_to_process_start_p50_s")
-    assert row["change"] == pytest.approx(3.0) and row["flagged"] is False and res.verdict == "clear"
+    by = {r["metric"]: r for r in res.rows}
+    assert by["launch_to_process_start_p50_s"]["change"] == pytest.approx(3.0)
+    assert by["run_pending_s"]["change"] == pytest.approx(2.4)
+    assert [by[m]["flagged"] for m in by] == [False, False] and res.verdict == "clear"
 
 
 def test_backpressure_unavailable_without_any_wait(tmp_path: Path) -> None:

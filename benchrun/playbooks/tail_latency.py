@@ -17,10 +17,16 @@ P99_GROWTH_MIN = 2.0
 # that moved more is a general slowdown, not a tail regression (the comparison gate and
 # baseline_comparison cover that).
 MEAN_BAND = 0.10
+# A p99 is only believed from enough requests per replicate: the fewest for which the
+# order-statistic interval of p99 is bounded at this confidence (368 at 95 %, the same
+# rule as trial_statistics' p99 check). A doubling seen on fewer requests is reported as
+# too thin to call, never flagged.
+P99_CONFIDENCE = 0.95
 
 # Per serving point × bucket × latency quantity (request end-to-end and time to first
-# token), the median over replicates of each replicate's mean, p50 and p99 for the run
-# ($1) and its baseline ($2, NULL for none), side by side, with the tail ratio p99/p50 of
+# token), the median over replicates of each replicate's mean, p50 and p99 (and of its
+# request count) for the run ($1) and its baseline ($2, NULL for none), side by side, with
+# the tail ratio p99/p50 of
 # each and the run-over-baseline ratios of p99, p50 and mean. Rows without a p99 (a
 # replicate that served nothing) are left out, never filled. bucket NULL (the whole
 # point's requests) reads 'all'.
@@ -39,13 +45,14 @@ WITH per_replicate AS (
 per_point AS (
     SELECT run_id, suite, point, bucket, quantity,
            count(*) AS n_replicates, CAST(sum(n_requests) AS BIGINT) AS n_requests,
+           median(n_requests) AS n_requests_per_replicate,
            median(mean_ms) AS mean_ms, median(p50_ms) AS p50_ms, median(p99_ms) AS p99_ms
     FROM per_replicate
     GROUP BY run_id, suite, point, bucket, quantity
 )
-SELECT r.suite, r.point, r.bucket, r.quantity, r.n_replicates, r.n_requests,
+SELECT r.suite, r.point, r.bucket, r.quantity, r.n_replicates, r.n_requests, r.n_requests_per_replicate,
        r.mean_ms, r.p50_ms, r.p99_ms, r.p99_ms / nullif(r.p50_ms, 0) AS tail_ratio,
-       b.n_replicates AS base_n_replicates,
+       b.n_replicates AS base_n_replicates, b.n_requests_per_replicate AS base_n_requests_per_replicate,
        b.mean_ms AS base_mean_ms, b.p50_ms AS base_p50_ms, b.p99_ms AS base_p99_ms,
        b.p99_ms / nullif(b.p50_ms, 0) AS base_tail_ratio,
        r.p99_ms / nullif(b.p99_ms, 0) AS p99_change,
@@ -60,21 +67,26 @@ ORDER BY r.suite, r.point, r.bucket, r.quantity
 """
 
 # Columns the terminal table shows (--json gives every column).
-DISPLAY = ("suite", "point", "bucket", "quantity", "mean_ms", "p50_ms", "p99_ms", "tail_ratio", "base_p99_ms",
-           "base_tail_ratio", "p99_change", "mean_change", "flagged")
+DISPLAY = ("suite", "point", "bucket", "quantity", "n_requests_per_replicate", "mean_ms", "p50_ms", "p99_ms",
+           "tail_ratio", "base_p99_ms", "base_tail_ratio", "p99_change", "mean_change", "p99_backed", "flagged")
 
 
-def _judge(row: dict[str, Any]) -> tuple[bool, str]:
+def _judge(row: dict[str, Any], min_requests: int) -> tuple[bool, bool, str]:
+    """(flagged, suspected but too thin, why) for one compared row."""
     p99, mean = row["p99_change"], row["mean_change"]
     if p99 is None or mean is None:
-        return False, "no baseline at this point/bucket"
+        return False, False, "no baseline at this point/bucket"
     grew = p99 >= P99_GROWTH_MIN
     steady = abs(mean - 1.0) <= MEAN_BAND
     if grew and steady:
-        return True, f"p99 ×{p99:.2f} (≥ ×{P99_GROWTH_MIN:g}) while mean ×{mean:.2f} (within ±{MEAN_BAND:.0%})"
+        why = f"p99 ×{p99:.2f} (≥ ×{P99_GROWTH_MIN:g}) while mean ×{mean:.2f} (within ±{MEAN_BAND:.0%})"
+        if not row["p99_backed"]:
+            thin = min(row["n_requests_per_replicate"], row["base_n_requests_per_replicate"])
+            return False, True, f"{why}, but p99 from {thin:g} requests per replicate (< {min_requests})"
+        return True, False, why
     if grew:
-        return False, f"p99 ×{p99:.2f} but mean ×{mean:.2f} moved too (a general slowdown, not a tail regression)"
-    return False, f"p99 ×{p99:.2f} (< ×{P99_GROWTH_MIN:g})"
+        return False, False, f"p99 ×{p99:.2f} but mean ×{mean:.2f} moved too (a general slowdown, not a tail regression)"
+    return False, False, f"p99 ×{p99:.2f} (< ×{P99_GROWTH_MIN:g})"
 
 
 def tail_latency_regression(home: Path, run_id: str, baseline_run_id: str | None) -> PlaybookResult:
@@ -90,16 +102,30 @@ def tail_latency_regression(home: Path, run_id: str, baseline_run_id: str | None
                                      "(no serving suite ran or none served a request)")
     if baseline_run_id is None:
         for row in rows:
-            row.update(flagged=None, why="no baseline")
+            row.update(p99_backed=None, flagged=None, why="no baseline")
         return result("unavailable", "no baseline run: 'p99 doubled' is a change between runs; the run's own "
                                      "p50/p99/mean and tail ratio are listed (give --baseline RUN_ID)")
+    from benchrun.stats.describe import min_samples_for_quantile
+
+    min_requests = min_samples_for_quantile(0.99, P99_CONFIDENCE)
+    thin = []
     for row in rows:
-        flagged, why = _judge(row)
+        row["p99_backed"] = (row["base_n_requests_per_replicate"] is not None
+                             and min(row["n_requests_per_replicate"], row["base_n_requests_per_replicate"]) >= min_requests)
+        flagged, suspected, why = _judge(row, min_requests)
         row.update(flagged=flagged, why=why)
+        if suspected:
+            thin.append(row)
     compared = [r for r in rows if r["p99_change"] is not None]
     if not compared:
         return result("unavailable", f"baseline {baseline_run_id} has no serving rows at the run's points and buckets")
     hits = [r for r in compared if r["flagged"]]
+    if not hits and thin:
+        worst = max(thin, key=lambda r: r["p99_change"])
+        return result("unavailable", f"{len(thin)} point/bucket/quantity rows look like a tail regression but their "
+                                     f"p99 comes from too few requests to call it; worst {worst['suite']} "
+                                     f"{worst['point']} bucket {worst['bucket']} {worst['quantity']}: {worst['why']} "
+                                     "(run more requests per point)")
     if hits:
         worst = max(hits, key=lambda r: r["p99_change"])
         return result("flagged", f"{len(hits)} of {len(compared)} point/bucket/quantity rows: p99 ≥ ×{P99_GROWTH_MIN:g} "
