@@ -84,6 +84,9 @@ def test_endpoint_from_url():
     with pytest.raises(EndpointError, match="BENCHRUN_API_KEY") as e:
         Endpoint.from_url("http://user:s3cret@h:8000")
     assert "s3cret" not in str(e.value)
+    with pytest.raises(EndpointError, match="query or fragment") as e:
+        Endpoint.from_url("http://h:8000/v1?api_key=s3cret")
+    assert "s3cret" not in str(e.value)
     e = Endpoint.from_url("http://[::1]:8000")
     assert e.host == "::1" and e.display() == "http://[::1]:8000/v1/completions"
     assert b"\r\nHost: [::1]:8000\r\n" in build_head(e, "GET", "/v1/models", 0, {})

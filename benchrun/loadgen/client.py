@@ -77,6 +77,12 @@ class Endpoint:
                 f"URL for host {u.hostname!r} carries credentials (user:password@); remove them and "
                 "put the API key in BENCHRUN_API_KEY (or OPENAI_API_KEY)"
             )
+        if u.query or u.fragment:
+            # requests go to the path alone; a query would be dropped silently (and kept in results)
+            raise EndpointError(
+                f"URL for host {u.hostname!r} has a query or fragment, which the load generator does not "
+                "send; give scheme://host[:port][/path] (an API key goes in BENCHRUN_API_KEY)"
+            )
         try:
             port = u.port or (443 if u.scheme == "https" else 80)
         except ValueError:
