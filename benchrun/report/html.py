@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from benchrun.paths import validate_name
 from benchrun.report import figures as F
 from benchrun.stats.analysis import TrialStatistics, read_trial_statistics
 from benchrun.stats.changepoint import change_points, hardware_key, history_table
@@ -70,7 +71,7 @@ def build_report(run_dir: str | os.PathLike[str], *, home: Path | None = None,
         png = F.strip_plot(stats.replicates[stats.replicates["suite"] == suite],
                            stats.summary[stats.summary["suite"] == suite], f"{suite}: replicates")
         figs.append(("replicates", f"{suite}: one point per replicate; red × = MAD outlier (kept)", png))
-        atomic_write_bytes(run.path / "figures" / f"{rid}_{suite}_strip.png", png)
+        atomic_write_bytes(run.path / "figures" / f"{rid}_{validate_name(suite, what='suite name')}_strip.png", png)
 
     comparison = None
     comp_path = run.path / "structured" / f"{rid}_comparison.json"
@@ -87,7 +88,8 @@ def build_report(run_dir: str | os.PathLike[str], *, home: Path | None = None,
         for suite, g in serving.groupby("suite"):
             png = F.latency_throughput(g, slo, f"{suite}: latency vs throughput per bucket")
             figs.append(("serving", f"{suite}: p99 latency against throughput, SLO dashed", png))
-            atomic_write_bytes(run.path / "figures" / f"{rid}_{suite}_report-latency-throughput.png", png)
+            atomic_write_bytes(run.path / "figures" / f"{rid}_{validate_name(str(suite), what='suite name')}"
+                                                        "_report-latency-throughput.png", png)
 
     hist_home = home or run.path.parent.parent
     hist = history_table(hist_home, cadences=None)
