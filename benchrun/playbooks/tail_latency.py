@@ -26,10 +26,9 @@ P99_CONFIDENCE = 0.95
 # Per serving point × bucket × latency quantity (request end-to-end and time to first
 # token), the median over replicates of each replicate's mean, p50 and p99 (and of its
 # request count) for the run ($1) and its baseline ($2, NULL for none), side by side, with
-# the tail ratio p99/p50 of
-# each and the run-over-baseline ratios of p99, p50 and mean. Rows without a p99 (a
-# replicate that served nothing) are left out, never filled. bucket NULL (the whole
-# point's requests) reads 'all'.
+# the tail ratio p99/p50 of each and the run-over-baseline ratios of p99, p50 and mean.
+# Rows without a p99 (a replicate that served nothing) are left out, never filled.
+# bucket NULL (the whole point's requests) reads 'all'.
 SQL = """
 WITH per_replicate AS (
     SELECT run_id, suite, point, coalesce(bucket, 'all') AS bucket, 'e2e_ms' AS quantity,
