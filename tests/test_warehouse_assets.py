@@ -8,6 +8,7 @@ import dagster as dg
 import pytest
 
 from bench_assets.warehouse_assets import warehouse_assets, warehouse_retention, warehouse_tables, warehouse_views
+from benchrun.rundir import MUTABLE_FILES
 from benchrun.store import open_store
 from benchrun.suites.result import atomic_write_json
 from benchrun.warehouse import TABLES, query
@@ -25,7 +26,8 @@ def stub_run_evidence() -> None:
 
 def _stored(home: Path, run_id: str) -> None:
     run_dir = make_run_dir(home, run_id)
-    manifest = open_store(None, home).put_run_dir(run_dir, run_id)
+    # sealed as record_evidence seals a real run: status.json keeps changing, so it is left out
+    manifest = open_store(None, home).put_run_dir(run_dir, run_id, exclude=MUTABLE_FILES)
     status = load_json(run_dir / "status.json")
     status["artifact_manifest_digest"] = manifest.digest
     atomic_write_json(run_dir / "status.json", status)
@@ -77,4 +79,10 @@ def test_materialize_partition(tmp_path: Path) -> None:
     assert meta["applied"].value is False and meta["partitions"].value == 0 and meta["raw_objects"].value == 0
     assert query("SELECT count(*) FROM measurement_fact", tmp_path).table.column(0)[0].as_py() == 27
     assert query("SELECT count(*) FROM measurement_fact WHERE raw_uri IS NULL", tmp_path).table.column(0)[0].as_py() == 9
+    # the run row of a stored run walks back to its sealed manifest.json, even without status.json stored
+    runs = query("SELECT run_id, raw_path, raw_uri IS NOT NULL AS stored FROM benchmark_run_fact ORDER BY run_id",
+                 tmp_path).table.to_pylist()
+    assert runs == [{"run_id": "run-a", "raw_path": "manifest.json", "stored": True},
+                    {"run_id": "run-b", "raw_path": "manifest.json", "stored": True},
+                    {"run_id": "run-c", "raw_path": "manifest.json", "stored": False}]
     assert (tmp_path / "warehouse.duckdb").is_file()
