@@ -64,13 +64,13 @@ def test_given_directory_is_used_and_left_clean(tmp_path: Path) -> None:
     assert list(target.iterdir()) == []
 
 
-def test_missing_fio_is_unavailable_and_names_the_package(tmp_path: Path) -> None:
+def test_missing_fio_is_a_failed_replicate_naming_the_package(tmp_path: Path) -> None:
     empty = tmp_path / "empty-bin"
     empty.mkdir()
     proc, doc = run_suite(tmp_path / "run", {"size_mb": 1}, path=str(empty))
-    assert proc.returncode == 0
-    assert doc["status"] == "unavailable"
-    assert doc["reason"] == "unavailable: fio not installed (apt-get install fio)"
+    assert proc.returncode == 1
+    assert doc["status"] == "failed"
+    assert doc["reason"] == "FioMissing: fio is not installed: install the Debian package fio (apt-get install fio)"
 
 
 @pytest.mark.parametrize(

@@ -15,8 +15,10 @@ Parameters:
 
 fio runs from an argv list with ``--output-format=json``; its JSON is kept as
 ``raw/<run_id>_fio_r<k>_fio.json`` and read by :mod:`benchrun.ingest.fio` (metrics per
-case: ``bandwidth_mib_per_s``, ``iops``, ``p99_clat_ms``). No fio on PATH is reported as
-``unavailable: fio not installed (apt-get install fio)``.
+case: ``bandwidth_mib_per_s``, ``iops``, ``p99_clat_ms``). No fio on PATH is a failed
+replicate, ``fio is not installed: install the Debian package fio (apt-get install fio)``: a
+storage benchmark without its tool is a broken set-up to fix, not a measurement that cannot
+exist here (unlike a GPU-only case on a CPU machine).
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ from pathlib import Path
 from benchrun.ingest.fio import fio_context, fio_metrics, job_errors, parse_fio_json
 from benchrun.suites._common import ParamError, bool_param, check_known, int_param
 from benchrun.suites._runtime import SuiteContext, Unavailable, main
+
+
+class FioMissing(RuntimeError):
+    """fio is not on PATH (the replicate fails with the package to install)."""
 
 CASES: dict[str, dict[str, str]] = {
     "seq_read": {"rw": "read", "bs": "1M"},
@@ -126,7 +132,7 @@ def run(ctx: SuiteContext) -> None:
 
     fio = shutil.which("fio")
     if fio is None:
-        raise Unavailable("fio not installed (apt-get install fio)")
+        raise FioMissing("fio is not installed: install the Debian package fio (apt-get install fio)")
     version = subprocess.run([fio, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
 
     fs = filesystem_of(base if base is not None else ctx.run_dir)
