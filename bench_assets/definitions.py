@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from bench_assets.playbook_assets import playbook_assets
 from bench_assets.publish_assets import hot_metrics, provenance_attestation, publish_assets
 from bench_assets.run_assets import (
     component_layer,
@@ -31,7 +32,13 @@ run_status = run_status_asset(
 
 run_assets = [pinned_spec, micro_layer, component_layer, end_to_end_layer, run_evidence, run_status]
 # Everything partitioned by run_id; change_points reads history across runs and runs on its own.
-partitioned = [*run_assets, *warehouse_run_assets, *[a for a in stats_assets if a is not change_points], *publish_assets]
+partitioned = [
+    *run_assets,
+    *warehouse_run_assets,
+    *[a for a in stats_assets if a is not change_points],
+    *playbook_assets,
+    *publish_assets,
+]
 
 benchmark_run_job = dg.define_asset_job(
     "benchmark_run_job",
@@ -55,7 +62,7 @@ retention_job = dg.define_asset_job(
 )
 
 defs = dg.Definitions(
-    assets=[*run_assets, *warehouse_assets, *stats_assets, *publish_assets],
+    assets=[*run_assets, *warehouse_assets, *stats_assets, *playbook_assets, *publish_assets],
     asset_checks=stats_checks,
     jobs=[benchmark_run_job, history_job, retention_job],
     schedules=all_schedules,

@@ -207,7 +207,8 @@ def change_points(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     })
 
 
-@dg.asset(partitions_def=benchmark_run_partitions, deps=[baseline_comparison], group_name=GROUP, kinds={"html"})
+@dg.asset(partitions_def=benchmark_run_partitions, deps=[baseline_comparison, dg.AssetKey("scenario_playbooks")],
+          group_name=GROUP, kinds={"html"})
 def run_report(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     """The self-contained HTML report of one run, figures embedded and saved under figures/."""
     from benchrun.report.html import build_report

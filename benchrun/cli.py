@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "benchrun.stats.commands",  # compare, promote, report
     "benchrun.automation.commands",  # cadence
     "benchrun.provenance.commands",  # verify
+    "benchrun.playbooks.commands",  # playbook
 )
 
 
