@@ -210,6 +210,17 @@ def test_confirmation_round_that_gives_no_answer_leaves_regression_unknown():
                             confirm=lambda keys: (_table([100.0]), _table(lognormal_replicates(rng, 85, 0.02, 5))))
     assert res3.confirmation == "failed" and res3.rows.confirmation.tolist() == ["failed"]
 
+    # two suspects: one cleared by fresh replicates, one without fresh data: the round has no answer
+    lat_b = _table(lognormal_replicates(rng, 50, 0.02, 5), metric="p99_latency_ms", direction="lower")
+    lat_c = _table(lognormal_replicates(rng, 60, 0.02, 5), metric="p99_latency_ms", direction="lower")
+    res4 = C.compare_tables(pd.concat([base, lat_b]), pd.concat([cand, lat_c]),
+                            primary={"tokens_per_second", "p99_latency_ms"},
+                            confirm=lambda keys: (_table(lognormal_replicates(rng, 100, 0.02, 5)),
+                                                  _table(lognormal_replicates(rng, 100, 0.02, 5))))
+    assert res4.confirmation == "failed" and res4.condition()["status"] == "Unknown"
+    assert res4.rows.set_index("name").confirmation.to_dict() == {"p99_latency_ms": "failed",
+                                                                  "tokens_per_second": "not_confirmed"}
+
 
 def test_holm_family_note_when_n_too_small():
     rng = np.random.default_rng(5)

@@ -317,13 +317,13 @@ def compare_tables(
         (r.suite, r.case, r.name) for r in again.rows.itertuples() if r.verdict == "regression"
     } if not again.rows.empty else set()
     result.confirmed = [k for k in suspected if k in confirmed_keys]
+    for k in suspected:
+        state = "confirmed" if k in confirmed_keys else "failed" if k in untested else "not_confirmed"
+        df.loc[_mask(df, k), "confirmation"] = state
     if not result.confirmed and untested:
         return _unanswered(result, untested, "fewer than 2 ok fresh replicates in an arm of "
                            + ", ".join("/".join(k) for k in untested) + " (see the confirmation round's logs)")
     result.confirmation = "confirmed" if result.confirmed else "not_confirmed"
-    for k in suspected:
-        state = "confirmed" if k in confirmed_keys else "failed" if k in untested else "not_confirmed"
-        df.loc[_mask(df, k), "confirmation"] = state
     return result
 
 
