@@ -196,6 +196,10 @@ def test_trial_statistics_round_trip_through_json(tmp_path):
     assert m["n"] == 10 and m["bca_ci_method"] == "bca_mean"  # 10 replicates: BCa shown
     # the loader ignores the statistics file itself (it is not a suite result)
     assert len(replicate_table(rd)) == 15
+    # a damaged statistics file is derived data: recomputed, not a traceback
+    (rd / "structured" / "rt_trial_statistics.json").write_text("{truncated")
+    again = analysis.read_trial_statistics(rd)
+    assert again.summary.set_index("metric").loc["m", "n"] == 10 and int(again.replicates["outlier"].sum()) == 1
 
 
 @pytest.mark.slow

@@ -82,7 +82,6 @@ def read_trial_statistics(run_dir: str | os.PathLike[str]) -> TrialStatistics:
     path = rd / "structured" / f"{rd.name}_trial_statistics.json"
     if not path.is_file():
         return trial_statistics_for_run(rd)
-    doc = json.loads(path.read_text(encoding="utf-8"))
 
     def frame(rows: list[dict[str, Any]]) -> "pd.DataFrame":
         df = pd.DataFrame(rows)
@@ -91,11 +90,16 @@ def read_trial_statistics(run_dir: str | os.PathLike[str]) -> TrialStatistics:
                 df[col] = math.nan
         return df
 
-    reps = frame(doc["replicates"])
-    if not reps.empty:
-        reps["outlier"] = reps["outlier"].astype(bool)
-    return TrialStatistics(doc["run_id"], float(doc["confidence_level"]), int(doc["min_replicates"]),
-                           reps, frame(doc["metrics"]), frame(doc["tails"]))
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        reps = frame(doc["replicates"])
+        if not reps.empty:
+            reps["outlier"] = reps["outlier"].astype(bool)
+        return TrialStatistics(doc["run_id"], float(doc["confidence_level"]), int(doc["min_replicates"]),
+                               reps, frame(doc["metrics"]), frame(doc["tails"]))
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # derived data: recompute rather than fail
+        log.warning("%s: unreadable (%s); computing the statistics afresh", path, exc)
+        return trial_statistics_for_run(rd)
 
 
 def compare_runs(
