@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from benchrun.errors import BenchrunError
 from benchrun.paths import validate_name
 from benchrun.report import figures as F
 from benchrun.stats.analysis import TrialStatistics, read_trial_statistics
@@ -76,7 +77,11 @@ def build_report(run_dir: str | os.PathLike[str], *, home: Path | None = None,
     comparison = None
     comp_path = run.path / "structured" / f"{rid}_comparison.json"
     if comp_path.is_file():
-        comparison = json.loads(comp_path.read_text(encoding="utf-8"))
+        try:
+            comparison = json.loads(comp_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise BenchrunError(f"{comp_path}: not readable JSON ({exc}); materialize baseline_comparison "
+                                "again (or remove the file) and rebuild the report") from exc
         if comparison.get("metrics"):
             png = F.forest_plot(comparison["metrics"], f"{rid} vs {comparison.get('baseline')}")
             figs.append(("comparison", "effects with exact HL intervals; grey = ±δ", png))
