@@ -23,11 +23,9 @@ def _use_home(home: Optional[Path]) -> None:
 
 
 def _console() -> Any:
-    from rich.console import Console
+    from benchrun.console import console
 
-    import sys
-
-    return Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+    return console()
 
 
 def _fmt(v: Any) -> str:

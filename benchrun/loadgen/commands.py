@@ -12,6 +12,7 @@ from typing import Any, Optional
 import typer
 
 from benchrun.errors import BenchrunError
+from benchrun.console import console
 
 
 def _floats(text: str, what: str) -> list[float]:
@@ -54,7 +55,6 @@ def _fmt(v: Any, nd: int = 2) -> str:
 
 
 def _print_table(summaries: list[dict[str, Any]], capacity: float | None, has_slo: bool) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     t = Table(title="benchrun loadgen (bucket rows in the JSON summary)")
@@ -83,7 +83,7 @@ def _print_table(summaries: list[dict[str, Any]], capacity: float | None, has_sl
             row += [_fmt(s["request_goodput"]), _fmt(s["slo_attainment"], 3)]
         row.append(s["verdict"])
         t.add_row(*row)
-    con = Console(width=None if sys.stdout.isatty() else 170)
+    con = console()
     con.print(t)
     for s in summaries:
         if s["bucket"] == "all" and s["verdict_reasons"]:

@@ -6,6 +6,7 @@ import json
 from typing import Any, List, Optional
 
 import typer
+from benchrun.console import console
 
 
 def _cell(value: Any) -> str:
@@ -44,10 +45,9 @@ def playbook_cmd(
     if as_json:
         typer.echo(json.dumps(playbooks_document(results), indent=2, default=str))
         return
-    from rich.console import Console
     from rich.table import Table
 
-    con = Console(soft_wrap=True)
+    con = console()
     con.print(f"[bold]{run_id}[/]" + (f" against baseline [bold]{baseline_id}[/]" if baseline_id else " (no baseline)"))
     for res in results:
         con.print()

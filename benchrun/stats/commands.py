@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from benchrun.errors import BenchrunError
+from benchrun.console import console as make_console
 
 JSON_KEYS = ("metric", "baseline_median", "candidate_median", "ratio", "ci_low", "ci_high", "p_value",
              "verdict", "gating")
@@ -39,13 +40,12 @@ def compare(
                for r in records]
         typer.echo(json.dumps(out, indent=2, default=str))
         return
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
     import sys
 
-    console = Console(width=None if sys.stdout.isatty() else 200)
+    console = make_console()
     console.print(escape(gate.message()))
     table = Table(title=f"{candidate} vs {baseline} (confidence {result.confidence:.0%}; ratio > 1 is better)")
     for col in ("metric", "gating", "baseline", "candidate", "ratio", "interval", "p", "p adj", "verdict"):

@@ -6,6 +6,7 @@ import json
 from typing import Any, Optional
 
 import typer
+from benchrun.console import console
 
 
 def _home():
@@ -48,7 +49,6 @@ def query_cmd(
         for row in table.to_pylist():
             writer.writerow([_cell(row[c]) for c in table.column_names])
     else:
-        from rich.console import Console
         from rich.table import Table
 
         out = Table(caption=f"{table.num_rows} rows · query_spec_digest {result.query_spec_digest[:16]}…")
@@ -56,7 +56,7 @@ def query_cmd(
             out.add_column(name)
         for row in table.to_pylist():
             out.add_row(*[_cell(row[c]) for c in table.column_names])
-        Console().print(out)
+        console().print(out)
 
 
 def lineage_cmd(
@@ -72,9 +72,8 @@ def lineage_cmd(
     if as_json:
         typer.echo(json.dumps([r.to_json() for r in reports], indent=2, default=str))
         return
-    from rich.console import Console
 
-    con = Console(soft_wrap=True)
+    con = console()
     for r in reports:
         con.print(f"[bold]{r.run_id}[/] {r.suite} {r.metric} case={r.case!r}: median {r.median:.6g} {r.unit} "
                   f"over {r.replicates} replicates")
