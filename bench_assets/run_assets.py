@@ -7,6 +7,7 @@ from bench_assets.partitions import benchmark_run_partitions
 from benchrun import lifecycle
 from benchrun.rundir import RunDir
 from resources.launcher import LauncherResource
+from resources.store import ArtifactStoreResource
 
 GROUP = "benchmark_run"
 
@@ -79,10 +80,10 @@ end_to_end_layer = _layer_asset("end_to_end", "component_layer")
 
 @dg.asset(partitions_def=benchmark_run_partitions, deps=[end_to_end_layer], group_name=GROUP,
           kinds={"json", "s3"})
-def run_evidence(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+def run_evidence(context: dg.AssetExecutionContext, artifact_store: ArtifactStoreResource) -> dg.MaterializeResult:
     """The run directory hashed into manifest.json and stored write-once (raw evidence)."""
     rd = RunDir.for_run(context.partition_key)
-    ev = lifecycle.record_evidence(rd, lifecycle.load_pinned(rd))
+    ev = lifecycle.record_evidence(rd, lifecycle.load_pinned(rd), open_store_for=artifact_store.open)
     return dg.MaterializeResult(
         metadata={
             "outcome": ev["outcome"],

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from benchrun.errors import BenchrunError
 from benchrun.execute import run_outcome
@@ -90,8 +90,11 @@ def settle_layers(rd: RunDir) -> tuple[str, list[str]]:
     return run_outcome(layers)
 
 
-def record_evidence(rd: RunDir, loaded: Any) -> dict[str, Any]:
-    """Write manifest.json over the finished run directory, then store it write-once."""
+def record_evidence(rd: RunDir, loaded: Any, open_store_for: Callable[[str, int | None], Any] | None = None) -> dict[str, Any]:
+    """Write manifest.json over the finished run directory, then store it write-once.
+
+    ``open_store_for(path_template, retention_days)`` gives the artifact store (the Dagster
+    resource passes its own); by default ``benchrun.store.open_store`` under the run's home."""
     from benchrun.envcapture import write_environment
     from benchrun.store import open_store, retention_days_for_class
 
@@ -106,7 +109,10 @@ def record_evidence(rd: RunDir, loaded: Any) -> dict[str, Any]:
     sinks = loaded.run.spec.sinks
     days = retention_days_for_class(sinks.raw_artifacts.retention_class,
                                     sinks.curated_warehouse.retention.model_dump(by_alias=True))
-    store = open_store(sinks.raw_artifacts.path_template, rd.home, retention_days=days)
+    if open_store_for is None:
+        store = open_store(sinks.raw_artifacts.path_template, rd.home, retention_days=days)
+    else:
+        store = open_store_for(sinks.raw_artifacts.path_template, days)
     stored = store.put_run_dir(rd.path, rd.run_id, exclude=MUTABLE_FILES)
     rd.update_status(artifact_manifest_digest=stored.digest)
     return {"manifest": manifest, "stored": stored, "outcome": outcome, "issues": issues}

@@ -23,10 +23,12 @@ class ArtifactStoreResource(dg.ConfigurableResource):
     def home_path(self) -> Path:
         return benchrun_home(self.home)
 
-    def open(self, path_template: Optional[str] = None) -> ArtifactStore:
-        """The store for ``path_template`` (a run's ``sinks.rawArtifacts.pathTemplate``) or the configured one."""
+    def open(self, path_template: Optional[str] = None, retention_days: Optional[int] = None) -> ArtifactStore:
+        """The store for ``path_template`` (a run's ``sinks.rawArtifacts.pathTemplate``) or the
+        configured one; object-lock retention from the configuration, else ``retention_days``
+        (the run's retention class)."""
         return open_store(path_template or self.path_template, self.home_path(),
-                          retention_days=self.retention_days, endpoint_url=self.endpoint_url)
+                          retention_days=self.retention_days or retention_days, endpoint_url=self.endpoint_url)
 
     def put_run_dir(self, run_dir: Path, run_id: str, path_template: Optional[str] = None) -> ObjectManifest:
         """Seal the run directory as ``benchrun.lifecycle.record_evidence`` does: status.json
