@@ -145,6 +145,7 @@ def test_environment_is_explicit_not_inherited(run_dir, monkeypatch):
     assert "PATH" in names
 
 
+@pytest.mark.slow  # waits out the 3 s SIGTERM grace period on purpose
 def test_a_suite_ignoring_sigterm_is_killed_after_the_grace_period(run_dir):
     code = ("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
             "print('ignoring SIGTERM', flush=True)\ntime.sleep(60)\n")
