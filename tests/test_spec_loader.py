@@ -128,6 +128,7 @@ def test_wrong_types_at_every_level() -> None:
     cases = {
         "spec: 5": ("spec", "must be a mapping, not an integer 5"),
         "  layers: {a: 1}": ("spec.layers", "must be a list, not a mapping"),
+        "  layers: 5": ("spec.layers", "must be a list, not an integer 5"),
         "  trials: []": ("spec.trials", "must be a mapping, not a list"),
         "    minReplicates: '5'": ("spec.trials.minReplicates", "must be an integer, not a string '5'"),
         "      enabled: 'yes'": ("spec.layers[0].enabled", "must be a boolean (true or false), not a string 'yes'"),

@@ -216,7 +216,8 @@ def summary_of(data: Any) -> dict[str, Any]:
         out[key] = rules.get(data, ("spec", "intent", key))
     layers: dict[str, Any] = {}
     total = 0
-    for layer in rules.get(data, ("spec", "layers")) or []:
+    layer_list = rules.get(data, ("spec", "layers"))
+    for layer in layer_list if isinstance(layer_list, list) else []:  # another type is the model's error
         name = rules.get(layer, ("name",))
         entries = rules.get(layer, ("suites",))
         n = len(entries) if isinstance(entries, list) else 0
