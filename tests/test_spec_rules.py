@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from benchrun.spec import rules, validate_bytes
+from benchrun.spec.placeholders import substitute
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = ROOT / "specs/examples/publication-inference-stack-b200.yaml"
@@ -468,3 +470,24 @@ def test_missing_list_item_names_a_likely_misspelling() -> None:
     keys = [k if k != "trace_id" else "traceid" for k in SEED_DOC["spec"]["observability"]["correlation"]["stableJoinKeys"]]
     [error] = errors_of(apply(SEED_DOC, [(S + ("observability", "correlation", "stableJoinKeys"), keys)]))
     assert error.message == "must include trace_id for workloadType inference (misspelt as 'traceid'?)"
+
+
+def test_pathological_values_are_checked_in_linear_time() -> None:
+    # Regexes that backtrack (or rescan from every "${") took minutes to hours on inputs like
+    # these, well inside the 1 MiB a spec may have; now each document takes milliseconds.
+    # The bound is loose on purpose: it only catches quadratic behaviour, not a slow machine.
+    mix_path = S + ("comparison", "controls", "fixed", "sequenceLengthMix")
+    cases = [
+        ([(mix_path, "[{512/128@" + "9" * 200_000 + "x}]")], "spec.comparison.controls.fixed.sequenceLengthMix"),
+        ([(mix_path, "[{512/128@0.7}" + " " * 200_000 + "x]")], "spec.comparison.controls.fixed.sequenceLengthMix"),
+        ([(LAYER0_SUITE0 + ("repoCommand",), "run.sh " + "${]" * 100_000)], None),  # "]" keeps the flow depth low
+        ([(LAYER0_SUITE0 + ("repoCommand",), "run.sh " + "${X]" * 50_000 + "}")], "spec.layers[0].suites[0].repoCommand"),
+    ]
+    for changes, expected in cases:
+        start = time.perf_counter()
+        paths = paths_of(apply(SEED_DOC, changes))
+        assert time.perf_counter() - start < 10
+        assert paths == ({expected} if expected else set())
+    start = time.perf_counter()
+    assert substitute("-${RUN_ID}" + "${]" * 100_000, {"RUN_ID": "r"}) == "-r" + "${]" * 100_000
+    assert time.perf_counter() - start < 10

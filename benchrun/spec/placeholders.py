@@ -31,12 +31,29 @@ SITE_NAMES = frozenset(
 )
 KNOWN_NAMES = RUNTIME_NAMES | SITE_NAMES
 
-PLACEHOLDER = re.compile(r"\$\{([^}]*)\}")
+PLACEHOLDER = re.compile(r"\$\{([^}]*)\}")  # what the scanner below finds, for readers and other tools
+
+
+def _spans(text: str) -> list[tuple[int, int, str]]:
+    """(start, end, name) of every ``${NAME}`` in ``text``: ``PLACEHOLDER.finditer`` in linear time.
+
+    The regex retries at every ``${`` and scans to the end when no ``}`` follows, which is
+    quadratic on a megabyte of ``${${${...`` in a spec; once no ``}`` is left, nothing can match.
+    """
+    out = []
+    pos = 0
+    while (start := text.find("${", pos)) >= 0:
+        end = text.find("}", start + 2)
+        if end < 0:
+            break
+        out.append((start, end + 1, text[start + 2 : end]))
+        pos = end + 1
+    return out
 
 
 def placeholder_names(text: str) -> list[str]:
     """Every ``${NAME}`` in ``text``, in order (duplicates kept)."""
-    return PLACEHOLDER.findall(text)
+    return [name for _, _, name in _spans(text)]
 
 
 def unknown_placeholders(text: str) -> list[str]:
@@ -46,11 +63,12 @@ def unknown_placeholders(text: str) -> list[str]:
 
 def substitute(arg: str, values: Mapping[str, str]) -> str:
     """Replace every ``${NAME}`` in one argument; KeyError names a missing value."""
-
-    def repl(m: re.Match[str]) -> str:
-        name = m.group(1)
+    parts = []
+    pos = 0
+    for start, end, name in _spans(arg):
         if name not in values:
             raise KeyError(name)
-        return str(values[name])
-
-    return PLACEHOLDER.sub(repl, arg)
+        parts += [arg[pos:start], str(values[name])]
+        pos = end
+    parts.append(arg[pos:])
+    return "".join(parts)

@@ -259,7 +259,9 @@ def rule_mix_weights(doc: Any) -> Iterator[Finding]:
             yield SPEC + ("workload", "sequenceLengthMix"), f"weights sum to {total:g}; they must sum to 1"
 
 
-_MIX_ENTRY = re.compile(r"\{\s*(\d+)\s*/\s*(\d+)\s*@\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*\}")
+# Each part matches one way only (no nested or overlapping repeats): a megabyte of digits or
+# blanks is refused in linear time instead of backtracking for hours.
+_MIX_ENTRY = re.compile(r"\{\s*(\d+)\s*/\s*(\d+)\s*@\s*((?:\d+(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?)\s*\}")
 
 
 def parse_compact_mix(text: str) -> list[tuple[int, int, float]]:
@@ -271,7 +273,7 @@ def parse_compact_mix(text: str) -> list[tuple[int, int, float]]:
     if not body:
         raise ValueError("holds no entries")
     out = []
-    for part in re.split(r"\s*,\s*(?=\{)", body):
+    for part in re.split(r",(?=\s*\{)", body):
         m = _MIX_ENTRY.fullmatch(part.strip())
         if not m:
             raise ValueError(f"cannot read entry {part.strip()!r}")
