@@ -137,3 +137,19 @@ def test_validate_endless_huge_and_unusable_paths_exit_2_without_a_traceback(tmp
             assert proc.returncode == 2, (command, path, proc.stdout, proc.stderr)
             assert "Traceback" not in proc.stderr, (command, path, proc.stderr)
             assert needle in proc.stdout + proc.stderr, (command, path, proc.stdout, proc.stderr)
+
+
+def test_validate_json_is_strict_json_whatever_the_values(tmp_path: Path) -> None:
+    text = SEED.read_text().replace("benchmarkClass: publication_grade", "benchmarkClass: .nan")
+    text = text.replace("name: publication-inference-stack-b200", "name: -.inf", 1).replace("enabled: true", "enabled: .inf", 1)
+    (tmp_path / "odd.yaml").write_text(text)
+    result = runner.invoke(app, ["validate", "--json", str(tmp_path / "odd.yaml")])
+    assert result.exit_code == 1
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{constant} is not JSON")
+
+    [doc] = [json.loads(line, parse_constant=refuse) for line in result.output.splitlines()]
+    assert doc["summary"]["benchmarkClass"] == "nan" and doc["summary"]["name"] == "-inf"
+    assert doc["summary"]["layers"]["micro"]["enabled"] == "inf"
+    assert {e["path"] for e in doc["errors"]} == {"metadata.name", "spec.intent.benchmarkClass", "spec.layers[0].enabled"}

@@ -8,6 +8,7 @@ one valid document in, a :class:`LoadedSpec` out, else :class:`SpecInvalid`.
 
 from __future__ import annotations
 
+import math
 import re
 import types
 import typing
@@ -205,15 +206,26 @@ def _covered(path: Path, model_paths: set[Path]) -> bool:
     return any(path[: len(p)] == p for p in model_paths)
 
 
+def _json_safe(value: Any) -> Any:
+    """``value`` with non-finite floats as text (``.nan`` → ``"nan"``): ``--json`` stays strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    return value
+
+
 def summary_of(data: Any) -> dict[str, Any]:
-    """A short description of a document for humans and ``--json``."""
+    """A short description of a document for humans and ``--json`` (values as written, JSON-safe)."""
     out: dict[str, Any] = {}
     if not isinstance(data, dict):
         return out
-    out["name"] = rules.get(data, ("metadata", "name"))
-    out["kind"] = data.get("kind")
+    out["name"] = _json_safe(rules.get(data, ("metadata", "name")))
+    out["kind"] = _json_safe(data.get("kind"))
     for key in ("benchmarkClass", "workloadType", "schedulerPath", "cadence"):
-        out[key] = rules.get(data, ("spec", "intent", key))
+        out[key] = _json_safe(rules.get(data, ("spec", "intent", key)))
     layers: dict[str, Any] = {}
     total = 0
     layer_list = rules.get(data, ("spec", "layers"))
@@ -222,7 +234,7 @@ def summary_of(data: Any) -> dict[str, Any]:
         entries = rules.get(layer, ("suites",))
         n = len(entries) if isinstance(entries, list) else 0
         if isinstance(name, str):
-            layers[name] = {"enabled": rules.get(layer, ("enabled",)), "suites": n}
+            layers[name] = {"enabled": _json_safe(rules.get(layer, ("enabled",))), "suites": n}
             total += n
     out["layers"] = layers
     out["suites"] = total
