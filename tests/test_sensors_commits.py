@@ -225,3 +225,36 @@ def test_canary_and_spec_commit_on_one_commit_make_one_run(repo, instance, defs)
     create_run_for_test(instance, job_name="benchmark_run_job", tags={"dagster/partition": rid})
     by_canary = tick(canary_sensor, instance, defs, canary_cursor)
     assert by_canary.run_requests in (None, []) and f"run {rid} already has a Dagster run" in by_canary.skip_message
+
+
+def test_at_most_max_commits_per_tick_and_the_rest_next_tick(repo, instance, defs, monkeypatch) -> None:
+    monkeypatch.setenv("BENCHRUN_SENSOR_MAX_COMMITS", "1")
+    cursor = started(spec_commit_sensor, instance, defs, repo)
+    first = repo.commit("add a", {"specs/a.yaml": spec_bytes("spec-a")})
+    repo.commit("add b", {"specs/b.yaml": spec_bytes("spec-b")})
+    data = tick(spec_commit_sensor, instance, defs, cursor)
+    assert [r.tags["benchrun/spec_path"] for r in data.run_requests] == ["specs/a.yaml"]
+    assert data.cursor == first
+    rest = tick(spec_commit_sensor, instance, defs, data.cursor)
+    assert [r.tags["benchrun/spec_path"] for r in rest.run_requests] == ["specs/b.yaml"]
+    assert rest.cursor == repo.head()
+
+
+def test_force_push_beyond_max_commits_still_does_not_duplicate(repo, instance, defs, monkeypatch) -> None:
+    # The abandoned commits are known only in the tick that sees the rewrite, so that tick
+    # takes every commit since the merge base, whatever BENCHRUN_SENSOR_MAX_COMMITS says.
+    monkeypatch.setenv("BENCHRUN_SENSOR_MAX_COMMITS", "1")
+    base = repo.head()
+    cursor = started(spec_commit_sensor, instance, defs, repo)
+    a = spec_bytes("spec-a")
+    repo.commit("add a", {"specs/a.yaml": a})
+    first = tick(spec_commit_sensor, instance, defs, cursor)
+    assert [r.tags["benchrun/spec_path"] for r in first.run_requests] == ["specs/a.yaml"]
+
+    repo.git("reset", "-q", "--hard", base)
+    repo.commit("add c", {"specs/c.yaml": spec_bytes("spec-c")})
+    new_head = repo.commit("add a again", {"specs/a.yaml": a})
+    data = tick(spec_commit_sensor, instance, defs, first.cursor)
+    assert [r.tags["benchrun/spec_path"] for r in data.run_requests] == ["specs/c.yaml"]
+    assert data.cursor == new_head
+    assert tick(spec_commit_sensor, instance, defs, data.cursor).run_requests in (None, [])
