@@ -65,3 +65,17 @@ def test_eta_weighs_each_remaining_replicate_by_its_own_suite():
     # fast: 1 left x 1 s; slow: 2 left x 10 s; new: 2 x overall mean (12/3 = 4 s)
     assert Progress.eta(p) == 1.0 + 20.0 + 8.0
     assert Progress.eta({"planned": {"a": 1}, "walls": {}}) is None
+
+
+def test_atomic_writes_leave_readable_files_and_no_temporaries(tmp_path):
+    import pytest
+
+    from benchrun.suites.result import atomic_path, atomic_write_json
+
+    target = atomic_write_json(tmp_path / "a.json", {"x": 1})
+    assert target.stat().st_mode & 0o777 == 0o644
+    with pytest.raises(RuntimeError):
+        with atomic_path(tmp_path / "b.bin") as tmp:
+            tmp.write_bytes(b"half")
+            raise RuntimeError("crash mid-write")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]

@@ -137,6 +137,9 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         yield Path(tmp)
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
+        # mkstemp makes 0600 files; what we publish is for others to read (the UI, a reader
+        # under another user), as a plain open() would have made it.
+        os.chmod(tmp, 0o644)
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
