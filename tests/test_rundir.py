@@ -79,3 +79,14 @@ def test_atomic_writes_leave_readable_files_and_no_temporaries(tmp_path):
             tmp.write_bytes(b"half")
             raise RuntimeError("crash mid-write")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
+
+
+def test_atomic_path_keeps_a_mode_the_writer_chose(tmp_path):
+    import os
+
+    from benchrun.suites.result import atomic_path
+
+    with atomic_path(tmp_path / "ro.json") as tmp:
+        tmp.write_text("{}")
+        os.chmod(tmp, 0o444)
+    assert (tmp_path / "ro.json").stat().st_mode & 0o777 == 0o444

@@ -138,8 +138,10 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         # mkstemp makes 0600 files; what we publish is for others to read (the UI, a reader
-        # under another user), as a plain open() would have made it.
-        os.chmod(tmp, 0o644)
+        # under another user), as a plain open() would have made it. A mode the caller set
+        # (the store's read-only objects) is kept.
+        if os.stat(tmp).st_mode & 0o777 == 0o600:
+            os.chmod(tmp, 0o644)
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
