@@ -96,5 +96,6 @@ def test_a_group_that_cannot_form_is_a_failed_replicate_with_each_rank_error(tmp
     proc, doc = run_suite(tmp_path, {"world_size": 2, "sizes": [1024], "iterations": 2, "timeout_s": 0.001})
     assert proc.returncode == 1
     assert doc["status"] == "failed" and doc["metrics"] == []
-    assert "rank 0:" in doc["reason"] and "rank 1:" in doc["reason"] and "timed out" in doc["reason"]
+    # torch says "Timed out ... waiting for clients" (the store's rank) or "timed out ... connect"
+    assert "rank 0:" in doc["reason"] and "rank 1:" in doc["reason"] and "timed out" in doc["reason"].lower()
     assert not (tmp_path / "raw" / f"{RUN_ID}_allreduce_r1_ranks.json").exists()
