@@ -111,12 +111,21 @@ def submit_register(home: Path | None, instance: Any) -> Register:
     return lambda data, source, now: submit(data, source=source, home=home, instance=instance, now=now)
 
 
-def _pin(register: Register, spec: ValidSpec, now: dt.datetime) -> Any | InvalidSpec:
+def _submit(out: TickOutcome, register: Register, spec: ValidSpec, now: dt.datetime, *, run_key: str,
+            trigger: str, commit: str | None = None) -> None:
+    """Pin ``spec`` through ``register`` and add its submission to ``out``; a spec that
+    cannot be pinned goes to ``out.invalid`` (named ``path@sha`` for a commit's specs)."""
     try:
-        return register(spec.loaded.raw, spec.source, now)
+        pinned = register(spec.loaded.raw, spec.source, now)
     except BenchrunError as exc:
         log.warning("could not submit %s: %s", spec.path, exc)
-        return InvalidSpec(path=spec.path, source=spec.source, errors=format_spec_errors(exc))
+        where = f"{spec.path}@{commit[:12]}" if commit else spec.path
+        out.invalid.append(InvalidSpec(path=where, source=spec.source, errors=format_spec_errors(exc)))
+        return
+    out.add(Submission(
+        run_key=run_key, run_id=pinned.run_id, name=pinned.name, path=spec.path,
+        spec_digest=spec.spec_digest, trigger=trigger, commit=commit, prepared=pinned,
+    ))
 
 
 # -- schedules and `benchrun cadence run` ----------------------------------------------------
@@ -133,15 +142,8 @@ def cadence_tick(cadence: str, specs_dir: Path, now: dt.datetime, register: Regi
     found = select(documents_in_folder(specs_dir), cadence)
     out = TickOutcome(invalid=list(found.invalid))
     for spec in found.selected:
-        pinned = _pin(register, spec, now)
-        if isinstance(pinned, InvalidSpec):
-            out.invalid.append(pinned)
-            continue
-        out.add(Submission(
-            run_key=f"{cadence}:{spec.spec_digest}:{now:%Y%m%dT%H%M%SZ}",
-            run_id=pinned.run_id, name=pinned.name, path=spec.path,
-            spec_digest=spec.spec_digest, trigger=cadence, prepared=pinned,
-        ))
+        _submit(out, register, spec, now, run_key=f"{cadence}:{spec.spec_digest}:{now:%Y%m%dT%H%M%SZ}",
+                trigger=cadence)
     if not found.selected:
         out.notes.append(f"no {cadence} specs under {specs_dir}: a spec runs on {cadence} when "
                          f"intent.cadence is {cadence} and its automation.ci switch is true "
@@ -203,15 +205,8 @@ def spec_commit_tick(watch: RepoWatch, cursor: str | None, register: Register) -
             if (result.path, result.spec_digest) in already:
                 out.notes.append(f"{result.path}@{sha[:12]}: same spec was submitted before the history rewrite")
                 continue
-            pinned = _pin(register, result, now)
-            if isinstance(pinned, InvalidSpec):
-                out.invalid.append(InvalidSpec(f"{pinned.path}@{sha[:12]}", pinned.source, pinned.errors))
-                continue
-            out.add(Submission(
-                run_key=f"spec-commit:{sha}:{result.path}:{result.spec_digest}",
-                run_id=pinned.run_id, name=pinned.name, path=result.path,
-                spec_digest=result.spec_digest, trigger="spec-commit", commit=sha, prepared=pinned,
-            ))
+            _submit(out, register, result, now, run_key=f"spec-commit:{sha}:{result.path}:{result.spec_digest}",
+                    trigger="spec-commit", commit=sha)
     return out
 
 
@@ -252,15 +247,8 @@ def canary_tick(watch: RepoWatch, cursor: str | None, register: Register) -> Tic
             continue
         now = _commit_now(repo, sha)
         for spec in found.selected:
-            pinned = _pin(register, spec, now)
-            if isinstance(pinned, InvalidSpec):
-                out.invalid.append(InvalidSpec(f"{pinned.path}@{sha[:12]}", pinned.source, pinned.errors))
-                continue
-            out.add(Submission(
-                run_key=f"canary:{sha}:{spec.path}:{spec.spec_digest}",
-                run_id=pinned.run_id, name=pinned.name, path=spec.path,
-                spec_digest=spec.spec_digest, trigger="canary", commit=sha, prepared=pinned,
-            ))
+            _submit(out, register, spec, now, run_key=f"canary:{sha}:{spec.path}:{spec.spec_digest}",
+                    trigger="canary", commit=sha)
     return out
 
 
