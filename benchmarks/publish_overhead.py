@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 import socket
-import statistics
 import subprocess
 import tempfile
 import time
@@ -30,6 +29,7 @@ from benchrun.hotmetrics import Budget, push, render
 from benchrun.provenance import sign_run, verify_run
 from benchrun.rundir import RunDir
 from benchrun.suites.result import SCHEMA, atomic_write_json, metric
+from _timing import timed  # benchmarks/_timing.py, beside this script
 
 RUN_ID = "bench-20261130000000-00000000"
 PUSHGATEWAY = "/usr/bin/prometheus-pushgateway"
@@ -52,20 +52,12 @@ def build(home: Path, suites: int, replicates: int, rows: int, files: int, file_
     return rd
 
 
-def timed(fn, repeats: int) -> tuple[float, float]:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), max(times)
-
-
 def start_gateway() -> tuple[subprocess.Popen, str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([PUSHGATEWAY, f"--web.listen-address=127.0.0.1:{port}"],
+    # Debian persists to /var/lib/prometheus by default: other runs' groups would count.
+    proc = subprocess.Popen([PUSHGATEWAY, f"--web.listen-address=127.0.0.1:{port}", "--persistence.file="],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     for _ in range(200):

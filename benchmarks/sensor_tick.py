@@ -17,16 +17,15 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import statistics
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import yaml
 
 from benchrun.automation.settings import RepoWatch
 from benchrun.automation.ticks import canary_tick, cadence_tick, prepare_register, spec_commit_tick
+from _timing import timed  # benchmarks/_timing.py, beside this script
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "specs" / "examples" / "publication-inference-stack-b200.yaml"
@@ -61,15 +60,6 @@ def commit(repo: Path, files: dict[str, bytes], message: str) -> str:
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", message)
     return git(repo, "rev-parse", "HEAD")
-
-
-def timed(fn, repeats: int) -> tuple[float, float]:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), max(times)
 
 
 def main() -> None:
