@@ -32,3 +32,21 @@ def threaded_server(**kw):
         loop.call_soon_threadsafe(loop.stop)
         t.join(5)
         loop.close()
+
+
+def run_builtin_suite(suite: str, run_id: str, run_dir, params: dict, **env_extra: str):
+    """Run ``python -m benchrun.suites.<suite>`` as the launcher would (explicit environment,
+    replicate 1); returns (completed process, the result document it wrote)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from benchrun.suites.result import read_result, result_path
+
+    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"), "BENCHRUN_RUN_ID": run_id,
+           "BENCHRUN_RUN_DIR": str(run_dir), "BENCHRUN_SUITE": suite, "BENCHRUN_REPLICATE": "1",
+           "BENCHRUN_PARAMS": json.dumps(params), **env_extra}
+    proc = subprocess.run([sys.executable, "-m", f"benchrun.suites.{suite}"], env=env, capture_output=True,
+                          text=True, timeout=300)
+    return proc, read_result(result_path(run_dir, run_id, suite, 1))

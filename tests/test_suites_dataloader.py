@@ -4,27 +4,19 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from benchrun.suites.result import read_result, result_path
+from helpers import run_builtin_suite
 
 RUN_ID = "t-dataloader"
 HIDE_TORCH = Path(__file__).parent / "fixtures" / "hide_torch"
 
 
-def run_suite(run_dir: Path, params: dict[str, Any], **env_extra: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
-    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"), "BENCHRUN_RUN_ID": RUN_ID,
-           "BENCHRUN_RUN_DIR": str(run_dir), "BENCHRUN_SUITE": "dataloader", "BENCHRUN_REPLICATE": "1",
-           "BENCHRUN_PARAMS": json.dumps(params), **env_extra}
-    proc = subprocess.run([sys.executable, "-m", "benchrun.suites.dataloader"], env=env, capture_output=True,
-                          text=True, timeout=300)
-    return proc, read_result(result_path(run_dir, RUN_ID, "dataloader", 1))
+def run_suite(run_dir: Path, params: dict[str, Any], **env_extra: str):
+    return run_builtin_suite("dataloader", RUN_ID, run_dir, params, **env_extra)
 
 
 def _check_case(doc: dict[str, Any], gaps: dict[str, list[float]], case: str, batches: int) -> None:

@@ -5,27 +5,20 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from benchrun.suites.fio import CASES, build_argv
-from benchrun.suites.result import read_result, result_path
+from helpers import run_builtin_suite
 
 RUN_ID = "t-fio"
 needs_fio = pytest.mark.skipif(shutil.which("fio") is None, reason="fio not installed (apt-get install fio)")
 
 
-def run_suite(run_dir: Path, params: dict[str, Any], path: str | None = None) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
-    env = {"PATH": os.environ["PATH"] if path is None else path, "BENCHRUN_RUN_ID": RUN_ID,
-           "BENCHRUN_RUN_DIR": str(run_dir), "BENCHRUN_SUITE": "fio", "BENCHRUN_REPLICATE": "1",
-           "BENCHRUN_PARAMS": json.dumps(params)}
-    proc = subprocess.run([sys.executable, "-m", "benchrun.suites.fio"], env=env, capture_output=True,
-                          text=True, timeout=300)
-    return proc, read_result(result_path(run_dir, RUN_ID, "fio", 1))
+def run_suite(run_dir: Path, params: dict[str, Any], path: str | None = None):
+    return run_builtin_suite("fio", RUN_ID, run_dir, params, **({"PATH": path} if path else {}))
 
 
 @needs_fio

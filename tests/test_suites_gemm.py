@@ -4,26 +4,19 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from benchrun.suites.gemm import numpy_blas
-from benchrun.suites.result import read_result, result_path
+from helpers import run_builtin_suite
 
 RUN_ID = "t-gemm"
 
 
-def run_suite(run_dir: Path, params: dict[str, Any], **env_extra: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
-    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"), "BENCHRUN_RUN_ID": RUN_ID,
-           "BENCHRUN_RUN_DIR": str(run_dir), "BENCHRUN_SUITE": "gemm", "BENCHRUN_REPLICATE": "1",
-           "BENCHRUN_PARAMS": json.dumps(params), **env_extra}
-    proc = subprocess.run([sys.executable, "-m", "benchrun.suites.gemm"], env=env, capture_output=True,
-                          text=True, timeout=120)
-    return proc, read_result(result_path(run_dir, RUN_ID, "gemm", 1))
+def run_suite(run_dir: Path, params: dict[str, Any], **env_extra: str):
+    return run_builtin_suite("gemm", RUN_ID, run_dir, params, **env_extra)
 
 
 def test_cpu_gemm_reports_consistent_tflops_and_call_times(tmp_path: Path) -> None:

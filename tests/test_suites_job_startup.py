@@ -3,26 +3,19 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from benchrun.suites.job_startup import PHASES
-from benchrun.suites.result import read_result, result_path
+from helpers import run_builtin_suite
 
 RUN_ID = "t-startup"
 
 
-def run_suite(run_dir: Path, params: dict[str, Any]) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
-    env = {"PATH": os.environ["PATH"], "BENCHRUN_RUN_ID": RUN_ID, "BENCHRUN_RUN_DIR": str(run_dir),
-           "BENCHRUN_SUITE": "job_startup", "BENCHRUN_REPLICATE": "1", "BENCHRUN_PARAMS": json.dumps(params)}
-    proc = subprocess.run([sys.executable, "-m", "benchrun.suites.job_startup"], env=env, capture_output=True,
-                          text=True, timeout=300)
-    return proc, read_result(result_path(run_dir, RUN_ID, "job_startup", 1))
+def run_suite(run_dir: Path, params: dict[str, Any], **env_extra: str):
+    return run_builtin_suite("job_startup", RUN_ID, run_dir, params, **env_extra)
 
 
 def test_launch_timeline_is_ordered_and_kept_per_launch(tmp_path: Path) -> None:

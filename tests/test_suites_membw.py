@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,17 +11,13 @@ import numpy as np
 import pytest
 
 from benchrun.suites.membw import KERNELS, _check
-from benchrun.suites.result import read_result, result_path
+from helpers import run_builtin_suite
 
 RUN_ID = "t-membw"
 
 
-def run_suite(run_dir: Path, params: dict[str, Any]) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
-    env = {"PATH": os.environ["PATH"], "BENCHRUN_RUN_ID": RUN_ID, "BENCHRUN_RUN_DIR": str(run_dir),
-           "BENCHRUN_SUITE": "membw", "BENCHRUN_REPLICATE": "1", "BENCHRUN_PARAMS": json.dumps(params)}
-    proc = subprocess.run([sys.executable, "-m", "benchrun.suites.membw"], env=env, capture_output=True,
-                          text=True, timeout=120)
-    return proc, read_result(result_path(run_dir, RUN_ID, "membw", 1))
+def run_suite(run_dir: Path, params: dict[str, Any], **env_extra: str):
+    return run_builtin_suite("membw", RUN_ID, run_dir, params, **env_extra)
 
 
 def test_stream_kernels_report_plausible_bandwidth(tmp_path: Path) -> None:
