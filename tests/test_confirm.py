@@ -4,9 +4,6 @@ import pytest
 
 from benchrun import submit as sub
 from benchrun.confirm import confirmation_hook, confirmation_invocations
-from benchrun.execute import run_layer
-from benchrun.launch.local import LocalLauncher
-from benchrun.lifecycle import load_pinned, plans_for
 from benchrun.rundir import RunDir
 from helpers import tiny_layers
 

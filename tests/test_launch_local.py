@@ -1,7 +1,6 @@
 """The local launcher: success, failure, timeout, signals, and argv that never meets a shell."""
 
 import json
-import os
 import sys
 import time
 from pathlib import Path

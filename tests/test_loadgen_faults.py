@@ -49,7 +49,7 @@ def test_each_fault_is_an_error_row_and_the_sweep_continues(fault, kind):
             assert (s["n_requests"], s["n_errors"]) == (4, 4)
             assert s["error_kinds"] == {kind: 4}
             assert s["verdict"] == "invalid"
-            assert any(f"error rate 4/8" in r and f"4 {kind}" in r for r in s["verdict_reasons"])
+            assert any("error rate 4/8" in r and f"4 {kind}" in r for r in s["verdict_reasons"])
 
 
 def test_unreachable_url_fails_fast_with_one_line():

@@ -1,9 +1,7 @@
 """The run graph through Dagster: real suites, faults kept as failed replicates, status."""
 
 import json
-import sys
 
-import dagster as dg
 import pytest
 
 from bench_assets.definitions import defs

@@ -43,8 +43,6 @@ def compare(
     from rich.markup import escape
     from rich.table import Table
 
-    import sys
-
     console = make_console()
     console.print(escape(gate.message()))
     table = Table(title=f"{candidate} vs {baseline} (confidence {result.confidence:.0%}; ratio > 1 is better)")

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from benchrun.ingest.fio import fio_context, fio_metrics, job_errors, parse_fio_json
 from benchrun.suites._common import ParamError, bool_param, check_known, int_param
-from benchrun.suites._runtime import SuiteContext, Unavailable, main
+from benchrun.suites._runtime import SuiteContext, main
 
 
 class FioMissing(RuntimeError):
