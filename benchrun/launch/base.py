@@ -39,6 +39,16 @@ class LaunchResult:
         return asdict(self)
 
 
+def prepare_outputs(inv: Invocation, run_dir: Path) -> tuple[Path, Path]:
+    """(log path, result path) of one launch, with a stale result from an earlier attempt
+    removed so it is never mistaken for this one's."""
+    log_path = run_dir / inv.log_relpath()
+    result_path = run_dir / inv.result_relpath()
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    result_path.unlink(missing_ok=True)
+    return log_path, result_path
+
+
 class Launcher(Protocol):
     """Runs one invocation to completion and reports what happened; never raises for a
     suite's own failure (that is a failed LaunchResult), only for its own bugs."""

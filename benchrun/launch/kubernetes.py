@@ -46,7 +46,7 @@ from dagster_pipes import DAGSTER_PIPES_MESSAGES_ENV_VAR, PIPES_PROTOCOL_VERSION
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from benchrun.launch.base import LaunchResult
+from benchrun.launch.base import LaunchResult, prepare_outputs
 from benchrun.launch.podspec import CONTAINER_NAME, Placement, pod_manifest
 from benchrun.plan import Invocation
 from benchrun.suites.result import atomic_path, atomic_write_json, raw_path, read_result
@@ -211,10 +211,7 @@ class KubernetesLauncher:
     def launch(
         self, inv: Invocation, run_dir: Path, *, extra_env: Mapping[str, str] | None = None
     ) -> LaunchResult:
-        log_path = run_dir / inv.log_relpath()
-        result_path = run_dir / inv.result_relpath()
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        result_path.unlink(missing_ok=True)  # a stale result is not this attempt's
+        log_path, result_path = prepare_outputs(inv, run_dir)
         t_request = time.time()
         t0 = time.perf_counter()
         manifest = pod_manifest(

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Mapping
 
-from benchrun.launch.base import LaunchResult
+from benchrun.launch.base import LaunchResult, prepare_outputs
 from benchrun.plan import Invocation
 from benchrun.suites.result import read_result
 
@@ -57,11 +57,7 @@ class LocalLauncher:
     def launch(
         self, inv: Invocation, run_dir: Path, *, extra_env: Mapping[str, str] | None = None
     ) -> LaunchResult:
-        log_path = run_dir / inv.log_relpath()
-        result_path = run_dir / inv.result_relpath()
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        # A stale result from an earlier attempt must not be mistaken for this one's.
-        result_path.unlink(missing_ok=True)
+        log_path, result_path = prepare_outputs(inv, run_dir)
         env = {**inv.env, **(extra_env or {})}
         t_request = time.time()
         t0 = time.perf_counter()
