@@ -39,6 +39,7 @@ from prometheus_client.metrics_core import Metric
 
 from benchrun.errors import BenchrunError
 from benchrun.paths import benchrun_home, validate_run_id
+from benchrun.rundir import read_json_or_none
 from benchrun.suites.result import SCHEMA, atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -198,12 +199,7 @@ def _label_value(v: Any) -> str:
 
 
 def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise BenchrunError(f"{path}: not readable JSON ({exc}); the run directory is damaged") from exc
+    return read_json_or_none(path, fix="the run directory is damaged")
 
 
 def _result_docs(run_dir: Path, run_id: str) -> list[dict[str, Any]]:

@@ -48,6 +48,17 @@ def utc_now() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def read_json_or_none(path: Path, *, fix: str) -> Any:
+    """A run-directory JSON file, None when absent; unreadable JSON is a BenchrunError
+    naming the file and ``fix``."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise BenchrunError(f"{path}: not readable JSON ({exc}); {fix}") from exc
+
+
 def artifact_role(relpath: str) -> str:
     """The role of a run-directory file, from its place and name."""
     for needle, role in _ROLE_RULES:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
 from benchrun.errors import BenchrunError
 from benchrun.paths import validate_run_id
+from benchrun.rundir import read_json_or_none
 from benchrun.store import ObjectManifest, open_store
 from benchrun.suites.result import read_result
 
@@ -32,12 +32,7 @@ def parse_ts(value: Any) -> dt.datetime | None:
 
 
 def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise BenchrunError(f"{path}: not readable JSON ({exc}); fix or remove the file and curate again") from exc
+    return read_json_or_none(path, fix="fix or remove the file and curate again")
 
 
 def dig(doc: Any, *path: str) -> Any:
