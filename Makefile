@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
-APT_PACKAGES := fio prometheus-pushgateway
+APT_PACKAGES := fio prometheus-pushgateway postgresql prometheus prometheus-node-exporter chromium kubectl
 export BENCHRUN_HOME ?= $(CURDIR)/.benchrun
 UI_PORT ?= 3000
 
