@@ -136,6 +136,18 @@ def test_suite_extensions_validate() -> None:
             Suite.model_validate({"name": "g", "repoCommand": "x", "parameters": bad})
 
 
+def test_suite_nodes_default_to_one_and_validate() -> None:
+    plain = Suite.model_validate({"name": "g", "repoCommand": "x"})
+    assert plain.nodes == 1 and plain.gpus_per_node is None and not plain.multi_node
+    # a document without the fields dumps exactly as written (digests and round trips unchanged)
+    assert plain.model_dump(by_alias=True, exclude_defaults=True) == {"name": "g", "repoCommand": "x"}
+    gang = Suite.model_validate({"name": "t", "repoCommand": "x", "nodes": 2, "gpusPerNode": 8})
+    assert gang.nodes == 2 and gang.gpus_per_node == 8 and gang.multi_node
+    for bad in ({"nodes": 0}, {"nodes": "2"}, {"gpusPerNode": -1}, {"nodes": 1.5}):
+        with pytest.raises(ValidationError):
+            Suite.model_validate({"name": "g", "repoCommand": "x", **bad})
+
+
 def test_two_node_reference_fails_only_on_site_keys_in_fixed_across_trials() -> None:
     [result] = validate_bytes(TWO_NODE.read_bytes(), "2node.yaml")
     assert [e.path for e in result.errors] == [f"spec.workload.fixedAcrossTrials[{i}]" for i in range(5, 9)]

@@ -168,6 +168,19 @@ class Suite(SpecModel):
     parameters: dict[str, ParameterValue] = Field(
         default_factory=dict, description="Free suite parameters, passed as JSON in BENCHRUN_PARAMS."
     )
+    nodes: Annotated[int, Field(ge=1, le=4096)] = Field(
+        default=1,
+        description="Nodes one launch spans, as one gang (a JobSet on Kubernetes, process groups locally).",
+    )
+    gpus_per_node: Annotated[int, Field(ge=0, le=64)] | None = Field(
+        default=None,
+        description="Ranks (GPUs) per node; unset: one rank per node locally, the node's GPUs on Kubernetes.",
+    )
+
+    @property
+    def multi_node(self) -> bool:
+        """True when one launch of this suite spans more than one node."""
+        return self.nodes > 1
 
 
 class Layer(SpecModel):
