@@ -68,7 +68,18 @@ def test_crd_shape() -> None:
     assert spec["names"]["plural"] == "benchmarkruns" and spec["names"]["shortNames"] == ["brun"]
     [version] = spec["versions"]
     assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
-    assert [c["name"] for c in version["additionalPrinterColumns"]] == ["Class", "Workload", "Scheduler", "Phase", "Age"]
+    columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
+    # kubectl get benchmarkruns: NAME, then phase, class granted and age (priority 0)
+    assert [c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")] == ["Phase", "Class", "Age"]
+    assert columns["Class"]["jsonPath"] == ".status.benchmarkClassGranted"
+    assert columns["Phase"]["jsonPath"] == ".status.phase" and columns["Age"]["type"] == "date"
+    for column in columns.values():  # every column points at a field the schema has
+        parts = column["jsonPath"].strip(".").split(".")
+        if parts[0] == "metadata":
+            continue
+        node = version["schema"]["openAPIV3Schema"]
+        for part in parts:
+            node = node["properties"][part]
     schema = version["schema"]["openAPIV3Schema"]
     assert schema["properties"]["spec"]["required"] == [
         "intent", "layers", "workload", "comparison", "metrics", "trials", "bottleneckAnalysis",

@@ -156,18 +156,24 @@ def crd() -> dict[str, Any]:
             "status": model_schema(RunStatus),
         },
     }
+    # `kubectl get benchmarkruns`: name (always shown), phase, the class benchrun granted
+    # (publication grade may be downgraded), age; `-o wide` adds what was asked for and the run.
     columns = [
-        ("Class", ".spec.intent.benchmarkClass", "string", "Requested benchmark class"),
-        ("Workload", ".spec.intent.workloadType", "string", "training, inference or mixed"),
-        ("Scheduler", ".spec.intent.schedulerPath", "string", "Requested scheduler path"),
-        ("Phase", ".status.phase", "string", "Run phase"),
-        ("Age", ".metadata.creationTimestamp", "date", None),
+        ("Phase", ".status.phase", "string", "Run phase", 0),
+        ("Class", ".status.benchmarkClassGranted", "string", "Benchmark class granted", 0),
+        ("Age", ".metadata.creationTimestamp", "date", None, 0),
+        ("Requested", ".spec.intent.benchmarkClass", "string", "Benchmark class requested", 1),
+        ("Workload", ".spec.intent.workloadType", "string", "training, inference or mixed", 1),
+        ("Scheduler", ".status.selectedSchedulerPath", "string", "Scheduler path selected", 1),
+        ("Run", ".status.runId", "string", "benchrun run id", 1),
     ]
     printer = []
-    for name, path, kind, description in columns:
+    for name, path, kind, description, priority in columns:
         column: dict[str, Any] = {"name": name, "type": kind, "jsonPath": path}
         if description:
             column["description"] = description
+        if priority:
+            column["priority"] = priority
         printer.append(column)
     return {
         "apiVersion": "apiextensions.k8s.io/v1",

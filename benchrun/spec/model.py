@@ -573,6 +573,12 @@ class RunStatus(SpecModel):
     straggler_nodes: list[str] = Field(default_factory=list)
     provenance_ref: str | None = None
     observed_generation: int | None = None
+    # Written by the BenchmarkRun controller (benchrun/controller/status.py).
+    message: str | None = None
+    start_time: str | None = None
+    completion_time: str | None = None
+    report_ref: str | None = None
+    verdicts: dict[str, str] = Field(default_factory=dict)
 
 
 class BenchmarkRun(SpecModel):
