@@ -27,35 +27,62 @@ def query_cmd(
     sql: str = typer.Argument(..., help="One SELECT statement over the warehouse views."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON object with rows and query_spec_digest."),
     as_csv: bool = typer.Option(False, "--csv", help="Print CSV (header + rows)."),
+    limit: int = typer.Option(10_000, "--limit", help="Print at most this many rows (0: no limit); a cut says so."),
 ) -> None:
-    """Run read-only SQL over the curated warehouse (a table by default)."""
+    """Run read-only SQL over the curated warehouse (a table by default).
+
+    The query runs on a connection that reads only the warehouse's own files (no other
+    file, network or extension) and refuses anything that writes or changes settings.
+    Rows are streamed, so memory stays bounded whatever the limit.
+    """
+    import sys
+
     from benchrun.errors import BenchrunError
-    from benchrun.warehouse.views import query
+    from benchrun.warehouse.views import stream_query
 
     if as_json and as_csv:
         raise BenchrunError("query: choose one of --json and --csv")
-    result = query(sql, _home())
-    table = result.table
+    if limit < 0:
+        raise BenchrunError("query: --limit must be 0 (no limit) or a positive number of rows")
+    stream = stream_query(sql, _home(), limit=limit or None)
+    for note in stream.notes:
+        print(f"warning: {note}", file=sys.stderr)
+    cols = stream.columns
+    cut = (lambda: f"output cut at --limit {limit} rows; narrow the query or raise --limit")
     if as_json:
-        rows = table.to_pylist()
-        typer.echo(json.dumps({"query_spec_digest": result.query_spec_digest, "columns": table.column_names,
-                               "rows": rows}, default=str, indent=2))
+        # Streamed JSON: the document is written row by row, never held whole in memory.
+        out = sys.stdout
+        out.write('{\n  "query_spec_digest": ' + json.dumps(stream.query_spec_digest)
+                  + ',\n  "columns": ' + json.dumps(cols) + ',\n  "rows": [')
+        first = True
+        for rows in stream.batches():
+            for row in rows:
+                out.write(("\n    " if first else ",\n    ") + json.dumps(row, default=str))
+                first = False
+        out.write(("\n  ]" if not first else "]") + ',\n  "truncated": ' + json.dumps(stream.truncated)
+                  + ',\n  "limit": ' + json.dumps(limit or None) + "\n}\n")
+        if stream.truncated:
+            print(f"warning: {cut()}", file=sys.stderr)
     elif as_csv:
         import csv
-        import sys
 
         writer = csv.writer(sys.stdout)
-        writer.writerow(table.column_names)
-        for row in table.to_pylist():
-            writer.writerow([_cell(row[c]) for c in table.column_names])
+        writer.writerow(cols)
+        for rows in stream.batches():
+            writer.writerows([_cell(row[c]) for c in cols] for row in rows)
+        if stream.truncated:
+            print(f"warning: {cut()}", file=sys.stderr)
     else:
         from rich.table import Table
 
-        out = Table(caption=f"{table.num_rows} rows · query_spec_digest {result.query_spec_digest[:16]}…")
-        for name in table.column_names:
+        out = Table()
+        for name in cols:
             out.add_column(name)
-        for row in table.to_pylist():
-            out.add_row(*[_cell(row[c]) for c in table.column_names])
+        for rows in stream.batches():
+            for row in rows:
+                out.add_row(*[_cell(row[c]) for c in cols])
+        more = f" (cut at --limit {limit}; more rows exist)" if stream.truncated else ""
+        out.caption = f"{stream.rows_out} rows{more} · query_spec_digest {stream.query_spec_digest[:16]}…"
         console().print(out)
 
 

@@ -20,12 +20,22 @@ from typing import Any, Iterator
 
 from benchrun.errors import BenchrunError
 from benchrun.warehouse.schemas import DIMENSIONS, TABLES, duckdb_type
-from benchrun.warehouse.writer import table_glob, warehouse_root
+from benchrun.warehouse.writer import warehouse_root
 
 log = logging.getLogger(__name__)
 
 DB_NAME = "warehouse.duckdb"
 READ_ONLY_TYPES = ("SELECT", "EXPLAIN")
+# Keywords refused anywhere in a user's query, including inside EXPLAIN [ANALYZE] (which
+# executes what it wraps) and DuckDB's rewrites (PRAGMA x and SHOW parse as SELECT).
+# Checked on DuckDB's own tokenizer, so a keyword in a string literal, comment or quoted
+# identifier does not count and no spelling or spacing trick hides one.
+REFUSED_KEYWORDS = frozenset({
+    "COPY", "EXPORT", "IMPORT", "ATTACH", "DETACH", "INSTALL", "LOAD", "SET", "RESET", "PRAGMA",
+    "CALL", "CHECKPOINT", "VACUUM", "USE", "CREATE", "INSERT", "UPDATE", "DELETE", "DROP",
+    "ALTER", "TRUNCATE", "MERGE", "PREPARE", "EXECUTE", "DEALLOCATE", "BEGIN", "COMMIT", "ROLLBACK",
+})
+DEFAULT_QUERY_LIMIT = 10_000
 # The change_points history asset writes one file for the whole history (benchrun.stats.changepoint).
 CHANGE_POINT_FACT = ("change_point_fact", "change_points.parquet")
 
@@ -34,16 +44,40 @@ def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def view_sql(home: Path, table: str, con: Any = None) -> str:
+def readable_partitions(home: Path, table: str) -> tuple[list[Path], list[str]]:
+    """A table's partition files whose parquet footer reads, and one note per damaged file.
+
+    A truncated or foreign partition is left out of the view (and named in the note), so
+    one damaged run never stops queries, lineage or playbooks over every other run.
+    """
+    import pyarrow.parquet as pq
+
+    good: list[Path] = []
+    notes: list[str] = []
+    for f in sorted((warehouse_root(home) / table).glob("run_id=*/part.parquet")):
+        try:
+            pq.read_metadata(f)
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for a damaged file
+            notes.append(f"{f}: damaged partition left out of {table} ({str(exc).splitlines()[0]}); "
+                         f"curate run {f.parent.name.removeprefix('run_id=')} again or remove that directory")
+            continue
+        good.append(f.resolve())
+    return good, notes
+
+
+def view_sql(home: Path, table: str, con: Any = None, files: list[Path] | None = None) -> str:
     """``CREATE OR REPLACE VIEW`` for one table: its parquet files, or an empty typed relation.
 
     With ``con``, the files' columns are probed first so that partitions written before a
-    column was added still read (the column is null there, never invented).
+    column was added still read (the column is null there, never invented). ``files``
+    (default: every readable partition) are the only files the view reads.
     """
     schema = TABLES[table]
-    files = list((warehouse_root(home) / table).glob("run_id=*/part.parquet"))
+    if files is None:
+        files = readable_partitions(home, table)[0]
     if files:
-        source = f"read_parquet({_quote(table_glob(home, table))}, union_by_name = true, hive_partitioning = false)"
+        listed = "[" + ", ".join(_quote(str(f)) for f in files) + "]"
+        source = f"read_parquet({listed}, union_by_name = true, hive_partitioning = false)"
         present = set(schema.names)
         if con is not None:
             present = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
@@ -62,13 +96,18 @@ def view_sql(home: Path, table: str, con: Any = None) -> str:
     return f'CREATE OR REPLACE VIEW "{table}" AS {body}'
 
 
-def create_views(con: Any, home: Path) -> None:
-    """Create every table's view on ``con`` (a DuckDB connection)."""
+def create_views(con: Any, home: Path) -> list[str]:
+    """Create every table's view on ``con`` (a DuckDB connection); notes name damaged files left out."""
     import duckdb
 
+    notes: list[str] = []
     for table in TABLES:
+        files, damaged = readable_partitions(home, table)
+        notes.extend(damaged)
+        for note in damaged:
+            log.warning("%s", note)
         try:
-            con.execute(view_sql(home, table, con))
+            con.execute(view_sql(home, table, con, files))
         except duckdb.Error as exc:
             raise BenchrunError(
                 f"{warehouse_root(home) / table}: cannot build the {table} view ({str(exc).splitlines()[0]}); "
@@ -80,8 +119,11 @@ def create_views(con: Any, home: Path) -> None:
             con.execute(f'CREATE OR REPLACE VIEW "{CHANGE_POINT_FACT[0]}" AS '
                         f"SELECT * FROM read_parquet({_quote(str(change_points.resolve()))})")
         except duckdb.Error as exc:
-            raise BenchrunError(f"{change_points}: cannot build the change_point_fact view "
-                                f"({str(exc).splitlines()[0]}); materialize change_points again") from exc
+            note = (f"{change_points}: damaged, change_point_fact left out ({str(exc).splitlines()[0]}); "
+                    "materialize change_points again")
+            log.warning("%s", note)
+            notes.append(note)
+    return notes
 
 
 @contextlib.contextmanager
@@ -119,13 +161,85 @@ def refresh_views(home: Path, *, wait_s: float = 30.0) -> Path:
             return db
 
 
-def connect(home: Path) -> Any:
-    """An in-memory DuckDB connection with every view (never touches warehouse.duckdb)."""
+def _confined_connection(home: Path) -> Any:
+    """An in-memory connection that can read only the warehouse directory, then locked.
+
+    External access is off (no other file, no network, no extension install or load) and
+    the configuration is locked, so a query cannot turn it back on.
+    """
     import duckdb
 
-    con = duckdb.connect(":memory:")
-    create_views(con, Path(home))
+    root = warehouse_root(home).resolve()
+    con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False,
+                                             "autoload_known_extensions": False})
+    try:
+        # Order matters: allowed_directories can only be set while external access is on.
+        con.execute("SET allowed_directories = [" + _quote(str(root) + "/") + "]")
+        con.execute("SET temp_directory = ''")
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+    except BaseException:
+        con.close()
+        raise
     return con
+
+
+def connect(home: Path, notes: list[str] | None = None) -> Any:
+    """An in-memory, read-confined DuckDB connection with every view (never touches warehouse.duckdb).
+
+    ``notes`` (when given) receives one line per damaged partition left out of the views.
+    """
+    con = _confined_connection(Path(home))
+    try:
+        found = create_views(con, Path(home))
+    except BaseException:
+        con.close()
+        raise
+    if notes is not None:
+        notes.extend(found)
+    return con
+
+
+def check_read_only(sql: str) -> None:
+    """Refuse anything but one SELECT (or EXPLAIN of one SELECT), judged by DuckDB's own parser.
+
+    The statement type comes from ``duckdb.extract_statements``; an EXPLAIN is unwrapped and
+    its inner statement must be a SELECT too; and DuckDB's tokenizer must find none of
+    ``REFUSED_KEYWORDS`` anywhere in the text.
+    """
+    import duckdb
+
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise BenchrunError(f"query: not valid SQL ({str(exc).splitlines()[0]})") from exc
+    if len(statements) != 1:
+        raise BenchrunError(f"query: give exactly one statement, not {len(statements)}")
+    kind = statements[0].type.name
+    if kind not in READ_ONLY_TYPES:
+        raise BenchrunError(f"query: {kind} statements are refused; the warehouse is read-only here (use SELECT)")
+    tokens = duckdb.tokenize(sql)
+    words = []
+    for i, (start, token_type) in enumerate(tokens):
+        end = tokens[i + 1][0] if i + 1 < len(tokens) else len(sql)
+        if token_type == duckdb.token_type.keyword:
+            words.append((start, sql[start:end].strip().upper()))
+    for _, word in words:
+        if word in REFUSED_KEYWORDS:
+            raise BenchrunError(f"query: {word} is refused anywhere in a query (also inside EXPLAIN); "
+                                "the warehouse is read-only here (use SELECT)")
+    if kind == "EXPLAIN":
+        # Unwrap EXPLAIN [ANALYZE] and parse what it wraps: it must be a SELECT as well.
+        rest = [w for w in words[:3]]
+        skip = 1 + (1 if len(rest) > 1 and rest[1][1] == "ANALYZE" else 0)
+        inner_start = words[skip][0] if len(words) > skip else len(sql)
+        try:
+            inner = duckdb.extract_statements(sql[inner_start:])
+        except duckdb.Error as exc:
+            raise BenchrunError(f"query: not valid SQL inside EXPLAIN ({str(exc).splitlines()[0]})") from exc
+        if len(inner) != 1 or inner[0].type.name != "SELECT":
+            found = inner[0].type.name if inner else "nothing"
+            raise BenchrunError(f"query: EXPLAIN of {found} is refused; only EXPLAIN of a SELECT runs here")
 
 
 _LINE_COMMENT = re.compile(r"--[^\n]*")
@@ -157,26 +271,87 @@ class QueryResult:
     sql: str
     query_spec_digest: str
     table: Any  # pyarrow.Table
+    notes: tuple[str, ...] = ()
 
 
 def query(sql: str, home: Path, params: list[Any] | None = None) -> QueryResult:
-    """Run one read-only statement (SELECT / EXPLAIN) over the warehouse views."""
+    """Run one read-only statement (SELECT / EXPLAIN of a SELECT) over the warehouse views."""
     import duckdb
 
-    try:
-        statements = duckdb.extract_statements(sql)
-    except duckdb.Error as exc:
-        raise BenchrunError(f"query: not valid SQL ({str(exc).splitlines()[0]})") from exc
-    if len(statements) != 1:
-        raise BenchrunError(f"query: give exactly one statement, not {len(statements)}")
-    kind = statements[0].type.name
-    if kind not in READ_ONLY_TYPES:
-        raise BenchrunError(f"query: {kind} statements are refused; the warehouse is read-only here (use SELECT)")
-    con = connect(home)
+    check_read_only(sql)
+    notes: list[str] = []
+    con = connect(home, notes)
     try:
         table = con.execute(sql, params or []).fetch_arrow_table()
     except duckdb.Error as exc:
         raise BenchrunError(f"query failed: {str(exc).splitlines()[0]}") from exc
     finally:
         con.close()
-    return QueryResult(sql=sql, query_spec_digest=query_spec_digest(sql), table=table)
+    return QueryResult(sql=sql, query_spec_digest=query_spec_digest(sql), table=table, notes=tuple(notes))
+
+
+@dataclasses.dataclass
+class QueryStream:
+    """A running query: its columns, digest, row batches as they come, and whether rows were cut.
+
+    Rows are fetched from DuckDB in batches, so memory stays bounded by the batch size and
+    the first rows print before the last are computed. ``truncated`` is known once the
+    batches are exhausted: true when the query had more than ``limit`` rows.
+    """
+
+    sql: str
+    query_spec_digest: str
+    columns: list[str]
+    limit: int | None
+    notes: tuple[str, ...]
+    _reader: Any
+    _con: Any
+    truncated: bool = False
+    rows_out: int = 0
+
+    def batches(self) -> Iterator[list[dict[str, Any]]]:
+        """Lists of row dicts, at most ``limit`` rows in all; closes the connection at the end."""
+        import duckdb
+
+        try:
+            for batch in self._reader:
+                rows = batch.to_pylist()
+                if self.limit is not None and self.rows_out + len(rows) > self.limit:
+                    rows = rows[: self.limit - self.rows_out]
+                    self.truncated = True
+                self.rows_out += len(rows)
+                if rows:
+                    yield rows
+                if self.truncated:
+                    break
+        except duckdb.Error as exc:
+            raise BenchrunError(f"query failed: {str(exc).splitlines()[0]}") from exc
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self._con.close()
+
+
+def stream_query(sql: str, home: Path, *, limit: int | None = DEFAULT_QUERY_LIMIT,
+                 batch_rows: int = 2048) -> QueryStream:
+    """Start one read-only query and return its rows as a stream, cut after ``limit`` rows."""
+    import duckdb
+
+    if limit is not None and limit < 1:
+        raise BenchrunError("query: --limit must be at least 1 (or 0 for no limit)")
+    check_read_only(sql)
+    notes: list[str] = []
+    con = connect(home, notes)
+    try:
+        rel = con.execute(sql)
+        reader = rel.fetch_record_batch(batch_rows)
+        columns = list(reader.schema.names)
+    except duckdb.Error as exc:
+        con.close()
+        raise BenchrunError(f"query failed: {str(exc).splitlines()[0]}") from exc
+    except BaseException:
+        con.close()
+        raise
+    return QueryStream(sql=sql, query_spec_digest=query_spec_digest(sql), columns=columns, limit=limit,
+                       notes=tuple(notes), _reader=reader, _con=con)

@@ -1,0 +1,117 @@
+"""Issue 16 A/L/M: `benchrun query` is read-only, confined to the warehouse, bounded and streamed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchrun.errors import BenchrunError
+from benchrun.store import open_store
+from benchrun.warehouse import curate_run, query
+from benchrun.warehouse.views import check_read_only, stream_query
+from test_store_helpers import make_run_dir
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture()
+def home(tmp_path: Path) -> Path:
+    for run_id in ("run-a", "run-b"):
+        run_dir = make_run_dir(tmp_path, run_id)
+        curate_run(run_dir, tmp_path, open_store(None, tmp_path).put_run_dir(run_dir, run_id))
+    (tmp_path / "keys").mkdir(exist_ok=True)
+    (tmp_path / "keys" / "ed25519.pem").write_text("-----BEGIN PRIVATE KEY-----\nsecret\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize("sql", [
+    "EXPLAIN ANALYZE COPY (SELECT 42 AS x) TO 'out.csv'",
+    "EXPLAIN COPY (SELECT 42 AS x) TO 'out.csv'",
+    "explain analyze copy (select 1) to 'warehouse/measurement_fact/run_id=run-a/part.parquet' (format parquet)",
+    "EXPORT DATABASE 'exp'",
+    "ATTACH 'other.db'",
+    "INSTALL httpfs",
+    "LOAD httpfs",
+    "SET enable_external_access = true",
+    "EXPLAIN SET enable_external_access = true",
+    "PRAGMA version",
+    "EXPLAIN ANALYZE CREATE TABLE t AS SELECT 1",
+    "CALL pragma_version()",
+    "SELECT 1; COPY (SELECT 1) TO 'x.csv'",
+])
+def test_writes_and_settings_are_refused_in_any_position(home: Path, sql: str, monkeypatch) -> None:
+    monkeypatch.chdir(home)
+    before = {p: p.stat().st_mtime_ns for p in home.rglob("*") if p.is_file()}
+    with pytest.raises(BenchrunError, match="refused|exactly one statement"):
+        query(sql, home)
+    after = {p: p.stat().st_mtime_ns for p in home.rglob("*") if p.is_file()}
+    assert after == before  # nothing written, nothing rewritten
+
+
+def test_keywords_inside_strings_or_quoted_names_are_not_refused(home: Path) -> None:
+    check_read_only("SELECT 'copy; set x' AS \"load\" -- COPY in a comment")
+    rows = query("SELECT 'COPY' AS \"set\"", home).table.to_pylist()
+    assert rows == [{"set": "COPY"}]
+    plan = query("EXPLAIN SELECT count(*) FROM measurement_fact", home).table.to_pylist()
+    assert plan[0]["explain_key"] == "physical_plan"
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT content FROM read_text('{home}/keys/ed25519.pem')",
+    "SELECT * FROM read_csv('/etc/passwd')",
+    "SELECT * FROM read_text('{home}/warehouse/../keys/ed25519.pem')",
+    "SELECT * FROM glob('/**')",
+    "SELECT * FROM read_parquet('https://example.invalid/x.parquet')",
+])
+def test_no_file_outside_the_warehouse_is_readable(home: Path, sql: str) -> None:
+    with pytest.raises(BenchrunError, match="query failed: .*(Permission|disabled)"):
+        query(sql.format(home=home), home)
+
+
+def test_only_the_warehouse_views_and_locked_configuration(home: Path) -> None:
+    rows = query("SELECT current_setting('enable_external_access') AS e, current_setting('lock_configuration') AS l",
+                 home).table.to_pylist()
+    assert rows == [{"e": False, "l": True}]
+    views = {r["view_name"] for r in query("SELECT view_name FROM duckdb_views() WHERE NOT internal", home).table.to_pylist()}
+    tables = query("SELECT count(*) AS n FROM duckdb_tables()", home).table.to_pylist()
+    assert "measurement_fact" in views and tables == [{"n": 0}]
+
+
+def test_stream_cuts_at_the_limit_and_says_so(home: Path) -> None:
+    total = query("SELECT count(*) AS n FROM serving_request_fact", home).table.column(0)[0].as_py()
+    assert total == 120
+    stream = stream_query("SELECT request_id FROM serving_request_fact", home, limit=50, batch_rows=16)
+    got = [r for batch in stream.batches() for r in batch]
+    assert len(got) == 50 and stream.truncated and stream.rows_out == 50
+    whole = stream_query("SELECT request_id FROM serving_request_fact", home, limit=None, batch_rows=16)
+    assert sum(len(b) for b in whole.batches()) == 120 and not whole.truncated
+
+
+def _cli(home: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "BENCHRUN_HOME": str(home), "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "benchrun.cli", *args], capture_output=True, text=True, env=env,
+                          cwd=home, timeout=120)
+
+
+def test_cli_attacks_fail_cleanly_and_limit_applies(home: Path) -> None:
+    out = _cli(home, "query", "EXPLAIN ANALYZE COPY (SELECT 42 AS x) TO 'out.csv'")
+    assert out.returncode == 1 and "COPY is refused" in out.stderr and "Traceback" not in out.stderr
+    assert not (home / "out.csv").exists()
+    out = _cli(home, "query", f"SELECT content FROM read_text('{home}/keys/ed25519.pem')")
+    assert out.returncode == 1 and "secret" not in out.stdout + out.stderr and "Traceback" not in out.stderr
+    out = _cli(home, "query", "SELECT request_id FROM serving_request_fact ORDER BY request_id", "--json", "--limit", "7")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert len(doc["rows"]) == 7 and doc["truncated"] is True and doc["limit"] == 7 and "--limit 7" in out.stderr
+    out = _cli(home, "query", "SELECT request_id FROM serving_request_fact", "--csv", "--limit", "0")
+    assert out.returncode == 0 and len(out.stdout.splitlines()) == 121
+    # a damaged partition: the others still answer, and the warning names the file
+    bad = home / "warehouse" / "measurement_fact" / "run_id=run-a" / "part.parquet"
+    bad.write_bytes(b"PAR1 truncated")
+    out = _cli(home, "query", "SELECT DISTINCT run_id FROM measurement_fact", "--csv")
+    assert out.returncode == 0 and out.stdout.splitlines() == ["run_id", "run-b"] and str(bad) in out.stderr
