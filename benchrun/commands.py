@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import warnings
 from pathlib import Path
 from typing import Any, Optional
@@ -61,27 +60,6 @@ def print_summary(console: Any, run_dir: Path, run_id: str) -> None:
     console.print(table)
 
 
-def _progress_line(p: dict[str, Any]) -> str:
-    cur = p.get("current") or {}
-    where = f"{cur.get('layer')}/{cur.get('suite')} r{cur.get('replicate')}" if cur else "between steps"
-    eta = p.get("eta_s")
-    return (f"[bold]{p.get('done', 0)}/{p.get('total', '?')}[/] launches, {p.get('failed', 0)} failed | "
-            f"{where} | elapsed {p.get('elapsed_s', 0):.0f}s | ETA {'-' if eta is None else f'{eta:.0f}s'}")
-
-
-def _watch(run_dir: Path, stop: threading.Event, console: Any) -> None:
-    from rich.live import Live
-
-    progress_file = run_dir / "progress" / "run_progress.json"
-    with Live(console=console, refresh_per_second=4, transient=True) as live:
-        while not stop.wait(0.25):
-            try:
-                p = json.loads(progress_file.read_text(encoding="utf-8"))
-            except (FileNotFoundError, json.JSONDecodeError):
-                continue
-            live.update(_progress_line(p))
-
-
 def _print_spec_errors(console: Any, exc: Exception) -> None:
     errors = getattr(exc, "errors", None)
     if not errors:
@@ -108,6 +86,7 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
     """Submit a spec and run every layer here, with live progress; exit 0/1/2."""
     from benchrun import submit as sub
     from benchrun.lifecycle import exit_code_for
+    from benchrun.progress_display import ProgressDisplay
     from benchrun.rundir import RunDir
 
     _use_home(home)
@@ -121,14 +100,9 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
         raise typer.Exit(2) from None
     console.print(f"run [bold]{prepared.run_id}[/] (spec {prepared.spec_digest[:19]}…) → {prepared.run_dir}")
     instance = sub.get_instance()
-    stop = threading.Event()
-    watcher = threading.Thread(target=_watch, args=(prepared.run_dir, stop, console), daemon=True)
-    watcher.start()
-    try:
+    display = ProgressDisplay(prepared.run_dir / "progress" / "run_progress.json")
+    with display:
         result = sub.execute(prepared, instance=instance)
-    finally:
-        stop.set()
-        watcher.join()
     rd = RunDir.for_run(prepared.run_id)
     if not result.success:
         from benchrun.rundir import mark_run_failed

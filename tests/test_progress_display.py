@@ -1,0 +1,63 @@
+"""The live progress display of `benchrun run` (benchrun.progress_display), without Dagster."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+
+import pytest
+
+from benchrun.progress_display import ProgressDisplay, snapshot
+
+
+def _doc(**kw):
+    base = {"total": 6, "done": 0, "failed": 0, "started_epoch": 1000.0, "planned": {"micro/gemm": 3, "micro/membw": 3},
+            "walls": {}, "current": None, "eta_s": None}
+    return {**base, **kw}
+
+
+def test_snapshot_names_suite_replicate_elapsed_and_eta():
+    doc = _doc(done=2, walls={"micro/gemm": [2.0, 2.0]}, eta_s=8.0,
+               current={"layer": "micro", "suite": "membw", "replicate": 1, "since_epoch": 1010.0})
+    snap = snapshot(doc, now=1013.0)
+    assert snap.where == "micro/membw r1/3"
+    assert snap.elapsed_s == 13.0
+    assert snap.eta_s == 5.0  # 8 s left when gemm r2 finished, 3 s of membw r1 since
+    assert snap.line() == "progress 2/6 launches, 0 failed | micro/membw r1/3 | elapsed 13s | ETA 5s"
+
+
+def test_snapshot_before_start_and_after_the_last_launch():
+    assert snapshot(None).line() == "progress 0/? launches, 0 failed | starting | elapsed 0s | ETA -"
+    end = snapshot(_doc(done=6, failed=1, eta_s=0.0), now=1125.0)
+    assert end.where.startswith("analysing") and end.failed == 1
+    assert "elapsed 2m05s" in end.line()
+
+
+def test_plain_lines_follow_the_file_while_it_changes(tmp_path):
+    path = tmp_path / "run_progress.json"
+    out = io.StringIO()  # not a terminal: plain lines
+    states = [_doc(done=k, current={"layer": "micro", "suite": "gemm", "replicate": k + 1, "since_epoch": time.time()})
+              for k in range(3)]
+    with ProgressDisplay(path, out, interval_s=0.01, poll_s=0.01) as display:
+        assert not display.tty
+        for k, doc in enumerate(states):
+            path.write_text(json.dumps(doc))
+            deadline = time.monotonic() + 10
+            while f"progress {k}/6" not in out.getvalue():
+                assert time.monotonic() < deadline, out.getvalue()
+                time.sleep(0.01)
+    lines = out.getvalue().splitlines()
+    assert all(line.startswith("progress ") for line in lines)
+    assert any("micro/gemm r2/3" in line for line in lines)
+    assert lines[-1].startswith("progress 2/6")  # a last line when stopped
+
+
+def test_interval_from_the_environment_must_be_positive(monkeypatch, tmp_path):
+    from benchrun.errors import BenchrunError
+
+    monkeypatch.setenv("BENCHRUN_PROGRESS_INTERVAL_S", "0")
+    with pytest.raises(BenchrunError, match="BENCHRUN_PROGRESS_INTERVAL_S"):
+        ProgressDisplay(tmp_path / "p.json", io.StringIO())
+    monkeypatch.setenv("BENCHRUN_PROGRESS_INTERVAL_S", "2.5")
+    assert ProgressDisplay(tmp_path / "p.json", io.StringIO()).interval_s == 2.5
