@@ -76,7 +76,7 @@ RUN_METRICS = {
 _ROW_FIELDS = frozenset({"name", "value", "unit", "direction", "case"})
 _NAME_BAD = re.compile(r"[^a-zA-Z0-9_:]")
 _LABEL_BAD = re.compile(r"[^a-zA-Z0-9_]")
-_RESULT_NAME = re.compile(r"^(?P<run>.+)_(?P<suite>[A-Za-z0-9][A-Za-z0-9._-]*)_r(?P<k>\d+)\.json$")
+_RESULT_NAME = re.compile(r"^(?P<run>.+)_(?P<suite>[A-Za-z0-9][A-Za-z0-9._-]*)_r(?P<k>\d+)\.json\Z")
 
 
 class BudgetLike(Protocol):

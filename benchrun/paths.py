@@ -10,9 +10,9 @@ from benchrun.errors import BenchrunError
 
 # A run id is a DNS-1123 label (ARCHITECTURE.md §2): it becomes a partition key, a
 # directory name, a Kubernetes label value and part of object keys.
-_RUN_ID = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_RUN_ID = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 # File-name components (suite names, labels, kinds): no separators, no dot-dot, no NUL.
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 
 
 def benchrun_home(override: str | os.PathLike[str] | None = None) -> Path:

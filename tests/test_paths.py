@@ -35,3 +35,24 @@ def test_mint_run_id_is_a_dns_label():
     assert len(rid) <= 63
     assert rid.endswith("-20260102030405-01234567")
     assert validate_run_id(rid) == rid
+
+
+@pytest.mark.parametrize("bad", ["ok\n", "run-a\n", "a\nb"])
+def test_names_with_a_trailing_newline_are_refused(bad: str) -> None:
+    """Issue 16 J: `$` matches before a final newline; the name regexes end in \\Z."""
+    from benchrun.paths import validate_name, validate_run_id
+
+    with pytest.raises(BenchrunError):
+        validate_name(bad)
+    with pytest.raises(BenchrunError):
+        validate_run_id(bad)
+
+
+def test_promote_refuses_an_alias_with_a_newline(tmp_path) -> None:
+    from benchrun.stats.load import promote
+
+    (tmp_path / "runs" / "run-a").mkdir(parents=True)
+    (tmp_path / "runs" / "run-a" / "status.json").write_text('{"phase": "Succeeded"}')
+    with pytest.raises(BenchrunError, match="baseline alias"):
+        promote("run-a", tmp_path, alias="ok\n")
+    assert not (tmp_path / "published" / "ok\n").exists()

@@ -40,7 +40,7 @@ VOCABULARY: tuple[str, ...] = tuple(
     usually""".split()
 )
 
-_MIX_ITEM = re.compile(r"^\{?\s*(\d+)\s*/\s*(\d+)\s*(?:@\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?))?\s*\}?$")
+_MIX_ITEM = re.compile(r"^\{?\s*(\d+)\s*/\s*(\d+)\s*(?:@\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?))?\s*\}?\Z")
 
 
 class MixError(ValueError):

@@ -40,7 +40,7 @@ _KEEP_TEXT_TAGS = {_CORE + "timestamp", _CORE + "binary"}
 _MAP_TAG = _CORE + "map"
 _SEQ_TAG = _CORE + "seq"
 _MERGE_TAG = _CORE + "merge"
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*\Z")
 
 
 def format_path(path: Path) -> str:

@@ -30,7 +30,7 @@ DEFAULT_DELTA_PCT = 3.0
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_MIN_REPLICATES = 3
 
-_RESULT_NAME = re.compile(r"^(?P<run>[a-z0-9-]+)_(?P<suite>[A-Za-z0-9][A-Za-z0-9._-]*)_r(?P<rep>\d+)\.json$")
+_RESULT_NAME = re.compile(r"^(?P<run>[a-z0-9-]+)_(?P<suite>[A-Za-z0-9][A-Za-z0-9._-]*)_r(?P<rep>\d+)\.json\Z")
 
 
 def _result_files(run_dir: Path, run_id: str) -> list[Path]:
@@ -255,8 +255,8 @@ def alias_path(home: Path | None = None, alias: str = "current") -> Path:
     return (home or benchrun_home()) / "published" / validate_name(alias, what="baseline alias")
 
 
-_ALIAS_REF = re.compile(r"^(?:[A-Za-z0-9_.-]+/)?published/(?P<alias>[A-Za-z0-9._-]+)/?$")
-_RUN_REF = re.compile(r"^(?:[A-Za-z0-9_.-]+/)?runs/(?P<run>[a-z0-9-]+)/?$")
+_ALIAS_REF = re.compile(r"^(?:[A-Za-z0-9_.-]+/)?published/(?P<alias>[A-Za-z0-9._-]+)/?\Z")
+_RUN_REF = re.compile(r"^(?:[A-Za-z0-9_.-]+/)?runs/(?P<run>[a-z0-9-]+)/?\Z")
 
 
 def resolve_run(ref: str, home: Path | None = None) -> Path:

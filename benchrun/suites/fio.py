@@ -45,7 +45,7 @@ CASES: dict[str, dict[str, str]] = {
     "rand_write": {"rw": "randwrite", "bs": "4k"},
 }
 NO_O_DIRECT = ("tmpfs", "ramfs")  # open(O_DIRECT) fails there with EINVAL
-_ENGINE = re.compile(r"^[a-z0-9_]{1,32}$")
+_ENGINE = re.compile(r"^[a-z0-9_]{1,32}\Z")
 
 
 def _cases(ctx: SuiteContext) -> list[str]:

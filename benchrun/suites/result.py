@@ -76,7 +76,7 @@ SERVING_SCALARS = (
     "verdict_reasons",  # list of strings
 )
 
-_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 
 
 def _safe(name: str, what: str) -> str:
