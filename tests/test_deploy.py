@@ -1,0 +1,311 @@
+"""deploy/: the kustomize base renders to objects that all validate, the CRD there is the
+generated one, the Helm values and the Dockerfile agree with pyproject.toml."""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from benchrun.spec.crd import crd, crd_yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = ROOT / "deploy/kustomize/base"
+VALUES = ROOT / "deploy/helm/values.yaml"
+DOCKERFILE = ROOT / "Dockerfile"
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+LANES = ["canary", "nightly", "pre-release", "publication"]
+CORE_GROUPS = {"v1", "rbac.authorization.k8s.io/v1", "apiextensions.k8s.io/v1", "batch/v1"}
+
+
+def shared_dir() -> Path | None:
+    """TEAM.md: $BENCHRUN_SHARED_DIR, else <repo>/../shared, else /work/shared."""
+    for candidate in (os.environ.get("BENCHRUN_SHARED_DIR"), ROOT.parent / "shared", "/work/shared"):
+        if candidate and (Path(candidate) / "reference/crds").is_dir():
+            return Path(candidate)
+    return None
+
+
+def pins() -> dict[str, str]:
+    """name → exact version from pyproject's dependencies and extras."""
+    deps = list(PYPROJECT["project"]["dependencies"])
+    for extra in PYPROJECT["project"]["optional-dependencies"].values():
+        deps += extra
+    out = {}
+    for dep in deps:
+        name, _, version = dep.partition("==")
+        out[re.sub(r"\[.*\]", "", name).lower()] = version
+    return out
+
+
+@pytest.fixture(scope="module")
+def rendered() -> list[dict[str, Any]]:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed (make installs it: Debian package kubectl)")
+    out = subprocess.run([kubectl, "kustomize", str(BASE)], capture_output=True, text=True, check=True, timeout=60)
+    docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+    assert docs, "kustomize rendered nothing"
+    return docs
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
+
+
+# -- the CRD --------------------------------------------------------------------------------
+
+
+def test_deploy_crd_is_the_generated_one(rendered: list[dict[str, Any]]) -> None:
+    assert (BASE / "benchmarkrun-crd.yaml").read_text() == crd_yaml(), (
+        "regenerate: benchrun crd > deploy/kustomize/base/benchmarkrun-crd.yaml")
+    [doc] = by_kind(rendered, "CustomResourceDefinition").values()
+    assert doc["spec"] == crd()["spec"]
+    assert doc["metadata"]["name"] == crd()["metadata"]["name"]
+
+
+# -- every object validates -----------------------------------------------------------------
+
+
+def test_core_objects_pass_kubernetes_validate(rendered: list[dict[str, Any]]) -> None:
+    version = kubernetes_validate.latest_version()
+    core = [d for d in rendered if d["apiVersion"] in CORE_GROUPS]
+    assert {d["kind"] for d in core} >= {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+                                         "Role", "RoleBinding", "CustomResourceDefinition"}
+    for doc in core:
+        kubernetes_validate.validate(doc, version, strict=True)
+    # the check has teeth: a misspelt field is refused
+    broken = copy.deepcopy(by_kind(rendered, "Role")["benchrun-run-worker"])
+    broken["rules"][0]["verb"] = ["get"]
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, version, strict=True)
+
+
+def _strict(schema: Any) -> Any:
+    """The CRD schema with unknown fields refused (the API server would prune them silently)."""
+    if isinstance(schema, dict):
+        out = {k: _strict(v) for k, v in schema.items() if not k.startswith("x-kubernetes")}
+        if "properties" in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
+            out.setdefault("additionalProperties", False)
+        return out
+    if isinstance(schema, list):
+        return [_strict(v) for v in schema]
+    return schema
+
+
+def kueue_validators() -> dict[str, jsonschema.Draft4Validator]:
+    shared = shared_dir()
+    if shared is None:
+        pytest.skip("no shared reference dir (set BENCHRUN_SHARED_DIR to the folder holding reference/crds)")
+    out = {}
+    for path in sorted((shared / "reference/crds").glob("kueue.x-k8s.io_*.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        for version in doc["spec"]["versions"]:
+            if version["name"] == "v1beta2":
+                schema = _strict(version["schema"]["openAPIV3Schema"])
+                schema["properties"]["metadata"] = {"type": "object"}
+                out[doc["spec"]["names"]["kind"]] = jsonschema.Draft4Validator(schema)
+    return out
+
+
+def test_kueue_objects_validate_against_the_published_crds(rendered: list[dict[str, Any]]) -> None:
+    validators = kueue_validators()
+    kueue = [d for d in rendered if d["apiVersion"].startswith("kueue.x-k8s.io/")]
+    assert sorted({d["kind"] for d in kueue}) == ["ClusterQueue", "LocalQueue", "ResourceFlavor", "WorkloadPriorityClass"]
+    for doc in kueue:
+        assert doc["apiVersion"] == "kueue.x-k8s.io/v1beta2", doc["metadata"]["name"]
+        validators[doc["kind"]].validate(doc)
+    # teeth: the v1beta1 spelling `cohort` is not a v1beta2 field
+    broken = copy.deepcopy(by_kind(rendered, "ClusterQueue")["benchrun-nightly"])
+    broken["spec"]["cohort"] = broken["spec"].pop("cohortName")
+    with pytest.raises(jsonschema.ValidationError):
+        validators["ClusterQueue"].validate(broken)
+    assert all(d["apiVersion"] in CORE_GROUPS or d["apiVersion"].startswith("kueue.") for d in rendered)
+
+
+# -- what the objects mean ------------------------------------------------------------------
+
+
+def test_one_queue_per_lane_and_publication_is_isolated(rendered: list[dict[str, Any]]) -> None:
+    cqs = by_kind(rendered, "ClusterQueue")
+    lqs = by_kind(rendered, "LocalQueue")
+    wpcs = by_kind(rendered, "WorkloadPriorityClass")
+    [flavor] = by_kind(rendered, "ResourceFlavor").values()
+    assert sorted(lqs) == sorted(LANES)
+    assert sorted(cqs) == sorted(f"benchrun-{lane}" for lane in LANES) == sorted(wpcs)
+    runs_ns = by_kind(rendered, "Namespace")["benchrun-runs"]
+    for lane in LANES:
+        lq, cq = lqs[lane], cqs[f"benchrun-{lane}"]
+        assert lq["metadata"]["namespace"] == "benchrun-runs" and lq["spec"]["clusterQueue"] == f"benchrun-{lane}"
+        selector = cq["spec"]["namespaceSelector"]["matchLabels"]
+        assert selector.items() <= runs_ns["metadata"]["labels"].items()
+        for group in cq["spec"]["resourceGroups"]:
+            assert {f["name"] for f in group["flavors"]} == {flavor["metadata"]["name"]}
+            for f in group["flavors"]:
+                assert [r["name"] for r in f["resources"]] == group["coveredResources"]
+    publication = cqs["benchrun-publication"]["spec"]
+    # neither lends nor borrows: in no cohort, no limits that only mean something in one
+    assert "cohortName" not in publication
+    for f in publication["resourceGroups"][0]["flavors"]:
+        assert all(set(r) == {"name", "nominalQuota"} for r in f["resources"])
+    # never preempted, never preempting: no policy anywhere may take its quota
+    assert publication["preemption"] == {"withinClusterQueue": "Never", "reclaimWithinCohort": "Never",
+                                         "borrowWithinCohort": {"policy": "Never"}}
+    for lane in ("canary", "nightly", "pre-release"):
+        assert cqs[f"benchrun-{lane}"]["spec"]["cohortName"] == "benchrun"
+    values = [wpcs[f"benchrun-{lane}"]["value"] for lane in LANES]
+    assert values == sorted(values) and len(set(values)) == 4  # publication highest
+    assert flavor["spec"]["nodeLabels"] == {"nvidia.com/gpu.present": "true"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in flavor["spec"]["tolerations"]
+
+
+def _rules(docs: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    return [(g, r, v) for d in docs for rule in d["rules"] for g in rule["apiGroups"]
+            for r in rule["resources"] for v in rule["verbs"]]
+
+
+def test_rbac_is_least_privilege(rendered: list[dict[str, Any]]) -> None:
+    roles = list(by_kind(rendered, "Role").values()) + list(by_kind(rendered, "ClusterRole").values())
+    granted = _rules(roles)
+    assert not [g for g in granted if "*" in g], "no wildcards"
+    assert not [g for g in granted if g[1] in {"secrets", "configmaps", "nodes", "pods/exec"}]
+    cluster = by_kind(rendered, "ClusterRole")
+    assert set(_rules([cluster["benchrun-benchmarkrun-status"]])) == {
+        ("benchmarking.aisp.dev", "benchmarkruns", v) for v in ("get", "list", "watch")
+    } | {("benchmarking.aisp.dev", "benchmarkruns/status", v) for v in ("get", "patch")}
+    worker = set(_rules([by_kind(rendered, "Role")["benchrun-run-worker"]]))
+    assert ("batch", "jobs", "create") in worker and ("jobset.x-k8s.io", "jobsets", "create") in worker
+    assert ("", "pods/log", "get") in worker and ("kueue.x-k8s.io", "workloads", "watch") in worker
+    assert not [g for g in worker if g[0] == "kueue.x-k8s.io" and g[2] not in {"get", "list", "watch"}]
+    assert not [g for g in worker if g[1] in {"pods", "events"} and g[2] not in {"get", "list", "watch"}]
+    # every binding names a role and service accounts that the base defines (or the chart's)
+    sas = {(d["metadata"]["namespace"], d["metadata"]["name"]) for d in rendered if d["kind"] == "ServiceAccount"}
+    sas.add(("benchrun", helm_values()["serviceAccount"]["name"]))
+    for binding in [d for d in rendered if d["kind"] in {"RoleBinding", "ClusterRoleBinding"}]:
+        kind = binding["roleRef"]["kind"]
+        assert binding["roleRef"]["name"] in by_kind(rendered, kind)
+        for subject in binding["subjects"]:
+            assert (subject["namespace"], subject["name"]) in sas
+    assert by_kind(rendered, "ServiceAccount")["benchrun-suite"]["automountServiceAccountToken"] is False
+
+
+# -- Helm values ----------------------------------------------------------------------------
+
+
+def helm_values() -> dict[str, Any]:
+    return yaml.safe_load(VALUES.read_text())
+
+
+def test_helm_values_match_the_dagster_pin() -> None:
+    dagster = pins()["dagster"]
+    text = VALUES.read_text()
+    assert f"--version {dagster}" in text and f"chart, version {dagster}" in text
+    values = helm_values()
+    for component in ("dagsterWebserver", "dagsterDaemon"):
+        assert values[component]["image"]["tag"] == dagster, component
+
+
+def test_helm_values_wire_the_cluster_pieces(rendered: list[dict[str, Any]]) -> None:
+    values = helm_values()
+    launcher = values["runLauncher"]
+    assert launcher["type"] == "K8sRunLauncher"
+    k8s = launcher["config"]["k8sRunLauncher"]
+    assert k8s["jobNamespace"] == "benchrun-runs" in by_kind(rendered, "Namespace")
+    assert k8s["runK8sConfig"]["podSpecConfig"]["serviceAccountName"] in by_kind(rendered, "ServiceAccount")
+    assert values["postgresql"]["enabled"] is False and values["postgresql"]["postgresqlPassword"] == ""
+    assert values["global"]["postgresqlSecretName"] and values["generatePostgresqlPasswordSecret"] is False
+    assert values["computeLogManager"]["type"] == "S3ComputeLogManager"
+    assert values["computeLogManager"]["config"]["s3ComputeLogManager"]["bucket"]
+    assert values["dagsterDaemon"]["runCoordinator"]["type"] == "QueuedRunCoordinator"
+    [code] = values["dagster-user-deployments"]["deployments"]
+    workspace = yaml.safe_load((ROOT / "workspace.yaml").read_text())["load_from"][0]["python_module"]
+    args = code["codeServerArgs"]
+    assert args[args.index("--module-name") + 1] == workspace["module_name"]
+    assert args[args.index("--attribute") + 1] == workspace["attribute"]
+    env = {e["name"]: e["value"] for e in code["env"]}
+    assert env["BENCHRUN_AUTOMATION_ON"] == "benchmarkrun_resource_sensor"
+    assert not list(_secret_values(values)), "secrets come from Secrets, never from values.yaml"
+
+
+def _secret_values(node: Any, path: str = "") -> Any:
+    """Paths of non-empty values under keys that hold a secret."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if isinstance(value, str) and value and re.search(r"(?i)password|secret_?access_?key|token", str(key)):
+                yield f"{path}.{key}"
+            yield from _secret_values(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _secret_values(value, f"{path}[{i}]")
+
+
+# -- Dockerfile -----------------------------------------------------------------------------
+
+INSTRUCTIONS = {"FROM", "ARG", "ENV", "LABEL", "RUN", "COPY", "ADD", "WORKDIR", "USER", "EXPOSE",
+                "ENTRYPOINT", "CMD", "HEALTHCHECK", "SHELL", "VOLUME", "STOPSIGNAL", "ONBUILD"}
+
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) per logical line: comments dropped, continuations joined."""
+    out: list[tuple[str, str]] = []
+    pending = ""
+    for line in DOCKERFILE.read_text().splitlines():
+        if not pending and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        if line.lstrip().startswith("#"):
+            continue
+        pending += line.rstrip()
+        if pending.endswith("\\"):
+            pending = pending[:-1] + " "
+            continue
+        word, _, rest = pending.strip().partition(" ")
+        out.append((word, rest.strip()))
+        pending = ""
+    assert not pending, "Dockerfile ends inside a continued line"
+    return out
+
+
+def test_dockerfile_parses_and_matches_pyproject() -> None:
+    instructions = dockerfile_instructions()
+    unknown = [w for w, _ in instructions if w not in INSTRUCTIONS]
+    assert not unknown, f"not Dockerfile instructions: {unknown}"
+    args = dict(re.match(r"(\w+)=(\S+)", a).groups() for w, a in instructions if w == "ARG")  # type: ignore[union-attr]
+    assert args["TORCH_VERSION"] == pins()["torch"]
+    assert args["VARIANT"] == "cpu"
+    # the base Python satisfies requires-python and is the version the tests run on
+    assert PYPROJECT["project"]["requires-python"] == ">=3.11" and args["PYTHON_VERSION"] == "3.11"
+    [(_, base)] = [(w, a) for w, a in instructions if w == "FROM"]
+    assert base == "python:${PYTHON_VERSION}-slim-bookworm"
+    runs = " ".join(a for w, a in instructions if w == "RUN")
+    # every exact pin written in the Dockerfile is pyproject's; benchrun's own come from pyproject
+    for name, version in re.findall(r'"([A-Za-z0-9_.\-]+)==([^"]+)"', runs):
+        if version.startswith("${"):
+            version = args[version[2:-1]]
+        if name != "pip":
+            assert pins()[name.lower()] == version, name
+    assert 'pip install ".[torch]"' in runs and "pip check" in runs
+    for variant in ("cpu", "cuda"):
+        assert f'"${{VARIANT}}" = "{variant}"' in runs
+    # COPY sources exist; every top-level package pyproject installs is copied
+    copied = {Path(p.rstrip("/")).name for w, a in instructions if w == "COPY" for p in a.split()[:-1]}
+    assert all((ROOT / name).exists() for name in copied), copied
+    packages = PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert {p.rstrip("*") for p in packages} <= copied
+    [(_, user)] = [(w, a) for w, a in instructions if w == "USER"]
+    assert user != "0" and user != "root"
+    [(_, cmd)] = [(w, a) for w, a in instructions if w == "CMD"]
+    argv = yaml.safe_load(cmd)  # exec form is a JSON array
+    assert argv[:3] == ["dagster", "code-server", "start"]
+    assert argv[argv.index("--module-name") + 1] == "bench_assets.definitions"
+    assert shlex.join(argv)  # argv of strings
