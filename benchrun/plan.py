@@ -18,14 +18,39 @@ from typing import Any, Mapping
 
 from benchrun.errors import BenchrunError
 from benchrun.paths import validate_name, validate_run_id
-from benchrun.spec.placeholders import RUNTIME_NAMES, SITE_NAMES, substitute
+from benchrun.spec.placeholders import GANG_NAMES, RUNTIME_NAMES, SITE_NAMES, substitute
 
 LAYER_ORDER = ("micro", "component", "end_to_end")
 # Default per-layer timeouts (seconds); a suite's ``timeoutSeconds`` overrides.
 DEFAULT_TIMEOUT_S = {"micro": 600.0, "component": 900.0, "end_to_end": 1800.0}
-# The environment a suite process starts with (besides BENCHRUN_*): what a container has.
-_PASSTHROUGH_ENV = ("PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "TZ", "CUDA_VISIBLE_DEVICES")
+# The environment a suite process starts with (besides BENCHRUN_*): what a container has,
+# plus PYTHONPATH so `python -m benchrun.suites.x` imports the same benchrun as the caller
+# (a worktree's, not the editable install's); the Kubernetes pod drops it (podspec).
+_PASSTHROUGH_ENV = ("PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "TZ", "CUDA_VISIBLE_DEVICES", "PYTHONPATH")
 SITE_VAR_PREFIX = "BENCHRUN_VAR_"
+# The rendezvous port a single-node suite's ${MASTER_PORT} resolves to (torchrun's default);
+# gangs get theirs from the launcher (a free loopback port here, this one in a JobSet).
+DEFAULT_MASTER_PORT = 29500
+# A gang placeholder stays in a multi-node invocation's argv as NUL-delimited text (which no
+# spec, path or site value can contain) until a launcher resolves it per node.
+_GANG_MARK = "\x00"
+
+
+def gang_mark(name: str) -> str:
+    """The stand-in a multi-node argv holds for the gang placeholder ``name`` (or HOSTS)."""
+    return f"{_GANG_MARK}{name}{_GANG_MARK}"
+
+
+_AS_WRITTEN = {name: "${" + name + "}" for name in (*GANG_NAMES, "HOSTS")}
+
+
+def resolve_gang(word: str, values: Mapping[str, str]) -> str:
+    """``word`` with every gang stand-in replaced by its value (KeyError names a missing one)."""
+    if _GANG_MARK not in word:
+        return word
+    parts = word.split(_GANG_MARK)
+    # split gives text, name, text, name, ..., text: the odd items are names.
+    return "".join(values[p] if i % 2 else p for i, p in enumerate(parts))
 
 
 @dataclass(frozen=True)
@@ -42,10 +67,61 @@ class Invocation:
     timeout_s: float
     parameters: Mapping[str, Any] = field(default_factory=dict)
     image: str | None = None
+    # A multi-node suite: one launch is a gang of ``nodes`` nodes, ``ranks_per_node`` ranks
+    # each (spec ``gpusPerNode``, at least 1); argv holds gang stand-ins until resolved.
+    nodes: int = 1
+    ranks_per_node: int = 1
+    gpus_per_node: int | None = None
 
     @property
     def key(self) -> str:
         return f"{self.suite}_r{self.replicate}"
+
+    @property
+    def is_gang(self) -> bool:
+        return self.nodes > 1
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+    def node_log_relpath(self, node_rank: int) -> str:
+        """Node 0 logs where a single-node launch does; node i > 0 beside it."""
+        if node_rank == 0:
+            return self.log_relpath()
+        return f"raw/{self.run_id}_{self.suite}_r{self.replicate}_node{node_rank}.log"
+
+    def node_result_relpath(self, node_rank: int) -> str:
+        """Node 0 writes the replicate's result document; node i > 0 its own, in raw/."""
+        if node_rank == 0:
+            return self.result_relpath()
+        return f"raw/{self.run_id}_{self.suite}_r{self.replicate}_node{node_rank}_result.json"
+
+    def node_argv(self, node_rank: int, *, master_addr: str, master_port: int, hosts: str) -> tuple[str, ...]:
+        """argv of one node of the gang, with ${NODE_RANK}, ${MASTER_ADDR}, ... resolved."""
+        values = {"NODE_RANK": str(node_rank), "MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port),
+                  "NNODES": str(self.nodes), "HOSTS": hosts}
+        return tuple(resolve_gang(w, values) for w in self.argv)
+
+    def node_env(self, node_rank: int, *, master_addr: str, master_port: int, node_name: str | None = None) -> dict[str, str]:
+        """The rendezvous variables one node of the gang gets (torchrun's names, plus ours)."""
+        env = {
+            "MASTER_ADDR": master_addr,
+            "MASTER_PORT": str(master_port),
+            "NODE_RANK": str(node_rank),
+            "GROUP_RANK": str(node_rank),
+            "NNODES": str(self.nodes),
+            "WORLD_SIZE": str(self.world_size),
+            "LOCAL_WORLD_SIZE": str(self.ranks_per_node),
+            "BENCHRUN_NODE_RANK": str(node_rank),
+            "BENCHRUN_NODES": str(self.nodes),
+        }
+        if self.ranks_per_node == 1:
+            # one rank per node: the node's process is the rank (env:// rendezvous works as is)
+            env.update(RANK=str(node_rank), LOCAL_RANK="0")
+        if node_name:
+            env["BENCHRUN_NODE_NAME"] = node_name
+        return env
 
     def log_relpath(self) -> str:
         return f"raw/{self.run_id}_{self.suite}_r{self.replicate}.log"
@@ -61,11 +137,15 @@ class Invocation:
             "suite": self.suite,
             "replicate": self.replicate,
             "benchmark_case_id": self.benchmark_case_id,
-            "argv": list(self.argv),
+            # a gang's argv as written: its stand-ins shown as the placeholders they came from
+            "argv": [resolve_gang(w, _AS_WRITTEN) for w in self.argv],
             "env": env,
             "timeout_s": self.timeout_s,
             "parameters": dict(self.parameters),
             "image": self.image,
+            "nodes": self.nodes,
+            "ranks_per_node": self.ranks_per_node,
+            "gpus_per_node": self.gpus_per_node,
         }
 
 
@@ -167,6 +247,13 @@ def plan_run(
             cid = case_id(run_id, layer_name, suite.name, params)
             reps = run.replicates_for(suite)
             timeout = float(suite.timeout_seconds or DEFAULT_TIMEOUT_S[layer_name])
+            nodes = int(getattr(suite, "nodes", 1) or 1)
+            gpus_per_node = getattr(suite, "gpus_per_node", None)
+            if nodes > 1:
+                gang = {name: gang_mark(name) for name in (*GANG_NAMES, "HOSTS")}
+            else:
+                gang = {"NODE_RANK": "0", "MASTER_ADDR": "localhost", "MASTER_PORT": str(DEFAULT_MASTER_PORT),
+                        "NNODES": "1", "HOSTS": hosts}
             for k in range(1, reps + 1):
                 values = {
                     **site,
@@ -176,7 +263,7 @@ def plan_run(
                     "SUITE": suite.name,
                     "LAYER": layer_name,
                     "BENCHMARK_CASE_ID": cid,
-                    "HOSTS": hosts,
+                    **gang,
                     "LABELS": "local",
                     "BENCHRUN_HOME": str(home or run_dir.parent.parent),
                 }
@@ -193,7 +280,8 @@ def plan_run(
                     "BENCHRUN_WORKLOAD": workload_json,
                 }
                 invocations.append(
-                    Invocation(run_id, layer_name, suite.name, k, cid, argv, env, timeout, params, suite.image)
+                    Invocation(run_id, layer_name, suite.name, k, cid, argv, env, timeout, params, suite.image,
+                               nodes=nodes, ranks_per_node=max(1, gpus_per_node or 1), gpus_per_node=gpus_per_node)
                 )
         # Interleave: replicate 1 of every suite, then replicate 2, ... so slow drift of the
         # machine (thermal, background load) spreads over suites instead of biasing one.

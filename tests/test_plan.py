@@ -60,3 +60,25 @@ def test_site_placeholder_without_value_is_a_clear_error():
 def test_unparseable_command_is_a_clear_error():
     with pytest.raises(BenchrunError, match="cannot parse the command"):
         build_argv("echo 'unterminated", {}, where="x")
+
+
+def test_multi_node_suite_keeps_gang_placeholders_until_a_node_resolves_them(canary_doc, write_spec, tmp_path):
+    canary_doc["spec"]["trials"]["minReplicates"] = 3
+    canary_doc["spec"]["layers"] = tiny_layers(
+        [{"name": "t", "nodes": 2, "gpusPerNode": 4,
+          "repoCommand": "torchrun --nnodes ${NNODES} --node-rank ${NODE_RANK} --rdzv-endpoint ${MASTER_ADDR}:29500 "
+                         "--hosts=${HOSTS} train.py"},
+         {"name": "one", "repoCommand": "/bin/echo ${NODE_RANK} ${MASTER_ADDR}:${MASTER_PORT} ${NNODES}"}],
+    )
+    micro = plan_run(load_spec(write_spec(canary_doc)).run, RUN_ID, tmp_path / "run")[0]
+    t1 = next(i for i in micro.invocations if i.suite == "t")
+    assert (t1.nodes, t1.ranks_per_node, t1.world_size, t1.is_gang) == (2, 4, 8, True)
+    assert t1.to_json()["argv"][1:] == ["--nnodes", "${NNODES}", "--node-rank", "${NODE_RANK}", "--rdzv-endpoint",
+                                        "${MASTER_ADDR}:29500", "--hosts=${HOSTS}", "train.py"]
+    assert t1.node_argv(1, master_addr="t-0.svc", master_port=1234, hosts="a,b")[1:] == (
+        "--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", "t-0.svc:29500", "--hosts=a,b", "train.py")
+    env = t1.node_env(1, master_addr="t-0.svc", master_port=1234)
+    assert env["WORLD_SIZE"] == "8" and env["LOCAL_WORLD_SIZE"] == "4" and env["NODE_RANK"] == "1"
+    assert "RANK" not in env  # four ranks per node: the node's launcher (torchrun) assigns them
+    one = next(i for i in micro.invocations if i.suite == "one")
+    assert one.argv == ("/bin/echo", "0", "localhost:29500", "1") and not one.is_gang

@@ -3,6 +3,13 @@
 stdout and stderr go to ``raw/<run_id>_<suite>_r<k>.log``; a hang past the timeout kills the
 whole process group (suites fork workers: allreduce ranks, load-generator workers, the
 reference server), first politely, then with SIGKILL.
+
+A multi-node suite (``nodes > 1``) is one gang: N process groups, one per "node", started
+together and meeting through a real torch.distributed rendezvous on a free loopback port
+(``MASTER_ADDR=127.0.0.1``, ``MASTER_PORT``, ``NODE_RANK``, ``WORLD_SIZE``,
+``LOCAL_WORLD_SIZE``). The replicate is one observation: node 0 writes its result document;
+the first node to fail (non-zero exit or signal) fails the gang at once, naming the node,
+its ranks and its reason, and every other group is killed, so no rank outlives the gang.
 """
 
 from __future__ import annotations
@@ -10,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -51,12 +59,37 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
             continue
 
 
+def free_loopback_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def local_node_name(node_rank: int) -> str:
+    """The node label of one local gang member: this host's name and the node's rank."""
+    return f"{socket.gethostname()}-node{node_rank}"
+
+
+def _node_reason(run_dir: Path, inv: Invocation, node_rank: int) -> str | None:
+    """The reason a node's own result document gives, when it wrote one."""
+    path = run_dir / inv.node_result_relpath(node_rank)
+    if not path.is_file():
+        return None
+    try:
+        return read_result(path).get("reason")
+    except ValueError:
+        return None
+
+
 class LocalLauncher:
     """Runs invocations as subprocesses on this machine (the embedded default)."""
 
     def launch(
         self, inv: Invocation, run_dir: Path, *, extra_env: Mapping[str, str] | None = None
     ) -> LaunchResult:
+        if inv.is_gang:
+            return self._launch_gang(inv, run_dir, extra_env=extra_env)
         log_path, result_path = prepare_outputs(inv, run_dir)
         env = {**inv.env, **(extra_env or {})}
         t_request = time.time()
@@ -115,6 +148,95 @@ class LocalLauncher:
             log.warning("%s r%d failed: %s (log: %s)", inv.suite, inv.replicate, reason, log_path)
         return self._result(inv, status, reason, code, wall, t_request, t_spawned, log_path,
                             result_path if doc is not None else None,
+                            doc.get("metrics", []) if doc and status == "ok" else [])
+
+    def _launch_gang(
+        self, inv: Invocation, run_dir: Path, *, extra_env: Mapping[str, str] | None = None
+    ) -> LaunchResult:
+        """All nodes of a gang at once; the first failure stops the others (module docstring)."""
+        log_path, result_path = prepare_outputs(inv, run_dir)
+        for n in range(1, inv.nodes):
+            (run_dir / inv.node_result_relpath(n)).unlink(missing_ok=True)
+        port = free_loopback_port()
+        master = "127.0.0.1"
+        hosts = ",".join(local_node_name(n) for n in range(inv.nodes))
+        # The nodes share this machine's cores: divide them, as torchrun does with OMP_NUM_THREADS.
+        threads = str(max(1, (os.cpu_count() or 1) // inv.world_size))
+        t_request = time.time()
+        t0 = time.perf_counter()
+        procs: list[subprocess.Popen[bytes]] = []
+        logs = []
+        failure: tuple[int, str] | None = None
+        timed_out = False
+        try:
+            for n in range(inv.nodes):
+                env = {**inv.env, "OMP_NUM_THREADS": threads, **(extra_env or {}),
+                       **inv.node_env(n, master_addr=master, master_port=port, node_name=local_node_name(n))}
+                path = run_dir / inv.node_log_relpath(n)
+                logf = path.open("wb")
+                logs.append(logf)
+                try:
+                    procs.append(subprocess.Popen(
+                        list(inv.node_argv(n, master_addr=master, master_port=port, hosts=hosts)),
+                        env=env, cwd=run_dir, stdin=subprocess.DEVNULL, stdout=logf,
+                        stderr=subprocess.STDOUT, start_new_session=True,
+                    ))
+                except OSError as exc:
+                    logf.write(f"benchrun: cannot start {inv.argv[0]!r}: {exc}\n".encode())
+                    failure = (n, f"cannot start {inv.argv[0]!r}: {exc.strerror or exc}")
+                    break
+            t_spawned = time.time()
+            deadline = time.monotonic() + inv.timeout_s
+            while failure is None and any(p.poll() is None for p in procs):
+                if time.monotonic() >= deadline:
+                    timed_out = True
+                    break
+                time.sleep(0.05)
+                for n, p in enumerate(procs):
+                    code = p.poll()
+                    if code not in (None, 0):
+                        failure = (n, f"killed by {_signal_name(-code)}" if code < 0 else f"exited with code {code}")
+                        break
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    _kill_group(p)
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)  # anything the node left in its group
+                except (ProcessLookupError, PermissionError):
+                    pass
+                p.wait()
+            for logf in logs:
+                logf.close()
+        wall = time.perf_counter() - t0
+        codes = [p.returncode for p in procs]
+        doc, doc_error = None, None
+        if result_path.is_file():
+            try:
+                doc = read_result(result_path)
+            except ValueError as exc:
+                doc_error = str(exc)
+        L = inv.ranks_per_node
+        if timed_out:
+            status, reason = "failed", (f"gang of {inv.nodes} nodes timed out after {inv.timeout_s:g}s; "
+                                        "every node's process group killed")
+        elif failure is not None:
+            n, why = failure
+            ranks = f"rank {n * L}" if L == 1 else f"ranks {n * L}-{n * L + L - 1}"
+            detail = _node_reason(run_dir, inv, n)
+            status = "failed"
+            reason = (f"node {n} ({ranks}) {why}" + (f": {detail}" if detail else "")
+                      + f"; the gang of {inv.nodes} nodes was stopped (log: {inv.node_log_relpath(n)})")
+        elif doc is None:
+            status = "failed"
+            reason = doc_error or f"gang exited 0 but node 0 wrote no result document ({inv.result_relpath()})"
+        else:
+            status, reason = doc["status"], doc.get("reason")
+        if status == "failed":
+            log.warning("%s r%d failed: %s", inv.suite, inv.replicate, reason)
+        code = next((c for c in codes if c not in (0, None)), codes[0] if codes else None)
+        return self._result(inv, status, reason, code, wall, t_request, t_spawned if procs else t_request,
+                            log_path, result_path if doc is not None else None,
                             doc.get("metrics", []) if doc and status == "ok" else [])
 
     @staticmethod

@@ -60,7 +60,7 @@ RUN_VOLUME = "run-dir"
 RESULT_STDOUT_ENV = "BENCHRUN_RESULT_STDOUT"
 # Host-side values the planner passes through for local subprocesses; inside a container
 # the image (PATH, HOME, TMPDIR) and the device plugin (CUDA_VISIBLE_DEVICES) own them.
-HOST_ONLY_ENV = ("PATH", "HOME", "TMPDIR", "CUDA_VISIBLE_DEVICES")
+HOST_ONLY_ENV = ("PATH", "HOME", "TMPDIR", "CUDA_VISIBLE_DEVICES", "PYTHONPATH")
 DEFAULT_RUN_DIR = "/benchrun/run"
 
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?\Z")

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 from typing import Mapping
 
+# Names a launcher resolves per node of a multi-node gang (``nodes > 1``): the node's rank,
+# the rendezvous address and port, and the node count. For a single-node suite the planner
+# resolves them (0, localhost, 29500, 1).
+GANG_NAMES = frozenset({"NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "NNODES"})
 # Names the planner fills in itself for every invocation.
 RUNTIME_NAMES = frozenset(
     {"RUN_ID", "RUN_DIR", "REPLICATE", "SUITE", "LAYER", "BENCHMARK_CASE_ID", "HOSTS", "LABELS", "BENCHRUN_HOME"}
-)
+) | GANG_NAMES
 # Names whose value comes from the site (environment ``BENCHRUN_VAR_<NAME>``): cluster
 # access and the reference template's knobs. Known, so a typo is caught at admission.
 SITE_NAMES = frozenset(

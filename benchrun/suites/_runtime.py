@@ -47,6 +47,10 @@ class SuiteContext:
         self.suite = env.get("BENCHRUN_SUITE", Path(sys.argv[0]).stem or "suite")
         self.replicate = int(env.get("BENCHRUN_REPLICATE", "1"))
         self.case_id = env.get("BENCHRUN_CASE_ID")
+        # A node of a multi-node gang (set by the launcher): node 0 writes the replicate's
+        # result document, node i > 0 its own beside the logs (the launcher reads its reason).
+        self.node_rank = int(env.get("BENCHRUN_NODE_RANK", "0") or 0)
+        self.nodes = int(env.get("BENCHRUN_NODES", "1") or 1)
         try:
             params = json.loads(env.get("BENCHRUN_PARAMS", "{}") or "{}")
         except json.JSONDecodeError as exc:
@@ -142,7 +146,12 @@ class SuiteContext:
         }
         if self.serving:
             doc["serving"] = self.serving
-        path = atomic_write_json(result_path(self.run_dir, self.run_id, self.suite, self.replicate), doc)
+        if self.node_rank == 0:
+            target = result_path(self.run_dir, self.run_id, self.suite, self.replicate)
+        else:
+            doc["node_rank"] = self.node_rank
+            target = self.raw_file(f"node{self.node_rank}_result", "json")
+        path = atomic_write_json(target, doc)
         if self.result_to_stdout:
             # A leading newline so the line starts fresh even after a partial line.
             line = json.dumps({"__benchrun_result__": doc}, sort_keys=True, separators=(",", ":"), default=str)

@@ -1,0 +1,107 @@
+"""Multi-node gangs on the local launcher: real gloo rendezvous over loopback, per-node
+placeholders, and a crashing rank that fails the whole gang with no process left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from benchrun.launch.local import LocalLauncher
+from benchrun.plan import Invocation, base_env, build_argv, gang_mark
+from benchrun.rundir import RunDir
+
+RUN_ID = "g-20260101000000-abcdef12"
+GANG_SUITE = r'''
+import datetime, json, os, subprocess, sys
+import torch, torch.distributed as dist
+from benchrun.suites._runtime import main
+
+def run(ctx):
+    out = ctx.params["out_dir"]
+    dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=120))
+    rank = dist.get_rank()
+    child = subprocess.Popen(["sleep", "300"])  # a grandchild the launcher must not leave behind
+    with open(os.path.join(out, f"node{ctx.node_rank}.json"), "w") as f:
+        json.dump({"rank": rank, "argv": sys.argv[1:], "pid": os.getpid(), "child": child.pid,
+                   "env": {k: os.environ.get(k) for k in ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "WORLD_SIZE",
+                                                          "LOCAL_WORLD_SIZE", "RANK", "BENCHRUN_NODE_NAME")}}, f)
+    if ctx.params.get("crash_rank") == rank:
+        raise RuntimeError(f"injected crash on rank {rank}")
+    t = torch.tensor([float(rank + 1)])
+    dist.all_reduce(t)
+    ctx.add_metric("rank_sum", float(t), "1", "higher", rank_id=rank)
+    dist.destroy_process_group()
+
+main(run)
+'''
+
+
+def _gang_inv(tmp_path: Path, run_dir: Path, params: dict, nodes: int = 2) -> Invocation:
+    script = tmp_path / "gang_suite.py"
+    script.write_text(GANG_SUITE)
+    values = {name: gang_mark(name) for name in ("NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "NNODES", "HOSTS")}
+    argv = build_argv(f"python {script} --node-rank ${{NODE_RANK}} --rdzv ${{MASTER_ADDR}}:${{MASTER_PORT}} "
+                      "--nnodes=${NNODES} --hosts ${HOSTS}", values, where="test")
+    env = {**base_env(), "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "BENCHRUN_RUN_ID": RUN_ID,
+           "BENCHRUN_RUN_DIR": str(run_dir), "BENCHRUN_SUITE": "gang", "BENCHRUN_REPLICATE": "1",
+           "BENCHRUN_PARAMS": json.dumps(params)}
+    return Invocation(RUN_ID, "micro", "gang", 1, "bc-g", argv, env, 120.0, params, nodes=nodes)
+
+
+def _gone(pid: int) -> bool:
+    """True once ``pid`` no longer runs (SIGKILL is delivered asynchronously: poll a little)."""
+    for _ in range(100):
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state in ("Z", "X"):  # a zombie no longer runs (reaped by init in its own time)
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.slow
+def test_two_nodes_rendezvous_and_resolve_their_placeholders(tmp_path: Path) -> None:
+    run_dir = RunDir(tmp_path, RUN_ID).create().path
+    out = tmp_path / "out"
+    out.mkdir()
+    res = LocalLauncher().launch(_gang_inv(tmp_path, run_dir, {"out_dir": str(out)}), run_dir)
+    assert res.status == "ok", res.reason
+    assert [m["value"] for m in res.metrics] == [3.0]  # 1 + 2: both ranks met in one group
+    docs = [json.loads((out / f"node{n}.json").read_text()) for n in range(2)]
+    port = docs[0]["env"]["MASTER_PORT"]
+    for n, doc in enumerate(docs):
+        assert doc["rank"] == n
+        assert doc["argv"][:5] == ["--node-rank", str(n), "--rdzv", f"127.0.0.1:{port}", "--nnodes=2"]
+        hosts = doc["argv"][6].split(",")
+        assert len(hosts) == 2 and hosts[n] == doc["env"]["BENCHRUN_NODE_NAME"] and hosts[n].endswith(f"-node{n}")
+        assert doc["env"] | {"MASTER_PORT": None, "BENCHRUN_NODE_NAME": None} == {
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": None, "NODE_RANK": str(n), "WORLD_SIZE": "2",
+            "LOCAL_WORLD_SIZE": "1", "RANK": str(n), "BENCHRUN_NODE_NAME": None}
+        assert _gone(doc["pid"]) and _gone(doc["child"])
+    assert (run_dir / f"raw/{RUN_ID}_gang_r1_node1.log").is_file()
+    assert (run_dir / f"raw/{RUN_ID}_gang_r1_node1_result.json").is_file()
+
+
+@pytest.mark.slow
+def test_a_crashing_rank_fails_the_gang_naming_rank_and_reason(tmp_path: Path) -> None:
+    run_dir = RunDir(tmp_path, RUN_ID).create().path
+    out = tmp_path / "out"
+    out.mkdir()
+    inv = _gang_inv(tmp_path, run_dir, {"out_dir": str(out), "crash_rank": 1})
+    res = LocalLauncher().launch(inv, run_dir)
+    assert res.status == "failed"
+    assert res.reason.startswith("node 1 (rank 1) exited with code 1: RuntimeError: injected crash on rank 1")
+    assert "gang of 2 nodes was stopped" in res.reason
+    # rank 0 was blocked in all_reduce with a 120 s group timeout: the gang stopped it long before
+    assert res.wall_s < inv.timeout_s
+    for n in range(2):
+        doc = json.loads((out / f"node{n}.json").read_text())
+        assert _gone(doc["pid"]) and _gone(doc["child"]), f"node {n} left a process behind"
+    assert not (run_dir / res.log).read_text().count("Traceback") > 1  # node 0 was killed, not crashed
