@@ -232,6 +232,8 @@ def plan_run(
     site = site_values(environ)
     env0 = base_env(environ)
     workload_json = run.workload_env_json()
+    sampling = spec.observability.telemetry_sampling
+    telemetry_hz = "1" if sampling is None else (f"{sampling.rate_hz:g}" if sampling.enabled else "0")
     by_name = {layer.name: layer for layer in spec.layers}
     plans: list[LayerPlan] = []
     for layer_name in LAYER_ORDER:
@@ -278,6 +280,7 @@ def plan_run(
                     "BENCHRUN_CASE_ID": cid,
                     "BENCHRUN_PARAMS": json.dumps(params, sort_keys=True),
                     "BENCHRUN_WORKLOAD": workload_json,
+                    "BENCHRUN_TELEMETRY_HZ": telemetry_hz,  # read by benchrun.telemetry's hook
                 }
                 invocations.append(
                     Invocation(run_id, layer_name, suite.name, k, cid, argv, env, timeout, params, suite.image,

@@ -159,7 +159,8 @@ def test_suite_prints_its_result_line_for_pods(run_dir):
     """In a pod the run directory dies with the container; the result travels on stdout."""
     from benchrun.launch.kubernetes import RESULT_KEY
 
-    env = {**_suite_env(run_dir, "s"), "BENCHRUN_RESULT_STDOUT": "1"}
+    # telemetry off: its summaries are added to the file after the suite printed its line
+    env = {**_suite_env(run_dir, "s"), "BENCHRUN_RESULT_STDOUT": "1", "BENCHRUN_TELEMETRY_HZ": "0"}
     res = LocalLauncher().launch(_inv([sys.executable, "-c", OK_SUITE], env=env), run_dir)
     assert res.status == "ok"
     lines = [ln for ln in (run_dir / res.log).read_text().splitlines() if ln.startswith('{"' + RESULT_KEY)]

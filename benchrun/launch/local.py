@@ -26,6 +26,7 @@ from typing import Mapping
 from benchrun.launch.base import LaunchResult, prepare_outputs
 from benchrun.plan import Invocation
 from benchrun.suites.result import read_result
+from benchrun.telemetry import replicate_telemetry
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +96,9 @@ class LocalLauncher:
         t_request = time.time()
         t0 = time.perf_counter()
         timed_out = False
-        with log_path.open("wb") as logf:
+        # The sampler runs from just before the spawn to just after the exit, and adds its
+        # summaries to the result document before it is read below.
+        with replicate_telemetry(inv, run_dir) as telemetry, log_path.open("wb") as logf:
             try:
                 proc = subprocess.Popen(
                     list(inv.argv),
@@ -112,6 +115,8 @@ class LocalLauncher:
                 return self._result(inv, "failed", f"cannot start {inv.argv[0]!r}: {exc.strerror or exc}",
                                     None, wall, t_request, t_request, log_path, None)
             t_spawned = time.time()
+            if telemetry is not None:
+                telemetry.watch(proc.pid)
             try:
                 code = proc.wait(timeout=inv.timeout_s)
             except subprocess.TimeoutExpired:
@@ -124,7 +129,7 @@ class LocalLauncher:
                     os.killpg(proc.pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
-        wall = time.perf_counter() - t0
+            wall = time.perf_counter() - t0  # the suite's time, not the telemetry's write-up
         doc = None
         doc_error = None
         if result_path.is_file():

@@ -377,12 +377,20 @@ class TelemetrySources(SpecModel):
     scheduler: list[str]
 
 
+class TelemetrySampling(SpecModel):
+    """Extension: the sampler beside every replicate (CPU, memory, I/O; NVML on GPU hosts)."""
+
+    enabled: bool = True
+    rate_hz: float = Field(default=1.0, ge=0.1, le=10.0)
+
+
 class Observability(SpecModel):
     """Correlation, telemetry and the scenario playbooks."""
 
     correlation: Correlation
     telemetry_sources: TelemetrySources
     scenario_playbooks: list[str]
+    telemetry_sampling: TelemetrySampling | None = None  # absent: on, at 1 Hz
 
 
 class ProvenanceCapture(SpecModel):

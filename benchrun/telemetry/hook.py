@@ -1,0 +1,132 @@
+"""What a launcher calls around one replicate: start the sampler just before the suite, stop it just
+after, query Prometheus for the replicate's window when one is configured, and add the summaries
+to the replicate's result document. Launcher-agnostic: it needs the invocation and the run
+directory the replicate writes into (a pod runs it around its own suite, or a launcher skips it).
+Telemetry never fails a replicate: its own errors are logged and recorded in the result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from benchrun.plan import Invocation
+from benchrun.suites.result import STATUSES, atomic_write_json
+from benchrun.telemetry.samples import read_samples, telemetry_relpath
+from benchrun.telemetry.sampler import MAX_RATE_HZ, MIN_RATE_HZ, Sampler
+from benchrun.telemetry.summary import contention, contention_threshold_pct, summarise
+
+log = logging.getLogger(__name__)
+
+RATE_ENV = "BENCHRUN_TELEMETRY_HZ"  # set by the planner from spec.observability.telemetrySampling
+DEFAULT_RATE_HZ = 1.0
+
+
+def sample_rate_hz(env: Mapping[str, str]) -> float | None:
+    """The sampling rate for an invocation (None: sampling off)."""
+    raw = env.get(RATE_ENV)
+    if raw is None or raw == "":
+        return DEFAULT_RATE_HZ
+    try:
+        rate = float(raw)
+    except ValueError:
+        log.warning("%s=%r is not a number; sampling at %g Hz", RATE_ENV, raw, DEFAULT_RATE_HZ)
+        return DEFAULT_RATE_HZ
+    if rate <= 0:
+        return None
+    return min(max(rate, MIN_RATE_HZ), MAX_RATE_HZ)
+
+
+class ReplicateTelemetry:
+    """The sampler of one replicate plus what is done with its samples when it stops."""
+
+    def __init__(self, inv: Invocation, run_dir: Path, rate_hz: float) -> None:
+        self.inv = inv
+        self.run_dir = Path(run_dir)
+        self.relpath = telemetry_relpath(inv.run_id, inv.suite, inv.replicate)
+        path = self.run_dir / self.relpath
+        path.unlink(missing_ok=True)  # a file from an earlier attempt is not this one's
+        self.sampler = Sampler(path, rate_hz, metadata={
+            "run_id": inv.run_id, "suite": inv.suite, "replicate": str(inv.replicate), "layer": inv.layer,
+            "benchmark_case_id": inv.benchmark_case_id})
+
+    def watch(self, pid: int) -> None:
+        """Tell the sampler the suite's process id (its tree is the suite, not background)."""
+        self.sampler.watch(pid)
+
+    def finish(self) -> dict[str, Any]:
+        """Stop sampling, write the samples, query Prometheus, and return the telemetry record."""
+        self.sampler.stop()
+        s = self.sampler
+        record: dict[str, Any] = {
+            "samples": self.relpath, "rate_hz": s.rate_hz, "window_start": s.started, "window_end": s.stopped,
+            "ticks": s.n_ticks, "sampler_cpu_s": round(s.cpu_s, 6), "node_name": s.node_name,
+            "gpus": s.gpu_count, "gpu_reason": s.gpu_reason, "error": s.error,
+        }
+        rows = summarise(read_samples(self.run_dir / self.relpath))
+        threshold = contention_threshold_pct()
+        contended, why = contention(rows, threshold)
+        record.update(summary=rows, contended=contended, contention_reason=why, contention_threshold_pct=threshold)
+        from benchrun.telemetry.prometheus import configured_url, query_replicate
+
+        try:
+            url = configured_url()
+        except ValueError as exc:
+            url, record["prometheus"] = None, {"status": "unavailable", "reason": str(exc)}
+        if url:
+            record["prometheus"] = query_replicate(url, self.inv, self.run_dir, s.started or 0.0, s.stopped or 0.0,
+                                                   node_name=s.node_name)
+        return record
+
+
+def attach_to_result(result_path: Path, record: dict[str, Any]) -> bool:
+    """Add the telemetry record and its summary metrics to a suite result document (written atomically).
+
+    The summaries go in ``metrics`` with ``case: telemetry`` so statistics and comparisons use them;
+    a failed or missing document is left alone (its replicate has no numbers to describe).
+    """
+    try:
+        doc = json.loads(result_path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return False
+    if not isinstance(doc, dict) or doc.get("status") not in STATUSES or doc.get("status") == "failed":
+        return False
+    doc["metrics"] = [m for m in doc.get("metrics", []) if m.get("source") != "telemetry"]
+    if doc.get("status") == "ok":
+        doc["metrics"].extend(record.get("summary", []))
+    doc.setdefault("samples", {})["telemetry"] = record["samples"]
+    if record.get("prometheus", {}).get("samples"):
+        doc["samples"]["prometheus"] = record["prometheus"]["samples"]
+    doc["telemetry"] = {k: v for k, v in record.items() if k != "summary"}
+    atomic_write_json(result_path, doc)
+    return True
+
+
+@contextlib.contextmanager
+def replicate_telemetry(inv: Invocation, run_dir: Path) -> Iterator[ReplicateTelemetry | None]:
+    """Sample around the body (the suite's run); yields None when sampling is off or cannot start.
+
+    On exit the result document (if the suite wrote one) gains the summaries and the record.
+    """
+    rate = sample_rate_hz(inv.env)
+    tele: ReplicateTelemetry | None = None
+    if rate is not None and os.environ.get("BENCHRUN_TELEMETRY", "1") != "0":
+        try:
+            tele = ReplicateTelemetry(inv, Path(run_dir), rate)
+            tele.sampler.start()
+        except Exception as exc:  # telemetry must never keep a suite from running
+            log.warning("%s r%d: telemetry sampler not started: %s", inv.suite, inv.replicate, exc)
+            tele = None
+    try:
+        yield tele
+    finally:
+        if tele is not None:
+            try:
+                record = tele.finish()
+                attach_to_result(Path(run_dir) / inv.result_relpath(), record)
+            except Exception as exc:
+                log.warning("%s r%d: telemetry not recorded: %s", inv.suite, inv.replicate, exc)

@@ -1,0 +1,166 @@
+"""Host telemetry through psutil: per-core and total CPU, memory, disk and network I/O, context
+switches, run-queue length, CPU frequency, and the CPU split between the suite, the harness and
+everything else on the machine (the background load)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import psutil
+
+from benchrun.telemetry.samples import Sample
+
+SOURCE = "psutil"
+# The suite's process tree is rediscovered at most this often: scanning /proc costs ~2 ms.
+TREE_REFRESH_S = 1.0
+
+
+def _busy(t: Any) -> tuple[float, float]:
+    """(busy, total) seconds of a psutil cpu_times tuple; iowait counts as idle."""
+    total = sum(t)
+    idle = t.idle + getattr(t, "iowait", 0.0)
+    return total - idle, total
+
+
+def _pct(num: float, den: float) -> float | None:
+    return max(0.0, min(100.0, 100.0 * num / den)) if den > 0 else None
+
+
+def _run_queue() -> float | None:
+    """Runnable tasks now (``procs_running`` of /proc/stat), Linux only."""
+    try:
+        with open("/proc/stat", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"procs_running "):
+                    return float(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+class HostProbe:
+    """Reads the host once per call and turns counters into rates against the previous call.
+
+    ``suite_pid`` (set once the suite started) is the leader of the suite's process tree; CPU
+    used by that tree is the suite's, CPU used by this process is the harness's (launcher and
+    sampler), and the rest of the machine's busy time is background load.
+    """
+
+    def __init__(self, node_name: str | None = None) -> None:
+        self.node_name = node_name
+        self.suite_pid: int | None = None
+        self._own = psutil.Process()
+        self._ncpu = psutil.cpu_count() or 1
+        self._prev: dict[str, Any] | None = None
+        self._tree: dict[int, psutil.Process] = {}
+        self._tree_at = 0.0
+        self._tree_cpu_dead = 0.0  # CPU of tree members seen before that have exited since
+        self._tree_last: dict[int, float] = {}
+
+    def _suite_cpu(self, now: float) -> tuple[float, float] | None:
+        """(CPU seconds, RSS bytes) of the suite's process tree so far, or None without a suite."""
+        if self.suite_pid is None:
+            return None
+        if now - self._tree_at >= TREE_REFRESH_S or not self._tree:
+            self._tree_at = now
+            try:
+                leader = self._tree.get(self.suite_pid) or psutil.Process(self.suite_pid)
+                members = [leader, *leader.children(recursive=True)]
+            except psutil.Error:
+                members = list(self._tree.values())
+            for p in members:
+                self._tree.setdefault(p.pid, p)
+        cpu = 0.0
+        rss = 0.0
+        for pid, p in list(self._tree.items()):
+            try:
+                with p.oneshot():
+                    t = p.cpu_times()
+                    used = t.user + t.system
+                    rss += p.memory_info().rss
+            except psutil.Error:
+                # Gone: keep what it used up to our last look so the tree's total never drops.
+                self._tree_cpu_dead += self._tree_last.pop(pid, 0.0)
+                del self._tree[pid]
+                continue
+            self._tree_last[pid] = used
+            cpu += used
+        return cpu + self._tree_cpu_dead, rss
+
+    def sample(self) -> list[Sample]:
+        now = time.time()
+        mono = time.monotonic()
+        per_core = psutil.cpu_times(percpu=True)
+        total = psutil.cpu_times()
+        own = self._own.cpu_times()
+        own_cpu = own.user + own.system
+        suite = self._suite_cpu(mono)
+        disk = psutil.disk_io_counters()
+        net = psutil.net_io_counters()
+        stats = psutil.cpu_stats()
+        vm = psutil.virtual_memory()
+        swap = psutil.swap_memory()
+        freq = psutil.cpu_freq()
+        cur = {"mono": mono, "per_core": per_core, "total": total, "own": own_cpu, "suite": suite,
+               "disk": disk, "net": net, "stats": stats}
+        out: list[Sample] = []
+
+        def add(metric: str, value: float | None, unit: str, *, scope: str = "node", index: int | None = None,
+                interval: float | None = None) -> None:
+            if value is not None:
+                out.append(Sample(now, SOURCE, scope, metric, float(value), unit, device_index=index,
+                                  interval_s=interval, node_name=self.node_name))
+
+        add("memory_used_bytes", vm.total - vm.available, "bytes")
+        add("memory_available_bytes", vm.available, "bytes")
+        add("memory_used_pct", vm.percent, "%")
+        add("swap_used_bytes", swap.used, "bytes")
+        add("run_queue_length", _run_queue(), "tasks")
+        add("load_average_1m", os.getloadavg()[0], "load")
+        if freq is not None and freq.current:
+            add("cpu_frequency_mhz", freq.current, "MHz")
+        if suite is not None:
+            add("suite_rss_bytes", suite[1], "bytes", scope="process")
+        prev, self._prev = self._prev, cur
+        if prev is None:
+            return out
+        dt = mono - prev["mono"]
+        if dt <= 0:
+            return out
+        for i, (a, b) in enumerate(zip(prev["per_core"], per_core)):
+            busy_a, tot_a = _busy(a)
+            busy_b, tot_b = _busy(b)
+            add("cpu_core_utilization_pct", _pct(busy_b - busy_a, tot_b - tot_a), "%", scope="core", index=i, interval=dt)
+        busy_a, tot_a = _busy(prev["total"])
+        busy_b, tot_b = _busy(total)
+        busy, span = busy_b - busy_a, tot_b - tot_a
+        add("cpu_utilization_pct", _pct(busy, span), "%", interval=dt)
+        add("cpu_iowait_pct", _pct(getattr(total, "iowait", 0.0) - getattr(prev["total"], "iowait", 0.0), span), "%",
+            interval=dt)
+        # Shares of the whole machine (all cores): suite, harness, and the rest.
+        capacity = dt * self._ncpu
+        harness = max(0.0, own_cpu - prev["own"])
+        add("harness_cpu_pct", _pct(harness, capacity), "%", scope="process", interval=dt)
+        suite_used = 0.0
+        if suite is not None and prev["suite"] is not None:
+            suite_used = max(0.0, suite[0] - prev["suite"][0])
+            add("suite_cpu_pct", _pct(suite_used, capacity), "%", scope="process", interval=dt)
+        if span > 0:
+            # busy is in CPU-seconds over `span` CPU-seconds of capacity (from /proc/stat).
+            other = max(0.0, busy - suite_used - harness)
+            add("background_cpu_pct", _pct(other, span), "%", interval=dt)
+        if disk is not None and prev["disk"] is not None:
+            d0 = prev["disk"]
+            add("disk_read_bytes_per_s", (disk.read_bytes - d0.read_bytes) / dt, "B/s", interval=dt)
+            add("disk_write_bytes_per_s", (disk.write_bytes - d0.write_bytes) / dt, "B/s", interval=dt)
+            add("disk_read_ops_per_s", (disk.read_count - d0.read_count) / dt, "ops/s", interval=dt)
+            add("disk_write_ops_per_s", (disk.write_count - d0.write_count) / dt, "ops/s", interval=dt)
+        if net is not None and prev["net"] is not None:
+            n0 = prev["net"]
+            add("net_rx_bytes_per_s", (net.bytes_recv - n0.bytes_recv) / dt, "B/s", interval=dt)
+            add("net_tx_bytes_per_s", (net.bytes_sent - n0.bytes_sent) / dt, "B/s", interval=dt)
+        add("context_switches_per_s", (stats.ctx_switches - prev["stats"].ctx_switches) / dt, "1/s", interval=dt)
+        add("interrupts_per_s", (stats.interrupts - prev["stats"].interrupts) / dt, "1/s", interval=dt)
+        return out

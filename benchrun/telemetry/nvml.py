@@ -1,0 +1,175 @@
+"""GPU telemetry through NVML (``nvidia-ml-py``): reading raw values is separate from turning
+them into samples, so the parsing is tested on recorded values where no GPU is present.
+
+A raw reading of one GPU is a plain dict (see :func:`read_raw`); a value NVML does not support on
+a device is absent from it, and so absent from the samples (never zero).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from benchrun.telemetry.samples import Sample
+
+log = logging.getLogger(__name__)
+
+SOURCE = "nvml"
+# Clock-event (throttle) reasons that slow the GPU down for power, heat or a hardware signal.
+# Idle, application clocks, sync boost and display clocks are not throttling.
+SW_POWER_CAP = 0x4
+HW_SLOWDOWN = 0x8
+SW_THERMAL = 0x20
+HW_THERMAL = 0x40
+HW_POWER_BRAKE = 0x80
+THROTTLE_MASK = SW_POWER_CAP | HW_SLOWDOWN | SW_THERMAL | HW_THERMAL | HW_POWER_BRAKE
+
+
+def unavailable_reason() -> str | None:
+    """None when NVML initialises and sees at least one GPU, else why not."""
+    try:
+        import pynvml
+    except ImportError:
+        return "unavailable: nvidia-ml-py is not installed"
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        return f"unavailable: no CUDA device (NVML: {exc})"
+    try:
+        if pynvml.nvmlDeviceGetCount() == 0:
+            return "unavailable: no CUDA device (NVML sees 0 GPUs)"
+    finally:
+        pynvml.nvmlShutdown()
+    return None
+
+
+def _try(fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except Exception:  # NVMLError_NotSupported / NoPermission / FunctionNotFound: leave it out
+        return None
+
+
+def read_raw(pynvml: Any, handle: Any, xids: list[int] | None = None) -> dict[str, Any]:
+    """One reading of one GPU as plain values (the shape the recorded test fixtures have)."""
+    raw: dict[str, Any] = {"ts": time.time()}
+    util = _try(pynvml.nvmlDeviceGetUtilizationRates, handle)
+    if util is not None:
+        raw["utilization"] = {"gpu": util.gpu, "memory": util.memory}
+    mem = _try(pynvml.nvmlDeviceGetMemoryInfo, handle)
+    if mem is not None:
+        raw["memory"] = {"used": mem.used, "total": mem.total}
+    raw["sm_clock_mhz"] = _try(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_SM)
+    raw["power_mw"] = _try(pynvml.nvmlDeviceGetPowerUsage, handle)
+    raw["temperature_c"] = _try(pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU)
+    reasons = _try(getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+                   or pynvml.nvmlDeviceGetCurrentClocksThrottleReasons, handle)
+    raw["clock_event_reasons"] = reasons
+    raw["ecc_corrected"] = _try(pynvml.nvmlDeviceGetTotalEccErrors, handle,
+                                pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC)
+    raw["ecc_uncorrected"] = _try(pynvml.nvmlDeviceGetTotalEccErrors, handle,
+                                  pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC)
+    raw["pcie_tx_kb_per_s"] = _try(pynvml.nvmlDeviceGetPcieThroughput, handle, pynvml.NVML_PCIE_UTIL_TX_BYTES)
+    raw["pcie_rx_kb_per_s"] = _try(pynvml.nvmlDeviceGetPcieThroughput, handle, pynvml.NVML_PCIE_UTIL_RX_BYTES)
+    fields = _try(pynvml.nvmlDeviceGetFieldValues, handle,
+                  [pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX])
+    if fields is not None:
+        vals = [f.value.ullVal if f.nvmlReturn == 0 else None for f in fields]
+        # Cumulative KiB over all links; a device without NVLink returns an error per field.
+        raw["nvlink_tx_kib_total"], raw["nvlink_rx_kib_total"] = vals
+    raw["xid_events"] = list(xids or [])
+    return {k: v for k, v in raw.items() if v is not None}
+
+
+def parse(raw: dict[str, Any], prev: dict[str, Any] | None, *, index: int, uuid: str | None,
+          node_name: str | None = None) -> list[Sample]:
+    """Samples of one GPU reading; counters become rates against ``prev`` (the reading before)."""
+    ts = float(raw["ts"])
+    out: list[Sample] = []
+
+    def add(metric: str, value: Any, unit: str, interval: float | None = None) -> None:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out.append(Sample(ts, SOURCE, "gpu", metric, float(value), unit, device_index=index, gpu_uuid=uuid,
+                              interval_s=interval, node_name=node_name))
+
+    util = raw.get("utilization") or {}
+    add("gpu_utilization_pct", util.get("gpu"), "%")
+    add("gpu_memory_utilization_pct", util.get("memory"), "%")
+    mem = raw.get("memory") or {}
+    add("gpu_memory_used_bytes", mem.get("used"), "bytes")
+    add("gpu_sm_clock_mhz", raw.get("sm_clock_mhz"), "MHz")
+    if raw.get("power_mw") is not None:
+        add("gpu_power_w", raw["power_mw"] / 1000.0, "W")
+    add("gpu_temperature_c", raw.get("temperature_c"), "C")
+    reasons = raw.get("clock_event_reasons")
+    if reasons is not None:
+        add("gpu_clock_event_reasons", int(reasons), "bitmask")
+        add("gpu_throttled", 1.0 if int(reasons) & THROTTLE_MASK else 0.0, "bool")
+    add("gpu_ecc_corrected_total", raw.get("ecc_corrected"), "count")
+    add("gpu_ecc_uncorrected_total", raw.get("ecc_uncorrected"), "count")
+    for direction in ("tx", "rx"):
+        kb = raw.get(f"pcie_{direction}_kb_per_s")
+        if kb is not None:
+            add(f"gpu_pcie_{direction}_bytes_per_s", kb * 1000.0, "B/s")  # NVML reports KB/s over 20 ms
+    xids = raw.get("xid_events") or []
+    add("gpu_xid_events", len(xids), "count")
+    for xid in xids:
+        add("gpu_xid", xid, "xid")
+    if prev is not None:
+        dt = ts - float(prev["ts"])
+        for direction in ("tx", "rx"):
+            a, b = prev.get(f"nvlink_{direction}_kib_total"), raw.get(f"nvlink_{direction}_kib_total")
+            if dt > 0 and a is not None and b is not None and b >= a:
+                add(f"gpu_nvlink_{direction}_bytes_per_s", (b - a) * 1024.0 / dt, "B/s", interval=dt)
+    return out
+
+
+class NvmlProbe:
+    """All GPUs NVML sees; ``sample()`` reads each once. Call ``close()`` when done."""
+
+    def __init__(self, node_name: str | None = None) -> None:
+        import pynvml
+
+        self._nvml = pynvml
+        self.node_name = node_name
+        pynvml.nvmlInit()
+        self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        self._uuids = [_try(pynvml.nvmlDeviceGetUUID, h) for h in self._handles]
+        self._uuids = [u.decode() if isinstance(u, bytes) else u for u in self._uuids]
+        self._events = _try(pynvml.nvmlEventSetCreate)
+        if self._events is not None:
+            for h in self._handles:
+                _try(pynvml.nvmlDeviceRegisterEvents, h, pynvml.nvmlEventTypeXidCriticalError, self._events)
+        self._prev: dict[int, dict[str, Any]] = {}
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self._handles)
+
+    def _drain_xids(self) -> dict[str, list[int]]:
+        """XID events pending since the last sample, by GPU UUID (one event set serves all GPUs)."""
+        by_uuid: dict[str, list[int]] = {}
+        while self._events is not None:
+            try:
+                data = self._nvml.nvmlEventSetWait_v2(self._events, 0)
+            except Exception:  # NVMLError_Timeout: nothing pending
+                break
+            uuid = _try(self._nvml.nvmlDeviceGetUUID, data.device)
+            uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
+            by_uuid.setdefault(str(uuid), []).append(int(data.eventData))
+        return by_uuid
+
+    def sample(self) -> list[Sample]:
+        out: list[Sample] = []
+        xids = self._drain_xids()
+        for i, h in enumerate(self._handles):
+            raw = read_raw(self._nvml, h, xids.get(str(self._uuids[i]), []))
+            out.extend(parse(raw, self._prev.get(i), index=i, uuid=self._uuids[i], node_name=self.node_name))
+            self._prev[i] = raw
+        return out
+
+    def close(self) -> None:
+        if self._events is not None:
+            _try(self._nvml.nvmlEventSetFree, self._events)
+        _try(self._nvml.nvmlShutdown)

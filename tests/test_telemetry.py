@@ -1,0 +1,212 @@
+"""The telemetry sampler: NVML parsing on recorded readings, host probes, the parquet file,
+summaries, contention, and the hook the local launcher runs around every replicate."""
+
+import json
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from benchrun.launch.local import LocalLauncher
+from benchrun.plan import Invocation, base_env
+from benchrun.rundir import RunDir
+from benchrun.suites.result import read_result
+from benchrun.telemetry import nvml
+from benchrun.telemetry.host import HostProbe
+from benchrun.telemetry.hook import RATE_ENV, attach_to_result, sample_rate_hz
+from benchrun.telemetry.sampler import Sampler
+from benchrun.telemetry.samples import Sample, parse_telemetry_name, read_samples, samples_table
+from benchrun.telemetry.summary import contention, summarise
+
+RUN_ID = "t-20260101000000-abcdef12"
+FIXTURES = Path(__file__).parent / "fixtures" / "telemetry"
+
+
+def _readings():
+    return json.loads((FIXTURES / "nvml_readings.json").read_text())["gpus"]
+
+
+def _by_metric(samples):
+    return {s.metric: s for s in samples}
+
+
+def test_nvml_parse_converts_units_and_rates_from_recorded_readings():
+    g0 = _readings()[0]
+    first = nvml.parse(g0["readings"][0], None, index=0, uuid=g0["uuid"], node_name="n1")
+    second = _by_metric(nvml.parse(g0["readings"][1], g0["readings"][0], index=0, uuid=g0["uuid"], node_name="n1"))
+    assert "gpu_nvlink_tx_bytes_per_s" not in _by_metric(first)  # a counter needs a previous reading
+    assert second["gpu_utilization_pct"].value == 95.0
+    assert second["gpu_memory_utilization_pct"].value == 58.0
+    assert second["gpu_power_w"].value == pytest.approx(640.010)
+    assert second["gpu_memory_used_bytes"].value == 68853694464.0
+    assert second["gpu_sm_clock_mhz"].value == 1980.0
+    assert second["gpu_temperature_c"].value == 72.0
+    assert second["gpu_ecc_corrected_total"].value == 2.0
+    assert second["gpu_pcie_rx_bytes_per_s"].value == 340000 * 1000.0
+    # 500000 KiB in 1 s over NVLink, and idle (0x1) is not throttling
+    assert second["gpu_nvlink_tx_bytes_per_s"].value == pytest.approx(500000 * 1024.0)
+    assert second["gpu_nvlink_rx_bytes_per_s"].value == pytest.approx(250000 * 1024.0)
+    assert second["gpu_throttled"].value == 0.0
+    assert all(s.gpu_uuid == g0["uuid"] and s.device_index == 0 and s.scope == "gpu" for s in second.values())
+
+
+def test_nvml_parse_flags_power_cap_and_xid_and_leaves_unsupported_values_out():
+    g1 = _readings()[1]
+    got = _by_metric(nvml.parse(g1["readings"][1], g1["readings"][0], index=1, uuid=g1["uuid"]))
+    assert got["gpu_throttled"].value == 1.0
+    assert got["gpu_clock_event_reasons"].value == 4.0
+    assert got["gpu_xid_events"].value == 1.0 and got["gpu_xid"].value == 79.0
+    assert "gpu_pcie_tx_bytes_per_s" not in got and "gpu_nvlink_tx_bytes_per_s" not in got
+
+
+def test_nvml_on_a_device():
+    reason = nvml.unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    probe = nvml.NvmlProbe("here")
+    try:
+        probe.sample()
+        got = probe.sample()
+    finally:
+        probe.close()
+    util = [s for s in got if s.metric == "gpu_utilization_pct"]
+    assert len(util) == probe.gpu_count and all(0 <= s.value <= 100 for s in util)
+
+
+def test_host_probe_rates_need_two_samples_and_stay_in_range():
+    probe = HostProbe("n1")
+    first = probe.sample()
+    assert "cpu_utilization_pct" not in {s.metric for s in first}
+    assert _by_metric(first)["memory_used_bytes"].value > 0
+    sum(i * i for i in range(200_000))
+    second = probe.sample()
+    cores = [s for s in second if s.metric == "cpu_core_utilization_pct"]
+    import psutil
+
+    assert sorted(s.device_index for s in cores) == list(range(psutil.cpu_count()))
+    for s in second:
+        if s.unit == "%":
+            assert 0.0 <= s.value <= 100.0, s
+    assert _by_metric(second)["run_queue_length"].value >= 1  # this process is running
+
+
+def test_sampler_writes_samples_with_window_and_counts_the_suite_apart(tmp_path):
+    import subprocess
+
+    busy = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<1.5: pass"])
+    path = tmp_path / "raw" / f"{RUN_ID}_s_r1_telemetry.parquet"
+    sampler = Sampler(path, 10.0, gpus=False, metadata={"suite": "s"})
+    sampler.start()
+    sampler.watch(busy.pid)
+    busy.wait()
+    sampler.stop()
+    table = read_samples(path)
+    meta = table.schema.metadata
+    assert meta[b"suite"] == b"s" and float(meta[b"window_end"]) >= float(meta[b"window_start"])
+    assert sampler.n_ticks >= 2 and sampler.error is None
+    suite = table.filter(pa.compute.equal(table["metric"], "suite_cpu_pct"))["value"].to_pylist()
+    # the busy loop used CPU-seconds that were counted as the suite's, never as background
+    assert suite and max(suite) > 0
+    assert not list(tmp_path.glob("raw/.*tmp"))
+
+
+def test_sampler_rejects_rates_outside_the_range(tmp_path):
+    with pytest.raises(ValueError, match="outside"):
+        Sampler(tmp_path / "x.parquet", 20.0, gpus=False)
+
+
+def _table(rows):
+    return samples_table(Sample(ts, "psutil" if scope != "gpu" else "nvml", scope, metric, value, "%",
+                                device_index=idx) for ts, scope, metric, value, idx in rows)
+
+
+def test_summaries_mean_p95_peak_throttle_and_contention():
+    rows = []
+    for t, (cpu, bg, gpu, thr) in enumerate([(10, 2, 90, 0), (20, 30, 80, 1), (30, 40, 70, 1), (40, 4, 60, 0)]):
+        rows += [(100.0 + t, "node", "cpu_utilization_pct", cpu, None), (100.0 + t, "node", "background_cpu_pct", bg, None),
+                 (100.0 + t, "gpu", "gpu_utilization_pct", gpu, 0), (100.0 + t, "gpu", "gpu_throttled", thr, 0),
+                 (100.0 + t, "node", "memory_used_bytes", 1000 + t, None)]
+    got = {r["name"]: r for r in summarise(_table(rows))}
+    assert got["cpu_utilization_pct_mean"]["value"] == 25.0
+    assert got["cpu_utilization_pct_p95"]["value"] == pytest.approx(38.5)
+    assert got["gpu_utilization_pct_mean"]["value"] == 75.0
+    assert got["background_cpu_pct_mean"]["value"] == 19.0
+    assert got["memory_used_bytes_peak"]["value"] == 1003.0
+    assert got["gpu_throttled_s"]["value"] == 2.0  # two throttled samples, one second each
+    assert all(r["case"] == "telemetry" and r["direction"] in ("higher", "lower") for r in got.values())
+    contended, why = contention(list(got.values()), 10.0)
+    assert contended and "19.0 %" in why
+    assert contention(list(got.values()), 25.0) == (False, None)
+
+
+def test_summaries_of_a_cpu_only_replicate_have_no_gpu_numbers():
+    got = {r["name"] for r in summarise(_table([(1.0, "node", "cpu_utilization_pct", 50.0, None)]))}
+    assert got == {"cpu_utilization_pct_mean", "cpu_utilization_pct_p95"}
+
+
+def test_rate_from_the_environment():
+    assert sample_rate_hz({}) == 1.0
+    assert sample_rate_hz({RATE_ENV: "10"}) == 10.0
+    assert sample_rate_hz({RATE_ENV: "0"}) is None
+    assert sample_rate_hz({RATE_ENV: "50"}) == 10.0
+
+
+def test_file_names_parse():
+    assert parse_telemetry_name(f"{RUN_ID}_gemm_r3_telemetry.parquet") == (RUN_ID, "gemm", 3, "telemetry")
+    assert parse_telemetry_name(f"{RUN_ID}_gemm_r3_prometheus.parquet")[3] == "prometheus"
+    assert parse_telemetry_name(f"{RUN_ID}_gemm_r3_requests.parquet") is None
+
+
+def test_attach_is_idempotent_and_skips_failed_documents(tmp_path):
+    doc = {"schema": "benchrun.suite_result/v1", "status": "ok", "suite": "s", "replicate": 1,
+           "metrics": [{"name": "x", "value": 1.0, "unit": "u", "direction": "higher", "case": ""}]}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(doc))
+    record = {"samples": "raw/a.parquet", "contended": False,
+              "summary": [{"name": "cpu_utilization_pct_mean", "value": 5.0, "unit": "%", "direction": "higher",
+                           "case": "telemetry", "source": "telemetry"}]}
+    assert attach_to_result(path, record) and attach_to_result(path, record)
+    got = read_result(path)
+    assert [m["name"] for m in got["metrics"]] == ["x", "cpu_utilization_pct_mean"]
+    assert got["samples"]["telemetry"] == "raw/a.parquet" and got["telemetry"]["contended"] is False
+    path.write_text(json.dumps({**doc, "status": "failed"}))
+    assert not attach_to_result(path, record)
+
+
+OK_SUITE = (
+    "from benchrun.suites._runtime import main\n"
+    "def run(ctx):\n"
+    "    sum(i for i in range(300000))\n"
+    "    ctx.add_metric('answer', 42.0, 'units', 'higher', case='c1')\n"
+    "main(run)\n"
+)
+
+
+def test_local_launcher_samples_beside_the_replicate(tmp_path, monkeypatch):
+    monkeypatch.delenv("BENCHRUN_PROMETHEUS_URL", raising=False)
+    run_dir = RunDir(tmp_path, RUN_ID).create().path
+    env = {**base_env(), "BENCHRUN_RUN_ID": RUN_ID, "BENCHRUN_RUN_DIR": str(run_dir), "BENCHRUN_SUITE": "s",
+           "BENCHRUN_REPLICATE": "1", RATE_ENV: "10"}
+    inv = Invocation(RUN_ID, "micro", "s", 1, "bc-x", (sys.executable, "-c", OK_SUITE), env, 60.0)
+    res = LocalLauncher().launch(inv, run_dir)
+    assert res.status == "ok", res.reason
+    doc = read_result(run_dir / res.result)
+    tele = doc["telemetry"]
+    assert tele["samples"] == f"raw/{RUN_ID}_s_r1_telemetry.parquet" and tele["rate_hz"] == 10.0
+    assert tele["window_start"] <= res.t_spawned <= tele["window_end"] <= res.t_finished
+    names = {m["name"] for m in doc["metrics"] if m["case"] == "telemetry"}
+    assert {"cpu_utilization_pct_mean", "background_cpu_pct_mean", "memory_used_bytes_peak"} <= names
+    assert any(m["name"] == "cpu_utilization_pct_mean" for m in res.metrics)
+    table = read_samples(run_dir / tele["samples"])
+    assert set(table["metric"].to_pylist()) >= {"cpu_core_utilization_pct", "cpu_utilization_pct", "memory_used_bytes"}
+
+
+def test_sampling_off_writes_nothing(tmp_path):
+    run_dir = RunDir(tmp_path, RUN_ID).create().path
+    env = {**base_env(), "BENCHRUN_RUN_ID": RUN_ID, "BENCHRUN_RUN_DIR": str(run_dir), "BENCHRUN_SUITE": "s",
+           "BENCHRUN_REPLICATE": "1", RATE_ENV: "0"}
+    res = LocalLauncher().launch(Invocation(RUN_ID, "micro", "s", 1, "bc-x", (sys.executable, "-c", OK_SUITE), env, 60.0),
+                                 run_dir)
+    assert res.status == "ok" and "telemetry" not in read_result(run_dir / res.result)
+    assert not list(run_dir.glob("raw/*_telemetry.parquet"))
