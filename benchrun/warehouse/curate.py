@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import logging
 from pathlib import Path
@@ -13,6 +14,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from benchrun.store import ObjectManifest
+from benchrun.telemetry.facts import slice_tables
 from benchrun.warehouse.schemas import (
     JOIN_KEY_NAMES,
     REQUEST_COLUMNS,
@@ -276,7 +278,7 @@ def serving_outcome_rows(src: RunSources) -> list[dict[str, Any]]:
 def telemetry_rows(src: RunSources) -> list[dict[str, Any]]:
     """Node- and GPU-scope slices over the run window from the environment capture.
 
-    Time-series samples from suites join here when a suite writes them (none does yet).
+    The replicates' time series (sampler, Prometheus) come from :func:`benchrun.telemetry.facts.slice_tables`.
     """
     env = src.environment
     if not env:
@@ -366,7 +368,9 @@ def build_tables(src: RunSources) -> dict[str, Callable[[], Any]]:
         "measurement_fact": lambda: [rows_to_table("measurement_fact", measurement_rows(src))],
         "serving_outcome_fact": lambda: [rows_to_table("serving_outcome_fact", serving_outcome_rows(src))],
         "serving_request_fact": lambda: request_batches(src),
-        "telemetry_slice_fact": lambda: [rows_to_table("telemetry_slice_fact", telemetry_rows(src))],
+        "telemetry_slice_fact": lambda: itertools.chain(
+            [rows_to_table("telemetry_slice_fact", telemetry_rows(src))],
+            slice_tables(src, TABLES["telemetry_slice_fact"])),  # replicate samples (benchrun.telemetry)
         "training_outcome_fact": lambda: [],
     }
     for table, row in dims.items():

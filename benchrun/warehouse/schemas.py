@@ -141,11 +141,15 @@ SERVING_REQUEST_FACT = _fact(
 TELEMETRY_SLICE_FACT = _fact(
     ("window_start_utc", TS),
     ("window_end_utc", TS),
-    ("scope", pa.string()),  # run | node | gpu | rank
-    ("source", pa.string()),  # environment | <suite> sample file
+    ("scope", pa.string()),  # run | node | core | gpu | process | cluster | rank
+    ("source", pa.string()),  # environment.* | psutil | nvml | prometheus:<dcgm|node|kueue>
     ("metric", pa.string()),
     ("value", pa.float64()),
     ("unit", pa.string()),
+    # replicate samples (benchrun.telemetry); null for the run-wide environment slices
+    ("suite", pa.string()),
+    ("replicate", pa.int64()),
+    ("device_index", pa.int64()),  # core number or GPU index
 )
 
 # Schema only: no suite fills it yet (training suites arrive with the GPU work).
