@@ -26,7 +26,7 @@ from typing import Mapping
 from benchrun.launch.base import LaunchResult, prepare_outputs
 from benchrun.plan import Invocation
 from benchrun.suites.result import read_result
-from benchrun.telemetry import replicate_telemetry
+from benchrun.telemetry import finish_telemetry, replicate_telemetry, start_telemetry
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +169,7 @@ class LocalLauncher:
         threads = str(max(1, (os.cpu_count() or 1) // inv.world_size))
         t_request = time.time()
         t0 = time.perf_counter()
+        telemetry = start_telemetry(inv, run_dir)  # one sampler for the gang: its nodes share this host
         procs: list[subprocess.Popen[bytes]] = []
         logs = []
         failure: tuple[int, str] | None = None
@@ -186,6 +187,8 @@ class LocalLauncher:
                         env=env, cwd=run_dir, stdin=subprocess.DEVNULL, stdout=logf,
                         stderr=subprocess.STDOUT, start_new_session=True,
                     ))
+                    if telemetry is not None:
+                        telemetry.watch(procs[-1].pid)
                 except OSError as exc:
                     logf.write(f"benchrun: cannot start {inv.argv[0]!r}: {exc}\n".encode())
                     failure = (n, f"cannot start {inv.argv[0]!r}: {exc.strerror or exc}")
@@ -214,6 +217,7 @@ class LocalLauncher:
             for logf in logs:
                 logf.close()
         wall = time.perf_counter() - t0
+        finish_telemetry(telemetry, inv, run_dir)  # adds its summaries to the result read below
         codes = [p.returncode for p in procs]
         doc, doc_error = None, None
         if result_path.is_file():

@@ -106,27 +106,39 @@ def attach_to_result(result_path: Path, record: dict[str, Any]) -> bool:
     return True
 
 
+def start_telemetry(inv: Invocation, run_dir: Path) -> ReplicateTelemetry | None:
+    """Start sampling for one replicate; None when sampling is off or cannot start (logged)."""
+    rate = sample_rate_hz(inv.env)
+    if rate is None or os.environ.get("BENCHRUN_TELEMETRY", "1") == "0":
+        return None
+    try:
+        tele = ReplicateTelemetry(inv, Path(run_dir), rate)
+        tele.sampler.start()
+        return tele
+    except Exception as exc:  # telemetry must never keep a suite from running
+        log.warning("%s r%d: telemetry sampler not started: %s", inv.suite, inv.replicate, exc)
+        return None
+
+
+def finish_telemetry(tele: ReplicateTelemetry | None, inv: Invocation, run_dir: Path) -> None:
+    """Stop sampling and add the record to the result document (if the suite wrote one)."""
+    if tele is None:
+        return
+    try:
+        record = tele.finish()
+        attach_to_result(Path(run_dir) / inv.result_relpath(), record)
+    except Exception as exc:
+        log.warning("%s r%d: telemetry not recorded: %s", inv.suite, inv.replicate, exc)
+
+
 @contextlib.contextmanager
 def replicate_telemetry(inv: Invocation, run_dir: Path) -> Iterator[ReplicateTelemetry | None]:
     """Sample around the body (the suite's run); yields None when sampling is off or cannot start.
 
     On exit the result document (if the suite wrote one) gains the summaries and the record.
     """
-    rate = sample_rate_hz(inv.env)
-    tele: ReplicateTelemetry | None = None
-    if rate is not None and os.environ.get("BENCHRUN_TELEMETRY", "1") != "0":
-        try:
-            tele = ReplicateTelemetry(inv, Path(run_dir), rate)
-            tele.sampler.start()
-        except Exception as exc:  # telemetry must never keep a suite from running
-            log.warning("%s r%d: telemetry sampler not started: %s", inv.suite, inv.replicate, exc)
-            tele = None
+    tele = start_telemetry(inv, run_dir)
     try:
         yield tele
     finally:
-        if tele is not None:
-            try:
-                record = tele.finish()
-                attach_to_result(Path(run_dir) / inv.result_relpath(), record)
-            except Exception as exc:
-                log.warning("%s r%d: telemetry not recorded: %s", inv.suite, inv.replicate, exc)
+        finish_telemetry(tele, inv, run_dir)

@@ -43,14 +43,14 @@ def _run_queue() -> float | None:
 class HostProbe:
     """Reads the host once per call and turns counters into rates against the previous call.
 
-    ``suite_pid`` (set once the suite started) is the leader of the suite's process tree; CPU
-    used by that tree is the suite's, CPU used by this process is the harness's (launcher and
+    ``suite_pids`` (added as the suite's processes start; a local gang has one per node) lead the
+    suite's process trees; CPU used by those trees is the suite's, CPU used by this process is the harness's (launcher and
     sampler), and the rest of the machine's busy time is background load.
     """
 
     def __init__(self, node_name: str | None = None) -> None:
         self.node_name = node_name
-        self.suite_pid: int | None = None
+        self.suite_pids: list[int] = []
         self._own = psutil.Process()
         self._ncpu = psutil.cpu_count() or 1
         self._prev: dict[str, Any] | None = None
@@ -61,17 +61,18 @@ class HostProbe:
 
     def _suite_cpu(self, now: float) -> tuple[float, float] | None:
         """(CPU seconds, RSS bytes) of the suite's process tree so far, or None without a suite."""
-        if self.suite_pid is None:
+        if not self.suite_pids:
             return None
         if now - self._tree_at >= TREE_REFRESH_S or not self._tree:
             self._tree_at = now
-            try:
-                leader = self._tree.get(self.suite_pid) or psutil.Process(self.suite_pid)
-                members = [leader, *leader.children(recursive=True)]
-            except psutil.Error:
-                members = list(self._tree.values())
-            for p in members:
-                self._tree.setdefault(p.pid, p)
+            for root in self.suite_pids:
+                try:
+                    leader = self._tree.get(root) or psutil.Process(root)
+                    members = [leader, *leader.children(recursive=True)]
+                except psutil.Error:
+                    continue
+                for p in members:
+                    self._tree.setdefault(p.pid, p)
         cpu = 0.0
         rss = 0.0
         for pid, p in list(self._tree.items()):

@@ -66,8 +66,8 @@ class Sampler:
         return self._gpu.gpu_count if self._gpu is not None else 0
 
     def watch(self, pid: int) -> None:
-        """The suite's leader pid: its process tree's CPU is the suite's, not background."""
-        self.host.suite_pid = pid
+        """A suite process (tree leader): its tree's CPU is the suite's, not background."""
+        self.host.suite_pids.append(pid)
 
     def start(self) -> "Sampler":
         self.path.parent.mkdir(parents=True, exist_ok=True)
