@@ -37,3 +37,7 @@ def write_spec(tmp_path: Path) -> Callable[[dict[str, Any], str], Path]:
 
     return _write
 
+
+
+# The Kubernetes cluster harness (tests/kharness): `kcluster` and `kcluster_factory`.
+from kharness.fixtures import kcluster, kcluster_factory  # noqa: E402,F401

@@ -1,0 +1,281 @@
+"""kmock's in-memory API server, completed where a real client needs more than it gives.
+
+kmock 0.8's ``KubernetesEmulator`` stores objects, serves get/list/watch/create/patch/delete
+and streams watch events. What it leaves out, and a real API server does, is added here
+(hand-written because no library offers it over kmock; each piece is small):
+
+- ``metadata.uid``, ``creationTimestamp``, ``resourceVersion``, ``generation`` and the
+  namespace on create; ``generateName`` honoured; a fresh ``resourceVersion`` on every write;
+- ``labelSelector`` and ``fieldSelector`` on list, watch and delete-collection;
+- ``timeoutSeconds`` on watch (kmock streams forever);
+- ``PUT`` (replace) and ``DELETE`` on a collection;
+- ``GET .../pods/NAME/log`` with ``container``, ``follow``, ``timestamps``, ``sinceSeconds``
+  and ``tailLines``, served by a callback the kubelet provides;
+- a create hook (``on_create``) so the fixture can play admission webhooks (Kueue suspends
+  the Jobs it manages).
+
+Controllers in the same event loop change objects through ``put_object``/``patch_object``/
+``remove_object``, which emit the same watch events an HTTP write does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import datetime as dt
+import itertools
+import re
+import secrets
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import aiohttp.web
+import attrs
+import kmock
+from kmock._internal import enums, rendering
+
+LOG_PATH = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/log$")
+
+
+def now_iso() -> str:
+    """The API server's timestamp format: RFC 3339, whole seconds, UTC."""
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _split_selector(text: str) -> list[str]:
+    """Split a selector on the commas that are not inside ``in (a,b)`` parentheses."""
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        parts.append(cur.strip())
+    return parts
+
+
+_SET_EXPR = re.compile(r"^(?P<key>[^\s!=]+)\s+(?P<op>in|notin)\s+\((?P<values>[^)]*)\)$")
+
+
+def label_selector_matches(selector: str | None, labels: dict[str, str] | None) -> bool:
+    """Whether ``labels`` satisfy a label selector string (equality- and set-based)."""
+    if not selector:
+        return True
+    labels = labels or {}
+    for term in _split_selector(selector):
+        m = _SET_EXPR.match(term)
+        if m:
+            values = {v.strip() for v in m["values"].split(",")}
+            present = m["key"] in labels and labels[m["key"]] in values
+            if (m["op"] == "in") != present:
+                return False
+        elif "!=" in term:
+            key, value = (s.strip() for s in term.split("!=", 1))
+            if labels.get(key) == value:
+                return False
+        elif "=" in term:
+            key, value = (s.strip() for s in term.replace("==", "=").split("=", 1))
+            if labels.get(key) != value:
+                return False
+        elif term.startswith("!"):
+            if term[1:].strip() in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+def _dig(obj: dict[str, Any], dotted: str) -> Any:
+    cur: Any = obj
+    for part in dotted.split("."):
+        if not isinstance(cur, dict):
+            return None
+        cur = cur.get(part)
+    return cur
+
+
+def field_selector_matches(selector: str | None, obj: dict[str, Any]) -> bool:
+    """Whether ``obj`` satisfies a field selector (``a.b=v``, ``a.b!=v``, comma-joined)."""
+    if not selector:
+        return True
+    for term in _split_selector(selector):
+        negate = "!=" in term
+        key, value = (s.strip() for s in term.replace("==", "=").replace("!=", "=").split("=", 1))
+        actual = _dig(obj, key)
+        actual_s = "" if actual is None else str(actual)
+        if (actual_s == value) == negate:
+            return False
+    return True
+
+
+def selects(params: dict[str, str], obj: dict[str, Any]) -> bool:
+    meta = obj.get("metadata") or {}
+    return label_selector_matches(params.get("labelSelector"), meta.get("labels")) and field_selector_matches(
+        params.get("fieldSelector"), obj
+    )
+
+
+LogSource = Callable[[str, str, dict[str, str]], Any]
+
+
+@attrs.define(kw_only=True)
+class HarnessEmulator(kmock.KubernetesEmulator):
+    """``KubernetesEmulator`` plus what the ``kubernetes`` client and dagster-k8s rely on."""
+
+    log_source: LogSource | None = attrs.field(default=None)
+    on_create: Callable[[kmock.resource, dict[str, Any]], None] | None = attrs.field(default=None)
+    _rv_counter: Any = attrs.field(factory=lambda: itertools.count(1), init=False)
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        self["get", LOG_PATH] << self._serve_log
+
+    # -- helpers shared by HTTP writes and in-loop controllers -------------------------------
+
+    def next_rv(self) -> str:
+        return str(next(self._rv_counter))
+
+    def stamp_new(self, resource: kmock.resource, namespace: str | None, data: dict[str, Any]) -> None:
+        meta = data.setdefault("metadata", {})
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = meta["generateName"] + secrets.token_hex(3)[:5]
+        if namespace and not meta.get("namespace"):
+            meta["namespace"] = namespace
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = now_iso()
+        meta["resourceVersion"] = self.next_rv()
+        meta["generation"] = 1
+        if self.on_create is not None:
+            self.on_create(resource, data)
+
+    def live(self, resource: kmock.resource, namespace: str | None = None) -> list[tuple[Any, dict[str, Any]]]:
+        """Keys and raw objects (not copies: treat as read-only) of one resource."""
+        out = []
+        for key, obj in list(self._objects.items()):
+            res, ns, _name = key
+            if res == resource and not obj.deleted and (namespace is None or ns == namespace):
+                out.append((key, obj.raw))
+        return out
+
+    async def put_object(self, resource: kmock.resource, namespace: str | None, data: dict[str, Any]) -> dict[str, Any]:
+        """Create (a controller's create): same stamping and events as an HTTP POST."""
+        async with self._lock:
+            self.stamp_new(resource, namespace, data)
+            key = (resource, namespace, data["metadata"]["name"])
+            if key in self._objects and not self._objects[key].deleted:
+                raise kmock.KubernetesError(status=409, reason="AlreadyExists", message=f"{key[2]} exists")
+            if key in self._objects:
+                self._objects[key].create(data)
+            else:
+                self._objects[key] = data
+            raw = self._objects[key].raw
+            await self._buses[resource].put({"type": "ADDED", "object": raw})
+            return copy.deepcopy(raw)
+
+    async def replace_object(self, key: Any, data: dict[str, Any]) -> None:
+        """Replace a whole object (status and all) if it still exists; bumps resourceVersion."""
+        async with self._lock:
+            if key not in self._objects or self._objects[key].deleted:
+                return
+            data.setdefault("metadata", {})["resourceVersion"] = self.next_rv()
+            self._objects[key].create(data)
+            await self._buses[key[0]].put({"type": "MODIFIED", "object": self._objects[key].raw})
+
+    async def remove_object(self, key: Any) -> None:
+        async with self._lock:
+            if key not in self._objects or self._objects[key].deleted:
+                return
+            raw = self._objects[key].raw
+            self._objects[key].delete()
+            await self._buses[key[0]].put({"type": "DELETED", "object": raw})
+
+    # -- request handling ---------------------------------------------------------------------
+
+    async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        # The Python client sends booleans as "True"; kmock only treats watch=true as a watch.
+        if request.method == enums.method.GET and str(request.params.get("watch", "")).lower() in ("true", "1"):
+            fixed = attrs.evolve(request, action=enums.action.WATCH)
+            # kmock matches reactions against its request log by identity: swap the entry.
+            for i in range(len(self._requests) - 1, -1, -1):
+                if self._requests[i] is request:
+                    self._requests[i] = fixed
+                    break
+            request = fixed
+        if request.resource is not None and request.subresource != "log":
+            if request.action == enums.action.CREATE and isinstance(request.data, dict):
+                ns = request.namespace or (request.data.get("metadata") or {}).get("namespace")
+                self.stamp_new(request.resource, ns, request.data)
+            elif request.action == enums.action.UPDATE and isinstance(request.data, dict):
+                request.data.setdefault("metadata", {})["resourceVersion"] = self.next_rv()
+            elif request.method == enums.method.PUT and request.name and isinstance(request.data, dict):
+                return await self._serve_replace(request)
+            elif request.method == enums.method.DELETE and request.name is None:
+                return await self._serve_delete_collection(request)
+        return await super()._handle(request)
+
+    async def _serve_replace(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        key = (request.resource, request.namespace, request.name)
+        async with self._lock:
+            if key not in self._objects or self._objects[key].deleted:
+                return await self._render_error(kmock.KubernetesObjectNotFoundError())
+            old = self._objects[key].raw
+            data = copy.deepcopy(request.data)
+            meta = data.setdefault("metadata", {})
+            for field in ("uid", "creationTimestamp", "namespace", "name"):
+                if field in old.get("metadata", {}):
+                    meta[field] = old["metadata"][field]
+            if request.subresource == "status":  # only status changes through /status
+                data = dict(copy.deepcopy(old), status=data.get("status"))
+            elif "status" in old and "status" not in data:
+                data["status"] = old["status"]
+            data["metadata"]["resourceVersion"] = self.next_rv()
+            self._objects[key].create(data)
+            raw = self._objects[key].raw
+            await self._buses[request.resource].put({"type": "MODIFIED", "object": raw})
+        return aiohttp.web.json_response(raw)
+
+    async def _serve_delete_collection(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        params = dict(request.params)
+        gone = []
+        for key, raw in self.live(request.resource, request.namespace):
+            if selects(params, raw):
+                gone.append(raw)
+                await self.remove_object(key)
+        return aiohttp.web.json_response({"kind": "List", "apiVersion": "v1", "metadata": {}, "items": gone})
+
+    async def _serve_list(self, request: rendering.Request) -> rendering.Payload:
+        result = await super()._serve_list(request)
+        params = dict(request.params)
+        assert isinstance(result, dict)
+        result["items"] = [obj for obj in result["items"] if selects(params, obj)]
+        result["metadata"] = {"resourceVersion": self.next_rv()}
+        return result
+
+    async def _serve_watch(self, request: rendering.Request) -> AsyncIterator[rendering.Payload]:
+        params = dict(request.params)
+        timeout = float(params["timeoutSeconds"]) if params.get("timeoutSeconds") else None
+        stream = super()._serve_watch(request)
+        try:
+            async with asyncio.timeout(timeout):
+                async for event in stream:
+                    if isinstance(event, dict) and not selects(params, event.get("object") or {}):
+                        continue
+                    yield event
+        except TimeoutError:
+            return
+        finally:
+            await stream.aclose()
+
+    async def _serve_log(self, request: rendering.Request) -> rendering.Payload:
+        m = LOG_PATH.match(request.url.path)
+        assert m is not None
+        if self.log_source is None:
+            raise kmock.KubernetesError(status=400, reason="BadRequest", message="no kubelet in this harness")
+        return await self.log_source(m["ns"], m["name"], dict(request.params))

@@ -1,0 +1,214 @@
+"""The cluster harness itself: the real kubernetes client and dagster-k8s against kmock + the
+harness control plane (Kueue, Job/JobSet controllers, scheduler, kubelet, TTL, GC)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import Any
+
+import pytest
+from kubernetes import client, watch
+
+from kharness import GPU, QUEUE_LABEL, Node, has_condition
+
+PY = sys.executable
+
+
+def job(name: str, code: str, *, queue: str | None = "benchrun", gpus: int = 0, image: str = "python:3.11", **spec: Any) -> dict[str, Any]:
+    labels = {QUEUE_LABEL: queue} if queue else {}
+    resources = {"limits": {GPU: str(gpus)}, "requests": {"cpu": "1", GPU: str(gpus)}} if gpus else {"requests": {"cpu": "1"}}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "backoffLimit": 0,
+            **spec,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "main", "image": image, "command": [PY, "-c", code], "resources": resources}],
+                }
+            },
+        },
+    }
+
+
+def test_kueue_job_runs_streams_its_log_and_is_cleaned_up(kcluster):
+    batch = client.BatchV1Api(kcluster.api_client())
+    core = client.CoreV1Api(kcluster.api_client())
+    code = "import time\nfor i in range(3):\n    print('line', i, flush=True); time.sleep(0.3)"
+    created = batch.create_namespaced_job("default", job("hello", code, ttlSecondsAfterFinished=1))
+    assert created.spec.suspend is True  # Kueue's webhook suspends queued Jobs
+    assert created.metadata.uid
+    pod = kcluster.wait_for(
+        lambda: [p for p in core.list_namespaced_pod("default", label_selector="job-name=hello").items
+                 if p.status.phase == "Running"], what="a running pod")[0]
+    lines = []
+    stream = core.read_namespaced_pod_log(pod.metadata.name, "default", follow=True, timestamps=True, _preload_content=False)
+    for chunk in stream.stream():
+        lines.extend(chunk.decode().splitlines())
+    assert [line.split(" ", 1)[1] for line in lines] == ["line 0", "line 1", "line 2"]
+    assert lines[0].split(" ", 1)[0].endswith("Z")
+    done = kcluster.wait_for(lambda: batch.read_namespaced_job_status("hello", "default").status.succeeded, what="success")
+    assert done == 1
+    wl = kcluster.list("workloads")[0]
+    for cond in ("QuotaReserved", "Admitted", "PodsReady", "Finished"):
+        assert has_condition(wl, cond), cond
+    final = core.read_namespaced_pod(pod.metadata.name, "default")
+    term = final.status.container_statuses[0].state.terminated
+    assert (term.exit_code, term.reason, final.status.phase) == (0, "Completed", "Succeeded")
+    assert final.spec.node_name in ("node-a", "node-b")
+    assert final.status.container_statuses[0].image_id == kcluster.image_id("python:3.11")
+    kcluster.wait_for(lambda: not kcluster.list("jobs"), what="TTL deletion")
+    kcluster.wait_for(lambda: not kcluster.list("pods") and not kcluster.list("workloads"), what="garbage collection")
+    assert kcluster.errors == []
+
+
+def test_quota_queues_then_preemption_evicts_the_lower_priority(kcluster_factory):
+    c = kcluster_factory(queues={"benchrun": {"cpu": "8", GPU: "8"}})
+    batch = client.BatchV1Api(c.api_client())
+    sleeper = "import time\ntime.sleep(60)"
+    batch.create_namespaced_job("default", job("low", sleeper, gpus=8))
+    c.wait_for(lambda: c.list("pods", labels={"job-name": "low"}), what="low runs")
+    batch.create_namespaced_job("default", job("other", sleeper, gpus=8))
+    wl = c.wait_for(lambda: [w for w in c.list("workloads") if "other" in w["metadata"]["name"] and w["status"]["conditions"]])[0]
+    assert not has_condition(wl, "QuotaReserved") and "insufficient quota" in wl["status"]["conditions"][0]["message"]
+    hi = job("high", sleeper, gpus=8)
+    hi["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = "high"
+    batch.create_namespaced_job("default", hi)
+    c.wait_for(lambda: c.list("pods", labels={"job-name": "high"}), what="high admitted")
+    low_wl = [w for w in c.list("workloads") if "-low-" in w["metadata"]["name"]][0]
+    evicted = [x for x in low_wl["status"]["conditions"] if x["type"] == "Evicted"][0]
+    assert evicted["reason"] == "Preempted"
+    assert c.get("jobs", "low")["spec"]["suspend"] is True
+    c.wait_for(lambda: not c.list("pods", labels={"job-name": "low"}), what="low's pod gone")
+    gone = [v for v in c.history("pods", low_pod_name(c)) if v is not None]
+    assert any(x["type"] == "DisruptionTarget" for x in gone[-1]["status"]["conditions"])
+    # Explicit preemption from the test:
+    c.preempt("high")
+    c.wait_for(lambda: c.get("jobs", "high")["spec"]["suspend"], what="high suspended")
+    assert c.errors == []
+
+
+def low_pod_name(c):
+    for ev in c.list("events"):
+        if ev["involvedObject"]["name"] == "low" and ev["reason"] == "SuccessfulCreate":
+            return ev["message"].split(": ", 1)[1]
+    raise AssertionError("no pod created for low")
+
+
+def test_image_pull_failure_and_unschedulable(kcluster):
+    core = client.CoreV1Api(kcluster.api_client())
+    batch = client.BatchV1Api(kcluster.api_client())
+    batch.create_namespaced_job("default", job("badimg", "print(1)", image="registry.invalid/nope:1", queue=None))
+    batch.create_namespaced_job("default", job("huge", "print(1)", gpus=64, queue=None))
+
+    def waiting_reason():
+        for p in core.list_namespaced_pod("default", label_selector="job-name=badimg").items:
+            for s in p.status.container_statuses or []:
+                if s.state.waiting:
+                    return s.state.waiting.reason
+        return None
+
+    assert kcluster.wait_for(lambda: waiting_reason() in ("ErrImagePull", "ImagePullBackOff") and waiting_reason())
+    pod = kcluster.wait_for(lambda: kcluster.list("pods", labels={"job-name": "huge"}))[0]
+    cond = kcluster.wait_for(lambda: [x for x in (kcluster.get("pods", pod["metadata"]["name"])["status"].get("conditions") or [])
+                                      if x["type"] == "PodScheduled"])[0]
+    assert (cond["status"], cond["reason"]) == ("False", "Unschedulable")
+    assert "Insufficient nvidia.com/gpu" in cond["message"]
+
+
+def test_tolerations_node_selector_and_mount_rewriting(kcluster_factory, tmp_path):
+    c = kcluster_factory(
+        nodes=[Node("gpu-0", labels={"pool": "gpu"}, taints=[{"key": GPU, "value": "present", "effect": "NoSchedule"}])]
+    )
+    batch = client.BatchV1Api(c.api_client())
+    spec = job("mounts", "import os,sys; open(os.environ['OUT'] + '/x.txt','w').write(sys.argv[1])", queue=None)
+    cont = spec["spec"]["template"]["spec"]["containers"][0]
+    cont["args"] = ["/data/in"]
+    cont["env"] = [{"name": "OUT", "value": "/out"}, {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
+    cont["volumeMounts"] = [{"name": "out", "mountPath": "/out"}]
+    spec["spec"]["template"]["spec"]["volumes"] = [{"name": "out", "persistentVolumeClaim": {"claimName": "results"}}]
+    spec["spec"]["template"]["spec"]["nodeSelector"] = {"pool": "gpu"}
+    batch.create_namespaced_job("default", spec)
+    time.sleep(0.3)
+    pod = c.list("pods")[0]
+    assert not pod["spec"].get("nodeName")  # the taint is not tolerated yet
+    batch.delete_namespaced_job("mounts", "default")
+    spec["spec"]["template"]["spec"]["tolerations"] = [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}]
+    c.wait_for(lambda: not c.list("pods"), what="GC of the first pod")
+    batch.create_namespaced_job("default", spec)
+    c.wait_for(lambda: (c.get("jobs", "mounts") or {}).get("status", {}).get("succeeded"), what="success")
+    assert (c.pvc_dir("results") / "x.txt").read_text() == "/data/in"
+    assert c.errors == []
+
+
+def test_custom_resources_list_watch_patch_status(kcluster_factory):
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.dev"},
+        "spec": {
+            "group": "example.dev",
+            "names": {"kind": "Widget", "plural": "widgets", "singular": "widget"},
+            "scope": "Namespaced",
+            "versions": [{"name": "v1", "served": True, "storage": True, "subresources": {"status": {}}}],
+        },
+    }
+    c = kcluster_factory(crds=[crd])
+    api = client.CustomObjectsApi(c.api_client())
+    api.create_namespaced_custom_object("example.dev", "v1", "default", "widgets", {
+        "apiVersion": "example.dev/v1", "kind": "Widget", "metadata": {"name": "w1", "labels": {"team": "a"}}, "spec": {"size": 1}})
+    seen = []
+
+    def later():
+        time.sleep(0.3)
+        c.create("example.dev/v1/widgets", {"apiVersion": "example.dev/v1", "kind": "Widget", "metadata": {"name": "w2", "labels": {"team": "a"}}})
+
+    threading.Thread(target=later).start()
+    for ev in watch.Watch().stream(api.list_namespaced_custom_object, "example.dev", "v1", "default", "widgets",
+                                   label_selector="team=a", timeout_seconds=1):
+        seen.append((ev["type"], ev["object"]["metadata"]["name"]))
+    assert seen == [("ADDED", "w1"), ("ADDED", "w2")]
+    api.patch_namespaced_custom_object_status("example.dev", "v1", "default", "widgets", "w1", {"status": {"phase": "Ready"}})
+    got = api.get_namespaced_custom_object("example.dev", "v1", "default", "widgets", "w1")
+    assert got["status"] == {"phase": "Ready"} and got["spec"] == {"size": 1}
+    assert int(got["metadata"]["resourceVersion"]) > 0
+
+
+def test_jobset_children_run_under_one_workload(kcluster):
+    api = client.CustomObjectsApi(kcluster.api_client())
+    child = job("x", "import os; print('idx', os.environ['JOB_COMPLETION_INDEX'])", queue=None)["spec"]
+    child.update(parallelism=2, completions=2, completionMode="Indexed")
+    api.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", "default", "jobsets", {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": "js", "labels": {QUEUE_LABEL: "benchrun"}},
+        "spec": {"replicatedJobs": [{"name": "workers", "replicas": 2, "template": {"spec": child}}]},
+    })
+    done = kcluster.wait_for(lambda: has_condition(kcluster.get("jobsets", "js"), "Completed") and kcluster.get("jobsets", "js"))
+    assert sorted(j["metadata"]["name"] for j in kcluster.list("jobs")) == ["js-workers-0", "js-workers-1"]
+    assert done["status"]["replicatedJobsStatus"][0]["succeeded"] == 2
+    [wl] = kcluster.list("workloads")
+    assert wl["spec"]["podSets"][0]["count"] == 4 and has_condition(wl, "Admitted")
+    pods = kcluster.list("pods")
+    assert len(pods) == 4
+    core = client.CoreV1Api(kcluster.api_client())
+    logs = sorted(core.read_namespaced_pod_log(p["metadata"]["name"], "default").strip() for p in pods)
+    assert logs == ["idx 0", "idx 0", "idx 1", "idx 1"]
+
+
+def test_dagster_k8s_client_waits_against_the_harness(kcluster):
+    from dagster_k8s.client import DagsterKubernetesClient
+
+    api = kcluster.api_client()
+    dk = DagsterKubernetesClient(client.BatchV1Api(api), client.CoreV1Api(api), __import__("logging").getLogger("t"), time.sleep, time.time)
+    client.BatchV1Api(api).create_namespaced_job("default", job("dk", "print('ok')"))
+    dk.wait_for_job_success("dk", "default", wait_time_between_attempts=0.1, wait_timeout=30)
+    [pod] = dk.get_pod_names_in_job("dk", "default")
+    assert dk.retrieve_pod_logs(pod, "default") == "ok\n"
+    client.BatchV1Api(api).create_namespaced_job("default", job("dkfail", "raise SystemExit(3)"))
+    with pytest.raises(Exception, match="dkfail"):
+        dk.wait_for_job_success("dkfail", "default", wait_time_between_attempts=0.1, wait_timeout=30)
