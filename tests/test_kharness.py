@@ -54,7 +54,7 @@ def test_kueue_job_runs_streams_its_log_and_is_cleaned_up(kcluster):
     assert lines[0].split(" ", 1)[0].endswith("Z")
     done = kcluster.wait_for(lambda: batch.read_namespaced_job_status("hello", "default").status.succeeded, what="success")
     assert done == 1
-    wl = kcluster.list("workloads")[0]
+    wl = kcluster.wait_for(lambda: [w for w in kcluster.list("workloads") if has_condition(w, "Finished")])[0]
     for cond in ("QuotaReserved", "Admitted", "PodsReady", "Finished"):
         assert has_condition(wl, cond), cond
     final = core.read_namespaced_pod(pod.metadata.name, "default")

@@ -51,7 +51,28 @@ patches only (no JSON patch), no field managers; watch resumes from "now", not f
 resourceVersion.
 """
 
-from .cluster import KINDS, Cluster
-from .control import GPU, PRIORITY_LABEL, QUEUE_LABEL, Image, Node, has_condition
+from typing import Any
+
+# Lazy exports: tests/conftest.py imports the fixtures for every test session, and the
+# server stack (kmock, aiohttp, kubernetes) costs about a second to import.
+_EXPORTS = {
+    "Cluster": "cluster",
+    "KINDS": "cluster",
+    "GPU": "control",
+    "Image": "control",
+    "Node": "control",
+    "PRIORITY_LABEL": "control",
+    "QUEUE_LABEL": "control",
+    "has_condition": "control",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(name)
+
 
 __all__ = ["Cluster", "GPU", "Image", "KINDS", "Node", "PRIORITY_LABEL", "QUEUE_LABEL", "has_condition"]

@@ -152,6 +152,8 @@ class HarnessEmulator(kmock.KubernetesEmulator):
         meta["creationTimestamp"] = now_iso()
         meta["resourceVersion"] = self.next_rv()
         meta["generation"] = 1
+        if resource in self._resources and "status" in self._resources[resource].subresources:
+            data.setdefault("status", {})  # as the API server returns it: present, empty
         if self.on_create is not None:
             self.on_create(resource, data)
 

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .cluster import Cluster
+if TYPE_CHECKING:
+    from .cluster import Cluster
 
 
 @pytest.fixture
 def kcluster_factory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Cluster]]:
     """Start harness clusters with your own options (``Cluster(**kwargs)``); the last one
     started is what ``$KUBECONFIG`` points at. All are stopped after the test."""
+    from .cluster import Cluster
+
     started: list[Cluster] = []
 
     def make(**kwargs: Any) -> Cluster:
