@@ -72,6 +72,11 @@ class Invocation:
     nodes: int = 1
     ranks_per_node: int = 1
     gpus_per_node: int | None = None
+    # Per-pod resources from the spec (None: the launcher resource's default); Kubernetes only.
+    gpus: int | None = None
+    cpu: str | None = None
+    memory: str | None = None
+    shm_size: str | None = None
 
     @property
     def key(self) -> str:
@@ -146,6 +151,10 @@ class Invocation:
             "nodes": self.nodes,
             "ranks_per_node": self.ranks_per_node,
             "gpus_per_node": self.gpus_per_node,
+            "gpus": self.gpus,
+            "cpu": self.cpu,
+            "memory": self.memory,
+            "shm_size": self.shm_size,
         }
 
 
@@ -284,7 +293,9 @@ def plan_run(
                 }
                 invocations.append(
                     Invocation(run_id, layer_name, suite.name, k, cid, argv, env, timeout, params, suite.image,
-                               nodes=nodes, ranks_per_node=max(1, gpus_per_node or 1), gpus_per_node=gpus_per_node)
+                               nodes=nodes, ranks_per_node=max(1, gpus_per_node or 1), gpus_per_node=gpus_per_node,
+                               gpus=getattr(suite, "gpus", None), cpu=getattr(suite, "cpu", None),
+                               memory=getattr(suite, "memory", None), shm_size=getattr(suite, "shm_size", None))
                 )
         # Interleave: replicate 1 of every suite, then replicate 2, ... so slow drift of the
         # machine (thermal, background load) spreads over suites instead of biasing one.

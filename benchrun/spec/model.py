@@ -48,7 +48,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
 API_VERSION = "benchmarking.aisp.dev/v1alpha1"
@@ -108,6 +108,14 @@ def _check_parameter(value: Any) -> Any:
 
 
 ParameterValue = Annotated[Any, AfterValidator(_check_parameter)]
+
+
+# A Kubernetes resource quantity (https://kubernetes.io/docs/reference/kubernetes-api/common-definitions/quantity/):
+# a decimal number with an optional binary (Ki..Ei) or decimal (m, k, M..E) suffix.
+Quantity = Annotated[
+    str,
+    StringConstraints(pattern=r"^([0-9]+(\.[0-9]+)?|\.[0-9]+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$", max_length=32),
+]
 
 
 class SpecModel(BaseModel):
@@ -175,6 +183,21 @@ class Suite(SpecModel):
     gpus_per_node: Annotated[int, Field(ge=0, le=64)] | None = Field(
         default=None,
         description="Ranks (GPUs) per node; unset: one rank per node locally, the node's GPUs on Kubernetes.",
+    )
+
+    gpus: Annotated[int, Field(ge=0, le=64)] | None = Field(
+        default=None,
+        description="GPUs one launch (one pod) asks for; unset: the launcher resource's default.",
+    )
+    cpu: Quantity | None = Field(
+        default=None, description="CPU request and limit of one pod (a Kubernetes quantity, e.g. '8' or '500m')."
+    )
+    memory: Quantity | None = Field(
+        default=None, description="Memory request and limit of one pod (a Kubernetes quantity, e.g. '64Gi')."
+    )
+    shm_size: Quantity | None = Field(
+        default=None,
+        description="Size of the memory-backed /dev/shm of one pod (e.g. '16Gi'); unset: the launcher's default.",
     )
 
     @property
