@@ -106,6 +106,11 @@ def run_status_asset(extra_deps: list[dg.AssetKey]) -> dg.AssetsDefinition:
 
         rd = RunDir.for_run(context.partition_key)
         st = lifecycle.finalize(rd)
+        report = rd.path / "reports" / f"{rd.run_id}_report.html"
+        if report.is_file():  # written while Analyzing: write it again with the final phase
+            from benchrun.report.html import write_report
+
+            write_report(rd.path)
         # The run fact was curated while the run was Analyzing; record its final phase.
         curate_run(rd.path, rd.home, tables=["benchmark_run_fact"])
         conds = [{"type": c["type"], "status": c["status"], "reason": c["reason"]} for c in st["conditions"]]

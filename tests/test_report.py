@@ -66,18 +66,28 @@ def test_report_is_self_contained_with_all_sections(home):
     assert not re.search(r"(src|href)=[\"']?(https?:|//|file:)", text)
     assert "<script" not in text
     imgs = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', text)
-    assert len(imgs) == 5  # two strip plots, forest, latency-throughput, history
+    # Informative figures only: 5 replicates give no interval narrower than their range, so no
+    # strip plots; forest, latency-throughput (3 load points) and history.
+    assert len(imgs) == 3
     assert all(base64.b64decode(i)[:8] == b"\x89PNG\r\n\x1a\n" for i in imgs)
-    figs = sorted(p.name for p in (cand / "figures").iterdir())
-    assert figs == ["cand_comparison_forest.png", "cand_gemm_strip.png", "cand_history_changepoints.png",
-                    "cand_serve_report-latency-throughput.png", "cand_serve_strip.png"]
-    # headline and comparison numbers are the statistics' own
+    figs = sorted(p.name for p in (cand / "figures").iterdir() if p.suffix == ".png")
+    assert figs == ["cand_comparison_forest.png", "cand_history_changepoints.png",
+                    "cand_serve_report-latency-throughput.png"]
+    # The verdict comes first and answers: a suspected regression against base, not confirmed.
+    verdict = text[:text.index("id='headline'")]
+    assert "suspected, not confirmed" in verdict and "base" in verdict
+    # Headline: the change against the baseline, from the comparison's own numbers.
     comp = json.loads((cand / "structured" / "cand_comparison.json").read_text())
     tps = next(m for m in comp["metrics"] if m["name"] == "tokens_per_second")
-    assert tps["verdict"] == "regression" and f"{tps['ratio']:.4g}" in text
-    assert "RegressionDetected" in text and "UnconfirmedRegression" in text
-    assert "p99 per point" in text and "c=8" in text
-    assert "hist-06" in text  # the change point in the history (10 % drop from run 6 on)
+    assert tps["verdict"] == "regression" and f"{(tps['ratio'] - 1) * 100:+.1f} %" in text
+    headline = text[text.index("id='headline'"):text.index("id='details'")]
+    assert "tokens_per_second" in headline and "tflops" in headline
+    # Details collapsed, with what the old report showed.
+    details = text[text.index("id='details'"):]
+    assert details.count("<details>") >= 4
+    assert "RegressionDetected" in details and "UnconfirmedRegression" in details
+    assert "p99 per load point" in details and "c=8" in details
+    assert "hist-06" in details  # the change point in the history (10 % drop from run 6 on)
 
 
 @pytest.mark.slow

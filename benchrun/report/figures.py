@@ -134,9 +134,12 @@ def latency_throughput(serving: "pd.DataFrame", slo: dict[str, float], title: st
 
 
 def history_plot(history: "pd.DataFrame", cps: "pd.DataFrame", title: str, current_run: str | None = None,
-                 max_panels: int = 12) -> bytes:
-    """Per series: replicate medians by run time, the current run highlighted, change points marked."""
-    keys = list(history[["suite", "case", "metric"]].drop_duplicates().itertuples(index=False, name=None))
+                 series: list[tuple[str, str, str]] | None = None, max_panels: int = 12) -> bytes:
+    """Per series: replicate medians by run date, the current run starred, change points marked."""
+    import matplotlib.dates as mdates
+    import pandas as pd
+
+    keys = series or list(history[["suite", "case", "metric"]].drop_duplicates().itertuples(index=False, name=None))
     keys = keys[:max_panels]
     cols = min(3, max(1, len(keys)))
     rows = math.ceil(len(keys) / cols)
@@ -144,16 +147,24 @@ def history_plot(history: "pd.DataFrame", cps: "pd.DataFrame", title: str, curre
     for ax, (suite, case, metric) in zip(axes.flat, keys):
         h = history[(history["suite"] == suite) & (history["case"] == case) & (history["metric"] == metric)]
         h = h.sort_values(["created_utc", "run_id"], kind="stable").reset_index(drop=True)
-        ax.plot(range(len(h)), h["median"], marker=".", color="#2e86c1")
+        when = pd.to_datetime(h["created_utc"], utc=True, errors="coerce").dt.tz_localize(None)
+        ax.plot(when, h["median"], marker=".", color="#2e86c1")
         here = np.nonzero((h["run_id"] == current_run).to_numpy())[0]
         if here.size:
-            ax.plot(here, h["median"].to_numpy()[here], "*", color="#f39c12", ms=12, label="this run")
+            ax.plot(when.iloc[here], h["median"].to_numpy()[here], "*", color="#f39c12", ms=14, label="this run")
         c = cps[(cps["suite"] == suite) & (cps["case"] == case) & (cps["metric"] == metric)] if len(cps) else cps
         for _, cp in c.iterrows():
-            ax.axvline(cp["change_index"] - 0.5, color=VERDICT_COLORS.get(cp["kind"], "black"), ls="--")
-            ax.annotate(f"{cp['magnitude_pct']:+.1f}%", (cp["change_index"], cp["after_mean"]), fontsize=7)
+            i = int(cp["change_index"])
+            if 0 < i < len(when):
+                at = when.iloc[i - 1] + (when.iloc[i] - when.iloc[i - 1]) / 2
+                ax.axvline(at, color=VERDICT_COLORS.get(cp["kind"], "black"), ls="--")
+                ax.annotate(f"{cp['magnitude_pct']:+.1f}%", (when.iloc[i], cp["after_mean"]), fontsize=7)
+        locator = mdates.AutoDateLocator(minticks=2, maxticks=4)
+        ax.xaxis.set_major_locator(locator)
+        ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
         ax.set_title(f"{suite}/{metric}" + (f" [{case}]" if case else ""), fontsize=8)
-        ax.set_xlabel("run (time order)", fontsize=7)
+        unit = h["unit"].iloc[0] if "unit" in h.columns and len(h) else ""
+        ax.set_ylabel(unit, fontsize=7)
         ax.tick_params(labelsize=7)
     for ax in list(axes.flat)[len(keys):]:
         ax.axis("off")

@@ -1,180 +1,379 @@
-"""The run report: one self-contained HTML file (figures embedded as base64 PNG, no network),
-with the headline table and intervals, replicate strip plots, the comparison forest plot,
-serving latency–throughput curves and the history with change points."""
+"""The run report: one self-contained HTML file that leads with the answer.
+
+Top to bottom: the verdict (phase, class granted, regressions, against which baseline), a
+headline per suite (primary metrics, median, interval, change against the baseline), figures
+that show something, then the details collapsed.
+
+Built in two steps so the report is never stale: :func:`render_figures` draws the figures
+(the slow part, matplotlib) and indexes them under ``figures/``; :func:`write_report` writes
+the HTML from the run's *current* status and that index in milliseconds, so ``run_status``
+writes it again once the phase is final. :func:`build_report` does both.
+
+Extension point: a module adds a section by listing ``"package.module:function"`` in
+``EXTRA_SECTIONS``; the function takes a :class:`SectionContext` and returns a
+:class:`ReportSection` (or None when it has nothing to show). Its figures are drawn with the
+others and its HTML is kept in the index.
+"""
 
 from __future__ import annotations
 
 import base64
 import html
+import importlib
 import json
 import logging
 import math
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from benchrun.errors import BenchrunError
 from benchrun.paths import validate_name
-from benchrun.report import figures as F
-from benchrun.stats.analysis import TrialStatistics, read_trial_statistics
-from benchrun.stats.changepoint import change_points, hardware_key, history_table
-from benchrun.stats.load import load_run, serving_rows, slo_lines
-from benchrun.suites.result import atomic_write_bytes, atomic_write_text
+from benchrun.report import content as C
+from benchrun.suites.result import atomic_write_bytes, atomic_write_json, atomic_write_text
 
 log = logging.getLogger(__name__)
 
+# "module:function" of extra sections, in display order (after the built-in figures).
+EXTRA_SECTIONS: list[str] = []
+
+
+@dataclass
+class SectionContext:
+    """What a section function may read: the run, its statistics and its comparison."""
+
+    run: Any  # benchrun.stats.load.RunInfo
+    stats: Any  # benchrun.stats.analysis.TrialStatistics
+    comparison: dict[str, Any] | None
+
+
+@dataclass
+class ReportSection:
+    title: str
+    html: str  # a fragment; escape whatever comes from data
+    figures: list[tuple[str, bytes]] = field(default_factory=list)  # (caption, PNG bytes)
+
+
+# --- formatting ----------------------------------------------------------------------------
 
 def _fmt(v: Any) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "–"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
     if isinstance(v, float):
-        return f"{v:.4g}"
+        return "∞" if math.isinf(v) else f"{v:.4g}"
     return html.escape(str(v))
 
 
 def _table(rows: list[dict[str, Any]], cols: list[tuple[str, str]], cls: str = "") -> str:
+    """A table; a column with one value on every row is said once above it instead."""
+    cols = [(k, label) for k, label in cols if any(k in r for r in rows)]
+    common = []
+    if len(rows) > 1:
+        for k, label in list(cols):
+            values = {_fmt(r.get(k)) for r in rows}
+            if len(values) == 1:
+                common.append(f"{html.escape(label)}: {values.pop()}")
+                cols.remove((k, label))
     head = "".join(f"<th>{html.escape(label)}</th>" for _, label in cols)
     body = "".join("<tr>" + "".join(f"<td>{_fmt(r.get(k))}</td>" for k, _ in cols) + "</tr>" for r in rows)
-    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    note = f"<p class='common'>Every row: {'; '.join(common)}</p>" if common else ""
+    return f'{note}<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def headline_rows(stats: TrialStatistics) -> list[dict[str, Any]]:
-    """The headline table: one row per metric with its median interval and coverage."""
-    out = []
-    for r in stats.summary.to_dict(orient="records"):
-        out.append({
-            "metric": f"{r['suite']}/{r['metric']}" + (f" [{r['case']}]" if r["case"] else ""),
-            "unit": r["unit"], "direction": r["direction"], "n": r["n"], "median": r["median"],
-            "interval": f"[{_fmt(r['median_ci_low'])}, {_fmt(r['median_ci_high'])}]",
-            "coverage": f"{r['median_ci_coverage']:.1%}" if not math.isnan(r["median_ci_coverage"]) else "–",
-            "bca": (f"[{_fmt(r['bca_ci_low'])}, {_fmt(r['bca_ci_high'])}]"
-                    if not math.isnan(r["bca_ci_low"]) else r["bca_ci_note"]),
-            "mean": r["mean"], "cv": f"{r['cv']:.2%}" if not math.isnan(r["cv"]) else "–",
-            "outliers": r["n_outliers"], "notes": "; ".join(x for x in (r["notes"], r["median_ci_note"]) if x),
-        })
-    return out
+def _when(stamp: Any) -> str:
+    """``2026-12-01T00:22:13.76Z`` as ``2026-12-01 00:22:13 UTC``."""
+    if not stamp:
+        return ""
+    text = str(stamp).replace("T", " ").rstrip("Z")
+    return text.split(".")[0] + " UTC"
 
 
-HEADLINE_COLS = [("metric", "metric"), ("unit", "unit"), ("n", "n"), ("median", "median"),
-                 ("interval", "median interval"), ("coverage", "coverage"), ("bca", "BCa (mean)"),
-                 ("mean", "mean"), ("cv", "CV"), ("outliers", "outliers"), ("notes", "notes")]
+def _change(rec: dict[str, Any] | None) -> str:
+    if not rec:
+        return "<span class='muted'>–</span>"
+    ratio = C.pick(rec, "ratio")
+    verdict = str(rec.get("verdict") or "")
+    if ratio is None:
+        return f"<span class='v-{html.escape(verdict)}'>{html.escape(verdict or '–')}</span>"
+    lo, hi = C.pick(rec, "ci_low"), C.pick(rec, "ci_high")
+    interval = f" [{(lo - 1) * 100:+.1f}, {(hi - 1) * 100:+.1f}]" if lo is not None and hi is not None else ""
+    return (f"<span class='v-{html.escape(verdict)}'>{(ratio - 1) * 100:+.1f} %{interval} "
+            f"{html.escape(verdict.replace('_', ' '))}</span>")
 
 
-def build_report(run_dir: str | os.PathLike[str], *, home: Path | None = None,
-                 stats: TrialStatistics | None = None) -> Path:
-    """Write ``reports/<run_id>_report.html`` and the figures under ``figures/``; return the report path."""
+# --- step 1: figures -----------------------------------------------------------------------
+
+def _index_path(run_path: Path) -> Path:
+    return run_path / "figures" / f"{run_path.name}_report_figures.json"
+
+
+def _read_comparison(run_path: Path) -> dict[str, Any] | None:
+    path = run_path / "structured" / f"{run_path.name}_comparison.json"
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BenchrunError(f"{path}: not readable JSON ({exc}); materialize baseline_comparison "
+                            "again (or remove the file) and rebuild the report") from exc
+
+
+def render_figures(run_dir: str | os.PathLike[str], *, home: Path | None = None, stats: Any = None) -> list[dict]:
+    """Draw the figures that show something, save them under ``figures/`` and index them."""
+    from benchrun.report import figures as F
+    from benchrun.stats.analysis import read_trial_statistics
+    from benchrun.stats.changepoint import change_points
+    from benchrun.stats.load import load_run, serving_rows, slo_lines
+
     run = load_run(run_dir)
     rid = run.run_id
-    stats = stats or read_trial_statistics(run.path)  # the asset's file when present, else computed
-    figs: list[tuple[str, str, bytes]] = []  # (section, caption, png)
+    stats = stats if stats is not None else read_trial_statistics(run.path)
+    comparison = _read_comparison(run.path)
+    heads = C.headlines(stats, run.spec, comparison)
+    index: list[dict[str, Any]] = []
 
-    for suite in sorted(stats.summary["suite"].unique()) if not stats.summary.empty else []:
-        png = F.strip_plot(stats.replicates[stats.replicates["suite"] == suite],
-                           stats.summary[stats.summary["suite"] == suite], f"{suite}: replicates")
-        figs.append(("replicates", f"{suite}: one point per replicate; red × = MAD outlier (kept)", png))
-        atomic_write_bytes(run.path / "figures" / f"{rid}_{validate_name(suite, what='suite name')}_strip.png", png)
-
-    comparison = None
-    comp_path = run.path / "structured" / f"{rid}_comparison.json"
-    if comp_path.is_file():
-        try:
-            comparison = json.loads(comp_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise BenchrunError(f"{comp_path}: not readable JSON ({exc}); materialize baseline_comparison "
-                                "again (or remove the file) and rebuild the report") from exc
-        if comparison.get("metrics"):
-            png = F.forest_plot(comparison["metrics"], f"{rid} vs {comparison.get('baseline')}")
-            figs.append(("comparison", "effects with exact HL intervals; grey = ±δ", png))
-            atomic_write_bytes(run.path / "figures" / f"{rid}_comparison_forest.png", png)
+    def save(section: str, caption: str, name: str, png: bytes) -> None:
+        fname = f"{rid}_{name}.png"
+        atomic_write_bytes(run.path / "figures" / fname, png)
+        index.append({"section": section, "caption": caption, "file": fname})
 
     serving = serving_rows(run.path)
-    slo = slo_lines(run.spec)
     if not serving.empty and "offered_load" in serving.columns:
+        slo = slo_lines(run.spec)
         for suite, g in serving.groupby("suite"):
-            png = F.latency_throughput(g, slo, f"{suite}: latency vs throughput per bucket")
-            figs.append(("serving", f"{suite}: p99 latency against throughput, SLO dashed", png))
-            atomic_write_bytes(run.path / "figures" / f"{rid}_{validate_name(str(suite), what='suite name')}"
-                                                        "_report-latency-throughput.png", png)
+            if g["offered_load"].nunique() < 2:
+                continue  # one load point is a dot, not a curve; its numbers are in the headline
+            name = validate_name(str(suite), what="suite name")
+            save("serving", f"{suite}: p99 latency against throughput per load point, SLO dashed",
+                 f"{name}_report-latency-throughput", F.latency_throughput(g, slo, f"{suite}: latency vs throughput"))
 
-    hist_home = home or run.path.parent.parent
-    hist = history_table(hist_home, cadences=None)
-    if not hist.empty and run.status.get("workload_spec_digest"):
-        hist = hist[(hist["workload_spec_digest"] == run.status["workload_spec_digest"])
-                    & (hist["hardware_key"] == hardware_key(run.environment))]
-    cps = change_points(hist) if len(hist) else hist
+    if comparison and comparison.get("metrics"):
+        save("comparison", "change against the baseline with its interval; grey = ±δ no-change band",
+             "comparison_forest", F.forest_plot(comparison["metrics"], f"{rid} vs {comparison.get('baseline')}"))
+
+    hist = C.history_for(run, stats, home or run.path.parent.parent)
+    cp_rows: list[dict[str, Any]] = []
     if len(hist) and hist["run_id"].nunique() >= 2:
-        shown = hist
-        if len(cps):  # series with change points first
-            flagged = set(cps[["suite", "case", "metric"]].itertuples(index=False, name=None))
-            order = sorted(set(hist[["suite", "case", "metric"]].itertuples(index=False, name=None)),
-                           key=lambda k: (k not in flagged, k))
-            shown = hist.set_index(["suite", "case", "metric"]).loc[order[:12]].reset_index()
-        png = F.history_plot(shown, cps, "history of replicate medians (same workload × hardware; ★ this run)",
-                             current_run=rid)
-        figs.append(("history", "dashed lines: significant change points", png))
-        atomic_write_bytes(run.path / "figures" / f"{rid}_history_changepoints.png", png)
+        cps = change_points(hist)
+        cp_rows = json.loads(cps.to_json(orient="records")) if len(cps) else []
+        flagged = set(cps[["suite", "case", "metric"]].itertuples(index=False, name=None)) if len(cps) else set()
+        series = C.history_series(hist, heads, flagged)
+        save("history", f"replicate medians of the headline metrics over {hist['run_id'].nunique()} runs of this "
+             "workload on this hardware; ★ this run, dashed = change point", "history_changepoints",
+             F.history_plot(hist, cps, "history (same workload × hardware)", current_run=rid, series=series))
 
-    def img(section: str) -> str:
-        return "".join(
-            f'<figure><img alt="{html.escape(cap)}" src="data:image/png;base64,'
-            f'{base64.b64encode(png).decode()}"/><figcaption>{html.escape(cap)}</figcaption></figure>'
-            for sec, cap, png in figs if sec == section)
+    # Strip plots only where the interval says more than the replicates' range.
+    informative = {(r.suite, r.case, r.metric) for h in heads for r in h.rows if r.informative}
+    if informative and not stats.summary.empty:
+        for suite in sorted({k[0] for k in informative}):
+            keys = [(c, m) for s, c, m in informative if s == suite]
+            summ = stats.summary[(stats.summary["suite"] == suite)
+                                 & stats.summary[["case", "metric"]].apply(tuple, axis=1).isin(keys)]
+            png = F.strip_plot(stats.replicates[stats.replicates["suite"] == suite], summ, f"{suite}: replicates")
+            save("replicates", f"{suite}: one point per replicate, median and its interval; red × = MAD outlier "
+                 "(kept)", f"{validate_name(suite, what='suite name')}_strip", png)
 
-    st = run.status
-    parts = [
-        f"<h1>Benchmark report: {html.escape(rid)}</h1>",
-        _table([{"k": k, "v": st.get(k)} for k in (
-            "phase", "benchmark_class_granted", "workload_type", "cadence", "variable_under_test",
-            "workload_spec_digest", "spec_digest", "artifact_manifest_digest", "created_utc")],
-            [("k", "field"), ("v", "value")], "meta"),
-        f"<h2>Headline (confidence level {stats.confidence:.0%}, min replicates {stats.min_replicates})</h2>",
-        "<p>One value per replicate (one launch); samples inside a replicate are never counted as "
-        "independent. Median interval: distribution-free order statistics with its exact coverage.</p>",
-        _table(headline_rows(stats), HEADLINE_COLS, "headline"),
-        "<h2>Replicates</h2>", img("replicates") or "<p>No metrics.</p>",
-    ]
-    parts.append("<h2>Comparison with baseline</h2>")
-    if comparison is None:
-        parts.append("<p>No comparison was made for this run (no baseline resolved).</p>")
-    else:
-        parts.append(f"<p>{html.escape(comparison['gate']['message'])}</p>")
-        if comparison.get("metrics"):
-            cond = comparison.get("condition") or {}
-            parts.append(f"<p>RegressionDetected = <b>{_fmt(cond.get('status'))}</b> "
-                         f"({_fmt(cond.get('reason'))}): {_fmt(cond.get('message'))}</p>")
-            parts += [f"<p class='note'>{html.escape(n)}</p>" for n in comparison.get("notes", [])]
-            parts.append(_table(comparison["metrics"], [
-                ("metric", "metric"), ("gating", "gating"), ("baseline_median", "baseline median"),
-                ("candidate_median", "candidate median"), ("ratio", "ratio (↑ better)"), ("ci_low", "CI low"),
-                ("ci_high", "CI high"), ("ci_coverage", "coverage"), ("p_value", "p"), ("p_adjusted", "p adj"),
-                ("correction", "correction"), ("delta_pct", "δ %"), ("verdict", "verdict"),
-                ("confirmation", "confirmation")], "comparison"))
-            parts.append(img("comparison"))
-    parts.append("<h2>Serving: latency vs throughput</h2>")
-    parts.append(img("serving") or "<p>No serving suites in this run.</p>")
+    extra = []
+    for ref in EXTRA_SECTIONS:
+        mod, _, fn = ref.partition(":")
+        section_fn: Callable[[SectionContext], ReportSection | None] = getattr(importlib.import_module(mod), fn)
+        sec = section_fn(SectionContext(run, stats, comparison))
+        if sec is None:
+            continue
+        files = []
+        for i, (caption, png) in enumerate(sec.figures):
+            fname = f"{rid}_{validate_name(fn, what='section function')}_{i}.png"
+            atomic_write_bytes(run.path / "figures" / fname, png)
+            files.append({"caption": caption, "file": fname})
+        extra.append({"title": sec.title, "html": sec.html, "figures": files})
+    atomic_write_json(_index_path(run.path), {"figures": index, "sections": extra, "change_points": cp_rows})
+    return index
+
+
+# --- step 2: the HTML ----------------------------------------------------------------------
+
+def _img(run_path: Path, fig: dict[str, Any]) -> str:
+    path = run_path / "figures" / validate_name(Path(fig["file"]).name, what="figure file")
+    try:
+        data = base64.b64encode(path.read_bytes()).decode()
+    except FileNotFoundError:
+        return f"<p class='muted'>figure {html.escape(fig['file'])} is missing; run `benchrun report` again</p>"
+    cap = html.escape(fig["caption"])
+    return f'<figure><img alt="{cap}" src="data:image/png;base64,{data}"/><figcaption>{cap}</figcaption></figure>'
+
+
+def _verdict_html(v: C.Verdict, st: dict[str, Any]) -> str:
+    cls = {"Succeeded": "ok", "Failed": "bad", "Rejected": "bad"}.get(v.phase, "warn")
+    granted = v.class_granted or "–"
+    if v.class_requested and v.class_requested != v.class_granted:
+        granted += f" (requested {v.class_requested})"
+    rows = [("phase", f"<span class='badge {cls}'>{html.escape(v.phase)}</span> outcome {_fmt(v.outcome)}"),
+            ("class granted", html.escape(granted)),
+            ("regressions", f"<span class='badge {v.regression_level}'>{html.escape(v.regressions)}</span>"),
+            ("baseline", html.escape(v.baseline or "none")),
+            ("replicates", html.escape(v.replicates)),
+            ("finished", html.escape(_when(st.get("finished_utc")) or "not yet"))]
+    dl = "".join(f"<dt>{k}</dt><dd>{val}</dd>" for k, val in rows)
+    probs = "".join(f"<li>{html.escape(p)}</li>" for p in v.problems)
+    return (f"<section id='verdict' class='verdict {cls}'><h1>{html.escape(st.get('run_id') or '')}</h1>"
+            f"<dl>{dl}</dl><p>{html.escape(v.against)}</p>" + (f"<ul class='problems'>{probs}</ul>" if probs else "")
+            + "</section>")
+
+
+def _headline_html(heads: list[C.SuiteHeadline], stats: Any, compared: bool) -> str:
+    parts = [f"<section id='headline'><h2>Headline</h2><p class='muted'>Median over replicates (one value per "
+             f"launch) with its distribution-free {stats.confidence:.0%} interval"
+             + ("; change = candidate against baseline in %, positive is better, with its interval.</p>"
+                if compared else ".</p>")]
+    any_range = False
+    for h in heads:
+        rows = []
+        for r in h.rows:
+            interval = "–"
+            if r.low is not None and r.high is not None:
+                interval = f"[{_fmt(r.low)}, {_fmt(r.high)}]"
+                if not r.informative:
+                    interval = f"<span class='muted'>{interval}†</span>"
+                    any_range = True
+                elif r.coverage is not None:
+                    interval += f" <span class='muted'>{r.coverage:.0%}</span>"
+            rows.append(f"<tr><td>{html.escape(r.metric)}</td><td>{html.escape(r.case)}</td>"
+                        f"<td class='num'><b>{_fmt(r.median)}</b> {html.escape(r.unit)}</td><td class='num'>{interval}"
+                        f"</td><td class='num'>{r.n}</td>" + (f"<td>{_change(r.change)}</td>" if compared else "")
+                        + "</tr>")
+        parts.append(f"<h3>{html.escape(h.suite)}</h3><table class='headline'><thead><tr><th>metric</th><th>case</th>"
+                     "<th>median</th><th>interval</th><th>n</th>"
+                     + ("<th>change vs baseline</th>" if compared else "") + "</tr></thead>"
+                     f"<tbody>{''.join(rows)}</tbody></table>")
+    if any_range:
+        parts.append("<p class='muted'>† with this few replicates the interval is the replicates' whole range; "
+                     "raise trials.minReplicates for a tighter one.</p>")
+    if not heads:
+        parts.append("<p>No metrics were recorded.</p>")
+    return "".join(parts) + "</section>"
+
+
+def _details_html(run: Any, stats: Any, comparison: dict[str, Any] | None, cps: list[dict[str, Any]]) -> str:
+    def block(title: str, body: str) -> str:
+        return f"<details><summary>{html.escape(title)}</summary>{body}</details>"
+
+    parts = ["<section id='details'><h2>Details</h2>"]
+    if not stats.summary.empty:
+        recs = []
+        for r in stats.summary.to_dict(orient="records"):
+            lo, hi, cov = C.interval_of(r)
+            recs.append({**r, "interval": f"[{_fmt(lo)}, {_fmt(hi)}]", "coverage": cov,
+                         "notes": "; ".join(str(x) for x in (r.get("notes"), r.get("median_ci_note")) if x)})
+        parts.append(block(f"All metrics ({len(recs)})", _table(recs, [
+            ("suite", "suite"), ("case", "case"), ("metric", "metric"), ("unit", "unit"), ("n", "n"),
+            ("median", "median"), ("interval", "median interval"), ("coverage", "coverage"), ("mean", "mean"),
+            ("cv", "CV"), ("bca_ci_note", "BCa"), ("n_outliers", "outliers"), ("notes", "notes")], "all")))
+    if comparison and comparison.get("metrics"):
+        cond = comparison.get("condition") or {}
+        notes = (f"<p>RegressionDetected = <b>{_fmt(cond.get('status'))}</b> ({_fmt(cond.get('reason'))}): "
+                 f"{_fmt(cond.get('message'))}</p>"
+                 + "".join(f"<p class='note'>{html.escape(str(n))}</p>" for n in comparison.get("notes", [])))
+        parts.append(block(f"Comparison with {comparison.get('baseline')} ({len(comparison['metrics'])} metrics)",
+                           notes + _table(comparison["metrics"], [
+                               ("metric", "metric"), ("gating", "gating"), ("baseline_median", "baseline"),
+                               ("candidate_median", "candidate"), ("ratio", "ratio (↑ better)"), ("ci_low", "CI low"),
+                               ("ci_high", "CI high"), ("p_value", "p"), ("p_adjusted", "p adj"),
+                               ("correction", "correction"), ("delta_pct", "δ %"), ("verdict", "verdict"),
+                               ("confirmation", "confirmation"), ("note", "note")], "comparison")))
+    elif comparison:
+        parts.append(block("Comparison", f"<p>{html.escape((comparison.get('gate') or {}).get('message', ''))}</p>"))
     if not stats.tails.empty:
-        parts.append("<h3>p99 per point with order-statistic intervals</h3>")
-        parts.append(_table(stats.tails.to_dict(orient="records"), [
-            ("suite", "suite"), ("replicate", "r"), ("point", "point"), ("bucket", "bucket"),
-            ("quantity", "quantity"), ("n_requests", "requests"), ("value", "p99"), ("ci_low", "CI low"),
-            ("ci_high", "CI high"), ("coverage", "coverage"), ("n_required", "needed"),
-            ("trustworthy", "enough")], "tails"))
-    parts.append("<h2>History and change points</h2>")
-    parts.append(img("history") or "<p>Fewer than two runs of this workload on this hardware: no history yet.</p>")
-    if len(cps):
-        parts.append(_table(cps.to_dict(orient="records"), [
+        parts.append(block(f"p99 per load point ({len(stats.tails)} rows)", _table(stats.tails.to_dict(orient="records"), [
+            ("suite", "suite"), ("replicate", "r"), ("point", "point"), ("bucket", "bucket"), ("quantity", "quantity"),
+            ("n_requests", "requests"), ("value", "p99"), ("ci_low", "CI low"), ("ci_high", "CI high"),
+            ("coverage", "coverage"), ("n_required", "requests needed"), ("trustworthy", "enough"),
+            ("note", "note")], "tails")))
+    if cps:
+        parts.append(block(f"Change points in the history ({len(cps)})", _table(cps, [
             ("suite", "suite"), ("metric", "metric"), ("case", "case"), ("run_id", "first run after"),
-            ("before_mean", "before"), ("after_mean", "after"), ("magnitude_pct", "Δ %"),
-            ("p_adjusted", "p adj"), ("kind", "kind")], "cps"))
-    style = ("body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;"
-             "font-size:12px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}"
-             "td:first-child,th:first-child{text-align:left}img{max-width:100%}.note{color:#a04000}"
-             "figure{margin:1em 0}figcaption{font-size:11px;color:#555}")
-    doc = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(rid)} report</title>"
-           f"<style>{style}</style></head><body>{''.join(parts)}</body></html>")
+            ("change_utc", "date"), ("before_mean", "before"), ("after_mean", "after"), ("magnitude_pct", "Δ %"),
+            ("p_adjusted", "p adj"), ("kind", "kind")], "cps")))
+    st = run.status
+    parts.append(block("Conditions", _table(st.get("conditions") or [], [
+        ("type", "type"), ("status", "status"), ("reason", "reason"), ("message", "message"),
+        ("lastTransitionTime", "time")], "conditions")))
+    parts.append(block("Run and lineage", _table([{"k": k, "v": st.get(k)} for k in (
+        "workload_type", "cadence", "variable_under_test", "selected_scheduler_path", "workload_spec_digest",
+        "spec_digest", "artifact_manifest_digest", "created_utc", "started_utc", "finished_utc", "run_directory")],
+        [("k", "field"), ("v", "value")], "meta")))
+    return "".join(parts) + "</section>"
+
+
+STYLE = (
+    "body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1100px;padding:0 1em;color:#222}"
+    "h1{font-size:1.3em;margin:0 0 .4em}h2{margin-top:1.6em;border-bottom:1px solid #ddd}h3{margin:1em 0 .2em}"
+    ".verdict{border:2px solid #999;border-left-width:10px;border-radius:6px;padding:.8em 1.2em}"
+    ".verdict.ok{border-color:#1e8449}.verdict.bad{border-color:#c0392b}.verdict.warn{border-color:#d68910}"
+    ".verdict dl{display:grid;grid-template-columns:max-content auto;gap:.25em 1em;margin:.4em 0}"
+    ".verdict dt{color:#555}.verdict dd{margin:0}"
+    ".badge{padding:1px 8px;border-radius:4px;font-weight:bold;background:#eee}"
+    ".badge.ok{background:#d4efdf;color:#145a32}.badge.bad{background:#f5b7b1;color:#78281f}"
+    ".badge.warn{background:#fdebd0;color:#7e5109}.badge.none{background:#eaecee;color:#333}"
+    "table{border-collapse:collapse;font-size:13px;margin:.4em 0 1em}td,th{border:1px solid #ddd;padding:3px 8px;"
+    "text-align:left}td.num{text-align:right;font-variant-numeric:tabular-nums}th{background:#f4f6f7}"
+    ".muted{color:#777}.common{font-size:12px;color:#555}.note{color:#a04000}"
+    ".v-regression{color:#c0392b;font-weight:bold}.v-improvement{color:#1e8449}.v-no_change{color:#2e86c1}"
+    ".v-inconclusive{color:#7f8c8d}img{max-width:100%}figure{margin:1em 0}figcaption{font-size:12px;color:#555}"
+    "details{margin:.4em 0}summary{cursor:pointer;font-weight:bold}"
+)
+
+
+def write_report(run_dir: str | os.PathLike[str], *, stats: Any = None) -> Path:
+    """Write ``reports/<run_id>_report.html`` from the run's current status and the figure index."""
+    from benchrun.stats.analysis import read_trial_statistics
+    from benchrun.stats.load import load_run
+
+    run = load_run(run_dir)
+    rid = run.run_id
+    stats = stats if stats is not None else read_trial_statistics(run.path)
+    comparison = _read_comparison(run.path)
+    try:
+        index = json.loads(_index_path(run.path).read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        index = {"figures": [], "sections": []}
+    heads = C.headlines(stats, run.spec, comparison)
+    figs = index.get("figures") or []
+
+    def imgs(section: str) -> str:
+        return "".join(_img(run.path, f) for f in figs if f["section"] == section)
+
+    parts = [_verdict_html(C.verdict(run, comparison), run.status), _headline_html(heads, stats, bool(comparison and comparison.get("metrics")))]
+    titles = {"serving": "Serving: latency against throughput", "comparison": "Change against the baseline",
+              "history": "History", "replicates": "Replicates"}
+    for section, title in titles.items():
+        body = imgs(section)
+        if body:
+            parts.append(f"<section id='fig-{section}'><h2>{title}</h2>{body}</section>")
+    for sec in index.get("sections") or []:
+        parts.append(f"<section><h2>{html.escape(sec['title'])}</h2>{sec['html']}"
+                     + "".join(_img(run.path, f) for f in sec.get("figures") or []) + "</section>")
+    if not any(f["section"] == "history" for f in figs):
+        parts.append("<p class='muted'>History: this is the first finished run of this workload on this hardware.</p>")
+    parts.append(_details_html(run, stats, comparison, index.get("change_points") or []))
+    doc = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(rid)}: "
+           f"{html.escape(str(run.status.get('phase')))}</title><style>{STYLE}</style></head>"
+           f"<body>{''.join(parts)}</body></html>")
     out = atomic_write_text(run.path / "reports" / f"{rid}_report.html", doc)
     log.info("report written to %s (%d figures)", out, len(figs))
     return out
 
 
-__all__ = ["build_report", "headline_rows", "HEADLINE_COLS"]
+def build_report(run_dir: str | os.PathLike[str], *, home: Path | None = None, stats: Any = None) -> Path:
+    """Draw the figures and write the report; return the report's path."""
+    if stats is None:
+        from benchrun.stats.analysis import read_trial_statistics
+
+        stats = read_trial_statistics(run_dir)
+    render_figures(run_dir, home=home, stats=stats)
+    return write_report(run_dir, stats=stats)
+
+
+__all__ = ["build_report", "render_figures", "write_report", "EXTRA_SECTIONS", "ReportSection", "SectionContext"]

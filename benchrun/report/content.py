@@ -1,0 +1,228 @@
+"""What the report says, as plain data: the verdict, the headline per suite, the history to plot.
+
+No matplotlib and no HTML here. Field names of the statistics (owned by benchrun.stats, which
+changes) are read through the small adapters at the top, so a renamed column costs one line.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from benchrun.stats.analysis import TrialStatistics
+    from benchrun.stats.load import RunInfo
+
+
+# --- adapters over the statistics' fields ---------------------------------------------------
+
+def pick(row: dict[str, Any], *names: str, default: Any = None) -> Any:
+    """The first of ``names`` present in ``row`` with a real value (NaN and None are absent)."""
+    for n in names:
+        v = row.get(n)
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            continue
+        return v
+    return default
+
+
+def interval_of(row: dict[str, Any]) -> tuple[float | None, float | None, float | None]:
+    """(low, high, coverage) of a summary row's median interval."""
+    return (pick(row, "median_ci_low", "ci_low"), pick(row, "median_ci_high", "ci_high"),
+            pick(row, "median_ci_coverage", "ci_coverage", "coverage"))
+
+
+def comparison_key(rec: dict[str, Any]) -> tuple[str, str, str]:
+    """(suite, case, metric name) of one comparison record."""
+    return (str(pick(rec, "suite", default="")), str(pick(rec, "case", default="")),
+            str(pick(rec, "name", "metric_name", default=rec.get("metric", ""))))
+
+
+def is_gating(rec: dict[str, Any]) -> bool:
+    return bool(pick(rec, "gating", "is_gating", default=False))
+
+
+# --- headline metrics ----------------------------------------------------------------------
+
+# What a performance engineer reads first from the built-in suites that the spec's primary
+# metrics (serving and training outcomes) do not cover. A suite not listed shows its first
+# two metrics.
+SUITE_HEADLINE: dict[str, tuple[str, ...]] = {
+    "gemm": ("tflops",),
+    "membw": ("bandwidth_median_gb_per_s",),
+    "fio": ("bandwidth_mib_per_s", "p99_clat_ms"),
+    "allreduce": ("busbw_gb_per_s", "p50_latency_us"),
+    "dataloader": ("samples_per_s", "p99_batch_latency_ms"),
+    "job_startup": ("launch_to_first_measurement_p50_s",),
+}
+
+
+def primary_metrics(spec: dict[str, Any]) -> list[str]:
+    """The spec's primary metrics in the order written (enabled families)."""
+    out: list[str] = []
+    for fam in ((spec.get("spec") or {}).get("metrics") or {}).values():
+        if isinstance(fam, dict) and fam.get("enabled"):
+            out += [str(m) for m in fam.get("primary") or [] if str(m) not in out]
+    return out
+
+
+def headline_names(suite: str, metrics: list[str], primary: list[str]) -> list[str]:
+    """The metrics of ``suite`` that lead its headline: primaries it reports, else its known
+    headline metrics, else its first two."""
+    names = [m for m in primary if m in metrics]
+    if names:
+        return names
+    names = [m for m in SUITE_HEADLINE.get(suite, ()) if m in metrics]
+    return names or metrics[:2]
+
+
+def suite_order(spec: dict[str, Any], suites: list[str], with_primary: set[str]) -> list[str]:
+    """Suites that report primary metrics first, the end-to-end layer before the component
+    layer (the customer's outcome leads), then the rest in the order the spec runs them."""
+    layers = ((spec.get("spec") or {}).get("layers")) or []
+    pos: dict[str, tuple[int, int]] = {}
+    for li, layer in enumerate(layers):
+        for si, s in enumerate(layer.get("suites") or []):
+            pos.setdefault(str(s.get("name")), (li, si))
+    uniq = list(dict.fromkeys(suites))
+    return sorted(uniq, key=lambda s: (s not in with_primary, -pos.get(s, (0, 0))[0] if s in with_primary else
+                                       pos.get(s, (99, 0))[0], pos.get(s, (99, 0))[1], uniq.index(s)))
+
+
+@dataclass
+class HeadlineRow:
+    suite: str
+    case: str
+    metric: str
+    unit: str
+    direction: str
+    n: int
+    median: float
+    low: float | None
+    high: float | None
+    coverage: float | None
+    min_value: float = math.nan
+    max_value: float = math.nan
+    change: dict[str, Any] | None = None  # the comparison record, when compared
+
+    @property
+    def informative(self) -> bool:
+        """False when the interval is just the replicates' range (too few replicates to say more)."""
+        return self.low is not None and self.high is not None and self.n > 0 and not (
+            self.low <= self.min_value and self.high >= self.max_value)
+
+
+@dataclass
+class SuiteHeadline:
+    suite: str
+    rows: list[HeadlineRow] = field(default_factory=list)
+
+
+def headlines(stats: "TrialStatistics", spec: dict[str, Any],
+              comparison: dict[str, Any] | None) -> list[SuiteHeadline]:
+    """One headline per suite, in run order, with the change against the baseline when compared."""
+    if stats.summary.empty:
+        return []
+    primary = primary_metrics(spec)
+    changes = {comparison_key(r): r for r in (comparison or {}).get("metrics") or []}
+    out: list[SuiteHeadline] = []
+    rows = stats.summary.to_dict(orient="records")
+    for suite in suite_order(spec, [r["suite"] for r in rows], {r["suite"] for r in rows if r["metric"] in primary}):
+        mine = [r for r in rows if r["suite"] == suite]
+        names = headline_names(suite, list(dict.fromkeys(r["metric"] for r in mine)), primary)
+        sh = SuiteHeadline(suite)
+        for name in names:
+            for r in (r for r in mine if r["metric"] == name):
+                lo, hi, cov = interval_of(r)
+                sh.rows.append(HeadlineRow(
+                    suite, str(r.get("case") or ""), name, str(r.get("unit") or ""), str(r.get("direction") or ""),
+                    int(r.get("n") or 0), float(r["median"]), lo, hi, cov,
+                    float(pick(r, "min", default=math.nan)), float(pick(r, "max", default=math.nan)),
+                    changes.get((suite, str(r.get("case") or ""), name))))
+        out.append(sh)
+    return out
+
+
+# --- the verdict ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Verdict:
+    phase: str
+    outcome: str | None
+    class_requested: str | None
+    class_granted: str | None
+    regressions: str  # "none", "2 confirmed", "1 suspected, not confirmed", "not compared"
+    regression_level: str  # ok | bad | warn | none (for the colour)
+    baseline: str | None
+    against: str  # one sentence on what was compared
+    replicates: str  # "48 launches: 48 ok, 0 failed"
+    problems: list[str]
+
+
+def verdict(run: "RunInfo", comparison: dict[str, Any] | None) -> Verdict:
+    st = run.status
+    layers = st.get("layers") or {}
+    ok = sum(int(v.get("ok", 0)) for v in layers.values())
+    failed = sum(int(v.get("failed", 0)) for v in layers.values())
+    launches = sum(int(v.get("launches", 0)) for v in layers.values())
+    if comparison is None:
+        regressions, level, baseline = "not compared", "none", None
+        against = "No baseline was resolved for this run; `benchrun promote RUN_ID --alias NAME` publishes one."
+    elif not (comparison.get("gate") or {}).get("passed", True):
+        regressions, level, baseline = "not compared", "warn", comparison.get("baseline")
+        against = f"Refused by the one-variable gate: {(comparison.get('gate') or {}).get('message', '')}"
+    else:
+        baseline = comparison.get("baseline")
+        cond = comparison.get("condition") or {}
+        bad = [m for m in comparison.get("metrics") or [] if is_gating(m) and m.get("verdict") == "regression"]
+        if cond.get("status") == "True":
+            regressions, level = f"{len(bad)} confirmed", "bad"
+        elif bad:
+            regressions, level = f"{len(bad)} suspected, not confirmed", "warn"
+        else:
+            regressions, level = "none", "ok"
+        against = (f"Against baseline {baseline} ({(comparison.get('gate') or {}).get('message', '')}); "
+                   f"{sum(1 for m in comparison.get('metrics') or [] if is_gating(m))} gating metrics.")
+    problems = [f"{c['type']}: {c.get('message', '')}" for c in st.get("conditions") or []
+                if c.get("status") == "False" and c.get("type") != "RegressionDetected"]
+    return Verdict(str(st.get("phase") or "unknown"), st.get("outcome"), st.get("benchmark_class_requested"),
+                   st.get("benchmark_class_granted"), regressions, level, baseline, against,
+                   f"{launches} launches: {ok} ok, {failed} failed", problems)
+
+
+# --- history -------------------------------------------------------------------------------
+
+def history_for(run: "RunInfo", stats: "TrialStatistics", home: Any) -> "pd.DataFrame":
+    """Replicate medians of earlier runs of this workload on this hardware, plus this run.
+
+    The run under report is always in its own history (its status may still say Analyzing
+    when the figures are drawn, and the history table keeps only finished runs)."""
+    import pandas as pd
+
+    from benchrun.stats.changepoint import hardware_key, history_table
+
+    hist = history_table(home, cadences=None)
+    hk = hardware_key(run.environment)
+    wd = run.status.get("workload_spec_digest")
+    if not hist.empty:
+        hist = hist[(hist["workload_spec_digest"] == wd) & (hist["hardware_key"] == hk)]
+        hist = hist[hist["run_id"] != run.run_id]
+    if not stats.summary.empty:
+        mine = stats.summary[["suite", "case", "metric", "direction", "median", "n"]].copy()
+        mine["run_id"], mine["created_utc"] = run.run_id, run.status.get("created_utc") or ""
+        mine["workload_spec_digest"], mine["hardware_key"] = wd, hk
+        mine["artifact_manifest_digest"] = run.status.get("artifact_manifest_digest")
+        hist = pd.concat([hist, mine[hist.columns] if len(hist.columns) else mine], ignore_index=True)
+    return hist.sort_values(["created_utc", "run_id"], kind="stable").reset_index(drop=True)
+
+
+def history_series(hist: "pd.DataFrame", heads: list[SuiteHeadline], flagged: set[tuple[str, str, str]],
+                   limit: int = 12) -> list[tuple[str, str, str]]:
+    """Which series to plot: those with change points first, then the headline metrics."""
+    present = set(hist[["suite", "case", "metric"]].itertuples(index=False, name=None)) if len(hist) else set()
+    order = [k for k in sorted(flagged) if k in present]
+    order += [k for h in heads for k in ((r.suite, r.case, r.metric) for r in h.rows) if k in present and k not in order]
+    return order[:limit]

@@ -1,0 +1,78 @@
+"""What the report says (benchrun.report.content) and its HTML helpers, without figures."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from benchrun.report import content as C
+from benchrun.report.html import _table
+from benchrun.stats.analysis import TrialStatistics
+from benchrun.stats.load import RunInfo
+
+SPEC = {"spec": {"metrics": {"inference": {"enabled": True, "primary": ["ttft_ms", "tokens_per_second"]},
+                             "training": {"enabled": False, "primary": ["mfu_pct"]}},
+                 "layers": [{"name": "micro", "suites": [{"name": "gemm"}, {"name": "fio"}]},
+                            {"name": "component", "suites": [{"name": "serving_sweep"}]},
+                            {"name": "end_to_end", "suites": [{"name": "serving_workflow"}]}]}}
+
+
+def _row(suite, metric, case="", median=10.0, lo=9.0, hi=11.0, mn=8.0, mx=12.0, n=6):
+    return {"suite": suite, "case": case, "metric": metric, "unit": "u", "direction": "higher", "n": n,
+            "median": median, "median_ci_low": lo, "median_ci_high": hi, "median_ci_coverage": 0.95,
+            "min": mn, "max": mx}
+
+
+def _stats(rows):
+    return TrialStatistics("r", 0.95, 3, pd.DataFrame(), pd.DataFrame(rows), pd.DataFrame())
+
+
+def test_headlines_lead_with_primary_metrics_end_to_end_first_and_mark_uninformative_intervals():
+    stats = _stats([_row("fio", "iops"), _row("fio", "bandwidth_mib_per_s"), _row("gemm", "tflops"),
+                    _row("serving_sweep", "ttft_ms", "c=1", lo=8.0, hi=12.0), _row("serving_sweep", "p50_latency_ms"),
+                    _row("serving_workflow", "tokens_per_second", "c=4"), _row("odd", "a"), _row("odd", "b"),
+                    _row("odd", "c")])
+    comparison = {"metrics": [{"suite": "serving_workflow", "case": "c=4", "name": "tokens_per_second",
+                               "metric": "serving_workflow/tokens_per_second[c=4]", "ratio": 0.9, "verdict": "regression",
+                               "gating": True}]}
+    heads = C.headlines(stats, SPEC, comparison)
+    assert [h.suite for h in heads] == ["serving_workflow", "serving_sweep", "gemm", "fio", "odd"]
+    assert [(r.metric, r.case) for r in heads[1].rows] == [("ttft_ms", "c=1")]  # primaries only
+    assert [r.metric for r in heads[3].rows] == ["bandwidth_mib_per_s"]  # the suite's known headline
+    assert [r.metric for r in heads[4].rows] == ["a", "b"]  # unknown suite: its first two
+    assert heads[0].rows[0].change["ratio"] == 0.9
+    assert heads[2].rows[0].informative  # [9, 11] inside the range [8, 12]
+    assert not heads[1].rows[0].informative  # the interval is the whole range: says nothing more
+
+
+def test_verdict_says_regressions_and_baseline():
+    run = RunInfo("r", Path("."), {"phase": "Succeeded", "outcome": "succeeded", "benchmark_class_requested":
+                                   "publication_grade", "benchmark_class_granted": "realism_grade",
+                                   "layers": {"micro": {"ok": 5, "failed": 1, "launches": 6}},
+                                   "conditions": [{"type": "PublicationGuaranteesMet", "status": "False",
+                                                   "message": "downgraded"}]}, {}, {})
+    v = C.verdict(run, None)
+    assert (v.phase, v.regressions, v.baseline) == ("Succeeded", "not compared", None)
+    assert v.replicates == "6 launches: 5 ok, 1 failed" and v.problems == ["PublicationGuaranteesMet: downgraded"]
+    comp = {"baseline": "b", "gate": {"passed": True, "message": "only runtime_version differs"},
+            "condition": {"status": "True"}, "metrics": [{"gating": True, "verdict": "regression"},
+                                                          {"gating": False, "verdict": "regression"}]}
+    v = C.verdict(run, comp)
+    assert (v.regressions, v.regression_level, v.baseline) == ("1 confirmed", "bad", "b")
+    comp["condition"] = {"status": "False"}
+    comp["metrics"][0]["verdict"] = "no_change"
+    assert C.verdict(run, comp).regressions == "none"
+
+
+def test_a_column_with_one_value_on_every_row_is_said_once():
+    html = _table([{"a": 1, "note": "BCa needs ≥ 10 replicates"}, {"a": 2, "note": "BCa needs ≥ 10 replicates"}],
+                  [("a", "A"), ("note", "BCa")])
+    assert html.count("BCa needs") == 1 and "Every row: BCa: BCa needs" in html
+    assert "<th>BCa</th>" not in html and html.count("<tr>") == 3
+
+
+def test_pick_skips_nan_and_reads_renamed_fields():
+    assert C.pick({"ci_low": math.nan, "low": 2.0}, "ci_low", "low") == 2.0
+    assert C.interval_of({"ci_low": 1.0, "ci_high": 3.0, "coverage": 0.9}) == (1.0, 3.0, 0.9)
