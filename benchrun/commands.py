@@ -72,14 +72,20 @@ def _print_spec_errors(console: Any, exc: Exception) -> None:
 
 
 def _failure_reason(result: Any) -> str:
-    """The innermost error of the first failed step, as one line."""
+    """The first failed step's own error, as one line: benchrun's message where benchrun raised
+    one (not the library exception it wraps), else the outermost error below Dagster's wrappers."""
     failure = next((e for e in result.all_events if e.is_step_failure), None)
     if failure is None:
         return "the Dagster run failed"
+    chain = []
     err = failure.step_failure_data.error
-    while err.cause is not None:
+    while err is not None:
+        chain.append(err)
         err = err.cause
-    return f"step {failure.step_key}: {err.message.strip()}"
+    ours = [e for e in chain if e.cls_name in ("BenchrunError", "SpecInvalid")]
+    user = [e for e in chain if not e.cls_name.startswith("Dagster")]
+    chosen = (ours or user or chain)[0]
+    return f"step {failure.step_key}: {chosen.message.strip()}"
 
 
 def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Optional[Path] = HomeOpt) -> None:
@@ -123,6 +129,20 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
     raise typer.Exit(exit_code_for(st))
 
 
+def _settle_failed(rd: Any, reason: str) -> None:
+    """Mark the run Failed; when even that cannot be written (a full disk), say so and leave it
+    to the next CLI start, which finds the process gone and marks it then."""
+    import sys
+
+    from benchrun.rundir import mark_run_failed
+
+    try:
+        mark_run_failed(rd.home, rd.run_id, reason)
+    except OSError as exc:
+        print(f"error: run {rd.run_id}: cannot record phase Failed ({exc.strerror or exc}); "
+              "the next benchrun command marks it Failed", file=sys.stderr)
+
+
 def submit(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Optional[Path] = HomeOpt) -> None:
     """Validate, pin and register a run (materialize it from the UI); print its run_id."""
     from benchrun import submit as sub
@@ -142,10 +162,20 @@ def runs(home: Optional[Path] = HomeOpt, as_json: bool = typer.Option(False, "--
 
     from benchrun.rundir import list_runs
 
+    import sys
+
+    from benchrun.liveness import reap_dead_runs
+
     _use_home(home)
+    reap_dead_runs()  # a run whose process died is shown Failed, not Running for ever
     rows = []
     for rd in list_runs():
-        st = rd.read_status()
+        try:
+            st = rd.read_status()
+        except BenchrunError as exc:
+            # One damaged status.json affects only its own row; the message names the file.
+            print(f"warning: {exc}", file=sys.stderr)
+            st = {"run_id": rd.run_id, "phase": "Unknown", "outcome": f"status.json unreadable: {rd.status_path}"}
         rows.append({k: st.get(k) for k in ("run_id", "name", "phase", "outcome", "cadence", "created_utc",
                                             "finished_utc")})
     if as_json:

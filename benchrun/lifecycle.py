@@ -67,6 +67,12 @@ def admit(rd: RunDir, loaded: Any, *, dagster_run_id: str | None = None) -> dict
                       [inv.to_json() for p in plans.values() for inv in p.invocations])
     write_environment(rd.path, rd.run_id)
     Progress(rd).begin_run(list(plans.values()))
+    # A retried run starts clean: conditions of the failed attempt no longer hold.
+    rd.remove_conditions("Failed", "Complete")
+    rd.update_status(message=None)
+    from benchrun.liveness import start_heartbeat
+
+    start_heartbeat(rd.home, rd.run_id, dagster_run_id=dagster_run_id)
     rd.update_status(benchmark_class_granted=granted, selected_scheduler_path=LOCAL_SCHEDULER_PATH,
                      dagster_run_id=dagster_run_id)
     rd.set_condition("Admitted", True, "LocalLauncher", "admitted to run on this machine")
@@ -113,7 +119,17 @@ def record_evidence(rd: RunDir, loaded: Any, open_store_for: Callable[[str, int 
         store = open_store(sinks.raw_artifacts.path_template, rd.home, retention_days=days)
     else:
         store = open_store_for(sinks.raw_artifacts.path_template, days)
-    stored = store.put_run_dir(rd.path, rd.run_id, exclude=MUTABLE_FILES)
+    try:
+        stored = store.put_run_dir(rd.path, rd.run_id, exclude=MUTABLE_FILES)
+    except BenchrunError:
+        raise
+    except Exception as exc:
+        from benchrun.storage_errors import storage_error
+
+        mapped = storage_error(exc, f"storing the evidence of run {rd.run_id} in the artifact store")
+        if mapped is None:
+            raise
+        raise mapped from exc
     rd.update_status(artifact_manifest_digest=stored.digest)
     return {"manifest": manifest, "stored": stored, "outcome": outcome, "issues": issues}
 
@@ -124,7 +140,15 @@ def finalize(rd: RunDir) -> dict[str, Any]:
     outcome = st.get("outcome") or settle_layers(rd)[0]
     rd.set_condition("Complete", outcome == "succeeded", outcome.capitalize(),
                      "; ".join(st.get("issues") or []) or "every replicate succeeded")
-    return rd.set_phase("Failed" if outcome == "failed" else "Succeeded")
+    if outcome != "failed":
+        # A retried step succeeded: the failure recorded by the earlier attempt no longer holds.
+        rd.remove_conditions("Failed")
+        rd.update_status(message=None)
+    final = rd.set_phase("Failed" if outcome == "failed" else "Succeeded")
+    from benchrun.liveness import stop_heartbeat
+
+    stop_heartbeat(rd.home, rd.run_id)
+    return final
 
 
 def exit_code_for(status: dict[str, Any]) -> int:

@@ -155,6 +155,15 @@ class RunDir:
         self.write_status(st)
         return st
 
+    def remove_conditions(self, *types: str) -> dict[str, Any]:
+        """Drop conditions that no longer hold (e.g. ``Failed`` when a run is retried)."""
+        st = self.read_status()
+        kept = [c for c in st.get("conditions", []) if c.get("type") not in types]
+        if len(kept) != len(st.get("conditions", [])):
+            st["conditions"] = kept
+            self.write_status(st)
+        return st
+
     # -- progress ---------------------------------------------------------------
     @property
     def progress_path(self) -> Path:
@@ -225,7 +234,14 @@ def list_runs(home: Path | str | None = None) -> list[RunDir]:
             continue
         if rd.exists():
             out.append(rd)
-    return sorted(out, key=lambda r: r.read_status().get("created_utc", ""))
+    def created(rd: RunDir) -> str:
+        # A damaged status.json affects only its own run: it sorts first, the others still list.
+        try:
+            return str(rd.read_status().get("created_utc") or "")
+        except BenchrunError:
+            return ""
+
+    return sorted(out, key=created)
 
 
 def mark_run_failed(home: Path | str | None, run_id: str, reason: str) -> bool:

@@ -39,12 +39,31 @@ class Prepared:
     source: str
 
 
-def mint_run_id(name: str, now: dt.datetime, spec_digest: str) -> str:
-    """``<name>-<utc yyyymmddhhmmss>-<digest8>``, a DNS-1123 label of at most 63 chars."""
+def mint_run_id(name: str, now: dt.datetime, spec_digest: str, attempt: int = 1) -> str:
+    """``<name>-<utc yyyymmddhhmmss>-<digest8>``, a DNS-1123 label of at most 63 chars.
+
+    ``attempt`` > 1 (an identical submission in the same second) appends ``-<attempt>``,
+    shortening the name part so the id still fits.
+    """
+    suffix = "" if attempt <= 1 else f"-{attempt}"
     stem = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
-    stem = re.sub(r"-{2,}", "-", stem)[:39].rstrip("-") or "run"
+    stem = re.sub(r"-{2,}", "-", stem)[: 39 - len(suffix)].rstrip("-") or "run"
     stamp = now.astimezone(dt.timezone.utc).strftime("%Y%m%d%H%M%S")
-    return validate_run_id(f"{stem}-{stamp}-{spec_digest.removeprefix('sha256:')[:8]}")
+    return validate_run_id(f"{stem}-{stamp}-{spec_digest.removeprefix('sha256:')[:8]}{suffix}")
+
+
+def _claim_run_dir(root: Path, name: str, now: dt.datetime, spec_digest: str) -> str:
+    """Mint a run id whose directory this process creates itself (``mkdir`` is atomic), so
+    identical submissions in the same second get different runs instead of sharing one."""
+    (root / "runs").mkdir(parents=True, exist_ok=True)
+    for attempt in range(1, 1000):
+        run_id = mint_run_id(name, now, spec_digest, attempt)
+        try:
+            (root / "runs" / run_id).mkdir()
+        except FileExistsError:
+            continue
+        return run_id
+    raise BenchrunError(f"{root / 'runs'}: 999 runs of {name} in one second; submit again")
 
 
 def pin_bytes(raw: bytes, home: Path) -> Path:
@@ -73,6 +92,9 @@ def prepare(
     """Validate and pin a spec and create its run directory (phase Pending).
 
     Raises SpecInvalid (exit code 2) listing every error; nothing is created then.
+    Without ``now`` (a person's submission) the run is always a new one, even for the same
+    bytes in the same second; with ``now`` (a schedule or sensor tick) the same bytes at the
+    same ``now`` give the same run, so a repeated tick is idempotent.
     """
     from benchrun.spec import load_spec, load_spec_bytes
 
@@ -81,9 +103,11 @@ def prepare(
     else:
         loaded = load_spec(Path(spec))
     root = benchrun_home(home)
-    now = now or dt.datetime.now(dt.timezone.utc)
     run = loaded.run
-    run_id = mint_run_id(run.metadata.name, now, loaded.spec_digest)
+    if now is None:
+        run_id = _claim_run_dir(root, run.metadata.name, dt.datetime.now(dt.timezone.utc), loaded.spec_digest)
+    else:
+        run_id = mint_run_id(run.metadata.name, now, loaded.spec_digest)
     rd = RunDir(root, run_id)
     if rd.exists():
         status = rd.read_status()
@@ -149,12 +173,29 @@ def dagster_home(home: Path | str | None = None) -> Path:
 
 
 def get_instance(home: Path | str | None = None) -> Any:
-    """The persistent Dagster instance under ``$BENCHRUN_HOME`` (so the UI sees CLI runs)."""
+    """The persistent Dagster instance under ``$BENCHRUN_HOME`` (so the UI sees CLI runs).
+
+    Creating it on a brand-new home creates its sqlite schemas; two processes doing that at
+    once collide ("table alembic_version already exists"), so creation is serialised by an
+    OS lock and the storages are opened inside it.
+    """
+    import fcntl
+
     import dagster as dg
 
     dh = dagster_home(home)
     os.environ["DAGSTER_HOME"] = str(dh)
-    return dg.DagsterInstance.get()
+    with open(dh / ".instance.lock", "a+") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            instance = dg.DagsterInstance.get()
+            # Touch every storage so their schemas exist before the lock is released.
+            instance.get_runs(limit=1)
+            instance.has_dynamic_partition(PARTITIONS_NAME, "x")
+            instance.all_instigator_state()
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    return instance
 
 
 def register_partition(instance: Any, run_id: str) -> None:
@@ -177,8 +218,14 @@ def submit(
 
 
 def execute(prepared: Prepared, *, home: Path | str | None = None, instance: Any = None) -> Any:
-    """Materialize the whole benchmark graph for the run's partition, in this process."""
+    """Materialize the whole benchmark graph for the run's partition, in this process.
+
+    The Dagster run is tagged with this process (host, pid, start time), so a run whose
+    process is killed is found and failed (``benchrun.liveness``) instead of holding the
+    queue for ever.
+    """
     from bench_assets.definitions import defs
+    from benchrun.liveness import executor_tags
 
     instance = instance or get_instance(home)
     register_partition(instance, prepared.run_id)
@@ -186,5 +233,6 @@ def execute(prepared: Prepared, *, home: Path | str | None = None, instance: Any
     # The run log is in the UI; the terminal shows benchrun's own progress instead.
     quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
     return job.execute_in_process(
-        instance=instance, partition_key=prepared.run_id, raise_on_error=False, run_config=quiet
+        instance=instance, partition_key=prepared.run_id, raise_on_error=False, run_config=quiet,
+        tags=executor_tags(),
     )

@@ -1,4 +1,4 @@
-"""run_failure_sensor and run_canceled_sensor: a failed or cancelled Dagster run marks its run Failed."""
+"""run_failure_sensor, run_canceled_sensor and run_liveness_sensor: a failed, cancelled or dead run is marked Failed."""
 
 from __future__ import annotations
 
@@ -31,6 +31,23 @@ def run_failure_sensor(context: dg.RunFailureSensorContext) -> dg.SkipReason | N
 def run_canceled_sensor(context: dg.RunStatusSensorContext) -> dg.SkipReason | None:
     """Mark the partition's run Failed because its Dagster run was cancelled."""
     return _as_skip(record_orchestrator_failure(context.dagster_run, "Dagster run was cancelled"))
+
+
+@dg.sensor(
+    name="run_liveness_sensor",
+    minimum_interval_seconds=60,
+    default_status=default_status("run_liveness_sensor", on=True),
+    description="A benchmark run whose process died (kill -9, OOM, a lost node) is marked Failed with the "
+                "reason, and its Dagster run failed so it no longer holds the one-at-a-time queue.",
+)
+def run_liveness_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:
+    """Fail the runs whose executor is gone (benchrun.liveness)."""
+    from benchrun.liveness import reap_dead_runs
+
+    reaped = reap_dead_runs(None, context.instance)
+    for run_id, reason in reaped:
+        context.log.warning("marked %s Failed: %s", run_id, reason)
+    return dg.SkipReason(f"{len(reaped)} dead run(s) marked Failed" if reaped else "every running run is alive")
 
 
 def _as_skip(skip: str | None) -> dg.SkipReason | None:

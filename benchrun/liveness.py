@@ -1,0 +1,234 @@
+"""Run liveness: which process executes a run, whether it is still alive, and failing the runs
+whose process died (status.json Failed with the reason, and their Dagster run failed so it no
+longer holds the one-benchmark-at-a-time queue).
+
+A run's executor writes ``<home>/liveness/<run_id>.json`` (host, pid, the pid's start time,
+a heartbeat refreshed every ``HEARTBEAT_S``). On the same host a run is alive while that pid
+exists with that start time (a pid reused by another program does not count); from another
+host it is alive while the heartbeat is younger than ``STALE_S``. The file lives outside the
+run directory so that the sealed evidence never changes under it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import socket
+import threading
+from pathlib import Path
+from typing import Any
+
+from benchrun.paths import benchrun_home, validate_run_id
+from benchrun.suites.result import atomic_write_json
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_S = 10.0
+STALE_S = 120.0
+JOB_NAME = "benchmark_run_job"
+PARTITION_TAG = "dagster/partition"
+# Tags on a CLI-executed Dagster run, so a run killed before it wrote anything is still found.
+TAG_HOST, TAG_PID, TAG_PID_START = "benchrun/executor_host", "benchrun/executor_pid", "benchrun/executor_start"
+
+_beats: dict[str, threading.Event] = {}
+_beats_lock = threading.Lock()
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def _pid_start(pid: int) -> float | None:
+    import psutil
+
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return None
+
+
+def identity() -> dict[str, Any]:
+    """This process as an executor: host, pid and the pid's start time."""
+    pid = os.getpid()
+    return {"host": socket.gethostname(), "pid": pid, "pid_start": _pid_start(pid)}
+
+
+def executor_tags() -> dict[str, str]:
+    """Dagster run tags naming this process (for runs executed in the CLI's process)."""
+    me = identity()
+    return {TAG_HOST: me["host"], TAG_PID: str(me["pid"]), TAG_PID_START: repr(me["pid_start"])}
+
+
+def liveness_path(home: Path, run_id: str) -> Path:
+    return Path(home) / "liveness" / f"{validate_run_id(run_id)}.json"
+
+
+def beat(home: Path, run_id: str, **extra: Any) -> dict[str, Any]:
+    """Write (or refresh) this process's claim on ``run_id``."""
+    path = liveness_path(home, run_id)
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError, OSError):
+        record = {}
+    me = identity()
+    if (record.get("host"), record.get("pid")) != (me["host"], me["pid"]):
+        record = {"run_id": run_id, **me, "since_utc": _now().isoformat()}
+    record.update({k: v for k, v in extra.items() if v is not None})
+    record["heartbeat_utc"] = _now().isoformat()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, record)
+    return record
+
+
+def start_heartbeat(home: Path, run_id: str, **extra: Any) -> None:
+    """Claim ``run_id`` for this process and refresh the claim every HEARTBEAT_S (a daemon
+    thread, so it stops with the process: a killed run stops beating)."""
+    beat(home, run_id, **extra)
+    with _beats_lock:
+        if run_id in _beats:
+            return
+        stop = threading.Event()
+        _beats[run_id] = stop
+
+    def loop() -> None:
+        while not stop.wait(HEARTBEAT_S):
+            try:
+                beat(home, run_id)
+            except OSError as exc:  # a full disk must not kill the run; liveness then goes stale
+                log.warning("heartbeat of %s not written: %s", run_id, exc)
+
+    threading.Thread(target=loop, name=f"heartbeat-{run_id}", daemon=True).start()
+
+
+def stop_heartbeat(home: Path, run_id: str) -> None:
+    """The run reached a final phase: stop beating and drop the claim."""
+    with _beats_lock:
+        stop = _beats.pop(run_id, None)
+    if stop is not None:
+        stop.set()
+    try:
+        liveness_path(home, run_id).unlink()
+    except FileNotFoundError:
+        pass
+
+
+def alive(record: dict[str, Any], *, now: dt.datetime | None = None, stale_s: float = STALE_S) -> bool:
+    """Whether the executor a liveness record (or executor tags) names is still running."""
+    host, pid = record.get("host"), record.get("pid")
+    if host == socket.gethostname() and pid:
+        started = _pid_start(int(pid))
+        if started is None:
+            return False
+        expected = record.get("pid_start")
+        return expected is None or abs(float(expected) - started) < 1.0
+    beat_at = record.get("heartbeat_utc")
+    if not beat_at:
+        return True  # another host and no heartbeat yet: cannot tell, so never reap
+    age = ((now or _now()) - dt.datetime.fromisoformat(beat_at)).total_seconds()
+    return age < stale_s
+
+
+def describe(record: dict[str, Any]) -> str:
+    return (f"pid {record.get('pid')} on {record.get('host')}"
+            + (f", last heartbeat {record['heartbeat_utc']}" if record.get("heartbeat_utc") else ""))
+
+
+def _fail_dagster_run(instance: Any, dagster_run_id: str | None, message: str) -> bool:
+    import dagster as dg
+
+    if instance is None or not dagster_run_id:
+        return False
+    run = instance.get_run_by_id(dagster_run_id)
+    if run is None or run.status not in (dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING,
+                                         dg.DagsterRunStatus.NOT_STARTED):
+        return False
+    instance.report_run_failed(run, message)
+    return True
+
+
+def reap_dead_runs(home: Path | str | None = None, instance: Any = None) -> list[tuple[str, str]]:
+    """Fail every run whose executor died: status.json Failed with the reason, and its
+    Dagster run failed (so the queue moves on). Returns (run_id, reason) per run reaped.
+
+    Runs with no claim (submitted, waiting to be materialized) are left alone.
+    """
+    from benchrun.rundir import RunDir, TERMINAL_PHASES, mark_run_failed, read_json_or_none
+
+    root = benchrun_home(home)
+    reaped: list[tuple[str, str]] = []
+    directory = root / "liveness"
+    for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+        try:
+            record = read_json_or_none(path, fix="remove it")
+        except Exception as exc:  # noqa: BLE001 - a damaged claim must not stop the others
+            log.warning("%s: %s", path, exc)
+            continue
+        if not isinstance(record, dict) or alive(record):
+            continue
+        run_id = path.stem
+        reason = (f"the process executing run {run_id} ({describe(record)}) is gone without finishing "
+                  "(killed or crashed); what it recorded before is kept, nothing after")
+        try:
+            rd = RunDir(root, run_id)
+            status = rd.read_status() if rd.exists() else {}
+        except Exception as exc:  # noqa: BLE001 - a damaged status.json affects only its run
+            log.warning("run %s: %s", run_id, exc)
+            continue
+        if status.get("phase") in TERMINAL_PHASES and instance is None:
+            continue
+        if status.get("phase") not in TERMINAL_PHASES and rd.exists():
+            mark_run_failed(root, run_id, reason)
+        if instance is None:
+            continue  # keep the claim: an instance-aware pass still has to fail the Dagster run
+        _fail_dagster_run(instance, record.get("dagster_run_id") or status.get("dagster_run_id"), reason)
+        path.unlink(missing_ok=True)
+        reaped.append((run_id, reason))
+        log.warning("reaped %s: %s", run_id, reason)
+    if instance is not None:
+        reaped.extend(_reap_tagged_dagster_runs(root, instance))
+    return reaped
+
+
+def _reap_tagged_dagster_runs(home: Path, instance: Any) -> list[tuple[str, str]]:
+    """In-progress Dagster runs started by a CLI process that no longer exists."""
+    import dagster as dg
+
+    from benchrun.rundir import mark_run_failed
+
+    out = []
+    runs = instance.get_runs(filters=dg.RunsFilter(job_name=JOB_NAME, statuses=[
+        dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING]))
+    for run in runs:
+        tags = run.tags
+        if TAG_PID not in tags:
+            continue
+        start = tags.get(TAG_PID_START)
+        record = {"host": tags.get(TAG_HOST), "pid": int(tags[TAG_PID]),
+                  "pid_start": None if start in (None, "None") else float(start)}
+        if alive(record):
+            continue
+        run_id = tags.get(PARTITION_TAG, "")
+        reason = (f"the process executing run {run_id} ({describe(record)}) is gone without finishing "
+                  "(killed or crashed); what it recorded before is kept, nothing after")
+        instance.report_run_failed(run, reason)
+        if run_id:
+            try:
+                mark_run_failed(home, run_id, reason)
+            except Exception as exc:  # noqa: BLE001
+                log.warning("run %s: %s", run_id, exc)
+        out.append((run_id, reason))
+    return out
+
+
+def in_progress_holder(instance: Any, exclude_dagster_run: str | None = None) -> str | None:
+    """The benchmark run (partition and Dagster run id) the Dagster instance has in progress, if any."""
+    import dagster as dg
+
+    runs = instance.get_runs(filters=dg.RunsFilter(job_name=JOB_NAME, statuses=[
+        dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING]), limit=5)
+    for run in runs:
+        if run.run_id != exclude_dagster_run:
+            return f"run {run.tags.get(PARTITION_TAG, '?')} (Dagster run {run.run_id}, {run.status.value})"
+    return None

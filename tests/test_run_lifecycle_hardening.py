@@ -1,0 +1,270 @@
+"""Issue 16 B, C, D, E, K, M: run liveness, unique run ids, the one-at-a-time turn, storage
+errors, concurrent first use, failure reasons and stale conditions, damaged status.json."""
+
+from __future__ import annotations
+
+import datetime as dt
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+import pytest
+
+from benchrun import submit as sub
+from benchrun.errors import BenchrunError
+from benchrun.liveness import TAG_HOST, TAG_PID, TAG_PID_START, alive, beat, in_progress_holder, reap_dead_runs
+from benchrun.rundir import RunDir
+from benchrun.runlock import benchmark_turn
+from helpers import tiny_layers
+
+REPO = Path(__file__).resolve().parents[1]
+SLEEPER = {"name": "sleeper", "repoCommand": "python -c 'import time; time.sleep(60)'", "timeoutSeconds": 120}
+
+
+class _FrozenClock(dt.datetime):
+    @classmethod
+    def now(cls, tz=None):  # every submission lands in the same second
+        return dt.datetime(2026, 12, 1, 0, 0, 0, tzinfo=dt.timezone.utc)
+
+
+def test_identical_submissions_in_the_same_second_are_two_runs(bench_home, canary_doc, write_spec, monkeypatch):
+    monkeypatch.setattr(sub.dt, "datetime", _FrozenClock)
+    spec = write_spec(canary_doc)
+    a, b = sub.prepare(spec), sub.prepare(spec)
+    assert a.run_id != b.run_id and a.run_dir != b.run_dir
+    assert b.run_id == a.run_id + "-2" and len(b.run_id) <= 63
+    assert RunDir.for_run(a.run_id).read_status()["run_id"] == a.run_id
+    assert RunDir.for_run(b.run_id).read_status()["run_id"] == b.run_id
+    # A tick with an explicit time stays idempotent (schedules and sensors rely on it).
+    now = dt.datetime(2026, 12, 1, 1, 0, 0, tzinfo=dt.timezone.utc)
+    assert sub.prepare(spec, now=now).run_id == sub.prepare(spec, now=now).run_id
+
+
+def test_long_names_keep_the_suffix_inside_63_chars() -> None:
+    rid = sub.mint_run_id("x" * 80, dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc), "sha256:" + "a" * 64, 12)
+    assert len(rid) <= 63 and rid.endswith("-aaaaaaaa-12")
+
+
+def test_the_turn_is_refused_naming_the_holder(tmp_path: Path) -> None:
+    with benchmark_turn(tmp_path, "run-a"):
+        with pytest.raises(BenchrunError, match=r"run run-a \(pid \d+ on .*\) holds the one-benchmark-at-a-time"):
+            with benchmark_turn(tmp_path, "run-b", wait=False):
+                pass
+    with benchmark_turn(tmp_path, "run-b", wait=False):  # released: the next one gets it
+        pass
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def _started_run(instance, run_id: str, pid: int, start: float | None):
+    import dagster as dg
+
+    tags = {"dagster/partition": run_id, TAG_HOST: os.uname().nodename, TAG_PID: str(pid), TAG_PID_START: repr(start)}
+    run = instance.create_run_for_job(job_def=_job(), run_id=None, tags=tags)
+    instance.handle_run_event(run.run_id, dg.DagsterEvent(
+        event_type_value="PIPELINE_START", job_name=run.job_name, message="started"))
+    return instance.get_run_by_id(run.run_id)
+
+
+def _job():
+    from bench_assets.definitions import defs
+
+    return defs.resolve_job_def(sub.JOB_NAME)
+
+
+def test_a_dagster_run_in_progress_holds_the_turn_and_a_dead_one_is_reaped(bench_home, canary_doc, write_spec):
+    import dagster as dg
+
+    instance = sub.get_instance()
+    prepared = sub.prepare(write_spec(canary_doc))
+    live = _started_run(instance, prepared.run_id, os.getpid(), None)
+    assert live.status == dg.DagsterRunStatus.STARTED
+    with pytest.raises(BenchrunError, match=f"run {prepared.run_id} \\(Dagster run {live.run_id}"):
+        with benchmark_turn(bench_home, "run-x", wait=False, instance=instance):
+            pass
+    instance.report_run_failed(live, "test over")
+    dead = _started_run(instance, prepared.run_id, _dead_pid(), None)
+    with benchmark_turn(bench_home, "run-x", wait=False, instance=instance):  # the dead run is reaped first
+        assert instance.get_run_by_id(dead.run_id).status == dg.DagsterRunStatus.FAILURE
+    st = RunDir.for_run(prepared.run_id).read_status()
+    assert st["phase"] == "Failed" and "is gone without finishing" in st["message"]
+
+
+def test_liveness_of_a_claim(tmp_path: Path) -> None:
+    me = beat(tmp_path, "run-a")
+    assert alive(me)
+    assert not alive({**me, "pid": _dead_pid()})
+    assert not alive({**me, "pid_start": me["pid_start"] - 1000})  # the pid was reused by another program
+    old = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=5)).isoformat()
+    assert not alive({"host": "elsewhere", "pid": 1, "heartbeat_utc": old})
+    assert alive({"host": "elsewhere", "pid": 1, "heartbeat_utc": dt.datetime.now(dt.timezone.utc).isoformat()})
+
+
+def _cli(home: Path, *args: str, **kw) -> subprocess.Popen:
+    env = {**os.environ, "BENCHRUN_HOME": str(home), "PYTHONPATH": str(REPO), "COLUMNS": "200"}
+    env.pop("DAGSTER_HOME", None)
+    return subprocess.Popen([sys.executable, "-m", "benchrun.cli", *args], env=env, cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+@pytest.mark.slow
+def test_kill_9_mid_run_is_failed_at_the_next_cli_start_and_frees_the_queue(bench_home, canary_doc, write_spec):
+    """`benchrun run SPEC & sleep; kill -9 $!` left status Running and the Dagster run STARTED for ever."""
+    import dagster as dg
+
+    canary_doc["spec"]["layers"] = tiny_layers([SLEEPER])
+    spec = write_spec(canary_doc)
+    proc = _cli(bench_home, "run", str(spec), start_new_session=True)
+    deadline = time.monotonic() + 120
+    run_dir = None
+    while time.monotonic() < deadline:
+        runs = list((bench_home / "runs").glob("*/status.json")) if (bench_home / "runs").is_dir() else []
+        if runs and json.loads(runs[0].read_text()).get("phase") == "Running":
+            run_dir = runs[0].parent
+            break
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.5)
+    assert run_dir is not None, "the run never reached Running"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert json.loads((run_dir / "status.json").read_text())["phase"] == "Running"
+    # `benchrun runs` (the next CLI start) shows it Failed with the reason.
+    out = _cli(bench_home, "runs", "--json")
+    stdout, stderr = out.communicate(timeout=120)
+    assert out.returncode == 0, stderr
+    [row] = json.loads(stdout)
+    assert row["phase"] == "Failed"
+    st = json.loads((run_dir / "status.json").read_text())
+    assert "is gone without finishing" in st["message"] and f"pid {proc.pid}" in st["message"]
+    # The Dagster run no longer holds the queue once an instance-aware pass ran (CLI run or sensor).
+    instance = sub.get_instance()
+    started = instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]))
+    assert len(started) == 1
+    reap_dead_runs(bench_home, instance)
+    assert instance.get_run_by_id(started[0].run_id).status == dg.DagsterRunStatus.FAILURE
+    assert in_progress_holder(instance) is None
+
+
+_FIRST_USE = """
+import sys
+from benchrun import submit
+inst = submit.get_instance(sys.argv[1])
+submit.register_partition(inst, sys.argv[2])
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_concurrent_first_use_of_a_new_home(tmp_path: Path) -> None:
+    """Two runs on a brand-new home at once: one crashed with 'table alembic_version already exists'."""
+    home = tmp_path / "fresh"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("DAGSTER_HOME", None)
+    procs = [subprocess.Popen([sys.executable, "-c", _FIRST_USE, str(home), f"run-{i}"], env=env, cwd=REPO,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(4)]
+    for p in procs:
+        out, err = p.communicate(timeout=180)
+        assert p.returncode == 0 and out.strip() == "ok", err[-2000:]
+
+
+def _failure_result(*chain: tuple[str, str]):
+    cause = None
+    for cls_name, message in reversed(chain):
+        cause = types.SimpleNamespace(cls_name=cls_name, message=message, cause=cause)
+    event = types.SimpleNamespace(is_step_failure=True, step_key="run_evidence",
+                                  step_failure_data=types.SimpleNamespace(error=cause))
+    return types.SimpleNamespace(all_events=[event])
+
+
+def test_failure_reason_keeps_benchruns_message() -> None:
+    from benchrun.commands import _failure_reason
+
+    result = _failure_result(
+        ("DagsterExecutionStepExecutionError", "Error occurred while materializing asset run_evidence"),
+        ("BenchrunError", "storing the evidence of run r in the artifact store failed: the S3 artifact store is unreachable"),
+        ("EndpointConnectionError", 'Could not connect to the endpoint URL: "http://127.0.0.1:1/"'),
+    )
+    assert _failure_reason(result) == ("step run_evidence: storing the evidence of run r in the artifact store failed: "
+                                       "the S3 artifact store is unreachable")
+    plain = _failure_result(("DagsterExecutionStepExecutionError", "wrapper"), ("ValueError", "bad value"))
+    assert _failure_reason(plain) == "step run_evidence: bad value"
+
+
+def test_a_successful_retry_clears_the_failed_condition(bench_home, canary_doc, write_spec):
+    from benchrun.lifecycle import finalize
+    from benchrun.rundir import mark_run_failed
+
+    prepared = sub.prepare(write_spec(canary_doc))
+    rd = RunDir.for_run(prepared.run_id)
+    rd.update_status(phase="Analyzing", outcome="succeeded")
+    mark_run_failed(rd.home, rd.run_id, "step run_evidence: S3 down")
+    rd.update_status(phase="Analyzing")  # the retried step runs again and succeeds
+    st = finalize(rd)
+    assert st["phase"] == "Succeeded" and st.get("message") is None
+    assert "Failed" not in {c["type"] for c in st["conditions"]}
+
+
+@pytest.mark.parametrize("exc, text", [
+    (OSError(errno.ENOSPC, "No space left on device", "/h/objects/x"), "the disk is full at /h/objects/x"),
+    (OSError(errno.EROFS, "Read-only file system", "/h/runs"), "the file system is read-only at /h/runs"),
+])
+def test_storage_errors_become_benchruns_message(bench_home, canary_doc, write_spec, exc, text):
+    from benchrun.lifecycle import load_pinned, record_evidence
+
+    prepared = sub.prepare(write_spec(canary_doc))
+    rd = RunDir.for_run(prepared.run_id)
+
+    class Broken:
+        def put_run_dir(self, *a, **k):
+            raise exc
+
+    with pytest.raises(BenchrunError) as info:
+        record_evidence(rd, load_pinned(rd), open_store_for=lambda template, days: Broken())
+    message = str(info.value)
+    assert message.startswith(f"storing the evidence of run {rd.run_id} in the artifact store failed: {text}")
+    assert "nothing was half-written" in message
+
+
+def test_s3_down_is_named(bench_home) -> None:
+    from botocore.exceptions import EndpointConnectionError
+
+    from benchrun.storage_errors import describe_storage_error
+
+    try:
+        try:
+            raise EndpointConnectionError(endpoint_url="http://127.0.0.1:1/")
+        except EndpointConnectionError as inner:
+            raise RuntimeError("upload failed") from inner
+    except RuntimeError as exc:
+        message = describe_storage_error(exc, "storing run r")
+    assert message is not None and "S3 artifact store is unreachable" in message and "127.0.0.1:1" in message
+
+
+def test_one_damaged_status_json_affects_only_its_run(bench_home, canary_doc, write_spec) -> None:
+    """One truncated status.json made `benchrun runs` fail for every run."""
+    from typer.testing import CliRunner
+
+    from benchrun.cli import app
+
+    a = sub.prepare(write_spec(canary_doc, "a.yaml"))
+    canary_doc["metadata"]["name"] = "other"
+    b = sub.prepare(write_spec(canary_doc, "b.yaml"))
+    bad = RunDir.for_run(a.run_id).status_path
+    bad.write_text('{"run_id": "trunc')
+    result = CliRunner().invoke(app, ["runs", "--json"])
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    rows = json.loads(text[text.index("["):])
+    by_id = {r["run_id"]: r for r in rows}
+    assert by_id[b.run_id]["phase"] == "Pending"
+    assert by_id[a.run_id]["phase"] == "Unknown" and str(bad) in by_id[a.run_id]["outcome"]
