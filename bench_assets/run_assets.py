@@ -3,6 +3,7 @@
 
 import dagster as dg
 
+from bench_assets import tables
 from bench_assets.partitions import benchmark_run_partitions
 from benchrun import lifecycle
 from benchrun.rundir import RunDir
@@ -10,15 +11,6 @@ from resources.launcher import LauncherResource
 from resources.store import ArtifactStoreResource
 
 GROUP = "benchmark_run"
-
-
-def _md_table(rows: list[dict], cols: list[str]) -> str:
-    def fmt(v: object) -> str:
-        return f"{v:.4g}" if isinstance(v, float) else ("" if v is None else str(v))
-
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 @dg.asset(partitions_def=benchmark_run_partitions, group_name=GROUP, kinds={"python", "yaml"})
@@ -38,7 +30,7 @@ def pinned_spec(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
             "benchmark_class_requested": status["benchmark_class_requested"],
             "benchmark_class_granted": status["benchmark_class_granted"],
             "run_directory": dg.MetadataValue.path(str(rd.path)),
-            "plan": dg.MetadataValue.md(_md_table(rows, ["layer", "enabled", "suites", "launches"])),
+            "plan": tables.table(rows, ["layer", "enabled", "suites", "launches"]),
         },
         data_version=dg.DataVersion(loaded.spec_digest),
     )
@@ -59,14 +51,15 @@ def _layer_asset(layer: str, upstream: str) -> dg.AssetsDefinition:
         outcome = launcher.run_layer(context, plan, rd)
         if outcome.status == "skipped":
             return dg.MaterializeResult(metadata={"status": "skipped", "reason": outcome.skip_reason or ""})
-        table = _md_table(outcome.summary_rows(),
-                          ["suite", "case", "metric", "unit", "median", "min", "max", "n_ok", "n_failed"])
+        table = tables.table(outcome.summary_rows(),
+                             ["suite", "case", "metric", "unit", "median", "min", "max", "n_ok", "n_failed"],
+                             {"median": "median over ok replicates", "n_ok": "ok replicates of the suite"})
         return dg.MaterializeResult(
             metadata={
                 "status": outcome.status,
                 "replicates_ok": outcome.n_ok,
                 "replicates_failed": outcome.n_failed,
-                "headline": dg.MetadataValue.md(table),
+                "headline": table,
             }
         )
 
@@ -118,7 +111,7 @@ def run_status_asset(extra_deps: list[dg.AssetKey]) -> dg.AssetsDefinition:
             metadata={
                 "phase": st["phase"],
                 "outcome": st.get("outcome") or "",
-                "conditions": dg.MetadataValue.md(_md_table(conds, ["type", "status", "reason"])),
+                "conditions": tables.table(conds, ["type", "status", "reason"]),
                 "status_json": dg.MetadataValue.path(str(rd.status_path)),
             }
         )

@@ -4,7 +4,9 @@ import math
 
 import dagster as dg
 
+from bench_assets import tables
 from bench_assets.partitions import benchmark_run_partitions
+from benchrun import checks
 from benchrun.errors import BenchrunError
 from benchrun.paths import benchrun_home, validate_run_id
 from benchrun.stats import analysis, changepoint, lineage
@@ -64,8 +66,8 @@ def trial_statistics(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
                   zip(st.summary["median_ci_low"], st.summary["median_ci_high"], st.summary["median_ci_coverage"])],
     ) if not st.summary.empty else st.summary
     return dg.MaterializeResult(metadata={
-        "headline": dg.MetadataValue.md(_md(head.to_dict(orient="records"),
-                                            ["metric_id", "unit", "n", "median", "interval", "cv", "n_outliers"])),
+        "headline": tables.table(head.to_dict(orient="records"),
+                                 ["metric_id", "unit", "n", "median", "interval", "cv", "n_outliers"]),
         "metrics": len(st.summary), "replicate_rows": len(st.replicates),
         "outliers": int(st.replicates["outlier"].sum()) if len(st.replicates) else 0,
         "confidence_level": st.confidence, "statistics": dg.MetadataValue.path(str(path)),
@@ -87,48 +89,64 @@ def enough_replicates(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckRe
     )
 
 
-@dg.asset_check(asset=trial_statistics, description="No replicate is a MAD outlier (|robust z| > 3.5); outliers are kept.")
+@dg.asset_check(asset=trial_statistics,
+                description="No replicate of a primary (gating) metric is a MAD outlier (|robust z| > 3.5); "
+                            "outliers are kept. Outliers of other metrics are counted, not failed.")
 def no_outliers(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
     st = _stats(context.partition_key)
+    primary = checks.primary_metrics(load_run(_run_dir(context.partition_key)).spec)
     out = st.replicates[st.replicates["outlier"]] if len(st.replicates) else st.replicates
+    gating = out[out["metric"].isin(sorted(primary))] if len(out) else out
     return dg.AssetCheckResult(
-        passed=out.empty, severity=dg.AssetCheckSeverity.WARN,
-        metadata={"outliers": len(out), "mad_degenerate": int(st.summary["mad_degenerate"].sum()) if len(st.summary) else 0,
-                  "flagged": dg.MetadataValue.md(_md(out.to_dict(orient="records"),
-                                                     ["suite", "case", "metric", "replicate", "value", "robust_z"]))},
+        passed=gating.empty, severity=dg.AssetCheckSeverity.WARN,
+        description=f"{len(gating)} outlier replicate(s) in primary metrics, {len(out) - len(gating)} in others",
+        metadata={"outliers_primary": len(gating), "outliers_other": len(out) - len(gating),
+                  "mad_degenerate": int(st.summary["mad_degenerate"].sum()) if len(st.summary) else 0,
+                  "flagged": tables.table(out.to_dict(orient="records"),
+                                          ["suite", "case", "metric", "replicate", "value", "robust_z"])},
     )
 
 
 @dg.asset_check(asset=trial_statistics,
-                description="Each median interval is no wider than the ±δ no-change band (2δ of the median).")
+                description="Each primary (gating) metric's median interval is no wider than the ±δ no-change "
+                            "band (2δ of the median, δ from comparison.deltaPct): this run alone can tell a δ "
+                            "change. Other metrics are listed, not failed.")
 def interval_width_within_budget(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
     st = _stats(context.partition_key)
     spec = load_run(_run_dir(context.partition_key)).spec
-    wide = []
-    for r in st.summary.to_dict(orient="records"):
-        budget = 2 * delta_pct(spec, r["metric"])
-        width = 100 * (r["median_ci_high"] - r["median_ci_low"]) / abs(r["median"]) if r["median"] else math.nan
-        if not width <= budget:
-            wide.append({**r, "width_pct": width, "budget_pct": budget})
+    gating, other = checks.split_by_gating(st.summary, checks.primary_metrics(spec))
+    wide = checks.interval_widths(gating, lambda m: delta_pct(spec, m))
+    wide_other = checks.interval_widths(other, lambda m: delta_pct(spec, m))
+    cols = ["suite", "case", "metric", "n", "width_pct", "budget_pct"]
     return dg.AssetCheckResult(
         passed=not wide, severity=dg.AssetCheckSeverity.WARN,
-        metadata={"too_wide": len(wide), "metrics": len(st.summary),
-                  "wide": dg.MetadataValue.md(_md(wide[:50], ["suite", "case", "metric", "n", "width_pct", "budget_pct"]))},
+        description=f"{len(wide)} of {len(gating)} primary metrics wider than 2δ ({len(wide_other)} of "
+                    f"{len(other)} other metrics)",
+        metadata={"too_wide": len(wide), "primary_metrics": len(gating), "too_wide_other": len(wide_other),
+                  "wide": tables.table(wide, cols), "wide_other": tables.table(wide_other, cols)},
     )
 
 
 @dg.asset_check(asset=trial_statistics,
-                description="Each serving point saw enough successful requests for a bounded p99 interval.")
+                description="Where the spec sets a p99 SLO (metrics.inference.slo p99_<quantity>), each serving "
+                            "point saw enough successful requests for a bounded p99 interval; without one the "
+                            "rule does not apply (per-request SLOs count good requests and need no p99).")
 def p99_has_enough_requests(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
     st = _stats(context.partition_key)
+    bounded = checks.p99_slo_quantities(load_run(_run_dir(context.partition_key)).spec)
     tails = st.tails
-    short = tails[~tails["trustworthy"].astype(bool)] if len(tails) else tails
+    if len(tails) and "quantity" in tails.columns:
+        tails = tails[tails["quantity"].isin(sorted(bounded))]
+    if not bounded or tails.empty:
+        return dg.AssetCheckResult(passed=True, description="not applicable: the spec sets no p99 SLO on a "
+                                   "measured quantity", metadata={"applies": False, "p99_slos": len(bounded)})
+    short = tails[~tails["trustworthy"].astype(bool)]
     return dg.AssetCheckResult(
         passed=short.empty, severity=dg.AssetCheckSeverity.WARN,
-        metadata={"points": len(tails), "too_few": len(short),
-                  "required": int(tails["n_required"].iloc[0]) if len(tails) else 0,
-                  "short": dg.MetadataValue.md(_md(short.head(50).to_dict(orient="records"),
-                                                   ["suite", "replicate", "point", "bucket", "quantity", "n_requests"]))},
+        metadata={"applies": True, "points": len(tails), "too_few": len(short),
+                  "required": int(tails["n_required"].iloc[0]),
+                  "short": tables.table(short.head(50).to_dict(orient="records"),
+                                        ["suite", "replicate", "point", "bucket", "quantity", "n_requests"])},
     )
 
 

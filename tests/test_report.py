@@ -129,7 +129,8 @@ def test_assets_and_checks_materialize(home):
     make_run(home, "base", _metrics(rng), status={"cadence": "nightly"})
     promote("base", home)
     make_run(home, "cand", _metrics(rng, 0.85, outlier=True), status={"cadence": "nightly"},
-             requests={"serve": _requests(rng, n=120)})
+             requests={"serve": _requests(rng, n=120)},
+             spec={"spec": {"metrics": {"inference": {"slo": {"p99_latency_ms": 400, "ttft_ms": 50}}}}})
     inst = dg.DagsterInstance.ephemeral()
     inst.add_dynamic_partitions("benchmark_run", ["cand"])
     partitioned = [a for a in stats_assets if a.key.path[-1] != "change_points"]
@@ -149,7 +150,9 @@ def test_assets_and_checks_materialize(home):
     cond = [c for c in status["conditions"] if c["type"] == "RegressionDetected"]
     assert cond and cond[0]["status"] == "Unknown"
     mats = {m.asset_key.path[-1]: m.materialization.metadata for m in res.get_asset_materialization_events()}
-    assert "tokens_per_second" in mats["trial_statistics"]["headline"].value
+    headline = mats["trial_statistics"]["headline"]
+    assert "metric_id" in [c.name for c in headline.schema.columns]
+    assert any("tokens_per_second" in r.data["metric_id"] for r in headline.records)
     assert (home / "runs" / "cand" / "reports" / "cand_report.html").is_file()
     # lineage breaks when a raw file changes after the manifest
     (home / "runs" / "cand" / "raw" / "cand_gemm_r1.log").write_text("tampered\n")

@@ -1,0 +1,63 @@
+"""What the run's asset checks judge, as pure functions over the statistics' tables.
+
+A check fails only for a problem with the metrics that decide the run: the spec's primary
+metrics (the ones that gate against the baseline) and, for the p99 rule, the quantities the
+spec sets a p99 SLO on. Everything else is counted in the check's metadata, not failed.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# How a p99 SLO key of ``metrics.inference.slo`` names a per-request quantity of the tails table.
+_P99_QUANTITY = {"latency_ms": "e2e_ms", "e2e_latency_ms": "e2e_ms"}
+
+
+def primary_metrics(spec: dict[str, Any]) -> set[str]:
+    """Metric names listed under ``metrics.<family>.primary`` of the enabled families."""
+    out: set[str] = set()
+    for fam in ((spec.get("spec") or {}).get("metrics") or {}).values():
+        if isinstance(fam, dict) and fam.get("enabled", True):
+            out.update(str(m) for m in fam.get("primary") or [])
+    return out
+
+
+def p99_slo_quantities(spec: dict[str, Any]) -> dict[str, float]:
+    """Per-request quantities whose p99 the spec bounds: ``p99_<q>`` or ``<q>_p99`` keys of
+    ``metrics.inference.slo`` (``p99_latency_ms`` bounds ``e2e_ms``). A plain key such as
+    ``ttft_ms: 200`` is a per-request SLO (it counts good requests) and bounds no p99."""
+    inf = ((spec.get("spec") or {}).get("metrics") or {}).get("inference") or {}
+    slo = inf.get("slo") if isinstance(inf, dict) else None
+    out: dict[str, float] = {}
+    for key, value in (slo or {}).items():
+        key = str(key)
+        base = key[4:] if key.startswith("p99_") else key[:-4] if key.endswith("_p99") else None
+        if base:
+            try:
+                out[_P99_QUANTITY.get(base, base)] = float(value)
+            except (TypeError, ValueError):
+                continue
+    return out
+
+
+def split_by_gating(summary: "pd.DataFrame", primary: set[str]) -> tuple["pd.DataFrame", "pd.DataFrame"]:
+    """(rows of primary metrics, the others)."""
+    if summary.empty:
+        return summary, summary
+    mask = summary["metric"].isin(sorted(primary))
+    return summary[mask], summary[~mask]
+
+
+def interval_widths(summary: "pd.DataFrame", delta_of: Any) -> list[dict[str, Any]]:
+    """Rows whose median interval is wider than the ±δ no-change band (2δ of the median)."""
+    wide = []
+    for r in summary.to_dict(orient="records"):
+        budget = 2 * float(delta_of(r["metric"]))
+        width = 100 * (r["median_ci_high"] - r["median_ci_low"]) / abs(r["median"]) if r["median"] else math.nan
+        if not width <= budget:
+            wide.append({**r, "width_pct": width, "budget_pct": budget})
+    return wide
