@@ -133,7 +133,12 @@ class RunDir:
             fields.update(started_utc=utc_now(), finished_utc=None)
         if phase in TERMINAL_PHASES:
             fields["finished_utc"] = utc_now()
-        return self.update_status(**fields)
+        status = self.update_status(**fields)
+        if status.get("resource"):  # submitted from a BenchmarkRun: its status follows every phase
+            from benchrun.controller.status import on_phase_change
+
+            on_phase_change(status)
+        return status
 
     def set_condition(self, type_: str, status: bool | str, reason: str, message: str = "") -> dict[str, Any]:
         """Set (or replace) one condition; lastTransitionTime moves only when status changes."""

@@ -1,0 +1,65 @@
+"""The Kubernetes API client for the controller: in-cluster credentials, else the kubeconfig."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from benchrun.errors import BenchrunError
+
+GROUP = "benchmarking.aisp.dev"
+VERSION = "v1alpha1"
+PLURAL = "benchmarkruns"
+ENV_NAMESPACE = "BENCHRUN_CR_NAMESPACE"
+
+
+def watched_namespace() -> str | None:
+    """``$BENCHRUN_CR_NAMESPACE`` (one namespace), or None for every namespace."""
+    value = os.environ.get(ENV_NAMESPACE, "").strip()
+    return value or None
+
+
+def custom_objects_api() -> Any:
+    """A ``CustomObjectsApi``: the pod's service account in a cluster, else ``$KUBECONFIG``.
+
+    Raises BenchrunError naming both sources when neither gives credentials.
+    """
+    from kubernetes import client, config
+
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        try:
+            # The client reads $KUBECONFIG once, at import; read it at each call instead.
+            config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None)
+        except (config.ConfigException, OSError) as exc:
+            raise BenchrunError(
+                f"no Kubernetes credentials ({exc}): run in a pod with a service account, or set KUBECONFIG"
+            ) from None
+    return client.CustomObjectsApi()
+
+
+def list_benchmarkruns(api: Any, namespace: str | None) -> list[dict[str, Any]]:
+    """Every BenchmarkRun in ``namespace`` (None: all namespaces), as plain dicts."""
+    if namespace:
+        listing = api.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+    else:
+        listing = api.list_cluster_custom_object(GROUP, VERSION, PLURAL)
+    return list(listing.get("items") or [])
+
+
+def get_benchmarkrun(api: Any, namespace: str, name: str) -> dict[str, Any] | None:
+    """One BenchmarkRun, or None when it does not exist (any more)."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        return api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def patch_status(api: Any, namespace: str, name: str, status: dict[str, Any]) -> None:
+    """Merge-patch the ``status`` subresource (conditions are replaced as a whole list)."""
+    api.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, {"status": status})

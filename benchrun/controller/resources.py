@@ -1,0 +1,149 @@
+"""One controller tick over the listed BenchmarkRuns: what to submit, reject, cancel and patch.
+
+The cursor maps each object's uid to the last generation handled and that generation's
+run, so a tick submits each ``(uid, generation)`` exactly once, in any order of listing;
+a uid that disappears from a full listing was deleted and its run is cancelled.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from benchrun.controller.status import ResourceRef, lags, rejected_status, status_from_run
+from benchrun.errors import BenchrunError
+
+log = logging.getLogger(__name__)
+
+CURSOR_VERSION = 1
+# Run tags that tie a Dagster run to its object (the sensor cancels by uid).
+TAG_UID = "benchrun/cr-uid"
+TAG_NAME = "benchrun/cr"
+TAG_GENERATION = "benchrun/cr-generation"
+# (document bytes, source, now) -> benchrun.submit.Prepared
+Register = Callable[[bytes, str, dt.datetime], Any]
+
+
+@dataclass(frozen=True)
+class Submitted:
+    ref: ResourceRef
+    run_id: str
+    status: dict[str, Any]  # the Pending status to write
+
+    def tags(self) -> dict[str, str]:
+        return {"benchrun/trigger": "benchmarkrun", TAG_UID: self.ref.uid,
+                TAG_NAME: f"{self.ref.namespace}/{self.ref.name}"[:63],
+                TAG_GENERATION: str(self.ref.generation)}
+
+
+@dataclass
+class Tick:
+    """What one tick decided, and the next cursor."""
+
+    submitted: list[Submitted] = field(default_factory=list)
+    rejected: list[tuple[ResourceRef, dict[str, Any]]] = field(default_factory=list)
+    deleted: list[tuple[ResourceRef, str | None]] = field(default_factory=list)  # (ref, run_id)
+    patches: list[tuple[ResourceRef, dict[str, Any]]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    cursor: str = ""
+
+
+def load_cursor(text: str | None) -> dict[str, dict[str, Any]]:
+    """uid → {namespace, name, uid, generation, run_id}; an unreadable cursor starts afresh."""
+    if not text:
+        return {}
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        log.warning("controller cursor is not JSON; starting afresh (runs keep their run keys)")
+        return {}
+    if not isinstance(data, dict) or data.get("v") != CURSOR_VERSION:
+        return {}
+    return dict(data.get("objects") or {})
+
+
+def dump_cursor(entries: dict[str, dict[str, Any]]) -> str:
+    return json.dumps({"v": CURSOR_VERSION, "objects": entries}, sort_keys=True, separators=(",", ":"))
+
+
+def document_bytes(obj: dict[str, Any]) -> bytes:
+    """The document as its author wrote it: apiVersion, kind, metadata (name, namespace,
+    labels, annotations but kubectl's last-applied copy) and spec; no server fields, no status."""
+    meta = obj.get("metadata") or {}
+    authored: dict[str, Any] = {"name": meta.get("name")}
+    if meta.get("namespace"):
+        authored["namespace"] = meta["namespace"]
+    if meta.get("labels"):
+        authored["labels"] = dict(meta["labels"])
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items()
+                   if k != "kubectl.kubernetes.io/last-applied-configuration"}
+    if annotations:
+        authored["annotations"] = annotations
+    doc = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": authored, "spec": obj.get("spec")}
+    return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True).encode("utf-8")
+
+
+def _now_text(now: dt.datetime) -> str:
+    return now.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def controller_tick(objs: list[dict[str, Any]], cursor: str | None, register: Register, now: dt.datetime,
+                    home: Path | None = None) -> Tick:
+    """Decide one tick. ``objs`` is a full listing (of the watched namespace or all)."""
+    from benchrun.automation.discovery import format_spec_errors
+    from benchrun.rundir import RunDir
+
+    entries = load_cursor(cursor)
+    out = Tick()
+    listed: set[str] = set()
+    for obj in sorted(objs, key=lambda o: (o.get("metadata", {}).get("namespace") or "", o.get("metadata", {}).get("name") or "")):
+        ref = ResourceRef.of(obj)
+        if not ref.uid or ref.uid == "None":
+            out.notes.append(f"{ref.namespace}/{ref.name}: no metadata.uid; skipped")
+            continue
+        listed.add(ref.uid)
+        entry = entries.get(ref.uid)
+        if entry is not None and int(entry["generation"]) >= ref.generation:
+            _catch_up(obj, ref, entry, out, home)
+            continue
+        source = f"cr:{ref.namespace}/{ref.name}"
+        try:
+            prepared = register(document_bytes(obj), source, now)
+        except BenchrunError as exc:
+            errors = list(format_spec_errors(exc))
+            out.rejected.append((ref, rejected_status(ref, errors, _now_text(now))))
+            entries[ref.uid] = {**ref.to_json(), "run_id": None}
+            continue
+        rd = RunDir.for_run(prepared.run_id, home)
+        st = rd.update_status(resource=ref.to_json())
+        out.submitted.append(Submitted(ref, prepared.run_id, status_from_run(st, ref)))
+        entries[ref.uid] = {**ref.to_json(), "run_id": prepared.run_id}
+    for uid in sorted(set(entries) - listed):
+        entry = entries.pop(uid)
+        out.deleted.append((ResourceRef.from_json(entry), entry.get("run_id")))
+    out.cursor = dump_cursor(entries)
+    return out
+
+
+def _catch_up(obj: dict[str, Any], ref: ResourceRef, entry: dict[str, Any], out: Tick, home: Path | None) -> None:
+    """Queue a status patch when the object's status lags its run's status.json."""
+    from benchrun.rundir import RunDir
+
+    run_id = entry.get("run_id")
+    if not run_id:
+        return  # rejected: written when it was rejected
+    try:
+        st = RunDir.for_run(run_id, home).read_status()
+    except BenchrunError as exc:
+        out.notes.append(f"{ref.namespace}/{ref.name}: run {run_id}: {exc}")
+        return
+    wanted = status_from_run(st, ref)
+    if lags(obj.get("status"), wanted):
+        out.patches.append((ref, wanted))

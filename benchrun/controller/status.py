@@ -1,0 +1,157 @@
+"""The BenchmarkRun ``status`` subresource: built from a run's status.json, patched at every phase change.
+
+A run submitted from a custom resource carries ``resource`` (namespace, name, uid,
+generation) in its status.json. :func:`on_phase_change` is called by ``RunDir.set_phase``
+in whichever process moves the phase (the run worker, a failure sensor) and patches the
+resource; the controller sensor's tick patches again whenever the resource's status lags
+status.json, so a missed write (API server away, no RBAC) is caught up.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+# status.json key → CR status key (RunStatus in benchrun/spec/model.py, camelCase)
+_COPIED = {
+    "run_id": "runId",
+    "run_directory": "runDirectory",
+    "spec_digest": "specDigest",
+    "workload_spec_digest": "workloadSpecDigest",
+    "artifact_manifest_digest": "artifactManifestDigest",
+    "benchmark_class_granted": "benchmarkClassGranted",
+    "selected_scheduler_path": "selectedSchedulerPath",
+    "hot_metrics_ref": "hotMetricsRef",
+    "provenance_ref": "provenanceRef",
+    "message": "message",
+    "started_utc": "startTime",
+    "finished_utc": "completionTime",
+}
+# Conditions whose outcome a person looks for first: (status, reason) become the verdicts.
+VERDICT_CONDITIONS = ("Complete", "RegressionDetected", "PublicationGuaranteesMet", "Signed")
+# What the sensor compares to decide that the resource's status lags status.json.
+COMPARED = ("phase", "runId", "observedGeneration", "conditions", "artifactManifestDigest", "reportRef",
+            "completionTime")
+
+
+@dataclass(frozen=True)
+class ResourceRef:
+    """One generation of one BenchmarkRun object."""
+
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+
+    @property
+    def run_key(self) -> str:
+        """The Dagster run key: ``cr:<namespace>/<name>:<uid>:<generation>``."""
+        return f"cr:{self.namespace}/{self.name}:{self.uid}:{self.generation}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"namespace": self.namespace, "name": self.name, "uid": self.uid, "generation": self.generation}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "ResourceRef":
+        return cls(str(data["namespace"]), str(data["name"]), str(data["uid"]), int(data["generation"]))
+
+    @classmethod
+    def of(cls, obj: dict[str, Any]) -> "ResourceRef":
+        meta = obj.get("metadata") or {}
+        return cls(str(meta.get("namespace") or "default"), str(meta.get("name")), str(meta.get("uid")),
+                   int(meta.get("generation") or 1))
+
+
+def report_ref(run_dir: Path) -> str | None:
+    """The run's HTML report, if one was written."""
+    reports = sorted((run_dir / "reports").glob("*.html")) if run_dir.is_dir() else []
+    return str(reports[-1]) if reports else None
+
+
+def status_from_run(st: dict[str, Any], ref: ResourceRef) -> dict[str, Any]:
+    """The resource's ``status`` for one run's status.json (only keys with a value)."""
+    out: dict[str, Any] = {"phase": st.get("phase"), "observedGeneration": ref.generation}
+    for key, cr_key in _COPIED.items():
+        if st.get(key) is not None:
+            out[cr_key] = st[key]
+    out["conditions"] = [
+        {k: c[k] for k in ("type", "status", "reason", "message", "lastTransitionTime") if c.get(k) is not None}
+        for c in st.get("conditions") or []
+    ]
+    verdicts = {"outcome": st["outcome"]} if st.get("outcome") else {}
+    for c in st.get("conditions") or []:
+        if c.get("type") in VERDICT_CONDITIONS:
+            verdicts[c["type"]] = f"{c.get('status')}: {c.get('reason') or ''}".rstrip(": ")
+    if verdicts:
+        out["verdicts"] = verdicts
+    if st.get("run_directory"):
+        report = report_ref(Path(st["run_directory"]))
+        if report:
+            out["reportRef"] = report
+    return _checked(out)
+
+
+def rejected_status(ref: ResourceRef, errors: list[str] | tuple[str, ...], now: str) -> dict[str, Any]:
+    """Phase Rejected with every admission error in the Validated condition's message."""
+    message = "; ".join(errors) or "the BenchmarkRun is invalid"
+    return _checked({
+        "phase": "Rejected",
+        "observedGeneration": ref.generation,
+        "message": f"{len(errors)} error(s): fix the spec and apply it again",
+        "completionTime": now,
+        "conditions": [{"type": "Validated", "status": "False", "reason": "AdmissionRulesFailed",
+                        "message": message, "lastTransitionTime": now}],
+    })
+
+
+def _checked(status: dict[str, Any]) -> dict[str, Any]:
+    """``status`` as the CRD types it (the model the CRD is generated from validates it)."""
+    from benchrun.spec.model import RunStatus
+
+    RunStatus.model_validate(status)
+    return status
+
+
+def lags(current: dict[str, Any] | None, wanted: dict[str, Any]) -> bool:
+    """Whether the resource's status differs from ``wanted`` in what matters."""
+    current = current or {}
+    return any(current.get(k) != wanted.get(k) for k in COMPARED)
+
+
+def write(api: Any, ref: ResourceRef, status: dict[str, Any]) -> bool:
+    """Patch the status of exactly this generation of this object; False when it is gone or
+    has moved to a newer generation (that generation's own run writes it)."""
+    from benchrun.controller.kube import get_benchmarkrun, patch_status
+
+    obj = get_benchmarkrun(api, ref.namespace, ref.name)
+    if obj is None:
+        return False
+    current = ResourceRef.of(obj)
+    if current.uid != ref.uid or current.generation != ref.generation:
+        return False
+    patch_status(api, ref.namespace, ref.name, status)
+    return True
+
+
+def on_phase_change(st: dict[str, Any]) -> None:
+    """Called with a run's new status.json; patches its BenchmarkRun when it came from one.
+
+    Never raises: the run goes on when the API server cannot be reached, and the
+    controller sensor catches the status up on its next tick.
+    """
+    resource = st.get("resource")
+    if not resource:
+        return
+    try:
+        from benchrun.controller.kube import custom_objects_api
+
+        ref = ResourceRef.from_json(resource)
+        written = write(custom_objects_api(), ref, status_from_run(st, ref))
+        log.info("BenchmarkRun %s/%s status %s: %s", ref.namespace, ref.name, st.get("phase"),
+                 "patched" if written else "not patched (object gone or newer generation)")
+    except Exception as exc:  # noqa: BLE001 - a status write must never fail the run
+        log.warning("could not patch the BenchmarkRun status for run %s: %s", st.get("run_id"), exc)

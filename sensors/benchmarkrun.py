@@ -1,0 +1,99 @@
+"""benchmarkrun_resource_sensor: applied BenchmarkRun resources become runs; their status is written back."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import dagster as dg
+
+from bench_assets.partitions import benchmark_run_partitions
+from benchrun.automation.settings import JOB_NAME
+from benchrun.automation.ticks import prepare_register
+from benchrun.controller import kube
+from benchrun.controller.resources import TAG_UID, Tick, controller_tick
+from benchrun.errors import BenchrunError
+from sensors._requests import default_status, has_runs
+
+IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
+             dg.DagsterRunStatus.STARTED]
+
+
+@dg.sensor(
+    name="benchmarkrun_resource_sensor",
+    job_name=JOB_NAME,
+    minimum_interval_seconds=30,
+    # Off until switched on (the Helm values switch it on with BENCHRUN_AUTOMATION_ON): on a
+    # laptop there is no cluster to watch.
+    default_status=default_status("benchmarkrun_resource_sensor", on=False),
+    description="Lists BenchmarkRun resources (BENCHRUN_CR_NAMESPACE, default all namespaces); "
+    "submits each new (uid, generation), rejects invalid ones in their status, cancels the run "
+    "of a deleted one, and catches their status up with the runs.",
+)
+def benchmarkrun_resource_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+    """Run key ``cr:<namespace>/<name>:<uid>:<generation>``; cursor = uid → last generation handled."""
+    try:
+        api = kube.custom_objects_api()
+        objs = kube.list_benchmarkruns(api, kube.watched_namespace())
+    except BenchrunError as exc:
+        return dg.SensorResult(skip_reason=str(exc), cursor=context.cursor)
+    except Exception as exc:  # noqa: BLE001 - the API server's answer, whatever it is, goes to the tick log
+        return dg.SensorResult(skip_reason=f"cannot list BenchmarkRuns: {_short(exc)}", cursor=context.cursor)
+    tick = controller_tick(objs, context.cursor, prepare_register(None), dt.datetime.now(dt.timezone.utc))
+    _write_statuses(context, api, tick)
+    _cancel_deleted(context, tick)
+    fresh = [s for s in tick.submitted if not has_runs(context.instance, s.run_id)]
+    for note in tick.notes:
+        context.log.info(note)
+    if not fresh:
+        return dg.SensorResult(skip_reason=_summary(tick), cursor=tick.cursor)
+    return dg.SensorResult(
+        run_requests=[dg.RunRequest(run_key=s.ref.run_key, partition_key=s.run_id, tags=s.tags()) for s in fresh],
+        dynamic_partitions_requests=[benchmark_run_partitions.build_add_request([s.run_id for s in fresh])],
+        cursor=tick.cursor,
+    )
+
+
+def _write_statuses(context: dg.SensorEvaluationContext, api: object, tick: Tick) -> None:
+    from benchrun.controller.status import write
+
+    writes = [(s.ref, s.status) for s in tick.submitted] + tick.rejected + tick.patches
+    for ref, status in writes:
+        try:
+            write(api, ref, status)
+            context.log.info(f"{ref.namespace}/{ref.name} generation {ref.generation}: status {status['phase']}")
+        except Exception as exc:  # noqa: BLE001 - retried by the next tick's catch-up
+            context.log.warning(f"{ref.namespace}/{ref.name}: status not written: {_short(exc)}")
+
+
+def _cancel_deleted(context: dg.SensorEvaluationContext, tick: Tick) -> None:
+    from benchrun.rundir import mark_run_failed
+
+    for ref, run_id in tick.deleted:
+        records = context.instance.get_run_records(filters=dg.RunsFilter(tags={TAG_UID: ref.uid}, statuses=IN_FLIGHT))
+        for record in records:
+            run = record.dagster_run
+            reason = f"BenchmarkRun {ref.namespace}/{ref.name} was deleted"
+            if run.status in (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED):
+                # Never launched: nothing to terminate, the run is cancelled where it waits.
+                context.instance.report_run_canceling(run, message=reason)
+                context.instance.report_run_canceled(run, message=reason)
+            else:
+                context.instance.run_coordinator.cancel_run(run.run_id)
+            context.log.info(f"{reason}: cancelled Dagster run {run.run_id}")
+        if run_id:
+            try:
+                mark_run_failed(None, run_id, f"BenchmarkRun {ref.namespace}/{ref.name} was deleted")
+            except BenchrunError as exc:
+                context.log.warning(f"run {run_id}: {exc}")
+
+
+def _summary(tick: Tick) -> str:
+    parts = [f"{len(tick.rejected)} rejected"] if tick.rejected else []
+    parts += [f"{len(tick.deleted)} deleted"] if tick.deleted else []
+    parts += [f"{len(tick.patches)} status update(s)"] if tick.patches else []
+    return "no new BenchmarkRun generation" + (f" ({', '.join(parts)})" if parts else "")
+
+
+def _short(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:500]

@@ -1,0 +1,178 @@
+"""The BenchmarkRun controller on an emulated API server: apply → run → Succeeded, invalid →
+Rejected, edit → a new run, delete → the run is cancelled."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import jsonschema
+import pytest
+
+from bench_assets.definitions import defs as code_location
+from benchrun.automation.settings import JOB_NAME
+from benchrun.controller.resources import TAG_UID, document_bytes
+from benchrun.rundir import RunDir
+from benchrun.spec.crd import open_api_schema
+from helpers import tiny_layers
+from kmock_cluster import Cluster, kmock_cluster
+from sensors.benchmarkrun import benchmarkrun_resource_sensor
+
+NS = "benchruns"
+GEMM = {"name": "gemm", "repoCommand": "python -m benchrun.suites.gemm", "parameters": {"sizes": [32], "iterations": 2}}
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, bench_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)  # never the real in-cluster config
+    monkeypatch.delenv("BENCHRUN_CR_NAMESPACE", raising=False)
+    with kmock_cluster(tmp_path) as c:
+        monkeypatch.setenv("KUBECONFIG", str(c.kubeconfig))
+        yield c
+
+
+@pytest.fixture
+def instance(bench_home: Path) -> Iterator[dg.DagsterInstance]:
+    with dg.instance_for_test() as inst:
+        yield inst
+
+
+@pytest.fixture
+def resource_doc(canary_doc: dict[str, Any]) -> dict[str, Any]:
+    doc = copy.deepcopy(canary_doc)
+    doc["metadata"] = {"name": "canary-cr", "namespace": NS, "labels": {"team": "perf"}}
+    doc["spec"]["layers"] = tiny_layers([GEMM])
+    return doc
+
+
+def tick(instance: dg.DagsterInstance, cursor: str | None) -> Any:
+    context = dg.build_sensor_context(instance=instance, cursor=cursor, definitions=code_location,
+                                      instance_ref=instance.get_ref())
+    return benchmarkrun_resource_sensor.evaluate_tick(context)
+
+
+def status_schema() -> dict[str, Any]:
+    return open_api_schema()["properties"]["status"]
+
+
+def run_request(data: Any) -> dg.RunRequest:
+    [request] = data.run_requests
+    assert [k for r in data.dynamic_partitions_requests for k in r.partition_keys] == [request.partition_key]
+    return request
+
+
+@pytest.mark.slow
+def test_applied_benchmarkrun_runs_and_its_status_reads_succeeded(cluster: Cluster, instance: dg.DagsterInstance,
+                                                                  resource_doc: dict[str, Any]) -> None:
+    obj = cluster.apply(resource_doc)
+    uid = obj["metadata"]["uid"]
+    data = tick(instance, None)
+    request = run_request(data)
+    assert request.run_key == f"cr:{NS}/canary-cr:{uid}:1"
+    assert request.tags[TAG_UID] == uid
+    run_id = request.partition_key
+    pending = cluster.get(NS, "canary-cr")["status"]
+    assert pending["phase"] == "Pending" and pending["runId"] == run_id and pending["observedGeneration"] == 1
+    assert [c["type"] for c in pending["conditions"]] == ["Validated", "SpecPinned"]
+    # the pinned bytes are the authored document, the same digest `benchrun submit` gives
+    rd = RunDir.for_run(run_id)
+    assert rd.file("structured", "spec", "", "yaml").read_bytes() == document_bytes(obj)
+
+    # the run worker's part: the job for the requested partition, in this process
+    instance.add_dynamic_partitions("benchmark_run", [run_id])
+    result = code_location.resolve_job_def(JOB_NAME).execute_in_process(
+        instance=instance, partition_key=run_id, tags=request.tags, raise_on_error=False)
+    assert result.success
+
+    status = cluster.get(NS, "canary-cr")["status"]
+    assert status["phase"] == "Succeeded", status
+    assert status["observedGeneration"] == 1 and status["runId"] == run_id
+    assert status["benchmarkClassGranted"] == "realism_grade" and status["selectedSchedulerPath"] == "local"
+    assert status["verdicts"]["outcome"] == "succeeded"
+    assert status["verdicts"]["Complete"] == "True: Succeeded"
+    assert len(status["artifactManifestDigest"].removeprefix("sha256:")) == 64
+    assert status["reportRef"].endswith(".html") and Path(status["reportRef"]).is_file()
+    assert status["startTime"] <= status["completionTime"]
+    assert {"Validated", "SpecPinned", "Admitted", "Complete"} <= {c["type"] for c in status["conditions"]}
+    jsonschema.Draft4Validator(status_schema()).validate(status)
+    # written at every phase change, in order (the sensor wrote Pending; the run the rest)
+    phases = [p["phase"] for p in cluster.status_patches("canary-cr")]
+    assert phases == ["Pending", "Running", "Analyzing", "Succeeded"]
+
+    # the next tick submits nothing and has nothing to catch up
+    again = tick(instance, data.cursor)
+    assert not again.run_requests and again.skip_message == "no new BenchmarkRun generation"
+    assert len(cluster.status_patches("canary-cr")) == 4
+
+
+def test_invalid_benchmarkrun_is_rejected_with_every_error(cluster: Cluster, instance: dg.DagsterInstance,
+                                                           resource_doc: dict[str, Any]) -> None:
+    resource_doc["spec"]["trials"]["minReplicates"] = 2
+    resource_doc["spec"]["intent"]["cadence"] = "weekly"
+    cluster.apply(resource_doc)
+    data = tick(instance, None)
+    assert not data.run_requests
+    assert "1 rejected" in data.skip_message
+    status = cluster.get(NS, "canary-cr")["status"]
+    assert status["phase"] == "Rejected" and status["observedGeneration"] == 1
+    [validated] = status["conditions"]
+    assert (validated["type"], validated["status"], validated["reason"]) == ("Validated", "False", "AdmissionRulesFailed")
+    assert "spec.trials.minReplicates" in validated["message"] and "spec.intent.cadence" in validated["message"]
+    jsonschema.Draft4Validator(status_schema()).validate(status)
+    assert not list((Path(RunDir.for_run("x-20260101000000-00000000").home) / "runs").glob("*"))
+    # rejected once: the next tick neither submits nor writes it again
+    again = tick(instance, data.cursor)
+    assert not again.run_requests and len(cluster.status_patches("canary-cr")) == 1
+
+
+def test_edit_is_a_new_generation_and_a_new_run(cluster: Cluster, instance: dg.DagsterInstance,
+                                                resource_doc: dict[str, Any]) -> None:
+    obj = cluster.apply(resource_doc)
+    first = tick(instance, None)
+    first_run = run_request(first).partition_key
+    edited = copy.deepcopy(resource_doc)
+    edited["spec"]["layers"][0]["suites"][0]["parameters"]["iterations"] = 3
+    assert cluster.apply(edited)["metadata"]["generation"] == 2
+    second = tick(instance, first.cursor)
+    request = run_request(second)
+    assert request.run_key == f"cr:{NS}/canary-cr:{obj['metadata']['uid']}:2"
+    assert request.partition_key != first_run
+    status = cluster.get(NS, "canary-cr")["status"]
+    assert status["runId"] == request.partition_key and status["observedGeneration"] == 2
+    # the first generation's run no longer writes the object's status
+    RunDir.for_run(first_run).set_phase("Running")
+    assert cluster.get(NS, "canary-cr")["status"]["runId"] == request.partition_key
+
+
+def test_deleted_benchmarkrun_cancels_its_run(cluster: Cluster, instance: dg.DagsterInstance,
+                                              resource_doc: dict[str, Any]) -> None:
+    from dagster._core.test_utils import create_run_for_test
+
+    cluster.apply(resource_doc)
+    data = tick(instance, None)
+    request = run_request(data)
+    # the daemon has created the requested run, not yet launched
+    run = create_run_for_test(instance, job_name=JOB_NAME, status=dg.DagsterRunStatus.NOT_STARTED,
+                              tags={**request.tags, "dagster/partition": request.partition_key})
+    cluster.delete(NS, "canary-cr")
+    gone = tick(instance, data.cursor)
+    assert "1 deleted" in gone.skip_message
+    assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.CANCELED
+    st = RunDir.for_run(request.partition_key).read_status()
+    assert st["phase"] == "Failed" and "was deleted" in st["message"]
+    # re-applied under the same name it is a new object (new uid): a new run
+    cluster.apply(resource_doc)
+    again = tick(instance, gone.cursor)
+    assert run_request(again).tags[TAG_UID] != request.tags[TAG_UID]
+
+
+def test_no_cluster_is_a_skip_with_the_reason(bench_home: Path, instance: dg.DagsterInstance, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing-kubeconfig"))
+    data = tick(instance, "kept")
+    assert not data.run_requests and "no Kubernetes credentials" in data.skip_message
+    assert data.cursor == "kept"
