@@ -113,9 +113,8 @@ def controller_tick(objs: list[dict[str, Any]], cursor: str | None, register: Re
         if entry is not None and int(entry["generation"]) >= ref.generation:
             _catch_up(obj, ref, entry, out, home)
             continue
-        source = f"cr:{ref.namespace}/{ref.name}"
         try:
-            prepared = register(document_bytes(obj), source, now)
+            prepared = _register_once(register, obj, ref, now, home)
         except BenchrunError as exc:
             errors = list(format_spec_errors(exc))
             out.rejected.append((ref, rejected_status(ref, errors, _now_text(now))))
@@ -130,6 +129,26 @@ def controller_tick(objs: list[dict[str, Any]], cursor: str | None, register: Re
         out.deleted.append((ResourceRef.from_json(entry), entry.get("run_id")))
     out.cursor = dump_cursor(entries)
     return out
+
+
+def _register_once(register: Register, obj: dict[str, Any], ref: ResourceRef, now: dt.datetime,
+                   home: Path | None) -> Any:
+    """Pin the object's document as a run of its own.
+
+    Run ids have second resolution and ``prepare`` is idempotent, so the same bytes applied
+    again within a second (deleted and re-created, say) would land in the earlier object's
+    run; such a collision takes the next second instead.
+    """
+    from benchrun.rundir import RunDir
+
+    source = f"cr:{ref.namespace}/{ref.name}"
+    data = document_bytes(obj)
+    for offset in range(60):
+        prepared = register(data, source, now + dt.timedelta(seconds=offset))
+        owner = RunDir.for_run(prepared.run_id, home).read_status().get("resource")
+        if owner is None or owner == ref.to_json():
+            return prepared
+    raise BenchrunError(f"{source}: no free run id within a minute of {now:%Y-%m-%dT%H:%M:%SZ}; apply it again")
 
 
 def _catch_up(obj: dict[str, Any], ref: ResourceRef, entry: dict[str, Any], out: Tick, home: Path | None) -> None:
