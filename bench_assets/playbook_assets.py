@@ -36,17 +36,19 @@ def _baseline(context: dg.AssetExecutionContext, warehouse: WarehouseResource, r
 )
 def scenario_playbooks(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
     """The four scenario playbooks (tail latency, GPU utilization, straggler, backpressure) for one run."""
-    from benchrun.playbooks import run_playbooks, write_playbooks_report
+    from benchrun.playbooks import record_straggler_nodes, run_playbooks, write_playbooks_report
 
     run_id = validate_run_id(context.partition_key)
     baseline = _baseline(context, warehouse, run_id)
     results = run_playbooks(warehouse.home_path(), run_id, baseline)
     path = write_playbooks_report(warehouse.run_dir(run_id), results)
+    stragglers = record_straggler_nodes(warehouse.run_dir(run_id), results)
     lines = ["| playbook | verdict | reason | evidence rows |", "|---|---|---|---|"] + [
         f"| {r.name} | **{r.verdict}** | {r.reason.replace('|', '/')} | {len(r.rows)} |" for r in results]
     return dg.MaterializeResult(metadata={
         "verdicts": dg.MetadataValue.md("\n".join(lines)),
         "flagged": sum(r.verdict == "flagged" for r in results),
+        "straggler_nodes": ", ".join(stragglers) or "none",
         "baseline": baseline or "none",
         "report": dg.MetadataValue.path(str(path)),
         **{f"query_spec_digest/{r.name}": r.query_spec_digest for r in results},

@@ -75,6 +75,20 @@ def write_playbooks_report(run_dir: Path, results: list[PlaybookResult]) -> Path
     return atomic_write_json(Path(run_dir) / "reports" / f"{run_id}_playbooks.json", playbooks_document(results))
 
 
+def record_straggler_nodes(run_dir: Path, results: list[PlaybookResult]) -> list[str]:
+    """Write the straggler playbook's repeat-offender nodes to the run's status
+    (``straggler_nodes``, the custom resource's ``status.stragglerNodes``); return them."""
+    from benchrun.rundir import RunDir
+
+    found = next((r for r in results if r.name == straggler.NAME), None)
+    if found is None:
+        return []
+    nodes = straggler.straggler_nodes(found)
+    run_dir = Path(run_dir)
+    RunDir(run_dir.parent.parent, run_dir.name).update_status(straggler_nodes=nodes)
+    return nodes
+
+
 __all__ = [
     "DISPLAY_COLUMNS",
     "PLAYBOOKS",
@@ -84,6 +98,7 @@ __all__ = [
     "in_warehouse",
     "low_gpu_utilization",
     "playbooks_document",
+    "record_straggler_nodes",
     "run_playbooks",
     "scheduler_backpressure",
     "tail_latency_regression",

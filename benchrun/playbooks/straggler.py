@@ -94,6 +94,19 @@ def _key(row: dict[str, Any]) -> str:
     return f"rank {row['rank_id']}" + (f" (node {row['node_name']})" if row.get("node_name") else "")
 
 
+def straggler_nodes(result: PlaybookResult) -> list[str]:
+    """The nodes of the ranks the playbook flagged (repeat offenders), for status.stragglerNodes.
+
+    A flagged rank without a node name (a suite that did not record one) is named
+    ``rank-<id>`` so the status still says who; sorted, each once.
+    """
+    if result.verdict != "flagged":
+        return []
+    names = {str(r["node_name"]) if r.get("node_name") else f"rank-{r['rank_id']}"
+             for r in result.rows if r.get("flagged")}
+    return sorted(names)
+
+
 def distributed_straggler(home: Path, run_id: str, baseline_run_id: str | None) -> PlaybookResult:
     """Per message size and rank: does one rank stand out (robust z or late arrival), repeatedly?
 

@@ -67,6 +67,7 @@ class SuiteContext:
         self.context: dict[str, Any] = {}
         self.samples: dict[str, str] = {}
         self.serving: list[dict[str, Any]] = []
+        self.training: list[dict[str, Any]] = []
         self.synthetic = False
         # In a pod the run directory dies with the container: the Kubernetes launcher reads
         # the result document from one stdout line instead (benchrun.launch.kubernetes).
@@ -146,6 +147,8 @@ class SuiteContext:
         }
         if self.serving:
             doc["serving"] = self.serving
+        if self.training:
+            doc["training"] = self.training
         if self.node_rank == 0:
             target = result_path(self.run_dir, self.run_id, self.suite, self.replicate)
         else:

@@ -8,6 +8,20 @@ Parameters:
     backend     auto | gloo | nccl (default auto: nccl when CUDA has a device for every
                 rank, else gloo on CPU tensors)
     timeout_s   the whole group's deadline, seconds (default 300)
+    slow_rank, slow_ms   inject a straggler: that rank sleeps slow_ms before every timed
+                call (default none); for drills and the straggler tests
+
+Across nodes (``nodes > 1`` in the spec): every node runs this module with the launcher's
+rendezvous variables, forks its ``LOCAL_WORLD_SIZE`` ranks with global ranks
+``NODE_RANK × LOCAL_WORLD_SIZE + local``, and all of them meet at ``MASTER_ADDR:MASTER_PORT``;
+rank 0 gathers every rank's samples over the group and node 0 reports. ``world_size`` is
+then nodes × gpusPerNode (the parameter is refused). Per-rank metrics carry ``node_name``,
+and per size a rank whose arrival lag is a robust outlier among the ranks (|MAD z| ≥ 3.5,
+at least 3 ranks) is recorded as that replicate's straggler with its node
+(``straggler_rank_lag_us``, ``context.stragglers``); the run-level verdict (repeated across
+replicates) is the ``distributed_straggler`` playbook's, which names ``stragglerNodes``.
+Cross-node arrival lags compare wall clocks, so they are only as good as the nodes' clock
+sync (NTP/PTP); on one host they share one clock.
 
 Ranks are processes (``multiprocessing`` fork for gloo, spawn for nccl) meeting on a free
 loopback TCP port.
@@ -56,6 +70,7 @@ from benchrun.suites._common import (
     percentile,
     torch_present,
 )
+from benchrun.suites._gang import gang_from_env, node_name
 from benchrun.suites._runtime import SuiteContext, Unavailable, main
 from benchrun.suites.result import atomic_write_json
 
@@ -89,6 +104,29 @@ def resolve_backend(requested: str, world_size: int) -> str:
     return "nccl" if devices >= world_size else "gloo"
 
 
+Z_MIN = 3.5
+MIN_RANKS_FOR_Z = 3
+
+
+def mad_outlier(values: list[float], min_excess: float = 0.0) -> tuple[int, float] | None:
+    """The index of the largest value when it is a robust outlier above the others, with its z.
+
+    z = (x − median) / (1.4826 · MAD) ≥ Z_MIN and x − median ≥ ``min_excess``; None below
+    MIN_RANKS_FOR_Z values. When MAD is 0 any larger value has z = inf.
+    """
+    if len(values) < MIN_RANKS_FOR_Z:
+        return None
+    arr = np.asarray(values, dtype=float)
+    med = float(np.median(arr))
+    mad = 1.4826 * float(np.median(np.abs(arr - med)))
+    top = int(np.argmax(arr))
+    excess = float(arr[top]) - med
+    if excess <= 0 or excess < min_excess:
+        return None
+    z = excess / mad if mad > 0 else float("inf")
+    return (top, z) if z >= Z_MIN else None
+
+
 def summarise(rank_docs: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     """Per size: iteration latencies, per-rank median times and arrival lags (see module docstring)."""
     by_size: dict[int, dict[str, Any]] = {}
@@ -111,8 +149,16 @@ def summarise(rank_docs: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
 
 def run(ctx: SuiteContext) -> None:
     """Spawn the ranks, collect their samples, report latency, bandwidth and the slowest rank."""
-    check_known(ctx, ("world_size", "sizes", "iterations", "warmup", "backend", "timeout_s"))
-    world_size = int_param(ctx, "world_size", 2, minimum=2, maximum=256)
+    check_known(ctx, ("world_size", "sizes", "iterations", "warmup", "backend", "timeout_s", "slow_rank", "slow_ms"))
+    gang = gang_from_env()
+    if gang is not None:
+        if "world_size" in ctx.params:
+            raise ParamError("parameter world_size: a multi-node suite's world size is nodes x gpusPerNode; drop it")
+        world_size = gang.world_size
+    else:
+        world_size = int_param(ctx, "world_size", 2, minimum=2, maximum=256)
+    slow_rank = int_param(ctx, "slow_rank", -1, minimum=0, maximum=world_size - 1) if "slow_rank" in ctx.params else -1
+    slow_s = float_param(ctx, "slow_ms", 0.0, minimum=0.0) / 1000.0 if "slow_ms" in ctx.params else 0.0
     sizes = int_list_param(ctx, "sizes", [1024, 65536, 1048576, 16777216], minimum=4)
     sizes = sorted(dict.fromkeys(s - s % 4 for s in sizes))
     if max(sizes) > 2**34:
@@ -123,12 +169,17 @@ def run(ctx: SuiteContext) -> None:
     timeout_s = float_param(ctx, "timeout_s", 300.0)
     if not torch_present():
         raise Unavailable("torch not installed")
-    backend = resolve_backend(requested, world_size)
+    local = gang.local_world_size if gang else world_size
+    backend = resolve_backend(requested, local)
 
     from benchrun.suites._allreduce_worker import worker
 
     out_dir = Path(tempfile.mkdtemp(prefix="benchrun-allreduce-"))
-    port = free_loopback_port()
+    if gang is not None:
+        init_method, node_rank, me = gang.init_method, gang.node_rank, gang.node_name
+    else:
+        init_method, node_rank, me = f"tcp://127.0.0.1:{free_loopback_port()}", 0, node_name()
+    ranks = [node_rank * local + l for l in range(local)]
     # gloo: fork after importing torch once here (each rank would otherwise spend a second
     # of CPU importing it); nccl: spawn, since CUDA must not be initialised before a fork.
     method = "fork" if backend == "gloo" and "fork" in multiprocessing.get_all_start_methods() else "spawn"
@@ -136,9 +187,11 @@ def run(ctx: SuiteContext) -> None:
         import torch.distributed  # noqa: F401 - imported before forking so the ranks inherit it
     mp = multiprocessing.get_context(method)
     procs = [mp.Process(target=worker, name=f"rank{r}",
-                           args=(r, world_size, port, backend, sizes, iterations, warmup, str(out_dir), timeout_s))
-             for r in range(world_size)]
-    ctx.log(f"allreduce: {world_size} ranks, backend {backend}, port {port}, sizes {sizes}")
+                        args=(r, world_size, init_method, backend, sizes, iterations, warmup, str(out_dir), timeout_s,
+                              l, me, slow_rank, slow_s, gang is not None))
+             for l, r in enumerate(ranks)]
+    ctx.log(f"allreduce: {world_size} ranks ({local} on node {node_rank}), backend {backend}, {init_method}, "
+            f"sizes {sizes}")
     t0 = time.monotonic()
     try:
         for p in procs:
@@ -156,7 +209,7 @@ def run(ctx: SuiteContext) -> None:
                 p.kill()
                 p.join(5)
         docs = []
-        for r in range(world_size):
+        for r in ranks:
             f = out_dir / f"rank{r}.json"
             docs.append(json.loads(f.read_text(encoding="utf-8")) if f.exists() else {"rank_id": r})
     finally:
@@ -169,21 +222,31 @@ def run(ctx: SuiteContext) -> None:
         problems.insert(0, f"killed after {timeout_s + 60:.0f}s: {', '.join(hung)}")
     if problems:
         raise RuntimeError("; ".join(problems))
+    if gang is not None:
+        if node_rank != 0:
+            ctx.context.update({"node_rank": node_rank, "ranks": ranks, "node_name": me})
+            return  # node 0 reports the replicate from rank 0's gathered samples
+        docs = docs[0]["all_ranks"]
 
     first = docs[0]
     ctx.context.update({"backend": backend, "world_size": world_size, "device": first.get("device"),
                         "torch_version": first.get("torch_version"), "nccl_version": first.get("nccl_version"),
-                        "gpu_name": first.get("gpu_name"), "transport": "tcp://127.0.0.1 (init), single host",
+                        "gpu_name": first.get("gpu_name"),
+                        "transport": f"{init_method} (init), {gang.nodes if gang else 1} node(s)",
+                        "nodes": gang.nodes if gang else 1, "injected_slow_rank": slow_rank if slow_rank >= 0 else None,
                         "dtype": "float32", "warmup": warmup, "iterations": iterations,
                         "init_s_per_rank": [d.get("init_s") for d in docs], "group_wall_s": wall,
                         "start_method": method,
                         "latency_definition": "per iteration: max over ranks of end - max over ranks of start"})
-    samples = [{"rank_id": d["rank_id"], "pid": d["pid"], "hostname": d["hostname"], **r} for d in docs for r in d["records"]]
+    samples = [{"rank_id": d["rank_id"], "pid": d["pid"], "hostname": d["hostname"], "node_name": d.get("node_name"), **r}
+               for d in docs for r in d["records"]]
+    node_of = {d["rank_id"]: d.get("node_name") for d in docs}
     path = atomic_write_json(ctx.raw_file("ranks", "json"), {"unit": "s", "samples": samples})
     ctx.samples["ranks"] = str(path.relative_to(ctx.run_dir))
 
     factor = 2.0 * (world_size - 1) / world_size
     slowest: dict[str, int] = {}
+    stragglers: list[dict[str, Any]] = []
     for size, s in summarise(docs).items():
         case = f"bytes={size}"
         p50 = percentile(s["latency_s"], 50)
@@ -193,14 +256,27 @@ def run(ctx: SuiteContext) -> None:
         ctx.add_metric("algbw_gb_per_s", algbw, "GB/s", "higher", case=case)
         ctx.add_metric("busbw_gb_per_s", algbw * factor, "GB/s", "higher", case=case)
         for rank, t in enumerate(s["rank_p50_s"]):
-            ctx.add_metric("rank_p50_time_us", t * 1e6, "us", "lower", case=case, rank_id=rank)
+            ctx.add_metric("rank_p50_time_us", t * 1e6, "us", "lower", case=case, rank_id=rank,
+                           node_name=node_of.get(rank))
         worst = s["slowest_rank"]
         slowest[case] = worst
         ctx.add_metric("slowest_rank_arrival_lag_us", s["arrival_lag_p50_s"][worst] * 1e6, "us", "lower",
-                       case=case, rank_id=worst)
+                       case=case, rank_id=worst, node_name=node_of.get(worst))
+        # Late by a robust outlier's margin *and* by at least half the collective's own p50
+        # latency (the playbook's LAG_SHARE_MIN): microsecond jitter among ranks is not a straggler.
+        outlier = mad_outlier(s["arrival_lag_p50_s"], min_excess=0.5 * p50)
+        if outlier is not None:
+            rank, z = outlier
+            stragglers.append({"case": case, "rank_id": rank, "node_name": node_of.get(rank), "robust_z": z,
+                               "arrival_lag_us": s["arrival_lag_p50_s"][rank] * 1e6})
+            ctx.add_metric("straggler_rank_lag_us", s["arrival_lag_p50_s"][rank] * 1e6, "us", "lower", case=case,
+                           rank_id=rank, node_name=node_of.get(rank))
         ctx.log(f"allreduce {case}: p50 {p50 * 1e6:.1f} us, algbw {algbw:.3f} GB/s, busbw {algbw * factor:.3f} GB/s, "
                 f"slowest rank {worst}")
     ctx.context["slowest_rank_by_case"] = slowest
+    ctx.context["stragglers"] = stragglers
+    ctx.context["straggler_rule"] = (f"per size: the rank whose median arrival lag has robust z >= {Z_MIN} "
+                                     f"(MAD over ranks, at least {MIN_RANKS_FOR_Z} ranks)")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from benchrun.warehouse.schemas import (
     SERVING_REQUEST_FACT,
     SERVING_SCALAR_COLUMNS,
     TABLES,
+    TRAINING_SCALAR_COLUMNS,
     dim_key,
     dim_key_column,
 )
@@ -275,6 +276,37 @@ def serving_outcome_rows(src: RunSources) -> list[dict[str, Any]]:
     return rows
 
 
+def _typed(value: Any, dtype: pa.DataType) -> Any:
+    if pa.types.is_floating(dtype):
+        return _num(value)
+    if pa.types.is_integer(dtype):
+        return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return _str(value)
+
+
+def training_outcome_rows(src: RunSources) -> list[dict[str, Any]]:
+    """One row per ok training replicate, from its result's ``training`` rows."""
+    rows = []
+    for relpath, doc in src.results:
+        training = doc.get("training") or []
+        if not training or doc.get("status") != "ok":
+            continue
+        suite, rep = doc.get("suite"), int(doc.get("replicate") or 0)
+        lineage = src.lineage(relpath)
+        for point in training:
+            if not isinstance(point, dict):
+                continue
+            # the row is the whole gang's: no rank or node of its own (per-rank step times are
+            # measurement_fact's rank_step_time_p50_ms rows, with rank_id and node_name)
+            row = _keys(src, **_launch_keys(src, suite, rep), benchmark_case_id=doc.get("benchmark_case_id"))
+            row.update(layer=_layer(src, doc), suite=suite, replicate=rep)
+            for name, dtype in TRAINING_SCALAR_COLUMNS:
+                row[name] = _typed(point.get(name), dtype)
+            row.update(lineage)
+            rows.append(row)
+    return rows
+
+
 def telemetry_rows(src: RunSources) -> list[dict[str, Any]]:
     """Node- and GPU-scope slices over the run window from the environment capture.
 
@@ -371,7 +403,7 @@ def build_tables(src: RunSources) -> dict[str, Callable[[], Any]]:
         "telemetry_slice_fact": lambda: itertools.chain(
             [rows_to_table("telemetry_slice_fact", telemetry_rows(src))],
             slice_tables(src, TABLES["telemetry_slice_fact"])),  # replicate samples (benchrun.telemetry)
-        "training_outcome_fact": lambda: [],
+        "training_outcome_fact": lambda: [rows_to_table("training_outcome_fact", training_outcome_rows(src))],
     }
     for table, row in dims.items():
         producers[table] = (lambda t=table, r=row: [rows_to_table(t, [r])])

@@ -152,21 +152,47 @@ TELEMETRY_SLICE_FACT = _fact(
     ("device_index", pa.int64()),  # core number or GPU index
 )
 
-# Schema only: no suite fills it yet (training suites arrive with the GPU work).
-TRAINING_OUTCOME_FACT = _fact(
-    ("layer", pa.string()),
-    ("suite", pa.string()),
-    ("replicate", pa.int64()),
+# One row per replicate of a training suite (benchrun.suites.training's ``training`` rows).
+TRAINING_SCALAR_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
     ("case", pa.string()),
     ("world_size", pa.int64()),
+    ("nodes", pa.int64()),
+    ("ranks_per_node", pa.int64()),
+    ("device", pa.string()),
+    ("dtype", pa.string()),
+    ("backend", pa.string()),
+    ("global_batch", pa.int64()),
+    ("seq_len", pa.int64()),
+    ("measured_steps", pa.int64()),
+    ("warmup_steps", pa.int64()),
     ("time_to_train_hours", pa.float64()),
     ("mfu_pct", pa.float64()),
+    ("mfu_reason", pa.string()),
     ("peak_tflops_used", pa.float64()),
     ("scaling_efficiency_pct", pa.float64()),
     ("training_reliability_pct", pa.float64()),
     ("tokens_per_second", pa.float64()),
+    ("tokens_per_second_per_device", pa.float64()),
+    ("step_time_p50_ms", pa.float64()),
+    ("step_time_p99_ms", pa.float64()),
+    ("model_params_matmul", pa.int64()),
+    ("model_flops_per_token", pa.float64()),
+    ("flops_formula", pa.string()),
+    ("time_to_first_step_s", pa.float64()),
+    ("checkpoint_save_s", pa.float64()),
+    ("checkpoint_restore_s", pa.float64()),
+    ("checkpoint_bytes", pa.int64()),
+    ("loss_first", pa.float64()),
+    ("loss_last", pa.float64()),
+    ("slowest_rank", pa.int64()),
+    ("slowest_rank_node", pa.string()),
 )
-
+TRAINING_OUTCOME_FACT = _fact(
+    ("layer", pa.string()),
+    ("suite", pa.string()),
+    ("replicate", pa.int64()),
+    *TRAINING_SCALAR_COLUMNS,
+)
 SOFTWARE_VERSION_DIM = pa.schema([
     ("software_version_key", pa.string()),
     ("image_digest", pa.string()),

@@ -1,0 +1,236 @@
+"""One rank of the ``training`` suite: a small decoder-only transformer trained on seeded tokens.
+
+Runs in the suite's own process (one rank per node) or in a process it forks (several local
+ranks). Imports torch lazily; the suite module stays importable without it. Returns (or
+writes, for a forked rank) a JSON-able document; global rank 0's holds every rank's samples.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from benchrun.suites.result import atomic_write_bytes
+
+
+def build_model(layers: int, hidden: int, heads: int, seq_len: int, vocab: int) -> Any:
+    """The decoder: token + position embeddings, ``layers`` pre-LN blocks, an untied LM head.
+
+    Each block: LayerNorm → fused QKV (hidden → 3·hidden) → causal scaled-dot-product
+    attention → output projection (hidden → hidden); LayerNorm → MLP hidden → 4·hidden →
+    hidden with GELU. Matmul weights per block: 12·hidden²; the head: hidden·vocab.
+    """
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln1 = nn.LayerNorm(hidden)
+            self.qkv = nn.Linear(hidden, 3 * hidden)
+            self.proj = nn.Linear(hidden, hidden)
+            self.ln2 = nn.LayerNorm(hidden)
+            self.fc1 = nn.Linear(hidden, 4 * hidden)
+            self.fc2 = nn.Linear(4 * hidden, hidden)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            b, t, d = x.shape
+            q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, heads, d // heads).permute(2, 0, 3, 1, 4)
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, d)
+            x = x + self.proj(a)
+            return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+    class Decoder(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tok = nn.Embedding(vocab, hidden)
+            self.pos = nn.Embedding(seq_len, hidden)
+            self.blocks = nn.ModuleList(Block() for _ in range(layers))
+            self.ln_f = nn.LayerNorm(hidden)
+            self.head = nn.Linear(hidden, vocab, bias=False)
+
+        def forward(self, idx: torch.Tensor) -> torch.Tensor:
+            x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
+            for block in self.blocks:
+                x = block(x)
+            return self.head(self.ln_f(x))
+
+    return Decoder()
+
+
+def synthetic_batch(gen: Any, batch: int, seq_len: int, vocab: int, device: Any) -> tuple[Any, Any]:
+    """Seeded tokens with structure to learn: x[t+1] = (5·x[t] + 7 + noise) mod vocab, noise ∈ {0, 1}.
+
+    Uniform random tokens would give a loss that cannot fall below ln(vocab); this chain
+    has entropy ln 2 per token, so a model that learns shows a falling loss.
+    """
+    import torch
+
+    x = torch.empty(batch, seq_len + 1, dtype=torch.long)
+    x[:, 0] = torch.randint(0, vocab, (batch,), generator=gen)
+    noise = torch.randint(0, 2, (batch, seq_len), generator=gen)
+    for t in range(seq_len):
+        x[:, t + 1] = (5 * x[:, t] + 7 + noise[:, t]) % vocab
+    x = x.to(device)
+    return x[:, :-1], x[:, 1:]
+
+
+def _train(model: Any, opt: Any, cfg: dict[str, Any], device: Any, rank: int, micro_batch: int, *,
+           dist_loss: bool, t_process_start: float | None) -> dict[str, Any]:
+    """warmup + steps optimizer steps; per step its time (warm-up flagged) and the loss."""
+    import torch
+    import torch.nn.functional as F
+
+    gen = torch.Generator().manual_seed(int(cfg["seed"]) * 1000003 + rank)
+    cuda = device.type == "cuda"
+    autocast = torch.autocast(device_type="cuda", dtype=torch.bfloat16) if cuda else None
+    vocab = cfg["vocab"]
+    times, losses = [], []
+    first_step_s = None
+    diverged = None
+    total = cfg["warmup_steps"] + cfg["steps"]
+    for step in range(total):
+        x, y = synthetic_batch(gen, micro_batch, cfg["seq_len"], vocab, device)
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        if autocast is not None:
+            with autocast:
+                logits = model(x)
+        else:
+            logits = model(x)
+        loss = F.cross_entropy(logits.float().reshape(-1, vocab), y.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if cuda:
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+        if step == 0 and t_process_start is not None:
+            first_step_s = time.time() - t_process_start
+        # Outside the timed region: the mean loss over ranks (and so one verdict for all of
+        # them: a rank that stopped alone would leave the others waiting in DDP).
+        value = loss.detach().float().reshape(1)
+        if dist_loss:
+            import torch.distributed as dist
+
+            dist.all_reduce(value)
+            value /= dist.get_world_size()
+        v = float(value.item())
+        losses.append(v)
+        if not math.isfinite(v):
+            diverged = f"loss diverged: {v} at step {step}"
+            break
+    return {"step_times_s": times, "losses": losses, "time_to_first_step_s": first_step_s, "diverged": diverged,
+            "steps_done": len(times), "steps_planned": total}
+
+
+def _checkpoint(model: Any, opt: Any, cfg: dict[str, Any], build: Any, device: Any) -> dict[str, Any]:
+    """Save model + optimizer state to a local file (fsync'd), restore it into fresh objects, compare."""
+    import torch
+
+    module = getattr(model, "module", model)
+    with tempfile.TemporaryDirectory(prefix="benchrun-ckpt-") as tmp:
+        path = Path(tmp) / "checkpoint.pt"
+        t0 = time.perf_counter()
+        with path.open("wb") as f:
+            torch.save({"model": module.state_dict(), "optimizer": opt.state_dict()}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        save_s = time.perf_counter() - t0
+        size = path.stat().st_size
+        fresh = build().to(device)
+        fresh_opt = torch.optim.AdamW(fresh.parameters(), lr=cfg["lr"])
+        t0 = time.perf_counter()
+        state = torch.load(path, map_location=device, weights_only=True)
+        fresh.load_state_dict(state["model"])
+        fresh_opt.load_state_dict(state["optimizer"])
+        restore_s = time.perf_counter() - t0
+    same = all(torch.equal(a, b) for a, b in zip(module.state_dict().values(), fresh.state_dict().values()))
+    if not same:
+        raise RuntimeError("checkpoint restore: restored parameters differ from the saved ones")
+    return {"checkpoint_save_s": save_s, "checkpoint_restore_s": restore_s, "checkpoint_bytes": size}
+
+
+def worker(rank: int, local_rank: int, world_size: int, init_method: str | None, cfg: dict[str, Any],
+           node_name: str, out_file: str | None = None, t_process_start: float | None = None) -> dict[str, Any]:
+    """Train as global ``rank`` of ``world_size``; rank 0's document gathers every rank's samples."""
+    doc: dict[str, Any] = {"rank_id": rank, "local_rank": local_rank, "node_name": node_name, "pid": os.getpid()}
+    try:
+        import torch
+
+        doc["torch_version"] = torch.__version__
+        cuda = cfg["device"] == "cuda"
+        if cuda:
+            torch.cuda.set_device(local_rank)
+            device = torch.device("cuda", local_rank)
+            doc["gpu_name"] = torch.cuda.get_device_name(local_rank)
+        else:
+            device = torch.device("cpu")
+            # Ranks on one host share its cores (the launcher sets OMP_NUM_THREADS for its
+            # nodes, as torchrun does); oversubscribed threads would time the scheduler.
+            threads = os.environ.get("OMP_NUM_THREADS")
+            n = int(threads) if threads and threads.isdigit() else max(1, len(os.sched_getaffinity(0)) // cfg["local_ranks"])
+            torch.set_num_threads(max(1, n))
+        distributed = world_size > 1
+        if distributed:
+            import torch.distributed as dist
+
+            t0 = time.perf_counter()
+            dist.init_process_group(cfg["backend"], init_method=init_method, rank=rank, world_size=world_size,
+                                    timeout=_dt.timedelta(seconds=cfg["timeout_s"]))
+            doc["rendezvous_s"] = time.perf_counter() - t0
+
+        def build() -> Any:
+            torch.manual_seed(int(cfg["seed"]))  # identical initial weights on every rank
+            return build_model(cfg["layers"], cfg["hidden"], cfg["heads"], cfg["seq_len"], cfg["vocab"])
+
+        model = build().to(device)
+        if distributed:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            model = DDP(model, device_ids=[local_rank] if cuda else None)
+        opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"])
+        micro = cfg["global_batch"] // world_size
+        run = _train(model, opt, cfg, device, rank, micro, dist_loss=distributed, t_process_start=t_process_start)
+        doc.update(run)
+        if run["diverged"] is None:
+            if cfg["scaling_sweep"] and distributed:
+                # Weak scaling: rank 0 alone, same per-device batch, no gradient exchange;
+                # the other ranks wait at the barrier.
+                if rank == 0:
+                    single = build().to(device)
+                    single_opt = torch.optim.AdamW(single.parameters(), lr=cfg["lr"])
+                    doc["single_rank"] = _train(single, single_opt, cfg, device, 0, micro, dist_loss=False,
+                                                t_process_start=None)
+                    del single, single_opt
+                dist.barrier()
+            if cfg["checkpoint"] and rank == 0:
+                doc.update(_checkpoint(model, opt, cfg, lambda: build(), device))
+        if distributed:
+            gathered: list[Any] = [None] * world_size
+            mine = {k: doc.get(k) for k in ("rank_id", "node_name", "pid", "step_times_s", "losses",
+                                              "time_to_first_step_s", "rendezvous_s", "steps_done")}
+            dist.all_gather_object(gathered, mine)
+            doc["ranks"] = gathered
+            dist.barrier()
+            dist.destroy_process_group()
+        else:
+            doc["ranks"] = [{k: doc.get(k) for k in ("rank_id", "node_name", "pid", "step_times_s", "losses",
+                                                    "time_to_first_step_s", "rendezvous_s", "steps_done")}]
+    except BaseException as exc:  # noqa: BLE001 - reported to the caller through the document
+        doc["error"] = f"{type(exc).__name__}: {exc}"
+        doc["traceback"] = traceback.format_exc()
+    if out_file is not None:
+        atomic_write_bytes(Path(out_file), json.dumps(doc).encode("utf-8"))
+        if "error" in doc:
+            raise SystemExit(1)
+    return doc

@@ -1,0 +1,322 @@
+"""The ``training`` suite: a real torch training loop, measured per rank, one or many nodes.
+
+A small decoder-only transformer (sizes from the parameters), seeded synthetic tokens,
+AdamW, bf16 autocast on CUDA and fp32 on CPU, DistributedDataParallel over gloo on CPU and
+NCCL on GPUs. In a multi-node gang (``nodes > 1`` in the spec) every node runs this module
+with the launcher's rendezvous variables and forks ``LOCAL_WORLD_SIZE`` ranks (one rank
+runs in-process); on one node, ``world_size`` local ranks meet on a loopback port.
+
+Parameters (defaults in brackets):
+    layers [2], hidden [64], heads [4], seq_len [64], vocab [256], global_batch [8]
+        (split evenly over ranks), steps [20] measured after warmup_steps [3],
+    lr [0.003], seed [0], world_size [1] (single node only), backend auto|gloo|nccl,
+    scaling_sweep [false]: also time rank 0 alone for the weak-scaling efficiency,
+    checkpoint [true]: save and restore model + optimizer state, timed,
+    peak_tflops_per_device: the declared dense peak for MFU (else a known GPU's, else none),
+    target_tokens: tokens a full training run needs, for time_to_train_hours,
+    timeout_s [300]: the process group's deadline.
+
+Per replicate (warm-up steps excluded; a step's time is the slowest rank's):
+step_time_p50_ms / p99, tokens_per_second (global) and per device, model FLOPs per token
+(:func:`model_flops_per_token`, its formula in the result), ``mfu_pct`` against the
+declared peak (absent, with the reason, when no peak is known), scaling efficiency when a
+sweep is asked, time to first step (process start → first optimizer step done, rendezvous
+included), checkpoint save / restore time and size, per-rank step-time medians with their
+node. The loss must be finite and fall (mean of the last three steps below the first
+three); otherwise the replicate fails with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import shutil
+import socket
+import tempfile
+import time
+from multiprocessing.connection import wait
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchrun.suites._common import (
+    ParamError,
+    bool_param,
+    check_known,
+    choice_param,
+    cuda_available,
+    float_param,
+    int_param,
+    percentile,
+    torch_present,
+)
+from benchrun.suites._gang import gang_from_env, node_name
+from benchrun.suites._runtime import SuiteContext, Unavailable, main
+
+FLOPS_FORMULA = ("6*N + 12*n_layers*d_model*seq_len, N = 12*n_layers*d_model^2 + d_model*vocab "
+                 "(matmul weights: attention QKV+output, MLP 4x, LM head; embeddings, biases and norms excluded; "
+                 "attention term without a causal discount, as in PaLM's MFU)")
+
+# Dense BF16 tensor-core peaks from NVIDIA's datasheets (TFLOP/s per GPU), matched on the
+# device name. A GPU not listed gets no MFU unless the spec declares peak_tflops_per_device.
+KNOWN_PEAK_TFLOPS_BF16 = (
+    ("H100 PCIe", 756.0),
+    ("H100", 989.4),
+    ("H200", 989.4),
+    ("B200", 2250.0),
+    ("A100", 312.0),
+)
+
+PARAMS = ("layers", "hidden", "heads", "seq_len", "vocab", "global_batch", "steps", "warmup_steps", "lr", "seed",
+          "world_size", "backend", "scaling_sweep", "checkpoint", "peak_tflops_per_device", "target_tokens",
+          "timeout_s")
+
+
+def model_params_matmul(layers: int, hidden: int, vocab: int) -> int:
+    """N: weights that take part in a matmul per token (see FLOPS_FORMULA)."""
+    return 12 * layers * hidden * hidden + hidden * vocab
+
+
+def model_flops_per_token(layers: int, hidden: int, seq_len: int, vocab: int) -> int:
+    """Training FLOPs per token: 6·N (forward 2N, backward 4N) + 12·L·d·T for attention scores."""
+    return 6 * model_params_matmul(layers, hidden, vocab) + 12 * layers * hidden * seq_len
+
+
+def known_peak_tflops(device_name: str | None) -> float | None:
+    """The dense BF16 peak of a known GPU, else None."""
+    if not device_name:
+        return None
+    for needle, peak in KNOWN_PEAK_TFLOPS_BF16:
+        if needle.lower() in device_name.lower():
+            return peak
+    return None
+
+
+def loss_verdict(losses: list[float], window: int = 3) -> str | None:
+    """None when the loss is finite and falls; else why not."""
+    if not losses:
+        return "no loss recorded"
+    bad = next((i for i, v in enumerate(losses) if not np.isfinite(v)), None)
+    if bad is not None:
+        return f"loss diverged: {losses[bad]} at step {bad}"
+    k = max(1, min(window, len(losses) // 2))
+    first, last = float(np.mean(losses[:k])), float(np.mean(losses[-k:]))
+    if not last < first:
+        return f"loss did not fall: mean of the first {k} steps {first:.4f}, of the last {k} {last:.4f}"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _run_local_ranks(ranks: list[tuple[int, int]], world_size: int, init_method: str, cfg: dict[str, Any],
+                     node: str, t_start: float, timeout_s: float) -> list[dict[str, Any]]:
+    """Fork one process per (global rank, local rank); the first failure stops them all."""
+    from benchrun.suites._training_worker import worker
+
+    out_dir = Path(tempfile.mkdtemp(prefix="benchrun-training-"))
+    method = "spawn" if cfg["device"] == "cuda" else "fork"
+    if method == "fork":
+        import torch.distributed  # noqa: F401 - imported once before forking, the ranks inherit it
+    mp = multiprocessing.get_context(method)
+    procs = [mp.Process(target=worker, name=f"rank{g}",
+                        args=(g, l, world_size, init_method, cfg, node, str(out_dir / f"rank{g}.json"), t_start))
+             for g, l in ranks]
+    try:
+        for p in procs:
+            p.start()
+        deadline = time.monotonic() + timeout_s + 60
+        pending = list(procs)
+        while pending and time.monotonic() < deadline:
+            wait([p.sentinel for p in pending], timeout=max(0.0, deadline - time.monotonic()))
+            pending = [p for p in pending if p.exitcode is None]
+            if any(p.exitcode not in (None, 0) for p in procs):
+                break
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+        docs = []
+        for (g, _), p in zip(ranks, procs):
+            f = out_dir / f"rank{g}.json"
+            docs.append(json.loads(f.read_text(encoding="utf-8")) if f.exists()
+                        else {"rank_id": g, "error": f"exit code {p.exitcode}, no document (killed or timed out)"})
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    return docs
+
+
+def run(ctx: SuiteContext) -> None:
+    """Train, then (on global rank 0's node) report step times, throughput, MFU and checkpoints."""
+    check_known(ctx, PARAMS)
+    layers = int_param(ctx, "layers", 2, maximum=512)
+    hidden = int_param(ctx, "hidden", 64, maximum=65536)
+    heads = int_param(ctx, "heads", 4, maximum=1024)
+    seq_len = int_param(ctx, "seq_len", 64, maximum=1 << 20)
+    vocab = int_param(ctx, "vocab", 256, minimum=16, maximum=1 << 20)
+    global_batch = int_param(ctx, "global_batch", 8)
+    steps = int_param(ctx, "steps", 20, minimum=2, maximum=1_000_000)
+    warmup = int_param(ctx, "warmup_steps", 3, minimum=0, maximum=1_000_000)
+    lr = float_param(ctx, "lr", 3e-3)
+    seed = int_param(ctx, "seed", 0, minimum=0)
+    requested = choice_param(ctx, "backend", "auto", ("auto", "gloo", "nccl"))
+    sweep = bool_param(ctx, "scaling_sweep", False)
+    checkpoint = bool_param(ctx, "checkpoint", True)
+    timeout_s = float_param(ctx, "timeout_s", 300.0)
+    peak_param = ctx.param("peak_tflops_per_device", None)
+    peak_declared = float_param(ctx, "peak_tflops_per_device", 1.0) if peak_param is not None else None
+    target = ctx.param("target_tokens", None)
+    target_tokens = int_param(ctx, "target_tokens", 1) if target is not None else None
+    if hidden % heads:
+        raise ParamError(f"parameter hidden={hidden} must be a multiple of heads={heads}")
+
+    gang = gang_from_env()
+    if gang is not None:
+        if "world_size" in ctx.params:
+            raise ParamError("parameter world_size: a multi-node suite's world size is nodes x gpusPerNode; drop it")
+        world_size, local, node_rank = gang.world_size, gang.local_world_size, gang.node_rank
+        init_method = gang.init_method
+    else:
+        world_size = int_param(ctx, "world_size", 1, maximum=256)
+        local, node_rank = world_size, 0
+        init_method = f"tcp://127.0.0.1:{_free_port()}"
+    if global_batch % world_size:
+        raise ParamError(f"parameter global_batch={global_batch} must be a multiple of the world size {world_size}")
+    if not torch_present():
+        raise Unavailable("torch not installed")
+    cuda = cuda_available()
+    if requested == "nccl" and not cuda:
+        raise Unavailable("no CUDA device (backend nccl)")
+    if cuda:
+        import torch
+
+        if torch.cuda.device_count() < local:
+            if requested == "nccl":
+                raise Unavailable(f"no CUDA device for every local rank: {local} needed, "
+                                  f"{torch.cuda.device_count()} found")
+            cuda = False
+    device = "cuda" if cuda else "cpu"
+    backend = "nccl" if cuda and requested != "gloo" else "gloo"
+    cfg = {"layers": layers, "hidden": hidden, "heads": heads, "seq_len": seq_len, "vocab": vocab,
+           "global_batch": global_batch, "steps": steps, "warmup_steps": warmup, "lr": lr, "seed": seed,
+           "device": device, "backend": backend, "scaling_sweep": sweep, "checkpoint": checkpoint,
+           "timeout_s": timeout_s, "local_ranks": local}
+    me = node_name()
+    ranks = [(node_rank * local + l, l) for l in range(local)]
+    ctx.log(f"training: {world_size} ranks ({local} on this node, node {node_rank}), {device}, backend {backend}, "
+            f"L={layers} d={hidden} h={heads} T={seq_len} V={vocab} B={global_batch}")
+    if local == 1:
+        from benchrun.suites._training_worker import worker
+
+        docs = [worker(ranks[0][0], 0, world_size, init_method if world_size > 1 else None, cfg, me,
+                       t_process_start=ctx.t_process_start)]
+    else:
+        docs = _run_local_ranks(ranks, world_size, init_method, cfg, me, ctx.t_process_start, timeout_s)
+    errors = [f"rank {d['rank_id']}: {d['error']}" for d in docs if "error" in d]
+    if errors:
+        raise RuntimeError("; ".join(errors))
+    ctx.context.update({"device": device, "backend": backend, "world_size": world_size, "nodes": gang.nodes if gang else 1,
+                        "ranks_per_node": local, "torch_version": docs[0].get("torch_version"),
+                        "gpu_name": docs[0].get("gpu_name"), "dtype": "bfloat16 autocast" if cuda else "float32",
+                        "node_name": me})
+    if node_rank != 0:
+        return  # node 0 reports the replicate; this node's ranks are in rank 0's gathered samples
+    report(ctx, docs[0], cfg, world_size, gang.nodes if gang else 1, peak_declared, target_tokens)
+
+
+def report(ctx: SuiteContext, doc: dict[str, Any], cfg: dict[str, Any], world_size: int, nodes: int,
+           peak_declared: float | None, target_tokens: int | None) -> None:
+    """Metrics and the training row from global rank 0's document (every rank's samples)."""
+    warmup = cfg["warmup_steps"]
+    verdict = doc.get("diverged") or loss_verdict(doc["losses"])
+    ranks = doc["ranks"]
+    path = ctx.raw_file("ranks", "json")
+    from benchrun.suites.result import atomic_write_json
+
+    atomic_write_json(path, {"unit": "s", "warmup_steps": warmup, "ranks": ranks})
+    ctx.samples["ranks"] = str(path.relative_to(ctx.run_dir))
+    if verdict:
+        ctx.context["losses"] = doc["losses"]
+        raise RuntimeError(verdict)
+    per_rank = np.array([r["step_times_s"][warmup:] for r in ranks])  # rank x measured step
+    step = per_rank.max(axis=0)  # a synchronous step ends when its slowest rank does
+    tokens_per_step = cfg["global_batch"] * cfg["seq_len"]
+    tps = tokens_per_step * len(step) / float(step.sum())
+    flops_tok = model_flops_per_token(cfg["layers"], cfg["hidden"], cfg["seq_len"], cfg["vocab"])
+    case = (f"L{cfg['layers']}-d{cfg['hidden']}-T{cfg['seq_len']}-B{cfg['global_batch']}-"
+            f"n{nodes}x{world_size // nodes}")
+    gpu = doc.get("gpu_name")
+    peak = peak_declared if peak_declared is not None else known_peak_tflops(gpu)
+    peak_source = "declared" if peak_declared is not None else (f"known peak of {gpu}" if peak else None)
+    mfu = 100.0 * flops_tok * tps / (peak * 1e12 * world_size) if peak else None
+    mfu_reason = None if peak else (f"unavailable: no declared peak for {gpu or cfg['device']} "
+                                    "(set parameter peak_tflops_per_device)")
+    scaling = None
+    scaling_reason = "not asked (parameter scaling_sweep)" if not cfg["scaling_sweep"] else None
+    single = doc.get("single_rank")
+    if cfg["scaling_sweep"] and world_size == 1:
+        scaling_reason = "world size 1: nothing to scale"
+    elif single:
+        t1 = np.array(single["step_times_s"][warmup:])
+        tps1 = (cfg["global_batch"] // world_size) * cfg["seq_len"] * len(t1) / float(t1.sum())
+        scaling = 100.0 * tps / (world_size * tps1)
+    ttfs = max(r["time_to_first_step_s"] for r in ranks if r.get("time_to_first_step_s") is not None) \
+        if any(r.get("time_to_first_step_s") is not None for r in ranks) else None
+    time_to_train_h = target_tokens / tps / 3600.0 if target_tokens else None
+    reliability = 100.0 * doc["steps_done"] / doc["steps_planned"]
+    p50, p99 = percentile(step.tolist(), 50), percentile(step.tolist(), 99)
+
+    ctx.add_metric("step_time_p50_ms", p50 * 1e3, "ms", "lower", case=case)
+    ctx.add_metric("step_time_p99_ms", p99 * 1e3, "ms", "lower", case=case)
+    ctx.add_metric("tokens_per_second", tps, "tokens/s", "higher", case=case)
+    ctx.add_metric("tokens_per_second_per_device", tps / world_size, "tokens/s", "higher", case=case)
+    ctx.add_metric("model_flops_per_token", float(flops_tok), "FLOP", "lower", case=case)
+    if mfu is not None:
+        ctx.add_metric("mfu_pct", mfu, "%", "higher", case=case)
+    if scaling is not None:
+        ctx.add_metric("scaling_efficiency_pct", scaling, "%", "higher", case=case)
+    if ttfs is not None:
+        ctx.add_metric("time_to_first_step_s", ttfs, "s", "lower", case=case)
+    if time_to_train_h is not None:
+        ctx.add_metric("time_to_train_hours", time_to_train_h, "h", "lower", case=case)
+    ctx.add_metric("training_reliability_pct", reliability, "%", "higher", case=case)
+    if "checkpoint_save_s" in doc:
+        ctx.add_metric("checkpoint_save_s", doc["checkpoint_save_s"], "s", "lower", case=case)
+        ctx.add_metric("checkpoint_restore_s", doc["checkpoint_restore_s"], "s", "lower", case=case)
+        ctx.add_metric("checkpoint_bytes", float(doc["checkpoint_bytes"]), "bytes", "lower", case=case)
+    for r, times in zip(ranks, per_rank):
+        ctx.add_metric("rank_step_time_p50_ms", float(np.median(times)) * 1e3, "ms", "lower", case=case,
+                       rank_id=r["rank_id"], node_name=r.get("node_name"))
+    slowest = int(np.argmax(np.median(per_rank, axis=1)))
+    losses = doc["losses"]
+    ctx.training.append({
+        "case": case, "world_size": world_size, "nodes": nodes, "ranks_per_node": world_size // nodes,
+        "device": cfg["device"], "dtype": "bfloat16" if cfg["device"] == "cuda" else "float32",
+        "backend": cfg["backend"], "layers": cfg["layers"], "hidden": cfg["hidden"], "heads": cfg["heads"],
+        "seq_len": cfg["seq_len"], "vocab": cfg["vocab"], "global_batch": cfg["global_batch"],
+        "measured_steps": int(len(step)), "warmup_steps": warmup,
+        "step_time_p50_ms": p50 * 1e3, "step_time_p99_ms": p99 * 1e3,
+        "tokens_per_second": tps, "tokens_per_second_per_device": tps / world_size,
+        "model_params_matmul": model_params_matmul(cfg["layers"], cfg["hidden"], cfg["vocab"]),
+        "model_flops_per_token": flops_tok, "flops_formula": FLOPS_FORMULA,
+        "mfu_pct": mfu, "mfu_reason": mfu_reason, "peak_tflops_used": peak, "peak_source": peak_source,
+        "scaling_efficiency_pct": scaling, "scaling_reason": scaling_reason,
+        "time_to_first_step_s": ttfs, "time_to_train_hours": time_to_train_h, "target_tokens": target_tokens,
+        "training_reliability_pct": reliability,
+        "checkpoint_save_s": doc.get("checkpoint_save_s"), "checkpoint_restore_s": doc.get("checkpoint_restore_s"),
+        "checkpoint_bytes": doc.get("checkpoint_bytes"),
+        "loss_first": float(np.mean(losses[:3])), "loss_last": float(np.mean(losses[-3:])),
+        "slowest_rank": int(ranks[slowest]["rank_id"]), "slowest_rank_node": ranks[slowest].get("node_name"),
+    })
+    ctx.context.update({"flops_formula": FLOPS_FORMULA, "losses": losses, "mfu": mfu_reason or f"peak {peak} TFLOP/s ({peak_source})"})
+    ctx.log(f"training {case}: step p50 {p50 * 1e3:.1f} ms, {tps:.0f} tokens/s, loss {losses[0]:.3f} -> {losses[-1]:.3f}"
+            + (f", MFU {mfu:.2f}%" if mfu is not None else f", MFU {mfu_reason}")
+            + (f", scaling {scaling:.1f}%" if scaling is not None else ""))
+
+
+if __name__ == "__main__":
+    main(run)

@@ -1,0 +1,90 @@
+"""The training suite: FLOPs arithmetic against a hand count, a real tiny DDP run across 2
+local nodes, and a diverging loss that fails the replicate with the reason."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchrun.launch.local import LocalLauncher, local_node_name
+from benchrun.plan import Invocation, base_env
+from benchrun.rundir import RunDir
+from benchrun.suites.training import (
+    known_peak_tflops,
+    loss_verdict,
+    model_flops_per_token,
+    model_params_matmul,
+)
+from helpers import run_builtin_suite
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = {"layers": 1, "hidden": 16, "heads": 2, "seq_len": 8, "vocab": 32, "global_batch": 4, "steps": 6,
+        "warmup_steps": 1, "lr": 0.01}
+
+
+def test_flops_per_token_against_a_hand_count() -> None:
+    # L=2, d=8, V=16, T=4. Per block: QKV 8x24=192, out 8x8=64, MLP 8x32 + 32x8 = 512 → 768 = 12·d²;
+    # two blocks 1536, LM head 8x16 = 128 → N = 1664. 6N = 9984; attention 12·L·d·T = 12·2·8·4 = 768.
+    assert model_params_matmul(2, 8, 16) == 1664
+    assert model_flops_per_token(2, 8, 4, 16) == 9984 + 768
+
+
+def test_matmul_parameter_count_is_the_models_own() -> None:
+    torch = pytest.importorskip("torch")
+    from benchrun.suites._training_worker import build_model
+
+    model = build_model(3, 32, 4, 16, 64)
+    linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    assert linear == model_params_matmul(3, 32, 64)
+
+
+def test_loss_verdicts_and_known_peaks() -> None:
+    assert loss_verdict([5.0, 4.8, 4.1, 3.0, 2.5, 2.0]) is None
+    assert loss_verdict([5.0, float("nan"), 4.0]) == "loss diverged: nan at step 1"
+    assert loss_verdict([3.0, 3.1, 3.0, 3.2, 3.3, 3.4]).startswith("loss did not fall")
+    assert known_peak_tflops("NVIDIA H100 80GB HBM3") == 989.4
+    assert known_peak_tflops("NVIDIA H100 PCIe") == 756.0
+    assert known_peak_tflops("cpu") is None and known_peak_tflops(None) is None
+
+
+@pytest.mark.slow
+def test_training_across_two_local_nodes_reports_the_figures(tmp_path: Path) -> None:
+    run_id = "tr-20260101000000-abcdef12"
+    rd = RunDir(tmp_path, run_id).create().path
+    params = {**TINY, "scaling_sweep": True, "peak_tflops_per_device": 1.0, "target_tokens": 10**9}
+    env = {**base_env(), "PYTHONPATH": str(ROOT), "BENCHRUN_RUN_ID": run_id, "BENCHRUN_RUN_DIR": str(rd),
+           "BENCHRUN_SUITE": "training", "BENCHRUN_REPLICATE": "1", "BENCHRUN_PARAMS": json.dumps(params)}
+    inv = Invocation(run_id, "end_to_end", "training", 1, "bc-t", (sys.executable, "-m", "benchrun.suites.training"),
+                     env, 120.0, params, nodes=2, ranks_per_node=1)
+    res = LocalLauncher().launch(inv, rd)
+    assert res.status == "ok", res.reason
+    doc = json.loads((rd / res.result).read_text())
+    [row] = doc["training"]
+    assert (row["world_size"], row["nodes"], row["device"], row["backend"]) == (2, 2, "cpu", "gloo")
+    assert row["measured_steps"] == 6 and row["warmup_steps"] == 1
+    assert row["model_flops_per_token"] == model_flops_per_token(1, 16, 8, 32) and "6*N" in row["flops_formula"]
+    tps = row["tokens_per_second"]
+    assert row["tokens_per_second_per_device"] == pytest.approx(tps / 2)
+    # MFU against the declared 1 TFLOP/s per device, from the same measured throughput
+    assert row["mfu_pct"] == pytest.approx(100 * row["model_flops_per_token"] * tps / 2e12)
+    assert row["peak_tflops_used"] == 1.0 and row["mfu_reason"] is None
+    assert row["time_to_train_hours"] == pytest.approx(1e9 / tps / 3600)
+    assert 0 < row["scaling_efficiency_pct"] and row["step_time_p50_ms"] <= row["step_time_p99_ms"]
+    assert row["checkpoint_bytes"] > 0 and row["checkpoint_save_s"] > 0 and row["checkpoint_restore_s"] > 0
+    assert row["loss_last"] < row["loss_first"] and row["training_reliability_pct"] == 100.0
+    assert row["time_to_first_step_s"] > 0
+    ranks = {m["rank_id"]: m["node_name"] for m in doc["metrics"] if m["name"] == "rank_step_time_p50_ms"}
+    assert ranks == {0: local_node_name(0), 1: local_node_name(1)}
+    samples = json.loads((rd / doc["samples"]["ranks"]).read_text())
+    assert [len(r["step_times_s"]) for r in samples["ranks"]] == [7, 7]
+
+
+@pytest.mark.slow
+def test_diverging_loss_fails_the_replicate_with_the_reason(tmp_path: Path) -> None:
+    proc, doc = run_builtin_suite("training", "div-20260101000000-abcdef12", tmp_path,
+                                  {**TINY, "lr": 1e4, "checkpoint": False}, PYTHONPATH=str(ROOT))
+    assert proc.returncode == 1 and doc["status"] == "failed"
+    assert doc["reason"].startswith("RuntimeError: loss diverged: nan at step")
