@@ -107,6 +107,9 @@ def record_evidence(rd: RunDir, loaded: Any, open_store_for: Callable[[str, int 
     write_environment(rd.path, rd.run_id, when="after")  # background load after the suites
     outcome, issues = settle_layers(rd)
     rd.update_status(outcome=outcome, issues=issues)
+    from benchrun.telemetry.conditions import apply_run_conditions
+
+    apply_run_conditions(rd)  # TelemetryCollected, ReplicatesUncontended (publication: guarantee)
     rd.set_phase("Analyzing")
     layers = rd.read_status().get("layers", {})
     steps = {name: {"status": st["status"], "planned": st.get("launches", 0), "ok": st.get("ok", 0),

@@ -240,3 +240,46 @@ def test_curated_slices_carry_suite_replicate_device_keys_and_lineage(tmp_path, 
     assert rate["window_start_utc"] < rate["window_end_utc"]  # a rate covers the interval since the last sample
     m = pq.read_table(partition_dir(tmp_path, "measurement_fact", RUN_ID)).to_pylist()
     assert {"answer", "cpu_utilization_pct_mean", "background_cpu_pct_p95"} <= {r["metric"] for r in m}
+
+
+def _doc_with(rd, suite, rep, telemetry):
+    doc = {"schema": "benchrun.suite_result/v1", "status": "ok", "suite": suite, "replicate": rep, "metrics": [],
+           "telemetry": telemetry}
+    (rd.path / "structured" / f"{RUN_ID}_{suite}_r{rep}.json").write_text(json.dumps(doc))
+
+
+def _cond(status, type_):
+    return next(c for c in status["conditions"] if c["type"] == type_)
+
+
+def test_contended_publication_run_loses_the_guarantee_and_prometheus_outage_is_a_condition(tmp_path):
+    from benchrun.telemetry.conditions import apply_run_conditions
+
+    rd = RunDir(tmp_path, RUN_ID).create()
+    (rd.path / "structured").mkdir(exist_ok=True)
+    rd.update_status(run_id=RUN_ID, benchmark_class_granted="publication_grade")
+    _doc_with(rd, "gemm", 1, {"rate_hz": 1.0, "contended": False})
+    _doc_with(rd, "gemm", 2, {"rate_hz": 1.0, "contended": True, "contention_reason": "others used 40.0 %",
+                              "prometheus": {"status": "unavailable", "reason": "cannot connect"}})
+    st = apply_run_conditions(rd)
+    assert st["benchmark_class_granted"] == "realism_grade"
+    guarantee = _cond(st, "PublicationGuaranteesMet")
+    assert guarantee["status"] == "False" and guarantee["reason"] == "BackgroundLoad" and "gemm r2" in guarantee["message"]
+    assert _cond(st, "ReplicatesUncontended")["status"] == "False"
+    collected = _cond(st, "TelemetryCollected")
+    assert (collected["status"], collected["reason"]) == ("False", "PrometheusUnavailable")
+    assert "cannot connect" in collected["message"]
+
+
+def test_quiet_realism_run_keeps_its_class(tmp_path):
+    from benchrun.telemetry.conditions import apply_run_conditions
+
+    rd = RunDir(tmp_path, RUN_ID).create()
+    (rd.path / "structured").mkdir(exist_ok=True)
+    rd.update_status(run_id=RUN_ID, benchmark_class_granted="realism_grade")
+    _doc_with(rd, "membw", 1, {"rate_hz": 10.0, "contended": False})
+    st = apply_run_conditions(rd)
+    assert st["benchmark_class_granted"] == "realism_grade"
+    assert _cond(st, "ReplicatesUncontended")["status"] == "True"
+    assert _cond(st, "TelemetryCollected")["message"] == "1 replicates sampled at 10 Hz"
+    assert not any(c["type"] == "PublicationGuaranteesMet" for c in st["conditions"])

@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import re
+import string
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ MAX_POINTS = 1000  # step is widened so one series stays under this many points
 
 @dataclass(frozen=True)
 class Query:
-    """One PromQL expression template; ``{node}``/``{pod}``/``{rate}`` are filled per replicate."""
+    """One PromQL expression template; ``$node``/``$pod``/``$rate`` are filled per replicate."""
 
     name: str
     source: str  # dcgm | node | kueue
@@ -45,14 +46,14 @@ class Query:
 def _dcgm(name: str, series: tuple[str, ...], unit: str) -> list[Query]:
     # DCGM exporter labels the node as Hostname (or node, after the usual relabelling) and the
     # pod whose container holds the GPU as pod.
-    by_node = " or ".join(f'{s}{{Hostname="{{node}}"}} or {s}{{node="{{node}}"}}' for s in series)
-    by_pod = " or ".join(f'{s}{{pod="{{pod}}"}}' for s in series)
+    by_node = " or ".join(f'{s}{{Hostname="$node"}} or {s}{{node="$node"}}' for s in series)
+    by_pod = " or ".join(f'{s}{{pod="$pod"}}' for s in series)
     return [Query(name, "dcgm", "gpu", unit, by_node), Query(f"{name}_pod", "dcgm", "gpu", unit, by_pod, needs_pod=True)]
 
 
 # node exporter series are tied to the node through node_uname_info's nodename (their own
 # instance label is the scrape address, which need not be the node's name).
-_UNAME = ' * on(instance) group_left(nodename) node_uname_info{{nodename="{node}"}}'
+_UNAME = ' * on(instance) group_left(nodename) node_uname_info{nodename="$node"}'
 QUERIES: tuple[Query, ...] = (
     *_dcgm("dcgm_gpu_utilization_pct", ("DCGM_FI_DEV_GPU_UTIL",), "%"),
     *_dcgm("dcgm_sm_active_ratio", ("DCGM_FI_PROF_SM_ACTIVE",), "ratio"),
@@ -64,19 +65,19 @@ QUERIES: tuple[Query, ...] = (
     *_dcgm("dcgm_nvlink_tx_bytes", ("DCGM_FI_PROF_NVLINK_TX_BYTES",), "B/s"),
     *_dcgm("dcgm_nvlink_rx_bytes", ("DCGM_FI_PROF_NVLINK_RX_BYTES",), "B/s"),
     Query("node_cpu_busy_ratio", "node", "node", "ratio",
-          '(1 - avg by (instance) (rate(node_cpu_seconds_total{{mode="idle"}}[{rate}])))' + _UNAME),
+          '(1 - avg by (instance) (rate(node_cpu_seconds_total{mode="idle"}[$rate])))' + _UNAME),
     Query("node_load1", "node", "node", "load", "node_load1" + _UNAME),
     Query("node_memory_available_bytes", "node", "node", "bytes", "node_memory_MemAvailable_bytes" + _UNAME),
-    Query("node_context_switches_per_s", "node", "node", "1/s", "rate(node_context_switches_total[{rate}])" + _UNAME),
+    Query("node_context_switches_per_s", "node", "node", "1/s", "rate(node_context_switches_total[$rate])" + _UNAME),
     Query("node_procs_running", "node", "node", "tasks", "node_procs_running" + _UNAME),
     Query("node_disk_read_bytes_per_s", "node", "node", "B/s",
-          "sum by (instance) (rate(node_disk_read_bytes_total[{rate}]))" + _UNAME),
+          "sum by (instance) (rate(node_disk_read_bytes_total[$rate]))" + _UNAME),
     Query("node_disk_written_bytes_per_s", "node", "node", "B/s",
-          "sum by (instance) (rate(node_disk_written_bytes_total[{rate}]))" + _UNAME),
+          "sum by (instance) (rate(node_disk_written_bytes_total[$rate]))" + _UNAME),
     Query("node_network_receive_bytes_per_s", "node", "node", "B/s",
-          'sum by (instance) (rate(node_network_receive_bytes_total{{device!="lo"}}[{rate}]))' + _UNAME),
+          'sum by (instance) (rate(node_network_receive_bytes_total{device!="lo"}[$rate]))' + _UNAME),
     Query("node_network_transmit_bytes_per_s", "node", "node", "B/s",
-          'sum by (instance) (rate(node_network_transmit_bytes_total{{device!="lo"}}[{rate}]))' + _UNAME),
+          'sum by (instance) (rate(node_network_transmit_bytes_total{device!="lo"}[$rate]))' + _UNAME),
     Query("kueue_pending_workloads", "kueue", "cluster", "count", "sum by (cluster_queue) (kueue_pending_workloads)"),
     Query("kueue_admitted_active_workloads", "kueue", "cluster", "count",
           "sum by (cluster_queue) (kueue_admitted_active_workloads)"),
@@ -120,7 +121,7 @@ def render(q: Query, node: str, pod: str | None, rate_window: str) -> str | None
             raise ValueError(f"{value!r} is not a plain node or pod name; it cannot go into a PromQL matcher")
     if not _DURATION.match(rate_window):
         raise ValueError(f"{RATE_WINDOW_ENV}={rate_window!r} is not a Prometheus duration like 30s or 1m")
-    return q.expr.format(node=node, pod=pod or "", rate=rate_window)
+    return string.Template(q.expr).substitute(node=node, pod=pod or "", rate=rate_window)
 
 
 def _as_samples(q: Query, result: list[dict[str, Any]], step: float, pod_uid: str | None) -> list[Sample]:

@@ -1,0 +1,72 @@
+"""Run conditions from the replicates' telemetry records: was telemetry collected (sampler,
+Prometheus), and were replicates measured on a contended machine (which a publication-grade run
+cannot accept)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from benchrun.rundir import RunDir
+
+log = logging.getLogger(__name__)
+
+
+def telemetry_records(rd: RunDir) -> list[tuple[str, int, dict[str, Any]]]:
+    """(suite, replicate, telemetry record) of every result document that has one."""
+    out = []
+    structured = rd.path / "structured"
+    for path in sorted(structured.glob(f"{rd.run_id}_*_r*.json")) if structured.is_dir() else []:
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            continue
+        if isinstance(doc, dict) and isinstance(doc.get("telemetry"), dict):
+            out.append((str(doc.get("suite")), int(doc.get("replicate") or 0), doc["telemetry"]))
+    return out
+
+
+def _names(items: list[tuple[str, int, Any]], limit: int = 6) -> str:
+    shown = ", ".join(f"{s} r{k}" for s, k, _ in items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def apply_run_conditions(rd: RunDir) -> dict[str, Any]:
+    """Set TelemetryCollected and ReplicatesUncontended; a publication-grade run with contended
+    replicates loses PublicationGuaranteesMet and is downgraded to realism_grade, saying why."""
+    records = telemetry_records(rd)
+    if not records:
+        return rd.read_status()
+    broken = [(s, k, r["error"]) for s, k, r in records if r.get("error")]
+    prom = [(s, k, r["prometheus"]) for s, k, r in records if isinstance(r.get("prometheus"), dict)]
+    prom_bad = [(s, k, p) for s, k, p in prom if p.get("status") != "ok"]
+    if broken:
+        rd.set_condition("TelemetryCollected", False, "SamplerError",
+                         f"the sampler failed in {_names(broken)}: {broken[0][2]}")
+    elif prom_bad:
+        reason = "PrometheusUnavailable" if all(p.get("status") == "unavailable" for _, _, p in prom_bad) else "PrometheusPartial"
+        rd.set_condition("TelemetryCollected", False, reason,
+                         f"Prometheus range queries {prom_bad[0][2].get('status')} for {_names(prom_bad)}: "
+                         f"{prom_bad[0][2].get('reason')}; host samples were kept")
+    else:
+        rates = sorted({r.get("rate_hz") for _, _, r in records})
+        rd.set_condition("TelemetryCollected", True, "Sampled",
+                         f"{len(records)} replicates sampled at {', '.join(f'{x:g}' for x in rates)} Hz"
+                         + (f"; Prometheus answered for {len(prom)}" if prom else ""))
+    contended = [(s, k, r) for s, k, r in records if r.get("contended")]
+    if contended:
+        first = contended[0][2].get("contention_reason")
+        rd.set_condition("ReplicatesUncontended", False, "BackgroundLoad",
+                         f"{len(contended)} of {len(records)} replicates were measured on a contended machine "
+                         f"({_names(contended)}); e.g. {first}")
+        status = rd.read_status()
+        if status.get("benchmark_class_granted") == "publication_grade":
+            rd.set_condition("PublicationGuaranteesMet", False, "BackgroundLoad",
+                             f"stable background load was not had: {len(contended)} replicates contended "
+                             f"({_names(contended)}); the run is downgraded to realism_grade")
+            rd.update_status(benchmark_class_granted="realism_grade")
+    else:
+        rd.set_condition("ReplicatesUncontended", True, "QuietMachine",
+                         f"no replicate saw background CPU above its threshold ({len(records)} sampled)")
+    return rd.read_status()

@@ -1,0 +1,163 @@
+"""Prometheus range queries against the real thing: Debian's prometheus scraping Debian's
+prometheus-node-exporter on loopback (ports picked free, config written here, 1 s scrapes)."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from benchrun.launch.local import LocalLauncher
+from benchrun.plan import Invocation, base_env
+from benchrun.rundir import RunDir
+from benchrun.suites.result import read_result
+from benchrun.telemetry.hook import RATE_ENV
+from benchrun.telemetry.prometheus import range_queries, redact, render, QUERIES
+from benchrun.telemetry.samples import read_samples
+
+RUN_ID = "t-20260101000000-abcdef12"
+SUITE = (
+    "import time\n"
+    "from benchrun.suites._runtime import main\n"
+    "def run(ctx):\n"
+    "    time.sleep(4)\n"
+    "    ctx.add_metric('answer', 42.0, 'units', 'higher')\n"
+    "main(run)\n"
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=2) as resp:
+        return json.loads(resp.read())
+
+
+def _wait(pred, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if pred():
+                return
+        except OSError:
+            pass
+        time.sleep(0.3)
+    raise AssertionError(f"{what} not ready after {timeout:g}s")
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory):
+    for binary in ("prometheus", "prometheus-node-exporter"):
+        if shutil.which(binary) is None:
+            pytest.skip(f"{binary} is not installed (make installs it: apt-get install {binary})")
+    tmp = tmp_path_factory.mktemp("prom")
+    exporter_port, prom_port = _free_port(), _free_port()
+    exporter = subprocess.Popen(
+        ["prometheus-node-exporter", f"--web.listen-address=127.0.0.1:{exporter_port}", "--collector.disable-defaults",
+         "--collector.cpu", "--collector.meminfo", "--collector.loadavg", "--collector.stat", "--collector.uname",
+         "--collector.diskstats", "--collector.netdev"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    config = tmp / "prometheus.yml"
+    config.write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        f"scrape_configs:\n  - job_name: node\n    static_configs:\n      - targets: ['127.0.0.1:{exporter_port}']\n")
+    server = subprocess.Popen(
+        ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}",
+         f"--web.listen-address=127.0.0.1:{prom_port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{prom_port}"
+    try:
+        _wait(lambda: _get(f"{url}/api/v1/query?query=up")["data"]["result"], "first scrape")
+        _wait(lambda: len(_get(f"{url}/api/v1/query?query=node_cpu_seconds_total[10s]")["data"]["result"][0]["values"]) >= 3,
+              "three scrapes")
+        yield url
+    finally:
+        for proc in (server, exporter):  # only the processes this fixture started
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.mark.slow  # starts two servers and waits for scrapes
+def test_replicate_window_gets_the_node_exporter_series_and_they_reach_the_warehouse(prometheus, tmp_path, monkeypatch):
+    import pyarrow.parquet as pq
+
+    from benchrun.warehouse.curate import curate_run
+    from benchrun.warehouse.writer import partition_dir
+
+    monkeypatch.setenv("BENCHRUN_PROMETHEUS_URL", prometheus)
+    monkeypatch.setenv("BENCHRUN_PROMETHEUS_RATE_WINDOW", "5s")
+    rd = RunDir(tmp_path, RUN_ID).create()
+    rd.update_status(run_id=RUN_ID)
+    env = {**base_env(), "BENCHRUN_RUN_ID": RUN_ID, "BENCHRUN_RUN_DIR": str(rd.path), "BENCHRUN_SUITE": "s",
+           "BENCHRUN_REPLICATE": "1", RATE_ENV: "2"}
+    res = LocalLauncher().launch(Invocation(RUN_ID, "micro", "s", 1, "bc-x", (sys.executable, "-c", SUITE), env, 60.0),
+                                 rd.path)
+    assert res.status == "ok", res.reason
+    tele = read_result(rd.path / res.result)["telemetry"]
+    prom = tele["prometheus"]
+    assert prom["status"] == "ok", prom
+    assert prom["series_points"]["node_cpu_busy_ratio"] >= 3 and prom["series_points"]["node_load1"] >= 3
+    assert "dcgm_gpu_utilization_pct" not in prom["series_points"]  # no DCGM exporter here: no points, not zeros
+    table = read_samples(rd.path / prom["samples"])
+    ts = [t.timestamp() for t in table["ts"].to_pylist()]
+    assert min(ts) >= tele["window_start"] - 1 and max(ts) <= tele["window_end"] + 1
+    busy = [v for m, v in zip(table["metric"].to_pylist(), table["value"].to_pylist()) if m == "node_cpu_busy_ratio"]
+    assert all(0.0 <= v <= 1.0 for v in busy)
+    assert set(table["node_name"].to_pylist()) == {os.uname().nodename}
+    curate_run(rd.path, tmp_path, tables=["telemetry_slice_fact"])
+    rows = pq.read_table(partition_dir(tmp_path, "telemetry_slice_fact", RUN_ID)).to_pylist()
+    prom_rows = [r for r in rows if r["source"] == "prometheus:node"]
+    assert {r["metric"] for r in prom_rows} >= {"node_cpu_busy_ratio", "node_load1", "node_memory_available_bytes"}
+    assert all(r["suite"] == "s" and r["replicate"] == 1 and r["raw_path"] == prom["samples"] for r in prom_rows)
+
+
+def test_missing_prometheus_is_recorded_not_a_failed_replicate(tmp_path, monkeypatch):
+    monkeypatch.setenv("BENCHRUN_PROMETHEUS_URL", f"http://127.0.0.1:{_free_port()}")
+    rd = RunDir(tmp_path, RUN_ID).create()
+    env = {**base_env(), "BENCHRUN_RUN_ID": RUN_ID, "BENCHRUN_RUN_DIR": str(rd.path), "BENCHRUN_SUITE": "s",
+           "BENCHRUN_REPLICATE": "1", RATE_ENV: "5"}
+    quick = SUITE.replace("time.sleep(4)", "pass")
+    res = LocalLauncher().launch(Invocation(RUN_ID, "micro", "s", 1, "bc-x", (sys.executable, "-c", quick), env, 60.0),
+                                 rd.path)
+    assert res.status == "ok"
+    prom = read_result(rd.path / res.result)["telemetry"]["prometheus"]
+    assert prom["status"] == "unavailable" and "cannot connect" in prom["reason"]
+    assert "samples" not in prom
+
+
+def test_promql_is_rendered_with_checked_names_only():
+    q = next(q for q in QUERIES if q.name == "dcgm_gpu_utilization_pct")
+    assert render(q, "gpu-node-7", None, "1m") == 'DCGM_FI_DEV_GPU_UTIL{Hostname="gpu-node-7"} or DCGM_FI_DEV_GPU_UTIL{node="gpu-node-7"}'
+    pod_q = next(q for q in QUERIES if q.name == "dcgm_gpu_utilization_pct_pod")
+    assert render(pod_q, "n", None, "1m") is None
+    with pytest.raises(ValueError, match="plain node or pod name"):
+        render(q, 'n"} or vector(1) or x{a="', None, "1m")
+    with pytest.raises(ValueError, match="duration"):
+        render(next(q for q in QUERIES if q.name == "node_cpu_busy_ratio"), "n", None, "1 minute")
+    assert redact("http://user:secret@prom:9090/x") == "http://prom:9090/x"
+
+
+def test_a_slow_server_is_one_timeout_not_one_per_query(tmp_path):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)  # accepts connections, never answers
+    try:
+        samples, record = range_queries(f"http://127.0.0.1:{listener.getsockname()[1]}", 0.0, 10.0, "n", timeout_s=0.5)
+    finally:
+        listener.close()
+    assert samples == [] and record["status"] == "unavailable"
+    assert record["reason"].count("timed out") == 1
