@@ -383,3 +383,20 @@ def test_scenario_playbooks_asset_writes_the_report(serving_home: Path) -> None:
     assert meta["query_spec_digest/tail_latency_regression"].value == query_spec_digest(tail_latency.SQL)
     doc = json.loads((serving_home / "runs" / "cand" / "reports" / "cand_playbooks.json").read_text())
     assert doc["baseline_run_id"] == "base" and doc["verdicts"]["tail_latency_regression"] == "flagged"
+
+
+def test_low_gpu_utilization_cites_replicate_telemetry_and_the_host_beside_it(tmp_path: Path) -> None:
+    add_run(tmp_path, "nvml")
+    raw = "raw/nvml_train_step_r1_telemetry.parquet"
+    rows = [{"scope": "gpu", "source": "nvml", "suite": "train_step", "replicate": 1, "metric": "gpu_utilization_pct",
+             "value": v, "unit": "%", "device_index": 0, "raw_path": raw} for v in (10.0, 30.0, 20.0)]
+    rows += [{"scope": "node", "source": "psutil", "suite": "train_step", "replicate": 1, "metric": m, "value": v,
+              "unit": "%", "raw_path": raw} for m, v in (("cpu_utilization_pct", 96.0), ("cpu_utilization_pct", 98.0),
+                                                         ("background_cpu_pct", 40.0))]
+    put(tmp_path, "telemetry_slice_fact", "nvml", rows)
+    res = low_gpu_utilization(tmp_path, "nvml", None)
+    [row] = res.rows
+    assert res.verdict == "flagged"
+    assert (row["suite"], row["n_util_samples"], row["gpu_util_pct"]) == ("train_step", 3, 20.0)
+    assert row["telemetry_evidence"] == raw and row["host_cpu_util_pct"] == 97.0 and row["background_cpu_pct"] == 40.0
+    assert "host CPU 97% busy, background 40%" in row["why"] and raw in row["why"]

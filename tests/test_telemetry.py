@@ -283,3 +283,24 @@ def test_quiet_realism_run_keeps_its_class(tmp_path):
     assert _cond(st, "ReplicatesUncontended")["status"] == "True"
     assert _cond(st, "TelemetryCollected")["message"] == "1 replicates sampled at 10 Hz"
     assert not any(c["type"] == "PublicationGuaranteesMet" for c in st["conditions"])
+
+
+def test_report_timeline_marks_every_replicate_window(tmp_path):
+    from types import SimpleNamespace
+
+    from benchrun.report.telemetry import timeline_data, utilization_section
+
+    rd = RunDir(tmp_path, RUN_ID).create()
+    for rep in (1, 2):
+        s = Sampler(rd.path / f"raw/{RUN_ID}_gemm_r{rep}_telemetry.parquet", 10.0, gpus=False)
+        s.start()
+        sum(i for i in range(200_000))
+        s.stop()
+    data = timeline_data(rd.path, RUN_ID)
+    assert [r["replicate"] for r in data["gemm"]] == [1, 2]
+    assert data["gemm"][0]["window"][1] <= data["gemm"][1]["window"][0]
+    sec = utilization_section(SimpleNamespace(run=SimpleNamespace(path=rd.path, run_id=RUN_ID)))
+    [(caption, png)] = sec.figures
+    assert f"raw/{RUN_ID}_gemm_r1_telemetry.parquet" in caption and png[:8] == b"\x89PNG\r\n\x1a\n"
+    empty = utilization_section(SimpleNamespace(run=SimpleNamespace(path=tmp_path / "none", run_id=RUN_ID)))
+    assert "No telemetry samples" in empty.html and empty.figures == []

@@ -16,26 +16,39 @@ LOW_UTIL_PCT = 50.0
 THROUGHPUT_DROP_MIN = 0.10
 
 # Per suite: the median GPU utilization measured (measurement_fact rows named
-# gpu_utilization_pct, or telemetry_slice_fact samples of that metric, whose source names
-# the suite sample file), for the run ($1) and its baseline ($2, NULL for none), next to
-# each throughput metric of that suite (higher-is-better per-second metrics of ok
-# replicates, and training_outcome_fact tokens_per_second): its median over replicates in
-# both runs and the run-over-baseline ratio. Nothing here is derived from other metrics:
-# without gpu_utilization_pct rows the answer is "not measured".
+# gpu_utilization_pct, or telemetry_slice_fact samples: NVML's gpu_utilization_pct from the
+# sampler beside every replicate, DCGM's through Prometheus), for the run ($1) and its baseline
+# ($2, NULL for none), next to each throughput metric of that suite (higher-is-better
+# per-second metrics of ok replicates, and training_outcome_fact tokens_per_second): its median
+# over replicates in both runs and the run-over-baseline ratio. The telemetry rows are cited
+# (their raw sample files and window), with the host's CPU utilization and the background CPU
+# load over the same replicates: a starved GPU on a saturated or contended host is input-bound.
+# Nothing here is derived from other metrics: without GPU utilization rows the answer is
+# "not measured".
 SQL = """
 WITH util_samples AS (
-    SELECT run_id, suite, value
+    SELECT run_id, suite, value, NULL AS raw_path, NULL::TIMESTAMPTZ AS t0, NULL::TIMESTAMPTZ AS t1
     FROM measurement_fact
     WHERE run_id IN ($1, $2) AND metric = 'gpu_utilization_pct' AND value IS NOT NULL
     UNION ALL
-    SELECT run_id, source AS suite, value
+    SELECT run_id, coalesce(suite, source) AS suite, value, raw_path, window_start_utc, window_end_utc
     FROM telemetry_slice_fact
-    WHERE run_id IN ($1, $2) AND metric = 'gpu_utilization_pct' AND value IS NOT NULL
+    WHERE run_id IN ($1, $2) AND metric IN ('gpu_utilization_pct', 'dcgm_gpu_utilization_pct') AND value IS NOT NULL
 ),
 util AS (
     SELECT run_id, suite, count(*) AS n_util_samples, median(value) AS gpu_util_pct,
-           min(value) AS gpu_util_min_pct, max(value) AS gpu_util_max_pct
+           min(value) AS gpu_util_min_pct, max(value) AS gpu_util_max_pct,
+           string_agg(DISTINCT raw_path, ', ' ORDER BY raw_path) AS telemetry_evidence,
+           min(t0) AS telemetry_from_utc, max(t1) AS telemetry_to_utc
     FROM util_samples
+    GROUP BY run_id, suite
+),
+host AS (
+    SELECT run_id, suite,
+           avg(value) FILTER (WHERE metric = 'cpu_utilization_pct') AS host_cpu_util_pct,
+           avg(value) FILTER (WHERE metric = 'background_cpu_pct') AS background_cpu_pct
+    FROM telemetry_slice_fact
+    WHERE run_id = $1 AND suite IS NOT NULL AND metric IN ('cpu_utilization_pct', 'background_cpu_pct')
     GROUP BY run_id, suite
 ),
 throughput_samples AS (
@@ -55,12 +68,14 @@ throughput AS (
     GROUP BY run_id, suite, "case", metric
 )
 SELECT u.suite, u.n_util_samples, u.gpu_util_pct, u.gpu_util_min_pct, u.gpu_util_max_pct,
-       bu.gpu_util_pct AS base_gpu_util_pct,
+       bu.gpu_util_pct AS base_gpu_util_pct, h.host_cpu_util_pct, h.background_cpu_pct,
+       u.telemetry_evidence, u.telemetry_from_utc, u.telemetry_to_utc,
        t."case", t.metric AS throughput_metric, t.unit AS throughput_unit, t.n_replicates,
        t.value AS throughput, bt.value AS base_throughput,
        t.value / nullif(bt.value, 0) AS throughput_change
 FROM util u
 LEFT JOIN util bu ON bu.run_id = $2 AND bu.suite = u.suite
+LEFT JOIN host h ON h.run_id = u.run_id AND h.suite = u.suite
 LEFT JOIN throughput t ON t.run_id = $1 AND t.suite = u.suite
 LEFT JOIN throughput bt ON bt.run_id = $2 AND bt.suite = t.suite AND bt."case" = t."case" AND bt.metric = t.metric
 WHERE u.run_id = $1
@@ -68,8 +83,8 @@ ORDER BY u.suite, t."case", t.metric
 """
 
 # Columns the terminal table shows (--json gives every column).
-DISPLAY = ("suite", "gpu_util_pct", "base_gpu_util_pct", "case", "throughput_metric", "throughput",
-           "base_throughput", "throughput_change", "flagged")
+DISPLAY = ("suite", "gpu_util_pct", "base_gpu_util_pct", "host_cpu_util_pct", "case", "throughput_metric",
+           "throughput", "base_throughput", "throughput_change", "flagged", "telemetry_evidence")
 
 
 def low_gpu_utilization(home: Path, run_id: str, baseline_run_id: str | None) -> PlaybookResult:
@@ -98,6 +113,11 @@ def low_gpu_utilization(home: Path, run_id: str, baseline_run_id: str | None) ->
                        why=f"utilization {row['gpu_util_pct']:.1f}% ({'<' if low else '≥'} {LOW_UTIL_PCT:g}%), "
                            f"throughput ×{change:.2f} ({'dropped' if dropped else 'not dropped'} by "
                            f"≥ {THROUGHPUT_DROP_MIN:.0%})")
+    for row in rows:
+        if row["flagged"] and row.get("host_cpu_util_pct") is not None:
+            # The host beside the starved GPU: a busy or shared CPU points at the input side.
+            row["why"] += (f"; host CPU {row['host_cpu_util_pct']:.0f}% busy, background "
+                           f"{row['background_cpu_pct'] or 0:.0f}% (telemetry: {row['telemetry_evidence']})")
     hits = [r for r in rows if r["flagged"]]
     suites = sorted({r["suite"] for r in hits})
     if baseline_run_id is None:

@@ -36,7 +36,9 @@ from benchrun.suites.result import atomic_write_bytes, atomic_write_json, atomic
 log = logging.getLogger(__name__)
 
 # "module:function" of extra sections, in display order (after the built-in figures).
-EXTRA_SECTIONS: list[str] = []
+EXTRA_SECTIONS: list[str] = [
+    "benchrun.report.telemetry:utilization_section",  # utilization timelines per suite (telemetry)
+]
 
 
 @dataclass
