@@ -79,11 +79,16 @@ class HostProbe:
             try:
                 with p.oneshot():
                     t = p.cpu_times()
-                    used = t.user + t.system
+                    # children_*: CPU of descendants already reaped, including short-lived ones
+                    # that started and ended between two looks at the tree.
+                    used = t.user + t.system + t.children_user + t.children_system
                     rss += p.memory_info().rss
             except psutil.Error:
-                # Gone: keep what it used up to our last look so the tree's total never drops.
-                self._tree_cpu_dead += self._tree_last.pop(pid, 0.0)
+                # Gone. A member reaped by its parent in the tree reappears in that parent's
+                # children_* times; only a tree root (reaped by the launcher) is kept here.
+                last = self._tree_last.pop(pid, 0.0)
+                if pid in self.suite_pids:
+                    self._tree_cpu_dead += last
                 del self._tree[pid]
                 continue
             self._tree_last[pid] = used
