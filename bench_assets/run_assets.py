@@ -104,6 +104,7 @@ def run_status_asset(extra_deps: list[dg.AssetKey]) -> dg.AssetsDefinition:
             from benchrun.report.html import write_report
 
             write_report(rd.path)
+        lifecycle.sign_publication(rd)  # the signature covers the final report too
         # The run fact was curated while the run was Analyzing; record its final phase.
         curate_run(rd.path, rd.home, tables=["benchmark_run_fact"])
         conds = [{"type": c["type"], "status": c["status"], "reason": c["reason"]} for c in st["conditions"]]

@@ -163,3 +163,18 @@ def exit_code_for(status: dict[str, Any]) -> int:
 
 def run_dir_of(run_id: str, home: Path | None = None) -> RunDir:
     return RunDir.for_run(run_id, home)
+
+
+def sign_publication(rd: RunDir) -> Any:
+    """Sign the run again once everything is published (the final report included), so the
+    signature covers every file but the live status.json; a run never signed stays unsigned."""
+    from benchrun.provenance import envelope_path, sign_run
+
+    if not envelope_path(rd.path).is_file():
+        return None
+    signing = load_pinned(rd).run.spec.provenance.signing
+    result = sign_run(rd.path, rd.home, backend_requested=signing.backend,
+                      attestation_format=signing.attestation_format)
+    ok, reason, message = result.condition()
+    rd.set_condition("Signed", ok, reason, message)
+    return result

@@ -104,6 +104,10 @@ def prepare(
         loaded = load_spec(Path(spec))
     root = benchrun_home(home)
     run = loaded.run
+    from benchrun.store import check_path_template
+
+    # Admission: where the evidence will go is checked now, not after every suite has run.
+    check_path_template(run.spec.sinks.raw_artifacts.path_template, root)
     if now is None:
         run_id = _claim_run_dir(root, run.metadata.name, dt.datetime.now(dt.timezone.utc), loaded.spec_digest)
     else:

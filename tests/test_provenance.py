@@ -45,8 +45,13 @@ def _no_env_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("BENCHRUN_PUSHGATEWAY_URL", raising=False)
 
 
+def _pin(home: Path) -> tuple[str, ...]:
+    """The home's key pinned by fingerprint (the home's own public key is not trusted otherwise)."""
+    return (load_signing_key(home).keyid,)
+
+
 def make_sealed_run(home: Path, run_id: str = RUN_ID, spec_bytes: bytes | None = None,
-                    spec_digest: str | None = None) -> RunDir:
+                    spec_digest: str | None = None, stored: bool = False) -> RunDir:
     """A run directory with results, environment and (optionally) a pinned spec, sealed by manifest.json."""
     rd = RunDir(home, run_id).create()
     status = {"run_id": run_id, "name": "prov", "phase": "Analyzing", "cadence": "canary",
@@ -67,7 +72,14 @@ def make_sealed_run(home: Path, run_id: str = RUN_ID, spec_bytes: bytes | None =
             "metrics": [metric("tflops", v, "TFLOP/s", "higher", case="n=64")]})
         (rd.path / "raw" / f"{run_id}_gemm_r{k}.log").write_text(f"replicate {k}\n")
     rd.write_manifest(status="succeeded", issues=[], suite_steps={"micro": {"planned": 2, "ok": 2}})
-    rd.update_status(artifact_manifest_digest="33" * 32)
+    if stored:
+        from benchrun.rundir import MUTABLE_FILES
+        from benchrun.store import open_store
+
+        digest = open_store(None, home).put_run_dir(rd.path, run_id, exclude=MUTABLE_FILES).digest
+    else:
+        digest = "33" * 32
+    rd.update_status(artifact_manifest_digest=digest)
     return rd
 
 
@@ -186,7 +198,7 @@ def test_sign_run_writes_a_verifiable_in_toto_dsse_envelope(tmp_path: Path) -> N
     assert pred["builder"]["version"] and pred["timestamps"]["started_utc"] == "2026-11-30T09:00:01Z"
     assert pred["timestamps"]["signed_utc"] and pred["outcome"] == "succeeded"
 
-    st = verify_run(rd.path, home=tmp_path)
+    st = verify_run(rd.path, home=tmp_path, pinned=_pin(tmp_path))
     assert st.run_id == RUN_ID and len(st.subjects) == len(manifest["files"]) + 1
 
 
@@ -224,7 +236,7 @@ def test_tampered_envelopes_are_refused_naming_the_file(tmp_path: Path) -> None:
         path.write_text(original)
         _rewrite(path, change)
         with pytest.raises(BenchrunError, match=rf"{path.name}: (the signature does not verify|payloadType)"):
-            verify_envelope(path, home=tmp_path)
+            verify_envelope(path, home=tmp_path, pinned=_pin(tmp_path))
     path.write_text(original)
     other = tmp_path / "other.pub.pem"
     other.write_bytes(Ed25519PrivateKey.generate().public_key().public_bytes(
@@ -234,7 +246,7 @@ def test_tampered_envelopes_are_refused_naming_the_file(tmp_path: Path) -> None:
     assert verify_envelope(path, tmp_path / "keys" / "ed25519.pub.pem").run_id == RUN_ID
     path.write_text("{}")
     with pytest.raises(BenchrunError, match=rf"{path.name}: not a DSSE envelope"):
-        verify_envelope(path, home=tmp_path)
+        verify_envelope(path, home=tmp_path, pinned=_pin(tmp_path))
 
 
 def test_changed_evidence_is_found_after_signing_and_refused_before(tmp_path: Path) -> None:
@@ -243,7 +255,7 @@ def test_changed_evidence_is_found_after_signing_and_refused_before(tmp_path: Pa
     log = rd.path / "raw" / f"{RUN_ID}_gemm_r1.log"
     log.write_text("replicate 1, edited\n")
     with pytest.raises(BenchrunError, match=rf"signature valid, but 1 signed file\(s\) changed.*{log.name} \(sha256"):
-        verify_run(rd.path, home=tmp_path)
+        verify_run(rd.path, home=tmp_path, pinned=_pin(tmp_path))
     # Signing now refuses: the sealed evidence no longer matches its manifest.
     envelope_path(rd.path).unlink()
     with pytest.raises(BenchrunError, match=rf"sealed evidence changed: raw/{log.name}; nothing was signed"):
@@ -262,7 +274,7 @@ def test_key_material_is_never_logged_or_written(tmp_path: Path, caplog: pytest.
     rd = make_sealed_run(tmp_path)
     with caplog.at_level(logging.DEBUG):
         res = sign_run(rd.path, tmp_path)
-        verify_run(rd.path, home=tmp_path)
+        verify_run(rd.path, home=tmp_path, pinned=_pin(tmp_path))
     pem = (tmp_path / "keys" / "ed25519.pem").read_text()
     secret_lines = [ln for ln in pem.splitlines() if ln and not ln.startswith("-----")]
     raw = load_signing_key(tmp_path).private.private_bytes(
@@ -273,7 +285,7 @@ def test_key_material_is_never_logged_or_written(tmp_path: Path, caplog: pytest.
         assert raw.hex() not in blob and base64.b64encode(raw).decode() not in blob
 
 
-def test_verify_command(tmp_path: Path, bench_home: Path) -> None:
+def test_verify_command(tmp_path: Path, bench_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     app = typer.Typer()
 
     @app.callback()
@@ -281,8 +293,9 @@ def test_verify_command(tmp_path: Path, bench_home: Path) -> None:
         """test root"""
 
     register(app)
-    rd = make_sealed_run(bench_home)
+    rd = make_sealed_run(bench_home, stored=True)
     sign_run(rd.path, bench_home, backend_requested="sigstore")
+    monkeypatch.setenv("BENCHRUN_TRUSTED_KEYIDS", _pin(bench_home)[0])
     out = CliRunner().invoke(app, ["verify", RUN_ID])
     assert out.exit_code == 0, out.output
     assert "signed files unchanged" in out.output and "local-ed25519 (requested: sigstore)" in out.output
@@ -326,4 +339,4 @@ def test_publish_assets_through_dagster(bench_home: Path, canary_doc: dict[str, 
     assert signed["status"] == "False" and signed["reason"] == "RequestedBackendUnavailable"
     assert st["provenance_ref"] == str(envelope_path(rd.path))
     assert st["hot_metrics_ref"] == str(bench_home / "metrics" / f"{RUN_ID}.prom")
-    assert verify_run(rd.path).predicate["spec_digest"] == loaded.spec_digest
+    assert verify_run(rd.path, pinned=_pin(bench_home)).predicate["spec_digest"] == loaded.spec_digest

@@ -1,10 +1,38 @@
-"""The provenance commands of the CLI: ``benchrun verify RUN_ID``."""
+"""The provenance commands of the CLI: ``benchrun verify RUN_ID`` and ``benchrun verify --store``."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
+
+
+def _verify_one(run_id: str, public_key: Path | None, pinned: tuple[str, ...]) -> list[str]:
+    """Verify one run (signature, every signed file, every stored object); the lines to print."""
+    from benchrun.errors import BenchrunError
+    from benchrun.provenance import envelope_path, verify_run
+    from benchrun.provenance.signing import NEVER_SIGNED, uncovered_files, verify_stored
+    from benchrun.rundir import RunDir
+
+    rd = RunDir.for_run(run_id)
+    if not rd.path.is_dir():
+        raise BenchrunError(f"run {run_id}: no run directory under {rd.path.parent}")
+    st = verify_run(rd.path, public_key, pinned=pinned)
+    objects = verify_stored(rd.path, st, rd.home)
+    signing = st.predicate.get("signing") or {}
+    lines = [
+        f"verified {envelope_path(rd.path)}",
+        f"  {len(st.subjects)} signed files unchanged ({len(st.predicate.get('published_files') or [])} published "
+        f"after the evidence was sealed); artifact_manifest_digest {st.predicate.get('artifact_manifest_digest')}",
+        f"  {objects} stored objects re-hashed in the artifact store: all match",
+        f"  signed with {signing.get('backend_used')} (requested: {signing.get('backend_requested')}) "
+        f"at {(st.predicate.get('timestamps') or {}).get('signed_utc')}",
+    ]
+    for rel in uncovered_files(rd.path, st):
+        why = NEVER_SIGNED.get(rel, "added or replaced after signing: not covered by the signature")
+        lines.append(f"  not covered: {rel} ({why})")
+    return lines
 
 
 def register(app: typer.Typer) -> None:
@@ -12,26 +40,32 @@ def register(app: typer.Typer) -> None:
 
     @app.command("verify")
     def verify(
-        run_id: str = typer.Argument(..., help="The run whose signed provenance to check."),
+        run_id: Optional[str] = typer.Argument(None, help="The run whose signed provenance to check."),
         public_key: Path = typer.Option(None, "--public-key", help="PEM ed25519 public key to verify with "
-                                        "(default: the signing key's public half)."),
+                                        "(default: $BENCHRUN_VERIFY_PUBLIC_KEY or $BENCHRUN_SIGNING_KEY)."),
+        trust_keyid: list[str] = typer.Option([], "--trust-keyid", help="Trust the home's own public key only "
+                                              "if its fingerprint (keyid) is this one (also "
+                                              "$BENCHRUN_TRUSTED_KEYIDS)."),
+        store: bool = typer.Option(False, "--store", help="Walk every run and every object manifest in the store."),
     ) -> None:
-        """Check a run's DSSE provenance signature and that every signed file is unchanged.
+        """Check a run's DSSE provenance signature, every signed file, and every stored object.
 
-        Exit 0 when both hold; otherwise one line saying what failed and exit 1.
+        Exit 0 when all hold (files the signature does not cover are listed); otherwise one
+        line per failure and exit 1. With --store, every run of the home is checked.
         """
-        from benchrun.provenance import envelope_path, verify_run
-        from benchrun.rundir import RunDir
+        from benchrun.errors import BenchrunError
 
-        rd = RunDir.for_run(run_id)
-        if not rd.path.is_dir():
-            from benchrun.errors import BenchrunError
+        pinned = tuple(trust_keyid)
+        if store == (run_id is not None):
+            raise BenchrunError("verify: give a RUN_ID or --store (not both)")
+        if not store:
+            for line in _verify_one(run_id, public_key, pinned):
+                typer.echo(line)
+            return
+        from benchrun.provenance.store_walk import walk_store
 
-            raise BenchrunError(f"run {run_id}: no run directory under {rd.path.parent}")
-        st = verify_run(rd.path, public_key)
-        signing = st.predicate.get("signing") or {}
-        typer.echo(f"verified {envelope_path(rd.path)}")
-        typer.echo(f"  {len(st.subjects)} signed files unchanged; artifact_manifest_digest "
-                   f"{st.predicate.get('artifact_manifest_digest')}")
-        typer.echo(f"  signed with {signing.get('backend_used')} (requested: {signing.get('backend_requested')}) "
-                   f"at {(st.predicate.get('timestamps') or {}).get('signed_utc')}")
+        report = walk_store(public_key, pinned)
+        for line in report.lines:
+            typer.echo(line)
+        if report.failures:
+            raise BenchrunError(f"verify --store: {len(report.failures)} failure(s): " + "; ".join(report.failures))

@@ -149,12 +149,40 @@ def load_public_key(path: Path | str) -> Ed25519PublicKey:
     return key
 
 
-def default_public_key(home: Path | str | None = None) -> tuple[Ed25519PublicKey, str]:
-    """The key signatures are checked with by default: the signing key's public half, and where it is."""
-    env = os.environ.get(KEY_ENV)
-    if env:
-        return load_public_key(env), f"${KEY_ENV} ({env})"
+TRUSTED_KEYIDS_ENV = "BENCHRUN_TRUSTED_KEYIDS"
+VERIFY_KEY_ENV = "BENCHRUN_VERIFY_PUBLIC_KEY"
+
+
+def trusted_keyids(extra: list[str] | tuple[str, ...] = ()) -> set[str]:
+    """Pinned key fingerprints (sha256 of the raw public key, hex): ``$BENCHRUN_TRUSTED_KEYIDS``
+    (comma-separated) plus ``extra`` (``--trust-keyid``)."""
+    raw = [k for k in os.environ.get(TRUSTED_KEYIDS_ENV, "").split(",")] + list(extra)
+    return {k.strip().lower() for k in raw if k.strip()}
+
+
+def default_public_key(home: Path | str | None = None,
+                       pinned: list[str] | tuple[str, ...] = ()) -> tuple[Ed25519PublicKey, str]:
+    """The key signatures are checked with when none is passed, trusted only from configuration.
+
+    ``$BENCHRUN_VERIFY_PUBLIC_KEY`` (a PEM public key) or ``$BENCHRUN_SIGNING_KEY`` (the signing
+    key's path) are configuration; ``<home>/keys/ed25519.pub.pem`` lives in the directory being
+    verified, so whoever can forge evidence there can replace it: it is used only when its
+    fingerprint is pinned (``$BENCHRUN_TRUSTED_KEYIDS`` or ``pinned``).
+    """
+    for env in (VERIFY_KEY_ENV, KEY_ENV):
+        value = os.environ.get(env)
+        if value:
+            return load_public_key(value), f"${env} ({value})"
     _, pub_path = local_key_paths(home)
     if not pub_path.exists():
-        raise BenchrunError(f"no public key at {pub_path}: pass --public-key, or set {KEY_ENV} to the signing key")
-    return load_public_key(pub_path), str(pub_path)
+        raise BenchrunError(f"no trusted public key: pass --public-key, or set {VERIFY_KEY_ENV} "
+                            f"(there is no key at {pub_path} either)")
+    public = load_public_key(pub_path)
+    keyid = keyid_of(public)
+    if keyid not in trusted_keyids(pinned):
+        raise BenchrunError(
+            f"the public key {pub_path} (keyid {keyid}) is not trusted: it lives in the home being verified, "
+            f"where whoever forged the evidence could have replaced it; pass --public-key, set {VERIFY_KEY_ENV}, "
+            f"or, after checking the fingerprint out of band, pin it with --trust-keyid {keyid} or {TRUSTED_KEYIDS_ENV}"
+        )
+    return public, f"{pub_path} (pinned keyid {keyid[:16]})"

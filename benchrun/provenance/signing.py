@@ -84,17 +84,17 @@ def sign_run(run_dir: Path, home: Path | str | None = None, *, backend_requested
 
 
 def verify_envelope(path: Path | str, public_key_path: Path | str | None = None, *,
-                    home: Path | str | None = None) -> Statement:
+                    home: Path | str | None = None, pinned: tuple[str, ...] = ()) -> Statement:
     """The Statement inside a DSSE envelope whose signature verifies; BenchrunError naming ``path`` otherwise.
 
-    The key is ``public_key_path`` or, by default, the signing key's public half
-    (``$BENCHRUN_SIGNING_KEY`` or ``$BENCHRUN_HOME/keys/ed25519.pub.pem``).
+    The key is ``public_key_path`` or, by default, a configured one (``default_public_key``:
+    never the home's own public key unless its fingerprint is pinned).
     """
     p = Path(path)
     if public_key_path is not None:
         public, where = load_public_key(public_key_path), str(public_key_path)
     else:
-        public, where = default_public_key(home)
+        public, where = default_public_key(home, pinned)
     keyid = keyid_of(public)
     try:
         doc = json.loads(p.read_text(encoding="utf-8"))
@@ -122,11 +122,11 @@ def verify_envelope(path: Path | str, public_key_path: Path | str | None = None,
 
 
 def verify_run(run_dir: Path, public_key_path: Path | str | None = None, *,
-               home: Path | str | None = None) -> Statement:
+               home: Path | str | None = None, pinned: tuple[str, ...] = ()) -> Statement:
     """Verify the run's envelope, then that every subject still matches the file on disk."""
     run_dir = Path(run_dir)
     path = envelope_path(run_dir)
-    statement = verify_envelope(path, public_key_path, home=home)
+    statement = verify_envelope(path, public_key_path, home=home, pinned=pinned)
     if statement.run_id != run_dir.name:
         raise BenchrunError(f"{path}: the statement is for run {statement.run_id!r}, not {run_dir.name!r}")
     bad = subject_mismatches(statement, run_dir)
@@ -134,3 +134,54 @@ def verify_run(run_dir: Path, public_key_path: Path | str | None = None, *,
         raise BenchrunError(f"{path}: signature valid, but {len(bad)} signed file(s) changed since signing: "
                             f"{', '.join(bad[:10])}{' ...' if len(bad) > 10 else ''}")
     return statement
+
+
+# Files a signature never covers, and why (what `verify` says it does not cover).
+NEVER_SIGNED = {
+    "status.json": "the run's live status (phase, conditions); it keeps changing after signing",
+}
+
+
+def uncovered_files(run_dir: Path, statement: Statement) -> list[str]:
+    """Files in the run directory that the signature does not cover (besides the envelope itself)."""
+    from benchrun.store.base import iter_run_files
+
+    run_dir = Path(run_dir)
+    envelope = envelope_path(run_dir).relative_to(run_dir).as_posix()
+    return [rel for rel, _ in iter_run_files(run_dir) if rel not in statement.subjects and rel != envelope]
+
+
+def verify_stored(run_dir: Path, statement: Statement, home: Path | str | None = None) -> int:
+    """Re-hash every stored object of the run's evidence in the artifact store it was stored in.
+
+    The object manifest is loaded by the signed ``artifact_manifest_digest`` (its digest is
+    recomputed), every evidence subject of the signature must be in it with the same sha256,
+    and every object's bytes are read back and re-hashed. Returns the number of objects.
+    """
+    from benchrun.store import open_store
+
+    run_dir = Path(run_dir)
+    digest = statement.predicate.get("artifact_manifest_digest")
+    if not digest:
+        raise BenchrunError(f"{envelope_path(run_dir)}: the statement names no artifact_manifest_digest")
+    store = open_store(run_store_template(run_dir), Path(home) if home else run_dir.parent.parent)
+    manifest = store.load_manifest(statement.run_id, digest)
+    stored = {o.path: o.sha256 for o in manifest.objects}
+    differ = [name for name, sha in statement.subjects.items()
+              if name in stored and stored[name] != sha]
+    if differ:
+        raise BenchrunError(f"run {statement.run_id}: signed subjects differ from the stored object manifest: "
+                            + ", ".join(differ[:10]))
+    return store.verify(manifest)
+
+
+def run_store_template(run_dir: Path) -> str | None:
+    """The run's ``sinks.rawArtifacts.pathTemplate`` from its pinned spec (None: the local default)."""
+    import yaml
+
+    pinned = Path(run_dir) / "structured" / f"{Path(run_dir).name}_spec.yaml"
+    try:
+        doc = yaml.safe_load(pinned.read_text(encoding="utf-8"))
+        return doc["spec"]["sinks"]["rawArtifacts"].get("pathTemplate")
+    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError):
+        return None

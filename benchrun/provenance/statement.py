@@ -80,6 +80,25 @@ def subjects_of(run_dir: Path, manifest: dict[str, Any]) -> list[dict[str, Any]]
     return sorted(subjects, key=lambda s: s["name"])
 
 
+# Never signed: the live status (it changes after signing) and the envelope itself.
+UNSIGNED_NAMES = ("status.json",)
+
+
+def published_subjects(run_dir: Path, sealed: set[str]) -> list[dict[str, Any]]:
+    """Files written after the evidence was sealed (report, statistics, playbooks, figures, ...),
+    hashed now: everything a run publishes is signed, not only the sealed evidence."""
+    from benchrun.store.base import iter_run_files
+
+    run_id = validate_run_id(run_dir.name)
+    envelope = f"reports/{run_id}_provenance.dsse.json"
+    out = []
+    for rel, full in iter_run_files(run_dir):
+        if rel in sealed or rel in UNSIGNED_NAMES or rel == envelope or rel == "manifest.json":
+            continue
+        out.append({"name": rel, "digest": {"sha256": sha256_file(full)}})
+    return out
+
+
 def build_statement(run_dir: Path, *, backend_requested: str | None, backend_used: str,
                     signed_utc: str) -> dict[str, Any]:
     """The Statement for the run in ``run_dir`` (its status.json and manifest.json must exist)."""
@@ -114,9 +133,13 @@ def build_statement(run_dir: Path, *, backend_requested: str | None, backend_use
             "signed_utc": signed_utc,
         },
     }
+    sealed = subjects_of(run_dir, manifest)
+    published = published_subjects(run_dir, {x["name"] for x in sealed})
+    predicate["published_files"] = sorted(x["name"] for x in published)
+    predicate["not_signed"] = list(UNSIGNED_NAMES)
     return {
         "_type": STATEMENT_TYPE,
-        "subject": subjects_of(run_dir, manifest),
+        "subject": sorted(sealed + published, key=lambda x: x["name"]),
         "predicateType": PREDICATE_TYPE,
         "predicate": predicate,
     }

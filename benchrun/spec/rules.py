@@ -17,7 +17,7 @@ import shlex
 from typing import Any, Callable, Iterable, Iterator
 
 from benchrun.spec.model import FROZEN_WORKLOAD_KEYS, LAYER_NAMES, WORKLOAD_KEYS
-from benchrun.spec.placeholders import KNOWN_NAMES, unknown_placeholders
+from benchrun.spec.placeholders import KNOWN_NAMES, placeholder_names, unknown_placeholders
 
 Path = tuple[str | int, ...]
 Finding = tuple[Path, str]
@@ -550,8 +550,15 @@ def rule_path_template(doc: Any) -> Iterator[Finding]:
     path = SPEC + ("sinks", "rawArtifacts", "pathTemplate")
     value = get(doc, path)
     if isinstance(value, str):
-        for name in unknown_placeholders(value):
-            yield path, f"unknown placeholder ${{{name}}}{did_you_mean(name, KNOWN_NAMES)}"
+        # The artifact store substitutes only ${RUN_ID} (benchrun.store.open_store): anything else
+        # is refused here, at admission, not after every suite has run.
+        for name in placeholder_names(value):
+            if name != "RUN_ID":
+                hint = "" if name in KNOWN_NAMES else did_you_mean(name, KNOWN_NAMES)
+                yield path, (f"placeholder ${{{name}}} is not supported in a path template{hint}; "
+                             "only ${RUN_ID} is")
+        if ".." in value.replace("\\", "/").split("/"):
+            yield path, "'..' is not allowed: evidence stays inside the store's root (use an absolute path or s3://)"
 
 
 def rule_hot_metrics_drop(doc: Any) -> Iterator[Finding]:

@@ -14,6 +14,7 @@ Layout under the run's prefix: ``sha256/<aa>/<hex>`` (objects) and
 
 from __future__ import annotations
 
+import os
 import re
 import urllib.parse
 from pathlib import Path
@@ -111,7 +112,50 @@ def open_store(
     root = Path(base or ".")
     if not root.is_absolute():
         root = home / root
+    confine_local_root(root, prefix, home, field)
     return LocalStore(root, prefix)
+
+
+STORE_ROOTS_ENV = "BENCHRUN_STORE_ROOTS"
+
+
+def confine_local_root(root: Path, prefix: str, home: Path, field: str) -> None:
+    """A local store lives under the home or under a root the operator configured
+    (``$BENCHRUN_STORE_ROOTS``, ':'-separated); no '..' in the per-run part. A spec cannot
+    send evidence anywhere else on the machine."""
+    if ".." in prefix.replace("\\", "/").split("/"):
+        raise BenchrunError(f"{field}: '..' after ${{RUN_ID}} would leave the store's root; remove it")
+    allowed = [Path(home).resolve()] + [Path(r).expanduser().resolve()
+                                        for r in os.environ.get(STORE_ROOTS_ENV, "").split(":") if r.strip()]
+    resolved = Path(os.path.abspath(root))  # lexical: '..' collapses even where nothing exists yet
+    resolved = resolved.resolve()
+    if not any(resolved == a or resolved.is_relative_to(a) for a in allowed):
+        raise BenchrunError(
+            f"{field}: the local store {resolved} is outside the benchrun home {allowed[0]}; evidence stays under "
+            f"the home or a root the operator lists in ${STORE_ROOTS_ENV}"
+        )
+
+
+def check_path_template(path_template: str | None, home: Path) -> None:
+    """Admission check of ``sinks.rawArtifacts.pathTemplate`` against this home (nothing is created)."""
+    field = "sinks.rawArtifacts.pathTemplate"
+    if not path_template:
+        return
+    parsed = urllib.parse.urlparse(path_template)
+    if parsed.scheme == "s3":
+        _split_template(parsed.path.lstrip("/"), field)
+        return
+    if parsed.scheme == "file":
+        raw = urllib.parse.unquote(parsed.path)
+    elif parsed.scheme == "":
+        raw = path_template
+    else:
+        raise BenchrunError(f"{field}: scheme {parsed.scheme}:// is not supported; use s3://, file:// or a path")
+    base, prefix = _split_template(raw, field)
+    if base and not base.endswith("/") and prefix:
+        base, prefix = str(Path(base).parent) + "/", Path(base).name + prefix
+    root = Path(base or ".")
+    confine_local_root(root if root.is_absolute() else Path(home) / root, prefix, Path(home), field)
 
 
 def hash_uri(uri: str) -> str:

@@ -1,0 +1,128 @@
+"""Issue 16 F and I: verify covers everything published, re-hashes the store, trusts a key only
+from configuration or a pinned fingerprint; `verify --store`; evidence confined to the store root."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from typer.testing import CliRunner
+
+from benchrun.cli import app
+from benchrun.errors import BenchrunError
+from benchrun.provenance import sign_run, verify_run
+from benchrun.provenance.keys import KEY_ENV, load_signing_key
+from benchrun.store import open_store
+from test_provenance import RUN_ID, make_sealed_run
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in (KEY_ENV, "BENCHRUN_TRUSTED_KEYIDS", "BENCHRUN_VERIFY_PUBLIC_KEY", "BENCHRUN_STORE_ROOTS"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def _verify(*args: str):
+    return CliRunner().invoke(app, ["verify", *args])
+
+
+def test_a_replaced_home_key_and_a_resign_do_not_pass(bench_home: Path, monkeypatch) -> None:
+    """Replace keys/ed25519.pub.pem, re-sign: forged evidence passed `verify` by default."""
+    rd = make_sealed_run(bench_home, stored=True)
+    sign_run(rd.path, bench_home)
+    genuine = load_signing_key(bench_home).keyid
+    # The attacker swaps the home's key pair for their own and re-signs edited evidence.
+    forged = Ed25519PrivateKey.generate()
+    keys = bench_home / "keys"
+    (keys / "ed25519.pem").write_bytes(forged.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    os.chmod(keys / "ed25519.pem", 0o600)
+    (keys / "ed25519.pub.pem").unlink()
+    sign_run(rd.path, bench_home)
+    out = _verify(RUN_ID)
+    assert out.exit_code != 0 and "is not trusted" in str(out.exception)  # no default trust in the home's key
+    out = _verify(RUN_ID, "--trust-keyid", genuine)
+    assert out.exit_code != 0 and "is not trusted" in str(out.exception)  # the pinned fingerprint differs
+    monkeypatch.setenv("BENCHRUN_TRUSTED_KEYIDS", load_signing_key(bench_home).keyid)
+    assert _verify(RUN_ID).exit_code == 0  # the operator pinned this key on purpose
+
+
+def test_a_forged_stored_object_is_caught(bench_home: Path, monkeypatch) -> None:
+    rd = make_sealed_run(bench_home, stored=True)
+    sign_run(rd.path, bench_home)
+    monkeypatch.setenv("BENCHRUN_TRUSTED_KEYIDS", load_signing_key(bench_home).keyid)
+    assert _verify(RUN_ID).exit_code == 0
+    store = open_store(None, bench_home)
+    entry = store.load_manifest(RUN_ID).entry(f"raw/{RUN_ID}_gemm_r1.log")
+    obj = store.path_of(entry.key)
+    os.chmod(obj, 0o644)
+    obj.write_text("replicate 1, forged\n")
+    out = _verify(RUN_ID)
+    assert out.exit_code != 0
+    assert f"raw/{RUN_ID}_gemm_r1.log" in str(out.exception) and "stored object(s) fail verification" in str(out.exception)
+
+
+def test_everything_published_is_signed_and_what_is_not_is_named(bench_home: Path, monkeypatch) -> None:
+    rd = make_sealed_run(bench_home, stored=True)
+    # Written after the evidence was sealed: the report, statistics and playbooks.
+    (rd.path / "reports" / f"{RUN_ID}_report.html").write_text("<html>median 1.573</html>")
+    (rd.path / "structured" / f"{RUN_ID}_trial_statistics.json").write_text('{"median": 1.573}')
+    (rd.path / "structured" / f"{RUN_ID}_playbooks.json").write_text("[]")
+    sign_run(rd.path, bench_home)
+    monkeypatch.setenv("BENCHRUN_TRUSTED_KEYIDS", load_signing_key(bench_home).keyid)
+    st = verify_run(rd.path)
+    assert {f"reports/{RUN_ID}_report.html", f"structured/{RUN_ID}_trial_statistics.json",
+            f"structured/{RUN_ID}_playbooks.json"} <= set(st.subjects)
+    assert st.predicate["not_signed"] == ["status.json"]
+    (rd.path / "figures" / "added.svg").write_text("<svg/>")
+    out = _verify(RUN_ID)
+    assert out.exit_code == 0, out.output
+    assert "not covered: figures/added.svg (added or replaced after signing" in out.output
+    assert "not covered: status.json (the run's live status" in out.output
+    (rd.path / "reports" / f"{RUN_ID}_report.html").write_text("<html>median 1573.18</html>")
+    with pytest.raises(BenchrunError, match=f"reports/{RUN_ID}_report.html \\(sha256 differs\\)"):
+        verify_run(rd.path)
+
+
+def test_verify_store_walks_every_run(bench_home: Path, monkeypatch) -> None:
+    a = make_sealed_run(bench_home, "run-a", stored=True)
+    b = make_sealed_run(bench_home, "run-b", stored=True)
+    for rd in (a, b):
+        sign_run(rd.path, bench_home)
+    monkeypatch.setenv("BENCHRUN_TRUSTED_KEYIDS", load_signing_key(bench_home).keyid)
+    out = _verify("--store")
+    assert out.exit_code == 0, out.output
+    assert "run run-a: signature" in out.output and "run run-b: signature" in out.output
+    (b.path / "raw" / "run-b_gemm_r2.log").write_text("edited\n")
+    out = _verify("--store")
+    assert out.exit_code != 0 and "run run-b" in str(out.exception) and "run-a" not in str(out.exception)
+
+
+@pytest.mark.parametrize("template, message", [
+    ("objects/${BENCHRUN_HOME}/${RUN_ID}/", "placeholder ${BENCHRUN_HOME} is not supported"),
+    ("objects/${SSH_KEY}/", "placeholder ${SSH_KEY} is not supported"),
+    ("../../x/${RUN_ID}/", "'..' is not allowed"),
+])
+def test_path_template_is_checked_at_admission(canary_doc, write_spec, bench_home, template, message) -> None:
+    """An unsupported placeholder was caught only after the whole run; '..' wrote outside the home."""
+    from benchrun import submit as sub
+
+    canary_doc["spec"]["sinks"]["rawArtifacts"]["pathTemplate"] = template
+    with pytest.raises(BenchrunError) as info:
+        sub.prepare(write_spec(canary_doc))
+    assert message in str(info.value) and "sinks.rawArtifacts.pathTemplate" in str(info.value)
+    assert not (bench_home / "runs").exists() or not any((bench_home / "runs").iterdir())
+
+
+def test_local_stores_are_confined_to_the_home_or_configured_roots(tmp_path: Path, monkeypatch) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    with pytest.raises(BenchrunError, match="outside the benchrun home"):
+        open_store(f"file://{tmp_path}/elsewhere/${{RUN_ID}}/", home)
+    with pytest.raises(BenchrunError, match="outside the benchrun home"):
+        open_store("/etc/${RUN_ID}/", home)
+    monkeypatch.setenv("BENCHRUN_STORE_ROOTS", str(tmp_path / "elsewhere"))
+    assert open_store(f"file://{tmp_path}/elsewhere/${{RUN_ID}}/", home).root == (tmp_path / "elsewhere").resolve()
