@@ -24,18 +24,38 @@ def _table(values, metric="tokens_per_second", direction="higher", suite="serve"
                          "replicate": range(1, len(values) + 1), "value": list(values), "status": "ok"})
 
 
-def _sim_verdicts(rng, shift, cv, n, n_gating=1, sims=SIMS, confidence=0.95):
-    """Verdict of metric 0 (shifted by ``shift``) in a gating family of ``n_gating`` metrics."""
+def _sim_verdicts(rng, shift, cv, n, n_gating=1, sims=SIMS, confidence=0.95, confirm=False):
+    """Per simulation: the verdicts of a gating family of ``n_gating`` metrics (metric 0 shifted by
+    ``shift``), decided by the gate itself (batch effects + compare.decide); with ``confirm``, the
+    suspects get a fresh round (the same rules, the suspects as the family) and only confirmed
+    regressions stay ``regression``."""
+    from benchrun.stats import batch
+
+    alpha = 1 - confidence
+    rows = sims * n_gating
+    base = lognormal_replicates(rng, 100.0, cv, rows * n).reshape(rows, n)
+    factor = np.where(np.arange(rows) % n_gating == 0, 1 + shift, 1.0)[:, None]
+    cand = lognormal_replicates(rng, 100.0, cv, rows * n).reshape(rows, n) * factor
+    eff = batch.effects(base, cand, np.ones(rows, bool), confidence)
+    margin = np.full(n_gating, math.log1p(0.03))
+    sizes = np.full(n_gating, n)
     out = []
-    for _ in range(sims):
-        effs = []
-        for j in range(n_gating):
-            b = lognormal_replicates(rng, 100.0, cv, n)
-            c = lognormal_replicates(rng, 100.0 * (1 + (shift if j == 0 else 0.0)), cv, n)
-            effs.append(C.effect(b, c, "higher", confidence))
-        padj = C.holm([e["p_value"] for e in effs])
-        out.append([C.verdict(e["ratio"], e["ci_low"], e["ci_high"], p, 1 - confidence, 0.03)
-                    for e, p in zip(effs, padj)])
+    for i in range(sims):
+        sl = slice(i * n_gating, (i + 1) * n_gating)
+        d = C.decide({k: v[sl] for k, v in eff.items()}, np.ones(n_gating, bool), sizes, sizes, margin, alpha)
+        v = list(d.verdict)
+        if confirm:
+            sus = [j for j, x in enumerate(v) if x == "regression"]
+            if sus:
+                fb = lognormal_replicates(rng, 100.0, cv, len(sus) * n).reshape(len(sus), n)
+                fc = lognormal_replicates(rng, 100.0, cv, len(sus) * n).reshape(len(sus), n)
+                fc *= np.array([1 + shift if j == 0 else 1.0 for j in sus])[:, None]
+                e2 = batch.effects(fb, fc, np.ones(len(sus), bool), confidence)
+                k = len(sus)
+                d2 = C.decide(e2, np.ones(k, bool), np.full(k, n), np.full(k, n), margin[:k], alpha)
+                for j, x in zip(sus, d2.verdict):
+                    v[j] = "regression" if x == "regression" else "not_confirmed"
+        out.append(v)
     return out
 
 
@@ -71,7 +91,9 @@ def test_verdict_rules():
     a = 0.05
     assert C.verdict(0.9, 0.85, 0.95, 0.01, a, 0.03) == "regression"
     assert C.verdict(0.9, 0.85, 0.95, 0.06, a, 0.03) == "inconclusive"  # not significant
-    assert C.verdict(0.98, 0.97, 0.99, 0.01, a, 0.03) == "no_change"  # real but inside δ
+    assert C.verdict(0.98, 0.975, 0.99, 0.01, a, 0.03) == "no_change"  # real but inside δ
+    # the band is symmetric on the log scale: [1/1.03, 1.03], not [0.97, 1.03]
+    assert C.verdict(0.98, 0.9705, 0.99, 0.01, a, 0.03) == "inconclusive"
     assert C.verdict(1.1, 1.05, 1.2, 0.01, a, 0.03) == "improvement"
     assert C.verdict(1.0, 0.98, 1.02, 0.9, a, 0.03) == "no_change"
     assert C.verdict(1.0, 0.9, 1.1, 0.9, a, 0.03) == "inconclusive"
@@ -224,10 +246,14 @@ def test_confirmation_round_that_gives_no_answer_leaves_regression_unknown():
 
 def test_holm_family_note_when_n_too_small():
     rng = np.random.default_rng(5)
-    metrics = [f"m{i}" for i in range(8)]
+    metrics = [f"m{i}" for i in range(18)]
     base = pd.concat([_table(lognormal_replicates(rng, 100, 0.02, 5), metric=m) for m in metrics])
     res = C.compare_tables(base, base, primary=set(metrics))
-    assert any("cannot pass Holm" in note for note in res.notes)
+    assert any("cannot pass Holm" in note and "Welch" in note and "with 6 replicates" in note for note in res.notes)
+    assert set(res.rows["gate_test"]) == {"welch_t"}
+    few = C.compare_tables(base, base, primary={"m0", "m1"})  # 2 tests: the exact rank test can gate
+    assert set(few.rows.loc[few.rows.gating, "gate_test"]) == {"exact_rank"}
+    assert not any("cannot pass Holm" in note for note in few.notes)
 
 
 def test_gate_passes_declared_variable_and_refuses_two(tmp_path):

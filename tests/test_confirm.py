@@ -3,7 +3,7 @@
 import pytest
 
 from benchrun import submit as sub
-from benchrun.confirm import confirmation_hook, confirmation_invocations
+from benchrun.confirm import confirmation_hook, confirmation_invocations, pair_orders, round_seed
 from benchrun.rundir import RunDir
 from helpers import tiny_layers
 
@@ -25,14 +25,57 @@ def test_confirmation_round_interleaves_and_leaves_sealed_runs_alone(bench_home,
     canary_doc["spec"]["layers"] = tiny_layers([GEMM, ECHO])
     base = _run(canary_doc, write_spec, "base", 1)
     cand = _run(canary_doc, write_spec, "cand", 2)
-    order, dirs = confirmation_invocations(bench_home, base, cand, {"gemm"})
-    assert [(arm, inv.replicate) for arm, inv in order] == [
-        ("baseline", 1), ("candidate", 1), ("baseline", 2), ("candidate", 2), ("baseline", 3), ("candidate", 3)]
+    order, dirs = confirmation_invocations(bench_home, base, cand, {"gemm"}, seed=7)
+    assert [inv.replicate for _, inv in order] == [1, 1, 2, 2, 3, 3]  # paired per replicate
+    assert [arm for arm, _ in order] == [a for pair in pair_orders(3, 7) for a in pair]
     assert all(inv.suite == "gemm" for _, inv in order)
     hook = confirmation_hook(bench_home, base, cand)
-    b, c = hook([("gemm", "n=32", "tflops")])
+    b, c, evidence = hook([("gemm", "n=32", "tflops")])
+    assert evidence["seed"] == round_seed(base, cand)
+    assert [(o["arm"], o["replicate"]) for o in evidence["order"]] == [
+        (a, k) for k, pair in zip((1, 2, 3), pair_orders(3, evidence["seed"])) for a in pair]
+    assert (bench_home / "confirmations" / cand / "order.json").is_file()
     assert sorted(b["replicate"].unique()) == [1, 2, 3] and sorted(c["replicate"].unique()) == [1, 2, 3]
     assert (b["value"] > 0).all()
     # Nothing was written into the sealed run directories.
     assert not list((RunDir.for_run(cand).path / "structured").glob("*_gemm_r*.json"))
     assert dirs["candidate"] == bench_home / "confirmations" / cand / "candidate" / cand
+
+
+def test_pair_orders_are_balanced_seeded_and_not_always_baseline_first():
+    # Before: every pair launched the baseline first (b1, c1, b2, c2, ...), so a launch-position
+    # effect landed on the candidate. Now half the pairs start with each arm, shuffled by a seed.
+    for n in (2, 5, 6, 11):
+        for seed in range(20):
+            orders = pair_orders(n, seed)
+            assert len(orders) == n and all(sorted(p) == ["baseline", "candidate"] for p in orders)
+            firsts = [p[0] for p in orders]
+            assert abs(firsts.count("baseline") - firsts.count("candidate")) <= n % 2
+    assert pair_orders(6, 1) == pair_orders(6, 1)
+    assert len({tuple(pair_orders(6, s)) for s in range(30)}) > 5  # the order is drawn, not fixed
+
+
+def test_position_effect_is_not_confirmed_as_a_regression():
+    """A launch-position effect (the second launch of a pair is 3 % slower) with no real
+    difference: with baseline-first order it lands on the candidate every time and would be
+    confirmed like a regression; balanced random order spreads it over both arms."""
+    import numpy as np
+
+    from benchrun.stats import batch
+
+    rng = np.random.default_rng(0)
+    sims, n = 400, 6
+    fixed = balanced = 0
+    for i in range(sims):
+        noise = rng.normal(0, 0.005, size=(2, n))
+        second = np.array([1.03])
+        # fixed order: the candidate is always second
+        b, c = 100 * np.exp(noise[0]), 100 * np.exp(noise[1]) * second
+        fixed += batch.effects(b[None], c[None], np.array([False]), 0.95)["p_regression"][0] < 0.05
+        firsts = [p[0] for p in pair_orders(n, i)]
+        pos_b = np.array([1.0 if f == "baseline" else 1.03 for f in firsts])
+        pos_c = np.array([1.03 if f == "baseline" else 1.0 for f in firsts])
+        b2, c2 = 100 * np.exp(noise[0]) * pos_b, 100 * np.exp(noise[1]) * pos_c
+        balanced += batch.effects(b2[None], c2[None], np.array([False]), 0.95)["p_regression"][0] < 0.05
+    assert fixed / sims > 0.9
+    assert balanced / sims <= 0.06

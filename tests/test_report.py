@@ -113,7 +113,7 @@ def test_cli_compare_json_promote_report(home):
     r = run("compare", "base", "cand")
     assert r.returncode == 0 and "tokens_per_second" in r.stdout and "RegressionDetected=False" in r.stdout
     r = run("compare", "base", "drift")
-    assert r.returncode == 3 and "Traceback" not in r.stderr
+    assert r.returncode == 4 and "Traceback" not in r.stderr
     assert "environment.kernel" in r.stderr and r.stderr.count("\n") == 1
     r = run("compare", "base", "missing-run")
     assert r.returncode == 1 and "not found" in r.stderr and "Traceback" not in r.stderr

@@ -279,6 +279,11 @@ class Comparison(SpecModel):
     delta_pct_by_metric: dict[str, Annotated[float, Field(ge=0)]] = Field(
         default_factory=dict, description="Per-metric no-change band in percent (extension)."
     )
+    absolute_margin_by_metric: dict[str, Annotated[float, Field(ge=0)]] = Field(
+        default_factory=dict,
+        description="Per-metric no-change margin in the metric's unit, for metrics that can be 0 "
+        "(error counts) and are compared by absolute difference (extension).",
+    )
 
 
 # -- metrics and trials -----------------------------------------------------------------

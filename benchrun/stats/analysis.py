@@ -18,6 +18,7 @@ from benchrun.stats import describe as D
 from benchrun.stats.compare import Comparison, ConfirmHook, compare_tables
 from benchrun.stats.gate import GateResult, check_gate
 from benchrun.stats.load import (
+    absolute_margin,
     confidence_level,
     delta_pct,
     load_run,
@@ -119,11 +120,12 @@ def compare_runs(
         log.info("%s", gate.message())
         return gate, None
     result = compare_tables(
-        replicate_table(base.path),
-        replicate_table(cand.path),
+        replicate_table(base.path, include_failed=True),
+        replicate_table(cand.path, include_failed=True),
         confidence=confidence_level(cand.spec),
         primary=primary_metrics(cand.spec),
         delta_pct=lambda m: delta_pct(cand.spec, m),
+        abs_margin=lambda m: absolute_margin(cand.spec, m),
         confirm=confirm,
     )
     return gate, result
@@ -141,5 +143,6 @@ def write_comparison(
     }
     if result is not None:
         doc.update(confidence_level=result.confidence, metrics=result.records(), notes=result.notes,
-                   confirmation=result.confirmation, condition=result.condition())
+                   confirmation=result.confirmation, condition=result.condition(),
+                   confirmation_evidence=result.confirmation_evidence)
     return atomic_write_json(rd / "structured" / f"{rd.name}_comparison.json", doc)

@@ -1,15 +1,26 @@
-"""CLI commands of the statistics: ``benchrun compare``, ``benchrun promote``, ``benchrun report``."""
+"""CLI commands of the statistics: ``benchrun compare``, ``benchrun promote``, ``benchrun report``.
+
+``benchrun compare`` exits 0 when no gating metric regressed, 3 when a gating regression is
+suspected (the CLI runs no confirmation round, so a suspicion is not cleared here) or
+confirmed, 4 when the one-variable gate refuses the pair, 1 on other errors.
+"""
 
 from __future__ import annotations
 
 import json
 import math
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from benchrun.errors import BenchrunError
 from benchrun.console import console as make_console
+
+if TYPE_CHECKING:
+    from benchrun.stats.compare import Comparison
+
+EXIT_GATING_REGRESSION = 3
+EXIT_GATE_REFUSED = 4
 
 JSON_KEYS = ("metric", "baseline_median", "candidate_median", "ratio", "ci_low", "ci_high", "p_value",
              "verdict", "gating")
@@ -26,19 +37,24 @@ def compare(
     variable: Optional[str] = typer.Option(
         None, "--variable", help="Variable under test (default: the candidate spec's comparison.variableUnderTest)."),
 ) -> None:
-    """Compare CANDIDATE with BASELINE behind the one-variable gate: ratios, exact intervals, verdicts."""
+    """Compare CANDIDATE with BASELINE behind the one-variable gate: ratios, exact intervals, verdicts.
+
+    Exit 0: no gating regression; 3: a gating regression is suspected or confirmed; 4: the
+    one-variable gate refused the pair; 1: another error.
+    """
     from benchrun.stats.analysis import compare_runs
     from benchrun.stats.load import resolve_run
 
     gate, result = compare_runs(resolve_run(baseline), resolve_run(candidate), variable=variable)
     if result is None:
         raise BenchrunError(gate.message() + "; compare runs that differ only in the declared variable",
-                            exit_code=3)
+                            exit_code=EXIT_GATE_REFUSED)
     records = result.records()
     if as_json:
         out = [{**{k: r.get(k) for k in JSON_KEYS}, **{k: v for k, v in r.items() if k not in JSON_KEYS}}
                for r in records]
         typer.echo(json.dumps(out, indent=2, default=str))
+        _exit(result)
         return
     from rich.markup import escape
     from rich.table import Table
@@ -52,7 +68,7 @@ def compare(
     for r in records:
         table.add_row(
             escape(r["metric"]), "★" if r["gating"] else "", _num(r["baseline_median"]), _num(r["candidate_median"]),
-            _num(r["ratio"]), f"[{_num(r['ci_low'])}, {_num(r['ci_high'])}]", _num(r["p_value"]),
+            *_effect_cells(r), _num(r["p_value"]),
             _num(r["p_adjusted"]), f"[{colors[r['verdict']]}]{r['verdict']}[/]",
         )
     console.print(table)
@@ -60,6 +76,19 @@ def compare(
         console.print(f"note: {escape(note)}")
     cond = result.condition()
     console.print(escape(f"RegressionDetected={cond['status']} ({cond['reason']}): {cond['message']}"))
+    _exit(result)
+
+
+def _effect_cells(r: dict) -> tuple[str, str]:
+    """Ratio and its interval; for metrics compared by absolute difference, Δ in the unit."""
+    if r.get("scale") == "absolute" and r.get("difference") is not None:
+        return f"Δ {_num(r['difference'])}", f"[{_num(r['diff_ci_low'])}, {_num(r['diff_ci_high'])}]"
+    return _num(r["ratio"]), f"[{_num(r['ci_low'])}, {_num(r['ci_high'])}]"
+
+
+def _exit(result: "Comparison") -> None:
+    if result.gating_regression:
+        raise typer.Exit(EXIT_GATING_REGRESSION)
 
 
 def promote(

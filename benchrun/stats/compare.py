@@ -1,25 +1,36 @@
-"""Candidate-versus-baseline comparison: Hodges–Lehmann effects with exact Mann–Whitney intervals,
-verdicts against a no-change margin δ, Holm (gating) and Benjamini–Hochberg (reported) corrections,
-and one confirmation round before a gating regression is declared.
+"""Candidate-versus-baseline comparison: per-metric effects (:mod:`benchrun.stats.effects`), verdicts
+against a no-change margin, Holm (gating, one-sided) and Benjamini–Hochberg (reported) corrections,
+failed replicates gated per suite, and one confirmation round before a gating regression is declared.
 
-Effects are ratios on a higher-is-better scale: > 1 is better whatever the metric's direction.
-They are estimated on log values (a shift in log space is a ratio), one value per replicate.
+Gating. Primary metrics gate; a primary is a bare metric name (every suite and case reporting
+it) or qualified as ``suite/metric``, ``metric[case]`` or ``suite/metric[case]``. Each gating
+test is one-sided in the regression direction, and Holm's correction runs over the gating
+family (the gating metrics plus, for each gating suite with a failed replicate in either arm,
+its failure count). The test is the exact permutation rank test when its smallest attainable
+p-value can pass Holm's first threshold α / family with these replicate counts; when it cannot
+(5 vs 5 replicates allow no p below 1/252 = 0.0040, and α/18 = 0.0028), the gate uses a
+one-sided Welch t-test on the same (log) scale — which assumes roughly log-normal replicate
+noise — and says so in ``gate_test`` and a note. A suspected gating regression calls one
+confirmation round on fresh replicates; only what reproduces there (the same rules, with the
+suspects as the family) is declared.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import warnings
+import re
 from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import numpy as np
 from scipy import stats
 
 from benchrun.errors import BenchrunError
+from benchrun.stats import batch
 from benchrun.stats.describe import SERIES_KEYS
+from benchrun.stats.effects import Shift, effect, hodges_lehmann, verdict, verdict_on_scale  # noqa: F401 (API)
+from benchrun.stats.ranktest import EXACT_MAX_N, mw_null_cdf, smallest_gating_n, smallest_one_sided_p  # noqa: F401
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -27,89 +38,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 VERDICTS = ("regression", "improvement", "no_change", "inconclusive")
-EXACT_MAX_N = 50  # exact null distribution up to 50 x 50 replicates; normal approximation beyond
+FAILED_METRIC = "failed_replicates"
 
 # The fresh replicates of a confirmation round: given the keys (suite, case, metric) of the
-# suspected gating regressions, return (baseline_table, candidate_table) of new replicates
-# of both arms, launched interleaved (the launcher's job). Same columns as replicate_table.
-ConfirmHook = Callable[[list[tuple[str, str, str]]], "tuple[pd.DataFrame, pd.DataFrame]"]
+# suspected gating regressions, return (baseline_table, candidate_table[, evidence]) of new
+# replicates of both arms (the launcher's job). ``evidence`` (a JSON-ready dict: the launch
+# order and how it was drawn) is recorded in the comparison. Same columns as replicate_table.
+ConfirmHook = Callable[[list[tuple[str, str, str]]], "tuple[Any, ...]"]
 
 
-@lru_cache(maxsize=256)
-def mw_null_cdf(n: int, m: int) -> np.ndarray:
-    """Exact null CDF of the Mann–Whitney U statistic for sample sizes n and m (no ties).
-
-    The counts are the coefficients of the Gaussian binomial [n+m choose n]_q, built exactly
-    with integer arithmetic; ``cdf[u] = P(U <= u)`` for u = 0..n·m.
-    """
-    n, m = sorted((int(n), int(m)))
-    size = n * m + 1
-    poly = [0] * size
-    poly[0] = 1
-    for i in range(1, n + 1):
-        # multiply by (1 - q^(m+i)), then divide by (1 - q^i): both exact on integers
-        step = m + i
-        for j in range(size - 1, step - 1, -1):
-            poly[j] -= poly[j - step]
-        for j in range(i, size):
-            poly[j] += poly[j - i]
-    total = math.comb(n + m, n)
-    counts = np.array([c / total for c in poly], dtype=float)
-    return np.minimum(np.cumsum(counts), 1.0)
-
-
-def _critical_rank(n: int, m: int, confidence: float) -> tuple[int, float]:
-    """The rank k of the ordered pairwise differences for the interval [D(k), D(nm−k+1)],
-    and that interval's coverage 1 − 2·P(U ≤ k−1). k ≥ 1 always; the coverage says the truth."""
-    alpha = 1.0 - confidence
-    if n <= EXACT_MAX_N and m <= EXACT_MAX_N:
-        cdf = mw_null_cdf(n, m)
-        ok = np.nonzero(cdf <= alpha / 2 + 1e-12)[0]  # values of k-1 allowed
-        k = int(ok[-1]) + 1 if ok.size else 1
-        k = min(k, (n * m + 1) // 2)
-        return k, max(0.0, 1.0 - 2.0 * float(cdf[k - 1]))
-    z = stats.norm.ppf(1 - alpha / 2)
-    k = int(math.floor(n * m / 2 - z * math.sqrt(n * m * (n + m + 1) / 12)))
-    return max(k, 1), confidence
-
-
-@dataclass(frozen=True)
-class Shift:
-    """Hodges–Lehmann shift of x over y with its exact interval and the Mann–Whitney p-value."""
-
-    estimate: float
-    low: float
-    high: float
-    coverage: float
-    p_value: float
-    method: str
-
-
-def hodges_lehmann(x: Sequence[float], y: Sequence[float], confidence: float) -> Shift:
-    """HL estimate median(x_i − y_j), the interval from the ordered pairwise differences at the
-    exact critical value, and the two-sided Mann–Whitney p-value (scipy, exact without ties)."""
-    xa = np.asarray(x, dtype=float)
-    ya = np.asarray(y, dtype=float)
-    n, m = xa.size, ya.size
-    if n < 1 or m < 1:
-        return Shift(math.nan, math.nan, math.nan, math.nan, math.nan, "none")
-    diffs = np.sort(np.subtract.outer(xa, ya).ravel())
-    est = float(np.median(diffs))
-    k, cov = _critical_rank(n, m, confidence)
-    low, high = float(diffs[k - 1]), float(diffs[n * m - k])
-    if np.ptp(np.concatenate([xa, ya])) == 0:
-        return Shift(est, low, high, cov, 1.0, "degenerate")
-    ties = np.unique(np.concatenate([xa, ya])).size < n + m
-    method = "exact" if (not ties and n <= EXACT_MAX_N and m <= EXACT_MAX_N) else "asymptotic"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        p = float(stats.mannwhitneyu(xa, ya, alternative="two-sided", method=method).pvalue)
-    return Shift(est, low, high, cov, min(p, 1.0), method)
-
-
-def holm(pvalues: Sequence[float]) -> np.ndarray:
+def holm(pvalues: Iterable[float]) -> np.ndarray:
     """Holm step-down adjusted p-values (NaN stays NaN and is not counted in the family)."""
-    p = np.asarray(pvalues, dtype=float)
+    p = np.asarray(list(pvalues) if not isinstance(pvalues, np.ndarray) else pvalues, dtype=float)
     out = np.full(p.shape, np.nan)
     idx = np.nonzero(~np.isnan(p))[0]
     if idx.size == 0:
@@ -121,9 +61,9 @@ def holm(pvalues: Sequence[float]) -> np.ndarray:
     return out
 
 
-def benjamini_hochberg(pvalues: Sequence[float]) -> np.ndarray:
+def benjamini_hochberg(pvalues: Iterable[float]) -> np.ndarray:
     """Benjamini–Hochberg adjusted p-values (scipy.stats.false_discovery_control); NaN kept."""
-    p = np.asarray(pvalues, dtype=float)
+    p = np.asarray(list(pvalues) if not isinstance(pvalues, np.ndarray) else pvalues, dtype=float)
     out = np.full(p.shape, np.nan)
     ok = ~np.isnan(p)
     if ok.any():
@@ -131,44 +71,40 @@ def benjamini_hochberg(pvalues: Sequence[float]) -> np.ndarray:
     return out
 
 
-def verdict(ratio: float, ci_low: float, ci_high: float, p_adjusted: float, alpha: float, delta: float) -> str:
-    """regression / improvement: significant after correction, the whole interval on one side
-    of 1 and the estimate beyond the margin δ; no_change: the interval inside [1−δ, 1+δ];
-    otherwise inconclusive. Ratios are on the higher-is-better scale."""
-    if any(math.isnan(v) for v in (ratio, ci_low, ci_high)):
-        return "inconclusive"
-    significant = not math.isnan(p_adjusted) and p_adjusted < alpha
-    if significant and ci_high < 1.0 and ratio < 1.0 - delta:
-        return "regression"
-    if significant and ci_low > 1.0 and ratio > 1.0 + delta:
-        return "improvement"
-    if ci_low >= 1.0 - delta and ci_high <= 1.0 + delta:
-        return "no_change"
-    return "inconclusive"
+# -- primaries -------------------------------------------------------------------------------
+
+_PRIMARY = re.compile(r"^(?:(?P<suite>[^/\[\]]+)/)?(?P<metric>[^/\[\]]+)(?:\[(?P<case>[^\[\]]*)\])?$")
 
 
-def effect(baseline: Sequence[float], candidate: Sequence[float], direction: str, confidence: float) -> dict[str, Any]:
-    """Ratio (higher-is-better scale), interval, coverage and p-value of candidate over baseline.
+@dataclass(frozen=True)
+class Primary:
+    """One gating selector: a metric name, optionally limited to a suite and/or a case."""
 
-    Positive values go through logs; a metric with a value ≤ 0 is compared on a linear
-    scale relative to the baseline median instead, and says so in ``scale``.
-    """
-    b = np.asarray(baseline, dtype=float)
-    c = np.asarray(candidate, dtype=float)
-    sign = 1.0 if direction == "higher" else -1.0
-    if b.size and c.size and (b > 0).all() and (c > 0).all():
-        s = hodges_lehmann(sign * np.log(c), sign * np.log(b), confidence)
-        ratio, lo, hi, scale = math.exp(s.estimate), math.exp(s.low), math.exp(s.high), "log"
-    else:
-        ref = abs(float(np.median(b))) if b.size else math.nan
-        s = hodges_lehmann(sign * c, sign * b, confidence)
-        if not ref:
-            ratio = lo = hi = math.nan
-        else:
-            ratio, lo, hi = 1 + s.estimate / ref, 1 + s.low / ref, 1 + s.high / ref
-        scale = "linear"
-    return {"ratio": ratio, "ci_low": lo, "ci_high": hi, "ci_coverage": s.coverage,
-            "p_value": s.p_value, "test": s.method, "scale": scale}
+    metric: str
+    suite: str | None = None
+    case: str | None = None
+
+    def matches(self, suite: str, case: str, metric: str) -> bool:
+        return (metric == self.metric and (self.suite is None or suite == self.suite)
+                and (self.case is None or case == self.case))
+
+
+def parse_primary(text: str) -> Primary:
+    """``ttft_ms``, ``serving_sweep/ttft_ms``, ``ttft_ms[c=4]`` or ``serving_sweep/ttft_ms[c=4]``."""
+    m = _PRIMARY.match(str(text).strip())
+    if not m:
+        raise BenchrunError(f"primary metric {text!r} is not NAME, SUITE/NAME, NAME[CASE] or SUITE/NAME[CASE]; "
+                            "fix metrics.<family>.primary")
+    return Primary(m.group("metric"), m.group("suite"), m.group("case"))
+
+
+def gating_mask(keys: Iterable[tuple[str, str, str]], primary: Iterable[str]) -> np.ndarray:
+    """True for each (suite, case, metric) that some primary selector matches."""
+    sels = [parse_primary(p) for p in primary]
+    return np.array([any(s.matches(*k) for s in sels) for k in keys], dtype=bool)
+
+
+# -- the result --------------------------------------------------------------------------------
 
 
 @dataclass
@@ -182,10 +118,17 @@ class Comparison:
     confirmation: str = "not_needed"  # not_needed | confirmed | not_confirmed | not_run | failed
     notes: list[str] = field(default_factory=list)
     confirmation_error: str = ""  # why a confirmation round that was needed gave no answer
+    confirmation_evidence: dict[str, Any] = field(default_factory=dict)  # launch order of the round
 
     @property
     def regression_detected(self) -> bool:
         return bool(self.confirmed)
+
+    @property
+    def gating_regression(self) -> bool:
+        """A gating regression was suspected (awaiting, failing or failing to reproduce in the
+        confirmation round counts as suspected only while not cleared) or confirmed."""
+        return bool(self.confirmed) or (bool(self.suspected) and self.confirmation in ("not_run", "failed"))
 
     def condition(self) -> dict[str, str]:
         """The ``RegressionDetected`` condition (type, status, reason, message) for status.json."""
@@ -220,80 +163,155 @@ def _label(suite: str, case: str, metric: str) -> str:
     return f"{suite}/{metric}" + (f"[{case}]" if case else "")
 
 
+# -- per-arm arrays ----------------------------------------------------------------------------
+
+
+@dataclass
+class _Arm:
+    keys: "pd.DataFrame"  # suite, case, metric, unit, direction, n, median, start (into values)
+    values: np.ndarray  # ok values, grouped by key in key order
+    failed: dict[str, int]  # suite -> failed replicates
+    launched: dict[str, int]  # suite -> replicates launched (ok or failed)
+
+
+def _arm(table: "pd.DataFrame") -> _Arm:
+    """One arm's ok values grouped per (suite, case, metric) without iterating groups, and its
+    failed replicates per suite (rows with a status other than ``ok``)."""
+    import pandas as pd
+
+    status = table["status"].astype(str) if "status" in table.columns else pd.Series("ok", index=table.index)
+    okmask = (status == "ok").to_numpy()
+    ok = table[okmask & table["value"].notna().to_numpy()]
+    bad = table[~okmask]
+    launched = (table[["suite", "replicate"]].drop_duplicates().groupby("suite").size().to_dict()
+                if len(table) else {})
+    failed = bad[["suite", "replicate"]].drop_duplicates().groupby("suite").size().to_dict() if len(bad) else {}
+    if ok.empty:
+        keys = pd.DataFrame(columns=[*SERIES_KEYS, "unit", "direction", "n", "median", "start"])
+        return _Arm(keys, np.empty(0), {str(k): int(v) for k, v in failed.items()},
+                    {str(k): int(v) for k, v in launched.items()})
+    ok = ok.sort_values([*SERIES_KEYS, "replicate"], kind="stable")
+    g = ok.groupby(SERIES_KEYS, sort=True)
+    keys = g.agg(unit=("unit", "first"), direction=("direction", "first"), n=("value", "size"),
+                 median=("value", "median")).reset_index()
+    keys["start"] = np.r_[0, np.cumsum(keys["n"].to_numpy())[:-1]].astype(np.int64)
+    return _Arm(keys, ok["value"].to_numpy(dtype=float), {str(k): int(v) for k, v in failed.items()},
+                {str(k): int(v) for k, v in launched.items()})
+
+
+def _matrix(arm: _Arm, idx: np.ndarray, n: int) -> np.ndarray:
+    starts = arm.keys["start"].to_numpy()[idx]
+    return arm.values[starts[:, None] + np.arange(n)[None, :]]
+
+
+def _effects_batch(b: _Arm, c: _Arm, ib: np.ndarray, ic: np.ndarray, higher: np.ndarray, comparable: np.ndarray,
+                   confidence: float) -> dict[str, np.ndarray]:
+    rows = ib.size
+    out: dict[str, np.ndarray] = {}
+    for f, v in batch.nan_effect().items():
+        out[f] = np.full(rows, v, dtype=object if isinstance(v, str) else float)
+    nb = np.where(ib >= 0, b.keys["n"].to_numpy()[np.clip(ib, 0, None)] if len(b.keys) else 0, 0)
+    nc = np.where(ic >= 0, c.keys["n"].to_numpy()[np.clip(ic, 0, None)] if len(c.keys) else 0, 0)
+    pairs = {(int(x), int(y)) for x, y in zip(nb[comparable], nc[comparable])}
+    for n_b, n_c in sorted(pairs):
+        sel = np.nonzero(comparable & (nb == n_b) & (nc == n_c))[0]
+        res = batch.effects(_matrix(b, ib[sel], n_b), _matrix(c, ic[sel], n_c), higher[sel], confidence)
+        for f, v in res.items():
+            out[f][sel] = v
+    return out
+
+
+def _effects_reference(b: _Arm, c: _Arm, ib: np.ndarray, ic: np.ndarray, higher: np.ndarray,
+                       comparable: np.ndarray, confidence: float) -> dict[str, np.ndarray]:
+    rows = ib.size
+    recs = []
+    for i in range(rows):
+        if not comparable[i]:
+            recs.append(batch.nan_effect())
+            continue
+        nb_i, nc_i = int(b.keys["n"].iloc[ib[i]]), int(c.keys["n"].iloc[ic[i]])
+        bv = _matrix(b, ib[i:i + 1], nb_i)[0]
+        cv = _matrix(c, ic[i:i + 1], nc_i)[0]
+        recs.append(effect(bv, cv, "higher" if higher[i] else "lower", confidence))
+    return {f: np.array([r[f] for r in recs], dtype=object if f in ("test", "scale", "ci_coverage_kind") else float)
+            for f in batch.FIELDS}
+
+
+# -- the comparison --------------------------------------------------------------------------
+
+
 def compare_tables(
     baseline: "pd.DataFrame",
     candidate: "pd.DataFrame",
     *,
     confidence: float = 0.95,
-    primary: set[str] | frozenset[str] = frozenset(),
+    primary: Iterable[str] = frozenset(),
     delta_pct: Callable[[str], float] | float = 3.0,
+    abs_margin: Callable[[str], float | None] | None = None,
     confirm: ConfirmHook | None = None,
+    engine: str = "batch",
     _round: int = 0,
 ) -> Comparison:
     """Compare two replicate tables metric by metric and return the verdicts.
 
-    Primary metrics (by metric name) gate, with Holm's correction over the gating family;
-    the others get Benjamini–Hochberg and are reported without gating. A gating regression
-    calls ``confirm`` once for fresh interleaved replicates of both arms; only a regression
-    that reproduces on those makes ``regression_detected`` true.
+    Tables have the columns of :func:`benchrun.stats.load.replicate_table`; rows whose
+    ``status`` is not ``ok`` are failed replicates (counted per suite, not values).
+    ``delta_pct(name)`` is the no-change margin in percent of a log-scale metric;
+    ``abs_margin(name)`` the margin, in the metric's unit, of a metric compared on the
+    absolute scale (one with a value ≤ 0). ``engine="reference"`` computes each metric with
+    :func:`benchrun.stats.effects.effect` one by one (the tests check the batch against it).
     """
     import pandas as pd
 
+    primary = tuple(primary)
     alpha = 1.0 - confidence
     delta_of = delta_pct if callable(delta_pct) else (lambda _m, d=float(delta_pct): d)
-    b_groups = {k: g for k, g in baseline.groupby(SERIES_KEYS, sort=True)}
-    c_groups = {k: g for k, g in candidate.groupby(SERIES_KEYS, sort=True)}
-    rows = []
-    for key in sorted(set(b_groups) | set(c_groups)):
-        suite, case, metric = key
-        bg, cg = b_groups.get(key), c_groups.get(key)
-        ref = bg if bg is not None else cg
-        row: dict[str, Any] = {
-            "metric": _label(suite, case, metric), "suite": suite, "case": case, "name": metric,
-            "unit": ref["unit"].iloc[0], "direction": ref["direction"].iloc[0],
-            "gating": metric in primary, "delta_pct": float(delta_of(metric)),
-            "n_baseline": 0 if bg is None else len(bg), "n_candidate": 0 if cg is None else len(cg),
-            "baseline_median": math.nan if bg is None else float(bg["value"].median()),
-            "candidate_median": math.nan if cg is None else float(cg["value"].median()),
-            "ratio": math.nan, "ci_low": math.nan, "ci_high": math.nan, "ci_coverage": math.nan,
-            "p_value": math.nan, "test": "none", "scale": "", "note": "",
-        }
-        if bg is None or cg is None:
-            row["note"] = "absent in the " + ("baseline" if bg is None else "candidate")
-        elif len(bg) < 2 or len(cg) < 2:
-            row["note"] = "fewer than 2 replicates in an arm"
-        else:
-            row.update(effect(bg["value"].to_numpy(), cg["value"].to_numpy(), row["direction"], confidence))
-        rows.append(row)
-    df = pd.DataFrame(rows)
-    if df.empty:
-        return Comparison(rows=df, confidence=confidence, notes=["no metrics to compare"])
-    gating = df["gating"].to_numpy(bool)
-    df["p_adjusted"] = np.nan
-    df["correction"] = np.where(gating, "holm", "bh")
-    df.loc[gating, "p_adjusted"] = holm(df.loc[gating, "p_value"].to_numpy())
-    df.loc[~gating, "p_adjusted"] = benjamini_hochberg(df.loc[~gating, "p_value"].to_numpy())
-    df["verdict"] = [
-        verdict(r.ratio, r.ci_low, r.ci_high, r.p_adjusted, alpha, r.delta_pct / 100.0)
-        for r in df.itertuples()
-    ]
-    df["confirmation"] = ""
+    margin_of = abs_margin or (lambda _m: None)
+    b, c = _arm(baseline), _arm(candidate)
+    kb = b.keys[[*SERIES_KEYS, "unit", "direction"]].assign(ib=np.arange(len(b.keys)))
+    kc = c.keys[[*SERIES_KEYS, "unit", "direction"]].assign(ic=np.arange(len(c.keys)))
+    keys = kb.merge(kc, on=SERIES_KEYS, how="outer", suffixes=("", "_c"), sort=True)
+    keys["unit"] = keys["unit"].fillna(keys["unit_c"])
+    keys["direction"] = keys["direction"].fillna(keys["direction_c"])
+    ib = keys["ib"].fillna(-1).to_numpy(dtype=np.int64)
+    ic = keys["ic"].fillna(-1).to_numpy(dtype=np.int64)
+    rows = len(keys)
+    nb = np.where(ib >= 0, b.keys["n"].to_numpy()[np.clip(ib, 0, None)] if len(b.keys) else 0, 0).astype(int)
+    nc = np.where(ic >= 0, c.keys["n"].to_numpy()[np.clip(ic, 0, None)] if len(c.keys) else 0, 0).astype(int)
+    comparable = (nb >= 2) & (nc >= 2)
+    higher = (keys["direction"] == "higher").to_numpy()
+    run = _effects_batch if engine == "batch" else _effects_reference
+    eff = run(b, c, ib, ic, higher, comparable, confidence)
+    suites = keys["suite"].astype(str).to_numpy()
+    names = keys["metric"].astype(str).to_numpy()
+    cases = keys["case"].astype(str).to_numpy()
+    df = pd.DataFrame({
+        "metric": [_label(s, k, m) for s, k, m in zip(suites, cases, names)],
+        "suite": suites, "case": cases, "name": names,
+        "unit": keys["unit"].astype(str).to_numpy(), "direction": keys["direction"].astype(str).to_numpy(),
+        "gating": gating_mask(zip(suites, cases, names), primary) if rows else np.zeros(0, bool),
+        "delta_pct": np.array([float(delta_of(m)) for m in names]),
+        "n_baseline": nb, "n_candidate": nc,
+        "failed_baseline": np.array([b.failed.get(s, 0) for s in suites], dtype=int),
+        "failed_candidate": np.array([c.failed.get(s, 0) for s in suites], dtype=int),
+        "baseline_median": np.where(ib >= 0, b.keys["median"].to_numpy(dtype=float)[np.clip(ib, 0, None)]
+                                    if len(b.keys) else np.nan, np.nan),
+        "candidate_median": np.where(ic >= 0, c.keys["median"].to_numpy(dtype=float)[np.clip(ic, 0, None)]
+                                     if len(c.keys) else np.nan, np.nan),
+        **eff,
+    })
+    notes = np.where(ib < 0, "absent in the baseline", np.where(ic < 0, "absent in the candidate",
+                     np.where(~comparable, "fewer than 2 replicates in an arm", ""))).astype(object)
+    df["note"] = notes
+    df = pd.concat([df, _failure_rows(b, c, primary)], ignore_index=True) if (b.failed or c.failed) else df
     result = Comparison(rows=df, confidence=confidence)
-    n_gating = int(np.count_nonzero(gating & df["p_value"].notna().to_numpy()))
-    if n_gating:
-        nb = int(df.loc[gating, "n_baseline"].min())
-        nc = int(df.loc[gating, "n_candidate"].min())
-        if nb >= 2 and nc >= 2 and nb <= EXACT_MAX_N and nc <= EXACT_MAX_N:
-            smallest = 2.0 * float(mw_null_cdf(nb, nc)[0])
-            if smallest >= alpha / n_gating:
-                result.notes.append(
-                    f"{n_gating} gating tests with {nb} vs {nc} replicates: the smallest exact p "
-                    f"({smallest:.4f}) cannot pass Holm's first threshold ({alpha / n_gating:.4f}); "
-                    "add replicates or fewer primary metrics"
-                )
-    suspected = [
-        (r.suite, r.case, r.name) for r in df.itertuples() if r.gating and r.verdict == "regression"
-    ]
+    if df.empty:
+        result.notes.append("no metrics to compare")
+        return result
+    _margins(df, margin_of, result)
+    _gate_and_verdicts(df, alpha, result)
+    df["confirmation"] = ""
+    suspected = [(r.suite, r.case, r.name) for r in df.itertuples() if r.gating and r.verdict == "regression"]
     result.suspected = suspected
     if not suspected:
         return result
@@ -301,20 +319,183 @@ def compare_tables(
         result.confirmation = "not_run"
         df.loc[df["gating"] & (df["verdict"] == "regression"), "confirmation"] = "not_run"
         return result
+    return _confirm(result, suspected, confirm, confidence=confidence, primary=primary, delta_of=delta_of,
+                    abs_margin=abs_margin, engine=engine)
+
+
+def _failure_rows(b: _Arm, c: _Arm, primary: tuple[str, ...]) -> "pd.DataFrame":
+    """One row per suite with a failed replicate in either arm: Fisher's exact test, one-sided
+    (the candidate fails more often) for the gate, two-sided reported. It gates when the suite
+    has a gating metric or ``failed_replicates`` is itself a primary."""
+    import pandas as pd
+
+    sels = [parse_primary(p) for p in primary]
+    out = []
+    for suite in sorted(set(b.failed) | set(c.failed)):
+        fb, fc = b.failed.get(suite, 0), c.failed.get(suite, 0)
+        tb, tc = b.launched.get(suite, fb), c.launched.get(suite, fc)
+        table = [[fc, tc - fc], [fb, tb - fb]]
+        p_reg = float(stats.fisher_exact(table, alternative="greater").pvalue)
+        p_imp = float(stats.fisher_exact(table, alternative="less").pvalue)
+        p_two = float(stats.fisher_exact(table).pvalue)
+        rate_b, rate_c = fb / tb if tb else math.nan, fc / tc if tc else math.nan
+        gating = any(s.suite in (None, suite) and (s.metric == FAILED_METRIC or s.suite == suite or s.suite is None)
+                     for s in sels) and bool(sels)
+        shift = -(rate_c - rate_b)  # higher is better: fewer failures
+        out.append({
+            "metric": _label(suite, "", FAILED_METRIC), "suite": suite, "case": "", "name": FAILED_METRIC,
+            "unit": "fraction of launches", "direction": "lower", "gating": gating, "delta_pct": math.nan,
+            "n_baseline": tb, "n_candidate": tc, "failed_baseline": fb, "failed_candidate": fc,
+            "baseline_median": rate_b, "candidate_median": rate_c,
+            **batch.nan_effect(),
+            "shift": shift, "shift_low": shift, "shift_high": shift, "difference": rate_c - rate_b,
+            "diff_ci_low": rate_c - rate_b, "diff_ci_high": rate_c - rate_b,
+            "p_value": p_two, "p_regression": p_reg, "p_improvement": p_imp, "test": "fisher_exact",
+            "scale": "absolute", "note": f"failed replicates: {fb}/{tb} baseline, {fc}/{tc} candidate "
+                                         "(their values are not in the other rows of this suite)",
+        })
+    return pd.DataFrame(out)
+
+
+def _margins(df: "pd.DataFrame", margin_of: Callable[[str], float | None], result: Comparison) -> None:
+    """The margin on the analysis scale: log(1 + δ) for log-scale metrics, the spec's absolute
+    margin (default 0: significance alone decides, and no_change cannot be shown) otherwise."""
+    log_scale = (df["scale"] == "log").to_numpy()
+    margin = np.where(log_scale, np.log1p(df["delta_pct"].to_numpy(dtype=float) / 100.0), np.nan)
+    missing = []
+    for i in np.nonzero(~log_scale)[0]:
+        if df["test"].iat[i] == "none":
+            continue
+        if df["name"].iat[i] == FAILED_METRIC:
+            margin[i] = 0.0
+            continue
+        m = margin_of(df["name"].iat[i])
+        margin[i] = float(m) if m is not None else 0.0
+        if m is None:
+            missing.append(df["metric"].iat[i])
+    df["margin"] = margin
+    if missing:
+        result.notes.append(
+            f"{len(missing)} metric(s) with a value ≤ 0 are compared by absolute difference without a margin "
+            f"({', '.join(missing[:5])}{'…' if len(missing) > 5 else ''}): significance alone decides; set "
+            "comparison.absoluteMarginByMetric to allow a no_change verdict")
+
+
+def gate_tests(n_baseline: np.ndarray, n_candidate: np.ndarray, family: int, alpha: float) -> np.ndarray:
+    """Per gating row: ``exact_rank`` when 1/C(n+m, n) can pass α / family, else ``welch_t``."""
+    reach = np.array([smallest_one_sided_p(int(x), int(y)) <= alpha / max(family, 1) + 1e-15
+                      if x >= 1 and y >= 1 else False for x, y in zip(n_baseline, n_candidate)], dtype=bool)
+    return np.where(reach, "exact_rank", "welch_t")
+
+
+@dataclass
+class Decision:
+    """What the gate decides for a set of rows (arrays aligned with the rows)."""
+
+    gate_test: np.ndarray
+    p_gate: np.ndarray
+    p_adjusted: np.ndarray
+    p_adjusted_improvement: np.ndarray
+    verdict: list[str]
+    family: int
+    welch_fallback: bool
+
+
+def decide(eff: dict[str, np.ndarray], gating: np.ndarray, n_baseline: np.ndarray, n_candidate: np.ndarray,
+           margin: np.ndarray, alpha: float, fisher: np.ndarray | None = None) -> Decision:
+    """Gate tests, corrections and verdicts of rows whose effects are ``eff`` (the fields of
+    :func:`benchrun.stats.effects.effect`): gating rows get their one-sided gate p-value
+    (exact rank, or Welch t where the rank test cannot reach α / family; Fisher for failure
+    counts) and Holm over the family; the others Benjamini–Hochberg on the two-sided p."""
+    rows = len(gating)
+    gating = np.asarray(gating, dtype=bool)
+    fisher = np.zeros(rows, dtype=bool) if fisher is None else np.asarray(fisher, dtype=bool)
+    p_reg = np.asarray(eff["p_regression"], dtype=float)
+    p_imp = np.asarray(eff["p_improvement"], dtype=float)
+    family_rows = gating & ~np.isnan(p_reg)
+    family = int(family_rows.sum())
+    gate_test = np.full(rows, "", dtype=object)
+    p_gate = np.full(rows, np.nan)
+    p_gate_imp = np.full(rows, np.nan)
+    use_t = np.zeros(rows, dtype=bool)
+    if family:
+        choice = gate_tests(n_baseline, n_candidate, family, alpha)
+        t_reg = np.asarray(eff["t_regression"], dtype=float)
+        t_imp = np.asarray(eff["t_improvement"], dtype=float)
+        use_t = family_rows & ~fisher & (choice == "welch_t") & ~np.isnan(t_reg)
+        rank = family_rows & ~use_t
+        gate_test[rank] = np.where(fisher[rank], "fisher_exact", "exact_rank")
+        gate_test[use_t] = "welch_t"
+        p_gate[rank], p_gate_imp[rank] = p_reg[rank], p_imp[rank]
+        p_gate[use_t], p_gate_imp[use_t] = t_reg[use_t], t_imp[use_t]
+    p_adj = np.full(rows, np.nan)
+    p_adj_imp = np.full(rows, np.nan)
+    p_adj[gating] = holm(p_gate[gating])
+    p_adj_imp[gating] = holm(p_gate_imp[gating])
+    bh = benjamini_hochberg(np.asarray(eff["p_value"], dtype=float)[~gating])
+    p_adj[~gating] = bh
+    p_adj_imp[~gating] = bh
+    shift, lo, hi = (np.asarray(eff[k], dtype=float) for k in ("shift", "shift_low", "shift_high"))
+    verdicts = [verdict_on_scale(s, a, b, pr, pi, alpha, mg)
+                for s, a, b, pr, pi, mg in zip(shift, lo, hi, p_adj, p_adj_imp, np.asarray(margin, dtype=float))]
+    return Decision(gate_test, p_gate, p_adj, p_adj_imp, verdicts, family, bool(use_t.any()))
+
+
+def _gate_and_verdicts(df: "pd.DataFrame", alpha: float, result: Comparison) -> None:
+    gating = df["gating"].to_numpy(bool)
+    fisher = (df["test"] == "fisher_exact").to_numpy()
+    eff = {k: df[k].to_numpy() for k in ("p_regression", "p_improvement", "t_regression", "t_improvement",
+                                         "p_value", "shift", "shift_low", "shift_high")}
+    d = decide(eff, gating, df["n_baseline"].to_numpy(), df["n_candidate"].to_numpy(), df["margin"].to_numpy(),
+               alpha, fisher)
+    if d.welch_fallback:
+        welch = d.gate_test == "welch_t"
+        nb, nc = int(df.loc[welch, "n_baseline"].min()), int(df.loc[welch, "n_candidate"].min())
+        need = smallest_gating_n(d.family, alpha)
+        result.notes.append(
+            f"{d.family} gating tests with {nb} vs {nc} replicates: the exact rank test's smallest one-sided p "
+            f"({smallest_one_sided_p(nb, nc):.4f}) cannot pass Holm's first threshold ({alpha / d.family:.4f}), "
+            "so those metrics gate on a one-sided Welch t-test of log values (assumes roughly log-normal noise)"
+            + (f"; with {need} replicates per arm the distribution-free test gates" if need else "")
+            + "; qualified primaries (suite/metric[case]) shrink the family")
+    fam_fisher = gating & fisher & ~np.isnan(d.p_gate)
+    if fam_fisher.any():
+        fb = df.loc[fam_fisher]
+        smallest = [smallest_one_sided_p(int(x), int(y)) for x, y in zip(fb["n_baseline"], fb["n_candidate"])]
+        if min(smallest) > alpha / d.family:
+            result.notes.append(f"failed-replicate counts gate with Fisher's exact test; with these replicate "
+                                f"counts its smallest p cannot pass Holm's first threshold ({alpha / d.family:.4f})")
+    df["gate_test"] = d.gate_test
+    df["p_gate"] = d.p_gate
+    df["p_adjusted"] = d.p_adjusted
+    df["p_adjusted_improvement"] = d.p_adjusted_improvement
+    df["correction"] = np.where(gating, "holm", "bh")
+    df["verdict"] = d.verdict
+
+
+def _confirm(result: Comparison, suspected: list[tuple[str, str, str]], confirm: ConfirmHook, *, confidence: float,
+             primary: tuple[str, ...], delta_of: Callable[[str], float],
+             abs_margin: Callable[[str], float | None] | None, engine: str) -> Comparison:
+    df = result.rows
     log.info("gating regression suspected on %d metric(s); running one confirmation round", len(suspected))
     try:
-        fresh_b, fresh_c = confirm(list(suspected))
+        answer = confirm(list(suspected))
     except BenchrunError as exc:  # e.g. a run whose pinned spec is gone: keep the verdicts, say why
         log.warning("confirmation round could not run: %s", exc)
         return _unanswered(result, suspected, str(exc))
+    fresh_b, fresh_c = answer[0], answer[1]
+    if len(answer) > 2 and isinstance(answer[2], dict):
+        result.confirmation_evidence = answer[2]
     keyset = set(suspected)
-    sub_b, sub_c = _only(fresh_b, keyset), _only(fresh_c, keyset)
+    fail_suites = {s for s, _c, m in suspected if m == FAILED_METRIC}
+    sub_b, sub_c = _only(fresh_b, keyset, fail_suites), _only(fresh_c, keyset, fail_suites)
     # A key without 2 fresh ok replicates in each arm was not tested again: it is neither
     # confirmed nor cleared.
-    untested = [k for k in suspected if min(_count(sub_b, k), _count(sub_c, k)) < 2]
-    again = compare_tables(sub_b, sub_c, confidence=confidence, primary=primary, delta_pct=delta_of, _round=1)
+    untested = [k for k in suspected if k[2] != FAILED_METRIC and min(_count(sub_b, k), _count(sub_c, k)) < 2]
+    again = compare_tables(sub_b, sub_c, confidence=confidence, primary=primary, delta_pct=delta_of,
+                           abs_margin=abs_margin, engine=engine, _round=1)
     confirmed_keys = {
-        (r.suite, r.case, r.name) for r in again.rows.itertuples() if r.verdict == "regression"
+        (r.suite, r.case, r.name) for r in again.rows.itertuples() if r.verdict == "regression" and r.gating
     } if not again.rows.empty else set()
     result.confirmed = [k for k in suspected if k in confirmed_keys]
     for k in suspected:
@@ -331,17 +512,23 @@ def _mask(df: "pd.DataFrame", key: tuple[str, str, str]) -> "pd.Series":
     return (df["suite"] == key[0]) & (df["case"] == key[1]) & (df["name"] == key[2])
 
 
-def _only(table: "pd.DataFrame", keys: set[tuple[str, str, str]]) -> "pd.DataFrame":
-    """The rows of a replicate table whose (suite, case, metric) is in ``keys``."""
+def _only(table: "pd.DataFrame", keys: set[tuple[str, str, str]], fail_suites: set[str] = frozenset()
+          ) -> "pd.DataFrame":
+    """The rows of a replicate table whose (suite, case, metric) is in ``keys`` (plus the failed
+    replicates of the suites in ``fail_suites``)."""
     if table.empty:
         return table
-    return table[np.array([tuple(k) in keys for k in table[SERIES_KEYS].itertuples(index=False)], dtype=bool)]
+    sel = np.array([tuple(k) in keys for k in table[SERIES_KEYS].itertuples(index=False)], dtype=bool)
+    if "status" in table.columns and fail_suites:
+        sel |= (table["status"].astype(str) != "ok").to_numpy() & table["suite"].isin(fail_suites).to_numpy()
+    return table[sel]
 
 
 def _count(table: "pd.DataFrame", key: tuple[str, str, str]) -> int:
     if table.empty:
         return 0
-    return int(((table["suite"] == key[0]) & (table["case"] == key[1]) & (table["metric"] == key[2])).sum())
+    ok = (table["status"].astype(str) == "ok") if "status" in table.columns else True
+    return int(((table["suite"] == key[0]) & (table["case"] == key[1]) & (table["metric"] == key[2]) & ok).sum())
 
 
 def _unanswered(result: Comparison, keys: list[tuple[str, str, str]], why: str) -> Comparison:

@@ -57,19 +57,27 @@ def suite_results(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return docs
 
 
-def replicate_table(run_dir: str | os.PathLike[str]) -> "pd.DataFrame":
+def replicate_table(run_dir: str | os.PathLike[str], *, include_failed: bool = False) -> "pd.DataFrame":
     """One row per replicate per metric of the run's ok suite results.
 
-    Columns: suite, case, metric, unit, direction, replicate, value, status (always
-    ``ok``: failed and unavailable replicates do not count). Several rows for one
+    Columns: suite, case, metric, unit, direction, replicate, value, status (``ok``: failed
+    and unavailable replicates have no values). With ``include_failed``, each failed
+    replicate of a suite adds one row with its status (``failed``), an empty metric and a
+    NaN value, so a comparison can count failures per arm instead of silently keeping only
+    the launches that survived. Several rows for one
     (suite, case, metric, replicate) — per-rank values — are summarised by their median,
     because a replicate (one launch) is the unit of replication, never a rank or sample.
     """
     import pandas as pd
 
     rows = []
+    failed = []
     for doc in suite_results(run_dir):
         if doc.get("status") != "ok":
+            if include_failed and doc.get("status") == "failed":
+                failed.append({"suite": str(doc.get("suite")), "case": "", "metric": "", "unit": "",
+                               "direction": "", "replicate": int(doc.get("replicate", 0)),
+                               "value": float("nan"), "status": "failed"})
             continue
         for m in doc.get("metrics", []):
             rows.append(
@@ -86,10 +94,17 @@ def replicate_table(run_dir: str | os.PathLike[str]) -> "pd.DataFrame":
             )
     df = pd.DataFrame(rows, columns=list(REPLICATE_COLUMNS))
     if df.empty:
+        df = pd.concat([df, pd.DataFrame(failed, columns=list(REPLICATE_COLUMNS))], ignore_index=True) if failed else df
         return df.astype({"replicate": "int64", "value": "float64"})
     keys = ["suite", "case", "metric", "unit", "direction", "replicate", "status"]
-    df = df.groupby(keys, as_index=False, sort=True)["value"].median()
-    return df[list(REPLICATE_COLUMNS)].reset_index(drop=True)
+    if df.duplicated(["suite", "case", "metric", "replicate"]).any():  # per-rank rows: one value per launch
+        df = df.groupby(keys, as_index=False, sort=True)["value"].median()
+    else:
+        df = df.sort_values(keys, kind="stable")
+    df = df[list(REPLICATE_COLUMNS)].reset_index(drop=True)
+    if failed:
+        df = pd.concat([df, pd.DataFrame(failed, columns=list(REPLICATE_COLUMNS))], ignore_index=True)
+    return df
 
 
 def requests_tables(run_dir: str | os.PathLike[str]) -> "pd.DataFrame":
@@ -198,7 +213,8 @@ def min_replicates(spec: dict[str, Any]) -> int:
 
 
 def primary_metrics(spec: dict[str, Any]) -> set[str]:
-    """Union of ``metrics.<family>.primary`` over the enabled families."""
+    """Union of ``metrics.<family>.primary`` over the enabled families: bare names or
+    ``suite/metric[case]`` selectors (:func:`benchrun.stats.compare.parse_primary`)."""
     out: set[str] = set()
     metrics = _get(spec, "spec", "metrics", default={}) or {}
     for fam in metrics.values() if isinstance(metrics, dict) else []:
@@ -215,6 +231,15 @@ def delta_pct(spec: dict[str, Any], metric: str) -> float:
     if isinstance(by_metric, dict) and metric in by_metric:
         return float(by_metric[metric])
     return float(comp.get("deltaPct", DEFAULT_DELTA_PCT))
+
+
+def absolute_margin(spec: dict[str, Any], metric: str) -> float | None:
+    """``comparison.absoluteMarginByMetric[metric]``: the no-change margin, in the metric's unit,
+    of a metric compared by absolute difference (one with a value ≤ 0); None when not set."""
+    by_metric = _get(spec, "spec", "comparison", "absoluteMarginByMetric", default={}) or {}
+    if isinstance(by_metric, dict) and metric in by_metric:
+        return float(by_metric[metric])
+    return None
 
 
 def variable_under_test(spec: dict[str, Any], status: dict[str, Any] | None = None) -> str | None:

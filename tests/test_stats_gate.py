@@ -1,0 +1,259 @@
+"""The statistics' second pass: each numbered defect of issue 14 has a test here that failed
+before the fix, plus the gate's simulations at n = 5 with 18 gating tests and the batch
+engine held equal to the per-metric reference."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from benchrun.stats import batch
+from benchrun.stats import compare as C
+from benchrun.stats import effects as E
+from benchrun.stats import ranktest as R
+from benchrun.stats.synthetic import lognormal_replicates, make_run
+
+
+def _table(values, metric="m", direction="higher", suite="s", case="", status=None):
+    return pd.DataFrame({"suite": suite, "case": case, "metric": metric, "unit": "u", "direction": direction,
+                         "replicate": range(1, len(values) + 1), "value": list(values),
+                         "status": status or "ok"})
+
+
+# -- 3: a metric whose baseline median is 0 -----------------------------------------------------
+
+
+def test_zero_baseline_regression_is_judged_by_absolute_difference():
+    base = _table([0.0] * 6, metric="errors", direction="lower")
+    cand = _table([5, 5, 5, 6, 5, 5], metric="errors", direction="lower")
+    res = C.compare_tables(base, cand, primary={"errors"})
+    r = res.rows.iloc[0]
+    assert r.scale == "absolute" and r.verdict == "regression"  # before: ratio NaN, "inconclusive"
+    assert r.difference == 5.0 and (r.diff_ci_low, r.diff_ci_high) == (5.0, 6.0)
+    assert r.p_value == pytest.approx(2 / 924)  # exact with ties (was the asymptotic 0.0018)
+    assert any("absoluteMarginByMetric" in n for n in res.notes)
+    # an absolute margin from the spec: a rise of 5 errors inside a margin of 10 is not a regression
+    wide = C.compare_tables(base, cand, primary={"errors"}, abs_margin=lambda m: 10.0)
+    assert wide.rows.iloc[0].verdict == "no_change" and wide.rows.iloc[0].margin == 10.0
+    narrow = C.compare_tables(base, cand, primary={"errors"}, abs_margin=lambda m: 1.0)
+    assert narrow.rows.iloc[0].verdict == "regression"
+
+
+def test_absolute_margin_is_read_from_the_spec(tmp_path):
+    from benchrun.stats.analysis import compare_runs
+
+    b = make_run(tmp_path, "base", {("s", "", "wrong_values"): ([0] * 5, "count", "lower")})
+    c = make_run(tmp_path, "cand", {("s", "", "wrong_values"): ([3, 3, 4, 3, 3], "count", "lower")},
+                 spec={"spec": {"comparison": {"absoluteMarginByMetric": {"wrong_values": 5}},
+                                "metrics": {"inference": {"primary": ["wrong_values"]}}}})
+    _, res = compare_runs(b, c)
+    r = res.rows.set_index("name").loc["wrong_values"]
+    assert r.margin == 5.0 and r.verdict == "no_change"
+
+
+# -- 4: qualified primaries, one-sided gate --------------------------------------------------------
+
+
+def test_primaries_qualified_by_suite_and_case():
+    keys = [("serving_sweep", "c=4", "ttft_ms"), ("serving_sweep", "c=1", "ttft_ms"), ("other", "c=4", "ttft_ms")]
+    assert C.gating_mask(keys, ["serving_sweep/ttft_ms[c=4]"]).tolist() == [True, False, False]
+    assert C.gating_mask(keys, ["ttft_ms[c=4]"]).tolist() == [True, False, True]
+    assert C.gating_mask(keys, ["serving_sweep/ttft_ms"]).tolist() == [True, True, False]
+    assert C.gating_mask(keys, ["ttft_ms"]).tolist() == [True, True, True]  # bare names still accepted
+    with pytest.raises(Exception, match="SUITE/NAME"):
+        C.parse_primary("a/b/c")
+
+
+def test_gate_is_one_sided_in_the_regression_direction():
+    base = _table([100, 101, 99, 100.5, 99.5], direction="lower")
+    cand = _table([110, 111, 109, 110.5, 109.5], direction="lower")  # latency up: worse
+    r = C.compare_tables(base, cand, primary={"m"}).rows.iloc[0]
+    assert r.gate_test == "exact_rank" and r.p_gate == pytest.approx(1 / 252)  # two-sided was 2/252
+    assert r.p_value == pytest.approx(2 / 252) and r.verdict == "regression"
+    better = C.compare_tables(cand, base, primary={"m"}).rows.iloc[0]
+    assert better.p_gate == pytest.approx(1.0) and better.verdict == "improvement"
+
+
+def _sim(rng, shift, n, n_gating, sims, confirm):
+    from test_compare import _sim_verdicts  # the gate's own decision, batch effects
+
+    return _sim_verdicts(rng, shift, 0.02, n, n_gating=n_gating, sims=sims, confirm=confirm)
+
+
+def test_aa_false_alarm_n5_with_18_gating_tests():
+    rng = np.random.default_rng(21)
+    rows = _sim(rng, 0.0, 5, 18, 600, confirm=False)
+    suspected = sum(any(v == "regression" for v in r) for r in rows) / len(rows)
+    assert suspected <= 0.05
+    rows = _sim(rng, 0.0, 5, 18, 600, confirm=True)
+    confirmed = sum(any(v == "regression" for v in r) for r in rows) / len(rows)
+    assert confirmed <= 0.05
+
+
+def test_power_ten_percent_shift_cv2_n5_with_18_gating_tests():
+    # before: 0 of 200 flagged (two-sided exact p ≥ 2/252 can never pass 0.05/18)
+    rng = np.random.default_rng(22)
+    rows = _sim(rng, -0.10, 5, 18, 400, confirm=False)
+    assert sum(r[0] == "regression" for r in rows) / len(rows) >= 0.80
+    rows = _sim(rng, -0.10, 5, 18, 400, confirm=True)
+    assert sum(r[0] == "regression" for r in rows) / len(rows) >= 0.80
+    # and no other metric of the family is flagged more than the level allows
+    others = sum(any(v == "regression" for v in r[1:]) for r in rows) / len(rows)
+    assert others <= 0.05
+
+
+# -- 5: failed replicates --------------------------------------------------------------------------
+
+
+def test_failed_replicates_are_reported_per_arm_and_gated(tmp_path):
+    from benchrun.stats.analysis import compare_runs
+
+    m = {("serve", "", "tokens_per_second"): ([100, 101, 99, 100.2, 100.5], "tok/s", "higher")}
+    b = make_run(tmp_path, "base", m, spec={"spec": {"metrics": {"inference": {"primary": ["tokens_per_second"]}}}})
+    # the candidate's slow launches time out: only two survive, and they look fine
+    c = make_run(tmp_path, "cand", {("serve", "", "tokens_per_second"): ([100.3, 99.8, 0, 0, 0], "tok/s", "higher")},
+                 failed_replicates={"serve": [3, 4, 5]},
+                 spec={"spec": {"metrics": {"inference": {"primary": ["tokens_per_second"]}}}})
+    _, res = compare_runs(b, c)
+    rows = res.rows.set_index("name")
+    tps = rows.loc["tokens_per_second"]
+    assert (tps.n_candidate, tps.failed_candidate, tps.failed_baseline) == (2, 3, 0)
+    fail = rows.loc["failed_replicates"]
+    assert fail.test == "fisher_exact" and bool(fail.gating)
+    assert fail.p_regression == pytest.approx(stats.fisher_exact([[3, 2], [0, 5]], alternative="greater").pvalue)
+    assert (fail.failed_baseline, fail.failed_candidate, fail.n_candidate) == (0, 3, 5)
+    # all five fail: the failure count gates as a regression
+    c2 = make_run(tmp_path, "cand2", {("serve", "", "tokens_per_second"): ([0] * 5, "tok/s", "higher")},
+                  failed_replicates={"serve": [1, 2, 3, 4, 5]},
+                  spec={"spec": {"metrics": {"inference": {"primary": ["tokens_per_second"]}}}})
+    _, res2 = compare_runs(b, c2)
+    f2 = res2.rows.set_index("name").loc["failed_replicates"]
+    assert f2.verdict == "regression" and res2.suspected == [("serve", "", "failed_replicates")]
+
+
+# -- 8: ties ---------------------------------------------------------------------------------------
+
+
+def test_ties_use_the_exact_permutation_distribution():
+    s = E.hodges_lehmann([2.0] * 5, [1.0] * 5, 0.95)
+    assert s.p_value == pytest.approx(2 / 252) and s.method == "exact"  # was 0.0040 (asymptotic)
+    assert s.coverage_kind == "at_least"
+
+    def brute(x, y):
+        pooled = np.r_[x, y]
+        r = stats.rankdata(pooled)
+        n, total = len(x), len(pooled)
+        obs, mean = r[:n].sum(), n * (total + 1) / 2
+        sums = np.array([r[list(c)].sum() for c in itertools.combinations(range(total), n)])
+        return ((sums <= obs + 1e-9).mean(), (sums >= obs - 1e-9).mean(),
+                (np.abs(sums - mean) >= abs(obs - mean) - 1e-9).mean())
+
+    rng = np.random.default_rng(3)
+    for _ in range(15):
+        n, m = rng.integers(2, 8, size=2)
+        x, y = rng.integers(0, 4, size=n).astype(float), rng.integers(0, 4, size=m).astype(float)
+        assert R.rank_pvalues(x, y) == pytest.approx(brute(x, y), abs=1e-12)
+
+
+# -- 9: symmetric δ --------------------------------------------------------------------------------
+
+
+def test_delta_is_symmetric_on_the_log_scale():
+    base = _table([100.0, 100.1, 99.9, 100.05, 99.95, 100.02], direction="lower")
+    cand = _table([103.05, 103.15, 102.95, 103.1, 103.0, 103.07], direction="lower")  # +3.05 % latency
+    r = C.compare_tables(base, cand, primary={"m"}).rows.iloc[0]
+    assert r.ratio == pytest.approx(1 / 1.0305, rel=1e-3) and r.ratio > 0.97  # did not cross 1 − δ before
+    assert r.verdict == "regression"
+    # the same size of change the other way is an improvement
+    r2 = C.compare_tables(cand, base, primary={"m"}).rows.iloc[0]
+    assert r2.verdict == "improvement"
+
+
+# -- 10: compare's exit code -----------------------------------------------------------------------
+
+
+def test_compare_exits_3_on_a_suspected_gating_regression(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from benchrun.cli import app
+
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    prim = {"spec": {"metrics": {"inference": {"primary": ["tokens_per_second"]}}}}
+    make_run(tmp_path, "base", {("s", "", "tokens_per_second"): ([100, 101, 99, 100.2, 100.5], "t", "higher")},
+             spec=prim)
+    make_run(tmp_path, "same", {("s", "", "tokens_per_second"): ([100.1, 100.9, 99.2, 100.3, 100.4], "t", "higher")},
+             spec=prim)
+    make_run(tmp_path, "slow", {("s", "", "tokens_per_second"): ([90, 91, 89, 90.2, 90.5], "t", "higher")}, spec=prim)
+    make_run(tmp_path, "drift", {("s", "", "tokens_per_second"): ([90, 91, 89, 90.2, 90.5], "t", "higher")},
+             spec=prim, environment={"kernel": "7.0", "packages": {"torch": "9"}})
+    runner = CliRunner()
+    assert runner.invoke(app, ["compare", "base", "same"]).exit_code == 0
+    slow = runner.invoke(app, ["compare", "base", "slow"])
+    assert slow.exit_code == 3 and "UnconfirmedRegression" in slow.output  # was 0
+    js = runner.invoke(app, ["compare", "base", "slow", "--json"])
+    assert js.exit_code == 3 and json.loads(js.output)[0]["verdict"] == "regression"
+    drift = runner.invoke(app, ["compare", "base", "drift"])  # main() turns this into exit 4
+    assert getattr(drift.exception, "exit_code", None) == 4  # the gate refused the pair (was 3, now 3 = regression)
+
+
+# -- the batch engine equals the per-metric reference ----------------------------------------------
+
+
+def _random_tables(rng, metrics=60):
+    rows_b, rows_c = [], []
+    for i in range(metrics):
+        nb, nc = (5, 5) if i % 3 else (int(rng.integers(2, 12)), int(rng.integers(2, 12)))
+        kind = i % 5
+        if kind == 0:  # counts with ties and zeros
+            b, c = rng.poisson(1.0, nb).astype(float), rng.poisson(1.5, nc).astype(float)
+        elif kind == 1:  # negative values
+            b, c = rng.normal(0, 1, nb), rng.normal(0.5, 1, nc)
+        else:
+            b = lognormal_replicates(rng, 100, 0.05, nb)
+            c = lognormal_replicates(rng, 100 * rng.choice([0.9, 1.0, 1.1]), 0.05, nc)
+        d = "higher" if i % 2 else "lower"
+        rows_b.append(_table(b, metric=f"m{i}", direction=d, suite=f"s{i % 4}"))
+        rows_c.append(_table(c, metric=f"m{i}", direction=d, suite=f"s{i % 4}"))
+    return pd.concat(rows_b, ignore_index=True), pd.concat(rows_c, ignore_index=True)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_batch_engine_matches_the_per_metric_reference(seed):
+    rng = np.random.default_rng(seed)
+    b, c = _random_tables(rng)
+    primary = {f"m{i}" for i in range(0, 60, 7)}
+    fast = C.compare_tables(b, c, primary=primary).rows
+    ref = C.compare_tables(b, c, primary=primary, engine="reference").rows
+    assert fast["verdict"].tolist() == ref["verdict"].tolist()
+    assert fast["gate_test"].tolist() == ref["gate_test"].tolist()
+    for col in ("p_value", "p_regression", "p_improvement", "p_adjusted", "p_gate"):
+        np.testing.assert_allclose(fast[col].to_numpy(float), ref[col].to_numpy(float), rtol=1e-12, atol=1e-15)
+    for col in ("t_regression", "t_improvement"):
+        np.testing.assert_allclose(fast[col].to_numpy(float), ref[col].to_numpy(float), rtol=1e-9)
+    for col in ("shift", "shift_low", "shift_high", "ratio", "ci_low", "ci_high", "difference", "ci_coverage"):
+        np.testing.assert_allclose(fast[col].to_numpy(float), ref[col].to_numpy(float), rtol=1e-12)
+    assert (fast["scale"] == ref["scale"]).all() and (fast["ci_coverage_kind"] == ref["ci_coverage_kind"]).all()
+    assert set(fast["verdict"]) >= {"regression", "inconclusive"}
+
+
+def test_batch_effects_match_scalar_effect_row_by_row():
+    rng = np.random.default_rng(9)
+    b = np.vstack([lognormal_replicates(rng, 50, 0.1, 7) for _ in range(30)])
+    c = np.vstack([lognormal_replicates(rng, 55, 0.1, 6) for _ in range(30)])
+    b[3], c[3] = 0.0, [1, 2, 1, 2, 0, 1]
+    higher = np.arange(30) % 2 == 0
+    out = batch.effects(b, c, higher, 0.95)
+    for i in range(30):
+        ref = E.effect(b[i], c[i], "higher" if higher[i] else "lower", 0.95)
+        for k, v in ref.items():
+            if isinstance(v, str):
+                assert out[k][i] == v, (i, k)
+            else:
+                assert out[k][i] == pytest.approx(v, rel=1e-9, nan_ok=True), (i, k)
+    assert math.isnan(out["ratio"][3]) and out["difference"][3] != 0
