@@ -257,3 +257,58 @@ def test_batch_effects_match_scalar_effect_row_by_row():
             else:
                 assert out[k][i] == pytest.approx(v, rel=1e-9, nan_ok=True), (i, k)
     assert math.isnan(out["ratio"][3]) and out["difference"][3] != 0
+
+
+# -- 6/7 and the batch summaries -------------------------------------------------------------------
+
+
+def test_p99_per_replicate_is_the_observation_and_the_within_replicate_band_is_descriptive():
+    from benchrun.stats import describe as D
+
+    rng = np.random.default_rng(2)
+    frames = []
+    for rep in range(1, 6):
+        level = rng.normal(50, 5)  # replicate-to-replicate variation the request-level band ignores
+        frames.append(pd.DataFrame({"suite": "serve", "replicate": rep, "point": "c=4", "bucket": "b",
+                                    "e2e_ms": rng.gamma(4, level / 4, size=400)}))
+    tails = D.tail_intervals(pd.concat(frames, ignore_index=True), 0.95)
+    assert set(tails["interval_kind"]) == {"descriptive"}  # before: no label, read as a confidence interval
+    summ = D.tail_summary(tails, 0.95)
+    row = summ[(summ.bucket == "all") & (summ.quantity == "e2e_ms")].iloc[0]
+    p99s = tails[(tails.bucket == "all") & (tails.quantity == "e2e_ms")].sort_values("replicate")["value"].to_numpy()
+    assert row.n_replicates == 5 and row["median"] == pytest.approx(np.median(p99s))
+    assert (row.ci_low, row.ci_high) == (p99s.min(), p99s.max())  # n = 5: [min, max], coverage 1 − 2/32
+    assert row.coverage == pytest.approx(1 - 2 / 32) and "cannot reach" in row.note
+
+
+def test_batch_trial_statistics_match_the_per_metric_reference():
+    from benchrun.stats import describe as D
+
+    rng = np.random.default_rng(4)
+    parts = []
+    for i in range(40):
+        n = [3, 5, 10, 12][i % 4]
+        vals = lognormal_replicates(rng, 100, 0.05, n)
+        if i == 7:
+            vals = np.full(n, 3.0)
+        if i == 9:
+            vals[0] *= 3  # an outlier
+        parts.append(_table(vals, metric=f"m{i}", suite=f"s{i % 3}"))
+    table = pd.concat(parts, ignore_index=True)
+    fast = D.trial_statistics(table, 0.95)
+    ref = D.trial_statistics(table, 0.95, engine="reference")
+    assert fast[["suite", "case", "metric"]].equals(ref[["suite", "case", "metric"]])
+    exact = ["n", "mean", "median", "std", "cv", "min", "max", "mad", "n_outliers", "median_ci_low",
+             "median_ci_high", "median_ci_coverage"]
+    for col in exact:
+        np.testing.assert_allclose(fast[col].to_numpy(float), ref[col].to_numpy(float), rtol=1e-12, equal_nan=True)
+    assert fast["mad_degenerate"].tolist() == ref["mad_degenerate"].tolist()
+    assert fast["bca_ci_method"].tolist() == ref["bca_ci_method"].tolist()
+    has = fast["bca_ci_method"] == "bca_mean"
+    assert has.sum() == 19 and fast.set_index("metric").loc["m7", "bca_ci_method"] == "degenerate"
+    # BCa: one shared resample matrix vs scipy per metric: equal within resampling noise
+    width = (ref.loc[has, "bca_ci_high"] - ref.loc[has, "bca_ci_low"]).to_numpy(float)
+    for col in ("bca_ci_low", "bca_ci_high"):
+        assert (np.abs(fast.loc[has, col].to_numpy(float) - ref.loc[has, col].to_numpy(float)) < 0.1 * width).all()
+    flagged = D.flag_replicates(table)
+    assert int(flagged["outlier"].sum()) == int(ref["n_outliers"].sum()) >= 1

@@ -44,7 +44,8 @@ class TrialStatistics:
     min_replicates: int
     replicates: "pd.DataFrame"  # replicate table with robust_z and outlier columns
     summary: "pd.DataFrame"  # one row per (suite, case, metric)
-    tails: "pd.DataFrame"  # p99 intervals per point x bucket, from per-request rows
+    tails: "pd.DataFrame"  # per replicate x point x bucket: p99 with a descriptive within-replicate band
+    tail_summary: "pd.DataFrame" = None  # type: ignore[assignment]  # per point x bucket: p99 over replicates
 
     def to_json(self) -> dict[str, Any]:
         def clean(df: "pd.DataFrame") -> list[dict[str, Any]]:
@@ -53,7 +54,8 @@ class TrialStatistics:
 
         return {"run_id": self.run_id, "confidence_level": self.confidence,
                 "min_replicates": self.min_replicates, "metrics": clean(self.summary),
-                "replicates": clean(self.replicates), "tails": clean(self.tails)}
+                "replicates": clean(self.replicates), "tails": clean(self.tails),
+                "tail_summary": clean(self.tail_summary) if self.tail_summary is not None else []}
 
 
 def trial_statistics_for_run(run_dir: str | os.PathLike[str], *, seed: int = D.DEFAULT_SEED) -> TrialStatistics:
@@ -65,7 +67,8 @@ def trial_statistics_for_run(run_dir: str | os.PathLike[str], *, seed: int = D.D
     summary = D.trial_statistics(table, conf, seed=seed) if not table.empty else table.iloc[0:0]
     tails = D.tail_intervals(requests_tables(run.path), conf)
     log.info("%s: %d metrics, %d replicate rows, %d tail rows", run.run_id, len(summary), len(table), len(tails))
-    return TrialStatistics(run.run_id, conf, min_replicates(run.spec), flagged, summary, tails)
+    return TrialStatistics(run.run_id, conf, min_replicates(run.spec), flagged, summary, tails,
+                           D.tail_summary(tails, conf))
 
 
 def write_trial_statistics(stats: TrialStatistics, run_dir: str | os.PathLike[str]) -> Path:
@@ -97,7 +100,7 @@ def read_trial_statistics(run_dir: str | os.PathLike[str]) -> TrialStatistics:
         if not reps.empty:
             reps["outlier"] = reps["outlier"].astype(bool)
         return TrialStatistics(doc["run_id"], float(doc["confidence_level"]), int(doc["min_replicates"]),
-                               reps, frame(doc["metrics"]), frame(doc["tails"]))
+                               reps, frame(doc["metrics"]), frame(doc["tails"]), frame(doc.get("tail_summary") or []))
     except (OSError, ValueError, KeyError, TypeError) as exc:  # derived data: recompute rather than fail
         log.warning("%s: unreadable (%s); computing the statistics afresh", path, exc)
         return trial_statistics_for_run(rd)
