@@ -7,7 +7,10 @@ from pathlib import Path
 
 import typer
 
-from benchrun.spec.validation import DocumentResult
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the pydantic model costs ~0.5 s to import; `benchrun --help` needs none of it
+    from benchrun.spec.validation import DocumentResult
 
 
 def _label(result: DocumentResult) -> str:
