@@ -28,6 +28,8 @@ def query_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON object with rows and query_spec_digest."),
     as_csv: bool = typer.Option(False, "--csv", help="Print CSV (header + rows)."),
     limit: int = typer.Option(10_000, "--limit", help="Print at most this many rows (0: no limit); a cut says so."),
+    vertical: Optional[bool] = typer.Option(None, "--vertical/--table", "-x",
+                                            help="One record per row / a table (default: a table when it fits)."),
 ) -> None:
     """Run read-only SQL over the curated warehouse (a table by default).
 
@@ -73,17 +75,12 @@ def query_cmd(
         if stream.truncated:
             print(f"warning: {cut()}", file=sys.stderr)
     else:
-        from rich.table import Table
+        from benchrun.warehouse.display import print_rows
 
-        out = Table()
-        for name in cols:
-            out.add_column(name)
-        for rows in stream.batches():
-            for row in rows:
-                out.add_row(*[_cell(row[c]) for c in cols])
+        rows = list(stream.batches())  # a table needs every row's width before it prints
         more = f" (cut at --limit {limit}; more rows exist)" if stream.truncated else ""
-        out.caption = f"{stream.rows_out} rows{more} · query_spec_digest {stream.query_spec_digest[:16]}…"
-        console().print(out)
+        print_rows(console(), cols, rows, vertical=vertical,
+                   caption=f"{stream.rows_out} rows{more} · query_spec_digest {stream.query_spec_digest[:16]}…")
 
 
 def lineage_cmd(
@@ -106,7 +103,9 @@ def lineage_cmd(
                   f"over {r.replicates} replicates")
         con.print(f"  query_spec_digest {r.query_spec_digest}")
         con.print(f"  workload_spec_digest {r.workload_spec_digest}")
-        con.print(f"  artifact_manifest_digest {r.artifact_manifest_digest} ({r.store_uri})")
+        # The store's URI is its path template; show where this run's objects are.
+        where = (r.store_uri or "").replace("${RUN_ID}", r.run_id)
+        con.print(f"  artifact_manifest_digest {r.artifact_manifest_digest} ({where})")
         for s in r.steps:
             con.print(f"  r{s.replicate} = {s.value:.6g} ← {s.raw_path} {s.raw_uri}")
             for check in s.checks:
