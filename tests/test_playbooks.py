@@ -400,3 +400,30 @@ def test_low_gpu_utilization_cites_replicate_telemetry_and_the_host_beside_it(tm
     assert (row["suite"], row["n_util_samples"], row["gpu_util_pct"]) == ("train_step", 3, 20.0)
     assert row["telemetry_evidence"] == raw and row["host_cpu_util_pct"] == 97.0 and row["background_cpu_pct"] == 40.0
     assert "host CPU 97% busy, background 40%" in row["why"] and raw in row["why"]
+
+
+def test_straggler_joins_the_rank_nodes_telemetry(tmp_path: Path) -> None:
+    add_run(tmp_path, "art")
+    times = {0: [1000.0, 1001.0, 999.0], 1: [1010.0, 1011.0, 1009.0], 2: [400.0, 410.0, 390.0],
+             3: [990.0, 991.0, 989.0]}
+    rows = allreduce(times, [(2, 600.0)] * 3)
+    for r in rows:
+        if r["rank_id"] is not None:
+            r["node_name"] = f"node-{r['rank_id']}"
+    put(tmp_path, "measurement_fact", "art", rows)
+    tele = []
+    for rep in (1, 2, 3):
+        for node, cpu, thr in (("node-2", 90.0, 1.0), ("node-0", 20.0, 0.0)):
+            raw = f"raw/art_allreduce_r{rep}_telemetry.parquet"
+            tele += [{"suite": "allreduce", "replicate": rep, "node_name": node, "scope": "node", "source": "psutil",
+                      "metric": "cpu_utilization_pct", "value": cpu, "unit": "%", "raw_path": raw},
+                     {"suite": "allreduce", "replicate": rep, "node_name": node, "scope": "gpu", "source": "nvml",
+                      "metric": "gpu_throttled", "value": thr, "unit": "bool", "device_index": 0, "raw_path": raw}]
+    put(tmp_path, "telemetry_slice_fact", "art", tele)
+    res = distributed_straggler(tmp_path, "art", None)
+    by_rank = {r["rank_id"]: r for r in res.rows}
+    slow = by_rank[2]
+    assert slow["flagged"] and slow["node_cpu_util_pct"] == 90.0 and slow["node_gpu_throttled_pct"] == 100.0
+    assert "node telemetry: host CPU 90%, GPU throttled 100%" in slow["why"]
+    assert "raw/art_allreduce_r1_telemetry.parquet" in slow["telemetry_evidence"]
+    assert by_rank[0]["node_cpu_util_pct"] == 20.0 and by_rank[1]["node_cpu_util_pct"] is None  # node-1 not sampled

@@ -82,6 +82,12 @@ WHERE u.run_id = $1
 ORDER BY u.suite, t."case", t.metric
 """
 
+# How much host telemetry the run has (to say that it was sampled, just without a GPU).
+SAMPLED_SQL = """
+SELECT count(DISTINCT suite || '/' || replicate) AS n_replicates, count(*) AS n_samples
+FROM telemetry_slice_fact WHERE run_id = $1 AND source = 'psutil' AND suite IS NOT NULL
+"""
+
 # Columns the terminal table shows (--json gives every column).
 DISPLAY = ("suite", "gpu_util_pct", "base_gpu_util_pct", "host_cpu_util_pct", "case", "throughput_metric",
            "throughput", "base_throughput", "throughput_change", "flagged", "telemetry_evidence")
@@ -96,9 +102,13 @@ def low_gpu_utilization(home: Path, run_id: str, baseline_run_id: str | None) ->
         return PlaybookResult(NAME, QUESTION, verdict, reason, rows, digest, SQL, run_id, baseline_run_id)
 
     if not rows:
+        sampled, _ = fetch(SAMPLED_SQL, home, [run_id])
+        n = sampled[0]["n_replicates"] if sampled else 0
+        seen = (f"; the sampler ran beside {n} replicates (telemetry_slice_fact, {sampled[0]['n_samples']} host "
+                "samples) and NVML saw no GPU" if n else "")
         return result("unavailable", f"run {run_id} has no gpu_utilization_pct in measurement_fact or "
                                      "telemetry_slice_fact: GPU utilization was not measured (a CPU-only run has "
-                                     "no GPU telemetry), so it is not inferred from anything else")
+                                     f"no GPU telemetry), so it is not inferred from anything else{seen}")
     for row in rows:
         low = row["gpu_util_pct"] < LOW_UTIL_PCT
         change = row["throughput_change"]

@@ -31,7 +31,9 @@ MIN_REPEATS = 2
 # rank's robust z over the ranks (NULL below $3 ranks or when MAD is 0), whether it was the
 # last to arrive and its lag as a share of that replicate's p50_latency_us; then over
 # replicates: how often it stood out (|z| ≥ $2, or last with lag share ≥ $4), its median
-# time and z, and the collective's median p99/p50 (the "periodic spikes").
+# time and z, and the collective's median p99/p50 (the "periodic spikes"); beside it, the
+# telemetry of the rank's node over the same replicates (host CPU, background CPU, GPU
+# utilization, % of GPU samples throttled) with the sample files it came from.
 SQL = """
 WITH rank_times AS (
     SELECT suite, "case", replicate, rank_id, any_value(node_name) AS node_name, median(value) AS time_us
@@ -61,8 +63,24 @@ last_arrival AS (
     FROM measurement_fact
     WHERE run_id = $1 AND metric = 'slowest_rank_arrival_lag_us' AND rank_id IS NOT NULL
 ),
+node_telemetry AS (
+    -- the sampler beside each replicate (benchrun.telemetry), per node it ran on
+    SELECT suite, replicate, node_name,
+           avg(value) FILTER (WHERE metric = 'cpu_utilization_pct') AS cpu_util_pct,
+           avg(value) FILTER (WHERE metric = 'background_cpu_pct') AS background_cpu_pct,
+           avg(value) FILTER (WHERE metric IN ('gpu_utilization_pct', 'dcgm_gpu_utilization_pct')) AS gpu_util_pct,
+           100 * avg(value) FILTER (WHERE metric = 'gpu_throttled') AS gpu_throttled_pct,
+           string_agg(DISTINCT raw_path, ', ' ORDER BY raw_path) AS telemetry_evidence
+    FROM telemetry_slice_fact
+    WHERE run_id = $1 AND suite IS NOT NULL AND node_name IS NOT NULL
+    GROUP BY suite, replicate, node_name
+),
+sampled_hosts AS (
+    SELECT suite, replicate, count(*) AS n_hosts FROM node_telemetry GROUP BY suite, replicate
+),
 per_replicate AS (
     SELECT s.suite, s."case", s.replicate, s.rank_id, s.node_name, s.n_ranks, s.time_us,
+           nt.cpu_util_pct, nt.background_cpu_pct, nt.gpu_util_pct, nt.gpu_throttled_pct, nt.telemetry_evidence,
            CASE WHEN s.n_ranks >= $3 AND s.mad_us > 0 THEN (s.time_us - s.median_us) / s.mad_us END AS robust_z,
            a.rank_id IS NOT NULL AS arrived_last,
            a.lag_us, a.lag_us / nullif(l.p50_latency_us, 0) AS lag_share,
@@ -70,6 +88,10 @@ per_replicate AS (
     FROM scaled s
     LEFT JOIN last_arrival a USING (suite, "case", replicate, rank_id)
     LEFT JOIN latency l USING (suite, "case", replicate)
+    -- the rank's node; a replicate sampled on one host only (a local gang) gives that host to every rank
+    LEFT JOIN sampled_hosts h ON h.suite = s.suite AND h.replicate = s.replicate
+    LEFT JOIN node_telemetry nt ON nt.suite = s.suite AND nt.replicate = s.replicate
+         AND (nt.node_name = s.node_name OR h.n_hosts = 1)
 )
 SELECT suite, "case", rank_id, any_value(node_name) AS node_name, max(n_ranks) AS n_ranks,
        count(*) AS n_replicates,
@@ -79,7 +101,10 @@ SELECT suite, "case", rank_id, any_value(node_name) AS node_name, max(n_ranks) A
        median(robust_z) AS median_robust_z,
        median(lag_us) FILTER (WHERE arrived_last) AS median_lag_us,
        median(lag_share) FILTER (WHERE arrived_last) AS median_lag_share,
-       median(spike_ratio) AS collective_p99_over_p50
+       median(spike_ratio) AS collective_p99_over_p50,
+       avg(cpu_util_pct) AS node_cpu_util_pct, avg(background_cpu_pct) AS node_background_cpu_pct,
+       avg(gpu_util_pct) AS node_gpu_util_pct, avg(gpu_throttled_pct) AS node_gpu_throttled_pct,
+       string_agg(DISTINCT telemetry_evidence, ', ' ORDER BY telemetry_evidence) AS telemetry_evidence
 FROM per_replicate
 GROUP BY suite, "case", rank_id
 ORDER BY suite, "case", rank_id
@@ -126,6 +151,12 @@ def distributed_straggler(home: Path, run_id: str, baseline_run_id: str | None) 
         n, k = row["n_replicates"], row["n_stood_out"]
         row["flagged"] = k >= MIN_REPEATS and k / n >= REPEAT_SHARE_MIN - 1e-9
         row["why"] = f"stood out in {k}/{n} replicates"
+        if row["flagged"] and row.get("telemetry_evidence"):
+            # What the node was doing meanwhile: a busy host or a throttled GPU explains a slow rank.
+            seen = [f"{label} {row[col]:.0f}%" for col, label in (
+                ("node_cpu_util_pct", "host CPU"), ("node_background_cpu_pct", "background CPU"),
+                ("node_gpu_util_pct", "GPU"), ("node_gpu_throttled_pct", "GPU throttled")) if row.get(col) is not None]
+            row["why"] += f"; node telemetry: {', '.join(seen)} ({row['telemetry_evidence']})"
     hits = [r for r in rows if r["flagged"]]
     world = max(r["n_ranks"] for r in rows)
     z_note = "" if world >= MIN_RANKS_FOR_Z else f"; with {world} ranks only late arrival can name a straggler (no z)"
