@@ -72,6 +72,7 @@ class Invocation:
     nodes: int = 1
     ranks_per_node: int = 1
     gpus_per_node: int | None = None
+    network: str | None = None  # spec ``network``: rdma asks the JobSet for RDMA devices
     # Per-pod resources from the spec (None: the launcher resource's default); Kubernetes only.
     gpus: int | None = None
     cpu: str | None = None
@@ -151,6 +152,7 @@ class Invocation:
             "nodes": self.nodes,
             "ranks_per_node": self.ranks_per_node,
             "gpus_per_node": self.gpus_per_node,
+            "network": self.network,
             "gpus": self.gpus,
             "cpu": self.cpu,
             "memory": self.memory,
@@ -295,7 +297,8 @@ def plan_run(
                     Invocation(run_id, layer_name, suite.name, k, cid, argv, env, timeout, params, suite.image,
                                nodes=nodes, ranks_per_node=max(1, gpus_per_node or 1), gpus_per_node=gpus_per_node,
                                gpus=getattr(suite, "gpus", None), cpu=getattr(suite, "cpu", None),
-                               memory=getattr(suite, "memory", None), shm_size=getattr(suite, "shm_size", None))
+                               memory=getattr(suite, "memory", None), shm_size=getattr(suite, "shm_size", None),
+                               network=getattr(suite, "network", None))
                 )
         # Interleave: replicate 1 of every suite, then replicate 2, ... so slow drift of the
         # machine (thermal, background load) spreads over suites instead of biasing one.

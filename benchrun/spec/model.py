@@ -184,6 +184,11 @@ class Suite(SpecModel):
         default=None,
         description="Ranks (GPUs) per node; unset: one rank per node locally, the node's GPUs on Kubernetes.",
     )
+    network: Literal["tcp", "rdma"] | None = Field(
+        default=None,
+        description="Interconnect a multi-node suite needs: rdma adds the RDMA device resource and IPC_LOCK "
+        "to every pod of its JobSet; unset or tcp: the pod network.",
+    )
 
     gpus: Annotated[int, Field(ge=0, le=64)] | None = Field(
         default=None,

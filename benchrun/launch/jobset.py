@@ -1,0 +1,198 @@
+"""JobSet manifests for multi-node suites: one gang = one JobSet, admitted by Kueue as one workload.
+
+``jobset_manifest`` is a pure function from a gang :class:`~benchrun.plan.Invocation`
+(``nodes > 1``) and a :class:`~benchrun.launch.podspec.Placement` to a
+``jobset.x-k8s.io/v1alpha2`` JobSet (a dict); nothing here talks to a cluster. The
+Kubernetes launcher calls it for every invocation with ``nodes > 1`` and
+:func:`benchrun.launch.podspec.pod_manifest` for the others.
+
+The shape (checked against JobSet's own CRD schema and examples, kubernetes-sigs/jobset):
+
+* one replicated job ``node`` with ``replicas: 1`` whose Job has ``parallelism =
+  completions = nodes``, ``completionMode: Indexed`` and ``backoffLimit: 0``: pod *i* is node
+  *i* of the gang, and one failed pod fails the Job and so the JobSet
+  (``failurePolicy.maxRestarts: 0``): the gang starts and ends as one;
+* ``network.enableDNSHostnames`` with the JobSet's name as subdomain: pod *i* is reachable
+  as ``<jobset>-node-0-<i>.<jobset>`` through the headless service JobSet manages, and
+  rank 0's name is ``MASTER_ADDR`` (``publishNotReadyAddresses`` so peers resolve it
+  before it is Ready: rendezvous happens before any readiness);
+* ``NODE_RANK`` (and ``RANK``/``GROUP_RANK``/``BENCHRUN_NODE_RANK``) come from the pod's
+  ``batch.kubernetes.io/job-completion-index`` annotation through the downward API,
+  ``BENCHRUN_NODE_NAME`` from ``spec.nodeName``; ``${NODE_RANK}`` in the command becomes
+  Kubernetes' own ``$(NODE_RANK)`` expansion (any other ``$(`` in the command is escaped
+  as ``$$(`` so Kubernetes leaves it alone), ``${MASTER_ADDR}``, ``${MASTER_PORT}``,
+  ``${NNODES}`` and ``${HOSTS}`` are resolved to the stable names;
+* Kueue: the queue and priority labels sit on the JobSet (Kueue's jobset integration makes
+  one Workload of all pods), which is created ``suspend: true`` for Kueue to release;
+  the pod template drops them so the pod integration never claims the pods one by one;
+* publication grade: ``alpha.jobset.sigs.k8s.io/exclusive-topology`` with a rack/block
+  label (:attr:`GangOptions.exclusive_topology_key`): the whole gang in one domain that no
+  other JobSet shares; the pod template keeps podspec's anti-affinity (one benchrun pod
+  per node), dedicated nodes and digest-pinned image; CPU and memory are required, so
+  requests equal limits and the pods are Guaranteed QoS;
+* ``network: rdma`` on the suite: every pod asks for :attr:`GangOptions.rdma_resource`
+  and its container gets ``IPC_LOCK`` (RDMA memory registration pins pages).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import re
+from dataclasses import dataclass, replace
+from typing import Any, Mapping
+
+from benchrun.errors import BenchrunError
+from benchrun.launch.podspec import (
+    KUEUE_PRIORITY_LABEL,
+    KUEUE_QUEUE_LABEL,
+    LABEL_PREFIX,
+    Placement,
+    check_label_key,
+    pod_manifest,
+)
+from benchrun.plan import Invocation, resolve_gang
+
+API_VERSION = "jobset.x-k8s.io/v1alpha2"
+REPLICATED_JOB = "node"
+EXCLUSIVE_TOPOLOGY_ANNOTATION = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+DEFAULT_MASTER_PORT = 29500
+# <jobset>-node-<job index>-<pod index> must stay a 63-character hostname: "-node-0-" plus
+# up to 4 digits of pod index leaves 51; keep a margin.
+MAX_NAME = 45
+# Variables a node learns from its own pod rather than from the (shared) template.
+_PER_NODE = ("NODE_RANK", "GROUP_RANK", "RANK", "BENCHRUN_NODE_RANK", "BENCHRUN_NODE_NAME", "LOCAL_RANK")
+
+
+@dataclass(frozen=True)
+class GangOptions:
+    """Cluster facts a gang needs beyond a pod's Placement.
+
+    ``exclusive_topology_key``: the node label of the domain (rack, block, node pool) a
+    publication-grade gang takes whole; ``rdma_resource``/``rdma_per_pod``: the RDMA
+    device plugin's resource (``rdma/ib``, ``rdma/rdma_shared_device_a``, ...);
+    ``master_port``: the rendezvous port on rank 0.
+    """
+
+    exclusive_topology_key: str | None = None
+    rdma_resource: str = "rdma/ib"
+    rdma_per_pod: int = 1
+    master_port: int = DEFAULT_MASTER_PORT
+
+
+def jobset_name(inv: Invocation) -> str:
+    """A deterministic DNS-1123 name of at most MAX_NAME characters for one replicate's gang."""
+    suite = re.sub(r"[^a-z0-9-]+", "-", inv.suite.lower()).strip("-")[:16].strip("-") or "suite"
+    digest = hashlib.sha256(f"{inv.run_id}/{inv.layer}/{inv.suite}/{inv.replicate}".encode()).hexdigest()[:8]
+    tail = f"-{suite}-r{inv.replicate}-{digest}"
+    head = inv.run_id[: max(1, MAX_NAME - len(tail))].rstrip("-")
+    return (head + tail)[:MAX_NAME].strip("-")
+
+
+def pod_hostname(name: str, node_rank: int) -> str:
+    """The stable DNS name of node ``node_rank`` of JobSet ``name`` (headless service subdomain)."""
+    return f"{name}-{REPLICATED_JOB}-0-{node_rank}.{name}"
+
+
+def _escape_k8s(word: str) -> str:
+    # Kubernetes expands $(VAR) in command and args; a literal "$(" must be written "$$(".
+    return word.replace("$(", "$$(")
+
+
+def _node_env(inv: Invocation, master: str, port: int) -> list[dict[str, Any]]:
+    """Rendezvous variables: shared values literal, per-node values from the downward API."""
+    shared = {k: v for k, v in inv.node_env(0, master_addr=master, master_port=port).items() if k not in _PER_NODE}
+    out: list[dict[str, Any]] = [{"name": k, "value": shared[k]} for k in sorted(shared)]
+    index = {"fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"}}
+    for name in ("NODE_RANK", "GROUP_RANK", "BENCHRUN_NODE_RANK"):
+        out.append({"name": name, "valueFrom": copy.deepcopy(index)})
+    if inv.ranks_per_node == 1:
+        out.append({"name": "RANK", "valueFrom": copy.deepcopy(index)})
+        out.append({"name": "LOCAL_RANK", "value": "0"})
+    out.append({"name": "BENCHRUN_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
+    return out
+
+
+def jobset_manifest(
+    inv: Invocation,
+    *,
+    namespace: str,
+    placement: Placement,
+    run_labels: Mapping[str, str] | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    options: GangOptions = GangOptions(),
+) -> dict[str, Any]:
+    """The JobSet (a dict) that runs one replicate of a multi-node suite as one gang."""
+    where = f"spec.layers[{inv.layer}].suites[{inv.suite}]"
+    if inv.nodes < 2:
+        raise BenchrunError(f"{where}: a JobSet is for a multi-node suite (nodes > 1); this one has nodes={inv.nodes}")
+    if not 0 < options.master_port < 65536:
+        raise BenchrunError(f"gang options master_port: {options.master_port} is not a TCP port")
+    name = jobset_name(inv)
+    master = pod_hostname(name, 0)
+    hosts = ",".join(pod_hostname(name, i) for i in range(inv.nodes))
+    if placement.publication_grade:
+        if not options.exclusive_topology_key:
+            raise BenchrunError(
+                "gang options exclusive_topology_key: publication grade places a multi-node gang in one "
+                "topology domain of its own; name the node label of that domain (a rack or block label)")
+        check_label_key(options.exclusive_topology_key, "gang options exclusive_topology_key")
+        if not (placement.cpu and placement.memory):
+            raise BenchrunError(
+                "placement.cpu/placement.memory: publication grade needs Guaranteed QoS for every pod of the "
+                "gang; set both (requests = limits)")
+    if inv.gpus_per_node is not None:
+        placement = replace(placement, gpus=inv.gpus_per_node)
+
+    # The template's argv: ${NODE_RANK} → $(NODE_RANK) (from the pod's completion index);
+    # the rest of the gang's placeholders are the same on every node.
+    values = {"NODE_RANK": "$(NODE_RANK)", "MASTER_ADDR": master, "MASTER_PORT": str(options.master_port),
+              "NNODES": str(inv.nodes), "HOSTS": hosts}
+    argv = tuple(resolve_gang(_escape_k8s(w), values) for w in inv.argv)
+    pod = pod_manifest(replace(inv, argv=argv), namespace=namespace, run_labels=run_labels,
+                       placement=placement, extra_env=extra_env)
+    labels = dict(pod["metadata"]["labels"])
+    jobset_labels = {**labels, LABEL_PREFIX + "nodes": str(inv.nodes)}
+    pod_labels = {k: v for k, v in labels.items() if k not in (KUEUE_QUEUE_LABEL, KUEUE_PRIORITY_LABEL)}
+
+    spec = pod["spec"]
+    container = spec["containers"][0]
+    container["env"] = [e for e in container["env"] if e["name"] not in _PER_NODE] + _node_env(
+        inv, master, options.master_port)
+    container["ports"] = [{"name": "rendezvous", "containerPort": options.master_port, "protocol": "TCP"}]
+    if inv.network == "rdma":
+        for kind in ("limits", "requests"):
+            container.setdefault("resources", {}).setdefault(kind, {})[options.rdma_resource] = str(options.rdma_per_pod)
+        caps = container.setdefault("securityContext", {}).setdefault("capabilities", {})
+        caps["add"] = sorted(set(caps.get("add", [])) | {"IPC_LOCK"})
+    # The Job retries nothing: one failed node fails the gang (the replicate is one observation).
+    spec["restartPolicy"] = "Never"
+
+    template_meta: dict[str, Any] = {"labels": pod_labels}
+    if pod["metadata"].get("annotations"):
+        template_meta["annotations"] = dict(pod["metadata"]["annotations"])
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": jobset_labels}
+    if placement.publication_grade:
+        metadata["annotations"] = {EXCLUSIVE_TOPOLOGY_ANNOTATION: options.exclusive_topology_key}
+    job_spec = {
+        "parallelism": inv.nodes,
+        "completions": inv.nodes,
+        "completionMode": "Indexed",
+        "backoffLimit": 0,
+        "activeDeadlineSeconds": spec.get("activeDeadlineSeconds"),
+        "template": {"metadata": template_meta, "spec": spec},
+    }
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "JobSet",
+        "metadata": metadata,
+        "spec": {
+            "suspend": True,  # Kueue admits the gang as one workload, then unsuspends it
+            "failurePolicy": {"maxRestarts": 0},
+            "successPolicy": {"operator": "All"},
+            "network": {"enableDNSHostnames": True, "subdomain": name, "publishNotReadyAddresses": True},
+            "replicatedJobs": [{"name": REPLICATED_JOB, "replicas": 1,
+                                "template": {"metadata": {"labels": dict(pod_labels)}, "spec": job_spec}}],
+        },
+    }

@@ -1,0 +1,136 @@
+"""JobSet manifests for multi-node suites, validated against the published JobSet CRD schema."""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from benchrun.errors import BenchrunError
+from benchrun.launch.jobset import GangOptions, jobset_manifest, jobset_name, pod_hostname
+from benchrun.launch.podspec import KUEUE_QUEUE_LABEL, Placement
+from benchrun.plan import plan_run
+from benchrun.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN_ID = "training-llama-8b-pretrain-h100-20261201000000-abcdef12"
+PUBLICATION = Placement(queue_name="training", publication_grade=True, node_selector={"benchrun.dev/pool": "h100"},
+                        cpu="96", memory="1600Gi")
+RACK = GangOptions(exclusive_topology_key="topology.example.com/rack")
+
+
+def shared_dir() -> Path | None:
+    """TEAM.md: $BENCHRUN_SHARED_DIR, else <repo>/../shared, else /work/shared."""
+    for candidate in (os.environ.get("BENCHRUN_SHARED_DIR"), ROOT.parent / "shared", "/work/shared"):
+        if candidate and (Path(candidate) / "reference/crds").is_dir():
+            return Path(candidate)
+    return None
+
+
+def _strict(schema: Any) -> Any:
+    """The CRD schema with unknown fields refused (the API server would prune them silently)."""
+    if isinstance(schema, dict):
+        out = {k: _strict(v) for k, v in schema.items() if not k.startswith("x-kubernetes")}
+        if "properties" in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
+            out.setdefault("additionalProperties", False)
+        return out
+    if isinstance(schema, list):
+        return [_strict(v) for v in schema]
+    return schema
+
+
+@pytest.fixture(scope="module")
+def validator() -> jsonschema.Draft4Validator:
+    shared = shared_dir()
+    if shared is None:
+        pytest.skip("no shared reference dir (set BENCHRUN_SHARED_DIR to the folder holding reference/crds)")
+    doc = yaml.safe_load((shared / "reference/crds/jobset.x-k8s.io_jobsets.yaml").read_text())
+    [version] = [v for v in doc["spec"]["versions"] if v["name"] == "v1alpha2"]
+    schema = _strict(version["schema"]["openAPIV3Schema"])
+    schema["properties"]["metadata"] = {"type": "object"}
+    return jsonschema.Draft4Validator(schema)
+
+
+def _gang(spec: str, suite: str, tmp_path: Path, run_id: str = RUN_ID):
+    plans = plan_run(load_spec(ROOT / spec).run, run_id, tmp_path / "run",
+                     environ={"PATH": "/usr/bin", "BENCHRUN_VAR_SSH_USER": "bench"})
+    return next(i for p in plans for i in p.invocations if i.suite == suite and i.replicate == 1)
+
+
+def _env(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def test_h100_training_example_renders_a_valid_publication_jobset(tmp_path: Path, validator) -> None:
+    inv = _gang("specs/examples/training-llama-8b-pretrain-h100.yaml", "pretrain-token-budget", tmp_path)
+    js = jobset_manifest(inv, namespace="bench", placement=PUBLICATION, options=RACK)
+    errors = sorted(validator.iter_errors(js), key=str)
+    assert not errors, [e.message for e in errors[:3]]
+    name = js["metadata"]["name"]
+    assert name == jobset_name(inv) and len(pod_hostname(name, 1).split(".")[0]) <= 63
+    assert js["apiVersion"] == "jobset.x-k8s.io/v1alpha2" and js["spec"]["suspend"] is True
+    assert js["metadata"]["labels"][KUEUE_QUEUE_LABEL] == "training"
+    assert js["metadata"]["annotations"] == {"alpha.jobset.sigs.k8s.io/exclusive-topology": "topology.example.com/rack"}
+    assert js["spec"]["network"] == {"enableDNSHostnames": True, "subdomain": name, "publishNotReadyAddresses": True}
+    [rj] = js["spec"]["replicatedJobs"]
+    job = rj["template"]["spec"]
+    assert (rj["replicas"], job["parallelism"], job["completions"], job["completionMode"], job["backoffLimit"]) == (
+        1, 2, 2, "Indexed", 0)
+    pod = job["template"]
+    assert KUEUE_QUEUE_LABEL not in pod["metadata"]["labels"]  # one Workload for the gang, not one per pod
+    [c] = pod["spec"]["containers"]
+    master = f"{name}-node-0-0.{name}"
+    assert c["command"] == ["torchrun"]
+    assert c["args"][:6] == ["--nnodes", "2", "--nproc-per-node", "8", "--node-rank", "$(NODE_RANK)"]
+    assert c["args"][8:10] == ["--rdzv-endpoint", f"{master}:29500"]
+    env = _env(c)
+    index = {"fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}
+    assert env["NODE_RANK"] == index and env["MASTER_ADDR"] == master and env["MASTER_PORT"] == "29500"
+    assert (env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"], env["NNODES"]) == ("16", "8", "2")
+    assert "RANK" not in env  # 8 ranks per node: torchrun assigns them
+    assert env["BENCHRUN_NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    res = c["resources"]
+    assert res["limits"] == res["requests"] == {"cpu": "96", "memory": "1600Gi", "nvidia.com/gpu": "8", "rdma/ib": "1"}
+    assert c["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
+    assert pod["spec"]["affinity"]["podAntiAffinity"]  # one benchrun pod per node
+    # the check has teeth: a misspelt field and a wrong type are refused
+    broken = copy.deepcopy(js)
+    broken["spec"]["replicatedJobs"][0]["template"]["spec"]["paralelism"] = 2
+    assert list(validator.iter_errors(broken))
+    broken = copy.deepcopy(js)
+    broken["spec"]["replicatedJobs"][0]["replicas"] = "one"
+    assert list(validator.iter_errors(broken))
+
+
+def test_local_two_node_training_spec_renders_a_valid_jobset(tmp_path: Path, validator) -> None:
+    inv = _gang("specs/local/training.yaml", "training", tmp_path, "local-training-20261201000000-abcdef12")
+    js = jobset_manifest(inv, namespace="bench", placement=Placement(queue_name="canary"))
+    assert not list(validator.iter_errors(js))
+    assert "annotations" not in js["metadata"] and js["metadata"]["labels"]["benchrun.dev/nodes"] == "2"
+    [c] = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"]
+    assert c["command"] == ["python"] and c["args"] == ["-m", "benchrun.suites.training"]
+    env = _env(c)
+    assert env["RANK"] == env["NODE_RANK"] and env["LOCAL_RANK"] == "0" and env["WORLD_SIZE"] == "2"
+    assert "securityContext" not in c and "PYTHONPATH" not in env
+    assert c["resources"]["limits"] == {"nvidia.com/gpu": "1"}  # gpusPerNode: 1
+
+
+def test_gang_argument_escaping_and_refusals(tmp_path: Path) -> None:
+    inv = _gang("specs/local/training.yaml", "training", tmp_path, "local-training-20261201000000-abcdef12")
+    shell_like = replace(inv, argv=inv.argv + ("--note=$(whoami)",))
+    [c] = jobset_manifest(shell_like, namespace="bench", placement=Placement(queue_name="q"))[
+        "spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"]
+    assert c["args"][-1] == "--note=$$(whoami)"  # Kubernetes must not expand what the spec wrote
+    with pytest.raises(BenchrunError, match="nodes > 1"):
+        jobset_manifest(replace(inv, nodes=1), namespace="bench", placement=Placement(queue_name="q"))
+    pinned = replace(inv, image="registry.example.com/benchrun@sha256:" + "a" * 64)
+    with pytest.raises(BenchrunError, match="exclusive_topology_key"):
+        jobset_manifest(pinned, namespace="bench", placement=PUBLICATION)
+    with pytest.raises(BenchrunError, match="Guaranteed QoS"):
+        jobset_manifest(pinned, namespace="bench", placement=replace(PUBLICATION, cpu=None), options=RACK)
