@@ -134,3 +134,12 @@ def test_gang_argument_escaping_and_refusals(tmp_path: Path) -> None:
         jobset_manifest(pinned, namespace="bench", placement=PUBLICATION)
     with pytest.raises(BenchrunError, match="Guaranteed QoS"):
         jobset_manifest(pinned, namespace="bench", placement=replace(PUBLICATION, cpu=None), options=RACK)
+
+
+def test_launch_manifest_picks_a_jobset_only_for_gangs(tmp_path: Path) -> None:
+    from benchrun.launch.jobset import launch_manifest
+
+    inv = _gang("specs/local/training.yaml", "training", tmp_path, "local-training-20261201000000-abcdef12")
+    assert launch_manifest(inv, namespace="b", placement=Placement(queue_name="q"))["kind"] == "JobSet"
+    single = replace(inv, nodes=1, argv=("python", "-m", "benchrun.suites.training"))
+    assert launch_manifest(single, namespace="b", placement=Placement(queue_name="q"))["kind"] == "Pod"

@@ -196,3 +196,20 @@ def jobset_manifest(
                                 "template": {"metadata": {"labels": dict(pod_labels)}, "spec": job_spec}}],
         },
     }
+
+
+def launch_manifest(
+    inv: Invocation,
+    *,
+    namespace: str,
+    placement: Placement,
+    run_labels: Mapping[str, str] | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    options: GangOptions = GangOptions(),
+) -> dict[str, Any]:
+    """What the Kubernetes launcher (and ``benchrun render``) creates for one invocation:
+    a JobSet for a multi-node suite, else the single Pod of :func:`pod_manifest`."""
+    if inv.is_gang:
+        return jobset_manifest(inv, namespace=namespace, placement=placement, run_labels=run_labels,
+                               extra_env=extra_env, options=options)
+    return pod_manifest(inv, namespace=namespace, run_labels=run_labels, placement=placement, extra_env=extra_env)
