@@ -69,7 +69,7 @@ def by_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
 
 def test_deploy_crd_is_the_generated_one(rendered: list[dict[str, Any]]) -> None:
     assert (BASE / "benchmarkrun-crd.yaml").read_text() == crd_yaml(), (
-        "regenerate: benchrun crd > specs/crd/benchmarkrun-crd.yaml; cp specs/crd/benchmarkrun-crd.yaml deploy/kustomize/base/")
+        "regenerate: benchrun crd --write")
     [doc] = by_kind(rendered, "CustomResourceDefinition").values()
     assert doc["spec"] == crd()["spec"]
     assert doc["metadata"]["name"] == crd()["metadata"]["name"]

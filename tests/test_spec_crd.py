@@ -18,7 +18,7 @@ ALL_SPECS = sorted((ROOT / "specs/examples").glob("*.yaml")) + sorted((ROOT / "s
 
 
 def test_committed_crd_matches_the_model() -> None:
-    assert COMMITTED.read_text() == crd_yaml(), "regenerate: benchrun crd > specs/crd/benchmarkrun-crd.yaml"
+    assert COMMITTED.read_text() == crd_yaml(), "regenerate: benchrun crd --write"
 
 
 def test_crd_passes_kubernetes_validate() -> None:

@@ -96,8 +96,15 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"workload_spec_digest  {loaded.workload_spec_digest}")
 
     @app.command("crd")
-    def crd() -> None:
+    def crd(
+        write: bool = typer.Option(False, "--write", help="Write the committed copies (specs/crd/ and "
+                                   "deploy/kustomize/base/) instead of printing."),
+    ) -> None:
         """Print the BenchmarkRun CustomResourceDefinition (generated from the model)."""
-        from benchrun.spec.crd import crd_yaml
+        from benchrun.spec.crd import crd_yaml, write_committed
 
+        if write:
+            for path in write_committed():
+                typer.echo(f"wrote {path}")
+            return
         typer.echo(crd_yaml(), nl=False)
