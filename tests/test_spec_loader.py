@@ -197,3 +197,19 @@ def test_property_corrupted_seed_text_gives_a_result(start: int, length: int, in
     assert results
     for result in results:
         assert result.valid == (not result.errors)
+
+
+def test_a_named_pipe_as_spec_is_refused_not_waited_on(tmp_path) -> None:
+    """Issue 16 O: a named pipe given as a spec made `validate` hang for ever."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    fifo = tmp_path / "spec.yaml"
+    os.mkfifo(fifo)
+    repo = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-m", "benchrun.cli", "validate", str(fifo)], capture_output=True,
+                         text=True, timeout=60, cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)})
+    assert out.returncode == 2 and "is a named pipe, not a file" in out.stderr + out.stdout
+    assert "Traceback" not in out.stderr

@@ -45,7 +45,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import errno
 import json
+import logging
 import os
 import signal
 import socket
@@ -58,11 +60,16 @@ from typing import Any
 
 from benchrun.loadgen.client import KernelStampedConn, enable_kernel_timestamps, realtime_offset_ns
 
+log = logging.getLogger(__name__)
+
 CLOCK = time.perf_counter_ns
 FAULTS = ("none", "refuse", "http500", "http429", "close_midstream", "malformed_sse", "no_done", "stall")
 FINGERPRINT = "benchrun-refserver-synthetic"
 TOKEN_TEXT = " syn"
 _MAX_RECORDS = 200_000
+# accept() errors that mean "not now" (descriptors or memory exhausted, the peer gave up)
+_ACCEPT_RETRY = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.ECONNABORTED,
+                           errno.EPROTO, errno.EPERM})
 _MAX_BODY = 16 << 20  # a request body larger than this is refused (the longest prompts are far smaller)
 
 
@@ -122,11 +129,13 @@ class _Seq:
         "prefix",
         "mid",
         "model",
+        "prefill_left",
     )
 
     def __init__(self) -> None:
         self.emitted = 0
         self.cancelled = False
+        self.prefill_left = 0
 
 
 class Engine:
@@ -148,28 +157,50 @@ class Engine:
         return True
 
     async def run(self) -> None:
-        """Step forever (cancelled on shutdown)."""
+        """Step forever (cancelled on shutdown).
+
+        Chunked prefill: a prompt longer than ``max_batched_tokens`` is prefilled over several
+        steps, a step's worth at a time beside the decoding sequences (as vLLM does), so one
+        huge prompt never makes a step that stalls every other stream; prompts that fit in a
+        step are admitted whole, as before.
+        """
         perf = self.perf
         next_t = CLOCK()
+        prefilling: list[_Seq] = []  # admitted, prompt not yet fully prefilled
         while True:
-            if not self.waiting and not self.running:
+            if not self.waiting and not self.running and not prefilling:
                 self._wake.clear()
                 await self._wake.wait()
                 next_t = CLOCK()
             new: list[_Seq] = []
             budget = perf.max_batched_tokens - len(self.running)
-            prefill = 0
-            while self.waiting and len(self.running) + len(new) < perf.max_batch:
+            # New prompts that fit are admitted first; a long prompt being prefilled gets the rest
+            # of the step's budget, and never less than a quarter of it, so it cannot starve.
+            reserve = max(1, perf.max_batched_tokens // 4) if prefilling else 0
+            prefill = reserve
+            while self.waiting and len(self.running) + len(prefilling) + len(new) < perf.max_batch:
                 s = self.waiting[0]
                 if s.cancelled:
                     self.waiting.popleft()
                     continue
-                if prefill + s.prompt_tokens > budget and (new or self.running):
+                if s.prompt_tokens > perf.max_batched_tokens:
+                    take = min(s.prompt_tokens, budget - prefill)
+                    if take <= 0:
+                        break
+                elif prefill + s.prompt_tokens > budget and (new or self.running or prefilling):
                     break
+                else:
+                    take = s.prompt_tokens
                 self.waiting.popleft()
+                s.prefill_left = s.prompt_tokens - take
                 new.append(s)
-                prefill += s.prompt_tokens
-            batch = len(self.running) + len(new)
+                prefill += take
+            prefill -= reserve
+            for s in prefilling:
+                take = max(0, min(s.prefill_left, budget - prefill))
+                s.prefill_left -= take
+                prefill += take
+            batch = len(self.running) + len(prefilling) + len(new)
             now = CLOCK()
             if now - next_t > 5_000_000:
                 next_t = now
@@ -180,17 +211,27 @@ class Engine:
             t_adm = CLOCK()
             for s in new:
                 s.record["admitted_ns"] = t_adm
-            self.running.extend(new)
+            prefilling.extend(new)
+            ready = [s for s in prefilling if s.prefill_left <= 0]
+            prefilling = [s for s in prefilling if s.prefill_left > 0 and not self._gone(s)]
+            self.running.extend(ready)
             still: list[_Seq] = []
             for s in self.running:
-                if s.cancelled or (s.writer is not None and s.writer.is_closing()):
-                    s.cancelled = True
-                    s.record["status"] = "client_gone"
-                    _resolve(s)
+                if self._gone(s):
                     continue
                 if _emit(s):
                     still.append(s)
             self.running = still
+
+    @staticmethod
+    def _gone(s: _Seq) -> bool:
+        """Cancelled or its client left: resolved, and dropped from the engine."""
+        if s.cancelled or (s.writer is not None and s.writer.is_closing()):
+            s.cancelled = True
+            s.record["status"] = "client_gone"
+            _resolve(s)
+            return True
+        return False
 
 
 def _resolve(s: _Seq) -> None:
@@ -314,6 +355,7 @@ class RefServer:
         self._conns: set[KernelStampedConn] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self.engine: Engine | None = None
+        self.accept_errors = 0
 
     async def start(self) -> int:
         """Start listening; returns the bound port."""
@@ -329,8 +371,24 @@ class RefServer:
     async def _accept_loop(self) -> None:
         loop = asyncio.get_running_loop()
         assert self._lsock is not None
+        last_logged = 0.0
         while True:
-            sock, _ = await loop.sock_accept(self._lsock)
+            try:
+                sock, _ = await loop.sock_accept(self._lsock)
+            except OSError as exc:
+                # Out of descriptors (EMFILE/ENFILE) or buffers: the pending connection stays in
+                # the backlog; say so (at most once a second), back off, and keep accepting once
+                # descriptors free up, instead of the accept task dying with the port still open.
+                if exc.errno not in _ACCEPT_RETRY:
+                    raise
+                self.accept_errors += 1
+                now = time.monotonic()
+                if now - last_logged >= 1.0:
+                    last_logged = now
+                    log.warning("accept failed (%s, %d so far): %d connections open; backing off 50 ms",
+                                errno.errorcode.get(exc.errno, exc.errno), self.accept_errors, len(self._conns))
+                await asyncio.sleep(0.05)
+                continue
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             # kernel receive stamps make the recorded arrival independent of how busy this
@@ -664,6 +722,9 @@ def main(argv: list[str] | None = None) -> None:
     def announce(info: dict[str, Any]) -> None:
         print(json.dumps(info), flush=True)
 
+    # Warnings (e.g. accept failing on descriptor exhaustion) go to stderr with a time.
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s refserver %(levelname)s %(message)s")
     asyncio.run(
         serve(a.host, a.port, model_name=a.model, perf=perf, fault=a.fault, fault_every=a.fault_every, record_path=a.record, announce=announce)
     )

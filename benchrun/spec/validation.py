@@ -304,8 +304,19 @@ def validate_bytes(data: bytes, source: str, *, only_benchmark_runs: bool = Fals
 
 def _read(path: FsPath) -> bytes:
     """At most MAX_BYTES + 1 bytes of ``path``: a huge file or a device such as /dev/zero is refused, not swallowed."""
+    import os
+    import stat
+
     try:
-        with path.open("rb") as fh:
+        # O_NONBLOCK: opening a named pipe for reading would otherwise wait for a writer for ever.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as fh:
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+                kind = "a named pipe" if stat.S_ISFIFO(mode) else "a socket"
+                raise BenchrunError(f"{path}: is {kind}, not a file; save the spec to a file and give that",
+                                    exit_code=2)
+            os.set_blocking(fd, True)
             data = fh.read(MAX_BYTES + 1)
     except OSError as exc:
         raise BenchrunError(f"{path}: cannot read the file ({exc.strerror or exc}); check the path", exit_code=2) from None
