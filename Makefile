@@ -46,9 +46,14 @@ test-fast: bootstrap
 validate: bootstrap
 	$(VENV)/bin/benchrun validate specs/
 
+# The webserver and the daemon (schedules, sensors, run queue) side by side: what `dagster dev`
+# starts, without its warnings (the repo's dagster.yaml is a template copied into DAGSTER_HOME,
+# and `dagster dev` is superseded by `dg dev`, which is not a dependency).
 ui: bootstrap
-	DAGSTER_HOME="$$($(PY) -c 'from benchrun.submit import dagster_home; print(dagster_home())')" \
-	  $(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(UI_PORT)
+	@export DAGSTER_HOME="$$($(PY) -c 'from benchrun.submit import dagster_home; print(dagster_home())')"; \
+	  $(VENV)/bin/dagster-daemon run -w workspace.yaml & daemon=$$!; \
+	  trap 'kill $$daemon 2>/dev/null; wait $$daemon 2>/dev/null' EXIT INT TERM; \
+	  $(VENV)/bin/dagster-webserver -w workspace.yaml -h 127.0.0.1 -p $(UI_PORT)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import warnings
 from pathlib import Path
 from typing import Any, Optional
@@ -154,6 +155,12 @@ def submit(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Opt
         _print_spec_errors(_console(), exc)
         raise typer.Exit(2) from None
     print(prepared.run_id)
+    # stdout stays the run id alone (scripts read it); what to do next goes to stderr.
+    home_opt = f" --home {home}" if home is not None else ""
+    print(f"submitted {prepared.run_id} (phase Pending). Next: materialize its partition in the UI "
+          f"(`make ui`, job benchmark_run_job, partition {prepared.run_id}); then "
+          f"`benchrun show {prepared.run_id}{home_opt}` for its status and "
+          f"`benchrun report {prepared.run_id}` for its report.", file=sys.stderr)
 
 
 def runs(home: Optional[Path] = HomeOpt, as_json: bool = typer.Option(False, "--json")) -> None:

@@ -304,6 +304,22 @@ def test_verify_command(tmp_path: Path, bench_home: Path, monkeypatch: pytest.Mo
     assert isinstance(out.exception, BenchrunError) and "manifest.json (sha256 differs)" in str(out.exception)
 
 
+def test_verify_command_says_when_no_backend_was_requested(bench_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    app = typer.Typer()
+
+    @app.callback()
+    def _root() -> None:
+        """test root"""
+
+    register(app)
+    rd = make_sealed_run(bench_home, stored=True)
+    sign_run(rd.path, bench_home)  # the spec asked for no backend
+    monkeypatch.setenv("BENCHRUN_TRUSTED_KEYIDS", _pin(bench_home)[0])
+    out = CliRunner().invoke(app, ["verify", RUN_ID])
+    assert out.exit_code == 0, out.output
+    assert "(the spec requested no backend)" in out.output and "None" not in out.output
+
+
 # -- the publish assets -------------------------------------------------------------------------
 
 

@@ -26,8 +26,10 @@ def _verify_one(run_id: str, public_key: Path | None, pinned: tuple[str, ...]) -
         f"  {len(st.subjects)} signed files unchanged ({len(st.predicate.get('published_files') or [])} published "
         f"after the evidence was sealed); artifact_manifest_digest {st.predicate.get('artifact_manifest_digest')}",
         f"  {objects} stored objects re-hashed in the artifact store: all match",
-        f"  signed with {signing.get('backend_used')} (requested: {signing.get('backend_requested')}) "
-        f"at {(st.predicate.get('timestamps') or {}).get('signed_utc')}",
+        f"  signed with {signing.get('backend_used')} "
+        + (f"(requested: {signing['backend_requested']}) " if signing.get("backend_requested")
+           else "(the spec requested no backend) ")
+        + f"at {(st.predicate.get('timestamps') or {}).get('signed_utc')}",
     ]
     for rel in uncovered_files(rd.path, st):
         why = NEVER_SIGNED.get(rel, "added or replaced after signing: not covered by the signature")

@@ -401,6 +401,31 @@ def rule_inference_metrics(doc: Any) -> Iterator[Finding]:
         yield path + ("primary",), f"must include {', '.join(missing)} for workloadType {wt}"
 
 
+# CONTRACT §5's vocabulary plus the training primaries: a name close to one of these but not
+# equal is a misspelling; a name far from all of them may be a custom suite's own metric.
+KNOWN_METRICS = (*TRAINING_PRIMARY, *INFERENCE_PRIMARY, *COST_METRICS, "decode_ms_per_token", "token_gap_ms",
+                 "p50_latency_ms", "per_user_output_tokens_per_s", "request_goodput", "slo_attainment",
+                 "capacity_at_slo", "cost_per_good_request_usd", "gpu_utilization_pct", "request_throughput_rps")
+
+
+def rule_metric_names(doc: Any) -> Iterator[Finding]:
+    """A primary or secondary metric that is nearly, but not exactly, a known metric name is a typo."""
+    metrics = get(doc, SPEC + ("metrics",))
+    if not isinstance(metrics, dict):
+        return
+    for family, body in metrics.items():
+        if not isinstance(body, dict):
+            continue
+        for kind in ("primary", "secondary"):
+            names = get(doc, SPEC + ("metrics", family, kind))
+            for i, name in enumerate(names if isinstance(names, list) else []):
+                if not isinstance(name, str) or name in KNOWN_METRICS:
+                    continue
+                close = difflib.get_close_matches(name, KNOWN_METRICS, n=1, cutoff=0.8)
+                if close:
+                    yield SPEC + ("metrics", family, kind, i), f"unknown metric {name!r} (did you mean {close[0]!r}?)"
+
+
 def rule_trial_report(doc: Any) -> Iterator[Finding]:
     """CONTRACT §2: ``trials.report`` distributions, confidenceIntervals and rankLevelOutliers are true."""
     yield from require_true(doc, SPEC + ("trials", "report"), ("distributions", "confidenceIntervals", "rankLevelOutliers"))
@@ -612,6 +637,7 @@ RULES: tuple[Rule, ...] = (
     rule_fixed_across_trials,
     rule_training_metrics,
     rule_inference_metrics,
+    rule_metric_names,
     rule_trial_report,
     rule_taxonomy,
     rule_decompose_overheads,

@@ -45,7 +45,11 @@ def compare(
     from benchrun.stats.analysis import compare_runs
     from benchrun.stats.load import resolve_run
 
-    gate, result = compare_runs(resolve_run(baseline), resolve_run(candidate), variable=variable)
+    base_dir, cand_dir = resolve_run(baseline), resolve_run(candidate)
+    if base_dir.resolve() == cand_dir.resolve():
+        raise BenchrunError(f"compare: baseline {baseline!r} and candidate {candidate!r} are the same run "
+                            f"({base_dir.name}); compare two different runs", exit_code=2)
+    gate, result = compare_runs(base_dir, cand_dir, variable=variable)
     if result is None:
         raise BenchrunError(gate.message() + "; compare runs that differ only in the declared variable",
                             exit_code=EXIT_GATE_REFUSED)

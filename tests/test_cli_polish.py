@@ -1,0 +1,56 @@
+"""Small things a first-time user meets in the CLI (issue 15, item 7)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from benchrun.spec import SpecInvalid, load_spec_bytes
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _cli(*args: str, home: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "BENCHRUN_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    env.pop("DAGSTER_HOME", None)
+    return subprocess.run([sys.executable, "-m", "benchrun.cli", *args], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=120)
+
+
+def test_a_misspelled_primary_metric_is_named_as_unknown(canary_doc):
+    canary_doc["spec"]["metrics"]["inference"]["primary"][0] = "ttft_msec"
+    with pytest.raises(SpecInvalid) as err:
+        load_spec_bytes(yaml.safe_dump(canary_doc).encode(), "typo.yaml")
+    found = {e.path: e.message for e in err.value.errors}
+    assert found["spec.metrics.inference.primary[0]"] == "unknown metric 'ttft_msec' (did you mean 'ttft_ms'?)"
+    canary_doc["spec"]["metrics"]["inference"]["primary"][0] = "ttft_ms"
+    canary_doc["spec"]["metrics"]["inference"]["secondary"] = ["my_suite_widgets_per_s"]  # custom: not a typo
+    load_spec_bytes(yaml.safe_dump(canary_doc).encode(), "custom.yaml")
+
+
+def test_compare_a_run_with_itself_is_refused(tmp_path):
+    from benchrun.stats.synthetic import lognormal_replicates, make_run
+
+    rng = np.random.default_rng(0)
+    make_run(tmp_path, "only", {("serve", "", "tokens_per_second"): (lognormal_replicates(rng, 100, 0.02, 5),
+                                                                     "tok/s", "higher")})
+    r = _cli("compare", "only", "only", home=tmp_path)
+    assert r.returncode == 2 and "same run" in r.stderr and "Traceback" not in r.stderr
+    assert r.stderr.count("\n") == 1
+
+
+def test_piped_help_is_plain_text_and_submit_says_what_next(tmp_path):
+    r = _cli("--help", home=tmp_path)
+    assert r.returncode == 0 and "run " in r.stdout
+    assert not any(ch in r.stdout for ch in "╭╮│─"), r.stdout  # no rich box when piped
+    r = _cli("submit", str(ROOT / "specs/local/canary.yaml"), home=tmp_path)
+    assert r.returncode == 0, r.stderr
+    run_id = r.stdout.strip()
+    assert run_id.startswith("local-canary-") and "\n" not in run_id  # stdout: the run id alone
+    assert f"benchrun show {run_id}" in r.stderr and "make ui" in r.stderr
