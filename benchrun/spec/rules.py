@@ -409,7 +409,8 @@ KNOWN_METRICS = (*TRAINING_PRIMARY, *INFERENCE_PRIMARY, *COST_METRICS, "decode_m
 
 
 def rule_metric_names(doc: Any) -> Iterator[Finding]:
-    """A primary or secondary metric that is nearly, but not exactly, a known metric name is a typo."""
+    """Extension (CONTRACT §5 names metrics): a primary or secondary metric that is nearly, but not
+    exactly, a known metric name is a typo."""
     metrics = get(doc, SPEC + ("metrics",))
     if not isinstance(metrics, dict):
         return
