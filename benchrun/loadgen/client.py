@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import math
 import os
 import socket
 import ssl
@@ -205,6 +206,26 @@ class Outcome:
         if self.error_kind is None:
             self.error_kind = kind
             self.error = f"{kind}: {detail}"
+
+
+# A server's numbers are untrusted: a token count outside 0..MAX_TOKENS (or not an integer) is
+# an error of that request, never a crash or a negative rate. No single response comes near 10 M.
+MAX_TOKENS = 10_000_000
+
+
+class ImplausibleNumber(ValueError):
+    """A number from the server that cannot be true (non-finite, negative, fractional, absurd)."""
+
+
+def token_count(value: Any, field: str) -> int:
+    """``value`` as a token count, or ImplausibleNumber naming ``field`` and the value."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{field} is not a number")  # the wrong shape: malformed, not implausible
+    if isinstance(value, float) and (not math.isfinite(value) or not value.is_integer()):
+        raise ImplausibleNumber(f"server {field}={value!r} is not a whole finite number")
+    if not 0 <= value <= MAX_TOKENS:
+        raise ImplausibleNumber(f"server {field}={value!r} is outside 0..{MAX_TOKENS}")
+    return int(value)
 
 
 class TimedReader(asyncio.StreamReader):
@@ -785,15 +806,18 @@ async def _consume_stream(reader: TimedReader, headers: dict[str, str], out: Out
                         chunk_ns.append(t)
                         k = 1
                         if usage and usage.get("completion_tokens") is not None:
-                            ct = int(usage["completion_tokens"])
+                            ct = token_count(usage["completion_tokens"], "usage.completion_tokens")
                             k = max(1, ct - prev_usage_tokens)
                             prev_usage_tokens = ct
                         chunk_tokens.append(k)
                     if usage:
                         if usage.get("prompt_tokens") is not None:
-                            out.usage_prompt = int(usage["prompt_tokens"])
+                            out.usage_prompt = token_count(usage["prompt_tokens"], "usage.prompt_tokens")
                         if usage.get("completion_tokens") is not None:
-                            out.usage_completion = int(usage["completion_tokens"])
+                            out.usage_completion = token_count(usage["completion_tokens"], "usage.completion_tokens")
+                except ImplausibleNumber as exc:
+                    out.fail("implausible_usage", str(exc))
+                    return False
                 except (AttributeError, TypeError, ValueError, LookupError) as exc:
                     # valid JSON of the wrong shape (choices not a list of objects, usage not a
                     # mapping of integers) is malformed too: this request fails, the sweep goes on

@@ -92,6 +92,9 @@ def _print_table(summaries: list[dict[str, Any]], capacity: float | None, has_sl
         con.print(f"capacity_at_slo: {_fmt(capacity, 3) if capacity is not None else 'none (no point met the SLO at p99)'}")
 
 
+EXIT_INVALID = 3
+
+
 def register(app: typer.Typer) -> None:
     """Add ``loadgen`` and ``refserver`` to the benchrun CLI."""
 
@@ -117,8 +120,16 @@ def register(app: typer.Typer) -> None:
         ignore_eos: bool = typer.Option(True, "--ignore-eos/--no-ignore-eos", help="send vLLM-style ignore_eos"),
         verdict_percentile: str = typer.Option("p99", "--verdict-percentile", help="percentile whose sample count the verdict requires"),
         json_out: bool = typer.Option(False, "--json", help="print the JSON summary instead of the table"),
+        allow_invalid: bool = typer.Option(False, "--allow-invalid",
+                                           help=f"exit 0 even when a point's validity verdict is invalid "
+                                                f"(default: exit {EXIT_INVALID})"),
     ) -> None:
-        """Measure an OpenAI-compatible streaming endpoint over a load sweep (like `vllm bench serve`)."""
+        """Measure an OpenAI-compatible streaming endpoint over a load sweep (like `vllm bench serve`).
+
+        Exit 0 when every point is valid, 3 when a point's verdict is invalid (too few samples,
+        too many errors, the offered load not achieved, the client saturated), 1 on an error,
+        130 when interrupted; the outputs are written in every case.
+        """
         from benchrun.loadgen.metrics import Pricing, VerdictPolicy
         from benchrun.loadgen.output import plot_latency_throughput, write_requests_parquet
         from benchrun.loadgen.runner import LoadPoint, SweepConfig, run_sweep
@@ -181,7 +192,27 @@ def register(app: typer.Typer) -> None:
                 file=sys.stderr,
             )
 
-        result = run_sweep(cfg, progress=progress)
+        import signal
+
+        # SIGTERM (a cancelled suite, a timeout) ends the sweep like Ctrl-C: what was measured is written.
+        def _terminate(signum: int, frame: Any) -> None:
+            raise KeyboardInterrupt(f"signal {signum}")
+
+        previous = signal.signal(signal.SIGTERM, _terminate)
+        incomplete: str | None = None
+        failure: BaseException | None = None
+        try:
+            result = run_sweep(cfg, progress=progress)
+        except BenchrunError:
+            raise
+        except BaseException as exc:  # the partial measurements are written, then the error stands
+            result = getattr(exc, "partial_result", None)
+            if result is None:
+                raise
+            incomplete = f"sweep ended early ({type(exc).__name__}: {exc}); the points measured before are kept"
+            failure = exc
+        finally:
+            signal.signal(signal.SIGTERM, previous)
         synthetic = any("synthetic" in str(o) for o in result.context.get("server", {}).get("owned_by", []))
         for s in result.summaries:
             s["synthetic"] = synthetic
@@ -204,14 +235,26 @@ def register(app: typer.Typer) -> None:
                 "figures": [str(p.relative_to(out)) for p in figs],
             },
         }
+        if incomplete:
+            summary["incomplete"] = incomplete
         if why:
             summary["files"]["figures_skipped"] = why
         sp = atomic_write_json(out / "structured" / f"{run_id}_loadgen_summary.json", summary)
+        if failure is not None:
+            raise BenchrunError(f"loadgen: {incomplete}; written: {sp}", exit_code=130 if isinstance(
+                failure, KeyboardInterrupt) else 1) from failure
         if json_out:
             print(json.dumps(summary, indent=2, sort_keys=True, default=str))
         else:
             _print_table(result.summaries, result.capacity_at_slo, cfg.slo is not None)
             print(f"requests: {raw}\nsummary: {sp}\nfigures: {', '.join(map(str, figs)) or why}")
+        invalid = [x for x in result.summaries if x.get("bucket") == "all" and x.get("verdict") == "invalid"]
+        if invalid and not allow_invalid:
+            reasons = "; ".join(f"{x['point']}: {', '.join(x.get('verdict_reasons') or [])}" for x in invalid)
+            raise BenchrunError(f"loadgen: verdict invalid at {len(invalid)} of "
+                                f"{sum(1 for x in result.summaries if x.get('bucket') == 'all')} point(s) ({reasons}); "
+                                f"the measurements are written ({sp}); --allow-invalid exits 0 anyway",
+                                exit_code=EXIT_INVALID)
 
     @app.command("refserver")
     def refserver(

@@ -570,6 +570,11 @@ def run_sweep(cfg: SweepConfig, progress: Callable[[dict[str, Any]], None] | Non
             log.info("point %s: %d requests, %d errors, verdict %s", point.label, pt_summaries[0]["n_requests"], pt_summaries[0]["n_errors"], pt_summaries[0]["verdict"])
             if progress is not None:
                 progress(pt_summaries[0])
+    except BaseException as exc:
+        # Whatever ends the sweep early (a signal, a worker failure, a bug), the points measured
+        # so far travel with the exception so the caller can still write them.
+        exc.partial_result = SweepResult(all_rows, summaries, None, context)  # type: ignore[attr-defined]
+        raise
     finally:
         if workers is not None:
             workers.close()
