@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 # "module:function" of extra sections, in display order (after the built-in figures).
 EXTRA_SECTIONS: list[str] = [
     "benchrun.report.telemetry:utilization_section",  # utilization timelines per suite (telemetry)
+    "benchrun.report.training:training_section",  # training figures per replicate, straggler nodes
 ]
 
 

@@ -1,0 +1,48 @@
+"""The report's training section, from training result documents in a run directory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+from benchrun.report.training import training_section
+
+RUN_ID = "tr-20260101000000-abcdef12"
+
+
+def _write(run_dir: Path, rep: int, mfu: float | None) -> None:
+    (run_dir / "structured").mkdir(parents=True, exist_ok=True)
+    (run_dir / "raw").mkdir(exist_ok=True)
+    ranks = f"raw/{RUN_ID}_training_r{rep}_ranks.json"
+    (run_dir / ranks).write_text(json.dumps({"warmup_steps": 1, "ranks": [
+        {"rank_id": r, "node_name": f"n{r}", "step_times_s": [0.5, 0.010 + r / 1000, 0.012, 0.011]} for r in (0, 1)]}))
+    row = {"case": "L1-d16", "world_size": 2, "nodes": 2, "ranks_per_node": 1, "device": "cpu", "dtype": "float32",
+           "backend": "gloo", "measured_steps": 3, "warmup_steps": 1, "step_time_p50_ms": 11.0 + rep,
+           "step_time_p99_ms": 12.5, "tokens_per_second": 4096.0, "tokens_per_second_per_device": 2048.0,
+           "mfu_pct": mfu, "mfu_reason": None if mfu else "unavailable: no declared peak for cpu",
+           "peak_tflops_used": 1.0 if mfu else None, "model_flops_per_token": 10752,
+           "flops_formula": "6*N + 12*n_layers*d_model*seq_len", "checkpoint_bytes": 1234, "loss_first": 3.5,
+           "loss_last": 2.0, "slowest_rank": 1}
+    (run_dir / "structured" / f"{RUN_ID}_training_r{rep}.json").write_text(json.dumps({
+        "suite": "training", "replicate": rep, "status": "ok", "training": [row],
+        "context": {"losses": [3.6, 3.4, 2.5, 2.0]}, "samples": {"ranks": ranks}}))
+
+
+def test_training_section_tabulates_every_replicate_with_its_figure(tmp_path: Path) -> None:
+    _write(tmp_path, 1, None)
+    _write(tmp_path, 2, None)
+    ctx = SimpleNamespace(run=SimpleNamespace(path=tmp_path, run_id=RUN_ID, status={"straggler_nodes": ["n1"]}))
+    sec = training_section(ctx)
+    assert sec.title == "Training and distributed ranks"
+    assert sec.html.count("<tr><td>") == 2 and "<td>12.00</td>" in sec.html and "<td>13.00</td>" in sec.html
+    assert "10,752 = <code>6*N + 12*n_layers*d_model*seq_len</code>" in sec.html
+    assert "MFU: unavailable: no declared peak for cpu" in sec.html and "<td>—</td>" in sec.html
+    assert "Straggler nodes</b>" in sec.html and "n1</p>" in sec.html
+    [(caption, png)] = sec.figures
+    assert caption.startswith("training:") and png.startswith(b"\x89PNG")
+
+
+def test_no_training_and_no_status_means_no_section(tmp_path: Path) -> None:
+    ctx = SimpleNamespace(run=SimpleNamespace(path=tmp_path, run_id=RUN_ID, status={}))
+    assert training_section(ctx) is None
