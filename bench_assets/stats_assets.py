@@ -214,12 +214,14 @@ def change_points(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     """Change points in the nightly history, per workload × hardware × metric (change_point_fact)."""
     home = benchrun_home()
     hist = changepoint.history_table(home)
-    fact = changepoint.change_points(hist)
+    fact = changepoint.change_points(hist, previous=changepoint.read_change_point_fact(home))
     path = changepoint.write_change_point_fact(fact, home)
+    new = fact[fact["new"].astype(bool)] if len(fact) else fact
     return dg.MaterializeResult(metadata={
         "runs": int(hist["run_id"].nunique()) if len(hist) else 0, "change_points": len(fact),
+        "new_change_points": len(new),
         "series": int(hist.groupby(changepoint.SERIES).ngroups) if len(hist) else 0,
-        "table": dg.MetadataValue.md(_md(fact.to_dict(orient="records")[:50], [
+        "new": dg.MetadataValue.md(_md(new.to_dict(orient="records")[:50], [
             "metric", "case", "run_id", "before_mean", "after_mean", "magnitude_pct", "p_adjusted", "kind"])),
         "path": dg.MetadataValue.path(str(path)),
     })

@@ -220,6 +220,8 @@ def test_change_points_asset(home):
                  status={"cadence": "nightly", "created_utc": f"2026-11-{i + 1:02d}T00:00:00Z"})
     res = dg.materialize([change_points], instance=dg.DagsterInstance.ephemeral())
     meta = res.get_asset_materialization_events()[0].materialization.metadata
-    assert meta["change_points"].value == 1 and meta["runs"].value == 16
+    assert meta["change_points"].value == 1 and meta["runs"].value == 16 and meta["new_change_points"].value == 1
+    again = dg.materialize([change_points], instance=dg.DagsterInstance.ephemeral())  # same history: nothing new
+    assert again.get_asset_materialization_events()[0].materialization.metadata["new_change_points"].value == 0
     fact = pd.read_parquet(home / "warehouse" / "change_point_fact" / "change_points.parquet")
     assert fact.run_id.tolist() == ["n-09"]
