@@ -122,8 +122,9 @@ def test_packages_export_the_lists_definitions_use() -> None:
            "BENCHRUN_AUTOMATION_OFF": "run_canceled_sensor"}
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True, env=env)
     assert out.stdout.split() == [
-        "canary_sensor=STOPPED", "nightly_schedule=RUNNING", "pre_release_schedule=STOPPED",
-        "run_canceled_sensor=STOPPED", "run_failure_sensor=RUNNING", "spec_commit_sensor=RUNNING"]
+        "benchmarkrun_resource_sensor=STOPPED", "canary_sensor=STOPPED", "nightly_schedule=RUNNING",
+        "pre_release_schedule=STOPPED", "run_canceled_sensor=STOPPED", "run_failure_sensor=RUNNING",
+        "run_liveness_sensor=RUNNING", "spec_commit_sensor=RUNNING"]
 
 
 def test_automation_switches_reject_unknown_names(monkeypatch: pytest.MonkeyPatch) -> None:
