@@ -67,5 +67,5 @@ defs = dg.Definitions(
     jobs=[benchmark_run_job, history_job, retention_job],
     schedules=all_schedules,
     sensors=all_sensors,
-    resources={"launcher": LauncherResource(), **warehouse_resources, **stats_resources},
+    resources={"launcher": LauncherResource.from_env(), **warehouse_resources, **stats_resources},
 )

@@ -14,11 +14,11 @@ GROUP = "benchmark_run"
 
 
 @dg.asset(partitions_def=benchmark_run_partitions, group_name=GROUP, kinds={"python", "yaml"})
-def pinned_spec(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-    """The run's spec, pinned by digest, admitted with the class this machine can honour."""
+def pinned_spec(context: dg.AssetExecutionContext, launcher: LauncherResource) -> dg.MaterializeResult:
+    """The run's spec, pinned by digest, admitted with the class the launcher can honour."""
     rd = RunDir.for_run(context.partition_key)
     loaded = lifecycle.load_pinned(rd)
-    status = lifecycle.admit(rd, loaded, dagster_run_id=context.run.run_id)
+    status = lifecycle.admit(rd, loaded, dagster_run_id=context.run.run_id, offer=launcher.admission_offer(loaded))
     plans = lifecycle.plans_for(rd, loaded)
     rows = [{"layer": p.name, "enabled": p.enabled, "suites": ", ".join(p.suites), "launches": len(p.invocations)}
             for p in plans.values()]

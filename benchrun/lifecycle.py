@@ -42,22 +42,34 @@ def plans_for(rd: RunDir, loaded: Any) -> dict[str, LayerPlan]:
     return {p.name: p for p in plan_run(loaded.run, rd.run_id, rd.path, home=rd.home)}
 
 
-def admit(rd: RunDir, loaded: Any, *, dagster_run_id: str | None = None) -> dict[str, Any]:
-    """Grant the benchmark class this machine can honour, capture the environment, write the
-    plan, and move the run to Running. A local run never claims publication grade."""
+def admit(rd: RunDir, loaded: Any, *, dagster_run_id: str | None = None,
+          offer: tuple[str, bool, str] | None = None) -> dict[str, Any]:
+    """Grant the benchmark class the configured launcher can honour, capture the environment,
+    write the plan, and move the run to Running.
+
+    ``offer`` is the launcher's answer (``LauncherResource.admission_offer``): its scheduler
+    path, whether it can guarantee publication grade for this run, and why (not). Without
+    one the run is local: it never claims publication grade."""
     from benchrun.envcapture import write_environment
     from benchrun.execute import Progress
 
+    path, can_publish, why = offer or (
+        LOCAL_SCHEDULER_PATH, False,
+        "dedicated nodes, fixed topology, stable background load and topology-exclusive "
+        "placement cannot be guaranteed on a shared local machine")
     intent = loaded.run.spec.intent
     requested = intent.benchmark_class
     granted = "realism_grade"
     if requested == "publication_grade":
-        rd.set_condition(
-            "PublicationGuaranteesMet", False, "LocalExecution",
-            "dedicated nodes, fixed topology, stable background load and topology-exclusive "
-            "placement cannot be guaranteed on a shared local machine; the run is downgraded "
-            "to realism_grade",
-        )
+        if can_publish:
+            granted = "publication_grade"
+            rd.set_condition("PublicationGuaranteesMet", True, "LauncherGuarantees", why)
+        else:
+            rd.set_condition(
+                "PublicationGuaranteesMet", False,
+                "LocalExecution" if path == LOCAL_SCHEDULER_PATH else "LauncherCannotGuarantee",
+                f"{why}; the run is downgraded to realism_grade",
+            )
     signing = loaded.run.spec.provenance.signing
     if getattr(signing, "required", False):
         rd.set_condition("Signed", False, "SigningNotPerformed",
@@ -73,9 +85,12 @@ def admit(rd: RunDir, loaded: Any, *, dagster_run_id: str | None = None) -> dict
     from benchrun.liveness import start_heartbeat
 
     start_heartbeat(rd.home, rd.run_id, dagster_run_id=dagster_run_id)
-    rd.update_status(benchmark_class_granted=granted, selected_scheduler_path=LOCAL_SCHEDULER_PATH,
+    rd.update_status(benchmark_class_granted=granted, selected_scheduler_path=path,
                      dagster_run_id=dagster_run_id)
-    rd.set_condition("Admitted", True, "LocalLauncher", "admitted to run on this machine")
+    if path == LOCAL_SCHEDULER_PATH:
+        rd.set_condition("Admitted", True, "LocalLauncher", "admitted to run on this machine")
+    else:
+        rd.set_condition("Admitted", True, "KubernetesLauncher", f"admitted to run as {granted} Jobs through Kueue")
     return rd.set_phase("Running")
 
 

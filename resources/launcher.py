@@ -1,84 +1,178 @@
 """The launcher resource: runs a planned layer, each launch inside a Dagster Pipes session.
 
 ``kind: local`` (the embedded default) runs suites as subprocesses here; ``kind: kubernetes``
-runs each replicate as a pod admitted by Kueue (``queue_name``) and, when configured, placed
-by Slinky's slurm-bridge scheduler — the cluster column of ARCHITECTURE.md §4.
+runs each replicate as a ``batch/v1`` Job admitted by Kueue (``queue_name``) through
+dagster-k8s, with the suite's Pipes messages and log lines read live from the pod log
+(``PipesK8sPodLogsMessageReader``; ``pipes_messages: s3`` uses dagster-aws's
+``PipesS3MessageReader`` instead). The settings are ``benchrun.launch.settings.LauncherSettings``
+(``LauncherResource.from_env()`` reads them as ``benchrun render`` does).
 """
 
+import os
 from contextlib import contextmanager
-from typing import Iterator, Mapping, Optional
+from typing import Any, Iterator, Mapping, Optional
 
 import dagster as dg
 
 from benchrun.execute import LayerOutcome, run_layer
 from benchrun.launch.base import Launcher, LaunchResult
 from benchrun.launch.local import LocalLauncher
+from benchrun.launch.settings import LauncherSettings
 from benchrun.plan import Invocation, LayerPlan
 from benchrun.rundir import RunDir
 
 
 class LauncherResource(dg.ConfigurableResource):
-    """Where suites run, and (for pods) how they are queued and placed."""
+    """Where suites run, and (for Jobs) how they are queued, placed and sized.
+
+    The fields are ``LauncherSettings``'s (see its module for the environment variables)."""
 
     kind: str = "local"
     namespace: str = "benchrun"
+    image: str = "benchrun:latest"
     queue_name: str = "benchrun"
     priority_class: Optional[str] = None
     gpus: int = 0
+    cpu: Optional[str] = None
+    memory: Optional[str] = None
+    shm_size: str = "1Gi"
     node_selector: dict[str, str] = {}
+    tolerations: list[dict[str, Any]] = []
+    service_account: Optional[str] = None
+    image_pull_secrets: list[str] = []
     scheduler_name: Optional[str] = None
     slurm_partition: Optional[str] = None
     topology_label: Optional[str] = None
     topology_values: list[str] = []
+    run_volume_claim: Optional[str] = None
+    run_home: Optional[str] = None
+    pending_timeout_s: float = 1800.0
+    ttl_seconds_after_finished: int = 3600
     poll_s: float = 2.0
+    delete_finished: bool = True
+    pipes_messages: str = "pod_logs"
+    pipes_s3_bucket: Optional[str] = None
 
-    def _launcher(self, publication_grade: bool = False) -> Launcher:
-        if self.kind == "local":
-            return LocalLauncher()
-        if self.kind != "kubernetes":
-            raise dg.Failure(f"launcher kind {self.kind!r} is unknown: use 'local' or 'kubernetes'")
-        from kubernetes import client, config
+    @classmethod
+    def from_env(cls) -> "LauncherResource":
+        return cls(**LauncherSettings.from_env().model_dump())
 
-        from benchrun.launch.kubernetes import KubernetesLauncher
-        from benchrun.launch.podspec import Placement
+    def settings(self) -> LauncherSettings:
+        from benchrun.errors import BenchrunError
 
         try:
+            return LauncherSettings.model_validate({k: getattr(self, k) for k in LauncherSettings.model_fields})
+        except Exception as exc:
+            raise dg.Failure(f"launcher resource: {exc}") from None
+        except BenchrunError as exc:  # pragma: no cover
+            raise dg.Failure(str(exc)) from None
+
+    def admission_offer(self, loaded: Any) -> tuple[str, bool, str]:
+        """(scheduler path, can honour publication grade, why): what lifecycle.admit asks."""
+        suites = [s for layer in loaded.run.spec.layers if layer.enabled for s in layer.suites]
+        resources_set = all((s.cpu or self.cpu) and (s.memory or self.memory) for s in suites)
+        ok, why = self.settings().publication_offer([s.image or self.image for s in suites], bool(resources_set))
+        return ("kubernetes" if self.kind == "kubernetes" else "local"), ok, why
+
+    def _apis(self) -> tuple[Any, Any, Any, bool]:
+        from kubernetes import client, config
+
+        in_cluster = False
+        try:
             config.load_incluster_config()
+            api = client.ApiClient()
+            in_cluster = True
         except config.ConfigException:
             try:
-                config.load_kube_config()
+                # KUBECONFIG read now (the client reads it once, at import)
+                api = config.new_client_from_config(config_file=os.environ.get("KUBECONFIG") or None)
             except (config.ConfigException, OSError) as exc:
                 raise dg.Failure(f"launcher kind 'kubernetes': no cluster credentials ({exc}); "
                                  "run in-cluster or set KUBECONFIG") from None
-        placement = Placement(
-            queue_name=self.queue_name, priority_class=self.priority_class, gpus=self.gpus,
-            node_selector=dict(self.node_selector), scheduler_name=self.scheduler_name,
-            slurm_partition=self.slurm_partition, topology_label=self.topology_label,
-            topology_values=tuple(self.topology_values), publication_grade=publication_grade,
-        )
-        return KubernetesLauncher(client.CoreV1Api(), self.namespace, placement, self.poll_s)
+        return client.BatchV1Api(api), client.CoreV1Api(api), client.CustomObjectsApi(api), in_cluster
+
+    def _owner(self, core: Any, in_cluster: bool) -> Optional[dict[str, Any]]:
+        """The Dagster run worker's pod as the Jobs' owner, when we run in one (same namespace)."""
+        name = os.environ.get("HOSTNAME")
+        if not in_cluster or not name:
+            return None
+        try:
+            pod = core.read_namespaced_pod(name, self.namespace)
+        except Exception:
+            return None  # the run worker lives in another namespace: TTL, deadline and sweep cover it
+        return {"apiVersion": "v1", "kind": "Pod", "name": pod.metadata.name, "uid": pod.metadata.uid,
+                "blockOwnerDeletion": False}
 
     def run_layer(self, context: dg.AssetExecutionContext, plan: LayerPlan, run_dir: RunDir) -> LayerOutcome:
         """Launch the layer; suites' Pipes logs and messages reach the Dagster run log."""
         granted = run_dir.read_status().get("benchmark_class_granted")
-        launcher = self._launcher(publication_grade=granted == "publication_grade")
-        preflight = getattr(launcher, "preflight", None)
-        if preflight is not None and plan.enabled:
-            preflight(plan.invocations)  # every pod manifest must build before any pod starts
-
-        @contextmanager
-        def pipes_session(inv: Invocation) -> Iterator[Mapping[str, str]]:
-            with dg.open_pipes_session(
-                context=context,
-                context_injector=dg.PipesEnvContextInjector(),
-                message_reader=dg.PipesTempFileMessageReader(),
-                extras={"suite": inv.suite, "replicate": inv.replicate, "layer": inv.layer},
-            ) as session:
-                yield session.get_bootstrap_env_vars()
+        settings = self.settings()
 
         def on_result(res: LaunchResult) -> None:
             level = context.log.info if res.status != "failed" else context.log.warning
             level(f"{res.layer}/{res.suite} r{res.replicate}: {res.status}"
                   + (f" ({res.reason})" if res.reason else "") + f" in {res.wall_s:.2f}s; log {res.log}")
 
-        return run_layer(plan, run_dir, launcher, session=pipes_session, on_result=on_result)
+        if settings.kind == "local":
+            @contextmanager
+            def local_session(inv: Invocation) -> Iterator[Mapping[str, str]]:
+                with dg.open_pipes_session(
+                    context=context,
+                    context_injector=dg.PipesEnvContextInjector(),
+                    message_reader=dg.PipesTempFileMessageReader(),
+                    extras={"suite": inv.suite, "replicate": inv.replicate, "layer": inv.layer},
+                ) as session:
+                    yield session.get_bootstrap_env_vars()
+
+            return run_layer(plan, run_dir, LocalLauncher(), session=local_session, on_result=on_result)
+        return self._run_layer_k8s(context, plan, run_dir, settings, granted == "publication_grade", on_result)
+
+    def _run_layer_k8s(self, context: dg.AssetExecutionContext, plan: LayerPlan, run_dir: RunDir,
+                       settings: LauncherSettings, publication: bool, on_result: Any) -> LayerOutcome:
+        from dagster_k8s.pipes import PipesK8sPodLogsMessageReader
+
+        from benchrun.launch.kubernetes import KubernetesLauncher, delete_run_jobs
+
+        batch, core, custom, in_cluster = self._apis()
+        launcher = KubernetesLauncher(
+            batch, core, settings.namespace, settings.placement(publication, run_home=str(run_dir.home)),
+            settings.poll_s, custom_api=custom, delete_finished=settings.delete_finished,
+            owner=self._owner(core, in_cluster),
+        )
+        if plan.enabled:
+            launcher.preflight(plan.invocations)  # every Job must build before any starts
+
+        @contextmanager
+        def pipes_session(inv: Invocation) -> Iterator[Mapping[str, str]]:
+            if settings.pipes_messages == "s3":
+                import boto3
+                from dagster_aws.pipes import PipesS3MessageReader
+
+                if not settings.pipes_s3_bucket:
+                    raise dg.Failure("launcher pipes_messages 's3' needs pipes_s3_bucket")
+                reader: Any = PipesS3MessageReader(bucket=settings.pipes_s3_bucket, client=boto3.client("s3"))
+            else:
+                reader = PipesK8sPodLogsMessageReader()
+            with dg.open_pipes_session(
+                context=context,
+                context_injector=dg.PipesEnvContextInjector(),
+                message_reader=reader,
+                extras={"suite": inv.suite, "replicate": inv.replicate, "layer": inv.layer},
+            ) as session:
+                if isinstance(reader, PipesK8sPodLogsMessageReader):
+                    launcher.log_follower = lambda pod: reader.async_consume_pod_logs(
+                        context, core, pod, settings.namespace)
+                try:
+                    yield session.get_bootstrap_env_vars()
+                finally:
+                    launcher.log_follower = None
+
+        try:
+            return run_layer(plan, run_dir, launcher, session=pipes_session, on_result=on_result)
+        except BaseException:
+            # A cancelled Dagster run (or a crash): no Job of this run keeps its GPUs.
+            try:
+                delete_run_jobs(batch, settings.namespace, run_dir.run_id)
+            except Exception as exc:  # the sweep catches what this could not delete
+                context.log.warning(f"could not delete the run's Jobs: {exc}")
+            raise

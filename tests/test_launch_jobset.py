@@ -142,4 +142,4 @@ def test_launch_manifest_picks_a_jobset_only_for_gangs(tmp_path: Path) -> None:
     inv = _gang("specs/local/training.yaml", "training", tmp_path, "local-training-20261201000000-abcdef12")
     assert launch_manifest(inv, namespace="b", placement=Placement(queue_name="q"))["kind"] == "JobSet"
     single = replace(inv, nodes=1, argv=("python", "-m", "benchrun.suites.training"))
-    assert launch_manifest(single, namespace="b", placement=Placement(queue_name="q"))["kind"] == "Pod"
+    assert launch_manifest(single, namespace="b", placement=Placement(queue_name="q"))["kind"] == "Job"

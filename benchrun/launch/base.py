@@ -34,6 +34,11 @@ class LaunchResult:
     result: str | None
     metrics: list[dict[str, Any]] = field(default_factory=list)
     messages: list[dict[str, Any]] = field(default_factory=list)
+    # Where it ran, when a scheduler knows (the warehouse's join keys; None locally).
+    scheduler_run_id: str | None = None
+    job_uid: str | None = None
+    pod_uid: str | None = None
+    node_name: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -4,7 +4,7 @@
 (``nodes > 1``) and a :class:`~benchrun.launch.podspec.Placement` to a
 ``jobset.x-k8s.io/v1alpha2`` JobSet (a dict); nothing here talks to a cluster. The
 Kubernetes launcher calls it for every invocation with ``nodes > 1`` and
-:func:`benchrun.launch.podspec.pod_manifest` for the others.
+:func:`benchrun.launch.podspec.job_manifest` (one Job) for the others.
 
 The shape (checked against JobSet's own CRD schema and examples, kubernetes-sigs/jobset):
 
@@ -49,6 +49,7 @@ from benchrun.launch.podspec import (
     LABEL_PREFIX,
     Placement,
     check_label_key,
+    job_manifest,
     pod_manifest,
 )
 from benchrun.plan import Invocation, resolve_gang
@@ -208,8 +209,8 @@ def launch_manifest(
     options: GangOptions = GangOptions(),
 ) -> dict[str, Any]:
     """What the Kubernetes launcher (and ``benchrun render``) creates for one invocation:
-    a JobSet for a multi-node suite, else the single Pod of :func:`pod_manifest`."""
+    a JobSet for a multi-node suite, else the single Job of :func:`job_manifest`."""
     if inv.is_gang:
         return jobset_manifest(inv, namespace=namespace, placement=placement, run_labels=run_labels,
                                extra_env=extra_env, options=options)
-    return pod_manifest(inv, namespace=namespace, run_labels=run_labels, placement=placement, extra_env=extra_env)
+    return job_manifest(inv, namespace=namespace, run_labels=run_labels, placement=placement, extra_env=extra_env)

@@ -1,35 +1,43 @@
-"""The Kubernetes launcher: each invocation is one pod, admitted by Kueue, watched to its end.
+"""The Kubernetes launcher: each replicate is one ``batch/v1`` Job, admitted by Kueue, watched to its end.
 
-One pod per replicate (``podspec.pod_manifest``), created with the official client's
-``create_namespaced_pod``, polled with ``read_namespaced_pod`` until its phase is
-``Succeeded`` or ``Failed``; its log (stdout and stderr as the kubelet keeps them) is
-copied to ``raw/<run_id>_<suite>_r<k>.log`` with ``read_namespaced_pod_log``; then the pod
-is deleted with ``delete_namespaced_pod`` (``delete_finished=False`` keeps it for a person
-to look at). Nothing goes through a shell.
+One Job per replicate (``podspec.job_manifest``), named from the run id, suite and
+replicate, created suspended with the Kueue labels. The manifest goes through dagster-k8s's
+``k8s_model_from_dict`` (a misspelt field fails before anything is created) and is created
+with ``DagsterKubernetesClient.create_namespaced_job_with_retries``; a Job of that name that
+already exists (a retried step, a restarted orchestrator) is adopted, not duplicated. The
+launcher then polls the Job, its pod and its Kueue Workload until the Job ends, keeping
+benchrun's own failure reasons: preempted (the Workload's ``Evicted`` condition), image pull
+failures, never scheduled (with the scheduler's or Kueue's message), OOMKilled, Evicted,
+timeouts. While the pod runs, ``log_follower`` (the Dagster resource passes dagster-k8s's
+``PipesK8sPodLogsMessageReader``) streams its log into the Dagster run: Pipes messages and
+log lines arrive as they happen. The pod's full log is copied to
+``raw/<run_id>_<suite>_r<k>.log`` at the end; then the Job is deleted with its pods
+(``delete_finished=False`` keeps it for a person; ``ttlSecondsAfterFinished`` removes it
+later anyway).
 
-**Result contract.** A pod's files die with it, so the suite's result document travels in
-its log: the pod gets ``BENCHRUN_RESULT_STDOUT=1`` and the suite prints, as its last
-result line on stdout, ``{"__benchrun_result__": <the result document>}`` (one line of
-JSON). The launcher takes the last such line, checks it like a local result file
-(``read_result``: schema, status, numeric metrics; and that it names this run, suite and
-replicate) and writes it atomically to ``structured/<run_id>_<suite>_r<k>.json``. We chose
-this over a Pipes message because it works with or without a Dagster Pipes session and
-because a Pipes ``report_custom_message`` payload has no size bound we control.
+**Files.** The run directory is a shared volume (``Placement.run_volume_claim``): the pod
+mounts its run's directory from the PVC that holds ``BENCHRUN_HOME``, at the same path the
+orchestrator uses, so what the suite writes is in the run directory when the pod ends. The
+result document also travels in the log (``BENCHRUN_RESULT_STDOUT=1``: the suite prints
+``{"__benchrun_result__": <doc>}`` as one line), which the launcher checks like a local
+result file (schema, status, numeric metrics, and that it names this run, suite and
+replicate) and writes atomically to ``structured/``. Every file the result document declares
+(its ``samples``) must then be in the run directory: a replicate whose declared outputs did
+not arrive is failed, naming them.
 
-**Pipes in pods.** ``DAGSTER_PIPES_CONTEXT`` (the context itself, base64) passes through
-unchanged; ``DAGSTER_PIPES_MESSAGES``, which names a file on the orchestrator, is replaced
-by ``{"stdio": "stderr"}`` so the suite's Pipes messages land in the pod log, where the
-launcher picks up the custom messages into ``LaunchResult.messages``.
+**Timing.** ``wall_s`` is the orchestrator's view (create → Job finished, including
+queueing). The scheduler's timeline (Job created, Kueue quota reserved / admitted / pods
+ready, pod scheduled, container started and finished) is in a message of kind ``pod`` and in
+``raw/<run_id>_<suite>_r<k>_pod.json``, with ``queue_wait_s`` (created → admitted),
+``scheduled_s``, ``started_s`` and ``run_s``. Kubernetes stamps these to the second, against
+the API server's clock. ``timeout_s`` counts from the container's start (the kubelet
+enforces it as the pod's ``activeDeadlineSeconds``); waiting to be admitted and scheduled is
+bounded separately by ``pending_timeout_s``.
 
-**Timing.** ``wall_s`` is the orchestrator's view (create → pod finished, including
-queueing). The pod's own timeline, the launch timeline the job_startup suite measures
-locally, is in a message of kind ``pod`` and in ``raw/<run_id>_<suite>_r<k>_pod.json``:
-``scheduled_s`` (creation → PodScheduled=True; with Kueue this includes admission),
-``started_s`` (creation → container started; includes image pull) and ``run_s``
-(container start → finish). Kubernetes stamps these to the second, and against the API
-server's clock, not ours. ``timeout_s`` counts from the container's start (the kubelet
-enforces it as ``activeDeadlineSeconds`` from the pod's start too); waiting to be admitted
-and scheduled is bounded separately by ``pending_timeout_s``.
+**Nothing leaks.** Every Job carries ``benchrun.dev/run-id``; ``ttlSecondsAfterFinished``
+and an ``activeDeadlineSeconds`` of timeout + pending timeout bound a Job whose orchestrator
+died; ``delete_run_jobs`` deletes a run's Jobs (cancellation) and ``sweep`` deletes the Jobs
+of runs that are no longer running.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ import logging
 import signal as _signal
 import time
 from pathlib import Path
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Callable, Iterable, Mapping
 
 from dagster_pipes import DAGSTER_PIPES_MESSAGES_ENV_VAR, PIPES_PROTOCOL_VERSION_FIELD, encode_env_var
@@ -47,7 +56,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from benchrun.launch.base import LaunchResult, prepare_outputs
-from benchrun.launch.podspec import CONTAINER_NAME, Placement, pod_manifest
+from benchrun.launch.podspec import CONTAINER_NAME, LABEL_PREFIX, Placement, job_manifest
 from benchrun.plan import Invocation
 from benchrun.suites.result import atomic_path, atomic_write_json, raw_path, read_result
 
@@ -175,37 +184,154 @@ def _signal_note(code: int, signal: int | None) -> str:
         return f" (signal {num})"
 
 
+KUEUE_GROUP, KUEUE_VERSION, WORKLOADS = "kueue.x-k8s.io", "v1beta2", "workloads"
+KUEUE_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+RUN_ID_LABEL = LABEL_PREFIX + "run-id"
+
+LogFollower = Callable[[str], AbstractContextManager[Any]]
+
+
+def _cond_time(obj: Any, type_: str) -> float | None:
+    """Epoch of a True condition's lastTransitionTime, on a dict (custom object) or a model."""
+    if obj is None:
+        return None
+    if isinstance(obj, dict):
+        conds = (obj.get("status") or {}).get("conditions") or []
+        for c in conds:
+            if c.get("type") == type_ and c.get("status") == "True":
+                return _epoch(c.get("lastTransitionTime"))
+        return None
+    for c in (getattr(obj.status, "conditions", None) or []):
+        if c.type == type_ and c.status == "True":
+            return _epoch(c.last_transition_time)
+    return None
+
+
+def _workload_eviction(wl: dict[str, Any] | None) -> str | None:
+    """The Evicted condition's reason and message when Kueue evicted (preempted) the workload.
+
+    Any Evicted condition counts, also one already back to False: Kueue may requeue and
+    readmit a preempted workload between two polls, and the replicate was still cut short."""
+    for c in ((wl or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Evicted" and c.get("status") in ("True", "False"):
+            return f"{c.get('reason') or 'Evicted'}: {c.get('message') or 'no message'}"
+    return None
+
+
+def _workload_pending_note(wl: dict[str, Any] | None) -> str | None:
+    for c in ((wl or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == "QuotaReserved" and c.get("status") != "True":
+            return f"Kueue: {c.get('reason') or 'Pending'}: {c.get('message') or ''}".rstrip(": ")
+    return None
+
+
+def job_timeline(job: Any, workload: dict[str, Any] | None, pod: Any) -> dict[str, Any]:
+    """The scheduler timeline of one replicate: Job, Kueue Workload and pod times, and spans."""
+    timeline = pod_timeline(pod) if pod is not None else {"kind": "pod"}
+    created = _epoch(job.metadata.creation_timestamp) if job is not None else None
+    reserved = _cond_time(workload, "QuotaReserved")
+    admitted = _cond_time(workload, "Admitted")
+    pods_ready = _cond_time(workload, "PodsReady")
+    finished = _cond_time(job, "Complete") or _cond_time(job, "Failed")
+
+    def span(a: float | None, b: float | None) -> float | None:
+        return round(b - a, 3) if a is not None and b is not None else None
+
+    timeline.update(
+        job_name=job.metadata.name if job is not None else None,
+        job_uid=job.metadata.uid if job is not None else None,
+        workload_name=(workload or {}).get("metadata", {}).get("name"),
+        cluster_queue=((workload or {}).get("status") or {}).get("admission", {}).get("clusterQueue"),
+        job_created_utc=_utc(created),
+        quota_reserved_utc=_utc(reserved),
+        admitted_utc=_utc(admitted),
+        pods_ready_utc=_utc(pods_ready),
+        job_finished_utc=_utc(finished),
+        queue_wait_s=span(created, admitted),
+        evicted=_workload_eviction(workload),
+    )
+    return timeline
+
+
+def snake_keys(klass: Any, data: Mapping[str, Any]) -> dict[str, Any]:
+    """A manifest (camelCase, as the API takes it) with model field names (snake_case), as
+    dagster-k8s's ``k8s_model_from_dict`` takes it. Keys the model does not know are kept as
+    written, so ``k8s_model_from_dict`` names them; free-form maps (labels, env) are left alone."""
+    import kubernetes.client.models as models
+
+    def convert(typ: str | None, value: Any) -> Any:
+        if typ is None or value is None:
+            return value
+        if typ.startswith("list[") and isinstance(value, list):
+            return [convert(typ[5:-1], v) for v in value]
+        model = getattr(models, typ, None)
+        if model is not None and isinstance(value, Mapping) and hasattr(model, "attribute_map"):
+            return snake_keys(model, value)
+        return value
+
+    by_json = {v: k for k, v in klass.attribute_map.items()}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        attr = by_json.get(key, key)
+        out[attr] = convert(klass.openapi_types.get(attr), value)
+    return out
+
+
 class KubernetesLauncher:
-    """Runs invocations as pods through a ``kubernetes.client.CoreV1Api`` (or an object
-    with the same four methods)."""
+    """Runs invocations as Kueue-admitted Jobs through dagster-k8s's ``DagsterKubernetesClient``."""
 
     def __init__(
         self,
-        api: Any,
+        batch_api: Any,
+        core_api: Any,
         namespace: str,
         placement: Placement,
         poll_s: float = 2.0,
         *,
+        custom_api: Any = None,
         run_labels: Mapping[str, str] | None = None,
-        pending_timeout_s: float = 1800.0,
         delete_finished: bool = True,
+        owner: Mapping[str, Any] | None = None,
+        log_follower: LogFollower | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self.api = api
+        from dagster_k8s.client import DagsterKubernetesClient
+
+        self.batch_api = batch_api
+        self.core_api = core_api
+        self.custom_api = custom_api
         self.namespace = namespace
         self.placement = placement
         self.poll_s = poll_s
         self.run_labels = dict(run_labels or {})
-        self.pending_timeout_s = pending_timeout_s
+        self.pending_timeout_s = placement.pending_timeout_s
         self.delete_finished = delete_finished
+        self.owner = dict(owner) if owner else None
+        self.log_follower = log_follower
         self._sleep = sleep
+        self.client = DagsterKubernetesClient(batch_api, core_api, log, sleep, time.time)
+
+    def manifest(self, inv: Invocation, extra_env: Mapping[str, str] | None = None) -> dict[str, Any]:
+        return job_manifest(inv, namespace=self.namespace, run_labels=self.run_labels, placement=self.placement,
+                            extra_env=self._pod_env(extra_env), owner=self.owner)
 
     def preflight(self, invocations: Iterable[Invocation]) -> None:
-        """Build every pod manifest without creating any: a spec error (no image, a label
-        value Kubernetes refuses, publication grade without its guarantees) raises
-        BenchrunError before the first pod of the run starts, not halfway through it."""
+        """Build (and model-check) every Job without creating any: a spec error raises
+        BenchrunError before the first Job of the run starts, not halfway through it."""
         for inv in invocations:
-            pod_manifest(inv, namespace=self.namespace, run_labels=self.run_labels, placement=self.placement)
+            self._model(self.manifest(inv))
+
+    @staticmethod
+    def _model(manifest: dict[str, Any]) -> Any:
+        from dagster_k8s.models import k8s_model_from_dict
+        from kubernetes.client import V1Job
+
+        from benchrun.errors import BenchrunError
+
+        try:
+            return k8s_model_from_dict(V1Job, snake_keys(V1Job, manifest))
+        except Exception as exc:  # dagster-k8s raises a plain Exception naming the bad keys
+            raise BenchrunError(f"Job {manifest['metadata']['name']}: not a valid batch/v1 Job: {exc}") from None
 
     # -- the protocol -------------------------------------------------------------------
     def launch(
@@ -214,98 +340,181 @@ class KubernetesLauncher:
         log_path, result_path = prepare_outputs(inv, run_dir)
         t_request = time.time()
         t0 = time.perf_counter()
-        manifest = pod_manifest(
-            inv, namespace=self.namespace, run_labels=self.run_labels,
-            placement=self.placement, extra_env=self._pod_env(extra_env),
-        )
+        manifest = self.manifest(inv, extra_env)
+        name = manifest["metadata"]["name"]
         try:
-            pod = self.api.create_namespaced_pod(namespace=self.namespace, body=manifest)
+            job = self._create_or_adopt(name, self._model(manifest))
         except ApiException as exc:
-            reason = f"cannot create pod: {_api_error(exc)}"
+            reason = f"cannot create Job {name}: {_api_error(exc)}"
             with atomic_path(log_path) as tmp:
                 tmp.write_text(f"benchrun: {reason}\n", encoding="utf-8")
             return self._result(inv, "failed", reason, None, time.perf_counter() - t0,
                                 t_request, t_request, log_path, None, [], [])
-        name = pod.metadata.name
-        log.info("%s r%d: pod %s/%s created", inv.suite, inv.replicate, self.namespace, name)
+        log.info("%s r%d: Job %s/%s created", inv.suite, inv.replicate, self.namespace, name)
 
+        workload: dict[str, Any] | None = None
+        pod = None
         try:
-            pod, verdict = self._wait(inv, name, pod, t0)
-            log_note = self._copy_log(name, log_path)
+            job, workload, pod, verdict = self._wait(inv, name, job, t0)
+            log_note = self._copy_log(pod.metadata.name if pod is not None else None, log_path)
         except BaseException:
-            # Cancelled (KeyboardInterrupt, a Dagster run terminated) or a bug: the pod
+            # Cancelled (KeyboardInterrupt, a Dagster run terminated) or a bug: the Job
             # must not outlive the launch that owns it.
             self._delete(name)
             raise
+        timeline = job_timeline(job, workload, pod)
         deleted = False
         if verdict is not None or self.delete_finished:
             deleted = self._delete(name)
-        timeline = pod_timeline(pod) if pod is not None else {"kind": "pod", "pod_name": name}
         atomic_write_json(raw_path(run_dir, inv.run_id, inv.suite, inv.replicate, "pod", "json"), timeline)
+        try:
+            from benchrun.launch.podenv import record_pod_environment
+
+            record_pod_environment(run_dir, inv, timeline)
+        except Exception as exc:  # the replicate's verdict does not depend on it
+            log.warning("%s r%d: could not record the pod's environment: %s", inv.suite, inv.replicate, exc)
 
         doc, doc_error, messages = self._scan_log(inv, log_path, result_path)
         status, reason, code = self._verdict(inv, pod, verdict, deleted, doc, doc_error, log_note)
+        if status != "failed" and doc is not None:
+            missing = missing_outputs(run_dir, doc)
+            if missing:
+                status, reason = "failed", (
+                    "declared outputs did not arrive in the run directory: " + ", ".join(missing)
+                    + " (is the run volume shared with the pods? see launcher.run_volume_claim)")
         if status == "failed":
             log.warning("%s r%d failed: %s (log: %s)", inv.suite, inv.replicate, reason, log_path)
         t_spawned = _epoch(timeline.get("container_started_utc")) or t_request
-        return self._result(
+        res = self._result(
             inv, status, reason, code, time.perf_counter() - t0, t_request, t_spawned, log_path,
             result_path if doc is not None else None,
             doc.get("metrics", []) if doc and status == "ok" else [],
             [timeline, *messages],
         )
+        from dataclasses import replace
+
+        return replace(res, scheduler_run_id=timeline.get("workload_name"), job_uid=timeline.get("job_uid"),
+                       pod_uid=timeline.get("pod_uid"), node_name=timeline.get("node_name"))
 
     # -- steps --------------------------------------------------------------------------
     @staticmethod
     def _pod_env(extra_env: Mapping[str, str] | None) -> dict[str, str]:
         env = dict(extra_env or {})
         if DAGSTER_PIPES_MESSAGES_ENV_VAR in env:
-            # The orchestrator's temp file does not exist in the pod; the log does.
-            env[DAGSTER_PIPES_MESSAGES_ENV_VAR] = encode_env_var({"stdio": "stderr"})
+            # Whatever reader the session chose for a local process, in a pod the messages
+            # go to the log (PipesK8sPodLogsMessageReader reads them there) unless the
+            # session already names a pod-reachable channel (an S3 bucket).
+            from dagster_pipes import decode_env_var
+
+            try:
+                params = decode_env_var(env[DAGSTER_PIPES_MESSAGES_ENV_VAR])
+            except Exception:
+                params = {}
+            if not isinstance(params, dict) or "path" in params:
+                env[DAGSTER_PIPES_MESSAGES_ENV_VAR] = encode_env_var({"stdio": "stderr"})
         return env
 
-    def _wait(self, inv: Invocation, name: str, pod: Any, t0: float) -> tuple[Any, str | None]:
-        """Poll until the pod ends; a verdict string when the launcher ended it instead."""
+    def _create_or_adopt(self, name: str, body: Any) -> Any:
+        from dagster_k8s.client import DagsterK8sUnrecoverableAPIError
+
+        try:
+            self.client.create_namespaced_job_with_retries(body, self.namespace, wait_time_between_attempts=self.poll_s)
+        except DagsterK8sUnrecoverableAPIError as exc:
+            api_exc = getattr(exc, "k8s_api_exception", None)
+            if not (isinstance(api_exc, ApiException) and api_exc.status == 409):
+                raise api_exc if isinstance(api_exc, ApiException) else exc
+            log.info("Job %s/%s already exists (a retried launch): adopting it", self.namespace, name)
+        return self.batch_api.read_namespaced_job(name=name, namespace=self.namespace)
+
+    def _workload(self, job: Any) -> dict[str, Any] | None:
+        if self.custom_api is None or job is None:
+            return None
+        try:
+            items = self.custom_api.list_namespaced_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, self.namespace, WORKLOADS,
+                label_selector=f"{KUEUE_JOB_UID_LABEL}={job.metadata.uid}",
+            ).get("items") or []
+        except (ApiException, HTTPError, OSError):
+            return None  # Kueue not installed or not readable: the timeline has no Kueue times
+        return items[0] if items else None
+
+    def _pod(self, name: str) -> Any:
+        pods = self.client.get_pods_in_job(name, self.namespace)
+        if not pods:
+            return None
+        # the newest pod (a Job recreated after preemption makes a new one)
+        return max(pods, key=lambda p: _epoch(p.metadata.creation_timestamp) or 0.0)
+
+    def _wait(self, inv: Invocation, name: str, job: Any, t0: float) -> tuple[Any, Any, Any, str | None]:
+        """Poll Job, pod and Workload until the Job ends; a verdict string when the launcher
+        ended it instead (preempted, unpullable, never scheduled, timed out, lost)."""
         started: float | None = None
         errors = 0
-        while True:
-            try:
-                pod = self.api.read_namespaced_pod(name=name, namespace=self.namespace)
-                errors = 0
-            except (ApiException, HTTPError, OSError) as exc:
-                if isinstance(exc, ApiException) and exc.status == 404:
-                    return None, "pod disappeared before it finished (deleted by someone else?)"
-                errors += 1
-                what = _api_error(exc) if isinstance(exc, ApiException) else f"{type(exc).__name__}: {exc}"
-                if errors >= MAX_READ_ERRORS:
-                    return pod, f"lost the pod: {MAX_READ_ERRORS} reads in a row failed, last {what}; pod deleted"
-                log.warning("reading pod %s failed (%s); retrying", name, what)
-                self._sleep(self.poll_s)
-                continue
-            phase = pod.status.phase if pod.status is not None else None
-            if phase in ("Succeeded", "Failed"):
-                return pod, None
-            reason, message = _waiting(pod)
-            if reason in FATAL_WAITING:
-                return pod, f"{FATAL_WAITING[reason]}: {reason}" + (f": {message}" if message else "")
-            now = time.perf_counter()
-            if phase == "Running" and started is None:
-                started = now
-            if started is None and now - t0 > self.pending_timeout_s:
-                return pod, (f"not started within {self.pending_timeout_s:g}s "
-                             f"({_scheduling_note(pod)}); pod deleted")
-            if started is not None and now - started > inv.timeout_s:
-                return pod, f"timed out after {inv.timeout_s:g}s; pod deleted"
-            self._sleep(self.poll_s)
-
-    def _copy_log(self, name: str, log_path: Path) -> str | None:
-        """Stream the container log into ``log_path``; a note when there is none."""
+        pod = None
+        workload = None
+        follow: AbstractContextManager[Any] | None = None
         try:
-            resp = self.api.read_namespaced_pod_log(
-                name=name, namespace=self.namespace, container=CONTAINER_NAME, _preload_content=False
+            while True:
+                try:
+                    job = self.batch_api.read_namespaced_job_status(name=name, namespace=self.namespace)
+                    pod = self._pod(name) or pod
+                    workload = self._workload(job) or workload
+                    errors = 0
+                except (ApiException, HTTPError, OSError) as exc:
+                    if isinstance(exc, ApiException) and exc.status == 404:
+                        return job, workload, pod, "the Job disappeared before it finished (deleted by someone else?)"
+                    errors += 1
+                    what = _api_error(exc) if isinstance(exc, ApiException) else f"{type(exc).__name__}: {exc}"
+                    if errors >= MAX_READ_ERRORS:
+                        return job, workload, pod, f"lost the Job: {MAX_READ_ERRORS} reads in a row failed, last {what}; Job deleted"
+                    log.warning("reading Job %s failed (%s); retrying", name, what)
+                    self._sleep(self.poll_s)
+                    continue
+                evicted = _workload_eviction(workload)
+                if evicted:
+                    return job, workload, pod, f"preempted by Kueue ({evicted}); Job deleted"
+                phase = pod.status.phase if pod is not None and pod.status is not None else None
+                if phase == "Running" and follow is None and self.log_follower is not None:
+                    follow = self.log_follower(pod.metadata.name)
+                    follow.__enter__()
+                if phase in ("Succeeded", "Failed") or _cond_time(job, "Complete"):
+                    return job, workload, pod, None
+                if _cond_time(job, "Failed"):
+                    why = next((f"{c.reason}: {c.message}" for c in job.status.conditions
+                                if c.type == "Failed" and c.status == "True"), "Failed")
+                    return job, workload, pod, f"the Job failed before its pod finished ({why}); Job deleted"
+                if pod is not None:
+                    reason, message = _waiting(pod)
+                    if reason in FATAL_WAITING:
+                        return job, workload, pod, f"{FATAL_WAITING[reason]}: {reason}" + (f": {message}" if message else "")
+                now = time.perf_counter()
+                if phase == "Running" and started is None:
+                    started = now
+                if started is None and now - t0 > self.pending_timeout_s:
+                    note = (_scheduling_note(pod) if pod is not None else None) or _workload_pending_note(workload) \
+                        or ("suspended, no Kueue Workload (is Kueue installed and the queue label right?)"
+                            if job.spec.suspend else "no pod created")
+                    return job, workload, pod, f"not started within {self.pending_timeout_s:g}s ({note}); Job deleted"
+                if started is not None and now - started > inv.timeout_s:
+                    return job, workload, pod, f"timed out after {inv.timeout_s:g}s; Job deleted"
+                self._sleep(self.poll_s)
+        finally:
+            if follow is not None:
+                follow.__exit__(None, None, None)
+
+    def _copy_log(self, pod_name: str | None, log_path: Path) -> str | None:
+        """Copy the container log into ``log_path``; a note when there is none."""
+        if pod_name is None:
+            note = "no pod was created"
+            with atomic_path(log_path) as tmp:
+                tmp.write_text(f"benchrun: {note}\n", encoding="utf-8")
+            return note
+        try:
+            resp = self.core_api.read_namespaced_pod_log(
+                name=pod_name, namespace=self.namespace, container=CONTAINER_NAME, _preload_content=False
             )
-        except ApiException as exc:
-            note = f"no container log ({_api_error(exc)})"
+        except (ApiException, HTTPError, OSError) as exc:
+            note = f"no container log ({_api_error(exc) if isinstance(exc, ApiException) else exc})"
             with atomic_path(log_path) as tmp:
                 tmp.write_text(f"benchrun: {note}\n", encoding="utf-8")
             return note
@@ -321,7 +530,7 @@ class KubernetesLauncher:
 
     def _delete(self, name: str) -> bool:
         try:
-            self.api.delete_namespaced_pod(
+            self.batch_api.delete_namespaced_job(
                 name=name, namespace=self.namespace, grace_period_seconds=DELETE_GRACE_S,
                 propagation_policy="Background",
             )
@@ -329,7 +538,10 @@ class KubernetesLauncher:
         except ApiException as exc:
             if exc.status == 404:
                 return True
-            log.warning("could not delete pod %s: %s", name, _api_error(exc))
+            log.warning("could not delete Job %s: %s", name, _api_error(exc))
+            return False
+        except (HTTPError, OSError) as exc:
+            log.warning("could not delete Job %s: %s", name, exc)
             return False
 
     def _scan_log(
@@ -377,14 +589,16 @@ class KubernetesLauncher:
     ) -> tuple[str, str | None, int | None]:
         term = _terminated(pod) if pod is not None else None
         code = getattr(term, "exit_code", None)
+        if verdict is None and pod is None:
+            return "failed", "the Job ended without running a pod", None
         if verdict is not None:
-            if not deleted and verdict.endswith("; pod deleted"):
-                verdict = verdict[: -len("; pod deleted")] + "; pod NOT deleted"
+            if not deleted and verdict.endswith("; Job deleted"):
+                verdict = verdict[: -len("; Job deleted")] + "; Job NOT deleted"
             return "failed", verdict, code
         pod_reason = pod.status.reason
         pod_message = pod.status.message
         if pod_reason == "DeadlineExceeded":
-            return "failed", f"timed out after {inv.timeout_s:g}s (activeDeadlineSeconds); pod deleted", code
+            return "failed", f"timed out after {inv.timeout_s:g}s (activeDeadlineSeconds); Job deleted", code
         if pod_reason == "Evicted":
             return "failed", f"evicted: {pod_message or 'no message'}", code
         if term is None:
@@ -425,3 +639,43 @@ def _api_error(exc: ApiException) -> str:
     except (ValueError, AttributeError):
         pass
     return f"{exc.status} {exc.reason}" + (f": {message}" if message else "")
+
+
+def missing_outputs(run_dir: Path, doc: Mapping[str, Any]) -> list[str]:
+    """Files the result document declares (``samples``) that are not in the run directory."""
+    missing = []
+    samples = doc.get("samples") or {}
+    for value in samples.values() if isinstance(samples, dict) else []:
+        if isinstance(value, str) and value and not (Path(run_dir) / value).is_file():
+            missing.append(value)
+    return sorted(missing)
+
+
+def delete_run_jobs(batch_api: Any, namespace: str, run_id: str) -> int:
+    """Delete every Job of one run (with its pods), by the run-id label; how many there were."""
+    jobs = batch_api.list_namespaced_job(namespace, label_selector=f"{RUN_ID_LABEL}={run_id}").items
+    for job in jobs:
+        try:
+            batch_api.delete_namespaced_job(job.metadata.name, namespace, propagation_policy="Background")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+    return len(jobs)
+
+
+def sweep(batch_api: Any, namespace: str, is_running: Callable[[str], bool]) -> list[str]:
+    """Delete the Jobs of runs that are no longer running (an orchestrator that died leaves
+    them behind); the names deleted. ``is_running(run_id)`` decides."""
+    deleted = []
+    jobs = batch_api.list_namespaced_job(namespace, label_selector="app.kubernetes.io/managed-by=benchrun").items
+    for job in jobs:
+        run_id = (job.metadata.labels or {}).get(RUN_ID_LABEL)
+        if not run_id or is_running(run_id):
+            continue
+        try:
+            batch_api.delete_namespaced_job(job.metadata.name, namespace, propagation_policy="Background")
+            deleted.append(job.metadata.name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+    return deleted

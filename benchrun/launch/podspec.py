@@ -1,18 +1,21 @@
-"""Pod manifests for suite invocations: labels, Kueue admission, GPU and topology placement.
+"""Job manifests for suite invocations: labels, Kueue admission, resources, GPU and topology placement.
 
-``pod_manifest`` is a pure function from an :class:`~benchrun.plan.Invocation` and a
-:class:`Placement` to a V1Pod-shaped dict (camelCase, as the API server and
-``kubernetes.client`` accept it); nothing here talks to a cluster.
+``job_manifest`` is a pure function from an :class:`~benchrun.plan.Invocation` and a
+:class:`Placement` to a ``batch/v1`` Job-shaped dict (camelCase, as the API server and
+``kubernetes.client`` accept it); nothing here talks to a cluster. One Job per replicate,
+named from the run id, suite and replicate (``job_name``), so a retried step finds the Job
+it created instead of creating a second one. The Job is created suspended and carries the
+Kueue labels; Kueue unsuspends it when its quota is reserved (Kueue's ``batch/job``
+integration, on by default, unlike the plain-Pod one).
 
 What each placement knob turns into, and what was verified against the projects' own sources
 (2026-11-30, through stored copies of their repositories and documentation):
 
-* Kueue (kubernetes-sigs/kueue, plain-Pod integration): the label
-  ``kueue.x-k8s.io/queue-name`` names the LocalQueue in the pod's namespace, and
-  ``kueue.x-k8s.io/priority-class`` names a WorkloadPriorityClass (``WorkloadPriorityClassLabel``
-  in Kueue's constants). Kueue gates the pod until its workload is admitted; that wait shows
-  up in the pod's ``PodScheduled`` condition and so in the launcher's pending time. The
-  cluster must have the ``pod`` integration enabled in Kueue's configuration.
+* Kueue v1beta2 (kubernetes-sigs/kueue, ``batch/job`` integration): the label
+  ``kueue.x-k8s.io/queue-name`` on the Job names the LocalQueue in its namespace, and
+  ``kueue.x-k8s.io/priority-class`` names a WorkloadPriorityClass. The Job is created with
+  ``spec.suspend: true``; Kueue creates a Workload for it and unsuspends it on admission.
+  Preemption suspends it again (the Workload's ``Evicted`` condition says why).
 * Slinky slurm-bridge (SlinkyProject/slurm-bridge, docs/workload.md and
   internal/wellknown/annotations.go): a pod opts in with ``spec.schedulerName:
   slurm-bridge-scheduler`` (or by living in a namespace its admission controller manages);
@@ -71,19 +74,25 @@ _TOLERATION_KEYS = {"key", "operator", "value", "effect", "tolerationSeconds"}
 
 @dataclass(frozen=True)
 class Placement:
-    """Where and how a suite pod may run (one per launcher; the same for every replicate).
+    """Where and how a suite's Job may run (one per launcher; the same for every replicate).
 
-    ``queue_name`` is the Kueue LocalQueue (required: every benchmark pod is admitted by
-    Kueue); ``gpus`` becomes ``nvidia.com/gpu`` limits; ``cpu``/``memory`` are Kubernetes
-    quantities set as requests and limits. ``publication_grade`` turns on the guarantees
-    listed in the module docstring.
+    ``queue_name`` is the Kueue LocalQueue (required: every benchmark Job is admitted by
+    Kueue). ``gpus``/``cpu``/``memory``/``shm_size`` are the defaults for suites that do not
+    set their own (spec ``gpus``, ``cpu``, ``memory``, ``shmSize``); cpu and memory are set as
+    requests = limits. ``run_volume_claim`` names the ReadWriteMany PersistentVolumeClaim
+    that holds ``BENCHRUN_HOME`` (mounted at ``run_home`` on the orchestrator): each pod
+    mounts its run's directory from it at the same path, so every file a suite writes is in
+    the run directory when the pod ends. ``publication_grade`` turns on the guarantees listed
+    in the module docstring.
     """
 
     queue_name: str
+    image: str | None = None  # for suites that name none
     priority_class: str | None = None
     gpus: int = 0
     cpu: str | None = None
     memory: str | None = None
+    shm_size: str = "1Gi"
     node_selector: Mapping[str, str] = field(default_factory=dict)
     tolerations: tuple[Mapping[str, Any], ...] = ()
     publication_grade: bool = False
@@ -97,8 +106,13 @@ class Placement:
     slurm_qos: str | None = None
     slinky_annotation_prefix: str = SLINKY_JOB_PREFIX
     service_account: str | None = None
+    image_pull_secrets: tuple[str, ...] = ()
     image_pull_policy: str = "IfNotPresent"
     gpu_resource: str = "nvidia.com/gpu"
+    run_volume_claim: str | None = None
+    run_home: str | None = None
+    ttl_seconds_after_finished: int = 3600
+    pending_timeout_s: float = 1800.0
 
 
 def check_label_value(value: str, field_name: str) -> str:
@@ -129,18 +143,19 @@ def check_label_key(key: str, field_name: str) -> str:
     return key
 
 
-def pod_name_prefix(inv: Invocation) -> str:
-    """A DNS-1123 ``generateName`` prefix naming the run, suite and replicate.
+def job_name(inv: Invocation) -> str:
+    """The fixed Job name of one replicate: ``<run_id>-<suite>-r<k>``, a DNS-1123 label.
 
-    At most 58 characters, so the server's 5 random characters keep the name within a
-    63-character hostname; a long run id is shortened and keeps a digest of itself."""
+    At most 52 characters, so the pods' ``<job>-<5 random>`` names stay within 63; a long run
+    id is shortened and keeps a digest of itself. The same invocation always gets the same
+    name: a retried launch adopts the Job instead of duplicating it."""
     suite = re.sub(r"[^a-z0-9-]+", "-", inv.suite.lower())[:24].strip("-") or "suite"
-    tail = f"-{suite}-r{inv.replicate}-"
-    head = inv.run_id
-    if len(head) + len(tail) > 58:
+    tail = f"-{suite}-r{inv.replicate}"
+    head = re.sub(r"[^a-z0-9-]+", "-", inv.run_id.lower()).strip("-")
+    if len(head) + len(tail) > 52 or head != inv.run_id:
         digest = hashlib.sha256(inv.run_id.encode()).hexdigest()[:6]
-        head = head[: 58 - len(tail) - 7].rstrip("-") + "-" + digest
-    return head + tail
+        head = head[: 52 - len(tail) - 7].rstrip("-") + "-" + digest
+    return (head + tail).strip("-")
 
 
 def container_argv(argv: tuple[str, ...] | list[str]) -> list[str]:
@@ -249,39 +264,73 @@ def _check_publication(inv: Invocation, placement: Placement, image: str) -> Non
         )
 
 
-def pod_manifest(
+# Downward API: the pod tells the suite where it runs (recorded with its environment).
+DOWNWARD_ENV = (
+    ("BENCHRUN_NODE_NAME", "spec.nodeName"),
+    ("BENCHRUN_POD_NAME", "metadata.name"),
+    ("BENCHRUN_POD_NAMESPACE", "metadata.namespace"),
+    ("BENCHRUN_POD_UID", "metadata.uid"),
+)
+# The suite captures the environment of the node it runs on (benchrun.suites._runtime).
+CAPTURE_ENV = "BENCHRUN_CAPTURE_ENVIRONMENT"
+
+
+def _resources(inv: Invocation, placement: Placement) -> tuple[int, dict[str, dict[str, str]]]:
+    gpus = inv.gpus if inv.gpus is not None else placement.gpus
+    if not isinstance(gpus, int) or gpus < 0:
+        raise BenchrunError(f"{_where(inv)}.gpus: {gpus!r} must be a whole number >= 0")
+    quantities = {"cpu": inv.cpu or placement.cpu, "memory": inv.memory or placement.memory}
+    if gpus:
+        quantities[placement.gpu_resource] = str(gpus)
+    resources: dict[str, dict[str, str]] = {}
+    for name, qty in quantities.items():
+        if qty:
+            # requests = limits: the scheduler reserves what the suite may use; with cpu and
+            # memory both set the pod is Guaranteed QoS (publication grade requires it).
+            resources.setdefault("limits", {})[name] = str(qty)
+            resources.setdefault("requests", {})[name] = str(qty)
+    if placement.publication_grade and not (quantities["cpu"] and quantities["memory"]):
+        raise BenchrunError(
+            f"{_where(inv)}: publication grade needs Guaranteed QoS; set cpu and memory on the suite "
+            "(spec.layers[..].suites[..].cpu/.memory) or on the launcher resource"
+        )
+    return gpus, resources
+
+
+def job_manifest(
     inv: Invocation,
     *,
     namespace: str,
     run_labels: Mapping[str, str] | None = None,
     placement: Placement,
     extra_env: Mapping[str, str] | None = None,
+    owner: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The V1Pod (as a dict) that runs ``inv`` once under ``placement`` in ``namespace``.
+    """The ``batch/v1`` Job (as a dict) that runs ``inv`` once under ``placement``.
 
-    ``run_labels`` are further labels for every pod of the run (validated like ours, which
-    win on a clash); ``extra_env`` is added to the invocation's environment (Pipes
-    bootstrap variables). The pod runs argv directly (``command`` + ``args``, no shell),
-    never restarts, and is killed by the kubelet ``timeout_s`` after it starts. The run
-    directory path of the invocation is an emptyDir inside the pod, so argv and environment
-    that name it work unchanged; files the suite leaves there die with the pod.
+    ``run_labels`` are further labels for every Job and pod of the run (validated like ours,
+    which win on a clash); ``extra_env`` is added to the invocation's environment (Pipes
+    bootstrap variables); ``owner`` is an ownerReference (the Dagster run worker's pod) so the
+    Jobs go when it goes. The container runs argv directly (``command`` + ``args``, no
+    shell) in the image's own working directory, never restarts, and is killed by the
+    kubelet ``timeout_s`` after it starts; the Job itself has a deadline of timeout plus the
+    pending timeout and ``ttlSecondsAfterFinished``, so nothing outlives a dead orchestrator
+    for long.
     """
     where = _where(inv)
-    image = (inv.image or "").strip()
+    image = (inv.image or placement.image or "").strip()
     if not image:
         raise BenchrunError(
             f"{where}.image: a Kubernetes launch needs a container image for suite "
             f"{inv.suite!r}; set spec.layers[..].suites[..].image (pinned by digest for "
-            "publication grade)"
+            "publication grade) or the launcher's image"
         )
     if not _DNS_SUBDOMAIN.match(namespace or "") or len(namespace) > 63:
         raise BenchrunError(f"namespace {namespace!r} is not a valid Kubernetes namespace name")
     if not placement.queue_name:
-        raise BenchrunError("placement.queue_name: name the Kueue LocalQueue the pods are submitted to")
+        raise BenchrunError("placement.queue_name: name the Kueue LocalQueue the Jobs are submitted to")
     if placement.publication_grade:
         _check_publication(inv, placement, image)
-    if not isinstance(placement.gpus, int) or placement.gpus < 0:
-        raise BenchrunError(f"placement.gpus: {placement.gpus!r} must be a whole number >= 0")
 
     labels: dict[str, str] = {}
     for key, value in (run_labels or {}).items():
@@ -293,67 +342,121 @@ def pod_manifest(
         LABEL_PREFIX + "suite": check_label_value(inv.suite, f"{where}.name"),
         LABEL_PREFIX + "replicate": check_label_value(str(inv.replicate), "replicate"),
         LABEL_PREFIX + "benchmark-case-id": check_label_value(inv.benchmark_case_id, "benchmark_case_id"),
-        KUEUE_QUEUE_LABEL: check_label_value(placement.queue_name, "placement.queue_name"),
     })
+    job_labels = dict(labels)
+    job_labels[KUEUE_QUEUE_LABEL] = check_label_value(placement.queue_name, "placement.queue_name")
     if placement.priority_class:
-        labels[KUEUE_PRIORITY_LABEL] = check_label_value(placement.priority_class, "placement.priority_class")
+        job_labels[KUEUE_PRIORITY_LABEL] = check_label_value(placement.priority_class, "placement.priority_class")
 
     for key, value in placement.node_selector.items():
         check_label_key(key, "placement.node_selector key")
         check_label_value(value, f"placement.node_selector[{key}]")
 
-    resources: dict[str, dict[str, str]] = {}
-    quantities = {"cpu": placement.cpu, "memory": placement.memory}
-    if placement.gpus:
-        quantities[placement.gpu_resource] = str(placement.gpus)
-    for name, qty in quantities.items():
-        if qty:
-            resources.setdefault("limits", {})[name] = str(qty)
-            resources.setdefault("requests", {})[name] = str(qty)
-
+    gpus, resources = _resources(inv, placement)
     argv = container_argv(inv.argv)
     run_dir = inv.env.get("BENCHRUN_RUN_DIR") or DEFAULT_RUN_DIR
     if not os.path.isabs(run_dir):
         raise BenchrunError(f"invocation env BENCHRUN_RUN_DIR: {run_dir!r} must be an absolute path")
+    env = container_env(inv, run_dir, {**(extra_env or {}), CAPTURE_ENV: "1"})
+    if not gpus:
+        # On a GPU node the NVIDIA runtime would otherwise expose every GPU to a pod that
+        # asked for none (its default is "all" when the variable is unset).
+        env.append({"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"})
+    env.extend({"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}} for name, path in DOWNWARD_ENV)
+
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    if placement.run_volume_claim:
+        home = placement.run_home or ""
+        rel = os.path.relpath(run_dir, home) if home else ""
+        if not home or rel.startswith("..") or os.path.isabs(rel):
+            raise BenchrunError(
+                f"launcher.run_home: the run directory {run_dir} is not under {home or '(unset)'}; set it to "
+                "the path where the run volume (BENCHRUN_HOME) is mounted on the orchestrator"
+            )
+        volumes.append({"name": RUN_VOLUME, "persistentVolumeClaim": {"claimName": placement.run_volume_claim}})
+        mounts.append({"name": RUN_VOLUME, "mountPath": run_dir, "subPath": rel})
+    else:
+        volumes.append({"name": RUN_VOLUME, "emptyDir": {}})
+        mounts.append({"name": RUN_VOLUME, "mountPath": run_dir})
+    shm = inv.shm_size or placement.shm_size
+    if shm:
+        # NCCL and DataLoader workers need more than the container runtime's 64 MiB /dev/shm.
+        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}})
+        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": image,
         "imagePullPolicy": placement.image_pull_policy,
         "command": argv[:1],
         "args": argv[1:],
-        "env": container_env(inv, run_dir, extra_env),
-        "workingDir": run_dir,
-        "volumeMounts": [{"name": RUN_VOLUME, "mountPath": run_dir}],
+        "env": env,
+        "volumeMounts": mounts,
     }
     if resources:
         container["resources"] = resources
 
-    spec: dict[str, Any] = {
+    timeout = max(1, int(math.ceil(inv.timeout_s)))
+    pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
-        "activeDeadlineSeconds": max(1, int(math.ceil(inv.timeout_s))),
+        "activeDeadlineSeconds": timeout,
         "containers": [container],
-        "volumes": [{"name": RUN_VOLUME, "emptyDir": {}}],
+        "volumes": volumes,
         "enableServiceLinks": False,
     }
     if placement.node_selector:
-        spec["nodeSelector"] = dict(placement.node_selector)
+        pod_spec["nodeSelector"] = dict(placement.node_selector)
     tolerations = _tolerations(placement)
     if tolerations:
-        spec["tolerations"] = tolerations
+        pod_spec["tolerations"] = tolerations
     affinity = _affinity(inv, placement)
     if affinity:
-        spec["affinity"] = affinity
+        pod_spec["affinity"] = affinity
     if placement.scheduler_name:
-        spec["schedulerName"] = placement.scheduler_name
+        pod_spec["schedulerName"] = placement.scheduler_name
     if placement.service_account:
-        spec["serviceAccountName"] = placement.service_account
+        pod_spec["serviceAccountName"] = placement.service_account
+    if placement.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": n} for n in placement.image_pull_secrets]
 
-    metadata: dict[str, Any] = {
-        "generateName": pod_name_prefix(inv),
-        "namespace": namespace,
-        "labels": labels,
-    }
+    pod_meta: dict[str, Any] = {"labels": labels}
     annotations = _slinky_annotations(inv, placement)
     if annotations:
-        metadata["annotations"] = annotations
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+        pod_meta["annotations"] = annotations
+    metadata: dict[str, Any] = {"name": job_name(inv), "namespace": namespace, "labels": job_labels}
+    if owner:
+        metadata["ownerReferences"] = [dict(owner)]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata,
+        "spec": {
+            "suspend": True,
+            "backoffLimit": 0,
+            "completions": 1,
+            "parallelism": 1,
+            "activeDeadlineSeconds": timeout + max(1, int(math.ceil(placement.pending_timeout_s))),
+            "ttlSecondsAfterFinished": placement.ttl_seconds_after_finished,
+            "template": {"metadata": pod_meta, "spec": pod_spec},
+        },
+    }
+
+
+def pod_manifest(
+    inv: Invocation,
+    *,
+    namespace: str,
+    run_labels: Mapping[str, str] | None = None,
+    placement: Placement,
+    extra_env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The pod of ``job_manifest`` as a V1Pod-shaped dict (labels include the Kueue ones): the
+    building block of a JobSet's pod template (``benchrun.launch.jobset``)."""
+    job = job_manifest(inv, namespace=namespace, run_labels=run_labels, placement=placement, extra_env=extra_env)
+    template = job["spec"]["template"]
+    metadata: dict[str, Any] = {"name": job["metadata"]["name"], "namespace": namespace,
+                                "labels": dict(job["metadata"]["labels"])}
+    if template["metadata"].get("annotations"):
+        metadata["annotations"] = dict(template["metadata"]["annotations"])
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": template["spec"]}

@@ -76,6 +76,22 @@ class SuiteContext:
         for sub in ("structured", "raw", "figures"):
             (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
         self._pipes = _open_pipes()
+        if env.get("BENCHRUN_CAPTURE_ENVIRONMENT") == "1":
+            self._capture_environment(env)
+
+    def _capture_environment(self, env: dict[str, str]) -> None:
+        """In a pod: the environment of the node this replicate runs on (benchrun.launch.podenv)."""
+        try:
+            from benchrun.envcapture import capture_environment
+
+            doc = capture_environment(load_interval_s=0.2)
+            doc["run_id"] = self.run_id
+            doc["pod"] = {"node_name": env.get("BENCHRUN_NODE_NAME"), "pod_name": env.get("BENCHRUN_POD_NAME"),
+                          "pod_uid": env.get("BENCHRUN_POD_UID"), "namespace": env.get("BENCHRUN_POD_NAMESPACE")}
+            kind = "environment" if self.node_rank == 0 else f"node{self.node_rank}_environment"
+            atomic_write_json(self.raw_file(kind, "json"), doc)
+        except Exception as exc:  # capture must never fail a measurement
+            print(f"benchrun: environment capture failed: {exc}", file=sys.stderr, flush=True)
 
     # -- parameters -------------------------------------------------------------
     def param(self, name: str, default: Any) -> Any:

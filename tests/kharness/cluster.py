@@ -301,6 +301,18 @@ class Cluster:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
+    def bind_pvc(self, claim: str, host_dir: Path, namespace: str | None = None) -> None:
+        """Back a PersistentVolumeClaim by an existing host directory (e.g. the test's
+        BENCHRUN_HOME, as a ReadWriteMany volume shared with the orchestrator would be)."""
+        link = self.root / "pvcs" / (namespace or self.namespace) / claim
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if link.is_symlink() or link.exists():
+            if link.is_dir() and not link.is_symlink():
+                link.rmdir()
+            else:
+                link.unlink()
+        link.symlink_to(Path(host_dir).resolve(), target_is_directory=True)
+
     # ------------------------------------------------------------------ faults and control
     def create(self, kind: str, obj: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
         """Create an object directly (as a controller would), e.g. a ConfigMap or a custom resource."""

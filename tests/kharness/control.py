@@ -239,6 +239,8 @@ class ControlPlane:
         self.preempt_requests: set[str] = set()  # workload names to evict on the next pass
         self.pod_faults: dict[str, tuple[str, str]] = {}  # pod name -> (reason, message)
         self.errors: list[str] = []
+        self.grace_seconds = 1.0
+        self.terminating: dict[Any, float] = {}  # pod key -> when the object goes
         api.on_create = self._webhook
         api.log_source = self.serve_log
 
@@ -687,7 +689,8 @@ class ControlPlane:
             ]
             if has_condition(job, "Complete") or has_condition(job, "Failed"):
                 continue
-            active = [(k, p) for k, p in mine if p["status"].get("phase") in ("Pending", "Running")]
+            active = [(k, p) for k, p in mine if p["status"].get("phase") in ("Pending", "Running")
+                      and not p["metadata"].get("deletionTimestamp")]
             succeeded = [p for _, p in mine if p["status"].get("phase") == "Succeeded"]
             failed = [p for _, p in mine if p["status"].get("phase") == "Failed"]
             completions = int(spec.get("completions", 1) or 1)
@@ -806,8 +809,13 @@ class ControlPlane:
         await self._event(job, "SuccessfulCreate", f"Created pod: {name}")
 
     async def _disrupt_pod(self, key: Any, pod: dict[str, Any], reason: str, message: str) -> None:
-        """Mark a pod as disrupted (DisruptionTarget), stop its processes, delete it."""
+        """Graceful deletion, as the kubelet does it: DisruptionTarget and a deletionTimestamp,
+        the processes stopped, the pod failed, and the object removed ``grace_seconds`` later
+        (its log stays readable until then)."""
+        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+            return
         new = copy.deepcopy(pod)
+        new["metadata"]["deletionTimestamp"] = now_iso()
         new["status"]["conditions"] = set_condition(
             new["status"].get("conditions") or [], _condition("DisruptionTarget", True, reason, message)
         )
@@ -815,7 +823,7 @@ class ControlPlane:
         run = self.runs.get(pod["metadata"]["uid"])
         if run is not None:
             await self._kill(run, reason)
-        await self.api.remove_object(key)
+        self.terminating[key] = time.time() + self.grace_seconds
 
     async def _terminate_job_pods(self, job_name: str, ns: str) -> None:
         for key, pod in self.api.live(PODS, ns):
@@ -839,7 +847,7 @@ class ControlPlane:
                     used[node][r] = used[node].get(r, Decimal(0)) + v
         for key, pod in pods:
             spec = pod.get("spec") or {}
-            if spec.get("nodeName") or pod["status"].get("phase") != "Pending":
+            if spec.get("nodeName") or pod["status"].get("phase") != "Pending" or pod["metadata"].get("deletionTimestamp"):
                 continue
             need = pod_requests(spec)
             reasons: dict[str, int] = {}
@@ -906,7 +914,7 @@ class ControlPlane:
             live_uids.add(uid)
             spec = pod.get("spec") or {}
             phase = pod["status"].get("phase")
-            if not spec.get("nodeName") or phase not in ("Pending", "Running"):
+            if not spec.get("nodeName") or phase not in ("Pending", "Running") or pod["metadata"].get("deletionTimestamp"):
                 continue
             fault = self.pod_faults.pop(pod["metadata"]["name"], None)
             run = self.runs.get(uid)
@@ -1263,6 +1271,10 @@ class ControlPlane:
     # ------------------------------------------------------------------ TTL + GC
     async def ttl_and_gc(self) -> None:
         now = time.time()
+        for key, due in list(self.terminating.items()):
+            if now >= due:
+                del self.terminating[key]
+                await self.api.remove_object(key)
         for key, job in self.api.live(JOBS):
             ttl = (job.get("spec") or {}).get("ttlSecondsAfterFinished")
             if ttl is None:

@@ -1,0 +1,89 @@
+"""The environment of the node that ran a suite, as the pod captured it, joined with what
+only the API server knows (the image digest from the container's ``imageID``).
+
+In a pod the suite runtime (``benchrun.suites._runtime``, with ``BENCHRUN_CAPTURE_ENVIRONMENT=1``)
+writes ``raw/<run>_<suite>_r<k>_environment.json``: ``benchrun.envcapture``'s document
+(CPU, kernel, memory, GPUs and driver/CUDA through nvidia-smi/NVML when present,
+``hardware_key``/``software_key``) plus ``pod`` (node name, pod name and UID from the
+downward API). After the pod ends, ``record_pod_environment`` adds ``image`` (reference,
+``imageID``, digest) to that file and makes the run-level environment
+(``structured/<run>_environment.json``, which ``hardware_key``, the one-variable gate and
+change-point grouping read) the pod's: the first replicate's capture replaces the
+orchestrator's (kept under ``orchestrator``), and every node seen is listed under
+``nodes`` with its ``hardware_key``, so a run that landed on different hardware shows it.
+The image digest of each suite goes to ``status.json`` ``image_digests``, where the gate
+compares it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any, Mapping
+
+from benchrun.plan import Invocation
+from benchrun.suites.result import atomic_write_json, raw_path
+
+log = logging.getLogger(__name__)
+
+
+def image_digest(image_id: str | None) -> str | None:
+    """``sha256:...`` from an imageID (``docker-pullable://repo@sha256:...`` or ``sha256:...``)."""
+    if not image_id:
+        return None
+    tail = image_id.rsplit("@", 1)[-1]
+    tail = tail.split("://", 1)[-1]
+    return tail if tail.startswith("sha256:") else None
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def record_pod_environment(run_dir: Path, inv: Invocation, timeline: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Join the pod's capture with its image digest and promote it to the run's environment."""
+    from benchrun.envcapture import environment_path
+    from benchrun.rundir import RunDir
+
+    path = raw_path(run_dir, inv.run_id, inv.suite, inv.replicate, "environment", "json")
+    doc = _read(path)
+    if doc is None:
+        return None
+    doc["image"] = {"reference": inv.image, "image_id": timeline.get("image_id"),
+                    "digest": image_digest(timeline.get("image_id"))}
+    pod = dict(doc.get("pod") or {})
+    for key in ("node_name", "pod_name", "pod_uid", "namespace"):
+        if timeline.get(key) and not pod.get(key):
+            pod[key] = timeline[key]
+    doc["pod"] = pod
+    doc["captured_in"] = "pod"
+    atomic_write_json(path, doc)
+
+    run_env_path = environment_path(run_dir, inv.run_id)
+    run_env = _read(run_env_path) or {}
+    node = {"node_name": pod.get("node_name"), "hardware_key": doc.get("hardware_key"),
+            "software_key": doc.get("software_key")}
+    if run_env.get("captured_in") != "pod":
+        promoted = {k: v for k, v in doc.items() if k not in ("background_load",)}
+        promoted["background_load"] = run_env.get("background_load") or doc.get("background_load")
+        promoted["orchestrator"] = {k: run_env.get(k) for k in ("hostname", "hardware_key", "software_key")}
+        promoted["run_id"] = inv.run_id
+        promoted["nodes"] = [node]
+        run_env = promoted
+    elif node not in (run_env.get("nodes") or []):
+        run_env.setdefault("nodes", []).append(node)
+    atomic_write_json(run_env_path, run_env)
+
+    digest = doc["image"]["digest"]
+    if digest:
+        rd = RunDir(run_dir.parent.parent, inv.run_id)
+        digests = dict(rd.read_status().get("image_digests") or {})
+        if digests.get(inv.suite) != digest:
+            digests[inv.suite] = digest
+            rd.update_status(image_digests=digests)
+    return doc

@@ -1,0 +1,246 @@
+"""The Job lifecycle of the Kubernetes launcher against the cluster harness (real client, HTTP)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchrun.launch.kubernetes import RESULT_KEY, KubernetesLauncher, sweep
+from benchrun.launch.podspec import Placement
+from benchrun.plan import Invocation
+from benchrun.suites.result import SCHEMA, metric
+from conftest import ROOT
+
+RUN_ID = "k8s-20261201000000-abcdef12"
+CASE = "bc-0123456789abcdef"
+
+
+def script_for(replicate: int, *, samples: dict[str, str] | None = None, before: str = "", status: str = "ok") -> str:
+    doc = {
+        "schema": SCHEMA, "run_id": RUN_ID, "suite": "tiny", "replicate": replicate, "benchmark_case_id": CASE,
+        "status": status, "reason": None, "synthetic": False, "started_utc": "2026-12-01T00:00:00Z",
+        "finished_utc": "2026-12-01T00:00:01Z", "parameters": {}, "context": {}, "samples": samples or {},
+        "metrics": [metric("tiny_value", 3.5, "1", "higher")],
+    }
+    return before + textwrap.dedent(f"""
+        import json, sys
+        print("hello from the pod", flush=True)
+        print("a line on stderr", file=sys.stderr, flush=True)
+        print(json.dumps({{{RESULT_KEY!r}: json.loads({json.dumps(json.dumps(doc))})}}), flush=True)
+    """)
+
+
+def make_inv(run_dir: Path, replicate: int = 1, code: str | None = None, **over: Any) -> Invocation:
+    fields: dict[str, Any] = dict(
+        run_id=RUN_ID, layer="micro", suite="tiny", replicate=replicate, benchmark_case_id=CASE,
+        argv=(sys.executable, "-c", code if code is not None else script_for(replicate)),
+        env={"BENCHRUN_RUN_ID": RUN_ID, "BENCHRUN_RUN_DIR": str(run_dir), "BENCHRUN_SUITE": "tiny",
+             "BENCHRUN_REPLICATE": str(replicate)},
+        timeout_s=30.0, image="python:3.11",
+    )
+    fields.update(over)
+    return Invocation(**fields)
+
+
+def launcher_for(cluster, **placement: Any) -> KubernetesLauncher:
+    from kubernetes import client
+
+    api = cluster.api_client()
+    place = Placement(queue_name="benchrun", **{"pending_timeout_s": 20.0, **placement})
+    return KubernetesLauncher(client.BatchV1Api(api), client.CoreV1Api(api), "default", place, poll_s=0.05,
+                              custom_api=client.CustomObjectsApi(api))
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    (tmp_path / "home" / "runs" / RUN_ID).mkdir(parents=True)
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def shared(kcluster_factory, home):
+    """A cluster whose PVC "home" is the test's BENCHRUN_HOME (the shared run volume)."""
+    cluster = kcluster_factory(host_env={"PYTHONPATH": str(ROOT)})
+    cluster.bind_pvc("home", home)
+    return cluster
+
+
+def test_success_log_result_timeline_and_cleanup(shared, home):
+    run_dir = home / "runs" / RUN_ID
+    res = launcher_for(shared, run_volume_claim="home", run_home=str(home)).launch(make_inv(run_dir), run_dir)
+    assert (res.status, res.exit_code, res.reason) == ("ok", 0, None)
+    assert res.metrics[0]["value"] == 3.5
+    log_text = (run_dir / res.log).read_text()
+    assert "hello from the pod" in log_text and "a line on stderr" in log_text
+    timeline = res.messages[0]
+    assert timeline["kind"] == "pod" and timeline["job_name"] == f"{RUN_ID}-tiny-r1"
+    assert timeline["admitted_utc"] and timeline["queue_wait_s"] is not None and timeline["node_name"]
+    assert res.job_uid == timeline["job_uid"] and res.pod_uid == timeline["pod_uid"]
+    assert res.scheduler_run_id.startswith(f"job-{RUN_ID}-tiny-r1-")
+    assert json.loads((run_dir / f"raw/{RUN_ID}_tiny_r1_pod.json").read_text())["pod_uid"] == res.pod_uid
+    shared.wait_for(lambda: not shared.list("jobs") and not shared.list("pods"), what="the Job and pod deleted")
+    job_v1 = [v for v in shared.history("jobs", f"{RUN_ID}-tiny-r1") if v][0]
+    assert job_v1["spec"]["suspend"] is True  # created suspended, Kueue let it go
+    assert shared.errors == []
+
+
+def test_declared_outputs_must_arrive(kcluster, home):
+    run_dir = home / "runs" / RUN_ID
+    # No shared run volume: the pod writes into an emptyDir, the files die with it.
+    code = script_for(1, samples={"calls": f"raw/{RUN_ID}_tiny_r1_calls.json"}, before=textwrap.dedent("""
+        import os, pathlib
+        p = pathlib.Path(os.environ["BENCHRUN_RUN_DIR"], "raw"); p.mkdir(parents=True, exist_ok=True)
+        (p / "%s_tiny_r1_calls.json").write_text("[]")
+    """ % RUN_ID))
+    res = launcher_for(kcluster).launch(make_inv(run_dir, code=code), run_dir)
+    assert res.status == "failed"
+    assert res.reason.startswith(f"declared outputs did not arrive in the run directory: raw/{RUN_ID}_tiny_r1_calls.json")
+
+
+def test_shared_volume_brings_declared_outputs_back(shared, home):
+    run_dir = home / "runs" / RUN_ID
+    code = script_for(1, samples={"calls": f"raw/{RUN_ID}_tiny_r1_calls.json"}, before=textwrap.dedent("""
+        import os, pathlib
+        p = pathlib.Path(os.environ["BENCHRUN_RUN_DIR"], "raw"); p.mkdir(parents=True, exist_ok=True)
+        (p / "%s_tiny_r1_calls.json").write_text("[1, 2]")
+    """ % RUN_ID))
+    res = launcher_for(shared, run_volume_claim="home", run_home=str(home)).launch(make_inv(run_dir, code=code), run_dir)
+    assert res.status == "ok", res.reason
+    assert json.loads((run_dir / f"raw/{RUN_ID}_tiny_r1_calls.json").read_text()) == [1, 2]
+
+
+def test_image_pull_failure_is_a_failed_replicate(kcluster, home):
+    run_dir = home / "runs" / RUN_ID
+    res = launcher_for(kcluster).launch(make_inv(run_dir, image="registry.invalid/nope:1"), run_dir)
+    assert res.status == "failed"
+    assert res.reason.startswith("image pull failed: ErrImagePull") or res.reason.startswith("image pull failed: ImagePullBackOff")
+    kcluster.wait_for(lambda: not kcluster.list("jobs"), what="the Job deleted")
+
+
+def test_never_scheduled_reports_the_schedulers_reason(kcluster, home):
+    run_dir = home / "runs" / RUN_ID
+    # Fits the queue's quota (16 GPUs) but no node (8 each): Kueue admits, the scheduler cannot place it.
+    res = launcher_for(kcluster, pending_timeout_s=1.5).launch(make_inv(run_dir, gpus=12), run_dir)
+    assert res.status == "failed"
+    assert res.reason.startswith("not started within 1.5s (Unschedulable: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu")
+    # Over the queue's quota: Kueue keeps it suspended and says why.
+    res2 = launcher_for(kcluster, pending_timeout_s=1.5).launch(make_inv(run_dir, replicate=2, gpus=32), run_dir)
+    assert res2.status == "failed" and "Kueue: Pending: couldn't assign flavors" in res2.reason
+    assert "insufficient quota for nvidia.com/gpu" in res2.reason
+    kcluster.wait_for(lambda: not kcluster.list("jobs"), what="the Jobs deleted")
+
+
+def test_preemption_mid_replicate_fails_it_with_the_reason(kcluster, home):
+    run_dir = home / "runs" / RUN_ID
+    launcher = launcher_for(kcluster)
+    calls = {"n": 0}
+
+    def sleep(s: float) -> None:
+        calls["n"] += 1
+        pods = kcluster.list("pods")
+        if calls["n"] == 1 or not any(p["status"].get("phase") == "Running" for p in pods):
+            time.sleep(s)
+            return
+        if calls.get("preempted") is None:
+            calls["preempted"] = True
+            kcluster.preempt(f"{RUN_ID}-tiny-r1")
+        time.sleep(s)
+
+    launcher._sleep = sleep
+    code = "import time; print('working', flush=True); time.sleep(30)"
+    res = launcher.launch(make_inv(run_dir, code=code), run_dir)
+    assert res.status == "failed"
+    assert res.reason.startswith("preempted by Kueue (Preempted: Preempted by the harness")
+    assert "working" in (run_dir / res.log).read_text()  # the log was kept
+    kcluster.wait_for(lambda: not kcluster.list("jobs") and not kcluster.list("pods"), what="cleanup")
+
+
+def test_oomkilled_and_timeout(kcluster, home):
+    run_dir = home / "runs" / RUN_ID
+    launcher = launcher_for(kcluster)
+    orig = launcher._sleep
+
+    def sleep(s: float) -> None:
+        for p in kcluster.list("pods"):
+            if p["status"].get("phase") == "Running" and p["metadata"]["labels"].get("benchrun.dev/replicate") == "1":
+                kcluster.oom_kill(p["metadata"]["name"])
+        orig(s)
+
+    launcher._sleep = sleep
+    res = launcher.launch(make_inv(run_dir, code="import time; time.sleep(30)"), run_dir)
+    assert res.status == "failed" and res.reason.startswith("OOMKilled (exit code 137)")
+    launcher._sleep = orig
+    res2 = launcher.launch(make_inv(run_dir, replicate=2, code="import time; time.sleep(30)", timeout_s=1.0), run_dir)
+    assert res2.status == "failed" and "timed out after 1s" in res2.reason
+
+
+def test_a_retried_launch_adopts_the_existing_job(kcluster, home):
+    from kubernetes import client
+
+    run_dir = home / "runs" / RUN_ID
+    launcher = launcher_for(kcluster)
+    inv = make_inv(run_dir)
+    client.BatchV1Api(kcluster.api_client()).create_namespaced_job("default", launcher.manifest(inv))
+    uid = kcluster.get("jobs", f"{RUN_ID}-tiny-r1")["metadata"]["uid"]
+    res = launcher.launch(inv, run_dir)
+    assert res.status == "ok" and res.job_uid == uid
+    created = [v for v in kcluster.history("jobs", f"{RUN_ID}-tiny-r1") if v and v["metadata"]["uid"] != uid]
+    assert created == []  # never a second Job
+
+
+def test_cancellation_deletes_the_job(kcluster, home):
+    run_dir = home / "runs" / RUN_ID
+    launcher = launcher_for(kcluster)
+
+    def sleep(s: float) -> None:
+        if any(p["status"].get("phase") == "Running" for p in kcluster.list("pods")):
+            raise KeyboardInterrupt
+        time.sleep(s)
+
+    launcher._sleep = sleep
+    with pytest.raises(KeyboardInterrupt):
+        launcher.launch(make_inv(run_dir, code="import time; time.sleep(30)"), run_dir)
+    kcluster.wait_for(lambda: not kcluster.list("jobs") and not kcluster.list("pods"), what="cleanup")
+
+
+@pytest.mark.slow
+def test_orchestrator_killed_mid_layer_then_sweep_cleans_up(kcluster, home, tmp_path):
+    """A launching process killed with SIGKILL leaves its Job; the sweep deletes it."""
+    run_dir = home / "runs" / RUN_ID
+    driver = tmp_path / "driver.py"
+    driver.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT / 'tests')!r})
+        from pathlib import Path
+        from test_launch_kubernetes_harness import launcher_for, make_inv
+        class C:  # the cluster, seen from another process: just its kubeconfig
+            def api_client(self):
+                from kubernetes import config
+                return config.new_client_from_config(config_file={str(kcluster.kubeconfig)!r})
+        run_dir = Path({str(run_dir)!r})
+        launcher_for(C()).launch(make_inv(run_dir, code="import time; time.sleep(60)"), run_dir)
+    """))
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
+    proc = subprocess.Popen([sys.executable, str(driver)], env=env, start_new_session=True)
+    try:
+        kcluster.wait_for(lambda: any(p["status"].get("phase") == "Running" for p in kcluster.list("pods")),
+                          timeout=60, what="the replicate running")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert [j["metadata"]["name"] for j in kcluster.list("jobs")] == [f"{RUN_ID}-tiny-r1"]  # left behind
+    from kubernetes import client
+
+    batch = client.BatchV1Api(kcluster.api_client())
+    assert sweep(batch, "default", is_running=lambda run_id: run_id != RUN_ID) == [f"{RUN_ID}-tiny-r1"]
+    kcluster.wait_for(lambda: not kcluster.list("jobs") and not kcluster.list("pods"), what="cleanup")
+    assert sweep(batch, "default", is_running=lambda run_id: False) == []
