@@ -37,6 +37,7 @@ def k8s_home(bench_home, kcluster_factory):
     return cluster
 
 
+@pytest.mark.slow
 def test_tiny_run_through_dagster_on_the_harness(k8s_home, bench_home, canary_doc, write_spec):
     from helpers import tiny_layers
 
