@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "benchrun.commands",  # run, submit, runs, show
     "benchrun.loadgen.commands",  # loadgen, refserver
     "benchrun.warehouse.commands",  # query, lineage, retention
+    "benchrun.warehouse.rebuild_commands",  # rebuild-warehouse
     "benchrun.stats.commands",  # compare, promote, report
     "benchrun.automation.commands",  # cadence
     "benchrun.provenance.commands",  # verify

@@ -59,7 +59,8 @@ def test_curate_writes_every_table_with_keys_and_lineage(tmp_path: Path) -> None
         "micro", "gemm", "n=256,fp32", "GFLOP/s", "higher", "ok")
     assert first["benchmark_case_id"] == "case-micro-1"
     assert first["node_name"] is None and first["rank_id"] is None and first["request_id"] is None  # never invented
-    assert (first["raw_uri"], first["raw_path"], first["raw_sha256"]) == (entry.uri, entry.path, entry.sha256)
+    # the address is relative to the store's root (issue 16 N: a moved home keeps its lineage)
+    assert (first["raw_uri"], first["raw_path"], first["raw_sha256"]) == (entry.key, entry.path, entry.sha256)
     assert first["artifact_manifest_digest"] == manifest.digest and first["workload_spec_digest"] == "b" * 64
     # a metric that carried node_name keeps it
     assert _count(tmp_path, "SELECT count(*) FROM measurement_fact WHERE metric='wall_ms' AND node_name='node-a'") == 3
@@ -77,7 +78,7 @@ def test_curate_writes_every_table_with_keys_and_lineage(tmp_path: Path) -> None
     # the run row walks back to manifest.json, the root of the sealed evidence
     root = manifest.entry("manifest.json")
     assert query("SELECT raw_uri, raw_path, raw_sha256 FROM benchmark_run_fact", tmp_path).table.to_pylist() == [
-        {"raw_uri": root.uri, "raw_path": "manifest.json", "raw_sha256": root.sha256}]
+        {"raw_uri": root.key, "raw_path": "manifest.json", "raw_sha256": root.sha256}]
     assert run["retention_cold_days"] == 730 and run["raw_retention_class"] == "cold_immutable"
     tel = query("SELECT node_name, scope, source, value, window_start_utc, window_end_utc FROM telemetry_slice_fact "
                 "WHERE metric = 'background_load_average_1m'", tmp_path).table.to_pylist()
@@ -90,8 +91,8 @@ def test_curate_writes_every_table_with_keys_and_lineage(tmp_path: Path) -> None
     hw = query("SELECT cpu_model, cpu_cores, memory_gib, gpu_count, numa_layout FROM hardware_topology_dim", tmp_path).table.to_pylist()
     assert hw == [{"cpu_model": "Test CPU", "cpu_cores": 2, "memory_gib": 24, "gpu_count": 0, "numa_layout": '[[0,"0-1"]]'}]
     lin = query("SELECT manifest_uri, object_count FROM artifact_lineage_dim", tmp_path).table.to_pylist()[0]
-    manifest_path = open_store(None, tmp_path).path_of(f"manifests/run-a/{manifest.digest}.json")
-    assert lin == {"manifest_uri": manifest_path.as_uri(), "object_count": len(manifest.objects)}
+    assert open_store(None, tmp_path).exists(lin["manifest_uri"])  # relative to the store's root
+    assert lin == {"manifest_uri": f"manifests/run-a/{manifest.digest}.json", "object_count": len(manifest.objects)}
     wl = query("SELECT * FROM workload_dim", tmp_path).table.to_pylist()
     assert wl[0]["workload_key"] == run["workload_key"] and wl[0]["model"] == "tiny-llm"
 

@@ -39,6 +39,8 @@ __all__ = [
     "hash_uri",
     "manifest_digest",
     "open_store",
+    "portable_address",
+    "portable_store_uri",
     "retention_days_for_class",
     "sha256_file",
 ]
@@ -156,6 +158,25 @@ def check_path_template(path_template: str | None, home: Path) -> None:
         base, prefix = str(Path(base).parent) + "/", Path(base).name + prefix
     root = Path(base or ".")
     confine_local_root(root if root.is_absolute() else Path(home) / root, prefix, Path(home), field)
+
+
+def portable_address(uri: str, key: str) -> str:
+    """The address the warehouse keeps for a stored object: an ``s3://`` URI as it is; a local
+    object as its key relative to the store's root (``sha256/ab/ab…``), so moving the home
+    (or the store's root with it) keeps every lineage address valid."""
+    return uri if uri.startswith("s3://") else key
+
+
+def portable_store_uri(store_uri: str | None, home: Path) -> str | None:
+    """A local store's URI relative to the home when it lies inside it (``objects/``), else unchanged."""
+    if not store_uri or not store_uri.startswith("file://"):
+        return store_uri
+    path = Path(urllib.parse.unquote(urllib.parse.urlparse(store_uri).path))
+    try:
+        rel = path.relative_to(Path(home).resolve())
+    except ValueError:
+        return store_uri
+    return rel.as_posix() + ("/" if store_uri.endswith("/") else "")
 
 
 def hash_uri(uri: str) -> str:

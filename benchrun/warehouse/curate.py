@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from benchrun.store import ObjectManifest
+from benchrun.store import ObjectManifest, portable_address, portable_store_uri
 from benchrun.telemetry.facts import slice_tables
 from benchrun.warehouse.schemas import (
     JOIN_KEY_NAMES,
@@ -145,15 +145,16 @@ def dimension_rows(src: RunSources) -> dict[str, dict[str, Any]]:
         "artifact_manifest_digest": src.artifact_manifest_digest,
         "workload_spec_digest": src.workload_spec_digest,
         "spec_digest": _str(status.get("spec_digest")),
-        "store_uri": manifest.store_uri if manifest else None,
+        "store_uri": portable_store_uri(manifest.store_uri, src.run_dir.parent.parent) if manifest else None,
         "manifest_uri": None,
         "object_count": len(manifest.objects) if manifest else None,
         "total_bytes": sum(o.size for o in manifest.objects) if manifest else None,
     }
     if manifest is not None and manifest.objects:
         # Objects live at <prefix>sha256/..; the manifest version at <prefix>manifests/<run_id>/<digest>.json.
-        prefix_uri = manifest.objects[0].uri.rsplit("sha256/", 1)[0]
-        lineage["manifest_uri"] = f"{prefix_uri}manifests/{src.run_id}/{manifest.digest}.json"
+        first = manifest.objects[0]
+        prefix = portable_address(first.uri, first.key).rsplit("sha256/", 1)[0]
+        lineage["manifest_uri"] = f"{prefix}manifests/{src.run_id}/{manifest.digest}.json"
     out = {}
     for table, attrs in (
         ("software_version_dim", software),

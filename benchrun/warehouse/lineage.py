@@ -11,7 +11,7 @@ from typing import Any
 
 from benchrun.errors import BenchrunError
 from benchrun.paths import validate_run_id
-from benchrun.store import hash_uri, open_store
+from benchrun.store import open_store, portable_address
 from benchrun.warehouse.views import connect, query_spec_digest
 
 log = logging.getLogger(__name__)
@@ -131,14 +131,18 @@ def _verify(home: Path, run_id: str, m: dict[str, Any], rows: list[dict[str, Any
             manifests[digest] = store.load_manifest(run_id, digest)  # recomputes the digest from the object list
         manifest = manifests[digest]
         checks.append(f"object manifest {digest[:12]}… recomputes to its digest")
-        entry = manifest.by_uri(row["raw_uri"])
-        if entry is None or entry.sha256 != row["raw_sha256"] or entry.path != row["raw_path"]:
+        # Found by path and hash, re-hashed through the store opened on this home: the recorded
+        # address is relative to the store's root, so a moved home still verifies.
+        entry = next((o for o in manifest.objects if o.path == row["raw_path"]), None)
+        if entry is None or entry.sha256 != row["raw_sha256"] or row["raw_uri"] not in (
+                entry.key, entry.uri, portable_address(entry.uri, entry.key)):
             raise BenchrunError(f"lineage: {row['raw_uri']} ({row['raw_path']}) is not in object manifest {digest} as recorded")
         checks.append(f"{entry.path} listed with sha256 {entry.sha256[:12]}…")
-        actual = hash_uri(entry.uri)
+        actual = store.hash_key(entry.key)
         if actual != entry.sha256:
             raise BenchrunError(
-                f"lineage: stored object {entry.uri} ({entry.path}) was tampered with: sha256 {actual} != recorded {entry.sha256}"
+                f"lineage: stored object {store.key_uri(entry.key)} ({entry.path}) was tampered with: "
+                f"sha256 {actual} != recorded {entry.sha256}"
             )
         checks.append("stored bytes re-hash to it")
         if entry.path.endswith(".json"):

@@ -11,7 +11,7 @@ from typing import Any
 from benchrun.errors import BenchrunError
 from benchrun.paths import validate_run_id
 from benchrun.rundir import read_json_or_none
-from benchrun.store import ObjectManifest, open_store
+from benchrun.store import ObjectManifest, open_store, portable_address
 from benchrun.suites.result import read_result
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ class RunSources:
         return {
             "workload_spec_digest": self.workload_spec_digest,
             "artifact_manifest_digest": self.artifact_manifest_digest,
-            "raw_uri": entry.uri if entry else None,
+            "raw_uri": portable_address(entry.uri, entry.key) if entry else None,
             "raw_path": relpath,
             "raw_sha256": entry.sha256 if entry else None,
         }

@@ -1,0 +1,83 @@
+"""Re-create the warehouse's facts and dimensions from the run directories, or from the
+artifact store for runs whose directory is gone (the same curation the assets run)."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from benchrun.errors import BenchrunError
+from benchrun.paths import validate_run_id
+
+log = logging.getLogger(__name__)
+
+LOCAL_LAYOUTS = (None, "objects/${RUN_ID}/")
+
+
+@dataclass
+class RebuildReport:
+    """Rows written per run, where each run came from, and the runs that could not be rebuilt."""
+
+    rebuilt: dict[str, dict[str, int]] = field(default_factory=dict)
+    source: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+def _restore(store, run_id: str, target: Path) -> Path:
+    """The run directory as stored (every object read back and checked against its sha256)."""
+    manifest = store.load_manifest(run_id)
+    run_dir = target / "runs" / run_id
+    for entry in manifest.objects:
+        dest = (run_dir / entry.path).resolve()
+        if not dest.is_relative_to(run_dir.resolve()):
+            raise BenchrunError(f"{store.uri}: manifest of {run_id} names {entry.path!r} outside the run directory")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(store.get(manifest, entry.path))
+    # status.json is live, never stored: rebuild the part curation needs from the manifest.
+    import json
+
+    (run_dir / "status.json").write_text(json.dumps({"run_id": run_id, "artifact_manifest_digest": manifest.digest}))
+    return run_dir
+
+
+def rebuild_warehouse(home: Path, run_ids: list[str] | None = None) -> RebuildReport:
+    """Curate every run (or ``run_ids``) again, then refresh the views; one failure is reported,
+    the other runs are still rebuilt."""
+    from benchrun.rundir import list_runs
+    from benchrun.store import open_store
+    from benchrun.warehouse.curate import curate_run
+    from benchrun.warehouse.views import refresh_views
+
+    home = Path(home)
+    on_disk = {rd.run_id: rd for rd in list_runs(home)}
+    # The local layouts benchrun writes: the shared default and one prefix per run.
+    stores = [open_store(t, home) for t in LOCAL_LAYOUTS]
+    where: dict[str, object] = {}
+    for candidate in stores:
+        try:
+            for run_id in candidate.list_manifest_run_ids():
+                where.setdefault(run_id, candidate)
+        except BenchrunError as exc:
+            log.warning("%s: %s", candidate.uri, exc)
+    stored = set(where)
+    wanted = [validate_run_id(r) for r in run_ids] if run_ids else sorted(set(on_disk) | stored)
+    report = RebuildReport()
+    for run_id in wanted:
+        try:
+            if run_id in on_disk:
+                report.rebuilt[run_id] = curate_run(on_disk[run_id].path, home)
+                report.source[run_id] = str(on_disk[run_id].path)
+            elif run_id in stored:
+                with tempfile.TemporaryDirectory(prefix=f".rebuild-{run_id}-", dir=home) as tmp:
+                    run_dir = _restore(where[run_id], run_id, Path(tmp))
+                    report.rebuilt[run_id] = curate_run(run_dir, home)
+                report.source[run_id] = f"{where[run_id].uri} (no run directory)"
+            else:
+                report.failed[run_id] = (f"no run directory under {home / 'runs'} and no stored manifest in "
+                                         + ", ".join(x.uri for x in stores))
+        except BenchrunError as exc:
+            report.failed[run_id] = str(exc)
+    refresh_views(home)
+    return report

@@ -1,0 +1,29 @@
+"""The ``benchrun rebuild-warehouse`` command."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+
+def rebuild_warehouse_cmd(
+    run_ids: Optional[list[str]] = typer.Argument(None, help="Runs to rebuild (default: every run)."),
+) -> None:
+    """Re-create the warehouse's facts from the run directories (or the store, where a run's
+    directory is gone); exit 1 naming every run that could not be rebuilt."""
+    from benchrun.errors import BenchrunError
+    from benchrun.paths import benchrun_home
+    from benchrun.warehouse.rebuild import rebuild_warehouse
+
+    report = rebuild_warehouse(benchrun_home(), run_ids or None)
+    for run_id, counts in report.rebuilt.items():
+        typer.echo(f"rebuilt {run_id}: {sum(counts.values())} rows in {len(counts)} tables from {report.source[run_id]}")
+    typer.echo(f"rebuild-warehouse: {len(report.rebuilt)} run(s) rebuilt, {len(report.failed)} failed")
+    if report.failed:
+        raise BenchrunError("rebuild-warehouse: " + "; ".join(f"{r}: {why}" for r, why in report.failed.items()))
+
+
+def register(app: typer.Typer) -> None:
+    """Add rebuild-warehouse to the benchrun CLI."""
+    app.command("rebuild-warehouse")(rebuild_warehouse_cmd)

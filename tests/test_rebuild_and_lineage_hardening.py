@@ -1,0 +1,55 @@
+"""Issue 16 N: lineage addresses are relative to the store's root (moving the home keeps them
+valid), and `benchrun rebuild-warehouse [RUN_ID...]` re-creates the facts."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from benchrun.cli import app
+from benchrun.store import open_store
+from benchrun.warehouse import curate_run, query
+from benchrun.warehouse.lineage import trace
+from test_store_helpers import make_run_dir
+
+
+def _stored(home: Path, run_id: str):
+    run_dir = make_run_dir(home, run_id)
+    manifest = open_store(None, home).put_run_dir(run_dir, run_id)
+    return run_dir, manifest
+
+
+def test_lineage_survives_moving_the_home(tmp_path: Path) -> None:
+    """Lineage stored absolute file:// addresses, so moving the home broke it."""
+    old = tmp_path / "old"
+    run_dir, manifest = _stored(old, "run-a")
+    curate_run(run_dir, old, manifest)
+    uris = query("SELECT DISTINCT raw_uri FROM measurement_fact WHERE raw_uri IS NOT NULL", old).table.column(0).to_pylist()
+    assert uris and all(u.startswith("sha256/") for u in uris)  # relative to the store's root
+    store_uri = query("SELECT store_uri, manifest_uri FROM artifact_lineage_dim", old).table.to_pylist()[0]
+    assert store_uri["store_uri"] == "objects/" and store_uri["manifest_uri"].startswith("manifests/run-a/")
+    new = tmp_path / "moved"
+    shutil.move(str(old), str(new))
+    [report] = trace(new, "run-a", "gflops")
+    assert report.median == 11.0 and len(report.steps) == 3
+    assert all("stored bytes re-hash to it" in s.checks for s in report.steps)
+
+
+def test_rebuild_warehouse_from_run_directories_and_from_the_store(bench_home: Path) -> None:
+    a, _ = _stored(bench_home, "run-a")
+    b, _ = _stored(bench_home, "run-b")
+    for rd in (a, b):
+        curate_run(rd, bench_home)
+    before = query("SELECT run_id, metric, value FROM measurement_fact ORDER BY ALL", bench_home).table.to_pylist()
+    shutil.rmtree(bench_home / "warehouse")
+    shutil.rmtree(b)  # run-b survives only in the artifact store
+    out = CliRunner().invoke(app, ["rebuild-warehouse"])
+    assert out.exit_code == 0, out.output
+    assert "rebuilt run-a" in out.output and "rebuilt run-b" in out.output and "(no run directory)" in out.output
+    after = query("SELECT run_id, metric, value FROM measurement_fact ORDER BY ALL", bench_home).table.to_pylist()
+    assert after == before
+    out = CliRunner().invoke(app, ["rebuild-warehouse", "run-a", "run-zz"])
+    assert out.exit_code == 1 and "run-zz: no run directory" in str(out.exception)
+    assert "rebuilt run-a" in out.output
