@@ -82,3 +82,13 @@ def test_not_an_nccl_tests_output(tmp_path: Path) -> None:
     header_only = "\n".join(lines[: next(i for i, ln in enumerate(lines) if "(B)" in ln) + 1])
     with pytest.raises(BenchrunError, match="no rows"):
         parse_nccl_tests(header_only)
+
+
+def test_rank_lines_give_each_ranks_node_and_gpu() -> None:
+    v2 = parse_nccl_tests(V2.read_text())
+    assert [r["rank_id"] for r in v2["ranks"]] == list(range(8))
+    assert v2["ranks"][1] == {"rank_id": 1, "group": 0, "pid": 4101, "node_name": "node-a01", "device": 1,
+                              "bus_id": "0x28", "gpu_name": "NVIDIA H100 80GB HBM3"}
+    legacy = parse_nccl_tests(LEGACY.read_text())
+    assert [(r["rank_id"], r["group"], r["node_name"], r["device"]) for r in legacy["ranks"]] == [
+        (0, None, "gpubox", 0), (1, None, "gpubox", 1)]

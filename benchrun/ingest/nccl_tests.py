@@ -36,6 +36,10 @@ from benchrun.suites.result import metric
 PLACEMENTS = ("out_of_place", "in_place")
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)")
 _PARAMS = re.compile(r"^#\s*nThread\b")
+# "#  Rank  0 Group  0 Pid   4100 on   node-a01 device  0 [0x18] NVIDIA H100 80GB HBM3"
+# (no "Group" in older versions): which host and GPU each rank ran on.
+_RANK = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)"
+                   r"\s+\[([^\]]*)\]\s*(.*)$")
 
 
 def _number(token: str) -> float | None:
@@ -46,7 +50,10 @@ def _number(token: str) -> float | None:
 
 
 def parse_nccl_tests(text: str, source: str = "nccl-tests output") -> dict[str, Any]:
-    """The table as data: ``{"parameters", "devices", "rows": [...], "avg_busbw_gb_per_s"}``.
+    """The table as data: ``{"parameters", "devices", "ranks", "rows": [...], "avg_busbw_gb_per_s"}``.
+
+    ``ranks``: per rank line, ``rank_id, group, pid, node_name, device, bus_id, gpu_name``
+    (the placement of every rank across nodes; nccl-tests print no per-rank times).
 
     Each row: ``size_bytes, count, type, redop, root`` (None when absent) and per placement
     ``{"time_us", "algbw_gb_per_s", "busbw_gb_per_s", "wrong"}`` (wrong None for ``N/A``).
@@ -56,6 +63,7 @@ def parse_nccl_tests(text: str, source: str = "nccl-tests output") -> dict[str, 
     rows: list[dict[str, Any]] = []
     parameters = ""
     devices: list[str] = []
+    ranks: list[dict[str, Any]] = []
     avg: float | None = None
     lines = text.splitlines()
     for i, line in enumerate(lines):
@@ -66,6 +74,10 @@ def parse_nccl_tests(text: str, source: str = "nccl-tests output") -> dict[str, 
                 parameters = stripped.lstrip("# ").strip()
             elif body[:1] == ["Rank"]:
                 devices.append(stripped.lstrip("# ").strip())
+                if (m := _RANK.match(stripped)) is not None:
+                    ranks.append({"rank_id": int(m.group(1)), "group": int(m.group(2)) if m.group(2) else None,
+                                  "pid": int(m.group(3)), "node_name": m.group(4), "device": int(m.group(5)),
+                                  "bus_id": m.group(6), "gpu_name": m.group(7).strip() or None})
             elif "size" in body and "algbw" in body and "busbw" in body and "time" in body:
                 columns = body
                 units = lines[i + 1] if i + 1 < len(lines) else ""
@@ -101,7 +113,7 @@ def parse_nccl_tests(text: str, source: str = "nccl-tests output") -> dict[str, 
                             "header); is this the stdout of all_reduce_perf?")
     if not rows:
         raise BenchrunError(f"{source}: the nccl-tests table has a header but no rows (did the run fail?)")
-    return {"parameters": parameters, "devices": devices, "rows": rows, "avg_busbw_gb_per_s": avg}
+    return {"parameters": parameters, "devices": devices, "ranks": ranks, "rows": rows, "avg_busbw_gb_per_s": avg}
 
 
 def nccl_metrics(parsed: dict[str, Any]) -> list[dict[str, Any]]:
