@@ -33,6 +33,7 @@ COMMAND_MODULES = (
     "benchrun.automation.commands",  # cadence
     "benchrun.provenance.commands",  # verify
     "benchrun.playbooks.commands",  # playbook
+    "benchrun.launch.render",  # render
 )
 
 

@@ -348,6 +348,9 @@ class ControlPlane:
         )
 
     async def _update(self, key: Any, old: dict[str, Any], new: dict[str, Any]) -> None:
+        if key[0] in (WORKLOADS, JOBSETS):  # metav1.Condition: no lastProbeTime
+            for c in (new.get("status") or {}).get("conditions") or []:
+                c.pop("lastProbeTime", None)
         if json.dumps(old, sort_keys=True, default=str) != json.dumps(new, sort_keys=True, default=str):
             await self.api.replace_object(key, new)
 

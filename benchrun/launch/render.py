@@ -1,0 +1,87 @@
+"""``benchrun render``: every object a run would create on the cluster, created nowhere.
+
+The objects are the launcher's own: the same planner, the same ``LauncherSettings`` (from
+``BENCHRUN_LAUNCHER_*``, as the Dagster definitions read them) and the same manifest
+builders (``podspec.job_manifest``, ``jobset.launch_manifest``), so what is reviewed (or
+committed for GitOps) is what a run submits. The run id is a placeholder
+(``<name>-00000000000000-<digest8>``) unless one is given; Pipes bootstrap variables are
+absent (a Dagster run adds them at launch time).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+from benchrun.errors import BenchrunError
+
+EPOCH = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def render_objects(spec: Path, *, launcher: str | None = None, run_id: str | None = None,
+                   home: Path | None = None) -> list[dict[str, Any]]:
+    """The Jobs (and JobSets, for multi-node suites) of every enabled layer, in launch order."""
+    from benchrun.launch.jobset import launch_manifest
+    from benchrun.launch.kubernetes import KubernetesLauncher
+    from benchrun.launch.settings import LauncherSettings
+    from benchrun.paths import benchrun_home, validate_run_id
+    from benchrun.plan import plan_run
+    from benchrun.spec import load_spec
+
+    settings = LauncherSettings.from_env(kind=launcher)
+    if settings.kind != "kubernetes":
+        raise BenchrunError(
+            "launcher kind is 'local': suites run as processes here and nothing is created on a cluster; "
+            "render what the Kubernetes launcher would create with --launcher kubernetes "
+            "(or BENCHRUN_LAUNCHER_KIND=kubernetes)")
+    loaded = load_spec(spec)
+    run = loaded.run
+    if run_id is None:
+        stem = "".join(ch if ch.isalnum() else "-" for ch in run.metadata.name.lower()).strip("-")[:39] or "run"
+        run_id = f"{stem}-00000000000000-{loaded.spec_digest.removeprefix('sha256:')[:8]}"
+    validate_run_id(run_id)
+    home = Path(settings.run_home) if settings.run_home else benchrun_home(home)
+    run_dir = home / "runs" / run_id
+    plans = plan_run(run, run_id, run_dir, home=home)
+    suites = [s for layer in run.spec.layers if layer.enabled for s in layer.suites]
+    resources_set = all((s.cpu or settings.cpu) and (s.memory or settings.memory) for s in suites)
+    can_publish, _why = settings.publication_offer([s.image or settings.image for s in suites], bool(resources_set))
+    publication = run.spec.intent.benchmark_class == "publication_grade" and can_publish
+    placement = settings.placement(publication, run_home=str(home))
+    objects = []
+    for plan in plans:
+        for inv in plan.invocations:
+            obj = launch_manifest(inv, namespace=settings.namespace, placement=placement)
+            if obj["kind"] == "Job":
+                KubernetesLauncher._model(obj)  # dagster-k8s names any field the API would not know
+            objects.append(obj)
+    return objects
+
+
+def register(app: Any) -> None:
+    import typer
+
+    @app.command("render")
+    def render(
+        spec: Path = typer.Argument(..., help="A BenchmarkRun spec file."),
+        launcher: str = typer.Option(None, "--launcher", help="Launcher kind (default: BENCHRUN_LAUNCHER_KIND)."),
+        output: str = typer.Option("yaml", "-o", "--output", help="yaml (one document per object) or json (a v1 List)."),
+        run_id: str = typer.Option(None, "--run-id", help="Run id to render with (default: a placeholder)."),
+    ) -> None:
+        """Print every object a run of SPEC would create on the cluster, without creating any.
+
+        The Jobs carry the Kueue labels, per-suite resources and their fixed names; the launcher
+        settings come from BENCHRUN_LAUNCHER_* as in the Dagster definitions.
+        """
+        import json
+
+        import yaml
+
+        if output not in ("yaml", "json"):
+            raise BenchrunError(f"-o/--output: {output!r} is not a format; use yaml or json")
+        objects = render_objects(spec, launcher=launcher, run_id=run_id)
+        if output == "json":
+            typer.echo(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2, sort_keys=False))
+        else:
+            typer.echo(yaml.safe_dump_all(objects, sort_keys=False, explicit_start=True), nl=False)

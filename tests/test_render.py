@@ -1,0 +1,134 @@
+"""benchrun render: every object a run would create, valid against the API's and the CRDs' schemas."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from conftest import ROOT
+
+
+def shared_dir() -> Path | None:
+    """TEAM.md: $BENCHRUN_SHARED_DIR, else <repo>/../shared, else /work/shared."""
+    for candidate in (os.environ.get("BENCHRUN_SHARED_DIR"), ROOT.parent / "shared", "/work/shared"):
+        if candidate and (Path(candidate) / "reference/crds").is_dir():
+            return Path(candidate)
+    return None
+
+
+def _strict(schema: Any) -> Any:
+    """The CRD schema with unknown fields refused (the API server would prune them silently)."""
+    if isinstance(schema, dict):
+        out = {k: _strict(v) for k, v in schema.items() if not k.startswith("x-kubernetes")}
+        if "properties" in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
+            out.setdefault("additionalProperties", False)
+        return out
+    if isinstance(schema, list):
+        return [_strict(v) for v in schema]
+    return schema
+
+
+def crd_validator(filename: str, version: str) -> jsonschema.Draft4Validator:
+    shared = shared_dir()
+    if shared is None:
+        pytest.skip("no shared reference dir (set BENCHRUN_SHARED_DIR to the folder holding reference/crds)")
+    doc = yaml.safe_load((shared / "reference/crds" / filename).read_text())
+    for ver in doc["spec"]["versions"]:
+        if ver["name"] == version:
+            schema = _strict(ver["schema"]["openAPIV3Schema"])
+            schema["properties"]["metadata"] = {"type": "object"}
+            return jsonschema.Draft4Validator(schema)
+    raise AssertionError(f"{filename} has no version {version}")
+
+
+def render(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "benchrun.cli", "render", *args], capture_output=True, text=True,
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}, timeout=120)
+
+
+@pytest.mark.slow
+def test_render_canary_prints_valid_jobs_with_kueue_labels_resources_and_fixed_names(bench_home, canary_doc, write_spec):
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    canary_doc["spec"]["layers"][0]["suites"][0].update(gpus=1, cpu="4", memory="8Gi", shmSize="2Gi")
+    spec = write_spec(canary_doc)
+    out = render(str(spec), "--launcher", "kubernetes", "-o", "yaml",
+                 env={"BENCHRUN_LAUNCHER_QUEUE_NAME": "gpu-lq", "BENCHRUN_LAUNCHER_NAMESPACE": "bench"})
+    assert out.returncode == 0, out.stderr
+    docs = list(yaml.safe_load_all(out.stdout))
+    assert len(docs) == 8 * 6  # every suite, every replicate of the canary
+    version = kubernetes_validate.latest_version()
+    for doc in docs:
+        kubernetes_validate.validate(doc, version, strict=True)
+        assert doc["kind"] == "Job" and doc["spec"]["suspend"] is True
+        assert doc["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-lq"
+        assert doc["metadata"]["namespace"] == "bench"
+        assert doc["spec"]["ttlSecondsAfterFinished"] > 0
+    names = [d["metadata"]["name"] for d in docs]
+    assert len(set(names)) == len(names)
+    assert names[0].endswith("-gemm-r1") and any(n.endswith("-serving-workflow-r6") for n in names)
+    gemm = docs[0]["spec"]["template"]["spec"]
+    assert gemm["containers"][0]["resources"]["limits"] == {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "1"}
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}} in gemm["volumes"]
+    # The same input renders the same names (fixed, not generated).
+    again = render(str(spec), "--launcher", "kubernetes", "-o", "json",
+                   env={"BENCHRUN_LAUNCHER_QUEUE_NAME": "gpu-lq", "BENCHRUN_LAUNCHER_NAMESPACE": "bench"})
+    assert [d["metadata"]["name"] for d in json.loads(again.stdout)["items"]] == names
+    # teeth: strict validation refuses a misspelt field
+    broken = copy.deepcopy(docs[0])
+    broken["spec"]["template"]["spec"]["containers"][0]["imagePullPolcy"] = "Always"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, version, strict=True)
+
+
+def test_render_refuses_the_local_launcher_and_bad_output(bench_home):
+    out = render(str(ROOT / "specs/local/canary.yaml"), "--launcher", "local")
+    assert out.returncode != 0 and "--launcher kubernetes" in out.stderr and "Traceback" not in out.stderr
+    out = render(str(ROOT / "specs/local/canary.yaml"), "--launcher", "kubernetes", "-o", "toml")
+    assert out.returncode != 0 and "-o/--output" in out.stderr
+
+
+def test_gang_jobsets_validate_against_the_jobset_crd(bench_home, canary_doc):
+    from benchrun.launch.render import render_objects
+
+    validator = crd_validator("jobset.x-k8s.io_jobsets.yaml", "v1alpha2")
+    from helpers import tiny_layers
+
+    canary_doc["spec"]["layers"] = tiny_layers([{
+        "name": "allreduce", "repoCommand": "python -m benchrun.suites.allreduce --node-rank ${NODE_RANK}",
+        "nodes": 2, "gpusPerNode": 8, "cpu": "16", "memory": "64Gi"}])
+    path = bench_home / "gang.yaml"
+    path.write_text(yaml.safe_dump(canary_doc))
+    os.environ["BENCHRUN_LAUNCHER_KIND"] = "kubernetes"
+    try:
+        objs = render_objects(path)
+    finally:
+        del os.environ["BENCHRUN_LAUNCHER_KIND"]
+    assert {o["kind"] for o in objs} == {"JobSet"}
+    for obj in objs:
+        validator.validate(obj)
+        assert obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "benchrun"
+
+
+def test_harness_workloads_validate_against_the_kueue_crd(kcluster):
+    """The harness's Kueue writes Workloads the published v1beta2 schema accepts."""
+    from kubernetes import client
+
+    validator = crd_validator("kueue.x-k8s.io_workloads.yaml", "v1beta2")
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "w", "labels": {"kueue.x-k8s.io/queue-name": "benchrun"}},
+           "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
+               {"name": "c", "image": "python:3.11", "command": [sys.executable, "-c", "print(1)"],
+                "resources": {"requests": {"cpu": "1"}}}]}}}}
+    client.BatchV1Api(kcluster.api_client()).create_namespaced_job("default", job)
+    wl = kcluster.wait_for(lambda: [w for w in kcluster.list("workloads")
+                                    if any(c["type"] == "Finished" for c in w["status"].get("conditions") or [])])[0]
+    validator.validate(wl)
