@@ -219,3 +219,12 @@ def test_no_cluster_is_a_skip_with_the_reason(bench_home: Path, instance: dg.Dag
     data = tick(instance, "kept")
     assert not data.run_requests and "no Kubernetes credentials" in data.skip_message
     assert data.cursor == "kept"
+
+
+def test_the_helm_values_switch_the_controller_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchrun.automation.settings import starts_on
+
+    assert starts_on("benchmarkrun_resource_sensor", False) is False  # off by default
+    monkeypatch.setenv("BENCHRUN_AUTOMATION_ON", "benchmarkrun_resource_sensor")  # as deploy/helm/values.yaml
+    assert starts_on("benchmarkrun_resource_sensor", False) is True
+    assert benchmarkrun_resource_sensor.default_status == dg.DefaultSensorStatus.STOPPED
