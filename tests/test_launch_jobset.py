@@ -15,7 +15,7 @@ import yaml
 from benchrun.errors import BenchrunError
 from benchrun.launch.jobset import GangOptions, jobset_manifest, jobset_name, pod_hostname
 from benchrun.launch.podspec import KUEUE_QUEUE_LABEL, Placement
-from benchrun.plan import plan_run
+from benchrun.plan import gang_mark, plan_run
 from benchrun.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -143,3 +143,12 @@ def test_launch_manifest_picks_a_jobset_only_for_gangs(tmp_path: Path) -> None:
     assert launch_manifest(inv, namespace="b", placement=Placement(queue_name="q"))["kind"] == "JobSet"
     single = replace(inv, nodes=1, argv=("python", "-m", "benchrun.suites.training"))
     assert launch_manifest(single, namespace="b", placement=Placement(queue_name="q"))["kind"] == "Job"
+
+
+def test_a_gang_is_never_rendered_as_a_single_pod(tmp_path: Path) -> None:
+    from benchrun.launch.podspec import pod_manifest
+
+    inv = _gang("specs/local/training.yaml", "training", tmp_path, "local-training-20261201000000-abcdef12")
+    with pytest.raises(BenchrunError, match="runs as one JobSet"):
+        pod_manifest(replace(inv, argv=inv.argv + ("--rank=" + gang_mark("NODE_RANK"),)), namespace="b",
+                     placement=Placement(queue_name="q"))

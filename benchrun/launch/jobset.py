@@ -151,7 +151,8 @@ def jobset_manifest(
     values = {"NODE_RANK": "$(NODE_RANK)", "MASTER_ADDR": master, "MASTER_PORT": str(options.master_port),
               "NNODES": str(inv.nodes), "HOSTS": hosts}
     argv = tuple(resolve_gang(_escape_k8s(w), values) for w in inv.argv)
-    pod = pod_manifest(replace(inv, argv=argv), namespace=namespace, run_labels=run_labels,
+    # the template of one node's pod (job_manifest refuses gangs, so it is shown a single node)
+    pod = pod_manifest(replace(inv, argv=argv, nodes=1), namespace=namespace, run_labels=run_labels,
                        placement=placement, extra_env=extra_env)
     labels = dict(pod["metadata"]["labels"])
     jobset_labels = {**labels, LABEL_PREFIX + "nodes": str(inv.nodes)}

@@ -318,6 +318,9 @@ def job_manifest(
     for long.
     """
     where = _where(inv)
+    if inv.nodes > 1:
+        raise BenchrunError(f"{where}: a multi-node suite (nodes={inv.nodes}) runs as one JobSet, not a Job per "
+                            "replicate; build it with benchrun.launch.jobset.launch_manifest")
     image = (inv.image or placement.image or "").strip()
     if not image:
         raise BenchrunError(
