@@ -127,6 +127,8 @@ def test_gang_argument_escaping_and_refusals(tmp_path: Path) -> None:
     [c] = jobset_manifest(shell_like, namespace="bench", placement=Placement(queue_name="q"))[
         "spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"]
     assert c["args"][-1] == "--note=$$(whoami)"  # Kubernetes must not expand what the spec wrote
+    with pytest.raises(BenchrunError, match="disagree"):
+        jobset_manifest(replace(inv, gpus=4), namespace="bench", placement=Placement(queue_name="q"))
     with pytest.raises(BenchrunError, match="nodes > 1"):
         jobset_manifest(replace(inv, nodes=1), namespace="bench", placement=Placement(queue_name="q"))
     pinned = replace(inv, image="registry.example.com/benchrun@sha256:" + "a" * 64)

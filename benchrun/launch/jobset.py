@@ -144,6 +144,9 @@ def jobset_manifest(
                 "placement.cpu/placement.memory: publication grade needs Guaranteed QoS for every pod of the "
                 "gang; set both (requests = limits)")
     if inv.gpus_per_node is not None:
+        if inv.gpus is not None and inv.gpus != inv.gpus_per_node:
+            raise BenchrunError(f"{where}: gpus={inv.gpus} and gpusPerNode={inv.gpus_per_node} disagree; a gang's pod "
+                                "asks for gpusPerNode GPUs, drop gpus or make them equal")
         placement = replace(placement, gpus=inv.gpus_per_node)
 
     # The template's argv: ${NODE_RANK} → $(NODE_RANK) (from the pod's completion index);
