@@ -304,3 +304,26 @@ def test_report_timeline_marks_every_replicate_window(tmp_path):
     assert f"raw/{RUN_ID}_gemm_r1_telemetry.parquet" in caption and png[:8] == b"\x89PNG\r\n\x1a\n"
     empty = utilization_section(SimpleNamespace(run=SimpleNamespace(path=tmp_path / "none", run_id=RUN_ID)))
     assert "No telemetry samples" in empty.html and empty.figures == []
+
+
+def test_suite_cpu_is_all_counted_even_for_a_suite_shorter_than_a_tick(tmp_path):
+    """A suite that starts after one tick and is reaped before the next still gets all its CPU."""
+    import resource
+    import subprocess
+
+    import psutil
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    sampler = Sampler(tmp_path / "t.parquet", 1.0, gpus=False)
+    sampler.start()
+    child = subprocess.Popen([sys.executable, "-c", "import time\nt=time.process_time()\n"
+                              "while time.process_time()-t<0.4: pass"])
+    sampler.watch(child.pid)
+    child.wait()
+    sampler.stop()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    child_cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    t = read_samples(tmp_path / "t.parquet").to_pylist()
+    counted = sum(r["value"] / 100.0 * r["interval_s"] * psutil.cpu_count() for r in t if r["metric"] == "suite_cpu_pct")
+    assert child_cpu >= 0.4
+    assert counted == pytest.approx(child_cpu, rel=0.05, abs=0.02)

@@ -58,9 +58,20 @@ class HostProbe:
         self._tree_at = 0.0
         self._tree_cpu_dead = 0.0  # CPU of tree members seen before that have exited since
         self._tree_last: dict[int, float] = {}
+        self._own_children: float | None = None
 
-    def _suite_cpu(self, now: float) -> tuple[float, float] | None:
-        """(CPU seconds, RSS bytes) of the suite's process tree so far, or None without a suite."""
+    def watch(self, pid: int) -> None:
+        """Add a suite process (a tree root); its tree is looked at again on the next sample."""
+        self.suite_pids.append(pid)
+        self._tree_at = 0.0
+
+    def _suite_cpu(self, now: float, reaped_cpu: float) -> tuple[float, float] | None:
+        """(CPU seconds, RSS bytes) of the suite's process tree so far, or None without a suite.
+
+        ``reaped_cpu``: growth of this process's children CPU times since the last sample. The
+        launcher reaps a suite root itself, so a root that vanished shows up there with its
+        whole life's CPU, including the part after our last look at it.
+        """
         if not self.suite_pids:
             return None
         if now - self._tree_at >= TREE_REFRESH_S or not self._tree:
@@ -75,6 +86,8 @@ class HostProbe:
                     self._tree.setdefault(p.pid, p)
         cpu = 0.0
         rss = 0.0
+        gone_roots = 0.0
+        any_root_gone = False
         for pid, p in list(self._tree.items()):
             try:
                 with p.oneshot():
@@ -88,11 +101,14 @@ class HostProbe:
                 # children_* times; only a tree root (reaped by the launcher) is kept here.
                 last = self._tree_last.pop(pid, 0.0)
                 if pid in self.suite_pids:
-                    self._tree_cpu_dead += last
+                    gone_roots += last
+                    any_root_gone = True
                 del self._tree[pid]
                 continue
             self._tree_last[pid] = used
             cpu += used
+        if any_root_gone:
+            self._tree_cpu_dead += max(gone_roots, reaped_cpu)
         return cpu + self._tree_cpu_dead, rss
 
     def sample(self) -> list[Sample]:
@@ -102,7 +118,10 @@ class HostProbe:
         total = psutil.cpu_times()
         own = self._own.cpu_times()
         own_cpu = own.user + own.system
-        suite = self._suite_cpu(mono)
+        own_children = own.children_user + own.children_system
+        reaped = max(0.0, own_children - self._own_children) if self._own_children is not None else 0.0
+        self._own_children = own_children
+        suite = self._suite_cpu(mono, reaped)
         disk = psutil.disk_io_counters()
         net = psutil.net_io_counters()
         stats = psutil.cpu_stats()
@@ -150,8 +169,9 @@ class HostProbe:
         harness = max(0.0, own_cpu - prev["own"])
         add("harness_cpu_pct", _pct(harness, capacity), "%", scope="process", interval=dt)
         suite_used = 0.0
-        if suite is not None and prev["suite"] is not None:
-            suite_used = max(0.0, suite[0] - prev["suite"][0])
+        if suite is not None:
+            # No suite at the previous sample: it was spawned since, so all its CPU is new.
+            suite_used = max(0.0, suite[0] - (prev["suite"][0] if prev["suite"] is not None else 0.0))
             add("suite_cpu_pct", _pct(suite_used, capacity), "%", scope="process", interval=dt)
         if span > 0:
             # busy is in CPU-seconds over `span` CPU-seconds of capacity (from /proc/stat).

@@ -67,7 +67,7 @@ class Sampler:
 
     def watch(self, pid: int) -> None:
         """A suite process (tree leader): its tree's CPU is the suite's, not background."""
-        self.host.suite_pids.append(pid)
+        self.host.watch(pid)
 
     def start(self) -> "Sampler":
         self.path.parent.mkdir(parents=True, exist_ok=True)
