@@ -96,7 +96,7 @@ def no_outliers(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
     st = _stats(context.partition_key)
     primary = checks.primary_metrics(load_run(_run_dir(context.partition_key)).spec)
     out = st.replicates[st.replicates["outlier"]] if len(st.replicates) else st.replicates
-    gating = out[out["metric"].isin(sorted(primary))] if len(out) else out
+    gating = out[checks.gating_rows(out, primary)] if len(out) else out
     return dg.AssetCheckResult(
         passed=gating.empty, severity=dg.AssetCheckSeverity.WARN,
         description=f"{len(gating)} outlier replicate(s) in primary metrics, {len(out) - len(gating)} in others",

@@ -44,11 +44,22 @@ def p99_slo_quantities(spec: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def gating_rows(table: "pd.DataFrame", primary: set[str]) -> "pd.Series":
+    """True for the rows (suite, case, metric) a primary selects: a bare name, or one qualified
+    as ``suite/metric[case]`` (benchrun.stats.compare.parse_primary)."""
+    import pandas as pd
+
+    from benchrun.stats.compare import gating_mask
+
+    keys = zip(table["suite"].astype(str), table["case"].astype(str), table["metric"].astype(str))
+    return pd.Series(gating_mask(keys, sorted(primary)), index=table.index)
+
+
 def split_by_gating(summary: "pd.DataFrame", primary: set[str]) -> tuple["pd.DataFrame", "pd.DataFrame"]:
     """(rows of primary metrics, the others)."""
     if summary.empty:
         return summary, summary
-    mask = summary["metric"].isin(sorted(primary))
+    mask = gating_rows(summary, primary)
     return summary[mask], summary[~mask]
 
 

@@ -23,7 +23,10 @@ SUITE = (
 def _spec(doc, name, level, baseline_ref):
     doc = json.loads(json.dumps(doc))
     doc["metadata"]["name"] = name
-    doc["spec"]["trials"]["minReplicates"] = 6
+    doc["spec"]["trials"]["minReplicates"] = 5
+    # the custom suite's ttft_ms gates (the canary's own primaries are qualified to serving_workflow)
+    doc["spec"]["metrics"]["inference"]["primary"] = ["ttft/ttft_ms[c=1]", "tokens_per_second", "p99_latency_ms",
+                                                      "jitter_ms", "cost_per_request_usd"]
     doc["spec"]["layers"] = tiny_layers([], [{"name": "ttft", "repoCommand": SUITE, "parameters": {"level_ms": level}}])
     doc["spec"]["comparison"]["baseline"]["artifactRef"] = baseline_ref
     return doc
@@ -51,7 +54,11 @@ def test_regression_is_confirmed_by_a_fresh_interleaved_round_before_it_alerts(b
     root = bench_home / "confirmations" / cand["run_id"]
     b = sorted((root / "baseline" / base["run_id"] / "structured").glob("*_ttft_r*.json"))
     c = sorted((root / "candidate" / cand["run_id"] / "structured").glob("*_ttft_r*.json"))
-    assert len(b) == 6 and len(c) == 6
+    assert len(b) == 5 and len(c) == 5
+    comp = json.loads((bench_home / "runs" / cand["run_id"] / "structured" / f"{cand['run_id']}_comparison.json")
+                      .read_text())
+    order = comp["confirmation_evidence"]["order"]  # the drawn launch order is the round's evidence
+    assert len(order) == 10 and {o["arm"] for o in order[::2]} == {"baseline", "candidate"}
     assert json.loads(b[0].read_text())["metrics"][0]["value"] == pytest.approx(10.0, rel=0.01)
     assert json.loads(c[0].read_text())["metrics"][0]["value"] == pytest.approx(12.0, rel=0.01)
 

@@ -53,7 +53,7 @@ def test_validate_json(tmp_path: Path) -> None:
     result = runner.invoke(app, ["validate", "--json", str(SEED), str(bad)])
     assert result.exit_code == 1
     good, invalid = [json.loads(l) for l in result.output.splitlines()]
-    assert set(good) == {"valid", "file", "errors", "summary"}
+    assert set(good) == {"valid", "file", "errors", "warnings", "summary"}
     assert good["valid"] is True and good["errors"] == []
     assert good["summary"]["specDigest"] == load_spec(SEED).spec_digest
     assert good["summary"]["layers"]["micro"] == {"enabled": True, "suites": 3}

@@ -312,3 +312,39 @@ def test_batch_trial_statistics_match_the_per_metric_reference():
         assert (np.abs(fast.loc[has, col].to_numpy(float) - ref.loc[has, col].to_numpy(float)) < 0.1 * width).all()
     flagged = D.flag_replicates(table)
     assert int(flagged["outlier"].sum()) == int(ref["n_outliers"].sum()) >= 1
+
+
+# -- 4: the validation warning ---------------------------------------------------------------------
+
+
+def test_validation_warns_when_replicates_and_family_can_never_gate(tmp_path, canary_doc):
+    import yaml
+
+    from benchrun.spec.validation import validate_path
+    from benchrun.stats.power import gating_warnings
+
+    assert gating_warnings(canary_doc) == []  # 5 replicates, 6 qualified primaries: 1/252 < 0.05/6
+    # 18 qualified primaries at 5 replicates: never significant on the exact test; 6 is the smallest n
+    cases = ("c=1", "c=4", "c=8")
+    canary_doc["spec"]["metrics"]["inference"]["primary"] = [
+        f"serving_sweep/{m}[{c}]" for m in ("ttft_ms", "tokens_per_second", "p99_latency_ms", "jitter_ms",
+                                            "cost_per_request_usd", "cost_per_token_usd") for c in cases]
+    (path, msg), = gating_warnings(canary_doc)
+    assert path == ("spec", "trials", "minReplicates")
+    assert "18 gating tests" in msg and "0.0040" in msg and "6 replicates per arm is the smallest n" in msg
+    p = tmp_path / "wide.yaml"
+    p.write_text(yaml.safe_dump(canary_doc, sort_keys=False))
+    (res,) = validate_path(p)
+    assert res.valid and len(res.warnings) == 1 and res.to_json()["warnings"][0]["path"] == "spec.trials.minReplicates"
+    canary_doc["spec"]["trials"]["minReplicates"] = 6
+    assert gating_warnings(canary_doc) == []
+
+
+def test_qualified_primaries_satisfy_the_required_metric_rules(canary_doc):
+    from benchrun.spec.rules import check, metric_name
+
+    assert metric_name("serving_workflow/ttft_ms[c=4]") == "ttft_ms" and metric_name("ttft_ms") == "ttft_ms"
+    assert [f for f in check(canary_doc) if "primary" in ".".join(map(str, f[0]))] == []
+    canary_doc["spec"]["metrics"]["inference"]["primary"] = ["serving_workflow/ttft_ms[c=4]"]
+    (finding,) = [f for f in check(canary_doc) if f[0][-1] == "primary"]
+    assert "tokens_per_second" in finding[1] and "ttft_ms" not in finding[1].split("include")[1].split(",")[0]

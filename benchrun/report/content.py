@@ -60,12 +60,19 @@ SUITE_HEADLINE: dict[str, tuple[str, ...]] = {
 }
 
 
+def metric_name(entry: str) -> str:
+    from benchrun.spec.rules import metric_name as _name
+
+    return _name(entry)
+
+
 def primary_metrics(spec: dict[str, Any]) -> list[str]:
     """The spec's primary metrics in the order written (enabled families)."""
     out: list[str] = []
     for fam in ((spec.get("spec") or {}).get("metrics") or {}).values():
         if isinstance(fam, dict) and fam.get("enabled"):
-            out += [str(m) for m in fam.get("primary") or [] if str(m) not in out]
+            # by metric name: a primary qualified as suite/metric[case] still heads its suite
+            out += [n for m in fam.get("primary") or [] if (n := metric_name(str(m))) not in out]
     return out
 
 

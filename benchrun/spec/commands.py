@@ -62,6 +62,8 @@ def register(app: typer.Typer) -> None:
                     typer.echo(f"skip    {_label(result)}: {result.summary.get('skipped')}")
                 elif result.valid:
                     typer.echo(f"valid   {_label(result)} ({_describe(result)})")
+                    for warning in result.warnings:
+                        typer.echo(f"  warning: {warning}")
                 else:
                     tag = "error  " if result.fatal else "invalid"
                     typer.echo(f"{tag} {_label(result)}: {len(result.errors)} error(s)")

@@ -364,6 +364,15 @@ def rule_fixed_across_trials(doc: Any) -> Iterator[Finding]:
 # -- metrics and trials --------------------------------------------------------------------
 
 
+_QUALIFIED = re.compile(r"^(?:[^/\[\]]+/)?(?P<name>[^/\[\]]+)(?:\[[^\[\]]*\])?$")
+
+
+def metric_name(entry: str) -> str:
+    """The metric name of a primary entry: ``suite/metric[case]`` (either qualifier optional) → ``metric``."""
+    m = _QUALIFIED.match(entry)
+    return m.group("name") if m else entry
+
+
 def rule_training_metrics(doc: Any) -> Iterator[Finding]:
     """CONTRACT §2: training or mixed needs ``metrics.training.enabled`` and the four training primaries."""
     wt = workload_type(doc)
@@ -376,7 +385,14 @@ def rule_training_metrics(doc: Any) -> Iterator[Finding]:
         yield path, f"required for workloadType {wt} (enabled: true, primary: {', '.join(TRAINING_PRIMARY)})"
         return
     yield from require_true(doc, path, ("enabled",), f" for workloadType {wt}")
-    yield from require_all(doc, path + ("primary",), TRAINING_PRIMARY, f" for workloadType {wt}")
+    primary = strings(get(doc, path + ("primary",)))
+    if primary is None or all(metric_name(p) == p for p in primary):
+        yield from require_all(doc, path + ("primary",), TRAINING_PRIMARY, f" for workloadType {wt}")
+        return
+    names = {metric_name(p) for p in primary}  # qualified entries (suite/metric[case]) count by name
+    missing = [m for m in TRAINING_PRIMARY if m not in names]
+    if missing:
+        yield path + ("primary",), f"must include {', '.join(missing)} for workloadType {wt}"
 
 
 def rule_inference_metrics(doc: Any) -> Iterator[Finding]:
@@ -394,6 +410,7 @@ def rule_inference_metrics(doc: Any) -> Iterator[Finding]:
     primary = strings(get(doc, path + ("primary",)))
     if primary is None:
         return
+    primary = [metric_name(p) for p in primary]  # qualified entries (suite/metric[case]) count by name
     missing = [m for m in INFERENCE_PRIMARY if m not in primary]
     if not any(c in primary for c in COST_METRICS):
         missing.append(" or ".join(COST_METRICS))
@@ -420,8 +437,9 @@ def rule_metric_names(doc: Any) -> Iterator[Finding]:
         for kind in ("primary", "secondary"):
             names = get(doc, SPEC + ("metrics", family, kind))
             for i, name in enumerate(names if isinstance(names, list) else []):
-                if not isinstance(name, str) or name in KNOWN_METRICS:
+                if not isinstance(name, str) or metric_name(name) in KNOWN_METRICS:
                     continue
+                name = metric_name(name)
                 close = difflib.get_close_matches(name, KNOWN_METRICS, n=1, cutoff=0.8)
                 if close:
                     yield SPEC + ("metrics", family, kind, i), f"unknown metric {name!r} (did you mean {close[0]!r}?)"

@@ -67,13 +67,16 @@ class DocumentResult:
     fatal: bool = False
     skipped: bool = False
     run: BenchmarkRun | None = field(default=None, repr=False)
+    # Advice that does not make the spec invalid (e.g. a gate that can never fire).
+    warnings: list[SpecError] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        """``{"valid", "file", "errors": [{"path","line","message"}], "summary"}``."""
+        """``{"valid", "file", "errors": [{"path","line","message"}], "warnings": [...], "summary"}``."""
         return {
             "valid": self.valid,
             "file": self.file,
             "errors": [e.to_json() for e in self.errors],
+            "warnings": [w.to_json() for w in self.warnings],
             "summary": self.summary,
         }
 
@@ -270,7 +273,13 @@ def validate_document(doc: YamlDocument, file: str) -> DocumentResult:
     if valid:
         summary["specDigest"] = spec_digest(data)
         summary["workloadSpecDigest"] = workload_spec_digest(data)
-    return DocumentResult(file=file, index=doc.index, valid=valid, errors=errors, summary=summary, run=run if valid else None)
+    warnings = []
+    if valid:
+        from benchrun.stats.power import gating_warnings  # statistics' advice on the gate's power
+
+        warnings = [SpecError(format_path(p), m, doc.line_of(p), file) for p, m in gating_warnings(data)]
+    return DocumentResult(file=file, index=doc.index, valid=valid, errors=errors, summary=summary,
+                          run=run if valid else None, warnings=warnings)
 
 
 def validate_bytes(data: bytes, source: str, *, only_benchmark_runs: bool = False) -> list[DocumentResult]:

@@ -1,0 +1,77 @@
+"""Can a spec's gate ever fire? The replicates and gating family of a spec against the exact test's floor.
+
+A one-sided exact rank test with n vs n replicates cannot give a p-value below 1/C(2n, n)
+(1/252 at n = 5), and Holm's correction over F gating tests asks for α/F at its first step;
+when the floor is above the threshold, no regression can gate on the distribution-free test
+(the comparison then falls back to a Welch t-test on log values, which assumes roughly
+log-normal noise). :func:`gating_warnings` says so at validation time, with the smallest n
+that lets the distribution-free test gate.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchrun.stats.ranktest import smallest_gating_n, smallest_one_sided_p
+
+DEFAULT_CONFIDENCE = 0.95
+
+
+def _suites(doc: dict[str, Any]) -> dict[str, int | None]:
+    out: dict[str, int | None] = {}
+    layers = ((doc.get("spec") or {}).get("layers")) or []
+    for layer in layers if isinstance(layers, list) else []:
+        if not isinstance(layer, dict) or layer.get("enabled") is False:
+            continue
+        for suite in layer.get("suites") or []:
+            if isinstance(suite, dict) and isinstance(suite.get("name"), str):
+                reps = suite.get("replicates")
+                out[suite["name"]] = reps if isinstance(reps, int) and not isinstance(reps, bool) else None
+    return out
+
+
+def gating_warnings(doc: Any) -> list[tuple[tuple[str, ...], str]]:
+    """``(path, message)`` warnings for a spec document as written (camelCase keys)."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("spec"), dict):
+        return []
+    spec = doc["spec"]
+    trials = spec.get("trials") if isinstance(spec.get("trials"), dict) else {}
+    minimum = trials.get("minReplicates")
+    conf = trials.get("confidenceLevel", DEFAULT_CONFIDENCE)
+    if not isinstance(minimum, int) or isinstance(minimum, bool) or not isinstance(conf, (int, float)):
+        return []
+    alpha = 1.0 - float(conf)
+    metrics = spec.get("metrics") if isinstance(spec.get("metrics"), dict) else {}
+    entries: list[tuple[str, str]] = []
+    for family, fam in metrics.items():
+        if isinstance(fam, dict) and fam.get("enabled", True) and isinstance(fam.get("primary"), list):
+            entries += [(family, str(p)) for p in fam["primary"]]
+    if not entries:
+        return []
+    suites = _suites(doc)
+    reps = []
+    bare = 0
+    for _family, entry in entries:
+        suite = entry.split("/", 1)[0] if "/" in entry else None
+        if suite is None or "[" not in entry:
+            bare += 1
+        if suite is not None and suite in suites:
+            reps.append(suites[suite] or minimum)
+        else:
+            reps.append(min([r or minimum for r in suites.values()] or [minimum]))
+    n = min(reps)
+    family = len(entries)
+    floor = smallest_one_sided_p(n, n)
+    per_test = (f"; each bare or unqualified name counts once per suite and case that reports it "
+                f"({bare} here), so the real family may be larger" if bare else "")
+    if floor <= alpha / family + 1e-15:
+        return []
+    need = smallest_gating_n(family, alpha)
+    return [(("spec", "trials", "minReplicates"),
+             f"with {n} replicates and {family} gating tests the exact (distribution-free) test can never reach "
+             f"significance: its smallest one-sided p, {floor:.4f}, is above Holm's first threshold "
+             f"{alpha:g}/{family} = {alpha / family:.4f}{per_test}; the comparison falls back to a Welch t-test "
+             f"on log values (assumes log-normal noise). "
+             + (f"{need} replicates per arm is the smallest n that lets the exact test gate" if need else
+                "no replicate count up to 50 fixes this")
+             + ", or gate on fewer (qualified) primaries")]
