@@ -6,7 +6,13 @@ from process start (interpreter, imports, Dagster instance) to exit; suite walls
 launcher's own clock around each subprocess. Targets (issue 3): ≤ 0.3 s per launch and
 ≤ 10 % of the run.
 
-    .venv/bin/python benchmarks/orchestration_overhead.py [SPEC] [--repeat N]
+    .venv/bin/python benchmarks/orchestration_overhead.py [SPEC] [--repeat N] [--code DIR ...]
+
+``--code DIR`` (repeatable) measures the checkout at DIR instead of this one (its package
+first on PYTHONPATH, the same interpreter), so two versions can be measured side by side:
+with several, runs alternate between them (A B A B …) so that load drifts hit both alike.
+CPU time (user + system of the command and every process it waited for, suites included)
+is recorded beside wall time: on a shared machine wall time includes waiting for the CPU.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -23,13 +30,35 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def measure(spec: Path) -> dict:
+# Runs `benchrun ARGS...` in this interpreter and writes the process's own CPU time (all its
+# threads, none of its children) to argv[1] when it exits.
+WRAPPER = """
+import atexit, json, resource, sys
+out = sys.argv.pop(1)
+def _cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    open(out, "w").write(json.dumps({"cpu_s": round(r.ru_utime + r.ru_stime, 2)}))
+atexit.register(_cpu)
+sys.argv[0] = "benchrun"
+from benchrun.cli import main
+main()
+"""
+
+
+def measure(spec: Path, code: Path = ROOT) -> dict:
     with tempfile.TemporaryDirectory(prefix="benchrun-overhead-") as home:
-        env = {**os.environ, "BENCHRUN_HOME": home}
+        env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
+        env.update(BENCHRUN_HOME=home, PYTHONPATH=str(code))
+        load = os.getloadavg()[0]
+        cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
-        proc = subprocess.run([str(ROOT / ".venv/bin/benchrun"), "run", str(spec)], env=env,
+        self_cpu = Path(home) / "orchestrator_cpu.json"
+        proc = subprocess.run([sys.executable, "-c", WRAPPER, str(self_cpu), "run", str(spec)], env=env, cwd=code,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         total = time.perf_counter() - t0
+        cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
+        orchestrator_cpu = json.loads(self_cpu.read_text())["cpu_s"] if self_cpu.is_file() else None
         runs = sorted((Path(home) / "runs").iterdir())
         if not runs:
             raise SystemExit(f"no run was created: {proc.stderr[-2000:]}")
@@ -41,11 +70,19 @@ def measure(spec: Path) -> dict:
         steps = step_durations(Path(home) / "dagster_home")
         layer_wall = sum(v for k, v in steps.items() if k.endswith("_layer"))
         return {
+            "code": str(code),
+            "load_avg_1m_at_start": round(load, 2),
             "exit_code": proc.returncode,
             "outcome": status.get("outcome"),
             "launches": n,
             "failed": sum(r["status"] == "failed" for r in launches),
             "total_wall_s": round(total, 2),
+            "total_cpu_s": round(cpu, 2),
+            # CPU of the benchrun process itself (Dagster, Pipes, analysis, report), without
+            # the suites it launched: the overhead in CPU terms, which load does not inflate.
+            "orchestrator_cpu_s": orchestrator_cpu,
+            "orchestrator_cpu_per_launch_s": round(orchestrator_cpu / n, 3) if orchestrator_cpu else None,
+            "orchestrator_cpu_share_pct": round(100 * orchestrator_cpu / cpu, 1) if orchestrator_cpu else None,
             "suite_wall_s": round(suite_wall, 2),
             "overhead_per_launch_s": round((total - suite_wall) / n, 3),
             "overhead_share_pct": round(100 * (total - suite_wall) / total, 1),
@@ -82,10 +119,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("spec", nargs="?", default=str(ROOT / "specs/local/canary.yaml"))
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--code", type=Path, action="append", help="checkout to measure (repeatable; default this one)")
     args = ap.parse_args()
-    rows = [measure(Path(args.spec)) for _ in range(args.repeat)]
-    for r in rows:
-        print(json.dumps(r))
+    codes = [c.resolve() for c in args.code] if args.code else [ROOT]
+    rows = []
+    for _ in range(args.repeat):
+        for code in codes:
+            rows.append(measure(Path(args.spec).resolve(), code))
+            print(json.dumps(rows[-1]), flush=True)
     if any(r["exit_code"] not in (0, 1) for r in rows):
         sys.exit(1)
 

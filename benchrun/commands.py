@@ -49,10 +49,56 @@ def summary_rows(run_dir: Path, run_id: str) -> list[dict[str, Any]]:
     return summarise([LaunchResult(**r) for r in rows])
 
 
-def print_summary(console: Any, run_dir: Path, run_id: str) -> None:
+def print_headline(console: Any, run_dir: Path, run_id: str) -> bool:
+    """The report's headline (primary metrics per suite, median, interval, change against the
+    baseline) as one table; False when the run has no statistics to show yet."""
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=f"{run_id}: headline metrics (over ok replicates)")
+    from benchrun.report import content as C
+
+    stats_path = run_dir / "structured" / f"{run_id}_trial_statistics.json"
+    if not stats_path.is_file():
+        return False
+    from benchrun.stats.analysis import read_trial_statistics
+    from benchrun.stats.load import load_run
+
+    run = load_run(run_dir)
+    comparison = None
+    comp_path = run_dir / "structured" / f"{run_id}_comparison.json"
+    if comp_path.is_file():
+        try:
+            comparison = json.loads(comp_path.read_text(encoding="utf-8"))
+        except ValueError:
+            comparison = None
+    stats = read_trial_statistics(run_dir)
+    heads = C.headlines(stats, run.spec, comparison)
+    compared = bool(comparison and comparison.get("metrics"))
+    table = Table(title=f"{run_id}: headline (median over replicates, {stats.confidence:.0%} interval)")
+    for col in ("suite", "metric", "case", "median", "unit", "interval", "n") + (("vs baseline",) if compared else ()):
+        table.add_column(col, justify="right" if col in ("median", "interval", "n") else "left")
+    shown = 0
+    for h in heads:
+        for r in h.rows:
+            interval = "-" if r.low is None else f"[{_fmt(r.low)}, {_fmt(r.high)}]" + ("" if r.informative else " †")
+            change = ""
+            if r.change and C.pick(r.change, "ratio") is not None:
+                change = f"{(C.pick(r.change, 'ratio') - 1) * 100:+.1f} % {r.change.get('verdict', '')}"
+            table.add_row(*[escape(x) for x in (r.suite, r.metric, r.case, _fmt(r.median), r.unit, interval, str(r.n))
+                            + ((change,) if compared else ())])
+            shown += 1
+    console.print(table)
+    total = len(stats.summary)
+    console.print(f"{shown} headline of {total} metrics († interval = the replicates' whole range); "
+                  f"every metric: `benchrun show {run_id} --all` or the report", markup=False)
+    return True
+
+
+def print_summary(console: Any, run_dir: Path, run_id: str) -> None:
+    """Every suite × case × metric: median, min, max, ok and failed replicates."""
+    from rich.table import Table
+
+    table = Table(title=f"{run_id}: every metric (over ok replicates)")
     for col in ("suite", "case", "metric", "unit", "median", "min", "max", "ok", "failed"):
         table.add_column(col, justify="right" if col in ("median", "min", "max", "ok", "failed") else "left")
     for r in summary_rows(run_dir, run_id):
@@ -118,7 +164,15 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
         mark_run_failed(rd.home, rd.run_id, reason)
         console.print("[red]orchestration failed:[/] ", end="")
         console.print(reason, markup=False)
-    print_summary(console, rd.path, rd.run_id)
+        if (rd.path / "reports" / f"{rd.run_id}_report.html").is_file():
+            from benchrun.report.html import write_report
+
+            try:  # the report must not keep saying Analyzing
+                write_report(rd.path)
+            except BenchrunError as exc:
+                console.print(f"report not rewritten: {exc}", markup=False)
+    if not print_headline(console, rd.path, rd.run_id):
+        print_summary(console, rd.path, rd.run_id)
     st = rd.read_status()
     for c in st.get("conditions", []):
         if c["status"] != "True" or c["type"] in ("Complete",):
@@ -197,7 +251,8 @@ def runs(home: Optional[Path] = HomeOpt, as_json: bool = typer.Option(False, "--
 
 
 def show(run_id: str = typer.Argument(...), home: Optional[Path] = HomeOpt,
-         as_json: bool = typer.Option(False, "--json")) -> None:
+         as_json: bool = typer.Option(False, "--json"),
+         every: bool = typer.Option(False, "--all", help="Every metric, not only the headline.")) -> None:
     """A run's status, conditions, headline metrics and paths."""
     from rich.table import Table
 
@@ -221,7 +276,8 @@ def show(run_id: str = typer.Argument(...), home: Optional[Path] = HomeOpt,
     for c in st.get("conditions", []):
         table.add_row(*[str(c.get(k, "")) for k in ("type", "status", "reason", "message", "lastTransitionTime")])
     console.print(table)
-    print_summary(console, rd.path, run_id)
+    if every or not print_headline(console, rd.path, run_id):
+        print_summary(console, rd.path, run_id)
 
 
 def register(app: typer.Typer) -> None:

@@ -59,6 +59,9 @@ def test_progress_then_a_final_report_with_this_run_starred_in_its_history(tmp_p
     done_values = {int(m.group(1)) for m in (re.match(r"progress (\d+)/6 ", ln) for ln in progress) if m}
     assert len(done_values & {1, 2, 3, 4, 5}) >= 2, out_lines  # intermediate states, seen as they happened
     assert any(re.search(r"micro/(gemm|membw) r[123]/3", ln) for ln in progress)
+    text = "".join(out_lines)  # then the headline, not every metric
+    assert "headline" in text and "tflops" in text and "bandwidth_median_gb_per_s" in text
+    assert "bandwidth_best_gb_per_s" not in text and "benchrun show" in text
     first_progress = out_lines.index(progress[0])
     assert first_progress < next(i for i, ln in enumerate(out_lines) if ln.startswith("phase "))
 

@@ -124,9 +124,16 @@ def _read_comparison(run_path: Path) -> dict[str, Any] | None:
                             "again (or remove the file) and rebuild the report") from exc
 
 
+def _figures() -> Any:
+    """benchrun.report.figures, imported on first use: matplotlib costs ~0.5 s and a run
+    with nothing informative to draw should not pay it."""
+    from benchrun.report import figures
+
+    return figures
+
+
 def render_figures(run_dir: str | os.PathLike[str], *, home: Path | None = None, stats: Any = None) -> list[dict]:
     """Draw the figures that show something, save them under ``figures/`` and index them."""
-    from benchrun.report import figures as F
     from benchrun.stats.analysis import read_trial_statistics
     from benchrun.stats.changepoint import change_points
     from benchrun.stats.load import load_run, serving_rows, slo_lines
@@ -151,11 +158,11 @@ def render_figures(run_dir: str | os.PathLike[str], *, home: Path | None = None,
                 continue  # one load point is a dot, not a curve; its numbers are in the headline
             name = validate_name(str(suite), what="suite name")
             save("serving", f"{suite}: p99 latency against throughput per load point, SLO dashed",
-                 f"{name}_report-latency-throughput", F.latency_throughput(g, slo, f"{suite}: latency vs throughput"))
+                 f"{name}_report-latency-throughput", _figures().latency_throughput(g, slo, f"{suite}: latency vs throughput"))
 
     if comparison and comparison.get("metrics"):
         save("comparison", "change against the baseline with its interval; grey = ±δ no-change band",
-             "comparison_forest", F.forest_plot(comparison["metrics"], f"{rid} vs {comparison.get('baseline')}"))
+             "comparison_forest", _figures().forest_plot(comparison["metrics"], f"{rid} vs {comparison.get('baseline')}"))
 
     hist = C.history_for(run, stats, home or run.path.parent.parent)
     cp_rows: list[dict[str, Any]] = []
@@ -166,7 +173,7 @@ def render_figures(run_dir: str | os.PathLike[str], *, home: Path | None = None,
         series = C.history_series(hist, heads, flagged)
         save("history", f"replicate medians of the headline metrics over {hist['run_id'].nunique()} runs of this "
              "workload on this hardware; ★ this run, dashed = change point", "history_changepoints",
-             F.history_plot(hist, cps, "history (same workload × hardware)", current_run=rid, series=series))
+             _figures().history_plot(hist, cps, "history (same workload × hardware)", current_run=rid, series=series))
 
     # Strip plots only where the interval says more than the replicates' range.
     informative = {(r.suite, r.case, r.metric) for h in heads for r in h.rows if r.informative}
@@ -175,7 +182,7 @@ def render_figures(run_dir: str | os.PathLike[str], *, home: Path | None = None,
             keys = [(c, m) for s, c, m in informative if s == suite]
             summ = stats.summary[(stats.summary["suite"] == suite)
                                  & stats.summary[["case", "metric"]].apply(tuple, axis=1).isin(keys)]
-            png = F.strip_plot(stats.replicates[stats.replicates["suite"] == suite], summ, f"{suite}: replicates")
+            png = _figures().strip_plot(stats.replicates[stats.replicates["suite"] == suite], summ, f"{suite}: replicates")
             save("replicates", f"{suite}: one point per replicate, median and its interval; red × = MAD outlier "
                  "(kept)", f"{validate_name(suite, what='suite name')}_strip", png)
 
