@@ -277,7 +277,7 @@ def test_quiet_realism_run_keeps_its_class(tmp_path):
     rd = RunDir(tmp_path, RUN_ID).create()
     (rd.path / "structured").mkdir(exist_ok=True)
     rd.update_status(run_id=RUN_ID, benchmark_class_granted="realism_grade")
-    _doc_with(rd, "membw", 1, {"rate_hz": 10.0, "contended": False})
+    _doc_with(rd, "membw", 1, {"rate_hz": 10.0, "contended": False, "samples": "raw/x.parquet"})
     st = apply_run_conditions(rd)
     assert st["benchmark_class_granted"] == "realism_grade"
     assert _cond(st, "ReplicatesUncontended")["status"] == "True"

@@ -161,3 +161,55 @@ def test_a_slow_server_is_one_timeout_not_one_per_query(tmp_path):
         listener.close()
     assert samples == [] and record["status"] == "unavailable"
     assert record["reason"].count("timed out") == 1
+
+
+def _ok_doc(rd, suite="s", rep=1):
+    path = rd.path / "structured" / f"{RUN_ID}_{suite}_r{rep}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"schema": "benchrun.suite_result/v1", "status": "ok", "suite": suite,
+                                "replicate": rep, "metrics": []}))
+    return path
+
+
+@pytest.mark.slow  # shares the servers of the test above
+def test_a_pod_window_is_queried_by_node_and_recorded_for_a_cluster_launcher(prometheus, tmp_path, monkeypatch):
+    import datetime as dt
+
+    from benchrun.telemetry.conditions import apply_run_conditions
+    from benchrun.telemetry.hook import pod_prometheus
+
+    monkeypatch.setenv("BENCHRUN_PROMETHEUS_URL", prometheus)
+    monkeypatch.setenv("BENCHRUN_PROMETHEUS_RATE_WINDOW", "5s")
+    rd = RunDir(tmp_path, RUN_ID).create()
+    rd.update_status(run_id=RUN_ID)
+    path = _ok_doc(rd)
+    now = time.time()
+    iso = lambda t: dt.datetime.fromtimestamp(t, dt.timezone.utc).isoformat()  # noqa: E731
+    inv = Invocation(RUN_ID, "micro", "s", 1, "bc-x", ("true",), {}, 60.0)
+    timeline = {"container_started_utc": iso(now - 4), "container_finished_utc": iso(now),
+                "node_name": os.uname().nodename, "pod_name": "s-r1-abcde", "pod_uid": "uid-1"}
+    record = pod_prometheus(inv, rd.path, timeline)
+    assert record["status"] == "ok" and record["series_points"]["node_load1"] >= 2
+    doc = read_result(path)
+    assert doc["telemetry"]["prometheus"]["samples"] == doc["samples"]["prometheus"]
+    table = read_samples(rd.path / doc["samples"]["prometheus"])
+    assert set(table["pod_uid"].to_pylist()) == {"uid-1"}
+    st = apply_run_conditions(rd)
+    cond = next(c for c in st["conditions"] if c["type"] == "TelemetryCollected")
+    assert (cond["status"], cond["reason"]) == ("True", "PrometheusOnly")
+
+
+def test_pod_without_prometheus_or_times_is_said_not_guessed(tmp_path, monkeypatch):
+    from benchrun.telemetry.hook import pod_prometheus
+
+    rd = RunDir(tmp_path, RUN_ID).create()
+    path = _ok_doc(rd)
+    inv = Invocation(RUN_ID, "micro", "s", 1, "bc-x", ("true",), {}, 60.0)
+    monkeypatch.delenv("BENCHRUN_PROMETHEUS_URL", raising=False)
+    assert pod_prometheus(inv, rd.path, {"node_name": "n"}) is None
+    monkeypatch.setenv("BENCHRUN_PROMETHEUS_URL", "http://127.0.0.1:9")
+    record = pod_prometheus(inv, rd.path, {"node_name": "n"})  # the pod never started
+    assert record["status"] == "unavailable" and "no start/finish time" in record["reason"]
+    assert read_result(path)["telemetry"]["prometheus"]["status"] == "unavailable"
+    monkeypatch.setenv("BENCHRUN_PROMETHEUS_URL", "prometheus:9090")
+    assert "not an http(s) URL" in pod_prometheus(inv, rd.path, {"node_name": "n"})["reason"]

@@ -375,6 +375,10 @@ class KubernetesLauncher:
             log.warning("%s r%d: could not record the pod's environment: %s", inv.suite, inv.replicate, exc)
 
         doc, doc_error, messages = self._scan_log(inv, log_path, result_path)
+        if doc is not None:  # Prometheus over the pod's window on its node (BENCHRUN_PROMETHEUS_URL); never raises
+            from benchrun.telemetry.hook import pod_prometheus
+
+            pod_prometheus(inv, run_dir, timeline)
         status, reason, code = self._verdict(inv, pod, verdict, deleted, doc, doc_error, log_note)
         if status != "failed" and doc is not None:
             missing = missing_outputs(run_dir, doc)

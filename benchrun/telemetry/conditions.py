@@ -50,10 +50,11 @@ def apply_run_conditions(rd: RunDir) -> dict[str, Any]:
                          f"Prometheus range queries {prom_bad[0][2].get('status')} for {_names(prom_bad)}: "
                          f"{prom_bad[0][2].get('reason')}; host samples were kept")
     else:
-        rates = sorted({r.get("rate_hz") for _, _, r in records})
-        rd.set_condition("TelemetryCollected", True, "Sampled",
-                         f"{len(records)} replicates sampled at {', '.join(f'{x:g}' for x in rates)} Hz"
-                         + (f"; Prometheus answered for {len(prom)}" if prom else ""))
+        rates = sorted({r["rate_hz"] for _, _, r in records if isinstance(r.get("rate_hz"), (int, float))})
+        sampled = [r for _, _, r in records if r.get("samples")]
+        parts = ([f"{len(sampled)} replicates sampled at {', '.join(f'{x:g}' for x in rates)} Hz"] if sampled else [])
+        parts += [f"Prometheus answered for {len(prom)} replicates"] if prom else []
+        rd.set_condition("TelemetryCollected", True, "Sampled" if sampled else "PrometheusOnly", "; ".join(parts))
     contended = [(s, k, r) for s, k, r in records if r.get("contended")]
     if contended:
         first = contended[0][2].get("contention_reason")

@@ -106,6 +106,53 @@ def attach_to_result(result_path: Path, record: dict[str, Any]) -> bool:
     return True
 
 
+def attach_prometheus(result_path: Path, record: dict[str, Any]) -> bool:
+    """Add a Prometheus record (and its sample file) to a result document's telemetry."""
+    try:
+        doc = json.loads(result_path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return False
+    if not isinstance(doc, dict) or doc.get("status") not in STATUSES or doc.get("status") == "failed":
+        return False
+    doc.setdefault("telemetry", {})["prometheus"] = record
+    if record.get("samples"):
+        doc.setdefault("samples", {})["prometheus"] = record["samples"]
+    atomic_write_json(result_path, doc)
+    return True
+
+
+def pod_prometheus(inv: Invocation, run_dir: Path, timeline: Mapping[str, Any]) -> dict[str, Any] | None:
+    """For a launcher whose suite ran in a pod: Prometheus range queries over the container's window,
+    selected by the pod's node and name, recorded in the result document (``telemetry.prometheus``).
+
+    ``timeline`` is the pod timeline (``container_started_utc``, ``container_finished_utc``,
+    ``node_name``, ``pod_name``, ``pod_uid``). None when no Prometheus is configured or the pod
+    never ran; never raises (telemetry does not decide a replicate).
+    """
+    from benchrun.telemetry.prometheus import configured_url, query_replicate
+    from benchrun.warehouse.sources import parse_ts
+
+    try:
+        url = configured_url()
+        if not url:
+            return None
+        start, end = parse_ts(timeline.get("container_started_utc")), parse_ts(timeline.get("container_finished_utc"))
+        node = timeline.get("node_name")
+        if start is None or end is None or not node:
+            record: dict[str, Any] = {"status": "unavailable",
+                                      "reason": "the pod has no start/finish time or node; nothing to query"}
+        else:
+            record = query_replicate(url, inv, Path(run_dir), start.timestamp(), end.timestamp(), node_name=str(node),
+                                     pod=timeline.get("pod_name"), pod_uid=timeline.get("pod_uid"))
+    except ValueError as exc:
+        record = {"status": "unavailable", "reason": str(exc)}
+    except Exception as exc:
+        log.warning("%s r%d: Prometheus telemetry not recorded: %s", inv.suite, inv.replicate, exc)
+        return None
+    attach_prometheus(Path(run_dir) / inv.result_relpath(), record)
+    return record
+
+
 def start_telemetry(inv: Invocation, run_dir: Path) -> ReplicateTelemetry | None:
     """Start sampling for one replicate; None when sampling is off or cannot start (logged)."""
     rate = sample_rate_hz(inv.env)
