@@ -16,6 +16,11 @@ GROUP = "benchmark_run"
 @dg.asset(partitions_def=benchmark_run_partitions, group_name=GROUP, kinds={"python", "yaml"})
 def pinned_spec(context: dg.AssetExecutionContext, launcher: LauncherResource) -> dg.MaterializeResult:
     """The run's spec, pinned by digest, admitted with the class the launcher can honour."""
+    from benchrun.paths import benchrun_home
+    from benchrun.sharedstate import pull_run
+
+    # The run worker may be a fresh pod: the run (and the warehouse history) from shared state.
+    pull_run(context.partition_key, benchrun_home(), warehouse=True)
     rd = RunDir.for_run(context.partition_key)
     loaded = lifecycle.load_pinned(rd)
     status = lifecycle.admit(rd, loaded, dagster_run_id=context.run.run_id, offer=launcher.admission_offer(loaded))
@@ -107,6 +112,9 @@ def run_status_asset(extra_deps: list[dg.AssetKey]) -> dg.AssetsDefinition:
         lifecycle.sign_publication(rd)  # the signature covers the final report too
         # The run fact was curated while the run was Analyzing; record its final phase.
         curate_run(rd.path, rd.home, tables=["benchmark_run_fact"])
+        from benchrun.sharedstate import push_run
+
+        push_run(rd.path, rd.home)  # the finished run and its warehouse partitions (when shared)
         conds = [{"type": c["type"], "status": c["status"], "reason": c["reason"]} for c in st["conditions"]]
         return dg.MaterializeResult(
             metadata={

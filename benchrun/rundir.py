@@ -134,6 +134,10 @@ class RunDir:
         if phase in TERMINAL_PHASES:
             fields["finished_utc"] = utc_now()
         status = self.update_status(**fields)
+        from benchrun.sharedstate import push_run
+
+        # other pods read the phase from the shared copy (no-op unless BENCHRUN_SHARED_STATE is set)
+        push_run(self.path, self.home, status_only=phase not in TERMINAL_PHASES)
         if status.get("resource"):  # submitted from a BenchmarkRun: its status follows every phase
             from benchrun.controller.status import on_phase_change
 

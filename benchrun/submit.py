@@ -153,6 +153,9 @@ def prepare(
         )
         rd.set_condition("Validated", True, "AdmissionRulesPassed", "every rule of the contract holds")
         rd.set_condition("SpecPinned", True, "ContentAddressed", f"pinned at {pinned}")
+        from benchrun.sharedstate import push_run
+
+        push_run(rd.path, root)  # no-op unless BENCHRUN_SHARED_STATE is set
     return Prepared(
         run_id=run_id,
         name=run.metadata.name,

@@ -159,6 +159,10 @@ def _catch_up(obj: dict[str, Any], ref: ResourceRef, entry: dict[str, Any], out:
     if not run_id:
         return  # rejected: written when it was rejected
     try:
+        from benchrun.paths import benchrun_home
+        from benchrun.sharedstate import pull_run
+
+        pull_run(run_id, benchrun_home(home), status_only=True)  # the run worker's pod wrote it
         st = RunDir.for_run(run_id, home).read_status()
     except BenchrunError as exc:
         out.notes.append(f"{ref.namespace}/{ref.name}: run {run_id}: {exc}")

@@ -1,0 +1,176 @@
+"""Shared state in object storage: run directories, pinned specs and warehouse parquet mirrored
+under one S3 prefix, so the daemon's, the run worker's and the controller's pods see one run.
+
+``BENCHRUN_SHARED_STATE=s3://bucket/prefix`` switches it on (endpoint and credentials as for
+the artifact store: ``BENCHRUN_S3_ENDPOINT_URL``, ``AWS_*``). Unset, every function here
+returns at once and nothing but ``$BENCHRUN_HOME`` is touched: the local default is unchanged.
+
+``$BENCHRUN_HOME`` stays the working copy (suites, DuckDB and the report write files): a
+process pulls what another pod wrote before it reads, and pushes after it writes. Keys
+mirror the home: ``<prefix>/runs/<run_id>/...``, ``<prefix>/specs/sha256/<hex>.yaml``,
+``<prefix>/warehouse/<table>/run_id=<id>/part.parquet``. Hand-written over boto3 (no
+library syncs a directory with S3 without a CLI); every download lands through a
+temporary name and a rename.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchrun.errors import BenchrunError
+
+log = logging.getLogger(__name__)
+
+ENV = "BENCHRUN_SHARED_STATE"
+# Never mirrored: another process's temporary files, locks, and the DuckDB file (the views are
+# rebuilt from the parquet wherever they are needed; DuckDB allows one writer process).
+_SKIP_SUFFIXES = (".tmp", ".lock", ".duckdb", ".duckdb.wal")
+
+
+@dataclass(frozen=True)
+class SharedState:
+    """One S3 prefix that mirrors ``$BENCHRUN_HOME``."""
+
+    bucket: str
+    prefix: str  # "" or ends with "/"
+    client: Any
+
+    @property
+    def uri(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}"
+
+    def key(self, rel: str) -> str:
+        return f"{self.prefix}{rel}"
+
+    def push_file(self, home: Path, rel: str) -> None:
+        path = home / rel
+        self._call(f"upload {rel}", lambda: self.client.upload_file(str(path), self.bucket, self.key(rel)))
+
+    def push_tree(self, home: Path, rel: str) -> int:
+        """Upload every file under ``home/rel``; how many."""
+        root = home / rel
+        count = 0
+        for path in sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else []:
+            if path.name.startswith(".") or path.name.endswith(_SKIP_SUFFIXES):
+                continue
+            self.push_file(home, path.relative_to(home).as_posix())
+            count += 1
+        return count
+
+    def pull_tree(self, home: Path, rel: str) -> int:
+        """Download every object under ``<prefix><rel>`` into ``home``; how many.
+
+        A read-only local file with the same size is kept (pinned specs and stored evidence
+        never change); everything else is replaced by the shared copy.
+        """
+        count = 0
+        paginator = self.client.get_paginator("list_objects_v2")
+        pages = self._call(f"list {rel}", lambda: list(paginator.paginate(Bucket=self.bucket, Prefix=self.key(rel))))
+        for page in pages:
+            for obj in page.get("Contents", []):
+                relative = obj["Key"][len(self.prefix):]
+                target = _inside(home, relative)
+                if target.is_file() and not os.access(target, os.W_OK) and target.stat().st_size == obj["Size"]:
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+                self._call(f"download {relative}", lambda: self.client.download_file(self.bucket, obj["Key"], str(tmp)))
+                if target.exists() and not os.access(target, os.W_OK):
+                    target.chmod(0o644)
+                os.replace(tmp, target)
+                count += 1
+        return count
+
+    def _call(self, what: str, fn: Any) -> Any:
+        import botocore.exceptions as bex
+
+        try:
+            return fn()
+        except (bex.BotoCoreError, bex.ClientError) as exc:
+            raise BenchrunError(f"shared state {self.uri}: {what} failed ({type(exc).__name__}: {exc}); "
+                                f"check {ENV}, BENCHRUN_S3_ENDPOINT_URL and the AWS_* credentials") from exc
+
+
+def shared_state() -> SharedState | None:
+    """The configured shared state, or None (the local default)."""
+    uri = os.environ.get(ENV, "").strip()
+    if not uri:
+        return None
+    parsed = urllib.parse.urlparse(uri)
+    if parsed.scheme != "s3" or not parsed.netloc:
+        raise BenchrunError(f"{ENV}={uri!r}: use s3://bucket/prefix")
+    prefix = parsed.path.strip("/")
+    import boto3
+
+    endpoint = os.environ.get("BENCHRUN_S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL") or None
+    client = boto3.client("s3", endpoint_url=endpoint)
+    return SharedState(parsed.netloc, f"{prefix}/" if prefix else "", client)
+
+
+def push_run(run_dir: Path, home: Path, *, status_only: bool = False) -> None:
+    """After writing: the run directory (or just its status.json) and the run's warehouse
+    partitions and pinned spec go to the shared prefix."""
+    shared = shared_state()
+    if shared is None:
+        return
+    run_id = run_dir.name
+    if status_only:
+        shared.push_file(home, f"runs/{run_id}/status.json")
+        return
+    shared.push_tree(home, f"runs/{run_id}")
+    warehouse = home / "warehouse"
+    for part in sorted(warehouse.glob(f"*/run_id={run_id}")) if warehouse.is_dir() else []:
+        shared.push_tree(home, part.relative_to(home).as_posix())
+    pinned = _pinned_rel(run_dir)
+    if pinned is not None and (home / pinned).is_file():
+        shared.push_file(home, pinned)
+
+
+def pull_run(run_id: str, home: Path, *, status_only: bool = False, warehouse: bool = False) -> None:
+    """Before reading a run another pod may have written: its directory (or status.json),
+    and with ``warehouse`` every warehouse partition (history for baselines and change points)."""
+    from benchrun.paths import validate_run_id
+
+    shared = shared_state()
+    if shared is None:
+        return
+    validate_run_id(run_id)
+    if status_only:
+        shared.pull_tree(home, f"runs/{run_id}/status.json")
+        return
+    shared.pull_tree(home, f"runs/{run_id}/")
+    pinned = _pinned_rel(home / "runs" / run_id)
+    if pinned is not None:
+        shared.pull_tree(home, pinned)
+    if warehouse:
+        shared.pull_tree(home, "warehouse/")
+
+
+def _inside(home: Path, relative: str) -> Path:
+    """``home/relative`` for a key from the bucket, refused when it would leave the home."""
+    parts = relative.split("/")
+    if not relative or relative.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise BenchrunError(f"shared state key {relative!r} is not a plain relative path; refusing to write it")
+    path = home.joinpath(*parts).resolve()
+    if not path.is_relative_to(home.resolve()):
+        raise BenchrunError(f"shared state key {relative!r} leaves {home}; refusing to write it")
+    return path
+
+
+def _pinned_rel(run_dir: Path) -> str | None:
+    """``specs/sha256/<hex>.yaml`` of the run's pinned spec (status.json holds the absolute
+    path in the home of the pod that pinned it; the key is the same in every home)."""
+    import json
+    import re
+
+    try:
+        value = json.loads((run_dir / "status.json").read_text(encoding="utf-8")).get("pinned_spec")
+    except (OSError, ValueError):
+        return None
+    name = Path(value).name if value else ""
+    return f"specs/sha256/{name}" if re.fullmatch(r"[0-9a-f]{64}\.yaml", name) else None

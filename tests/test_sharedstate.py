@@ -1,0 +1,115 @@
+"""Shared state on a real S3 API server (moto) on loopback: a run pinned in one pod's home is run
+in another's and read in a third; unset, nothing leaves $BENCHRUN_HOME."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+import yaml
+
+from benchrun import sharedstate
+from benchrun.errors import BenchrunError
+from helpers import tiny_layers
+from test_store_helpers import s3_env  # noqa: F401  (fixture)
+
+ROOT = Path(__file__).resolve().parents[1]
+GEMM = {"name": "gemm", "repoCommand": "python -m benchrun.suites.gemm", "parameters": {"sizes": [32], "iterations": 2}}
+
+
+def _spec_bytes() -> bytes:
+    doc = yaml.safe_load((ROOT / "specs/local/canary.yaml").read_text())
+    doc["metadata"]["name"] = "shared-canary"
+    doc["spec"]["layers"] = tiny_layers([GEMM])
+    return yaml.safe_dump(doc, sort_keys=False).encode()
+
+
+def _files(home: Path) -> dict[str, bytes]:
+    return {p.relative_to(home).as_posix(): p.read_bytes() for p in sorted(home.rglob("*")) if p.is_file()}
+
+
+def test_unset_means_local_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchrun.submit import prepare
+
+    monkeypatch.delenv(sharedstate.ENV, raising=False)
+    # an endpoint nobody listens on: any S3 call would fail the prepare
+    monkeypatch.setenv("BENCHRUN_S3_ENDPOINT_URL", "http://127.0.0.1:9")
+    assert sharedstate.shared_state() is None
+    prepared = prepare(_spec_bytes(), home=tmp_path)
+    before = _files(tmp_path)
+    sharedstate.push_run(prepared.run_dir, tmp_path)
+    sharedstate.pull_run(prepared.run_id, tmp_path, warehouse=True)
+    assert _files(tmp_path) == before
+
+
+def test_bad_setting_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(sharedstate.ENV, "/var/lib/benchrun")
+    with pytest.raises(BenchrunError, match="use s3://bucket/prefix"):
+        sharedstate.shared_state()
+
+
+@pytest.mark.slow
+def test_one_run_across_three_homes(tmp_path: Path, s3_env: str, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    from bench_assets.definitions import defs
+    from benchrun import submit as sub
+    from benchrun.rundir import RunDir
+    from benchrun.warehouse import query
+
+    client = boto3.client("s3", endpoint_url=s3_env, region_name="us-east-1")
+    client.create_bucket(Bucket="bench-shared")
+    monkeypatch.setenv(sharedstate.ENV, "s3://bench-shared/team-a")
+    sensor_home, worker_home, reader_home = (tmp_path / n for n in ("sensor", "worker", "reader"))
+
+    # the sensor's pod pins the run
+    prepared = sub.prepare(_spec_bytes(), home=sensor_home)
+    keys = {o["Key"] for o in client.list_objects_v2(Bucket="bench-shared")["Contents"]}
+    assert f"team-a/runs/{prepared.run_id}/status.json" in keys
+    assert f"team-a/specs/sha256/{prepared.pinned_path.name}" in keys
+
+    # the run worker's pod starts empty and runs it (pinned_spec pulls it)
+    monkeypatch.setenv("BENCHRUN_HOME", str(worker_home))
+    monkeypatch.setenv("DAGSTER_HOME", str(worker_home / "dagster_home"))
+    instance = sub.get_instance(worker_home)
+    sub.register_partition(instance, prepared.run_id)
+    result = defs.resolve_job_def(sub.JOB_NAME).execute_in_process(
+        instance=instance, partition_key=prepared.run_id, raise_on_error=False)
+    assert result.success
+    pinned = worker_home / "specs" / "sha256" / prepared.pinned_path.name
+    assert pinned.read_bytes() == prepared.pinned_path.read_bytes()
+
+    # the sensor's pod sees the phase the worker wrote
+    sharedstate.pull_run(prepared.run_id, sensor_home, status_only=True)
+    assert RunDir.for_run(prepared.run_id, sensor_home).read_status()["phase"] == "Succeeded"
+
+    # a third pod reads the whole run and queries its warehouse partitions with DuckDB
+    sharedstate.pull_run(prepared.run_id, reader_home, warehouse=True)
+    worker_rd, reader_rd = RunDir.for_run(prepared.run_id, worker_home), RunDir.for_run(prepared.run_id, reader_home)
+    manifest = reader_rd.path / "manifest.json"
+    assert manifest.read_bytes() == (worker_rd.path / "manifest.json").read_bytes()
+    assert _relative_files(reader_rd.path) == _relative_files(worker_rd.path)
+    rows: Any = query(f"select run_id, count(*) as n from benchmark_run_fact where run_id = '{prepared.run_id}' group by run_id",
+                      reader_home)
+    assert _first_count(rows) == 1
+
+
+def _relative_files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and not p.name.startswith(".")}
+
+
+def _first_count(result: Any) -> int:
+    return int(result.table.to_pylist()[0]["n"])
+
+
+def test_pulls_refuse_keys_that_leave_the_home(tmp_path: Path, s3_env: str, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    client = boto3.client("s3", endpoint_url=s3_env, region_name="us-east-1")
+    client.create_bucket(Bucket="bench-evil")
+    client.put_object(Bucket="bench-evil", Key="p/runs/run-a/../../../escape.txt", Body=b"x")
+    monkeypatch.setenv(sharedstate.ENV, "s3://bench-evil/p")
+    with pytest.raises(BenchrunError):
+        sharedstate.shared_state().pull_tree(tmp_path / "home", "runs/run-a/")
+    assert not (tmp_path / "escape.txt").exists()
+    assert not os.path.exists(tmp_path.parent / "escape.txt")
