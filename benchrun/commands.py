@@ -135,12 +135,30 @@ def _failure_reason(result: Any) -> str:
     return f"step {failure.step_key}: {chosen.message.strip()}"
 
 
-def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Optional[Path] = HomeOpt) -> None:
-    """Submit a spec and run every layer here, with live progress; exit 0/1/2."""
+def reap(console: Any, instance: Any) -> None:
+    """At CLI start: fail the runs whose process died (they never hold the queue)."""
+    from benchrun.liveness import reap_dead_runs
+    from benchrun.paths import benchrun_home
+
+    for run_id, reason in reap_dead_runs(benchrun_home(), instance):
+        console.print(f"[yellow]marked {run_id or 'a run'} Failed:[/] ", end="")
+        console.print(reason, markup=False)
+
+
+def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Optional[Path] = HomeOpt,
+        no_wait: bool = typer.Option(False, "--no-wait",
+                                     help="Refuse (exit 1) instead of waiting while another benchmark runs.")) -> None:
+    """Submit a spec and run every layer here, with live progress; exit 0/1/2.
+
+    One benchmark runs at a time (the same turn as Dagster's queue): while another holds it,
+    this run waits (or, with --no-wait, refuses) and says which run holds it.
+    """
     from benchrun import submit as sub
     from benchrun.lifecycle import exit_code_for
+    from benchrun.liveness import start_heartbeat, stop_heartbeat
     from benchrun.progress_display import ProgressDisplay
     from benchrun.rundir import RunDir
+    from benchrun.runlock import benchmark_turn
 
     _use_home(home)
     # Dagster flags its Pipes internals as preview on every launch; the terminal is for results.
@@ -152,25 +170,42 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
         _print_spec_errors(console, exc)
         raise typer.Exit(2) from None
     console.print(f"run [bold]{prepared.run_id}[/] (spec {prepared.spec_digest[:19]}…) → {prepared.run_dir}")
-    instance = sub.get_instance()
-    display = ProgressDisplay(prepared.run_dir / "progress" / "run_progress.json")
-    with display:
-        result = sub.execute(prepared, instance=instance)
     rd = RunDir.for_run(prepared.run_id)
-    if not result.success:
-        from benchrun.rundir import mark_run_failed
+    start_heartbeat(rd.home, rd.run_id)  # a kill -9 from here on is found and marked Failed
+    try:
+        instance = sub.get_instance()
+        reap(console, instance)
+        with benchmark_turn(rd.home, rd.run_id, wait=not no_wait, instance=instance,
+                            on_wait=lambda m: console.print(m, markup=False)):
+            display = ProgressDisplay(prepared.run_dir / "progress" / "run_progress.json")
+            with display:
+                result = sub.execute(prepared, instance=instance)
+        if not result.success:
+            reason = _failure_reason(result)
+            _settle_failed(rd, reason)
+            console.print("[red]orchestration failed:[/] ", end="")
+            console.print(reason, markup=False)
+    except BenchrunError as exc:
+        # Refused (--no-wait) or a storage error: the run ends Failed with benchrun's message.
+        _settle_failed(rd, str(exc))
+        raise
+    except Exception as exc:
+        from benchrun.storage_errors import describe_storage_error
 
-        reason = _failure_reason(result)
-        mark_run_failed(rd.home, rd.run_id, reason)
-        console.print("[red]orchestration failed:[/] ", end="")
-        console.print(reason, markup=False)
-        if (rd.path / "reports" / f"{rd.run_id}_report.html").is_file():
-            from benchrun.report.html import write_report
+        message = describe_storage_error(exc)
+        if message is None:
+            raise
+        _settle_failed(rd, message)
+        raise BenchrunError(f"run {rd.run_id} failed: {message}") from exc
+    finally:
+        stop_heartbeat(rd.home, rd.run_id)
+    if not result.success and (rd.path / "reports" / f"{rd.run_id}_report.html").is_file():
+        from benchrun.report.html import write_report
 
-            try:  # the report must not keep saying Analyzing
-                write_report(rd.path)
-            except BenchrunError as exc:
-                console.print(f"report not rewritten: {exc}", markup=False)
+        try:  # the report must not keep saying Analyzing
+            write_report(rd.path)
+        except BenchrunError as exc:
+            console.print(f"report not rewritten: {exc}", markup=False)
     if not print_headline(console, rd.path, rd.run_id):
         print_summary(console, rd.path, rd.run_id)
     st = rd.read_status()

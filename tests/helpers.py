@@ -50,3 +50,24 @@ def run_builtin_suite(suite: str, run_id: str, run_dir, params: dict, **env_extr
     proc = subprocess.run([sys.executable, "-m", f"benchrun.suites.{suite}"], env=env, capture_output=True,
                           text=True, timeout=300)
     return proc, read_result(result_path(run_dir, run_id, suite, 1))
+
+
+def kill_processes_of_home(home) -> int:
+    """SIGKILL every process whose environment names ``home`` (BENCHRUN_HOME, or a suite's
+    BENCHRUN_RUN_DIR under it): what a test started and a kill -9 orphaned; returns how many."""
+    import os
+
+    import psutil
+
+    n = 0
+    for p in psutil.process_iter():
+        try:
+            env = p.environ()
+            run_dir = env.get("BENCHRUN_RUN_DIR", "")
+            if p.pid != os.getpid() and (env.get("BENCHRUN_HOME") == str(home)
+                                         or run_dir.startswith(str(home) + os.sep)):
+                p.kill()
+                n += 1
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return n

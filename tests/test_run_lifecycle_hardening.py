@@ -21,7 +21,7 @@ from benchrun.errors import BenchrunError
 from benchrun.liveness import TAG_HOST, TAG_PID, TAG_PID_START, alive, beat, in_progress_holder, reap_dead_runs
 from benchrun.rundir import RunDir
 from benchrun.runlock import benchmark_turn
-from helpers import tiny_layers
+from helpers import kill_processes_of_home, tiny_layers
 
 REPO = Path(__file__).resolve().parents[1]
 SLEEPER = {"name": "sleeper", "repoCommand": "python -c 'import time; time.sleep(60)'", "timeoutSeconds": 120}
@@ -137,6 +137,7 @@ def test_kill_9_mid_run_is_failed_at_the_next_cli_start_and_frees_the_queue(benc
     assert run_dir is not None, "the run never reached Running"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    kill_processes_of_home(bench_home)  # the suite it started, orphaned by the kill
     assert json.loads((run_dir / "status.json").read_text())["phase"] == "Running"
     # `benchrun runs` (the next CLI start) shows it Failed with the reason.
     out = _cli(bench_home, "runs", "--json")
@@ -268,3 +269,42 @@ def test_one_damaged_status_json_affects_only_its_run(bench_home, canary_doc, wr
     by_id = {r["run_id"]: r for r in rows}
     assert by_id[b.run_id]["phase"] == "Pending"
     assert by_id[a.run_id]["phase"] == "Unknown" and str(bad) in by_id[a.run_id]["outcome"]
+
+
+def test_a_full_disk_under_the_dagster_instance_ends_failed_with_benchruns_message(
+        bench_home, canary_doc, write_spec, monkeypatch) -> None:
+    """A full disk gave a raw sqlalchemy OperationalError traceback and left the run Running."""
+    import sqlalchemy.exc
+    from typer.testing import CliRunner
+
+    from benchrun.cli import app
+
+    def full_disk(prepared, **kw):
+        RunDir.for_run(prepared.run_id).set_phase("Running")
+        raise sqlalchemy.exc.OperationalError("INSERT INTO event_logs ...", {}, Exception("database or disk is full"))
+
+    monkeypatch.setattr(sub, "execute", full_disk)
+    result = CliRunner().invoke(app, ["run", str(write_spec(canary_doc))])
+    assert isinstance(result.exception, BenchrunError), result.exception
+    message = str(result.exception)
+    assert "the Dagster instance database could not be written (the disk is full)" in message
+    assert "nothing was half-written" in message
+    [run_dir] = (bench_home / "runs").iterdir()
+    st = json.loads((run_dir / "status.json").read_text())
+    assert st["phase"] == "Failed" and "disk is full" in st["message"]
+    assert not (bench_home / "liveness" / f"{run_dir.name}.json").exists()  # the claim is dropped
+
+
+def test_cli_run_refuses_while_another_run_holds_the_turn(bench_home, canary_doc, write_spec) -> None:
+    """CLI runs ignored max_concurrent_runs: different specs benchmarked at the same time."""
+    from typer.testing import CliRunner
+
+    from benchrun.cli import app
+
+    with benchmark_turn(bench_home, "holder-run"):
+        result = CliRunner().invoke(app, ["run", str(write_spec(canary_doc)), "--no-wait"])
+    assert isinstance(result.exception, BenchrunError)
+    assert "run holder-run (pid" in str(result.exception) and "holds the one-benchmark-at-a-time turn" in str(result.exception)
+    [run_dir] = (bench_home / "runs").iterdir()
+    st = json.loads((run_dir / "status.json").read_text())
+    assert st["phase"] == "Failed" and "holder-run" in st["message"]
