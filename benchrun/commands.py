@@ -84,12 +84,14 @@ def print_headline(console: Any, run_dir: Path, run_id: str) -> bool:
             change = ""
             if r.change and C.pick(r.change, "ratio") is not None:
                 change = f"{(C.pick(r.change, 'ratio') - 1) * 100:+.1f} % {r.change.get('verdict', '')}"
-            table.add_row(*[escape(x) for x in (r.suite, r.metric, r.case, _fmt(r.median), r.unit, interval, str(r.n))
+            table.add_row(*[escape(x) for x in (r.suite, r.metric + (" ★" if r.gating else ""), r.case, _fmt(r.median),
+                                                r.unit, interval, str(r.n))
                             + ((change,) if compared else ())])
             shown += 1
     console.print(table)
     total = len(stats.summary)
-    console.print(f"{shown} headline of {total} metrics († interval = the replicates' whole range); "
+    console.print(f"{shown} headline of {total} metrics (★ gates against the baseline; † interval = the "
+                  "replicates' whole range); "
                   f"every metric: `benchrun show {run_id} --all` or the report", markup=False)
     return True
 

@@ -43,6 +43,13 @@ def test_headlines_lead_with_primary_metrics_end_to_end_first_and_mark_uninforma
     assert [r.metric for r in heads[3].rows] == ["bandwidth_mib_per_s"]  # the suite's known headline
     assert [r.metric for r in heads[4].rows] == ["a", "b"]  # unknown suite: its first two
     assert heads[0].rows[0].change["ratio"] == 0.9
+    assert heads[0].rows[0].gating and heads[1].rows[0].gating  # bare names gate in every suite
+    qualified = {"spec": {**SPEC["spec"], "metrics": {"inference": {"enabled": True, "primary": [
+        "serving_workflow/tokens_per_second[c=4]", "ttft_ms[c=1]"]}}}}
+    heads = C.headlines(stats, qualified, comparison)
+    assert [h.suite for h in heads][:2] == ["serving_workflow", "serving_sweep"]
+    assert heads[0].rows[0].gating and heads[1].rows[0].gating
+    assert heads[1].rows[0].metric == "ttft_ms"  # shown by name in every suite that reports it
     assert heads[2].rows[0].informative  # [9, 11] inside the range [8, 12]
     assert not heads[1].rows[0].informative  # the interval is the whole range: says nothing more
 

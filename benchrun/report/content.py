@@ -76,6 +76,15 @@ def primary_metrics(spec: dict[str, Any]) -> list[str]:
     return out
 
 
+def primary_selectors(spec: dict[str, Any]) -> list[str]:
+    """The spec's primary metrics as written (``ttft_ms`` or ``serving_workflow/ttft_ms[c=4]``)."""
+    out: list[str] = []
+    for fam in ((spec.get("spec") or {}).get("metrics") or {}).values():
+        if isinstance(fam, dict) and fam.get("enabled"):
+            out += [str(m) for m in fam.get("primary") or [] if str(m) not in out]
+    return out
+
+
 def headline_names(suite: str, metrics: list[str], primary: list[str]) -> list[str]:
     """The metrics of ``suite`` that lead its headline: primaries it reports, else its known
     headline metrics, else its first two."""
@@ -114,6 +123,7 @@ class HeadlineRow:
     min_value: float = math.nan
     max_value: float = math.nan
     change: dict[str, Any] | None = None  # the comparison record, when compared
+    gating: bool = False  # a primary selector names this suite/case/metric
 
     @property
     def informative(self) -> bool:
@@ -133,7 +143,10 @@ def headlines(stats: "TrialStatistics", spec: dict[str, Any],
     """One headline per suite, in run order, with the change against the baseline when compared."""
     if stats.summary.empty:
         return []
+    from benchrun.stats.compare import gating_mask
+
     primary = primary_metrics(spec)
+    selectors = primary_selectors(spec)
     changes = {comparison_key(r): r for r in (comparison or {}).get("metrics") or []}
     out: list[SuiteHeadline] = []
     rows = stats.summary.to_dict(orient="records")
@@ -148,7 +161,8 @@ def headlines(stats: "TrialStatistics", spec: dict[str, Any],
                     suite, str(r.get("case") or ""), name, str(r.get("unit") or ""), str(r.get("direction") or ""),
                     int(r.get("n") or 0), float(r["median"]), lo, hi, cov,
                     float(pick(r, "min", default=math.nan)), float(pick(r, "max", default=math.nan)),
-                    changes.get((suite, str(r.get("case") or ""), name))))
+                    changes.get((suite, str(r.get("case") or ""), name)),
+                    bool(gating_mask([(suite, str(r.get("case") or ""), name)], selectors)[0])))
         out.append(sh)
     return out
 

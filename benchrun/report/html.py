@@ -250,7 +250,8 @@ def _headline_html(heads: list[C.SuiteHeadline], stats: Any, compared: bool) -> 
                     any_range = True
                 elif r.coverage is not None:
                     interval += f" <span class='muted'>{r.coverage:.0%}</span>"
-            rows.append(f"<tr><td>{html.escape(r.metric)}</td><td>{html.escape(r.case)}</td>"
+            star = " <span title='gates against the baseline'>★</span>" if r.gating else ""
+            rows.append(f"<tr><td>{html.escape(r.metric)}{star}</td><td>{html.escape(r.case)}</td>"
                         f"<td class='num'><b>{_fmt(r.median)}</b> {html.escape(r.unit)}</td><td class='num'>{interval}"
                         f"</td><td class='num'>{r.n}</td>" + (f"<td>{_change(r.change)}</td>" if compared else "")
                         + "</tr>")
@@ -258,6 +259,8 @@ def _headline_html(heads: list[C.SuiteHeadline], stats: Any, compared: bool) -> 
                      "<th>median</th><th>interval</th><th>n</th>"
                      + ("<th>change vs baseline</th>" if compared else "") + "</tr></thead>"
                      f"<tbody>{''.join(rows)}</tbody></table>")
+    if any(r.gating for h in heads for r in h.rows):
+        parts.append("<p class='muted'>★ gates against the baseline (the spec's primary metrics).</p>")
     if any_range:
         parts.append("<p class='muted'>† with this few replicates the interval is the replicates' whole range; "
                      "raise trials.minReplicates for a tighter one.</p>")
