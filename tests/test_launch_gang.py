@@ -105,3 +105,36 @@ def test_a_crashing_rank_fails_the_gang_naming_rank_and_reason(tmp_path: Path) -
         doc = json.loads((out / f"node{n}.json").read_text())
         assert _gone(doc["pid"]) and _gone(doc["child"]), f"node {n} left a process behind"
     assert not (run_dir / res.log).read_text().count("Traceback") > 1  # node 0 was killed, not crashed
+
+
+TORCHRUN_SCRIPT = r'''
+import torch, torch.distributed as dist
+from benchrun.suites._runtime import SuiteContext
+dist.init_process_group("gloo")  # env:// from torchrun's workers' RANK, WORLD_SIZE, MASTER_*
+t = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(t)
+if dist.get_rank() == 0:
+    ctx = SuiteContext()
+    ctx.add_metric("rank_sum", float(t), "1", "higher")
+    ctx.finish("ok")
+dist.destroy_process_group()
+'''
+
+
+@pytest.mark.slow
+def test_torchrun_across_two_local_nodes_with_gang_placeholders(tmp_path: Path) -> None:
+    run_dir = RunDir(tmp_path, RUN_ID).create().path
+    script = tmp_path / "train.py"
+    script.write_text(TORCHRUN_SCRIPT)
+    values = {name: gang_mark(name) for name in ("NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "NNODES", "HOSTS")}
+    torchrun = Path(sys.executable).parent / "torchrun"
+    if not torchrun.is_file():
+        pytest.skip(f"no torchrun beside {sys.executable}")
+    argv = build_argv(f"{torchrun} --nnodes ${{NNODES}} --nproc-per-node 1 --node-rank ${{NODE_RANK}} "
+                      f"--master-addr ${{MASTER_ADDR}} --master-port ${{MASTER_PORT}} {script}", values, where="test")
+    env = {**base_env(), "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "BENCHRUN_RUN_ID": RUN_ID,
+           "BENCHRUN_RUN_DIR": str(run_dir), "BENCHRUN_SUITE": "gang", "BENCHRUN_REPLICATE": "1"}
+    inv = Invocation(RUN_ID, "micro", "gang", 1, "bc-g", argv, env, 120.0, {}, nodes=2)
+    res = LocalLauncher().launch(inv, run_dir)
+    assert res.status == "ok", res.reason
+    assert [m["value"] for m in res.metrics if m["name"] == "rank_sum"] == [3.0]  # ranks 0 and 1 of 2 met
