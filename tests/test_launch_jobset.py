@@ -134,6 +134,9 @@ def test_gang_argument_escaping_and_refusals(tmp_path: Path) -> None:
     pinned = replace(inv, image="registry.example.com/benchrun@sha256:" + "a" * 64)
     with pytest.raises(BenchrunError, match="exclusive_topology_key"):
         jobset_manifest(pinned, namespace="bench", placement=PUBLICATION)
+    pinned_rack = replace(PUBLICATION, topology_label="topology.example.com/rack", topology_values=("r7",))
+    js = jobset_manifest(pinned, namespace="bench", placement=pinned_rack)
+    assert js["metadata"]["annotations"] == {"alpha.jobset.sigs.k8s.io/exclusive-topology": "topology.example.com/rack"}
     with pytest.raises(BenchrunError, match="Guaranteed QoS"):
         jobset_manifest(pinned, namespace="bench", placement=replace(PUBLICATION, cpu=None), options=RACK)
 

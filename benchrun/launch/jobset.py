@@ -26,7 +26,8 @@ The shape (checked against JobSet's own CRD schema and examples, kubernetes-sigs
   one Workload of all pods), which is created ``suspend: true`` for Kueue to release;
   the pod template drops them so the pod integration never claims the pods one by one;
 * publication grade: ``alpha.jobset.sigs.k8s.io/exclusive-topology`` with a rack/block
-  label (:attr:`GangOptions.exclusive_topology_key`): the whole gang in one domain that no
+  label (:attr:`GangOptions.exclusive_topology_key`, else the placement's
+  ``topology_label``): the whole gang in one domain that no
   other JobSet shares; the pod template keeps podspec's anti-affinity (one benchrun pod
   per node), dedicated nodes and digest-pinned image; CPU and memory are required, so
   requests equal limits and the pods are Guaranteed QoS;
@@ -133,12 +134,16 @@ def jobset_manifest(
     name = jobset_name(inv)
     master = pod_hostname(name, 0)
     hosts = ",".join(pod_hostname(name, i) for i in range(inv.nodes))
+    # the rack/block label a publication gang takes whole: given, else the label the run's
+    # fixed topology is pinned by (placement.topology_label)
+    exclusive_key = options.exclusive_topology_key or placement.topology_label
     if placement.publication_grade:
-        if not options.exclusive_topology_key:
+        if not exclusive_key:
             raise BenchrunError(
                 "gang options exclusive_topology_key: publication grade places a multi-node gang in one "
-                "topology domain of its own; name the node label of that domain (a rack or block label)")
-        check_label_key(options.exclusive_topology_key, "gang options exclusive_topology_key")
+                "topology domain of its own; name the node label of that domain (a rack or block label), "
+                "or pin the run's topology with the launcher's topology_label (BENCHRUN_LAUNCHER_TOPOLOGY_LABEL)")
+        check_label_key(exclusive_key, "gang options exclusive_topology_key")
         if not (placement.cpu and placement.memory):
             raise BenchrunError(
                 "placement.cpu/placement.memory: publication grade needs Guaranteed QoS for every pod of the "
@@ -179,7 +184,7 @@ def jobset_manifest(
         template_meta["annotations"] = dict(pod["metadata"]["annotations"])
     metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": jobset_labels}
     if placement.publication_grade:
-        metadata["annotations"] = {EXCLUSIVE_TOPOLOGY_ANNOTATION: options.exclusive_topology_key}
+        metadata["annotations"] = {EXCLUSIVE_TOPOLOGY_ANNOTATION: exclusive_key}
     job_spec = {
         "parallelism": inv.nodes,
         "completions": inv.nodes,
