@@ -4,7 +4,6 @@ placeholders, and a crashing rank that fails the whole gang with no process left
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
