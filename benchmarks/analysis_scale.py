@@ -7,6 +7,11 @@ the 1,000 metrics shifted by 10 %), then times, separately and end to end:
 * ``trial_statistics`` for both arms (summaries, MAD, order-statistic and BCa intervals),
 * ``compare_tables`` (HL + exact Mann–Whitney per metric, Holm/BH, verdicts).
 
+"Analysis" below is trial statistics plus comparison (everything after loading). Wall and
+process CPU time are both reported per step: the machine is shared, so wall time includes
+waiting for a core. The script uses only APIs the previous (per-metric) implementation also
+had, so the same file times both: run it with ``PYTHONPATH`` pointing at either tree.
+
 Usage: ``.venv/bin/python benchmarks/analysis_scale.py [--metrics 1000] [--replicates 10] [--repeat 3]``
 """
 
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import tempfile
 import time
@@ -51,25 +57,29 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         b_dir, c_dir = build(Path(tmp), args.metrics, args.replicates)
         primary = {f"metric_{i}" for i in range(0, args.metrics, 100)}
-        timings: dict[str, list[float]] = {"load": [], "trial_statistics": [], "compare": [], "total": [],
-                                           "total_cpu": []}
+        timings: dict[str, list[float]] = {k: [] for k in (
+            "load", "trial_statistics", "compare", "analysis", "total",
+            "load_cpu", "trial_statistics_cpu", "compare_cpu", "analysis_cpu", "total_cpu")}
         for _ in range(args.repeat):
-            c0 = time.process_time()  # CPU time: the machine is shared, wall time includes waiting
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             b, c = replicate_table(b_dir), replicate_table(c_dir)
-            t1 = time.perf_counter()
+            c1, t1 = time.process_time(), time.perf_counter()
             trial_statistics(b, 0.95)
             trial_statistics(c, 0.95)
-            t2 = time.perf_counter()
+            c2, t2 = time.process_time(), time.perf_counter()
             res = compare_tables(b, c, confidence=0.95, primary=primary)
-            t3 = time.perf_counter()
-            timings["total_cpu"].append(time.process_time() - c0)
-            for k, v in (("load", t1 - t0), ("trial_statistics", t2 - t1), ("compare", t3 - t2), ("total", t3 - t0)):
+            c3, t3 = time.process_time(), time.perf_counter()
+            for k, v in (("load", t1 - t0), ("trial_statistics", t2 - t1), ("compare", t3 - t2),
+                         ("analysis", t3 - t1), ("total", t3 - t0), ("load_cpu", c1 - c0),
+                         ("trial_statistics_cpu", c2 - c1), ("compare_cpu", c3 - c2), ("analysis_cpu", c3 - c1),
+                         ("total_cpu", c3 - c0)):
                 timings[k].append(v)
         verdicts = res.rows["verdict"].value_counts().to_dict()
     out = {
         "metrics": args.metrics, "arms": 2, "replicates": args.replicates, "repeat": args.repeat,
         "python": platform.python_version(), "machine": platform.machine(),
+        "code": str(Path(__import__("benchrun").__file__).parent),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
         "seconds_median": {k: round(float(np.median(v)), 3) for k, v in timings.items()},
         "seconds_min": {k: round(float(np.min(v)), 3) for k, v in timings.items()},
         "verdicts": verdicts,
