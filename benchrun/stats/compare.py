@@ -28,7 +28,7 @@ from scipy import stats
 
 from benchrun.errors import BenchrunError
 from benchrun.stats import batch
-from benchrun.stats.describe import SERIES_KEYS
+from benchrun.stats.describe import SERIES_KEYS, group_arrays
 from benchrun.stats.effects import Shift, effect, hodges_lehmann, verdict, verdict_on_scale  # noqa: F401 (API)
 from benchrun.stats.ranktest import EXACT_MAX_N, mw_null_cdf, smallest_gating_n, smallest_one_sided_p  # noqa: F401
 
@@ -190,12 +190,15 @@ def _arm(table: "pd.DataFrame") -> _Arm:
         keys = pd.DataFrame(columns=[*SERIES_KEYS, "unit", "direction", "n", "median", "start"])
         return _Arm(keys, np.empty(0), {str(k): int(v) for k, v in failed.items()},
                     {str(k): int(v) for k, v in launched.items()})
-    ok = ok.sort_values([*SERIES_KEYS, "replicate"], kind="stable")
-    g = ok.groupby(SERIES_KEYS, sort=True)
-    keys = g.agg(unit=("unit", "first"), direction=("direction", "first"), n=("value", "size"),
-                 median=("value", "median")).reset_index()
-    keys["start"] = np.r_[0, np.cumsum(keys["n"].to_numpy())[:-1]].astype(np.int64)
-    return _Arm(keys, ok["value"].to_numpy(dtype=float), {str(k): int(v) for k, v in failed.items()},
+    keys, values, starts = group_arrays(ok, SERIES_KEYS)
+    keys["start"] = starts
+    ns = keys["n"].to_numpy()
+    median = np.empty(len(keys))
+    for n in np.unique(ns):  # one vectorised median per replicate count
+        sel = np.nonzero(ns == n)[0]
+        median[sel] = np.median(values[starts[sel][:, None] + np.arange(n)[None, :]], axis=1)
+    keys["median"] = median
+    return _Arm(keys, values, {str(k): int(v) for k, v in failed.items()},
                 {str(k): int(v) for k, v in launched.items()})
 
 
@@ -303,7 +306,9 @@ def compare_tables(
     notes = np.where(ib < 0, "absent in the baseline", np.where(ic < 0, "absent in the candidate",
                      np.where(~comparable, "fewer than 2 replicates in an arm", ""))).astype(object)
     df["note"] = notes
-    df = pd.concat([df, _failure_rows(b, c, primary)], ignore_index=True) if (b.failed or c.failed) else df
+    if b.failed or c.failed:
+        gating_suites = set(df.loc[df["gating"], "suite"]) if rows else set()
+        df = pd.concat([df, _failure_rows(b, c, primary, gating_suites)], ignore_index=True)
     result = Comparison(rows=df, confidence=confidence)
     if df.empty:
         result.notes.append("no metrics to compare")
@@ -323,7 +328,7 @@ def compare_tables(
                     abs_margin=abs_margin, engine=engine)
 
 
-def _failure_rows(b: _Arm, c: _Arm, primary: tuple[str, ...]) -> "pd.DataFrame":
+def _failure_rows(b: _Arm, c: _Arm, primary: tuple[str, ...], gating_suites: set[str]) -> "pd.DataFrame":
     """One row per suite with a failed replicate in either arm: Fisher's exact test, one-sided
     (the candidate fails more often) for the gate, two-sided reported. It gates when the suite
     has a gating metric or ``failed_replicates`` is itself a primary."""
@@ -339,8 +344,7 @@ def _failure_rows(b: _Arm, c: _Arm, primary: tuple[str, ...]) -> "pd.DataFrame":
         p_imp = float(stats.fisher_exact(table, alternative="less").pvalue)
         p_two = float(stats.fisher_exact(table).pvalue)
         rate_b, rate_c = fb / tb if tb else math.nan, fc / tc if tc else math.nan
-        gating = any(s.suite in (None, suite) and (s.metric == FAILED_METRIC or s.suite == suite or s.suite is None)
-                     for s in sels) and bool(sels)
+        gating = suite in gating_suites or any(s.matches(suite, "", FAILED_METRIC) for s in sels)
         shift = -(rate_c - rate_b)  # higher is better: fewer failures
         out.append({
             "metric": _label(suite, "", FAILED_METRIC), "suite": suite, "case": "", "name": FAILED_METRIC,

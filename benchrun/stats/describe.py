@@ -305,14 +305,31 @@ def summarize_batch(x: np.ndarray, confidence: float, *, seed: int = DEFAULT_SEE
 SERIES_KEYS = ["suite", "case", "metric"]
 
 
-def _groups(table: "pd.DataFrame", keys: list[str]) -> tuple["pd.DataFrame", np.ndarray, np.ndarray]:
-    """Key rows (with unit, direction, n) and the values grouped in key order, without
-    iterating groups: (keys, values, start of each group in values)."""
-    t = table.sort_values([*keys, "replicate"] if "replicate" in table.columns else keys, kind="stable")
-    g = t.groupby(keys, sort=True)
-    k = g.agg(unit=("unit", "first"), direction=("direction", "first"), n=("value", "size")).reset_index()
-    starts = np.r_[0, np.cumsum(k["n"].to_numpy())[:-1]].astype(np.int64)
-    return k, t["value"].to_numpy(dtype=float), starts
+def group_arrays(table: "pd.DataFrame", keys: list[str]) -> tuple["pd.DataFrame", np.ndarray, np.ndarray]:
+    """Key rows (the keys, unit, direction, n) in sorted key order, the values grouped by key
+    (by replicate within a key), and the start of each group in the values — with one
+    factorize per key column and one lexsort, not a pandas groupby."""
+    import pandas as pd
+
+    codes = [pd.factorize(table[k].astype(str).to_numpy(), sort=True)[0] for k in keys]
+    rep = table["replicate"].to_numpy() if "replicate" in table.columns else np.zeros(len(table), dtype=np.int64)
+    order = np.lexsort((rep, *reversed(codes)))
+    sorted_codes = np.stack([c[order] for c in codes]) if codes else np.zeros((0, len(table)), dtype=np.int64)
+    change = np.ones(len(table), dtype=bool)
+    if len(table) > 1:
+        change[1:] = (np.diff(sorted_codes, axis=1) != 0).any(axis=0)
+    starts = np.nonzero(change)[0].astype(np.int64)
+    n = np.diff(np.r_[starts, len(table)]).astype(np.int64)
+    extra = [c for c in ("unit", "direction") if c in table.columns]
+    first = table.iloc[order[starts]]
+    k = pd.DataFrame({c: first[c].astype(str).to_numpy() for c in keys})
+    for c in extra:
+        k[c] = first[c].to_numpy()
+    k["n"] = n
+    return k, table["value"].to_numpy(dtype=float)[order], starts
+
+
+_groups = group_arrays
 
 
 def trial_statistics(table: "pd.DataFrame", confidence: float, *, seed: int = DEFAULT_SEED,
@@ -332,24 +349,24 @@ def trial_statistics(table: "pd.DataFrame", confidence: float, *, seed: int = DE
     k, values, starts = _groups(table, keys)
     ns = k["n"].to_numpy()
     cols: dict[str, np.ndarray] = {}
+    text = {"notes", "mad_degenerate"} | {f for f in SUMMARY_FIELDS if f.endswith(("_method", "_note"))}
     if engine == "reference":
         recs = [summarize(values[s0:s0 + n], confidence, seed=stable_seed(seed, *key))
                 for s0, n, key in zip(starts, ns, k[keys].itertuples(index=False, name=None))]
         cols = {f: np.array([r[f] for r in recs], dtype=object) for f in SUMMARY_FIELDS}
     else:
         for f in SUMMARY_FIELDS:
-            cols[f] = np.empty(len(k), dtype=object)
+            cols[f] = np.empty(len(k), dtype=object) if f in text else np.full(len(k), np.nan)
         for n in np.unique(ns):
             sel = np.nonzero(ns == n)[0]
             x = values[starts[sel][:, None] + np.arange(n)[None, :]]
             res = summarize_batch(x, confidence, seed=seed)
             for f in SUMMARY_FIELDS:
                 cols[f][sel] = res[f]
-    out = k[[*keys, "unit", "direction"]].copy()
-    for f in SUMMARY_FIELDS:
-        out[f] = cols[f]
-    numeric = [f for f in SUMMARY_FIELDS if f not in ("notes", "mad_degenerate") and not f.endswith(("_method", "_note"))]
-    out[numeric] = out[numeric].astype(float)
+    numeric = [f for f in SUMMARY_FIELDS if f not in text]
+    data = {c: k[c].to_numpy() for c in (*keys, "unit", "direction")}
+    data.update({f: (cols[f].astype(float) if f in numeric else cols[f]) for f in SUMMARY_FIELDS})
+    out = pd.DataFrame(data)
     out["n"] = out["n"].astype(int)
     out["n_outliers"] = out["n_outliers"].astype(int)
     out["mad_degenerate"] = out["mad_degenerate"].astype(bool)
