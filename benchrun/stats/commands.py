@@ -40,7 +40,7 @@ def compare(
     """Compare CANDIDATE with BASELINE behind the one-variable gate: ratios, exact intervals, verdicts.
 
     Exit 0: no gating regression; 3: a gating regression is suspected or confirmed; 4: the
-    one-variable gate refused the pair; 1: another error.
+    one-variable gate refused the pair; 2: a run compared with itself; 1: another error.
     """
     from benchrun.stats.analysis import compare_runs
     from benchrun.stats.load import resolve_run
