@@ -148,6 +148,11 @@ def test_promql_is_rendered_with_checked_names_only():
         render(q, 'n"} or vector(1) or x{a="', None, "1m")
     with pytest.raises(ValueError, match="duration"):
         render(next(q for q in QUERIES if q.name == "node_cpu_busy_ratio"), "n", None, "1 minute")
+    kueue = next(q for q in QUERIES if q.name == "kueue_pending_workloads")
+    assert 'cluster_queue=~".+"' in render(kueue, "n", None, "1m")
+    assert 'cluster_queue=~"team-a-cq"' in render(kueue, "n", None, "1m", "team-a-cq")
+    with pytest.raises(ValueError):
+        render(kueue, "n", None, "1m", 'a"}')
     assert redact("http://user:secret@prom:9090/x") == "http://prom:9090/x"
 
 

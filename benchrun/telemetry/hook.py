@@ -143,7 +143,8 @@ def pod_prometheus(inv: Invocation, run_dir: Path, timeline: Mapping[str, Any]) 
                                       "reason": "the pod has no start/finish time or node; nothing to query"}
         else:
             record = query_replicate(url, inv, Path(run_dir), start.timestamp(), end.timestamp(), node_name=str(node),
-                                     pod=timeline.get("pod_name"), pod_uid=timeline.get("pod_uid"))
+                                     pod=timeline.get("pod_name"), pod_uid=timeline.get("pod_uid"),
+                                     queue=timeline.get("cluster_queue"))
     except ValueError as exc:
         record = {"status": "unavailable", "reason": str(exc)}
     except Exception as exc:

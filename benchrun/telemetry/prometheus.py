@@ -78,9 +78,11 @@ QUERIES: tuple[Query, ...] = (
           'sum by (instance) (rate(node_network_receive_bytes_total{device!="lo"}[$rate]))' + _UNAME),
     Query("node_network_transmit_bytes_per_s", "node", "node", "B/s",
           'sum by (instance) (rate(node_network_transmit_bytes_total{device!="lo"}[$rate]))' + _UNAME),
-    Query("kueue_pending_workloads", "kueue", "cluster", "count", "sum by (cluster_queue) (kueue_pending_workloads)"),
+    # Kueue series are per ClusterQueue: the replicate's queue when known (a pod admitted by Kueue), else all.
+    Query("kueue_pending_workloads", "kueue", "cluster", "count",
+          'sum by (cluster_queue) (kueue_pending_workloads{cluster_queue=~"$queue"})'),
     Query("kueue_admitted_active_workloads", "kueue", "cluster", "count",
-          "sum by (cluster_queue) (kueue_admitted_active_workloads)"),
+          'sum by (cluster_queue) (kueue_admitted_active_workloads{cluster_queue=~"$queue"})'),
 )
 
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9._:-]{1,253}$")
@@ -109,19 +111,20 @@ def step_for(start: float, end: float) -> float:
     return max(1.0, math.ceil((end - start) / MAX_POINTS))
 
 
-def render(q: Query, node: str, pod: str | None, rate_window: str) -> str | None:
+def render(q: Query, node: str, pod: str | None, rate_window: str, queue: str | None = None) -> str | None:
     """The PromQL of ``q`` for this node/pod, or None when it needs a pod that is not known.
 
     Names go into label matchers only after checking they are plain label values (no quotes).
     """
     if q.needs_pod and not pod:
         return None
-    for value in (node, pod or "x"):
+    for value in (node, pod or "x", queue or "x"):
         if not _LABEL_VALUE.match(value):
             raise ValueError(f"{value!r} is not a plain node or pod name; it cannot go into a PromQL matcher")
     if not _DURATION.match(rate_window):
         raise ValueError(f"{RATE_WINDOW_ENV}={rate_window!r} is not a Prometheus duration like 30s or 1m")
-    return string.Template(q.expr).substitute(node=node, pod=pod or "", rate=rate_window)
+    # a checked name is a valid regex matching only itself (dots aside, which match themselves too)
+    return string.Template(q.expr).substitute(node=node, pod=pod or "", rate=rate_window, queue=queue or ".+")
 
 
 def _as_samples(q: Query, result: list[dict[str, Any]], step: float, pod_uid: str | None) -> list[Sample]:
@@ -145,7 +148,7 @@ def _as_samples(q: Query, result: list[dict[str, Any]], step: float, pod_uid: st
 
 
 def range_queries(url: str, start: float, end: float, node: str, *, pod: str | None = None,
-                  pod_uid: str | None = None, timeout_s: float | None = None,
+                  pod_uid: str | None = None, queue: str | None = None, timeout_s: float | None = None,
                   rate_window: str | None = None) -> tuple[list[Sample], dict[str, Any]]:
     """Run every query over [start, end]; (samples, record with status, per-query counts and errors)."""
     timeout = timeout_s if timeout_s is not None else float(os.environ.get(TIMEOUT_ENV, "10"))
@@ -156,7 +159,7 @@ def range_queries(url: str, start: float, end: float, node: str, *, pod: str | N
     errors: list[str] = []
     with requests.Session() as http:
         for q in QUERIES:
-            expr = render(q, node, pod, rate)
+            expr = render(q, node, pod, rate, queue)
             if expr is None:
                 continue
             try:
@@ -184,10 +187,10 @@ def range_queries(url: str, start: float, end: float, node: str, *, pod: str | N
 
 
 def query_replicate(url: str, inv: Invocation, run_dir: Path, start: float, end: float, *, node_name: str,
-                    pod: str | None = None, pod_uid: str | None = None) -> dict[str, Any]:
+                    pod: str | None = None, pod_uid: str | None = None, queue: str | None = None) -> dict[str, Any]:
     """Query one replicate's window and store the points as ``raw/<run>_<suite>_r<k>_prometheus.parquet``."""
     try:
-        samples, record = range_queries(url, start, end, node_name, pod=pod, pod_uid=pod_uid)
+        samples, record = range_queries(url, start, end, node_name, pod=pod, pod_uid=pod_uid, queue=queue)
     except ValueError as exc:
         return {"status": "unavailable", "reason": str(exc), "url": redact(url)}
     record["url"] = redact(url)
