@@ -73,3 +73,12 @@ def test_clean_gang_names_no_straggler(tmp_path: Path) -> None:
     assert res.verdict == "clear", res.reason
     assert record_straggler_nodes(RunDir(tmp_path, run_id).path, [res]) == []
     assert RunDir(tmp_path, run_id).read_status()["straggler_nodes"] == []
+
+
+def test_straggler_nodes_reach_the_custom_resource_status() -> None:
+    from benchrun.controller.status import ResourceRef, status_from_run
+
+    ref = ResourceRef("bench", "train", "uid-1", 1)
+    status = status_from_run({"phase": "Succeeded", "run_id": "r", "straggler_nodes": ["node-b"]}, ref)
+    assert status["stragglerNodes"] == ["node-b"]
+    assert status_from_run({"phase": "Succeeded", "straggler_nodes": []}, ref)["stragglerNodes"] == []

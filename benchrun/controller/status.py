@@ -27,6 +27,7 @@ _COPIED = {
     "selected_scheduler_path": "selectedSchedulerPath",
     "hot_metrics_ref": "hotMetricsRef",
     "provenance_ref": "provenanceRef",
+    "straggler_nodes": "stragglerNodes",  # the distributed_straggler playbook's repeat offenders
     "message": "message",
     "started_utc": "startTime",
     "finished_utc": "completionTime",
