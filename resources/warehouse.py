@@ -29,10 +29,15 @@ class WarehouseResource(dg.ConfigurableResource):
         return curate_run(self.run_dir(run_id), self.home_path(), None, tables=tables)
 
     def refresh_views(self) -> Path:
-        """(Re)create the views in warehouse.duckdb; callers hold the ``duckdb_writer`` pool."""
+        """(Re)create the views in warehouse.duckdb; callers hold the ``duckdb_writer`` pool.
+
+        The connection is dagster-duckdb's (``DuckDBResource``: retries while another process
+        holds the file), on the warehouse file under this home."""
+        from dagster_duckdb import DuckDBResource
+
         from benchrun.warehouse import refresh_views
 
-        return refresh_views(self.home_path())
+        return refresh_views(self.home_path(), connect=lambda db: DuckDBResource(database=str(db)).get_connection())
 
     def query(self, sql: str) -> Any:
         """Read-only SQL over the views (an in-memory connection)."""

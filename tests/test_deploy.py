@@ -235,6 +235,9 @@ def test_helm_values_wire_the_cluster_pieces(rendered: list[dict[str, Any]]) -> 
     assert args[args.index("--attribute") + 1] == workspace["attribute"]
     env = {e["name"]: e["value"] for e in code["env"]}
     assert env["BENCHRUN_AUTOMATION_ON"] == "benchmarkrun_resource_sensor"
+    # shared state in the same bucket as the compute logs; run workers inherit the location's env
+    assert env["BENCHRUN_SHARED_STATE"].startswith(f"s3://{values['computeLogManager']['config']['s3ComputeLogManager']['bucket']}/")
+    assert code["includeConfigInLaunchedRuns"]["enabled"] is True
     assert not list(_secret_values(values)), "secrets come from Secrets, never from values.yaml"
 
 

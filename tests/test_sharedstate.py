@@ -77,6 +77,11 @@ def test_one_run_across_three_homes(tmp_path: Path, s3_env: str, monkeypatch: py
     result = defs.resolve_job_def(sub.JOB_NAME).execute_in_process(
         instance=instance, partition_key=prepared.run_id, raise_on_error=False)
     assert result.success
+    # the worker's views were written through dagster-duckdb's DuckDBResource connection
+    import duckdb
+
+    with duckdb.connect(str(worker_home / "warehouse.duckdb"), read_only=True) as con:
+        assert con.execute("select count(*) from benchmark_run_fact where run_id = ?", [prepared.run_id]).fetchone() == (1,)
     pinned = worker_home / "specs" / "sha256" / prepared.pinned_path.name
     assert pinned.read_bytes() == prepared.pinned_path.read_bytes()
 

@@ -16,7 +16,7 @@ import logging
 import re
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from benchrun.errors import BenchrunError
 from benchrun.warehouse.schemas import DIMENSIONS, TABLES, duckdb_type
@@ -138,12 +138,19 @@ def _writer_lock(home: Path) -> Iterator[None]:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
-def refresh_views(home: Path, *, wait_s: float = 30.0) -> Path:
-    """(Re)create the views in ``<home>/warehouse.duckdb``: one short-lived writer at a time."""
+def refresh_views(home: Path, *, wait_s: float = 30.0, connect: Callable[[Path], Any] | None = None) -> Path:
+    """(Re)create the views in ``<home>/warehouse.duckdb``: one short-lived writer at a time.
+
+    ``connect(db)`` gives the connection as a context manager (the Dagster code passes
+    dagster-duckdb's ``DuckDBResource.get_connection``); by default one is opened here."""
     import duckdb
 
     db = Path(home) / DB_NAME
     deadline = time.monotonic() + wait_s
+    if connect is not None:
+        with _writer_lock(home), connect(db) as con:
+            create_views(con, home)
+        return db
     with _writer_lock(home):
         while True:
             try:
