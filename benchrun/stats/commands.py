@@ -2,7 +2,8 @@
 
 ``benchrun compare`` exits 0 when no gating metric regressed, 3 when a gating regression is
 suspected (the CLI runs no confirmation round, so a suspicion is not cleared here) or
-confirmed, 4 when the one-variable gate refuses the pair, 1 on other errors.
+confirmed, 4 when the one-variable gate refuses the pair, 2 for a run compared with itself,
+1 on other errors.
 """
 
 from __future__ import annotations
