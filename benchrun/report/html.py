@@ -301,8 +301,11 @@ def _details_html(run: Any, stats: Any, comparison: dict[str, Any] | None, cps: 
     if not stats.tails.empty:
         parts.append(block(f"p99 per load point ({len(stats.tails)} rows)", _table(stats.tails.to_dict(orient="records"), [
             ("suite", "suite"), ("replicate", "r"), ("point", "point"), ("bucket", "bucket"), ("quantity", "quantity"),
-            ("n_requests", "requests"), ("value", "p99"), ("ci_low", "CI low"), ("ci_high", "CI high"),
-            ("coverage", "coverage"), ("n_required", "requests needed"), ("trustworthy", "enough"),
+            # within one replicate: a descriptive band, not a confidence interval (requests are
+            # autocorrelated); README "Statistics and comparisons"
+            ("n_requests", "requests"), ("value", "p99"), ("ci_low", "band low (descriptive)"),
+            ("ci_high", "band high (descriptive)"), ("coverage", "coverage if requests were independent"),
+            ("n_required", "requests needed"), ("trustworthy", "enough"),
             ("note", "note")], "tails")))
     if cps:
         parts.append(block(f"Change points in the history ({len(cps)})", _table(cps, [
