@@ -91,9 +91,9 @@ def effects(baseline: np.ndarray, candidate: np.ndarray, higher: np.ndarray, con
         out["ci_high"] = np.where(log, np.exp(high), nan)
         s1 = sign[:, 0]
         a, z = s1 * low, s1 * high
-        out["difference"] = np.where(log, nan, s1 * est)
-        out["diff_ci_low"] = np.where(log, nan, np.minimum(a, z))
-        out["diff_ci_high"] = np.where(log, nan, np.maximum(a, z))
+        out["difference"] = np.where(log, nan, s1 * est + 0.0)  # + 0.0: no negative zero
+        out["diff_ci_low"] = np.where(log, nan, np.minimum(a, z) + 0.0)
+        out["diff_ci_high"] = np.where(log, nan, np.maximum(a, z) + 0.0)
         ref = np.abs(np.median(b, axis=1))
         rel = ~log & (ref != 0)
         safe = np.where(rel, ref, 1.0)

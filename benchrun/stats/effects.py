@@ -146,8 +146,8 @@ def effect(baseline: Sequence[float], candidate: Sequence[float], direction: str
         out.update(ratio=math.exp(s.estimate), ci_low=math.exp(s.low), ci_high=math.exp(s.high))
     else:
         sign = 1.0 if direction == "higher" else -1.0
-        lo, hi = sorted((sign * s.low, sign * s.high))
-        out.update(difference=sign * s.estimate, diff_ci_low=lo, diff_ci_high=hi)
+        lo, hi = sorted((sign * s.low + 0.0, sign * s.high + 0.0))  # + 0.0: no negative zero
+        out.update(difference=sign * s.estimate + 0.0, diff_ci_low=lo, diff_ci_high=hi)
         ref = abs(float(np.median(np.asarray(baseline, dtype=float)))) if len(baseline) else 0.0
         if ref:
             out.update(ratio=1 + s.estimate / ref, ci_low=1 + s.low / ref, ci_high=1 + s.high / ref)
