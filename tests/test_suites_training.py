@@ -75,6 +75,7 @@ def test_training_across_two_local_nodes_reports_the_figures(tmp_path: Path) -> 
     assert row["checkpoint_bytes"] > 0 and row["checkpoint_save_s"] > 0 and row["checkpoint_restore_s"] > 0
     assert row["loss_last"] < row["loss_first"] and row["training_reliability_pct"] == 100.0
     assert row["time_to_first_step_s"] > 0
+    assert row["peak_memory_kind"] == "process_max_rss" and row["peak_memory_bytes"] > 10 * 2**20  # torch alone
     ranks = {m["rank_id"]: m["node_name"] for m in doc["metrics"] if m["name"] == "rank_step_time_p50_ms"}
     assert ranks == {0: local_node_name(0), 1: local_node_name(1)}
     samples = json.loads((rd / doc["samples"]["ranks"]).read_text())

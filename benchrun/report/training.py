@@ -26,6 +26,7 @@ COLUMNS = (
     ("checkpoint_save_s", "ckpt save (s)", "{:.3f}"),
     ("checkpoint_restore_s", "ckpt restore (s)", "{:.3f}"),
     ("checkpoint_bytes", "ckpt bytes", "{:,d}"),
+    ("peak_memory_bytes", "peak mem bytes", "{:,d}"),
     ("loss_first", "loss first", "{:.3f}"),
     ("loss_last", "loss last", "{:.3f}"),
     ("slowest_rank", "slowest rank", "{:d}"),

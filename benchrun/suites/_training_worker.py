@@ -202,6 +202,16 @@ def worker(rank: int, local_rank: int, world_size: int, init_method: str | None,
         micro = cfg["global_batch"] // world_size
         run = _train(model, opt, cfg, device, rank, micro, dist_loss=distributed, t_process_start=t_process_start)
         doc.update(run)
+        # Peak memory of this rank after the measured steps: the CUDA caching allocator's peak
+        # on a GPU, else the process's peak resident set (Linux reports KiB).
+        if cuda:
+            doc["peak_memory_bytes"] = int(torch.cuda.max_memory_allocated(device))
+            doc["peak_memory_kind"] = "cuda_max_memory_allocated"
+        else:
+            import resource
+
+            doc["peak_memory_bytes"] = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+            doc["peak_memory_kind"] = "process_max_rss"
         if run["diverged"] is None:
             if cfg["scaling_sweep"] and distributed:
                 # Weak scaling: rank 0 alone, same per-device batch, no gradient exchange;
@@ -218,14 +228,16 @@ def worker(rank: int, local_rank: int, world_size: int, init_method: str | None,
         if distributed:
             gathered: list[Any] = [None] * world_size
             mine = {k: doc.get(k) for k in ("rank_id", "node_name", "pid", "step_times_s", "losses",
-                                              "time_to_first_step_s", "rendezvous_s", "steps_done")}
+                                              "time_to_first_step_s", "rendezvous_s", "steps_done",
+                                              "peak_memory_bytes")}
             dist.all_gather_object(gathered, mine)
             doc["ranks"] = gathered
             dist.barrier()
             dist.destroy_process_group()
         else:
             doc["ranks"] = [{k: doc.get(k) for k in ("rank_id", "node_name", "pid", "step_times_s", "losses",
-                                                    "time_to_first_step_s", "rendezvous_s", "steps_done")}]
+                                                    "time_to_first_step_s", "rendezvous_s", "steps_done",
+                                                    "peak_memory_bytes")}]
     except BaseException as exc:  # noqa: BLE001 - reported to the caller through the document
         doc["error"] = f"{type(exc).__name__}: {exc}"
         doc["traceback"] = traceback.format_exc()

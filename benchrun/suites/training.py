@@ -21,8 +21,8 @@ step_time_p50_ms / p99, tokens_per_second (global) and per device, model FLOPs p
 (:func:`model_flops_per_token`, its formula in the result), ``mfu_pct`` against the
 declared peak (absent, with the reason, when no peak is known), scaling efficiency when a
 sweep is asked, time to first step (process start → first optimizer step done, rendezvous
-included), checkpoint save / restore time and size, per-rank step-time medians with their
-node. The loss must be finite and fall (mean of the last three steps below the first
+included), checkpoint save / restore time and size, peak memory of the largest rank (CUDA allocator
+peak on a GPU, peak RSS on CPU), per-rank step-time medians with their node. The loss must be finite and fall (mean of the last three steps below the first
 three); otherwise the replicate fails with the reason.
 """
 
@@ -288,6 +288,10 @@ def report(ctx: SuiteContext, doc: dict[str, Any], cfg: dict[str, Any], world_si
         ctx.add_metric("checkpoint_save_s", doc["checkpoint_save_s"], "s", "lower", case=case)
         ctx.add_metric("checkpoint_restore_s", doc["checkpoint_restore_s"], "s", "lower", case=case)
         ctx.add_metric("checkpoint_bytes", float(doc["checkpoint_bytes"]), "bytes", "lower", case=case)
+    peaks = [r["peak_memory_bytes"] for r in ranks if r.get("peak_memory_bytes")]
+    peak_mem = max(peaks) if peaks else None
+    if peak_mem is not None:
+        ctx.add_metric("peak_memory_bytes", float(peak_mem), "bytes", "lower", case=case)
     for r, times in zip(ranks, per_rank):
         ctx.add_metric("rank_step_time_p50_ms", float(np.median(times)) * 1e3, "ms", "lower", case=case,
                        rank_id=r["rank_id"], node_name=r.get("node_name"))
@@ -309,6 +313,7 @@ def report(ctx: SuiteContext, doc: dict[str, Any], cfg: dict[str, Any], world_si
         "training_reliability_pct": reliability,
         "checkpoint_save_s": doc.get("checkpoint_save_s"), "checkpoint_restore_s": doc.get("checkpoint_restore_s"),
         "checkpoint_bytes": doc.get("checkpoint_bytes"),
+        "peak_memory_bytes": peak_mem, "peak_memory_kind": doc.get("peak_memory_kind"),
         "loss_first": float(np.mean(losses[:3])), "loss_last": float(np.mean(losses[-3:])),
         "slowest_rank": int(ranks[slowest]["rank_id"]), "slowest_rank_node": ranks[slowest].get("node_name"),
     })

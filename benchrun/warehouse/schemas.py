@@ -182,6 +182,8 @@ TRAINING_SCALAR_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
     ("checkpoint_save_s", pa.float64()),
     ("checkpoint_restore_s", pa.float64()),
     ("checkpoint_bytes", pa.int64()),
+    ("peak_memory_bytes", pa.int64()),
+    ("peak_memory_kind", pa.string()),
     ("loss_first", pa.float64()),
     ("loss_last", pa.float64()),
     ("slowest_rank", pa.int64()),
