@@ -169,6 +169,10 @@ def test_invalid_benchmarkrun_is_rejected_with_every_error(cluster: Cluster, ins
     writes = cluster.writes("canary-cr")
     again = tick(instance, data.cursor)
     assert not again.run_requests and cluster.writes("canary-cr") == writes
+    # a Rejected status that never arrived (lost write) is written again by the next tick
+    cluster.api.patch_namespaced_custom_object_status(GROUP, VERSION, NS, PLURAL, "canary-cr", {"status": {"phase": None}})
+    third = tick(instance, again.cursor)
+    assert not third.run_requests and cluster.get(NS, "canary-cr")["status"]["phase"] == "Rejected"
 
 
 def test_edit_is_a_new_generation_and_a_new_run(cluster: Cluster, instance: dg.DagsterInstance,

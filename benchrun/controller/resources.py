@@ -157,7 +157,8 @@ def _catch_up(obj: dict[str, Any], ref: ResourceRef, entry: dict[str, Any], out:
 
     run_id = entry.get("run_id")
     if not run_id:
-        return  # rejected: written when it was rejected
+        _rejection_lost(obj, ref, out)
+        return
     try:
         from benchrun.paths import benchrun_home
         from benchrun.sharedstate import pull_run
@@ -170,3 +171,19 @@ def _catch_up(obj: dict[str, Any], ref: ResourceRef, entry: dict[str, Any], out:
     wanted = status_from_run(st, ref)
     if lags(obj.get("status"), wanted):
         out.patches.append((ref, wanted))
+
+
+def _rejection_lost(obj: dict[str, Any], ref: ResourceRef, out: Tick) -> None:
+    """A rejected generation whose Rejected status never arrived (the write failed): validate
+    its document again and queue the status once more."""
+    from benchrun.automation.discovery import format_spec_errors
+    from benchrun.spec import load_spec_bytes
+
+    current = obj.get("status") or {}
+    if current.get("phase") == "Rejected" and current.get("observedGeneration") == ref.generation:
+        return
+    try:
+        load_spec_bytes(document_bytes(obj), f"cr:{ref.namespace}/{ref.name}")
+    except BenchrunError as exc:
+        stamp = dt.datetime.now(dt.timezone.utc)
+        out.rejected.append((ref, rejected_status(ref, list(format_spec_errors(exc)), _now_text(stamp))))
