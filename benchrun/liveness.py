@@ -135,6 +135,25 @@ def describe(record: dict[str, Any]) -> str:
             + (f", last heartbeat {record['heartbeat_utc']}" if record.get("heartbeat_utc") else ""))
 
 
+def kill_orphaned_suites(run_dir: Path) -> int:
+    """Kill the suite processes a dead run left behind on this machine (their environment names
+    the run directory), so they cannot disturb the next benchmark; returns how many."""
+    import psutil
+
+    target = str(run_dir)
+    killed = 0
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid != os.getpid() and proc.environ().get("BENCHRUN_RUN_DIR") == target:
+                proc.kill()
+                killed += 1
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    if killed:
+        log.warning("killed %d orphaned suite process(es) of %s", killed, target)
+    return killed
+
+
 def _fail_dagster_run(instance: Any, dagster_run_id: str | None, message: str) -> bool:
     import dagster as dg
 
@@ -179,6 +198,9 @@ def reap_dead_runs(home: Path | str | None = None, instance: Any = None) -> list
         if status.get("phase") in TERMINAL_PHASES and instance is None:
             continue
         if status.get("phase") not in TERMINAL_PHASES and rd.exists():
+            killed = kill_orphaned_suites(rd.path) if record.get("host") == socket.gethostname() else 0
+            if killed:
+                reason += f"; {killed} orphaned suite process(es) of the run were killed"
             mark_run_failed(root, run_id, reason)
         if instance is None:
             continue  # keep the claim: an instance-aware pass still has to fail the Dagster run

@@ -21,7 +21,7 @@ from benchrun.errors import BenchrunError
 from benchrun.liveness import TAG_HOST, TAG_PID, TAG_PID_START, alive, beat, in_progress_holder, reap_dead_runs
 from benchrun.rundir import RunDir
 from benchrun.runlock import benchmark_turn
-from helpers import kill_processes_of_home, tiny_layers
+from helpers import tiny_layers
 
 REPO = Path(__file__).resolve().parents[1]
 SLEEPER = {"name": "sleeper", "repoCommand": "python -c 'import time; time.sleep(60)'", "timeoutSeconds": 120}
@@ -135,9 +135,11 @@ def test_kill_9_mid_run_is_failed_at_the_next_cli_start_and_frees_the_queue(benc
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.5)
     assert run_dir is not None, "the run never reached Running"
+    while time.monotonic() < deadline and not _suite_processes(run_dir):  # the sleeper suite has started
+        time.sleep(0.5)
+    assert _suite_processes(run_dir), "the suite never started"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    kill_processes_of_home(bench_home)  # the suite it started, orphaned by the kill
     assert json.loads((run_dir / "status.json").read_text())["phase"] == "Running"
     # `benchrun runs` (the next CLI start) shows it Failed with the reason.
     out = _cli(bench_home, "runs", "--json")
@@ -147,6 +149,8 @@ def test_kill_9_mid_run_is_failed_at_the_next_cli_start_and_frees_the_queue(benc
     assert row["phase"] == "Failed"
     st = json.loads((run_dir / "status.json").read_text())
     assert "is gone without finishing" in st["message"] and f"pid {proc.pid}" in st["message"]
+    # Its suite (in its own process group, so the kill did not reach it) is ended too.
+    assert _suite_processes(run_dir) == [] and "1 orphaned suite process(es) of the run were killed" in st["message"]
     # The Dagster run no longer holds the queue once an instance-aware pass ran (CLI run or sensor).
     instance = sub.get_instance()
     started = instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]))
@@ -154,6 +158,19 @@ def test_kill_9_mid_run_is_failed_at_the_next_cli_start_and_frees_the_queue(benc
     reap_dead_runs(bench_home, instance)
     assert instance.get_run_by_id(started[0].run_id).status == dg.DagsterRunStatus.FAILURE
     assert in_progress_holder(instance) is None
+
+
+def _suite_processes(run_dir: Path) -> list[int]:
+    import psutil
+
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get("BENCHRUN_RUN_DIR") == str(run_dir) and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return out
 
 
 _FIRST_USE = """
