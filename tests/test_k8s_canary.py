@@ -65,3 +65,61 @@ def test_tiny_run_through_dagster_on_the_harness(k8s_home, bench_home, canary_do
     # the Job is gone after the launch; nothing leaks
     assert k8s_home.list("jobs") == []
     assert k8s_home.errors == []
+
+
+def _facts(result) -> dict[str, int]:
+    out = {}
+    for event in result.get_asset_materialization_events():
+        mat = event.event_specific_data.materialization
+        if "dagster/row_count" in mat.metadata:
+            out[mat.asset_key.to_user_string()] = mat.metadata["dagster/row_count"].value
+    return out
+
+
+def _results(rd: RunDir) -> dict[tuple[str, int], dict]:
+    out = {}
+    for path in sorted((rd.path / "structured").glob(f"{rd.run_id}_*_r*.json")):
+        doc = json.loads(path.read_text())
+        if isinstance(doc, dict) and "suite" in doc:
+            out[(doc["suite"], doc["replicate"])] = doc
+    return out
+
+
+@pytest.mark.slow
+def test_stock_canary_gives_the_same_facts_as_the_local_launcher(k8s_home, bench_home, canary_doc, write_spec):
+    """Every suite of the stock canary (3 replicates to keep CI short), once locally and once
+    as Jobs on the harness: the same suites, metrics and warehouse facts, serving requests
+    included, and the suites' Pipes log lines in the Dagster event log."""
+    canary_doc["spec"]["trials"]["minReplicates"] = 3
+    local = sub.prepare(write_spec(canary_doc, "local.yaml"))
+    local_result = sub.execute(local)
+    assert local_result.success
+    canary_doc["metadata"]["name"] = "k8s-canary"
+    prepared = sub.prepare(write_spec(canary_doc, "k8s.yaml"))
+    result, instance = run_k8s(prepared, bench_home)
+    assert result.success
+    rd, rd_local = RunDir.for_run(prepared.run_id), RunDir.for_run(local.run_id)
+    st = rd.read_status()
+    assert st["outcome"] == rd_local.read_status()["outcome"] == "succeeded", st.get("issues")
+    docs, docs_local = _results(rd), _results(rd_local)
+    assert sorted(docs) == sorted(docs_local) and len(docs) == 8 * 3
+    # The local launcher's host sampler adds telemetry summaries (case "telemetry"); a pod's
+    # node is not sampled from the orchestrator (README: Running on Kubernetes).
+    def core(doc):
+        return sorted((m["name"], m["case"]) for m in doc["metrics"] if m.get("case") != "telemetry")
+
+    def n_telemetry(ds):
+        return sum(1 for d in ds.values() for m in d["metrics"] if m.get("case") == "telemetry")
+
+    for key, doc in docs.items():
+        assert doc["status"] == docs_local[key]["status"], key
+        assert core(doc) == core(docs_local[key]), key
+    facts, facts_local = _facts(result), _facts(local_result)
+    assert facts["measurement_fact"] - n_telemetry(docs) == facts_local["measurement_fact"] - n_telemetry(docs_local) > 0
+    assert facts["serving_outcome_fact"] == facts_local["serving_outcome_fact"] > 0
+    assert facts["serving_request_fact"] == facts_local["serving_request_fact"] > 0
+    # The suites' own log lines came through Pipes from the pod log into the event log.
+    messages = [e.user_message for e in instance.all_logs(result.run_id)]
+    assert any("gemm" in m and "TFLOP/s" in m for m in messages)
+    assert any("fio" in m and "MiB/s" in m for m in messages)
+    assert k8s_home.list("jobs") == [] and k8s_home.errors == []

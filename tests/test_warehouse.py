@@ -36,7 +36,7 @@ def test_curate_writes_every_table_with_keys_and_lineage(tmp_path: Path) -> None
     run_dir, manifest = _stored_run(tmp_path, "run-a")
     counts = curate_run(run_dir, tmp_path, manifest)
     assert counts == {
-        "benchmark_run_fact": 1, "measurement_fact": 9, "serving_outcome_fact": 3, "serving_request_fact": 60,
+        "benchmark_run_fact": 1, "launch_fact": 6, "measurement_fact": 9, "serving_outcome_fact": 3, "serving_request_fact": 60,
         "telemetry_slice_fact": 7, "training_outcome_fact": 0, "software_version_dim": 1,
         "hardware_topology_dim": 1, "cluster_region_dim": 1, "workload_dim": 1, "artifact_lineage_dim": 1,
     }

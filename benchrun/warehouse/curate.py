@@ -393,11 +393,44 @@ def stream_request_file(path: Path, consts: dict[str, Any], batch_rows: int = RE
         yield pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
+def launch_rows(src: RunSources) -> list[dict[str, Any]]:
+    """One row per replicate launch from ``structured/<run>_launches.json``; the scheduler
+    timeline columns come from its ``pod`` message (null for a local launch)."""
+    rows = []
+    relpath = f"structured/{src.run_id}_launches.json"
+    for launch in src.launches:
+        if not isinstance(launch, dict):
+            continue
+        pod = next((m for m in launch.get("messages") or [] if isinstance(m, dict) and m.get("kind") == "pod"), {})
+        row = _keys(src, **{k: launch.get(k) for k in ("scheduler_run_id", "job_uid", "pod_uid", "node_name")},
+                    benchmark_case_id=launch.get("benchmark_case_id"))
+        row.update(
+            layer=launch.get("layer"), suite=launch.get("suite"), replicate=int(launch.get("replicate") or 0),
+            status=launch.get("status"), reason=_str(launch.get("reason")),
+            exit_code=launch.get("exit_code") if isinstance(launch.get("exit_code"), int) else None,
+            wall_s=_num(launch.get("wall_s")), requested_utc=parse_ts(launch.get("t_request")),
+            finished_utc=parse_ts(launch.get("t_finished")),
+            job_name=pod.get("job_name"), workload_name=pod.get("workload_name"), cluster_queue=pod.get("cluster_queue"),
+            job_created_utc=parse_ts(pod.get("job_created_utc")), quota_reserved_utc=parse_ts(pod.get("quota_reserved_utc")),
+            admitted_utc=parse_ts(pod.get("admitted_utc")), pods_ready_utc=parse_ts(pod.get("pods_ready_utc")),
+            pod_scheduled_utc=parse_ts(pod.get("scheduled_utc")),
+            container_started_utc=parse_ts(pod.get("container_started_utc")),
+            container_finished_utc=parse_ts(pod.get("container_finished_utc")),
+            queue_wait_s=_num(pod.get("queue_wait_s")), scheduled_s=_num(pod.get("scheduled_s")),
+            started_s=_num(pod.get("started_s")), run_s=_num(pod.get("run_s")),
+            image_id=_str(pod.get("image_id")), evicted=_str(pod.get("evicted")),
+            **src.lineage(relpath),
+        )
+        rows.append(row)
+    return rows
+
+
 def build_tables(src: RunSources) -> dict[str, Callable[[], Any]]:
     """Producers for every table of one run (called lazily so requests stream)."""
     dims = dimension_rows(src)
     producers: dict[str, Callable[[], Any]] = {
         "benchmark_run_fact": lambda: [rows_to_table("benchmark_run_fact", benchmark_run_rows(src, dims))],
+        "launch_fact": lambda: [rows_to_table("launch_fact", launch_rows(src))],
         "measurement_fact": lambda: [rows_to_table("measurement_fact", measurement_rows(src))],
         "serving_outcome_fact": lambda: [rows_to_table("serving_outcome_fact", serving_outcome_rows(src))],
         "serving_request_fact": lambda: request_batches(src),

@@ -251,7 +251,39 @@ ARTIFACT_LINEAGE_DIM = pa.schema([
     ("total_bytes", pa.int64()),
 ])
 
+# One row per replicate launch: its outcome and, on Kubernetes, the scheduler timeline
+# (Job created → Kueue quota reserved → admitted → pod scheduled → container started →
+# finished), so "queue wait" is a query (benchrun.launch.kubernetes.job_timeline).
+LAUNCH_FACT = _fact(
+    ("layer", pa.string()),
+    ("suite", pa.string()),
+    ("replicate", pa.int64()),
+    ("status", pa.string()),
+    ("reason", pa.string()),
+    ("exit_code", pa.int64()),
+    ("wall_s", pa.float64()),
+    ("requested_utc", TS),
+    ("finished_utc", TS),
+    ("job_name", pa.string()),
+    ("workload_name", pa.string()),
+    ("cluster_queue", pa.string()),
+    ("job_created_utc", TS),
+    ("quota_reserved_utc", TS),
+    ("admitted_utc", TS),
+    ("pods_ready_utc", TS),
+    ("pod_scheduled_utc", TS),
+    ("container_started_utc", TS),
+    ("container_finished_utc", TS),
+    ("queue_wait_s", pa.float64()),
+    ("scheduled_s", pa.float64()),
+    ("started_s", pa.float64()),
+    ("run_s", pa.float64()),
+    ("image_id", pa.string()),
+    ("evicted", pa.string()),
+)
+
 FACTS: dict[str, pa.Schema] = {
+    "launch_fact": LAUNCH_FACT,
     "benchmark_run_fact": BENCHMARK_RUN_FACT,
     "measurement_fact": MEASUREMENT_FACT,
     "serving_outcome_fact": SERVING_OUTCOME_FACT,
