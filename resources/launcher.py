@@ -172,7 +172,7 @@ class LauncherResource(dg.ConfigurableResource):
         except BaseException:
             # A cancelled Dagster run (or a crash): no Job of this run keeps its GPUs.
             try:
-                delete_run_jobs(batch, settings.namespace, run_dir.run_id)
+                delete_run_jobs(batch, settings.namespace, run_dir.run_id, custom)
             except Exception as exc:  # the sweep catches what this could not delete
                 context.log.warning(f"could not delete the run's Jobs: {exc}")
             raise

@@ -244,3 +244,32 @@ def test_orchestrator_killed_mid_layer_then_sweep_cleans_up(kcluster, home, tmp_
     assert sweep(batch, "default", is_running=lambda run_id: run_id != RUN_ID) == [f"{RUN_ID}-tiny-r1"]
     kcluster.wait_for(lambda: not kcluster.list("jobs") and not kcluster.list("pods"), what="cleanup")
     assert sweep(batch, "default", is_running=lambda run_id: False) == []
+
+
+def test_a_gang_runs_as_one_jobset(shared, home):
+    """nodes: 2 → one JobSet under one Kueue workload; node 0's result, each node's log; a
+    failing node fails the replicate, named."""
+    run_dir = home / "runs" / RUN_ID
+    node_code = script_for(1, before=textwrap.dedent("""
+        import os, sys
+        rank = int(os.environ["NODE_RANK"])
+        print("node", rank, "of", os.environ["NNODES"], "master", os.environ["MASTER_ADDR"], flush=True)
+        if rank != 0:
+            sys.exit(int(os.environ.get("FAIL_CODE", "0")))
+    """))
+    launcher = launcher_for(shared, run_volume_claim="home", run_home=str(home))
+    inv = make_inv(run_dir, code=node_code, nodes=2, ranks_per_node=1)
+    res = launcher.launch(inv, run_dir)
+    assert res.status == "ok", res.reason
+    assert "node 0 of 2" in (run_dir / inv.node_log_relpath(0)).read_text()
+    assert "node 1 of 2" in (run_dir / inv.node_log_relpath(1)).read_text()
+    timeline = res.messages[0]
+    assert [n["node_rank"] for n in timeline["nodes"]] == [0, 1] and timeline["admitted_utc"]
+    assert res.scheduler_run_id.startswith("jobset-")
+    shared.wait_for(lambda: not shared.list("jobsets") and not shared.list("jobs") and not shared.list("pods"),
+                    what="the JobSet and its children deleted")
+    bad = make_inv(run_dir, replicate=2, code=node_code.replace("script_for", ""), nodes=2, ranks_per_node=1,
+                   env={**inv.env, "FAIL_CODE": "3"})
+    res2 = launcher.launch(bad, run_dir)
+    assert res2.status == "failed" and res2.reason.startswith("node 1 (node-"), res2.reason
+    assert "exited with code 3" in res2.reason

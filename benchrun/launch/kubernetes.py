@@ -185,6 +185,7 @@ def _signal_note(code: int, signal: int | None) -> str:
 
 
 KUEUE_GROUP, KUEUE_VERSION, WORKLOADS = "kueue.x-k8s.io", "v1beta2", "workloads"
+JOBSET_GROUP, JOBSET_VERSION, JOBSETS = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 KUEUE_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 RUN_ID_LABEL = LABEL_PREFIX + "run-id"
 
@@ -228,18 +229,26 @@ def _workload_pending_note(wl: dict[str, Any] | None) -> str | None:
 def job_timeline(job: Any, workload: dict[str, Any] | None, pod: Any) -> dict[str, Any]:
     """The scheduler timeline of one replicate: Job, Kueue Workload and pod times, and spans."""
     timeline = pod_timeline(pod) if pod is not None else {"kind": "pod"}
-    created = _epoch(job.metadata.creation_timestamp) if job is not None else None
+    if isinstance(job, dict):  # a JobSet (custom object)
+        meta = job.get("metadata") or {}
+        created = _epoch(meta.get("creationTimestamp"))
+        finished = _cond_time(job, "Completed") or _cond_time(job, "Failed")
+        job_name, job_uid = meta.get("name"), meta.get("uid")
+    else:
+        created = _epoch(job.metadata.creation_timestamp) if job is not None else None
+        finished = _cond_time(job, "Complete") or _cond_time(job, "Failed")
+        job_name = job.metadata.name if job is not None else None
+        job_uid = job.metadata.uid if job is not None else None
     reserved = _cond_time(workload, "QuotaReserved")
     admitted = _cond_time(workload, "Admitted")
     pods_ready = _cond_time(workload, "PodsReady")
-    finished = _cond_time(job, "Complete") or _cond_time(job, "Failed")
 
     def span(a: float | None, b: float | None) -> float | None:
         return round(b - a, 3) if a is not None and b is not None else None
 
     timeline.update(
-        job_name=job.metadata.name if job is not None else None,
-        job_uid=job.metadata.uid if job is not None else None,
+        job_name=job_name,
+        job_uid=job_uid,
         workload_name=(workload or {}).get("metadata", {}).get("name"),
         cluster_queue=((workload or {}).get("status") or {}).get("admission", {}).get("clusterQueue"),
         job_created_utc=_utc(created),
@@ -312,6 +321,11 @@ class KubernetesLauncher:
         self.client = DagsterKubernetesClient(batch_api, core_api, log, sleep, time.time)
 
     def manifest(self, inv: Invocation, extra_env: Mapping[str, str] | None = None) -> dict[str, Any]:
+        if inv.is_gang:
+            from benchrun.launch.jobset import jobset_manifest
+
+            return jobset_manifest(inv, namespace=self.namespace, placement=self.placement,
+                                   run_labels=self.run_labels, extra_env=self._pod_env(extra_env))
         return job_manifest(inv, namespace=self.namespace, run_labels=self.run_labels, placement=self.placement,
                             extra_env=self._pod_env(extra_env), owner=self.owner)
 
@@ -319,7 +333,9 @@ class KubernetesLauncher:
         """Build (and model-check) every Job without creating any: a spec error raises
         BenchrunError before the first Job of the run starts, not halfway through it."""
         for inv in invocations:
-            self._model(self.manifest(inv))
+            manifest = self.manifest(inv)
+            if manifest["kind"] == "Job":
+                self._model(manifest)
 
     @staticmethod
     def _model(manifest: dict[str, Any]) -> Any:
@@ -342,6 +358,8 @@ class KubernetesLauncher:
         t0 = time.perf_counter()
         manifest = self.manifest(inv, extra_env)
         name = manifest["metadata"]["name"]
+        if manifest["kind"] == "JobSet":
+            return self._launch_gang(inv, run_dir, manifest, log_path, result_path, t_request, t0)
         try:
             job = self._create_or_adopt(name, self._model(manifest))
         except ApiException as exc:
@@ -399,6 +417,145 @@ class KubernetesLauncher:
 
         return replace(res, scheduler_run_id=timeline.get("workload_name"), job_uid=timeline.get("job_uid"),
                        pod_uid=timeline.get("pod_uid"), node_name=timeline.get("node_name"))
+
+    # -- multi-node gangs: one JobSet ---------------------------------------------------
+    def _launch_gang(self, inv: Invocation, run_dir: Path, manifest: dict[str, Any], log_path: Path,
+                     result_path: Path, t_request: float, t0: float) -> LaunchResult:
+        """A gang replicate as one JobSet (benchrun.launch.jobset): every node's log copied to
+        its own file, node 0's result read, the first failing node named in the reason."""
+        from dataclasses import replace
+
+        name = manifest["metadata"]["name"]
+        try:
+            try:
+                self.custom_api.create_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, self.namespace,
+                                                                JOBSETS, manifest)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+                log.info("JobSet %s/%s already exists (a retried launch): adopting it", self.namespace, name)
+        except ApiException as exc:
+            reason = f"cannot create JobSet {name}: {_api_error(exc)}"
+            with atomic_path(log_path) as tmp:
+                tmp.write_text(f"benchrun: {reason}\n", encoding="utf-8")
+            return self._result(inv, "failed", reason, None, time.perf_counter() - t0,
+                                t_request, t_request, log_path, None, [], [])
+        try:
+            js, workload, pods, verdict = self._wait_gang(inv, name, t0)
+            notes = {rank: self._copy_log(pod.metadata.name, run_dir / inv.node_log_relpath(rank))
+                     for rank, pod in pods.items()}
+            if 0 not in pods:
+                notes[0] = self._copy_log(None, log_path)
+        except BaseException:
+            self._delete_jobset(name)
+            raise
+        pod0 = pods.get(0)
+        timeline = job_timeline(js, workload, pod0)
+        timeline["nodes"] = [{"node_rank": r, **{k: pod_timeline(p).get(k) for k in
+                              ("pod_name", "pod_uid", "node_name", "phase", "exit_code", "termination_reason")}}
+                             for r, p in sorted(pods.items())]
+        deleted = False
+        if verdict is not None or self.delete_finished:
+            deleted = self._delete_jobset(name)
+        atomic_write_json(raw_path(run_dir, inv.run_id, inv.suite, inv.replicate, "pod", "json"), timeline)
+        if verdict is None:
+            for rank, pod in sorted(pods.items()):
+                term = _terminated(pod)
+                if rank and (pod.status.phase == "Failed" or (term is not None and term.exit_code != 0)):
+                    why = self._verdict(inv, pod, None, deleted, None, None, None)[1]
+                    verdict = f"node {rank} ({pod.spec.node_name}) failed: {why}"
+                    break
+        doc, doc_error, messages = self._scan_log(inv, log_path, result_path)
+        status, reason, code = self._verdict(inv, pod0, verdict, deleted, doc, doc_error, notes.get(0))
+        if status != "failed" and doc is not None:
+            missing = missing_outputs(run_dir, doc)
+            if missing:
+                status, reason = "failed", "declared outputs did not arrive in the run directory: " + ", ".join(missing)
+        if status == "failed":
+            log.warning("%s r%d failed: %s (log: %s)", inv.suite, inv.replicate, reason, log_path)
+        res = self._result(
+            inv, status, reason, code, time.perf_counter() - t0, t_request,
+            _epoch(timeline.get("container_started_utc")) or t_request, log_path,
+            result_path if doc is not None else None,
+            doc.get("metrics", []) if doc and status == "ok" else [], [timeline, *messages])
+        return replace(res, scheduler_run_id=timeline.get("workload_name"), job_uid=timeline.get("job_uid"),
+                       pod_uid=timeline.get("pod_uid"), node_name=timeline.get("node_name"))
+
+    def _wait_gang(self, inv: Invocation, name: str, t0: float) -> tuple[Any, Any, dict[int, Any], str | None]:
+        started: float | None = None
+        js: Any = None
+        workload = None
+        pods: dict[int, Any] = {}
+        errors = 0
+        follow: AbstractContextManager[Any] | None = None
+        try:
+            while True:
+                try:
+                    js = self.custom_api.get_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, self.namespace,
+                                                                      JOBSETS, name)
+                    listed = self.core_api.list_namespaced_pod(
+                        self.namespace, label_selector=f"jobset.sigs.k8s.io/jobset-name={name}").items
+                    for pod in sorted(listed, key=lambda p: _epoch(p.metadata.creation_timestamp) or 0.0):
+                        idx = (pod.metadata.annotations or {}).get("batch.kubernetes.io/job-completion-index", "0")
+                        pods[int(idx)] = pod
+                    uid = (js.get("metadata") or {}).get("uid")
+                    if uid and self.custom_api is not None:
+                        items = self.custom_api.list_namespaced_custom_object(
+                            KUEUE_GROUP, KUEUE_VERSION, self.namespace, WORKLOADS,
+                            label_selector=f"{KUEUE_JOB_UID_LABEL}={uid}").get("items") or []
+                        workload = items[0] if items else workload
+                    errors = 0
+                except (ApiException, HTTPError, OSError) as exc:
+                    if isinstance(exc, ApiException) and exc.status == 404 and js is not None:
+                        return js, workload, pods, "the JobSet disappeared before it finished (deleted by someone else?)"
+                    errors += 1
+                    if errors >= MAX_READ_ERRORS:
+                        return js, workload, pods, f"lost the JobSet: {MAX_READ_ERRORS} reads in a row failed; JobSet deleted"
+                    self._sleep(self.poll_s)
+                    continue
+                evicted = _workload_eviction(workload)
+                if evicted:
+                    return js, workload, pods, f"preempted by Kueue ({evicted}); JobSet deleted"
+                if _cond_time(js, "Completed") or _cond_time(js, "Failed"):
+                    return js, workload, pods, None
+                for rank, pod in sorted(pods.items()):
+                    reason, message = _waiting(pod)
+                    if reason in FATAL_WAITING:
+                        return js, workload, pods, (f"node {rank}: {FATAL_WAITING[reason]}: {reason}"
+                                                    + (f": {message}" if message else ""))
+                pod0 = pods.get(0)
+                if pod0 is not None and pod0.status.phase == "Running" and follow is None and self.log_follower:
+                    follow = self.log_follower(pod0.metadata.name)
+                    follow.__enter__()
+                now = time.perf_counter()
+                running = [p for p in pods.values() if p.status.phase in ("Running", "Succeeded", "Failed")]
+                if started is None and len(running) >= inv.nodes:
+                    started = now
+                if started is None and now - t0 > self.pending_timeout_s:
+                    waiting = [p for p in pods.values() if p.status.phase == "Pending"]
+                    note = (_scheduling_note(waiting[0]) if waiting else None) or _workload_pending_note(workload) \
+                        or "no pods created"
+                    return js, workload, pods, f"not started within {self.pending_timeout_s:g}s ({note}); JobSet deleted"
+                if started is not None and now - started > inv.timeout_s:
+                    return js, workload, pods, f"timed out after {inv.timeout_s:g}s; JobSet deleted"
+                self._sleep(self.poll_s)
+        finally:
+            if follow is not None:
+                follow.__exit__(None, None, None)
+
+    def _delete_jobset(self, name: str) -> bool:
+        try:
+            self.custom_api.delete_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, self.namespace, JOBSETS, name,
+                                                            propagation_policy="Background")
+            return True
+        except ApiException as exc:
+            if exc.status == 404:
+                return True
+            log.warning("could not delete JobSet %s: %s", name, _api_error(exc))
+            return False
+        except (HTTPError, OSError) as exc:
+            log.warning("could not delete JobSet %s: %s", name, exc)
+            return False
 
     # -- steps --------------------------------------------------------------------------
     @staticmethod
@@ -655,22 +812,50 @@ def missing_outputs(run_dir: Path, doc: Mapping[str, Any]) -> list[str]:
     return sorted(missing)
 
 
-def delete_run_jobs(batch_api: Any, namespace: str, run_id: str) -> int:
-    """Delete every Job of one run (with its pods), by the run-id label; how many there were."""
+def _delete_jobsets(custom_api: Any, namespace: str, selector: str, keep: Callable[[str], bool]) -> list[str]:
+    if custom_api is None:
+        return []
+    try:
+        items = custom_api.list_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSETS,
+                                                         label_selector=selector).get("items") or []
+    except ApiException as exc:
+        if exc.status == 404:
+            return []  # JobSet not installed
+        raise
+    gone = []
+    for js in items:
+        meta = js.get("metadata") or {}
+        if keep((meta.get("labels") or {}).get(RUN_ID_LABEL, "")):
+            continue
+        try:
+            custom_api.delete_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSETS, meta["name"],
+                                                       propagation_policy="Background")
+            gone.append(meta["name"])
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+    return gone
+
+
+def delete_run_jobs(batch_api: Any, namespace: str, run_id: str, custom_api: Any = None) -> int:
+    """Delete every Job and JobSet of one run (with their pods), by the run-id label; how many."""
+    n = len(_delete_jobsets(custom_api, namespace, f"{RUN_ID_LABEL}={run_id}", lambda _r: False))
     jobs = batch_api.list_namespaced_job(namespace, label_selector=f"{RUN_ID_LABEL}={run_id}").items
+    n += len(jobs)
     for job in jobs:
         try:
             batch_api.delete_namespaced_job(job.metadata.name, namespace, propagation_policy="Background")
         except ApiException as exc:
             if exc.status != 404:
                 raise
-    return len(jobs)
+    return n
 
 
-def sweep(batch_api: Any, namespace: str, is_running: Callable[[str], bool]) -> list[str]:
-    """Delete the Jobs of runs that are no longer running (an orchestrator that died leaves
-    them behind); the names deleted. ``is_running(run_id)`` decides."""
-    deleted = []
+def sweep(batch_api: Any, namespace: str, is_running: Callable[[str], bool], custom_api: Any = None) -> list[str]:
+    """Delete the Jobs (and JobSets) of runs that are no longer running (an orchestrator that
+    died leaves them behind); the names deleted. ``is_running(run_id)`` decides."""
+    deleted = _delete_jobsets(custom_api, namespace, "app.kubernetes.io/managed-by=benchrun",
+                              lambda run_id: not run_id or is_running(run_id))
     jobs = batch_api.list_namespaced_job(namespace, label_selector="app.kubernetes.io/managed-by=benchrun").items
     for job in jobs:
         run_id = (job.metadata.labels or {}).get(RUN_ID_LABEL)
