@@ -1,0 +1,73 @@
+"""Launcher settings: one model for the Dagster resource and `benchrun render`; admission asks it."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchrun.errors import BenchrunError
+from benchrun.launch.settings import LauncherSettings
+
+DIGEST = "ghcr.io/x/bench@sha256:" + "a" * 64
+
+
+def test_from_env_reads_every_field_kind() -> None:
+    s = LauncherSettings.from_env({
+        "BENCHRUN_LAUNCHER_KIND": "kubernetes", "BENCHRUN_LAUNCHER_QUEUE_NAME": "gpu-lq",
+        "BENCHRUN_LAUNCHER_GPUS": "8", "BENCHRUN_LAUNCHER_NODE_SELECTOR": '{"pool": "h200"}',
+        "BENCHRUN_LAUNCHER_TOLERATIONS": '[{"key": "nvidia.com/gpu", "operator": "Exists"}]',
+        "BENCHRUN_LAUNCHER_IMAGE_PULL_SECRETS": '["regcred"]', "BENCHRUN_LAUNCHER_PENDING_TIMEOUT_S": "600",
+        "BENCHRUN_LAUNCHER_DELETE_FINISHED": "false", "BENCHRUN_LAUNCHER_PRIORITY_CLASS": "nightly",
+    })
+    assert (s.kind, s.queue_name, s.gpus, s.node_selector, s.pending_timeout_s, s.delete_finished) == (
+        "kubernetes", "gpu-lq", 8, {"pool": "h200"}, 600.0, False)
+    assert s.tolerations == [{"key": "nvidia.com/gpu", "operator": "Exists"}] and s.image_pull_secrets == ["regcred"]
+    p = s.placement(run_home="/srv/home")
+    assert p.queue_name == "gpu-lq" and p.priority_class == "nightly" and p.run_home == "/srv/home"
+    assert LauncherSettings.from_env({}, kind="kubernetes").kind == "kubernetes"  # an override wins
+
+
+def test_bad_setting_names_the_variable() -> None:
+    with pytest.raises(BenchrunError, match=r"BENCHRUN_LAUNCHER_KIND"):
+        LauncherSettings.from_env({"BENCHRUN_LAUNCHER_KIND": "slurm"})
+    with pytest.raises(BenchrunError, match=r"BENCHRUN_LAUNCHER_GPUS"):
+        LauncherSettings.from_env({"BENCHRUN_LAUNCHER_GPUS": "many"})
+
+
+def test_publication_is_offered_only_with_its_guarantees() -> None:
+    local = LauncherSettings()
+    ok, why = local.publication_offer([DIGEST], True)
+    assert not ok and "shared local machine" in why
+    k8s = LauncherSettings(kind="kubernetes", node_selector={"pool": "bench"})
+    assert k8s.publication_offer([DIGEST], True)[0]
+    ok, why = k8s.publication_offer(["ghcr.io/x/bench:latest"], False)
+    assert not ok and "pinned by digest" in why and "Guaranteed QoS" in why
+    ok, why = LauncherSettings(kind="kubernetes").publication_offer([DIGEST], True)
+    assert not ok and "dedicated nodes" in why
+
+
+def test_the_dagster_resource_has_the_same_fields() -> None:
+    from resources.launcher import LauncherResource
+
+    assert set(LauncherResource.model_fields) == set(LauncherSettings.model_fields)
+    assert LauncherResource().settings() == LauncherSettings()
+
+
+def test_admit_grants_what_the_launcher_offers(bench_home, write_spec) -> None:
+    import yaml
+
+    from benchrun import lifecycle
+    from benchrun import submit as sub
+    from benchrun.rundir import RunDir
+    from conftest import ROOT
+
+    doc = yaml.safe_load((ROOT / "specs/local/pre-release.yaml").read_text())
+    assert doc["spec"]["intent"]["benchmarkClass"] == "publication_grade"
+    prepared = sub.prepare(write_spec(doc))
+    rd = RunDir.for_run(prepared.run_id)
+    loaded = lifecycle.load_pinned(rd)
+    st = lifecycle.admit(rd, loaded, offer=("kubernetes", True, "dedicated nodes ..."))
+    assert st["benchmark_class_granted"] == "publication_grade" and st["selected_scheduler_path"] == "kubernetes"
+    st = lifecycle.admit(rd, loaded, offer=("kubernetes", False, "the Kubernetes launcher cannot guarantee: x"))
+    assert st["benchmark_class_granted"] == "realism_grade"
+    cond = {c["type"]: c for c in rd.read_status()["conditions"]}["PublicationGuaranteesMet"]
+    assert cond["status"] == "False" and cond["reason"] == "LauncherCannotGuarantee" and "cannot guarantee: x" in cond["message"]
