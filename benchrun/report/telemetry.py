@@ -17,7 +17,8 @@ from benchrun.telemetry.samples import read_samples
 log = logging.getLogger(__name__)
 
 # (metric, label, colour); GPU series are drawn one line per GPU index.
-SERIES = (("cpu_utilization_pct", "host CPU", "#2e86c1"), ("background_cpu_pct", "background CPU (other processes)", "#c0392b"),
+SERIES = (("cpu_utilization_pct", "host CPU", "#2e86c1"), ("suite_cpu_pct", "suite CPU", "#8e44ad"),
+          ("background_cpu_pct", "background CPU (other processes)", "#c0392b"),
           ("gpu_utilization_pct", "GPU", "#1e8449"))
 
 
@@ -57,7 +58,7 @@ def utilization_timeline(replicates: list[dict[str, Any]], title: str) -> bytes:
     from benchrun.report.figures import _png, plt
 
     t0 = min(r["window"][0] for r in replicates)
-    fig, ax = plt.subplots(figsize=(10, 3.2))
+    fig, ax = plt.subplots(figsize=(10, 3.6))
     labelled: set[str] = set()
     for r in replicates:
         a, b = r["window"][0] - t0, r["window"][1] - t0
@@ -68,15 +69,16 @@ def utilization_timeline(replicates: list[dict[str, Any]], title: str) -> bytes:
                 if m != metric or not len(ts):
                     continue
                 name = label if metric != "gpu_utilization_pct" else f"GPU {idx}"
-                ax.plot(ts - t0, vals, color=colour, lw=1, alpha=0.9 if idx in (None, 0) else 0.6,
+                # markers: a short replicate at 1 Hz has one or two samples, which a bare line hides
+                ax.plot(ts - t0, vals, color=colour, lw=1, marker=".", ms=4, alpha=0.9 if idx in (None, 0) else 0.6,
                         label=None if name in labelled else name)
                 labelled.add(name)
     ax.set_ylim(0, 108)
     ax.set_xlabel("seconds since the first replicate started (grey: replicate windows)")
     ax.set_ylabel("%")
     ax.grid(alpha=0.3)
-    if labelled:
-        ax.legend(fontsize=7, loc="upper right", ncol=3)
+    if labelled:  # below the axes: inside, it hides the top of the late replicates
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=4, frameon=False)
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
     return _png(fig)
