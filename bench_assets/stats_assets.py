@@ -231,9 +231,13 @@ def change_points(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
           group_name=GROUP, kinds={"html"})
 def run_report(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     """The self-contained HTML report of one run, figures embedded and saved under figures/."""
-    from benchrun.report.html import build_report
+    from benchrun.report import worker
+    from benchrun.report.html import build_report, write_report
 
-    path = build_report(_run_dir(context.partition_key))
+    if worker.background():  # `benchrun run`: the text now, the figures once the status is final
+        path = write_report(_run_dir(context.partition_key), figures_pending=True)
+    else:
+        path = build_report(_run_dir(context.partition_key))
     return dg.MaterializeResult(metadata={"report": dg.MetadataValue.path(str(path)),
                                           "bytes": path.stat().st_size})
 

@@ -179,6 +179,12 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
         reap(console, instance)
         with benchmark_turn(rd.home, rd.run_id, wait=not no_wait, instance=instance,
                             on_wait=lambda m: console.print(m, markup=False)):
+            from benchrun.report import worker
+
+            # The last run's report figures may still be drawing: a benchmark must not share the
+            # machine with them. This command draws its own after the status is final.
+            worker.wait_for_workers(rd.home)
+            os.environ.setdefault(worker.ENV, "background")
             display = ProgressDisplay(prepared.run_dir / "progress" / "run_progress.json")
             with display:
                 result = sub.execute(prepared, instance=instance)
@@ -216,7 +222,10 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
             console.print(f"  {c['type']}={c['status']} ({c['reason']}) {c['message']}", markup=False)
     report = rd.path / "reports" / f"{rd.run_id}_report.html"
     if report.is_file():
-        console.print(f"report {report}")
+        from benchrun.report import worker
+
+        later = " (its figures follow in a few seconds)" if worker.pending(rd.home, rd.run_id) else ""
+        console.print(f"report {report}{later}")
     console.print(f"phase [bold]{st['phase']}[/], outcome {st.get('outcome')}; run directory {rd.path}")
     raise typer.Exit(exit_code_for(st))
 

@@ -77,6 +77,10 @@ def test_progress_then_a_final_report_with_this_run_starred_in_its_history(tmp_p
     child.close()
     assert child.exitstatus == 0
 
+    from benchrun.report.worker import wait_for_workers
+
+    second_id = _run_dirs(home)[-1].name
+    assert wait_for_workers(home) in ([], [second_id])  # the figures are drawn after the run's status is final
     first, second = _run_dirs(home)
     # 3. The report of a finished run is written from its final status.
     status = json.loads((second / "status.json").read_text())
@@ -84,7 +88,7 @@ def test_progress_then_a_final_report_with_this_run_starred_in_its_history(tmp_p
     report = second / "reports" / f"{second.name}_report.html"
     text = report.read_text()
     verdict = re.search(r"<section id='verdict'.*?</section>", text, re.S).group(0)
-    assert "Succeeded" in verdict and "Analyzing" not in text
+    assert "Succeeded" in verdict and "Analyzing" not in text and "figures-pending" not in text
     # ... and the run is the starred point of its history, next to the first run.
     index = json.loads((second / "figures" / f"{second.name}_report_figures.json").read_text())
     hist = [f for f in index["figures"] if f["section"] == "history"]

@@ -342,8 +342,11 @@ STYLE = (
 )
 
 
-def write_report(run_dir: str | os.PathLike[str], *, stats: Any = None) -> Path:
-    """Write ``reports/<run_id>_report.html`` from the run's current status and the figure index."""
+def write_report(run_dir: str | os.PathLike[str], *, stats: Any = None, figures_pending: bool | None = None) -> Path:
+    """Write ``reports/<run_id>_report.html`` from the run's current status and the figure index.
+
+    ``figures_pending`` (default: whether a figure worker is drawing this run's figures now)
+    adds a line saying the figures follow."""
     from benchrun.stats.analysis import read_trial_statistics
     from benchrun.stats.load import load_run
 
@@ -361,6 +364,10 @@ def write_report(run_dir: str | os.PathLike[str], *, stats: Any = None) -> Path:
     def imgs(section: str) -> str:
         return "".join(_img(run.path, f) for f in figs if f["section"] == section)
 
+    if figures_pending is None:
+        from benchrun.report.worker import pending
+
+        figures_pending = pending(run.path.parent.parent, rid)
     parts = [_verdict_html(C.verdict(run, comparison), run.status), _headline_html(heads, stats, bool(comparison and comparison.get("metrics")))]
     titles = {"serving": "Serving: latency against throughput", "comparison": "Change against the baseline",
               "history": "History", "replicates": "Replicates"}
@@ -371,7 +378,10 @@ def write_report(run_dir: str | os.PathLike[str], *, stats: Any = None) -> Path:
     for sec in index.get("sections") or []:
         parts.append(f"<section><h2>{html.escape(sec['title'])}</h2>{sec['html']}"
                      + "".join(_img(run.path, f) for f in sec.get("figures") or []) + "</section>")
-    if not any(f["section"] == "history" for f in figs):
+    if figures_pending:
+        parts.append("<p class='note' id='figures-pending'>The figures are being drawn (a few seconds after the "
+                     "run); reload this page.</p>")
+    elif not any(f["section"] == "history" for f in figs):
         parts.append("<p class='muted'>History: this is the first finished run of this workload on this hardware.</p>")
     parts.append(_details_html(run, stats, comparison, index.get("change_points") or []))
     doc = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(rid)}: "

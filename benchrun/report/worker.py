@@ -1,0 +1,125 @@
+"""Drawing the report's figures off the critical path of `benchrun run`.
+
+With ``BENCHRUN_REPORT_FIGURES=background`` (what `benchrun run` sets for itself), the run
+writes its report's text at once and, once ``run_status`` has made the status final, a
+detached worker (``python -m benchrun.report.worker RUN_DIR``) draws the figures and writes
+the report again — from the final status, so it is never stale. Until then the report says
+that its figures are being drawn. Anywhere else (the UI, sensors, a Kubernetes run pod that
+ends with the run) the figures are drawn inline, before the status is final.
+
+The next `benchrun run` waits for such a worker before it starts (benchmarks must not share
+the machine with anything of ours), and so do tests, through :func:`wait_for_workers`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from benchrun.errors import BenchrunError
+from benchrun.paths import validate_run_id
+
+ENV = "BENCHRUN_REPORT_FIGURES"
+
+
+def background() -> bool:
+    """Whether figures are drawn by a detached worker (``background``) or inline (default)."""
+    mode = os.environ.get(ENV, "inline")
+    if mode not in ("inline", "background"):
+        raise BenchrunError(f"{ENV}={mode!r}: expected 'inline' or 'background'")
+    return mode == "background"
+
+
+def _pid_dir(home: Path) -> Path:
+    return Path(home) / "report_workers"
+
+
+def pending(home: Path, run_id: str) -> bool:
+    """A worker is drawing this run's figures now."""
+    path = _pid_dir(home) / f"{validate_run_id(run_id)}.pid"
+    try:
+        return _alive(int(path.read_text().strip()))
+    except (FileNotFoundError, ValueError):
+        return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A finished child of this process stays a zombie until reaped; reap it if it is ours.
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        return done == 0
+    except ChildProcessError:
+        return True
+
+
+def start(run_dir: Path, home: Path) -> int:
+    """Start the detached worker for ``run_dir``; return its pid."""
+    run_dir = Path(run_dir)
+    rid = validate_run_id(run_dir.name)
+    log = run_dir / "reports" / f"{rid}_figures.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    pids = _pid_dir(home)
+    pids.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "benchrun.report.worker", str(run_dir), str(home)],
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
+                                env={**os.environ, ENV: "inline"})
+    tmp = pids / f".{rid}.pid.tmp"
+    tmp.write_text(str(proc.pid))
+    os.replace(tmp, pids / f"{rid}.pid")
+    return proc.pid
+
+
+def wait_for_workers(home: Path, timeout_s: float = 300.0) -> list[str]:
+    """Wait until no figure worker of ``home`` runs; return the run ids waited for."""
+    pids = _pid_dir(home)
+    waited = []
+    deadline = time.monotonic() + timeout_s
+    for path in sorted(pids.glob("*.pid")) if pids.is_dir() else []:
+        try:
+            pid = int(path.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            continue
+        if _alive(pid):
+            waited.append(path.stem)
+        while _alive(pid):
+            if time.monotonic() > deadline:
+                raise BenchrunError(f"report figures of run {path.stem} (pid {pid}) still drawing after "
+                                    f"{timeout_s:.0f} s; see its reports/*_figures.log")
+            time.sleep(0.1)
+        path.unlink(missing_ok=True)
+    return waited
+
+
+def main(argv: list[str]) -> int:
+    run_dir, home = Path(argv[0]), Path(argv[1])
+    from benchrun.report.html import render_figures, write_report
+
+    from benchrun import lifecycle
+    from benchrun.rundir import RunDir
+    from benchrun.sharedstate import push_run
+
+    try:
+        render_figures(run_dir, home=home)
+    finally:
+        try:
+            write_report(run_dir, figures_pending=False)  # from the final status, with whatever was drawn
+            rd = RunDir(home, run_dir.name)
+            lifecycle.sign_publication(rd)  # the signature covers the figures and the report as written
+            push_run(rd.path, rd.home)
+        finally:
+            (_pid_dir(home) / f"{run_dir.name}.pid").unlink(missing_ok=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
