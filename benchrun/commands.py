@@ -134,6 +134,13 @@ def _failure_reason(result: Any) -> str:
     ours = [e for e in chain if e.cls_name in ("BenchrunError", "SpecInvalid")]
     user = [e for e in chain if not e.cls_name.startswith("Dagster")]
     chosen = (ours or user or chain)[0]
+    if not ours:
+        from benchrun.storage_errors import describe_storage_text
+
+        for e in chain:  # a full disk or read-only file system, said in benchrun's words
+            storage = describe_storage_text(e.cls_name, e.message, f"step {failure.step_key}")
+            if storage:
+                return storage
     return f"step {failure.step_key}: {chosen.message.strip()}"
 
 

@@ -50,6 +50,24 @@ def describe_storage_error(exc: BaseException, what: str = "writing benchrun's s
     return None
 
 
+_ERRNO_IN_TEXT = __import__("re").compile(r"\[Errno (\d+)\][^:]*(?::\s*'([^']*)')?")
+
+
+def describe_storage_text(cls_name: str, message: str, what: str = "writing benchrun's state") -> str | None:
+    """The same message from an error known only by class name and text (a failed Dagster step's
+    serialized error), e.g. ``OSError: [Errno 28] No space left on device: '/h/runs/x'``."""
+    m = _ERRNO_IN_TEXT.search(message)
+    if m and int(m.group(1)) in _ERRNO_TEXT:
+        where = f" at {m.group(2)}" if m.group(2) else ""
+        return (f"{what} failed: {_ERRNO_TEXT[int(m.group(1))]}{where}; {NOTHING_HALF_WRITTEN}; "
+                "free space or fix the permissions, then run again")
+    text = message.lower()
+    if cls_name == "OperationalError" and ("disk is full" in text or "readonly" in text):
+        kind = "the disk is full" if "full" in text else "the file system is read-only"
+        return f"{what} failed: the Dagster instance database could not be written ({kind}); {NOTHING_HALF_WRITTEN}"
+    return None
+
+
 def storage_error(exc: BaseException, what: str) -> Any:
     """A BenchrunError for a storage failure (raise it ``from exc``), or None when it is not one."""
     from benchrun.errors import BenchrunError

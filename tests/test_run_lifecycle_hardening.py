@@ -216,6 +216,13 @@ def test_failure_reason_keeps_benchruns_message() -> None:
                                        "the S3 artifact store is unreachable")
     plain = _failure_result(("DagsterExecutionStepExecutionError", "wrapper"), ("ValueError", "bad value"))
     assert _failure_reason(plain) == "step run_evidence: bad value"
+    full = _failure_result(("DagsterExecutionStepExecutionError", "wrapper"),
+                           ("OSError", "[Errno 28] No space left on device: '/h/runs/r/status.json'"))
+    assert _failure_reason(full).startswith(
+        "step run_evidence failed: the disk is full at /h/runs/r/status.json; nothing was half-written")
+    ro = _failure_result(("DagsterExecutionStepExecutionError", "wrapper"),
+                         ("OSError", "[Errno 30] Read-only file system: '/h/objects'"))
+    assert "the file system is read-only at /h/objects" in _failure_reason(ro)
 
 
 def test_a_successful_retry_clears_the_failed_condition(bench_home, canary_doc, write_spec):
