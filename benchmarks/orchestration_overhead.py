@@ -57,6 +57,7 @@ def measure(spec: Path, code: Path = ROOT) -> dict:
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         total = time.perf_counter() - t0
         cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        worker = _figures_worker(code, Path(home), t0)
         cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
         orchestrator_cpu = json.loads(self_cpu.read_text())["cpu_s"] if self_cpu.is_file() else None
         runs = sorted((Path(home) / "runs").iterdir())
@@ -83,6 +84,9 @@ def measure(spec: Path, code: Path = ROOT) -> dict:
             "orchestrator_cpu_s": orchestrator_cpu,
             "orchestrator_cpu_per_launch_s": round(orchestrator_cpu / n, 3) if orchestrator_cpu else None,
             "orchestrator_cpu_share_pct": round(100 * orchestrator_cpu / cpu, 1) if orchestrator_cpu else None,
+            # The report's figures, drawn by a detached worker after the command returned (when
+            # the code has one): when the report was complete, and the worker's own cost.
+            **worker,
             "suite_wall_s": round(suite_wall, 2),
             "overhead_per_launch_s": round((total - suite_wall) / n, 3),
             "overhead_share_pct": round(100 * (total - suite_wall) / total, 1),
@@ -93,6 +97,22 @@ def measure(spec: Path, code: Path = ROOT) -> dict:
             "outside_steps_s": round(total - sum(steps.values()), 2),
             "steps_s": {k: round(v, 2) for k, v in steps.items()},
         }
+
+
+def _figures_worker(code: Path, home: Path, t0: float) -> dict:
+    """Wait for the run's figure worker, if this version of benchrun starts one; its cost."""
+    if not (code / "benchrun" / "report" / "worker.py").is_file():
+        return {}
+    pids = home / "report_workers"
+    while pids.is_dir() and any(pids.glob("*.pid")):
+        time.sleep(0.05)
+    done = time.perf_counter() - t0
+    out = {"report_complete_after_s": round(done, 2)}
+    for log in (home / "runs").glob("*/reports/*_figures.log"):
+        for line in log.read_text().splitlines():
+            if line.startswith('{"figures_worker'):
+                out.update(json.loads(line))
+    return out
 
 
 def step_durations(dagster_home: Path) -> dict[str, float]:

@@ -104,10 +104,14 @@ def main(argv: list[str]) -> int:
     run_dir, home = Path(argv[0]), Path(argv[1])
     from benchrun.report.html import render_figures, write_report
 
+    import json
+    import resource
+
     from benchrun import lifecycle
     from benchrun.rundir import RunDir
     from benchrun.sharedstate import push_run
 
+    t0 = time.monotonic()
     try:
         render_figures(run_dir, home=home)
     finally:
@@ -117,6 +121,9 @@ def main(argv: list[str]) -> int:
             lifecycle.sign_publication(rd)  # the signature covers the figures and the report as written
             push_run(rd.path, rd.home)
         finally:
+            r = resource.getrusage(resource.RUSAGE_SELF)  # the log records what this cost
+            print(json.dumps({"figures_worker_wall_s": round(time.monotonic() - t0, 2),
+                              "figures_worker_cpu_s": round(r.ru_utime + r.ru_stime, 2)}), flush=True)
             (_pid_dir(home) / f"{run_dir.name}.pid").unlink(missing_ok=True)
     return 0
 
