@@ -348,3 +348,30 @@ def test_qualified_primaries_satisfy_the_required_metric_rules(canary_doc):
     canary_doc["spec"]["metrics"]["inference"]["primary"] = ["serving_workflow/ttft_ms[c=4]"]
     (finding,) = [f for f in check(canary_doc) if f[0][-1] == "primary"]
     assert "tokens_per_second" in finding[1] and "ttft_ms" not in finding[1].split("include")[1].split(",")[0]
+
+
+def test_a_suspected_failure_count_is_confirmed_on_fresh_launches():
+    ok = [100.0, 101, 99, 100.2, 100.5]
+
+    def arm(values, failed):
+        t = _table(values, metric="tps", suite="serve")
+        fails = pd.DataFrame({"suite": "serve", "case": "", "metric": "", "unit": "", "direction": "",
+                              "replicate": failed, "value": np.nan, "status": "failed"})
+        return pd.concat([t[~t.replicate.isin(failed)], fails], ignore_index=True)
+
+    base, cand = arm(ok, []), arm(ok, [1, 2, 3, 4, 5])
+    seen = []
+
+    def confirm(keys):
+        seen.append(keys)
+        return arm(ok, []), arm(ok, [1, 2, 3, 4, 5])
+
+    res = C.compare_tables(base, cand, primary={"tps"}, confirm=confirm)
+    assert seen == [[("serve", "", "failed_replicates")]]
+    assert res.confirmed == [("serve", "", "failed_replicates")] and res.condition()["status"] == "True"
+
+    def fine(keys):
+        return arm(ok, []), arm(ok, [])
+
+    cleared = C.compare_tables(base, cand, primary={"tps"}, confirm=fine)
+    assert cleared.confirmation == "not_confirmed" and cleared.condition()["status"] == "False"

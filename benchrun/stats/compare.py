@@ -496,6 +496,8 @@ def _confirm(result: Comparison, suspected: list[tuple[str, str, str]], confirm:
     # A key without 2 fresh ok replicates in each arm was not tested again: it is neither
     # confirmed nor cleared.
     untested = [k for k in suspected if k[2] != FAILED_METRIC and min(_count(sub_b, k), _count(sub_c, k)) < 2]
+    # a suspected failure count gates again in the round (its suite's metrics may not be suspects)
+    primary = (*primary, *(f"{suite}/{FAILED_METRIC}" for suite in sorted(fail_suites)))
     again = compare_tables(sub_b, sub_c, confidence=confidence, primary=primary, delta_pct=delta_of,
                            abs_margin=abs_margin, engine=engine, _round=1)
     confirmed_keys = {
@@ -522,10 +524,17 @@ def _only(table: "pd.DataFrame", keys: set[tuple[str, str, str]], fail_suites: s
     replicates of the suites in ``fail_suites``)."""
     if table.empty:
         return table
+    import pandas as pd
+
     sel = np.array([tuple(k) in keys for k in table[SERIES_KEYS].itertuples(index=False)], dtype=bool)
-    if "status" in table.columns and fail_suites:
-        sel |= (table["status"].astype(str) != "ok").to_numpy() & table["suite"].isin(fail_suites).to_numpy()
-    return table[sel]
+    if "status" not in table.columns or not fail_suites:
+        return table[sel]
+    in_fail = table["suite"].isin(fail_suites).to_numpy()
+    sel |= (table["status"].astype(str) != "ok").to_numpy() & in_fail
+    # every ok launch of those suites still counts as launched (a value-less marker row)
+    launches = table[in_fail & (table["status"].astype(str) == "ok").to_numpy()][["suite", "replicate"]]
+    markers = launches.drop_duplicates().assign(case="", metric="", unit="", direction="", value=np.nan, status="ok")
+    return pd.concat([table[sel], markers[list(table.columns)]], ignore_index=True)
 
 
 def _count(table: "pd.DataFrame", key: tuple[str, str, str]) -> int:
