@@ -375,3 +375,22 @@ def test_a_suspected_failure_count_is_confirmed_on_fresh_launches():
 
     cleared = C.compare_tables(base, cand, primary={"tps"}, confirm=fine)
     assert cleared.confirmation == "not_confirmed" and cleared.condition()["status"] == "False"
+
+
+def test_welch_fallback_keeps_its_level_under_heavy_tailed_noise():
+    """The parametric fallback (5 vs 5, 18 gating tests) assumes log-normal noise; with log-t3
+    noise and with 10 % of replicates five times as noisy, A/A suspicions stay under 5 %."""
+    rng = np.random.default_rng(3)
+    sims, fam, n = 600, 18, 5
+    for noise in (lambda s: 0.02 * rng.standard_t(3, s),
+                  lambda s: 0.02 * rng.normal(0, 1, s) * np.where(rng.random(s) < 0.1, 5, 1)):
+        rows = sims * fam
+        eff = batch.effects(100 * np.exp(noise((rows, n))), 100 * np.exp(noise((rows, n))), np.ones(rows, bool), 0.95)
+        alarms = 0
+        for i in range(sims):
+            sl = slice(i * fam, (i + 1) * fam)
+            d = C.decide({k: v[sl] for k, v in eff.items()}, np.ones(fam, bool), np.full(fam, n), np.full(fam, n),
+                         np.full(fam, math.log1p(0.03)), 0.05)
+            assert set(d.gate_test) == {"welch_t"}
+            alarms += "regression" in d.verdict
+        assert alarms / sims <= 0.05
