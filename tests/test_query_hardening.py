@@ -98,6 +98,7 @@ def _cli(home: Path, *args: str) -> subprocess.CompletedProcess:
                           cwd=home, timeout=120)
 
 
+@pytest.mark.slow
 def test_cli_attacks_fail_cleanly_and_limit_applies(home: Path) -> None:
     out = _cli(home, "query", "EXPLAIN ANALYZE COPY (SELECT 42 AS x) TO 'out.csv'")
     assert out.returncode == 1 and "COPY is refused" in out.stderr and "Traceback" not in out.stderr

@@ -82,6 +82,7 @@ def _job():
     return defs.resolve_job_def(sub.JOB_NAME)
 
 
+@pytest.mark.slow
 def test_a_dagster_run_in_progress_holds_the_turn_and_a_dead_one_is_reaped(bench_home, canary_doc, write_spec):
     import dagster as dg
 
