@@ -4,6 +4,7 @@ invalid → Rejected, edit → a new run, delete → the run is cancelled."""
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -232,3 +233,49 @@ def test_the_helm_values_switch_the_controller_on(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("BENCHRUN_AUTOMATION_ON", "benchmarkrun_resource_sensor")  # as deploy/helm/values.yaml
     assert starts_on("benchmarkrun_resource_sensor", False) is True
     assert benchmarkrun_resource_sensor.default_status == dg.DefaultSensorStatus.STOPPED
+
+
+def _real_cluster() -> None:
+    from kubernetes import client, config
+
+    try:
+        if os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config()
+        else:
+            config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None)
+        client.VersionApi().get_code(_request_timeout=5)
+    except Exception as exc:  # noqa: BLE001 - any failure here means: no cluster to test against
+        pytest.skip(f"no Kubernetes API server reachable: set KUBECONFIG to run it ({type(exc).__name__})")
+
+
+@pytest.mark.k8s
+def test_real_cluster_accepts_the_base_and_reads_a_rejection(bench_home: Path, instance: dg.DagsterInstance,
+                                                             resource_doc: dict[str, Any]) -> None:
+    """On a real cluster with Kueue and the base applied (`kubectl apply -k deploy/kustomize/base`):
+    the base passes server-side validation, and an invalid BenchmarkRun reads Rejected in
+    `kubectl get benchmarkruns`. BENCHRUN_K8S_NAMESPACE picks the namespace (benchrun-runs)."""
+    import shutil
+    import subprocess
+
+    from kubernetes import client
+
+    _real_cluster()
+    kubectl = shutil.which("kubectl") or pytest.skip("kubectl is not installed")
+    subprocess.run([kubectl, "apply", "--dry-run=server", "-k", str(ROOT / "deploy/kustomize/base")],
+                   check=True, capture_output=True, timeout=120)
+    namespace = os.environ.get("BENCHRUN_K8S_NAMESPACE", "benchrun-runs")
+    api = client.CustomObjectsApi()
+    resource_doc["metadata"] = {"name": f"reject-{os.getpid()}", "namespace": namespace}
+    resource_doc["spec"]["trials"]["confidenceLevel"] = 0.85
+    resource_doc["spec"]["comparison"]["compareOneVariableAtATime"] = False  # admitted by the CRD, refused by benchrun
+    api.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, resource_doc)
+    try:
+        os.environ["BENCHRUN_CR_NAMESPACE"] = namespace
+        tick(instance, None)
+        shown = subprocess.run([kubectl, "get", "benchmarkruns", "-n", namespace, resource_doc["metadata"]["name"]],
+                               check=True, capture_output=True, text=True, timeout=60).stdout.splitlines()
+        assert shown[0].split() == ["NAME", "PHASE", "CLASS", "AGE"]  # the CRD's printer columns
+        assert shown[1].split()[:2] == [resource_doc["metadata"]["name"], "Rejected"]
+    finally:
+        os.environ.pop("BENCHRUN_CR_NAMESPACE", None)
+        api.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, resource_doc["metadata"]["name"])
