@@ -42,7 +42,7 @@ def _run_dirs(home: Path) -> list[Path]:
 
 
 @pytest.mark.slow
-def test_progress_then_a_final_report_with_this_run_starred_in_its_history(tmp_path, tiny_spec):
+def test_progress_then_a_final_report_with_this_run_starred_in_its_history(tmp_path, tiny_spec, monkeypatch):
     import pexpect
 
     from chrome_cdp import render
@@ -99,6 +99,17 @@ def test_progress_then_a_final_report_with_this_run_starred_in_its_history(tmp_p
 
     table = C.history_for(load_run(second), read_trial_statistics(second), home)
     assert list(dict.fromkeys(table["run_id"])) == [first.name, second.name]  # by date; this run last
+
+    # The layer's suite × metric table is a Dagster table the UI shows inline.
+    import dagster as dg
+
+    monkeypatch.setenv("DAGSTER_HOME", str(home / "dagster_home"))
+    with dg.DagsterInstance.get() as instance:
+        ev = instance.get_latest_materialization_event(dg.AssetKey("micro_layer"))
+        headline = ev.asset_materialization.metadata["headline"]
+    assert isinstance(headline, dg.TableMetadataValue)
+    assert [c.name for c in headline.schema.columns][:3] == ["suite", "case", "metric"]
+    assert {r.data["suite"] for r in headline.records} == {"gemm", "membw"}
 
     # 4. Headless Chromium: no console errors, the verdict block in the first screen.
     page = render(report, "(() => { const b = document.getElementById('verdict').getBoundingClientRect();"
