@@ -228,6 +228,12 @@ def test_helm_values_wire_the_cluster_pieces(rendered: list[dict[str, Any]]) -> 
     assert values["computeLogManager"]["type"] == "S3ComputeLogManager"
     assert values["computeLogManager"]["config"]["s3ComputeLogManager"]["bucket"]
     assert values["dagsterDaemon"]["runCoordinator"]["type"] == "QueuedRunCoordinator"
+    # the code location (where the controller sensor runs) uses the service account bound to
+    # the BenchmarkRun status role
+    code_sa = values["dagster-user-deployments"]["serviceAccount"]
+    assert code_sa["create"] is False
+    binding = by_kind(rendered, "ClusterRoleBinding")["benchrun-benchmarkrun-status"]
+    assert {"kind": "ServiceAccount", "name": code_sa["name"], "namespace": "benchrun"} in binding["subjects"]
     [code] = values["dagster-user-deployments"]["deployments"]
     workspace = yaml.safe_load((ROOT / "workspace.yaml").read_text())["load_from"][0]["python_module"]
     args = code["codeServerArgs"]
