@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
+import signal
 import shutil
 import subprocess
 import tempfile
@@ -38,9 +40,12 @@ class PageResult:
 def render(html_path: Path, expression: str, timeout: float = 60.0) -> PageResult:
     import websocket  # websocket-client (a dependency of kubernetes)
 
-    with tempfile.TemporaryDirectory(prefix="benchrun-chromium-") as profile:
+    # Chromium's helper processes can still write to the profile for a moment after the browser
+    # ends: the whole process group is ended and waited for, and cleanup tolerates a straggler.
+    with tempfile.TemporaryDirectory(prefix="benchrun-chromium-", ignore_cleanup_errors=True) as profile:
         proc = subprocess.Popen([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
         try:
             port = _devtools_port(proc, timeout)
             deadline = time.monotonic() + timeout
@@ -56,12 +61,32 @@ def render(html_path: Path, expression: str, timeout: float = 60.0) -> PageResul
             finally:
                 ws.close()
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            _end_group(proc)
+
+
+def _end_group(proc: subprocess.Popen) -> None:
+    """SIGTERM to Chromium's own process group (only the processes this test started), then
+    SIGKILL to whatever is left of it after a grace period."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def _devtools_port(proc: subprocess.Popen, timeout: float) -> int:

@@ -71,6 +71,8 @@ def test_verdict_says_regressions_and_baseline():
     comp["condition"] = {"status": "False"}
     comp["metrics"][0]["verdict"] = "no_change"
     assert C.verdict(run, comp).regressions == "none"
+    comp["metrics"] = [{"gating": False, "verdict": "regression"}]
+    assert C.verdict(run, comp).regressions.startswith("nothing gates")
 
 
 def test_a_column_with_one_value_on_every_row_is_said_once():

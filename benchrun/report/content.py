@@ -199,7 +199,10 @@ def verdict(run: "RunInfo", comparison: dict[str, Any] | None) -> Verdict:
         baseline = comparison.get("baseline")
         cond = comparison.get("condition") or {}
         bad = [m for m in comparison.get("metrics") or [] if is_gating(m) and m.get("verdict") == "regression"]
-        if cond.get("status") == "True":
+        n_gating = sum(1 for m in comparison.get("metrics") or [] if is_gating(m))
+        if not n_gating:
+            regressions, level = "nothing gates (no primary metric in this run)", "none"
+        elif cond.get("status") == "True":
             regressions, level = f"{len(bad)} confirmed", "bad"
         elif bad:
             regressions, level = f"{len(bad)} suspected, not confirmed", "warn"
