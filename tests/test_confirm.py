@@ -36,7 +36,7 @@ def test_confirmation_round_interleaves_and_leaves_sealed_runs_alone(bench_home,
         (a, k) for k, pair in zip((1, 2, 3), pair_orders(3, evidence["seed"])) for a in pair]
     assert (bench_home / "confirmations" / cand / "order.json").is_file()
     assert sorted(b["replicate"].unique()) == [1, 2, 3] and sorted(c["replicate"].unique()) == [1, 2, 3]
-    assert (b["value"] > 0).all()
+    assert (b.loc[b["case"] != "telemetry", "value"] > 0).all()  # telemetry rows may be 0 (CPU %)
     # Nothing was written into the sealed run directories.
     assert not list((RunDir.for_run(cand).path / "structured").glob("*_gemm_r*.json"))
     assert dirs["candidate"] == bench_home / "confirmations" / cand / "candidate" / cand
