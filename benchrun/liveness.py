@@ -91,6 +91,11 @@ def start_heartbeat(home: Path, run_id: str, **extra: Any) -> None:
             return
         stop = threading.Event()
         _beats[run_id] = stop
+    # A process that exits normally (a run worker after a failed step included) drops its claim,
+    # so only a process that was killed leaves one behind for the reaper.
+    import atexit
+
+    atexit.register(stop_heartbeat, home, run_id)
 
     def loop() -> None:
         while not stop.wait(HEARTBEAT_S):
@@ -195,10 +200,10 @@ def reap_dead_runs(home: Path | str | None = None, instance: Any = None) -> list
         except Exception as exc:  # noqa: BLE001 - a damaged status.json affects only its run
             log.warning("run %s: %s", run_id, exc)
             continue
+        killed = kill_orphaned_suites(rd.path) if record.get("host") == socket.gethostname() else 0
         if status.get("phase") in TERMINAL_PHASES and instance is None:
             continue
         if status.get("phase") not in TERMINAL_PHASES and rd.exists():
-            killed = kill_orphaned_suites(rd.path) if record.get("host") == socket.gethostname() else 0
             if killed:
                 reason += f"; {killed} orphaned suite process(es) of the run were killed"
             mark_run_failed(root, run_id, reason)

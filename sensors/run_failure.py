@@ -16,7 +16,14 @@ from sensors._requests import default_status
     description="When a benchmark_run_job run fails, its run's status.json gets phase Failed with the reason.",
 )
 def run_failure_sensor(context: dg.RunFailureSensorContext) -> dg.SkipReason | None:
-    """Mark the partition's run Failed with the failure event's message."""
+    """Mark the partition's run Failed with the failure event's message.
+
+    A run whose process was killed is failed by Dagster with a generic message; reaping first
+    records why (the process is gone, which pid on which host) and ends its orphaned suites.
+    """
+    from benchrun.liveness import reap_dead_runs
+
+    reap_dead_runs(None, context.instance)
     message = context.failure_event.message or "the Dagster run failed"
     return _as_skip(record_orchestrator_failure(context.dagster_run, f"Dagster run failed: {message}"))
 

@@ -3,7 +3,8 @@
 
 Every run must end in a final phase, nothing is lost or merged (4 runs, 4 directories, each
 with exactly its own replicates), the runs never overlap (one benchmark at a time) and the
-queue drains: the killed run is failed by the run_liveness_sensor, not left STARTED.
+queue drains: the killed run is failed (by the failure or liveness sensor, with the liveness reason), its
+orphaned suite ended, not left STARTED.
 """
 
 from __future__ import annotations
@@ -34,6 +35,19 @@ def _env(home: Path) -> dict[str, str]:
            "PYTHONPATH": str(REPO), "BENCHRUN_TELEMETRY": "0"}
     env.pop("BENCHRUN_AUTOMATION_ON", None)
     return env
+
+
+def _suites_of(run_dir: Path) -> int:
+    import psutil
+
+    n = 0
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get("BENCHRUN_RUN_DIR") == str(run_dir) and p.status() != psutil.STATUS_ZOMBIE:
+                n += 1
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return n
 
 
 def _phase(home: Path, run_id: str) -> str | None:
@@ -112,6 +126,7 @@ def test_soak_queue_queries_and_a_kill(bench_home: Path, canary_doc, write_spec,
                                     instance.get_runs(filters=dg.RunsFilter(job_name=sub.JOB_NAME)))
                         + f"; phases {[_phase(home, r) for r in run_ids]}; daemon log tail: "
                         + (home / "daemon.log").read_text()[-2000:])
+        orphans = _suites_of(home / "runs" / sleeper)
     finally:
         os.killpg(daemon.pid, signal.SIGTERM)
         try:
@@ -122,11 +137,12 @@ def test_soak_queue_queries_and_a_kill(bench_home: Path, canary_doc, write_spec,
         daemon_log.close()
         kill_processes_of_home(home)  # the killed run's suite was orphaned: it is ours to end
 
+    assert orphans == 0  # the killed run's suite was ended when the run was reaped
     runs = {r.tags["dagster/partition"]: r for r in instance.get_runs(filters=dg.RunsFilter(job_name=sub.JOB_NAME))}
     assert set(runs) == set(run_ids)  # nothing lost, nothing merged
     assert runs[sleeper].status == dg.DagsterRunStatus.FAILURE
     st = json.loads((home / "runs" / sleeper / "status.json").read_text())
-    assert st["phase"] == "Failed" and "is gone without finishing" in st["message"]
+    assert st["phase"] == "Failed" and "is gone without finishing" in st["message"], st["message"]
     for rid in run_ids[:3]:
         assert runs[rid].status == dg.DagsterRunStatus.SUCCESS, rid
         assert _phase(home, rid) == "Succeeded"
