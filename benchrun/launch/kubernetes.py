@@ -466,6 +466,10 @@ class KubernetesLauncher:
                     verdict = f"node {rank} ({pod.spec.node_name}) failed: {why}"
                     break
         doc, doc_error, messages = self._scan_log(inv, log_path, result_path)
+        if doc is not None:  # Prometheus over node 0's window (BENCHRUN_PROMETHEUS_URL); never raises
+            from benchrun.telemetry.hook import pod_prometheus
+
+            pod_prometheus(inv, run_dir, timeline)
         status, reason, code = self._verdict(inv, pod0, verdict, deleted, doc, doc_error, notes.get(0))
         if status != "failed" and doc is not None:
             missing = missing_outputs(run_dir, doc)
