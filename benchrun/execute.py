@@ -184,6 +184,14 @@ def run_layer(
     return outcome
 
 
+def finish_layer(plan: LayerPlan, run_dir: RunDir, results: list[LaunchResult]) -> LayerOutcome:
+    """Record a layer whose replicates ran elsewhere in one go (a publication-grade layer Job)."""
+    record_launches(run_dir, plan.name, results)
+    outcome = LayerOutcome(plan.name, layer_status(results), results)
+    _record_layer(run_dir, outcome)
+    return outcome
+
+
 def _record_layer(run_dir: RunDir, outcome: LayerOutcome) -> None:
     layers = run_dir.read_status().get("layers", {})
     layers[outcome.layer] = {**outcome.to_json(), "finished_utc": utc_now()}

@@ -168,6 +168,19 @@ class LauncherResource(dg.ConfigurableResource):
                     launcher.log_follower = None
 
         try:
+            if publication and plan.enabled and not any(inv.is_gang for inv in plan.invocations):
+                # Publication grade: the whole layer in one Job on one dedicated node.
+                from benchrun.execute import Progress, finish_layer
+
+                progress = Progress(run_dir)
+
+                def reported(res: LaunchResult) -> None:
+                    progress.finish(res)
+                    on_result(res)
+
+                with pipes_session(plan.invocations[0]) as env:
+                    results = launcher.launch_layer(plan.invocations, run_dir.path, extra_env=env, on_result=reported)
+                return finish_layer(plan, run_dir, results)
             return run_layer(plan, run_dir, launcher, session=pipes_session, on_result=on_result)
         except BaseException:
             # A cancelled Dagster run (or a crash): no Job of this run keeps its GPUs.

@@ -123,3 +123,34 @@ def test_stock_canary_gives_the_same_facts_as_the_local_launcher(k8s_home, bench
     assert any("gemm" in m and "TFLOP/s" in m for m in messages)
     assert any("fio" in m and "MiB/s" in m for m in messages)
     assert k8s_home.list("jobs") == [] and k8s_home.errors == []
+
+
+@pytest.mark.slow
+def test_publication_grade_through_dagster_runs_each_layer_in_one_job(bench_home, kcluster_factory, write_spec):
+    import yaml
+
+    from helpers import tiny_layers
+    from kharness import Node
+
+    # The in-pod sampler would (rightly) downgrade the run on this shared, loaded test machine.
+    cluster = kcluster_factory(host_env={"PYTHONPATH": str(ROOT), "BENCHRUN_TELEMETRY": "0"},
+                               nodes=[Node("gpu-a", labels={"pool": "bench"}), Node("gpu-b", labels={"pool": "bench"})])
+    cluster.bind_pvc("benchrun-home", bench_home)
+    doc = yaml.safe_load((ROOT / "specs/local/pre-release.yaml").read_text())
+    image = "registry.example/benchrun@sha256:" + "c" * 64
+    gemm = {"name": "gemm", "repoCommand": "python -m benchrun.suites.gemm", "image": image, "cpu": "1",
+            "memory": "1Gi", "parameters": {"sizes": [64], "iterations": 3}}
+    doc["spec"]["layers"] = tiny_layers([gemm])
+    doc["spec"]["trials"]["minReplicates"] = 3
+    prepared = sub.prepare(write_spec(doc))
+    result, _instance = run_k8s(prepared, bench_home, node_selector={"pool": "bench"})
+    assert result.success
+    rd = RunDir.for_run(prepared.run_id)
+    st = rd.read_status()
+    assert st["benchmark_class_granted"] == "publication_grade", [c for c in st["conditions"] if "Publication" in c["type"]]
+    launches = json.loads(rd.file("structured", "launches", "", "json").read_text())
+    assert [(r["replicate"], r["status"]) for r in launches] == [(1, "ok"), (2, "ok"), (3, "ok")]
+    assert len({r["job_uid"] for r in launches}) == 1 and len({r["node_name"] for r in launches}) == 1
+    layer_job = [v for v in cluster.history("jobs", launches[0]["messages"][0]["job_name"]) if v][0]
+    assert layer_job["metadata"]["labels"]["benchrun.dev/layer-job"] == "true"
+    assert layer_job["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]  # exclusive placement

@@ -36,6 +36,10 @@ def script_for(replicate: int, *, samples: dict[str, str] | None = None, before:
         print("hello from the pod", flush=True)
         print("a line on stderr", file=sys.stderr, flush=True)
         print(json.dumps({{{RESULT_KEY!r}: json.loads({json.dumps(json.dumps(doc))})}}), flush=True)
+        if "BENCHRUN_RESULT_STDOUT" not in __import__("os").environ:  # run by the local launcher (a layer pod)
+            import os, pathlib
+            p = pathlib.Path(os.environ["BENCHRUN_RUN_DIR"], "structured"); p.mkdir(parents=True, exist_ok=True)
+            (p / "{RUN_ID}_tiny_r{replicate}.json").write_text({json.dumps(json.dumps(doc))})
     """)
 
 
@@ -273,3 +277,37 @@ def test_a_gang_runs_as_one_jobset(shared, home):
     res2 = launcher.launch(bad, run_dir)
     assert res2.status == "failed" and res2.reason.startswith("node 1 (node-"), res2.reason
     assert "exited with code 3" in res2.reason
+
+
+def test_publication_layer_runs_in_one_job_on_one_node(kcluster_factory, home):
+    """Publication grade: one Job for the layer, one admission, every replicate on the same
+    node in the planned order; a replicate the pod never reached is failed with the reason."""
+    from kharness import Node
+
+    cluster = kcluster_factory(host_env={"PYTHONPATH": str(ROOT)},
+                               nodes=[Node("gpu-a", labels={"pool": "bench"}), Node("gpu-b", labels={"pool": "bench"})])
+    cluster.bind_pvc("home", home)
+    run_dir = home / "runs" / RUN_ID
+    image = "registry.example/bench@sha256:" + "b" * 64
+    invs = [make_inv(run_dir, replicate=k, code=script_for(k), image=image, cpu="1", memory="1Gi") for k in (1, 2, 3)]
+    (run_dir / "structured").mkdir(parents=True, exist_ok=True)
+    (run_dir / "structured" / f"{RUN_ID}_plan.json").write_text(json.dumps([i.to_json() for i in invs]))
+    launcher = launcher_for(cluster, run_volume_claim="home", run_home=str(home), publication_grade=True,
+                            node_selector={"pool": "bench"})
+    seen = []
+    results = launcher.launch_layer(invs, run_dir, on_result=seen.append)
+    assert [(r.replicate, r.status) for r in results] == [(1, "ok"), (2, "ok"), (3, "ok")], [r.reason for r in results]
+    assert [r.replicate for r in seen] == [1, 2, 3]
+    assert len({r.node_name for r in results}) == 1 and len({r.job_uid for r in results}) == 1
+    assert len(cluster.list("workloads")) <= 1  # one admission (the Workload goes with its Job)
+    assert all(r.messages[0]["admitted_utc"] for r in results)
+    assert "hello from the pod" in (run_dir / results[2].log).read_text()
+    # A layer whose pod dies early: the unreached replicates are failed, with the reason.
+    bad = [make_inv(run_dir, replicate=k, code="import time; time.sleep(30)", image=image, cpu="1", memory="1Gi",
+                    timeout_s=1.0, suite="slow") for k in (1, 2)]
+    (run_dir / "structured" / f"{RUN_ID}_plan.json").write_text(json.dumps([i.to_json() for i in bad]))
+    launcher._sleep = lambda s: ([cluster.oom_kill(p["metadata"]["name"]) for p in cluster.list("pods")
+                                  if p["status"].get("phase") == "Running"], time.sleep(s))
+    results = launcher.launch_layer(bad, run_dir)
+    assert all(r.status == "failed" for r in results)
+    assert results[-1].reason.startswith("the layer Job ended before this replicate ran (the layer pod ended: OOMKilled")

@@ -418,6 +418,91 @@ class KubernetesLauncher:
         return replace(res, scheduler_run_id=timeline.get("workload_name"), job_uid=timeline.get("job_uid"),
                        pod_uid=timeline.get("pod_uid"), node_name=timeline.get("node_name"))
 
+    # -- publication grade: one Job per layer ------------------------------------------
+    def launch_layer(
+        self, invocations: Iterable[Invocation], run_dir: Path, *, extra_env: Mapping[str, str] | None = None,
+        on_result: Callable[[LaunchResult], None] | None = None,
+    ) -> list[LaunchResult]:
+        """Run a whole layer in ONE Job (``podspec.layer_job_manifest``, ``benchrun.launch.inpod``):
+        one admission, one dedicated node, the replicates back to back in the planned order.
+        ``on_result`` sees each replicate as the pod reports it (the results file on the run
+        volume); a replicate the pod never reached is failed with the Job's reason."""
+        from dataclasses import replace
+
+        from benchrun.launch.inpod import results_relpath
+        from benchrun.launch.podspec import layer_job_manifest
+
+        invs = list(invocations)
+        first = invs[0]
+        manifest = layer_job_manifest(invs, namespace=self.namespace, placement=self.placement,
+                                      run_labels=self.run_labels, extra_env=self._pod_env(extra_env), owner=self.owner)
+        name = manifest["metadata"]["name"]
+        layer_log = run_dir / "raw" / f"{first.run_id}_{first.layer}_layer.log"
+        layer_log.parent.mkdir(parents=True, exist_ok=True)
+        results_file = run_dir / results_relpath(first.run_id, first.layer)
+        results_file.unlink(missing_ok=True)  # a stale file from an earlier attempt is not this one's
+        t_request, t0 = time.time(), time.perf_counter()
+        reported: list[LaunchResult] = []
+
+        def poll() -> None:
+            try:
+                rows = json.loads(results_file.read_text(encoding="utf-8"))
+            except (OSError, json.JSONDecodeError):
+                return
+            for row in rows[len(reported):]:
+                res = LaunchResult(**row)
+                reported.append(res)
+                if on_result is not None:
+                    on_result(res)
+
+        try:
+            job = self._create_or_adopt(name, self._model(manifest))
+        except ApiException as exc:
+            reason = f"cannot create the layer Job {name}: {_api_error(exc)}"
+            return [self._unreached(inv, run_dir, reason, t_request, t0) for inv in invs]
+        orig_sleep = self._sleep
+        self._sleep = lambda s: (poll(), orig_sleep(s))[-1]
+        whole = replace(first, timeout_s=sum(inv.timeout_s for inv in invs) + 60.0 * len(invs))
+        try:
+            job, workload, pod, verdict = self._wait(whole, name, job, t0)
+            self._copy_log(pod.metadata.name if pod is not None else None, layer_log)
+        except BaseException:
+            self._delete(name)
+            raise
+        finally:
+            self._sleep = orig_sleep
+        timeline = job_timeline(job, workload, pod)
+        if verdict is not None or self.delete_finished:
+            self._delete(name)
+        atomic_write_json(run_dir / "raw" / f"{first.run_id}_{first.layer}_layer_pod.json", timeline)
+        poll()
+        keys = dict(scheduler_run_id=timeline.get("workload_name"), job_uid=timeline.get("job_uid"),
+                    pod_uid=timeline.get("pod_uid"), node_name=timeline.get("node_name"))
+        done = {(r.suite, r.replicate): replace(r, messages=[timeline, *r.messages], **keys) for r in reported}
+        if pod is not None:
+            term = _terminated(pod)
+            why = verdict or (f"the layer pod ended: {term.reason} (exit code {term.exit_code})" if term is not None
+                              else f"the layer pod ended in phase {pod.status.phase}")
+        else:
+            why = verdict or "the layer Job ran no pod"
+        out = []
+        for inv in invs:
+            res = done.get((inv.suite, inv.replicate))
+            if res is None:
+                res = replace(self._unreached(inv, run_dir, f"the layer Job ended before this replicate ran ({why})",
+                                              t_request, t0), **keys)
+                if on_result is not None:
+                    on_result(res)
+            out.append(res)
+        return out
+
+    def _unreached(self, inv: Invocation, run_dir: Path, reason: str, t_request: float, t0: float) -> LaunchResult:
+        log_path, _result = prepare_outputs(inv, run_dir)
+        with atomic_path(log_path) as tmp:
+            tmp.write_text(f"benchrun: {reason}\n", encoding="utf-8")
+        return self._result(inv, "failed", reason, None, time.perf_counter() - t0, t_request, t_request,
+                            log_path, None, [], [])
+
     # -- multi-node gangs: one JobSet ---------------------------------------------------
     def _launch_gang(self, inv: Invocation, run_dir: Path, manifest: dict[str, Any], log_path: Path,
                      result_path: Path, t_request: float, t0: float) -> LaunchResult:

@@ -45,7 +45,7 @@ import math
 import os
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from benchrun.errors import BenchrunError
@@ -463,3 +463,67 @@ def pod_manifest(
     if template["metadata"].get("annotations"):
         metadata["annotations"] = dict(template["metadata"]["annotations"])
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": template["spec"]}
+
+
+def layer_job_name(run_id: str, layer: str) -> str:
+    """``<run_id>-<layer>`` (fixed), a DNS-1123 label of at most 52 characters."""
+    tail = "-" + re.sub(r"[^a-z0-9-]+", "-", layer.lower()).strip("-")
+    head = re.sub(r"[^a-z0-9-]+", "-", run_id.lower()).strip("-")
+    if len(head) + len(tail) > 52 or head != run_id:
+        head = head[: 52 - len(tail) - 7].rstrip("-") + "-" + hashlib.sha256(run_id.encode()).hexdigest()[:6]
+    return head + tail
+
+
+def _max_quantity(values: list[str | None]) -> str | None:
+    from kubernetes.utils.quantity import parse_quantity
+
+    present = [v for v in values if v]
+    return max(present, key=parse_quantity) if present else None
+
+
+def layer_job_manifest(
+    invocations: list[Invocation] | tuple[Invocation, ...],
+    *,
+    namespace: str,
+    placement: Placement,
+    run_labels: Mapping[str, str] | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    owner: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Publication grade: ONE Job for a whole layer, holding its node for every replicate.
+
+    Its pod runs ``python -m benchrun.launch.inpod`` (the replicates in the planned order,
+    from the pinned plan on the run volume), with the largest of the layer's per-suite
+    resources, so every replicate runs on the same dedicated node after one admission and
+    no queue wait between replicates. Everything else (labels, Kueue, placement, volumes,
+    QoS) is ``job_manifest``'s for the layer's first invocation."""
+    invs = list(invocations)
+    if not invs:
+        raise BenchrunError("a layer Job needs at least one invocation")
+    if any(inv.is_gang for inv in invs):
+        raise BenchrunError(
+            f"spec.layers[{invs[0].layer}]: a multi-node suite runs as its own JobSet; a layer Job holds one node")
+    images = {(inv.image or placement.image or "").strip() for inv in invs}
+    if len(images) != 1:
+        raise BenchrunError(
+            f"spec.layers[{invs[0].layer}]: publication grade runs a layer in one pod, so its suites need one "
+            f"image; they name {sorted(images)}")
+    first = invs[0]
+    gpus = max((inv.gpus if inv.gpus is not None else placement.gpus) for inv in invs)
+    sized = replace(first, gpus=gpus, cpu=_max_quantity([inv.cpu for inv in invs]),
+                    memory=_max_quantity([inv.memory for inv in invs]),
+                    shm_size=_max_quantity([inv.shm_size for inv in invs]),
+                    timeout_s=sum(inv.timeout_s for inv in invs) + 60.0 * len(invs),
+                    argv=("python", "-m", "benchrun.launch.inpod", "--run-dir",
+                          first.env.get("BENCHRUN_RUN_DIR") or DEFAULT_RUN_DIR, "--run-id", first.run_id,
+                          "--layer", first.layer),
+                    env={k: first.env[k] for k in ("BENCHRUN_RUN_ID", "BENCHRUN_RUN_DIR", "BENCHRUN_LAYER",
+                                                    "LANG", "PYTHONUNBUFFERED") if k in first.env})
+    job = job_manifest(sized, namespace=namespace, run_labels=run_labels, placement=placement,
+                       extra_env=extra_env, owner=owner)
+    job["metadata"]["name"] = layer_job_name(first.run_id, first.layer)
+    for meta in (job["metadata"], job["spec"]["template"]["metadata"]):
+        for key in ("suite", "replicate", "benchmark-case-id"):
+            meta["labels"].pop(LABEL_PREFIX + key, None)
+        meta["labels"][LABEL_PREFIX + "layer-job"] = "true"
+    return job
