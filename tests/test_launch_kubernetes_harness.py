@@ -148,10 +148,16 @@ def test_preemption_mid_replicate_fails_it_with_the_reason(kcluster, home):
     launcher = launcher_for(kcluster)
     calls = {"n": 0}
 
+    def printed(pod) -> bool:
+        try:
+            return "working" in (kcluster.scratch(pod["metadata"]["name"]) / "logs" / "suite.log").read_text()
+        except (KeyError, OSError):
+            return False
+
     def sleep(s: float) -> None:
         calls["n"] += 1
         pods = kcluster.list("pods")
-        if calls["n"] == 1 or not any(p["status"].get("phase") == "Running" for p in pods):
+        if calls["n"] == 1 or not any(p["status"].get("phase") == "Running" and printed(p) for p in pods):
             time.sleep(s)
             return
         if calls.get("preempted") is None:
