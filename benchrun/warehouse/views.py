@@ -13,6 +13,7 @@ import dataclasses
 import fcntl
 import hashlib
 import logging
+import os
 import re
 import time
 from pathlib import Path
@@ -183,6 +184,8 @@ def _confined_connection(home: Path) -> Any:
         # Order matters: allowed_directories can only be set while external access is on.
         con.execute("SET allowed_directories = [" + _quote(str(root) + "/") + "]")
         con.execute("SET temp_directory = ''")
+        # One query cannot take the machine: its memory is bounded (no spilling, see above).
+        con.execute("SET memory_limit = " + _quote(os.environ.get("BENCHRUN_QUERY_MEMORY_LIMIT", "2GB")))
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
     except BaseException:
