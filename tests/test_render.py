@@ -64,7 +64,8 @@ def test_render_canary_prints_valid_jobs_with_kueue_labels_resources_and_fixed_n
                  env={"BENCHRUN_LAUNCHER_QUEUE_NAME": "gpu-lq", "BENCHRUN_LAUNCHER_NAMESPACE": "bench"})
     assert out.returncode == 0, out.stderr
     docs = list(yaml.safe_load_all(out.stdout))
-    assert len(docs) == 8 * 6  # every suite, every replicate of the canary
+    n_suites = sum(len(layer["suites"]) for layer in canary_doc["spec"]["layers"] if layer["enabled"])
+    assert len(docs) == n_suites * canary_doc["spec"]["trials"]["minReplicates"]  # every suite, every replicate
     version = kubernetes_validate.latest_version()
     for doc in docs:
         kubernetes_validate.validate(doc, version, strict=True)
@@ -74,7 +75,8 @@ def test_render_canary_prints_valid_jobs_with_kueue_labels_resources_and_fixed_n
         assert doc["spec"]["ttlSecondsAfterFinished"] > 0
     names = [d["metadata"]["name"] for d in docs]
     assert len(set(names)) == len(names)
-    assert names[0].endswith("-gemm-r1") and any(n.endswith("-serving-workflow-r6") for n in names)
+    last = canary_doc["spec"]["trials"]["minReplicates"]
+    assert names[0].endswith("-gemm-r1") and any(n.endswith(f"-serving-workflow-r{last}") for n in names)
     gemm = docs[0]["spec"]["template"]["spec"]
     assert gemm["containers"][0]["resources"]["limits"] == {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "1"}
     assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}} in gemm["volumes"]
