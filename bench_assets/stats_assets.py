@@ -138,7 +138,8 @@ def p99_has_enough_requests(context: dg.AssetCheckExecutionContext) -> dg.AssetC
     if len(tails) and "quantity" in tails.columns:
         tails = tails[tails["quantity"].isin(sorted(bounded))]
     if not bounded or tails.empty:
-        return dg.AssetCheckResult(passed=True, description="not applicable: the spec sets no p99 SLO on a "
+        return dg.AssetCheckResult(passed=True, severity=dg.AssetCheckSeverity.WARN,
+                                   description="not applicable: the spec sets no p99 SLO on a "
                                    "measured quantity", metadata={"applies": False, "p99_slos": len(bounded)})
     short = tails[~tails["trustworthy"].astype(bool)]
     return dg.AssetCheckResult(
