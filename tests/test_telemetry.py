@@ -79,7 +79,12 @@ def test_host_probe_rates_need_two_samples_and_stay_in_range():
     first = probe.sample()
     assert "cpu_utilization_pct" not in {s.metric for s in first}
     assert _by_metric(first)["memory_used_bytes"].value > 0
-    sum(i * i for i in range(200_000))
+    # per-core times tick in jiffies (10 ms): give every core's counters time to move
+    import time
+
+    end = time.monotonic() + 0.2
+    while time.monotonic() < end:
+        sum(i * i for i in range(10_000))
     second = probe.sample()
     cores = [s for s in second if s.metric == "cpu_core_utilization_pct"]
     import psutil

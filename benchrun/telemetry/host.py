@@ -64,6 +64,13 @@ class HostProbe:
         """Add a suite process (a tree root); its tree is looked at again on the next sample."""
         self.suite_pids.append(pid)
         self._tree_at = 0.0
+        # Hold the root now: a suite reaped before the next sample must still be seen to have
+        # gone, so that its CPU (in our children times) is counted, not lost.
+        try:
+            self._tree.setdefault(pid, psutil.Process(pid))
+            self._tree_last.setdefault(pid, 0.0)
+        except psutil.Error:
+            pass
 
     def _suite_cpu(self, now: float, reaped_cpu: float) -> tuple[float, float] | None:
         """(CPU seconds, RSS bytes) of the suite's process tree so far, or None without a suite.
