@@ -44,7 +44,11 @@ def _pid_start(pid: int) -> float | None:
     import psutil
 
     try:
-        return psutil.Process(pid).create_time()
+        proc = psutil.Process(pid)
+        # A killed process its parent has not waited for yet is a zombie: dead, not running.
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return proc.create_time()
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return None
 

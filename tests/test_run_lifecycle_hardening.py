@@ -111,6 +111,28 @@ def test_liveness_of_a_claim(tmp_path: Path) -> None:
     assert alive({"host": "elsewhere", "pid": 1, "heartbeat_utc": dt.datetime.now(dt.timezone.utc).isoformat()})
 
 
+def test_a_killed_executor_not_yet_waited_for_is_dead() -> None:
+    """kill -9 leaves a zombie until its parent waits; the soak test's run worker was one."""
+    import socket
+    import time
+
+    import psutil
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        record = {"host": socket.gethostname(), "pid": child.pid, "pid_start": psutil.Process(child.pid).create_time()}
+        assert alive(record)
+        child.kill()
+        deadline = time.monotonic() + 10
+        while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE  # not waited for yet
+        assert not alive(record)
+    finally:
+        child.kill()
+        child.wait()
+
+
 def _cli(home: Path, *args: str, **kw) -> subprocess.Popen:
     env = {**os.environ, "BENCHRUN_HOME": str(home), "PYTHONPATH": str(REPO), "COLUMNS": "200"}
     env.pop("DAGSTER_HOME", None)
