@@ -131,6 +131,12 @@ def test_automation_switches_reject_unknown_names(monkeypatch: pytest.MonkeyPatc
     from benchrun.automation.settings import starts_on
 
     assert starts_on("run_failure_sensor", True) and not starts_on("canary_sensor", False)
+    # every sensor and schedule the definitions carry can be switched by name
+    from schedules import all_schedules
+    from sensors import all_sensors
+    from benchrun.automation.settings import AUTOMATION_NAMES
+
+    assert {d.name for d in all_sensors + all_schedules} == set(AUTOMATION_NAMES)
     monkeypatch.setenv("BENCHRUN_AUTOMATION_ON", "all")
     assert starts_on("canary_sensor", False)
     monkeypatch.setenv("BENCHRUN_AUTOMATION_OFF", "canary_sensor")
