@@ -688,8 +688,12 @@ class KubernetesLauncher:
             return None  # Kueue not installed or not readable: the timeline has no Kueue times
         return items[0] if items else None
 
-    def _pod(self, name: str) -> Any:
+    def _pod(self, name: str, job_uid: str | None = None) -> Any:
         pods = self.client.get_pods_in_job(name, self.namespace)
+        if job_uid:
+            # only this Job's pods: a same-named Job deleted a moment ago may leave its pods
+            # behind for a while (background deletion)
+            pods = [p for p in pods if any(o.uid == job_uid for o in (p.metadata.owner_references or []))]
         if not pods:
             return None
         # the newest pod (a Job recreated after preemption makes a new one)
@@ -707,7 +711,7 @@ class KubernetesLauncher:
             while True:
                 try:
                     job = self.batch_api.read_namespaced_job_status(name=name, namespace=self.namespace)
-                    pod = self._pod(name) or pod
+                    pod = self._pod(name, job.metadata.uid) or pod
                     workload = self._workload(job) or workload
                     errors = 0
                 except (ApiException, HTTPError, OSError) as exc:
