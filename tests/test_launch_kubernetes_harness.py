@@ -133,11 +133,11 @@ def test_image_pull_failure_is_a_failed_replicate(kcluster, home):
 def test_never_scheduled_reports_the_schedulers_reason(kcluster, home):
     run_dir = home / "runs" / RUN_ID
     # Fits the queue's quota (16 GPUs) but no node (8 each): Kueue admits, the scheduler cannot place it.
-    res = launcher_for(kcluster, pending_timeout_s=1.5).launch(make_inv(run_dir, gpus=12), run_dir)
+    res = launcher_for(kcluster, pending_timeout_s=4.0).launch(make_inv(run_dir, gpus=12), run_dir)
     assert res.status == "failed"
-    assert res.reason.startswith("not started within 1.5s (Unschedulable: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu")
+    assert res.reason.startswith("not started within 4s (Unschedulable: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu")
     # Over the queue's quota: Kueue keeps it suspended and says why.
-    res2 = launcher_for(kcluster, pending_timeout_s=1.5).launch(make_inv(run_dir, replicate=2, gpus=32), run_dir)
+    res2 = launcher_for(kcluster, pending_timeout_s=4.0).launch(make_inv(run_dir, replicate=2, gpus=32), run_dir)
     assert res2.status == "failed" and "Kueue: Pending: couldn't assign flavors" in res2.reason
     assert "insufficient quota for nvidia.com/gpu" in res2.reason
     kcluster.wait_for(lambda: not kcluster.list("jobs"), what="the Jobs deleted")
@@ -317,3 +317,20 @@ def test_publication_layer_runs_in_one_job_on_one_node(kcluster_factory, home):
     results = launcher.launch_layer(bad, run_dir)
     assert all(r.status == "failed" for r in results)
     assert results[-1].reason.startswith("the layer Job ended before this replicate ran (the layer pod ended: OOMKilled")
+
+
+def test_cancelling_a_run_deletes_its_jobs_by_label(kcluster, home):
+    """What the Dagster resource does when a run is cancelled: every Job of that run goes."""
+    from kubernetes import client
+
+    from benchrun.launch.kubernetes import delete_run_jobs
+
+    run_dir = home / "runs" / RUN_ID
+    launcher = launcher_for(kcluster)
+    batch = client.BatchV1Api(kcluster.api_client())
+    for k in (1, 2):
+        batch.create_namespaced_job("default", launcher.manifest(make_inv(run_dir, replicate=k)))
+    other = launcher.manifest(make_inv(run_dir, replicate=1, run_id="other-20261201000000-abcdef12"))
+    batch.create_namespaced_job("default", other)
+    assert delete_run_jobs(batch, "default", RUN_ID, client.CustomObjectsApi(kcluster.api_client())) == 2
+    assert [j["metadata"]["name"] for j in kcluster.list("jobs")] == [other["metadata"]["name"]]
