@@ -141,6 +141,14 @@ class LauncherResource(dg.ConfigurableResource):
         )
         if plan.enabled:
             launcher.preflight(plan.invocations)  # every Job must build before any starts
+            try:  # Jobs left by finished runs of this home (an orchestrator that died) go first
+                from benchrun.launch.kubernetes import finished_here, sweep
+
+                swept = sweep(batch, settings.namespace, finished_here(run_dir.home), custom)
+                if swept:
+                    context.log.info(f"deleted {len(swept)} Job(s) of finished runs: {', '.join(swept)}")
+            except Exception as exc:  # the sweep never stops a layer
+                context.log.warning(f"sweep of finished runs' Jobs failed: {exc}")
 
         @contextmanager
         def pipes_session(inv: Invocation) -> Iterator[Mapping[str, str]]:

@@ -334,3 +334,23 @@ def test_cancelling_a_run_deletes_its_jobs_by_label(kcluster, home):
     batch.create_namespaced_job("default", other)
     assert delete_run_jobs(batch, "default", RUN_ID, client.CustomObjectsApi(kcluster.api_client())) == 2
     assert [j["metadata"]["name"] for j in kcluster.list("jobs")] == [other["metadata"]["name"]]
+
+
+def test_sweep_deletes_only_jobs_of_runs_finished_here(kcluster, home):
+    from kubernetes import client
+
+    from benchrun.launch.kubernetes import finished_here
+    from benchrun.rundir import RunDir
+
+    batch = client.BatchV1Api(kcluster.api_client())
+    launcher = launcher_for(kcluster)
+    ids = {"done": "done-20261201000000-abcdef12", "live": "live-20261201000000-abcdef12",
+           "elsewhere": "elsewhere-20261201000000-abcdef12"}
+    for key, phase in (("done", "Failed"), ("live", "Running")):
+        rd = RunDir(home, ids[key]).create()
+        rd.write_status({"run_id": ids[key], "phase": phase})
+    for run_id in ids.values():
+        batch.create_namespaced_job("default", launcher.manifest(make_inv(home / "runs" / run_id, run_id=run_id)))
+    assert sweep(batch, "default", finished_here(home)) == [f"{ids['done']}-tiny-r1"]
+    left = sorted(j["metadata"]["name"] for j in kcluster.list("jobs"))
+    assert left == sorted([f"{ids['live']}-tiny-r1", f"{ids['elsewhere']}-tiny-r1"])

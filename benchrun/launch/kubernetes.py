@@ -961,3 +961,22 @@ def sweep(batch_api: Any, namespace: str, is_running: Callable[[str], bool], cus
             if exc.status != 404:
                 raise
     return deleted
+
+
+def finished_here(home: Path) -> Callable[[str], bool]:
+    """``is_running`` for ``sweep`` from this orchestrator's runs: a run counts as finished
+    only when its directory is under ``home`` and its phase is terminal. A run this home
+    does not know (another orchestrator sharing the namespace) is left alone."""
+    from benchrun.paths import validate_run_id
+    from benchrun.rundir import TERMINAL_PHASES, RunDir
+
+    def is_running(run_id: str) -> bool:
+        try:
+            rd = RunDir(Path(home), validate_run_id(run_id))
+            if not rd.exists():
+                return True
+            return rd.read_status().get("phase") not in TERMINAL_PHASES
+        except Exception:
+            return True  # when in doubt, keep it (TTL and the deadline bound it anyway)
+
+    return is_running
