@@ -76,7 +76,7 @@ def test_everything_published_is_signed_and_what_is_not_is_named(bench_home: Pat
     st = verify_run(rd.path)
     assert {f"reports/{RUN_ID}_report.html", f"structured/{RUN_ID}_trial_statistics.json",
             f"structured/{RUN_ID}_playbooks.json"} <= set(st.subjects)
-    assert st.predicate["not_signed"] == ["status.json"]
+    assert st.predicate["not_signed"] == ["status.json", f"reports/{RUN_ID}_figures.log"]
     (rd.path / "figures" / "added.svg").write_text("<svg/>")
     out = _verify(RUN_ID)
     assert out.exit_code == 0, out.output
@@ -85,6 +85,24 @@ def test_everything_published_is_signed_and_what_is_not_is_named(bench_home: Pat
     (rd.path / "reports" / f"{RUN_ID}_report.html").write_text("<html>median 1573.18</html>")
     with pytest.raises(BenchrunError, match=f"reports/{RUN_ID}_report.html \\(sha256 differs\\)"):
         verify_run(rd.path)
+
+
+def test_the_figure_worker_log_written_after_signing_does_not_fail_verify(bench_home: Path, monkeypatch) -> None:
+    """`benchrun run` draws figures in a detached worker that re-signs the run and then appends its
+    cost to reports/<run>_figures.log: every fresh run failed `verify` ("signed file(s) changed")."""
+    rd = make_sealed_run(bench_home, stored=True)
+    log = rd.path / "reports" / f"{RUN_ID}_figures.log"
+    log.write_text("")  # the worker opens its log before it draws and re-signs
+    sign_run(rd.path, bench_home)
+    log.write_text('{"figures_worker_wall_s": 2.7, "figures_worker_cpu_s": 1.97}\n')  # ... and writes it after
+    monkeypatch.setenv("BENCHRUN_TRUSTED_KEYIDS", load_signing_key(bench_home).keyid)
+    out = _verify(RUN_ID)
+    assert out.exit_code == 0, (out.output, out.exception)
+    assert f"not covered: reports/{RUN_ID}_figures.log (the report figure worker's own log" in out.output
+    (rd.path / "reports" / f"{RUN_ID}_report.html").write_text("<html>forged</html>")  # other files stay signed
+    sign_run(rd.path, bench_home)
+    (rd.path / "reports" / f"{RUN_ID}_report.html").write_text("<html>forged again</html>")
+    assert _verify(RUN_ID).exit_code != 0
 
 
 def test_verify_store_walks_every_run(bench_home: Path, monkeypatch) -> None:

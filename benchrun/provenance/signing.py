@@ -140,6 +140,8 @@ def verify_run(run_dir: Path, public_key_path: Path | str | None = None, *,
 NEVER_SIGNED = {
     "status.json": "the run's live status (phase, conditions); it keeps changing after signing",
 }
+# Per run: the report figure worker's log (reports/<run_id>_figures.log), written after signing.
+FIGURES_LOG_WHY = "the report figure worker's own log (its cost), written after the run is signed"
 
 
 def uncovered_files(run_dir: Path, statement: Statement) -> list[str]:

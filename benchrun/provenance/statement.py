@@ -84,6 +84,13 @@ def subjects_of(run_dir: Path, manifest: dict[str, Any]) -> list[dict[str, Any]]
 UNSIGNED_NAMES = ("status.json",)
 
 
+def unsigned_names(run_id: str) -> tuple[str, ...]:
+    """Files of run ``run_id`` no signature covers: the live status, and the report figure
+    worker's own log (benchrun/report/worker.py appends its cost to it after it has re-signed
+    the run, so signing it would make every `benchrun run` fail `verify`)."""
+    return (*UNSIGNED_NAMES, f"reports/{validate_run_id(run_id)}_figures.log")
+
+
 def published_subjects(run_dir: Path, sealed: set[str]) -> list[dict[str, Any]]:
     """Files written after the evidence was sealed (report, statistics, playbooks, figures, ...),
     hashed now: everything a run publishes is signed, not only the sealed evidence."""
@@ -93,7 +100,7 @@ def published_subjects(run_dir: Path, sealed: set[str]) -> list[dict[str, Any]]:
     envelope = f"reports/{run_id}_provenance.dsse.json"
     out = []
     for rel, full in iter_run_files(run_dir):
-        if rel in sealed or rel in UNSIGNED_NAMES or rel == envelope or rel == "manifest.json":
+        if rel in sealed or rel in unsigned_names(run_id) or rel == envelope or rel == "manifest.json":
             continue
         out.append({"name": rel, "digest": {"sha256": sha256_file(full)}})
     return out
@@ -136,7 +143,7 @@ def build_statement(run_dir: Path, *, backend_requested: str | None, backend_use
     sealed = subjects_of(run_dir, manifest)
     published = published_subjects(run_dir, {x["name"] for x in sealed})
     predicate["published_files"] = sorted(x["name"] for x in published)
-    predicate["not_signed"] = list(UNSIGNED_NAMES)
+    predicate["not_signed"] = list(unsigned_names(run_id))
     return {
         "_type": STATEMENT_TYPE,
         "subject": sorted(sealed + published, key=lambda x: x["name"]),
