@@ -239,7 +239,9 @@ def history_for(run: "RunInfo", stats: "TrialStatistics", home: Any) -> "pd.Data
         mine["run_id"], mine["created_utc"] = run.run_id, run.status.get("created_utc") or ""
         mine["workload_spec_digest"], mine["hardware_key"] = wd, hk
         mine["artifact_manifest_digest"] = run.status.get("artifact_manifest_digest")
-        hist = pd.concat([hist, mine[hist.columns] if len(hist.columns) else mine], ignore_index=True)
+        mine = mine[hist.columns] if len(hist.columns) else mine
+        # (concatenating an empty frame is deprecated in pandas: take this run's rows alone)
+        hist = pd.concat([hist, mine], ignore_index=True) if len(hist) else mine.reset_index(drop=True)
     return hist.sort_values(["created_utc", "run_id"], kind="stable").reset_index(drop=True)
 
 
