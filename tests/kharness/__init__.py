@@ -39,6 +39,8 @@ What a cluster offers (``Cluster``):
   has) stays Pending with ``PodScheduled=False``/``Unschedulable``;
 - ``scratch(pod)``: the pod's directory (``logs/<container>.log``, ``volumes/<name>``,
   ``rootfs/`` for paths outside mounts); ``pvc_dir(claim)``: a PVC's shared directory;
+  ``bind_pvc(claim, host_dir)``: back a PVC by an existing directory (e.g. the test's
+  ``BENCHRUN_HOME``, as the shared run volume);
 - ``image_id(image)``: the ``imageID`` reported for an image.
 
 Images map to ``Image(workdir, env, entrypoint)`` (``images={...}``, ``default_image``);
