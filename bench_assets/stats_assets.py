@@ -1,5 +1,6 @@
 """Statistics assets and checks: trial statistics, baseline comparison, change points, run report."""
 
+import functools
 import math
 
 import dagster as dg
@@ -75,7 +76,19 @@ def trial_statistics(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
 
 
 def _stats(run_id: str) -> analysis.TrialStatistics:
-    return analysis.read_trial_statistics(_run_dir(run_id))
+    """The run's trial statistics, read once per version of the file: the six checks run as six
+    steps of one process and each read and parsed the same JSON."""
+    path = _run_dir(run_id) / "structured" / f"{run_id}_trial_statistics.json"
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return analysis.read_trial_statistics(_run_dir(run_id))  # computed afresh, not cached
+    return _stats_cached(str(path.parent.parent), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=4)
+def _stats_cached(run_dir: str, mtime_ns: int, size: int) -> analysis.TrialStatistics:
+    return analysis.read_trial_statistics(run_dir)
 
 
 @dg.asset_check(asset=trial_statistics, description="Every metric has at least trials.minReplicates ok replicates.")
