@@ -311,6 +311,10 @@ class ControlPlane:
         self.stopping = True
         for run in list(self.runs.values()):
             await self._kill(run, "Stopped")
+        # let every pod task read its pipes to the end, so no subprocess transport outlives the loop
+        tasks = [r.task for r in self.runs.values() if r.task is not None and not r.task.done()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=5)
 
     async def reconcile(self) -> None:
         await self.jobset_controller()
