@@ -52,6 +52,7 @@ class LauncherResource(dg.ConfigurableResource):
     delete_finished: bool = True
     pipes_messages: str = "pod_logs"
     pipes_s3_bucket: Optional[str] = None
+    env_secret: Optional[str] = None
 
     @classmethod
     def from_env(cls) -> "LauncherResource":
@@ -158,7 +159,9 @@ class LauncherResource(dg.ConfigurableResource):
 
                 if not settings.pipes_s3_bucket:
                     raise dg.Failure("launcher pipes_messages 's3' needs pipes_s3_bucket")
-                reader: Any = PipesS3MessageReader(bucket=settings.pipes_s3_bucket, client=boto3.client("s3"))
+                reader: Any = PipesS3MessageReader(
+                    bucket=settings.pipes_s3_bucket, interval=1.0,
+                    client=boto3.client("s3", endpoint_url=os.environ.get("BENCHRUN_S3_ENDPOINT_URL") or None))
             else:
                 reader = PipesK8sPodLogsMessageReader()
             with dg.open_pipes_session(

@@ -9,6 +9,7 @@ import pytest
 from benchrun import submit as sub
 from benchrun.rundir import RunDir
 from conftest import ROOT
+from test_store_helpers import s3_env  # noqa: F401  (fixture)
 
 K8S_LAUNCHER = {
     "kind": "kubernetes", "namespace": "default", "queue_name": "benchrun", "poll_s": 0.1,
@@ -154,3 +155,31 @@ def test_publication_grade_through_dagster_runs_each_layer_in_one_job(bench_home
     layer_job = [v for v in cluster.history("jobs", launches[0]["messages"][0]["job_name"]) if v][0]
     assert layer_job["metadata"]["labels"]["benchrun.dev/layer-job"] == "true"
     assert layer_job["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]  # exclusive placement
+
+
+@pytest.mark.slow
+def test_pipes_messages_through_s3(bench_home, kcluster_factory, canary_doc, write_spec, s3_env):
+    """pipes_messages: s3 — the suite writes Pipes chunks to a bucket (dagster-pipes'
+    PipesS3MessageWriter), dagster-aws's PipesS3MessageReader brings them into the run log."""
+    import os
+
+    import boto3
+
+    from helpers import tiny_layers
+
+    boto3.client("s3", endpoint_url=s3_env).create_bucket(Bucket="pipes")
+    aws = {k: os.environ[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION",
+                                      "BENCHRUN_S3_ENDPOINT_URL")}
+    cluster = kcluster_factory(host_env={"PYTHONPATH": str(ROOT), **aws})
+    cluster.bind_pvc("benchrun-home", bench_home)
+    canary_doc["metadata"]["name"] = "k8s-s3pipes"
+    canary_doc["spec"]["trials"]["minReplicates"] = 3
+    canary_doc["spec"]["layers"] = tiny_layers(
+        [{"name": "gemm", "repoCommand": "python -m benchrun.suites.gemm", "parameters": {"sizes": [64], "iterations": 3}}])
+    prepared = sub.prepare(write_spec(canary_doc))
+    result, instance = run_k8s(prepared, bench_home, pipes_messages="s3", pipes_s3_bucket="pipes")
+    assert result.success
+    messages = [e.user_message for e in instance.all_logs(result.run_id)]
+    assert any("gemm" in m and "TFLOP/s" in m for m in messages)
+    keys = boto3.client("s3", endpoint_url=s3_env).list_objects_v2(Bucket="pipes").get("KeyCount", 0)
+    assert keys > 0  # the messages went through the bucket

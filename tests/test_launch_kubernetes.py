@@ -261,7 +261,7 @@ def test_manifest_is_a_valid_v1_job() -> None:
         node_selector={"pool": "bench"}, tolerations=({"key": "pool", "operator": "Equal", "value": "bench", "effect": "NoSchedule"},),
         topology_label="topology.kubernetes.io/zone", topology_values=("z1",),
         scheduler_name=SLURM_BRIDGE_SCHEDULER, slurm_partition="gpu", service_account="bench-runner",
-        run_volume_claim="home", run_home="/srv/benchrun", image_pull_secrets=("regcred",),
+        run_volume_claim="home", run_home="/srv/benchrun", image_pull_secrets=("regcred",), env_secret="s3-creds",
     )
     job = job_manifest(make_inv(), namespace="bench", placement=place, extra_env={"DAGSTER_PIPES_CONTEXT": "x"},
                        owner={"apiVersion": "v1", "kind": "Pod", "name": "run-worker", "uid": "u-1"})
@@ -269,6 +269,7 @@ def test_manifest_is_a_valid_v1_job() -> None:
     client = ApiClient()
     model = client._ApiClient__deserialize(job, "V1Job")  # the client's own decoder
     assert client.sanitize_for_serialization(model) == job  # nothing misspelled, nothing dropped
+    assert job["spec"]["template"]["spec"]["containers"][0]["envFrom"] == [{"secretRef": {"name": "s3-creds"}}]
     # and dagster-k8s's strict model builder accepts it (it names unknown keys)
     assert KubernetesLauncher._model(job).spec.template.spec.containers[0].name == "suite"
     bad = json.loads(json.dumps(job))

@@ -111,6 +111,7 @@ class Placement:
     gpu_resource: str = "nvidia.com/gpu"
     run_volume_claim: str | None = None
     run_home: str | None = None
+    env_secret: str | None = None  # a Secret whose keys become env vars (S3 credentials for Pipes over S3)
     ttl_seconds_after_finished: int = 3600
     pending_timeout_s: float = 1800.0
 
@@ -399,6 +400,8 @@ def job_manifest(
     }
     if resources:
         container["resources"] = resources
+    if placement.env_secret:
+        container["envFrom"] = [{"secretRef": {"name": placement.env_secret}}]
 
     timeout = max(1, int(math.ceil(inv.timeout_s)))
     pod_spec: dict[str, Any] = {

@@ -50,6 +50,7 @@ class LauncherSettings(BaseModel):
     delete_finished: bool = True
     pipes_messages: Literal["pod_logs", "s3"] = "pod_logs"
     pipes_s3_bucket: str | None = None
+    env_secret: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "LauncherSettings":
@@ -89,6 +90,7 @@ class LauncherSettings(BaseModel):
             service_account=self.service_account, image_pull_secrets=tuple(self.image_pull_secrets),
             run_volume_claim=self.run_volume_claim, run_home=self.run_home or run_home,
             ttl_seconds_after_finished=self.ttl_seconds_after_finished, pending_timeout_s=self.pending_timeout_s,
+            env_secret=self.env_secret,
         )
 
     def publication_offer(self, images: list[str | None], resources_set: bool) -> tuple[bool, str]:

@@ -190,9 +190,22 @@ def _open_pipes() -> Any:
         from dagster_pipes import PipesEnvVarParamsLoader, open_dagster_pipes
     except ImportError:
         return None
-    if not PipesEnvVarParamsLoader().is_dagster_pipes_process():
+    loader = PipesEnvVarParamsLoader()
+    if not loader.is_dagster_pipes_process():
         return None
     try:
+        params = loader.load_messages_params()
+    except Exception:
+        params = {}
+    try:
+        if isinstance(params, dict) and "bucket" in params:
+            # dagster-aws's PipesS3MessageReader on the other side (launcher pipes_messages: s3):
+            # write message chunks to that bucket (endpoint and credentials from the environment).
+            import boto3
+            from dagster_pipes import PipesS3MessageWriter
+
+            client = boto3.client("s3", endpoint_url=os.environ.get("BENCHRUN_S3_ENDPOINT_URL") or None)
+            return open_dagster_pipes(message_writer=PipesS3MessageWriter(client=client, interval=1.0))
         return open_dagster_pipes()
     except Exception:
         return None
