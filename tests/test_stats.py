@@ -228,3 +228,20 @@ def test_bca_is_labelled_approximate():
     lo, hi, ok = D.bca_batch(rng.normal(100, 2, size=(3000, 10)), 0.95, seed=5)
     cov = ((lo <= 100) & (100 <= hi)).mean()
     assert abs(cov - 0.90) < 0.02 and "90 % normal" in iv.note
+
+
+def test_lineage_of_a_run_whose_every_replicate_failed_is_checked_not_crashed(tmp_path):
+    """A gang whose rank crashed in every replicate leaves no measurement: the lineage check
+    raised KeyError('suite', 'replicate') on the empty replicate table (a STEP_FAILURE)."""
+    from benchrun.stats.lineage import lineage_gaps
+
+    rd = make_run(tmp_path, "allfail-20260101000000-abcdef12",
+                  {("s", "", "m"): ([1.0, 1.0, 1.0], "u", "higher")}, failed_replicates={"s": [1, 2, 3]})
+    from benchrun.stats import analysis
+
+    analysis.write_trial_statistics(analysis.trial_statistics_for_run(rd), rd)
+    table = analysis.read_trial_statistics(rd).replicates  # what the lineage_complete check reads
+    assert table.empty
+    assert lineage_gaps(rd, table) == []
+    (rd / "status.json").write_text('{"run_id": "allfail-20260101000000-abcdef12"}')
+    assert lineage_gaps(rd, table) == ["status.json lacks workload_spec_digest", "status.json lacks artifact_manifest_digest"]

@@ -26,7 +26,9 @@ def lineage_gaps(run_dir: str | os.PathLike[str], replicates: "pd.DataFrame") ->
     if not run.manifest:
         gaps.append("manifest.json missing: raw files are not hashed")
     seen: set[tuple[str, int]] = set()
-    for suite, rep in replicates[["suite", "replicate"]].drop_duplicates().itertuples(index=False):
+    # A run whose every replicate failed has no numbers: read back from JSON its table has no columns.
+    keys = replicates[["suite", "replicate"]] if {"suite", "replicate"} <= set(replicates.columns) else None
+    for suite, rep in ([] if keys is None else keys.drop_duplicates().itertuples(index=False)):
         if (suite, rep) in seen:
             continue
         seen.add((suite, rep))
