@@ -4,7 +4,6 @@ generated one, the Helm values and the Dockerfile agree with pyproject.toml."""
 from __future__ import annotations
 
 import copy
-import os
 import re
 import shlex
 import shutil
@@ -19,6 +18,7 @@ import pytest
 import yaml
 
 from benchrun.spec.crd import crd, crd_yaml
+from crdschemas import crd_validators
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ROOT / "deploy/kustomize/base"
@@ -27,14 +27,6 @@ DOCKERFILE = ROOT / "Dockerfile"
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 LANES = ["canary", "nightly", "pre-release", "publication"]
 CORE_GROUPS = {"v1", "rbac.authorization.k8s.io/v1", "apiextensions.k8s.io/v1", "batch/v1"}
-
-
-def shared_dir() -> Path | None:
-    """TEAM.md: $BENCHRUN_SHARED_DIR, else <repo>/../shared, else /work/shared."""
-    for candidate in (os.environ.get("BENCHRUN_SHARED_DIR"), ROOT.parent / "shared", "/work/shared"):
-        if candidate and (Path(candidate) / "reference/crds").is_dir():
-            return Path(candidate)
-    return None
 
 
 def pins() -> dict[str, str]:
@@ -92,31 +84,8 @@ def test_core_objects_pass_kubernetes_validate(rendered: list[dict[str, Any]]) -
         kubernetes_validate.validate(broken, version, strict=True)
 
 
-def _strict(schema: Any) -> Any:
-    """The CRD schema with unknown fields refused (the API server would prune them silently)."""
-    if isinstance(schema, dict):
-        out = {k: _strict(v) for k, v in schema.items() if not k.startswith("x-kubernetes")}
-        if "properties" in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
-            out.setdefault("additionalProperties", False)
-        return out
-    if isinstance(schema, list):
-        return [_strict(v) for v in schema]
-    return schema
-
-
 def kueue_validators() -> dict[str, jsonschema.Draft4Validator]:
-    shared = shared_dir()
-    if shared is None:
-        pytest.skip("no shared reference dir (set BENCHRUN_SHARED_DIR to the folder holding reference/crds)")
-    out = {}
-    for path in sorted((shared / "reference/crds").glob("kueue.x-k8s.io_*.yaml")):
-        doc = yaml.safe_load(path.read_text())
-        for version in doc["spec"]["versions"]:
-            if version["name"] == "v1beta2":
-                schema = _strict(version["schema"]["openAPIV3Schema"])
-                schema["properties"]["metadata"] = {"type": "object"}
-                out[doc["spec"]["names"]["kind"]] = jsonschema.Draft4Validator(schema)
-    return out
+    return crd_validators("kueue.x-k8s.io_*.yaml", "v1beta2")
 
 
 def test_kueue_objects_validate_against_the_published_crds(rendered: list[dict[str, Any]]) -> None:

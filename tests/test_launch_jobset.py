@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import copy
-import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
-import yaml
 
 from benchrun.errors import BenchrunError
 from benchrun.launch.jobset import GangOptions, jobset_manifest, jobset_name, pod_hostname
 from benchrun.launch.podspec import KUEUE_QUEUE_LABEL, Placement
 from benchrun.plan import gang_mark, plan_run
 from benchrun.spec import load_spec
+from crdschemas import crd_validator
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_ID = "training-llama-8b-pretrain-h100-20261201000000-abcdef12"
@@ -25,36 +24,9 @@ PUBLICATION = Placement(queue_name="training", publication_grade=True, node_sele
 RACK = GangOptions(exclusive_topology_key="topology.example.com/rack")
 
 
-def shared_dir() -> Path | None:
-    """TEAM.md: $BENCHRUN_SHARED_DIR, else <repo>/../shared, else /work/shared."""
-    for candidate in (os.environ.get("BENCHRUN_SHARED_DIR"), ROOT.parent / "shared", "/work/shared"):
-        if candidate and (Path(candidate) / "reference/crds").is_dir():
-            return Path(candidate)
-    return None
-
-
-def _strict(schema: Any) -> Any:
-    """The CRD schema with unknown fields refused (the API server would prune them silently)."""
-    if isinstance(schema, dict):
-        out = {k: _strict(v) for k, v in schema.items() if not k.startswith("x-kubernetes")}
-        if "properties" in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
-            out.setdefault("additionalProperties", False)
-        return out
-    if isinstance(schema, list):
-        return [_strict(v) for v in schema]
-    return schema
-
-
 @pytest.fixture(scope="module")
 def validator() -> jsonschema.Draft4Validator:
-    shared = shared_dir()
-    if shared is None:
-        pytest.skip("no shared reference dir (set BENCHRUN_SHARED_DIR to the folder holding reference/crds)")
-    doc = yaml.safe_load((shared / "reference/crds/jobset.x-k8s.io_jobsets.yaml").read_text())
-    [version] = [v for v in doc["spec"]["versions"] if v["name"] == "v1alpha2"]
-    schema = _strict(version["schema"]["openAPIV3Schema"])
-    schema["properties"]["metadata"] = {"type": "object"}
-    return jsonschema.Draft4Validator(schema)
+    return crd_validator("jobset.x-k8s.io_jobsets.yaml", "v1alpha2")
 
 
 def _gang(spec: str, suite: str, tmp_path: Path, run_id: str = RUN_ID):

@@ -7,47 +7,12 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
-from typing import Any
 
-import jsonschema
 import pytest
 import yaml
 
 from conftest import ROOT
-
-
-def shared_dir() -> Path | None:
-    """TEAM.md: $BENCHRUN_SHARED_DIR, else <repo>/../shared, else /work/shared."""
-    for candidate in (os.environ.get("BENCHRUN_SHARED_DIR"), ROOT.parent / "shared", "/work/shared"):
-        if candidate and (Path(candidate) / "reference/crds").is_dir():
-            return Path(candidate)
-    return None
-
-
-def _strict(schema: Any) -> Any:
-    """The CRD schema with unknown fields refused (the API server would prune them silently)."""
-    if isinstance(schema, dict):
-        out = {k: _strict(v) for k, v in schema.items() if not k.startswith("x-kubernetes")}
-        if "properties" in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
-            out.setdefault("additionalProperties", False)
-        return out
-    if isinstance(schema, list):
-        return [_strict(v) for v in schema]
-    return schema
-
-
-def crd_validator(filename: str, version: str) -> jsonschema.Draft4Validator:
-    shared = shared_dir()
-    if shared is None:
-        pytest.skip("no shared reference dir (set BENCHRUN_SHARED_DIR to the folder holding reference/crds)")
-    doc = yaml.safe_load((shared / "reference/crds" / filename).read_text())
-    for ver in doc["spec"]["versions"]:
-        if ver["name"] == version:
-            schema = _strict(ver["schema"]["openAPIV3Schema"])
-            schema["properties"]["metadata"] = {"type": "object"}
-            return jsonschema.Draft4Validator(schema)
-    raise AssertionError(f"{filename} has no version {version}")
+from crdschemas import crd_validator
 
 
 def render(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
