@@ -48,7 +48,7 @@ import logging
 import signal as _signal
 import time
 from pathlib import Path
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from typing import Any, Callable, Iterable, Mapping
 
 from dagster_pipes import DAGSTER_PIPES_MESSAGES_ENV_VAR, PIPES_PROTOCOL_VERSION_FIELD, encode_env_var
@@ -633,18 +633,8 @@ class KubernetesLauncher:
                 follow.__exit__(None, None, None)
 
     def _delete_jobset(self, name: str) -> bool:
-        try:
-            self.custom_api.delete_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, self.namespace, JOBSETS, name,
-                                                            propagation_policy="Background")
-            return True
-        except ApiException as exc:
-            if exc.status == 404:
-                return True
-            log.warning("could not delete JobSet %s: %s", name, _api_error(exc))
-            return False
-        except (HTTPError, OSError) as exc:
-            log.warning("could not delete JobSet %s: %s", name, exc)
-            return False
+        return _deleted("JobSet", name, lambda: self.custom_api.delete_namespaced_custom_object(
+            JOBSET_GROUP, JOBSET_VERSION, self.namespace, JOBSETS, name, propagation_policy="Background"))
 
     # -- steps --------------------------------------------------------------------------
     @staticmethod
@@ -783,20 +773,9 @@ class KubernetesLauncher:
         return None
 
     def _delete(self, name: str) -> bool:
-        try:
-            self.batch_api.delete_namespaced_job(
-                name=name, namespace=self.namespace, grace_period_seconds=DELETE_GRACE_S,
-                propagation_policy="Background",
-            )
-            return True
-        except ApiException as exc:
-            if exc.status == 404:
-                return True
-            log.warning("could not delete Job %s: %s", name, _api_error(exc))
-            return False
-        except (HTTPError, OSError) as exc:
-            log.warning("could not delete Job %s: %s", name, exc)
-            return False
+        return _deleted("Job", name, lambda: self.batch_api.delete_namespaced_job(
+            name=name, namespace=self.namespace, grace_period_seconds=DELETE_GRACE_S,
+            propagation_policy="Background"))
 
     def _scan_log(
         self, inv: Invocation, log_path: Path, result_path: Path
@@ -893,6 +872,21 @@ def _api_error(exc: ApiException) -> str:
     except (ValueError, AttributeError):
         pass
     return f"{exc.status} {exc.reason}" + (f": {message}" if message else "")
+
+
+def _deleted(kind: str, name: str, delete: Callable[[], Any]) -> bool:
+    """Delete one object; True when it is gone (or already was), False with a warning otherwise."""
+    try:
+        delete()
+        return True
+    except ApiException as exc:
+        if exc.status == 404:
+            return True
+        log.warning("could not delete %s %s: %s", kind, name, _api_error(exc))
+        return False
+    except (HTTPError, OSError) as exc:
+        log.warning("could not delete %s %s: %s", kind, name, exc)
+        return False
 
 
 def missing_outputs(run_dir: Path, doc: Mapping[str, Any]) -> list[str]:
