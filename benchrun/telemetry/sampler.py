@@ -123,12 +123,17 @@ class Sampler:
         try:
             self.metadata.update(window_start=f"{self.started:.6f}", window_end=f"{self.stopped:.6f}",
                                  rate_hz=str(self.rate_hz), sampler_cpu_s=f"{self.cpu_s:.6f}")
+            meta = {k.encode(): v.encode() for k, v in self.metadata.items()}
             if self._writer is None:
-                schema = SAMPLE_SCHEMA.with_metadata({k.encode(): v.encode() for k, v in self.metadata.items()})
-                self._writer = pq.ParquetWriter(self._tmp, schema, compression="zstd")
-            self._flush()
-            self._writer.close()
-            self._rewrite_metadata()
+                # Nothing streamed yet (a suite shorter than FLUSH_EVERY ticks, the usual case): the
+                # file is written once, with the final window and cost already in its footer.
+                table = samples_table(self._buffer)
+                self._buffer = []
+                pq.write_table(table.replace_schema_metadata(meta), self._tmp, compression="zstd")
+            else:
+                self._flush()
+                self._writer.close()
+                self._rewrite_metadata()
             os.replace(self._tmp, self.path)
             self.path.chmod(0o644)
         finally:
