@@ -121,6 +121,26 @@ def test_recurate_replaces_and_dims_are_shared(tmp_path: Path) -> None:
     assert _count(tmp_path, "SELECT count(*) FROM serving_request_fact WHERE run_id='run-a'") == 60
 
 
+def test_views_built_once_until_a_partition_changes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchrun.warehouse import views
+
+    run_a, man_a = _stored_run(tmp_path, "run-a")
+    curate_run(run_a, tmp_path, man_a)
+    built = []
+    real = views.create_views
+    monkeypatch.setattr(views, "create_views", lambda con, home: built.append(home) or real(con, home))
+    assert _count(tmp_path, "SELECT count(*) FROM measurement_fact") == 9
+    assert _count(tmp_path, "SELECT count(*) FROM measurement_fact") == 9
+    assert len(built) == 1  # the second query reused the views
+    run_b, man_b = _stored_run(tmp_path, "run-b", gflops=(20.0,))
+    curate_run(run_b, tmp_path, man_b)  # new partitions: the views are rebuilt
+    assert _count(tmp_path, "SELECT count(*) FROM measurement_fact") == 18
+    assert len(built) == 2
+    curate_run(run_b, tmp_path, man_b)  # rewritten partitions (same content, new files): rebuilt too
+    assert _count(tmp_path, "SELECT count(*) FROM measurement_fact") == 18
+    assert len(built) == 3
+
+
 def test_absent_optional_files_give_empty_tables(tmp_path: Path) -> None:
     run_dir = make_run_dir(tmp_path, "run-min", replicates=1)
     for name in ("run-min_environment.json", "run-min_launches.json", "run-min_spec.yaml"):
