@@ -119,6 +119,20 @@ def test_verify_store_walks_every_run(bench_home: Path, monkeypatch) -> None:
     assert out.exit_code != 0 and "run run-b" in str(out.exception) and "run-a" not in str(out.exception)
 
 
+def test_verify_store_names_a_stored_run_by_its_own_location(bench_home: Path) -> None:
+    """A stored run without a run directory is named by where its objects are, not the template."""
+    import shutil
+
+    rd = make_sealed_run(bench_home, "run-c", stored=True)
+    shutil.rmtree(rd.path)
+    out = _verify("--store")
+    assert out.exit_code == 0, out.output
+    [line] = [ln for ln in out.output.splitlines() if ln.startswith("stored run run-c")]
+    assert "${RUN_ID}" not in line and "objects re-hashed: all match" in line
+    where = line.split("(manifest ", 1)[1].split(")", 1)[0]
+    assert where.startswith("file://") and Path(where[len("file://"):]).is_file() and "run-c" in where
+
+
 @pytest.mark.parametrize("template, message", [
     ("objects/${BENCHRUN_HOME}/${RUN_ID}/", "placeholder ${BENCHRUN_HOME} is not supported"),
     ("objects/${SSH_KEY}/", "placeholder ${SSH_KEY} is not supported"),

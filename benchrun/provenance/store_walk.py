@@ -50,7 +50,13 @@ def walk_store(public_key: Path | None, pinned: tuple[str, ...], home: Path | No
         except BenchrunError as exc:
             report.failures.append(f"run {rd.run_id}: {exc}")
             report.lines.append(f"run {rd.run_id}: FAILED: {exc}")
-    # Manifests in the stores that no run directory accounts for (latest version per run).
+    # Manifests in the stores that no run directory accounts for (latest version per run); the
+    # default store is walked even when no run directory is left to name it.
+    if None not in stores:
+        try:
+            stores[None] = open_store(None, home)
+        except BenchrunError as exc:
+            report.failures.append(f"default store: {exc}")
     for template, store in stores.items():
         for run_id in store.list_manifest_run_ids():
             try:
@@ -58,7 +64,8 @@ def walk_store(public_key: Path | None, pinned: tuple[str, ...], home: Path | No
                 if (run_id, manifest.digest) in seen:
                     continue
                 n = store.verify(manifest)
-                report.lines.append(f"stored run {run_id} ({store.uri}): {n} objects re-hashed: all match")
+                where = store.key_uri(store.manifest_key(run_id, manifest.digest))
+                report.lines.append(f"stored run {run_id} (manifest {where}): {n} objects re-hashed: all match")
             except BenchrunError as exc:
                 report.failures.append(f"stored run {run_id}: {exc}")
                 report.lines.append(f"stored run {run_id}: FAILED: {exc}")
