@@ -323,6 +323,9 @@ def show(run_id: str = typer.Argument(...), home: Optional[Path] = HomeOpt,
                 "spec_digest", "workload_spec_digest", "artifact_manifest_digest", "created_utc",
                 "started_utc", "finished_utc", "run_directory", "pinned_spec"):
         console.print(f"  {key}: {_fmt(st.get(key))}", markup=False)
+    if st.get("straggler_nodes"):
+        console.print(f"  straggler_nodes: {', '.join(map(str, st['straggler_nodes']))} "
+                      "(a rank there was a robust outlier in most replicates: see `benchrun playbook`)", markup=False)
     table = Table(title="conditions")
     for col in ("type", "status", "reason", "message", "lastTransitionTime"):
         table.add_column(col)
