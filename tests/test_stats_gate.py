@@ -196,6 +196,8 @@ def test_compare_exits_3_on_a_suspected_gating_regression(tmp_path, monkeypatch)
     assert runner.invoke(app, ["compare", "base", "same"]).exit_code == 0
     slow = runner.invoke(app, ["compare", "base", "slow"])
     assert slow.exit_code == 3 and "UnconfirmedRegression" in slow.output  # was 0
+    # the p column is two-sided, p adj of a gating row the Holm-adjusted one-sided gate p: said, not implied
+    assert "p 2-sided" in slow.output and "one-sided p in the regression direction" in slow.output
     js = runner.invoke(app, ["compare", "base", "slow", "--json"])
     assert js.exit_code == 3 and json.loads(js.output)[0]["verdict"] == "regression"
     drift = runner.invoke(app, ["compare", "base", "drift"])  # main() turns this into exit 4
@@ -394,3 +396,4 @@ def test_welch_fallback_keeps_its_level_under_heavy_tailed_noise():
             assert set(d.gate_test) == {"welch_t"}
             alarms += "regression" in d.verdict
         assert alarms / sims <= 0.05
+

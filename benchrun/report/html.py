@@ -288,12 +288,14 @@ def _details_html(run: Any, stats: Any, comparison: dict[str, Any] | None, cps: 
         cond = comparison.get("condition") or {}
         notes = (f"<p>RegressionDetected = <b>{_fmt(cond.get('status'))}</b> ({_fmt(cond.get('reason'))}): "
                  f"{_fmt(cond.get('message'))}</p>"
-                 + "".join(f"<p class='note'>{html.escape(str(n))}</p>" for n in comparison.get("notes", [])))
+                 + "".join(f"<p class='note'>{html.escape(str(n))}</p>" for n in comparison.get("notes", []))
+                 + "<p class='note'>p adj: gating rows are Holm-adjusted over the one-sided p in the regression "
+                 "direction (the gate); other rows Benjamini–Hochberg over the two-sided p.</p>")
         parts.append(block(f"Comparison with {comparison.get('baseline')} ({len(comparison['metrics'])} metrics)",
                            notes + _table(comparison["metrics"], [
                                ("metric", "metric"), ("gating", "gating"), ("baseline_median", "baseline"),
                                ("candidate_median", "candidate"), ("ratio", "ratio (↑ better)"), ("ci_low", "CI low"),
-                               ("ci_high", "CI high"), ("p_value", "p"), ("p_adjusted", "p adj"),
+                               ("ci_high", "CI high"), ("p_value", "p 2-sided"), ("p_adjusted", "p adj"),
                                ("correction", "correction"), ("delta_pct", "δ %"), ("verdict", "verdict"),
                                ("confirmation", "confirmation"), ("note", "note")], "comparison")))
     elif comparison:

@@ -67,7 +67,7 @@ def compare(
     console = make_console()
     console.print(escape(gate.message()))
     table = Table(title=f"{candidate} vs {baseline} (confidence {result.confidence:.0%}; ratio > 1 is better)")
-    for col in ("metric", "gating", "baseline", "candidate", "ratio", "interval", "p", "p adj", "verdict"):
+    for col in ("metric", "gating", "baseline", "candidate", "ratio", "interval", "p 2-sided", "p adj", "verdict"):
         table.add_column(col, justify="left" if col in ("metric", "verdict") else "right")
     colors = {"regression": "red", "improvement": "green", "no_change": "blue", "inconclusive": "white"}
     for r in records:
@@ -77,11 +77,16 @@ def compare(
             _num(r["p_adjusted"]), f"[{colors[r['verdict']]}]{r['verdict']}[/]",
         )
     console.print(table)
+    console.print(P_ADJ_NOTE)
     for note in result.notes:
         console.print(f"note: {escape(note)}")
     cond = result.condition()
     console.print(escape(f"RegressionDetected={cond['status']} ({cond['reason']}): {cond['message']}"))
     _exit(result)
+
+
+P_ADJ_NOTE = ("p adj: gating rows (★) are Holm-adjusted over the one-sided p in the regression direction "
+              "(the gate); other rows Benjamini–Hochberg over the two-sided p.")
 
 
 def _effect_cells(r: dict) -> tuple[str, str]:
