@@ -156,9 +156,29 @@ def test_assets_and_checks_materialize(home):
     assert (home / "runs" / "cand" / "reports" / "cand_report.html").is_file()
     # lineage breaks when a raw file changes after the manifest
     (home / "runs" / "cand" / "raw" / "cand_gemm_r1.log").write_text("tampered\n")
-    res2 = dg.materialize([*partitioned[:1], *stats_checks[:4]], instance=inst, partition_key="cand")
+    res2 = dg.materialize([*partitioned[:1], *stats_checks[:1]], instance=inst, partition_key="cand")
     lin = {e.check_name: e for e in res2.get_asset_check_evaluations()}["lineage_complete"]
     assert not lin.passed and lin.metadata["gaps"].value == 1
+
+
+def test_a_check_that_raises_does_not_hide_the_others(home, monkeypatch):
+    """The trial_statistics checks share one step: one that raises fails the step, the others still report."""
+    from bench_assets import stats_assets
+
+    make_run(home, "cand", _metrics(np.random.default_rng(4)))
+    inst = dg.DagsterInstance.ephemeral()
+    inst.add_dynamic_partitions("benchmark_run", ["cand"])
+
+    def boom(run_id):
+        raise RuntimeError("broken check")
+
+    monkeypatch.setitem(stats_assets.TRIAL_STATISTICS_CHECKS, "no_outliers", boom)
+    res = dg.materialize([stats_assets.trial_statistics, stats_assets.trial_statistics_checks], instance=inst,
+                         partition_key="cand", raise_on_error=False)
+    assert not res.success
+    names = sorted(e.check_name for e in res.get_asset_check_evaluations())
+    assert names == ["enough_replicates", "interval_width_within_budget", "lineage_complete",
+                     "p99_has_enough_requests"]
 
 
 def test_confirm_resource_confirms_regression(home):
