@@ -397,3 +397,18 @@ def test_welch_fallback_keeps_its_level_under_heavy_tailed_noise():
             alarms += "regression" in d.verdict
         assert alarms / sims <= 0.05
 
+
+
+def test_constant_arms_can_gate_in_a_large_family(tmp_path):
+    """Both arms without spread (counters, quantised timers): the exact rank test cannot reach
+    α/18 at 5 vs 5 and Welch's t was undefined, so a certain 10 % drop stayed inconclusive."""
+    from benchrun.stats.analysis import compare_runs
+
+    names = [f"m{i}_per_s" for i in range(18)]
+    prim = {"spec": {"metrics": {"inference": {"primary": names}}}}
+    base = {("s", "", n): ([100.0] * 5, "1/s", "higher") for n in names}
+    cand = {**base, ("s", "", names[0]): ([90.0] * 5, "1/s", "higher")}
+    _, res = compare_runs(make_run(tmp_path, "base", base, spec=prim), make_run(tmp_path, "cand", cand, spec=prim))
+    rows = res.rows.set_index("name")
+    assert rows.loc[names[0], "verdict"] == "regression"  # was inconclusive
+    assert not (rows.loc[names[1:], "verdict"] == "regression").any()

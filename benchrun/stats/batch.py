@@ -25,7 +25,8 @@ FIELDS = ("shift", "shift_low", "shift_high", "ci_coverage", "ci_coverage_kind",
 
 
 def _welch_lower(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Row-wise one-sided Welch p for "x lower than y" (NaN where undefined)."""
+    """Row-wise one-sided Welch p for "x lower than y" (NaN where undefined; the limit where
+    neither arm varies)."""
     n, m = x.shape[1], y.shape[1]
     vx = x.var(axis=1, ddof=1) / n
     vy = y.var(axis=1, ddof=1) / m
@@ -36,6 +37,10 @@ def _welch_lower(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         t = (x.mean(axis=1)[ok] - y.mean(axis=1)[ok]) / np.sqrt(se2[ok])
         df = se2[ok] ** 2 / (vx[ok] ** 2 / (n - 1) + vy[ok] ** 2 / (m - 1))
         out[ok] = stats.t.cdf(t, df)
+    const = se2 == 0  # neither arm varies: the limit of t (see effects.welch_lower)
+    if const.any():
+        d = x.mean(axis=1)[const] - y.mean(axis=1)[const]
+        out[const] = np.where(d < 0, 0.0, np.where(d > 0, 1.0, 0.5))
     return out
 
 

@@ -96,14 +96,19 @@ def hodges_lehmann(x: Sequence[float], y: Sequence[float], confidence: float) ->
 
 
 def welch_lower(x: Sequence[float], y: Sequence[float]) -> float:
-    """One-sided Welch t p-value for "x has a lower mean than y"; NaN when undefined
-    (fewer than 2 values in an arm, or no variance in either)."""
+    """One-sided Welch t p-value for "x has a lower mean than y"; NaN when undefined (fewer
+    than 2 values in an arm); the limit 0, 1 or 0.5 when neither arm varies."""
     xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     n, m = xa.size, ya.size
     if n < 2 or m < 2:
         return math.nan
     vx, vy = xa.var(ddof=1) / n, ya.var(ddof=1) / m
     se2 = vx + vy
+    if se2 == 0:
+        # No spread in either arm: the data say the difference is certain (t is ±inf), so
+        # p is 0 or 1; equal constants are no evidence either way.
+        d = xa.mean() - ya.mean()
+        return 0.0 if d < 0 else 1.0 if d > 0 else 0.5
     if not se2 > 0:
         return math.nan
     t = (xa.mean() - ya.mean()) / math.sqrt(se2)
