@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
@@ -59,11 +59,9 @@ def parse_telemetry_name(name: str) -> tuple[str, str, int, str] | None:
 
 def samples_table(samples: Iterable[Sample]) -> pa.Table:
     cols: dict[str, list] = {name: [] for name in SAMPLE_SCHEMA.names}
-    for s in samples:
-        row = asdict(s)
-        row["ts"] = int(round(s.ts * 1_000_000))
+    for s in samples:  # plain getattr: every field is a scalar, and asdict deep-copies each one
         for name in SAMPLE_SCHEMA.names:
-            cols[name].append(row[name])
+            cols[name].append(int(round(s.ts * 1_000_000)) if name == "ts" else getattr(s, name))
     arrays = []
     for field in SAMPLE_SCHEMA:
         if field.name == "ts":
