@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import warnings
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import typer
 
@@ -154,6 +155,18 @@ def reap(console: Any, instance: Any) -> None:
         console.print(reason, markup=False)
 
 
+@contextlib.contextmanager
+def _env_default(name: str, value: str) -> Iterator[None]:
+    """``os.environ.setdefault(name, value)`` for the duration of the block."""
+    had = name in os.environ
+    os.environ.setdefault(name, value)
+    try:
+        yield
+    finally:
+        if not had:
+            os.environ.pop(name, None)
+
+
 def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Optional[Path] = HomeOpt,
         no_wait: bool = typer.Option(False, "--no-wait",
                                      help="Refuse (exit 1) instead of waiting while another benchmark runs.")) -> None:
@@ -191,9 +204,10 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
             # The last run's report figures may still be drawing: a benchmark must not share the
             # machine with them. This command draws its own after the status is final.
             worker.wait_for_workers(rd.home)
-            os.environ.setdefault(worker.ENV, "background")
             display = ProgressDisplay(prepared.run_dir / "progress" / "run_progress.json")
-            with display:
+            # Only this command's run draws figures in the background: the setting is restored
+            # afterwards, so a process that goes on (a test, an embedding program) is not switched.
+            with display, _env_default(worker.ENV, "background"):
                 result = sub.execute(prepared, instance=instance)
         if not result.success:
             reason = _failure_reason(result)

@@ -355,3 +355,25 @@ def test_cli_run_refuses_while_another_run_holds_the_turn(bench_home, canary_doc
     [run_dir] = (bench_home / "runs").iterdir()
     st = json.loads((run_dir / "status.json").read_text())
     assert st["phase"] == "Failed" and "holder-run" in st["message"]
+
+
+def test_cli_run_draws_figures_in_the_background_only_for_itself(bench_home, canary_doc, write_spec,
+                                                                  monkeypatch) -> None:
+    """`benchrun run` switched BENCHRUN_REPORT_FIGURES to background for the whole process: later
+    in-process runs (tests, an embedding program) then raced the detached figure worker."""
+    from typer.testing import CliRunner
+
+    from benchrun.cli import app
+    from benchrun.report import worker
+
+    monkeypatch.delenv(worker.ENV, raising=False)
+    seen = []
+
+    def fake_execute(prepared, **kw):
+        seen.append(os.environ.get(worker.ENV))
+        raise BenchrunError("stop here")
+
+    monkeypatch.setattr(sub, "execute", fake_execute)
+    CliRunner().invoke(app, ["run", str(write_spec(canary_doc))])
+    assert seen == ["background"]
+    assert worker.ENV not in os.environ
