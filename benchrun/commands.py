@@ -47,7 +47,11 @@ def summary_rows(run_dir: Path, run_id: str) -> list[dict[str, Any]]:
         rows = json.loads(path.read_text(encoding="utf-8"))
     except (FileNotFoundError, json.JSONDecodeError):
         return []
-    return summarise([LaunchResult(**r) for r in rows])
+    try:
+        return summarise([LaunchResult(**r) for r in rows])
+    except (TypeError, AttributeError) as exc:  # rows of another shape: a damaged or foreign file
+        raise BenchrunError(f"{path}: not a list of launch records ({exc}); the run's other files are "
+                            "unaffected (benchrun show RUN_ID --json prints its status)") from None
 
 
 def print_headline(console: Any, run_dir: Path, run_id: str) -> bool:

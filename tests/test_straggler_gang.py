@@ -83,16 +83,3 @@ def test_straggler_nodes_reach_the_custom_resource_status() -> None:
     assert status["stragglerNodes"] == ["node-b"]
     assert status_from_run({"phase": "Succeeded", "straggler_nodes": []}, ref)["stragglerNodes"] == []
 
-
-def test_show_names_the_straggler_nodes(bench_home) -> None:
-    """`benchrun show` says which nodes the run named as stragglers (they were only in status.json)."""
-    from typer.testing import CliRunner
-
-    from benchrun.cli import app
-    from benchrun.rundir import RunDir
-
-    rd = RunDir(bench_home, "gang-run").create()
-    rd.write_status({"run_id": "gang-run", "phase": "Succeeded", "conditions": [], "straggler_nodes": ["vm-node1"]})
-    out = CliRunner().invoke(app, ["show", "gang-run"], env={"BENCHRUN_HOME": str(bench_home), "COLUMNS": "200"})
-    assert out.exit_code == 0, out.output
-    assert "straggler_nodes: vm-node1" in out.output
