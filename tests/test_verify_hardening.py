@@ -137,6 +137,8 @@ def test_verify_store_names_a_stored_run_by_its_own_location(bench_home: Path) -
     ("objects/${BENCHRUN_HOME}/${RUN_ID}/", "placeholder ${BENCHRUN_HOME} is not supported"),
     ("objects/${SSH_KEY}/", "placeholder ${SSH_KEY} is not supported"),
     ("../../x/${RUN_ID}/", "'..' is not allowed"),
+    # admission and opening the store read a template the same way (a host passed admission)
+    ("file://otherhost/x/${RUN_ID}/", "file:// URI names host 'otherhost'"),
 ])
 def test_path_template_is_checked_at_admission(canary_doc, write_spec, bench_home, template, message) -> None:
     """An unsupported placeholder was caught only after the whole run; '..' wrote outside the home."""

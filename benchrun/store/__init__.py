@@ -100,6 +100,12 @@ def open_store(
             base, prefix = "", key
         return S3Store(parsed.netloc, base, prefix, retention_days=retention_days, lock_mode=lock_mode,
                        endpoint_url=endpoint_url)
+    return LocalStore(*_local_root(path_template, parsed, home, field))
+
+
+def _local_root(path_template: str, parsed: urllib.parse.ParseResult, home: Path, field: str) -> tuple[Path, str]:
+    """(root, per-run prefix template) of a local store's ``file://`` or plain-path template,
+    confined to the home or the operator's roots; the one reading admission and opening share."""
     if parsed.scheme == "file":
         if parsed.netloc not in ("", "localhost"):
             raise BenchrunError(f"{field}: file:// URI names host {parsed.netloc!r}; use file:///absolute/path")
@@ -113,9 +119,9 @@ def open_store(
         base, prefix = str(Path(base).parent) + "/", Path(base).name + prefix
     root = Path(base or ".")
     if not root.is_absolute():
-        root = home / root
-    confine_local_root(root, prefix, home, field)
-    return LocalStore(root, prefix)
+        root = Path(home) / root
+    confine_local_root(root, prefix, Path(home), field)
+    return root, prefix
 
 
 STORE_ROOTS_ENV = "BENCHRUN_STORE_ROOTS"
@@ -147,17 +153,7 @@ def check_path_template(path_template: str | None, home: Path) -> None:
     if parsed.scheme == "s3":
         _split_template(parsed.path.lstrip("/"), field)
         return
-    if parsed.scheme == "file":
-        raw = urllib.parse.unquote(parsed.path)
-    elif parsed.scheme == "":
-        raw = path_template
-    else:
-        raise BenchrunError(f"{field}: scheme {parsed.scheme}:// is not supported; use s3://, file:// or a path")
-    base, prefix = _split_template(raw, field)
-    if base and not base.endswith("/") and prefix:
-        base, prefix = str(Path(base).parent) + "/", Path(base).name + prefix
-    root = Path(base or ".")
-    confine_local_root(root if root.is_absolute() else Path(home) / root, prefix, Path(home), field)
+    _local_root(path_template, parsed, Path(home), field)
 
 
 def portable_address(uri: str, key: str) -> str:
