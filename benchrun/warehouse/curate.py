@@ -248,7 +248,6 @@ def measurement_rows(src: RunSources) -> list[dict[str, Any]]:
 
 def serving_outcome_rows(src: RunSources) -> list[dict[str, Any]]:
     rows = []
-    types = dict(SERVING_SCALAR_COLUMNS)
     for relpath, doc in src.results:
         serving = doc.get("serving") or []
         if not serving:
@@ -260,16 +259,8 @@ def serving_outcome_rows(src: RunSources) -> list[dict[str, Any]]:
                 continue
             row = _keys(src, **_launch_keys(src, suite, rep), benchmark_case_id=doc.get("benchmark_case_id"))
             row.update(layer=_layer(src, doc), suite=suite, replicate=rep, synthetic=bool(doc.get("synthetic", False)))
-            for name, dtype in types.items():
-                value = point.get(name)
-                if pa.types.is_floating(dtype):
-                    row[name] = _num(value)
-                elif pa.types.is_integer(dtype):
-                    row[name] = int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-                elif pa.types.is_list(dtype):
-                    row[name] = [str(v) for v in value] if isinstance(value, list) else None
-                else:
-                    row[name] = _str(value)
+            for name, dtype in SERVING_SCALAR_COLUMNS:
+                row[name] = _typed(point.get(name), dtype)
             for name, _ in SERVING_DISTRIBUTION_COLUMNS:
                 row[name] = _num(point.get(name))
             row.update(lineage)
@@ -282,6 +273,8 @@ def _typed(value: Any, dtype: pa.DataType) -> Any:
         return _num(value)
     if pa.types.is_integer(dtype):
         return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    if pa.types.is_list(dtype):
+        return [str(v) for v in value] if isinstance(value, list) else None
     return _str(value)
 
 
