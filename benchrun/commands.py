@@ -208,6 +208,10 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
             # The last run's report figures may still be drawing: a benchmark must not share the
             # machine with them. This command draws its own after the status is final.
             worker.wait_for_workers(rd.home)
+            from benchrun.envcapture import open_background_window
+
+            # Our turn: the before-run load sample covers the start-up from here (ours left out).
+            open_background_window("before")
             display = ProgressDisplay(prepared.run_dir / "progress" / "run_progress.json")
             # Only this command's run draws figures in the background: the setting is restored
             # afterwards, so a process that goes on (a test, an embedding program) is not switched.

@@ -248,30 +248,60 @@ def _process_cpu() -> dict[int, tuple[str, float]]:
     return snap
 
 
-def sample_background_load(interval_s: float = 0.5, top: int = 5) -> dict[str, Any]:
-    """Load average now, and over ``interval_s`` the CPU share used by processes other than ours.
+# Background-load windows opened ahead of the sample (see ``open_background_window``):
+# name -> (monotonic start, per-process CPU seconds, machine CPU times).
+_WINDOWS: dict[str, tuple[float, dict[int, tuple[str, float]], Any]] = {}
+# A window older than this describes another moment than the one sampled: not used.
+MAX_WINDOW_S = 300.0
 
-    Shares are fractions of the whole machine's CPU capacity (all logical cores);
-    ``top_other_processes`` gives the busiest others in percent of one core.
+
+def open_background_window(name: str) -> None:
+    """Start the background-load window ``name`` now, so that the sample taken later under
+    that name (``sample_background_load(window=name)``) covers the time in between instead of
+    sleeping for its interval: ``before`` opens when ``benchrun run`` starts (the sample is
+    taken at admission, after start-up), ``after`` when a layer's last suite ends (the
+    sample is taken when the evidence is recorded). Our own processes are left out of the
+    sample, so the work we do inside the window does not count as background load."""
+    import psutil
+
+    _WINDOWS[name] = (time.monotonic(), _process_cpu(), psutil.cpu_times())
+
+
+def sample_background_load(interval_s: float = 0.5, top: int = 5, *, window: str | None = None) -> dict[str, Any]:
+    """Load average now, and over at least ``interval_s`` the CPU share used by processes
+    other than ours.
+
+    The interval starts now and is slept through, or started earlier with
+    ``open_background_window(window)`` (at most ``MAX_WINDOW_S`` ago), in which case only
+    what is missing of ``interval_s`` is slept. Shares are fractions of the whole machine's
+    CPU capacity (all logical cores); ``cpu_busy_share`` leaves out our own processes'
+    CPU; ``top_other_processes`` gives the busiest others in percent of one core.
     """
     import psutil
 
+    opened = _WINDOWS.pop(window, None) if window else None
+    if opened is not None and time.monotonic() - opened[0] > MAX_WINDOW_S:
+        opened = None
+    if opened is None:
+        t0, before, before_sys = time.monotonic(), _process_cpu(), psutil.cpu_times()
+    else:
+        t0, before, before_sys = opened
+    remaining = interval_s - (time.monotonic() - t0)
+    if remaining > 0:
+        time.sleep(remaining)
     own = _own_pids()
-    before_sys = psutil.cpu_times()
-    before = _process_cpu()
-    t0 = time.monotonic()
-    time.sleep(interval_s)
     after = _process_cpu()
     after_sys = psutil.cpu_times()
     elapsed = time.monotonic() - t0
     total = sum(after_sys) - sum(before_sys)
     idle = (after_sys.idle - before_sys.idle) + (getattr(after_sys, "iowait", 0.0) - getattr(before_sys, "iowait", 0.0))
     deltas = []
+    own_cpu = 0.0
     for pid, (name, cpu) in after.items():
-        if pid in own or pid not in before:
-            continue
-        d = cpu - before[pid][1]
-        if d > 0:
+        d = cpu - before[pid][1] if pid in before else (cpu if pid in own else 0.0)
+        if pid in own:
+            own_cpu += max(0.0, d)
+        elif pid in before and d > 0:
             deltas.append((d, pid, name))
     others = sum(d for d, _, _ in deltas)
     deltas.sort(reverse=True)
@@ -282,7 +312,7 @@ def sample_background_load(interval_s: float = 0.5, top: int = 5) -> dict[str, A
         "load_average_1m": load1,
         "load_average_5m": load5,
         "load_average_15m": load15,
-        "cpu_busy_share": max(0.0, min(1.0, (total - idle) / total)) if total > 0 else None,
+        "cpu_busy_share": max(0.0, min(1.0, (total - idle - own_cpu) / total)) if total > 0 else None,
         "other_processes_cpu_share": max(0.0, min(1.0, others / total)) if total > 0 else None,
         "top_other_processes": [{"pid": pid, "name": name, "cpu_pct": round(100.0 * d / elapsed, 1)}
                                 for d, pid, name in deltas[:top]],
@@ -344,7 +374,7 @@ def capture_environment(*, load_interval_s: float = 0.5) -> dict[str, Any]:
         "gpus": gpus,
         "gpu_unavailable_reason": reason,
         "gpu_runtime": runtime,
-        "background_load": {"before": sample_background_load(load_interval_s), "after": None},
+        "background_load": {"before": sample_background_load(load_interval_s, window="before"), "after": None},
     }
     inputs = key_inputs(doc)
     doc["key_inputs"] = inputs
@@ -377,6 +407,6 @@ def write_environment(run_dir: str | os.PathLike[str], run_id: str, *, when: str
         except (OSError, json.JSONDecodeError) as exc:
             raise BenchrunError(f"{path}: cannot read the environment document to add the after-run load ({exc})") from None
     if when == "after":
-        doc["background_load"]["after"] = sample_background_load(load_interval_s)
+        doc["background_load"]["after"] = sample_background_load(load_interval_s, window="after")
     log.info("environment %s: hardware_key %s software_key %s", path, doc["hardware_key"][:12], doc["software_key"][:12])
     return atomic_write_json(path, doc)

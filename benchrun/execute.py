@@ -178,6 +178,9 @@ def run_layer(
         progress.finish(res)
         if on_result:
             on_result(res)
+    from benchrun.envcapture import open_background_window
+
+    open_background_window("after")  # the after-run load sample covers the time from here
     record_launches(run_dir, plan.name, results)
     outcome = LayerOutcome(plan.name, layer_status(results), results)
     _record_layer(run_dir, outcome)

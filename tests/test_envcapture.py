@@ -138,3 +138,58 @@ def test_a_busy_foreign_process_shows_in_the_background_load() -> None:
             os.kill(spinner, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def _burn(seconds: float) -> None:
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+def test_an_opened_window_is_sampled_without_sleeping_and_leaves_our_own_work_out() -> None:
+    from benchrun import envcapture
+
+    envcapture.open_background_window("before")
+    _burn(0.6)  # our start-up work inside the window
+    t0 = time.monotonic()
+    load = sample_background_load(0.5, window="before")
+    assert time.monotonic() - t0 < 0.4  # the window is older than the interval: no sleep
+    assert load["interval_s"] >= 0.6
+    assert os.getpid() not in [p["pid"] for p in load["top_other_processes"]]
+    # A window is used once; the next sample under the name sleeps for its interval.
+    t0 = time.monotonic()
+    again = sample_background_load(0.3, window="before")
+    assert time.monotonic() - t0 >= 0.3 and again["interval_s"] >= 0.3
+
+
+def test_a_young_window_is_topped_up_and_a_stale_one_is_not_used(monkeypatch) -> None:
+    from benchrun import envcapture
+
+    envcapture.open_background_window("after")
+    load = sample_background_load(0.4, window="after")
+    assert 0.4 <= load["interval_s"] < 1.5
+    envcapture.open_background_window("after")
+    start, procs, sys_times = envcapture._WINDOWS["after"]
+    envcapture._WINDOWS["after"] = (start - envcapture.MAX_WINDOW_S - 1, procs, sys_times)
+    load = sample_background_load(0.3, window="after")
+    assert 0.3 <= load["interval_s"] < 1.5  # sampled now, not over the stale window
+
+
+def test_our_own_cpu_in_the_window_is_not_background_load(monkeypatch) -> None:
+    from collections import namedtuple
+
+    from benchrun import envcapture
+
+    Times = namedtuple("Times", "user system idle iowait")
+    me, other = os.getpid(), 999_999
+    snaps = iter([{me: ("python", 1.0), other: ("noisy", 2.0)}, {me: ("python", 3.0), other: ("noisy", 2.5)}])
+    times = iter([Times(10.0, 0.0, 10.0, 0.0), Times(13.0, 0.0, 11.0, 0.0)])  # 4 s of CPU, 1 idle
+    monkeypatch.setattr(envcapture, "_process_cpu", lambda: next(snaps))
+    monkeypatch.setattr(psutil, "cpu_times", lambda: next(times))
+    monkeypatch.setattr(envcapture, "_own_pids", lambda: {me})
+    envcapture.open_background_window("before")
+    load = sample_background_load(0.0, window="before")
+    # 3 s busy, 2 of them ours: 1 s of the 4 is background; the other process used 0.5 s.
+    assert load["cpu_busy_share"] == pytest.approx(0.25)
+    assert load["other_processes_cpu_share"] == pytest.approx(0.125)
+    assert [p["pid"] for p in load["top_other_processes"]] == [other]
