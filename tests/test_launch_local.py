@@ -168,3 +168,35 @@ def test_suite_prints_its_result_line_for_pods(run_dir):
     doc = json.loads(lines[0])[RESULT_KEY]
     assert doc == json.loads((run_dir / res.result).read_text())
     assert doc["metrics"][0]["value"] == 42.0
+
+
+def test_the_wait_ends_when_the_suite_exits_not_on_a_poll_tick():
+    """A suite's wall ends at its exit: Popen.wait(timeout) would notice it up to 50 ms late."""
+    import statistics
+    import subprocess
+
+    from benchrun.launch.local import wait_exit
+
+    late = []
+    for d in (0.29, 0.33, 0.37, 0.41, 0.45):  # exits between Popen.wait's 50 ms polls
+        code = f"import os, time; time.sleep({d}); os.write(1, repr(time.time()).encode()); os._exit(0)"
+        proc = subprocess.Popen([sys.executable, "-S", "-c", code], stdout=subprocess.PIPE)
+        assert wait_exit(proc, 30.0) == 0
+        returned = time.time()
+        late.append(returned - float(proc.stdout.read()))
+        proc.stdout.close()
+    assert statistics.median(late) < 0.008, late
+
+
+def test_the_wait_times_out():
+    import subprocess
+
+    from benchrun.launch.local import wait_exit
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            wait_exit(proc, 0.3)
+    finally:
+        proc.kill()
+        proc.wait()
