@@ -191,13 +191,13 @@ class RunDir:
     def write_manifest(self, *, status: str, issues: list[str], suite_steps: dict[str, Any],
                        nodes: list[dict[str, str]] | None = None) -> dict[str, Any]:
         """Hash every file (except the manifest itself) and write manifest version 2."""
+        root = self.path  # resolved once, not per file
         files = sorted(
-            p.relative_to(self.path).as_posix()
-            for p in self.path.rglob("*")
+            rel for p in root.rglob("*")
             if p.is_file() and p.name != "manifest.json" and not p.name.startswith(".")
-            and p.relative_to(self.path).as_posix() not in MUTABLE_FILES
+            and (rel := p.relative_to(root).as_posix()) not in MUTABLE_FILES
         )
-        sha = {rel: sha256_file(self.path / rel) for rel in files}
+        sha = {rel: sha256_file(root / rel) for rel in files}
         roles = {rel: artifact_role(rel) for rel in files}
         counts: dict[str, int] = {}
         for role in roles.values():

@@ -154,6 +154,9 @@ def iter_run_files(run_dir: Path, exclude: Iterable[str] = ()) -> Iterator[tuple
     yield from sorted(found)
 
 
+PUT_WORKERS = 8  # files stored at once by put_run_dir
+
+
 class ArtifactStore(ABC):
     """A write-once, content-addressed object store for run directories."""
 
@@ -210,14 +213,22 @@ class ArtifactStore(ABC):
         validate_run_id(run_id)
         run_dir = Path(run_dir)
         prefix = self.run_prefix(run_id)
-        entries: list[ObjectEntry] = []
-        written = 0
-        for rel, full in iter_run_files(run_dir, exclude):
+        def put(item: tuple[str, Path]) -> tuple[ObjectEntry, bool]:
+            rel, full = item
             digest = sha256_file(full)
             key = object_key(prefix, digest)
-            if self._put_file(key, full, digest):
-                written += 1
-            entries.append(ObjectEntry(rel, digest, full.stat().st_size, key, self.key_uri(key)))
+            new = self._put_file(key, full, digest)
+            return ObjectEntry(rel, digest, full.stat().st_size, key, self.key_uri(key)), new
+
+        # Files are stored side by side: each is a wait on the disk (fsync) or the network
+        # (an S3 request), not on the CPU, and a run has hundreds of small ones. Each object
+        # is written on its own and the manifest, which names them, only after all of them.
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=PUT_WORKERS, thread_name_prefix="store-put") as pool:
+            done = list(pool.map(put, iter_run_files(run_dir, exclude)))
+        entries = [entry for entry, _ in done]
+        written = sum(new for _, new in done)
         manifest = ObjectManifest(
             run_id=run_id,
             store_uri=self.uri,
