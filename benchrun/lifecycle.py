@@ -127,13 +127,15 @@ def record_evidence(rd: RunDir, loaded: Any, open_store_for: Callable[[str, int 
     from benchrun.envcapture import write_environment
     from benchrun.store import open_store, retention_days_for_class
 
-    write_environment(rd.path, rd.run_id, when="after")  # background load after the suites
     outcome, issues = settle_layers(rd)
     rd.update_status(outcome=outcome, issues=issues)
     from benchrun.telemetry.conditions import apply_run_conditions
 
     apply_run_conditions(rd)  # TelemetryCollected, ReplicatesUncontended (publication: guarantee)
     rd.set_phase("Analyzing")
+    # The background load after the suites, over a window opened when the last one ended
+    # (it covers the work above), written before the manifest that hashes it.
+    write_environment(rd.path, rd.run_id, when="after")
     layers = rd.read_status().get("layers", {})
     steps = {name: {"status": st["status"], "planned": st.get("launches", 0), "ok": st.get("ok", 0),
                     "failed": st.get("failed", 0)} for name, st in layers.items()}
