@@ -211,7 +211,7 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
             from benchrun.envcapture import open_background_window
 
             # Our turn: the before-run load sample covers the start-up from here (ours left out).
-            open_background_window("before")
+            open_background_window("before", rd.run_id)
             display = ProgressDisplay(prepared.run_dir / "progress" / "run_progress.json")
             # Only this command's run draws figures in the background: the setting is restored
             # afterwards, so a process that goes on (a test, an embedding program) is not switched.

@@ -249,33 +249,43 @@ def _process_cpu() -> dict[int, tuple[str, float]]:
 
 
 # Background-load windows opened ahead of the sample (see ``open_background_window``):
-# name -> (monotonic start, per-process CPU seconds, machine CPU times).
-_WINDOWS: dict[str, tuple[float, dict[int, tuple[str, float]], Any]] = {}
+# (name, run id) -> (monotonic start, per-process CPU seconds, machine CPU times, CPU of
+# this process's reaped children).
+_WINDOWS: dict[tuple[str, str], tuple[float, dict[int, tuple[str, float]], Any, float]] = {}
 # A window older than this describes another moment than the one sampled: not used.
 MAX_WINDOW_S = 300.0
 
 
-def open_background_window(name: str) -> None:
-    """Start the background-load window ``name`` now, so that the sample taken later under
-    that name (``sample_background_load(window=name)``) covers the time in between instead of
-    sleeping for its interval: ``before`` opens when ``benchrun run`` starts (the sample is
-    taken at admission, after start-up), ``after`` when a layer's last suite ends (the
-    sample is taken when the evidence is recorded). Our own processes are left out of the
-    sample, so the work we do inside the window does not count as background load."""
+def _reaped_children_cpu() -> float:
     import psutil
 
-    _WINDOWS[name] = (time.monotonic(), _process_cpu(), psutil.cpu_times())
+    t = psutil.Process().cpu_times()
+    return t.children_user + t.children_system
 
 
-def sample_background_load(interval_s: float = 0.5, top: int = 5, *, window: str | None = None) -> dict[str, Any]:
+def open_background_window(name: str, run_id: str) -> None:
+    """Start run ``run_id``'s background-load window ``name`` now, so that the sample taken
+    later (``sample_background_load(window=(name, run_id))``) covers the time in between
+    instead of sleeping for its interval: ``before`` opens when ``benchrun run`` gets its
+    turn (the sample is taken at admission, after start-up), ``after`` when a layer's last
+    suite ends (the sample is taken when the evidence is recorded). Our own processes are
+    left out of the sample, so the work we do inside the window is not background load."""
+    import psutil
+
+    _WINDOWS[(name, run_id)] = (time.monotonic(), _process_cpu(), psutil.cpu_times(), _reaped_children_cpu())
+
+
+def sample_background_load(interval_s: float = 0.5, top: int = 5, *,
+                           window: tuple[str, str] | None = None) -> dict[str, Any]:
     """Load average now, and over at least ``interval_s`` the CPU share used by processes
     other than ours.
 
     The interval starts now and is slept through, or started earlier with
-    ``open_background_window(window)`` (at most ``MAX_WINDOW_S`` ago), in which case only
+    ``open_background_window(*window)`` (at most ``MAX_WINDOW_S`` ago), in which case only
     what is missing of ``interval_s`` is slept. Shares are fractions of the whole machine's
-    CPU capacity (all logical cores); ``cpu_busy_share`` leaves out our own processes'
-    CPU; ``top_other_processes`` gives the busiest others in percent of one core.
+    CPU capacity (all logical cores); ``cpu_busy_share`` leaves out our own processes' CPU
+    (children reaped meanwhile included); ``top_other_processes`` gives the busiest others
+    in percent of one core.
     """
     import psutil
 
@@ -283,9 +293,9 @@ def sample_background_load(interval_s: float = 0.5, top: int = 5, *, window: str
     if opened is not None and time.monotonic() - opened[0] > MAX_WINDOW_S:
         opened = None
     if opened is None:
-        t0, before, before_sys = time.monotonic(), _process_cpu(), psutil.cpu_times()
+        t0, before, before_sys, reaped0 = time.monotonic(), _process_cpu(), psutil.cpu_times(), _reaped_children_cpu()
     else:
-        t0, before, before_sys = opened
+        t0, before, before_sys, reaped0 = opened
     remaining = interval_s - (time.monotonic() - t0)
     if remaining > 0:
         time.sleep(remaining)
@@ -296,7 +306,7 @@ def sample_background_load(interval_s: float = 0.5, top: int = 5, *, window: str
     total = sum(after_sys) - sum(before_sys)
     idle = (after_sys.idle - before_sys.idle) + (getattr(after_sys, "iowait", 0.0) - getattr(before_sys, "iowait", 0.0))
     deltas = []
-    own_cpu = 0.0
+    own_cpu = max(0.0, _reaped_children_cpu() - reaped0)
     for pid, (name, cpu) in after.items():
         d = cpu - before[pid][1] if pid in before else (cpu if pid in own else 0.0)
         if pid in own:
@@ -350,8 +360,9 @@ def key_inputs(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {"hardware": hardware, "software": software}
 
 
-def capture_environment(*, load_interval_s: float = 0.5) -> dict[str, Any]:
-    """Everything in the module docstring, with ``background_load.before`` sampled now."""
+def capture_environment(*, load_interval_s: float = 0.5, run_id: str | None = None) -> dict[str, Any]:
+    """Everything in the module docstring, with ``background_load.before`` sampled now (over
+    run ``run_id``'s ``before`` window when one was opened)."""
     import psutil
 
     vm = psutil.virtual_memory()
@@ -374,7 +385,8 @@ def capture_environment(*, load_interval_s: float = 0.5) -> dict[str, Any]:
         "gpus": gpus,
         "gpu_unavailable_reason": reason,
         "gpu_runtime": runtime,
-        "background_load": {"before": sample_background_load(load_interval_s, window="before"), "after": None},
+        "background_load": {"before": sample_background_load(
+            load_interval_s, window=("before", run_id) if run_id else None), "after": None},
     }
     inputs = key_inputs(doc)
     doc["key_inputs"] = inputs
@@ -399,7 +411,7 @@ def write_environment(run_dir: str | os.PathLike[str], run_id: str, *, when: str
         raise ValueError(f"when must be 'before' or 'after', not {when!r}")
     path = environment_path(run_dir, run_id)
     if when == "before" or not path.exists():
-        doc = capture_environment(load_interval_s=load_interval_s)
+        doc = capture_environment(load_interval_s=load_interval_s, run_id=run_id)
         doc["run_id"] = run_id
     else:
         try:
@@ -407,6 +419,6 @@ def write_environment(run_dir: str | os.PathLike[str], run_id: str, *, when: str
         except (OSError, json.JSONDecodeError) as exc:
             raise BenchrunError(f"{path}: cannot read the environment document to add the after-run load ({exc})") from None
     if when == "after":
-        doc["background_load"]["after"] = sample_background_load(load_interval_s, window="after")
+        doc["background_load"]["after"] = sample_background_load(load_interval_s, window=("after", run_id))
     log.info("environment %s: hardware_key %s software_key %s", path, doc["hardware_key"][:12], doc["software_key"][:12])
     return atomic_write_json(path, doc)

@@ -180,7 +180,7 @@ def run_layer(
             on_result(res)
     from benchrun.envcapture import open_background_window
 
-    open_background_window("after")  # the after-run load sample covers the time from here
+    open_background_window("after", run_dir.run_id)  # the after-run load sample covers the time from here
     record_launches(run_dir, plan.name, results)
     outcome = LayerOutcome(plan.name, layer_status(results), results)
     _record_layer(run_dir, outcome)

@@ -149,29 +149,29 @@ def _burn(seconds: float) -> None:
 def test_an_opened_window_is_sampled_without_sleeping_and_leaves_our_own_work_out() -> None:
     from benchrun import envcapture
 
-    envcapture.open_background_window("before")
+    envcapture.open_background_window("before", "r")
     _burn(0.6)  # our start-up work inside the window
     t0 = time.monotonic()
-    load = sample_background_load(0.5, window="before")
+    load = sample_background_load(0.5, window=("before", "r"))
     assert time.monotonic() - t0 < 0.4  # the window is older than the interval: no sleep
     assert load["interval_s"] >= 0.6
     assert os.getpid() not in [p["pid"] for p in load["top_other_processes"]]
     # A window is used once; the next sample under the name sleeps for its interval.
     t0 = time.monotonic()
-    again = sample_background_load(0.3, window="before")
+    again = sample_background_load(0.3, window=("before", "r"))
     assert time.monotonic() - t0 >= 0.3 and again["interval_s"] >= 0.3
 
 
 def test_a_young_window_is_topped_up_and_a_stale_one_is_not_used(monkeypatch) -> None:
     from benchrun import envcapture
 
-    envcapture.open_background_window("after")
-    load = sample_background_load(0.4, window="after")
+    envcapture.open_background_window("after", "r")
+    load = sample_background_load(0.4, window=("after", "r"))
     assert 0.4 <= load["interval_s"] < 1.5
-    envcapture.open_background_window("after")
-    start, procs, sys_times = envcapture._WINDOWS["after"]
-    envcapture._WINDOWS["after"] = (start - envcapture.MAX_WINDOW_S - 1, procs, sys_times)
-    load = sample_background_load(0.3, window="after")
+    envcapture.open_background_window("after", "r")
+    start, *rest = envcapture._WINDOWS[("after", "r")]
+    envcapture._WINDOWS[("after", "r")] = (start - envcapture.MAX_WINDOW_S - 1, *rest)
+    load = sample_background_load(0.3, window=("after", "r"))
     assert 0.3 <= load["interval_s"] < 1.5  # sampled now, not over the stale window
 
 
@@ -187,9 +187,11 @@ def test_our_own_cpu_in_the_window_is_not_background_load(monkeypatch) -> None:
     monkeypatch.setattr(envcapture, "_process_cpu", lambda: next(snaps))
     monkeypatch.setattr(psutil, "cpu_times", lambda: next(times))
     monkeypatch.setattr(envcapture, "_own_pids", lambda: {me})
-    envcapture.open_background_window("before")
-    load = sample_background_load(0.0, window="before")
-    # 3 s busy, 2 of them ours: 1 s of the 4 is background; the other process used 0.5 s.
-    assert load["cpu_busy_share"] == pytest.approx(0.25)
+    reaped = iter([0.0, 0.5])  # a child of ours that ran 0.5 s and was reaped in the window
+    monkeypatch.setattr(envcapture, "_reaped_children_cpu", lambda: next(reaped))
+    envcapture.open_background_window("before", "r")
+    load = sample_background_load(0.0, window=("before", "r"))
+    # 3 s busy, 2.5 of them ours: 0.5 s of the 4 is background; the other process used 0.5 s.
+    assert load["cpu_busy_share"] == pytest.approx(0.125)
     assert load["other_processes_cpu_share"] == pytest.approx(0.125)
     assert [p["pid"] for p in load["top_other_processes"]] == [other]
