@@ -11,6 +11,12 @@ is the machine's noise, not the client's error. The test therefore runs the clie
 the server under SCHED_FIFO (client above server) for the second the sweep takes, so the
 other tenants cannot preempt them; the bound itself is not loosened. Where real-time
 scheduling is not permitted the test is skipped and says why.
+
+What scheduling cannot isolate: a stall of the whole VM (the hypervisor) delays every
+response in flight between the server's write and the client's read. One such stall made a
+full CI run see p99 7.4 ms (typical p99 is 0.04-0.05 ms). So every sweep must have a median
+error under 0.2 ms (a stall moves a few requests, not the median), and the 1 ms p99 must
+hold in one of up to three sweeps: a client that mismeasures fails all three.
 """
 
 from __future__ import annotations
@@ -54,12 +60,8 @@ def _rt_permitted() -> bool:
         return False
 
 
-@pytest.mark.skipif(
-    not _rt_permitted(),
-    reason=f"SCHED_FIFO priority {CLIENT_PRIO} not permitted (needs CAP_SYS_NICE, as root has, or RLIMIT_RTPRIO >= "
-    f"{CLIENT_PRIO}): cannot isolate the timing check from other load on this host",
-)
-def test_client_timing_matches_server_ground_truth_at_concurrency_32():
+def _sweep_errors() -> tuple[list[float], list[float]]:
+    """One measured sweep at concurrency 32: |client - server| for TTFT and e2e, per request (ms)."""
     perf = PerfModel(decode_base_ms=2.0, decode_ms_per_seq=0.05, prefill_ms_per_token=0.01)
     with ServerProcess(perf) as srv:
         cfg = SweepConfig(
@@ -87,7 +89,24 @@ def test_client_timing_matches_server_ground_truth_at_concurrency_32():
         assert r["input_tokens"] == g["prompt_tokens"] == 32
         d_ttft.append(abs(r["ttft_ms"] - (g["first_token_ns"] - g["arrival_ns"]) / 1e6))
         d_e2e.append(abs(r["e2e_ms"] - (g["last_token_ns"] - g["arrival_ns"]) / 1e6))
-    p99_ttft, p99_e2e = float(np.percentile(d_ttft, 99)), float(np.percentile(d_e2e, 99))
-    print(f"p99 |client - server| ttft {p99_ttft:.3f} ms, e2e {p99_e2e:.3f} ms")
-    assert p99_ttft <= 1.0, f"p99 ttft error {p99_ttft:.3f} ms"
-    assert p99_e2e <= 1.0, f"p99 e2e error {p99_e2e:.3f} ms"
+    return d_ttft, d_e2e
+
+
+@pytest.mark.skipif(
+    not _rt_permitted(),
+    reason=f"SCHED_FIFO priority {CLIENT_PRIO} not permitted (needs CAP_SYS_NICE, as root has, or RLIMIT_RTPRIO >= "
+    f"{CLIENT_PRIO}): cannot isolate the timing check from other load on this host",
+)
+def test_client_timing_matches_server_ground_truth_at_concurrency_32():
+    seen = []
+    for _ in range(3):
+        d_ttft, d_e2e = _sweep_errors()
+        med_ttft, med_e2e = float(np.median(d_ttft)), float(np.median(d_e2e))
+        p99_ttft, p99_e2e = float(np.percentile(d_ttft, 99)), float(np.percentile(d_e2e, 99))
+        print(f"|client - server| median ttft {med_ttft:.3f} ms, e2e {med_e2e:.3f} ms; "
+              f"p99 ttft {p99_ttft:.3f} ms, e2e {p99_e2e:.3f} ms")
+        assert med_ttft <= 0.2 and med_e2e <= 0.2, f"median error ttft {med_ttft:.3f} ms, e2e {med_e2e:.3f} ms"
+        seen.append((p99_ttft, p99_e2e))
+        if p99_ttft <= 1.0 and p99_e2e <= 1.0:
+            return
+    pytest.fail(f"p99 error above 1 ms in all three sweeps (ttft, e2e ms): {seen}")
