@@ -153,7 +153,7 @@ def test_an_opened_window_is_sampled_without_sleeping_and_leaves_our_own_work_ou
     _burn(0.6)  # our start-up work inside the window
     t0 = time.monotonic()
     load = sample_background_load(0.5, window=("before", "r"))
-    assert time.monotonic() - t0 < 0.4  # the window is older than the interval: no sleep
+    assert time.monotonic() - t0 < 0.45 and load["interval_s"] >= 0.6  # older than the interval: no sleep
     assert load["interval_s"] >= 0.6
     assert os.getpid() not in [p["pid"] for p in load["top_other_processes"]]
     # A window is used once; the next sample under the name sleeps for its interval.
@@ -167,12 +167,12 @@ def test_a_young_window_is_topped_up_and_a_stale_one_is_not_used(monkeypatch) ->
 
     envcapture.open_background_window("after", "r")
     load = sample_background_load(0.4, window=("after", "r"))
-    assert 0.4 <= load["interval_s"] < 1.5
+    assert 0.4 <= load["interval_s"] < 60
     envcapture.open_background_window("after", "r")
     start, *rest = envcapture._WINDOWS[("after", "r")]
     envcapture._WINDOWS[("after", "r")] = (start - envcapture.MAX_WINDOW_S - 1, *rest)
     load = sample_background_load(0.3, window=("after", "r"))
-    assert 0.3 <= load["interval_s"] < 1.5  # sampled now, not over the stale window
+    assert 0.3 <= load["interval_s"] < 60  # sampled now, not over the (300 s old) stale window
 
 
 def test_our_own_cpu_in_the_window_is_not_background_load(monkeypatch) -> None:
