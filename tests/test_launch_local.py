@@ -200,3 +200,23 @@ def test_the_wait_times_out():
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_waiting_on_a_process_already_gone_leaks_no_pidfd():
+    """wait_any returned early when a later process was gone and left the earlier pidfds open."""
+    import os
+    import subprocess
+
+    from benchrun.launch.local import wait_any
+
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # reaped: its pid no longer names a process
+    try:
+        before = len(os.listdir("/proc/self/fd"))
+        for _ in range(5):
+            assert wait_any([live, gone], 5.0) is True
+        assert len(os.listdir("/proc/self/fd")) == before
+    finally:
+        live.kill()
+        live.wait()

@@ -96,27 +96,24 @@ def wait_any(procs: list[subprocess.Popen], timeout_s: float) -> bool:
     deadline = time.monotonic() + max(timeout_s, 0.0)
     fds: list[int] = []
     try:
-        for p in procs:
-            try:
+        try:
+            for p in procs:
                 fds.append(os.pidfd_open(p.pid))
-            except ProcessLookupError:
-                return True  # gone already
-    except (AttributeError, OSError):  # not Linux, or an old kernel
-        for fd in fds:
-            os.close(fd)
-        while all(p.poll() is None for p in procs):
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.005)
-        return True
-    try:
+        except ProcessLookupError:
+            return True  # gone already
+        except (AttributeError, OSError):  # not Linux, or an old kernel
+            while all(p.poll() is None for p in procs):
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.005)
+            return True
         poller = select.poll()
         for fd in fds:
             poller.register(fd, select.POLLIN)
         remaining_ms = max(0.0, deadline - time.monotonic()) * 1000.0
         return bool(poller.poll(min(remaining_ms, 2**31 - 1)))
     finally:
-        for fd in fds:
+        for fd in fds:  # every pidfd opened, whichever way out
             os.close(fd)
 
 
