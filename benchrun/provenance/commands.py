@@ -12,7 +12,7 @@ def _verify_one(run_id: str, public_key: Path | None, pinned: tuple[str, ...]) -
     """Verify one run (signature, every signed file, every stored object); the lines to print."""
     from benchrun.errors import BenchrunError
     from benchrun.provenance import envelope_path, verify_run
-    from benchrun.provenance.signing import FIGURES_LOG_WHY, NEVER_SIGNED, uncovered_files, verify_stored
+    from benchrun.provenance.signing import never_signed_why, uncovered_files, verify_stored
     from benchrun.rundir import RunDir
 
     rd = RunDir.for_run(run_id)
@@ -32,8 +32,7 @@ def _verify_one(run_id: str, public_key: Path | None, pinned: tuple[str, ...]) -
         + f"at {(st.predicate.get('timestamps') or {}).get('signed_utc')}",
     ]
     for rel in uncovered_files(rd.path, st):
-        why = (FIGURES_LOG_WHY if rel == f"reports/{rd.path.name}_figures.log"
-               else NEVER_SIGNED.get(rel, "added or replaced after signing: not covered by the signature"))
+        why = never_signed_why(rd.run_id, rel) or "added or replaced after signing: not covered by the signature"
         lines.append(f"  not covered: {rel} ({why})")
     return lines
 

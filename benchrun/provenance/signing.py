@@ -140,8 +140,14 @@ def verify_run(run_dir: Path, public_key_path: Path | str | None = None, *,
 NEVER_SIGNED = {
     "status.json": "the run's live status (phase, conditions); it keeps changing after signing",
 }
-# Per run: the report figure worker's log (reports/<run_id>_figures.log), written after signing.
 FIGURES_LOG_WHY = "the report figure worker's own log (its cost), written after the run is signed"
+
+
+def never_signed_why(run_id: str, relpath: str) -> str | None:
+    """Why a file of run ``run_id`` is never signed (``statement.unsigned_names``); None if it should be."""
+    from benchrun.provenance.statement import figures_log_relpath
+
+    return FIGURES_LOG_WHY if relpath == figures_log_relpath(run_id) else NEVER_SIGNED.get(relpath)
 
 
 def uncovered_files(run_dir: Path, statement: Statement) -> list[str]:

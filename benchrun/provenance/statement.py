@@ -84,11 +84,16 @@ def subjects_of(run_dir: Path, manifest: dict[str, Any]) -> list[dict[str, Any]]
 UNSIGNED_NAMES = ("status.json",)
 
 
+def figures_log_relpath(run_id: str) -> str:
+    """``reports/<run_id>_figures.log``: the report figure worker's own log (benchrun/report/worker.py)."""
+    return f"reports/{validate_run_id(run_id)}_figures.log"
+
+
 def unsigned_names(run_id: str) -> tuple[str, ...]:
     """Files of run ``run_id`` no signature covers: the live status, and the report figure
-    worker's own log (benchrun/report/worker.py appends its cost to it after it has re-signed
-    the run, so signing it would make every `benchrun run` fail `verify`)."""
-    return (*UNSIGNED_NAMES, f"reports/{validate_run_id(run_id)}_figures.log")
+    worker's own log (the worker appends its cost to it after it has re-signed the run, so
+    signing it would make every `benchrun run` fail `verify`)."""
+    return (*UNSIGNED_NAMES, figures_log_relpath(run_id))
 
 
 def published_subjects(run_dir: Path, sealed: set[str]) -> list[dict[str, Any]]:
@@ -98,9 +103,10 @@ def published_subjects(run_dir: Path, sealed: set[str]) -> list[dict[str, Any]]:
 
     run_id = validate_run_id(run_dir.name)
     envelope = f"reports/{run_id}_provenance.dsse.json"
+    skip = {*sealed, *unsigned_names(run_id), envelope, "manifest.json"}
     out = []
     for rel, full in iter_run_files(run_dir):
-        if rel in sealed or rel in unsigned_names(run_id) or rel == envelope or rel == "manifest.json":
+        if rel in skip:
             continue
         out.append({"name": rel, "digest": {"sha256": sha256_file(full)}})
     return out

@@ -64,8 +64,10 @@ def _alive(pid: int) -> bool:
 def start(run_dir: Path, home: Path) -> int:
     """Start the detached worker for ``run_dir``; return its pid."""
     run_dir = Path(run_dir)
+    from benchrun.provenance.statement import figures_log_relpath
+
     rid = validate_run_id(run_dir.name)
-    log = run_dir / "reports" / f"{rid}_figures.log"
+    log = run_dir / figures_log_relpath(rid)  # never signed: written after the run is
     log.parent.mkdir(parents=True, exist_ok=True)
     pids = _pid_dir(home)
     pids.mkdir(parents=True, exist_ok=True)
