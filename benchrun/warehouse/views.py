@@ -186,13 +186,18 @@ def _confined_connection(home: Path) -> Any:
         con.execute("SET allowed_directories = [" + _quote(str(root) + "/") + "]")
         con.execute("SET temp_directory = ''")
         # One query cannot take the machine: its memory is bounded (no spilling, see above).
-        con.execute("SET memory_limit = " + _quote(os.environ.get("BENCHRUN_QUERY_MEMORY_LIMIT", "2GB")))
+        con.execute("SET memory_limit = " + _quote(_memory_limit()))
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
     except BaseException:
         con.close()
         raise
     return con
+
+
+def _memory_limit() -> str:
+    """One query's memory bound (DuckDB's ``memory_limit``): ``BENCHRUN_QUERY_MEMORY_LIMIT``, default 2GB."""
+    return os.environ.get("BENCHRUN_QUERY_MEMORY_LIMIT", "2GB")
 
 
 def _fingerprint(home: Path) -> tuple:
@@ -212,7 +217,7 @@ def _fingerprint(home: Path) -> tuple:
     with contextlib.suppress(OSError):
         st = change_points.stat()
         files.append((str(change_points), st.st_ino, st.st_size, st.st_mtime_ns))
-    return (str(Path(home).resolve()), os.environ.get("BENCHRUN_QUERY_MEMORY_LIMIT", "2GB"), tuple(files))
+    return (str(Path(home).resolve()), _memory_limit(), tuple(files))
 
 
 # One built database per process: (fingerprint, base connection, notes). Building the views
