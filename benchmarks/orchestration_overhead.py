@@ -6,7 +6,7 @@ from process start (interpreter, imports, Dagster instance) to exit; suite walls
 launcher's own clock around each subprocess. Targets (issue 3): ≤ 0.3 s per launch and
 ≤ 10 % of the run.
 
-    .venv/bin/python benchmarks/orchestration_overhead.py [SPEC] [--repeat N] [--code DIR ...] [--warm-home]
+    .venv/bin/python benchmarks/orchestration_overhead.py [SPEC] [--repeat N] [--code DIR ...] [--warm-home] [--warm-server]
 
 ``--code DIR`` (repeatable) measures the checkout at DIR instead of this one (its package
 first on PYTHONPATH, the same interpreter), so two versions can be measured side by side:
@@ -17,11 +17,21 @@ is recorded beside wall time: on a shared machine wall time includes waiting for
 ``--warm-home`` measures the second run in a home instead of the first: the home's Dagster
 instance (its sqlite schemas) already exists, as on every run a user makes after the first.
 The first, unmeasured run is made with the same code.
+
+``--warm-server`` hands each measured command to a warm orchestrator (`benchrun serve`,
+benchrun.warmstart) started before the series and not measured: the command's process is a
+fork of a server that has already imported benchrun, Dagster and the analysis stack. The
+home is still fresh (or warm with --warm-home): the server holds no Dagster instance.
+
+Every checkout measured has its bytecode compiled first (what a machine without
+PYTHONDONTWRITEBYTECODE has after its first run, and what `make` does), so that versions are
+compared on the same footing.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -41,18 +51,59 @@ import atexit, json, resource, sys
 out = sys.argv.pop(1)
 def _cpu():
     r = resource.getrusage(resource.RUSAGE_SELF)
-    open(out, "w").write(json.dumps({"cpu_s": round(r.ru_utime + r.ru_stime, 2)}))
+    doc = {"cpu_s": round(r.ru_utime + r.ru_stime, 2)}
+    served = getattr(sys.modules.get("benchrun.warmstart"), "last_usage", None)
+    if served:  # the command ran in a warm orchestrator's child: its CPU, not this client's
+        doc = {"cpu_s": served["self_cpu_s"], "with_children_cpu_s": served["cpu_s"], "client_cpu_s": doc["cpu_s"]}
+    open(out, "w").write(json.dumps(doc))
 atexit.register(_cpu)
 sys.argv[0] = "benchrun"
-from benchrun.cli import main
+try:
+    from benchrun.entry import main
+except ImportError:  # a version before the warm orchestrator
+    from benchrun.cli import main
 main()
 """
 
 
-def measure(spec: Path, code: Path = ROOT, warm_home: bool = False) -> dict:
+def code_env(code: Path, home: str | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("DAGSTER_HOME", "BENCHRUN_WARM", "BENCHRUN_WARM_DIR")}
+    env.update(PYTHONPATH=str(code), BENCHRUN_WARM="0")
+    if home:
+        env["BENCHRUN_HOME"] = home
+    return env
+
+
+def compile_bytecode(code: Path) -> None:
+    """Cache the checkout's bytecode, as any machine without PYTHONDONTWRITEBYTECODE has after
+    its first run (and `make` does): every version measured starts from the same footing."""
+    dirs = [str(code / d) for d in ("benchrun", "bench_assets", "resources", "schedules", "sensors")
+            if (code / d).is_dir()]
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *dirs], check=True, stdout=subprocess.DEVNULL)
+
+
+@contextlib.contextmanager
+def warm_server(code: Path):
+    """A warm orchestrator (`benchrun serve`) for ``code`` in a private socket directory; the
+    environment that makes a command use it (and fail rather than start cold without it)."""
+    if not (code / "benchrun" / "warmstart.py").is_file():
+        raise SystemExit(f"{code}: this version has no warm orchestrator (benchrun serve)")
+    with tempfile.TemporaryDirectory(prefix="bw-", dir="/tmp") as sockdir:
+        env = {**code_env(code), "BENCHRUN_WARM_DIR": sockdir}
+        started = subprocess.run([sys.executable, "-m", "benchrun.entry", "serve", "--detach", "--idle-timeout", "3600"],
+                                 env=env, cwd=code, capture_output=True, text=True)
+        if started.returncode != 0:
+            raise SystemExit(f"benchrun serve --detach failed: {started.stderr[-2000:]}")
+        try:
+            yield {"BENCHRUN_WARM_DIR": sockdir, "BENCHRUN_WARM": "require"}
+        finally:
+            subprocess.run([sys.executable, "-m", "benchrun.entry", "serve", "--stop"], env=env, cwd=code,
+                           capture_output=True)
+
+
+def measure(spec: Path, code: Path = ROOT, warm_home: bool = False, served: dict | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="benchrun-overhead-") as home:
-        env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
-        env.update(BENCHRUN_HOME=home, PYTHONPATH=str(code))
+        env = {**code_env(code, home), **(served or {})}
         if warm_home:  # the unmeasured first run of this home
             first = subprocess.run([sys.executable, "-m", "benchrun.cli", "run", str(spec)], env=env, cwd=code,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -69,7 +120,10 @@ def measure(spec: Path, code: Path = ROOT, warm_home: bool = False) -> dict:
         cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         worker = _figures_worker(code, Path(home), t0)
         cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
-        orchestrator_cpu = json.loads(self_cpu.read_text())["cpu_s"] if self_cpu.is_file() else None
+        cpu_doc = json.loads(self_cpu.read_text()) if self_cpu.is_file() else {}
+        orchestrator_cpu = cpu_doc.get("cpu_s")
+        if "with_children_cpu_s" in cpu_doc:  # served: the child and its suites ran under the server
+            cpu += cpu_doc["with_children_cpu_s"]
         runs = sorted((Path(home) / "runs").iterdir())
         if not runs:
             raise SystemExit(f"no run was created: {proc.stderr[-2000:]}")
@@ -83,6 +137,7 @@ def measure(spec: Path, code: Path = ROOT, warm_home: bool = False) -> dict:
         return {
             "code": str(code),
             "home": "warm (second run)" if warm_home else "fresh (first run)",
+            "process": "warm orchestrator (benchrun serve)" if served else "own process (cold start)",
             "load_avg_1m_at_start": round(load, 2),
             "exit_code": proc.returncode,
             "outcome": status.get("outcome"),
@@ -152,13 +207,19 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--code", type=Path, action="append", help="checkout to measure (repeatable; default this one)")
     ap.add_argument("--warm-home", action="store_true", help="measure the second run in a home, not the first")
+    ap.add_argument("--warm-server", action="store_true",
+                    help="run each command through a warm orchestrator (benchrun serve) started beforehand, unmeasured")
     args = ap.parse_args()
     codes = [c.resolve() for c in args.code] if args.code else [ROOT]
+    for code in codes:
+        compile_bytecode(code)
     rows = []
-    for _ in range(args.repeat):
-        for code in codes:
-            rows.append(measure(Path(args.spec).resolve(), code, args.warm_home))
-            print(json.dumps(rows[-1]), flush=True)
+    with contextlib.ExitStack() as stack:
+        served = {c: stack.enter_context(warm_server(c)) if args.warm_server else None for c in codes}
+        for _ in range(args.repeat):
+            for code in codes:
+                rows.append(measure(Path(args.spec).resolve(), code, args.warm_home, served[code]))
+                print(json.dumps(rows[-1]), flush=True)
     if any(r["exit_code"] not in (0, 1) for r in rows):
         sys.exit(1)
 

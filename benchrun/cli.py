@@ -34,6 +34,7 @@ COMMAND_MODULES = (
     "benchrun.provenance.commands",  # verify
     "benchrun.playbooks.commands",  # playbook
     "benchrun.launch.render",  # render
+    "benchrun.warmstart",  # serve
 )
 
 
@@ -52,6 +53,9 @@ for _name in COMMAND_MODULES:
 
 def main() -> None:
     """Console entry point: user errors become one line on stderr and a non-zero exit."""
+    # Decided per command, not at import: a warm orchestrator imported this module with its
+    # own (redirected) stdout, and the command's stdout may be a terminal.
+    app.rich_markup_mode = "rich" if sys.stdout.isatty() else None
     try:
         # Without standalone mode click returns a command's typer.Exit code instead of exiting.
         rc = app(standalone_mode=False)

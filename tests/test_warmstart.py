@@ -1,0 +1,212 @@
+"""The warm orchestrator (benchrun serve, benchrun.warmstart): a command handed to it behaves
+as the same command run in its own process — output, exit status, environment, working
+directory, umask, terminal, signals — and the fallbacks and refusals say why."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from benchrun import warmstart
+from helpers import tiny_layers
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow  # the server imports Dagster and the analysis stack once (~5 s)
+
+
+def _env(sockdir: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DAGSTER_HOME", "BENCHRUN_WARM", "BENCHRUN_WARM_DIR", "COLUMNS", "LINES")}
+    return {**env, "PYTHONPATH": str(ROOT), "BENCHRUN_WARM_DIR": sockdir, **extra}
+
+
+def _cli(env: dict[str, str], *args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "benchrun.entry", *args], env=env, capture_output=True, text=True,
+                          timeout=kw.pop("timeout", 120), **{"cwd": ROOT, **kw})
+
+
+@pytest.fixture(scope="module")
+def server():
+    """A server in the foreground of a subprocess, in a short private socket directory."""
+    sockdir = tempfile.mkdtemp(prefix="bw-", dir="/tmp")
+    os.chmod(sockdir, 0o700)
+    env = _env(sockdir)
+    log = Path(sockdir) / "server.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen([sys.executable, "-m", "benchrun.entry", "serve", "--idle-timeout", "600"], env=env,
+                                cwd="/", stdout=fh, stderr=fh, start_new_session=True)
+    path = warmstart.socket_path(env)
+    deadline = time.monotonic() + 120
+    while warmstart.request(path, "ping") is None:
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.1)
+    yield {"sockdir": sockdir, "env": env, "proc": proc, "log": log, "path": path}
+    stop = _cli(env, "serve", "--stop")
+    assert stop.returncode == 0 and "stopping" in stop.stdout, stop.stderr
+    assert proc.wait(timeout=30) == 0, log.read_text()
+    assert not path.exists()  # the server removes its own socket
+
+
+def _served(server, command: str) -> list[str]:
+    """The server's log lines about children running ``command``."""
+    return [ln for ln in server["log"].read_text().splitlines() if f"] {command}: child" in ln]
+
+
+def test_a_served_command_prints_and_exits_as_in_its_own_process(server, tmp_path):
+    served = _cli({**server["env"], "BENCHRUN_WARM": "require"}, "validate", "specs/local/canary.yaml")
+    cold = _cli({**server["env"], "BENCHRUN_WARM": "0"}, "validate", "specs/local/canary.yaml")
+    assert served.returncode == cold.returncode == 0
+    assert served.stdout == cold.stdout and "1 valid" in served.stdout
+    assert any("exited 0" in ln for ln in _served(server, "validate"))
+    # A user error: the same message and the same exit status (validate: 1, a spec with errors).
+    bad = tmp_path / "bad.yaml"
+    doc = yaml.safe_load((ROOT / "specs/local/canary.yaml").read_text())
+    doc["spec"]["trials"]["minReplicates"] = "many"
+    bad.write_text(yaml.safe_dump(doc))
+    served = _cli({**server["env"], "BENCHRUN_WARM": "require"}, "validate", str(bad))
+    cold = _cli({**server["env"], "BENCHRUN_WARM": "0"}, "validate", str(bad))
+    assert served.returncode == cold.returncode == 1
+    assert served.stdout == cold.stdout and "minReplicates" in served.stdout
+
+
+def test_the_command_gets_the_clients_environment_working_directory_and_umask(server, tmp_path):
+    home = tmp_path / "somewhere"
+    home.mkdir()
+    env = {**server["env"], "BENCHRUN_WARM": "require"}
+    env.pop("BENCHRUN_HOME", None)  # the home is then ./.benchrun of the working directory
+    proc = subprocess.run(["sh", "-c", f"umask 077 && exec {sys.executable} -m benchrun.entry runs --json"],
+                          env=env, cwd=home, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == []
+    created = home / ".benchrun"
+    assert created.is_dir() and (created.stat().st_mode & 0o777) == 0o700  # the client's umask
+    # An environment variable the command reads: an unknown home override is used as given.
+    other = tmp_path / "other-home"
+    proc = _cli({**env, "BENCHRUN_HOME": str(other)}, "runs", "--json")
+    assert proc.returncode == 0 and other.is_dir(), proc.stderr
+
+
+def test_ctrl_c_reaches_the_command_and_a_killed_client_hangs_it_up(server):
+    env = {**server["env"], "BENCHRUN_WARM": "require"}
+
+    def start() -> tuple[subprocess.Popen, int]:
+        proc = subprocess.Popen([sys.executable, "-m", "benchrun.entry", "refserver", "--port", "0"], env=env,
+                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = proc.stdout.readline()
+        assert "127.0.0.1" in line, (line, proc.stderr.read() if proc.poll() is not None else "")
+        pid = int(re.findall(r"refserver: child (\d+)", server["log"].read_text())[-1])
+        return proc, pid
+
+    proc, pid = start()
+    proc.send_signal(signal.SIGINT)  # what Ctrl-C sends the client
+    assert proc.wait(timeout=30) in (0, 130, 1)
+    _gone(pid)
+    proc, pid = start()
+    proc.kill()  # no word to the server: it sees the connection close
+    proc.wait()
+    _gone(pid)
+    assert f"child {pid}: its client went away; SIGHUP" in server["log"].read_text()
+
+
+def _gone(pid: int, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"child {pid} still running")
+
+
+def test_a_run_through_the_server_shows_progress_in_a_terminal_and_succeeds(server, tmp_path, canary_doc):
+    import pexpect
+
+    canary_doc["metadata"]["name"] = "warm-run"
+    canary_doc["spec"]["trials"]["minReplicates"] = 3
+    canary_doc["spec"]["layers"] = tiny_layers([{"name": "membw", "repoCommand": "python -m benchrun.suites.membw",
+                                                 "parameters": {"elements": 100000, "iterations": 2}}])
+    spec = tmp_path / "warm.yaml"
+    spec.write_text(yaml.safe_dump(canary_doc, sort_keys=False))
+    home = tmp_path / "home"
+    env = {**server["env"], "BENCHRUN_WARM": "require", "BENCHRUN_HOME": str(home)}
+    child = pexpect.spawn(sys.executable, ["-m", "benchrun.entry", "run", str(spec)], cwd=str(ROOT), env=env,
+                          encoding="utf-8", timeout=300, dimensions=(40, 160))
+    child.expect(r"micro/membw r[123]/3")  # the live bar: the command's stdout is the terminal
+    child.expect(r"phase \S*Succeeded")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    [run_dir] = (home / "runs").iterdir()
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["phase"] == "Succeeded" and status["outcome"] == "succeeded"
+    assert any("exited 0" in ln for ln in _served(server, "run"))
+    from benchrun.report.worker import wait_for_workers
+
+    wait_for_workers(home)
+
+
+def test_a_second_server_for_the_same_code_is_refused(server):
+    proc = _cli(server["env"], "serve", "--idle-timeout", "5")
+    assert proc.returncode == 1 and "already serves this code" in proc.stderr
+    status = _cli(server["env"], "serve", "--status")
+    assert status.returncode == 0 and f"pid {server['proc'].pid} serving" in status.stdout
+
+
+def test_without_a_server_the_command_runs_here_unless_one_is_required(tmp_path):
+    sockdir = tempfile.mkdtemp(prefix="bw-", dir="/tmp")
+    os.chmod(sockdir, 0o700)
+    env = _env(sockdir)
+    Path(warmstart.socket_path(env)).touch()  # a stale socket file: nobody listens
+    proc = _cli(env, "validate", "specs/local/canary.yaml")
+    assert proc.returncode == 0 and "1 valid" in proc.stdout
+    proc = _cli({**env, "BENCHRUN_WARM": "require"}, "validate", "specs/local/canary.yaml")
+    assert proc.returncode == 2 and "no warm orchestrator serves this code" in proc.stderr
+    status = _cli(env, "serve", "--status")
+    assert status.returncode == 1 and "no warm orchestrator" in status.stdout
+
+
+def test_a_socket_directory_open_to_others_is_refused_and_never_used(tmp_path):
+    sockdir = tmp_path / "open"
+    sockdir.mkdir(mode=0o755)
+    os.chmod(sockdir, 0o755)
+    env = _env(str(sockdir))
+    with pytest.raises(warmstart.WarmError, match=r"open to other users \(mode 755\)"):
+        warmstart.socket_dir(env)
+    assert warmstart.run_remote(["benchrun", "validate"], env) is None  # auto: run in-process instead
+    with pytest.raises(warmstart.WarmError, match="chmod 700"):
+        warmstart.run_remote(["benchrun", "validate"], {**env, "BENCHRUN_WARM": "require"})
+    proc = _cli(env, "serve", "--idle-timeout", "5")
+    assert proc.returncode == 1 and str(sockdir) in proc.stderr
+
+
+def test_the_key_follows_the_source_and_import_time_environment(tmp_path):
+    pkg = tmp_path / "benchrun"
+    pkg.mkdir()
+    (pkg / "mod.py").write_text("x = 1\n")
+    env = {"HOME": "/root", "PYTHONHASHSEED": "0"}
+    key = warmstart.code_key(env, tmp_path)
+    assert warmstart.code_key({**env, "HOME": "/elsewhere", "BENCHRUN_HOME": "/x"}, tmp_path) == key
+    assert warmstart.code_key({**env, "PYTHONHASHSEED": "1"}, tmp_path) != key
+    assert warmstart.code_key({**env, "OMP_NUM_THREADS": "1"}, tmp_path) != key
+    st = (pkg / "mod.py").stat()
+    os.utime(pkg / "mod.py", ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # an edit
+    assert warmstart.code_key(env, tmp_path) != key
+
+
+def test_exit_status_as_the_interpreter_gives_it(capsys):
+    assert warmstart.exit_status(None) == 0
+    assert warmstart.exit_status(3) == 3
+    assert warmstart.exit_status(256 + 2) == 2
+    assert warmstart.exit_status("error: something") == 1
+    assert "error: something" in capsys.readouterr().err
