@@ -371,7 +371,7 @@ class Server:
         self.last_active = time.monotonic()
         fds: list[int] = []
         try:
-            pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+            _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
                                                                  struct.calcsize("3i")))
             if uid != os.getuid():
                 self.say(f"refused a peer of uid {uid}")
@@ -573,8 +573,20 @@ def serve(idle_s: float = DEFAULT_IDLE_S) -> int:
     listener = server.bind()
     server.say(f"serving {code_root()} at {path}; imports took {time.perf_counter() - t0:.2f} s"
                + (f"; not imported: {'; '.join(failed)}" if failed else ""))
-    with listener:
-        server.serve_forever(listener)
+
+    def terminate(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminate)
+    try:
+        with listener:
+            server.serve_forever(listener)
+    except (KeyboardInterrupt, SystemExit):  # Ctrl-C or SIGTERM: the running commands go on
+        server.say(f"exiting (signal); {len(server.children)} command(s) still running on their own")
+        raise
+    finally:
+        if server.owns_path():
+            path.unlink(missing_ok=True)
     return 0
 
 
