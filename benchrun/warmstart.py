@@ -544,6 +544,7 @@ def become_command(req: dict[str, Any], fds: list[int], conn: socket.socket) -> 
     os.chdir(req["cwd"])
     os.environ.clear()
     os.environ.update(req["env"])
+    time.tzset()  # local time as the client's TZ says, as a fresh process would read it
     os.umask(int(req["umask"]))
     sys.argv = list(req["argv"])
     sys.path[:] = [str(p) for p in req.get("sys_path") or sys.path]  # later imports resolve as the client's would

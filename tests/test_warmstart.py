@@ -210,3 +210,26 @@ def test_exit_status_as_the_interpreter_gives_it(capsys):
     assert warmstart.exit_status(256 + 2) == 2
     assert warmstart.exit_status("error: something") == 1
     assert "error: something" in capsys.readouterr().err
+
+
+def test_help_is_boxed_on_the_clients_terminal_and_plain_in_its_pipe(server):
+    """The CLI decides rich or plain help per command, from the command's own stdout, not
+    from the server's (a log file) when it imported the CLI."""
+    import pexpect
+
+    env = {**server["env"], "BENCHRUN_WARM": "require"}
+    piped = _cli(env, "validate", "--help")
+    assert piped.returncode == 0 and "╭" not in piped.stdout and "--json" in piped.stdout
+    child = pexpect.spawn(sys.executable, ["-m", "benchrun.entry", "validate", "--help"], cwd=str(ROOT), env=env,
+                          encoding="utf-8", timeout=60, dimensions=(40, 120))
+    text = child.read()
+    child.close()
+    assert child.exitstatus == 0 and "╭" in text
+
+
+def test_the_entry_point_decides_without_importing_dagster_or_the_cli():
+    probe = ("import sys, benchrun.entry, benchrun.warmstart as w; w.code_key(); "
+             "heavy = [m for m in ('dagster', 'typer', 'pandas', 'benchrun.cli') if m in sys.modules]; "
+             "sys.exit(f'imported {heavy}' if heavy else 0)")
+    proc = subprocess.run([sys.executable, "-c", probe], env=_env("/nonexistent"), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
