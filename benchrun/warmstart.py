@@ -261,6 +261,10 @@ def run_remote(argv: list[str], environ: dict[str, str] | None = None) -> int | 
         sock.close()
 
 
+# In a served command's process: the server it was forked from (its pid), for the command to
+# say how it ran; None in a process of its own.
+served_by: dict[str, Any] | None = None
+
 # The served command's CPU seconds: its own (self_cpu_s) and with the processes it waited for
 # (cpu_s), as the overhead benchmark reports them for a command run in-process.
 last_usage: dict[str, Any] | None = None
@@ -533,6 +537,8 @@ def finish_like_interpreter(code: int) -> int:
 
 def become_command(req: dict[str, Any], fds: list[int], conn: socket.socket) -> int:
     """In the forked child: take on the client's session, run the command, return its status."""
+    global served_by
+    served_by = {"server_pid": os.getppid()}
     os.setsid()  # its own session: no controlling terminal, so reading the client's never stops it
     for s in FORWARDED_SIGNALS + (signal.SIGCHLD,):
         signal.signal(s, signal.default_int_handler if s == signal.SIGINT else signal.SIG_DFL)

@@ -142,6 +142,7 @@ def test_a_run_through_the_server_shows_progress_in_a_terminal_and_succeeds(serv
     env = {**server["env"], "BENCHRUN_WARM": "require", "BENCHRUN_HOME": str(home)}
     child = pexpect.spawn(sys.executable, ["-m", "benchrun.entry", "run", str(spec)], cwd=str(ROOT), env=env,
                           encoding="utf-8", timeout=300, dimensions=(40, 160))
+    child.expect(r"in a fork of the warm orchestrator \(pid \d+\)")  # it says how it runs
     child.expect(r"micro/membw r[123]/3")  # the live bar: the command's stdout is the terminal
     child.expect(r"phase \S*Succeeded")
     child.expect(pexpect.EOF)
