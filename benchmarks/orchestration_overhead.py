@@ -53,8 +53,10 @@ def _cpu():
     r = resource.getrusage(resource.RUSAGE_SELF)
     doc = {"cpu_s": round(r.ru_utime + r.ru_stime, 2)}
     served = getattr(sys.modules.get("benchrun.warmstart"), "last_usage", None)
-    if served:  # the command ran in a warm orchestrator's child: its CPU, not this client's
-        doc = {"cpu_s": served["self_cpu_s"], "with_children_cpu_s": served["cpu_s"], "client_cpu_s": doc["cpu_s"]}
+    if served:  # the command ran in a warm orchestrator's child: its CPU and this client's
+        child = served.get("self_cpu_s") or 0.0
+        doc = {"cpu_s": round(child + doc["cpu_s"], 2), "with_children_cpu_s": served.get("cpu_s") or 0.0,
+               "client_cpu_s": doc["cpu_s"]}
     open(out, "w").write(json.dumps(doc))
 atexit.register(_cpu)
 sys.argv[0] = "benchrun"

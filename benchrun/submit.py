@@ -233,13 +233,16 @@ def execute(prepared: Prepared, *, home: Path | str | None = None, instance: Any
     """
     from bench_assets.definitions import defs
     from benchrun.liveness import executor_tags
+    from resources.launcher import LauncherResource
 
     instance = instance or get_instance(home)
     register_partition(instance, prepared.run_id)
     job = defs.resolve_job_def(JOB_NAME)
     # The run log is in the UI; the terminal shows benchrun's own progress instead.
     quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+    # The launcher's settings as the environment has them now, not when the definitions were
+    # imported (a warm orchestrator imported them before this command's environment existed).
     return job.execute_in_process(
         instance=instance, partition_key=prepared.run_id, raise_on_error=False, run_config=quiet,
-        tags=executor_tags(),
+        tags=executor_tags(), resources={"launcher": LauncherResource.from_env()},
     )

@@ -9,9 +9,16 @@ working directory, the umask and its stdin/stdout/stderr themselves (SCM_RIGHTS)
 forks; the child takes all of those on, starts a session of its own and runs the command
 exactly as the entry point would have (benchrun.cli.main), in a fresh process each time, so no
 state is shared between commands. The server reaps the child and sends its exit status back;
-the client exits with it. Signals the client gets (Ctrl-C, SIGTERM, SIGHUP) are forwarded to
-the child, and a client that dies without a word (kill -9) hangs the child up (SIGHUP), as a
-closed terminal would.
+the client exits with it (or dies of the same signal). Signals the client gets (Ctrl-C,
+SIGTERM, SIGHUP, Ctrl-Z and `fg`) reach the child; signals the client ignores (nohup, a
+background job) the child ignores too; a client that dies without a word (kill -9) hangs the
+child up (SIGHUP), as a closed terminal would.
+
+What a benchmark depends on is the client's, not the server's: CPU affinity (taskset), nice
+value and scheduling policy (chrt), resource limits, as well as the environment, directory
+and umask. The child takes those on; where it cannot (a lower nice value than the server's,
+a raised hard limit), or where the client lives in another cgroup, namespace or group list
+than the server, the command is not started there and runs in the client's own process.
 
 The same pattern as Mercurial's chg and Rails' Spring. Written by hand because no maintained
 Python library does it: multiprocessing's forkserver forks only its own Process objects and
@@ -21,14 +28,15 @@ Safety:
 - A server serves one version of the code: the socket's name is a digest of the interpreter,
   where benchrun is imported from, every source file's size and mtime, the installed
   packages' directories and the environment variables read at import (PYTHON*, locale,
-  BLAS threads). Edit a file or `pip install` and the next command finds no server for the
+  BLAS threads, DAGSTER_*, matplotlib's, and every BENCHRUN_* except the home and these
+  settings). Edit a file or `pip install` and the next command finds no server for the
   new code and runs on its own; the old server exits when idle.
 - The socket lives in a directory of the user's own (mode 0700, checked, never followed if
   another user owns it), and the server answers only peers of its own uid (SO_PEERCRED).
   The environment it receives is never logged: the log has the command's name, pid, status
   and time.
-- Only a refused connection falls back to running in-process; once a command was handed
-  over it is never run twice.
+- A command the server did not start (refused, stopping, another cgroup) runs in-process
+  instead; once one was started it is never run twice.
 
 Environment: ``BENCHRUN_WARM=0`` never uses a server; ``BENCHRUN_WARM=require`` fails (exit
 2) when none serves this code (tests, and the overhead benchmark, which must not measure a
@@ -52,15 +60,25 @@ from typing import Any
 CODE_PACKAGES = ("benchrun", "bench_assets", "resources", "schedules", "sensors")
 # Environment read by the interpreter or by libraries at import time: a server started under
 # other values would not behave as a fresh process would, so they are part of its key.
-KEY_ENV_PREFIXES = ("PYTHON", "LC_", "LANG", "OMP_", "OPENBLAS_", "MKL_", "LD_")
+KEY_ENV_PREFIXES = ("PYTHON", "LC_", "LANG", "OMP_", "OPENBLAS_", "MKL_", "LD_", "DAGSTER_", "MPL", "BENCHRUN_")
+KEY_ENV_NAMES = frozenset({"TERMINAL_WIDTH", "FORCE_COLOR", "PY_COLORS", "NO_COLOR", "GITHUB_ACTIONS"})
+# Read per command, never at import: a server serves every home.
+KEY_ENV_EXCLUDED = frozenset({"BENCHRUN_HOME", "BENCHRUN_WARM", "BENCHRUN_WARM_DIR"})
 DEFAULT_IDLE_S = 1800.0
 FRAME = struct.Struct(">I")
 MAX_FRAME = 16 << 20
+REQUEST_TIMEOUT_S = 5.0
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# What CPython itself ignores at start-up (a fresh process of the command would too).
+PYTHON_IGNORES = (signal.SIGPIPE, signal.SIGXFSZ)
 
 
 class WarmError(Exception):
     """The warm path cannot be used; the message says why and what to do."""
+
+
+class NotStarted(Exception):
+    """The server will not start this command (it runs in the client's own process)."""
 
 
 # --- where a server for this code listens ------------------------------------------------
@@ -77,7 +95,7 @@ def code_key(environ: dict[str, str] | None = None, root: Path | None = None) ->
     h = hashlib.sha256()
     h.update(f"{sys.executable}\0{sys.version}\0{root}\0".encode())
     for name in sorted(environ):
-        if name.startswith(KEY_ENV_PREFIXES):
+        if (name.startswith(KEY_ENV_PREFIXES) or name in KEY_ENV_NAMES) and name not in KEY_ENV_EXCLUDED:
             h.update(f"{name}={environ[name]}\0".encode())
     for pkg in CODE_PACKAGES:
         for dirpath, dirnames, filenames in os.walk(root / pkg):
@@ -141,28 +159,119 @@ def send_frame(sock: socket.socket, doc: dict[str, Any], fds: list[int] | None =
 
 class FrameReader:
     """Frames from a stream socket, keeping what arrived beyond the current frame and any
-    file descriptors that came with the bytes."""
+    file descriptors that came with the bytes (close-on-exec; the caller owns them)."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.buf = b""
         self.fds: list[int] = []
 
-    def read(self) -> dict[str, Any] | None:
-        """The next frame, or None when the peer closed the connection first."""
+    def read(self, timeout_s: float | None = None) -> Any:
+        """The next frame, or None when the peer closed the connection first; with
+        ``timeout_s`` the whole frame must arrive within it (socket.timeout)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             if len(self.buf) >= FRAME.size:
                 (n,) = FRAME.unpack_from(self.buf)
                 if n > MAX_FRAME:
-                    raise WarmError(f"a frame of {n} bytes: not a benchrun peer")
+                    raise ValueError(f"a frame of {n} bytes: not a benchrun peer")
                 if len(self.buf) >= FRAME.size + n:
                     data, self.buf = self.buf[FRAME.size:FRAME.size + n], self.buf[FRAME.size + n:]
                     return json.loads(data)
-            chunk, fds, _flags, _addr = socket.recv_fds(self.sock, 65536, 8)
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise socket.timeout("the request did not arrive in time")
+                self.sock.settimeout(left)
+            chunk, fds, _flags, _addr = socket.recv_fds(self.sock, 65536, 8, socket.MSG_CMSG_CLOEXEC)
             self.fds.extend(fds)
             if not chunk:
                 return None
             self.buf += chunk
+
+    def close_fds(self) -> None:
+        for fd in self.fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.fds = []
+
+
+# --- what the command's process must share with the client ---------------------------------
+
+SHARED_IDENTITY = ("uid", "gid", "groups", "cgroup", "namespaces")
+
+
+def process_context() -> dict[str, Any]:
+    """This process's attributes a command (and every suite it starts) inherits."""
+    import resource
+
+    ctx: dict[str, Any] = {
+        "uid": os.getuid(), "gid": os.getgid(), "groups": sorted(os.getgroups()),
+        "affinity": sorted(os.sched_getaffinity(0)),
+        "nice": os.getpriority(os.PRIO_PROCESS, 0),
+        "sched": [os.sched_getscheduler(0), os.sched_getparam(0).sched_priority],
+        "rlimits": {n: list(resource.getrlimit(getattr(resource, n))) for n in dir(resource) if n.startswith("RLIMIT_")},
+        "ignored": sorted(int(s) for s in signal.valid_signals() if _ignored(s)),
+        "sigmask": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
+    }
+    try:
+        ctx["cgroup"] = Path("/proc/self/cgroup").read_text()
+        ctx["namespaces"] = {n: os.stat(f"/proc/self/ns/{n}").st_ino for n in sorted(os.listdir("/proc/self/ns"))}
+    except OSError:
+        ctx["cgroup"], ctx["namespaces"] = None, None
+    return ctx
+
+
+def _ignored(signum: int) -> bool:
+    try:
+        return signal.getsignal(signum) == signal.SIG_IGN
+    except (ValueError, OSError):
+        return False
+
+
+def identity_mismatch(client: dict[str, Any], mine: dict[str, Any]) -> str | None:
+    """Why a fork of this server cannot be the client's process; None when it can."""
+    for key in SHARED_IDENTITY:
+        if client.get(key) != mine.get(key):
+            return f"the client's {key} differs from the warm orchestrator's"
+    return None
+
+
+def take_on(ctx: dict[str, Any]) -> None:
+    """In the forked child: the client's affinity, scheduling, nice value, limits and signal
+    dispositions; NotStarted when one of them cannot be had."""
+    import resource
+
+    try:
+        os.sched_setaffinity(0, ctx["affinity"])
+        policy, priority = ctx["sched"]
+        if [os.sched_getscheduler(0), os.sched_getparam(0).sched_priority] != [policy, priority]:
+            os.sched_setscheduler(0, policy, os.sched_param(priority))
+        if os.getpriority(os.PRIO_PROCESS, 0) != ctx["nice"]:
+            os.setpriority(os.PRIO_PROCESS, 0, ctx["nice"])
+        for name, (soft, hard) in ctx["rlimits"].items():
+            which = getattr(resource, name, None)
+            if which is not None and resource.getrlimit(which) != (soft, hard):
+                resource.setrlimit(which, (soft, hard))
+    except (OSError, ValueError) as exc:
+        raise NotStarted(f"the client's CPU affinity, scheduling, nice value or limits cannot be taken on ({exc})")
+    ignored = set(ctx["ignored"])
+    for s in signal.valid_signals():
+        if s in (signal.SIGKILL, signal.SIGSTOP):
+            continue
+        if s in ignored or s in PYTHON_IGNORES:
+            handler = signal.SIG_IGN
+        elif s == signal.SIGINT:
+            handler = signal.default_int_handler
+        else:
+            handler = signal.SIG_DFL
+        try:
+            signal.signal(s, handler)
+        except (OSError, ValueError, RuntimeError):
+            pass
+    signal.pthread_sigmask(signal.SIG_SETMASK, ctx["sigmask"])
 
 
 # --- the client: the thin entry point's side --------------------------------------------------
@@ -181,30 +290,36 @@ def connect(path: Path, timeout_s: float = 2.0) -> socket.socket | None:
     sock.settimeout(timeout_s)
     try:
         sock.connect(str(path))
-    except (FileNotFoundError, ConnectionRefusedError, socket.timeout):
-        sock.close()
-        return None
-    except OSError:
+    except OSError:  # none there, refused, or no answer
         sock.close()
         return None
     sock.settimeout(None)
     return sock
 
 
+# The served command's CPU seconds: its own (self_cpu_s) and with the processes it waited for
+# (cpu_s), as the overhead benchmark reports them for a command run in-process.
+last_usage: dict[str, Any] | None = None
+# In a served command's process: the server it was forked from (its pid), for the command to
+# say how it ran; None in a process of its own.
+served_by: dict[str, Any] | None = None
+
+
 def run_remote(argv: list[str], environ: dict[str, str] | None = None) -> int | None:
     """Hand the command to a warm server; its exit status, or None when no server serves this
-    code (run it here then). Raises WarmError when one was required or the server failed it."""
-    global last_usage
+    code or it did not start the command (run it here then). Raises WarmError when one was
+    required, or when the server failed a command it had started."""
     environ = dict(os.environ if environ is None else environ)
     how = mode(environ)
     if how == "off":
         return None
     try:
         path = socket_path(environ)
-    except WarmError:
+        cwd = os.getcwd()
+    except (WarmError, OSError) as exc:  # a directory we must not use, a file gone mid-walk, no cwd
         if how == "require":
-            raise
-        return None  # a directory we must not use: run here, as without a server
+            raise WarmError(f"no warm orchestrator can be used: {exc}") from None
+        return None
     sock = connect(path)
     if sock is None:
         if how == "require":
@@ -213,7 +328,8 @@ def run_remote(argv: list[str], environ: dict[str, str] | None = None) -> int | 
         return None
     umask = os.umask(0)
     os.umask(umask)
-    req = {"op": "run", "argv": argv, "env": environ, "cwd": os.getcwd(), "umask": umask, "sys_path": sys.path}
+    req = {"op": "run", "argv": argv, "env": environ, "cwd": cwd, "umask": umask, "sys_path": sys.path,
+           "context": process_context()}
     try:  # not delivered (a closed stdin, say): nothing ran, so it may run here instead
         send_frame(sock, req, [0, 1, 2])
     except OSError as exc:
@@ -221,53 +337,99 @@ def run_remote(argv: list[str], environ: dict[str, str] | None = None) -> int | 
         if how == "require":
             raise WarmError(f"cannot hand the command to the warm orchestrator at {path}: {exc}") from None
         return None
-    child: list[int] = []
-    usage: dict[str, Any] = {}
-
-    def forward(signum: int, _frame: Any) -> None:
-        if child:
-            try:
-                os.kill(child[0], signum)
-            except ProcessLookupError:
-                pass
-
-    previous = {s: signal.signal(s, forward) for s in FORWARDED_SIGNALS}
     try:
-        reader = FrameReader(sock)
-        while True:
-            why = "closed the connection"
-            try:
-                doc = reader.read()
-            except (OSError, ValueError) as exc:
-                doc, why = None, f"failed ({type(exc).__name__}: {exc})"
-            if doc is None:  # handed over: never run again here, whatever became of it
-                pid = f" (child pid {child[0]})" if child else ""
-                raise WarmError(f"the warm orchestrator at {path} {why} before the command ended{pid}; "
-                                f"see its log, {path.with_suffix('.log')}")
-            if "error" in doc:
-                if doc.get("not_started") and how != "require":
-                    return None  # refused before anything ran (a server stopping): run it here
-                raise WarmError(doc["error"])
-            if "pid" in doc:
-                child.append(int(doc["pid"]))
-            if "self_cpu_s" in doc:
-                usage["self_cpu_s"] = doc["self_cpu_s"]
-            if "exit" in doc:
-                last_usage = {**usage, "cpu_s": doc.get("cpu_s"), "child_pid": child[0] if child else None}
-                return int(doc["exit"])
+        with _Forwarding(req["context"]["ignored"]) as fwd:
+            return _await_exit(sock, path, fwd, how)
     finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
         sock.close()
 
 
-# In a served command's process: the server it was forked from (its pid), for the command to
-# say how it ran; None in a process of its own.
-served_by: dict[str, Any] | None = None
+class _Forwarding:
+    """Signals the client gets go to the command's process (those it ignores stay ignored);
+    the ones that arrive before the child's pid is known are delivered when it is."""
 
-# The served command's CPU seconds: its own (self_cpu_s) and with the processes it waited for
-# (cpu_s), as the overhead benchmark reports them for a command run in-process.
-last_usage: dict[str, Any] | None = None
+    def __init__(self, ignored: list[int]) -> None:
+        self.pid: int | None = None
+        self.pending: list[int] = []
+        self.signals = [s for s in FORWARDED_SIGNALS if int(s) not in ignored]
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> "_Forwarding":
+        for s in self.signals:
+            self.previous[s] = signal.signal(s, self._forward)
+        if int(signal.SIGTSTP) not in self.signals and not _ignored(signal.SIGTSTP):
+            self.previous[signal.SIGTSTP] = signal.signal(signal.SIGTSTP, self._suspend)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for s, h in self.previous.items():
+            signal.signal(s, h)
+
+    def child(self, pid: int) -> None:
+        self.pid = pid
+        for s in self.pending:
+            self._send(s)
+        self.pending = []
+
+    def _send(self, signum: int) -> None:
+        try:
+            os.kill(self.pid, signum)  # type: ignore[arg-type]
+        except (ProcessLookupError, TypeError):
+            pass
+
+    def _forward(self, signum: int, _frame: Any) -> None:
+        if self.pid is None:
+            self.pending.append(signum)
+        else:
+            self._send(signum)
+
+    def _suspend(self, signum: int, _frame: Any) -> None:
+        """Ctrl-Z: stop the command, then this client (the shell's job); `fg` resumes both."""
+        if self.pid is not None:
+            self._send(signal.SIGSTOP)
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTSTP)  # stops here until SIGCONT
+        signal.signal(signal.SIGTSTP, self._suspend)
+        if self.pid is not None:
+            self._send(signal.SIGCONT)
+
+
+def _await_exit(sock: socket.socket, path: Path, fwd: _Forwarding, how: str) -> int | None:
+    global last_usage
+    reader = FrameReader(sock)
+    usage: dict[str, Any] = {}
+    while True:
+        why = "closed the connection"
+        try:
+            doc = reader.read()
+        except (OSError, ValueError) as exc:
+            doc, why = None, f"failed ({type(exc).__name__}: {exc})"
+        if not isinstance(doc, dict):
+            if "child_exit" in usage:  # the server went away, but the command had ended
+                last_usage = usage
+                return int(usage["child_exit"])
+            # handed over: never run again here, whatever became of it
+            pid = f" (child pid {fwd.pid})" if fwd.pid else ""
+            raise WarmError(f"the warm orchestrator at {path} {why} before the command ended{pid}; "
+                            f"see its log, {path.with_suffix('.log')}")
+        if "error" in doc:
+            if doc.get("not_started") and how != "require":
+                return None  # refused before anything ran: run it here
+            raise WarmError(doc["error"])
+        if "pid" in doc:
+            fwd.child(int(doc["pid"]))
+        if "child_exit" in doc:
+            usage.update(self_cpu_s=doc.get("self_cpu_s"), child_exit=doc["child_exit"])
+        if "exit" in doc:
+            last_usage = {**usage, "cpu_s": doc.get("cpu_s"), "child_pid": fwd.pid}
+            signum = doc.get("signal")
+            if signum:  # it died of a signal: so does this client, as the shell expects
+                sys.stdout.flush()
+                sys.stderr.flush()
+                signal.signal(signum, signal.SIG_DFL)
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, [signum])
+                os.kill(os.getpid(), signum)
+            return int(doc["exit"])
 
 
 def request(path: Path, op: str, timeout_s: float = 5.0) -> dict[str, Any] | None:
@@ -276,10 +438,12 @@ def request(path: Path, op: str, timeout_s: float = 5.0) -> dict[str, Any] | Non
     if sock is None:
         return None
     with sock:
-        sock.settimeout(timeout_s)
         try:
             send_frame(sock, {"op": op})
-            return FrameReader(sock).read()
+            reader = FrameReader(sock)
+            doc = reader.read(timeout_s)
+            reader.close_fds()
+            return doc if isinstance(doc, dict) else None
         except (OSError, ValueError):  # a listener that does not answer as a server: none
             return None
 
@@ -312,6 +476,19 @@ def preload() -> list[str]:
     return failed
 
 
+def _checked_request(req: Any) -> dict[str, Any]:
+    """The run request's fields with their types, or ValueError."""
+    ok = (isinstance(req, dict) and isinstance(req.get("argv"), list) and req["argv"]
+          and all(isinstance(a, str) for a in req["argv"])
+          and isinstance(req.get("env"), dict) and all(isinstance(k, str) and isinstance(v, str)
+                                                       for k, v in req["env"].items())
+          and isinstance(req.get("cwd"), str) and isinstance(req.get("umask"), int)
+          and isinstance(req.get("sys_path"), list) and isinstance(req.get("context"), dict))
+    if not ok:
+        raise ValueError("a malformed run request")
+    return req
+
+
 class Server:
     """One listening socket; a fork per command; exit statuses sent back as children end."""
 
@@ -322,6 +499,9 @@ class Server:
         self.children: dict[int, tuple[socket.socket, int, str, float]] = {}  # pid → conn, pidfd, cmd, t0
         self.stopping = False
         self.last_active = time.monotonic()
+        self.pid = os.getpid()
+        self.context = process_context()
+        self.ino = -1
 
     def say(self, msg: str) -> None:
         print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} [pid {os.getpid()}] {msg}", file=self.log, flush=True)
@@ -340,8 +520,9 @@ class Server:
         return sock
 
     def owns_path(self) -> bool:
+        """Only the server process itself, and only while the socket file is its own."""
         try:
-            return os.stat(self.path).st_ino == self.ino
+            return os.getpid() == self.pid and os.stat(self.path).st_ino == self.ino
         except FileNotFoundError:
             return False
 
@@ -366,60 +547,76 @@ class Server:
                     why = ("asked to stop" if self.stopping else "socket replaced" if not self.owns_path()
                            else f"idle {idle:.0f} s")
                     self.say(f"exiting ({why})")
-                    if self.owns_path():
-                        self.path.unlink(missing_ok=True)
+                    self.close(listener)
                     return
 
+    def close(self, listener: socket.socket) -> None:
+        """Stop listening; whoever connected meanwhile is told to run the command itself."""
+        if self.owns_path():
+            self.path.unlink(missing_ok=True)
+        listener.setblocking(False)
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except (BlockingIOError, OSError):
+                return
+            with conn:
+                try:
+                    send_frame(conn, {"error": "the warm orchestrator is stopping", "not_started": True})
+                except OSError:
+                    pass
+
     def accept(self, listener: socket.socket) -> None:
-        conn, _ = listener.accept()
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            return
         self.last_active = time.monotonic()
-        fds: list[int] = []
+        reader = FrameReader(conn)
         try:
             _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                                 struct.calcsize("3i")))
+                                                                  struct.calcsize("3i")))
             if uid != os.getuid():
                 self.say(f"refused a peer of uid {uid}")
                 conn.close()
                 return
-            conn.settimeout(10)
-            reader = FrameReader(conn)
-            req = reader.read()
-            fds = reader.fds
-            if req is None:
-                conn.close()
-                return
-            op = req.get("op")
+            req = reader.read(REQUEST_TIMEOUT_S)
+            op = req.get("op") if isinstance(req, dict) else None
             if op == "ping":
                 send_frame(conn, {"pid": os.getpid(), "path": str(self.path), "running": len(self.children),
                                   "code_root": str(code_root())})
-                conn.close()
             elif op == "stop":
                 self.stopping = True
                 send_frame(conn, {"pid": os.getpid(), "stopping": True, "running": len(self.children)})
-                conn.close()
             elif op == "run":
-                if self.stopping:
-                    send_frame(conn, {"error": "the warm orchestrator is stopping", "not_started": True})
-                    conn.close()
+                try:
+                    if self.stopping:
+                        raise NotStarted("the warm orchestrator is stopping")
+                    if len(reader.fds) != 3:
+                        raise NotStarted("a run request must carry stdin, stdout and stderr")
+                    req = _checked_request(req)
+                    mismatch = identity_mismatch(req["context"], self.context)
+                    if mismatch:
+                        raise NotStarted(mismatch)
+                except NotStarted as exc:
+                    self.say(f"not started: {exc}")
+                    send_frame(conn, {"error": str(exc), "not_started": True})
+                else:
+                    conn.settimeout(None)
+                    fds, reader.fds = reader.fds, []
+                    self.fork(conn, req, fds, listener)  # owns conn and fds from here
                     return
-                if len(fds) != 3:
-                    send_frame(conn, {"error": "a run request must carry stdin, stdout and stderr", "not_started": True})
-                    conn.close()
-                    return
-                conn.settimeout(None)
-                self.fork(conn, req, fds, listener)
-            else:
+            elif req is not None:
                 send_frame(conn, {"error": f"unknown request {op!r}", "not_started": True})
-                conn.close()
-        except (OSError, ValueError, WarmError) as exc:
+            conn.close()
+        except Exception as exc:  # a bad peer must never take the server down
             self.say(f"a request failed before it started: {type(exc).__name__}: {exc}")
             conn.close()
         finally:
-            for fd in fds:
-                os.close(fd)
+            reader.close_fds()
 
     def fork(self, conn: socket.socket, req: dict[str, Any], fds: list[int], listener: socket.socket) -> None:
-        argv = [str(a) for a in req.get("argv") or ["benchrun"]]
+        argv = req["argv"]
         command = argv[1] if len(argv) > 1 else "(none)"
         sys.stdout.flush()
         sys.stderr.flush()
@@ -427,35 +624,22 @@ class Server:
             pid = os.fork()
         except OSError as exc:  # out of memory or processes: nothing ran, the client may run it itself
             self.say(f"{command}: cannot fork: {exc}")
+            _close_all(fds)
             send_frame(conn, {"error": f"the warm orchestrator cannot fork: {exc}", "not_started": True})
             conn.close()
             return
-        if pid == 0:  # the child: never returns
-            code = 1
-            try:
-                listener.close()
-                self.sel.close()
-                for other, other_pidfd, *_ in self.children.values():
-                    other.close()
-                    os.close(other_pidfd)
-                code = become_command(req, fds, conn)
-            except SystemExit as exc:
-                code = exit_status(exc.code)
-            except BaseException:
-                import traceback
-
-                traceback.print_exc()
-            finally:
-                code = finish_like_interpreter(code)
-                try:  # the child's own CPU (the server's wait4 adds its children's)
-                    import resource
-
-                    ru = resource.getrusage(resource.RUSAGE_SELF)
-                    send_frame(conn, {"self_cpu_s": round(ru.ru_utime + ru.ru_stime, 3)})
-                except OSError:
-                    pass
-                os._exit(code)
-        pidfd = os.pidfd_open(pid)
+        if pid == 0:
+            self.child(conn, req, fds, listener)  # never returns
+        _close_all(fds)
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError as exc:  # cannot watch it: end it now rather than leave it unreaped
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            self.say(f"{command}: child {pid} killed, it could not be watched: {exc}")
+            send_frame(conn, {"error": f"the warm orchestrator could not watch its child: {exc}"})
+            conn.close()
+            return
         self.children[pid] = (conn, pidfd, command, time.monotonic())
         import selectors
 
@@ -467,11 +651,43 @@ class Server:
         except OSError:
             pass  # the client went away already: the client event hangs the child up
 
+    def child(self, conn: socket.socket, req: dict[str, Any], fds: list[int], listener: socket.socket) -> None:
+        """The forked child: become the client's command, report, and exit — never return
+        into the server's frames, whatever is raised."""
+        code = 1
+        try:
+            try:
+                listener.close()
+                self.sel.close()
+                for other, other_pidfd, *_ in self.children.values():
+                    other.close()
+                    os.close(other_pidfd)
+                code = become_command(req, fds, conn)
+            except NotStarted as exc:
+                send_frame(conn, {"error": str(exc), "not_started": True})
+                os._exit(0)
+            except SystemExit as exc:
+                code = exit_status(exc.code)
+            except BaseException:
+                import traceback
+
+                traceback.print_exc()
+            code = finish_like_interpreter(code)
+            signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())  # nothing interrupts the report
+            import resource
+
+            ru = resource.getrusage(resource.RUSAGE_SELF)
+            send_frame(conn, {"self_cpu_s": round(ru.ru_utime + ru.ru_stime, 3), "child_exit": code})
+        except BaseException:
+            pass
+        finally:
+            os._exit(code)
+
     def client_event(self, pid: int) -> None:
-        """The client sent nothing after its request: readable means it went away."""
+        """The client sends nothing after its request: readable means it went away."""
         conn = self.children[pid][0]
         try:
-            gone = conn.recv(1, socket.MSG_PEEK) == b""
+            gone = conn.recv(65536) == b""  # (anything it did send is dropped)
         except OSError:
             gone = True
         if gone:
@@ -491,16 +707,24 @@ class Server:
             self.sel.unregister(conn)
         except KeyError:
             pass
-        code = os.waitstatus_to_exitcode(status)
-        code = 128 - code if code < 0 else code  # killed by a signal: the shell's 128 + N
+        signum = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+        code = 128 + signum if signum else os.waitstatus_to_exitcode(status)
         self.last_active = time.monotonic()
         self.say(f"{command}: child {pid} exited {code} after {time.monotonic() - t0:.2f} s")
         try:
-            send_frame(conn, {"exit": code, "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
+            send_frame(conn, {"exit": code, "signal": signum, "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
                               "max_rss_kib": usage.ru_maxrss})
         except OSError:
             pass
         conn.close()
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 def exit_status(code: Any) -> int:
@@ -540,22 +764,22 @@ def become_command(req: dict[str, Any], fds: list[int], conn: socket.socket) -> 
     global served_by
     served_by = {"server_pid": os.getppid()}
     os.setsid()  # its own session: no controlling terminal, so reading the client's never stops it
-    for s in FORWARDED_SIGNALS + (signal.SIGCHLD,):
-        signal.signal(s, signal.default_int_handler if s == signal.SIGINT else signal.SIG_DFL)
+    take_on(req["context"])  # NotStarted before anything of the command ran
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
-    for fd in fds:
-        if fd > 2:
-            os.close(fd)
+    _close_all([fd for fd in fds if fd > 2])
     os.chdir(req["cwd"])
     os.environ.clear()
     os.environ.update(req["env"])
     time.tzset()  # local time as the client's TZ says, as a fresh process would read it
     os.umask(int(req["umask"]))
     sys.argv = list(req["argv"])
-    sys.path[:] = [str(p) for p in req.get("sys_path") or sys.path]  # later imports resolve as the client's would
-    # The standard streams were opened for the server's own (a log file); buffer them as a
-    # fresh process would for these fds: line-buffered on a terminal.
+    sys.path[:] = [str(p) for p in req["sys_path"]]  # later imports resolve as the client's would
+    # The standard streams were opened for the server's own (a log file, or none): as a fresh
+    # process would have them for these fds, line-buffered on a terminal.
+    for name, fd, mode_ in (("stdin", 0, "r"), ("stdout", 1, "w"), ("stderr", 2, "w")):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, mode_, closefd=False, line_buffering=mode_ == "w" and os.isatty(fd)))
     sys.stdout.reconfigure(line_buffering=os.isatty(1))
     from benchrun import cli
 
@@ -571,6 +795,10 @@ def serve(idle_s: float = DEFAULT_IDLE_S) -> int:
     path = socket_path(create=True)
     if request(path, "ping") is not None:  # say so before spending seconds on imports
         raise WarmError(f"a warm orchestrator already serves this code at {path}")
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except (AttributeError, OSError) as exc:
+        raise WarmError(f"this kernel cannot watch processes by pidfd (Linux >= 5.3 needed): {exc}") from None
     server = Server(path, idle_s)
     t0 = time.perf_counter()
     failed = preload()

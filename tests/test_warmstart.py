@@ -4,6 +4,7 @@ directory, umask, terminal, signals — and the fallbacks and refusals say why."
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -63,8 +64,10 @@ def _served(server, command: str) -> list[str]:
 
 
 def test_a_served_command_prints_and_exits_as_in_its_own_process(server, tmp_path):
+    before = len(_served(server, "validate"))
     served = _cli({**server["env"], "BENCHRUN_WARM": "require"}, "validate", "specs/local/canary.yaml")
     cold = _cli({**server["env"], "BENCHRUN_WARM": "0"}, "validate", "specs/local/canary.yaml")
+    assert len(_served(server, "validate")) == before + 2  # started and exited: the served one only
     assert served.returncode == cold.returncode == 0
     assert served.stdout == cold.stdout and "1 valid" in served.stdout
     assert any("exited 0" in ln for ln in _served(server, "validate"))
@@ -96,26 +99,72 @@ def test_the_command_gets_the_clients_environment_working_directory_and_umask(se
     assert proc.returncode == 0 and other.is_dir(), proc.stderr
 
 
-def test_ctrl_c_reaches_the_command_and_a_killed_client_hangs_it_up(server):
-    env = {**server["env"], "BENCHRUN_WARM": "require"}
+def _refserver(env: dict[str, str], server=None, **kw) -> tuple[subprocess.Popen, int | None]:
+    """`benchrun refserver` (runs until a signal ends it) once it listens; with ``server``,
+    the pid of the child it runs in."""
+    proc = subprocess.Popen([sys.executable, "-m", "benchrun.entry", "refserver", "--port", "0"], env=env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    line = proc.stdout.readline()
+    assert "127.0.0.1" in line, (line, proc.stderr.read() if proc.poll() is not None else "")
+    if server is None:
+        return proc, None
+    return proc, int(re.findall(r"refserver: child (\d+)", server["log"].read_text())[-1])
 
-    def start() -> tuple[subprocess.Popen, int]:
-        proc = subprocess.Popen([sys.executable, "-m", "benchrun.entry", "refserver", "--port", "0"], env=env,
-                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        line = proc.stdout.readline()
-        assert "127.0.0.1" in line, (line, proc.stderr.read() if proc.poll() is not None else "")
-        pid = int(re.findall(r"refserver: child (\d+)", server["log"].read_text())[-1])
-        return proc, pid
 
-    proc, pid = start()
-    proc.send_signal(signal.SIGINT)  # what Ctrl-C sends the client
-    assert proc.wait(timeout=30) in (0, 130, 1)
-    _gone(pid)
-    proc, pid = start()
+def test_signals_end_a_served_command_as_they_end_one_in_its_own_process(server):
+    served_env = {**server["env"], "BENCHRUN_WARM": "require"}
+    cold_env = {**server["env"], "BENCHRUN_WARM": "0"}
+    for sig in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C; kill
+        cold, _ = _refserver(cold_env)
+        cold.send_signal(sig)
+        expected = cold.wait(timeout=30)
+        proc, pid = _refserver(served_env, server)
+        proc.send_signal(sig)
+        assert proc.wait(timeout=30) == expected, sig  # the same status, a death by signal included
+        _gone(pid)
+    proc, pid = _refserver(served_env, server)
     proc.kill()  # no word to the server: it sees the connection close
     proc.wait()
     _gone(pid)
     assert f"child {pid}: its client went away; SIGHUP" in server["log"].read_text()
+
+
+def test_a_signal_the_client_ignores_is_ignored_by_its_command(server):
+    """`nohup benchrun run ... &` and logging out must not end the run."""
+    env = {**server["env"], "BENCHRUN_WARM": "require"}
+    proc, pid = _refserver(env, server, preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    proc.send_signal(signal.SIGHUP)
+    os.kill(pid, signal.SIGHUP)  # the command's own process ignores it too
+    time.sleep(1.0)
+    assert proc.poll() is None
+    os.kill(pid, 0)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=30)
+    _gone(pid)
+
+
+def test_a_malformed_request_neither_ends_the_server_nor_keeps_the_clients_descriptors(server):
+    import socket as so
+
+    r, w = os.pipe()
+    for doc in ([], {"op": "run", "argv": 5}, {"op": "run", "argv": ["benchrun"], "env": {"A": 1}}):
+        with so.socket(so.AF_UNIX, so.SOCK_STREAM) as sock:
+            sock.connect(str(server["path"]))
+            warmstart.send_frame(sock, doc, [w, w, w])
+            answer = warmstart.FrameReader(sock).read(10)
+            assert answer is None or answer.get("not_started") or "error" in answer
+    os.close(w)
+    os.set_blocking(r, False)
+    deadline = time.monotonic() + 10
+    while True:  # EOF only once no process holds the write end: the server closed its copies
+        try:
+            if os.read(r, 1) == b"":
+                break
+        except BlockingIOError:
+            assert time.monotonic() < deadline, "the server kept the client's descriptors"
+            time.sleep(0.05)
+    os.close(r)
+    assert warmstart.request(server["path"], "ping")["pid"] == server["proc"].pid
 
 
 def _gone(pid: int, timeout_s: float = 30) -> None:
@@ -140,7 +189,9 @@ def test_a_run_through_the_server_shows_progress_in_a_terminal_and_succeeds(serv
     spec.write_text(yaml.safe_dump(canary_doc, sort_keys=False))
     home = tmp_path / "home"
     env = {**server["env"], "BENCHRUN_WARM": "require", "BENCHRUN_HOME": str(home)}
-    child = pexpect.spawn(sys.executable, ["-m", "benchrun.entry", "run", str(spec)], cwd=str(ROOT), env=env,
+    pinned = len(os.sched_getaffinity(0)) > 1  # run it on one CPU: the command (and its suites) must be too
+    argv = ["taskset", "-c", str(min(os.sched_getaffinity(0))), sys.executable] if pinned else [sys.executable]
+    child = pexpect.spawn(argv[0], [*argv[1:], "-m", "benchrun.entry", "run", str(spec)], cwd=str(ROOT), env=env,
                           encoding="utf-8", timeout=300, dimensions=(40, 160))
     child.expect(r"in a fork of the warm orchestrator \(pid \d+\)")  # it says how it runs
     child.expect(r"micro/membw r[123]/3")  # the live bar: the command's stdout is the terminal
@@ -152,6 +203,9 @@ def test_a_run_through_the_server_shows_progress_in_a_terminal_and_succeeds(serv
     status = json.loads((run_dir / "status.json").read_text())
     assert status["phase"] == "Succeeded" and status["outcome"] == "succeeded"
     assert any("exited 0" in ln for ln in _served(server, "run"))
+    environment = json.loads((run_dir / "structured" / f"{run_dir.name}_environment.json").read_text())
+    if pinned:
+        assert environment["cpu"]["usable_cpus"] == 1  # the client's affinity, not the server's
     from benchrun.report.worker import wait_for_workers
 
     wait_for_workers(home)
@@ -200,6 +254,8 @@ def test_the_key_follows_the_source_and_import_time_environment(tmp_path):
     assert warmstart.code_key({**env, "HOME": "/elsewhere", "BENCHRUN_HOME": "/x"}, tmp_path) == key
     assert warmstart.code_key({**env, "PYTHONHASHSEED": "1"}, tmp_path) != key
     assert warmstart.code_key({**env, "OMP_NUM_THREADS": "1"}, tmp_path) != key
+    assert warmstart.code_key({**env, "BENCHRUN_LAUNCHER_KIND": "kubernetes"}, tmp_path) != key
+    assert warmstart.code_key({**env, "BENCHRUN_WARM": "require", "BENCHRUN_WARM_DIR": "/x"}, tmp_path) == key
     st = (pkg / "mod.py").stat()
     os.utime(pkg / "mod.py", ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # an edit
     assert warmstart.code_key(env, tmp_path) != key
@@ -234,3 +290,31 @@ def test_the_entry_point_decides_without_importing_dagster_or_the_cli():
              "sys.exit(f'imported {heavy}' if heavy else 0)")
     proc = subprocess.run([sys.executable, "-c", probe], env=_env("/nonexistent"), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_process_of_another_cgroup_namespace_or_group_list_is_not_served_from_here():
+    mine = warmstart.process_context()
+    assert warmstart.identity_mismatch(dict(mine), mine) is None
+    for key, other in (("cgroup", "0::/elsewhere\n"), ("groups", [*mine["groups"], 4242]),
+                       ("namespaces", {**(mine["namespaces"] or {}), "pid": 1})):
+        assert key in warmstart.identity_mismatch({**mine, key: other}, mine)
+
+
+def test_a_run_takes_the_launcher_settings_of_its_own_environment(bench_home, canary_doc, write_spec, monkeypatch):
+    """The definitions are imported once by a warm orchestrator; the launcher must still
+    follow the environment of the command that runs."""
+    import dagster as dg
+
+    importlib.import_module("bench_assets.definitions")  # imported before the variable is set
+    from benchrun import submit as sub
+
+    seen = {}
+
+    def fake_execute(self, **kw):
+        seen.update(kw)
+        return None
+
+    monkeypatch.setattr(dg.JobDefinition, "execute_in_process", fake_execute)
+    monkeypatch.setenv("BENCHRUN_LAUNCHER_KIND", "kubernetes")
+    sub.execute(sub.prepare(write_spec(canary_doc)))
+    assert seen["resources"]["launcher"].kind == "kubernetes"
