@@ -93,23 +93,23 @@ def code_key(environ: dict[str, str] | None = None, root: Path | None = None) ->
     environ = os.environ if environ is None else environ
     root = code_root() if root is None else root
     h = hashlib.sha256()
-    h.update(f"{sys.executable}\0{sys.version}\0{root}\0".encode())
+    h.update(os.fsencode(f"{sys.executable}\0{sys.version}\0{root}\0"))
     for name in sorted(environ):
         if (name.startswith(KEY_ENV_PREFIXES) or name in KEY_ENV_NAMES) and name not in KEY_ENV_EXCLUDED:
-            h.update(f"{name}={environ[name]}\0".encode())
+            h.update(os.fsencode(f"{name}={environ[name]}\0"))
     for pkg in CODE_PACKAGES:
         for dirpath, dirnames, filenames in os.walk(root / pkg):
             dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
             for fn in sorted(filenames):
                 if fn.endswith(".py"):
                     st = os.stat(os.path.join(dirpath, fn))
-                    h.update(f"{dirpath}/{fn}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+                    h.update(os.fsencode(f"{dirpath}/{fn}\0{st.st_size}\0{st.st_mtime_ns}\0"))
     import sysconfig
 
     for key in ("purelib", "platlib"):  # a pip install changes these directories' mtimes
         path = sysconfig.get_paths().get(key)
         if path and os.path.isdir(path):
-            h.update(f"{path}\0{os.stat(path).st_mtime_ns}\0".encode())
+            h.update(os.fsencode(f"{path}\0{os.stat(path).st_mtime_ns}\0"))
     return h.hexdigest()[:24]
 
 
@@ -200,7 +200,7 @@ class FrameReader:
 
 # --- what the command's process must share with the client ---------------------------------
 
-SHARED_IDENTITY = ("uid", "gid", "groups", "cgroup", "namespaces")
+SHARED_IDENTITY = ("uid", "gid", "groups", "cgroup", "namespaces", "personality", "oom_score_adj", "ionice")
 
 
 def process_context() -> dict[str, Any]:
@@ -216,12 +216,31 @@ def process_context() -> dict[str, Any]:
         "ignored": sorted(int(s) for s in signal.valid_signals() if _ignored(s)),
         "sigmask": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
     }
-    try:
-        ctx["cgroup"] = Path("/proc/self/cgroup").read_text()
-        ctx["namespaces"] = {n: os.stat(f"/proc/self/ns/{n}").st_ino for n in sorted(os.listdir("/proc/self/ns"))}
-    except OSError:
-        ctx["cgroup"], ctx["namespaces"] = None, None
+    for key, read in (("cgroup", lambda: Path("/proc/self/cgroup").read_text()),
+                      ("namespaces", lambda: {n: os.stat(f"/proc/self/ns/{n}").st_ino
+                                              for n in sorted(os.listdir("/proc/self/ns"))}),
+                      ("personality", lambda: Path("/proc/self/personality").read_text().strip()),
+                      ("oom_score_adj", lambda: Path("/proc/self/oom_score_adj").read_text().strip()),
+                      ("ionice", _io_priority)):
+        try:
+            ctx[key] = read()
+        except OSError:
+            ctx[key] = None
     return ctx
+
+
+def _io_priority() -> list[int]:
+    """(class, level) of this process's I/O priority (ionice): what fio's numbers depend on."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    sys_ioprio_get = {"x86_64": 252, "aarch64": 31}.get(os.uname().machine)
+    if sys_ioprio_get is None:
+        raise OSError("ioprio_get: unknown system call number on this machine")
+    value = libc.syscall(sys_ioprio_get, 1, 0)  # IOPRIO_WHO_PROCESS, this process
+    if value < 0:
+        raise OSError(ctypes.get_errno(), "ioprio_get")
+    return [value >> 13, value & 0x1FFF]
 
 
 def _ignored(signum: int) -> bool:
@@ -245,16 +264,22 @@ def take_on(ctx: dict[str, Any]) -> None:
     import resource
 
     try:
+        for name, (soft, hard) in ctx["rlimits"].items():  # first: RLIMIT_NICE/RTPRIO may allow what follows
+            which = getattr(resource, name, None)
+            if which is not None and resource.getrlimit(which) != (soft, hard):
+                resource.setrlimit(which, (soft, hard))
+        used = _memory_in_use()
+        for name, key in (("RLIMIT_AS", "VmSize"), ("RLIMIT_DATA", "VmData")):
+            soft = ctx["rlimits"].get(name, [-1])[0]
+            if soft != resource.RLIM_INFINITY and soft >= 0 and used.get(key, 0) >= soft:
+                raise NotStarted(f"the client's {name} ({soft} bytes) is below what the warm orchestrator "
+                                 f"already holds ({used[key]} bytes)")
         os.sched_setaffinity(0, ctx["affinity"])
         policy, priority = ctx["sched"]
         if [os.sched_getscheduler(0), os.sched_getparam(0).sched_priority] != [policy, priority]:
             os.sched_setscheduler(0, policy, os.sched_param(priority))
         if os.getpriority(os.PRIO_PROCESS, 0) != ctx["nice"]:
             os.setpriority(os.PRIO_PROCESS, 0, ctx["nice"])
-        for name, (soft, hard) in ctx["rlimits"].items():
-            which = getattr(resource, name, None)
-            if which is not None and resource.getrlimit(which) != (soft, hard):
-                resource.setrlimit(which, (soft, hard))
     except (OSError, ValueError) as exc:
         raise NotStarted(f"the client's CPU affinity, scheduling, nice value or limits cannot be taken on ({exc})")
     ignored = set(ctx["ignored"])
@@ -271,7 +296,16 @@ def take_on(ctx: dict[str, Any]) -> None:
             signal.signal(s, handler)
         except (OSError, ValueError, RuntimeError):
             pass
-    signal.pthread_sigmask(signal.SIG_SETMASK, ctx["sigmask"])
+    signal.pthread_sigmask(signal.SIG_SETMASK, ctx["sigmask"])  # signals held since the fork arrive now
+
+
+def _memory_in_use() -> dict[str, int]:
+    out = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("VmSize", "VmData"):
+            out[key] = int(rest.split()[0]) * 1024
+    return out
 
 
 # --- the client: the thin entry point's side --------------------------------------------------
@@ -316,7 +350,7 @@ def run_remote(argv: list[str], environ: dict[str, str] | None = None) -> int | 
     try:
         path = socket_path(environ)
         cwd = os.getcwd()
-    except (WarmError, OSError) as exc:  # a directory we must not use, a file gone mid-walk, no cwd
+    except (WarmError, OSError, ValueError) as exc:  # a directory we must not use, a file gone mid-walk, no cwd
         if how == "require":
             raise WarmError(f"no warm orchestrator can be used: {exc}") from None
         return None
@@ -357,7 +391,7 @@ class _Forwarding:
     def __enter__(self) -> "_Forwarding":
         for s in self.signals:
             self.previous[s] = signal.signal(s, self._forward)
-        if int(signal.SIGTSTP) not in self.signals and not _ignored(signal.SIGTSTP):
+        if not _ignored(signal.SIGTSTP):
             self.previous[signal.SIGTSTP] = signal.signal(signal.SIGTSTP, self._suspend)
         return self
 
@@ -424,12 +458,24 @@ def _await_exit(sock: socket.socket, path: Path, fwd: _Forwarding, how: str) -> 
             last_usage = {**usage, "cpu_s": doc.get("cpu_s"), "child_pid": fwd.pid}
             signum = doc.get("signal")
             if signum:  # it died of a signal: so does this client, as the shell expects
-                sys.stdout.flush()
-                sys.stderr.flush()
-                signal.signal(signum, signal.SIG_DFL)
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, [signum])
-                os.kill(os.getpid(), signum)
+                _die_of(signum)
             return int(doc["exit"])
+
+
+def _die_of(signum: int) -> None:
+    """End this client by ``signum`` (its core, if any, is the command's: none here)."""
+    import resource
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
+        if signum not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(signum, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signum])
+    except (OSError, ValueError):
+        pass
+    os.kill(os.getpid(), signum)
 
 
 def request(path: Path, op: str, timeout_s: float = 5.0) -> dict[str, Any] | None:
@@ -535,12 +581,15 @@ class Server:
         while True:
             for key, _ in sel.select(timeout=1.0):
                 kind, pid = key.data
-                if kind == "listen":
-                    self.accept(listener)
-                elif kind == "exit":
-                    self.reap(pid)
-                elif kind == "client":
-                    self.client_event(pid)
+                try:
+                    if kind == "listen":
+                        self.accept(listener)
+                    elif kind == "exit":
+                        self.reap(pid)
+                    elif kind == "client" and pid in self.children:  # (reaped in this batch: nothing to do)
+                        self.client_event(pid)
+                except Exception as exc:  # one command's trouble must not end the server
+                    self.say(f"{kind} event of child {pid}: {type(exc).__name__}: {exc}")
             if not self.children:
                 idle = time.monotonic() - self.last_active
                 if self.stopping or idle > self.idle_s or not self.owns_path():
@@ -620,9 +669,12 @@ class Server:
         command = argv[1] if len(argv) > 1 else "(none)"
         sys.stdout.flush()
         sys.stderr.flush()
+        # Signals wait until the child has the client's dispositions (take_on restores the mask).
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
         try:
             pid = os.fork()
         except OSError as exc:  # out of memory or processes: nothing ran, the client may run it itself
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
             self.say(f"{command}: cannot fork: {exc}")
             _close_all(fds)
             send_frame(conn, {"error": f"the warm orchestrator cannot fork: {exc}", "not_started": True})
@@ -630,6 +682,7 @@ class Server:
             return
         if pid == 0:
             self.child(conn, req, fds, listener)  # never returns
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
         _close_all(fds)
         try:
             pidfd = os.pidfd_open(pid)
@@ -693,8 +746,9 @@ class Server:
         if gone:
             self.sel.unregister(conn)
             self.say(f"child {pid}: its client went away; SIGHUP")
-            try:
+            try:  # (and SIGCONT: a command stopped by Ctrl-Z would never see the hang-up)
                 os.kill(pid, signal.SIGHUP)
+                os.kill(pid, signal.SIGCONT)
             except ProcessLookupError:
                 pass
 
@@ -766,12 +820,18 @@ def become_command(req: dict[str, Any], fds: list[int], conn: socket.socket) -> 
     os.setsid()  # its own session: no controlling terminal, so reading the client's never stops it
     take_on(req["context"])  # NotStarted before anything of the command ran
     for target, fd in enumerate(fds):
-        os.dup2(fd, target)
+        if fd != target:
+            os.dup2(fd, target)
+        os.set_inheritable(target, True)  # (received close-on-exec; the suites inherit 0-2)
     _close_all([fd for fd in fds if fd > 2])
     os.chdir(req["cwd"])
     os.environ.clear()
     os.environ.update(req["env"])
     time.tzset()  # local time as the client's TZ says, as a fresh process would read it
+    if os.environ.get("PYTHONFAULTHANDLER"):  # take_on reset the fatal signals' handlers
+        import faulthandler
+
+        faulthandler.enable()
     os.umask(int(req["umask"]))
     sys.argv = list(req["argv"])
     sys.path[:] = [str(p) for p in req["sys_path"]]  # later imports resolve as the client's would

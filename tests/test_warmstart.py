@@ -123,6 +123,9 @@ def test_signals_end_a_served_command_as_they_end_one_in_its_own_process(server)
         assert proc.wait(timeout=30) == expected, sig  # the same status, a death by signal included
         _gone(pid)
     proc, pid = _refserver(served_env, server)
+    os.kill(pid, signal.SIGKILL)  # the command itself killed (the OOM killer, kill -9): so is the client
+    assert proc.wait(timeout=30) == -signal.SIGKILL
+    proc, pid = _refserver(served_env, server)
     proc.kill()  # no word to the server: it sees the connection close
     proc.wait()
     _gone(pid)
@@ -318,3 +321,16 @@ def test_a_run_takes_the_launcher_settings_of_its_own_environment(bench_home, ca
     monkeypatch.setenv("BENCHRUN_LAUNCHER_KIND", "kubernetes")
     sub.execute(sub.prepare(write_spec(canary_doc)))
     assert seen["resources"]["launcher"].kind == "kubernetes"
+
+
+@pytest.mark.skipif(not __import__("shutil").which("ionice"), reason="unavailable: no ionice (util-linux)")
+def test_a_client_with_another_io_priority_runs_its_command_itself(server):
+    """What fio measures depends on the I/O priority: a fork of the server would not have the
+    client's, so the command is not served (and runs, in its own process)."""
+    before = len(_served(server, "validate"))
+    proc = subprocess.run(["ionice", "-c", "3", sys.executable, "-m", "benchrun.entry", "validate",
+                           "specs/local/canary.yaml"], env=server["env"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and "1 valid" in proc.stdout, proc.stderr
+    assert len(_served(server, "validate")) == before
+    assert "not started: the client's ionice differs" in server["log"].read_text()
