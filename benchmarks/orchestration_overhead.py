@@ -79,8 +79,9 @@ def code_env(code: Path, home: str | None = None) -> dict[str, str]:
 def compile_bytecode(code: Path) -> None:
     """Cache the checkout's bytecode, as any machine without PYTHONDONTWRITEBYTECODE has after
     its first run (and `make` does): every version measured starts from the same footing."""
-    dirs = [str(code / d) for d in ("benchrun", "bench_assets", "resources", "schedules", "sensors")
-            if (code / d).is_dir()]
+    from benchrun.warmstart import CODE_PACKAGES  # (this checkout's list: the packages are the same)
+
+    dirs = [str(code / d) for d in CODE_PACKAGES if (code / d).is_dir()]
     subprocess.run([sys.executable, "-m", "compileall", "-q", *dirs], check=True, stdout=subprocess.DEVNULL)
 
 

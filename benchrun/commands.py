@@ -195,7 +195,9 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
     except BenchrunError as exc:
         _print_spec_errors(console, exc)
         raise typer.Exit(2) from None
-    served = sys.modules["benchrun.warmstart"].served_by if "benchrun.warmstart" in sys.modules else None
+    from benchrun import warmstart
+
+    served = warmstart.served_by
     how = f" in a fork of the warm orchestrator (pid {served['server_pid']})" if served else ""
     console.print(f"run [bold]{prepared.run_id}[/] (spec {prepared.spec_digest[:19]}…) → {prepared.run_dir}{how}")
     rd = RunDir.for_run(prepared.run_id)

@@ -190,11 +190,7 @@ class FrameReader:
             self.buf += chunk
 
     def close_fds(self) -> None:
-        for fd in self.fds:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        _close_all(self.fds)
         self.fds = []
 
 
@@ -455,7 +451,7 @@ def _await_exit(sock: socket.socket, path: Path, fwd: _Forwarding, how: str) -> 
         if "child_exit" in doc:
             usage.update(self_cpu_s=doc.get("self_cpu_s"), child_exit=doc["child_exit"])
         if "exit" in doc:
-            last_usage = {**usage, "cpu_s": doc.get("cpu_s"), "child_pid": fwd.pid}
+            last_usage = {**usage, "cpu_s": doc.get("cpu_s")}
             signum = doc.get("signal")
             if signum:  # it died of a signal: so does this client, as the shell expects
                 _die_of(signum)
@@ -766,8 +762,7 @@ class Server:
         self.last_active = time.monotonic()
         self.say(f"{command}: child {pid} exited {code} after {time.monotonic() - t0:.2f} s")
         try:
-            send_frame(conn, {"exit": code, "signal": signum, "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
-                              "max_rss_kib": usage.ru_maxrss})
+            send_frame(conn, {"exit": code, "signal": signum, "cpu_s": round(usage.ru_utime + usage.ru_stime, 3)})
         except OSError:
             pass
         conn.close()
@@ -936,7 +931,7 @@ def register(app: Any) -> None:
         try:
             if idle_timeout <= 0:
                 raise BenchrunError("--idle-timeout must be > 0 seconds")
-            path = socket_path(create=stop is False and status is False)
+            path = socket_path(create=not (stop or status))
             if stop or status:
                 answer = request(path, "stop" if stop else "ping")
                 if answer is None:
