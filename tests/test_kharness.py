@@ -3,6 +3,7 @@ harness control plane (Kueue, Job/JobSet controllers, scheduler, kubelet, TTL, G
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import threading
 import time
@@ -12,6 +13,7 @@ import pytest
 from kubernetes import client, watch
 
 from kharness import GPU, QUEUE_LABEL, Node, has_condition
+from kharness.control import JOBS
 
 PY = sys.executable
 
@@ -46,6 +48,7 @@ def test_kueue_job_runs_streams_its_log_and_is_cleaned_up(kcluster):
     pod = kcluster.wait_for(
         lambda: [p for p in core.list_namespaced_pod("default", label_selector="job-name=hello").items
                  if p.status.phase == "Running"], what="a running pod")[0]
+    wl_name = [w for w in kcluster.list("workloads") if "hello" in w["metadata"]["name"]][0]["metadata"]["name"]
     lines = []
     stream = core.read_namespaced_pod_log(pod.metadata.name, "default", follow=True, timestamps=True, _preload_content=False)
     for chunk in stream.stream():
@@ -54,7 +57,11 @@ def test_kueue_job_runs_streams_its_log_and_is_cleaned_up(kcluster):
     assert lines[0].split(" ", 1)[0].endswith("Z")
     done = kcluster.wait_for(lambda: batch.read_namespaced_job_status("hello", "default").status.succeeded, what="success")
     assert done == 1
-    wl = kcluster.wait_for(lambda: [w for w in kcluster.list("workloads") if has_condition(w, "Finished")])[0]
+    # Read the Workload's stored versions, not the live object: on a loaded machine the TTL (1 s after
+    # completion) and garbage collection may remove it before a poll of the live list sees it Finished.
+    wl = kcluster.wait_for(
+        lambda: [v for v in kcluster.history("workloads", wl_name) if v is not None and has_condition(v, "Finished")],
+        what="the Workload Finished")[-1]
     for cond in ("QuotaReserved", "Admitted", "PodsReady", "Finished"):
         assert has_condition(wl, cond), cond
     final = core.read_namespaced_pod(pod.metadata.name, "default")
@@ -212,3 +219,28 @@ def test_dagster_k8s_client_waits_against_the_harness(kcluster):
     client.BatchV1Api(api).create_namespaced_job("default", job("dkfail", "raise SystemExit(3)"))
     with pytest.raises(Exception, match="dkfail"):
         dk.wait_for_job_success("dkfail", "default", wait_time_between_attempts=0.1, wait_timeout=30)
+
+
+def test_ttl_waits_for_kueue_to_see_the_job_finished(kcluster):
+    """A condition's time has whole seconds: when the rest of a control-plane tick takes a second after
+    the Job completes, the TTL must still not delete it before Kueue marks its Workload Finished
+    (a race that failed CI once under load)."""
+    batch = client.BatchV1Api(kcluster.api_client())
+    control = kcluster.control
+    kubelet = control.kubelet
+    slowed: list[bool] = []
+
+    async def slow_kubelet() -> None:
+        await kubelet()
+        done = [raw for _k, raw in control.api.live(JOBS) if has_condition(raw, "Complete")]
+        if done and not slowed:
+            slowed.append(True)
+            await asyncio.sleep(1.2)
+
+    control.kubelet = slow_kubelet
+    batch.create_namespaced_job("default", job("quick", "print('ok')", ttlSecondsAfterFinished=1))
+    wl_name = kcluster.wait_for(lambda: [w["metadata"]["name"] for w in kcluster.list("workloads")], what="a Workload")[0]
+    kcluster.wait_for(lambda: not kcluster.list("jobs") and not kcluster.list("workloads"), what="TTL deletion and GC")
+    assert slowed
+    assert any(v is not None and has_condition(v, "Finished") for v in kcluster.history("workloads", wl_name))
+    assert kcluster.errors == []

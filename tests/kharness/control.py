@@ -241,6 +241,7 @@ class ControlPlane:
         self.errors: list[str] = []
         self.grace_seconds = 1.0
         self.terminating: dict[Any, float] = {}  # pod key -> when the object goes
+        self.ttl_seen: dict[str, float] = {}  # finished Job uid -> when the TTL controller first saw it
         api.on_create = self._webhook
         api.log_source = self.serve_log
 
@@ -1291,7 +1292,14 @@ class ControlPlane:
                 for c in (job.get("status") or {}).get("conditions") or []
                 if c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
             ]
-            if done and done[0] is not None and now - done[0] >= float(ttl):
+            if not done or done[0] is None:
+                continue
+            # The condition's time has whole seconds, so it can read up to 1 s early; like the real
+            # TTL controller (which learns of the finish from a watch event, after the update), count
+            # from the first tick that saw the Job finished, so Kueue marks its Workload Finished first.
+            seen = self.ttl_seen.setdefault(job["metadata"]["uid"], now)
+            if now - max(done[0], seen) >= float(ttl):
+                self.ttl_seen.pop(job["metadata"]["uid"], None)
                 await self.api.remove_object(key)
         uids = set()
         everything = [(k, o) for k, o in list(self.api._objects.items()) if not o.deleted]
