@@ -42,12 +42,12 @@ def test_kueue_job_runs_streams_its_log_and_is_cleaned_up(kcluster):
     batch = client.BatchV1Api(kcluster.api_client())
     core = client.CoreV1Api(kcluster.api_client())
     code = "import time\nfor i in range(3):\n    print('line', i, flush=True); time.sleep(0.3)"
-    created = batch.create_namespaced_job("default", job("hello", code, ttlSecondsAfterFinished=1))
+    created = batch.create_namespaced_job("default", job("hello", code, ttlSecondsAfterFinished=3))
     assert created.spec.suspend is True  # Kueue's webhook suspends queued Jobs
     assert created.metadata.uid
     pod = kcluster.wait_for(
         lambda: [p for p in core.list_namespaced_pod("default", label_selector="job-name=hello").items
-                 if p.status.phase == "Running"], what="a running pod")[0]
+                 if p.status.phase in ("Running", "Succeeded")], what="a running pod")[0]
     wl_name = [w for w in kcluster.list("workloads") if "hello" in w["metadata"]["name"]][0]["metadata"]["name"]
     lines = []
     stream = core.read_namespaced_pod_log(pod.metadata.name, "default", follow=True, timestamps=True, _preload_content=False)
@@ -55,20 +55,22 @@ def test_kueue_job_runs_streams_its_log_and_is_cleaned_up(kcluster):
         lines.extend(chunk.decode().splitlines())
     assert [line.split(" ", 1)[1] for line in lines] == ["line 0", "line 1", "line 2"]
     assert lines[0].split(" ", 1)[0].endswith("Z")
-    done = kcluster.wait_for(lambda: batch.read_namespaced_job_status("hello", "default").status.succeeded, what="success")
-    assert done == 1
-    # Read the Workload's stored versions, not the live object: on a loaded machine the TTL (1 s after
-    # completion) and garbage collection may remove it before a poll of the live list sees it Finished.
-    wl = kcluster.wait_for(
-        lambda: [v for v in kcluster.history("workloads", wl_name) if v is not None and has_condition(v, "Finished")],
-        what="the Workload Finished")[-1]
+    # Read stored versions, not live objects: on a loaded machine the TTL (3 s after completion) and
+    # garbage collection may remove the Job, its Workload and its pod before a poll of them sees the end.
+    def last(kind: str, name: str, ok) -> dict:
+        return kcluster.wait_for(lambda: [v for v in kcluster.history(kind, name) if v is not None and ok(v)],
+                                 what=f"{kind}/{name}")[-1]
+
+    done = last("jobs", "hello", lambda v: (v.get("status") or {}).get("succeeded"))
+    assert done["status"]["succeeded"] == 1
+    wl = last("workloads", wl_name, lambda v: has_condition(v, "Finished"))
     for cond in ("QuotaReserved", "Admitted", "PodsReady", "Finished"):
         assert has_condition(wl, cond), cond
-    final = core.read_namespaced_pod(pod.metadata.name, "default")
-    term = final.status.container_statuses[0].state.terminated
-    assert (term.exit_code, term.reason, final.status.phase) == (0, "Completed", "Succeeded")
-    assert final.spec.node_name in ("node-a", "node-b")
-    assert final.status.container_statuses[0].image_id == kcluster.image_id("python:3.11")
+    final = last("pods", pod.metadata.name, lambda v: (v.get("status") or {}).get("phase") in ("Succeeded", "Failed"))
+    term = final["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert (term["exitCode"], term["reason"], final["status"]["phase"]) == (0, "Completed", "Succeeded")
+    assert final["spec"]["nodeName"] in ("node-a", "node-b")
+    assert final["status"]["containerStatuses"][0]["imageID"] == kcluster.image_id("python:3.11")
     kcluster.wait_for(lambda: not kcluster.list("jobs"), what="TTL deletion")
     kcluster.wait_for(lambda: not kcluster.list("pods") and not kcluster.list("workloads"), what="garbage collection")
     assert kcluster.errors == []
@@ -141,8 +143,7 @@ def test_tolerations_node_selector_and_mount_rewriting(kcluster_factory, tmp_pat
     spec["spec"]["template"]["spec"]["volumes"] = [{"name": "out", "persistentVolumeClaim": {"claimName": "results"}}]
     spec["spec"]["template"]["spec"]["nodeSelector"] = {"pool": "gpu"}
     batch.create_namespaced_job("default", spec)
-    time.sleep(0.3)
-    pod = c.list("pods")[0]
+    pod = c.wait_for(lambda: [p for p in c.list("pods") if has_condition(p, "PodScheduled", "False")], what="an unschedulable pod")[0]
     assert not pod["spec"].get("nodeName")  # the taint is not tolerated yet
     batch.delete_namespaced_job("mounts", "default")
     spec["spec"]["template"]["spec"]["tolerations"] = [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}]
@@ -176,9 +177,12 @@ def test_custom_resources_list_watch_patch_status(kcluster_factory):
         c.create("example.dev/v1/widgets", {"apiVersion": "example.dev/v1", "kind": "Widget", "metadata": {"name": "w2", "labels": {"team": "a"}}})
 
     threading.Thread(target=later).start()
-    for ev in watch.Watch().stream(api.list_namespaced_custom_object, "example.dev", "v1", "default", "widgets",
-                                   label_selector="team=a", timeout_seconds=1):
+    w = watch.Watch()
+    for ev in w.stream(api.list_namespaced_custom_object, "example.dev", "v1", "default", "widgets",
+                       label_selector="team=a", timeout_seconds=20):
         seen.append((ev["type"], ev["object"]["metadata"]["name"]))
+        if len(seen) == 2:
+            w.stop()
     assert seen == [("ADDED", "w1"), ("ADDED", "w2")]
     api.patch_namespaced_custom_object_status("example.dev", "v1", "default", "widgets", "w1", {"status": {"phase": "Ready"}})
     got = api.get_namespaced_custom_object("example.dev", "v1", "default", "widgets", "w1")

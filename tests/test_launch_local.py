@@ -77,10 +77,10 @@ def test_timeout_kills_the_whole_process_group(run_dir, tmp_path):
         "time.sleep(60)\n"
     )
     t0 = time.monotonic()
-    res = LocalLauncher().launch(_inv([sys.executable, "-c", code], timeout=1.5), run_dir)
+    res = LocalLauncher().launch(_inv([sys.executable, "-c", code], timeout=4), run_dir)  # the marker is written first
     assert time.monotonic() - t0 < 15
     assert res.status == "failed"
-    assert "timed out after 1.5s" in res.reason
+    assert "timed out after 4s" in res.reason
     child = int(marker.read_text())
     assert not _alive(child)
 
@@ -149,9 +149,9 @@ def test_a_suite_ignoring_sigterm_is_killed_after_the_grace_period(run_dir):
     code = ("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
             "print('ignoring SIGTERM', flush=True)\ntime.sleep(60)\n")
     t0 = time.monotonic()
-    res = LocalLauncher().launch(_inv([sys.executable, "-c", code], timeout=1.0), run_dir)
+    res = LocalLauncher().launch(_inv([sys.executable, "-c", code], timeout=3.0), run_dir)  # SIG_IGN is set first
     assert res.status == "failed" and "timed out" in res.reason
-    assert time.monotonic() - t0 < 10
+    assert time.monotonic() - t0 < 12
     assert "ignoring SIGTERM" in (run_dir / res.log).read_text()
 
 
@@ -185,7 +185,7 @@ def test_the_wait_ends_when_the_suite_exits_not_on_a_poll_tick():
         returned = time.time()
         late.append(returned - float(proc.stdout.read()))
         proc.stdout.close()
-    assert statistics.median(late) < 0.008, late
+    assert statistics.median(late) < 0.012, late  # Popen.wait's polls: ~25 ms
 
 
 def test_the_wait_times_out():

@@ -125,7 +125,7 @@ def test_decode_steps_follow_the_model():
 
 def test_queue_full_answers_429():
     with threaded_server(perf=PerfModel(decode_base_ms=1.0, max_batch=1, max_queue=1)) as (_, url):
-        outs = _stream_many(url, 5, 30)
+        outs = _stream_many(url, 5, 300)  # ~0.3 s each: all five arrive while the first decodes
         kinds = [o.error_kind for o in outs]
         assert kinds.count("http_429") >= 3 and kinds.count(None) >= 1
 

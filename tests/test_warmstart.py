@@ -102,13 +102,21 @@ def test_the_command_gets_the_clients_environment_working_directory_and_umask(se
 def _refserver(env: dict[str, str], server=None, **kw) -> tuple[subprocess.Popen, int | None]:
     """`benchrun refserver` (runs until a signal ends it) once it listens; with ``server``,
     the pid of the child it runs in."""
+    def children() -> list[str]:
+        return re.findall(r"refserver: child (\d+)", server["log"].read_text()) if server else []
+
+    before = len(children())
     proc = subprocess.Popen([sys.executable, "-m", "benchrun.entry", "refserver", "--port", "0"], env=env, cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
     line = proc.stdout.readline()
     assert "127.0.0.1" in line, (line, proc.stderr.read() if proc.poll() is not None else "")
     if server is None:
         return proc, None
-    return proc, int(re.findall(r"refserver: child (\d+)", server["log"].read_text())[-1])
+    # The server logs the child's pid after its fork; the child may have printed first.
+    deadline = time.monotonic() + 10
+    while len(children()) <= before and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return proc, int(children()[before])
 
 
 def test_signals_end_a_served_command_as_they_end_one_in_its_own_process(server):

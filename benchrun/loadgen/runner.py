@@ -284,12 +284,15 @@ async def _phase(
     duration_s: float | None,
     stream: int,
     point_index: int,
+    start_ns: int | None = None,
 ) -> list[tuple[_Spec, http.Outcome, int]]:
     """Run one phase; returns (spec, outcome, end) triples (rows are built afterwards, off
-    the measured path)."""
+    the measured path). ``start_ns`` anchors the schedule (the workers' shared go time, so that
+    their arrivals interleave as planned; a worker that wakes late shows it as schedule lag);
+    without it the phase starts now."""
     done: list[tuple[_Spec, http.Outcome, int]] = []
     timeout_s = st.cfg.request_timeout_s
-    start = CLOCK()
+    start = start_ns if start_ns is not None else CLOCK()
     deadline = start + int(duration_s * 1e9) if duration_s is not None else None
     it = iter(specs)
     if point.load_model == "closed_loop":
@@ -374,19 +377,20 @@ async def _run_point(
             wdone = await _phase(st, pool, warm_specs, warm_w, point, min(conc_w, warm_w) if conc_w else 0, rate_w, phase_s, None, 2, point_index)
             result["warmup_rows"] = len(wdone)
             result["warmup_errors"] = sum(1 for _, o, _ in wdone if o.error is not None)
-        if barrier is not None:
-            # all workers start measuring together (nothing is in flight at this point)
-            go = barrier() - CLOCK()
-            if go > 0:
-                await asyncio.sleep(go / 1e9)
-        stop = asyncio.Event()
-        lags: list[float] = []
-        probe = asyncio.ensure_future(_probe_loop(lags, stop))
         gc.collect()
         gc.freeze()  # older objects out of the collector's way while measuring
         try:
+            go_ns = None
+            if barrier is not None:
+                # all workers start measuring together, on one schedule (nothing is in flight now)
+                go_ns = barrier()
+                if go_ns - CLOCK() > 0:
+                    await asyncio.sleep((go_ns - CLOCK()) / 1e9)
+            stop = asyncio.Event()
+            lags: list[float] = []
+            probe = asyncio.ensure_future(_probe_loop(lags, stop))
             cpu0, wall0 = time.process_time(), time.perf_counter()
-            done = await _phase(st, pool, measured, n_w, point, conc_w, rate_w, phase_s, cfg.duration_s, 1, point_index)
+            done = await _phase(st, pool, measured, n_w, point, conc_w, rate_w, phase_s, cfg.duration_s, 1, point_index, go_ns)
             cpu1, wall1 = time.process_time(), time.perf_counter()
         finally:
             gc.unfreeze()
