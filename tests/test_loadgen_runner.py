@@ -94,6 +94,7 @@ def test_duration_ends_the_point(server):
     sched = [r["scheduled_mono_ns"] for r in res.rows]
     # no request is scheduled after the deadline (a send may follow a late wake-up)
     assert (max(sched) - min(sched)) / 1e9 < 0.4
+    assert (max(sends) - min(sends)) / 1e9 < 0.4 + 0.25
 
 
 def test_chat_api_and_headers_reach_the_server():
