@@ -20,7 +20,9 @@ counts split as evenly as integers allow; each worker runs a Poisson process of
 ``rate / workers``, whose superposition is a Poisson process of ``rate``). Workers return
 their raw request rows; the parent concatenates them and computes every percentile once
 over the merged rows. Draws are seeded per (seed, point, worker), so a sweep with the same
-seed and worker count sends the same requests.
+seed and worker count sends the same requests. The workers' measured phases share one
+schedule origin (the go time the parent hands them after every warm-up): a worker that wakes
+late sends late and shows it as schedule lag; its schedule is not shifted.
 """
 
 from __future__ import annotations
