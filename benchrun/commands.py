@@ -217,6 +217,10 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
             # Our turn: the before-run load sample covers the start-up from here (ours left out).
             open_background_window("before", rd.run_id)
             display = ProgressDisplay(prepared.run_dir / "progress" / "run_progress.json")
+            from benchrun.gcpolicy import freeze_long_lived
+
+            # What start-up imported and built lives to the end: later collections skip it.
+            freeze_long_lived()
             # Only this command's run draws figures in the background: the setting is restored
             # afterwards, so a process that goes on (a test, an embedding program) is not switched.
             with display, _env_default(worker.ENV, "background"):

@@ -857,6 +857,10 @@ def serve(idle_s: float = DEFAULT_IDLE_S) -> int:
     server = Server(path, idle_s)
     t0 = time.perf_counter()
     failed = preload()
+    from benchrun.gcpolicy import freeze_long_lived
+
+    # Shared with every child, never collected again in any of them (and pages stay shared).
+    freeze_long_lived(collect=True)
     # The key again after the imports: code edited while they ran must not be served as this.
     if socket_path() != path:
         raise WarmError("benchrun's code changed while the server started; start it again")
