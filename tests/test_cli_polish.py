@@ -49,8 +49,22 @@ def test_piped_help_is_plain_text_and_submit_says_what_next(tmp_path):
     r = _cli("--help", home=tmp_path)
     assert r.returncode == 0 and "run " in r.stdout
     assert not any(ch in r.stdout for ch in "╭╮│─"), r.stdout  # no rich box when piped
+    r = _cli("query", "--help", home=tmp_path)
+    assert "[default: " in r.stdout and "\\[" not in r.stdout, r.stdout  # no markup escapes either
     r = _cli("submit", str(ROOT / "specs/local/canary.yaml"), home=tmp_path)
     assert r.returncode == 0, r.stderr
     run_id = r.stdout.strip()
     assert run_id.startswith("local-canary-") and "\n" not in run_id  # stdout: the run id alone
     assert f"benchrun show {run_id}" in r.stderr and "make ui" in r.stderr
+
+
+def test_compare_refuses_a_run_that_has_not_run(tmp_path):
+    from benchrun.stats.synthetic import lognormal_replicates, make_run
+
+    rng = np.random.default_rng(1)
+    make_run(tmp_path, "done", {("serve", "", "tokens_per_second"): (lognormal_replicates(rng, 100, 0.02, 5),
+                                                                     "tok/s", "higher")})
+    pending = _cli("submit", str(ROOT / "specs/local/canary.yaml"), home=tmp_path).stdout.strip()
+    r = _cli("compare", "done", pending, home=tmp_path)
+    assert r.returncode == 1 and "has not run (phase Pending)" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and "<absent>" not in r.stderr + r.stdout

@@ -44,8 +44,10 @@ def test_a_replaced_home_key_and_a_resign_do_not_pass(bench_home: Path, monkeypa
     sign_run(rd.path, bench_home)
     out = _verify(RUN_ID)
     assert out.exit_code != 0 and "is not trusted" in str(out.exception)  # no default trust in the home's key
+    assert "do not match" not in str(out.exception)  # nothing was pinned
     out = _verify(RUN_ID, "--trust-keyid", genuine)
     assert out.exit_code != 0 and "is not trusted" in str(out.exception)  # the pinned fingerprint differs
+    assert f"pinned ({genuine}) do not match it" in str(out.exception)  # and the message says so
     monkeypatch.setenv("BENCHRUN_TRUSTED_KEYIDS", load_signing_key(bench_home).keyid)
     assert _verify(RUN_ID).exit_code == 0  # the operator pinned this key on purpose
 

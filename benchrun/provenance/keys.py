@@ -179,9 +179,12 @@ def default_public_key(home: Path | str | None = None,
                             f"(there is no key at {pub_path} either)")
     public = load_public_key(pub_path)
     keyid = keyid_of(public)
-    if keyid not in trusted_keyids(pinned):
+    trusted = trusted_keyids(pinned)
+    if keyid not in trusted:
+        pinned_note = (f"the keyid(s) pinned ({', '.join(sorted(trusted))}) do not match it (a keyid is the whole "
+                       "64-hex fingerprint); " if trusted else "")
         raise BenchrunError(
-            f"the public key {pub_path} (keyid {keyid}) is not trusted: it lives in the home being verified, "
+            f"{pinned_note}the public key {pub_path} (keyid {keyid}) is not trusted: it lives in the home being verified, "
             f"where whoever forged the evidence could have replaced it; pass --public-key, set {VERIFY_KEY_ENV}, "
             f"or, after checking the fingerprint out of band, pin it with --trust-keyid {keyid} or {TRUSTED_KEYIDS_ENV}"
         )

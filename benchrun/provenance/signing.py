@@ -43,7 +43,7 @@ class SignResult:
 
     def condition(self) -> tuple[bool, str, str]:
         """(status, reason, message) for the run's ``Signed`` condition; True only if the request was met."""
-        where = f"{self.path.name} (keyid {self.keyid[:16]})"
+        where = f"{self.path.name} (keyid {self.keyid})"  # whole: what --trust-keyid pins
         if self.satisfied_request:
             return True, "SignedLocalEd25519", f"DSSE in-toto statement signed with {self.backend_used}: {where}"
         wanted = self.backend_requested or "(none)"

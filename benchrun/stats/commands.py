@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import typer
@@ -31,6 +32,17 @@ def _num(v: object) -> str:
     return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4g}"
 
 
+# A run in one of these phases has no measurements yet (or never will): nothing to compare.
+NOT_RUN_PHASES = ("Pending", "Admitted", "Running", "Rejected")
+
+
+def _phase(run_dir: Path) -> str | None:
+    try:
+        return json.loads((run_dir / "status.json").read_text(encoding="utf-8")).get("phase")
+    except (OSError, ValueError, AttributeError):
+        return None  # a bare run directory (structured/ only): judged by what it holds
+
+
 def compare(
     baseline: str = typer.Argument(..., help="Baseline: run id, run directory, or published/current."),
     candidate: str = typer.Argument(..., help="Candidate: run id or run directory."),
@@ -50,6 +62,11 @@ def compare(
     if base_dir.resolve() == cand_dir.resolve():
         raise BenchrunError(f"compare: baseline {baseline!r} and candidate {candidate!r} are the same run "
                             f"({base_dir.name}); compare two different runs", exit_code=2)
+    for role, ref, run_dir in (("baseline", baseline, base_dir), ("candidate", candidate, cand_dir)):
+        phase = _phase(run_dir)
+        if phase in NOT_RUN_PHASES:
+            raise BenchrunError(f"compare: {role} {ref!r} ({run_dir.name}) has not run (phase {phase}); "
+                                f"compare runs whose suites have run (`benchrun runs` lists them)")
     gate, result = compare_runs(base_dir, cand_dir, variable=variable)
     if result is None:
         raise BenchrunError(gate.message() + "; compare runs that differ only in the declared variable",
