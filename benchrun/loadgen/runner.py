@@ -386,8 +386,9 @@ async def _run_point(
             if barrier is not None:
                 # all workers start measuring together, on one schedule (nothing is in flight now)
                 go_ns = barrier()
-                if go_ns - CLOCK() > 0:
-                    await asyncio.sleep((go_ns - CLOCK()) / 1e9)
+                delay = go_ns - CLOCK()
+                if delay > 0:
+                    await asyncio.sleep(delay / 1e9)
             stop = asyncio.Event()
             lags: list[float] = []
             probe = asyncio.ensure_future(_probe_loop(lags, stop))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import typer
@@ -32,17 +31,6 @@ def _num(v: object) -> str:
     return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4g}"
 
 
-# A run in one of these phases has no measurements yet (or never will): nothing to compare.
-NOT_RUN_PHASES = ("Pending", "Admitted", "Running", "Rejected")
-
-
-def _phase(run_dir: Path) -> str | None:
-    try:
-        return json.loads((run_dir / "status.json").read_text(encoding="utf-8")).get("phase")
-    except (OSError, ValueError, AttributeError):
-        return None  # a bare run directory (structured/ only): judged by what it holds
-
-
 def compare(
     baseline: str = typer.Argument(..., help="Baseline: run id, run directory, or published/current."),
     candidate: str = typer.Argument(..., help="Candidate: run id or run directory."),
@@ -55,16 +43,18 @@ def compare(
     Exit 0: no gating regression; 3: a gating regression is suspected or confirmed; 4: the
     one-variable gate refused the pair; 2: a run compared with itself; 1: another error.
     """
+    from benchrun.rundir import PHASES
     from benchrun.stats.analysis import compare_runs
-    from benchrun.stats.load import resolve_run
+    from benchrun.stats.load import _read_json, resolve_run
 
     base_dir, cand_dir = resolve_run(baseline), resolve_run(candidate)
     if base_dir.resolve() == cand_dir.resolve():
         raise BenchrunError(f"compare: baseline {baseline!r} and candidate {candidate!r} are the same run "
                             f"({base_dir.name}); compare two different runs", exit_code=2)
+    not_run = {*PHASES[:PHASES.index("Analyzing")], "Rejected"}  # no measurements yet, or never
     for role, ref, run_dir in (("baseline", baseline, base_dir), ("candidate", candidate, cand_dir)):
-        phase = _phase(run_dir)
-        if phase in NOT_RUN_PHASES:
+        phase = _read_json(run_dir / "status.json", "status.json").get("phase")  # none: a bare run directory
+        if phase in not_run:
             raise BenchrunError(f"compare: {role} {ref!r} ({run_dir.name}) has not run (phase {phase}); "
                                 f"compare runs whose suites have run (`benchrun runs` lists them)")
     gate, result = compare_runs(base_dir, cand_dir, variable=variable)
