@@ -28,7 +28,8 @@ from pathlib import Path
 from benchrun.hotmetrics import Budget, push, render
 from benchrun.provenance import sign_run, verify_run
 from benchrun.rundir import RunDir
-from benchrun.suites.result import SCHEMA, atomic_write_json, metric
+from benchrun.suites.result import SCHEMA, metric
+from benchrun.fsio import atomic_write_json
 from _timing import timed  # benchmarks/_timing.py, beside this script
 
 RUN_ID = "bench-20261130000000-00000000"

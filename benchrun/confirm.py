@@ -27,7 +27,7 @@ from benchrun.launch.local import LocalLauncher
 from benchrun.lifecycle import load_pinned
 from benchrun.plan import Invocation, plan_run
 from benchrun.rundir import RunDir
-from benchrun.suites.result import atomic_write_json
+from benchrun.fsio import atomic_write_json
 
 log = logging.getLogger(__name__)
 

@@ -53,7 +53,7 @@ from typing import Any
 
 from benchrun.errors import BenchrunError
 from benchrun.paths import validate_run_id
-from benchrun.suites.result import atomic_write_json
+from benchrun.fsio import atomic_write_json
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from typing import Any, Callable, ContextManager, Mapping
 from benchrun.launch.base import Launcher, LaunchResult
 from benchrun.plan import Invocation, LayerPlan
 from benchrun.rundir import RunDir, utc_now
-from benchrun.suites.result import atomic_write_json
+from benchrun.fsio import atomic_write_json
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,8 @@ from prometheus_client.metrics_core import Metric
 from benchrun.errors import BenchrunError
 from benchrun.paths import benchrun_home, validate_run_id
 from benchrun.rundir import read_json_or_none
-from benchrun.suites.result import SCHEMA, atomic_write_text
+from benchrun.suites.result import SCHEMA
+from benchrun.fsio import atomic_write_text
 
 log = logging.getLogger(__name__)
 

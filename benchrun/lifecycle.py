@@ -12,7 +12,7 @@ from benchrun.errors import BenchrunError
 from benchrun.execute import run_outcome
 from benchrun.plan import LayerPlan, plan_run
 from benchrun.rundir import MUTABLE_FILES, RunDir
-from benchrun.suites.result import atomic_write_json
+from benchrun.fsio import atomic_write_json
 
 log = logging.getLogger(__name__)
 

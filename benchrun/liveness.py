@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from benchrun.paths import benchrun_home, validate_run_id
-from benchrun.suites.result import atomic_write_json
+from benchrun.fsio import atomic_write_json
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import Any
 from benchrun.errors import BenchrunError
 from benchrun.paths import benchrun_home, safe_join, validate_run_id
 from benchrun.store.base import sha256_file
-from benchrun.suites.result import atomic_write_json
+from benchrun.fsio import atomic_write_json
 
 PHASES = ("Pending", "Admitted", "Running", "Analyzing", "Succeeded", "Failed", "Rejected")
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Rejected"})

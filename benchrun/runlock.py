@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from benchrun.errors import BenchrunError
-from benchrun.suites.result import atomic_write_json
+from benchrun.fsio import atomic_write_json
 
 POLL_S = 2.0
 

@@ -18,7 +18,7 @@ from typing import Any
 from benchrun.errors import BenchrunError
 from benchrun.paths import benchrun_home, validate_run_id
 from benchrun.rundir import RunDir, utc_now
-from benchrun.suites.result import atomic_write_text
+from benchrun.fsio import atomic_write_bytes, atomic_write_text
 
 PARTITIONS_NAME = "benchmark_run"
 JOB_NAME = "benchmark_run_job"
@@ -74,11 +74,7 @@ def pin_bytes(raw: bytes, home: Path) -> Path:
         if hashlib.sha256(path.read_bytes()).hexdigest() != digest:
             raise BenchrunError(f"{path}: pinned spec was modified on disk; restore it or remove it")
         return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(raw)
-    os.chmod(tmp, 0o444)
-    os.replace(tmp, path)
+    atomic_write_bytes(path, raw, mode=0o444)
     return path
 
 

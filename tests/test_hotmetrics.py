@@ -16,7 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from benchrun import hotmetrics as hm_mod
 from benchrun.errors import BenchrunError
 from benchrun.hotmetrics import Budget, publish_run, push, render, write_textfile
-from benchrun.suites.result import SCHEMA, atomic_write_json, metric
+from benchrun.suites.result import SCHEMA, metric
+from benchrun.fsio import atomic_write_json
 
 RUN_ID = "hot-20261130090000-abcdef12"
 PUSHGATEWAY = Path("/usr/bin/prometheus-pushgateway")

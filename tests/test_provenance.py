@@ -33,7 +33,8 @@ from benchrun.provenance import dsse
 from benchrun.provenance.commands import register
 from benchrun.provenance.keys import KEY_ENV, KEY_PASSWORD_ENV, load_signing_key
 from benchrun.rundir import RunDir
-from benchrun.suites.result import SCHEMA, atomic_write_json, metric
+from benchrun.suites.result import SCHEMA, metric
+from benchrun.fsio import atomic_write_json
 
 RUN_ID = "prov-20261130090000-0123abcd"
 

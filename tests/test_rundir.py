@@ -70,7 +70,7 @@ def test_eta_weighs_each_remaining_replicate_by_its_own_suite():
 def test_atomic_writes_leave_readable_files_and_no_temporaries(tmp_path):
     import pytest
 
-    from benchrun.suites.result import atomic_path, atomic_write_json
+    from benchrun.fsio import atomic_path, atomic_write_json
 
     target = atomic_write_json(tmp_path / "a.json", {"x": 1})
     assert target.stat().st_mode & 0o777 == 0o644
@@ -84,7 +84,7 @@ def test_atomic_writes_leave_readable_files_and_no_temporaries(tmp_path):
 def test_atomic_path_keeps_a_mode_the_writer_chose(tmp_path):
     import os
 
-    from benchrun.suites.result import atomic_path
+    from benchrun.fsio import atomic_path
 
     with atomic_path(tmp_path / "ro.json") as tmp:
         tmp.write_text("{}")

@@ -11,7 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from benchrun.suites.result import SCHEMA, atomic_write_json, metric, raw_path, result_path
+from benchrun.suites.result import SCHEMA, metric, raw_path, result_path
+from benchrun.fsio import atomic_write_json
 
 SPEC_YAML = """\
 apiVersion: benchmarking.aisp.dev/v1alpha1

@@ -10,7 +10,7 @@ import pytest
 from bench_assets.warehouse_assets import warehouse_assets, warehouse_retention, warehouse_tables, warehouse_views
 from benchrun.rundir import MUTABLE_FILES
 from benchrun.store import open_store
-from benchrun.suites.result import atomic_write_json
+from benchrun.fsio import atomic_write_json
 from benchrun.warehouse import TABLES, query
 from resources.warehouse import WarehouseResource
 from test_store_helpers import load_json, make_run_dir

@@ -25,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from benchrun.plan import Invocation
-from benchrun.suites.result import atomic_write_json
+from benchrun.fsio import atomic_write_json
 
 # The orchestrator host's values that would break the image (its PATH, HOME, interpreter).
 HOST_ONLY_ENV = ("PATH", "HOME", "TMPDIR", "CUDA_VISIBLE_DEVICES", "PYTHONPATH")

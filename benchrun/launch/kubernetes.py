@@ -58,7 +58,8 @@ from urllib3.exceptions import HTTPError
 from benchrun.launch.base import LaunchResult, prepare_outputs
 from benchrun.launch.podspec import CONTAINER_NAME, LABEL_PREFIX, Placement, job_manifest
 from benchrun.plan import Invocation
-from benchrun.suites.result import atomic_path, atomic_write_json, raw_path, read_result
+from benchrun.suites.result import raw_path, read_result
+from benchrun.fsio import atomic_path, atomic_write_json
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from benchrun.plan import Invocation
-from benchrun.suites.result import atomic_write_json, raw_path
+from benchrun.suites.result import raw_path
+from benchrun.fsio import atomic_write_json
 
 log = logging.getLogger(__name__)
 

@@ -134,7 +134,7 @@ def register(app: typer.Typer) -> None:
         from benchrun.loadgen.output import plot_latency_throughput, write_requests_parquet
         from benchrun.loadgen.runner import LoadPoint, SweepConfig, run_sweep
         from benchrun.loadgen.workload import MixError, parse_mix
-        from benchrun.suites.result import atomic_write_json
+        from benchrun.fsio import atomic_write_json
 
         if (concurrency is None) == (rate is None):
             raise BenchrunError("give exactly one of --concurrency LIST or --rate LIST")

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from benchrun.suites.result import atomic_path
+from benchrun.fsio import atomic_path
 
 log = logging.getLogger(__name__)
 

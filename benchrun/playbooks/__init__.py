@@ -69,7 +69,7 @@ def playbooks_document(results: list[PlaybookResult]) -> dict:
 
 def write_playbooks_report(run_dir: Path, results: list[PlaybookResult]) -> Path:
     """Write ``<run_dir>/reports/<run_id>_playbooks.json`` atomically; return its path."""
-    from benchrun.suites.result import atomic_write_json
+    from benchrun.fsio import atomic_write_json
 
     run_id = Path(run_dir).name
     return atomic_write_json(Path(run_dir) / "reports" / f"{run_id}_playbooks.json", playbooks_document(results))

@@ -10,7 +10,6 @@ import hashlib
 import logging
 import os
 import stat
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from benchrun.errors import BenchrunError
 from benchrun.paths import benchrun_home
-from benchrun.suites.result import atomic_write_text
+from benchrun.fsio import atomic_write_text, create_once
 
 log = logging.getLogger(__name__)
 
@@ -87,19 +86,9 @@ def _create_local(path: Path) -> None:
     key = Ed25519PrivateKey.generate()
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                             serialization.NoEncryption())
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)  # mode 0600
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(pem)
-            fh.flush()
-            os.fsync(fh.fileno())
-        try:
-            os.link(tmp, path)  # fails if another process made the key meanwhile: theirs wins
-        except FileExistsError:
-            return
+    # fsio.create_once links a complete 0600 file: if another process made the key meanwhile, theirs wins
+    if create_once(path, lambda fh: fh.write(pem), mode=0o600):
         log.info("made a new local ed25519 signing key %s (keyid %s)", path, keyid_of(key.public_key()))
-    finally:
-        os.unlink(tmp)
 
 
 def local_key_paths(home: Path | str | None = None) -> tuple[Path, Path]:

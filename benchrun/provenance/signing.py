@@ -19,7 +19,7 @@ from benchrun.provenance import dsse
 from benchrun.provenance.keys import default_public_key, keyid_of, load_public_key, load_signing_key
 from benchrun.provenance.statement import Statement, build_statement, canonical_json, subject_mismatches
 from benchrun.rundir import utc_now
-from benchrun.suites.result import atomic_write_json
+from benchrun.fsio import atomic_write_json
 
 log = logging.getLogger(__name__)
 

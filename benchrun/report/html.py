@@ -31,7 +31,7 @@ from typing import Any, Callable
 from benchrun.errors import BenchrunError
 from benchrun.paths import validate_name
 from benchrun.report import content as C
-from benchrun.suites.result import atomic_write_bytes, atomic_write_json, atomic_write_text
+from benchrun.fsio import atomic_write_bytes, atomic_write_json, atomic_write_text
 
 log = logging.getLogger(__name__)
 

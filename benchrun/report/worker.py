@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from benchrun.errors import BenchrunError
+from benchrun.fsio import atomic_write_text
 from benchrun.paths import validate_run_id
 
 ENV = "BENCHRUN_REPORT_FIGURES"
@@ -75,9 +76,7 @@ def start(run_dir: Path, home: Path) -> int:
         proc = subprocess.Popen([sys.executable, "-m", "benchrun.report.worker", str(run_dir), str(home)],
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
                                 env={**os.environ, ENV: "inline"})
-    tmp = pids / f".{rid}.pid.tmp"
-    tmp.write_text(str(proc.pid))
-    os.replace(tmp, pids / f"{rid}.pid")
+    atomic_write_text(pids / f"{rid}.pid", str(proc.pid))
     return proc.pid
 
 

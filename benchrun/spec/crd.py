@@ -212,7 +212,7 @@ COMMITTED = ("specs/crd/benchmarkrun-crd.yaml", "deploy/kustomize/base/benchmark
 
 def write_committed(root: Path | None = None) -> list[Path]:
     """Write :func:`crd_yaml` to every committed location under the repository ``root``."""
-    from benchrun.suites.result import atomic_write_text
+    from benchrun.fsio import atomic_write_text
 
     root = root or Path(__file__).resolve().parents[2]
     text = crd_yaml()

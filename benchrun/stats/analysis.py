@@ -27,7 +27,7 @@ from benchrun.stats.load import (
     replicate_table,
     requests_tables,
 )
-from benchrun.suites.result import atomic_write_json
+from benchrun.fsio import atomic_write_json
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -30,7 +30,7 @@ from benchrun.errors import BenchrunError
 from benchrun.stats.compare import benjamini_hochberg, holm
 from benchrun.stats.gate import categorize, identity
 from benchrun.stats.load import load_run, replicate_table
-from benchrun.suites.result import atomic_path
+from benchrun.fsio import atomic_path
 
 if TYPE_CHECKING:
     import pandas as pd

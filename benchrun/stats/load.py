@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from benchrun.errors import BenchrunError
 from benchrun.paths import benchrun_home, validate_run_id
-from benchrun.suites.result import atomic_write_text, read_result
+from benchrun.suites.result import read_result
+from benchrun.fsio import atomic_write_text
 
 if TYPE_CHECKING:  # pandas is heavy; imported inside the functions that need it
     import pandas as pd

@@ -14,7 +14,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from benchrun.suites.result import SCHEMA, atomic_write_json, atomic_write_text, raw_path, result_path
+from benchrun.suites.result import SCHEMA, raw_path, result_path
+from benchrun.fsio import atomic_write_json, atomic_write_text
 
 BASE_ENVIRONMENT: dict[str, Any] = {
     "python": "3.12.3",

@@ -5,13 +5,12 @@ from __future__ import annotations
 import logging
 import os
 import stat
-import tempfile
 from pathlib import Path
 from typing import BinaryIO
 
 from benchrun.errors import BenchrunError
 from benchrun.store.base import ArtifactStore, sha256_file
-from benchrun.suites.result import atomic_path
+from benchrun.fsio import atomic_path, create_once
 
 log = logging.getLogger(__name__)
 
@@ -59,22 +58,8 @@ class LocalStore(ArtifactStore):
             raise BenchrunError(f"{path.as_uri()}: stored object is missing") from exc
 
     def _link_new(self, target: Path, write) -> bool:
-        """Create ``target`` from a temp file via link(): atomic create-if-absent."""
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name[:16]}.", suffix=".tmp", dir=target.parent)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                write(fh)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(tmp, READ_ONLY)
-            try:
-                os.link(tmp, target)
-            except FileExistsError:
-                return False
-            return True
-        finally:
-            os.unlink(tmp)
+        """Create ``target`` read-only, atomically and only if absent (fsio.create_once)."""
+        return create_once(target, write, mode=READ_ONLY)
 
     def _put_file(self, key: str, path: Path, sha256: str) -> bool:
         target = self.path_of(key)

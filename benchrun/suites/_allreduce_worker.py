@@ -16,7 +16,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from benchrun.suites.result import atomic_write_bytes
+from benchrun.fsio import atomic_write_bytes
 
 
 def _write(path: Path, doc: dict[str, Any]) -> None:

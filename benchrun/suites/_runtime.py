@@ -24,7 +24,8 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from benchrun.suites.result import SCHEMA, atomic_write_json, metric, raw_path, result_path
+from benchrun.suites.result import SCHEMA, metric, raw_path, result_path
+from benchrun.fsio import atomic_write_json
 
 
 class Unavailable(Exception):

@@ -17,7 +17,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from benchrun.suites.result import atomic_write_bytes
+from benchrun.fsio import atomic_write_bytes
 
 
 def build_model(layers: int, hidden: int, heads: int, seq_len: int, vocab: int) -> Any:

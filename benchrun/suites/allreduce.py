@@ -72,7 +72,7 @@ from benchrun.suites._common import (
 )
 from benchrun.suites._gang import gang_from_env, node_name
 from benchrun.suites._runtime import SuiteContext, Unavailable, main
-from benchrun.suites.result import atomic_write_json
+from benchrun.fsio import atomic_write_json
 
 
 def free_loopback_port() -> int:

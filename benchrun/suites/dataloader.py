@@ -33,7 +33,7 @@ import numpy as np
 
 from benchrun.suites._common import check_known, int_param, percentile, torch_present, usable_cpus
 from benchrun.suites._runtime import SuiteContext, Unavailable, main
-from benchrun.suites.result import atomic_write_json
+from benchrun.fsio import atomic_write_json
 
 
 def write_dataset(directory: Path, rows: int, files: int, feature_dim: int, row_group: int) -> list[Path]:

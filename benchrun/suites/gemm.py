@@ -35,7 +35,7 @@ from benchrun.suites._common import (
     usable_cpus,
 )
 from benchrun.suites._runtime import SuiteContext, Unavailable, main
-from benchrun.suites.result import atomic_write_json
+from benchrun.fsio import atomic_write_json
 
 DTYPES = ("auto", "float32", "float64", "bfloat16", "float16")
 MAX_N = 32768

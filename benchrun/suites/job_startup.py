@@ -34,7 +34,7 @@ from typing import Any
 
 from benchrun.suites._common import check_known, float_param, int_param, percentile
 from benchrun.suites._runtime import SuiteContext, Unavailable, main
-from benchrun.suites.result import atomic_write_json
+from benchrun.fsio import atomic_write_json
 
 # The child program: a constant (never built from data).
 CHILD = """\

@@ -38,7 +38,7 @@ from benchrun.suites._common import (
     usable_cpus,
 )
 from benchrun.suites._runtime import SuiteContext, Unavailable, main
-from benchrun.suites.result import atomic_write_json
+from benchrun.fsio import atomic_write_json
 
 KERNELS = ("copy", "scale", "add", "triad")
 ARRAYS_MOVED = {"copy": 2, "scale": 2, "add": 3, "triad": 3}  # STREAM's accounting

@@ -36,13 +36,11 @@ replicate is the unit of replication (stats never treat samples as independent).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
-import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 SCHEMA = "benchrun.suite_result/v1"
 STATUSES = ("ok", "unavailable", "failed")
@@ -121,48 +119,6 @@ def metric(
     }
     row.update(keys)
     return row
-
-
-@contextlib.contextmanager
-def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; on success fsync it and rename it over
-    ``path``, on failure remove it. Readers see the old file or the new one, never half.
-
-    For writers that want a file name (pyarrow, matplotlib, pandas)."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        # mkstemp makes 0600 files; what we publish is for others to read (the UI, a reader
-        # under another user), as a plain open() would have made it. A mode the caller set
-        # (the store's read-only objects) is kept.
-        if os.stat(tmp).st_mode & 0o777 == 0o600:
-            os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
-    """Write ``data`` to a temporary name beside ``path``, fsync, then rename over it."""
-    with atomic_path(path) as tmp:
-        tmp.write_bytes(data)
-    return Path(path)
-
-
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` (UTF-8) to a temporary name beside ``path``, then rename over it."""
-    return atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def atomic_write_json(path: str | os.PathLike[str], data: Any) -> Path:
-    """JSON with sorted keys, written atomically."""
-    return atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 
 
 def read_result(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -235,7 +235,7 @@ def report(ctx: SuiteContext, doc: dict[str, Any], cfg: dict[str, Any], world_si
     verdict = doc.get("diverged") or loss_verdict(doc["losses"])
     ranks = doc["ranks"]
     path = ctx.raw_file("ranks", "json")
-    from benchrun.suites.result import atomic_write_json
+    from benchrun.fsio import atomic_write_json
 
     atomic_write_json(path, {"unit": "s", "warmup_steps": warmup, "ranks": ranks})
     ctx.samples["ranks"] = str(path.relative_to(ctx.run_dir))

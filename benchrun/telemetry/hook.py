@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from benchrun.plan import Invocation
-from benchrun.suites.result import STATUSES, atomic_write_json
+from benchrun.suites.result import STATUSES
+from benchrun.fsio import atomic_write_json
 from benchrun.telemetry.samples import read_samples, telemetry_relpath
 from benchrun.telemetry.sampler import MAX_RATE_HZ, MIN_RATE_HZ, Sampler
 from benchrun.telemetry.summary import contention, contention_threshold_pct, summarise

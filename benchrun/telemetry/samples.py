@@ -10,7 +10,7 @@ from typing import Iterable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from benchrun.suites.result import atomic_path
+from benchrun.fsio import atomic_path
 
 SAMPLE_SCHEMA = pa.schema([
     ("ts", pa.timestamp("us", tz="UTC")),  # end of the interval the value describes

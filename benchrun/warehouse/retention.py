@@ -21,7 +21,7 @@ from typing import Any
 
 from benchrun.errors import BenchrunError
 from benchrun.store import LocalStore, open_store, retention_days_for_class
-from benchrun.suites.result import atomic_write_json
+from benchrun.fsio import atomic_write_json
 from benchrun.warehouse.schemas import TABLES
 from benchrun.warehouse.views import connect, refresh_views
 from benchrun.warehouse.writer import partition_run_ids, remove_partition, warehouse_root
