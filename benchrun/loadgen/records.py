@@ -1,0 +1,117 @@
+"""Per-request records: the prepared request of each slot (:class:`_Spec`) and the row measured from its outcome."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from benchrun.loadgen import client as http
+from benchrun.loadgen.config import LoadPoint, SweepConfig
+from benchrun.loadgen.workload import draw_bucket, make_prompt, mix_cdf, new_trace_context, worker_rng
+
+CLOCK = time.perf_counter_ns
+
+
+class _Spec:
+    __slots__ = ("request_id", "trace_id", "bucket", "in_tokens", "out_tokens", "head", "body", "scheduled_ns")
+
+
+def _specs(cfg: SweepConfig, endpoint: http.Endpoint, point_index: int, worker: int, nonce: str, n_warm: int, n: int | None) -> Any:
+    """Yield warm-up specs then measured specs (endless when ``n`` is None), each with its
+    request bytes already built so sending costs nothing on the measured path."""
+    rng = worker_rng(cfg.seed, point_index, worker, 0)
+    cdf = mix_cdf(cfg.mix)
+    seq = 0
+
+    def one(tag: str) -> _Spec:
+        nonlocal seq
+        b = cfg.mix[draw_bucket(cdf, rng)]
+        s = _Spec()
+        s.request_id = f"{nonce}-p{point_index}-w{worker}-{tag}{seq}"
+        s.trace_id, traceparent = new_trace_context()
+        s.bucket = b.label
+        s.in_tokens = b.input_tokens
+        s.out_tokens = b.output_tokens
+        s.body = http.build_body(endpoint, cfg.model, make_prompt(b.input_tokens, rng), b.output_tokens, ignore_eos=cfg.ignore_eos, include_usage=cfg.include_usage)
+        s.head = http.build_head(endpoint, "POST", endpoint.path, len(s.body), {"X-Request-Id": s.request_id, "traceparent": traceparent})
+        seq += 1
+        return s
+
+    for _ in range(n_warm):
+        yield one("wu")
+    i = 0
+    while n is None or i < n:
+        yield one("")
+        i += 1
+
+
+class _WorkerState:
+    def __init__(self, cfg: SweepConfig, worker: int) -> None:
+        self.cfg = cfg
+        self.worker = worker
+        self.endpoint = http.Endpoint.from_url(cfg.url, cfg.api)
+        self.mono0 = CLOCK()
+        self.wall0 = time.time_ns()
+
+    def wall_s(self, mono_ns: int) -> float:
+        return (self.wall0 + (mono_ns - self.mono0)) / 1e9
+
+
+def _row(st: _WorkerState, spec: _Spec, out: http.Outcome, end_ns: int, point: LoadPoint, point_index: int) -> dict[str, Any]:
+    ok = out.error is None
+    chunk_tokens = sum(out.chunk_tokens)
+    usage_out = out.usage_completion
+    output_tokens = usage_out if (ok and usage_out is not None) else (chunk_tokens if ok else None)
+    ttft = (out.first_ns - out.send_ns) / 1e6 if ok and out.first_ns is not None else None
+    e2e = (out.last_ns - out.send_ns) / 1e6 if ok and out.last_ns is not None else None
+    decode = None
+    if ok and output_tokens and output_tokens > 1 and e2e is not None and ttft is not None:
+        decode = (e2e - ttft) / (output_tokens - 1)
+    gaps: list[float] = []
+    cn = out.chunk_ns
+    for i in range(1, len(cn)):
+        k = out.chunk_tokens[i]
+        g = (cn[i] - cn[i - 1]) / 1e6 / k
+        gaps.extend([g] * k)
+    return {
+        "request_id": spec.request_id,
+        "trace_id": spec.trace_id,
+        "worker": st.worker,
+        "point": point.label,
+        "point_index": point_index,
+        "load_model": point.load_model,
+        "offered_load": float(point.offered_load),
+        "bucket": spec.bucket,
+        "input_tokens_requested": spec.in_tokens,
+        "output_tokens_requested": spec.out_tokens,
+        "scheduled_ts": st.wall_s(spec.scheduled_ns),
+        "send_ts": st.wall_s(out.send_ns),
+        "schedule_lag_ms": (out.send_ns - spec.scheduled_ns) / 1e6,
+        "scheduled_mono_ns": spec.scheduled_ns,
+        "send_mono_ns": out.send_ns,
+        "first_token_mono_ns": out.first_ns,
+        "last_token_mono_ns": out.last_ns,
+        "end_mono_ns": out.last_ns if (ok and out.last_ns is not None) else end_ns,
+        "ttft_ms": ttft,
+        "e2e_ms": e2e,
+        "input_tokens": (out.usage_prompt if out.usage_prompt is not None else spec.in_tokens) if ok else None,
+        "output_tokens": output_tokens,
+        "usage_input_tokens": out.usage_prompt,
+        "usage_output_tokens": usage_out,
+        "chunk_count": len(cn),
+        "chunk_output_tokens": chunk_tokens,
+        "token_count_source": ("usage" if usage_out is not None else "chunks") if ok else None,
+        "output_token_discrepancy": (usage_out - chunk_tokens) if (ok and usage_out is not None) else None,
+        "input_token_discrepancy": (out.usage_prompt - spec.in_tokens) if out.usage_prompt is not None else None,
+        "decode_ms_per_token": decode,
+        "token_gaps_ms": gaps if ok else [],
+        "token_gap_std_ms": float(np.std(gaps)) if ok and len(gaps) >= 2 else None,
+        "http_status": out.status,
+        "error_kind": out.error_kind,
+        "error": out.error,
+        "reused_connection": out.reused_connection,
+        "synthetic": st.cfg.synthetic,
+    }
+

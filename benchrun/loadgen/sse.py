@@ -1,0 +1,259 @@
+"""Stream parsing of the load generator: the response head, error bodies and the SSE body of one request, into its :class:`Outcome`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from benchrun.loadgen.conn import TimedReader
+
+
+class Outcome:
+    """What happened to one request, with raw monotonic timestamps (ns)."""
+
+    __slots__ = (
+        "send_ns",
+        "first_ns",
+        "last_ns",
+        "done_ns",
+        "chunk_ns",
+        "chunk_tokens",
+        "usage_prompt",
+        "usage_completion",
+        "status",
+        "error_kind",
+        "error",
+        "reused_connection",
+    )
+
+    def __init__(self) -> None:
+        self.send_ns = 0
+        self.first_ns: int | None = None
+        self.last_ns: int | None = None
+        self.done_ns: int | None = None
+        self.chunk_ns: list[int] = []
+        self.chunk_tokens: list[int] = []
+        self.usage_prompt: int | None = None
+        self.usage_completion: int | None = None
+        self.status: int | None = None
+        self.error_kind: str | None = None
+        self.error: str | None = None
+        self.reused_connection = False
+
+    def fail(self, kind: str, detail: str) -> None:
+        """Mark the request failed (the first failure wins)."""
+        if self.error_kind is None:
+            self.error_kind = kind
+            self.error = f"{kind}: {detail}"
+
+
+# A server's numbers are untrusted: a token count outside 0..MAX_TOKENS (or not an integer) is
+# an error of that request, never a crash or a negative rate. No single response comes near 10 M.
+MAX_TOKENS = 10_000_000
+
+
+class ImplausibleNumber(ValueError):
+    """A number from the server that cannot be true (non-finite, negative, fractional, absurd)."""
+
+
+def token_count(value: Any, field: str) -> int:
+    """``value`` as a token count, or ImplausibleNumber naming ``field`` and the value."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{field} is not a number")  # the wrong shape: malformed, not implausible
+    if isinstance(value, float) and (not math.isfinite(value) or not value.is_integer()):
+        raise ImplausibleNumber(f"server {field}={value!r} is not a whole finite number")
+    if not 0 <= value <= MAX_TOKENS:
+        raise ImplausibleNumber(f"server {field}={value!r} is outside 0..{MAX_TOKENS}")
+    return int(value)
+
+def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+        raise ValueError(f"bad status line {lines[0][:80]!r}")
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        if not line:
+            continue
+        k, _, v = line.partition(":")
+        headers[k.strip().lower()] = v.strip()
+    return int(parts[1]), headers
+
+
+async def _read_error_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> str:
+    try:
+        async with asyncio.timeout(0.5):
+            n = headers.get("content-length")
+            if n is not None and n.isdigit():
+                data = await reader.readexactly(min(int(n), 8192))
+            else:
+                data = await reader.read(8192)
+    except (TimeoutError, asyncio.IncompleteReadError, OSError, ConnectionError):
+        return ""
+    text = data.decode("utf-8", "replace")
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        # drop chunk-size lines for the message
+        text = "".join(line for line in text.split("\r\n") if line and not all(c in "0123456789abcdefABCDEF" for c in line))
+    try:
+        obj = json.loads(text)
+        msg = obj.get("error", obj)
+        if isinstance(msg, dict):
+            msg = msg.get("message", msg)
+        return str(msg)[:200]
+    except (ValueError, AttributeError):
+        return text.strip().replace("\n", " ")[:200]
+
+
+async def _consume_stream(reader: TimedReader, headers: dict[str, str], out: Outcome, chat: bool) -> bool:
+    """Read the body, dechunk, parse SSE; returns whether the connection can be reused."""
+    chunked = headers.get("transfer-encoding", "").lower() == "chunked"
+    length = headers.get("content-length")
+    remaining = int(length) if (length is not None and length.isdigit() and not chunked) else -1
+    keep_alive = headers.get("connection", "").lower() != "close"
+    raw = bytearray()  # undechunked bytes not yet consumed
+    sse = bytearray()  # SSE text not yet parsed
+    chunk_left = 0  # data bytes left in the current HTTP chunk
+    expect_crlf = False
+    body_done = False
+    done = False
+    prev_usage_tokens = 0
+    crlf = False
+    loads = json.loads
+    chunk_ns = out.chunk_ns
+    chunk_tokens = out.chunk_tokens
+    while not done:
+        data = await reader.read(65536)
+        if not data:
+            break
+        for data, t in reader.segments(data):
+            if chunked:
+                raw += data
+                pos = 0
+                n = len(raw)
+                while pos < n and not body_done:
+                    if expect_crlf:
+                        if n - pos < 2:
+                            break
+                        pos += 2
+                        expect_crlf = False
+                    elif chunk_left:
+                        take = min(chunk_left, n - pos)
+                        sse += raw[pos : pos + take]
+                        pos += take
+                        chunk_left -= take
+                        if not chunk_left:
+                            expect_crlf = True
+                    else:
+                        j = raw.find(b"\r\n", pos)
+                        if j < 0:
+                            break
+                        size_txt = bytes(raw[pos:j]).split(b";", 1)[0].strip()
+                        try:
+                            size = int(size_txt, 16)
+                        except ValueError:
+                            out.fail("bad_response", f"bad chunk size {size_txt[:20]!r}")
+                            return False
+                        pos = j + 2
+                        if size == 0:
+                            body_done = True  # trailers (rare) are ignored; connection then not reused
+                            if raw[pos : pos + 2] == b"\r\n":
+                                pos += 2
+                            else:
+                                keep_alive = False
+                        else:
+                            chunk_left = size
+                del raw[:pos]
+            else:
+                sse += data
+                if remaining >= 0:
+                    remaining -= len(data)
+                    body_done = remaining <= 0
+            if not crlf and b"\r" in data:
+                crlf = True
+            if crlf:
+                sse[:] = sse.replace(b"\r\n", b"\n")
+            # parse complete SSE events (after [DONE] only the body's end is awaited)
+            pos = 0
+            while not done:
+                j = sse.find(b"\n\n", pos)
+                if j < 0:
+                    break
+                event = bytes(sse[pos:j])
+                pos = j + 2
+                if event.startswith(b"data: ") and b"\n" not in event:
+                    payload = event[6:]
+                else:
+                    datas = [ln[5:].removeprefix(b" ") for ln in event.split(b"\n") if ln.startswith(b"data:")]
+                    if not datas:
+                        continue  # comment / keep-alive / event: lines
+                    payload = b"\n".join(datas)
+                if payload == b"[DONE]":
+                    done = True
+                    out.done_ns = t
+                    break
+                try:
+                    obj = loads(payload)
+                except ValueError:
+                    out.fail("malformed_sse", f"event is not JSON: {payload[:60]!r}")
+                    return False
+                if not isinstance(obj, dict):
+                    out.fail("malformed_sse", f"event is not a JSON object: {payload[:60]!r}")
+                    return False
+                if "error" in obj or obj.get("object") == "error":
+                    err = obj.get("error", obj)
+                    msg = err.get("message", err) if isinstance(err, dict) else err
+                    out.fail("server_error", str(msg)[:200])
+                    return False
+                try:
+                    usage = obj.get("usage")
+                    text = None
+                    choices = obj.get("choices")
+                    if choices:
+                        c0 = choices[0]
+                        if chat:
+                            delta = c0.get("delta") or {}
+                            text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+                        else:
+                            text = c0.get("text")
+                    if text:
+                        if out.first_ns is None:
+                            out.first_ns = t
+                        out.last_ns = t
+                        chunk_ns.append(t)
+                        k = 1
+                        if usage and usage.get("completion_tokens") is not None:
+                            ct = token_count(usage["completion_tokens"], "usage.completion_tokens")
+                            k = max(1, ct - prev_usage_tokens)
+                            prev_usage_tokens = ct
+                        chunk_tokens.append(k)
+                    if usage:
+                        if usage.get("prompt_tokens") is not None:
+                            out.usage_prompt = token_count(usage["prompt_tokens"], "usage.prompt_tokens")
+                        if usage.get("completion_tokens") is not None:
+                            out.usage_completion = token_count(usage["completion_tokens"], "usage.completion_tokens")
+                except ImplausibleNumber as exc:
+                    out.fail("implausible_usage", str(exc))
+                    return False
+                except (AttributeError, TypeError, ValueError, LookupError) as exc:
+                    # valid JSON of the wrong shape (choices not a list of objects, usage not a
+                    # mapping of integers) is malformed too: this request fails, the sweep goes on
+                    out.fail("malformed_sse", f"unexpected event shape ({type(exc).__name__}: {exc}): {payload[:60]!r}")
+                    return False
+            del sse[:pos]
+        if body_done:
+            break
+    if not done:
+        if body_done:
+            out.fail("no_done", f"stream ended without data: [DONE] after {len(chunk_ns)} chunks")
+        else:
+            out.fail("closed", f"connection closed mid-stream after {len(chunk_ns)} chunks")
+        return False
+    if out.first_ns is None:
+        out.fail("empty", "stream finished without any content")
+        return False
+    return body_done and keep_alive and not raw and not sse.strip()
+
+
