@@ -55,6 +55,7 @@ from benchrun.loadgen.sse import (  # noqa: F401
     _parse_head,
     _read_error_body,
     token_count,
+    unknown_field_hint,
 )
 
 CLOCK = time.perf_counter_ns
@@ -70,8 +71,10 @@ async def stream_request(
 ) -> bool:
     """Send one request and consume its SSE stream into ``out``; True when the request succeeded.
 
-    ``out.send_ns`` is taken before a connection is acquired, so a new connection's set-up
-    counts in the request's latency as it would for any client.
+    ``out.send_ns`` is taken before a connection is acquired and ``out.write_ns`` just before
+    the request is written on it; when a new connection had to be opened, its set-up time is
+    ``out.connect_ns`` (None for a reused connection). The runner measures TTFT and E2E from
+    ``write_ns``, so a connection's set-up is recorded apart and not counted as server latency.
     """
     endpoint_chat = pool.endpoint.api == "chat"
     conn: _Conn | None = None
@@ -84,6 +87,9 @@ async def stream_request(
             except (OSError, ConnectionError) as exc:
                 out.fail("connect", f"{type(exc).__name__}: {exc}")
                 return False
+            out.write_ns = CLOCK()
+            if not out.reused_connection:
+                out.connect_ns = out.write_ns - out.send_ns
             w = conn.writer
             w.write(head + body)
             reader = conn.reader
@@ -91,6 +97,9 @@ async def stream_request(
                 raw_head = await reader.readuntil(b"\r\n\r\n")
             except asyncio.IncompleteReadError:
                 out.fail("closed", "connection closed before the response headers")
+                return False
+            except asyncio.LimitOverrunError:
+                out.fail("oversized_line", "response headers longer than 1 MiB")
                 return False
             reader.skip(len(raw_head))
             try:
@@ -103,7 +112,8 @@ async def stream_request(
                 out.fail(f"http_{status}", "no message")
                 msg = await _read_error_body(reader, headers)
                 if msg:
-                    out.error = f"http_{status}: {msg}"
+                    hint = unknown_field_hint(msg) if 400 <= status < 500 else None
+                    out.error = f"http_{status}: {msg}" + (f" ({hint})" if hint else "")
                 return False
             reusable = await _consume_stream(reader, headers, out, endpoint_chat)
     except TimeoutError:

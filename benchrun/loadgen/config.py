@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,6 +13,7 @@ from benchrun.loadgen.workload import MixBucket
 
 LOAD_MODELS = ("closed_loop", "open_loop")
 ARRIVALS = ("poisson", "constant")
+SERVER_KINDS = ("auto", "vllm", "sglang", "tgi", "openai")
 
 
 @dataclass(frozen=True)
@@ -50,17 +52,20 @@ class SweepConfig:
     points: tuple[LoadPoint, ...]
     requests_per_point: int | None = None
     duration_s: float | None = None
-    warmup: int = 0
+    warmup: int | None = None  # None: one request per stream (see warmup_for)
     seed: int = 0
     workers: int = 1
     api: str = "completions"
     request_timeout_s: float = 60.0
-    ignore_eos: bool = True
+    ignore_eos: bool | None = None  # None: as the server kind says (auto: as the probe found)
     include_usage: bool = True
     slo: SLO | None = None
     pricing: Pricing | None = None
     policy: VerdictPolicy = field(default_factory=VerdictPolicy)
     synthetic: bool = False
+    server_kind: str = "auto"
+    prompt_token_overhead: int = 0  # the server's prompt tokens for an empty prompt (set by the probe)
+    preconnect: bool = True  # open every stream's connection before the measured phase's go time
 
     def check(self) -> None:
         """Raise BenchrunError naming the bad field."""
@@ -72,7 +77,9 @@ class SweepConfig:
             raise BenchrunError("requests per point must be >= 1")
         if self.duration_s is not None and not self.duration_s > 0:
             raise BenchrunError("duration must be > 0 seconds")
-        if self.warmup < 0:
+        if self.server_kind not in SERVER_KINDS:
+            raise BenchrunError(f"server kind {self.server_kind!r} is not one of {', '.join(SERVER_KINDS)} (--server-kind)")
+        if self.warmup is not None and self.warmup < 0:
             raise BenchrunError("warmup must be >= 0")
         if self.workers < 1:
             raise BenchrunError("workers must be >= 1")
@@ -94,3 +101,13 @@ class SweepResult:
     summaries: list[dict[str, Any]]
     capacity_at_slo: float | None
     context: dict[str, Any]
+
+
+def warmup_for(cfg: SweepConfig, point: LoadPoint) -> int:
+    """Warm-up requests of a point: as given, else one per stream (closed loop: the concurrency;
+    open loop: one second of arrivals, at least one and at most 64)."""
+    if cfg.warmup is not None:
+        return cfg.warmup
+    if point.load_model == "closed_loop":
+        return int(point.offered_load)
+    return max(1, min(64, math.ceil(point.offered_load)))

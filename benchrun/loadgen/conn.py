@@ -206,7 +206,9 @@ class KernelStampedConn:
                 data = bytes(self.buf[: i + len(sep)])
                 del self.buf[: i + len(sep)]
                 return data
-            if self._eof or self._closed or len(self.buf) > (1 << 20):
+            if len(self.buf) > (1 << 20):
+                raise asyncio.LimitOverrunError(f"no {sep!r} within 1 MiB", len(self.buf))
+            if self._eof or self._closed:
                 if self._error is not None and not self.buf:
                     raise self._error
                 raise asyncio.IncompleteReadError(bytes(self.buf), None)
@@ -347,11 +349,36 @@ class ConnectionPool:
                 c.writer.close()
                 continue
             return c, True
+        return await self._open(), False
+
+    async def fill(self, n: int, parallel: int = 8) -> int:
+        """Open connections until ``n`` live ones are idle, ``parallel`` at a time (a ramp, not
+        one burst the server accepts one after another); returns how many were opened. A
+        connection that fails to open stops the ramp: requests then open their own."""
+        live = []
+        for c in self._idle:
+            if c.writer.is_closing() or c.reader.at_eof():
+                c.writer.close()
+            else:
+                live.append(c)
+        self._idle = live
+        opened = 0
+        while len(self._idle) < n:
+            k = min(parallel, n - len(self._idle))
+            got = await asyncio.gather(*(self._open() for _ in range(k)), return_exceptions=True)
+            ok = [c for c in got if isinstance(c, _Conn)]
+            self._idle.extend(ok)
+            opened += len(ok)
+            if len(ok) < k:
+                break
+        return opened
+
+    async def _open(self) -> _Conn:
         if self.kernel_timestamps:
             async with asyncio.timeout(self.connect_timeout_s):
                 kc = await KernelStampedConn.connect(self.endpoint.host, self.endpoint.port, self._offset_ns)
             self.opened += 1
-            return _Conn(kc, kc), False  # type: ignore[arg-type]
+            return _Conn(kc, kc)  # type: ignore[arg-type]
         loop = asyncio.get_running_loop()
         reader = TimedReader(limit=1 << 20, loop=loop)
         protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
@@ -365,7 +392,7 @@ class ConnectionPool:
             )
         writer = asyncio.StreamWriter(transport, protocol, reader, loop)
         self.opened += 1
-        return _Conn(reader, writer), False
+        return _Conn(reader, writer)
 
     def release(self, conn: _Conn, reusable: bool) -> None:
         """Return a connection after a cleanly finished response, else close it."""

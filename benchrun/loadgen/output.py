@@ -32,6 +32,8 @@ REQUEST_COLUMNS: tuple[tuple[str, str], ...] = (
     ("schedule_lag_ms", "float64"),
     ("scheduled_mono_ns", "int64"),
     ("send_mono_ns", "int64"),
+    ("write_mono_ns", "int64"),
+    ("connect_ms", "float64"),
     ("first_token_mono_ns", "int64"),
     ("last_token_mono_ns", "int64"),
     ("end_mono_ns", "int64"),
@@ -53,6 +55,7 @@ REQUEST_COLUMNS: tuple[tuple[str, str], ...] = (
     ("error_kind", "string"),
     ("error", "string"),
     ("reused_connection", "bool"),
+    ("stream_end", "string"),
     ("synthetic", "bool"),
 )
 

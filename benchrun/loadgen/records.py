@@ -64,8 +64,11 @@ def _row(st: _WorkerState, spec: _Spec, out: http.Outcome, end_ns: int, point: L
     chunk_tokens = sum(out.chunk_tokens)
     usage_out = out.usage_completion
     output_tokens = usage_out if (ok and usage_out is not None) else (chunk_tokens if ok else None)
-    ttft = (out.first_ns - out.send_ns) / 1e6 if ok and out.first_ns is not None else None
-    e2e = (out.last_ns - out.send_ns) / 1e6 if ok and out.last_ns is not None else None
+    # latency is measured from the write on an open connection; a new connection's set-up is its
+    # own field (connect_ms), so the first wave's connects do not read as server latency
+    origin = out.write_ns or out.send_ns
+    ttft = (out.first_ns - origin) / 1e6 if ok and out.first_ns is not None else None
+    e2e = (out.last_ns - origin) / 1e6 if ok and out.last_ns is not None else None
     decode = None
     if ok and output_tokens and output_tokens > 1 and e2e is not None and ttft is not None:
         decode = (e2e - ttft) / (output_tokens - 1)
@@ -91,6 +94,8 @@ def _row(st: _WorkerState, spec: _Spec, out: http.Outcome, end_ns: int, point: L
         "schedule_lag_ms": (out.send_ns - spec.scheduled_ns) / 1e6,
         "scheduled_mono_ns": spec.scheduled_ns,
         "send_mono_ns": out.send_ns,
+        "write_mono_ns": out.write_ns or None,
+        "connect_ms": out.connect_ns / 1e6 if out.connect_ns is not None else None,
         "first_token_mono_ns": out.first_ns,
         "last_token_mono_ns": out.last_ns,
         "end_mono_ns": out.last_ns if (ok and out.last_ns is not None) else end_ns,
@@ -104,7 +109,9 @@ def _row(st: _WorkerState, spec: _Spec, out: http.Outcome, end_ns: int, point: L
         "chunk_output_tokens": chunk_tokens,
         "token_count_source": ("usage" if usage_out is not None else "chunks") if ok else None,
         "output_token_discrepancy": (usage_out - chunk_tokens) if (ok and usage_out is not None) else None,
-        "input_token_discrepancy": (out.usage_prompt - spec.in_tokens) if out.usage_prompt is not None else None,
+        # the server's count less its fixed per-request overhead (a chat template's tokens, a BOS),
+        # measured once with an empty prompt before the sweep
+        "input_token_discrepancy": (out.usage_prompt - st.cfg.prompt_token_overhead - spec.in_tokens) if out.usage_prompt is not None else None,
         "decode_ms_per_token": decode,
         "token_gaps_ms": gaps if ok else [],
         "token_gap_std_ms": float(np.std(gaps)) if ok and len(gaps) >= 2 else None,
@@ -112,6 +119,7 @@ def _row(st: _WorkerState, spec: _Spec, out: http.Outcome, end_ns: int, point: L
         "error_kind": out.error_kind,
         "error": out.error,
         "reused_connection": out.reused_connection,
+        "stream_end": out.terminator,
         "synthetic": st.cfg.synthetic,
     }
 

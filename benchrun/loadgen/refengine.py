@@ -183,7 +183,8 @@ def _resolve(s: _Seq) -> None:
 
 
 def _token_event(s: _Seq, last: bool) -> bytes:
-    finish = b'"length"' if last else b"null"
+    # the no_done fault ends a stream with neither [DONE] nor a finish_reason (a truncated stream)
+    finish = b'"length"' if last and s.fault != "no_done" else b"null"
     if s.chat:
         delta = b'{"role":"assistant","content":"' if s.emitted == 0 else b'{"content":"'
         body = s.prefix + b'"choices":[{"index":0,"delta":' + delta + TOKEN_TEXT.encode() + b'"},"finish_reason":' + finish + b"}]}"

@@ -36,7 +36,7 @@ Fault modes (server-wide ``--fault`` applied to every ``--fault-every``-th compl
 request, or per request with the header ``X-Benchrun-Fault``): ``refuse`` (the connection
 is reset without a response), ``http500``, ``http429``, ``close_midstream`` (closed after
 half the tokens), ``malformed_sse`` (a non-JSON event after half the tokens),
-``no_done`` (the stream ends without ``data: [DONE]``), ``stall`` (no more bytes after
+``no_done`` (the stream ends without ``data: [DONE]`` and without a ``finish_reason``), ``stall`` (no more bytes after
 half the tokens; the connection stays open until the client gives up).
 """
 
@@ -202,7 +202,7 @@ class RefServer:
             while True:
                 try:
                     head = await reader.readuntil(b"\r\n\r\n")
-                except (asyncio.IncompleteReadError, ConnectionError, OSError):
+                except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, OSError):
                     break
                 arrival = reader.consume_stamp(len(head))
                 lines = head.decode("latin-1").split("\r\n")

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import math
 import os
 import socket
 import sys
@@ -41,7 +42,8 @@ import numpy as np
 
 from benchrun.errors import BenchrunError
 from benchrun.loadgen import client as http
-from benchrun.loadgen.config import ARRIVALS, LOAD_MODELS, LoadPoint, SweepConfig, SweepResult  # noqa: F401  (re-exported)
+from benchrun.loadgen import dialect
+from benchrun.loadgen.config import ARRIVALS, LOAD_MODELS, LoadPoint, SweepConfig, SweepResult, warmup_for  # noqa: F401  (re-exported)
 from benchrun.loadgen.metrics import capacity_at_slo, load_stats, summarize, window_s
 from benchrun.loadgen.records import _row, _Spec, _specs, _WorkerState  # noqa: F401  (_Spec, _WorkerState re-exported)
 from benchrun.loadgen.schedule import _phase, _probe_loop
@@ -76,7 +78,7 @@ async def _run_point(
     if worker >= active:
         return result
     n_w = split_evenly(cfg.requests_per_point, active)[worker] if cfg.requests_per_point is not None else None
-    warm_w = split_evenly(cfg.warmup, active)[worker]
+    warm_w = split_evenly(warmup_for(cfg, point), active)[worker]
     if n_w == 0:
         return result
     # constant arrivals from several workers interleave: worker w starts w/rate later
@@ -95,6 +97,11 @@ async def _run_point(
             wdone = await _phase(st, pool, warm_specs, warm_w, point, min(conc_w, warm_w) if conc_w else 0, rate_w, phase_s, None, 2, point_index)
             result["warmup_rows"] = len(wdone)
             result["warmup_errors"] = sum(1 for _, o, _ in wdone if o.error is not None)
+        if cfg.preconnect:
+            # every stream's connection open (and kept alive) before the go time, so the first
+            # wave does not wait on the server accepting connections one after another
+            result["preconnected"] = await pool.fill(conc_w if conc_w else max(1, min(256, math.ceil(rate_w))))
+        opened_before = pool.opened
         gc.collect()
         gc.freeze()  # older objects out of the collector's way while measuring
         try:
@@ -119,6 +126,7 @@ async def _run_point(
         result["cpu_frac"] = (cpu1 - cpu0) / max(wall1 - wall0, 1e-9)
         result["loop_lag_ms"] = lags
         result["connections"] = pool.opened
+        result["connections_opened_measured"] = pool.opened - opened_before
         result["kernel_timestamps"] = pool.kernel_timestamps
     finally:
         await pool.close()
@@ -181,12 +189,21 @@ def run_sweep(cfg: SweepConfig, progress: Callable[[dict[str, Any]], None] | Non
     """Run every point of ``cfg``; raw rows merged across workers, then summarised."""
     cfg.check()
     ep = check_reachable(cfg.url, cfg.api)
+    server = _server_info(ep)
+    # once, before any point: what the server accepts, how its streams end, its prompt overhead
+    cfg, found = dialect.resolve(cfg, ep, server)
     context: dict[str, Any] = {
         "endpoint": ep.display(),
         "api": ep.api,
-        "server": _server_info(ep),
+        "server": server,
+        "server_dialect": found,
         "config": _config_dict(cfg),
         "clock": "time.perf_counter_ns (CLOCK_MONOTONIC)",
+        "latency_origin": (
+            "ttft_ms and e2e_ms are measured from the request's write on an open connection; a new "
+            "connection's set-up is recorded apart (connect_ms) and not counted in them"
+            + ("; every stream's connection is opened before the measured phase's go time" if cfg.preconnect else "")
+        ),
         "prompt_tokens_approximation": "one vocabulary word per requested input token; server usage recorded beside it",
         "points": [],
     }
@@ -216,6 +233,8 @@ def run_sweep(cfg: SweepConfig, progress: Callable[[dict[str, Any]], None] | Non
                 "warmup_errors": sum(r["warmup_errors"] for r in results),
                 "client_cpu_by_worker": [r["cpu_frac"] for r in results],
                 "connections_opened": sum(r["connections"] for r in results),
+                "connections_preconnected": sum(r.get("preconnected", 0) for r in results),
+                "connections_opened_while_measuring": sum(r.get("connections_opened_measured", 0) for r in results),
                 "receive_timestamps": "kernel (SO_TIMESTAMPNS)" if any(r.get("kernel_timestamps") for r in results) else "event loop",
             }
             context["points"].append(info)

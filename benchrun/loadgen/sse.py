@@ -27,6 +27,9 @@ class Outcome:
         "error_kind",
         "error",
         "reused_connection",
+        "write_ns",
+        "connect_ns",
+        "terminator",
     )
 
     def __init__(self) -> None:
@@ -42,6 +45,9 @@ class Outcome:
         self.error_kind: str | None = None
         self.error: str | None = None
         self.reused_connection = False
+        self.write_ns = 0  # when the request was written on an open connection (after any set-up)
+        self.connect_ns: int | None = None  # time spent opening a new connection (None: reused)
+        self.terminator: str | None = None  # "[DONE]", "finish_reason" or "finish_reason+close"
 
     def fail(self, kind: str, detail: str) -> None:
         """Mark the request failed (the first failure wins)."""
@@ -99,16 +105,28 @@ async def _read_error_body(reader: asyncio.StreamReader, headers: dict[str, str]
         text = "".join(line for line in text.split("\r\n") if line and not all(c in "0123456789abcdefABCDEF" for c in line))
     try:
         obj = json.loads(text)
-        msg = obj.get("error", obj)
+        msg = obj.get("error", obj.get("detail", obj))  # OpenAI/vLLM: error.message; FastAPI: detail
         if isinstance(msg, dict):
-            msg = msg.get("message", msg)
+            msg = msg.get("message", msg.get("detail", msg))
         return str(msg)[:200]
     except (ValueError, AttributeError):
         return text.strip().replace("\n", " ")[:200]
 
 
+# The most the client buffers of one SSE event (or chunk-size line) that has not ended yet: a
+# stream without newlines would otherwise grow the client without bound (1 MiB chunks took it to
+# 2.6 GB at 6 streams). No real event is near this: a token chunk is a few hundred bytes.
+MAX_LINE = 1 << 20
+
+
 async def _consume_stream(reader: TimedReader, headers: dict[str, str], out: Outcome, chat: bool) -> bool:
-    """Read the body, dechunk, parse SSE; returns whether the connection can be reused."""
+    """Read the body, dechunk, parse SSE; returns whether the connection can be reused.
+
+    A stream is complete when it ends on ``data: [DONE]``, or when a chunk carrying a
+    ``finish_reason`` (then optionally a ``usage`` chunk) is followed by the end of the body or
+    of the connection (servers differ: vLLM and OpenAI send ``[DONE]``, ``transformers serve``
+    does not). Only a stream that ends with neither is ``no_done`` (or ``closed``).
+    """
     chunked = headers.get("transfer-encoding", "").lower() == "chunked"
     length = headers.get("content-length")
     remaining = int(length) if (length is not None and length.isdigit() and not chunked) else -1
@@ -119,6 +137,7 @@ async def _consume_stream(reader: TimedReader, headers: dict[str, str], out: Out
     expect_crlf = False
     body_done = False
     done = False
+    finished_ns: int | None = None  # delivery time of the event with a finish_reason
     prev_usage_tokens = 0
     crlf = False
     loads = json.loads
@@ -149,6 +168,9 @@ async def _consume_stream(reader: TimedReader, headers: dict[str, str], out: Out
                     else:
                         j = raw.find(b"\r\n", pos)
                         if j < 0:
+                            if n - pos > 1024:
+                                out.fail("oversized_line", f"chunk-size line longer than 1024 bytes after {len(chunk_ns)} chunks")
+                                return False
                             break
                         size_txt = bytes(raw[pos:j]).split(b";", 1)[0].strip()
                         try:
@@ -213,6 +235,8 @@ async def _consume_stream(reader: TimedReader, headers: dict[str, str], out: Out
                     choices = obj.get("choices")
                     if choices:
                         c0 = choices[0]
+                        if c0.get("finish_reason") is not None and finished_ns is None:
+                            finished_ns = t
                         if chat:
                             delta = c0.get("delta") or {}
                             text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
@@ -243,11 +267,22 @@ async def _consume_stream(reader: TimedReader, headers: dict[str, str], out: Out
                     out.fail("malformed_sse", f"unexpected event shape ({type(exc).__name__}: {exc}): {payload[:60]!r}")
                     return False
             del sse[:pos]
+            if len(sse) > MAX_LINE:
+                out.fail("oversized_line", f"an SSE event longer than {MAX_LINE} bytes without an end (blank line) after {len(chunk_ns)} chunks")
+                return False
         if body_done:
             break
-    if not done:
+    if done:
+        out.terminator = "[DONE]"
+    elif finished_ns is not None:
+        # the finish_reason chunk was the last word: the body (or the connection) ended after it
+        out.terminator = "finish_reason" if body_done else "finish_reason+close"
+        out.done_ns = finished_ns
+        if not body_done:
+            keep_alive = False
+    else:
         if body_done:
-            out.fail("no_done", f"stream ended without data: [DONE] after {len(chunk_ns)} chunks")
+            out.fail("no_done", f"stream ended without data: [DONE] or a finish_reason after {len(chunk_ns)} chunks")
         else:
             out.fail("closed", f"connection closed mid-stream after {len(chunk_ns)} chunks")
         return False
@@ -255,5 +290,22 @@ async def _consume_stream(reader: TimedReader, headers: dict[str, str], out: Out
         out.fail("empty", "stream finished without any content")
         return False
     return body_done and keep_alive and not raw and not sse.strip()
+
+
+# Request fields that are not in the OpenAI API, and the option that stops benchrun sending each.
+NONSTANDARD_FIELDS = {
+    "ignore_eos": "--no-ignore-eos (or --server-kind openai)",
+    "stream_options": "--no-include-usage",
+}
+
+
+def unknown_field_hint(message: str) -> str | None:
+    """For a 4xx message naming a field benchrun sent that the server does not know: which field
+    and the option that removes it; None when the message names none."""
+    low = message.lower()
+    for name, flag in NONSTANDARD_FIELDS.items():
+        if name in low and any(w in low for w in ("unexpected", "unknown", "extra", "not permitted", "unrecognized", "not allowed", "forbidden", "invalid")):
+            return f"the server rejects the field {name!r}; {flag} removes it"
+    return None
 
 
