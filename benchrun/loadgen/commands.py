@@ -109,7 +109,7 @@ def register(app: typer.Typer) -> None:
         arrival: str = typer.Option("poisson", "--arrival", help="open-loop arrivals: poisson | constant"),
         duration: Optional[float] = typer.Option(None, "--duration", help="seconds per point"),
         requests: Optional[int] = typer.Option(None, "--requests", help="measured requests per point"),
-        warmup: int = typer.Option(0, "--warmup", help="warm-up requests per point (excluded)"),
+        warmup: Optional[int] = typer.Option(None, "--warmup", help="warm-up requests per point (excluded; default one per stream)"),
         seed: int = typer.Option(0, "--seed"),
         slo: Optional[str] = typer.Option(None, "--slo", help="per-request SLO, e.g. ttft_ms=200,decode_ms_per_token=50"),
         price_per_node_hour: Optional[float] = typer.Option(None, "--price-per-node-hour", help="USD per node-hour (enables cost metrics)"),
@@ -117,7 +117,15 @@ def register(app: typer.Typer) -> None:
         workers: int = typer.Option(1, "--workers", help="client worker processes"),
         api: str = typer.Option("completions", "--api", help="completions | chat"),
         timeout: float = typer.Option(60.0, "--timeout", help="per-request timeout in seconds"),
-        ignore_eos: bool = typer.Option(True, "--ignore-eos/--no-ignore-eos", help="send vLLM-style ignore_eos"),
+        ignore_eos: Optional[bool] = typer.Option(None, "--ignore-eos/--no-ignore-eos",
+                                                  help="send vLLM-style ignore_eos (default: as --server-kind says)"),
+        server_kind: str = typer.Option("auto", "--server-kind",
+                                        help="vllm|sglang|tgi|openai|auto: what the server accepts (auto probes once, "
+                                             "before measuring, and records what it found)"),
+        include_usage: bool = typer.Option(True, "--include-usage/--no-include-usage",
+                                           help="ask for usage in the stream (stream_options)"),
+        preconnect: bool = typer.Option(True, "--preconnect/--no-preconnect",
+                                        help="open every stream's connection before the measured phase"),
         verdict_percentile: str = typer.Option("p99", "--verdict-percentile", help="percentile whose sample count the verdict requires"),
         json_out: bool = typer.Option(False, "--json", help="print the JSON summary instead of the table"),
         allow_invalid: bool = typer.Option(False, "--allow-invalid",
@@ -177,6 +185,9 @@ def register(app: typer.Typer) -> None:
             api=api,
             request_timeout_s=timeout,
             ignore_eos=ignore_eos,
+            include_usage=include_usage,
+            server_kind=server_kind,
+            preconnect=preconnect,
             slo=parse_slo(slo),
             pricing=pricing,
             policy=policy,
@@ -270,11 +281,18 @@ def register(app: typer.Typer) -> None:
         fault: str = typer.Option("none", "--fault", help="none|refuse|http500|http429|close_midstream|malformed_sse|no_done|stall"),
         fault_every: int = typer.Option(1, "--fault-every", help="apply --fault to every N-th completion request"),
         record: Optional[Path] = typer.Option(None, "--record", help="append ground-truth JSONL records here"),
+        stream_end: str = typer.Option("done", "--stream-end", help="done ([DONE], vLLM) | finish (finish_reason chunk, "
+                                       "then the body ends) | close (the same, close-delimited)"),
+        usage_in_last_chunk: bool = typer.Option(False, "--usage-in-last-chunk", help="usage on the finish_reason chunk, always"),
+        reject_unknown_fields: bool = typer.Option(False, "--reject-unknown-fields",
+                                                   help="422 naming a field outside the OpenAI API (e.g. ignore_eos)"),
+        chat_template_tokens: int = typer.Option(0, "--chat-template-tokens", help="prompt tokens a chat template adds"),
+        max_tokens_limit: int = typer.Option(65536, "--max-tokens-limit", help="max_tokens above this is a 400"),
     ) -> None:
         """Run the synthetic OpenAI-compatible reference server (a continuously batched engine model)."""
         import asyncio
 
-        from benchrun.loadgen.refserver import FAULTS, PerfModel, serve
+        from benchrun.loadgen.refserver import FAULTS, Dialect, PerfModel, serve
 
         if fault not in FAULTS:
             raise BenchrunError(f"--fault {fault!r} is not one of {', '.join(FAULTS)}")
@@ -291,8 +309,11 @@ def register(app: typer.Typer) -> None:
                     "max_queue": max_queue,
                 }
             )
+            dialect = Dialect(stream_end, usage_in_last_chunk, reject_unknown_fields, chat_template_tokens)
         except ValueError as exc:
             raise BenchrunError(f"refserver: {exc}") from None
+        if max_tokens_limit < 1:
+            raise BenchrunError("refserver: --max-tokens-limit must be >= 1")
 
         def announce(info: dict[str, Any]) -> None:
             print(json.dumps(info), flush=True)
@@ -309,6 +330,8 @@ def register(app: typer.Typer) -> None:
                     fault_every=fault_every,
                     record_path=str(record) if record else None,
                     announce=announce,
+                    dialect=dialect,
+                    max_tokens_limit=max_tokens_limit,
                 )
             )
         except OSError as exc:

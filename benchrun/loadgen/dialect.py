@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 from typing import Any
 
 from benchrun.loadgen import client as http
@@ -31,10 +32,10 @@ def kind_from_models(server_info: dict[str, Any]) -> str | None:
     return None
 
 
-async def _probe(ep: http.Endpoint, cfg: SweepConfig, prompt: str, ignore_eos: bool, include_usage: bool) -> http.Outcome:
+async def _probe(ep: http.Endpoint, cfg: SweepConfig, prompt: str, ignore_eos: bool, include_usage: bool, rid: str) -> http.Outcome:
     pool = http.ConnectionPool(ep)
     body = http.build_body(ep, cfg.model, prompt, PROBE_TOKENS, ignore_eos=ignore_eos, include_usage=include_usage)
-    head = http.build_head(ep, "POST", ep.path, len(body), {"X-Request-Id": "benchrun-probe"})
+    head = http.build_head(ep, "POST", ep.path, len(body), {"X-Request-Id": rid})
     out = http.Outcome()
     try:
         await http.stream_request(pool, head, body, out, timeout_s=min(cfg.request_timeout_s, 60.0))
@@ -43,8 +44,9 @@ async def _probe(ep: http.Endpoint, cfg: SweepConfig, prompt: str, ignore_eos: b
     return out
 
 
-def _summary(prompt: str, ignore_eos: bool, out: http.Outcome) -> dict[str, Any]:
+def _summary(rid: str, prompt: str, ignore_eos: bool, out: http.Outcome) -> dict[str, Any]:
     return {
+        "request_id": rid,
         "prompt": prompt,
         "ignore_eos": ignore_eos,
         "http_status": out.status,
@@ -82,8 +84,9 @@ def resolve(cfg: SweepConfig, ep: http.Endpoint, server_info: dict[str, Any]) ->
     include_usage = cfg.include_usage
 
     def run(prompt: str, ie: bool) -> http.Outcome:
-        out = asyncio.run(_probe(ep, cfg, prompt, ie, include_usage))
-        found["probes"].append(_summary(prompt, ie, out))
+        rid = f"benchrun-probe-{os.urandom(3).hex()}-{len(found['probes'])}"
+        out = asyncio.run(_probe(ep, cfg, prompt, ie, include_usage, rid))
+        found["probes"].append(_summary(rid, prompt, ie, out))
         return out
 
     out = run("", True if ignore is None else ignore)

@@ -51,6 +51,35 @@ class PerfModel:
         return model
 
 
+STREAM_ENDS = ("done", "finish", "close")
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """How the server speaks, to emulate the servers benchrun meets.
+
+    ``stream_end``: ``done`` (vLLM, OpenAI: ``data: [DONE]``, then the chunked body's end),
+    ``finish`` (``transformers serve``: the last chunk carries ``finish_reason``, then the
+    chunked body ends, no ``[DONE]``) or ``close`` (the same, close-delimited: no chunked
+    framing, the connection's end ends the body). ``usage_in_last_chunk``: ``usage`` rides on
+    the finish_reason chunk (always), not in a chunk of its own after it (only when asked
+    with ``stream_options``). ``reject_unknown_fields``: a field outside the OpenAI API (e.g.
+    ``ignore_eos``) is a 422 naming it. ``chat_template_tokens``: prompt tokens a chat
+    template adds to every chat request.
+    """
+
+    stream_end: str = "done"
+    usage_in_last_chunk: bool = False
+    reject_unknown_fields: bool = False
+    chat_template_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if self.stream_end not in STREAM_ENDS:
+            raise ValueError(f"stream_end {self.stream_end!r} is not one of {STREAM_ENDS}")
+        if self.chat_template_tokens < 0:
+            raise ValueError("chat_template_tokens must be >= 0")
+
+
 def _chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
 
@@ -73,6 +102,7 @@ class _Seq:
         "mid",
         "model",
         "prefill_left",
+        "dialect",
     )
 
     def __init__(self) -> None:
@@ -177,17 +207,28 @@ class Engine:
         return False
 
 
+def _frame(s: _Seq, data: bytes) -> bytes:
+    """``data`` as the body's next bytes: an HTTP chunk, or raw in a close-delimited body."""
+    return data if s.dialect.stream_end == "close" else _chunk(data)
+
+
 def _resolve(s: _Seq) -> None:
     if not s.done.done():
         s.done.set_result(None)
 
 
+def _usage(s: _Seq) -> bytes:
+    return b'{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}' % (
+        s.prompt_tokens, s.max_tokens, s.prompt_tokens + s.max_tokens)
+
+
 def _token_event(s: _Seq, last: bool) -> bytes:
     # the no_done fault ends a stream with neither [DONE] nor a finish_reason (a truncated stream)
     finish = b'"length"' if last and s.fault != "no_done" else b"null"
+    tail = b',"usage":' + _usage(s) + b"}" if last and s.dialect.usage_in_last_chunk else b"}"
     if s.chat:
         delta = b'{"role":"assistant","content":"' if s.emitted == 0 else b'{"content":"'
-        body = s.prefix + b'"choices":[{"index":0,"delta":' + delta + TOKEN_TEXT.encode() + b'"},"finish_reason":' + finish + b"}]}"
+        body = s.prefix + b'"choices":[{"index":0,"delta":' + delta + TOKEN_TEXT.encode() + b'"},"finish_reason":' + finish + b"}]" + tail
     else:
         body = (
             s.prefix
@@ -195,7 +236,8 @@ def _token_event(s: _Seq, last: bool) -> bytes:
             + TOKEN_TEXT.encode()
             + b'","logprobs":null,"finish_reason":'
             + finish
-            + b"}]}"
+            + b"}]"
+            + tail
         )
     return b"data: " + body + b"\n\n"
 
@@ -227,22 +269,18 @@ def _emit(s: _Seq) -> bool:
             rec["completion_tokens"] = s.emitted
             _resolve(s)
             return False
-        w.write(_chunk(b"data: {not json\n\n"))
+        w.write(_frame(s, b"data: {not json\n\n"))
     last = s.emitted + 1 >= s.max_tokens
     data = _token_event(s, last)
     if last:
-        if s.include_usage:
-            usage = b'{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}' % (
-                s.prompt_tokens,
-                s.max_tokens,
-                s.prompt_tokens + s.max_tokens,
-            )
-            data += b"data: " + s.prefix + b'"choices":[],"usage":' + usage + b"}\n\n"
-        if s.fault != "no_done":
+        d = s.dialect
+        if s.include_usage and not d.usage_in_last_chunk:
+            data += b"data: " + s.prefix + b'"choices":[],"usage":' + _usage(s) + b"}\n\n"
+        if s.fault != "no_done" and d.stream_end == "done":
             data += b"data: [DONE]\n\n"
-        w.write(_chunk(data) + b"0\r\n\r\n")
+        w.write(data if d.stream_end == "close" else _chunk(data) + b"0\r\n\r\n")
     else:
-        w.write(_chunk(data))
+        w.write(_frame(s, data))
     t = CLOCK()
     s.emitted += 1
     if s.emitted == 1:

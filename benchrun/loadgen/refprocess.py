@@ -10,7 +10,7 @@ import sys
 import tempfile
 from typing import Any
 
-from benchrun.loadgen.refengine import PerfModel
+from benchrun.loadgen.refengine import Dialect, PerfModel
 
 
 class ServerProcess:
@@ -25,6 +25,7 @@ class ServerProcess:
         fault_every: int = 1,
         record_path: str | None = None,
         start_timeout_s: float = 20.0,
+        dialect: Dialect | None = None,
     ) -> None:
         perf = perf or PerfModel()
         argv = [
@@ -56,6 +57,9 @@ class ServerProcess:
         ]
         if record_path:
             argv += ["--record", record_path]
+        d = dialect or Dialect()
+        argv += ["--stream-end", d.stream_end, "--chat-template-tokens", str(d.chat_template_tokens)]
+        argv += ["--usage-in-last-chunk"] * d.usage_in_last_chunk + ["--reject-unknown-fields"] * d.reject_unknown_fields
         env = dict(os.environ)
         env.pop("DAGSTER_PIPES_CONTEXT", None)
         env.pop("DAGSTER_PIPES_MESSAGES", None)

@@ -59,7 +59,8 @@ from typing import Any
 from benchrun.loadgen.conn import KernelStampedConn, enable_kernel_timestamps, realtime_offset_ns
 from benchrun.loadgen.refengine import FINGERPRINT, TOKEN_TEXT, Engine, PerfModel, _Seq  # noqa: F401
 from benchrun.loadgen.refprocess import ServerProcess  # noqa: F401  (re-exported)
-from benchrun.loadgen.refrequest import _count_words
+from benchrun.loadgen.refengine import STREAM_ENDS, Dialect
+from benchrun.loadgen.refrequest import MAX_TOKENS_LIMIT, BadRequest, parse_completion
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +87,8 @@ class RefServer:
         fault: str = "none",
         fault_every: int = 1,
         record_path: str | None = None,
+        dialect: Dialect | None = None,
+        max_tokens_limit: int = MAX_TOKENS_LIMIT,
     ) -> None:
         if fault not in FAULTS:
             raise ValueError(f"fault {fault!r} is not one of {FAULTS}")
@@ -97,6 +100,8 @@ class RefServer:
         self.perf = perf or PerfModel()
         self.fault = fault
         self.fault_every = fault_every
+        self.dialect = dialect or Dialect()
+        self.max_tokens_limit = max_tokens_limit
         self.records: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
         self._record_fh = open(record_path, "a", encoding="utf-8", buffering=1) if record_path else None
         self._n = 0
@@ -182,7 +187,7 @@ class RefServer:
     async def _respond(
         self, w: KernelStampedConn, status: int, obj: Any, keep: bool, extra: dict[str, str] | None = None
     ) -> None:
-        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 429: "Too Many Requests", 500: "Internal Server Error"}
+        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 422: "Unprocessable Entity", 429: "Too Many Requests", 500: "Internal Server Error"}
         body = json.dumps(obj).encode()
         head = [
             f"HTTP/1.1 {status} {reason.get(status, 'Error')}",
@@ -285,18 +290,16 @@ class RefServer:
         }
         self._store(rid, rec)
         try:
-            body = json.loads(raw or b"{}")
-            if not isinstance(body, dict):
-                raise ValueError("body is not a JSON object")
-            mt = body.get("max_tokens", body.get("max_completion_tokens"))
-            max_tokens = 16 if mt is None else int(mt)
-            if max_tokens < 1:
-                raise ValueError("max_tokens must be >= 1")
-        except (ValueError, TypeError) as exc:
+            req = parse_completion(raw, chat, max_tokens_limit=self.max_tokens_limit,
+                                   reject_unknown_fields=self.dialect.reject_unknown_fields,
+                                   chat_template_tokens=self.dialect.chat_template_tokens)
+        except BadRequest as exc:
             rec["status"] = "bad_request"
-            await self._respond(writer, 400, {"error": {"message": f"bad request body: {exc}"}}, keep)
+            msg = str(exc) if exc.status == 422 else f"bad request body: {exc}"
+            await self._respond(writer, exc.status, {"error": {"message": msg}} if exc.status != 422 else {"detail": msg}, keep)
             self._finish_record(rec)
             return keep
+        body, max_tokens = req.body, req.max_tokens
         rid_hdr = {"X-Request-Id": rid}
         if fault == "refuse":
             rec["status"] = "fault:refuse"
@@ -311,13 +314,13 @@ class RefServer:
             return keep
         s = _Seq()
         s.rid = rid
-        s.prompt_tokens = _count_words(body, chat)
+        s.prompt_tokens = req.prompt_tokens
         rec["prompt_tokens"] = s.prompt_tokens
         s.max_tokens = max_tokens
         s.chat = chat
-        s.stream = bool(body.get("stream"))
-        so = body.get("stream_options") or {}
-        s.include_usage = bool(so.get("include_usage")) if isinstance(so, dict) else False
+        s.stream = req.stream
+        s.include_usage = req.include_usage or self.dialect.usage_in_last_chunk
+        s.dialect = self.dialect
         s.fault = fault
         s.mid = max_tokens // 2
         s.record = rec
@@ -334,7 +337,8 @@ class RefServer:
                 % (self._n, created, json.dumps(s.model), FINGERPRINT)
             ).encode()
         s.done = asyncio.get_running_loop().create_future()
-        s.writer = writer if s.stream else None
+        # a non-streaming request's connection too: when its client leaves, its slot is freed
+        s.writer = writer
         assert self.engine is not None
         if not self.engine.submit(s):
             rec["status"] = "queue_full"
@@ -342,10 +346,13 @@ class RefServer:
             self._finish_record(rec)
             return keep
         if s.stream:
+            if self.dialect.stream_end == "close":
+                keep = False  # a close-delimited body: no framing, the connection's end ends it
+            framing = "" if self.dialect.stream_end == "close" else "Transfer-Encoding: chunked\r\n"
             writer.write(
                 (
                     "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-                    f"Transfer-Encoding: chunked\r\nX-Request-Id: {rid}\r\nX-Benchrun-Synthetic: true\r\n"
+                    f"{framing}X-Request-Id: {rid}\r\nX-Benchrun-Synthetic: true\r\n"
                     f"Connection: {'keep-alive' if keep else 'close'}\r\n\r\n"
                 ).encode("latin-1")
             )
@@ -374,6 +381,9 @@ class RefServer:
                 return False
             return keep and s.fault not in ("malformed_sse",)
         # non-streaming: one JSON body once generation is done
+        if s.cancelled:
+            self._finish_record(rec)
+            return False
         rec["status"] = "ok"
         text = TOKEN_TEXT * s.max_tokens
         usage = {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.max_tokens, "total_tokens": s.prompt_tokens + s.max_tokens}
@@ -405,6 +415,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fault", choices=FAULTS, default="none")
     p.add_argument("--fault-every", type=int, default=1, help="apply --fault to every N-th completion request")
     p.add_argument("--record", default=None, help="append ground-truth JSONL records to this file")
+    p.add_argument("--stream-end", choices=STREAM_ENDS, default="done",
+                   help="done: data: [DONE] (vLLM); finish: a finish_reason chunk, then the chunked body ends; "
+                        "close: the same, close-delimited (transformers serve and others)")
+    p.add_argument("--usage-in-last-chunk", action="store_true", help="usage rides on the finish_reason chunk, always")
+    p.add_argument("--reject-unknown-fields", action="store_true",
+                   help="a field outside the OpenAI API (e.g. ignore_eos) is a 422 naming it")
+    p.add_argument("--chat-template-tokens", type=int, default=0, help="prompt tokens a chat template adds")
+    p.add_argument("--max-tokens-limit", type=int, default=MAX_TOKENS_LIMIT, help="max_tokens above this is a 400")
+
+
+def dialect_from_args(a: argparse.Namespace) -> Dialect:
+    """The :class:`Dialect` named by parsed arguments."""
+    return Dialect(a.stream_end, a.usage_in_last_chunk, a.reject_unknown_fields, a.chat_template_tokens)
 
 
 def perf_from_args(a: argparse.Namespace) -> PerfModel:
@@ -431,9 +454,12 @@ async def serve(
     fault_every: int = 1,
     record_path: str | None = None,
     announce: Any = None,
+    dialect: Dialect | None = None,
+    max_tokens_limit: int = MAX_TOKENS_LIMIT,
 ) -> None:
     """Run a server until SIGINT/SIGTERM; ``announce(dict)`` is called once it listens."""
-    srv = RefServer(host, port, model_name=model_name, perf=perf, fault=fault, fault_every=fault_every, record_path=record_path)
+    srv = RefServer(host, port, model_name=model_name, perf=perf, fault=fault, fault_every=fault_every,
+                    record_path=record_path, dialect=dialect, max_tokens_limit=max_tokens_limit)
     bound = await srv.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -452,6 +478,8 @@ async def serve(
                 "perf_model": asdict(perf),
                 "fault": fault,
                 "fault_every": fault_every,
+                "dialect": asdict(srv.dialect),
+                "max_tokens_limit": srv.max_tokens_limit,
             }
         )
     try:
@@ -467,8 +495,11 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     try:
         perf = perf_from_args(a)
+        dialect = dialect_from_args(a)
     except ValueError as exc:
         p.error(str(exc))
+    if a.max_tokens_limit < 1:
+        p.error("--max-tokens-limit must be >= 1")
 
     def announce(info: dict[str, Any]) -> None:
         print(json.dumps(info), flush=True)
@@ -477,7 +508,8 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s refserver %(levelname)s %(message)s")
     asyncio.run(
-        serve(a.host, a.port, model_name=a.model, perf=perf, fault=a.fault, fault_every=a.fault_every, record_path=a.record, announce=announce)
+        serve(a.host, a.port, model_name=a.model, perf=perf, fault=a.fault, fault_every=a.fault_every, record_path=a.record, announce=announce,
+              dialect=dialect, max_tokens_limit=a.max_tokens_limit)
     )
 
 

@@ -138,7 +138,7 @@ async def _consume_stream(reader: TimedReader, headers: dict[str, str], out: Out
     body_done = False
     done = False
     finished_ns: int | None = None  # delivery time of the event with a finish_reason
-    prev_usage_tokens = 0
+    prev_usage_tokens: int | None = None
     crlf = False
     loads = json.loads
     chunk_ns = out.chunk_ns
@@ -250,7 +250,10 @@ async def _consume_stream(reader: TimedReader, headers: dict[str, str], out: Out
                         k = 1
                         if usage and usage.get("completion_tokens") is not None:
                             ct = token_count(usage["completion_tokens"], "usage.completion_tokens")
-                            k = max(1, ct - prev_usage_tokens)
+                            # usage on every chunk counts each chunk's tokens; usage first seen on
+                            # the last content chunk (a total) counts what the chunks before did not
+                            base = prev_usage_tokens if prev_usage_tokens is not None else len(chunk_tokens)
+                            k = max(1, ct - base)
                             prev_usage_tokens = ct
                         chunk_tokens.append(k)
                     if usage:

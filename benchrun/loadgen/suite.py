@@ -9,7 +9,8 @@ marks the result ``synthetic``.
 Common parameters (:data:`COMMON_PARAMS`): ``endpoint`` (URL), ``api`` (completions |
 chat), ``model`` (overrides the workload's), ``mix`` (compact form, used only when the
 workload has no sequenceLengthMix), ``warmup``, ``seed``, ``workers``,
-``request_timeout_s``, ``arrival`` (poisson | constant, open loop), ``ignore_eos``,
+``request_timeout_s``, ``arrival`` (poisson | constant, open loop), ``ignore_eos`` (default:
+as the server kind says), ``server_kind`` (auto | vllm | sglang | tgi | openai; auto probes once),
 ``refserver`` (overrides of the reference server's performance model), ``verdict``
 (overrides of the verdict thresholds). A parameter the suite does not take is refused
 (a typo would otherwise fall back to a default silently).
@@ -24,6 +25,7 @@ from benchrun.errors import BenchrunError
 from benchrun.loadgen.metrics import HEADLINE, SLO, Pricing, VerdictPolicy
 from benchrun.loadgen.output import plot_latency_throughput, write_requests_parquet
 from benchrun.loadgen.refserver import PerfModel, ServerProcess
+from benchrun.loadgen.config import SERVER_KINDS
 from benchrun.loadgen.runner import LoadPoint, SweepConfig, SweepResult, run_sweep
 from benchrun.loadgen.workload import MixBucket, format_mix, mix_from_workload, parse_mix
 from benchrun.suites._common import bool_param, choice_param, float_param, int_param
@@ -40,7 +42,7 @@ SUITE_REFSERVER_MODEL = {
 DEFAULT_MIX = "128/32"
 COMMON_PARAMS = (
     "endpoint", "api", "model", "mix", "warmup", "seed", "workers", "request_timeout_s", "arrival",
-    "ignore_eos", "refserver", "verdict",
+    "ignore_eos", "server_kind", "refserver", "verdict",
 )
 
 
@@ -98,12 +100,13 @@ def run_serving_suite(
             requests_per_point=requests_per_point,
             duration_s=duration_s,
             # strict checks (2.5 is refused, not truncated to 2), each error naming the parameter
-            warmup=int_param(ctx, "warmup", 2, minimum=0),
+            warmup=int_param(ctx, "warmup", None, minimum=0),  # type: ignore[arg-type]  (None: one per stream)
             seed=int_param(ctx, "seed", 0, minimum=0),
             workers=int_param(ctx, "workers", 1, minimum=1, maximum=1024),
             api=choice_param(ctx, "api", "completions", ("completions", "chat")),
             request_timeout_s=float_param(ctx, "request_timeout_s", 60.0),
-            ignore_eos=bool_param(ctx, "ignore_eos", True),
+            ignore_eos=bool_param(ctx, "ignore_eos", None),  # type: ignore[arg-type]  (None: as the server kind says)
+            server_kind=choice_param(ctx, "server_kind", "auto", SERVER_KINDS),
             slo=slo,
             pricing=pricing,
             policy=policy,
