@@ -17,7 +17,10 @@ Modes alternate round by round so that the machine's load falls on both alike.
 Usage::
 
     .venv/bin/python benchmarks/loadgen_firstwave.py [--levels 16,32] [--rounds 5] [--waves 8]
-        [--step-ms 1.0] [--tokens 64] [--json OUT]
+        [--step-ms 1.0] [--tokens 64] [--realtime] [--json OUT]
+
+``--realtime`` runs client and server under SCHED_FIFO, as in loadgen_capacity.py, to separate
+the client's own error from other tenants of a shared machine.
 
 The figures in benchmarks/README.md come from this script; nothing here is a test.
 """
@@ -34,11 +37,13 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchrun.loadgen.client import Endpoint, get_json  # noqa: E402
 from benchrun.loadgen.refserver import PerfModel, ServerProcess  # noqa: E402
 from benchrun.loadgen.runner import LoadPoint, SweepConfig, run_sweep  # noqa: E402
 from benchrun.loadgen.workload import parse_mix  # noqa: E402
+from loadgen_capacity import fifo  # noqa: E402
 
 
 def run(srv: ServerProcess, c: int, mode: str, waves: int, tokens: int) -> list[dict]:
@@ -77,12 +82,13 @@ def main() -> None:
     p.add_argument("--waves", type=int, default=8, help="requests per stream per sweep")
     p.add_argument("--step-ms", type=float, default=1.0)
     p.add_argument("--tokens", type=int, default=64)
+    p.add_argument("--realtime", action="store_true", help="client and server under SCHED_FIFO (needs CAP_SYS_NICE)")
     p.add_argument("--json", default=None)
     a = p.parse_args()
     load0 = os.getloadavg()
     perf = PerfModel(decode_base_ms=a.step_ms, decode_ms_per_seq=0.01, prefill_ms_per_token=0.0, max_batch=1024, max_batched_tokens=1 << 20)
     samples: dict[tuple[int, str], list[dict]] = {}
-    with ServerProcess(perf) as srv:
+    with ServerProcess(perf) as srv, fifo(srv.proc.pid, 10, a.realtime), fifo(0, 20, a.realtime):
         for _ in range(a.rounds):
             for c in [int(x) for x in a.levels.split(",")]:
                 for mode in ("before", "after"):
@@ -104,7 +110,7 @@ def main() -> None:
             "connects_in_measured_requests": len(conn),
             "connect_ms_p99": p99(conn),
         })
-    print(json.dumps({"loadavg_start": load0, "loadavg_end": load1}))
+    print(json.dumps({"realtime": a.realtime, "loadavg_start": load0, "loadavg_end": load1}))
     print("| streams | mode | n (first wave) | TTFT err p99 | e2e err p99 | TTFT err p99 w/o first wave | e2e err p99 w/o first wave | TTFT err p99, first wave only | connects inside requests (p99 ms) |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in results:

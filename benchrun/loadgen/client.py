@@ -22,11 +22,13 @@ is read just before the connection is taken from the pool and the request writte
 
 Supported: ``Content-Length``, ``Transfer-Encoding: chunked`` and close-delimited bodies,
 keep-alive connection reuse (one pool per worker), SSE ``data:`` events with LF or CRLF
-line ends, comments, multi-line data, ``[DONE]``, OpenAI ``usage`` (final or continuous,
-which gives tokens per chunk), and error objects inside the stream. Every failure ends the
-request as an error with a kind (``connect``, ``http_<status>``, ``closed``,
-``malformed_sse``, ``no_done``, ``server_error``, ``timeout``, ``empty``,
-``bad_response``) and a one-line detail.
+line ends, comments, multi-line data, a stream's end on ``[DONE]`` or on a ``finish_reason``
+chunk and the end of the body or connection, OpenAI ``usage`` (final, on the last chunk or
+continuous, which gives tokens per chunk), and error objects inside the stream. Every failure
+ends the request as an error with a kind (``connect``, ``http_<status>`` (naming a rejected
+field and the flag that removes it), ``closed``, ``malformed_sse``, ``no_done``,
+``oversized_line``, ``server_error``, ``timeout``, ``empty``, ``bad_response``) and a
+one-line detail.
 """
 
 from __future__ import annotations

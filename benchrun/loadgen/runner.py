@@ -1,8 +1,10 @@
 """Load models (closed and open loop), load-point sweeps, worker processes and exact merging.
 
-A sweep is a list of load points run one after the other. Each point has a warm-up phase
-(``warmup`` requests under the same load model, run to completion and excluded from every
-metric) followed by the measured phase, which ends after ``requests_per_point`` requests or
+A sweep is a list of load points run one after the other. Before the first, one probe
+settles the server's dialect (:mod:`benchrun.loadgen.dialect`). Each point has a warm-up phase
+(``warmup`` requests, by default one per stream, under the same load model, run to completion
+and excluded from every metric); then every stream's connection is opened (and kept alive)
+before the go time, so the first wave does not wait on connection set-up; then the measured phase, which ends after ``requests_per_point`` requests or
 after ``duration_s`` seconds (no new request is sent after the deadline; those in flight
 finish and count).
 
