@@ -165,6 +165,8 @@ def test_an_explicit_ignore_eos_against_a_strict_server_names_the_field_and_the_
         res = run_sweep(_cfg(url, ignore_eos=True))
     assert {r["error_kind"] for r in res.rows} == {"http_422"}
     assert all("'ignore_eos'" in r["error"] and "--no-ignore-eos" in r["error"] for r in res.rows)
+    reasons = next(s for s in res.summaries if s["bucket"] == "all")["verdict_reasons"]
+    assert any("6 http_422; e.g. http_422: Unexpected fields" in x and "--no-ignore-eos" in x for x in reasons), reasons
 
 
 def test_a_chat_templates_fixed_overhead_is_not_a_discrepancy():

@@ -216,15 +216,19 @@ def verdict(
     stats: dict[str, Any],
     client: dict[str, Any],
     policy: VerdictPolicy,
+    error_example: str | None = None,
 ) -> tuple[str, list[str]]:
-    """``("valid" | "invalid", reasons)`` for one point (or one bucket of it)."""
+    """``("valid" | "invalid", reasons)`` for one point (or one bucket of it); ``error_example``
+    (one error of the most common kind) is quoted in the error-rate reason, so a rejected field
+    and the flag that removes it reach the user, not only the per-request rows."""
     reasons: list[str] = []
     total = n_completed + n_errors
     if total == 0:
         return "invalid", ["no measured requests"]
     if n_errors / total > policy.max_error_rate:
         kinds = ", ".join(f"{v} {k}" for k, v in sorted(error_kinds.items()))
-        reasons.append(f"error rate {n_errors}/{total} = {n_errors / total:.1%} > {policy.max_error_rate:.1%} ({kinds})")
+        eg = f"; e.g. {error_example[:300]}" if error_example else ""
+        reasons.append(f"error rate {n_errors}/{total} = {n_errors / total:.1%} > {policy.max_error_rate:.1%} ({kinds}{eg})")
     q = PERCENTILES[policy.percentile] / 100.0
     need = min_samples(q, policy.confidence)
     if n_completed < need:
@@ -350,6 +354,7 @@ def summarize(
         stats=st,
         client=cl,
         policy=policy,
+        error_example=next((r.get("error") for r in errs if kinds and r.get("error_kind") == max(kinds, key=kinds.__getitem__)), None),
     )
     out["verdict"] = v
     out["verdict_reasons"] = reasons
