@@ -32,6 +32,13 @@ host). It serves them at ``GET /debug/requests`` and appends them to a JSONL fil
 (``--record``). Connections are non-blocking sockets driven by asyncio
 (:class:`benchrun.loadgen.client.KernelStampedConn`), standard library only.
 
+Dialects (:class:`benchrun.loadgen.refengine.Dialect`, ``--stream-end done|finish|close``,
+``--usage-in-last-chunk``, ``--reject-unknown-fields``, ``--chat-template-tokens``) emulate the
+servers the load generator meets: vLLM's ``[DONE]``, ``transformers serve``'s finish_reason
+chunk with usage and no ``[DONE]``, a close-delimited body, a 422 for an unknown field, a chat
+template's fixed prompt tokens. Request bodies are validated strictly
+(:mod:`benchrun.loadgen.refrequest`); ``max_tokens`` is capped (``--max-tokens-limit``).
+
 Fault modes (server-wide ``--fault`` applied to every ``--fault-every``-th completion
 request, or per request with the header ``X-Benchrun-Fault``): ``refuse`` (the connection
 is reset without a response), ``http500``, ``http429``, ``close_midstream`` (closed after
