@@ -264,7 +264,31 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
         later = " (its figures follow in a few seconds)" if worker.pending(rd.home, rd.run_id) else ""
         console.print(f"report {report}{later}")
     console.print(f"phase [bold]{st['phase']}[/], outcome {st.get('outcome')}; run directory {rd.path}")
+    hint = baseline_hint(rd.path, rd.run_id, st)
+    if hint:
+        console.print(hint, markup=False)
     raise typer.Exit(exit_code_for(st))
+
+
+def baseline_hint(run_dir: Path, run_id: str, status: dict[str, Any]) -> str | None:
+    """How to give later runs a baseline, when this Succeeded run was compared with none
+    because the alias its spec names is not set yet (every first run of a spec)."""
+    from benchrun.stats.load import _ALIAS_REF, _get, alias_path, load_run
+
+    if status.get("phase") != "Succeeded" or (run_dir / "structured" / f"{run_id}_comparison.json").is_file():
+        return None
+    try:
+        spec = load_run(run_dir).spec
+    except BenchrunError:
+        return None
+    ref = str(_get(spec, "spec", "comparison", "baseline", "artifactRef", default="") or "")
+    m = _ALIAS_REF.match(ref.strip())
+    if not m or alias_path(run_dir.parent.parent, m.group("alias")).is_file():
+        return None
+    alias = m.group("alias")
+    flag = "" if alias == "current" else f" --alias {alias}"
+    return (f"no baseline yet: this spec compares with {ref}, which is not set. To make this run the baseline of "
+            f"the next ones: benchrun promote {run_id}{flag}")
 
 
 def _settle_failed(rd: Any, reason: str) -> None:
