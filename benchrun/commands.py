@@ -184,7 +184,7 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
     from benchrun.liveness import start_heartbeat, stop_heartbeat
     from benchrun.progress_display import ProgressDisplay
     from benchrun.rundir import RunDir
-    from benchrun.runlock import benchmark_turn
+    from benchrun.runlock import TurnRefused, benchmark_turn
 
     _use_home(home)
     # Dagster flags its Pipes internals as preview on every launch; the terminal is for results.
@@ -230,8 +230,14 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
             _settle_failed(rd, reason)
             console.print("[red]orchestration failed:[/] ", end="")
             console.print(reason, markup=False)
+    except TurnRefused:
+        # --no-wait and another benchmark holds the turn: this run never started, so it leaves
+        # nothing behind (no Failed run in `benchrun runs`; the content-addressed spec pin stays).
+        stop_heartbeat(rd.home, rd.run_id)
+        _discard_unstarted(rd)
+        raise
     except BenchrunError as exc:
-        # Refused (--no-wait) or a storage error: the run ends Failed with benchrun's message.
+        # A storage error: the run ends Failed with benchrun's message.
         _settle_failed(rd, str(exc))
         raise
     except Exception as exc:
@@ -289,6 +295,14 @@ def baseline_hint(run_dir: Path, run_id: str, status: dict[str, Any]) -> str | N
     flag = "" if alias == "current" else f" --alias {alias}"
     return (f"no baseline yet: this spec compares with {ref}, which is not set. To make this run the baseline of "
             f"the next ones: benchrun promote {run_id}{flag}")
+
+
+def _discard_unstarted(rd: Any) -> None:
+    """Remove the run directory of a run that was refused before anything ran in it."""
+    import shutil
+
+    if rd.read_status().get("started_utc") is None:
+        shutil.rmtree(rd.path, ignore_errors=True)
 
 
 def _settle_failed(rd: Any, reason: str) -> None:
