@@ -225,11 +225,16 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
             # afterwards, so a process that goes on (a test, an embedding program) is not switched.
             with display, _env_default(worker.ENV, "background"):
                 result = sub.execute(prepared, instance=instance)
-        if not result.success:
+        if not result.success and _interrupted(result):
+            _settle_canceled(console, rd)
+        elif not result.success:
             reason = _failure_reason(result)
             _settle_failed(rd, reason)
             console.print("[red]orchestration failed:[/] ", end="")
             console.print(reason, markup=False)
+    except KeyboardInterrupt:  # Ctrl-C outside a step (waiting for the turn, between steps)
+        result = None
+        _settle_canceled(console, rd)
     except TurnRefused:
         # --no-wait and another benchmark holds the turn: this run never started, so it leaves
         # nothing behind (no Failed run in `benchrun runs`; the content-addressed spec pin stays).
@@ -250,7 +255,7 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
         raise BenchrunError(f"run {rd.run_id} failed: {message}") from exc
     finally:
         stop_heartbeat(rd.home, rd.run_id)
-    if not result.success and (rd.path / "reports" / f"{rd.run_id}_report.html").is_file():
+    if (result is None or not result.success) and (rd.path / "reports" / f"{rd.run_id}_report.html").is_file():
         from benchrun.report.html import write_report
 
         try:  # the report must not keep saying Analyzing
@@ -295,6 +300,53 @@ def baseline_hint(run_dir: Path, run_id: str, status: dict[str, Any]) -> str | N
     flag = "" if alias == "current" else f" --alias {alias}"
     return (f"no baseline yet: this spec compares with {ref}, which is not set. To make this run the baseline of "
             f"the next ones: benchrun promote {run_id}{flag}")
+
+
+def _interrupted(result: Any) -> bool:
+    """Whether the Dagster run ended because it was interrupted (Ctrl-C, SIGTERM) rather than
+    because a step failed."""
+    for event in result.all_events:
+        if not event.is_step_failure:
+            continue
+        err = event.step_failure_data.error
+        while err is not None:
+            if err.cls_name in ("DagsterExecutionInterruptedError", "KeyboardInterrupt"):
+                return True
+            err = err.cause
+    return False
+
+
+def finished_launches(run_dir: Path, run_id: str) -> str:
+    """``gemm r1-r3 ok, membw r1 failed``: the launches recorded so far, for a canceled run."""
+    path = run_dir / "structured" / f"{run_id}_launches.json"
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return "none"
+    per: dict[tuple[str, str], list[int]] = {}
+    for r in rows if isinstance(rows, list) else []:
+        per.setdefault((str(r.get("suite")), str(r.get("status"))), []).append(int(r.get("replicate", 0)))
+    parts = []
+    for (suite, status), reps in per.items():
+        reps = sorted(reps)
+        span = f"r{reps[0]}" if len(reps) == 1 else (f"r{reps[0]}-r{reps[-1]}" if reps == list(range(reps[0], reps[-1] + 1))
+                                                    else ",".join(f"r{k}" for k in reps))
+        parts.append(f"{suite} {span} {status}")
+    return ", ".join(parts) or "none"
+
+
+def _settle_canceled(console: Any, rd: Any) -> None:
+    """Ctrl-C: phase Canceled, the finished launches named and their results kept."""
+    from benchrun.rundir import mark_run_canceled
+
+    done = finished_launches(rd.path, rd.run_id)
+    reason = f"interrupted; launches finished before it: {done} (their results are kept in {rd.path})"
+    try:
+        mark_run_canceled(rd.home, rd.run_id, reason)
+    except OSError as exc:
+        print(f"error: run {rd.run_id}: cannot record phase Canceled ({exc.strerror or exc})", file=sys.stderr)
+    console.print("[yellow]canceled:[/] ", end="")
+    console.print(reason, markup=False)
 
 
 def _discard_unstarted(rd: Any) -> None:

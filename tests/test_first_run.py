@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -42,3 +44,58 @@ def test_the_baseline_hint_names_the_alias_only_while_it_is_unset(tmp_path):
     assert baseline_hint(rd, rd.name, {"phase": "Failed"}) is None  # a failed run is no baseline
     promote(rd.name, tmp_path, alias="canary")
     assert baseline_hint(rd, rd.name, {"phase": "Succeeded"}) is None
+
+
+@pytest.mark.slow
+def test_ctrl_c_ends_canceled_keeps_the_finished_launches_and_says_which(tmp_path, canary_doc):
+    import json
+    import signal
+    import time
+
+    import yaml
+    from helpers import tiny_layers
+
+    canary_doc["metadata"]["name"] = "ctrl-c"
+    canary_doc["spec"]["trials"]["minReplicates"] = 3
+    canary_doc["spec"]["layers"] = tiny_layers([
+        {"name": "gemm", "repoCommand": "python -m benchrun.suites.gemm", "parameters": {"sizes": [64], "iterations": 3}},
+        {"name": "membw", "repoCommand": "python -m benchrun.suites.membw",
+         "parameters": {"elements": 5_000_000, "iterations": 4}},  # long enough to be interrupted in
+    ])
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(canary_doc, sort_keys=False))
+    home = tmp_path / "home"
+    env = {**os.environ, "BENCHRUN_HOME": str(home), "PYTHONPATH": str(ROOT), "BENCHRUN_WARM": "0"}
+    env.pop("DAGSTER_HOME", None)
+    proc = subprocess.Popen([sys.executable, "-m", "benchrun.cli", "run", str(spec)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 240
+    progress = None
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = list((home / "runs").glob("*/progress/run_progress.json")) if (home / "runs").is_dir() else []
+        if found:
+            try:
+                progress = json.loads(found[0].read_text())
+            except ValueError:
+                progress = None
+            if progress and progress.get("done", 0) >= 3 and (progress.get("current") or {}).get("suite") == "membw":
+                break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends: the whole foreground group
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (out[-3000:], err[-3000:])
+    [run_dir] = (home / "runs").iterdir()
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["phase"] == "Canceled" and status["outcome"] == "canceled", status
+    from benchrun.commands import finished_launches
+
+    # Replicates interleave (gemm r1, membw r1, gemm r2, then membw r2 was interrupted).
+    launches = json.loads((run_dir / "structured" / f"{run_dir.name}_launches.json").read_text())
+    assert [(r["suite"], r["replicate"], r["status"]) for r in launches][:3] == [
+        ("gemm", 1, "ok"), ("membw", 1, "ok"), ("gemm", 2, "ok")]  # their results are kept
+    said = finished_launches(run_dir, run_dir.name)
+    assert said.startswith("gemm r1-r2 ok, membw r1") and said in status["message"]
+    assert "canceled:" in out and said in out and "DagsterExecutionInterruptedError" not in out
+    assert "gemm" in out and "tflops" in out  # the table shows what was measured
+    assert "phase Canceled" in out
