@@ -28,7 +28,7 @@ app = typer.Typer(
 # pandas) stay inside the command functions so `benchrun validate` starts fast.
 COMMAND_MODULES = (
     "benchrun.spec.commands",  # validate, digest, crd
-    "benchrun.commands",  # run, submit, runs, show
+    "benchrun.commands",  # run, submit, runs, show, cancel, delete
     "benchrun.loadgen.commands",  # loadgen, refserver
     "benchrun.warehouse.commands",  # query, lineage, retention
     "benchrun.warehouse.rebuild_commands",  # rebuild-warehouse

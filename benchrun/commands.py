@@ -456,7 +456,34 @@ def show(run_id: str = typer.Argument(...), home: Optional[Path] = HomeOpt,
         print_summary(console, rd.path, run_id)
 
 
+def cancel(run_id: str = typer.Argument(...), home: Optional[Path] = HomeOpt,
+           grace_s: float = typer.Option(30.0, "--grace", help="Seconds the run gets to stop after the interrupt.")) -> None:
+    """Cancel a run: its process is interrupted as by Ctrl-C (phase Canceled, what finished is kept)."""
+    from benchrun import submit as sub
+    from benchrun.runctl import cancel_run
+
+    _use_home(home)
+    out = cancel_run(run_id, instance=sub.get_instance(), grace_s=grace_s)
+    print(f"{out.run_id}: phase {out.phase} ({out.how})")
+
+
+def delete(run_id: str = typer.Argument(...), home: Optional[Path] = HomeOpt) -> None:
+    """Remove a finished run from the home (never a published baseline; the stored evidence stays)."""
+    from benchrun import submit as sub
+    from benchrun.runctl import delete_run
+
+    _use_home(home)
+    out = delete_run(run_id, instance=sub.get_instance())
+    print(f"deleted {out.run_id}:")
+    for what in out.removed:
+        print(f"  removed {what}")
+    for what in out.kept:
+        print(f"  kept {what}")
+
+
 def register(app: typer.Typer) -> None:
+    app.command("cancel")(cancel)
+    app.command("delete")(delete)
     app.command("run")(run)
     app.command("submit")(submit)
     app.command("runs")(runs)

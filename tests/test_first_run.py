@@ -99,3 +99,78 @@ def test_ctrl_c_ends_canceled_keeps_the_finished_launches_and_says_which(tmp_pat
     assert "canceled:" in out and said in out and "DagsterExecutionInterruptedError" not in out
     assert "gemm" in out and "tflops" in out  # the table shows what was measured
     assert "phase Canceled" in out
+    import psutil
+
+    # The interrupted suite ran in its own session (the terminal's signal never reached it): it
+    # must not outlive the run.
+    left = [p for p in psutil.process_iter(["cmdline", "cwd"]) if p.info["cwd"] == str(run_dir)]
+    assert left == [], [p.info["cmdline"] for p in left]
+
+
+def test_cancel_and_delete_a_submitted_run_and_refuse_a_baseline(tmp_path):
+    r = _cli("submit", str(ROOT / "specs/local/canary.yaml"), home=tmp_path)
+    assert r.returncode == 0, r.stderr
+    run_id = r.stdout.strip()
+    r = _cli("cancel", run_id, home=tmp_path)
+    assert r.returncode == 0 and f"{run_id}: phase Canceled (not started" in r.stdout, r.stderr
+    import json
+
+    st = json.loads((tmp_path / "runs" / run_id / "status.json").read_text())
+    assert st["phase"] == "Canceled" and st["outcome"] == "canceled" and st["finished_utc"]
+    r = _cli("cancel", run_id, home=tmp_path)  # again: idempotent
+    assert r.returncode == 0 and "already canceled" in r.stdout
+    (tmp_path / "published").mkdir()
+    (tmp_path / "published" / "canary").write_text(run_id + "\n")
+    r = _cli("delete", run_id, home=tmp_path)
+    assert r.returncode == 1 and "is the baseline published/canary" in r.stderr and "promote" in r.stderr
+    assert (tmp_path / "runs" / run_id).is_dir()
+    (tmp_path / "published" / "canary").unlink()
+    r = _cli("delete", run_id, home=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert f"removed run directory runs/{run_id}" in r.stdout and "Dagster partition benchmark_run/" in r.stdout
+    assert "kept its evidence in the artifact store" in r.stdout
+    assert not (tmp_path / "runs" / run_id).exists()
+    r = _cli("delete", run_id, home=tmp_path)
+    assert r.returncode == 1 and f"no such run {run_id!r}" in r.stderr
+
+
+def test_cancel_interrupts_the_process_that_executes_the_run_and_waits_for_it(tmp_path):
+    """A live claim on this host: SIGINT to its process, which settles the run as Ctrl-C does."""
+    import json
+    import textwrap
+    import time
+
+    from benchrun.rundir import RunDir
+    from benchrun.runctl import cancel_run
+
+    rd = RunDir(tmp_path, "busy-20261202000000-aaaaaaaa")
+    rd.create()
+    rd.write_status({"run_id": rd.run_id, "phase": "Running", "conditions": []})
+    executor = textwrap.dedent(f"""
+        import signal, sys, time
+        from benchrun.liveness import start_heartbeat
+        from benchrun.rundir import mark_run_canceled
+        start_heartbeat({str(tmp_path)!r}, {rd.run_id!r})
+        print("ready", flush=True)
+        try:
+            time.sleep(60)
+        except KeyboardInterrupt:
+            mark_run_canceled({str(tmp_path)!r}, {rd.run_id!r}, "interrupted; launches finished before it: none")
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", executor], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        t0 = time.monotonic()
+        out = cancel_run(rd.run_id, home=tmp_path, grace_s=20)
+        assert proc.wait(timeout=20) == 0 and time.monotonic() - t0 < 15
+    finally:
+        proc.kill()
+    assert out.phase == "Canceled" and f"interrupted its process (pid {proc.pid})" in out.how
+    st = json.loads(rd.status_path.read_text())
+    assert st["phase"] == "Canceled" and "launches finished before it: none" in st["message"]  # the executor's own
+    from benchrun.errors import BenchrunError
+
+    rd.update_status(phase="Succeeded")
+    with pytest.raises(BenchrunError, match="already ended in phase Succeeded; nothing to cancel"):
+        cancel_run(rd.run_id, home=tmp_path)
