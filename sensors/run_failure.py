@@ -33,11 +33,11 @@ def run_failure_sensor(context: dg.RunFailureSensorContext) -> dg.SkipReason | N
     name="run_canceled_sensor",
     minimum_interval_seconds=30,
     default_status=default_status("run_canceled_sensor", on=True),
-    description="When a benchmark_run_job run is cancelled, its run's status.json gets phase Failed.",
+    description="When a benchmark_run_job run is cancelled, its run's status.json gets phase Canceled.",
 )
 def run_canceled_sensor(context: dg.RunStatusSensorContext) -> dg.SkipReason | None:
-    """Mark the partition's run Failed because its Dagster run was cancelled."""
-    return _as_skip(record_orchestrator_failure(context.dagster_run, "Dagster run was cancelled"))
+    """Mark the partition's run Canceled because its Dagster run was cancelled."""
+    return _as_skip(record_orchestrator_failure(context.dagster_run, "Dagster run was cancelled", canceled=True))
 
 
 @dg.sensor(
