@@ -154,7 +154,9 @@ def reap(console: Any, instance: Any) -> None:
     from benchrun.liveness import reap_dead_runs
     from benchrun.paths import benchrun_home
 
-    for run_id, reason in reap_dead_runs(benchrun_home(), instance):
+    from benchrun.runctl import expire_pending
+
+    for run_id, reason in reap_dead_runs(benchrun_home(), instance) + expire_pending(benchrun_home(), instance):
         console.print(f"[yellow]marked {run_id or 'a run'} Failed:[/] ", end="")
         console.print(reason, markup=False)
 
@@ -402,6 +404,9 @@ def runs(home: Optional[Path] = HomeOpt, as_json: bool = typer.Option(False, "--
 
     _use_home(home)
     reap_dead_runs()  # a run whose process died is shown Failed, not Running for ever
+    from benchrun.runctl import expire_pending
+
+    expire_pending()  # and one submitted but never started is not Pending for ever
     rows = []
     for rd in list_runs():
         try:

@@ -188,3 +188,67 @@ def delete_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
     out.removed.insert(0, f"run directory runs/{run_id}")
     out.kept.append("its evidence in the artifact store (write-once; `benchrun retention` ages it out)")
     return out
+
+
+PENDING_TIMEOUT_ENV = "BENCHRUN_PENDING_TIMEOUT_S"
+PENDING_TIMEOUT_S = 24 * 3600.0  # a submitted run that nobody started within a day is abandoned
+
+
+def pending_timeout_s() -> float:
+    raw = os.environ.get(PENDING_TIMEOUT_ENV)
+    if raw is None or raw == "":
+        return PENDING_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        raise BenchrunError(f"{PENDING_TIMEOUT_ENV}={raw!r}: not a number of seconds (default "
+                            f"{PENDING_TIMEOUT_S:g})") from None
+    if value <= 0:
+        raise BenchrunError(f"{PENDING_TIMEOUT_ENV}={raw!r}: must be > 0 seconds")
+    return value
+
+
+def expire_pending(home: Path | str | None = None, instance: Any = None, *,
+                   now: float | None = None, timeout_s: float | None = None) -> list[tuple[str, str]]:
+    """Mark Failed every run still Pending past the deadline with nothing to start it: no
+    process claims it and (with an instance) no Dagster run is queued or running for it.
+    Returns (run_id, reason) per run marked."""
+    import datetime as dt
+
+    from benchrun.liveness import liveness_path
+    from benchrun.rundir import list_runs, mark_run_failed
+
+    root = benchrun_home(home)
+    limit = pending_timeout_s() if timeout_s is None else timeout_s
+    now = time.time() if now is None else now
+    out = []
+    for rd in list_runs(root):
+        try:
+            st = rd.read_status()
+        except BenchrunError:
+            continue
+        if st.get("phase") != "Pending" or liveness_path(root, rd.run_id).exists():
+            continue
+        try:
+            created = dt.datetime.fromisoformat(str(st.get("created_utc")).replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            continue
+        if now - created <= limit or _has_live_dagster_run(instance, rd.run_id):
+            continue
+        reason = (f"submitted {st.get('created_utc')} and never started within {limit:g} s "
+                  f"({PENDING_TIMEOUT_ENV}); nothing ran, submit the spec again")
+        if mark_run_failed(root, rd.run_id, reason):
+            out.append((rd.run_id, reason))
+    return out
+
+
+def _has_live_dagster_run(instance: Any, run_id: str) -> bool:
+    if instance is None:
+        return False
+    import dagster as dg
+
+    from benchrun.liveness import PARTITION_TAG
+
+    return bool(instance.get_runs(filters=dg.RunsFilter(tags={PARTITION_TAG: run_id}, statuses=[
+        dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
+        dg.DagsterRunStatus.STARTED]), limit=1))

@@ -174,3 +174,32 @@ def test_cancel_interrupts_the_process_that_executes_the_run_and_waits_for_it(tm
     rd.update_status(phase="Succeeded")
     with pytest.raises(BenchrunError, match="already ended in phase Succeeded; nothing to cancel"):
         cancel_run(rd.run_id, home=tmp_path)
+
+
+def test_a_pending_run_past_its_deadline_is_marked_failed_unless_something_will_start_it(tmp_path, monkeypatch):
+    import time
+
+    from benchrun.liveness import liveness_path
+    from benchrun.rundir import RunDir
+    from benchrun.runctl import expire_pending
+
+    def pending(run_id: str, created: str) -> RunDir:
+        rd = RunDir(tmp_path, run_id)
+        rd.create()
+        rd.write_status({"run_id": run_id, "phase": "Pending", "created_utc": created, "conditions": []})
+        return rd
+
+    old = pending("old-20261130000000-aaaaaaaa", "2026-11-30T00:00:00.000000Z")
+    fresh = pending("fresh-20261202000000-aaaaaaaa", time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime()))
+    claimed = pending("claimed-20261130000000-aaaaaaaa", "2026-11-30T00:00:00.000000Z")
+    liveness_path(tmp_path, claimed.run_id).parent.mkdir(parents=True, exist_ok=True)
+    liveness_path(tmp_path, claimed.run_id).write_text("{}")  # a process claims it: the reaper's business
+    marked = expire_pending(tmp_path)
+    assert [r for r, _ in marked] == [old.run_id]
+    st = old.read_status()
+    assert st["phase"] == "Failed" and "never started within 86400 s (BENCHRUN_PENDING_TIMEOUT_S)" in st["message"]
+    assert fresh.read_status()["phase"] == claimed.read_status()["phase"] == "Pending"
+    assert expire_pending(tmp_path) == []  # idempotent
+    monkeypatch.setenv("BENCHRUN_PENDING_TIMEOUT_S", "soon")
+    with pytest.raises(Exception, match="BENCHRUN_PENDING_TIMEOUT_S='soon': not a number"):
+        expire_pending(tmp_path)
