@@ -106,6 +106,23 @@ def forest_plot(rows: list[dict[str, Any]], title: str) -> bytes:
     return _png(fig)
 
 
+# An SLO more than this many times the data's largest value is not drawn to scale: the axis
+# follows the data (1–4 ms points under a 200 ms SLO would otherwise be a flat line at zero).
+SLO_OFF_SCALE = 3.0
+
+
+def _slo_line(ax: Any, slo: float, data_max: float, label: str) -> None:
+    """The SLO as a dashed line when it is near the data; else the axis stays on the data and
+    the SLO is named at the top as off-scale."""
+    if not np.isfinite(data_max) or data_max <= 0 or slo <= SLO_OFF_SCALE * data_max:
+        ax.axhline(slo, color="#c0392b", ls="--", lw=1, label=label)
+        return
+    ax.set_ylim(0, data_max * 1.15)
+    ax.plot([], [], color="#c0392b", ls="--", lw=1, label=f"{label} (off scale: ×{slo / data_max:.0f} the data)")
+    ax.annotate(f"▲ {label}: above, off scale", (0.5, 0.98), xycoords="axes fraction", ha="center", va="top",
+                fontsize=7, color="#c0392b")
+
+
 def latency_throughput(serving: "pd.DataFrame", slo: dict[str, float], title: str) -> bytes:
     """Per bucket: p99 latency against output throughput over the load points, SLO lines dashed."""
     quantities = [q for q in ("ttft_ms_p99", "e2e_ms_p99", "decode_ms_per_token_p99") if q in serving.columns]
@@ -123,7 +140,7 @@ def latency_throughput(serving: "pd.DataFrame", slo: dict[str, float], title: st
                             textcoords="offset points", xytext=(3, 3))
         base = q.rsplit("_p99", 1)[0]
         if base in slo:
-            ax.axhline(slo[base], color="#c0392b", ls="--", lw=1, label=f"SLO {base} {slo[base]:g} ms")
+            _slo_line(ax, slo[base], float(np.nanmax(serving[q].to_numpy(float))), f"SLO {base} {slo[base]:g} ms")
         ax.set_xlabel(xcol.replace("_", " "))
         ax.set_ylabel(q)
         ax.legend(fontsize=7)
