@@ -44,3 +44,14 @@ def test_an_slo_near_the_data_is_drawn_as_a_line(captured):
     ax = captured[0].axes[0]
     assert ax.get_ylim()[1] >= 200.0
     assert any(abs(line.get_ydata()[0] - 200.0) < 1e-9 for line in ax.get_lines() if line.get_linestyle() == "--")
+
+
+def test_forest_plot_gating_rows_first_axis_on_top_and_no_context_rows(captured):
+    rows = [{"metric": "cpu_pct_mean", "role": "context", "ratio": 1.5, "ci_low": 1.2, "ci_high": 1.8, "verdict": None},
+            {"metric": "secondary_tps", "ratio": 1.1, "ci_low": 1.0, "ci_high": 1.2, "verdict": "improvement"},
+            {"metric": "tflops", "gating": True, "ratio": 0.5, "ci_low": 0.4, "ci_high": 0.6, "verdict": "regression"}]
+    figures.forest_plot(rows, "t")
+    ax = captured[0].axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == ["★ tflops", "secondary_tps"]  # gating first, the context row left out
+    assert ax.xaxis.get_ticks_position() == "top" and ax.xaxis.get_label_position() == "top"

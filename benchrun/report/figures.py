@@ -71,8 +71,12 @@ def strip_plot(replicates: "pd.DataFrame", summary: "pd.DataFrame", title: str, 
 
 
 def forest_plot(rows: list[dict[str, Any]], title: str) -> bytes:
-    """Ratio (higher is better) with its interval per metric, the ±δ band, coloured by verdict."""
-    rows = [r for r in rows if r.get("ratio") is not None and np.isfinite(r["ratio"])]
+    """Ratio (higher is better) with its interval per metric, the ±δ band, coloured by verdict.
+
+    Outcomes only (context rows, role ``context``, have no verdict and are left out), gating
+    rows first, the axis at the top so it is on screen with the first rows."""
+    rows = [r for r in rows if r.get("ratio") is not None and np.isfinite(r["ratio"]) and r.get("role") != "context"]
+    rows.sort(key=lambda r: not r.get("gating"))  # stable: gating first, each group in its own order
     fig, ax = plt.subplots(figsize=(8, 0.35 * max(len(rows), 3) + 1.2))
     for i, r in enumerate(rows):
         d = float(r.get("delta_pct", 3.0)) / 100.0
@@ -97,6 +101,8 @@ def forest_plot(rows: list[dict[str, Any]], title: str) -> bytes:
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([("★ " if r.get("gating") else "") + str(r["metric"]) for r in rows], fontsize=7)
     ax.invert_yaxis()
+    ax.xaxis.tick_top()
+    ax.xaxis.set_label_position("top")
     ax.set_xlabel("candidate / baseline, higher is better (grey: ±δ no-change band)")
     for verdict, color in VERDICT_COLORS.items():
         ax.plot([], [], color=color, lw=2, label=verdict)
