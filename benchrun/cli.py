@@ -16,6 +16,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # click already says "(Did you mean one of: ...)" for a misspelt command; typer's own
+    # suggestion would say it a second time.
+    suggest_commands=False,
     # Rich's boxed help suits a terminal; piped (`benchrun run --help | less`, docs) it wraps
     # every option into an 80-column box, so a pipe gets click's plain help instead.
     rich_markup_mode="rich" if sys.stdout.isatty() else None,
@@ -25,7 +28,7 @@ app = typer.Typer(
 # pandas) stay inside the command functions so `benchrun validate` starts fast.
 COMMAND_MODULES = (
     "benchrun.spec.commands",  # validate, digest, crd
-    "benchrun.commands",  # run, submit, runs, show
+    "benchrun.commands",  # run, submit, runs, show, cancel, delete
     "benchrun.loadgen.commands",  # loadgen, refserver
     "benchrun.warehouse.commands",  # query, lineage, retention
     "benchrun.warehouse.rebuild_commands",  # rebuild-warehouse

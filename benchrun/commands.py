@@ -154,7 +154,9 @@ def reap(console: Any, instance: Any) -> None:
     from benchrun.liveness import reap_dead_runs
     from benchrun.paths import benchrun_home
 
-    for run_id, reason in reap_dead_runs(benchrun_home(), instance):
+    from benchrun.runctl import expire_pending
+
+    for run_id, reason in reap_dead_runs(benchrun_home(), instance) + expire_pending(benchrun_home(), instance):
         console.print(f"[yellow]marked {run_id or 'a run'} Failed:[/] ", end="")
         console.print(reason, markup=False)
 
@@ -184,7 +186,7 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
     from benchrun.liveness import start_heartbeat, stop_heartbeat
     from benchrun.progress_display import ProgressDisplay
     from benchrun.rundir import RunDir
-    from benchrun.runlock import benchmark_turn
+    from benchrun.runlock import TurnRefused, benchmark_turn
 
     _use_home(home)
     # Dagster flags its Pipes internals as preview on every launch; the terminal is for results.
@@ -225,13 +227,24 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
             # afterwards, so a process that goes on (a test, an embedding program) is not switched.
             with display, _env_default(worker.ENV, "background"):
                 result = sub.execute(prepared, instance=instance)
-        if not result.success:
+        if not result.success and _interrupted(result):
+            _settle_canceled(console, rd)
+        elif not result.success:
             reason = _failure_reason(result)
             _settle_failed(rd, reason)
             console.print("[red]orchestration failed:[/] ", end="")
             console.print(reason, markup=False)
+    except KeyboardInterrupt:  # Ctrl-C outside a step (waiting for the turn, between steps)
+        result = None
+        _settle_canceled(console, rd)
+    except TurnRefused:
+        # --no-wait and another benchmark holds the turn: this run never started, so it leaves
+        # nothing behind (no Failed run in `benchrun runs`; the content-addressed spec pin stays).
+        stop_heartbeat(rd.home, rd.run_id)
+        _discard_unstarted(rd)
+        raise
     except BenchrunError as exc:
-        # Refused (--no-wait) or a storage error: the run ends Failed with benchrun's message.
+        # A storage error: the run ends Failed with benchrun's message.
         _settle_failed(rd, str(exc))
         raise
     except Exception as exc:
@@ -244,7 +257,7 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
         raise BenchrunError(f"run {rd.run_id} failed: {message}") from exc
     finally:
         stop_heartbeat(rd.home, rd.run_id)
-    if not result.success and (rd.path / "reports" / f"{rd.run_id}_report.html").is_file():
+    if (result is None or not result.success) and (rd.path / "reports" / f"{rd.run_id}_report.html").is_file():
         from benchrun.report.html import write_report
 
         try:  # the report must not keep saying Analyzing
@@ -264,7 +277,86 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
         later = " (its figures follow in a few seconds)" if worker.pending(rd.home, rd.run_id) else ""
         console.print(f"report {report}{later}")
     console.print(f"phase [bold]{st['phase']}[/], outcome {st.get('outcome')}; run directory {rd.path}")
+    hint = baseline_hint(rd.path, rd.run_id, st)
+    if hint:
+        console.print(hint, markup=False)
     raise typer.Exit(exit_code_for(st))
+
+
+def baseline_hint(run_dir: Path, run_id: str, status: dict[str, Any]) -> str | None:
+    """How to give later runs a baseline, when this Succeeded run was compared with none
+    because the alias its spec names is not set yet (every first run of a spec)."""
+    from benchrun.stats.load import _ALIAS_REF, _get, alias_path, load_run
+
+    if status.get("phase") != "Succeeded" or (run_dir / "structured" / f"{run_id}_comparison.json").is_file():
+        return None
+    try:
+        spec = load_run(run_dir).spec
+    except BenchrunError:
+        return None
+    ref = str(_get(spec, "spec", "comparison", "baseline", "artifactRef", default="") or "")
+    m = _ALIAS_REF.match(ref.strip())
+    if not m or alias_path(run_dir.parent.parent, m.group("alias")).is_file():
+        return None
+    alias = m.group("alias")
+    flag = "" if alias == "current" else f" --alias {alias}"
+    return (f"no baseline yet: this spec compares with {ref}, which is not set. To make this run the baseline of "
+            f"the next ones: benchrun promote {run_id}{flag}")
+
+
+def _interrupted(result: Any) -> bool:
+    """Whether the Dagster run ended because it was interrupted (Ctrl-C, SIGTERM) rather than
+    because a step failed."""
+    for event in result.all_events:
+        if not event.is_step_failure:
+            continue
+        err = event.step_failure_data.error
+        while err is not None:
+            if err.cls_name in ("DagsterExecutionInterruptedError", "KeyboardInterrupt"):
+                return True
+            err = err.cause
+    return False
+
+
+def finished_launches(run_dir: Path, run_id: str) -> str:
+    """``gemm r1-r3 ok, membw r1 failed``: the launches recorded so far, for a canceled run."""
+    path = run_dir / "structured" / f"{run_id}_launches.json"
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return "none"
+    per: dict[tuple[str, str], list[int]] = {}
+    for r in rows if isinstance(rows, list) else []:
+        per.setdefault((str(r.get("suite")), str(r.get("status"))), []).append(int(r.get("replicate", 0)))
+    parts = []
+    for (suite, status), reps in per.items():
+        reps = sorted(reps)
+        span = f"r{reps[0]}" if len(reps) == 1 else (f"r{reps[0]}-r{reps[-1]}" if reps == list(range(reps[0], reps[-1] + 1))
+                                                    else ",".join(f"r{k}" for k in reps))
+        parts.append(f"{suite} {span} {status}")
+    return ", ".join(parts) or "none"
+
+
+def _settle_canceled(console: Any, rd: Any) -> None:
+    """Ctrl-C: phase Canceled, the finished launches named and their results kept."""
+    from benchrun.rundir import mark_run_canceled
+
+    done = finished_launches(rd.path, rd.run_id)
+    reason = f"interrupted; launches finished before it: {done} (their results are kept in {rd.path})"
+    try:
+        mark_run_canceled(rd.home, rd.run_id, reason)
+    except OSError as exc:
+        print(f"error: run {rd.run_id}: cannot record phase Canceled ({exc.strerror or exc})", file=sys.stderr)
+    console.print("[yellow]canceled:[/] ", end="")
+    console.print(reason, markup=False)
+
+
+def _discard_unstarted(rd: Any) -> None:
+    """Remove the run directory of a run that was refused before anything ran in it."""
+    import shutil
+
+    if rd.read_status().get("started_utc") is None:
+        shutil.rmtree(rd.path, ignore_errors=True)
 
 
 def _settle_failed(rd: Any, reason: str) -> None:
@@ -312,6 +404,9 @@ def runs(home: Optional[Path] = HomeOpt, as_json: bool = typer.Option(False, "--
 
     _use_home(home)
     reap_dead_runs()  # a run whose process died is shown Failed, not Running for ever
+    from benchrun.runctl import expire_pending
+
+    expire_pending()  # and one submitted but never started is not Pending for ever
     rows = []
     for rd in list_runs():
         try:
@@ -366,7 +461,34 @@ def show(run_id: str = typer.Argument(...), home: Optional[Path] = HomeOpt,
         print_summary(console, rd.path, run_id)
 
 
+def cancel(run_id: str = typer.Argument(...), home: Optional[Path] = HomeOpt,
+           grace_s: float = typer.Option(30.0, "--grace", help="Seconds the run gets to stop after the interrupt.")) -> None:
+    """Cancel a run: its process is interrupted as by Ctrl-C (phase Canceled, what finished is kept)."""
+    from benchrun import submit as sub
+    from benchrun.runctl import cancel_run
+
+    _use_home(home)
+    out = cancel_run(run_id, instance=sub.get_instance(), grace_s=grace_s)
+    print(f"{out.run_id}: phase {out.phase} ({out.how})")
+
+
+def delete(run_id: str = typer.Argument(...), home: Optional[Path] = HomeOpt) -> None:
+    """Remove a finished run from the home (never a published baseline; the stored evidence stays)."""
+    from benchrun import submit as sub
+    from benchrun.runctl import delete_run
+
+    _use_home(home)
+    out = delete_run(run_id, instance=sub.get_instance())
+    print(f"deleted {out.run_id}:")
+    for what in out.removed:
+        print(f"  removed {what}")
+    for what in out.kept:
+        print(f"  kept {what}")
+
+
 def register(app: typer.Typer) -> None:
+    app.command("cancel")(cancel)
+    app.command("delete")(delete)
     app.command("run")(run)
     app.command("submit")(submit)
     app.command("runs")(runs)

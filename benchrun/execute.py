@@ -170,14 +170,21 @@ def run_layer(
         return outcome
     progress = Progress(run_dir)
     results: list[LaunchResult] = []
-    for inv in plan.invocations:
-        progress.start(inv)
-        with (session(inv) if session else nullcontext({})) as extra_env:
-            res = launcher.launch(inv, run_dir.path, extra_env=extra_env)
-        results.append(res)
-        progress.finish(res)
-        if on_result:
-            on_result(res)
+    try:
+        for inv in plan.invocations:
+            progress.start(inv)
+            with (session(inv) if session else nullcontext({})) as extra_env:
+                res = launcher.launch(inv, run_dir.path, extra_env=extra_env)
+            results.append(res)
+            progress.finish(res)
+            if on_result:
+                on_result(res)
+    except BaseException:
+        # Interrupted (Ctrl-C, a canceled Dagster run) or a launcher error: the launches that
+        # finished keep their records, so the run's summary shows them and nothing is lost.
+        if results:
+            record_launches(run_dir, plan.name, results)
+        raise
     from benchrun.envcapture import open_background_window
 
     open_background_window("after", run_dir.run_id)  # the after-run load sample covers the time from here

@@ -180,9 +180,11 @@ def finalize(rd: RunDir) -> dict[str, Any]:
 
 
 def exit_code_for(status: dict[str, Any]) -> int:
-    """0 Succeeded, 1 Failed or partial, 2 Rejected (the CLI's contract)."""
+    """0 Succeeded, 1 Failed or partial, 2 Rejected, 130 Canceled (the CLI's contract)."""
     if status.get("phase") == "Rejected":
         return 2
+    if status.get("phase") == "Canceled":
+        return 130
     return 0 if status.get("phase") == "Succeeded" and status.get("outcome") == "succeeded" else 1
 
 

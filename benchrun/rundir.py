@@ -19,8 +19,8 @@ from benchrun.paths import benchrun_home, safe_join, validate_run_id
 from benchrun.store.base import sha256_file
 from benchrun.fsio import atomic_write_json
 
-PHASES = ("Pending", "Admitted", "Running", "Analyzing", "Succeeded", "Failed", "Rejected")
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Rejected"})
+PHASES = ("Pending", "Admitted", "Running", "Analyzing", "Succeeded", "Failed", "Rejected", "Canceled")
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Rejected", "Canceled"})
 SUBDIRS = ("structured", "raw", "figures", "reports", "progress")
 MANIFEST_VERSION = 2
 # status.json is the run's live status (the custom resource's status subresource): it keeps
@@ -262,4 +262,16 @@ def mark_run_failed(home: Path | str | None, run_id: str, reason: str) -> bool:
         return False
     rd.set_condition("Failed", True, "OrchestratorRunFailed", reason)
     rd.set_phase("Failed", message=reason)
+    return True
+
+
+def mark_run_canceled(home: Path | str | None, run_id: str, reason: str) -> bool:
+    """Phase Canceled (outcome ``canceled``) with the reason unless already terminal; True when
+    it changed. What the run measured before it was canceled stays in its directory."""
+    rd = RunDir.for_run(run_id, home)
+    if not rd.exists() or rd.read_status().get("phase") in TERMINAL_PHASES:
+        return False
+    rd.set_condition("Canceled", True, "Canceled", reason)
+    rd.update_status(outcome="canceled")
+    rd.set_phase("Canceled", message=reason)
     return True

@@ -32,6 +32,11 @@ def _holder_text(home: Path) -> str:
         return "another benchrun process"
 
 
+
+
+class TurnRefused(BenchrunError):
+    """Another benchmark holds the turn and the caller asked not to wait: nothing ran."""
+
 @contextlib.contextmanager
 def benchmark_turn(home: Path, run_id: str, *, wait: bool = True, instance: Any = None,
                    on_wait: Callable[[str], None] | None = None,
@@ -62,7 +67,7 @@ def benchmark_turn(home: Path, run_id: str, *, wait: bool = True, instance: Any 
                 break
             message = f"{holder} holds the one-benchmark-at-a-time turn (max_concurrent_runs: 1)"
             if not wait:
-                raise BenchrunError(f"run {run_id} not started: {message}; wait for it, or run again without --no-wait")
+                raise TurnRefused(f"run {run_id} not started: {message}; wait for it, or run again without --no-wait")
             if deadline is not None and time.monotonic() > deadline:
                 raise BenchrunError(f"run {run_id} not started after {timeout_s:.0f}s: {message}")
             if not told and on_wait is not None:

@@ -33,11 +33,11 @@ def run_failure_sensor(context: dg.RunFailureSensorContext) -> dg.SkipReason | N
     name="run_canceled_sensor",
     minimum_interval_seconds=30,
     default_status=default_status("run_canceled_sensor", on=True),
-    description="When a benchmark_run_job run is cancelled, its run's status.json gets phase Failed.",
+    description="When a benchmark_run_job run is cancelled, its run's status.json gets phase Canceled.",
 )
 def run_canceled_sensor(context: dg.RunStatusSensorContext) -> dg.SkipReason | None:
-    """Mark the partition's run Failed because its Dagster run was cancelled."""
-    return _as_skip(record_orchestrator_failure(context.dagster_run, "Dagster run was cancelled"))
+    """Mark the partition's run Canceled because its Dagster run was cancelled."""
+    return _as_skip(record_orchestrator_failure(context.dagster_run, "Dagster run was cancelled", canceled=True))
 
 
 @dg.sensor(
@@ -48,10 +48,12 @@ def run_canceled_sensor(context: dg.RunStatusSensorContext) -> dg.SkipReason | N
                 "reason, and its Dagster run failed so it no longer holds the one-at-a-time queue.",
 )
 def run_liveness_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:
-    """Fail the runs whose executor is gone (benchrun.liveness)."""
+    """Fail the runs whose executor is gone (benchrun.liveness), and the submitted runs that
+    nothing started before their deadline (benchrun.runctl.expire_pending)."""
     from benchrun.liveness import reap_dead_runs
+    from benchrun.runctl import expire_pending
 
-    reaped = reap_dead_runs(None, context.instance)
+    reaped = reap_dead_runs(None, context.instance) + expire_pending(None, context.instance)
     for run_id, reason in reaped:
         context.log.warning("marked %s Failed: %s", run_id, reason)
     return dg.SkipReason(f"{len(reaped)} dead run(s) marked Failed" if reaped else "every running run is alive")

@@ -62,6 +62,8 @@ def test_progress_then_a_final_report_with_this_run_starred_in_its_history(tmp_p
     text = "".join(out_lines)  # then the headline, not every metric
     assert "headline" in text and "tflops" in text and "bandwidth_median_gb_per_s" in text
     assert "bandwidth_best_gb_per_s" not in text and "benchrun show" in text
+    # The first run of a spec has no baseline: the summary says how to make this run the baseline.
+    assert re.search(r"no baseline yet: .*benchrun promote first-use-\S+ --alias canary", text), text[-2000:]
     first_progress = out_lines.index(progress[0])
     assert first_progress < next(i for i, ln in enumerate(out_lines) if ln.startswith("phase "))
 

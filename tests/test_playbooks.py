@@ -302,6 +302,28 @@ def test_backpressure_small_absolute_growth_is_not_flagged(tmp_path: Path) -> No
     assert [by[m]["flagged"] for m in by] == [False, False] and res.verdict == "clear"
 
 
+def test_backpressure_a_2s_local_pending_increase_is_not_backpressure_and_the_rule_is_said(tmp_path: Path) -> None:
+    # Two identical local canaries: the second waited 2 s longer for its turn (×2): not backpressure.
+    add_run(tmp_path, "a", 2.0)
+    add_run(tmp_path, "b", 4.0)
+    res = scheduler_backpressure(tmp_path, "b", "a")
+    pend = next(r for r in res.rows if r["metric"] == "run_pending_s")
+    assert pend["change"] == pytest.approx(2.0) and pend["flagged"] is False and res.verdict == "clear"
+    assert "≥ 5 s for the run's own submission→start wait" in res.reason and "≥ 0.05 s" in res.reason
+
+
+def test_playbook_takes_the_runs_own_baseline_by_default(tmp_path: Path) -> None:
+    import json
+
+    from benchrun.playbooks.commands import default_baseline
+
+    run = tmp_path / "runs" / "cand"
+    (run / "structured").mkdir(parents=True)
+    assert default_baseline(tmp_path, "cand") == (None, "")
+    (run / "structured" / "cand_comparison.json").write_text(json.dumps({"baseline": "base", "candidate": "cand"}))
+    assert default_baseline(tmp_path, "cand") == ("base", " (the run's own comparison)")
+
+
 def test_backpressure_unavailable_without_any_wait(tmp_path: Path) -> None:
     add_run(tmp_path, "bare", pending_s=None)
     res = scheduler_backpressure(tmp_path, "bare", None)

@@ -352,9 +352,9 @@ def test_cli_run_refuses_while_another_run_holds_the_turn(bench_home, canary_doc
         result = CliRunner().invoke(app, ["run", str(write_spec(canary_doc)), "--no-wait"])
     assert isinstance(result.exception, BenchrunError)
     assert "run holder-run (pid" in str(result.exception) and "holds the one-benchmark-at-a-time turn" in str(result.exception)
-    [run_dir] = (bench_home / "runs").iterdir()
-    st = json.loads((run_dir / "status.json").read_text())
-    assert st["phase"] == "Failed" and "holder-run" in st["message"]
+    # Refused before anything ran: it leaves no run behind (issue 26: no Failed run, no claim).
+    assert list((bench_home / "runs").iterdir()) == []
+    assert list((bench_home / "liveness").glob("*.json")) == []
 
 
 def test_cli_run_draws_figures_in_the_background_only_for_itself(bench_home, canary_doc, write_spec,

@@ -1,4 +1,4 @@
-"""run_failure_sensor and run_canceled_sensor: a failed or cancelled Dagster run marks status.json Failed."""
+"""run_failure_sensor and run_canceled_sensor: a failed (cancelled) Dagster run marks status.json Failed (Canceled)."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def test_failures_of_other_jobs_are_left_alone(instance, pending_run, bench_home
     assert status(bench_home, pending_run)["phase"] == "Pending"
 
 
-def test_cancelled_benchmark_run_is_marked_failed(instance, pending_run, bench_home) -> None:
+def test_cancelled_benchmark_run_is_marked_canceled(instance, pending_run, bench_home) -> None:
     instance.add_dynamic_partitions("benchmark_run", [pending_run])
     run = create_run_for_test(instance, job_name="benchmark_run_job", tags={"dagster/partition": pending_run},
                               status=dg.DagsterRunStatus.STARTED)
@@ -89,8 +89,8 @@ def test_cancelled_benchmark_run_is_marked_failed(instance, pending_run, bench_h
         sensor_name="run_canceled_sensor", dagster_instance=instance, dagster_run=run, dagster_event=event)
     assert run_canceled_sensor(context) is None
     st = status(bench_home, pending_run)
-    assert st["phase"] == "Failed"
-    assert any("cancelled" in c["message"] for c in st["conditions"] if c["type"] == "Failed")
+    assert st["phase"] == "Canceled" and st["outcome"] == "canceled"
+    assert any("cancelled" in c["message"] for c in st["conditions"] if c["type"] == "Canceled")
 
 
 def test_run_without_a_run_directory_is_skipped_with_a_reason(instance, bench_home) -> None:

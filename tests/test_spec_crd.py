@@ -86,7 +86,8 @@ def test_crd_shape() -> None:
         "distributed", "observability", "provenance", "executionPolicy", "sinks", "automation",
     ]
     status = schema["properties"]["status"]["properties"]
-    assert status["phase"]["enum"] == ["Pending", "Admitted", "Running", "Analyzing", "Succeeded", "Failed", "Rejected"]
+    assert status["phase"]["enum"] == ["Pending", "Admitted", "Running", "Analyzing", "Succeeded", "Failed", "Rejected",
+                                      "Canceled"]
     assert set(status["conditions"]["items"]["properties"]) == {"type", "status", "reason", "message", "lastTransitionTime"}
     for key in ("runId", "runDirectory", "selectedSchedulerPath", "hotMetricsRef", "warehouseRef",
                 "outlierSummary", "stragglerNodes", "provenanceRef"):

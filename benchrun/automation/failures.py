@@ -14,13 +14,18 @@ log = logging.getLogger(__name__)
 PARTITION_TAG = "dagster/partition"
 
 
-def record_orchestrator_failure(dagster_run: Any, reason: str, home: Path | None = None) -> str | None:
-    """Set the partition's run to phase Failed with ``reason``; return why not, or None when done.
+def record_orchestrator_failure(dagster_run: Any, reason: str, home: Path | None = None, *,
+                                canceled: bool = False) -> str | None:
+    """Set the partition's run to phase Failed (``canceled``: Canceled) with ``reason``; return
+    why not, or None when done.
 
     ``dagster_run`` is a DagsterRun (duck-typed: ``job_name``, ``run_id``, ``tags``).
     """
     from benchrun.paths import benchrun_home
-    from benchrun.rundir import mark_run_failed
+    from benchrun.rundir import mark_run_canceled, mark_run_failed
+
+    mark = mark_run_canceled if canceled else mark_run_failed
+    phase = "Canceled" if canceled else "Failed"
 
     if dagster_run.job_name != JOB_NAME:
         return f"run {dagster_run.run_id} is of job {dagster_run.job_name}, not {JOB_NAME}"
@@ -29,11 +34,11 @@ def record_orchestrator_failure(dagster_run: Any, reason: str, home: Path | None
         return f"run {dagster_run.run_id} has no partition: no benchmark run to mark"
     full = f"{reason} (Dagster run {dagster_run.run_id})"
     try:
-        changed = mark_run_failed(benchrun_home(home), run_id, full)
+        changed = mark(benchrun_home(home), run_id, full)
     except BenchrunError as exc:
-        log.warning("cannot mark %s failed: %s", run_id, exc)
-        return f"cannot mark {run_id} failed: {exc}"
+        log.warning("cannot mark %s %s: %s", run_id, phase, exc)
+        return f"cannot mark {run_id} {phase}: {exc}"
     if not changed:
         return f"run {run_id} has no run directory or is already in a final phase; left as it is"
-    log.info("marked %s Failed: %s", run_id, full)
+    log.info("marked %s %s: %s", run_id, phase, full)
     return None

@@ -164,6 +164,11 @@ class LocalLauncher:
                 timed_out = True
                 _kill_group(proc)
                 code = proc.wait()
+            except BaseException:
+                # Interrupted (Ctrl-C, benchrun cancel): the suite is in its own session, so the
+                # terminal's signal never reached it; it must not outlive the run.
+                _kill_group(proc)
+                raise
             else:
                 # The leader exited; children it left in its group are not ours to keep.
                 try:

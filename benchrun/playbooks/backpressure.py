@@ -15,13 +15,19 @@ PENDING_GROWTH_MIN = 1.5
 # ... longer by at least this many seconds (a 2 ms → 4 ms spawn is not backpressure) ...
 PENDING_ABS_MIN_S = 0.05
 # ... (the run's own submission→start wait is one sample that includes orchestration
-# start-up, which moves by a second or two between identical local runs: it needs more) ...
-RUN_PENDING_ABS_MIN_S = 1.0
+# start-up and, locally, the wait for the one-benchmark-at-a-time turn: identical local runs
+# moved it by 2 s, which is not backpressure; it needs more) ...
+RUN_PENDING_ABS_MIN_S = 5.0
 # ... and, where both runs have at least two replicates, every replicate of the run waited
 # longer than every replicate of the baseline (ranges apart; by chance 1 in 924 for 6 vs 6).
 # Two identical canary runs on this shared machine moved launch p50s by ×1.5 with
 # overlapping ranges: without this rule that A/A pair was flagged.
 SEPARATION_MIN_REPLICATES = 2
+
+# The rule, said in every answer: what is too small to be judged backpressure at all.
+JUDGED = (f"A wait counts as grown only at ≥ ×{PENDING_GROWTH_MIN:g} and ≥ {PENDING_ABS_MIN_S:g} s longer than the "
+          f"baseline's (≥ {RUN_PENDING_ABS_MIN_S:g} s for the run's own submission→start wait), beyond its "
+          "replicate range")
 
 # What the warehouse does not hold, said in every answer rather than guessed.
 NOT_RECORDED = ("Kubernetes/Kueue pending and admission times and cluster utilization are not in the warehouse "
@@ -86,7 +92,7 @@ def scheduler_backpressure(home: Path, run_id: str, baseline_run_id: str | None)
     rows, digest = fetch(SQL, home, [run_id, baseline_run_id])
 
     def result(verdict: str, reason: str) -> PlaybookResult:
-        return PlaybookResult(NAME, QUESTION, verdict, f"{reason}. {NOT_RECORDED}", rows, digest, SQL,
+        return PlaybookResult(NAME, QUESTION, verdict, f"{reason}. {JUDGED}. {NOT_RECORDED}", rows, digest, SQL,
                               run_id, baseline_run_id)
 
     if not rows:

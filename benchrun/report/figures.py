@@ -71,8 +71,12 @@ def strip_plot(replicates: "pd.DataFrame", summary: "pd.DataFrame", title: str, 
 
 
 def forest_plot(rows: list[dict[str, Any]], title: str) -> bytes:
-    """Ratio (higher is better) with its interval per metric, the ±δ band, coloured by verdict."""
-    rows = [r for r in rows if r.get("ratio") is not None and np.isfinite(r["ratio"])]
+    """Ratio (higher is better) with its interval per metric, the ±δ band, coloured by verdict.
+
+    Outcomes only (context rows, role ``context``, have no verdict and are left out), gating
+    rows first, the axis at the top so it is on screen with the first rows."""
+    rows = [r for r in rows if r.get("ratio") is not None and np.isfinite(r["ratio"]) and r.get("role") != "context"]
+    rows.sort(key=lambda r: not r.get("gating"))  # stable: gating first, each group in its own order
     fig, ax = plt.subplots(figsize=(8, 0.35 * max(len(rows), 3) + 1.2))
     for i, r in enumerate(rows):
         d = float(r.get("delta_pct", 3.0)) / 100.0
@@ -97,6 +101,8 @@ def forest_plot(rows: list[dict[str, Any]], title: str) -> bytes:
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([("★ " if r.get("gating") else "") + str(r["metric"]) for r in rows], fontsize=7)
     ax.invert_yaxis()
+    ax.xaxis.tick_top()
+    ax.xaxis.set_label_position("top")
     ax.set_xlabel("candidate / baseline, higher is better (grey: ±δ no-change band)")
     for verdict, color in VERDICT_COLORS.items():
         ax.plot([], [], color=color, lw=2, label=verdict)
@@ -104,6 +110,23 @@ def forest_plot(rows: list[dict[str, Any]], title: str) -> bytes:
     ax.set_title(title + "  (★ gating)", fontsize=10)
     fig.tight_layout()
     return _png(fig)
+
+
+# An SLO more than this many times the data's largest value is not drawn to scale: the axis
+# follows the data (1–4 ms points under a 200 ms SLO would otherwise be a flat line at zero).
+SLO_OFF_SCALE = 3.0
+
+
+def _slo_line(ax: Any, slo: float, data_max: float, label: str) -> None:
+    """The SLO as a dashed line when it is near the data; else the axis stays on the data and
+    the SLO is named at the top as off-scale."""
+    if not np.isfinite(data_max) or data_max <= 0 or slo <= SLO_OFF_SCALE * data_max:
+        ax.axhline(slo, color="#c0392b", ls="--", lw=1, label=label)
+        return
+    ax.set_ylim(0, data_max * 1.15)
+    ax.plot([], [], color="#c0392b", ls="--", lw=1, label=f"{label} (off scale: ×{slo / data_max:.0f} the data)")
+    ax.annotate(f"▲ {label}: above, off scale", (0.5, 0.98), xycoords="axes fraction", ha="center", va="top",
+                fontsize=7, color="#c0392b")
 
 
 def latency_throughput(serving: "pd.DataFrame", slo: dict[str, float], title: str) -> bytes:
@@ -123,7 +146,7 @@ def latency_throughput(serving: "pd.DataFrame", slo: dict[str, float], title: st
                             textcoords="offset points", xytext=(3, 3))
         base = q.rsplit("_p99", 1)[0]
         if base in slo:
-            ax.axhline(slo[base], color="#c0392b", ls="--", lw=1, label=f"SLO {base} {slo[base]:g} ms")
+            _slo_line(ax, slo[base], float(np.nanmax(serving[q].to_numpy(float))), f"SLO {base} {slo[base]:g} ms")
         ax.set_xlabel(xcol.replace("_", " "))
         ax.set_ylabel(q)
         ax.legend(fontsize=7)

@@ -67,7 +67,7 @@ VariableUnderTest = Literal[
     "network_topology",
     "storage_stack",
 ]
-Phase = Literal["Pending", "Admitted", "Running", "Analyzing", "Succeeded", "Failed", "Rejected"]
+Phase = Literal["Pending", "Admitted", "Running", "Analyzing", "Succeeded", "Failed", "Rejected", "Canceled"]
 
 LAYER_NAMES: tuple[str, ...] = ("micro", "component", "end_to_end")
 # The workload keys of CONTRACT.md §2 that must be frozen (and repeated in controls.fixed).

@@ -95,6 +95,10 @@ def trace(home: Path, run_id: str, metric: str, case: str | None = None) -> list
         medians = con.execute(MEDIAN_SQL, params).fetchall()
         cols = [d[0] for d in con.description]
         if not medians:
+            known = con.execute("SELECT count(*) FROM benchmark_run_fact WHERE run_id = ?", [run_id]).fetchone()[0]
+            if not known:
+                raise BenchrunError(f"lineage: no such run {run_id!r} in the warehouse; `benchrun runs` lists the "
+                                    "runs (a run that is not curated yet: `benchrun rebuild-warehouse RUN_ID`)")
             raise BenchrunError(
                 f"lineage: no rows of metric {metric!r} for run {run_id}"
                 + (f" case {case!r}" if case is not None else "")

@@ -76,7 +76,7 @@ def rebuild_warehouse(home: Path, run_ids: list[str] | None = None) -> RebuildRe
                 report.source[run_id] = f"{where[run_id].uri} (no run directory)"
             else:
                 report.failed[run_id] = (f"no run directory under {home / 'runs'} and no stored manifest in "
-                                         + ", ".join(x.uri for x in stores))
+                                         + ", ".join(x.uri.replace("${RUN_ID}", run_id) for x in stores))
         except BenchrunError as exc:
             report.failed[run_id] = str(exc)
     refresh_views(home)

@@ -1,0 +1,254 @@
+"""Ending and removing runs by hand: ``benchrun cancel RUN_ID`` and ``benchrun delete RUN_ID``.
+
+Cancel asks the process that executes the run to stop as Ctrl-C would (it then records phase
+Canceled and keeps what finished); a run that nobody executes yet (submitted, or queued in
+Dagster) is marked Canceled directly. Delete removes a finished run from the home (its
+directory, warehouse partitions, hot metrics and Dagster partition) and never touches the
+artifact store: the evidence is write-once and stays.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchrun.errors import BenchrunError
+from benchrun.paths import benchrun_home, validate_run_id
+
+log = logging.getLogger(__name__)
+
+GRACE_S = 30.0  # how long a run gets to settle after SIGINT before SIGTERM
+
+
+@dataclass
+class CancelOutcome:
+    run_id: str
+    phase: str
+    how: str
+
+
+def _run_dir(home: Path, run_id: str) -> Any:
+    from benchrun.rundir import RunDir
+
+    rd = RunDir(home, validate_run_id(run_id))
+    if not rd.exists():
+        raise BenchrunError(f"no such run {run_id!r} under {home / 'runs'}; `benchrun runs` lists the runs")
+    return rd
+
+
+def _wait_terminal(rd: Any, timeout_s: float) -> str | None:
+    from benchrun.rundir import TERMINAL_PHASES
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        phase = rd.read_status().get("phase")
+        if phase in TERMINAL_PHASES:
+            return phase
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.2)
+
+
+def _signal(pid: int, sig: int) -> bool:
+    try:
+        os.kill(pid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def cancel_run(run_id: str, *, home: Path | str | None = None, instance: Any = None,
+               grace_s: float = GRACE_S) -> CancelOutcome:
+    """Cancel ``run_id``: idempotent for a Canceled run, refused for another final phase."""
+    from benchrun.liveness import alive, kill_orphaned_suites, liveness_path
+    from benchrun.rundir import TERMINAL_PHASES, mark_run_canceled, read_json_or_none
+
+    root = benchrun_home(home)
+    rd = _run_dir(root, run_id)
+    phase = rd.read_status().get("phase")
+    if phase == "Canceled":
+        return CancelOutcome(run_id, phase, "already canceled")
+    if phase in TERMINAL_PHASES:
+        raise BenchrunError(f"run {run_id} already ended in phase {phase}; nothing to cancel "
+                            f"(`benchrun delete {run_id}` removes it)")
+    claim = read_json_or_none(liveness_path(root, run_id), fix="remove it")
+    how = "not started: marked Canceled"
+    if isinstance(claim, dict) and claim.get("pid") and alive(claim):
+        pid = int(claim["pid"])
+        if claim.get("host") == socket.gethostname():
+            # As Ctrl-C: the executing process records Canceled and keeps what finished.
+            _signal(pid, signal.SIGINT)
+            settled = _wait_terminal(rd, grace_s)
+            how = f"interrupted its process (pid {pid})"
+            if settled is None and _signal(pid, signal.SIGTERM):
+                settled = _wait_terminal(rd, 10.0)
+                how += ", then terminated it"
+            if settled is None:
+                killed = kill_orphaned_suites(rd.path)
+                how += f"; it did not settle, marked Canceled here ({killed} suite process(es) killed)"
+        else:
+            how = f"its process runs on {claim.get('host')}: asked Dagster to terminate it"
+            _terminate_dagster_run(instance, claim.get("dagster_run_id") or rd.read_status().get("dagster_run_id"))
+    else:
+        _cancel_queued(instance, run_id)
+    mark_run_canceled(root, run_id, f"canceled by `benchrun cancel` ({how})")
+    return CancelOutcome(run_id, rd.read_status().get("phase"), how)
+
+
+def _terminate_dagster_run(instance: Any, dagster_run_id: str | None) -> None:
+    if instance is None or not dagster_run_id:
+        return
+    try:
+        if not instance.run_launcher.terminate(dagster_run_id):
+            log.warning("Dagster could not terminate run %s", dagster_run_id)
+    except Exception as exc:  # noqa: BLE001 - the status is still settled; say why the worker was not stopped
+        log.warning("Dagster run %s not terminated: %s", dagster_run_id, exc)
+
+
+def _cancel_queued(instance: Any, run_id: str) -> None:
+    """Queued or not-yet-started Dagster runs of the partition are canceled too."""
+    if instance is None:
+        return
+    import dagster as dg
+
+    from benchrun.liveness import PARTITION_TAG
+
+    runs = instance.get_runs(filters=dg.RunsFilter(
+        tags={PARTITION_TAG: run_id},
+        statuses=[dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED]))
+    for run in runs:
+        instance.report_run_canceled(run, message=f"benchrun cancel {run_id}")
+
+
+@dataclass
+class DeleteOutcome:
+    run_id: str
+    removed: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+
+
+def published_aliases(root: Path, run_id: str) -> list[str]:
+    """The ``published/<alias>`` files that point at ``run_id``."""
+    directory = root / "published"
+    out = []
+    for p in sorted(directory.iterdir()) if directory.is_dir() else []:
+        try:
+            if p.is_file() and p.read_text(encoding="utf-8").strip() == run_id:
+                out.append(p.name)
+        except OSError:
+            continue
+    return out
+
+
+def delete_run(run_id: str, *, home: Path | str | None = None, instance: Any = None) -> DeleteOutcome:
+    """Remove a finished run from the home; refuse a published baseline or a live run."""
+    from benchrun.hotmetrics import default_textfile
+    from benchrun.liveness import liveness_path
+    from benchrun.rundir import TERMINAL_PHASES
+    from benchrun.warehouse.schemas import TABLES
+    from benchrun.warehouse.views import refresh_views
+    from benchrun.warehouse.writer import partition_dir, remove_partition
+
+    root = benchrun_home(home)
+    rd = _run_dir(root, run_id)
+    aliases = published_aliases(root, run_id)
+    if aliases:
+        names = ", ".join(f"published/{a}" for a in aliases)
+        raise BenchrunError(f"run {run_id} is the baseline {names}; promote another run to it first "
+                            f"(`benchrun promote OTHER_RUN --alias {aliases[0]}`), then delete this one")
+    phase = rd.read_status().get("phase")
+    if phase not in TERMINAL_PHASES:
+        raise BenchrunError(f"run {run_id} is {phase}; cancel it first (`benchrun cancel {run_id}`)")
+    out = DeleteOutcome(run_id)
+    tables = [t for t in TABLES if partition_dir(root, t, run_id).exists()]
+    for table in tables:
+        remove_partition(root, table, run_id)
+    if tables:
+        out.removed.append(f"warehouse partitions of {len(tables)} table(s): {', '.join(tables)}")
+        refresh_views(root)
+    for extra in (default_textfile(run_id, root), liveness_path(root, run_id)):
+        if extra.exists():
+            extra.unlink()
+            out.removed.append(str(extra.relative_to(root)))
+    if instance is not None:
+        from benchrun.submit import PARTITIONS_NAME
+
+        if instance.has_dynamic_partition(PARTITIONS_NAME, run_id):
+            instance.delete_dynamic_partition(PARTITIONS_NAME, run_id)
+            out.removed.append(f"Dagster partition {PARTITIONS_NAME}/{run_id} (its Dagster run history stays)")
+    # The directory last: until here a failed step leaves the run listed, so deleting again finishes it.
+    shutil.rmtree(rd.path)
+    out.removed.insert(0, f"run directory runs/{run_id}")
+    out.kept.append("its evidence in the artifact store (write-once; `benchrun retention` ages it out)")
+    return out
+
+
+PENDING_TIMEOUT_ENV = "BENCHRUN_PENDING_TIMEOUT_S"
+PENDING_TIMEOUT_S = 24 * 3600.0  # a submitted run that nobody started within a day is abandoned
+
+
+def pending_timeout_s() -> float:
+    raw = os.environ.get(PENDING_TIMEOUT_ENV)
+    if raw is None or raw == "":
+        return PENDING_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        raise BenchrunError(f"{PENDING_TIMEOUT_ENV}={raw!r}: not a number of seconds (default "
+                            f"{PENDING_TIMEOUT_S:g})") from None
+    if value <= 0:
+        raise BenchrunError(f"{PENDING_TIMEOUT_ENV}={raw!r}: must be > 0 seconds")
+    return value
+
+
+def expire_pending(home: Path | str | None = None, instance: Any = None, *,
+                   now: float | None = None, timeout_s: float | None = None) -> list[tuple[str, str]]:
+    """Mark Failed every run still Pending past the deadline with nothing to start it: no
+    process claims it and (with an instance) no Dagster run is queued or running for it.
+    Returns (run_id, reason) per run marked."""
+    import datetime as dt
+
+    from benchrun.liveness import liveness_path
+    from benchrun.rundir import list_runs, mark_run_failed
+
+    root = benchrun_home(home)
+    limit = pending_timeout_s() if timeout_s is None else timeout_s
+    now = time.time() if now is None else now
+    out = []
+    for rd in list_runs(root):
+        try:
+            st = rd.read_status()
+        except BenchrunError:
+            continue
+        if st.get("phase") != "Pending" or liveness_path(root, rd.run_id).exists():
+            continue
+        try:
+            created = dt.datetime.fromisoformat(str(st.get("created_utc")).replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            continue
+        if now - created <= limit or _has_live_dagster_run(instance, rd.run_id):
+            continue
+        reason = (f"submitted {st.get('created_utc')} and never started within {limit:g} s "
+                  f"({PENDING_TIMEOUT_ENV}); nothing ran, submit the spec again")
+        if mark_run_failed(root, rd.run_id, reason):
+            out.append((rd.run_id, reason))
+    return out
+
+
+def _has_live_dagster_run(instance: Any, run_id: str) -> bool:
+    if instance is None:
+        return False
+    import dagster as dg
+
+    from benchrun.liveness import PARTITION_TAG
+
+    return bool(instance.get_runs(filters=dg.RunsFilter(tags={PARTITION_TAG: run_id}, statuses=[
+        dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
+        dg.DagsterRunStatus.STARTED]), limit=1))

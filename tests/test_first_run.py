@@ -1,0 +1,205 @@
+"""What a first experiment meets (issue 26, item 7): messages, the baseline hint, Ctrl-C,
+cancel and delete."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _cli(*args: str, home: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "BENCHRUN_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    env.pop("DAGSTER_HOME", None)
+    return subprocess.run([sys.executable, "-m", "benchrun.cli", *args], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=timeout)
+
+
+def test_error_messages_say_it_once_and_name_what_is_missing(tmp_path):
+    r = _cli("runz", home=tmp_path)
+    assert r.returncode == 2 and r.stderr.count("Did you mean") == 1, r.stderr
+    assert "'run', 'runs'" in r.stderr
+    r = _cli("rebuild-warehouse", "nosuch", home=tmp_path)
+    assert r.returncode != 0 and "${RUN_ID}" not in r.stderr, r.stderr
+    assert f"{tmp_path}/objects/nosuch/" in r.stderr
+    r = _cli("lineage", "nosuch", "tflops", home=tmp_path)
+    assert r.returncode != 0 and "no such run 'nosuch'" in r.stderr and "no rows of metric" not in r.stderr, r.stderr
+
+
+def test_the_baseline_hint_names_the_alias_only_while_it_is_unset(tmp_path):
+    from benchrun.commands import baseline_hint
+    from benchrun.stats.load import promote
+    from benchrun.stats.synthetic import make_run
+
+    rd = make_run(tmp_path, "first-20261202000000-aaaaaaaa", {("gemm", "", "tflops"): ([1.0, 1.1, 1.0], "TFLOP/s",
+                                                                                        "higher")},
+                  spec={"spec": {"comparison": {"baseline": {"artifactRef": "local/published/canary"}}}})
+    hint = baseline_hint(rd, rd.name, {"phase": "Succeeded"})
+    assert hint and "local/published/canary" in hint and f"benchrun promote {rd.name} --alias canary" in hint
+    assert baseline_hint(rd, rd.name, {"phase": "Failed"}) is None  # a failed run is no baseline
+    promote(rd.name, tmp_path, alias="canary")
+    assert baseline_hint(rd, rd.name, {"phase": "Succeeded"}) is None
+
+
+@pytest.mark.slow
+def test_ctrl_c_ends_canceled_keeps_the_finished_launches_and_says_which(tmp_path, canary_doc):
+    import json
+    import signal
+    import time
+
+    import yaml
+    from helpers import tiny_layers
+
+    canary_doc["metadata"]["name"] = "ctrl-c"
+    canary_doc["spec"]["trials"]["minReplicates"] = 3
+    canary_doc["spec"]["layers"] = tiny_layers([
+        {"name": "gemm", "repoCommand": "python -m benchrun.suites.gemm", "parameters": {"sizes": [64], "iterations": 3}},
+        {"name": "membw", "repoCommand": "python -m benchrun.suites.membw",
+         "parameters": {"elements": 5_000_000, "iterations": 4}},  # long enough to be interrupted in
+    ])
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(canary_doc, sort_keys=False))
+    home = tmp_path / "home"
+    env = {**os.environ, "BENCHRUN_HOME": str(home), "PYTHONPATH": str(ROOT), "BENCHRUN_WARM": "0"}
+    env.pop("DAGSTER_HOME", None)
+    proc = subprocess.Popen([sys.executable, "-m", "benchrun.cli", "run", str(spec)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 240
+    progress = None
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = list((home / "runs").glob("*/progress/run_progress.json")) if (home / "runs").is_dir() else []
+        if found:
+            try:
+                progress = json.loads(found[0].read_text())
+            except ValueError:
+                progress = None
+            if progress and progress.get("done", 0) >= 3 and (progress.get("current") or {}).get("suite") == "membw":
+                break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends: the whole foreground group
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (out[-3000:], err[-3000:])
+    [run_dir] = (home / "runs").iterdir()
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["phase"] == "Canceled" and status["outcome"] == "canceled", status
+    from benchrun.commands import finished_launches
+
+    # Replicates interleave (gemm r1, membw r1, gemm r2, then membw r2 was interrupted).
+    launches = json.loads((run_dir / "structured" / f"{run_dir.name}_launches.json").read_text())
+    assert [(r["suite"], r["replicate"], r["status"]) for r in launches][:3] == [
+        ("gemm", 1, "ok"), ("membw", 1, "ok"), ("gemm", 2, "ok")]  # their results are kept
+    said = finished_launches(run_dir, run_dir.name)
+    assert said.startswith("gemm r1-r2 ok, membw r1") and said in status["message"]
+    assert "canceled:" in out and said in out and "DagsterExecutionInterruptedError" not in out
+    assert "gemm" in out and "tflops" in out  # the table shows what was measured
+    assert "phase Canceled" in out
+    import psutil
+
+    # The interrupted suite ran in its own session (the terminal's signal never reached it): it
+    # must not outlive the run.
+    left = [p for p in psutil.process_iter(["cmdline", "cwd"]) if p.info["cwd"] == str(run_dir)]
+    assert left == [], [p.info["cmdline"] for p in left]
+
+
+def test_cancel_and_delete_a_submitted_run_and_refuse_a_baseline(tmp_path):
+    r = _cli("submit", str(ROOT / "specs/local/canary.yaml"), home=tmp_path)
+    assert r.returncode == 0, r.stderr
+    run_id = r.stdout.strip()
+    r = _cli("cancel", run_id, home=tmp_path)
+    assert r.returncode == 0 and f"{run_id}: phase Canceled (not started" in r.stdout, r.stderr
+    import json
+
+    st = json.loads((tmp_path / "runs" / run_id / "status.json").read_text())
+    assert st["phase"] == "Canceled" and st["outcome"] == "canceled" and st["finished_utc"]
+    r = _cli("cancel", run_id, home=tmp_path)  # again: idempotent
+    assert r.returncode == 0 and "already canceled" in r.stdout
+    (tmp_path / "published").mkdir()
+    (tmp_path / "published" / "canary").write_text(run_id + "\n")
+    r = _cli("delete", run_id, home=tmp_path)
+    assert r.returncode == 1 and "is the baseline published/canary" in r.stderr and "promote" in r.stderr
+    assert (tmp_path / "runs" / run_id).is_dir()
+    (tmp_path / "published" / "canary").unlink()
+    r = _cli("delete", run_id, home=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert f"removed run directory runs/{run_id}" in r.stdout and "Dagster partition benchmark_run/" in r.stdout
+    assert "kept its evidence in the artifact store" in r.stdout
+    assert not (tmp_path / "runs" / run_id).exists()
+    r = _cli("delete", run_id, home=tmp_path)
+    assert r.returncode == 1 and f"no such run {run_id!r}" in r.stderr
+
+
+def test_cancel_interrupts_the_process_that_executes_the_run_and_waits_for_it(tmp_path):
+    """A live claim on this host: SIGINT to its process, which settles the run as Ctrl-C does."""
+    import json
+    import textwrap
+    import time
+
+    from benchrun.rundir import RunDir
+    from benchrun.runctl import cancel_run
+
+    rd = RunDir(tmp_path, "busy-20261202000000-aaaaaaaa")
+    rd.create()
+    rd.write_status({"run_id": rd.run_id, "phase": "Running", "conditions": []})
+    executor = textwrap.dedent(f"""
+        import signal, sys, time
+        from benchrun.liveness import start_heartbeat
+        from benchrun.rundir import mark_run_canceled
+        start_heartbeat({str(tmp_path)!r}, {rd.run_id!r})
+        print("ready", flush=True)
+        try:
+            time.sleep(60)
+        except KeyboardInterrupt:
+            mark_run_canceled({str(tmp_path)!r}, {rd.run_id!r}, "interrupted; launches finished before it: none")
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", executor], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        t0 = time.monotonic()
+        out = cancel_run(rd.run_id, home=tmp_path, grace_s=20)
+        assert proc.wait(timeout=20) == 0 and time.monotonic() - t0 < 15
+    finally:
+        proc.kill()
+    assert out.phase == "Canceled" and f"interrupted its process (pid {proc.pid})" in out.how
+    st = json.loads(rd.status_path.read_text())
+    assert st["phase"] == "Canceled" and "launches finished before it: none" in st["message"]  # the executor's own
+    from benchrun.errors import BenchrunError
+
+    rd.update_status(phase="Succeeded")
+    with pytest.raises(BenchrunError, match="already ended in phase Succeeded; nothing to cancel"):
+        cancel_run(rd.run_id, home=tmp_path)
+
+
+def test_a_pending_run_past_its_deadline_is_marked_failed_unless_something_will_start_it(tmp_path, monkeypatch):
+    import time
+
+    from benchrun.liveness import liveness_path
+    from benchrun.rundir import RunDir
+    from benchrun.runctl import expire_pending
+
+    def pending(run_id: str, created: str) -> RunDir:
+        rd = RunDir(tmp_path, run_id)
+        rd.create()
+        rd.write_status({"run_id": run_id, "phase": "Pending", "created_utc": created, "conditions": []})
+        return rd
+
+    old = pending("old-20261130000000-aaaaaaaa", "2026-11-30T00:00:00.000000Z")
+    fresh = pending("fresh-20261202000000-aaaaaaaa", time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime()))
+    claimed = pending("claimed-20261130000000-aaaaaaaa", "2026-11-30T00:00:00.000000Z")
+    liveness_path(tmp_path, claimed.run_id).parent.mkdir(parents=True, exist_ok=True)
+    liveness_path(tmp_path, claimed.run_id).write_text("{}")  # a process claims it: the reaper's business
+    marked = expire_pending(tmp_path)
+    assert [r for r, _ in marked] == [old.run_id]
+    st = old.read_status()
+    assert st["phase"] == "Failed" and "never started within 86400 s (BENCHRUN_PENDING_TIMEOUT_S)" in st["message"]
+    assert fresh.read_status()["phase"] == claimed.read_status()["phase"] == "Pending"
+    assert expire_pending(tmp_path) == []  # idempotent
+    monkeypatch.setenv("BENCHRUN_PENDING_TIMEOUT_S", "soon")
+    with pytest.raises(Exception, match="BENCHRUN_PENDING_TIMEOUT_S='soon': not a number"):
+        expire_pending(tmp_path)

@@ -1,0 +1,57 @@
+"""The report's figures show the data: axes follow the data, an SLO far above it is named, not drawn to scale."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from benchrun.report import figures
+
+
+def _serving(p99s: list[float]) -> pd.DataFrame:
+    return pd.DataFrame({"bucket": "all", "offered_load": [1.0, 2.0, 4.0], "tokens_per_second": [100.0, 190.0, 350.0],
+                         "ttft_ms_p99": p99s})
+
+
+@pytest.fixture()
+def captured(monkeypatch):
+    figs = []
+
+    def keep(fig):
+        figs.append(fig)
+        return b""
+
+    monkeypatch.setattr(figures, "_png", keep)
+    yield figs
+    import matplotlib.pyplot as plt
+
+    for f in figs:
+        plt.close(f)
+
+
+def test_data_at_1_to_4_ms_under_a_200_ms_slo_fills_the_axis(captured):
+    figures.latency_throughput(_serving([1.2, 2.5, 4.0]), {"ttft_ms": 200.0}, "t")
+    ax = captured[0].axes[0]
+    low, high = ax.get_ylim()
+    assert low == 0 and 4.0 < high < 5.0  # the data, not the SLO, sets the scale
+    texts = [t.get_text() for t in ax.texts]
+    assert any("SLO ttft_ms 200 ms: above, off scale" in t for t in texts), texts
+    assert any("off scale" in t.get_text() for t in ax.get_legend().get_texts())
+
+
+def test_an_slo_near_the_data_is_drawn_as_a_line(captured):
+    figures.latency_throughput(_serving([40.0, 80.0, 150.0]), {"ttft_ms": 200.0}, "t")
+    ax = captured[0].axes[0]
+    assert ax.get_ylim()[1] >= 200.0
+    assert any(abs(line.get_ydata()[0] - 200.0) < 1e-9 for line in ax.get_lines() if line.get_linestyle() == "--")
+
+
+def test_forest_plot_gating_rows_first_axis_on_top_and_no_context_rows(captured):
+    rows = [{"metric": "cpu_pct_mean", "role": "context", "ratio": 1.5, "ci_low": 1.2, "ci_high": 1.8, "verdict": None},
+            {"metric": "secondary_tps", "ratio": 1.1, "ci_low": 1.0, "ci_high": 1.2, "verdict": "improvement"},
+            {"metric": "tflops", "gating": True, "ratio": 0.5, "ci_low": 0.4, "ci_high": 0.6, "verdict": "regression"}]
+    figures.forest_plot(rows, "t")
+    ax = captured[0].axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == ["★ tflops", "secondary_tps"]  # gating first, the context row left out
+    assert ax.xaxis.get_ticks_position() == "top" and ax.xaxis.get_label_position() == "top"
