@@ -74,3 +74,14 @@ def test_bad_parameters_fail_with_the_parameter_named(tmp_path: Path, params: di
 def test_numpy_blas_names_the_library() -> None:
     blas = numpy_blas()
     assert isinstance(blas["name"], str) and blas["name"] != "unknown"
+
+
+def test_warmup_calls_are_a_parameter_and_fp8_without_cuda_is_unavailable(tmp_path: Path) -> None:
+    proc, doc = run_suite(tmp_path, {"sizes": [64], "iterations": 3, "warmup": 0, "device": "cpu"})
+    assert proc.returncode == 0, proc.stderr
+    assert doc["status"] == "ok" and doc["context"]["warmup_calls"] == 0
+    proc, doc = run_suite(tmp_path / "fp8", {"sizes": [64], "dtype": "float8_e4m3fn"})
+    assert proc.returncode == 0 and doc["status"] == "unavailable"
+    assert doc["reason"].startswith("unavailable: no CUDA device") and doc["metrics"] == []
+    proc, doc = run_suite(tmp_path / "bad", {"sizes": [64], "warmup": -1, "device": "cpu"})
+    assert proc.returncode == 1 and "parameter warmup" in doc["reason"]

@@ -10,7 +10,9 @@ Parameters:
 
 Bytes are counted as STREAM counts them: copy and scale move 2 arrays per element, add
 and triad 3. On CPU the kernels write into preallocated arrays (``out=``) so no
-allocation is timed; numpy has no fused multiply-add, so its triad is two passes and
+allocation is timed. On CUDA each kernel is timed with a pair of CUDA events around it (device
+time: launch gaps and the host's synchronise are not counted), the arrays in device memory
+(HBM; size them far past the L2, e.g. 2**28 float32 = 1 GiB each). numpy has no fused multiply-add, so its triad is two passes and
 moves 5 arrays per element while being credited with 3 (the reported triad figure is a
 lower bound on the traffic; ``context.triad_passes`` says so). torch's
 ``add(b, c, alpha=q)`` is one pass.
@@ -63,6 +65,29 @@ def _numpy_kernels(n: int, dtype: str) -> tuple[dict[str, Callable[[], None]], C
     return kernels, (lambda: None), (a, b, c)
 
 
+def _perf_counter_timer(fn: Callable[[], None]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def _cuda_event_timer() -> Callable[[Callable[[], None]], float]:
+    """Seconds of device time one kernel takes, between two CUDA events on the current stream."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def timed(fn: Callable[[], None]) -> float:
+        torch.cuda.synchronize()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+
+    return timed
+
+
 def _torch_kernels(n: int, dtype: str) -> tuple[dict[str, Callable[[], None]], Callable[[], None], Any]:
     import torch
 
@@ -110,10 +135,13 @@ def run(ctx: SuiteContext) -> None:
 
         kernels, sync, arrays = _torch_kernels(n, dtype)
         props = torch.cuda.get_device_properties(0)
+        timed = _cuda_event_timer()
         ctx.context.update({"device": "cuda", "backend": f"torch {torch.__version__}", "gpu_name": props.name,
-                            "triad_passes": 1, "timer": "time.perf_counter around synchronize"})
+                            "memory": "device (cudaMalloc through torch's caching allocator)",
+                            "triad_passes": 1, "timer": "cuda events around each kernel"})
     else:
         kernels, sync, arrays = _numpy_kernels(n, dtype)
+        timed = _perf_counter_timer
         ctx.context.update({"device": "cpu", "backend": f"numpy {np.__version__} ufuncs with out=",
                             "cpu_model": cpu_model(), "usable_cpus": usable_cpus(), "triad_passes": 2,
                             "timer": "time.perf_counter"})
@@ -124,12 +152,10 @@ def run(ctx: SuiteContext) -> None:
     times: dict[str, list[float]] = {k: [] for k in KERNELS}
     for it in range(iterations + 1):
         for name in KERNELS:
-            sync()
-            t0 = time.perf_counter()
-            kernels[name]()
-            sync()
+            seconds = timed(kernels[name])
             if it > 0:
-                times[name].append(time.perf_counter() - t0)
+                times[name].append(seconds)
+    sync()
     arrays = tuple(x.cpu().numpy() if hasattr(x, "cpu") else x for x in arrays)
     _check(arrays, iterations, dtype)
 
