@@ -51,7 +51,7 @@ PEAKS = {
 TARGETS = {"gemm_bf16_pct_of_peak": 70.0, "membw_pct_of_peak": 80.0}
 
 # What `benchrun run` imports in its own process and in the suites' (measured on a CPU run:
-# benchmarks/gpu/README.md). A missing one fails set-up before any device time is spent.
+# benchmarks/gpu/wheels.txt). A missing one fails set-up before any device time is spent.
 REQUIRED_MODULES = (
     "benchrun.cli", "benchrun.execute", "benchrun.report", "benchrun.warehouse", "benchrun.telemetry.sampler",
     "dagster", "dagster_pipes", "dagster_duckdb", "duckdb", "pydantic", "ruamel.yaml", "typer", "rich",
@@ -173,14 +173,18 @@ def gpu_suites(doc: dict[str, Any]) -> dict[str, int]:
 
 
 def render_check(spec: Path, env: dict[str, str], log_path: Path) -> dict[str, Any]:
-    """Render to Kubernetes Jobs; every replicate of a GPU suite must ask for its nvidia.com/gpu."""
+    """Render to Kubernetes Jobs (``benchrun render``) and check them (:func:`check_jobs`)."""
     renv = {**env, "BENCHRUN_LAUNCHER_QUEUE_NAME": env.get("BENCHRUN_LAUNCHER_QUEUE_NAME", "gpu-check"),
             "BENCHRUN_LAUNCHER_NAMESPACE": env.get("BENCHRUN_LAUNCHER_NAMESPACE", "benchrun")}
     proc = _cli(["render", str(spec), "--launcher", "kubernetes", "-o", "json"], renv, log_path, timeout=120)
     if proc.returncode != 0:
         raise StepError(f"render {spec.name}: exit {proc.returncode}: {proc.stderr.strip()[-2000:]}")
     items = json.loads(proc.stdout)["items"]
-    doc = spec_doc(spec)
+    return {**check_jobs(items, spec_doc(spec)), "items": items}
+
+
+def check_jobs(items: list[dict[str, Any]], doc: dict[str, Any]) -> dict[str, Any]:
+    """Every replicate of a GPU suite is a Job asking for its nvidia.com/gpu; no other Job asks for one."""
     want = gpu_suites(doc)
     replicates = int(doc["spec"]["trials"]["minReplicates"])
     seen: dict[str, int] = {}
@@ -475,7 +479,7 @@ def pack(home: Path, run_id: str, out: Path) -> list[str]:
         if target.stat().st_size <= limit:
             break
     written.append(target.name)
-    report = next(iter(sorted(run_dir.rglob("report*.html"))), None)
+    report = next(iter(sorted((run_dir / "reports").glob("*_report.html"))), None)
     if report is not None:
         shutil.copyfile(report, out / "report.html")
         written.append("report.html")
@@ -527,6 +531,7 @@ def main(argv: list[str] | None = None) -> int:
         validate_spec(spec, env, log_path)
         log("3. render --launcher kubernetes")
         rendered = render_check(spec, env, log_path)
+        rendered.pop("items")
         log(f"  {rendered['jobs']} Jobs, {rendered['gpu_jobs']} ask for nvidia.com/gpu ({', '.join(rendered['gpu_suites'])})")
         doc = spec_doc(spec)
         if args.dry_run:

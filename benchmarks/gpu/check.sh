@@ -16,13 +16,14 @@
 # 162.0, NVSHMEM 57.6, cuda-bindings 8.0) plus 1133.8 MiB of cuda-toolkit extras (cuBLAS 403.5,
 # cuFFT 204.2, cuSOLVER 191.6, cuSPARSE 139.2, NVRTC 86.0, ...): about 2.5 GiB in all, against
 # 64 MiB a device call may carry; torch 2.13.0, the project's CPU pin, is 502.2 MiB + the same
-# order. Sizes read 2026-12-02 from PyPI's simple JSON API (file sizes, no download):
-# benchmarks/gpu/README.md). What benchrun needs and the image lacks (dagster and its
+# order. Sizes read 2026-12-02 from PyPI's simple JSON API (file sizes, no download:
+# benchmarks/README.md, "GPU check"). What benchrun needs and the image lacks (dagster and its
 # integrations, duckdb, pydantic, ruamel.yaml, sqlalchemy, alembic, ...) travels as the wheels
 # that benchmarks/gpu/wheels.sh fetches beforehand into benchmarks/gpu/wheels/ (git-ignored;
 # name it in the device call's `carry`); here they are installed with pip --no-index --no-deps
 # into /tmp/benchrun-site (about 20-40 s; nothing is downloaded) and put on PYTHONPATH after
-# the checkout. Without that folder (this machine, CI) nothing is installed.
+# the checkout. Without that folder, or on another Python than 3.12 x86-64 (this machine's venv,
+# CI), nothing is installed.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -37,12 +38,15 @@ if [ -z "$py" ]; then
 fi
 
 site=""
-if [ -d "$here/wheels" ] && compgen -G "$here/wheels/*.whl" >/dev/null; then
+if [ -d "$here/wheels" ] && compgen -G "$here/wheels/*.whl" >/dev/null \
+   && "$py" -c 'import platform, sys; sys.exit(sys.version_info[:2] != (3, 12) or platform.machine() != "x86_64")'; then
   site="${BENCHRUN_GPU_SITE:-/tmp/benchrun-site}"
   start=$(date +%s)
   "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target "$site" "$here"/wheels/*.whl
   echo "installed $(ls "$here"/wheels/*.whl | wc -l) carried wheels into $site in $(( $(date +%s) - start )) s"
+elif [ -d "$here/wheels" ]; then
+  echo "not installing benchmarks/gpu/wheels: they are for CPython 3.12 on x86-64, $py is not"
 fi
 
 export PYTHONPATH="$root${site:+:$site}${PYTHONPATH:+:$PYTHONPATH}"

@@ -2,7 +2,7 @@
 # Fetch, on a machine with network, the wheels the GPU check needs on the device machine
 # (Python 3.12, x86-64, no registry): benchmarks/gpu/wheels.txt, into benchmarks/gpu/wheels/
 # (git-ignored). Then name benchmarks/gpu/wheels in the device call's `carry`.
-# About 40 MiB (37.0 MiB by PyPI's file sizes on 2026-12-02); a device call carries 64 MiB
+# About 40 MiB (44 wheels, `du` 2026-12-02); a device call carries 64 MiB
 # with the working tree. Idempotent: pip skips wheels already there.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
