@@ -114,6 +114,25 @@ def setup_checks(*, import_modules: bool) -> dict[str, Any]:
     return {"python": sys.executable, "python_version": platform.python_version(), "modules": found}
 
 
+def cuda_probe_isolated() -> dict[str, Any]:
+    """:func:`cuda_probe` in a child process, so this one holds no CUDA context (and no GPU
+    memory) while the suites run; without device nodes nothing is started at all."""
+    from benchrun.envcapture import _torch_build
+    from benchrun.suites._common import cuda_device_nodes
+
+    if not cuda_device_nodes():
+        build = _torch_build()
+        return {"available": False, "reason": "no CUDA device", "torch_version": build["torch_version"],
+                "torch_cuda": build["torch_cuda"]}
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--probe-cuda"], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT)
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        return {"available": False, "reason": f"no CUDA device (the probe exited {proc.returncode}: "
+                                              f"{proc.stderr.strip()[-500:]})"}
+
+
 def cuda_probe() -> dict[str, Any]:
     """The CUDA device as torch and NVML see it; ``available`` False (with ``reason``) without one."""
     out: dict[str, Any] = {"available": False}
@@ -251,12 +270,19 @@ def run_spec(spec: Path, home: Path, env: dict[str, str], log_path: Path, timeou
     """``benchrun run`` (exit 0/1/2 as it defines them) and the run id it made."""
     before = set(_run_ids(home))
     t0 = time.monotonic()
-    proc = _cli(["run", str(spec), "--home", str(home), "--no-wait"], env, log_path, timeout=timeout)
+    try:
+        proc = _cli(["run", str(spec), "--home", str(home), "--no-wait"], env, log_path, timeout=timeout)
+        rc, said = proc.returncode, proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        # killed at the cap: summarise what finished (the rest shows as missing replicates)
+        rc, said = 124, f"killed after {timeout:.0f} s: {_text(exc.stdout or b'')}{_text(exc.stderr or b'')}"
+        with log_path.open("a", encoding="utf-8") as fh:
+            fh.write(f"$ benchrun run {spec}\n{said}\n(killed after {timeout:.0f} s)\n")
     made = sorted(set(_run_ids(home)) - before)
-    log(f"  benchrun run: exit {proc.returncode} in {time.monotonic() - t0:.0f} s")
+    log(f"  benchrun run: exit {rc} in {time.monotonic() - t0:.0f} s")
     if not made:
-        raise StepError(f"benchrun run made no run (exit {proc.returncode}): {(proc.stdout + proc.stderr).strip()[-2000:]}")
-    return proc.returncode, made[-1]
+        raise StepError(f"benchrun run made no run (exit {rc}): {str(said).strip()[-2000:]}")
+    return rc, made[-1]
 
 
 def _run_ids(home: Path) -> list[str]:
@@ -509,7 +535,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help="with --dry-run: only the suites that take under a second on CPU (the test's)")
     parser.add_argument("--spec", default=str(SPEC), help=argparse.SUPPRESS)
+    parser.add_argument("--probe-cuda", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.probe_cuda:
+        print(json.dumps(cuda_probe(), default=str))
+        return 0
     out = Path(args.out or tempfile.mkdtemp(prefix="benchrun-gpu-check-")).resolve()
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / "check.log"
@@ -524,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         log("1. set-up")
         setup = setup_checks(import_modules=not args.dry_run)
-        device = cuda_probe()
+        device = cuda_probe_isolated()
         log(f"  Python {setup['python_version']} ({setup['python']}), torch {device.get('torch_version', 'absent')}, "
             f"CUDA device: {device.get('name') or device.get('reason')}")
         log("2. validate")
@@ -552,7 +582,8 @@ def main(argv: list[str] | None = None) -> int:
         nvml = nvml_seen(home, run_id, env, list(gpu_suites(doc)), log_path)
         summary = summarise(home / "runs" / run_id, run_doc, nvml, device)
         summary.update(started_utc=started, wall_s=round(time.monotonic() - t0, 1), dry_run=args.dry_run,
-                       run_exit_code=rc, setup=setup, render=rendered, host=platform.node())
+                       run_exit_code=rc, setup=setup, render=rendered, host=platform.node(),
+                       wheels_install_s=float(os.environ["BENCHRUN_GPU_SETUP_S"]) if os.environ.get("BENCHRUN_GPU_SETUP_S") else None)
         summary["files"] = pack(home, run_id, out)
         if not args.dry_run:
             summary["nvml_fixture"] = record_nvml_fixture(out / "nvml_readings.json")

@@ -44,7 +44,8 @@ if [ -d "$here/wheels" ] && compgen -G "$here/wheels/*.whl" >/dev/null \
   start=$(date +%s)
   "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target "$site" "$here"/wheels/*.whl
-  echo "installed $(ls "$here"/wheels/*.whl | wc -l) carried wheels into $site in $(( $(date +%s) - start )) s"
+  export BENCHRUN_GPU_SETUP_S=$(( $(date +%s) - start ))
+  echo "installed $(ls "$here"/wheels/*.whl | wc -l) carried wheels into $site in ${BENCHRUN_GPU_SETUP_S} s"
 elif [ -d "$here/wheels" ]; then
   echo "not installing benchmarks/gpu/wheels: they are for CPython 3.12 on x86-64, $py is not"
 fi
