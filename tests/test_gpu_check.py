@@ -309,3 +309,44 @@ def test_fp8_needs_scaled_mm_and_compute_capability_8_9() -> None:
     assert fp8_unavailable(fake_torch((8, 9))) is None
     assert "compute capability 8.0 < 8.9" in fp8_unavailable(fake_torch((8, 0)))
     assert "_scaled_mm" in fp8_unavailable(fake_torch((9, 0), scaled_mm=False))
+
+
+# -- on a CUDA device (pytest -m gpu; skipped without one) ---------------------------------------
+def _needs_cuda() -> None:
+    from benchrun.suites._common import cuda_available, cuda_device_nodes
+
+    if not cuda_device_nodes() or not cuda_available():
+        pytest.skip("no CUDA device")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn"])
+def test_cuda_gemm_runs_and_is_faster_than_any_cpu(tmp_path: Path, dtype: str) -> None:
+    _needs_cuda()
+    from helpers import run_builtin_suite
+
+    proc, doc = run_builtin_suite("gemm", "t-gpu", tmp_path, {"sizes": [4096], "iterations": 10, "warmup": 3,
+                                                              "dtype": dtype, "device": "cuda"})
+    assert proc.returncode == 0, proc.stderr
+    if doc["status"] == "unavailable":  # fp8 on a GPU older than compute capability 8.9
+        assert dtype == "float8_e4m3fn" and "compute capability" in doc["reason"]
+        return
+    assert doc["status"] == "ok" and doc["context"]["timer"] == "cuda events"
+    tflops = next(m["value"] for m in doc["metrics"] if m["name"] == "tflops")
+    assert tflops > 20, f"{dtype} gemm at {tflops} TFLOP/s"
+
+
+@pytest.mark.gpu
+def test_cuda_membw_and_a_one_rank_nccl_allreduce(tmp_path: Path) -> None:
+    _needs_cuda()
+    from helpers import run_builtin_suite
+
+    proc, doc = run_builtin_suite("membw", "t-gpu", tmp_path, {"elements": 1 << 26, "iterations": 5,
+                                                               "dtype": "float32", "device": "cuda"})
+    assert proc.returncode == 0 and doc["status"] == "ok", proc.stderr
+    best = {m["case"]: m["value"] for m in doc["metrics"] if m["name"] == "bandwidth_best_gb_per_s"}
+    assert best["copy"] > 200, best  # device memory, far above any host's DRAM per socket
+    proc, doc = run_builtin_suite("allreduce", "t-gpu", tmp_path / "ar", {"world_size": 1, "backend": "nccl",
+                                                                          "sizes": [1 << 20], "iterations": 5})
+    assert proc.returncode == 0 and doc["status"] == "ok", proc.stderr
+    assert doc["context"]["backend"] == "nccl" and doc["context"]["nccl_version"]
