@@ -64,3 +64,12 @@ def test_too_few_elements_fail_naming_the_parameter(tmp_path: Path) -> None:
     proc, doc = run_suite(tmp_path, {"elements": 10})
     assert proc.returncode == 1
     assert doc["status"] == "failed" and "parameter elements" in doc["reason"]
+
+
+def test_float32_iterations_past_overflow_fail_naming_the_parameter(tmp_path: Path) -> None:
+    # the GPU spec's float32 arrays: 31 passes stay finite (15^31), more would overflow and
+    # fail STREAM's validation with a confusing 'inf'
+    proc, doc = run_suite(tmp_path, {"elements": 1024, "iterations": 31, "dtype": "float32", "device": "cpu"})
+    assert proc.returncode == 1 and "parameter iterations=31: at most 30 with dtype float32" in doc["reason"]
+    proc, doc = run_suite(tmp_path / "ok", {"elements": 1024, "iterations": 30, "dtype": "float32", "device": "cpu"})
+    assert proc.returncode == 0 and doc["status"] == "ok", doc["reason"]

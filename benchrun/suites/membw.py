@@ -4,7 +4,8 @@ Parameters:
     elements    array length (default 20,000,000; STREAM wants each array well past the
                 last-level cache)
     iterations  timed repetitions of the four kernels (default 10; the first pass is a
-                warm-up and not timed, as in STREAM)
+                warm-up and not timed, as in STREAM); at most 30 in float32, 250 in float64
+                (the values grow 15x a pass)
     dtype       float64 | float32 (default float64, as STREAM)
     device      auto | cpu | cuda (default auto)
 
@@ -30,6 +31,7 @@ from typing import Any, Callable
 import numpy as np
 
 from benchrun.suites._common import (
+    ParamError,
     check_known,
     choice_param,
     cpu_model,
@@ -45,6 +47,8 @@ from benchrun.fsio import atomic_write_json
 KERNELS = ("copy", "scale", "add", "triad")
 ARRAYS_MOVED = {"copy": 2, "scale": 2, "add": 3, "triad": 3}  # STREAM's accounting
 SCALAR = 3.0
+# a[] grows 15x a pass (c = a; b = 3c; c = a + b; a = b + 3c); the warm-up pass counts too
+MAX_ITERATIONS = {"float32": 30, "float64": 250}
 
 
 def _numpy_kernels(n: int, dtype: str) -> tuple[dict[str, Callable[[], None]], Callable[[], None], Any]:
@@ -124,6 +128,9 @@ def run(ctx: SuiteContext) -> None:
     n = int_param(ctx, "elements", 20_000_000, minimum=1024, maximum=4_000_000_000)
     iterations = int_param(ctx, "iterations", 10, minimum=1, maximum=100_000)
     dtype = choice_param(ctx, "dtype", "float64", ("float64", "float32"))
+    if iterations > MAX_ITERATIONS[dtype]:
+        raise ParamError(f"parameter iterations={iterations}: at most {MAX_ITERATIONS[dtype]} with dtype {dtype} "
+                         "(the STREAM values grow 15x a pass and would overflow; validation would then fail)")
     device = choice_param(ctx, "device", "auto", ("auto", "cpu", "cuda"))
 
     on_cuda = cuda_available() if device in ("auto", "cuda") else False
