@@ -90,14 +90,18 @@ def fp8_unavailable(torch: Any) -> str | None:
     return None
 
 
-def _torch_operands(torch: Any, n: int, dtype: str) -> Any:
-    """The call to time on CUDA, ``c = a @ b`` in ``dtype`` (fp8: scaled_mm into bf16), and a getter of c."""
-    gen = torch.Generator(device="cuda").manual_seed(n)
+def _torch_operands(torch: Any, n: int, dtype: str, device: str = "cuda") -> Any:
+    """The call to time on CUDA, ``c = a @ b`` in ``dtype`` (fp8: scaled_mm into bf16), and a getter of c.
+
+    ``device`` is a parameter only so the calls can be checked on CPU (torch has CPU kernels
+    for both); the suite times them on CUDA alone.
+    """
+    gen = torch.Generator(device=device).manual_seed(n)
     if dtype == "float8_e4m3fn":
-        a = torch.randn((n, n), device="cuda", dtype=torch.bfloat16, generator=gen).to(torch.float8_e4m3fn)
+        a = torch.randn((n, n), device=device, dtype=torch.bfloat16, generator=gen).to(torch.float8_e4m3fn)
         # _scaled_mm wants its second operand column-major: the transpose of a row-major matrix
-        b = torch.randn((n, n), device="cuda", dtype=torch.bfloat16, generator=gen).to(torch.float8_e4m3fn).t()
-        one = torch.ones((), device="cuda", dtype=torch.float32)
+        b = torch.randn((n, n), device=device, dtype=torch.bfloat16, generator=gen).to(torch.float8_e4m3fn).t()
+        one = torch.ones((), device=device, dtype=torch.float32)
         # no out= (not every torch has _scaled_mm.out): the caching allocator hands the freed
         # output block back on the next call, so no cudaMalloc is timed
         last: dict[str, Any] = {}
@@ -107,9 +111,9 @@ def _torch_operands(torch: Any, n: int, dtype: str) -> Any:
 
         return (lambda: last["c"]), fp8_call
     tdtype = getattr(torch, dtype)
-    a = torch.randn((n, n), device="cuda", dtype=tdtype, generator=gen)
-    b = torch.randn((n, n), device="cuda", dtype=tdtype, generator=gen)
-    c = torch.empty((n, n), device="cuda", dtype=tdtype)
+    a = torch.randn((n, n), device=device, dtype=tdtype, generator=gen)
+    b = torch.randn((n, n), device=device, dtype=tdtype, generator=gen)
+    c = torch.empty((n, n), device=device, dtype=tdtype)
     return (lambda: c), (lambda: torch.matmul(a, b, out=c))
 
 
