@@ -92,20 +92,21 @@ def _cuda_event_timer() -> Callable[[Callable[[], None]], float]:
     return timed
 
 
-def _torch_kernels(n: int, dtype: str) -> tuple[dict[str, Callable[[], None]], Callable[[], None], Any]:
+def _torch_kernels(n: int, dtype: str, device: str = "cuda") -> tuple[dict[str, Callable[[], None]], Callable[[], None], Any]:
+    """The four kernels on torch tensors (``device`` a parameter only so they can be checked on CPU)."""
     import torch
 
     tdtype = getattr(torch, dtype)
-    a = torch.full((n,), 1.0, dtype=tdtype, device="cuda")
-    b = torch.full((n,), 2.0, dtype=tdtype, device="cuda")
-    c = torch.zeros((n,), dtype=tdtype, device="cuda")
+    a = torch.full((n,), 1.0, dtype=tdtype, device=device)
+    b = torch.full((n,), 2.0, dtype=tdtype, device=device)
+    c = torch.zeros((n,), dtype=tdtype, device=device)
     kernels = {
         "copy": lambda: c.copy_(a),
         "scale": lambda: torch.mul(c, SCALAR, out=b),
         "add": lambda: torch.add(a, b, out=c),
         "triad": lambda: torch.add(b, c, alpha=SCALAR, out=a),
     }
-    return kernels, torch.cuda.synchronize, (a, b, c)
+    return kernels, (torch.cuda.synchronize if device == "cuda" else (lambda: None)), (a, b, c)
 
 
 def _check(arrays: Any, iterations: int, dtype: str) -> None:
