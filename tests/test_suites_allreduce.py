@@ -102,6 +102,7 @@ def test_a_group_that_cannot_form_is_a_failed_replicate_with_each_rank_error(tmp
     assert not (tmp_path / "raw" / f"{RUN_ID}_allreduce_r1_ranks.json").exists()
 
 
+@pytest.mark.slow
 def test_a_world_of_one_rank_reports_latency_and_algbw_but_no_busbw(tmp_path: Path) -> None:
     # one GPU: the GPU spec's allreduce is a world of 1 (here over gloo, the same code path)
     proc, doc = run_suite(tmp_path, {"world_size": 1, "sizes": [4096], "iterations": 3, "backend": "gloo"})

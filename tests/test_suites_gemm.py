@@ -87,6 +87,7 @@ def test_warmup_calls_are_a_parameter_and_fp8_without_cuda_is_unavailable(tmp_pa
     assert proc.returncode == 1 and "parameter warmup" in doc["reason"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn"])
 def test_the_timed_torch_calls_compute_the_product(dtype: str) -> None:
     # The CUDA branch's operands and call, run on CPU (torch has CPU kernels for both; the

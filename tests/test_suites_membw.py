@@ -75,6 +75,7 @@ def test_float32_iterations_past_overflow_fail_naming_the_parameter(tmp_path: Pa
     assert proc.returncode == 0 and doc["status"] == "ok", doc["reason"]
 
 
+@pytest.mark.slow
 def test_the_torch_kernels_pass_streams_validation() -> None:
     # The CUDA branch's kernels on torch CPU tensors (the suite runs them on CUDA only): the
     # replay STREAM validates against holds, and a skipped triad is caught.
