@@ -76,7 +76,7 @@ def test_nccl_without_cuda_is_unavailable(tmp_path: Path) -> None:
     assert doc["status"] == "unavailable" and doc["reason"].startswith("unavailable: no CUDA device")
 
 
-@pytest.mark.parametrize(("params", "named"), [({"world_size": 1}, "world_size"), ({"sizes": [2]}, "sizes"),
+@pytest.mark.parametrize(("params", "named"), [({"world_size": 0}, "world_size"), ({"sizes": [2]}, "sizes"),
                                                ({"backend": "mpi"}, "backend")])
 def test_bad_parameters_fail_with_the_parameter_named(tmp_path: Path, params: dict[str, Any], named: str) -> None:
     proc, doc = run_suite(tmp_path, params)
@@ -100,3 +100,14 @@ def test_a_group_that_cannot_form_is_a_failed_replicate_with_each_rank_error(tmp
     reason = doc["reason"]
     assert "rank 0:" in reason and "rank 1:" in reason and re.search(r"time(d)? ?out", reason.lower()), reason
     assert not (tmp_path / "raw" / f"{RUN_ID}_allreduce_r1_ranks.json").exists()
+
+
+@pytest.mark.slow
+def test_a_world_of_one_rank_reports_latency_and_algbw_but_no_busbw(tmp_path: Path) -> None:
+    # one GPU: the GPU spec's allreduce is a world of 1 (here over gloo, the same code path)
+    proc, doc = run_suite(tmp_path, {"world_size": 1, "sizes": [4096], "iterations": 3, "backend": "gloo"})
+    assert proc.returncode == 0, proc.stderr
+    assert doc["status"] == "ok" and doc["context"]["world_size"] == 1
+    names = {m["name"] for m in doc["metrics"]}
+    assert {"p50_latency_us", "algbw_gb_per_s", "rank_p50_time_us"} <= names
+    assert "busbw_gb_per_s" not in names  # 2(n-1)/n = 0 for one rank: not a bandwidth

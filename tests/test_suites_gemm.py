@@ -74,3 +74,37 @@ def test_bad_parameters_fail_with_the_parameter_named(tmp_path: Path, params: di
 def test_numpy_blas_names_the_library() -> None:
     blas = numpy_blas()
     assert isinstance(blas["name"], str) and blas["name"] != "unknown"
+
+
+def test_warmup_calls_are_a_parameter_and_fp8_without_cuda_is_unavailable(tmp_path: Path) -> None:
+    proc, doc = run_suite(tmp_path, {"sizes": [64], "iterations": 3, "warmup": 0, "device": "cpu"})
+    assert proc.returncode == 0, proc.stderr
+    assert doc["status"] == "ok" and doc["context"]["warmup_calls"] == 0
+    proc, doc = run_suite(tmp_path / "fp8", {"sizes": [64], "dtype": "float8_e4m3fn"})
+    assert proc.returncode == 0 and doc["status"] == "unavailable"
+    assert doc["reason"].startswith("unavailable: no CUDA device") and doc["metrics"] == []
+    proc, doc = run_suite(tmp_path / "bad", {"sizes": [64], "warmup": -1, "device": "cpu"})
+    assert proc.returncode == 1 and "parameter warmup" in doc["reason"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn"])
+def test_the_timed_torch_calls_compute_the_product(dtype: str) -> None:
+    # The CUDA branch's operands and call, run on CPU (torch has CPU kernels for both; the
+    # suite itself times them on CUDA only): fp8 through _scaled_mm with a column-major b.
+    torch = pytest.importorskip("torch")
+    if dtype == "float8_e4m3fn" and not hasattr(torch, "_scaled_mm"):
+        pytest.skip("this torch has no _scaled_mm")
+    from benchrun.suites.gemm import _torch_operands
+
+    result, call = _torch_operands(torch, 64, dtype, device="cpu")
+    call()
+    c = result()
+    assert c.shape == (64, 64) and c.dtype == torch.bfloat16
+    gen = torch.Generator(device="cpu").manual_seed(64)
+    a = torch.randn((64, 64), dtype=torch.bfloat16, generator=gen)
+    b = torch.randn((64, 64), dtype=torch.bfloat16, generator=gen)
+    if dtype == "float8_e4m3fn":
+        a, b = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
+    want = a.float() @ b.float().t() if dtype == "float8_e4m3fn" else a.float() @ b.float()
+    assert torch.allclose(c.float(), want, rtol=0.02, atol=0.5)

@@ -64,3 +64,34 @@ def test_too_few_elements_fail_naming_the_parameter(tmp_path: Path) -> None:
     proc, doc = run_suite(tmp_path, {"elements": 10})
     assert proc.returncode == 1
     assert doc["status"] == "failed" and "parameter elements" in doc["reason"]
+
+
+def test_float32_iterations_past_overflow_fail_naming_the_parameter(tmp_path: Path) -> None:
+    # the GPU spec's float32 arrays: 31 passes stay finite (15^31), more would overflow and
+    # fail STREAM's validation with a confusing 'inf'
+    proc, doc = run_suite(tmp_path, {"elements": 1024, "iterations": 31, "dtype": "float32", "device": "cpu"})
+    assert proc.returncode == 1 and "parameter iterations=31: at most 30 with dtype float32" in doc["reason"]
+    proc, doc = run_suite(tmp_path / "ok", {"elements": 1024, "iterations": 30, "dtype": "float32", "device": "cpu"})
+    assert proc.returncode == 0 and doc["status"] == "ok", doc["reason"]
+
+
+@pytest.mark.slow
+def test_the_torch_kernels_pass_streams_validation() -> None:
+    # The CUDA branch's kernels on torch CPU tensors (the suite runs them on CUDA only): the
+    # replay STREAM validates against holds, and a skipped triad is caught.
+    pytest.importorskip("torch")
+    from benchrun.suites.membw import KERNELS, _check, _torch_kernels
+
+    for skip in (None, "triad"):
+        kernels, sync, arrays = _torch_kernels(4096, "float32", device="cpu")
+        for _ in range(3 + 1):
+            for name in KERNELS:
+                if name != skip:
+                    kernels[name]()
+        sync()
+        host = tuple(x.numpy() for x in arrays)
+        if skip is None:
+            _check(host, 3, "float32")
+        else:
+            with pytest.raises(RuntimeError, match="membw validation failed"):
+                _check(host, 3, "float32")

@@ -1,7 +1,9 @@
 """The ``allreduce`` suite: torch.distributed all-reduce over N local processes, per rank.
 
 Parameters:
-    world_size  processes (ranks), at least 2 (default 2)
+    world_size  processes (ranks), at least 1 (default 2). A world of 1 (one GPU) proves the
+                path (group, NCCL communicator, a reduction on the device) but measures no
+                fabric: its busbw is not reported (2(n-1)/n is 0 for n = 1)
     sizes       message sizes in bytes, float32 tensors, rounded down to a multiple of 4
                 (default [1024, 65536, 1048576, 16777216])
     iterations  timed all_reduces per size, after ``warmup`` untimed ones (default 20, 2)
@@ -156,7 +158,7 @@ def run(ctx: SuiteContext) -> None:
             raise ParamError("parameter world_size: a multi-node suite's world size is nodes x gpusPerNode; drop it")
         world_size = gang.world_size
     else:
-        world_size = int_param(ctx, "world_size", 2, minimum=2, maximum=256)
+        world_size = int_param(ctx, "world_size", 2, minimum=1, maximum=256)
     slow_rank = int_param(ctx, "slow_rank", -1, minimum=0, maximum=world_size - 1) if "slow_rank" in ctx.params else -1
     slow_s = float_param(ctx, "slow_ms", 0.0, minimum=0.0) / 1000.0 if "slow_ms" in ctx.params else 0.0
     sizes = int_list_param(ctx, "sizes", [1024, 65536, 1048576, 16777216], minimum=4)
@@ -254,7 +256,8 @@ def run(ctx: SuiteContext) -> None:
         ctx.add_metric("p50_latency_us", p50 * 1e6, "us", "lower", case=case)
         ctx.add_metric("p99_latency_us", percentile(s["latency_s"], 99) * 1e6, "us", "lower", case=case)
         ctx.add_metric("algbw_gb_per_s", algbw, "GB/s", "higher", case=case)
-        ctx.add_metric("busbw_gb_per_s", algbw * factor, "GB/s", "higher", case=case)
+        if world_size > 1:
+            ctx.add_metric("busbw_gb_per_s", algbw * factor, "GB/s", "higher", case=case)
         for rank, t in enumerate(s["rank_p50_s"]):
             ctx.add_metric("rank_p50_time_us", t * 1e6, "us", "lower", case=case, rank_id=rank,
                            node_name=node_of.get(rank))

@@ -2,14 +2,19 @@
 
 Parameters (``BENCHRUN_PARAMS``):
     sizes       list of n for n x n x n products (default [1024])
-    iterations  timed calls per size after one warm-up call (default 10)
-    dtype       auto | float32 | float64 | bfloat16 | float16 (default auto: bfloat16 on
-                CUDA, float32 on CPU). numpy has no bfloat16/float16 GEMM worth measuring,
-                so those on a machine without CUDA are ``unavailable``.
+    iterations  timed calls per size after the warm-up calls (default 10)
+    warmup      untimed calls per size first (default 1; a GPU wants several to reach its
+                boost clock)
+    dtype       auto | float32 | float64 | bfloat16 | float16 | float8_e4m3fn (default auto:
+                bfloat16 on CUDA, float32 on CPU). numpy has no bfloat16/float16/fp8 GEMM
+                worth measuring, so those on a machine without CUDA are ``unavailable``.
+                float8_e4m3fn runs ``torch._scaled_mm`` (e4m3 inputs, unit per-tensor scales,
+                bf16 output) and needs compute capability >= 8.9 (Ada, Hopper and later).
     device      auto | cpu | cuda (default auto: cuda when torch sees a CUDA device)
 
 Metrics per size (``case`` = ``n=<n>,<dtype>,<device>``): ``tflops`` (2 n^3 / p50 call
-time), ``p50_call_ms``, ``p99_call_ms``. Every call time is kept in
+time), ``p50_call_ms``, ``p99_call_ms``. On CUDA each call is timed with a pair of CUDA
+events around it (device time; the host only enqueues). Every call time is kept in
 ``raw/<run_id>_gemm_r<k>_calls.json`` (listed in ``samples``). ``context`` names the BLAS
 (numpy's build configuration) or the CUDA device, the threads and the CPU model.
 """
@@ -37,7 +42,9 @@ from benchrun.suites._common import (
 from benchrun.suites._runtime import SuiteContext, Unavailable, main
 from benchrun.fsio import atomic_write_json
 
-DTYPES = ("auto", "float32", "float64", "bfloat16", "float16")
+DTYPES = ("auto", "float32", "float64", "bfloat16", "float16", "float8_e4m3fn")
+GPU_ONLY = ("bfloat16", "float16", "float8_e4m3fn")
+FP8_MIN_CAPABILITY = (8, 9)
 MAX_N = 32768
 
 
@@ -55,12 +62,13 @@ def numpy_blas() -> dict[str, Any]:
     }
 
 
-def _time_numpy(n: int, dtype: str, iterations: int) -> list[float]:
+def _time_numpy(n: int, dtype: str, iterations: int, warmup: int = 1) -> list[float]:
     rng = np.random.default_rng(n)
     a = rng.standard_normal((n, n)).astype(dtype)
     b = rng.standard_normal((n, n)).astype(dtype)
     c = np.empty((n, n), dtype=dtype)
-    np.matmul(a, b, out=c)  # warm-up: BLAS thread pool start, page faults on c
+    for _ in range(warmup):  # BLAS thread pool start, page faults on c
+        np.matmul(a, b, out=c)
     times = []
     for _ in range(iterations):
         t0 = time.perf_counter()
@@ -71,33 +79,71 @@ def _time_numpy(n: int, dtype: str, iterations: int) -> list[float]:
     return times
 
 
-def _time_torch_cuda(n: int, dtype: str, iterations: int) -> list[float]:
+def fp8_unavailable(torch: Any) -> str | None:
+    """Why fp8 GEMM cannot run on CUDA device 0 here, else None."""
+    if not hasattr(torch, "_scaled_mm") or not hasattr(torch, "float8_e4m3fn"):
+        return f"torch {torch.__version__} has no torch._scaled_mm / float8_e4m3fn (fp8 gemm)"
+    cap = tuple(torch.cuda.get_device_capability(0))
+    if cap < FP8_MIN_CAPABILITY:
+        return (f"no fp8 tensor cores on {torch.cuda.get_device_name(0)} (compute capability "
+                f"{cap[0]}.{cap[1]} < {FP8_MIN_CAPABILITY[0]}.{FP8_MIN_CAPABILITY[1]})")
+    return None
+
+
+def _torch_operands(torch: Any, n: int, dtype: str, device: str = "cuda") -> Any:
+    """The call to time on CUDA, ``c = a @ b`` in ``dtype`` (fp8: scaled_mm into bf16), and a getter of c.
+
+    ``device`` is a parameter only so the calls can be checked on CPU (torch has CPU kernels
+    for both); the suite times them on CUDA alone.
+    """
+    gen = torch.Generator(device=device).manual_seed(n)
+    if dtype == "float8_e4m3fn":
+        a = torch.randn((n, n), device=device, dtype=torch.bfloat16, generator=gen).to(torch.float8_e4m3fn)
+        # _scaled_mm wants its second operand column-major: the transpose of a row-major matrix
+        b = torch.randn((n, n), device=device, dtype=torch.bfloat16, generator=gen).to(torch.float8_e4m3fn).t()
+        one = torch.ones((), device=device, dtype=torch.float32)
+        # no out= (not every torch has _scaled_mm.out): the caching allocator hands the freed
+        # output block back on the next call, so no cudaMalloc is timed
+        last: dict[str, Any] = {}
+
+        def fp8_call() -> None:
+            last["c"] = torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+        return (lambda: last["c"]), fp8_call
+    tdtype = getattr(torch, dtype)
+    a = torch.randn((n, n), device=device, dtype=tdtype, generator=gen)
+    b = torch.randn((n, n), device=device, dtype=tdtype, generator=gen)
+    c = torch.empty((n, n), device=device, dtype=tdtype)
+    return (lambda: c), (lambda: torch.matmul(a, b, out=c))
+
+
+def _time_torch_cuda(n: int, dtype: str, iterations: int, warmup: int = 1) -> list[float]:
     import torch
 
-    tdtype = getattr(torch, dtype)
-    gen = torch.Generator(device="cuda").manual_seed(n)
-    a = torch.randn((n, n), device="cuda", dtype=tdtype, generator=gen)
-    b = torch.randn((n, n), device="cuda", dtype=tdtype, generator=gen)
-    c = torch.empty((n, n), device="cuda", dtype=tdtype)
-    torch.matmul(a, b, out=c)
+    result, call = _torch_operands(torch, n, dtype)
+    for _ in range(warmup):
+        call()
     torch.cuda.synchronize()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iterations)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iterations)]
     for i in range(iterations):
         starts[i].record()
-        torch.matmul(a, b, out=c)
+        call()
         ends[i].record()
     torch.cuda.synchronize()
+    if not bool(torch.isfinite(result()[0, :8].float()).all()):
+        raise RuntimeError(f"gemm n={n} {dtype}: result is not finite")
     return [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends)]
 
 
 def run(ctx: SuiteContext) -> None:
     """Time n x n matrix products for each size; report TFLOP/s and call-time percentiles."""
-    check_known(ctx, ("sizes", "iterations", "dtype", "device"))
+    check_known(ctx, ("sizes", "iterations", "warmup", "dtype", "device"))
     sizes = int_list_param(ctx, "sizes", [1024], minimum=1)
     if max(sizes) > MAX_N:
         raise ParamError(f"parameter sizes: {max(sizes)} is larger than {MAX_N}")
     iterations = int_param(ctx, "iterations", 10, minimum=1, maximum=100_000)
+    warmup = int_param(ctx, "warmup", 1, minimum=0, maximum=100_000)
     dtype = choice_param(ctx, "dtype", "auto", DTYPES)
     device = choice_param(ctx, "device", "auto", ("auto", "cpu", "cuda"))
 
@@ -107,19 +153,27 @@ def run(ctx: SuiteContext) -> None:
     on_cuda = cuda
     if dtype == "auto":
         dtype = "bfloat16" if on_cuda else "float32"
-    if not on_cuda and dtype in ("bfloat16", "float16"):
+    if not on_cuda and dtype in GPU_ONLY:
         raise Unavailable(f"no CUDA device ({dtype} gemm runs on CUDA; numpy has no {dtype} BLAS)")
 
     if on_cuda:
         import torch
 
+        if dtype == "float8_e4m3fn":
+            reason = fp8_unavailable(torch)
+            if reason:
+                raise Unavailable(reason)
         props = torch.cuda.get_device_properties(0)
+        uuid = str(getattr(props, "uuid", "") or "") or None
         ctx.context.update(
             {
                 "device": "cuda",
-                "backend": f"torch {torch.__version__} matmul",
+                "backend": f"torch {torch.__version__} "
+                + ("_scaled_mm (e4m3 x e4m3 -> bf16, unit scales)" if dtype == "float8_e4m3fn" else "matmul"),
                 "gpu_name": props.name,
-                "gpu_uuid": str(getattr(props, "uuid", "")) or None,
+                # NVML's spelling (GPU-<uuid>), so the result joins the telemetry's gpu_uuid
+                "gpu_uuid": uuid if uuid is None or uuid.startswith("GPU-") else f"GPU-{uuid}",
+                "compute_capability": ".".join(map(str, torch.cuda.get_device_capability(0))),
                 "cuda_version": torch.version.cuda,
                 "tf32_allowed": bool(getattr(torch.backends.cuda.matmul, "allow_tf32", False)),
                 "timer": "cuda events",
@@ -145,12 +199,12 @@ def run(ctx: SuiteContext) -> None:
         )
         timer = _time_numpy
     ctx.context["dtype"] = dtype
-    ctx.context["warmup_calls"] = 1
+    ctx.context["warmup_calls"] = warmup
 
     samples: dict[str, Any] = {"unit": "s", "calls": {}}
     dev = ctx.context["device"]
     for n in sizes:
-        times = timer(n, dtype, iterations)
+        times = timer(n, dtype, iterations, warmup)
         case = f"n={n},{dtype},{dev}"
         samples["calls"][case] = times
         p50 = percentile(times, 50)

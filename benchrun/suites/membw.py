@@ -4,13 +4,16 @@ Parameters:
     elements    array length (default 20,000,000; STREAM wants each array well past the
                 last-level cache)
     iterations  timed repetitions of the four kernels (default 10; the first pass is a
-                warm-up and not timed, as in STREAM)
+                warm-up and not timed, as in STREAM); at most 30 in float32, 250 in float64
+                (the values grow 15x a pass)
     dtype       float64 | float32 (default float64, as STREAM)
     device      auto | cpu | cuda (default auto)
 
 Bytes are counted as STREAM counts them: copy and scale move 2 arrays per element, add
 and triad 3. On CPU the kernels write into preallocated arrays (``out=``) so no
-allocation is timed; numpy has no fused multiply-add, so its triad is two passes and
+allocation is timed. On CUDA each kernel is timed with a pair of CUDA events around it (device
+time: launch gaps and the host's synchronise are not counted), the arrays in device memory
+(HBM; size them far past the L2, e.g. 2**28 float32 = 1 GiB each). numpy has no fused multiply-add, so its triad is two passes and
 moves 5 arrays per element while being credited with 3 (the reported triad figure is a
 lower bound on the traffic; ``context.triad_passes`` says so). torch's
 ``add(b, c, alpha=q)`` is one pass.
@@ -28,6 +31,7 @@ from typing import Any, Callable
 import numpy as np
 
 from benchrun.suites._common import (
+    ParamError,
     check_known,
     choice_param,
     cpu_model,
@@ -43,6 +47,8 @@ from benchrun.fsio import atomic_write_json
 KERNELS = ("copy", "scale", "add", "triad")
 ARRAYS_MOVED = {"copy": 2, "scale": 2, "add": 3, "triad": 3}  # STREAM's accounting
 SCALAR = 3.0
+# a[] grows 15x a pass (c = a; b = 3c; c = a + b; a = b + 3c); the warm-up pass counts too
+MAX_ITERATIONS = {"float32": 30, "float64": 250}
 
 
 def _numpy_kernels(n: int, dtype: str) -> tuple[dict[str, Callable[[], None]], Callable[[], None], Any]:
@@ -63,20 +69,44 @@ def _numpy_kernels(n: int, dtype: str) -> tuple[dict[str, Callable[[], None]], C
     return kernels, (lambda: None), (a, b, c)
 
 
-def _torch_kernels(n: int, dtype: str) -> tuple[dict[str, Callable[[], None]], Callable[[], None], Any]:
+def _perf_counter_timer(fn: Callable[[], None]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def _cuda_event_timer() -> Callable[[Callable[[], None]], float]:
+    """Seconds of device time one kernel takes, between two CUDA events on the current stream."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def timed(fn: Callable[[], None]) -> float:
+        torch.cuda.synchronize()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+
+    return timed
+
+
+def _torch_kernels(n: int, dtype: str, device: str = "cuda") -> tuple[dict[str, Callable[[], None]], Callable[[], None], Any]:
+    """The four kernels on torch tensors (``device`` a parameter only so they can be checked on CPU)."""
     import torch
 
     tdtype = getattr(torch, dtype)
-    a = torch.full((n,), 1.0, dtype=tdtype, device="cuda")
-    b = torch.full((n,), 2.0, dtype=tdtype, device="cuda")
-    c = torch.zeros((n,), dtype=tdtype, device="cuda")
+    a = torch.full((n,), 1.0, dtype=tdtype, device=device)
+    b = torch.full((n,), 2.0, dtype=tdtype, device=device)
+    c = torch.zeros((n,), dtype=tdtype, device=device)
     kernels = {
         "copy": lambda: c.copy_(a),
         "scale": lambda: torch.mul(c, SCALAR, out=b),
         "add": lambda: torch.add(a, b, out=c),
         "triad": lambda: torch.add(b, c, alpha=SCALAR, out=a),
     }
-    return kernels, torch.cuda.synchronize, (a, b, c)
+    return kernels, (torch.cuda.synchronize if device == "cuda" else (lambda: None)), (a, b, c)
 
 
 def _check(arrays: Any, iterations: int, dtype: str) -> None:
@@ -99,6 +129,9 @@ def run(ctx: SuiteContext) -> None:
     n = int_param(ctx, "elements", 20_000_000, minimum=1024, maximum=4_000_000_000)
     iterations = int_param(ctx, "iterations", 10, minimum=1, maximum=100_000)
     dtype = choice_param(ctx, "dtype", "float64", ("float64", "float32"))
+    if iterations > MAX_ITERATIONS[dtype]:
+        raise ParamError(f"parameter iterations={iterations}: at most {MAX_ITERATIONS[dtype]} with dtype {dtype} "
+                         "(the STREAM values grow 15x a pass and would overflow; validation would then fail)")
     device = choice_param(ctx, "device", "auto", ("auto", "cpu", "cuda"))
 
     on_cuda = cuda_available() if device in ("auto", "cuda") else False
@@ -110,10 +143,13 @@ def run(ctx: SuiteContext) -> None:
 
         kernels, sync, arrays = _torch_kernels(n, dtype)
         props = torch.cuda.get_device_properties(0)
+        timed = _cuda_event_timer()
         ctx.context.update({"device": "cuda", "backend": f"torch {torch.__version__}", "gpu_name": props.name,
-                            "triad_passes": 1, "timer": "time.perf_counter around synchronize"})
+                            "memory": "device (cudaMalloc through torch's caching allocator)",
+                            "triad_passes": 1, "timer": "cuda events around each kernel"})
     else:
         kernels, sync, arrays = _numpy_kernels(n, dtype)
+        timed = _perf_counter_timer
         ctx.context.update({"device": "cpu", "backend": f"numpy {np.__version__} ufuncs with out=",
                             "cpu_model": cpu_model(), "usable_cpus": usable_cpus(), "triad_passes": 2,
                             "timer": "time.perf_counter"})
@@ -124,12 +160,10 @@ def run(ctx: SuiteContext) -> None:
     times: dict[str, list[float]] = {k: [] for k in KERNELS}
     for it in range(iterations + 1):
         for name in KERNELS:
-            sync()
-            t0 = time.perf_counter()
-            kernels[name]()
-            sync()
+            seconds = timed(kernels[name])
             if it > 0:
-                times[name].append(time.perf_counter() - t0)
+                times[name].append(seconds)
+    sync()
     arrays = tuple(x.cpu().numpy() if hasattr(x, "cpu") else x for x in arrays)
     _check(arrays, iterations, dtype)
 
