@@ -1,6 +1,7 @@
 """The layering of the product code, read from its source with ``ast`` (nothing is imported):
 no import circle, nothing in ``benchrun/`` imports the Dagster shell, automation depends on
-submission and not the reverse, and file primitives come from ``benchrun.fsio``.
+submission and not the reverse, the foundation imports nothing above it, a suite pod's code stays
+on the pod side, and file primitives come from ``benchrun.fsio``.
 
 Every import counts, deferred ones inside functions and ``TYPE_CHECKING`` ones included: a
 deferred import keeps a circle working, it does not remove it. docs/architecture.md describes
@@ -182,6 +183,47 @@ def test_submission_does_not_depend_on_automation(graph):
     assert "benchrun.submit" in graph["benchrun.automation.ticks"]
     reach = _reachable(graph, "benchrun.submit")
     assert not [m for m in reach if _in(m, "benchrun.automation")], sorted(reach)
+
+
+# The foundation: what every layer may import; it imports nothing of the product above it.
+FOUNDATION = {"benchrun.errors": set(), "benchrun.fsio": set(), "benchrun._lazy": set(), "benchrun.console": set(),
+              "benchrun.paths": {"benchrun.errors"}}
+# What a suite pod imports (`python -m benchrun.suites.<name>` in the benchmark image): the suites,
+# the load generator, the readers of other tools' outputs, environment capture and the foundation,
+# never the orchestrator's side (Dagster, the warehouse, the launchers).
+POD_SIDE = ("benchrun.suites", "benchrun.loadgen", "benchrun.ingest", "benchrun.envcapture", *FOUNDATION)
+
+
+def test_the_foundation_imports_nothing_above_it(graph):
+    bad = [f"{name} imports {target}" for name, allowed in FOUNDATION.items()
+           for target in graph[name] if target not in allowed]
+    assert not bad, "\n".join(bad)
+
+
+def test_what_a_suite_pod_imports_stays_on_the_pod_side(graph):
+    starts = [m for m in graph if _in(m, "benchrun.suites") or _in(m, "benchrun.loadgen")]
+    assert "benchrun.suites.gemm" in starts and "benchrun.loadgen.client" in starts
+    bad = sorted({f"{m} reaches {r}" for m in starts for r in _reachable(graph, m)
+                  if not any(_in(r, side) for side in POD_SIDE)})
+    assert not bad, "\n".join(bad)
+
+
+# Modules over the size limit that other branches of the same issue split or explain.
+SIZE_PENDING = {"benchrun.warmstart", "benchrun.loadgen.client", "benchrun.loadgen.refserver", "benchrun.loadgen.runner"}
+SIZE_LIMIT = 600
+
+
+def test_a_module_over_600_lines_says_why_in_its_first_lines():
+    bad = []
+    for name, path in module_names(ROOT, PACKAGES).items():
+        text = path.read_text(encoding="utf-8")
+        if text.count("\n") <= SIZE_LIMIT or name in SIZE_PENDING:
+            continue
+        head = "\n".join(text.splitlines()[:8])
+        if f"Over {SIZE_LIMIT} lines" not in head:
+            bad.append(f"{path.relative_to(ROOT)}: {text.count(chr(10))} lines; split it along its seams or say "
+                       f"why in its first lines ('Over {SIZE_LIMIT} lines on purpose: ...')")
+    assert not bad, "\n".join(bad)
 
 
 def result_primitive_imports(graph) -> list[str]:
