@@ -251,6 +251,17 @@ def test_the_cli_finds_the_shell_by_the_workspace_name():
     assert submit.WORKSPACE == ROOT / "workspace.yaml"
 
 
+def test_a_broken_workspace_is_named(tmp_path, monkeypatch):
+    from benchrun import submit
+    from benchrun.errors import BenchrunError
+
+    broken = tmp_path / "workspace.yaml"
+    broken.write_text("load_from: []\n")
+    monkeypatch.setattr(submit, "WORKSPACE", broken)
+    with pytest.raises(BenchrunError, match="workspace.yaml: no load_from"):
+        submit.code_location()
+
+
 def _reachable(graph, start: str) -> set[str]:
     seen, todo = set(), [start]
     while todo:
