@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from benchrun.errors import BenchrunError
+from benchrun.fsio import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -77,12 +78,11 @@ class SharedState:
                 target = _inside(home, relative)
                 if target.is_file() and not os.access(target, os.W_OK) and target.stat().st_size == obj["Size"]:
                     continue
-                target.parent.mkdir(parents=True, exist_ok=True)
-                tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-                self._call(f"download {relative}", lambda: self.client.download_file(self.bucket, obj["Key"], str(tmp)))
-                if target.exists() and not os.access(target, os.W_OK):
-                    target.chmod(0o644)
-                os.replace(tmp, target)
+                with atomic_path(target) as tmp:
+                    self._call(f"download {relative}",
+                               lambda: self.client.download_file(self.bucket, obj["Key"], str(tmp)))
+                    if target.exists() and not os.access(target, os.W_OK):
+                        target.chmod(0o644)
                 count += 1
         return count
 

@@ -23,6 +23,9 @@ from benchrun.fsio import atomic_write_bytes, atomic_write_text
 PARTITIONS_NAME = "benchmark_run"
 JOB_NAME = "benchmark_run_job"
 _REPO_ROOT = Path(__file__).resolve().parent.parent
+WORKSPACE = _REPO_ROOT / "workspace.yaml"
+# What workspace.yaml names, for an installed package that has no workspace.yaml beside it.
+CODE_LOCATION = ("bench_assets.definitions", "defs")
 
 
 @dataclass(frozen=True)
@@ -220,25 +223,45 @@ def submit(
     return prepared
 
 
-def execute(prepared: Prepared, *, home: Path | str | None = None, instance: Any = None) -> Any:
+def code_location() -> Any:
+    """The Dagster definitions that ``workspace.yaml`` names (what the UI, the daemon and the
+    code server load), imported by that name as Dagster imports them: the CLI runs the same job
+    the UI does, and benchrun, the layer below the Dagster shell, never imports the shell."""
+    import importlib
+
+    module, attribute = CODE_LOCATION
+    if WORKSPACE.is_file():
+        import yaml
+
+        try:
+            entry = yaml.safe_load(WORKSPACE.read_text(encoding="utf-8"))["load_from"][0]["python_module"]
+            module, attribute = entry["module_name"], entry.get("attribute", "defs")
+        except (yaml.YAMLError, KeyError, IndexError, TypeError) as exc:
+            raise BenchrunError(f"{WORKSPACE}: no load_from[0].python_module.module_name ({exc!r}); "
+                                "restore the repository's workspace.yaml") from None
+    return getattr(importlib.import_module(module), attribute)
+
+
+def execute(prepared: Prepared, *, defs: Any = None, home: Path | str | None = None, instance: Any = None) -> Any:
     """Materialize the whole benchmark graph for the run's partition, in this process.
 
-    The Dagster run is tagged with this process (host, pid, start time), so a run whose
-    process is killed is found and failed (``benchrun.liveness``) instead of holding the
-    queue for ever.
+    ``defs`` is the Dagster code location (by default :func:`code_location`). The Dagster run
+    is tagged with this process (host, pid, start time), so a run whose process is killed is
+    found and failed (``benchrun.liveness``) instead of holding the queue for ever.
     """
-    from bench_assets.definitions import defs
     from benchrun.liveness import executor_tags
-    from resources.launcher import LauncherResource
 
+    defs = defs if defs is not None else code_location()
     instance = instance or get_instance(home)
     register_partition(instance, prepared.run_id)
     job = defs.resolve_job_def(JOB_NAME)
     # The run log is in the UI; the terminal shows benchrun's own progress instead.
     quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
     # The launcher's settings as the environment has them now, not when the definitions were
-    # imported (a warm orchestrator imported them before this command's environment existed).
+    # imported (a warm orchestrator imported them before this command's environment existed):
+    # the code location's launcher resource, built again from the environment.
+    launcher = type(defs.resources["launcher"]).from_env()
     return job.execute_in_process(
         instance=instance, partition_key=prepared.run_id, raise_on_error=False, run_config=quiet,
-        tags=executor_tags(), resources={"launcher": LauncherResource.from_env()},
+        tags=executor_tags(), resources={"launcher": launcher},
     )

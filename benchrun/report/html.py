@@ -367,7 +367,7 @@ def write_report(run_dir: str | os.PathLike[str], *, stats: Any = None, figures_
         return "".join(_img(run.path, f) for f in figs if f["section"] == section)
 
     if figures_pending is None:
-        from benchrun.report.worker import pending
+        from benchrun.report.workerpids import pending
 
         figures_pending = pending(run.path.parent.parent, rid)
     parts = [_verdict_html(C.verdict(run, comparison), run.status), _headline_html(heads, stats, bool(comparison and comparison.get("metrics")))]

@@ -22,6 +22,8 @@ from pathlib import Path
 from benchrun.errors import BenchrunError
 from benchrun.fsio import atomic_write_text
 from benchrun.paths import validate_run_id
+# ``worker.pending`` is what the CLI asks (whether a run's figures follow); html.py reads workerpids.
+from benchrun.report.workerpids import alive as _alive, pending, pid_dir as _pid_dir  # noqa: F401
 
 ENV = "BENCHRUN_REPORT_FIGURES"
 
@@ -32,34 +34,6 @@ def background() -> bool:
     if mode not in ("inline", "background"):
         raise BenchrunError(f"{ENV}={mode!r}: expected 'inline' or 'background'")
     return mode == "background"
-
-
-def _pid_dir(home: Path) -> Path:
-    return Path(home) / "report_workers"
-
-
-def pending(home: Path, run_id: str) -> bool:
-    """A worker is drawing this run's figures now."""
-    path = _pid_dir(home) / f"{validate_run_id(run_id)}.pid"
-    try:
-        return _alive(int(path.read_text().strip()))
-    except (FileNotFoundError, ValueError):
-        return False
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A finished child of this process stays a zombie until reaped; reap it if it is ours.
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        return done == 0
-    except ChildProcessError:
-        return True
 
 
 def start(run_dir: Path, home: Path) -> int:

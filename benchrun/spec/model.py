@@ -1,5 +1,9 @@
 """Pydantic v2 models of the whole ``BenchmarkRun`` document (CONTRACT.md §1–§2).
 
+Over 600 lines on purpose: it is the document's schema, its models in the order of the
+document's sections, read top to bottom beside the contract (and the CRD is generated from
+it); the cross-field rules are already apart, in :mod:`benchrun.spec.rules`.
+
 Python attributes are snake_case; YAML keys are the camelCase aliases the template uses
 (``run.spec.trials.min_replicates`` ↔ ``spec.trials.minReplicates``). Every model forbids
 unknown keys, is frozen and validates strictly: ``"5"`` is not an integer and ``yes`` is

@@ -2,7 +2,7 @@
 
 The model (:mod:`benchrun.spec.model`) already enforces the structure, the enumerations
 and single-field bounds. Each function here takes the document *as written* (plain
-data, camelCase keys) and yields ``(path, message)`` for every violation it finds; all
+data, camelCase keys; read through :mod:`benchrun.spec.docaccess`) and yields ``(path, message)`` for every violation it finds; all
 rules always run, so every error is collected in one pass. A rule looks only at values
 of the right type and skips the rest: a value of the wrong type is the model's error,
 reported once.
@@ -16,14 +16,24 @@ import re
 import shlex
 from typing import Any, Callable, Iterable, Iterator
 
+from benchrun.spec.docaccess import (
+    SPEC,
+    Finding,
+    benchmark_class,
+    did_you_mean,
+    get,
+    is_number,
+    require_all,
+    require_true,
+    strings,
+    suites,
+    workload_type,
+)
+from benchrun.spec.mix import compact_mix, mix_values, parse_compact_mix, same_mix
 from benchrun.spec.model import FROZEN_WORKLOAD_KEYS, LAYER_NAMES, WORKLOAD_KEYS
 from benchrun.spec.placeholders import KNOWN_NAMES, placeholder_names, unknown_placeholders
 
-Path = tuple[str | int, ...]
-Finding = tuple[Path, str]
 Rule = Callable[[dict[str, Any]], Iterable[Finding]]
-
-SPEC: Path = ("spec",)
 
 TRAINING_PRIMARY = ("time_to_train_hours", "mfu_pct", "scaling_efficiency_pct", "training_reliability_pct")
 INFERENCE_PRIMARY = ("ttft_ms", "tokens_per_second", "p99_latency_ms", "jitter_ms")
@@ -65,88 +75,6 @@ DIMENSIONS = (
 )
 CORRELATION_LINEAGE = ("rawArtifactManifestDigest", "warehouseRowLineage", "querySpecCaptured")
 WAREHOUSE_LINEAGE = ("publishedNumbersTraceableToRaw", "manifestDigestColumn", "workloadSpecDigestColumn")
-
-# -- access helpers ------------------------------------------------------------------------
-
-
-def get(doc: Any, path: Path) -> Any:
-    """The value at ``path``, or None when any step is missing or of the wrong kind."""
-    cur = doc
-    for part in path:
-        if isinstance(part, int):
-            if not isinstance(cur, list) or not 0 <= part < len(cur):
-                return None
-            cur = cur[part]
-        else:
-            if not isinstance(cur, dict):
-                return None
-            cur = cur.get(part)
-    return cur
-
-
-def strings(value: Any) -> list[str] | None:
-    """The strings of a list (others dropped: the model reports them), None if not a list."""
-    if not isinstance(value, list):
-        return None
-    return [v for v in value if isinstance(v, str)]
-
-
-def is_number(value: Any) -> bool:
-    """A real int or float (not a bool), finite."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """`` (did you mean 'x'?)`` for the closest choice, or an empty string."""
-    choices = list(choices)
-    lowered = {c.lower(): c for c in choices}
-    if word.lower() in lowered:
-        return f" (did you mean {lowered[word.lower()]!r}?)"
-    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def workload_type(doc: Any) -> str | None:
-    """``spec.intent.workloadType`` when it is one of the three known values."""
-    value = get(doc, SPEC + ("intent", "workloadType"))
-    return value if value in ("training", "inference", "mixed") else None
-
-
-def benchmark_class(doc: Any) -> str | None:
-    """``spec.intent.benchmarkClass`` when it is one of the two known values."""
-    value = get(doc, SPEC + ("intent", "benchmarkClass"))
-    return value if value in ("publication_grade", "realism_grade") else None
-
-
-def require_all(doc: Any, path: Path, required: Iterable[str], why: str = "") -> Iterator[Finding]:
-    """The list at ``path`` must contain every name in ``required``."""
-    have = strings(get(doc, path))
-    if have is None:
-        return
-    missing = [r for r in required if r not in have]
-    if missing:
-        extra = [h for h in have if h not in required]
-        typos = [f"{close[0]!r}" for m in missing if (close := difflib.get_close_matches(m, extra, n=1, cutoff=0.75))]
-        hint = f" (misspelt as {', '.join(typos)}?)" if typos else ""
-        yield path, f"must include {', '.join(missing)}{why}{hint}"
-
-
-def require_true(doc: Any, path: Path, flags: Iterable[str], why: str = "") -> Iterator[Finding]:
-    """Each boolean flag under ``path`` must be true (missing or non-bool: the model's error)."""
-    for flag in flags:
-        if get(doc, path + (flag,)) is False:
-            yield path + (flag,), f"must be true{why}"
-
-
-def suites(doc: Any) -> Iterator[tuple[Path, dict[str, Any]]]:
-    """Every suite mapping with its path ``spec.layers[i].suites[j]``."""
-    layers = get(doc, SPEC + ("layers",))
-    for i, layer in enumerate(layers if isinstance(layers, list) else []):
-        entries = get(layer, ("suites",))
-        for j, suite in enumerate(entries if isinstance(entries, list) else []):
-            if isinstance(suite, dict):
-                yield SPEC + ("layers", i, "suites", j), suite
-
 
 # -- intent and layers ---------------------------------------------------------------------
 
@@ -259,51 +187,6 @@ def rule_mix_weights(doc: Any) -> Iterator[Finding]:
             yield SPEC + ("workload", "sequenceLengthMix"), f"weights sum to {total:g}; they must sum to 1"
 
 
-# Each part matches one way only (no nested or overlapping repeats): a megabyte of digits or
-# blanks is refused in linear time instead of backtracking for hours.
-_MIX_ENTRY = re.compile(r"\{\s*(\d+)\s*/\s*(\d+)\s*@\s*((?:\d+(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?)\s*\}")
-
-
-def parse_compact_mix(text: str) -> list[tuple[int, int, float]]:
-    """``"[{512/128@0.7},{1024/256@0.3}]"`` → ``[(512, 128, 0.7), (1024, 256, 0.3)]``; ValueError if malformed."""
-    body = text.strip()
-    if not (body.startswith("[") and body.endswith("]")):
-        raise ValueError("must be enclosed in [ ]")
-    body = body[1:-1].strip()
-    if not body:
-        raise ValueError("holds no entries")
-    out = []
-    for part in re.split(r",(?=\s*\{)", body):
-        m = _MIX_ENTRY.fullmatch(part.strip())
-        if not m:
-            raise ValueError(f"cannot read entry {part.strip()!r}")
-        out.append((int(m.group(1)), int(m.group(2)), float(m.group(3))))
-    return out
-
-
-def _mix_values(value: Any) -> list[tuple[int, int, float]] | None:
-    """The list form of a mix as (input, output, weight) tuples, or None if malformed."""
-    if not isinstance(value, list):
-        return None
-    out = []
-    for entry in value:
-        i, o, w = get(entry, ("inputTokens",)), get(entry, ("outputTokens",)), get(entry, ("weight",))
-        if not (isinstance(i, int) and isinstance(o, int) and is_number(w)) or isinstance(i, bool) or isinstance(o, bool):
-            return None
-        out.append((i, o, float(w)))
-    return out
-
-
-def _same_mix(a: list[tuple[int, int, float]], b: list[tuple[int, int, float]]) -> bool:
-    return len(a) == len(b) and all(
-        x[0] == y[0] and x[1] == y[1] and math.isclose(x[2], y[2], rel_tol=1e-9, abs_tol=1e-12) for x, y in zip(a, b)
-    )
-
-
-def _compact(mix: list[tuple[int, int, float]]) -> str:
-    return "[" + ",".join(f"{{{i}/{o}@{w:g}}}" for i, o, w in mix) + "]"
-
-
 def rule_controls_fixed(doc: Any) -> Iterator[Finding]:
     """CONTRACT §2: ``comparison.controls.fixed`` holds the five workload keys with values equal to ``spec.workload``."""
     fixed_path = SPEC + ("comparison", "controls", "fixed")
@@ -314,27 +197,27 @@ def rule_controls_fixed(doc: Any) -> Iterator[Finding]:
     for key in FROZEN_WORKLOAD_KEYS:
         want = workload.get(key)
         if key not in fixed or fixed[key] is None:
-            shown = _compact(_mix_values(want) or []) if key == "sequenceLengthMix" else want
+            shown = compact_mix(mix_values(want) or []) if key == "sequenceLengthMix" else want
             yield fixed_path + (key,), f"missing: controls.fixed must hold every frozen workload key (spec.workload.{key} is {shown!r})"
             continue
         have = fixed[key]
         if key == "sequenceLengthMix":
-            want_mix = _mix_values(want)
+            want_mix = mix_values(want)
             if want_mix is None:
                 continue  # the workload's own mix is malformed: reported there
             if isinstance(have, str):
                 try:
                     have_mix = parse_compact_mix(have)
                 except ValueError as exc:
-                    yield fixed_path + (key,), f"cannot read the compact mix ({exc}); write it as {_compact(want_mix)}"
+                    yield fixed_path + (key,), f"cannot read the compact mix ({exc}); write it as {compact_mix(want_mix)}"
                     continue
             else:
-                have_mix = _mix_values(have)
+                have_mix = mix_values(have)
                 if have_mix is None:
                     yield fixed_path + (key,), "must be the compact form '[{512/128@0.7},...]' or a list like spec.workload.sequenceLengthMix"
                     continue
-            if not _same_mix(have_mix, want_mix):
-                yield fixed_path + (key,), f"is {_compact(have_mix)} but spec.workload.sequenceLengthMix is {_compact(want_mix)}; they must be equal"
+            if not same_mix(have_mix, want_mix):
+                yield fixed_path + (key,), f"is {compact_mix(have_mix)} but spec.workload.sequenceLengthMix is {compact_mix(want_mix)}; they must be equal"
         elif isinstance(have, str) and isinstance(want, str) and have != want:
             yield fixed_path + (key,), f"is {have!r} but spec.workload.{key} is {want!r}; they must be equal"
     want_ref = workload.get("datasetRef")

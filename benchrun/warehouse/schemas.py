@@ -253,7 +253,7 @@ ARTIFACT_LINEAGE_DIM = pa.schema([
 
 # One row per replicate launch: its outcome and, on Kubernetes, the scheduler timeline
 # (Job created → Kueue quota reserved → admitted → pod scheduled → container started →
-# finished), so "queue wait" is a query (benchrun.launch.kubernetes.job_timeline).
+# finished), so "queue wait" is a query (benchrun.launch.k8s_status.job_timeline).
 LAUNCH_FACT = _fact(
     ("layer", pa.string()),
     ("suite", pa.string()),

@@ -17,6 +17,7 @@ from typing import Iterable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from benchrun.fsio import fsync_dir
 from benchrun.paths import validate_run_id
 from benchrun.warehouse.schemas import TABLES
 
@@ -96,11 +97,7 @@ def write_partition(
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, directory / PART)
-        dir_fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        fsync_dir(directory)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -1,0 +1,86 @@
+"""Why a Kubernetes replicate failed, in benchrun's words: a container that cannot start, a
+timeout, an eviction, OOMKilled, an exit code and its signal, a missing result line, and for a
+gang the first node that failed."""
+
+from __future__ import annotations
+
+import signal as _signal
+from typing import Any
+
+from benchrun.launch.k8s_collect import RESULT_KEY
+from benchrun.launch.k8s_status import terminated
+from benchrun.plan import Invocation
+
+# Container waiting reasons that will not resolve by waiting: fail the replicate at once.
+FATAL_WAITING = {
+    "ImagePullBackOff": "image pull failed",
+    "ErrImageNeverPull": "image pull failed",
+    "InvalidImageName": "image pull failed",
+    "CreateContainerConfigError": "cannot create the container",
+    "CreateContainerError": "cannot create the container",
+    "RunContainerError": "cannot start the container",
+}
+
+
+def signal_note(code: int, signal: int | None) -> str:
+    num = signal or (code - 128 if code > 128 else None)
+    if not num:
+        return ""
+    try:
+        return f" ({_signal.Signals(num).name})"
+    except ValueError:
+        return f" (signal {num})"
+
+
+def verdict(
+    inv: Invocation, pod: Any, ended: str | None, deleted: bool,
+    doc: dict[str, Any] | None, doc_error: str | None, log_note: str | None,
+) -> tuple[str, str | None, int | None]:
+    """(status, reason, exit code) of one replicate from its pod, the wait loop's verdict
+    (``ended``, when the launcher ended it), whether its Job was deleted, and its result."""
+    term = terminated(pod) if pod is not None else None
+    code = getattr(term, "exit_code", None)
+    if ended is None and pod is None:
+        return "failed", "the Job ended without running a pod", None
+    if ended is not None:
+        if not deleted and ended.endswith("; Job deleted"):
+            ended = ended[: -len("; Job deleted")] + "; Job NOT deleted"
+        return "failed", ended, code
+    pod_reason = pod.status.reason
+    pod_message = pod.status.message
+    if pod_reason == "DeadlineExceeded":
+        return "failed", f"timed out after {inv.timeout_s:g}s (activeDeadlineSeconds); Job deleted", code
+    if pod_reason == "Evicted":
+        return "failed", f"evicted: {pod_message or 'no message'}", code
+    if term is None:
+        why = f"{pod_reason}: {pod_message}" if pod_reason else (pod_message or "no container status")
+        return "failed", f"pod {pod.status.phase} without a container exit ({why})", code
+    if term.reason == "OOMKilled":
+        return "failed", f"OOMKilled (exit code {code}): the container exceeded its memory limit", code
+    if code != 0:
+        detail = doc.get("reason") if doc and doc.get("reason") else None
+        return ("failed", f"exited with code {code}{signal_note(code, getattr(term, 'signal', None))}"
+                + (f": {detail}" if detail else ""), code)
+    if doc is None:
+        return ("failed", doc_error or log_note or
+                f"exited 0 but printed no {RESULT_KEY} line (see {inv.log_relpath()})", code)
+    return doc["status"], doc.get("reason"), code
+
+
+def failed_node(inv: Invocation, pods: dict[int, Any], deleted: bool) -> str | None:
+    """The first node after node 0 whose pod failed, and why; None when none did."""
+    for rank, pod in sorted(pods.items()):
+        term = terminated(pod)
+        if rank and (pod.status.phase == "Failed" or (term is not None and term.exit_code != 0)):
+            why = verdict(inv, pod, None, deleted, None, None, None)[1]
+            return f"node {rank} ({pod.spec.node_name}) failed: {why}"
+    return None
+
+
+def layer_end(pod: Any, ended: str | None) -> str:
+    """Why a publication-grade layer's Job stopped (for the replicates it never reached)."""
+    if pod is not None:
+        term = terminated(pod)
+        return ended or (f"the layer pod ended: {term.reason} (exit code {term.exit_code})" if term is not None
+                         else f"the layer pod ended in phase {pod.status.phase}")
+    return ended or "the layer Job ran no pod"

@@ -1,0 +1,49 @@
+"""Submitting the launcher's objects: a Job or JobSet is created, or adopted when one of its
+name already exists (a retried step, a restarted orchestrator), never duplicated."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from benchrun.launch.k8s_objects import JOBSET_GROUP, JOBSET_VERSION, JOBSETS
+
+log = logging.getLogger(__name__)
+
+
+def api_error(exc: ApiException) -> str:
+    """One line from an API error: status, reason and the server's message when it sent one."""
+    message = None
+    try:
+        message = json.loads(exc.body or "{}").get("message")
+    except (ValueError, AttributeError):
+        pass
+    return f"{exc.status} {exc.reason}" + (f": {message}" if message else "")
+
+
+def create_or_adopt_job(client: Any, batch_api: Any, namespace: str, name: str, body: Any, poll_s: float) -> Any:
+    """Create the Job with ``DagsterKubernetesClient.create_namespaced_job_with_retries``; one of
+    that name is adopted. The Job as the API server has it; ApiException when it cannot be."""
+    from dagster_k8s.client import DagsterK8sUnrecoverableAPIError
+
+    try:
+        client.create_namespaced_job_with_retries(body, namespace, wait_time_between_attempts=poll_s)
+    except DagsterK8sUnrecoverableAPIError as exc:
+        api_exc = getattr(exc, "k8s_api_exception", None)
+        if not (isinstance(api_exc, ApiException) and api_exc.status == 409):
+            raise api_exc if isinstance(api_exc, ApiException) else exc
+        log.info("Job %s/%s already exists (a retried launch): adopting it", namespace, name)
+    return batch_api.read_namespaced_job(name=name, namespace=namespace)
+
+
+def create_or_adopt_jobset(custom_api: Any, namespace: str, name: str, manifest: dict[str, Any]) -> None:
+    """Create the JobSet; one of that name is adopted. ApiException when it cannot be."""
+    try:
+        custom_api.create_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSETS, manifest)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+        log.info("JobSet %s/%s already exists (a retried launch): adopting it", namespace, name)

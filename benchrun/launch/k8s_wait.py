@@ -1,0 +1,192 @@
+"""The launcher's one wait loop: poll a Job or a JobSet, its pods and its Kueue Workload until it
+ends, or end it with benchrun's own reason (preempted, unpullable, never scheduled, timed out,
+lost). What differs between a Job and a JobSet is data, a :class:`Watch`: how one poll reads the
+object, how many pods must run, which condition ends it.
+
+``timeout_s`` counts from the moment every pod of the replicate runs; waiting to be admitted and
+scheduled is bounded separately by ``pending_timeout_s``. While node 0's pod runs,
+``log_follower`` streams its log into the Dagster run.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from benchrun.launch.k8s_failures import FATAL_WAITING
+from benchrun.launch.k8s_objects import (
+    JOBSET_GROUP,
+    JOBSET_VERSION,
+    JOBSETS,
+    KUEUE_GROUP,
+    KUEUE_JOB_UID_LABEL,
+    KUEUE_VERSION,
+    WORKLOADS,
+)
+from benchrun.launch.k8s_status import cond_message, cond_time, epoch, scheduling_note, waiting, \
+    workload_eviction, workload_pending_note
+from benchrun.launch.k8s_submit import api_error
+
+log = logging.getLogger(__name__)
+
+# Consecutive failed reads before the launcher gives up on the object.
+MAX_READ_ERRORS = 5
+# Pod phases from which a pod has run (or is running).
+RAN = ("Running", "Succeeded", "Failed")
+
+LogFollower = Callable[[str], AbstractContextManager[Any]]
+# One poll: (the object, its Kueue Workload or None, pods found by node rank). Raises
+# ApiException, HTTPError or OSError when the API cannot be read.
+Read = Callable[[Any], tuple[Any, Any, dict[int, Any]]]
+
+
+@dataclass(frozen=True)
+class Watch:
+    """What the wait loop needs to know of one kind of object."""
+
+    kind: str  # "Job" or "JobSet", as the reasons name it
+    name: str
+    read: Read  # given the object as last read
+    nodes: int  # pods that must run before the replicate counts as started
+    ended_by: tuple[str, ...]  # the object's conditions that end the wait (its verdict is then the pods')
+    pod_end_ends: bool  # a Job ends with its one pod; a JobSet only by its condition
+    no_pod_note: Callable[[Any], str]  # why nothing is pending, when no pod exists
+    name_the_node: bool  # a gang's reasons say which node
+
+
+def wait(watch: Watch, obj: Any, t0: float, *, timeout_s: float, pending_timeout_s: float, poll_s: float,
+         sleep: Callable[[float], None], log_follower: LogFollower | None = None,
+         ) -> tuple[Any, Any, dict[int, Any], str | None]:
+    """Poll until the object ends: (object, Workload, pods by rank, None), or with a verdict string
+    when the launcher ended it instead. ``obj`` is the object as created (None if not read yet)."""
+    kind = watch.kind
+    started: float | None = None
+    errors = 0
+    pods: dict[int, Any] = {}
+    workload = None
+    follow: AbstractContextManager[Any] | None = None
+    try:
+        while True:
+            try:
+                obj, new_workload, new_pods = watch.read(obj)
+                pods.update(new_pods)
+                workload = new_workload or workload
+                errors = 0
+            except (ApiException, HTTPError, OSError) as exc:
+                if isinstance(exc, ApiException) and exc.status == 404 and obj is not None:
+                    return obj, workload, pods, f"the {kind} disappeared before it finished (deleted by someone else?)"
+                errors += 1
+                what = api_error(exc) if isinstance(exc, ApiException) else f"{type(exc).__name__}: {exc}"
+                if errors >= MAX_READ_ERRORS:
+                    return obj, workload, pods, (f"lost the {kind}: {MAX_READ_ERRORS} reads in a row failed, "
+                                                 f"last {what}; {kind} deleted")
+                log.warning("reading %s %s failed (%s); retrying", kind, watch.name, what)
+                sleep(poll_s)
+                continue
+            evicted = workload_eviction(workload)
+            if evicted:
+                return obj, workload, pods, f"preempted by Kueue ({evicted}); {kind} deleted"
+            pod0 = pods.get(0)
+            phase0 = pod0.status.phase if pod0 is not None and pod0.status is not None else None
+            if phase0 == "Running" and follow is None and log_follower is not None:
+                follow = log_follower(pod0.metadata.name)
+                follow.__enter__()
+            if (watch.pod_end_ends and phase0 in ("Succeeded", "Failed")) \
+                    or any(cond_time(obj, c) for c in watch.ended_by):
+                return obj, workload, pods, None
+            if cond_time(obj, "Failed"):
+                why = cond_message(obj, "Failed") or "Failed"
+                return obj, workload, pods, f"the {kind} failed before its pod finished ({why}); {kind} deleted"
+            for rank, pod in sorted(pods.items()):
+                reason, message = waiting(pod)
+                if reason in FATAL_WAITING:
+                    return obj, workload, pods, (f"node {rank}: " if watch.name_the_node else "") + (
+                        f"{FATAL_WAITING[reason]}: {reason}" + (f": {message}" if message else ""))
+            now = time.perf_counter()
+            if started is None and sum(1 for p in pods.values() if _phase(p) in RAN) >= watch.nodes:
+                started = now
+            if started is None and now - t0 > pending_timeout_s:
+                pending = [p for _r, p in sorted(pods.items()) if _phase(p) not in RAN]
+                note = (scheduling_note(pending[0]) if pending else None) or workload_pending_note(workload) \
+                    or watch.no_pod_note(obj)
+                return obj, workload, pods, f"not started within {pending_timeout_s:g}s ({note}); {kind} deleted"
+            if started is not None and now - started > timeout_s:
+                return obj, workload, pods, f"timed out after {timeout_s:g}s; {kind} deleted"
+            sleep(poll_s)
+    finally:
+        if follow is not None:
+            follow.__exit__(None, None, None)
+
+
+def _phase(pod: Any) -> str | None:
+    return pod.status.phase if pod.status is not None else None
+
+
+def job_watch(client: Any, batch_api: Any, custom_api: Any, namespace: str, name: str) -> Watch:
+    """A ``batch/v1`` Job: its newest pod of this Job's uid, its Workload when Kueue is readable."""
+
+    def read(job: Any) -> tuple[Any, Any, dict[int, Any]]:
+        job = batch_api.read_namespaced_job_status(name=name, namespace=namespace)
+        pod = _newest_pod(client, namespace, name, job.metadata.uid)
+        return job, _job_workload(custom_api, namespace, job), ({0: pod} if pod is not None else {})
+
+    def no_pod(job: Any) -> str:
+        return ("suspended, no Kueue Workload (is Kueue installed and the queue label right?)"
+                if job.spec.suspend else "no pod created")
+
+    return Watch(kind="Job", name=name, read=read, nodes=1, ended_by=("Complete",), pod_end_ends=True,
+                 no_pod_note=no_pod, name_the_node=False)
+
+
+def jobset_watch(core_api: Any, custom_api: Any, namespace: str, name: str, nodes: int) -> Watch:
+    """A JobSet: its pods by completion index (the node rank), its Workload by the JobSet's uid."""
+
+    def read(_js: Any) -> tuple[Any, Any, dict[int, Any]]:
+        js = custom_api.get_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSETS, name)
+        listed = core_api.list_namespaced_pod(namespace, label_selector=f"jobset.sigs.k8s.io/jobset-name={name}").items
+        pods = {}
+        for pod in sorted(listed, key=lambda p: epoch(p.metadata.creation_timestamp) or 0.0):
+            idx = (pod.metadata.annotations or {}).get("batch.kubernetes.io/job-completion-index", "0")
+            pods[int(idx)] = pod
+        workload = None
+        uid = (js.get("metadata") or {}).get("uid")
+        if uid:
+            items = custom_api.list_namespaced_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOADS,
+                label_selector=f"{KUEUE_JOB_UID_LABEL}={uid}").get("items") or []
+            workload = items[0] if items else None
+        return js, workload, pods
+
+    return Watch(kind="JobSet", name=name, read=read, nodes=nodes, ended_by=("Completed", "Failed"),
+                 pod_end_ends=False, no_pod_note=lambda _js: "no pods created", name_the_node=True)
+
+
+def _job_workload(custom_api: Any, namespace: str, job: Any) -> dict[str, Any] | None:
+    if custom_api is None or job is None:
+        return None
+    try:
+        items = custom_api.list_namespaced_custom_object(
+            KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOADS,
+            label_selector=f"{KUEUE_JOB_UID_LABEL}={job.metadata.uid}",
+        ).get("items") or []
+    except (ApiException, HTTPError, OSError):
+        return None  # Kueue not installed or not readable: the timeline has no Kueue times
+    return items[0] if items else None
+
+
+def _newest_pod(client: Any, namespace: str, name: str, job_uid: str | None = None) -> Any:
+    pods = client.get_pods_in_job(name, namespace)
+    if job_uid:
+        # only this Job's pods: a same-named Job deleted a moment ago may leave its pods
+        # behind for a while (background deletion)
+        pods = [p for p in pods if any(o.uid == job_uid for o in (p.metadata.owner_references or []))]
+    if not pods:
+        return None
+    # the newest pod (a Job recreated after preemption makes a new one)
+    return max(pods, key=lambda p: epoch(p.metadata.creation_timestamp) or 0.0)
