@@ -503,6 +503,13 @@ def _confirm(result: Comparison, suspected: list[tuple[str, str, str]], confirm:
     confirmed_keys = {
         (r.suite, r.case, r.name) for r in again.rows.itertuples() if r.verdict == "regression" and r.gating
     } if not again.rows.empty else set()
+    # value metrics: the round's pairs decide, with the first round's p, by benchrun.stats.paired's
+    # pre-stated rule (extending the round while unclear); failure counts keep the round's own test
+    from benchrun.stats.paired import paired_confirmation
+
+    confirmed_keys = {k for k in confirmed_keys if k[2] == FAILED_METRIC} | paired_confirmation(
+        result, [k for k in suspected if k[2] != FAILED_METRIC and k not in untested], sub_b, sub_c, confirm,
+        alpha=1.0 - confidence)
     result.confirmed = [k for k in suspected if k in confirmed_keys]
     for k in suspected:
         state = "confirmed" if k in confirmed_keys else "failed" if k in untested else "not_confirmed"
