@@ -117,6 +117,8 @@ def compare_runs(
 
     Returns the gate result and the comparison (None when the gate refused the pair).
     """
+    from benchrun.stats.tails import RequestTails
+
     base, cand = load_run(baseline_dir), load_run(candidate_dir)
     gate = check_gate(base, cand, variable)
     if not gate.passed:
@@ -130,6 +132,7 @@ def compare_runs(
         delta_pct=lambda m: delta_pct(cand.spec, m),
         abs_margin=lambda m: absolute_margin(cand.spec, m),
         confirm=confirm,
+        tails=RequestTails(base.path, cand.path, confidence=confidence_level(cand.spec)),
     )
     return gate, result
 

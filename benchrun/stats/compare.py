@@ -253,6 +253,7 @@ def compare_tables(
     abs_margin: Callable[[str], float | None] | None = None,
     confirm: ConfirmHook | None = None,
     engine: str = "batch",
+    tails: Any = None,
     _round: int = 0,
 ) -> Comparison:
     """Compare two replicate tables metric by metric and return the verdicts.
@@ -261,7 +262,8 @@ def compare_tables(
     ``status`` is not ``ok`` are failed replicates (counted per suite, not values).
     ``delta_pct(name)`` is the no-change margin in percent of a log-scale metric;
     ``abs_margin(name)`` the margin, in the metric's unit, of a metric compared on the
-    absolute scale (one with a value ≤ 0). ``engine="reference"`` computes each metric with
+    absolute scale (one with a value ≤ 0). ``tails`` (a :class:`benchrun.stats.tails.RequestTails`)
+    replaces the p99 rows' evidence by the requests' before the gate. ``engine="reference"`` computes each metric with
     :func:`benchrun.stats.effects.effect` one by one (the tests check the batch against it).
     """
     import pandas as pd
@@ -314,7 +316,11 @@ def compare_tables(
         result.notes.append("no metrics to compare")
         return result
     _margins(df, margin_of, result)
+    if tails is not None:  # p99 rows judged on pooled requests (benchrun.stats.tails.RequestTails)
+        tails.apply(df)
     _gate_and_verdicts(df, alpha, result)
+    if tails is not None:
+        tails.label(df)
     df["confirmation"] = ""
     suspected = [(r.suite, r.case, r.name) for r in df.itertuples() if r.gating and r.verdict == "regression"]
     result.suspected = suspected
