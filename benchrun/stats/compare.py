@@ -321,6 +321,10 @@ def compare_tables(
     _gate_and_verdicts(df, alpha, result)
     if tails is not None:
         tails.label(df)
+    from benchrun.stats.spread import apply_spread  # "noisier" is not "slower" (benchrun.stats.spread)
+
+    apply_spread(df, lambda i: (_matrix(b, ib[i:i + 1], nb[i])[0], _matrix(c, ic[i:i + 1], nc[i])[0])
+                 if i < rows and comparable[i] else None, alpha)
     df["confirmation"] = ""
     suspected = [(r.suite, r.case, r.name) for r in df.itertuples() if r.gating and r.verdict == "regression"]
     result.suspected = suspected
