@@ -124,9 +124,16 @@ def compare_runs(
     if not gate.passed:
         log.info("%s", gate.message())
         return gate, None
+    from benchrun.stats import contention
+
+    # replicates measured on a contended machine leave the comparison by a stated rule (benchrun.stats.contention)
+    b_table, b_info = contention.exclude(replicate_table(base.path, include_failed=True),
+                                         contention.contended_replicates(base.path))
+    c_table, c_info = contention.exclude(replicate_table(cand.path, include_failed=True),
+                                         contention.contended_replicates(cand.path))
     result = compare_tables(
-        replicate_table(base.path, include_failed=True),
-        replicate_table(cand.path, include_failed=True),
+        b_table,
+        c_table,
         confidence=confidence_level(cand.spec),
         primary=primary_metrics(cand.spec),
         delta_pct=lambda m: delta_pct(cand.spec, m),
@@ -134,6 +141,7 @@ def compare_runs(
         confirm=confirm,
         tails=RequestTails(base.path, cand.path, confidence=confidence_level(cand.spec)),
     )
+    contention.annotate(result.rows, b_info, c_info)
     return gate, result
 
 
