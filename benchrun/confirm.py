@@ -143,9 +143,9 @@ class ConfirmationRound:
     def __call__(self, keys: Keys) -> tuple[Any, Any, dict[str, Any]]:
         suites = {suite for suite, _case, _metric in keys}
         seed = round_seed(self.baseline_id, self.candidate_id)
-        self.max_pairs = max_pairs(self.home, self.candidate_id)
         order, self._out_dirs = confirmation_invocations(self.home, self.baseline_id, self.candidate_id, suites,
                                                          self.replicates, seed)
+        self.max_pairs = max_pairs(self.home, self.candidate_id)  # the pinned specs loaded above
         self.pairs = max((inv.replicate for _arm, inv in order), default=0)
         self.evidence = {
             "scheme": "paired launches, first arm per pair balanced and shuffled (seeded)",
