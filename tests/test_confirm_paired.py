@@ -85,7 +85,7 @@ def test_the_rule_keeps_its_error_rate_under_drift_and_extension():
     # under no change, with the first round's p uniform on (0, α) (it was suspected), the round
     # confirms at most α of the time, however many looks it takes
     rng = np.random.default_rng(2)
-    alpha, confirmed, sims = 0.05, 0, 1000
+    alpha, confirmed, sims = 0.05, 0, 500
     looks = n_looks(5, 15)
     for _ in range(sims):
         p1 = rng.uniform(0, alpha)
@@ -95,7 +95,7 @@ def test_the_rule_keeps_its_error_rate_under_drift_and_extension():
             if dec.decision != "extend":
                 break
         confirmed += dec.decision == "confirmed"
-    assert confirmed / sims <= alpha + 0.01
+    assert confirmed / sims <= alpha + 0.015
 
 
 def test_sign_flip_pvalue_is_exact_and_signed():
