@@ -250,7 +250,8 @@ def no_gating_regression(context: dg.AssetCheckExecutionContext) -> dg.AssetChec
 
 @dg.asset(deps=[trial_statistics], group_name=GROUP, kinds={"python", "parquet"})
 def change_points(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-    """Change points in the nightly history, per workload × hardware × metric (change_point_fact)."""
+    """Change points in the nightly history, per workload × hardware × metric (change_point_fact):
+    a sequential detector, so a longer history reports the same change points plus any later."""
     home = benchrun_home()
     hist = changepoint.history_table(home)
     fact = changepoint.change_points(hist, previous=changepoint.read_change_point_fact(home))
@@ -261,7 +262,10 @@ def change_points(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         "new_change_points": len(new),
         "series": int(hist.groupby(changepoint.SERIES).ngroups) if len(hist) else 0,
         "new": dg.MetadataValue.md(_md(new.to_dict(orient="records")[:50], [
-            "metric", "case", "run_id", "before_mean", "after_mean", "magnitude_pct", "p_adjusted", "kind"])),
+            "metric", "case", "run_id", "alarm_run_id", "before_mean", "after_mean", "magnitude_pct", "floor_pct",
+            "kind"])),
+        # the sequential detector's parameters (each row's `detector` adds its floor)
+        "detector": dg.MetadataValue.text(changepoint.DETECTOR.describe(changepoint.DEFAULT_DELTA_PCT)),
         "path": dg.MetadataValue.path(str(path)),
     })
 

@@ -12,6 +12,11 @@ confirmed like a real regression. The pairs are balanced (half baseline-first, h
 candidate-first, the extra one of an odd count drawn too) and shuffled with a seed derived
 from the two run ids; the seed and the order are the evidence of the round
 (``confirmations/<candidate>/order.json`` and the comparison's ``confirmation_evidence``).
+
+The round is analysed as pairs (``benchrun.stats.paired``): when its answer is unclear it asks
+for more pairs through the hook's ``extend``, up to ``comparison.confirmation.maxPairs`` of the
+candidate's pinned spec (default: twice the replicates); each extension is a fresh balanced,
+shuffled set of pairs (its seed recorded too), numbered after the pairs already launched.
 """
 
 from __future__ import annotations
@@ -54,59 +59,122 @@ def round_seed(baseline_id: str, candidate_id: str) -> int:
     return zlib.crc32(f"{baseline_id}|{candidate_id}".encode())
 
 
+class _Replicates:
+    """A pinned run that plans replicates ``first`` .. ``last`` of every suite (an extension)."""
+
+    def __init__(self, run: Any, last: int) -> None:
+        self._run, self._last = run, last
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._run, name)
+
+    def replicates_for(self, suite: Any) -> int:  # noqa: ARG002 - every suite alike
+        return self._last
+
+
 def confirmation_invocations(home: Path, baseline_id: str, candidate_id: str, suites: set[str],
-                             replicates: int | None = None, seed: int | None = None
+                             replicates: int | None = None, seed: int | None = None, *, first: int = 1
                              ) -> tuple[list[tuple[str, Invocation]], dict[str, Path]]:
     """(arm, invocation) pairs in launch order — per replicate k, both arms' launches of k, the
-    first arm drawn by :func:`pair_orders` — and each arm's output dir."""
+    first arm drawn by :func:`pair_orders` — and each arm's output dir. ``first`` > 1 plans an
+    extension: replicates ``first`` .. ``first + replicates − 1``, into the round's existing dirs."""
     root = home / "confirmations" / candidate_id
     arms: dict[str, list[Invocation]] = {}
     out_dirs: dict[str, Path] = {}
     for arm, run_id in (("baseline", baseline_id), ("candidate", candidate_id)):
         rd = RunDir.for_run(run_id, home)
         out = root / arm / run_id
-        if out.exists():
-            shutil.rmtree(out)  # a confirmation round is fresh by definition
-        for sub in ("structured", "raw"):
-            (out / sub).mkdir(parents=True)
-        plans = plan_run(load_pinned(rd).run, run_id, out, home=home)
-        arms[arm] = [inv for p in plans for inv in p.invocations if inv.suite in suites]
+        if first == 1:
+            if out.exists():
+                shutil.rmtree(out)  # a confirmation round is fresh by definition
+            for sub in ("structured", "raw"):
+                (out / sub).mkdir(parents=True)
+        run = load_pinned(rd).run
+        if first > 1:
+            run = _Replicates(run, first + int(replicates or 0) - 1)
+        plans = plan_run(run, run_id, out, home=home)
+        arms[arm] = [inv for p in plans for inv in p.invocations if inv.suite in suites and inv.replicate >= first]
         out_dirs[arm] = out
     n = replicates or max((inv.replicate for invs in arms.values() for inv in invs), default=0)
     orders = pair_orders(n, round_seed(baseline_id, candidate_id) if seed is None else seed)
     order: list[tuple[str, Invocation]] = []
-    for k, pair in zip(range(1, n + 1), orders):
+    for k, pair in zip(range(first, first + n), orders):
         for arm in pair:
             order.extend((arm, inv) for inv in arms[arm] if inv.replicate == k)
     return order, out_dirs
 
 
-def confirmation_hook(home: Path, baseline_id: str, candidate_id: str, *,
-                      launcher: Launcher | None = None, replicates: int | None = None,
-                      on_launch: Callable[[Any], None] | None = None) -> Callable[[Keys], tuple[Any, Any]]:
-    """A ConfirmHook for :func:`benchrun.stats.compare.compare_tables`: the fresh tables of both arms
-    (failed replicates included) and the round's evidence (seed and launch order)."""
-    from benchrun.stats.load import replicate_table
+def max_pairs(home: Path, candidate_id: str) -> int | None:
+    """``comparison.confirmation.maxPairs`` of the candidate's pinned spec (None: not set)."""
+    comp = load_pinned(RunDir.for_run(candidate_id, home)).run.spec.comparison
+    conf = getattr(comp, "confirmation", None) if comp is not None else None
+    return getattr(conf, "max_pairs", None)
 
-    launcher = launcher or LocalLauncher()
 
-    def hook(keys: Keys) -> tuple[Any, Any, dict[str, Any]]:
+class ConfirmationRound:
+    """A ConfirmHook for :func:`benchrun.stats.compare.compare_tables`: called with the suspected
+    keys, it launches the round and returns the fresh tables of both arms (failed replicates
+    included) and the round's evidence (seeds and launch order); :meth:`extend` launches more
+    pairs of the same round and returns both arms' tables so far. ``max_pairs`` is the spec's
+    budget (None: the analysis's default)."""
+
+    def __init__(self, home: Path, baseline_id: str, candidate_id: str, *, launcher: Launcher | None = None,
+                 replicates: int | None = None, on_launch: Callable[[Any], None] | None = None) -> None:
+        self.home, self.baseline_id, self.candidate_id = home, baseline_id, candidate_id
+        self.launcher = launcher or LocalLauncher()
+        self.replicates, self.on_launch = replicates, on_launch
+        self.max_pairs: int | None = None
+        self.pairs = 0
+        self.evidence: dict[str, Any] = {}
+        self._out_dirs: dict[str, Path] = {}
+
+    def _launch(self, order: list[tuple[str, Invocation]]) -> None:
+        for arm, inv in order:
+            res = self.launcher.launch(inv, self._out_dirs[arm])
+            if self.on_launch:
+                self.on_launch(res)
+
+    def _tables(self) -> tuple[Any, Any]:
+        from benchrun.stats.load import replicate_table
+
+        return (replicate_table(self._out_dirs["baseline"], include_failed=True),
+                replicate_table(self._out_dirs["candidate"], include_failed=True))
+
+    def __call__(self, keys: Keys) -> tuple[Any, Any, dict[str, Any]]:
         suites = {suite for suite, _case, _metric in keys}
-        seed = round_seed(baseline_id, candidate_id)
-        order, out_dirs = confirmation_invocations(home, baseline_id, candidate_id, suites, replicates, seed)
-        evidence = {
+        seed = round_seed(self.baseline_id, self.candidate_id)
+        order, self._out_dirs = confirmation_invocations(self.home, self.baseline_id, self.candidate_id, suites,
+                                                         self.replicates, seed)
+        self.max_pairs = max_pairs(self.home, self.candidate_id)  # the pinned specs loaded above
+        self.pairs = max((inv.replicate for _arm, inv in order), default=0)
+        self.evidence = {
             "scheme": "paired launches, first arm per pair balanced and shuffled (seeded)",
             "seed": seed,
             "order": [{"arm": arm, "suite": inv.suite, "replicate": inv.replicate} for arm, inv in order],
         }
-        atomic_write_json(home / "confirmations" / candidate_id / "order.json", evidence)
+        atomic_write_json(self.home / "confirmations" / self.candidate_id / "order.json", self.evidence)
         log.info("confirmation round: %d launches of %s, paired in a seeded balanced order", len(order),
                  sorted(suites))
-        for arm, inv in order:
-            res = launcher.launch(inv, out_dirs[arm])
-            if on_launch:
-                on_launch(res)
-        return (replicate_table(out_dirs["baseline"], include_failed=True),
-                replicate_table(out_dirs["candidate"], include_failed=True), evidence)
+        self._launch(order)
+        return (*self._tables(), self.evidence)
 
-    return hook
+    def extend(self, keys: Keys, pairs: int) -> tuple[Any, Any]:
+        suites = {suite for suite, _case, _metric in keys}
+        seed = round_seed(self.baseline_id, self.candidate_id) + self.pairs
+        order, _dirs = confirmation_invocations(self.home, self.baseline_id, self.candidate_id, suites, pairs,
+                                                seed, first=self.pairs + 1)
+        self.pairs += pairs
+        self.evidence.setdefault("extensions", []).append({
+            "seed": seed, "order": [{"arm": arm, "suite": inv.suite, "replicate": inv.replicate} for arm, inv in order]})
+        atomic_write_json(self.home / "confirmations" / self.candidate_id / "order.json", self.evidence)
+        log.info("confirmation round extended: %d more launches of %s", len(order), sorted(suites))
+        self._launch(order)
+        return self._tables()
+
+
+def confirmation_hook(home: Path, baseline_id: str, candidate_id: str, *,
+                      launcher: Launcher | None = None, replicates: int | None = None,
+                      on_launch: Callable[[Any], None] | None = None) -> ConfirmationRound:
+    """The confirmation round of ``candidate_id`` against ``baseline_id`` (:class:`ConfirmationRound`)."""
+    return ConfirmationRound(home, baseline_id, candidate_id, launcher=launcher, replicates=replicates,
+                             on_launch=on_launch)

@@ -14,27 +14,27 @@ from benchrun.stats.synthetic import make_run
 def test_step_is_found_at_its_index_with_magnitude():
     rng = np.random.default_rng(0)
     y = np.r_[rng.normal(100, 1, 20), rng.normal(90, 1, 20)]
-    cps = detect(y, alpha=0.01)
-    main = [c for c in cps if abs(c.index - 20) <= 1]
-    assert len(main) == 1
-    cp = main[0]
-    assert cp.magnitude_pct == (cp.after_mean - cp.before_mean) / cp.before_mean * 100
-    assert -12 < cp.magnitude_pct < -8 and cp.p_adjusted < 0.01
+    cps = detect(y)
+    assert len(cps) == 1
+    cp = cps[0]
+    assert abs(cp.index - 20) <= 1 and 20 <= cp.alarm_index <= 23
+    assert cp.magnitude_pct == pytest.approx((cp.after_mean - cp.before_mean) / cp.before_mean * 100)
+    assert -12 < cp.magnitude_pct < -8
 
 
 def test_flat_series_rarely_alarm_and_steps_are_found():
     rng = np.random.default_rng(1)
-    false = sum(bool(detect(rng.normal(100, 1, 30), alpha=0.01)) for _ in range(200))
+    false = sum(bool(detect(rng.normal(100, 1, 30))) for _ in range(200))
     assert false / 200 <= 0.02
-    found = sum(any(abs(c.index - 15) <= 1 for c in detect(np.r_[rng.normal(100, 1, 15), rng.normal(96, 1, 15)],
-                                                           alpha=0.01)) for _ in range(100))
+    found = sum(any(abs(c.index - 15) <= 1 for c in detect(np.r_[rng.normal(100, 1, 15), rng.normal(96, 1, 15)]))
+                for _ in range(100))
     assert found >= 80
 
 
 def test_no_change_point_inside_the_head():
     y = np.r_[np.full(3, 100.0), np.full(27, 80.0)] + np.random.default_rng(2).normal(0, 0.5, 30)
     assert detect(y) == []
-    assert detect(np.arange(6.0)) == []  # too short a series
+    assert detect(np.r_[np.full(14, 100.0), np.full(1, 50.0)]) == []  # 15 nights: all reference
 
 
 def test_permutation_pvalue_accounts_for_selection():
@@ -46,8 +46,8 @@ def test_permutation_pvalue_accounts_for_selection():
 
 def test_history_fact_table_from_run_directories(tmp_path):
     rng = np.random.default_rng(4)
-    for i in range(24):
-        level = 100.0 if i < 14 else 85.0
+    for i in range(28):
+        level = 100.0 if i < 18 else 85.0
         make_run(tmp_path, f"nightly-{i:02d}",
                  {("serve", "c=8", "tokens_per_second"): (rng.normal(level, 1.0, 3), "tok/s", "higher"),
                   ("serve", "c=8", "p50_latency_ms"): (rng.normal(40, 0.4, 3), "ms", "lower")},
@@ -59,26 +59,26 @@ def test_history_fact_table_from_run_directories(tmp_path):
              status={"cadence": "nightly"})
     (tmp_path / "runs" / "broken" / "status.json").write_text("{not json")
     hist = history_table(tmp_path)  # the damaged run is skipped, not fatal
-    assert len(hist) == 48 and "canary-x" not in set(hist.run_id) and "broken" not in set(hist.run_id)
+    assert len(hist) == 56 and "canary-x" not in set(hist.run_id) and "broken" not in set(hist.run_id)
     assert hist.hardware_key.nunique() == 1
-    fact = change_points(hist, alpha=0.01)
+    fact = change_points(hist)
     assert list(fact.columns) == FACT_COLUMNS
     tps = fact[fact.metric == "tokens_per_second"]
     assert len(tps) == 1
     row = tps.iloc[0]
-    assert row.run_id == "nightly-14" and row.kind == "regression"
-    assert row.artifact_manifest_digest == f"{14:064x}"
+    assert row.run_id == "nightly-18" and row.kind == "regression"
+    assert row.artifact_manifest_digest == f"{18:064x}"
     assert abs(row.before_mean - 100) < 1 and abs(row.after_mean - 85) < 1
     assert fact[fact.metric == "p50_latency_ms"].empty
     path = write_change_point_fact(fact, tmp_path)
     assert path == tmp_path / "warehouse" / "change_point_fact" / "change_points.parquet"
     back = pd.read_parquet(path)
-    assert back.run_id.tolist() == ["nightly-14"]
+    assert back.run_id.tolist() == ["nightly-18"]
     assert not list(path.parent.glob(".*tmp"))
     from benchrun.warehouse import query  # queryable beside the other facts
 
     rows = query("SELECT run_id, kind FROM change_point_fact", tmp_path).table.to_pylist()
-    assert rows == [{"run_id": "nightly-14", "kind": "regression"}]
+    assert rows == [{"run_id": "nightly-18", "kind": "regression"}]
 
 
 def _ar1(rng, phi, n):
@@ -95,15 +95,17 @@ def test_false_alarms_stay_at_5_percent_on_autocorrelated_nulls():
     # before: 14 % at φ = 0.2 and 58 % at φ = 0.5 (the plain rank permutation test)
     rng = np.random.default_rng(31)
     for phi, sims in ((0.2, 200), (0.5, 300)):
-        alarms = sum(bool(detect(_ar1(rng, phi, 40), alpha=0.05, seed=i)) for i in range(sims))
+        alarms = sum(bool(detect(_ar1(rng, phi, 40), floor_pct=0)) for i in range(sims))
         assert alarms / sims <= 0.05, (phi, alarms / sims)
-    # and a 3-sd step is still found on an autocorrelated series most of the time
+    # and a 3-sd step 25 nights into a 40-night φ = 0.5 series is still found, located within 2
+    # nights, in 40 % or more (it was 60 %+ under the per-pass test, whose per-history false
+    # alarms were 24 % at φ = 0.5; the sequential detector trades this for ~5 % per history)
     found = 0
     for i in range(100):
         y = _ar1(rng, 0.5, 40)
         y[25:] += 3 / np.sqrt(1 - 0.25)
-        found += any(abs(c.index - 25) <= 2 for c in detect(y, alpha=0.05, seed=i))
-    assert found >= 60
+        found += any(abs(c.index - 25) <= 2 for c in detect(y, floor_pct=0))
+    assert found >= 40
 
 
 def _history(n_series, steps, n=30):
@@ -121,13 +123,63 @@ def _history(n_series, steps, n=30):
     return pd.DataFrame(rows)
 
 
-def test_series_are_corrected_together_and_only_new_breaks_are_new():
+def test_only_the_stepped_series_alarms_and_only_new_breaks_are_new():
     hist = _history(20, {3})
-    fact = change_points(hist, alpha=0.05)
+    fact = change_points(hist)
     assert fact.metric.tolist() == ["m3"] and fact.run_id.tolist() == ["r20"] and bool(fact.new.iloc[0])
-    assert fact.p_adjusted.iloc[0] >= fact.p_value.iloc[0]
     # the next pass sees one more night: the same break is carried, not announced again
     more = pd.concat([hist, _history(20, {3}, n=31).query("run_id == 'r30'")], ignore_index=True)
-    again = change_points(more, alpha=0.05, previous=fact)
+    again = change_points(more, previous=fact)
     assert again.run_id.tolist() == ["r20"] and not bool(again.new.iloc[0])
     assert set(FACT_COLUMNS) >= {"new", "ar1_phi"}
+
+
+def _nights(rng, phi, n, cv=0.02):
+    return 100 * (1 + cv * np.sqrt(1 - phi**2) * (_ar1(rng, phi, n) - 100))
+
+
+def test_change_points_do_not_move_or_multiply_as_nights_are_added():
+    # before: the whole history was re-tested every night; breaks moved, and new ones appeared
+    # among old nights (27-58 % of 200-night null histories alarmed at some pass)
+    rng = np.random.default_rng(11)
+    for phi in (0.0, 0.5):
+        for _ in range(5):
+            y = _nights(rng, phi, 80)
+            y[50:] *= 1.06
+            full = [(c.index, c.alarm_index, c.magnitude_pct) for c in detect(y)]
+            for night in range(20, 80, 3):
+                prefix = [(c.index, c.alarm_index, c.magnitude_pct) for c in detect(y[:night])]
+                assert prefix == [c for c in full if c[1] < night], (phi, night)
+
+
+def test_per_history_false_alarms_and_detection_delay():
+    # 200-night histories without change, iid and φ = 0.5 at CV 2 %: few ever alarm (before:
+    # 27-58 % over 200 nights); a 5 % step is mostly found within 7 nights
+    rng = np.random.default_rng(12)
+    for phi in (0.0, 0.5):
+        alarms = sum(bool(detect(_nights(rng, phi, 200))) for _ in range(40))
+        assert alarms <= 4, (phi, alarms)
+    found = 0
+    for _ in range(40):
+        y = _nights(rng, 0.0, 130)
+        y[100:] *= 1.05
+        cps = detect(y)
+        found += bool(cps) and 100 <= cps[0].alarm_index < 107
+    assert found >= 34
+
+
+def test_the_floor_keeps_small_clear_moves_quiet_and_every_alarm_states_its_detector():
+    import json
+
+    y = _nights(np.random.default_rng(13), 0.0, 60, cv=0.002)
+    y[35:] *= 1.02  # 10 sd, but 2 %: under a 3 % floor
+    assert detect(y, floor_pct=3.0) == []
+    assert [c.index for c in detect(y, floor_pct=1.0)] == [35]
+    hist = _history(3, {1})
+    hist["floor_pct"] = 5.0
+    fact = change_points(hist)
+    det = json.loads(fact.detector.iloc[0])
+    assert det["floor_pct"] == 5.0 and {"k", "h", "warmup", "lag", "phi_margin", "clip", "method"} <= set(det)
+    assert fact.alarm_run_id.iloc[0] >= fact.run_id.iloc[0]
+    hist["floor_pct"] = 9.0  # the 8 % step is under this spec's δ
+    assert change_points(hist).empty

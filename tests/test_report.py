@@ -50,8 +50,8 @@ def test_report_is_self_contained_with_all_sections(home):
     from benchrun.report.html import build_report
 
     rng = np.random.default_rng(0)
-    for i in range(10):
-        make_run(home, f"hist-{i:02d}", _metrics(rng, 1.0 if i < 6 else 0.85),
+    for i in range(20):  # the change-point detector's first 15 nights set its reference
+        make_run(home, f"hist-{i:02d}", _metrics(rng, 1.0 if i < 16 else 0.85),
                  status={"created_utc": f"2026-11-{i + 1:02d}T00:00:00Z"})
     base = make_run(home, "base", _metrics(rng), serving={"serve": _serving()})
     cand = make_run(home, "cand", _metrics(rng, 0.9, outlier=True), serving={"serve": _serving()},
@@ -87,7 +87,7 @@ def test_report_is_self_contained_with_all_sections(home):
     assert details.count("<details>") >= 4
     assert "RegressionDetected" in details and "UnconfirmedRegression" in details
     assert "p99 per load point" in details and "c=8" in details
-    assert "hist-06" in details  # the change point in the history (10 % drop from run 6 on)
+    assert "hist-16" in details  # the change point in the history (15 % drop from run 16 on)
 
 
 @pytest.mark.slow
@@ -234,14 +234,15 @@ def test_change_points_asset(home):
     from bench_assets.stats_assets import change_points
 
     rng = np.random.default_rng(4)
-    for i in range(16):
+    for i in range(24):  # the detector's first 15 nights set the reference
         make_run(home, f"n-{i:02d}", {("serve", "", "tokens_per_second"):
-                                      (rng.normal(100 if i < 9 else 80, 1, 3), "tok/s", "higher")},
+                                      (rng.normal(100 if i < 18 else 80, 1, 3), "tok/s", "higher")},
                  status={"cadence": "nightly", "created_utc": f"2026-11-{i + 1:02d}T00:00:00Z"})
     res = dg.materialize([change_points], instance=dg.DagsterInstance.ephemeral())
     meta = res.get_asset_materialization_events()[0].materialization.metadata
-    assert meta["change_points"].value == 1 and meta["runs"].value == 16 and meta["new_change_points"].value == 1
+    assert meta["change_points"].value == 1 and meta["runs"].value == 24 and meta["new_change_points"].value == 1
     again = dg.materialize([change_points], instance=dg.DagsterInstance.ephemeral())  # same history: nothing new
     assert again.get_asset_materialization_events()[0].materialization.metadata["new_change_points"].value == 0
     fact = pd.read_parquet(home / "warehouse" / "change_point_fact" / "change_points.parquet")
-    assert fact.run_id.tolist() == ["n-09"]
+    assert fact.run_id.tolist() == ["n-18"]
+    assert "warmup" in meta["detector"].text

@@ -28,9 +28,11 @@ merged rows (percentiles are never averaged).
 Minimum samples: to claim the sample p-quantile is supported at confidence ``c`` we use the
 order-statistic (binomial) argument for a distribution-free upper confidence bound: the
 largest of ``n`` i.i.d. samples exceeds the true q-quantile with probability
-``1 - q**n``, so the sample maximum (and hence any reported upper percentile) is backed
-by a ``c`` upper bound only when ``n >= ln(1 - c) / ln(q)``. For p99 at 99 % that is
-``n >= 459``; for p50 7, p90 44, p95 90, p99.9 4603.
+``1 - q**n``, so only the sample *maximum* is an upper bound at confidence ``c``, and only
+when ``n >= ln(1 - c) / ln(q)`` (the reported percentile itself, below the maximum, has no
+such bound). For p99 at 99 % that is ``n >= 459``; for p50 7, p90 44, p95 90, p99.9 4603.
+The comparison uses the same rule at 1 − α/2 of its 95 % (368 for p99: the two-sided
+interval's upper end), ``benchrun.stats.tails.requests_needed``.
 """
 
 from __future__ import annotations

@@ -227,6 +227,7 @@ def history_for(run: "RunInfo", stats: "TrialStatistics", home: Any) -> "pd.Data
     import pandas as pd
 
     from benchrun.stats.changepoint import hardware_key, history_table
+    from benchrun.stats.load import delta_pct
 
     hist = history_table(home, cadences=None)
     hk = hardware_key(run.environment)
@@ -239,6 +240,7 @@ def history_for(run: "RunInfo", stats: "TrialStatistics", home: Any) -> "pd.Data
         mine["run_id"], mine["created_utc"] = run.run_id, run.status.get("created_utc") or ""
         mine["workload_spec_digest"], mine["hardware_key"] = wd, hk
         mine["artifact_manifest_digest"] = run.status.get("artifact_manifest_digest")
+        mine["floor_pct"] = [delta_pct(run.spec, m) for m in mine["metric"]]
         mine = mine[hist.columns] if len(hist.columns) else mine
         # (concatenating an empty frame is deprecated in pandas: take this run's rows alone)
         hist = pd.concat([hist, mine], ignore_index=True) if len(hist) else mine.reset_index(drop=True)

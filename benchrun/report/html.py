@@ -313,7 +313,7 @@ def _details_html(run: Any, stats: Any, comparison: dict[str, Any] | None, cps: 
         parts.append(block(f"Change points in the history ({len(cps)})", _table(cps, [
             ("suite", "suite"), ("metric", "metric"), ("case", "case"), ("run_id", "first run after"),
             ("change_utc", "date"), ("before_mean", "before"), ("after_mean", "after"), ("magnitude_pct", "Δ %"),
-            ("p_adjusted", "p adj"), ("kind", "kind")], "cps")))
+            ("floor_pct", "floor %"), ("alarm_run_id", "alarm at"), ("kind", "kind")], "cps")))
     st = run.status
     parts.append(block("Conditions", _table(st.get("conditions") or [], [
         ("type", "type"), ("status", "status"), ("reason", "reason"), ("message", "message"),

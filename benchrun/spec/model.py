@@ -275,6 +275,15 @@ class Controls(SpecModel):
     compare_one_variable_at_a_time: bool
 
 
+class ConfirmationRound(SpecModel):
+    """The confirmation round of a suspected gating regression (extension)."""
+
+    max_pairs: Annotated[int, Field(ge=1, le=100)] | None = Field(
+        default=None, description="Most baseline/candidate pairs the round may launch while its answer is "
+        "unclear: it starts with as many pairs as the runs had replicates and extends by as many again "
+        "(default: twice the replicates).")
+
+
 class Comparison(SpecModel):
     """Baseline versus candidate differing only in ``variableUnderTest``."""
 
@@ -293,6 +302,7 @@ class Comparison(SpecModel):
         description="Per-metric no-change margin in the metric's unit, for metrics that can be 0 "
         "(error counts) and are compared by absolute difference (extension).",
     )
+    confirmation: ConfirmationRound | None = None
 
 
 # -- metrics and trials -----------------------------------------------------------------

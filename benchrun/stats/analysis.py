@@ -117,20 +117,31 @@ def compare_runs(
 
     Returns the gate result and the comparison (None when the gate refused the pair).
     """
+    from benchrun.stats.tails import RequestTails
+
     base, cand = load_run(baseline_dir), load_run(candidate_dir)
     gate = check_gate(base, cand, variable)
     if not gate.passed:
         log.info("%s", gate.message())
         return gate, None
+    from benchrun.stats import contention
+
+    # replicates measured on a contended machine leave the comparison by a stated rule (benchrun.stats.contention)
+    b_table, b_info = contention.exclude(replicate_table(base.path, include_failed=True),
+                                         contention.contended_replicates(base.path))
+    c_table, c_info = contention.exclude(replicate_table(cand.path, include_failed=True),
+                                         contention.contended_replicates(cand.path))
     result = compare_tables(
-        replicate_table(base.path, include_failed=True),
-        replicate_table(cand.path, include_failed=True),
+        b_table,
+        c_table,
         confidence=confidence_level(cand.spec),
         primary=primary_metrics(cand.spec),
         delta_pct=lambda m: delta_pct(cand.spec, m),
         abs_margin=lambda m: absolute_margin(cand.spec, m),
         confirm=confirm,
+        tails=RequestTails(base.path, cand.path, confidence=confidence_level(cand.spec)),
     )
+    contention.annotate(result.rows, b_info, c_info)
     return gate, result
 
 

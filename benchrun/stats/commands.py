@@ -1,4 +1,4 @@
-"""CLI commands of the statistics: ``benchrun compare``, ``benchrun promote``, ``benchrun report``.
+"""CLI commands of the statistics: ``benchrun compare``, ``benchrun promote``, ``benchrun report``, ``benchrun plan``.
 
 ``benchrun compare`` exits 0 when no gating metric regressed, 3 when a gating regression is
 suspected (the CLI runs no confirmation round, so a suspicion is not cleared here) or
@@ -129,8 +129,32 @@ def report(run_id: str = typer.Argument(..., help="Run id or run directory.")) -
     typer.echo(f"figures: {path.parent.parent / 'figures'}")
 
 
+def plan(
+    spec: str = typer.Argument(..., help="A BenchmarkRun spec file."),
+    power: float = typer.Option(0.8, "--power", min=0.5, max=0.99, help="Power to plan for."),
+    max_n: int = typer.Option(30, "--max-n", min=2, max=100, help="Most replicates considered."),
+) -> None:
+    """How many replicates each primary metric needs to detect its δ, from the warehouse's history."""
+    from benchrun.paths import benchrun_home
+    from benchrun.spec.validation import load_spec
+    from benchrun.stats.planning import plan as make_plan
+
+    loaded = load_spec(spec)
+    plans = make_plan(loaded.document, loaded.workload_spec_digest, benchrun_home(), target=power, max_n=max_n)
+    if not plans:
+        raise BenchrunError(f"{spec}: no primary metrics (spec.metrics.<family>.primary): nothing to plan")
+    con = make_console()
+    for p in plans:
+        need = "?" if p.needed is None else str(p.needed)
+        now = "" if p.power_at_current is None else f"; power now at {p.current}: {p.power_at_current:.0%}"
+        con.print(f"{p.metric}: {need} replicates for {power:.0%} power to detect {p.delta_pct:g} % "
+                  f"(CV {_num(p.cv * 100)} % from {p.runs} runs, {p.family} gating tests{now})"
+                  + (f" — {p.note}" if p.note else ""), markup=False, highlight=False)
+
+
 def register(app: typer.Typer) -> None:
-    """Add compare, promote and report to the benchrun CLI."""
+    """Add compare, promote, report and plan to the benchrun CLI."""
     app.command("compare")(compare)
     app.command("promote")(promote)
     app.command("report")(report)
+    app.command("plan")(plan)

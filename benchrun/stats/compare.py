@@ -253,6 +253,7 @@ def compare_tables(
     abs_margin: Callable[[str], float | None] | None = None,
     confirm: ConfirmHook | None = None,
     engine: str = "batch",
+    tails: Any = None,
     _round: int = 0,
 ) -> Comparison:
     """Compare two replicate tables metric by metric and return the verdicts.
@@ -261,7 +262,8 @@ def compare_tables(
     ``status`` is not ``ok`` are failed replicates (counted per suite, not values).
     ``delta_pct(name)`` is the no-change margin in percent of a log-scale metric;
     ``abs_margin(name)`` the margin, in the metric's unit, of a metric compared on the
-    absolute scale (one with a value ≤ 0). ``engine="reference"`` computes each metric with
+    absolute scale (one with a value ≤ 0). ``tails`` (a :class:`benchrun.stats.tails.RequestTails`)
+    replaces the p99 rows' evidence by the requests' before the gate. ``engine="reference"`` computes each metric with
     :func:`benchrun.stats.effects.effect` one by one (the tests check the batch against it).
     """
     import pandas as pd
@@ -314,7 +316,15 @@ def compare_tables(
         result.notes.append("no metrics to compare")
         return result
     _margins(df, margin_of, result)
+    if tails is not None:  # p99 rows judged on pooled requests (benchrun.stats.tails.RequestTails)
+        tails.apply(df)
     _gate_and_verdicts(df, alpha, result)
+    if tails is not None:
+        tails.label(df)
+    from benchrun.stats.spread import apply_spread  # "noisier" is not "slower" (benchrun.stats.spread)
+
+    apply_spread(df, lambda i: (_matrix(b, ib[i:i + 1], nb[i])[0], _matrix(c, ic[i:i + 1], nc[i])[0])
+                 if i < rows and comparable[i] else None, alpha)
     df["confirmation"] = ""
     suspected = [(r.suite, r.case, r.name) for r in df.itertuples() if r.gating and r.verdict == "regression"]
     result.suspected = suspected
@@ -503,6 +513,13 @@ def _confirm(result: Comparison, suspected: list[tuple[str, str, str]], confirm:
     confirmed_keys = {
         (r.suite, r.case, r.name) for r in again.rows.itertuples() if r.verdict == "regression" and r.gating
     } if not again.rows.empty else set()
+    # value metrics: the round's pairs decide, with the first round's p, by benchrun.stats.paired's
+    # pre-stated rule (extending the round while unclear); failure counts keep the round's own test
+    from benchrun.stats.paired import paired_confirmation
+
+    confirmed_keys = {k for k in confirmed_keys if k[2] == FAILED_METRIC} | paired_confirmation(
+        result, [k for k in suspected if k[2] != FAILED_METRIC and k not in untested], sub_b, sub_c, confirm,
+        alpha=1.0 - confidence)
     result.confirmed = [k for k in suspected if k in confirmed_keys]
     for k in suspected:
         state = "confirmed" if k in confirmed_keys else "failed" if k in untested else "not_confirmed"

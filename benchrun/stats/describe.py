@@ -134,8 +134,15 @@ def quantile_interval(values: Sequence[float], q: float, confidence: float) -> t
 
 
 def min_samples_for_quantile(q: float, confidence: float) -> int:
-    """Fewest samples for which :func:`quantile_interval` is bounded (368 for p99 at 95 %)."""
+    """Fewest samples for which :func:`quantile_interval` is bounded (368 for p99 at 95 %): the
+    one request-count rule, :func:`benchrun.stats.tails.requests_needed` (checked on the binomial)."""
+    from benchrun.stats.tails import requests_needed
+
     alpha = 1.0 - confidence
+    n0 = requests_needed(q, confidence)
+    cdf = stats.binom.cdf(np.arange(0, n0), n0, q)
+    if (cdf <= alpha / 2).any() and (cdf >= 1 - alpha / 2).any():
+        return n0
     n = max(1, math.ceil(math.log(alpha / 2) / math.log(max(q, 1 - q))))
     while True:  # the closed form is exact up to rounding; confirm on the binomial itself
         cdf = stats.binom.cdf(np.arange(0, n), n, q)

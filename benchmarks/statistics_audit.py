@@ -1,0 +1,238 @@
+"""The statistics audit: false alarms, power, interval coverage, change points and confirmation, re-measured on fabricated data.
+
+Every figure is a simulation with a stated count, through the code the comparison runs:
+the first round is the gate itself (``batch.effects`` + ``compare.decide``: exact rank test
+or Welch t, Holm over the gating family, the ±3 % margin), the confirmation round is
+``benchrun.stats.paired``'s rule (first n pairs, extension to 2n), the p99 is
+``benchrun.stats.tails.compare_p99``, the change points ``benchrun.stats.changepoint``.
+
+Sections (``--only`` picks some; counts per cell in brackets, scaled by ``--scale``):
+
+* ``aa``: per-run A/A false alarms, n = 5, 10; 6, 18 gating tests; CV 2, 10 %; before and
+  after confirmation [1,000 runs].
+* ``power``: one of 18 gating metrics shifted 5 or 10 % at CV 2 and 5 %, n = 5; the share of
+  runs where it is suspected, and confirmed [500 runs].
+* ``coverage``: the median's order-statistic interval and the Hodges–Lehmann interval at
+  n = 5, 10 on normal, lognormal and bimodal data [4,000]; the p99-on-requests interval
+  (A/A, 5 replicates an arm, CV 2 % between replicates, lognormal σ 0.3 requests) at 24, 100
+  and 1,000 requests a replicate, and 100 vs 400 [300, 400 bootstrap resamples].
+* ``changepoint``: 200-night histories at CV 2 %, floor 3 %: the share that ever alarm at
+  φ = 0, 0.5, 0.8; 5 % steps after 30 and 100 nights: the share found within 7 nights, and
+  the median delay [300].
+* ``confirm``: a 5 % regression at CV 2 %, n = 5, suspected by the first round (1 and 18
+  gating tests), then a confirmation round under a 3 %-per-pair drift: the share confirmed,
+  without extension (maxPairs 5) and with (10) [400].
+
+The machine is shared: run it with ``nice -n 10``. Usage:
+``nice -n 10 .venv/bin/python benchmarks/statistics_audit.py [--scale 1.0] [--only aa,power] [--seed 0]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+import platform
+import time
+from typing import Any
+
+import numpy as np
+
+from benchrun.stats import batch
+from benchrun.stats import compare as C
+from benchrun.stats.changepoint import detect_series
+from benchrun.stats.describe import median_interval
+from benchrun.stats.paired import decide as paired_decide
+from benchrun.stats.paired import n_looks, worse_positive
+from benchrun.stats.synthetic import lognormal_replicates
+from benchrun.stats.tails import compare_p99
+
+MARGIN = math.log1p(0.03)
+ALPHA = 0.05
+
+
+def _first_round(rng: np.random.Generator, shift: float, cv: float, n: int, tests: int, sims: int
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(verdict == regression, p_adjusted) per run × gating metric; metric 0 shifted by ``shift``
+    (a throughput, higher is better: a negative shift is a regression)."""
+    rows = sims * tests
+    base = lognormal_replicates(rng, 100.0, cv, rows * n).reshape(rows, n)
+    factor = np.where(np.arange(rows) % tests == 0, 1 + shift, 1.0)[:, None]
+    cand = lognormal_replicates(rng, 100.0, cv, rows * n).reshape(rows, n) * factor
+    eff = batch.effects(base, cand, np.ones(rows, bool), 1 - ALPHA)
+    sizes = np.full(tests, n)
+    reg = np.zeros((sims, tests), bool)
+    padj = np.ones((sims, tests))
+    for i in range(sims):
+        sl = slice(i * tests, (i + 1) * tests)
+        d = C.decide({k: v[sl] for k, v in eff.items()}, np.ones(tests, bool), sizes, sizes,
+                     np.full(tests, MARGIN), ALPHA)
+        reg[i] = np.asarray(d.verdict) == "regression"
+        padj[i] = d.p_adjusted
+    return reg, padj
+
+
+def _confirm(rng: np.random.Generator, p1: float, shift: float, cv: float, n0: int, max_pairs: int,
+             drift: float = 0.0) -> tuple[bool, int]:
+    """One confirmation round by the paired rule: confirmed?, pairs launched."""
+    looks = n_looks(n0, max_pairs)
+    b: list[float] = []
+    c: list[float] = []
+    look = 1
+    while True:
+        k = np.arange(len(b), len(b) + n0)
+        level = np.exp(drift * k)
+        b += list(level * lognormal_replicates(rng, 100.0, cv, n0))
+        c += list(level * (1 + shift) * lognormal_replicates(rng, 100.0, cv, n0))
+        dec = paired_decide(p1, worse_positive(b, c, "higher"), alpha=ALPHA, look=look, looks=looks)
+        if dec.decision != "extend":
+            return dec.decision == "confirmed", len(b)
+        look += 1
+
+
+def section_aa(rng: np.random.Generator, scale: float) -> dict[str, Any]:
+    sims = max(50, int(1000 * scale))
+    out = {"runs_per_cell": sims, "cells": []}
+    for n in (5, 10):
+        for tests in (6, 18):
+            for cv in (0.02, 0.10):
+                reg, padj = _first_round(rng, 0.0, cv, n, tests, sims)
+                suspected = reg.any(axis=1)
+                confirmed = 0
+                for i in np.nonzero(suspected)[0]:
+                    confirmed += any(_confirm(rng, float(padj[i, j]), 0.0, cv, n, 2 * n)[0]
+                                     for j in np.nonzero(reg[i])[0])
+                out["cells"].append({"n": n, "tests": tests, "cv": cv, "before": float(suspected.mean()),
+                                     "after": confirmed / sims})
+    return out
+
+
+def section_power(rng: np.random.Generator, scale: float) -> dict[str, Any]:
+    sims = max(50, int(500 * scale))
+    out = {"runs_per_cell": sims, "n": 5, "tests": 18, "cells": []}
+    for shift in (0.05, 0.10):
+        for cv in (0.02, 0.05):
+            reg, padj = _first_round(rng, -shift, cv, 5, 18, sims)
+            sus = reg[:, 0]
+            conf = [_confirm(rng, float(padj[i, 0]), -shift, cv, 5, 10) for i in np.nonzero(sus)[0]]
+            out["cells"].append({"shift": shift, "cv": cv, "suspected": float(sus.mean()),
+                                 "confirmed": sum(c for c, _ in conf) / sims,
+                                 "mean_pairs": float(np.mean([p for _, p in conf])) if conf else None})
+    return out
+
+
+def _draw(rng: np.random.Generator, kind: str, size: tuple[int, ...]) -> tuple[np.ndarray, float]:
+    """Values and their true median."""
+    if kind == "normal":
+        return 100 + rng.normal(0, 2, size), 100.0
+    if kind == "lognormal":
+        return 100 * np.exp(rng.normal(0, 0.5, size)), 100.0
+    mix = rng.random(size) < 0.5  # bimodal: two well-separated modes of equal weight, median between
+    return np.where(mix, rng.normal(90, 1, size), rng.normal(110, 1, size)), 100.0
+
+
+def section_coverage(rng: np.random.Generator, scale: float) -> dict[str, Any]:
+    sims = max(200, int(4000 * scale))
+    med, hl = [], []
+    for kind in ("normal", "lognormal", "bimodal"):
+        for n in (5, 10):
+            x, truth = _draw(rng, kind, (sims, n))
+            ivs = [median_interval(row, 0.95) for row in x]
+            med.append({"dist": kind, "n": n, "stated": float(np.mean([iv.coverage for iv in ivs])),
+                        "measured": float(np.mean([iv.low <= truth <= iv.high for iv in ivs]))})
+            y, _t = _draw(rng, kind, (sims, n))
+            e = batch.effects(np.abs(x), np.abs(y), np.ones(sims, bool), 0.95)  # same distribution: shift 0
+            hl.append({"dist": kind, "n": n, "stated": float(np.nanmean(e["ci_coverage"])),
+                       "measured": float(np.mean((e["shift_low"] <= 0) & (e["shift_high"] >= 0)))})
+    tail_sims = max(50, int(300 * scale))
+    p99 = []
+    for nb, nc in ((24, 24), (100, 100), (1000, 1000), (100, 400)):
+        gateable = cover = flag = 0
+        for s in range(tail_sims):
+            def arm(n: int) -> list[np.ndarray]:
+                return [100 * np.exp(rng.normal(0, 0.02)) * np.exp(rng.normal(0, 0.3, n)) for _ in range(5)]
+            tc = compare_p99(arm(nb), arm(nc), n_boot=400, seed=s)
+            if not tc.gateable:
+                continue
+            gateable += 1
+            cover += tc.low <= 0 <= tc.high
+            flag += tc.p_higher < 0.05
+        p99.append({"requests_per_replicate": f"{nb} vs {nc}", "replicates": 5, "runs": tail_sims,
+                    "gateable": gateable / tail_sims, "stated": 0.95,
+                    "measured": cover / gateable if gateable else None,
+                    "one_sided_5pct_flags": flag / gateable if gateable else None})
+    return {"runs_per_cell": sims, "median": med, "hodges_lehmann": hl, "p99_on_requests": p99}
+
+
+def _ar1(rng: np.random.Generator, phi: float, n: int) -> np.ndarray:
+    e = rng.standard_normal(n + 50)
+    y = np.empty_like(e)
+    y[0] = e[0] / math.sqrt(1 - phi**2)
+    for t in range(1, e.size):
+        y[t] = phi * y[t - 1] + e[t]
+    return 100 * (1 + 0.02 * math.sqrt(1 - phi**2) * y[50:])  # CV 2 % marginal
+
+
+def section_changepoint(rng: np.random.Generator, scale: float) -> dict[str, Any]:
+    sims = max(50, int(300 * scale))
+    fa = [{"phi": phi, "ever_alarm": float(np.mean([bool(detect_series(_ar1(rng, phi, 200))) for _ in range(sims)]))}
+          for phi in (0.0, 0.5, 0.8)]
+    steps = []
+    for at in (30, 100):
+        delays, within, early = [], 0, 0
+        for _ in range(sims):
+            y = _ar1(rng, 0.0, at + 30)
+            y[at:] *= 1.05
+            cps = [c for c in detect_series(y)]
+            early += any(c.alarm_index < at for c in cps)
+            hit = [c.alarm_index - at for c in cps if c.alarm_index >= at]
+            if hit:
+                delays.append(hit[0])
+                within += hit[0] < 7
+        steps.append({"step_after_nights": at, "found_within_7": within / sims,
+                      "median_delay_nights": float(np.median(delays)) if delays else None,
+                      "alarm_before_step": early / sims})
+    return {"histories_per_cell": sims, "cv": 0.02, "floor_pct": 3.0, "false_alarms_200_nights": fa, "steps_5pct": steps}
+
+
+def section_confirm(rng: np.random.Generator, scale: float) -> dict[str, Any]:
+    sims = max(50, int(400 * scale))
+    out = {"runs_per_cell": sims, "shift": 0.05, "cv": 0.02, "n": 5, "drift_per_pair": 0.03, "cells": []}
+    for tests in (1, 18):
+        reg, padj = _first_round(rng, -0.05, 0.02, 5, tests, sims)
+        sus = np.nonzero(reg[:, 0])[0]
+        for max_pairs in (5, 10):
+            res = [_confirm(rng, float(padj[i, 0]), -0.05, 0.02, 5, max_pairs, drift=0.03) for i in sus]
+            out["cells"].append({"tests": tests, "max_pairs": max_pairs, "suspected": len(sus) / sims,
+                                 "confirmed_given_suspected": float(np.mean([c for c, _ in res])) if res else None,
+                                 "mean_pairs": float(np.mean([p for _, p in res])) if res else None})
+    return out
+
+
+SECTIONS = {"aa": section_aa, "power": section_power, "coverage": section_coverage,
+            "changepoint": section_changepoint, "confirm": section_confirm}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scale", type=float, default=1.0, help="multiply every simulation count (default 1)")
+    ap.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    rng = np.random.default_rng(args.seed)
+    report: dict[str, Any] = {"date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                              "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+                              "load_at_start": os.getloadavg()[0], "scale": args.scale}
+    for name in args.only.split(","):
+        t0 = time.time()
+        report[name] = SECTIONS[name](rng, args.scale)
+        report[name]["seconds"] = round(time.time() - t0, 1)
+        print(json.dumps({name: report[name]}, indent=1), flush=True)
+    report["load_at_end"] = os.getloadavg()[0]
+    print(json.dumps({k: report[k] for k in ("date_utc", "machine", "load_at_start", "load_at_end", "scale")}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+"""The confirmation round's analysis: paired log ratios, the first round's evidence combined by a pre-stated rule, and more pairs while the answer is unclear.
+
+The round launches baseline and candidate in pairs (``benchrun.confirm``), so slow drift of the
+machine hits both members of a pair alike; the pair's log ratio cancels it, where a two-sample
+test on the same launches would count the drift as noise. The rule, fixed before the round:
+
+* d_i = log(candidate_i / baseline_i), signed so that d > 0 is worse (a difference, not a
+  ratio, for a metric with values ≤ 0); pairs are matched by replicate index.
+* p₂ = the exact one-sided sign-flip permutation p of Σ d_i (all 2ⁿ flips up to 16 pairs, else
+  20,000 seeded random flips): valid for any symmetric per-pair noise, drift included.
+* p₁ = the first round's Holm-adjusted one-sided p of the metric, and p₁/α its conditional
+  p-value given that it was suspected (uniform or smaller under no change).
+* The two are combined by the inverse normal rule, z = (Φ⁻¹(1 − p₁/α) + Φ⁻¹(1 − p₂)) / √2.
+* Looks: after the first n₀ pairs and after every further n₀ pairs up to
+  ``comparison.confirmation.maxPairs`` (default 2·n₀), J looks in all, each at α/J (Bonferroni
+  over the looks). At a look: confirmed when z ≥ Φ⁻¹(1 − α/J); not confirmed when z < 0 or at
+  the last look; otherwise the round is extended by n₀ more pairs.
+
+Under no change a metric is then confirmed with probability at most α · α (first round, then
+the round), whatever the drift, the dependence between looks, or when the round stops.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from scipy import stats
+
+EXACT_MAX_PAIRS = 16
+MC_FLIPS = 20_000
+RULE = "paired sign-flip test on log ratios, inverse-normal combination with the first round's p/α, " \
+       "Bonferroni over looks"
+
+
+def worse_positive(baseline: Sequence[float], candidate: Sequence[float], direction: str) -> np.ndarray:
+    """Per-pair change, positive when the candidate is worse: a log ratio, or a difference when
+    a value is ≤ 0."""
+    b, c = np.asarray(baseline, dtype=float), np.asarray(candidate, dtype=float)
+    d = np.log(c / b) if (b > 0).all() and (c > 0).all() else c - b
+    return -d if direction == "higher" else d
+
+
+def sign_flip_pvalue(d: Sequence[float], *, seed: int = 0) -> float:
+    """One-sided p of "the pairs' mean change is > 0" under random signs (exact up to
+    ``EXACT_MAX_PAIRS`` pairs)."""
+    d = np.asarray(d, dtype=float)
+    n = d.size
+    if n == 0:
+        return 1.0
+    obs = d.sum()
+    tol = 1e-12 * max(1.0, float(np.abs(d).sum()))
+    if n <= EXACT_MAX_PAIRS:
+        return float(np.mean(_signs(n) @ d >= obs - tol))
+    rng = np.random.default_rng(seed)
+    sums = rng.choice((1.0, -1.0), size=(MC_FLIPS, n)) @ d
+    return float((1 + np.sum(sums >= obs - tol)) / (1 + MC_FLIPS))
+
+
+@lru_cache(maxsize=EXACT_MAX_PAIRS + 1)
+def _signs(n: int) -> np.ndarray:
+    """All 2ⁿ sign vectors (rows)."""
+    return np.array(list(itertools.product((1.0, -1.0), repeat=n)))
+
+
+def combined_z(p_first: float, alpha: float, p_pairs: float) -> float:
+    """Inverse-normal combination of the first round's conditional p (p₁/α) and the pairs' p₂."""
+    clip = lambda p: min(max(p, 1e-15), 1 - 1e-15)  # noqa: E731
+    return float((stats.norm.isf(clip(min(1.0, p_first / alpha))) + stats.norm.isf(clip(p_pairs))) / math.sqrt(2))
+
+
+def n_looks(first_pairs: int, max_pairs: int) -> int:
+    """Looks of a round that starts with ``first_pairs`` and extends by as many up to ``max_pairs``."""
+    if first_pairs <= 0:
+        return 1
+    return 1 + max(0, math.ceil((max_pairs - first_pairs) / first_pairs))
+
+
+@dataclass(frozen=True)
+class Look:
+    """One key's state after a look: the pairs, the two p's, z, the bound, and what it decided."""
+
+    pairs: int
+    p_first: float
+    p_pairs: float
+    z: float
+    bound: float
+    look: int
+    looks: int
+    decision: str  # confirmed | not_confirmed | extend
+
+    def rule(self) -> str:
+        why = {"confirmed": f"z = {self.z:.2f} ≥ {self.bound:.2f}",
+               "not_confirmed": (f"z = {self.z:.2f} < 0 (pairs point the other way)" if self.z < 0 and
+                                 self.look < self.looks else f"z = {self.z:.2f} < {self.bound:.2f} at the last look"),
+               "extend": f"0 ≤ z = {self.z:.2f} < {self.bound:.2f}: more pairs"}[self.decision]
+        return (f"{self.decision} at look {self.look} of {self.looks} ({self.pairs} pairs): paired sign-flip "
+                f"p = {self.p_pairs:.4g}, first round p = {self.p_first:.4g}, {why}")
+
+
+def decide(p_first: float, d: Sequence[float], *, alpha: float, look: int, looks: int, seed: int = 0) -> Look:
+    """The pre-stated rule at one look (see the module docstring)."""
+    p2 = sign_flip_pvalue(d, seed=seed)
+    z = combined_z(p_first, alpha, p2)
+    bound = float(stats.norm.isf(alpha / looks))
+    if z >= bound:
+        decision = "confirmed"
+    elif look >= looks or z < 0:
+        decision = "not_confirmed"
+    else:
+        decision = "extend"
+    return Look(len(d), float(p_first), p2, z, bound, look, looks, decision)
+
+
+def pairs_of(baseline: Any, candidate: Any, key: tuple[str, str, str]) -> tuple[np.ndarray, np.ndarray]:
+    """The ok values of ``key`` in both arms' replicate tables, matched by replicate index."""
+    def one(t: Any) -> dict[int, float]:
+        if t is None or len(t) == 0:
+            return {}
+        sel = (t["suite"] == key[0]) & (t["case"] == key[1]) & (t["metric"] == key[2])
+        if "status" in t.columns:
+            sel &= t["status"].astype(str) == "ok"
+        return {int(r): float(v) for r, v in zip(t.loc[sel, "replicate"], t.loc[sel, "value"]) if np.isfinite(v)}
+
+    b, c = one(baseline), one(candidate)
+    common = sorted(set(b) & set(c))
+    return np.array([b[r] for r in common]), np.array([c[r] for r in common])
+
+
+def paired_confirmation(result: Any, keys: list[tuple[str, str, str]], fresh_b: Any, fresh_c: Any,
+                        hook: Callable[..., Any], *, alpha: float) -> set[tuple[str, str, str]]:
+    """Decide ``keys`` (suspected value metrics) by the pre-stated paired rule; extend the round
+    through ``hook.extend(keys, pairs)`` while some are unclear and ``hook.max_pairs`` allows.
+
+    Writes each key's deciding rule into ``result.rows['confirmation_rule']`` and the looks into
+    ``result.confirmation_evidence['paired']``; returns the confirmed keys.
+    """
+    df = result.rows
+    if "confirmation_rule" not in df.columns:
+        df["confirmation_rule"] = ""
+    first = {k: (float(r.p_adjusted), str(r.direction)) for r in df.itertuples()
+             for k in [(r.suite, r.case, r.name)] if k in set(keys)}
+    n0 = max([pairs_of(fresh_b, fresh_c, k)[0].size for k in keys] or [0])
+    max_pairs = int(getattr(hook, "max_pairs", None) or 2 * n0)
+    extend = getattr(hook, "extend", None)
+    looks = n_looks(n0, max_pairs) if extend is not None else 1
+    open_keys, confirmed, log = list(keys), set(), {}
+    look, pairs_now = 1, n0
+    while open_keys:
+        still = []
+        for k in open_keys:
+            b, c = pairs_of(fresh_b, fresh_c, k)
+            p1, direction = first.get(k, (1.0, "lower"))
+            dec = decide(p1, worse_positive(b, c, direction), alpha=alpha, look=look, looks=looks)
+            log.setdefault("/".join(k), []).append({**dec.__dict__, "rule": dec.rule()})
+            df.loc[(df["suite"] == k[0]) & (df["case"] == k[1]) & (df["name"] == k[2]), "confirmation_rule"] = dec.rule()
+            if dec.decision == "confirmed":
+                confirmed.add(k)
+            elif dec.decision == "extend":
+                still.append(k)
+        if not still or extend is None or pairs_now >= max_pairs:
+            break
+        more = min(n0, max_pairs - pairs_now)
+        fresh_b, fresh_c = extend(still, more)
+        pairs_now += more
+        look += 1
+        open_keys = still
+    result.confirmation_evidence = {**(result.confirmation_evidence or {}),
+                                    "paired": {"rule": RULE, "alpha": alpha, "first_pairs": n0,
+                                               "max_pairs": max_pairs, "looks": looks, "keys": log}}
+    return confirmed

@@ -1,0 +1,229 @@
+"""Tail latencies judged on requests: each arm's per-request records pooled, p99s compared with an interval that treats replicates as clusters, and a p99 its request count cannot support marked not gateable.
+
+A replicate's own p99 from 24 or 32 requests is its maximum, biased low by about a fifth and
+with an interval that covers the true p99 half the time; comparing such p99s replicate by
+replicate flags A/A "regressions" whenever the arms ran different numbers of requests. Here:
+
+* Each arm's p99 is the 0.99-quantile of the *pooled* requests of its replicates, every
+  replicate weighing the same (its requests 1/nᵣ each), so an arm that ran more requests in
+  one replicate (duration mode) does not tilt the estimate toward that replicate; the
+  quantile interpolates between values (Hazen's positions), whose bias, unlike the step
+  quantile's, hardly depends on the request count (unequal arms are not read as a change).
+* The interval of log(p99_candidate / p99_baseline) is a cluster bootstrap: replicates (not
+  requests, which share queue state and the machine's moment) are resampled within each arm;
+  the standard error of each arm's log p99 from it, inflated by √(k/(k−1)) for k replicates,
+  and a Welch t interval with Satterthwaite's degrees of freedom from the replicate counts.
+  Coverage measured on fabricated data is in ``benchmarks/README.md`` (statistics audit).
+* A p99 needs :func:`requests_needed` pooled requests in each arm (368 at 95 %: the fewest for
+  which the order-statistic interval of the p99 has an upper end) — the one rule for the
+  request count, shared with ``trial_statistics``' ``n_required`` — and a valid load-generator
+  verdict for that point in every replicate; otherwise the row is ``not gateable: N requests,
+  needs M`` (or the verdict's reasons) and leaves the gating family, never a verdict.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+from scipy import stats
+
+from benchrun.loadgen.metrics import min_samples
+
+# the comparison's per-replicate p99 metrics and the request column behind each
+# (benchrun.loadgen.metrics.HEADLINE: p99_latency_ms is e2e_ms_p99 of a point)
+P99_METRICS = {"p99_latency_ms": ("e2e_ms", 0.99)}
+N_BOOT = 1000
+
+
+def requests_needed(q: float = 0.99, confidence: float = 0.95) -> int:
+    """Fewest requests for which the distribution-free interval of the q-quantile at
+    ``confidence`` has both ends (368 for p99 at 95 %): the largest of n requests must exceed
+    the quantile with probability ≥ 1 − α/2, i.e. ``loadgen.metrics.min_samples(q, 1 − α/2)``
+    (the load generator's verdict asks the same of one point at its own confidence)."""
+    return min_samples(max(q, 1 - q), 1 - (1 - confidence) / 2)
+
+
+def pooled_quantile(replicates: Sequence[np.ndarray], q: float) -> float:
+    """The q-quantile of the replicates' pooled values, each replicate weighing the same."""
+    reps = [np.asarray(r, dtype=float) for r in replicates if len(r)]
+    if not reps:
+        return math.nan
+    vals = np.concatenate(reps)
+    w = np.concatenate([np.full(r.size, 1.0 / r.size) for r in reps])
+    order = np.argsort(vals, kind="stable")
+    ws = w[order] / len(reps)
+    # each value at the middle of its weight (Hazen's plotting position), linear in between: the
+    # step quantile's bias depends on the request count, which unequal arms would read as a change
+    mid = np.cumsum(ws) - ws / 2
+    return float(np.interp(q, mid, vals[order]))
+
+
+def _boot_log_quantiles(replicates: Sequence[np.ndarray], q: float, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """log pooled q-quantiles of ``n_boot`` cluster resamples (replicates drawn with replacement)."""
+    k = len(replicates)
+    srt = [np.sort(np.asarray(r, dtype=float)) for r in replicates]
+    draws = rng.integers(0, k, size=(n_boot, k))
+    # every replicate weighs 1/k: the pooled quantile of a resample is found by bisection on the
+    # mixture's ECDF, one vector step for all resamples
+    lo = np.full(n_boot, min(s[0] for s in srt))
+    hi = np.full(n_boot, max(s[-1] for s in srt))
+    for _ in range(48):
+        mid = (lo + hi) / 2
+        cdf = np.zeros(n_boot)
+        for j, s in enumerate(srt):
+            cdf += (draws == j).sum(axis=1) * np.searchsorted(s, mid, side="right") / s.size
+        ok = cdf / k >= q
+        hi = np.where(ok, mid, hi)
+        lo = np.where(ok, lo, mid)
+    return np.log(hi)
+
+
+@dataclass(frozen=True)
+class TailComparison:
+    """One p99 compared on requests: per-arm pooled p99, the candidate/baseline ratio with its
+    interval and one-sided p's, or why it is not gateable."""
+
+    n_baseline: int
+    n_candidate: int
+    needed: int
+    p99_baseline: float
+    p99_candidate: float
+    log_ratio: float  # log(candidate / baseline)
+    low: float
+    high: float
+    p_higher: float  # one-sided p of "the candidate's p99 is higher"
+    p_lower: float
+    gateable: bool
+    note: str
+
+
+def compare_p99(baseline: Sequence[np.ndarray], candidate: Sequence[np.ndarray], *, q: float = 0.99,
+                confidence: float = 0.95, n_boot: int = N_BOOT, seed: int = 0,
+                invalid: str = "") -> TailComparison:
+    """Compare the pooled q-quantiles of two arms, each a list of per-replicate request values."""
+    b = [np.asarray(r, dtype=float)[np.isfinite(r)] for r in baseline]
+    c = [np.asarray(r, dtype=float)[np.isfinite(r)] for r in candidate]
+    b, c = [r for r in b if r.size], [r for r in c if r.size]
+    nb, nc = sum(r.size for r in b), sum(r.size for r in c)
+    need = requests_needed(q, confidence)
+    qb, qc = pooled_quantile(b, q), pooled_quantile(c, q)
+    nan = math.nan
+
+    def refuse(note: str) -> TailComparison:
+        return TailComparison(nb, nc, need, qb, qc, nan, nan, nan, nan, nan, False, note)
+
+    if min(nb, nc) < need:
+        return refuse(f"not gateable: {min(nb, nc)} requests, needs {need}")
+    if invalid:
+        return refuse(f"not gateable: load generator verdict invalid ({invalid})")
+    if min(len(b), len(c)) < 2 or not (qb > 0 and qc > 0):
+        return refuse("not gateable: fewer than 2 replicates with requests in an arm")
+    rng = np.random.default_rng(seed)
+    var, dfs = [], []
+    for arm in (b, c):
+        k = len(arm)
+        boot = _boot_log_quantiles(arm, q, n_boot, rng)
+        var.append(float(boot.var(ddof=1)) * k / (k - 1))
+        dfs.append(k - 1)
+    d = math.log(qc / qb)
+    se2 = var[0] + var[1]
+    if not se2 > 0:
+        p_hi = 0.0 if d > 0 else 1.0 if d < 0 else 0.5
+        return TailComparison(nb, nc, need, qb, qc, d, d, d, p_hi, 1.0 - p_hi if d else 0.5, True, "")
+    df = se2**2 / sum(v**2 / f for v, f in zip(var, dfs) if v > 0)
+    se = math.sqrt(se2)
+    t = float(stats.t.isf((1 - confidence) / 2, df))
+    p_higher = float(stats.t.sf(d / se, df))
+    return TailComparison(nb, nc, need, qb, qc, d, d - t * se, d + t * se, p_higher, 1.0 - p_higher, True, "")
+
+
+# -- the comparison's hook ---------------------------------------------------------------------
+
+
+def _arm_requests(run_dir: Path) -> tuple[Any, dict[tuple[str, str], list[str]]]:
+    """The run's per-request rows (completed only) and, per (suite, point), the load generator's
+    invalid verdicts ("r<k>: reasons")."""
+    from benchrun.stats.load import requests_tables, serving_rows
+
+    req = requests_tables(run_dir)
+    if len(req) and "error" in req.columns:
+        err = req["error"]
+        req = req[err.isna() | (err.astype(str) == "")]
+    bad: dict[tuple[str, str], list[str]] = {}
+    srv = serving_rows(run_dir)
+    if len(srv) and {"verdict", "point"} <= set(srv.columns):
+        rows = srv[(srv.get("bucket", "all") == "all") & (srv["verdict"] != "valid")]
+        for r in rows.itertuples():
+            reasons = getattr(r, "verdict_reasons", None)
+            why = "; ".join(reasons) if isinstance(reasons, (list, tuple, np.ndarray)) and len(reasons) else "invalid"
+            bad.setdefault((str(r.suite), str(r.point)), []).append(f"r{r.replicate}: {why}")
+    return req, bad
+
+
+def _per_replicate(req: Any, suite: str, point: str, column: str) -> list[np.ndarray]:
+    if req is None or len(req) == 0 or column not in req.columns or "point" not in req.columns:
+        return []
+    sel = req[(req["suite"] == suite) & (req["point"].astype(str) == point)]
+    return [g[column].dropna().to_numpy(dtype=float) for _r, g in sel.groupby("replicate", sort=True)]
+
+
+class RequestTails:
+    """Supplies the comparison's p99 rows from both runs' requests (``compare_tables(tails=...)``).
+
+    :meth:`apply` runs before the gate: each p99 row with requests in both runs gets the
+    request-level ratio, interval and p's (the gate's test reads them); a row that is not
+    gateable loses its p's (it leaves the family). :meth:`label` runs after: those rows'
+    verdict is their ``not gateable: ...`` note.
+    """
+
+    def __init__(self, baseline_dir: str | Path, candidate_dir: str | Path, *, confidence: float = 0.95) -> None:
+        self.b_req, self.b_bad = _arm_requests(Path(baseline_dir))
+        self.c_req, self.c_bad = _arm_requests(Path(candidate_dir))
+        self.confidence = confidence
+        self.refused: dict[int, str] = {}
+
+    def apply(self, df: Any) -> None:
+        for col in ("n_requests_baseline", "n_requests_candidate"):
+            if col not in df.columns:
+                df[col] = np.nan
+        if "tail_method" not in df.columns:
+            df["tail_method"] = ""
+        for i, r in df.iterrows():
+            spec = P99_METRICS.get(str(r["name"]))
+            if spec is None:
+                continue
+            column, q = spec
+            b = _per_replicate(self.b_req, r["suite"], r["case"], column)
+            c = _per_replicate(self.c_req, r["suite"], r["case"], column)
+            if not b and not c:
+                continue  # no request records (older runs): the replicate p99s stand, as before
+            invalid = "; ".join([*(f"baseline {x}" for x in self.b_bad.get((r["suite"], r["case"]), [])),
+                                 *(f"candidate {x}" for x in self.c_bad.get((r["suite"], r["case"]), []))])
+            tc = compare_p99(b, c, q=q, confidence=self.confidence, invalid=invalid)
+            higher = r["direction"] == "higher"
+            df.at[i, "n_requests_baseline"], df.at[i, "n_requests_candidate"] = tc.n_baseline, tc.n_candidate
+            df.at[i, "tail_method"] = "pooled requests, cluster bootstrap over replicates"
+            if not tc.gateable:
+                for f in ("p_regression", "p_improvement", "t_regression", "t_improvement", "p_value",
+                          "shift", "shift_low", "shift_high", "ratio", "ci_low", "ci_high"):
+                    df.at[i, f] = math.nan
+                self.refused[i] = tc.note
+                continue
+            sign = 1.0 if higher else -1.0  # shift > 0 is better, on the log scale
+            lo, hi = sorted((sign * tc.low, sign * tc.high))
+            p_reg, p_imp = (tc.p_lower, tc.p_higher) if higher else (tc.p_higher, tc.p_lower)
+            df.at[i, "shift"], df.at[i, "shift_low"], df.at[i, "shift_high"] = sign * tc.log_ratio, lo, hi
+            df.at[i, "ratio"], df.at[i, "ci_low"], df.at[i, "ci_high"] = math.exp(sign * tc.log_ratio), math.exp(lo), math.exp(hi)
+            df.at[i, "p_regression"] = df.at[i, "t_regression"] = p_reg
+            df.at[i, "p_improvement"] = df.at[i, "t_improvement"] = p_imp
+            df.at[i, "p_value"] = min(1.0, 2 * min(p_reg, p_imp))
+            df.at[i, "baseline_median"], df.at[i, "candidate_median"] = tc.p99_baseline, tc.p99_candidate
+
+    def label(self, df: Any) -> None:
+        for i, note in self.refused.items():
+            df.at[i, "verdict"] = note
+            df.at[i, "note"] = note

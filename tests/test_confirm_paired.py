@@ -1,0 +1,135 @@
+"""The confirmation round's paired, adaptive analysis (benchrun.stats.paired) on fabricated rounds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from benchrun.stats import compare as C
+from benchrun.stats.paired import decide, n_looks, sign_flip_pvalue, worse_positive
+
+
+def _table(values, metric="tps", direction="higher", first=1):
+    return pd.DataFrame({"suite": "s", "case": "", "metric": metric, "unit": "u", "direction": direction,
+                         "replicate": range(first, first + len(values)), "value": list(values), "status": "ok"})
+
+
+def _drifted_round(rng, pairs, shift, first=1, cv=0.02, drift=0.03):
+    """Pairs launched one after the other on a machine drifting 3 % a pair; the candidate
+    ``shift`` slower (a throughput, higher is better)."""
+    level = np.exp(drift * np.arange(first - 1, first - 1 + pairs))
+    b = 100 * level * np.exp(rng.normal(0, cv, pairs))
+    c = 100 * level * (1 + shift) * np.exp(rng.normal(0, cv, pairs))
+    return b, c
+
+
+class _Round:
+    """A ConfirmHook fabricating a drifted round; ``extend`` adds pairs like the real one."""
+
+    def __init__(self, rng, shift, max_pairs=None, extendable=True):
+        self.rng, self.shift, self.max_pairs = rng, shift, max_pairs
+        self.b, self.c = _drifted_round(rng, 5, shift)
+        self.calls = 0
+        if not extendable:
+            self.extend = None
+
+    def __call__(self, keys):
+        return _table(self.b), _table(self.c), {"scheme": "fabricated"}
+
+    def extend(self, keys, pairs):  # noqa: F811 - replaced by None when not extendable
+        self.calls += 1
+        b, c = _drifted_round(self.rng, pairs, self.shift, first=len(self.b) + 1)
+        self.b, self.c = np.r_[self.b, b], np.r_[self.c, c]
+        return _table(self.b), _table(self.c)
+
+
+@pytest.mark.slow
+def test_a_real_regression_is_confirmed_under_drift():
+    # before: the round's launches were analysed as two independent samples, so a 3 %-per-pair
+    # drift read as noise and a true 5 % regression was confirmed ~55 % of the time at n = 5
+    rng = np.random.default_rng(0)
+    base, cand = _table([100, 101, 99, 100.5, 99.5]), _table([95, 94.5, 95.5, 94, 96])
+    confirmed = 0
+    for _ in range(20):
+        res = C.compare_tables(base, cand, primary={"tps"}, confirm=_Round(rng, -0.05))
+        assert res.suspected == [("s", "", "tps")]
+        confirmed += bool(res.confirmed)
+    assert confirmed >= 19
+    row = res.rows.iloc[0]
+    assert row.confirmation_rule.startswith(("confirmed", "not_confirmed")) and "paired sign-flip" in row.confirmation_rule
+    assert res.confirmation_evidence["paired"]["looks"] == 2
+
+
+def test_an_unclear_round_is_extended_up_to_max_pairs_and_says_which_look_decided():
+    rng = np.random.default_rng(1)
+    base, cand = _table([100, 101, 99, 100.5, 99.5]), _table([95, 94.5, 95.5, 94, 96])
+    hook = _Round(rng, -0.05, max_pairs=15)
+    hook.b = np.array([100.0, 100, 100, 100, 100])
+    hook.c = np.array([97.0, 98, 102, 97, 99])  # 4 of 5 pairs worse: unclear at look 1 of 3
+    res = C.compare_tables(base, cand, primary={"tps"}, confirm=hook)
+    looks = res.confirmation_evidence["paired"]["keys"]["s//tps"]
+    assert looks[0]["decision"] == "extend" and hook.calls >= 1 and len(looks) == hook.calls + 1
+    assert looks[-1]["decision"] in ("confirmed", "not_confirmed") and looks[-1]["looks"] == 3
+    assert f"look {len(looks)} of 3" in res.rows.iloc[0].confirmation_rule
+    # a hook that cannot extend decides at its one look
+    fixed = _Round(rng, -0.05, extendable=False)
+    fixed.b, fixed.c = hook.b[:5].copy(), np.array([97.0, 98, 102, 97, 99])
+    res = C.compare_tables(base, cand, primary={"tps"}, confirm=fixed)
+    only = res.confirmation_evidence["paired"]["keys"]["s//tps"]
+    assert len(only) == 1 and only[0]["looks"] == 1 and only[0]["decision"] != "extend"
+
+
+@pytest.mark.slow
+def test_the_rule_keeps_its_error_rate_under_drift_and_extension():
+    # under no change, with the first round's p uniform on (0, α) (it was suspected), the round
+    # confirms at most α of the time, however many looks it takes
+    rng = np.random.default_rng(2)
+    alpha, confirmed, sims = 0.05, 0, 500
+    looks = n_looks(5, 15)
+    for _ in range(sims):
+        p1 = rng.uniform(0, alpha)
+        b, c = _drifted_round(rng, 15, 0.0)
+        for look, pairs in enumerate((5, 10, 15), start=1):
+            dec = decide(p1, worse_positive(b[:pairs], c[:pairs], "higher"), alpha=alpha, look=look, looks=looks)
+            if dec.decision != "extend":
+                break
+        confirmed += dec.decision == "confirmed"
+    assert confirmed / sims <= alpha + 0.015
+
+
+def test_sign_flip_pvalue_is_exact_and_signed():
+    assert sign_flip_pvalue([1, 2, 3, 4, 5]) == 1 / 32
+    assert sign_flip_pvalue([-1, -2, -3]) == 1.0
+    assert abs(sign_flip_pvalue([1, -1]) - 0.75) < 1e-12
+    d = worse_positive([100, 100], [90, 95], "higher")  # throughput fell: worse, positive
+    assert (d > 0).all()
+    assert (worse_positive([100, 100], [110, 105], "lower") > 0).all()  # latency rose: worse
+
+
+def test_an_extension_plans_the_next_replicates_into_the_same_round(bench_home, canary_doc, write_spec):
+    import datetime as dt
+
+    from benchrun import submit as sub
+    from benchrun.confirm import confirmation_invocations, max_pairs
+    from helpers import tiny_layers
+
+    canary_doc["spec"]["trials"]["minReplicates"] = 3
+    canary_doc["spec"]["layers"] = tiny_layers([{"name": "other", "repoCommand": "/bin/true"}])
+    canary_doc["spec"]["comparison"]["confirmation"] = {"maxPairs": 8}
+    ids = []
+    for i, name in enumerate(("base", "cand")):
+        doc = {**canary_doc, "metadata": {**canary_doc["metadata"], "name": name}}
+        ids.append(sub.prepare(write_spec(doc, f"{name}.yaml"),
+                               now=dt.datetime(2026, 1, 1, 0, 0, i, tzinfo=dt.timezone.utc)).run_id)
+    base, cand = ids
+    assert max_pairs(bench_home, cand) == 8
+    first, dirs = confirmation_invocations(bench_home, base, cand, {"other"}, seed=3)
+    marker = dirs["candidate"] / "structured" / "kept.json"
+    marker.write_text("{}")
+    more, dirs2 = confirmation_invocations(bench_home, base, cand, {"other"}, 3, seed=4, first=4)
+    assert dirs2 == dirs and marker.is_file()  # the round's earlier pairs stay
+    assert [inv.replicate for _, inv in more] == [4, 4, 5, 5, 6, 6]
+    assert all(inv.env["BENCHRUN_REPLICATE"] == str(inv.replicate) for _, inv in more)
+    firsts = [more[i][0] for i in range(0, 6, 2)]
+    assert {a for a, _ in more} == {"baseline", "candidate"} and len(set(firsts)) >= 1
