@@ -286,8 +286,9 @@ def test_end_to_end_compare_runs(tmp_path):
                  ("serve", "c=8", "p50_latency_ms"): (lognormal_replicates(rng, 40, 0.02, 5), "ms", "lower")}
     metrics_c = {("serve", "c=8", "tokens_per_second"): (lognormal_replicates(rng, 100, 0.02, 5), "tok/s", "higher"),
                  ("serve", "c=8", "p50_latency_ms"): (lognormal_replicates(rng, 40, 0.02, 5), "ms", "lower")}
-    b = make_run(tmp_path, "base", metrics_b)
-    c = make_run(tmp_path, "cand", metrics_c, spec={"spec": {"comparison": {"deltaPctByMetric": {"p50_latency_ms": 10}}}})
+    prim = {"metrics": {"inference": {"primary": ["tokens_per_second", "p50_latency_ms"]}}}
+    b = make_run(tmp_path, "base", metrics_b, spec={"spec": prim})
+    c = make_run(tmp_path, "cand", metrics_c, spec={"spec": {**prim, "comparison": {"deltaPctByMetric": {"p50_latency_ms": 10}}}})
     gate, res = compare_runs(b, c)
     assert gate.passed
     rows = res.rows.set_index("name")

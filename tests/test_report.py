@@ -15,7 +15,7 @@ import pytest
 
 from benchrun.stats.analysis import compare_runs, write_comparison
 from benchrun.stats.load import promote
-from benchrun.stats.synthetic import lognormal_replicates, make_run
+from benchrun.stats.synthetic import lognormal_replicates, make_run, write_manifest
 
 
 def _metrics(rng, level=1.0, outlier=False):
@@ -218,6 +218,7 @@ def test_confirmation_round_that_cannot_run_says_why(home):
     promote("base", home)
     make_run(home, "cand", _metrics(rng, 0.85))
     (home / "runs" / "base" / "structured" / "base_spec.yaml").unlink()
+    write_manifest(home / "runs" / "base")  # sealed without it: the evidence verifies, the round cannot run
     inst = dg.DagsterInstance.ephemeral()
     inst.add_dynamic_partitions("benchmark_run", ["cand"])
     res = dg.materialize([trial_statistics, baseline_comparison, no_gating_regression], instance=inst,

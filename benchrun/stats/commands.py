@@ -2,8 +2,10 @@
 
 ``benchrun compare`` exits 0 when no gating metric regressed, 3 when a gating regression is
 suspected (the CLI runs no confirmation round, so a suspicion is not cleared here) or
-confirmed, 4 when the one-variable gate refuses the pair, 2 for a run compared with itself,
-1 on other errors.
+confirmed, 4 when the one-variable gate refuses the pair, 5 when the pair is not comparable
+(fail closed: a run not Succeeded, different layer/suite sets, evidence that does not verify,
+a primary metric not measured in both), 2 for a run compared with itself, 1 on other errors.
+Exit 0 is only ever given for metrics measured in both runs.
 """
 
 from __future__ import annotations
@@ -41,24 +43,22 @@ def compare(
     """Compare CANDIDATE with BASELINE behind the one-variable gate: ratios, exact intervals, verdicts.
 
     Exit 0: no gating regression; 3: a gating regression is suspected or confirmed; 4: the
-    one-variable gate refused the pair; 2: a run compared with itself; 1: another error.
+    one-variable gate refused the pair; 5: not comparable (a run not Succeeded, different
+    suites, evidence that does not verify, a primary not measured in both); 2: a run
+    compared with itself; 1: another error.
     """
-    from benchrun.rundir import PHASES
+    from benchrun.stats.admit import EXIT_NOT_COMPARABLE
     from benchrun.stats.analysis import compare_runs
-    from benchrun.stats.load import _read_json, resolve_run
+    from benchrun.stats.load import resolve_run
 
     base_dir, cand_dir = resolve_run(baseline), resolve_run(candidate)
     if base_dir.resolve() == cand_dir.resolve():
         raise BenchrunError(f"compare: baseline {baseline!r} and candidate {candidate!r} are the same run "
                             f"({base_dir.name}); compare two different runs", exit_code=2)
-    not_run = {*PHASES[:PHASES.index("Analyzing")], "Rejected"}  # no measurements yet, or never
-    for role, ref, run_dir in (("baseline", baseline, base_dir), ("candidate", candidate, cand_dir)):
-        phase = _read_json(run_dir / "status.json", "status.json").get("phase")  # none: a bare run directory
-        if phase in not_run:
-            raise BenchrunError(f"compare: {role} {ref!r} ({run_dir.name}) has not run (phase {phase}); "
-                                f"compare runs whose suites have run (`benchrun runs` lists them)")
     gate, result = compare_runs(base_dir, cand_dir, variable=variable)
     if result is None:
+        if gate.not_comparable:
+            raise BenchrunError(gate.message(), exit_code=EXIT_NOT_COMPARABLE)
         raise BenchrunError(gate.message() + "; compare runs that differ only in the declared variable",
                             exit_code=EXIT_GATE_REFUSED)
     records = result.records()

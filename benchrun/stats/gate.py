@@ -136,6 +136,8 @@ class GateResult:
     variable: str | None
     diffs: list[FieldDiff] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    # fail-closed refusals (benchrun.stats.admit): the pair is not comparable at all
+    refusals: list[Any] = field(default_factory=list)
 
     @property
     def refused(self) -> list[FieldDiff]:
@@ -143,9 +145,18 @@ class GateResult:
 
     @property
     def passed(self) -> bool:
-        return not self.refused and not self.problems
+        return not self.refused and not self.problems and not self.refusals
+
+    @property
+    def not_comparable(self) -> bool:
+        """True when a fail-closed precondition refused the pair (exit 5), not the one-variable rule (exit 4)."""
+        return bool(self.refusals)
 
     def message(self) -> str:
+        if self.refusals:
+            from benchrun.stats.admit import message
+
+            return message(self.refusals)
         if self.passed:
             changed = sorted({d.category for d in self.diffs})
             return f"one-variable gate passed (variable {self.variable}; changed: {', '.join(changed) or 'nothing'})"
