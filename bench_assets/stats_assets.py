@@ -12,7 +12,7 @@ from benchrun.errors import BenchrunError
 from benchrun.paths import benchrun_home, validate_run_id
 from benchrun.stats import analysis, changepoint, lineage
 from benchrun.stats.compare import ConfirmHook
-from benchrun.stats.load import delta_pct, load_run, resolve_run
+from benchrun.stats.load import alias_of, delta_pct, load_run, resolve_run
 
 GROUP = "statistics"
 
@@ -214,7 +214,7 @@ def baseline_comparison(context: dg.AssetExecutionContext, confirm_round: Confir
     if base_dir is None or base_dir.name == run_id:
         return dg.MaterializeResult(metadata={"compared": False, "reason": f"no baseline resolved from {ref!r}"})
     gate, res = analysis.compare_runs(base_dir, rd, confirm=confirm_round.hook(context, base_dir.name, run_id),
-                                      candidate_in_progress=True)
+                                      candidate_in_progress=True, baseline_alias=alias_of(ref))
     path = analysis.write_comparison(gate, res, base_dir.name, rd)
     meta = {"compared": res is not None, "comparable": not gate.not_comparable, "baseline": base_dir.name,
             "gate": gate.message(), "comparison": dg.MetadataValue.path(str(path))}
@@ -238,7 +238,7 @@ def no_gating_regression(context: dg.AssetCheckExecutionContext) -> dg.AssetChec
     if doc["gate"].get("comparable") is False:  # fail closed: nothing judged is nothing cleared
         return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.ERROR,
                                    description=doc["gate"]["message"],
-                                   metadata={"compared": False, "comparable": False,
+                                   metadata={"compared": False, "comparable": False, "regression_detected": "Unknown",
                                              "refusals": dg.MetadataValue.json(doc["gate"].get("refusals") or [])})
     if not doc["gate"]["passed"]:
         return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN,

@@ -163,7 +163,9 @@ def test_compare_tables_gating_and_corrections():
     r = res.rows.set_index("name")
     assert r.loc["p99_latency_ms", "verdict"] == "regression"
     assert r.loc["p99_latency_ms", "ratio"] < 0.9
-    assert r.loc["p99_latency_ms", "correction"] == "holm" and r.loc["gpu_utilization_pct", "correction"] == "bh"
+    # utilization is context: no correction family, no verdict (issue 26 item 3)
+    assert r.loc["p99_latency_ms", "correction"] == "holm" and r.loc["gpu_utilization_pct", "correction"] == "none"
+    assert r.loc["gpu_utilization_pct", "verdict"] == "" and r.loc["gpu_utilization_pct", "role"] == "context"
     assert bool(r.loc["p99_latency_ms", "gating"]) and not bool(r.loc["gpu_utilization_pct", "gating"])
     # no confirm hook: suspected, not declared
     assert res.suspected == [("serve", "", "p99_latency_ms")]

@@ -10,6 +10,7 @@ import itertools
 import json
 
 import numpy as np
+import pytest
 
 from benchrun.stats import admit
 from benchrun.stats.analysis import compare_runs, write_comparison
@@ -181,7 +182,7 @@ def test_asset_check_fails_when_not_comparable(tmp_path, monkeypatch, direction=
     monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
     rng = np.random.default_rng(8)
     full, short = _metrics(rng), _metrics(rng, drop=("p99_latency_ms",))
-    make_run(tmp_path, "base", full if direction == "candidate" else short, spec=SPEC)
+    make_run(tmp_path, "base", full if direction == "candidate" else short, spec=SPEC, sealed=True)
     promote("base", tmp_path)
     make_run(tmp_path, "cand", short if direction == "candidate" else full,
              spec={"spec": {**SPEC["spec"], "comparison": {"baseline": {"artifactRef": "published/current"}}}},
@@ -196,3 +197,84 @@ def test_asset_check_fails_when_not_comparable(tmp_path, monkeypatch, direction=
     status = json.loads((tmp_path / "runs" / "cand" / "status.json").read_text())
     cond = [c for c in status["conditions"] if c["type"] == "RegressionDetected"][0]
     assert (cond["status"], cond["reason"]) == ("Unknown", "NotComparable") and "p99_latency_ms" in cond["message"]
+
+
+# -- issue 28 item 2: a baseline must verify ---------------------------------------------------------
+
+
+def _promote_error(home, run_id):
+    from benchrun.errors import BenchrunError
+    from benchrun.stats.load import promote
+
+    with pytest.raises(BenchrunError) as exc:
+        promote(run_id, home)
+    assert not (home / "published" / "current").exists()
+    return str(exc.value)
+
+
+def test_promote_verifies_like_verify_and_names_the_file(tmp_path):
+    from benchrun.stats.baseline import read_alias
+    from benchrun.stats.load import promote
+
+    rng = np.random.default_rng(9)
+    # a Failed run edited to say Succeeded: the signed outcome says failed
+    rd = make_run(tmp_path, "edited", _metrics(rng), spec=SPEC, status={"phase": "Failed", "outcome": "failed"})
+    man = json.loads((rd / "manifest.json").read_text())
+    man["status"] = "failed"
+    (rd / "manifest.json").write_text(json.dumps(man))
+    from benchrun.stats.synthetic import seal_run
+
+    seal_run(rd, tmp_path)
+    st = json.loads((rd / "status.json").read_text())
+    (rd / "status.json").write_text(json.dumps({**st, "phase": "Succeeded", "outcome": "succeeded"}))
+    assert "outcome failed" in _promote_error(tmp_path, "edited")  # sealed and signed as failed
+    # a signed result file edited after signing
+    rd = make_run(tmp_path, "resigned", _metrics(rng), spec=SPEC, sealed=True)
+    _tamper(rd)
+    assert "resigned_serve_r1.json (sha256 differs)" in _promote_error(tmp_path, "resigned")
+    # unsigned, and a stored object changed behind the run's back
+    make_run(tmp_path, "unsigned", _metrics(rng), spec=SPEC)
+    assert "provenance.dsse.json is missing" in _promote_error(tmp_path, "unsigned")
+    rd = make_run(tmp_path, "stored", _metrics(rng), spec=SPEC, sealed=True)
+    import hashlib
+
+    sha = hashlib.sha256((rd / "structured" / "stored_serve_r1.json").read_bytes()).hexdigest()
+    obj = tmp_path / "objects" / "sha256" / sha[:2] / sha  # the local store is content-addressed: damage one
+    obj.chmod(0o644)
+    obj.write_bytes(b"{}")
+    assert "stored_serve_r1.json" in _promote_error(tmp_path, "stored") or sha in _promote_error(tmp_path, "stored")
+    # intact: published, with the attestation digest recorded
+    rd = make_run(tmp_path, "good", _metrics(rng), spec=SPEC, sealed=True)
+    p = promote("good", tmp_path)
+    run_id, rec = read_alias(p)
+    assert run_id == "good" and len(rec["attestation_sha256"]) == 64 and rec["stored_objects"] > 0
+
+
+def test_compare_checks_the_alias_record_again(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from benchrun.cli import app
+    from benchrun.stats.load import promote
+    from benchrun.stats.synthetic import write_manifest
+
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    rng = np.random.default_rng(10)
+    base = make_run(tmp_path, "base", _metrics(rng), spec=SPEC, sealed=True)
+    make_run(tmp_path, "cand", _metrics(rng), spec=SPEC)
+    promote("base", tmp_path)
+    runner = CliRunner()
+    assert runner.invoke(app, ["compare", "published/current", "cand"]).exit_code == 0
+    # resealed after promotion (a result edited, manifest rewritten, envelope dropped)
+    _tamper(base)
+    (base / "reports" / "base_provenance.dsse.json").unlink()
+    write_manifest(base)
+    r = runner.invoke(app, ["compare", "published/current", "cand"])
+    assert getattr(r.exception, "exit_code", r.exit_code) == admit.EXIT_NOT_COMPARABLE
+    gate, _ = compare_runs(base, tmp_path / "runs" / "cand", baseline_alias="current")
+    reasons = {x.reason for x in gate.refusals}
+    assert reasons == {admit.BASELINE_ALIAS}
+    assert "manifest.json is not the one verified when published/current was promoted" in gate.message()
+    # an alias from before records existed is refused, with the fix
+    (tmp_path / "published" / "current").write_text("base\n")
+    gate, _ = compare_runs(base, tmp_path / "runs" / "cand", baseline_alias="current")
+    assert "run `benchrun promote base` again" in gate.message()

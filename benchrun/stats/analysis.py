@@ -114,6 +114,8 @@ def compare_runs(
     confirm: ConfirmHook | None = None,
     variable: str | None = None,
     candidate_in_progress: bool = False,
+    baseline_alias: str | None = None,
+    allow_differences: tuple[str, ...] | list[str] = (),
 ) -> tuple[GateResult, Comparison | None]:
     """Admit the pair (fail closed: :mod:`benchrun.stats.admit`), gate it, and, if it passes,
     compare with the candidate spec's settings.
@@ -121,10 +123,15 @@ def compare_runs(
     Returns the gate result and the comparison (None when the pair was refused: then
     ``gate.refusals`` says why it is not comparable, or the gate's diffs what differs).
     ``candidate_in_progress``: the candidate is the run being analysed (phase Analyzing).
+    ``baseline_alias``: the baseline was named by ``published/<alias>``; what promote recorded
+    there is checked again. ``allow_differences``: spec paths (or environment field names)
+    allowed to differ besides the variable under test; recorded in the gate's result.
     """
     base, cand = load_run(baseline_dir), load_run(candidate_dir)
     refusals = admit.admit_runs(base, cand, candidate_in_progress=candidate_in_progress)
-    gate = check_gate(base, cand, variable)
+    if baseline_alias is not None:
+        refusals.extend(admit.alias_refusals(base, baseline_alias))
+    gate = check_gate(base, cand, variable, allow_differences)
     gate.refusals.extend(refusals)
     if not gate.passed:
         log.info("%s", gate.message())
@@ -170,6 +177,7 @@ def write_comparison(
         "gate": {"passed": gate.passed, "message": gate.message(),
                  "differences": [d.__dict__ for d in gate.diffs],
                  "comparable": not gate.not_comparable,
+                 "allowed_differences": list(gate.allowed_differences),
                  "refusals": [r.to_json() for r in gate.refusals]},
     }
     if not gate.passed:

@@ -27,7 +27,7 @@ import numpy as np
 from scipy import stats
 
 from benchrun.errors import BenchrunError
-from benchrun.stats import batch
+from benchrun.stats import batch, reading
 from benchrun.stats.describe import SERIES_KEYS, group_arrays
 from benchrun.stats.effects import Shift, effect, hodges_lehmann, verdict, verdict_on_scale  # noqa: F401 (API)
 from benchrun.stats.ranktest import EXACT_MAX_N, mw_null_cdf, smallest_gating_n, smallest_one_sided_p  # noqa: F401
@@ -119,6 +119,7 @@ class Comparison:
     notes: list[str] = field(default_factory=list)
     confirmation_error: str = ""  # why a confirmation round that was needed gave no answer
     confirmation_evidence: dict[str, Any] = field(default_factory=dict)  # launch order of the round
+    family: int = 0  # gating tests in Holm's family
 
     @property
     def regression_detected(self) -> bool:
@@ -314,7 +315,9 @@ def compare_tables(
         result.notes.append("no metrics to compare")
         return result
     _margins(df, margin_of, result)
+    df["role"] = reading.roles(df["gating"].to_numpy(bool), df["case"].to_numpy(), df["name"].to_numpy())
     _gate_and_verdicts(df, alpha, result)
+    _reading(df, alpha, result)
     df["confirmation"] = ""
     suspected = [(r.suite, r.case, r.name) for r in df.itertuples() if r.gating and r.verdict == "regression"]
     result.suspected = suspected
@@ -406,13 +409,16 @@ class Decision:
 
 
 def decide(eff: dict[str, np.ndarray], gating: np.ndarray, n_baseline: np.ndarray, n_candidate: np.ndarray,
-           margin: np.ndarray, alpha: float, fisher: np.ndarray | None = None) -> Decision:
+           margin: np.ndarray, alpha: float, fisher: np.ndarray | None = None,
+           context: np.ndarray | None = None) -> Decision:
     """Gate tests, corrections and verdicts of rows whose effects are ``eff`` (the fields of
     :func:`benchrun.stats.effects.effect`): gating rows get their one-sided gate p-value
     (exact rank, or Welch t where the rank test cannot reach α / family; Fisher for failure
-    counts) and Holm over the family; the others Benjamini–Hochberg on the two-sided p."""
+    counts) and Holm over the family; the other outcomes Benjamini–Hochberg on the two-sided
+    p; ``context`` rows (telemetry, utilization) no correction and no verdict ("")."""
     rows = len(gating)
     gating = np.asarray(gating, dtype=bool)
+    context = np.zeros(rows, dtype=bool) if context is None else np.asarray(context, dtype=bool) & ~gating
     fisher = np.zeros(rows, dtype=bool) if fisher is None else np.asarray(fisher, dtype=bool)
     p_reg = np.asarray(eff["p_regression"], dtype=float)
     p_imp = np.asarray(eff["p_improvement"], dtype=float)
@@ -436,12 +442,14 @@ def decide(eff: dict[str, np.ndarray], gating: np.ndarray, n_baseline: np.ndarra
     p_adj_imp = np.full(rows, np.nan)
     p_adj[gating] = holm(p_gate[gating])
     p_adj_imp[gating] = holm(p_gate_imp[gating])
-    bh = benjamini_hochberg(np.asarray(eff["p_value"], dtype=float)[~gating])
-    p_adj[~gating] = bh
-    p_adj_imp[~gating] = bh
+    secondary = ~gating & ~context
+    bh = benjamini_hochberg(np.asarray(eff["p_value"], dtype=float)[secondary])
+    p_adj[secondary] = bh
+    p_adj_imp[secondary] = bh
     shift, lo, hi = (np.asarray(eff[k], dtype=float) for k in ("shift", "shift_low", "shift_high"))
-    verdicts = [verdict_on_scale(s, a, b, pr, pi, alpha, mg)
-                for s, a, b, pr, pi, mg in zip(shift, lo, hi, p_adj, p_adj_imp, np.asarray(margin, dtype=float))]
+    verdicts = ["" if ctx else verdict_on_scale(s, a, b, pr, pi, alpha, mg)
+                for s, a, b, pr, pi, mg, ctx in zip(shift, lo, hi, p_adj, p_adj_imp, np.asarray(margin, dtype=float),
+                                                    context)]
     return Decision(gate_test, p_gate, p_adj, p_adj_imp, verdicts, family, bool(use_t.any()))
 
 
@@ -450,8 +458,9 @@ def _gate_and_verdicts(df: "pd.DataFrame", alpha: float, result: Comparison) -> 
     fisher = (df["test"] == "fisher_exact").to_numpy()
     eff = {k: df[k].to_numpy() for k in ("p_regression", "p_improvement", "t_regression", "t_improvement",
                                          "p_value", "shift", "shift_low", "shift_high")}
+    context = (df["role"] == "context").to_numpy() if "role" in df.columns else None
     d = decide(eff, gating, df["n_baseline"].to_numpy(), df["n_candidate"].to_numpy(), df["margin"].to_numpy(),
-               alpha, fisher)
+               alpha, fisher, context)
     if d.welch_fallback:
         welch = d.gate_test == "welch_t"
         nb, nc = int(df.loc[welch, "n_baseline"].min()), int(df.loc[welch, "n_candidate"].min())
@@ -473,8 +482,23 @@ def _gate_and_verdicts(df: "pd.DataFrame", alpha: float, result: Comparison) -> 
     df["p_gate"] = d.p_gate
     df["p_adjusted"] = d.p_adjusted
     df["p_adjusted_improvement"] = d.p_adjusted_improvement
-    df["correction"] = np.where(gating, "holm", "bh")
+    df["correction"] = np.where(gating, "holm", np.where(context, "none", "bh")) if context is not None \
+        else np.where(gating, "holm", "bh")
     df["verdict"] = d.verdict
+    result.family = d.family
+
+
+def _reading(df: "pd.DataFrame", alpha: float, result: "Comparison") -> None:
+    """The reader's columns (:mod:`benchrun.stats.reading`): the change as measured with
+    better/worse, the minimum detectable effect and the replicates a large unclear change needs."""
+    for k, v in reading.measured_change(df).items():
+        df[k] = v
+    for k, v in reading.detectable(df, alpha, result.family, df["gate_test"].to_numpy()).items():
+        df[k] = v
+    ctx = int((df["role"] == "context").sum())
+    if ctx:
+        result.notes.append(f"{ctx} context row(s) (telemetry, utilization, environment) are shown without a verdict "
+                            "and are in no multiple-testing family")
 
 
 def _confirm(result: Comparison, suspected: list[tuple[str, str, str]], confirm: ConfirmHook, *, confidence: float,
