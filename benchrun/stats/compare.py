@@ -225,6 +225,31 @@ def _effects_batch(b: _Arm, c: _Arm, ib: np.ndarray, ic: np.ndarray, higher: np.
     return out
 
 
+def _equivalence_interval(b: _Arm, c: _Arm, ib: np.ndarray, ic: np.ndarray, higher: np.ndarray,
+                          comparable: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
+    """The Hodges–Lehmann interval at 1 − 2α (α = 1 − confidence), on each row's analysis scale:
+    inside ±margin it is the two one-sided tests (TOST) at α that "no change" means."""
+    from benchrun.stats.effects import critical_rank
+
+    rows = ib.size
+    lo, hi = np.full(rows, np.nan), np.full(rows, np.nan)
+    level = max(2.0 * confidence - 1.0, 0.5)
+    nb = np.where(ib >= 0, b.keys["n"].to_numpy()[np.clip(ib, 0, None)] if len(b.keys) else 0, 0)
+    nc = np.where(ic >= 0, c.keys["n"].to_numpy()[np.clip(ic, 0, None)] if len(c.keys) else 0, 0)
+    for n_b, n_c in sorted({(int(x), int(y)) for x, y in zip(nb[comparable], nc[comparable])}):
+        sel = np.nonzero(comparable & (nb == n_b) & (nc == n_c))[0]
+        bm, cm = _matrix(b, ib[sel], n_b), _matrix(c, ic[sel], n_c)
+        sign = np.where(higher[sel], 1.0, -1.0)[:, None]
+        log = (bm > 0).all(axis=1) & (cm > 0).all(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            x = np.where(log[:, None], sign * np.log(np.where(log[:, None], cm, 1.0)), sign * cm)
+            y = np.where(log[:, None], sign * np.log(np.where(log[:, None], bm, 1.0)), sign * bm)
+        srt = np.sort((x[:, :, None] - y[:, None, :]).reshape(len(sel), n_b * n_c), axis=1)
+        k, _cov = critical_rank(n_c, n_b, level)
+        lo[sel], hi[sel] = srt[:, k - 1], srt[:, n_b * n_c - k]
+    return lo, hi
+
+
 def _effects_reference(b: _Arm, c: _Arm, ib: np.ndarray, ic: np.ndarray, higher: np.ndarray,
                        comparable: np.ndarray, confidence: float) -> dict[str, np.ndarray]:
     rows = ib.size
@@ -286,6 +311,7 @@ def compare_tables(
     higher = (keys["direction"] == "higher").to_numpy()
     run = _effects_batch if engine == "batch" else _effects_reference
     eff = run(b, c, ib, ic, higher, comparable, confidence)
+    eff["eq_low"], eff["eq_high"] = _equivalence_interval(b, c, ib, ic, higher, comparable, confidence)
     suites = keys["suite"].astype(str).to_numpy()
     names = keys["metric"].astype(str).to_numpy()
     cases = keys["case"].astype(str).to_numpy()
@@ -450,6 +476,12 @@ def decide(eff: dict[str, np.ndarray], gating: np.ndarray, n_baseline: np.ndarra
     verdicts = ["" if ctx else verdict_on_scale(s, a, b, pr, pi, alpha, mg)
                 for s, a, b, pr, pi, mg, ctx in zip(shift, lo, hi, p_adj, p_adj_imp, np.asarray(margin, dtype=float),
                                                     context)]
+    if "eq_low" in eff:  # "no change": the 1 − 2α interval inside ±margin (TOST at α)
+        eq_lo, eq_hi = np.asarray(eff["eq_low"], dtype=float), np.asarray(eff["eq_high"], dtype=float)
+        mg = np.asarray(margin, dtype=float)
+        for i, v in enumerate(verdicts):
+            if v == "inconclusive" and mg[i] > 0 and eq_lo[i] >= -mg[i] and eq_hi[i] <= mg[i]:
+                verdicts[i] = "no_change"
     return Decision(gate_test, p_gate, p_adj, p_adj_imp, verdicts, family, bool(use_t.any()))
 
 
@@ -457,7 +489,8 @@ def _gate_and_verdicts(df: "pd.DataFrame", alpha: float, result: Comparison) -> 
     gating = df["gating"].to_numpy(bool)
     fisher = (df["test"] == "fisher_exact").to_numpy()
     eff = {k: df[k].to_numpy() for k in ("p_regression", "p_improvement", "t_regression", "t_improvement",
-                                         "p_value", "shift", "shift_low", "shift_high")}
+                                         "p_value", "shift", "shift_low", "shift_high", "eq_low", "eq_high")
+           if k in df.columns}
     context = (df["role"] == "context").to_numpy() if "role" in df.columns else None
     d = decide(eff, gating, df["n_baseline"].to_numpy(), df["n_candidate"].to_numpy(), df["margin"].to_numpy(),
                alpha, fisher, context)
