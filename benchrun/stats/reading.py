@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import re
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -86,6 +87,24 @@ def _pct(shift: float, log: bool) -> float:
     return (math.exp(shift) - 1) * 100 if log else math.nan
 
 
+@lru_cache(maxsize=256)
+def _q(tail: float, dof: int) -> float:
+    """t quantiles for a one-sided test at ``tail`` with 80 % power."""
+    return float(stats.t.ppf(1 - tail, dof) + stats.t.ppf(POWER, dof))
+
+
+@lru_cache(maxsize=64)
+def _plan(tail: float, two_sided: bool, exact: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(n = 2..MAX, q(n) · sqrt(2/n)) for planning, with n below the exact floor masked (inf)."""
+    ns = np.arange(2, MAX_PLANNED_N + 1)
+    q = stats.t.ppf(1 - tail, 2 * ns - 2) + stats.t.ppf(POWER, 2 * ns - 2)
+    scale = q * np.sqrt(2.0 / ns)
+    if exact:
+        floor_n = _floor_n(tail, two_sided)
+        scale = np.where(ns >= (floor_n or MAX_PLANNED_N + 1), scale, np.inf)
+    return ns, scale
+
+
 def detectable(df: "pd.DataFrame", alpha: float, family: int, gate_test: np.ndarray) -> dict[str, np.ndarray]:
     """Per row: minimum detectable effect (analysis scale and %), replicates needed to show the
     observed change, and the advice for a large change that is not significant."""
@@ -96,40 +115,39 @@ def detectable(df: "pd.DataFrame", alpha: float, family: int, gate_test: np.ndar
     mde_pct = np.full(rows, np.nan)
     need = np.full(rows, -1, dtype=int)
     advice = np.full(rows, "", dtype=object)
-    cols = {k: df[k].to_numpy() for k in ("shift", "shift_low", "shift_high", "ci_coverage", "n_baseline",
-                                          "n_candidate", "scale", "margin", "verdict", "name")}
+    s, lo, hi, cov = (df[k].to_numpy(dtype=float) for k in ("shift", "shift_low", "shift_high", "ci_coverage"))
+    nb, nc = df["n_baseline"].to_numpy(dtype=int), df["n_candidate"].to_numpy(dtype=int)
+    scale, margin, verdict = df["scale"].to_numpy(), df["margin"].to_numpy(dtype=float), df["verdict"].to_numpy()
+    names = df["name"].to_numpy()
+    c = np.where(np.isnan(cov), 0.95, np.clip(cov, 0.5, 0.9999))
+    z_cov = stats.norm.ppf(0.5 + c / 2)  # the row's own interval gives its standard error
+    with np.errstate(invalid="ignore", divide="ignore"):
+        se_all = (hi - lo) / (2 * z_cov)
     for i in range(rows):
-        if role[i] == "context" or cols["name"][i] == "failed_replicates":
+        if role[i] == "context" or names[i] == "failed_replicates":
             continue
-        s, lo, hi, cov = (float(cols[k][i]) for k in ("shift", "shift_low", "shift_high", "ci_coverage"))
-        nb, nc = int(cols["n_baseline"][i]), int(cols["n_candidate"][i])
-        if any(math.isnan(v) for v in (s, lo, hi)) or nb < 2 or nc < 2:
+        if any(math.isnan(v) for v in (s[i], lo[i], hi[i])) or nb[i] < 2 or nc[i] < 2:
             continue
         gating = role[i] == "primary"
         tail = alpha / max(family, 1) if gating else alpha / (2 * max(n_sec, 1))
         two_sided = not gating
         exact = not gating or str(gate_test[i]) != "welch_t"
-        z_cov = stats.norm.ppf(0.5 + min(max(cov if not math.isnan(cov) else 0.95, 0.5), 0.9999) / 2)
-        se = (hi - lo) / (2 * z_cov) if z_cov > 0 else math.nan
-        log = cols["scale"][i] == "log"
-        df_t = nb + nc - 2
-        q = stats.t.ppf(1 - tail, df_t) + stats.t.ppf(POWER, df_t)
-        reachable = not exact or _exact_floor(nb, nc, two_sided) <= tail * (2 if two_sided else 1) + 1e-15
-        mde[i] = q * se if reachable else math.inf
+        se = float(se_all[i])
+        log = scale[i] == "log"
+        reachable = not exact or _exact_floor(int(nb[i]), int(nc[i]), two_sided) <= tail * (2 if two_sided else 1) + 1e-15
+        mde[i] = _q(tail, int(nb[i] + nc[i] - 2)) * se if reachable else math.inf
         mde_pct[i] = _pct(mde[i], log) if reachable else math.inf
-        effect = abs(s)
+        effect = abs(s[i])
         if effect <= 0 or math.isnan(se):
             continue
-        n_floor = _floor_n(tail, two_sided) if exact else 2
-        base = (1 / nb + 1 / nc)
-        for n in range(max(2, n_floor or MAX_PLANNED_N + 1), MAX_PLANNED_N + 1):
-            qn = stats.t.ppf(1 - tail, 2 * n - 2) + stats.t.ppf(POWER, 2 * n - 2)
-            if qn * se * math.sqrt((2 / n) / base) <= effect:
-                need[i] = n
-                break
-        margin = float(cols["margin"][i]) if not math.isnan(float(cols["margin"][i])) else 0.0
-        if cols["verdict"][i] == "inconclusive" and effect > margin:
-            n_now = min(nb, nc)
+        ns, sc = _plan(tail, two_sided, exact)
+        base = 1 / nb[i] + 1 / nc[i]
+        ok = np.nonzero(sc * se / math.sqrt(base) <= effect)[0]
+        if ok.size:
+            need[i] = int(ns[ok[0]])
+        mg = margin[i] if not math.isnan(margin[i]) else 0.0
+        if verdict[i] == "inconclusive" and effect > mg:
+            n_now = int(min(nb[i], nc[i]))
             advice[i] = (f"large change, not significant at n = {n_now}: rerun with ≥ {need[i]} replicates"
                          if need[i] > 0 else
                          f"large change, not significant at n = {n_now}: more than {MAX_PLANNED_N} replicates "
