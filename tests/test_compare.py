@@ -221,7 +221,7 @@ def test_confirmation_round_that_gives_no_answer_leaves_regression_unknown():
     cond = res.condition()
     assert (cond["status"], cond["reason"]) == ("Unknown", "ConfirmationFailed")
     assert "pinned spec /x/base-1_spec.yaml is missing" in cond["message"]
-    assert "serve//tokens_per_second" in cond["message"]
+    assert "serve/tokens_per_second" in cond["message"]
     assert res.rows.confirmation.tolist() == ["failed"] and res.rows.verdict.tolist() == ["regression"]
 
     empty = pd.DataFrame([], columns=list(REPLICATE_COLUMNS)).astype({"replicate": "int64", "value": "float64"})

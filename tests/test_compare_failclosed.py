@@ -278,3 +278,18 @@ def test_compare_checks_the_alias_record_again(tmp_path, monkeypatch):
     (tmp_path / "published" / "current").write_text("base\n")
     gate, _ = compare_runs(base, tmp_path / "runs" / "cand", baseline_alias="current")
     assert "run `benchrun promote base` again" in gate.message()
+
+
+def test_a_primary_measured_in_neither_run_is_noted_but_nothing_measured_is_refused(tmp_path):
+    rng = np.random.default_rng(11)
+    spec = {"spec": {"metrics": {"inference": {"primary": ["tokens_per_second", "jitter_ms"]}}}}
+    m = {("serve", "", "tokens_per_second"): (lognormal_replicates(rng, 100, 0.02, 5), "tok/s", "higher")}
+    make_run(tmp_path, "base", m, spec=spec)
+    make_run(tmp_path, "cand", m, spec=spec)
+    gate, res = compare_runs(tmp_path / "runs" / "base", tmp_path / "runs" / "cand")
+    assert gate.passed and any("measured in neither run, so not judged: jitter_ms" in n for n in res.notes)
+    none = {"spec": {"metrics": {"inference": {"primary": ["jitter_ms"]}}}}
+    make_run(tmp_path, "b2", m, spec=none)
+    make_run(tmp_path, "c2", m, spec=none)
+    gate, res = compare_runs(tmp_path / "runs" / "b2", tmp_path / "runs" / "c2")
+    assert res is None and "none of the primaries (jitter_ms) has a value in either run" in gate.message()

@@ -6,7 +6,8 @@ a run in progress may be ``Analyzing`` with an outcome other than failed), when 
 pinned specs run different layer/suite sets, or when a run's evidence does not verify (its
 sealed manifest's hashes, and, when the run is signed, the DSSE signature and every sealed
 file it covers). After the rows are built, :func:`unmeasured_primaries` refuses a gating
-primary with no comparable values in both arms. A refusal is a :class:`Refusal` with a
+primary measured in one run but not (with ≥ 2 ok replicates) in the other, or a pair in
+which no primary was measured at all; a primary measured in neither run is noted. A refusal is a :class:`Refusal` with a
 reason code; the CLI exits :data:`EXIT_NOT_COMPARABLE` and the asset writes
 ``RegressionDetected=Unknown (NotComparable)``.
 """
@@ -267,14 +268,15 @@ def unmeasured_primaries(rows: "pd.DataFrame", primary: Iterable[str]) -> list[R
                                                    "have no value in either run"))
         return out
     values = rows[rows["name"] != FAILED_METRIC]
+    measured_any = False
     for text in sorted(primary):
         sel = parse_primary(text)
         if sel.metric == FAILED_METRIC:
             continue
         hit = values[[sel.matches(s, c, m) for s, c, m in zip(values["suite"], values["case"], values["name"])]]
-        if hit.empty:
-            out.append(Refusal(PRIMARY_UNMEASURED, f"primary {text} has no value in either run"))
+        if hit.empty:  # measured in neither run: both agree there is nothing to judge (see neither_measured)
             continue
+        measured_any = True
         short = hit[(hit["n_baseline"] < 2) | (hit["n_candidate"] < 2)]
         for r in short.itertuples():
             arms = [a for a, n in (("baseline", r.n_baseline), ("candidate", r.n_candidate)) if n < 2]
@@ -282,6 +284,24 @@ def unmeasured_primaries(rows: "pd.DataFrame", primary: Iterable[str]) -> list[R
                                          if a in arms) else "has fewer than 2 ok replicates"
             out.append(Refusal(PRIMARY_UNMEASURED, f"primary {r.metric} {what} in the {' and '.join(arms)} "
                                                    f"({r.n_baseline} vs {r.n_candidate} ok replicates)"))
+    if primary and not measured_any and not out:
+        out.append(Refusal(PRIMARY_UNMEASURED, f"none of the primaries ({', '.join(sorted(primary))}) has a value "
+                                               "in either run: nothing gates"))
+    return out
+
+
+def neither_measured(rows: "pd.DataFrame", primary: Iterable[str]) -> list[str]:
+    """Primaries that match no row of either run (a note: not judged, and not refused while
+    another primary gates)."""
+    from benchrun.stats.compare import FAILED_METRIC, parse_primary
+
+    values = rows[rows["name"] != FAILED_METRIC] if not rows.empty else rows
+    out = []
+    for text in sorted(primary):
+        sel = parse_primary(text)
+        if sel.metric != FAILED_METRIC and (values.empty or not any(
+                sel.matches(s, c, m) for s, c, m in zip(values["suite"], values["case"], values["name"]))):
+            out.append(text)
     return out
 
 

@@ -138,7 +138,9 @@ def compare_runs(
         return gate, None
     table_b = replicate_table(base.path, include_failed=True)
     table_c = replicate_table(cand.path, include_failed=True)
-    unmeasured = admit.unmeasured_primaries(admit.measured_rows(table_b, table_c), primary_metrics(cand.spec))
+    measured = admit.measured_rows(table_b, table_c)
+    unmeasured = admit.unmeasured_primaries(measured, primary_metrics(cand.spec))
+    neither = admit.neither_measured(measured, primary_metrics(cand.spec))
     result = compare_tables(
         table_b,
         table_c,
@@ -156,6 +158,8 @@ def compare_runs(
         return gate, None
     if unmeasured:
         result.notes.extend(f"not comparable: {r.message}" for r in unmeasured)
+    if neither:
+        result.notes.append(f"primaries measured in neither run, so not judged: {', '.join(neither)}")
     return gate, result
 
 

@@ -134,16 +134,16 @@ class Comparison:
     def condition(self) -> dict[str, str]:
         """The ``RegressionDetected`` condition (type, status, reason, message) for status.json."""
         if self.confirmed:
-            names = ", ".join("/".join(k) for k in self.confirmed)
+            names = ", ".join(_label(*k) for k in self.confirmed)
             return {"type": "RegressionDetected", "status": "True", "reason": "ConfirmedRegression",
                     "message": f"gating regression confirmed by a fresh interleaved round: {names}"}
         if self.confirmation == "failed":
-            names = ", ".join("/".join(k) for k in self.suspected)
+            names = ", ".join(_label(*k) for k in self.suspected)
             return {"type": "RegressionDetected", "status": "Unknown", "reason": "ConfirmationFailed",
                     "message": f"gating regression suspected on {names}, but the confirmation round gave no "
                                f"answer: {self.confirmation_error}"}
         if self.confirmation == "not_run":
-            names = ", ".join("/".join(k) for k in self.suspected)
+            names = ", ".join(_label(*k) for k in self.suspected)
             return {"type": "RegressionDetected", "status": "Unknown", "reason": "UnconfirmedRegression",
                     "message": f"gating regression awaits a confirmation round: {names}"}
         if self.confirmation == "not_confirmed":
