@@ -205,7 +205,9 @@ def baseline_comparison(context: dg.AssetExecutionContext, confirm_round: Confir
 
     run_id = context.partition_key
     rd = _run_dir(run_id)
-    ref = (((load_run(rd).spec.get("spec") or {}).get("comparison") or {}).get("baseline") or {}).get("artifactRef")
+    comparison = (load_run(rd).spec.get("spec") or {}).get("comparison") or {}
+    ref = (comparison.get("baseline") or {}).get("artifactRef")
+    allow = tuple(str(a) for a in comparison.get("allowDifferences") or ())  # recorded in the comparison
     try:
         base_dir = resolve_run(ref) if ref else None
     except BenchrunError as exc:  # no alias yet, or a missing run: say so, compare nothing
@@ -214,7 +216,8 @@ def baseline_comparison(context: dg.AssetExecutionContext, confirm_round: Confir
     if base_dir is None or base_dir.name == run_id:
         return dg.MaterializeResult(metadata={"compared": False, "reason": f"no baseline resolved from {ref!r}"})
     gate, res = analysis.compare_runs(base_dir, rd, confirm=confirm_round.hook(context, base_dir.name, run_id),
-                                      candidate_in_progress=True, baseline_alias=alias_of(ref))
+                                      candidate_in_progress=True, baseline_alias=alias_of(ref),
+                                      allow_differences=allow)
     path = analysis.write_comparison(gate, res, base_dir.name, rd)
     meta = {"compared": res is not None, "comparable": not gate.not_comparable, "baseline": base_dir.name,
             "gate": gate.message(), "comparison": dg.MetadataValue.path(str(path))}

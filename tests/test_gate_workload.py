@@ -154,3 +154,36 @@ def test_a_declared_workload_field_passes_although_the_workload_digest_differs(t
     gate = check_gate(b, c)
     assert gate.passed and [d.field for d in gate.diffs] == ["spec.workload.precision"]
     assert not check_gate(b, c, variable="runtime_version").passed
+
+
+def test_allow_differences_in_the_spec_is_recorded_in_the_comparison_and_the_report(tmp_path, monkeypatch):
+    import json
+
+    import dagster as dg
+
+    from bench_assets.stats_assets import ConfirmRoundResource, baseline_comparison
+    from benchrun.report.html import build_report
+
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    rng = np.random.default_rng(5)
+    m = {("gemm", "", "tflops"): (lognormal_replicates(rng, 1, 0.02, 5), "TFLOP/s", "higher")}
+    base, cand = copy.deepcopy(CANARY), copy.deepcopy(CANARY)
+    _threads(cand)
+    cand["spec"]["comparison"]["baseline"]["artifactRef"] = "base"
+    cand["spec"]["comparison"]["allowDifferences"] = [GEMM_CMD]
+    cand["spec"]["metrics"]["inference"]["primary"] = ["gemm/tflops"]
+    make_run(tmp_path, "base", m, spec=base)
+    make_run(tmp_path, "cand", m, spec=cand, status={"phase": "Analyzing", "outcome": "succeeded"})
+    spec_ok = copy.deepcopy(CANARY)
+    spec_ok["spec"]["comparison"]["allowDifferences"] = [GEMM_CMD]
+    assert _validate(spec_ok).valid
+    spec_ok["spec"]["comparison"]["allowDifferences"] = ["layers..x"]
+    assert not _validate(spec_ok).valid
+    inst = dg.DagsterInstance.ephemeral()
+    inst.add_dynamic_partitions("benchmark_run", ["cand"])
+    dg.materialize([baseline_comparison], instance=inst, partition_key="cand",
+                   resources={"confirm_round": ConfirmRoundResource(enabled=False)})
+    doc = json.loads((tmp_path / "runs" / "cand" / "structured" / "cand_comparison.json").read_text())
+    assert doc["gate"]["passed"] and doc["gate"]["allowed_differences"] == [GEMM_CMD]
+    assert "comparison.allowDifferences: " + GEMM_CMD in doc["gate"]["message"]
+    assert GEMM_CMD in build_report(tmp_path / "runs" / "cand").read_text()

@@ -296,6 +296,10 @@ class Comparison(SpecModel):
     )
     baseline: ArtifactRef | None = None
     candidate: ArtifactRef | None = None
+    allow_differences: list[Text] = Field(
+        default_factory=list, description="Spec paths allowed to differ from the baseline besides "
+        "variableUnderTest (an explicit override of the one-variable gate, recorded in the comparison)."
+    )
     controls: Controls
     delta_pct: Annotated[float, Field(ge=0)] = Field(
         default=3.0, description="No-change band in percent (extension; default 3.0)."

@@ -350,12 +350,19 @@ def rule_one_variable_at_a_time(doc: Any) -> Iterator[Finding]:
 
 def rule_variable_under_test_resolves(doc: Any) -> Iterator[Finding]:
     """Extension: ``comparison.variableUnderTest`` given as a spec path names a field of this
-    spec, in a section the one-variable gate compares (``benchrun.spec.paths.GATED_SECTIONS``)."""
+    spec, in a section the one-variable gate compares (``benchrun.spec.paths.GATED_SECTIONS``);
+    ``comparison.allowDifferences`` entries are spec paths."""
     from typing import get_args
 
     from benchrun.spec import paths
     from benchrun.spec.model import VariableUnderTest
 
+    allow = get(doc, SPEC + ("comparison", "allowDifferences"))
+    for i, entry in enumerate(allow if isinstance(allow, list) else []):
+        try:
+            paths.parse(entry)
+        except ValueError as exc:
+            yield SPEC + ("comparison", "allowDifferences", i), str(exc)
     path = SPEC + ("comparison", "variableUnderTest")
     value = get(doc, path)
     body = get(doc, SPEC)

@@ -1,6 +1,11 @@
-"""The one-variable gate: diff two runs' identities and allow only the declared variable to differ.
+"""The one-variable gate: diff two runs' workloads and identities and allow only the declared variable to differ.
 
-Both runs are flattened into dotted fields (status.json identity, the environment capture,
+The two pinned specs are compared field by field by spec path (:mod:`benchrun.spec.paths`;
+the sections in :data:`SPEC_SECTIONS`: commands, arguments, ``env``, suite parameters,
+replicates, placement, measurement policy); a difference passes only when it lies under the
+variable under test given as a spec path, under a path a named variable may change
+(:data:`ALIAS_SPEC_PATHS`), or under an explicit ``--allow-differences`` path (recorded).
+Besides, both runs are flattened into dotted fields (status.json identity, the environment capture,
 image digests from the manifest). Each field belongs to a category; each
 ``comparison.variableUnderTest`` may change the categories listed in :data:`ALLOWED`.
 Fields that describe one machine's moment rather than its configuration (hostname, load,
@@ -17,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, get_args
 
 from benchrun.spec.model import VariableUnderTest
+from benchrun.spec.paths import GATED_SECTIONS as SPEC_SECTIONS
 from benchrun.stats.load import RunInfo, variable_under_test
 
 # The comparison variables of CONTRACT.md §2, from the spec model (one list, not two).
@@ -136,7 +142,6 @@ class FieldDiff:
 # comparison itself is made (comparison, metrics: taken from the candidate), where results go
 # (sinks, provenance), which CI cadences run the spec (automation), the diagnosis settings
 # (bottleneckAnalysis), and intent.cadence (when a run happens, not what it runs).
-from benchrun.spec.paths import GATED_SECTIONS as SPEC_SECTIONS  # noqa: E402
 _SPEC_IGNORE = (("intent", "cadence"),)
 
 # Spec fields each named variable (the vocabulary of CONTRACT.md §2) may change besides its
@@ -213,7 +218,8 @@ class GateResult:
             from benchrun.stats.admit import message
 
             return message(self.refusals)
-        override = (f"; differences allowed by --allow-differences: {', '.join(self.allowed_differences)}"
+        override = (f"; differences allowed by --allow-differences / comparison.allowDifferences: "
+                    f"{', '.join(self.allowed_differences)}"
                     if self.allowed_differences else "")
         if self.passed:
             spec = [d for d in self.diffs if d.category == "spec"]
