@@ -130,6 +130,11 @@ def test_refused_comparison_writes_an_unknown_condition(tmp_path):
     assert doc["gate"]["comparable"] is False and doc["gate"]["refusals"][0]["reason"] == admit.PRIMARY_UNMEASURED
     assert doc["condition"]["status"] == "Unknown" and doc["condition"]["reason"] == "NotComparable"
     assert "metrics" not in doc  # nothing judged
+    from benchrun.report import content
+    from benchrun.stats.load import load_run
+
+    v = content.verdict(load_run(cand), doc)
+    assert v.regressions == "not compared" and "Not comparable, nothing judged" in v.against
 
 
 def test_a_regression_is_still_said_when_a_primary_is_unmeasured(tmp_path):
