@@ -12,7 +12,7 @@ from benchrun.errors import BenchrunError
 from benchrun.paths import benchrun_home, validate_run_id
 from benchrun.stats import analysis, changepoint, lineage
 from benchrun.stats.compare import ConfirmHook
-from benchrun.stats.load import delta_pct, load_run, resolve_run
+from benchrun.stats.load import alias_of, delta_pct, load_run, resolve_run
 
 GROUP = "statistics"
 
@@ -205,7 +205,9 @@ def baseline_comparison(context: dg.AssetExecutionContext, confirm_round: Confir
 
     run_id = context.partition_key
     rd = _run_dir(run_id)
-    ref = (((load_run(rd).spec.get("spec") or {}).get("comparison") or {}).get("baseline") or {}).get("artifactRef")
+    comparison = (load_run(rd).spec.get("spec") or {}).get("comparison") or {}
+    ref = (comparison.get("baseline") or {}).get("artifactRef")
+    allow = tuple(str(a) for a in comparison.get("allowDifferences") or ())  # recorded in the comparison
     try:
         base_dir = resolve_run(ref) if ref else None
     except BenchrunError as exc:  # no alias yet, or a missing run: say so, compare nothing
@@ -213,16 +215,18 @@ def baseline_comparison(context: dg.AssetExecutionContext, confirm_round: Confir
         base_dir = None
     if base_dir is None or base_dir.name == run_id:
         return dg.MaterializeResult(metadata={"compared": False, "reason": f"no baseline resolved from {ref!r}"})
-    gate, res = analysis.compare_runs(base_dir, rd, confirm=confirm_round.hook(context, base_dir.name, run_id))
+    gate, res = analysis.compare_runs(base_dir, rd, confirm=confirm_round.hook(context, base_dir.name, run_id),
+                                      candidate_in_progress=True, baseline_alias=alias_of(ref),
+                                      allow_differences=allow)
     path = analysis.write_comparison(gate, res, base_dir.name, rd)
-    meta = {"compared": res is not None, "baseline": base_dir.name, "gate": gate.message(),
-            "comparison": dg.MetadataValue.path(str(path))}
+    meta = {"compared": res is not None, "comparable": not gate.not_comparable, "baseline": base_dir.name,
+            "gate": gate.message(), "comparison": dg.MetadataValue.path(str(path))}
+    cond = res.condition() if res is not None else analysis.gate_condition(gate)  # refused: Unknown, never False
+    RunDir.for_run(run_id).set_condition(cond["type"], cond["status"], cond["reason"], cond["message"])
+    meta["regression_detected"] = cond["status"]
     if res is not None:
-        cond = res.condition()
-        RunDir.for_run(run_id).set_condition(cond["type"], cond["status"], cond["reason"], cond["message"])
         meta["verdicts"] = dg.MetadataValue.md(_md(res.records(), ["metric", "gating", "ratio", "ci_low", "ci_high",
                                                                    "p_value", "verdict", "confirmation"]))
-        meta["regression_detected"] = cond["status"]
     return dg.MaterializeResult(metadata=meta)
 
 
@@ -234,6 +238,11 @@ def no_gating_regression(context: dg.AssetCheckExecutionContext) -> dg.AssetChec
     if not path.is_file():
         return dg.AssetCheckResult(passed=True, metadata={"compared": False})
     doc = json.loads(path.read_text(encoding="utf-8"))
+    if doc["gate"].get("comparable") is False:  # fail closed: nothing judged is nothing cleared
+        return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.ERROR,
+                                   description=doc["gate"]["message"],
+                                   metadata={"compared": False, "comparable": False, "regression_detected": "Unknown",
+                                             "refusals": dg.MetadataValue.json(doc["gate"].get("refusals") or [])})
     if not doc["gate"]["passed"]:
         return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN,
                                    description=doc["gate"]["message"], metadata={"compared": False})

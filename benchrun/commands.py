@@ -87,8 +87,10 @@ def print_headline(console: Any, run_dir: Path, run_id: str) -> bool:
         for r in h.rows:
             interval = "-" if r.low is None else f"[{_fmt(r.low)}, {_fmt(r.high)}]" + ("" if r.informative else " †")
             change = ""
-            if r.change and C.pick(r.change, "ratio") is not None:
-                change = f"{(C.pick(r.change, 'ratio') - 1) * 100:+.1f} % {r.change.get('verdict', '')}"
+            if r.change:
+                from benchrun.stats.reading import format_change
+
+                change = " ".join(x for x in (format_change(r.change), r.change.get("verdict") or "") if x)
             table.add_row(*[escape(x) for x in (r.suite, r.metric + (" ★" if r.gating else ""), r.case, _fmt(r.median),
                                                 r.unit, interval, str(r.n))
                             + ((change,) if compared else ())])
@@ -96,7 +98,9 @@ def print_headline(console: Any, run_dir: Path, run_id: str) -> bool:
     console.print(table)
     total = len(stats.summary)
     console.print(f"{shown} headline of {total} metrics (★ gates against the baseline; † interval = the "
-                  "replicates' whole range); "
+                  "replicates' whole range"
+                  + ("; vs baseline = the change as measured, + when the value went up, better/worse by the "
+                     "metric's direction" if compared else "") + "); "
                   f"every metric: `benchrun show {run_id} --all` or the report", markup=False)
     return True
 

@@ -163,7 +163,9 @@ def test_compare_tables_gating_and_corrections():
     r = res.rows.set_index("name")
     assert r.loc["p99_latency_ms", "verdict"] == "regression"
     assert r.loc["p99_latency_ms", "ratio"] < 0.9
-    assert r.loc["p99_latency_ms", "correction"] == "holm" and r.loc["gpu_utilization_pct", "correction"] == "bh"
+    # utilization is context: no correction family, no verdict (issue 26 item 3)
+    assert r.loc["p99_latency_ms", "correction"] == "holm" and r.loc["gpu_utilization_pct", "correction"] == "none"
+    assert r.loc["gpu_utilization_pct", "verdict"] == "" and r.loc["gpu_utilization_pct", "role"] == "context"
     assert bool(r.loc["p99_latency_ms", "gating"]) and not bool(r.loc["gpu_utilization_pct", "gating"])
     # no confirm hook: suspected, not declared
     assert res.suspected == [("serve", "", "p99_latency_ms")]
@@ -219,7 +221,7 @@ def test_confirmation_round_that_gives_no_answer_leaves_regression_unknown():
     cond = res.condition()
     assert (cond["status"], cond["reason"]) == ("Unknown", "ConfirmationFailed")
     assert "pinned spec /x/base-1_spec.yaml is missing" in cond["message"]
-    assert "serve//tokens_per_second" in cond["message"]
+    assert "serve/tokens_per_second" in cond["message"]
     assert res.rows.confirmation.tolist() == ["failed"] and res.rows.verdict.tolist() == ["regression"]
 
     empty = pd.DataFrame([], columns=list(REPLICATE_COLUMNS)).astype({"replicate": "int64", "value": "float64"})
@@ -286,8 +288,9 @@ def test_end_to_end_compare_runs(tmp_path):
                  ("serve", "c=8", "p50_latency_ms"): (lognormal_replicates(rng, 40, 0.02, 5), "ms", "lower")}
     metrics_c = {("serve", "c=8", "tokens_per_second"): (lognormal_replicates(rng, 100, 0.02, 5), "tok/s", "higher"),
                  ("serve", "c=8", "p50_latency_ms"): (lognormal_replicates(rng, 40, 0.02, 5), "ms", "lower")}
-    b = make_run(tmp_path, "base", metrics_b)
-    c = make_run(tmp_path, "cand", metrics_c, spec={"spec": {"comparison": {"deltaPctByMetric": {"p50_latency_ms": 10}}}})
+    prim = {"metrics": {"inference": {"primary": ["tokens_per_second", "p50_latency_ms"]}}}
+    b = make_run(tmp_path, "base", metrics_b, spec={"spec": prim})
+    c = make_run(tmp_path, "cand", metrics_c, spec={"spec": {**prim, "comparison": {"deltaPctByMetric": {"p50_latency_ms": 10}}}})
     gate, res = compare_runs(b, c)
     assert gate.passed
     rows = res.rows.set_index("name")

@@ -29,6 +29,8 @@ def _spec(doc, name, level, baseline_ref):
                                                       "jitter_ms", "cost_per_request_usd"]
     doc["spec"]["layers"] = tiny_layers([], [{"name": "ttft", "repoCommand": SUITE, "parameters": {"level_ms": level}}])
     doc["spec"]["comparison"]["baseline"]["artifactRef"] = baseline_ref
+    # the level is what the pair changes: declared, so the one-variable gate lets it (alone) differ
+    doc["spec"]["comparison"]["variableUnderTest"] = "layers.component.suites[ttft].parameters.level_ms"
     return doc
 
 

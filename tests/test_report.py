@@ -93,13 +93,13 @@ def test_report_is_self_contained_with_all_sections(home):
 @pytest.mark.slow
 def test_cli_compare_json_promote_report(home):
     rng = np.random.default_rng(1)
-    make_run(home, "base", _metrics(rng))
+    make_run(home, "base", _metrics(rng), sealed=True)
     make_run(home, "cand", _metrics(rng))
     make_run(home, "drift", _metrics(rng), environment={"kernel": "7.0", "packages": {"torch": "9.9"}})
     run = lambda *a: subprocess.run([sys.executable, "-m", "benchrun.cli", *a], capture_output=True, text=True,
                                     env={**__import__("os").environ, "BENCHRUN_HOME": str(home)})
     r = run("promote", "base")
-    assert r.returncode == 0 and (home / "published" / "current").read_text().strip() == "base"
+    assert r.returncode == 0 and (home / "published" / "current").read_text().splitlines()[0] == "base", r.stderr
     r = run("compare", "published/current", "cand", "--json")
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)
@@ -126,7 +126,7 @@ def test_assets_and_checks_materialize(home):
     from bench_assets.stats_assets import ConfirmRoundResource, stats_assets, stats_checks
 
     rng = np.random.default_rng(2)
-    make_run(home, "base", _metrics(rng), status={"cadence": "nightly"})
+    make_run(home, "base", _metrics(rng), sealed=True, status={"cadence": "nightly"})
     promote("base", home)
     make_run(home, "cand", _metrics(rng, 0.85, outlier=True), status={"cadence": "nightly"},
              requests={"serve": _requests(rng, n=120)},
@@ -187,7 +187,7 @@ def test_confirm_resource_confirms_regression(home):
     from benchrun.stats.load import replicate_table
 
     rng = np.random.default_rng(3)
-    make_run(home, "base", _metrics(rng))
+    make_run(home, "base", _metrics(rng), sealed=True)
     promote("base", home)
     make_run(home, "cand", _metrics(rng, 0.85))
     make_run(home, "fresh-b", _metrics(rng))
@@ -208,13 +208,13 @@ def test_confirm_resource_confirms_regression(home):
 
 
 def test_confirmation_round_that_cannot_run_says_why(home):
-    """The real confirmation round on runs without a pinned spec: the comparison is kept,
-    RegressionDetected stays Unknown and names the missing file; the asset does not crash."""
+    """A baseline whose pinned spec is gone: RegressionDetected stays Unknown and names the
+    missing file; the asset does not crash."""
     from bench_assets.stats_assets import ConfirmRoundResource, baseline_comparison, no_gating_regression, \
         trial_statistics
 
     rng = np.random.default_rng(3)
-    make_run(home, "base", _metrics(rng))
+    make_run(home, "base", _metrics(rng), sealed=True)
     promote("base", home)
     make_run(home, "cand", _metrics(rng, 0.85))
     (home / "runs" / "base" / "structured" / "base_spec.yaml").unlink()
@@ -226,8 +226,9 @@ def test_confirmation_round_that_cannot_run_says_why(home):
     assert not check.passed and check.metadata["regression_detected"].value == "Unknown"
     status = json.loads((home / "runs" / "cand" / "status.json").read_text())
     cond = [c for c in status["conditions"] if c["type"] == "RegressionDetected"][0]
-    assert (cond["status"], cond["reason"]) == ("Unknown", "ConfirmationFailed")
-    assert "pinned spec" in cond["message"] and "is missing" in cond["message"]
+    # fail closed: the baseline's signed evidence lost a file, so nothing is judged (no round either)
+    assert (cond["status"], cond["reason"]) == ("Unknown", "NotComparable")
+    assert "base_spec.yaml (missing)" in cond["message"]
 
 
 def test_change_points_asset(home):

@@ -42,7 +42,7 @@ def test_validate_invalid_exit_1_lists_every_error(tmp_path: Path) -> None:
     text = bad.read_text()
     def line(needle: str) -> int:
         return text[: text.index(needle)].count("\n") + 1
-    assert f"  {bad}:{line('cadence: weekly')}: spec.intent.cadence: is 'weekly'; must be one of canary, nightly, pre_release" in lines
+    assert f"  {bad}:{line('cadence: weekly')}: spec.intent.cadence: is 'weekly'; must be one of canary, nightly, pre_release, adhoc" in lines
     assert f"  {bad}:{line('minReplicate: 5')}: spec.trials.minReplicate: unknown key 'minReplicate' (did you mean 'minReplicates'?)" in lines
     assert any(l.startswith(f"  {bad}:") and "spec.trials.minReplicates: required key" in l for l in lines)
     assert "2 document(s): 1 valid, 1 with errors" in result.output

@@ -151,11 +151,11 @@ def test_tail_intervals_per_point_and_bucket():
 
 
 def test_resolve_and_promote(tmp_path):
-    make_run(tmp_path, "base-1", {("s", "", "m"): ([1, 2, 3], "u", "higher")})
+    make_run(tmp_path, "base-1", {("s", "", "m"): ([1, 2, 3], "u", "higher")}, sealed=True)
     with pytest.raises(BenchrunError, match="benchrun promote"):
         resolve_run("published/current", home=tmp_path)
     p = promote("base-1", home=tmp_path)
-    assert p == tmp_path / "published" / "current" and p.read_text().strip() == "base-1"
+    assert p == tmp_path / "published" / "current" and p.read_text().splitlines()[0] == "base-1"
     assert resolve_run("cluster/published/current", home=tmp_path) == tmp_path / "runs" / "base-1"
     assert resolve_run("base-1", home=tmp_path) == tmp_path / "runs" / "base-1"
     assert resolve_run(str(tmp_path / "runs" / "base-1"), home=tmp_path) == (tmp_path / "runs" / "base-1").resolve()

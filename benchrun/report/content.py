@@ -194,7 +194,9 @@ def verdict(run: "RunInfo", comparison: dict[str, Any] | None) -> Verdict:
         against = "No baseline was resolved for this run; `benchrun promote RUN_ID --alias NAME` publishes one."
     elif not (comparison.get("gate") or {}).get("passed", True):
         regressions, level, baseline = "not compared", "warn", comparison.get("baseline")
-        against = f"Refused by the one-variable gate: {(comparison.get('gate') or {}).get('message', '')}"
+        gate = comparison.get("gate") or {}
+        against = (f"Not comparable, nothing judged: {gate.get('message', '')}" if gate.get("comparable") is False
+                   else f"Refused by the one-variable gate: {gate.get('message', '')}")
     else:
         baseline = comparison.get("baseline")
         cond = comparison.get("condition") or {}

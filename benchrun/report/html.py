@@ -95,15 +95,18 @@ def _when(stamp: Any) -> str:
 
 
 def _change(rec: dict[str, Any] | None) -> str:
+    """The change as measured (+ = went up) with its interval and better/worse (benchrun.stats.reading)."""
+    from benchrun.stats.reading import change_of
+
     if not rec:
         return "<span class='muted'>–</span>"
-    ratio = C.pick(rec, "ratio")
     verdict = str(rec.get("verdict") or "")
-    if ratio is None:
+    pct, bw = change_of(rec)
+    if pct is None:
         return f"<span class='v-{html.escape(verdict)}'>{html.escape(verdict or '–')}</span>"
-    lo, hi = C.pick(rec, "ci_low"), C.pick(rec, "ci_high")
-    interval = f" [{(lo - 1) * 100:+.1f}, {(hi - 1) * 100:+.1f}]" if lo is not None and hi is not None else ""
-    return (f"<span class='v-{html.escape(verdict)}'>{(ratio - 1) * 100:+.1f} %{interval} "
+    lo, hi = C.pick(rec, "change_low_pct"), C.pick(rec, "change_high_pct")
+    interval = f" [{lo:+.1f}, {hi:+.1f}]" if lo is not None and hi is not None else ""
+    return (f"<span class='v-{html.escape(verdict)}'>{pct:+.1f} %{interval} {html.escape(bw)} "
             f"{html.escape(verdict.replace('_', ' '))}</span>")
 
 
@@ -236,7 +239,8 @@ def _verdict_html(v: C.Verdict, st: dict[str, Any]) -> str:
 def _headline_html(heads: list[C.SuiteHeadline], stats: Any, compared: bool) -> str:
     parts = [f"<section id='headline'><h2>Headline</h2><p class='muted'>Median over replicates (one value per "
              f"launch) with its distribution-free {stats.confidence:.0%} interval"
-             + ("; change = candidate against baseline in %, positive is better, with its interval.</p>"
+             + ("; change = candidate against baseline as measured, in % (+ when the value went up), with its interval, "
+                "and better/worse by the metric's direction.</p>"
                 if compared else ".</p>")]
     any_range = False
     for h in heads:
@@ -294,10 +298,11 @@ def _details_html(run: Any, stats: Any, comparison: dict[str, Any] | None, cps: 
         parts.append(block(f"Comparison with {comparison.get('baseline')} ({len(comparison['metrics'])} metrics)",
                            notes + _table(comparison["metrics"], [
                                ("metric", "metric"), ("gating", "gating"), ("baseline_median", "baseline"),
-                               ("candidate_median", "candidate"), ("ratio", "ratio (↑ better)"), ("ci_low", "CI low"),
-                               ("ci_high", "CI high"), ("p_value", "p 2-sided"), ("p_adjusted", "p adj"),
+                               ("candidate_median", "candidate"), ("change_pct", "change % (+ = up)"),
+                               ("better_worse", "better/worse"), ("change_low_pct", "CI low %"),
+                               ("change_high_pct", "CI high %"), ("role", "role"), ("mde_pct", "MDE %"), ("p_value", "p 2-sided"), ("p_adjusted", "p adj"),
                                ("correction", "correction"), ("delta_pct", "δ %"), ("verdict", "verdict"),
-                               ("confirmation", "confirmation"), ("note", "note")], "comparison")))
+                               ("confirmation", "confirmation"), ("advice", "what n can show"), ("note", "note")], "comparison")))
     elif comparison:
         parts.append(block("Comparison", f"<p>{html.escape((comparison.get('gate') or {}).get('message', ''))}</p>"))
     if not stats.tails.empty:

@@ -60,7 +60,8 @@ KIND = "BenchmarkRun"
 
 BenchmarkClass = Literal["publication_grade", "realism_grade"]
 WorkloadType = Literal["training", "inference", "mixed"]
-Cadence = Literal["canary", "nightly", "pre_release"]
+# adhoc: an experiment run by hand (never scheduled; promote refuses it unless told --allow-adhoc)
+Cadence = Literal["canary", "nightly", "pre_release", "adhoc"]
 LayerName = Literal["micro", "component", "end_to_end"]
 VariableUnderTest = Literal[
     "hardware_generation",
@@ -71,6 +72,21 @@ VariableUnderTest = Literal[
     "network_topology",
     "storage_stack",
 ]
+
+
+def _variable_under_test(value: str) -> str:
+    """A named variable (``VariableUnderTest``) or a spec path (``benchrun.spec.paths``)."""
+    from typing import get_args
+
+    from benchrun.spec import paths
+
+    if value in get_args(VariableUnderTest):
+        return value
+    paths.parse(value)  # ValueError names the expected form; rules check that it resolves
+    return value
+
+
+VariableSpec = Annotated[str, AfterValidator(_variable_under_test)]
 Phase = Literal["Pending", "Admitted", "Running", "Analyzing", "Succeeded", "Failed", "Rejected", "Canceled"]
 
 LAYER_NAMES: tuple[str, ...] = ("micro", "component", "end_to_end")
@@ -287,9 +303,16 @@ class ConfirmationRound(SpecModel):
 class Comparison(SpecModel):
     """Baseline versus candidate differing only in ``variableUnderTest``."""
 
-    variable_under_test: VariableUnderTest
+    variable_under_test: VariableSpec = Field(
+        description="One of the named variables, or a spec path such as "
+        "layers.micro.suites[gemm].env.OMP_NUM_THREADS (what alone may differ from the baseline)."
+    )
     baseline: ArtifactRef | None = None
     candidate: ArtifactRef | None = None
+    allow_differences: list[Text] = Field(
+        default_factory=list, description="Spec paths allowed to differ from the baseline besides "
+        "variableUnderTest (an explicit override of the one-variable gate, recorded in the comparison)."
+    )
     controls: Controls
     delta_pct: Annotated[float, Field(ge=0)] = Field(
         default=3.0, description="No-change band in percent (extension; default 3.0)."

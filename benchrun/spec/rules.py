@@ -231,6 +231,42 @@ def rule_one_variable_at_a_time(doc: Any) -> Iterator[Finding]:
     yield from require_true(doc, SPEC + ("comparison", "controls"), ("compareOneVariableAtATime",), ": a comparison changes one variable at a time")
 
 
+def rule_variable_under_test_resolves(doc: Any) -> Iterator[Finding]:
+    """Extension: ``comparison.variableUnderTest`` given as a spec path names a field of this
+    spec, in a section the one-variable gate compares (``benchrun.spec.paths.GATED_SECTIONS``);
+    ``comparison.allowDifferences`` entries are spec paths."""
+    from typing import get_args
+
+    from benchrun.spec import paths
+    from benchrun.spec.model import VariableUnderTest
+
+    allow = get(doc, SPEC + ("comparison", "allowDifferences"))
+    for i, entry in enumerate(allow if isinstance(allow, list) else []):
+        try:
+            paths.parse(entry)
+        except ValueError as exc:
+            yield SPEC + ("comparison", "allowDifferences", i), str(exc)
+    path = SPEC + ("comparison", "variableUnderTest")
+    value = get(doc, path)
+    body = get(doc, SPEC)
+    if not isinstance(value, str) or value in get_args(VariableUnderTest) or not isinstance(body, dict):
+        return
+    try:
+        segs = paths.parse(value)
+    except ValueError as exc:
+        yield path, str(exc)
+        return
+    sections = paths.GATED_SECTIONS
+    if segs[0] not in sections:
+        yield path, (f"{value!r} is in spec.{segs[0]}, which the one-variable gate does not compare; name a field "
+                     f"under {', '.join(sections)} or one of {', '.join(get_args(VariableUnderTest))}")
+        return
+    found, _ = paths.resolve(body, value)
+    if not found:
+        yield path, (f"{value!r} names no field of this spec (e.g. layers.micro.suites[gemm].repoCommand, "
+                     "layers.micro.suites[gemm].parameters.sizes); set the field in the spec, or fix the path")
+
+
 def rule_fixed_across_trials(doc: Any) -> Iterator[Finding]:
     """CONTRACT §2: ``workload.fixedAcrossTrials`` names only workload keys."""
     path = SPEC + ("workload", "fixedAcrossTrials")
@@ -536,6 +572,7 @@ RULES: tuple[Rule, ...] = (
     rule_mix_weights,
     rule_controls_fixed,
     rule_one_variable_at_a_time,
+    rule_variable_under_test_resolves,
     rule_fixed_across_trials,
     rule_training_metrics,
     rule_inference_metrics,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from benchrun.stats import admit
 from benchrun.stats import describe as D
 from benchrun.stats.compare import Comparison, ConfirmHook, compare_tables
 from benchrun.stats.gate import GateResult, check_gate
@@ -112,28 +113,44 @@ def compare_runs(
     *,
     confirm: ConfirmHook | None = None,
     variable: str | None = None,
+    candidate_in_progress: bool = False,
+    baseline_alias: str | None = None,
+    allow_differences: tuple[str, ...] | list[str] = (),
 ) -> tuple[GateResult, Comparison | None]:
-    """Gate first; if the pair passes, compare with the candidate spec's settings.
+    """Admit the pair (fail closed: :mod:`benchrun.stats.admit`), gate it, and, if it passes,
+    compare with the candidate spec's settings.
 
-    Returns the gate result and the comparison (None when the gate refused the pair).
+    Returns the gate result and the comparison (None when the pair was refused: then
+    ``gate.refusals`` says why it is not comparable, or the gate's diffs what differs).
+    ``candidate_in_progress``: the candidate is the run being analysed (phase Analyzing).
+    ``baseline_alias``: the baseline was named by ``published/<alias>``; what promote recorded
+    there is checked again. ``allow_differences``: spec paths (or environment field names)
+    allowed to differ besides the variable under test; recorded in the gate's result.
     """
     from benchrun.stats.tails import RequestTails
 
     base, cand = load_run(baseline_dir), load_run(candidate_dir)
-    gate = check_gate(base, cand, variable)
+    refusals = admit.admit_runs(base, cand, candidate_in_progress=candidate_in_progress)
+    if baseline_alias is not None:
+        refusals.extend(admit.alias_refusals(base, baseline_alias))
+    gate = check_gate(base, cand, variable, allow_differences)
+    gate.refusals.extend(refusals)
     if not gate.passed:
         log.info("%s", gate.message())
         return gate, None
     from benchrun.stats import contention
 
     # replicates measured on a contended machine leave the comparison by a stated rule (benchrun.stats.contention)
-    b_table, b_info = contention.exclude(replicate_table(base.path, include_failed=True),
+    table_b, b_info = contention.exclude(replicate_table(base.path, include_failed=True),
                                          contention.contended_replicates(base.path))
-    c_table, c_info = contention.exclude(replicate_table(cand.path, include_failed=True),
+    table_c, c_info = contention.exclude(replicate_table(cand.path, include_failed=True),
                                          contention.contended_replicates(cand.path))
+    measured = admit.measured_rows(table_b, table_c)
+    unmeasured = admit.unmeasured_primaries(measured, primary_metrics(cand.spec))
+    neither = admit.neither_measured(measured, primary_metrics(cand.spec))
     result = compare_tables(
-        b_table,
-        c_table,
+        table_b,
+        table_c,
         confidence=confidence_level(cand.spec),
         primary=primary_metrics(cand.spec),
         delta_pct=lambda m: delta_pct(cand.spec, m),
@@ -142,7 +159,25 @@ def compare_runs(
         tails=RequestTails(base.path, cand.path, confidence=confidence_level(cand.spec)),
     )
     contention.annotate(result.rows, b_info, c_info)
+    if unmeasured and not result.gating_regression:
+        # "no regression" is only said about what both runs measured; a regression (e.g. a
+        # failure count) is still said when the measured part shows one
+        gate.refusals.extend(unmeasured)
+        log.info("%s", gate.message())
+        return gate, None
+    if unmeasured:
+        result.notes.extend(f"not comparable: {r.message}" for r in unmeasured)
+    if neither:
+        result.notes.append(f"primaries measured in neither run, so not judged: {', '.join(neither)}")
     return gate, result
+
+
+def gate_condition(gate: GateResult) -> dict[str, str]:
+    """``RegressionDetected`` for a refused pair: Unknown, since nothing was judged."""
+    if gate.not_comparable:
+        return admit.condition(gate.refusals)
+    return {"type": "RegressionDetected", "status": "Unknown", "reason": "GateRefused",
+            "message": gate.message()}
 
 
 def write_comparison(
@@ -153,8 +188,13 @@ def write_comparison(
     doc: dict[str, Any] = {
         "baseline": baseline_id, "candidate": rd.name, "variable_under_test": gate.variable,
         "gate": {"passed": gate.passed, "message": gate.message(),
-                 "differences": [d.__dict__ for d in gate.diffs]},
+                 "differences": [d.__dict__ for d in gate.diffs],
+                 "comparable": not gate.not_comparable,
+                 "allowed_differences": list(gate.allowed_differences),
+                 "refusals": [r.to_json() for r in gate.refusals]},
     }
+    if not gate.passed:
+        doc["condition"] = gate_condition(gate)
     if result is not None:
         doc.update(confidence_level=result.confidence, metrics=result.records(), notes=result.notes,
                    confirmation=result.confirmation, condition=result.condition(),

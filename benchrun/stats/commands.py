@@ -2,14 +2,17 @@
 
 ``benchrun compare`` exits 0 when no gating metric regressed, 3 when a gating regression is
 suspected (the CLI runs no confirmation round, so a suspicion is not cleared here) or
-confirmed, 4 when the one-variable gate refuses the pair, 2 for a run compared with itself,
-1 on other errors.
+confirmed, 4 when the one-variable gate refuses the pair, 5 when the pair is not comparable
+(fail closed: a run not Succeeded, different layer/suite sets, evidence that does not verify,
+a primary metric not measured in both), 2 for a run compared with itself, 1 on other errors.
+Exit 0 is only ever given for metrics measured in both runs.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import typer
@@ -24,7 +27,8 @@ EXIT_GATING_REGRESSION = 3
 EXIT_GATE_REFUSED = 4
 
 JSON_KEYS = ("metric", "baseline_median", "candidate_median", "ratio", "ci_low", "ci_high", "p_value",
-             "verdict", "gating")
+             "verdict", "gating", "role", "change_pct", "change_low_pct", "change_high_pct", "better_worse",
+             "mde_pct", "replicates_needed", "advice")
 
 
 def _num(v: object) -> str:
@@ -36,35 +40,42 @@ def compare(
     candidate: str = typer.Argument(..., help="Candidate: run id or run directory."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object per metric on stdout."),
     variable: Optional[str] = typer.Option(
-        None, "--variable", help="Variable under test (default: the candidate spec's comparison.variableUnderTest)."),
+        None, "--variable", help="Variable under test: a named variable or a spec path such as "
+        "layers.micro.suites[gemm].env.OMP_NUM_THREADS (default: the candidate spec's comparison.variableUnderTest)."),
+    allow_differences: list[str] = typer.Option(
+        [], "--allow-differences", help="A spec path (or environment field) allowed to differ besides the variable "
+        "under test; repeat it, or separate paths with commas. Recorded in the output."),
 ) -> None:
     """Compare CANDIDATE with BASELINE behind the one-variable gate: ratios, exact intervals, verdicts.
 
     Exit 0: no gating regression; 3: a gating regression is suspected or confirmed; 4: the
-    one-variable gate refused the pair; 2: a run compared with itself; 1: another error.
+    one-variable gate refused the pair; 5: not comparable (a run not Succeeded, different
+    suites, evidence that does not verify, a primary not measured in both); 2: a run
+    compared with itself; 1: another error.
     """
-    from benchrun.rundir import PHASES
+    from benchrun.stats.admit import EXIT_NOT_COMPARABLE
     from benchrun.stats.analysis import compare_runs
-    from benchrun.stats.load import _read_json, resolve_run
+    from benchrun.stats.load import alias_of, resolve_run
 
     base_dir, cand_dir = resolve_run(baseline), resolve_run(candidate)
     if base_dir.resolve() == cand_dir.resolve():
         raise BenchrunError(f"compare: baseline {baseline!r} and candidate {candidate!r} are the same run "
                             f"({base_dir.name}); compare two different runs", exit_code=2)
-    not_run = {*PHASES[:PHASES.index("Analyzing")], "Rejected"}  # no measurements yet, or never
-    for role, ref, run_dir in (("baseline", baseline, base_dir), ("candidate", candidate, cand_dir)):
-        phase = _read_json(run_dir / "status.json", "status.json").get("phase")  # none: a bare run directory
-        if phase in not_run:
-            raise BenchrunError(f"compare: {role} {ref!r} ({run_dir.name}) has not run (phase {phase}); "
-                                f"compare runs whose suites have run (`benchrun runs` lists them)")
-    gate, result = compare_runs(base_dir, cand_dir, variable=variable)
+    allow = tuple(p.strip() for a in allow_differences for p in a.split(",") if p.strip())
+    gate, result = compare_runs(base_dir, cand_dir, variable=variable, baseline_alias=alias_of(baseline),
+                                allow_differences=allow)
     if result is None:
+        if gate.not_comparable:
+            raise BenchrunError(gate.message(), exit_code=EXIT_NOT_COMPARABLE)
         raise BenchrunError(gate.message() + "; compare runs that differ only in the declared variable",
                             exit_code=EXIT_GATE_REFUSED)
     records = result.records()
     if as_json:
-        out = [{**{k: r.get(k) for k in JSON_KEYS}, **{k: v for k, v in r.items() if k not in JSON_KEYS}}
+        extra = {"allowed_differences": list(allow)} if allow else {}
+        out = [{**{k: r.get(k) for k in JSON_KEYS}, **{k: v for k, v in r.items() if k not in JSON_KEYS}, **extra}
                for r in records]
+        if allow:
+            typer.echo(f"gate overridden: --allow-differences {', '.join(allow)}", err=True)
         typer.echo(json.dumps(out, indent=2, default=str))
         _exit(result)
         return
@@ -73,15 +84,23 @@ def compare(
 
     console = make_console()
     console.print(escape(gate.message()))
-    table = Table(title=f"{candidate} vs {baseline} (confidence {result.confidence:.0%}; ratio > 1 is better)")
-    for col in ("metric", "gating", "baseline", "candidate", "ratio", "interval", "p 2-sided", "p adj", "verdict"):
-        table.add_column(col, justify="left" if col in ("metric", "verdict") else "right")
+    table = Table(title=f"{candidate} vs {baseline} (confidence {result.confidence:.0%}; change = candidate against "
+                        "baseline as measured, + = the value went up; better/worse by the metric's direction)")
+    for col in ("metric", "role", "baseline", "candidate", "change", "interval", "", "MDE", "p 2-sided", "p adj",
+                "verdict"):
+        table.add_column(col, justify="left" if col in ("metric", "verdict", "role", "") else "right")
     colors = {"regression": "red", "improvement": "green", "no_change": "blue", "inconclusive": "white"}
-    for r in records:
+    order = {"primary": 0, "secondary": 1, "context": 2}
+    for r in sorted(records, key=lambda r: order.get(r.get("role") or "secondary", 1)):
+        verdict = r["verdict"] or ""
+        shown = f"[{colors[verdict]}]{verdict}[/]" if verdict in colors and r.get("role") != "context" else \
+            "context (no verdict)"
+        if r.get("advice"):
+            shown += f" [yellow]{escape(r['advice'])}[/]"
         table.add_row(
-            escape(r["metric"]), "★" if r["gating"] else "", _num(r["baseline_median"]), _num(r["candidate_median"]),
-            *_effect_cells(r), _num(r["p_value"]),
-            _num(r["p_adjusted"]), f"[{colors[r['verdict']]}]{r['verdict']}[/]",
+            escape(r["metric"]), "★ primary" if r["gating"] else (r.get("role") or ""), _num(r["baseline_median"]),
+            _num(r["candidate_median"]), *change_cells(r), r.get("better_worse") or "", _mde(r), _num(r["p_value"]),
+            _num(r["p_adjusted"]), shown,
         )
     console.print(table)
     console.print(P_ADJ_NOTE)
@@ -93,14 +112,31 @@ def compare(
 
 
 P_ADJ_NOTE = ("p adj: gating rows (★) are Holm-adjusted over the one-sided p in the regression direction "
-              "(the gate); other rows Benjamini–Hochberg over the two-sided p.")
+              "(the gate); secondary rows Benjamini–Hochberg over the two-sided p, as their own family; context "
+              "rows are in no family. MDE: the smallest change this n detects with 80 % power at that corrected α. "
+              "ratio in the JSON is on the higher-is-better scale; change_pct is as measured.")
 
 
-def _effect_cells(r: dict) -> tuple[str, str]:
-    """Ratio and its interval; for metrics compared by absolute difference, Δ in the unit."""
+def change_cells(r: dict) -> tuple[str, str]:
+    """The change as measured (+ = the value went up) and its interval: % for ratio-scale
+    metrics, Δ in the unit for those compared by absolute difference."""
+    pct, lo, hi = r.get("change_pct"), r.get("change_low_pct"), r.get("change_high_pct")
     if r.get("scale") == "absolute" and r.get("difference") is not None:
-        return f"Δ {_num(r['difference'])}", f"[{_num(r['diff_ci_low'])}, {_num(r['diff_ci_high'])}]"
-    return _num(r["ratio"]), f"[{_num(r['ci_low'])}, {_num(r['ci_high'])}]"
+        return f"Δ {r['difference']:+.4g}", f"[{_num(r['diff_ci_low'])}, {_num(r['diff_ci_high'])}]"
+    if pct is None:
+        return "–", ""
+    return f"{pct:+.1f} %", f"[{_pct(lo)}, {_pct(hi)}]"
+
+
+def _pct(v: object) -> str:
+    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:+.1f} %"
+
+
+def _mde(r: dict) -> str:
+    v = r.get("mde_pct")
+    if v is None:
+        return ""
+    return "none at this n" if math.isinf(v) else f"{v:.1f} %"
 
 
 def _exit(result: "Comparison") -> None:
@@ -111,12 +147,22 @@ def _exit(result: "Comparison") -> None:
 def promote(
     run_id: str = typer.Argument(..., help="The run to publish as baseline."),
     alias: str = typer.Option("current", "--alias", help="Alias name under published/ (specs refer to it)."),
+    public_key: Optional[Path] = typer.Option(None, "--public-key", help="PEM ed25519 public key to verify with "
+                                              "(default: as `benchrun verify`, else the home's own key)."),
+    trust_keyid: list[str] = typer.Option([], "--trust-keyid", help="Trust the home's own key if its keyid is this."),
+    allow_adhoc: bool = typer.Option(False, "--allow-adhoc", help="Publish a run whose intent.cadence is adhoc."),
 ) -> None:
-    """Point the baseline alias published/current (or published/ALIAS) at RUN_ID."""
+    """Verify RUN_ID as `benchrun verify` does (signature, manifest, every signed file, the stored
+    objects), then point published/current (or published/ALIAS) at it, recording its attestation digest."""
     from benchrun.stats.load import promote as _promote
 
-    path = _promote(run_id, alias=alias)
-    typer.echo(f"published/{alias} -> {run_id} ({path})")
+    path = _promote(run_id, alias=alias, public_key=public_key, pinned=tuple(trust_keyid), allow_adhoc=allow_adhoc)
+    from benchrun.stats.baseline import read_alias
+
+    _, rec = read_alias(path)
+    typer.echo(f"verified {run_id}: signature ({rec['checked_with']}), every signed file, manifest.json, "
+               f"{rec['stored_objects']} stored objects")
+    typer.echo(f"published/{alias} -> {run_id} ({path}; attestation sha256 {rec['attestation_sha256']})")
 
 
 def report(run_id: str = typer.Argument(..., help="Run id or run directory.")) -> None:

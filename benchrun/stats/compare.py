@@ -27,7 +27,7 @@ import numpy as np
 from scipy import stats
 
 from benchrun.errors import BenchrunError
-from benchrun.stats import batch
+from benchrun.stats import batch, reading
 from benchrun.stats.describe import SERIES_KEYS, group_arrays
 from benchrun.stats.effects import Shift, effect, hodges_lehmann, verdict, verdict_on_scale  # noqa: F401 (API)
 from benchrun.stats.ranktest import EXACT_MAX_N, mw_null_cdf, smallest_gating_n, smallest_one_sided_p  # noqa: F401
@@ -119,6 +119,7 @@ class Comparison:
     notes: list[str] = field(default_factory=list)
     confirmation_error: str = ""  # why a confirmation round that was needed gave no answer
     confirmation_evidence: dict[str, Any] = field(default_factory=dict)  # launch order of the round
+    family: int = 0  # gating tests in Holm's family
 
     @property
     def regression_detected(self) -> bool:
@@ -133,16 +134,16 @@ class Comparison:
     def condition(self) -> dict[str, str]:
         """The ``RegressionDetected`` condition (type, status, reason, message) for status.json."""
         if self.confirmed:
-            names = ", ".join("/".join(k) for k in self.confirmed)
+            names = ", ".join(_label(*k) for k in self.confirmed)
             return {"type": "RegressionDetected", "status": "True", "reason": "ConfirmedRegression",
                     "message": f"gating regression confirmed by a fresh interleaved round: {names}"}
         if self.confirmation == "failed":
-            names = ", ".join("/".join(k) for k in self.suspected)
+            names = ", ".join(_label(*k) for k in self.suspected)
             return {"type": "RegressionDetected", "status": "Unknown", "reason": "ConfirmationFailed",
                     "message": f"gating regression suspected on {names}, but the confirmation round gave no "
                                f"answer: {self.confirmation_error}"}
         if self.confirmation == "not_run":
-            names = ", ".join("/".join(k) for k in self.suspected)
+            names = ", ".join(_label(*k) for k in self.suspected)
             return {"type": "RegressionDetected", "status": "Unknown", "reason": "UnconfirmedRegression",
                     "message": f"gating regression awaits a confirmation round: {names}"}
         if self.confirmation == "not_confirmed":
@@ -224,6 +225,31 @@ def _effects_batch(b: _Arm, c: _Arm, ib: np.ndarray, ic: np.ndarray, higher: np.
     return out
 
 
+def _equivalence_interval(b: _Arm, c: _Arm, ib: np.ndarray, ic: np.ndarray, higher: np.ndarray,
+                          comparable: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
+    """The Hodges–Lehmann interval at 1 − 2α (α = 1 − confidence), on each row's analysis scale:
+    inside ±margin it is the two one-sided tests (TOST) at α that "no change" means."""
+    from benchrun.stats.effects import critical_rank
+
+    rows = ib.size
+    lo, hi = np.full(rows, np.nan), np.full(rows, np.nan)
+    level = max(2.0 * confidence - 1.0, 0.5)
+    nb = np.where(ib >= 0, b.keys["n"].to_numpy()[np.clip(ib, 0, None)] if len(b.keys) else 0, 0)
+    nc = np.where(ic >= 0, c.keys["n"].to_numpy()[np.clip(ic, 0, None)] if len(c.keys) else 0, 0)
+    for n_b, n_c in sorted({(int(x), int(y)) for x, y in zip(nb[comparable], nc[comparable])}):
+        sel = np.nonzero(comparable & (nb == n_b) & (nc == n_c))[0]
+        bm, cm = _matrix(b, ib[sel], n_b), _matrix(c, ic[sel], n_c)
+        sign = np.where(higher[sel], 1.0, -1.0)[:, None]
+        log = (bm > 0).all(axis=1) & (cm > 0).all(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            x = np.where(log[:, None], sign * np.log(np.where(log[:, None], cm, 1.0)), sign * cm)
+            y = np.where(log[:, None], sign * np.log(np.where(log[:, None], bm, 1.0)), sign * bm)
+        srt = np.sort((x[:, :, None] - y[:, None, :]).reshape(len(sel), n_b * n_c), axis=1)
+        k, _cov = critical_rank(n_c, n_b, level)
+        lo[sel], hi[sel] = srt[:, k - 1], srt[:, n_b * n_c - k]
+    return lo, hi
+
+
 def _effects_reference(b: _Arm, c: _Arm, ib: np.ndarray, ic: np.ndarray, higher: np.ndarray,
                        comparable: np.ndarray, confidence: float) -> dict[str, np.ndarray]:
     rows = ib.size
@@ -287,6 +313,7 @@ def compare_tables(
     higher = (keys["direction"] == "higher").to_numpy()
     run = _effects_batch if engine == "batch" else _effects_reference
     eff = run(b, c, ib, ic, higher, comparable, confidence)
+    eff["eq_low"], eff["eq_high"] = _equivalence_interval(b, c, ib, ic, higher, comparable, confidence)
     suites = keys["suite"].astype(str).to_numpy()
     names = keys["metric"].astype(str).to_numpy()
     cases = keys["case"].astype(str).to_numpy()
@@ -316,6 +343,7 @@ def compare_tables(
         result.notes.append("no metrics to compare")
         return result
     _margins(df, margin_of, result)
+    df["role"] = reading.roles(df["gating"].to_numpy(bool), df["case"].to_numpy(), df["name"].to_numpy())
     if tails is not None:  # p99 rows judged on pooled requests (benchrun.stats.tails.RequestTails)
         tails.apply(df)
     _gate_and_verdicts(df, alpha, result)
@@ -325,6 +353,7 @@ def compare_tables(
 
     apply_spread(df, lambda i: (_matrix(b, ib[i:i + 1], nb[i])[0], _matrix(c, ic[i:i + 1], nc[i])[0])
                  if i < rows and comparable[i] else None, alpha)
+    _reading(df, alpha, result)
     df["confirmation"] = ""
     suspected = [(r.suite, r.case, r.name) for r in df.itertuples() if r.gating and r.verdict == "regression"]
     result.suspected = suspected
@@ -416,13 +445,16 @@ class Decision:
 
 
 def decide(eff: dict[str, np.ndarray], gating: np.ndarray, n_baseline: np.ndarray, n_candidate: np.ndarray,
-           margin: np.ndarray, alpha: float, fisher: np.ndarray | None = None) -> Decision:
+           margin: np.ndarray, alpha: float, fisher: np.ndarray | None = None,
+           context: np.ndarray | None = None) -> Decision:
     """Gate tests, corrections and verdicts of rows whose effects are ``eff`` (the fields of
     :func:`benchrun.stats.effects.effect`): gating rows get their one-sided gate p-value
     (exact rank, or Welch t where the rank test cannot reach α / family; Fisher for failure
-    counts) and Holm over the family; the others Benjamini–Hochberg on the two-sided p."""
+    counts) and Holm over the family; the other outcomes Benjamini–Hochberg on the two-sided
+    p; ``context`` rows (telemetry, utilization) no correction and no verdict ("")."""
     rows = len(gating)
     gating = np.asarray(gating, dtype=bool)
+    context = np.zeros(rows, dtype=bool) if context is None else np.asarray(context, dtype=bool) & ~gating
     fisher = np.zeros(rows, dtype=bool) if fisher is None else np.asarray(fisher, dtype=bool)
     p_reg = np.asarray(eff["p_regression"], dtype=float)
     p_imp = np.asarray(eff["p_improvement"], dtype=float)
@@ -446,12 +478,20 @@ def decide(eff: dict[str, np.ndarray], gating: np.ndarray, n_baseline: np.ndarra
     p_adj_imp = np.full(rows, np.nan)
     p_adj[gating] = holm(p_gate[gating])
     p_adj_imp[gating] = holm(p_gate_imp[gating])
-    bh = benjamini_hochberg(np.asarray(eff["p_value"], dtype=float)[~gating])
-    p_adj[~gating] = bh
-    p_adj_imp[~gating] = bh
+    secondary = ~gating & ~context
+    bh = benjamini_hochberg(np.asarray(eff["p_value"], dtype=float)[secondary])
+    p_adj[secondary] = bh
+    p_adj_imp[secondary] = bh
     shift, lo, hi = (np.asarray(eff[k], dtype=float) for k in ("shift", "shift_low", "shift_high"))
-    verdicts = [verdict_on_scale(s, a, b, pr, pi, alpha, mg)
-                for s, a, b, pr, pi, mg in zip(shift, lo, hi, p_adj, p_adj_imp, np.asarray(margin, dtype=float))]
+    verdicts = ["" if ctx else verdict_on_scale(s, a, b, pr, pi, alpha, mg)
+                for s, a, b, pr, pi, mg, ctx in zip(shift, lo, hi, p_adj, p_adj_imp, np.asarray(margin, dtype=float),
+                                                    context)]
+    if "eq_low" in eff:  # "no change": the 1 − 2α interval inside ±margin (TOST at α)
+        eq_lo, eq_hi = np.asarray(eff["eq_low"], dtype=float), np.asarray(eff["eq_high"], dtype=float)
+        mg = np.asarray(margin, dtype=float)
+        for i, v in enumerate(verdicts):
+            if v == "inconclusive" and mg[i] > 0 and eq_lo[i] >= -mg[i] and eq_hi[i] <= mg[i]:
+                verdicts[i] = "no_change"
     return Decision(gate_test, p_gate, p_adj, p_adj_imp, verdicts, family, bool(use_t.any()))
 
 
@@ -459,9 +499,11 @@ def _gate_and_verdicts(df: "pd.DataFrame", alpha: float, result: Comparison) -> 
     gating = df["gating"].to_numpy(bool)
     fisher = (df["test"] == "fisher_exact").to_numpy()
     eff = {k: df[k].to_numpy() for k in ("p_regression", "p_improvement", "t_regression", "t_improvement",
-                                         "p_value", "shift", "shift_low", "shift_high")}
+                                         "p_value", "shift", "shift_low", "shift_high", "eq_low", "eq_high")
+           if k in df.columns}
+    context = (df["role"] == "context").to_numpy() if "role" in df.columns else None
     d = decide(eff, gating, df["n_baseline"].to_numpy(), df["n_candidate"].to_numpy(), df["margin"].to_numpy(),
-               alpha, fisher)
+               alpha, fisher, context)
     if d.welch_fallback:
         welch = d.gate_test == "welch_t"
         nb, nc = int(df.loc[welch, "n_baseline"].min()), int(df.loc[welch, "n_candidate"].min())
@@ -483,8 +525,23 @@ def _gate_and_verdicts(df: "pd.DataFrame", alpha: float, result: Comparison) -> 
     df["p_gate"] = d.p_gate
     df["p_adjusted"] = d.p_adjusted
     df["p_adjusted_improvement"] = d.p_adjusted_improvement
-    df["correction"] = np.where(gating, "holm", "bh")
+    df["correction"] = np.where(gating, "holm", np.where(context, "none", "bh")) if context is not None \
+        else np.where(gating, "holm", "bh")
     df["verdict"] = d.verdict
+    result.family = d.family
+
+
+def _reading(df: "pd.DataFrame", alpha: float, result: "Comparison") -> None:
+    """The reader's columns (:mod:`benchrun.stats.reading`): the change as measured with
+    better/worse, the minimum detectable effect and the replicates a large unclear change needs."""
+    for k, v in reading.measured_change(df).items():
+        df[k] = v
+    for k, v in reading.detectable(df, alpha, result.family, df["gate_test"].to_numpy()).items():
+        df[k] = v
+    ctx = int((df["role"] == "context").sum())
+    if ctx:
+        result.notes.append(f"{ctx} context row(s) (telemetry, utilization, environment) are shown without a verdict "
+                            "and are in no multiple-testing family")
 
 
 def _confirm(result: Comparison, suspected: list[tuple[str, str, str]], confirm: ConfirmHook, *, confidence: float,

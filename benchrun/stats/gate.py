@@ -1,6 +1,11 @@
-"""The one-variable gate: diff two runs' identities and allow only the declared variable to differ.
+"""The one-variable gate: diff two runs' workloads and identities and allow only the declared variable to differ.
 
-Both runs are flattened into dotted fields (status.json identity, the environment capture,
+The two pinned specs are compared field by field by spec path (:mod:`benchrun.spec.paths`;
+the sections in :data:`SPEC_SECTIONS`: commands, arguments, ``env``, suite parameters,
+replicates, placement, measurement policy); a difference passes only when it lies under the
+variable under test given as a spec path, under a path a named variable may change
+(:data:`ALIAS_SPEC_PATHS`), or under an explicit ``--allow-differences`` path (recorded).
+Besides, both runs are flattened into dotted fields (status.json identity, the environment capture,
 image digests from the manifest). Each field belongs to a category; each
 ``comparison.variableUnderTest`` may change the categories listed in :data:`ALLOWED`.
 Fields that describe one machine's moment rather than its configuration (hostname, load,
@@ -17,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, get_args
 
 from benchrun.spec.model import VariableUnderTest
+from benchrun.spec.paths import GATED_SECTIONS as SPEC_SECTIONS
 from benchrun.stats.load import RunInfo, variable_under_test
 
 # The comparison variables of CONTRACT.md §2, from the spec model (one list, not two).
@@ -127,6 +133,56 @@ class FieldDiff:
     baseline: Any
     candidate: Any
     allowed: bool
+    how: str = ""  # why an allowed difference is allowed: declared | allowed by --allow-differences
+
+
+# -- the pinned specs, field by field --------------------------------------------------------------
+
+# Spec sections compared field by field: what runs and how it is measured. Not compared: how the
+# comparison itself is made (comparison, metrics: taken from the candidate), where results go
+# (sinks, provenance), which CI cadences run the spec (automation), the diagnosis settings
+# (bottleneckAnalysis), and intent.cadence (when a run happens, not what it runs).
+_SPEC_IGNORE = (("intent", "cadence"),)
+
+# Spec fields each named variable (the vocabulary of CONTRACT.md §2) may change besides its
+# environment categories; ``*`` is any one segment.
+ALIAS_SPEC_PATHS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "scheduler_path": (("intent", "schedulerPath"),),
+    "runtime_version": (("layers", "*", "suites", "*", "image"),),
+}
+
+
+def spec_variable(variable: str | None) -> tuple[str, ...] | None:
+    """The segments of a variable under test given as a spec path; None for a named variable."""
+    from benchrun.spec import paths
+
+    if variable is None or variable in ALLOWED:
+        return None
+    try:
+        return paths.parse(variable)
+    except ValueError:
+        return None
+
+
+def spec_diffs(baseline: RunInfo, candidate: RunInfo, variable: str | None,
+               allow: tuple[str, ...] = ()) -> list[FieldDiff]:
+    """Every field of the two pinned specs' compared sections that differs, by spec path."""
+    from benchrun.spec import paths
+
+    declared = spec_variable(variable)
+    allowed_paths = [declared] if declared else list(ALIAS_SPEC_PATHS.get(variable or "", ()))
+    overrides = [paths.parse(a) for a in allow]
+    fa, fb = ({k: v for k, v in paths.flatten({s: run.spec_body[s] for s in SPEC_SECTIONS if s in run.spec_body}).items()
+               if not any(paths.covers(i, k) for i in _SPEC_IGNORE)} for run in (baseline, candidate))
+    out = []
+    for key in sorted(set(fa) | set(fb)):
+        va, vb = fa.get(key, _MISSING), fb.get(key, _MISSING)
+        if va == vb:
+            continue
+        how = ("declared" if any(paths.covers(d, key) for d in allowed_paths)
+               else "allowed by --allow-differences" if any(paths.covers(o, key) for o in overrides) else "")
+        out.append(FieldDiff("spec." + paths.render(key), "spec", va, vb, bool(how), how))
+    return out
 
 
 @dataclass
@@ -136,6 +192,8 @@ class GateResult:
     variable: str | None
     diffs: list[FieldDiff] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    # fail-closed refusals (benchrun.stats.admit): the pair is not comparable at all
+    refusals: list[Any] = field(default_factory=list)
 
     @property
     def refused(self) -> list[FieldDiff]:
@@ -143,45 +201,100 @@ class GateResult:
 
     @property
     def passed(self) -> bool:
-        return not self.refused and not self.problems
+        return not self.refused and not self.problems and not self.refusals
+
+    @property
+    def not_comparable(self) -> bool:
+        """True when a fail-closed precondition refused the pair (exit 5), not the one-variable rule (exit 4)."""
+        return bool(self.refusals)
+
+    allowed_differences: tuple[str, ...] = ()  # --allow-differences: recorded wherever the gate is
+
+    def _listed(self, diffs: list[FieldDiff]) -> str:
+        return "; ".join(f"{d.field}: {d.baseline!r} -> {d.candidate!r} ({d.how or 'not declared'})" for d in diffs)
 
     def message(self) -> str:
+        if self.refusals:
+            from benchrun.stats.admit import message
+
+            return message(self.refusals)
+        override = (f"; differences allowed by --allow-differences / comparison.allowDifferences: "
+                    f"{', '.join(self.allowed_differences)}"
+                    if self.allowed_differences else "")
         if self.passed:
-            changed = sorted({d.category for d in self.diffs})
-            return f"one-variable gate passed (variable {self.variable}; changed: {', '.join(changed) or 'nothing'})"
+            spec = [d for d in self.diffs if d.category == "spec"]
+            changed = sorted({d.category for d in self.diffs if d.category != "spec"})
+            listed = f"; spec differences: {self._listed(spec)}" if spec else ""
+            return (f"one-variable gate passed (variable {self.variable}; changed: {', '.join(changed) or 'nothing'}"
+                    f"{listed}{override})")
         parts = list(self.problems)
         if self.refused:
             cats = sorted({d.category for d in self.refused})
-            fields = "; ".join(f"{d.field}: {d.baseline!r} -> {d.candidate!r}" for d in self.refused)
             parts.append(
-                f"fields outside variableUnderTest={self.variable} differ ({', '.join(cats)}): {fields}"
+                f"fields outside variableUnderTest={self.variable} differ ({', '.join(cats)}): {self._listed(self.refused)}"
             )
-        return "one-variable gate refused the pair: " + " | ".join(parts)
+            ok = [d for d in self.diffs if d.allowed]
+            if ok:
+                parts.append(f"allowed: {self._listed(ok)}")
+        return "one-variable gate refused the pair: " + " | ".join(parts) + override
 
 
 _MISSING = "<absent>"
 
 
-def check_gate(baseline: RunInfo, candidate: RunInfo, variable: str | None = None) -> GateResult:
-    """Diff the two runs; only fields of the categories the variable under test allows may differ."""
+def check_gate(baseline: RunInfo, candidate: RunInfo, variable: str | None = None,
+               allow_differences: tuple[str, ...] | list[str] = ()) -> GateResult:
+    """Diff the two runs — the pinned specs field by field, the environment, the images — and
+    pass only when what differs is the variable under test (a named variable's categories, or
+    the spec path it names) or explicitly allowed (``allow_differences``: spec paths or field
+    names, recorded in the result)."""
+    from benchrun.spec import paths
+
     variable = variable or variable_under_test(candidate.spec, candidate.status)
-    result = GateResult(variable=variable)
-    if variable is not None and variable not in ALLOWED:
+    allow = tuple(allow_differences)
+    result = GateResult(variable=variable, allowed_differences=allow)
+    declared = spec_variable(variable)
+    if variable is not None and variable not in ALLOWED and declared is None:
         result.problems.append(
-            f"comparison.variableUnderTest {variable!r} is not one of {', '.join(VARIABLES)}"
+            f"comparison.variableUnderTest {variable!r} is neither one of {', '.join(VARIABLES)} nor a spec path "
+            "such as layers.micro.suites[gemm].env.OMP_NUM_THREADS"
         )
-    if not baseline.status.get("workload_spec_digest") or not candidate.status.get("workload_spec_digest"):
+    for a in allow:
+        try:
+            paths.parse(a)
+        except ValueError as exc:
+            result.problems.append(f"--allow-differences: {exc}")
+    if result.problems:
+        return result
+    both_specs = bool(baseline.spec_body) and bool(candidate.spec_body)
+    if not both_specs and (not baseline.status.get("workload_spec_digest")
+                           or not candidate.status.get("workload_spec_digest")):
         result.problems.append(
-            "workload_spec_digest missing from status.json of "
-            + ", ".join(r.run_id for r in (baseline, candidate) if not r.status.get("workload_spec_digest"))
+            "pinned spec and workload_spec_digest missing from "
+            + ", ".join(r.run_id for r in (baseline, candidate)
+                        if not r.spec_body and not r.status.get("workload_spec_digest"))
             + ": the workloads cannot be shown identical; re-run with a pinned spec"
         )
     allowed = ALLOWED.get(variable or "", frozenset())
     a, b = identity(baseline), identity(candidate)
+    # workload_spec_digest hashes spec.workload: compared as is, unless a difference there is declared
+    # or allowed (then spec.workload is compared field by field below, and the digest must differ)
+    in_workload = [x for x in ((declared,) if declared else ()) + tuple(paths.parse(o) for o in allow)
+                   if x and x[0] == "workload"]
+    if both_specs and in_workload:
+        a.pop("status.workload_spec_digest", None)
+        b.pop("status.workload_spec_digest", None)
     for key in sorted(set(a) | set(b)):
         va, vb = a.get(key, _MISSING), b.get(key, _MISSING)
         if va == vb:
             continue
         cat = categorize(key) or "other"
-        result.diffs.append(FieldDiff(key, cat, va, vb, cat in allowed))
+        ok = cat in allowed or (declared is not None and declared[-1] == "image" and cat == "software"
+                                and key.startswith("images."))
+        if not ok and key in allow:
+            result.diffs.append(FieldDiff(key, cat, va, vb, True, "allowed by --allow-differences"))
+        else:
+            result.diffs.append(FieldDiff(key, cat, va, vb, ok, "declared" if ok else ""))
+    if both_specs:
+        result.diffs.extend(spec_diffs(baseline, candidate, variable, allow))
     return result

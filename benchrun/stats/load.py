@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 from benchrun.errors import BenchrunError
 from benchrun.paths import benchrun_home, validate_run_id
 from benchrun.suites.result import read_result
-from benchrun.fsio import atomic_write_text
 
 if TYPE_CHECKING:  # pandas is heavy; imported inside the functions that need it
     import pandas as pd
@@ -276,7 +275,7 @@ def runs_root(home: Path | None = None) -> Path:
 
 
 def alias_path(home: Path | None = None, alias: str = "current") -> Path:
-    """``<home>/published/<alias>``: a one-line file holding the run id it points at."""
+    """``<home>/published/<alias>``: the run id it points at, then the record of what promote verified."""
     from benchrun.paths import validate_name
 
     return (home or benchrun_home()) / "published" / validate_name(alias, what="baseline alias")
@@ -309,7 +308,9 @@ def resolve_run(ref: str, home: Path | None = None) -> Path:
                 f"run `benchrun promote RUN_ID{'' if m.group('alias') == 'current' else ' --alias ' + m.group('alias')}`"
                 " to publish a baseline"
             )
-        ref = p.read_text(encoding="utf-8").strip()
+        from benchrun.stats.baseline import read_alias
+
+        ref = read_alias(p)[0]
     elif _RUN_REF.match(ref):
         ref = _RUN_REF.match(ref).group("run")
     elif "/" in ref:
@@ -321,19 +322,25 @@ def resolve_run(ref: str, home: Path | None = None) -> Path:
     return rd
 
 
-def promote(run_id: str, home: Path | None = None, alias: str = "current") -> Path:
-    """Point ``published/<alias>`` at ``run_id`` (written to a temporary name and renamed)."""
+def promote(run_id: str, home: Path | None = None, alias: str = "current", *, public_key: Path | None = None,
+            pinned: tuple[str, ...] = (), allow_adhoc: bool = False) -> Path:
+    """Verify ``run_id`` as ``benchrun verify`` does (:func:`benchrun.stats.baseline.verify_for_promotion`),
+    then point ``published/<alias>`` at it, recording the verified digests (atomic)."""
+    from benchrun.stats.baseline import verify_for_promotion, write_alias
+
     home = home or benchrun_home()
+    p = alias_path(home, alias)
     validate_run_id(run_id)
     rd = runs_root(home) / run_id
     if not rd.is_dir():
         raise BenchrunError(f"run {run_id!r} not found under {runs_root(home)}; nothing to promote")
-    status = _read_json(rd / "status.json", "status.json")
-    if status.get("phase") not in (None, "Succeeded"):
-        raise BenchrunError(
-            f"run {run_id} is in phase {status.get('phase')}; only a Succeeded run can become the baseline"
-        )
-    p = alias_path(home, alias)
-    atomic_write_text(p, run_id + "\n")
-    log.info("published/%s -> %s", alias, run_id)
+    record = verify_for_promotion(rd, home, public_key=public_key, pinned=pinned, allow_adhoc=allow_adhoc)
+    write_alias(p, record)
+    log.info("published/%s -> %s (attestation sha256 %s)", alias, run_id, record["attestation_sha256"])
     return p
+
+
+def alias_of(ref: str) -> str | None:
+    """The alias a run reference names (``published/<alias>``, with an optional site prefix), else None."""
+    m = _ALIAS_REF.match(str(ref).strip())
+    return m.group("alias") if m else None

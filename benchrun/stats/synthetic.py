@@ -73,12 +73,14 @@ def make_run(
     failed_replicates: Mapping[str, Sequence[int]] | None = None,
     created_utc: str | None = None,
     manifest: bool = True,
+    sealed: bool = False,
 ) -> Path:
     """Write a run directory under ``home/runs/run_id``.
 
     ``metrics`` maps (suite, case, metric) to (one value per replicate, unit, direction).
     ``serving`` maps a suite to per-replicate lists of serving rows; ``requests`` maps a
     suite to per-replicate pandas frames written as ``raw/*_requests.parquet``.
+    ``sealed``: store the evidence and sign it as a real run does (:func:`seal_run`).
     """
     rd = Path(home) / "runs" / run_id
     for sub in ("structured", "raw", "figures", "reports", "progress"):
@@ -124,9 +126,28 @@ def make_run(
             atomic_write_text(rd / "raw" / f"{run_id}_{suite}_r{k}.log", "synthetic\n")
             if requests and suite in requests and k <= len(requests[suite]):
                 requests[suite][k - 1].to_parquet(raw_path(rd, run_id, suite, k, "requests", "parquet"))
-    if manifest:
+    if manifest or sealed:
         write_manifest(rd)
+    if sealed:
+        seal_run(rd, Path(home))
     return rd
+
+
+def seal_run(rd: Path, home: Path) -> Path:
+    """Store the run's evidence in the home's artifact store and sign it (the home's key), as
+    ``run_evidence`` and ``provenance_attestation`` do; returns the envelope's path."""
+    import json
+
+    from benchrun.provenance import sign_run
+    from benchrun.provenance.signing import run_store_template
+    from benchrun.rundir import MUTABLE_FILES
+    from benchrun.store import open_store
+
+    stored = open_store(run_store_template(rd), home).put_run_dir(rd, rd.name, exclude=MUTABLE_FILES)
+    st = json.loads((rd / "status.json").read_text(encoding="utf-8"))
+    st["artifact_manifest_digest"] = stored.digest
+    atomic_write_json(rd / "status.json", st)
+    return sign_run(rd, home).path
 
 
 def write_manifest(rd: Path) -> Path:

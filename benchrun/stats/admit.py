@@ -1,0 +1,328 @@
+"""Fail-closed admission of a comparison: both runs finished, measured the same suites, verify, and measured every primary.
+
+A comparison may only say "no regression" about what both runs measured. Before any
+statistics, :func:`admit_runs` refuses a pair when a run is not Succeeded (the candidate of
+a run in progress may be ``Analyzing`` with an outcome other than failed), when the two
+pinned specs run different layer/suite sets, or when a run's evidence does not verify (its
+sealed manifest's hashes, and, when the run is signed, the DSSE signature and every sealed
+file it covers). After the rows are built, :func:`unmeasured_primaries` refuses a gating
+primary measured in one run but not (with ≥ 2 ok replicates) in the other, or a pair in
+which no primary was measured at all; a primary measured in neither run is noted. A refusal is a :class:`Refusal` with a
+reason code; the CLI exits :data:`EXIT_NOT_COMPARABLE` and the asset writes
+``RegressionDetected=Unknown (NotComparable)``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
+
+from benchrun.errors import BenchrunError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from benchrun.stats.load import RunInfo
+
+log = logging.getLogger(__name__)
+
+EXIT_NOT_COMPARABLE = 5
+
+# Why a pair was refused (the condition's message starts with these codes' text).
+NOT_SUCCEEDED = "RunNotSucceeded"
+SUITES_DIFFER = "SuiteSetsDiffer"
+EVIDENCE = "EvidenceDoesNotVerify"
+PRIMARY_UNMEASURED = "PrimaryNotMeasured"
+BASELINE_ALIAS = "BaselineAliasMismatch"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One reason the pair cannot be compared."""
+
+    reason: str
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"reason": self.reason, "message": self.message}
+
+
+def condition(refusals: list[Refusal]) -> dict[str, str]:
+    """``RegressionDetected=Unknown (NotComparable)``: nothing was judged, so nothing is cleared."""
+    return {"type": "RegressionDetected", "status": "Unknown", "reason": "NotComparable",
+            "message": "not comparable, nothing judged: " + "; ".join(r.message for r in refusals)}
+
+
+def message(refusals: list[Refusal]) -> str:
+    return "comparison refused (fail closed): " + "; ".join(f"[{r.reason}] {r.message}" for r in refusals)
+
+
+# -- phase ------------------------------------------------------------------------------------------
+
+
+def _phase_refusal(role: str, run: "RunInfo", in_progress: bool) -> Refusal | None:
+    phase = run.status.get("phase")
+    outcome = run.status.get("outcome")
+    if phase == "Succeeded" and outcome in (None, "succeeded", "partial"):
+        return None
+    if in_progress and phase == "Analyzing" and outcome in ("succeeded", "partial"):
+        return None  # the asset compares the run it is analysing: its suites are done
+    what = f"phase {phase}" + (f", outcome {outcome}" if outcome else "")
+    if phase in ("Pending", "Admitted", "Running", "Rejected", None):
+        return Refusal(NOT_SUCCEEDED, f"{role} {run.run_id} has not run ({what}); compare runs whose suites "
+                                      "have run and succeeded (`benchrun runs` lists them)")
+    return Refusal(NOT_SUCCEEDED, f"{role} {run.run_id} is not Succeeded ({what}); only finished, "
+                                  "succeeded runs are compared")
+
+
+# -- layer/suite sets ------------------------------------------------------------------------------
+
+
+def suite_set(spec: dict[str, Any]) -> set[str]:
+    """``layer/suite`` of every enabled layer's suites in a pinned spec."""
+    out: set[str] = set()
+    layers = (spec.get("spec") or {}).get("layers") if isinstance(spec.get("spec"), dict) else None
+    for layer in layers or []:
+        if not isinstance(layer, dict) or layer.get("enabled", True) is False:
+            continue
+        for suite in layer.get("suites") or []:
+            if isinstance(suite, dict):
+                out.add(f"{layer.get('name')}/{suite.get('name')}")
+    return out
+
+
+def measured_suites(run: "RunInfo") -> set[str]:
+    """Suites with a result file in the run directory (any status)."""
+    from benchrun.stats.load import suite_results
+
+    return {str(d.get("suite")) for d in suite_results(run.path)}
+
+
+def _suite_refusal(base: "RunInfo", cand: "RunInfo") -> Refusal | None:
+    sb, sc = suite_set(base.spec), suite_set(cand.spec)
+    if sb == sc:
+        mb, mc = measured_suites(base), measured_suites(cand)
+        if mb == mc:
+            return None
+        sb, sc, what = mb, mc, "suites with results"
+    else:
+        what = "layer/suite sets of the pinned specs"
+    only_b, only_c = sorted(sb - sc), sorted(sc - sb)
+    return Refusal(SUITES_DIFFER, f"the {what} differ: only in baseline {base.run_id}: "
+                                  f"{', '.join(only_b) or 'none'}; only in candidate {cand.run_id}: "
+                                  f"{', '.join(only_c) or 'none'}")
+
+
+# -- evidence --------------------------------------------------------------------------------------
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def manifest_problems(run_dir: Path) -> list[str]:
+    """Files of the sealed manifest that are missing or changed (or why the manifest is unusable)."""
+    path = run_dir / "manifest.json"
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return ["manifest.json is missing: the run never recorded its evidence"]
+    except (OSError, ValueError) as exc:
+        return [f"manifest.json is not readable JSON ({exc})"]
+    if not isinstance(doc, dict) or doc.get("run_id") not in (None, run_dir.name):
+        return [f"manifest.json is not the manifest of run {run_dir.name}"]
+    sha = ((doc.get("summary") or {}).get("sha256") or {}) if isinstance(doc.get("summary"), dict) else {}
+    if not isinstance(sha, dict) or not sha:
+        return ["manifest.json hashes no files"]
+    root = run_dir.resolve()
+    bad = []
+    for rel, digest in sorted(sha.items()):
+        p = (run_dir / rel).resolve()
+        if not p.is_relative_to(root):
+            bad.append(f"{rel} (outside the run directory)")
+        elif not p.is_file():
+            bad.append(f"{rel} (missing)")
+        elif _sha256(p) != digest:
+            bad.append(f"{rel} (sha256 differs from manifest.json)")
+    if doc.get("status") == "failed":
+        bad.append("manifest.json records outcome failed")
+    return bad
+
+
+def verification_key(home: Path | None) -> tuple[Any, str]:
+    """The key a comparison checks signatures with: the configured/pinned one, else the home's own
+    public key (which proves the files are unchanged since signing, not who signed them)."""
+    from benchrun.provenance.keys import default_public_key, load_public_key, local_key_paths
+
+    try:
+        return default_public_key(home)
+    except BenchrunError:
+        _, pub = local_key_paths(home)
+        if not pub.is_file():
+            raise
+        return load_public_key(pub), f"{pub} (the home's own key, not pinned: integrity only)"
+
+
+def _verified_statement(env: Path, public: Any, where: str) -> Any:
+    """The Statement of the envelope at ``env`` if its signature verifies with ``public``."""
+    from benchrun.provenance import dsse
+    from benchrun.provenance.keys import keyid_of
+    from benchrun.provenance.statement import Statement
+
+    try:
+        envelope = dsse.Envelope.from_json(json.loads(env.read_text(encoding="utf-8")))
+    except (OSError, ValueError) as exc:
+        raise BenchrunError(f"{env.name}: not a readable DSSE envelope ({exc})") from None
+    if envelope.payload_type != dsse.IN_TOTO_PAYLOAD_TYPE or not dsse.verify(envelope, public, keyid_of(public)):
+        raise BenchrunError(f"{env.name}: the signature does not verify with {where}")
+    try:
+        return Statement.from_json(json.loads(envelope.payload.decode("utf-8")), env.name)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise BenchrunError(f"{env.name}: the signed payload is not JSON ({exc})") from None
+
+
+def signature_problems(run_dir: Path, home: Path | None) -> tuple[list[str], Any]:
+    """Problems of a signed run's envelope (signature, run id, sealed files it covers); the
+    statement (None when unsigned or unverifiable)."""
+    from benchrun.provenance.signing import envelope_path, verify_envelope
+    from benchrun.provenance.statement import subject_mismatches
+
+    env = envelope_path(run_dir)
+    if not env.is_file():
+        return [], None
+    try:
+        public, where = verification_key(home)
+        st = _verified_statement(env, public, where)
+    except BenchrunError as exc:
+        return [str(exc)], None
+    if st.run_id != run_dir.name:
+        return [f"{env.name}: the statement is for run {st.run_id!r}, not {run_dir.name!r}"], None
+    published = set(st.predicate.get("published_files") or [])
+    sealed = type(st)({k: v for k, v in st.subjects.items() if k not in published}, st.predicate_type,
+                      st.predicate, st.raw)
+    bad = subject_mismatches(sealed, run_dir)
+    if st.predicate.get("outcome") == "failed":
+        bad.append("the signed statement records outcome failed")
+    return [f"signed file {b}" for b in bad], st
+
+
+def evidence_problems(run: "RunInfo", home: Path | None = None) -> list[str]:
+    """Why a run's evidence does not verify (empty when it does)."""
+    problems = manifest_problems(run.path)
+    sig, _ = signature_problems(run.path, home or run.path.parent.parent)
+    return problems + sig
+
+
+# -- all together ----------------------------------------------------------------------------------
+
+
+def admit_runs(base: "RunInfo", cand: "RunInfo", *, candidate_in_progress: bool = False,
+               home: Path | None = None) -> list[Refusal]:
+    """Every reason the pair cannot be compared, before any statistics (empty: admitted)."""
+    out: list[Refusal] = []
+    for role, run, prog in (("baseline", base, False), ("candidate", cand, candidate_in_progress)):
+        r = _phase_refusal(role, run, prog)
+        if r:
+            out.append(r)
+    r = _suite_refusal(base, cand)
+    if r:
+        out.append(r)
+    for role, run in (("baseline", base), ("candidate", cand)):
+        bad = evidence_problems(run, home)
+        if bad:
+            out.append(Refusal(EVIDENCE, f"{role} {run.run_id}'s evidence does not verify: "
+                                         + "; ".join(bad[:5]) + (" ..." if len(bad) > 5 else "")))
+    return out
+
+
+def alias_refusals(base: "RunInfo", alias: str) -> list[Refusal]:
+    """The baseline read through ``published/<alias>`` must still be what promote verified."""
+    from benchrun.stats.baseline import alias_problems, read_alias
+    from benchrun.stats.load import alias_path
+
+    path = alias_path(base.path.parent.parent, alias)
+    try:
+        _, record = read_alias(path)
+    except (OSError, BenchrunError) as exc:
+        return [Refusal(BASELINE_ALIAS, f"published/{alias}: {exc}")]
+    return [Refusal(BASELINE_ALIAS, m) for m in alias_problems(base.path, alias, record)]
+
+
+def unmeasured_primaries(rows: "pd.DataFrame", primary: Iterable[str]) -> list[Refusal]:
+    """Gating rows not measured (≥ 2 ok replicates) in both arms, and primaries matching no row."""
+    from benchrun.stats.compare import FAILED_METRIC, parse_primary
+
+    primary = list(primary)
+    out: list[Refusal] = []
+    if rows.empty:
+        if primary:
+            out.append(Refusal(PRIMARY_UNMEASURED, f"no metric was measured; primaries {', '.join(sorted(primary))} "
+                                                   "have no value in either run"))
+        return out
+    values = rows[rows["name"] != FAILED_METRIC]
+    measured_any = False
+    for text in sorted(primary):
+        sel = parse_primary(text)
+        if sel.metric == FAILED_METRIC:
+            continue
+        hit = values[[sel.matches(s, c, m) for s, c, m in zip(values["suite"], values["case"], values["name"])]]
+        if hit.empty:  # measured in neither run: both agree there is nothing to judge (see neither_measured)
+            continue
+        measured_any = True
+        short = hit[(hit["n_baseline"] < 2) | (hit["n_candidate"] < 2)]
+        for r in short.itertuples():
+            arms = [a for a, n in (("baseline", r.n_baseline), ("candidate", r.n_candidate)) if n < 2]
+            what = "has no value" if all(n == 0 for a, n in (("baseline", r.n_baseline), ("candidate", r.n_candidate))
+                                         if a in arms) else "has fewer than 2 ok replicates"
+            out.append(Refusal(PRIMARY_UNMEASURED, f"primary {r.metric} {what} in the {' and '.join(arms)} "
+                                                   f"({r.n_baseline} vs {r.n_candidate} ok replicates)"))
+    if primary and not measured_any and not out:
+        out.append(Refusal(PRIMARY_UNMEASURED, f"none of the primaries ({', '.join(sorted(primary))}) has a value "
+                                               "in either run: nothing gates"))
+    return out
+
+
+def neither_measured(rows: "pd.DataFrame", primary: Iterable[str]) -> list[str]:
+    """Primaries that match no row of either run (a note: not judged, and not refused while
+    another primary gates)."""
+    from benchrun.stats.compare import FAILED_METRIC, parse_primary
+
+    values = rows[rows["name"] != FAILED_METRIC] if not rows.empty else rows
+    out = []
+    for text in sorted(primary):
+        sel = parse_primary(text)
+        if sel.metric != FAILED_METRIC and (values.empty or not any(
+                sel.matches(s, c, m) for s, c, m in zip(values["suite"], values["case"], values["name"]))):
+            out.append(text)
+    return out
+
+
+def measured_rows(baseline: "pd.DataFrame", candidate: "pd.DataFrame") -> "pd.DataFrame":
+    """Per (suite, case, metric): ok replicates with a value in each arm (the input of
+    :func:`unmeasured_primaries`, computed before any statistics or confirmation round)."""
+    import pandas as pd
+
+    def counts(t: "pd.DataFrame") -> "pd.DataFrame":
+        if t.empty:
+            return pd.DataFrame(columns=["suite", "case", "metric", "n"])
+        ok = t[(t["status"].astype(str) == "ok") & t["value"].notna()] if "status" in t.columns else t
+        return ok.groupby(["suite", "case", "metric"], as_index=False).size().rename(columns={"size": "n"})
+
+    m = counts(baseline).merge(counts(candidate), on=["suite", "case", "metric"], how="outer",
+                               suffixes=("_baseline", "_candidate"))
+    m = m.fillna({"n_baseline": 0, "n_candidate": 0})
+    from benchrun.stats.compare import _label
+
+    return pd.DataFrame({
+        "suite": m["suite"].astype(str), "case": m["case"].astype(str), "name": m["metric"].astype(str),
+        "metric": [_label(s, c, n) for s, c, n in zip(m["suite"], m["case"], m["metric"])],
+        "n_baseline": m["n_baseline"].astype(int), "n_candidate": m["n_candidate"].astype(int),
+    })

@@ -1,0 +1,127 @@
+"""Published baselines: ``promote`` verifies a run as ``verify`` does before publishing it, and the alias records what it verified.
+
+``published/<alias>`` is a text file: the run id on its first line (what older readers
+read), then one JSON line recording the verified evidence — the sha256 of the DSSE envelope
+(the attestation digest), of ``manifest.json``, the signed ``artifact_manifest_digest`` and
+the keyid. :func:`alias_problems` checks a baseline read through an alias against that
+record again, so a baseline edited after promotion is refused by ``compare``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from benchrun.errors import BenchrunError
+
+log = logging.getLogger(__name__)
+
+
+def _sha256(path: Path) -> str:
+    from benchrun.stats.admit import _sha256 as sha
+
+    return sha(path)
+
+
+def verify_for_promotion(run_dir: Path, home: Path, *, public_key: Path | None = None,
+                         pinned: tuple[str, ...] = (), allow_adhoc: bool = False) -> dict[str, Any]:
+    """What ``verify RUN_ID`` checks — the DSSE signature, every signed file, the sealed manifest,
+    every stored object — plus a Succeeded phase that the signed outcome agrees with, and a
+    cadence other than ``adhoc`` (unless ``allow_adhoc``).
+
+    Returns the alias record; raises BenchrunError naming the file that fails.
+    """
+    from benchrun.provenance.keys import keyid_of, load_public_key
+    from benchrun.provenance.signing import envelope_path, verify_run, verify_stored
+    from benchrun.stats.admit import manifest_problems
+    from benchrun.stats.load import _read_json, load_run
+
+    run_id = run_dir.name
+    status = _read_json(run_dir / "status.json", "status.json")
+    if status.get("phase") != "Succeeded" or status.get("outcome") not in (None, "succeeded", "partial"):
+        raise BenchrunError(f"run {run_id} is in phase {status.get('phase')} (outcome {status.get('outcome')}); "
+                            "only a Succeeded run can become the baseline")
+    cadence = (((load_run(run_dir).spec.get("spec") or {}).get("intent") or {}).get("cadence")
+               or status.get("cadence"))
+    if cadence == "adhoc" and not allow_adhoc:
+        raise BenchrunError(f"run {run_id} is an ad-hoc experiment (intent.cadence adhoc): it is not published as a "
+                            "baseline unless you say so with --allow-adhoc")
+    env = envelope_path(run_dir)
+    if not env.is_file():
+        raise BenchrunError(f"run {run_id}: {env.relative_to(run_dir)} is missing: an unsigned run cannot become "
+                            "the baseline (its evidence cannot be verified); re-run it with signing")
+    key_path, where = public_key, str(public_key)
+    if public_key is None:
+        from benchrun.provenance.keys import default_public_key, local_key_paths
+
+        try:
+            _, where = default_public_key(home, pinned)
+        except BenchrunError:
+            key_path = local_key_paths(home)[1]  # the home's own key: integrity only, and said so
+            if not key_path.is_file():
+                raise
+            where = f"{key_path} (the home's own key, not pinned: proves the files unchanged, not who signed)"
+            log.warning("promote %s: no trusted key configured; checked with %s", run_id, where)
+    st = verify_run(run_dir, key_path, home=home, pinned=pinned)
+    bad = manifest_problems(run_dir)
+    if bad:
+        raise BenchrunError(f"run {run_id}: manifest.json does not verify: {'; '.join(bad[:5])}")
+    if st.predicate.get("outcome") == "failed":
+        raise BenchrunError(f"run {run_id}: {env.name} signs outcome failed, but status.json says "
+                            f"{status.get('phase')}: status.json was changed; this run cannot become the baseline")
+    objects = verify_stored(run_dir, st, home)
+    keyid = keyid_of(load_public_key(key_path)) if key_path is not None else None
+    if keyid is None:
+        from benchrun.provenance.keys import default_public_key
+
+        keyid = keyid_of(default_public_key(home, pinned)[0])
+    return {"run_id": run_id, "attestation_sha256": _sha256(env), "manifest_sha256": _sha256(run_dir / "manifest.json"),
+            "artifact_manifest_digest": st.predicate.get("artifact_manifest_digest"), "keyid": keyid,
+            "checked_with": where, "stored_objects": objects}
+
+
+def write_alias(path: Path, record: dict[str, Any]) -> Path:
+    from benchrun.fsio import atomic_write_text
+
+    return atomic_write_text(path, record["run_id"] + "\n" + json.dumps(record, sort_keys=True) + "\n")
+
+
+def read_alias(path: Path) -> tuple[str, dict[str, Any] | None]:
+    """(run id, record or None for an alias written before records existed)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    run_id = lines[0].strip() if lines else ""
+    record = None
+    if len(lines) > 1 and lines[1].strip():
+        try:
+            record = json.loads(lines[1])
+        except ValueError:
+            raise BenchrunError(f"{path}: the alias record is not JSON; promote the baseline again") from None
+    return run_id, record if isinstance(record, dict) else None
+
+
+def alias_problems(run_dir: Path, alias: str, record: dict[str, Any] | None) -> list[str]:
+    """Why the baseline read through ``published/<alias>`` is not what was promoted (empty: it is)."""
+    from benchrun.provenance.signing import envelope_path
+
+    if record is None:
+        return [f"published/{alias} records no attestation digest (promoted before baselines were verified); "
+                f"run `benchrun promote {run_dir.name}` again"]
+    out = []
+    if record.get("run_id") != run_dir.name:
+        out.append(f"published/{alias} records run {record.get('run_id')!r}, not {run_dir.name!r}")
+    man = run_dir / "manifest.json"
+    if not man.is_file() or _sha256(man) != record.get("manifest_sha256"):
+        out.append(f"{run_dir.name}/manifest.json is not the one verified when published/{alias} was promoted")
+    env = envelope_path(run_dir)
+    if not env.is_file():
+        out.append(f"{run_dir.name}/{env.relative_to(run_dir)} is missing")
+    elif _sha256(env) != record.get("attestation_sha256"):
+        from benchrun.stats.admit import signature_problems
+
+        problems, st = signature_problems(run_dir, run_dir.parent.parent)
+        if problems or st is None or st.predicate.get("artifact_manifest_digest") != record.get("artifact_manifest_digest"):
+            out.append(f"{run_dir.name}/{env.relative_to(run_dir)} differs from the attestation published/{alias} "
+                       "recorded and does not sign the same evidence")
+    return out

@@ -1,0 +1,177 @@
+"""What a comparison row says to a reader: its role, its change as measured with better/worse, and what its n can show.
+
+* **Role.** ``primary`` (gating: the spec's primaries, Holm over their family), ``secondary``
+  (other outcomes: Benjamini–Hochberg over their own family), ``context`` (telemetry,
+  utilization, environment: shown, never given a verdict, never in a family).
+* **One sign convention.** ``change_pct`` is the candidate against the baseline as measured
+  (+x % when the value went up), with its interval; ``better_worse`` says whether that is
+  better or worse by the metric's direction. Every surface (CLI, JSON, report) shows both.
+* **What n can show.** ``mde_pct`` is the smallest change this n detects with 80 % power at
+  the row's family-corrected α (Holm's first threshold α/F one-sided for gating rows,
+  α/m two-sided for secondary ones; the standard error is read off the row's own interval),
+  ``inf`` when the exact rank test cannot reach that α at all; ``replicates_needed`` is the
+  smallest n per arm that would show the observed change, and ``advice`` says so when the
+  change is beyond δ but not significant.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+import numpy as np
+from scipy import stats
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+ROLES = ("primary", "secondary", "context")
+CONTEXT_CASE = "telemetry"  # benchrun.telemetry.summary writes its rows with this case
+_CONTEXT_NAME = re.compile(
+    r"(^|_)(cpu_utilization|gpu_utilization|utilization|background_cpu|suite_cpu|memory_used|gpu_memory_used|"
+    r"gpu_throttled|temperature|power_draw|loadavg|load_avg)(_|$)"
+)
+POWER = 0.8
+MAX_PLANNED_N = 200
+
+
+def is_context(case: str, name: str) -> bool:
+    """Telemetry, utilization and environment rows: context for the outcomes, not outcomes."""
+    return case == CONTEXT_CASE or bool(_CONTEXT_NAME.search(name))
+
+
+def roles(gating: np.ndarray, cases: np.ndarray, names: np.ndarray) -> np.ndarray:
+    """``primary`` for gating rows, ``context`` for telemetry/utilization/environment, else ``secondary``."""
+    ctx = np.array([is_context(str(c), str(n)) for c, n in zip(cases, names)], dtype=bool)
+    return np.where(np.asarray(gating, bool), "primary", np.where(ctx, "context", "secondary")).astype(object)
+
+
+def measured_change(df: "pd.DataFrame") -> dict[str, np.ndarray]:
+    """The change as measured (candidate vs baseline, + = went up) in percent with its interval,
+    and better/worse by direction, from the oriented effect columns."""
+    higher = (df["direction"] == "higher").to_numpy()
+    log = (df["scale"] == "log").to_numpy()
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        ratio, lo, hi = (df[k].to_numpy(dtype=float) for k in ("ratio", "ci_low", "ci_high"))
+        # log scale: ratio is exp(shift) on the higher-is-better scale; lower-is-better inverts it
+        m_ratio = np.where(higher, ratio, 1.0 / ratio)
+        m_lo = np.where(higher, lo, 1.0 / hi)
+        m_hi = np.where(higher, hi, 1.0 / lo)
+        ref = np.abs(df["baseline_median"].to_numpy(dtype=float))
+        diff = df["difference"].to_numpy(dtype=float)
+        dlo, dhi = df["diff_ci_low"].to_numpy(dtype=float), df["diff_ci_high"].to_numpy(dtype=float)
+        rel_ok = ~log & (ref > 0)
+        change = np.where(log, (m_ratio - 1) * 100, np.where(rel_ok, diff / ref * 100, np.nan))
+        c_lo = np.where(log, (m_lo - 1) * 100, np.where(rel_ok, dlo / ref * 100, np.nan))
+        c_hi = np.where(log, (m_hi - 1) * 100, np.where(rel_ok, dhi / ref * 100, np.nan))
+    shift = df["shift"].to_numpy(dtype=float)
+    bw = np.where(np.isnan(shift), "", np.where(shift > 0, "better", np.where(shift < 0, "worse", "same")))
+    return {"change_pct": change, "change_low_pct": c_lo, "change_high_pct": c_hi, "better_worse": bw.astype(object)}
+
+
+def _exact_floor(n_b: int, n_c: int, two_sided: bool) -> float:
+    p = 1.0 / math.comb(n_b + n_c, n_b)
+    return min(1.0, 2 * p) if two_sided else p
+
+
+def _floor_n(alpha_tail: float, two_sided: bool) -> int | None:
+    for n in range(2, MAX_PLANNED_N + 1):
+        if _exact_floor(n, n, two_sided) <= alpha_tail * (2 if two_sided else 1) + 1e-15:
+            return n
+    return None
+
+
+def _pct(shift: float, log: bool) -> float:
+    return (math.exp(shift) - 1) * 100 if log else math.nan
+
+
+@lru_cache(maxsize=256)
+def _q(tail: float, dof: int) -> float:
+    """t quantiles for a one-sided test at ``tail`` with 80 % power."""
+    return float(stats.t.ppf(1 - tail, dof) + stats.t.ppf(POWER, dof))
+
+
+@lru_cache(maxsize=64)
+def _plan(tail: float, two_sided: bool, exact: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(n = 2..MAX, q(n) · sqrt(2/n)) for planning, with n below the exact floor masked (inf)."""
+    ns = np.arange(2, MAX_PLANNED_N + 1)
+    q = stats.t.ppf(1 - tail, 2 * ns - 2) + stats.t.ppf(POWER, 2 * ns - 2)
+    scale = q * np.sqrt(2.0 / ns)
+    if exact:
+        floor_n = _floor_n(tail, two_sided)
+        scale = np.where(ns >= (floor_n or MAX_PLANNED_N + 1), scale, np.inf)
+    return ns, scale
+
+
+def detectable(df: "pd.DataFrame", alpha: float, family: int, gate_test: np.ndarray) -> dict[str, np.ndarray]:
+    """Per row: minimum detectable effect (analysis scale and %), replicates needed to show the
+    observed change, and the advice for a large change that is not significant."""
+    rows = len(df)
+    role = df["role"].to_numpy()
+    n_sec = int(((role == "secondary") & df["p_value"].notna().to_numpy()).sum())
+    mde = np.full(rows, np.nan)
+    mde_pct = np.full(rows, np.nan)
+    need = np.full(rows, -1, dtype=int)
+    advice = np.full(rows, "", dtype=object)
+    s, lo, hi, cov = (df[k].to_numpy(dtype=float) for k in ("shift", "shift_low", "shift_high", "ci_coverage"))
+    nb, nc = df["n_baseline"].to_numpy(dtype=int), df["n_candidate"].to_numpy(dtype=int)
+    scale, margin, verdict = df["scale"].to_numpy(), df["margin"].to_numpy(dtype=float), df["verdict"].to_numpy()
+    names = df["name"].to_numpy()
+    c = np.where(np.isnan(cov), 0.95, np.clip(cov, 0.5, 0.9999))
+    z_cov = stats.norm.ppf(0.5 + c / 2)  # the row's own interval gives its standard error
+    with np.errstate(invalid="ignore", divide="ignore"):
+        se_all = (hi - lo) / (2 * z_cov)
+    for i in range(rows):
+        if role[i] == "context" or names[i] == "failed_replicates":
+            continue
+        if any(math.isnan(v) for v in (s[i], lo[i], hi[i])) or nb[i] < 2 or nc[i] < 2:
+            continue
+        gating = role[i] == "primary"
+        tail = alpha / max(family, 1) if gating else alpha / (2 * max(n_sec, 1))
+        two_sided = not gating
+        exact = not gating or str(gate_test[i]) != "welch_t"
+        se = float(se_all[i])
+        log = scale[i] == "log"
+        reachable = not exact or _exact_floor(int(nb[i]), int(nc[i]), two_sided) <= tail * (2 if two_sided else 1) + 1e-15
+        mde[i] = _q(tail, int(nb[i] + nc[i] - 2)) * se if reachable else math.inf
+        mde_pct[i] = _pct(mde[i], log) if reachable else math.inf
+        effect = abs(s[i])
+        if effect <= 0 or math.isnan(se):
+            continue
+        ns, sc = _plan(tail, two_sided, exact)
+        base = 1 / nb[i] + 1 / nc[i]
+        ok = np.nonzero(sc * se / math.sqrt(base) <= effect)[0]
+        if ok.size:
+            need[i] = int(ns[ok[0]])
+        mg = margin[i] if not math.isnan(margin[i]) else 0.0
+        if verdict[i] == "inconclusive" and effect > mg:
+            n_now = int(min(nb[i], nc[i]))
+            advice[i] = (f"large change, not significant at n = {n_now}: rerun with ≥ {need[i]} replicates"
+                         if need[i] > 0 else
+                         f"large change, not significant at n = {n_now}: more than {MAX_PLANNED_N} replicates "
+                         "would be needed")
+    return {"mde": mde, "mde_pct": mde_pct, "replicates_needed": need, "advice": advice}
+
+
+def change_of(rec: dict) -> tuple[float | None, str]:
+    """(change as measured in %, better/worse) of a comparison record; older records without
+    ``change_pct`` are read from their higher-is-better ratio and direction."""
+    pct, bw = rec.get("change_pct"), rec.get("better_worse") or ""
+    if pct is None or (isinstance(pct, float) and math.isnan(pct)):
+        ratio = rec.get("ratio")
+        if ratio is None or (isinstance(ratio, float) and math.isnan(ratio)) or ratio <= 0:
+            return None, ""
+        measured = ratio if rec.get("direction") != "lower" else 1.0 / ratio
+        pct = (measured - 1.0) * 100.0
+        bw = "better" if ratio > 1 else "worse" if ratio < 1 else "same"
+    return float(pct), bw
+
+
+def format_change(rec: dict) -> str:
+    """``+113.7 % (worse)``: the one sign convention of every surface."""
+    pct, bw = change_of(rec)
+    if pct is None:
+        return ""
+    return f"{pct:+.1f} %" + (f" ({bw})" if bw else "")

@@ -1,0 +1,300 @@
+"""The comparison fails closed (issue 28 item 1): a pair that is not comparable never exits 0.
+
+Runs are fabricated in the documented run-directory format (benchrun.stats.synthetic); none
+of these tests runs a benchmark.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from benchrun.stats import admit
+from benchrun.stats.analysis import compare_runs, write_comparison
+from benchrun.stats.synthetic import lognormal_replicates, make_run, write_manifest
+
+PRIM = {"metrics": {"inference": {"primary": ["tokens_per_second", "p99_latency_ms"]}}}
+LAYERS = [{"name": "component", "enabled": True, "suites": [{"name": "serve", "repoCommand": "python -m x"},
+                                                            {"name": "load", "repoCommand": "python -m y"}]}]
+SPEC = {"spec": {**PRIM, "layers": LAYERS}}
+
+
+def _metrics(rng, scale=1.0, drop=()):
+    out = {("serve", "", "tokens_per_second"): (lognormal_replicates(rng, 100 * scale, 0.02, 5), "tok/s", "higher"),
+           ("serve", "", "p99_latency_ms"): (lognormal_replicates(rng, 40, 0.02, 5), "ms", "lower"),
+           ("load", "", "rows_per_second"): (lognormal_replicates(rng, 5e4, 0.02, 5), "rows/s", "higher")}
+    return {k: v for k, v in out.items() if k[2] not in drop}
+
+
+def _tamper(rd):
+    """Double every value of one sealed result file (the manifest no longer matches)."""
+    p = sorted((rd / "structured").glob(f"{rd.name}_serve_r1.json"))[0]
+    doc = json.loads(p.read_text())
+    for m in doc["metrics"]:
+        m["value"] *= 2
+    p.write_text(json.dumps(doc))
+
+
+def _kinds(home, rng):
+    """One run of each kind the soak draws from; returns {kind: run id}."""
+    make_run(home, "succeeded", _metrics(rng), spec=SPEC)
+    make_run(home, "succeeded2", _metrics(rng), spec=SPEC)
+    make_run(home, "failed", _metrics(rng), spec=SPEC, status={"phase": "Failed", "outcome": "failed"})
+    # kill -9 mid-run: still Running, one suite measured, never sealed
+    make_run(home, "killed", {k: v for k, v in _metrics(rng).items() if k[0] == "serve"}, spec=SPEC,
+             status={"phase": "Running"}, manifest=False)
+    one_suite = {"spec": {**PRIM, "layers": [{**LAYERS[0], "suites": LAYERS[0]["suites"][:1]}]}}
+    make_run(home, "different-spec", {k: v for k, v in _metrics(rng).items() if k[0] == "serve"}, spec=one_suite)
+    _tamper(make_run(home, "tampered", _metrics(rng), spec=SPEC))
+    make_run(home, "missing-primary", _metrics(rng, drop=("p99_latency_ms",)), spec=SPEC)
+    return ["succeeded", "failed", "killed", "different-spec", "tampered", "missing-primary"]
+
+
+def _reasons(home, b, c, **kw):
+    gate, res = compare_runs(home / "runs" / b, home / "runs" / c, **kw)
+    assert (res is None) == (not gate.passed)
+    return {r.reason for r in gate.refusals}, gate, res
+
+
+def test_every_refusal_in_both_directions(tmp_path):
+    rng = np.random.default_rng(1)
+    _kinds(tmp_path, rng)
+    expect = {"failed": {admit.NOT_SUCCEEDED, admit.EVIDENCE},  # the sealed manifest here says succeeded
+              "killed": {admit.NOT_SUCCEEDED, admit.EVIDENCE, admit.SUITES_DIFFER},
+              "different-spec": {admit.SUITES_DIFFER},
+              "tampered": {admit.EVIDENCE},
+              "missing-primary": {admit.PRIMARY_UNMEASURED}}
+    for kind, reasons in expect.items():
+        for b, c in (("succeeded", kind), (kind, "succeeded")):
+            got, gate, res = _reasons(tmp_path, b, c)
+            want = reasons - ({admit.EVIDENCE} if kind == "failed" else set())
+            assert want <= got, (b, c, got)
+            assert res is None and gate.not_comparable
+            assert not gate.passed and "fail closed" in gate.message()
+    ok, gate, res = _reasons(tmp_path, "succeeded", "succeeded2")
+    assert not ok and gate.passed and res.condition()["status"] == "False"
+
+
+def test_refusal_messages_name_what_is_wrong(tmp_path):
+    rng = np.random.default_rng(2)
+    _kinds(tmp_path, rng)
+    _, gate, _ = _reasons(tmp_path, "succeeded", "tampered")
+    assert "tampered_serve_r1.json (sha256 differs from manifest.json)" in gate.message()
+    _, gate, _ = _reasons(tmp_path, "missing-primary", "succeeded")
+    assert "primary serve/p99_latency_ms has no value in the baseline (0 vs 5" in gate.message()
+    _, gate, _ = _reasons(tmp_path, "succeeded", "different-spec")
+    assert "only in baseline succeeded: component/load" in gate.message()
+    _, gate, _ = _reasons(tmp_path, "succeeded", "killed")
+    assert "candidate killed has not run (phase Running)" in gate.message()
+
+
+def test_a_resealed_tampered_signed_run_is_refused(tmp_path, monkeypatch):
+    """Editing a result and rewriting manifest.json: the signature's sealed subjects catch it."""
+    from benchrun.provenance import sign_run
+
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    rng = np.random.default_rng(3)
+    make_run(tmp_path, "base", _metrics(rng), spec=SPEC)
+    cand = make_run(tmp_path, "cand", _metrics(rng), spec=SPEC)
+    sign_run(cand, tmp_path)
+    assert _reasons(tmp_path, "base", "cand")[0] == set()  # signed and intact: compared
+    _tamper(cand)
+    write_manifest(cand)
+    got, gate, _ = _reasons(tmp_path, "base", "cand")
+    assert got == {admit.EVIDENCE} and "signed file manifest.json" in gate.message()
+    got, gate, _ = _reasons(tmp_path, "cand", "base")
+    assert got == {admit.EVIDENCE}
+
+
+def test_an_analyzing_candidate_is_admitted_only_by_the_asset(tmp_path):
+    rng = np.random.default_rng(4)
+    make_run(tmp_path, "base", _metrics(rng), spec=SPEC)
+    make_run(tmp_path, "cand", _metrics(rng), spec=SPEC, status={"phase": "Analyzing", "outcome": "succeeded"})
+    make_run(tmp_path, "bad", _metrics(rng), spec=SPEC, status={"phase": "Analyzing", "outcome": "failed"})
+    assert _reasons(tmp_path, "base", "cand")[0] == {admit.NOT_SUCCEEDED}
+    assert _reasons(tmp_path, "base", "cand", candidate_in_progress=True)[0] == set()
+    assert _reasons(tmp_path, "base", "bad", candidate_in_progress=True)[0] == {admit.NOT_SUCCEEDED}
+    # the baseline is never "in progress"
+    assert admit.NOT_SUCCEEDED in _reasons(tmp_path, "cand", "base", candidate_in_progress=True)[0]
+
+
+def test_refused_comparison_writes_an_unknown_condition(tmp_path):
+    rng = np.random.default_rng(5)
+    make_run(tmp_path, "base", _metrics(rng), spec=SPEC)
+    cand = make_run(tmp_path, "cand", _metrics(rng, drop=("p99_latency_ms",)), spec=SPEC)
+    gate, res = compare_runs(tmp_path / "runs" / "base", cand)
+    doc = json.loads(write_comparison(gate, res, "base", cand).read_text())
+    assert doc["gate"]["comparable"] is False and doc["gate"]["refusals"][0]["reason"] == admit.PRIMARY_UNMEASURED
+    assert doc["condition"]["status"] == "Unknown" and doc["condition"]["reason"] == "NotComparable"
+    assert "metrics" not in doc  # nothing judged
+    from benchrun.report import content
+    from benchrun.stats.load import load_run
+
+    v = content.verdict(load_run(cand), doc)
+    assert v.regressions == "not compared" and "Not comparable, nothing judged" in v.against
+
+
+def test_a_regression_is_still_said_when_a_primary_is_unmeasured(tmp_path):
+    """Fail closed refuses "no regression"; a candidate whose every launch failed still regresses."""
+    rng = np.random.default_rng(6)
+    prim = {"spec": {"metrics": {"inference": {"primary": ["tokens_per_second"]}}}}
+    m = {("serve", "", "tokens_per_second"): (lognormal_replicates(rng, 100, 0.02, 5), "tok/s", "higher")}
+    make_run(tmp_path, "base", m, spec=prim)
+    make_run(tmp_path, "cand", m, spec=prim, failed_replicates={"serve": [1, 2, 3, 4, 5]})
+    gate, res = compare_runs(tmp_path / "runs" / "base", tmp_path / "runs" / "cand")
+    assert gate.passed and res.gating_regression
+    assert any("not comparable: primary serve/tokens_per_second" in n for n in res.notes)
+
+
+def test_soak_only_succeeded_pairs_of_the_same_spec_exit_0(tmp_path, monkeypatch):
+    """`benchrun compare` over every ordered pair of {succeeded, failed, killed, different spec,
+    tampered, missing primary}: only (succeeded, succeeded, same spec) may exit 0."""
+    from typer.testing import CliRunner
+
+    from benchrun.cli import app
+
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    kinds = _kinds(tmp_path, np.random.default_rng(7))
+    runner = CliRunner()
+    codes = {}
+    for b, c in itertools.product(kinds, repeat=2):
+        if b == c:
+            b_id, c_id = b, ("succeeded2" if b == "succeeded" else None)
+            if c_id is None:
+                continue  # a run against itself is exit 2 (tested elsewhere)
+        else:
+            b_id, c_id = b, c
+        r = runner.invoke(app, ["compare", b_id, c_id])
+        code = r.exit_code if r.exception is None or isinstance(r.exception, SystemExit) else \
+            getattr(r.exception, "exit_code", 1)
+        codes[(b, c)] = code
+    zero = {k for k, v in codes.items() if v == 0}
+    assert zero == {("succeeded", "succeeded")}, codes
+    for k, v in codes.items():
+        if k != ("succeeded", "succeeded"):
+            assert v == admit.EXIT_NOT_COMPARABLE, (k, v)
+
+
+def test_asset_check_fails_when_not_comparable(tmp_path, monkeypatch, direction="candidate"):
+    import dagster as dg
+
+    from bench_assets.stats_assets import ConfirmRoundResource, baseline_comparison, no_gating_regression
+    from benchrun.stats.load import promote
+
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    rng = np.random.default_rng(8)
+    full, short = _metrics(rng), _metrics(rng, drop=("p99_latency_ms",))
+    make_run(tmp_path, "base", full if direction == "candidate" else short, spec=SPEC, sealed=True)
+    promote("base", tmp_path)
+    make_run(tmp_path, "cand", short if direction == "candidate" else full,
+             spec={"spec": {**SPEC["spec"], "comparison": {"baseline": {"artifactRef": "published/current"}}}},
+             status={"phase": "Analyzing", "outcome": "succeeded"})
+    inst = dg.DagsterInstance.ephemeral()
+    inst.add_dynamic_partitions("benchmark_run", ["cand"])
+    res = dg.materialize([baseline_comparison, no_gating_regression], instance=inst, partition_key="cand",
+                         resources={"confirm_round": ConfirmRoundResource(enabled=False)},
+                         raise_on_error=True)
+    check = res.get_asset_check_evaluations()[0]
+    assert not check.passed and check.metadata["comparable"].value is False
+    status = json.loads((tmp_path / "runs" / "cand" / "status.json").read_text())
+    cond = [c for c in status["conditions"] if c["type"] == "RegressionDetected"][0]
+    assert (cond["status"], cond["reason"]) == ("Unknown", "NotComparable") and "p99_latency_ms" in cond["message"]
+
+
+# -- issue 28 item 2: a baseline must verify ---------------------------------------------------------
+
+
+def _promote_error(home, run_id):
+    from benchrun.errors import BenchrunError
+    from benchrun.stats.load import promote
+
+    with pytest.raises(BenchrunError) as exc:
+        promote(run_id, home)
+    assert not (home / "published" / "current").exists()
+    return str(exc.value)
+
+
+def test_promote_verifies_like_verify_and_names_the_file(tmp_path):
+    from benchrun.stats.baseline import read_alias
+    from benchrun.stats.load import promote
+
+    rng = np.random.default_rng(9)
+    # a Failed run edited to say Succeeded: the signed outcome says failed
+    rd = make_run(tmp_path, "edited", _metrics(rng), spec=SPEC, status={"phase": "Failed", "outcome": "failed"})
+    man = json.loads((rd / "manifest.json").read_text())
+    man["status"] = "failed"
+    (rd / "manifest.json").write_text(json.dumps(man))
+    from benchrun.stats.synthetic import seal_run
+
+    seal_run(rd, tmp_path)
+    st = json.loads((rd / "status.json").read_text())
+    (rd / "status.json").write_text(json.dumps({**st, "phase": "Succeeded", "outcome": "succeeded"}))
+    assert "outcome failed" in _promote_error(tmp_path, "edited")  # sealed and signed as failed
+    # a signed result file edited after signing
+    rd = make_run(tmp_path, "resigned", _metrics(rng), spec=SPEC, sealed=True)
+    _tamper(rd)
+    assert "resigned_serve_r1.json (sha256 differs)" in _promote_error(tmp_path, "resigned")
+    # unsigned, and a stored object changed behind the run's back
+    make_run(tmp_path, "unsigned", _metrics(rng), spec=SPEC)
+    assert "provenance.dsse.json is missing" in _promote_error(tmp_path, "unsigned")
+    rd = make_run(tmp_path, "stored", _metrics(rng), spec=SPEC, sealed=True)
+    import hashlib
+
+    sha = hashlib.sha256((rd / "structured" / "stored_serve_r1.json").read_bytes()).hexdigest()
+    obj = tmp_path / "objects" / "sha256" / sha[:2] / sha  # the local store is content-addressed: damage one
+    obj.chmod(0o644)
+    obj.write_bytes(b"{}")
+    assert "stored_serve_r1.json" in _promote_error(tmp_path, "stored") or sha in _promote_error(tmp_path, "stored")
+    # intact: published, with the attestation digest recorded
+    rd = make_run(tmp_path, "good", _metrics(rng), spec=SPEC, sealed=True)
+    p = promote("good", tmp_path)
+    run_id, rec = read_alias(p)
+    assert run_id == "good" and len(rec["attestation_sha256"]) == 64 and rec["stored_objects"] > 0
+
+
+def test_compare_checks_the_alias_record_again(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from benchrun.cli import app
+    from benchrun.stats.load import promote
+    from benchrun.stats.synthetic import write_manifest
+
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    rng = np.random.default_rng(10)
+    base = make_run(tmp_path, "base", _metrics(rng), spec=SPEC, sealed=True)
+    make_run(tmp_path, "cand", _metrics(rng), spec=SPEC)
+    promote("base", tmp_path)
+    runner = CliRunner()
+    assert runner.invoke(app, ["compare", "published/current", "cand"]).exit_code == 0
+    # resealed after promotion (a result edited, manifest rewritten, envelope dropped)
+    _tamper(base)
+    (base / "reports" / "base_provenance.dsse.json").unlink()
+    write_manifest(base)
+    r = runner.invoke(app, ["compare", "published/current", "cand"])
+    assert getattr(r.exception, "exit_code", r.exit_code) == admit.EXIT_NOT_COMPARABLE
+    gate, _ = compare_runs(base, tmp_path / "runs" / "cand", baseline_alias="current")
+    reasons = {x.reason for x in gate.refusals}
+    assert reasons == {admit.BASELINE_ALIAS}
+    assert "manifest.json is not the one verified when published/current was promoted" in gate.message()
+    # an alias from before records existed is refused, with the fix
+    (tmp_path / "published" / "current").write_text("base\n")
+    gate, _ = compare_runs(base, tmp_path / "runs" / "cand", baseline_alias="current")
+    assert "run `benchrun promote base` again" in gate.message()
+
+
+def test_a_primary_measured_in_neither_run_is_noted_but_nothing_measured_is_refused(tmp_path):
+    rng = np.random.default_rng(11)
+    spec = {"spec": {"metrics": {"inference": {"primary": ["tokens_per_second", "jitter_ms"]}}}}
+    m = {("serve", "", "tokens_per_second"): (lognormal_replicates(rng, 100, 0.02, 5), "tok/s", "higher")}
+    make_run(tmp_path, "base", m, spec=spec)
+    make_run(tmp_path, "cand", m, spec=spec)
+    gate, res = compare_runs(tmp_path / "runs" / "base", tmp_path / "runs" / "cand")
+    assert gate.passed and any("measured in neither run, so not judged: jitter_ms" in n for n in res.notes)
+    none = {"spec": {"metrics": {"inference": {"primary": ["jitter_ms"]}}}}
+    make_run(tmp_path, "b2", m, spec=none)
+    make_run(tmp_path, "c2", m, spec=none)
+    gate, res = compare_runs(tmp_path / "runs" / "b2", tmp_path / "runs" / "c2")
+    assert res is None and "none of the primaries (jitter_ms) has a value in either run" in gate.message()

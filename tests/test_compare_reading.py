@@ -1,0 +1,120 @@
+"""Issue 26 items 3-5: outcomes apart from context, one sign convention, and what n can show."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import numpy as np
+import pandas as pd
+
+from benchrun.stats import compare as C
+from benchrun.stats.synthetic import lognormal_replicates, make_run
+
+
+def _rows(rng, name, median, n, *, case="", direction="higher", suite="s", scale=1.0):
+    vals = lognormal_replicates(rng, median * scale, 0.02, n)
+    return pd.DataFrame({"suite": suite, "case": case, "metric": name, "unit": "u", "direction": direction,
+                         "replicate": np.arange(1, n + 1), "value": vals, "status": "ok"})
+
+
+def test_context_rows_get_no_verdict_and_the_shifted_primary_regresses():
+    """10 primary metrics, 100 telemetry metrics, n = 5, one primary ×2 (lower: a regression)."""
+    rng = np.random.default_rng(26)
+    base, cand = [], []
+    for i in range(10):
+        base.append(_rows(rng, f"p{i}", 100, 5))
+        cand.append(_rows(rng, f"p{i}", 100, 5, scale=0.5 if i == 3 else 1.0))
+    for i in range(100):  # telemetry: some of it moves a lot, none of it is an outcome
+        base.append(_rows(rng, f"cpu_utilization_pct_{i}", 50, 5, case="telemetry"))
+        cand.append(_rows(rng, f"cpu_utilization_pct_{i}", 50, 5, case="telemetry", scale=3.0 if i % 2 else 1.0))
+    res = C.compare_tables(pd.concat(base), pd.concat(cand), primary={f"p{i}" for i in range(10)})
+    r = res.rows
+    tele = r[r["case"] == "telemetry"]
+    assert len(tele) == 100 and set(tele["role"]) == {"context"} and set(tele["verdict"]) == {""}
+    assert tele["p_adjusted"].isna().all() and set(tele["correction"]) == {"none"}
+    prim = r[r["role"] == "primary"].set_index("name")
+    assert prim.loc["p3", "verdict"] == "regression" and res.family == 10
+    assert set(prim.drop("p3")["verdict"]) <= {"no_change", "inconclusive"}
+    assert res.suspected == [("s", "", "p3")]
+    # the shifted metric's change, as measured, with better/worse
+    assert -52 < prim.loc["p3", "change_pct"] < -48 and prim.loc["p3", "better_worse"] == "worse"
+    assert all(math.isfinite(v) and v > 0 for v in prim["mde_pct"])
+
+
+def test_a_large_change_at_n3_says_how_many_replicates_would_show_it():
+    """×29 at n = 3 on a secondary outcome: the two-sided exact test cannot go below 0.1 at 3 vs 3."""
+    rng = np.random.default_rng(29)
+    base = pd.concat([_rows(rng, "gate", 100, 3), _rows(rng, "tflops", 0.005, 3)])
+    cand = pd.concat([_rows(rng, "gate", 100, 3), _rows(rng, "tflops", 0.005, 3, scale=29.25)])
+    res = C.compare_tables(base, cand, primary={"gate"})
+    row = res.rows.set_index("name").loc["tflops"]
+    assert row.verdict == "inconclusive" and math.isinf(row.mde_pct)
+    m = re.fullmatch(r"large change, not significant at n = 3: rerun with ≥ (\d+) replicates", row.advice)
+    assert m, row.advice
+    n = int(m.group(1))
+    assert row.replicates_needed == n and row.change_pct > 2000 and row.better_worse == "better"
+    # the advice holds: with N replicates the same change is significant, with N - 1 it is not
+    for reps, want in ((n, "improvement"), (n - 1, "inconclusive")):
+        b = pd.concat([_rows(rng, "gate", 100, reps), _rows(rng, "tflops", 0.005, reps)])
+        c = pd.concat([_rows(rng, "gate", 100, reps), _rows(rng, "tflops", 0.005, reps, scale=29.25)])
+        assert C.compare_tables(b, c, primary={"gate"}).rows.set_index("name").loc["tflops", "verdict"] == want
+
+
+def test_cli_json_and_report_agree_on_sign_and_better_worse(tmp_path, monkeypatch):
+    """A lower-is-better latency that went up: +x % (worse) everywhere."""
+    from typer.testing import CliRunner
+
+    from benchrun.cli import app
+    from benchrun.report.html import build_report
+    from benchrun.stats.analysis import compare_runs, write_comparison
+
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    rng = np.random.default_rng(3)
+    prim = {"spec": {"metrics": {"inference": {"primary": ["p99_latency_ms"]}}}}
+    b = make_run(tmp_path, "base", {("s", "", "p99_latency_ms"): (lognormal_replicates(rng, 0.1485, 0.02, 5), "ms",
+                                                                   "lower")}, spec=prim)
+    c = make_run(tmp_path, "cand", {("s", "", "p99_latency_ms"): (lognormal_replicates(rng, 0.3174, 0.02, 5), "ms",
+                                                                   "lower")}, spec=prim)
+    gate, res = compare_runs(b, c)
+    rec = res.records()[0]
+    assert rec["change_pct"] > 100 and rec["better_worse"] == "worse" and rec["ratio"] < 1  # ratio: higher-is-better
+    want = f"{rec['change_pct']:+.1f} %"
+    runner = CliRunner()
+    js = runner.invoke(app, ["compare", "base", "cand", "--json"])
+    row = json.loads(js.output)[0]
+    assert (f"{row['change_pct']:+.1f} %", row["better_worse"]) == (want, "worse")
+    text = runner.invoke(app, ["compare", "base", "cand"], terminal_width=250).output
+    line = next(x for x in text.splitlines() if "p99_latency_ms" in x)
+    assert want in line and "worse" in line
+    write_comparison(gate, res, "base", c)
+    html = build_report(c).read_text()
+    assert f"{want} " in html and "worse" in html.split(want, 1)[1][:80]
+    from benchrun.stats.reading import format_change
+
+    assert format_change(rec) == f"{want} (worse)"  # what run/show print beside the verdict
+
+
+def _aa(rng, metrics, n, shift=1.0, cv=0.02):
+    base = pd.concat([pd.DataFrame({"suite": "s", "case": "", "metric": f"m{i}", "unit": "u", "direction": "higher",
+                                    "replicate": np.arange(1, n + 1), "value": lognormal_replicates(rng, 100, cv, n),
+                                    "status": "ok"}) for i in range(metrics)])
+    cand = base.copy()
+    cand["value"] = np.concatenate([lognormal_replicates(rng, 100 * shift, cv, n) for _ in range(metrics)])
+    return base, cand
+
+
+def test_no_change_is_tost_at_alpha():
+    """"no change" = the 1 − 2α interval inside ±δ: reachable under A/A, and at most α when the truth
+    sits on the band's edge (the two one-sided tests' level)."""
+    rng = np.random.default_rng(27)
+    res = C.compare_tables(*_aa(rng, 300, 10), delta_pct=3.0)
+    r = res.rows
+    nc = r[r["verdict"] == "no_change"]
+    assert len(nc) > 0.5 * len(r)  # A/A at n = 10, CV 2 %: mostly shown equivalent
+    m = np.log1p(0.03)
+    assert ((nc["eq_low"] >= -m) & (nc["eq_high"] <= m)).all()
+    assert ((nc["shift_low"] < -m) | (nc["shift_high"] > m)).any()  # the 95 % interval alone would not say it
+    edge = C.compare_tables(*_aa(rng, 400, 10, shift=1.03), delta_pct=3.0).rows
+    assert (edge["verdict"] == "no_change").mean() <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 400)

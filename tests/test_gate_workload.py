@@ -1,0 +1,189 @@
+"""The one-variable gate over the whole workload (issue 26 items 1-2): the pinned specs field by field."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from benchrun.spec import paths, validate_bytes
+from benchrun.stats.gate import check_gate
+from benchrun.stats.load import load_run
+from benchrun.stats.synthetic import lognormal_replicates, make_run
+
+ROOT = Path(__file__).resolve().parents[1]
+CANARY = yaml.safe_load((ROOT / "specs/local/canary.yaml").read_text())
+GEMM_CMD = "layers.micro.suites[gemm].repoCommand"
+
+
+def _suite(doc, name):
+    return next(s for layer in doc["spec"]["layers"] for s in layer["suites"] if s["name"] == name)
+
+
+def _pair(tmp_path, edit_cand, variable="runtime_version"):
+    rng = np.random.default_rng(0)
+    m = {("gemm", "", "tflops"): (lognormal_replicates(rng, 1, 0.02, 5), "TFLOP/s", "higher")}
+    base = copy.deepcopy(CANARY)
+    base["spec"]["comparison"]["variableUnderTest"] = variable
+    cand = copy.deepcopy(base)
+    edit_cand(cand)
+    make_run(tmp_path, "base", m, spec=base)
+    make_run(tmp_path, "cand", m, spec=cand)
+    return load_run(tmp_path / "runs" / "base"), load_run(tmp_path / "runs" / "cand")
+
+
+def _threads(doc):
+    _suite(doc, "gemm")["repoCommand"] = "env OMP_NUM_THREADS=1 python -m benchrun.suites.gemm"
+
+
+def test_a_changed_command_is_seen_and_passes_only_when_declared(tmp_path):
+    b, c = _pair(tmp_path, _threads)
+    undeclared = check_gate(b, c)  # runtime_version: the command is not what it may change (passed before)
+    assert not undeclared.passed
+    assert [d.field for d in undeclared.refused] == ["spec." + GEMM_CMD]
+    assert "env OMP_NUM_THREADS=1" in undeclared.message() and "not declared" in undeclared.message()
+    declared = check_gate(b, c, variable=GEMM_CMD)
+    assert declared.passed and [(d.field, d.how) for d in declared.diffs] == [("spec." + GEMM_CMD, "declared")]
+    assert f"spec.{GEMM_CMD}" in declared.message() and "(declared)" in declared.message()
+
+
+def test_a_second_undeclared_difference_is_refused_naming_both_paths(tmp_path):
+    def two(doc):
+        _threads(doc)
+        _suite(doc, "serving_sweep")["parameters"]["requests_per_point"] = 48
+    b, c = _pair(tmp_path, two, variable=GEMM_CMD)
+    gate = check_gate(b, c)  # the variable is read from the candidate's pinned spec
+    assert gate.variable == GEMM_CMD and not gate.passed
+    msg = gate.message()
+    assert "spec.layers.component.suites[serving_sweep].parameters.requests_per_point: 24 -> 48 (not declared)" in msg
+    assert f"spec.{GEMM_CMD}" in msg and "(declared)" in msg
+    # an explicit override passes the pair and is recorded
+    over = check_gate(b, c, allow_differences=["layers.component.suites[serving_sweep].parameters"])
+    assert over.passed and "allowed by --allow-differences" in over.message()
+    assert over.allowed_differences == ("layers.component.suites[serving_sweep].parameters",)
+
+
+@pytest.mark.parametrize("edit,path", [
+    (lambda d: d["spec"]["trials"].__setitem__("minReplicates", 7), "spec.trials.minReplicates"),
+    (lambda d: _suite(d, "gemm")["parameters"].__setitem__("sizes", [1024]), "spec.layers.micro.suites[gemm].parameters.sizes"),
+    (lambda d: d["spec"]["workload"].__setitem__("precision", "bf16"), "spec.workload.precision"),
+    (lambda d: _suite(d, "gemm").__setitem__("env", {"OMP_NUM_THREADS": "1"}), "spec.layers.micro.suites[gemm].env.OMP_NUM_THREADS"),
+])
+def test_every_workload_field_is_compared(tmp_path, edit, path):
+    b, c = _pair(tmp_path, edit)
+    gate = check_gate(b, c)
+    assert not gate.passed and [d.field for d in gate.refused] == [path]
+
+
+def test_env_paths_and_cadence(tmp_path):
+    def env(doc):
+        _suite(doc, "gemm")["env"] = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "4"}
+        doc["spec"]["intent"]["cadence"] = "adhoc"  # when a run happens is not what it runs
+    rng = np.random.default_rng(1)
+    m = {("gemm", "", "tflops"): (lognormal_replicates(rng, 1, 0.02, 5), "TFLOP/s", "higher")}
+    base, cand = copy.deepcopy(CANARY), copy.deepcopy(CANARY)
+    _suite(base, "gemm")["env"] = {"OMP_NUM_THREADS": "8", "MKL_NUM_THREADS": "4"}
+    env(cand)
+    make_run(tmp_path, "base", m, spec=base)
+    make_run(tmp_path, "cand", m, spec=cand)
+    gate = check_gate(load_run(tmp_path / "runs" / "base"), load_run(tmp_path / "runs" / "cand"),
+                      variable="layers.micro.suites[gemm].env.OMP_NUM_THREADS")
+    assert gate.passed and [d.field for d in gate.diffs] == ["spec.layers.micro.suites[gemm].env.OMP_NUM_THREADS"]
+
+
+def test_paths_parse_resolve_and_render():
+    assert paths.parse("layers.micro.suites[gemm].env.OMP_NUM_THREADS") == (
+        "layers", "micro", "suites", "gemm", "env", "OMP_NUM_THREADS")
+    assert paths.parse("spec.layers[micro].suites[gemm]") == ("layers", "micro", "suites", "gemm")
+    assert paths.render(("layers", "component", "suites", "serving_sweep", "args")) == \
+        "layers.component.suites[serving_sweep].args"
+    assert paths.resolve(CANARY["spec"], "layers.micro.suites[gemm].parameters.sizes") == (True, [512])
+    assert paths.resolve(CANARY["spec"], "layers.micro.suites[nosuch]")[0] is False
+    for bad in ("", "a..b", "layers.[x", "x y"):
+        with pytest.raises(ValueError):
+            paths.parse(bad)
+
+
+def _validate(doc):
+    return validate_bytes(yaml.safe_dump(doc).encode(), "exp.yaml")[0]
+
+
+def test_the_gemm_threads_experiment_is_a_valid_spec():
+    exp = copy.deepcopy(CANARY)
+    exp["metadata"]["name"] = "gemm-one-thread"
+    exp["spec"]["intent"]["cadence"] = "adhoc"
+    _threads(exp)
+    exp["spec"]["comparison"]["variableUnderTest"] = GEMM_CMD
+    res = _validate(exp)
+    assert res.valid, [str(e) for e in res.errors]
+    # the names people used before stay valid aliases
+    exp["spec"]["comparison"]["variableUnderTest"] = "runtime_version"
+    assert _validate(exp).valid
+    # a path must name a field of this spec, in a compared section
+    for bad, why in (("layers.micro.suites[gemmm].repoCommand", "names no field"),
+                     ("sinks.rawArtifacts.pathTemplate", "does not compare"),
+                     ("layers.micro suites", "not a spec path")):
+        exp["spec"]["comparison"]["variableUnderTest"] = bad
+        res = _validate(exp)
+        assert not res.valid and any(why in str(e) for e in res.errors), (bad, [str(e) for e in res.errors])
+
+
+def test_an_adhoc_run_is_published_only_when_allowed(tmp_path):
+    from benchrun.errors import BenchrunError
+    from benchrun.stats.load import promote
+
+    rng = np.random.default_rng(2)
+    exp = copy.deepcopy(CANARY)
+    exp["spec"]["intent"]["cadence"] = "adhoc"
+    make_run(tmp_path, "exp", {("gemm", "", "tflops"): (lognormal_replicates(rng, 1, 0.02, 5), "TFLOP/s", "higher")},
+             spec=exp, sealed=True)
+    with pytest.raises(BenchrunError, match="ad-hoc experiment.*--allow-adhoc"):
+        promote("exp", tmp_path)
+    assert promote("exp", tmp_path, allow_adhoc=True).is_file()
+
+
+def test_a_declared_workload_field_passes_although_the_workload_digest_differs(tmp_path):
+    def bf16(doc):
+        doc["spec"]["workload"]["precision"] = "bf16"
+        doc["spec"]["comparison"]["controls"]["fixed"]["precision"] = "bf16"
+    b, c = _pair(tmp_path, bf16, variable="workload.precision")
+    c.status["workload_spec_digest"] = "x" * 64  # what a real run's status says when spec.workload changed
+    gate = check_gate(b, c)
+    assert gate.passed and [d.field for d in gate.diffs] == ["spec.workload.precision"]
+    assert not check_gate(b, c, variable="runtime_version").passed
+
+
+def test_allow_differences_in_the_spec_is_recorded_in_the_comparison_and_the_report(tmp_path, monkeypatch):
+    import json
+
+    import dagster as dg
+
+    from bench_assets.stats_assets import ConfirmRoundResource, baseline_comparison
+    from benchrun.report.html import build_report
+
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    rng = np.random.default_rng(5)
+    m = {("gemm", "", "tflops"): (lognormal_replicates(rng, 1, 0.02, 5), "TFLOP/s", "higher")}
+    base, cand = copy.deepcopy(CANARY), copy.deepcopy(CANARY)
+    _threads(cand)
+    cand["spec"]["comparison"]["baseline"]["artifactRef"] = "base"
+    cand["spec"]["comparison"]["allowDifferences"] = [GEMM_CMD]
+    cand["spec"]["metrics"]["inference"]["primary"] = ["gemm/tflops"]
+    make_run(tmp_path, "base", m, spec=base)
+    make_run(tmp_path, "cand", m, spec=cand, status={"phase": "Analyzing", "outcome": "succeeded"})
+    spec_ok = copy.deepcopy(CANARY)
+    spec_ok["spec"]["comparison"]["allowDifferences"] = [GEMM_CMD]
+    assert _validate(spec_ok).valid
+    spec_ok["spec"]["comparison"]["allowDifferences"] = ["layers..x"]
+    assert not _validate(spec_ok).valid
+    inst = dg.DagsterInstance.ephemeral()
+    inst.add_dynamic_partitions("benchmark_run", ["cand"])
+    dg.materialize([baseline_comparison], instance=inst, partition_key="cand",
+                   resources={"confirm_round": ConfirmRoundResource(enabled=False)})
+    doc = json.loads((tmp_path / "runs" / "cand" / "structured" / "cand_comparison.json").read_text())
+    assert doc["gate"]["passed"] and doc["gate"]["allowed_differences"] == [GEMM_CMD]
+    assert "comparison.allowDifferences: " + GEMM_CMD in doc["gate"]["message"]
+    assert GEMM_CMD in build_report(tmp_path / "runs" / "cand").read_text()
