@@ -6,9 +6,9 @@ import json
 
 from benchrun.stats.analysis import compare_runs
 from benchrun.stats.contention import exclude
-from benchrun.stats.synthetic import make_run
+from benchrun.stats.synthetic import make_run, write_manifest
 
-SPEC = {"spec": {"metrics": {"primary": ["s/tps"]}}}
+SPEC = {"spec": {"metrics": {"inference": {"enabled": True, "primary": ["s/tps"]}}}}
 
 
 def _mark(rd, suite, reps):
@@ -17,6 +17,7 @@ def _mark(rd, suite, reps):
         doc = json.loads(p.read_text())
         doc["telemetry"] = {"contended": True, "contention_reason": "background CPU 60 %"}
         p.write_text(json.dumps(doc))
+    write_manifest(rd)  # as the run itself would have recorded them (else the evidence does not verify)
 
 
 def test_contended_replicates_leave_the_comparison_and_the_rows_say_so(tmp_path):
