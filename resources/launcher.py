@@ -47,6 +47,7 @@ class LauncherResource(dg.ConfigurableResource):
     run_volume_claim: Optional[str] = None
     run_home: Optional[str] = None
     pending_timeout_s: float = 1800.0
+    pull_allowance_s: float = 600.0
     ttl_seconds_after_finished: int = 3600
     poll_s: float = 2.0
     delete_finished: bool = True

@@ -32,8 +32,13 @@ What each placement knob turns into, and what was verified against the projects'
   affinity on :attr:`Placement.topology_label` when set), exclusivity (required pod
   anti-affinity against every pod carrying ``benchrun.dev/run-id`` in the same
   :attr:`Placement.exclusive_topology_key` domain: the rule is symmetric in the scheduler, so
-  no two benchrun pods share a node), an image pinned by digest, Guaranteed QoS when CPU and
-  memory are given (requests = limits), and ``exclusive: "true"`` under slurm-bridge. When a
+  no two benchrun pods share a node), an image pinned by digest, cpu and memory sized for the
+  suite (not ``SUITE_RESOURCES``' defaults), and ``exclusive: "true"`` under slurm-bridge.
+* Every grade: Guaranteed QoS (cpu, memory and GPUs with requests = limits, whole CPUs, from
+  the spec, else the launcher, else ``SUITE_RESOURCES``), ``nvidia.com/gpu`` for a suite whose
+  parameters ask for CUDA or NCCL, and a pod deadline of the suite's timeout plus
+  :attr:`Placement.pull_allowance_s` (``activeDeadlineSeconds`` counts from the pod's
+  ``startTime``, which is before the image pull). When a
   guarantee cannot be expressed the function raises instead of emitting a pod that would
   only look publication-safe.
 """
@@ -114,6 +119,60 @@ class Placement:
     env_secret: str | None = None  # a Secret whose keys become env vars (S3 credentials for Pipes over S3)
     ttl_seconds_after_finished: int = 3600
     pending_timeout_s: float = 1800.0
+    # The pod's activeDeadlineSeconds counts from the pod's startTime, which the kubelet sets
+    # before it pulls the image: the deadline is the suite's timeout plus this allowance (the
+    # orchestrator itself enforces the suite's timeout from the container's start).
+    pull_allowance_s: float = 600.0
+
+
+# Per-suite cpu and memory when neither the spec (suites[].cpu/.memory) nor the launcher
+# (cpu/memory) sets them, so every suite pod is Guaranteed QoS (requests = limits, whole
+# CPUs: the kubelet's static CPU manager gives such a pod exclusive cores). Keyed by the
+# suite module the command runs (``python -m benchrun.suites.<name>``), else the suite's name.
+SUITE_RESOURCES: dict[str, tuple[str, str]] = {
+    "gemm": ("4", "16Gi"),
+    "membw": ("4", "16Gi"),
+    "fio": ("2", "4Gi"),
+    "dataloader": ("8", "32Gi"),
+    "allreduce": ("8", "64Gi"),
+    "training": ("16", "64Gi"),
+    "serving_sweep": ("4", "8Gi"),
+    "serving_workflow": ("4", "8Gi"),
+    "job_startup": ("1", "2Gi"),
+}
+DEFAULT_RESOURCES = ("2", "4Gi")  # any other suite
+
+
+def suite_module(inv: Invocation) -> str:
+    """The benchrun suite an invocation runs (``-m benchrun.suites.<name>``), else its spec name."""
+    argv = list(inv.argv)
+    for i, word in enumerate(argv[:-1]):
+        if word == "-m" and argv[i + 1].startswith("benchrun.suites."):
+            return argv[i + 1].removeprefix("benchrun.suites.")
+    return inv.suite
+
+
+def wants_gpu(inv: Invocation) -> bool:
+    """A GPU suite: its parameters ask for CUDA (``device: cuda``) or NCCL (``backend: nccl``)."""
+    params = inv.parameters or {}
+    return str(params.get("device", "")).lower() == "cuda" or str(params.get("backend", "")).lower() == "nccl"
+
+
+def whole_cpus(qty: str, field_name: str) -> str:
+    """``qty`` as a whole number of CPUs (``"2000m"`` → ``"2"``), else raise naming the field."""
+    from decimal import Decimal, InvalidOperation
+
+    from kubernetes.utils.quantity import parse_quantity
+
+    try:
+        value = parse_quantity(str(qty))
+    except (ValueError, InvalidOperation):
+        raise BenchrunError(f"{field_name}: {qty!r} is not a CPU quantity (e.g. \"4\")") from None
+    if value < 1 or value != value.to_integral_value():
+        raise BenchrunError(
+            f"{field_name}: {qty!r} is not a whole number of CPUs; a benchmark pod is Guaranteed QoS with whole "
+            "CPUs so that the kubelet's static CPU manager gives it exclusive cores: use e.g. \"4\"")
+    return str(int(value if isinstance(value, Decimal) else Decimal(value)))
 
 
 def check_label_value(value: str, field_name: str) -> str:
@@ -277,25 +336,58 @@ CAPTURE_ENV = "BENCHRUN_CAPTURE_ENVIRONMENT"
 
 
 def _resources(inv: Invocation, placement: Placement) -> tuple[int, dict[str, dict[str, str]]]:
-    gpus = inv.gpus if inv.gpus is not None else placement.gpus
+    """GPUs and the container's resources: requests = limits for cpu, memory and GPUs, always
+    (Guaranteed QoS), from the spec, else the launcher, else ``SUITE_RESOURCES``."""
+    where = _where(inv)
+    if inv.gpus is not None:
+        gpus = inv.gpus
+    else:
+        gpus = placement.gpus or (1 if wants_gpu(inv) else 0)
     if not isinstance(gpus, int) or gpus < 0:
-        raise BenchrunError(f"{_where(inv)}.gpus: {gpus!r} must be a whole number >= 0")
-    quantities = {"cpu": inv.cpu or placement.cpu, "memory": inv.memory or placement.memory}
+        raise BenchrunError(f"{where}.gpus: {gpus!r} must be a whole number >= 0")
+    if wants_gpu(inv) and not gpus:
+        raise BenchrunError(f"{where}.gpus: the suite asks for CUDA (device: cuda or backend: nccl) but requests no "
+                            "GPU; set gpus to 1 or more (the pod gets them as nvidia.com/gpu)")
+    if placement.publication_grade and not ((inv.cpu or placement.cpu) and (inv.memory or placement.memory)):
+        raise BenchrunError(
+            f"{where}: publication grade needs Guaranteed QoS sized for the suite, not a default; set cpu and memory "
+            "on the suite (spec.layers[..].suites[..].cpu/.memory) or on the launcher resource")
+    default_cpu, default_memory = SUITE_RESOURCES.get(suite_module(inv), DEFAULT_RESOURCES)
+    if inv.cpu:
+        cpu = whole_cpus(inv.cpu, f"{where}.cpu")
+    elif placement.cpu:
+        cpu = whole_cpus(placement.cpu, "launcher cpu (BENCHRUN_LAUNCHER_CPU)")
+    else:
+        cpu = default_cpu
+    quantities = {"cpu": cpu, "memory": str(inv.memory or placement.memory or default_memory)}
     if gpus:
         quantities[placement.gpu_resource] = str(gpus)
-    resources: dict[str, dict[str, str]] = {}
-    for name, qty in quantities.items():
-        if qty:
-            # requests = limits: the scheduler reserves what the suite may use; with cpu and
-            # memory both set the pod is Guaranteed QoS (publication grade requires it).
-            resources.setdefault("limits", {})[name] = str(qty)
-            resources.setdefault("requests", {})[name] = str(qty)
-    if placement.publication_grade and not (quantities["cpu"] and quantities["memory"]):
-        raise BenchrunError(
-            f"{_where(inv)}: publication grade needs Guaranteed QoS; set cpu and memory on the suite "
-            "(spec.layers[..].suites[..].cpu/.memory) or on the launcher resource"
-        )
+    # requests = limits: the scheduler reserves what the suite may use, and with cpu and
+    # memory both set the pod is Guaranteed QoS (evicted last, exclusive cores).
+    resources = {"limits": dict(quantities), "requests": dict(quantities)}
     return gpus, resources
+
+
+def qos_class(pod_spec: Mapping[str, Any]) -> str:
+    """The pod's QoS class as the kubelet computes it (Guaranteed, Burstable or BestEffort)."""
+    containers = list(pod_spec.get("containers") or [])
+    if not any((c.get("resources") or {}).get("requests") or (c.get("resources") or {}).get("limits")
+               for c in containers):
+        return "BestEffort"
+    for c in containers:
+        res = c.get("resources") or {}
+        limits, requests = res.get("limits") or {}, res.get("requests") or {}
+        if not limits.get("cpu") or not limits.get("memory"):
+            return "Burstable"
+        if any(str(requests.get(k, v)) != str(v) for k, v in limits.items() if k in ("cpu", "memory")):
+            return "Burstable"
+    return "Guaranteed"
+
+
+def gang_anti_affinity(jobset: str) -> dict[str, Any]:
+    """The required pod anti-affinity term that puts each pod of one gang on its own node."""
+    return {"labelSelector": {"matchLabels": {"jobset.sigs.k8s.io/jobset-name": jobset}},
+            "topologyKey": "kubernetes.io/hostname"}
 
 
 def job_manifest(
@@ -314,9 +406,10 @@ def job_manifest(
     bootstrap variables); ``owner`` is an ownerReference (the Dagster run worker's pod) so the
     Jobs go when it goes. The container runs argv directly (``command`` + ``args``, no
     shell) in the image's own working directory, never restarts, and is killed by the
-    kubelet ``timeout_s`` after it starts; the Job itself has a deadline of timeout plus the
-    pending timeout and ``ttlSecondsAfterFinished``, so nothing outlives a dead orchestrator
-    for long.
+    kubelet ``timeout_s`` + ``pull_allowance_s`` after its ``startTime`` (the orchestrator
+    enforces ``timeout_s`` itself from the container's start); the Job itself has a deadline
+    of that plus the pending timeout and ``ttlSecondsAfterFinished``, so nothing outlives a
+    dead orchestrator for long.
     """
     where = _where(inv)
     if inv.nodes > 1:
@@ -398,15 +491,15 @@ def job_manifest(
         "env": env,
         "volumeMounts": mounts,
     }
-    if resources:
-        container["resources"] = resources
+    container["resources"] = resources
     if placement.env_secret:
         container["envFrom"] = [{"secretRef": {"name": placement.env_secret}}]
 
     timeout = max(1, int(math.ceil(inv.timeout_s)))
+    pod_deadline = timeout + max(0, int(math.ceil(placement.pull_allowance_s)))
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
-        "activeDeadlineSeconds": timeout,
+        "activeDeadlineSeconds": pod_deadline,
         "containers": [container],
         "volumes": volumes,
         "enableServiceLinks": False,
@@ -442,7 +535,7 @@ def job_manifest(
             "backoffLimit": 0,
             "completions": 1,
             "parallelism": 1,
-            "activeDeadlineSeconds": timeout + max(1, int(math.ceil(placement.pending_timeout_s))),
+            "activeDeadlineSeconds": pod_deadline + max(1, int(math.ceil(placement.pending_timeout_s))),
             "ttlSecondsAfterFinished": placement.ttl_seconds_after_finished,
             "template": {"metadata": pod_meta, "spec": pod_spec},
         },

@@ -27,11 +27,16 @@ upstream controllers closely enough for a client to rely on the same fields:
   JobSet labels, suspended with their parent; ``Completed`` when all succeed, ``Failed``
   when one fails and ``failurePolicy.maxRestarts`` is used up (else all children are
   recreated and ``status.restarts`` counts up).
-- **Scheduler.** Binds a pending pod to the first node where its requests fit the node's
-  remaining allocatable, its ``nodeSelector`` matches and its tolerations cover the node's
-  ``NoSchedule`` taints; otherwise ``PodScheduled=False`` reason ``Unschedulable``.
-- **Kubelet.** Pulls (an image in ``unpullable`` or on a ``.invalid`` registry ends in
-  ``ErrImagePull`` then ``ImagePullBackOff``), then runs each container's ``command`` +
+- **Scheduler.** Binds a pending pod to the first node (in the order given: it packs, so
+  two pods that nothing keeps apart share a node) where its requests fit the node's
+  remaining allocatable, its ``nodeSelector`` and required node affinity match, its
+  tolerations cover the node's ``NoSchedule`` taints and no required pod anti-affinity (its
+  own or an already placed pod's, by ``topologyKey``) forbids it; otherwise
+  ``PodScheduled=False`` reason ``Unschedulable``. Pods get ``status.qosClass`` at creation.
+- **Kubelet.** Sets the pod's ``startTime`` when it accepts it, then pulls for
+  ``pull_seconds`` (an image in ``unpullable`` or on a ``.invalid`` registry ends in
+  ``ErrImagePull`` then ``ImagePullBackOff``; ``activeDeadlineSeconds`` counts from
+  ``startTime``, the pull included), then runs each container's ``command`` +
   ``args`` as a local process in the pod's scratch directory. Volume mount paths are mapped
   into that directory (emptyDir per pod, hostPath as is, a PVC shared by name across pods,
   ConfigMap/Secret files written out) and every argument and env value that starts with a
@@ -178,6 +183,55 @@ def _tolerates(tolerations: list[dict[str, Any]], taint: dict[str, str]) -> bool
     return False
 
 
+def qos_class(spec: dict[str, Any]) -> str:
+    """The pod's QoS class as the API server sets it: Guaranteed when every container has cpu
+    and memory limits and its requests (where given) equal them, BestEffort with no resources."""
+    containers = list(spec.get("containers") or [])
+    if not any((c.get("resources") or {}).get("limits") or (c.get("resources") or {}).get("requests") for c in containers):
+        return "BestEffort"
+    for c in containers:
+        res = c.get("resources") or {}
+        limits, requests = res.get("limits") or {}, res.get("requests") or {}
+        for r in ("cpu", "memory"):
+            if r not in limits or parse_quantity(requests.get(r, limits[r])) != parse_quantity(limits[r]):
+                return "Burstable"
+    return "Guaranteed"
+
+
+def _expr_matches(expr: dict[str, Any], labels: dict[str, str]) -> bool:
+    key, op, values = expr.get("key"), expr.get("operator"), list(expr.get("values") or [])
+    if op == "In":
+        return key in labels and labels[key] in values
+    if op == "NotIn":
+        return key not in labels or labels[key] not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    return False
+
+
+def selector_matches(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
+    """A metav1.LabelSelector (matchLabels and matchExpressions) against labels; an empty one
+    matches everything."""
+    selector = selector or {}
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    return all(_expr_matches(e, labels) for e in selector.get("matchExpressions") or [])
+
+
+def _node_affinity_ok(spec: dict[str, Any], node_labels: dict[str, str]) -> bool:
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = required.get("nodeSelectorTerms") or []
+    return not terms or any(all(_expr_matches(e, node_labels) for e in t.get("matchExpressions") or []) for t in terms)
+
+
+def _anti_terms(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    return list((((spec.get("affinity") or {}).get("podAntiAffinity") or {})
+                 .get("requiredDuringSchedulingIgnoredDuringExecution")) or [])
+
+
 @dataclass
 class _Container:
     name: str
@@ -252,6 +306,7 @@ class ControlPlane:
             data.setdefault("spec", {})["suspend"] = True
         if resource == PODS:
             data.setdefault("status", {}).setdefault("phase", "Pending")
+            data["status"]["qosClass"] = qos_class(data.get("spec") or {})
 
     # ------------------------------------------------------------------ loop
     async def run(self) -> None:
@@ -853,17 +908,43 @@ class ControlPlane:
             if node in used and p["status"].get("phase") in ("Pending", "Running"):
                 for r, v in pod_requests(p["spec"]).items():
                     used[node][r] = used[node].get(r, Decimal(0)) + v
+        # pods on nodes (pending or running): (node labels, namespace, pod labels, pod spec)
+        node_labels = {n.name: {"kubernetes.io/hostname": n.name, **n.labels} for n in self.nodes}
+        placed = [
+            (node_labels[p["spec"]["nodeName"]], p["metadata"].get("namespace"), p["metadata"].get("labels") or {}, p["spec"])
+            for _k, p in pods
+            if (p.get("spec") or {}).get("nodeName") in node_labels and p["status"].get("phase") in ("Pending", "Running")
+        ]
         for key, pod in pods:
             spec = pod.get("spec") or {}
             if spec.get("nodeName") or pod["status"].get("phase") != "Pending" or pod["metadata"].get("deletionTimestamp"):
                 continue
             need = pod_requests(spec)
+            ns, plabels = pod["metadata"].get("namespace"), pod["metadata"].get("labels") or {}
             reasons: dict[str, int] = {}
             chosen = None
             for node in self.nodes:
                 labels = {"kubernetes.io/hostname": node.name, **node.labels}
-                if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
+                if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()) or not _node_affinity_ok(spec, labels):
                     reasons["node(s) didn't match Pod's node affinity/selector"] = reasons.get("node(s) didn't match Pod's node affinity/selector", 0) + 1
+                    continue
+                # required pod anti-affinity, both ways: this pod's terms against the pods in the
+                # node's topology domain, and theirs against this pod
+                conflict = False
+                for other_node, other_ns, other_labels, other_spec in placed:
+                    for term in _anti_terms(spec):
+                        tk = term.get("topologyKey", "kubernetes.io/hostname")
+                        if tk in labels and other_node.get(tk) == labels[tk] and other_ns == ns and \
+                                selector_matches(term.get("labelSelector"), other_labels):
+                            conflict = True
+                    for term in _anti_terms(other_spec):
+                        tk = term.get("topologyKey", "kubernetes.io/hostname")
+                        if tk in labels and other_node.get(tk) == labels[tk] and other_ns == ns and \
+                                selector_matches(term.get("labelSelector"), plabels):
+                            conflict = True
+                if conflict:
+                    msg = "node(s) didn't match pod anti-affinity rules"
+                    reasons[msg] = reasons.get(msg, 0) + 1
                     continue
                 untolerated = [
                     t for t in node.taints if t.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(spec.get("tolerations") or [], t)
@@ -893,6 +974,7 @@ class ControlPlane:
                 continue
             for r, v in need.items():
                 used[chosen.name][r] = used[chosen.name].get(r, Decimal(0)) + v
+            placed.append((node_labels[chosen.name], ns, plabels, spec))
             new["spec"]["nodeName"] = chosen.name
             new["status"]["conditions"] = set_condition(
                 new["status"].get("conditions") or [], _condition("PodScheduled", True, "Scheduled")
@@ -945,6 +1027,23 @@ class ControlPlane:
                 run = _PodRun(uid, pod["metadata"]["name"], pod["metadata"].get("namespace") or "default", self.root / "pods" / f"{pod['metadata']['name']}-{uid[:8]}")
                 run.pull_started = time.time()
                 self.runs[uid] = run
+                # the kubelet accepts the pod: startTime is now, before the image pull (the
+                # clock activeDeadlineSeconds counts on)
+                new = copy.deepcopy(pod)
+                new["status"]["startTime"] = now_iso()
+                await self._update(key, pod, new)
+                pod = new
+            deadline = spec.get("activeDeadlineSeconds")
+            started = _epoch(pod["status"].get("startTime"))
+            if run.task is None and deadline is not None and started is not None and time.time() - started > float(deadline):
+                # the deadline passed before a container started (still pulling)
+                run.killed_reason = "DeadlineExceeded"
+                new = copy.deepcopy(pod)
+                new["status"].update(phase="Failed", reason="DeadlineExceeded",
+                                     message="Pod was active on the node longer than the specified deadline")
+                await self._update(key, pod, new)
+                await self._event(pod, "DeadlineExceeded", "Pod was active on the node longer than the specified deadline", "Warning")
+                continue
             bad = [c for c in spec.get("containers") or [] if self._unpullable(c.get("image", ""))]
             if bad and run.task is None:
                 reason = "ErrImagePull" if time.time() - run.pull_started < self.pull_seconds * 3 else "ImagePullBackOff"
