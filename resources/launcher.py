@@ -48,6 +48,7 @@ class LauncherResource(dg.ConfigurableResource):
     run_home: Optional[str] = None
     pending_timeout_s: float = 1800.0
     pull_allowance_s: float = 600.0
+    eviction_retries: int = 2
     ttl_seconds_after_finished: int = 3600
     poll_s: float = 2.0
     delete_finished: bool = True

@@ -679,12 +679,14 @@ class KubernetesLauncher:
             return None  # Kueue not installed or not readable: the timeline has no Kueue times
         return items[0] if items else None
 
-    def _pod(self, name: str, job_uid: str | None = None) -> Any:
+    def _pod(self, name: str, job_uid: str | None = None, exclude: Iterable[str] = ()) -> Any:
         pods = self.client.get_pods_in_job(name, self.namespace)
         if job_uid:
             # only this Job's pods: a same-named Job deleted a moment ago may leave its pods
             # behind for a while (background deletion)
             pods = [p for p in pods if any(o.uid == job_uid for o in (p.metadata.owner_references or []))]
+        if exclude:  # evicted attempts the Job replaced (creation times have whole seconds: no tie-break)
+            pods = [p for p in pods if p.metadata.uid not in set(exclude)] or pods
         if not pods:
             return None
         # the newest pod (a Job recreated after preemption makes a new one)
@@ -697,12 +699,13 @@ class KubernetesLauncher:
         errors = 0
         pod = None
         workload = None
+        evicted_pods: list[str] = []  # uids of this replicate's evicted pods (the Job replaces them)
         follow: AbstractContextManager[Any] | None = None
         try:
             while True:
                 try:
                     job = self.batch_api.read_namespaced_job_status(name=name, namespace=self.namespace)
-                    pod = self._pod(name, job.metadata.uid) or pod
+                    pod = self._pod(name, job.metadata.uid, exclude=evicted_pods) or pod
                     workload = self._workload(job) or workload
                     errors = 0
                 except (ApiException, HTTPError, OSError) as exc:
@@ -719,6 +722,26 @@ class KubernetesLauncher:
                 if evicted:
                     return job, workload, pod, f"preempted by Kueue ({evicted}); Job deleted"
                 phase = pod.status.phase if pod is not None and pod.status is not None else None
+                if phase == "Failed" and not (_cond_time(job, "Failed") or _cond_time(job, "Complete")) and any(
+                        c.type == "DisruptionTarget" and c.status == "True" for c in pod.status.conditions or []):
+                    # Evicted, not failed: the Job's podFailurePolicy ignores the pod and replaces it
+                    # (podspec.EVICTION_POLICY); follow the new attempt from its own start, its own
+                    # log and result (never merged with this one), up to eviction_retries times.
+                    if pod.metadata.uid not in evicted_pods:
+                        evicted_pods.append(pod.metadata.uid)
+                        why = next((f"{c.reason}: {c.message}" for c in pod.status.conditions
+                                    if c.type == "DisruptionTarget"), "DisruptionTarget")
+                        if len(evicted_pods) > self.placement.eviction_retries:
+                            return job, workload, pod, (f"evicted {len(evicted_pods)} times, more than eviction_retries="
+                                                        f"{self.placement.eviction_retries} (last: {why}); Job deleted")
+                        log.warning("%s r%d: pod %s evicted (%s); the Job replaces it (retry %d of %d)", inv.suite,
+                                    inv.replicate, pod.metadata.name, why, len(evicted_pods), self.placement.eviction_retries)
+                        if follow is not None:
+                            follow.__exit__(None, None, None)
+                            follow = None
+                        started, t0 = None, time.perf_counter()
+                    self._sleep(self.poll_s)
+                    continue
                 if phase == "Running" and follow is None and self.log_follower is not None:
                     follow = self.log_follower(pod.metadata.name)
                     follow.__enter__()

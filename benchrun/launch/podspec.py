@@ -38,7 +38,9 @@ What each placement knob turns into, and what was verified against the projects'
   the spec, else the launcher, else ``SUITE_RESOURCES``), ``nvidia.com/gpu`` for a suite whose
   parameters ask for CUDA or NCCL, and a pod deadline of the suite's timeout plus
   :attr:`Placement.pull_allowance_s` (``activeDeadlineSeconds`` counts from the pod's
-  ``startTime``, which is before the image pull). When a
+  ``startTime``, which is before the image pull); an eviction is not a failure
+  (``EVICTION_POLICY``: podFailurePolicy Ignore on ``DisruptionTarget``, FailJob on the
+  suite's non-zero exit codes, ``podReplacementPolicy: Failed``). When a
   guarantee cannot be expressed the function raises instead of emitting a pod that would
   only look publication-safe.
 """
@@ -123,6 +125,10 @@ class Placement:
     # before it pulls the image: the deadline is the suite's timeout plus this allowance (the
     # orchestrator itself enforces the suite's timeout from the container's start).
     pull_allowance_s: float = 600.0
+    # Evictions (a pod with the DisruptionTarget condition: node drain, kubelet pressure, API
+    # eviction) are not benchmark failures: the Job's podFailurePolicy ignores them and
+    # replaces the pod, and the launcher follows the new pod, up to this many times per replicate.
+    eviction_retries: int = 2
 
 
 # Per-suite cpu and memory when neither the spec (suites[].cpu/.memory) nor the launcher
@@ -390,6 +396,19 @@ def gang_anti_affinity(jobset: str) -> dict[str, Any]:
             "topologyKey": "kubernetes.io/hostname"}
 
 
+# An evicted pod (DisruptionTarget: drained node, kubelet pressure, preemption by the
+# scheduler) is ignored by the Job (not counted against backoffLimit: 0) and replaced once it
+# has stopped (podReplacementPolicy: Failed, so two attempts never run at once); a pod the
+# suite itself failed (any non-zero exit code of its container) fails the Job at once.
+EVICTION_POLICY: dict[str, Any] = {
+    "podReplacementPolicy": "Failed",
+    "podFailurePolicy": {"rules": [
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+        {"action": "FailJob", "onExitCodes": {"containerName": CONTAINER_NAME, "operator": "NotIn", "values": [0]}},
+    ]},
+}
+
+
 def job_manifest(
     inv: Invocation,
     *,
@@ -537,6 +556,7 @@ def job_manifest(
             "parallelism": 1,
             "activeDeadlineSeconds": pod_deadline + max(1, int(math.ceil(placement.pending_timeout_s))),
             "ttlSecondsAfterFinished": placement.ttl_seconds_after_finished,
+            **EVICTION_POLICY,
             "template": {"metadata": pod_meta, "spec": pod_spec},
         },
     }
@@ -618,6 +638,10 @@ def layer_job_manifest(
     job = job_manifest(sized, namespace=namespace, run_labels=run_labels, placement=placement,
                        extra_env=extra_env, owner=owner)
     job["metadata"]["name"] = layer_job_name(first.run_id, first.layer)
+    # A publication layer is one observation on one dedicated node: an eviction fails it
+    # (a replacement pod would rerun the layer's replicates and mix two attempts).
+    for key in EVICTION_POLICY:
+        job["spec"].pop(key, None)
     for meta in (job["metadata"], job["spec"]["template"]["metadata"]):
         for key in ("suite", "replicate", "benchmark-case-id"):
             meta["labels"].pop(LABEL_PREFIX + key, None)

@@ -46,6 +46,7 @@ class LauncherSettings(BaseModel):
     run_home: str | None = None
     pending_timeout_s: float = 1800.0
     pull_allowance_s: float = 600.0
+    eviction_retries: int = 2
     ttl_seconds_after_finished: int = 3600
     poll_s: float = 2.0
     delete_finished: bool = True
@@ -91,7 +92,7 @@ class LauncherSettings(BaseModel):
             service_account=self.service_account, image_pull_secrets=tuple(self.image_pull_secrets),
             run_volume_claim=self.run_volume_claim, run_home=self.run_home or run_home,
             ttl_seconds_after_finished=self.ttl_seconds_after_finished, pending_timeout_s=self.pending_timeout_s,
-            pull_allowance_s=self.pull_allowance_s,
+            pull_allowance_s=self.pull_allowance_s, eviction_retries=self.eviction_retries,
             env_secret=self.env_secret,
         )
 

@@ -20,7 +20,9 @@ upstream controllers closely enough for a client to rely on the same fields:
 - **Job controller.** An unsuspended, unfinished Job gets pods ``<job>-<hash>`` (or
   ``<job>-<index>-<hash>`` in ``Indexed`` mode, with ``JOB_COMPLETION_INDEX``), up to
   ``parallelism``; counts ``active``/``ready``/``succeeded``/``failed``; replaces failed pods
-  up to ``backoffLimit``; ends ``Complete`` (with ``SuccessCriteriaMet``) or ``Failed``
+  up to ``backoffLimit``, following ``podFailurePolicy`` (``Ignore``: not counted, replaced;
+  ``FailJob``: Failed with reason ``PodFailurePolicy``; by ``onPodConditions`` or
+  ``onExitCodes``) and ``podReplacementPolicy: Failed`` (no replacement while a pod terminates); ends ``Complete`` (with ``SuccessCriteriaMet``) or ``Failed``
   (``BackoffLimitExceeded``, ``DeadlineExceeded`` after ``activeDeadlineSeconds``); a suspended
   Job loses its pods (they get ``DisruptionTarget``) and shows ``Suspended``.
 - **JobSet controller** (v1alpha2). Child Jobs ``<jobset>-<replicatedJob>-<index>`` with the
@@ -770,12 +772,35 @@ class ControlPlane:
             if has_condition(job, "Suspended"):
                 conds = set_condition(conds, _condition("Suspended", False, "JobResumed", "Job resumed"))
             status.setdefault("startTime", now_iso())
+            # podFailurePolicy: each failed pod is Ignored (not counted, replaced), fails the Job,
+            # or Counts against backoffLimit (no rule matched, or no policy)
+            fail_job = None
+            counted = []
+            for p in failed:
+                action, why = self._pod_failure_action(spec.get("podFailurePolicy"), p, ns)
+                if action == "FailJob" and fail_job is None:
+                    fail_job = why
+                if action != "Ignore":
+                    counted.append(p)
+            failed = counted
+            terminating = [(k, p) for k, p in mine if p["metadata"].get("deletionTimestamp")
+                           and p["status"].get("phase") in ("Pending", "Running")]
             status.update(
                 active=len(active),
                 ready=sum(1 for _, p in active if has_condition(p, "Ready")),
                 succeeded=len(succeeded),
                 failed=len(failed),
+                terminating=len(terminating),
             )
+            if fail_job is not None:
+                for pkey, pod in active:
+                    await self._disrupt_pod(pkey, pod, "PodFailurePolicy", fail_job)
+                conds = set_condition(conds, _condition("FailureTarget", True, "PodFailurePolicy", fail_job))
+                conds = set_condition(conds, _condition("Failed", True, "PodFailurePolicy", fail_job))
+                status.update(conditions=conds, active=0)
+                await self._update(key, raw, job)
+                await self._event(job, "PodFailurePolicy", fail_job, "Warning")
+                continue
             deadline = spec.get("activeDeadlineSeconds")
             start = _epoch(status.get("startTime"))
             if deadline is not None and start is not None and time.time() - start > float(deadline):
@@ -812,6 +837,8 @@ class ControlPlane:
                 p["metadata"].get("annotations", {}).get("batch.kubernetes.io/job-completion-index") for _, p in active
             }
             want = min(parallelism, completions - len(succeeded)) - len(active)
+            if spec.get("podReplacementPolicy") == "Failed" and terminating:
+                want = 0  # a replacement only once the old pod has stopped
             for i in range(completions):
                 if want <= 0:
                     break
@@ -823,6 +850,26 @@ class ControlPlane:
                 want -= 1
             status["conditions"] = conds
             await self._update(key, raw, job)
+
+    @staticmethod
+    def _pod_failure_action(policy: dict[str, Any] | None, pod: dict[str, Any], ns: str) -> tuple[str, str]:
+        """The first podFailurePolicy rule that matches a failed pod: (action, message)."""
+        for i, rule in enumerate((policy or {}).get("rules") or []):
+            for pc in rule.get("onPodConditions") or []:
+                if has_condition(pod, pc["type"], pc.get("status", "True")):
+                    return rule["action"], (f"Pod {ns}/{pod['metadata']['name']} has condition {pc['type']} "
+                                            f"matching {rule['action']} rule at index {i}")
+            codes = rule.get("onExitCodes")
+            if codes:
+                for cs in pod["status"].get("containerStatuses") or []:
+                    term = (cs.get("state") or {}).get("terminated")
+                    if term is None or (codes.get("containerName") and cs["name"] != codes["containerName"]):
+                        continue
+                    hit = term.get("exitCode") in (codes.get("values") or [])
+                    if hit == (codes.get("operator", "In") == "In"):
+                        return rule["action"], (f"Container {cs['name']} for pod {ns}/{pod['metadata']['name']} failed "
+                                                f"with exit code {term.get('exitCode')} matching {rule['action']} rule at index {i}")
+        return "Count", ""
 
     async def _create_pod(self, job: dict[str, Any], ns: str, index: str | None, attempt: int) -> None:
         meta = job["metadata"]
