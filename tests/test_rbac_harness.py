@@ -105,6 +105,10 @@ def test_run_worker_calls_are_all_granted(rbac_cluster, deploy_policy, monkeypat
     cluster, home = rbac_cluster
     run_dir = home / "runs" / RUN_ID
     launcher = launcher_as(cluster, RUN_WORKER, home)
+    # admission: the run's LocalQueue exists
+    from benchrun.launch.queues import check_queue
+
+    check_queue(launcher.custom_api, RUNS, "benchrun")
     res = launcher.launch(make_inv(run_dir), run_dir)
     assert res.status == "ok", res.reason
     gang = make_inv(run_dir, replicate=2, code=script_for(2), nodes=2, ranks_per_node=1)

@@ -48,7 +48,7 @@ def render_objects(spec: Path, *, launcher: str | None = None, run_id: str | Non
     resources_set = all((s.cpu or settings.cpu) and (s.memory or settings.memory) for s in suites)
     can_publish, _why = settings.publication_offer([s.image or settings.image for s in suites], bool(resources_set))
     publication = run.spec.intent.benchmark_class == "publication_grade" and can_publish
-    placement = settings.placement(publication, run_home=str(home))
+    placement = settings.placement(publication, run_home=str(home), cadence=run.spec.intent.cadence)
     objects = []
     for plan in plans:
         for inv in plan.invocations:
