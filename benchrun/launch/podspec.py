@@ -181,6 +181,14 @@ def whole_cpus(qty: str, field_name: str) -> str:
     return str(int(value if isinstance(value, Decimal) else Decimal(value)))
 
 
+def moving_tag(image: str) -> bool:
+    """Whether an image reference can change under the same name: no digest, and no tag or ``latest``."""
+    if "@sha256:" in image:
+        return False
+    last = image.rsplit("/", 1)[-1]
+    return ":" not in last or last.rsplit(":", 1)[1] == "latest"
+
+
 def check_label_value(value: str, field_name: str) -> str:
     """Return ``value`` if it is a valid label value, else raise naming ``field_name``."""
     if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
