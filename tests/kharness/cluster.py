@@ -24,6 +24,7 @@ from .control import (
     NODES,
     PODS,
     SECRETS,
+    WORKLOADPRIORITYCLASSES,
     WORKLOADS,
     ControlPlane,
     Image,
@@ -48,7 +49,7 @@ KINDS: dict[str, tuple[kmock.resource, str, bool, tuple[str, ...]]] = {
     "workloads": (WORKLOADS, "Workload", True, ("status",)),
     "localqueues": (LOCALQUEUES, "LocalQueue", True, ("status",)),
     "clusterqueues": (CLUSTERQUEUES, "ClusterQueue", False, ("status",)),
-    "workloadpriorityclasses": (kmock.resource("kueue.x-k8s.io", "v1beta2", "workloadpriorityclasses"), "WorkloadPriorityClass", False, ()),
+    "workloadpriorityclasses": (WORKLOADPRIORITYCLASSES, "WorkloadPriorityClass", False, ()),
     "jobsets": (JOBSETS, "JobSet", True, ("status",)),
     "leases": (kmock.resource("coordination.k8s.io", "v1", "leases"), "Lease", True, ()),
 }

@@ -81,6 +81,7 @@ JOBS = kmock.resource("batch", "v1", "jobs")
 WORKLOADS = kmock.resource("kueue.x-k8s.io", "v1beta2", "workloads")
 LOCALQUEUES = kmock.resource("kueue.x-k8s.io", "v1beta2", "localqueues")
 CLUSTERQUEUES = kmock.resource("kueue.x-k8s.io", "v1beta2", "clusterqueues")
+WORKLOADPRIORITYCLASSES = kmock.resource("kueue.x-k8s.io", "v1beta2", "workloadpriorityclasses")
 JOBSETS = kmock.resource("jobset.x-k8s.io", "v1alpha2", "jobsets")
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -336,9 +337,21 @@ class ControlPlane:
                         "capacity": dict(node.capacity),
                         "allocatable": dict(node.capacity),
                         "conditions": [_condition("Ready", True, "KubeletReady")],
-                        "nodeInfo": {"kernelVersion": os.uname().release, "operatingSystem": "linux"},
+                        # every field V1NodeSystemInfo requires, so the client can read a node list
+                        "nodeInfo": {"kernelVersion": os.uname().release, "operatingSystem": "linux",
+                                     "architecture": "amd64", "bootID": node.name, "machineID": node.name,
+                                     "systemUUID": node.name, "containerRuntimeVersion": "containerd://1.7.0",
+                                     "kubeletVersion": "v1.31.0", "kubeProxyVersion": "v1.31.0",
+                                     "osImage": "kharness"},
                     },
                 },
+            )
+        for pc, value in self.priority_classes.items():
+            await self.api.put_object(
+                WORKLOADPRIORITYCLASSES,
+                None,
+                {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass", "metadata": {"name": pc},
+                 "value": value},
             )
         for lq, quota in self.queues.items():
             await self.api.put_object(

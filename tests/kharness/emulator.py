@@ -223,7 +223,29 @@ class HarnessEmulator(kmock.KubernetesEmulator):
                     group=request.resource.group or "", resource=request.resource.plural or "",
                     subresource=request.subresource, namespace=request.namespace, name=name)
 
+    async def _serve_access_review(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        """``SubjectAccessReview`` / ``SelfSubjectAccessReview``: the policy's answer (no policy: allowed)."""
+        from .rbac import Call, user_of_token
+
+        review = request.data if isinstance(request.data, dict) else {}
+        spec = review.get("spec") or {}
+        attrs_ = spec.get("resourceAttributes") or {}
+        if request.url.path.endswith("/selfsubjectaccessreviews"):
+            headers = {k.lower(): v for k, v in dict(request.headers).items()}
+            user = user_of_token(headers.get("authorization"))
+        else:
+            user = spec.get("user") or ""
+        call = Call(user=user, verb=attrs_.get("verb", ""), group=attrs_.get("group", ""),
+                    resource=attrs_.get("resource", ""), subresource=attrs_.get("subresource") or None,
+                    namespace=attrs_.get("namespace") or None, name=attrs_.get("name") or None)
+        allowed = self.policy is None or self.policy.allows(call)
+        out = dict(review, status={"allowed": allowed, **({} if allowed else {"reason": call.forbidden_message()})})
+        return aiohttp.web.json_response(out, status=201)
+
     async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        if request.method == enums.method.POST and request.url.path.startswith("/apis/authorization.k8s.io/v1/") and \
+                request.url.path.endswith("accessreviews"):
+            return await self._serve_access_review(request)
         call = self._call_of(request)
         if call is not None:
             self.calls.append(call)
