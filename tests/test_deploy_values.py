@@ -4,11 +4,9 @@ whose commands are in the image, and publication grade refuses a moving image ta
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import copy
-from pathlib import Path
+import os
 
 import pytest
-import yaml
 
 from benchrun.preflight import LAUNCHER_ACCESS, preflight
 from conftest import ROOT
@@ -27,7 +26,7 @@ def deployed(kcluster_factory, monkeypatch):
     """The harness with what deploy/ installs: CRD, RBAC, the lanes' queues and priority classes."""
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.delenv("BENCHRUN_SHARED_STATE", raising=False)
-    for key in [k for k in __import__("os").environ if k.startswith("BENCHRUN_LAUNCHER_")]:
+    for key in [k for k in os.environ if k.startswith("BENCHRUN_LAUNCHER_")]:
         monkeypatch.delenv(key)
     cluster = kcluster_factory(namespace="benchrun-runs", crds=[CRD], rbac=Policy(deploy_rbac_docs(BASE)),
                                queues={q: {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "16"} for q in LANES},

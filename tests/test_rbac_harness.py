@@ -5,7 +5,6 @@ rule is a 403 there as on a cluster)."""
 from __future__ import annotations
 
 import copy
-import sys
 import time
 from pathlib import Path
 from typing import Any
