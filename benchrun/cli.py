@@ -37,6 +37,7 @@ COMMAND_MODULES = (
     "benchrun.provenance.commands",  # verify
     "benchrun.playbooks.commands",  # playbook
     "benchrun.launch.render",  # render
+    "benchrun.preflight",  # preflight
     "benchrun.warmstart",  # serve
 )
 

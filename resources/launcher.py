@@ -1,7 +1,8 @@
 """The launcher resource: runs a planned layer, each launch inside a Dagster Pipes session.
 
 ``kind: local`` (the embedded default) runs suites as subprocesses here; ``kind: kubernetes``
-runs each replicate as a ``batch/v1`` Job admitted by Kueue (``queue_name``) through
+runs each replicate as a ``batch/v1`` Job admitted by Kueue (the run's LocalQueue by its
+cadence or granted class, ``queues``; admission fails when it does not exist) through
 dagster-k8s, with the suite's Pipes messages and log lines read live from the pod log
 (``PipesK8sPodLogsMessageReader``; ``pipes_messages: s3`` uses dagster-aws's
 ``PipesS3MessageReader`` instead). The settings are ``benchrun.launch.settings.LauncherSettings``
@@ -17,7 +18,7 @@ import dagster as dg
 from benchrun.execute import LayerOutcome, run_layer
 from benchrun.launch.base import Launcher, LaunchResult
 from benchrun.launch.local import LocalLauncher
-from benchrun.launch.settings import LauncherSettings
+from benchrun.launch.settings import DEFAULT_NAMESPACE, DEFAULT_PRIORITY_CLASSES, DEFAULT_QUEUES, LauncherSettings
 from benchrun.plan import Invocation, LayerPlan
 from benchrun.rundir import RunDir
 
@@ -28,10 +29,12 @@ class LauncherResource(dg.ConfigurableResource):
     The fields are ``LauncherSettings``'s (see its module for the environment variables)."""
 
     kind: str = "local"
-    namespace: str = "benchrun"
+    namespace: str = DEFAULT_NAMESPACE
     image: str = "benchrun:latest"
-    queue_name: str = "benchrun"
+    queue_name: Optional[str] = None
     priority_class: Optional[str] = None
+    queues: dict[str, str] = dict(DEFAULT_QUEUES)
+    priority_classes: dict[str, str] = dict(DEFAULT_PRIORITY_CLASSES)
     gpus: int = 0
     cpu: Optional[str] = None
     memory: Optional[str] = None
@@ -47,6 +50,8 @@ class LauncherResource(dg.ConfigurableResource):
     run_volume_claim: Optional[str] = None
     run_home: Optional[str] = None
     pending_timeout_s: float = 1800.0
+    pull_allowance_s: float = 600.0
+    eviction_retries: int = 2
     ttl_seconds_after_finished: int = 3600
     poll_s: float = 2.0
     delete_finished: bool = True
@@ -69,10 +74,26 @@ class LauncherResource(dg.ConfigurableResource):
             raise dg.Failure(str(exc)) from None
 
     def admission_offer(self, loaded: Any) -> tuple[str, bool, str]:
-        """(scheduler path, can honour publication grade, why): what lifecycle.admit asks."""
+        """(scheduler path, can honour publication grade, why): what lifecycle.admit asks.
+
+        On Kubernetes the run's LocalQueue must exist: a run whose queue does not fails here,
+        naming it and the fix, instead of waiting pending_timeout_s for an admission that
+        never comes."""
         suites = [s for layer in loaded.run.spec.layers if layer.enabled for s in layer.suites]
         resources_set = all((s.cpu or self.cpu) and (s.memory or self.memory) for s in suites)
-        ok, why = self.settings().publication_offer([s.image or self.image for s in suites], bool(resources_set))
+        settings = self.settings()
+        ok, why = settings.publication_offer([s.image or self.image for s in suites], bool(resources_set))
+        if self.kind == "kubernetes":
+            from benchrun.errors import BenchrunError
+            from benchrun.launch.queues import check_queue
+
+            intent = loaded.run.spec.intent
+            try:
+                queue, _priority = settings.queue_for(
+                    intent.cadence, "publication_grade" if ok and intent.benchmark_class == "publication_grade" else None)
+                check_queue(self._apis()[2], settings.namespace, queue)
+            except BenchrunError as exc:
+                raise dg.Failure(f"admission: {exc}") from None
         return ("kubernetes" if self.kind == "kubernetes" else "local"), ok, why
 
     def _apis(self) -> tuple[Any, Any, Any, bool]:
@@ -136,7 +157,8 @@ class LauncherResource(dg.ConfigurableResource):
 
         batch, core, custom, in_cluster = self._apis()
         launcher = KubernetesLauncher(
-            batch, core, settings.namespace, settings.placement(publication, run_home=str(run_dir.home)),
+            batch, core, settings.namespace,
+            settings.placement(publication, run_home=str(run_dir.home), cadence=run_dir.read_status().get("cadence")),
             settings.poll_s, custom_api=custom, delete_finished=settings.delete_finished,
             owner=self._owner(core, in_cluster),
         )

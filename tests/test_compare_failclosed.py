@@ -182,7 +182,7 @@ def test_asset_check_fails_when_not_comparable(tmp_path, monkeypatch, direction=
     import dagster as dg
 
     from bench_assets.stats_assets import ConfirmRoundResource, baseline_comparison, no_gating_regression
-    from benchrun.stats.load import promote
+    from benchrun.stats.baseline import promote
 
     monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
     rng = np.random.default_rng(8)
@@ -209,7 +209,7 @@ def test_asset_check_fails_when_not_comparable(tmp_path, monkeypatch, direction=
 
 def _promote_error(home, run_id):
     from benchrun.errors import BenchrunError
-    from benchrun.stats.load import promote
+    from benchrun.stats.baseline import promote
 
     with pytest.raises(BenchrunError) as exc:
         promote(run_id, home)
@@ -219,7 +219,7 @@ def _promote_error(home, run_id):
 
 def test_promote_verifies_like_verify_and_names_the_file(tmp_path):
     from benchrun.stats.baseline import read_alias
-    from benchrun.stats.load import promote
+    from benchrun.stats.baseline import promote
 
     rng = np.random.default_rng(9)
     # a Failed run edited to say Succeeded: the signed outcome says failed
@@ -259,7 +259,7 @@ def test_compare_checks_the_alias_record_again(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
     from benchrun.cli import app
-    from benchrun.stats.load import promote
+    from benchrun.stats.baseline import promote
     from benchrun.stats.synthetic import write_manifest
 
     monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))

@@ -33,7 +33,7 @@ def test_error_messages_say_it_once_and_name_what_is_missing(tmp_path):
 
 def test_the_baseline_hint_names_the_alias_only_while_it_is_unset(tmp_path):
     from benchrun.commands import baseline_hint
-    from benchrun.stats.load import promote
+    from benchrun.stats.baseline import promote
     from benchrun.stats.synthetic import make_run
 
     rd = make_run(tmp_path, "first-20261202000000-aaaaaaaa", {("gemm", "", "tflops"): ([1.0, 1.1, 1.0], "TFLOP/s",

@@ -133,7 +133,7 @@ def test_the_gemm_threads_experiment_is_a_valid_spec():
 
 def test_an_adhoc_run_is_published_only_when_allowed(tmp_path):
     from benchrun.errors import BenchrunError
-    from benchrun.stats.load import promote
+    from benchrun.stats.baseline import promote
 
     rng = np.random.default_rng(2)
     exp = copy.deepcopy(CANARY)

@@ -145,7 +145,7 @@ def test_tolerations_node_selector_and_mount_rewriting(kcluster_factory, tmp_pat
     batch.create_namespaced_job("default", spec)
     pod = c.wait_for(lambda: [p for p in c.list("pods") if has_condition(p, "PodScheduled", "False")], what="an unschedulable pod")[0]
     assert not pod["spec"].get("nodeName")  # the taint is not tolerated yet
-    batch.delete_namespaced_job("mounts", "default")
+    batch.delete_namespaced_job("mounts", "default", propagation_policy="Background")
     spec["spec"]["template"]["spec"]["tolerations"] = [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}]
     c.wait_for(lambda: not c.list("pods"), what="GC of the first pod")
     batch.create_namespaced_job("default", spec)

@@ -90,7 +90,8 @@ def test_local_two_node_training_spec_renders_a_valid_jobset(tmp_path: Path, val
     env = _env(c)
     assert env["RANK"] == env["NODE_RANK"] and env["LOCAL_RANK"] == "0" and env["WORLD_SIZE"] == "2"
     assert "securityContext" not in c and "PYTHONPATH" not in env
-    assert c["resources"]["limits"] == {"nvidia.com/gpu": "1"}  # gpusPerNode: 1
+    # gpusPerNode: 1; cpu and memory: the training suite's default (Guaranteed QoS)
+    assert c["resources"]["limits"] == c["resources"]["requests"] == {"nvidia.com/gpu": "1", "cpu": "16", "memory": "64Gi"}
 
 
 def test_gang_argument_escaping_and_refusals(tmp_path: Path) -> None:

@@ -84,12 +84,12 @@ def test_labels_queue_and_identity() -> None:
     # Kueue: created suspended, labels on the Job; the pods carry the run's labels only.
     assert job["spec"]["suspend"] is True
     assert job["spec"]["backoffLimit"] == 0 and job["spec"]["ttlSecondsAfterFinished"] == 3600
-    assert job["spec"]["activeDeadlineSeconds"] == 90 + 1800  # timeout + pending timeout
+    assert job["spec"]["activeDeadlineSeconds"] == 90 + 600 + 1800  # timeout + pull allowance + pending timeout
     pod = pod_of(job)
     assert pod["metadata"]["labels"] == {k: v for k, v in labels.items() if not k.startswith("kueue.x-k8s.io/")}
     spec = pod["spec"]
     assert spec["restartPolicy"] == "Never"
-    assert spec["activeDeadlineSeconds"] == 90
+    assert spec["activeDeadlineSeconds"] == 90 + 600  # from startTime, which is before the pull
     assert "schedulerName" not in spec and "affinity" not in spec
     assert "annotations" not in pod["metadata"]
     # No priority class asked for: no label.

@@ -49,7 +49,7 @@ def test_names_with_a_trailing_newline_are_refused(bad: str) -> None:
 
 
 def test_promote_refuses_an_alias_with_a_newline(tmp_path) -> None:
-    from benchrun.stats.load import promote
+    from benchrun.stats.baseline import promote
 
     (tmp_path / "runs" / "run-a").mkdir(parents=True)
     (tmp_path / "runs" / "run-a" / "status.json").write_text('{"phase": "Succeeded"}')

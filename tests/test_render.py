@@ -82,7 +82,10 @@ def test_gang_jobsets_validate_against_the_jobset_crd(bench_home, canary_doc):
     assert {o["kind"] for o in objs} == {"JobSet"}
     for obj in objs:
         validator.validate(obj)
-        assert obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "benchrun"
+        # the canary's cadence → deploy/'s LocalQueue "canary" (and its priority class)
+        assert obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "canary"
+        assert obj["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "benchrun-canary"
+        assert obj["metadata"]["namespace"] == "benchrun-runs"
 
 
 def test_harness_workloads_validate_against_the_kueue_crd(kcluster):

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from benchrun.stats.analysis import compare_runs, write_comparison
-from benchrun.stats.load import promote
+from benchrun.stats.baseline import promote
 from benchrun.stats.synthetic import lognormal_replicates, make_run
 
 

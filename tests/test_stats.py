@@ -10,7 +10,8 @@ import pytest
 
 from benchrun.errors import BenchrunError
 from benchrun.stats import describe as D
-from benchrun.stats.load import promote, replicate_table, resolve_run
+from benchrun.stats.baseline import promote
+from benchrun.stats.load import replicate_table, resolve_run
 from benchrun.stats.synthetic import make_run
 
 

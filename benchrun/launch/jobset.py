@@ -25,6 +25,8 @@ The shape (checked against JobSet's own CRD schema and examples, kubernetes-sigs
 * Kueue: the queue and priority labels sit on the JobSet (Kueue's jobset integration makes
   one Workload of all pods), which is created ``suspend: true`` for Kueue to release;
   the pod template drops them so the pod integration never claims the pods one by one;
+* every grade: required pod anti-affinity on ``jobset.sigs.k8s.io/jobset-name`` by
+  ``kubernetes.io/hostname``, so the gang's pods are on distinct nodes;
 * publication grade: ``alpha.jobset.sigs.k8s.io/exclusive-topology`` with a rack/block
   label (:attr:`GangOptions.exclusive_topology_key`, else the placement's
   ``topology_label``): the whole gang in one domain that no
@@ -50,6 +52,7 @@ from benchrun.launch.podspec import (
     LABEL_PREFIX,
     Placement,
     check_label_key,
+    gang_anti_affinity,
     job_manifest,
     pod_manifest,
 )
@@ -178,6 +181,10 @@ def jobset_manifest(
         caps["add"] = sorted(set(caps.get("add", [])) | {"IPC_LOCK"})
     # The Job retries nothing: one failed node fails the gang (the replicate is one observation).
     spec["restartPolicy"] = "Never"
+    # Every grade: each node of the gang on its own node (a "2-node" allreduce on one node
+    # measures shared memory, not the network).
+    anti = spec.setdefault("affinity", {}).setdefault("podAntiAffinity", {})
+    anti.setdefault("requiredDuringSchedulingIgnoredDuringExecution", []).append(gang_anti_affinity(name))
 
     template_meta: dict[str, Any] = {"labels": pod_labels}
     if pod["metadata"].get("annotations"):
@@ -190,7 +197,8 @@ def jobset_manifest(
         "completions": inv.nodes,
         "completionMode": "Indexed",
         "backoffLimit": 0,
-        "activeDeadlineSeconds": spec.get("activeDeadlineSeconds"),
+        # from the child Job's start (its unsuspension): the pods' deadline plus the pending timeout
+        "activeDeadlineSeconds": int(spec["activeDeadlineSeconds"]) + max(1, int(placement.pending_timeout_s)),
         "template": {"metadata": template_meta, "spec": spec},
     }
     return {

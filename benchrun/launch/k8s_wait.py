@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from kubernetes.client.exceptions import ApiException
@@ -58,6 +58,11 @@ class Watch:
     pod_end_ends: bool  # a Job ends with its one pod; a JobSet only by its condition
     no_pod_note: Callable[[Any], str]  # why nothing is pending, when no pod exists
     name_the_node: bool  # a gang's reasons say which node
+    # Evictions the object replaces (a Job's podFailurePolicy ignores DisruptionTarget and
+    # podReplacementPolicy makes a new pod): how many are followed; None: an eviction is not
+    # followed (its pod's end is the replicate's end).
+    eviction_retries: int | None = None
+    evicted: list[str] = field(default_factory=list)  # uids of the evicted attempts (read skips them)
 
 
 def wait(watch: Watch, obj: Any, t0: float, *, timeout_s: float, pending_timeout_s: float, poll_s: float,
@@ -94,6 +99,25 @@ def wait(watch: Watch, obj: Any, t0: float, *, timeout_s: float, pending_timeout
                 return obj, workload, pods, f"preempted by Kueue ({evicted}); {kind} deleted"
             pod0 = pods.get(0)
             phase0 = pod0.status.phase if pod0 is not None and pod0.status is not None else None
+            if watch.eviction_retries is not None and phase0 == "Failed" and _disrupted(pod0) \
+                    and not (cond_time(obj, "Failed") or cond_time(obj, "Complete")):
+                # Evicted, not failed: the Job replaces the pod (podspec.EVICTION_POLICY); follow the
+                # new attempt from its own start, its own log and result (never merged with this
+                # one), up to eviction_retries times.
+                if pod0.metadata.uid not in watch.evicted:
+                    watch.evicted.append(pod0.metadata.uid)
+                    why = _disrupted(pod0)
+                    if len(watch.evicted) > watch.eviction_retries:
+                        return obj, workload, pods, (f"evicted {len(watch.evicted)} times, more than eviction_retries="
+                                                     f"{watch.eviction_retries} (last: {why}); {kind} deleted")
+                    log.warning("%s: pod %s evicted (%s); the %s replaces it (retry %d of %d)", watch.name,
+                                pod0.metadata.name, why, kind, len(watch.evicted), watch.eviction_retries)
+                    if follow is not None:
+                        follow.__exit__(None, None, None)
+                        follow = None
+                    started, t0 = None, time.perf_counter()
+                sleep(poll_s)
+                continue
             if phase0 == "Running" and follow is None and log_follower is not None:
                 follow = log_follower(pod0.metadata.name)
                 follow.__enter__()
@@ -128,12 +152,23 @@ def _phase(pod: Any) -> str | None:
     return pod.status.phase if pod.status is not None else None
 
 
-def job_watch(client: Any, batch_api: Any, custom_api: Any, namespace: str, name: str) -> Watch:
-    """A ``batch/v1`` Job: its newest pod of this Job's uid, its Workload when Kueue is readable."""
+def _disrupted(pod: Any) -> str | None:
+    """``reason: message`` of the pod's DisruptionTarget condition (an eviction), else None."""
+    for c in (pod.status.conditions or []) if pod.status is not None else []:
+        if c.type == "DisruptionTarget" and c.status == "True":
+            return f"{c.reason}: {c.message}" if c.reason else "DisruptionTarget"
+    return None
+
+
+def job_watch(client: Any, batch_api: Any, custom_api: Any, namespace: str, name: str, *,
+              eviction_retries: int | None = None) -> Watch:
+    """A ``batch/v1`` Job: its newest pod of this Job's uid (an evicted attempt left out once its
+    replacement exists), its Workload when Kueue is readable."""
+    evicted: list[str] = []
 
     def read(job: Any) -> tuple[Any, Any, dict[int, Any]]:
         job = batch_api.read_namespaced_job_status(name=name, namespace=namespace)
-        pod = _newest_pod(client, namespace, name, job.metadata.uid)
+        pod = _newest_pod(client, namespace, name, job.metadata.uid, exclude=evicted)
         return job, _job_workload(custom_api, namespace, job), ({0: pod} if pod is not None else {})
 
     def no_pod(job: Any) -> str:
@@ -141,7 +176,7 @@ def job_watch(client: Any, batch_api: Any, custom_api: Any, namespace: str, name
                 if job.spec.suspend else "no pod created")
 
     return Watch(kind="Job", name=name, read=read, nodes=1, ended_by=("Complete",), pod_end_ends=True,
-                 no_pod_note=no_pod, name_the_node=False)
+                 no_pod_note=no_pod, name_the_node=False, eviction_retries=eviction_retries, evicted=evicted)
 
 
 def jobset_watch(core_api: Any, custom_api: Any, namespace: str, name: str, nodes: int) -> Watch:
@@ -180,12 +215,15 @@ def _job_workload(custom_api: Any, namespace: str, job: Any) -> dict[str, Any] |
     return items[0] if items else None
 
 
-def _newest_pod(client: Any, namespace: str, name: str, job_uid: str | None = None) -> Any:
+def _newest_pod(client: Any, namespace: str, name: str, job_uid: str | None = None,
+                exclude: list[str] | tuple[str, ...] = ()) -> Any:
     pods = client.get_pods_in_job(name, namespace)
     if job_uid:
         # only this Job's pods: a same-named Job deleted a moment ago may leave its pods
         # behind for a while (background deletion)
         pods = [p for p in pods if any(o.uid == job_uid for o in (p.metadata.owner_references or []))]
+    if exclude:  # evicted attempts the Job replaced (creation times have whole seconds: no tie-break)
+        pods = [p for p in pods if p.metadata.uid not in set(exclude)] or pods
     if not pods:
         return None
     # the newest pod (a Job recreated after preemption makes a new one)

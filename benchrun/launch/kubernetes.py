@@ -295,7 +295,8 @@ class KubernetesLauncher:
         return create_or_adopt_job(self.client, self.batch_api, self.namespace, name, body, self.poll_s)
 
     def _wait_job(self, inv: Invocation, name: str, job: Any, t0: float) -> tuple[Any, Any, dict[int, Any], str | None]:
-        watch = job_watch(self.client, self.batch_api, self.custom_api, self.namespace, name)
+        watch = job_watch(self.client, self.batch_api, self.custom_api, self.namespace, name,
+                          eviction_retries=self.placement.eviction_retries)
         return self._wait(watch, job, inv.timeout_s, t0)
 
     def _wait(self, watch: Any, obj: Any, timeout_s: float, t0: float) -> tuple[Any, Any, dict[int, Any], str | None]:

@@ -32,8 +32,15 @@ What each placement knob turns into, and what was verified against the projects'
   affinity on :attr:`Placement.topology_label` when set), exclusivity (required pod
   anti-affinity against every pod carrying ``benchrun.dev/run-id`` in the same
   :attr:`Placement.exclusive_topology_key` domain: the rule is symmetric in the scheduler, so
-  no two benchrun pods share a node), an image pinned by digest, Guaranteed QoS when CPU and
-  memory are given (requests = limits), and ``exclusive: "true"`` under slurm-bridge. When a
+  no two benchrun pods share a node), an image pinned by digest, cpu and memory sized for the
+  suite (not ``SUITE_RESOURCES``' defaults), and ``exclusive: "true"`` under slurm-bridge.
+* Every grade: Guaranteed QoS (cpu, memory and GPUs with requests = limits, whole CPUs, from
+  the spec, else the launcher, else ``SUITE_RESOURCES``), ``nvidia.com/gpu`` for a suite whose
+  parameters ask for CUDA or NCCL, and a pod deadline of the suite's timeout plus
+  :attr:`Placement.pull_allowance_s` (``activeDeadlineSeconds`` counts from the pod's
+  ``startTime``, which is before the image pull); an eviction is not a failure
+  (``EVICTION_POLICY``: podFailurePolicy Ignore on ``DisruptionTarget``, FailJob on the
+  suite's non-zero exit codes, ``podReplacementPolicy: Failed``). When a
   guarantee cannot be expressed the function raises instead of emitting a pod that would
   only look publication-safe.
 """
@@ -45,10 +52,23 @@ import math
 import os
 import re
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, Mapping
 
 from benchrun.errors import BenchrunError
+from benchrun.launch.placement import (  # noqa: F401 - Placement and its rules are part of this module's interface
+    _DNS_SUBDOMAIN,
+    DEFAULT_RESOURCES,
+    SLINKY_JOB_PREFIX,
+    SUITE_RESOURCES,
+    Placement,
+    check_label_key,
+    check_label_value,
+    moving_tag,
+    suite_module,
+    wants_gpu,
+    whole_cpus,
+)
 from benchrun.plan import Invocation
 
 MANAGED_BY = "benchrun"
@@ -56,7 +76,6 @@ LABEL_PREFIX = "benchrun.dev/"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 SLURM_BRIDGE_SCHEDULER = "slurm-bridge-scheduler"
-SLINKY_JOB_PREFIX = "slurmjob.slinky.slurm.net/"
 CONTAINER_NAME = "suite"
 RUN_VOLUME = "run-dir"
 # The suite prints its result document as one JSON line under this key (see kubernetes.py).
@@ -66,82 +85,7 @@ RESULT_STDOUT_ENV = "BENCHRUN_RESULT_STDOUT"
 HOST_ONLY_ENV = ("PATH", "HOME", "TMPDIR", "CUDA_VISIBLE_DEVICES", "PYTHONPATH")
 DEFAULT_RUN_DIR = "/benchrun/run"
 
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?\Z")
-_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
 _TOLERATION_KEYS = {"key", "operator", "value", "effect", "tolerationSeconds"}
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where and how a suite's Job may run (one per launcher; the same for every replicate).
-
-    ``queue_name`` is the Kueue LocalQueue (required: every benchmark Job is admitted by
-    Kueue). ``gpus``/``cpu``/``memory``/``shm_size`` are the defaults for suites that do not
-    set their own (spec ``gpus``, ``cpu``, ``memory``, ``shmSize``); cpu and memory are set as
-    requests = limits. ``run_volume_claim`` names the ReadWriteMany PersistentVolumeClaim
-    that holds ``BENCHRUN_HOME`` (mounted at ``run_home`` on the orchestrator): each pod
-    mounts its run's directory from it at the same path, so every file a suite writes is in
-    the run directory when the pod ends. ``publication_grade`` turns on the guarantees listed
-    in the module docstring.
-    """
-
-    queue_name: str
-    image: str | None = None  # for suites that name none
-    priority_class: str | None = None
-    gpus: int = 0
-    cpu: str | None = None
-    memory: str | None = None
-    shm_size: str = "1Gi"
-    node_selector: Mapping[str, str] = field(default_factory=dict)
-    tolerations: tuple[Mapping[str, Any], ...] = ()
-    publication_grade: bool = False
-    exclusive_topology_key: str = "kubernetes.io/hostname"
-    topology_label: str | None = None
-    topology_values: tuple[str, ...] = ()
-    scheduler_name: str | None = None
-    slurm_partition: str | None = None
-    slurm_constraints: str | None = None
-    slurm_reservation: str | None = None
-    slurm_qos: str | None = None
-    slinky_annotation_prefix: str = SLINKY_JOB_PREFIX
-    service_account: str | None = None
-    image_pull_secrets: tuple[str, ...] = ()
-    image_pull_policy: str = "IfNotPresent"
-    gpu_resource: str = "nvidia.com/gpu"
-    run_volume_claim: str | None = None
-    run_home: str | None = None
-    env_secret: str | None = None  # a Secret whose keys become env vars (S3 credentials for Pipes over S3)
-    ttl_seconds_after_finished: int = 3600
-    pending_timeout_s: float = 1800.0
-
-
-def check_label_value(value: str, field_name: str) -> str:
-    """Return ``value`` if it is a valid label value, else raise naming ``field_name``."""
-    if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
-        raise BenchrunError(
-            f"{field_name}: {value!r} is not a valid Kubernetes label value: at most 63 "
-            "characters of letters, digits, '-', '_' and '.', starting and ending with a "
-            "letter or digit"
-        )
-    return value
-
-
-def check_label_key(key: str, field_name: str) -> str:
-    """Return ``key`` if it is a valid label (or annotation) key, else raise."""
-    prefix, _, name = key.rpartition("/") if isinstance(key, str) else ("", "", "")
-    ok = (
-        isinstance(key, str)
-        and 0 < len(name) <= 63
-        and _LABEL_NAME.match(name) is not None
-        and (not prefix or (len(prefix) <= 253 and _DNS_SUBDOMAIN.match(prefix) is not None))
-    )
-    if not ok:
-        raise BenchrunError(
-            f"{field_name}: {key!r} is not a valid Kubernetes label key: [prefix/]name with a "
-            "DNS-subdomain prefix and a name of at most 63 letters, digits, '-', '_', '.'"
-        )
-    return key
 
 
 def job_name(inv: Invocation) -> str:
@@ -277,25 +221,71 @@ CAPTURE_ENV = "BENCHRUN_CAPTURE_ENVIRONMENT"
 
 
 def _resources(inv: Invocation, placement: Placement) -> tuple[int, dict[str, dict[str, str]]]:
-    gpus = inv.gpus if inv.gpus is not None else placement.gpus
+    """GPUs and the container's resources: requests = limits for cpu, memory and GPUs, always
+    (Guaranteed QoS), from the spec, else the launcher, else ``SUITE_RESOURCES``."""
+    where = _where(inv)
+    if inv.gpus is not None:
+        gpus = inv.gpus
+    else:
+        gpus = placement.gpus or (1 if wants_gpu(inv) else 0)
     if not isinstance(gpus, int) or gpus < 0:
-        raise BenchrunError(f"{_where(inv)}.gpus: {gpus!r} must be a whole number >= 0")
-    quantities = {"cpu": inv.cpu or placement.cpu, "memory": inv.memory or placement.memory}
+        raise BenchrunError(f"{where}.gpus: {gpus!r} must be a whole number >= 0")
+    if wants_gpu(inv) and not gpus:
+        raise BenchrunError(f"{where}.gpus: the suite asks for CUDA (device: cuda or backend: nccl) but requests no "
+                            "GPU; set gpus to 1 or more (the pod gets them as nvidia.com/gpu)")
+    if placement.publication_grade and not ((inv.cpu or placement.cpu) and (inv.memory or placement.memory)):
+        raise BenchrunError(
+            f"{where}: publication grade needs Guaranteed QoS sized for the suite, not a default; set cpu and memory "
+            "on the suite (spec.layers[..].suites[..].cpu/.memory) or on the launcher resource")
+    default_cpu, default_memory = SUITE_RESOURCES.get(suite_module(inv), DEFAULT_RESOURCES)
+    if inv.cpu:
+        cpu = whole_cpus(inv.cpu, f"{where}.cpu")
+    elif placement.cpu:
+        cpu = whole_cpus(placement.cpu, "launcher cpu (BENCHRUN_LAUNCHER_CPU)")
+    else:
+        cpu = default_cpu
+    quantities = {"cpu": cpu, "memory": str(inv.memory or placement.memory or default_memory)}
     if gpus:
         quantities[placement.gpu_resource] = str(gpus)
-    resources: dict[str, dict[str, str]] = {}
-    for name, qty in quantities.items():
-        if qty:
-            # requests = limits: the scheduler reserves what the suite may use; with cpu and
-            # memory both set the pod is Guaranteed QoS (publication grade requires it).
-            resources.setdefault("limits", {})[name] = str(qty)
-            resources.setdefault("requests", {})[name] = str(qty)
-    if placement.publication_grade and not (quantities["cpu"] and quantities["memory"]):
-        raise BenchrunError(
-            f"{_where(inv)}: publication grade needs Guaranteed QoS; set cpu and memory on the suite "
-            "(spec.layers[..].suites[..].cpu/.memory) or on the launcher resource"
-        )
+    # requests = limits: the scheduler reserves what the suite may use, and with cpu and
+    # memory both set the pod is Guaranteed QoS (evicted last, exclusive cores).
+    resources = {"limits": dict(quantities), "requests": dict(quantities)}
     return gpus, resources
+
+
+def qos_class(pod_spec: Mapping[str, Any]) -> str:
+    """The pod's QoS class as the kubelet computes it (Guaranteed, Burstable or BestEffort)."""
+    containers = list(pod_spec.get("containers") or [])
+    if not any((c.get("resources") or {}).get("requests") or (c.get("resources") or {}).get("limits")
+               for c in containers):
+        return "BestEffort"
+    for c in containers:
+        res = c.get("resources") or {}
+        limits, requests = res.get("limits") or {}, res.get("requests") or {}
+        if not limits.get("cpu") or not limits.get("memory"):
+            return "Burstable"
+        if any(str(requests.get(k, v)) != str(v) for k, v in limits.items() if k in ("cpu", "memory")):
+            return "Burstable"
+    return "Guaranteed"
+
+
+def gang_anti_affinity(jobset: str) -> dict[str, Any]:
+    """The required pod anti-affinity term that puts each pod of one gang on its own node."""
+    return {"labelSelector": {"matchLabels": {"jobset.sigs.k8s.io/jobset-name": jobset}},
+            "topologyKey": "kubernetes.io/hostname"}
+
+
+# An evicted pod (DisruptionTarget: drained node, kubelet pressure, preemption by the
+# scheduler) is ignored by the Job (not counted against backoffLimit: 0) and replaced once it
+# has stopped (podReplacementPolicy: Failed, so two attempts never run at once); a pod the
+# suite itself failed (any non-zero exit code of its container) fails the Job at once.
+EVICTION_POLICY: dict[str, Any] = {
+    "podReplacementPolicy": "Failed",
+    "podFailurePolicy": {"rules": [
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+        {"action": "FailJob", "onExitCodes": {"containerName": CONTAINER_NAME, "operator": "NotIn", "values": [0]}},
+    ]},
+}
 
 
 def job_manifest(
@@ -314,9 +304,10 @@ def job_manifest(
     bootstrap variables); ``owner`` is an ownerReference (the Dagster run worker's pod) so the
     Jobs go when it goes. The container runs argv directly (``command`` + ``args``, no
     shell) in the image's own working directory, never restarts, and is killed by the
-    kubelet ``timeout_s`` after it starts; the Job itself has a deadline of timeout plus the
-    pending timeout and ``ttlSecondsAfterFinished``, so nothing outlives a dead orchestrator
-    for long.
+    kubelet ``timeout_s`` + ``pull_allowance_s`` after its ``startTime`` (the orchestrator
+    enforces ``timeout_s`` itself from the container's start); the Job itself has a deadline
+    of that plus the pending timeout and ``ttlSecondsAfterFinished``, so nothing outlives a
+    dead orchestrator for long.
     """
     where = _where(inv)
     if inv.nodes > 1:
@@ -398,15 +389,15 @@ def job_manifest(
         "env": env,
         "volumeMounts": mounts,
     }
-    if resources:
-        container["resources"] = resources
+    container["resources"] = resources
     if placement.env_secret:
         container["envFrom"] = [{"secretRef": {"name": placement.env_secret}}]
 
     timeout = max(1, int(math.ceil(inv.timeout_s)))
+    pod_deadline = timeout + max(0, int(math.ceil(placement.pull_allowance_s)))
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
-        "activeDeadlineSeconds": timeout,
+        "activeDeadlineSeconds": pod_deadline,
         "containers": [container],
         "volumes": volumes,
         "enableServiceLinks": False,
@@ -442,8 +433,9 @@ def job_manifest(
             "backoffLimit": 0,
             "completions": 1,
             "parallelism": 1,
-            "activeDeadlineSeconds": timeout + max(1, int(math.ceil(placement.pending_timeout_s))),
+            "activeDeadlineSeconds": pod_deadline + max(1, int(math.ceil(placement.pending_timeout_s))),
             "ttlSecondsAfterFinished": placement.ttl_seconds_after_finished,
+            **EVICTION_POLICY,
             "template": {"metadata": pod_meta, "spec": pod_spec},
         },
     }
@@ -525,6 +517,10 @@ def layer_job_manifest(
     job = job_manifest(sized, namespace=namespace, run_labels=run_labels, placement=placement,
                        extra_env=extra_env, owner=owner)
     job["metadata"]["name"] = layer_job_name(first.run_id, first.layer)
+    # A publication layer is one observation on one dedicated node: an eviction fails it
+    # (a replacement pod would rerun the layer's replicates and mix two attempts).
+    for key in EVICTION_POLICY:
+        job["spec"].pop(key, None)
     for meta in (job["metadata"], job["spec"]["template"]["metadata"]):
         for key in ("suite", "replicate", "benchmark-case-id"):
             meta["labels"].pop(LABEL_PREFIX + key, None)

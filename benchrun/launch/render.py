@@ -45,10 +45,21 @@ def render_objects(spec: Path, *, launcher: str | None = None, run_id: str | Non
     run_dir = home / "runs" / run_id
     plans = plan_run(run, run_id, run_dir, home=home)
     suites = [s for layer in run.spec.layers if layer.enabled for s in layer.suites]
+    if run.spec.intent.benchmark_class == "publication_grade":
+        from benchrun.launch.podspec import moving_tag
+
+        for layer in run.spec.layers:
+            for s in layer.suites if layer.enabled else []:
+                image = s.image or settings.image
+                if moving_tag(image):
+                    raise BenchrunError(
+                        f"spec.layers[{layer.name}].suites[{s.name}].image: {image!r} is a moving tag; a publication-grade "
+                        "run records exactly what ran: pin the image by digest (name@sha256:...), in the suite's image "
+                        "or BENCHRUN_LAUNCHER_IMAGE")
     resources_set = all((s.cpu or settings.cpu) and (s.memory or settings.memory) for s in suites)
     can_publish, _why = settings.publication_offer([s.image or settings.image for s in suites], bool(resources_set))
     publication = run.spec.intent.benchmark_class == "publication_grade" and can_publish
-    placement = settings.placement(publication, run_home=str(home))
+    placement = settings.placement(publication, run_home=str(home), cadence=run.spec.intent.cadence)
     objects = []
     for plan in plans:
         for inv in plan.invocations:

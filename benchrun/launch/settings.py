@@ -1,9 +1,16 @@
 """Launcher settings: one model for the Dagster launcher resource and ``benchrun render``.
 
 Read from the environment by ``LauncherSettings.from_env`` (``BENCHRUN_LAUNCHER_<FIELD>``,
-upper-case; lists and mappings as JSON), which is what ``bench_assets/definitions.py`` gives
+upper-case; lists and mappings as JSON; an unknown ``BENCHRUN_LAUNCHER_*`` variable is an
+error naming the nearest valid one), which is what ``bench_assets/definitions.py`` gives
 ``LauncherResource`` and what ``benchrun render`` uses, so a rendered Job is the Job a run
 would create.
+
+Queue and priority are per run: ``queues`` and ``priority_classes`` map the run's granted
+benchmark class (``publication_grade``) or else its ``intent.cadence`` to a Kueue LocalQueue
+and WorkloadPriorityClass; the defaults are the ones ``deploy/kustomize/base/kueue.yaml``
+ships (in ``namespace`` ``benchrun-runs``). ``queue_name``/``priority_class``, when set, put
+every run in that one queue / class instead.
 """
 
 from __future__ import annotations
@@ -17,6 +24,13 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from benchrun.errors import BenchrunError
 
 ENV_PREFIX = "BENCHRUN_LAUNCHER_"
+# deploy/kustomize/base: the runs' namespace, a LocalQueue and a WorkloadPriorityClass per lane
+# (tests/test_deploy.py keeps these equal to what kueue.yaml ships).
+DEFAULT_NAMESPACE = "benchrun-runs"
+DEFAULT_QUEUES = {"canary": "canary", "nightly": "nightly", "pre_release": "pre-release",
+                  "publication_grade": "publication"}
+DEFAULT_PRIORITY_CLASSES = {"canary": "benchrun-canary", "nightly": "benchrun-nightly",
+                            "pre_release": "benchrun-pre-release", "publication_grade": "benchrun-publication"}
 
 
 class LauncherSettings(BaseModel):
@@ -25,11 +39,13 @@ class LauncherSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kind: Literal["local", "kubernetes"] = "local"
-    namespace: str = "benchrun"
+    namespace: str = DEFAULT_NAMESPACE
     # The image of suites that name none (spec suites[].image wins); the repo's Dockerfile builds it.
     image: str = "benchrun:latest"
-    queue_name: str = "benchrun"
-    priority_class: str | None = None
+    queue_name: str | None = None  # one LocalQueue for every run; None: by the run (queues)
+    priority_class: str | None = None  # one WorkloadPriorityClass for every run; None: by the run
+    queues: dict[str, str] = dict(DEFAULT_QUEUES)
+    priority_classes: dict[str, str] = dict(DEFAULT_PRIORITY_CLASSES)
     gpus: int = 0
     cpu: str | None = None
     memory: str | None = None
@@ -45,6 +61,8 @@ class LauncherSettings(BaseModel):
     run_volume_claim: str | None = None
     run_home: str | None = None
     pending_timeout_s: float = 1800.0
+    pull_allowance_s: float = 600.0
+    eviction_retries: int = 2
     ttl_seconds_after_finished: int = 3600
     poll_s: float = 2.0
     delete_finished: bool = True
@@ -55,6 +73,16 @@ class LauncherSettings(BaseModel):
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "LauncherSettings":
         environ = os.environ if environ is None else environ
+        known = {ENV_PREFIX + name.upper() for name in cls.model_fields}
+        for var in sorted(environ):
+            if var.startswith(ENV_PREFIX) and var not in known:
+                import difflib
+
+                fields = sorted(name.upper() for name in cls.model_fields)
+                near = difflib.get_close_matches(var[len(ENV_PREFIX):], fields, n=1, cutoff=0.6)
+                hint = (f"did you mean {ENV_PREFIX}{near[0]}?" if near
+                        else f"valid: {', '.join(ENV_PREFIX + f for f in fields)}")
+                raise BenchrunError(f"{var}: not a launcher setting; {hint}")
         values: dict[str, Any] = {}
         for name, info in cls.model_fields.items():
             raw = environ.get(ENV_PREFIX + name.upper())
@@ -78,11 +106,26 @@ class LauncherSettings(BaseModel):
                 f"launcher setting {field} ({ENV_PREFIX}{str(first['loc'][0]).upper()}): {first['msg']}"
             ) from None
 
-    def placement(self, publication_grade: bool = False, run_home: str | None = None) -> Any:
+    def queue_for(self, cadence: str | None, benchmark_class: str | None = None) -> tuple[str, str | None]:
+        """(LocalQueue, WorkloadPriorityClass) of a run: ``queue_name``/``priority_class`` when
+        set, else the ``queues``/``priority_classes`` entry for ``publication_grade`` (when
+        granted) or the run's cadence."""
+        keys = [k for k in (benchmark_class if benchmark_class == "publication_grade" else None, cadence) if k]
+        queue = self.queue_name or next((self.queues[k] for k in keys if k in self.queues), None)
+        if not queue:
+            raise BenchrunError(
+                f"launcher queues ({ENV_PREFIX}QUEUES): no LocalQueue for {' or '.join(keys) or 'a run without a cadence'}; "
+                f"map it in {ENV_PREFIX}QUEUES (JSON, e.g. {json.dumps(DEFAULT_QUEUES)}) or set {ENV_PREFIX}QUEUE_NAME")
+        priority = self.priority_class or next((self.priority_classes[k] for k in keys if k in self.priority_classes), None)
+        return queue, priority
+
+    def placement(self, publication_grade: bool = False, run_home: str | None = None,
+                  cadence: str | None = None) -> Any:
         from benchrun.launch.podspec import Placement
 
+        queue, priority = self.queue_for(cadence, "publication_grade" if publication_grade else None)
         return Placement(
-            image=self.image, queue_name=self.queue_name, priority_class=self.priority_class, gpus=self.gpus, cpu=self.cpu,
+            image=self.image, queue_name=queue, priority_class=priority, gpus=self.gpus, cpu=self.cpu,
             memory=self.memory, shm_size=self.shm_size, node_selector=dict(self.node_selector),
             tolerations=tuple(self.tolerations), publication_grade=publication_grade,
             topology_label=self.topology_label, topology_values=tuple(self.topology_values),
@@ -90,6 +133,7 @@ class LauncherSettings(BaseModel):
             service_account=self.service_account, image_pull_secrets=tuple(self.image_pull_secrets),
             run_volume_claim=self.run_volume_claim, run_home=self.run_home or run_home,
             ttl_seconds_after_finished=self.ttl_seconds_after_finished, pending_timeout_s=self.pending_timeout_s,
+            pull_allowance_s=self.pull_allowance_s, eviction_retries=self.eviction_retries,
             env_secret=self.env_secret,
         )
 

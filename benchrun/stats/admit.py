@@ -243,19 +243,6 @@ def admit_runs(base: "RunInfo", cand: "RunInfo", *, candidate_in_progress: bool 
     return out
 
 
-def alias_refusals(base: "RunInfo", alias: str) -> list[Refusal]:
-    """The baseline read through ``published/<alias>`` must still be what promote verified."""
-    from benchrun.stats.baseline import alias_problems, read_alias
-    from benchrun.stats.load import alias_path
-
-    path = alias_path(base.path.parent.parent, alias)
-    try:
-        _, record = read_alias(path)
-    except (OSError, BenchrunError) as exc:
-        return [Refusal(BASELINE_ALIAS, f"published/{alias}: {exc}")]
-    return [Refusal(BASELINE_ALIAS, m) for m in alias_problems(base.path, alias, record)]
-
-
 def unmeasured_primaries(rows: "pd.DataFrame", primary: Iterable[str]) -> list[Refusal]:
     """Gating rows not measured (≥ 2 ok replicates) in both arms, and primaries matching no row."""
     from benchrun.stats.compare import FAILED_METRIC, parse_primary

@@ -132,7 +132,9 @@ def compare_runs(
     base, cand = load_run(baseline_dir), load_run(candidate_dir)
     refusals = admit.admit_runs(base, cand, candidate_in_progress=candidate_in_progress)
     if baseline_alias is not None:
-        refusals.extend(admit.alias_refusals(base, baseline_alias))
+        from benchrun.stats.baseline import alias_refusals
+
+        refusals.extend(alias_refusals(base, baseline_alias))
     gate = check_gate(base, cand, variable, allow_differences)
     gate.refusals.extend(refusals)
     if not gate.passed:

@@ -12,17 +12,22 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from benchrun.stats.admit import Refusal
+    from benchrun.stats.load import RunInfo
 
 from benchrun.errors import BenchrunError
+from benchrun.stats.load import read_alias  # noqa: F401 - the alias file format; promote and compare read it here
 
 log = logging.getLogger(__name__)
 
 
 def _sha256(path: Path) -> str:
-    from benchrun.stats.admit import _sha256 as sha
+    from benchrun.store.base import sha256_file
 
-    return sha(path)
+    return sha256_file(path)
 
 
 def verify_for_promotion(run_dir: Path, home: Path, *, public_key: Path | None = None,
@@ -88,19 +93,6 @@ def write_alias(path: Path, record: dict[str, Any]) -> Path:
     return atomic_write_text(path, record["run_id"] + "\n" + json.dumps(record, sort_keys=True) + "\n")
 
 
-def read_alias(path: Path) -> tuple[str, dict[str, Any] | None]:
-    """(run id, record or None for an alias written before records existed)."""
-    lines = path.read_text(encoding="utf-8").splitlines()
-    run_id = lines[0].strip() if lines else ""
-    record = None
-    if len(lines) > 1 and lines[1].strip():
-        try:
-            record = json.loads(lines[1])
-        except ValueError:
-            raise BenchrunError(f"{path}: the alias record is not JSON; promote the baseline again") from None
-    return run_id, record if isinstance(record, dict) else None
-
-
 def alias_problems(run_dir: Path, alias: str, record: dict[str, Any] | None) -> list[str]:
     """Why the baseline read through ``published/<alias>`` is not what was promoted (empty: it is)."""
     from benchrun.provenance.signing import envelope_path
@@ -125,3 +117,35 @@ def alias_problems(run_dir: Path, alias: str, record: dict[str, Any] | None) -> 
             out.append(f"{run_dir.name}/{env.relative_to(run_dir)} differs from the attestation published/{alias} "
                        "recorded and does not sign the same evidence")
     return out
+
+
+def promote(run_id: str, home: Path | None = None, alias: str = "current", *, public_key: Path | None = None,
+            pinned: tuple[str, ...] = (), allow_adhoc: bool = False) -> Path:
+    """Verify ``run_id`` as ``benchrun verify`` does (:func:`verify_for_promotion`),
+    then point ``published/<alias>`` at it, recording the verified digests (atomic)."""
+    from benchrun.paths import benchrun_home, validate_run_id
+    from benchrun.stats.load import alias_path, runs_root
+
+    home = home or benchrun_home()
+    p = alias_path(home, alias)
+    validate_run_id(run_id)
+    rd = runs_root(home) / run_id
+    if not rd.is_dir():
+        raise BenchrunError(f"run {run_id!r} not found under {runs_root(home)}; nothing to promote")
+    record = verify_for_promotion(rd, home, public_key=public_key, pinned=pinned, allow_adhoc=allow_adhoc)
+    write_alias(p, record)
+    log.info("published/%s -> %s (attestation sha256 %s)", alias, run_id, record["attestation_sha256"])
+    return p
+
+
+def alias_refusals(base: "RunInfo", alias: str) -> list["Refusal"]:
+    """The baseline read through ``published/<alias>`` must still be what promote verified."""
+    from benchrun.stats.admit import BASELINE_ALIAS, Refusal
+    from benchrun.stats.load import alias_path
+
+    path = alias_path(base.path.parent.parent, alias)
+    try:
+        _, record = read_alias(path)
+    except (OSError, BenchrunError) as exc:
+        return [Refusal(BASELINE_ALIAS, f"published/{alias}: {exc}")]
+    return [Refusal(BASELINE_ALIAS, m) for m in alias_problems(base.path, alias, record)]

@@ -154,7 +154,7 @@ def promote(
 ) -> None:
     """Verify RUN_ID as `benchrun verify` does (signature, manifest, every signed file, the stored
     objects), then point published/current (or published/ALIAS) at it, recording its attestation digest."""
-    from benchrun.stats.load import promote as _promote
+    from benchrun.stats.baseline import promote as _promote
 
     path = _promote(run_id, alias=alias, public_key=public_key, pinned=tuple(trust_keyid), allow_adhoc=allow_adhoc)
     from benchrun.stats.baseline import read_alias

@@ -281,6 +281,19 @@ def alias_path(home: Path | None = None, alias: str = "current") -> Path:
     return (home or benchrun_home()) / "published" / validate_name(alias, what="baseline alias")
 
 
+def read_alias(path: Path) -> tuple[str, dict[str, Any] | None]:
+    """(run id, record or None for an alias written before records existed)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    run_id = lines[0].strip() if lines else ""
+    record = None
+    if len(lines) > 1 and lines[1].strip():
+        try:
+            record = json.loads(lines[1])
+        except ValueError:
+            raise BenchrunError(f"{path}: the alias record is not JSON; promote the baseline again") from None
+    return run_id, record if isinstance(record, dict) else None
+
+
 _ALIAS_REF = re.compile(r"^(?:[A-Za-z0-9_.-]+/)?published/(?P<alias>[A-Za-z0-9._-]+)/?\Z")
 _RUN_REF = re.compile(r"^(?:[A-Za-z0-9_.-]+/)?runs/(?P<run>[a-z0-9-]+)/?\Z")
 
@@ -308,8 +321,6 @@ def resolve_run(ref: str, home: Path | None = None) -> Path:
                 f"run `benchrun promote RUN_ID{'' if m.group('alias') == 'current' else ' --alias ' + m.group('alias')}`"
                 " to publish a baseline"
             )
-        from benchrun.stats.baseline import read_alias
-
         ref = read_alias(p)[0]
     elif _RUN_REF.match(ref):
         ref = _RUN_REF.match(ref).group("run")
@@ -320,24 +331,6 @@ def resolve_run(ref: str, home: Path | None = None) -> Path:
     if not rd.is_dir():
         raise BenchrunError(f"run {ref!r} not found under {runs_root(home)}; list runs with `benchrun runs`")
     return rd
-
-
-def promote(run_id: str, home: Path | None = None, alias: str = "current", *, public_key: Path | None = None,
-            pinned: tuple[str, ...] = (), allow_adhoc: bool = False) -> Path:
-    """Verify ``run_id`` as ``benchrun verify`` does (:func:`benchrun.stats.baseline.verify_for_promotion`),
-    then point ``published/<alias>`` at it, recording the verified digests (atomic)."""
-    from benchrun.stats.baseline import verify_for_promotion, write_alias
-
-    home = home or benchrun_home()
-    p = alias_path(home, alias)
-    validate_run_id(run_id)
-    rd = runs_root(home) / run_id
-    if not rd.is_dir():
-        raise BenchrunError(f"run {run_id!r} not found under {runs_root(home)}; nothing to promote")
-    record = verify_for_promotion(rd, home, public_key=public_key, pinned=pinned, allow_adhoc=allow_adhoc)
-    write_alias(p, record)
-    log.info("published/%s -> %s (attestation sha256 %s)", alias, run_id, record["attestation_sha256"])
-    return p
 
 
 def alias_of(ref: str) -> str | None:

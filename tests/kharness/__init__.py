@@ -48,7 +48,20 @@ a process gets PATH with this interpreter's directory first, ``host_env``, the i
 then the container's env. Jobs and JobSets without the Kueue queue label run as soon as
 they are unsuspended, as on a cluster without Kueue.
 
-Limits (kmock is an emulator, not an API server): no admission validation, no RBAC, merge
+RBAC (``rbac.py``): every API call is recorded as ``rbac.Call`` (user, verb, group, resource,
+subresource, namespace, name); ``kubeconfig_for(ns, sa)`` / ``api_client((ns, sa))`` act as a
+ServiceAccount; ``calls(user)`` lists what a user called; ``Cluster(rbac=Policy(docs))`` or
+``enforce(policy)`` refuses what the Roles do not allow with the API server's 403;
+``SubjectAccessReview``/``SelfSubjectAccessReview`` are answered by the same policy. Deleting a
+Job without ``propagationPolicy`` orphans its pods, as the API does.
+
+Measuring well: pods get ``status.qosClass``; the kubelet sets ``startTime`` before a pull of
+``pull_seconds`` (``activeDeadlineSeconds`` counts the pull); the scheduler packs (first node
+that fits) unless required node affinity or pod anti-affinity forbids it; the Job controller
+follows ``podFailurePolicy`` and ``podReplacementPolicy: Failed``; WorkloadPriorityClass
+objects are seeded from ``priority_classes``.
+
+Limits (kmock is an emulator, not an API server): no admission validation, merge
 patches only (no JSON patch), no field managers; watch resumes from "now", not from a
 resourceVersion.
 """

@@ -24,6 +24,7 @@ from .control import (
     NODES,
     PODS,
     SECRETS,
+    WORKLOADPRIORITYCLASSES,
     WORKLOADS,
     ControlPlane,
     Image,
@@ -48,7 +49,7 @@ KINDS: dict[str, tuple[kmock.resource, str, bool, tuple[str, ...]]] = {
     "workloads": (WORKLOADS, "Workload", True, ("status",)),
     "localqueues": (LOCALQUEUES, "LocalQueue", True, ("status",)),
     "clusterqueues": (CLUSTERQUEUES, "ClusterQueue", False, ("status",)),
-    "workloadpriorityclasses": (kmock.resource("kueue.x-k8s.io", "v1beta2", "workloadpriorityclasses"), "WorkloadPriorityClass", False, ()),
+    "workloadpriorityclasses": (WORKLOADPRIORITYCLASSES, "WorkloadPriorityClass", False, ()),
     "jobsets": (JOBSETS, "JobSet", True, ("status",)),
     "leases": (kmock.resource("coordination.k8s.io", "v1", "leases"), "Lease", True, ()),
 }
@@ -82,6 +83,7 @@ class Cluster:
         pull_seconds: float = 0.0,
         tick: float = 0.05,
         crds: list[Path | dict[str, Any]] | None = None,
+        rbac: Any = None,
     ) -> None:
         self.root = Path(root)
         self.namespace = namespace
@@ -95,6 +97,7 @@ class Cluster:
         self._pull_seconds = pull_seconds
         self._tick = tick
         self._crds = list(crds or [])
+        self._rbac = rbac
         self.kubeconfig = self.root / "kubeconfig.yaml"
         self.url = ""
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -112,21 +115,46 @@ class Cluster:
         self._thread.start()
         if not self._ready.wait(30) or self._failure is not None:
             raise RuntimeError(f"kharness did not start: {self._failure!r}")
-        self.kubeconfig.write_text(
+        self._write_kubeconfig(self.kubeconfig, "kharness-token", self.namespace)
+        return self
+
+    def _write_kubeconfig(self, path: Path, token: str, namespace: str) -> None:
+        path.write_text(
             yaml.safe_dump(
                 {
                     "apiVersion": "v1",
                     "kind": "Config",
                     "clusters": [{"name": "kharness", "cluster": {"server": self.url}}],
-                    "users": [{"name": "kharness", "user": {"token": "kharness-token"}}],
+                    "users": [{"name": "kharness", "user": {"token": token}}],
                     "contexts": [
-                        {"name": "kharness", "context": {"cluster": "kharness", "user": "kharness", "namespace": self.namespace}}
+                        {"name": "kharness", "context": {"cluster": "kharness", "user": "kharness", "namespace": namespace}}
                     ],
                     "current-context": "kharness",
                 }
             )
         )
-        return self
+
+    # ------------------------------------------------------------------ RBAC
+    def kubeconfig_for(self, namespace: str, service_account: str) -> Path:
+        """A kubeconfig that authenticates as ServiceAccount ``namespace/service_account``
+        (its default namespace is the account's, as in its pod)."""
+        from .rbac import sa_token
+
+        path = self.root / f"kubeconfig-{namespace}-{service_account}.yaml"
+        self._write_kubeconfig(path, sa_token(namespace, service_account), namespace)
+        return path
+
+    def calls(self, user: str | None = None) -> list[Any]:
+        """Every API call received so far (``rbac.Call``), or only those of one user
+        (``rbac.sa_user(ns, name)``)."""
+        assert self.api is not None
+        return [c for c in list(self.api.calls) if user is None or c.user == user]
+
+    def enforce(self, policy: Any) -> None:
+        """Refuse (403 Forbidden) every call ``policy`` (an ``rbac.Policy``) does not allow;
+        ``None`` turns enforcement off. The harness's own token is always allowed."""
+        assert self.api is not None
+        self.api.policy = policy
 
     def _main(self) -> None:
         try:
@@ -140,6 +168,7 @@ class Cluster:
         self._stop = asyncio.Event()
         async with HarnessEmulator() as api, kmock.Server(api) as server:
             self.api = api
+            api.policy = self._rbac
             for _short, (res, kind, namespaced, subs) in KINDS.items():
                 api.resources[res] = kmock.ResourceInfo(
                     kind=kind,
@@ -202,11 +231,13 @@ class Cluster:
         assert self._loop is not None
         return asyncio.run_coroutine_threadsafe(fn(), self._loop).result(30)
 
-    def api_client(self) -> Any:
-        """A fresh ``kubernetes.client.ApiClient`` configured from this cluster's kubeconfig."""
+    def api_client(self, service_account: tuple[str, str] | None = None) -> Any:
+        """A fresh ``kubernetes.client.ApiClient`` configured from this cluster's kubeconfig
+        (or as ServiceAccount ``(namespace, name)``)."""
         from kubernetes import config
 
-        return config.new_client_from_config(config_file=str(self.kubeconfig))
+        path = self.kubeconfig if service_account is None else self.kubeconfig_for(*service_account)
+        return config.new_client_from_config(config_file=str(path))
 
     def _declare_crd(self, crd: Path | dict[str, Any]) -> None:
         assert self.api is not None

@@ -20,18 +20,25 @@ upstream controllers closely enough for a client to rely on the same fields:
 - **Job controller.** An unsuspended, unfinished Job gets pods ``<job>-<hash>`` (or
   ``<job>-<index>-<hash>`` in ``Indexed`` mode, with ``JOB_COMPLETION_INDEX``), up to
   ``parallelism``; counts ``active``/``ready``/``succeeded``/``failed``; replaces failed pods
-  up to ``backoffLimit``; ends ``Complete`` (with ``SuccessCriteriaMet``) or ``Failed``
+  up to ``backoffLimit``, following ``podFailurePolicy`` (``Ignore``: not counted, replaced;
+  ``FailJob``: Failed with reason ``PodFailurePolicy``; by ``onPodConditions`` or
+  ``onExitCodes``) and ``podReplacementPolicy: Failed`` (no replacement while a pod terminates); ends ``Complete`` (with ``SuccessCriteriaMet``) or ``Failed``
   (``BackoffLimitExceeded``, ``DeadlineExceeded`` after ``activeDeadlineSeconds``); a suspended
   Job loses its pods (they get ``DisruptionTarget``) and shows ``Suspended``.
 - **JobSet controller** (v1alpha2). Child Jobs ``<jobset>-<replicatedJob>-<index>`` with the
   JobSet labels, suspended with their parent; ``Completed`` when all succeed, ``Failed``
   when one fails and ``failurePolicy.maxRestarts`` is used up (else all children are
   recreated and ``status.restarts`` counts up).
-- **Scheduler.** Binds a pending pod to the first node where its requests fit the node's
-  remaining allocatable, its ``nodeSelector`` matches and its tolerations cover the node's
-  ``NoSchedule`` taints; otherwise ``PodScheduled=False`` reason ``Unschedulable``.
-- **Kubelet.** Pulls (an image in ``unpullable`` or on a ``.invalid`` registry ends in
-  ``ErrImagePull`` then ``ImagePullBackOff``), then runs each container's ``command`` +
+- **Scheduler.** Binds a pending pod to the first node (in the order given: it packs, so
+  two pods that nothing keeps apart share a node) where its requests fit the node's
+  remaining allocatable, its ``nodeSelector`` and required node affinity match, its
+  tolerations cover the node's ``NoSchedule`` taints and no required pod anti-affinity (its
+  own or an already placed pod's, by ``topologyKey``) forbids it; otherwise
+  ``PodScheduled=False`` reason ``Unschedulable``. Pods get ``status.qosClass`` at creation.
+- **Kubelet.** Sets the pod's ``startTime`` when it accepts it, then pulls for
+  ``pull_seconds`` (an image in ``unpullable`` or on a ``.invalid`` registry ends in
+  ``ErrImagePull`` then ``ImagePullBackOff``; ``activeDeadlineSeconds`` counts from
+  ``startTime``, the pull included), then runs each container's ``command`` +
   ``args`` as a local process in the pod's scratch directory. Volume mount paths are mapped
   into that directory (emptyDir per pod, hostPath as is, a PVC shared by name across pods,
   ConfigMap/Secret files written out) and every argument and env value that starts with a
@@ -74,6 +81,7 @@ JOBS = kmock.resource("batch", "v1", "jobs")
 WORKLOADS = kmock.resource("kueue.x-k8s.io", "v1beta2", "workloads")
 LOCALQUEUES = kmock.resource("kueue.x-k8s.io", "v1beta2", "localqueues")
 CLUSTERQUEUES = kmock.resource("kueue.x-k8s.io", "v1beta2", "clusterqueues")
+WORKLOADPRIORITYCLASSES = kmock.resource("kueue.x-k8s.io", "v1beta2", "workloadpriorityclasses")
 JOBSETS = kmock.resource("jobset.x-k8s.io", "v1alpha2", "jobsets")
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -178,6 +186,55 @@ def _tolerates(tolerations: list[dict[str, Any]], taint: dict[str, str]) -> bool
     return False
 
 
+def qos_class(spec: dict[str, Any]) -> str:
+    """The pod's QoS class as the API server sets it: Guaranteed when every container has cpu
+    and memory limits and its requests (where given) equal them, BestEffort with no resources."""
+    containers = list(spec.get("containers") or [])
+    if not any((c.get("resources") or {}).get("limits") or (c.get("resources") or {}).get("requests") for c in containers):
+        return "BestEffort"
+    for c in containers:
+        res = c.get("resources") or {}
+        limits, requests = res.get("limits") or {}, res.get("requests") or {}
+        for r in ("cpu", "memory"):
+            if r not in limits or parse_quantity(requests.get(r, limits[r])) != parse_quantity(limits[r]):
+                return "Burstable"
+    return "Guaranteed"
+
+
+def _expr_matches(expr: dict[str, Any], labels: dict[str, str]) -> bool:
+    key, op, values = expr.get("key"), expr.get("operator"), list(expr.get("values") or [])
+    if op == "In":
+        return key in labels and labels[key] in values
+    if op == "NotIn":
+        return key not in labels or labels[key] not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    return False
+
+
+def selector_matches(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
+    """A metav1.LabelSelector (matchLabels and matchExpressions) against labels; an empty one
+    matches everything."""
+    selector = selector or {}
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    return all(_expr_matches(e, labels) for e in selector.get("matchExpressions") or [])
+
+
+def _node_affinity_ok(spec: dict[str, Any], node_labels: dict[str, str]) -> bool:
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = required.get("nodeSelectorTerms") or []
+    return not terms or any(all(_expr_matches(e, node_labels) for e in t.get("matchExpressions") or []) for t in terms)
+
+
+def _anti_terms(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    return list((((spec.get("affinity") or {}).get("podAntiAffinity") or {})
+                 .get("requiredDuringSchedulingIgnoredDuringExecution")) or [])
+
+
 @dataclass
 class _Container:
     name: str
@@ -252,6 +309,7 @@ class ControlPlane:
             data.setdefault("spec", {})["suspend"] = True
         if resource == PODS:
             data.setdefault("status", {}).setdefault("phase", "Pending")
+            data["status"]["qosClass"] = qos_class(data.get("spec") or {})
 
     # ------------------------------------------------------------------ loop
     async def run(self) -> None:
@@ -279,9 +337,21 @@ class ControlPlane:
                         "capacity": dict(node.capacity),
                         "allocatable": dict(node.capacity),
                         "conditions": [_condition("Ready", True, "KubeletReady")],
-                        "nodeInfo": {"kernelVersion": os.uname().release, "operatingSystem": "linux"},
+                        # every field V1NodeSystemInfo requires, so the client can read a node list
+                        "nodeInfo": {"kernelVersion": os.uname().release, "operatingSystem": "linux",
+                                     "architecture": "amd64", "bootID": node.name, "machineID": node.name,
+                                     "systemUUID": node.name, "containerRuntimeVersion": "containerd://1.7.0",
+                                     "kubeletVersion": "v1.31.0", "kubeProxyVersion": "v1.31.0",
+                                     "osImage": "kharness"},
                     },
                 },
+            )
+        for pc, value in self.priority_classes.items():
+            await self.api.put_object(
+                WORKLOADPRIORITYCLASSES,
+                None,
+                {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass", "metadata": {"name": pc},
+                 "value": value},
             )
         for lq, quota in self.queues.items():
             await self.api.put_object(
@@ -715,12 +785,35 @@ class ControlPlane:
             if has_condition(job, "Suspended"):
                 conds = set_condition(conds, _condition("Suspended", False, "JobResumed", "Job resumed"))
             status.setdefault("startTime", now_iso())
+            # podFailurePolicy: each failed pod is Ignored (not counted, replaced), fails the Job,
+            # or Counts against backoffLimit (no rule matched, or no policy)
+            fail_job = None
+            counted = []
+            for p in failed:
+                action, why = self._pod_failure_action(spec.get("podFailurePolicy"), p, ns)
+                if action == "FailJob" and fail_job is None:
+                    fail_job = why
+                if action != "Ignore":
+                    counted.append(p)
+            failed = counted
+            terminating = [(k, p) for k, p in mine if p["metadata"].get("deletionTimestamp")
+                           and p["status"].get("phase") in ("Pending", "Running")]
             status.update(
                 active=len(active),
                 ready=sum(1 for _, p in active if has_condition(p, "Ready")),
                 succeeded=len(succeeded),
                 failed=len(failed),
+                terminating=len(terminating),
             )
+            if fail_job is not None:
+                for pkey, pod in active:
+                    await self._disrupt_pod(pkey, pod, "PodFailurePolicy", fail_job)
+                conds = set_condition(conds, _condition("FailureTarget", True, "PodFailurePolicy", fail_job))
+                conds = set_condition(conds, _condition("Failed", True, "PodFailurePolicy", fail_job))
+                status.update(conditions=conds, active=0)
+                await self._update(key, raw, job)
+                await self._event(job, "PodFailurePolicy", fail_job, "Warning")
+                continue
             deadline = spec.get("activeDeadlineSeconds")
             start = _epoch(status.get("startTime"))
             if deadline is not None and start is not None and time.time() - start > float(deadline):
@@ -757,6 +850,8 @@ class ControlPlane:
                 p["metadata"].get("annotations", {}).get("batch.kubernetes.io/job-completion-index") for _, p in active
             }
             want = min(parallelism, completions - len(succeeded)) - len(active)
+            if spec.get("podReplacementPolicy") == "Failed" and terminating:
+                want = 0  # a replacement only once the old pod has stopped
             for i in range(completions):
                 if want <= 0:
                     break
@@ -768,6 +863,26 @@ class ControlPlane:
                 want -= 1
             status["conditions"] = conds
             await self._update(key, raw, job)
+
+    @staticmethod
+    def _pod_failure_action(policy: dict[str, Any] | None, pod: dict[str, Any], ns: str) -> tuple[str, str]:
+        """The first podFailurePolicy rule that matches a failed pod: (action, message)."""
+        for i, rule in enumerate((policy or {}).get("rules") or []):
+            for pc in rule.get("onPodConditions") or []:
+                if has_condition(pod, pc["type"], pc.get("status", "True")):
+                    return rule["action"], (f"Pod {ns}/{pod['metadata']['name']} has condition {pc['type']} "
+                                            f"matching {rule['action']} rule at index {i}")
+            codes = rule.get("onExitCodes")
+            if codes:
+                for cs in pod["status"].get("containerStatuses") or []:
+                    term = (cs.get("state") or {}).get("terminated")
+                    if term is None or (codes.get("containerName") and cs["name"] != codes["containerName"]):
+                        continue
+                    hit = term.get("exitCode") in (codes.get("values") or [])
+                    if hit == (codes.get("operator", "In") == "In"):
+                        return rule["action"], (f"Container {cs['name']} for pod {ns}/{pod['metadata']['name']} failed "
+                                                f"with exit code {term.get('exitCode')} matching {rule['action']} rule at index {i}")
+        return "Count", ""
 
     async def _create_pod(self, job: dict[str, Any], ns: str, index: str | None, attempt: int) -> None:
         meta = job["metadata"]
@@ -853,17 +968,43 @@ class ControlPlane:
             if node in used and p["status"].get("phase") in ("Pending", "Running"):
                 for r, v in pod_requests(p["spec"]).items():
                     used[node][r] = used[node].get(r, Decimal(0)) + v
+        # pods on nodes (pending or running): (node labels, namespace, pod labels, pod spec)
+        node_labels = {n.name: {"kubernetes.io/hostname": n.name, **n.labels} for n in self.nodes}
+        placed = [
+            (node_labels[p["spec"]["nodeName"]], p["metadata"].get("namespace"), p["metadata"].get("labels") or {}, p["spec"])
+            for _k, p in pods
+            if (p.get("spec") or {}).get("nodeName") in node_labels and p["status"].get("phase") in ("Pending", "Running")
+        ]
         for key, pod in pods:
             spec = pod.get("spec") or {}
             if spec.get("nodeName") or pod["status"].get("phase") != "Pending" or pod["metadata"].get("deletionTimestamp"):
                 continue
             need = pod_requests(spec)
+            ns, plabels = pod["metadata"].get("namespace"), pod["metadata"].get("labels") or {}
             reasons: dict[str, int] = {}
             chosen = None
             for node in self.nodes:
                 labels = {"kubernetes.io/hostname": node.name, **node.labels}
-                if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
+                if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()) or not _node_affinity_ok(spec, labels):
                     reasons["node(s) didn't match Pod's node affinity/selector"] = reasons.get("node(s) didn't match Pod's node affinity/selector", 0) + 1
+                    continue
+                # required pod anti-affinity, both ways: this pod's terms against the pods in the
+                # node's topology domain, and theirs against this pod
+                conflict = False
+                for other_node, other_ns, other_labels, other_spec in placed:
+                    for term in _anti_terms(spec):
+                        tk = term.get("topologyKey", "kubernetes.io/hostname")
+                        if tk in labels and other_node.get(tk) == labels[tk] and other_ns == ns and \
+                                selector_matches(term.get("labelSelector"), other_labels):
+                            conflict = True
+                    for term in _anti_terms(other_spec):
+                        tk = term.get("topologyKey", "kubernetes.io/hostname")
+                        if tk in labels and other_node.get(tk) == labels[tk] and other_ns == ns and \
+                                selector_matches(term.get("labelSelector"), plabels):
+                            conflict = True
+                if conflict:
+                    msg = "node(s) didn't match pod anti-affinity rules"
+                    reasons[msg] = reasons.get(msg, 0) + 1
                     continue
                 untolerated = [
                     t for t in node.taints if t.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(spec.get("tolerations") or [], t)
@@ -893,6 +1034,7 @@ class ControlPlane:
                 continue
             for r, v in need.items():
                 used[chosen.name][r] = used[chosen.name].get(r, Decimal(0)) + v
+            placed.append((node_labels[chosen.name], ns, plabels, spec))
             new["spec"]["nodeName"] = chosen.name
             new["status"]["conditions"] = set_condition(
                 new["status"].get("conditions") or [], _condition("PodScheduled", True, "Scheduled")
@@ -945,6 +1087,23 @@ class ControlPlane:
                 run = _PodRun(uid, pod["metadata"]["name"], pod["metadata"].get("namespace") or "default", self.root / "pods" / f"{pod['metadata']['name']}-{uid[:8]}")
                 run.pull_started = time.time()
                 self.runs[uid] = run
+                # the kubelet accepts the pod: startTime is now, before the image pull (the
+                # clock activeDeadlineSeconds counts on)
+                new = copy.deepcopy(pod)
+                new["status"]["startTime"] = now_iso()
+                await self._update(key, pod, new)
+                pod = new
+            deadline = spec.get("activeDeadlineSeconds")
+            started = _epoch(pod["status"].get("startTime"))
+            if run.task is None and deadline is not None and started is not None and time.time() - started > float(deadline):
+                # the deadline passed before a container started (still pulling)
+                run.killed_reason = "DeadlineExceeded"
+                new = copy.deepcopy(pod)
+                new["status"].update(phase="Failed", reason="DeadlineExceeded",
+                                     message="Pod was active on the node longer than the specified deadline")
+                await self._update(key, pod, new)
+                await self._event(pod, "DeadlineExceeded", "Pod was active on the node longer than the specified deadline", "Warning")
+                continue
             bad = [c for c in spec.get("containers") or [] if self._unpullable(c.get("image", ""))]
             if bad and run.task is None:
                 reason = "ErrImagePull" if time.time() - run.pull_started < self.pull_seconds * 3 else "ImagePullBackOff"

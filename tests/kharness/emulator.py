@@ -8,7 +8,10 @@ and streams watch events. What it leaves out, and a real API server does, is add
   namespace on create; ``generateName`` honoured; a fresh ``resourceVersion`` on every write;
 - ``labelSelector`` and ``fieldSelector`` on list, watch and delete-collection;
 - ``timeoutSeconds`` on watch (kmock streams forever);
-- ``PUT`` (replace) and ``DELETE`` on a collection;
+- ``PUT`` (replace) and ``DELETE`` on a collection; ``propagationPolicy`` on delete (a Job's
+  default over the API is ``Orphan``: its pods stay, without their ownerReference);
+- RBAC: every request recorded as an ``rbac.Call`` (user from the bearer token) and, with a
+  ``policy``, refused with the API server's 403 when the Roles do not allow it;
 - ``GET .../pods/NAME/log`` with ``container``, ``follow``, ``timestamps``, ``sinceSeconds``
   and ``tailLines``, served by a callback the kubelet provides;
 - a create hook (``on_create``) so the fixture can play admission webhooks (Kueue suspends
@@ -131,6 +134,10 @@ class HarnessEmulator(kmock.KubernetesEmulator):
 
     log_source: LogSource | None = attrs.field(default=None)
     on_create: Callable[[kmock.resource, dict[str, Any]], None] | None = attrs.field(default=None)
+    # RBAC: every request as a ``rbac.Call``; ``policy`` (a ``rbac.Policy``), when set, refuses
+    # what it does not allow with the API server's 403.
+    calls: list[Any] = attrs.field(factory=list)
+    policy: Any = attrs.field(default=None)
     _rv_counter: Any = attrs.field(factory=lambda: itertools.count(1), init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -200,7 +207,51 @@ class HarnessEmulator(kmock.KubernetesEmulator):
 
     # -- request handling ---------------------------------------------------------------------
 
+    def _call_of(self, request: rendering.Request) -> Any:
+        from .rbac import Call, user_of_token, verb_of
+
+        if request.resource is None:
+            return None
+        name = request.name
+        if request.subresource == "log" and name is None:
+            m = LOG_PATH.match(request.url.path)
+            name = m["name"] if m else None
+        headers = {k.lower(): v for k, v in dict(request.headers).items()}
+        return Call(user=user_of_token(headers.get("authorization")),
+                    verb=verb_of(str(request.method.value if hasattr(request.method, "value") else request.method),
+                                 name, dict(request.params)),
+                    group=request.resource.group or "", resource=request.resource.plural or "",
+                    subresource=request.subresource, namespace=request.namespace, name=name)
+
+    async def _serve_access_review(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        """``SubjectAccessReview`` / ``SelfSubjectAccessReview``: the policy's answer (no policy: allowed)."""
+        from .rbac import Call, user_of_token
+
+        review = request.data if isinstance(request.data, dict) else {}
+        spec = review.get("spec") or {}
+        attrs_ = spec.get("resourceAttributes") or {}
+        if request.url.path.endswith("/selfsubjectaccessreviews"):
+            headers = {k.lower(): v for k, v in dict(request.headers).items()}
+            user = user_of_token(headers.get("authorization"))
+        else:
+            user = spec.get("user") or ""
+        call = Call(user=user, verb=attrs_.get("verb", ""), group=attrs_.get("group", ""),
+                    resource=attrs_.get("resource", ""), subresource=attrs_.get("subresource") or None,
+                    namespace=attrs_.get("namespace") or None, name=attrs_.get("name") or None)
+        allowed = self.policy is None or self.policy.allows(call)
+        out = dict(review, status={"allowed": allowed, **({} if allowed else {"reason": call.forbidden_message()})})
+        return aiohttp.web.json_response(out, status=201)
+
     async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        if request.method == enums.method.POST and request.url.path.startswith("/apis/authorization.k8s.io/v1/") and \
+                request.url.path.endswith("accessreviews"):
+            return await self._serve_access_review(request)
+        call = self._call_of(request)
+        if call is not None:
+            self.calls.append(call)
+            if self.policy is not None and not self.policy.allows(call):
+                return await self._render_error(
+                    kmock.KubernetesError(status=403, reason="Forbidden", message=call.forbidden_message()))
         # The Python client sends booleans as "True"; kmock only treats watch=true as a watch.
         if request.method == enums.method.GET and str(request.params.get("watch", "")).lower() in ("true", "1"):
             fixed = attrs.evolve(request, action=enums.action.WATCH)
@@ -220,7 +271,33 @@ class HarnessEmulator(kmock.KubernetesEmulator):
                 return await self._serve_replace(request)
             elif request.method == enums.method.DELETE and request.name is None:
                 return await self._serve_delete_collection(request)
+            elif request.method == enums.method.DELETE:
+                await self._orphan_dependents(request)
         return await super()._handle(request)
+
+    async def _orphan_dependents(self, request: rendering.Request) -> None:
+        """``propagationPolicy: Orphan`` (batch/v1 Jobs' default over the API, which is why
+        dagster-k8s deletes a Job's pods itself): the dependents lose their ownerReference
+        and stay. Background/Foreground leave them to the garbage collector."""
+        body = request.data if isinstance(request.data, dict) else {}
+        policy = body.get("propagationPolicy") or request.params.get("propagationPolicy")
+        if policy is None and body.get("orphanDependents") is not None:
+            policy = "Orphan" if body["orphanDependents"] else "Background"
+        is_job = request.resource.group == "batch" and request.resource.plural == "jobs"
+        if policy is None:
+            policy = "Orphan" if is_job else "Background"
+        if policy != "Orphan":
+            return
+        key = (request.resource, request.namespace, request.name)
+        if key not in self._objects or self._objects[key].deleted:
+            return
+        uid = self._objects[key].raw["metadata"].get("uid")
+        for dkey, raw in list(self.live(kmock.resource("", "v1", "pods"), request.namespace)):
+            refs = raw["metadata"].get("ownerReferences") or []
+            if any(r.get("uid") == uid for r in refs):
+                new = copy.deepcopy(raw)
+                new["metadata"]["ownerReferences"] = [r for r in refs if r.get("uid") != uid]
+                await self.replace_object(dkey, new)
 
     async def _serve_replace(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
         key = (request.resource, request.namespace, request.name)

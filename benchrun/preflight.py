@@ -1,0 +1,241 @@
+"""``benchrun preflight [SPEC]``: whether a run of SPEC could start on the current kube context, each piece ok or missing with its fix.
+
+Against the cluster of ``$KUBECONFIG`` (or the pod's service account) and the launcher
+settings (``BENCHRUN_LAUNCHER_*``, as the Dagster definitions read them), it checks: the APIs
+(the BenchmarkRun CRD, Kueue's v1beta2 LocalQueues and Workloads, JobSet when the spec has a
+multi-node suite) by discovery; the LocalQueue (in the runs' namespace) and WorkloadPriorityClass
+the spec's run would use (every lane's, without SPEC); a node with the allocatable
+``nvidia.com/gpu`` a pod of the spec asks for (as many such nodes as its largest gang); and,
+by ``SubjectAccessReview``, every call the launcher makes as the run workers' account
+(``LAUNCHER_ACCESS``, the calls tests/test_rbac_harness.py records). The image (a node pulls
+it) and the artifact store (``BENCHRUN_SHARED_STATE``: its bucket answers ``HeadBucket``) are
+reported too; an image is not pulled from here and says ``unchecked``. Exit 0 only when no
+check is missing.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchrun.errors import BenchrunError
+
+RUN_WORKER_ACCOUNT = "benchrun-run"  # deploy/kustomize/base/rbac.yaml
+# (verb, API group, resource, subresource) the launcher calls as the run worker, in its namespace
+# (the Role benchrun-run-worker grants exactly these; tests keep the two equal).
+LAUNCHER_ACCESS: tuple[tuple[str, str, str, str], ...] = (
+    ("create", "batch", "jobs", ""), ("get", "batch", "jobs", ""), ("list", "batch", "jobs", ""),
+    ("delete", "batch", "jobs", ""), ("get", "batch", "jobs", "status"),
+    ("create", "jobset.x-k8s.io", "jobsets", ""), ("get", "jobset.x-k8s.io", "jobsets", ""),
+    ("list", "jobset.x-k8s.io", "jobsets", ""), ("delete", "jobset.x-k8s.io", "jobsets", ""),
+    ("get", "", "pods", ""), ("list", "", "pods", ""), ("get", "", "pods", "log"),
+    ("list", "kueue.x-k8s.io", "workloads", ""), ("get", "kueue.x-k8s.io", "localqueues", ""),
+)
+APIS = (
+    ("benchmarking.aisp.dev", "v1alpha1", "benchmarkruns", "the BenchmarkRun CRD",
+     "kubectl apply -k deploy/kustomize/base"),
+    ("kueue.x-k8s.io", "v1beta2", "localqueues", "Kueue (v1beta2 LocalQueues)",
+     "install Kueue with the v1beta2 API (https://kueue.sigs.k8s.io)"),
+    ("kueue.x-k8s.io", "v1beta2", "workloads", "Kueue (v1beta2 Workloads)",
+     "install Kueue with the v1beta2 API (https://kueue.sigs.k8s.io)"),
+    ("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet (v1alpha2)",
+     "install JobSet (https://jobset.sigs.k8s.io) for multi-node suites"),
+)
+
+
+@dataclass
+class Check:
+    """One line of the report: ok (True), missing (False) or unchecked (None), and the fix."""
+
+    name: str
+    ok: bool | None
+    detail: str
+    fix: str = ""
+
+    def line(self) -> str:
+        word = {True: "ok", False: "missing", None: "unchecked"}[self.ok]
+        return f"{word:<9} {self.name}: {self.detail}" + (f" -> fix: {self.fix}" if self.ok is False and self.fix else "")
+
+
+def _api_client() -> Any:
+    from kubernetes import config
+
+    try:
+        config.load_incluster_config()
+        from kubernetes import client
+
+        return client.ApiClient()
+    except config.ConfigException:
+        try:
+            return config.new_client_from_config(config_file=os.environ.get("KUBECONFIG") or None)
+        except (config.ConfigException, OSError) as exc:
+            raise BenchrunError(f"preflight: no Kubernetes credentials ({exc}); set KUBECONFIG or run in a pod") from None
+
+
+def _served(api: Any, group: str, version: str) -> set[str]:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        doc = api.call_api(f"/apis/{group}/{version}", "GET", response_type="object",
+                           _return_http_data_only=True, auth_settings=["BearerToken"])
+    except ApiException as exc:
+        if exc.status == 404:
+            return set()
+        raise
+    return {r.get("name") for r in (doc or {}).get("resources") or []}
+
+
+def _spec_needs(spec: Path) -> tuple[Any, int, int, list[dict[str, Any]]]:
+    """The loaded run, the most GPUs one pod asks for, its largest gang, and the objects it would create."""
+    from benchrun.launch.render import render_objects
+    from benchrun.spec import load_spec
+
+    loaded = load_spec(spec)
+    objects = render_objects(spec, launcher="kubernetes")
+    gpus, gang = 0, 1
+    for obj in objects:
+        if obj["kind"] == "Job":
+            specs = [obj["spec"]["template"]["spec"]]
+        else:
+            specs = [rj["template"]["spec"]["template"]["spec"] for rj in obj["spec"]["replicatedJobs"]]
+            gang = max(gang, int(obj["metadata"]["labels"].get("benchrun.dev/nodes", "1")))
+        for ps in specs:
+            for c in ps["containers"]:
+                gpus = max(gpus, int(((c.get("resources") or {}).get("limits") or {}).get("nvidia.com/gpu", 0)))
+    return loaded, gpus, gang, objects
+
+
+def preflight(spec: Path | None = None, api: Any = None) -> list[Check]:
+    """Every check, in order (see the module docstring)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.utils.quantity import parse_quantity
+
+    from benchrun.launch.settings import LauncherSettings
+
+    settings = LauncherSettings.from_env(kind="kubernetes")
+    api = api if api is not None else _api_client()
+    checks: list[Check] = []
+    loaded, need_gpus, gang, objects = _spec_needs(spec) if spec is not None else (None, 0, 1, [])
+    ns = settings.namespace
+
+    # the APIs
+    for group, version, plural, what, fix in APIS:
+        needed = plural != "jobsets" or gang > 1
+        ok = plural in _served(api, group, version)
+        checks.append(Check(what, ok if (ok or needed) else None,
+                            f"{group}/{version} {plural} served" if ok else
+                            f"{group}/{version} {plural} not served" + ("" if needed else " (no multi-node suite needs it)"),
+                            fix))
+
+    core = client.CoreV1Api(api)
+    custom = client.CustomObjectsApi(api)
+
+    # the queue and priority class of the run (every lane's without a spec)
+    if loaded is not None:
+        intent = loaded.run.spec.intent
+        lanes = [settings.queue_for(intent.cadence, intent.benchmark_class)]
+    else:
+        lanes = sorted({settings.queue_for(k if k != "publication_grade" else None, k) for k in settings.queues})
+    for queue, priority in lanes:
+        try:
+            custom.get_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", ns, "localqueues", queue)
+            checks.append(Check(f"LocalQueue {queue}", True, f"in {ns}"))
+        except ApiException as exc:
+            checks.append(Check(f"LocalQueue {queue}", False, f"not in {ns} ({exc.status} {exc.reason})",
+                                f"apply deploy/kustomize/base (the namespace {ns} and kueue.yaml), or set "
+                                "BENCHRUN_LAUNCHER_NAMESPACE / map the cadence in BENCHRUN_LAUNCHER_QUEUES"))
+        if priority:
+            try:
+                custom.get_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "workloadpriorityclasses", priority)
+                checks.append(Check(f"WorkloadPriorityClass {priority}", True, "exists"))
+            except ApiException as exc:
+                checks.append(Check(f"WorkloadPriorityClass {priority}", False, f"{exc.status} {exc.reason}",
+                                    "apply deploy/kustomize/base (kueue.yaml) or set BENCHRUN_LAUNCHER_PRIORITY_CLASSES"))
+
+    # GPU nodes
+    nodes = core.list_node().items
+    alloc = sorted(((int(parse_quantity((n.status.allocatable or {}).get("nvidia.com/gpu", "0"))), n.metadata.name)
+                    for n in nodes), reverse=True)
+    with_gpus = [a for a in alloc if a[0] > 0]
+    if need_gpus:
+        fit = [a for a in alloc if a[0] >= need_gpus]
+        ok = len(fit) >= gang
+        checks.append(Check("GPU nodes", ok,
+                            f"{len(fit)} node(s) with >= {need_gpus} allocatable nvidia.com/gpu"
+                            + (f" (the largest gang needs {gang})" if gang > 1 else "")
+                            + ("" if ok else f"; largest: {alloc[0][0]} on {alloc[0][1]}" if alloc else "; no nodes"),
+                            "add GPU nodes with the NVIDIA device plugin, or ask for fewer GPUs (suites[].gpus)"))
+    else:
+        checks.append(Check("GPU nodes", True if loaded is not None else (bool(with_gpus) or None),
+                            f"{len(with_gpus)} node(s) with allocatable nvidia.com/gpu"
+                            + (" (this spec asks for none)" if loaded is not None else "")))
+
+    # what the launcher calls, as the run workers' account
+    auth = client.AuthorizationV1Api(api)
+    user = f"system:serviceaccount:{ns}:{RUN_WORKER_ACCOUNT}"
+    denied, unreviewable = [], None
+    for verb, group, resource, sub in LAUNCHER_ACCESS:
+        body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                "spec": {"user": user, "resourceAttributes": {"verb": verb, "group": group, "resource": resource,
+                                                              "subresource": sub, "namespace": ns}}}
+        try:
+            review = auth.create_subject_access_review(body)
+        except ApiException as exc:
+            unreviewable = f"{exc.status} {exc.reason}"
+            break
+        if not review.status.allowed:
+            denied.append(f"{verb} {resource}{'/' + sub if sub else ''}{'.' + group if group else ''}")
+    if unreviewable:
+        checks.append(Check(f"access of {RUN_WORKER_ACCOUNT}", None, f"cannot create SubjectAccessReviews ({unreviewable})"))
+    else:
+        checks.append(Check(f"access of {RUN_WORKER_ACCOUNT}", not denied,
+                            f"all {len(LAUNCHER_ACCESS)} calls of the launcher allowed in {ns}" if not denied
+                            else "not allowed: " + ", ".join(denied),
+                            "kubectl apply -k deploy/kustomize/base (Role benchrun-run-worker)"))
+
+    # the image and the artifact store
+    images = sorted({c["image"] for o in objects for ps in (
+        [o["spec"]["template"]["spec"]] if o["kind"] == "Job" else
+        [rj["template"]["spec"]["template"]["spec"] for rj in o["spec"]["replicatedJobs"]]) for c in ps["containers"]})
+    checks.append(Check("image", None, ", ".join(images or [settings.image]) + " (pulled by the nodes, not from here)"))
+    checks.append(_store_check())
+    return checks
+
+
+def _store_check() -> Check:
+    url = os.environ.get("BENCHRUN_SHARED_STATE", "")
+    if not url:
+        return Check("artifact store", None, "BENCHRUN_SHARED_STATE is not set (runs stay in BENCHRUN_HOME)")
+    if not url.startswith("s3://"):
+        return Check("artifact store", None, f"{url}: not an s3:// URL")
+    bucket = url[len("s3://"):].split("/", 1)[0]
+    try:
+        import boto3
+
+        boto3.client("s3", endpoint_url=os.environ.get("BENCHRUN_S3_ENDPOINT_URL") or None).head_bucket(Bucket=bucket)
+        return Check("artifact store", True, f"bucket {bucket} reachable")
+    except Exception as exc:  # noqa: BLE001 - whatever the store answers is the detail
+        return Check("artifact store", False, f"bucket {bucket}: {' '.join(str(exc).split())[:200]}",
+                     "create the bucket, or fix the Secret benchrun-s3 (credentials, BENCHRUN_S3_ENDPOINT_URL)")
+
+
+def register(app: Any) -> None:
+    import typer
+
+    @app.command("preflight")
+    def preflight_cmd(
+        spec: Path = typer.Argument(None, help="A BenchmarkRun spec file (default: check every lane)."),
+    ) -> None:
+        """Check that a run of SPEC could start on the current kube context; each piece ok or missing, with the fix.
+
+        Exit 0 only when nothing is missing.
+        """
+        checks = preflight(spec)
+        for check in checks:
+            typer.echo(check.line())
+        missing = [c for c in checks if c.ok is False]
+        typer.echo(f"{len(missing)} missing" if missing else "ready: a run could start")
+        raise typer.Exit(1 if missing else 0)

@@ -1,0 +1,112 @@
+"""The deploy values run suites on Kueue Jobs by default: the launcher settings in the Helm
+values are valid and name deploy/'s objects, the example BenchmarkRun renders to valid Jobs
+whose commands are in the image, and publication grade refuses a moving image tag."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from typing import Any
+
+import pytest
+import yaml
+
+from benchrun.errors import BenchrunError
+from benchrun.launch.podspec import moving_tag, qos_class
+from benchrun.launch.settings import LauncherSettings
+from conftest import ROOT
+
+VALUES = ROOT / "deploy/helm/values.yaml"
+EXAMPLE = ROOT / "deploy/examples/canary-gpu.yaml"
+
+
+@pytest.fixture(scope="module")
+def kustomized() -> list[dict[str, Any]]:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed")
+    out = subprocess.run([kubectl, "kustomize", str(ROOT / "deploy/kustomize/base")], capture_output=True,
+                         text=True, check=True, timeout=60).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def location_env() -> dict[str, str]:
+    values = yaml.safe_load(VALUES.read_text())
+    [code] = values["dagster-user-deployments"]["deployments"]
+    return {e["name"]: e["value"] for e in code["env"]}
+
+
+def launcher_env() -> dict[str, str]:
+    return {k: v for k, v in location_env().items() if k.startswith("BENCHRUN_LAUNCHER_")}
+
+
+def test_the_values_run_suites_on_kueue_jobs(kustomized):
+    values = yaml.safe_load(VALUES.read_text())
+    s = LauncherSettings.from_env(launcher_env())  # every name valid, every value of its type
+    assert s.kind == "kubernetes"
+    k8s = values["runLauncher"]["config"]["k8sRunLauncher"]
+    assert s.namespace == k8s["jobNamespace"]
+    named = {(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]): d for d in kustomized}
+    assert ("Namespace", None, s.namespace) in named
+    suite_sa = named[("ServiceAccount", s.namespace, s.service_account)]
+    assert suite_sa["automountServiceAccountToken"] is False  # the suites' pods: no API access
+    assert not moving_tag(s.image) and s.image.endswith("-cuda")  # the GPU build, by a pinned tag
+    pvc = named[("PersistentVolumeClaim", s.namespace, s.run_volume_claim)]
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+    # the run workers mount that claim where BENCHRUN_HOME is, which is where the pods' run dirs come from
+    assert s.run_home == location_env()["BENCHRUN_HOME"]
+    [vol] = [v for v in k8s["volumes"] if v.get("persistentVolumeClaim", {}).get("claimName") == s.run_volume_claim]
+    assert {"name": vol["name"], "mountPath": s.run_home} in k8s["volumeMounts"]
+    # each run's queue is its cadence's: no one queue for every run
+    assert s.queue_name is None and s.queue_for("nightly")[0] in {
+        d["metadata"]["name"] for d in kustomized if d["kind"] == "LocalQueue"}
+
+
+def test_the_example_renders_valid_jobs_whose_commands_are_in_the_image(kustomized, bench_home, monkeypatch):
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    from benchrun.launch.render import render_objects
+    from benchrun.spec import load_spec
+
+    loaded = load_spec(EXAMPLE)
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    assert doc["metadata"]["namespace"] == "benchrun-runs"
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "COPY benchrun/ benchrun/" in dockerfile
+    for layer in loaded.run.spec.layers:
+        for suite in layer.suites:
+            m = re.fullmatch(r"python -m benchrun\.suites\.(\w+)", suite.repo_command or "")
+            assert m and (ROOT / "benchrun/suites" / f"{m[1]}.py").is_file(), suite.name
+            if m[1] == "fio":
+                assert re.search(r"apt-get install[^\n]* fio ", dockerfile)
+    for key, value in launcher_env().items():
+        monkeypatch.setenv(key, value)
+    objs = render_objects(EXAMPLE)
+    version = kubernetes_validate.latest_version()
+    seen = set()
+    for obj in objs:
+        suite = obj["metadata"]["labels"]["benchrun.dev/suite"]
+        if suite not in seen:
+            seen.add(suite)
+            kubernetes_validate.validate(obj, version, strict=True)
+        pod = obj["spec"]["template"]["spec"]
+        assert obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "canary"
+        assert obj["metadata"]["namespace"] == "benchrun-runs"
+        assert pod["serviceAccountName"] == "benchrun-suite" and qos_class(pod) == "Guaranteed"
+        assert pod["containers"][0]["image"] == "registry.example.com/benchrun:0.1.0-cuda"
+        assert {"name": "run-dir", "persistentVolumeClaim": {"claimName": "benchrun-home"}} in pod["volumes"]
+    gemm = [o for o in objs if o["metadata"]["labels"]["benchrun.dev/suite"] == "gemm"][0]
+    assert gemm["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+
+
+def test_publication_grade_refuses_a_moving_tag(bench_home, monkeypatch):
+    from benchrun.launch.render import render_objects
+
+    path = ROOT / "specs/local/pre-release.yaml"  # publication_grade, suites naming no image
+    monkeypatch.setenv("BENCHRUN_LAUNCHER_KIND", "kubernetes")
+    monkeypatch.setenv("BENCHRUN_LAUNCHER_IMAGE", "registry.example.com/benchrun:latest")
+    with pytest.raises(BenchrunError, match=r"suites\[\w+\]\.image: 'registry.example.com/benchrun:latest' is a "
+                                            r"moving tag.*pin the image by digest"):
+        render_objects(path)
+    assert moving_tag("benchrun") and moving_tag("r.example:5000/benchrun") and not moving_tag("r.example:5000/b:1.0")
+    assert not moving_tag("b:latest@sha256:" + "a" * 64)

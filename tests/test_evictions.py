@@ -1,0 +1,114 @@
+"""Evictions are not failures: the Job's podFailurePolicy ignores a disrupted pod and replaces
+it, the launcher follows the new attempt (its own log and result, never merged), up to a budget;
+a suite's own non-zero exit fails the Job at once."""
+
+from __future__ import annotations
+
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from benchrun.launch.podspec import EVICTION_POLICY, Placement, job_manifest, layer_job_manifest
+from conftest import ROOT
+from test_launch_kubernetes_harness import RUN_ID, launcher_for, make_inv, script_for
+
+
+def test_jobs_carry_the_eviction_policy_and_validate(tmp_path):
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    inv = make_inv(tmp_path)
+    job = job_manifest(inv, namespace="bench", placement=Placement(queue_name="q"))
+    assert job["spec"]["podReplacementPolicy"] == "Failed"
+    rules = job["spec"]["podFailurePolicy"]["rules"]
+    assert rules[0] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    assert rules[1]["action"] == "FailJob" and rules[1]["onExitCodes"] == {
+        "containerName": "suite", "operator": "NotIn", "values": [0]}
+    assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"  # podFailurePolicy requires it
+    kubernetes_validate.validate(job, kubernetes_validate.latest_version(), strict=True)
+    # a publication layer is one observation: an eviction fails it, no replacement reruns the layer
+    image = "registry.example/bench@sha256:" + "b" * 64
+    layer = layer_job_manifest([make_inv(tmp_path, image=image, cpu="1", memory="1Gi")], namespace="bench",
+                               placement=Placement(queue_name="q", publication_grade=True, node_selector={"p": "b"}))
+    assert not set(EVICTION_POLICY) & set(layer["spec"])
+
+
+def evict_when_working(cluster, launcher, times: int) -> list[str]:
+    """Evict the replicate's pod (as the kubelet does under pressure) each time it has printed
+    'working', ``times`` times; returns the evicted pods' names."""
+    evicted: list[str] = []
+    orig = launcher._sleep
+
+    def sleep(s: float) -> None:
+        for p in cluster.list("pods"):
+            name = p["metadata"]["name"]
+            if len(evicted) < times and name not in evicted and p["status"].get("phase") == "Running":
+                try:
+                    working = "working" in (cluster.scratch(name) / "logs" / "suite.log").read_text()
+                except (KeyError, OSError):
+                    working = False
+                if working:
+                    evicted.append(name)
+                    cluster.evict_pod(name)
+        orig(s)
+
+    launcher._sleep = sleep
+    return evicted
+
+
+def attempt_code(marker: Path) -> str:
+    """The first attempt prints 'working' and hangs (until evicted); the next one reports."""
+    return script_for(1, before=textwrap.dedent(f"""
+        import pathlib, time
+        marker = pathlib.Path({str(marker)!r})
+        if not marker.exists():
+            marker.write_text("1")
+            print("attempt 1 working", flush=True)
+            time.sleep(60)
+        print("attempt 2", flush=True)
+    """))
+
+
+def test_an_evicted_replicate_is_retried_as_a_new_attempt(kcluster_factory, tmp_path):
+    cluster = kcluster_factory(host_env={"PYTHONPATH": str(ROOT)})
+    run_dir = tmp_path / "home" / "runs" / RUN_ID
+    run_dir.mkdir(parents=True)
+    launcher = launcher_for(cluster)
+    evicted = evict_when_working(cluster, launcher, times=1)
+    res = launcher.launch(make_inv(run_dir, code=attempt_code(tmp_path / "marker")), run_dir)
+    assert res.status == "ok", res.reason
+    assert len(evicted) == 1 and res.messages[0]["pod_name"] != evicted[0]
+    log_text = (run_dir / res.log).read_text()
+    assert "attempt 2" in log_text and "attempt 1" not in log_text  # the new attempt's log only, never merged
+    job = [v for v in cluster.history("jobs", f"{RUN_ID}-tiny-r1") if v][-1]
+    assert not [c for c in job["status"].get("conditions") or [] if c["type"] == "Failed"]
+    assert job["status"].get("failed", 0) == 0  # the eviction did not count against backoffLimit: 0
+    assert cluster.errors == []
+
+
+def test_evictions_past_the_budget_fail_the_replicate_saying_so(kcluster_factory, tmp_path):
+    cluster = kcluster_factory(host_env={"PYTHONPATH": str(ROOT)})
+    run_dir = tmp_path / "home" / "runs" / RUN_ID
+    run_dir.mkdir(parents=True)
+    launcher = launcher_for(cluster, eviction_retries=0)
+    evict_when_working(cluster, launcher, times=1)
+    res = launcher.launch(make_inv(run_dir, code=attempt_code(tmp_path / "marker")), run_dir)
+    assert res.status == "failed"
+    assert res.reason.startswith("evicted 1 times, more than eviction_retries=0 (last: TerminationByKubelet: "), res.reason
+    cluster.wait_for(lambda: not cluster.list("jobs"), what="the Job deleted")
+
+
+def test_a_suites_own_failure_fails_the_job_at_once(kcluster):
+    """FailJob on the suite's non-zero exit code: the harness's Job controller says so."""
+    from kubernetes import client
+
+    inv = make_inv(Path("/tmp/unused"), code="import sys; sys.exit(3)")
+    job = job_manifest(inv, namespace="default", placement=Placement(queue_name="benchrun"))
+    client.BatchV1Api(kcluster.api_client()).create_namespaced_job("default", job)
+    name = job["metadata"]["name"]
+    t0 = time.monotonic()
+    failed = kcluster.wait_for(lambda: [c for c in ((kcluster.get("jobs", name) or {}).get("status") or {}).get(
+        "conditions") or [] if c["type"] == "Failed" and c["status"] == "True"], what="the Job failed")[0]
+    assert failed["reason"] == "PodFailurePolicy"
+    assert "failed with exit code 3 matching FailJob rule at index 1" in failed["message"]
+    assert time.monotonic() - t0 < 20

@@ -1,0 +1,87 @@
+"""benchrun preflight against the harness: ok on the shipped deploy, and each missing piece named."""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+
+from benchrun.preflight import LAUNCHER_ACCESS, preflight
+from conftest import ROOT
+from kharness.rbac import Policy, deploy_rbac_docs
+
+BASE = ROOT / "deploy/kustomize/base"
+CRD = BASE / "benchmarkrun-crd.yaml"
+EXAMPLE = ROOT / "deploy/examples/canary-gpu.yaml"
+LANES = {"canary": 100, "nightly": 200, "pre-release": 300, "publication": 1000}
+
+
+def report(checks) -> dict[str, tuple[bool | None, str]]:
+    return {c.name: (c.ok, c.line()) for c in checks}
+
+
+@pytest.fixture
+def deployed(kcluster_factory, monkeypatch):
+    """The harness with what deploy/ installs: CRD, RBAC, the lanes' queues and priority classes."""
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.delenv("BENCHRUN_SHARED_STATE", raising=False)
+    for key in [k for k in os.environ if k.startswith("BENCHRUN_LAUNCHER_")]:
+        monkeypatch.delenv(key)
+    cluster = kcluster_factory(namespace="benchrun-runs", crds=[CRD], rbac=Policy(deploy_rbac_docs(BASE)),
+                               queues={q: {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "16"} for q in LANES},
+                               priority_classes={f"benchrun-{q}": v for q, v in LANES.items()})
+    return cluster
+
+
+def test_preflight_is_ok_on_the_shipped_deploy_and_names_what_is_removed(deployed, bench_home):
+    checks = report(preflight(EXAMPLE))
+    missing = [line for ok, line in checks.values() if ok is False]
+    assert not missing, missing
+    assert checks["LocalQueue canary"][0] and checks["WorkloadPriorityClass benchrun-canary"][0]
+    assert checks["GPU nodes"][0] and "2 node(s) with >= 1 allocatable nvidia.com/gpu" in checks["GPU nodes"][1]
+    assert checks["access of benchrun-run"][0]
+    assert checks["JobSet (v1alpha2)"][0] is None or checks["JobSet (v1alpha2)"][0]
+
+    from kubernetes import client
+
+    admin = client.CustomObjectsApi(deployed.api_client())
+    # a Role rule removed: the launcher's call is named
+    docs = copy.deepcopy(deploy_rbac_docs(BASE))
+    for doc in docs:
+        if doc["kind"] == "Role" and doc["metadata"]["name"] == "benchrun-run-worker":
+            for rule in doc["rules"]:
+                rule["resources"] = [r for r in rule["resources"] if r != "jobs/status"]
+    deployed.enforce(Policy(docs))
+    ok, line = report(preflight(EXAMPLE))["access of benchrun-run"]
+    assert ok is False and "not allowed: get jobs/status.batch" in line and "Role benchrun-run-worker" in line
+    # the run's LocalQueue removed
+    admin.delete_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", "benchrun-runs", "localqueues", "canary")
+    ok, line = report(preflight(EXAMPLE))["LocalQueue canary"]
+    assert ok is False and "not in benchrun-runs" in line and "kueue.yaml" in line
+    # no GPU left on any node
+    core = client.CoreV1Api(deployed.api_client())
+    for node in ("node-a", "node-b"):
+        core.patch_node_status(node, {"status": {"allocatable": {"nvidia.com/gpu": "0"}}})
+    ok, line = report(preflight(EXAMPLE))["GPU nodes"]
+    assert ok is False and "0 node(s) with >= 1 allocatable nvidia.com/gpu" in line
+
+
+def test_preflight_names_a_missing_crd_and_exits_non_zero(kcluster_factory, bench_home, monkeypatch):
+    from typer.testing import CliRunner
+
+    from benchrun.cli import app
+
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    kcluster_factory(namespace="benchrun-runs")  # no BenchmarkRun CRD, no deploy queues
+    out = CliRunner().invoke(app, ["preflight", str(EXAMPLE)])
+    assert out.exit_code == 1, out.output
+    assert "missing   the BenchmarkRun CRD: benchmarking.aisp.dev/v1alpha1 benchmarkruns not served" in out.output
+    assert "kubectl apply -k deploy/kustomize/base" in out.output and "missing   LocalQueue canary" in out.output
+
+
+def test_the_access_preflight_checks_is_the_run_worker_role() -> None:
+    [role] = [d for d in deploy_rbac_docs(BASE) if d["kind"] == "Role" and d["metadata"]["name"] == "benchrun-run-worker"]
+    granted = {(v, g, r.partition("/")[0], r.partition("/")[2]) for rule in role["rules"] for g in rule["apiGroups"]
+               for r in rule["resources"] for v in rule["verbs"]}
+    assert granted == set(LAUNCHER_ACCESS)
