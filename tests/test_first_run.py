@@ -38,7 +38,8 @@ def test_the_baseline_hint_names_the_alias_only_while_it_is_unset(tmp_path):
 
     rd = make_run(tmp_path, "first-20261202000000-aaaaaaaa", {("gemm", "", "tflops"): ([1.0, 1.1, 1.0], "TFLOP/s",
                                                                                         "higher")},
-                  spec={"spec": {"comparison": {"baseline": {"artifactRef": "local/published/canary"}}}})
+                  spec={"spec": {"comparison": {"baseline": {"artifactRef": "local/published/canary"}}}},
+                  sealed=True)  # stored and signed as a real run is: promote verifies it
     hint = baseline_hint(rd, rd.name, {"phase": "Succeeded"})
     assert hint and "local/published/canary" in hint and f"benchrun promote {rd.name} --alias canary" in hint
     assert baseline_hint(rd, rd.name, {"phase": "Failed"}) is None  # a failed run is no baseline
@@ -151,8 +152,8 @@ def test_cancel_interrupts_the_process_that_executes_the_run_and_waits_for_it(tm
         from benchrun.liveness import start_heartbeat
         from benchrun.rundir import mark_run_canceled
         start_heartbeat({str(tmp_path)!r}, {rd.run_id!r})
-        print("ready", flush=True)
         try:
+            print("ready", flush=True)  # inside the try: the interrupt may come at once
             time.sleep(60)
         except KeyboardInterrupt:
             mark_run_canceled({str(tmp_path)!r}, {rd.run_id!r}, "interrupted; launches finished before it: none")
