@@ -15,6 +15,11 @@ from benchrun.warm.frames import FrameReader, send_frame
 from benchrun.warm.key import WarmError, socket_path
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# How long a client waits for the server's greeting before it runs the command itself (a server
+# that is stopped, swapped out or stuck must not hold the command up); with BENCHRUN_WARM=require
+# it waits longer, and then fails.
+HELLO_WAIT_S = 1.5
+HELLO_WAIT_REQUIRED_S = 30.0
 
 
 # --- the client: the thin entry point's side --------------------------------------------------
@@ -38,6 +43,20 @@ def connect(path: Path, timeout_s: float = 2.0) -> socket.socket | None:
         return None
     sock.settimeout(None)
     return sock
+
+
+def await_hello(sock: socket.socket, timeout_s: float) -> bool:
+    """Whether the server greeted this connection within ``timeout_s``: it does so as soon as it
+    accepts one, so nothing is sent to a server that is not reading (and cannot start it later)."""
+    reader = FrameReader(sock)
+    try:
+        doc = reader.read(timeout_s)
+    except (OSError, ValueError):
+        return False
+    finally:
+        reader.close_fds()
+        sock.settimeout(None)
+    return isinstance(doc, dict) and "hello" in doc
 
 
 # The served command's CPU seconds: its own (self_cpu_s) and with the processes it waited for
@@ -65,6 +84,12 @@ def run_remote(argv: list[str], environ: dict[str, str] | None = None) -> int | 
         if how == "require":
             raise WarmError(f"no warm orchestrator serves this code at {path} (BENCHRUN_WARM=require); "
                             "start one with `benchrun serve --detach`")
+        return None
+    if not await_hello(sock, HELLO_WAIT_REQUIRED_S if how == "require" else HELLO_WAIT_S):
+        sock.close()  # nothing was sent: the command cannot start there
+        if how == "require":
+            raise WarmError(f"the warm orchestrator at {path} did not answer (BENCHRUN_WARM=require); "
+                            f"see its log, {path.with_suffix('.log')}")
         return None
     umask = os.umask(0)
     os.umask(umask)
@@ -190,6 +215,8 @@ def request(path: Path, op: str, timeout_s: float = 5.0) -> dict[str, Any] | Non
     if sock is None:
         return None
     with sock:
+        if not await_hello(sock, timeout_s):
+            return None
         try:
             send_frame(sock, {"op": op})
             reader = FrameReader(sock)

@@ -35,28 +35,52 @@ class FrameReader:
         self.buf = b""
         self.fds: list[int] = []
 
+    def _take(self) -> tuple[bool, Any]:
+        """(True, frame) when a whole frame is buffered, else (False, None)."""
+        if len(self.buf) >= FRAME.size:
+            (n,) = FRAME.unpack_from(self.buf)
+            if n > MAX_FRAME:
+                raise ValueError(f"a frame of {n} bytes: not a benchrun peer")
+            if len(self.buf) >= FRAME.size + n:
+                data, self.buf = self.buf[FRAME.size:FRAME.size + n], self.buf[FRAME.size + n:]
+                return True, json.loads(data)
+        return False, None
+
+    def _recv(self) -> bool:
+        """Read what the socket has; False when the peer closed the connection."""
+        chunk, fds, _flags, _addr = socket.recv_fds(self.sock, 65536, 8, socket.MSG_CMSG_CLOEXEC)
+        self.fds.extend(fds)
+        self.buf += chunk
+        return bool(chunk)
+
     def read(self, timeout_s: float | None = None) -> Any:
         """The next frame, or None when the peer closed the connection first; with
         ``timeout_s`` the whole frame must arrive within it (socket.timeout)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
-            if len(self.buf) >= FRAME.size:
-                (n,) = FRAME.unpack_from(self.buf)
-                if n > MAX_FRAME:
-                    raise ValueError(f"a frame of {n} bytes: not a benchrun peer")
-                if len(self.buf) >= FRAME.size + n:
-                    data, self.buf = self.buf[FRAME.size:FRAME.size + n], self.buf[FRAME.size + n:]
-                    return json.loads(data)
+            done, frame = self._take()
+            if done:
+                return frame
             if deadline is not None:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise socket.timeout("the request did not arrive in time")
                 self.sock.settimeout(left)
-            chunk, fds, _flags, _addr = socket.recv_fds(self.sock, 65536, 8, socket.MSG_CMSG_CLOEXEC)
-            self.fds.extend(fds)
-            if not chunk:
+            if not self._recv():
                 return None
-            self.buf += chunk
+
+    def poll(self) -> tuple[bool, Any]:
+        """For a non-blocking socket that select() found readable: (True, frame) once a whole
+        frame arrived, (True, None) when the peer closed first, (False, None) when more must come."""
+        done, frame = self._take()
+        if done:
+            return done, frame
+        try:
+            if not self._recv():
+                return True, None
+        except (BlockingIOError, InterruptedError):
+            return False, None
+        return self._take()
 
     def close_fds(self) -> None:
         _close_all(self.fds)

@@ -18,7 +18,9 @@ from benchrun.warm.frames import FrameReader, _close_all, send_frame
 from benchrun.warm.key import WarmError, code_root, socket_path
 
 DEFAULT_IDLE_S = 1800.0
-REQUEST_TIMEOUT_S = 5.0
+# A peer has this long, from its connection, to send its whole request; one that is silent
+# delays no other (the server reads every request as it comes, in one selector).
+REQUEST_TIMEOUT_S = 2.0
 # In a served command's process: the server it was forked from (its pid), for the command to
 # say how it ran; None in a process of its own.
 served_by: dict[str, Any] | None = None
@@ -78,6 +80,7 @@ class Server:
         self.pid = os.getpid()
         self.context = process_context()
         self.ino = -1
+        self.requests: dict[socket.socket, tuple[FrameReader, float]] = {}  # being read: reader, deadline
 
     def say(self, msg: str) -> None:
         print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} [pid {os.getpid()}] {msg}", file=self.log, flush=True)
@@ -109,17 +112,22 @@ class Server:
         sel.register(listener, selectors.EVENT_READ, ("listen", None))
         self.sel = sel
         while True:
-            for key, _ in sel.select(timeout=1.0):
+            now = time.monotonic()
+            wait = min([1.0, *(max(0.0, d - now) for _r, d in self.requests.values())])
+            for key, _ in sel.select(timeout=wait):
                 kind, pid = key.data
                 try:
                     if kind == "listen":
                         self.accept(listener)
+                    elif kind == "request":
+                        self.request_event(pid, listener)
                     elif kind == "exit":
                         self.reap(pid)
                     elif kind == "client" and pid in self.children:  # (reaped in this batch: nothing to do)
                         self.client_event(pid)
                 except Exception as exc:  # one command's trouble must not end the server
                     self.say(f"{kind} event of child {pid}: {type(exc).__name__}: {exc}")
+            self.expire_requests()
             if not self.children:
                 idle = time.monotonic() - self.last_active
                 if self.stopping or idle > self.idle_s or not self.owns_path():
@@ -133,6 +141,8 @@ class Server:
         """Stop listening; whoever connected meanwhile is told to run the command itself."""
         if self.owns_path():
             self.path.unlink(missing_ok=True)
+        for conn in list(self.requests):
+            self._drop_request(conn, "the warm orchestrator is stopping")
         listener.setblocking(False)
         while True:
             try:
@@ -146,12 +156,12 @@ class Server:
                     pass
 
     def accept(self, listener: socket.socket) -> None:
+        """Take a connection, greet it and read its request as it arrives (request_event)."""
         try:
             conn, _ = listener.accept()
         except OSError:
             return
         self.last_active = time.monotonic()
-        reader = FrameReader(conn)
         try:
             _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
                                                                   struct.calcsize("3i")))
@@ -159,7 +169,60 @@ class Server:
                 self.say(f"refused a peer of uid {uid}")
                 conn.close()
                 return
-            req = reader.read(REQUEST_TIMEOUT_S)
+            conn.setblocking(False)
+            send_frame(conn, {"hello": os.getpid()})  # a few bytes into an empty buffer: never blocks
+        except OSError as exc:
+            self.say(f"a connection failed before its request: {exc}")
+            conn.close()
+            return
+        import selectors
+
+        self.requests[conn] = (FrameReader(conn), time.monotonic() + REQUEST_TIMEOUT_S)
+        self.sel.register(conn, selectors.EVENT_READ, ("request", conn))
+
+    def _drop_request(self, conn: socket.socket, why: str | None = None) -> None:
+        reader, _deadline = self.requests.pop(conn)
+        self.sel.unregister(conn)
+        reader.close_fds()
+        if why:
+            try:
+                conn.settimeout(0.1)
+                send_frame(conn, {"error": why, "not_started": True})
+            except OSError:
+                pass
+        conn.close()
+
+    def expire_requests(self) -> None:
+        """End the connections whose request did not arrive in time (nothing was started)."""
+        now = time.monotonic()
+        for conn, (_reader, deadline) in list(self.requests.items()):
+            if now >= deadline:
+                self.say(f"a peer sent no whole request within {REQUEST_TIMEOUT_S:.0f} s; closed")
+                self._drop_request(conn, "the request did not arrive in time")
+
+    def request_event(self, conn: socket.socket, listener: socket.socket) -> None:
+        if conn not in self.requests:  # (dropped earlier in this batch)
+            return
+        reader, _deadline = self.requests[conn]
+        try:
+            done, req = reader.poll()
+        except Exception as exc:  # a bad peer must never take the server down
+            self.say(f"a request failed before it started: {type(exc).__name__}: {exc}")
+            self._drop_request(conn)
+            return
+        if not done:
+            return
+        del self.requests[conn]
+        self.sel.unregister(conn)
+        try:
+            conn.settimeout(REQUEST_TIMEOUT_S)  # the answers: a peer that reads nothing is dropped
+            self.handle(conn, reader, req, listener)
+        finally:
+            reader.close_fds()
+
+    def handle(self, conn: socket.socket, reader: FrameReader, req: Any, listener: socket.socket) -> None:
+        """Answer one whole request: ping, stop, or run (a fork that becomes the command)."""
+        try:
             op = req.get("op") if isinstance(req, dict) else None
             if op == "ping":
                 send_frame(conn, {"pid": os.getpid(), "path": str(self.path), "running": len(self.children),
@@ -191,8 +254,6 @@ class Server:
         except Exception as exc:  # a bad peer must never take the server down
             self.say(f"a request failed before it started: {type(exc).__name__}: {exc}")
             conn.close()
-        finally:
-            reader.close_fds()
 
     def fork(self, conn: socket.socket, req: dict[str, Any], fds: list[int], listener: socket.socket) -> None:
         argv = req["argv"]
@@ -245,6 +306,9 @@ class Server:
                 for other, other_pidfd, *_ in self.children.values():
                     other.close()
                     os.close(other_pidfd)
+                for pending, (pending_reader, _deadline) in self.requests.items():
+                    pending.close()
+                    _close_all(pending_reader.fds)
                 code = become_command(req, fds, conn)
             except NotStarted as exc:
                 send_frame(conn, {"error": str(exc), "not_started": True})
