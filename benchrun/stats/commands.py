@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import typer
@@ -124,9 +125,22 @@ def report(run_id: str = typer.Argument(..., help="Run id or run directory.")) -
     from benchrun.report.html import build_report
     from benchrun.stats.load import resolve_run
 
-    path = build_report(resolve_run(run_id))
+    run_dir = resolve_run(run_id)
+    path = build_report(run_dir)
+    _resign(run_dir)
     typer.echo(f"report: {path}")
     typer.echo(f"figures: {path.parent.parent / 'figures'}")
+
+
+def _resign(run_dir: "Path") -> None:
+    """The report and figures are signed files: sign the run again through the run's own path
+    (lifecycle.sign_publication: a run never signed stays unsigned), so `verify` still passes."""
+    from benchrun import lifecycle
+    from benchrun.rundir import RunDir
+
+    run_dir = Path(run_dir)
+    if (run_dir / "status.json").is_file() and run_dir.parent.name == "runs":
+        lifecycle.sign_publication(RunDir(run_dir.parent.parent, run_dir.name))
 
 
 def register(app: typer.Typer) -> None:
