@@ -134,13 +134,14 @@ def report(run_id: str = typer.Argument(..., help="Run id or run directory.")) -
 
 def _resign(run_dir: "Path") -> None:
     """The report and figures are signed files: sign the run again through the run's own path
-    (lifecycle.sign_publication: a run never signed stays unsigned), so `verify` still passes."""
-    from benchrun import lifecycle
-    from benchrun.rundir import RunDir
+    (a run never signed stays unsigned; one whose evidence was edited is not re-signed)."""
+    from benchrun.provenance.signing import resign_if_intact
 
     run_dir = Path(run_dir)
     if (run_dir / "status.json").is_file() and run_dir.parent.name == "runs":
-        lifecycle.sign_publication(RunDir(run_dir.parent.parent, run_dir.name))
+        why = resign_if_intact(run_dir)
+        if why:
+            typer.echo(f"warning: {run_dir.name}: {why}", err=True)
 
 
 def register(app: typer.Typer) -> None:
