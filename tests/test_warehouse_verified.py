@@ -68,3 +68,30 @@ def test_a_partition_with_value_as_text_is_left_out_with_a_warning(signed_home: 
     res = query("SELECT run_id, avg(value) AS v FROM measurement_fact GROUP BY run_id", signed_home)
     assert [r["run_id"] for r in res.table.to_pylist()] == [other.run_id]  # avg(VARCHAR) broke every run
     assert any(str(part) in n and "another schema" in n and "value is string" in n for n in res.notes)
+
+
+def test_on_a_copied_home_verify_and_lineage_name_the_copy(signed_home: Path, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 28 item 7: on a copied home, verify and lineage named the original home's objects."""
+    import shutil
+
+    from benchrun.warehouse.lineage import trace
+
+    copy = tmp_path / "copied-home"
+    shutil.copytree(signed_home, copy)
+    monkeypatch.setenv("BENCHRUN_HOME", str(copy))
+    reports = trace(copy, RUN_ID, "tflops")
+    assert reports and str(signed_home) not in json_dump(reports) and reports[0].store_uri.startswith(copy.as_uri())
+    store = open_store(None, copy)
+    entry = store.load_manifest(RUN_ID).entry(f"raw/{RUN_ID}_gemm_r1.log")
+    obj = store.path_of(entry.key)
+    obj.chmod(0o644)
+    obj.write_text("forged\n")
+    out = CliRunner().invoke(app, ["verify", RUN_ID])
+    assert out.exit_code != 0 and str(obj) in str(out.exception) and str(signed_home) not in str(out.exception)
+
+
+def json_dump(reports) -> str:
+    import json
+
+    return json.dumps([r.to_json() for r in reports], default=str)
