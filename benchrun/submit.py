@@ -235,7 +235,8 @@ def execute(prepared: Prepared, *, home: Path | str | None = None, instance: Any
     register_partition(instance, prepared.run_id)
     job = defs.resolve_job_def(JOB_NAME)
     # The run log is in the UI; the terminal shows benchrun's own progress instead.
-    quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+    # Errors too: a failed step prints benchrun's one-line reason, not Dagster's stack traces (run log).
+    quiet = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
     # The launcher's settings as the environment has them now, not when the definitions were
     # imported (a warm orchestrator imported them before this command's environment existed).
     return job.execute_in_process(

@@ -133,8 +133,8 @@ def test_a_killed_executor_not_yet_waited_for_is_dead() -> None:
         child.wait()
 
 
-def _cli(home: Path, *args: str, **kw) -> subprocess.Popen:
-    env = {**os.environ, "BENCHRUN_HOME": str(home), "PYTHONPATH": str(REPO), "COLUMNS": "200"}
+def _cli(home: Path, *args: str, env_extra: dict[str, str] | None = None, **kw) -> subprocess.Popen:
+    env = {**os.environ, "BENCHRUN_HOME": str(home), "PYTHONPATH": str(REPO), "COLUMNS": "200", **(env_extra or {})}
     env.pop("DAGSTER_HOME", None)
     return subprocess.Popen([sys.executable, "-m", "benchrun.cli", *args], env=env, cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
@@ -432,3 +432,28 @@ def test_a_failed_run_never_keeps_the_outcome_succeeded(bench_home, canary_doc, 
     assert mark_run_failed(bench_home, prepared.run_id, "storing the evidence: the disk is full")
     st = RunDir.for_run(prepared.run_id).read_status()
     assert (st["phase"], st["outcome"]) == ("Failed", "failed")
+
+
+@pytest.mark.slow
+def test_a_failed_step_prints_benchruns_reason_not_dagsters_stack_traces(bench_home, canary_doc, write_spec):
+    """Issue 28 item 7: S3 dying mid-run ended correctly but printed 9 Dagster stack traces."""
+    import dagster as dg
+
+    canary_doc["spec"]["trials"]["minReplicates"] = 3
+    canary_doc["spec"]["layers"] = tiny_layers([{"name": "gemm", "repoCommand": "python -m benchrun.suites.gemm",
+                                                 "parameters": {"sizes": [64], "iterations": 2}}])
+    canary_doc["spec"]["sinks"]["rawArtifacts"]["pathTemplate"] = "s3://bucket/${RUN_ID}/"
+    proc = _cli(bench_home, "run", str(write_spec(canary_doc)),
+                env_extra={"BENCHRUN_S3_ENDPOINT_URL": "http://127.0.0.1:1", "AWS_ACCESS_KEY_ID": "x",
+                           "AWS_SECRET_ACCESS_KEY": "y", "AWS_DEFAULT_REGION": "us-east-1"})
+    out, err = proc.communicate(timeout=300)
+    text = out + err
+    assert proc.returncode == 1, text[-3000:]
+    assert "Stack Trace" not in text and "dagster - ERROR" not in text and "Traceback" not in text, text[-3000:]
+    [line] = [ln for ln in text.splitlines() if ln.startswith("orchestration failed:")]
+    assert "S3 endpoint unreachable" in line
+    instance = sub.get_instance()
+    [run] = instance.get_runs(filters=dg.RunsFilter(job_name="benchmark_run_job"))
+    assert run.status == dg.DagsterRunStatus.FAILURE
+    failures = [e for e in instance.all_logs(run.run_id) if e.dagster_event and e.dagster_event.is_step_failure]
+    assert failures  # the stack trace stays in the run log
