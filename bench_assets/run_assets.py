@@ -109,9 +109,10 @@ def run_status_asset(extra_deps: list[dg.AssetKey]) -> dg.AssetsDefinition:
             from benchrun.report.html import write_report
 
             write_report(rd.path)
-        lifecycle.sign_publication(rd)  # the signature covers the final report too
-        # The run fact was curated while the run was Analyzing; record its final phase.
+        # The run fact was curated while the run was Analyzing; record its final phase (before
+        # signing: the statement hashes the run's warehouse partitions).
         curate_run(rd.path, rd.home, tables=["benchmark_run_fact"])
+        lifecycle.sign_publication(rd)  # the signature covers the final report too
         from benchrun.sharedstate import push_run
 
         push_run(rd.path, rd.home)  # the finished run and its warehouse partitions (when shared)

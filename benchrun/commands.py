@@ -207,7 +207,12 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
     how = f" in a fork of the warm orchestrator (pid {served['server_pid']})" if served else ""
     console.print(f"run [bold]{prepared.run_id}[/] (spec {prepared.spec_digest[:19]}…) → {prepared.run_dir}{how}")
     rd = RunDir.for_run(prepared.run_id)
-    start_heartbeat(rd.home, rd.run_id)  # a kill -9 from here on is found and marked Failed
+    try:
+        start_heartbeat(rd.home, rd.run_id)  # a kill -9 from here on is found and marked Failed
+    except OSError as exc:  # a full disk: the run cannot be watched, so it does not start
+        reason = f"its liveness claim could not be written ({exc.strerror or exc}); nothing was run"
+        _settle_failed(rd, reason)  # (if even that fails, the next reap finds it unclaimed)
+        raise BenchrunError(f"run {rd.run_id} failed: {reason}") from None
     try:
         instance = sub.get_instance()
         reap(console, instance)

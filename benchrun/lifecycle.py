@@ -128,7 +128,7 @@ def record_evidence(rd: RunDir, loaded: Any, open_store_for: Callable[[str, int 
     from benchrun.store import open_store, retention_days_for_class
 
     outcome, issues = settle_layers(rd)
-    rd.update_status(outcome=outcome, issues=issues)
+    rd.update_status(outcome=outcome, issues=issues, outcome_measured=None)
     from benchrun.telemetry.conditions import apply_run_conditions
 
     apply_run_conditions(rd)  # TelemetryCollected, ReplicatesUncontended (publication: guarantee)
@@ -165,7 +165,10 @@ def record_evidence(rd: RunDir, loaded: Any, open_store_for: Callable[[str, int 
 def finalize(rd: RunDir) -> dict[str, Any]:
     """Succeeded unless the outcome is failed; the exit code follows the outcome."""
     st = rd.read_status()
-    outcome = st.get("outcome") or settle_layers(rd)[0]
+    # A step failed and was retried: the outcome the suites measured, not the failure's "failed".
+    outcome = st.get("outcome_measured") or st.get("outcome") or settle_layers(rd)[0]
+    if st.get("outcome_measured"):
+        rd.update_status(outcome=outcome, outcome_measured=None)
     rd.set_condition("Complete", outcome == "succeeded", outcome.capitalize(),
                      "; ".join(st.get("issues") or []) or "every replicate succeeded")
     if outcome != "failed":

@@ -219,7 +219,55 @@ def reap_dead_runs(home: Path | str | None = None, instance: Any = None) -> list
         log.warning("reaped %s: %s", run_id, reason)
     if instance is not None:
         reaped.extend(_reap_tagged_dagster_runs(root, instance))
+        reaped.extend(_reap_unclaimed_runs(root, instance))
     return reaped
+
+
+# A run this young may be between its admission and its first claim: never reaped as unclaimed.
+UNCLAIMED_GRACE_S = 60.0
+
+
+def _reap_unclaimed_runs(home: Path, instance: Any, *, now: dt.datetime | None = None,
+                         grace_s: float = UNCLAIMED_GRACE_S) -> list[tuple[str, str]]:
+    """Runs that are not final, have no liveness claim and no Dagster run queued or in progress:
+    their process could not write its claim (a full disk) or lost it, and nothing will ever
+    finish them. A Pending run whose partition is registered is a submission waiting to be
+    materialized and is left alone."""
+    import dagster as dg
+
+    from benchrun.rundir import TERMINAL_PHASES, list_runs, mark_run_failed
+    from benchrun.submit import PARTITIONS_NAME
+
+    now = now or _now()
+    out = []
+    for rd in list_runs(home):
+        try:
+            status = rd.read_status()
+        except Exception as exc:  # noqa: BLE001 - a damaged status.json affects only its run
+            log.warning("run %s: %s", rd.run_id, exc)
+            continue
+        phase = status.get("phase")
+        if phase in TERMINAL_PHASES or liveness_path(home, rd.run_id).exists():
+            continue
+        try:
+            created = dt.datetime.fromisoformat(str(status.get("created_utc")).replace("Z", "+00:00"))
+        except ValueError:
+            continue
+        if (now - created).total_seconds() < grace_s:
+            continue
+        if phase == "Pending" and instance.has_dynamic_partition(PARTITIONS_NAME, rd.run_id):
+            continue  # submitted: waiting for its materialization
+        active = instance.get_runs(filters=dg.RunsFilter(tags={PARTITION_TAG: rd.run_id}, statuses=[
+            dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
+            dg.DagsterRunStatus.STARTED]), limit=1)
+        if active:
+            continue
+        reason = (f"run {rd.run_id} was left {phase} with no liveness claim and no Dagster run in progress: "
+                  "its process could not write its claim (a full disk?) or is gone; nothing after that was recorded")
+        if mark_run_failed(home, rd.run_id, reason):
+            out.append((rd.run_id, reason))
+            log.warning("reaped %s: %s", rd.run_id, reason)
+    return out
 
 
 def _reap_tagged_dagster_runs(home: Path, instance: Any) -> list[tuple[str, str]]:

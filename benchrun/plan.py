@@ -78,6 +78,9 @@ class Invocation:
     cpu: str | None = None
     memory: str | None = None
     shm_size: str | None = None
+    # What the spec's ``env`` and a leading ``env NAME=value`` of the command set for the suite:
+    # recorded with the plan (the environment the suite ran with).
+    suite_env: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -157,6 +160,7 @@ class Invocation:
             "cpu": self.cpu,
             "memory": self.memory,
             "shm_size": self.shm_size,
+            "suite_env": dict(self.suite_env),
         }
 
 
@@ -212,10 +216,45 @@ def build_argv(command: str, values: Mapping[str, str], *, where: str) -> tuple[
                 else "use one of " + ", ".join(sorted(RUNTIME_NAMES | SITE_NAMES))
             )
             raise BenchrunError(f"{where}: placeholder ${{{name}}} has no value: {hint}") from None
-    # `python` means the interpreter benchrun runs under (the venv here; the image's in a pod).
-    if argv[0] in ("python", "python3"):
-        argv[0] = sys.executable
+    # `python` means the interpreter benchrun runs under (the venv here; the image's in a pod),
+    # also after `env VAR=value ...`, as people write it to pin threads.
+    at = command_index(argv)
+    if at is not None and argv[at] in ("python", "python3"):
+        argv[at] = sys.executable
     return tuple(argv)
+
+
+# env(1) options that take a value as the next word.
+_ENV_OPTIONS_WITH_VALUE = frozenset({"-u", "--unset", "-C", "--chdir"})
+
+
+def command_index(argv: list[str] | tuple[str, ...]) -> int | None:
+    """Where the program is in ``argv``: 0, or after a leading ``env [options] NAME=value ...``;
+    None when an env(1) option it does not know makes that unclear (nothing is resolved then)."""
+    if not argv or argv[0] not in ("env", "/usr/bin/env", "/bin/env"):
+        return 0 if argv else None
+    i = 1
+    while i < len(argv):
+        word = argv[i]
+        if word in _ENV_OPTIONS_WITH_VALUE:
+            i += 2
+        elif word in ("-i", "--ignore-environment", "-", "--"):
+            i += 1
+        elif word.startswith("-"):
+            return None
+        elif "=" in word:
+            i += 1
+        else:
+            return i
+    return None
+
+
+def env_assignments(argv: tuple[str, ...]) -> dict[str, str]:
+    """The ``NAME=value`` words of a leading ``env`` in ``argv`` (what the suite ran with)."""
+    at = command_index(argv)
+    if not at:
+        return {}
+    return dict(w.split("=", 1) for w in argv[1:at] if "=" in w and not w.startswith("-"))
 
 
 def base_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -281,8 +320,10 @@ def plan_run(
                     "BENCHRUN_HOME": str(home or run_dir.parent.parent),
                 }
                 argv = build_argv(suite.repo_command, values, where=where)
+                suite_env = {**dict(getattr(suite, "env", None) or {}), **env_assignments(argv)}
                 env = {
                     **env0,
+                    **dict(getattr(suite, "env", None) or {}),  # the spec's env: data, never a shell string
                     "BENCHRUN_RUN_ID": run_id,
                     "BENCHRUN_RUN_DIR": str(run_dir),
                     "BENCHRUN_SUITE": suite.name,
@@ -298,7 +339,7 @@ def plan_run(
                                nodes=nodes, ranks_per_node=max(1, gpus_per_node or 1), gpus_per_node=gpus_per_node,
                                gpus=getattr(suite, "gpus", None), cpu=getattr(suite, "cpu", None),
                                memory=getattr(suite, "memory", None), shm_size=getattr(suite, "shm_size", None),
-                               network=getattr(suite, "network", None))
+                               network=getattr(suite, "network", None), suite_env=suite_env)
                 )
         # Interleave: replicate 1 of every suite, then replicate 2, ... so slow drift of the
         # machine (thermal, background load) spreads over suites instead of biasing one.

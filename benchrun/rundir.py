@@ -258,9 +258,12 @@ def mark_run_failed(home: Path | str | None, run_id: str, reason: str) -> bool:
     rd = RunDir.for_run(run_id, home)
     if not rd.exists():
         return False
-    if rd.read_status().get("phase") in TERMINAL_PHASES:
+    st = rd.read_status()
+    if st.get("phase") in TERMINAL_PHASES:
         return False
     rd.set_condition("Failed", True, "OrchestratorRunFailed", reason)
+    # The outcome column agrees with the phase; what the suites measured is kept for a retry.
+    rd.update_status(outcome="failed", outcome_measured=st.get("outcome_measured") or st.get("outcome"))
     rd.set_phase("Failed", message=reason)
     return True
 

@@ -256,7 +256,8 @@ def execute(prepared: Prepared, *, defs: Any = None, home: Path | str | None = N
     register_partition(instance, prepared.run_id)
     job = defs.resolve_job_def(JOB_NAME)
     # The run log is in the UI; the terminal shows benchrun's own progress instead.
-    quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+    # Errors too: a failed step prints benchrun's one-line reason, not Dagster's stack traces (run log).
+    quiet = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
     # The launcher's settings as the environment has them now, not when the definitions were
     # imported (a warm orchestrator imported them before this command's environment existed):
     # the code location's launcher resource, built again from the environment.

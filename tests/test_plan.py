@@ -82,3 +82,31 @@ def test_multi_node_suite_keeps_gang_placeholders_until_a_node_resolves_them(can
     assert "RANK" not in env  # four ranks per node: the node's launcher (torchrun) assigns them
     one = next(i for i in micro.invocations if i.suite == "one")
     assert one.argv == ("/bin/echo", "0", "localhost:29500", "1") and not one.is_gang
+
+
+def test_suite_env_and_env_command_forms_reach_the_suite_with_the_projects_python(canary_doc, write_spec, tmp_path):
+    """Issue 28 item 8: `env OMP_NUM_THREADS=1 python -m ...` ran the `python` on PATH (only a
+    leading `python` was resolved); a spec's `env:` is passed as data; both are recorded."""
+    from benchrun.launch.local import LocalLauncher
+
+    probe = "import os, sys; print(sys.executable, os.environ['OMP_NUM_THREADS'], os.environ['GREETING'])"
+    canary_doc["spec"]["trials"]["minReplicates"] = 3
+    canary_doc["spec"]["layers"] = tiny_layers([
+        {"name": "pinned", "repoCommand": f"env OMP_NUM_THREADS=1 python -c \"{probe}\"",
+         "env": {"GREETING": "hello; rm -rf / $(id)"}}])
+    run_dir = tmp_path / "runs" / RUN_ID
+    for sub in ("raw", "structured"):
+        (run_dir / sub).mkdir(parents=True)
+    inv = plan_run(load_spec(write_spec(canary_doc)).run, RUN_ID, run_dir)[0].invocations[0]
+    assert inv.argv[:3] == ("env", "OMP_NUM_THREADS=1", sys.executable)
+    assert inv.env["GREETING"] == "hello; rm -rf / $(id)"
+    assert inv.to_json()["suite_env"] == {"GREETING": "hello; rm -rf / $(id)", "OMP_NUM_THREADS": "1"}
+    LocalLauncher().launch(inv, run_dir)
+    assert (run_dir / inv.log_relpath()).read_text().split("\n")[0] == f"{sys.executable} 1 hello; rm -rf / $(id)"
+
+
+@pytest.mark.parametrize("name", ["BENCHRUN_RUN_ID", "DAGSTER_PIPES_CONTEXT", "MASTER_PORT", "1BAD", "A-B"])
+def test_a_suite_env_that_benchrun_sets_itself_or_no_variable_name_is_refused(canary_doc, write_spec, name):
+    canary_doc["spec"]["layers"] = tiny_layers([{"name": "s", "repoCommand": "python -c pass", "env": {name: "x"}}])
+    with pytest.raises(BenchrunError, match="env"):
+        load_spec(write_spec(canary_doc))

@@ -116,3 +116,33 @@ def test_cli_attacks_fail_cleanly_and_limit_applies(home: Path) -> None:
     bad.write_bytes(b"PAR1 truncated")
     out = _cli(home, "query", "SELECT DISTINCT run_id FROM measurement_fact", "--csv")
     assert out.returncode == 0 and out.stdout.splitlines() == ["run_id", "run-b"] and str(bad) in out.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, code", [(2, 130), (15, 143)])
+def test_a_runaway_query_stops_at_once_on_sigint_or_sigterm(home: Path, signum: int, code: int) -> None:
+    """Issue 28 item 6 (8 of the attack): Ctrl-C ran on ~56 s, since the query blocks the main
+    thread inside DuckDB; now the signal interrupts it (DuckDB interrupt()) and the CLI ends."""
+    import signal
+    import time
+
+    env = {**os.environ, "BENCHRUN_HOME": str(home), "BENCHRUN_WARM": "0", "PYTHONPATH": str(REPO)}
+    runaway = "SELECT sum(a.range * b.range) FROM range(1000000000) a, range(1000000) b"
+    prog = ("import sys, duckdb, benchrun.cli as cli, benchrun.warehouse.commands, benchrun.warehouse.views; "
+            "print('imported', file=sys.stderr, flush=True); sys.argv = ['benchrun', 'query', sys.argv[1]]; cli.main()")
+    proc = subprocess.Popen([sys.executable, "-c", prog, runaway], env=env, cwd=home,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr.readline() == "imported\n"
+        time.sleep(2.0)  # the views are built and the query runs
+        assert proc.poll() is None
+        t0 = time.monotonic()
+        proc.send_signal(signum)
+        _out, err = proc.communicate(timeout=20)
+        assert time.monotonic() - t0 < 3.0
+        assert proc.returncode == code, err
+        assert "Traceback" not in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -133,8 +133,8 @@ def test_a_killed_executor_not_yet_waited_for_is_dead() -> None:
         child.wait()
 
 
-def _cli(home: Path, *args: str, **kw) -> subprocess.Popen:
-    env = {**os.environ, "BENCHRUN_HOME": str(home), "PYTHONPATH": str(REPO), "COLUMNS": "200"}
+def _cli(home: Path, *args: str, env_extra: dict[str, str] | None = None, **kw) -> subprocess.Popen:
+    env = {**os.environ, "BENCHRUN_HOME": str(home), "PYTHONPATH": str(REPO), "COLUMNS": "200", **(env_extra or {})}
     env.pop("DAGSTER_HOME", None)
     return subprocess.Popen([sys.executable, "-m", "benchrun.cli", *args], env=env, cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
@@ -377,3 +377,83 @@ def test_cli_run_draws_figures_in_the_background_only_for_itself(bench_home, can
     CliRunner().invoke(app, ["run", str(write_spec(canary_doc))])
     assert seen == ["background"]
     assert worker.ENV not in os.environ
+
+
+def _backdate(run_id: str, seconds: float = 3600) -> None:
+    rd = RunDir.for_run(run_id)
+    created = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=seconds)
+    rd.update_status(created_utc=created.isoformat().replace("+00:00", "Z"))
+
+
+def test_a_run_that_never_wrote_its_liveness_claim_is_failed_and_a_submission_is_not(
+        bench_home, canary_doc, write_spec) -> None:
+    """Issue 28 item 5: with 20 KB free the run never wrote its claim and stayed Pending for ever
+    (the reaper took it for a submission); a real submission (its partition registered) waits."""
+    instance = sub.get_instance()
+    lost = sub.prepare(write_spec(canary_doc))  # `benchrun run` admitted it, then could not claim it
+    time.sleep(1.1)
+    waiting = sub.submit(write_spec(canary_doc, "other.yaml"), instance=instance)
+    young = sub.prepare(write_spec(canary_doc, "third.yaml"))  # between admission and its claim
+    for prepared in (lost, waiting):
+        _backdate(prepared.run_id)
+    reaped = dict(reap_dead_runs(bench_home, instance))
+    assert lost.run_id in reaped and waiting.run_id not in reaped and young.run_id not in reaped
+    st = RunDir.for_run(lost.run_id).read_status()
+    assert st["phase"] == "Failed" and st["outcome"] == "failed" and "no liveness claim" in st["message"]
+    assert RunDir.for_run(waiting.run_id).read_status()["phase"] == "Pending"
+    assert RunDir.for_run(young.run_id).read_status()["phase"] == "Pending"
+
+
+def test_a_claim_that_cannot_be_written_fails_the_run_with_the_reason(bench_home, canary_doc, write_spec,
+                                                                      monkeypatch) -> None:
+    from typer.testing import CliRunner
+
+    from benchrun import liveness
+    from benchrun.cli import app
+
+    def full(path, *a, **kw):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(liveness, "atomic_write_json", full)
+    result = CliRunner().invoke(app, ["run", str(write_spec(canary_doc))])
+    assert isinstance(result.exception, BenchrunError), result.exception
+    assert "liveness claim could not be written (No space left on device)" in str(result.exception)
+    [run_dir] = (bench_home / "runs").iterdir()
+    st = json.loads((run_dir / "status.json").read_text())
+    assert st["phase"] == "Failed" and st["outcome"] == "failed" and "liveness claim" in st["message"]
+
+
+def test_a_failed_run_never_keeps_the_outcome_succeeded(bench_home, canary_doc, write_spec) -> None:
+    """At 150-1500 KB free runs ended Failed with outcome "succeeded" (set before storing failed)."""
+    from benchrun.rundir import mark_run_failed
+
+    prepared = sub.prepare(write_spec(canary_doc))
+    RunDir.for_run(prepared.run_id).update_status(outcome="succeeded", phase="Analyzing")
+    assert mark_run_failed(bench_home, prepared.run_id, "storing the evidence: the disk is full")
+    st = RunDir.for_run(prepared.run_id).read_status()
+    assert (st["phase"], st["outcome"]) == ("Failed", "failed")
+
+
+@pytest.mark.slow
+def test_a_failed_step_prints_benchruns_reason_not_dagsters_stack_traces(bench_home, canary_doc, write_spec):
+    """Issue 28 item 7: S3 dying mid-run ended correctly but printed 9 Dagster stack traces."""
+    import dagster as dg
+
+    canary_doc["spec"]["trials"]["minReplicates"] = 3
+    canary_doc["spec"]["layers"] = tiny_layers([{"name": "gemm", "repoCommand": "python -m benchrun.suites.gemm",
+                                                 "parameters": {"sizes": [64], "iterations": 2}}])
+    canary_doc["spec"]["sinks"]["rawArtifacts"]["pathTemplate"] = "s3://bucket/${RUN_ID}/"
+    proc = _cli(bench_home, "run", str(write_spec(canary_doc)),
+                env_extra={"BENCHRUN_S3_ENDPOINT_URL": "http://127.0.0.1:1", "AWS_ACCESS_KEY_ID": "x",
+                           "AWS_SECRET_ACCESS_KEY": "y", "AWS_DEFAULT_REGION": "us-east-1"})
+    out, err = proc.communicate(timeout=300)
+    text = out + err
+    assert proc.returncode == 1, text[-3000:]
+    assert "Stack Trace" not in text and "dagster - ERROR" not in text and "Traceback" not in text, text[-3000:]
+    [line] = [ln for ln in text.splitlines() if ln.startswith("orchestration failed:")]
+    assert "S3 endpoint unreachable" in line
+    instance = sub.get_instance()
+    [run] = instance.get_runs(filters=dg.RunsFilter(job_name="benchmark_run_job"))
+    assert run.status == dg.DagsterRunStatus.FAILURE
+    failures = [e for e in instance.all_logs(run.run_id) if e.dagster_event and e.dagster_event.is_step_failure]
+    assert failures  # the stack trace stays in the run log

@@ -153,6 +153,19 @@ def test_path_template_is_checked_at_admission(canary_doc, write_spec, bench_hom
     assert not (bench_home / "runs").exists() or not any((bench_home / "runs").iterdir())
 
 
+def test_validate_applies_the_admission_rule_for_path_template(canary_doc, write_spec, bench_home) -> None:
+    """Issue 28 item 7: `validate` accepted a pathTemplate outside the home that `run` rejects."""
+    from benchrun.spec.validation import validate_path
+
+    canary_doc["spec"]["sinks"]["rawArtifacts"]["pathTemplate"] = "/etc/benchrun-${RUN_ID}/"
+    [result] = validate_path(write_spec(canary_doc))
+    assert not result.valid
+    assert any(e.path.endswith("pathTemplate") and "BENCHRUN_STORE_ROOTS" in e.message for e in result.errors), \
+        result.errors
+    canary_doc["spec"]["sinks"]["rawArtifacts"]["pathTemplate"] = "objects/${RUN_ID}/"
+    assert validate_path(write_spec(canary_doc, "ok.yaml"))[0].valid
+
+
 def test_local_stores_are_confined_to_the_home_or_configured_roots(tmp_path: Path, monkeypatch) -> None:
     home = tmp_path / "home"
     home.mkdir()

@@ -161,6 +161,7 @@ def test_a_malformed_request_neither_ends_the_server_nor_keeps_the_clients_descr
     for doc in ([], {"op": "run", "argv": 5}, {"op": "run", "argv": ["benchrun"], "env": {"A": 1}}):
         with so.socket(so.AF_UNIX, so.SOCK_STREAM) as sock:
             sock.connect(str(server["path"]))
+            assert "hello" in warmstart.FrameReader(sock).read(10)
             warmstart.send_frame(sock, doc, [w, w, w])
             answer = warmstart.FrameReader(sock).read(10)
             assert answer is None or answer.get("not_started") or "error" in answer
@@ -176,6 +177,54 @@ def test_a_malformed_request_neither_ends_the_server_nor_keeps_the_clients_descr
             time.sleep(0.05)
     os.close(r)
     assert warmstart.request(server["path"], "ping")["pid"] == server["proc"].pid
+
+
+def test_silent_peers_delay_no_other_request(server):
+    """Twelve connections that never send a byte: a ping still answers at once (it waited up to
+    5 s on each in turn, 59 s for `benchrun runs`), and the server closes them at its deadline."""
+    import socket as so
+
+    silent = []
+    for _ in range(12):
+        sock = so.socket(so.AF_UNIX, so.SOCK_STREAM)
+        sock.connect(str(server["path"]))
+        silent.append(sock)
+    try:
+        t0 = time.monotonic()
+        assert warmstart.request(server["path"], "ping")["pid"] == server["proc"].pid
+        assert time.monotonic() - t0 < 1.5
+        proc = _cli(server["env"], "validate", "specs/local/canary.yaml")
+        assert proc.returncode == 0 and "1 valid" in proc.stdout
+        for sock in silent:  # each is told, once its deadline passed, that nothing was started
+            sock.settimeout(10)
+            reader = warmstart.FrameReader(sock)
+            assert "hello" in reader.read(10)
+            answer = reader.read(10)
+            assert answer is None or answer.get("not_started")
+    finally:
+        for sock in silent:
+            sock.close()
+
+
+def test_a_server_that_never_answers_is_not_waited_for(tmp_path):
+    """A listener that accepts but never reads (a stopped or stuck server): the command runs in
+    the client's own process after a short wait, and nothing was sent that could start it there."""
+    import socket as so
+
+    sockdir = tempfile.mkdtemp(prefix="bw-", dir="/tmp")
+    os.chmod(sockdir, 0o700)
+    env = _env(sockdir)
+    with so.socket(so.AF_UNIX, so.SOCK_STREAM) as listener:
+        listener.bind(str(warmstart.socket_path(env)))
+        listener.listen(16)
+        t0 = time.monotonic()
+        proc = _cli(env, "validate", "specs/local/canary.yaml", timeout=60)
+        assert proc.returncode == 0 and "1 valid" in proc.stdout, proc.stderr
+        assert time.monotonic() - t0 < 30
+        conn, _ = listener.accept()
+        with conn:
+            conn.settimeout(2)
+            assert conn.recv(65536) == b""  # the client sent no request before it gave up
 
 
 def _gone(pid: int, timeout_s: float = 30) -> None:

@@ -224,7 +224,8 @@ class LocalLauncher:
             for n in range(inv.nodes):
                 # Only node 0 speaks Dagster Pipes: one session per replicate, closed once.
                 pipes = {k: v for k, v in (extra_env or {}).items() if n == 0 or not k.startswith("DAGSTER_PIPES")}
-                env = {**inv.env, "OMP_NUM_THREADS": threads, **pipes,
+                own = {"OMP_NUM_THREADS": inv.env["OMP_NUM_THREADS"]} if "OMP_NUM_THREADS" in inv.suite_env else {}
+                env = {**inv.env, "OMP_NUM_THREADS": threads, **own, **pipes,
                        **inv.node_env(n, master_addr=master, master_port=port, node_name=local_node_name(n))}
                 path = run_dir / inv.node_log_relpath(n)
                 logf = path.open("wb")

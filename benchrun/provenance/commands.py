@@ -31,6 +31,15 @@ def _verify_one(run_id: str, public_key: Path | None, pinned: tuple[str, ...]) -
            else "(the spec requested no backend) ")
         + f"at {(st.predicate.get('timestamps') or {}).get('signed_utc')}",
     ]
+    from benchrun.provenance.statement import missing_partitions
+
+    parts = st.predicate.get("warehouse_partitions")
+    if parts is None:
+        lines.append("  not covered: the run's warehouse partitions (signed before they were hashed into the statement)")
+    else:
+        gone = missing_partitions(st, rd.home)
+        lines.append(f"  {len(parts) - len(gone)} warehouse partitions unchanged"
+                     + (f"; {len(gone)} no longer present (retention?): {', '.join(gone[:5])}" if gone else ""))
     for rel in uncovered_files(rd.path, st):
         why = never_signed_why(rd.run_id, rel) or "added or replaced after signing: not covered by the signature"
         lines.append(f"  not covered: {rel} ({why})")

@@ -17,7 +17,8 @@ from benchrun.errors import BenchrunError
 from benchrun.paths import validate_run_id
 from benchrun.provenance import dsse
 from benchrun.provenance.keys import default_public_key, keyid_of, load_public_key, load_signing_key
-from benchrun.provenance.statement import Statement, build_statement, canonical_json, subject_mismatches
+from benchrun.provenance.statement import (
+    Statement, build_statement, canonical_json, partition_mismatches, subject_mismatches)
 from benchrun.rundir import utc_now
 from benchrun.fsio import atomic_write_json
 
@@ -69,7 +70,7 @@ def sign_run(run_dir: Path, home: Path | str | None = None, *, backend_requested
     run_dir = Path(run_dir)
     key = load_signing_key(home)
     statement = build_statement(run_dir, backend_requested=backend_requested, backend_used=BACKEND_USED,
-                                signed_utc=utc_now())
+                                signed_utc=utc_now(), home=Path(home) if home else None)
     envelope = dsse.sign(dsse.IN_TOTO_PAYLOAD_TYPE, canonical_json(statement), key.private, key.keyid)
     path = envelope_path(run_dir)
     atomic_write_json(path, envelope.to_json())
@@ -133,6 +134,12 @@ def verify_run(run_dir: Path, public_key_path: Path | str | None = None, *,
     if bad:
         raise BenchrunError(f"{path}: signature valid, but {len(bad)} signed file(s) changed since signing: "
                             f"{', '.join(bad[:10])}{' ...' if len(bad) > 10 else ''}")
+    # The warehouse of the home this run directory is in (a copied home: its own warehouse).
+    bad = partition_mismatches(statement, run_dir.parent.parent)
+    if bad:
+        raise BenchrunError(f"{path}: signature valid, but {len(bad)} warehouse partition(s) of the run changed "
+                            f"since signing: {', '.join(bad[:10])}{' ...' if len(bad) > 10 else ''}; "
+                            "curate the run again (benchrun rebuild-warehouse) from its verified evidence")
     return statement
 
 
@@ -193,3 +200,27 @@ def run_store_template(run_dir: Path) -> str | None:
         return doc["spec"]["sinks"]["rawArtifacts"].get("pathTemplate")
     except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError):
         return None
+
+
+def resign_if_intact(run_dir: Path, home: Path | str | None = None) -> str | None:
+    """After one of benchrun's own commands rewrote signed files (a report, the run's warehouse
+    partitions): sign the run again through the run's own path (lifecycle.sign_publication), but
+    only when its current signature verifies and the evidence files it signed are unchanged —
+    re-signing must never launder an edit. None when re-signed or never signed; else why not."""
+    from benchrun import lifecycle
+    from benchrun.rundir import RunDir
+
+    run_dir = Path(run_dir)
+    path = envelope_path(run_dir)
+    if not path.is_file():
+        return None  # a run never signed stays unsigned
+    try:
+        statement = verify_envelope(path, home=home or run_dir.parent.parent)
+    except BenchrunError as exc:
+        return f"not signed again: the current signature cannot be checked ({exc})"
+    sealed = set(statement.subjects) - set(statement.predicate.get("published_files") or [])
+    bad = [b for b in subject_mismatches(statement, run_dir) if b.split(" (")[0] in sealed]
+    if bad:
+        return f"not signed again: its signed evidence changed since signing ({', '.join(bad[:5])})"
+    lifecycle.sign_publication(RunDir(run_dir.parent.parent, run_dir.name))
+    return None

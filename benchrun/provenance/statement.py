@@ -112,8 +112,62 @@ def published_subjects(run_dir: Path, sealed: set[str]) -> list[dict[str, Any]]:
     return out
 
 
+def warehouse_partitions(home: Path, run_id: str) -> dict[str, str]:
+    """The run's curated partition files, ``<table>/run_id=<id>/part.parquet`` (relative to the
+    home's warehouse/) -> sha256: what query and lineage read for this run."""
+    from benchrun.warehouse.schemas import TABLES
+    from benchrun.warehouse.writer import warehouse_root
+
+    run_id = validate_run_id(run_id)
+    out = {}
+    for table in sorted(TABLES):
+        f = warehouse_root(home) / table / f"run_id={run_id}" / "part.parquet"
+        if f.is_file():
+            out[f"{table}/run_id={run_id}/part.parquet"] = sha256_file(f)
+    return out
+
+
+def partition_mismatches(statement: "Statement", home: Path) -> list[str]:
+    """Signed warehouse partitions whose bytes changed (a partition removed since, by retention
+    or by hand, is not a mismatch: its rows are gone, not altered; ``missing_partitions``)."""
+    from benchrun.warehouse.writer import warehouse_root
+
+    bad = []
+    root = warehouse_root(home).resolve()
+    for rel, sha in sorted((statement.predicate.get("warehouse_partitions") or {}).items()):
+        path = (warehouse_root(home) / rel).resolve()
+        if not path.is_relative_to(root):
+            bad.append(f"warehouse/{rel} (outside the warehouse)")
+        elif path.is_file() and sha256_file(path) != sha:
+            bad.append(f"warehouse/{rel} (sha256 differs)")
+    return bad
+
+
+def missing_partitions(statement: "Statement", home: Path) -> list[str]:
+    """Signed warehouse partitions no longer present (retention removes them)."""
+    from benchrun.warehouse.writer import warehouse_root
+
+    return [f"warehouse/{rel}" for rel in sorted(statement.predicate.get("warehouse_partitions") or {})
+            if not (warehouse_root(home) / rel).is_file()]
+
+
+def signed_partitions_unverified(run_dir: Path) -> dict[str, str] | None:
+    """The partition hashes in the run's statement, read WITHOUT checking the signature (for
+    query's warnings only; `verify` checks the signature); None when the run has none."""
+    from benchrun.provenance import dsse
+
+    run_id = validate_run_id(run_dir.name)
+    try:
+        doc = json.loads((run_dir / "reports" / f"{run_id}_provenance.dsse.json").read_text(encoding="utf-8"))
+        statement = json.loads(dsse.Envelope.from_json(doc).payload)
+        parts = statement["predicate"].get("warehouse_partitions")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return parts if isinstance(parts, dict) else None
+
+
 def build_statement(run_dir: Path, *, backend_requested: str | None, backend_used: str,
-                    signed_utc: str) -> dict[str, Any]:
+                    signed_utc: str, home: Path | None = None) -> dict[str, Any]:
     """The Statement for the run in ``run_dir`` (its status.json and manifest.json must exist)."""
     run_id = validate_run_id(run_dir.name)
     status = _read_json(run_dir / "status.json", "the run has no status")
@@ -150,6 +204,8 @@ def build_statement(run_dir: Path, *, backend_requested: str | None, backend_use
     published = published_subjects(run_dir, {x["name"] for x in sealed})
     predicate["published_files"] = sorted(x["name"] for x in published)
     predicate["not_signed"] = list(unsigned_names(run_id))
+    # The run's rows in the warehouse, as curated when it was signed (query and lineage read these).
+    predicate["warehouse_partitions"] = warehouse_partitions(Path(home) if home else run_dir.parent.parent, run_id)
     return {
         "_type": STATEMENT_TYPE,
         "subject": sorted(sealed + published, key=lambda x: x["name"]),

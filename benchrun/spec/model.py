@@ -181,12 +181,31 @@ class Intent(SpecModel):
     cadence: Cadence
 
 
+def _check_env_name(name: str) -> str:
+    """A suite's own variable: never one benchrun sets for it (its run, Pipes, the rendezvous)."""
+    if name.startswith(("BENCHRUN_", "DAGSTER_")) or name in SUITE_ENV_RESERVED:
+        raise ValueError(f"{name} is set by benchrun for every suite; choose another name")
+    return name
+
+
+SUITE_ENV_RESERVED = frozenset({"MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "GROUP_RANK", "NNODES", "WORLD_SIZE",
+                                "LOCAL_WORLD_SIZE", "RANK", "LOCAL_RANK", "PYTHONUNBUFFERED"})
+EnvName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$"),
+                    AfterValidator(_check_env_name)]
+EnvValue = Annotated[str, Field(max_length=4096, pattern=r"^[^\x00]*$")]
+
+
 class Suite(SpecModel):
     """One benchmark suite: a command plus the optional extensions of this module."""
 
     name: SuiteName
     repo_command: Text = Field(
         description="argv as a person writes it (shlex); ${NAME} placeholders substituted per argument."
+    )
+    env: dict[EnvName, EnvValue] = Field(
+        default_factory=dict,
+        description="Environment variables the suite's process gets (e.g. OMP_NUM_THREADS: '1'), passed as data "
+        "to the process or pod, recorded in the run's plan and part of the pinned spec the gate compares.",
     )
     image: Text | None = Field(default=None, description="Container image for the Kubernetes launcher.")
     timeout_seconds: PositiveInt | None = Field(default=None, description="Per-launch timeout in seconds.")

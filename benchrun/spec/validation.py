@@ -244,6 +244,19 @@ def summary_of(data: Any) -> dict[str, Any]:
     return out
 
 
+def _path_template_errors(run: BenchmarkRun) -> list[tuple[Path, str]]:
+    """The admission rule for ``sinks.rawArtifacts.pathTemplate`` against this home (as `run`
+    and `submit` apply it), so `validate` never accepts what admission refuses."""
+    from benchrun.paths import benchrun_home
+    from benchrun.store import check_path_template
+
+    try:
+        check_path_template(run.spec.sinks.raw_artifacts.path_template, benchrun_home())
+    except BenchrunError as exc:
+        return [(("spec", "sinks", "rawArtifacts", "pathTemplate"), str(exc))]
+    return []
+
+
 def validate_document(doc: YamlDocument, file: str) -> DocumentResult:
     """Model + every rule over one document; errors sorted by line, then path."""
     found: list[tuple[Path, str]] = list(doc.errors)
@@ -257,6 +270,8 @@ def validate_document(doc: YamlDocument, file: str) -> DocumentResult:
         found.extend(from_model)
         model_paths = {p for p, _ in from_model} | {p for p, _ in doc.errors}
         found.extend(f for f in rules.check(data) if not _covered(f[0], model_paths))
+        if run is not None:
+            found.extend(_path_template_errors(run))
         if run is not None and doc.errors:
             run = None
     seen: set[tuple[Path, str]] = set()

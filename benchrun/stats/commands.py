@@ -170,7 +170,9 @@ def report(run_id: str = typer.Argument(..., help="Run id or run directory.")) -
     from benchrun.report.html import build_report
     from benchrun.stats.load import resolve_run
 
-    path = build_report(resolve_run(run_id))
+    run_dir = resolve_run(run_id)
+    path = build_report(run_dir)
+    _resign(run_dir)
     typer.echo(f"report: {path}")
     typer.echo(f"figures: {path.parent.parent / 'figures'}")
 
@@ -196,6 +198,18 @@ def plan(
         con.print(f"{p.metric}: {need} replicates for {power:.0%} power to detect {p.delta_pct:g} % "
                   f"(CV {_num(p.cv * 100)} % from {p.runs} runs, {p.family} gating tests{now})"
                   + (f" — {p.note}" if p.note else ""), markup=False, highlight=False)
+
+
+def _resign(run_dir: "Path") -> None:
+    """The report and figures are signed files: sign the run again through the run's own path
+    (a run never signed stays unsigned; one whose evidence was edited is not re-signed)."""
+    from benchrun.provenance.signing import resign_if_intact
+
+    run_dir = Path(run_dir)
+    if (run_dir / "status.json").is_file() and run_dir.parent.name == "runs":
+        why = resign_if_intact(run_dir)
+        if why:
+            typer.echo(f"warning: {run_dir.name}: {why}", err=True)
 
 
 def register(app: typer.Typer) -> None:

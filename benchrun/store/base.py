@@ -289,10 +289,10 @@ class ArtifactStore(ABC):
             try:
                 actual = self.hash_key(entry.key)
             except BenchrunError as exc:
-                bad.append(f"{entry.path} ({entry.uri}): {exc}")
+                bad.append(f"{entry.path} ({self.key_uri(entry.key)}): {exc}")
                 continue
             if actual != entry.sha256:
-                bad.append(f"{entry.path} ({entry.uri}): sha256 {actual} != recorded {entry.sha256}")
+                bad.append(f"{entry.path} ({self.key_uri(entry.key)}): sha256 {actual} != recorded {entry.sha256}")
         if bad:
             raise BenchrunError(
                 f"run {manifest.run_id}: {len(bad)} stored object(s) fail verification: " + "; ".join(bad)

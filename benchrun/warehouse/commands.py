@@ -40,12 +40,29 @@ def query_cmd(
     import sys
 
     from benchrun.errors import BenchrunError
-    from benchrun.warehouse.views import stream_query
+    from benchrun.warehouse.views import stop_queries_on_signal
 
     if as_json and as_csv:
         raise BenchrunError("query: choose one of --json and --csv")
     if limit < 0:
         raise BenchrunError("query: --limit must be 0 (no limit) or a positive number of rows")
+    seen = None
+    try:
+        with stop_queries_on_signal() as seen:  # Ctrl-C / SIGTERM end a runaway query at once
+            _query(sql, as_json, as_csv, limit, vertical)
+    except (Exception, KeyboardInterrupt, SystemExit):
+        if seen is None or seen.take() is None:
+            raise
+        # DuckDB turns the interrupt into its own error (or Python's handler raised): one line.
+        print(f"query interrupted (signal {seen.signum})", file=sys.stderr)
+        raise typer.Exit(128 + seen.signum) from None
+
+
+def _query(sql: str, as_json: bool, as_csv: bool, limit: int, vertical: Optional[bool]) -> None:
+    import sys
+
+    from benchrun.warehouse.views import stream_query
+
     stream = stream_query(sql, _home(), limit=limit or None)
     for note in stream.notes:
         print(f"warning: {note}", file=sys.stderr)

@@ -153,10 +153,10 @@ def _verify(home: Path, run_id: str, m: dict[str, Any], rows: list[dict[str, Any
             try:
                 doc = json.loads(store.get(manifest, entry.path))
             except json.JSONDecodeError as exc:
-                raise BenchrunError(f"lineage: {entry.uri} ({entry.path}) is not JSON ({exc})") from exc
+                raise BenchrunError(f"lineage: {store.key_uri(entry.key)} ({entry.path}) is not JSON ({exc})") from exc
             if not _find_metric(doc, m["metric"], m["case"], float(row["value"])):
                 raise BenchrunError(
-                    f"lineage: {entry.uri} ({entry.path}) does not hold {m['metric']}={row['value']} for case {m['case']!r}"
+                    f"lineage: {store.key_uri(entry.key)} ({entry.path}) does not hold {m['metric']}={row['value']} for case {m['case']!r}"
                 )
             checks.append(f"raw document holds {m['metric']}={row['value']}")
         steps.append(LineageStep(

@@ -16,9 +16,17 @@ def rebuild_warehouse_cmd(
     from benchrun.paths import benchrun_home
     from benchrun.warehouse.rebuild import rebuild_warehouse
 
-    report = rebuild_warehouse(benchrun_home(), run_ids or None)
+    from benchrun.provenance.signing import resign_if_intact
+
+    home = benchrun_home()
+    report = rebuild_warehouse(home, run_ids or None)
     for run_id, counts in report.rebuilt.items():
         typer.echo(f"rebuilt {run_id}: {sum(counts.values())} rows in {len(counts)} tables from {report.source[run_id]}")
+        run_dir = home / "runs" / run_id
+        if run_dir.is_dir():  # its partitions are signed: sign the run again (only if its evidence is intact)
+            why = resign_if_intact(run_dir, home)
+            if why:
+                typer.echo(f"warning: {run_id}: {why}", err=True)
     typer.echo(f"rebuild-warehouse: {len(report.rebuilt)} run(s) rebuilt, {len(report.failed)} failed")
     if report.failed:
         raise BenchrunError("rebuild-warehouse: " + "; ".join(f"{r}: {why}" for r, why in report.failed.items()))

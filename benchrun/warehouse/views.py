@@ -47,24 +47,64 @@ def _quote(text: str) -> str:
 
 
 def readable_partitions(home: Path, table: str) -> tuple[list[Path], list[str]]:
-    """A table's partition files whose parquet footer reads, and one note per damaged file.
+    """A table's partition files whose parquet footer reads and whose columns have the table's
+    types, and one note per file left out or read with a warning.
 
-    A truncated or foreign partition is left out of the view (and named in the note), so
-    one damaged run never stops queries, lineage or playbooks over every other run.
+    A truncated, foreign or mistyped partition (``value`` stored as text, say) is left out of
+    the view (and named in the note), so one damaged run never stops queries, lineage or
+    playbooks over every other run. A partition whose bytes differ from the hash in its run's
+    signed statement is read, with a warning (``benchrun verify`` fails on it).
     """
     import pyarrow.parquet as pq
 
+    expected = {f.name: f.type for f in TABLES[table]}
     good: list[Path] = []
     notes: list[str] = []
     for f in sorted((warehouse_root(home) / table).glob("run_id=*/part.parquet")):
+        run_id = f.parent.name.removeprefix("run_id=")
         try:
-            pq.read_metadata(f)
+            schema = pq.read_schema(f)
         except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for a damaged file
             notes.append(f"{f}: damaged partition left out of {table} ({str(exc).splitlines()[0]}); "
-                         f"curate run {f.parent.name.removeprefix('run_id=')} again or remove that directory")
+                         f"curate run {run_id} again or remove that directory")
             continue
+        wrong = [f"{col.name} is {col.type}, not {expected[col.name]}" for col in schema
+                 if col.name in expected and not _same_type(col.type, expected[col.name])]
+        if wrong:
+            notes.append(f"{f}: partition with another schema than {table}'s left out ({'; '.join(wrong[:3])}); "
+                         f"curate run {run_id} again or remove that directory")
+            continue
+        notes.extend(_signature_note(home, table, run_id, f))
         good.append(f.resolve())
     return good, notes
+
+
+def _same_type(actual: Any, expected: Any) -> bool:
+    """Equal, or read by DuckDB as the same SQL type (string and large_string, say)."""
+    if actual.equals(expected):
+        return True
+    try:
+        return duckdb_type(actual) == duckdb_type(expected)
+    except KeyError:
+        return False
+
+
+def _signature_note(home: Path, table: str, run_id: str, f: Path) -> list[str]:
+    """A warning when the run's signed statement hashed this partition with other bytes."""
+    from benchrun.paths import validate_run_id
+    from benchrun.provenance.statement import signed_partitions_unverified
+    from benchrun.store.base import sha256_file
+
+    try:
+        run_dir = Path(home) / "runs" / validate_run_id(run_id)
+    except BenchrunError:
+        return []
+    signed = signed_partitions_unverified(run_dir)
+    rel = f"{table}/run_id={run_id}/part.parquet"
+    if not signed or rel not in signed or sha256_file(f) == signed[rel]:
+        return []
+    return [f"{f}: does not match the sha256 signed for run {run_id} (changed since signing); its rows are "
+            f"read but not trusted: `benchrun verify {run_id}` fails, `benchrun rebuild-warehouse` curates it again"]
 
 
 def view_sql(home: Path, table: str, con: Any = None, files: list[Path] | None = None) -> str:
@@ -253,6 +293,81 @@ def connect(home: Path, notes: list[str] | None = None) -> Any:
     return con
 
 
+# Cursors running a user's query: interrupted when the process gets SIGINT/SIGTERM (while
+# stop_queries_on_signal is active), since a query blocks the main thread inside DuckDB and
+# Python's own handler would run only after it returned.
+_RUNNING: set[Any] = set()
+
+
+class SignalSeen:
+    """The signal that stopped the queries (None while none came)."""
+
+    def __init__(self, wake_r: int) -> None:
+        self.signum: int | None = None
+        self._fd = wake_r
+        self._lock = threading.Lock()
+
+    def take(self) -> int | None:
+        """Read the wakeup fd (the watcher or the main thread, whichever looks first)."""
+        with self._lock:
+            with contextlib.suppress(OSError):
+                data = os.read(self._fd, 512)
+                if data and self.signum is None:
+                    self.signum = data[0]
+            return self.signum
+
+
+@contextlib.contextmanager
+def stop_queries_on_signal() -> Iterator[SignalSeen | None]:
+    """While active, SIGINT and SIGTERM interrupt every running query at once (DuckDB's
+    ``interrupt()``, from a watcher thread woken by the signal's wakeup fd: a query blocks the
+    main thread inside DuckDB, where Python's own handler would run only after it returned).
+    Yields what saw the signal (None off the main thread, where signals cannot be handled)."""
+    import select
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield None
+        return
+    wake_r, wake_w = os.pipe()
+    stop_r, stop_w = os.pipe()
+    for fd in (wake_r, wake_w, stop_r, stop_w):
+        os.set_blocking(fd, False)
+    seen = SignalSeen(wake_r)
+    previous_term = signal.getsignal(signal.SIGTERM)
+    if previous_term in (signal.SIG_DFL, None):  # a Python handler, so that the wakeup fd hears it
+
+        def terminated(signum: int, _frame: Any) -> None:
+            raise SystemExit(128 + signum)
+
+        signal.signal(signal.SIGTERM, terminated)
+    previous_fd = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+
+    def watch() -> None:
+        while True:
+            ready, _, _ = select.select([wake_r, stop_r], [], [])
+            if stop_r in ready:
+                return
+            seen.take()
+            for cursor in list(_RUNNING):
+                with contextlib.suppress(Exception):
+                    cursor.interrupt()
+
+    watcher = threading.Thread(target=watch, name="query-interrupt", daemon=True)
+    watcher.start()
+    try:
+        yield seen
+    finally:
+        signal.set_wakeup_fd(previous_fd)
+        os.write(stop_w, b"x")
+        watcher.join()
+        seen.take()
+        for fd in (wake_r, wake_w, stop_r, stop_w):
+            os.close(fd)
+        if previous_term in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def check_read_only(sql: str) -> None:
     """Refuse anything but one SELECT (or EXPLAIN of one SELECT), judged by DuckDB's own parser.
 
@@ -379,10 +494,14 @@ class QueryStream:
                     break
         except duckdb.Error as exc:
             raise BenchrunError(f"query failed: {str(exc).splitlines()[0]}") from exc
+        except BaseException:
+            self._con.interrupt()
+            raise
         finally:
             self.close()
 
     def close(self) -> None:
+        _RUNNING.discard(self._con)
         self._con.close()
 
 
@@ -396,14 +515,18 @@ def stream_query(sql: str, home: Path, *, limit: int | None = DEFAULT_QUERY_LIMI
     check_read_only(sql)
     notes: list[str] = []
     con = connect(home, notes)
+    _RUNNING.add(con)
     try:
         rel = con.execute(sql)
         reader = rel.fetch_record_batch(batch_rows)
         columns = list(reader.schema.names)
     except duckdb.Error as exc:
+        _RUNNING.discard(con)
         con.close()
         raise BenchrunError(f"query failed: {str(exc).splitlines()[0]}") from exc
-    except BaseException:
+    except BaseException:  # a signal's handler raised while DuckDB ran: stop its threads, then close
+        _RUNNING.discard(con)
+        con.interrupt()
         con.close()
         raise
     return QueryStream(sql=sql, query_spec_digest=query_spec_digest(sql), columns=columns, limit=limit,

@@ -1,0 +1,1 @@
+"""The warm orchestrator's parts (benchrun.warmstart is its entry and documentation)."""

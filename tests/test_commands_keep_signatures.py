@@ -1,0 +1,43 @@
+"""Issue 28 item 3: benchrun's own commands keep a run's signature valid — each documented
+command that writes into a run, then `verify`, passes (`benchrun report` rewrote the signed
+report and figure index without re-signing: "2 signed file(s) changed since signing")."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from benchrun.cli import app
+from benchrun.provenance.keys import load_signing_key
+from helpers import tiny_layers
+
+GEMM = {"name": "gemm", "repoCommand": "python -m benchrun.suites.gemm", "parameters": {"sizes": [64], "iterations": 2}}
+
+
+@pytest.mark.slow
+def test_every_command_that_writes_into_a_run_leaves_verify_passing(bench_home, canary_doc, write_spec,
+                                                                    monkeypatch) -> None:
+    from benchrun.report.worker import wait_for_workers
+
+    monkeypatch.setenv("BENCHRUN_WARM", "0")
+    canary_doc["spec"]["trials"]["minReplicates"] = 3
+    canary_doc["spec"]["layers"] = tiny_layers([GEMM])
+    cli = CliRunner()
+    for _ in range(2):  # a second run of the workload: the first one's report (its history) changes
+        result = cli.invoke(app, ["run", str(write_spec(canary_doc))])
+        assert result.exit_code == 0, result.output
+        wait_for_workers(bench_home)
+        time.sleep(1.1)  # run ids carry the second
+    run_id = sorted(p.name for p in (bench_home / "runs").iterdir())[0]
+    monkeypatch.setenv("BENCHRUN_TRUSTED_KEYIDS", load_signing_key(bench_home).keyid)
+    out = cli.invoke(app, ["verify", run_id])
+    assert out.exit_code == 0, out.output
+    for command in (["report", run_id], ["playbook", run_id], ["promote", run_id, "--alias", "t"],
+                    ["compare", "published/t", run_id], ["show", run_id], ["rebuild-warehouse"],
+                    ["retention"], ["lineage", run_id, "tflops"]):
+        out = cli.invoke(app, command)
+        assert out.exit_code in (0, 1), (command, out.output, out.exception)
+        for check in (cli.invoke(app, ["verify", run_id]), cli.invoke(app, ["verify", "--store"])):
+            assert check.exit_code == 0, (command, check.output, str(check.exception))

@@ -1,0 +1,97 @@
+"""Issue 28 items 4 and 9: a run's curated warehouse partitions are hashed into its signed
+statement; `verify` and `verify --store` catch an edited partition, `query` warns on it, and a
+partition with another schema than its table's is left out with a warning."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from benchrun.cli import app
+from benchrun.provenance import sign_run
+from benchrun.provenance.keys import KEY_ENV, load_signing_key
+from benchrun.rundir import MUTABLE_FILES
+from benchrun.store import open_store
+from benchrun.warehouse import curate_run, query
+from test_provenance import RUN_ID, make_sealed_run
+
+
+@pytest.fixture()
+def signed_home(bench_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for name in (KEY_ENV, "BENCHRUN_VERIFY_PUBLIC_KEY", "BENCHRUN_STORE_ROOTS"):
+        monkeypatch.delenv(name, raising=False)
+    rd = make_sealed_run(bench_home, stored=True)
+    curate_run(rd.path, bench_home, open_store(None, bench_home).put_run_dir(rd.path, RUN_ID, exclude=MUTABLE_FILES))
+    sign_run(rd.path, bench_home)
+    monkeypatch.setenv("BENCHRUN_TRUSTED_KEYIDS", load_signing_key(bench_home).keyid)
+    return bench_home
+
+
+def _partition(home: Path, table: str = "measurement_fact") -> Path:
+    return home / "warehouse" / table / f"run_id={RUN_ID}" / "part.parquet"
+
+
+def test_values_multiplied_by_ten_fail_verify_and_query_warns(signed_home: Path) -> None:
+    cli = CliRunner()
+    ok = cli.invoke(app, ["verify", RUN_ID])
+    assert ok.exit_code == 0, ok.output
+    assert "warehouse partitions unchanged" in ok.output
+    before = query("SELECT sum(value) AS s FROM measurement_fact", signed_home).table.to_pylist()[0]["s"]
+    part = _partition(signed_home)
+    table = pq.ParquetFile(part).read()
+    i = table.schema.get_field_index("value")
+    table = table.set_column(i, table.schema.field(i), pc.multiply(table["value"], 10.0))
+    pq.write_table(table, part)
+    out = cli.invoke(app, ["verify", RUN_ID])
+    assert out.exit_code != 0 and f"warehouse/measurement_fact/run_id={RUN_ID}/part.parquet" in str(out.exception)
+    store = cli.invoke(app, ["verify", "--store"])
+    assert store.exit_code != 0 and "measurement_fact" in str(store.exception) + store.output
+    res = query("SELECT sum(value) AS s FROM measurement_fact", signed_home)
+    assert res.table.to_pylist()[0]["s"] == pytest.approx(before * 10)  # read, but not silently
+    assert any("does not match the sha256 signed" in n and str(part) in n for n in res.notes)
+
+
+def test_a_partition_with_value_as_text_is_left_out_with_a_warning(signed_home: Path) -> None:
+    other = make_sealed_run(signed_home, run_id="prov-20261130090001-00000001", stored=True)
+    curate_run(other.path, signed_home,
+               open_store(None, signed_home).put_run_dir(other.path, other.run_id, exclude=MUTABLE_FILES))
+    part = _partition(signed_home)
+    table = pq.ParquetFile(part).read()
+    i = table.schema.get_field_index("value")
+    table = table.set_column(i, pa.field("value", pa.string()), pc.cast(table["value"], pa.string()))
+    pq.write_table(table, part)
+    res = query("SELECT run_id, avg(value) AS v FROM measurement_fact GROUP BY run_id", signed_home)
+    assert [r["run_id"] for r in res.table.to_pylist()] == [other.run_id]  # avg(VARCHAR) broke every run
+    assert any(str(part) in n and "another schema" in n and "value is string" in n for n in res.notes)
+
+
+def test_on_a_copied_home_verify_and_lineage_name_the_copy(signed_home: Path, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 28 item 7: on a copied home, verify and lineage named the original home's objects."""
+    import shutil
+
+    from benchrun.warehouse.lineage import trace
+
+    copy = tmp_path / "copied-home"
+    shutil.copytree(signed_home, copy)
+    monkeypatch.setenv("BENCHRUN_HOME", str(copy))
+    reports = trace(copy, RUN_ID, "tflops")
+    assert reports and str(signed_home) not in json_dump(reports) and reports[0].store_uri.startswith(copy.as_uri())
+    store = open_store(None, copy)
+    entry = store.load_manifest(RUN_ID).entry(f"raw/{RUN_ID}_gemm_r1.log")
+    obj = store.path_of(entry.key)
+    obj.chmod(0o644)
+    obj.write_text("forged\n")
+    out = CliRunner().invoke(app, ["verify", RUN_ID])
+    assert out.exit_code != 0 and str(obj) in str(out.exception) and str(signed_home) not in str(out.exception)
+
+
+def json_dump(reports) -> str:
+    import json
+
+    return json.dumps([r.to_json() for r in reports], default=str)
