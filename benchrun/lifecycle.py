@@ -195,6 +195,30 @@ def run_dir_of(run_id: str, home: Path | None = None) -> RunDir:
     return RunDir.for_run(run_id, home)
 
 
+def resign_if_intact(run_dir: Path, home: Path | str | None = None) -> str | None:
+    """After one of benchrun's own commands rewrote signed files (a report, the run's warehouse
+    partitions): sign the run again through the run's own path (lifecycle.sign_publication), but
+    only when its current signature verifies and the evidence files it signed are unchanged —
+    re-signing must never launder an edit. None when re-signed or never signed; else why not."""
+    from benchrun.errors import BenchrunError
+    from benchrun.provenance.signing import envelope_path, subject_mismatches, verify_envelope
+
+    run_dir = Path(run_dir)
+    path = envelope_path(run_dir)
+    if not path.is_file():
+        return None  # a run never signed stays unsigned
+    try:
+        statement = verify_envelope(path, home=home or run_dir.parent.parent)
+    except BenchrunError as exc:
+        return f"not signed again: the current signature cannot be checked ({exc})"
+    sealed = set(statement.subjects) - set(statement.predicate.get("published_files") or [])
+    bad = [b for b in subject_mismatches(statement, run_dir) if b.split(" (")[0] in sealed]
+    if bad:
+        return f"not signed again: its signed evidence changed since signing ({', '.join(bad[:5])})"
+    sign_publication(RunDir(run_dir.parent.parent, run_dir.name))
+    return None
+
+
 def sign_publication(rd: RunDir) -> Any:
     """Sign the run again once everything is published (the final report included), so the
     signature covers every file but the live status.json; a run never signed stays unsigned."""

@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 HEARTBEAT_S = 10.0
 STALE_S = 120.0
 JOB_NAME = "benchmark_run_job"
+PARTITIONS_NAME = "benchmark_run"  # the run-level assets' dynamic partitions (one per run id)
 PARTITION_TAG = "dagster/partition"
 # Tags on a CLI-executed Dagster run, so a run killed before it wrote anything is still found.
 TAG_HOST, TAG_PID, TAG_PID_START = "benchrun/executor_host", "benchrun/executor_pid", "benchrun/executor_start"
@@ -236,7 +237,6 @@ def _reap_unclaimed_runs(home: Path, instance: Any, *, now: dt.datetime | None =
     import dagster as dg
 
     from benchrun.rundir import TERMINAL_PHASES, list_runs, mark_run_failed
-    from benchrun.submit import PARTITIONS_NAME
 
     now = now or _now()
     out = []

@@ -19,9 +19,8 @@ from benchrun.errors import BenchrunError
 from benchrun.paths import benchrun_home, validate_run_id
 from benchrun.rundir import RunDir, utc_now
 from benchrun.fsio import atomic_write_bytes, atomic_write_text
+from benchrun.liveness import JOB_NAME, PARTITIONS_NAME  # noqa: F401 - one definition, used here and by the reaper
 
-PARTITIONS_NAME = "benchmark_run"
-JOB_NAME = "benchmark_run_job"
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 WORKSPACE = _REPO_ROOT / "workspace.yaml"
 # What workspace.yaml names, for an installed package that has no workspace.yaml beside it.

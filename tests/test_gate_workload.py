@@ -187,3 +187,19 @@ def test_allow_differences_in_the_spec_is_recorded_in_the_comparison_and_the_rep
     assert doc["gate"]["passed"] and doc["gate"]["allowed_differences"] == [GEMM_CMD]
     assert "comparison.allowDifferences: " + GEMM_CMD in doc["gate"]["message"]
     assert GEMM_CMD in build_report(tmp_path / "runs" / "cand").read_text()
+
+
+def test_the_shipped_gemm_threads_experiment_passes_the_gate_against_the_canary(tmp_path):
+    """specs/local/gemm-threads.yaml (the README's experiment) differs from the canary in exactly
+    its declared variable: the gate passes and names that one path."""
+    rng = np.random.default_rng(0)
+    m = {("gemm", "", "tflops"): (lognormal_replicates(rng, 1, 0.02, 5), "TFLOP/s", "higher")}
+    experiment = yaml.safe_load((ROOT / "specs/local/gemm-threads.yaml").read_text())
+    [result] = validate_bytes((ROOT / "specs/local/gemm-threads.yaml").read_bytes(), "gemm-threads.yaml")
+    assert result.valid and result.errors == []
+    make_run(tmp_path, "base", m, spec=copy.deepcopy(CANARY))
+    make_run(tmp_path, "cand", m, spec=experiment)
+    gate = check_gate(load_run(tmp_path / "runs" / "base"), load_run(tmp_path / "runs" / "cand"))
+    assert gate.passed, gate.message()
+    assert [(d.field, d.how) for d in gate.diffs] == [("spec.layers.micro.suites[gemm].env.OMP_NUM_THREADS",
+                                                       "declared")]

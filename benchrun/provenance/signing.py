@@ -200,27 +200,3 @@ def run_store_template(run_dir: Path) -> str | None:
         return doc["spec"]["sinks"]["rawArtifacts"].get("pathTemplate")
     except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError):
         return None
-
-
-def resign_if_intact(run_dir: Path, home: Path | str | None = None) -> str | None:
-    """After one of benchrun's own commands rewrote signed files (a report, the run's warehouse
-    partitions): sign the run again through the run's own path (lifecycle.sign_publication), but
-    only when its current signature verifies and the evidence files it signed are unchanged —
-    re-signing must never launder an edit. None when re-signed or never signed; else why not."""
-    from benchrun import lifecycle
-    from benchrun.rundir import RunDir
-
-    run_dir = Path(run_dir)
-    path = envelope_path(run_dir)
-    if not path.is_file():
-        return None  # a run never signed stays unsigned
-    try:
-        statement = verify_envelope(path, home=home or run_dir.parent.parent)
-    except BenchrunError as exc:
-        return f"not signed again: the current signature cannot be checked ({exc})"
-    sealed = set(statement.subjects) - set(statement.predicate.get("published_files") or [])
-    bad = [b for b in subject_mismatches(statement, run_dir) if b.split(" (")[0] in sealed]
-    if bad:
-        return f"not signed again: its signed evidence changed since signing ({', '.join(bad[:5])})"
-    lifecycle.sign_publication(RunDir(run_dir.parent.parent, run_dir.name))
-    return None

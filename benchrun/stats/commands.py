@@ -203,7 +203,7 @@ def plan(
 def _resign(run_dir: "Path") -> None:
     """The report and figures are signed files: sign the run again through the run's own path
     (a run never signed stays unsigned; one whose evidence was edited is not re-signed)."""
-    from benchrun.provenance.signing import resign_if_intact
+    from benchrun.lifecycle import resign_if_intact
 
     run_dir = Path(run_dir)
     if (run_dir / "status.json").is_file() and run_dir.parent.name == "runs":

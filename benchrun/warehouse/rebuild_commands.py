@@ -16,7 +16,7 @@ def rebuild_warehouse_cmd(
     from benchrun.paths import benchrun_home
     from benchrun.warehouse.rebuild import rebuild_warehouse
 
-    from benchrun.provenance.signing import resign_if_intact
+    from benchrun.lifecycle import resign_if_intact
 
     home = benchrun_home()
     report = rebuild_warehouse(home, run_ids or None)
