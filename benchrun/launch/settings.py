@@ -27,9 +27,11 @@ ENV_PREFIX = "BENCHRUN_LAUNCHER_"
 # deploy/kustomize/base: the runs' namespace, a LocalQueue and a WorkloadPriorityClass per lane
 # (tests/test_deploy.py keeps these equal to what kueue.yaml ships).
 DEFAULT_NAMESPACE = "benchrun-runs"
-DEFAULT_QUEUES = {"canary": "canary", "nightly": "nightly", "pre_release": "pre-release",
+# An adhoc experiment shares the nightly queue and priority: below the canary (which gates
+# changes) and the release runs, on the same nodes as the runs it is compared with.
+DEFAULT_QUEUES = {"canary": "canary", "nightly": "nightly", "adhoc": "nightly", "pre_release": "pre-release",
                   "publication_grade": "publication"}
-DEFAULT_PRIORITY_CLASSES = {"canary": "benchrun-canary", "nightly": "benchrun-nightly",
+DEFAULT_PRIORITY_CLASSES = {"canary": "benchrun-canary", "nightly": "benchrun-nightly", "adhoc": "benchrun-nightly",
                             "pre_release": "benchrun-pre-release", "publication_grade": "benchrun-publication"}
 
 
