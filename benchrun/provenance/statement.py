@@ -7,7 +7,7 @@ import importlib.metadata
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from benchrun.errors import BenchrunError
 from benchrun.paths import validate_run_id
@@ -246,14 +246,20 @@ class Statement:
 
 def subject_mismatches(statement: Statement, run_dir: Path) -> list[str]:
     """Subjects whose file is missing or whose bytes changed since signing (empty when all match)."""
+    return digest_mismatches(run_dir, statement.subjects)
+
+
+def digest_mismatches(run_dir: Path, digests: Mapping[str, str], differs: str = "sha256 differs") -> list[str]:
+    """``relpath (why)`` for each file of ``digests`` (run-relative path → sha256) that is outside
+    the run directory, missing, or whose bytes hash otherwise; empty when every file matches."""
     bad = []
     root = run_dir.resolve()
-    for name, sha in sorted(statement.subjects.items()):
+    for name, sha in sorted(digests.items()):
         path = (run_dir / name).resolve()
         if not path.is_relative_to(root):
             bad.append(f"{name} (outside the run directory)")
         elif not path.is_file():
             bad.append(f"{name} (missing)")
         elif sha256_file(path) != sha:
-            bad.append(f"{name} (sha256 differs)")
+            bad.append(f"{name} ({differs})")
     return bad

@@ -14,7 +14,6 @@ reason code; the CLI exits :data:`EXIT_NOT_COMPARABLE` and the asset writes
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from dataclasses import dataclass
@@ -120,14 +119,6 @@ def _suite_refusal(base: "RunInfo", cand: "RunInfo") -> Refusal | None:
 # -- evidence --------------------------------------------------------------------------------------
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def manifest_problems(run_dir: Path) -> list[str]:
     """Files of the sealed manifest that are missing or changed (or why the manifest is unusable)."""
     path = run_dir / "manifest.json"
@@ -142,16 +133,9 @@ def manifest_problems(run_dir: Path) -> list[str]:
     sha = ((doc.get("summary") or {}).get("sha256") or {}) if isinstance(doc.get("summary"), dict) else {}
     if not isinstance(sha, dict) or not sha:
         return ["manifest.json hashes no files"]
-    root = run_dir.resolve()
-    bad = []
-    for rel, digest in sorted(sha.items()):
-        p = (run_dir / rel).resolve()
-        if not p.is_relative_to(root):
-            bad.append(f"{rel} (outside the run directory)")
-        elif not p.is_file():
-            bad.append(f"{rel} (missing)")
-        elif _sha256(p) != digest:
-            bad.append(f"{rel} (sha256 differs from manifest.json)")
+    from benchrun.provenance.statement import digest_mismatches
+
+    bad = digest_mismatches(run_dir, sha, "sha256 differs from manifest.json")
     if doc.get("status") == "failed":
         bad.append("manifest.json records outcome failed")
     return bad
