@@ -22,7 +22,7 @@ from typing import Any
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--remote-debugging-port=0", "--window-size=1280,900"]
+         "--disable-component-update", "--disable-sync", "--remote-debugging-port=0", "--window-size=1300,900"]
 
 
 @dataclass

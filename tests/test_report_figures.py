@@ -55,3 +55,12 @@ def test_forest_plot_gating_rows_first_axis_on_top_and_no_context_rows(captured)
     labels = [t.get_text() for t in ax.get_yticklabels()]
     assert labels == ["★ tflops", "secondary_tps"]  # gating first, the context row left out
     assert ax.xaxis.get_ticks_position() == "top" and ax.xaxis.get_label_position() == "top"
+
+
+def test_red_and_green_only_on_gating_rows():
+    from benchrun.report.html import _change
+
+    gating = _change({"gating": True, "verdict": "regression", "change_pct": -40.0, "better_worse": "worse"})
+    reported = _change({"gating": False, "verdict": "regression", "change_pct": -40.0, "better_worse": "worse"})
+    assert "class='v-regression'" in gating and "regression" in gating
+    assert "class='muted'" in reported and "v-regression" not in reported and "regression" in reported

@@ -101,12 +101,15 @@ def _change(rec: dict[str, Any] | None) -> str:
     if not rec:
         return "<span class='muted'>–</span>"
     verdict = str(rec.get("verdict") or "")
+    # Red and green only where the verdict decides the run (gating rows): a reported row's
+    # verdict is said in grey, so the colours never contradict the verdict box.
+    cls = f"v-{html.escape(verdict)}" if rec.get("gating") else "muted"
     pct, bw = change_of(rec)
     if pct is None:
-        return f"<span class='v-{html.escape(verdict)}'>{html.escape(verdict or '–')}</span>"
+        return f"<span class='{cls}'>{html.escape(verdict or '–')}</span>"
     lo, hi = C.pick(rec, "change_low_pct"), C.pick(rec, "change_high_pct")
     interval = f" [{lo:+.1f}, {hi:+.1f}]" if lo is not None and hi is not None else ""
-    return (f"<span class='v-{html.escape(verdict)}'>{pct:+.1f} %{interval} {html.escape(bw)} "
+    return (f"<span class='{cls}'>{pct:+.1f} %{interval} {html.escape(bw)} "
             f"{html.escape(verdict.replace('_', ' '))}</span>")
 
 
@@ -225,7 +228,7 @@ def _verdict_html(v: C.Verdict, st: dict[str, Any]) -> str:
         granted += f" (requested {v.class_requested})"
     rows = [("phase", f"<span class='badge {cls}'>{html.escape(v.phase)}</span> outcome {_fmt(v.outcome)}"),
             ("class granted", html.escape(granted)),
-            ("regressions", f"<span class='badge {v.regression_level}'>{html.escape(v.regressions)}</span>"),
+            ("gating regressions", f"<span class='badge {v.regression_level}'>{html.escape(v.regressions)}</span>"),
             ("baseline", html.escape(v.baseline or "none")),
             ("replicates", html.escape(v.replicates)),
             ("finished", html.escape(_when(st.get("finished_utc")) or "not yet"))]
