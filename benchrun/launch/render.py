@@ -92,6 +92,12 @@ def register(app: Any) -> None:
         if output not in ("yaml", "json"):
             raise BenchrunError(f"-o/--output: {output!r} is not a format; use yaml or json")
         objects = render_objects(spec, launcher=launcher, run_id=run_id)
+        from benchrun.launch.settings import LauncherSettings
+
+        if not LauncherSettings.from_env(kind=launcher).run_volume_claim:
+            typer.echo("warning: no run volume (BENCHRUN_LAUNCHER_RUN_VOLUME_CLAIM): each pod's run directory is an "
+                       "emptyDir that ends with the pod, so a suite's sample files are lost; set it to the "
+                       "ReadWriteMany claim deploy/ ships (benchrun-home)", err=True)
         if output == "json":
             typer.echo(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2, sort_keys=False))
         else:
