@@ -118,3 +118,16 @@ def test_no_change_is_tost_at_alpha():
     assert ((nc["shift_low"] < -m) | (nc["shift_high"] > m)).any()  # the 95 % interval alone would not say it
     edge = C.compare_tables(*_aa(rng, 400, 10, shift=1.03), delta_pct=3.0).rows
     assert (edge["verdict"] == "no_change").mean() <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 400)
+
+
+def test_context_rows_are_shown_beside_the_outcomes_they_explain():
+    from benchrun.stats.commands import display_order
+
+    recs = [{"suite": "gemm", "metric": "gemm/suite_cpu_pct_mean", "role": "context"},
+            {"suite": "membw", "metric": "membw/triad", "role": "secondary"},
+            {"suite": "gemm", "metric": "gemm/tflops", "role": "primary"},
+            {"suite": "fio", "metric": "fio/memory_used_bytes_peak", "role": "context"},
+            {"suite": "membw", "metric": "membw/suite_cpu_pct_mean", "role": "context"}]
+    assert [r["metric"] for r in display_order(recs)] == [
+        "gemm/tflops", "gemm/suite_cpu_pct_mean", "membw/triad", "membw/suite_cpu_pct_mean",
+        "fio/memory_used_bytes_peak"]

@@ -90,8 +90,7 @@ def compare(
                 "verdict"):
         table.add_column(col, justify="left" if col in ("metric", "verdict", "role", "") else "right")
     colors = {"regression": "red", "improvement": "green", "no_change": "blue", "inconclusive": "white"}
-    order = {"primary": 0, "secondary": 1, "context": 2}
-    for r in sorted(records, key=lambda r: order.get(r.get("role") or "secondary", 1)):
+    for r in display_order(records):
         verdict = r["verdict"] or ""
         shown = f"[{colors[verdict]}]{verdict}[/]" if verdict in colors and r.get("role") != "context" else \
             "context (no verdict)"
@@ -109,6 +108,22 @@ def compare(
     cond = result.condition()
     console.print(escape(f"RegressionDetected={cond['status']} ({cond['reason']}): {cond['message']}"))
     _exit(result)
+
+
+def display_order(records: list[dict]) -> list[dict]:
+    """Outcomes first (primary, then secondary), each suite's context rows right after that
+    suite's outcomes (they explain them); context of a suite with no outcome last."""
+    order = {"primary": 0, "secondary": 1, "context": 2}
+    outcomes = sorted((r for r in records if r.get("role") != "context"),
+                      key=lambda r: order.get(r.get("role") or "secondary", 1))
+    suites = list(dict.fromkeys(str(r.get("suite")) for r in outcomes))
+    rank = {s: i for i, s in enumerate(suites)}
+    out = []
+    for s in suites:
+        out.extend(r for r in outcomes if str(r.get("suite")) == s)
+        out.extend(r for r in records if r.get("role") == "context" and str(r.get("suite")) == s)
+    out.extend(r for r in records if r.get("role") == "context" and str(r.get("suite")) not in rank)
+    return out
 
 
 P_ADJ_NOTE = ("p adj: gating rows (★) are Holm-adjusted over the one-sided p in the regression direction "
