@@ -108,6 +108,7 @@ def test_ctrl_c_ends_canceled_keeps_the_finished_launches_and_says_which(tmp_pat
     assert left == [], [p.info["cmdline"] for p in left]
 
 
+@pytest.mark.slow
 def test_cancel_and_delete_a_submitted_run_and_refuse_a_baseline(tmp_path):
     r = _cli("submit", str(ROOT / "specs/local/canary.yaml"), home=tmp_path)
     assert r.returncode == 0, r.stderr
