@@ -95,6 +95,32 @@ def _print_table(summaries: list[dict[str, Any]], capacity: float | None, has_sl
 EXIT_INVALID = 3
 
 
+def content_from_options(dataset: Path | None, dataset_format: str, tokenizer: Path | None, session_turns: int | None,
+                         think_time: float, shared_prefix: str | None) -> Any:
+    """The request content the loadgen options ask for (None: synthetic prompts from the mix)."""
+    from benchrun.loadgen.content import ContentConfig, SessionShape, SharedPrefix
+
+    if dataset is None and tokenizer is None and session_turns is None and shared_prefix is None:
+        if think_time:
+            raise BenchrunError("--think-time needs --session-turns")
+        return None
+    sp = None
+    if shared_prefix is not None:
+        parts = shared_prefix.split(",")
+        if len(parts) != 3 or not all(p.strip().isdigit() for p in parts):
+            raise BenchrunError(f"--shared-prefix {shared_prefix!r} is not N,M,P (prefixes, suffixes each, prefix tokens), e.g. 4,8,256")
+        sp = SharedPrefix(*(int(p) for p in parts))
+    if think_time and session_turns is None:
+        raise BenchrunError("--think-time needs --session-turns")
+    return ContentConfig(
+        dataset=str(dataset) if dataset is not None else None,
+        dataset_format=dataset_format,
+        tokenizer=str(tokenizer) if tokenizer is not None else None,
+        sessions=SessionShape(session_turns, think_time) if session_turns is not None else None,
+        shared_prefix=sp,
+    )
+
+
 def register(app: typer.Typer) -> None:
     """Add ``loadgen`` and ``refserver`` to the benchrun CLI."""
 
@@ -126,6 +152,16 @@ def register(app: typer.Typer) -> None:
                                            help="ask for usage in the stream (stream_options)"),
         preconnect: bool = typer.Option(True, "--preconnect/--no-preconnect",
                                         help="open every stream's connection before the measured phase"),
+        dataset: Optional[Path] = typer.Option(None, "--dataset", help="prompts from a dataset: ShareGPT JSON/JSONL, "
+                                               "JSONL {prompt, output_tokens} or parquet (docs/loadgen-workloads.md)"),
+        dataset_format: str = typer.Option("auto", "--dataset-format", help="auto | sharegpt | jsonl | parquet"),
+        tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="a local tokenizer.json (or a model folder "
+                                                 "holding one): exact prompt lengths and counts in its tokens"),
+        session_turns: Optional[int] = typer.Option(None, "--session-turns", help="multi-turn sessions of N turns "
+                                                    "(history carried; --concurrency counts sessions)"),
+        think_time: float = typer.Option(0.0, "--think-time", help="seconds between a reply and the session's next turn"),
+        shared_prefix: Optional[str] = typer.Option(None, "--shared-prefix", help="N,M,P: N prefixes of P tokens, each "
+                                                    "with M suffixes of the mix's input length"),
         verdict_percentile: str = typer.Option("p99", "--verdict-percentile", help="percentile whose sample count the verdict requires"),
         json_out: bool = typer.Option(False, "--json", help="print the JSON summary instead of the table"),
         allow_invalid: bool = typer.Option(False, "--allow-invalid",
@@ -172,6 +208,7 @@ def register(app: typer.Typer) -> None:
             if price_per_node_hour < 0 or nodes < 1:
                 raise BenchrunError("--price-per-node-hour must be >= 0 and --nodes >= 1")
             pricing = Pricing(price_per_node_hour, nodes)
+        content = content_from_options(dataset, dataset_format, tokenizer, session_turns, think_time, shared_prefix)
         cfg = SweepConfig(
             url=url,
             model=model,
@@ -191,6 +228,7 @@ def register(app: typer.Typer) -> None:
             slo=parse_slo(slo),
             pricing=pricing,
             policy=policy,
+            content=content,
         )
         # a random suffix: two runs into one --out within a second must not overwrite each other
         run_id = "loadgen-" + _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d%H%M%S") + "-" + os.urandom(2).hex()
@@ -288,6 +326,9 @@ def register(app: typer.Typer) -> None:
                                                    help="422 naming a field outside the OpenAI API (e.g. ignore_eos)"),
         chat_template_tokens: int = typer.Option(0, "--chat-template-tokens", help="prompt tokens a chat template adds"),
         max_tokens_limit: int = typer.Option(65536, "--max-tokens-limit", help="max_tokens above this is a 400"),
+        prefix_cache_block: int = typer.Option(0, "--prefix-cache-block",
+                                               help="a prefix cache of N-word blocks, reported as cached_tokens (0: none)"),
+        record_bodies: bool = typer.Option(False, "--record-bodies", help="keep each request's prompt or messages in its record"),
     ) -> None:
         """Run the synthetic OpenAI-compatible reference server (a continuously batched engine model)."""
         import asyncio
@@ -309,7 +350,7 @@ def register(app: typer.Typer) -> None:
                     "max_queue": max_queue,
                 }
             )
-            dialect = Dialect(stream_end, usage_in_last_chunk, reject_unknown_fields, chat_template_tokens)
+            dialect = Dialect(stream_end, usage_in_last_chunk, reject_unknown_fields, chat_template_tokens, prefix_cache_block)
         except ValueError as exc:
             raise BenchrunError(f"refserver: {exc}") from None
         if max_tokens_limit < 1:
@@ -332,6 +373,7 @@ def register(app: typer.Typer) -> None:
                     announce=announce,
                     dialect=dialect,
                     max_tokens_limit=max_tokens_limit,
+                    record_bodies=record_bodies,
                 )
             )
         except OSError as exc:
