@@ -29,16 +29,11 @@ def _specs(cfg: SweepConfig, endpoint: http.Endpoint, point_index: int, worker: 
     """Yield warm-up specs then measured specs (endless when ``n`` is None), each with its
     request bytes already built so sending costs nothing on the measured path. With request
     content (a dataset, a tokenizer, shared prefixes) :mod:`benchrun.loadgen.content` builds
-    them; with sessions, :mod:`benchrun.loadgen.sessions` yields session plans instead."""
+    them (sessions are planned by :mod:`benchrun.loadgen.sessions`, which the runner calls)."""
     if cfg.content is not None:
-        if cfg.content.sessions is not None:
-            from benchrun.loadgen.sessions import session_plans
+        from benchrun.loadgen.content import content_specs
 
-            yield from session_plans(cfg, point_index, worker, nonce, n_warm, n)
-        else:
-            from benchrun.loadgen.content import content_specs
-
-            yield from content_specs(cfg, endpoint, point_index, worker, nonce, n_warm, n, _Spec)
+        yield from content_specs(cfg, endpoint, point_index, worker, nonce, n_warm, n, _Spec)
         return
     rng = worker_rng(cfg.seed, point_index, worker, 0)
     cdf = mix_cdf(cfg.mix)

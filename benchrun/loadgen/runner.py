@@ -50,7 +50,7 @@ from benchrun.loadgen.metrics import capacity_at_slo, load_stats, summarize, win
 from benchrun.loadgen.records import _row, _Spec, _specs, _WorkerState  # noqa: F401  (_Spec, _WorkerState re-exported)
 from benchrun.loadgen.content import bucket_labels, content_summary
 from benchrun.loadgen.schedule import _phase, _probe_loop
-from benchrun.loadgen.sessions import session_phase
+from benchrun.loadgen.sessions import session_phase, session_plans
 from benchrun.loadgen.workers import _recv, _send, _Workers
 from benchrun.loadgen.workload import split_evenly
 
@@ -87,8 +87,10 @@ async def _run_point(
         return result
     # constant arrivals from several workers interleave: worker w starts w/rate later
     phase_s = (worker / point.offered_load) if point.load_model == "open_loop" and point.arrival == "constant" else 0.0
-    specs = _specs(cfg, st.endpoint, point_index, worker, nonce, warm_w, n_w)
-    run_phase = session_phase if cfg.content is not None and cfg.content.sessions is not None else _phase
+    if cfg.content is not None and cfg.content.sessions is not None:
+        specs, run_phase = session_plans(cfg, point_index, worker, nonce, warm_w, n_w), session_phase
+    else:
+        specs, run_phase = _specs(cfg, st.endpoint, point_index, worker, nonce, warm_w, n_w), _phase
     warm_specs = [next(specs) for _ in range(warm_w)]
     # a count-ended phase is built in full before it starts; a timed one lazily
     measured: Any = list(specs) if n_w is not None else specs
