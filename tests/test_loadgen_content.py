@@ -306,7 +306,7 @@ def test_open_loop_starts_sessions_at_the_rate(server):
 
 
 def test_content_options_are_checked(tmp_path):
-    from benchrun.loadgen.commands import content_from_options
+    from benchrun.loadgen.content import content_from_options
 
     with pytest.raises(BenchrunError, match="is not N,M,P"):
         content_from_options(None, "auto", None, None, 0.0, "4,8")

@@ -95,32 +95,6 @@ def _print_table(summaries: list[dict[str, Any]], capacity: float | None, has_sl
 EXIT_INVALID = 3
 
 
-def content_from_options(dataset: Path | None, dataset_format: str, tokenizer: Path | None, session_turns: int | None,
-                         think_time: float, shared_prefix: str | None) -> Any:
-    """The request content the loadgen options ask for (None: synthetic prompts from the mix)."""
-    from benchrun.loadgen.content import ContentConfig, SessionShape, SharedPrefix
-
-    if dataset is None and tokenizer is None and session_turns is None and shared_prefix is None:
-        if think_time:
-            raise BenchrunError("--think-time needs --session-turns")
-        return None
-    sp = None
-    if shared_prefix is not None:
-        parts = shared_prefix.split(",")
-        if len(parts) != 3 or not all(p.strip().isdigit() for p in parts):
-            raise BenchrunError(f"--shared-prefix {shared_prefix!r} is not N,M,P (prefixes, suffixes each, prefix tokens), e.g. 4,8,256")
-        sp = SharedPrefix(*(int(p) for p in parts))
-    if think_time and session_turns is None:
-        raise BenchrunError("--think-time needs --session-turns")
-    return ContentConfig(
-        dataset=str(dataset) if dataset is not None else None,
-        dataset_format=dataset_format,
-        tokenizer=str(tokenizer) if tokenizer is not None else None,
-        sessions=SessionShape(session_turns, think_time) if session_turns is not None else None,
-        shared_prefix=sp,
-    )
-
-
 def register(app: typer.Typer) -> None:
     """Add ``loadgen`` and ``refserver`` to the benchrun CLI."""
 
@@ -208,6 +182,8 @@ def register(app: typer.Typer) -> None:
             if price_per_node_hour < 0 or nodes < 1:
                 raise BenchrunError("--price-per-node-hour must be >= 0 and --nodes >= 1")
             pricing = Pricing(price_per_node_hour, nodes)
+        from benchrun.loadgen.content import content_from_options
+
         content = content_from_options(dataset, dataset_format, tokenizer, session_turns, think_time, shared_prefix)
         cfg = SweepConfig(
             url=url,

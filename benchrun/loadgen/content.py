@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -79,8 +80,10 @@ class ContentConfig:
             raise BenchrunError(str(exc)) from None
 
     def load(self) -> tuple[Dataset | None, TokenCounter]:
-        """The dataset (None without one) and the token counter (read once per process)."""
-        return _load(self.dataset, self.dataset_format, self.dataset_sha256, self.tokenizer)
+        """The dataset (None without one) and the token counter; read once per process while the
+        files' size and modification time stay the same (a changed file is read and checked again)."""
+        return _load(self.dataset, self.dataset_format, self.dataset_sha256, _stamp(self.dataset),
+                     self.tokenizer, _stamp(self.tokenizer))
 
     def info(self) -> dict[str, Any]:
         """What the result's context records of the content."""
@@ -96,8 +99,17 @@ class ContentConfig:
         return out
 
 
+def _stamp(path: str | None) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path) if path else None
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size) if st else None
+
+
 @functools.lru_cache(maxsize=8)
-def _load(dataset: str | None, fmt: str, sha256: str | None, tokenizer: str | None) -> tuple[Dataset | None, TokenCounter]:
+def _load(dataset: str | None, fmt: str, sha256: str | None, dataset_stamp: Any, tokenizer: str | None,
+          tokenizer_stamp: Any) -> tuple[Dataset | None, TokenCounter]:
     counter = load_counter(tokenizer)
     data = load_dataset(dataset, fmt, sha256) if dataset else None
     return data, counter
@@ -277,3 +289,27 @@ def content_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     else:
         out["prefix_cache_hit_rate"] = None
     return out
+
+
+def content_from_options(dataset: Any, dataset_format: str, tokenizer: Any, session_turns: int | None,
+                         think_time: float, shared_prefix: str | None) -> Any:
+    """The request content the loadgen options ask for (None: synthetic prompts from the mix)."""
+    if dataset is None and tokenizer is None and session_turns is None and shared_prefix is None:
+        if think_time:
+            raise BenchrunError("--think-time needs --session-turns")
+        return None
+    sp = None
+    if shared_prefix is not None:
+        parts = shared_prefix.split(",")
+        if len(parts) != 3 or not all(p.strip().isdigit() for p in parts):
+            raise BenchrunError(f"--shared-prefix {shared_prefix!r} is not N,M,P (prefixes, suffixes each, prefix tokens), e.g. 4,8,256")
+        sp = SharedPrefix(*(int(p) for p in parts))
+    if think_time and session_turns is None:
+        raise BenchrunError("--think-time needs --session-turns")
+    return ContentConfig(
+        dataset=str(dataset) if dataset is not None else None,
+        dataset_format=dataset_format,
+        tokenizer=str(tokenizer) if tokenizer is not None else None,
+        sessions=SessionShape(session_turns, think_time) if session_turns is not None else None,
+        shared_prefix=sp,
+    )

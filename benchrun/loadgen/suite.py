@@ -28,7 +28,7 @@ from typing import Any
 from benchrun.errors import BenchrunError
 from benchrun.loadgen.metrics import HEADLINE, SLO, Pricing, VerdictPolicy
 from benchrun.loadgen.output import plot_latency_throughput, write_requests_parquet
-from benchrun.loadgen.content import ContentConfig
+from benchrun.loadgen.content import ContentConfig, content_from_options
 from benchrun.loadgen.refserver import Dialect, PerfModel, ServerProcess
 from benchrun.loadgen.config import SERVER_KINDS
 from benchrun.loadgen.runner import LoadPoint, SweepConfig, SweepResult, run_sweep
@@ -58,8 +58,6 @@ SUITE_REFSERVER_PREFIX_BLOCK = 4
 def content_inputs(ctx: Any) -> ContentConfig | None:
     """The request content from ``workload.dataset`` and the tokenizer, session_turns,
     think_time_s and shared_prefix (``N,M,P``) parameters."""
-    from benchrun.loadgen.commands import content_from_options
-
     wl = ctx.workload or {}
     ds = wl.get("dataset") or None
     if ds is not None and not (isinstance(ds, dict) and isinstance(ds.get("path"), str)):
