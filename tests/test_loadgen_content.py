@@ -319,3 +319,20 @@ def test_content_options_are_checked(tmp_path):
     with pytest.raises(BenchrunError, match="turns must be >= 1"):
         ContentConfig(sessions=SessionShape(0)).check()
     assert WordCounter().count(" a  b ") == 2
+
+
+def test_content_across_worker_processes_and_a_timed_session_point(server):
+    res, log = _sweep(server, ContentConfig(dataset=str(SHIPPED)), n=12, conc=4, workers=2)
+    entries = load_dataset(SHIPPED).entries
+    assert {r["worker"] for r in res.rows} == {0, 1}
+    assert all(log[r["request_id"]]["received"]["prompt"] == entries[r["dataset_index"]].prompts[0] for r in res.rows)
+    cfg = SweepConfig(url=server.url, model="m", api="chat", mix=tuple(parse_mix("4/3")), points=(LoadPoint("closed_loop", 2),),
+                      duration_s=0.3, warmup=0, content=ContentConfig(sessions=SessionShape(turns=2, think_time_s=0.01)))
+    timed = run_sweep(cfg)
+    assert len(timed.rows) >= 4 and all(r["error"] is None for r in timed.rows)
+    turns = {}
+    for r in timed.rows:
+        turns.setdefault(r["session_id"], []).append(r["turn"])
+    # every session starts at turn 1 and goes in order; only the deadline cuts a session short
+    assert all(sorted(t) == list(range(1, len(t) + 1)) for t in turns.values())
+    assert max(len(t) for t in turns.values()) == 2
