@@ -336,3 +336,16 @@ def test_content_across_worker_processes_and_a_timed_session_point(server):
     # every session starts at turn 1 and goes in order; only the deadline cuts a session short
     assert all(sorted(t) == list(range(1, len(t) + 1)) for t in turns.values())
     assert max(len(t) for t in turns.values()) == 2
+
+
+def test_a_pinned_dataset_resolved_on_another_host_is_found_by_its_tail(tmp_path, monkeypatch):
+    from benchrun.loadgen.content import locate_dataset
+
+    (tmp_path / "specs/datasets").mkdir(parents=True)
+    (tmp_path / "specs/datasets/d.jsonl").write_text('{"prompt": "x"}\n')
+    monkeypatch.chdir(tmp_path)  # a pod's working directory holds the image's specs/
+    found = locate_dataset("/work/elsewhere/specs/datasets/d.jsonl", "0" * 64)
+    assert found == str(tmp_path / "specs/datasets/d.jsonl")
+    with pytest.raises(DatasetError, match="differs from the pinned"):  # and its bytes are still checked
+        load_dataset(found, expect_sha256="0" * 64)
+    assert locate_dataset("/work/elsewhere/specs/datasets/d.jsonl", None) == "/work/elsewhere/specs/datasets/d.jsonl"

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
@@ -113,6 +114,23 @@ def _load(dataset: str | None, fmt: str, sha256: str | None, dataset_stamp: Any,
     counter = load_counter(tokenizer)
     data = load_dataset(dataset, fmt, sha256) if dataset else None
     return data, counter
+
+
+def locate_dataset(path: str, sha256: str | None) -> str:
+    """``path`` when it is a file; else, for a pinned dataset (a suite in a pod, whose spec was
+    resolved on the submitting host), the first file under the working directory or benchrun's
+    own root whose path ends like ``path`` (``specs/datasets/x.jsonl`` in the image). The pinned
+    sha256 is checked when the file is read, so a file found this way is the same bytes."""
+    p = Path(path)
+    if p.is_file() or not sha256 or not p.is_absolute():
+        return path
+    parts = p.parts[1:]
+    for root in (Path.cwd(), Path(__file__).resolve().parents[2]):
+        for i in range(len(parts)):
+            candidate = root.joinpath(*parts[i:])
+            if candidate.is_file():
+                return str(candidate)
+    return path
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from typing import Any
 from benchrun.errors import BenchrunError
 from benchrun.loadgen.metrics import HEADLINE, SLO, Pricing, VerdictPolicy
 from benchrun.loadgen.output import plot_latency_throughput, write_requests_parquet
-from benchrun.loadgen.content import ContentConfig, content_from_options
+from benchrun.loadgen.content import ContentConfig, content_from_options, locate_dataset
 from benchrun.loadgen.refserver import Dialect, PerfModel, ServerProcess
 from benchrun.loadgen.config import SERVER_KINDS
 from benchrun.loadgen.runner import LoadPoint, SweepConfig, SweepResult, run_sweep
@@ -80,7 +80,8 @@ def content_inputs(ctx: Any) -> ContentConfig | None:
         raise BenchrunError(f"suite {ctx.suite}: {exc}".replace("--session-turns", "session_turns")
                             .replace("--think-time", "think_time_s").replace("--shared-prefix", "shared_prefix")) from None
     if content is not None and ds and ds.get("sha256"):
-        content = dataclasses.replace(content, dataset_sha256=str(ds["sha256"]))
+        sha = str(ds["sha256"])
+        content = dataclasses.replace(content, dataset=locate_dataset(str(ds["path"]), sha), dataset_sha256=sha)
     if content is not None:
         content.check()
     return content
