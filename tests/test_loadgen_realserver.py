@@ -141,3 +141,73 @@ def test_a_sweep_against_transformers_serve_measures_every_request(served, api):
     for s in res.summaries:
         if s["bucket"] == "all":
             assert s["n_requests"] == 8 and s["n_errors"] == 0 and s["ttft_ms_p50"] is not None
+
+
+# -- issue 29 part A: request content against the real server ---------------------------------
+
+
+def _vocab_dataset(path: Path, n: int = 12) -> Path:
+    """A generic JSONL of prompts in the tiny model's vocabulary (so the server's tokenizer and
+    ours must agree word for word), with output lengths of their own."""
+    rng = np.random.default_rng(5)
+    rows = [{"prompt": " ".join(rng.choice(VOCABULARY, size=int(rng.integers(3, 20)))), "output_tokens": int(rng.integers(2, 7))}
+            for _ in range(n)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_a_dataset_workload_against_transformers_serve_agrees_with_the_tokenizer(served, api, tmp_path):
+    from benchrun.loadgen.content import ContentConfig
+    from benchrun.loadgen.dataset import load_dataset
+    from benchrun.loadgen.tokens import HFTokenizer
+
+    url, model = served
+    data = _vocab_dataset(tmp_path / "prompts.jsonl")
+    cfg = SweepConfig(url=url, model=model, api=api, mix=tuple(parse_mix("16/8")), points=(LoadPoint("closed_loop", 2),),
+                      requests_per_point=8, request_timeout_s=60.0, content=ContentConfig(dataset=str(data), tokenizer=model))
+    res = run_sweep(cfg)
+    assert [r["error"] for r in res.rows] == [None] * 8
+    tok = HFTokenizer(model)
+    entries = load_dataset(data).entries
+    for r in res.rows:
+        e = entries[r["dataset_index"]]
+        assert r["input_tokens_requested"] == tok.count(e.prompts[0]) == len(e.prompts[0].split())
+        # the server's usage: our count plus its fixed overhead (BOS or chat template), and the
+        # reply exactly the dataset's output length
+        assert r["input_token_discrepancy"] == 0 and r["usage_output_tokens"] == e.output_tokens
+    s = res.summaries[0]
+    assert s["input_token_mismatches"] == 0 and s["output_token_mismatches"] == 0 and s["usage_compared"] == 8
+
+
+def test_prompts_built_by_the_tokenizer_have_the_servers_token_counts(served):
+    from benchrun.loadgen.content import ContentConfig
+
+    url, model = served
+    cfg = SweepConfig(url=url, model=model, api="completions", mix=tuple(parse_mix("23/4")), points=(LoadPoint("closed_loop", 2),),
+                      requests_per_point=6, request_timeout_s=60.0, content=ContentConfig(tokenizer=model))
+    res = run_sweep(cfg)
+    assert [r["error"] for r in res.rows] == [None] * 6
+    overhead = res.context["server_dialect"]["prompt_token_overhead"]
+    assert all(r["input_tokens_requested"] == 23 and r["usage_input_tokens"] == 23 + overhead for r in res.rows)
+
+
+def test_a_session_workload_against_transformers_serve_carries_the_servers_replies(served):
+    from benchrun.loadgen.content import ContentConfig, SessionShape
+
+    url, model = served
+    cfg = SweepConfig(url=url, model=model, api="chat", mix=tuple(parse_mix("6/5")), points=(LoadPoint("closed_loop", 2),),
+                      requests_per_point=6, request_timeout_s=60.0,
+                      content=ContentConfig(tokenizer=model, sessions=SessionShape(turns=3, think_time_s=0.01)))
+    res = run_sweep(cfg)
+    assert [r["error"] for r in res.rows] == [None] * 6
+    assert sorted((r["session_id"], r["turn"]) for r in res.rows) == sorted((s, t) for s in {r["session_id"] for r in res.rows} for t in (1, 2, 3))
+    for r in res.rows:
+        k = r["turn"]
+        # our count: every message's content (the user turns of 6 and the server's replies of 5,
+        # re-tokenized); the template adds 2 tokens a message and 1 for the reply: the probe's
+        # one-message overhead (3) covers turn 1, each later turn adds two messages (4 tokens)
+        assert r["input_tokens_requested"] == 6 * k + 5 * (k - 1)
+        assert r["input_token_discrepancy"] == 4 * (k - 1), (k, r["usage_input_tokens"])
+        assert r["usage_output_tokens"] == 5
+    assert set(res.summaries[0]["ttft_ms_p50_by_turn"]) == {"1", "2", "3"}

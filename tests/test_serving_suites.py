@@ -141,3 +141,30 @@ def test_bad_numeric_parameters_are_refused_naming_them(tmp_path, module, suite,
 def test_an_infinite_rate_is_refused(tmp_path):
     with pytest.raises(BenchrunError, match="positive, finite"):
         _run_inline(serving_sweep, tmp_path, "serving_sweep", {"rates": [float("inf")]}, _workload(concurrencyModel="open_loop"))
+
+
+def test_serving_workflow_with_a_pinned_dataset_and_sessions(tmp_path):
+    """Issue 29: the suite reads workload.dataset (checking the pinned sha256) and runs chat sessions."""
+    import hashlib
+    import shutil
+
+    data = tmp_path / "conv.jsonl"
+    shutil.copy(Path(__file__).resolve().parent.parent / "specs/datasets/benchrun-conversations.jsonl", data)
+    sha = hashlib.sha256(data.read_bytes()).hexdigest()
+    params = {"concurrency": 2, "requests": 8, "api": "chat", "session_turns": 2, "think_time_s": 0.002}
+    doc = _run_inline(serving_workflow, tmp_path, "serving_workflow", params,
+                      _workload(dataset={"path": str(data), "format": "sharegpt", "sha256": sha}))
+    row = next(r for r in doc["serving"] if r["bucket"] == "all")
+    assert row["n_requests"] == 8 and row["sessions"] == 4 and set(row["ttft_ms_p50_by_turn"]) == {"1", "2"}
+    assert row["input_token_mismatches"] == 0 and row["prefix_cache_hit_rate"] > 0
+    assert doc["context"]["loadgen"]["content"]["dataset"]["sha256"] == sha
+    table = pq.read_table(tmp_path / doc["samples"]["requests"]).to_pylist()
+    assert sorted(r["turn"] for r in table) == [1, 1, 1, 1, 2, 2, 2, 2] and all(r["dataset_index"] is not None for r in table)
+    data.write_text(data.read_text().replace("GPU", "CPU"))
+    with pytest.raises(BenchrunError, match="differs from the pinned"):
+        _run_inline(serving_workflow, tmp_path / "again", "serving_workflow", params,
+                    _workload(dataset={"path": str(data), "format": "sharegpt", "sha256": sha}))
+    from benchrun.suites._common import ParamError
+
+    with pytest.raises(ParamError, match="session_turns=0 must be an integer"):
+        _run_inline(serving_workflow, tmp_path / "bad", "serving_workflow", {**params, "session_turns": 0}, _workload())

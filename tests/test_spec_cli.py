@@ -30,7 +30,7 @@ def bad_copy(tmp_path: Path) -> Path:
 def test_validate_valid_folders_exit_0() -> None:
     result = runner.invoke(app, ["validate", str(ROOT / "specs")])
     assert result.exit_code == 0, result.output
-    assert "10 document(s): 10 valid, 0 with errors" in result.output
+    assert "11 document(s): 11 valid, 0 with errors" in result.output
     assert "skip    " in result.output and "benchmarkrun-crd.yaml" in result.output
 
 

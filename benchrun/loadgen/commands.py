@@ -126,6 +126,16 @@ def register(app: typer.Typer) -> None:
                                            help="ask for usage in the stream (stream_options)"),
         preconnect: bool = typer.Option(True, "--preconnect/--no-preconnect",
                                         help="open every stream's connection before the measured phase"),
+        dataset: Optional[Path] = typer.Option(None, "--dataset", help="prompts from a dataset: ShareGPT JSON/JSONL, "
+                                               "JSONL {prompt, output_tokens} or parquet (docs/loadgen-workloads.md)"),
+        dataset_format: str = typer.Option("auto", "--dataset-format", help="auto | sharegpt | jsonl | parquet"),
+        tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="a local tokenizer.json (or a model folder "
+                                                 "holding one): exact prompt lengths and counts in its tokens"),
+        session_turns: Optional[int] = typer.Option(None, "--session-turns", help="multi-turn sessions of N turns "
+                                                    "(history carried; --concurrency counts sessions)"),
+        think_time: float = typer.Option(0.0, "--think-time", help="seconds between a reply and the session's next turn"),
+        shared_prefix: Optional[str] = typer.Option(None, "--shared-prefix", help="N,M,P: N prefixes of P tokens, each "
+                                                    "with M suffixes of the mix's input length"),
         verdict_percentile: str = typer.Option("p99", "--verdict-percentile", help="percentile whose sample count the verdict requires"),
         json_out: bool = typer.Option(False, "--json", help="print the JSON summary instead of the table"),
         allow_invalid: bool = typer.Option(False, "--allow-invalid",
@@ -172,6 +182,9 @@ def register(app: typer.Typer) -> None:
             if price_per_node_hour < 0 or nodes < 1:
                 raise BenchrunError("--price-per-node-hour must be >= 0 and --nodes >= 1")
             pricing = Pricing(price_per_node_hour, nodes)
+        from benchrun.loadgen.content import content_from_options
+
+        content = content_from_options(dataset, dataset_format, tokenizer, session_turns, think_time, shared_prefix)
         cfg = SweepConfig(
             url=url,
             model=model,
@@ -191,6 +204,7 @@ def register(app: typer.Typer) -> None:
             slo=parse_slo(slo),
             pricing=pricing,
             policy=policy,
+            content=content,
         )
         # a random suffix: two runs into one --out within a second must not overwrite each other
         run_id = "loadgen-" + _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d%H%M%S") + "-" + os.urandom(2).hex()
@@ -288,6 +302,9 @@ def register(app: typer.Typer) -> None:
                                                    help="422 naming a field outside the OpenAI API (e.g. ignore_eos)"),
         chat_template_tokens: int = typer.Option(0, "--chat-template-tokens", help="prompt tokens a chat template adds"),
         max_tokens_limit: int = typer.Option(65536, "--max-tokens-limit", help="max_tokens above this is a 400"),
+        prefix_cache_block: int = typer.Option(0, "--prefix-cache-block",
+                                               help="a prefix cache of N-word blocks, reported as cached_tokens (0: none)"),
+        record_bodies: bool = typer.Option(False, "--record-bodies", help="keep each request's prompt or messages in its record"),
     ) -> None:
         """Run the synthetic OpenAI-compatible reference server (a continuously batched engine model)."""
         import asyncio
@@ -309,7 +326,7 @@ def register(app: typer.Typer) -> None:
                     "max_queue": max_queue,
                 }
             )
-            dialect = Dialect(stream_end, usage_in_last_chunk, reject_unknown_fields, chat_template_tokens)
+            dialect = Dialect(stream_end, usage_in_last_chunk, reject_unknown_fields, chat_template_tokens, prefix_cache_block)
         except ValueError as exc:
             raise BenchrunError(f"refserver: {exc}") from None
         if max_tokens_limit < 1:
@@ -332,6 +349,7 @@ def register(app: typer.Typer) -> None:
                     announce=announce,
                     dialect=dialect,
                     max_tokens_limit=max_tokens_limit,
+                    record_bodies=record_bodies,
                 )
             )
         except OSError as exc:

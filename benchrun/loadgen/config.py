@@ -8,6 +8,7 @@ from typing import Any
 
 from benchrun.errors import BenchrunError
 from benchrun.loadgen import client as http
+from benchrun.loadgen.content import ContentConfig
 from benchrun.loadgen.metrics import SLO, Pricing, VerdictPolicy
 from benchrun.loadgen.workload import MixBucket
 
@@ -66,6 +67,7 @@ class SweepConfig:
     server_kind: str = "auto"
     prompt_token_overhead: int = 0  # the server's prompt tokens for an empty prompt (set by the probe)
     preconnect: bool = True  # open every stream's connection before the measured phase's go time
+    content: ContentConfig | None = None  # a dataset, a tokenizer, shared prefixes, sessions (loadgen.content)
 
     def check(self) -> None:
         """Raise BenchrunError naming the bad field."""
@@ -91,6 +93,8 @@ class SweepConfig:
             http.Endpoint.from_url(self.url, self.api)
         except http.EndpointError as exc:
             raise BenchrunError(str(exc)) from None
+        if self.content is not None:
+            self.content.check()
 
 
 @dataclass

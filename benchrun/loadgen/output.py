@@ -57,6 +57,11 @@ REQUEST_COLUMNS: tuple[tuple[str, str], ...] = (
     ("reused_connection", "bool"),
     ("stream_end", "string"),
     ("synthetic", "bool"),
+    ("session_id", "string"),
+    ("turn", "int32"),
+    ("prefix_id", "int32"),
+    ("dataset_index", "int64"),
+    ("usage_cached_tokens", "int64"),
 )
 
 

@@ -15,12 +15,26 @@ CLOCK = time.perf_counter_ns
 
 
 class _Spec:
-    __slots__ = ("request_id", "trace_id", "bucket", "in_tokens", "out_tokens", "head", "body", "scheduled_ns")
+    __slots__ = ("request_id", "trace_id", "bucket", "in_tokens", "out_tokens", "head", "body", "scheduled_ns",
+                 "session_id", "turn", "prefix_id", "dataset_index")
+
+    def __init__(self) -> None:
+        self.session_id: str | None = None
+        self.turn: int | None = None
+        self.prefix_id: int | None = None
+        self.dataset_index: int | None = None
 
 
 def _specs(cfg: SweepConfig, endpoint: http.Endpoint, point_index: int, worker: int, nonce: str, n_warm: int, n: int | None) -> Any:
     """Yield warm-up specs then measured specs (endless when ``n`` is None), each with its
-    request bytes already built so sending costs nothing on the measured path."""
+    request bytes already built so sending costs nothing on the measured path. With request
+    content (a dataset, a tokenizer, shared prefixes) :mod:`benchrun.loadgen.content` builds
+    them (sessions are planned by :mod:`benchrun.loadgen.sessions`, which the runner calls)."""
+    if cfg.content is not None:
+        from benchrun.loadgen.content import content_specs
+
+        yield from content_specs(cfg, endpoint, point_index, worker, nonce, n_warm, n, _Spec)
+        return
     rng = worker_rng(cfg.seed, point_index, worker, 0)
     cdf = mix_cdf(cfg.mix)
     seq = 0
@@ -121,5 +135,10 @@ def _row(st: _WorkerState, spec: _Spec, out: http.Outcome, end_ns: int, point: L
         "reused_connection": out.reused_connection,
         "stream_end": out.terminator,
         "synthetic": st.cfg.synthetic,
+        "session_id": spec.session_id,
+        "turn": spec.turn,
+        "prefix_id": spec.prefix_id,
+        "dataset_index": spec.dataset_index,
+        "usage_cached_tokens": out.usage_cached,
     }
 

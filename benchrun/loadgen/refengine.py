@@ -72,12 +72,15 @@ class Dialect:
     usage_in_last_chunk: bool = False
     reject_unknown_fields: bool = False
     chat_template_tokens: int = 0
+    prefix_cache_block: int = 0  # > 0: a prefix cache of blocks of this many words, reported as cached_tokens
 
     def __post_init__(self) -> None:
         if self.stream_end not in STREAM_ENDS:
             raise ValueError(f"stream_end {self.stream_end!r} is not one of {STREAM_ENDS}")
         if self.chat_template_tokens < 0:
             raise ValueError("chat_template_tokens must be >= 0")
+        if self.prefix_cache_block < 0:
+            raise ValueError("prefix_cache_block must be >= 0 (0: no prefix cache)")
 
 
 def _chunk(data: bytes) -> bytes:
@@ -103,12 +106,14 @@ class _Seq:
         "model",
         "prefill_left",
         "dialect",
+        "cached",
     )
 
     def __init__(self) -> None:
         self.emitted = 0
         self.cancelled = False
         self.prefill_left = 0
+        self.cached: int | None = None
 
 
 class Engine:
@@ -218,8 +223,37 @@ def _resolve(s: _Seq) -> None:
 
 
 def _usage(s: _Seq) -> bytes:
-    return b'{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}' % (
-        s.prompt_tokens, s.max_tokens, s.prompt_tokens + s.max_tokens)
+    details = b',"prompt_tokens_details":{"cached_tokens":%d}' % s.cached if s.cached is not None else b""
+    return b'{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d%s}' % (
+        s.prompt_tokens, s.max_tokens, s.prompt_tokens + s.max_tokens, details)
+
+
+class PrefixCache:
+    """Blocks of ``block`` words keyed by the hash of everything before and in them (as vLLM's
+    automatic prefix caching keys KV blocks): a prompt's cached tokens are its leading full
+    blocks seen before. Reported in ``usage``; the timing model does not shorten the prefill."""
+
+    def __init__(self, block: int, max_blocks: int = 1_000_000) -> None:
+        self.block = block
+        self.max_blocks = max_blocks
+        self._blocks: set[int] = set()
+
+    def lookup_and_add(self, words: list[str]) -> int:
+        """Cached tokens of ``words`` (before this request), then its blocks are cached."""
+        h = 0
+        hits = 0
+        missed = False
+        b = self.block
+        for k in range(len(words) // b):
+            h = hash((h, tuple(words[k * b:(k + 1) * b])))
+            if not missed and h in self._blocks:
+                hits += b
+            else:
+                missed = True
+            if len(self._blocks) >= self.max_blocks:
+                self._blocks.clear()
+            self._blocks.add(h)
+        return min(hits, max(0, len(words) - 1))
 
 
 def _token_event(s: _Seq, last: bool) -> bytes:

@@ -26,6 +26,7 @@ class ServerProcess:
         record_path: str | None = None,
         start_timeout_s: float = 20.0,
         dialect: Dialect | None = None,
+        record_bodies: bool = False,
     ) -> None:
         perf = perf or PerfModel()
         argv = [
@@ -60,6 +61,9 @@ class ServerProcess:
         d = dialect or Dialect()
         argv += ["--stream-end", d.stream_end, "--chat-template-tokens", str(d.chat_template_tokens)]
         argv += ["--usage-in-last-chunk"] * d.usage_in_last_chunk + ["--reject-unknown-fields"] * d.reject_unknown_fields
+        if d.prefix_cache_block:
+            argv += ["--prefix-cache-block", str(d.prefix_cache_block)]
+        argv += ["--record-bodies"] * record_bodies
         env = dict(os.environ)
         env.pop("DAGSTER_PIPES_CONTEXT", None)
         env.pop("DAGSTER_PIPES_MESSAGES", None)

@@ -46,6 +46,7 @@ class CompletionRequest:
     stream: bool
     include_usage: bool
     model: str | None
+    text: str = ""  # the prompt's text (chat: the messages' contents joined by spaces)
 
 
 def _is_number(v: Any) -> bool:
@@ -115,7 +116,8 @@ def parse_completion(raw: bytes, chat: bool, *, max_tokens_limit: int = MAX_TOKE
             if not isinstance(m, dict) or not isinstance(m.get("role"), str):
                 raise BadRequest(400, f"messages[{i}] must be an object with a string 'role'")
             texts.append(_text_of_content(m.get("content"), f"messages[{i}].content"))
-        prompt_tokens = len(" ".join(texts).split()) + chat_template_tokens
+        text = " ".join(texts)
+        prompt_tokens = len(text.split()) + chat_template_tokens
     else:
         p = body.get("prompt")
         if isinstance(p, str):
@@ -126,4 +128,4 @@ def parse_completion(raw: bytes, chat: bool, *, max_tokens_limit: int = MAX_TOKE
             raise BadRequest(400, "prompt must be a string or a non-empty list of strings")
         prompt_tokens = len(text.split())
     include_usage = bool(so.get("include_usage")) if isinstance(so, dict) else False
-    return CompletionRequest(body, prompt_tokens, max_tokens, bool(stream), include_usage, model)
+    return CompletionRequest(body, prompt_tokens, max_tokens, bool(stream), include_usage, model, text)

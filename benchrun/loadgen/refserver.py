@@ -66,7 +66,7 @@ from typing import Any
 from benchrun.loadgen.conn import KernelStampedConn, enable_kernel_timestamps, realtime_offset_ns
 from benchrun.loadgen.refengine import FINGERPRINT, TOKEN_TEXT, Engine, PerfModel, _Seq  # noqa: F401
 from benchrun.loadgen.refprocess import ServerProcess  # noqa: F401  (re-exported)
-from benchrun.loadgen.refengine import STREAM_ENDS, Dialect
+from benchrun.loadgen.refengine import STREAM_ENDS, Dialect, PrefixCache
 from benchrun.loadgen.refrequest import MAX_TOKENS_LIMIT, BadRequest, parse_completion
 
 log = logging.getLogger(__name__)
@@ -96,6 +96,7 @@ class RefServer:
         record_path: str | None = None,
         dialect: Dialect | None = None,
         max_tokens_limit: int = MAX_TOKENS_LIMIT,
+        record_bodies: bool = False,
     ) -> None:
         if fault not in FAULTS:
             raise ValueError(f"fault {fault!r} is not one of {FAULTS}")
@@ -109,6 +110,10 @@ class RefServer:
         self.fault_every = fault_every
         self.dialect = dialect or Dialect()
         self.max_tokens_limit = max_tokens_limit
+        # what each request carried (prompt text or chat messages) joins its record: tests read
+        # session order and content from the server's own log
+        self.record_bodies = record_bodies
+        self.prefix_cache = PrefixCache(self.dialect.prefix_cache_block) if self.dialect.prefix_cache_block else None
         self.records: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
         self._record_fh = open(record_path, "a", encoding="utf-8", buffering=1) if record_path else None
         self._n = 0
@@ -307,6 +312,11 @@ class RefServer:
             self._finish_record(rec)
             return keep
         body, max_tokens = req.body, req.max_tokens
+        rec["max_tokens"] = max_tokens
+        if chat:
+            rec["messages_n"] = len(body["messages"])
+        if self.record_bodies:
+            rec["received"] = {"messages": body["messages"]} if chat else {"prompt": body["prompt"]}
         rid_hdr = {"X-Request-Id": rid}
         if fault == "refuse":
             rec["status"] = "fault:refuse"
@@ -323,6 +333,9 @@ class RefServer:
         s.rid = rid
         s.prompt_tokens = req.prompt_tokens
         rec["prompt_tokens"] = s.prompt_tokens
+        if self.prefix_cache is not None:
+            s.cached = self.prefix_cache.lookup_and_add(req.text.split())
+            rec["cached_tokens"] = s.cached
         s.max_tokens = max_tokens
         s.chat = chat
         s.stream = req.stream
@@ -393,7 +406,9 @@ class RefServer:
             return False
         rec["status"] = "ok"
         text = TOKEN_TEXT * s.max_tokens
-        usage = {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.max_tokens, "total_tokens": s.prompt_tokens + s.max_tokens}
+        usage: dict[str, Any] = {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.max_tokens, "total_tokens": s.prompt_tokens + s.max_tokens}
+        if s.cached is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": s.cached}
         if chat:
             choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
             obj = {"id": f"chatcmpl-{self._n}", "object": "chat.completion", "model": s.model, "choices": [choice], "usage": usage}
@@ -430,11 +445,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a field outside the OpenAI API (e.g. ignore_eos) is a 422 naming it")
     p.add_argument("--chat-template-tokens", type=int, default=0, help="prompt tokens a chat template adds")
     p.add_argument("--max-tokens-limit", type=int, default=MAX_TOKENS_LIMIT, help="max_tokens above this is a 400")
+    p.add_argument("--prefix-cache-block", type=int, default=0,
+                   help="a prefix cache of blocks of N words, reported as usage.prompt_tokens_details.cached_tokens (0: none)")
+    p.add_argument("--record-bodies", action="store_true", help="keep each request's prompt or messages in its record")
 
 
 def dialect_from_args(a: argparse.Namespace) -> Dialect:
     """The :class:`Dialect` named by parsed arguments."""
-    return Dialect(a.stream_end, a.usage_in_last_chunk, a.reject_unknown_fields, a.chat_template_tokens)
+    return Dialect(a.stream_end, a.usage_in_last_chunk, a.reject_unknown_fields, a.chat_template_tokens, a.prefix_cache_block)
 
 
 def perf_from_args(a: argparse.Namespace) -> PerfModel:
@@ -463,10 +481,12 @@ async def serve(
     announce: Any = None,
     dialect: Dialect | None = None,
     max_tokens_limit: int = MAX_TOKENS_LIMIT,
+    record_bodies: bool = False,
 ) -> None:
     """Run a server until SIGINT/SIGTERM; ``announce(dict)`` is called once it listens."""
     srv = RefServer(host, port, model_name=model_name, perf=perf, fault=fault, fault_every=fault_every,
-                    record_path=record_path, dialect=dialect, max_tokens_limit=max_tokens_limit)
+                    record_path=record_path, dialect=dialect, max_tokens_limit=max_tokens_limit,
+                    record_bodies=record_bodies)
     bound = await srv.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -516,7 +536,7 @@ def main(argv: list[str] | None = None) -> None:
                         format="%(asctime)s refserver %(levelname)s %(message)s")
     asyncio.run(
         serve(a.host, a.port, model_name=a.model, perf=perf, fault=a.fault, fault_every=a.fault_every, record_path=a.record, announce=announce,
-              dialect=dialect, max_tokens_limit=a.max_tokens_limit)
+              dialect=dialect, max_tokens_limit=a.max_tokens_limit, record_bodies=a.record_bodies)
     )
 
 

@@ -48,7 +48,9 @@ from benchrun.loadgen import dialect
 from benchrun.loadgen.config import ARRIVALS, LOAD_MODELS, LoadPoint, SweepConfig, SweepResult, warmup_for  # noqa: F401  (re-exported)
 from benchrun.loadgen.metrics import capacity_at_slo, load_stats, summarize, window_s
 from benchrun.loadgen.records import _row, _Spec, _specs, _WorkerState  # noqa: F401  (_Spec, _WorkerState re-exported)
+from benchrun.loadgen.content import bucket_labels, content_summary
 from benchrun.loadgen.schedule import _phase, _probe_loop
+from benchrun.loadgen.sessions import session_phase, session_plans
 from benchrun.loadgen.workers import _recv, _send, _Workers
 from benchrun.loadgen.workload import split_evenly
 
@@ -85,7 +87,10 @@ async def _run_point(
         return result
     # constant arrivals from several workers interleave: worker w starts w/rate later
     phase_s = (worker / point.offered_load) if point.load_model == "open_loop" and point.arrival == "constant" else 0.0
-    specs = _specs(cfg, st.endpoint, point_index, worker, nonce, warm_w, n_w)
+    if cfg.content is not None and cfg.content.sessions is not None:
+        specs, run_phase = session_plans(cfg, point_index, worker, nonce, warm_w, n_w), session_phase
+    else:
+        specs, run_phase = _specs(cfg, st.endpoint, point_index, worker, nonce, warm_w, n_w), _phase
     warm_specs = [next(specs) for _ in range(warm_w)]
     # a count-ended phase is built in full before it starts; a timed one lazily
     measured: Any = list(specs) if n_w is not None else specs
@@ -96,7 +101,7 @@ async def _run_point(
             await asyncio.sleep(delay / 1e9)
     try:
         if warm_w:
-            wdone = await _phase(st, pool, warm_specs, warm_w, point, min(conc_w, warm_w) if conc_w else 0, rate_w, phase_s, None, 2, point_index)
+            wdone = await run_phase(st, pool, warm_specs, warm_w, point, min(conc_w, warm_w) if conc_w else 0, rate_w, phase_s, None, 2, point_index)
             result["warmup_rows"] = len(wdone)
             result["warmup_errors"] = sum(1 for _, o, _ in wdone if o.error is not None)
         if cfg.preconnect:
@@ -118,7 +123,7 @@ async def _run_point(
             lags: list[float] = []
             probe = asyncio.ensure_future(_probe_loop(lags, stop))
             cpu0, wall0 = time.process_time(), time.perf_counter()
-            done = await _phase(st, pool, measured, n_w, point, conc_w, rate_w, phase_s, cfg.duration_s, 1, point_index, go_ns)
+            done = await run_phase(st, pool, measured, n_w, point, conc_w, rate_w, phase_s, cfg.duration_s, 1, point_index, go_ns)
             cpu1, wall1 = time.process_time(), time.perf_counter()
         finally:
             gc.unfreeze()
@@ -209,6 +214,9 @@ def run_sweep(cfg: SweepConfig, progress: Callable[[dict[str, Any]], None] | Non
         "prompt_tokens_approximation": "one vocabulary word per requested input token; server usage recorded beside it",
         "points": [],
     }
+    if cfg.content is not None:
+        context["content"] = cfg.content.info()
+        context["prompt_tokens_approximation"] = f"prompt tokens counted by {context['content']['tokenizer']}; server usage recorded beside it"
     nonce = os.urandom(3).hex()
     all_rows: list[dict[str, Any]] = []
     summaries: list[dict[str, Any]] = []
@@ -268,9 +276,10 @@ def summarize_point(rows: list[dict[str, Any]], point: LoadPoint, results: list[
     total_out = int(sum(r["output_tokens"] or 0 for r in rows if r["error"] is None))
     common = dict(point=point.label, load_model=point.load_model, offered_load=point.offered_load, window=win, slo=cfg.slo, pricing=cfg.pricing, stats=stats, client=client, policy=cfg.policy)
     out = [summarize(rows, bucket="all", **common)]
-    for b in cfg.mix:
-        brows = [r for r in rows if r["bucket"] == b.label]
-        out.append(summarize(brows, bucket=b.label, point_output_tokens=total_out, **common))
+    out[0].update(content_summary(rows))
+    for label in bucket_labels(cfg):
+        brows = [r for r in rows if r["bucket"] == label]
+        out.append(summarize(brows, bucket=label, point_output_tokens=total_out, **common))
     return out
 
 

@@ -30,6 +30,8 @@ class Outcome:
         "write_ns",
         "connect_ns",
         "terminator",
+        "text",
+        "usage_cached",
     )
 
     def __init__(self) -> None:
@@ -48,6 +50,8 @@ class Outcome:
         self.write_ns = 0  # when the request was written on an open connection (after any set-up)
         self.connect_ns: int | None = None  # time spent opening a new connection (None: reused)
         self.terminator: str | None = None  # "[DONE]", "finish_reason" or "finish_reason+close"
+        self.text: list[str] | None = None  # the reply's text pieces, kept only when set to a list (sessions)
+        self.usage_cached: int | None = None  # usage.prompt_tokens_details.cached_tokens (a prefix cache's hits)
 
     def fail(self, kind: str, detail: str) -> None:
         """Mark the request failed (the first failure wins)."""
@@ -256,11 +260,16 @@ async def _consume_stream(reader: TimedReader, headers: dict[str, str], out: Out
                             k = max(1, ct - base)
                             prev_usage_tokens = ct
                         chunk_tokens.append(k)
+                        if out.text is not None:
+                            out.text.append(text)
                     if usage:
                         if usage.get("prompt_tokens") is not None:
                             out.usage_prompt = token_count(usage["prompt_tokens"], "usage.prompt_tokens")
                         if usage.get("completion_tokens") is not None:
                             out.usage_completion = token_count(usage["completion_tokens"], "usage.completion_tokens")
+                        details = usage.get("prompt_tokens_details")
+                        if details and details.get("cached_tokens") is not None:
+                            out.usage_cached = token_count(details["cached_tokens"], "usage.prompt_tokens_details.cached_tokens")
                 except ImplausibleNumber as exc:
                     out.fail("implausible_usage", str(exc))
                     return False

@@ -12,19 +12,24 @@ workload has no sequenceLengthMix), ``warmup``, ``seed``, ``workers``,
 ``request_timeout_s``, ``arrival`` (poisson | constant, open loop), ``ignore_eos`` (default:
 as the server kind says), ``server_kind`` (auto | vllm | sglang | tgi | openai; auto probes once),
 ``refserver`` (overrides of the reference server's performance model), ``verdict``
-(overrides of the verdict thresholds). A parameter the suite does not take is refused
+(overrides of the verdict thresholds), ``tokenizer`` (a local tokenizer.json or model folder),
+``session_turns`` and ``think_time_s`` (multi-turn sessions), ``shared_prefix`` (``N,M,P``:
+N prefixes of P tokens with M suffixes each). ``workload.dataset`` (pinned, sha256 checked) gives
+the prompts. A parameter the suite does not take is refused
 (a typo would otherwise fall back to a default silently).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 from benchrun.errors import BenchrunError
 from benchrun.loadgen.metrics import HEADLINE, SLO, Pricing, VerdictPolicy
 from benchrun.loadgen.output import plot_latency_throughput, write_requests_parquet
-from benchrun.loadgen.refserver import PerfModel, ServerProcess
+from benchrun.loadgen.content import ContentConfig, content_from_options, locate_dataset
+from benchrun.loadgen.refserver import Dialect, PerfModel, ServerProcess
 from benchrun.loadgen.config import SERVER_KINDS
 from benchrun.loadgen.runner import LoadPoint, SweepConfig, SweepResult, run_sweep
 from benchrun.loadgen.workload import MixBucket, format_mix, mix_from_workload, parse_mix
@@ -42,8 +47,44 @@ SUITE_REFSERVER_MODEL = {
 DEFAULT_MIX = "128/32"
 COMMON_PARAMS = (
     "endpoint", "api", "model", "mix", "warmup", "seed", "workers", "request_timeout_s", "arrival",
-    "ignore_eos", "server_kind", "refserver", "verdict",
+    "ignore_eos", "server_kind", "refserver", "verdict", "tokenizer", "session_turns", "think_time_s", "shared_prefix",
 )
+# the self-started reference server keeps a prefix cache, so a session or shared-prefix workload
+# reports the hit rate a real server's would; blocks of 4 words, not vLLM's 16 tokens, because the
+# shipped conversations' turns are 5-20 words (with 16 no turn would fill a block)
+SUITE_REFSERVER_PREFIX_BLOCK = 4
+
+
+def content_inputs(ctx: Any) -> ContentConfig | None:
+    """The request content from ``workload.dataset`` and the tokenizer, session_turns,
+    think_time_s and shared_prefix (``N,M,P``) parameters."""
+    wl = ctx.workload or {}
+    ds = wl.get("dataset") or None
+    if ds is not None and not (isinstance(ds, dict) and isinstance(ds.get("path"), str)):
+        raise BenchrunError("BENCHRUN_WORKLOAD: dataset must be a mapping with path (and format, sha256)")
+    turns = ctx.params.get("session_turns")
+    if turns is not None:
+        turns = int_param(ctx, "session_turns", 1, minimum=1, maximum=1000)
+    think = 0.0 if ctx.params.get("think_time_s") in (None, 0) else float_param(ctx, "think_time_s", 0.0)
+    tok = ctx.params.get("tokenizer")
+    sp = ctx.params.get("shared_prefix")
+    if sp is not None and ds is not None:
+        # the shared prefixes are the prompts: the workload's dataset is not read by this suite
+        ctx.context["dataset_not_used"] = "shared_prefix builds this suite's prompts; workload.dataset is not read"
+        ds = None
+    try:
+        content = content_from_options(Path(ds["path"]) if ds else None, str(ds.get("format") or "auto") if ds else "auto",
+                                       Path(str(tok)) if tok is not None else None, turns, think,
+                                       str(sp) if sp is not None else None)
+    except BenchrunError as exc:
+        raise BenchrunError(f"suite {ctx.suite}: {exc}".replace("--session-turns", "session_turns")
+                            .replace("--think-time", "think_time_s").replace("--shared-prefix", "shared_prefix")) from None
+    if content is not None and ds and ds.get("sha256"):
+        sha = str(ds["sha256"])
+        content = dataclasses.replace(content, dataset=locate_dataset(str(ds["path"]), sha), dataset_sha256=sha)
+    if content is not None:
+        content.check()
+    return content
 
 
 def workload_inputs(ctx: Any) -> tuple[str, list[MixBucket], str, SLO | None, Pricing | None, dict[str, Any]]:
@@ -75,6 +116,7 @@ def run_serving_suite(
     """Run ``points`` against the endpoint (or a self-started reference server) and report;
     ``sweep`` adds ``capacity_at_slo`` across the points."""
     model, mix, _, slo, pricing, notes = workload_inputs(ctx)
+    content = content_inputs(ctx)
     try:
         policy = VerdictPolicy.from_dict(ctx.params.get("verdict"))
     except (TypeError, ValueError) as exc:
@@ -86,7 +128,7 @@ def run_serving_suite(
             perf = PerfModel.from_dict({**SUITE_REFSERVER_MODEL, **(ctx.params.get("refserver") or {})})
         except (TypeError, ValueError) as exc:
             raise BenchrunError(f"suite {ctx.suite}: parameter refserver: {exc}") from None
-        server = ServerProcess(perf, model_name=model)
+        server = ServerProcess(perf, model_name=model, dialect=Dialect(prefix_cache_block=SUITE_REFSERVER_PREFIX_BLOCK))
         endpoint = server.url
         ctx.synthetic = True
         ctx.context["reference_server"] = {"synthetic": True, **server.info}
@@ -111,6 +153,7 @@ def run_serving_suite(
             pricing=pricing,
             policy=policy,
             synthetic=server is not None,
+            content=content,
         )
         result = run_sweep(cfg, progress=lambda s: ctx.message({"kind": "serving_point", "point": s["point"], "verdict": s["verdict"]}))
     finally:

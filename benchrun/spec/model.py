@@ -270,6 +270,15 @@ class SequenceLengthEntry(SpecModel):
     weight: Annotated[float, Field(gt=0, le=1)]
 
 
+class WorkloadDataset(SpecModel):
+    """A prompt dataset file: its path (relative to the spec's folder), its layout and its sha256
+    (filled from the file when the spec is read, and checked when written)."""
+
+    path: Text
+    format: Literal["auto", "sharegpt", "jsonl", "parquet"] = "auto"
+    sha256: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")] | None = None
+
+
 class Workload(SpecModel):
     """The frozen workload: what is served or trained, identical across trials."""
 
@@ -280,6 +289,10 @@ class Workload(SpecModel):
     concurrency_model: Text
     dataset_ref: str | None = None
     fixed_across_trials: list[str] = Field(default_factory=list)
+    dataset: WorkloadDataset | None = Field(
+        default=None,
+        description="Prompts from a dataset file; its sha256 is pinned into the spec digest (docs/loadgen-workloads.md).",
+    )
 
 
 class ArtifactRef(SpecModel):

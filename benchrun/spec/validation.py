@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from benchrun.errors import BenchrunError
 from benchrun.spec import rules
+from benchrun.spec.datasets import pin_dataset
 from benchrun.spec.digest import spec_digest, workload_spec_digest
 from benchrun.spec.loader import MAX_BYTES, Path, SpecError, YamlDocument, YamlLoadError, format_path, load_documents
 from benchrun.spec.model import API_VERSION, KIND, BenchmarkRun
@@ -69,6 +70,7 @@ class DocumentResult:
     run: BenchmarkRun | None = field(default=None, repr=False)
     # Advice that does not make the spec invalid (e.g. a gate that can never fire).
     warnings: list[SpecError] = field(default_factory=list)
+    pinned: Any = field(default=None, repr=False, compare=False)  # the document the digests cover (a dataset's sha256 filled)
 
     def to_json(self) -> dict[str, Any]:
         """``{"valid", "file", "errors": [{"path","line","message"}], "warnings": [...], "summary"}``."""
@@ -261,12 +263,14 @@ def validate_document(doc: YamlDocument, file: str) -> DocumentResult:
     """Model + every rule over one document; errors sorted by line, then path."""
     found: list[tuple[Path, str]] = list(doc.errors)
     run: BenchmarkRun | None = None
-    data = doc.data
+    # a dataset's bytes join the digest; the model reads the resolved file (benchrun.spec.datasets)
+    data, model_data, dataset_errors = pin_dataset(doc.data, file)
+    found.extend(dataset_errors)
     if not isinstance(data, dict):
         what = "empty" if data is None else f"{_got(data)}"
         found.append(((), f"a BenchmarkRun document must be a mapping with apiVersion, kind, metadata and spec, not {what}"))
     else:
-        run, from_model = model_errors(data)
+        run, from_model = model_errors(model_data)
         found.extend(from_model)
         model_paths = {p for p, _ in from_model} | {p for p, _ in doc.errors}
         found.extend(f for f in rules.check(data) if not _covered(f[0], model_paths))
@@ -294,7 +298,7 @@ def validate_document(doc: YamlDocument, file: str) -> DocumentResult:
 
         warnings = [SpecError(format_path(p), m, doc.line_of(p), file) for p, m in gating_warnings(data)]
     return DocumentResult(file=file, index=doc.index, valid=valid, errors=errors, summary=summary,
-                          run=run if valid else None, warnings=warnings)
+                          run=run if valid else None, warnings=warnings, pinned=data if valid else None)
 
 
 def validate_bytes(data: bytes, source: str, *, only_benchmark_runs: bool = False) -> list[DocumentResult]:
@@ -401,7 +405,7 @@ def load_spec_bytes(data: bytes, source: str) -> LoadedSpec:
     result = validate_document(docs[0], source)
     if not result.valid or result.run is None:
         raise SpecInvalid(result.errors, source)
-    document = docs[0].data
+    document = result.pinned if result.pinned is not None else docs[0].data
     return LoadedSpec(
         run=result.run,
         raw=data,

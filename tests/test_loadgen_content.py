@@ -1,0 +1,351 @@
+"""Issue 29 part A: request content (datasets, a local tokenizer's exact lengths, shared prefixes,
+multi-turn sessions), each checked against what the reference server itself logged it received.
+
+One reference server for the module (a subprocess, ``--record-bodies`` and a 4-word-block
+prefix cache); each sweep is a few dozen tiny requests. The tokenizers are built here from the
+load generator's own vocabulary (a word-level one, where a word is a token, and a small BPE
+one trained locally, where many words are several tokens); nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchrun.errors import BenchrunError
+from benchrun.loadgen.content import ContentConfig, SessionShape, SharedPrefix
+from benchrun.loadgen.dataset import DatasetError, load_dataset
+from benchrun.loadgen.refserver import Dialect, PerfModel, ServerProcess
+from benchrun.loadgen.runner import LoadPoint, SweepConfig, run_sweep
+from benchrun.loadgen.tokens import HFTokenizer, TokenizerError, WordCounter
+from benchrun.loadgen.workload import VOCABULARY, parse_mix
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = ROOT / "specs/datasets/benchrun-conversations.jsonl"
+FAST = PerfModel(prefill_ms_per_token=0.001, decode_base_ms=0.3, decode_ms_per_seq=0.01)
+
+
+def _word_tokenizer(d: Path) -> Path:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    words = sorted({w.strip(".,?:;!") .lower() for line in SHIPPED.read_text().splitlines()
+                    for t in json.loads(line)["conversations"] for w in t["value"].split()} | set(VOCABULARY) | {"syn"})
+    vocab = {t: i for i, t in enumerate(["<unk>", *words])}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    path = d / "word" / "tokenizer.json"
+    path.parent.mkdir()
+    tok.save(str(path))
+    return path.parent
+
+
+def _bpe_tokenizer(d: Path) -> Path:
+    """A byte-level BPE with a small vocabulary: common words are one token, others several."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders
+
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    rng = np.random.default_rng(0)
+    # a skewed corpus: the first words are frequent (whole tokens), the rest stay split
+    weights = np.linspace(3.0, 0.05, len(VOCABULARY))
+    corpus = [" ".join(rng.choice(VOCABULARY, size=40, p=weights / weights.sum())) for _ in range(300)]
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=400, show_progress=False,
+                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    path = d / "bpe.json"
+    tok.save(str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def toks(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tok")
+    return {"word": str(_word_tokenizer(d)), "bpe": str(_bpe_tokenizer(d))}
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = ServerProcess(FAST, record_bodies=True, dialect=Dialect(prefix_cache_block=4))
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def _log(srv: ServerProcess, ids: list[str]) -> dict[str, dict]:
+    with urllib.request.urlopen(srv.url + "/debug/requests", timeout=10) as r:
+        recs = {x["request_id"]: x for x in json.load(r)["requests"]}
+    return {i: recs[i] for i in ids}
+
+
+def _sweep(srv, content, *, api="completions", mix="8/4", conc=2, n=12, seed=0, rate=None, **kw):
+    point = LoadPoint("open_loop", rate) if rate else LoadPoint("closed_loop", conc)
+    cfg = SweepConfig(url=srv.url, model="m", api=api, mix=tuple(parse_mix(mix)), points=(point,),
+                      requests_per_point=n, warmup=0, seed=seed, content=content, **kw)
+    res = run_sweep(cfg)
+    assert [r["error"] for r in res.rows] == [None] * n
+    return res, _log(srv, [r["request_id"] for r in res.rows])
+
+
+def _prompt(rec: dict) -> str:
+    got = rec["received"]
+    return got["prompt"] if "prompt" in got else " ".join(m["content"] for m in got["messages"])
+
+
+# -- tokenizer ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["word", "bpe"])
+def test_prompts_are_built_to_exact_token_lengths(toks, kind):
+    tok = HFTokenizer(toks[kind])
+    rng = np.random.default_rng(1)
+    for n in (1, 2, 7, 33, 128, 301):
+        text = tok.build(n, rng)
+        assert tok.count(text) == n, (n, text)
+    prefix = tok.build(20, rng)
+    suffix = tok.build(9, rng, after=prefix)
+    assert tok.count(prefix + " " + suffix) == 29
+    if kind == "bpe":  # the BPE really splits words: exact lengths are not word counts
+        assert len(text.split()) < 301
+
+
+def test_a_tokenizer_that_cannot_be_read_is_named(tmp_path):
+    with pytest.raises(TokenizerError, match="no tokenizer.json"):
+        HFTokenizer(tmp_path)
+    (tmp_path / "tokenizer.json").write_text("{not json")
+    with pytest.raises(TokenizerError, match=r"tokenizer.json: cannot be read"):
+        HFTokenizer(tmp_path)
+
+
+def test_bpe_prompts_reach_the_server_at_exact_length_and_its_word_count_mismatches_are_counted(server, toks):
+    res, log = _sweep(server, ContentConfig(tokenizer=toks["bpe"]), mix="24/4", n=10)
+    tok = HFTokenizer(toks["bpe"])
+    for r in res.rows:
+        received = _prompt(log[r["request_id"]])
+        assert tok.count(received) == 24 == r["input_tokens_requested"]
+        # the reference server counts words; its usage agrees only where words are tokens
+        assert r["usage_input_tokens"] == len(received.split())
+    mismatched = sum(1 for r in res.rows if r["usage_input_tokens"] != 24)
+    assert mismatched > 0 and res.summaries[0]["input_token_mismatches"] == mismatched
+    assert res.summaries[0]["usage_compared"] == 10
+    assert res.context["content"]["tokenizer"].startswith("tokenizers:")
+
+
+# -- datasets -------------------------------------------------------------------------------
+
+
+def _write_variants(d: Path) -> dict[str, Path]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    conv = [json.loads(x) for x in SHIPPED.read_text().splitlines()]
+    out = {"sharegpt_jsonl": SHIPPED}
+    (d / "conv.json").write_text(json.dumps(conv))
+    out["sharegpt_json"] = d / "conv.json"
+    rows = [{"prompt": c["conversations"][0]["value"], "output_tokens": 3 + i % 5} for i, c in enumerate(conv)]
+    (d / "generic.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out["jsonl"] = d / "generic.jsonl"
+    pq.write_table(pa.Table.from_pylist(rows), d / "generic.parquet")
+    out["parquet"] = d / "generic.parquet"
+    return out
+
+
+def test_every_layout_reads_the_same_prompts(tmp_path):
+    files = _write_variants(tmp_path)
+    firsts = {k: [e.prompts[0] for e in load_dataset(p).entries] for k, p in files.items()}
+    assert len({tuple(v) for v in firsts.values()}) == 1 and len(firsts["jsonl"]) == 24
+    assert load_dataset(files["sharegpt_jsonl"]).format == "sharegpt"
+    assert load_dataset(files["parquet"]).format == "parquet"
+    gen = load_dataset(files["jsonl"])
+    assert gen.format == "jsonl" and [e.output_tokens for e in gen.entries][:3] == [3, 4, 5]
+    multi = load_dataset(files["sharegpt_json"]).entries[0]
+    assert len(multi.prompts) == 2 and len(multi.replies) == 2
+
+
+@pytest.mark.parametrize("text, fmt, match", [
+    ('{"prompt": "a"}\nnot json\n', "auto", r"bad.jsonl:2: not JSON"),
+    ('{"text": "a"}\n', "jsonl", r"bad.jsonl:1: needs a string 'prompt'"),
+    ('{"prompt": "a", "output_tokens": -2}\n', "jsonl", "output_tokens must be a positive integer"),
+    ('{"prompt": "  "}\n', "jsonl", "no usable entry"),
+    ('{"conversations": [{"from": "gpt", "value": "hi"}]}\n', "sharegpt", "no usable entry"),
+    ('{"prompt": "a"}\n', "csv", "format 'csv' is not one of"),
+])
+def test_a_bad_dataset_is_named_with_its_line_and_the_fix(tmp_path, text, fmt, match):
+    p = tmp_path / "bad.jsonl"
+    p.write_text(text)
+    with pytest.raises(DatasetError, match=match):
+        load_dataset(p, fmt)
+
+
+def test_a_changed_dataset_is_refused_against_its_pinned_sha256(tmp_path):
+    p = tmp_path / "d.jsonl"
+    p.write_text('{"prompt": "one two"}\n')
+    pinned = load_dataset(p).sha256
+    p.write_text('{"prompt": "one three"}\n')
+    with pytest.raises(DatasetError, match="differs from the pinned"):
+        load_dataset(p, expect_sha256=pinned)
+    with pytest.raises(BenchrunError, match="differs from the pinned"):
+        SweepConfig(url="http://127.0.0.1:9", model="m", mix=tuple(parse_mix("8/4")), points=(LoadPoint("closed_loop", 1),),
+                    requests_per_point=1, content=ContentConfig(dataset=str(p), dataset_sha256=pinned)).check()
+
+
+def test_dataset_prompts_reach_the_server_seeded_and_counted(server, toks, tmp_path):
+    files = _write_variants(tmp_path)
+    entries = load_dataset(files["jsonl"]).entries
+    content = ContentConfig(dataset=str(files["jsonl"]), tokenizer=toks["word"])
+    res, log = _sweep(server, content, n=30, seed=3)
+    for r in res.rows:
+        e = entries[r["dataset_index"]]
+        rec = log[r["request_id"]]
+        assert rec["received"]["prompt"] == e.prompts[0]
+        assert rec["max_tokens"] == e.output_tokens == r["output_tokens_requested"]
+        assert r["bucket"] == "dataset"
+    # with a word-level tokenizer the server's count (words) and ours agree: no mismatch
+    assert res.summaries[0]["input_token_mismatches"] == 0 and res.summaries[0]["output_token_mismatches"] == 0
+    assert [s["bucket"] for s in res.summaries] == ["all", "dataset"]
+    # a seeded permutation: 24 entries, each once, before any repeats
+    order = [r["dataset_index"] for r in sorted(res.rows, key=lambda r: int(r["request_id"].rsplit("-", 1)[1]))]
+    assert sorted(order[:24]) == list(range(24))
+    again, _ = _sweep(server, content, n=30, seed=3)
+    other, _ = _sweep(server, content, n=30, seed=4)
+    key = lambda rr: [r["dataset_index"] for r in sorted(rr.rows, key=lambda r: int(r["request_id"].rsplit("-", 1)[1]))]
+    assert key(again) == order and key(other) != order
+    assert res.context["content"]["dataset"]["entries"] == 24
+
+
+def test_sharegpt_output_lengths_come_from_the_replies(server, toks):
+    res, log = _sweep(server, ContentConfig(dataset=str(SHIPPED), tokenizer=toks["word"]), n=8)
+    tok = HFTokenizer(toks["word"])
+    entries = load_dataset(SHIPPED).entries
+    for r in res.rows:
+        assert r["output_tokens_requested"] == tok.count(entries[r["dataset_index"]].replies[0])
+        assert log[r["request_id"]]["max_tokens"] == r["output_tokens_requested"]
+
+
+# -- shared prefixes ------------------------------------------------------------------------
+
+
+def test_shared_prefix_prompts_share_their_prefixes_and_the_cache_hit_rate_is_the_servers(server):
+    sp = SharedPrefix(prefixes=2, suffixes=3, prefix_tokens=32)
+    res, log = _sweep(server, ContentConfig(shared_prefix=sp), mix="8/4", n=24, conc=3, seed=11)
+    prompts = {r["request_id"]: log[r["request_id"]]["received"]["prompt"].split() for r in res.rows}
+    prefixes = {tuple(p[:32]) for p in prompts.values()}
+    assert len(prefixes) == 2
+    for r in res.rows:
+        words = prompts[r["request_id"]]
+        assert len(words) == 40 == r["input_tokens_requested"] == r["usage_input_tokens"]
+        assert r["prefix_id"] in (0, 1)
+    by_prefix: dict[tuple, set] = {}
+    for p in prompts.values():
+        by_prefix.setdefault(tuple(p[:32]), set()).add(tuple(p[32:]))
+    assert all(len(s) <= 3 for s in by_prefix.values())
+    # the hit rate in the summary is the server's own: its cached tokens over its prompt tokens
+    recs = [log[r["request_id"]] for r in res.rows]
+    want = sum(x["cached_tokens"] for x in recs) / sum(x["prompt_tokens"] for x in recs)
+    assert res.summaries[0]["prefix_cache_hit_rate"] == pytest.approx(want)
+    assert want > 0.5  # 32 of 40 words are shared after each prefix's first request
+    # prefixes depend on the seed only: another point (another worker stream) sees the same
+    res2, log2 = _sweep(server, ContentConfig(shared_prefix=sp), mix="8/4", n=6, conc=1, seed=11)
+    assert {tuple(log2[r["request_id"]]["received"]["prompt"].split()[:32]) for r in res2.rows} <= prefixes
+
+
+# -- sessions -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("api", ["chat", "completions"])
+def test_sessions_carry_history_in_order_with_think_time(server, api):
+    think = 0.03
+    res, log = _sweep(server, ContentConfig(sessions=SessionShape(turns=3, think_time_s=think)), api=api,
+                      mix="6/5", n=10, conc=2)
+    sessions: dict[str, list[dict]] = {}
+    for r in res.rows:
+        sessions.setdefault(r["session_id"], []).append(r)
+    assert sorted(len(v) for v in sessions.values()) == [1, 3, 3, 3]  # 10 turns: 3 + 3 + 3 + 1
+    for rows in sessions.values():
+        rows.sort(key=lambda r: r["turn"])
+        assert [r["turn"] for r in rows] == list(range(1, len(rows) + 1))
+        users: list[str] = []
+        for k, r in enumerate(rows):
+            rec = log[r["request_id"]]
+            if api == "chat":
+                msgs = rec["received"]["messages"]
+                assert [m["role"] for m in msgs] == ["user", "assistant"] * k + ["user"]
+                # the history is what was sent before, with the server's own replies
+                assert [m["content"] for m in msgs[0:-1:2]] == users
+                assert all(m["content"] == " syn" * 5 for m in msgs[1::2])
+                users.append(msgs[-1]["content"])
+            else:
+                parts = rec["received"]["prompt"].split("\n")
+                assert len(parts) == 2 * k + 1 and parts[0:-1:2] == users
+                users.append(parts[-1])
+            assert len(users[-1].split()) == 6
+            # what we counted equals the server's count, turn after turn, as the history grows
+            assert r["input_tokens_requested"] == rec["prompt_tokens"] == 6 * (k + 1) + 5 * k
+            if k:
+                prev = log[rows[k - 1]["request_id"]]
+                # sent after the previous reply ended and the think time (1 ms of timer slack)
+                assert rec["arrival_ns"] - prev["last_token_ns"] >= (think - 0.001) * 1e9
+                assert r["scheduled_mono_ns"] >= rows[k - 1]["end_mono_ns"] + think * 1e9 - 1
+    s = res.summaries[0]
+    assert set(s["ttft_ms_p50_by_turn"]) == {"1", "2", "3"} and s["sessions"] == 4
+    assert s["input_token_mismatches"] == 0
+    # a later turn's prompt starts with the earlier turns: the server's prefix cache hits it
+    assert s["prefix_cache_hit_rate"] > 0.3
+
+
+def test_open_loop_starts_sessions_at_the_rate(server):
+    res, log = _sweep(server, ContentConfig(sessions=SessionShape(turns=2)), api="chat", mix="4/3", n=8, rate=50.0)
+    firsts = sorted(r["scheduled_mono_ns"] for r in res.rows if r["turn"] == 1)
+    assert len(firsts) == 4
+    span_s = (firsts[-1] - firsts[0]) / 1e9
+    assert span_s == pytest.approx(3 / 50.0, rel=1e-6)  # the rescaled Poisson schedule: (n - 1) / rate
+
+
+def test_content_options_are_checked(tmp_path):
+    from benchrun.loadgen.content import content_from_options
+
+    with pytest.raises(BenchrunError, match="is not N,M,P"):
+        content_from_options(None, "auto", None, None, 0.0, "4,8")
+    with pytest.raises(BenchrunError, match="--think-time needs --session-turns"):
+        content_from_options(None, "auto", None, None, 1.0, None)
+    assert content_from_options(None, "auto", None, None, 0.0, None) is None
+    bad = ContentConfig(dataset=str(SHIPPED), shared_prefix=SharedPrefix(1, 1, 1))
+    with pytest.raises(BenchrunError, match="exclusive"):
+        bad.check()
+    with pytest.raises(BenchrunError, match="turns must be >= 1"):
+        ContentConfig(sessions=SessionShape(0)).check()
+    assert WordCounter().count(" a  b ") == 2
+
+
+def test_content_across_worker_processes_and_a_timed_session_point(server):
+    res, log = _sweep(server, ContentConfig(dataset=str(SHIPPED)), n=12, conc=4, workers=2)
+    entries = load_dataset(SHIPPED).entries
+    assert {r["worker"] for r in res.rows} == {0, 1}
+    assert all(log[r["request_id"]]["received"]["prompt"] == entries[r["dataset_index"]].prompts[0] for r in res.rows)
+    cfg = SweepConfig(url=server.url, model="m", api="chat", mix=tuple(parse_mix("4/3")), points=(LoadPoint("closed_loop", 2),),
+                      duration_s=0.3, warmup=0, content=ContentConfig(sessions=SessionShape(turns=2, think_time_s=0.01)))
+    timed = run_sweep(cfg)
+    assert len(timed.rows) >= 4 and all(r["error"] is None for r in timed.rows)
+    turns = {}
+    for r in timed.rows:
+        turns.setdefault(r["session_id"], []).append(r["turn"])
+    # every session starts at turn 1 and goes in order; only the deadline cuts a session short
+    assert all(sorted(t) == list(range(1, len(t) + 1)) for t in turns.values())
+    assert max(len(t) for t in turns.values()) == 2
+
+
+def test_a_pinned_dataset_resolved_on_another_host_is_found_by_its_tail(tmp_path, monkeypatch):
+    from benchrun.loadgen.content import locate_dataset
+
+    (tmp_path / "specs/datasets").mkdir(parents=True)
+    (tmp_path / "specs/datasets/d.jsonl").write_text('{"prompt": "x"}\n')
+    monkeypatch.chdir(tmp_path)  # a pod's working directory holds the image's specs/
+    found = locate_dataset("/work/elsewhere/specs/datasets/d.jsonl", "0" * 64)
+    assert found == str(tmp_path / "specs/datasets/d.jsonl")
+    with pytest.raises(DatasetError, match="differs from the pinned"):  # and its bytes are still checked
+        load_dataset(found, expect_sha256="0" * 64)
+    assert locate_dataset("/work/elsewhere/specs/datasets/d.jsonl", None) == "/work/elsewhere/specs/datasets/d.jsonl"

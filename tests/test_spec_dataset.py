@@ -1,0 +1,74 @@
+"""Issue 29 (1): ``spec.workload.dataset`` is pinned: its file's sha256 joins the spec digest, a
+written sha256 must match the file, and suites get the resolved path with the pinned digest."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import yaml
+
+from benchrun.spec.digest import spec_digest, workload_spec_digest
+from benchrun.spec.validation import load_spec, load_spec_bytes, validate_bytes
+
+ROOT = Path(__file__).resolve().parent.parent
+SERVING = ROOT / "specs/local/serving.yaml"
+SHIPPED = ROOT / "specs/datasets/benchrun-conversations.jsonl"
+
+
+def _spec_with(tmp_path: Path, dataset: dict) -> Path:
+    doc = yaml.safe_load(SERVING.read_text())
+    doc["spec"]["workload"]["dataset"] = dataset
+    p = tmp_path / "spec.yaml"
+    p.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return p
+
+
+def test_the_serving_spec_pins_the_shipped_datasets_sha256(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    loaded = load_spec(SERVING)
+    sha = hashlib.sha256(SHIPPED.read_bytes()).hexdigest()
+    ds = loaded.run.workload_env()["dataset"]
+    assert ds["sha256"] == sha and ds["path"] == str(SHIPPED.resolve()) and ds["format"] == "sharegpt"
+    # the digest covers the document as written plus the file's sha256 (not the absolute path)
+    assert loaded.document["spec"]["workload"]["dataset"] == {"path": "specs/datasets/benchrun-conversations.jsonl",
+                                                               "format": "sharegpt", "sha256": sha}
+    assert loaded.spec_digest == spec_digest(loaded.document)
+    assert loaded.raw == SERVING.read_bytes()  # the stored bytes are what was submitted
+
+
+def test_the_digest_changes_with_the_datasets_bytes(tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"prompt": "one two three"}\n')
+    spec = _spec_with(tmp_path, {"path": "d.jsonl"})  # relative: found in the spec's folder
+    first = load_spec(spec)
+    data.write_text('{"prompt": "one two four"}\n')
+    second = load_spec(spec)
+    assert first.spec_digest != second.spec_digest
+    assert first.workload_spec_digest != second.workload_spec_digest
+    data.write_text('{"prompt": "one two three"}\n')
+    assert load_spec(spec).spec_digest == first.spec_digest  # the same bytes pin the same digest
+
+
+def test_a_wrong_sha256_or_a_missing_file_is_an_error_naming_the_field(tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"prompt": "x"}\n')
+    bad = _spec_with(tmp_path, {"path": str(data), "sha256": "0" * 64})
+    [res] = validate_bytes(bad.read_bytes(), str(bad))
+    assert not res.valid
+    assert [e.path for e in res.errors] == ["spec.workload.dataset.sha256"]
+    assert "has sha256 " + hashlib.sha256(data.read_bytes()).hexdigest() in res.errors[0].message
+    missing = _spec_with(tmp_path, {"path": "nowhere.jsonl"})
+    [res] = validate_bytes(missing.read_bytes(), str(missing))
+    assert [e.path for e in res.errors] == ["spec.workload.dataset.path"] and "no file at" in res.errors[0].message
+    shape = _spec_with(tmp_path, {"path": str(data), "format": "csv"})
+    [res] = validate_bytes(shape.read_bytes(), str(shape))
+    assert [e.path for e in res.errors] == ["spec.workload.dataset.format"]
+
+
+def test_a_spec_without_a_dataset_digests_as_before():
+    raw = (ROOT / "specs/local/canary.yaml").read_bytes()
+    loaded = load_spec_bytes(raw, "canary.yaml")
+    doc = yaml.safe_load(raw)
+    assert loaded.spec_digest == spec_digest(doc) and loaded.workload_spec_digest == workload_spec_digest(doc)
+    assert "dataset" not in loaded.run.workload_env()
