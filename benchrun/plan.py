@@ -172,6 +172,7 @@ class LayerPlan:
     enabled: bool
     invocations: tuple[Invocation, ...]
     skip_reason: str | None = None
+    contended_reruns: int = 0  # spec.trials.contendedReruns: launches again of a contended replicate
 
     @property
     def suites(self) -> list[str]:
@@ -344,6 +345,7 @@ def plan_run(
         # Interleave: replicate 1 of every suite, then replicate 2, ... so slow drift of the
         # machine (thermal, background load) spreads over suites instead of biasing one.
         invocations.sort(key=lambda inv: inv.replicate)
-        plans.append(LayerPlan(layer_name, True, tuple(invocations)))
+        plans.append(LayerPlan(layer_name, True, tuple(invocations),
+                               contended_reruns=int(getattr(spec.trials, "contended_reruns", 0) or 0)))
     return plans
 

@@ -414,6 +414,10 @@ class Trials(SpecModel):
     confidence_level: Annotated[float, Field(ge=0.8, lt=1)]
     outlier_policy: OutlierPolicy
     report: TrialReport
+    contended_reruns: Annotated[int, Field(ge=0, le=3)] = Field(
+        default=0, description="Extension: how many times a replicate whose telemetry says it ran on a contended "
+        "machine is launched again before analysis (0: never; the comparison then excludes or keeps it by "
+        "benchrun.stats.contention's rule).")
 
 
 # -- analysis sections -----------------------------------------------------------------
