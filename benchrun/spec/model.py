@@ -414,6 +414,13 @@ class Trials(SpecModel):
     confidence_level: Annotated[float, Field(ge=0.8, lt=1)]
     outlier_policy: OutlierPolicy
     report: TrialReport
+    replicates: Literal["auto"] | None = Field(
+        default=None, description="Extension: 'auto' runs each suite (without its own replicates) as many "
+        "replicates as `benchrun plan` finds its primary metrics need to detect comparison.deltaPct with 80 % "
+        "power, from the history in the home, bounded by minReplicates and maxReplicates (decided once per run, "
+        "recorded in structured/<run_id>_replicate_plan.json).")
+    max_replicates: Annotated[int, Field(ge=3, le=1000)] = Field(
+        default=10, description="Extension: the most replicates `replicates: auto` may plan for a suite.")
     contended_reruns: Annotated[int, Field(ge=0, le=3)] = Field(
         default=0, description="Extension: how many times a replicate whose telemetry says it ran on a contended "
         "machine is launched again before analysis (0: never; the comparison then excludes or keeps it by "
