@@ -107,7 +107,7 @@ def section_aa(rng: np.random.Generator, scale: float) -> dict[str, Any]:
                 reg, sent, pgate = _first_round(rng, 0.0, cv, n, tests, sims)
                 confirmed = 0
                 for i in np.nonzero(sent.any(axis=1))[0]:
-                    confirmed += any([_confirm(rng, float(pgate[i, j]), 0.0, cv, n, 2 * n, tests)[0]
+                    confirmed += any([_confirm(rng, float(pgate[i, j]), 0.0, cv, n, 3 * n, tests)[0]
                                       for j in np.nonzero(sent[i])[0]])
                 out["cells"].append({"n": n, "tests": tests, "cv": cv, "before": float(reg.any(axis=1).mean()),
                                      "rounds_launched": float(sent.any(axis=1).mean()), "after": confirmed / sims})

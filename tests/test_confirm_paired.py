@@ -58,7 +58,7 @@ def test_a_real_regression_is_confirmed_under_drift():
     assert confirmed >= 19
     row = res.rows.iloc[0]
     assert row.confirmation_rule.startswith(("confirmed", "not_confirmed")) and "paired sign-flip" in row.confirmation_rule
-    assert res.confirmation_evidence["paired"]["looks"] == 2
+    assert res.confirmation_evidence["paired"]["looks"] == 3
 
 
 def test_an_unclear_round_is_extended_up_to_max_pairs_and_says_which_look_decided():

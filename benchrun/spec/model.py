@@ -315,8 +315,8 @@ class ConfirmationRound(SpecModel):
 
     max_pairs: Annotated[int, Field(ge=1, le=100)] | None = Field(
         default=None, description="Most baseline/candidate pairs the round may launch while its answer is "
-        "unclear: it starts with as many pairs as the runs had replicates and extends by as many again "
-        "(default: twice the replicates).")
+        "unclear: it starts with as many pairs as the runs had replicates and extends by as many more at a time "
+        "(default: three times the replicates).")
 
 
 class Comparison(SpecModel):

@@ -18,7 +18,7 @@ test on the same launches would count the drift as noise. The rule, fixed before
   the gate chose); independent of p₂ (other launches).
 * z = (Φ⁻¹(1 − p₁) + Φ⁻¹(1 − p₂)) / √2.
 * Looks: after the first n₀ pairs and after every further n₀ pairs up to
-  ``comparison.confirmation.maxPairs`` (default 2·n₀), J looks in all. At a look: confirmed when
+  ``comparison.confirmation.maxPairs`` (default 3·n₀), J looks in all. At a look: confirmed when
   z ≥ Φ⁻¹(1 − α_c / (m·J)), with m the first round's gating family and α_c = α/5
   (:data:`AFTER_FRACTION`), *and* the pairs' own mean change is worse than the margin (the
   round must reproduce a change worth reporting: strong first-round evidence with a round
@@ -48,7 +48,9 @@ AFTER_FRACTION = 0.2  # α_c = α/5: the family-wise error after confirmation
 RULE = "paired sign-flip test on log ratios, inverse-normal combination with the first round's unadjusted p, " \
        "Bonferroni at α/5 over the gating family and the looks"
 # benchmarks/statistics_audit.py, 2026-12-02 (benchmarks/README.md): n = 5, 18 gating tests, CV 2 %
-MEASURED = ""
+MEASURED = ("A/A: confirmed in 0-0.5 % of runs (n 5, 10; 6, 18 tests; CV 2, 10 %); a 5 % shift among 18 gating "
+            "tests at CV 2 %, n = 5: confirmed in 93.4 % of runs (maxPairs 15), 90.6 % (10); under a 3 %-per-pair drift, "
+            "once sent to the round: 100 % (15), 96.6 % (10)")
 
 
 def worse_positive(baseline: Sequence[float], candidate: Sequence[float], direction: str) -> np.ndarray:
@@ -192,7 +194,7 @@ def paired_confirmation(result: Any, keys: list[tuple[str, str, str]], fresh_b: 
              for k in [(r.suite, r.case, r.name)] if k in set(keys)}
     family = int(getattr(result, "family", 0) or 1)
     n0 = max([pairs_of(fresh_b, fresh_c, k)[0].size for k in keys] or [0])
-    max_pairs = int(getattr(hook, "max_pairs", None) or 2 * n0)
+    max_pairs = int(getattr(hook, "max_pairs", None) or 3 * n0)
     extend = getattr(hook, "extend", None)
     looks = n_looks(n0, max_pairs) if extend is not None else 1
     open_keys, confirmed, log = list(keys), set(), {}
