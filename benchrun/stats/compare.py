@@ -92,7 +92,9 @@ class Comparison:
                     "message": f"gating regression awaits a confirmation round: {names}"}
         if self.confirmation == "not_confirmed":
             return {"type": "RegressionDetected", "status": "False", "reason": "NotConfirmed",
-                    "message": "a suspected gating regression did not reproduce in the confirmation round"}
+                    "message": ("a suspected gating regression did not reproduce in the confirmation round"
+                                if self.suspected else "a screened gating change (unadjusted p ≤ α, beyond the "
+                                "margin) did not reproduce in the confirmation round")}
         return {"type": "RegressionDetected", "status": "False", "reason": "NoGatingRegression",
                 "message": "no gating metric regressed"}
 
