@@ -3,15 +3,16 @@
 Every figure is a simulation with a stated count, through the code the comparison runs:
 the first round is the gate itself (``batch.effects`` + ``compare.decide``: exact rank test
 or Welch t, Holm over the gating family, the ±3 % margin), the confirmation round is
-``benchrun.stats.paired``'s rule (first n pairs, extension to 2n), the p99 is
+``benchrun.stats.paired``'s rule (flagged or screened metrics; first n pairs, extension up to
+maxPairs; inverse-normal with the first round's unadjusted p at α/5 over family and looks), the p99 is
 ``benchrun.stats.tails.compare_p99``, the change points ``benchrun.stats.changepoint``.
 
 Sections (``--only`` picks some; counts per cell in brackets, scaled by ``--scale``):
 
 * ``aa``: per-run A/A false alarms, n = 5, 10; 6, 18 gating tests; CV 2, 10 %; before and
-  after confirmation [1,000 runs].
+  after confirmation, and the share of runs that launch a confirmation round [1,000 runs].
 * ``power``: one of 18 gating metrics shifted 5 or 10 % at CV 2 and 5 %, n = 5; the share of
-  runs where it is suspected, and confirmed [500 runs].
+  runs where it is flagged, sent to the round, and confirmed (maxPairs 10 and 15) [500 runs].
 * ``coverage``: the median's order-statistic interval and the Hodges–Lehmann interval at
   n = 5, 10 on normal, lognormal and bimodal data [4,000]; the p99-on-requests interval
   (A/A, 5 replicates an arm, CV 2 % between replicates, lognormal σ 0.3 requests) at 24, 100
@@ -21,7 +22,7 @@ Sections (``--only`` picks some; counts per cell in brackets, scaled by ``--scal
   the median delay [300].
 * ``confirm``: a 5 % regression at CV 2 %, n = 5, suspected by the first round (1 and 18
   gating tests), then a confirmation round under a 3 %-per-pair drift: the share confirmed,
-  without extension (maxPairs 5) and with (10) [400].
+  without extension (maxPairs 5) and with (10, 15) [400].
 
 The machine is shared: run it with ``nice -n 10``. Usage:
 ``nice -n 10 .venv/bin/python benchmarks/statistics_audit.py [--scale 1.0] [--only aa,power] [--seed 0]``
@@ -54,9 +55,10 @@ ALPHA = 0.05
 
 
 def _first_round(rng: np.random.Generator, shift: float, cv: float, n: int, tests: int, sims: int
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """(verdict == regression, p_adjusted) per run × gating metric; metric 0 shifted by ``shift``
-    (a throughput, higher is better: a negative shift is a regression)."""
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per run × gating metric: flagged (verdict == regression), sent to the round (flagged or
+    screened: ``paired.screened``'s rule) and the unadjusted gate p; metric 0 shifted by
+    ``shift`` (a throughput, higher is better: a negative shift is a regression)."""
     rows = sims * tests
     base = lognormal_replicates(rng, 100.0, cv, rows * n).reshape(rows, n)
     factor = np.where(np.arange(rows) % tests == 0, 1 + shift, 1.0)[:, None]
@@ -64,18 +66,21 @@ def _first_round(rng: np.random.Generator, shift: float, cv: float, n: int, test
     eff = batch.effects(base, cand, np.ones(rows, bool), 1 - ALPHA)
     sizes = np.full(tests, n)
     reg = np.zeros((sims, tests), bool)
-    padj = np.ones((sims, tests))
+    sent = np.zeros((sims, tests), bool)
+    pgate = np.ones((sims, tests))
     for i in range(sims):
         sl = slice(i * tests, (i + 1) * tests)
         d = C.decide({k: v[sl] for k, v in eff.items()}, np.ones(tests, bool), sizes, sizes,
                      np.full(tests, MARGIN), ALPHA)
-        reg[i] = np.asarray(d.verdict) == "regression"
-        padj[i] = d.p_adjusted
-    return reg, padj
+        verdict = np.asarray(d.verdict)
+        reg[i] = verdict == "regression"
+        sent[i] = reg[i] | ((verdict == "inconclusive") & (d.p_gate <= ALPHA) & (eff["shift"][sl] < -MARGIN))
+        pgate[i] = d.p_gate
+    return reg, sent, pgate
 
 
 def _confirm(rng: np.random.Generator, p1: float, shift: float, cv: float, n0: int, max_pairs: int,
-             drift: float = 0.0) -> tuple[bool, int]:
+             family: int, drift: float = 0.0) -> tuple[bool, int]:
     """One confirmation round by the paired rule: confirmed?, pairs launched."""
     looks = n_looks(n0, max_pairs)
     b: list[float] = []
@@ -86,7 +91,8 @@ def _confirm(rng: np.random.Generator, p1: float, shift: float, cv: float, n0: i
         level = np.exp(drift * k)
         b += list(level * lognormal_replicates(rng, 100.0, cv, n0))
         c += list(level * (1 + shift) * lognormal_replicates(rng, 100.0, cv, n0))
-        dec = paired_decide(p1, worse_positive(b, c, "higher"), alpha=ALPHA, look=look, looks=looks)
+        dec = paired_decide(p1, worse_positive(b, c, "higher"), alpha=ALPHA, look=look, looks=looks, family=family,
+                            margin=MARGIN)
         if dec.decision != "extend":
             return dec.decision == "confirmed", len(b)
         look += 1
@@ -98,14 +104,13 @@ def section_aa(rng: np.random.Generator, scale: float) -> dict[str, Any]:
     for n in (5, 10):
         for tests in (6, 18):
             for cv in (0.02, 0.10):
-                reg, padj = _first_round(rng, 0.0, cv, n, tests, sims)
-                suspected = reg.any(axis=1)
+                reg, sent, pgate = _first_round(rng, 0.0, cv, n, tests, sims)
                 confirmed = 0
-                for i in np.nonzero(suspected)[0]:
-                    confirmed += any(_confirm(rng, float(padj[i, j]), 0.0, cv, n, 2 * n)[0]
-                                     for j in np.nonzero(reg[i])[0])
-                out["cells"].append({"n": n, "tests": tests, "cv": cv, "before": float(suspected.mean()),
-                                     "after": confirmed / sims})
+                for i in np.nonzero(sent.any(axis=1))[0]:
+                    confirmed += any([_confirm(rng, float(pgate[i, j]), 0.0, cv, n, 3 * n, tests)[0]
+                                      for j in np.nonzero(sent[i])[0]])
+                out["cells"].append({"n": n, "tests": tests, "cv": cv, "before": float(reg.any(axis=1).mean()),
+                                     "rounds_launched": float(sent.any(axis=1).mean()), "after": confirmed / sims})
     return out
 
 
@@ -114,12 +119,14 @@ def section_power(rng: np.random.Generator, scale: float) -> dict[str, Any]:
     out = {"runs_per_cell": sims, "n": 5, "tests": 18, "cells": []}
     for shift in (0.05, 0.10):
         for cv in (0.02, 0.05):
-            reg, padj = _first_round(rng, -shift, cv, 5, 18, sims)
-            sus = reg[:, 0]
-            conf = [_confirm(rng, float(padj[i, 0]), -shift, cv, 5, 10) for i in np.nonzero(sus)[0]]
-            out["cells"].append({"shift": shift, "cv": cv, "suspected": float(sus.mean()),
-                                 "confirmed": sum(c for c, _ in conf) / sims,
-                                 "mean_pairs": float(np.mean([p for _, p in conf])) if conf else None})
+            for max_pairs in (10, 15):
+                reg, sent, pgate = _first_round(rng, -shift, cv, 5, 18, sims)
+                conf = [_confirm(rng, float(pgate[i, 0]), -shift, cv, 5, max_pairs, 18)
+                        for i in np.nonzero(sent[:, 0])[0]]
+                out["cells"].append({"shift": shift, "cv": cv, "max_pairs": max_pairs,
+                                     "flagged": float(reg[:, 0].mean()), "sent_to_round": float(sent[:, 0].mean()),
+                                     "confirmed": sum(c for c, _ in conf) / sims,
+                                     "mean_pairs": float(np.mean([p for _, p in conf])) if conf else None})
     return out
 
 
@@ -201,12 +208,13 @@ def section_confirm(rng: np.random.Generator, scale: float) -> dict[str, Any]:
     sims = max(50, int(400 * scale))
     out = {"runs_per_cell": sims, "shift": 0.05, "cv": 0.02, "n": 5, "drift_per_pair": 0.03, "cells": []}
     for tests in (1, 18):
-        reg, padj = _first_round(rng, -0.05, 0.02, 5, tests, sims)
-        sus = np.nonzero(reg[:, 0])[0]
-        for max_pairs in (5, 10):
-            res = [_confirm(rng, float(padj[i, 0]), -0.05, 0.02, 5, max_pairs, drift=0.03) for i in sus]
-            out["cells"].append({"tests": tests, "max_pairs": max_pairs, "suspected": len(sus) / sims,
-                                 "confirmed_given_suspected": float(np.mean([c for c, _ in res])) if res else None,
+        reg, sent, pgate = _first_round(rng, -0.05, 0.02, 5, tests, sims)
+        sus = np.nonzero(sent[:, 0])[0]
+        for max_pairs in (5, 10, 15):
+            res = [_confirm(rng, float(pgate[i, 0]), -0.05, 0.02, 5, max_pairs, tests, drift=0.03) for i in sus]
+            out["cells"].append({"tests": tests, "max_pairs": max_pairs, "sent_to_round": len(sus) / sims,
+                                 "confirmed_given_sent": float(np.mean([c for c, _ in res])) if res else None,
+                                 "confirmed": float(np.sum([c for c, _ in res])) / sims,
                                  "mean_pairs": float(np.mean([p for _, p in res])) if res else None})
     return out
 

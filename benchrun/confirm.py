@@ -15,7 +15,7 @@ from the two run ids; the seed and the order are the evidence of the round
 
 The round is analysed as pairs (``benchrun.stats.paired``): when its answer is unclear it asks
 for more pairs through the hook's ``extend``, up to ``comparison.confirmation.maxPairs`` of the
-candidate's pinned spec (default: twice the replicates); each extension is a fresh balanced,
+candidate's pinned spec (default: three times the replicates); each extension is a fresh balanced,
 shuffled set of pairs (its seed recorded too), numbered after the pairs already launched.
 """
 

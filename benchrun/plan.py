@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from benchrun.errors import BenchrunError
+from benchrun.fsio import atomic_write_json
 from benchrun.paths import validate_name, validate_run_id
 from benchrun.spec.placeholders import GANG_NAMES, RUNTIME_NAMES, SITE_NAMES, substitute
 
@@ -172,6 +173,7 @@ class LayerPlan:
     enabled: bool
     invocations: tuple[Invocation, ...]
     skip_reason: str | None = None
+    contended_reruns: int = 0  # spec.trials.contendedReruns: launches again of a contended replicate
 
     @property
     def suites(self) -> list[str]:
@@ -267,6 +269,37 @@ def base_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def auto_replicates(run: Any, run_id: str, run_dir: Path, home: Path | None) -> dict[str, int]:
+    """``trials.replicates: auto``: suite → planned replicates, decided once per run from the
+    history (:func:`benchrun.stats.planning.auto_replicates`) and recorded in
+    ``structured/<run_id>_replicate_plan.json``, which later plannings of the run (layers,
+    confirmation rounds) read back, so a run's replicates never change under it."""
+    trials = run.spec.trials
+    if getattr(trials, "replicates", None) != "auto":
+        return {}
+    path = run_dir / "structured" / f"{run_id}_replicate_plan.json"
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+        return {str(k): int(v["replicates"]) for k, v in recorded["suites"].items()}
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    from benchrun.stats.planning import auto_replicates as planned
+
+    suites = [s.name for layer in run.spec.layers if layer.enabled for s in layer.suites if s.replicates is None]
+    try:
+        digest = json.loads((run_dir / "status.json").read_text(encoding="utf-8")).get("workload_spec_digest")
+    except (OSError, ValueError):
+        digest = None
+    doc = run.model_dump(mode="json", by_alias=True, exclude_none=True)
+    where = Path(home) if home is not None else run_dir.parent.parent
+    decided = planned(doc, digest, where, suites, trials.min_replicates, max(trials.max_replicates,
+                                                                              trials.min_replicates))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, {"rule": "trials.replicates: auto (benchrun plan, 80 % power to detect deltaPct)",
+                             "min": trials.min_replicates, "max": trials.max_replicates, "suites": decided})
+    return {k: int(v["replicates"]) for k, v in decided.items()}
+
+
 def plan_run(
     run: Any,
     run_id: str,
@@ -285,6 +318,7 @@ def plan_run(
     sampling = spec.observability.telemetry_sampling
     telemetry_hz = "1" if sampling is None else (f"{sampling.rate_hz:g}" if sampling.enabled else "0")
     by_name = {layer.name: layer for layer in spec.layers}
+    auto = auto_replicates(run, run_id, Path(run_dir), home)
     plans: list[LayerPlan] = []
     for layer_name in LAYER_ORDER:
         layer = by_name.get(layer_name)
@@ -297,7 +331,7 @@ def plan_run(
             validate_name(suite.name, what=f"{where}: suite name")
             params = dict(suite.parameters)
             cid = case_id(run_id, layer_name, suite.name, params)
-            reps = run.replicates_for(suite)
+            reps = auto[suite.name] if suite.replicates is None and suite.name in auto else run.replicates_for(suite)
             timeout = float(suite.timeout_seconds or DEFAULT_TIMEOUT_S[layer_name])
             nodes = int(getattr(suite, "nodes", 1) or 1)
             gpus_per_node = getattr(suite, "gpus_per_node", None)
@@ -344,6 +378,7 @@ def plan_run(
         # Interleave: replicate 1 of every suite, then replicate 2, ... so slow drift of the
         # machine (thermal, background load) spreads over suites instead of biasing one.
         invocations.sort(key=lambda inv: inv.replicate)
-        plans.append(LayerPlan(layer_name, True, tuple(invocations)))
+        plans.append(LayerPlan(layer_name, True, tuple(invocations),
+                               contended_reruns=int(getattr(spec.trials, "contended_reruns", 0) or 0)))
     return plans
 

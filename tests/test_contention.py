@@ -41,3 +41,78 @@ def test_too_few_quiet_replicates_keep_the_contended_ones():
     assert len(kept) == 4 and info["s"][1].startswith("kept (only 2 quiet")
     dropped, info = exclude(t, {"s": {1}})
     assert sorted(dropped.replicate) == [2, 3, 4] and info["s"] == (1, "excluded")
+
+
+class _Busy:
+    """A launcher whose suite writes its result document itself; the first ``busy`` attempts of
+    each replicate say the machine was contended (as the telemetry hook records it)."""
+
+    def __init__(self, busy):
+        self.busy, self.attempts = busy, {}
+
+    def launch(self, inv, run_dir, extra_env=None):
+        from benchrun.launch.base import LaunchResult
+
+        n = self.attempts[inv.replicate] = self.attempts.get(inv.replicate, 0) + 1
+        contended = n <= self.busy.get(inv.replicate, 0)
+        doc = {"schema": "benchrun.suite_result/v1", "suite": inv.suite, "replicate": inv.replicate, "status": "ok",
+               "metrics": [{"name": "tps", "value": 90.0 if contended else 100.0, "unit": "t/s", "direction": "higher"}],
+               "telemetry": {"contended": contended, "contention_reason": "background CPU 70 %" if contended else None}}
+        (run_dir / inv.result_relpath()).parent.mkdir(parents=True, exist_ok=True)
+        (run_dir / inv.result_relpath()).write_text(json.dumps(doc))
+        (run_dir / inv.log_relpath()).parent.mkdir(parents=True, exist_ok=True)
+        (run_dir / inv.log_relpath()).write_text(f"attempt {n}\n")
+        return LaunchResult(inv.run_id, inv.layer, inv.suite, inv.replicate, inv.benchmark_case_id, "ok", None, 0,
+                            0.0, 0.0, 0.0, 0.0, inv.log_relpath(), inv.result_relpath())
+
+
+def _plan(run_id, reruns):
+    from benchrun.plan import Invocation, LayerPlan
+
+    invs = tuple(Invocation(run_id, "micro", "s", k, "bc-1", ("/bin/true",), {}, 10.0) for k in (1, 2, 3))
+    return LayerPlan("micro", True, invs, contended_reruns=reruns)
+
+
+def test_a_contended_replicate_is_launched_again_once_and_the_attempt_is_kept(tmp_path):
+    # before: a contended replicate was only flagged; its value (10 % low) stayed the replicate's
+    from benchrun.execute import run_layer
+    from benchrun.rundir import RunDir
+
+    run_id = "busy-20261202000000-aaaaaaaa"
+    rd = RunDir(tmp_path, run_id).create()
+    rd.write_status({"run_id": run_id, "phase": "Running", "conditions": []})
+    launcher = _Busy({2: 1, 3: 5})  # r2 quiet on its rerun, r3 contended every time
+    out = run_layer(_plan(run_id, 1), rd, launcher)
+    assert launcher.attempts == {1: 1, 2: 2, 3: 2} and len(out.results) == 3
+    r2 = json.loads((rd.path / f"structured/{run_id}_s_r2.json").read_text())
+    assert r2["metrics"][0]["value"] == 100.0 and r2["telemetry"]["contended"] is False
+    assert r2["contention_rerun"] == {"attempt": 2, "earlier": [f"raw/{run_id}_s_r2_contended1.json",
+                                                                  f"raw/{run_id}_s_r2_contended1.log"],
+                                      "earlier_reason": "background CPU 70 %"}
+    aside = json.loads((rd.path / f"raw/{run_id}_s_r2_contended1.json").read_text())
+    assert aside["metrics"][0]["value"] == 90.0 and (rd.path / f"raw/{run_id}_s_r2_contended1.log").read_text() == "attempt 1\n"
+    r3 = json.loads((rd.path / f"structured/{run_id}_s_r3.json").read_text())
+    assert r3["telemetry"]["contended"] is True and r3["contention_rerun"]["attempt"] == 2  # the budget is one
+    from benchrun.stats.contention import contended_replicates, reruns
+    from benchrun.stats.load import replicate_table
+
+    assert contended_replicates(rd.path) == {"s": {3}} and reruns(rd.path) == {"s": 2}
+    assert sorted(replicate_table(rd.path)["replicate"]) == [1, 2, 3]  # the set-aside attempts are not results
+    # no budget: launched once each, as before
+    rd0 = RunDir(tmp_path, "quiet-20261202000000-bbbbbbbb").create()
+    rd0.write_status({"run_id": rd0.run_id, "phase": "Running", "conditions": []})
+    launcher = _Busy({2: 1})
+    run_layer(_plan(rd0.run_id, 0), rd0, launcher)
+    assert launcher.attempts == {1: 1, 2: 1, 3: 1}
+
+
+def test_rows_say_how_many_were_launched_again_and_what_was_done(tmp_path):
+    import pandas as pd
+
+    from benchrun.stats.contention import annotate
+
+    rows = pd.DataFrame({"suite": ["s", "t"]})
+    annotate(rows, {"s": (1, "excluded")}, {}, {"s": 2}, {})
+    assert rows.rerun_baseline.tolist() == [2, 0] and rows.contended_baseline.tolist() == [1, 0]
+    assert rows.contention.tolist() == ["baseline: 2 contended and launched again, 1 quiet on the rerun; "
+                                        "1 still contended, excluded", ""]

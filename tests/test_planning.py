@@ -37,3 +37,48 @@ def test_pooled_cv_is_within_run():
     t2 = pd.DataFrame({"suite": "s", "case": "", "metric": "m", "value": [200.0, 204.0, 196.0]})
     cv, runs = pooled_cv([t1, t2], "s/m")
     assert runs == 2 and 0.015 < cv < 0.025  # the level between runs does not count
+
+
+def test_replicates_auto_plans_each_suite_from_history_bounded_and_once_per_run(bench_home, canary_doc, write_spec,
+                                                                                 tmp_path):
+    # before: the spec could only name a fixed minReplicates; `replicates: auto` did not exist
+    import json
+
+    from benchrun.plan import plan_run
+    from benchrun.spec import load_spec
+
+    rng = np.random.default_rng(3)
+    names = ("ttft_ms", "tokens_per_second", "p99_latency_ms", "jitter_ms", "cost_per_request_usd",
+             "cost_per_token_usd")
+    for i in range(3):
+        make_run(bench_home, f"h{i}", {("serving_workflow", "c=4", m): (
+            lognormal_replicates(rng, 100, 0.03 if m == "tokens_per_second" else 0.002, 5), "u",
+            "higher" if m == "tokens_per_second" else "lower") for m in names},
+            status={"created_utc": f"2026-11-0{i + 1}T00:00:00Z"})
+    canary_doc["spec"]["trials"].update({"replicates": "auto", "maxReplicates": 8})
+    run = load_spec(write_spec(canary_doc)).run
+    run_dir = bench_home / "runs" / "auto-20261202000000-aaaaaaaa"
+    plans = plan_run(run, run_dir.name, run_dir, home=bench_home)
+    reps = {p.name: {inv.suite: 0 for inv in p.invocations} for p in plans}
+    for p in plans:
+        for inv in p.invocations:
+            reps[p.name][inv.suite] += 1
+    assert reps["end_to_end"]["serving_workflow"] == 8  # CV 3 % for δ 3 % in 6 tests: the bound
+    assert reps["micro"]["gemm"] == 5  # no primary metric: minReplicates
+    recorded = json.loads((run_dir / "structured" / f"{run_dir.name}_replicate_plan.json").read_text())
+    assert recorded["suites"]["serving_workflow"]["replicates"] == 8 and recorded["max"] == 8
+    assert "tokens_per_second" in recorded["suites"]["serving_workflow"]["why"]
+    # decided once: later plannings of the run (a layer step, a confirmation round) read the record
+    recorded["suites"]["serving_workflow"]["replicates"] = 7
+    (run_dir / "structured" / f"{run_dir.name}_replicate_plan.json").write_text(json.dumps(recorded))
+    again = plan_run(run, run_dir.name, run_dir, home=bench_home)
+    assert sum(inv.suite == "serving_workflow" for p in again for inv in p.invocations) == 7
+
+
+def test_max_replicates_below_min_is_an_error_naming_the_field(canary_doc, write_spec):
+    from benchrun.errors import BenchrunError
+    from benchrun.spec import load_spec
+
+    canary_doc["spec"]["trials"].update({"replicates": "auto", "maxReplicates": 4})
+    with pytest.raises(BenchrunError, match=r"spec\.trials\.maxReplicates: is 4; it must be at least"):
+        load_spec(write_spec(canary_doc))

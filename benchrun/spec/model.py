@@ -328,8 +328,8 @@ class ConfirmationRound(SpecModel):
 
     max_pairs: Annotated[int, Field(ge=1, le=100)] | None = Field(
         default=None, description="Most baseline/candidate pairs the round may launch while its answer is "
-        "unclear: it starts with as many pairs as the runs had replicates and extends by as many again "
-        "(default: twice the replicates).")
+        "unclear: it starts with as many pairs as the runs had replicates and extends by as many more at a time "
+        "(default: three times the replicates).")
 
 
 class Comparison(SpecModel):
@@ -427,6 +427,17 @@ class Trials(SpecModel):
     confidence_level: Annotated[float, Field(ge=0.8, lt=1)]
     outlier_policy: OutlierPolicy
     report: TrialReport
+    replicates: Literal["auto"] | None = Field(
+        default=None, description="Extension: 'auto' runs each suite (without its own replicates) as many "
+        "replicates as `benchrun plan` finds its primary metrics need to detect comparison.deltaPct with 80 % "
+        "power, from the history in the home, bounded by minReplicates and maxReplicates (decided once per run, "
+        "recorded in structured/<run_id>_replicate_plan.json).")
+    max_replicates: Annotated[int, Field(ge=3, le=1000)] = Field(
+        default=10, description="Extension: the most replicates `replicates: auto` may plan for a suite.")
+    contended_reruns: Annotated[int, Field(ge=0, le=3)] = Field(
+        default=0, description="Extension: how many times a replicate whose telemetry says it ran on a contended "
+        "machine is launched again before analysis (0: never; the comparison then excludes or keeps it by "
+        "benchrun.stats.contention's rule).")
 
 
 # -- analysis sections -----------------------------------------------------------------

@@ -177,6 +177,15 @@ def rule_suite_replicates(doc: Any) -> Iterator[Finding]:
             yield path + ("replicates",), f"is {value}; it must be at least trials.minReplicates ({minimum})"
 
 
+def rule_auto_replicates_bound(doc: Any) -> Iterator[Finding]:
+    """Extension: ``trials.maxReplicates`` (the bound of ``replicates: auto``) is at least minReplicates."""
+    minimum = get(doc, SPEC + ("trials", "minReplicates"))
+    bound = get(doc, SPEC + ("trials", "maxReplicates"))
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in (minimum, bound)) and bound < minimum:
+        yield SPEC + ("trials", "maxReplicates"), (f"is {bound}; it must be at least trials.minReplicates "
+                                                   f"({minimum}), the fewest replicates auto may plan")
+
+
 # -- workload and comparison ---------------------------------------------------------------
 
 
@@ -494,6 +503,7 @@ RULES: tuple[Rule, ...] = (
     rule_suite_names_unique,
     rule_repo_command,
     rule_suite_replicates,
+    rule_auto_replicates_bound,
     rule_mix_weights,
     rule_controls_fixed,
     rule_one_variable_at_a_time,

@@ -160,7 +160,7 @@ def compare_runs(
         confirm=confirm,
         tails=RequestTails(base.path, cand.path, confidence=confidence_level(cand.spec)),
     )
-    contention.annotate(result.rows, b_info, c_info)
+    contention.annotate(result.rows, b_info, c_info, contention.reruns(base.path), contention.reruns(cand.path))
     if unmeasured and not result.gating_regression:
         # "no regression" is only said about what both runs measured; a regression (e.g. a
         # failure count) is still said when the measured part shows one

@@ -74,10 +74,10 @@ class Detector:
 
 
 DETECTOR = Detector()
-# benchmarks/statistics_audit.py (300 fabricated histories a cell, 2026-12-02; benchmarks/README.md):
+# benchmarks/statistics_audit.py (300 fabricated histories a cell, two runs 2026-12-02; benchmarks/README.md):
 # the share of histories without change that ever alarm, and of 5 % steps found within 7 nights.
-MEASURED = ("per 200-night history at CV 2 %, floor 3 %: 0.3 % (iid), 5.0 % (AR(1) phi 0.5), 7.7 % (phi 0.8) "
-            "ever alarm; 5 % steps found within 7 nights: 95.7 % after 100 nights of history, 78.7 % after 30")
+MEASURED = ("per 200-night history at CV 2 %, floor 3 %: 1.0-1.3 % (iid), 3.7-5.0 % (AR(1) phi 0.5), 9.3 % (phi 0.8) "
+            "ever alarm; 5 % steps found within 7 nights: 94.3-95.7 % after 100 nights of history, 79-82 % after 30")
 FACT_COLUMNS = [
     "series_id", "workload_spec_digest", "hardware_key", "suite", "case", "metric", "direction",
     "change_index", "run_id", "change_utc", "before_mean", "after_mean", "before_n", "after_n",

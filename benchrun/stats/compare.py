@@ -57,6 +57,7 @@ class Comparison:
     rows: "pd.DataFrame"
     confidence: float
     suspected: list[tuple[str, str, str]] = field(default_factory=list)
+    screened: list[tuple[str, str, str]] = field(default_factory=list)  # sent to the round unflagged
     confirmed: list[tuple[str, str, str]] = field(default_factory=list)
     confirmation: str = "not_needed"  # not_needed | confirmed | not_confirmed | not_run | failed
     notes: list[str] = field(default_factory=list)
@@ -91,7 +92,9 @@ class Comparison:
                     "message": f"gating regression awaits a confirmation round: {names}"}
         if self.confirmation == "not_confirmed":
             return {"type": "RegressionDetected", "status": "False", "reason": "NotConfirmed",
-                    "message": "a suspected gating regression did not reproduce in the confirmation round"}
+                    "message": ("a suspected gating regression did not reproduce in the confirmation round"
+                                if self.suspected else "a screened gating change (unadjusted p ≤ α, beyond the "
+                                "margin) did not reproduce in the confirmation round")}
         return {"type": "RegressionDetected", "status": "False", "reason": "NoGatingRegression",
                 "message": "no gating metric regressed"}
 
@@ -300,14 +303,18 @@ def compare_tables(
     df["confirmation"] = ""
     suspected = [(r.suite, r.case, r.name) for r in df.itertuples() if r.gating and r.verdict == "regression"]
     result.suspected = suspected
-    if not suspected:
+    if _round == 0 and confirm is not None:  # unflagged but screened in: the round may confirm them
+        from benchrun.stats.paired import screened
+
+        result.screened = [(r.suite, r.case, r.name) for r in df[screened(df, alpha)].itertuples()]
+    if not suspected and not result.screened:
         return result
     if _round > 0 or confirm is None:
         result.confirmation = "not_run"
         df.loc[df["gating"] & (df["verdict"] == "regression"), "confirmation"] = "not_run"
         return result
-    return _confirm(result, suspected, confirm, confidence=confidence, primary=primary, delta_of=delta_of,
-                    abs_margin=abs_margin, engine=engine)
+    return _confirm(result, suspected + result.screened, confirm, confidence=confidence, primary=primary,
+                    delta_of=delta_of, abs_margin=abs_margin, engine=engine)
 
 
 def _failure_rows(b: _Arm, c: _Arm, primary: tuple[str, ...], gating_suites: set[str]) -> "pd.DataFrame":
@@ -491,7 +498,8 @@ def _confirm(result: Comparison, suspected: list[tuple[str, str, str]], confirm:
              primary: tuple[str, ...], delta_of: Callable[[str], float],
              abs_margin: Callable[[str], float | None] | None, engine: str) -> Comparison:
     df = result.rows
-    log.info("gating regression suspected on %d metric(s); running one confirmation round", len(suspected))
+    log.info("gating regression suspected on %d metric(s) (%d screened in); running one confirmation round",
+             len(result.suspected), len(result.screened))
     try:
         answer = confirm(list(suspected))
     except BenchrunError as exc:  # e.g. a run whose pinned spec is gone: keep the verdicts, say why
@@ -524,6 +532,8 @@ def _confirm(result: Comparison, suspected: list[tuple[str, str, str]], confirm:
     for k in suspected:
         state = "confirmed" if k in confirmed_keys else "failed" if k in untested else "not_confirmed"
         df.loc[_mask(df, k), "confirmation"] = state
+        if state == "confirmed" and k in result.screened:  # the round's evidence decides: a regression
+            df.loc[_mask(df, k), "verdict"] = "regression"
     if not result.confirmed and untested:
         return _unanswered(result, untested, "fewer than 2 ok fresh replicates in an arm of "
                            + ", ".join("/".join(k) for k in untested) + " (see the confirmation round's logs)")
@@ -563,7 +573,7 @@ def _count(table: "pd.DataFrame", key: tuple[str, str, str]) -> int:
 
 def _unanswered(result: Comparison, keys: list[tuple[str, str, str]], why: str) -> Comparison:
     """A confirmation round that was needed but gave no answer: RegressionDetected=Unknown, with why."""
-    result.confirmation = "failed"
+    result.confirmation = "failed" if set(keys) & set(result.suspected) else result.confirmation
     result.confirmation_error = why
     result.notes.append(f"confirmation round gave no answer: {why}")
     for k in keys:

@@ -1,11 +1,14 @@
-"""Contention in the model: replicates measured on a contended machine (telemetry's ``contended`` verdict) are left out of the comparison by a stated rule, and the rows say how many of each arm were and what was done.
+"""Contention in the model: replicates measured on a contended machine (telemetry's ``contended`` verdict) are launched again, then left out of the comparison by a stated rule, and the rows say how many of each arm were and what was done.
 
-Rule: per suite and arm, contended replicates are excluded when at least ``MIN_QUIET`` quiet
+Rerun: with ``spec.trials.contendedReruns`` = r (an extension, default 0), the runner
+(``benchrun.execute.run_layer``) launches a contended replicate again up to r times, right
+after it; each contended attempt is kept as ``raw/<run>_<suite>_r<k>_contended<i>.json`` (and
+``.log``), and the result document that stays says ``contention_rerun``.
+Rule: per suite and arm, replicates still contended are excluded when at least ``MIN_QUIET`` quiet
 (uncontended, ok) replicates remain; otherwise they are kept (too few quiet replicates to
 compare on) and the rows say so. One contended baseline replicate 10 % low at n = 5 took the
 power for a real 10 % regression from 99.98 % to 33 %; two contended candidate replicates
-raised per-metric A/A flags from 0.31 % to 3.4 % (the issue's audit). Rerunning a contended
-replicate before the analysis is not done here.
+raised per-metric A/A flags from 0.31 % to 3.4 % (the issue's audit).
 """
 
 from __future__ import annotations
@@ -25,6 +28,17 @@ def contended_replicates(run_dir: str | Path) -> dict[str, set[int]]:
         tel = doc.get("telemetry")
         if isinstance(tel, dict) and tel.get("contended") and doc.get("status") == "ok":
             out.setdefault(str(doc.get("suite")), set()).add(int(doc.get("replicate") or 0))
+    return out
+
+
+def reruns(run_dir: str | Path) -> dict[str, int]:
+    """suite → replicates that were launched again because an earlier attempt was contended."""
+    from benchrun.stats.load import suite_results
+
+    out: dict[str, int] = {}
+    for doc in suite_results(run_dir):
+        if isinstance(doc.get("contention_rerun"), dict):
+            out[str(doc.get("suite"))] = out.get(str(doc.get("suite")), 0) + 1
     return out
 
 
@@ -48,16 +62,29 @@ def exclude(table: Any, contended: dict[str, set[int]], *, min_quiet: int = MIN_
     return (table[~drop].reset_index(drop=True) if drop is not None else table), info
 
 
-def annotate(rows: Any, base_info: dict[str, tuple[int, str]], cand_info: dict[str, tuple[int, str]]) -> None:
-    """``contended_baseline``, ``contended_candidate`` and ``contention`` on every row (in place)."""
+def annotate(rows: Any, base_info: dict[str, tuple[int, str]], cand_info: dict[str, tuple[int, str]],
+             base_reruns: dict[str, int] | None = None, cand_reruns: dict[str, int] | None = None) -> None:
+    """``contended_baseline``, ``contended_candidate`` (replicates still contended after any
+    rerun), ``rerun_baseline``, ``rerun_candidate`` (replicates launched again because contended)
+    and ``contention`` (what was done) on every row (in place)."""
     if rows is None or rows.empty:
         return
+    base_reruns, cand_reruns = base_reruns or {}, cand_reruns or {}
     rows["contended_baseline"] = [base_info.get(s, (0, ""))[0] for s in rows["suite"]]
     rows["contended_candidate"] = [cand_info.get(s, (0, ""))[0] for s in rows["suite"]]
+    rows["rerun_baseline"] = [base_reruns.get(s, 0) for s in rows["suite"]]
+    rows["rerun_candidate"] = [cand_reruns.get(s, 0) for s in rows["suite"]]
 
     def what(suite: str) -> str:
-        parts = [f"{arm}: {n} contended, {done}" for arm, (n, done) in
-                 (("baseline", base_info.get(suite, (0, ""))), ("candidate", cand_info.get(suite, (0, "")))) if n]
+        parts = []
+        for arm, info, rr in (("baseline", base_info, base_reruns), ("candidate", cand_info, cand_reruns)):
+            n, done = info.get(suite, (0, ""))
+            again = rr.get(suite, 0)
+            if again:
+                parts.append(f"{arm}: {again} contended and launched again, {again - n if n <= again else 0} "
+                             f"quiet on the rerun" + (f"; {n} still contended, {done}" if n else ""))
+            elif n:
+                parts.append(f"{arm}: {n} contended, {done}")
         return "; ".join(parts)
 
     rows["contention"] = [what(s) for s in rows["suite"]]

@@ -155,3 +155,31 @@ def plan(doc: dict[str, Any], digest: str | None, home: Path, *, target: float =
             power(current, cv, delta, family, alpha, sims=sims) if current >= 2 else None)
         out.append(MetricPlan(p, runs, cv, delta, family, lo, at_current, current, ""))
     return out
+
+
+def applies(primary: str, suite: str) -> bool:
+    """Whether a primary metric (``metric``, ``suite/metric`` or ``suite/metric[case]``) names ``suite``'s metrics."""
+    return "/" not in primary or primary.split("/", 1)[0] == suite
+
+
+def auto_replicates(doc: dict[str, Any], digest: str | None, home: Path, suites: list[str], low: int, high: int,
+                    *, target: float = 0.8, sims: int = 200) -> dict[str, dict[str, Any]]:
+    """``trials.replicates: auto``: per suite, the most replicates any of its primary metrics needs
+    (:func:`plan`), bounded to [``low``, ``high``]; ``low`` for a suite without primaries or
+    history, ``high`` when even that many fall short. Each entry says why."""
+    plans = plan(doc, digest, home, target=target, max_n=high, sims=sims)
+    out: dict[str, dict[str, Any]] = {}
+    for suite in suites:
+        mine = [p for p in plans if applies(p.metric, suite)]
+        known = [p for p in mine if p.runs]
+        if not known:
+            out[suite] = {"replicates": low, "why": "no primary metric with history: trials.minReplicates"}
+            continue
+        short = [p.metric for p in known if p.needed is None]
+        need = high if short else max(int(p.needed) for p in known if p.needed is not None)
+        n = min(max(need, low), high)
+        why = (f"{', '.join(short)} need more than {high}: trials.maxReplicates" if short else
+               "; ".join(f"{p.metric} needs {p.needed} (CV {p.cv:.2%} from {p.runs} runs, δ {p.delta_pct:g} %)"
+                         for p in known))
+        out[suite] = {"replicates": n, "why": why, "metrics": [p.metric for p in known]}
+    return out
