@@ -57,6 +57,11 @@ REQUEST_COLUMNS: tuple[tuple[str, str], ...] = (
     ("reused_connection", "bool"),
     ("stream_end", "string"),
     ("synthetic", "bool"),
+    # trace replay (benchrun.loadgen.trace): the request's place in the trace; lateness is schedule_lag_ms
+    ("trace_index", "int64"),
+    ("trace_offset_s", "float64"),
+    ("trace_session_id", "string"),
+    ("trace_prefix_ids", "string"),
 )
 
 

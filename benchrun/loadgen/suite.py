@@ -12,7 +12,8 @@ workload has no sequenceLengthMix), ``warmup``, ``seed``, ``workers``,
 ``request_timeout_s``, ``arrival`` (poisson | constant, open loop), ``ignore_eos`` (default:
 as the server kind says), ``server_kind`` (auto | vllm | sglang | tgi | openai; auto probes once),
 ``refserver`` (overrides of the reference server's performance model), ``verdict``
-(overrides of the verdict thresholds). A parameter the suite does not take is refused
+(overrides of the verdict thresholds), ``server_metrics`` (the server's Prometheus URL, or
+``true`` for the endpoint's own ``/metrics``) and ``server_metrics_interval_s``. A parameter the suite does not take is refused
 (a typo would otherwise fall back to a default silently).
 """
 
@@ -42,7 +43,7 @@ SUITE_REFSERVER_MODEL = {
 DEFAULT_MIX = "128/32"
 COMMON_PARAMS = (
     "endpoint", "api", "model", "mix", "warmup", "seed", "workers", "request_timeout_s", "arrival",
-    "ignore_eos", "server_kind", "refserver", "verdict",
+    "ignore_eos", "server_kind", "refserver", "verdict", "server_metrics", "server_metrics_interval_s",
 )
 
 
@@ -112,6 +113,14 @@ def run_serving_suite(
             policy=policy,
             synthetic=server is not None,
         )
+        metrics_url = ctx.params.get("server_metrics") or None
+        if metrics_url is True or metrics_url == "true":  # the endpoint's own /metrics (vLLM, SGLang, the reference server)
+            metrics_url = str(endpoint).rstrip("/").split("/v1/")[0] + "/metrics"
+        if metrics_url:
+            from dataclasses import replace
+
+            cfg = replace(cfg, server_metrics_url=str(metrics_url),
+                          server_metrics_interval_s=float_param(ctx, "server_metrics_interval_s", 1.0))
         result = run_sweep(cfg, progress=lambda s: ctx.message({"kind": "serving_point", "point": s["point"], "verdict": s["verdict"]}))
     finally:
         if server is not None:
@@ -126,6 +135,13 @@ def report(ctx: Any, result: SweepResult, mix: list[MixBucket], notes: dict[str,
     consts = {"run_id": ctx.run_id, "benchmark_case_id": ctx.case_id, "suite": ctx.suite}
     write_requests_parquet(result.rows, raw, consts)
     ctx.samples["requests"] = str(Path(raw).relative_to(ctx.run_dir))
+    if result.server_samples:
+        from benchrun.loadgen.servermetrics import write_samples
+
+        # read into telemetry_slice_fact (benchrun.telemetry.facts), each row with its point
+        rel = f"raw/{ctx.run_id}_{ctx.suite}_r{ctx.replicate}_servermetrics.parquet"
+        write_samples(Path(ctx.run_dir) / rel, result.server_samples, {"benchmark_case_id": str(ctx.case_id or "")})
+        ctx.samples["server_metrics"] = rel
     prefix = f"{ctx.run_id}_{ctx.suite}_r{ctx.replicate}"
     figs, why = plot_latency_throughput(result.summaries, Path(ctx.run_dir) / "figures", prefix, synthetic=ctx.synthetic)
     ctx.context["figures"] = [str(p.relative_to(ctx.run_dir)) for p in figs]
