@@ -282,3 +282,44 @@ def test_server_metrics_reach_telemetry_slice_fact(tmp_path):
     rows = sorted(t.to_pylist(), key=lambda r: r["metric"])
     assert [(r["metric"], r["value"], r["point"], r["suite"], r["replicate"], r["benchmark_case_id"]) for r in rows] == [
         ("preemptions_total", 1.0, "c=4", "serving_sweep", 0, "case1"), ("requests_running", 2.0, "c=4", "serving_sweep", 0, "case1")]
+
+
+# --- the command line ------------------------------------------------------------------------
+
+
+def _cli(args, monkeypatch, capsys):
+    import sys
+
+    from benchrun import cli
+
+    monkeypatch.setattr(sys, "argv", ["benchrun", *args])
+    code = 0
+    try:
+        cli.main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_cli_trace_replay_with_server_metrics(server, tmp_path, monkeypatch, capsys):
+    import pyarrow.parquet as pq
+
+    az = tmp_path / "azure.csv"
+    az.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(
+        f"2023-11-16 18:15:{46 + i // 10:02d}.{i % 10}000000,{10 + i},{2 + i % 3}\n" for i in range(20)))
+    code, out, err = _cli(["loadgen", "--url", server.url, "--model", "m", "--trace", str(az), "--speedup", "4",
+                           "--server-metrics", server.url + "/metrics", "--server-metrics-interval", "0.05",
+                           "--out", str(tmp_path / "o"), "--json", "--allow-invalid"], monkeypatch, capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    [pt] = [s for s in doc["points"] if s["bucket"] == "all"]
+    assert pt["point"] == "trace x4" and pt["n_requests"] == 20 and pt["scheduled_rate_rps"] == pytest.approx(19 / 1.9 * 4, rel=1e-6)  # 20 requests over 1.9 s, 4x
+    assert doc["context"]["trace"]["requests"] == 20 and pt["server_metrics"]["scrapes"] >= 3
+    t = pq.read_table(tmp_path / "o" / doc["files"]["server_metrics"])
+    assert set(t.column("point").to_pylist()) == {"trace x4"}
+    req = pq.read_table(tmp_path / "o" / doc["files"]["requests"])
+    assert sorted(req.column("trace_index").to_pylist()) == list(range(20))
+    code, _, err = _cli(["loadgen", "--url", server.url, "--model", "m", "--trace", str(az), "--rate", "2", "--out", str(tmp_path / "o")],
+                        monkeypatch, capsys)
+    assert code != 0 and "leave out --concurrency and --rate" in err
