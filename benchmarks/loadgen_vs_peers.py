@@ -1,4 +1,4 @@
-"""benchrun's load generator side by side with its peers (guidellm, aiperf) against one reference server that logs its own timestamps.
+"""benchrun's load generator side by side with its peers (guidellm, aiperf, inference-perf) against one reference server that logs its own timestamps.
 
 One reference-server process (one token per SSE chunk, decode step ``--step-ms`` + 0.01 ms per
 sequence, no prefill cost, ``--tokens`` output tokens, ignore_eos) serves every tool in turn.
@@ -11,14 +11,16 @@ Per request, the tool's own TTFT and E2E (as it reports them) are compared with 
 for the same request (server: arrival of the request head, kernel stamp -> first / last
 token written; CLOCK_MONOTONIC): timing error = |client - server|. Requests are matched by
 id: benchrun and aiperf send ``X-Request-Id`` (the server records it); guidellm sends none,
-so its ``response_id`` ``cmpl-N`` is the server's ``srv-N``. Warm-up: benchrun's default
+so its ``response_id`` ``cmpl-N`` is the server's ``srv-N``; inference-perf likewise (the
+``id`` of its first chunk); its TTFT is its first output token time - its start time, its
+E2E its end - start (its own per-request report). Warm-up: benchrun's default
 (one request per stream, excluded), aiperf ``--warmup-request-count c`` (excluded), guidellm
 none (it has no warm-up option), so guidellm's first wave includes connection set-up.
 Achieved rate: matched requests / (last - first server arrival). Client CPU: the child's
 user + system CPU over its wall time (whole command, start-up and imports included; cores).
 
-inference-perf (kubernetes-sigs) needs Python >= 3.12 (every release on PyPI); where only an
-older Python exists ``--setup`` says so and the tool is left out.
+inference-perf (kubernetes-sigs) needs Python >= 3.12 (every release on PyPI): ``--setup``
+finds one on PATH or under pyenv, else says so (then leave it out with ``--tools``).
 
 Usage::
 
@@ -26,7 +28,7 @@ Usage::
     .venv/bin/python benchmarks/loadgen_vs_peers.py [--levels 16,32] [--rounds 2] [--requests 320]
         [--tools benchrun,guidellm,aiperf] [--json OUT]
 
-The default (2 rounds x 2 levels x 3 tools x 320 requests) takes about 3-4 minutes here.
+The default (2 rounds x 2 levels x 4 tools x 320 requests) takes about 3-4 minutes here.
 The figures in benchmarks/README.md come from this script; nothing here is a test.
 """
 
@@ -180,7 +182,39 @@ def run_aiperf(url: str, c: int, n: int, tokens: int, work: Path) -> tuple[list[
     return rows, wall, cpu
 
 
-TOOLS = {"benchrun": run_benchrun, "guidellm": run_guidellm, "aiperf": run_aiperf}
+def run_inference_perf(url: str, c: int, n: int, tokens: int, work: Path) -> tuple[list[dict], float, float]:
+    out = work / "inference-perf"
+    shutil.rmtree(out, ignore_errors=True)
+    tok = PEERS / "hfcache" / "models--benchrun--tok" / "snapshots" / HASH
+    cfg = {  # JSON is YAML: no YAML writer needed here
+        "load": {"type": "concurrent", "num_workers": 1, "stages": [{"num_requests": n, "concurrency_level": c}]},
+        "api": {"type": "completion", "streaming": True},
+        "server": {"type": "vllm", "model_name": "m", "base_url": url, "ignore_eos": True},
+        "tokenizer": {"pretrained_model_name_or_path": str(tok)},
+        "data": {"type": "random", "input_distribution": {"min": 16, "max": 16, "mean": 16, "type": "fixed"},
+                 "output_distribution": {"min": tokens, "max": tokens, "mean": tokens, "type": "fixed"}},
+        "report": {"request_lifecycle": {"summary": True, "per_request": True}},
+        "storage": {"local_storage": {"path": str(out)}},
+    }
+    cf = work / "inference-perf.yml"
+    cf.write_text(json.dumps(cfg))
+    _, wall, cpu = _child([str(PEERS / "inference-perf" / "bin" / "inference-perf"), "--config_file", str(cf)],
+                          env={"HF_HUB_OFFLINE": "1"}, cwd=str(work))
+    rows = []
+    for r in json.loads((out / "per_request_lifecycle_metrics.json").read_text()):
+        if r.get("error") is not None:
+            continue
+        resp = r["info"]["response_metrics"]
+        times = resp.get("output_token_times") or resp.get("chunk_times") or []
+        rid = json.loads(resp["response_chunks"][0]).get("id", "") if resp.get("response_chunks") else ""
+        if not times:
+            continue
+        rows.append({"id": "srv-" + rid.split("-", 1)[1] if rid.startswith("cmpl-") else rid,
+                     "ttft_ms": (times[0] - r["start_time"]) * 1000.0, "e2e_ms": (r["end_time"] - r["start_time"]) * 1000.0})
+    return rows, wall, cpu
+
+
+TOOLS = {"benchrun": run_benchrun, "guidellm": run_guidellm, "aiperf": run_aiperf, "inference-perf": run_inference_perf}
 
 
 def main() -> None:
@@ -191,7 +225,7 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=320)
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--step-ms", type=float, default=1.0)
-    p.add_argument("--tools", default="benchrun,guidellm,aiperf")
+    p.add_argument("--tools", default="benchrun,guidellm,aiperf,inference-perf")
     p.add_argument("--json", default=None)
     a = p.parse_args()
     if a.setup:
