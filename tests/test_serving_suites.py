@@ -141,3 +141,21 @@ def test_bad_numeric_parameters_are_refused_naming_them(tmp_path, module, suite,
 def test_an_infinite_rate_is_refused(tmp_path):
     with pytest.raises(BenchrunError, match="positive, finite"):
         _run_inline(serving_sweep, tmp_path, "serving_sweep", {"rates": [float("inf")]}, _workload(concurrencyModel="open_loop"))
+
+
+def test_server_metrics_of_the_self_started_server_reach_telemetry_slice_fact(tmp_path):
+    from types import SimpleNamespace
+
+    from benchrun.telemetry.facts import slice_tables
+    from benchrun.warehouse.schemas import TABLES
+
+    doc = _run_inline(serving_workflow, tmp_path, "serving_workflow",
+                      {"concurrency": 4, "requests": 200, "warmup": 2, "server_metrics": True, "server_metrics_interval_s": 0.02}, _workload())
+    allrow = next(r for r in doc["serving"] if r["bucket"] == "all")
+    assert allrow["server_metrics"]["scrapes"] >= 2 and allrow["server_metrics"]["server_names"]["requests_running"] == "vllm:num_requests_running"
+    rel = doc["samples"]["server_metrics"]
+    assert rel == "raw/r1_serving_workflow_r1_servermetrics.parquet"
+    src = SimpleNamespace(run_dir=tmp_path, run_id="r1", launch_for=lambda s, r: {}, lineage=lambda p: {})
+    [t] = list(slice_tables(src, TABLES["telemetry_slice_fact"]))
+    assert set(t.column("point").to_pylist()) == {"c=4"} and "requests_running" in set(t.column("metric").to_pylist())
+    assert set(t.column("suite").to_pylist()) == {"serving_workflow"}
