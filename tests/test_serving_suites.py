@@ -159,3 +159,14 @@ def test_server_metrics_of_the_self_started_server_reach_telemetry_slice_fact(tm
     [t] = list(slice_tables(src, TABLES["telemetry_slice_fact"]))
     assert set(t.column("point").to_pylist()) == {"c=4"} and "requests_running" in set(t.column("metric").to_pylist())
     assert set(t.column("suite").to_pylist()) == {"serving_workflow"}
+
+
+def test_serving_sweep_replays_a_trace_and_runs_stages(tmp_path):
+    tr = tmp_path / "t.jsonl"
+    tr.write_text("".join(json.dumps({"timestamp": 20 * i, "input_length": 8 + i, "output_length": 3}) + "\n" for i in range(12)))
+    doc = _run_inline(serving_sweep, tmp_path / "a", "serving_sweep", {"trace": str(tr), "speedup": 2}, _workload(concurrencyModel="open_loop"))
+    [allrow] = [r for r in doc["serving"] if r["bucket"] == "all"]
+    assert allrow["point"] == "trace x2" and allrow["n_requests"] == 12 and doc["context"]["trace"]["requests"] == 12
+    doc = _run_inline(serving_sweep, tmp_path / "b", "serving_sweep", {"stages": "ramp:10:30:3", "burstiness": 0.5, "requests_per_point": 6, "warmup": 0},
+                      _workload(concurrencyModel="open_loop"))
+    assert [r["point"] for r in doc["serving"] if r["bucket"] == "all"] == [f"rate={r},burstiness=0.5" for r in (10, 20, 30)]

@@ -71,7 +71,8 @@ def workload_inputs(ctx: Any) -> tuple[str, list[MixBucket], str, SLO | None, Pr
 
 
 def run_serving_suite(
-    ctx: Any, points: list[LoadPoint], requests_per_point: int | None, duration_s: float | None, *, sweep: bool = True
+    ctx: Any, points: list[LoadPoint], requests_per_point: int | None, duration_s: float | None, *, sweep: bool = True,
+    extra: dict[str, Any] | None = None,
 ) -> SweepResult:
     """Run ``points`` against the endpoint (or a self-started reference server) and report;
     ``sweep`` adds ``capacity_at_slo`` across the points."""
@@ -113,6 +114,10 @@ def run_serving_suite(
             policy=policy,
             synthetic=server is not None,
         )
+        if extra:  # fields of SweepConfig a suite sets beyond the common ones (trace, stages)
+            from dataclasses import replace as _replace
+
+            cfg = _replace(cfg, **extra)
         metrics_url = ctx.params.get("server_metrics") or None
         if metrics_url is True or metrics_url == "true":  # the endpoint's own /metrics (vLLM, SGLang, the reference server)
             metrics_url = str(endpoint).rstrip("/").split("/v1/")[0] + "/metrics"

@@ -113,7 +113,7 @@ def _from_json_line(obj: Any, where: str) -> tuple[float, TraceEntry]:
     if "timestamp" in obj and "input_length" in obj:  # Mooncake: ms
         t = _num(obj["timestamp"], where, "timestamp") / 1000.0
         i, o = _lengths(where, "input_length", "output_length", obj.get("input_length"), obj.get("output_length"))
-        ids = obj.get("hash_ids") or ()
+        ids = obj.get("hash_ids") or []
         if not isinstance(ids, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in ids):
             raise TraceError(f"{where}: hash_ids must be a list of integers")
         sid = obj.get("session_id")
