@@ -323,3 +323,42 @@ def test_cli_trace_replay_with_server_metrics(server, tmp_path, monkeypatch, cap
     code, _, err = _cli(["loadgen", "--url", server.url, "--model", "m", "--trace", str(az), "--rate", "2", "--out", str(tmp_path / "o")],
                         monkeypatch, capsys)
     assert code != 0 and "leave out --concurrency and --rate" in err
+
+
+# --- no cyclic GC while measuring ------------------------------------------------------------
+
+
+def test_the_collector_is_off_while_measuring_and_forced_past_its_budget(server, monkeypatch):
+    import gc
+
+    from benchrun.loadgen import schedule
+
+    seen = []
+    orig = schedule._phase
+
+    async def spy(*a, **k):
+        seen.append(gc.isenabled())
+        return await orig(*a, **k)
+
+    monkeypatch.setattr("benchrun.loadgen.runner._phase", spy)
+    res = run_sweep(_cfg(server.url, points=(LoadPoint("closed_loop", 2),), requests_per_point=8, warmup=2))
+    assert seen == [True, False] and gc.isenabled()  # warm-up with it, the measured phase without
+    assert res.context["points"][0]["gc_collections_while_measuring"] == 0
+
+    async def probe_with_garbage():
+        stop = asyncio.Event()
+        forced = [0]
+        gc.disable()
+        try:
+            task = asyncio.ensure_future(schedule._probe_loop([], stop, 0.001, gc_forced=forced))
+            junk = [[] for _ in range(50)]  # tracked allocations past the (lowered) budget
+            await asyncio.sleep(0.02)
+            stop.set()
+            await task
+        finally:
+            gc.enable()
+        return forced[0], junk
+
+    monkeypatch.setattr(schedule, "GC_BUDGET", 10)
+    forced, _ = asyncio.run(probe_with_garbage())
+    assert forced >= 1
