@@ -168,3 +168,32 @@ def test_serving_workflow_with_a_pinned_dataset_and_sessions(tmp_path):
 
     with pytest.raises(ParamError, match="session_turns=0 must be an integer"):
         _run_inline(serving_workflow, tmp_path / "bad", "serving_workflow", {**params, "session_turns": 0}, _workload())
+
+
+def test_server_metrics_of_the_self_started_server_reach_telemetry_slice_fact(tmp_path):
+    from types import SimpleNamespace
+
+    from benchrun.telemetry.facts import slice_tables
+    from benchrun.warehouse.schemas import TABLES
+
+    doc = _run_inline(serving_workflow, tmp_path, "serving_workflow",
+                      {"concurrency": 4, "requests": 200, "warmup": 2, "server_metrics": True, "server_metrics_interval_s": 0.02}, _workload())
+    allrow = next(r for r in doc["serving"] if r["bucket"] == "all")
+    assert allrow["server_metrics"]["scrapes"] >= 2 and allrow["server_metrics"]["server_names"]["requests_running"] == "vllm:num_requests_running"
+    rel = doc["samples"]["server_metrics"]
+    assert rel == "raw/r1_serving_workflow_r1_servermetrics.parquet"
+    src = SimpleNamespace(run_dir=tmp_path, run_id="r1", launch_for=lambda s, r: {}, lineage=lambda p: {})
+    [t] = list(slice_tables(src, TABLES["telemetry_slice_fact"]))
+    assert set(t.column("point").to_pylist()) == {"c=4"} and "requests_running" in set(t.column("metric").to_pylist())
+    assert set(t.column("suite").to_pylist()) == {"serving_workflow"}
+
+
+def test_serving_sweep_replays_a_trace_and_runs_stages(tmp_path):
+    tr = tmp_path / "t.jsonl"
+    tr.write_text("".join(json.dumps({"timestamp": 20 * i, "input_length": 8 + i, "output_length": 3}) + "\n" for i in range(12)))
+    doc = _run_inline(serving_sweep, tmp_path / "a", "serving_sweep", {"trace": str(tr), "speedup": 2}, _workload(concurrencyModel="open_loop"))
+    [allrow] = [r for r in doc["serving"] if r["bucket"] == "all"]
+    assert allrow["point"] == "trace x2" and allrow["n_requests"] == 12 and doc["context"]["trace"]["requests"] == 12
+    doc = _run_inline(serving_sweep, tmp_path / "b", "serving_sweep", {"stages": "ramp:10:30:3", "burstiness": 0.5, "requests_per_point": 6, "warmup": 0},
+                      _workload(concurrencyModel="open_loop"))
+    assert [r["point"] for r in doc["serving"] if r["bucket"] == "all"] == [f"rate={r},burstiness=0.5" for r in (10, 20, 30)]

@@ -104,9 +104,10 @@ def register(app: typer.Typer) -> None:
         model: str = typer.Option(..., "--model", help="served model name"),
         out: Path = typer.Option(..., "--out", help="output directory (raw/, structured/, figures/)"),
         mix: str = typer.Option("512/128", "--mix", help="joint (input/output) pairs with weights, e.g. 512/128@0.7,1024/256@0.3"),
-        concurrency: Optional[str] = typer.Option(None, "--concurrency", help="closed-loop sweep, e.g. 1,8,32"),
-        rate: Optional[str] = typer.Option(None, "--rate", help="open-loop sweep in req/s, e.g. 2,4,8"),
-        arrival: str = typer.Option("poisson", "--arrival", help="open-loop arrivals: poisson | constant"),
+        concurrency: Optional[str] = typer.Option(None, "--concurrency", help="closed-loop stages: 1,8,32 | ramp:1:32:4 | saturate:1:2:256"),
+        rate: Optional[str] = typer.Option(None, "--rate", help="open-loop stages in req/s: 2,4,8 | ramp:2:20:5 | saturate:1:2:64"),
+        arrival: str = typer.Option("poisson", "--arrival", help="open-loop arrivals: poisson | constant | gamma"),
+        burstiness: float = typer.Option(1.0, "--burstiness", help="gamma arrivals' shape (1 = Poisson, < 1 burstier); implies --arrival gamma"),
         duration: Optional[float] = typer.Option(None, "--duration", help="seconds per point"),
         requests: Optional[int] = typer.Option(None, "--requests", help="measured requests per point"),
         warmup: Optional[int] = typer.Option(None, "--warmup", help="warm-up requests per point (excluded; default one per stream)"),
@@ -137,6 +138,12 @@ def register(app: typer.Typer) -> None:
         shared_prefix: Optional[str] = typer.Option(None, "--shared-prefix", help="N,M,P: N prefixes of P tokens, each "
                                                     "with M suffixes of the mix's input length"),
         verdict_percentile: str = typer.Option("p99", "--verdict-percentile", help="percentile whose sample count the verdict requires"),
+        trace_file: Optional[Path] = typer.Option(None, "--trace", help="replay a trace (Mooncake JSONL, Azure CSV, plain CSV/JSONL) at its own times"),
+        trace_format: str = typer.Option("auto", "--trace-format", help="auto | mooncake | azure | csv | jsonl"),
+        speedup: float = typer.Option(1.0, "--speedup", help="trace replay: divide the trace's times by this"),
+        server_metrics: Optional[str] = typer.Option(None, "--server-metrics", help="the server's Prometheus URL (e.g. http://127.0.0.1:8000/metrics), scraped during each point"),
+        server_metrics_interval: float = typer.Option(1.0, "--server-metrics-interval", help="seconds between scrapes"),
+        goodput_drop: float = typer.Option(0.1, "--goodput-drop", help="saturate stages: stop when goodput falls this fraction below the best"),
         json_out: bool = typer.Option(False, "--json", help="print the JSON summary instead of the table"),
         allow_invalid: bool = typer.Option(False, "--allow-invalid",
                                            help=f"exit 0 even when a point's validity verdict is invalid "
@@ -154,26 +161,34 @@ def register(app: typer.Typer) -> None:
         from benchrun.loadgen.workload import MixError, parse_mix
         from benchrun.fsio import atomic_write_json
 
-        if (concurrency is None) == (rate is None):
-            raise BenchrunError("give exactly one of --concurrency LIST or --rate LIST")
-        if (duration is None) == (requests is None):
+        if trace_file is not None and (concurrency is not None or rate is not None):
+            raise BenchrunError("--trace replays the trace's own times: leave out --concurrency and --rate")
+        if trace_file is None and (concurrency is None) == (rate is None):
+            raise BenchrunError("give exactly one of --concurrency LIST, --rate LIST or --trace FILE")
+        if trace_file is None and (duration is None) == (requests is None):
             raise BenchrunError("give exactly one of --duration S or --requests N")
         try:
             buckets = parse_mix(mix)
         except MixError as exc:
             raise BenchrunError(f"--mix: {exc}") from None
-        if arrival not in ("poisson", "constant"):
-            raise BenchrunError("--arrival must be poisson or constant")
+        if burstiness != 1.0 and arrival == "poisson":
+            arrival = "gamma"
+        if arrival not in ("poisson", "constant", "gamma"):
+            raise BenchrunError("--arrival must be poisson, constant or gamma")
         if api not in ("completions", "chat"):
             raise BenchrunError("--api must be completions or chat")
+        from benchrun.loadgen.schedule import parse_stages
+        from benchrun.loadgen import trace as tracing
+
+        saturate, entries = False, None
         try:
-            if concurrency is not None:
-                cs = _floats(concurrency, "--concurrency")
-                if any(c != int(c) for c in cs):
-                    raise BenchrunError(f"--concurrency {concurrency!r} needs whole numbers")
-                points = [LoadPoint("closed_loop", int(c)) for c in cs]
+            if trace_file is not None:
+                entries = tracing.load_trace(trace_file, trace_format)
+                points = [tracing.trace_point(tracing.select(entries, requests, duration, speedup), speedup)]
+            elif concurrency is not None:
+                points, saturate = parse_stages(concurrency, "closed_loop")
             else:
-                points = [LoadPoint("open_loop", r, arrival) for r in _floats(rate or "", "--rate")]
+                points, saturate = parse_stages(rate or "", "open_loop", arrival=arrival, burstiness=burstiness)
             policy = VerdictPolicy.from_dict({"percentile": verdict_percentile})
         except ValueError as exc:
             raise BenchrunError(str(exc)) from None
@@ -201,6 +216,11 @@ def register(app: typer.Typer) -> None:
             include_usage=include_usage,
             server_kind=server_kind,
             preconnect=preconnect,
+            trace=entries,
+            stop_when_goodput_falls=saturate,
+            goodput_drop=goodput_drop,
+            server_metrics_url=server_metrics,
+            server_metrics_interval_s=server_metrics_interval,
             slo=parse_slo(slo),
             pricing=pricing,
             policy=policy,
@@ -245,6 +265,14 @@ def register(app: typer.Typer) -> None:
             r["synthetic"] = synthetic
         raw = out / "raw" / f"{run_id}_loadgen_requests.parquet"
         write_requests_parquet(result.rows, raw, {"run_id": run_id})
+        server_file = None
+        if result.server_samples:
+            from benchrun.loadgen.servermetrics import write_samples
+
+            server_file = write_samples(out / "raw" / f"{run_id}_loadgen_servermetrics.parquet", result.server_samples,
+                                        {"server_metrics_url": server_metrics or ""})
+        if entries is not None:
+            result.context["trace"] = tracing.describe(entries, str(trace_file), speedup)
         figs, why = plot_latency_throughput(result.summaries, out / "figures", f"{run_id}_loadgen", synthetic=synthetic)
         summary = {
             "schema": "benchrun.loadgen_summary/v1",
@@ -258,6 +286,7 @@ def register(app: typer.Typer) -> None:
             "files": {
                 "requests": str(raw.relative_to(out)),
                 "figures": [str(p.relative_to(out)) for p in figs],
+                **({"server_metrics": str(server_file.relative_to(out))} if server_file else {}),
             },
         }
         if incomplete:

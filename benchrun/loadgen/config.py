@@ -12,8 +12,8 @@ from benchrun.loadgen.content import ContentConfig
 from benchrun.loadgen.metrics import SLO, Pricing, VerdictPolicy
 from benchrun.loadgen.workload import MixBucket
 
-LOAD_MODELS = ("closed_loop", "open_loop")
-ARRIVALS = ("poisson", "constant")
+LOAD_MODELS = ("closed_loop", "open_loop", "trace")
+ARRIVALS = ("poisson", "constant", "gamma")
 SERVER_KINDS = ("auto", "vllm", "sglang", "tgi", "openai")
 
 
@@ -24,6 +24,10 @@ class LoadPoint:
     load_model: str
     offered_load: float
     arrival: str = "poisson"
+    # gamma arrivals: shape = burstiness, mean gap 1/rate (as vllm bench serve); 1 is Poisson,
+    # below 1 burstier, above 1 more regular
+    burstiness: float = 1.0
+    speedup: float = 1.0  # trace replay: the trace's times divided by this
 
     def __post_init__(self) -> None:
         if self.load_model not in LOAD_MODELS:
@@ -34,12 +38,22 @@ class LoadPoint:
             raise ValueError(f"offered load {self.offered_load!r} must be positive")
         if self.load_model == "closed_loop" and int(self.offered_load) != self.offered_load:
             raise ValueError(f"concurrency {self.offered_load!r} must be an integer")
+        if not (0 < self.burstiness < float("inf")):
+            raise ValueError(f"burstiness {self.burstiness!r} must be a positive number (1 = Poisson)")
+        if self.burstiness != 1.0 and self.arrival != "gamma":
+            raise ValueError(f"burstiness {self.burstiness:g} needs gamma arrivals (arrival 'gamma')")
+        if not (0 < self.speedup < float("inf")):
+            raise ValueError(f"speedup {self.speedup!r} must be a positive number (2 = twice as fast)")
 
     @property
     def label(self) -> str:
         """``c=8`` or ``rate=4`` (the ``point`` value of rows and summaries)."""
         if self.load_model == "closed_loop":
             return f"c={int(self.offered_load)}"
+        if self.load_model == "trace":
+            return "trace" if self.speedup == 1.0 else f"trace x{self.speedup:g}"
+        if self.arrival == "gamma":
+            return f"rate={self.offered_load:g},burstiness={self.burstiness:g}"
         return f"rate={self.offered_load:g}"
 
 
@@ -68,13 +82,33 @@ class SweepConfig:
     prompt_token_overhead: int = 0  # the server's prompt tokens for an empty prompt (set by the probe)
     preconnect: bool = True  # open every stream's connection before the measured phase's go time
     content: ContentConfig | None = None  # a dataset, a tokenizer, shared prefixes, sessions (loadgen.content)
+    # trace replay (load model "trace"): the entries, replayed at their own times (benchrun.loadgen.trace)
+    trace: tuple[Any, ...] | None = None
+    # load stages: stop the sweep at the first point whose goodput (request_goodput with an SLO,
+    # else completed req/s) falls more than ``goodput_drop`` below the best point before it
+    stop_when_goodput_falls: bool = False
+    goodput_drop: float = 0.1
+    # the server's own Prometheus endpoint, scraped every interval during each point
+    server_metrics_url: str | None = None
+    server_metrics_interval_s: float = 1.0
 
     def check(self) -> None:
         """Raise BenchrunError naming the bad field."""
         if not self.points:
             raise BenchrunError("give at least one load point (--concurrency or --rate)")
-        if (self.requests_per_point is None) == (self.duration_s is None):
+        is_trace = any(p.load_model == "trace" for p in self.points)
+        if is_trace and not self.trace:
+            raise BenchrunError("a trace point needs a trace (--trace FILE)")
+        if is_trace and self.requests_per_point is not None and self.duration_s is not None:
+            raise BenchrunError("a trace replay takes at most one of --requests (its first N) or --duration (its first S seconds)")
+        if not is_trace and (self.requests_per_point is None) == (self.duration_s is None):
             raise BenchrunError("give exactly one of requests per point (--requests) or duration (--duration)")
+        if not 0 < self.goodput_drop < 1:
+            raise BenchrunError("goodput drop must lie in (0, 1) (e.g. 0.1: stop when goodput falls 10 % below the best)")
+        if self.server_metrics_url is not None and not self.server_metrics_url.startswith(("http://", "https://")):
+            raise BenchrunError(f"--server-metrics {self.server_metrics_url!r} is not an http(s) URL (e.g. http://127.0.0.1:8000/metrics)")
+        if not self.server_metrics_interval_s > 0:
+            raise BenchrunError("server metrics interval must be > 0 seconds (--server-metrics-interval)")
         if self.requests_per_point is not None and self.requests_per_point < 1:
             raise BenchrunError("requests per point must be >= 1")
         if self.duration_s is not None and not self.duration_s > 0:
@@ -105,6 +139,8 @@ class SweepResult:
     summaries: list[dict[str, Any]]
     capacity_at_slo: float | None
     context: dict[str, Any]
+    # the server's own metrics scraped during each point (benchrun.loadgen.servermetrics.sample_rows)
+    server_samples: list[dict[str, Any]] = field(default_factory=list)
 
 
 def warmup_for(cfg: SweepConfig, point: LoadPoint) -> int:
@@ -112,6 +148,8 @@ def warmup_for(cfg: SweepConfig, point: LoadPoint) -> int:
     open loop: one second of arrivals, at least one and at most 64)."""
     if cfg.warmup is not None:
         return cfg.warmup
+    if point.load_model == "trace":
+        return 0  # a trace is replayed as recorded; connections are still opened before the go time
     if point.load_model == "closed_loop":
         return int(point.offered_load)
     return max(1, min(64, math.ceil(point.offered_load)))

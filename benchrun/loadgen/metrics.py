@@ -146,6 +146,7 @@ class VerdictPolicy:
     max_client_cpu: float = 0.9
     max_loop_lag_p99_ms: float = 10.0
     percentile: str = "p99"
+    max_trace_lateness_ms: float = 100.0  # trace replay: no send later than this against the trace
     confidence: float = 0.99
 
     @classmethod
@@ -201,6 +202,7 @@ def load_stats(rows: Sequence[dict[str, Any]], load_model: str, offered_load: fl
     if len(sched) >= 2 and sched[-1] > sched[0]:
         out["scheduled_rate_rps"] = (len(sched) - 1) / ((sched[-1] - sched[0]) / 1e9)
     out["schedule_lag_p99_ms"] = _pctl([r["schedule_lag_ms"] for r in rows], 99)
+    out["schedule_lag_max_ms"] = max(r["schedule_lag_ms"] for r in rows)
     if load_model == "closed_loop" and len(sends) >= 2 and sends[-1] > sends[0]:
         a, b = sends[0], sends[-1]
         busy = sum(max(0, min(r["end_mono_ns"], b) - max(r["send_mono_ns"], a)) for r in rows)
@@ -238,7 +240,7 @@ def verdict(
             f"{n_completed} completed requests < {need} needed to support {policy.percentile} at "
             f"{policy.confidence:.0%} confidence (order-statistic bound)"
         )
-    if load_model == "open_loop":
+    if load_model in ("open_loop", "trace"):
         ach, sch = stats.get("achieved_rate_rps"), stats.get("scheduled_rate_rps")
         if ach is not None and sch:
             if abs(ach / sch - 1) > policy.rate_tolerance:
@@ -250,6 +252,9 @@ def verdict(
     lag = stats.get("schedule_lag_p99_ms")
     if lag is not None and lag > policy.max_schedule_lag_p99_ms:
         reasons.append(f"p99 schedule lag {lag:.3g} ms > {policy.max_schedule_lag_p99_ms:g} ms (requests sent late: coordinated omission)")
+    worst = stats.get("schedule_lag_max_ms")
+    if load_model == "trace" and worst is not None and worst > policy.max_trace_lateness_ms:
+        reasons.append(f"client fell behind the trace: a send {worst:.3g} ms late > {policy.max_trace_lateness_ms:g} ms")
     cpu = client.get("client_cpu_max")
     if cpu is not None and cpu > policy.max_client_cpu:
         reasons.append(f"client saturated: a worker used {cpu:.0%} of a core (> {policy.max_client_cpu:.0%}); add --workers")

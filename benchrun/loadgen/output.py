@@ -62,6 +62,11 @@ REQUEST_COLUMNS: tuple[tuple[str, str], ...] = (
     ("prefix_id", "int32"),
     ("dataset_index", "int64"),
     ("usage_cached_tokens", "int64"),
+    # trace replay (benchrun.loadgen.trace): the request's place in the trace; lateness is schedule_lag_ms
+    ("trace_index", "int64"),
+    ("trace_offset_s", "float64"),
+    ("trace_session_id", "string"),
+    ("trace_prefix_ids", "string"),
 )
 
 

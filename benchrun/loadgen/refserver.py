@@ -2,7 +2,7 @@
 
 Standard library only (asyncio). It serves ``POST /v1/completions``,
 ``POST /v1/chat/completions`` (streaming SSE and non-streaming), ``GET /v1/models``,
-``GET /health`` and ``GET /debug/requests`` (ground truth), with HTTP/1.1 keep-alive and
+``GET /health``, ``GET /metrics`` (vLLM's metric names, :mod:`benchrun.loadgen.refmetrics`) and ``GET /debug/requests`` (ground truth), with HTTP/1.1 keep-alive and
 chunked transfer encoding, like vLLM behind uvicorn. Everything it returns is labelled
 synthetic: ``system_fingerprint: "benchrun-refserver-synthetic"``, the header
 ``X-Benchrun-Synthetic: true``, ``owned_by: "benchrun-refserver (synthetic)"``, and every
@@ -63,6 +63,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
+from benchrun.loadgen import refmetrics
 from benchrun.loadgen.conn import KernelStampedConn, enable_kernel_timestamps, realtime_offset_ns
 from benchrun.loadgen.refengine import FINGERPRINT, TOKEN_TEXT, Engine, PerfModel, _Seq  # noqa: F401
 from benchrun.loadgen.refprocess import ServerProcess  # noqa: F401  (re-exported)
@@ -124,6 +125,7 @@ class RefServer:
         self._tasks: set[asyncio.Task[None]] = set()
         self.engine: Engine | None = None
         self.accept_errors = 0
+        self.counters: dict[str, float] = {"prompt_tokens": 0}  # served at /metrics (refmetrics)
 
     async def start(self) -> int:
         """Start listening; returns the bound port."""
@@ -213,6 +215,13 @@ class RefServer:
         w.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
         await w.drain()
 
+    async def _respond_metrics(self, w: KernelStampedConn, keep: bool) -> None:
+        assert self.engine is not None
+        body = refmetrics.render(self.engine, self.counters, self.model_name)
+        w.write((f"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {len(body)}\r\n"
+                 f"X-Benchrun-Synthetic: true\r\nConnection: {'keep-alive' if keep else 'close'}\r\n\r\n").encode() + body)
+        await w.drain()
+
     async def _handle(self, reader: KernelStampedConn, writer: KernelStampedConn) -> None:
         self._conns.add(writer)
         try:
@@ -250,6 +259,8 @@ class RefServer:
                 elif method == "GET" and path == "/v1/models":
                     data = [{"id": self.model_name, "object": "model", "created": 0, "owned_by": "benchrun-refserver (synthetic)"}]
                     await self._respond(writer, 200, {"object": "list", "data": data}, keep)
+                elif method == "GET" and path == "/metrics":
+                    await self._respond_metrics(writer, keep)
                 elif method == "GET" and path == "/debug/requests":
                     await self._respond(
                         writer,
@@ -360,7 +371,9 @@ class RefServer:
         # a non-streaming request's connection too: when its client leaves, its slot is freed
         s.writer = writer
         assert self.engine is not None
-        if not self.engine.submit(s):
+        if self.engine.submit(s):
+            self.counters["prompt_tokens"] += s.prompt_tokens
+        else:
             rec["status"] = "queue_full"
             await self._respond(writer, 429, {"error": {"message": "queue full"}}, keep, rid_hdr)
             self._finish_record(rec)

@@ -44,7 +44,7 @@ import numpy as np
 
 from benchrun.errors import BenchrunError
 from benchrun.loadgen import client as http
-from benchrun.loadgen import dialect
+from benchrun.loadgen import dialect, servermetrics, trace
 from benchrun.loadgen.config import ARRIVALS, LOAD_MODELS, LoadPoint, SweepConfig, SweepResult, warmup_for  # noqa: F401  (re-exported)
 from benchrun.loadgen.metrics import capacity_at_slo, load_stats, summarize, window_s
 from benchrun.loadgen.records import _row, _Spec, _specs, _WorkerState  # noqa: F401  (_Spec, _WorkerState re-exported)
@@ -70,6 +70,8 @@ async def _run_point(
     """One worker's share of one point: warm-up, (barrier,) measured phase, raw rows."""
     point = cfg.points[point_index]
     st = _WorkerState(cfg, worker)
+    if point.load_model == "trace":
+        return await _run_trace_point(cfg, point_index, worker, n_workers, nonce, start_at_ns, barrier)
     if point.load_model == "closed_loop":
         active = min(n_workers, int(point.offered_load))
         conc_w = split_evenly(int(point.offered_load), active)[worker] if worker < active else 0
@@ -94,6 +96,34 @@ async def _run_point(
     warm_specs = [next(specs) for _ in range(warm_w)]
     # a count-ended phase is built in full before it starts; a timed one lazily
     measured: Any = list(specs) if n_w is not None else specs
+    return await _measure(cfg, st, point, point_index, result, warm_specs, measured, n_w, conc_w, rate_w, phase_s, start_at_ns, barrier, run_phase)
+
+
+async def _run_trace_point(cfg: SweepConfig, point_index: int, worker: int, n_workers: int, nonce: str,
+                           start_at_ns: int | None, barrier: Callable[[], int] | None) -> dict[str, Any]:
+    """One worker's share of a trace replay: every ``n_workers``-th request of the trace."""
+    point = cfg.points[point_index]
+    st = _WorkerState(cfg, worker)
+    result: dict[str, Any] = {"worker": worker, "rows": [], "warmup_rows": 0, "warmup_errors": 0, "cpu_frac": None, "loop_lag_ms": [], "connections": 0}
+    entries = trace.select(tuple(cfg.trace or ()), cfg.requests_per_point, cfg.duration_s, point.speedup)
+    share = trace.worker_share(entries, worker, n_workers)
+    if not share:
+        return result
+    warm_w = split_evenly(warmup_for(cfg, point), n_workers)[worker]
+    warm_specs = trace.trace_specs(cfg, st.endpoint, point_index, worker, nonce, share[:warm_w], "wu")
+    measured = trace.trace_specs(cfg, st.endpoint, point_index, worker, nonce, share, "")
+    # connections opened before the go time: one second of the trace's mean rate, at most 256
+    rate_w = point.offered_load / n_workers
+    return await _measure(cfg, st, point, point_index, result, warm_specs, measured, len(measured), 0, rate_w, 0.0, start_at_ns, barrier)
+
+
+async def _measure(cfg: SweepConfig, st: _WorkerState, point: LoadPoint, point_index: int, result: dict[str, Any],
+                   warm_specs: list[Any], measured: Any, n_w: int | None, conc_w: int, rate_w: float, phase_s: float,
+                   start_at_ns: int | None, barrier: Callable[[], int] | None,
+                   run_phase: Callable[..., Any] = _phase) -> dict[str, Any]:
+    """Warm-up, connections opened, (barrier,) the measured phase, raw rows. ``run_phase``: the
+    schedule's phase, or the sessions' (loadgen.sessions)."""
+    warm_w = len(warm_specs)
     pool = http.ConnectionPool(st.endpoint)
     if start_at_ns is not None:
         delay = start_at_ns - CLOCK()
@@ -101,7 +131,11 @@ async def _run_point(
             await asyncio.sleep(delay / 1e9)
     try:
         if warm_w:
-            wdone = await run_phase(st, pool, warm_specs, warm_w, point, min(conc_w, warm_w) if conc_w else 0, rate_w, phase_s, None, 2, point_index)
+            if point.load_model == "trace":  # the trace's first requests, a few at a time, not on its clock
+                wpoint, wconc = LoadPoint("closed_loop", min(4, warm_w)), min(4, warm_w)
+            else:
+                wpoint, wconc = point, (min(conc_w, warm_w) if conc_w else 0)
+            wdone = await run_phase(st, pool, warm_specs, warm_w, wpoint, wconc, rate_w, phase_s, None, 2, point_index)
             result["warmup_rows"] = len(wdone)
             result["warmup_errors"] = sum(1 for _, o, _ in wdone if o.error is not None)
         if cfg.preconnect:
@@ -111,6 +145,13 @@ async def _run_point(
         opened_before = pool.opened
         gc.collect()
         gc.freeze()  # older objects out of the collector's way while measuring
+        # No cyclic collection while measuring: a collection stops the loop for milliseconds, every
+        # stream's next bytes wait unread in the kernel, which merges them and keeps the later stamp;
+        # that was the p99 TTFT error at 32 streams (benchmarks/README.md). The measured path makes no
+        # reference cycles (0 found after 640 requests at 32 streams), so refcounting frees it all;
+        # the probe loop still collects past GC_BUDGET net allocations, and the point records it.
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
         try:
             go_ns = None
             if barrier is not None:
@@ -121,17 +162,24 @@ async def _run_point(
                     await asyncio.sleep(delay / 1e9)
             stop = asyncio.Event()
             lags: list[float] = []
-            probe = asyncio.ensure_future(_probe_loop(lags, stop))
+            gc_forced = [0]
+            probe = asyncio.ensure_future(_probe_loop(lags, stop, gc_forced=gc_forced))
             cpu0, wall0 = time.process_time(), time.perf_counter()
             done = await run_phase(st, pool, measured, n_w, point, conc_w, rate_w, phase_s, cfg.duration_s, 1, point_index, go_ns)
             cpu1, wall1 = time.process_time(), time.perf_counter()
         finally:
+            if gc_was_enabled:
+                gc.enable()
             gc.unfreeze()
         stop.set()
         await probe
         result["rows"] = [_row(st, spec, out, end, point, point_index) for spec, out, end in done]
+        if point.load_model == "trace":
+            for row, (spec, _, _) in zip(result["rows"], done):
+                row.update(trace.trace_fields(spec))
         result["cpu_frac"] = (cpu1 - cpu0) / max(wall1 - wall0, 1e-9)
         result["loop_lag_ms"] = lags
+        result["gc_collections_while_measuring"] = gc_forced[0]
         result["connections"] = pool.opened
         result["connections_opened_measured"] = pool.opened - opened_before
         result["kernel_timestamps"] = pool.kernel_timestamps
@@ -220,8 +268,18 @@ def run_sweep(cfg: SweepConfig, progress: Callable[[dict[str, Any]], None] | Non
     nonce = os.urandom(3).hex()
     all_rows: list[dict[str, Any]] = []
     summaries: list[dict[str, Any]] = []
-    workers = _Workers(cfg, nonce) if cfg.workers > 1 else None
+    server_samples: list[dict[str, Any]] = []
+    scraper = None
+    workers = None
+    best_goodput = 0.0
     try:
+        workers = _Workers(cfg, nonce) if cfg.workers > 1 else None
+        if cfg.server_metrics_url:
+            import tempfile
+
+            scraper = servermetrics.Scraper(cfg.server_metrics_url, cfg.server_metrics_interval_s, tempfile.gettempdir())
+            context["server_metrics"] = {"url": cfg.server_metrics_url, "interval_s": cfg.server_metrics_interval_s,
+                                         "scraper": "a child process (off the measuring event loop)", "mapping": "benchrun.loadgen.servermetrics.MAPPING"}
         for i, point in enumerate(cfg.points):
             t0 = time.perf_counter()
             if workers is None:
@@ -245,31 +303,62 @@ def run_sweep(cfg: SweepConfig, progress: Callable[[dict[str, Any]], None] | Non
                 "connections_opened": sum(r["connections"] for r in results),
                 "connections_preconnected": sum(r.get("preconnected", 0) for r in results),
                 "connections_opened_while_measuring": sum(r.get("connections_opened_measured", 0) for r in results),
+                "gc_collections_while_measuring": sum(r.get("gc_collections_while_measuring") or 0 for r in results),
                 "receive_timestamps": "kernel (SO_TIMESTAMPNS)" if any(r.get("kernel_timestamps") for r in results) else "event loop",
             }
+            if scraper is not None and rows:
+                got = servermetrics.for_point(scraper.samples(), min(r["send_mono_ns"] for r in rows), max(r["end_mono_ns"] for r in rows))
+                pt_summaries[0]["server_metrics"] = info["server_metrics"] = servermetrics.summarize(got, cfg.server_metrics_interval_s)
+                server_samples.extend(servermetrics.sample_rows(got, point.label, cfg.server_metrics_interval_s))
             context["points"].append(info)
             log.info("point %s: %d requests, %d errors, verdict %s", point.label, pt_summaries[0]["n_requests"], pt_summaries[0]["n_errors"], pt_summaries[0]["verdict"])
             if progress is not None:
                 progress(pt_summaries[0])
+            if cfg.stop_when_goodput_falls:
+                why = _goodput_fell(pt_summaries[0], best_goodput, cfg)
+                best_goodput = max(best_goodput, _goodput(pt_summaries[0], cfg))
+                if why:
+                    context["stages"] = {"stopped_after": point.label, "reason": why, "points_not_run": [p.label for p in cfg.points[i + 1:]]}
+                    log.info("sweep stopped after %s: %s", point.label, why)
+                    break
     except BaseException as exc:
         # Whatever ends the sweep early (a signal, a worker failure, a bug), the points measured
         # so far travel with the exception so the caller can still write them.
-        exc.partial_result = SweepResult(all_rows, summaries, None, context)  # type: ignore[attr-defined]
+        exc.partial_result = SweepResult(all_rows, summaries, None, context, server_samples)  # type: ignore[attr-defined]
         raise
     finally:
         if workers is not None:
             workers.close()
+        if scraper is not None:
+            scraper.close()
     cap = capacity_at_slo([s for s in summaries if s["bucket"] == "all"], cfg.slo)
-    return SweepResult(all_rows, summaries, cap, context)
+    return SweepResult(all_rows, summaries, cap, context, server_samples)
+
+
+def _goodput(summary: dict[str, Any], cfg: SweepConfig) -> float:
+    """A stage's goodput: requests meeting the SLO per second, or completed requests per second without one."""
+    v = summary.get("request_goodput") if cfg.slo is not None else summary.get("request_throughput_rps")
+    return float(v or 0.0)
+
+
+def _goodput_fell(summary: dict[str, Any], best: float, cfg: SweepConfig) -> str | None:
+    """Why a sweep to saturation stops after this point (None: go on)."""
+    g = _goodput(summary, cfg)
+    what = "request_goodput" if cfg.slo is not None else "completed req/s (no SLO given)"
+    if best > 0 and g < best * (1 - cfg.goodput_drop):
+        return f"{what} {g:.3g} fell more than {cfg.goodput_drop:.0%} below the best so far ({best:.3g})"
+    return None
 
 
 def summarize_point(rows: list[dict[str, Any]], point: LoadPoint, results: list[dict[str, Any]], cfg: SweepConfig) -> list[dict[str, Any]]:
     """The ``all`` row and one row per mix bucket for one point's merged rows."""
     cpu = [r["cpu_frac"] for r in results if r.get("cpu_frac") is not None]
-    lags = [x for r in results for x in r.get("loop_lag_ms", [])]
+    # the worst worker's figures: one saturated worker makes the point invalid, even when the
+    # others' samples would dilute it in a merged percentile
+    lag_p99 = [float(np.percentile(r["loop_lag_ms"], 99)) for r in results if r.get("loop_lag_ms")]
     client = {
         "client_cpu_max": max(cpu) if cpu else None,
-        "loop_lag_p99_ms": float(np.percentile(lags, 99)) if lags else None,
+        "loop_lag_p99_ms": max(lag_p99) if lag_p99 else None,
     }
     win = window_s(rows)
     stats = load_stats(rows, point.load_model, point.offered_load)

@@ -1,8 +1,9 @@
-"""Arrival scheduling: closed-loop slots, open-loop arrival times, one phase of requests."""
+"""Arrival scheduling: closed-loop slots, open-loop arrival times (Poisson, gamma, constant), trace times, one phase of requests."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from typing import Any
 
@@ -16,8 +17,18 @@ from benchrun.loadgen.workload import worker_rng
 CLOCK = time.perf_counter_ns
 
 
+def _gap_draws(point: LoadPoint, rate_w: float, size: int | None, rng: np.random.Generator) -> Any:
+    """Inter-arrival gaps with mean ``1 / rate_w``: exponential (Poisson), or gamma with shape
+    ``burstiness`` and scale ``1 / (rate_w * burstiness)`` (as vllm bench serve; the gaps' CV is
+    ``1 / sqrt(burstiness)``)."""
+    if point.arrival == "gamma":
+        k = point.burstiness
+        return rng.gamma(k, 1.0 / (rate_w * k), size=size)
+    return rng.exponential(1.0 / rate_w, size=size)
+
+
 def _arrivals(point: LoadPoint, rate_w: float, n: int | None, duration_s: float | None, rng: np.random.Generator, phase_s: float) -> list[float]:
-    """Offsets (s) of this worker's arrivals from the phase start."""
+    """Offsets (s) of this worker's arrivals from the phase start (a trace's come from its specs)."""
     if point.arrival == "constant":
         if n is not None:
             return [phase_s + i / rate_w for i in range(n)]
@@ -29,14 +40,14 @@ def _arrivals(point: LoadPoint, rate_w: float, n: int | None, duration_s: float 
     if n is not None:
         if n == 1:
             return [0.0]
-        gaps = rng.exponential(1.0 / rate_w, size=n - 1)
+        gaps = _gap_draws(point, rate_w, n - 1, rng)
         cum = np.concatenate([[0.0], np.cumsum(gaps)])
         cum *= ((n - 1) / rate_w) / cum[-1]
         return [float(x) for x in cum]
     out, t = [], 0.0
     while t < duration_s:  # type: ignore[operator]
         out.append(t)
-        t += float(rng.exponential(1.0 / rate_w))
+        t += float(_gap_draws(point, rate_w, None, rng))
     return out
 
 
@@ -84,12 +95,18 @@ async def _phase(
 
         await asyncio.gather(*(slot() for _ in range(conc_w)))
         return done
-    rng = worker_rng(st.cfg.seed, point_index, st.worker, stream)
-    offsets = _arrivals(point, rate_w, n, duration_s, rng, phase_s)
+    if point.load_model == "trace":
+        # the trace's own times (a worker's share of them), time-scaled; the specs are a list
+        offsets = [s.t_s / point.speedup for s in specs]
+    else:
+        rng = worker_rng(st.cfg.seed, point_index, st.worker, stream)
+        offsets = _arrivals(point, rate_w, n, duration_s, rng, phase_s)
     tasks = []
     for off in offsets:
         spec = next(it, None)
         if spec is None:
+            break
+        if deadline is not None and point.load_model == "trace" and start + int(off * 1e9) >= deadline:
             break
         target = start + int(off * 1e9)
         delay = target - CLOCK()
@@ -101,9 +118,70 @@ async def _phase(
     return done
 
 
-async def _probe_loop(samples: list[float], stop: asyncio.Event, interval_s: float = 0.005) -> None:
+GC_BUDGET = 2_000_000  # net tracked allocations while measuring before a collection is forced
+
+
+async def _probe_loop(samples: list[float], stop: asyncio.Event, interval_s: float = 0.005, gc_forced: list[int] | None = None) -> None:
+    """Event-loop lag samples (ms late of a 5 ms sleep); with the collector off, a collection past ``GC_BUDGET``."""
     while not stop.is_set():
         t0 = CLOCK()
         await asyncio.sleep(interval_s)
         samples.append(max(0.0, (CLOCK() - t0) / 1e6 - interval_s * 1e3))
+        if gc_forced is not None and gc.get_count()[0] > GC_BUDGET:
+            gc.collect()
+            gc_forced[0] += 1
 
+
+
+STAGE_FORMS = "a list (1,2,4: steps), ramp:START:END:N (N evenly spaced), or saturate:START:FACTOR:MAX (x FACTOR each stage up to MAX, stopping when goodput falls)"
+
+
+def parse_stages(text: str, load_model: str, *, arrival: str = "poisson", burstiness: float = 1.0) -> tuple[list[LoadPoint], bool]:
+    """Load stages from ``--concurrency`` / ``--rate`` text: (points, stop when goodput falls).
+
+    Each stage is its own point (warm-up, measured phase, verdict). ``saturate`` stops the
+    sweep at the first stage whose goodput falls below the best before it (see
+    :func:`benchrun.loadgen.runner.run_sweep`); MAX bounds it if goodput never falls.
+    """
+    what = "--concurrency" if load_model == "closed_loop" else "--rate"
+    kind, sep, rest = text.partition(":")
+    kind = kind.strip()
+    if not sep:
+        try:
+            vals = [float(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise ValueError(f"{what} {text!r} is not {STAGE_FORMS}") from None
+        saturate = False
+    else:
+        try:
+            a, b, c = (float(x) for x in rest.split(":"))
+        except ValueError:
+            raise ValueError(f"{what} {text!r}: {kind} needs three numbers; give {STAGE_FORMS}") from None
+        if kind == "ramp":
+            n = int(c)
+            if n < 2 or n != c or not 0 < a < b:
+                raise ValueError(f"{what} {text!r}: ramp needs 0 < START < END and a whole N >= 2")
+            vals = [a + (b - a) * i / (n - 1) for i in range(n)]
+            saturate = False
+        elif kind == "saturate":
+            if not (a > 0 and b > 1 and c >= a):
+                raise ValueError(f"{what} {text!r}: saturate needs START > 0, FACTOR > 1 and MAX >= START")
+            vals, v = [], a
+            while v <= c * (1 + 1e-9) and len(vals) < 64:
+                vals.append(v)
+                v *= b
+            saturate = True
+        else:
+            raise ValueError(f"{what} {text!r}: unknown stage form {kind!r}; give {STAGE_FORMS}")
+    if not vals or any(not 0 < v < float("inf") for v in vals):
+        raise ValueError(f"{what} {text!r} needs positive, finite values")
+    if load_model == "closed_loop":
+        ints: list[int] = []
+        for v in vals:
+            if not sep and v != int(v):
+                raise ValueError(f"{what} {text!r} needs whole numbers")
+            k = max(1, int(round(v)))
+            if k not in ints:
+                ints.append(k)
+        return [LoadPoint("closed_loop", k) for k in ints], saturate
+    return [LoadPoint("open_loop", round(v, 6), arrival, burstiness) for v in vals], saturate

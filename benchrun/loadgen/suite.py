@@ -14,8 +14,9 @@ as the server kind says), ``server_kind`` (auto | vllm | sglang | tgi | openai; 
 ``refserver`` (overrides of the reference server's performance model), ``verdict``
 (overrides of the verdict thresholds), ``tokenizer`` (a local tokenizer.json or model folder),
 ``session_turns`` and ``think_time_s`` (multi-turn sessions), ``shared_prefix`` (``N,M,P``:
-N prefixes of P tokens with M suffixes each). ``workload.dataset`` (pinned, sha256 checked) gives
-the prompts. A parameter the suite does not take is refused
+N prefixes of P tokens with M suffixes each), ``server_metrics`` (the server's Prometheus URL, or
+``true`` for the endpoint's own ``/metrics``) and ``server_metrics_interval_s``. ``workload.dataset``
+(pinned, sha256 checked) gives the prompts. A parameter the suite does not take is refused
 (a typo would otherwise fall back to a default silently).
 """
 
@@ -48,6 +49,7 @@ DEFAULT_MIX = "128/32"
 COMMON_PARAMS = (
     "endpoint", "api", "model", "mix", "warmup", "seed", "workers", "request_timeout_s", "arrival",
     "ignore_eos", "server_kind", "refserver", "verdict", "tokenizer", "session_turns", "think_time_s", "shared_prefix",
+    "server_metrics", "server_metrics_interval_s",
 )
 # the self-started reference server keeps a prefix cache, so a session or shared-prefix workload
 # reports the hit rate a real server's would; blocks of 4 words, not vLLM's 16 tokens, because the
@@ -111,7 +113,8 @@ def workload_inputs(ctx: Any) -> tuple[str, list[MixBucket], str, SLO | None, Pr
 
 
 def run_serving_suite(
-    ctx: Any, points: list[LoadPoint], requests_per_point: int | None, duration_s: float | None, *, sweep: bool = True
+    ctx: Any, points: list[LoadPoint], requests_per_point: int | None, duration_s: float | None, *, sweep: bool = True,
+    extra: dict[str, Any] | None = None,
 ) -> SweepResult:
     """Run ``points`` against the endpoint (or a self-started reference server) and report;
     ``sweep`` adds ``capacity_at_slo`` across the points."""
@@ -155,6 +158,18 @@ def run_serving_suite(
             synthetic=server is not None,
             content=content,
         )
+        if extra:  # fields of SweepConfig a suite sets beyond the common ones (trace, stages)
+            from dataclasses import replace as _replace
+
+            cfg = _replace(cfg, **extra)
+        metrics_url = ctx.params.get("server_metrics") or None
+        if metrics_url is True or metrics_url == "true":  # the endpoint's own /metrics (vLLM, SGLang, the reference server)
+            metrics_url = str(endpoint).rstrip("/").split("/v1/")[0] + "/metrics"
+        if metrics_url:
+            from dataclasses import replace
+
+            cfg = replace(cfg, server_metrics_url=str(metrics_url),
+                          server_metrics_interval_s=float_param(ctx, "server_metrics_interval_s", 1.0))
         result = run_sweep(cfg, progress=lambda s: ctx.message({"kind": "serving_point", "point": s["point"], "verdict": s["verdict"]}))
     finally:
         if server is not None:
@@ -169,6 +184,13 @@ def report(ctx: Any, result: SweepResult, mix: list[MixBucket], notes: dict[str,
     consts = {"run_id": ctx.run_id, "benchmark_case_id": ctx.case_id, "suite": ctx.suite}
     write_requests_parquet(result.rows, raw, consts)
     ctx.samples["requests"] = str(Path(raw).relative_to(ctx.run_dir))
+    if result.server_samples:
+        from benchrun.loadgen.servermetrics import write_samples
+
+        # read into telemetry_slice_fact (benchrun.telemetry.facts), each row with its point
+        rel = f"raw/{ctx.run_id}_{ctx.suite}_r{ctx.replicate}_servermetrics.parquet"
+        write_samples(Path(ctx.run_dir) / rel, result.server_samples, {"benchmark_case_id": str(ctx.case_id or "")})
+        ctx.samples["server_metrics"] = rel
     prefix = f"{ctx.run_id}_{ctx.suite}_r{ctx.replicate}"
     figs, why = plot_latency_throughput(result.summaries, Path(ctx.run_dir) / "figures", prefix, synthetic=ctx.synthetic)
     ctx.context["figures"] = [str(p.relative_to(ctx.run_dir)) for p in figs]

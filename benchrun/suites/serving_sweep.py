@@ -5,6 +5,12 @@ Parameters (``BENCHRUN_PARAMS``):
 - ``concurrency``: list of concurrencies (closed loop; default ``[1, 4]``), or
 - ``rates``: list of request rates in req/s (open loop), with ``arrival`` poisson | constant;
 - ``requests_per_point`` (default 24) or ``duration_s``; ``warmup`` (default 2);
+- ``stages`` (instead of a list): ``ramp:START:END:N`` or ``saturate:START:FACTOR:MAX`` of
+  concurrencies or rates (saturate stops when goodput falls more than ``goodput_drop``,
+  default 0.1, below the best stage); ``burstiness`` (gamma arrivals, 1 = Poisson);
+- ``trace`` (a trace file: Mooncake JSONL, Azure CSV, plain CSV/JSONL) replayed at its own
+  times instead of a sweep, with ``speedup`` and ``trace_format``; ``requests_per_point`` or
+  ``duration_s`` then cut it (neither: the whole trace);
 - ``endpoint`` (optional): without it the synthetic reference server is started on a free
   loopback port, stopped afterwards, and the result is marked ``synthetic``;
 - and the common ones of :mod:`benchrun.loadgen.suite` (api, model, mix, seed, workers,
@@ -34,7 +40,15 @@ def sweep_points(ctx: SuiteContext, load_model: str) -> list:
     if not load_model:
         load_model = "open_loop" if has_r and not has_c else "closed_loop"
     arrival = str(ctx.param("arrival", "poisson"))
+    burstiness = float_param(ctx, "burstiness", 1.0)
+    if burstiness != 1.0 and arrival == "poisson":
+        arrival = "gamma"
     try:
+        if "stages" in ctx.params:
+            from benchrun.loadgen.schedule import parse_stages
+
+            points, _ = parse_stages(str(ctx.params["stages"]), load_model or "closed_loop", arrival=arrival, burstiness=burstiness)
+            return points
         if load_model == "closed_loop":
             if has_r and not has_c:
                 raise BenchrunError(
@@ -47,7 +61,7 @@ def sweep_points(ctx: SuiteContext, load_model: str) -> list:
         rates = [float(r) for r in values]
         if not rates or not all(0 < r < math.inf for r in rates):
             raise ValueError(f"rates {values!r} must be a non-empty list of positive, finite req/s")
-        return [LoadPoint("open_loop", r, arrival) for r in rates]
+        return [LoadPoint("open_loop", r, arrival, burstiness) for r in rates]
     except ParamError:
         raise
     except (TypeError, ValueError) as exc:
@@ -58,12 +72,25 @@ def run(ctx: SuiteContext) -> None:
     """Sweep the load points and report per point and bucket."""
     from benchrun.loadgen.suite import COMMON_PARAMS, run_serving_suite, workload_inputs
 
-    check_known(ctx, COMMON_PARAMS + ("concurrency", "rates", "requests_per_point", "duration_s"))
+    check_known(ctx, COMMON_PARAMS + ("concurrency", "rates", "requests_per_point", "duration_s", "stages", "burstiness",
+                                      "goodput_drop", "trace", "speedup", "trace_format"))
     _, _, load_model, _, _, _ = workload_inputs(ctx)
-    points = sweep_points(ctx, load_model)
     duration = float_param(ctx, "duration_s", 0.0) if "duration_s" in ctx.params else None
+    if "trace" in ctx.params:
+        from benchrun.loadgen import trace as tracing
+
+        speedup = float_param(ctx, "speedup", 1.0)
+        entries = tracing.load_trace(str(ctx.params["trace"]), str(ctx.param("trace_format", "auto")))
+        requests = int_param(ctx, "requests_per_point", 1, minimum=1) if "requests_per_point" in ctx.params else None
+        point = tracing.trace_point(tracing.select(entries, requests, duration, speedup), speedup)
+        ctx.context["trace"] = tracing.describe(entries, str(ctx.params["trace"]), speedup)
+        run_serving_suite(ctx, [point], requests, duration, sweep=False, extra={"trace": entries})
+        return
+    points = sweep_points(ctx, load_model)
     requests = None if duration is not None else int_param(ctx, "requests_per_point", 24, minimum=1)
-    run_serving_suite(ctx, points, requests, duration)
+    stages = str(ctx.params.get("stages", ""))
+    extra = {"stop_when_goodput_falls": stages.startswith("saturate:"), "goodput_drop": float_param(ctx, "goodput_drop", 0.1)}
+    run_serving_suite(ctx, points, requests, duration, extra=extra)
 
 
 if __name__ == "__main__":

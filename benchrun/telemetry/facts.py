@@ -60,6 +60,7 @@ def slice_tables(src: Any, schema: pa.Schema) -> Iterator[pa.Table]:
             "device_index": t["device_index"], "gpu_uuid": t["gpu_uuid"],
             "node_name": pc.coalesce(t["node_name"], _const(launch.get("node_name"), pa.string(), n)),
             "pod_uid": pc.coalesce(t["pod_uid"], _const(launch.get("pod_uid"), pa.string(), n)),
+            "point": t["point"] if "point" in t.column_names else _const(None, pa.string(), n),
         }
         arrays = []
         for field in schema:

@@ -26,7 +26,7 @@ SAMPLE_SCHEMA = pa.schema([
     ("unit", pa.string()),
 ])
 
-_TELEMETRY_NAME = re.compile(r"^(?P<run>[a-z0-9-]+)_(?P<suite>[A-Za-z0-9][A-Za-z0-9._-]*)_r(?P<rep>\d+)_(?P<kind>telemetry|prometheus)\.parquet$")
+_TELEMETRY_NAME = re.compile(r"^(?P<run>[a-z0-9-]+)_(?P<suite>[A-Za-z0-9][A-Za-z0-9._-]*)_r(?P<rep>\d+)_(?P<kind>telemetry|prometheus|servermetrics)\.parquet$")
 
 
 @dataclass(frozen=True)
@@ -90,4 +90,7 @@ def read_samples(path: Path) -> pa.Table:
     missing = [n for n in SAMPLE_SCHEMA.names if n not in table.column_names]
     if missing:
         raise ValueError(f"{path}: telemetry file lacks columns {missing}")
-    return table.select(SAMPLE_SCHEMA.names).cast(SAMPLE_SCHEMA.with_metadata(table.schema.metadata))
+    out = table.select(SAMPLE_SCHEMA.names).cast(SAMPLE_SCHEMA.with_metadata(table.schema.metadata))
+    if "point" in table.column_names:  # a serving point's server metrics (benchrun.loadgen.servermetrics)
+        out = out.append_column("point", table["point"].cast(pa.string()))
+    return out

@@ -150,6 +150,7 @@ TELEMETRY_SLICE_FACT = _fact(
     ("suite", pa.string()),
     ("replicate", pa.int64()),
     ("device_index", pa.int64()),  # core number or GPU index
+    ("point", pa.string()),  # a serving point's label (server metrics scraped during it); null otherwise
 )
 
 # One row per replicate of a training suite (benchrun.suites.training's ``training`` rows).
