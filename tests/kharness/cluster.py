@@ -84,7 +84,9 @@ class Cluster:
         tick: float = 0.05,
         crds: list[Path | dict[str, Any]] | None = None,
         rbac: Any = None,
+        log_max_bytes: int = 10 * 1024 * 1024,
     ) -> None:
+        self._log_max_bytes = log_max_bytes
         self.root = Path(root)
         self.namespace = namespace
         self.nodes = nodes if nodes is not None else [Node("node-a"), Node("node-b")]
@@ -191,6 +193,7 @@ class Cluster:
                 host_env=self._host_env,
                 pull_seconds=self._pull_seconds,
                 tick=self._tick,
+                log_max_bytes=self._log_max_bytes,
             )
             self.url = str(server.url).rstrip("/")
             for lq in self.queues:

@@ -247,6 +247,9 @@ class _Container:
     finished: str | None = None
     image: str = ""
     image_id: str = ""
+    rotated_at: int = 0  # index in lines where the current log file starts (after the last rotation)
+    file_bytes: int = 0  # bytes in the current log file
+    rotations: int = 0
 
 
 @dataclass
@@ -279,8 +282,10 @@ class ControlPlane:
         host_env: dict[str, str],
         pull_seconds: float,
         tick: float,
+        log_max_bytes: int = 10 * 1024 * 1024,
     ) -> None:
         self.api = api
+        self.log_max_bytes = log_max_bytes
         self.root = root
         self.nodes = nodes
         self.queues = queues
@@ -1195,6 +1200,20 @@ class ControlPlane:
         env["HOME"] = str(run.scratch / "home")
         (run.scratch / "home").mkdir(parents=True, exist_ok=True)
         env["HOSTNAME"] = (pod.get("spec") or {}).get("hostname") or pod["metadata"]["name"]
+        for src in container.get("envFrom") or []:
+            for kind, res in (("secretRef", SECRETS), ("configMapRef", CONFIGMAPS)):
+                ref = (src.get(kind) or {}).get("name")
+                for _k, obj in self.api.live(res, run.namespace) if ref else []:
+                    if obj["metadata"]["name"] != ref:
+                        continue
+                    for k, v in (obj.get("data") or {}).items():
+                        if kind == "secretRef":
+                            import base64
+
+                            v = base64.b64decode(v).decode()
+                        env[(src.get("prefix") or "") + k] = v
+                    for k, v in (obj.get("stringData") or {}).items():
+                        env[(src.get("prefix") or "") + k] = v
         for e in container.get("env") or []:
             if "value" in e:
                 env[e["name"]] = self._rewrite(str(e["value"]), mounts)
@@ -1283,7 +1302,8 @@ class ControlPlane:
 
     async def _pump(self, run: _PodRun, cont: _Container) -> None:
         assert cont.proc is not None and cont.proc.stdout is not None
-        logfile = (run.scratch / "logs" / f"{cont.name}.log").open("ab")
+        path = run.scratch / "logs" / f"{cont.name}.log"
+        logfile = path.open("ab")
         try:
             while True:
                 line = await cont.proc.stdout.readline()
@@ -1291,8 +1311,18 @@ class ControlPlane:
                     break
                 ts = self._log_ts()
                 cont.lines.append((ts, line))
-                logfile.write(ts.encode() + b" " + line)
+                record = ts.encode() + b" " + line
+                logfile.write(record)
                 logfile.flush()
+                cont.file_bytes += len(record)
+                if self.log_max_bytes and cont.file_bytes >= self.log_max_bytes:
+                    # the kubelet rotates the container log at containerLogMaxSize: the API's log
+                    # endpoint serves the current file only (a follow keeps streaming across it)
+                    logfile.close()
+                    cont.rotations += 1
+                    path.rename(path.with_name(f"{path.name}.{cont.rotations}"))
+                    logfile = path.open("ab")
+                    cont.rotated_at, cont.file_bytes = len(cont.lines), 0
                 async with run.changed:
                     run.changed.notify_all()
             rc = await cont.proc.wait()
@@ -1411,14 +1441,15 @@ class ControlPlane:
             return b"".join((ts.encode() + b" " if timestamps else b"") + line for ts, line in picked)
 
         if str(params.get("follow", "")).lower() not in ("true", "1"):
-            lines = cont.lines[-tail:] if tail else cont.lines
+            current = cont.lines[cont.rotated_at:]  # rotated files are not served
+            lines = current[-tail:] if tail else current
             return render(list(lines))
 
         assert run is not None
 
         async def follow() -> Any:
             yield b""
-            sent = max(0, len(cont.lines) - tail) if tail else 0
+            sent = max(cont.rotated_at, len(cont.lines) - tail) if tail else cont.rotated_at
             while True:
                 if sent < len(cont.lines):
                     chunk = cont.lines[sent:]
