@@ -94,10 +94,12 @@ def register(app: Any) -> None:
         objects = render_objects(spec, launcher=launcher, run_id=run_id)
         from benchrun.launch.settings import LauncherSettings
 
-        if not LauncherSettings.from_env(kind=launcher).run_volume_claim:
-            typer.echo("warning: no run volume (BENCHRUN_LAUNCHER_RUN_VOLUME_CLAIM): each pod's run directory is an "
-                       "emptyDir that ends with the pod, so a suite's sample files are lost; set it to the "
-                       "ReadWriteMany claim deploy/ ships (benchrun-home)", err=True)
+        chosen = LauncherSettings.from_env(kind=launcher)
+        if not chosen.run_volume_claim and not chosen.outputs_uri:
+            typer.echo("warning: no way back for the suites' files (BENCHRUN_LAUNCHER_OUTPUTS_URI or _RUN_VOLUME_CLAIM): "
+                       "each pod's run directory is an emptyDir that ends with the pod, so a suite's sample files are "
+                       "lost; set BENCHRUN_LAUNCHER_OUTPUTS_URI=s3://bucket/prefix as deploy/ does (or a "
+                       "ReadWriteMany claim: deploy/kustomize/shared-volume)", err=True)
         if output == "json":
             typer.echo(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2, sort_keys=False))
         else:
