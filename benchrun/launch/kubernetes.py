@@ -20,9 +20,11 @@ publication-grade layer is one Job for the whole layer (``launch_layer``). Where
 * ``k8s_cleanup``: the Job deleted with its pods at the end (``delete_finished=False`` keeps it
   for a person), a run's objects deleted on cancellation, ``sweep`` for runs that ended.
 
-**Files.** The run directory is a shared volume (``Placement.run_volume_claim``): the pod mounts
-its run's directory at the same path the orchestrator uses, so what the suite writes is in the
-run directory when the pod ends; a replicate whose declared outputs did not arrive is failed.
+**Files.** Through the artifact store (``Placement.outputs_uri``): the pod runs the suite under
+``podout``, which uploads what it wrote and its complete log; ``k8s_outputs.fetch_outputs`` reads
+them back by key for the pod followed (so a rotated pod log loses nothing). Or a shared volume
+(``Placement.run_volume_claim``): the pod mounts its run's directory at the path the orchestrator
+uses. A replicate whose declared outputs did not arrive is failed.
 
 **Timing.** ``wall_s`` is the orchestrator's view (create -> Job finished, including queueing).
 ``timeout_s`` counts from the container's start (the kubelet enforces it as the pod's

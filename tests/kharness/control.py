@@ -43,7 +43,9 @@ upstream controllers closely enough for a client to rely on the same fields:
   into that directory (emptyDir per pod, hostPath as is, a PVC shared by name across pods,
   ConfigMap/Secret files written out) and every argument and env value that starts with a
   mount path is rewritten to the mapped directory. Env takes ``value`` and the common
-  ``fieldRef``s. stdout and stderr are one timestamped log per container, served live. On
+  ``fieldRef``s and ``envFrom`` (Secret, ConfigMap). stdout and stderr are one timestamped log per
+  container, served live and rotated at ``log_max_bytes`` (the kubelet's ``containerLogMaxSize``,
+  10 MiB): a plain log read then gets the newest file only, a follow streams on across it. On
   exit: ``terminated`` with exit code, ``Completed``/``Error``/``OOMKilled``, times,
   ``imageID`` (``docker-pullable://repo@sha256:...``), and phase ``Succeeded``/``Failed``.
   ``activeDeadlineSeconds`` kills the pod with reason ``DeadlineExceeded``. A deleted pod's
