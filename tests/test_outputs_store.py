@@ -171,3 +171,16 @@ def test_a_tampered_object_is_not_taken(s3_env, tmp_path, monkeypatch):  # noqa:
     assert note is not None and "is not the index's" in note
     assert not (run_dir / "raw" / "a.txt").exists()  # nothing half-taken
     assert [p.name for p in (run_dir / "raw").iterdir()] == []
+
+
+def test_a_publication_layer_pod_fetches_the_pinned_plan_first(tmp_path):
+    from benchrun.launch.podspec import layer_job_manifest
+
+    image = "registry.example/bench@sha256:" + "b" * 64
+    invs = [make_inv(tmp_path, replicate=k, code="print(1)", image=image, cpu="1", memory="1Gi") for k in (1, 2)]
+    job = layer_job_manifest(invs, namespace="default", placement=Placement(
+        queue_name="q", outputs_uri=URI, publication_grade=True, node_selector={"pool": "bench"}))
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[:8] == ["-m", "benchrun.launch.podout", "--run-dir", str(tmp_path), "--to", URI,
+                        "--input", f"structured/{RUN_ID}_plan.json"]
+    assert args[8:11] == ["--", "python", "-m"] and "benchrun.launch.inpod" in args

@@ -245,8 +245,12 @@ class KubernetesLauncher:
                 from benchrun.launch.k8s_outputs import put_inputs
                 from benchrun.launch.podspec import layer_inputs
 
-                put_inputs(self.placement.outputs_uri, first.run_id, run_dir, [layer_inputs(first.run_id)],
-                           client=self.s3_client)
+                try:
+                    put_inputs(self.placement.outputs_uri, first.run_id, run_dir, [layer_inputs(first.run_id)],
+                               client=self.s3_client)
+                except Exception as exc:  # botocore's errors: the layer cannot start without its plan
+                    reason = f"cannot upload the layer's plan to {self.placement.outputs_uri}: {type(exc).__name__}: {exc}"
+                    return [self._unreached(inv, run_dir, reason, t_request, t0) for inv in invs]
             job = self._create_or_adopt(name, self._model(manifest))
         except ApiException as exc:
             reason = f"cannot create the layer Job {name}: {api_error(exc)}"
