@@ -109,8 +109,23 @@ def test_publication_grade_refuses_a_moving_tag(bench_home, monkeypatch):
     path = ROOT / "specs/local/pre-release.yaml"  # publication_grade, suites naming no image
     monkeypatch.setenv("BENCHRUN_LAUNCHER_KIND", "kubernetes")
     monkeypatch.setenv("BENCHRUN_LAUNCHER_IMAGE", "registry.example.com/benchrun:latest")
-    with pytest.raises(BenchrunError, match=r"suites\[\w+\]\.image: 'registry.example.com/benchrun:latest' is a "
-                                            r"moving tag.*pin the image by digest"):
+    with pytest.raises(BenchrunError, match=r"^BENCHRUN_LAUNCHER_IMAGE \(the image of spec.layers\[\w+\]\.suites\[\w+\], "
+                                            r"which names none\): 'registry.example.com/benchrun:latest' is a moving tag "
+                                            r"\(no @sha256:\).*pin the image by digest \(name@sha256:"):
         render_objects(path)
+    # a pinned-looking tag moves too: only a digest says what ran
+    monkeypatch.setenv("BENCHRUN_LAUNCHER_IMAGE", "registry.example.com/benchrun:0.1.0-cuda")
+    with pytest.raises(BenchrunError, match=r"'registry.example.com/benchrun:0.1.0-cuda' is a moving tag"):
+        render_objects(path)
+    doc = yaml.safe_load(path.read_text())
+    doc["spec"]["layers"][0]["suites"][0]["image"] = "registry.example.com/other:2.0"
+    named = bench_home / "named.yaml"
+    named.write_text(yaml.safe_dump(doc, sort_keys=False))
+    first = doc["spec"]["layers"][0]
+    with pytest.raises(BenchrunError, match=rf"^spec.layers\[{first['name']}\].suites\[{first['suites'][0]['name']}\]"
+                                            r"\.image: 'registry.example.com/other:2.0' is a moving tag"):
+        render_objects(named)
+    monkeypatch.setenv("BENCHRUN_LAUNCHER_IMAGE", "registry.example.com/benchrun@sha256:" + "a" * 64)
+    assert render_objects(path)  # by digest: rendered
     assert moving_tag("benchrun") and moving_tag("r.example:5000/benchrun") and not moving_tag("r.example:5000/b:1.0")
     assert not moving_tag("b:latest@sha256:" + "a" * 64)

@@ -93,6 +93,10 @@ def test_the_deploy_walkthrough_takes_the_example_to_succeeded_with_every_output
     rd = RunDir.for_run(run_id)
     st = rd.read_status()
     assert st["selected_scheduler_path"] == "kubernetes" and st["outcome"] == "succeeded"
+    # the run records the image by digest, though the values name it by a tag
+    digest = cluster.image_id(env["BENCHRUN_LAUNCHER_IMAGE"]).split("@", 1)[1]
+    assert st["images"] == {"gemm": "registry.example.com/benchrun@" + digest}
+    assert st["image_digests"] == {"gemm": digest}
     launches = json.loads(rd.file("structured", "launches", "", "json").read_text())
     assert [(r["suite"], r["status"]) for r in launches] == [("gemm", "ok")] * 3, launches
     # every output file each replicate declared is in the run directory, hashed in the manifest

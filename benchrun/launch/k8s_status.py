@@ -142,6 +142,8 @@ def pod_timeline(pod: Any) -> dict[str, Any]:
         "phase": pod.status.phase,
         "reason": pod.status.reason,
         "qos_class": getattr(pod.status, "qos_class", None),
+        "image": getattr(cs, "image", None) or next((c.image for c in (getattr(pod.spec, "containers", None) or [])
+                                                    if c.name == CONTAINER_NAME), None),
         "image_id": getattr(cs, "image_id", None),
         "restart_count": getattr(cs, "restart_count", None),
         "created_utc": _utc(created),
