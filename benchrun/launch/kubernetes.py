@@ -98,6 +98,7 @@ class KubernetesLauncher:
         self.client = DagsterKubernetesClient(batch_api, core_api, log, sleep, time.time)
         self.s3_client: Any = None  # boto3's, from the environment, unless given (outputs_uri)
         self.output_notes: dict[tuple[str, int], str] = {}
+        self.attempts: list[dict[str, Any]] = []
 
     def manifest(self, inv: Invocation, extra_env: Mapping[str, str] | None = None) -> dict[str, Any]:
         if inv.is_gang:
@@ -145,6 +146,8 @@ class KubernetesLauncher:
             self._delete(name)
             raise
         timeline = job_timeline(job, workload, pod)
+        # the replicate's history: every attempt before this one, why it ended, whether it had started
+        timeline.update(attempt=len(self.attempts) + 1, attempts=list(self.attempts))
         deleted = self._delete(name) if ended is not None or self.delete_finished else False
         atomic_write_json(raw_path(run_dir, inv.run_id, inv.suite, inv.replicate, "pod", "json"), timeline)
         try:
@@ -336,6 +339,7 @@ class KubernetesLauncher:
     def _wait_job(self, inv: Invocation, name: str, job: Any, t0: float) -> tuple[Any, Any, dict[int, Any], str | None]:
         watch = job_watch(self.client, self.batch_api, self.custom_api, self.namespace, name,
                           eviction_retries=self.placement.eviction_retries)
+        self.attempts = watch.history  # the attempts evicted or preempted before the last (its timeline)
         return self._wait(watch, job, inv.timeout_s, t0)
 
     def _wait(self, watch: Any, obj: Any, timeout_s: float, t0: float) -> tuple[Any, Any, dict[int, Any], str | None]:

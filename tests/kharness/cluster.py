@@ -360,8 +360,9 @@ class Cluster:
 
         return self.call(go)
 
-    def preempt(self, workload_or_owner: str) -> None:
-        """Evict an admitted Workload (by its name or its Job/JobSet's name) as Kueue preemption does."""
+    def preempt(self, workload_or_owner: str, reason: str = "Preempted", message: str | None = None) -> None:
+        """Evict an admitted Workload (by its name or its Job/JobSet's name) as Kueue does for
+        ``reason`` (its Evicted reasons: Preempted, PodsReadyTimeout, AdmissionCheck, InactiveWorkload)."""
         def find() -> str | None:
             for wl in self.list("workloads"):
                 owners = [o.get("name") for o in wl["metadata"].get("ownerReferences") or []]
@@ -371,7 +372,7 @@ class Cluster:
 
         name = self.wait_for(find, what=f"a workload for {workload_or_owner}")
         assert self.control is not None
-        self.control.preempt_requests.add(name)
+        self.control.preempt_requests[name] = (reason, message or f"{reason} by the harness (test request)")
 
     def evict_pod(self, pod_name: str, message: str = "The node was low on resource: memory.") -> None:
         """Evict a running pod the way the kubelet does under node pressure (phase Failed, reason Evicted)."""

@@ -14,7 +14,10 @@ upstream controllers closely enough for a client to rely on the same fields:
   then creation order, when their requests fit the ClusterQueue's remaining nominal quota;
   admission writes ``status.admission`` and the ``QuotaReserved``/``Admitted`` conditions and
   unsuspends the owner. When one does not fit, lower-priority admitted workloads are
-  preempted (``Evicted`` reason ``Preempted``, owner suspended again, ``Requeued``).
+  preempted (``Evicted`` reason ``Preempted``, owner suspended again, ``Requeued``;
+  ``status.schedulingStats.evictions`` counts by reason). ``preempt(..., reason=)`` evicts for
+  another of Kueue's reasons (``PodsReadyTimeout``, ``AdmissionCheck``: requeued alike;
+  ``InactiveWorkload``: ``spec.active: false``, ``Requeued=False``, never admitted again).
   ``PodsReady`` and ``Finished`` follow the pods and the owner. An unknown queue leaves the
   workload pending with ``QuotaReserved=False`` reason ``Inadmissible``.
 - **Job controller.** An unsuspended, unfinished Job gets pods ``<job>-<hash>`` (or
@@ -300,7 +303,10 @@ class ControlPlane:
         self.tick = tick
         self.runs: dict[str, _PodRun] = {}
         self.stopping = False
-        self.preempt_requests: set[str] = set()  # workload names to evict on the next pass
+        # workload name -> (Evicted reason, message) to evict it with on the next pass, as Kueue would
+        # for that reason (Preempted, PodsReadyTimeout, AdmissionCheck: requeued; InactiveWorkload:
+        # spec.active false, not requeued)
+        self.preempt_requests: dict[str, tuple[str, str]] = {}
         self.pod_faults: dict[str, tuple[str, str]] = {}  # pod name -> (reason, message)
         self.errors: list[str] = []
         self.grace_seconds = 1.0
@@ -625,9 +631,13 @@ class ControlPlane:
         for name, (key, wl) in sorted(workloads.items()):
             q = wl["spec"].get("queueName")
             if name in self.preempt_requests and has_condition(wl, "Admitted"):
-                self.preempt_requests.discard(name)
-                await self._evict(key, wl, "Preempted", "Preempted by the harness (test request)")
+                reason, message = self.preempt_requests.pop(name)
+                if reason == "InactiveWorkload":
+                    wl = await self._deactivate(key, wl)
+                await self._evict(key, wl, reason, message)
                 continue
+            if (wl.get("spec") or {}).get("active") is False:
+                continue  # an inactive workload is never admitted (until someone reactivates it)
             if has_condition(wl, "Finished"):
                 continue
             if has_condition(wl, "QuotaReserved"):
@@ -714,13 +724,26 @@ class ControlPlane:
                 await self._update(okey, oraw, nraw)
                 await self._event(oraw, "Started", f"Admitted by clusterQueue {q}-cq")
 
+    async def _deactivate(self, key: Any, wl: dict[str, Any]) -> dict[str, Any]:
+        new = copy.deepcopy(wl)
+        new["spec"]["active"] = False
+        await self._update(key, wl, new)
+        return new
+
     async def _evict(self, key: Any, wl: dict[str, Any], reason: str, message: str) -> None:
         new = copy.deepcopy(wl)
         conds = new["status"].get("conditions") or []
         conds = set_condition(conds, _condition("Evicted", True, reason, message))
         conds = set_condition(conds, _condition("QuotaReserved", False, "Pending", message))
         conds = set_condition(conds, _condition("Admitted", False, "NoReservation", message))
-        conds = set_condition(conds, _condition("Requeued", True, reason, message))
+        # requeued unless deactivated (Kueue: Requeued=False reason InactiveWorkload)
+        conds = set_condition(conds, _condition("Requeued", reason != "InactiveWorkload", reason, message))
+        stats = new["status"].setdefault("schedulingStats", {}).setdefault("evictions", [])
+        row = next((r for r in stats if r["reason"] == reason), None)
+        if row is None:
+            stats.append({"reason": reason, "underlyingCause": "", "count": 1})
+        else:
+            row["count"] += 1
         conds = [c for c in conds if c["type"] != "PodsReady"]
         new["status"]["conditions"] = conds
         new["status"].pop("admission", None)
