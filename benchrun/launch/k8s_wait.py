@@ -6,6 +6,12 @@ object, how many pods must run, which condition ends it.
 ``timeout_s`` counts from the moment every pod of the replicate runs; waiting to be admitted and
 scheduled is bounded separately by ``pending_timeout_s``. While node 0's pod runs,
 ``log_follower`` streams its log into the Dagster run.
+
+An attempt can end without ending the replicate: a pod evicted (``DisruptionTarget``: the Job
+replaces it) or a Workload evicted by Kueue for a reason it requeues on (Preempted,
+PodsReadyTimeout, AdmissionCheck: the Job is admitted again and makes a new pod). Each such
+attempt goes into ``Watch.history`` and the next one is followed from its own start, up to
+``eviction_retries``; an InactiveWorkload is never admitted again and ends the replicate.
 """
 
 from __future__ import annotations
