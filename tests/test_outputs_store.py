@@ -184,3 +184,24 @@ def test_a_publication_layer_pod_fetches_the_pinned_plan_first(tmp_path):
     assert args[:8] == ["-m", "benchrun.launch.podout", "--run-dir", str(tmp_path), "--to", URI,
                         "--input", f"structured/{RUN_ID}_plan.json"]
     assert args[8:11] == ["--", "python", "-m"] and "benchrun.launch.inpod" in args
+
+
+def test_a_publication_layer_comes_back_through_the_store(store_cluster, tmp_path):
+    """No run volume: the layer pod fetches the pinned plan, runs every replicate, and its results,
+    logs and result documents come back by key when it ends."""
+    from kharness import Node
+
+    cluster = store_cluster(nodes=[Node("gpu-a", labels={"pool": "bench"})])
+    run_dir = tmp_path / "home" / "runs" / RUN_ID
+    image = "registry.example/bench@sha256:" + "b" * 64
+    invs = [make_inv(run_dir, replicate=k, code=script_for(k), image=image, cpu="1", memory="1Gi") for k in (1, 2)]
+    (run_dir / "structured").mkdir(parents=True)
+    (run_dir / "structured" / f"{RUN_ID}_plan.json").write_text(json.dumps([i.to_json() for i in invs]))
+    launcher = launcher_for(cluster, outputs_uri=URI, env_secret="benchrun-s3", publication_grade=True,
+                            node_selector={"pool": "bench"})
+    results = launcher.launch_layer(invs, run_dir)
+    assert [(r.replicate, r.status) for r in results] == [(1, "ok"), (2, "ok")], [r.reason for r in results]
+    for r in results:
+        assert "hello from the pod" in (run_dir / r.log).read_text()
+        assert json.loads((run_dir / r.result).read_text())["replicate"] == r.replicate
+    assert cluster.errors == []
