@@ -205,3 +205,24 @@ def test_a_publication_layer_comes_back_through_the_store(store_cluster, tmp_pat
         assert "hello from the pod" in (run_dir / r.log).read_text()
         assert json.loads((run_dir / r.result).read_text())["replicate"] == r.replicate
     assert cluster.errors == []
+
+
+def test_a_gangs_nodes_each_bring_their_files_back(store_cluster, tmp_path):
+    cluster = store_cluster()
+    run_dir = tmp_path / "home" / "runs" / RUN_ID
+    run_dir.mkdir(parents=True)
+    code = script_for(1, before=textwrap.dedent(f"""
+        import os, pathlib
+        rank = int(os.environ["NODE_RANK"])
+        raw = pathlib.Path(os.environ["BENCHRUN_RUN_DIR"], "raw"); raw.mkdir(parents=True, exist_ok=True)
+        (raw / ("{RUN_ID}_tiny_r1_rank%d.txt" % rank)).write_text("rank %d" % rank)
+        print("node", rank, flush=True)
+        if rank:
+            raise SystemExit(0)
+    """))
+    inv = make_inv(run_dir, code=code, nodes=2, ranks_per_node=1)
+    res = launcher_for(cluster, outputs_uri=URI, env_secret="benchrun-s3").launch(inv, run_dir)
+    assert res.status == "ok", res.reason
+    for rank in (0, 1):
+        assert (run_dir / f"raw/{RUN_ID}_tiny_r1_rank{rank}.txt").read_text() == f"rank {rank}"
+        assert f"node {rank}" in (run_dir / inv.node_log_relpath(rank)).read_text()
