@@ -102,8 +102,8 @@ def test_preempted_before_it_measured_is_retried_and_recorded_so(kcluster_factor
     assert first["reason"].startswith("pods not ready within Kueue's waitForPodsReady timeout (PodsReadyTimeout: ")
 
 
+@pytest.mark.slow  # Preempted past the budget: tests/test_launch_kubernetes_harness.py
 @pytest.mark.parametrize("reason, said", [
-    ("Preempted", "preempted by Kueue (Preempted: "),
     ("PodsReadyTimeout", "pods not ready within Kueue's waitForPodsReady timeout (PodsReadyTimeout: "),
     ("AdmissionCheck", "evicted by a Kueue admission check (AdmissionCheck: "),
 ])
