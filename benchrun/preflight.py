@@ -8,7 +8,8 @@ the spec's run would use (every lane's, without SPEC); a node with the allocatab
 ``nvidia.com/gpu`` a pod of the spec asks for (as many such nodes as its largest gang); and,
 by ``SubjectAccessReview``, every call the launcher makes as the run workers' account
 (``LAUNCHER_ACCESS``, the calls tests/test_rbac_harness.py records). The image (a node pulls
-it) and the artifact store (``BENCHRUN_SHARED_STATE``: its bucket answers ``HeadBucket``) are
+it), the artifact store (``BENCHRUN_SHARED_STATE``: its bucket answers ``HeadBucket``) and how the
+suites' files come back (the outputs bucket and the pods' credentials Secret, or a volume) are
 reported too; an image is not pulled from here and says ``unchecked``. Exit 0 only when no
 check is missing.
 """
@@ -202,7 +203,46 @@ def preflight(spec: Path | None = None, api: Any = None) -> list[Check]:
         [rj["template"]["spec"]["template"]["spec"] for rj in o["spec"]["replicatedJobs"]]) for c in ps["containers"]})
     checks.append(Check("image", None, ", ".join(images or [settings.image]) + " (pulled by the nodes, not from here)"))
     checks.append(_store_check())
+    checks.append(_outputs_check(settings, core, ns))
     return checks
+
+
+def _outputs_check(settings: Any, core: Any, ns: str) -> Check:
+    """How the suites' files come back: the outputs bucket reachable and the pods' credentials
+    Secret present (outputs_uri), or a shared volume; neither is said (the files would be lost)."""
+    if settings.run_volume_claim:
+        return Check("suite outputs", None, f"through the shared volume {settings.run_volume_claim} (not checked)")
+    if not settings.outputs_uri:
+        return Check("suite outputs", None, "neither BENCHRUN_LAUNCHER_OUTPUTS_URI nor _RUN_VOLUME_CLAIM is set: a suite's "
+                                            "sample files end with its pod (deploy/helm/values.yaml sets OUTPUTS_URI)")
+    from kubernetes.client.exceptions import ApiException
+
+    from benchrun.launch.podout import parse_uri
+
+    try:
+        bucket, _prefix = parse_uri(settings.outputs_uri)
+    except ValueError as exc:
+        return Check("suite outputs", False, str(exc), "set BENCHRUN_LAUNCHER_OUTPUTS_URI=s3://bucket/prefix")
+    try:
+        import boto3
+
+        boto3.client("s3", endpoint_url=os.environ.get("BENCHRUN_S3_ENDPOINT_URL") or None).head_bucket(Bucket=bucket)
+    except Exception as exc:  # noqa: BLE001 - whatever the store answers is the detail
+        return Check("suite outputs", False, f"bucket {bucket}: {' '.join(str(exc).split())[:200]}",
+                     f"create the bucket or fix BENCHRUN_LAUNCHER_OUTPUTS_URI ({settings.outputs_uri})")
+    if not settings.env_secret:
+        return Check("suite outputs", False, f"bucket {bucket} reachable, but the pods get no S3 credentials",
+                     "set BENCHRUN_LAUNCHER_ENV_SECRET=benchrun-s3 (the Secret of docs/kubernetes.md step 4)")
+    try:
+        core.read_namespaced_secret(settings.env_secret, ns)
+    except ApiException as exc:
+        if exc.status == 404:
+            return Check("suite outputs", False, f"Secret {ns}/{settings.env_secret} (the pods' S3 credentials) is missing",
+                         f"kubectl -n {ns} create secret generic {settings.env_secret} --from-literal=AWS_ACCESS_KEY_ID=... "
+                         "--from-literal=AWS_SECRET_ACCESS_KEY=... (docs/kubernetes.md step 4)")
+        return Check("suite outputs", None, f"bucket {bucket} reachable; Secret {ns}/{settings.env_secret} not "
+                                            f"readable from here ({exc.status} {exc.reason})")
+    return Check("suite outputs", True, f"pods upload to {settings.outputs_uri} with Secret {settings.env_secret}")
 
 
 def _store_check() -> Check:

@@ -49,6 +49,7 @@ class LauncherResource(dg.ConfigurableResource):
     topology_values: list[str] = []
     run_volume_claim: Optional[str] = None
     run_home: Optional[str] = None
+    outputs_uri: Optional[str] = None
     pending_timeout_s: float = 1800.0
     pull_allowance_s: float = 600.0
     eviction_retries: int = 2

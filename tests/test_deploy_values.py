@@ -52,12 +52,13 @@ def test_the_values_run_suites_on_kueue_jobs(kustomized):
     suite_sa = named[("ServiceAccount", s.namespace, s.service_account)]
     assert suite_sa["automountServiceAccountToken"] is False  # the suites' pods: no API access
     assert not moving_tag(s.image) and s.image.endswith("-cuda")  # the GPU build, by a pinned tag
-    pvc = named[("PersistentVolumeClaim", s.namespace, s.run_volume_claim)]
-    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
-    # the run workers mount that claim where BENCHRUN_HOME is, which is where the pods' run dirs come from
-    assert s.run_home == location_env()["BENCHRUN_HOME"]
-    [vol] = [v for v in k8s["volumes"] if v.get("persistentVolumeClaim", {}).get("claimName") == s.run_volume_claim]
-    assert {"name": vol["name"], "mountPath": s.run_home} in k8s["volumeMounts"]
+    # the suites' files come back through the artifact store, not a ReadWriteMany volume: the
+    # pods upload under the shared state's bucket with the credentials of the Secret of step 4
+    assert s.run_volume_claim is None and not k8s["volumes"]
+    assert not [d for d in kustomized if d["kind"] == "PersistentVolumeClaim"]
+    assert s.outputs_uri == location_env()["BENCHRUN_SHARED_STATE"]
+    assert s.env_secret == "benchrun-s3" and {"name": "benchrun-s3"} in k8s["envSecrets"]
+    assert (s.pipes_messages, s.pipes_s3_bucket) == ("s3", s.outputs_uri.split("/")[2])
     # each run's queue is its cadence's: no one queue for every run
     assert s.queue_name is None and s.queue_for("nightly")[0] in {
         d["metadata"]["name"] for d in kustomized if d["kind"] == "LocalQueue"}
@@ -94,7 +95,10 @@ def test_the_example_renders_valid_jobs_whose_commands_are_in_the_image(kustomiz
         assert obj["metadata"]["namespace"] == "benchrun-runs"
         assert pod["serviceAccountName"] == "benchrun-suite" and qos_class(pod) == "Guaranteed"
         assert pod["containers"][0]["image"] == "registry.example.com/benchrun:0.1.0-cuda"
-        assert {"name": "run-dir", "persistentVolumeClaim": {"claimName": "benchrun-home"}} in pod["volumes"]
+        assert {"name": "run-dir", "emptyDir": {}} in pod["volumes"]
+        container = pod["containers"][0]
+        assert container["command"] == ["python"] and container["args"][:2] == ["-m", "benchrun.launch.podout"]
+        assert container["envFrom"] == [{"secretRef": {"name": "benchrun-s3"}}]
     gemm = [o for o in objs if o["metadata"]["labels"]["benchrun.dev/suite"] == "gemm"][0]
     assert gemm["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
 
@@ -105,8 +109,23 @@ def test_publication_grade_refuses_a_moving_tag(bench_home, monkeypatch):
     path = ROOT / "specs/local/pre-release.yaml"  # publication_grade, suites naming no image
     monkeypatch.setenv("BENCHRUN_LAUNCHER_KIND", "kubernetes")
     monkeypatch.setenv("BENCHRUN_LAUNCHER_IMAGE", "registry.example.com/benchrun:latest")
-    with pytest.raises(BenchrunError, match=r"suites\[\w+\]\.image: 'registry.example.com/benchrun:latest' is a "
-                                            r"moving tag.*pin the image by digest"):
+    with pytest.raises(BenchrunError, match=r"^BENCHRUN_LAUNCHER_IMAGE \(the image of spec.layers\[\w+\]\.suites\[\w+\], "
+                                            r"which names none\): 'registry.example.com/benchrun:latest' is a moving tag "
+                                            r"\(no @sha256:\).*pin the image by digest \(name@sha256:"):
         render_objects(path)
+    # a pinned-looking tag moves too: only a digest says what ran
+    monkeypatch.setenv("BENCHRUN_LAUNCHER_IMAGE", "registry.example.com/benchrun:0.1.0-cuda")
+    with pytest.raises(BenchrunError, match=r"'registry.example.com/benchrun:0.1.0-cuda' is a moving tag"):
+        render_objects(path)
+    doc = yaml.safe_load(path.read_text())
+    doc["spec"]["layers"][0]["suites"][0]["image"] = "registry.example.com/other:2.0"
+    named = bench_home / "named.yaml"
+    named.write_text(yaml.safe_dump(doc, sort_keys=False))
+    first = doc["spec"]["layers"][0]
+    with pytest.raises(BenchrunError, match=rf"^spec.layers\[{first['name']}\].suites\[{first['suites'][0]['name']}\]"
+                                            r"\.image: 'registry.example.com/other:2.0' is a moving tag"):
+        render_objects(named)
+    monkeypatch.setenv("BENCHRUN_LAUNCHER_IMAGE", "registry.example.com/benchrun@sha256:" + "a" * 64)
+    assert render_objects(path)  # by digest: rendered
     assert moving_tag("benchrun") and moving_tag("r.example:5000/benchrun") and not moving_tag("r.example:5000/b:1.0")
     assert not moving_tag("b:latest@sha256:" + "a" * 64)

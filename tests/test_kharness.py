@@ -248,3 +248,21 @@ def test_ttl_waits_for_kueue_to_see_the_job_finished(kcluster):
     assert slowed
     assert any(v is not None and has_condition(v, "Finished") for v in kcluster.history("workloads", wl_name))
     assert kcluster.errors == []
+
+
+def test_the_kubelet_rotates_a_container_log_at_a_size(kcluster_factory):
+    """Rotation at ``log_max_bytes`` (the kubelet's containerLogMaxSize): a plain read serves the
+    newest file only, a follow started at the beginning keeps streaming across the rotations."""
+    cluster = kcluster_factory(log_max_bytes=1024)
+    core = client.CoreV1Api(cluster.api_client())
+    code = "import time\ntime.sleep(0.5)\nfor i in range(100):\n    print('line %03d' % i, flush=True)"
+    client.BatchV1Api(cluster.api_client()).create_namespaced_job("default", job("rot", code, queue=None))
+    pod = cluster.wait_for(lambda: [p for p in core.list_namespaced_pod("default", label_selector="job-name=rot").items
+                                    if p.status.phase == "Running"], what="a running pod")[0]
+    followed = b"".join(core.read_namespaced_pod_log(pod.metadata.name, "default", follow=True,
+                                                    _preload_content=False).stream()).decode().splitlines()
+    assert followed == ["line %03d" % i for i in range(100)]
+    plain = core.read_namespaced_pod_log(pod.metadata.name, "default").splitlines()
+    assert plain and plain[-1] == "line 099" and "line 000" not in plain and len(plain) < 40
+    rotated = sorted(p.name for p in (cluster.scratch(pod.metadata.name) / "logs").iterdir())
+    assert rotated[:3] == ["main.log", "main.log.1", "main.log.2"]

@@ -145,7 +145,7 @@ def test_never_scheduled_reports_the_schedulers_reason(kcluster, home):
 
 def test_preemption_mid_replicate_fails_it_with_the_reason(kcluster, home):
     run_dir = home / "runs" / RUN_ID
-    launcher = launcher_for(kcluster)
+    launcher = launcher_for(kcluster, eviction_retries=0)  # no retry budget (tests/test_kueue_evictions.py: with one)
     calls = {"n": 0}
 
     def printed(pod) -> bool:

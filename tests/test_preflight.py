@@ -10,6 +10,7 @@ import pytest
 from benchrun.preflight import LAUNCHER_ACCESS, preflight
 from conftest import ROOT
 from kharness.rbac import Policy, deploy_rbac_docs
+from test_store_helpers import s3_env  # noqa: F401  (fixture)
 
 BASE = ROOT / "deploy/kustomize/base"
 CRD = BASE / "benchmarkrun-crd.yaml"
@@ -85,3 +86,23 @@ def test_the_access_preflight_checks_is_the_run_worker_role() -> None:
     granted = {(v, g, r.partition("/")[0], r.partition("/")[2]) for rule in role["rules"] for g in rule["apiGroups"]
                for r in rule["resources"] for v in rule["verbs"]}
     assert granted == set(LAUNCHER_ACCESS)
+
+
+def test_preflight_checks_the_way_back_for_the_suites_files(deployed, bench_home, monkeypatch, s3_env):  # noqa: F811
+    """With the Helm values' launcher env: the outputs bucket and the pods' credentials Secret."""
+    import boto3
+    import yaml
+
+    [code] = yaml.safe_load((ROOT / "deploy/helm/values.yaml").read_text())["dagster-user-deployments"]["deployments"]
+    for e in code["env"]:
+        if e["name"].startswith("BENCHRUN_LAUNCHER_"):
+            monkeypatch.setenv(e["name"], e["value"])
+    assert report(preflight(EXAMPLE))["suite outputs"][0] is False  # no bucket yet
+    boto3.client("s3", endpoint_url=s3_env).create_bucket(Bucket="benchrun-artifacts")
+    ok, line = report(preflight(EXAMPLE))["suite outputs"]
+    assert ok is False and "Secret benchrun-runs/benchrun-s3 (the pods' S3 credentials) is missing" in line
+    assert "kubectl -n benchrun-runs create secret generic benchrun-s3" in line
+    deployed.create("secrets", {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "benchrun-s3"},
+                                "stringData": {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y"}})
+    ok, line = report(preflight(EXAMPLE))["suite outputs"]
+    assert ok is True and "s3://benchrun-artifacts/benchrun" in line, line

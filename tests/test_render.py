@@ -29,7 +29,7 @@ def test_render_canary_prints_valid_jobs_with_kueue_labels_resources_and_fixed_n
                  env={"BENCHRUN_LAUNCHER_QUEUE_NAME": "gpu-lq", "BENCHRUN_LAUNCHER_NAMESPACE": "bench"})
     assert out.returncode == 0, out.stderr
     # no run volume: the emptyDir it falls back to is said, not silent (issue 26 item 7)
-    assert "warning: no run volume (BENCHRUN_LAUNCHER_RUN_VOLUME_CLAIM)" in out.stderr
+    assert "warning: no way back for the suites' files (BENCHRUN_LAUNCHER_OUTPUTS_URI or _RUN_VOLUME_CLAIM)" in out.stderr
     docs = list(yaml.safe_load_all(out.stdout))
     n_suites = sum(len(layer["suites"]) for layer in canary_doc["spec"]["layers"] if layer["enabled"])
     assert len(docs) == n_suites * canary_doc["spec"]["trials"]["minReplicates"]  # every suite, every replicate

@@ -52,6 +52,7 @@ def layer_invocations(run_dir: Path, run_id: str, layer: str) -> list[Invocation
             argv[0] = sys.executable if base.startswith("python") else base
         env = {k: v for k, v in d["env"].items() if k not in HOST_ONLY_ENV}
         env.update({k: os.environ[k] for k in HOST_ONLY_ENV if k in os.environ})
+        env["BENCHRUN_RUN_DIR"] = str(run_dir)  # this pod's run directory (what it uploads, with outputs_uri)
         fields = {**d, "argv": tuple(argv), "env": env}
         out.append(Invocation(**fields))
     return out

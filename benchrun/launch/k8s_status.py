@@ -113,6 +113,39 @@ def workload_eviction(wl: dict[str, Any] | None) -> str | None:
     return None
 
 
+# Kueue's reasons on a Workload's Evicted condition (v1beta2, workload_types.go): what each means,
+# and whether Kueue requeues the workload (the Job is then admitted again and makes a new pod).
+KUEUE_EVICTIONS: dict[str, tuple[str, bool]] = {
+    "Preempted": ("preempted by Kueue", True),  # a higher-priority or reclaiming workload took the quota
+    "PodsReadyTimeout": ("pods not ready within Kueue's waitForPodsReady timeout", True),
+    "AdmissionCheck": ("evicted by a Kueue admission check", True),  # a check went back to Retry/Pending
+    "InactiveWorkload": ("deactivated in Kueue", False),
+    "ClusterQueueStopped": ("evicted by Kueue: its ClusterQueue was stopped", True),
+    "LocalQueueStopped": ("evicted by Kueue: its LocalQueue was stopped", True),
+    "NodeFailures": ("evicted by Kueue: a node it was placed on failed", True),
+}
+# Said after an InactiveWorkload eviction: why it will not come back, and what to do.
+INACTIVE_NOTE = ("the Workload is inactive (spec.active: false, set by a person, by Kueue past its requeuing backoff "
+                 "limit, or for a rejected admission check) and is not admitted again")
+
+
+def workload_evicted(wl: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The Workload's Evicted condition (True now, or False again after a readmission) as a dict
+    with ``reason``, ``message``, ``status``, ``time``, ``what`` (benchrun's words) and
+    ``requeued`` (Kueue admits it again), else None. ``spec.active: false`` reads as
+    InactiveWorkload even before Kueue writes the condition."""
+    cond = next((c for c in ((wl or {}).get("status") or {}).get("conditions") or []
+                 if c.get("type") == "Evicted" and c.get("status") in ("True", "False")), None)
+    inactive = ((wl or {}).get("spec") or {}).get("active") is False
+    if cond is None and not inactive:
+        return None
+    reason = "InactiveWorkload" if inactive else (cond.get("reason") or "Evicted")
+    what, requeued = KUEUE_EVICTIONS.get(reason, (f"evicted by Kueue ({reason})", True))
+    return {"reason": reason, "message": (cond or {}).get("message") or "no message",
+            "status": (cond or {}).get("status", "True"), "time": (cond or {}).get("lastTransitionTime"),
+            "what": what, "requeued": requeued}
+
+
 def workload_pending_note(wl: dict[str, Any] | None) -> str | None:
     for c in ((wl or {}).get("status") or {}).get("conditions") or []:
         if c.get("type") == "QuotaReserved" and c.get("status") != "True":
@@ -142,6 +175,8 @@ def pod_timeline(pod: Any) -> dict[str, Any]:
         "phase": pod.status.phase,
         "reason": pod.status.reason,
         "qos_class": getattr(pod.status, "qos_class", None),
+        "image": getattr(cs, "image", None) or next((c.image for c in (getattr(pod.spec, "containers", None) or [])
+                                                    if c.name == CONTAINER_NAME), None),
         "image_id": getattr(cs, "image_id", None),
         "restart_count": getattr(cs, "restart_count", None),
         "created_utc": _utc(created),

@@ -6,10 +6,17 @@ object, how many pods must run, which condition ends it.
 ``timeout_s`` counts from the moment every pod of the replicate runs; waiting to be admitted and
 scheduled is bounded separately by ``pending_timeout_s``. While node 0's pod runs,
 ``log_follower`` streams its log into the Dagster run.
+
+An attempt can end without ending the replicate: a pod evicted (``DisruptionTarget``: the Job
+replaces it) or a Workload evicted by Kueue for a reason it requeues on (Preempted,
+PodsReadyTimeout, AdmissionCheck: the Job is admitted again and makes a new pod). Each such
+attempt goes into ``Watch.history`` and the next one is followed from its own start, up to
+``eviction_retries``; an InactiveWorkload is never admitted again and ends the replicate.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import logging
 import time
 from contextlib import AbstractContextManager
@@ -30,7 +37,7 @@ from benchrun.launch.k8s_objects import (
     WORKLOADS,
 )
 from benchrun.launch.k8s_status import cond_message, cond_time, epoch, scheduling_note, waiting, \
-    workload_eviction, workload_pending_note
+    INACTIVE_NOTE, workload_evicted, workload_pending_note
 from benchrun.launch.k8s_submit import api_error
 
 log = logging.getLogger(__name__)
@@ -63,6 +70,9 @@ class Watch:
     # followed (its pod's end is the replicate's end).
     eviction_retries: int | None = None
     evicted: list[str] = field(default_factory=list)  # uids of the evicted attempts (read skips them)
+    # the attempts that ended before this one (evicted or preempted): cause, reason, pod, node,
+    # whether it had started measuring; written into the replicate's timeline as ``attempts``
+    history: list[dict[str, Any]] = field(default_factory=list)
 
 
 def wait(watch: Watch, obj: Any, t0: float, *, timeout_s: float, pending_timeout_s: float, poll_s: float,
@@ -71,6 +81,7 @@ def wait(watch: Watch, obj: Any, t0: float, *, timeout_s: float, pending_timeout
     """Poll until the object ends: (object, Workload, pods by rank, None), or with a verdict string
     when the launcher ended it instead. ``obj`` is the object as created (None if not read yet)."""
     kind = watch.kind
+    kueue: dict[str, Any] = {"true": set(), "false": set(), "awaiting": False}  # Evicted transitions seen
     started: float | None = None
     errors = 0
     pods: dict[int, Any] = {}
@@ -94,30 +105,53 @@ def wait(watch: Watch, obj: Any, t0: float, *, timeout_s: float, pending_timeout
                 log.warning("reading %s %s failed (%s); retrying", kind, watch.name, what)
                 sleep(poll_s)
                 continue
-            evicted = workload_eviction(workload)
-            if evicted:
-                return obj, workload, pods, f"preempted by Kueue ({evicted}); {kind} deleted"
+            ev = _new_kueue_eviction(workload, kueue)
+            if ev is not None:
+                pod0 = pods.get(0)
+                said = f"{ev['what']} ({ev['reason']}: {ev['message']})"
+                if not ev["requeued"]:
+                    return obj, workload, pods, f"{said}: {INACTIVE_NOTE}; {kind} deleted"
+                if watch.eviction_retries is None:
+                    return obj, workload, pods, f"{said}; {kind} deleted"
+                # Kueue requeues it: the Job is admitted again and makes a new pod, a new attempt
+                # (its own log and result, never merged with this one), within the same budget as evictions
+                _record(watch, "kueue", said, pod0, started is not None)
+                if len(watch.history) > watch.eviction_retries:
+                    return obj, workload, pods, (f"{said}; ended {len(watch.history)} times by evictions or preemptions, "
+                                                 f"more than eviction_retries={watch.eviction_retries}; {kind} deleted")
+                log.warning("%s: %s; Kueue requeues it (retry %d of %d)", watch.name, said, len(watch.history),
+                            watch.eviction_retries)
+                if follow is not None:
+                    follow.__exit__(None, None, None)
+                    follow = None
+                started, t0 = None, time.perf_counter()
+                sleep(poll_s)
+                continue
             pod0 = pods.get(0)
             phase0 = pod0.status.phase if pod0 is not None and pod0.status is not None else None
             if watch.eviction_retries is not None and phase0 == "Failed" and _disrupted(pod0) \
+                    and pod0.metadata.uid not in watch.evicted \
                     and not (cond_time(obj, "Failed") or cond_time(obj, "Complete")):
                 # Evicted, not failed: the Job replaces the pod (podspec.EVICTION_POLICY); follow the
                 # new attempt from its own start, its own log and result (never merged with this
                 # one), up to eviction_retries times.
-                if pod0.metadata.uid not in watch.evicted:
-                    watch.evicted.append(pod0.metadata.uid)
-                    why = _disrupted(pod0)
-                    if len(watch.evicted) > watch.eviction_retries:
-                        return obj, workload, pods, (f"evicted {len(watch.evicted)} times, more than eviction_retries="
-                                                     f"{watch.eviction_retries} (last: {why}); {kind} deleted")
-                    log.warning("%s: pod %s evicted (%s); the %s replaces it (retry %d of %d)", watch.name,
-                                pod0.metadata.name, why, kind, len(watch.evicted), watch.eviction_retries)
-                    if follow is not None:
-                        follow.__exit__(None, None, None)
-                        follow = None
-                    started, t0 = None, time.perf_counter()
+                why = _disrupted(pod0)
+                _record(watch, "eviction", f"evicted: {why}", pod0, started is not None)
+                if len(watch.history) > watch.eviction_retries:
+                    return obj, workload, pods, (f"evicted {len(watch.history)} times, more than eviction_retries="
+                                                 f"{watch.eviction_retries} (last: {why}); {kind} deleted")
+                log.warning("%s: pod %s evicted (%s); the %s replaces it (retry %d of %d)", watch.name,
+                            pod0.metadata.name, why, kind, len(watch.history), watch.eviction_retries)
+                if follow is not None:
+                    follow.__exit__(None, None, None)
+                    follow = None
+                started, t0 = None, time.perf_counter()
                 sleep(poll_s)
                 continue
+            # an attempt that ended (evicted, preempted) is not this one: its pod counts no more
+            live = {r: p for r, p in pods.items() if p.metadata.uid not in watch.evicted}
+            pod0 = live.get(0)
+            phase0 = pod0.status.phase if pod0 is not None and pod0.status is not None else None
             if phase0 == "Running" and follow is None and log_follower is not None:
                 follow = log_follower(pod0.metadata.name)
                 follow.__enter__()
@@ -127,16 +161,16 @@ def wait(watch: Watch, obj: Any, t0: float, *, timeout_s: float, pending_timeout
             if cond_time(obj, "Failed"):
                 why = cond_message(obj, "Failed") or "Failed"
                 return obj, workload, pods, f"the {kind} failed before its pod finished ({why}); {kind} deleted"
-            for rank, pod in sorted(pods.items()):
+            for rank, pod in sorted(live.items()):
                 reason, message = waiting(pod)
                 if reason in FATAL_WAITING:
                     return obj, workload, pods, (f"node {rank}: " if watch.name_the_node else "") + (
                         f"{FATAL_WAITING[reason]}: {reason}" + (f": {message}" if message else ""))
             now = time.perf_counter()
-            if started is None and sum(1 for p in pods.values() if _phase(p) in RAN) >= watch.nodes:
+            if started is None and sum(1 for p in live.values() if _phase(p) in RAN) >= watch.nodes:
                 started = now
             if started is None and now - t0 > pending_timeout_s:
-                pending = [p for _r, p in sorted(pods.items()) if _phase(p) not in RAN]
+                pending = [p for _r, p in sorted(live.items()) if _phase(p) not in RAN]
                 note = (scheduling_note(pending[0]) if pending else None) or workload_pending_note(workload) \
                     or watch.no_pod_note(obj)
                 return obj, workload, pods, f"not started within {pending_timeout_s:g}s ({note}); {kind} deleted"
@@ -146,6 +180,40 @@ def wait(watch: Watch, obj: Any, t0: float, *, timeout_s: float, pending_timeout
     finally:
         if follow is not None:
             follow.__exit__(None, None, None)
+
+
+def _new_kueue_eviction(workload: Any, seen: dict[str, Any]) -> dict[str, Any] | None:
+    """Kueue's Evicted condition when it says something not seen yet: True with a new time, or
+    False again (readmitted between two polls) when its True was never seen."""
+    ev = workload_evicted(workload)
+    if ev is None:
+        return None
+    mark = f"{ev['reason']}@{ev['time']}"
+    if ev["status"] == "True":
+        if mark in seen["true"]:
+            return None
+        seen["true"].add(mark)
+        seen["awaiting"] = True
+        return ev
+    if mark in seen["false"]:
+        return None
+    seen["false"].add(mark)
+    missed = not seen["awaiting"] and mark not in seen["true"]
+    seen["awaiting"] = False
+    return ev if missed else None
+
+
+def _record(watch: Watch, cause: str, reason: str, pod: Any, measured: bool) -> None:
+    """One ended attempt in the replicate's history; its pod is no longer followed."""
+    if pod is not None and pod.metadata.uid not in watch.evicted:
+        watch.evicted.append(pod.metadata.uid)
+    watch.history.append({
+        "attempt": len(watch.history) + 1, "cause": cause, "reason": reason, "measured": measured,
+        "pod_name": pod.metadata.name if pod is not None else None,
+        "pod_uid": pod.metadata.uid if pod is not None else None,
+        "node_name": getattr(pod.spec, "node_name", None) if pod is not None and pod.spec is not None else None,
+        "ended_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+    })
 
 
 def _phase(pod: Any) -> str | None:

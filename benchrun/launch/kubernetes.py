@@ -20,9 +20,11 @@ publication-grade layer is one Job for the whole layer (``launch_layer``). Where
 * ``k8s_cleanup``: the Job deleted with its pods at the end (``delete_finished=False`` keeps it
   for a person), a run's objects deleted on cancellation, ``sweep`` for runs that ended.
 
-**Files.** The run directory is a shared volume (``Placement.run_volume_claim``): the pod mounts
-its run's directory at the same path the orchestrator uses, so what the suite writes is in the
-run directory when the pod ends; a replicate whose declared outputs did not arrive is failed.
+**Files.** Through the artifact store (``Placement.outputs_uri``): the pod runs the suite under
+``podout``, which uploads what it wrote and its complete log; ``k8s_outputs.fetch_outputs`` reads
+them back by key for the pod followed (so a rotated pod log loses nothing). Or a shared volume
+(``Placement.run_volume_claim``): the pod mounts its run's directory at the path the orchestrator
+uses. A replicate whose declared outputs did not arrive is failed.
 
 **Timing.** ``wall_s`` is the orchestrator's view (create -> Job finished, including queueing).
 ``timeout_s`` counts from the container's start (the kubelet enforces it as the pod's
@@ -94,6 +96,9 @@ class KubernetesLauncher:
         self.log_follower = log_follower
         self._sleep = sleep
         self.client = DagsterKubernetesClient(batch_api, core_api, log, sleep, time.time)
+        self.s3_client: Any = None  # boto3's, from the environment, unless given (outputs_uri)
+        self.output_notes: dict[tuple[str, int], str] = {}
+        self.attempts: list[dict[str, Any]] = []
 
     def manifest(self, inv: Invocation, extra_env: Mapping[str, str] | None = None) -> dict[str, Any]:
         if inv.is_gang:
@@ -134,12 +139,15 @@ class KubernetesLauncher:
             job, workload, pods, ended = self._wait_job(inv, name, job, t0)
             pod = pods.get(0)
             log_note = self._copy_log(pod.metadata.name if pod is not None else None, log_path)
+            log_note = self._fetch(inv, pod, run_dir, log_path, log_note)
         except BaseException:
             # Cancelled (KeyboardInterrupt, a Dagster run terminated) or a bug: the Job
             # must not outlive the launch that owns it.
             self._delete(name)
             raise
         timeline = job_timeline(job, workload, pod)
+        # the replicate's history: every attempt before this one, why it ended, whether it had started
+        timeline.update(attempt=len(self.attempts) + 1, attempts=list(self.attempts))
         deleted = self._delete(name) if ended is not None or self.delete_finished else False
         atomic_write_json(raw_path(run_dir, inv.run_id, inv.suite, inv.replicate, "pod", "json"), timeline)
         try:
@@ -149,8 +157,30 @@ class KubernetesLauncher:
         except Exception as exc:  # the replicate's verdict does not depend on it
             log.warning("%s r%d: could not record the pod's environment: %s", inv.suite, inv.replicate, exc)
         return self._settle(inv, run_dir, pod, timeline, ended, deleted, log_note, log_path, result_path,
-                            t_request, t0, missing_hint=" (is the run volume shared with the pods? see "
-                                                        "launcher.run_volume_claim)")
+                            t_request, t0, missing_hint=self._missing_hint(inv))
+
+    def _missing_hint(self, inv: Invocation) -> str:
+        if self.placement.outputs_uri:
+            note = self.output_notes.get((inv.suite, inv.replicate))
+            return f" ({note})" if note else f" (not in the pod's upload to {self.placement.outputs_uri})"
+        return (" (the pods' run directory is an emptyDir: set launcher outputs_uri to bring the files back through "
+                "the artifact store, or run_volume_claim to share a volume)"
+                if not self.placement.run_volume_claim else " (is the run volume shared with the pods?)")
+
+    def _fetch(self, inv: Invocation, pod: Any, run_dir: Path, log_path: Path, log_note: str | None) -> str | None:
+        """With ``outputs_uri``: the pod's files and its complete log from the artifact store (the pod
+        log the API serves may have been rotated); the API's copy stays when the pod uploaded nothing."""
+        if not self.placement.outputs_uri or pod is None:
+            return log_note
+        from benchrun.launch.k8s_outputs import fetch_outputs
+
+        note = fetch_outputs(self.placement.outputs_uri, inv.run_id, pod.metadata.uid, run_dir, log_path,
+                             client=self.s3_client)
+        if note is not None:
+            log.warning("%s r%d: %s", inv.suite, inv.replicate, note)
+            self.output_notes[(inv.suite, inv.replicate)] = note
+            return log_note or note
+        return None
 
     def _settle(self, inv: Invocation, run_dir: Path, pod: Any, timeline: dict[str, Any], ended: str | None,
                 deleted: bool, log_note: str | None, log_path: Path, result_path: Path, t_request: float,
@@ -214,6 +244,16 @@ class KubernetesLauncher:
                     on_result(res)
 
         try:
+            if self.placement.outputs_uri:  # no run volume: the pod fetches the pinned plan from the store
+                from benchrun.launch.k8s_outputs import put_inputs
+                from benchrun.launch.podspec import layer_inputs
+
+                try:
+                    put_inputs(self.placement.outputs_uri, first.run_id, run_dir, [layer_inputs(first.run_id)],
+                               client=self.s3_client)
+                except Exception as exc:  # botocore's errors: the layer cannot start without its plan
+                    reason = f"cannot upload the layer's plan to {self.placement.outputs_uri}: {type(exc).__name__}: {exc}"
+                    return [self._unreached(inv, run_dir, reason, t_request, t0) for inv in invs]
             job = self._create_or_adopt(name, self._model(manifest))
         except ApiException as exc:
             reason = f"cannot create the layer Job {name}: {api_error(exc)}"
@@ -224,7 +264,8 @@ class KubernetesLauncher:
         try:
             job, workload, pods, ended = self._wait_job(whole, name, job, t0)
             pod = pods.get(0)
-            self._copy_log(pod.metadata.name if pod is not None else None, layer_log)
+            self._fetch(first, pod, run_dir, layer_log,
+                        self._copy_log(pod.metadata.name if pod is not None else None, layer_log))
         except BaseException:
             self._delete(name)
             raise
@@ -271,7 +312,8 @@ class KubernetesLauncher:
         try:
             watch = jobset_watch(self.core_api, self.custom_api, self.namespace, name, inv.nodes)
             js, workload, pods, ended = self._wait(watch, None, inv.timeout_s, t0)
-            notes = {rank: self._copy_log(pod.metadata.name, run_dir / inv.node_log_relpath(rank))
+            notes = {rank: self._fetch(inv, pod, run_dir, run_dir / inv.node_log_relpath(rank),
+                                       self._copy_log(pod.metadata.name, run_dir / inv.node_log_relpath(rank)))
                      for rank, pod in pods.items()}
             if 0 not in pods:
                 notes[0] = self._copy_log(None, log_path)
@@ -288,7 +330,7 @@ class KubernetesLauncher:
         if ended is None:
             ended = failed_node(inv, pods, deleted)
         return self._settle(inv, run_dir, pod0, timeline, ended, deleted, notes.get(0), log_path, result_path,
-                            t_request, t0)
+                            t_request, t0, missing_hint=self._missing_hint(inv))
 
     # -- steps --------------------------------------------------------------------------
     def _create_or_adopt(self, name: str, body: Any) -> Any:
@@ -297,6 +339,7 @@ class KubernetesLauncher:
     def _wait_job(self, inv: Invocation, name: str, job: Any, t0: float) -> tuple[Any, Any, dict[int, Any], str | None]:
         watch = job_watch(self.client, self.batch_api, self.custom_api, self.namespace, name,
                           eviction_retries=self.placement.eviction_retries)
+        self.attempts = watch.history  # the attempts evicted or preempted before the last (its timeline)
         return self._wait(watch, job, inv.timeout_s, t0)
 
     def _wait(self, watch: Any, obj: Any, timeout_s: float, t0: float) -> tuple[Any, Any, dict[int, Any], str | None]:

@@ -60,6 +60,9 @@ class Placement:
     gpu_resource: str = "nvidia.com/gpu"
     run_volume_claim: str | None = None
     run_home: str | None = None
+    # s3://bucket/prefix: with no run volume, each pod uploads what it wrote (and its whole log)
+    # there and the orchestrator reads it back by key (benchrun.launch.podout).
+    outputs_uri: str | None = None
     env_secret: str | None = None  # a Secret whose keys become env vars (S3 credentials for Pipes over S3)
     ttl_seconds_after_finished: int = 3600
     pending_timeout_s: float = 1800.0

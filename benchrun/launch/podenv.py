@@ -12,7 +12,8 @@ change-point grouping read) the pod's: the first replicate's capture replaces th
 orchestrator's (kept under ``orchestrator``), and every node seen is listed under
 ``nodes`` with its ``hardware_key``, so a run that landed on different hardware shows it.
 The image digest of each suite goes to ``status.json`` ``image_digests``, where the gate
-compares it.
+compares it, and its reference by digest (``repository@sha256:...``, the tag it was asked by
+dropped) to ``images``.
 """
 
 from __future__ import annotations
@@ -38,6 +39,16 @@ def image_digest(image_id: str | None) -> str | None:
     return tail if tail.startswith("sha256:") else None
 
 
+def pinned_reference(image: str | None, digest: str | None) -> str | None:
+    """The image as ``repository@sha256:...`` (its tag dropped: the digest says what ran), or None."""
+    if not image or not digest:
+        return None
+    repo = image.split("@", 1)[0]
+    head, _, last = repo.rpartition("/")
+    last = last.split(":", 1)[0]  # a registry's port is in head, never in the last component
+    return f"{head}/{last}@{digest}" if head else f"{last}@{digest}"
+
+
 def _read(path: Path) -> dict[str, Any] | None:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
@@ -55,8 +66,10 @@ def record_pod_environment(run_dir: Path, inv: Invocation, timeline: Mapping[str
     doc = _read(path)
     if doc is None:
         return None
-    doc["image"] = {"reference": inv.image, "image_id": timeline.get("image_id"),
-                    "digest": image_digest(timeline.get("image_id"))}
+    reference = timeline.get("image") or inv.image
+    digest = image_digest(timeline.get("image_id"))
+    doc["image"] = {"reference": reference, "image_id": timeline.get("image_id"), "digest": digest,
+                    "pinned": pinned_reference(reference, digest)}
     pod = dict(doc.get("pod") or {})
     for key in ("node_name", "pod_name", "pod_uid", "namespace"):
         if timeline.get(key) and not pod.get(key):
@@ -80,11 +93,16 @@ def record_pod_environment(run_dir: Path, inv: Invocation, timeline: Mapping[str
         run_env.setdefault("nodes", []).append(node)
     atomic_write_json(run_env_path, run_env)
 
-    digest = doc["image"]["digest"]
     if digest:
+        # the run records each suite's image by digest (``images``: repository@sha256:...), whatever
+        # tag it was asked by; ``image_digests`` is what the one-variable gate compares
         rd = RunDir(run_dir.parent.parent, inv.run_id)
-        digests = dict(rd.read_status().get("image_digests") or {})
-        if digests.get(inv.suite) != digest:
+        status = rd.read_status()
+        digests = dict(status.get("image_digests") or {})
+        images = dict(status.get("images") or {})
+        pinned = doc["image"]["pinned"]
+        if digests.get(inv.suite) != digest or images.get(inv.suite) != pinned:
             digests[inv.suite] = digest
-            rd.update_status(image_digests=digests)
+            images[inv.suite] = pinned
+            rd.update_status(image_digests=digests, images=images)
     return doc

@@ -130,6 +130,24 @@ def container_env(inv: Invocation, run_dir: str, extra_env: Mapping[str, str] | 
     return [{"name": k, "value": env[k]} for k in sorted(env)]
 
 
+def outputs_argv(argv: list[str], run_dir: str, placement: Placement, inputs: tuple[str, ...] = ()) -> list[str]:
+    """The suite's argv inside ``benchrun.launch.podout``: its files and whole log uploaded to
+    ``placement.outputs_uri`` when it ends (no shared run volume needed)."""
+    from benchrun.launch.podout import parse_uri
+
+    if placement.run_volume_claim:
+        raise BenchrunError(
+            "launcher outputs_uri and run_volume_claim (BENCHRUN_LAUNCHER_OUTPUTS_URI, _RUN_VOLUME_CLAIM): both set; "
+            "the suites' files come back through one of them: unset the one you do not use")
+    try:
+        parse_uri(placement.outputs_uri or "")
+    except ValueError as exc:
+        raise BenchrunError(f"launcher {exc} (BENCHRUN_LAUNCHER_OUTPUTS_URI)") from None
+    pulls = [a for rel in inputs for a in ("--input", rel)]
+    return ["python", "-m", "benchrun.launch.podout", "--run-dir", run_dir, "--to", str(placement.outputs_uri),
+            *pulls, "--", *argv]
+
+
 def _where(inv: Invocation) -> str:
     return f"spec.layers[{inv.layer}].suites[{inv.suite}]"
 
@@ -296,6 +314,7 @@ def job_manifest(
     placement: Placement,
     extra_env: Mapping[str, str] | None = None,
     owner: Mapping[str, Any] | None = None,
+    inputs: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The ``batch/v1`` Job (as a dict) that runs ``inv`` once under ``placement``.
 
@@ -361,6 +380,8 @@ def job_manifest(
 
     volumes: list[dict[str, Any]] = []
     mounts: list[dict[str, Any]] = []
+    if placement.outputs_uri:
+        argv = outputs_argv(argv, run_dir, placement, inputs)
     if placement.run_volume_claim:
         home = placement.run_home or ""
         rel = os.path.relpath(run_dir, home) if home else ""
@@ -460,6 +481,12 @@ def pod_manifest(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": template["spec"]}
 
 
+def layer_inputs(run_id: str) -> str:
+    """The run-directory file a layer pod reads first (the pinned plan), fetched from the
+    artifact store when there is no run volume."""
+    return f"structured/{run_id}_plan.json"
+
+
 def layer_job_name(run_id: str, layer: str) -> str:
     """``<run_id>-<layer>`` (fixed), a DNS-1123 label of at most 52 characters."""
     tail = "-" + re.sub(r"[^a-z0-9-]+", "-", layer.lower()).strip("-")
@@ -514,8 +541,9 @@ def layer_job_manifest(
                           "--layer", first.layer),
                     env={k: first.env[k] for k in ("BENCHRUN_RUN_ID", "BENCHRUN_RUN_DIR", "BENCHRUN_LAYER",
                                                     "LANG", "PYTHONUNBUFFERED") if k in first.env})
+    inputs = (layer_inputs(first.run_id),) if placement.outputs_uri else ()
     job = job_manifest(sized, namespace=namespace, run_labels=run_labels, placement=placement,
-                       extra_env=extra_env, owner=owner)
+                       extra_env=extra_env, owner=owner, inputs=inputs)
     job["metadata"]["name"] = layer_job_name(first.run_id, first.layer)
     # A publication layer is one observation on one dedicated node: an eviction fails it
     # (a replacement pod would rerun the layer's replicates and mix two attempts).

@@ -46,16 +46,17 @@ def render_objects(spec: Path, *, launcher: str | None = None, run_id: str | Non
     plans = plan_run(run, run_id, run_dir, home=home)
     suites = [s for layer in run.spec.layers if layer.enabled for s in layer.suites]
     if run.spec.intent.benchmark_class == "publication_grade":
-        from benchrun.launch.podspec import moving_tag
-
         for layer in run.spec.layers:
             for s in layer.suites if layer.enabled else []:
                 image = s.image or settings.image
-                if moving_tag(image):
+                if "@sha256:" not in image:
+                    where = (f"spec.layers[{layer.name}].suites[{s.name}].image" if s.image else
+                             f"BENCHRUN_LAUNCHER_IMAGE (the image of spec.layers[{layer.name}].suites[{s.name}], "
+                             "which names none)")
                     raise BenchrunError(
-                        f"spec.layers[{layer.name}].suites[{s.name}].image: {image!r} is a moving tag; a publication-grade "
-                        "run records exactly what ran: pin the image by digest (name@sha256:...), in the suite's image "
-                        "or BENCHRUN_LAUNCHER_IMAGE")
+                        f"{where}: {image!r} is a moving tag (no @sha256:): a tag can be pointed at another image, "
+                        "and a publication-grade run records exactly what ran; pin the image by digest "
+                        "(name@sha256:<64 hex>, from `docker buildx imagetools inspect`)")
     resources_set = all((s.cpu or settings.cpu) and (s.memory or settings.memory) for s in suites)
     can_publish, _why = settings.publication_offer([s.image or settings.image for s in suites], bool(resources_set))
     publication = run.spec.intent.benchmark_class == "publication_grade" and can_publish
@@ -94,10 +95,12 @@ def register(app: Any) -> None:
         objects = render_objects(spec, launcher=launcher, run_id=run_id)
         from benchrun.launch.settings import LauncherSettings
 
-        if not LauncherSettings.from_env(kind=launcher).run_volume_claim:
-            typer.echo("warning: no run volume (BENCHRUN_LAUNCHER_RUN_VOLUME_CLAIM): each pod's run directory is an "
-                       "emptyDir that ends with the pod, so a suite's sample files are lost; set it to the "
-                       "ReadWriteMany claim deploy/ ships (benchrun-home)", err=True)
+        chosen = LauncherSettings.from_env(kind=launcher)
+        if not chosen.run_volume_claim and not chosen.outputs_uri:
+            typer.echo("warning: no way back for the suites' files (BENCHRUN_LAUNCHER_OUTPUTS_URI or _RUN_VOLUME_CLAIM): "
+                       "each pod's run directory is an emptyDir that ends with the pod, so a suite's sample files are "
+                       "lost; set BENCHRUN_LAUNCHER_OUTPUTS_URI=s3://bucket/prefix as deploy/ does (or a "
+                       "ReadWriteMany claim: deploy/kustomize/shared-volume)", err=True)
         if output == "json":
             typer.echo(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2, sort_keys=False))
         else:

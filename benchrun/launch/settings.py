@@ -62,6 +62,7 @@ class LauncherSettings(BaseModel):
     topology_values: list[str] = []
     run_volume_claim: str | None = None
     run_home: str | None = None
+    outputs_uri: str | None = None  # s3://bucket/prefix: outputs through the artifact store (no shared volume)
     pending_timeout_s: float = 1800.0
     pull_allowance_s: float = 600.0
     eviction_retries: int = 2
@@ -133,7 +134,7 @@ class LauncherSettings(BaseModel):
             topology_label=self.topology_label, topology_values=tuple(self.topology_values),
             scheduler_name=self.scheduler_name, slurm_partition=self.slurm_partition,
             service_account=self.service_account, image_pull_secrets=tuple(self.image_pull_secrets),
-            run_volume_claim=self.run_volume_claim, run_home=self.run_home or run_home,
+            run_volume_claim=self.run_volume_claim, run_home=self.run_home or run_home, outputs_uri=self.outputs_uri,
             ttl_seconds_after_finished=self.ttl_seconds_after_finished, pending_timeout_s=self.pending_timeout_s,
             pull_allowance_s=self.pull_allowance_s, eviction_retries=self.eviction_retries,
             env_secret=self.env_secret,

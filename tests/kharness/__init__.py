@@ -56,7 +56,8 @@ ServiceAccount; ``calls(user)`` lists what a user called; ``Cluster(rbac=Policy(
 Job without ``propagationPolicy`` orphans its pods, as the API does.
 
 Measuring well: pods get ``status.qosClass``; the kubelet sets ``startTime`` before a pull of
-``pull_seconds`` (``activeDeadlineSeconds`` counts the pull); the scheduler packs (first node
+``pull_seconds`` (``activeDeadlineSeconds`` counts the pull); container logs rotate at
+``log_max_bytes`` (10 MiB; set it small to test a rotated log: reads get the newest file); the scheduler packs (first node
 that fits) unless required node affinity or pod anti-affinity forbids it; the Job controller
 follows ``podFailurePolicy`` and ``podReplacementPolicy: Failed``; WorkloadPriorityClass
 objects are seeded from ``priority_classes``.

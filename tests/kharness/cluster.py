@@ -84,7 +84,9 @@ class Cluster:
         tick: float = 0.05,
         crds: list[Path | dict[str, Any]] | None = None,
         rbac: Any = None,
+        log_max_bytes: int = 10 * 1024 * 1024,
     ) -> None:
+        self._log_max_bytes = log_max_bytes
         self.root = Path(root)
         self.namespace = namespace
         self.nodes = nodes if nodes is not None else [Node("node-a"), Node("node-b")]
@@ -191,6 +193,7 @@ class Cluster:
                 host_env=self._host_env,
                 pull_seconds=self._pull_seconds,
                 tick=self._tick,
+                log_max_bytes=self._log_max_bytes,
             )
             self.url = str(server.url).rstrip("/")
             for lq in self.queues:
@@ -357,8 +360,9 @@ class Cluster:
 
         return self.call(go)
 
-    def preempt(self, workload_or_owner: str) -> None:
-        """Evict an admitted Workload (by its name or its Job/JobSet's name) as Kueue preemption does."""
+    def preempt(self, workload_or_owner: str, reason: str = "Preempted", message: str | None = None) -> None:
+        """Evict an admitted Workload (by its name or its Job/JobSet's name) as Kueue does for
+        ``reason`` (its Evicted reasons: Preempted, PodsReadyTimeout, AdmissionCheck, InactiveWorkload)."""
         def find() -> str | None:
             for wl in self.list("workloads"):
                 owners = [o.get("name") for o in wl["metadata"].get("ownerReferences") or []]
@@ -368,7 +372,7 @@ class Cluster:
 
         name = self.wait_for(find, what=f"a workload for {workload_or_owner}")
         assert self.control is not None
-        self.control.preempt_requests.add(name)
+        self.control.preempt_requests[name] = (reason, message or f"{reason} by the harness (test request)")
 
     def evict_pod(self, pod_name: str, message: str = "The node was low on resource: memory.") -> None:
         """Evict a running pod the way the kubelet does under node pressure (phase Failed, reason Evicted)."""

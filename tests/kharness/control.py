@@ -14,7 +14,10 @@ upstream controllers closely enough for a client to rely on the same fields:
   then creation order, when their requests fit the ClusterQueue's remaining nominal quota;
   admission writes ``status.admission`` and the ``QuotaReserved``/``Admitted`` conditions and
   unsuspends the owner. When one does not fit, lower-priority admitted workloads are
-  preempted (``Evicted`` reason ``Preempted``, owner suspended again, ``Requeued``).
+  preempted (``Evicted`` reason ``Preempted``, owner suspended again, ``Requeued``;
+  ``status.schedulingStats.evictions`` counts by reason). ``preempt(..., reason=)`` evicts for
+  another of Kueue's reasons (``PodsReadyTimeout``, ``AdmissionCheck``: requeued alike;
+  ``InactiveWorkload``: ``spec.active: false``, ``Requeued=False``, never admitted again).
   ``PodsReady`` and ``Finished`` follow the pods and the owner. An unknown queue leaves the
   workload pending with ``QuotaReserved=False`` reason ``Inadmissible``.
 - **Job controller.** An unsuspended, unfinished Job gets pods ``<job>-<hash>`` (or
@@ -43,7 +46,9 @@ upstream controllers closely enough for a client to rely on the same fields:
   into that directory (emptyDir per pod, hostPath as is, a PVC shared by name across pods,
   ConfigMap/Secret files written out) and every argument and env value that starts with a
   mount path is rewritten to the mapped directory. Env takes ``value`` and the common
-  ``fieldRef``s. stdout and stderr are one timestamped log per container, served live. On
+  ``fieldRef``s and ``envFrom`` (Secret, ConfigMap). stdout and stderr are one timestamped log per
+  container, served live and rotated at ``log_max_bytes`` (the kubelet's ``containerLogMaxSize``,
+  10 MiB): a plain log read then gets the newest file only, a follow streams on across it. On
   exit: ``terminated`` with exit code, ``Completed``/``Error``/``OOMKilled``, times,
   ``imageID`` (``docker-pullable://repo@sha256:...``), and phase ``Succeeded``/``Failed``.
   ``activeDeadlineSeconds`` kills the pod with reason ``DeadlineExceeded``. A deleted pod's
@@ -247,6 +252,9 @@ class _Container:
     finished: str | None = None
     image: str = ""
     image_id: str = ""
+    rotated_at: int = 0  # index in lines where the current log file starts (after the last rotation)
+    file_bytes: int = 0  # bytes in the current log file
+    rotations: int = 0
 
 
 @dataclass
@@ -279,8 +287,10 @@ class ControlPlane:
         host_env: dict[str, str],
         pull_seconds: float,
         tick: float,
+        log_max_bytes: int = 10 * 1024 * 1024,
     ) -> None:
         self.api = api
+        self.log_max_bytes = log_max_bytes
         self.root = root
         self.nodes = nodes
         self.queues = queues
@@ -293,7 +303,10 @@ class ControlPlane:
         self.tick = tick
         self.runs: dict[str, _PodRun] = {}
         self.stopping = False
-        self.preempt_requests: set[str] = set()  # workload names to evict on the next pass
+        # workload name -> (Evicted reason, message) to evict it with on the next pass, as Kueue would
+        # for that reason (Preempted, PodsReadyTimeout, AdmissionCheck: requeued; InactiveWorkload:
+        # spec.active false, not requeued)
+        self.preempt_requests: dict[str, tuple[str, str]] = {}
         self.pod_faults: dict[str, tuple[str, str]] = {}  # pod name -> (reason, message)
         self.errors: list[str] = []
         self.grace_seconds = 1.0
@@ -618,9 +631,13 @@ class ControlPlane:
         for name, (key, wl) in sorted(workloads.items()):
             q = wl["spec"].get("queueName")
             if name in self.preempt_requests and has_condition(wl, "Admitted"):
-                self.preempt_requests.discard(name)
-                await self._evict(key, wl, "Preempted", "Preempted by the harness (test request)")
+                reason, message = self.preempt_requests.pop(name)
+                if reason == "InactiveWorkload":
+                    wl = await self._deactivate(key, wl)
+                await self._evict(key, wl, reason, message)
                 continue
+            if (wl.get("spec") or {}).get("active") is False:
+                continue  # an inactive workload is never admitted (until someone reactivates it)
             if has_condition(wl, "Finished"):
                 continue
             if has_condition(wl, "QuotaReserved"):
@@ -707,13 +724,26 @@ class ControlPlane:
                 await self._update(okey, oraw, nraw)
                 await self._event(oraw, "Started", f"Admitted by clusterQueue {q}-cq")
 
+    async def _deactivate(self, key: Any, wl: dict[str, Any]) -> dict[str, Any]:
+        new = copy.deepcopy(wl)
+        new["spec"]["active"] = False
+        await self._update(key, wl, new)
+        return new
+
     async def _evict(self, key: Any, wl: dict[str, Any], reason: str, message: str) -> None:
         new = copy.deepcopy(wl)
         conds = new["status"].get("conditions") or []
         conds = set_condition(conds, _condition("Evicted", True, reason, message))
         conds = set_condition(conds, _condition("QuotaReserved", False, "Pending", message))
         conds = set_condition(conds, _condition("Admitted", False, "NoReservation", message))
-        conds = set_condition(conds, _condition("Requeued", True, reason, message))
+        # requeued unless deactivated (Kueue: Requeued=False reason InactiveWorkload)
+        conds = set_condition(conds, _condition("Requeued", reason != "InactiveWorkload", reason, message))
+        stats = new["status"].setdefault("schedulingStats", {}).setdefault("evictions", [])
+        row = next((r for r in stats if r["reason"] == reason), None)
+        if row is None:
+            stats.append({"reason": reason, "underlyingCause": "", "count": 1})
+        else:
+            row["count"] += 1
         conds = [c for c in conds if c["type"] != "PodsReady"]
         new["status"]["conditions"] = conds
         new["status"].pop("admission", None)
@@ -1195,6 +1225,20 @@ class ControlPlane:
         env["HOME"] = str(run.scratch / "home")
         (run.scratch / "home").mkdir(parents=True, exist_ok=True)
         env["HOSTNAME"] = (pod.get("spec") or {}).get("hostname") or pod["metadata"]["name"]
+        for src in container.get("envFrom") or []:
+            for kind, res in (("secretRef", SECRETS), ("configMapRef", CONFIGMAPS)):
+                ref = (src.get(kind) or {}).get("name")
+                for _k, obj in self.api.live(res, run.namespace) if ref else []:
+                    if obj["metadata"]["name"] != ref:
+                        continue
+                    for k, v in (obj.get("data") or {}).items():
+                        if kind == "secretRef":
+                            import base64
+
+                            v = base64.b64decode(v).decode()
+                        env[(src.get("prefix") or "") + k] = v
+                    for k, v in (obj.get("stringData") or {}).items():
+                        env[(src.get("prefix") or "") + k] = v
         for e in container.get("env") or []:
             if "value" in e:
                 env[e["name"]] = self._rewrite(str(e["value"]), mounts)
@@ -1283,7 +1327,8 @@ class ControlPlane:
 
     async def _pump(self, run: _PodRun, cont: _Container) -> None:
         assert cont.proc is not None and cont.proc.stdout is not None
-        logfile = (run.scratch / "logs" / f"{cont.name}.log").open("ab")
+        path = run.scratch / "logs" / f"{cont.name}.log"
+        logfile = path.open("ab")
         try:
             while True:
                 line = await cont.proc.stdout.readline()
@@ -1291,8 +1336,18 @@ class ControlPlane:
                     break
                 ts = self._log_ts()
                 cont.lines.append((ts, line))
-                logfile.write(ts.encode() + b" " + line)
+                record = ts.encode() + b" " + line
+                logfile.write(record)
                 logfile.flush()
+                cont.file_bytes += len(record)
+                if self.log_max_bytes and cont.file_bytes >= self.log_max_bytes:
+                    # the kubelet rotates the container log at containerLogMaxSize: the API's log
+                    # endpoint serves the current file only (a follow keeps streaming across it)
+                    logfile.close()
+                    cont.rotations += 1
+                    path.rename(path.with_name(f"{path.name}.{cont.rotations}"))
+                    logfile = path.open("ab")
+                    cont.rotated_at, cont.file_bytes = len(cont.lines), 0
                 async with run.changed:
                     run.changed.notify_all()
             rc = await cont.proc.wait()
@@ -1411,14 +1466,15 @@ class ControlPlane:
             return b"".join((ts.encode() + b" " if timestamps else b"") + line for ts, line in picked)
 
         if str(params.get("follow", "")).lower() not in ("true", "1"):
-            lines = cont.lines[-tail:] if tail else cont.lines
+            current = cont.lines[cont.rotated_at:]  # rotated files are not served
+            lines = current[-tail:] if tail else current
             return render(list(lines))
 
         assert run is not None
 
         async def follow() -> Any:
             yield b""
-            sent = max(0, len(cont.lines) - tail) if tail else 0
+            sent = max(cont.rotated_at, len(cont.lines) - tail) if tail else cont.rotated_at
             while True:
                 if sent < len(cont.lines):
                     chunk = cont.lines[sent:]

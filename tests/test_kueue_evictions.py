@@ -1,0 +1,139 @@
+"""Kueue's evictions on the cluster harness: each reason told apart from the Workload's Evicted
+condition, requeued ones retried as new attempts within ``eviction_retries`` (recorded in the
+replicate's history, an earlier attempt's files never merged), an inactive Workload failed at once."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from crdschemas import crd_validator
+from test_launch_kubernetes_harness import RUN_ID, launcher_for, make_inv, script_for
+from test_outputs_store import URI, store_cluster  # noqa: F401  (fixture)
+from test_store_helpers import s3_env  # noqa: F401  (fixture)
+
+
+def evict_when(cluster, launcher, *, reason: str, ready, times: int = 1) -> list[str]:
+    """Ask the harness's Kueue to evict the replicate's Workload for ``reason`` once ``ready(pod)``
+    holds for its pod (``times`` times, once per pod); the pods it was asked for."""
+    asked: list[str] = []
+    orig = launcher._sleep
+
+    def sleep(s: float) -> None:
+        for p in cluster.list("pods"):
+            name = p["metadata"]["name"]
+            if len(asked) < times and name not in asked and ready(p):
+                asked.append(name)
+                cluster.preempt(f"{RUN_ID}-tiny-r1", reason=reason)
+        orig(s)
+
+    launcher._sleep = sleep
+    return asked
+
+
+def working(cluster):
+    def ready(p) -> bool:
+        try:
+            return "working" in (cluster.scratch(p["metadata"]["name"]) / "logs" / "suite.log").read_text()
+        except (KeyError, OSError):
+            return False
+    return ready
+
+
+def pulling(p) -> bool:
+    waiting = [(c.get("state") or {}).get("waiting") for c in p["status"].get("containerStatuses") or []]
+    return any(w and w.get("reason") == "ContainerCreating" for w in waiting)
+
+
+def first_attempt_works_then_hangs(marker: Path) -> str:
+    """The first attempt writes a file and hangs (until evicted); the next one writes its own and reports."""
+    return script_for(1, before=textwrap.dedent(f"""
+        import os, pathlib, time
+        raw = pathlib.Path(os.environ["BENCHRUN_RUN_DIR"], "raw"); raw.mkdir(parents=True, exist_ok=True)
+        marker = pathlib.Path({str(marker)!r})
+        if not marker.exists():
+            marker.write_text("1")
+            (raw / "{RUN_ID}_tiny_r1_attempt1.txt").write_text("half a measurement")
+            print("attempt 1 working", flush=True)
+            time.sleep(60)
+        (raw / "{RUN_ID}_tiny_r1_attempt2.txt").write_text("a whole one")
+        print("attempt 2", flush=True)
+    """))
+
+
+def test_preempted_mid_measurement_is_a_new_attempt_never_merged(store_cluster, tmp_path):  # noqa: F811
+    cluster = store_cluster()
+    run_dir = tmp_path / "home" / "runs" / RUN_ID
+    run_dir.mkdir(parents=True)
+    launcher = launcher_for(cluster, outputs_uri=URI, env_secret="benchrun-s3")
+    asked = evict_when(cluster, launcher, reason="Preempted", ready=working(cluster))
+    res = launcher.launch(make_inv(run_dir, code=first_attempt_works_then_hangs(tmp_path / "marker")), run_dir)
+    assert res.status == "ok", res.reason
+    timeline = res.messages[0]
+    assert timeline["attempt"] == 2 and len(timeline["attempts"]) == 1
+    [first] = timeline["attempts"]
+    assert first["cause"] == "kueue" and first["measured"] is True and first["pod_name"] == asked[0]
+    assert first["reason"].startswith("preempted by Kueue (Preempted: Preempted by the harness")
+    assert first["pod_uid"] != res.pod_uid
+    assert json.loads((run_dir / f"raw/{RUN_ID}_tiny_r1_pod.json").read_text())["attempts"] == [first]
+    # the new attempt's files and log only: the preempted one's are never merged in
+    assert (run_dir / f"raw/{RUN_ID}_tiny_r1_attempt2.txt").is_file()
+    assert not (run_dir / f"raw/{RUN_ID}_tiny_r1_attempt1.txt").exists()
+    log_text = (run_dir / res.log).read_text()
+    assert "attempt 2" in log_text and "attempt 1" not in log_text
+    assert cluster.errors == []
+
+
+def test_preempted_before_it_measured_is_retried_and_recorded_so(kcluster_factory, tmp_path):
+    cluster = kcluster_factory(host_env={"PYTHONPATH": str(ROOT)}, pull_seconds=1.5)
+    run_dir = tmp_path / "home" / "runs" / RUN_ID
+    run_dir.mkdir(parents=True)
+    launcher = launcher_for(cluster, eviction_retries=1)
+    evict_when(cluster, launcher, reason="PodsReadyTimeout", ready=pulling)
+    res = launcher.launch(make_inv(run_dir), run_dir)
+    assert res.status == "ok", res.reason
+    [first] = res.messages[0]["attempts"]
+    assert first["measured"] is False  # still pulling its image
+    assert first["reason"].startswith("pods not ready within Kueue's waitForPodsReady timeout (PodsReadyTimeout: ")
+
+
+@pytest.mark.slow  # Preempted past the budget: tests/test_launch_kubernetes_harness.py
+@pytest.mark.parametrize("reason, said", [
+    ("PodsReadyTimeout", "pods not ready within Kueue's waitForPodsReady timeout (PodsReadyTimeout: "),
+    ("AdmissionCheck", "evicted by a Kueue admission check (AdmissionCheck: "),
+])
+def test_each_requeued_reason_is_named_past_the_budget(kcluster_factory, tmp_path, reason, said):
+    cluster = kcluster_factory(host_env={"PYTHONPATH": str(ROOT)})
+    run_dir = tmp_path / "home" / "runs" / RUN_ID
+    run_dir.mkdir(parents=True)
+    launcher = launcher_for(cluster, eviction_retries=0)
+    evict_when(cluster, launcher, reason=reason, ready=working(cluster))
+    res = launcher.launch(make_inv(run_dir, code="import time; print('working', flush=True); time.sleep(30)"), run_dir)
+    assert res.status == "failed" and res.reason.startswith(said), res.reason
+    assert res.reason.endswith("ended 1 times by evictions or preemptions, more than eviction_retries=0; Job deleted")
+    # what the harness's Kueue wrote is what the published v1beta2 Workload schema accepts
+    validator = crd_validator("kueue.x-k8s.io_workloads.yaml", "v1beta2")
+    versions = [v for v in cluster.history("workloads", res.messages[0]["workload_name"]) if v]
+    assert any(c["type"] == "Evicted" and c["reason"] == reason for v in versions for c in v["status"]["conditions"])
+    for wl in versions:
+        validator.validate(wl)
+
+
+def test_an_inactive_workload_fails_at_once_and_is_not_retried(kcluster_factory, tmp_path):
+    cluster = kcluster_factory(host_env={"PYTHONPATH": str(ROOT)})
+    run_dir = tmp_path / "home" / "runs" / RUN_ID
+    run_dir.mkdir(parents=True)
+    launcher = launcher_for(cluster, eviction_retries=2)
+    evict_when(cluster, launcher, reason="InactiveWorkload", ready=working(cluster))
+    t0 = time.monotonic()
+    res = launcher.launch(make_inv(run_dir, code="import time; print('working', flush=True); time.sleep(30)"), run_dir)
+    assert res.status == "failed"
+    assert res.reason.startswith("deactivated in Kueue (InactiveWorkload: InactiveWorkload by the harness"), res.reason
+    assert "is not admitted again; Job deleted" in res.reason
+    assert time.monotonic() - t0 < 15  # not left waiting pending_timeout_s for an admission that never comes
+    assert res.messages[0]["attempts"] == []
