@@ -386,9 +386,14 @@ def _shuffle_keys(value: Any, rnd: Any) -> Any:
     return value
 
 
+# the generic cases edit layer 0's first suite: the examples that have one (a spec may list an
+# empty, disabled micro layer, as specs/local/serving.yaml does)
+LAYER0_EXAMPLES = sorted(n for n, d in EXAMPLE_DOCS.items() if d["spec"]["layers"][0].get("suites"))
+
+
 @pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.sampled_from(sorted(EXAMPLE_DOCS)), st.sampled_from(GENERIC), st.randoms(use_true_random=False), st.booleans())
+@given(st.sampled_from(LAYER0_EXAMPLES), st.sampled_from(GENERIC), st.randoms(use_true_random=False), st.booleans())
 def test_property_one_broken_rule_in_any_example(name: str, case: Any, rnd: Any, flow: bool) -> None:
     _, changes, expected = case
     doc = apply(EXAMPLE_DOCS[name], changes)

@@ -89,6 +89,9 @@ def _consume(batches: Iterator[Any], to_numpy: bool) -> tuple[list[float], int, 
     return gaps, rows, nbytes, id_sum
 
 
+BATCH_TIMEOUT_S = 60.0  # the longest wait for one batch from a DataLoader worker
+
+
 def _torch_loader(paths: list[Path], batch_size: int, feature_dim: int, workers: int) -> Any:
     import torch
     from torch.utils.data import DataLoader, IterableDataset, get_worker_info
@@ -101,7 +104,11 @@ def _torch_loader(paths: list[Path], batch_size: int, feature_dim: int, workers:
                 # np.require copies only arrays arrow left read-only; torch wants writable memory
                 yield {k: torch.from_numpy(np.require(v, requirements="W")) for k, v in batch.items()}
 
-    return DataLoader(ParquetBatches(), batch_size=None, num_workers=workers)
+    # a worker that lost a batch (torch's fd-passing can fail under load: seen once, a traceback in
+    # the worker's queue feeder and the loader waiting forever) is an error after BATCH_TIMEOUT_S,
+    # not a suite killed at its timeout with nothing said
+    return DataLoader(ParquetBatches(), batch_size=None, num_workers=workers,
+                      timeout=BATCH_TIMEOUT_S if workers else 0)
 
 
 def run(ctx: SuiteContext) -> None:
