@@ -450,7 +450,7 @@ def query(sql: str, home: Path, params: list[Any] | None = None) -> QueryResult:
     notes: list[str] = []
     con = connect(home, notes)
     try:
-        table = con.execute(sql, params or []).fetch_arrow_table()
+        table = con.execute(sql, params or []).to_arrow_table()
     except duckdb.Error as exc:
         raise BenchrunError(f"query failed: {str(exc).splitlines()[0]}") from exc
     finally:
@@ -518,7 +518,7 @@ def stream_query(sql: str, home: Path, *, limit: int | None = DEFAULT_QUERY_LIMI
     _RUNNING.add(con)
     try:
         rel = con.execute(sql)
-        reader = rel.fetch_record_batch(batch_rows)
+        reader = rel.to_arrow_reader(batch_rows)
         columns = list(reader.schema.names)
     except duckdb.Error as exc:
         _RUNNING.discard(con)
