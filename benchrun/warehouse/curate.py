@@ -456,4 +456,10 @@ def curate_run(
     unknown = [t for t in selected if t not in TABLES]
     if unknown:
         raise ValueError(f"unknown tables {unknown}")
+    from benchrun.warehouse import lake
+
+    if lake.enabled():  # one Iceberg commit per table, replacing exactly this run's rows
+        started = parse_ts(src.status.get("started_utc")) or parse_ts(src.status.get("created_utc"))
+        return {table: lake.commit_run(Path(home), table, src.run_id, producers[table](), started).rows
+                for table in selected}
     return {table: write_partition(Path(home), table, src.run_id, producers[table]()) for table in selected}
