@@ -120,7 +120,7 @@ def catalog(home: Path) -> Any:
         props = {"uri": uri, "warehouse": location, "init_catalog_tables": "true"}
         if location.startswith("s3://"):
             props.update(s3_properties())
-        cat = _retry_locked(lambda: SqlCatalog(CATALOG_NAME, **props), "open the catalog")
+        cat = _retry_locked(lambda: SqlCatalog(CATALOG_NAME, **props), "open the catalog", racing_create=True)
         if uri.startswith("sqlite:"):
             _sqlite_waits(cat)
         _CATALOGS[key] = cat
@@ -142,12 +142,22 @@ def _is_locked(exc: BaseException) -> bool:
     return isinstance(exc, OperationalError) and "locked" in str(exc).lower()
 
 
-def _retry_locked(fn: Any, what: str, attempts: int = 20) -> Any:
+def _lost_create_race(exc: BaseException) -> bool:
+    """Another process created the catalog's own tables (or a row) between our check and our create."""
+    from sqlalchemy.exc import IntegrityError, ProgrammingError
+
+    text = str(exc).lower()
+    return isinstance(exc, IntegrityError) or (isinstance(exc, ProgrammingError) and "already exists" in text) \
+        or "already exists" in text
+
+
+def _retry_locked(fn: Any, what: str, attempts: int = 20, *, racing_create: bool = False) -> Any:
     for attempt in range(attempts):
         try:
             return fn()
-        except Exception as exc:  # noqa: BLE001 - only a locked sqlite catalog is retried
-            if not _is_locked(exc) or attempt == attempts - 1:
+        except Exception as exc:  # noqa: BLE001 - only a locked sqlite catalog (or a lost create race) is retried
+            retry = _is_locked(exc) or (racing_create and _lost_create_race(exc))
+            if not retry or attempt == attempts - 1:
                 raise
             time.sleep(0.05 * (attempt + 1))
     raise AssertionError("unreachable")
@@ -178,16 +188,18 @@ def load_or_create(cat: Any, table: str) -> Any:
         return _retry_locked(lambda: cat.load_table(ident), f"load {table}")
     except NoSuchTableError:
         pass
+    from sqlalchemy.exc import IntegrityError
+
     try:
         _retry_locked(lambda: cat.create_namespace(NAMESPACE), "create the namespace")
-    except NamespaceAlreadyExistsError:
+    except (NamespaceAlreadyExistsError, IntegrityError):  # another writer created it first
         pass
     schema = assign_fresh_schema_ids(Catalog._convert_schema_if_needed(iceberg_schema_of(table)))
     try:
         return _retry_locked(lambda: cat.create_table(ident, schema=schema, partition_spec=_partition_spec(schema, table),
                                                       properties={"format-version": "2"}), f"create {table}")
-    except TableAlreadyExistsError:  # another writer created it first
-        return cat.load_table(ident)
+    except (TableAlreadyExistsError, IntegrityError):  # another writer created it first
+        return _retry_locked(lambda: cat.load_table(ident), f"load {table}")
 
 
 def _as_table(table: str, batches: Iterable[pa.RecordBatch | pa.Table], run_id: str,
