@@ -287,3 +287,34 @@ def test_bad_settings_are_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv(lake.CATALOG_ENV, "mysql://x")
     with pytest.raises(BenchrunError, match="postgresql"):
         lake.catalog_uri(tmp_path)
+
+
+def test_a_parquet_home_migrates_with_every_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(lake.FORMAT_ENV, "parquet")
+    for run_id in ("run-a", "run-b"):
+        run_dir, manifest = _stored_run(tmp_path, run_id)
+        curate_run(run_dir, tmp_path, manifest)
+    before = {t: _count(tmp_path, f'SELECT count(*) FROM "{t}"') for t in TABLES}
+    monkeypatch.setenv(lake.FORMAT_ENV, "iceberg")
+    counts = lake.migrate_parquet(tmp_path)
+    assert counts["measurement_fact"] == (18, 18) and counts["serving_request_fact"] == (120, 120)
+    assert all(b == a for b, a in counts.values())
+    after = {t: _count(tmp_path, f'SELECT count(*) FROM "{t}"') for t in TABLES}
+    assert after == before
+    lake.migrate_parquet(tmp_path)  # again: replaced, not doubled
+    assert {t: _count(tmp_path, f'SELECT count(*) FROM "{t}"') for t in TABLES} == before
+
+
+def test_compaction_and_expiry_keep_the_rows(tmp_path: Path) -> None:
+    for run_id in ("run-a", "run-b", "run-c"):
+        run_dir, manifest = _stored_run(tmp_path, run_id)
+        curate_run(run_dir, tmp_path, manifest)
+    rows = _count(tmp_path, "SELECT count(*) FROM serving_request_fact")
+    old = query("SELECT 1", tmp_path).snapshot_ids["serving_request_fact"]
+    assert lake.compact(tmp_path, "serving_request_fact") == (3, 1)  # three runs' files of one day and suite: one
+    assert _count(tmp_path, "SELECT count(*) FROM serving_request_fact") == rows == 180
+    listed = lake.expire_snapshots(tmp_path, "serving_request_fact", dt.datetime.now(dt.timezone.utc), dry_run=True)
+    assert old in listed and _snapshots(tmp_path, "serving_request_fact")  # a dry run keeps them
+    assert lake.expire_snapshots(tmp_path, "serving_request_fact", dt.datetime.now(dt.timezone.utc)) == listed
+    assert old not in _snapshots(tmp_path, "serving_request_fact")
+    assert _count(tmp_path, "SELECT count(*) FROM serving_request_fact") == 180

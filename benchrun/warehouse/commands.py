@@ -180,3 +180,6 @@ def register(app: typer.Typer) -> None:
     app.command("query")(query_cmd)
     app.command("lineage")(lineage_cmd)
     app.command("retention")(retention_cmd)
+    from benchrun.warehouse.lake_commands import register as register_lake
+
+    register_lake(app)

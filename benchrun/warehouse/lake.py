@@ -302,3 +302,99 @@ def current_tables(home: Path) -> dict[str, tuple[str, int | None]]:
 def catalog_exists(home: Path) -> bool:
     """Whether this home has Iceberg tables (a catalog URL is set, or its sqlite file exists)."""
     return bool(os.environ.get(CATALOG_ENV, "").strip()) or (Path(home) / "warehouse" / CATALOG_FILE).is_file()
+
+
+def _run_starts(home: Path, run_ids: Iterable[str]) -> dict[str, dt.datetime | None]:
+    """Each run's start (status.json's started_utc, else created_utc), for the day partition."""
+    from benchrun.rundir import read_json_or_none
+    from benchrun.warehouse.sources import parse_ts
+
+    out: dict[str, dt.datetime | None] = {}
+    for run_id in run_ids:
+        status = read_json_or_none(Path(home) / "runs" / run_id / "status.json", fix="curate the run again") or {}
+        out[run_id] = parse_ts(status.get("started_utc")) or parse_ts(status.get("created_utc"))
+    return out
+
+
+def migrate_parquet(home: Path) -> dict[str, tuple[int, int]]:
+    """Copy a parquet-layout home's partitions into the Iceberg tables: per table, rows (before, after).
+
+    One commit per run per table, as curation makes (re-running replaces those rows again, so a
+    migration stopped half-way is finished by running it again). Partitions that do not read are
+    named and left in place; the parquet files are never removed here.
+    """
+    import pyarrow.parquet as pq
+
+    from benchrun.warehouse.views import readable_partitions
+
+    counts: dict[str, tuple[int, int]] = {}
+    for table in TABLES:
+        files, notes = readable_partitions(home, table)
+        for note in notes:
+            log.warning("%s", note)
+        by_run = {f.parent.name.removeprefix("run_id="): f for f in files}
+        starts = _run_starts(home, by_run)
+        before = after = 0
+        for run_id, f in sorted(by_run.items()):
+            data = pq.ParquetFile(f).read()  # the file alone: no hive run_id= column inferred from its directory
+            before += data.num_rows
+            missing = [c for c in TABLES[table].names if c not in data.column_names]
+            for name in missing:  # a partition written before the column existed: null, never invented
+                data = data.append_column(TABLES[table].field(name), pa.nulls(data.num_rows, TABLES[table].field(name).type))
+            after += commit_run(home, table, run_id, [data], starts[run_id]).rows
+        counts[table] = (before, after)
+    return counts
+
+
+def table_files(home: Path, table: str) -> int:
+    """The data files in the table's current snapshot."""
+    tbl = load_or_create(catalog(home), table)
+    return sum(1 for _ in tbl.scan().plan_files()) if tbl.current_snapshot() else 0
+
+
+def compact(home: Path, table: str, *, attempts: int = COMMIT_ATTEMPTS) -> tuple[int, int]:
+    """Rewrite each day of ``table`` as one file per partition (one commit per day); data files (before, after).
+
+    Racing writers are handled as for a run's commit: a conflict redoes that day on the new snapshot."""
+    from pyiceberg.exceptions import CommitFailedException
+    from pyiceberg.expressions import And, GreaterThanOrEqual, IsNull, LessThan
+
+    before = table_files(home, table)
+    tbl = load_or_create(catalog(home), table)
+    if tbl.current_snapshot() is None:
+        return 0, 0
+    days = sorted({None if v is None else v.date() for v in tbl.scan(selected_fields=(RUN_START,)).to_arrow()
+                   .column(RUN_START).unique().to_pylist()}, key=lambda d: (d is not None, d))
+    for day in days:
+        if day is None:
+            where: Any = IsNull(RUN_START)
+        else:
+            lo = dt.datetime.combine(day, dt.time(), dt.timezone.utc)
+            where = And(GreaterThanOrEqual(RUN_START, lo.isoformat()),
+                        LessThan(RUN_START, (lo + dt.timedelta(days=1)).isoformat()))
+        for attempt in range(1, attempts + 1):
+            tbl = load_or_create(catalog(home), table)
+            files = list(tbl.scan(row_filter=where).plan_files())
+            if len(files) <= 1:
+                break
+            rows = tbl.scan(row_filter=where).to_arrow()
+            try:
+                tbl.overwrite(rows, overwrite_filter=where, snapshot_properties={"benchrun.operation": "compact"})
+                break
+            except CommitFailedException:
+                time.sleep(random.uniform(0.01, 0.05) * min(attempt, 10))
+        else:
+            raise BenchrunError(f"warehouse: compaction of {table} day {day} lost {attempts} races; run it again")
+    return before, table_files(home, table)
+
+
+def expire_snapshots(home: Path, table: str, older_than: dt.datetime, *, dry_run: bool = False) -> list[int]:
+    """Snapshots of ``table`` older than ``older_than`` (never the current one): listed, and expired unless a dry run."""
+    tbl = load_or_create(catalog(home), table)
+    current = tbl.current_snapshot()
+    cutoff = int(older_than.timestamp() * 1000)
+    old = [s.snapshot_id for s in tbl.snapshots()
+           if s.timestamp_ms < cutoff and (current is None or s.snapshot_id != current.snapshot_id)]
+    if old and not dry_run:
+        tbl.maintenance.expire_snapshots().by_ids(old).commit()
+    return old
