@@ -143,7 +143,15 @@ def prepare_connection(con: Any, home: Path) -> list[str]:
 
 
 def fingerprint(home: Path) -> tuple:
-    """What the current views are built from: each table's metadata file."""
+    """What the current views are built from: each table's metadata file (one catalog query; a commit
+    always moves it to a new file)."""
+    from sqlalchemy import text
+
     from benchrun.warehouse import lake
 
-    return tuple(sorted((t, loc) for t, (loc, _snap) in lake.current_tables(home).items()))
+    cat = lake.catalog(home)
+    with cat.engine.connect() as conn:
+        rows = lake._retry_locked(lambda: conn.execute(text(
+            "SELECT table_name, metadata_location FROM iceberg_tables WHERE catalog_name = :c AND table_namespace = :n"
+        ), {"c": lake.CATALOG_NAME, "n": lake.NAMESPACE}).fetchall(), "read the catalog")
+    return tuple(sorted((str(name), str(loc)) for name, loc in rows))

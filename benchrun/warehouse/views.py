@@ -294,7 +294,7 @@ def _fingerprint(home: Path) -> tuple:
 # One built database per process: (fingerprint, base connection, notes). Building the views
 # costs a footer read and a DESCRIBE per partition table (a run queries the warehouse ~25
 # times); each caller gets its own cursor on the same in-memory database, which it closes.
-_BUILT: list[tuple[tuple, Any, list[str]]] = []
+_BUILT: list[tuple[tuple, Any, list[str], dict[str, int | None] | None]] = []
 _BUILT_LOCK = threading.Lock()
 
 
@@ -310,25 +310,34 @@ def connect(home: Path, notes: list[str] | None = None, *, as_of: Any = None,
     if as_of is not None and not _iceberg():
         raise BenchrunError("query: --as-of reads an earlier snapshot of the Iceberg tables; this warehouse is the "
                             "parquet layout (set BENCHRUN_WAREHOUSE_FORMAT=iceberg and run `benchrun migrate-warehouse`)")
-    if as_of is not None or snapshots is not None:
+    if as_of is not None:
         return _connect_at(Path(home), notes, as_of, snapshots)
     key = _fingerprint(Path(home))
     with _BUILT_LOCK:
         if _BUILT and _BUILT[0][0] == key:
-            base, found = _BUILT[0][1], _BUILT[0][2]
+            base, found, read = _BUILT[0][1], _BUILT[0][2], _BUILT[0][3]
             for note in found:
                 log.warning("%s", note)
         else:
             base = _confined_connection(Path(home))
+            read = None
             try:
-                found = create_views(base, Path(home))
+                if _iceberg():
+                    from benchrun.warehouse import lakeviews
+
+                    read, found = lakeviews.create_views(base, Path(home)), []
+                    _change_point_view(base, Path(home), found)
+                else:
+                    found = create_views(base, Path(home))
             except BaseException:
                 base.close()
                 raise
-            _BUILT[:] = [(key, base, found)]  # the previous database goes when its last cursor closes
+            _BUILT[:] = [(key, base, found, read)]  # the previous database goes when its last cursor closes
         con = base.cursor()
     if notes is not None:
         notes.extend(found)
+    if snapshots is not None and read is not None:
+        snapshots.update(read)
     return con
 
 
