@@ -19,6 +19,7 @@ import pytest
 from benchrun.errors import BenchrunError
 from benchrun.store import open_store
 from benchrun.warehouse import TABLES, curate_run, lake, query
+from benchrun.warehouse.migrate import migrate_parquet
 from benchrun.warehouse.schemas import DIMENSIONS
 from test_postgres_instance import pg_server  # noqa: F401  (fixture: a real Postgres on loopback)
 from test_store_helpers import make_run_dir, s3_env  # noqa: F401  (fixture)
@@ -296,12 +297,12 @@ def test_a_parquet_home_migrates_with_every_row(tmp_path: Path, monkeypatch: pyt
         curate_run(run_dir, tmp_path, manifest)
     before = {t: _count(tmp_path, f'SELECT count(*) FROM "{t}"') for t in TABLES}
     monkeypatch.setenv(lake.FORMAT_ENV, "iceberg")
-    counts = lake.migrate_parquet(tmp_path)
+    counts = migrate_parquet(tmp_path)
     assert counts["measurement_fact"] == (18, 18) and counts["serving_request_fact"] == (120, 120)
     assert all(b == a for b, a in counts.values())
     after = {t: _count(tmp_path, f'SELECT count(*) FROM "{t}"') for t in TABLES}
     assert after == before
-    lake.migrate_parquet(tmp_path)  # again: replaced, not doubled
+    migrate_parquet(tmp_path)  # again: replaced, not doubled
     assert {t: _count(tmp_path, f'SELECT count(*) FROM "{t}"') for t in TABLES} == before
 
 
@@ -318,3 +319,25 @@ def test_compaction_and_expiry_keep_the_rows(tmp_path: Path) -> None:
     assert lake.expire_snapshots(tmp_path, "serving_request_fact", dt.datetime.now(dt.timezone.utc)) == listed
     assert old not in _snapshots(tmp_path, "serving_request_fact")
     assert _count(tmp_path, "SELECT count(*) FROM serving_request_fact") == 180
+
+
+def test_maintenance_asset_compacts_and_expires(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dagster as dg
+
+    from bench_assets.definitions import defs
+    from bench_assets.warehouse_assets import warehouse_maintenance
+    from resources.warehouse import WarehouseResource
+
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    for run_id in ("run-a", "run-b"):
+        run_dir, manifest = _stored_run(tmp_path, run_id)
+        curate_run(run_dir, tmp_path, manifest)
+    assert defs.get_schedule_def("warehouse_maintenance_schedule").job_name == "warehouse_maintenance_job"
+    result = dg.materialize([warehouse_maintenance], resources={"warehouse": WarehouseResource()},
+                            run_config={"ops": {"warehouse_maintenance": {"config": {"expire_days": 0}}}},
+                            instance=dg.DagsterInstance.ephemeral())
+    assert result.success
+    md = result.asset_materializations_for_node("warehouse_maintenance")[0].metadata["tables"].value
+    assert "| serving_request_fact | 2 | 1 |" in md
+    assert lake.table_files(tmp_path, "serving_request_fact") == 1
+    assert _count(tmp_path, "SELECT count(*) FROM serving_request_fact") == 120

@@ -24,7 +24,9 @@ def migrate_cmd(as_json: bool = typer.Option(False, "--json", help="Print the ro
     if not lake.enabled():
         raise BenchrunError(f"migrate-warehouse: set {lake.FORMAT_ENV}=iceberg first (the tables it fills are read "
                             "only then)")
-    counts = lake.migrate_parquet(_home())
+    from benchrun.warehouse.migrate import migrate_parquet
+
+    counts = migrate_parquet(_home())
     if as_json:
         typer.echo(json.dumps({t: {"before": b, "after": a} for t, (b, a) in counts.items()}, indent=2))
     else:

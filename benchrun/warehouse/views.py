@@ -170,9 +170,9 @@ def create_views(con: Any, home: Path) -> list[str]:
 
 
 def _iceberg() -> bool:
-    from benchrun.warehouse import lake
+    from benchrun.warehouse.lake import enabled
 
-    return lake.enabled()
+    return enabled()
 
 
 def _change_point_view(con: Any, home: Path, notes: list[str]) -> None:
@@ -302,14 +302,13 @@ def connect(home: Path, notes: list[str] | None = None, *, as_of: Any = None,
             snapshots: dict[str, int | None] | None = None) -> Any:
     """An in-memory, read-confined DuckDB connection with every view (never touches warehouse.duckdb).
 
-    ``notes`` (when given) receives one line per damaged partition left out of the views.
-    The views are rebuilt whenever a partition file changed since the last call in this process.
-    On the Iceberg tables, ``as_of`` (a snapshot id or a datetime) reads them as they were then,
-    and ``snapshots`` (when given) receives the snapshot id each table's view reads.
-    """
+    ``notes`` (when given) receives one line per damaged partition left out of the views, rebuilt
+    whenever a partition file (or an Iceberg table's metadata file) changed since the last call here.
+    Iceberg: ``as_of`` (a snapshot id or a datetime) reads the tables as they were then; ``snapshots``
+    (when given) receives the snapshot id each view reads."""
     if as_of is not None and not _iceberg():
-        raise BenchrunError("query: --as-of reads an earlier snapshot of the Iceberg tables; this warehouse is the "
-                            "parquet layout (set BENCHRUN_WAREHOUSE_FORMAT=iceberg and run `benchrun migrate-warehouse`)")
+        raise BenchrunError("query: --as-of needs the Iceberg tables (BENCHRUN_WAREHOUSE_FORMAT=iceberg, then "
+                            "`benchrun migrate-warehouse`); this warehouse is the parquet layout")
     if as_of is not None:
         return _connect_at(Path(home), notes, as_of, snapshots)
     key = _fingerprint(Path(home))
@@ -345,18 +344,13 @@ def _connect_at(home: Path, notes: list[str] | None, as_of: Any, snapshots: dict
     """A fresh confined connection whose Iceberg views read ``as_of`` (or now), with the snapshots read."""
     from benchrun.warehouse import lakeviews
 
-    con = _confined_connection(home)
+    con, extra = _confined_connection(home), (notes if notes is not None else [])
     try:
-        found = lakeviews.create_views(con, home, as_of) if _iceberg() else {}
-        extra: list[str] = []
+        (snapshots if snapshots is not None else {}).update(lakeviews.create_views(con, home, as_of))
         _change_point_view(con, home, extra)
     except BaseException:
         con.close()
         raise
-    if snapshots is not None:
-        snapshots.update(found)
-    if notes is not None:
-        notes.extend(extra)
     return con
 
 
