@@ -105,6 +105,7 @@ def test_recuration_is_one_commit_per_table_idempotent_and_time_travels(tmp_path
         query("SELECT 1", tmp_path, as_of=12345)
 
 
+@pytest.mark.slow
 def test_cli_as_of_and_snapshot_ids_in_json(tmp_path: Path) -> None:
     run_a, man_a = _stored_run(tmp_path, "run-a")
     curate_run(run_a, tmp_path, man_a)
@@ -290,6 +291,7 @@ def test_bad_settings_are_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         lake.catalog_uri(tmp_path)
 
 
+@pytest.mark.slow
 def test_a_parquet_home_migrates_with_every_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(lake.FORMAT_ENV, "parquet")
     for run_id in ("run-a", "run-b"):
@@ -321,6 +323,7 @@ def test_compaction_and_expiry_keep_the_rows(tmp_path: Path) -> None:
     assert _count(tmp_path, "SELECT count(*) FROM serving_request_fact") == 180
 
 
+@pytest.mark.slow
 def test_maintenance_asset_compacts_and_expires(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import dagster as dg
 

@@ -223,6 +223,18 @@ def _as_table(table: str, batches: Iterable[pa.RecordBatch | pa.Table], run_id: 
     return data.append_column(target.field(RUN_START), pa.array([run_started] * n, TS))
 
 
+def _run_rows(run_id: str, run_started: dt.datetime | None) -> Any:
+    """The run's rows: its id within its start's day, so that only that day's manifests and files are read
+    (a run's start never changes once set; a run curated before it started had no start: null)."""
+    from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, IsNull, LessThan, Or
+
+    if run_started is None:
+        return And(EqualTo("run_id", run_id), IsNull(RUN_START))
+    lo = dt.datetime.combine(run_started.astimezone(dt.timezone.utc).date(), dt.time(), dt.timezone.utc)
+    in_day = And(GreaterThanOrEqual(RUN_START, lo.isoformat()), LessThan(RUN_START, (lo + dt.timedelta(days=1)).isoformat()))
+    return And(EqualTo("run_id", run_id), Or(in_day, IsNull(RUN_START)))
+
+
 @dataclasses.dataclass(frozen=True)
 class Commit:
     """One run's commit to one table: rows written, the snapshot it made (None: nothing changed), attempts."""
@@ -242,7 +254,6 @@ def commit_run(home: Path, table: str, run_id: str, batches: Iterable[pa.RecordB
     snapshot; after ``attempts`` conflicts the run's warehouse step fails with the reason, and
     ``benchrun rebuild-warehouse`` repairs it from the evidence."""
     from pyiceberg.exceptions import CommitFailedException
-    from pyiceberg.expressions import EqualTo
 
     validate_run_id(run_id)
     data = _as_table(table, batches, run_id, run_started)
@@ -257,7 +268,7 @@ def commit_run(home: Path, table: str, run_id: str, batches: Iterable[pa.RecordB
                 if before is not None:
                     with warnings.catch_warnings():  # "did not match any records": a run's first curation
                         warnings.simplefilter("ignore", UserWarning)
-                        tx.delete(EqualTo("run_id", run_id), snapshot_properties=props)
+                        tx.delete(_run_rows(run_id, run_started), snapshot_properties=props)
                 if data.num_rows:
                     tx.append(data, snapshot_properties=props)
         except CommitFailedException as exc:
