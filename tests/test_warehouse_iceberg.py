@@ -286,6 +286,10 @@ def test_bad_settings_are_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv(lake.LOCATION_ENV, "/somewhere")
     with pytest.raises(BenchrunError, match="s3://bucket/prefix"):
         lake.table_location(tmp_path)
+    monkeypatch.delenv(lake.LOCATION_ENV)
+    monkeypatch.setenv("BENCHRUN_SHARED_STATE", "s3://bucket/state")
+    with pytest.raises(BenchrunError, match="must be shared too"):  # a sqlite file per pod would diverge
+        lake.catalog(tmp_path)
     monkeypatch.setenv(lake.CATALOG_ENV, "mysql://x")
     with pytest.raises(BenchrunError, match="postgresql"):
         lake.catalog_uri(tmp_path)

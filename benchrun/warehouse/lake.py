@@ -113,6 +113,9 @@ def catalog(home: Path) -> Any:
     from pyiceberg.catalog.sql import SqlCatalog
 
     uri, location = catalog_uri(home), table_location(home)
+    if os.environ.get("BENCHRUN_SHARED_STATE") and (uri.startswith("sqlite:") or not location.startswith("s3://")):
+        raise BenchrunError(f"BENCHRUN_SHARED_STATE is set: the Iceberg warehouse must be shared too; set {CATALOG_ENV} "
+                            f"to a postgresql+psycopg2:// URL and {LOCATION_ENV} to s3://bucket/prefix")
     key = (uri, location)
     if key not in _CATALOGS:
         if uri.startswith("sqlite:"):
