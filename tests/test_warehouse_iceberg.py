@@ -348,3 +348,26 @@ def test_maintenance_asset_compacts_and_expires(tmp_path: Path, monkeypatch: pyt
     assert "| serving_request_fact | 2 | 1 |" in md
     assert lake.table_files(tmp_path, "serving_request_fact") == 1
     assert _count(tmp_path, "SELECT count(*) FROM serving_request_fact") == 120
+
+
+def test_retention_is_iceberg_deletes_with_a_dry_run(tmp_path: Path) -> None:
+    from benchrun.warehouse.retention import apply_retention, plan_retention
+    from test_retention import _setup
+
+    now = dt.datetime(2026, 11, 30, 12, tzinfo=dt.timezone.utc)
+    _setup(tmp_path, now)
+    plan = plan_retention(tmp_path, now)
+    assert {p["run_id"] for p in plan.partitions} == {"run-old"}
+    assert {p["table"] for p in plan.partitions} >= set(PER_RUN)
+    assert all(p["path"].startswith("iceberg:benchrun.") for p in plan.partitions)
+    snaps = _snapshots(tmp_path, "measurement_fact")
+    assert _count(tmp_path, "SELECT count(DISTINCT run_id) FROM measurement_fact") == 3  # the dry run removed nothing
+    assert _snapshots(tmp_path, "measurement_fact") == snaps
+    apply_retention(tmp_path, plan)
+    assert _count(tmp_path, "SELECT count(*) FROM measurement_fact WHERE run_id = 'run-old'") == 0
+    assert _count(tmp_path, "SELECT count(*) FROM measurement_fact") == 18
+    assert _count(tmp_path, "SELECT count(*) FROM serving_request_fact") == 120
+    old = query("SELECT 1", tmp_path).snapshot_ids["measurement_fact"]
+    assert _count(tmp_path, "SELECT count(*) FROM measurement_fact", as_of=snaps[-1]) == 27  # still in history
+    assert old != snaps[-1]
+    assert plan_retention(tmp_path, now).partitions == []

@@ -370,3 +370,28 @@ def expire_snapshots(home: Path, table: str, older_than: dt.datetime, *, dry_run
     if old and not dry_run:
         tbl.maintenance.expire_snapshots().by_ids(old).commit()
     return old
+
+
+def run_ids(home: Path, table: str) -> set[str]:
+    """Run ids with rows in ``table`` now (read with pyiceberg's scan of the run_id column)."""
+    tbl = load_or_create(catalog(home), table)
+    if tbl.current_snapshot() is None:
+        return set()
+    return {r for r in tbl.scan(selected_fields=("run_id",)).to_arrow().column("run_id").unique().to_pylist() if r}
+
+
+def delete_run(home: Path, table: str, run_id: str) -> Commit:
+    """Delete ``run_id``'s rows of ``table`` in one commit (retention; expiry later removes the files)."""
+    started = None
+    from benchrun.rundir import read_json_or_none
+    from benchrun.warehouse.sources import parse_ts
+
+    status = read_json_or_none(Path(home) / "runs" / validate_run_id(run_id) / "status.json", fix="") or {}
+    started = parse_ts(status.get("started_utc")) or parse_ts(status.get("created_utc"))
+    if started is None:  # the run's start is unknown: look in every day (reads every manifest)
+        from pyiceberg.expressions import EqualTo
+
+        tbl = load_or_create(catalog(home), table)
+        tbl.delete(EqualTo("run_id", run_id), snapshot_properties={SNAPSHOT_RUN_PROPERTY: run_id})
+        return Commit(table, 0, None, 1, 0.0)
+    return commit_run(home, table, run_id, [], started)
