@@ -153,9 +153,8 @@ def pull_run(run_id: str, home: Path, *, status_only: bool = False, warehouse: b
 
 
 def _iceberg_warehouse() -> bool:
-    from benchrun.warehouse.lake import enabled
-
-    return enabled()
+    """BENCHRUN_WAREHOUSE_FORMAT=iceberg (benchrun.warehouse.lake, read here without importing it)."""
+    return os.environ.get("BENCHRUN_WAREHOUSE_FORMAT", "parquet").strip().lower() == "iceberg"
 
 
 def _inside(home: Path, relative: str) -> Path:
