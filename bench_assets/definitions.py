@@ -15,6 +15,7 @@ from bench_assets.run_assets import (
 from bench_assets.stats_assets import change_points, run_report, stats_assets, stats_checks, stats_resources
 from bench_assets.warehouse_assets import (
     warehouse_assets,
+    warehouse_maintenance,
     warehouse_resources,
     warehouse_retention,
     warehouse_run_assets,
@@ -61,11 +62,23 @@ retention_job = dg.define_asset_job(
     description="Warehouse retention (dry run unless configured with apply: true).",
 )
 
+maintenance_job = dg.define_asset_job(
+    "warehouse_maintenance_job",
+    selection=dg.AssetSelection.assets(warehouse_maintenance),
+    executor_def=dg.in_process_executor,
+    description="Iceberg compaction and snapshot expiry (BENCHRUN_WAREHOUSE_FORMAT=iceberg).",
+)
+# Daily at 03:30 UTC; stopped until an operator turns it on (the parquet layout has nothing to maintain).
+maintenance_schedule = dg.ScheduleDefinition(
+    name="warehouse_maintenance_schedule", job=maintenance_job, cron_schedule="30 3 * * *",
+    execution_timezone="UTC", default_status=dg.DefaultScheduleStatus.STOPPED,
+)
+
 defs = dg.Definitions(
     assets=[*run_assets, *warehouse_assets, *stats_assets, *playbook_assets, *publish_assets],
     asset_checks=stats_checks,
-    jobs=[benchmark_run_job, history_job, retention_job],
-    schedules=all_schedules,
+    jobs=[benchmark_run_job, history_job, retention_job, maintenance_job],
+    schedules=[*all_schedules, maintenance_schedule],
     sensors=all_sensors,
     resources={"launcher": LauncherResource.from_env(), **warehouse_resources, **stats_resources},
 )

@@ -126,7 +126,33 @@ def warehouse_retention(config: RetentionConfig, warehouse: WarehouseResource) -
     })
 
 
+class MaintenanceConfig(dg.Config):
+    """Snapshots older than ``expire_days`` are expired; ``dry_run: true`` lists and changes nothing."""
+
+    expire_days: float = 7.0
+    dry_run: bool = False
+
+
+@dg.asset(group_name=GROUP, kinds={"iceberg", "duckdb"})
+def warehouse_maintenance(config: MaintenanceConfig, warehouse: WarehouseResource) -> dg.MaterializeResult:
+    """The Iceberg tables compacted (one file per day and suite) and their old snapshots expired."""
+    import datetime as dt
+
+    from benchrun.warehouse import lake
+
+    home = warehouse.home_path()
+    if not lake.enabled():
+        return dg.MaterializeResult(metadata={"skipped": f"{lake.FORMAT_ENV} is not iceberg: nothing to maintain"})
+    cutoff = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=config.expire_days)
+    lines = ["| table | files before | files after | snapshots expired |", "|---|---|---|---|"]
+    for table in TABLES:
+        before, after = (lake.table_files(home, table),) * 2 if config.dry_run else lake.compact(home, table)
+        expired = lake.expire_snapshots(home, table, cutoff, dry_run=config.dry_run)
+        lines.append(f"| {table} | {before} | {after} | {len(expired)}{' (dry run)' if config.dry_run else ''} |")
+    return dg.MaterializeResult(metadata={"dry_run": config.dry_run, "tables": dg.MetadataValue.md("\n".join(lines))})
+
+
 # Per-run assets (partitioned by benchmark_run: put them in the run's job) and everything.
 warehouse_run_assets: list = [warehouse_tables, warehouse_views]
-warehouse_assets: list = [*warehouse_run_assets, warehouse_retention]
+warehouse_assets: list = [*warehouse_run_assets, warehouse_retention, warehouse_maintenance]
 warehouse_resources: dict = {"warehouse": warehouse, "artifact_store": artifact_store}

@@ -147,7 +147,7 @@ def time_queries(home: Path, repeats: int = 3) -> dict:
             ours_t.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             con = duckdb.connect()
-            bare = con.execute(sql.format(t=bare_src)).fetch_arrow_table().to_pylist()
+            bare = con.execute(sql.format(t=bare_src)).to_arrow_table().to_pylist()
             con.close()
             bare_t.append(time.perf_counter() - t0)
         if ours != bare:

@@ -124,7 +124,8 @@ def push_run(run_dir: Path, home: Path, *, status_only: bool = False) -> None:
         return
     shared.push_tree(home, f"runs/{run_id}")
     warehouse = home / "warehouse"
-    for part in sorted(warehouse.glob(f"*/run_id={run_id}")) if warehouse.is_dir() else []:
+    parts = sorted(warehouse.glob(f"*/run_id={run_id}")) if warehouse.is_dir() and not _iceberg_warehouse() else []
+    for part in parts:
         shared.push_tree(home, part.relative_to(home).as_posix())
     pinned = _pinned_rel(run_dir)
     if pinned is not None and (home / pinned).is_file():
@@ -147,8 +148,13 @@ def pull_run(run_id: str, home: Path, *, status_only: bool = False, warehouse: b
     pinned = _pinned_rel(home / "runs" / run_id)
     if pinned is not None:
         shared.pull_tree(home, pinned)
-    if warehouse:
+    if warehouse and not _iceberg_warehouse():  # Iceberg: pods read the catalog and its location directly
         shared.pull_tree(home, "warehouse/")
+
+
+def _iceberg_warehouse() -> bool:
+    """BENCHRUN_WAREHOUSE_FORMAT=iceberg (benchrun.warehouse.lake, read here without importing it)."""
+    return os.environ.get("BENCHRUN_WAREHOUSE_FORMAT", "parquet").strip().lower() == "iceberg"
 
 
 def _inside(home: Path, relative: str) -> Path:

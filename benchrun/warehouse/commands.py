@@ -30,6 +30,8 @@ def query_cmd(
     limit: int = typer.Option(10_000, "--limit", help="Print at most this many rows (0: no limit); a cut says so."),
     vertical: Optional[bool] = typer.Option(None, "--vertical/--table", "-x",
                                             help="One record per row / a table (default: a table when it fits)."),
+    as_of: Optional[str] = typer.Option(None, "--as-of", metavar="SNAPSHOT|TIME",
+                                        help="Read the Iceberg tables as of a snapshot id or an ISO 8601 time."),
 ) -> None:
     """Run read-only SQL over the curated warehouse (a table by default).
 
@@ -49,7 +51,7 @@ def query_cmd(
     seen = None
     try:
         with stop_queries_on_signal() as seen:  # Ctrl-C / SIGTERM end a runaway query at once
-            _query(sql, as_json, as_csv, limit, vertical)
+            _query(sql, as_json, as_csv, limit, vertical, as_of)
     except (Exception, KeyboardInterrupt, SystemExit):
         if seen is None or seen.take() is None:
             raise
@@ -58,12 +60,18 @@ def query_cmd(
         raise typer.Exit(128 + seen.signum) from None
 
 
-def _query(sql: str, as_json: bool, as_csv: bool, limit: int, vertical: Optional[bool]) -> None:
+def _query(sql: str, as_json: bool, as_csv: bool, limit: int, vertical: Optional[bool],
+           as_of: Optional[str] = None) -> None:
     import sys
 
     from benchrun.warehouse.views import stream_query
 
-    stream = stream_query(sql, _home(), limit=limit or None)
+    when = None
+    if as_of is not None:
+        from benchrun.warehouse.lakeviews import parse_as_of
+
+        when = parse_as_of(as_of)
+    stream = stream_query(sql, _home(), limit=limit or None, as_of=when)
     for note in stream.notes:
         print(f"warning: {note}", file=sys.stderr)
     cols = stream.columns
@@ -72,6 +80,7 @@ def _query(sql: str, as_json: bool, as_csv: bool, limit: int, vertical: Optional
         # Streamed JSON: the document is written row by row, never held whole in memory.
         out = sys.stdout
         out.write('{\n  "query_spec_digest": ' + json.dumps(stream.query_spec_digest)
+                  + (',\n  "snapshot_ids": ' + json.dumps(stream.snapshot_ids) if stream.snapshot_ids is not None else "")
                   + ',\n  "columns": ' + json.dumps(cols) + ',\n  "rows": [')
         first = True
         for rows in stream.batches():
@@ -97,7 +106,15 @@ def _query(sql: str, as_json: bool, as_csv: bool, limit: int, vertical: Optional
         rows = list(stream.batches())  # a table needs every row's width before it prints
         more = f" (cut at --limit {limit}; more rows exist)" if stream.truncated else ""
         print_rows(console(), cols, rows, vertical=vertical,
-                   caption=f"{stream.rows_out} rows{more} · query_spec_digest {stream.query_spec_digest[:16]}…")
+                   caption=f"{stream.rows_out} rows{more} · query_spec_digest {stream.query_spec_digest[:16]}…"
+                   + _snapshot_caption(stream.snapshot_ids))
+
+
+def _snapshot_caption(snapshots: Optional[dict]) -> str:
+    """The snapshots a query read (Iceberg): enough to read the same numbers again with --as-of."""
+    if not snapshots:
+        return ""
+    return " · snapshots " + ", ".join(f"{t}={s}" for t, s in snapshots.items() if s is not None)
 
 
 def lineage_cmd(
@@ -163,3 +180,6 @@ def register(app: typer.Typer) -> None:
     app.command("query")(query_cmd)
     app.command("lineage")(lineage_cmd)
     app.command("retention")(retention_cmd)
+    from benchrun.warehouse.lake_commands import register as register_lake
+
+    register_lake(app)

@@ -85,6 +85,15 @@ def _run_ages(home: Path, now: dt.datetime) -> list[RunAge]:
     return out
 
 
+def _iceberg_run_ids(home: Path) -> dict[str, set[str]] | None:
+    """Per table, the run ids with rows in the Iceberg tables; None for the parquet layout."""
+    from benchrun.warehouse import lake
+
+    if not lake.enabled():
+        return None
+    return {table: lake.run_ids(home, table) for table in TABLES}
+
+
 def plan_retention(home: Path, now: dt.datetime | None = None) -> RetentionPlan:
     """The dry run: expired curated partitions and raw objects no run still needs."""
     now = now or dt.datetime.now(dt.timezone.utc)
@@ -92,10 +101,14 @@ def plan_retention(home: Path, now: dt.datetime | None = None) -> RetentionPlan:
     runs = _run_ages(home, now)
     notes: list[str] = []
     partitions = []
+    iceberg = _iceberg_run_ids(home)
     for run in runs:
         if run.tier == "expired":
             for table in TABLES:
-                if run.run_id in partition_run_ids(home, table):
+                if iceberg is not None:  # Iceberg: the run's rows, deleted in one commit per table
+                    if run.run_id in iceberg[table]:
+                        partitions.append({"table": table, "run_id": run.run_id, "path": f"iceberg:benchrun.{table}"})
+                elif run.run_id in partition_run_ids(home, table):
                     partitions.append({"table": table, "run_id": run.run_id,
                                        "path": str(warehouse_root(home) / table / f"run_id={run.run_id}")})
         elif run.tier == "unknown":
@@ -160,7 +173,12 @@ def apply_retention(home: Path, plan: RetentionPlan) -> Path:
     """Remove what ``plan`` lists, refresh the views, and record it under ``warehouse/_retention/``."""
     home = Path(home)
     for part in plan.partitions:
-        remove_partition(home, part["table"], part["run_id"])
+        if part["path"].startswith("iceberg:"):
+            from benchrun.warehouse.lake import delete_run
+
+            delete_run(home, part["table"], part["run_id"])
+        else:
+            remove_partition(home, part["table"], part["run_id"])
     for obj in plan.objects:
         store = LocalStore(Path(obj["store"]))
         store.delete_key(obj["key"])

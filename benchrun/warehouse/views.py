@@ -143,6 +143,16 @@ def create_views(con: Any, home: Path) -> list[str]:
     import duckdb
 
     notes: list[str] = []
+    if _iceberg():
+        from benchrun.warehouse import lakeviews
+        from benchrun.warehouse.duck import load_extensions
+
+        if not con.execute("SELECT count(*) FROM duckdb_extensions() WHERE loaded AND extension_name = 'iceberg'"
+                           ).fetchone()[0]:
+            load_extensions(con)  # warehouse.duckdb's writer (a confined connection has them already)
+        lakeviews.create_views(con, home)
+        _change_point_view(con, home, notes)
+        return notes
     for table in TABLES:
         files, damaged = readable_partitions(home, table)
         notes.extend(damaged)
@@ -155,6 +165,19 @@ def create_views(con: Any, home: Path) -> list[str]:
                 f"{warehouse_root(home) / table}: cannot build the {table} view ({str(exc).splitlines()[0]}); "
                 "a partition file is damaged or foreign: curate that run again or remove its run_id= directory"
             ) from exc
+    _change_point_view(con, home, notes)
+    return notes
+
+
+def _iceberg() -> bool:
+    from benchrun.warehouse.lake import enabled
+
+    return enabled()
+
+
+def _change_point_view(con: Any, home: Path, notes: list[str]) -> None:
+    import duckdb
+
     change_points = warehouse_root(home).joinpath(*CHANGE_POINT_FACT)
     if change_points.is_file():
         try:
@@ -165,7 +188,6 @@ def create_views(con: Any, home: Path) -> list[str]:
                     "materialize change_points again")
             log.warning("%s", note)
             notes.append(note)
-    return notes
 
 
 @contextlib.contextmanager
@@ -222,8 +244,13 @@ def _confined_connection(home: Path) -> Any:
     con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False,
                                              "autoload_known_extensions": False})
     try:
+        allowed = [str(root) + "/"]
+        if _iceberg():  # the iceberg extension from its wheel, and an S3 location's prefix and secret
+            from benchrun.warehouse.lakeviews import prepare_connection
+
+            allowed += prepare_connection(con, home)
         # Order matters: allowed_directories can only be set while external access is on.
-        con.execute("SET allowed_directories = [" + _quote(str(root) + "/") + "]")
+        con.execute("SET allowed_directories = [" + ", ".join(_quote(d) for d in allowed) + "]")
         con.execute("SET temp_directory = ''")
         # One query cannot take the machine: its memory is bounded (no spilling, see above).
         con.execute("SET memory_limit = " + _quote(_memory_limit()))
@@ -257,39 +284,73 @@ def _fingerprint(home: Path) -> tuple:
     with contextlib.suppress(OSError):
         st = change_points.stat()
         files.append((str(change_points), st.st_ino, st.st_size, st.st_mtime_ns))
+    if _iceberg():
+        from benchrun.warehouse.lakeviews import fingerprint
+
+        files.append(("iceberg", fingerprint(home)))
     return (str(Path(home).resolve()), _memory_limit(), tuple(files))
 
 
 # One built database per process: (fingerprint, base connection, notes). Building the views
 # costs a footer read and a DESCRIBE per partition table (a run queries the warehouse ~25
 # times); each caller gets its own cursor on the same in-memory database, which it closes.
-_BUILT: list[tuple[tuple, Any, list[str]]] = []
+_BUILT: list[tuple[tuple, Any, list[str], dict[str, int | None] | None]] = []
 _BUILT_LOCK = threading.Lock()
 
 
-def connect(home: Path, notes: list[str] | None = None) -> Any:
+def connect(home: Path, notes: list[str] | None = None, *, as_of: Any = None,
+            snapshots: dict[str, int | None] | None = None) -> Any:
     """An in-memory, read-confined DuckDB connection with every view (never touches warehouse.duckdb).
 
-    ``notes`` (when given) receives one line per damaged partition left out of the views.
-    The views are rebuilt whenever a partition file changed since the last call in this process.
-    """
+    ``notes`` (when given) receives one line per damaged partition left out of the views, rebuilt
+    whenever a partition file (or an Iceberg table's metadata file) changed since the last call here.
+    Iceberg: ``as_of`` (a snapshot id or a datetime) reads the tables as they were then; ``snapshots``
+    (when given) receives the snapshot id each view reads."""
+    if as_of is not None and not _iceberg():
+        raise BenchrunError("query: --as-of needs the Iceberg tables (BENCHRUN_WAREHOUSE_FORMAT=iceberg, then "
+                            "`benchrun migrate-warehouse`); this warehouse is the parquet layout")
+    if as_of is not None:
+        return _connect_at(Path(home), notes, as_of, snapshots)
     key = _fingerprint(Path(home))
     with _BUILT_LOCK:
         if _BUILT and _BUILT[0][0] == key:
-            base, found = _BUILT[0][1], _BUILT[0][2]
+            base, found, read = _BUILT[0][1], _BUILT[0][2], _BUILT[0][3]
             for note in found:
                 log.warning("%s", note)
         else:
             base = _confined_connection(Path(home))
+            read = None
             try:
-                found = create_views(base, Path(home))
+                if _iceberg():
+                    from benchrun.warehouse import lakeviews
+
+                    read, found = lakeviews.create_views(base, Path(home)), []
+                    _change_point_view(base, Path(home), found)
+                else:
+                    found = create_views(base, Path(home))
             except BaseException:
                 base.close()
                 raise
-            _BUILT[:] = [(key, base, found)]  # the previous database goes when its last cursor closes
+            _BUILT[:] = [(key, base, found, read)]  # the previous database goes when its last cursor closes
         con = base.cursor()
     if notes is not None:
         notes.extend(found)
+    if snapshots is not None and read is not None:
+        snapshots.update(read)
+    return con
+
+
+def _connect_at(home: Path, notes: list[str] | None, as_of: Any, snapshots: dict[str, int | None] | None) -> Any:
+    """A fresh confined connection whose Iceberg views read ``as_of`` (or now), with the snapshots read."""
+    from benchrun.warehouse import lakeviews
+
+    con, extra = _confined_connection(home), (notes if notes is not None else [])
+    try:
+        (snapshots if snapshots is not None else {}).update(lakeviews.create_views(con, home, as_of))
+        _change_point_view(con, home, extra)
+    except BaseException:
+        con.close()
+        raise
     return con
 
 
@@ -440,22 +501,25 @@ class QueryResult:
     query_spec_digest: str
     table: Any  # pyarrow.Table
     notes: tuple[str, ...] = ()
+    snapshot_ids: dict[str, int | None] | None = None  # Iceberg: the snapshot each table's view read
 
 
-def query(sql: str, home: Path, params: list[Any] | None = None) -> QueryResult:
+def query(sql: str, home: Path, params: list[Any] | None = None, *, as_of: Any = None) -> QueryResult:
     """Run one read-only statement (SELECT / EXPLAIN of a SELECT) over the warehouse views."""
     import duckdb
 
     check_read_only(sql)
     notes: list[str] = []
-    con = connect(home, notes)
+    snapshots: dict[str, int | None] | None = {} if _iceberg() else None
+    con = connect(home, notes, as_of=as_of, snapshots=snapshots)
     try:
-        table = con.execute(sql, params or []).fetch_arrow_table()
+        table = con.execute(sql, params or []).to_arrow_table()
     except duckdb.Error as exc:
         raise BenchrunError(f"query failed: {str(exc).splitlines()[0]}") from exc
     finally:
         con.close()
-    return QueryResult(sql=sql, query_spec_digest=query_spec_digest(sql), table=table, notes=tuple(notes))
+    return QueryResult(sql=sql, query_spec_digest=query_spec_digest(sql), table=table, notes=tuple(notes),
+                       snapshot_ids=snapshots)
 
 
 @dataclasses.dataclass
@@ -476,6 +540,7 @@ class QueryStream:
     _con: Any
     truncated: bool = False
     rows_out: int = 0
+    snapshot_ids: dict[str, int | None] | None = None
 
     def batches(self) -> Iterator[list[dict[str, Any]]]:
         """Lists of row dicts, at most ``limit`` rows in all; closes the connection at the end."""
@@ -506,7 +571,7 @@ class QueryStream:
 
 
 def stream_query(sql: str, home: Path, *, limit: int | None = DEFAULT_QUERY_LIMIT,
-                 batch_rows: int = 2048) -> QueryStream:
+                 batch_rows: int = 2048, as_of: Any = None) -> QueryStream:
     """Start one read-only query and return its rows as a stream, cut after ``limit`` rows."""
     import duckdb
 
@@ -514,11 +579,12 @@ def stream_query(sql: str, home: Path, *, limit: int | None = DEFAULT_QUERY_LIMI
         raise BenchrunError("query: --limit must be at least 1 (or 0 for no limit)")
     check_read_only(sql)
     notes: list[str] = []
-    con = connect(home, notes)
+    snapshots: dict[str, int | None] | None = {} if _iceberg() else None
+    con = connect(home, notes, as_of=as_of, snapshots=snapshots)
     _RUNNING.add(con)
     try:
         rel = con.execute(sql)
-        reader = rel.fetch_record_batch(batch_rows)
+        reader = rel.to_arrow_reader(batch_rows)
         columns = list(reader.schema.names)
     except duckdb.Error as exc:
         _RUNNING.discard(con)
@@ -530,4 +596,4 @@ def stream_query(sql: str, home: Path, *, limit: int | None = DEFAULT_QUERY_LIMI
         con.close()
         raise
     return QueryStream(sql=sql, query_spec_digest=query_spec_digest(sql), columns=columns, limit=limit,
-                       notes=tuple(notes), _reader=reader, _con=con)
+                       notes=tuple(notes), _reader=reader, _con=con, snapshot_ids=snapshots)

@@ -1,0 +1,397 @@
+"""The warehouse as Apache Iceberg tables in a pyiceberg SQL catalog: one atomic commit per run per table.
+
+Catalog: ``BENCHRUN_CATALOG_URI`` (a SQLAlchemy URL, e.g. ``postgresql+psycopg2://user@host/db``,
+the password from ``BENCHRUN_CATALOG_PASSWORD`` when not in the URL), by default the sqlite file
+``<home>/warehouse/catalog.sqlite`` (zero set-up). Table location: ``BENCHRUN_WAREHOUSE_LOCATION``
+(``s3://bucket/prefix``, endpoint and credentials as for the artifact store:
+``BENCHRUN_S3_ENDPOINT_URL``, ``AWS_*``), by default ``<home>/warehouse/iceberg``.
+
+Every table of :mod:`benchrun.warehouse.schemas` has the same columns plus, where it lacks them,
+``run_id`` and always ``run_started_utc`` (the run's start): the tables are partitioned by
+``day(run_started_utc)`` and, where the table has one, by ``suite`` — never by run id, so files
+grow with days and suites, not with runs. Curating a run replaces exactly its rows (a delete by
+``run_id`` and an append, one transaction: one catalog commit), so re-curation is idempotent;
+a commit that loses the race with another writer (the catalog's optimistic concurrency:
+``CommitFailedException``) is redone on the table's new state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import os
+import random
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Iterable
+
+import pyarrow as pa
+
+from benchrun.errors import BenchrunError
+from benchrun.paths import validate_run_id
+from benchrun.warehouse.schemas import TABLES, TS
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "benchrun"
+CATALOG_NAME = "benchrun"
+CATALOG_ENV = "BENCHRUN_CATALOG_URI"
+CATALOG_PASSWORD_ENV = "BENCHRUN_CATALOG_PASSWORD"
+LOCATION_ENV = "BENCHRUN_WAREHOUSE_LOCATION"
+FORMAT_ENV = "BENCHRUN_WAREHOUSE_FORMAT"  # "iceberg" switches curation and the views to the tables here
+CATALOG_FILE = "catalog.sqlite"
+RUN_START = "run_started_utc"
+SNAPSHOT_RUN_PROPERTY = "benchrun.run-id"
+COMMIT_ATTEMPTS = 60
+FILTER_COLUMN = "suite"
+
+
+def enabled() -> bool:
+    """True when the warehouse is the Iceberg tables (``BENCHRUN_WAREHOUSE_FORMAT=iceberg``)."""
+    value = os.environ.get(FORMAT_ENV, "parquet").strip().lower()
+    if value not in ("parquet", "iceberg"):
+        raise BenchrunError(f"{FORMAT_ENV}={value!r}: give iceberg or parquet (unset: parquet)")
+    return value == "iceberg"
+
+
+def iceberg_schema_of(table: str) -> pa.Schema:
+    """The table's columns plus ``run_id`` (when absent) and ``run_started_utc``: what the Iceberg table holds."""
+    schema = TABLES[table]
+    extra = []
+    if "run_id" not in schema.names:
+        extra.append(pa.field("run_id", pa.string()))
+    extra.append(pa.field(RUN_START, TS))
+    return pa.schema([*schema, *extra])
+
+
+def table_location(home: Path) -> str:
+    """Where the tables' files go: ``BENCHRUN_WAREHOUSE_LOCATION`` or ``<home>/warehouse/iceberg``."""
+    given = os.environ.get(LOCATION_ENV, "").strip()
+    if given:
+        if not given.startswith("s3://") or len(given) <= len("s3://"):
+            raise BenchrunError(f"{LOCATION_ENV}={given!r}: give s3://bucket/prefix (unset: under the home)")
+        return given.rstrip("/")
+    return str((Path(home) / "warehouse" / "iceberg").resolve())
+
+
+def catalog_uri(home: Path) -> str:
+    given = os.environ.get(CATALOG_ENV, "").strip()
+    if given:
+        if not (given.startswith("sqlite:") or given.startswith("postgresql")):
+            raise BenchrunError(f"{CATALOG_ENV}: give a sqlite:/// or postgresql+psycopg2:// URL (unset: "
+                                f"<home>/warehouse/{CATALOG_FILE})")
+        password = os.environ.get(CATALOG_PASSWORD_ENV)
+        if password and given.startswith("postgresql"):
+            from sqlalchemy.engine import make_url
+
+            given = make_url(given).set(password=password).render_as_string(hide_password=False)
+        return given
+    return f"sqlite:///{(Path(home) / 'warehouse' / CATALOG_FILE).resolve()}"
+
+
+def s3_properties() -> dict[str, str]:
+    """pyiceberg FileIO settings for an S3 location: the artifact store's endpoint and credentials."""
+    props: dict[str, str] = {}
+    endpoint = os.environ.get("BENCHRUN_S3_ENDPOINT_URL")
+    if endpoint:
+        props["s3.endpoint"] = endpoint
+    for key, env in (("s3.access-key-id", "AWS_ACCESS_KEY_ID"), ("s3.secret-access-key", "AWS_SECRET_ACCESS_KEY"),
+                     ("s3.session-token", "AWS_SESSION_TOKEN")):
+        if os.environ.get(env):
+            props[key] = os.environ[env]
+    props["s3.region"] = os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION") or "us-east-1"
+    return props
+
+
+_CATALOGS: dict[tuple[str, str], Any] = {}
+
+
+def catalog(home: Path) -> Any:
+    """The pyiceberg SQL catalog of ``home`` (one per process and setting; its tables are created on first use)."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    uri, location = catalog_uri(home), table_location(home)
+    if os.environ.get("BENCHRUN_SHARED_STATE") and (uri.startswith("sqlite:") or not location.startswith("s3://")):
+        raise BenchrunError(f"BENCHRUN_SHARED_STATE is set: the Iceberg warehouse must be shared too; set {CATALOG_ENV} "
+                            f"to a postgresql+psycopg2:// URL and {LOCATION_ENV} to s3://bucket/prefix")
+    key = (uri, location)
+    if key not in _CATALOGS:
+        if uri.startswith("sqlite:"):
+            (Path(home) / "warehouse").mkdir(parents=True, exist_ok=True)
+        props = {"uri": uri, "warehouse": location, "init_catalog_tables": "true"}
+        if location.startswith("s3://"):
+            props.update(s3_properties())
+        cat = _retry_locked(lambda: SqlCatalog(CATALOG_NAME, **props), "open the catalog", racing_create=True)
+        if uri.startswith("sqlite:"):
+            _sqlite_waits(cat)
+        _CATALOGS[key] = cat
+    return _CATALOGS[key]
+
+
+def _sqlite_waits(cat: Any) -> None:
+    """Writers of one sqlite catalog wait for each other's short transactions instead of failing at once."""
+    from sqlalchemy import event
+
+    @event.listens_for(cat.engine, "connect")
+    def _busy(dbapi_con: Any, _record: Any) -> None:
+        dbapi_con.execute("PRAGMA busy_timeout = 30000")
+
+
+def _is_locked(exc: BaseException) -> bool:
+    from sqlalchemy.exc import OperationalError
+
+    return isinstance(exc, OperationalError) and "locked" in str(exc).lower()
+
+
+def _lost_create_race(exc: BaseException) -> bool:
+    """Another process created the catalog's own tables (or a row) between our check and our create."""
+    from sqlalchemy.exc import IntegrityError, ProgrammingError
+
+    text = str(exc).lower()
+    return isinstance(exc, IntegrityError) or (isinstance(exc, ProgrammingError) and "already exists" in text) \
+        or "already exists" in text
+
+
+def _retry_locked(fn: Any, what: str, attempts: int = 20, *, racing_create: bool = False) -> Any:
+    for attempt in range(attempts):
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001 - only a locked sqlite catalog (or a lost create race) is retried
+            retry = _is_locked(exc) or (racing_create and _lost_create_race(exc))
+            if not retry or attempt == attempts - 1:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def _partition_spec(schema: Any, table: str) -> Any:
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.transforms import DayTransform, IdentityTransform
+
+    fields = [PartitionField(source_id=schema.find_field(RUN_START).field_id, field_id=1000,
+                             transform=DayTransform(), name="run_day")]
+    if FILTER_COLUMN in TABLES[table].names:
+        fields.append(PartitionField(source_id=schema.find_field(FILTER_COLUMN).field_id, field_id=1001,
+                                     transform=IdentityTransform(), name=FILTER_COLUMN))
+    return PartitionSpec(*fields)
+
+
+def load_or_create(cat: Any, table: str) -> Any:
+    """The Iceberg table ``benchrun.<table>``, created (schema and partition spec) when absent."""
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
+    from pyiceberg.schema import assign_fresh_schema_ids
+
+    if table not in TABLES:
+        raise ValueError(f"unknown table {table!r}")
+    ident = f"{NAMESPACE}.{table}"
+    try:
+        return _retry_locked(lambda: cat.load_table(ident), f"load {table}")
+    except NoSuchTableError:
+        pass
+    from sqlalchemy.exc import IntegrityError
+
+    try:
+        _retry_locked(lambda: cat.create_namespace(NAMESPACE), "create the namespace")
+    except (NamespaceAlreadyExistsError, IntegrityError):  # another writer created it first
+        pass
+    schema = assign_fresh_schema_ids(Catalog._convert_schema_if_needed(iceberg_schema_of(table)))
+    try:
+        return _retry_locked(lambda: cat.create_table(ident, schema=schema, partition_spec=_partition_spec(schema, table),
+                                                      properties={"format-version": "2"}), f"create {table}")
+    except (TableAlreadyExistsError, IntegrityError):  # another writer created it first
+        return _retry_locked(lambda: cat.load_table(ident), f"load {table}")
+
+
+def _as_table(table: str, batches: Iterable[pa.RecordBatch | pa.Table], run_id: str,
+              run_started: dt.datetime | None) -> pa.Table:
+    """The run's rows of ``table`` in the Iceberg table's schema (run id and start filled in)."""
+    base = TABLES[table]
+    target = iceberg_schema_of(table)
+    parts = []
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        if not isinstance(batch, pa.Table):
+            batch = pa.Table.from_batches([batch])
+        parts.append(batch.select(base.names).cast(base))
+    data = pa.concat_tables(parts) if parts else base.empty_table()
+    n = data.num_rows
+    if "run_id" not in base.names:
+        data = data.append_column(target.field("run_id"), pa.array([run_id] * n, pa.string()))
+    elif n and data.column("run_id").null_count == n:
+        data = data.set_column(base.get_field_index("run_id"), base.field("run_id"), pa.array([run_id] * n, pa.string()))
+    return data.append_column(target.field(RUN_START), pa.array([run_started] * n, TS))
+
+
+def _run_rows(run_id: str, run_started: dt.datetime | None) -> Any:
+    """The run's rows: its id within its start's day, so that only that day's manifests and files are read
+    (a run's start never changes once set; a run curated before it started had no start: null)."""
+    from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, IsNull, LessThan, Or
+
+    if run_started is None:
+        return And(EqualTo("run_id", run_id), IsNull(RUN_START))
+    lo = dt.datetime.combine(run_started.astimezone(dt.timezone.utc).date(), dt.time(), dt.timezone.utc)
+    in_day = And(GreaterThanOrEqual(RUN_START, lo.isoformat()), LessThan(RUN_START, (lo + dt.timedelta(days=1)).isoformat()))
+    return And(EqualTo("run_id", run_id), Or(in_day, IsNull(RUN_START)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Commit:
+    """One run's commit to one table: rows written, the snapshot it made (None: nothing changed), attempts."""
+
+    table: str
+    rows: int
+    snapshot_id: int | None
+    attempts: int
+    seconds: float
+
+
+def commit_run(home: Path, table: str, run_id: str, batches: Iterable[pa.RecordBatch | pa.Table],
+               run_started: dt.datetime | None, *, attempts: int = COMMIT_ATTEMPTS) -> Commit:
+    """Replace ``run_id``'s rows of ``table`` with ``batches`` in one Iceberg commit; retried on conflicts.
+
+    A conflict (another writer committed first) redoes the delete and append on the table's new
+    snapshot; after ``attempts`` conflicts the run's warehouse step fails with the reason, and
+    ``benchrun rebuild-warehouse`` repairs it from the evidence."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    validate_run_id(run_id)
+    data = _as_table(table, batches, run_id, run_started)
+    cat = catalog(home)
+    start = time.monotonic()
+    for attempt in range(1, attempts + 1):
+        tbl = load_or_create(cat, table)
+        before = tbl.current_snapshot()
+        try:
+            with tbl.transaction() as tx:
+                props = {SNAPSHOT_RUN_PROPERTY: run_id}
+                if before is not None:
+                    with warnings.catch_warnings():  # "did not match any records": a run's first curation
+                        warnings.simplefilter("ignore", UserWarning)
+                        tx.delete(_run_rows(run_id, run_started), snapshot_properties=props)
+                if data.num_rows:
+                    tx.append(data, snapshot_properties=props)
+        except CommitFailedException as exc:
+            reason = str(exc)
+        except Exception as exc:  # noqa: BLE001 - a locked sqlite catalog is a conflict too
+            if not _is_locked(exc):
+                raise
+            reason = str(exc).splitlines()[0]
+        else:
+            after = tbl.current_snapshot()
+            changed = after is not None and (before is None or after.snapshot_id != before.snapshot_id)
+            return Commit(table, data.num_rows, after.snapshot_id if changed else None, attempt,
+                          time.monotonic() - start)
+        log.info("%s: commit of run %s lost a race (attempt %d: %s); retrying", table, run_id, attempt, reason)
+        time.sleep(random.uniform(0.01, 0.05) * min(attempt, 10))
+    raise BenchrunError(f"warehouse: the commit of run {run_id} to {table} failed after {attempts} attempts "
+                        f"({reason}); run `benchrun rebuild-warehouse {run_id}` to repair it from the evidence")
+
+
+def current_tables(home: Path) -> dict[str, tuple[str, int | None]]:
+    """Each table that exists in the catalog: its current metadata file and snapshot id."""
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+    cat = catalog(home)
+    out: dict[str, tuple[str, int | None]] = {}
+    try:
+        names = {ident[-1] for ident in _retry_locked(lambda: cat.list_tables(NAMESPACE), "list tables")}
+    except NoSuchNamespaceError:
+        return out
+    for table in TABLES:
+        if table not in names:
+            continue
+        try:
+            tbl = _retry_locked(lambda t=table: cat.load_table(f"{NAMESPACE}.{t}"), f"load {table}")
+        except NoSuchTableError:
+            continue
+        snap = tbl.current_snapshot()
+        out[table] = (tbl.metadata_location, snap.snapshot_id if snap else None)
+    return out
+
+
+def catalog_exists(home: Path) -> bool:
+    """Whether this home has Iceberg tables (a catalog URL is set, or its sqlite file exists)."""
+    return bool(os.environ.get(CATALOG_ENV, "").strip()) or (Path(home) / "warehouse" / CATALOG_FILE).is_file()
+
+
+def table_files(home: Path, table: str) -> int:
+    """The data files in the table's current snapshot."""
+    tbl = load_or_create(catalog(home), table)
+    return sum(1 for _ in tbl.scan().plan_files()) if tbl.current_snapshot() else 0
+
+
+def compact(home: Path, table: str, *, attempts: int = COMMIT_ATTEMPTS) -> tuple[int, int]:
+    """Rewrite each day of ``table`` as one file per partition (one commit per day); data files (before, after).
+
+    Racing writers are handled as for a run's commit: a conflict redoes that day on the new snapshot."""
+    from pyiceberg.exceptions import CommitFailedException
+    from pyiceberg.expressions import And, GreaterThanOrEqual, IsNull, LessThan
+
+    before = table_files(home, table)
+    tbl = load_or_create(catalog(home), table)
+    if tbl.current_snapshot() is None:
+        return 0, 0
+    days = sorted({None if v is None else v.date() for v in tbl.scan(selected_fields=(RUN_START,)).to_arrow()
+                   .column(RUN_START).unique().to_pylist()}, key=lambda d: (d is not None, d))
+    for day in days:
+        if day is None:
+            where: Any = IsNull(RUN_START)
+        else:
+            lo = dt.datetime.combine(day, dt.time(), dt.timezone.utc)
+            where = And(GreaterThanOrEqual(RUN_START, lo.isoformat()),
+                        LessThan(RUN_START, (lo + dt.timedelta(days=1)).isoformat()))
+        for attempt in range(1, attempts + 1):
+            tbl = load_or_create(catalog(home), table)
+            files = list(tbl.scan(row_filter=where).plan_files())
+            if len(files) <= 1:
+                break
+            rows = tbl.scan(row_filter=where).to_arrow()
+            try:
+                tbl.overwrite(rows, overwrite_filter=where, snapshot_properties={"benchrun.operation": "compact"})
+                break
+            except CommitFailedException:
+                time.sleep(random.uniform(0.01, 0.05) * min(attempt, 10))
+        else:
+            raise BenchrunError(f"warehouse: compaction of {table} day {day} lost {attempts} races; run it again")
+    return before, table_files(home, table)
+
+
+def expire_snapshots(home: Path, table: str, older_than: dt.datetime, *, dry_run: bool = False) -> list[int]:
+    """Snapshots of ``table`` older than ``older_than`` (never the current one): listed, and expired unless a dry run."""
+    tbl = load_or_create(catalog(home), table)
+    current = tbl.current_snapshot()
+    cutoff = int(older_than.timestamp() * 1000)
+    old = [s.snapshot_id for s in tbl.snapshots()
+           if s.timestamp_ms < cutoff and (current is None or s.snapshot_id != current.snapshot_id)]
+    if old and not dry_run:
+        tbl.maintenance.expire_snapshots().by_ids(old).commit()
+    return old
+
+
+def run_ids(home: Path, table: str) -> set[str]:
+    """Run ids with rows in ``table`` now (read with pyiceberg's scan of the run_id column)."""
+    tbl = load_or_create(catalog(home), table)
+    if tbl.current_snapshot() is None:
+        return set()
+    return {r for r in tbl.scan(selected_fields=("run_id",)).to_arrow().column("run_id").unique().to_pylist() if r}
+
+
+def delete_run(home: Path, table: str, run_id: str) -> Commit:
+    """Delete ``run_id``'s rows of ``table`` in one commit (retention; expiry later removes the files)."""
+    started = None
+    from benchrun.rundir import read_json_or_none
+    from benchrun.warehouse.sources import parse_ts
+
+    status = read_json_or_none(Path(home) / "runs" / validate_run_id(run_id) / "status.json", fix="") or {}
+    started = parse_ts(status.get("started_utc")) or parse_ts(status.get("created_utc"))
+    if started is None:  # the run's start is unknown: look in every day (reads every manifest)
+        from pyiceberg.expressions import EqualTo
+
+        tbl = load_or_create(catalog(home), table)
+        tbl.delete(EqualTo("run_id", run_id), snapshot_properties={SNAPSHOT_RUN_PROPERTY: run_id})
+        return Commit(table, 0, None, 1, 0.0)
+    return commit_run(home, table, run_id, [], started)

@@ -1,0 +1,373 @@
+"""The warehouse on Apache Iceberg tables (issue 23): one commit per run per table, idempotent re-curation,
+concurrent writers on sqlite and on a real Postgres catalog, a writer killed mid-commit, time travel,
+a second reader (pyiceberg's own scan) agreeing with `benchrun query`, and an S3 location on a real
+S3 API server (moto) on loopback."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from benchrun.errors import BenchrunError
+from benchrun.store import open_store
+from benchrun.warehouse import TABLES, curate_run, lake, query
+from benchrun.warehouse.migrate import migrate_parquet
+from benchrun.warehouse.schemas import DIMENSIONS
+from test_postgres_instance import pg_server  # noqa: F401  (fixture: a real Postgres on loopback)
+from test_store_helpers import make_run_dir, s3_env  # noqa: F401  (fixture)
+
+REPO = Path(__file__).resolve().parents[1]
+# rows per table of make_run_dir's run (3 replicates, 20 requests each)
+PER_RUN = {"measurement_fact": 9, "serving_request_fact": 60, "benchmark_run_fact": 1, "launch_fact": 6,
+           "serving_outcome_fact": 3, "artifact_lineage_dim": 1}
+
+
+@pytest.fixture(autouse=True)
+def iceberg(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(lake.FORMAT_ENV, "iceberg")
+    for env in (lake.CATALOG_ENV, lake.LOCATION_ENV):
+        monkeypatch.delenv(env, raising=False)
+    lake._CATALOGS.clear()
+
+
+def _stored_run(home: Path, run_id: str, *, in_status: bool = False, **kw) -> tuple[Path, object]:
+    run_dir = make_run_dir(home, run_id, **kw)
+    manifest = open_store(None, home).put_run_dir(run_dir, run_id)
+    if in_status:  # a child process loads the manifest itself
+        status = json.loads((run_dir / "status.json").read_text())
+        status["artifact_manifest_digest"] = manifest.digest
+        (run_dir / "status.json").write_text(json.dumps(status))
+    return run_dir, manifest
+
+
+def _count(home: Path, sql: str, **kw) -> int:
+    return query(sql, home, **kw).table.column(0)[0].as_py()
+
+
+def _snapshots(home: Path, table: str) -> list[int]:
+    tbl = lake.catalog(home).load_table(f"{lake.NAMESPACE}.{table}")
+    return [s.snapshot_id for s in tbl.snapshots()]
+
+
+def test_every_table_is_partitioned_by_run_day_and_suite_not_run_id(tmp_path: Path) -> None:
+    run_dir, manifest = _stored_run(tmp_path, "run-a")
+    curate_run(run_dir, tmp_path, manifest)
+    cat = lake.catalog(tmp_path)
+    for table, schema in TABLES.items():
+        tbl = cat.load_table(f"{lake.NAMESPACE}.{table}")
+        names = [f.name for f in tbl.schema().fields]
+        assert names[: len(schema.names)] == schema.names  # the same columns, lineage digests included
+        spec = [(f.name, str(f.transform)) for f in tbl.spec().fields]
+        expected = [("run_day", "day")] + ([("suite", "identity")] if "suite" in schema.names else [])
+        assert spec == expected, table
+    files = list((tmp_path / "warehouse" / "iceberg").rglob("*.parquet"))
+    assert files and all("run_day=2026-11-30" in str(f) and "run_id=" not in str(f) for f in files)
+
+
+def test_recuration_is_one_commit_per_table_idempotent_and_time_travels(tmp_path: Path) -> None:
+    run_a, man_a = _stored_run(tmp_path, "run-a")
+    run_b, man_b = _stored_run(tmp_path, "run-b")
+    curate_run(run_a, tmp_path, man_a)
+    first = query("SELECT count(*) FROM measurement_fact", tmp_path)
+    assert first.table.column(0)[0].as_py() == 9
+    at_a = first.snapshot_ids["measurement_fact"]
+    commits_before = len(lake.catalog(tmp_path).load_table("benchrun.measurement_fact").metadata.metadata_log)
+    curate_run(run_a, tmp_path, man_a)  # again: the same rows, not twice
+    tbl = lake.catalog(tmp_path).load_table("benchrun.measurement_fact")
+    assert len(tbl.metadata.metadata_log) == commits_before + 1  # one commit (a delete and an append in it)
+    assert _count(tmp_path, "SELECT count(*) FROM measurement_fact") == 9
+    time.sleep(0.01)
+    between = dt.datetime.now(dt.timezone.utc)
+    time.sleep(0.01)
+    curate_run(run_b, tmp_path, man_b)
+    now = query("SELECT count(*), count(DISTINCT run_id) FROM measurement_fact", tmp_path)
+    assert now.table.to_pylist() == [{"count_star()": 18, "count(DISTINCT run_id)": 2}]
+    assert now.snapshot_ids["measurement_fact"] != at_a
+    # time travel: by a snapshot id, and by a time (the last commit at or before it, never half a commit)
+    old = query("SELECT count(*) FROM measurement_fact", tmp_path, as_of=at_a)
+    assert old.table.column(0)[0].as_py() == 9 and old.snapshot_ids["measurement_fact"] == at_a
+    # a snapshot of one table reads the others as they were at its commit (the run's last table: all of run-a)
+    cat = lake.catalog(tmp_path)
+    last_of_a = max((cat.load_table(f"benchrun.{t}").snapshot_by_id(s).timestamp_ms, s)
+                    for t, s in first.snapshot_ids.items() if s is not None)[1]
+    assert _count(tmp_path, "SELECT count(DISTINCT run_id) FROM serving_request_fact", as_of=last_of_a) == 1
+    assert _count(tmp_path, "SELECT count(*) FROM measurement_fact", as_of=between) == 9
+    assert _count(tmp_path, "SELECT count(*) FROM measurement_fact WHERE run_id = 'run-b'", as_of=between) == 0
+    with pytest.raises(BenchrunError, match="no table has that snapshot"):
+        query("SELECT 1", tmp_path, as_of=12345)
+
+
+@pytest.mark.slow
+def test_cli_as_of_and_snapshot_ids_in_json(tmp_path: Path) -> None:
+    run_a, man_a = _stored_run(tmp_path, "run-a")
+    curate_run(run_a, tmp_path, man_a)
+    at_a = query("SELECT 1", tmp_path).snapshot_ids["measurement_fact"]
+    run_b, man_b = _stored_run(tmp_path, "run-b")
+    curate_run(run_b, tmp_path, man_b)
+    env = {**os.environ, "BENCHRUN_HOME": str(tmp_path), "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-m", "benchrun.entry", "query", "SELECT count(*) AS n FROM measurement_fact",
+                          "--json", "--as-of", str(at_a)], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["rows"] == [{"n": 9}] and doc["snapshot_ids"]["measurement_fact"] == at_a
+    bad = subprocess.run([sys.executable, "-m", "benchrun.entry", "query", "SELECT 1", "--as-of", "yesterday"],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "--as-of 'yesterday'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_second_reader_agrees_on_every_table(tmp_path: Path) -> None:
+    for run_id in ("run-a", "run-b"):
+        run_dir, manifest = _stored_run(tmp_path, run_id)
+        curate_run(run_dir, tmp_path, manifest)
+    cat = lake.catalog(tmp_path)
+    for table, schema in TABLES.items():
+        ours = query(f'SELECT * FROM "{table}"', tmp_path).table
+        theirs = cat.load_table(f"{lake.NAMESPACE}.{table}").scan(selected_fields=tuple(schema.names)).to_arrow()
+        if table in DIMENSIONS:  # the view is one row per key; the table holds each run's copy
+            key = schema.names[0]
+            theirs = theirs.group_by(key).aggregate([]).join(theirs, key).select(schema.names)
+            seen: set = set()
+            rows = []
+            for row in theirs.to_pylist():
+                if row[key] not in seen:
+                    seen.add(row[key])
+                    rows.append(row)
+        else:
+            rows = theirs.to_pylist()
+
+        def canon(rs: list[dict]) -> list[str]:
+            return sorted(json.dumps(r, sort_keys=True, default=str) for r in rs)
+
+        assert ours.num_rows == len(rows), table
+        assert canon(ours.to_pylist()) == canon(rows), table
+        if table in PER_RUN:
+            assert ours.num_rows == 2 * PER_RUN[table], table
+
+
+def test_read_stays_confined_to_the_warehouse(tmp_path: Path) -> None:
+    run_dir, manifest = _stored_run(tmp_path, "run-a")
+    curate_run(run_dir, tmp_path, manifest)
+    (tmp_path / "secret.txt").write_text("nope")
+    for sql in (f"SELECT * FROM read_text('{tmp_path / 'secret.txt'}')",
+                "SELECT * FROM iceberg_scan('/etc/passwd')",
+                "SELECT * FROM read_parquet('http://127.0.0.1:9/x.parquet')"):
+        with pytest.raises(BenchrunError, match="query failed"):
+            query(sql, tmp_path)
+    with pytest.raises(BenchrunError, match="refused"):
+        query("LOAD iceberg", tmp_path)
+
+
+_CURATE = r"""
+import sys, pathlib
+from benchrun.warehouse import curate_run
+home = pathlib.Path(sys.argv[1])
+curate_run(home / "runs" / sys.argv[2], home, None)
+"""
+
+
+def _curate_in_parallel(home: Path, runs: list[str], env: dict[str, str]) -> None:
+    procs = [subprocess.Popen([sys.executable, "-c", _CURATE, str(home), r], cwd=REPO, env=env, stderr=subprocess.PIPE)
+             for r in runs]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err.decode()[-3000:]
+
+
+def _assert_eight_runs_exact(home: Path, runs: list[str]) -> None:
+    for table, n in PER_RUN.items():
+        got = query(f'SELECT run_id, count(*) AS n FROM "{table}" GROUP BY run_id ORDER BY run_id', home).table.to_pylist()
+        assert got == [{"run_id": r, "n": n} for r in sorted(runs)], table
+    assert _count(home, "SELECT count(*) FROM software_version_dim") == 1  # shared by all eight runs
+
+
+def _child_env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO), lake.FORMAT_ENV: "iceberg", **extra}
+
+
+@pytest.mark.slow
+def test_eight_processes_curate_eight_runs_into_one_sqlite_catalog(tmp_path: Path) -> None:
+    runs = [f"run-{i}" for i in range(8)]
+    for r in runs:
+        _stored_run(tmp_path, r, in_status=True)
+    _curate_in_parallel(tmp_path, runs, _child_env())
+    _assert_eight_runs_exact(tmp_path, runs)
+
+
+@pytest.mark.slow
+def test_eight_processes_curate_eight_runs_into_a_postgres_catalog(tmp_path: Path, pg_server, monkeypatch) -> None:
+    db = f"iceberg_{os.getpid()}"
+    pg_server.sql("postgres", f'CREATE DATABASE "{db}"')  # the name is ours, not data
+    url = f"postgresql+psycopg2://{pg_server.user}@{pg_server.host}:{pg_server.port}/{db}"
+    monkeypatch.setenv(lake.CATALOG_ENV, url)
+    runs = [f"run-{i}" for i in range(8)]
+    for r in runs:
+        _stored_run(tmp_path, r, in_status=True)
+    _curate_in_parallel(tmp_path, runs, _child_env(**{lake.CATALOG_ENV: url}))
+    _assert_eight_runs_exact(tmp_path, runs)
+    assert not (tmp_path / "warehouse" / lake.CATALOG_FILE).exists()  # the catalog is Postgres, not the home
+    rows = pg_server.sql(db, "SELECT count(*) FROM iceberg_tables WHERE table_namespace = 'benchrun'")
+    assert rows == [(len(TABLES),)]
+
+
+_KILLED = r"""
+import os, sys, pathlib, time
+from pyiceberg.catalog.sql import SqlCatalog
+from benchrun.warehouse import curate_run
+real = SqlCatalog.commit_table
+def commit_then_hang(self, table, requirements, updates):
+    if table.name()[-1] == "measurement_fact":
+        pathlib.Path(sys.argv[3]).write_text("in commit")  # data and manifests written, catalog not yet moved
+        time.sleep(600)
+    return real(self, table, requirements, updates)
+SqlCatalog.commit_table = commit_then_hang
+home = pathlib.Path(sys.argv[1])
+curate_run(home / "runs" / sys.argv[2], home, None)
+"""
+
+
+def test_a_writer_killed_mid_commit_leaves_the_previous_snapshot(tmp_path: Path) -> None:
+    run_a, man_a = _stored_run(tmp_path, "run-a")
+    curate_run(run_a, tmp_path, man_a)
+    before = _snapshots(tmp_path, "measurement_fact")
+    _stored_run(tmp_path, "run-b", in_status=True)
+    flag = tmp_path / "flag"
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED, str(tmp_path), "run-b", str(flag)], cwd=REPO,
+                            env=_child_env(), stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not flag.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert flag.exists(), proc.stderr.read().decode()[-2000:] if proc.poll() is not None else "never reached"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    lake._CATALOGS.clear()
+    assert _snapshots(tmp_path, "measurement_fact") == before
+    assert _count(tmp_path, "SELECT count(*) FROM measurement_fact") == 9
+    assert _count(tmp_path, "SELECT count(*) FROM measurement_fact WHERE run_id = 'run-b'") == 0
+    # tables committed before the kill hold run-b already; curating it again makes it whole, once
+    curate_run(tmp_path / "runs" / "run-b", tmp_path, None)
+    assert _count(tmp_path, "SELECT count(*) FROM measurement_fact") == 18
+    assert _count(tmp_path, "SELECT count(*) FROM launch_fact WHERE run_id = 'run-b'") == 6
+
+
+@pytest.mark.slow
+def test_an_s3_location_on_the_loopback_s3_server(tmp_path: Path, s3_env: str, monkeypatch) -> None:  # noqa: F811
+    import boto3
+
+    boto3.client("s3", endpoint_url=s3_env).create_bucket(Bucket="lake")
+    monkeypatch.setenv(lake.LOCATION_ENV, "s3://lake/warehouse")
+    run_dir, manifest = _stored_run(tmp_path, "run-a")
+    curate_run(run_dir, tmp_path, manifest)
+    keys = [o["Key"] for o in boto3.client("s3", endpoint_url=s3_env).list_objects_v2(Bucket="lake")["Contents"]]
+    assert any(k.endswith(".parquet") and "measurement_fact/data/run_day=2026-11-30" in k for k in keys)
+    assert not (tmp_path / "warehouse" / "iceberg").exists()
+    assert _count(tmp_path, "SELECT count(*) FROM measurement_fact") == 9
+    assert _count(tmp_path, "SELECT count(*) FROM serving_request_fact") == 60
+    with pytest.raises(BenchrunError, match="query failed"):  # other buckets stay out of reach
+        query("SELECT * FROM read_parquet('s3://other/x.parquet')", tmp_path)
+
+
+def test_bad_settings_are_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(lake.FORMAT_ENV, "delta")
+    with pytest.raises(BenchrunError, match=lake.FORMAT_ENV):
+        lake.enabled()
+    monkeypatch.setenv(lake.FORMAT_ENV, "iceberg")
+    monkeypatch.setenv(lake.LOCATION_ENV, "/somewhere")
+    with pytest.raises(BenchrunError, match="s3://bucket/prefix"):
+        lake.table_location(tmp_path)
+    monkeypatch.delenv(lake.LOCATION_ENV)
+    monkeypatch.setenv("BENCHRUN_SHARED_STATE", "s3://bucket/state")
+    with pytest.raises(BenchrunError, match="must be shared too"):  # a sqlite file per pod would diverge
+        lake.catalog(tmp_path)
+    monkeypatch.setenv(lake.CATALOG_ENV, "mysql://x")
+    with pytest.raises(BenchrunError, match="postgresql"):
+        lake.catalog_uri(tmp_path)
+
+
+@pytest.mark.slow
+def test_a_parquet_home_migrates_with_every_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(lake.FORMAT_ENV, "parquet")
+    for run_id in ("run-a", "run-b"):
+        run_dir, manifest = _stored_run(tmp_path, run_id)
+        curate_run(run_dir, tmp_path, manifest)
+    before = {t: _count(tmp_path, f'SELECT count(*) FROM "{t}"') for t in TABLES}
+    monkeypatch.setenv(lake.FORMAT_ENV, "iceberg")
+    counts = migrate_parquet(tmp_path)
+    assert counts["measurement_fact"] == (18, 18) and counts["serving_request_fact"] == (120, 120)
+    assert all(b == a for b, a in counts.values())
+    after = {t: _count(tmp_path, f'SELECT count(*) FROM "{t}"') for t in TABLES}
+    assert after == before
+    migrate_parquet(tmp_path)  # again: replaced, not doubled
+    assert {t: _count(tmp_path, f'SELECT count(*) FROM "{t}"') for t in TABLES} == before
+
+
+def test_compaction_and_expiry_keep_the_rows(tmp_path: Path) -> None:
+    for run_id in ("run-a", "run-b", "run-c"):
+        run_dir, manifest = _stored_run(tmp_path, run_id)
+        curate_run(run_dir, tmp_path, manifest)
+    rows = _count(tmp_path, "SELECT count(*) FROM serving_request_fact")
+    old = query("SELECT 1", tmp_path).snapshot_ids["serving_request_fact"]
+    assert lake.compact(tmp_path, "serving_request_fact") == (3, 1)  # three runs' files of one day and suite: one
+    assert _count(tmp_path, "SELECT count(*) FROM serving_request_fact") == rows == 180
+    listed = lake.expire_snapshots(tmp_path, "serving_request_fact", dt.datetime.now(dt.timezone.utc), dry_run=True)
+    assert old in listed and _snapshots(tmp_path, "serving_request_fact")  # a dry run keeps them
+    assert lake.expire_snapshots(tmp_path, "serving_request_fact", dt.datetime.now(dt.timezone.utc)) == listed
+    assert old not in _snapshots(tmp_path, "serving_request_fact")
+    assert _count(tmp_path, "SELECT count(*) FROM serving_request_fact") == 180
+
+
+@pytest.mark.slow
+def test_maintenance_asset_compacts_and_expires(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dagster as dg
+
+    from bench_assets.definitions import defs
+    from bench_assets.warehouse_assets import warehouse_maintenance
+    from resources.warehouse import WarehouseResource
+
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    for run_id in ("run-a", "run-b"):
+        run_dir, manifest = _stored_run(tmp_path, run_id)
+        curate_run(run_dir, tmp_path, manifest)
+    assert defs.get_schedule_def("warehouse_maintenance_schedule").job_name == "warehouse_maintenance_job"
+    result = dg.materialize([warehouse_maintenance], resources={"warehouse": WarehouseResource()},
+                            run_config={"ops": {"warehouse_maintenance": {"config": {"expire_days": 0}}}},
+                            instance=dg.DagsterInstance.ephemeral())
+    assert result.success
+    md = result.asset_materializations_for_node("warehouse_maintenance")[0].metadata["tables"].value
+    assert "| serving_request_fact | 2 | 1 |" in md
+    assert lake.table_files(tmp_path, "serving_request_fact") == 1
+    assert _count(tmp_path, "SELECT count(*) FROM serving_request_fact") == 120
+
+
+def test_retention_is_iceberg_deletes_with_a_dry_run(tmp_path: Path) -> None:
+    from benchrun.warehouse.retention import apply_retention, plan_retention
+    from test_retention import _setup
+
+    now = dt.datetime(2026, 11, 30, 12, tzinfo=dt.timezone.utc)
+    _setup(tmp_path, now)
+    plan = plan_retention(tmp_path, now)
+    assert {p["run_id"] for p in plan.partitions} == {"run-old"}
+    assert {p["table"] for p in plan.partitions} >= set(PER_RUN)
+    assert all(p["path"].startswith("iceberg:benchrun.") for p in plan.partitions)
+    snaps = _snapshots(tmp_path, "measurement_fact")
+    assert _count(tmp_path, "SELECT count(DISTINCT run_id) FROM measurement_fact") == 3  # the dry run removed nothing
+    assert _snapshots(tmp_path, "measurement_fact") == snaps
+    apply_retention(tmp_path, plan)
+    assert _count(tmp_path, "SELECT count(*) FROM measurement_fact WHERE run_id = 'run-old'") == 0
+    assert _count(tmp_path, "SELECT count(*) FROM measurement_fact") == 18
+    assert _count(tmp_path, "SELECT count(*) FROM serving_request_fact") == 120
+    old = query("SELECT 1", tmp_path).snapshot_ids["measurement_fact"]
+    assert _count(tmp_path, "SELECT count(*) FROM measurement_fact", as_of=snaps[-1]) == 27  # still in history
+    assert old != snaps[-1]
+    assert plan_retention(tmp_path, now).partitions == []
