@@ -11,6 +11,9 @@ the layers this test enforces.
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -79,7 +82,22 @@ def _known(dotted: str, modules: dict[str, Path]) -> str | None:
 
 
 def import_graph(root: Path, packages: tuple[str, ...]) -> dict[str, dict[str, list[tuple[str, int]]]]:
-    """module -> {imported module -> [(imported name, line)]} over the product modules."""
+    """module -> {imported module -> [(imported name, line)]} over the product modules, walked in
+    a fresh interpreter: CPython 3.11's ``ast.parse`` raises "AST constructor recursion depth
+    mismatch" in a process where an earlier test hit a RecursionError (seen in a pytest-xdist
+    worker), which would fail these tests for another test's reason."""
+    code = ("import json, sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); "
+            "from test_layering import walk_imports; "
+            "print(json.dumps(walk_imports(Path(sys.argv[2]), tuple(sys.argv[3:]))))")
+    proc = subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent), str(root), *packages],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    raw = json.loads(proc.stdout)
+    return {m: {t: [(imp, line) for imp, line in v] for t, v in edges.items()} for m, edges in raw.items()}
+
+
+def walk_imports(root: Path, packages: tuple[str, ...]) -> dict[str, dict[str, list[tuple[str, int]]]]:
+    """The walk behind :func:`import_graph`, in this process."""
     modules = module_names(root, packages)
     graph: dict[str, dict[str, list[tuple[str, int]]]] = {}
     for name, path in modules.items():

@@ -32,9 +32,11 @@ def _check_case(doc: dict[str, Any], gaps: dict[str, list[float]], case: str, ba
 
 @pytest.mark.slow
 def test_pyarrow_and_torch_workers_read_every_row(tmp_path: Path) -> None:
+    import tempfile
+
     rows, batch, files = 5000, 512, 2
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
+    # a short TMPDIR: the workers' unix socket lives under it (see the test below)
+    scratch = Path(tempfile.mkdtemp(prefix="dl-", dir="/tmp"))
     proc, doc = run_suite(tmp_path, {"rows": rows, "batch_size": batch, "workers": 2, "files": files, "feature_dim": 8},
                           TMPDIR=str(scratch))
     assert proc.returncode == 0, proc.stderr
@@ -45,6 +47,21 @@ def test_pyarrow_and_torch_workers_read_every_row(tmp_path: Path) -> None:
     _check_case(doc, gaps, "torch_workers=2", batches)
     assert doc["context"]["dataset_bytes_on_disk"] > 0
     assert list(scratch.iterdir()) == []  # the generated dataset was removed
+    import shutil
+
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+def test_a_temp_directory_too_long_for_the_workers_socket_is_refused(tmp_path: Path) -> None:
+    """Under pytest-xdist's temp paths the workers' sockets failed ("AF_UNIX path too long") and
+    the loader waited forever: the suite now says so before measuring."""
+    pytest.importorskip("torch")
+    long = tmp_path / ("d" * 90)
+    long.mkdir()
+    proc, doc = run_suite(tmp_path, {"rows": 100, "batch_size": 50, "workers": 1, "files": 1, "feature_dim": 2},
+                          TMPDIR=str(long))
+    assert proc.returncode != 0
+    assert "set TMPDIR to a path of at most 75 bytes" in proc.stderr + json.dumps(doc or {})
 
 
 def test_without_torch_only_the_pyarrow_case_runs(tmp_path: Path) -> None:

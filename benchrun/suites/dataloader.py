@@ -90,6 +90,21 @@ def _consume(batches: Iterator[Any], to_numpy: bool) -> tuple[list[float], int, 
 
 
 BATCH_TIMEOUT_S = 60.0  # the longest wait for one batch from a DataLoader worker
+# A unix socket's path holds at most 107 bytes (Linux sun_path); DataLoader workers hand tensors
+# over one that multiprocessing makes under the temp directory (pymp-XXXXXXXX/listener-XXXXXXXX,
+# 33 bytes more). A longer TMPDIR makes every batch fail in the workers ("AF_UNIX path too long").
+SOCKET_PATH_MAX = 107
+SOCKET_SUFFIX = len("/pymp-xxxxxxxx/listener-xxxxxxxx")
+
+
+def check_socket_dir(workers: int) -> None:
+    """Refuse, before measuring, a temp directory whose path is too long for the workers' socket."""
+    tmp = tempfile.gettempdir()
+    if workers and len(tmp.encode()) + SOCKET_SUFFIX > SOCKET_PATH_MAX:
+        raise RuntimeError(
+            f"dataloader: the temp directory {tmp!r} is {len(tmp.encode())} bytes long; torch DataLoader workers "
+            f"pass tensors over a unix socket under it, whose path may hold {SOCKET_PATH_MAX} bytes: set TMPDIR "
+            f"to a path of at most {SOCKET_PATH_MAX - SOCKET_SUFFIX} bytes (or workers: 0)")
 
 
 def _torch_loader(paths: list[Path], batch_size: int, feature_dim: int, workers: int) -> Any:
@@ -145,6 +160,7 @@ def run(ctx: SuiteContext) -> None:
             import torch
 
             ctx.context["torch_version"] = torch.__version__
+            check_socket_dir(workers)
             loader = _torch_loader(paths, batch_size, feature_dim, workers)
             t0 = time.perf_counter()
             gaps, got_rows, nbytes, id_sum = _consume(iter(loader), to_numpy=True)
