@@ -193,3 +193,25 @@ def test_one_replica_leads_through_the_lease(harness) -> None:
     a.release()
     assert b.try_acquire() and not a.try_acquire()
     assert harness.get("leases", "benchrun-operator", NS)["spec"]["leaseTransitions"] == 1
+
+
+def test_a_replica_that_loses_the_lease_mid_pass_stops_acting(harness, instance, runs, canary_doc) -> None:
+    for i in range(3):
+        create(harness, doc(canary_doc, f"l{i}"))
+    mine = LeaseElector(harness.api_client(), NS, "benchrun-operator", "mine", duration_s=3)
+    op = Operator(api_of(harness), runs, Settings(namespace=NS, watch_timeout_s=1), elector=mine)
+    assert mine.try_acquire()
+    # Another replica takes the Lease (this one stalled past its duration), then this one renews mid-pass.
+    lease = harness.get("leases", "benchrun-operator", NS)
+    from kubernetes import client
+
+    coord = client.CoordinationV1Api(harness.api_client())
+    lease_obj = coord.read_namespaced_lease("benchrun-operator", NS)
+    lease_obj.spec.holder_identity = "other"
+    coord.replace_namespaced_lease("benchrun-operator", NS, lease_obj)
+    assert lease["spec"]["holderIdentity"] == "mine"
+    op._renewed -= 10  # a third of the duration has passed
+    with pytest.raises(Exception) as err:
+        op.relist()
+    assert type(err.value).__name__ == "LostLease"
+    assert instance.get_runs() == []  # nothing started after the Lease was lost

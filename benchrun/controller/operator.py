@@ -41,6 +41,10 @@ FINALIZER = "benchmarking.aisp.dev/run"
 Register = Callable[[bytes, str, dt.datetime], Any]
 
 
+class LostLease(Exception):
+    """Another replica holds the Lease now: stop acting at once."""
+
+
 class TokenBucket:
     """``rate`` tokens a second, at most ``burst`` saved up."""
 
@@ -113,6 +117,7 @@ class Operator:
         self.known: dict[str, tuple[ResourceRef, str]] = {}  # uid -> (ref, run_id) for status catch-up
         self.stats = Stats()
         self._last_catch_up = 0.0
+        self._renewed = time.monotonic()
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
@@ -122,7 +127,12 @@ class Operator:
                     self.version = None  # a new leader lists afresh
                     stop.wait(max(1.0, self.elector.duration_s / 3))
                     continue
-                self.step()
+                self._renewed = time.monotonic()
+                try:
+                    self.step()
+                except LostLease:
+                    log.warning("lost the Lease to another replica; stopped acting until it is free again")
+                    self.version = None
         finally:
             if self.elector is not None:
                 self.elector.release()
@@ -153,10 +163,20 @@ class Operator:
                 self.version = None
                 time.sleep(1.0)
 
+    def keep_lease(self) -> None:
+        """Renew the Lease when a third of its duration has passed (long passes included);
+        raise LostLease when another replica took it."""
+        if self.elector is None or time.monotonic() - self._renewed < self.elector.duration_s / 3:
+            return
+        if not self.elector.try_acquire():
+            raise LostLease()
+        self._renewed = time.monotonic()
+
     def relist(self) -> None:
         items, version = kube.list_all(self.api, self.settings.namespace, limit=self.settings.page_size)
         self.stats.relists += 1
         for obj in items:
+            self.keep_lease()
             self.reconcile(obj)
         self.version = version
 
@@ -169,6 +189,7 @@ class Operator:
         timeout = 1 if self.waiting else self.settings.watch_timeout_s
         for event in watch.Watch().stream(fn, *args, resource_version=self.version, timeout_seconds=timeout,
                                           allow_watch_bookmarks=True):
+            self.keep_lease()
             obj = event["object"]
             version = (obj.get("metadata") or {}).get("resourceVersion")
             if event["type"] == "DELETED":
@@ -182,6 +203,7 @@ class Operator:
 
     def retry_waiting(self) -> None:
         for uid in list(self.waiting):
+            self.keep_lease()
             obj = self.waiting.pop(uid)
             fresh = kube.get_benchmarkrun(self.api, ResourceRef.of(obj).namespace, ResourceRef.of(obj).name)
             if fresh is not None and str(fresh["metadata"].get("uid")) == uid:
