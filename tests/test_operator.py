@@ -215,3 +215,37 @@ def test_a_replica_that_loses_the_lease_mid_pass_stops_acting(harness, instance,
         op.relist()
     assert type(err.value).__name__ == "LostLease"
     assert instance.get_runs() == []  # nothing started after the Lease was lost
+
+
+@pytest.mark.slow
+def test_the_benchrun_operator_command_queues_a_run_and_stops_on_sigterm(harness, bench_home, canary_doc, tmp_path) -> None:
+    """`benchrun operator` as the Deployment runs it: $DAGSTER_HOME with a queued coordinator,
+    $KUBECONFIG, the Lease in the watched namespace; SIGTERM releases the Lease."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    dagster_home = tmp_path / "dh"
+    dagster_home.mkdir()
+    (dagster_home / "dagster.yaml").write_text(
+        "run_coordinator:\n  module: dagster._core.run_coordinator\n  class: QueuedRunCoordinator\n")
+    obj = create(harness, doc(canary_doc, "cli"))
+    env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "KUBECONFIG": str(harness.kubeconfig),
+           "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "benchrun.cli", "operator", "--namespace", NS,
+                             "--lease-namespace", NS], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        harness.wait_for(lambda: ((harness.get(KIND, "cli", NS) or {}).get("status") or {}).get("runId"),
+                         timeout=120, what="the operator's status write")
+    finally:
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    with dg.DagsterInstance.from_config(str(dagster_home)) as inst:
+        [run] = inst.get_runs(filters=dg.RunsFilter(tags={TAG_UID: obj["metadata"]["uid"]}))
+        assert run.status == dg.DagsterRunStatus.QUEUED
+    assert not harness.get("leases", "benchrun-operator", NS)["spec"].get("holderIdentity")  # released
