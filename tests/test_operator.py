@@ -249,3 +249,22 @@ def test_the_benchrun_operator_command_queues_a_run_and_stops_on_sigterm(harness
         [run] = inst.get_runs(filters=dg.RunsFilter(tags={TAG_UID: obj["metadata"]["uid"]}))
         assert run.status == dg.DagsterRunStatus.QUEUED
     assert not harness.get("leases", "benchrun-operator", NS)["spec"].get("holderIdentity")  # released
+
+
+def test_a_broken_watch_stream_is_watched_again_not_fatal(harness, instance, runs, canary_doc, monkeypatch) -> None:
+    import urllib3
+
+    op = operator(harness, runs)
+    op.relist()
+    version = op.version
+
+    def broken() -> None:
+        raise urllib3.exceptions.ProtocolError("Response ended prematurely")
+
+    monkeypatch.setattr(op, "watch_once", broken)
+    op.step()  # seen in benchmarks/controller_scale.py: the stream ended mid-chunk under load
+    assert op.version == version and not op.stats.errors
+    monkeypatch.undo()
+    create(harness, doc(canary_doc, "after"))
+    op.step()
+    assert (harness.get(KIND, "after", NS).get("status") or {}).get("runId")

@@ -133,19 +133,29 @@ class Operator:
                 except LostLease:
                     log.warning("lost the Lease to another replica; stopped acting until it is free again")
                     self.version = None
+                except Exception as exc:  # noqa: BLE001 - the operator outlives any one failure
+                    self.stats.errors.append(f"pass failed: {exc!r}")
+                    log.warning("operator pass failed (%r); listing again in a second", exc)
+                    self.version = None
+                    stop.wait(1.0)
         finally:
             if self.elector is not None:
                 self.elector.release()
 
     def step(self) -> None:
         """One pass: list if needed, retry what waits, watch for a few seconds, catch up."""
+        import urllib3
         from kubernetes.client.exceptions import ApiException
 
         try:
             if self.version is None:
                 self.relist()
             self.retry_waiting()
-            self.watch_once()
+            try:
+                self.watch_once()
+            except (urllib3.exceptions.ProtocolError, urllib3.exceptions.TimeoutError) as exc:
+                # The stream broke (server closed it, network): watch again from the last version.
+                log.info("watch stream ended (%s); watching again from %s", exc, self.version)
             if time.monotonic() - self._last_catch_up > self.settings.catch_up_s:
                 self.catch_up()
         except ApiException as exc:
