@@ -150,6 +150,9 @@ def main() -> None:
         stop.set()
         thread.join(30)
         watcher_stop.set()
+        seen = [first_seen[n] - created[n] for n in created if n in first_seen]
+        print(f"{len(seen)} of {args.objects} statuses after {elapsed:.1f} s; p99 {pct(seen, 99):.1f} s; "
+              f"{len(calls)} operator requests", flush=True)  # before the slow checks
 
         # checks
         objs = cluster.list(KIND, NS)
