@@ -39,6 +39,7 @@ COMMAND_MODULES = (
     "benchrun.launch.render",  # render
     "benchrun.preflight",  # preflight
     "benchrun.warmstart",  # serve
+    "benchrun.controller.commands",  # operator
 )
 
 

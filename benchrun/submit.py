@@ -222,12 +222,8 @@ def submit(
     return prepared
 
 
-def code_location() -> Any:
-    """The Dagster definitions that ``workspace.yaml`` names (what the UI, the daemon and the
-    code server load), imported by that name as Dagster imports them: the CLI runs the same job
-    the UI does, and benchrun, the layer below the Dagster shell, never imports the shell."""
-    import importlib
-
+def code_location_target() -> tuple[str, str]:
+    """(module, attribute) of the Dagster definitions that ``workspace.yaml`` names."""
     module, attribute = CODE_LOCATION
     if WORKSPACE.is_file():
         import yaml
@@ -238,6 +234,16 @@ def code_location() -> Any:
         except (yaml.YAMLError, KeyError, IndexError, TypeError) as exc:
             raise BenchrunError(f"{WORKSPACE}: no load_from[0].python_module.module_name ({exc!r}); "
                                 "restore the repository's workspace.yaml") from None
+    return module, attribute
+
+
+def code_location() -> Any:
+    """The Dagster definitions that ``workspace.yaml`` names (what the UI, the daemon and the
+    code server load), imported by that name as Dagster imports them: the CLI runs the same job
+    the UI does, and benchrun, the layer below the Dagster shell, never imports the shell."""
+    import importlib
+
+    module, attribute = code_location_target()
     return getattr(importlib.import_module(module), attribute)
 
 

@@ -1,4 +1,9 @@
-"""benchmarkrun_resource_sensor: applied BenchmarkRun resources become runs; their status is written back."""
+"""benchmarkrun_resource_sensor: applied BenchmarkRun resources become runs; their status is written back.
+
+The fallback for clusters without the BenchmarkRun operator (``benchrun operator``,
+deploy/kustomize/base/operator.yaml), which watches instead of listing, holds a finalizer and
+a Lease and writes status with resourceVersion preconditions; never switch both on.
+"""
 
 from __future__ import annotations
 
@@ -25,7 +30,8 @@ IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.Dag
     # Off until switched on (the Helm values switch it on with BENCHRUN_AUTOMATION_ON): on a
     # laptop there is no cluster to watch.
     default_status=default_status("benchmarkrun_resource_sensor", on=False),
-    description="Lists BenchmarkRun resources (BENCHRUN_CR_NAMESPACE, default all namespaces); "
+    description="Fallback for clusters without the BenchmarkRun operator (benchrun operator). "
+    "Lists BenchmarkRun resources (BENCHRUN_CR_NAMESPACE, default all namespaces); "
     "submits each new (uid, generation), rejects invalid ones in their status, cancels the run "
     "of a deleted one, and catches their status up with the runs.",
 )

@@ -26,7 +26,7 @@ VALUES = ROOT / "deploy/helm/values.yaml"
 DOCKERFILE = ROOT / "Dockerfile"
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 LANES = ["canary", "nightly", "pre-release", "publication"]
-CORE_GROUPS = {"v1", "rbac.authorization.k8s.io/v1", "apiextensions.k8s.io/v1", "batch/v1"}
+CORE_GROUPS = {"v1", "rbac.authorization.k8s.io/v1", "apiextensions.k8s.io/v1", "batch/v1", "apps/v1"}
 
 
 def pins() -> dict[str, str]:

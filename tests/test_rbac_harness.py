@@ -21,6 +21,7 @@ RUNS = "benchrun-runs"
 RUN_WORKER = (RUNS, "benchrun-run")  # Dagster run workers: the launcher, status writes
 DAGSTER = ("benchrun", "benchrun-dagster")  # the chart's daemon and webserver: K8sRunLauncher
 CODE_LOCATION = ("benchrun", "benchrun")  # the code location: the BenchmarkRun sensor
+OPERATOR = ("benchrun", "benchrun-operator")  # the BenchmarkRun operator (deploy/.../operator.yaml)
 CRD = ROOT / "deploy/kustomize/base/benchmarkrun-crd.yaml"
 CR = ("benchmarking.aisp.dev", "v1alpha1", "benchmarkruns")
 BASE = ROOT / "deploy/kustomize/base"
@@ -264,6 +265,55 @@ def test_a_missing_permission_fails_the_replicate_with_the_403(rbac_cluster, dep
     cluster.wait_for(lambda: not cluster.list("jobs", RUNS), what="the Job deleted")
     refused = [c for c in cluster.calls(sa_user(*RUN_WORKER)) if not Policy(docs).allows(c)]
     assert {(c.verb, c.resource, c.subresource) for c in refused} == {("get", "jobs", "status")}
+
+
+def test_the_operator_calls_are_all_granted(rbac_cluster, deploy_policy, bench_home, canary_doc):
+    """The operator's account: lead through the Lease (create, then get and update), list
+    BenchmarkRuns page by page in every namespace and watch them, add its finalizer (patch),
+    write the status, read one again after a rate-limited wait (get), and on deletion cancel the
+    queued run and remove the finalizer; every call allowed, every grant used."""
+    import dagster as dg
+    from kubernetes import client
+
+    from benchrun.controller.dagster_runs import DagsterRuns
+    from benchrun.controller.lease import LeaseElector
+    from benchrun.controller.operator import Operator, Settings
+
+    cluster, _home = rbac_cluster
+    first = a_benchmarkrun(cluster, canary_doc)
+    second = copy.deepcopy(first)
+    second["metadata"] = {"name": "second-cr", "namespace": "team-b"}
+    client.CustomObjectsApi(cluster.api_client()).create_namespaced_custom_object(*CR[:2], "team-b", CR[2], second)
+    api_client = cluster.api_client(OPERATOR)
+    queued = {"run_coordinator": {"module": "dagster._core.run_coordinator", "class": "QueuedRunCoordinator"}}
+    with dg.instance_for_test(overrides=queued) as instance:
+        elector = LeaseElector(api_client, "benchrun", "benchrun-operator", "replica-a", duration_s=5)
+        op = Operator(client.CustomObjectsApi(api_client), DagsterRuns(instance),
+                      Settings(namespace=None, page_size=1, watch_timeout_s=1, starts_per_s=0.001, start_burst=1),
+                      elector=elector)
+        assert elector.try_acquire() and elector.try_acquire()  # create, then get + update
+        op.step()  # list (two pages), one start, one waits; watch
+        op.bucket.tokens = 1.0
+        op.step()  # the waiting one is read again (get) and started
+        assert op.stats.started == 2, op.stats.errors
+        admin = client.CustomObjectsApi(cluster.api_client())
+        admin.delete_namespaced_custom_object(*CR[:2], "team-a", CR[2], "nightly-cr")
+        op.step()  # the watch sees the deletionTimestamp: cancel, remove the finalizer
+        assert cluster.get(CR_KIND, "nightly-cr", "team-a") is None
+        assert [r.status for r in instance.get_runs()].count(dg.DagsterRunStatus.CANCELED) == 1
+        op.run(_stopped())  # a clean stop releases the Lease
+        assert not op.stats.errors, op.stats.errors
+    assert_all_granted(cluster, deploy_policy, OPERATOR)
+    assert_all_used(cluster, "benchrun-operator", OPERATOR)
+    assert_all_used(cluster, "benchrun-operator-lease", OPERATOR)
+
+
+def _stopped():
+    import threading
+
+    stop = threading.Event()
+    stop.set()
+    return stop
 
 
 def test_policy_follows_kubernetes_rbac_rules() -> None:

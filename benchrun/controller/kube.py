@@ -63,3 +63,40 @@ def get_benchmarkrun(api: Any, namespace: str, name: str) -> dict[str, Any] | No
 def patch_status(api: Any, namespace: str, name: str, status: dict[str, Any]) -> None:
     """Merge-patch the ``status`` subresource (conditions are replaced as a whole list)."""
     api.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, {"status": status})
+
+
+def list_page(api: Any, namespace: str | None, *, limit: int, token: str | None) -> dict[str, Any]:
+    """One page of a paginated listing (``limit``/``continue``), as the API server returns it."""
+    kwargs: dict[str, Any] = {"limit": limit}
+    if token:
+        kwargs["_continue"] = token
+    if namespace:
+        return api.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, **kwargs)
+    return api.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kwargs)
+
+
+def list_all(api: Any, namespace: str | None, *, limit: int = 500) -> tuple[list[dict[str, Any]], str]:
+    """Every BenchmarkRun, read page by page; returns (items, the listing's resourceVersion)."""
+    items: list[dict[str, Any]] = []
+    token: str | None = None
+    version = ""
+    while True:
+        page = list_page(api, namespace, limit=limit, token=token)
+        meta = page.get("metadata") or {}
+        version = version or str(meta.get("resourceVersion") or "")
+        items += list(page.get("items") or [])
+        token = meta.get("continue")
+        if not token:
+            return items, version
+
+
+def patch_object(api: Any, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Merge-patch the object itself (metadata: finalizers); a ``metadata.resourceVersion`` in
+    ``body`` is a precondition (409 Conflict when the object moved on)."""
+    return api.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, body)
+
+
+def patch_status_if(api: Any, namespace: str, name: str, status: dict[str, Any], resource_version: str) -> dict[str, Any]:
+    """Merge-patch ``status`` only if the object is still at ``resource_version`` (else 409)."""
+    body = {"metadata": {"resourceVersion": resource_version}, "status": status}
+    return api.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, body)

@@ -123,19 +123,58 @@ def lags(current: dict[str, Any] | None, wanted: dict[str, Any]) -> bool:
     return any(current.get(k) != wanted.get(k) for k in COMPARED)
 
 
-def write(api: Any, ref: ResourceRef, status: dict[str, Any]) -> bool:
-    """Patch the status of exactly this generation of this object; False when it is gone or
-    has moved to a newer generation (that generation's own run writes it)."""
-    from benchrun.controller.kube import get_benchmarkrun, patch_status
+# Phases in the order a run moves through them; a status never goes back to an earlier one.
+PHASE_ORDER = {"Pending": 0, "Admitted": 1, "Running": 2, "Analyzing": 3,
+               "Succeeded": 4, "Failed": 4, "Rejected": 4, "Canceled": 4}
+CONFLICT_RETRIES = 8
 
-    obj = get_benchmarkrun(api, ref.namespace, ref.name)
-    if obj is None:
-        return False
-    current = ResourceRef.of(obj)
-    if current.uid != ref.uid or current.generation != ref.generation:
-        return False
-    patch_status(api, ref.namespace, ref.name, status)
-    return True
+
+def advances(current: dict[str, Any] | None, wanted: dict[str, Any]) -> bool:
+    """Whether writing ``wanted`` over ``current`` moves forward (or refreshes the same phase):
+    an older generation's status, an earlier phase or a different final phase never wins."""
+    current = current or {}
+    if not current.get("phase"):
+        return True
+    cur_gen, new_gen = int(current.get("observedGeneration") or 0), int(wanted.get("observedGeneration") or 0)
+    if new_gen != cur_gen:
+        return new_gen > cur_gen
+    cur, new = PHASE_ORDER.get(current["phase"], 0), PHASE_ORDER.get(wanted.get("phase") or "", 0)
+    if cur == 4 and current["phase"] != wanted.get("phase"):
+        return False  # a final phase is final
+    return new >= cur
+
+
+def write(api: Any, ref: ResourceRef, status: dict[str, Any], current: dict[str, Any] | None = None) -> bool:
+    """Patch the status of exactly this generation of this object, with the object's
+    ``resourceVersion`` as a precondition: on 409 (another writer got there first) read it
+    again and decide again. False when it is gone, has moved to a newer generation (that
+    generation's own run writes it), or already holds a later phase (never written back).
+
+    ``current`` is the object as the caller last read it (else it is read here)."""
+    from kubernetes.client.exceptions import ApiException
+
+    from benchrun.controller.kube import get_benchmarkrun, patch_status_if
+
+    obj = current if current is not None else get_benchmarkrun(api, ref.namespace, ref.name)
+    for _attempt in range(CONFLICT_RETRIES):
+        if obj is None:
+            return False
+        now = ResourceRef.of(obj)
+        if now.uid != ref.uid or now.generation != ref.generation:
+            return False
+        if not advances(obj.get("status"), status) or not lags(obj.get("status"), status):
+            return False
+        try:
+            patch_status_if(api, ref.namespace, ref.name, status, str(obj["metadata"]["resourceVersion"]))
+            return True
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            if exc.status != 409:
+                raise
+            log.info("%s/%s: status write conflicted (409); reading it again", ref.namespace, ref.name)
+        obj = get_benchmarkrun(api, ref.namespace, ref.name)
+    raise RuntimeError(f"{ref.namespace}/{ref.name}: status still conflicting after {CONFLICT_RETRIES} tries")
 
 
 def on_phase_change(st: dict[str, Any]) -> None:

@@ -62,9 +62,15 @@ that fits) unless required node affinity or pod anti-affinity forbids it; the Jo
 follows ``podFailurePolicy`` and ``podReplacementPolicy: Failed``; WorkloadPriorityClass
 objects are seeded from ``priority_classes``.
 
+API-server semantics (``apisemantics.py``): a PATCH/PUT with a stale ``metadata.resourceVersion``
+gets 409 Conflict; ``generation`` is bumped on a spec change; ``Cluster(throttle=Throttle(qps,
+burst))`` answers 429 with ``Retry-After`` above the rate; lists honour ``limit``/``continue``;
+a watch with ``resourceVersion`` replays what followed it, and one older than the kept window
+(``watch_window``, or after ``compact(kind)``) gets a 410 Gone ERROR event.
+
 Limits (kmock is an emulator, not an API server): no admission validation, merge
-patches only (no JSON patch), no field managers; watch resumes from "now", not from a
-resourceVersion.
+patches only (no JSON patch), no field managers; list pages are read from the live store,
+not from the first page's snapshot.
 """
 
 from typing import Any

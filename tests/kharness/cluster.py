@@ -85,6 +85,8 @@ class Cluster:
         crds: list[Path | dict[str, Any]] | None = None,
         rbac: Any = None,
         log_max_bytes: int = 10 * 1024 * 1024,
+        throttle: Any = None,
+        watch_window: int = 20000,
     ) -> None:
         self._log_max_bytes = log_max_bytes
         self.root = Path(root)
@@ -100,6 +102,8 @@ class Cluster:
         self._tick = tick
         self._crds = list(crds or [])
         self._rbac = rbac
+        self._throttle = throttle  # an apisemantics.Throttle: 429 above its rate
+        self._watch_window = watch_window  # events kept per resource for watch resume
         self.kubeconfig = self.root / "kubeconfig.yaml"
         self.url = ""
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -168,7 +172,8 @@ class Cluster:
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        async with HarnessEmulator() as api, kmock.Server(api) as server:
+        async with HarnessEmulator(throttle=self._throttle, watch_window=self._watch_window) as api, \
+                kmock.Server(api) as server:
             self.api = api
             api.policy = self._rbac
             for _short, (res, kind, namespaced, subs) in KINDS.items():
@@ -359,6 +364,23 @@ class Cluster:
             return await self.api.put_object(res, ns, copy.deepcopy(obj))
 
         return self.call(go)
+
+    def compact(self, kind: str) -> None:
+        """Forget the watch events of a kind, as etcd compaction does: a watch that resumes
+        from an earlier resourceVersion gets 410 Gone and must list again."""
+        res = _resource(kind)
+
+        async def go() -> None:
+            assert self.api is not None
+            async with self.api._lock:
+                self.api.events.compact(res)
+
+        self.call(go)
+
+    def throttle(self, throttle: Any) -> None:
+        """Answer 429 above ``throttle``'s rate (an ``apisemantics.Throttle``); None: never."""
+        assert self.api is not None
+        self.api.throttle = throttle
 
     def preempt(self, workload_or_owner: str, reason: str = "Preempted", message: str | None = None) -> None:
         """Evict an admitted Workload (by its name or its Job/JobSet's name) as Kueue does for

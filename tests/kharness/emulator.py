@@ -15,7 +15,12 @@ and streams watch events. What it leaves out, and a real API server does, is add
 - ``GET .../pods/NAME/log`` with ``container``, ``follow``, ``timestamps``, ``sinceSeconds``
   and ``tailLines``, served by a callback the kubelet provides;
 - a create hook (``on_create``) so the fixture can play admission webhooks (Kueue suspends
-  the Jobs it manages).
+  the Jobs it manages);
+- API-server concurrency semantics (``apisemantics.py``): 409 Conflict on a PATCH/PUT whose
+  ``metadata.resourceVersion`` precondition is stale, ``generation`` bumped on a spec change,
+  429 Too Many Requests above a configurable rate (``throttle``), paginated lists
+  (``limit``/``continue``), watches that resume from a ``resourceVersion`` and answer 410
+  Gone (an ERROR event) for one older than the retained event window.
 
 Controllers in the same event loop change objects through ``put_object``/``patch_object``/
 ``remove_object``, which emit the same watch events an HTTP write does.
@@ -139,9 +144,19 @@ class HarnessEmulator(kmock.KubernetesEmulator):
     calls: list[Any] = attrs.field(factory=list)
     policy: Any = attrs.field(default=None)
     _rv_counter: Any = attrs.field(factory=lambda: itertools.count(1), init=False)
+    # 429 above this rate (an ``apisemantics.Throttle``), None: never.
+    throttle: Any = attrs.field(default=None)
+    # Watch events kept per resource for resume by resourceVersion (older ones: 410 Gone).
+    watch_window: int = attrs.field(default=20000)
+    events: Any = attrs.field(default=None, init=False)
+    _precondition_lock: Any = attrs.field(factory=asyncio.Lock, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
+        from .apisemantics import EventLog, recording_buses
+
+        self.events = EventLog(self.watch_window)
+        self._buses = recording_buses(self)
         self["get", LOG_PATH] << self._serve_log
 
     # -- helpers shared by HTTP writes and in-loop controllers -------------------------------
@@ -246,12 +261,26 @@ class HarnessEmulator(kmock.KubernetesEmulator):
         if request.method == enums.method.POST and request.url.path.startswith("/apis/authorization.k8s.io/v1/") and \
                 request.url.path.endswith("accessreviews"):
             return await self._serve_access_review(request)
+        from . import apisemantics
+
         call = self._call_of(request)
         if call is not None:
             self.calls.append(call)
             if self.policy is not None and not self.policy.allows(call):
                 return await self._render_error(
                     kmock.KubernetesError(status=403, reason="Forbidden", message=call.forbidden_message()))
+            if self.throttle is not None and not self.throttle.admit(call.user):
+                return apisemantics.too_many_requests(self.throttle)
+        if request.resource is not None and request.subresource != "log" and request.name and \
+                request.method in (enums.method.PATCH, enums.method.PUT) and isinstance(request.data, dict):
+            async with self._precondition_lock:  # check and write as one step for precondition writers
+                refused = apisemantics.check_write(self, request)
+                if refused is not None:
+                    return await self._render_error(refused)
+                return await self._handle_checked(request)
+        return await self._handle_checked(request)
+
+    async def _handle_checked(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
         # The Python client sends booleans as "True"; kmock only treats watch=true as a watch.
         if request.method == enums.method.GET and str(request.params.get("watch", "")).lower() in ("true", "1"):
             fixed = attrs.evolve(request, action=enums.action.WATCH)
@@ -330,21 +359,30 @@ class HarnessEmulator(kmock.KubernetesEmulator):
         return aiohttp.web.json_response({"kind": "List", "apiVersion": "v1", "metadata": {}, "items": gone})
 
     async def _serve_list(self, request: rendering.Request) -> rendering.Payload:
+        from .apisemantics import paginate
+
         result = await super()._serve_list(request)
         params = dict(request.params)
         assert isinstance(result, dict)
         result["items"] = [obj for obj in result["items"] if selects(params, obj)]
         result["metadata"] = {"resourceVersion": self.next_rv()}
-        return result
+        return paginate(result, params)
 
     async def _serve_watch(self, request: rendering.Request) -> AsyncIterator[rendering.Payload]:
+        from .apisemantics import watch_from
+
         params = dict(request.params)
         timeout = float(params["timeoutSeconds"]) if params.get("timeoutSeconds") else None
-        stream = super()._serve_watch(request)
+        since = str(params.get("resourceVersion") or "")
+        if since and since != "0":
+            stream = watch_from(self, request, int(since))
+        else:
+            stream = super()._serve_watch(request)
         try:
             async with asyncio.timeout(timeout):
                 async for event in stream:
-                    if isinstance(event, dict) and not selects(params, event.get("object") or {}):
+                    if isinstance(event, dict) and event.get("type") != "ERROR" and \
+                            not selects(params, event.get("object") or {}):
                         continue
                     yield event
         except TimeoutError:

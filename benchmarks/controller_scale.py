@@ -1,0 +1,196 @@
+"""The BenchmarkRun operator at scale on the cluster harness: N resources created at once.
+
+What runs: the harness API server (tests/kharness, kmock over HTTP on loopback) with the
+BenchmarkRun CRD from deploy/; the operator (``benchrun.controller.operator.Operator``, the
+code ``benchrun operator`` runs) in a thread, as ServiceAccount benchrun/benchrun-operator,
+holding the Lease; a real Dagster instance (sqlite in a temporary DAGSTER_HOME) with a
+QueuedRunCoordinator. The operator validates and pins each document, creates its run
+directory, creates the Dagster run (job snapshot, execution plan, origins: what the sensor
+daemon does for a RunRequest; the instance's sqlite files in RAM, one event log database)
+and submits it: the run is QUEUED and **not executed** (no
+daemon runs here), so no run worker moves a status to Admitted or Running. What is timed is
+therefore create → the operator's status write (phase Pending, runId set, the Dagster run
+QUEUED): the part of "create → Admitted/Running" that is the operator's.
+
+Measured, after all N objects are created in one burst (in the API server's loop, no HTTP):
+- per object, create → first status with a runId seen by an independent watcher (p50/p90/p99/max);
+- the operator's API requests (recorded by the harness for its account) per second, by verb;
+- checks: every object has exactly one Dagster run (by uid) and a status with a runId;
+  no object's status ever went back to an earlier phase (every stored version, in order);
+  a second operator started afterwards (state lost, all events again) starts no run.
+
+Usage: .venv/bin/python benchmarks/controller_scale.py [--objects 1000] [--starts-per-second 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import copy
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import kmock
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+NS = "benchruns"
+KIND = "benchmarking.aisp.dev/v1alpha1/benchmarkruns"
+GEMM = {"name": "gemm", "repoCommand": "python -m benchrun.suites.gemm", "parameters": {"sizes": [32], "iterations": 2}}
+QUEUED = {"run_coordinator": {"module": "dagster._core.run_coordinator", "class": "QueuedRunCoordinator"}}
+# RAM-backed when the machine has it: the instance's sqlite commits then cost CPU, not disk
+# flushes (a deployment's instance is Postgres; this is the nearest one process can have).
+SCRATCH = "/dev/shm" if Path("/dev/shm").is_dir() else None
+
+
+def documents(n: int) -> list[dict]:
+    from helpers import tiny_layers
+
+    base = yaml.safe_load((ROOT / "specs/local/canary.yaml").read_text())
+    base["spec"]["layers"] = tiny_layers([GEMM])
+    out = []
+    for i in range(n):
+        doc = copy.deepcopy(base)
+        doc["metadata"] = {"name": f"scale-{i:04d}", "namespace": NS}
+        out.append(doc)
+    return out
+
+
+def pct(values: list[float], q: float) -> float:
+    import numpy as np
+
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--objects", type=int, default=1000)
+    parser.add_argument("--starts-per-second", type=float, default=200.0)
+    parser.add_argument("--start-burst", type=int, default=200)
+    parser.add_argument("--page-size", type=int, default=500)
+    parser.add_argument("--timeout", type=float, default=900.0)
+    args = parser.parse_args()
+
+    import dagster as dg
+    from kubernetes import client, watch
+
+    from benchrun.controller.dagster_runs import DagsterRuns
+    from benchrun.controller.lease import LeaseElector
+    from benchrun.controller.operator import Operator, Settings
+    from benchrun.controller.resources import TAG_UID
+    from benchrun.controller.status import PHASE_ORDER
+    from kharness.cluster import Cluster
+    from kharness.rbac import sa_user
+
+    tmp = Path(tempfile.mkdtemp(prefix="controller-scale-", dir=SCRATCH))
+    home = tmp / "home"
+    home.mkdir()
+    (tmp / "dagster_home").mkdir()
+    os.environ["BENCHRUN_HOME"] = str(home)
+    os.environ.pop("KUBERNETES_SERVICE_HOST", None)
+    cluster = Cluster(tmp / "cluster", namespace=NS, crds=[ROOT / "deploy/kustomize/base/benchmarkrun-crd.yaml"]).start()
+    account = ("benchrun", "benchrun-operator")
+    first_seen: dict[str, float] = {}
+    watcher_stop = threading.Event()
+
+    def watcher() -> None:  # an independent observer: when each status with a runId appears
+        api = client.CustomObjectsApi(cluster.api_client())
+        rv = api.list_namespaced_custom_object("benchmarking.aisp.dev", "v1alpha1", NS, "benchmarkruns")["metadata"][
+            "resourceVersion"]
+        while not watcher_stop.is_set():
+            for ev in watch.Watch().stream(api.list_namespaced_custom_object, "benchmarking.aisp.dev", "v1alpha1", NS,
+                                           "benchmarkruns", resource_version=rv, timeout_seconds=2):
+                obj = ev["object"]
+                rv = obj["metadata"]["resourceVersion"]
+                if (obj.get("status") or {}).get("runId") and obj["metadata"]["name"] not in first_seen:
+                    first_seen[obj["metadata"]["name"]] = time.time()
+
+    # One event log database for every run (as on Postgres), not a sqlite file per run.
+    storage = {"event_log_storage": {"module": "dagster._core.storage.event_log",
+                                     "class": "ConsolidatedSqliteEventLogStorage",
+                                     "config": {"base_dir": str(tmp / "dagster_home" / "events")}}}
+    with dg.instance_for_test(overrides={**QUEUED, **storage}, temp_dir=str(tmp / "dagster_home")) as instance:
+        api_client = cluster.api_client(account)
+        settings = Settings(namespace=NS, page_size=args.page_size, watch_timeout_s=2,
+                            starts_per_s=args.starts_per_second, start_burst=args.start_burst, home=home)
+        runs = DagsterRuns(instance)
+        runs._job()  # load the code location before the clock starts (an operator does it once at start)
+        op = Operator(client.CustomObjectsApi(api_client), runs, settings,
+                      elector=LeaseElector(api_client, NS, "benchrun-operator", "bench", duration_s=15))
+        stop = threading.Event()
+        thread = threading.Thread(target=op.run, args=(stop,), daemon=True)
+        thread.start()
+        cluster.wait_for(lambda: op.version is not None, what="the operator's first listing")
+        obs = threading.Thread(target=watcher, daemon=True)
+        obs.start()
+        time.sleep(1.0)
+        docs = documents(args.objects)
+        created: dict[str, float] = {}
+
+        async def burst() -> None:
+            for doc in docs:
+                await cluster.api.put_object(kmock.resource(KIND), NS, doc)
+                created[doc["metadata"]["name"]] = time.time()
+
+        calls_before = len(cluster.calls(sa_user(*account)))
+        t0 = time.time()
+        cluster.call(burst)
+        burst_s = time.time() - t0
+        deadline = time.monotonic() + args.timeout
+        while len(first_seen) < args.objects and time.monotonic() < deadline:
+            time.sleep(0.2)
+        t_done = time.time()
+        elapsed = t_done - t0
+        calls = cluster.calls(sa_user(*account))[calls_before:]
+        stop.set()
+        thread.join(30)
+        watcher_stop.set()
+        seen = [first_seen[n] - created[n] for n in created if n in first_seen]
+        print(f"{len(seen)} of {args.objects} statuses after {elapsed:.1f} s; p99 {pct(seen, 99):.1f} s; "
+              f"{len(calls)} operator requests", flush=True)  # before the slow checks
+
+        # checks
+        objs = cluster.list(KIND, NS)
+        missing_status = [o["metadata"]["name"] for o in objs if not (o.get("status") or {}).get("runId")]
+        per_uid = collections.Counter(r.tags.get(TAG_UID) for r in instance.get_runs())
+        wrong_count = [o["metadata"]["name"] for o in objs if per_uid.get(o["metadata"]["uid"]) != 1]
+        queued = sum(1 for r in instance.get_runs() if r.status == dg.DagsterRunStatus.QUEUED)
+        regressions = []
+        for o in objs:
+            ranks = [PHASE_ORDER[(v.get("status") or {})["phase"]] for v in cluster.history(KIND, o["metadata"]["name"], NS)
+                     if v and (v.get("status") or {}).get("phase")]
+            if ranks != sorted(ranks):
+                regressions.append(o["metadata"]["name"])
+        # a second operator, nothing remembered: every object again, no new run
+        before = len(instance.get_runs())
+        again = Operator(client.CustomObjectsApi(api_client), DagsterRuns(instance), settings)
+        again.relist()
+        after = len(instance.get_runs())
+
+    latencies = [first_seen[n] - created[n] for n in created if n in first_seen]
+    by_verb = collections.Counter(f"{c.verb} {c.resource}{'/' + c.subresource if c.subresource else ''}" for c in calls)
+    print(f"objects {args.objects}, created in {burst_s:.2f} s; all statuses written after {elapsed:.1f} s")
+    print(f"create -> status Pending with runId (Dagster run QUEUED): p50 {pct(latencies, 50):.1f} s, "
+          f"p90 {pct(latencies, 90):.1f} s, p99 {pct(latencies, 99):.1f} s, max {max(latencies):.1f} s")
+    print(f"operator API requests: {len(calls)} in {elapsed:.1f} s = {len(calls) / elapsed:.1f}/s; "
+          + ", ".join(f"{k} {v}" for k, v in sorted(by_verb.items())))
+    print(f"operator stats: {op.stats.started} started, {op.stats.reused} reused, {op.stats.status_writes} status "
+          f"writes, {op.stats.relists} list(s), {len(op.stats.errors)} errors {op.stats.errors[:3]}")
+    print(f"checks: {len(objs)} objects, {queued} Dagster runs QUEUED, without exactly one run: {len(wrong_count)}, "
+          f"without a status runId: {len(missing_status)}, phase regressions: {len(regressions)}, "
+          f"runs started by a restarted operator: {after - before}")
+    ok = not wrong_count and not missing_status and not regressions and after == before and len(latencies) == args.objects
+    cluster.stop()
+    import shutil
+
+    shutil.rmtree(tmp, ignore_errors=True)
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

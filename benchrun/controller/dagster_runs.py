@@ -1,0 +1,143 @@
+"""Dagster runs for BenchmarkRun objects, through the instance: found by the object's uid and
+generation, created queued for the daemon to launch, cancelled when the object is deleted.
+
+A run is created exactly as the Dagster sensor daemon creates one from a ``RunRequest``
+(``instance.create_run`` with the job's snapshot, execution plan and origins from the code
+location that ``workspace.yaml`` names, then ``instance.submit_run``), with the run key
+``cr:<namespace>/<name>:<uid>:<generation>`` and tags ``benchrun/cr-uid`` and
+``benchrun/cr-generation``. Before creating, the instance is asked for a run with those tags:
+a retried event, a relist or a second operator replica finds it and never mints another.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from typing import Any
+
+from benchrun.controller.resources import TAG_GENERATION, TAG_NAME, TAG_UID
+from benchrun.controller.status import ResourceRef
+from benchrun.errors import BenchrunError
+
+log = logging.getLogger(__name__)
+
+ENV_LOCATION = "BENCHRUN_CODE_LOCATION"
+RUN_KEY_TAG = "dagster/run_key"
+PARTITION_TAG = "dagster/partition"
+
+
+def location_name() -> str:
+    """The code location's name in the daemon's workspace, which launches the queued run:
+    ``$BENCHRUN_CODE_LOCATION`` (on Kubernetes the Helm chart's user deployment, ``benchrun``),
+    else what Dagster names workspace.yaml's entry (its module name)."""
+    from benchrun.submit import code_location_target
+
+    return os.environ.get(ENV_LOCATION, "").strip() or code_location_target()[0]
+
+
+class DagsterRuns:
+    """Find, start and cancel the Dagster runs of BenchmarkRun objects on one instance."""
+
+    def __init__(self, instance: Any, *, target: tuple[str, str] | None = None) -> None:
+        import dagster as dg
+
+        self.instance = instance
+        self._target = target
+        self._remote_job: Any = None
+        self._code_location: Any = None
+        self._lock = threading.Lock()  # create-if-absent is one step per process
+        self._in_flight = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED,
+                           dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
+        from dagster._core.run_coordinator import QueuedRunCoordinator
+
+        if not isinstance(instance.run_coordinator, QueuedRunCoordinator):
+            raise BenchrunError(
+                f"the Dagster instance's run coordinator is {type(instance.run_coordinator).__name__}: the operator "
+                "queues runs for the daemon, set run_coordinator to QueuedRunCoordinator in dagster.yaml "
+                "(the Helm chart's default)")
+
+    def _job(self) -> tuple[Any, Any]:
+        """The code location (loaded in this process once) and its benchmark job."""
+        if self._remote_job is None:
+            from dagster._core.remote_origin import InProcessCodeLocationOrigin
+            from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+
+            from benchrun.submit import JOB_NAME, code_location_target
+
+            module, attribute = self._target or code_location_target()
+            origin = InProcessCodeLocationOrigin(
+                LoadableTargetOrigin(executable_path=sys.executable, module_name=module, attribute=attribute),
+                location_name=location_name())
+            self._code_location = origin.create_location(self.instance)
+            for repo in self._code_location.get_repositories().values():
+                if repo.has_job(JOB_NAME):
+                    self._remote_job = repo.get_full_job(JOB_NAME)
+                    break
+            else:
+                raise BenchrunError(f"the code location {module}:{attribute} has no job {JOB_NAME}; "
+                                    "check workspace.yaml")
+        return self._code_location, self._remote_job
+
+    def find(self, ref: ResourceRef) -> Any | None:
+        """The Dagster run already made for this (uid, generation), if any."""
+        records = self.instance.get_run_records(
+            filters=_filter(tags={TAG_UID: ref.uid, TAG_GENERATION: str(ref.generation)}), limit=1)
+        return records[0].dagster_run if records else None
+
+    def start(self, ref: ResourceRef, run_id: str) -> tuple[Any, bool]:
+        """The run of ``ref`` (partition ``run_id``): the existing one, else a new queued one.
+        Returns (run, created)."""
+        from benchrun.submit import register_partition
+
+        with self._lock:
+            existing = self.find(ref)
+            if existing is not None:
+                return existing, False
+            location, job = self._job()
+            register_partition(self.instance, run_id)
+            tags = {**(job.run_tags or {}), "benchrun/trigger": "benchmarkrun-operator", TAG_UID: ref.uid,
+                    TAG_NAME: f"{ref.namespace}/{ref.name}"[:63], TAG_GENERATION: str(ref.generation),
+                    RUN_KEY_TAG: ref.run_key, PARTITION_TAG: run_id}
+            plan = location.get_execution_plan(job, {}, step_keys_to_execute=None, known_state=None,
+                                               instance=self.instance)
+            run = self.instance.create_run(
+                job_name=job.name, run_id=None, run_config={}, resolved_op_selection=job.resolved_op_selection,
+                step_keys_to_execute=None, status=_status("NOT_STARTED"), op_selection=None, root_run_id=None,
+                parent_run_id=None, tags=tags, job_snapshot=job.job_snapshot,
+                execution_plan_snapshot=plan.execution_plan_snapshot, parent_job_snapshot=job.parent_job_snapshot,
+                remote_job_origin=job.get_remote_origin(), job_code_origin=job.get_python_origin(),
+                asset_selection=None, asset_check_selection=None,
+                asset_graph=location.get_repository(job.repository_handle.repository_name).asset_graph)
+            # A queued coordinator only records the run as QUEUED: the daemon launches it.
+            run = self.instance.submit_run(run.run_id, None)  # type: ignore[arg-type]
+            return run, True
+
+    def cancel(self, ref: ResourceRef, reason: str) -> list[str]:
+        """Cancel every in-flight run of the object (any generation); returns their ids."""
+        import dagster as dg
+
+        out = []
+        for record in self.instance.get_run_records(filters=_filter(tags={TAG_UID: ref.uid}, statuses=self._in_flight)):
+            run = record.dagster_run
+            if run.status in (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED):
+                # Never launched: nothing to terminate, the run is cancelled where it waits.
+                self.instance.report_run_canceling(run, message=reason)
+                self.instance.report_run_canceled(run, message=reason)
+            else:
+                self.instance.run_coordinator.cancel_run(run.run_id)
+            out.append(run.run_id)
+        return out
+
+
+def _filter(**kwargs: Any) -> Any:
+    import dagster as dg
+
+    return dg.RunsFilter(**kwargs)
+
+
+def _status(name: str) -> Any:
+    import dagster as dg
+
+    return getattr(dg.DagsterRunStatus, name)

@@ -1,0 +1,93 @@
+"""Leader election on a ``coordination.k8s.io/v1`` Lease, as client-go's leaderelection does:
+one operator replica holds the Lease and renews it; the others wait until it expires.
+
+Every write carries the Lease's ``resourceVersion`` (a PUT of the object as read), so of two
+replicas that saw the same expired Lease only one takes it: the other gets 409 Conflict.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+class LeaseElector:
+    """Try to hold Lease ``namespace/name`` as ``identity`` for ``duration_s`` at a time."""
+
+    def __init__(self, api_client: Any, namespace: str, name: str, identity: str, duration_s: int = 15) -> None:
+        from kubernetes import client
+
+        self.api = client.CoordinationV1Api(api_client)
+        self.namespace, self.name, self.identity, self.duration_s = namespace, name, identity, duration_s
+        self.leader = False
+
+    def try_acquire(self) -> bool:
+        """Take or renew the Lease; True while this replica leads."""
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        now = _now()
+        try:
+            lease = self.api.read_namespaced_lease(self.name, self.namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            body = client.V1Lease(metadata=client.V1ObjectMeta(name=self.name, namespace=self.namespace),
+                                  spec=client.V1LeaseSpec(holder_identity=self.identity, acquire_time=now, renew_time=now,
+                                                          lease_duration_seconds=self.duration_s, lease_transitions=0))
+            try:
+                self.api.create_namespaced_lease(self.namespace, body)
+            except ApiException as exc2:
+                if exc2.status != 409:
+                    raise
+                return self._set(False)  # another replica created it first
+            return self._set(True)
+        spec = lease.spec or client.V1LeaseSpec()
+        renewed = spec.renew_time
+        if isinstance(renewed, str):
+            renewed = dt.datetime.fromisoformat(renewed.replace("Z", "+00:00"))
+        duration = spec.lease_duration_seconds or self.duration_s
+        held_by_other = spec.holder_identity not in (None, "", self.identity)
+        if held_by_other and renewed is not None and (now - renewed).total_seconds() < duration:
+            return self._set(False)
+        if spec.holder_identity != self.identity:
+            spec.acquire_time = now
+            spec.lease_transitions = (spec.lease_transitions or 0) + 1
+        spec.holder_identity, spec.renew_time, spec.lease_duration_seconds = self.identity, now, self.duration_s
+        lease.spec = spec
+        try:
+            self.api.replace_namespaced_lease(self.name, self.namespace, lease)  # carries resourceVersion
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            return self._set(False)
+        return self._set(True)
+
+    def release(self) -> None:
+        """Give the Lease up (on a clean shutdown) so another replica takes over at once."""
+        from kubernetes.client.exceptions import ApiException
+
+        if not self.leader:
+            return
+        try:
+            lease = self.api.read_namespaced_lease(self.name, self.namespace)
+            if lease.spec and lease.spec.holder_identity == self.identity:
+                lease.spec.holder_identity = None
+                lease.spec.renew_time = None
+                self.api.replace_namespaced_lease(self.name, self.namespace, lease)
+        except ApiException as exc:
+            log.warning("could not release Lease %s/%s: %s", self.namespace, self.name, exc.status)
+        self.leader = False
+
+    def _set(self, leader: bool) -> bool:
+        if leader != self.leader:
+            log.info("Lease %s/%s: %s", self.namespace, self.name, "leading" if leader else "not leading")
+        self.leader = leader
+        return leader

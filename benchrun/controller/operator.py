@@ -1,0 +1,350 @@
+"""The BenchmarkRun operator: watches the resources and starts, cancels and reports their runs.
+
+One loop, in the replica that holds the Lease (``lease.LeaseElector``):
+
+1. **List** every BenchmarkRun page by page (``limit``/``continue``), reconcile each, and
+   remember the listing's ``resourceVersion``.
+2. **Watch** from that version (``timeoutSeconds`` a few seconds, so the Lease is renewed
+   between watches); each event is reconciled and moves the version on. A watch answered
+   410 Gone (the version was compacted) lists again: nothing between is missed.
+3. **Reconcile** one object: a new object gets the finalizer ``benchmarking.aisp.dev/run``;
+   a new generation is validated, pinned and started as one Dagster run keyed by its uid and
+   generation (``dagster_runs.DagsterRuns``: a retried event finds that run and starts no
+   other), at most ``starts_per_s`` a second (a token bucket; the rest wait their turn), and
+   its status is written Pending; an invalid one is written Rejected. A deleted object (its
+   ``deletionTimestamp`` set, held by the finalizer) has its runs cancelled and then the
+   finalizer removed, so a deletion is never missed even while the operator was away.
+4. **Catch up** the status of the objects it started whose run's status.json moved on.
+
+Every write carries a ``resourceVersion`` precondition and is retried on 409 after reading
+the object again (``status.write``); a status is never written back to an earlier phase.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchrun.controller import kube
+from benchrun.controller.status import ResourceRef, rejected_status, status_from_run, write
+from benchrun.errors import BenchrunError
+
+log = logging.getLogger(__name__)
+
+FINALIZER = "benchmarking.aisp.dev/run"
+Register = Callable[[bytes, str, dt.datetime], Any]
+
+
+class LostLease(Exception):
+    """Another replica holds the Lease now: stop acting at once."""
+
+
+class TokenBucket:
+    """``rate`` tokens a second, at most ``burst`` saved up."""
+
+    def __init__(self, rate: float, burst: int) -> None:
+        if rate <= 0 or burst < 1:
+            raise BenchrunError(f"start rate {rate}/s burst {burst}: both must be positive "
+                                "(--starts-per-second, --start-burst)")
+        self.rate, self.burst = float(rate), int(burst)
+        self.tokens, self.stamp = float(burst), time.monotonic()
+
+    def take(self) -> bool:
+        now = time.monotonic()
+        self.tokens = min(float(self.burst), self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+    def wait_s(self) -> float:
+        return max(0.0, (1.0 - self.tokens) / self.rate)
+
+
+@dataclass
+class Stats:
+    """What the operator did, for logs and the scale benchmark."""
+
+    started: int = 0
+    reused: int = 0
+    rejected: int = 0
+    cancelled: int = 0
+    status_writes: int = 0
+    relists: int = 0
+    gone: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Settings:
+    namespace: str | None = None  # None: every namespace
+    page_size: int = 500
+    watch_timeout_s: int = 5
+    starts_per_s: float = 20.0
+    start_burst: int = 50
+    catch_up_s: float = 10.0  # how often the status of started runs is compared with status.json
+    home: Path | None = None
+
+
+def _created(obj: dict[str, Any]) -> dt.datetime:
+    """The object's creation time: the run id's clock, so a retried event pins the same run."""
+    text = str((obj.get("metadata") or {}).get("creationTimestamp") or "")
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(dt.timezone.utc)
+    except ValueError:
+        return dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+
+
+class Operator:
+    """Reconciles BenchmarkRuns against Dagster; ``run(stop)`` is the whole loop."""
+
+    def __init__(self, api: Any, runs: Any, settings: Settings, *, elector: Any = None,
+                 register: Register | None = None) -> None:
+        from benchrun.automation.ticks import prepare_register
+
+        self.api, self.runs, self.settings, self.elector = api, runs, settings, elector
+        self.register = register or prepare_register(settings.home)
+        self.bucket = TokenBucket(settings.starts_per_s, settings.start_burst)
+        self.version: str | None = None
+        self.waiting: dict[str, dict[str, Any]] = {}  # uid -> object: rate-limited or failed, tried again
+        self.known: dict[str, tuple[ResourceRef, str]] = {}  # uid -> (ref, run_id) for status catch-up
+        self.stats = Stats()
+        self._last_catch_up = 0.0
+        self._renewed = time.monotonic()
+
+    # -- the loop ------------------------------------------------------------------------------
+    def run(self, stop: threading.Event) -> None:
+        try:
+            while not stop.is_set():
+                if self.elector is not None and not self.elector.try_acquire():
+                    self.version = None  # a new leader lists afresh
+                    stop.wait(max(1.0, self.elector.duration_s / 3))
+                    continue
+                self._renewed = time.monotonic()
+                try:
+                    self.step()
+                except LostLease:
+                    log.warning("lost the Lease to another replica; stopped acting until it is free again")
+                    self.version = None
+                except Exception as exc:  # noqa: BLE001 - the operator outlives any one failure
+                    self.stats.errors.append(f"pass failed: {exc!r}")
+                    log.warning("operator pass failed (%r); listing again in a second", exc)
+                    self.version = None
+                    stop.wait(1.0)
+        finally:
+            if self.elector is not None:
+                self.elector.release()
+
+    def step(self) -> None:
+        """One pass: list if needed, retry what waits, watch for a few seconds, catch up."""
+        import urllib3
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            if self.version is None:
+                self.relist()
+            self.retry_waiting()
+            try:
+                self.watch_once()
+            except (urllib3.exceptions.ProtocolError, urllib3.exceptions.TimeoutError) as exc:
+                # The stream broke (server closed it, network): watch again from the last version.
+                log.info("watch stream ended (%s); watching again from %s", exc, self.version)
+            if time.monotonic() - self._last_catch_up > self.settings.catch_up_s:
+                self.catch_up()
+        except ApiException as exc:
+            if exc.status == 410:
+                self.stats.gone += 1
+                log.info("watch from resourceVersion %s: 410 Gone; listing again", self.version)
+                self.version = None
+            elif exc.status == 429:
+                retry = float((exc.headers or {}).get("Retry-After") or 1)
+                log.info("API server throttled the operator (429); waiting %.0f s", retry)
+                time.sleep(retry)
+            else:
+                self.stats.errors.append(f"API {exc.status}: {exc.reason}")
+                log.warning("API error %s %s; listing again", exc.status, exc.reason)
+                self.version = None
+                time.sleep(1.0)
+
+    def keep_lease(self) -> None:
+        """Renew the Lease when a third of its duration has passed (long passes included);
+        raise LostLease when another replica took it."""
+        if self.elector is None or time.monotonic() - self._renewed < self.elector.duration_s / 3:
+            return
+        if not self.elector.try_acquire():
+            raise LostLease()
+        self._renewed = time.monotonic()
+
+    def relist(self) -> None:
+        items, version = kube.list_all(self.api, self.settings.namespace, limit=self.settings.page_size)
+        self.stats.relists += 1
+        for obj in items:
+            self.keep_lease()
+            self.reconcile(obj)
+        self.version = version
+
+    def watch_once(self) -> None:
+        from kubernetes import watch
+
+        fn = self.api.list_namespaced_custom_object if self.settings.namespace else self.api.list_cluster_custom_object
+        args = (kube.GROUP, kube.VERSION, self.settings.namespace, kube.PLURAL) if self.settings.namespace else (
+            kube.GROUP, kube.VERSION, kube.PLURAL)
+        timeout = 1 if self.waiting else self.settings.watch_timeout_s
+        for event in watch.Watch().stream(fn, *args, resource_version=self.version, timeout_seconds=timeout,
+                                          allow_watch_bookmarks=True):
+            self.keep_lease()
+            obj = event["object"]
+            version = (obj.get("metadata") or {}).get("resourceVersion")
+            if event["type"] == "DELETED":
+                uid = str((obj.get("metadata") or {}).get("uid"))
+                self.known.pop(uid, None)
+                self.waiting.pop(uid, None)
+            elif event["type"] in ("ADDED", "MODIFIED"):
+                self.reconcile(obj)
+            if version:
+                self.version = str(version)
+
+    def retry_waiting(self) -> None:
+        for uid in list(self.waiting):
+            self.keep_lease()
+            obj = self.waiting.pop(uid)
+            fresh = kube.get_benchmarkrun(self.api, ResourceRef.of(obj).namespace, ResourceRef.of(obj).name)
+            if fresh is not None and str(fresh["metadata"].get("uid")) == uid:
+                self.reconcile(fresh)
+
+    # -- one object ----------------------------------------------------------------------------
+    def reconcile(self, obj: dict[str, Any]) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        ref = ResourceRef.of(obj)
+        try:
+            if (obj.get("metadata") or {}).get("deletionTimestamp"):
+                self._finalize(obj, ref)
+                return
+            obj = self._ensure_finalizer(obj, ref)
+            if obj is None:
+                return
+            self._reconcile_generation(obj, ref)
+        except ApiException as exc:
+            if exc.status in (410, 429):
+                self.waiting[ref.uid] = obj
+                raise
+            self._failed(obj, ref, f"API {exc.status} {exc.reason}")
+        except Exception as exc:  # noqa: BLE001 - one object's failure must not stop the others
+            self._failed(obj, ref, repr(exc))
+
+    def _failed(self, obj: dict[str, Any], ref: ResourceRef, why: str) -> None:
+        self.stats.errors.append(f"{ref.namespace}/{ref.name}: {why}")
+        log.warning("%s/%s: %s; tried again on the next pass", ref.namespace, ref.name, why)
+        self.waiting[ref.uid] = obj
+
+    def _ensure_finalizer(self, obj: dict[str, Any], ref: ResourceRef) -> dict[str, Any] | None:
+        finalizers = list((obj.get("metadata") or {}).get("finalizers") or [])
+        if FINALIZER in finalizers:
+            return obj
+        return self._patch_meta(obj, ref, finalizers + [FINALIZER])
+
+    def _patch_meta(self, obj: dict[str, Any] | None, ref: ResourceRef, finalizers: list[str]) -> dict[str, Any] | None:
+        """Set the finalizers with a resourceVersion precondition; on 409 read and decide again."""
+        from kubernetes.client.exceptions import ApiException
+
+        for _attempt in range(8):
+            if obj is None or str(obj["metadata"].get("uid")) != ref.uid:
+                return None
+            body = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"], "finalizers": finalizers}}
+            try:
+                return kube.patch_object(self.api, ref.namespace, ref.name, body)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return None
+                if exc.status != 409:
+                    raise
+            obj = kube.get_benchmarkrun(self.api, ref.namespace, ref.name)
+            if obj is not None:
+                current = list(obj["metadata"].get("finalizers") or [])
+                finalizers = current + [FINALIZER] if FINALIZER in finalizers and FINALIZER not in current else \
+                    [f for f in current if f != FINALIZER or FINALIZER in finalizers]
+        raise RuntimeError(f"{ref.namespace}/{ref.name}: finalizer write still conflicting")
+
+    def _finalize(self, obj: dict[str, Any], ref: ResourceRef) -> None:
+        from benchrun.rundir import RunDir, mark_run_canceled
+
+        finalizers = list(obj["metadata"].get("finalizers") or [])
+        if FINALIZER not in finalizers:
+            return
+        reason = f"BenchmarkRun {ref.namespace}/{ref.name} was deleted"
+        cancelled = self.runs.cancel(ref, reason)
+        self.stats.cancelled += len(cancelled)
+        run_id = ((obj.get("status") or {}).get("runId")) or (self.known.get(ref.uid) or (None, None))[1]
+        if run_id:
+            try:
+                if RunDir.for_run(run_id, self.settings.home).exists():
+                    mark_run_canceled(self.settings.home, run_id, reason)
+            except BenchrunError as exc:
+                log.warning("run %s: %s", run_id, exc)
+        log.info("%s: cancelled Dagster run(s) %s", reason, ", ".join(cancelled) or "(none in flight)")
+        self._patch_meta(obj, ref, [f for f in finalizers if f != FINALIZER])
+        self.known.pop(ref.uid, None)
+
+    def _reconcile_generation(self, obj: dict[str, Any], ref: ResourceRef) -> None:
+        from benchrun.automation.discovery import format_spec_errors
+        from benchrun.controller.resources import _register_once
+        from benchrun.rundir import RunDir
+
+        status = obj.get("status") or {}
+        existing = self.runs.find(ref)
+        if existing is not None:
+            run_id = existing.tags.get("dagster/partition")
+            self.known[ref.uid] = (ref, run_id)
+            if status.get("observedGeneration") != ref.generation or not status.get("phase"):
+                self.stats.reused += 1
+                self._write_from_run(obj, ref, run_id)
+            return
+        if status.get("observedGeneration") == ref.generation and status.get("phase") == "Rejected":
+            return
+        if not self.bucket.take():
+            self.waiting[ref.uid] = obj
+            return
+        try:
+            prepared = _register_once(self.register, obj, ref, _created(obj), self.settings.home)
+        except BenchrunError as exc:
+            now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            if write(self.api, ref, rejected_status(ref, list(format_spec_errors(exc)), now), current=obj):
+                self.stats.status_writes += 1
+            self.stats.rejected += 1
+            return
+        RunDir.for_run(prepared.run_id, self.settings.home).update_status(resource=ref.to_json())
+        _run, created = self.runs.start(ref, prepared.run_id)
+        self.stats.started += int(created)
+        self.stats.reused += int(not created)
+        self.known[ref.uid] = (ref, prepared.run_id)
+        self._write_from_run(obj, ref, prepared.run_id)
+
+    def _write_from_run(self, obj: dict[str, Any] | None, ref: ResourceRef, run_id: str | None) -> None:
+        from benchrun.rundir import RunDir
+
+        if not run_id:
+            return
+        st = RunDir.for_run(run_id, self.settings.home).read_status()
+        if write(self.api, ref, status_from_run(st, ref), current=obj):
+            self.stats.status_writes += 1
+
+    def catch_up(self) -> None:
+        """Write the status of started runs whose status.json moved on (a missed write)."""
+        from benchrun.paths import benchrun_home
+        from benchrun.sharedstate import pull_run
+
+        self._last_catch_up = time.monotonic()
+        for uid, (ref, run_id) in list(self.known.items()):
+            try:
+                pull_run(run_id, benchrun_home(self.settings.home), status_only=True)
+                self._write_from_run(None, ref, run_id)
+            except BenchrunError as exc:
+                log.info("%s/%s: run %s: %s", ref.namespace, ref.name, run_id, exc)

@@ -1,0 +1,270 @@
+"""The BenchmarkRun operator on the cluster harness, with a real Dagster instance (runs queued
+for the daemon, not executed): one run per (uid, generation) however often an event comes,
+status written with resourceVersion preconditions and never back to an earlier phase, the
+finalizer cancels the run of a deleted object, a watch that gets 410 Gone lists again, the
+start rate is capped, one replica leads through a Lease."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pytest
+
+from benchrun.controller import status as status_mod
+from benchrun.controller.dagster_runs import DagsterRuns
+from benchrun.controller.lease import LeaseElector
+from benchrun.controller.operator import FINALIZER, Operator, Settings
+from benchrun.controller.resources import TAG_UID
+from benchrun.controller.status import ResourceRef
+from helpers import tiny_layers
+
+NS = "benchruns"
+ROOT = Path(__file__).resolve().parents[1]
+CRD = ROOT / "deploy/kustomize/base/benchmarkrun-crd.yaml"
+KIND = "benchmarking.aisp.dev/v1alpha1/benchmarkruns"
+CR = ("benchmarking.aisp.dev", "v1alpha1")
+GEMM = {"name": "gemm", "repoCommand": "python -m benchrun.suites.gemm", "parameters": {"sizes": [32], "iterations": 2}}
+QUEUED = {"run_coordinator": {"module": "dagster._core.run_coordinator", "class": "QueuedRunCoordinator"}}
+
+
+@pytest.fixture
+def harness(kcluster_factory: Any, bench_home: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    return kcluster_factory(namespace=NS, crds=[CRD])
+
+
+@pytest.fixture
+def instance(bench_home: Path) -> Iterator[dg.DagsterInstance]:
+    with dg.instance_for_test(overrides=QUEUED) as inst:
+        yield inst
+
+
+@pytest.fixture(scope="module")
+def location_cache() -> dict[str, Any]:
+    return {}
+
+
+@pytest.fixture
+def runs(instance: dg.DagsterInstance) -> DagsterRuns:
+    return DagsterRuns(instance)
+
+
+def api_of(harness: Any) -> Any:
+    from kubernetes import client
+
+    return client.CustomObjectsApi(harness.api_client())
+
+
+def operator(harness: Any, runs: DagsterRuns, **settings: Any) -> Operator:
+    return Operator(api_of(harness), runs, Settings(namespace=NS, page_size=2, watch_timeout_s=1, **settings))
+
+
+def doc(canary_doc: dict[str, Any], name: str) -> dict[str, Any]:
+    out = copy.deepcopy(canary_doc)
+    out["metadata"] = {"name": name, "namespace": NS}
+    out["spec"]["layers"] = tiny_layers([GEMM])
+    return out
+
+
+def create(harness: Any, body: dict[str, Any]) -> dict[str, Any]:
+    return api_of(harness).create_namespaced_custom_object(*CR, NS, "benchmarkruns", body)
+
+
+def runs_of(instance: dg.DagsterInstance, uid: str) -> list[dg.DagsterRun]:
+    return list(instance.get_runs(filters=dg.RunsFilter(tags={TAG_UID: uid})))
+
+
+def phases(harness: Any, name: str) -> list[str]:
+    out: list[str] = []
+    for version in harness.history(KIND, name, NS):
+        phase = ((version or {}).get("status") or {}).get("phase")
+        if phase and (not out or out[-1] != phase):
+            out.append(phase)
+    return out
+
+
+def test_one_queued_run_per_generation_however_often_the_event_comes(harness, instance, runs, canary_doc) -> None:
+    obj = create(harness, doc(canary_doc, "a"))
+    uid = obj["metadata"]["uid"]
+    op = operator(harness, runs)
+    op.relist()
+    [run] = runs_of(instance, uid)
+    assert run.status == dg.DagsterRunStatus.QUEUED
+    assert run.tags["dagster/run_key"] == f"cr:{NS}/a:{uid}:1"
+    live = harness.get(KIND, "a", NS)
+    assert live["metadata"]["finalizers"] == [FINALIZER]
+    assert live["status"]["phase"] == "Pending" and live["status"]["runId"] == run.tags["dagster/partition"]
+    # The same event again, the stale copy from before the operator's writes, and a restarted
+    # operator that remembers nothing: still the one run.
+    op.reconcile(obj)
+    op.reconcile(live)
+    operator(harness, DagsterRuns(instance)).relist()
+    assert [r.run_id for r in runs_of(instance, uid)] == [run.run_id]
+    # A new generation is a new run.
+    api_of(harness).patch_namespaced_custom_object(*CR, NS, "benchmarkruns", "a",
+                                                   {"spec": {"trials": {**canary_doc["spec"]["trials"], "minReplicates": 4}}})
+    op.step()
+    assert len(runs_of(instance, uid)) == 2
+    assert harness.get(KIND, "a", NS)["status"]["observedGeneration"] == 2
+
+
+def test_two_status_writers_never_move_a_phase_back(harness, instance, runs, canary_doc) -> None:
+    obj = create(harness, doc(canary_doc, "w"))
+    ref = ResourceRef.of(obj)
+    api = api_of(harness)
+    base = {"observedGeneration": 1, "runId": "w-1", "conditions": []}
+    assert status_mod.write(api, ref, {**base, "phase": "Pending"})
+    stale = harness.get(KIND, "w", NS)  # both writers read this version
+    assert status_mod.write(api, ref, {**base, "phase": "Running"}, current=stale)  # the run worker
+    # The second writer's precondition is stale: 409, it reads again, sees Running and writes nothing.
+    assert not status_mod.write(api, ref, {**base, "phase": "Pending"}, current=stale)
+    assert phases(harness, "w") == ["Pending", "Running"]
+    assert status_mod.write(api, ref, {**base, "phase": "Succeeded"}, current=stale)
+    assert not status_mod.write(api, ref, {**base, "phase": "Failed"})  # a final phase is final
+    assert phases(harness, "w") == ["Pending", "Running", "Succeeded"]
+
+
+def test_deleting_a_benchmarkrun_cancels_its_run_through_the_finalizer(harness, instance, runs, canary_doc) -> None:
+    obj = create(harness, doc(canary_doc, "d"))
+    uid = obj["metadata"]["uid"]
+    operator(harness, runs).relist()
+    [run] = runs_of(instance, uid)
+    # Deleted while no operator runs: the finalizer holds the object until one cancels the run.
+    api_of(harness).delete_namespaced_custom_object(*CR, NS, "benchmarkruns", "d")
+    held = harness.get(KIND, "d", NS)
+    assert held is not None and held["metadata"].get("deletionTimestamp")
+    assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.QUEUED
+    op = operator(harness, DagsterRuns(instance))
+    op.relist()
+    assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.CANCELED
+    assert harness.get(KIND, "d", NS) is None and op.stats.cancelled == 1
+
+
+def test_a_watch_that_gets_410_gone_lists_again(harness, instance, runs, canary_doc) -> None:
+    create(harness, doc(canary_doc, "first"))
+    op = operator(harness, runs)
+    op.relist()
+    later = create(harness, doc(canary_doc, "later"))  # while the operator is between watches
+    harness.compact(KIND)  # ...and its resourceVersion is compacted away
+    op.step()
+    assert op.stats.gone == 1 and op.version is None
+    op.step()
+    assert op.stats.relists == 2
+    assert len(runs_of(instance, later["metadata"]["uid"])) == 1
+    assert harness.get(KIND, "later", NS)["status"]["phase"] == "Pending"
+
+
+def test_starts_are_rate_limited_and_the_rest_wait_their_turn(harness, instance, runs, canary_doc) -> None:
+    for i in range(4):
+        create(harness, doc(canary_doc, f"r{i}"))
+    op = operator(harness, runs, starts_per_s=0.001, start_burst=2)
+    op.relist()
+    assert op.stats.started == 2 and len(op.waiting) == 2
+    op.bucket.tokens = 2.0  # time passes
+    op.retry_waiting()
+    assert op.stats.started == 4 and not op.waiting
+    assert len(instance.get_runs()) == 4
+
+
+def test_an_invalid_benchmarkrun_is_rejected_without_a_run(harness, instance, runs, canary_doc) -> None:
+    bad = doc(canary_doc, "bad")
+    bad["spec"]["trials"]["minReplicates"] = 1
+    obj = create(harness, bad)
+    op = operator(harness, runs)
+    op.relist()
+    st = harness.get(KIND, "bad", NS)["status"]
+    assert st["phase"] == "Rejected" and "minReplicates" in st["conditions"][0]["message"]
+    assert runs_of(instance, obj["metadata"]["uid"]) == []
+    op.relist()
+    assert len(harness.history(KIND, "bad", NS)) == 3  # created, finalizer, Rejected: nothing more
+
+
+def test_one_replica_leads_through_the_lease(harness) -> None:
+    a = LeaseElector(harness.api_client(), NS, "benchrun-operator", "a", duration_s=3)
+    b = LeaseElector(harness.api_client(), NS, "benchrun-operator", "b", duration_s=3)
+    assert a.try_acquire() and not b.try_acquire()
+    assert a.try_acquire()  # renewal
+    lease = harness.get("leases", "benchrun-operator", NS)
+    assert lease["spec"]["holderIdentity"] == "a"
+    a.release()
+    assert b.try_acquire() and not a.try_acquire()
+    assert harness.get("leases", "benchrun-operator", NS)["spec"]["leaseTransitions"] == 1
+
+
+def test_a_replica_that_loses_the_lease_mid_pass_stops_acting(harness, instance, runs, canary_doc) -> None:
+    for i in range(3):
+        create(harness, doc(canary_doc, f"l{i}"))
+    mine = LeaseElector(harness.api_client(), NS, "benchrun-operator", "mine", duration_s=3)
+    op = Operator(api_of(harness), runs, Settings(namespace=NS, watch_timeout_s=1), elector=mine)
+    assert mine.try_acquire()
+    # Another replica takes the Lease (this one stalled past its duration), then this one renews mid-pass.
+    lease = harness.get("leases", "benchrun-operator", NS)
+    from kubernetes import client
+
+    coord = client.CoordinationV1Api(harness.api_client())
+    lease_obj = coord.read_namespaced_lease("benchrun-operator", NS)
+    lease_obj.spec.holder_identity = "other"
+    coord.replace_namespaced_lease("benchrun-operator", NS, lease_obj)
+    assert lease["spec"]["holderIdentity"] == "mine"
+    op._renewed -= 10  # a third of the duration has passed
+    with pytest.raises(Exception) as err:
+        op.relist()
+    assert type(err.value).__name__ == "LostLease"
+    assert instance.get_runs() == []  # nothing started after the Lease was lost
+
+
+@pytest.mark.slow
+def test_the_benchrun_operator_command_queues_a_run_and_stops_on_sigterm(harness, bench_home, canary_doc, tmp_path) -> None:
+    """`benchrun operator` as the Deployment runs it: $DAGSTER_HOME with a queued coordinator,
+    $KUBECONFIG, the Lease in the watched namespace; SIGTERM releases the Lease."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    dagster_home = tmp_path / "dh"
+    dagster_home.mkdir()
+    (dagster_home / "dagster.yaml").write_text(
+        "run_coordinator:\n  module: dagster._core.run_coordinator\n  class: QueuedRunCoordinator\n")
+    obj = create(harness, doc(canary_doc, "cli"))
+    env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "KUBECONFIG": str(harness.kubeconfig),
+           "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "benchrun.cli", "operator", "--namespace", NS,
+                             "--lease-namespace", NS], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        harness.wait_for(lambda: ((harness.get(KIND, "cli", NS) or {}).get("status") or {}).get("runId"),
+                         timeout=120, what="the operator's status write")
+    finally:
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    with dg.DagsterInstance.from_config(str(dagster_home)) as inst:
+        [run] = inst.get_runs(filters=dg.RunsFilter(tags={TAG_UID: obj["metadata"]["uid"]}))
+        assert run.status == dg.DagsterRunStatus.QUEUED
+    assert not harness.get("leases", "benchrun-operator", NS)["spec"].get("holderIdentity")  # released
+
+
+def test_a_broken_watch_stream_is_watched_again_not_fatal(harness, instance, runs, canary_doc, monkeypatch) -> None:
+    import urllib3
+
+    op = operator(harness, runs)
+    op.relist()
+    version = op.version
+
+    def broken() -> None:
+        raise urllib3.exceptions.ProtocolError("Response ended prematurely")
+
+    monkeypatch.setattr(op, "watch_once", broken)
+    op.step()  # seen in benchmarks/controller_scale.py: the stream ended mid-chunk under load
+    assert op.version == version and not op.stats.errors
+    monkeypatch.undo()
+    create(harness, doc(canary_doc, "after"))
+    op.step()
+    assert (harness.get(KIND, "after", NS).get("status") or {}).get("runId")
