@@ -51,8 +51,12 @@ def _arrivals(point: LoadPoint, rate_w: float, n: int | None, duration_s: float 
     return out
 
 
-async def _one(pool: http.ConnectionPool, spec: _Spec, timeout_s: float) -> tuple[_Spec, http.Outcome, int]:
+async def _one(pool: http.ConnectionPool, spec: _Spec, timeout_s: float,
+               keep_text: bool = False) -> tuple[_Spec, http.Outcome, int]:
+    """Send one request; ``keep_text``: keep the reply's text (a session's next turn carries it)."""
     out = http.Outcome()
+    if keep_text:
+        out.text = []
     await http.stream_request(pool, spec.head, spec.body, out, timeout_s=timeout_s)
     return spec, out, CLOCK()
 

@@ -24,7 +24,7 @@ from benchrun.loadgen import client as http
 from benchrun.loadgen.config import LoadPoint
 from benchrun.loadgen.content import Source, Turn, history_tokens, turn_spec
 from benchrun.loadgen.records import _Spec, _WorkerState
-from benchrun.loadgen.schedule import _arrivals
+from benchrun.loadgen.schedule import _arrivals, _one
 from benchrun.loadgen.workload import worker_rng
 
 CLOCK = time.perf_counter_ns
@@ -53,13 +53,6 @@ def session_plans(cfg: Any, point_index: int, worker: int, nonce: str, n_warm: i
         k += 1
         if left is not None:
             left -= turns
-
-
-async def _send_turn(pool: http.ConnectionPool, spec: _Spec, timeout_s: float) -> tuple[_Spec, http.Outcome, int]:
-    out = http.Outcome()
-    out.text = []  # the reply's text, for the next turn's history
-    await http.stream_request(pool, spec.head, spec.body, out, timeout_s=timeout_s)
-    return spec, out, CLOCK()
 
 
 async def session_phase(
@@ -100,7 +93,7 @@ async def session_phase(
             spec.session_id = plan.session_id
             spec.turn = k + 1
             spec.scheduled_ns = at
-            item = await _send_turn(pool, spec, timeout_s)
+            item = await _one(pool, spec, timeout_s, keep_text=True)
             done.append(item)
             end = item[2]
             out = item[1]
