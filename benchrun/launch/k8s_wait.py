@@ -270,6 +270,27 @@ def jobset_watch(core_api: Any, custom_api: Any, namespace: str, name: str, node
                  pod_end_ends=False, no_pod_note=lambda _js: "no pods created", name_the_node=True)
 
 
+def load_job_watch(client: Any, batch_api: Any, custom_api: Any, namespace: str, name: str, pods: int) -> Watch:
+    """An Indexed load Job (``benchrun.launch.loadjob``): its pods by completion index, this Job's
+    uid only; it ends by its own condition (every index succeeded, or one failed: backoffLimit 0)."""
+
+    def read(_job: Any) -> tuple[Any, Any, dict[int, Any]]:
+        job = batch_api.read_namespaced_job_status(name=name, namespace=namespace)
+        found = [p for p in client.get_pods_in_job(name, namespace)
+                 if any(o.uid == job.metadata.uid for o in (p.metadata.owner_references or []))]
+        by_index: dict[int, Any] = {}
+        for pod in sorted(found, key=lambda p: epoch(p.metadata.creation_timestamp) or 0.0):
+            by_index[int((pod.metadata.annotations or {}).get("batch.kubernetes.io/job-completion-index", "0"))] = pod
+        return job, _job_workload(custom_api, namespace, job), by_index
+
+    def no_pod(job: Any) -> str:
+        return ("suspended, no Kueue Workload (is Kueue installed and the queue label right?)"
+                if job.spec.suspend else "no pods created")
+
+    return Watch(kind="Job", name=name, read=read, nodes=pods, ended_by=("Complete", "Failed"), pod_end_ends=False,
+                 no_pod_note=no_pod, name_the_node=True)
+
+
 def _job_workload(custom_api: Any, namespace: str, job: Any) -> dict[str, Any] | None:
     if custom_api is None or job is None:
         return None

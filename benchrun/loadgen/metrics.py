@@ -257,10 +257,12 @@ def verdict(
         reasons.append(f"client fell behind the trace: a send {worst:.3g} ms late > {policy.max_trace_lateness_ms:g} ms")
     cpu = client.get("client_cpu_max")
     if cpu is not None and cpu > policy.max_client_cpu:
-        reasons.append(f"client saturated: a worker used {cpu:.0%} of a core (> {policy.max_client_cpu:.0%}); add --workers")
+        who = client.get("client_cpu_worker") or "a worker"
+        reasons.append(f"client saturated: {who} used {cpu:.0%} of a core (> {policy.max_client_cpu:.0%}); add --workers")
     loop_lag = client.get("loop_lag_p99_ms")
     if loop_lag is not None and loop_lag > policy.max_loop_lag_p99_ms:
-        reasons.append(f"client event-loop lag p99 {loop_lag:.3g} ms > {policy.max_loop_lag_p99_ms:g} ms (timestamps late)")
+        who = f" ({client['loop_lag_worker']})" if client.get("loop_lag_worker") else ""
+        reasons.append(f"client event-loop lag p99 {loop_lag:.3g} ms > {policy.max_loop_lag_p99_ms:g} ms{who} (timestamps late)")
     return ("invalid" if reasons else "valid"), reasons
 
 

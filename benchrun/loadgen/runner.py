@@ -49,6 +49,7 @@ from benchrun.loadgen.config import ARRIVALS, LOAD_MODELS, LoadPoint, SweepConfi
 from benchrun.loadgen.metrics import capacity_at_slo, load_stats, summarize, window_s
 from benchrun.loadgen.records import _row, _Spec, _specs, _WorkerState  # noqa: F401  (_Spec, _WorkerState re-exported)
 from benchrun.loadgen.content import bucket_labels, content_summary
+from benchrun.loadgen.loadpods import Stopped
 from benchrun.loadgen.schedule import _phase, _probe_loop
 from benchrun.loadgen.sessions import session_phase, session_plans
 from benchrun.loadgen.workers import _recv, _send, _Workers
@@ -240,8 +241,11 @@ def _server_info(ep: http.Endpoint) -> dict[str, Any]:
         return {"models_error": f"{type(exc).__name__}: {exc}"}
 
 
-def run_sweep(cfg: SweepConfig, progress: Callable[[dict[str, Any]], None] | None = None) -> SweepResult:
-    """Run every point of ``cfg``; raw rows merged across workers, then summarised."""
+def run_sweep(cfg: SweepConfig, progress: Callable[[dict[str, Any]], None] | None = None,
+              pods: Any = None) -> SweepResult:
+    """Run every point of ``cfg``; raw rows merged across workers, then summarised. ``pods``
+    (:class:`benchrun.loadgen.loadpods.LoadPods`): this pod's share of a load Job's; pod 0 merges
+    every pod's rows, pod k > 0 hands its rows to pod 0 and summarises nothing."""
     cfg.check()
     ep = check_reachable(cfg.url, cfg.api)
     server = _server_info(ep)
@@ -273,7 +277,8 @@ def run_sweep(cfg: SweepConfig, progress: Callable[[dict[str, Any]], None] | Non
     workers = None
     best_goodput = 0.0
     try:
-        workers = _Workers(cfg, nonce) if cfg.workers > 1 else None
+        n_pods, pod = (pods.count, pods.index) if pods is not None else (1, 0)
+        workers = _Workers(cfg, nonce, pod * cfg.workers, n_pods * cfg.workers) if cfg.workers > 1 else None
         if cfg.server_metrics_url:
             import tempfile
 
@@ -282,10 +287,31 @@ def run_sweep(cfg: SweepConfig, progress: Callable[[dict[str, Any]], None] | Non
                                          "scraper": "a child process (off the measuring event loop)", "mapping": "benchrun.loadgen.servermetrics.MAPPING"}
         for i, point in enumerate(cfg.points):
             t0 = time.perf_counter()
-            if workers is None:
-                results = [asyncio.run(_run_point(cfg, i, 0, 1, nonce, None))]
-            else:
-                results = workers.run_point(i)
+            met = []  # the load pods' barrier, passed once per point whether or not this pod has a share
+
+            def barrier(i: int = i) -> int:
+                met.append(pods.barrier(i))
+                return met[-1]
+
+            try:
+                if workers is None:
+                    results = [asyncio.run(_run_point(cfg, i, pod, n_pods, nonce, None, barrier if pods else None))]
+                else:
+                    results = workers.run_point(i, barrier if pods else None)
+                if pods is not None and not met:
+                    barrier()
+            except Stopped as stopped:
+                context["stages"] = {"stopped_after": cfg.points[i - 1].label, "reason": str(stopped)}
+                break
+            if pods is not None:
+                for r in results:
+                    r["pod"], r["go_late_ms"] = pod, pods.points[i]["go_late_ms"]
+                if pod:  # pod 0 summarises the point over every pod's rows
+                    pods.publish(i, results)
+                    all_rows.extend(r for res in results for r in res["rows"])
+                    context["points"].append({"point": point.label, "handed_to_pod_0": sum(len(r["rows"]) for r in results)})
+                    continue
+                results = results + pods.gather(i)
             rows = sorted((r for res in results for r in res["rows"]), key=lambda r: r["send_mono_ns"])
             pt_summaries = summarize_point(rows, point, results, cfg)
             for s in pt_summaries:
@@ -297,6 +323,10 @@ def run_sweep(cfg: SweepConfig, progress: Callable[[dict[str, Any]], None] | Non
                 "point": point.label,
                 "wall_s": time.perf_counter() - t0,
                 "workers_active": sum(1 for r in results if r["rows"]),
+                **({"load_pods": {"pods": n_pods, "go": pods.points[i],
+                                  "requests_by_pod": [sum(len(r["rows"]) for r in results if r.get("pod") == k) for k in range(n_pods)],
+                                  "go_late_ms_by_pod": [next((r.get("go_late_ms") for r in results if r.get("pod") == k), None) for k in range(n_pods)]}}
+                   if pods is not None else {}),
                 "warmup_requests": sum(r["warmup_rows"] for r in results),
                 "warmup_errors": sum(r["warmup_errors"] for r in results),
                 "client_cpu_by_worker": [r["cpu_frac"] for r in results],
@@ -318,6 +348,8 @@ def run_sweep(cfg: SweepConfig, progress: Callable[[dict[str, Any]], None] | Non
                 why = _goodput_fell(pt_summaries[0], best_goodput, cfg)
                 best_goodput = max(best_goodput, _goodput(pt_summaries[0], cfg))
                 if why:
+                    if pods is not None:
+                        pods.stop(i, why)
                     context["stages"] = {"stopped_after": point.label, "reason": why, "points_not_run": [p.label for p in cfg.points[i + 1:]]}
                     log.info("sweep stopped after %s: %s", point.label, why)
                     break
@@ -352,13 +384,15 @@ def _goodput_fell(summary: dict[str, Any], best: float, cfg: SweepConfig) -> str
 
 def summarize_point(rows: list[dict[str, Any]], point: LoadPoint, results: list[dict[str, Any]], cfg: SweepConfig) -> list[dict[str, Any]]:
     """The ``all`` row and one row per mix bucket for one point's merged rows."""
-    cpu = [r["cpu_frac"] for r in results if r.get("cpu_frac") is not None]
-    # the worst worker's figures: one saturated worker makes the point invalid, even when the
-    # others' samples would dilute it in a merged percentile
-    lag_p99 = [float(np.percentile(r["loop_lag_ms"], 99)) for r in results if r.get("loop_lag_ms")]
+    # the worst worker's figures, the worker named: one saturated worker makes the point invalid,
+    # even when the others' samples would dilute it in a merged percentile
+    cpu = [(r["cpu_frac"], _who(r)) for r in results if r.get("cpu_frac") is not None]
+    lag_p99 = [(float(np.percentile(r["loop_lag_ms"], 99)), _who(r)) for r in results if r.get("loop_lag_ms")]
     client = {
-        "client_cpu_max": max(cpu) if cpu else None,
-        "loop_lag_p99_ms": max(lag_p99) if lag_p99 else None,
+        "client_cpu_max": max(cpu)[0] if cpu else None,
+        "client_cpu_worker": max(cpu)[1] if cpu else None,
+        "loop_lag_p99_ms": max(lag_p99)[0] if lag_p99 else None,
+        "loop_lag_worker": max(lag_p99)[1] if lag_p99 else None,
     }
     win = window_s(rows)
     stats = load_stats(rows, point.load_model, point.offered_load)
@@ -369,7 +403,20 @@ def summarize_point(rows: list[dict[str, Any]], point: LoadPoint, results: list[
     for label in bucket_labels(cfg):
         brows = [r for r in rows if r["bucket"] == label]
         out.append(summarize(brows, bucket=label, point_output_tokens=total_out, **common))
+    # a load pod that passed the start barrier after the agreed go time started late: the pods'
+    # load did not overlap as offered (benchrun.loadgen.loadpods)
+    late = sorted({(r["pod"], r["go_late_ms"]) for r in results if (r.get("go_late_ms") or 0) > 0})
+    for s in out:
+        for pod, ms in late:
+            s["verdict"] = "invalid"
+            s["verdict_reasons"].append(f"load pod {pod} reached the start barrier {ms:.3g} ms after the agreed go time")
     return out
+
+
+def _who(result: dict[str, Any]) -> str:
+    """``worker 3`` or, in a load Job, ``load pod 1 worker 3`` (global worker index)."""
+    w = result.get("worker", "?")
+    return f"load pod {result['pod']} worker {w}" if result.get("pod") is not None else f"worker {w}"
 
 
 def _config_dict(cfg: SweepConfig) -> dict[str, Any]:

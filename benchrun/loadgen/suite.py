@@ -15,7 +15,10 @@ as the server kind says), ``server_kind`` (auto | vllm | sglang | tgi | openai; 
 (overrides of the verdict thresholds), ``tokenizer`` (a local tokenizer.json or model folder),
 ``session_turns`` and ``think_time_s`` (multi-turn sessions), ``shared_prefix`` (``N,M,P``:
 N prefixes of P tokens with M suffixes each), ``server_metrics`` (the server's Prometheus URL, or
-``true`` for the endpoint's own ``/metrics``) and ``server_metrics_interval_s``. ``workload.dataset``
+``true`` for the endpoint's own ``/metrics``), ``server_metrics_interval_s`` and ``load_pods`` (N > 1:
+the Kubernetes launcher runs the suite as one Indexed Job of N pods that share every point's load,
+meet at a start barrier and merge their rows in the artifact store, :mod:`benchrun.loadgen.loadpods`;
+needs ``endpoint``; ``workers`` is then per pod). ``workload.dataset``
 (pinned, sha256 checked) gives the prompts. A parameter the suite does not take is refused
 (a typo would otherwise fall back to a default silently).
 """
@@ -49,12 +52,13 @@ DEFAULT_MIX = "128/32"
 COMMON_PARAMS = (
     "endpoint", "api", "model", "mix", "warmup", "seed", "workers", "request_timeout_s", "arrival",
     "ignore_eos", "server_kind", "refserver", "verdict", "tokenizer", "session_turns", "think_time_s", "shared_prefix",
-    "server_metrics", "server_metrics_interval_s",
+    "server_metrics", "server_metrics_interval_s", "load_pods",
 )
 # the self-started reference server keeps a prefix cache, so a session or shared-prefix workload
 # reports the hit rate a real server's would; blocks of 4 words, not vLLM's 16 tokens, because the
 # shipped conversations' turns are 5-20 words (with 16 no turn would fill a block)
 SUITE_REFSERVER_PREFIX_BLOCK = 4
+MAX_LOAD_PODS = 64  # pods of one load Job (Indexed Job completions); each may run ``workers`` processes
 
 
 def content_inputs(ctx: Any) -> ContentConfig | None:
@@ -125,6 +129,7 @@ def run_serving_suite(
     except (TypeError, ValueError) as exc:
         raise BenchrunError(f"suite {ctx.suite}: parameter verdict: {exc}") from None
     endpoint = ctx.params.get("endpoint") or None
+    pods = load_pods_of(ctx, endpoint)
     server: ServerProcess | None = None
     if endpoint is None:
         try:
@@ -170,12 +175,35 @@ def run_serving_suite(
 
             cfg = replace(cfg, server_metrics_url=str(metrics_url),
                           server_metrics_interval_s=float_param(ctx, "server_metrics_interval_s", 1.0))
-        result = run_sweep(cfg, progress=lambda s: ctx.message({"kind": "serving_point", "point": s["point"], "verdict": s["verdict"]}))
+        if pods is not None and pods.index:
+            # only pod 0 watches the server's metrics (one scrape, on the clock the rows are merged onto)
+            cfg = dataclasses.replace(cfg, server_metrics_url=None)
+        result = run_sweep(cfg, progress=lambda s: ctx.message({"kind": "serving_point", "point": s["point"], "verdict": s["verdict"]}),
+                           pods=pods)
     finally:
         if server is not None:
             server.stop()
+    if pods is not None:
+        ctx.context["load_pods"] = pods.info()
+        if pods.index:  # pod 0 reports the merged points; this pod's rows went to it
+            ctx.context["loadgen"] = result.context
+            ctx.log(f"load pod {pods.index} of {pods.count}: {len(result.rows)} requests handed to pod 0")
+            return result
     report(ctx, result, mix, notes, sweep=sweep)
     return result
+
+
+def load_pods_of(ctx: Any, endpoint: Any) -> Any:
+    """The load pods this replicate is one of (``load_pods`` > 1, on the Kubernetes launcher), or None."""
+    n = int_param(ctx, "load_pods", 1, minimum=1, maximum=MAX_LOAD_PODS)
+    if n > 1 and endpoint is None:
+        raise BenchrunError(f"suite {ctx.suite}: parameter load_pods={n} needs endpoint (the server all load pods "
+                            "drive); without one each pod would start its own reference server")
+    if n == 1:
+        return None
+    from benchrun.loadgen.loadpods import LoadPods
+
+    return LoadPods.from_env(n)
 
 
 def report(ctx: Any, result: SweepResult, mix: list[MixBucket], notes: dict[str, Any], *, sweep: bool = True) -> None:

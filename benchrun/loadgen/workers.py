@@ -7,7 +7,7 @@ import pickle
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 from benchrun.loadgen.config import SweepConfig
 
@@ -34,11 +34,14 @@ def _recv(fh: Any) -> Any:
 class _Workers:
     """Worker subprocesses (argv lists, no shell) for a multi-worker sweep."""
 
-    def __init__(self, cfg: SweepConfig, nonce: str) -> None:
+    def __init__(self, cfg: SweepConfig, nonce: str, first: int = 0, total: int | None = None) -> None:
+        """``cfg.workers`` processes, global worker indexes ``first ..`` of ``total`` (the workers
+        of every load pod of a load Job, :mod:`benchrun.loadgen.loadpods`; default this host's)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("DAGSTER_PIPES")}
+        total = cfg.workers if total is None else total
         self.procs = []
         try:
-            for w in range(cfg.workers):
+            for w in range(first, first + cfg.workers):
                 p = subprocess.Popen(
                     [sys.executable, "-m", "benchrun.loadgen.runner", "--worker"],
                     stdin=subprocess.PIPE,
@@ -46,20 +49,22 @@ class _Workers:
                     env=env,
                 )
                 self.procs.append(p)
-                _send(p.stdin, (cfg, w, cfg.workers, nonce))
+                _send(p.stdin, (cfg, w, total, nonce))
             for p in self.procs:
                 _recv(p.stdout)  # ("ready",): imports done
         except BaseException:
             self.close()
             raise
 
-    def run_point(self, point_index: int) -> list[dict[str, Any]]:
+    def run_point(self, point_index: int, barrier: Callable[[], int] | None = None) -> list[dict[str, Any]]:
+        """One point on every worker; ``barrier`` (the load pods' go time, once all are warm) or a
+        go time 20 ms after the last worker is warm."""
         start_at = CLOCK() + 50_000_000  # all workers start the warm-up together
         for p in self.procs:
             _send(p.stdin, (point_index, start_at))
         first = [_recv(p.stdout) for p in self.procs]
         waiting = [i for i, m in enumerate(first) if isinstance(m, tuple) and m == ("warm",)]
-        go = CLOCK() + 20_000_000
+        go = barrier() if barrier is not None else CLOCK() + 20_000_000
         for i in waiting:
             _send(self.procs[i].stdin, ("go", go))
         results = [_recv(self.procs[i].stdout) if i in waiting else first[i] for i in range(len(self.procs))]
