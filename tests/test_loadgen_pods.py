@@ -122,6 +122,51 @@ def test_one_saturated_worker_of_one_pod_invalidates_the_merged_point():
     assert "load pod 0 reached the start barrier 12.5 ms after the agreed go time" in s["verdict_reasons"]
 
 
+def test_pods_agree_on_one_go_time_merge_onto_one_clock_and_see_a_stop(s3_env):  # noqa: F811
+    """The store protocol itself, two pods as two threads against a real S3 API (moto)."""
+    import threading
+
+    import boto3
+
+    from benchrun.loadgen.loadpods import GO_MARGIN_S, LoadPods, Stopped
+
+    boto3.client("s3", endpoint_url=s3_env).create_bucket(Bucket=BUCKET)
+    pods = [LoadPods(k, 2, URI, RUN_ID, "job-uid-1", timeout_s=20.0) for k in (0, 1)]
+    gos: dict[int, int] = {}
+
+    def arrive(k: int, delay: float) -> None:
+        import time
+
+        time.sleep(delay)
+        gos[k] = pods[k].barrier(0)
+
+    threads = [threading.Thread(target=arrive, args=(k, 0.3 * k)) for k in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    p0, p1 = pods[0].points[0], pods[1].points[0]
+    assert p0["go_wall_ns"] == p1["go_wall_ns"]  # one go time, agreed with no leader
+    assert p0["go_late_ms"] == p1["go_late_ms"] == 0.0
+    assert p0["waited_ms"] > 250 > p1["waited_ms"]  # pod 0 waited for pod 1
+    assert abs(gos[0] - gos[1]) < 5_000_000  # one host: the same monotonic instant within 5 ms
+    # pod 1's rows, stamped on a clock 7 s off pod 0's, land on pod 0's clock aligned at the go time
+    pods[1].points[0]["go_mono_ns"] += 7_000_000_000
+    row = {"request_id": "x", "send_mono_ns": pods[1].points[0]["go_mono_ns"] + 1_000, "write_mono_ns": None}
+    pods[1].publish(0, [{"worker": 1, "rows": [row], "cpu_frac": 0.2, "loop_lag_ms": [0.1]}])
+    [got] = pods[0].gather(0)
+    assert got["pod"] == 1 and got["rows"][0]["send_mono_ns"] == pods[0].points[0]["go_mono_ns"] + 1_000
+    assert got["rows"][0]["write_mono_ns"] is None
+    # a stop by pod 0 ends pod 1 at its next barrier; a pod that never comes is named after the timeout
+    pods[0].stop(0, "goodput fell")
+    with pytest.raises(Stopped):
+        pods[1].barrier(1)
+    lone = LoadPods(0, 2, URI, RUN_ID, "job-uid-2", timeout_s=0.3)
+    with pytest.raises(BenchrunError, match=r"load pod 0: the ready objects of point 0 from all 2 pods not there after 0.3 s"):
+        lone.barrier(0)
+    assert GO_MARGIN_S == 0.5
+
+
 # -- on the cluster harness -----------------------------------------------------------------
 @pytest.fixture
 def load_cluster(kcluster_factory, s3_env):  # noqa: F811
@@ -201,3 +246,73 @@ def test_two_load_pods_share_a_point_and_merge_through_the_store(load_cluster, t
     assert pod1["status"] == "ok" and pod1["context"]["load_pods"]["index"] == 1 and "serving" not in pod1
     timeline = json.loads((run_dir / f"raw/{RUN_ID}_serving_sweep_r1_pod.json").read_text())
     assert [p["index"] for p in timeline["load_pods"]] == [0, 1]
+
+
+@pytest.mark.slow
+def test_three_pods_of_two_workers_split_an_open_loop_point(load_cluster, tmp_path):
+    """Global worker k*2+w on pod k: each pod's requests (one nonce per pod in the server's log)
+    come from its own two workers, 6 Poisson processes of rate/6 started at one go time."""
+    import pyarrow.parquet as pq
+
+    from benchrun.loadgen.refserver import PerfModel, ServerProcess
+    from benchrun.loadgen.suite import SUITE_REFSERVER_MODEL
+
+    run_dir = tmp_path / "home" / "runs" / RUN_ID
+    run_dir.mkdir(parents=True)
+    record = tmp_path / "server.jsonl"
+    with ServerProcess(PerfModel.from_dict(SUITE_REFSERVER_MODEL), record_path=str(record)) as server:
+        params = {"endpoint": server.url, "load_pods": 3, "workers": 2, "rates": [30], "requests_per_point": 36,
+                  "warmup": 6, "mix": "32/8", "seed": 5}
+        inv = serving_inv(run_dir, params)
+        res = _launcher(load_cluster).launch(inv, run_dir)
+    assert res.status == "ok", res.reason
+    doc = json.loads((run_dir / res.result).read_text())
+    info = doc["context"]["loadgen"]["points"][0]
+    assert info["load_pods"]["requests_by_pod"] == [12, 12, 12]
+    rows = pq.read_table(run_dir / doc["samples"]["requests"]).to_pylist()
+    assert len(rows) == 36 and sorted({r["worker"] for r in rows}) == [0, 1, 2, 3, 4, 5]
+    by_nonce: dict[str, set[int]] = {}
+    for r in rows:
+        by_nonce.setdefault(r["request_id"].split("-p0-")[0], set()).add(r["worker"])
+    assert sorted(map(sorted, by_nonce.values())) == [[0, 1], [2, 3], [4, 5]]
+    logged = [json.loads(line) for line in record.read_text().splitlines()]
+    measured = [rec for rec in logged if "-p0-w" in rec["request_id"] and "-wu" not in rec["request_id"]]
+    assert sorted(rec["request_id"] for rec in measured) == sorted(r["request_id"] for r in rows)
+    # one schedule origin: on pod 0's clock no pod schedules a request before the agreed go time, and
+    # every pod's sends overlap every other's (the load was offered together, not pod after pod)
+    go = info["load_pods"]["go"]["go_mono_ns"]
+    assert min(r["scheduled_mono_ns"] for r in rows) >= go - 1_000_000
+    spans = [(min(r["send_mono_ns"] for r in rows if r["worker"] // 2 == k),
+              max(r["send_mono_ns"] for r in rows if r["worker"] // 2 == k)) for k in range(3)]
+    assert max(a for a, _ in spans) < min(b for _, b in spans), spans
+    assert info["load_pods"]["go_late_ms_by_pod"] == [0.0, 0.0, 0.0]
+    assert load_cluster.errors == []
+
+
+@pytest.mark.slow
+def test_a_load_pod_lost_mid_point_fails_the_replicate_naming_it(load_cluster, tmp_path):
+    import threading
+
+    from benchrun.loadgen.refserver import PerfModel, ServerProcess
+    from benchrun.loadgen.suite import SUITE_REFSERVER_MODEL
+
+    run_dir = tmp_path / "home" / "runs" / RUN_ID
+    run_dir.mkdir(parents=True)
+    out: dict[str, Any] = {}
+    with ServerProcess(PerfModel.from_dict(SUITE_REFSERVER_MODEL)) as server:
+        params = {"endpoint": server.url, "load_pods": 2, "concurrency": [2], "duration_s": 30, "mix": "32/8"}
+        inv = serving_inv(run_dir, params)
+        t = threading.Thread(target=lambda: out.setdefault("res", _launcher(load_cluster).launch(inv, run_dir)))
+        t.start()
+
+        def pod1_running():
+            return [p for p in load_cluster.list("pods")
+                    if p["metadata"]["annotations"].get("batch.kubernetes.io/job-completion-index") == "1"
+                    and p["status"].get("phase") == "Running"]
+
+        [pod1] = load_cluster.wait_for(pod1_running, timeout=60, what="load pod 1 running")
+        load_cluster.oom_kill(pod1["metadata"]["name"])
+        t.join(120)
+    res = out["res"]
+    assert res.status == "failed"
+    assert res.reason.startswith("load pod 1 (") and "OOMKilled" in res.reason, res.reason

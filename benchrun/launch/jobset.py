@@ -226,8 +226,15 @@ def launch_manifest(
     options: GangOptions = GangOptions(),
 ) -> dict[str, Any]:
     """What the Kubernetes launcher (and ``benchrun render``) creates for one invocation:
-    a JobSet for a multi-node suite, else the single Job of :func:`job_manifest`."""
+    a JobSet for a multi-node suite, the Indexed load Job for a serving suite with ``load_pods``
+    (``benchrun.launch.loadjob``), else the single Job of :func:`job_manifest`."""
+    from benchrun.launch.loadjob import load_job_manifest, load_pods
+
     if inv.is_gang:
+        load_pods(inv)  # a gang with load_pods is refused, naming the field
         return jobset_manifest(inv, namespace=namespace, placement=placement, run_labels=run_labels,
                                extra_env=extra_env, options=options)
+    if load_pods(inv) > 1:
+        return load_job_manifest(inv, namespace=namespace, placement=placement, run_labels=run_labels,
+                                 extra_env=extra_env)
     return job_manifest(inv, namespace=namespace, run_labels=run_labels, placement=placement, extra_env=extra_env)

@@ -106,6 +106,7 @@ class KubernetesLauncher:
         if inv.is_gang:
             from benchrun.launch.jobset import jobset_manifest
 
+            load_pods(inv)  # a gang with load_pods is refused, naming the field
             return jobset_manifest(inv, namespace=self.namespace, placement=self.placement,
                                    run_labels=self.run_labels, extra_env=pod_env(extra_env))
         if load_pods(inv) > 1:
