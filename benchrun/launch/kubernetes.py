@@ -44,7 +44,6 @@ from typing import Any, Callable, Iterable, Mapping
 from kubernetes.client.exceptions import ApiException
 
 from benchrun.fsio import atomic_write_json
-from benchrun.errors import BenchrunError
 from benchrun.launch.base import LaunchResult, prepare_outputs
 from benchrun.launch.k8s_cleanup import delete_job, delete_jobset, delete_run_jobs, finished_here, sweep
 from benchrun.launch.k8s_collect import RESULT_KEY, copy_log, missing_outputs, scan_log, write_note
@@ -52,8 +51,8 @@ from benchrun.launch.k8s_failures import failed_node, layer_end, verdict
 from benchrun.launch.k8s_objects import job_model, pod_env
 from benchrun.launch.k8s_status import epoch, job_timeline, node_keys, pod_timeline
 from benchrun.launch.k8s_submit import api_error, create_or_adopt_job, create_or_adopt_jobset
-from benchrun.launch.k8s_wait import LogFollower, job_watch, jobset_watch, load_job_watch, wait
-from benchrun.launch.loadjob import load_job_manifest, load_pods
+from benchrun.launch.k8s_wait import LogFollower, job_watch, jobset_watch, wait
+from benchrun.launch.loadjob import launch_load, load_job_manifest, load_pods, refuse_in_layer_job
 from benchrun.launch.podspec import Placement, job_manifest
 from benchrun.plan import Invocation
 from benchrun.suites.result import raw_path
@@ -137,7 +136,7 @@ class KubernetesLauncher:
         if manifest["kind"] == "JobSet":
             return self._launch_gang(inv, run_dir, manifest, log_path, result_path, t_request, t0)
         if manifest["spec"].get("completionMode") == "Indexed":
-            return self._launch_load(inv, run_dir, manifest, log_path, result_path, t_request, t0)
+            return launch_load(self, inv, run_dir, manifest, log_path, result_path, t_request, t0)
         try:
             job = self._create_or_adopt(name, self._model(manifest))
         except ApiException as exc:
@@ -230,11 +229,7 @@ class KubernetesLauncher:
 
         invs = list(invocations)
         first = invs[0]
-        for inv in invs:
-            if load_pods(inv) > 1:
-                raise BenchrunError(f"spec.layers[{inv.layer}].suites[{inv.suite}].parameters.load_pods: a publication-grade "
-                                    "layer runs in one pod; a load spread over pods runs outside it (drop load_pods, or "
-                                    "use workers within the pod)")
+        refuse_in_layer_job(invs)
         manifest = layer_job_manifest(invs, namespace=self.namespace, placement=self.placement,
                                       run_labels=self.run_labels, extra_env=pod_env(extra_env), owner=self.owner)
         name = manifest["metadata"]["name"]
@@ -342,43 +337,6 @@ class KubernetesLauncher:
         atomic_write_json(raw_path(run_dir, inv.run_id, inv.suite, inv.replicate, "pod", "json"), timeline)
         if ended is None:
             ended = failed_node(inv, pods, deleted)
-        return self._settle(inv, run_dir, pod0, timeline, ended, deleted, notes.get(0), log_path, result_path,
-                            t_request, t0, missing_hint=self._missing_hint(inv))
-
-    # -- a serving load spread over pods: one Indexed Job ----------------------------------
-    def _launch_load(self, inv: Invocation, run_dir: Path, manifest: dict[str, Any], log_path: Path,
-                     result_path: Path, t_request: float, t0: float) -> LaunchResult:
-        """A load Job (benchrun.launch.loadjob): every pod's files and log back by key (pod k's log
-        at ``node_log_relpath(k)``), pod 0's result (the merged points), the first failing pod named."""
-        name = manifest["metadata"]["name"]
-        n = int(manifest["spec"]["completions"])
-        try:
-            job = self._create_or_adopt(name, self._model(manifest))
-        except ApiException as exc:
-            return self._not_created(inv, f"cannot create the load Job {name}: {api_error(exc)}", log_path, t_request, t0)
-        log.info("%s r%d: load Job %s/%s created (%d pods)", inv.suite, inv.replicate, self.namespace, name, n)
-        try:
-            watch = load_job_watch(self.client, self.batch_api, self.custom_api, self.namespace, name, n)
-            job, workload, pods, ended = self._wait(watch, job, inv.timeout_s, t0)
-            notes = {k: self._fetch(inv, pod, run_dir, run_dir / inv.node_log_relpath(k),
-                                    self._copy_log(pod.metadata.name, run_dir / inv.node_log_relpath(k)))
-                     for k, pod in pods.items()}
-            if 0 not in pods:
-                notes[0] = self._copy_log(None, log_path)
-        except BaseException:
-            self._delete(name)
-            raise
-        pod0 = pods.get(0)
-        timeline = job_timeline(job, workload, pod0)
-        timeline["load_pods"] = [{"index": k, **{f: pod_timeline(p).get(f) for f in
-                                 ("pod_name", "pod_uid", "node_name", "phase", "exit_code", "termination_reason",
-                                  "container_started_utc")}} for k, p in sorted(pods.items())]
-        deleted = self._delete(name) if ended is not None or self.delete_finished else False
-        atomic_write_json(raw_path(run_dir, inv.run_id, inv.suite, inv.replicate, "pod", "json"), timeline)
-        if ended is None:
-            ended = failed_node(inv, pods, deleted)
-            if ended is not None:
-                ended = "load " + ended.replace("node ", "pod ", 1)
         return self._settle(inv, run_dir, pod0, timeline, ended, deleted, notes.get(0), log_path, result_path,
                             t_request, t0, missing_hint=self._missing_hint(inv))
 
