@@ -165,11 +165,11 @@ def test_verdict_reasons():
     pol = VerdictPolicy()
     v, reasons = verdict(load_model="open_loop", offered_load=10, n_completed=500, n_errors=0, error_kinds={}, stats={"achieved_rate_rps": 10.1, "scheduled_rate_rps": 10.0, "schedule_lag_p99_ms": 1.0}, client={"client_cpu_max": 0.3, "loop_lag_p99_ms": 1.0}, policy=pol)
     assert v == "valid" and reasons == []
-    v, reasons = verdict(load_model="open_loop", offered_load=10, n_completed=400, n_errors=20, error_kinds={"timeout": 20}, stats={"achieved_rate_rps": 8.0, "scheduled_rate_rps": 10.0, "schedule_lag_p99_ms": 50.0}, client={"client_cpu_max": 0.97, "loop_lag_p99_ms": 30.0}, policy=pol)
+    v, reasons = verdict(load_model="open_loop", offered_load=10, n_completed=300, n_errors=20, error_kinds={"timeout": 20}, stats={"achieved_rate_rps": 8.0, "scheduled_rate_rps": 10.0, "schedule_lag_p99_ms": 50.0}, client={"client_cpu_max": 0.97, "loop_lag_p99_ms": 30.0}, policy=pol)
     assert v == "invalid"
     text = " | ".join(reasons)
-    assert "error rate 20/420" in text and "20 timeout" in text
-    assert "400 completed requests < 459" in text
+    assert "error rate 20/320" in text and "20 timeout" in text
+    assert "300 completed requests < 368 needed for a bounded p99 at 95%" in text
     assert "achieved rate 8" in text
     assert "schedule lag" in text
     assert "client saturated" in text

@@ -22,7 +22,7 @@ def _reqs(rng, n, scale=1.0, reps=5):
 
 def _serving(reqs, verdicts=None):
     return [[{"point": "c=4", "bucket": "all", "offered_load": 4, "verdict": (verdicts or {}).get(k, "valid"),
-              "verdict_reasons": [] if (verdicts or {}).get(k, "valid") == "valid" else ["24 completed requests < 459"]}]
+              "verdict_reasons": [] if (verdicts or {}).get(k, "valid") == "valid" else ["24 completed requests < 368 needed for a bounded p99 at 95%"]}]
             for k in range(len(reqs))]
 
 
@@ -78,6 +78,14 @@ def test_unequal_request_counts_do_not_read_as_a_change():
 def test_one_rule_for_the_request_count_and_an_equal_weight_per_replicate():
     assert requests_needed() == 368 == min_samples_for_quantile(0.99, 0.95)
     assert requests_needed(0.5, 0.95) == min_samples_for_quantile(0.5, 0.95)
+    # the load generator's verdict asks the same number the comparison does (it asked 459 before)
+    from benchrun.loadgen.metrics import VerdictPolicy, supported_percentiles, verdict
+
+    for n, valid in ((367, False), (368, True)):
+        _, reasons = verdict(load_model="closed_loop", offered_load=1, n_completed=n, n_errors=0, error_kinds={},
+                             stats={}, client={}, policy=VerdictPolicy())
+        assert (not any(f"< {requests_needed()} needed for a bounded p99 at 95%" in r for r in reasons)) is valid, (n, reasons)
+    assert "p99" in supported_percentiles(368) and "p99" not in supported_percentiles(367)
     a, b = np.arange(100.0), np.arange(1000.0, 1010.0)
     # each replicate weighs half: the median lies between them (pooling by request: ~55)
     assert 99 < pooled_quantile([a, b], 0.5) < 1000 and 99 < pooled_quantile([a[::10], b], 0.5) < 1000

@@ -25,14 +25,15 @@ merged rows (percentiles are never averaged).
 - ``capacity_at_slo``: the highest offered load of a sweep whose p99 TTFT and p99 decode
   pace (or p99 e2e, when that is the only SLO) meet the SLO; null when no point does.
 
-Minimum samples: to claim the sample p-quantile is supported at confidence ``c`` we use the
-order-statistic (binomial) argument for a distribution-free upper confidence bound: the
-largest of ``n`` i.i.d. samples exceeds the true q-quantile with probability
-``1 - q**n``, so only the sample *maximum* is an upper bound at confidence ``c``, and only
-when ``n >= ln(1 - c) / ln(q)`` (the reported percentile itself, below the maximum, has no
-such bound). For p99 at 99 % that is ``n >= 459``; for p50 7, p90 44, p95 90, p99.9 4603.
-The comparison uses the same rule at 1 − α/2 of its 95 % (368 for p99: the two-sided
-interval's upper end), ``benchrun.stats.tails.requests_needed``.
+Minimum samples, ONE rule (:func:`requests_needed`; the comparison, ``benchrun.stats.tails``,
+the trial statistics' ``n_required`` and the tail playbook use the same function): a
+percentile is supported at confidence ``c`` when its distribution-free (order-statistic)
+interval at ``c`` has both ends, i.e. the largest of ``n`` i.i.d. samples exceeds the true
+q-quantile with probability ``1 - q**n >= 1 - (1 - c) / 2``. At the default 95 %: p50 6, p90 36,
+p95 72, p99 368, p99.9 3688 requests. A point with fewer completed requests than its verdict
+percentile needs is ``invalid`` ("368 needed for a bounded p99 at 95 %"). (Before, the verdict
+asked for a one-sided 99 % bound, 459 for p99, while the comparison asked 368: two numbers for
+one question.)
 """
 
 from __future__ import annotations
@@ -68,6 +69,13 @@ def min_samples(quantile: float, confidence: float = 0.99) -> int:
     if not 0 < quantile < 1 or not 0 < confidence < 1:
         raise ValueError("quantile and confidence must lie in (0, 1)")
     return int(math.ceil(math.log(1 - confidence) / math.log(quantile) - 1e-12))
+
+
+def requests_needed(q: float = 0.99, confidence: float = 0.95) -> int:
+    """THE request-count rule (see module docstring): fewest samples for which the
+    distribution-free interval of the q-quantile at ``confidence`` has both ends (368 for p99
+    at 95 %): ``min_samples(max(q, 1 - q), 1 - (1 - confidence) / 2)``."""
+    return min_samples(max(q, 1 - q), 1 - (1 - confidence) / 2)
 
 
 @dataclass(frozen=True)
@@ -147,7 +155,7 @@ class VerdictPolicy:
     max_loop_lag_p99_ms: float = 10.0
     percentile: str = "p99"
     max_trace_lateness_ms: float = 100.0  # trace replay: no send later than this against the trace
-    confidence: float = 0.99
+    confidence: float = 0.95  # the comparison's: requests_needed is one rule for both
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> "VerdictPolicy":
@@ -234,11 +242,11 @@ def verdict(
         eg = f"; e.g. {error_example[:300]}" if error_example else ""
         reasons.append(f"error rate {n_errors}/{total} = {n_errors / total:.1%} > {policy.max_error_rate:.1%} ({kinds}{eg})")
     q = PERCENTILES[policy.percentile] / 100.0
-    need = min_samples(q, policy.confidence)
+    need = requests_needed(q, policy.confidence)
     if n_completed < need:
         reasons.append(
-            f"{n_completed} completed requests < {need} needed to support {policy.percentile} at "
-            f"{policy.confidence:.0%} confidence (order-statistic bound)"
+            f"{n_completed} completed requests < {need} needed for a bounded {policy.percentile} at "
+            f"{policy.confidence:.0%} (order-statistic interval; the comparison's rule)"
         )
     if load_model in ("open_loop", "trace"):
         ach, sch = stats.get("achieved_rate_rps"), stats.get("scheduled_rate_rps")
@@ -266,9 +274,9 @@ def verdict(
     return ("invalid" if reasons else "valid"), reasons
 
 
-def supported_percentiles(n: int, confidence: float = 0.99) -> list[str]:
-    """The percentiles whose minimum sample count ``n`` meets."""
-    return [name for name, q in PERCENTILES.items() if n >= min_samples(q / 100.0, confidence)]
+def supported_percentiles(n: int, confidence: float = 0.95) -> list[str]:
+    """The percentiles whose request count (:func:`requests_needed`) ``n`` meets."""
+    return [name for name, q in PERCENTILES.items() if n >= requests_needed(q / 100.0, confidence)]
 
 
 def summarize(

@@ -31,20 +31,12 @@ from typing import Any, Sequence
 import numpy as np
 from scipy import stats
 
-from benchrun.loadgen.metrics import min_samples
+from benchrun.loadgen.metrics import requests_needed  # the one request-count rule (re-exported)
 
 # the comparison's per-replicate p99 metrics and the request column behind each
 # (benchrun.loadgen.metrics.HEADLINE: p99_latency_ms is e2e_ms_p99 of a point)
 P99_METRICS = {"p99_latency_ms": ("e2e_ms", 0.99)}
 N_BOOT = 1000
-
-
-def requests_needed(q: float = 0.99, confidence: float = 0.95) -> int:
-    """Fewest requests for which the distribution-free interval of the q-quantile at
-    ``confidence`` has both ends (368 for p99 at 95 %): the largest of n requests must exceed
-    the quantile with probability ≥ 1 − α/2, i.e. ``loadgen.metrics.min_samples(q, 1 − α/2)``
-    (the load generator's verdict asks the same of one point at its own confidence)."""
-    return min_samples(max(q, 1 - q), 1 - (1 - confidence) / 2)
 
 
 def pooled_quantile(replicates: Sequence[np.ndarray], q: float) -> float:
