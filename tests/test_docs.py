@@ -1,5 +1,7 @@
 """The README and docs/ stay true: the quickstart is short, every link resolves, and every
-```sh block runs here as written (```shell blocks are the long ones: `make run`, whole runs)."""
+shell block (```sh, ```shell, ```bash) runs here as written, unless the line before it says
+why it cannot (``<!-- not run in tests: REASON -->``: `make test` itself, a cluster, a
+placeholder run id)."""
 
 from __future__ import annotations
 
@@ -13,10 +15,26 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
+SHELL = ("sh", "shell", "bash")
+NOT_RUN = re.compile(r"<!-- not run in tests: (\S.*?) -->\s*$")
 
 
-def _blocks(kind: str) -> list[tuple[Path, str]]:
-    return [(p, m.group(2)) for p in DOCS for m in FENCE.finditer(p.read_text(encoding="utf-8")) if m.group(1) == kind]
+def _shell_blocks() -> list[tuple[Path, str, str | None]]:
+    """Every shell block of README and docs/: (page, block, the reason it is not run, or None)."""
+    out = []
+    for p in DOCS:
+        text = p.read_text(encoding="utf-8")
+        for m in FENCE.finditer(text):
+            if m.group(1) in SHELL:
+                before = text[:m.start()].rstrip("\n").rsplit("\n", 1)[-1]
+                reason = NOT_RUN.search(before)
+                out.append((p, m.group(2), reason.group(1) if reason else None))
+    return out
+
+
+def _blocks() -> list[tuple[Path, str]]:
+    """The shell blocks that run here."""
+    return [(p, b) for p, b, why in _shell_blocks() if why is None]
 
 
 def test_the_quickstart_is_short_and_names_the_two_commands():
@@ -36,8 +54,8 @@ def test_every_relative_link_resolves():
     assert broken == []
 
 
-@pytest.mark.parametrize("page,block", _blocks("sh"), ids=lambda v: v.name if isinstance(v, Path) else "")
-def test_every_sh_block_runs_as_written(page, block, tmp_path):
+@pytest.mark.parametrize("page,block", _blocks(), ids=lambda v: v.name if isinstance(v, Path) else "")
+def test_every_shell_block_runs_as_written(page, block, tmp_path):
     if not (ROOT / ".venv" / "bin" / "benchrun").exists():
         pytest.skip("unavailable: no .venv (make test creates it)")
     env = {**os.environ, "BENCHRUN_HOME": str(tmp_path / "home"), "BENCHRUN_WARM": "0"}
@@ -47,5 +65,10 @@ def test_every_sh_block_runs_as_written(page, block, tmp_path):
     assert r.returncode == 0, f"{page.relative_to(ROOT)}:\n{block}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
 
 
-def test_there_are_sh_blocks_to_run():
-    assert len(_blocks("sh")) >= 1
+def test_there_are_shell_blocks_to_run_and_every_other_says_why():
+    blocks = _shell_blocks()
+    assert len([b for b in blocks if b[2] is None]) >= 2
+    # a fence labelled shell holds commands: not YAML, not a properties file (label those as what they are)
+    for page, block, _ in blocks:
+        first = next(line for line in block.splitlines() if line.strip() and not line.lstrip().startswith("#"))
+        assert not re.match(r"\s*[\w.-]+(:\s|=)", first) or first.split()[0].isupper(), (page.name, first)
