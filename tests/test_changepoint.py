@@ -52,7 +52,7 @@ def test_history_fact_table_from_run_directories(tmp_path):
                  {("serve", "c=8", "tokens_per_second"): (rng.normal(level, 1.0, 3), "tok/s", "higher"),
                   ("serve", "c=8", "p50_latency_ms"): (rng.normal(40, 0.4, 3), "ms", "lower")},
                  status={"cadence": "nightly", "created_utc": f"2026-11-{i + 1:02d}T02:00:00Z",
-                         "artifact_manifest_digest": f"{i:064x}"})
+                         "artifact_manifest_digest": f"{i:064x}"}, sealed=False)  # the digest as given
     make_run(tmp_path, "canary-x", {("serve", "c=8", "tokens_per_second"): ([1, 2, 3], "tok/s", "higher")},
              status={"cadence": "canary"})
     make_run(tmp_path, "broken", {("serve", "c=8", "tokens_per_second"): ([1, 2, 3], "tok/s", "higher")},

@@ -50,7 +50,17 @@ def _kinds(home, rng):
     make_run(home, "different-spec", {k: v for k, v in _metrics(rng).items() if k[0] == "serve"}, spec=one_suite)
     _tamper(make_run(home, "tampered", _metrics(rng), spec=SPEC))
     make_run(home, "missing-primary", _metrics(rng, drop=("p99_latency_ms",)), spec=SPEC)
-    return ["succeeded", "failed", "killed", "different-spec", "tampered", "missing-primary"]
+    # resealed: a result edited and the manifest rewritten to match, with no envelope (never signed, or
+    # the envelope deleted): the manifest alone proves nothing, so these must not pass either
+    rd = make_run(home, "resealed-unsigned", _metrics(rng), spec=SPEC, sealed=False)
+    _tamper(rd)
+    write_manifest(rd)
+    rd = make_run(home, "envelope-dropped", _metrics(rng), spec=SPEC)
+    _tamper(rd)
+    (rd / "reports" / f"{rd.name}_provenance.dsse.json").unlink()
+    write_manifest(rd)
+    return ["succeeded", "failed", "killed", "different-spec", "tampered", "missing-primary", "resealed-unsigned",
+            "envelope-dropped"]
 
 
 def _reasons(home, b, c, **kw):
@@ -66,7 +76,9 @@ def test_every_refusal_in_both_directions(tmp_path):
               "killed": {admit.NOT_SUCCEEDED, admit.EVIDENCE, admit.SUITES_DIFFER},
               "different-spec": {admit.SUITES_DIFFER},
               "tampered": {admit.EVIDENCE},
-              "missing-primary": {admit.PRIMARY_UNMEASURED}}
+              "missing-primary": {admit.PRIMARY_UNMEASURED},
+              "resealed-unsigned": {admit.EVIDENCE},
+              "envelope-dropped": {admit.EVIDENCE}}
     for kind, reasons in expect.items():
         for b, c in (("succeeded", kind), (kind, "succeeded")):
             got, gate, res = _reasons(tmp_path, b, c)
@@ -87,6 +99,9 @@ def test_refusal_messages_name_what_is_wrong(tmp_path):
     assert "primary serve/p99_latency_ms has no value in the baseline (0 vs 5" in gate.message()
     _, gate, _ = _reasons(tmp_path, "succeeded", "different-spec")
     assert "only in baseline succeeded: component/load" in gate.message()
+    for kind in ("resealed-unsigned", "envelope-dropped"):
+        _, gate, _ = _reasons(tmp_path, "succeeded", kind)
+        assert f"reports/{kind}_provenance.dsse.json is missing: the run is not signed" in gate.message()
     _, gate, _ = _reasons(tmp_path, "succeeded", "killed")
     assert "candidate killed has not run (phase Running)" in gate.message()
 
@@ -151,7 +166,8 @@ def test_a_regression_is_still_said_when_a_primary_is_unmeasured(tmp_path):
 
 def test_soak_only_succeeded_pairs_of_the_same_spec_exit_0(tmp_path, monkeypatch):
     """`benchrun compare` over every ordered pair of {succeeded, failed, killed, different spec,
-    tampered, missing primary}: only (succeeded, succeeded, same spec) may exit 0."""
+    tampered, missing primary, resealed without a signature, signed then the envelope dropped and
+    resealed}: only (succeeded, succeeded, same spec) may exit 0."""
     from typer.testing import CliRunner
 
     from benchrun.cli import app
@@ -238,7 +254,7 @@ def test_promote_verifies_like_verify_and_names_the_file(tmp_path):
     _tamper(rd)
     assert "resigned_serve_r1.json (sha256 differs)" in _promote_error(tmp_path, "resigned")
     # unsigned, and a stored object changed behind the run's back
-    make_run(tmp_path, "unsigned", _metrics(rng), spec=SPEC)
+    make_run(tmp_path, "unsigned", _metrics(rng), spec=SPEC, sealed=False)
     assert "provenance.dsse.json is missing" in _promote_error(tmp_path, "unsigned")
     rd = make_run(tmp_path, "stored", _metrics(rng), spec=SPEC, sealed=True)
     import hashlib
@@ -277,7 +293,7 @@ def test_compare_checks_the_alias_record_again(tmp_path, monkeypatch):
     assert getattr(r.exception, "exit_code", r.exit_code) == admit.EXIT_NOT_COMPARABLE
     gate, _ = compare_runs(base, tmp_path / "runs" / "cand", baseline_alias="current")
     reasons = {x.reason for x in gate.refusals}
-    assert reasons == {admit.BASELINE_ALIAS}
+    assert reasons == {admit.BASELINE_ALIAS, admit.EVIDENCE}  # and its envelope is gone
     assert "manifest.json is not the one verified when published/current was promoted" in gate.message()
     # an alias from before records existed is refused, with the fix
     (tmp_path / "published" / "current").write_text("base\n")

@@ -6,7 +6,7 @@ import json
 
 from benchrun.stats.analysis import compare_runs
 from benchrun.stats.contention import exclude
-from benchrun.stats.synthetic import make_run, write_manifest
+from benchrun.stats.synthetic import make_run, seal_run, write_manifest
 
 SPEC = {"spec": {"metrics": {"inference": {"enabled": True, "primary": ["s/tps"]}}}}
 
@@ -17,7 +17,9 @@ def _mark(rd, suite, reps):
         doc = json.loads(p.read_text())
         doc["telemetry"] = {"contended": True, "contention_reason": "background CPU 60 %"}
         p.write_text(json.dumps(doc))
-    write_manifest(rd)  # as the run itself would have recorded them (else the evidence does not verify)
+    (rd / "reports" / f"{rd.name}_provenance.dsse.json").unlink()  # as the run itself would have recorded and
+    write_manifest(rd)  # signed them (else the evidence does not verify)
+    seal_run(rd, rd.parent.parent)
 
 
 def test_contended_replicates_leave_the_comparison_and_the_rows_say_so(tmp_path):

@@ -199,9 +199,17 @@ def signature_problems(run_dir: Path, home: Path | None) -> tuple[list[str], Any
 
 
 def evidence_problems(run: "RunInfo", home: Path | None = None) -> list[str]:
-    """Why a run's evidence does not verify (empty when it does)."""
+    """Why a run's evidence does not verify (empty when it does). A finished run without its
+    envelope does not verify: every run benchrun finishes is signed (the provenance_attestation
+    asset), so a missing envelope means the run never got that far or the envelope was removed —
+    and its manifest alone proves nothing (whoever edits a file can rewrite the manifest too)."""
+    from benchrun.provenance.signing import envelope_path
+
     problems = manifest_problems(run.path)
     sig, _ = signature_problems(run.path, home or run.path.parent.parent)
+    if not envelope_path(run.path).is_file():
+        sig = [f"{envelope_path(run.path).relative_to(run.path)} is missing: the run is not signed, so nothing "
+               "shows its files are the ones it measured (every run benchrun finishes is signed)"]
     return problems + sig
 
 

@@ -73,15 +73,18 @@ def make_run(
     failed_replicates: Mapping[str, Sequence[int]] | None = None,
     created_utc: str | None = None,
     manifest: bool = True,
-    sealed: bool = False,
+    sealed: bool | None = None,
 ) -> Path:
     """Write a run directory under ``home/runs/run_id``.
 
     ``metrics`` maps (suite, case, metric) to (one value per replicate, unit, direction).
     ``serving`` maps a suite to per-replicate lists of serving rows; ``requests`` maps a
     suite to per-replicate pandas frames written as ``raw/*_requests.parquet``.
-    ``sealed``: store the evidence and sign it as a real run does (:func:`seal_run`).
+    ``sealed``: store the evidence and sign it as a real run does (:func:`seal_run`); by default
+    whenever a manifest is written (a finished run is signed, and a comparison refuses one that
+    is not), ``sealed=False`` for a run that lost its envelope.
     """
+    sealed = manifest if sealed is None else sealed
     rd = Path(home) / "runs" / run_id
     for sub in ("structured", "raw", "figures", "reports", "progress"):
         (rd / sub).mkdir(parents=True, exist_ok=True)
