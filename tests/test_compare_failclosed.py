@@ -314,3 +314,16 @@ def test_a_primary_measured_in_neither_run_is_noted_but_nothing_measured_is_refu
     make_run(tmp_path, "c2", m, spec=none)
     gate, res = compare_runs(tmp_path / "runs" / "b2", tmp_path / "runs" / "c2")
     assert res is None and "none of the primaries (jitter_ms) has a value in either run" in gate.message()
+
+
+def test_the_run_being_analysed_is_admitted_before_it_is_signed(tmp_path):
+    """The baseline_comparison asset compares the run in progress (phase Analyzing), whose envelope
+    provenance_attestation may not have written yet: only that run may be unsigned."""
+    rng = np.random.default_rng(12)
+    make_run(tmp_path, "base", _metrics(rng), spec=SPEC)
+    make_run(tmp_path, "cand", _metrics(rng), spec=SPEC, sealed=False, status={"phase": "Analyzing", "outcome": "succeeded"})
+    write_manifest(tmp_path / "runs" / "cand")
+    got, gate, _ = _reasons(tmp_path, "base", "cand", candidate_in_progress=True)
+    assert got == set() and gate.passed
+    got, _, _ = _reasons(tmp_path, "cand", "base")  # as a baseline, or once finished, it must be signed
+    assert admit.EVIDENCE in got

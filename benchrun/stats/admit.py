@@ -198,16 +198,18 @@ def signature_problems(run_dir: Path, home: Path | None) -> tuple[list[str], Any
     return [f"signed file {b}" for b in bad], st
 
 
-def evidence_problems(run: "RunInfo", home: Path | None = None) -> list[str]:
+def evidence_problems(run: "RunInfo", home: Path | None = None, *, signed: bool = True) -> list[str]:
     """Why a run's evidence does not verify (empty when it does). A finished run without its
     envelope does not verify: every run benchrun finishes is signed (the provenance_attestation
     asset), so a missing envelope means the run never got that far or the envelope was removed —
-    and its manifest alone proves nothing (whoever edits a file can rewrite the manifest too)."""
+    and its manifest alone proves nothing (whoever edits a file can rewrite the manifest too).
+    ``signed=False``: the run being analysed in this process (phase Analyzing), whose envelope
+    the provenance_attestation asset may not have written yet."""
     from benchrun.provenance.signing import envelope_path
 
     problems = manifest_problems(run.path)
     sig, _ = signature_problems(run.path, home or run.path.parent.parent)
-    if not envelope_path(run.path).is_file():
+    if signed and not envelope_path(run.path).is_file():
         sig = [f"{envelope_path(run.path).relative_to(run.path)} is missing: the run is not signed, so nothing "
                "shows its files are the ones it measured (every run benchrun finishes is signed)"]
     return problems + sig
@@ -227,8 +229,8 @@ def admit_runs(base: "RunInfo", cand: "RunInfo", *, candidate_in_progress: bool 
     r = _suite_refusal(base, cand)
     if r:
         out.append(r)
-    for role, run in (("baseline", base), ("candidate", cand)):
-        bad = evidence_problems(run, home)
+    for role, run, prog in (("baseline", base, False), ("candidate", cand, candidate_in_progress)):
+        bad = evidence_problems(run, home, signed=not prog)
         if bad:
             out.append(Refusal(EVIDENCE, f"{role} {run.run_id}'s evidence does not verify: "
                                          + "; ".join(bad[:5]) + (" ..." if len(bad) > 5 else "")))
