@@ -367,6 +367,8 @@ def plan_run(
                     "BENCHRUN_PARAMS": json.dumps(params, sort_keys=True),
                     "BENCHRUN_WORKLOAD": workload_json,
                     "BENCHRUN_TELEMETRY_HZ": telemetry_hz,  # read by benchrun.telemetry's hook
+                    # the spec's env: and the command's `env NAME=value`: recorded in the result
+                    "BENCHRUN_SUITE_ENV": json.dumps(suite_env, sort_keys=True),
                 }
                 invocations.append(
                     Invocation(run_id, layer_name, suite.name, k, cid, argv, env, timeout, params, suite.image,

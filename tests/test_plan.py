@@ -1,6 +1,7 @@
 """Planning: replicates, interleaving, placeholders per argument, explicit environment."""
 
 import json
+import re
 import sys
 
 import pytest
@@ -103,6 +104,42 @@ def test_suite_env_and_env_command_forms_reach_the_suite_with_the_projects_pytho
     assert inv.to_json()["suite_env"] == {"GREETING": "hello; rm -rf / $(id)", "OMP_NUM_THREADS": "1"}
     LocalLauncher().launch(inv, run_dir)
     assert (run_dir / inv.log_relpath()).read_text().split("\n")[0] == f"{sys.executable} 1 hello; rm -rf / $(id)"
+
+
+def test_the_environment_a_suite_ran_with_is_in_its_result(canary_doc, write_spec, tmp_path):
+    """Issue 28 item 8: the spec's env: and a command's `env NAME=value` reach the suite's result
+    document (declared and as the process saw them), not only the plan."""
+    import json
+
+    from benchrun.launch.local import LocalLauncher
+    from benchrun.suites.result import result_path
+
+    canary_doc["spec"]["trials"]["minReplicates"] = 3
+    canary_doc["spec"]["layers"] = tiny_layers([
+        {"name": "gemm", "repoCommand": "env OMP_NUM_THREADS=1 python -m benchrun.suites.gemm",
+         "env": {"OPENBLAS_NUM_THREADS": "1"}, "parameters": {"sizes": [32], "iterations": 2}}])
+    run_dir = tmp_path / "runs" / RUN_ID
+    for sub in ("raw", "structured"):
+        (run_dir / sub).mkdir(parents=True)
+    inv = plan_run(load_spec(write_spec(canary_doc)).run, RUN_ID, run_dir)[0].invocations[0]
+    res = LocalLauncher().launch(inv, run_dir)
+    assert res.status == "ok", res.reason
+    doc = json.loads(result_path(run_dir, RUN_ID, "gemm", 1).read_text())
+    want = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    assert doc["context"]["suite_env"] == {"declared": want, "seen": want}
+
+
+@pytest.mark.parametrize("command,match", [
+    ("env -i python -m benchrun.suites.gemm", "`env -i` would drop variables benchrun passes"),
+    ("env -u BENCHRUN_RUN_ID python -m benchrun.suites.gemm", "`env -u` would drop"),
+    ("env BENCHRUN_RUN_ID=x python -m benchrun.suites.gemm", "`env BENCHRUN_RUN_ID=...`: BENCHRUN_RUN_ID is set by benchrun"),
+    ("env MASTER_PORT=1 python -m benchrun.suites.gemm", "MASTER_PORT is set by benchrun"),
+    ("env --weird python -m benchrun.suites.gemm", "uses an option benchrun does not read"),
+])
+def test_an_env_command_cannot_clear_or_take_what_benchrun_sets(canary_doc, write_spec, command, match):
+    canary_doc["spec"]["layers"] = tiny_layers([{"name": "s", "repoCommand": command}])
+    with pytest.raises(BenchrunError, match=re.escape(match)):
+        load_spec(write_spec(canary_doc))
 
 
 @pytest.mark.parametrize("name", ["BENCHRUN_RUN_ID", "DAGSTER_PIPES_CONTEXT", "MASTER_PORT", "1BAD", "A-B"])

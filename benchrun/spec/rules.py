@@ -162,8 +162,32 @@ def rule_repo_command(doc: Any) -> Iterator[Finding]:
         else:
             if not argv or not argv[0]:
                 yield where, "names no program to run"
+            else:
+                yield from _env_command_findings(where, argv)
         for name in unknown_placeholders(command):
             yield where, f"unknown placeholder ${{{name}}}{did_you_mean(name, KNOWN_NAMES)}; known: {', '.join(sorted(KNOWN_NAMES))}"
+
+
+def _env_command_findings(where: tuple[Any, ...], argv: list[str]) -> Iterator[Finding]:
+    """A leading ``env NAME=value ...`` may set a suite's own variables, as ``env:`` may (the same
+    names are refused), but not clear or unset what benchrun passes (``-i``, ``-u``, ``-``)."""
+    from benchrun.plan import command_index
+    from benchrun.spec.model import _check_env_name
+
+    if argv[0] not in ("env", "/usr/bin/env", "/bin/env"):
+        return
+    for word in argv[1:command_index(argv) or len(argv)]:
+        if word in ("-i", "--ignore-environment", "-", "-u", "--unset") or word.startswith(("-u", "--unset=")):
+            yield where, (f"`env {word}` would drop variables benchrun passes to every suite (its run, replicate, "
+                          "parameters); set what the suite needs with the suite's env: map instead")
+        elif "=" in word and not word.startswith("-"):
+            name = word.split("=", 1)[0]
+            try:
+                _check_env_name(name)
+            except ValueError as exc:
+                yield where, f"`env {name}=...`: {exc}"
+    if command_index(argv) is None:
+        yield where, "the `env` prefix uses an option benchrun does not read, or names no program after it"
 
 
 def rule_suite_replicates(doc: Any) -> Iterator[Finding]:

@@ -66,6 +66,14 @@ class SuiteContext:
         self.workload: dict[str, Any] = workload if isinstance(workload, dict) else {}
         self.metrics: list[dict[str, Any]] = []
         self.context: dict[str, Any] = {}
+        try:
+            declared = json.loads(env.get("BENCHRUN_SUITE_ENV", "{}") or "{}")
+        except json.JSONDecodeError as exc:
+            raise SystemExit(f"BENCHRUN_SUITE_ENV is not JSON: {exc}") from exc
+        if isinstance(declared, dict) and declared:
+            # what the spec asked for (env: and `env NAME=value` in the command) and what this
+            # process really has: the environment the suite ran with, in its result
+            self.context["suite_env"] = {"declared": declared, "seen": {k: env.get(k) for k in sorted(declared)}}
         self.samples: dict[str, str] = {}
         self.serving: list[dict[str, Any]] = []
         self.training: list[dict[str, Any]] = []
