@@ -194,7 +194,10 @@ def test_soak_only_succeeded_pairs_of_the_same_spec_exit_0(tmp_path, monkeypatch
             assert v == admit.EXIT_NOT_COMPARABLE, (k, v)
 
 
-def test_asset_check_fails_when_not_comparable(tmp_path, monkeypatch, direction="candidate"):
+@pytest.mark.parametrize("direction", ["candidate", "baseline"])
+def test_asset_check_fails_when_not_comparable(tmp_path, monkeypatch, direction):
+    """The asset, its check and the run's condition refuse in both directions (the primary
+    missing from the candidate, or from the published baseline)."""
     import dagster as dg
 
     from bench_assets.stats_assets import ConfirmRoundResource, baseline_comparison, no_gating_regression
