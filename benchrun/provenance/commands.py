@@ -38,7 +38,10 @@ def _verify_one(run_id: str, public_key: Path | None, pinned: tuple[str, ...]) -
         lines.append("  not covered: the run's warehouse partitions (signed before they were hashed into the statement)")
     else:
         gone = missing_partitions(st, rd.home)
-        lines.append(f"  {len(parts) - len(gone)} warehouse partitions unchanged"
+        rows = st.predicate.get("warehouse_rows")
+        signed = len(parts) + len(rows or {})
+        lines.append(f"  {signed - len(gone)} warehouse partitions unchanged"
+                     + (f" (Iceberg: the run's rows of {len(rows)} tables, by content)" if rows else "")
                      + (f"; {len(gone)} no longer present (retention?): {', '.join(gone[:5])}" if gone else ""))
     for rel in uncovered_files(rd.path, st):
         why = never_signed_why(rd.run_id, rel) or "added or replaced after signing: not covered by the signature"

@@ -127,12 +127,33 @@ def warehouse_partitions(home: Path, run_id: str) -> dict[str, str]:
     return out
 
 
+def warehouse_rows(home: Path, run_id: str) -> dict[str, dict[str, Any]] | None:
+    """With the Iceberg warehouse (``BENCHRUN_WAREHOUSE_FORMAT=iceberg``): the digest of the run's
+    rows in each table (``benchrun.warehouse.lake.run_rows_digest``); None with the parquet layout
+    (its partition files are hashed instead, :func:`warehouse_partitions`)."""
+    from benchrun.warehouse import lake
+
+    return lake.run_rows_digest(home, run_id) if lake.enabled() else None
+
+
+def _rows_now(statement: "Statement", home: Path) -> dict[str, dict[str, Any]]:
+    from benchrun.warehouse import lake
+
+    return lake.run_rows_digest(home, statement.run_id) if statement.predicate.get("warehouse_rows") else {}
+
+
 def partition_mismatches(statement: "Statement", home: Path) -> list[str]:
-    """Signed warehouse partitions whose bytes changed (a partition removed since, by retention
-    or by hand, is not a mismatch: its rows are gone, not altered; ``missing_partitions``)."""
+    """Signed warehouse partitions whose bytes changed, and signed Iceberg row sets whose rows
+    changed (a partition or row set removed since, by retention or by hand, is not a mismatch:
+    its rows are gone, not altered; ``missing_partitions``)."""
     from benchrun.warehouse.writer import warehouse_root
 
     bad = []
+    now = _rows_now(statement, home)
+    for table, signed in sorted((statement.predicate.get("warehouse_rows") or {}).items()):
+        got = now.get(table)
+        if got is not None and got.get("sha256") != signed.get("sha256"):
+            bad.append(f"iceberg {table}: the run's {got['rows']} rows differ from the {signed.get('rows')} signed")
     root = warehouse_root(home).resolve()
     for rel, sha in sorted((statement.predicate.get("warehouse_partitions") or {}).items()):
         path = (warehouse_root(home) / rel).resolve()
@@ -147,8 +168,10 @@ def missing_partitions(statement: "Statement", home: Path) -> list[str]:
     """Signed warehouse partitions no longer present (retention removes them)."""
     from benchrun.warehouse.writer import warehouse_root
 
+    now = _rows_now(statement, home)
     return [f"warehouse/{rel}" for rel in sorted(statement.predicate.get("warehouse_partitions") or {})
-            if not (warehouse_root(home) / rel).is_file()]
+            if not (warehouse_root(home) / rel).is_file()] + [
+        f"iceberg {t}" for t in sorted(statement.predicate.get("warehouse_rows") or {}) if t not in now]
 
 
 def signed_partitions_unverified(run_dir: Path) -> dict[str, str] | None:
@@ -205,7 +228,11 @@ def build_statement(run_dir: Path, *, backend_requested: str | None, backend_use
     predicate["published_files"] = sorted(x["name"] for x in published)
     predicate["not_signed"] = list(unsigned_names(run_id))
     # The run's rows in the warehouse, as curated when it was signed (query and lineage read these).
-    predicate["warehouse_partitions"] = warehouse_partitions(Path(home) if home else run_dir.parent.parent, run_id)
+    home_path = Path(home) if home else run_dir.parent.parent
+    predicate["warehouse_partitions"] = warehouse_partitions(home_path, run_id)
+    rows = warehouse_rows(home_path, run_id)
+    if rows is not None:  # the Iceberg warehouse: the run's rows per table, by content
+        predicate["warehouse_rows"] = rows
     return {
         "_type": STATEMENT_TYPE,
         "subject": sorted(sealed + published, key=lambda x: x["name"]),

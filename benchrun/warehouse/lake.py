@@ -380,6 +380,37 @@ def run_ids(home: Path, table: str) -> set[str]:
     return {r for r in tbl.scan(selected_fields=("run_id",)).to_arrow().column("run_id").unique().to_pylist() if r}
 
 
+def run_rows_digest(home: Path, run_id: str) -> dict[str, dict[str, Any]]:
+    """``{table: {"rows": n, "sha256": h}}`` of ``run_id``'s rows in each Iceberg table now (tables
+    without any: left out). The digest is over the rows, not the files: each row as canonical
+    JSON (keys sorted, values as text where JSON has none), the lines sorted, so compaction and
+    snapshot expiry — which rewrite files, not rows — leave it unchanged, and an edited value
+    does not. What the run's signed statement records and ``verify`` recomputes."""
+    import hashlib
+    import json
+
+    from pyiceberg.expressions import EqualTo
+
+    validate_run_id(run_id)
+    if not catalog_exists(home):
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    cat = catalog(home)
+    for table in sorted(TABLES):
+        tbl = load_or_create(cat, table)
+        if tbl.current_snapshot() is None:
+            continue
+        rows = tbl.scan(row_filter=EqualTo("run_id", run_id)).to_arrow().to_pylist()
+        if not rows:
+            continue
+        lines = sorted(json.dumps(r, sort_keys=True, default=str, separators=(",", ":")) for r in rows)
+        h = hashlib.sha256()
+        for line in lines:
+            h.update(line.encode("utf-8") + b"\n")
+        out[table] = {"rows": len(rows), "sha256": h.hexdigest()}
+    return out
+
+
 def delete_run(home: Path, table: str, run_id: str) -> Commit:
     """Delete ``run_id``'s rows of ``table`` in one commit (retention; expiry later removes the files)."""
     started = None
