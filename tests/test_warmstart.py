@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import struct
 import tempfile
 import time
 from pathlib import Path
@@ -180,14 +181,17 @@ def test_a_malformed_request_neither_ends_the_server_nor_keeps_the_clients_descr
 
 
 def test_silent_peers_delay_no_other_request(server):
-    """Twelve connections that never send a byte: a ping still answers at once (it waited up to
-    5 s on each in turn, 59 s for `benchrun runs`), and the server closes them at its deadline."""
+    """Twelve connections that never send a byte, or stop halfway through a request: a ping still
+    answers at once (it waited up to 5 s on each in turn, 59 s for `benchrun runs`), and the
+    server closes them at its deadline."""
     import socket as so
 
     silent = []
-    for _ in range(12):
+    for i in range(12):
         sock = so.socket(so.AF_UNIX, so.SOCK_STREAM)
         sock.connect(str(server["path"]))
+        if i % 2:  # half of them start a request and stop: a length of 1,000 bytes, then 10 of them
+            sock.sendall(struct.pack(">I", 1000) + b'{"argv": [')
         silent.append(sock)
     try:
         t0 = time.monotonic()
