@@ -89,6 +89,40 @@ def test_a_stream_without_newlines_fails_as_oversized_line_with_bounded_memory()
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0 < 64 * 1024  # KiB: far below 24 MiB x copies
 
 
+def test_a_close_delimited_stream_without_newlines_is_bounded_too():
+    """The same on a body that ends with the connection (no chunking, Connection: close)."""
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+    out = run(_answer_and_close(head + b"data: " + b"x" * (3 << 20)))
+    assert out.error_kind == "oversized_line", out.error
+
+
+def test_a_probe_answered_with_an_endless_body_stops_at_its_bound():
+    """get_json (the /v1/models probe) read the whole body whatever its size; now 8 MiB at most."""
+    from benchrun.loadgen.client import MAX_JSON_BODY, get_json
+
+    async def go():
+        async def handle(reader, writer):
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n[")
+            try:
+                for _ in range(64):  # 16 MiB offered
+                    writer.write(b"1," * (1 << 17))
+                    await writer.drain()
+            except (ConnectionError, OSError):
+                pass
+            writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        ep = Endpoint.from_url(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+        try:
+            with pytest.raises(OSError, match=f"body longer than {MAX_JSON_BODY >> 20} MiB"):
+                await get_json(ep, "/v1/models", timeout_s=10)
+        finally:
+            server.close()
+
+    run(go())
+
+
 def test_oversized_response_headers_fail_as_oversized_line():
     outs, _, _ = run(_request([b"HTTP/1.1 200 OK\r\nX-Big: " + b"y" * (2 << 20)], timeout_s=10))
     assert outs[0].error_kind == "oversized_line"

@@ -130,6 +130,9 @@ async def stream_request(
     return out.error_kind is None
 
 
+MAX_JSON_BODY = 8 << 20  # get_json: the server's /v1/models and metadata probes
+
+
 async def get_json(endpoint: Endpoint, path: str, timeout_s: float = 5.0) -> Any:
     """GET ``path`` on the endpoint's host and decode the JSON body (Connection: close)."""
     ssl_ctx = ssl.create_default_context() if endpoint.scheme == "https" else None
@@ -143,7 +146,12 @@ async def get_json(endpoint: Endpoint, path: str, timeout_s: float = 5.0) -> Any
             )
             writer.write(head)
             status, headers = _parse_head(await reader.readuntil(b"\r\n\r\n"))
-            data = await reader.read(-1)
+            data = bytearray()
+            while chunk := await reader.read(1 << 16):
+                data += chunk
+                if len(data) > MAX_JSON_BODY:  # a /models listing is kilobytes: never buffer without bound
+                    raise OSError(f"GET {path}: body longer than {MAX_JSON_BODY >> 20} MiB")
+            data = bytes(data)
         finally:
             writer.close()
     if headers.get("transfer-encoding", "").lower() == "chunked":
