@@ -162,6 +162,11 @@ def test_validate_applies_the_admission_rule_for_path_template(canary_doc, write
     assert not result.valid
     assert any(e.path.endswith("pathTemplate") and "BENCHRUN_STORE_ROOTS" in e.message for e in result.errors), \
         result.errors
+    for i, bad in enumerate(("objects/../../../etc/${RUN_ID}/", "file:///etc/benchrun-${RUN_ID}/",
+                             "file://otherhost/srv/${RUN_ID}/")):
+        canary_doc["spec"]["sinks"]["rawArtifacts"]["pathTemplate"] = bad
+        [result] = validate_path(write_spec(canary_doc, f"bad{i}.yaml"))
+        assert not result.valid and any(e.path.endswith("pathTemplate") for e in result.errors), (bad, result.errors)
     canary_doc["spec"]["sinks"]["rawArtifacts"]["pathTemplate"] = "objects/${RUN_ID}/"
     assert validate_path(write_spec(canary_doc, "ok.yaml"))[0].valid
 
