@@ -221,6 +221,12 @@ def test_asset_check_fails_when_not_comparable(tmp_path, monkeypatch, direction)
     status = json.loads((tmp_path / "runs" / "cand" / "status.json").read_text())
     cond = [c for c in status["conditions"] if c["type"] == "RegressionDetected"][0]
     assert (cond["status"], cond["reason"]) == ("Unknown", "NotComparable") and "p99_latency_ms" in cond["message"]
+    # and the BenchmarkRun resource's status says so (what kubectl and a CI pipeline read)
+    from benchrun.controller.status import ResourceRef, status_from_run
+
+    cr = status_from_run(status, ResourceRef("benchrun-runs", "cand", "uid-1", 1))
+    assert cr["verdicts"]["RegressionDetected"] == "Unknown: NotComparable"
+    assert any(c["type"] == "RegressionDetected" and c["reason"] == "NotComparable" for c in cr["conditions"])
 
 
 # -- issue 28 item 2: a baseline must verify ---------------------------------------------------------
