@@ -96,6 +96,12 @@ def _main() -> None:
         if isinstance(exc, click.exceptions.ClickException):
             exc.show()
             sys.exit(exc.exit_code)
+        from benchrun.storage_errors import describe_storage_error
+
+        message = describe_storage_error(exc)  # a full disk anywhere: one line, not a traceback
+        if message is not None:
+            print(f"error: {message}", file=sys.stderr)
+            sys.exit(1)
         raise
     sys.exit(rc if isinstance(rc, int) else 0)
 

@@ -412,10 +412,18 @@ def runs(home: Optional[Path] = HomeOpt, as_json: bool = typer.Option(False, "--
     from benchrun.liveness import reap_dead_runs
 
     _use_home(home)
-    reap_dead_runs()  # a run whose process died is shown Failed, not Running for ever
+    from benchrun.liveness import unclaimed_runs
     from benchrun.runctl import expire_pending
 
-    expire_pending()  # and one submitted but never started is not Pending for ever
+    # a run left unfinished without a claim (its process could not write one: a full disk) is
+    # decided only with the Dagster instance, opened only when there is such a run
+    instance = None
+    if unclaimed_runs():
+        from benchrun.submit import get_instance
+
+        instance = get_instance()
+    reap_dead_runs(None, instance)  # a run whose process died is shown Failed, not Running for ever
+    expire_pending(None, instance)  # and one submitted but never started is not Pending for ever
     rows = []
     for rd in list_runs():
         try:

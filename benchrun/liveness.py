@@ -228,6 +228,26 @@ def reap_dead_runs(home: Path | str | None = None, instance: Any = None) -> list
 UNCLAIMED_GRACE_S = 60.0
 
 
+def unclaimed_runs(home: Path | str | None = None, *, now: dt.datetime | None = None,
+                   grace_s: float = UNCLAIMED_GRACE_S) -> list[str]:
+    """Runs not final, without a liveness claim, older than the grace: the ones only an
+    instance-aware pass can decide on (so a listing opens the Dagster instance only for them)."""
+    from benchrun.rundir import TERMINAL_PHASES, list_runs
+
+    root, now = benchrun_home(home), now or _now()
+    out = []
+    for rd in list_runs(root):
+        try:
+            status = rd.read_status()
+            created = dt.datetime.fromisoformat(str(status.get("created_utc")).replace("Z", "+00:00"))
+        except Exception:  # noqa: BLE001 - a damaged status.json is reported by its reader
+            continue
+        if (status.get("phase") not in TERMINAL_PHASES and not liveness_path(root, rd.run_id).exists()
+                and (now - created).total_seconds() >= grace_s):
+            out.append(rd.run_id)
+    return out
+
+
 def _reap_unclaimed_runs(home: Path, instance: Any, *, now: dt.datetime | None = None,
                          grace_s: float = UNCLAIMED_GRACE_S) -> list[tuple[str, str]]:
     """Runs that are not final, have no liveness claim and no Dagster run queued or in progress:
