@@ -87,3 +87,16 @@ def test_long_skip_reasons_are_cut_at_a_message_boundary() -> None:
     assert len(text) < SKIP_REASON_MAX + 80
     assert text.startswith("commit " + "0" * 40) and text.endswith("(200 messages in all: see the tick log)")
     assert TickOutcome().skip_reason() == "nothing to submit"
+
+
+def test_an_adhoc_experiment_is_never_picked_up_by_a_cadence(tmp_path: Path) -> None:
+    """Issue 26 item 2: `intent.cadence: adhoc` (a one-off experiment) is valid, runs on request
+    only, and no schedule or spec sensor selects it, even with every CI switch on."""
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    (folder / "exp.yaml").write_bytes(spec_bytes("exp", "adhoc", canary=True, nightly=True, pre_release=True))
+    for cadence in ("canary", "nightly", "pre_release"):
+        found = discover(cadence, folder)
+        assert found.selected == () and found.invalid == () and [s.path for s in found.other] == ["exp.yaml"]
+    with pytest.raises(BenchrunError, match="unknown cadence 'adhoc'"):
+        check_cadence("adhoc")
