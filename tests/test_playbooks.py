@@ -324,6 +324,23 @@ def test_playbook_takes_the_runs_own_baseline_by_default(tmp_path: Path) -> None
     assert default_baseline(tmp_path, "cand") == ("base", " (the run's own comparison)")
 
 
+def test_without_its_own_comparison_a_run_takes_the_baseline_its_spec_names(tmp_path: Path) -> None:
+    """Issue 26 7g: no comparison of its own: the run its spec's comparison.baseline.artifactRef
+    names now (a published alias); itself or nothing published: no baseline."""
+    from benchrun.playbooks.commands import default_baseline
+    from benchrun.stats.baseline import promote
+    from benchrun.stats.synthetic import make_run
+
+    spec = {"spec": {"comparison": {"baseline": {"artifactRef": "local/published/canary"}}}}
+    metrics = {("s", "", "tps"): ([100.0, 101.0, 99.0], "t/s", "higher")}
+    make_run(tmp_path, "base", metrics, spec=spec)
+    make_run(tmp_path, "cand", metrics, spec=spec)
+    assert default_baseline(tmp_path, "cand") == (None, "")  # nothing published under that alias yet
+    promote("base", tmp_path, alias="canary")
+    assert default_baseline(tmp_path, "cand") == ("base", " (its spec's local/published/canary)")
+    assert default_baseline(tmp_path, "base") == (None, "")  # the alias names the run itself
+
+
 def test_backpressure_unavailable_without_any_wait(tmp_path: Path) -> None:
     add_run(tmp_path, "bare", pending_s=None)
     res = scheduler_backpressure(tmp_path, "bare", None)
