@@ -317,26 +317,38 @@ class KubernetesLauncher:
             create_or_adopt_jobset(self.custom_api, self.namespace, name, manifest)
         except ApiException as exc:
             return self._not_created(inv, f"cannot create JobSet {name}: {api_error(exc)}", log_path, t_request, t0)
+        watch = jobset_watch(self.core_api, self.custom_api, self.namespace, name, inv.nodes)
+        return self._many_pods(inv, run_dir, watch, None, "nodes", "node_rank", lambda: self._delete_jobset(name),
+                               log_path, result_path, t_request, t0)
+
+    _POD_FIELDS = ("pod_name", "pod_uid", "node_name", "phase", "exit_code", "termination_reason")
+
+    def _many_pods(self, inv: Invocation, run_dir: Path, watch: Any, obj: Any, key: str, index: str,
+                   delete: Callable[[], bool], log_path: Path, result_path: Path, t_request: float, t0: float,
+                   *, extra_fields: tuple[str, ...] = (), word: str = "node") -> LaunchResult:
+        """One replicate on several pods (a gang's JobSet, a load Job): the one wait loop, every
+        pod's files and log back by its index (pod k's log at ``node_log_relpath(k)``), pod 0's
+        result read, the timeline with each pod under ``key``, the first failing pod named."""
         try:
-            watch = jobset_watch(self.core_api, self.custom_api, self.namespace, name, inv.nodes)
-            js, workload, pods, ended = self._wait(watch, None, inv.timeout_s, t0)
-            notes = {rank: self._fetch(inv, pod, run_dir, run_dir / inv.node_log_relpath(rank),
-                                       self._copy_log(pod.metadata.name, run_dir / inv.node_log_relpath(rank)))
-                     for rank, pod in pods.items()}
+            obj, workload, pods, ended = self._wait(watch, obj, inv.timeout_s, t0)
+            notes = {k: self._fetch(inv, pod, run_dir, run_dir / inv.node_log_relpath(k),
+                                    self._copy_log(pod.metadata.name, run_dir / inv.node_log_relpath(k)))
+                     for k, pod in pods.items()}
             if 0 not in pods:
                 notes[0] = self._copy_log(None, log_path)
         except BaseException:
-            self._delete_jobset(name)
+            delete()
             raise
         pod0 = pods.get(0)
-        timeline = job_timeline(js, workload, pod0)
-        timeline["nodes"] = [{"node_rank": r, **{k: pod_timeline(p).get(k) for k in
-                              ("pod_name", "pod_uid", "node_name", "phase", "exit_code", "termination_reason")}}
-                             for r, p in sorted(pods.items())]
-        deleted = self._delete_jobset(name) if ended is not None or self.delete_finished else False
+        timeline = job_timeline(obj, workload, pod0)
+        timeline[key] = [{index: k, **{f: pod_timeline(p).get(f) for f in self._POD_FIELDS + extra_fields}}
+                         for k, p in sorted(pods.items())]
+        deleted = delete() if ended is not None or self.delete_finished else False
         atomic_write_json(raw_path(run_dir, inv.run_id, inv.suite, inv.replicate, "pod", "json"), timeline)
         if ended is None:
             ended = failed_node(inv, pods, deleted)
+            if ended is not None and word != "node":
+                ended = ended.replace("node ", f"{word} ", 1)
         return self._settle(inv, run_dir, pod0, timeline, ended, deleted, notes.get(0), log_path, result_path,
                             t_request, t0, missing_hint=self._missing_hint(inv))
 

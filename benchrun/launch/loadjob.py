@@ -119,16 +119,12 @@ def refuse_in_layer_job(invs: list[Invocation]) -> None:
 def launch_load(launcher: Any, inv: Invocation, run_dir: Path, manifest: dict[str, Any], log_path: Path,
                 result_path: Path, t_request: float, t0: float) -> Any:
     """One replicate as a load Job, through the Kubernetes launcher's own steps (create or adopt,
-    the one wait loop, fetch, settle): every pod's files and log back by key (pod k's log at
-    ``node_log_relpath(k)``), pod 0's result (the merged points), the first failing pod named."""
+    then ``_many_pods`` as for a gang): every pod's files and log back by index, pod 0's result
+    (the merged points), the first failing pod named."""
     from kubernetes.client.exceptions import ApiException
 
-    from benchrun.fsio import atomic_write_json
-    from benchrun.launch.k8s_failures import failed_node
-    from benchrun.launch.k8s_status import job_timeline, pod_timeline
     from benchrun.launch.k8s_submit import api_error
     from benchrun.launch.k8s_wait import load_job_watch
-    from benchrun.suites.result import raw_path
 
     k8s = launcher
     name = manifest["metadata"]["name"]
@@ -138,27 +134,6 @@ def launch_load(launcher: Any, inv: Invocation, run_dir: Path, manifest: dict[st
     except ApiException as exc:
         return k8s._not_created(inv, f"cannot create the load Job {name}: {api_error(exc)}", log_path, t_request, t0)
     log.info("%s r%d: load Job %s/%s created (%d pods)", inv.suite, inv.replicate, k8s.namespace, name, n)
-    try:
-        watch = load_job_watch(k8s.client, k8s.batch_api, k8s.custom_api, k8s.namespace, name, n)
-        job, workload, pods, ended = k8s._wait(watch, job, inv.timeout_s, t0)
-        notes = {k: k8s._fetch(inv, pod, run_dir, run_dir / inv.node_log_relpath(k),
-                               k8s._copy_log(pod.metadata.name, run_dir / inv.node_log_relpath(k)))
-                 for k, pod in pods.items()}
-        if 0 not in pods:
-            notes[0] = k8s._copy_log(None, log_path)
-    except BaseException:
-        k8s._delete(name)
-        raise
-    pod0 = pods.get(0)
-    timeline = job_timeline(job, workload, pod0)
-    timeline["load_pods"] = [{"index": k, **{f: pod_timeline(p).get(f) for f in
-                             ("pod_name", "pod_uid", "node_name", "phase", "exit_code", "termination_reason",
-                              "container_started_utc")}} for k, p in sorted(pods.items())]
-    deleted = k8s._delete(name) if ended is not None or k8s.delete_finished else False
-    atomic_write_json(raw_path(run_dir, inv.run_id, inv.suite, inv.replicate, "pod", "json"), timeline)
-    if ended is None:
-        ended = failed_node(inv, pods, deleted)
-        if ended is not None:
-            ended = "load " + ended.replace("node ", "pod ", 1)
-    return k8s._settle(inv, run_dir, pod0, timeline, ended, deleted, notes.get(0), log_path, result_path,
-                       t_request, t0, missing_hint=k8s._missing_hint(inv))
+    watch = load_job_watch(k8s.client, k8s.batch_api, k8s.custom_api, k8s.namespace, name, n)
+    return k8s._many_pods(inv, run_dir, watch, job, "load_pods", "index", lambda: k8s._delete(name), log_path,
+                          result_path, t_request, t0, extra_fields=("container_started_utc",), word="load pod")

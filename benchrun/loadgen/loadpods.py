@@ -12,8 +12,10 @@ under ``<prefix>loadjobs/<run_id>/<job uid>/`` (the Job's uid: a re-created Job 
 earlier one's objects):
 
 - **Start barrier, per point.** After its warm-up and with every stream's connection open, pod
-  *k* writes ``p<i>/ready/<k>`` holding its wall-clock time, then lists ``p<i>/ready/`` until all
-  N are there. The go time is the latest ready time plus :data:`GO_MARGIN_S`: every pod computes
+  *k* writes ``p<i>/ready/<k>/<wall_ns>`` (its wall-clock time in the key, so one LIST reads
+  every pod's: no GET per pod, which at 64 pods would outlast the margin), then lists
+  ``p<i>/ready/`` until all N are there. The go time is the latest ready time plus the margin
+  (:func:`go_margin_s`, :data:`GO_MARGIN_S` unless ``BENCHRUN_LOAD_GO_MARGIN_S`` says): every pod computes
   it from the same N objects (S3 reads after writes are consistent), so they agree on it with no
   leader and no message. It is a wall-clock instant, converted once to this pod's monotonic
   clock; pods on different nodes start together as far as their clocks agree (NTP/chrony: well
@@ -50,6 +52,22 @@ from benchrun.errors import BenchrunError
 
 CLOCK = time.perf_counter_ns
 GO_MARGIN_S = 0.5  # the go time after the last pod's ready time: covers a poll, a list and a clock read
+ENV_MARGIN = "BENCHRUN_LOAD_GO_MARGIN_S"
+
+
+def go_margin_s(env: dict[str, str] | None = None) -> float:
+    """The barrier's margin: ``BENCHRUN_LOAD_GO_MARGIN_S`` (0.05-60 s; a slow store, a starved
+    node) or :data:`GO_MARGIN_S`."""
+    raw = (os.environ if env is None else env).get(ENV_MARGIN)
+    if raw in (None, ""):
+        return GO_MARGIN_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0.05 <= value <= 60:
+        raise BenchrunError(f"{ENV_MARGIN}={raw!r}: seconds from 0.05 to 60")
+    return value
 POLL_S = 0.05
 # the monotonic stamps of a request row (moved onto pod 0's clock when merged)
 MONO_FIELDS = ("scheduled_mono_ns", "send_mono_ns", "write_mono_ns", "first_token_mono_ns", "last_token_mono_ns",
@@ -80,6 +98,7 @@ class LoadPods:
         self.base = f"{prefix + '/' if prefix else ''}loadjobs/{run_id}/{job_uid}/"
         self.index, self.count, self.timeout_s = index, count, timeout_s
         self._client, self._sleep = client, sleep
+        self.margin_s = go_margin_s()
         self.points: dict[int, dict[str, Any]] = {}  # point index -> go time, lateness, who waited how long
 
     @classmethod
@@ -139,17 +158,19 @@ class LoadPods:
         """Wait for every pod's ready object of this point; the agreed go time on this pod's
         monotonic clock. Raises :class:`Stopped` when pod 0 has stopped the sweep."""
         arrived_wall = time.time_ns()
-        self._put(f"p{point_index}/ready/{self.index}", {"index": self.index, "wall_ns": arrived_wall})
+        self._put(f"p{point_index}/ready/{self.index}/{arrived_wall}", {"index": self.index, "wall_ns": arrived_wall})
 
         def all_ready() -> list[str] | None:
             if self.index and self._get("stop") is not None:
                 raise Stopped(f"pod 0 stopped the sweep before point {point_index}")
-            keys = self._keys(f"p{point_index}/ready/")
-            return keys if len(keys) >= self.count else None
+            ready: dict[str, int] = {}  # pod index -> its ready time, from the keys alone
+            for key in self._keys(f"p{point_index}/ready/"):
+                pod, wall = key.rsplit("/", 2)[1:]
+                ready[pod] = max(ready.get(pod, 0), int(wall))
+            return list(ready.values()) if len(ready) >= self.count else None
 
-        keys = self._wait(f"the ready objects of point {point_index} from all {self.count} pods", all_ready)
-        walls = [int(self._get(k)["wall_ns"]) for k in keys]
-        go_wall = max(walls) + int(GO_MARGIN_S * 1e9)
+        walls = self._wait(f"the ready objects of point {point_index} from all {self.count} pods", all_ready)
+        go_wall = max(walls) + int(self.margin_s * 1e9)
         now_mono, now_wall = CLOCK(), time.time_ns()
         go_mono = now_mono + (go_wall - now_wall)
         self.points[point_index] = {"go_wall_ns": go_wall, "go_mono_ns": go_mono, "waited_ms": (now_wall - arrived_wall) / 1e6,
@@ -188,5 +209,5 @@ class LoadPods:
     def info(self) -> dict[str, Any]:
         """What the result's context says of the load pods."""
         return {"load_pods": self.count, "index": self.index, "store": f"s3://{self.bucket}/{self.base}",
-                "go_margin_s": GO_MARGIN_S, "barrier": "the latest ready time of all pods + go_margin_s, "
+                "go_margin_s": self.margin_s, "barrier": "the latest ready time of all pods + go_margin_s, "
                 "agreed through the artifact store", "points": {str(k): v for k, v in sorted(self.points.items())}}
