@@ -8,6 +8,7 @@ import re
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from benchrun.stats import compare as C
 from benchrun.stats.synthetic import lognormal_replicates, make_run
@@ -94,6 +95,67 @@ def test_cli_json_and_report_agree_on_sign_and_better_worse(tmp_path, monkeypatc
     from benchrun.stats.reading import format_change
 
     assert format_change(rec) == f"{want} (worse)"  # what run/show print beside the verdict
+    # the forest plot: the same change as measured (right of 0: the value went up), said worse
+    from benchrun.report import figures
+
+    doc = json.loads((c / "structured" / "cand_comparison.json").read_text())
+    [drawn] = figures.forest_rows(doc["metrics"])
+    assert (f"{drawn['change_pct']:+.1f} %", drawn["better_worse"]) == (want, "worse")
+    assert drawn["change_low_pct"] > 0  # the whole interval is an increase
+    figs = []
+    monkeypatch.setattr(figures, "_png", lambda fig: figs.append(fig) or b"")
+    figures.forest_plot(doc["metrics"], "t")
+    ax = figs[0].axes[0]
+    marker = next(line for line in ax.get_lines() if line.get_marker() in ("o", "s") and len(line.get_xdata()))
+    assert marker.get_xdata()[0] == pytest.approx(1 + rec["change_pct"] / 100)  # on the measured scale
+    assert any(t.get_text().startswith(f"{want} worse") for t in ax.texts), [t.get_text() for t in ax.texts]
+    assert "higher is better" not in ax.get_xaxis().get_label().get_text()
+    assert "change as measured" in ax.get_xaxis().get_label().get_text()
+
+
+def test_red_and_green_only_on_gating_rows_in_the_forest_plot_and_the_cli(tmp_path, monkeypatch):
+    """A gating latency and a secondary throughput both regress: only the gating row is red."""
+    from rich.console import Console
+    from typer.testing import CliRunner
+
+    from benchrun.cli import app
+    from benchrun.report import figures
+    from benchrun.stats import commands
+
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    rng = np.random.default_rng(4)
+    prim = {"spec": {"metrics": {"inference": {"primary": ["p99_latency_ms"]}}}}
+
+    def metrics(lat, tps):
+        return {("s", "", "p99_latency_ms"): (lognormal_replicates(rng, lat, 0.02, 5), "ms", "lower"),
+                ("s", "", "tokens_per_s"): (lognormal_replicates(rng, tps, 0.02, 5), "tok/s", "higher")}
+    make_run(tmp_path, "base", metrics(0.15, 100), spec=prim)
+    make_run(tmp_path, "cand", metrics(0.30, 50), spec=prim)
+    monkeypatch.setattr(commands, "make_console",
+                        lambda: Console(force_terminal=True, color_system="standard", width=250, highlight=False))
+    res = CliRunner().invoke(app, ["compare", "base", "cand"])
+    assert res.exit_code == 3, res.output  # the gating latency regressed
+    lines = {m: next(x for x in res.output.splitlines() if m in x) for m in ("p99_latency_ms", "tokens_per_s")}
+    red = "\x1b[31m"
+    assert red in lines["p99_latency_ms"] and "regression" in lines["p99_latency_ms"]
+    assert "regression" in lines["tokens_per_s"] and red not in lines["tokens_per_s"] and "\x1b[32m" not in \
+        lines["tokens_per_s"]
+    records = json.loads(CliRunner().invoke(app, ["compare", "base", "cand", "--json"]).stdout)
+    assert {r["metric"]: (r["role"], r["verdict"]) for r in records} == {
+        "s/p99_latency_ms": ("primary", "regression"), "s/tokens_per_s": ("secondary", "regression")}
+    drawn = {r["metric"]: r for r in figures.forest_rows(records)}
+    assert drawn["s/p99_latency_ms"]["color"] == figures.VERDICT_COLORS["regression"]
+    assert drawn["s/tokens_per_s"]["color"] == figures.NEUTRAL
+    figs = []
+    monkeypatch.setattr(figures, "_png", lambda fig: figs.append(fig) or b"")
+    figures.forest_plot(records, "t")
+    ax = figs[0].axes[0]
+    drawn_colors = {line.get_color() for line in ax.get_lines() if len(line.get_xdata()) and line.get_label()
+                    .startswith("_")}
+    assert figures.VERDICT_COLORS["regression"] in drawn_colors and figures.NEUTRAL in drawn_colors
+    assert figures.VERDICT_COLORS["improvement"] not in drawn_colors
+    said = {t.get_text() for t in ax.texts}
+    assert any("worse (regression, not gating)" in t for t in said), said
 
 
 def _aa(rng, metrics, n, shift=1.0, cv=0.02):

@@ -70,45 +70,99 @@ def strip_plot(replicates: "pd.DataFrame", summary: "pd.DataFrame", title: str, 
     return _png(fig)
 
 
-def forest_plot(rows: list[dict[str, Any]], title: str) -> bytes:
-    """Ratio (higher is better) with its interval per metric, the ±δ band, coloured by verdict.
+NEUTRAL = "#566573"  # secondary rows: their verdict is said, not coloured (only gating rows decide the run)
+# the axis spans measured ratios 1/4 .. 4 (-75 % .. +300 %); wider intervals are clipped, arrows mark it
+FOREST_LIMITS = (0.25, 4.0)
 
-    Outcomes only (context rows, role ``context``, have no verdict and are left out), gating
-    rows first, the axis at the top so it is on screen with the first rows."""
-    rows = [r for r in rows if r.get("ratio") is not None and np.isfinite(r["ratio"]) and r.get("role") != "context"]
-    rows.sort(key=lambda r: not r.get("gating"))  # stable: gating first, each group in its own order
-    fig, ax = plt.subplots(figsize=(8, 0.35 * max(len(rows), 3) + 1.2))
+
+def forest_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What the forest plot draws, one dict per outcome row, gating rows first: the change as
+    measured in % (+ = the value went up) with its interval, better/worse by the metric's
+    direction (:mod:`benchrun.stats.reading`, the convention of the CLI, the JSON and the
+    headline), and the colour: by verdict on gating rows, neutral on secondary ones. Context
+    rows (role ``context``: no verdict) are left out."""
+    from benchrun.stats.reading import change_of
+
+    out = []
+    for r in rows:
+        if r.get("role") == "context":
+            continue
+        pct, bw = change_of(r)
+        lo, hi = r.get("change_low_pct"), r.get("change_high_pct")
+        if (lo is None or hi is None) and r.get("ci_low") is not None and r.get("ci_high") is not None:
+            # an older record: its interval is on the higher-is-better ratio scale
+            a, b = float(r["ci_low"]), float(r["ci_high"])
+            lo, hi = ((a - 1) * 100, (b - 1) * 100) if r.get("direction") != "lower" else \
+                ((1 / b - 1) * 100 if b > 0 else math.nan, (1 / a - 1) * 100 if a > 0 else math.inf)
+        if pct is None or not np.isfinite(pct) or pct <= -100 or lo is None or hi is None:
+            continue
+        gating = bool(r.get("gating"))
+        verdict = str(r.get("verdict") or "")
+        out.append({"metric": str(r["metric"]), "gating": gating, "change_pct": float(pct),
+                    "change_low_pct": float(lo), "change_high_pct": float(hi), "better_worse": bw,
+                    "verdict": verdict, "delta_pct": r.get("delta_pct"), "scale": r.get("scale"),
+                    "color": VERDICT_COLORS.get(verdict, "black") if gating else NEUTRAL})
+    out.sort(key=lambda r: not r["gating"])  # stable: gating first, each group in its own order
+    return out
+
+
+def _to_ratio(pct: float) -> float:
+    lo_lim, hi_lim = FOREST_LIMITS
+    ratio = 1.0 + pct / 100.0 if np.isfinite(pct) else (hi_lim if pct > 0 else lo_lim)
+    return float(min(max(ratio, lo_lim), hi_lim))
+
+
+def forest_plot(rows: list[dict[str, Any]], title: str) -> bytes:
+    """The change as measured (%, + = the value went up) with its interval per outcome, the ±δ
+    band, and beside each row its change and whether that is better or worse.
+
+    Outcomes only (context rows have no verdict and are left out), gating rows first and
+    coloured by verdict; secondary rows neutral (their verdict is in the label, not in red or
+    green); the axis at the top so it is on screen with the first rows. The axis is the
+    measured ratio on a log scale (so +100 % and -50 % are as far from 0), labelled in %."""
+    from matplotlib.lines import Line2D
+
+    rows = forest_rows(rows)
+    lo_lim, hi_lim = FOREST_LIMITS
+    height = 0.35 * max(len(rows), 3) + 1.9
+    fig, ax = plt.subplots(figsize=(9, height))
     for i, r in enumerate(rows):
-        d = float(r.get("delta_pct", 3.0)) / 100.0
-        ax.fill_betweenx([i - 0.4, i + 0.4], 1 - d, 1 + d, color="#d5dbdb", alpha=0.7, lw=0)
-        color = VERDICT_COLORS.get(r.get("verdict"), "black")
-        ax.plot([r["ci_low"], r["ci_high"]], [i, i], color=color, lw=2)
-        ax.plot([r["ratio"]], [i], "o" if r.get("gating") else "s", color=color, ms=6)
+        d = r["delta_pct"]
+        if r["scale"] != "absolute" and d is not None and np.isfinite(float(d)):
+            d = float(d) / 100.0  # the no-change band: log(1 + δ) either side on the analysis scale
+            ax.fill_betweenx([i - 0.4, i + 0.4], 1 / (1 + d), 1 + d, color="#d5dbdb", alpha=0.7, lw=0)
+        lo, hi = _to_ratio(r["change_low_pct"]), _to_ratio(r["change_high_pct"])
+        ax.plot([lo, hi], [i, i], color=r["color"], lw=2)
+        ax.plot([_to_ratio(r["change_pct"])], [i], "o" if r["gating"] else "s", color=r["color"], ms=6)
+        if 1 + r["change_low_pct"] / 100 < lo_lim:
+            ax.annotate("◀", (lo_lim, i), fontsize=7, va="center", ha="left")
+        if 1 + r["change_high_pct"] / 100 > hi_lim:
+            ax.annotate("▶", (hi_lim, i), fontsize=7, va="center", ha="right")
+        said = f"{r['change_pct']:+.1f} % {r['better_worse']}".rstrip()
+        if not r["gating"] and r["verdict"]:
+            said += f" ({r['verdict'].replace('_', ' ')}, not gating)"
+        ax.annotate(said, (1.01, i), xycoords=("axes fraction", "data"), fontsize=7, va="center", ha="left",
+                    color=r["color"], annotation_clip=False).set_in_layout(False)
     ax.axvline(1.0, color="black", lw=0.8)
-    # ratios live on a log scale; very wide intervals are clipped at 1/4 and 4 (arrows mark it)
-    lo_lim, hi_lim = 0.25, 4.0
     ax.set_xscale("log")
     ax.set_xlim(lo_lim, hi_lim)
-    for i, r in enumerate(rows):
-        if r["ci_low"] < lo_lim:
-            ax.annotate("◀", (lo_lim, i), fontsize=7, va="center", ha="left")
-        if r["ci_high"] > hi_lim:
-            ax.annotate("▶", (hi_lim, i), fontsize=7, va="center", ha="right")
-    ticks = [0.25, 0.5, 0.8, 0.9, 1.0, 1.1, 1.25, 2.0, 4.0]
-    ax.set_xticks(ticks)
-    ax.set_xticklabels([f"{t:g}" for t in ticks], fontsize=7)
+    ticks = [-75, -50, -20, 0, 25, 100, 300]
+    ax.set_xticks([1 + t / 100 for t in ticks])
+    ax.set_xticklabels([f"{t:+d} %" if t else "0" for t in ticks], fontsize=7)
     ax.minorticks_off()
     ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([("★ " if r.get("gating") else "") + str(r["metric"]) for r in rows], fontsize=7)
+    ax.set_yticklabels([("★ " if r["gating"] else "") + r["metric"] for r in rows], fontsize=7)
     ax.invert_yaxis()
     ax.xaxis.tick_top()
     ax.xaxis.set_label_position("top")
-    ax.set_xlabel("candidate / baseline, higher is better (grey: ±δ no-change band)")
-    for verdict, color in VERDICT_COLORS.items():
-        ax.plot([], [], color=color, lw=2, label=verdict)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.set_xlabel("change as measured, candidate vs baseline (+ = the value went up)\nbetter/worse beside each "
+                  "row, by the metric's direction; grey: ±δ no-change band", fontsize=8)
+    handles = [Line2D([], [], color=color, lw=2, marker="o", label=f"{verdict.replace('_', ' ')} (gating)")
+               for verdict, color in VERDICT_COLORS.items()]
+    handles.append(Line2D([], [], color=NEUTRAL, lw=2, marker="s", label="secondary outcome (not gating)"))
+    fig.legend(handles=handles, fontsize=7, loc="lower center", ncol=5, frameon=False)
     ax.set_title(title + "  (★ gating)", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.45 / height, 0.74, 1))
     return _png(fig)
 
 

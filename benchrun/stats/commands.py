@@ -89,11 +89,8 @@ def compare(
     for col in ("metric", "role", "baseline", "candidate", "change", "interval", "", "MDE", "p 2-sided", "p adj",
                 "verdict"):
         table.add_column(col, justify="left" if col in ("metric", "verdict", "role", "") else "right")
-    colors = {"regression": "red", "improvement": "green", "no_change": "blue", "inconclusive": "white"}
     for r in display_order(records):
-        verdict = r["verdict"] or ""
-        shown = f"[{colors[verdict]}]{verdict}[/]" if verdict in colors and r.get("role") != "context" else \
-            "context (no verdict)"
+        shown = verdict_cell(r)
         if r.get("advice"):
             shown += f" [yellow]{escape(r['advice'])}[/]"
         table.add_row(
@@ -108,6 +105,18 @@ def compare(
     cond = result.condition()
     console.print(escape(f"RegressionDetected={cond['status']} ({cond['reason']}): {cond['message']}"))
     _exit(result)
+
+
+VERDICT_STYLES = {"regression": "red", "improvement": "green", "no_change": "blue", "inconclusive": "white"}
+
+
+def verdict_cell(r: dict) -> str:
+    """The verdict as rich markup: red/green only on gating rows (they decide the run, as the
+    report's verdict box says); a secondary row's verdict in plain text; context has none."""
+    verdict = r.get("verdict") or ""
+    if r.get("role") == "context" or verdict not in VERDICT_STYLES:
+        return "context (no verdict)" if r.get("role") == "context" else verdict
+    return f"[{VERDICT_STYLES[verdict]}]{verdict}[/]" if r.get("gating") else verdict
 
 
 def display_order(records: list[dict]) -> list[dict]:
