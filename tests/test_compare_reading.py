@@ -193,3 +193,70 @@ def test_context_rows_are_shown_beside_the_outcomes_they_explain():
     assert [r["metric"] for r in display_order(recs)] == [
         "gemm/tflops", "gemm/suite_cpu_pct_mean", "membw/triad", "membw/suite_cpu_pct_mean",
         "fio/memory_used_bytes_peak"]
+
+
+def test_declared_secondaries_are_outcomes_even_when_they_are_telemetry(tmp_path):
+    """The canary declares gpu_utilization_pct a secondary outcome: its telemetry rows are
+    secondary (a verdict, in the BH family), not context; undeclared telemetry stays context."""
+    from pathlib import Path
+
+    import yaml
+
+    from benchrun.stats.analysis import compare_runs
+    from benchrun.stats.load import secondary_metrics
+    from benchrun.telemetry.summary import summarise
+    from benchrun.stats.reading import TELEMETRY_SUMMARIES
+
+    canary = yaml.safe_load((Path(__file__).resolve().parents[1] / "specs/local/canary.yaml").read_text())
+    assert "gpu_utilization_pct" in secondary_metrics(canary)
+    rng = np.random.default_rng(6)
+    spec = {"spec": {"metrics": {"inference": {"primary": ["s/tflops"],
+                                               "secondary": ["gpu_utilization_pct", "s/p50_latency_ms"]}}}}
+
+    def metrics(util):
+        return {("s", "", "tflops"): (lognormal_replicates(rng, 1.0, 0.02, 5), "TFLOP/s", "higher"),
+                ("s", "", "p50_latency_ms"): (lognormal_replicates(rng, 2.0, 0.02, 5), "ms", "lower"),
+                ("s", "telemetry", "gpu_utilization_pct_mean"): (lognormal_replicates(rng, util, 0.02, 5), "%",
+                                                                 "higher"),
+                ("s", "telemetry", "cpu_utilization_pct_mean"): (lognormal_replicates(rng, util, 0.02, 5), "%",
+                                                                 "higher")}
+    make_run(tmp_path, "base", metrics(80.0), spec=spec)
+    make_run(tmp_path, "cand", metrics(40.0), spec=spec)
+    gate, res = compare_runs(tmp_path / "runs" / "base", tmp_path / "runs" / "cand")
+    assert gate.passed, gate.message()
+    r = res.rows.set_index("name")
+    assert r.loc["gpu_utilization_pct_mean", "role"] == "secondary"
+    assert r.loc["gpu_utilization_pct_mean", "correction"] == "bh"
+    assert r.loc["gpu_utilization_pct_mean", "verdict"] == "regression"  # halved, in a family of 2
+    assert (r.loc["cpu_utilization_pct_mean", "role"], r.loc["cpu_utilization_pct_mean", "verdict"]) == ("context", "")
+    assert r.loc["p50_latency_ms", "role"] == "secondary" and r.loc["tflops", "role"] == "primary"
+    # a declared primary that looks like telemetry still gates
+    tele = pd.concat([_rows(rng, "gpu_utilization_pct_mean", 80, 5, case="telemetry"), _rows(rng, "x", 1, 5)])
+    got = C.compare_tables(tele, tele.copy(), primary=["gpu_utilization_pct_mean"]).rows.set_index("name")
+    assert got.loc["gpu_utilization_pct_mean", "role"] == "primary"
+    # the summary statistics a declared quantity covers are the ones the telemetry summary writes
+    import pyarrow as pa
+
+    samples = pa.table({"ts": [0.0, 1.0], "metric": ["gpu_utilization_pct"] * 2, "value": [50.0, 60.0]})
+    names = {row["name"] for row in summarise(samples) if row["name"].startswith("gpu_utilization_pct")}
+    assert names and all(any(n == "gpu_utilization_pct" + s for s in TELEMETRY_SUMMARIES) for n in names)
+
+
+def test_the_secondary_family_for_bh_excludes_context_rows():
+    """Adding 100 moving telemetry rows changes neither the secondaries' BH-adjusted p nor their MDE."""
+    from benchrun.stats.family import benjamini_hochberg
+
+    rng = np.random.default_rng(8)
+    base = [_rows(rng, "gate", 100, 5), _rows(rng, "tps", 100, 5), _rows(rng, "rps", 100, 5)]
+    cand = [_rows(rng, "gate", 100, 5), _rows(rng, "tps", 100, 5, scale=0.9), _rows(rng, "rps", 100, 5, scale=1.02)]
+    tb = [_rows(rng, f"suite_cpu_pct_mean_{i}", 50, 5, case="telemetry") for i in range(100)]
+    tc = [_rows(rng, f"suite_cpu_pct_mean_{i}", 50, 5, case="telemetry", scale=2.0) for i in range(100)]
+    alone = C.compare_tables(pd.concat(base), pd.concat(cand), primary={"gate"}).rows.set_index("name")
+    mixed = C.compare_tables(pd.concat(base + tb), pd.concat(cand + tc), primary={"gate"}).rows.set_index("name")
+    sec = ["tps", "rps"]
+    assert list(mixed.loc[sec, "role"]) == ["secondary", "secondary"]
+    want = benjamini_hochberg(mixed.loc[sec, "p_value"].to_numpy(float))
+    assert np.allclose(mixed.loc[sec, "p_adjusted"].to_numpy(float), want)
+    assert np.allclose(mixed.loc[sec, "p_adjusted"].to_numpy(float), alone.loc[sec, "p_adjusted"].to_numpy(float))
+    assert np.allclose(mixed.loc[sec, "mde_pct"].to_numpy(float), alone.loc[sec, "mde_pct"].to_numpy(float))
+    assert mixed.loc["tps", "verdict"] == "regression"

@@ -27,6 +27,7 @@ from benchrun.stats.load import (
     primary_metrics,
     replicate_table,
     requests_tables,
+    secondary_metrics,
 )
 from benchrun.fsio import atomic_write_json
 
@@ -155,6 +156,7 @@ def compare_runs(
         table_c,
         confidence=confidence_level(cand.spec),
         primary=primary_metrics(cand.spec),
+        secondary=secondary_metrics(cand.spec),
         delta_pct=lambda m: delta_pct(cand.spec, m),
         abs_margin=lambda m: absolute_margin(cand.spec, m),
         confirm=confirm,

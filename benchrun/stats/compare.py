@@ -221,6 +221,7 @@ def compare_tables(
     *,
     confidence: float = 0.95,
     primary: Iterable[str] = frozenset(),
+    secondary: Iterable[str] = frozenset(),
     delta_pct: Callable[[str], float] | float = 3.0,
     abs_margin: Callable[[str], float | None] | None = None,
     confirm: ConfirmHook | None = None,
@@ -234,7 +235,8 @@ def compare_tables(
     ``status`` is not ``ok`` are failed replicates (counted per suite, not values).
     ``delta_pct(name)`` is the no-change margin in percent of a log-scale metric;
     ``abs_margin(name)`` the margin, in the metric's unit, of a metric compared on the
-    absolute scale (one with a value ≤ 0). ``tails`` (a :class:`benchrun.stats.tails.RequestTails`)
+    absolute scale (one with a value ≤ 0). ``secondary``: the spec's declared secondary outcomes
+    (:func:`benchrun.stats.reading.roles`). ``tails`` (a :class:`benchrun.stats.tails.RequestTails`)
     replaces the p99 rows' evidence by the requests' before the gate. ``engine="reference"`` computes each metric with
     :func:`benchrun.stats.effects.effect` one by one (the tests check the batch against it).
     """
@@ -289,7 +291,8 @@ def compare_tables(
         result.notes.append("no metrics to compare")
         return result
     _margins(df, margin_of, result)
-    df["role"] = reading.roles(df["gating"].to_numpy(bool), df["case"].to_numpy(), df["name"].to_numpy())
+    df["role"] = reading.roles(df["gating"].to_numpy(bool), df["case"].to_numpy(), df["name"].to_numpy(),
+                               df["suite"].to_numpy(), secondary)
     if tails is not None:  # p99 rows judged on pooled requests (benchrun.stats.tails.RequestTails)
         tails.apply(df)
     _gate_and_verdicts(df, alpha, result)

@@ -56,12 +56,13 @@ class Primary:
                 and (self.case is None or case == self.case))
 
 
-def parse_primary(text: str) -> Primary:
-    """``ttft_ms``, ``serving_sweep/ttft_ms``, ``ttft_ms[c=4]`` or ``serving_sweep/ttft_ms[c=4]``."""
+def parse_primary(text: str, field: str = "primary") -> Primary:
+    """``ttft_ms``, ``serving_sweep/ttft_ms``, ``ttft_ms[c=4]`` or ``serving_sweep/ttft_ms[c=4]``
+    (a selector of ``metrics.<family>.primary``, or of ``.secondary`` with ``field``)."""
     m = _PRIMARY.match(str(text).strip())
     if not m:
-        raise BenchrunError(f"primary metric {text!r} is not NAME, SUITE/NAME, NAME[CASE] or SUITE/NAME[CASE]; "
-                            "fix metrics.<family>.primary")
+        raise BenchrunError(f"{field} metric {text!r} is not NAME, SUITE/NAME, NAME[CASE] or SUITE/NAME[CASE]; "
+                            f"fix metrics.<family>.{field}")
     return Primary(m.group("metric"), m.group("suite"), m.group("case"))
 
 

@@ -224,6 +224,17 @@ def primary_metrics(spec: dict[str, Any]) -> set[str]:
     return out
 
 
+def secondary_metrics(spec: dict[str, Any]) -> set[str]:
+    """Union of ``metrics.<family>.secondary`` over the enabled families (selectors as the
+    primaries'): declared outcomes, compared as their own family even when they are telemetry."""
+    out: set[str] = set()
+    metrics = _get(spec, "spec", "metrics", default={}) or {}
+    for fam in metrics.values() if isinstance(metrics, dict) else []:
+        if isinstance(fam, dict) and fam.get("enabled", True):
+            out.update(str(m) for m in fam.get("secondary") or [])
+    return out
+
+
 def delta_pct(spec: dict[str, Any], metric: str) -> float:
     """The no-change margin δ in percent for ``metric``: ``comparison.deltaPctByMetric``,
     else ``comparison.deltaPct``, else 3 %."""

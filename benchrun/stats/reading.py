@@ -19,10 +19,12 @@ from __future__ import annotations
 import math
 import re
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 from scipy import stats
+
+from benchrun.stats.family import Primary, parse_primary
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -37,14 +39,38 @@ POWER = 0.8
 MAX_PLANNED_N = 200
 
 
+# benchrun.telemetry.summary's per-replicate statistics of a sampled quantity (its rows are
+# named <quantity>_mean, _p95, _peak): a declared quantity covers them
+TELEMETRY_SUMMARIES = ("_mean", "_p95", "_peak")
+
+
 def is_context(case: str, name: str) -> bool:
     """Telemetry, utilization and environment rows: context for the outcomes, not outcomes."""
     return case == CONTEXT_CASE or bool(_CONTEXT_NAME.search(name))
 
 
-def roles(gating: np.ndarray, cases: np.ndarray, names: np.ndarray) -> np.ndarray:
-    """``primary`` for gating rows, ``context`` for telemetry/utilization/environment, else ``secondary``."""
-    ctx = np.array([is_context(str(c), str(n)) for c, n in zip(cases, names)], dtype=bool)
+def declared(selectors: Iterable[Primary], suite: str, case: str, name: str) -> bool:
+    """Whether the spec names this row (``metrics.<family>.secondary``, the primaries' selector
+    syntax): an exact match, or a telemetry summary of a declared sampled quantity (a declared
+    ``gpu_utilization_pct`` covers the telemetry rows ``gpu_utilization_pct_mean`` and ``_p95``)."""
+    for sel in selectors:
+        if sel.matches(suite, case, name):
+            return True
+        if (case == CONTEXT_CASE and sel.case is None and sel.suite in (None, suite)
+                and any(name == sel.metric + s for s in TELEMETRY_SUMMARIES)):
+            return True
+    return False
+
+
+def roles(gating: np.ndarray, cases: np.ndarray, names: np.ndarray, suites: np.ndarray | None = None,
+          secondary: Iterable[str] = ()) -> np.ndarray:
+    """``primary`` for gating rows (the spec's primaries); ``secondary`` for the spec's declared
+    secondaries (``metrics.<family>.secondary``) even when they are telemetry or utilization;
+    ``context`` for the other telemetry/utilization/environment rows; else ``secondary``."""
+    sels = [parse_primary(s, field="secondary") for s in secondary]
+    suites = np.full(len(names), "", dtype=object) if suites is None else suites
+    ctx = np.array([is_context(str(c), str(n)) and not declared(sels, str(s), str(c), str(n))
+                    for s, c, n in zip(suites, cases, names)], dtype=bool)
     return np.where(np.asarray(gating, bool), "primary", np.where(ctx, "context", "secondary")).astype(object)
 
 
