@@ -260,3 +260,28 @@ def test_the_secondary_family_for_bh_excludes_context_rows():
     assert np.allclose(mixed.loc[sec, "p_adjusted"].to_numpy(float), alone.loc[sec, "p_adjusted"].to_numpy(float))
     assert np.allclose(mixed.loc[sec, "mde_pct"].to_numpy(float), alone.loc[sec, "mde_pct"].to_numpy(float))
     assert mixed.loc["tps", "verdict"] == "regression"
+
+
+def test_the_report_shows_context_in_its_own_collapsed_section(tmp_path, monkeypatch):
+    from benchrun.report.html import build_report
+    from benchrun.stats.analysis import compare_runs, write_comparison
+
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    rng = np.random.default_rng(9)
+    spec = {"spec": {"metrics": {"inference": {"primary": ["s/tflops"]}}}}
+
+    def metrics(cpu):
+        return {("s", "", "tflops"): (lognormal_replicates(rng, 1.0, 0.02, 5), "TFLOP/s", "higher"),
+                ("s", "", "triad_gbs"): (lognormal_replicates(rng, 20.0, 0.02, 5), "GB/s", "higher"),
+                ("s", "telemetry", "suite_cpu_pct_mean"): (lognormal_replicates(rng, cpu, 0.02, 5), "%", "lower")}
+    b = make_run(tmp_path, "base", metrics(40.0), spec=spec)
+    c = make_run(tmp_path, "cand", metrics(90.0), spec=spec)
+    gate, res = compare_runs(b, c)
+    write_comparison(gate, res, "base", c)
+    page = build_report(c).read_text()
+    [table] = re.findall(r'<table class="comparison">.*?</table>', page, flags=re.S)
+    assert "s/tflops" in table and "s/triad_gbs" in table and "suite_cpu_pct_mean" not in table
+    assert "2 outcomes: primary and secondary" in page
+    [ctx] = re.findall(r"<details id='context'>.*?</details>", page, flags=re.S)  # collapsed: no `open`
+    assert "Context: telemetry, utilization, environment (1 row, no verdict)" in ctx
+    assert "s/suite_cpu_pct_mean[telemetry]" in ctx and "s/tflops" not in ctx and "regression" not in ctx

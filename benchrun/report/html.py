@@ -292,20 +292,24 @@ def _details_html(run: Any, stats: Any, comparison: dict[str, Any] | None, cps: 
             ("median", "median"), ("interval", "median interval"), ("coverage", "coverage"), ("mean", "mean"),
             ("cv", "CV"), ("bca_ci_note", "BCa"), ("n_outliers", "outliers"), ("notes", "notes")], "all")))
     if comparison and comparison.get("metrics"):
+        outcomes = [m for m in comparison["metrics"] if m.get("role") != "context"]
+        context = [m for m in comparison["metrics"] if m.get("role") == "context"]
         cond = comparison.get("condition") or {}
         notes = (f"<p>RegressionDetected = <b>{_fmt(cond.get('status'))}</b> ({_fmt(cond.get('reason'))}): "
                  f"{_fmt(cond.get('message'))}</p>"
                  + "".join(f"<p class='note'>{html.escape(str(n))}</p>" for n in comparison.get("notes", []))
                  + "<p class='note'>p adj: gating rows are Holm-adjusted over the one-sided p in the regression "
                  "direction (the gate); other rows Benjamini–Hochberg over the two-sided p.</p>")
-        parts.append(block(f"Comparison with {comparison.get('baseline')} ({len(comparison['metrics'])} metrics)",
-                           notes + _table(comparison["metrics"], [
+        parts.append(block(f"Comparison with {comparison.get('baseline')} ({len(outcomes)} outcomes: primary and "
+                           "secondary)", notes + _table(outcomes, [
                                ("metric", "metric"), ("gating", "gating"), ("baseline_median", "baseline"),
                                ("candidate_median", "candidate"), ("change_pct", "change % (+ = up)"),
                                ("better_worse", "better/worse"), ("change_low_pct", "CI low %"),
                                ("change_high_pct", "CI high %"), ("role", "role"), ("mde_pct", "MDE %"), ("p_value", "p 2-sided"), ("p_adjusted", "p adj"),
                                ("correction", "correction"), ("delta_pct", "δ %"), ("verdict", "verdict"),
                                ("confirmation", "confirmation"), ("advice", "what n can show"), ("note", "note")], "comparison")))
+        if context:
+            parts.append(_context_html(context))
     elif comparison:
         parts.append(block("Comparison", f"<p>{html.escape((comparison.get('gate') or {}).get('message', ''))}</p>"))
     if not stats.tails.empty:
@@ -331,6 +335,21 @@ def _details_html(run: Any, stats: Any, comparison: dict[str, Any] | None, cps: 
         "spec_digest", "artifact_manifest_digest", "created_utc", "started_utc", "finished_utc", "run_directory")],
         [("k", "field"), ("v", "value")], "meta")))
     return "".join(parts) + "</section>"
+
+
+def _context_html(rows: list[dict[str, Any]]) -> str:
+    """Context rows (telemetry, utilization, environment) in their own collapsed section, apart
+    from the outcomes: shown as measured, with no verdict and in no multiple-testing family."""
+    body = ("<p class='muted'>What the run's telemetry and environment did, beside the outcomes it explains: "
+            "the change as measured (+ = the value went up) with its interval; no verdict, in no "
+            "multiple-testing family. A spec's metrics.&lt;family&gt;.secondary makes one an outcome.</p>"
+            + _table(rows, [("metric", "metric"), ("baseline_median", "baseline"), ("candidate_median", "candidate"),
+                            ("unit", "unit"), ("change_pct", "change % (+ = up)"), ("change_low_pct", "CI low %"),
+                            ("change_high_pct", "CI high %"), ("n_baseline", "n baseline"),
+                            ("n_candidate", "n candidate"), ("note", "note")], "context"))
+    count = f"{len(rows)} row" + ("s" if len(rows) != 1 else "")
+    return (f"<details id='context'><summary>Context: telemetry, utilization, environment ({count}, "
+            f"no verdict)</summary>{body}</details>")
 
 
 STYLE = (
