@@ -217,7 +217,7 @@ def baseline_comparison(context: dg.AssetExecutionContext, confirm_round: Confir
         return dg.MaterializeResult(metadata={"compared": False, "reason": f"no baseline resolved from {ref!r}"})
     gate, res = analysis.compare_runs(base_dir, rd, confirm=confirm_round.hook(context, base_dir.name, run_id),
                                       candidate_in_progress=True, baseline_alias=alias_of(ref),
-                                      allow_differences=allow)
+                                      allow_differences=allow, allowed_by="comparison.allowDifferences")
     path = analysis.write_comparison(gate, res, base_dir.name, rd)
     meta = {"compared": res is not None, "comparable": not gate.not_comparable, "baseline": base_dir.name,
             "gate": gate.message(), "comparison": dg.MetadataValue.path(str(path))}

@@ -186,7 +186,9 @@ def test_allow_differences_in_the_spec_is_recorded_in_the_comparison_and_the_rep
     doc = json.loads((tmp_path / "runs" / "cand" / "structured" / "cand_comparison.json").read_text())
     assert doc["gate"]["passed"] and doc["gate"]["allowed_differences"] == [GEMM_CMD]
     assert "comparison.allowDifferences: " + GEMM_CMD in doc["gate"]["message"]
-    assert GEMM_CMD in build_report(tmp_path / "runs" / "cand").read_text()
+    assert doc["gate"]["allowed_by"] == "comparison.allowDifferences"
+    page = build_report(tmp_path / "runs" / "cand").read_text()
+    assert f"gate overridden</dt><dd><span class='badge warn'>{GEMM_CMD} (allowed by comparison.allowDifferences)" in page
 
 
 def test_the_shipped_gemm_threads_experiment_passes_the_gate_against_the_canary(tmp_path):
@@ -203,3 +205,70 @@ def test_the_shipped_gemm_threads_experiment_passes_the_gate_against_the_canary(
     assert gate.passed, gate.message()
     assert [(d.field, d.how) for d in gate.diffs] == [("spec.layers.micro.suites[gemm].env.OMP_NUM_THREADS",
                                                        "declared")]
+
+
+def _cli(monkeypatch, capsys, *args):
+    """The real entry point (`benchrun ...`): exit code, stdout, stderr."""
+    import sys
+
+    from benchrun.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["benchrun", *args])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    out = capsys.readouterr()
+    return exc.value.code, out.out, out.err
+
+
+def test_cli_compare_refuses_an_undeclared_difference_and_records_an_allow_differences_override(
+        tmp_path, monkeypatch, capsys):
+    import json
+
+    from benchrun.provenance.keys import load_signing_key
+    from benchrun.spec.validation import load_spec_bytes
+    from benchrun.stats.synthetic import BASE_SPEC, _deep_update
+
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    rng = np.random.default_rng(7)
+    base = copy.deepcopy(CANARY)
+    base["spec"]["metrics"]["inference"]["primary"].append("gemm/tflops")  # the canary's own are not measured here
+    cand = copy.deepcopy(base)
+    _threads(cand)  # variable runtime_version; the gemm command differs
+    for run_id, doc in (("base", base), ("cand", cand)):
+        # the real digest of the spec make_run pins, so the run can be signed again as a real one is
+        pinned = yaml.safe_dump(_deep_update(copy.deepcopy(BASE_SPEC), doc), sort_keys=False).encode()
+        make_run(tmp_path, run_id, {("gemm", "", "tflops"): (lognormal_replicates(rng, 1, 0.02, 5), "TFLOP/s",
+                                                             "higher")}, spec=doc,
+                 status={"spec_digest": load_spec_bytes(pinned, "pinned").spec_digest})
+    monkeypatch.setenv("BENCHRUN_TRUSTED_KEYIDS", load_signing_key(tmp_path).keyid)  # the key checked out of band
+    comparison = tmp_path / "runs" / "cand" / "structured" / "cand_comparison.json"
+    code, out, err = _cli(monkeypatch, capsys, "compare", "base", "cand")
+    assert code == 4, (out, err)
+    assert f"spec.{GEMM_CMD}" in err and "not declared" in err and "env OMP_NUM_THREADS=1" in err
+    assert not comparison.exists()  # a refused pair records nothing
+    code, out, err = _cli(monkeypatch, capsys, "compare", "base", "cand", "--json", "--allow-differences", GEMM_CMD)
+    assert code == 0, (out, err)
+    rows = json.loads(out)
+    assert rows and all(r["allowed_differences"] == [GEMM_CMD] for r in rows)
+    assert f"gate overridden: --allow-differences {GEMM_CMD}; recorded in {comparison}" in err
+    doc = json.loads(comparison.read_text())
+    assert doc["gate"]["passed"] and doc["gate"]["allowed_differences"] == [GEMM_CMD]
+    assert doc["gate"]["allowed_by"] == "--allow-differences"
+    assert f"differences allowed by --allow-differences: {GEMM_CMD}" in doc["gate"]["message"]
+    assert [(d["field"], d["how"]) for d in doc["gate"]["differences"]] == [
+        (f"spec.{GEMM_CMD}", "allowed by --allow-differences")]
+    page = (tmp_path / "runs" / "cand" / "reports" / "cand_report.html").read_text()
+    assert f"gate overridden</dt><dd><span class='badge warn'>{GEMM_CMD} (allowed by --allow-differences)" in page
+    # recorded through the run's own signing path (re-signed as `benchrun report` does): it still verifies
+    from benchrun.provenance.signing import envelope_path, subject_mismatches, verify_envelope
+
+    assert "warning" not in err
+    run_dir = tmp_path / "runs" / "cand"
+    statement = verify_envelope(envelope_path(run_dir), home=tmp_path)
+    assert "structured/cand_comparison.json" in statement.subjects and subject_mismatches(statement, run_dir) == []
+    code, out, err = _cli(monkeypatch, capsys, "verify", "cand")
+    assert code == 0, (out, err)
+    # the text output says it too, and the second override says it replaced the first
+    code, out, err = _cli(monkeypatch, capsys, "compare", "base", "cand", "--allow-differences", GEMM_CMD)
+    assert code == 0 and f"allowed by --allow-differences: {GEMM_CMD}" in out
+    assert "(replacing the comparison the run had)" in err

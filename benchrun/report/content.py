@@ -181,6 +181,7 @@ class Verdict:
     against: str  # one sentence on what was compared
     replicates: str  # "48 launches: 48 ok, 0 failed"
     problems: list[str]
+    overridden: str = ""  # spec paths the gate let through besides the variable, and by whom
 
 
 def verdict(run: "RunInfo", comparison: dict[str, Any] | None) -> Verdict:
@@ -214,9 +215,13 @@ def verdict(run: "RunInfo", comparison: dict[str, Any] | None) -> Verdict:
                    f"{sum(1 for m in comparison.get('metrics') or [] if is_gating(m))} gating metrics.")
     problems = [f"{c['type']}: {c.get('message', '')}" for c in st.get("conditions") or []
                 if c.get("status") == "False" and c.get("type") != "RegressionDetected"]
+    gate = (comparison or {}).get("gate") or {}
+    allowed = [str(a) for a in gate.get("allowed_differences") or []]
+    overridden = (f"{', '.join(allowed)} (allowed by {gate.get('allowed_by') or '--allow-differences'})"
+                  if allowed else "")
     return Verdict(str(st.get("phase") or "unknown"), st.get("outcome"), st.get("benchmark_class_requested"),
                    st.get("benchmark_class_granted"), regressions, level, baseline, against,
-                   f"{launches} launches: {ok} ok, {failed} failed", problems)
+                   f"{launches} launches: {ok} ok, {failed} failed", problems, overridden)
 
 
 # --- history -------------------------------------------------------------------------------

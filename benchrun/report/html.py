@@ -230,6 +230,8 @@ def _verdict_html(v: C.Verdict, st: dict[str, Any]) -> str:
             ("class granted", html.escape(granted)),
             ("gating regressions", f"<span class='badge {v.regression_level}'>{html.escape(v.regressions)}</span>"),
             ("baseline", html.escape(v.baseline or "none")),
+            *([("gate overridden", f"<span class='badge warn'>{html.escape(v.overridden)}</span>")]
+              if v.overridden else []),
             ("replicates", html.escape(v.replicates)),
             ("finished", html.escape(_when(st.get("finished_utc")) or "not yet"))]
     dl = "".join(f"<dt>{k}</dt><dd>{val}</dd>" for k, val in rows)

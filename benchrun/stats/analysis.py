@@ -117,6 +117,7 @@ def compare_runs(
     candidate_in_progress: bool = False,
     baseline_alias: str | None = None,
     allow_differences: tuple[str, ...] | list[str] = (),
+    allowed_by: str = "--allow-differences",
 ) -> tuple[GateResult, Comparison | None]:
     """Admit the pair (fail closed: :mod:`benchrun.stats.admit`), gate it, and, if it passes,
     compare with the candidate spec's settings.
@@ -126,7 +127,8 @@ def compare_runs(
     ``candidate_in_progress``: the candidate is the run being analysed (phase Analyzing).
     ``baseline_alias``: the baseline was named by ``published/<alias>``; what promote recorded
     there is checked again. ``allow_differences``: spec paths (or environment field names)
-    allowed to differ besides the variable under test; recorded in the gate's result.
+    allowed to differ besides the variable under test; recorded in the gate's result, with
+    ``allowed_by`` (the CLI option, or the spec's ``comparison.allowDifferences``).
     """
     from benchrun.stats.tails import RequestTails
 
@@ -136,7 +138,7 @@ def compare_runs(
         from benchrun.stats.baseline import alias_refusals
 
         refusals.extend(alias_refusals(base, baseline_alias))
-    gate = check_gate(base, cand, variable, allow_differences)
+    gate = check_gate(base, cand, variable, allow_differences, allowed_by)
     gate.refusals.extend(refusals)
     if not gate.passed:
         log.info("%s", gate.message())
@@ -195,6 +197,7 @@ def write_comparison(
                  "differences": [d.__dict__ for d in gate.diffs],
                  "comparable": not gate.not_comparable,
                  "allowed_differences": list(gate.allowed_differences),
+                 "allowed_by": gate.allowed_by if gate.allowed_differences else None,
                  "refusals": [r.to_json() for r in gate.refusals]},
     }
     if not gate.passed:

@@ -22,6 +22,7 @@ from benchrun.console import console as make_console
 
 if TYPE_CHECKING:
     from benchrun.stats.compare import Comparison
+    from benchrun.stats.gate import GateResult
 
 EXIT_GATING_REGRESSION = 3
 EXIT_GATE_REFUSED = 4
@@ -44,7 +45,8 @@ def compare(
         "layers.micro.suites[gemm].env.OMP_NUM_THREADS (default: the candidate spec's comparison.variableUnderTest)."),
     allow_differences: list[str] = typer.Option(
         [], "--allow-differences", help="A spec path (or environment field) allowed to differ besides the variable "
-        "under test; repeat it, or separate paths with commas. Recorded in the output."),
+        "under test; repeat it, or separate paths with commas. Recorded in the output and, replacing the one it "
+        "had, in the candidate's comparison document and report."),
 ) -> None:
     """Compare CANDIDATE with BASELINE behind the one-variable gate: ratios, exact intervals, verdicts.
 
@@ -70,12 +72,13 @@ def compare(
         raise BenchrunError(gate.message() + "; compare runs that differ only in the declared variable",
                             exit_code=EXIT_GATE_REFUSED)
     records = result.records()
+    if allow:  # an override leaves its trace in the candidate's own record, as comparison.allowDifferences does
+        typer.echo(f"gate overridden: --allow-differences {', '.join(allow)}; "
+                   + _record_override(gate, result, base_dir, cand_dir), err=True)
     if as_json:
         extra = {"allowed_differences": list(allow)} if allow else {}
         out = [{**{k: r.get(k) for k in JSON_KEYS}, **{k: v for k, v in r.items() if k not in JSON_KEYS}, **extra}
                for r in records]
-        if allow:
-            typer.echo(f"gate overridden: --allow-differences {', '.join(allow)}", err=True)
         typer.echo(json.dumps(out, indent=2, default=str))
         _exit(result)
         return
@@ -117,6 +120,20 @@ def verdict_cell(r: dict) -> str:
     if r.get("role") == "context" or verdict not in VERDICT_STYLES:
         return "context (no verdict)" if r.get("role") == "context" else verdict
     return f"[{VERDICT_STYLES[verdict]}]{verdict}[/]" if r.get("gating") else verdict
+
+
+def _record_override(gate: "GateResult", result: "Comparison", base_dir: Path, cand_dir: Path) -> str:
+    """Write this comparison, with the differences the CLI let through, as the candidate's
+    comparison document and report (re-signing the run as `benchrun report` does): an override
+    is never only on someone's terminal."""
+    from benchrun.report.html import build_report
+    from benchrun.stats.analysis import write_comparison
+
+    had = (cand_dir / "structured" / f"{cand_dir.name}_comparison.json").is_file()
+    path = write_comparison(gate, result, base_dir.name, cand_dir)
+    report_path = build_report(cand_dir)
+    _resign(cand_dir)
+    return f"recorded in {path} and {report_path}" + (" (replacing the comparison the run had)" if had else "")
 
 
 def display_order(records: list[dict]) -> list[dict]:

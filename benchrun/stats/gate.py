@@ -133,7 +133,7 @@ class FieldDiff:
     baseline: Any
     candidate: Any
     allowed: bool
-    how: str = ""  # why an allowed difference is allowed: declared | allowed by --allow-differences
+    how: str = ""  # why: declared | allowed by --allow-differences | allowed by comparison.allowDifferences
 
 
 # -- the pinned specs, field by field --------------------------------------------------------------
@@ -165,7 +165,7 @@ def spec_variable(variable: str | None) -> tuple[str, ...] | None:
 
 
 def spec_diffs(baseline: RunInfo, candidate: RunInfo, variable: str | None,
-               allow: tuple[str, ...] = ()) -> list[FieldDiff]:
+               allow: tuple[str, ...] = (), allowed_by: str = "--allow-differences") -> list[FieldDiff]:
     """Every field of the two pinned specs' compared sections that differs, by spec path."""
     from benchrun.spec import paths
 
@@ -180,7 +180,7 @@ def spec_diffs(baseline: RunInfo, candidate: RunInfo, variable: str | None,
         if va == vb:
             continue
         how = ("declared" if any(paths.covers(d, key) for d in allowed_paths)
-               else "allowed by --allow-differences" if any(paths.covers(o, key) for o in overrides) else "")
+               else f"allowed by {allowed_by}" if any(paths.covers(o, key) for o in overrides) else "")
         out.append(FieldDiff("spec." + paths.render(key), "spec", va, vb, bool(how), how))
     return out
 
@@ -209,6 +209,7 @@ class GateResult:
         return bool(self.refusals)
 
     allowed_differences: tuple[str, ...] = ()  # --allow-differences: recorded wherever the gate is
+    allowed_by: str = "--allow-differences"  # who allowed them: the CLI option or comparison.allowDifferences
 
     def _listed(self, diffs: list[FieldDiff]) -> str:
         return "; ".join(f"{d.field}: {d.baseline!r} -> {d.candidate!r} ({d.how or 'not declared'})" for d in diffs)
@@ -218,8 +219,7 @@ class GateResult:
             from benchrun.stats.admit import message
 
             return message(self.refusals)
-        override = (f"; differences allowed by --allow-differences / comparison.allowDifferences: "
-                    f"{', '.join(self.allowed_differences)}"
+        override = (f"; differences allowed by {self.allowed_by}: {', '.join(self.allowed_differences)}"
                     if self.allowed_differences else "")
         if self.passed:
             spec = [d for d in self.diffs if d.category == "spec"]
@@ -243,16 +243,18 @@ _MISSING = "<absent>"
 
 
 def check_gate(baseline: RunInfo, candidate: RunInfo, variable: str | None = None,
-               allow_differences: tuple[str, ...] | list[str] = ()) -> GateResult:
+               allow_differences: tuple[str, ...] | list[str] = (),
+               allowed_by: str = "--allow-differences") -> GateResult:
     """Diff the two runs — the pinned specs field by field, the environment, the images — and
     pass only when what differs is the variable under test (a named variable's categories, or
     the spec path it names) or explicitly allowed (``allow_differences``: spec paths or field
-    names, recorded in the result)."""
+    names, recorded in the result with ``allowed_by``: the CLI option or the spec's
+    ``comparison.allowDifferences``)."""
     from benchrun.spec import paths
 
     variable = variable or variable_under_test(candidate.spec, candidate.status)
     allow = tuple(allow_differences)
-    result = GateResult(variable=variable, allowed_differences=allow)
+    result = GateResult(variable=variable, allowed_differences=allow, allowed_by=allowed_by)
     declared = spec_variable(variable)
     if variable is not None and variable not in ALLOWED and declared is None:
         result.problems.append(
@@ -263,7 +265,7 @@ def check_gate(baseline: RunInfo, candidate: RunInfo, variable: str | None = Non
         try:
             paths.parse(a)
         except ValueError as exc:
-            result.problems.append(f"--allow-differences: {exc}")
+            result.problems.append(f"{allowed_by}: {exc}")
     if result.problems:
         return result
     both_specs = bool(baseline.spec_body) and bool(candidate.spec_body)
@@ -292,9 +294,9 @@ def check_gate(baseline: RunInfo, candidate: RunInfo, variable: str | None = Non
         ok = cat in allowed or (declared is not None and declared[-1] == "image" and cat == "software"
                                 and key.startswith("images."))
         if not ok and key in allow:
-            result.diffs.append(FieldDiff(key, cat, va, vb, True, "allowed by --allow-differences"))
+            result.diffs.append(FieldDiff(key, cat, va, vb, True, f"allowed by {allowed_by}"))
         else:
             result.diffs.append(FieldDiff(key, cat, va, vb, ok, "declared" if ok else ""))
     if both_specs:
-        result.diffs.extend(spec_diffs(baseline, candidate, variable, allow))
+        result.diffs.extend(spec_diffs(baseline, candidate, variable, allow, allowed_by))
     return result
