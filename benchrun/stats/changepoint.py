@@ -8,7 +8,10 @@ points neither move nor multiply as nights are added, and the false-alarm rate i
 per *history* (the chance that a series without change ever alarms), not per pass.
 Benchmark histories are autocorrelated (a machine drifts, images are shared across nights):
 each value is whitened with the segment's own lag-1 autocorrelation (bias-corrected, plus a
-margin for its estimation error) before it enters the CUSUM. An alarm also needs the change
+margin for its estimation error) before it enters the CUSUM. A young segment (few reference
+nights: a wide margin that also damps a real step) borrows a φ pooled over its sibling series,
+the other series of the same hardware key and suite (:func:`sibling_pool`; rule in
+:class:`Detector`). An alarm also needs the change
 to be at least the floor (``comparison.deltaPct`` of the series' spec, 3 % by default): a
 statistically clear 0.5 % move on a very quiet series is not reported.
 Measured on fabricated 200-night histories (``benchmarks/statistics_audit.py``; README):
@@ -58,6 +61,15 @@ class Detector:
     when the mean of the nights since the excursion began differs from the reference mean by at
     least the floor; the change point is the excursion's first night, and a new segment starts
     there.
+
+    The pooled φ (``phi_prior`` of :func:`detect_series`: φ_p from n_p sibling nights, bias-
+    corrected, no margin) is used while the segment's own reference holds fewer than
+    ``pool_below`` nights and n_p exceeds it. With φ_o the segment's own bias-corrected estimate
+    (no margin) and se = √(1/n + 1/n_p): if φ_o − φ_p > ``pool_gap``·se the series is not like its
+    siblings and keeps its own rule, φ_o + ``phi_margin``/√n; otherwise
+    φ = max(φ_p + ``phi_margin``/√n_p, φ_o). So a series whose own estimate is clearly higher
+    than the pool is never whitened with less than its own φ plus the full margin, and one in
+    line with the pool is never whitened with less than either estimate.
     """
 
     k: float = 0.75
@@ -66,11 +78,17 @@ class Detector:
     lag: int = 7
     phi_margin: float = 1.0
     clip: float = 3.0
+    pool_below: int = 60
+    pool_gap: float = 1.0
 
-    def describe(self, floor_pct: float) -> str:
-        return json.dumps({"method": METHOD, "k": self.k, "h": self.h, "warmup": self.warmup, "lag": self.lag,
-                           "phi_margin": self.phi_margin, "clip": self.clip, "floor_pct": floor_pct,
-                           "measured": MEASURED}, sort_keys=True)
+    def describe(self, floor_pct: float, pool: tuple[float, float] | None = None) -> str:
+        """The parameters as JSON; ``pool``: the pooled (φ, n) in force at the alarm, if any."""
+        d = {"method": METHOD, "k": self.k, "h": self.h, "warmup": self.warmup, "lag": self.lag,
+             "phi_margin": self.phi_margin, "clip": self.clip, "floor_pct": floor_pct, "pool_below": self.pool_below,
+             "pool_gap": self.pool_gap, "measured": MEASURED}
+        if pool is not None and pool[1] > 0 and math.isfinite(pool[0]):
+            d["phi_pool"], d["phi_pool_n"] = round(float(pool[0]), 4), round(float(pool[1]), 1)
+        return json.dumps(d, sort_keys=True)
 
 
 DETECTOR = Detector()
@@ -100,6 +118,8 @@ class ChangePoint:
     p_adjusted: float
     phi: float = 0.0
     alarm_index: int = -1  # the night whose value raised the alarm (the change was known from then on)
+    phi_pool: float = math.nan  # the sibling pool in force at the alarm (nan, 0: none offered)
+    pool_n: float = 0.0
 
 
 def _cusum(ranks: np.ndarray, min_segment: int) -> np.ndarray:
@@ -179,16 +199,29 @@ def shift_pvalue(segment: Sequence[float], *, min_segment: int = MIN_SEGMENT, n_
     return float((1 + above) / (1 + null.size))
 
 
-def _reference(x: np.ndarray, lo: int, hi: int, phi_margin: float) -> tuple[float, float, float]:
-    """Mean, whitening φ and innovation spread of x[lo:hi] (see :class:`Detector`)."""
-    ref = x[lo:hi]
-    n = ref.size
-    m = float(ref.mean())
+def _own_phi(ref: np.ndarray, m: float) -> float:
+    """Lag-1 autocorrelation of ``ref`` about m, Kendall bias-corrected, no margin."""
     a, b = ref[1:] - m, ref[:-1] - m
     ss = float(((ref - m) ** 2).sum())
     phi = float((a * b).sum() / ss) if ss > 0 else 0.0
-    phi += (1 + 3 * max(phi, 0.0)) / n  # Kendall's bias of the lag-1 estimate
-    phi = min(max(phi + phi_margin / math.sqrt(n), 0.0), 0.95)
+    return phi + (1 + 3 * max(phi, 0.0)) / ref.size  # Kendall's bias of the lag-1 estimate
+
+
+def _reference(x: np.ndarray, lo: int, hi: int, phi_margin: float, prior: tuple[float, float] | None = None,
+               pool_below: int = 0, pool_gap: float = 1.0) -> tuple[float, float, float]:
+    """Mean, whitening φ and innovation spread of x[lo:hi] (see :class:`Detector`); ``prior`` is
+    the sibling pool (φ_p, n_p) known when the reference ends."""
+    ref = x[lo:hi]
+    n = ref.size
+    m = float(ref.mean())
+    own = _own_phi(ref, m)
+    phi = own + phi_margin / math.sqrt(n)
+    if prior is not None and n < pool_below and prior[1] > n and math.isfinite(prior[0]):
+        pp, pn = prior
+        if own - pp <= pool_gap * math.sqrt(1 / n + 1 / pn):  # in line with its siblings
+            phi = max(pp + phi_margin / math.sqrt(pn), own)
+    phi = min(max(phi, 0.0), 0.95)
+    a, b = ref[1:] - m, ref[:-1] - m
     resid = float(((a - phi * b) ** 2).sum()) / max(n - 2, 1)
     return m, phi, math.sqrt(max(resid * (1 + 1 / n), 0.0))
 
@@ -207,12 +240,23 @@ def _locate(x: np.ndarray, seg: int, begin: int, t: int, lag: int) -> int:
     return int(seg + ks[int(np.argmax(score))])
 
 
-def detect_series(values: Sequence[float], *, floor_pct: float = 3.0,
-                  detector: Detector = DETECTOR) -> list[ChangePoint]:
+def detect_series(values: Sequence[float], *, floor_pct: float = 3.0, detector: Detector = DETECTOR,
+                  phi_prior: tuple[Any, Any] | None = None) -> list[ChangePoint]:
     """Change points of one series (in time order), each decided from the nights up to its
-    alarm only (so a longer history reports the same ones, plus any later)."""
+    alarm only (so a longer history reports the same ones, plus any later).
+
+    ``phi_prior``: a pooled whitening φ and its number of nights for young segments (rule in
+    :class:`Detector`), either one (φ, n) for the whole series or two arrays as long as the
+    series, element i the pool from sibling nights up to night i (what :func:`sibling_pool`
+    returns; a reference ending before night j uses element j − 1, so alarms still do not move
+    as nights are added). n = 0 or a NaN φ: no pool at that night.
+    """
     x = np.asarray(values, dtype=float)
     d = detector
+    pool_phi = pool_n = None
+    if phi_prior is not None:
+        pool_phi = np.broadcast_to(np.asarray(phi_prior[0], dtype=float), x.shape)
+        pool_n = np.broadcast_to(np.asarray(phi_prior[1], dtype=float), x.shape)
     out: list[ChangePoint] = []
     seg = 0
     sp = sm = 0.0
@@ -223,7 +267,9 @@ def detect_series(values: Sequence[float], *, floor_pct: float = 3.0,
             start_p = t
         if sm == 0:
             start_m = t
-        m, phi, s = _reference(x, seg, max(seg + d.warmup, t - d.lag), d.phi_margin)
+        hi = max(seg + d.warmup, t - d.lag)
+        prior = None if pool_phi is None else (float(pool_phi[hi - 1]), float(pool_n[hi - 1]))
+        m, phi, s = _reference(x, seg, hi, d.phi_margin, prior, d.pool_below, d.pool_gap)
         if not s > 0:  # a constant reference: any move is infinitely many sds; judge by the floor alone
             z = math.copysign(d.clip, x[t] - m) if x[t] != m else 0.0
         else:
@@ -237,7 +283,7 @@ def detect_series(values: Sequence[float], *, floor_pct: float = 3.0,
                 mag = 100.0 * (after - before) / abs(before) if before else math.nan
                 if not abs(mag) < floor_pct:  # NaN (a zero reference) passes: no floor applies
                     fired = ChangePoint(begin, before, after, begin - seg, t + 1 - begin, mag, math.nan, math.nan,
-                                        phi, t)
+                                        phi, t, *(prior if prior is not None else (math.nan, 0.0)))
         if fired is None:
             t += 1
             continue
@@ -245,6 +291,104 @@ def detect_series(values: Sequence[float], *, floor_pct: float = 3.0,
         seg, sp, sm = fired.index, 0.0, 0.0
         t = max(seg + d.warmup, t + 1)
     return out
+
+
+def sibling_pool(series: Sequence[tuple[Sequence[int], Sequence[float]]], *, detector: Detector = DETECTOR,
+                 min_n: int = 8) -> list[tuple[np.ndarray, np.ndarray]]:
+    """For each series of one hardware key and suite, the whitening φ pooled over the others.
+
+    ``series``: (positions, values) per series, positions increasing integers on a timeline
+    the series share (the run order). Returns, per series, (φ_p, n_p) arrays as long as its
+    values: element i pools every *other* series over its nights up to night i's position, each
+    from its current segment only (since its latest change point alarmed by then, found by
+    :func:`detect_series` without a pool) and only with at least ``min_n`` nights there. φ_p is
+    the nights-weighted mean of their lag-1 autocorrelations, bias-corrected for the k means
+    removed (+k(1 + 3φ)/N over N nights); n_p = N / (1 + (k − 1)·ρ̄²), a design effect for
+    siblings that move together (ρ̄²: the mean squared correlation between pairs of them over
+    the nights so far, steps included, so it errs towards fewer effective nights). Everything at
+    element i comes from nights at or before it: alarms do not move as nights are added.
+    """
+    k = len(series)
+    pos = [np.asarray(p, dtype=int) for p, _ in series]
+    val = [np.asarray(v, dtype=float) for _, v in series]
+    if k < 2:
+        return [(np.full(v.size, math.nan), np.zeros(v.size)) for v in val]
+    width = int(max(p.max() for p in pos if p.size) + 1) if any(p.size for p in pos) else 0
+    # per series and timeline position c: n, Σ n·r over its current segment (r: lag-1 autocorrelation)
+    n_at = np.zeros((k, width))
+    nr_at = np.zeros((k, width))
+    for j in range(k):
+        x, p = val[j], pos[j]
+        if x.size == 0:
+            continue
+        starts = np.zeros(x.size, dtype=int)  # segment start in force once night i is known
+        for cp in detect_series(x, detector=detector):
+            starts[cp.alarm_index:] = cp.index
+        c1 = np.r_[0.0, np.cumsum(x)]
+        c2 = np.r_[0.0, np.cumsum(x * x)]
+        cl = np.r_[0.0, 0.0, np.cumsum(x[1:] * x[:-1])]  # cl[i]: Σ x_u x_{u−1}, 1 ≤ u < i
+        hi = np.arange(1, x.size + 1)
+        lo = starts
+        n = hi - lo
+        mean = (c1[hi] - c1[lo]) / n
+        ss = c2[hi] - c2[lo] - n * mean**2
+        lag = (cl[hi] - cl[lo + 1]) - mean * ((c1[hi] - c1[lo + 1]) + (c1[hi - 1] - c1[lo])) + (n - 1) * mean**2
+        ok = (n >= min_n) & (ss > 1e-12 * np.maximum(c2[hi] - c2[lo], 1e-300))
+        r = np.where(ok, lag / np.where(ok, ss, 1.0), 0.0)
+        # carry night i's figures forward to every position until the series' next night
+        idx = np.searchsorted(p, np.arange(width), side="right") - 1
+        have = idx >= 0
+        n_at[j, have] = np.where(ok, n, 0)[idx[have]]
+        nr_at[j, have] = (np.where(ok, n, 0) * r)[idx[have]]
+    contrib = n_at > 0
+    tot, row = _rho2_sums(pos, val, width, min_n, contrib)
+    big_all, nr_all, k_all = n_at.sum(axis=0), nr_at.sum(axis=0), contrib.sum(axis=0)
+    out = []
+    for j in range(k):
+        big_n = big_all - n_at[j]
+        kk = k_all - contrib[j]
+        rbar = np.divide(nr_all - nr_at[j], big_n, out=np.zeros(width), where=big_n > 0)
+        phi = rbar + kk * (1 + 3 * np.maximum(rbar, 0.0)) / np.maximum(big_n, 1)
+        pairs = kk * (kk - 1)
+        r2 = np.divide(tot - 2 * row[:, j] * contrib[j], pairs, out=np.zeros(width), where=pairs > 0)
+        n_eff = big_n / (1 + np.maximum(kk - 1, 0) * r2)
+        phi = np.where(big_n > 0, np.minimum(np.maximum(phi, 0.0), 0.95), math.nan)
+        p = pos[j]
+        out.append((phi[p], np.where(big_n > 0, n_eff, 0.0)[p]))
+    return out
+
+
+def _rho2_sums(pos: list[np.ndarray], val: list[np.ndarray], width: int, min_n: int, contrib: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """At each position c, over the series that contribute there (``contrib[:, c]``): Σ over
+    ordered pairs a ≠ b of ρ²_ab and, per series a, Σ_b ρ²_ab, where ρ_ab is the correlation
+    over the positions ≤ c where both have a night (0 until ``min_n`` shared nights)."""
+    k = len(val)
+    mat = np.full((width, k), np.nan)
+    for j in range(k):
+        mat[pos[j], j] = val[j]
+    have = ~np.isnan(mat)
+    z = np.where(have, mat - np.nanmean(mat, axis=0), 0.0)  # centred once: better numerics, same ρ
+    h = have.astype(float)
+    tot = np.zeros(width)
+    row = np.zeros((width, k))
+    s_n, s_x, s_xx, s_xy = (np.zeros((k, k)) for _ in range(4))  # s_x[a, b]: Σ x_a where b has a night too
+    off = ~np.eye(k, dtype=bool)
+    for c in range(width):
+        s_n += np.outer(h[c], h[c])
+        s_x += np.outer(z[c], h[c])
+        s_xx += np.outer(z[c] ** 2, h[c])
+        s_xy += np.outer(z[c], z[c])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            cov = s_xy - s_x * s_x.T / s_n
+            vx = s_xx - s_x**2 / s_n
+            r2 = cov**2 / (vx * vx.T)
+        r2 = np.where((s_n >= min_n) & np.isfinite(r2) & off, np.clip(r2, 0.0, 1.0), 0.0)
+        m = contrib[:, c]
+        r2 = r2 * m[:, None] * m[None, :]
+        row[c] = r2.sum(axis=1)
+        tot[c] = row[c].sum()
+    return tot, row
 
 
 def detect(values: Sequence[float], *, floor_pct: float = 3.0, detector: Detector = DETECTOR) -> list[ChangePoint]:
@@ -308,7 +452,7 @@ SERIES = ["workload_spec_digest", "hardware_key", "suite", "case", "metric"]
 
 
 def change_points(history: "pd.DataFrame", *, previous: "pd.DataFrame | None" = None,
-                  detector: Detector = DETECTOR) -> "pd.DataFrame":
+                  detector: Detector = DETECTOR, pool: bool = True) -> "pd.DataFrame":
     """Detect change points in every series of a history table; one row per change point.
 
     Each series is read in time order by the sequential detector (:class:`Detector`; its
@@ -316,12 +460,16 @@ def change_points(history: "pd.DataFrame", *, previous: "pd.DataFrame | None" = 
     rows plus any later ones. The floor is the series' ``floor_pct`` (its newest run's
     ``comparison.deltaPct``), else 3 %. ``new`` is False for a change point already in
     ``previous`` (the fact of the last pass: same series and a break within ``MIN_SEGMENT``
-    runs of it), so each change is announced once.
+    runs of it), so each change is announced once. With ``pool`` (the default) a young
+    segment's whitening φ borrows from the series' siblings: the other series of its hardware
+    key and suite (other workloads, cases, metrics; :func:`sibling_pool`), on the run order
+    they share; the pool in force at an alarm is in its ``detector`` (``phi_pool``, ``phi_pool_n``).
     """
     import pandas as pd
 
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     seen = _previous_breaks(previous)
+    pools = _pools(history, detector) if pool else {}
     rows = []
     for key, grp in history.groupby(SERIES, sort=True):
         grp = grp.sort_values(["created_utc", "run_id"], kind="stable").reset_index(drop=True)
@@ -329,7 +477,7 @@ def change_points(history: "pd.DataFrame", *, previous: "pd.DataFrame | None" = 
         floor = DEFAULT_DELTA_PCT
         if "floor_pct" in grp.columns and grp["floor_pct"].notna().any():
             floor = float(grp["floor_pct"].dropna().iloc[-1])
-        cps = detect_series(grp["median"].to_numpy(), floor_pct=floor, detector=detector)
+        cps = detect_series(grp["median"].to_numpy(), floor_pct=floor, detector=detector, phi_prior=pools.get(key))
         direction = grp["direction"].iloc[0]
         runs = grp["run_id"].tolist()
         for cp in cps:
@@ -345,9 +493,26 @@ def change_points(history: "pd.DataFrame", *, previous: "pd.DataFrame | None" = 
                 "artifact_manifest_digest": at["artifact_manifest_digest"], "method": METHOD, "detected_utc": now,
                 "ar1_phi": cp.phi, "new": not old, "alarm_index": cp.alarm_index,
                 "alarm_run_id": grp.iloc[cp.alarm_index]["run_id"], "floor_pct": floor,
-                "detector": detector.describe(floor),
+                "detector": detector.describe(floor, (cp.phi_pool, cp.pool_n)),
             })
     return pd.DataFrame(rows, columns=FACT_COLUMNS)
+
+
+def _pools(history: "pd.DataFrame", detector: Detector) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
+    """Per series key: its sibling pool (:func:`sibling_pool`) over its hardware key and suite."""
+    out: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+    for _hs, grp in history.groupby(["hardware_key", "suite"], sort=True):
+        order = grp[["created_utc", "run_id"]].drop_duplicates().sort_values(["created_utc", "run_id"], kind="stable")
+        at = {r: i for i, r in enumerate(order.itertuples(index=False, name=None))}
+        keys, series = [], []
+        for key, g in grp.groupby(SERIES, sort=True):
+            g = g.sort_values(["created_utc", "run_id"], kind="stable")
+            keys.append(key)
+            series.append(([at[r] for r in g[["created_utc", "run_id"]].itertuples(index=False, name=None)],
+                           g["median"].to_numpy(dtype=float)))
+        if len(series) > 1:
+            out.update(zip(keys, sibling_pool(series, detector=detector)))
+    return out
 
 
 def _previous_breaks(previous: "pd.DataFrame | None") -> dict[str, set[str]]:
