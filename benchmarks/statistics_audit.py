@@ -17,9 +17,12 @@ Sections (``--only`` picks some; counts per cell in brackets, scaled by ``--scal
   n = 5, 10 on normal, lognormal and bimodal data [4,000]; the p99-on-requests interval
   (A/A, 5 replicates an arm, CV 2 % between replicates, lognormal σ 0.3 requests) at 24, 100
   and 1,000 requests a replicate, and 100 vs 400 [300, 400 bootstrap resamples].
-* ``changepoint``: 200-night histories at CV 2 %, floor 3 %: the share that ever alarm at
-  φ = 0, 0.5, 0.8; 5 % steps after 30 and 100 nights: the share found within 7 nights, and
-  the median delay [300].
+* ``changepoint``: histories of 8 sibling series (one hardware key and suite) at CV 2 %,
+  floor 3 %, each series judged without the sibling pool and with it (``sibling_pool``, as
+  ``change_points`` does): the share of 200-night series that ever alarm with the family's
+  φ = 0, 0.5, 0.8 each, mixed (4 at 0 + 4 at 0.5; 1 at 0.5 among 7 at 0) and 0.5 with 80 % of
+  the variance common to the 8; 5 % steps (in all 8) after 30 and 100 nights of iid history:
+  the share found within 7 nights, the median delay, alarms before the step [100 histories].
 * ``confirm``: a 5 % regression at CV 2 %, n = 5, suspected by the first round (1 and 18
   gating tests), then a confirmation round under a 3 %-per-pair drift: the share confirmed,
   without extension (maxPairs 5) and with (10, 15) [400].
@@ -43,7 +46,7 @@ import numpy as np
 
 from benchrun.stats import batch
 from benchrun.stats import compare as C
-from benchrun.stats.changepoint import detect_series
+from benchrun.stats.changepoint import DETECTOR, detect_series, sibling_pool
 from benchrun.stats.describe import median_interval
 from benchrun.stats.paired import decide as paired_decide
 from benchrun.stats.paired import n_looks, worse_positive
@@ -182,26 +185,66 @@ def _ar1(rng: np.random.Generator, phi: float, n: int) -> np.ndarray:
     return 100 * (1 + 0.02 * math.sqrt(1 - phi**2) * y[50:])  # CV 2 % marginal
 
 
+def _family(rng: np.random.Generator, phis: list[float], n: int, step_at: int | None = None,
+            rho: float = 0.0) -> list[np.ndarray]:
+    """One history's sibling series (one hardware key and suite), CV 2 %, AR(1) with the given φ
+    each; ``rho``: the share of variance common to all (same φ only); a 5 % step at ``step_at``
+    in every series (a change of the software moves its siblings together)."""
+    common = _ar1(rng, phis[0], n) / 100 - 1 if rho else 0.0
+    out = []
+    for phi in phis:
+        y = 100 * (1 + math.sqrt(rho) * common + math.sqrt(1 - rho) * (_ar1(rng, phi, n) / 100 - 1))
+        if step_at is not None:
+            y[step_at:] *= 1.05
+        out.append(y)
+    return out
+
+
+def _both(ys: list[np.ndarray]) -> list[tuple[list, list]]:
+    """Each series' change points without the sibling pool and with it (the warehouse's path)."""
+    pools = sibling_pool([(np.arange(y.size), y) for y in ys])
+    return [(detect_series(y), detect_series(y, phi_prior=pool)) for y, pool in zip(ys, pools)]
+
+
+FAMILIES = [("8 x phi 0", [0.0] * 8, 0.0), ("8 x phi 0.5", [0.5] * 8, 0.0), ("8 x phi 0.8", [0.8] * 8, 0.0),
+            ("4 x phi 0 + 4 x phi 0.5", [0.0] * 4 + [0.5] * 4, 0.0), ("1 x phi 0.5 + 7 x phi 0", [0.5] + [0.0] * 7, 0.0),
+            ("8 x phi 0.5, 80 % of variance common", [0.5] * 8, 0.8)]
+
+
 def section_changepoint(rng: np.random.Generator, scale: float) -> dict[str, Any]:
-    sims = max(50, int(300 * scale))
-    fa = [{"phi": phi, "ever_alarm": float(np.mean([bool(detect_series(_ar1(rng, phi, 200))) for _ in range(sims)]))}
-          for phi in (0.0, 0.5, 0.8)]
+    """Per series of 8 siblings, without the pool and with it; a mixed family reports each φ."""
+    sims = max(20, int(100 * scale))
+    fa = []
+    for name, phis, rho in FAMILIES:
+        counts: dict[float, list[int]] = {phi: [0, 0, 0] for phi in phis}  # series, ever alarm: no pool, pool
+        for _ in range(sims):
+            for phi, (no, po) in zip(phis, _both(_family(rng, phis, 200, rho=rho))):
+                c = counts[phi]
+                c[0] += 1
+                c[1] += bool(no)
+                c[2] += bool(po)
+        for phi, (n, no, po) in counts.items():
+            fa.append({"family": name, "phi": phi, "series": n, "ever_alarm_no_pool": no / n, "ever_alarm_pool": po / n})
     steps = []
     for at in (30, 100):
-        delays, within, early = [], 0, 0
+        res = {"no_pool": [0, 0, []], "pool": [0, 0, []]}  # within 7, alarm before the step, delays
+        n = 0
         for _ in range(sims):
-            y = _ar1(rng, 0.0, at + 30)
-            y[at:] *= 1.05
-            cps = [c for c in detect_series(y)]
-            early += any(c.alarm_index < at for c in cps)
-            hit = [c.alarm_index - at for c in cps if c.alarm_index >= at]
-            if hit:
-                delays.append(hit[0])
-                within += hit[0] < 7
-        steps.append({"step_after_nights": at, "found_within_7": within / sims,
-                      "median_delay_nights": float(np.median(delays)) if delays else None,
-                      "alarm_before_step": early / sims})
-    return {"histories_per_cell": sims, "cv": 0.02, "floor_pct": 3.0, "false_alarms_200_nights": fa, "steps_5pct": steps}
+            for cps_pair in _both(_family(rng, [0.0] * 8, at + 30, step_at=at)):
+                n += 1
+                for key, cps in zip(res, cps_pair):
+                    r = res[key]
+                    r[1] += any(c.alarm_index < at for c in cps)
+                    hit = [c.alarm_index - at for c in cps if c.alarm_index >= at]
+                    if hit:
+                        r[2].append(hit[0])
+                        r[0] += hit[0] < 7
+        steps.append({"step_after_nights": at, "series": n, **{
+            f"{key}_{what}": val for key, (w, e, d) in res.items() for what, val in
+            (("found_within_7", w / n), ("median_delay_nights", float(np.median(d)) if d else None),
+             ("alarm_before_step", e / n))}})
+    return {"histories_per_cell": sims, "series_per_history": 8, "cv": 0.02, "floor_pct": 3.0,
+            "detector": json.loads(DETECTOR.describe(3.0)), "false_alarms_200_nights": fa, "steps_5pct": steps}
 
 
 def section_confirm(rng: np.random.Generator, scale: float) -> dict[str, Any]:

@@ -78,8 +78,8 @@ class Detector:
     lag: int = 7
     phi_margin: float = 1.0
     clip: float = 3.0
-    pool_below: int = 60
-    pool_gap: float = 1.0
+    pool_below: int = 120
+    pool_gap: float = 0.5
 
     def describe(self, floor_pct: float, pool: tuple[float, float] | None = None) -> str:
         """The parameters as JSON; ``pool``: the pooled (φ, n) in force at the alarm, if any."""
