@@ -183,3 +183,96 @@ def test_the_floor_keeps_small_clear_moves_quiet_and_every_alarm_states_its_dete
     assert fact.alarm_run_id.iloc[0] >= fact.run_id.iloc[0]
     hist["floor_pct"] = 9.0  # the 8 % step is under this spec's δ
     assert change_points(hist).empty
+
+
+def _siblings(rng, phis, n, step_at=None):
+    out = []
+    for phi in phis:
+        y = _nights(rng, phi, n)
+        if step_at is not None:
+            y[step_at:] *= 1.05
+        out.append(y)
+    return out
+
+
+def test_young_iid_steps_are_found_sooner_with_the_sibling_pool():
+    # before: a young segment whitened with its own phi + 1/sqrt(23) (~0.2 for an iid series),
+    # damping the step; pooled over 7 iid siblings the margin is ~1/sqrt(150)
+    from benchrun.stats.changepoint import detect_series, sibling_pool
+
+    rng = np.random.default_rng(21)
+    found = {"own": 0, "pool": 0}
+    phis = {"own": [], "pool": []}
+    for _ in range(25):
+        ys = _siblings(rng, [0.0] * 8, 60, step_at=30)
+        pools = sibling_pool([(np.arange(60), y) for y in ys])
+        for y, pool in zip(ys, pools):
+            for key, prior in (("own", None), ("pool", pool)):
+                hit = [c for c in detect_series(y, phi_prior=prior) if c.alarm_index >= 30]
+                found[key] += bool(hit) and hit[0].alarm_index < 37
+                if hit:
+                    phis[key].append(hit[0].phi)
+    assert np.mean(phis["pool"]) < np.mean(phis["own"]) - 0.01, phis
+    assert found["pool"] >= found["own"] + 6, found  # of 200 series (seed 21: 159 own, 166 pooled)
+
+
+def test_a_high_phi_series_among_iid_siblings_is_not_whitened_less_than_by_its_own_rule():
+    import math
+
+    from benchrun.stats.changepoint import DETECTOR, _own_phi, _reference
+
+    rng = np.random.default_rng(22)
+    worse = 0
+    for _ in range(300):
+        x = _nights(rng, 0.5, 23)
+        own = _own_phi(x, float(x.mean()))
+        _m, phi_own_rule, _s = _reference(x, 0, 23, DETECTOR.phi_margin)
+        _m, phi, _s = _reference(x, 0, 23, DETECTOR.phi_margin, (0.0, 160.0), DETECTOR.pool_below, DETECTOR.pool_gap)
+        if own - 0.0 > DETECTOR.pool_gap * math.sqrt(1 / 23 + 1 / 160):
+            assert phi == phi_own_rule  # clearly not like its siblings: its own rule, full margin
+        else:
+            assert phi >= min(max(own, 0.0), 0.95)  # never below its own estimate
+        worse += phi < phi_own_rule
+    assert worse / 300 < 0.25, worse  # the pool lowers its phi only when its own estimate is near the pool's
+
+
+def test_a_high_phi_series_among_iid_siblings_alarms_about_as_often_as_alone():
+    from benchrun.stats.changepoint import detect_series, sibling_pool
+
+    rng = np.random.default_rng(23)
+    alone = pooled = 0
+    for _ in range(400):
+        ys = _siblings(rng, [0.5] + [0.0] * 7, 40)
+        pool = sibling_pool([(np.arange(40), y) for y in ys])[0]
+        alone += bool(detect(ys[0], floor_pct=0))
+        pooled += bool(detect_series(ys[0], floor_pct=0, phi_prior=pool))
+    assert pooled <= alone + 8, (alone, pooled)  # of 400: at most 2 points more
+
+
+def test_pooled_alarms_do_not_move_as_nights_are_added_and_state_the_pool():
+    import json
+
+    from benchrun.stats.changepoint import detect_series, sibling_pool
+
+    rng = np.random.default_rng(24)
+    ys = _siblings(rng, [0.0] * 4, 80, step_at=40)
+    ys[1][60:] *= 0.94  # a sibling's own later break: its segment restarts in the pool
+    full_pool = sibling_pool([(np.arange(80), y) for y in ys])
+    full = [(c.index, c.alarm_index, c.phi) for c in detect_series(ys[0], phi_prior=full_pool[0])]
+    for night in range(20, 80, 4):
+        pre = sibling_pool([(np.arange(night), y[:night]) for y in ys])
+        assert np.allclose(pre[0][0], full_pool[0][0][:night], equal_nan=True)
+        got = [(c.index, c.alarm_index, c.phi) for c in detect_series(ys[0][:night], phi_prior=pre[0])]
+        assert got == [c for c in full if c[1] < night], night
+    rows = []
+    for s, y in enumerate(ys):
+        for i, v in enumerate(y):
+            rows.append({"run_id": f"r{i:02d}", "created_utc": f"2026-10-{1 + i // 24:02d}T{i % 24:02d}:00:00Z",
+                         "workload_spec_digest": "w", "hardware_key": "h", "suite": "s", "case": "",
+                         "metric": f"m{s}", "direction": "higher", "median": v, "n": 3,
+                         "artifact_manifest_digest": "a"})
+    fact = change_points(pd.DataFrame(rows))
+    det = json.loads(fact[fact.metric == "m0"].detector.iloc[0])
+    assert 0 <= det["phi_pool"] < 0.3 and det["phi_pool_n"] > 40 and det["pool_gap"] == 0.5
+    alone = change_points(pd.DataFrame(rows), pool=False)
+    assert "phi_pool" not in json.loads(alone.detector.iloc[0])
