@@ -64,7 +64,7 @@ class Detector:
 
     The pooled φ (``phi_prior`` of :func:`detect_series`: φ_p from n_p sibling nights, bias-
     corrected, no margin) is used while the segment's own reference holds fewer than
-    ``pool_below`` nights and n_p exceeds it. With φ_o the segment's own bias-corrected estimate
+    ``pool_below`` nights and n_p exceeds the segment's own n. With φ_o the segment's own bias-corrected estimate
     (no margin) and se = √(1/n + 1/n_p): if φ_o − φ_p > ``pool_gap``·se the series is not like its
     siblings and keeps its own rule, φ_o + ``phi_margin``/√n; otherwise
     φ = max(φ_p + ``phi_margin``/√n_p, φ_o). So a series whose own estimate is clearly higher
@@ -211,7 +211,7 @@ def _own_phi(ref: np.ndarray, m: float) -> float:
 
 
 def _reference(x: np.ndarray, lo: int, hi: int, phi_margin: float, prior: tuple[float, float] | None = None,
-               pool_below: int = 0, pool_gap: float = 1.0) -> tuple[float, float, float]:
+               pool_below: int = 0, pool_gap: float = 0.5) -> tuple[float, float, float]:
     """Mean, whitening φ and innovation spread of x[lo:hi] (see :class:`Detector`); ``prior`` is
     the sibling pool (φ_p, n_p) known when the reference ends."""
     ref = x[lo:hi]
