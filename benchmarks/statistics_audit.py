@@ -207,7 +207,8 @@ def _both(ys: list[np.ndarray]) -> list[tuple[list, list]]:
 
 
 FAMILIES = [("8 x phi 0", [0.0] * 8, 0.0), ("8 x phi 0.5", [0.5] * 8, 0.0), ("8 x phi 0.8", [0.8] * 8, 0.0),
-            ("4 x phi 0 + 4 x phi 0.5", [0.0] * 4 + [0.5] * 4, 0.0), ("1 x phi 0.5 + 7 x phi 0", [0.5] + [0.0] * 7, 0.0),
+            ("4 x phi 0 + 4 x phi 0.5", [0.0] * 4 + [0.5] * 4, 0.0),
+            ("1 x phi 0.5 + 7 x phi 0", [0.5] + [0.0] * 7, 0.0),
             ("8 x phi 0.5, 80 % of variance common", [0.5] * 8, 0.8)]
 
 
@@ -224,7 +225,8 @@ def section_changepoint(rng: np.random.Generator, scale: float) -> dict[str, Any
                 c[1] += bool(no)
                 c[2] += bool(po)
         for phi, (n, no, po) in counts.items():
-            fa.append({"family": name, "phi": phi, "series": n, "ever_alarm_no_pool": no / n, "ever_alarm_pool": po / n})
+            fa.append({"family": name, "phi": phi, "series": n, "ever_alarm_no_pool": no / n,
+                       "ever_alarm_pool": po / n})
     steps = []
     for at in (30, 100):
         res = {"no_pool": [0, 0, []], "pool": [0, 0, []]}  # within 7, alarm before the step, delays
