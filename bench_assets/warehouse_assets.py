@@ -146,8 +146,7 @@ def warehouse_maintenance(config: MaintenanceConfig, warehouse: WarehouseResourc
     cutoff = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=config.expire_days)
     lines = ["| table | files before | files after | snapshots expired |", "|---|---|---|---|"]
     for table in TABLES:
-        before, after = (lake.table_files(home, table),) * 2 if config.dry_run else lake.compact(home, table)
-        expired = lake.expire_snapshots(home, table, cutoff, dry_run=config.dry_run)
+        before, after, expired = lake.maintain(home, table, cutoff, dry_run=config.dry_run)
         lines.append(f"| {table} | {before} | {after} | {len(expired)}{' (dry run)' if config.dry_run else ''} |")
     return dg.MaterializeResult(metadata={"dry_run": config.dry_run, "tables": dg.MetadataValue.md("\n".join(lines))})
 

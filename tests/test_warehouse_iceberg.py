@@ -371,3 +371,47 @@ def test_retention_is_iceberg_deletes_with_a_dry_run(tmp_path: Path) -> None:
     assert _count(tmp_path, "SELECT count(*) FROM measurement_fact", as_of=snaps[-1]) == 27  # still in history
     assert old != snaps[-1]
     assert plan_retention(tmp_path, now).partitions == []
+
+
+@pytest.mark.slow
+def test_a_tables_history_stays_bounded_and_its_manifests_merge(tmp_path: Path, monkeypatch) -> None:
+    """Commit cost grew with history (every snapshot and manifest rewritten per commit): new tables
+    merge manifests and drop superseded metadata files, and a writer expires the oldest untagged
+    snapshots past BENCHRUN_LAKE_MAX_SNAPSHOTS; a tagged snapshot (a decision's) is kept."""
+    from benchrun.warehouse.writer import rows_to_table
+
+    monkeypatch.setenv(lake.MAX_SNAPSHOTS_ENV, "10")
+    started = dt.datetime(2026, 11, 30, 9, tzinfo=dt.timezone.utc)
+
+    def rows(run_id: str):
+        return rows_to_table("benchmark_run_fact", [dict(run_id=run_id, name="n", phase="Succeeded",
+                                                         started_utc=started, selected_scheduler_path="local")])
+
+    lake.commit_run(tmp_path, "benchmark_run_fact", "run-0000", [rows("run-0000")], started)
+    tbl = lake.load_or_create(lake.catalog(tmp_path), "benchmark_run_fact")
+    assert {k: tbl.properties.get(k) for k in lake.TABLE_PROPERTIES if k != "format-version"} == \
+        {k: v for k, v in lake.TABLE_PROPERTIES.items() if k != "format-version"}
+    first = tbl.current_snapshot().snapshot_id
+    tbl.manage_snapshots().create_tag(first, "decision-1").commit()
+    for i in range(1, 45):
+        lake.commit_run(tmp_path, "benchmark_run_fact", f"run-{i:04d}", [rows(f"run-{i:04d}")], started)
+    kept = _snapshots(tmp_path, "benchmark_run_fact")
+    assert len(kept) <= 12 and first in kept  # 10 + a batch of 1, and the tagged one
+    assert _count(tmp_path, "SELECT count(*) FROM benchmark_run_fact") == 45  # rows are never expired
+    tbl = lake.load_or_create(lake.catalog(tmp_path), "benchmark_run_fact")
+    manifests = tbl.current_snapshot().manifests(tbl.io)
+    assert len(manifests) < 32  # merged past 32: a fast append keeps one manifest per commit (45)
+    monkeypatch.setenv(lake.MAX_SNAPSHOTS_ENV, "3")
+    with pytest.raises(BenchrunError, match="BENCHRUN_LAKE_MAX_SNAPSHOTS"):
+        lake.max_snapshots()
+
+
+def test_maintenance_brings_an_older_table_to_the_properties(tmp_path: Path) -> None:
+    run_dir, manifest = _stored_run(tmp_path, "run-a")
+    curate_run(run_dir, tmp_path, manifest)
+    tbl = lake.load_or_create(lake.catalog(tmp_path), "measurement_fact")
+    with tbl.transaction() as tx:  # as a table made before the properties existed
+        tx.remove_properties("commit.manifest-merge.enabled", "write.metadata.delete-after-commit.enabled")
+    assert set(lake.apply_table_properties(tmp_path, "measurement_fact")) == {
+        "commit.manifest-merge.enabled", "write.metadata.delete-after-commit.enabled"}
+    assert lake.apply_table_properties(tmp_path, "measurement_fact") == {}

@@ -45,6 +45,22 @@ CATALOG_FILE = "catalog.sqlite"
 RUN_START = "run_started_utc"
 SNAPSHOT_RUN_PROPERTY = "benchrun.run-id"
 COMMIT_ATTEMPTS = 60
+# What keeps a commit's cost flat as a table's history grows (benchmarks/warehouse_scale.py): each
+# commit rewrites the manifest list and the table metadata, which hold every manifest and every
+# snapshot kept. Appends merge small manifests (fast appends add one each; pyiceberg's default),
+# superseded metadata files are deleted, and past MAX_SNAPSHOTS the oldest untagged snapshots are
+# expired by the writer itself (the maintenance asset expires by age as well): time travel reaches
+# the last MAX_SNAPSHOTS commits of a table, and a snapshot a tag names is always kept.
+TABLE_PROPERTIES = {
+    "format-version": "2",
+    "commit.manifest-merge.enabled": "true",
+    "commit.manifest.min-count-to-merge": "32",
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "100",
+}
+MAX_SNAPSHOTS_ENV = "BENCHRUN_LAKE_MAX_SNAPSHOTS"
+MAX_SNAPSHOTS = 2000
+EXPIRE_SLACK = 100  # expire in batches: once MAX_SNAPSHOTS + EXPIRE_SLACK are kept, back to MAX_SNAPSHOTS
 FILTER_COLUMN = "suite"
 
 
@@ -200,7 +216,7 @@ def load_or_create(cat: Any, table: str) -> Any:
     schema = assign_fresh_schema_ids(Catalog._convert_schema_if_needed(iceberg_schema_of(table)))
     try:
         return _retry_locked(lambda: cat.create_table(ident, schema=schema, partition_spec=_partition_spec(schema, table),
-                                                      properties={"format-version": "2"}), f"create {table}")
+                                                      properties=dict(TABLE_PROPERTIES)), f"create {table}")
     except (TableAlreadyExistsError, IntegrityError):  # another writer created it first
         return _retry_locked(lambda: cat.load_table(ident), f"load {table}")
 
@@ -283,6 +299,7 @@ def commit_run(home: Path, table: str, run_id: str, batches: Iterable[pa.RecordB
         else:
             after = tbl.current_snapshot()
             changed = after is not None and (before is None or after.snapshot_id != before.snapshot_id)
+            bound_snapshots(tbl)
             return Commit(table, data.num_rows, after.snapshot_id if changed else None, attempt,
                           time.monotonic() - start)
         log.info("%s: commit of run %s lost a race (attempt %d: %s); retrying", table, run_id, attempt, reason)
@@ -358,6 +375,68 @@ def compact(home: Path, table: str, *, attempts: int = COMMIT_ATTEMPTS) -> tuple
         else:
             raise BenchrunError(f"warehouse: compaction of {table} day {day} lost {attempts} races; run it again")
     return before, table_files(home, table)
+
+
+def max_snapshots() -> int:
+    raw = os.environ.get(MAX_SNAPSHOTS_ENV)
+    if raw in (None, ""):
+        return MAX_SNAPSHOTS
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 10:
+        raise BenchrunError(f"{MAX_SNAPSHOTS_ENV}={raw!r}: a whole number of snapshots kept per table, at least 10")
+    return value
+
+
+def bound_snapshots(tbl: Any, keep: int | None = None) -> list[int]:
+    """Expire the oldest snapshots of ``tbl`` beyond ``keep`` (default :func:`max_snapshots`) once
+    ``EXPIRE_SLACK`` more have gathered; never the current one or one a tag or branch names.
+    A lost race is left to the next commit (the next writer expires them)."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    keep = max_snapshots() if keep is None else keep
+    snaps = list(tbl.snapshots())
+    if len(snaps) <= keep + max(1, min(EXPIRE_SLACK, keep // 10)):
+        return []
+    named = {ref.snapshot_id for ref in tbl.metadata.refs.values()}
+    old = [s.snapshot_id for s in sorted(snaps, key=lambda s: s.timestamp_ms)[:len(snaps) - keep]
+           if s.snapshot_id not in named]
+    if not old:
+        return []
+    try:
+        tbl.maintenance.expire_snapshots().by_ids(old).commit()
+    except CommitFailedException:
+        return []
+    except Exception as exc:  # noqa: BLE001 - a locked sqlite catalog: the next commit tries again
+        if not _is_locked(exc):
+            raise
+        return []
+    return old
+
+
+def apply_table_properties(home: Path, table: str) -> dict[str, str]:
+    """Set :data:`TABLE_PROPERTIES` on an existing table (tables made before they existed);
+    the properties changed."""
+    tbl = load_or_create(catalog(home), table)
+    changed = {k: v for k, v in TABLE_PROPERTIES.items() if k != "format-version" and tbl.properties.get(k) != v}
+    if changed:
+        with tbl.transaction() as tx:
+            tx.set_properties(changed)
+    return changed
+
+
+def maintain(home: Path, table: str, older_than: dt.datetime, *, dry_run: bool = False) -> tuple[int, int, list[int]]:
+    """One table's maintenance (the asset and ``maintain-warehouse``): its properties brought to
+    :data:`TABLE_PROPERTIES`, compacted, snapshots older than ``older_than`` expired; (data files
+    before, after, snapshots expired or, in a dry run, that would be)."""
+    if dry_run:
+        files = table_files(home, table)
+        return files, files, expire_snapshots(home, table, older_than, dry_run=True)
+    apply_table_properties(home, table)
+    before, after = compact(home, table)
+    return before, after, expire_snapshots(home, table, older_than)
 
 
 def expire_snapshots(home: Path, table: str, older_than: dt.datetime, *, dry_run: bool = False) -> list[int]:

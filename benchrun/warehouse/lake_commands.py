@@ -47,10 +47,9 @@ def maintain_cmd(
     home = _home()
     cutoff = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=expire_days)
     for table in TABLES:
-        files = lake.compact(home, table) if not dry_run else (lake.table_files(home, table),) * 2
-        old = lake.expire_snapshots(home, table, cutoff, dry_run=dry_run)
+        before, after, old = lake.maintain(home, table, cutoff, dry_run=dry_run)
         verb = "would expire" if dry_run else "expired"
-        typer.echo(f"{table}: data files {files[0]} -> {files[1]}; {verb} {len(old)} snapshots")
+        typer.echo(f"{table}: data files {before} -> {after}; {verb} {len(old)} snapshots")
 
 
 def register(app: typer.Typer) -> None:
