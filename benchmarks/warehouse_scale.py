@@ -137,6 +137,7 @@ def main() -> None:
     home.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()
     latencies: list[float] = []
+    by_run: list[float] = []  # the run's commits, all tables: how commit time grows with history
     t_parquet = t_iceberg = 0.0
     t0 = time.perf_counter()
     for i in range(args.runs):
@@ -150,9 +151,20 @@ def main() -> None:
             c = time.perf_counter()
             lake.commit_run(home, name, run_id_of(i), [data], started_of(i, args.runs))
             latencies.append(time.perf_counter() - c)
+        by_run.append(time.perf_counter() - t)
         t_iceberg += time.perf_counter() - t
         if (i + 1) % max(1, args.runs // 10) == 0:
             print(f"  {i + 1}/{args.runs} runs written ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+    n_tables = len(latencies) // max(args.runs, 1)
+    deciles = []
+    step = max(1, args.runs // 10)
+    for lo in range(0, args.runs, step):
+        chunk = sorted(latencies[lo * n_tables:(lo + step) * n_tables])
+        if chunk:
+            deciles.append({"runs": f"{lo + 1}-{min(lo + step, args.runs)}",
+                            "commit_p50_s": round(chunk[len(chunk) // 2], 4),
+                            "commit_p99_s": round(chunk[min(len(chunk) - 1, int(0.99 * len(chunk)))], 4),
+                            "s_per_run": round(sum(by_run[lo:lo + step]) / len(by_run[lo:lo + step]), 3)})
     latencies.sort()
     p = (lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))])
     files_before = {t: lake.table_files(home, t) for t in ("measurement_fact", "serving_request_fact")}
@@ -169,6 +181,7 @@ def main() -> None:
         "machine": f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}",
         "load_avg_before": [round(x, 2) for x in load_before], "load_avg_after": [round(x, 2) for x in os.getloadavg()],
         "runs": args.runs, "request_rows": args.runs * args.requests, "commits": len(latencies),
+        "commit_growth": deciles,
         "commit_p50_s": round(p(0.50), 4), "commit_p99_s": round(p(0.99), 4), "commit_max_s": round(latencies[-1], 4),
         "write_parquet_s": round(t_parquet, 1), "write_iceberg_s": round(t_iceberg, 1),
         "files_before_compaction": files_before,
