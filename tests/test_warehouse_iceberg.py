@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -415,3 +416,93 @@ def test_maintenance_brings_an_older_table_to_the_properties(tmp_path: Path) -> 
     assert set(lake.apply_table_properties(tmp_path, "measurement_fact")) == {
         "commit.manifest-merge.enabled", "write.metadata.delete-after-commit.enabled"}
     assert lake.apply_table_properties(tmp_path, "measurement_fact") == {}
+
+
+def _one_row(run_id: str, value: float) -> "pa.Table":
+    import pyarrow as pa
+
+    schema = TABLES["measurement_fact"]
+    cols = {f.name: pa.nulls(1, f.type) for f in schema}
+    cols.update(run_id=pa.array([run_id]), suite=pa.array(["s"]), metric=pa.array(["m"]), value=pa.array([value]))
+    return pa.table(cols, schema=schema)
+
+
+@pytest.mark.slow
+def test_time_travel_past_the_metadata_log_and_after_expiry(tmp_path: Path) -> None:
+    started = dt.datetime(2026, 11, 30, 9, tzinfo=dt.timezone.utc)
+    for i in range(5):
+        lake.commit_run(tmp_path, "measurement_fact", f"r{i}", [_one_row(f"r{i}", float(i))], started)
+    lake.commit_run(tmp_path, "measurement_fact", "r2", [_one_row("r2", 20.0)], started)  # a delete and an append
+    time.sleep(0.005)
+    after_six = dt.datetime.now(dt.timezone.utc)
+    time.sleep(0.005)
+    for i in range(5, 106):
+        lake.commit_run(tmp_path, "measurement_fact", f"r{i}", [_one_row(f"r{i}", float(i))], started)
+    tbl = lake.catalog(tmp_path).load_table("benchrun.measurement_fact")
+    # the metadata log holds only the last 100 commits: it no longer reaches back to commit 6
+    assert len(tbl.metadata.metadata_log) == 100
+    assert min(e.timestamp_ms for e in tbl.metadata.metadata_log) > after_six.timestamp() * 1000
+    sql = "SELECT count(*) AS n, sum(value) AS s, max(CASE WHEN run_id = 'r2' THEN value END) AS r2 FROM measurement_fact"
+    assert query(sql, tmp_path, as_of=after_six).table.to_pylist() == [{"n": 5, "s": 0 + 1 + 20 + 3 + 4, "r2": 20.0}]
+    assert _count(tmp_path, "SELECT count(*) FROM measurement_fact") == 106
+    # a time inside commit 6 (its delete's snapshot, before its append) reads commit 5: never half a commit
+    snaps = list(tbl.snapshots())
+    delete, append = snaps[5], snaps[6]
+    assert delete.summary.operation.value in ("delete", "overwrite") and append.parent_snapshot_id == delete.snapshot_id
+    assert append.timestamp_ms > delete.timestamp_ms
+    inside = dt.datetime.fromtimestamp(delete.timestamp_ms / 1000, dt.timezone.utc)
+    assert query(sql, tmp_path, as_of=inside).table.to_pylist() == [{"n": 5, "s": 10.0, "r2": 2.0}]
+    with pytest.raises(BenchrunError, match="before the warehouse's first commit"):
+        query("SELECT 1", tmp_path, as_of=dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc))
+    # expire everything before commit 50: a time before it is an error naming the table and the earliest time
+    keep_from = snaps[51]
+    lake.expire_snapshots(tmp_path, "measurement_fact",
+                          dt.datetime.fromtimestamp(keep_from.timestamp_ms / 1000, dt.timezone.utc))
+    earliest = dt.datetime.fromtimestamp(keep_from.timestamp_ms / 1000, dt.timezone.utc).isoformat(timespec="milliseconds")
+    with pytest.raises(BenchrunError, match=f"measurement_fact.*earliest time available for measurement_fact is {re.escape(earliest)}"):
+        query(sql, tmp_path, as_of=after_six)
+    later = dt.datetime.fromtimestamp((keep_from.timestamp_ms + 1) / 1000, dt.timezone.utc)
+    assert _count(tmp_path, "SELECT count(*) FROM measurement_fact", as_of=later) == 50
+
+
+def test_delete_removes_the_runs_rows_from_every_iceberg_table(tmp_path: Path) -> None:
+    from benchrun.runctl import delete_run
+
+    for run_id in ("run-a", "run-b"):
+        run_dir, manifest = _stored_run(tmp_path, run_id)
+        curate_run(run_dir, tmp_path, manifest)
+    had = {t for t in TABLES if "run-a" in lake.run_ids(tmp_path, t)}
+    assert had >= set(PER_RUN)
+    out = delete_run("run-a", home=tmp_path)
+    assert any("Iceberg" in line and "measurement_fact" in line for line in out.removed), out.removed
+    for table in TABLES:
+        assert "run-a" not in lake.run_ids(tmp_path, table), table
+        if table in had:
+            assert "run-b" in lake.run_ids(tmp_path, table), table
+    for table, n in PER_RUN.items():
+        assert query(f'SELECT run_id, count(*) AS n FROM "{table}" GROUP BY run_id', tmp_path).table.to_pylist() \
+            == [{"run_id": "run-b", "n": n}], table
+    assert not (tmp_path / "runs" / "run-a").exists()
+
+
+def test_a_damaged_data_file_is_left_out_with_a_note(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+    from pyiceberg.expressions import EqualTo
+
+    for run_id, gflops in (("run-a", (10.0, 12.0, 11.0)), ("run-b", (20.0, 22.0, 21.0))):
+        run_dir, manifest = _stored_run(tmp_path, run_id, gflops=gflops)
+        curate_run(run_dir, tmp_path, manifest)
+    tbl = lake.catalog(tmp_path).load_table("benchrun.measurement_fact")
+    damaged = sorted(t.file.file_path for t in tbl.scan(row_filter=EqualTo("run_id", "run-a")).plan_files())[0]
+    rest = [pq.ParquetFile(t.file.file_path).read(columns=["value"]).column("value").to_pylist()
+            for t in tbl.scan().plan_files() if t.file.file_path != damaged]
+    n, total = sum(len(v) for v in rest), sum(x for v in rest for x in v if x is not None)
+    assert 9 <= n < 18  # run-b's rows and those of run-a's other files
+    path = Path(damaged.removeprefix("file://"))
+    path.write_bytes(path.read_bytes()[:100])  # truncated: no footer
+    with pytest.raises(Exception, match="magic bytes|Parquet|parquet"):  # what every query hit before
+        tbl.scan().to_arrow()
+    got = query("SELECT count(*) AS n, sum(value) AS s FROM measurement_fact", tmp_path)
+    assert got.table.to_pylist() == [{"n": n, "s": pytest.approx(total)}]
+    assert any(damaged in note and "left out of measurement_fact" in note for note in got.notes), got.notes
+    assert _count(tmp_path, "SELECT count(*) FROM serving_request_fact") == 120  # other tables are whole

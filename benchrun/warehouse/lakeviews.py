@@ -2,9 +2,16 @@
 a snapshot or a time, and the snapshot ids a query read.
 
 ``as_of`` is a snapshot id (of any table: the others are read as they were at that snapshot's
-commit) or an ISO 8601 time. A time resolves, per table, to the last *commit* at or before it
-(one metadata file of the table's log), never to a snapshot inside a commit: curating a run is a
-delete and an append in one commit, and a reader never sees the delete without the append.
+commit) or an ISO 8601 time. A time resolves, per table, to the snapshot that was current after
+the last *commit* at or before it, never to a snapshot inside a commit: curating a run is a
+delete and an append in one commit, and a reader never sees the delete without the append. The
+snapshots come from the table's snapshot log (kept until the snapshots expire), not from its
+metadata log (which keeps only the last ``write.metadata.previous-versions-max`` files); a time
+before the table's earliest kept snapshot, where its history has expired, is an error naming
+the earliest time available.
+
+Every current data file's parquet footer is read when the views are built: a damaged or foreign
+file is left out, with a note naming it, and that table's view reads its remaining files.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ class TableRead:
     table: str
     metadata_location: str
     snapshot_id: int | None
+    files: tuple[str, ...] | None = None  # set when some data files are damaged: the readable ones
 
 
 def _quote(text: str) -> str:
@@ -45,32 +53,83 @@ def parse_as_of(value: str) -> int | dt.datetime:
     return when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)
 
 
-def _metadata_at(tbl: Any, when_ms: int) -> tuple[str, int | None] | None:
-    """The table's metadata file and current snapshot as of its last commit at or before ``when_ms``."""
-    from pyiceberg.serializers import FromInputFile
-
-    log = [(e.timestamp_ms, e.metadata_file) for e in tbl.metadata.metadata_log]
-    log.append((tbl.metadata.last_updated_ms, tbl.metadata_location))
-    earlier = [entry for entry in log if entry[0] <= when_ms]
-    if not earlier:
-        return None
-    location = max(earlier)[1]
-    if location == tbl.metadata_location:
-        snap = tbl.current_snapshot()
-        return location, snap.snapshot_id if snap else None
-    meta = FromInputFile.table_metadata(tbl.io.new_input(location))
-    return location, meta.current_snapshot_id
+def _ms_text(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
-def table_reads(home: Path, as_of: int | dt.datetime | None = None) -> dict[str, TableRead]:
+_PROPS = ("benchrun.run-id", "benchrun.operation")
+
+
+def _same_commit(first: Any, then: Any) -> bool:
+    """Whether snapshot ``then`` was made in the same commit as ``first``, from the snapshots alone
+    (for commits older than the metadata log): a delete (or rewrite) followed directly by the
+    append of the same run's curation (or of the same compaction)."""
+    if first is None or then is None or then.parent_snapshot_id != first.snapshot_id:
+        return False
+    a, b = first.summary, then.summary
+    if a is None or b is None or str(a.operation.value) not in ("delete", "overwrite") \
+            or str(b.operation.value) != "append":
+        return False
+    keys = [(a.additional_properties.get(k), b.additional_properties.get(k)) for k in _PROPS]
+    return any(x is not None for x, _ in keys) and all(x == y for x, y in keys)
+
+
+def commit_snapshots(tbl: Any) -> list[tuple[int, int]]:
+    """``(time_ms, snapshot_id)`` of each kept snapshot that a commit of ``tbl`` ended with, oldest first.
+
+    A commit's metadata file records the time of the last snapshot it added, so within the span of
+    the metadata log a snapshot ended a commit exactly when its time is a logged one; before that
+    span the snapshots themselves tell (:func:`_same_commit`)."""
+    meta = tbl.metadata
+    logged = {e.timestamp_ms for e in meta.metadata_log} | {meta.last_updated_ms}
+    since = min(logged)
+    entries = list(meta.snapshot_log)
+    out = []
+    for i, entry in enumerate(entries):
+        if entry.timestamp_ms >= since:
+            ends = entry.timestamp_ms in logged or entry.snapshot_id == meta.current_snapshot_id
+        else:
+            after = entries[i + 1] if i + 1 < len(entries) else None
+            ends = after is None or not _same_commit(tbl.snapshot_by_id(entry.snapshot_id),
+                                                     tbl.snapshot_by_id(after.snapshot_id))
+        if ends:
+            out.append((entry.timestamp_ms, entry.snapshot_id))
+    return out
+
+
+def _snapshot_at(table: str, tbl: Any, when_ms: int, notes: list[str]) -> tuple[int | None, int | None]:
+    """(snapshot id current at ``when_ms`` or None, the earliest time available when the table had no
+    rows yet then); raises when the table's history at ``when_ms`` has expired."""
+    ends = commit_snapshots(tbl)
+    if not ends:
+        return None, None  # no snapshot: the table has never had rows
+    earlier = [sid for ms, sid in ends if ms <= when_ms]
+    if earlier:
+        return earlier[-1], None
+    first_entry = tbl.metadata.snapshot_log[0]
+    first = tbl.snapshot_by_id(first_entry.snapshot_id)
+    earliest = _ms_text(ends[0][0])
+    # expiry clears the kept snapshots' parent ids, but not their sequence numbers (a table's first is 1)
+    if first is None or first.sequence_number != 1:
+        raise BenchrunError(f"--as-of {_ms_text(when_ms)}: {table}'s snapshots before {earliest} have expired; "
+                            f"the earliest time available for {table} is {earliest}")
+    notes.append(f"--as-of {_ms_text(when_ms)}: {table} had no rows yet (its first commit is at {earliest}); "
+                 "read as empty")
+    return None, ends[0][0]
+
+
+def table_reads(home: Path, as_of: int | dt.datetime | None = None,
+                notes: list[str] | None = None) -> dict[str, TableRead]:
     """Per existing table: the metadata file and snapshot a view reads (now, or as of ``as_of``)."""
     from benchrun.warehouse import lake
 
+    notes = notes if notes is not None else []
     cat = lake.catalog(home)
     current = lake.current_tables(home)
     tables = {t: cat.load_table(f"{lake.NAMESPACE}.{t}") for t in current}
     if as_of is None:
-        return {t: TableRead(t, loc, snap) for t, (loc, snap) in current.items()}
+        reads = {t: TableRead(t, loc, snap) for t, (loc, snap) in current.items()}
+        return {t: _checked(r, tables[t], notes) for t, r in reads.items()}
     exact: tuple[str, int] | None = None
     if isinstance(as_of, int):
         for t, tbl in tables.items():
@@ -84,25 +143,84 @@ def table_reads(home: Path, as_of: int | dt.datetime | None = None) -> dict[str,
     else:
         when_ms = int(as_of.timestamp() * 1000)
     out: dict[str, TableRead] = {}
+    found: list[str] = []
+    firsts: list[tuple[int, str]] = []
     for t, tbl in tables.items():
-        found = _metadata_at(tbl, when_ms)
-        if found is None:
-            continue  # the table did not exist yet
-        location, snap = found
         if exact is not None and exact[0] == t:
-            snap = exact[1]
-        out[t] = TableRead(t, location, snap)
+            snap: int | None = exact[1]
+        else:
+            snap, first_ms = _snapshot_at(t, tbl, when_ms, found)
+            if first_ms is not None:
+                firsts.append((first_ms, t))
+        out[t] = _checked(TableRead(t, tbl.metadata_location, snap), tbl, notes)
+    if exact is None and firsts and all(r.snapshot_id is None for r in out.values()):
+        first_ms, first_table = min(firsts)
+        raise BenchrunError(f"--as-of {_ms_text(when_ms)}: before the warehouse's first commit ({first_table} at "
+                            f"{_ms_text(first_ms)}); the earliest time available is {_ms_text(first_ms)}")
+    notes.extend(found)
     return out
+
+
+def _checked(read: TableRead, tbl: Any, notes: list[str]) -> TableRead:
+    """``read``, with the list of its readable data files when one of the snapshot's files is damaged."""
+    import logging
+
+    import pyarrow.parquet as pq
+
+    from benchrun.warehouse.lake import iceberg_schema_of
+
+    if read.snapshot_id is None:
+        return read
+    expected = {f.name: _sql_type(f.type) for f in iceberg_schema_of(read.table)}
+    tasks = list(tbl.scan(snapshot_id=read.snapshot_id).plan_files())
+    good: list[str] = []
+    for task in tasks:
+        path = task.file.file_path
+        try:
+            with tbl.io.new_input(path).open() as fh:
+                schema = pq.ParquetFile(fh).schema_arrow
+            wrong = [f"{c.name} is {c.type}" for c in schema if c.name in expected and _sql_type(c.type) != expected[c.name]]
+            problem = "another schema than the table's: " + "; ".join(wrong[:3]) if wrong else ""
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for a damaged file
+            problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if problem:
+            note = (f"{path}: damaged data file left out of {read.table} ({problem}); its rows are missing until "
+                    "the runs it holds are curated again (`benchrun rebuild-warehouse`)")
+            logging.getLogger(__name__).warning("%s", note)
+            notes.append(note)
+        else:
+            if task.delete_files:
+                raise BenchrunError(f"{read.table}: a data file is damaged and others have delete files, so the view "
+                                    "cannot leave it out; run `benchrun rebuild-warehouse`")
+            good.append(path)
+    if len(good) == len(tasks):
+        return read
+    return dataclasses.replace(read, files=tuple(good))
+
+
+def _sql_type(typ: Any) -> str:
+    """The SQL type DuckDB reads a parquet column as (a list's element field name does not matter)."""
+    import pyarrow as pa
+
+    if pa.types.is_list(typ) or pa.types.is_large_list(typ):
+        return _sql_type(typ.value_type) + "[]"
+    try:
+        return duckdb_type(typ)
+    except KeyError:
+        return str(typ)
 
 
 def view_sql(table: str, read: TableRead | None) -> str:
     """``CREATE OR REPLACE VIEW`` over one Iceberg table (its columns only), or an empty typed relation."""
     schema = TABLES[table]
     cols = ", ".join(f'"{name}"' for name in schema.names)
-    if read is None or read.snapshot_id is None:
+    if read is None or read.snapshot_id is None or read.files == ():
         empty = ", ".join(f'CAST(NULL AS {duckdb_type(f.type)}) AS "{f.name}"' for f in schema)
         return f'CREATE OR REPLACE VIEW "{table}" AS SELECT {empty} WHERE false'
     source = f"iceberg_scan({_quote(read.metadata_location)}, snapshot_from_id => {int(read.snapshot_id)})"
+    if read.files is not None:  # damaged files left out: the snapshot's other files, read directly
+        listed = ", ".join(_quote(f) for f in read.files)
+        source = f"read_parquet([{listed}], union_by_name = true, hive_partitioning = false)"
     if table in DIMENSIONS:
         key = schema.names[0]
         body = f'SELECT DISTINCT ON ("{key}") {cols} FROM {source} ORDER BY "{key}"'
@@ -111,9 +229,11 @@ def view_sql(table: str, read: TableRead | None) -> str:
     return f'CREATE OR REPLACE VIEW "{table}" AS {body}'
 
 
-def create_views(con: Any, home: Path, as_of: int | dt.datetime | None = None) -> dict[str, int | None]:
-    """Every table's view on ``con``; returns the snapshot id each view reads (None: empty)."""
-    reads = table_reads(home, as_of)
+def create_views(con: Any, home: Path, as_of: int | dt.datetime | None = None, *,
+                 notes: list[str] | None = None) -> dict[str, int | None]:
+    """Every table's view on ``con``; returns the snapshot id each view reads (None: empty). ``notes``
+    receives one line per damaged data file left out (and per table read as empty at ``as_of``)."""
+    reads = table_reads(home, as_of, notes)
     for table in TABLES:
         con.execute(view_sql(table, reads.get(table)))
     return {t: r.snapshot_id for t, r in sorted(reads.items())}

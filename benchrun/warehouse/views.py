@@ -150,7 +150,7 @@ def create_views(con: Any, home: Path) -> list[str]:
         if not con.execute("SELECT count(*) FROM duckdb_extensions() WHERE loaded AND extension_name = 'iceberg'"
                            ).fetchone()[0]:
             load_extensions(con)  # warehouse.duckdb's writer (a confined connection has them already)
-        lakeviews.create_views(con, home)
+        lakeviews.create_views(con, home, notes=notes)
         _change_point_view(con, home, notes)
         return notes
     for table in TABLES:
@@ -324,7 +324,8 @@ def connect(home: Path, notes: list[str] | None = None, *, as_of: Any = None,
                 if _iceberg():
                     from benchrun.warehouse import lakeviews
 
-                    read, found = lakeviews.create_views(base, Path(home)), []
+                    found: list[str] = []
+                    read = lakeviews.create_views(base, Path(home), notes=found)
                     _change_point_view(base, Path(home), found)
                 else:
                     found = create_views(base, Path(home))
@@ -346,7 +347,7 @@ def _connect_at(home: Path, notes: list[str] | None, as_of: Any, snapshots: dict
 
     con, extra = _confined_connection(home), (notes if notes is not None else [])
     try:
-        (snapshots if snapshots is not None else {}).update(lakeviews.create_views(con, home, as_of))
+        (snapshots if snapshots is not None else {}).update(lakeviews.create_views(con, home, as_of, notes=extra))
         _change_point_view(con, home, extra)
     except BaseException:
         con.close()
