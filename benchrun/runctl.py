@@ -172,6 +172,11 @@ def delete_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
         remove_partition(root, table, run_id)
     if tables:
         out.removed.append(f"warehouse partitions of {len(tables)} table(s): {', '.join(tables)}")
+    held = _delete_iceberg_rows(root, run_id)
+    if held:
+        out.removed.append(f"its rows of {len(held)} Iceberg table(s): {', '.join(held)} (one commit each; "
+                           "earlier snapshots keep them until they expire)")
+    if tables or held:
         refresh_views(root)
     for extra in (default_textfile(run_id, root), liveness_path(root, run_id)):
         if extra.exists():
@@ -188,6 +193,24 @@ def delete_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
     out.removed.insert(0, f"run directory runs/{run_id}")
     out.kept.append("its evidence in the artifact store (write-once; `benchrun retention` ages it out)")
     return out
+
+
+def _delete_iceberg_rows(root: Path, run_id: str) -> list[str]:
+    """With the Iceberg warehouse on: delete the run's rows from every table (before its status goes: it
+    names the run's start, the day to look in); the tables whose snapshot that changed."""
+    import warnings
+
+    from benchrun.warehouse import lake
+
+    if not lake.enabled() or not lake.catalog_exists(root):
+        return []
+    before = {t: snap for t, (_, snap) in lake.current_tables(root).items() if snap is not None}
+    with warnings.catch_warnings():  # "did not match any records": a table the run has no rows in
+        warnings.simplefilter("ignore", UserWarning)
+        for table in before:
+            lake.delete_run(root, table, run_id)
+    after = lake.current_tables(root)
+    return sorted(t for t, snap in before.items() if after.get(t, ("", snap))[1] != snap)
 
 
 PENDING_TIMEOUT_ENV = "BENCHRUN_PENDING_TIMEOUT_S"
