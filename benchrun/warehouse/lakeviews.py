@@ -161,6 +161,19 @@ def table_reads(home: Path, as_of: int | dt.datetime | None = None,
     return out
 
 
+# Data files whose footer read and matched (an Iceberg data file is never rewritten in place): each
+# rebuild of the views reads only new files' footers, and checks every local file's size.
+_FOOTERS_READ: set[tuple[str, str]] = set()
+
+
+def _size_problem(path: str, recorded: int) -> str:
+    """For a local file, a size other than the manifest's (a truncated file); "" otherwise."""
+    if "://" in path and not path.startswith("file://"):
+        return ""
+    size = os.path.getsize(path.removeprefix("file://"))
+    return "" if size == recorded else f"{size} bytes, the manifest records {recorded}"
+
+
 def _checked(read: TableRead, tbl: Any, notes: list[str]) -> TableRead:
     """``read``, with the list of its readable data files when one of the snapshot's files is damaged."""
     import logging
@@ -177,12 +190,19 @@ def _checked(read: TableRead, tbl: Any, notes: list[str]) -> TableRead:
     for task in tasks:
         path = task.file.file_path
         try:
-            with tbl.io.new_input(path).open() as fh:
-                schema = pq.ParquetFile(fh).schema_arrow
-            wrong = [f"{c.name} is {c.type}" for c in schema if c.name in expected and _sql_type(c.type) != expected[c.name]]
-            problem = "another schema than the table's: " + "; ".join(wrong[:3]) if wrong else ""
+            problem = _size_problem(path, task.file.file_size_in_bytes)
+            if not problem and (path, read.table) not in _FOOTERS_READ:
+                with tbl.io.new_input(path).open() as fh:
+                    schema = pq.ParquetFile(fh).schema_arrow
+                wrong = [f"{c.name} is {c.type}" for c in schema
+                         if c.name in expected and _sql_type(c.type) != expected[c.name]]
+                problem = "another schema than the table's: " + "; ".join(wrong[:3]) if wrong else ""
         except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for a damaged file
             problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if not problem:
+            if len(_FOOTERS_READ) > 500_000:
+                _FOOTERS_READ.clear()
+            _FOOTERS_READ.add((path, read.table))
         if problem:
             note = (f"{path}: damaged data file left out of {read.table} ({problem}); its rows are missing until "
                     "the runs it holds are curated again (`benchrun rebuild-warehouse`)")
