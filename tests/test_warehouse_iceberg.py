@@ -442,7 +442,8 @@ def test_time_travel_past_the_metadata_log_and_after_expiry(tmp_path: Path) -> N
     # the metadata log holds only the last 100 commits: it no longer reaches back to commit 6
     assert len(tbl.metadata.metadata_log) == 100
     assert min(e.timestamp_ms for e in tbl.metadata.metadata_log) > after_six.timestamp() * 1000
-    sql = "SELECT count(*) AS n, sum(value) AS s, max(CASE WHEN run_id = 'r2' THEN value END) AS r2 FROM measurement_fact"
+    sql = ("SELECT count(*) AS n, sum(value) AS s, max(CASE WHEN run_id = 'r2' THEN value END) AS r2 "
+           "FROM measurement_fact")
     assert query(sql, tmp_path, as_of=after_six).table.to_pylist() == [{"n": 5, "s": 0 + 1 + 20 + 3 + 4, "r2": 20.0}]
     assert _count(tmp_path, "SELECT count(*) FROM measurement_fact") == 106
     # a time inside commit 6 (its delete's snapshot, before its append) reads commit 5: never half a commit
@@ -454,12 +455,14 @@ def test_time_travel_past_the_metadata_log_and_after_expiry(tmp_path: Path) -> N
     assert query(sql, tmp_path, as_of=inside).table.to_pylist() == [{"n": 5, "s": 10.0, "r2": 2.0}]
     with pytest.raises(BenchrunError, match="before the warehouse's first commit"):
         query("SELECT 1", tmp_path, as_of=dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc))
-    # expire everything before commit 50: a time before it is an error naming the table and the earliest time
+    # expire the first 51 snapshots (commit 50 is the earliest kept): a time before it is an error naming
+    # the table and the earliest time available, never an empty view
     keep_from = snaps[51]
-    lake.expire_snapshots(tmp_path, "measurement_fact",
-                          dt.datetime.fromtimestamp(keep_from.timestamp_ms / 1000, dt.timezone.utc))
-    earliest = dt.datetime.fromtimestamp(keep_from.timestamp_ms / 1000, dt.timezone.utc).isoformat(timespec="milliseconds")
-    with pytest.raises(BenchrunError, match=f"measurement_fact.*earliest time available for measurement_fact is {re.escape(earliest)}"):
+    kept = dt.datetime.fromtimestamp(keep_from.timestamp_ms / 1000, dt.timezone.utc)
+    lake.expire_snapshots(tmp_path, "measurement_fact", kept)
+    earliest = re.escape(kept.isoformat(timespec="milliseconds"))
+    named = f"measurement_fact.*earliest time available for measurement_fact is {earliest}"
+    with pytest.raises(BenchrunError, match=named):
         query(sql, tmp_path, as_of=after_six)
     later = dt.datetime.fromtimestamp((keep_from.timestamp_ms + 1) / 1000, dt.timezone.utc)
     assert _count(tmp_path, "SELECT count(*) FROM measurement_fact", as_of=later) == 50
