@@ -72,3 +72,31 @@ def test_there_are_shell_blocks_to_run_and_every_other_says_why():
     for page, block, _ in blocks:
         first = next(line for line in block.splitlines() if line.strip() and not line.lstrip().startswith("#"))
         assert not re.match(r"\s*[\w.-]+(:\s|=)", first) or first.split()[0].isupper(), (page.name, first)
+
+
+@pytest.mark.slow
+def test_the_schedule_start_command_of_docs_dagster_runs_as_written(tmp_path):
+    """Issue 26 (first-run rough edge): docs/dagster.md's `dagster schedule start` example failed
+    (a relative DAGSTER_HOME); run it as written, from a checkout whose instance `make ui` made."""
+    import dagster as dg
+    from dagster._core.scheduler.instigation import InstigatorStatus
+
+    text = (ROOT / "docs" / "dagster.md").read_text(encoding="utf-8")
+    [command] = re.findall(r"`(DAGSTER_HOME=\S+ \.venv/bin/dagster schedule start \w+)`", text)
+    if not (ROOT / ".venv" / "bin" / "dagster").exists():
+        pytest.skip("unavailable: no .venv (make test creates it)")
+    checkout = tmp_path / "checkout"  # the checkout's files, with its own .benchrun
+    checkout.mkdir()
+    for name in ("workspace.yaml", "bench_assets", "benchrun", ".venv", "specs", "dagster.yaml"):
+        if (ROOT / name).exists():
+            (checkout / name).symlink_to(ROOT / name)
+    from benchrun.submit import get_instance
+
+    get_instance(checkout / ".benchrun")
+    env = {k: v for k, v in os.environ.items() if k not in ("DAGSTER_HOME", "BENCHRUN_HOME")}
+    r = subprocess.run(["bash", "-euo", "pipefail", "-c", command], cwd=checkout, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0 and "Started schedule" in r.stdout + r.stderr, r.stdout[-2000:] + r.stderr[-2000:]
+    with dg.DagsterInstance.from_config(str(checkout / ".benchrun" / "dagster_home")) as instance:
+        states = [s for s in instance.all_instigator_state() if s.name == command.split()[-1]]
+        assert states and states[0].status == InstigatorStatus.RUNNING
