@@ -34,6 +34,36 @@ LAUNCHER_ACCESS: tuple[tuple[str, str, str, str], ...] = (
     ("get", "", "pods", ""), ("list", "", "pods", ""), ("get", "", "pods", "log"),
     ("list", "kueue.x-k8s.io", "workloads", ""), ("get", "kueue.x-k8s.io", "localqueues", ""),
 )
+CONTROL_NAMESPACE = "benchrun"  # deploy/kustomize/base: the operator, Dagster and the sensor run here
+# The other accounts of the deployment and their calls, (verb, group, resource, subresource,
+# namespace: None for the runs namespace, "" for cluster-wide, name or ""), as
+# tests/test_rbac_harness.py records them: the operator (operator.yaml), Dagster's daemon and
+# run launcher (K8sRunLauncher: run workers and their monitoring), the sensor (cancelling a
+# deleted BenchmarkRun's run), and the run workers' status write.
+OTHER_ACCESS: tuple[tuple[str, str, tuple[tuple[str, str, str, str, str | None, str], ...]], ...] = (
+    ("benchrun-operator", "deploy/kustomize/base/operator.yaml (ClusterRole benchrun-operator, Role "
+     "benchrun-operator-lease) and rbac.yaml (Role benchrun-run-terminator)", (
+        ("list", "benchmarking.aisp.dev", "benchmarkruns", "", "", ""),
+        ("watch", "benchmarking.aisp.dev", "benchmarkruns", "", "", ""),
+        ("get", "benchmarking.aisp.dev", "benchmarkruns", "", "", ""),
+        ("patch", "benchmarking.aisp.dev", "benchmarkruns", "", "", ""),
+        ("patch", "benchmarking.aisp.dev", "benchmarkruns", "status", "", ""),
+        ("create", "coordination.k8s.io", "leases", "", CONTROL_NAMESPACE, ""),
+        ("get", "coordination.k8s.io", "leases", "", CONTROL_NAMESPACE, "benchrun-operator"),
+        ("update", "coordination.k8s.io", "leases", "", CONTROL_NAMESPACE, "benchrun-operator"),
+        ("delete", "batch", "jobs", "", None, ""), ("delete", "", "pods", "", None, ""))),
+    ("benchrun-dagster", "deploy/kustomize/base/rbac.yaml (Role benchrun-run-launcher)", (
+        ("create", "batch", "jobs", "", None, ""), ("list", "batch", "jobs", "", None, ""),
+        ("delete", "batch", "jobs", "", None, ""), ("get", "batch", "jobs", "status", None, ""),
+        ("list", "", "pods", "", None, ""), ("delete", "", "pods", "", None, ""),
+        ("get", "", "pods", "log", None, ""), ("list", "", "events", "", None, ""))),
+    ("benchrun", "deploy/kustomize/base/rbac.yaml (ClusterRole benchrun-benchmarkrun-status, Role "
+     "benchrun-run-terminator)", (
+        ("list", "benchmarking.aisp.dev", "benchmarkruns", "", "", ""),
+        ("patch", "benchmarking.aisp.dev", "benchmarkruns", "status", "", ""),
+        ("delete", "batch", "jobs", "", None, ""), ("list", "", "pods", "", None, ""),
+        ("delete", "", "pods", "", None, ""))),
+)
 APIS = (
     ("benchmarking.aisp.dev", "v1alpha1", "benchmarkruns", "the BenchmarkRun CRD",
      "kubectl apply -k deploy/kustomize/base"),
@@ -174,28 +204,16 @@ def preflight(spec: Path | None = None, api: Any = None) -> list[Check]:
                             f"{len(with_gpus)} node(s) with allocatable nvidia.com/gpu"
                             + (" (this spec asks for none)" if loaded is not None else "")))
 
-    # what the launcher calls, as the run workers' account
+    # what each account of the deployment calls, by SubjectAccessReview: the run workers' launcher
+    # first, then the operator, Dagster's run launcher and the sensor
     auth = client.AuthorizationV1Api(api)
-    user = f"system:serviceaccount:{ns}:{RUN_WORKER_ACCOUNT}"
-    denied, unreviewable = [], None
-    for verb, group, resource, sub in LAUNCHER_ACCESS:
-        body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-                "spec": {"user": user, "resourceAttributes": {"verb": verb, "group": group, "resource": resource,
-                                                              "subresource": sub, "namespace": ns}}}
-        try:
-            review = auth.create_subject_access_review(body)
-        except ApiException as exc:
-            unreviewable = f"{exc.status} {exc.reason}"
-            break
-        if not review.status.allowed:
-            denied.append(f"{verb} {resource}{'/' + sub if sub else ''}{'.' + group if group else ''}")
-    if unreviewable:
-        checks.append(Check(f"access of {RUN_WORKER_ACCOUNT}", None, f"cannot create SubjectAccessReviews ({unreviewable})"))
-    else:
-        checks.append(Check(f"access of {RUN_WORKER_ACCOUNT}", not denied,
-                            f"all {len(LAUNCHER_ACCESS)} calls of the launcher allowed in {ns}" if not denied
-                            else "not allowed: " + ", ".join(denied),
-                            "kubectl apply -k deploy/kustomize/base (Role benchrun-run-worker)"))
+    run_worker = tuple((v, g, r, s, None, "") for v, g, r, s in LAUNCHER_ACCESS) + (
+        ("patch", "benchmarking.aisp.dev", "benchmarkruns", "status", "", ""),)
+    accounts = ((RUN_WORKER_ACCOUNT, ns, "deploy/kustomize/base/rbac.yaml (Role benchrun-run-worker, ClusterRole "
+                 "benchrun-benchmarkrun-status)", run_worker),) + tuple(
+        (name, CONTROL_NAMESPACE, fix, calls) for name, fix, calls in OTHER_ACCESS)
+    for account, home_ns, fix, calls in accounts:
+        checks.append(_access_check(auth, ApiException, account, home_ns, ns, calls, fix))
 
     # the image and the artifact store
     images = sorted({c["image"] for o in objects for ps in (
@@ -205,6 +223,29 @@ def preflight(spec: Path | None = None, api: Any = None) -> list[Check]:
     checks.append(_store_check())
     checks.append(_outputs_check(settings, core, ns))
     return checks
+
+
+def _access_check(auth: Any, api_exception: Any, account: str, home_ns: str, runs_ns: str,
+                  calls: tuple[tuple[str, str, str, str, str | None, str], ...], fix: str) -> Check:
+    """One account's calls reviewed (SubjectAccessReview); each denied one named."""
+    user = f"system:serviceaccount:{home_ns}:{account}"
+    denied = []
+    for verb, group, resource, sub, where, name in calls:
+        namespace = runs_ns if where is None else where
+        attrs = {"verb": verb, "group": group, "resource": resource, "subresource": sub, "namespace": namespace,
+                 "name": name}
+        body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                "spec": {"user": user, "resourceAttributes": {k: v for k, v in attrs.items() if v}}}
+        try:
+            review = auth.create_subject_access_review(body)
+        except api_exception as exc:
+            return Check(f"access of {account}", None, f"cannot create SubjectAccessReviews ({exc.status} {exc.reason})")
+        if not review.status.allowed:
+            denied.append(f"{verb} {resource}{'/' + sub if sub else ''}{'.' + group if group else ''}"
+                          + (f" {name}" if name else "") + (f" in {namespace}" if namespace else " (all namespaces)"))
+    return Check(f"access of {account}", not denied,
+                 f"all {len(calls)} calls allowed" if not denied else "not allowed: " + ", ".join(denied),
+                 f"kubectl apply -k deploy/kustomize/base ({fix})")
 
 
 def _outputs_check(settings: Any, core: Any, ns: str) -> Check:

@@ -106,3 +106,24 @@ def test_preflight_checks_the_way_back_for_the_suites_files(deployed, bench_home
                                 "stringData": {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y"}})
     ok, line = report(preflight(EXAMPLE))["suite outputs"]
     assert ok is True and "s3://benchrun-artifacts/benchrun" in line, line
+
+
+def test_preflight_reviews_every_account_of_the_deployment_and_names_a_removed_role(deployed, bench_home):
+    """Issue 22: preflight reviewed only the run workers' calls; removing the operator's, Dagster's
+    or the sensor's Roles went unreported. Each account is reviewed and each missing grant named."""
+    checks = report(preflight(EXAMPLE))
+    for account in ("benchrun-run", "benchrun-operator", "benchrun-dagster", "benchrun"):
+        assert checks[f"access of {account}"][0] is True, (account, checks[f"access of {account}"])
+    removed = {"benchrun-operator-lease", "benchrun-run-launcher", "benchrun-benchmarkrun-status"}
+    docs = [d for d in copy.deepcopy(deploy_rbac_docs(BASE)) if d["metadata"]["name"] not in removed]
+    deployed.enforce(Policy(docs))
+    checks = report(preflight(EXAMPLE))
+    ok, line = checks["access of benchrun-operator"]
+    assert ok is False and "create leases.coordination.k8s.io in benchrun" in line
+    assert "update leases.coordination.k8s.io benchrun-operator in benchrun" in line and "list benchmarkruns" not in line
+    ok, line = checks["access of benchrun-dagster"]
+    assert ok is False and "create jobs.batch in benchrun-runs" in line and "Role benchrun-run-launcher" in line
+    ok, line = checks["access of benchrun"]
+    assert ok is False and "list benchmarkruns.benchmarking.aisp.dev (all namespaces)" in line
+    ok, line = checks["access of benchrun-run"]
+    assert ok is False and "patch benchmarkruns/status" in line and "get jobs/status.batch" not in line
