@@ -213,26 +213,26 @@ def min_replicates(spec: dict[str, Any]) -> int:
     return int(_get(spec, "spec", "trials", "minReplicates", default=DEFAULT_MIN_REPLICATES))
 
 
-def primary_metrics(spec: dict[str, Any]) -> set[str]:
-    """Union of ``metrics.<family>.primary`` over the enabled families: bare names or
-    ``suite/metric[case]`` selectors (:func:`benchrun.stats.compare.parse_primary`)."""
+def _declared_metrics(spec: dict[str, Any], role: str) -> set[str]:
+    """Union of ``metrics.<family>.<role>`` over the enabled families."""
     out: set[str] = set()
     metrics = _get(spec, "spec", "metrics", default={}) or {}
     for fam in metrics.values() if isinstance(metrics, dict) else []:
         if isinstance(fam, dict) and fam.get("enabled", True):
-            out.update(str(m) for m in fam.get("primary") or [])
+            out.update(str(m) for m in fam.get(role) or [])
     return out
+
+
+def primary_metrics(spec: dict[str, Any]) -> set[str]:
+    """Union of ``metrics.<family>.primary`` over the enabled families: bare names or
+    ``suite/metric[case]`` selectors (:func:`benchrun.stats.compare.parse_primary`)."""
+    return _declared_metrics(spec, "primary")
 
 
 def secondary_metrics(spec: dict[str, Any]) -> set[str]:
     """Union of ``metrics.<family>.secondary`` over the enabled families (selectors as the
     primaries'): declared outcomes, compared as their own family even when they are telemetry."""
-    out: set[str] = set()
-    metrics = _get(spec, "spec", "metrics", default={}) or {}
-    for fam in metrics.values() if isinstance(metrics, dict) else []:
-        if isinstance(fam, dict) and fam.get("enabled", True):
-            out.update(str(m) for m in fam.get("secondary") or [])
-    return out
+    return _declared_metrics(spec, "secondary")
 
 
 def delta_pct(spec: dict[str, Any], metric: str) -> float:
