@@ -228,10 +228,8 @@ def reap_dead_runs(home: Path | str | None = None, instance: Any = None) -> list
 UNCLAIMED_GRACE_S = 60.0
 
 
-def unclaimed_runs(home: Path | str | None = None, *, now: dt.datetime | None = None,
-                   grace_s: float = UNCLAIMED_GRACE_S) -> list[str]:
-    """Runs not final, without a liveness claim, older than the grace: the ones only an
-    instance-aware pass can decide on (so a listing opens the Dagster instance only for them)."""
+def _unclaimed(home: Path | str | None, now: dt.datetime | None, grace_s: float) -> list[tuple[str, str]]:
+    """(run id, phase) of the runs not final, without a liveness claim, older than the grace."""
     from benchrun.rundir import TERMINAL_PHASES, list_runs
 
     root, now = benchrun_home(home), now or _now()
@@ -239,13 +237,26 @@ def unclaimed_runs(home: Path | str | None = None, *, now: dt.datetime | None = 
     for rd in list_runs(root):
         try:
             status = rd.read_status()
-            created = dt.datetime.fromisoformat(str(status.get("created_utc")).replace("Z", "+00:00"))
-        except Exception:  # noqa: BLE001 - a damaged status.json is reported by its reader
+        except Exception as exc:  # noqa: BLE001 - a damaged status.json affects only its run
+            log.warning("run %s: %s", rd.run_id, exc)
             continue
-        if (status.get("phase") not in TERMINAL_PHASES and not liveness_path(root, rd.run_id).exists()
-                and (now - created).total_seconds() >= grace_s):
-            out.append(rd.run_id)
+        phase = status.get("phase")
+        if phase in TERMINAL_PHASES or liveness_path(root, rd.run_id).exists():
+            continue
+        try:
+            created = dt.datetime.fromisoformat(str(status.get("created_utc")).replace("Z", "+00:00"))
+        except ValueError:
+            continue
+        if (now - created).total_seconds() >= grace_s:
+            out.append((rd.run_id, phase))
     return out
+
+
+def unclaimed_runs(home: Path | str | None = None, *, now: dt.datetime | None = None,
+                   grace_s: float = UNCLAIMED_GRACE_S) -> list[str]:
+    """Runs not final, without a liveness claim, older than the grace: the ones only an
+    instance-aware pass can decide on (so a listing opens the Dagster instance only for them)."""
+    return [run_id for run_id, _ in _unclaimed(home, now, grace_s)]
 
 
 def _reap_unclaimed_runs(home: Path, instance: Any, *, now: dt.datetime | None = None,
@@ -256,37 +267,22 @@ def _reap_unclaimed_runs(home: Path, instance: Any, *, now: dt.datetime | None =
     materialized and is left alone."""
     import dagster as dg
 
-    from benchrun.rundir import TERMINAL_PHASES, list_runs, mark_run_failed
+    from benchrun.rundir import mark_run_failed
 
-    now = now or _now()
     out = []
-    for rd in list_runs(home):
-        try:
-            status = rd.read_status()
-        except Exception as exc:  # noqa: BLE001 - a damaged status.json affects only its run
-            log.warning("run %s: %s", rd.run_id, exc)
-            continue
-        phase = status.get("phase")
-        if phase in TERMINAL_PHASES or liveness_path(home, rd.run_id).exists():
-            continue
-        try:
-            created = dt.datetime.fromisoformat(str(status.get("created_utc")).replace("Z", "+00:00"))
-        except ValueError:
-            continue
-        if (now - created).total_seconds() < grace_s:
-            continue
-        if phase == "Pending" and instance.has_dynamic_partition(PARTITIONS_NAME, rd.run_id):
+    for run_id, phase in _unclaimed(home, now, grace_s):
+        if phase == "Pending" and instance.has_dynamic_partition(PARTITIONS_NAME, run_id):
             continue  # submitted: waiting for its materialization
-        active = instance.get_runs(filters=dg.RunsFilter(tags={PARTITION_TAG: rd.run_id}, statuses=[
+        active = instance.get_runs(filters=dg.RunsFilter(tags={PARTITION_TAG: run_id}, statuses=[
             dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
             dg.DagsterRunStatus.STARTED]), limit=1)
         if active:
             continue
-        reason = (f"run {rd.run_id} was left {phase} with no liveness claim and no Dagster run in progress: "
+        reason = (f"run {run_id} was left {phase} with no liveness claim and no Dagster run in progress: "
                   "its process could not write its claim (a full disk?) or is gone; nothing after that was recorded")
-        if mark_run_failed(home, rd.run_id, reason):
-            out.append((rd.run_id, reason))
-            log.warning("reaped %s: %s", rd.run_id, reason)
+        if mark_run_failed(home, run_id, reason):
+            out.append((run_id, reason))
+            log.warning("reaped %s: %s", run_id, reason)
     return out
 
 
