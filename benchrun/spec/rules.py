@@ -176,7 +176,8 @@ def _env_command_findings(where: tuple[Any, ...], argv: list[str]) -> Iterator[F
 
     if argv[0] not in ("env", "/usr/bin/env", "/bin/env"):
         return
-    for word in argv[1:command_index(argv) or len(argv)]:
+    at = command_index(argv)
+    for word in argv[1:at or len(argv)]:
         if word in ("-i", "--ignore-environment", "-", "-u", "--unset") or word.startswith(("-u", "--unset=")):
             yield where, (f"`env {word}` would drop variables benchrun passes to every suite (its run, replicate, "
                           "parameters); set what the suite needs with the suite's env: map instead")
@@ -186,7 +187,7 @@ def _env_command_findings(where: tuple[Any, ...], argv: list[str]) -> Iterator[F
                 _check_env_name(name)
             except ValueError as exc:
                 yield where, f"`env {name}=...`: {exc}"
-    if command_index(argv) is None:
+    if at is None:
         yield where, "the `env` prefix uses an option benchrun does not read, or names no program after it"
 
 
