@@ -130,3 +130,23 @@ def test_a_gang_is_never_rendered_as_a_single_pod(tmp_path: Path) -> None:
     with pytest.raises(BenchrunError, match="runs as one JobSet"):
         pod_manifest(replace(inv, argv=inv.argv + ("--rank=" + gang_mark("NODE_RANK"),)), namespace="b",
                      placement=Placement(queue_name="q"))
+
+
+def test_the_launchers_jobset_expires_and_is_owned_like_its_jobs(tmp_path: Path, validator) -> None:
+    """A gang left by a dead orchestrator must not hold its GPUs: the JobSet the launcher
+    creates has ``ttlSecondsAfterFinished`` and the run worker's pod as its owner, as a
+    suite's Job does, and both fields validate against the published JobSet CRD."""
+    from benchrun.launch.kubernetes import KubernetesLauncher
+
+    inv = _gang("specs/local/training.yaml", "training", tmp_path, "local-training-20261201000000-abcdef12")
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": "run-worker", "uid": "u-1"}
+    launcher = KubernetesLauncher(None, None, "bench", Placement(queue_name="canary", ttl_seconds_after_finished=900),
+                                  owner=owner)
+    js = launcher.manifest(inv)
+    assert js["kind"] == "JobSet" and not list(validator.iter_errors(js))
+    assert js["spec"]["ttlSecondsAfterFinished"] == 900
+    assert js["metadata"]["ownerReferences"] == [owner]
+    # and the CRD's schema would catch a wrong type there (the check is not vacuous)
+    bad = copy.deepcopy(js)
+    bad["spec"]["ttlSecondsAfterFinished"] = -1
+    assert list(validator.iter_errors(bad))

@@ -127,8 +127,13 @@ def jobset_manifest(
     run_labels: Mapping[str, str] | None = None,
     extra_env: Mapping[str, str] | None = None,
     options: GangOptions = GangOptions(),
+    owner: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The JobSet (a dict) that runs one replicate of a multi-node suite as one gang."""
+    """The JobSet (a dict) that runs one replicate of a multi-node suite as one gang.
+
+    Like a suite's Job, it is removed ``ttlSecondsAfterFinished`` after it ends, and with
+    ``owner`` (the run worker's pod) it goes when that pod goes: a dead orchestrator leaves no
+    gang holding GPUs."""
     where = f"spec.layers[{inv.layer}].suites[{inv.suite}]"
     if inv.nodes < 2:
         raise BenchrunError(f"{where}: a JobSet is for a multi-node suite (nodes > 1); this one has nodes={inv.nodes}")
@@ -192,6 +197,8 @@ def jobset_manifest(
     metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": jobset_labels}
     if placement.publication_grade:
         metadata["annotations"] = {EXCLUSIVE_TOPOLOGY_ANNOTATION: exclusive_key}
+    if owner:
+        metadata["ownerReferences"] = [dict(owner)]
     job_spec = {
         "parallelism": inv.nodes,
         "completions": inv.nodes,
@@ -209,6 +216,7 @@ def jobset_manifest(
             "suspend": True,  # Kueue admits the gang as one workload, then unsuspends it
             "failurePolicy": {"maxRestarts": 0},
             "successPolicy": {"operator": "All"},
+            "ttlSecondsAfterFinished": placement.ttl_seconds_after_finished,
             "network": {"enableDNSHostnames": True, "subdomain": name, "publishNotReadyAddresses": True},
             "replicatedJobs": [{"name": REPLICATED_JOB, "replicas": 1,
                                 "template": {"metadata": {"labels": dict(pod_labels)}, "spec": job_spec}}],
@@ -224,6 +232,7 @@ def launch_manifest(
     run_labels: Mapping[str, str] | None = None,
     extra_env: Mapping[str, str] | None = None,
     options: GangOptions = GangOptions(),
+    owner: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What the Kubernetes launcher (and ``benchrun render``) creates for one invocation:
     a JobSet for a multi-node suite, the Indexed load Job for a serving suite with ``load_pods``
@@ -233,8 +242,9 @@ def launch_manifest(
     if inv.is_gang:
         load_pods(inv)  # a gang with load_pods is refused, naming the field
         return jobset_manifest(inv, namespace=namespace, placement=placement, run_labels=run_labels,
-                               extra_env=extra_env, options=options)
+                               extra_env=extra_env, options=options, owner=owner)
     if load_pods(inv) > 1:
         return load_job_manifest(inv, namespace=namespace, placement=placement, run_labels=run_labels,
-                                 extra_env=extra_env)
-    return job_manifest(inv, namespace=namespace, run_labels=run_labels, placement=placement, extra_env=extra_env)
+                                 extra_env=extra_env, owner=owner)
+    return job_manifest(inv, namespace=namespace, run_labels=run_labels, placement=placement, extra_env=extra_env,
+                        owner=owner)

@@ -52,8 +52,8 @@ from benchrun.launch.k8s_objects import job_model, pod_env
 from benchrun.launch.k8s_status import epoch, job_timeline, node_keys, pod_timeline
 from benchrun.launch.k8s_submit import api_error, create_or_adopt_job, create_or_adopt_jobset
 from benchrun.launch.k8s_wait import LogFollower, job_watch, jobset_watch, wait
-from benchrun.launch.loadjob import launch_load, load_job_manifest, load_pods, refuse_in_layer_job
-from benchrun.launch.podspec import Placement, job_manifest
+from benchrun.launch.loadjob import launch_load, refuse_in_layer_job
+from benchrun.launch.podspec import Placement
 from benchrun.plan import Invocation
 from benchrun.suites.result import raw_path
 
@@ -102,17 +102,10 @@ class KubernetesLauncher:
         self.attempts: list[dict[str, Any]] = []
 
     def manifest(self, inv: Invocation, extra_env: Mapping[str, str] | None = None) -> dict[str, Any]:
-        if inv.is_gang:
-            from benchrun.launch.jobset import jobset_manifest
+        from benchrun.launch.jobset import launch_manifest
 
-            load_pods(inv)  # a gang with load_pods is refused, naming the field
-            return jobset_manifest(inv, namespace=self.namespace, placement=self.placement,
-                                   run_labels=self.run_labels, extra_env=pod_env(extra_env))
-        if load_pods(inv) > 1:
-            return load_job_manifest(inv, namespace=self.namespace, run_labels=self.run_labels, placement=self.placement,
-                                     extra_env=pod_env(extra_env), owner=self.owner)
-        return job_manifest(inv, namespace=self.namespace, run_labels=self.run_labels, placement=self.placement,
-                            extra_env=pod_env(extra_env), owner=self.owner)
+        return launch_manifest(inv, namespace=self.namespace, placement=self.placement, run_labels=self.run_labels,
+                               extra_env=pod_env(extra_env), owner=self.owner)
 
     def preflight(self, invocations: Iterable[Invocation]) -> None:
         """Build (and model-check) every Job without creating any: a spec error raises
