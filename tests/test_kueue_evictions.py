@@ -137,3 +137,81 @@ def test_an_inactive_workload_fails_at_once_and_is_not_retried(kcluster_factory,
     assert "is not admitted again; Job deleted" in res.reason
     assert time.monotonic() - t0 < 15  # not left waiting pending_timeout_s for an admission that never comes
     assert res.messages[0]["attempts"] == []
+
+
+def test_a_preempted_gang_is_admitted_again_as_a_new_attempt(kcluster_factory, tmp_path):
+    """Kueue preempts a 2-node gang mid-measurement: it suspends the JobSet, the JobSet suspends
+    its child Job, both nodes' pods go; re-admitted, the gang runs again with new pods. That is
+    a new attempt within ``eviction_retries`` (recorded, its pods never followed again), not a
+    failed replicate; past the budget it is failed, named."""
+    home = tmp_path / "home"
+    run_dir = home / "runs" / RUN_ID
+    run_dir.mkdir(parents=True)
+    cluster = kcluster_factory(host_env={"PYTHONPATH": str(ROOT)})
+    cluster.bind_pvc("home", home)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    node_code = script_for(1, before=textwrap.dedent(f"""
+        import os, pathlib, time
+        rank = os.environ["NODE_RANK"]
+        marker = pathlib.Path({str(markers)!r}, "rank" + rank)
+        if not marker.exists():
+            marker.write_text("1")
+            print("node", rank, "working", flush=True)
+            time.sleep(60)
+        print("node", rank, "attempt 2", flush=True)
+    """))
+
+    def both_working() -> bool:
+        logs = []
+        for p in cluster.list("pods"):
+            try:
+                logs.append((cluster.scratch(p["metadata"]["name"]) / "logs" / "suite.log").read_text())
+            except (KeyError, OSError):
+                pass
+        return sum("working" in t for t in logs) >= 2
+
+    def preempt_gang_once(launcher) -> list[str]:
+        """Preempt the gang's Workload once both nodes are measuring (first attempt)."""
+        asked: list[str] = []
+        orig = launcher._sleep
+
+        def sleep(s: float) -> None:
+            sets = cluster.list("jobsets")
+            if sets and not asked and both_working():
+                asked.append(sets[0]["metadata"]["name"])
+                cluster.preempt(asked[0])
+            orig(s)
+
+        launcher._sleep = sleep
+        return asked
+
+    launcher = launcher_for(cluster, run_volume_claim="home", run_home=str(home), eviction_retries=1)
+    asked = preempt_gang_once(launcher)
+    inv = make_inv(run_dir, code=node_code, nodes=2, ranks_per_node=1, timeout_s=90.0)
+    res = launcher.launch(inv, run_dir)
+    assert asked, "the harness never preempted the gang"
+    assert res.status == "ok", res.reason
+    timeline = res.messages[0]
+    assert timeline["attempt"] == 2
+    [first] = timeline["attempts"]
+    assert first["cause"] == "kueue" and first["measured"] is True
+    assert first["reason"].startswith("preempted by Kueue (Preempted: Preempted by the harness")
+    # every node's log is the new attempt's: the preempted pods were never followed again
+    for rank in (0, 1):
+        text = (run_dir / inv.node_log_relpath(rank)).read_text()
+        assert f"node {rank} attempt 2" in text and "working" not in text, text
+    assert first["pod_uid"] not in {n["pod_uid"] for n in timeline["nodes"]}
+    assert cluster.errors == []
+
+    # past the budget: preempted once with eviction_retries=0 → failed, named
+    for f in markers.iterdir():
+        f.unlink()
+    strict = launcher_for(cluster, run_volume_claim="home", run_home=str(home), eviction_retries=0)
+    assert not cluster.list("pods") or cluster.wait_for(lambda: not cluster.list("pods"), what="the first gang's pods gone")
+    preempt_gang_once(strict)
+    res2 = strict.launch(make_inv(run_dir, replicate=2, code=node_code, nodes=2, ranks_per_node=1, timeout_s=90.0),
+                         run_dir)
+    assert res2.status == "failed"
+    assert res2.reason.endswith("ended 1 times by evictions or preemptions, more than eviction_retries=0; "
+                                "JobSet deleted"), res2.reason

@@ -69,6 +69,11 @@ class Watch:
     # podReplacementPolicy makes a new pod): how many are followed; None: an eviction is not
     # followed (its pod's end is the replicate's end).
     eviction_retries: int | None = None
+    # whether a pod's own eviction is such an attempt: a Job's is (it replaces the pod); a gang's
+    # is not (one node's pod cannot rejoin a rendezvous its peers have left: the child Job fails,
+    # and the gang's end is the replicate's, naming the node). Kueue's evictions of the whole
+    # object (it suspends it, every pod goes, and it is admitted again) are followed for both.
+    pod_evictions_replaced: bool = True
     evicted: list[str] = field(default_factory=list)  # uids of the evicted attempts (read skips them)
     # the attempts that ended before this one (evicted or preempted): cause, reason, pod, node,
     # whether it had started measuring; written into the replicate's timeline as ``attempts``
@@ -115,7 +120,7 @@ def wait(watch: Watch, obj: Any, t0: float, *, timeout_s: float, pending_timeout
                     return obj, workload, pods, f"{said}; {kind} deleted"
                 # Kueue requeues it: the Job is admitted again and makes a new pod, a new attempt
                 # (its own log and result, never merged with this one), within the same budget as evictions
-                _record(watch, "kueue", said, pod0, started is not None)
+                _record(watch, "kueue", said, pod0, started is not None, also=pods.values())
                 if len(watch.history) > watch.eviction_retries:
                     return obj, workload, pods, (f"{said}; ended {len(watch.history)} times by evictions or preemptions, "
                                                  f"more than eviction_retries={watch.eviction_retries}; {kind} deleted")
@@ -129,7 +134,8 @@ def wait(watch: Watch, obj: Any, t0: float, *, timeout_s: float, pending_timeout
                 continue
             pod0 = pods.get(0)
             phase0 = pod0.status.phase if pod0 is not None and pod0.status is not None else None
-            if watch.eviction_retries is not None and phase0 == "Failed" and _disrupted(pod0) \
+            if watch.eviction_retries is not None and watch.pod_evictions_replaced \
+                    and phase0 == "Failed" and _disrupted(pod0) \
                     and pod0.metadata.uid not in watch.evicted \
                     and not (cond_time(obj, "Failed") or cond_time(obj, "Complete")):
                 # Evicted, not failed: the Job replaces the pod (podspec.EVICTION_POLICY); follow the
@@ -203,10 +209,12 @@ def _new_kueue_eviction(workload: Any, seen: dict[str, Any]) -> dict[str, Any] |
     return ev if missed else None
 
 
-def _record(watch: Watch, cause: str, reason: str, pod: Any, measured: bool) -> None:
-    """One ended attempt in the replicate's history; its pod is no longer followed."""
-    if pod is not None and pod.metadata.uid not in watch.evicted:
-        watch.evicted.append(pod.metadata.uid)
+def _record(watch: Watch, cause: str, reason: str, pod: Any, measured: bool, also: Any = ()) -> None:
+    """One ended attempt in the replicate's history; its pod (and ``also``: the rest of a
+    gang's) is no longer followed."""
+    for p in (pod, *also):
+        if p is not None and p.metadata.uid not in watch.evicted:
+            watch.evicted.append(p.metadata.uid)
     watch.history.append({
         "attempt": len(watch.history) + 1, "cause": cause, "reason": reason, "measured": measured,
         "pod_name": pod.metadata.name if pod is not None else None,
@@ -247,14 +255,22 @@ def job_watch(client: Any, batch_api: Any, custom_api: Any, namespace: str, name
                  no_pod_note=no_pod, name_the_node=False, eviction_retries=eviction_retries, evicted=evicted)
 
 
-def jobset_watch(core_api: Any, custom_api: Any, namespace: str, name: str, nodes: int) -> Watch:
-    """A JobSet: its pods by completion index (the node rank), its Workload by the JobSet's uid."""
+def jobset_watch(core_api: Any, custom_api: Any, namespace: str, name: str, nodes: int, *,
+                 eviction_retries: int | None = None) -> Watch:
+    """A JobSet: its pods by completion index (the node rank), its Workload by the JobSet's uid.
+    A gang Kueue evicted (preempted, PodsReadyTimeout) is suspended, loses every pod, and is
+    admitted again with new ones: a new attempt, within ``eviction_retries``; the newest pod of
+    each index that is not of an ended attempt is the one followed."""
+    evicted: list[str] = []
 
     def read(_js: Any) -> tuple[Any, Any, dict[int, Any]]:
         js = custom_api.get_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSETS, name)
         listed = core_api.list_namespaced_pod(namespace, label_selector=f"jobset.sigs.k8s.io/jobset-name={name}").items
         pods = {}
-        for pod in sorted(listed, key=lambda p: epoch(p.metadata.creation_timestamp) or 0.0):
+        # an ended attempt's pod (still terminating) never wins over its index's new one, even
+        # when both were created in the same second
+        for pod in sorted(listed, key=lambda p: (p.metadata.uid not in evicted,
+                                                 epoch(p.metadata.creation_timestamp) or 0.0)):
             idx = (pod.metadata.annotations or {}).get("batch.kubernetes.io/job-completion-index", "0")
             pods[int(idx)] = pod
         workload = None
@@ -267,7 +283,8 @@ def jobset_watch(core_api: Any, custom_api: Any, namespace: str, name: str, node
         return js, workload, pods
 
     return Watch(kind="JobSet", name=name, read=read, nodes=nodes, ended_by=("Completed", "Failed"),
-                 pod_end_ends=False, no_pod_note=lambda _js: "no pods created", name_the_node=True)
+                 pod_end_ends=False, no_pod_note=lambda _js: "no pods created", name_the_node=True,
+                 eviction_retries=eviction_retries, pod_evictions_replaced=False, evicted=evicted)
 
 
 def load_job_watch(client: Any, batch_api: Any, custom_api: Any, namespace: str, name: str, pods: int) -> Watch:

@@ -310,7 +310,8 @@ class KubernetesLauncher:
             create_or_adopt_jobset(self.custom_api, self.namespace, name, manifest)
         except ApiException as exc:
             return self._not_created(inv, f"cannot create JobSet {name}: {api_error(exc)}", log_path, t_request, t0)
-        watch = jobset_watch(self.core_api, self.custom_api, self.namespace, name, inv.nodes)
+        watch = jobset_watch(self.core_api, self.custom_api, self.namespace, name, inv.nodes,
+                             eviction_retries=self.placement.eviction_retries)
         return self._many_pods(inv, run_dir, watch, None, "nodes", "node_rank", lambda: self._delete_jobset(name),
                                log_path, result_path, t_request, t0)
 
@@ -336,6 +337,8 @@ class KubernetesLauncher:
         timeline = job_timeline(obj, workload, pod0)
         timeline[key] = [{index: k, **{f: pod_timeline(p).get(f) for f in self._POD_FIELDS + extra_fields}}
                          for k, p in sorted(pods.items())]
+        # the attempts Kueue ended before this one (a gang preempted and admitted again), as a Job's
+        timeline.update(attempt=len(watch.history) + 1, attempts=list(watch.history))
         deleted = delete() if ended is not None or self.delete_finished else False
         atomic_write_json(raw_path(run_dir, inv.run_id, inv.suite, inv.replicate, "pod", "json"), timeline)
         if ended is None:

@@ -27,7 +27,9 @@ upstream controllers closely enough for a client to rely on the same fields:
   ``FailJob``: Failed with reason ``PodFailurePolicy``; by ``onPodConditions`` or
   ``onExitCodes``) and ``podReplacementPolicy: Failed`` (no replacement while a pod terminates); ends ``Complete`` (with ``SuccessCriteriaMet``) or ``Failed``
   (``BackoffLimitExceeded``, ``DeadlineExceeded`` after ``activeDeadlineSeconds``); a suspended
-  Job loses its pods (they get ``DisruptionTarget``) and shows ``Suspended``.
+  Job loses its pods and shows ``Suspended``: as Kubernetes' ``deleteJobPods`` does, their
+  tracking finalizer goes first, so they never count as failures, and a plain DELETE sets no
+  ``DisruptionTarget`` (they fail with the signal).
 - **JobSet controller** (v1alpha2). Child Jobs ``<jobset>-<replicatedJob>-<index>`` with the
   JobSet labels, suspended with their parent; ``Completed`` when all succeed, ``Failed``
   when one fails and ``failurePolicy.maxRestarts`` is used up (else all children are
@@ -311,6 +313,7 @@ class ControlPlane:
         self.errors: list[str] = []
         self.grace_seconds = 1.0
         self.terminating: dict[Any, float] = {}  # pod key -> when the object goes
+        self.uncounted_pods: set[str] = set()  # uids deleted for a suspension: never a Job failure
         self.ttl_seen: dict[str, float] = {}  # finished Job uid -> when the TTL controller first saw it
         api.on_create = self._webhook
         api.log_source = self.serve_log
@@ -800,13 +803,16 @@ class ControlPlane:
             active = [(k, p) for k, p in mine if p["status"].get("phase") in ("Pending", "Running")
                       and not p["metadata"].get("deletionTimestamp")]
             succeeded = [p for _, p in mine if p["status"].get("phase") == "Succeeded"]
-            failed = [p for _, p in mine if p["status"].get("phase") == "Failed"]
+            # a pod the controller deleted because the Job was suspended is not a failure (its
+            # tracking finalizer was removed first)
+            failed = [p for _, p in mine if p["status"].get("phase") == "Failed"
+                      and p["metadata"]["uid"] not in self.uncounted_pods]
             completions = int(spec.get("completions", 1) or 1)
             parallelism = int(spec.get("parallelism", 1) if spec.get("parallelism") is not None else 1)
             backoff = int(spec.get("backoffLimit", 6) if spec.get("backoffLimit") is not None else 6)
             if spec.get("suspend"):
                 for pkey, pod in active:
-                    await self._disrupt_pod(pkey, pod, "JobSuspended", "Job suspended")
+                    await self._disrupt_pod(pkey, pod, "JobSuspended", "Job suspended", suspended=True)
                 conds = set_condition(conds, _condition("Suspended", True, "JobSuspended", "Job suspended"))
                 status.update(conditions=conds, active=0, ready=0)
                 status.pop("startTime", None)
@@ -961,17 +967,26 @@ class ControlPlane:
         await self.api.put_object(PODS, ns, pod)
         await self._event(job, "SuccessfulCreate", f"Created pod: {name}")
 
-    async def _disrupt_pod(self, key: Any, pod: dict[str, Any], reason: str, message: str) -> None:
+    async def _disrupt_pod(self, key: Any, pod: dict[str, Any], reason: str, message: str,
+                           *, suspended: bool = False) -> None:
         """Graceful deletion, as the kubelet does it: DisruptionTarget and a deletionTimestamp,
         the processes stopped, the pod failed, and the object removed ``grace_seconds`` later
-        (its log stays readable until then)."""
+        (its log stays readable until then).
+
+        ``suspended``: the Job controller deleting the pods of a Job that was suspended (Kueue
+        preempted it). It removes the pod's tracking finalizer before the DELETE
+        (``deleteJobPods``), so the pod never counts as a failure of the Job, and a plain DELETE
+        sets no DisruptionTarget: the pod just fails with the signal (143)."""
         if (pod.get("metadata") or {}).get("deletionTimestamp"):
             return
         new = copy.deepcopy(pod)
         new["metadata"]["deletionTimestamp"] = now_iso()
-        new["status"]["conditions"] = set_condition(
-            new["status"].get("conditions") or [], _condition("DisruptionTarget", True, reason, message)
-        )
+        if suspended:
+            self.uncounted_pods.add(pod["metadata"]["uid"])
+        else:
+            new["status"]["conditions"] = set_condition(
+                new["status"].get("conditions") or [], _condition("DisruptionTarget", True, reason, message)
+            )
         await self._update(key, pod, new)
         run = self.runs.get(pod["metadata"]["uid"])
         if run is not None:
