@@ -27,8 +27,8 @@ IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.Dag
     name="benchmarkrun_resource_sensor",
     job_name=JOB_NAME,
     minimum_interval_seconds=30,
-    # Off until switched on (the Helm values switch it on with BENCHRUN_AUTOMATION_ON): on a
-    # laptop there is no cluster to watch.
+    # Off until switched on (BENCHRUN_AUTOMATION_ON): on a laptop there is no cluster to watch,
+    # and on a cluster the operator is the controller; only a cluster without it switches this on.
     default_status=default_status("benchmarkrun_resource_sensor", on=False),
     description="Fallback for clusters without the BenchmarkRun operator (benchrun operator). "
     "Lists BenchmarkRun resources (BENCHRUN_CR_NAMESPACE, default all namespaces); "

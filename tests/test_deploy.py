@@ -193,7 +193,7 @@ def test_helm_values_match_the_dagster_pin() -> None:
         assert values[component]["image"]["tag"] == dagster, component
 
 
-def test_helm_values_wire_the_cluster_pieces(rendered: list[dict[str, Any]]) -> None:
+def test_helm_values_wire_the_cluster_pieces(rendered: list[dict[str, Any]], monkeypatch) -> None:
     values = helm_values()
     launcher = values["runLauncher"]
     assert launcher["type"] == "K8sRunLauncher"
@@ -217,7 +217,15 @@ def test_helm_values_wire_the_cluster_pieces(rendered: list[dict[str, Any]]) -> 
     assert args[args.index("--module-name") + 1] == workspace["module_name"]
     assert args[args.index("--attribute") + 1] == workspace["attribute"]
     env = {e["name"]: e["value"] for e in code["env"]}
-    assert env["BENCHRUN_AUTOMATION_ON"] == "benchmarkrun_resource_sensor"
+    # one BenchmarkRun controller: deploy/ ships the operator, so the sensor (its fallback) is off;
+    # both on would each start a run of the same resource
+    operator = [d for d in rendered if d.get("kind") == "Deployment" and d["metadata"]["name"] == "benchrun-operator"]
+    assert operator, "deploy/kustomize/base ships the operator Deployment"
+    assert "benchmarkrun_resource_sensor" not in env["BENCHRUN_AUTOMATION_ON"].split(",")
+    from benchrun.automation.settings import starts_on
+
+    monkeypatch.setenv("BENCHRUN_AUTOMATION_ON", env["BENCHRUN_AUTOMATION_ON"])
+    assert not starts_on("benchmarkrun_resource_sensor", False) and starts_on("run_liveness_sensor", True)
     # shared state in the same bucket as the compute logs; run workers inherit the location's env
     assert env["BENCHRUN_SHARED_STATE"].startswith(f"s3://{values['computeLogManager']['config']['s3ComputeLogManager']['bucket']}/")
     assert code["includeConfigInLaunchedRuns"]["enabled"] is True
