@@ -1,8 +1,13 @@
-"""docs/kubernetes.md "Deploying", followed on the cluster harness: deploy/'s CRD, queues and
-priority classes (step 3), the S3 Secret in benchrun-runs (step 4), the Helm values' launcher
-settings (step 5: Kueue Jobs, outputs through the artifact store, Pipes over S3, no shared
-volume), then the example BenchmarkRun applied (step 6) goes to Succeeded with every output file
-in the run directory. A real S3 API server (moto) on loopback is the artifact store.
+"""docs/kubernetes.md "Deploying", followed on the cluster harness with deploy/'s RBAC enforced
+(a call its Roles do not grant is a 403, as on a cluster): deploy/'s CRD, queues and priority
+classes (step 3), the S3 Secret in benchrun-runs (step 4), the Helm values' settings (step 5:
+Kueue Jobs, outputs and the shared state through the artifact store, Pipes over S3, no shared
+volume), then the example BenchmarkRun applied (step 6). The operator, as its ServiceAccount,
+turns it into a queued Dagster run; the run worker is what the daemon's K8sRunLauncher starts
+in its pod: ``dagster api execute_run`` in its own process, with its own BENCHRUN_HOME (no
+volume shared with the operator) and the run worker's ServiceAccount. The resource goes to
+``Succeeded`` with every output file in the run directory. A real S3 API server (moto) on
+loopback is the artifact store.
 
 Kept cheap: the example's layers are cut to its gemm on CPU (the harness has no GPUs), three
 replicates; the whole canary on the harness is tests/test_k8s_canary.py.
@@ -12,6 +17,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import dagster as dg
@@ -20,6 +27,7 @@ import yaml
 
 from conftest import ROOT
 from helpers import tiny_layers
+from kharness.rbac import Policy, deploy_rbac_docs, sa_user
 from test_store_helpers import s3_env  # noqa: F401  (fixture)
 
 BASE = ROOT / "deploy/kustomize/base"
@@ -28,6 +36,10 @@ EXAMPLE = ROOT / "deploy/examples/canary-gpu.yaml"
 VALUES = ROOT / "deploy/helm/values.yaml"
 LANES = {"canary": 100, "nightly": 200, "pre-release": 300, "publication": 1000}
 CR = ("benchmarking.aisp.dev", "v1alpha1", "benchmarkruns")
+RUNS = "benchrun-runs"
+OPERATOR = ("benchrun", "benchrun-operator")
+RUN_WORKER = (RUNS, "benchrun-run")
+QUEUED = {"run_coordinator": {"module": "dagster._core.run_coordinator", "class": "QueuedRunCoordinator"}}
 
 
 def values_env() -> dict[str, str]:
@@ -39,30 +51,34 @@ def values_env() -> dict[str, str]:
 def test_the_deploy_walkthrough_takes_the_example_to_succeeded_with_every_output(
         kcluster_factory, bench_home, s3_env, monkeypatch):  # noqa: F811
     import boto3
+    from dagster._grpc.types import ExecuteRunArgs
     from kubernetes import client, config
 
-    from bench_assets.definitions import defs as code_location
-    from benchrun.automation.settings import JOB_NAME
+    from benchrun.controller.dagster_runs import DagsterRuns
+    from benchrun.controller.lease import LeaseElector
+    from benchrun.controller.operator import Operator, Settings
     from benchrun.launch.settings import LauncherSettings
     from benchrun.rundir import RunDir
-    from sensors.benchmarkrun import benchmarkrun_resource_sensor
 
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     env = values_env()
     bucket = env["BENCHRUN_LAUNCHER_OUTPUTS_URI"].split("/")[2]
     s3 = boto3.client("s3", endpoint_url=s3_env)
     s3.create_bucket(Bucket=bucket)
-    # step 3: benchrun's objects; step 4: the S3 Secret (the pods' only credentials: none in host_env)
-    cluster = kcluster_factory(namespace="benchrun-runs", crds=[CRD], host_env={"PYTHONPATH": str(ROOT)},
+    policy = Policy(deploy_rbac_docs(BASE))
+    # step 3: benchrun's objects, RBAC enforced; step 4: the S3 Secret (the pods' only credentials)
+    cluster = kcluster_factory(namespace=RUNS, crds=[CRD], rbac=policy, host_env={"PYTHONPATH": str(ROOT)},
                                queues={q: {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "16"} for q in LANES},
                                priority_classes={f"benchrun-{q}": v for q, v in LANES.items()})
     cluster.create("secrets", {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "benchrun-s3"},
                                "stringData": {k: os.environ[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
                                                                          "AWS_DEFAULT_REGION", "BENCHRUN_S3_ENDPOINT_URL")}})
-    # step 5: the code location's environment from the Helm values (the home is this test's)
+    # step 5: the code location's environment from the Helm values (the homes are this test's)
     for key, value in env.items():
-        if key.startswith("BENCHRUN_LAUNCHER_") or key == "BENCHRUN_CR_NAMESPACE":
+        if key.startswith("BENCHRUN_LAUNCHER_") or key in ("BENCHRUN_CR_NAMESPACE", "BENCHRUN_SHARED_STATE"):
             monkeypatch.setenv(key, value)
+    monkeypatch.setenv("BENCHRUN_LAUNCHER_POLL_S", "0.1")
+    monkeypatch.setenv("BENCHRUN_LAUNCHER_PENDING_TIMEOUT_S", "60")
     settings = LauncherSettings.from_env()
     assert settings.kind == "kubernetes" and settings.run_volume_claim is None and settings.outputs_uri
     # step 6: kubectl apply -f deploy/examples/canary-gpu.yaml (cut to its gemm, on CPU)
@@ -72,25 +88,49 @@ def test_the_deploy_walkthrough_takes_the_example_to_succeeded_with_every_output
     gemm.update(gpus=0, cpu="1", memory="1Gi")
     doc["spec"]["layers"] = tiny_layers([gemm])
     doc["spec"]["trials"]["minReplicates"] = 3
-    api = client.CustomObjectsApi(config.new_client_from_config(str(cluster.kubeconfig)))
-    api.create_namespaced_custom_object(*CR[:2], "benchrun-runs", CR[2], doc)
+    admin = client.CustomObjectsApi(config.new_client_from_config(str(cluster.kubeconfig)))
+    admin.create_namespaced_custom_object(*CR[:2], RUNS, CR[2], doc)
 
-    with dg.instance_for_test() as instance:
-        context = dg.build_sensor_context(instance=instance, cursor=None, definitions=code_location,
-                                          instance_ref=instance.get_ref())
-        [request] = benchmarkrun_resource_sensor.evaluate_tick(context).run_requests
-        run_id = request.partition_key
-        instance.add_dynamic_partitions("benchmark_run", [run_id])
-        launcher = {**settings.model_dump(), "poll_s": 0.1, "pending_timeout_s": 60.0}
-        result = code_location.resolve_job_def(JOB_NAME).execute_in_process(
-            instance=instance, partition_key=run_id, tags=request.tags, raise_on_error=False,
-            run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}},
-                        "resources": {"launcher": {"config": launcher}}})
-        assert result.success
-        messages = [e.user_message for e in instance.all_logs(result.run_id)]
-    status = cluster.get("/".join(CR), doc["metadata"]["name"], "benchrun-runs")["status"]
+    worker_home = bench_home.parent / "run-worker-home"  # the run worker pod's own disk
+    with dg.instance_for_test(overrides=QUEUED) as instance:
+        # the operator (as benchrun/benchrun-operator) validates, pins and queues the run
+        operator_api = cluster.api_client(OPERATOR)
+        elector = LeaseElector(operator_api, "benchrun", "benchrun-operator", "replica-a", duration_s=30)
+        op = Operator(client.CustomObjectsApi(operator_api), DagsterRuns(instance),
+                      Settings(namespace=None, watch_timeout_s=1), elector=elector)
+        assert elector.try_acquire()
+        op.step()
+        assert op.stats.started == 1, op.stats.errors
+        [run] = instance.get_runs()
+        assert run.status == dg.DagsterRunStatus.QUEUED
+        run_id = run.tags["dagster/partition"]
+        pending = cluster.get("/".join(CR), doc["metadata"]["name"], RUNS)["status"]
+        assert pending["phase"] == "Pending" and pending["runId"] == run_id, pending
+        # the daemon dequeues it and K8sRunLauncher's pod runs `dagster api execute_run`: here a
+        # process with the pod's environment, authenticated as the run worker's ServiceAccount
+        instance.report_dagster_event(dg.DagsterEvent(event_type_value="PIPELINE_STARTING", job_name=run.job_name),
+                                      run_id=run.run_id)
+        args = ExecuteRunArgs(job_origin=run.job_code_origin, run_id=run.run_id, instance_ref=instance.get_ref(),
+                              set_exit_code_on_failure=True)
+        cmd = [sys.executable, "-m", "dagster", *args.get_command_args()[1:]]
+        pod_env = {**os.environ, "BENCHRUN_HOME": str(worker_home),
+                   "KUBECONFIG": str(cluster.kubeconfig_for(*RUN_WORKER)), "PYTHONPATH": str(ROOT)}
+        done = subprocess.run(cmd, cwd=ROOT, env=pod_env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        finished = instance.get_run_by_id(run.run_id)
+        assert finished.status == dg.DagsterRunStatus.SUCCESS, finished.status
+        messages = [e.user_message for e in instance.all_logs(run.run_id)]
+        op.step()  # catches up whatever status write it has not seen (none should be missing)
+        op.run(_stopped())
+        assert not op.stats.errors, op.stats.errors
+    status = cluster.get("/".join(CR), doc["metadata"]["name"], RUNS)["status"]
     assert status["phase"] == "Succeeded" and status["runId"] == run_id, status
-    rd = RunDir.for_run(run_id)
+    # no status ever went back to an earlier phase, whoever wrote it
+    phases = [v["status"]["phase"] for v in cluster.history("/".join(CR), doc["metadata"]["name"], RUNS)
+              if v and (v.get("status") or {}).get("phase")]
+    order = ["Pending", "Admitted", "Running", "Analyzing", "Succeeded"]
+    assert phases == sorted(phases, key=order.index), phases
+    rd = RunDir.for_run(run_id, worker_home)
     st = rd.read_status()
     assert st["selected_scheduler_path"] == "kubernetes" and st["outcome"] == "succeeded"
     # the run records the image by digest, though the values name it by a tag
@@ -118,4 +158,26 @@ def test_the_deploy_walkthrough_takes_the_example_to_succeeded_with_every_output
     assert not [v for j in jobs for v in j["spec"]["template"]["spec"]["volumes"] if "persistentVolumeClaim" in v]
     assert any("gemm" in m and "TFLOP/s" in m for m in messages)
     assert cluster.errors == []
-    assert Path(status["reportRef"]).is_file()
+    # the report was written in the run worker's run directory (reportRef names it by the path in
+    # BENCHRUN_HOME, which is the same path, /var/lib/benchrun, in every pod of the deployment;
+    # here the two homes differ, so the file is looked for in the worker's)
+    assert list((rd.path / "reports").glob("*.html"))
+    # and the finished run reaches anyone through the shared state, not through a shared disk
+    from benchrun.sharedstate import pull_run
+
+    reader = bench_home.parent / "reader-home"
+    pull_run(run_id, reader)
+    assert json.loads((reader / "runs" / run_id / "manifest.json").read_text()) == manifest
+    assert RunDir.for_run(run_id, reader).read_status()["phase"] == "Succeeded"
+    # every call each account made is one deploy/'s Roles grant (enforced: a 403 would have failed it)
+    for account in (OPERATOR, RUN_WORKER):
+        calls = cluster.calls(sa_user(*account))
+        assert calls and not policy.denied(calls), (account, [c.what for c in policy.denied(calls)])
+
+
+def _stopped():
+    import threading
+
+    stop = threading.Event()
+    stop.set()
+    return stop
