@@ -341,3 +341,57 @@ def test_policy_follows_kubernetes_rbac_rules() -> None:
     c = Call(user, "get", "batch", "jobs", "status", "a", "j")
     assert c.forbidden_message() == ('jobs.batch "j" is forbidden: User "system:serviceaccount:a:s" cannot get '
                                      'resource "jobs/status" in API group "batch" in the namespace "a"')
+
+
+@pytest.mark.slow
+def test_deleting_a_benchmarkrun_whose_run_worker_runs_frees_its_job(rbac_cluster, deploy_policy, bench_home,
+                                                                    canary_doc):
+    """A BenchmarkRun deleted after the daemon launched its run worker: the operator's finalizer
+    cancels the run through the instance's K8sRunLauncher, as the operator's account, so the run
+    worker's Job and pod go (and the GPUs its suites hold with them); then the finalizer is
+    removed. Every call allowed by deploy/'s Roles (enforced)."""
+    import dagster as dg
+    from dagster._core.launcher import LaunchRunContext
+    from kubernetes import client
+
+    from benchrun.controller.dagster_runs import DagsterRuns
+    from benchrun.controller.lease import LeaseElector
+    from benchrun.controller.operator import Operator, Settings
+
+    cluster, _home = rbac_cluster
+    a_benchmarkrun(cluster, canary_doc)
+    # the operator pod's instance: its run launcher is the chart's K8sRunLauncher, with the
+    # operator's own credentials (its ServiceAccount in the pod)
+    config = {"service_account_name": "benchrun-run", "instance_config_map": "dagster-instance",
+              "dagster_home": "/opt/dagster", "job_image": STUCK, "load_incluster_config": False,
+              "kubeconfig_file": str(cluster.kubeconfig_for(*OPERATOR)), "job_namespace": RUNS}
+    overrides = {"run_coordinator": {"module": "dagster._core.run_coordinator", "class": "QueuedRunCoordinator"},
+                 "run_launcher": {"module": "dagster_k8s", "class": "K8sRunLauncher", "config": config}}
+    with dg.instance_for_test(overrides=overrides) as instance:
+        api_client = cluster.api_client(OPERATOR)
+        elector = LeaseElector(api_client, "benchrun", "benchrun-operator", "replica-a", duration_s=30)
+        op = Operator(client.CustomObjectsApi(api_client), DagsterRuns(instance),
+                      Settings(namespace=None, watch_timeout_s=1), elector=elector)
+        assert elector.try_acquire()
+        op.step()
+        [run] = instance.get_runs()
+        # the daemon dequeues it and launches its run worker (as the chart's account); its
+        # image never pulls, so the worker holds its pod
+        instance.report_dagster_event(dg.DagsterEvent(event_type_value="PIPELINE_STARTING", job_name=run.job_name),
+                                      run_id=run.run_id)
+        daemon = k8s_run_launcher(cluster, DAGSTER, STUCK)
+        daemon.register_instance(instance)
+        daemon.launch_run(LaunchRunContext(dagster_run=instance.get_run_by_id(run.run_id), workspace=None))
+        job = f"dagster-run-{run.run_id}"
+        cluster.wait_for(lambda: cluster.list("pods", RUNS, labels={"job-name": job}), what="the run worker's pod")
+        client.CustomObjectsApi(cluster.api_client()).delete_namespaced_custom_object(
+            *CR[:2], "team-a", CR[2], "nightly-cr")
+        op.step()  # the watch sees the deletionTimestamp: terminate the launched run, remove the finalizer
+        assert op.stats.cancelled == 1 and not op.stats.errors, op.stats.errors
+        assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.CANCELING
+        assert cluster.get("jobs", job, RUNS) is None
+        assert cluster.get(CR_KIND, "nightly-cr", "team-a") is None
+        op.run(_stopped())
+    cluster.wait_for(lambda: not cluster.list("pods", RUNS, labels={"job-name": job}), timeout=10,
+                     what="the run worker's pod gone")
+    assert_all_granted(cluster, deploy_policy, OPERATOR)
