@@ -15,6 +15,7 @@ temporary name and a rename.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import urllib.parse
@@ -85,6 +86,22 @@ class SharedState:
                         target.chmod(0o644)
                 count += 1
         return count
+
+    def read_status(self, run_id: str) -> dict[str, Any] | None:
+        """A run's status.json as the shared prefix holds it (None: no such run there), read
+        without writing anything into a home."""
+        import botocore.exceptions as bex
+
+        from benchrun.paths import validate_run_id
+
+        rel = f"runs/{validate_run_id(run_id)}/status.json"
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=self.key(rel))["Body"].read()
+        except bex.ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                return None
+            raise BenchrunError(f"shared state {self.uri}: read {rel} failed ({exc})") from exc
+        return json.loads(body)
 
     def _call(self, what: str, fn: Any) -> Any:
         import botocore.exceptions as bex

@@ -118,3 +118,33 @@ def test_pulls_refuse_keys_that_leave_the_home(tmp_path: Path, s3_env: str, monk
         sharedstate.shared_state().pull_tree(tmp_path / "home", "runs/run-a/")
     assert not (tmp_path / "escape.txt").exists()
     assert not os.path.exists(tmp_path.parent / "escape.txt")
+
+
+def test_the_orphan_sweep_knows_other_pods_runs_through_the_shared_state(
+        tmp_path: Path, s3_env: str, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """A run worker's home holds only its own run: the sweep's ``is_running`` asks the shared
+    state about any other run, so a dead worker's finished run has its Jobs swept while a
+    running one, or one the shared state never heard of, is left alone."""
+    import json
+
+    from benchrun.launch.k8s_cleanup import finished_here
+
+    boto3.client("s3", endpoint_url=s3_env).create_bucket(Bucket="shared")
+    monkeypatch.setenv(sharedstate.ENV, "s3://shared/benchrun")
+    writer = tmp_path / "dead-worker-home"
+    for run_id, phase in (("k8s-20261201000000-aaaaaaaa", "Failed"), ("k8s-20261201000000-bbbbbbbb", "Running")):
+        rd = writer / "runs" / run_id
+        rd.mkdir(parents=True)
+        (rd / "status.json").write_text(json.dumps({"run_id": run_id, "phase": phase}))
+        sharedstate.push_run(rd, writer, status_only=True)
+    mine = tmp_path / "this-worker-home"
+    (mine / "runs" / "k8s-20261201000000-cccccccc").mkdir(parents=True)
+    (mine / "runs" / "k8s-20261201000000-cccccccc" / "status.json").write_text(json.dumps({"phase": "Succeeded"}))
+    is_running = finished_here(mine)
+    assert is_running("k8s-20261201000000-aaaaaaaa") is False  # finished elsewhere: its Jobs go
+    assert is_running("k8s-20261201000000-bbbbbbbb") is True   # still running elsewhere
+    assert is_running("k8s-20261201000000-dddddddd") is True   # unknown to all: left alone
+    assert is_running("k8s-20261201000000-cccccccc") is False  # this home's own, finished
+    assert not (mine / "runs" / "k8s-20261201000000-aaaaaaaa").exists()  # asked, not pulled
+    monkeypatch.delenv(sharedstate.ENV)
+    assert finished_here(mine)("k8s-20261201000000-aaaaaaaa") is True  # without shared state: unknown

@@ -107,19 +107,27 @@ def sweep(batch_api: Any, namespace: str, is_running: Callable[[str], bool], cus
 
 
 def finished_here(home: Path) -> Callable[[str], bool]:
-    """``is_running`` for ``sweep`` from this orchestrator's runs: a run counts as finished
-    only when its directory is under ``home`` and its phase is terminal. A run this home
-    does not know (another orchestrator sharing the namespace) is left alone."""
+    """``is_running`` for ``sweep``: a run counts as finished only when its phase is terminal in
+    its directory under ``home`` or, for a run this home does not hold, in the shared state
+    (``BENCHRUN_SHARED_STATE``: on a cluster every run worker has its own home, so a dead
+    worker's runs are known only there). A run known to neither (another deployment sharing
+    the namespace) is left alone, as is any run whose status cannot be read."""
     from benchrun.paths import validate_run_id
     from benchrun.rundir import TERMINAL_PHASES, RunDir
+    from benchrun.sharedstate import shared_state
+
+    shared: list[Any] = []  # looked up once, on the first run this home does not hold
 
     def is_running(run_id: str) -> bool:
         try:
             rd = RunDir(Path(home), validate_run_id(run_id))
-            if not rd.exists():
-                return True
-            return rd.read_status().get("phase") not in TERMINAL_PHASES
+            if rd.exists():
+                return rd.read_status().get("phase") not in TERMINAL_PHASES
+            if not shared:
+                shared.append(shared_state())
+            st = shared[0].read_status(run_id) if shared[0] is not None else None
+            return st is None or st.get("phase") not in TERMINAL_PHASES
         except Exception:
-            return True  # when in doubt, keep it (TTL and the deadline bound it anyway)
+            return True  # when in doubt, keep it (TTL, the owner and the deadline bound it anyway)
 
     return is_running
