@@ -303,3 +303,44 @@ def test_dockerfile_parses_and_matches_pyproject() -> None:
     assert argv[:3] == ["dagster", "code-server", "start"]
     assert argv[argv.index("--module-name") + 1] == "bench_assets.definitions"
     assert shlex.join(argv)  # argv of strings
+
+
+def test_the_shared_volume_overlay_renders_a_valid_rwx_claim_the_launcher_mounts(rendered, tmp_path, monkeypatch) -> None:
+    """deploy/kustomize/shared-volume (the option to the artifact store): the base plus one
+    ReadWriteMany claim in the runs namespace, valid; with the settings its comment names, a
+    suite's Job mounts that claim at the run's directory and validates."""
+    kubectl = shutil.which("kubectl")
+    out = subprocess.run([kubectl, "kustomize", str(ROOT / "deploy/kustomize/shared-volume")],
+                         capture_output=True, text=True, check=True, timeout=60)
+    docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+    base = {(d["kind"], d["metadata"]["name"]) for d in rendered}
+    extra = [d for d in docs if (d["kind"], d["metadata"]["name"]) not in base]
+    assert base <= {(d["kind"], d["metadata"]["name"]) for d in docs}
+    [pvc] = extra
+    assert pvc["kind"] == "PersistentVolumeClaim" and pvc["metadata"]["namespace"] == "benchrun-runs"
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+    version = kubernetes_validate.latest_version()
+    kubernetes_validate.validate(pvc, version, strict=True)
+    comment = (ROOT / "deploy/kustomize/shared-volume/kustomization.yaml").read_text()
+    claim = re.search(r"BENCHRUN_LAUNCHER_RUN_VOLUME_CLAIM=(\S+)", comment).group(1)
+    run_home = re.search(r"BENCHRUN_LAUNCHER_RUN_HOME=(\S+)", comment).group(1)
+    assert claim == pvc["metadata"]["name"]
+    from benchrun.launch.podspec import job_manifest
+    from benchrun.launch.settings import LauncherSettings
+    from benchrun.plan import plan_run
+    from benchrun.spec import load_spec
+
+    monkeypatch.setenv("BENCHRUN_LAUNCHER_KIND", "kubernetes")
+    monkeypatch.setenv("BENCHRUN_LAUNCHER_RUN_VOLUME_CLAIM", claim)
+    monkeypatch.setenv("BENCHRUN_LAUNCHER_RUN_HOME", run_home)
+    settings = LauncherSettings.from_env()
+    run_id = "canary-20261201000000-abcdef12"
+    inv = next(i for p in plan_run(load_spec(ROOT / "specs/local/canary.yaml").run, run_id,
+                                   Path(run_home) / "runs" / run_id) for i in p.invocations)
+    job = job_manifest(inv, namespace="benchrun-runs", placement=settings.placement(False, run_home=run_home,
+                                                                                     cadence="canary"))
+    pod = job["spec"]["template"]["spec"]
+    [volume] = [v for v in pod["volumes"] if v.get("persistentVolumeClaim", {}).get("claimName") == claim]
+    mounts = [m for c in pod["containers"] for m in c.get("volumeMounts") or [] if m["name"] == volume["name"]]
+    assert mounts and all(m["mountPath"].startswith(run_home) for m in mounts), mounts
+    kubernetes_validate.validate(job, version, strict=True)
