@@ -216,7 +216,7 @@ def test_helm_values_wire_the_cluster_pieces(rendered: list[dict[str, Any]], mon
     args = code["codeServerArgs"]
     assert args[args.index("--module-name") + 1] == workspace["module_name"]
     assert args[args.index("--attribute") + 1] == workspace["attribute"]
-    env = {e["name"]: e["value"] for e in code["env"]}
+    env = {e["name"]: e["value"] for e in code["env"] if "value" in e}
     # one BenchmarkRun controller: deploy/ ships the operator, so the sensor (its fallback) is off;
     # both on would each start a run of the same resource
     operator = [d for d in rendered if d.get("kind") == "Deployment" and d["metadata"]["name"] == "benchrun-operator"]
@@ -229,6 +229,29 @@ def test_helm_values_wire_the_cluster_pieces(rendered: list[dict[str, Any]], mon
     # shared state in the same bucket as the compute logs; run workers inherit the location's env
     assert env["BENCHRUN_SHARED_STATE"].startswith(f"s3://{values['computeLogManager']['config']['s3ComputeLogManager']['bucket']}/")
     assert code["includeConfigInLaunchedRuns"]["enabled"] is True
+    # the warehouse: Iceberg, its catalog in the chart's Postgres (host, user, database as the
+    # postgresql section names them; the password from the Secret the chart reads), its files in
+    # the shared bucket; lake accepts exactly these settings with the shared state on
+    from sqlalchemy.engine import make_url
+
+    from benchrun.warehouse import lake
+
+    pg = values["postgresql"]
+    url = make_url(env["BENCHRUN_CATALOG_URI"])
+    assert env["BENCHRUN_WAREHOUSE_FORMAT"] == "iceberg"
+    assert (url.drivername, url.host, url.username, url.database, url.port) == (
+        pg["postgresqlScheme"], pg["postgresqlHost"], pg["postgresqlUsername"], pg["postgresqlDatabase"],
+        pg["service"]["port"]) and url.password is None
+    [password] = [e for e in code["env"] if e["name"] == "BENCHRUN_CATALOG_PASSWORD"]
+    assert password["valueFrom"]["secretKeyRef"] == {"name": values["global"]["postgresqlSecretName"],
+                                                     "key": "postgresql-password"}
+    bucket = values["computeLogManager"]["config"]["s3ComputeLogManager"]["bucket"]
+    assert env["BENCHRUN_WAREHOUSE_LOCATION"].startswith(f"s3://{bucket}/")
+    for key in ("BENCHRUN_SHARED_STATE", "BENCHRUN_CATALOG_URI", "BENCHRUN_WAREHOUSE_LOCATION"):
+        monkeypatch.setenv(key, env[key])
+    monkeypatch.setenv("BENCHRUN_CATALOG_PASSWORD", "from-the-secret")
+    assert make_url(lake.catalog_uri(Path("/var/lib/benchrun"))).password == "from-the-secret"
+    assert lake.table_location(Path("/var/lib/benchrun")) == env["BENCHRUN_WAREHOUSE_LOCATION"]
     assert not list(_secret_values(values)), "secrets come from Secrets, never from values.yaml"
 
 

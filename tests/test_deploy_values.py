@@ -34,7 +34,7 @@ def kustomized() -> list[dict[str, Any]]:
 def location_env() -> dict[str, str]:
     values = yaml.safe_load(VALUES.read_text())
     [code] = values["dagster-user-deployments"]["deployments"]
-    return {e["name"]: e["value"] for e in code["env"]}
+    return {e["name"]: e["value"] for e in code["env"] if "value" in e}
 
 
 def launcher_env() -> dict[str, str]:

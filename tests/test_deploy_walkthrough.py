@@ -28,6 +28,7 @@ import yaml
 from conftest import ROOT
 from helpers import tiny_layers
 from kharness.rbac import Policy, deploy_rbac_docs, sa_user
+from test_postgres_instance import pg_server  # noqa: F401  (fixture: a real Postgres on loopback)
 from test_store_helpers import s3_env  # noqa: F401  (fixture)
 
 BASE = ROOT / "deploy/kustomize/base"
@@ -44,12 +45,12 @@ QUEUED = {"run_coordinator": {"module": "dagster._core.run_coordinator", "class"
 
 def values_env() -> dict[str, str]:
     [code] = yaml.safe_load(VALUES.read_text())["dagster-user-deployments"]["deployments"]
-    return {e["name"]: e["value"] for e in code["env"]}
+    return {e["name"]: e["value"] for e in code["env"] if "value" in e}
 
 
 @pytest.mark.slow
 def test_the_deploy_walkthrough_takes_the_example_to_succeeded_with_every_output(
-        kcluster_factory, bench_home, s3_env, monkeypatch):  # noqa: F811
+        kcluster_factory, bench_home, s3_env, pg_server, monkeypatch):  # noqa: F811
     import boto3
     from dagster._grpc.types import ExecuteRunArgs
     from kubernetes import client, config
@@ -77,6 +78,14 @@ def test_the_deploy_walkthrough_takes_the_example_to_succeeded_with_every_output
     for key, value in env.items():
         if key.startswith("BENCHRUN_LAUNCHER_") or key in ("BENCHRUN_CR_NAMESPACE", "BENCHRUN_SHARED_STATE"):
             monkeypatch.setenv(key, value)
+    # the warehouse as the values set it: Iceberg, the catalog in Postgres (here a real one on
+    # loopback, the values' host being the cluster's), the files in the artifact store
+    assert env["BENCHRUN_WAREHOUSE_FORMAT"] == "iceberg"
+    pg_server.sql("postgres", 'CREATE DATABASE "walkthrough"')
+    monkeypatch.setenv("BENCHRUN_WAREHOUSE_FORMAT", "iceberg")
+    monkeypatch.setenv("BENCHRUN_CATALOG_URI",
+                       f"postgresql+psycopg2://{pg_server.user}@{pg_server.host}:{pg_server.port}/walkthrough")
+    monkeypatch.setenv("BENCHRUN_WAREHOUSE_LOCATION", env["BENCHRUN_WAREHOUSE_LOCATION"])
     monkeypatch.setenv("BENCHRUN_LAUNCHER_POLL_S", "0.1")
     monkeypatch.setenv("BENCHRUN_LAUNCHER_PENDING_TIMEOUT_S", "60")
     settings = LauncherSettings.from_env()
@@ -169,6 +178,15 @@ def test_the_deploy_walkthrough_takes_the_example_to_succeeded_with_every_output
     pull_run(run_id, reader)
     assert json.loads((reader / "runs" / run_id / "manifest.json").read_text()) == manifest
     assert RunDir.for_run(run_id, reader).read_status()["phase"] == "Succeeded"
+    # the run worker committed the run's rows to the Iceberg tables: any pod reads them from the
+    # catalog and the store, with no copy of the worker's home
+    from benchrun.warehouse import lake, views
+
+    assert run_id in lake.run_ids(reader, "measurement_fact")
+    views._BUILT.clear()
+    rows = views.query("SELECT count(*) AS n FROM measurement_fact WHERE run_id = ? AND suite = 'gemm'", reader,
+                       [run_id]).table.to_pylist()
+    assert rows[0]["n"] > 0, rows
     # every call each account made is one deploy/'s Roles grant (enforced: a 403 would have failed it)
     for account in (OPERATOR, RUN_WORKER):
         calls = cluster.calls(sa_user(*account))

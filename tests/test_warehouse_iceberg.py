@@ -277,6 +277,15 @@ def test_an_s3_location_on_the_loopback_s3_server(tmp_path: Path, s3_env: str, m
     assert _count(tmp_path, "SELECT count(*) FROM serving_request_fact") == 60
     with pytest.raises(BenchrunError, match="query failed"):  # other buckets stay out of reach
         query("SELECT * FROM read_parquet('s3://other/x.parquet')", tmp_path)
+    # warehouse.duckdb's views (what the Dagster asset and a user's duckdb CLI read) are built
+    # through the same store and endpoint, not against AWS's
+    import duckdb
+
+    from benchrun.warehouse.views import refresh_views
+
+    db = refresh_views(tmp_path)
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert "measurement_fact" in {r[0] for r in con.execute("SELECT view_name FROM duckdb_views()").fetchall()}
 
 
 def test_bad_settings_are_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -261,10 +261,17 @@ def create_views(con: Any, home: Path, as_of: int | dt.datetime | None = None, *
 
 def prepare_connection(con: Any, home: Path) -> list[str]:
     """Load the extensions and, for an S3 location, its secret; the directories the scans may read."""
-    from benchrun.warehouse import lake
     from benchrun.warehouse.duck import load_extensions
 
     load_extensions(con)
+    return s3_secret(con, home)
+
+
+def s3_secret(con: Any, home: Path) -> list[str]:
+    """For an S3 location, the connection's (temporary) secret for it, with the artifact store's
+    endpoint; the directories the scans may read ([] for a local location)."""
+    from benchrun.warehouse import lake
+
     location = lake.table_location(home)
     if not location.startswith("s3://"):
         return []

@@ -150,6 +150,7 @@ def create_views(con: Any, home: Path) -> list[str]:
         if not con.execute("SELECT count(*) FROM duckdb_extensions() WHERE loaded AND extension_name = 'iceberg'"
                            ).fetchone()[0]:
             load_extensions(con)  # warehouse.duckdb's writer (a confined connection has them already)
+            lakeviews.s3_secret(con, home)  # and the tables' S3 store, when they are there
         lakeviews.create_views(con, home, notes=notes)
         _change_point_view(con, home, notes)
         return notes
