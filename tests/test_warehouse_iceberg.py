@@ -19,7 +19,7 @@ import pytest
 
 from benchrun.errors import BenchrunError
 from benchrun.store import open_store
-from benchrun.warehouse import TABLES, curate_run, lake, query
+from benchrun.warehouse import TABLES, curate_run, lake, lakeviews, query
 from benchrun.warehouse.migrate import migrate_parquet
 from benchrun.warehouse.schemas import DIMENSIONS
 from test_postgres_instance import pg_server  # noqa: F401  (fixture: a real Postgres on loopback)
@@ -121,7 +121,9 @@ def test_cli_as_of_and_snapshot_ids_in_json(tmp_path: Path) -> None:
     assert doc["rows"] == [{"n": 9}] and doc["snapshot_ids"]["measurement_fact"] == at_a
     bad = subprocess.run([sys.executable, "-m", "benchrun.entry", "query", "SELECT 1", "--as-of", "yesterday"],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-    assert bad.returncode != 0 and "--as-of 'yesterday'" in bad.stderr and "Traceback" not in bad.stderr
+    # not a snapshot id nor a time: read as a tag name, which no table has; the error says how to make one
+    assert bad.returncode != 0 and "--as-of yesterday: no table has that tag" in bad.stderr
+    assert "benchrun tag-warehouse yesterday" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_second_reader_agrees_on_every_table(tmp_path: Path) -> None:
@@ -525,3 +527,47 @@ def test_a_damaged_data_file_is_left_out_with_a_note(tmp_path: Path) -> None:
     assert got.table.to_pylist() == [{"n": n, "s": pytest.approx(total)}]
     assert any(damaged in note and "left out of measurement_fact" in note for note in got.notes), got.notes
     assert _count(tmp_path, "SELECT count(*) FROM serving_request_fact") == 180  # other tables are whole
+
+
+def test_a_tagged_decision_reads_the_same_numbers_after_its_snapshots_would_have_expired(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`benchrun tag-warehouse NAME` names every table's current snapshot; `--as-of NAME` reads
+    exactly those later, after the writers' snapshot bound and the maintenance expiry have removed
+    every untagged snapshot of that time; a taken name is refused unless --force."""
+    from typer.testing import CliRunner
+
+    from benchrun.cli import app
+
+    monkeypatch.setenv(lake.MAX_SNAPSHOTS_ENV, "10")
+    monkeypatch.setenv(lake.FORMAT_ENV, "iceberg")
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    started = dt.datetime(2026, 11, 30, 9, tzinfo=dt.timezone.utc)
+    for i in range(3):
+        lake.commit_run(tmp_path, "measurement_fact", f"r{i}", [_one_row(f"r{i}", float(i))], started)
+    runner = CliRunner()
+    done = runner.invoke(app, ["tag-warehouse", "decided-1", "--json"])
+    assert done.exit_code == 0, done.output
+    tagged = json.loads(done.output)["snapshots"]
+    assert list(tagged) == ["measurement_fact"]
+    for i in range(3, 40):  # far past the bound of 10 kept snapshots
+        lake.commit_run(tmp_path, "measurement_fact", f"r{i}", [_one_row(f"r{i}", float(i))], started)
+    lake.maintain(tmp_path, "measurement_fact", dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=1))
+    tbl = lake.catalog(tmp_path).load_table("benchrun.measurement_fact")
+    kept = {s.snapshot_id for s in tbl.snapshots()}
+    assert tagged["measurement_fact"] in kept and len(kept) <= 3  # the tag's, the current one
+    sql = "SELECT count(*) AS n, sum(value) AS s FROM measurement_fact"
+    assert query(sql, tmp_path, as_of=lakeviews.parse_as_of("decided-1")).table.to_pylist() == [{"n": 3, "s": 3.0}]
+    assert _count(tmp_path, "SELECT count(*) FROM measurement_fact") == 40
+    out = runner.invoke(app, ["query", "--as-of", "decided-1", "--json", sql])
+    assert out.exit_code == 0 and '"n": 3' in out.output, out.output
+    # a taken name is refused (exit 1, naming the fix); --force moves it to the current snapshots
+    again = runner.invoke(app, ["tag-warehouse", "decided-1"])
+    assert again.exit_code != 0 and "--force" in again.output + str(again.exception), again.output
+    assert runner.invoke(app, ["tag-warehouse", "decided-1", "--force"]).exit_code == 0
+    assert query(sql, tmp_path, as_of=lakeviews.parse_as_of("decided-1")).table.to_pylist()[0]["n"] == 40
+    with pytest.raises(BenchrunError, match="no table has that tag"):
+        query(sql, tmp_path, as_of=lakeviews.parse_as_of("never-made"))
+    with pytest.raises(BenchrunError, match="a letter, then"):
+        lake.tag_tables(tmp_path, "main")
+    bad = runner.invoke(app, ["query", "--as-of", "2026-13-40", sql])
+    assert bad.exit_code != 0 and "tag-warehouse" in bad.output + str(bad.exception)

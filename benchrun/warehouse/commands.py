@@ -30,8 +30,9 @@ def query_cmd(
     limit: int = typer.Option(10_000, "--limit", help="Print at most this many rows (0: no limit); a cut says so."),
     vertical: Optional[bool] = typer.Option(None, "--vertical/--table", "-x",
                                             help="One record per row / a table (default: a table when it fits)."),
-    as_of: Optional[str] = typer.Option(None, "--as-of", metavar="SNAPSHOT|TIME",
-                                        help="Read the Iceberg tables as of a snapshot id or an ISO 8601 time."),
+    as_of: Optional[str] = typer.Option(None, "--as-of", metavar="SNAPSHOT|TIME|TAG",
+                                        help="Read the Iceberg tables as of a snapshot id, an ISO 8601 time, or a "
+                                             "tag made by `benchrun tag-warehouse`."),
 ) -> None:
     """Run read-only SQL over the curated warehouse (a table by default).
 

@@ -22,6 +22,7 @@ import datetime as dt
 import logging
 import os
 import random
+import re
 import time
 import warnings
 from pathlib import Path
@@ -442,15 +443,60 @@ def maintain(home: Path, table: str, older_than: dt.datetime, *, dry_run: bool =
 
 
 def expire_snapshots(home: Path, table: str, older_than: dt.datetime, *, dry_run: bool = False) -> list[int]:
-    """Snapshots of ``table`` older than ``older_than`` (never the current one): listed, and expired unless a dry run."""
+    """Snapshots of ``table`` older than ``older_than`` (never the current one, never one a tag or
+    branch names): listed, and expired unless a dry run."""
     tbl = load_or_create(catalog(home), table)
     current = tbl.current_snapshot()
     cutoff = int(older_than.timestamp() * 1000)
+    named = {ref.snapshot_id for ref in tbl.metadata.refs.values()}
     old = [s.snapshot_id for s in tbl.snapshots()
-           if s.timestamp_ms < cutoff and (current is None or s.snapshot_id != current.snapshot_id)]
+           if s.timestamp_ms < cutoff and (current is None or s.snapshot_id != current.snapshot_id)
+           and s.snapshot_id not in named]
     if old and not dry_run:
         tbl.maintenance.expire_snapshots().by_ids(old).commit()
     return old
+
+
+TAG_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9._-]{0,99}")
+
+
+def tag_tables(home: Path, name: str, *, force: bool = False, attempts: int = COMMIT_ATTEMPTS) -> dict[str, int]:
+    """Tag every table's current snapshot ``name`` (what a decision read): ``--as-of NAME`` reads
+    exactly these snapshots later, and no expiry removes them. A name already given to other
+    snapshots is refused unless ``force`` (it then moves). Returns each tagged table's snapshot."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    if not TAG_PATTERN.fullmatch(name) or name == "main":
+        raise BenchrunError(f"tag {name!r}: a letter, then up to 99 letters, digits, '.', '_' or '-' (not 'main'), "
+                            "e.g. release-2026-12-03")
+    cat = catalog(home)
+    out: dict[str, int] = {}
+    for table in current_tables(home):
+        for attempt in range(1, attempts + 1):
+            tbl = load_or_create(cat, table)
+            snap = tbl.current_snapshot()
+            if snap is None:
+                break  # no rows yet: nothing to tag (reads as empty at this tag)
+            ref = tbl.metadata.refs.get(name)
+            if ref is not None and ref.snapshot_id == snap.snapshot_id:
+                out[table] = snap.snapshot_id
+                break
+            if ref is not None and not force:
+                raise BenchrunError(f"tag {name}: {table} already has it on snapshot {ref.snapshot_id}; choose "
+                                    "another name, or --force to move it to the current snapshots")
+            try:
+                ms = tbl.manage_snapshots()
+                if ref is not None:
+                    ms = ms.remove_tag(name)
+                ms.create_tag(snap.snapshot_id, name).commit()
+            except CommitFailedException:
+                time.sleep(random.uniform(0.01, 0.05) * min(attempt, 10))
+                continue
+            out[table] = snap.snapshot_id
+            break
+        else:
+            raise BenchrunError(f"tag {name}: {table} kept changing ({attempts} attempts); try again")
+    return out
 
 
 def run_ids(home: Path, table: str) -> set[str]:

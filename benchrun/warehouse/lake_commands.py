@@ -52,6 +52,29 @@ def maintain_cmd(
         typer.echo(f"{table}: data files {before} -> {after}; {verb} {len(old)} snapshots")
 
 
+def tag_cmd(
+    name: str = typer.Argument(..., help="The tag, e.g. release-2026-12-03 (a letter first)."),
+    force: bool = typer.Option(False, "--force", help="Move an existing tag of that name to the current snapshots."),
+    as_json: bool = typer.Option(False, "--json", help="Print each table's tagged snapshot as JSON."),
+) -> None:
+    """Tag every Iceberg table's current snapshot: `benchrun query --as-of NAME` reads exactly these
+    numbers later (the numbers as they were when you decided), and no expiry removes them."""
+    from benchrun.errors import BenchrunError
+    from benchrun.warehouse import lake
+
+    if not lake.enabled():
+        raise BenchrunError(f"tag-warehouse: the tags are Iceberg's; set {lake.FORMAT_ENV}=iceberg first")
+    tagged = lake.tag_tables(_home(), name, force=force)
+    if as_json:
+        typer.echo(json.dumps({"tag": name, "snapshots": tagged}, indent=2, sort_keys=True))
+    else:
+        for table, snapshot in sorted(tagged.items()):
+            typer.echo(f"{table}: snapshot {snapshot} tagged {name}")
+        if not tagged:
+            typer.echo("no table has rows yet: nothing tagged")
+
+
 def register(app: typer.Typer) -> None:
     app.command("migrate-warehouse")(migrate_cmd)
     app.command("maintain-warehouse")(maintain_cmd)
+    app.command("tag-warehouse")(tag_cmd)

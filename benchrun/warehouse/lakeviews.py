@@ -40,16 +40,29 @@ def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def parse_as_of(value: str) -> int | dt.datetime:
-    """``--as-of``: a snapshot id (digits) or an ISO 8601 time (UTC when no zone is given)."""
+@dataclasses.dataclass(frozen=True)
+class Tag:
+    """``--as-of NAME``: the snapshots ``benchrun tag-warehouse NAME`` named (never expired)."""
+
+    name: str
+
+
+def parse_as_of(value: str) -> int | dt.datetime | Tag:
+    """``--as-of``: a snapshot id (digits), an ISO 8601 time (UTC when no zone is given) or a tag
+    name (letters first: what ``benchrun tag-warehouse`` made)."""
+    from benchrun.warehouse.lake import TAG_PATTERN
+
     text = value.strip()
     if text.isdigit():
         return int(text)
     try:
         when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
+        if TAG_PATTERN.fullmatch(text):
+            return Tag(text)
         raise BenchrunError(f"--as-of {value!r}: give a snapshot id (see `benchrun query \"SELECT * FROM "
-                            "warehouse_snapshots\"`) or an ISO 8601 time such as 2026-12-01T12:00:00Z") from None
+                            "warehouse_snapshots\"`), an ISO 8601 time such as 2026-12-01T12:00:00Z, or a tag "
+                            "made by `benchrun tag-warehouse NAME`") from None
     return when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)
 
 
@@ -118,7 +131,7 @@ def _snapshot_at(table: str, tbl: Any, when_ms: int, notes: list[str]) -> tuple[
     return None, ends[0][0]
 
 
-def table_reads(home: Path, as_of: int | dt.datetime | None = None,
+def table_reads(home: Path, as_of: int | dt.datetime | Tag | None = None,
                 notes: list[str] | None = None) -> dict[str, TableRead]:
     """Per existing table: the metadata file and snapshot a view reads (now, or as of ``as_of``)."""
     from benchrun.warehouse import lake
@@ -130,6 +143,20 @@ def table_reads(home: Path, as_of: int | dt.datetime | None = None,
     if as_of is None:
         reads = {t: TableRead(t, loc, snap) for t, (loc, snap) in current.items()}
         return {t: _checked(r, tables[t], notes) for t, r in reads.items()}
+    if isinstance(as_of, Tag):
+        tagged = {t: tbl.metadata.refs.get(as_of.name) for t, tbl in tables.items()}
+        tagged = {t: ref if ref is not None and ref.snapshot_ref_type == "tag" else None for t, ref in tagged.items()}
+        if not any(ref is not None for ref in tagged.values()):
+            raise BenchrunError(f"--as-of {as_of.name}: no table has that tag; `benchrun tag-warehouse {as_of.name}` "
+                                "makes it (from then on), `benchrun query \"SELECT * FROM warehouse_snapshots\"` "
+                                "lists the snapshots")
+        out_tag: dict[str, TableRead] = {}
+        for t, tbl in tables.items():
+            ref = tagged[t]
+            if ref is None:  # a table that had no rows when the tag was made
+                notes.append(f"--as-of {as_of.name}: {t} had no rows when it was tagged; read as empty")
+            out_tag[t] = _checked(TableRead(t, tbl.metadata_location, ref.snapshot_id if ref else None), tbl, notes)
+        return out_tag
     exact: tuple[str, int] | None = None
     if isinstance(as_of, int):
         for t, tbl in tables.items():
