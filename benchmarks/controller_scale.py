@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import copy
 import os
 import sys
@@ -74,6 +75,9 @@ def main() -> None:
     parser.add_argument("--start-burst", type=int, default=200)
     parser.add_argument("--page-size", type=int, default=500)
     parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument("--postgres", action="store_true",
+                        help="The Dagster instance on a throwaway PostgreSQL server on loopback (dagster-postgres, as "
+                             "deploy/ runs it), not sqlite files")
     args = parser.parse_args()
 
     import dagster as dg
@@ -110,11 +114,21 @@ def main() -> None:
                 if (obj.get("status") or {}).get("runId") and obj["metadata"]["name"] not in first_seen:
                     first_seen[obj["metadata"]["name"]] = time.time()
 
-    # One event log database for every run (as on Postgres), not a sqlite file per run.
-    storage = {"event_log_storage": {"module": "dagster._core.storage.event_log",
-                                     "class": "ConsolidatedSqliteEventLogStorage",
-                                     "config": {"base_dir": str(tmp / "dagster_home" / "events")}}}
-    with dg.instance_for_test(overrides={**QUEUED, **storage}, temp_dir=str(tmp / "dagster_home")) as instance:
+    stack = contextlib.ExitStack()
+    if args.postgres:
+        from test_postgres_instance import running_pg_server
+
+        pg = stack.enter_context(running_pg_server())
+        pg.sql("postgres", 'CREATE DATABASE "controller_scale"')
+        storage: dict = {"storage": {"postgres": {"postgres_db": {
+            "username": pg.user, "password": "trust", "hostname": pg.host, "port": pg.port,
+            "db_name": "controller_scale", "scheme": "postgresql+psycopg2"}}}}
+    else:
+        # One event log database for every run (as on Postgres), not a sqlite file per run.
+        storage = {"event_log_storage": {"module": "dagster._core.storage.event_log",
+                                         "class": "ConsolidatedSqliteEventLogStorage",
+                                         "config": {"base_dir": str(tmp / "dagster_home" / "events")}}}
+    with stack, dg.instance_for_test(overrides={**QUEUED, **storage}, temp_dir=str(tmp / "dagster_home")) as instance:
         api_client = cluster.api_client(account)
         settings = Settings(namespace=NS, page_size=args.page_size, watch_timeout_s=2,
                             starts_per_s=args.starts_per_second, start_burst=args.start_burst, home=home)

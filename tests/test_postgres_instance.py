@@ -8,6 +8,7 @@ because the data is thrown away); each test module gets its own database.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import pwd
@@ -88,11 +89,14 @@ def _as_unprivileged() -> dict[str, Any]:
     return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
 
 
-@pytest.fixture(scope="session")
-def pg_server() -> Iterator[PgServer]:
+@contextlib.contextmanager
+def running_pg_server() -> Iterator[PgServer]:
+    """A throwaway PostgreSQL server on loopback (initdb in a temporary directory, as the
+    unprivileged postgres user when running as root); stopped and removed on exit. Also used
+    by benchmarks/controller_scale.py --postgres."""
     bin_dir = _pg_bin()
     if bin_dir is None:
-        pytest.skip("PostgreSQL server binaries not found (Debian package postgresql; make installs it)")
+        raise RuntimeError("PostgreSQL server binaries not found (Debian package postgresql; make installs it)")
     drop = _as_unprivileged()
     root = Path(tempfile.mkdtemp(prefix="benchrun-pg-"))
     data, sockets = root / "data", root / "sock"
@@ -123,7 +127,7 @@ def pg_server() -> Iterator[PgServer]:
         if server.poll() is None:
             break
     if server is None or server.poll() is not None:
-        pytest.fail(f"PostgreSQL did not start: {(root / 'postgres.log').read_text()[-2000:]}")
+        raise RuntimeError(f"PostgreSQL did not start: {(root / 'postgres.log').read_text()[-2000:]}")
     try:
         yield pg
     finally:
@@ -135,6 +139,14 @@ def pg_server() -> Iterator[PgServer]:
             server.wait(10)
         log.close()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    if _pg_bin() is None:
+        pytest.skip("PostgreSQL server binaries not found (Debian package postgresql; make installs it)")
+    with running_pg_server() as pg:
+        yield pg
 
 
 @pytest.fixture(scope="module")
