@@ -71,3 +71,29 @@ def kill_processes_of_home(home) -> int:
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return n
+
+
+def leading_operator(cluster, instance, account: tuple[str, str] = ("benchrun", "benchrun-operator")):
+    """The BenchmarkRun operator as ``account`` on the harness, holding its Lease, starting
+    runs on ``instance`` (all namespaces, no rate limit worth the name)."""
+    from kubernetes import client
+
+    from benchrun.controller.dagster_runs import DagsterRuns
+    from benchrun.controller.lease import LeaseElector
+    from benchrun.controller.operator import Operator, Settings
+
+    api_client = cluster.api_client(account)
+    elector = LeaseElector(api_client, "benchrun", "benchrun-operator", "replica-a", duration_s=30)
+    op = Operator(client.CustomObjectsApi(api_client), DagsterRuns(instance),
+                  Settings(namespace=None, watch_timeout_s=1), elector=elector)
+    assert elector.try_acquire()
+    return op
+
+
+def dequeue(instance, run):
+    """What the daemon does to a queued run before its run launcher starts it: STARTING."""
+    import dagster as dg
+
+    instance.report_dagster_event(dg.DagsterEvent(event_type_value="PIPELINE_STARTING", job_name=run.job_name),
+                                  run_id=run.run_id)
+    return instance.get_run_by_id(run.run_id)

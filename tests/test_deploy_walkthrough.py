@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from helpers import tiny_layers
+from helpers import dequeue, leading_operator, tiny_layers
 from kharness.rbac import Policy, deploy_rbac_docs, sa_user
 from test_postgres_instance import pg_server  # noqa: F401  (fixture: a real Postgres on loopback)
 from test_store_helpers import s3_env  # noqa: F401  (fixture)
@@ -55,9 +55,6 @@ def test_the_deploy_walkthrough_takes_the_example_to_succeeded_with_every_output
     from dagster._grpc.types import ExecuteRunArgs
     from kubernetes import client, config
 
-    from benchrun.controller.dagster_runs import DagsterRuns
-    from benchrun.controller.lease import LeaseElector
-    from benchrun.controller.operator import Operator, Settings
     from benchrun.launch.settings import LauncherSettings
     from benchrun.rundir import RunDir
 
@@ -103,11 +100,7 @@ def test_the_deploy_walkthrough_takes_the_example_to_succeeded_with_every_output
     worker_home = bench_home.parent / "run-worker-home"  # the run worker pod's own disk
     with dg.instance_for_test(overrides=QUEUED) as instance:
         # the operator (as benchrun/benchrun-operator) validates, pins and queues the run
-        operator_api = cluster.api_client(OPERATOR)
-        elector = LeaseElector(operator_api, "benchrun", "benchrun-operator", "replica-a", duration_s=30)
-        op = Operator(client.CustomObjectsApi(operator_api), DagsterRuns(instance),
-                      Settings(namespace=None, watch_timeout_s=1), elector=elector)
-        assert elector.try_acquire()
+        op = leading_operator(cluster, instance, OPERATOR)
         op.step()
         assert op.stats.started == 1, op.stats.errors
         [run] = instance.get_runs()
@@ -117,8 +110,7 @@ def test_the_deploy_walkthrough_takes_the_example_to_succeeded_with_every_output
         assert pending["phase"] == "Pending" and pending["runId"] == run_id, pending
         # the daemon dequeues it and K8sRunLauncher's pod runs `dagster api execute_run`: here a
         # process with the pod's environment, authenticated as the run worker's ServiceAccount
-        instance.report_dagster_event(dg.DagsterEvent(event_type_value="PIPELINE_STARTING", job_name=run.job_name),
-                                      run_id=run.run_id)
+        dequeue(instance, run)
         args = ExecuteRunArgs(job_origin=run.job_code_origin, run_id=run.run_id, instance_ref=instance.get_ref(),
                               set_exit_code_on_failure=True)
         cmd = [sys.executable, "-m", "dagster", *args.get_command_args()[1:]]

@@ -354,9 +354,7 @@ def test_deleting_a_benchmarkrun_whose_run_worker_runs_frees_its_job(rbac_cluste
     from dagster._core.launcher import LaunchRunContext
     from kubernetes import client
 
-    from benchrun.controller.dagster_runs import DagsterRuns
-    from benchrun.controller.lease import LeaseElector
-    from benchrun.controller.operator import Operator, Settings
+    from helpers import dequeue, leading_operator
 
     cluster, _home = rbac_cluster
     a_benchmarkrun(cluster, canary_doc)
@@ -368,20 +366,14 @@ def test_deleting_a_benchmarkrun_whose_run_worker_runs_frees_its_job(rbac_cluste
     overrides = {"run_coordinator": {"module": "dagster._core.run_coordinator", "class": "QueuedRunCoordinator"},
                  "run_launcher": {"module": "dagster_k8s", "class": "K8sRunLauncher", "config": config}}
     with dg.instance_for_test(overrides=overrides) as instance:
-        api_client = cluster.api_client(OPERATOR)
-        elector = LeaseElector(api_client, "benchrun", "benchrun-operator", "replica-a", duration_s=30)
-        op = Operator(client.CustomObjectsApi(api_client), DagsterRuns(instance),
-                      Settings(namespace=None, watch_timeout_s=1), elector=elector)
-        assert elector.try_acquire()
+        op = leading_operator(cluster, instance, OPERATOR)
         op.step()
         [run] = instance.get_runs()
         # the daemon dequeues it and launches its run worker (as the chart's account); its
         # image never pulls, so the worker holds its pod
-        instance.report_dagster_event(dg.DagsterEvent(event_type_value="PIPELINE_STARTING", job_name=run.job_name),
-                                      run_id=run.run_id)
         daemon = k8s_run_launcher(cluster, DAGSTER, STUCK)
         daemon.register_instance(instance)
-        daemon.launch_run(LaunchRunContext(dagster_run=instance.get_run_by_id(run.run_id), workspace=None))
+        daemon.launch_run(LaunchRunContext(dagster_run=dequeue(instance, run), workspace=None))
         job = f"dagster-run-{run.run_id}"
         cluster.wait_for(lambda: cluster.list("pods", RUNS, labels={"job-name": job}), what="the run worker's pod")
         client.CustomObjectsApi(cluster.api_client()).delete_namespaced_custom_object(
