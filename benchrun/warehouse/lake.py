@@ -471,7 +471,15 @@ def tag_tables(home: Path, name: str, *, force: bool = False, attempts: int = CO
                             "e.g. release-2026-12-03")
     cat = catalog(home)
     out: dict[str, int] = {}
-    for table in current_tables(home):
+    tables = list(current_tables(home))
+    if not force:  # a taken name is refused before any table is tagged, not half-way
+        for table in tables:
+            ref = load_or_create(cat, table).metadata.refs.get(name)
+            if ref is not None:
+                raise BenchrunError(f"tag {name}: {table} already has it on snapshot {ref.snapshot_id}; choose "
+                                    "another name, or --force to move it to the current snapshots")
+    # one table after another (Iceberg has no commit across tables): each its snapshot current then
+    for table in tables:
         for attempt in range(1, attempts + 1):
             tbl = load_or_create(cat, table)
             snap = tbl.current_snapshot()
