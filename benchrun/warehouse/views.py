@@ -145,12 +145,11 @@ def create_views(con: Any, home: Path) -> list[str]:
     notes: list[str] = []
     if _iceberg():
         from benchrun.warehouse import lakeviews
-        from benchrun.warehouse.duck import load_extensions
 
         if not con.execute("SELECT count(*) FROM duckdb_extensions() WHERE loaded AND extension_name = 'iceberg'"
                            ).fetchone()[0]:
-            load_extensions(con)  # warehouse.duckdb's writer (a confined connection has them already)
-            lakeviews.s3_secret(con, home)  # and the tables' S3 store, when they are there
+            # warehouse.duckdb's writer (a confined one has them): the extensions, the S3 store's secret
+            lakeviews.prepare_connection(con, home)
         lakeviews.create_views(con, home, notes=notes)
         _change_point_view(con, home, notes)
         return notes
