@@ -73,6 +73,17 @@ def kill_processes_of_home(home) -> int:
     return n
 
 
+# A Dagster instance whose runs wait QUEUED for a daemon (the Helm chart's coordinator).
+QUEUED = {"run_coordinator": {"module": "dagster._core.run_coordinator", "class": "QueuedRunCoordinator"}}
+
+
+def stopped():
+    """An already-set stop event: ``Operator.run(stopped())`` makes one pass and releases the Lease."""
+    stop = threading.Event()
+    stop.set()
+    return stop
+
+
 def leading_operator(cluster, instance, account: tuple[str, str] = ("benchrun", "benchrun-operator")):
     """The BenchmarkRun operator as ``account`` on the harness, holding its Lease, starting
     runs on ``instance`` (all namespaces, no rate limit worth the name)."""

@@ -26,26 +26,20 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from helpers import dequeue, leading_operator, tiny_layers
+from helpers import QUEUED, dequeue, leading_operator, stopped, tiny_layers
 from kharness.rbac import Policy, deploy_rbac_docs, sa_user
+from test_deploy_values import location_env as values_env
 from test_postgres_instance import pg_server  # noqa: F401  (fixture: a real Postgres on loopback)
 from test_store_helpers import s3_env  # noqa: F401  (fixture)
 
 BASE = ROOT / "deploy/kustomize/base"
 CRD = BASE / "benchmarkrun-crd.yaml"
 EXAMPLE = ROOT / "deploy/examples/canary-gpu.yaml"
-VALUES = ROOT / "deploy/helm/values.yaml"
 LANES = {"canary": 100, "nightly": 200, "pre-release": 300, "publication": 1000}
 CR = ("benchmarking.aisp.dev", "v1alpha1", "benchmarkruns")
 RUNS = "benchrun-runs"
 OPERATOR = ("benchrun", "benchrun-operator")
 RUN_WORKER = (RUNS, "benchrun-run")
-QUEUED = {"run_coordinator": {"module": "dagster._core.run_coordinator", "class": "QueuedRunCoordinator"}}
-
-
-def values_env() -> dict[str, str]:
-    [code] = yaml.safe_load(VALUES.read_text())["dagster-user-deployments"]["deployments"]
-    return {e["name"]: e["value"] for e in code["env"] if "value" in e}
 
 
 @pytest.mark.slow
@@ -122,7 +116,7 @@ def test_the_deploy_walkthrough_takes_the_example_to_succeeded_with_every_output
         assert finished.status == dg.DagsterRunStatus.SUCCESS, finished.status
         messages = [e.user_message for e in instance.all_logs(run.run_id)]
         op.step()  # catches up whatever status write it has not seen (none should be missing)
-        op.run(_stopped())
+        op.run(stopped())
         assert not op.stats.errors, op.stats.errors
     status = cluster.get("/".join(CR), doc["metadata"]["name"], RUNS)["status"]
     assert status["phase"] == "Succeeded" and status["runId"] == run_id, status
@@ -184,10 +178,3 @@ def test_the_deploy_walkthrough_takes_the_example_to_succeeded_with_every_output
         calls = cluster.calls(sa_user(*account))
         assert calls and not policy.denied(calls), (account, [c.what for c in policy.denied(calls)])
 
-
-def _stopped():
-    import threading
-
-    stop = threading.Event()
-    stop.set()
-    return stop

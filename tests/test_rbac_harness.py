@@ -14,6 +14,7 @@ import pytest
 from benchrun.launch.kubernetes import KubernetesLauncher, delete_run_jobs, sweep
 from benchrun.launch.podspec import Placement
 from conftest import ROOT
+from helpers import QUEUED, stopped
 from kharness.rbac import Call, Policy, deploy_rbac_docs, sa_user, unused_grants
 from test_launch_kubernetes_harness import RUN_ID, make_inv, script_for
 
@@ -285,8 +286,7 @@ def test_the_operator_calls_are_all_granted(rbac_cluster, deploy_policy, bench_h
     second["metadata"] = {"name": "second-cr", "namespace": "team-b"}
     client.CustomObjectsApi(cluster.api_client()).create_namespaced_custom_object(*CR[:2], "team-b", CR[2], second)
     api_client = cluster.api_client(OPERATOR)
-    queued = {"run_coordinator": {"module": "dagster._core.run_coordinator", "class": "QueuedRunCoordinator"}}
-    with dg.instance_for_test(overrides=queued) as instance:
+    with dg.instance_for_test(overrides=QUEUED) as instance:
         elector = LeaseElector(api_client, "benchrun", "benchrun-operator", "replica-a", duration_s=5)
         op = Operator(client.CustomObjectsApi(api_client), DagsterRuns(instance),
                       Settings(namespace=None, page_size=1, watch_timeout_s=1, starts_per_s=0.001, start_burst=1),
@@ -301,19 +301,11 @@ def test_the_operator_calls_are_all_granted(rbac_cluster, deploy_policy, bench_h
         op.step()  # the watch sees the deletionTimestamp: cancel, remove the finalizer
         assert cluster.get(CR_KIND, "nightly-cr", "team-a") is None
         assert [r.status for r in instance.get_runs()].count(dg.DagsterRunStatus.CANCELED) == 1
-        op.run(_stopped())  # a clean stop releases the Lease
+        op.run(stopped())  # a clean stop releases the Lease
         assert not op.stats.errors, op.stats.errors
     assert_all_granted(cluster, deploy_policy, OPERATOR)
     assert_all_used(cluster, "benchrun-operator", OPERATOR)
     assert_all_used(cluster, "benchrun-operator-lease", OPERATOR)
-
-
-def _stopped():
-    import threading
-
-    stop = threading.Event()
-    stop.set()
-    return stop
 
 
 def test_policy_follows_kubernetes_rbac_rules() -> None:
@@ -363,8 +355,7 @@ def test_deleting_a_benchmarkrun_whose_run_worker_runs_frees_its_job(rbac_cluste
     config = {"service_account_name": "benchrun-run", "instance_config_map": "dagster-instance",
               "dagster_home": "/opt/dagster", "job_image": STUCK, "load_incluster_config": False,
               "kubeconfig_file": str(cluster.kubeconfig_for(*OPERATOR)), "job_namespace": RUNS}
-    overrides = {"run_coordinator": {"module": "dagster._core.run_coordinator", "class": "QueuedRunCoordinator"},
-                 "run_launcher": {"module": "dagster_k8s", "class": "K8sRunLauncher", "config": config}}
+    overrides = {**QUEUED, "run_launcher": {"module": "dagster_k8s", "class": "K8sRunLauncher", "config": config}}
     with dg.instance_for_test(overrides=overrides) as instance:
         op = leading_operator(cluster, instance, OPERATOR)
         op.step()
@@ -383,7 +374,7 @@ def test_deleting_a_benchmarkrun_whose_run_worker_runs_frees_its_job(rbac_cluste
         assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.CANCELING
         assert cluster.get("jobs", job, RUNS) is None
         assert cluster.get(CR_KIND, "nightly-cr", "team-a") is None
-        op.run(_stopped())
+        op.run(stopped())
     cluster.wait_for(lambda: not cluster.list("pods", RUNS, labels={"job-name": job}), timeout=10,
                      what="the run worker's pod gone")
     assert_all_granted(cluster, deploy_policy, OPERATOR)

@@ -472,12 +472,14 @@ def tag_tables(home: Path, name: str, *, force: bool = False, attempts: int = CO
     cat = catalog(home)
     out: dict[str, int] = {}
     tables = list(current_tables(home))
-    if not force:  # a taken name is refused before any table is tagged, not half-way
-        for table in tables:
-            ref = load_or_create(cat, table).metadata.refs.get(name)
-            if ref is not None:
-                raise BenchrunError(f"tag {name}: {table} already has it on snapshot {ref.snapshot_id}; choose "
-                                    "another name, or --force to move it to the current snapshots")
+
+    def refuse_taken(table: str, ref: Any) -> None:
+        if ref is not None and not force:
+            raise BenchrunError(f"tag {name}: {table} already has it on snapshot {ref.snapshot_id}; choose "
+                                "another name, or --force to move it to the current snapshots")
+
+    for table in tables:  # a taken name is refused before any table is tagged, not half-way
+        refuse_taken(table, load_or_create(cat, table).metadata.refs.get(name))
     # one table after another (Iceberg has no commit across tables): each its snapshot current then
     for table in tables:
         for attempt in range(1, attempts + 1):
@@ -489,9 +491,7 @@ def tag_tables(home: Path, name: str, *, force: bool = False, attempts: int = CO
             if ref is not None and ref.snapshot_id == snap.snapshot_id:
                 out[table] = snap.snapshot_id
                 break
-            if ref is not None and not force:
-                raise BenchrunError(f"tag {name}: {table} already has it on snapshot {ref.snapshot_id}; choose "
-                                    "another name, or --force to move it to the current snapshots")
+            refuse_taken(table, ref)  # tagged by another process since the check above
             try:
                 ms = tbl.manage_snapshots()
                 if ref is not None:
