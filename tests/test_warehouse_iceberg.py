@@ -106,6 +106,35 @@ def test_recuration_is_one_commit_per_table_idempotent_and_time_travels(tmp_path
         query("SELECT 1", tmp_path, as_of=12345)
 
 
+def test_a_first_curation_appends_without_a_delete_and_a_second_replaces(tmp_path: Path) -> None:
+    from benchrun.warehouse import laketx
+
+    run_a, man_a = _stored_run(tmp_path, "run-a")
+    run_b, man_b = _stored_run(tmp_path, "run-b")
+    curate_run(run_a, tmp_path, man_a)
+    seen = set(_snapshots(tmp_path, "measurement_fact"))
+
+    def new_operations() -> list[str]:
+        tbl = lake.catalog(tmp_path).load_table("benchrun.measurement_fact")
+        new = [s for s in tbl.snapshots() if s.snapshot_id not in seen]
+        seen.update(s.snapshot_id for s in new)
+        return [s.summary.operation.value for s in new]
+
+    curate_run(run_b, tmp_path, man_b)  # a table with rows, a run it never had: append only
+    assert new_operations() == ["append"]
+    assert not laketx.first_curation(lake.catalog(tmp_path), "measurement_fact", "run-b")  # claimed
+    curate_run(run_b, tmp_path, man_b)  # again: its rows are deleted and written once more
+    assert "append" in (ops := new_operations()) and set(ops) - {"append"} <= {"delete", "overwrite"} and len(ops) == 2
+    assert _count(tmp_path, "SELECT count(*) FROM measurement_fact WHERE run_id = 'run-b'") == 9
+    # the transaction's metadata: built once per staged change, and it follows the changes
+    tbl = lake.catalog(tmp_path).load_table("benchrun.measurement_fact")
+    tx = laketx.Transaction(tbl)
+    assert tx.table_metadata is tx.table_metadata
+    tx.set_properties({"benchrun.test": "1"})
+    assert tx.table_metadata.properties.get("benchrun.test") == "1"
+    assert tbl.metadata.properties.get("benchrun.test") is None
+
+
 @pytest.mark.slow
 def test_cli_as_of_and_snapshot_ids_in_json(tmp_path: Path) -> None:
     run_a, man_a = _stored_run(tmp_path, "run-a")
@@ -202,6 +231,15 @@ def test_eight_processes_curate_eight_runs_into_one_sqlite_catalog(tmp_path: Pat
         _stored_run(tmp_path, r, in_status=True)
     _curate_in_parallel(tmp_path, runs, _child_env())
     _assert_eight_runs_exact(tmp_path, runs)
+
+
+@pytest.mark.slow
+def test_eight_processes_curating_one_new_run_at_once_write_it_once(tmp_path: Path) -> None:
+    """Every writer races for the run's first-curation claim; the one that wins skips the delete, the
+    rest delete and append: whatever the order, the run's rows are there exactly once."""
+    _stored_run(tmp_path, "run-a", in_status=True)
+    _curate_in_parallel(tmp_path, ["run-a"] * 8, _child_env())
+    _assert_eight_runs_exact(tmp_path, ["run-a"])
 
 
 @pytest.mark.slow

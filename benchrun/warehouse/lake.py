@@ -275,7 +275,9 @@ def commit_run(home: Path, table: str, run_id: str, batches: Iterable[pa.RecordB
     A conflict (another writer committed first) redoes the delete and append on the table's new
     snapshot; after ``attempts`` conflicts the run's warehouse step fails with the reason, and
     ``benchrun rebuild-warehouse`` repairs it from the evidence."""
-    from pyiceberg.exceptions import CommitFailedException
+    from pyiceberg.exceptions import CommitFailedException, ValidationException
+
+    from benchrun.warehouse import laketx
 
     validate_run_id(run_id)
     data = _as_table(table, batches, run_id, run_started)
@@ -284,16 +286,20 @@ def commit_run(home: Path, table: str, run_id: str, batches: Iterable[pa.RecordB
     for attempt in range(1, attempts + 1):
         tbl = load_or_create(cat, table)
         before = tbl.current_snapshot()
+        # the base is loaded before the claim (laketx: why a first curation may skip the delete)
+        first = attempt == 1 and _retry_locked(lambda: laketx.first_curation(cat, table, run_id), "claim the run")
         try:
-            with tbl.transaction() as tx:
+            with laketx.Transaction(tbl) as tx:
                 props = {SNAPSHOT_RUN_PROPERTY: run_id}
-                if before is not None:
+                if before is not None and not first:
                     with warnings.catch_warnings():  # "did not match any records": a run's first curation
                         warnings.simplefilter("ignore", UserWarning)
                         tx.delete(_run_rows(run_id, run_started), snapshot_properties=props)
                 if data.num_rows:
                     tx.append(data, snapshot_properties=props)
-        except CommitFailedException as exc:
+        except (CommitFailedException, ValidationException) as exc:
+            # ValidationException: pyiceberg's own retry found that another writer added rows the delete
+            # would have had to see (the same run curated twice at once): redone on the new snapshot
             reason = str(exc)
         except Exception as exc:  # noqa: BLE001 - a locked sqlite catalog is a conflict too
             if not _is_locked(exc):
@@ -422,10 +428,12 @@ def bound_snapshots(tbl: Any, keep: int | None = None) -> list[int]:
 def apply_table_properties(home: Path, table: str) -> dict[str, str]:
     """Set :data:`TABLE_PROPERTIES` on an existing table (tables made before they existed);
     the properties changed."""
+    from benchrun.warehouse import laketx
+
     tbl = load_or_create(catalog(home), table)
     changed = {k: v for k, v in TABLE_PROPERTIES.items() if k != "format-version" and tbl.properties.get(k) != v}
     if changed:
-        with tbl.transaction() as tx:
+        with laketx.Transaction(tbl) as tx:
             tx.set_properties(changed)
     return changed
 
