@@ -1,10 +1,11 @@
 """The BenchmarkRun operator at scale on the cluster harness: N resources created at once.
 
 What runs: the harness API server (tests/kharness, kmock over HTTP on loopback) with the
-BenchmarkRun CRD from deploy/; the operator (``benchrun.controller.operator.Operator``, the
-code ``benchrun operator`` runs) in a thread, as ServiceAccount benchrun/benchrun-operator,
-holding the Lease; a real Dagster instance (sqlite in a temporary DAGSTER_HOME) with a
-QueuedRunCoordinator. The operator validates and pins each document, creates its run
+BenchmarkRun CRD from deploy/; the operator as deploy/ runs it, ``benchrun operator`` in its own
+process (``--in-process``: ``benchrun.controller.operator.Operator`` in a thread of this one, where
+it shares the GIL with the API server it is timed against), as ServiceAccount
+benchrun/benchrun-operator (its kubeconfig), holding the Lease; a real Dagster instance (sqlite in
+a temporary DAGSTER_HOME, or ``--postgres``) with a QueuedRunCoordinator. The operator validates and pins each document, creates its run
 directory, creates the Dagster run (job snapshot, execution plan, origins: what the sensor
 daemon does for a RunRequest; the instance's sqlite files in RAM, one event log database)
 and submits it: the run is QUEUED and **not executed** (no
@@ -29,6 +30,7 @@ import collections
 import contextlib
 import copy
 import os
+import subprocess
 import sys
 import tempfile
 import threading
@@ -75,6 +77,9 @@ def main() -> None:
     parser.add_argument("--start-burst", type=int, default=200)
     parser.add_argument("--page-size", type=int, default=500)
     parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument("--in-process", action="store_true",
+                        help="The operator in a thread of this process (sharing the GIL with the harness's API server), "
+                             "not `benchrun operator` in its own process")
     parser.add_argument("--postgres", action="store_true",
                         help="The Dagster instance on a throwaway PostgreSQL server on loopback (dagster-postgres, as "
                              "deploy/ runs it), not sqlite files")
@@ -128,18 +133,44 @@ def main() -> None:
         storage = {"event_log_storage": {"module": "dagster._core.storage.event_log",
                                          "class": "ConsolidatedSqliteEventLogStorage",
                                          "config": {"base_dir": str(tmp / "dagster_home" / "events")}}}
-    with stack, dg.instance_for_test(overrides={**QUEUED, **storage}, temp_dir=str(tmp / "dagster_home")) as instance:
+    dagster_home = tmp / "dagster_home"
+    (dagster_home / "dagster.yaml").write_text(yaml.safe_dump({**QUEUED, **storage}))
+    with stack, dg.DagsterInstance.from_config(str(dagster_home)) as instance:
         api_client = cluster.api_client(account)
         settings = Settings(namespace=NS, page_size=args.page_size, watch_timeout_s=2,
                             starts_per_s=args.starts_per_second, start_burst=args.start_burst, home=home)
-        runs = DagsterRuns(instance)
-        runs._job()  # load the code location before the clock starts (an operator does it once at start)
-        op = Operator(client.CustomObjectsApi(api_client), runs, settings,
-                      elector=LeaseElector(api_client, NS, "benchrun-operator", "bench", duration_s=15))
         stop = threading.Event()
-        thread = threading.Thread(target=op.run, args=(stop,), daemon=True)
-        thread.start()
-        cluster.wait_for(lambda: op.version is not None, what="the operator's first listing")
+        if args.in_process:
+            runs = DagsterRuns(instance)
+            runs._job()  # load the code location before the clock starts (an operator does it once at start)
+            op = Operator(client.CustomObjectsApi(api_client), runs, settings,
+                          elector=LeaseElector(api_client, NS, "benchrun-operator", "bench", duration_s=15))
+            thread = threading.Thread(target=op.run, args=(stop,), daemon=True)
+            thread.start()
+            cluster.wait_for(lambda: op.version is not None, what="the operator's first listing")
+        else:  # what deploy/ runs: `benchrun operator`, its own process, as its ServiceAccount
+            op = None
+            log_file = open(tmp / "operator.log", "w")
+            env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig_for(*account)), "DAGSTER_HOME": str(dagster_home),
+                   "BENCHRUN_HOME": str(home), "PYTHONPATH": str(ROOT)}
+            proc = subprocess.Popen(
+                [str(Path(sys.executable).with_name("benchrun")), "operator", "--namespace", NS, "--lease-namespace", NS,
+                 "--starts-per-second", str(args.starts_per_second), "--start-burst", str(args.start_burst),
+                 "--page-size", str(args.page_size), "--home", str(home)],
+                env=env, stdout=log_file, stderr=subprocess.STDOUT)
+            def stop_operator() -> None:  # SIGTERM: it stops after its current watch (up to its timeout)
+                proc.terminate()
+                try:
+                    proc.wait(90)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(10)
+
+            stack.callback(stop_operator)
+            cluster.wait_for(lambda: any(c.verb == "watch" for c in cluster.calls(sa_user(*account))) or
+                             proc.poll() is not None, timeout=180, what="the operator's first watch")
+            if proc.poll() is not None:
+                sys.exit(f"the operator exited ({proc.returncode}): {(tmp / 'operator.log').read_text()[-3000:]}")
         obs = threading.Thread(target=watcher, daemon=True)
         obs.start()
         time.sleep(1.0)
@@ -162,7 +193,8 @@ def main() -> None:
         elapsed = t_done - t0
         calls = cluster.calls(sa_user(*account))[calls_before:]
         stop.set()
-        thread.join(30)
+        if op is not None:
+            thread.join(30)
         watcher_stop.set()
         seen = [first_seen[n] - created[n] for n in created if n in first_seen]
         print(f"{len(seen)} of {args.objects} statuses after {elapsed:.1f} s; p99 {pct(seen, 99):.1f} s; "
@@ -188,13 +220,18 @@ def main() -> None:
 
     latencies = [first_seen[n] - created[n] for n in created if n in first_seen]
     by_verb = collections.Counter(f"{c.verb} {c.resource}{'/' + c.subresource if c.subresource else ''}" for c in calls)
+    print(f"operator: {'a thread of this process' if op is not None else 'its own process (benchrun operator)'}")
     print(f"objects {args.objects}, created in {burst_s:.2f} s; all statuses written after {elapsed:.1f} s")
     print(f"create -> status Pending with runId (Dagster run QUEUED): p50 {pct(latencies, 50):.1f} s, "
           f"p90 {pct(latencies, 90):.1f} s, p99 {pct(latencies, 99):.1f} s, max {max(latencies):.1f} s")
     print(f"operator API requests: {len(calls)} in {elapsed:.1f} s = {len(calls) / elapsed:.1f}/s; "
           + ", ".join(f"{k} {v}" for k, v in sorted(by_verb.items())))
-    print(f"operator stats: {op.stats.started} started, {op.stats.reused} reused, {op.stats.status_writes} status "
-          f"writes, {op.stats.relists} list(s), {len(op.stats.errors)} errors {op.stats.errors[:3]}")
+    if op is not None:
+        print(f"operator stats: {op.stats.started} started, {op.stats.reused} reused, {op.stats.status_writes} status "
+              f"writes, {op.stats.relists} list(s), {len(op.stats.errors)} errors {op.stats.errors[:3]}")
+    else:
+        print(f"operator: its own process; {len(log_lines := (tmp / 'operator.log').read_text().splitlines())} log "
+              f"lines, {sum('WARNING' in line for line in log_lines)} warnings")
     print(f"checks: {len(objs)} objects, {queued} Dagster runs QUEUED, without exactly one run: {len(wrong_count)}, "
           f"without a status runId: {len(missing_status)}, phase regressions: {len(regressions)}, "
           f"runs started by a restarted operator: {after - before}")

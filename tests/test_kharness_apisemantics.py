@@ -123,3 +123,23 @@ def test_a_watch_resumes_after_its_resource_version_and_410s_when_compacted(kclu
     with pytest.raises(ApiException) as err:
         list(watch.Watch().stream(api.list_namespaced_config_map, "default", resource_version=rv, timeout_seconds=1))
     assert err.value.status == 410 and "too old resource version" in str(err.value.reason)
+
+
+def test_the_servers_own_request_log_stays_bounded_and_a_watch_still_dispatches(kcluster: Any, monkeypatch) -> None:
+    """kmock dispatches each request by scanning every request it kept: the harness keeps only the newest
+    (its own ``calls`` record stays whole), so a long benchmark does not slow down with what it served."""
+    from kharness import emulator
+
+    monkeypatch.setattr(emulator, "REQUEST_LOG_KEEP", REQUEST_LOG_KEEP := 16)
+    api = _api(kcluster)
+    api.create_namespaced_config_map("default", configmap("cm", {"a": "0"}))
+    before = len(kcluster.calls())
+    for i in range(3 * REQUEST_LOG_KEEP):
+        api.read_namespaced_config_map("cm", "default")
+    assert len(kcluster.api._requests) <= 2 * REQUEST_LOG_KEEP + 1
+    assert len(kcluster.calls()) - before >= 3 * REQUEST_LOG_KEEP
+    # still served as before: a patch, and a watch that sees it
+    rv = api.patch_namespaced_config_map("cm", "default", {"data": {"a": "1"}}).metadata.resource_version
+    seen = [ev["object"].data for ev in watch.Watch().stream(api.list_namespaced_config_map, "default",
+                                                              resource_version="0", timeout_seconds=1)]
+    assert {"a": "1"} in seen and rv
