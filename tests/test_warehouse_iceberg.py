@@ -609,3 +609,19 @@ def test_a_tagged_decision_reads_the_same_numbers_after_its_snapshots_would_have
         lake.tag_tables(tmp_path, "main")
     bad = runner.invoke(app, ["query", "--as-of", "2026-13-40", sql])
     assert bad.exit_code != 0 and "tag-warehouse" in bad.output + str(bad.exception)
+
+
+def test_the_first_curation_claim_survives_a_catalog_database_made_anew(tmp_path: Path) -> None:
+    """The claim table is made once per database: a catalog whose sqlite file was removed and made again
+    under the same path (same URL, same process) gets it again instead of failing the curation."""
+    from benchrun.warehouse import laketx
+
+    run_a, man_a = _stored_run(tmp_path, "run-a")
+    curate_run(run_a, tmp_path, man_a)
+    cat = lake.catalog(tmp_path)
+    cat.engine.dispose()
+    (tmp_path / "warehouse" / lake.CATALOG_FILE).unlink()
+    lake._CATALOGS.clear()
+    fresh = lake.catalog(tmp_path)
+    assert laketx.first_curation(fresh, "measurement_fact", "run-a")  # a new database: nothing claimed yet
+    assert not laketx.first_curation(fresh, "measurement_fact", "run-a")

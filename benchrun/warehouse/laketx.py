@@ -30,7 +30,7 @@ from pyiceberg.table import Transaction as _PyicebergTransaction
 from pyiceberg.table.update import update_table_metadata
 
 MARKER_TABLE = "benchrun_curated_runs"
-_MARKERS: dict[int, Any] = {}
+_MARKERS: dict[str, Any] = {}  # by database URL
 
 
 class Transaction(_PyicebergTransaction):
@@ -59,13 +59,14 @@ class Transaction(_PyicebergTransaction):
         return cached[2]
 
 
-def _marker_table(cat: Any) -> Any:
-    """The marker table of ``cat``'s database (created on first use; a lost create race is fine)."""
+def _marker_table(cat: Any, *, create: bool = False) -> Any:
+    """The marker table of ``cat``'s database, created on first use in this process (or when
+    ``create``: the database was replaced under a catalog already open); a lost create race is fine."""
     from sqlalchemy import Column, MetaData, String, Table
     from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
-    key = id(cat.engine)
-    if key not in _MARKERS:
+    key = str(cat.engine.url)
+    if key not in _MARKERS or create:
         meta = MetaData()
         markers = Table(MARKER_TABLE, meta, Column("table_name", String(255), primary_key=True),
                         Column("run_id", String(255), primary_key=True))
@@ -80,13 +81,19 @@ def _marker_table(cat: Any) -> Any:
 
 def first_curation(cat: Any, table: str, run_id: str) -> bool:
     """Claim ``run_id`` for ``table``: True when no writer ever had (the caller may append without a delete)."""
-    from sqlalchemy.exc import IntegrityError
+    from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
-    markers = _marker_table(cat)
-    try:
-        with cat.engine.begin() as con:
-            con.execute(markers.insert().values(table_name=table, run_id=run_id))
-    except IntegrityError:
-        return False
-    return True
-
+    for attempt in (1, 2):
+        markers = _marker_table(cat, create=attempt == 2)
+        try:
+            with cat.engine.begin() as con:
+                con.execute(markers.insert().values(table_name=table, run_id=run_id))
+        except IntegrityError:
+            return False
+        except (OperationalError, ProgrammingError) as exc:
+            text = str(exc).lower()
+            if attempt == 2 or not ("no such table" in text or "does not exist" in text):
+                raise
+            continue
+        return True
+    raise AssertionError("unreachable")
