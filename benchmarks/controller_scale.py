@@ -158,15 +158,9 @@ def main() -> None:
                  "--starts-per-second", str(args.starts_per_second), "--start-burst", str(args.start_burst),
                  "--page-size", str(args.page_size), "--home", str(home)],
                 env=env, stdout=log_file, stderr=subprocess.STDOUT)
-            def stop_operator() -> None:  # SIGTERM: it stops after its current watch (up to its timeout)
-                proc.terminate()
-                try:
-                    proc.wait(90)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(10)
+            from helpers import stop_process
 
-            stack.callback(stop_operator)
+            stack.callback(stop_process, proc, 90)  # SIGTERM: it stops after its current pass
             cluster.wait_for(lambda: any(c.verb == "watch" for c in cluster.calls(sa_user(*account))) or
                              proc.poll() is not None, timeout=180, what="the operator's first watch")
             if proc.poll() is not None:

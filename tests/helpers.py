@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
 import threading
 
 
@@ -108,3 +109,13 @@ def dequeue(instance, run):
     instance.report_dagster_event(dg.DagsterEvent(event_type_value="PIPELINE_STARTING", job_name=run.job_name),
                                   run_id=run.run_id)
     return instance.get_run_by_id(run.run_id)
+
+
+def stop_process(proc: "subprocess.Popen", grace_s: float) -> None:
+    """SIGTERM, ``grace_s`` to exit, then SIGKILL (a server or operator a test or benchmark started)."""
+    proc.terminate()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)

@@ -25,6 +25,7 @@ import pytest
 
 from benchrun.loadgen.runner import LoadPoint, SweepConfig, run_sweep
 from benchrun.loadgen.workload import VOCABULARY, parse_mix
+from helpers import stop_process
 
 pytestmark = pytest.mark.slow
 
@@ -112,12 +113,7 @@ def served(tmp_path_factory):
             time.sleep(0.5)
         yield url, str(d)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop_process(proc, 15)
         log.close()
         shutil.rmtree(d, ignore_errors=True)
 

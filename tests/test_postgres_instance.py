@@ -27,7 +27,7 @@ import dagster as dg
 import pytest
 import yaml
 
-from helpers import tiny_layers
+from helpers import stop_process, tiny_layers
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "deploy/instance/dagster.yaml"
@@ -131,12 +131,7 @@ def running_pg_server() -> Iterator[PgServer]:
     try:
         yield pg
     finally:
-        server.terminate()
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(10)
+        stop_process(server, 30)
         log.close()
         shutil.rmtree(root, ignore_errors=True)
 
