@@ -116,8 +116,12 @@ def test_iceberg_rows_are_signed_by_content_and_an_edit_fails_verify(bench_home:
     sign_run(rd.path, bench_home)
     monkeypatch.setenv("BENCHRUN_TRUSTED_KEYIDS", load_signing_key(bench_home).keyid)
     cli = CliRunner()
+    scans = []
+    digest = lake.run_rows_digest
+    monkeypatch.setattr(lake, "run_rows_digest", lambda *a, **kw: scans.append(a) or digest(*a, **kw))
     ok = cli.invoke(app, ["verify", RUN_ID])
     assert ok.exit_code == 0, ok.output
+    assert len(scans) == 1  # the changed rows and the missing ones from one read of each table
     signed = lake.run_rows_digest(bench_home, RUN_ID)
     assert "measurement_fact" in signed and f"Iceberg: the run's rows of {len(signed)} tables" in ok.output
     for table in signed:  # compaction rewrites the files, not the rows

@@ -8,6 +8,7 @@ a KMS key) the envelope is still made with the local key and the result says so:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from benchrun.paths import validate_run_id
 from benchrun.provenance import dsse
 from benchrun.provenance.keys import default_public_key, keyid_of, load_public_key, load_signing_key
 from benchrun.provenance.statement import (
-    Statement, build_statement, canonical_json, partition_mismatches, subject_mismatches)
+    Statement, build_statement, canonical_json, partition_mismatches, rows_now, subject_mismatches)
 from benchrun.rundir import utc_now
 from benchrun.fsio import atomic_write_json
 
@@ -135,6 +136,7 @@ def verify_run(run_dir: Path, public_key_path: Path | str | None = None, *,
         raise BenchrunError(f"{path}: signature valid, but {len(bad)} signed file(s) changed since signing: "
                             f"{', '.join(bad[:10])}{' ...' if len(bad) > 10 else ''}")
     # The warehouse of the home this run directory is in (a copied home: its own warehouse).
+    statement = dataclasses.replace(statement, rows_read=rows_now(statement, run_dir.parent.parent))
     bad = partition_mismatches(statement, run_dir.parent.parent)
     if bad:
         raise BenchrunError(f"{path}: signature valid, but {len(bad)} warehouse partition(s) of the run changed "

@@ -136,9 +136,12 @@ def warehouse_rows(home: Path, run_id: str) -> dict[str, dict[str, Any]] | None:
     return lake.run_rows_digest(home, run_id) if lake.enabled() else None
 
 
-def _rows_now(statement: "Statement", home: Path) -> dict[str, dict[str, Any]]:
+def rows_now(statement: "Statement", home: Path) -> dict[str, dict[str, Any]]:
+    """The run's Iceberg rows now, per signed table (what ``verify_run`` read, when it did)."""
     from benchrun.warehouse import lake
 
+    if statement.rows_read is not None:
+        return statement.rows_read
     return lake.run_rows_digest(home, statement.run_id) if statement.predicate.get("warehouse_rows") else {}
 
 
@@ -149,7 +152,7 @@ def partition_mismatches(statement: "Statement", home: Path) -> list[str]:
     from benchrun.warehouse.writer import warehouse_root
 
     bad = []
-    now = _rows_now(statement, home)
+    now = rows_now(statement, home)
     for table, signed in sorted((statement.predicate.get("warehouse_rows") or {}).items()):
         got = now.get(table)
         if got is not None and got.get("sha256") != signed.get("sha256"):
@@ -168,7 +171,7 @@ def missing_partitions(statement: "Statement", home: Path) -> list[str]:
     """Signed warehouse partitions no longer present (retention removes them)."""
     from benchrun.warehouse.writer import warehouse_root
 
-    now = _rows_now(statement, home)
+    now = rows_now(statement, home)
     return [f"warehouse/{rel}" for rel in sorted(statement.predicate.get("warehouse_partitions") or {})
             if not (warehouse_root(home) / rel).is_file()] + [
         f"iceberg {t}" for t in sorted(statement.predicate.get("warehouse_rows") or {}) if t not in now]
@@ -249,6 +252,9 @@ class Statement:
     predicate_type: str
     predicate: dict[str, Any]
     raw: dict[str, Any]
+    # the run's Iceberg rows as ``verify_run`` read them (table -> rows, sha256): reused by
+    # ``missing_partitions`` so one verify scans each table once
+    rows_read: dict[str, dict[str, Any]] | None = None
 
     @property
     def run_id(self) -> str:
