@@ -377,6 +377,31 @@ def test_compaction_and_expiry_keep_the_rows(tmp_path: Path) -> None:
     assert _count(tmp_path, "SELECT count(*) FROM serving_request_fact") == 180
 
 
+def test_a_compaction_that_loses_the_race_to_a_new_run_keeps_that_runs_rows(tmp_path: Path, monkeypatch) -> None:
+    """A run curated into the day while its files are being compacted: the compaction's commit loses the
+    race and is planned again on the new snapshot (pyiceberg's own retry would re-stage the overwrite)."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    for run_id in ("run-a", "run-b"):
+        run_dir, manifest = _stored_run(tmp_path, run_id)
+        curate_run(run_dir, tmp_path, manifest)
+    run_c, man_c = _stored_run(tmp_path, "run-c")
+    real, raced = SqlCatalog.commit_table, []
+
+    def commit_after_a_new_run(self, table, requirements, updates):
+        if table.name()[-1] == "serving_request_fact" and not raced:
+            raced.append(True)
+            curate_run(run_c, tmp_path, man_c)  # lands first
+        return real(self, table, requirements, updates)
+
+    monkeypatch.setattr(SqlCatalog, "commit_table", commit_after_a_new_run)
+    lake.compact(tmp_path, "serving_request_fact")
+    monkeypatch.setattr(SqlCatalog, "commit_table", real)
+    assert raced
+    got = query("SELECT run_id, count(*) AS n FROM serving_request_fact GROUP BY run_id ORDER BY run_id", tmp_path)
+    assert got.table.to_pylist() == [{"run_id": r, "n": 60} for r in ("run-a", "run-b", "run-c")]
+
+
 @pytest.mark.slow
 def test_maintenance_asset_compacts_and_expires(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import dagster as dg
@@ -623,5 +648,22 @@ def test_the_first_curation_claim_survives_a_catalog_database_made_anew(tmp_path
     (tmp_path / "warehouse" / lake.CATALOG_FILE).unlink()
     lake._CATALOGS.clear()
     fresh = lake.catalog(tmp_path)
-    assert laketx.first_curation(fresh, "measurement_fact", "run-a")  # a new database: nothing claimed yet
+    curate_run(run_a, tmp_path, man_a)  # a new database: the tables and their claims made again
+    assert _count(tmp_path, "SELECT count(*) FROM measurement_fact") == 9
     assert not laketx.first_curation(fresh, "measurement_fact", "run-a")
+
+
+def test_a_table_from_before_the_claims_keeps_its_deletes(tmp_path: Path) -> None:
+    """Tables made before writers claimed their runs hold rows of runs nobody claimed: curating such a
+    run again must still delete its rows first, not append beside them."""
+    from sqlalchemy import text
+
+    from benchrun.warehouse import laketx
+
+    run_a, man_a = _stored_run(tmp_path, "run-a")
+    curate_run(run_a, tmp_path, man_a)
+    with lake.catalog(tmp_path).engine.begin() as con:  # as the tables of an older benchrun: no claims at all
+        con.execute(text(f"DELETE FROM {laketx.MARKER_TABLE}"))
+    curate_run(run_a, tmp_path, man_a)
+    for table, n in PER_RUN.items():
+        assert _count(tmp_path, f'SELECT count(*) FROM "{table}"') == n, table

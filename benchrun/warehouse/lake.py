@@ -217,11 +217,16 @@ def load_or_create(cat: Any, table: str) -> Any:
     except (NamespaceAlreadyExistsError, IntegrityError):  # another writer created it first
         pass
     schema = assign_fresh_schema_ids(Catalog._convert_schema_if_needed(iceberg_schema_of(table)))
+    from benchrun.warehouse import laketx
+
     try:
-        return _retry_locked(lambda: cat.create_table(ident, schema=schema, partition_spec=_partition_spec(schema, table),
+        made = _retry_locked(lambda: cat.create_table(ident, schema=schema, partition_spec=_partition_spec(schema, table),
                                                       properties=dict(TABLE_PROPERTIES)), f"create {table}")
     except (TableAlreadyExistsError, IntegrityError):  # another writer created it first
         return _retry_locked(lambda: cat.load_table(ident), f"load {table}")
+    # empty, and made by a writer that claims its runs (a crash before this: the table keeps its deletes)
+    _retry_locked(lambda: laketx.claims_complete(cat, table), "mark the claims complete")
+    return made
 
 
 def _as_table(table: str, batches: Iterable[pa.RecordBatch | pa.Table], run_id: str,
@@ -269,13 +274,14 @@ class Commit:
 
 
 def commit_run(home: Path, table: str, run_id: str, batches: Iterable[pa.RecordBatch | pa.Table],
-               run_started: dt.datetime | None, *, attempts: int = COMMIT_ATTEMPTS) -> Commit:
+               run_started: dt.datetime | None, *, attempts: int = COMMIT_ATTEMPTS, every_day: bool = False) -> Commit:
     """Replace ``run_id``'s rows of ``table`` with ``batches`` in one Iceberg commit; retried on conflicts.
 
     A conflict (another writer committed first) redoes the delete and append on the table's new
     snapshot; after ``attempts`` conflicts the run's warehouse step fails with the reason, and
     ``benchrun rebuild-warehouse`` repairs it from the evidence."""
     from pyiceberg.exceptions import CommitFailedException, ValidationException
+    from pyiceberg.expressions import EqualTo
 
     from benchrun.warehouse import laketx
 
@@ -294,7 +300,8 @@ def commit_run(home: Path, table: str, run_id: str, batches: Iterable[pa.RecordB
                 if before is not None and not first:
                     with warnings.catch_warnings():  # "did not match any records": a run's first curation
                         warnings.simplefilter("ignore", UserWarning)
-                        tx.delete(_run_rows(run_id, run_started), snapshot_properties=props)
+                        rows = EqualTo("run_id", run_id) if every_day else _run_rows(run_id, run_started)
+                        tx.delete(rows, snapshot_properties=props)
                 if data.num_rows:
                     tx.append(data, snapshot_properties=props)
         except (CommitFailedException, ValidationException) as exc:
@@ -354,8 +361,10 @@ def compact(home: Path, table: str, *, attempts: int = COMMIT_ATTEMPTS) -> tuple
     """Rewrite each day of ``table`` as one file per partition (one commit per day); data files (before, after).
 
     Racing writers are handled as for a run's commit: a conflict redoes that day on the new snapshot."""
-    from pyiceberg.exceptions import CommitFailedException
+    from pyiceberg.exceptions import CommitFailedException, ValidationException
     from pyiceberg.expressions import And, GreaterThanOrEqual, IsNull, LessThan
+
+    from benchrun.warehouse import laketx
 
     before = table_files(home, table)
     tbl = load_or_create(catalog(home), table)
@@ -377,9 +386,10 @@ def compact(home: Path, table: str, *, attempts: int = COMMIT_ATTEMPTS) -> tuple
                 break
             rows = tbl.scan(row_filter=where).to_arrow()
             try:
-                tbl.overwrite(rows, overwrite_filter=where, snapshot_properties={"benchrun.operation": "compact"})
+                with laketx.Transaction(tbl) as tx:  # a lost race: read the day again (not pyiceberg's re-staging)
+                    tx.overwrite(rows, overwrite_filter=where, snapshot_properties={"benchrun.operation": "compact"})
                 break
-            except CommitFailedException:
+            except (CommitFailedException, ValidationException):
                 time.sleep(random.uniform(0.01, 0.05) * min(attempt, 10))
         else:
             raise BenchrunError(f"warehouse: compaction of {table} day {day} lost {attempts} races; run it again")
@@ -563,9 +573,5 @@ def delete_run(home: Path, table: str, run_id: str) -> Commit:
     status = read_json_or_none(Path(home) / "runs" / validate_run_id(run_id) / "status.json", fix="") or {}
     started = parse_ts(status.get("started_utc")) or parse_ts(status.get("created_utc"))
     if started is None:  # the run's start is unknown: look in every day (reads every manifest)
-        from pyiceberg.expressions import EqualTo
-
-        tbl = load_or_create(catalog(home), table)
-        tbl.delete(EqualTo("run_id", run_id), snapshot_properties={SNAPSHOT_RUN_PROPERTY: run_id})
-        return Commit(table, 0, None, 1, 0.0)
+        return commit_run(home, table, run_id, [], None, every_day=True)
     return commit_run(home, table, run_id, [], started)

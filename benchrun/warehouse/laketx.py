@@ -12,9 +12,12 @@ staged updates or the base change (the metadata is a frozen pydantic model; pyic
 mutates it in place), and :func:`first_curation` claims ``(table, run_id)`` in a small table of
 the catalog's own database.
 
-Why the marker is safe. A writer loads the table's base snapshot *first*, then tries to insert
-its marker; only a writer whose insert succeeded (nobody had claimed the run for that table
-before) skips the delete, and only on its first attempt — its commit still requires the base
+Why the marker is safe. Every writer claims before it commits, and a table made by such a writer
+holds a claim that says so (:func:`claims_complete`, written before its first row; a table made
+before the claims existed never gets it and keeps its deletes). A writer loads the table's base
+snapshot *first*, then tries to insert its marker; only a writer whose insert succeeded (nobody had
+claimed the run for that table before), on a table whose claims are complete, skips the delete,
+and only on its first attempt — its commit still requires the base
 snapshot to be current, so a lost race is retried with the delete. Any rows of the run in that
 base snapshot were committed by a writer that had checked the marker before, and so would have
 inserted it: the insert could not have succeeded. A marker is never removed: a stale one only costs a
@@ -79,14 +82,34 @@ def _marker_table(cat: Any, *, create: bool = False) -> Any:
     return _MARKERS[key]
 
 
+COMPLETE = ""  # the claim that says every run with rows in the table was claimed (run ids are never empty)
+
+
 def first_curation(cat: Any, table: str, run_id: str) -> bool:
-    """Claim ``run_id`` for ``table``: True when no writer ever had (the caller may append without a delete)."""
+    """Claim ``run_id`` for ``table``; True when no writer ever had *and* the table's claims are
+    complete (it was made by a writer that claims: :func:`claims_complete`), so the caller may append
+    without a delete. A table from before the claims keeps its deletes (its runs were never claimed)."""
+    return _claim(cat, table, run_id) and not _claim(cat, table, COMPLETE, probe=True)
+
+
+def claims_complete(cat: Any, table: str) -> None:
+    """Say that every run with rows in ``table`` is claimed: called by the writer that created it, before
+    any row is in it."""
+    _claim(cat, table, COMPLETE)
+
+
+def _claim(cat: Any, table: str, run_id: str, *, probe: bool = False) -> bool:
+    """Insert (table, run_id); True when it was not there. ``probe``: only look (True: absent)."""
+    from sqlalchemy import select
     from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
     for attempt in (1, 2):
         markers = _marker_table(cat, create=attempt == 2)
         try:
             with cat.engine.begin() as con:
+                if probe:
+                    where = (markers.c.table_name == table) & (markers.c.run_id == run_id)
+                    return con.execute(select(markers.c.run_id).where(where)).first() is None
                 con.execute(markers.insert().values(table_name=table, run_id=run_id))
         except IntegrityError:
             return False
