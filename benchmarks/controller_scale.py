@@ -5,10 +5,10 @@ BenchmarkRun CRD from deploy/; the operator as deploy/ runs it, ``benchrun opera
 process (``--in-process``: ``benchrun.controller.operator.Operator`` in a thread of this one, where
 it shares the GIL with the API server it is timed against), as ServiceAccount
 benchrun/benchrun-operator (its kubeconfig), holding the Lease; a real Dagster instance (sqlite in
-a temporary DAGSTER_HOME, or ``--postgres``) with a QueuedRunCoordinator. The operator validates and pins each document, creates its run
-directory, creates the Dagster run (job snapshot, execution plan, origins: what the sensor
-daemon does for a RunRequest; the instance's sqlite files in RAM, one event log database)
-and submits it: the run is QUEUED and **not executed** (no
+a temporary DAGSTER_HOME, or ``--postgres``) with a QueuedRunCoordinator. The operator validates
+and pins each document, creates its run directory, creates the Dagster run (job snapshot,
+execution plan, origins: what the sensor daemon does for a RunRequest; the instance's sqlite
+files in RAM, one event log database) and submits it: the run is QUEUED and **not executed** (no
 daemon runs here), so no run worker moves a status to Admitted or Running. What is timed is
 therefore create → the operator's status write (phase Pending, runId set, the Dagster run
 QUEUED): the part of "create → Admitted/Running" that is the operator's.
@@ -150,7 +150,7 @@ def main() -> None:
             cluster.wait_for(lambda: op.version is not None, what="the operator's first listing")
         else:  # what deploy/ runs: `benchrun operator`, its own process, as its ServiceAccount
             op = None
-            log_file = open(tmp / "operator.log", "w")
+            log_file = stack.enter_context(open(tmp / "operator.log", "w"))
             env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig_for(*account)), "DAGSTER_HOME": str(dagster_home),
                    "BENCHRUN_HOME": str(home), "PYTHONPATH": str(ROOT)}
             proc = subprocess.Popen(
@@ -224,8 +224,8 @@ def main() -> None:
         print(f"operator stats: {op.stats.started} started, {op.stats.reused} reused, {op.stats.status_writes} status "
               f"writes, {op.stats.relists} list(s), {len(op.stats.errors)} errors {op.stats.errors[:3]}")
     else:
-        print(f"operator: its own process; {len(log_lines := (tmp / 'operator.log').read_text().splitlines())} log "
-              f"lines, {sum('WARNING' in line for line in log_lines)} warnings")
+        print(f"operator log: {len(log_lines := (tmp / 'operator.log').read_text().splitlines())} lines, "
+              f"{sum('WARNING' in line for line in log_lines)} warnings")
     print(f"checks: {len(objs)} objects, {queued} Dagster runs QUEUED, without exactly one run: {len(wrong_count)}, "
           f"without a status runId: {len(missing_status)}, phase regressions: {len(regressions)}, "
           f"runs started by a restarted operator: {after - before}")
