@@ -667,3 +667,13 @@ def test_a_table_from_before_the_claims_keeps_its_deletes(tmp_path: Path) -> Non
     curate_run(run_a, tmp_path, man_a)
     for table, n in PER_RUN.items():
         assert _count(tmp_path, f'SELECT count(*) FROM "{table}"') == n, table
+    # maintenance claims what such a table holds: then a new run appends without the delete, an old one
+    # is still replaced
+    cat = lake.catalog(tmp_path)
+    with cat.engine.begin() as con:  # no claims again: run-a is held and unclaimed
+        con.execute(text(f"DELETE FROM {laketx.MARKER_TABLE}"))
+    assert not laketx.first_curation(cat, "measurement_fact", "run-new")  # claims not complete yet
+    lake.maintain(tmp_path, "measurement_fact", dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=1))
+    assert laketx.first_curation(cat, "measurement_fact", "run-newer")
+    curate_run(run_a, tmp_path, man_a)
+    assert _count(tmp_path, "SELECT count(*) FROM measurement_fact") == 9

@@ -459,7 +459,12 @@ def maintain(home: Path, table: str, older_than: dt.datetime, *, dry_run: bool =
     if dry_run:
         files = table_files(home, table)
         return files, files, expire_snapshots(home, table, older_than, dry_run=True)
+    from benchrun.warehouse import laketx
+
     apply_table_properties(home, table)
+    claimed = laketx.claim_existing(catalog(home), table, lambda: run_ids(home, table))
+    if claimed:
+        log.info("%s: claimed the %d runs it held from before the first-curation claims", table, claimed)
     before, after = compact(home, table)
     return before, after, expire_snapshots(home, table, older_than)
 

@@ -98,6 +98,19 @@ def claims_complete(cat: Any, table: str) -> None:
     _claim(cat, table, COMPLETE)
 
 
+def claim_existing(cat: Any, table: str, run_ids: Any) -> int:
+    """For a table made before the claims (no :data:`COMPLETE`): claim every run it holds, then mark its
+    claims complete; the number of runs claimed here (0 when already complete). ``run_ids`` is read
+    by the caller from the table *after* this function has seen COMPLETE missing, so a run committed
+    since was committed by a writer that claims first. Writers of an older benchrun still running
+    against the same catalog are not covered: upgrade them before the maintenance runs."""
+    if not _claim(cat, table, COMPLETE, probe=True):
+        return 0
+    n = sum(_claim(cat, table, r) for r in sorted(run_ids()) if r)
+    claims_complete(cat, table)
+    return n
+
+
 def _claim(cat: Any, table: str, run_id: str, *, probe: bool = False) -> bool:
     """Insert (table, run_id); True when it was not there. ``probe``: only look (True: absent)."""
     from sqlalchemy import select
