@@ -309,8 +309,8 @@ def commit_run(home: Path, table: str, run_id: str, batches: Iterable[pa.RecordB
                 if data.num_rows:
                     tx.append(data, snapshot_properties=props)
         except (CommitFailedException, ValidationException) as exc:
-            # ValidationException: pyiceberg's own retry found that another writer added rows the delete
-            # would have had to see (the same run curated twice at once): redone on the new snapshot
+            # ValidationException: a delete that matched nothing (and no append) is still checked against
+            # what other writers added meanwhile; like a lost race, redone on the new snapshot
             reason = str(exc)
         except Exception as exc:  # noqa: BLE001 - a locked sqlite catalog is a conflict too
             if not _is_locked(exc):

@@ -1,9 +1,9 @@
-"""What makes one run's Iceberg commit cheap and exact: a transaction that builds its metadata once
-per change and leaves a lost race to the caller, and a marker of the runs a table has ever been given, so a run's first curation appends
-without scanning the table for rows it cannot have.
+"""What makes one run's Iceberg commit cheap and exact: a transaction that builds its metadata
+once per change and leaves a lost race to the caller, and a claim of the runs a table has ever
+been given, so a run's first curation appends without scanning the table for rows it cannot have.
 
-Measured (``benchmarks/warehouse_scale.py``, 5,000 request rows a run, 50 snapshots kept; profile in
-``benchmarks/README.md``): pyiceberg 0.12.0's ``Transaction.table_metadata`` replays the staged
+Measured (``benchmarks/warehouse_scale.py``, 5,000 request rows a run, 50 snapshots kept; profile
+in ``benchmarks/README.md``): pyiceberg 0.12.0's ``Transaction.table_metadata`` replays the staged
 updates over the table's metadata and deep-copies the result on *every* access (~33 per commit,
 each proportional to the snapshots kept), and the delete that makes re-curation idempotent reads
 every manifest of the run's day even when the run was never curated. Both are written here
@@ -12,16 +12,16 @@ staged updates or the base change (the metadata is a frozen pydantic model; pyic
 mutates it in place), and :func:`first_curation` claims ``(table, run_id)`` in a small table of
 the catalog's own database.
 
-Why the marker is safe. Every writer claims before it commits, and a table made by such a writer
+Why the claim is safe. Every writer claims before it commits, and a table made by such a writer
 holds a claim that says so (:func:`claims_complete`, written before its first row; a table made
-before the claims existed never gets it and keeps its deletes). A writer loads the table's base
-snapshot *first*, then tries to insert its marker; only a writer whose insert succeeded (nobody had
-claimed the run for that table before), on a table whose claims are complete, skips the delete,
-and only on its first attempt — its commit still requires the base
-snapshot to be current, so a lost race is retried with the delete. Any rows of the run in that
-base snapshot were committed by a writer that had checked the marker before, and so would have
-inserted it: the insert could not have succeeded. A marker is never removed: a stale one only costs a
-delete that finds nothing (a crash between the marker and the commit, retention's deletes).
+before the claims existed gets it only from :func:`claim_existing`, and keeps its deletes until
+then). A writer loads the table's base snapshot *first*, then tries to insert its claim; only a
+writer whose insert succeeded (nobody had claimed the run for that table before), on a table
+whose claims are complete, skips the delete, and only on its first attempt — its commit still
+requires the base snapshot to be current, so a lost race is retried with the delete. Any rows of
+the run in that base snapshot were committed by a writer that had claimed it before, so the
+insert could not have succeeded. A claim is never removed: a stale one only costs a delete that
+finds nothing (a crash between the claim and the commit, retention's deletes).
 """
 
 from __future__ import annotations
@@ -89,7 +89,11 @@ def first_curation(cat: Any, table: str, run_id: str) -> bool:
     """Claim ``run_id`` for ``table``; True when no writer ever had *and* the table's claims are
     complete (it was made by a writer that claims: :func:`claims_complete`), so the caller may append
     without a delete. A table from before the claims keeps its deletes (its runs were never claimed)."""
-    return _claim(cat, table, run_id) and not _claim(cat, table, COMPLETE, probe=True)
+    return _claim(cat, table, run_id) and _complete(cat, table)
+
+
+def _complete(cat: Any, table: str) -> bool:
+    return not _claim(cat, table, COMPLETE, probe=True)
 
 
 def claims_complete(cat: Any, table: str) -> None:
@@ -104,7 +108,7 @@ def claim_existing(cat: Any, table: str, run_ids: Any) -> int:
     by the caller from the table *after* this function has seen COMPLETE missing, so a run committed
     since was committed by a writer that claims first. Writers of an older benchrun still running
     against the same catalog are not covered: upgrade them before the maintenance runs."""
-    if not _claim(cat, table, COMPLETE, probe=True):
+    if _complete(cat, table):
         return 0
     n = sum(_claim(cat, table, r) for r in sorted(run_ids()) if r)
     claims_complete(cat, table)
