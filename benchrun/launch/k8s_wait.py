@@ -103,6 +103,8 @@ def wait(watch: Watch, obj: Any, t0: float, *, timeout_s: float, pending_timeout
     follow: AbstractContextManager[Any] | None = None
     try:
         while True:
+            # the attempt followed until now: what a Kueue eviction seen in this read ends
+            followed = {r: p for r, p in pods.items() if p.metadata.uid not in watch.evicted}
             try:
                 obj, new_workload, new_pods = watch.read(obj)
                 pods.update(new_pods)
@@ -121,15 +123,19 @@ def wait(watch: Watch, obj: Any, t0: float, *, timeout_s: float, pending_timeout
                 continue
             ev = _new_kueue_eviction(workload, kueue)
             if ev is not None:
-                pod0 = pods.get(0)
                 said = f"{ev['what']} ({ev['reason']}: {ev['message']})"
                 if not ev["requeued"]:
                     return obj, workload, pods, f"{said}: {INACTIVE_NOTE}; {kind} deleted"
                 if watch.eviction_retries is None:
                     return obj, workload, pods, f"{said}; {kind} deleted"
                 # Kueue requeues it: the Job is admitted again and makes a new pod, a new attempt
-                # (its own log and result, never merged with this one), within the same budget as evictions
-                _record(watch, "kueue", said, pod0, started is not None, also=pods.values())
+                # (its own log and result, never merged with this one), within the same budget as evictions.
+                # The attempt it ended is the one followed until now: by this read Kueue may already
+                # have admitted it again and the Job made the next pod (the newest), while the ended
+                # one is still terminating; with none followed yet, the pods being deleted are it.
+                ended = followed or {r: p for r, p in new_pods.items()
+                                     if p.metadata.uid not in watch.evicted and _deleting(p)}
+                _record(watch, "kueue", said, ended.get(0), started is not None, also=ended.values())
                 if len(watch.history) > watch.eviction_retries:
                     return obj, workload, pods, (f"{said}; ended {len(watch.history)} times by evictions or preemptions, "
                                                  f"more than eviction_retries={watch.eviction_retries}; {kind} deleted")
@@ -250,6 +256,10 @@ def _phase(pod: Any) -> str | None:
     return pod.status.phase if pod.status is not None else None
 
 
+def _deleting(pod: Any) -> bool:
+    return getattr(pod.metadata, "deletion_timestamp", None) is not None
+
+
 def _disrupted(pod: Any) -> str | None:
     """``reason: message`` of the pod's DisruptionTarget condition (an eviction), else None."""
     for c in (pod.status.conditions or []) if pod.status is not None else []:
@@ -292,7 +302,7 @@ def jobset_watch(core_api: Any, custom_api: Any, namespace: str, name: str, node
         # an ended attempt's pod (still terminating) never wins over its index's new one, even
         # when both were created in the same second
         for pod in sorted(listed, key=lambda p: (p.metadata.uid not in evicted,
-                                                 epoch(p.metadata.creation_timestamp) or 0.0)):
+                                                 epoch(p.metadata.creation_timestamp) or 0.0, not _deleting(p))):
             idx = (pod.metadata.annotations or {}).get("batch.kubernetes.io/job-completion-index", "0")
             pods[int(idx)] = pod
         workload = None
@@ -354,5 +364,6 @@ def _newest_pod(client: Any, namespace: str, name: str, job_uid: str | None = No
         pods = [p for p in pods if p.metadata.uid not in set(exclude)] or pods
     if not pods:
         return None
-    # the newest pod (a Job recreated after preemption makes a new one)
-    return max(pods, key=lambda p: epoch(p.metadata.creation_timestamp) or 0.0)
+    # the newest pod (a Job recreated after preemption makes a new one); of two created in the
+    # same second (whole seconds), the one not being deleted: an ended attempt still terminating
+    return max(pods, key=lambda p: (epoch(p.metadata.creation_timestamp) or 0.0, not _deleting(p)))
