@@ -20,7 +20,17 @@ Measured, after all N objects are created in one burst (in the API server's loop
   no object's status ever went back to an earlier phase (every stored version, in order);
   a second operator started afterwards (state lost, all events again) starts no run.
 
+``--execute K`` then runs K of the queued runs (the K objects created last: the longest wait for
+the operator) to their end, as the daemon and K8sRunLauncher would: each dequeued (STARTING) and
+its run worker, ``dagster api execute_run``, started in its own process (``--workers`` at once)
+with the run worker's ServiceAccount's kubeconfig; the run worker's ``lifecycle.begin_run`` sets
+the resource's Admitted condition and phase Running in one status write, and on to the end. Timed per run, from the same watcher:
+dequeue → Admitted (the run worker's start: process, code location, run directory) and
+create → Admitted / Running, which for these objects is the operator's share plus that. A
+cluster adds the run-worker pod's scheduling and image pull, which the harness does not model.
+
 Usage: .venv/bin/python benchmarks/controller_scale.py [--objects 1000] [--starts-per-second 200]
+       [--execute K --workers W]
 """
 
 from __future__ import annotations
@@ -83,6 +93,10 @@ def main() -> None:
     parser.add_argument("--postgres", action="store_true",
                         help="The Dagster instance on a throwaway PostgreSQL server on loopback (dagster-postgres, as "
                              "deploy/ runs it), not sqlite files")
+    parser.add_argument("--execute", type=int, default=0, metavar="K",
+                        help="then run K of the queued runs (the last created) to their end, timing each one's "
+                             "create -> Admitted / Running")
+    parser.add_argument("--workers", type=int, default=2, help="run workers at once for --execute")
     args = parser.parse_args()
 
     import dagster as dg
@@ -105,6 +119,7 @@ def main() -> None:
     cluster = Cluster(tmp / "cluster", namespace=NS, crds=[ROOT / "deploy/kustomize/base/benchmarkrun-crd.yaml"]).start()
     account = ("benchrun", "benchrun-operator")
     first_seen: dict[str, float] = {}
+    phase_seen: dict[tuple[str, str], float] = {}  # (name, phase) -> when the watcher first saw it
     watcher_stop = threading.Event()
 
     def watcher() -> None:  # an independent observer: when each status with a runId appears
@@ -116,8 +131,13 @@ def main() -> None:
                                            "benchmarkruns", resource_version=rv, timeout_seconds=2):
                 obj = ev["object"]
                 rv = obj["metadata"]["resourceVersion"]
-                if (obj.get("status") or {}).get("runId") and obj["metadata"]["name"] not in first_seen:
-                    first_seen[obj["metadata"]["name"]] = time.time()
+                name, status = obj["metadata"]["name"], obj.get("status") or {}
+                if status.get("runId") and name not in first_seen:
+                    first_seen[name] = time.time()
+                if status.get("phase"):
+                    phase_seen.setdefault((name, status["phase"]), time.time())
+                if any(c.get("type") == "Admitted" and c.get("status") == "True" for c in status.get("conditions") or []):
+                    phase_seen.setdefault((name, "Admitted"), time.time())  # the condition: the phase goes on to Running
 
     stack = contextlib.ExitStack()
     if args.postgres:
@@ -186,20 +206,22 @@ def main() -> None:
         t_done = time.time()
         elapsed = t_done - t0
         calls = cluster.calls(sa_user(*account))[calls_before:]
+        seen = [first_seen[n] - created[n] for n in created if n in first_seen]
+        print(f"{len(seen)} of {args.objects} statuses after {elapsed:.1f} s; p99 {pct(seen, 99):.1f} s; "
+              f"{len(calls)} operator requests", flush=True)  # before the slow checks
+        executed = execute(instance, cluster, dagster_home, home, [d["metadata"]["name"] for d in docs[-args.execute:]],
+                           args.workers, phase_seen, created) if args.execute else []
         stop.set()
         if op is not None:
             thread.join(30)
         watcher_stop.set()
-        seen = [first_seen[n] - created[n] for n in created if n in first_seen]
-        print(f"{len(seen)} of {args.objects} statuses after {elapsed:.1f} s; p99 {pct(seen, 99):.1f} s; "
-              f"{len(calls)} operator requests", flush=True)  # before the slow checks
 
         # checks
         objs = cluster.list(KIND, NS)
         missing_status = [o["metadata"]["name"] for o in objs if not (o.get("status") or {}).get("runId")]
         per_uid = collections.Counter(r.tags.get(TAG_UID) for r in instance.get_runs())
         wrong_count = [o["metadata"]["name"] for o in objs if per_uid.get(o["metadata"]["uid"]) != 1]
-        queued = sum(1 for r in instance.get_runs() if r.status == dg.DagsterRunStatus.QUEUED)
+        queued = sum(1 for r in instance.get_runs() if r.status == dg.DagsterRunStatus.QUEUED) + len(executed)
         regressions = []
         for o in objs:
             ranks = [PHASE_ORDER[(v.get("status") or {})["phase"]] for v in cluster.history(KIND, o["metadata"]["name"], NS)
@@ -226,15 +248,66 @@ def main() -> None:
     else:
         print(f"operator log: {len(log_lines := (tmp / 'operator.log').read_text().splitlines())} lines, "
               f"{sum('WARNING' in line for line in log_lines)} warnings")
-    print(f"checks: {len(objs)} objects, {queued} Dagster runs QUEUED, without exactly one run: {len(wrong_count)}, "
-          f"without a status runId: {len(missing_status)}, phase regressions: {len(regressions)}, "
+    print(f"checks: {len(objs)} objects, {queued} Dagster runs QUEUED (or executed here), without exactly one run: "
+          f"{len(wrong_count)}, without a status runId: {len(missing_status)}, phase regressions: {len(regressions)}, "
           f"runs started by a restarted operator: {after - before}")
-    ok = not wrong_count and not missing_status and not regressions and after == before and len(latencies) == args.objects
+    failed = [e for e in executed if e["phase"] != "Succeeded" or e["admitted"] is None or e["running"] is None]
+    if executed:
+        adm = [e["admitted"] - e["dequeued"] for e in executed if e["admitted"] is not None]
+        print(f"executed {len(executed)} runs ({args.workers} run workers at once): "
+              + ", ".join(f"{e['name']} {e['phase']} in {e['wall_s']:.0f} s" for e in executed))
+        for label, key in (("create -> Pending (the operator)", "pending"), ("create -> Admitted", "admitted"),
+                           ("create -> Running", "running")):
+            vals = [e[key] - e["created"] for e in executed if e[key] is not None]
+            print(f"  {label}: min {min(vals):.1f} s, median {pct(vals, 50):.1f} s, max {max(vals):.1f} s"
+                  if vals else f"  {label}: never seen")
+        print(f"  dequeued -> Admitted (the run worker's start): min {min(adm):.1f} s, median {pct(adm, 50):.1f} s, "
+              f"max {max(adm):.1f} s" if adm else "  dequeued -> Admitted: never seen")
+    ok = not wrong_count and not missing_status and not regressions and after == before and len(latencies) == args.objects \
+        and not failed
     cluster.stop()
     import shutil
 
     shutil.rmtree(tmp, ignore_errors=True)
     sys.exit(0 if ok else 1)
+
+
+def execute(instance, cluster, dagster_home: Path, home: Path, names: list[str], workers: int,
+            phase_seen: dict[tuple[str, str], float], created: dict[str, float]) -> list[dict]:
+    """Run the queued runs of ``names`` to their end, ``workers`` run workers at once: each
+    dequeued as the daemon does, then ``dagster api execute_run`` in its own process (what
+    K8sRunLauncher's pod runs) as the run worker's ServiceAccount."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dagster._grpc.types import ExecuteRunArgs
+
+    from benchrun.controller.resources import TAG_UID
+    from helpers import dequeue
+
+    by_uid = {r.tags.get(TAG_UID): r for r in instance.get_runs()}
+    objs = {o["metadata"]["name"]: o for o in cluster.list(KIND, NS)}
+    env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "BENCHRUN_HOME": str(home), "PYTHONPATH": str(ROOT),
+           "KUBECONFIG": str(cluster.kubeconfig_for(NS, "benchrun-run"))}
+
+    def one(name: str) -> dict:
+        run = by_uid[objs[name]["metadata"]["uid"]]
+        dequeued = time.time()
+        dequeue(instance, run)
+        args = ExecuteRunArgs(job_origin=run.job_code_origin, run_id=run.run_id, instance_ref=instance.get_ref(),
+                              set_exit_code_on_failure=True)
+        done = subprocess.run([sys.executable, "-m", "dagster", *args.get_command_args()[1:]], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=1800)
+        wall = time.time() - dequeued
+        if done.returncode != 0:
+            print(f"{name}: run worker exited {done.returncode}: {done.stderr[-2000:]}", file=sys.stderr)
+        time.sleep(2.5)  # the watcher's next event
+        phase = (cluster.get(KIND, name, NS).get("status") or {}).get("phase")
+        return {"name": name, "created": created[name], "dequeued": dequeued, "wall_s": wall, "phase": phase,
+                **{key: phase_seen.get((name, ph)) for key, ph in
+                   (("pending", "Pending"), ("admitted", "Admitted"), ("running", "Running"))}}
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        return list(pool.map(one, names))
 
 
 if __name__ == "__main__":
