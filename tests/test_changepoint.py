@@ -196,13 +196,14 @@ def _siblings(rng, phis, n, step_at=None):
 
 
 def test_young_iid_steps_are_found_sooner_with_the_sibling_pool():
-    # before: a young segment whitened with its own phi + 1/sqrt(23) (~0.2 for an iid series),
-    # damping the step; pooled over 7 iid siblings the margin is ~1/sqrt(150)
+    # a young segment's own phi comes from ~23 nights; pooled over 7 iid siblings it is known to
+    # ~0.75/sqrt(150), so fewer young steps are damped (the gain is small since the long-run z:
+    # 162 -> 166 of 200 here, 82.4 -> 84.4 % in benchmarks/statistics_audit.py; what the pool
+    # buys most now is quiet on autocorrelated families, below)
     from benchrun.stats.changepoint import detect_series, sibling_pool
 
     rng = np.random.default_rng(21)
     found = {"own": 0, "pool": 0}
-    phis = {"own": [], "pool": []}
     for _ in range(25):
         ys = _siblings(rng, [0.0] * 8, 60, step_at=30)
         pools = sibling_pool([(np.arange(60), y) for y in ys])
@@ -210,10 +211,30 @@ def test_young_iid_steps_are_found_sooner_with_the_sibling_pool():
             for key, prior in (("own", None), ("pool", pool)):
                 hit = [c for c in detect_series(y, phi_prior=prior) if c.alarm_index >= 30]
                 found[key] += bool(hit) and hit[0].alarm_index < 37
-                if hit:
-                    phis[key].append(hit[0].phi)
-    assert np.mean(phis["pool"]) < np.mean(phis["own"]) - 0.01, phis
-    assert found["pool"] >= found["own"] + 6, found  # of 200 series (seed 21: 159 own, 166 pooled)
+    assert found["pool"] >= found["own"] + 2 and found["own"] >= 150, found  # of 200
+
+
+@pytest.mark.slow
+def test_autocorrelated_families_stay_quiet_with_the_long_run_z():
+    # 40 families of 8 series at AR(1) phi 0.8, 200 nights each: standardised by the long-run
+    # spread, 14 series ever alarm alone and 0 with the pool (seed 25); z on the innovations at the
+    # same margin (the rule before): 30 and 8, and 24 and 6 at its own margin of 1.0
+    from benchrun.stats.changepoint import Detector, detect_series, sibling_pool
+
+    def ever(det: Detector) -> tuple[int, int]:
+        rng = np.random.default_rng(25)
+        own = pooled = 0
+        for _ in range(40):
+            ys = _siblings(rng, [0.8] * 8, 200)
+            for y, pool in zip(ys, sibling_pool([(np.arange(200), y) for y in ys], detector=det)):
+                own += bool(detect_series(y, detector=det))
+                pooled += bool(detect_series(y, phi_prior=pool, detector=det))
+        return own, pooled
+
+    own, pooled = ever(Detector())
+    assert own <= 20 and pooled <= 3, (own, pooled)  # of 320 series
+    own_w, pooled_w = ever(Detector(whiten=True))
+    assert own_w >= own + 8 and pooled_w >= pooled + 4, (own_w, pooled_w)
 
 
 def test_a_high_phi_series_among_iid_siblings_is_not_whitened_less_than_by_its_own_rule():

@@ -1,5 +1,5 @@
 """Change points over run history: per series (workload digest × hardware key × metric) of
-replicate medians, a sequential two-sided CUSUM (Page) on AR(1)-whitened, self-starting
+replicate medians, a sequential two-sided CUSUM (Page) on self-starting, AR(1)-aware
 standardised values with a magnitude floor; results go to ``change_point_fact``.
 
 The detector reads a series in time order and decides at each night from the nights before
@@ -7,8 +7,9 @@ it only, so re-running it on a longer history reproduces every earlier alarm exa
 points neither move nor multiply as nights are added, and the false-alarm rate it has is one
 per *history* (the chance that a series without change ever alarms), not per pass.
 Benchmark histories are autocorrelated (a machine drifts, images are shared across nights):
-each value is whitened with the segment's own lag-1 autocorrelation (bias-corrected, plus a
-margin for its estimation error) before it enters the CUSUM. A young segment (few reference
+each value is standardised by the segment's long-run spread, the innovation spread over 1 − φ
+with φ its own lag-1 autocorrelation (bias-corrected, plus a margin for its estimation error),
+so that the CUSUM's sums grow as an independent series' would. A young segment (few reference
 nights: a wide margin that also damps a real step) borrows a φ pooled over its sibling series,
 the other series of the same hardware key and suite (:func:`sibling_pool`; rule in
 :class:`Detector`). An alarm also needs the change
@@ -45,7 +46,7 @@ log = logging.getLogger(__name__)
 
 MIN_SEGMENT = 3  # shift_pvalue: points on each side of a break, at least; a carried break's tolerance
 N_SIM = 999  # simulated null series per test
-METHOD = "sequential two-sided CUSUM on AR(1)-whitened self-starting z, magnitude floor"
+METHOD = "sequential two-sided CUSUM on self-starting z over the AR(1) long-run spread, magnitude floor"
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,13 @@ class Detector:
     standardised against the segment's nights up to t − ``lag`` (so a change under way does not
     leak into its own reference): mean m, lag-1 autocorrelation φ (Kendall bias-corrected, plus
     ``phi_margin``/√n for its estimation error, clipped to [0, 0.95]) and the innovation spread
-    s; z = (x_t − m − φ (x_{t−1} − m)) / s, clipped to ±``clip`` (one wild night cannot alarm on
-    its own). Page's CUSUM S⁺ = max(0, S⁺ + z − k), S⁻ = max(0, S⁻ − z − k) alarms at ``h``
+    s; z = (x_t − m)(1 − φ) / s, the night over the long-run spread s/(1 − φ) (a sum of L AR(1)
+    nights varies as L long-run variances, so the CUSUM's sums behave as an independent series'),
+    clipped to ±``clip`` (one wild night cannot alarm on its own). ``whiten``: the earlier rule,
+    z on the AR(1) innovations, (x_t − m − φ (x_{t−1} − m)) / s. Both give a step Δ the same
+    drift, (1 − φ)Δ/s a night; the long-run z is the quieter when φ is overstated (an iid series
+    with a young reference's margin: its z varies less than the innovations'), so it alarms less
+    on autocorrelated histories at the same detection (benchmarks/README.md). Page's CUSUM S⁺ = max(0, S⁺ + z − k), S⁻ = max(0, S⁻ − z − k) alarms at ``h``
     when the mean of the nights since the excursion began differs from the reference mean by at
     least the floor; the change point is the excursion's first night, and a new segment starts
     there.
@@ -68,24 +74,25 @@ class Detector:
     (no margin) and se = √(1/n + 1/n_p): if φ_o − φ_p > ``pool_gap``·se the series is not like its
     siblings and keeps its own rule, φ_o + ``phi_margin``/√n; otherwise
     φ = max(φ_p + ``phi_margin``/√n_p, φ_o). So a series whose own estimate is clearly higher
-    than the pool is never whitened with less than its own φ plus the full margin, and one in
-    line with the pool is never whitened with less than either estimate.
+    than the pool is never standardised with less than its own φ plus the full margin, and one in
+    line with the pool never with less than either estimate.
     """
 
     k: float = 0.75
     h: float = 5.5
     warmup: int = 15
     lag: int = 7
-    phi_margin: float = 1.0
+    phi_margin: float = 0.75
     clip: float = 3.0
     pool_below: int = 120
     pool_gap: float = 0.5
+    whiten: bool = False
 
     def describe(self, floor_pct: float, pool: tuple[float, float] | None = None) -> str:
         """The parameters as JSON; ``pool``: the pooled (φ, n) in force at the alarm, if any."""
         d = {"method": METHOD, "k": self.k, "h": self.h, "warmup": self.warmup, "lag": self.lag,
              "phi_margin": self.phi_margin, "clip": self.clip, "floor_pct": floor_pct, "pool_below": self.pool_below,
-             "pool_gap": self.pool_gap, "measured": MEASURED}
+             "pool_gap": self.pool_gap, "whiten": self.whiten, "measured": MEASURED}
         if pool is not None and pool[1] > 0 and math.isfinite(pool[0]):
             d["phi_pool"], d["phi_pool_n"] = round(float(pool[0]), 4), round(float(pool[1]), 1)
         return json.dumps(d, sort_keys=True)
@@ -93,12 +100,12 @@ class Detector:
 
 DETECTOR = Detector()
 # benchmarks/statistics_audit.py (changepoint section, 100 histories of 8 sibling series a cell, seeds 0 and 1,
-# 2026-12-03; benchmarks/README.md): the share of 200-night series without change that ever alarm, and of 5 % steps
+# 2026-12-04; benchmarks/README.md): the share of 200-night series without change that ever alarm, and of 5 % steps
 # found within 7 nights, with the sibling pool (without it in brackets).
-MEASURED = ("per 200-night series at CV 2 %, floor 3 %, 8 siblings, with the sibling pool (without): 1.1-1.2 % "
-            "(0.8-1.2 %) iid, 1.2-1.9 % (5.0-5.5 %) AR(1) phi 0.5, 3.0-3.9 % (8.6-9.4 %) phi 0.8, a phi-0.5 series "
-            "among phi-0 siblings 4.0-9.0 % (3.0-9.0 %) ever alarm; 5 % steps found within 7 nights: 95.2-97.0 % "
-            "(95.0-96.5 %) after 100 nights of history, 84.4-84.8 % (81.0-82.5 %) after 30")
+MEASURED = ("per 200-night series at CV 2 %, floor 3 %, 8 siblings, with the sibling pool (without): 1.0-1.2 % "
+            "(1.1-1.2 %) iid, 0.5-1.1 % (5.5-5.6 %) AR(1) phi 0.5, 0.4 % (6.4-6.8 %) phi 0.8, a phi-0.5 series "
+            "among phi-0 siblings 4.0-7.0 % (4.0-7.0 %) ever alarm; 5 % steps found within 7 nights: 95.4-97.2 % "
+            "(95.1-96.9 %) after 100 nights of history, 84.0-84.4 % (82.4-82.8 %) after 30")
 FACT_COLUMNS = [
     "series_id", "workload_spec_digest", "hardware_key", "suite", "case", "metric", "direction",
     "change_index", "run_id", "change_utc", "before_mean", "after_mean", "before_n", "after_n",
@@ -212,7 +219,7 @@ def _own_phi(ref: np.ndarray, m: float) -> float:
 
 def _reference(x: np.ndarray, lo: int, hi: int, phi_margin: float, prior: tuple[float, float] | None = None,
                pool_below: int = 0, pool_gap: float = 0.5) -> tuple[float, float, float]:
-    """Mean, whitening φ and innovation spread of x[lo:hi] (see :class:`Detector`); ``prior`` is
+    """Mean, AR(1) φ and innovation spread of x[lo:hi] (see :class:`Detector`); ``prior`` is
     the sibling pool (φ_p, n_p) known when the reference ends."""
     ref = x[lo:hi]
     n = ref.size
@@ -248,7 +255,7 @@ def detect_series(values: Sequence[float], *, floor_pct: float = 3.0, detector: 
     """Change points of one series (in time order), each decided from the nights up to its
     alarm only (so a longer history reports the same ones, plus any later).
 
-    ``phi_prior``: a pooled whitening φ and its number of nights for young segments (rule in
+    ``phi_prior``: a pooled φ and its number of nights for young segments (rule in
     :class:`Detector`), either one (φ, n) for the whole series or two arrays as long as the
     series, element i the pool from sibling nights up to night i (what :func:`sibling_pool`
     returns; a reference ending before night j uses element j − 1, so alarms still do not move
@@ -276,7 +283,8 @@ def detect_series(values: Sequence[float], *, floor_pct: float = 3.0, detector: 
         if not s > 0:  # a constant reference: any move is infinitely many sds; judge by the floor alone
             z = math.copysign(d.clip, x[t] - m) if x[t] != m else 0.0
         else:
-            z = min(max((x[t] - m - phi * (x[t - 1] - m)) / s, -d.clip), d.clip)
+            dev = x[t] - m - phi * (x[t - 1] - m) if d.whiten else (x[t] - m) * (1.0 - phi)
+            z = min(max(dev / s, -d.clip), d.clip)
         sp, sm = max(0.0, sp + z - d.k), max(0.0, sm - z - d.k)
         fired = None
         for stat, begin in ((sp, start_p), (sm, start_m)):
@@ -298,7 +306,7 @@ def detect_series(values: Sequence[float], *, floor_pct: float = 3.0, detector: 
 
 def sibling_pool(series: Sequence[tuple[Sequence[int], Sequence[float]]], *, detector: Detector = DETECTOR,
                  min_n: int = 8) -> list[tuple[np.ndarray, np.ndarray]]:
-    """For each series of one hardware key and suite, the whitening φ pooled over the others.
+    """For each series of one hardware key and suite, the AR(1) φ pooled over the others.
 
     ``series``: (positions, values) per series, positions increasing integers on a timeline
     the series share (the run order). Returns, per series, (φ_p, n_p) arrays as long as its
@@ -464,7 +472,7 @@ def change_points(history: "pd.DataFrame", *, previous: "pd.DataFrame | None" = 
     ``comparison.deltaPct``), else 3 %. ``new`` is False for a change point already in
     ``previous`` (the fact of the last pass: same series and a break within ``MIN_SEGMENT``
     runs of it), so each change is announced once. With ``pool`` (the default) a young
-    segment's whitening φ borrows from the series' siblings: the other series of its hardware
+    segment's φ borrows from the series' siblings: the other series of its hardware
     key and suite (other workloads, cases, metrics; :func:`sibling_pool`), on the run order
     they share; the pool in force at an alarm is in its ``detector`` (``phi_pool``, ``phi_pool_n``).
     """
