@@ -125,3 +125,31 @@ def test_a_preemption_before_any_pod_was_seen_ends_the_pods_being_deleted() -> N
                                     poll_s=1.0, sleep=lambda _s: None)
     assert verdict is None and pods[0].metadata.uid == "new"
     assert [a["pod_uid"] for a in watch.history] == ["old"] and watch.history[0]["measured"] is False
+
+
+def test_a_preemption_seen_with_the_first_pod_still_running_ends_that_pod() -> None:
+    # the eviction and the pod are seen in the same, first read, before the Job was suspended:
+    # the pod is not yet being deleted, but the Workload is still evicted, so it is the ended attempt
+    running = _job_pod("old", "Running", created=100.0)
+    killed = _job_pod("old", "Failed", created=100.0, deleting=True)
+    fresh = _job_pod("new", "Succeeded", created=200.0)
+    evicted_now = {"metadata": {"resourceVersion": "w2"}, "status": {"conditions": [
+        {"type": "Evicted", "status": "True", "reason": "Preempted", "message": "m",
+         "lastTransitionTime": "2026-12-01T00:00:05Z"}]}}
+    listed = iter([[running], [killed], [fresh, killed]])
+    evicted: list[str] = []
+
+    def read(_obj):
+        pods = next(listed)
+        done = pods[0].metadata.uid == "new"
+        obj = {"metadata": {"resourceVersion": f"j{len(evicted)}{done}"}, "status": {"conditions": [
+            {"type": "Complete", "status": "True", "lastTransitionTime": "2026-12-01T00:00:09Z"}] if done else []}}
+        client = SimpleNamespace(get_pods_in_job=lambda _n, _ns: pods)
+        return obj, evicted_now, {0: _newest_pod(client, "ns", "job", exclude=evicted)}
+
+    watch = Watch(kind="Job", name="job", read=read, nodes=1, ended_by=("Complete",), pod_end_ends=True,
+                  no_pod_note=lambda _o: "none", name_the_node=False, eviction_retries=1, evicted=evicted)
+    _obj, _wl, pods, verdict = wait(watch, None, time.perf_counter(), timeout_s=60, pending_timeout_s=60,
+                                    poll_s=1.0, sleep=lambda _s: None)
+    assert verdict is None and pods[0].metadata.uid == "new"
+    assert [a["pod_uid"] for a in watch.history] == ["old"]

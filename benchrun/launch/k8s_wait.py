@@ -132,9 +132,10 @@ def wait(watch: Watch, obj: Any, t0: float, *, timeout_s: float, pending_timeout
                 # (its own log and result, never merged with this one), within the same budget as evictions.
                 # The attempt it ended is the one followed until now: by this read Kueue may already
                 # have admitted it again and the Job made the next pod (the newest), while the ended
-                # one is still terminating; with none followed yet, the pods being deleted are it.
+                # one is still terminating; with none followed yet, the pods of this read that are
+                # not a newer attempt's (:func:`_of_ended_attempt`).
                 ended = followed or {r: p for r, p in new_pods.items()
-                                     if p.metadata.uid not in watch.evicted and _deleting(p)}
+                                     if p.metadata.uid not in watch.evicted and _of_ended_attempt(p, ev)}
                 _record(watch, "kueue", said, ended.get(0), started is not None, also=ended.values())
                 if len(watch.history) > watch.eviction_retries:
                     return obj, workload, pods, (f"{said}; ended {len(watch.history)} times by evictions or preemptions, "
@@ -258,6 +259,16 @@ def _phase(pod: Any) -> str | None:
 
 def _deleting(pod: Any) -> bool:
     return getattr(pod.metadata, "deletion_timestamp", None) is not None
+
+
+def _of_ended_attempt(pod: Any, ev: dict[str, Any]) -> bool:
+    """Whether a pod seen with Kueue's eviction ``ev`` belongs to the attempt it ended: being
+    deleted, or seen while the Workload is still evicted (no new attempt before it is admitted
+    again), or created before the eviction."""
+    if _deleting(pod) or ev["status"] == "True":
+        return True
+    evicted_at, created = epoch(ev.get("time")), epoch(pod.metadata.creation_timestamp)
+    return evicted_at is not None and created is not None and created < evicted_at
 
 
 def _disrupted(pod: Any) -> str | None:
