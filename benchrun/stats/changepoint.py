@@ -61,12 +61,13 @@ class Detector:
     nights varies as L long-run variances, so the CUSUM's sums behave as an independent series'),
     clipped to ±``clip`` (one wild night cannot alarm on its own). ``whiten``: the earlier rule,
     z on the AR(1) innovations, (x_t − m − φ (x_{t−1} − m)) / s. Both give a step Δ the same
-    drift, (1 − φ)Δ/s a night; the long-run z is the quieter when φ is overstated (an iid series
-    with a young reference's margin: its z varies less than the innovations'), so it alarms less
-    on autocorrelated histories at the same detection (benchmarks/README.md). Page's CUSUM S⁺ = max(0, S⁺ + z − k), S⁻ = max(0, S⁻ − z − k) alarms at ``h``
-    when the mean of the nights since the excursion began differs from the reference mean by at
-    least the floor; the change point is the excursion's first night, and a new segment starts
-    there.
+    drift after its first night, (1 − φ)Δ/s a night; the long-run z is the quieter when φ is
+    overstated (an iid series with a young reference's margin: its z varies less than the
+    innovations'), and it alarms less on autocorrelated histories at the same detection
+    (benchmarks/README.md). Page's CUSUM S⁺ = max(0, S⁺ + z − k), S⁻ = max(0, S⁻ − z − k)
+    alarms at ``h`` when the mean of the nights since the excursion began differs from the
+    reference mean by at least the floor; the change point is the excursion's first night, and
+    a new segment starts there.
 
     The pooled φ (``phi_prior`` of :func:`detect_series`: φ_p from n_p sibling nights, bias-
     corrected, no margin) is used while the segment's own reference holds fewer than
