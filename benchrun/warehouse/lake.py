@@ -60,7 +60,8 @@ TABLE_PROPERTIES = {
     "commit.manifest.min-count-to-merge": "32",
     # merged manifests stop growing at 1 MiB (~2,200 data files each): a merge then rewrites at most that
     # much, where pyiceberg's 8 MiB default let the one merged manifest grow with the table and made every
-    # 32nd commit slower (10,000 runs: commit p99 0.27 s over runs 1-1,000, 2.52 s over 9,001-10,000)
+    # 32nd commit slower (10,000 runs: commit p99 0.27 s over runs 1-1,000, 2.52 s over 9,001-10,000;
+    # with the cap 0.36 and 0.46 s, 0.45 s over all 40,000 commits: benchmarks/README.md)
     "commit.manifest.target-size-bytes": str(1 << 20),
     "write.metadata.delete-after-commit.enabled": "true",
     "write.metadata.previous-versions-max": "20",
