@@ -170,8 +170,9 @@ def pull_run(run_id: str, home: Path, *, status_only: bool = False, warehouse: b
 
 
 def _iceberg_warehouse() -> bool:
-    """BENCHRUN_WAREHOUSE_FORMAT=iceberg (benchrun.warehouse.lake, read here without importing it)."""
-    return os.environ.get("BENCHRUN_WAREHOUSE_FORMAT", "parquet").strip().lower() == "iceberg"
+    """The Iceberg warehouse, the default unless BENCHRUN_WAREHOUSE_FORMAT=parquet (benchrun.warehouse.lake,
+    read here without importing it)."""
+    return (os.environ.get("BENCHRUN_WAREHOUSE_FORMAT", "").strip().lower() or "iceberg") == "iceberg"
 
 
 def _inside(home: Path, relative: str) -> Path:

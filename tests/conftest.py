@@ -12,6 +12,19 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(autouse=True)
+def _default_warehouse(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test starts on the default warehouse (the Iceberg tables), whatever the shell sets."""
+    monkeypatch.delenv("BENCHRUN_WAREHOUSE_FORMAT", raising=False)
+
+
+@pytest.fixture
+def parquet_layout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The per-run parquet layout of earlier releases (``BENCHRUN_WAREHOUSE_FORMAT=parquet``), for the
+    tests of that layout and of the migration from it."""
+    monkeypatch.setenv("BENCHRUN_WAREHOUSE_FORMAT", "parquet")
+
+
 @pytest.fixture
 def bench_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh $BENCHRUN_HOME (and DAGSTER_HOME under it) for one test."""

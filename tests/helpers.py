@@ -119,3 +119,11 @@ def stop_process(proc: "subprocess.Popen", grace_s: float) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(10)
+
+
+def run_rows(home, table: str, run_id: str) -> list[dict]:
+    """A run's rows of a warehouse table, read the way every reader reads them (``benchrun query``),
+    whichever layout the warehouse has."""
+    from benchrun.warehouse import query
+
+    return query(f'SELECT * FROM "{table}" WHERE run_id = ?', home, [run_id]).table.to_pylist()

@@ -23,14 +23,15 @@ from benchrun.playbooks import (
 )
 from benchrun.playbooks import backpressure, gpu_utilization, straggler, tail_latency
 from benchrun.warehouse import query_spec_digest
-from benchrun.warehouse.writer import rows_to_table, write_partition
+from benchrun.warehouse.curate import store_rows
+from benchrun.warehouse.writer import rows_to_table
 
 T0 = dt.datetime(2026, 11, 30, 9, 0, tzinfo=dt.timezone.utc)
 
 
 def put(home: Path, table: str, run_id: str, rows: list[dict[str, Any]]) -> None:
-    """Write the run's partition of ``table`` through the warehouse's own writer."""
-    write_partition(home, table, run_id, [rows_to_table(table, [{"run_id": run_id, **r} for r in rows])])
+    """Replace the run's rows of ``table`` through the warehouse's own writer (Iceberg, the default)."""
+    store_rows(home, table, run_id, [rows_to_table(table, [{"run_id": run_id, **r} for r in rows])], T0)
 
 
 def add_run(home: Path, run_id: str, pending_s: float | None = 2.0) -> None:

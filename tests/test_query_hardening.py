@@ -111,7 +111,12 @@ def test_cli_attacks_fail_cleanly_and_limit_applies(home: Path) -> None:
     assert len(doc["rows"]) == 7 and doc["truncated"] is True and doc["limit"] == 7 and "--limit 7" in out.stderr
     out = _cli(home, "query", "SELECT request_id FROM serving_request_fact", "--csv", "--limit", "0")
     assert out.returncode == 0 and len(out.stdout.splitlines()) == 121
-    # a damaged partition: the others still answer, and the warning names the file
+
+
+@pytest.mark.slow
+def test_cli_names_a_damaged_partition_and_the_others_answer(parquet_layout: None, home: Path) -> None:
+    """The parquet layout's damaged file (the Iceberg tables' own: test_warehouse_iceberg,
+    test_a_damaged_data_file_is_left_out_with_a_note)."""
     bad = home / "warehouse" / "measurement_fact" / "run_id=run-a" / "part.parquet"
     bad.write_bytes(b"PAR1 truncated")
     out = _cli(home, "query", "SELECT DISTINCT run_id FROM measurement_fact", "--csv")

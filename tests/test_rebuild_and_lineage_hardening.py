@@ -3,14 +3,18 @@ valid), and `benchrun rebuild-warehouse [RUN_ID...]` re-creates the facts."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from benchrun.cli import app
+from benchrun.errors import BenchrunError
 from benchrun.store import open_store
-from benchrun.warehouse import curate_run, query
+from benchrun.warehouse import curate_run, lake, query
+from benchrun.warehouse.rebuild import rebuild_warehouse
 from benchrun.warehouse.lineage import trace
 from test_store_helpers import make_run_dir
 
@@ -18,6 +22,8 @@ from test_store_helpers import make_run_dir
 def _stored(home: Path, run_id: str):
     run_dir = make_run_dir(home, run_id)
     manifest = open_store(None, home).put_run_dir(run_dir, run_id)
+    status = json.loads((run_dir / "status.json").read_text())  # as a run records it once its evidence is stored
+    (run_dir / "status.json").write_text(json.dumps({**status, "artifact_manifest_digest": manifest.digest}))
     return run_dir, manifest
 
 
@@ -32,6 +38,13 @@ def test_lineage_survives_moving_the_home(tmp_path: Path) -> None:
     assert store_uri["store_uri"] == "objects/" and store_uri["manifest_uri"].startswith("manifests/run-a/")
     new = tmp_path / "moved"
     shutil.move(str(old), str(new))
+    with pytest.raises(BenchrunError, match="moved or copied.*rebuild-warehouse"):  # Iceberg's absolute paths
+        trace(new, "run-a", "gflops")
+    with pytest.raises(BenchrunError, match="run it without them"):  # a partial rebuild would lose the rest
+        rebuild_warehouse(new, ["run-a"])
+    report = rebuild_warehouse(new)
+    assert list(report.rebuilt) == ["run-a"] and not report.failed
+    assert lake.written_under(lake.catalog(new)).removeprefix("file://").startswith(str(new.resolve()))
     [report] = trace(new, "run-a", "gflops")
     assert report.median == 11.0 and len(report.steps) == 3
     assert all("stored bytes re-hash to it" in s.checks for s in report.steps)

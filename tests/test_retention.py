@@ -33,7 +33,7 @@ def _setup(home: Path, now: dt.datetime):
     return store, manifests
 
 
-def test_dry_run_lists_and_apply_removes_only_expired(tmp_path: Path) -> None:
+def test_dry_run_lists_and_apply_removes_only_expired(parquet_layout: None, tmp_path: Path) -> None:
     now = dt.datetime(2026, 11, 30, 12, tzinfo=dt.timezone.utc)
     store, manifests = _setup(tmp_path, now)
     plan = plan_retention(tmp_path, now)

@@ -52,7 +52,10 @@ def test_bad_setting_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 @pytest.mark.slow
-def test_one_run_across_three_homes(tmp_path: Path, s3_env: str, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+def test_one_run_across_three_homes(parquet_layout: None, tmp_path: Path, s3_env: str,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """The mirror of the per-run parquet layout; with the Iceberg default the pods share the catalog
+    and its location instead (test_deploy_walkthrough runs that with a real Postgres and S3 API)."""
     from bench_assets.definitions import defs
     from benchrun import submit as sub
     from benchrun.rundir import RunDir

@@ -15,7 +15,8 @@ from benchrun.launch.local import LocalLauncher, local_node_name
 from benchrun.playbooks import distributed_straggler, record_straggler_nodes
 from benchrun.plan import Invocation, base_env
 from benchrun.rundir import RunDir
-from benchrun.warehouse.writer import rows_to_table, write_partition
+from benchrun.warehouse.curate import store_rows
+from benchrun.warehouse.writer import rows_to_table
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,9 +37,9 @@ def _run_gang(home: Path, run_id: str, params: dict[str, Any], replicates: int =
         rows += [{"run_id": run_id, "suite": "allreduce", "replicate": rep, "case": m["case"], "metric": m["name"],
                   "value": m["value"], "rank_id": m.get("rank_id"), "node_name": m.get("node_name"), "status": "ok"}
                  for m in doc["metrics"]]
-    write_partition(home, "benchmark_run_fact", run_id, [rows_to_table("benchmark_run_fact", [
+    store_rows(home, "benchmark_run_fact", run_id, [rows_to_table("benchmark_run_fact", [
         {"run_id": run_id, "name": run_id, "phase": "Succeeded", "created_utc": dt.datetime.now(dt.timezone.utc)}])])
-    write_partition(home, "measurement_fact", run_id, [rows_to_table("measurement_fact", rows)])
+    store_rows(home, "measurement_fact", run_id, [rows_to_table("measurement_fact", rows)])
     return docs
 
 

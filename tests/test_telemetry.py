@@ -218,10 +218,8 @@ def test_sampling_off_writes_nothing(tmp_path):
 
 
 def test_curated_slices_carry_suite_replicate_device_keys_and_lineage(tmp_path, monkeypatch):
-    import pyarrow.parquet as pq
-
     from benchrun.warehouse.curate import curate_run
-    from benchrun.warehouse.writer import partition_dir
+    from helpers import run_rows
 
     monkeypatch.delenv("BENCHRUN_PROMETHEUS_URL", raising=False)
     rd = RunDir(tmp_path, RUN_ID).create()
@@ -234,7 +232,7 @@ def test_curated_slices_carry_suite_replicate_device_keys_and_lineage(tmp_path, 
     n = curate_run(rd.path, tmp_path, tables=["telemetry_slice_fact", "measurement_fact"])
     raw = read_samples(rd.path / f"raw/{RUN_ID}_s_r2_telemetry.parquet")
     assert n["telemetry_slice_fact"] == raw.num_rows  # no environment capture in this run: samples only
-    t = pq.read_table(partition_dir(tmp_path, "telemetry_slice_fact", RUN_ID)).to_pylist()
+    t = run_rows(tmp_path, "telemetry_slice_fact", RUN_ID)
     assert {(r["suite"], r["replicate"], r["run_id"]) for r in t} == {("s", 2, RUN_ID)}
     assert all(r["raw_path"] == f"raw/{RUN_ID}_s_r2_telemetry.parquet" and r["benchmark_case_id"] == "bc-x" for r in t)
     cores = {r["device_index"] for r in t if r["metric"] == "cpu_core_utilization_pct"}
@@ -243,7 +241,7 @@ def test_curated_slices_carry_suite_replicate_device_keys_and_lineage(tmp_path, 
     assert cores == set(range(psutil.cpu_count()))
     rate = next(r for r in t if r["metric"] == "cpu_utilization_pct")
     assert rate["window_start_utc"] < rate["window_end_utc"]  # a rate covers the interval since the last sample
-    m = pq.read_table(partition_dir(tmp_path, "measurement_fact", RUN_ID)).to_pylist()
+    m = run_rows(tmp_path, "measurement_fact", RUN_ID)
     assert {"answer", "cpu_utilization_pct_mean", "background_cpu_pct_p95"} <= {r["metric"] for r in m}
 
 

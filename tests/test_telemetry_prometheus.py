@@ -93,10 +93,8 @@ def prometheus(tmp_path_factory):
 
 @pytest.mark.slow  # starts two servers and waits for scrapes
 def test_replicate_window_gets_the_node_exporter_series_and_they_reach_the_warehouse(prometheus, tmp_path, monkeypatch):
-    import pyarrow.parquet as pq
-
     from benchrun.warehouse.curate import curate_run
-    from benchrun.warehouse.writer import partition_dir
+    from helpers import run_rows
 
     monkeypatch.setenv("BENCHRUN_PROMETHEUS_URL", prometheus)
     monkeypatch.setenv("BENCHRUN_PROMETHEUS_RATE_WINDOW", "5s")
@@ -119,7 +117,7 @@ def test_replicate_window_gets_the_node_exporter_series_and_they_reach_the_wareh
     assert all(0.0 <= v <= 1.0 for v in busy)
     assert set(table["node_name"].to_pylist()) == {os.uname().nodename}
     curate_run(rd.path, tmp_path, tables=["telemetry_slice_fact"])
-    rows = pq.read_table(partition_dir(tmp_path, "telemetry_slice_fact", RUN_ID)).to_pylist()
+    rows = run_rows(tmp_path, "telemetry_slice_fact", RUN_ID)
     prom_rows = [r for r in rows if r["source"] == "prometheus:node"]
     assert {r["metric"] for r in prom_rows} >= {"node_cpu_busy_ratio", "node_load1", "node_memory_available_bytes"}
     assert all(r["suite"] == "s" and r["replicate"] == 1 and r["raw_path"] == prom["samples"] for r in prom_rows)

@@ -362,6 +362,34 @@ def test_a_parquet_home_migrates_with_every_row(tmp_path: Path, monkeypatch: pyt
     assert {t: _count(tmp_path, f'SELECT count(*) FROM "{t}"') for t in TABLES} == before
 
 
+def test_a_parquet_home_is_migrated_once_on_first_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Iceberg is the default: a home of an earlier release (the parquet layout) is copied into the
+    tables by the first process that opens them, with the counts recorded, and only once."""
+    from benchrun.warehouse import migrate
+
+    monkeypatch.setenv(lake.FORMAT_ENV, "parquet")
+    for run_id in ("run-a", "run-b"):
+        run_dir, manifest = _stored_run(tmp_path, run_id)
+        curate_run(run_dir, tmp_path, manifest)
+    before = {t: _count(tmp_path, f'SELECT count(*) FROM "{t}"') for t in TABLES}
+    monkeypatch.delenv(lake.FORMAT_ENV)  # the default, as after an upgrade: a new process
+    assert lake.enabled()
+    monkeypatch.setattr(migrate, "_CHECKED", set())
+    assert {t: _count(tmp_path, f'SELECT count(*) FROM "{t}"') for t in TABLES} == before  # no command was run
+    marker = json.loads((tmp_path / "warehouse" / migrate.MARKER).read_text())
+    assert marker["tables"]["serving_request_fact"] == {"parquet_rows": 120, "iceberg_rows": 120}
+    assert all(c["parquet_rows"] == c["iceberg_rows"] for c in marker["tables"].values())
+    assert (tmp_path / "warehouse" / "measurement_fact" / "run_id=run-a" / "part.parquet").is_file()  # kept
+    monkeypatch.setattr(migrate, "_CHECKED", set())  # another new process: the marker says it is done
+    monkeypatch.setattr(migrate, "migrate_parquet", lambda home: pytest.fail("migrated twice"))
+    lake._CATALOGS.clear()
+    assert _count(tmp_path, "SELECT count(*) FROM measurement_fact") == before["measurement_fact"]
+    run_c, man_c = _stored_run(tmp_path, "run-c")
+    curate_run(run_c, tmp_path, man_c)  # new runs go to the tables only
+    assert _count(tmp_path, "SELECT count(*) FROM measurement_fact") == before["measurement_fact"] + 9
+    assert not (tmp_path / "warehouse" / "measurement_fact" / "run_id=run-c").exists()
+
+
 def test_compaction_and_expiry_keep_the_rows(tmp_path: Path) -> None:
     for run_id in ("run-a", "run-b", "run-c"):
         run_dir, manifest = _stored_run(tmp_path, run_id)

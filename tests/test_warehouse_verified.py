@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from benchrun.cli import app
+from benchrun.errors import BenchrunError
 from benchrun.provenance import sign_run
 from benchrun.provenance.keys import KEY_ENV, load_signing_key
 from benchrun.rundir import MUTABLE_FILES
@@ -36,7 +37,7 @@ def _partition(home: Path, table: str = "measurement_fact") -> Path:
     return home / "warehouse" / table / f"run_id={RUN_ID}" / "part.parquet"
 
 
-def test_values_multiplied_by_ten_fail_verify_and_query_warns(signed_home: Path) -> None:
+def test_values_multiplied_by_ten_fail_verify_and_query_warns(parquet_layout: None, signed_home: Path) -> None:
     cli = CliRunner()
     ok = cli.invoke(app, ["verify", RUN_ID])
     assert ok.exit_code == 0, ok.output
@@ -56,7 +57,7 @@ def test_values_multiplied_by_ten_fail_verify_and_query_warns(signed_home: Path)
     assert any("does not match the sha256 signed" in n and str(part) in n for n in res.notes)
 
 
-def test_a_partition_with_value_as_text_is_left_out_with_a_warning(signed_home: Path) -> None:
+def test_a_partition_with_value_as_text_is_left_out_with_a_warning(parquet_layout: None, signed_home: Path) -> None:
     other = make_sealed_run(signed_home, run_id="prov-20261130090001-00000001", stored=True)
     curate_run(other.path, signed_home,
                open_store(None, signed_home).put_run_dir(other.path, other.run_id, exclude=MUTABLE_FILES))
@@ -80,6 +81,12 @@ def test_on_a_copied_home_verify_and_lineage_name_the_copy(signed_home: Path, tm
     copy = tmp_path / "copied-home"
     shutil.copytree(signed_home, copy)
     monkeypatch.setenv("BENCHRUN_HOME", str(copy))
+    # the Iceberg tables address their files by absolute path: the copy's name the original's until rebuilt
+    with pytest.raises(BenchrunError, match=f"written under {signed_home}.*moved or copied.*rebuild-warehouse"):
+        trace(copy, RUN_ID, "tflops")
+    from benchrun.warehouse.rebuild import rebuild_warehouse
+
+    assert list(rebuild_warehouse(copy).rebuilt) == [RUN_ID]  # what `benchrun rebuild-warehouse` runs
     reports = trace(copy, RUN_ID, "tflops")
     assert reports and str(signed_home) not in json_dump(reports) and reports[0].store_uri.startswith(copy.as_uri())
     store = open_store(None, copy)

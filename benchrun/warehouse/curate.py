@@ -8,7 +8,7 @@ import itertools
 import json
 import logging
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -438,6 +438,20 @@ def build_tables(src: RunSources) -> dict[str, Callable[[], Any]]:
     return producers
 
 
+def store_rows(home: Path, table: str, run_id: str, batches: Iterable[pa.RecordBatch | pa.Table],
+               run_started: dt.datetime | None = None) -> int:
+    """Replace ``run_id``'s rows of ``table`` in the warehouse this process uses: one Iceberg commit
+    (the default; ``run_started`` picks the day partition), or the run's parquet partition
+    (``BENCHRUN_WAREHOUSE_FORMAT=parquet``). Returns the rows written."""
+    from benchrun.warehouse import lake
+    from benchrun.warehouse.migrate import migrate_on_first_use
+
+    if lake.enabled():
+        migrate_on_first_use(Path(home))  # a home of an earlier release: its parquet layout copied in, once
+        return lake.commit_run(Path(home), table, run_id, batches, run_started).rows
+    return write_partition(Path(home), table, run_id, batches)
+
+
 def curate_run(
     run_dir: Path,
     home: Path,
@@ -457,14 +471,9 @@ def curate_run(
     unknown = [t for t in selected if t not in TABLES]
     if unknown:
         raise ValueError(f"unknown tables {unknown}")
-    from benchrun.warehouse import lake
-
-    if lake.enabled():  # one Iceberg commit per table, replacing exactly this run's rows
-        started = parse_ts(src.status.get("started_utc")) or parse_ts(src.status.get("created_utc"))
-        # Runs finishing together start on different tables, so their commits seldom race for one table.
-        turn = int(hashlib.sha256(src.run_id.encode()).hexdigest(), 16) % len(selected)
-        ordered = selected[turn:] + selected[:turn]
-        counts = {table: lake.commit_run(Path(home), table, src.run_id, producers[table](), started).rows
-                  for table in ordered}
-        return {table: counts[table] for table in selected}
-    return {table: write_partition(Path(home), table, src.run_id, producers[table]()) for table in selected}
+    started = parse_ts(src.status.get("started_utc")) or parse_ts(src.status.get("created_utc"))
+    # Runs finishing together start on different tables, so their Iceberg commits seldom race for one table.
+    turn = int(hashlib.sha256(src.run_id.encode()).hexdigest(), 16) % len(selected)
+    ordered = selected[turn:] + selected[:turn]
+    counts = {table: store_rows(Path(home), table, src.run_id, producers[table](), started) for table in ordered}
+    return {table: counts[table] for table in selected}

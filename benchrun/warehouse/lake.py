@@ -1,10 +1,8 @@
 """The warehouse as Apache Iceberg tables in a pyiceberg SQL catalog: one atomic commit per run per table.
 
-Catalog: ``BENCHRUN_CATALOG_URI`` (a SQLAlchemy URL, e.g. ``postgresql+psycopg2://user@host/db``,
-the password from ``BENCHRUN_CATALOG_PASSWORD`` when not in the URL), by default the sqlite file
-``<home>/warehouse/catalog.sqlite`` (zero set-up). Table location: ``BENCHRUN_WAREHOUSE_LOCATION``
-(``s3://bucket/prefix``, endpoint and credentials as for the artifact store:
-``BENCHRUN_S3_ENDPOINT_URL``, ``AWS_*``), by default ``<home>/warehouse/iceberg``.
+The default warehouse (``BENCHRUN_WAREHOUSE_FORMAT`` unset or ``iceberg``). The catalog and the
+tables' location (a sqlite file and a directory in the home by default, Postgres and ``s3://`` at
+scale) are :mod:`benchrun.warehouse.lakecatalog`'s, whose names this module re-exports.
 
 Every table of :mod:`benchrun.warehouse.schemas` has the same columns plus, where it lacks them,
 ``run_id`` and always ``run_started_utc`` (the run's start): the tables are partitioned by
@@ -33,16 +31,30 @@ import pyarrow as pa
 from benchrun.errors import BenchrunError
 from benchrun.paths import validate_run_id
 from benchrun.warehouse.schemas import TABLES, TS
+from benchrun.warehouse.lakecatalog import (  # noqa: F401  (the catalog's names, used through this module too)
+    CATALOG_ENV,
+    CATALOG_FILE,
+    CATALOG_NAME,
+    CATALOG_PASSWORD_ENV,
+    LOCATION_ENV,
+    _CATALOGS,
+    _is_locked,
+    _retry_locked,
+    catalog,
+    catalog_exists,
+    catalog_uri,
+    local_default,
+    moved_home,
+    reset_moved,
+    s3_properties,
+    table_location,
+    written_under,
+)
 
 log = logging.getLogger(__name__)
 
 NAMESPACE = "benchrun"
-CATALOG_NAME = "benchrun"
-CATALOG_ENV = "BENCHRUN_CATALOG_URI"
-CATALOG_PASSWORD_ENV = "BENCHRUN_CATALOG_PASSWORD"
-LOCATION_ENV = "BENCHRUN_WAREHOUSE_LOCATION"
-FORMAT_ENV = "BENCHRUN_WAREHOUSE_FORMAT"  # "iceberg" switches curation and the views to the tables here
-CATALOG_FILE = "catalog.sqlite"
+FORMAT_ENV = "BENCHRUN_WAREHOUSE_FORMAT"  # "iceberg" (unset: the default) or "parquet", the per-run layout before it
 RUN_START = "run_started_utc"
 SNAPSHOT_RUN_PROPERTY = "benchrun.run-id"
 COMMIT_ATTEMPTS = 60
@@ -73,10 +85,11 @@ FILTER_COLUMN = "suite"
 
 
 def enabled() -> bool:
-    """True when the warehouse is the Iceberg tables (``BENCHRUN_WAREHOUSE_FORMAT=iceberg``)."""
-    value = os.environ.get(FORMAT_ENV, "parquet").strip().lower()
+    """True when the warehouse is the Iceberg tables: the default; ``BENCHRUN_WAREHOUSE_FORMAT=parquet``
+    keeps the per-run parquet layout of earlier releases."""
+    value = os.environ.get(FORMAT_ENV, "").strip().lower() or "iceberg"
     if value not in ("parquet", "iceberg"):
-        raise BenchrunError(f"{FORMAT_ENV}={value!r}: give iceberg or parquet (unset: parquet)")
+        raise BenchrunError(f"{FORMAT_ENV}={value!r}: give iceberg or parquet (unset: iceberg)")
     return value == "iceberg"
 
 
@@ -88,106 +101,6 @@ def iceberg_schema_of(table: str) -> pa.Schema:
         extra.append(pa.field("run_id", pa.string()))
     extra.append(pa.field(RUN_START, TS))
     return pa.schema([*schema, *extra])
-
-
-def table_location(home: Path) -> str:
-    """Where the tables' files go: ``BENCHRUN_WAREHOUSE_LOCATION`` or ``<home>/warehouse/iceberg``."""
-    given = os.environ.get(LOCATION_ENV, "").strip()
-    if given:
-        if not given.startswith("s3://") or len(given) <= len("s3://"):
-            raise BenchrunError(f"{LOCATION_ENV}={given!r}: give s3://bucket/prefix (unset: under the home)")
-        return given.rstrip("/")
-    return str((Path(home) / "warehouse" / "iceberg").resolve())
-
-
-def catalog_uri(home: Path) -> str:
-    given = os.environ.get(CATALOG_ENV, "").strip()
-    if given:
-        if not (given.startswith("sqlite:") or given.startswith("postgresql")):
-            raise BenchrunError(f"{CATALOG_ENV}: give a sqlite:/// or postgresql+psycopg2:// URL (unset: "
-                                f"<home>/warehouse/{CATALOG_FILE})")
-        password = os.environ.get(CATALOG_PASSWORD_ENV)
-        if password and given.startswith("postgresql"):
-            from sqlalchemy.engine import make_url
-
-            given = make_url(given).set(password=password).render_as_string(hide_password=False)
-        return given
-    return f"sqlite:///{(Path(home) / 'warehouse' / CATALOG_FILE).resolve()}"
-
-
-def s3_properties() -> dict[str, str]:
-    """pyiceberg FileIO settings for an S3 location: the artifact store's endpoint and credentials."""
-    props: dict[str, str] = {}
-    endpoint = os.environ.get("BENCHRUN_S3_ENDPOINT_URL")
-    if endpoint:
-        props["s3.endpoint"] = endpoint
-    for key, env in (("s3.access-key-id", "AWS_ACCESS_KEY_ID"), ("s3.secret-access-key", "AWS_SECRET_ACCESS_KEY"),
-                     ("s3.session-token", "AWS_SESSION_TOKEN")):
-        if os.environ.get(env):
-            props[key] = os.environ[env]
-    props["s3.region"] = os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION") or "us-east-1"
-    return props
-
-
-_CATALOGS: dict[tuple[str, str], Any] = {}
-
-
-def catalog(home: Path) -> Any:
-    """The pyiceberg SQL catalog of ``home`` (one per process and setting; its tables are created on first use)."""
-    from pyiceberg.catalog.sql import SqlCatalog
-
-    uri, location = catalog_uri(home), table_location(home)
-    if os.environ.get("BENCHRUN_SHARED_STATE") and (uri.startswith("sqlite:") or not location.startswith("s3://")):
-        raise BenchrunError(f"BENCHRUN_SHARED_STATE is set: the Iceberg warehouse must be shared too; set {CATALOG_ENV} "
-                            f"to a postgresql+psycopg2:// URL and {LOCATION_ENV} to s3://bucket/prefix")
-    key = (uri, location)
-    if key not in _CATALOGS:
-        if uri.startswith("sqlite:"):
-            (Path(home) / "warehouse").mkdir(parents=True, exist_ok=True)
-        props = {"uri": uri, "warehouse": location, "init_catalog_tables": "true"}
-        if location.startswith("s3://"):
-            props.update(s3_properties())
-        cat = _retry_locked(lambda: SqlCatalog(CATALOG_NAME, **props), "open the catalog", racing_create=True)
-        if uri.startswith("sqlite:"):
-            _sqlite_waits(cat)
-        _CATALOGS[key] = cat
-    return _CATALOGS[key]
-
-
-def _sqlite_waits(cat: Any) -> None:
-    """Writers of one sqlite catalog wait for each other's short transactions instead of failing at once."""
-    from sqlalchemy import event
-
-    @event.listens_for(cat.engine, "connect")
-    def _busy(dbapi_con: Any, _record: Any) -> None:
-        dbapi_con.execute("PRAGMA busy_timeout = 30000")
-
-
-def _is_locked(exc: BaseException) -> bool:
-    from sqlalchemy.exc import OperationalError
-
-    return isinstance(exc, OperationalError) and "locked" in str(exc).lower()
-
-
-def _lost_create_race(exc: BaseException) -> bool:
-    """Another process created the catalog's own tables (or a row) between our check and our create."""
-    from sqlalchemy.exc import IntegrityError, ProgrammingError
-
-    text = str(exc).lower()
-    return isinstance(exc, IntegrityError) or (isinstance(exc, ProgrammingError) and "already exists" in text) \
-        or "already exists" in text
-
-
-def _retry_locked(fn: Any, what: str, attempts: int = 20, *, racing_create: bool = False) -> Any:
-    for attempt in range(attempts):
-        try:
-            return fn()
-        except Exception as exc:  # noqa: BLE001 - only a locked sqlite catalog (or a lost create race) is retried
-            retry = _is_locked(exc) or (racing_create and _lost_create_race(exc))
-            if not retry or attempt == attempts - 1:
-                raise
-            time.sleep(0.05 * (attempt + 1))
-    raise AssertionError("unreachable")
 
 
 def _partition_spec(schema: Any, table: str) -> Any:
@@ -349,11 +262,6 @@ def current_tables(home: Path) -> dict[str, tuple[str, int | None]]:
         snap = tbl.current_snapshot()
         out[table] = (tbl.metadata_location, snap.snapshot_id if snap else None)
     return out
-
-
-def catalog_exists(home: Path) -> bool:
-    """Whether this home has Iceberg tables (a catalog URL is set, or its sqlite file exists)."""
-    return bool(os.environ.get(CATALOG_ENV, "").strip()) or (Path(home) / "warehouse" / CATALOG_FILE).is_file()
 
 
 def table_files(home: Path, table: str) -> int:

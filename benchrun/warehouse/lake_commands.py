@@ -17,13 +17,14 @@ def _home():
 def migrate_cmd(as_json: bool = typer.Option(False, "--json", help="Print the row counts as JSON.")) -> None:
     """Copy a parquet-layout warehouse into the Iceberg tables; print rows before and after per table.
 
-    Idempotent: each run's rows are replaced, never added twice; the parquet files stay where they are."""
+    The first use of a home with that layout does this by itself, once; this command can always be
+    run again. Idempotent: each run's rows are replaced, never added twice; the parquet files stay."""
     from benchrun.errors import BenchrunError
     from benchrun.warehouse import lake
 
     if not lake.enabled():
-        raise BenchrunError(f"migrate-warehouse: set {lake.FORMAT_ENV}=iceberg first (the tables it fills are read "
-                            "only then)")
+        raise BenchrunError(f"migrate-warehouse: {lake.FORMAT_ENV}=parquet keeps the old layout; unset it (Iceberg is "
+                            "the default) so that the tables it fills are the ones read")
     from benchrun.warehouse.migrate import migrate_parquet
 
     counts = migrate_parquet(_home())
@@ -35,6 +36,9 @@ def migrate_cmd(as_json: bool = typer.Option(False, "--json", help="Print the ro
     lost = {t: c for t, c in counts.items() if c[0] != c[1]}
     if lost:
         raise BenchrunError(f"migrate-warehouse: row counts differ for {sorted(lost)}; nothing was removed, run it again")
+    from benchrun.warehouse.migrate import write_marker
+
+    write_marker(_home(), counts)
 
 
 def maintain_cmd(
@@ -44,7 +48,11 @@ def maintain_cmd(
     """Compact each table's small files (one per day and suite) and expire old snapshots."""
     from benchrun.warehouse import TABLES, lake
 
+    from benchrun.warehouse.migrate import migrate_on_first_use
+
     home = _home()
+    if lake.enabled():
+        migrate_on_first_use(home)
     cutoff = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=expire_days)
     for table in TABLES:
         before, after, old = lake.maintain(home, table, cutoff, dry_run=dry_run)
@@ -63,7 +71,11 @@ def tag_cmd(
     from benchrun.warehouse import lake
 
     if not lake.enabled():
-        raise BenchrunError(f"tag-warehouse: the tags are Iceberg's; set {lake.FORMAT_ENV}=iceberg first")
+        raise BenchrunError(f"tag-warehouse: the tags are Iceberg's; unset {lake.FORMAT_ENV}=parquet (Iceberg is the "
+                            "default)")
+    from benchrun.warehouse.migrate import migrate_on_first_use
+
+    migrate_on_first_use(_home())  # the tag names the migrated rows too
     tagged = lake.tag_tables(_home(), name, force=force)
     if as_json:
         typer.echo(json.dumps({"tag": name, "snapshots": tagged}, indent=2, sort_keys=True))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 from pathlib import Path
 from typing import Iterable
 
@@ -14,6 +15,75 @@ from benchrun.warehouse.schemas import TABLES
 
 log = logging.getLogger(__name__)
 
+# Written into <home>/warehouse/ once a home's parquet layout is in the Iceberg tables: the row
+# counts before and after, per table. Its presence is what "migrated" means; `benchrun
+# migrate-warehouse` can always be run again (each run's rows are replaced, never added twice).
+MARKER = "migrated-to-iceberg.json"
+_CHECKED: set[str] = set()  # homes this process has looked at (or is migrating: no recursion)
+_CHECK_LOCK = threading.Lock()
+
+
+def has_parquet_layout(home: Path) -> bool:
+    """Whether ``home`` holds a partition of the per-run parquet layout."""
+    root = Path(home) / "warehouse"
+    return any(next(iter((root / table).glob("run_id=*/part.parquet")), None) is not None
+               for table in TABLES if (root / table).is_dir())
+
+
+def migrate_on_first_use(home: Path) -> dict[str, tuple[int, int]] | None:
+    """The first time a process of this release opens the Iceberg catalog of a home that still
+    holds the parquet layout (and no marker): migrate it, once, under a lock every process of the
+    home shares, and record the counts in the marker. None when there was nothing to do.
+
+    A count that differs raises (nothing is removed, no marker written: the next use tries again,
+    or `benchrun migrate-warehouse` reports it); the parquet files are never removed here."""
+    import fcntl
+
+    from benchrun.errors import BenchrunError
+
+    key = str(Path(home).resolve())
+    with _CHECK_LOCK:
+        if key in _CHECKED:
+            return None
+        _CHECKED.add(key)
+    root = Path(home) / "warehouse"
+    if (root / MARKER).is_file() or not has_parquet_layout(home):
+        return None
+    with open(root / ".migration.lock", "a+") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            if (root / MARKER).is_file():  # another process of this home did it while we waited
+                return None
+            log.warning("warehouse: %s holds the per-run parquet layout; copying it into the Iceberg tables once "
+                        "(the parquet files stay)", root)
+            try:
+                counts = migrate_parquet(home)
+            except BaseException:
+                with _CHECK_LOCK:
+                    _CHECKED.discard(key)
+                raise
+            lost = sorted(t for t, (before, after) in counts.items() if before != after)
+            if lost:
+                with _CHECK_LOCK:
+                    _CHECKED.discard(key)
+                raise BenchrunError(f"warehouse: migrating {root} into the Iceberg tables left row counts that differ "
+                                    f"for {lost}; nothing was removed: run `benchrun migrate-warehouse` to see the "
+                                    f"counts, or set BENCHRUN_WAREHOUSE_FORMAT=parquet to keep the old layout")
+            write_marker(home, counts)
+            log.warning("warehouse: migrated %s rows into the Iceberg tables (%s)",
+                        sum(a for _, a in counts.values()), root / MARKER)
+            return counts
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def write_marker(home: Path, counts: dict[str, tuple[int, int]]) -> Path:
+    """Record a finished migration (rows per table, parquet and Iceberg) in ``<home>/warehouse``."""
+    from benchrun.fsio import atomic_write_json
+
+    return atomic_write_json(Path(home) / "warehouse" / MARKER, {
+        "migrated_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "tables": {t: {"parquet_rows": b, "iceberg_rows": a} for t, (b, a) in counts.items()}})
 
 
 def _run_starts(home: Path, run_ids: Iterable[str]) -> dict[str, dt.datetime | None]:
@@ -37,8 +107,10 @@ def migrate_parquet(home: Path) -> dict[str, tuple[int, int]]:
     """
     import pyarrow.parquet as pq
 
-    from benchrun.warehouse.views import readable_partitions
+    from benchrun.warehouse.partitions import readable_partitions
 
+    with _CHECK_LOCK:  # this is the migration: the catalog opened below does not start another
+        _CHECKED.add(str(Path(home).resolve()))
     counts: dict[str, tuple[int, int]] = {}
     for table in TABLES:
         files, notes = readable_partitions(home, table)

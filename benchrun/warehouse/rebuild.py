@@ -50,7 +50,18 @@ def rebuild_warehouse(home: Path, run_ids: list[str] | None = None) -> RebuildRe
     from benchrun.warehouse.curate import curate_run
     from benchrun.warehouse.views import refresh_views
 
+    from benchrun.warehouse import lake
+
     home = Path(home)
+    if lake.enabled():
+        if run_ids:
+            try:
+                lake.catalog(home)
+            except BenchrunError as exc:
+                raise BenchrunError(f"{exc}; with the run ids given only those would be rebuilt: run it without them"
+                                    ) from exc
+        else:
+            lake.reset_moved(home)
     on_disk = {rd.run_id: rd for rd in list_runs(home)}
     # The local layouts benchrun writes: the shared default and one prefix per run.
     stores = [open_store(t, home) for t in LOCAL_LAYOUTS]

@@ -138,7 +138,11 @@ def _try_load_manifest(run_id: str, spec: dict[str, Any], status: dict[str, Any]
         return None
     template = dig(spec, "spec", "sinks", "rawArtifacts", "pathTemplate")
     try:
-        return open_store(template, home).load_manifest(run_id, status["artifact_manifest_digest"])
+        store = open_store(template, home)
+        manifest = store.load_manifest(run_id, status["artifact_manifest_digest"])
     except BenchrunError as exc:
         log.warning("run %s: stored object manifest not loadable (%s); raw_uri left null", run_id, exc)
         return None
+    # The objects are where the manifest was found (its digest leaves locations out): in a moved or
+    # copied home that is this home's store, not the one the manifest was first written to.
+    return dataclasses.replace(manifest, store_uri=store.uri)

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator
 
 from benchrun.errors import BenchrunError
 from benchrun.warehouse.schemas import DIMENSIONS, TABLES, duckdb_type
+from benchrun.warehouse.partitions import readable_partitions
 from benchrun.warehouse.writer import warehouse_root
 
 log = logging.getLogger(__name__)
@@ -44,67 +45,6 @@ CHANGE_POINT_FACT = ("change_point_fact", "change_points.parquet")
 
 def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
-
-
-def readable_partitions(home: Path, table: str) -> tuple[list[Path], list[str]]:
-    """A table's partition files whose parquet footer reads and whose columns have the table's
-    types, and one note per file left out or read with a warning.
-
-    A truncated, foreign or mistyped partition (``value`` stored as text, say) is left out of
-    the view (and named in the note), so one damaged run never stops queries, lineage or
-    playbooks over every other run. A partition whose bytes differ from the hash in its run's
-    signed statement is read, with a warning (``benchrun verify`` fails on it).
-    """
-    import pyarrow.parquet as pq
-
-    expected = {f.name: f.type for f in TABLES[table]}
-    good: list[Path] = []
-    notes: list[str] = []
-    for f in sorted((warehouse_root(home) / table).glob("run_id=*/part.parquet")):
-        run_id = f.parent.name.removeprefix("run_id=")
-        try:
-            schema = pq.read_schema(f)
-        except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for a damaged file
-            notes.append(f"{f}: damaged partition left out of {table} ({str(exc).splitlines()[0]}); "
-                         f"curate run {run_id} again or remove that directory")
-            continue
-        wrong = [f"{col.name} is {col.type}, not {expected[col.name]}" for col in schema
-                 if col.name in expected and not _same_type(col.type, expected[col.name])]
-        if wrong:
-            notes.append(f"{f}: partition with another schema than {table}'s left out ({'; '.join(wrong[:3])}); "
-                         f"curate run {run_id} again or remove that directory")
-            continue
-        notes.extend(_signature_note(home, table, run_id, f))
-        good.append(f.resolve())
-    return good, notes
-
-
-def _same_type(actual: Any, expected: Any) -> bool:
-    """Equal, or read by DuckDB as the same SQL type (string and large_string, say)."""
-    if actual.equals(expected):
-        return True
-    try:
-        return duckdb_type(actual) == duckdb_type(expected)
-    except KeyError:
-        return False
-
-
-def _signature_note(home: Path, table: str, run_id: str, f: Path) -> list[str]:
-    """A warning when the run's signed statement hashed this partition with other bytes."""
-    from benchrun.paths import validate_run_id
-    from benchrun.provenance.statement import signed_partitions_unverified
-    from benchrun.store.base import sha256_file
-
-    try:
-        run_dir = Path(home) / "runs" / validate_run_id(run_id)
-    except BenchrunError:
-        return []
-    signed = signed_partitions_unverified(run_dir)
-    rel = f"{table}/run_id={run_id}/part.parquet"
-    if not signed or rel not in signed or sha256_file(f) == signed[rel]:
-        return []
-    return [f"{f}: does not match the sha256 signed for run {run_id} (changed since signing); its rows are "
-            f"read but not trusted: `benchrun verify {run_id}` fails, `benchrun rebuild-warehouse` curates it again"]
 
 
 def view_sql(home: Path, table: str, con: Any = None, files: list[Path] | None = None) -> str:
@@ -145,6 +85,9 @@ def create_views(con: Any, home: Path) -> list[str]:
     notes: list[str] = []
     if _iceberg():
         from benchrun.warehouse import lakeviews
+        from benchrun.warehouse.migrate import migrate_on_first_use
+
+        migrate_on_first_use(home)  # a home of an earlier release: its parquet layout copied in, once
 
         if not con.execute("SELECT count(*) FROM duckdb_extensions() WHERE loaded AND extension_name = 'iceberg'"
                            ).fetchone()[0]:
@@ -307,8 +250,12 @@ def connect(home: Path, notes: list[str] | None = None, *, as_of: Any = None,
     Iceberg: ``as_of`` (a snapshot id or a datetime) reads the tables as they were then; ``snapshots``
     (when given) receives the snapshot id each view reads."""
     if as_of is not None and not _iceberg():
-        raise BenchrunError("query: --as-of needs the Iceberg tables (BENCHRUN_WAREHOUSE_FORMAT=iceberg, then "
-                            "`benchrun migrate-warehouse`); this warehouse is the parquet layout")
+        raise BenchrunError("query: --as-of needs the Iceberg tables (the default: unset BENCHRUN_WAREHOUSE_FORMAT=parquet, "
+                            "then `benchrun migrate-warehouse`); this warehouse is the parquet layout")
+    if _iceberg():
+        from benchrun.warehouse.migrate import migrate_on_first_use
+
+        migrate_on_first_use(Path(home))  # a home of an earlier release: its parquet layout copied in, once
     if as_of is not None:
         return _connect_at(Path(home), notes, as_of, snapshots)
     key = _fingerprint(Path(home))
