@@ -31,7 +31,7 @@ def _spec(table: str) -> dg.AssetSpec:
         deps=[RUN_EVIDENCE],
         partitions_def=benchmark_run_partitions,
         group_name=GROUP,
-        kinds={"parquet", "duckdb"},
+        kinds={"iceberg", "duckdb"},
         description=_DESCRIPTIONS.get(table, f"The {table} dimension, keyed by a hash of its natural attributes."),
         metadata={"table_kind": kind, "columns": dg.TableSchema(
             columns=[dg.TableColumn(f.name, str(f.type)) for f in TABLES[table]])},
@@ -50,19 +50,20 @@ LINEAGE_CHECK = dg.AssetCheckSpec(
 def warehouse_tables(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource
 ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
-    """Curate the run's partition of every selected table (parquet, atomically replaced)."""
+    """Curate the run's rows of every selected table: one Iceberg commit per table replacing exactly
+    them (the default), or its parquet partition, atomically replaced (BENCHRUN_WAREHOUSE_FORMAT=parquet)."""
+    from benchrun.warehouse import lake
+
     run_id = validate_run_id(context.partition_key)
     selected = [key.to_user_string() for key in context.selected_asset_keys]
     counts = warehouse.curate(run_id, selected)
     root = warehouse.home_path() / "warehouse"
+    iceberg = lake.enabled()
     for table, rows in counts.items():
-        yield dg.MaterializeResult(
-            asset_key=table,
-            metadata={
-                "dagster/row_count": rows,
-                "partition_file": dg.MetadataValue.path(str(root / table / f"run_id={run_id}" / "part.parquet")),
-            },
-        )
+        where = ({"iceberg_table": f"{lake.NAMESPACE}.{table}",
+                  "table_location": dg.MetadataValue.text(lake.table_location(warehouse.home_path()))} if iceberg else
+                 {"partition_file": dg.MetadataValue.path(str(root / table / f"run_id={run_id}" / "part.parquet"))})
+        yield dg.MaterializeResult(asset_key=table, metadata={"dagster/row_count": rows, **where})
     if LINEAGE_CHECK.key in context.selected_asset_check_keys:
         missing = warehouse.query(
             "SELECT count(*) FILTER (WHERE raw_uri IS NULL OR artifact_manifest_digest IS NULL), count(*) "

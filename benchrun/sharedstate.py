@@ -1,5 +1,8 @@
-"""Shared state in object storage: run directories, pinned specs and warehouse parquet mirrored
-under one S3 prefix, so the daemon's, the run worker's and the controller's pods see one run.
+"""Shared state in object storage: run directories and pinned specs mirrored under one S3 prefix, so
+the daemon's, the run worker's and the controller's pods see one run. The warehouse is not mirrored:
+its Iceberg tables (the default) are shared through their Postgres catalog and S3 location, which the
+shared state then requires; only the parquet layout of earlier releases
+(``BENCHRUN_WAREHOUSE_FORMAT=parquet``) has its partitions mirrored here as well.
 
 ``BENCHRUN_SHARED_STATE=s3://bucket/prefix`` switches it on (endpoint and credentials as for
 the artifact store: ``BENCHRUN_S3_ENDPOINT_URL``, ``AWS_*``). Unset, every function here

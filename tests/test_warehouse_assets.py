@@ -38,7 +38,7 @@ def test_asset_definitions() -> None:
     assert set(specs) == set(TABLES)
     for spec in specs.values():
         assert spec.group_name == "warehouse" and dg.AssetKey("run_evidence") in {d.asset_key for d in spec.deps}
-        assert set(spec.kinds) == {"parquet", "duckdb"}
+        assert set(spec.kinds) == {"iceberg", "duckdb"}
         assert spec.partitions_def.name == "benchmark_run"
     assert warehouse_views.op.pool == "duckdb_writer"
     defs = dg.Definitions(assets=[stub_run_evidence, *warehouse_assets], resources={"warehouse": WarehouseResource()})

@@ -353,13 +353,43 @@ def test_a_parquet_home_migrates_with_every_row(tmp_path: Path, monkeypatch: pyt
         curate_run(run_dir, tmp_path, manifest)
     before = {t: _count(tmp_path, f'SELECT count(*) FROM "{t}"') for t in TABLES}
     monkeypatch.setenv(lake.FORMAT_ENV, "iceberg")
-    counts = migrate_parquet(tmp_path)
-    assert counts["measurement_fact"] == (18, 18) and counts["serving_request_fact"] == (120, 120)
-    assert all(b == a for b, a in counts.values())
+    done = migrate_parquet(tmp_path)
+    assert done.counts["measurement_fact"] == (18, 18) and done.counts["serving_request_fact"] == (120, 120)
+    assert not done.differ and not done.left_out
     after = {t: _count(tmp_path, f'SELECT count(*) FROM "{t}"') for t in TABLES}
     assert after == before
-    migrate_parquet(tmp_path)  # again: replaced, not doubled
+    again = migrate_parquet(tmp_path)  # again: nothing copied twice
+    assert again.already["measurement_fact"] == 2 and again.counts["measurement_fact"] == (0, 0)
     assert {t: _count(tmp_path, f'SELECT count(*) FROM "{t}"') for t in TABLES} == before
+
+
+def test_a_migration_never_puts_older_rows_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A home that used the tables before Iceberg was the default (no marker) keeps what they hold:
+    a run curated again there, and a run retention deleted from them, stay as they are; the read-back
+    counts are the tables' own."""
+    from benchrun.warehouse import migrate
+
+    monkeypatch.setenv(lake.FORMAT_ENV, "parquet")
+    for run_id in ("run-a", "run-b"):
+        run_dir, manifest = _stored_run(tmp_path, run_id)
+        curate_run(run_dir, tmp_path, manifest)
+    monkeypatch.setenv(lake.FORMAT_ENV, "iceberg")
+    migrate_parquet(tmp_path)  # the earlier release's command: no marker
+    run_a, man_a = _stored_run(tmp_path, "run-a", gflops=(99.0, 99.0, 99.0))
+    curate_run(run_a, tmp_path, man_a)  # newer rows for run-a
+    lake.delete_run(tmp_path, "measurement_fact", "run-b")  # removed on purpose
+    monkeypatch.setattr(migrate, "_CHECKED", set())  # a new process of this release
+    rows = query("SELECT run_id, value FROM measurement_fact WHERE metric = 'gflops' ORDER BY ALL", tmp_path).table
+    assert rows.to_pylist() == [{"run_id": "run-a", "value": 99.0}] * 3  # no automatic copy over existing tables
+    assert not (tmp_path / "warehouse" / migrate.MARKER).exists()
+    done = migrate_parquet(tmp_path)  # and the command copies only what no table holds: run-b's measurements
+    assert done.already["measurement_fact"] == 1 and done.counts["measurement_fact"] == (9, 9)
+    values = query("SELECT run_id, value FROM measurement_fact WHERE metric = 'gflops' ORDER BY ALL", tmp_path)
+    assert [r["value"] for r in values.table.to_pylist() if r["run_id"] == "run-a"] == [99.0] * 3
+    monkeypatch.setattr(migrate, "commit_run",  # a commit that says it wrote the rows and landed nothing
+                        lambda home, table, run_id, batches, started: lake.Commit(table, 60, None, 1, 0.0))
+    lake.delete_run(tmp_path, "serving_request_fact", "run-b")
+    assert migrate_parquet(tmp_path).differ == ["serving_request_fact"]  # read back, not taken from the writer
 
 
 def test_a_parquet_home_is_migrated_once_on_first_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -377,7 +407,9 @@ def test_a_parquet_home_is_migrated_once_on_first_use(tmp_path: Path, monkeypatc
     monkeypatch.setattr(migrate, "_CHECKED", set())
     assert {t: _count(tmp_path, f'SELECT count(*) FROM "{t}"') for t in TABLES} == before  # no command was run
     marker = json.loads((tmp_path / "warehouse" / migrate.MARKER).read_text())
-    assert marker["tables"]["serving_request_fact"] == {"parquet_rows": 120, "iceberg_rows": 120}
+    assert marker["tables"]["serving_request_fact"] == {"parquet_rows": 120, "iceberg_rows": 120,
+                                                         "runs_already_in_the_table": 0}
+    assert marker["left_out"] == []
     assert all(c["parquet_rows"] == c["iceberg_rows"] for c in marker["tables"].values())
     assert (tmp_path / "warehouse" / "measurement_fact" / "run_id=run-a" / "part.parquet").is_file()  # kept
     monkeypatch.setattr(migrate, "_CHECKED", set())  # another new process: the marker says it is done
@@ -388,6 +420,36 @@ def test_a_parquet_home_is_migrated_once_on_first_use(tmp_path: Path, monkeypatc
     curate_run(run_c, tmp_path, man_c)  # new runs go to the tables only
     assert _count(tmp_path, "SELECT count(*) FROM measurement_fact") == before["measurement_fact"] + 9
     assert not (tmp_path / "warehouse" / "measurement_fact" / "run_id=run-c").exists()
+
+
+def test_a_moved_home_is_refused_then_rebuilt_with_the_runs_only_parquet_held(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Iceberg names files by absolute path: a moved home is refused with the fix, and the rebuild
+    keeps a run that only the migrated parquet layout still held (no run directory, nothing stored)."""
+    import shutil
+
+    from benchrun.warehouse import migrate
+    from benchrun.warehouse.rebuild import rebuild_warehouse
+
+    old, new = tmp_path / "old", tmp_path / "new"
+    monkeypatch.setenv(lake.FORMAT_ENV, "parquet")
+    run_a, man_a = _stored_run(old, "run-a", in_status=True)
+    curate_run(run_a, old, man_a)
+    run_b = make_run_dir(old, "run-b")
+    curate_run(run_b, old, None)
+    shutil.rmtree(run_b)  # run-b lives on in the parquet layout only
+    monkeypatch.delenv(lake.FORMAT_ENV)
+    monkeypatch.setattr(migrate, "_CHECKED", set())
+    assert _count(old, "SELECT count(DISTINCT run_id) FROM measurement_fact") == 2  # migrated on first use
+    shutil.move(str(old), str(new))
+    lake._CATALOGS.clear()
+    with pytest.raises(BenchrunError, match=f"written under {old}/warehouse/iceberg.*moved or copied"):
+        query("SELECT 1 FROM measurement_fact", new)
+    report = rebuild_warehouse(new)
+    assert list(report.rebuilt) == ["run-a"] and not report.failed
+    got = query("SELECT run_id, count(*) AS n FROM measurement_fact GROUP BY run_id ORDER BY run_id", new)
+    assert got.table.to_pylist() == [{"run_id": "run-a", "n": 9}, {"run_id": "run-b", "n": 9}]
+    assert json.loads((new / "warehouse" / migrate.MARKER).read_text())["tables"]["measurement_fact"]["iceberg_rows"] == 18
 
 
 def test_compaction_and_expiry_keep_the_rows(tmp_path: Path) -> None:

@@ -156,9 +156,10 @@ class LocalLauncher:
                 return self._result(inv, "failed", f"cannot start {inv.argv[0]!r}: {exc.strerror or exc}",
                                     None, wall, t_request, t_request, log_path, None)
             t_spawned = time.time()
-            if telemetry is not None:
-                telemetry.watch(proc.pid)
             try:
+                # Inside the try: a Ctrl-C that lands while the sampler takes the pid still ends the suite.
+                if telemetry is not None:
+                    telemetry.watch(proc.pid)
                 code = wait_exit(proc, inv.timeout_s)
             except subprocess.TimeoutExpired:
                 timed_out = True

@@ -17,28 +17,31 @@ def _home():
 def migrate_cmd(as_json: bool = typer.Option(False, "--json", help="Print the row counts as JSON.")) -> None:
     """Copy a parquet-layout warehouse into the Iceberg tables; print rows before and after per table.
 
-    The first use of a home with that layout does this by itself, once; this command can always be
-    run again. Idempotent: each run's rows are replaced, never added twice; the parquet files stay."""
+    The first use of an older home does this by itself, once. Runs the tables already hold are left
+    as they are (their rows there are the same or newer), so it can be run again and never puts older
+    rows back; the parquet files stay."""
     from benchrun.errors import BenchrunError
     from benchrun.warehouse import lake
 
     if not lake.enabled():
         raise BenchrunError(f"migrate-warehouse: {lake.FORMAT_ENV}=parquet keeps the old layout; unset it (Iceberg is "
                             "the default) so that the tables it fills are the ones read")
-    from benchrun.warehouse.migrate import migrate_parquet
+    from benchrun.warehouse.migrate import migrate_parquet, write_marker
 
-    counts = migrate_parquet(_home())
+    done = migrate_parquet(_home())
     if as_json:
-        typer.echo(json.dumps({t: {"before": b, "after": a} for t, (b, a) in counts.items()}, indent=2))
+        typer.echo(json.dumps({t: {"before": b, "after": a, "runs_already_in_the_table": done.already.get(t, 0)}
+                               for t, (b, a) in done.counts.items()}, indent=2))
     else:
-        for table, (before, after) in counts.items():
-            typer.echo(f"{table}: {before} rows in parquet, {after} rows committed")
-    lost = {t: c for t, c in counts.items() if c[0] != c[1]}
-    if lost:
-        raise BenchrunError(f"migrate-warehouse: row counts differ for {sorted(lost)}; nothing was removed, run it again")
-    from benchrun.warehouse.migrate import write_marker
-
-    write_marker(_home(), counts)
+        for table, (before, after) in done.counts.items():
+            already = done.already.get(table, 0)
+            typer.echo(f"{table}: {before} rows in parquet, {after} rows in the table for those runs"
+                       + (f" ({already} runs already in the table, left as they are)" if already else ""))
+        for note in done.left_out:
+            typer.echo(f"left out: {note}", err=True)
+    if done.differ:
+        raise BenchrunError(f"migrate-warehouse: row counts differ for {done.differ}; nothing was removed, run it again")
+    write_marker(_home(), done)
 
 
 def maintain_cmd(

@@ -25,6 +25,7 @@ CATALOG_ENV = "BENCHRUN_CATALOG_URI"
 CATALOG_PASSWORD_ENV = "BENCHRUN_CATALOG_PASSWORD"
 LOCATION_ENV = "BENCHRUN_WAREHOUSE_LOCATION"
 CATALOG_FILE = "catalog.sqlite"
+MIGRATED_MARKER = "migrated-to-iceberg.json"  # benchrun.warehouse.migrate's, in <home>/warehouse/
 
 
 def table_location(home: Path) -> str:
@@ -71,13 +72,37 @@ def s3_properties() -> dict[str, str]:
 _CATALOGS: dict[tuple[str, str], tuple[Any, int | None]] = {}
 
 
-def _sqlite_inode(uri: str) -> int | None:
+def _sqlite_identity(uri: str) -> tuple[int, int] | None:
+    """The sqlite catalog file's inode and the random ``application_id`` benchrun gave it (an inode can
+    be reused by a file made anew under the same name), or None when it is not a sqlite file."""
+    import sqlite3
+
     if not uri.startswith("sqlite:///"):
         return None
+    path = uri.removeprefix("sqlite:///")
     try:
-        return Path(uri.removeprefix("sqlite:///")).stat().st_ino
-    except OSError:
+        inode = os.stat(path).st_ino
+        con = sqlite3.connect(path, timeout=30)
+        try:
+            app = con.execute("PRAGMA application_id").fetchone()[0]
+        finally:
+            con.close()
+    except (OSError, sqlite3.Error):
         return None
+    return inode, app
+
+
+def _mark_identity(cat: Any) -> None:
+    """Give a new sqlite catalog file its random ``application_id`` (kept when it has one)."""
+    import secrets
+
+    with cat.engine.begin() as con:
+        if not con.exec_driver_sql("PRAGMA application_id").scalar():
+            con.exec_driver_sql(f"PRAGMA application_id = {secrets.randbelow(2**31 - 1) + 1}")
+
+
+class MovedHomeError(BenchrunError):
+    """The embedded default's tables name another home's files (the home was moved or copied)."""
 
 
 def local_default(home: Path) -> bool:
@@ -104,7 +129,7 @@ def moved_home(home: Path, cat: Any) -> str | None:
     here = table_location(home).rstrip("/") + "/"
     if first is None or first.removeprefix("file://").startswith(here):
         return None
-    return first.removeprefix("file://").split("/benchrun/", 1)[0]
+    return first.removeprefix("file://").rsplit("/benchrun/", 1)[0]  # <location>/<namespace>/<table>/metadata/...
 
 
 def catalog(home: Path, *, allow_moved: bool = False) -> Any:
@@ -118,10 +143,13 @@ def catalog(home: Path, *, allow_moved: bool = False) -> Any:
     uri, location = catalog_uri(home), table_location(home)
     if os.environ.get("BENCHRUN_SHARED_STATE") and (uri.startswith("sqlite:") or not location.startswith("s3://")):
         raise BenchrunError(f"BENCHRUN_SHARED_STATE is set: the Iceberg warehouse must be shared too; set {CATALOG_ENV} "
-                            f"to a postgresql+psycopg2:// URL and {LOCATION_ENV} to s3://bucket/prefix")
+                            f"to a postgresql+psycopg2:// URL and {LOCATION_ENV} to s3://bucket/prefix (or "
+                            f"BENCHRUN_WAREHOUSE_FORMAT=parquet to keep mirroring the parquet layout of earlier releases)")
     key = (uri, location)
     cached = _CATALOGS.get(key)
-    if cached is None or (uri.startswith("sqlite:") and cached[1] != _sqlite_inode(uri)):
+    if cached is None or (uri.startswith("sqlite:") and cached[1] != _sqlite_identity(uri)):
+        if cached is not None:
+            cached[0].engine.dispose()  # its file was replaced: its pooled connections read the old one
         if uri.startswith("sqlite:"):
             (Path(home) / "warehouse").mkdir(parents=True, exist_ok=True)
         props = {"uri": uri, "warehouse": location, "init_catalog_tables": "true"}
@@ -130,14 +158,15 @@ def catalog(home: Path, *, allow_moved: bool = False) -> Any:
         cat = _retry_locked(lambda: SqlCatalog(CATALOG_NAME, **props), "open the catalog", racing_create=True)
         if uri.startswith("sqlite:"):
             _sqlite_waits(cat)
+            _retry_locked(lambda: _mark_identity(cat), "mark the catalog")
         old = None if allow_moved else _retry_locked(lambda: moved_home(home, cat), "read the catalog")
         if old is not None:
             cat.engine.dispose()
-            raise BenchrunError(
+            raise MovedHomeError(
                 f"warehouse: the Iceberg tables of {home} were written under {old}, and Iceberg addresses every file by "
                 f"absolute path: this home was moved or copied. Run `benchrun rebuild-warehouse` to rebuild them here "
                 f"from the run directories and the artifact store (the evidence is unchanged)")
-        _CATALOGS[key] = (cat, _sqlite_inode(uri))
+        _CATALOGS[key] = (cat, _sqlite_identity(uri))
     return _CATALOGS[key][0]
 
 
@@ -156,7 +185,8 @@ def reset_moved(home: Path) -> str | None:
     cat.engine.dispose()
     _CATALOGS.clear()
     warehouse = Path(home) / "warehouse"
-    (warehouse / CATALOG_FILE).unlink()
+    for name in (CATALOG_FILE, *(CATALOG_FILE + s for s in ("-journal", "-wal", "-shm")), MIGRATED_MARKER):
+        (warehouse / name).unlink(missing_ok=True)  # the marker described the tables set aside
     shutil.rmtree(warehouse / "iceberg", ignore_errors=True)  # files of the copy that name the old paths
     log.warning("warehouse: %s was written under %s; its Iceberg tables are rebuilt here", warehouse, old)
     return old

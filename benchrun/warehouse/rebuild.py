@@ -51,17 +51,21 @@ def rebuild_warehouse(home: Path, run_ids: list[str] | None = None) -> RebuildRe
     from benchrun.warehouse.views import refresh_views
 
     from benchrun.warehouse import lake
+    from benchrun.warehouse.lakecatalog import MovedHomeError
+    from benchrun.warehouse.migrate import has_parquet_layout, migrate_parquet, write_marker
 
     home = Path(home)
     if lake.enabled():
         if run_ids:
             try:
                 lake.catalog(home)
-            except BenchrunError as exc:
+            except MovedHomeError as exc:
                 raise BenchrunError(f"{exc}; with the run ids given only those would be rebuilt: run it without them"
                                     ) from exc
-        else:
-            lake.reset_moved(home)
+        elif lake.reset_moved(home) is not None and has_parquet_layout(home):
+            done = migrate_parquet(home)  # runs only the parquet layout of an earlier release still holds
+            if not done.differ:
+                write_marker(home, done)
     on_disk = {rd.run_id: rd for rd in list_runs(home)}
     # The local layouts benchrun writes: the shared default and one prefix per run.
     stores = [open_store(t, home) for t in LOCAL_LAYOUTS]

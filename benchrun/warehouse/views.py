@@ -250,8 +250,8 @@ def connect(home: Path, notes: list[str] | None = None, *, as_of: Any = None,
     Iceberg: ``as_of`` (a snapshot id or a datetime) reads the tables as they were then; ``snapshots``
     (when given) receives the snapshot id each view reads."""
     if as_of is not None and not _iceberg():
-        raise BenchrunError("query: --as-of needs the Iceberg tables (the default: unset BENCHRUN_WAREHOUSE_FORMAT=parquet, "
-                            "then `benchrun migrate-warehouse`); this warehouse is the parquet layout")
+        raise BenchrunError("query: --as-of needs the Iceberg tables, the default: unset BENCHRUN_WAREHOUSE_FORMAT=parquet "
+                            "(the parquet layout is copied into them on first use); this warehouse is the parquet layout")
     if _iceberg():
         from benchrun.warehouse.migrate import migrate_on_first_use
 
