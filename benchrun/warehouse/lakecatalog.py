@@ -67,9 +67,9 @@ def s3_properties() -> dict[str, str]:
     return props
 
 
-# (uri, location) -> (catalog, the sqlite file's inode when it is one): a catalog file removed and
+# (uri, location) -> (catalog, the sqlite file's identity when it is one): a catalog file removed and
 # made anew under the same name (a rebuild) is opened again, not read through a stale connection.
-_CATALOGS: dict[tuple[str, str], tuple[Any, int | None]] = {}
+_CATALOGS: dict[tuple[str, str], tuple[Any, tuple[int, int] | None]] = {}
 
 
 def _sqlite_identity(uri: str) -> tuple[int, int] | None:

@@ -1,4 +1,5 @@
-"""DuckDB views over the parquet partitions, the one short-lived writer of warehouse.duckdb,
+"""DuckDB views over the warehouse (the Iceberg tables, through benchrun.warehouse.lakeviews, or the
+parquet partitions of the earlier layout), the one short-lived writer of warehouse.duckdb,
 and read-only queries that carry ``query_spec_digest``.
 
 DuckDB lets one process write a database file and then refuses even readers, so the
