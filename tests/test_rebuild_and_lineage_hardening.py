@@ -14,6 +14,7 @@ from benchrun.cli import app
 from benchrun.errors import BenchrunError
 from benchrun.store import open_store
 from benchrun.warehouse import curate_run, lake, query
+from benchrun.warehouse.lakecatalog import written_under
 from benchrun.warehouse.rebuild import rebuild_warehouse
 from benchrun.warehouse.lineage import trace
 from test_store_helpers import make_run_dir
@@ -44,7 +45,7 @@ def test_lineage_survives_moving_the_home(tmp_path: Path) -> None:
         rebuild_warehouse(new, ["run-a"])
     report = rebuild_warehouse(new)
     assert list(report.rebuilt) == ["run-a"] and not report.failed
-    assert lake.written_under(lake.catalog(new)).removeprefix("file://").startswith(str(new.resolve()))
+    assert written_under(lake.catalog(new)).removeprefix("file://").startswith(str(new.resolve()))
     [report] = trace(new, "run-a", "gflops")
     assert report.median == 11.0 and len(report.steps) == 3
     assert all("stored bytes re-hash to it" in s.checks for s in report.steps)

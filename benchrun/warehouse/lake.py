@@ -31,7 +31,7 @@ import pyarrow as pa
 from benchrun.errors import BenchrunError
 from benchrun.paths import validate_run_id
 from benchrun.warehouse.schemas import TABLES, TS
-from benchrun.warehouse.lakecatalog import (  # noqa: F401  (the catalog's names, used through this module too)
+from benchrun.warehouse.lakecatalog import (  # noqa: F401  (the catalog's names, used through this module as before the split)
     CATALOG_ENV,
     CATALOG_FILE,
     CATALOG_NAME,
@@ -43,12 +43,8 @@ from benchrun.warehouse.lakecatalog import (  # noqa: F401  (the catalog's names
     catalog,
     catalog_exists,
     catalog_uri,
-    local_default,
-    moved_home,
-    reset_moved,
     s3_properties,
     table_location,
-    written_under,
 )
 
 log = logging.getLogger(__name__)

@@ -47,12 +47,11 @@ def rebuild_warehouse(home: Path, run_ids: list[str] | None = None) -> RebuildRe
     the other runs are still rebuilt."""
     from benchrun.rundir import list_runs
     from benchrun.store import open_store
-    from benchrun.warehouse.curate import curate_run
-    from benchrun.warehouse.views import refresh_views
-
     from benchrun.warehouse import lake
-    from benchrun.warehouse.lakecatalog import MovedHomeError
+    from benchrun.warehouse.curate import curate_run
+    from benchrun.warehouse.lakecatalog import MovedHomeError, reset_moved
     from benchrun.warehouse.migrate import has_parquet_layout, migrate_parquet, write_marker
+    from benchrun.warehouse.views import refresh_views
 
     home = Path(home)
     if lake.enabled():
@@ -62,7 +61,7 @@ def rebuild_warehouse(home: Path, run_ids: list[str] | None = None) -> RebuildRe
             except MovedHomeError as exc:
                 raise BenchrunError(f"{exc}; with the run ids given only those would be rebuilt: run it without them"
                                     ) from exc
-        elif lake.reset_moved(home) is not None and has_parquet_layout(home):
+        elif reset_moved(home) is not None and has_parquet_layout(home):
             done = migrate_parquet(home)  # runs only the parquet layout of an earlier release still holds
             if not done.differ:
                 write_marker(home, done)
