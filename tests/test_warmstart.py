@@ -248,7 +248,7 @@ def test_a_run_through_the_server_shows_progress_in_a_terminal_and_succeeds(serv
     canary_doc["metadata"]["name"] = "warm-run"
     canary_doc["spec"]["trials"]["minReplicates"] = 3
     canary_doc["spec"]["layers"] = tiny_layers([{"name": "membw", "repoCommand": "python -m benchrun.suites.membw",
-                                                 "parameters": {"elements": 100000, "iterations": 2}}])
+                                                 "parameters": {"elements": 2_000_000, "iterations": 20}}])
     spec = tmp_path / "warm.yaml"
     spec.write_text(yaml.safe_dump(canary_doc, sort_keys=False))
     home = tmp_path / "home"
