@@ -97,10 +97,17 @@ def test_ground_truth_records_per_request_id():
             assert r["admitted_ns"] <= outs[i].first_ns <= r["first_token_ns"] + 50_000_000
 
 
+def _records(url):
+    """The server's ground truth, read through its own event loop: the engine stamps
+    ``last_token_ns`` just after it writes the last chunk, so a client can hold the whole
+    stream before that stamp is set; a request served on the same loop comes after it."""
+    return _get(url + "/debug/requests")[2]["requests"]
+
+
 def test_max_batch_one_serialises_requests():
     with threaded_server(perf=PerfModel(decode_base_ms=0.5, max_batch=1)) as (srv, url):
         _stream_many(url, 3, 5)
-        recs = sorted(srv.records.values(), key=lambda r: r["admitted_ns"])
+        recs = sorted(_records(url), key=lambda r: r["admitted_ns"])
         for a, b in zip(recs, recs[1:]):
             assert b["admitted_ns"] >= a["last_token_ns"]
 
@@ -109,7 +116,7 @@ def test_token_budget_limits_prefill_per_step():
     # budget 10 tokens: two 8-word prompts cannot be prefilled in one step
     with threaded_server(perf=PerfModel(decode_base_ms=0.5, max_batched_tokens=10)) as (srv, url):
         _stream_many(url, 2, 3)
-        a, b = sorted(srv.records.values(), key=lambda r: r["admitted_ns"])
+        a, b = sorted(_records(url), key=lambda r: r["admitted_ns"])
         assert b["admitted_ns"] > a["admitted_ns"]
 
 
@@ -117,7 +124,7 @@ def test_decode_steps_follow_the_model():
     perf = PerfModel(decode_base_ms=2.0, decode_ms_per_seq=0.5, prefill_ms_per_token=0.0)
     with threaded_server(perf=perf) as (srv, url):
         _stream_many(url, 1, 21)
-        r = next(iter(srv.records.values()))
+        (r,) = _records(url)
         # 21 steps of batch 1 (the first yields the first token); the engine's deadline clock
         # starts when the request wakes it, so arrival -> last token spans at least 21 x 2.5 ms
         assert (r["last_token_ns"] - r["arrival_ns"]) / 1e6 >= 21 * perf.step_ms(1, 0)
