@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from benchrun.loadgen.metrics import VerdictPolicy, verdict
 from benchrun.stats.analysis import compare_runs
 from benchrun.stats.describe import min_samples_for_quantile
 from benchrun.stats.synthetic import make_run
@@ -21,9 +22,17 @@ def _reqs(rng, n, scale=1.0, reps=5):
 
 
 def _serving(reqs, verdicts=None):
-    return [[{"point": "c=4", "bucket": "all", "offered_load": 4, "verdict": (verdicts or {}).get(k, "valid"),
-              "verdict_reasons": [] if (verdicts or {}).get(k, "valid") == "valid" else ["24 completed requests < 368 needed for a bounded p99 at 95%"]}]
-            for k in range(len(reqs))]
+    """Each replicate's serving row with the load generator's own verdict on its requests (a
+    replicate under 368 requests is invalid for its own p99); ``verdicts``: replicate -> an
+    extra reason (an error rate) that makes it invalid for any p99."""
+    out = []
+    for k, r in enumerate(reqs):
+        v, why = verdict(load_model="closed_loop", offered_load=4, n_completed=len(r), n_errors=0, error_kinds={},
+                         stats={}, client={}, policy=VerdictPolicy())
+        if (verdicts or {}).get(k):
+            v, why = "invalid", [*why, verdicts[k]]
+        out.append([{"point": "c=4", "bucket": "all", "offered_load": 4, "verdict": v, "verdict_reasons": why}])
+    return out
 
 
 def _run(home, run_id, reqs, verdicts=None):
@@ -57,11 +66,57 @@ def test_the_loadgen_verdict_is_read_and_enough_requests_give_a_verdict(tmp_path
     row = _row(res)
     assert row.verdict == "regression" and row.tail_method.startswith("pooled requests")
     assert 0.7 < row.ratio < 0.9 and row.ci_low < row.ratio < row.ci_high  # ratio ↑ better: p99 up ~25 %
-    bad = _run(tmp_path, "cand2", _reqs(rng, 400, scale=1.25), verdicts={2: "invalid"})
+    bad = _run(tmp_path, "cand2", _reqs(rng, 400, scale=1.25), verdicts={2: "error rate 9/409 = 2.2% > 1.0%"})
     _gate, res = compare_runs(base, bad)
     row = _row(res)
-    assert row.verdict.startswith("not gateable: load generator verdict invalid (candidate r3: ")
+    assert row.verdict == "not gateable: load generator verdict invalid (candidate r3: error rate 9/409 = 2.2% > 1.0%)"
     assert not res.suspected
+
+
+def test_replicates_too_small_for_their_own_p99_are_pooled_and_the_other_reasons_still_refuse(tmp_path):
+    # before: the load generator's per-replicate verdict (100 < 368 requests) refused the row, so
+    # five replicates of 100 requests never had a gateable p99 in a real run
+    rng = np.random.default_rng(4)
+    base_reqs = _reqs(rng, 100)
+    assert all(s[0]["verdict"] == "invalid" for s in _serving(base_reqs))  # each alone cannot bound its p99
+    base = _run(tmp_path, "base", base_reqs)
+    cand = _run(tmp_path, "cand", _reqs(rng, 100, scale=1.4))
+    _gate, res = compare_runs(base, cand)
+    row = _row(res)
+    assert row.verdict == "regression" and row.n_requests_baseline == 500 and res.suspected
+    worse = _run(tmp_path, "cand2", _reqs(rng, 100, scale=1.4), verdicts={1: "client saturated: w0 used 99% of a core"})
+    _gate, res = compare_runs(base, worse)
+    row = _row(res)
+    assert row.verdict == ("not gateable: load generator verdict invalid (candidate r2: "
+                           "client saturated: w0 used 99% of a core)")  # the request count is not repeated
+
+
+def test_no_change_on_a_p99_is_decided_on_the_requests(tmp_path):
+    # before: a p99 row judged on requests still took "no change" from the replicate p99s'
+    # Hodges-Lehmann interval; identical replicate p99s said no change whatever the requests said
+    rng = np.random.default_rng(5)
+    reqs_b, reqs_c = _reqs(rng, 100), _reqs(rng, 100)
+    flat = [100.0] * 5
+    base = make_run(tmp_path, "base", {("serve", "c=4", "p99_latency_ms"): (flat, "ms", "lower")}, spec=PRIMARY,
+                    serving={"serve": _serving(reqs_b)}, requests={"serve": reqs_b})
+    cand = make_run(tmp_path, "cand", {("serve", "c=4", "p99_latency_ms"): (flat, "ms", "lower")}, spec=PRIMARY,
+                    serving={"serve": _serving(reqs_c)}, requests={"serve": reqs_c})
+    _gate, res = compare_runs(base, cand)
+    row = _row(res)
+    assert row.tail_method.startswith("pooled requests")
+    # 500 lognormal (sigma 0.3) requests an arm: the p99's 90 % interval is far wider than +-3 %
+    assert row.eq_high - row.eq_low > 2 * np.log(1.03)
+    assert row.verdict == "inconclusive"
+    # and the requests' interval can say "no change": same requests in both arms, many of them
+    many = _reqs(np.random.default_rng(6), 4000)
+    b2 = make_run(tmp_path, "b2", {("serve", "c=4", "p99_latency_ms"): ([90.0, 95, 100, 105, 110], "ms", "lower")},
+                  spec=PRIMARY, serving={"serve": _serving(many)}, requests={"serve": many})
+    c2 = make_run(tmp_path, "c2", {("serve", "c=4", "p99_latency_ms"): ([80.0, 95, 100, 105, 130], "ms", "lower")},
+                  spec=PRIMARY, serving={"serve": _serving(many)}, requests={"serve": many})
+    _gate, res = compare_runs(b2, c2)
+    row = _row(res)
+    # (the replicate p99s' interval, 80-130 against 90-110, is far wider than +-3 %)
+    assert row.verdict == "no_change" and row.eq_low == pytest.approx(-row.eq_high) and row.eq_high < np.log(1.03)
 
 
 def test_unequal_request_counts_do_not_read_as_a_change():

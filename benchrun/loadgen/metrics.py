@@ -218,6 +218,16 @@ def load_stats(rows: Sequence[dict[str, Any]], load_model: str, offered_load: fl
     return out
 
 
+COUNT_REASON_TAIL = " (order-statistic interval; the comparison's rule)"
+
+
+def pooled_reasons(reasons: Sequence[str]) -> list[str]:
+    """A replicate's invalid-verdict reasons that still hold when the comparison pools the
+    replicates' requests: all but the request count's (:func:`verdict`), which the comparison
+    applies to the pooled count instead (five replicates of 100 requests make one p99 of 500)."""
+    return [r for r in reasons if not str(r).endswith(COUNT_REASON_TAIL)]
+
+
 def verdict(
     *,
     load_model: str,
@@ -244,10 +254,8 @@ def verdict(
     q = PERCENTILES[policy.percentile] / 100.0
     need = requests_needed(q, policy.confidence)
     if n_completed < need:
-        reasons.append(
-            f"{n_completed} completed requests < {need} needed for a bounded {policy.percentile} at "
-            f"{policy.confidence:.0%} (order-statistic interval; the comparison's rule)"
-        )
+        reasons.append(f"{n_completed} completed requests < {need} needed for a bounded {policy.percentile} at "
+                       f"{policy.confidence:.0%}{COUNT_REASON_TAIL}")
     if load_model in ("open_loop", "trace"):
         ach, sch = stats.get("achieved_rate_rps"), stats.get("scheduled_rate_rps")
         if ach is not None and sch:

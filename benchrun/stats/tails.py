@@ -17,8 +17,11 @@ replicate flags A/A "regressions" whenever the arms ran different numbers of req
 * A p99 needs :func:`requests_needed` pooled requests in each arm (368 at 95 %: the fewest for
   which the order-statistic interval of the p99 has an upper end) — the one rule for the
   request count, shared with ``trial_statistics``' ``n_required`` — and a valid load-generator
-  verdict for that point in every replicate; otherwise the row is ``not gateable: N requests,
-  needs M`` (or the verdict's reasons) and leaves the gating family, never a verdict.
+  verdict for that point in every replicate, the request count aside (a replicate of 100
+  requests is invalid for its own p99, not for the pooled one: ``pooled_reasons``); otherwise
+  the row is ``not gateable: N requests, needs M`` (or the verdict's reasons) and leaves the
+  gating family, never a verdict. "No change" on such a row is the two one-sided tests on this
+  interval at 1 − 2α, not on the replicate p99s.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from typing import Any, Sequence
 import numpy as np
 from scipy import stats
 
-from benchrun.loadgen.metrics import requests_needed  # the one request-count rule (re-exported)
+from benchrun.loadgen.metrics import pooled_reasons, requests_needed  # the one request-count rule (re-exported)
 
 # the comparison's per-replicate p99 metrics and the request column behind each
 # (benchrun.loadgen.metrics.HEADLINE: p99_latency_ms is e2e_ms_p99 of a point)
@@ -91,6 +94,8 @@ class TailComparison:
     p_lower: float
     gateable: bool
     note: str
+    eq_low: float = math.nan  # the 1 − 2α interval of log_ratio: inside ±margin it is TOST at α ("no change")
+    eq_high: float = math.nan
 
 
 def compare_p99(baseline: Sequence[np.ndarray], candidate: Sequence[np.ndarray], *, q: float = 0.99,
@@ -125,12 +130,14 @@ def compare_p99(baseline: Sequence[np.ndarray], candidate: Sequence[np.ndarray],
     se2 = var[0] + var[1]
     if not se2 > 0:
         p_hi = 0.0 if d > 0 else 1.0 if d < 0 else 0.5
-        return TailComparison(nb, nc, need, qb, qc, d, d, d, p_hi, 1.0 - p_hi if d else 0.5, True, "")
+        return TailComparison(nb, nc, need, qb, qc, d, d, d, p_hi, 1.0 - p_hi if d else 0.5, True, "", d, d)
     df = se2**2 / sum(v**2 / f for v, f in zip(var, dfs) if v > 0)
     se = math.sqrt(se2)
     t = float(stats.t.isf((1 - confidence) / 2, df))
+    t_eq = float(stats.t.isf(1 - confidence, df))
     p_higher = float(stats.t.sf(d / se, df))
-    return TailComparison(nb, nc, need, qb, qc, d, d - t * se, d + t * se, p_higher, 1.0 - p_higher, True, "")
+    return TailComparison(nb, nc, need, qb, qc, d, d - t * se, d + t * se, p_higher, 1.0 - p_higher, True, "",
+                          d - t_eq * se, d + t_eq * se)
 
 
 # -- the comparison's hook ---------------------------------------------------------------------
@@ -151,8 +158,11 @@ def _arm_requests(run_dir: Path) -> tuple[Any, dict[tuple[str, str], list[str]]]
         rows = srv[(srv.get("bucket", "all") == "all") & (srv["verdict"] != "valid")]
         for r in rows.itertuples():
             reasons = getattr(r, "verdict_reasons", None)
-            why = "; ".join(reasons) if isinstance(reasons, (list, tuple, np.ndarray)) and len(reasons) else "invalid"
-            bad.setdefault((str(r.suite), str(r.point)), []).append(f"r{r.replicate}: {why}")
+            listed = isinstance(reasons, (list, tuple, np.ndarray)) and len(reasons) > 0
+            # a replicate's own request count is not a reason here: the p99 is of the pooled requests
+            left = pooled_reasons(list(reasons)) if listed else ["invalid"]
+            if left:
+                bad.setdefault((str(r.suite), str(r.point)), []).append(f"r{r.replicate}: {'; '.join(left)}")
     return req, bad
 
 
@@ -201,7 +211,7 @@ class RequestTails:
             df.at[i, "tail_method"] = "pooled requests, cluster bootstrap over replicates"
             if not tc.gateable:
                 for f in ("p_regression", "p_improvement", "t_regression", "t_improvement", "p_value",
-                          "shift", "shift_low", "shift_high", "ratio", "ci_low", "ci_high"):
+                          "shift", "shift_low", "shift_high", "ratio", "ci_low", "ci_high", "eq_low", "eq_high"):
                     df.at[i, f] = math.nan
                 self.refused[i] = tc.note
                 continue
@@ -209,6 +219,8 @@ class RequestTails:
             lo, hi = sorted((sign * tc.low, sign * tc.high))
             p_reg, p_imp = (tc.p_lower, tc.p_higher) if higher else (tc.p_higher, tc.p_lower)
             df.at[i, "shift"], df.at[i, "shift_low"], df.at[i, "shift_high"] = sign * tc.log_ratio, lo, hi
+            # "no change" on requests too: the replicate p99s' Hodges–Lehmann interval would decide it otherwise
+            df.at[i, "eq_low"], df.at[i, "eq_high"] = sorted((sign * tc.eq_low, sign * tc.eq_high))
             df.at[i, "ratio"], df.at[i, "ci_low"], df.at[i, "ci_high"] = math.exp(sign * tc.log_ratio), math.exp(lo), math.exp(hi)
             df.at[i, "p_regression"] = df.at[i, "t_regression"] = p_reg
             df.at[i, "p_improvement"] = df.at[i, "t_improvement"] = p_imp
