@@ -88,12 +88,13 @@ class Detector:
     pool_below: int = 120
     pool_gap: float = 0.5
     whiten: bool = False
+    carry: bool = True
 
     def describe(self, floor_pct: float, pool: tuple[float, float] | None = None) -> str:
         """The parameters as JSON; ``pool``: the pooled (φ, n) in force at the alarm, if any."""
         d = {"method": METHOD, "k": self.k, "h": self.h, "warmup": self.warmup, "lag": self.lag,
              "phi_margin": self.phi_margin, "clip": self.clip, "floor_pct": floor_pct, "pool_below": self.pool_below,
-             "pool_gap": self.pool_gap, "whiten": self.whiten, "measured": MEASURED}
+             "pool_gap": self.pool_gap, "whiten": self.whiten, "carry": self.carry, "measured": MEASURED}
         if pool is not None and pool[1] > 0 and math.isfinite(pool[0]):
             d["phi_pool"], d["phi_pool_n"] = round(float(pool[0]), 4), round(float(pool[1]), 1)
         return json.dumps(d, sort_keys=True)
@@ -272,6 +273,7 @@ def detect_series(values: Sequence[float], *, floor_pct: float = 3.0, detector: 
     seg = 0
     sp = sm = 0.0
     start_p = start_m = 0
+    carried: tuple[float, float] | None = None  # the previous segment's own φ and nights (``carry``)
     t = seg + d.warmup
     while t < x.size:
         if sp == 0:
@@ -280,6 +282,8 @@ def detect_series(values: Sequence[float], *, floor_pct: float = 3.0, detector: 
             start_m = t
         hi = max(seg + d.warmup, t - d.lag)
         prior = None if pool_phi is None else (float(pool_phi[hi - 1]), float(pool_n[hi - 1]))
+        if carried is not None and not (prior is not None and prior[1] >= carried[1] and math.isfinite(prior[0])):
+            prior = carried
         m, phi, s = _reference(x, seg, hi, d.phi_margin, prior, d.pool_below, d.pool_gap)
         if not s > 0:  # a constant reference: any move is infinitely many sds; judge by the floor alone
             z = math.copysign(d.clip, x[t] - m) if x[t] != m else 0.0
@@ -300,6 +304,9 @@ def detect_series(values: Sequence[float], *, floor_pct: float = 3.0, detector: 
             t += 1
             continue
         out.append(fired)
+        if d.carry and fired.index - seg >= d.warmup:
+            before = x[seg:fired.index]
+            carried = (min(max(_own_phi(before, float(before.mean())), 0.0), 0.95), float(before.size))
         seg, sp, sm = fired.index, 0.0, 0.0
         t = max(seg + d.warmup, t + 1)
     return out

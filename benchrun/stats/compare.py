@@ -298,10 +298,12 @@ def compare_tables(
     _gate_and_verdicts(df, alpha, result)
     if tails is not None:
         tails.label(df)
-    from benchrun.stats.spread import apply_spread  # "noisier" is not "slower" (benchrun.stats.spread)
+    from benchrun.stats.spread import apply_spread, flag_spread  # "noisier" is not "slower" (benchrun.stats.spread)
 
     apply_spread(df, lambda i: (_matrix(b, ib[i:i + 1], nb[i])[0], _matrix(c, ic[i:i + 1], nc[i])[0])
                  if i < rows and comparable[i] else None, alpha)
+    flag_spread(df, lambda sel, n_b, n_c: (_matrix(b, ib[sel], n_b), _matrix(c, ic[sel], n_c)), nb, nc, comparable,
+                alpha)
     _reading(df, alpha, result)
     df["confirmation"] = ""
     suspected = [(r.suite, r.case, r.name) for r in df.itertuples() if r.gating and r.verdict == "regression"]

@@ -11,6 +11,10 @@ verdict's direction is scaled by the same correction factor the row's gate p rec
 differ at α, else ``inconclusive`` (the note says why; ``spread_ratio`` is candidate MAD /
 baseline MAD). A complete separation of the arms, where Brunner–Munzel's variance is 0,
 keeps the verdict.
+
+Every other compared row is tested for a change of spread as well (:func:`flag_spread`:
+Brown–Forsythe, Benjamini–Hochberg over the rows): a noisier candidate whose median did not
+move is reported (``spread`` wider/narrower; an inconclusive row becomes ``spread changed``).
 """
 
 from __future__ import annotations
@@ -97,3 +101,73 @@ def apply_spread(df: Any, values_of: Callable[[int], tuple[np.ndarray, np.ndarra
             df.at[i, "verdict"] = "inconclusive"
             note = f"the rank test's {was} is not confirmed by Brunner-Munzel (unequal spreads allowed)"
         df.at[i, "note"] = "; ".join(x for x in (str(df.at[i, "note"] or ""), note) if x)
+
+
+def brown_forsythe_p(b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Two-sided Brown–Forsythe p per row of two value matrices (rows: metrics; columns:
+    replicates): the pooled two-sample t on the absolute deviations from each arm's median,
+    i.e. Levene's test centred on the median (``scipy.stats.levene(center="median")``, one
+    vector step for every row)."""
+    b, c = np.asarray(b, dtype=float), np.asarray(c, dtype=float)
+    zb = np.abs(b - np.median(b, axis=1, keepdims=True))
+    zc = np.abs(c - np.median(c, axis=1, keepdims=True))
+    nb, nc = b.shape[1], c.shape[1]
+    mb, mc = zb.mean(axis=1), zc.mean(axis=1)
+    ss = ((zb - mb[:, None]) ** 2).sum(axis=1) + ((zc - mc[:, None]) ** 2).sum(axis=1)
+    dof = nb + nc - 2
+    with np.errstate(invalid="ignore", divide="ignore"):
+        t = (mc - mb) / np.sqrt(ss / dof * (1 / nb + 1 / nc))
+    p = 2 * stats.t.sf(np.abs(t), dof)
+    return np.where(np.isfinite(p), p, np.where((mc != mb) & (ss == 0), 0.0, 1.0))
+
+
+def flag_spread(df: Any, matrices: Callable[[np.ndarray, int, int], tuple[np.ndarray, np.ndarray]],
+                nb: np.ndarray, nc: np.ndarray, comparable: np.ndarray, alpha: float) -> None:
+    """Report a change of spread on every compared row, not only on flagged ones (in place).
+
+    For each row with at least 3 replicates an arm (not a context row, not a p99 judged on
+    requests), the Brown–Forsythe test on the analysis scale (log values where all are
+    positive); the p's are Benjamini–Hochberg adjusted over those rows (``p_spread_adjusted``),
+    and a row below α gets ``spread`` = ``wider`` or ``narrower`` (candidate MAD against the
+    baseline's) and a note. An ``inconclusive`` row becomes ``spread changed`` (the candidate is
+    noisier or steadier, its median not shown to move); a ``no_change`` or shift verdict stays
+    and says its spread. ``matrices(rows, n_b, n_c)`` gives the rows' ok values per arm."""
+    from benchrun.stats.family import benjamini_hochberg
+
+    rows = comparable.size
+    for col, init in (("spread", ""), ("p_spread_adjusted", math.nan)):
+        if col not in df.columns:
+            df[col] = init
+    role = df["role"].to_numpy()[:rows] if "role" in df.columns else np.full(rows, "")
+    tail = (df["tail_method"].astype(str).to_numpy()[:rows] != "") if "tail_method" in df.columns else np.zeros(rows, bool)
+    ok = comparable & (nb[:rows] >= 3) & (nc[:rows] >= 3) & (role != "context") & ~tail
+    p = np.full(rows, np.nan)
+    ratio = np.full(rows, np.nan)
+    for n_b, n_c in sorted({(int(x), int(y)) for x, y in zip(nb[:rows][ok], nc[:rows][ok])}):
+        sel = np.nonzero(ok & (nb[:rows] == n_b) & (nc[:rows] == n_c))[0]
+        bm, cm = (np.asarray(m, dtype=float) for m in matrices(sel, n_b, n_c))
+        pos = (bm > 0).all(axis=1) & (cm > 0).all(axis=1)
+        bm = np.where(pos[:, None], np.log(np.where(pos[:, None], bm, 1.0)), bm)
+        cm = np.where(pos[:, None], np.log(np.where(pos[:, None], cm, 1.0)), cm)
+        p[sel] = brown_forsythe_p(bm, cm)
+        mad_b = np.median(np.abs(bm - np.median(bm, axis=1, keepdims=True)), axis=1)
+        mad_c = np.median(np.abs(cm - np.median(cm, axis=1, keepdims=True)), axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratio[sel] = np.where(mad_b > 0, mad_c / mad_b, np.where(mad_c > 0, np.inf, 1.0))
+    tested = np.nonzero(~np.isnan(p))[0]
+    if not tested.size:
+        return
+    adj = benjamini_hochberg(p[tested])
+    for i, a in zip(tested, adj):
+        i = int(i)
+        df.at[i, "p_spread_adjusted"] = float(a)
+        if not a < alpha:
+            continue
+        wider = bool(ratio[i] > 1)
+        df.at[i, "spread"] = "wider" if wider else "narrower"
+        if df.at[i, "verdict"] == "inconclusive":
+            df.at[i, "verdict"] = SPREAD_CHANGED
+        if SPREAD_CHANGED not in str(df.at[i, "note"] or ""):
+            note = (f"spread {'wider' if wider else 'narrower'}: candidate MAD {ratio[i]:.2g}x the baseline's "
+                    f"(Brown-Forsythe, BH-adjusted p {a:.2g})")
+            df.at[i, "note"] = "; ".join(x for x in (str(df.at[i, "note"] or ""), note) if x)
