@@ -285,3 +285,31 @@ def test_the_report_shows_context_in_its_own_collapsed_section(tmp_path, monkeyp
     [ctx] = re.findall(r"<details id='context'>.*?</details>", page, flags=re.S)  # collapsed: no `open`
     assert "Context: telemetry, utilization, environment (1 row, no verdict)" in ctx
     assert "s/suite_cpu_pct_mean[telemetry]" in ctx and "s/tflops" not in ctx and "regression" not in ctx
+
+
+def test_a_failed_launch_that_tips_the_gate_to_welch_says_so():
+    # 12 gating metrics at 5 vs 5: the exact rank test's smallest p (1/252) passes 0.05/12; a
+    # failed launch in the gating suite adds a failure row to Holm's family (13), and every
+    # gating metric switched to Welch without the note naming the failure as the cause
+    import pandas as pd
+
+    from benchrun.stats import compare as C
+
+    rng = np.random.default_rng(0)
+
+    def table(failed):
+        rows = []
+        for m in range(12):
+            for r in range(1, 6):
+                rows.append({"suite": "s", "case": "", "metric": f"m{m}", "unit": "ms", "direction": "lower",
+                             "replicate": r, "value": 100 * np.exp(rng.normal(0, 0.02)), "status": "ok"})
+        if failed:
+            rows.append({"suite": "s", "case": "", "metric": "m0", "unit": "ms", "direction": "lower",
+                         "replicate": 6, "value": np.nan, "status": "failed"})
+        return pd.DataFrame(rows)
+
+    quiet = C.compare_tables(table(False), table(False), primary={f"s/m{m}" for m in range(12)})
+    assert not any("Welch" in n for n in quiet.notes)
+    res = C.compare_tables(table(False), table(True), primary={f"s/m{m}" for m in range(12)})
+    note = next(n for n in res.notes if "Welch" in n)
+    assert "13 gating tests" in note and "1 failed-replicate row(s)" in note and "would gate" in note

@@ -461,6 +461,7 @@ def _gate_and_verdicts(df: "pd.DataFrame", alpha: float, result: Comparison) -> 
                alpha, fisher, context)
     if d.welch_fallback:
         welch = d.gate_test == "welch_t"
+        failures = int((gating & fisher & ~np.isnan(d.p_gate)).sum())
         nb, nc = int(df.loc[welch, "n_baseline"].min()), int(df.loc[welch, "n_candidate"].min())
         need = smallest_gating_n(d.family, alpha)
         result.notes.append(
@@ -468,7 +469,12 @@ def _gate_and_verdicts(df: "pd.DataFrame", alpha: float, result: Comparison) -> 
             f"({smallest_one_sided_p(nb, nc):.4f}) cannot pass Holm's first threshold ({alpha / d.family:.4f}), "
             "so those metrics gate on a one-sided Welch t-test of log values (assumes roughly log-normal noise)"
             + (f"; with {need} replicates per arm the distribution-free test gates" if need else "")
-            + "; qualified primaries (suite/metric[case]) shrink the family")
+            + "; qualified primaries (suite/metric[case]) shrink the family"
+            + (f"; the family includes {failures} failed-replicate row(s) (a gating suite with a failed "
+               f"launch adds one), without which the exact test "
+               + ("would gate" if smallest_one_sided_p(nb, nc) <= alpha / max(d.family - failures, 1) + 1e-15
+                  else "still could not gate")
+               if failures else ""))
     fam_fisher = gating & fisher & ~np.isnan(d.p_gate)
     if fam_fisher.any():
         fb = df.loc[fam_fisher]
