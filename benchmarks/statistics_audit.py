@@ -246,7 +246,41 @@ def section_changepoint(rng: np.random.Generator, scale: float) -> dict[str, Any
             (("found_within_7", w / n), ("median_delay_nights", float(np.median(d)) if d else None),
              ("alarm_before_step", e / n))}})
     return {"histories_per_cell": sims, "series_per_history": 8, "cv": 0.02, "floor_pct": 3.0,
-            "detector": json.loads(DETECTOR.describe(3.0)), "false_alarms_200_nights": fa, "steps_5pct": steps}
+            "detector": json.loads(DETECTOR.describe(3.0)), "false_alarms_200_nights": fa, "steps_5pct": steps,
+            "after_a_change": _after_a_change(rng, sims * 8)}
+
+
+def _after_a_change(rng: np.random.Generator, n: int) -> list[dict[str, Any]]:
+    """Single series (no siblings), with the previous segment's φ carried into the next
+    (``Detector.carry``, the default) and without: a 5 % step at night 100 of 200, and what
+    else alarms; and a step back ("the fix") 30 nights after it, found within 7 nights."""
+    import dataclasses
+
+    dets = {"carry": DETECTOR, "no_carry": dataclasses.replace(DETECTOR, carry=False)}
+    out = []
+    for phi in (0.0, 0.5):
+        found = {k: 0 for k in dets}
+        other = {k: 0 for k in dets}
+        for _ in range(n):
+            y = _ar1(rng, phi, 200)
+            y[100:] *= 1.05
+            for key, det in dets.items():
+                cps = detect_series(y, detector=det)
+                hit = [c for c in cps if c.alarm_index >= 100 and abs(c.index - 100) <= 7]
+                found[key] += bool(hit)
+                other[key] += any(c not in hit[:1] for c in cps)
+        out.append({"case": "5 % step at night 100 of 200", "phi": phi, "series": n,
+                    **{f"{k}_found": found[k] / n for k in dets}, **{f"{k}_other_alarm": other[k] / n for k in dets}})
+    fix = {k: 0 for k in dets}
+    for _ in range(n):
+        y = _ar1(rng, 0.0, 160)
+        y[100:130] *= 1.05
+        for key, det in dets.items():
+            h = [c.alarm_index - 130 for c in detect_series(y, detector=det) if c.alarm_index >= 130]
+            fix[key] += bool(h) and h[0] < 7
+    out.append({"case": "iid: 5 % step at 100, back at 130; the step back found within 7 nights", "phi": 0.0,
+                "series": n, **{f"{k}_found_within_7": fix[k] / n for k in dets}})
+    return out
 
 
 def section_confirm(rng: np.random.Generator, scale: float) -> dict[str, Any]:

@@ -297,3 +297,33 @@ def test_pooled_alarms_do_not_move_as_nights_are_added_and_state_the_pool():
     assert 0 <= det["phi_pool"] < 0.3 and det["phi_pool_n"] > 40 and det["pool_gap"] == 0.5
     alone = change_points(pd.DataFrame(rows), pool=False)
     assert "phi_pool" not in json.loads(alone.detector.iloc[0])
+
+
+@pytest.mark.slow
+def test_a_segment_after_a_change_carries_the_series_noise_and_says_so():
+    # after a real change the new segment used to start from nothing: 15-23 nights of its own
+    # for its phi, so an AR(1) series alarmed again soon after a true step (a 10 % step: 7.6 % of
+    # 800 series, 4.1 % carrying the previous segment's phi; seed 5); the first alarm is the same
+    import dataclasses
+    import json
+
+    from benchrun.stats.changepoint import DETECTOR, detect_series
+
+    fresh = dataclasses.replace(DETECTOR, carry=False)
+    rng = np.random.default_rng(41)
+    other = {"carry": 0, "fresh": 0}
+    for _ in range(300):
+        y = _nights(rng, 0.5, 200)
+        y[100:] *= 1.10
+        got = {"carry": detect_series(y), "fresh": detect_series(y, detector=fresh)}
+        assert got["carry"][:1] == got["fresh"][:1]
+        for k, cps in got.items():
+            other[k] += len(cps) > 1 or any(c.alarm_index < 100 for c in cps)
+        cps = got["carry"]
+        for i in range(1, len(cps)):  # a previous segment of at least warmup nights is carried
+            if cps[i - 1].index - (cps[i - 2].index if i > 1 else 0) >= DETECTOR.warmup:
+                assert cps[i].prior_from == "previous segment"
+    assert other["carry"] * 3 <= other["fresh"] * 2, other  # at least a third fewer
+    hist = _history(3, {1})
+    det = json.loads(change_points(hist, pool=False).detector.iloc[0])
+    assert det["carry"] is True and "phi_prior_from" not in det  # the first change had no prior
