@@ -83,8 +83,13 @@ def _first_round(rng: np.random.Generator, shift: float, cv: float, n: int, test
 
 
 def _confirm(rng: np.random.Generator, p1: float, shift: float, cv: float, n0: int, max_pairs: int,
-             family: int, drift: float = 0.0) -> tuple[bool, int]:
-    """One confirmation round by the paired rule: confirmed?, pairs launched."""
+             family: int, drift: float = 0.0, position: float = 0.0, balanced: bool = True) -> tuple[bool, int]:
+    """One confirmation round by the paired rule: confirmed?, pairs launched. ``position``: the
+    second launch of each pair measures that much lower (a throughput: worse); the first arm of
+    each pair is the round's balanced, shuffled order (``benchrun.confirm.pair_orders``, a fresh
+    seed per extension) or, with ``balanced`` False, always the baseline."""
+    from benchrun.confirm import pair_orders
+
     looks = n_looks(n0, max_pairs)
     b: list[float] = []
     c: list[float] = []
@@ -92,8 +97,10 @@ def _confirm(rng: np.random.Generator, p1: float, shift: float, cv: float, n0: i
     while True:
         k = np.arange(len(b), len(b) + n0)
         level = np.exp(drift * k)
-        b += list(level * lognormal_replicates(rng, 100.0, cv, n0))
-        c += list(level * (1 + shift) * lognormal_replicates(rng, 100.0, cv, n0))
+        firsts = [f for f, _ in pair_orders(n0, int(rng.integers(2**31)))] if balanced else ["baseline"] * n0
+        first_b = np.array([f == "baseline" for f in firsts])
+        b += list(level * np.where(first_b, 1.0, 1 - position) * lognormal_replicates(rng, 100.0, cv, n0))
+        c += list(level * (1 + shift) * np.where(first_b, 1 - position, 1.0) * lognormal_replicates(rng, 100.0, cv, n0))
         dec = paired_decide(p1, worse_positive(b, c, "higher"), alpha=ALPHA, look=look, looks=looks, family=family,
                             margin=MARGIN)
         if dec.decision != "extend":
@@ -285,7 +292,18 @@ def _after_a_change(rng: np.random.Generator, n: int) -> list[dict[str, Any]]:
 
 def section_confirm(rng: np.random.Generator, scale: float) -> dict[str, Any]:
     sims = max(50, int(400 * scale))
-    out = {"runs_per_cell": sims, "shift": 0.05, "cv": 0.02, "n": 5, "drift_per_pair": 0.03, "cells": []}
+    out = {"runs_per_cell": sims, "shift": 0.05, "cv": 0.02, "n": 5, "drift_per_pair": 0.03, "cells": [],
+           "position_effect_aa": []}
+    # A/A rounds (the metrics an A/A first round sends, 18 gating tests) under a 4 % launch-position
+    # effect: confirmed with the round's balanced order against a fixed baseline-first order
+    _reg, sent_aa, pgate_aa = _first_round(rng, 0.0, 0.02, 5, 18, sims * 4)
+    p_sent = pgate_aa[sent_aa]
+    for balanced in (True, False):
+        res = [_confirm(rng, float(p), 0.0, 0.02, 5, 15, 18, position=0.04, balanced=balanced)
+               for p in p_sent[:sims]]
+        out["position_effect_aa"].append({"position_effect": 0.04, "order": "balanced" if balanced else "baseline first",
+                                          "rounds": len(res), "confirmed": float(np.mean([c for c, _ in res]))
+                                          if res else None})
     for tests in (1, 18):
         reg, sent, pgate = _first_round(rng, -0.05, 0.02, 5, tests, sims)
         sus = np.nonzero(sent[:, 0])[0]
