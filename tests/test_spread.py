@@ -89,3 +89,24 @@ def test_spread_flags_stay_rare_when_nothing_changed():
         rows = C.compare_tables(b, c, primary={"m0"}).rows
         runs_flagged += bool((rows["spread"] != "").any())
     assert runs_flagged <= 8  # BH at 5 % over the run's metrics: any flag in about 5 % of A/A runs
+
+
+def test_a_suspect_with_a_wider_spread_still_goes_to_the_confirmation_round():
+    from benchrun.stats.paired import screened
+    from benchrun.stats.spread import flag_spread
+
+    rng = np.random.default_rng(9)
+    b = np.exp(rng.normal(0, 0.01, (2, 20)))
+    c = np.exp(rng.normal(0, 0.06, (2, 20)))
+    df = pd.DataFrame({"name": ["m0", "m1"], "gating": [True, False], "verdict": ["inconclusive"] * 2,
+                       "p_gate": [0.01, np.nan], "shift": [-0.1, -0.1], "margin": [0.03, 0.03], "note": ["", ""],
+                       "role": ["primary", "secondary"]})
+    assert screened(df, 0.05).tolist() == [True, False]
+    flag_spread(df, lambda sel, n_b, n_c: (b[sel], c[sel]), np.array([20, 20]), np.array([20, 20]),
+                np.array([True, True]), 0.05)
+    assert df.spread.tolist() == ["wider", "wider"]
+    # the suspect stays inconclusive (screened into the round); the other row says spread changed
+    assert df.verdict.tolist() == ["inconclusive", "spread changed"] and screened(df, 0.05).tolist() == [True, False]
+    from benchrun.stats.commands import verdict_cell
+
+    assert verdict_cell({"verdict": "inconclusive", "gating": True, "spread": "wider"}).endswith("(spread wider)")

@@ -117,9 +117,11 @@ def verdict_cell(r: dict) -> str:
     """The verdict as rich markup: red/green only on gating rows (they decide the run, as the
     report's verdict box says); a secondary row's verdict in plain text; context has none."""
     verdict = r.get("verdict") or ""
+    spread = r.get("spread") or ""
+    extra = f" (spread {spread})" if spread and verdict != "spread changed" else ""
     if r.get("role") == "context" or verdict not in VERDICT_STYLES:
-        return "context (no verdict)" if r.get("role") == "context" else verdict
-    return f"[{VERDICT_STYLES[verdict]}]{verdict}[/]" if r.get("gating") else verdict
+        return "context (no verdict)" if r.get("role") == "context" else verdict + (f" ({spread})" if spread else "")
+    return (f"[{VERDICT_STYLES[verdict]}]{verdict}[/]" if r.get("gating") else verdict) + extra
 
 
 def _record_override(gate: "GateResult", result: "Comparison", base_dir: Path, cand_dir: Path) -> str:

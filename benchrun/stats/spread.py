@@ -130,8 +130,9 @@ def flag_spread(df: Any, matrices: Callable[[np.ndarray, int, int], tuple[np.nda
     positive); the p's are Benjamini–Hochberg adjusted over those rows (``p_spread_adjusted``),
     and a row below α gets ``spread`` = ``wider`` or ``narrower`` (candidate MAD against the
     baseline's) and a note. An ``inconclusive`` row becomes ``spread changed`` (the candidate is
-    noisier or steadier, its median not shown to move); a ``no_change`` or shift verdict stays
-    and says its spread. ``matrices(rows, n_b, n_c)`` gives the rows' ok values per arm."""
+    noisier or steadier, its median not shown to move) unless the confirmation round would take
+    it up as a suspect (``paired.screened``); a ``no_change`` or shift verdict stays and says its
+    spread. ``matrices(rows, n_b, n_c)`` gives the rows' ok values per arm."""
     from benchrun.stats.family import benjamini_hochberg
 
     rows = comparable.size
@@ -158,6 +159,15 @@ def flag_spread(df: Any, matrices: Callable[[np.ndarray, int, int], tuple[np.nda
     if not tested.size:
         return
     adj = benjamini_hochberg(p[tested])
+    # a gating row the confirmation round would take up (``paired.screened``) keeps its verdict:
+    # a regression with a wider spread is still a suspect
+    needed = ("gating", "p_gate", "shift", "margin", "name")
+    if all(c in df.columns for c in needed):
+        from benchrun.stats.paired import screened
+
+        kept = np.asarray(screened(df, alpha), dtype=bool)
+    else:
+        kept = np.zeros(len(df), bool)
     for i, a in zip(tested, adj):
         i = int(i)
         df.at[i, "p_spread_adjusted"] = float(a)
@@ -165,7 +175,7 @@ def flag_spread(df: Any, matrices: Callable[[np.ndarray, int, int], tuple[np.nda
             continue
         wider = bool(ratio[i] > 1)
         df.at[i, "spread"] = "wider" if wider else "narrower"
-        if df.at[i, "verdict"] == "inconclusive":
+        if df.at[i, "verdict"] == "inconclusive" and not kept[i]:
             df.at[i, "verdict"] = SPREAD_CHANGED
         if SPREAD_CHANGED not in str(df.at[i, "note"] or ""):
             note = (f"spread {'wider' if wider else 'narrower'}: candidate MAD {ratio[i]:.2g}x the baseline's "
