@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager, Mapping
 
 from benchrun.launch.base import Launcher, LaunchResult
+from benchrun.launch.rerun import launch_with_reruns
 from benchrun.plan import Invocation, LayerPlan
 from benchrun.rundir import RunDir, utc_now
 from benchrun.fsio import atomic_write_json
@@ -173,20 +174,12 @@ def run_layer(
     try:
         for inv in plan.invocations:
             progress.start(inv)
-            with (session(inv) if session else nullcontext({})) as extra_env:
-                res = launcher.launch(inv, run_dir.path, extra_env=extra_env)
-            earlier: list[str] = []
-            for attempt in range(1, plan.contended_reruns + 1):
-                why = contended(run_dir, inv)
-                if why is None:
-                    break
-                # the contended attempt is kept as evidence beside the raw log, then launched again
-                earlier += set_aside(run_dir, inv, attempt)
-                log.info("%s r%d ran on a contended machine (%s): launching it again (%d of %d)", inv.suite,
-                         inv.replicate, why, attempt, plan.contended_reruns)
+
+            def once(inv: Invocation = inv) -> LaunchResult:
                 with (session(inv) if session else nullcontext({})) as extra_env:
-                    res = launcher.launch(inv, run_dir.path, extra_env=extra_env)
-                mark_rerun(run_dir, inv, attempt, earlier, why)
+                    return launcher.launch(inv, run_dir.path, extra_env=extra_env)
+
+            res = launch_with_reruns(once, run_dir.path, inv, plan.contended_reruns)
             results.append(res)
             progress.finish(res)
             if on_result:
@@ -204,44 +197,6 @@ def run_layer(
     outcome = LayerOutcome(plan.name, layer_status(results), results)
     _record_layer(run_dir, outcome)
     return outcome
-
-
-def contended(run_dir: RunDir, inv: Invocation) -> str | None:
-    """The contention reason of the replicate's ok result document, or None (quiet, failed, none)."""
-    try:
-        doc = json.loads((run_dir.path / inv.result_relpath()).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
-    tel = doc.get("telemetry") if isinstance(doc, dict) else None
-    if doc.get("status") != "ok" or not isinstance(tel, dict) or not tel.get("contended"):
-        return None
-    return str(tel.get("contention_reason") or "contended")
-
-
-def set_aside(run_dir: RunDir, inv: Invocation, attempt: int) -> list[str]:
-    """Move a contended attempt's result document and log to ``raw/<run>_<suite>_r<k>_contended<attempt>.*``
-    (out of the results the analysis reads, still in the run's hashed files); their new paths."""
-    moved = []
-    for rel, ext in ((inv.result_relpath(), "json"), (inv.log_relpath(), "log")):
-        src = run_dir.path / rel
-        if src.is_file():
-            dst = run_dir.path / "raw" / f"{inv.run_id}_{inv.suite}_r{inv.replicate}_contended{attempt}.{ext}"
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            src.replace(dst)
-            moved.append(dst.relative_to(run_dir.path).as_posix())
-    return moved
-
-
-def mark_rerun(run_dir: RunDir, inv: Invocation, attempt: int, earlier: list[str], why: str) -> None:
-    """Record in the new attempt's result document that it is a rerun of a contended one."""
-    path = run_dir.path / inv.result_relpath()
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return
-    if isinstance(doc, dict):
-        doc["contention_rerun"] = {"attempt": attempt + 1, "earlier": list(earlier), "earlier_reason": why}
-        atomic_write_json(path, doc)
 
 
 def finish_layer(plan: LayerPlan, run_dir: RunDir, results: list[LaunchResult]) -> LayerOutcome:

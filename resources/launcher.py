@@ -213,7 +213,8 @@ class LauncherResource(dg.ConfigurableResource):
                     on_result(res)
 
                 with pipes_session(plan.invocations[0]) as env:
-                    results = launcher.launch_layer(plan.invocations, run_dir.path, extra_env=env, on_result=reported)
+                    results = launcher.launch_layer(plan.invocations, run_dir.path, extra_env=env, on_result=reported,
+                                                    contended_reruns=plan.contended_reruns)
                 return finish_layer(plan, run_dir, results)
             return run_layer(plan, run_dir, launcher, session=pipes_session, on_result=on_result)
         except BaseException:

@@ -118,3 +118,33 @@ def test_rows_say_how_many_were_launched_again_and_what_was_done(tmp_path):
     assert rows.rerun_baseline.tolist() == [2, 0] and rows.contended_baseline.tolist() == [1, 0]
     assert rows.contention.tolist() == ["baseline: 2 contended and launched again, 1 quiet on the rerun; "
                                         "1 still contended, excluded", ""]
+
+
+def test_a_publication_layer_pod_launches_a_contended_replicate_again(tmp_path, monkeypatch):
+    # before: the layer Job's pod (benchrun.launch.inpod) ran each replicate once whatever its
+    # telemetry said, so publication-grade runs on Kubernetes never used contendedReruns
+    from benchrun.launch import inpod, local
+    from benchrun.launch.podspec import Placement, layer_job_manifest
+
+    run_id = "pub-20261204000000-cccccccc"
+    run_dir = tmp_path / "run"  # a pod's run directory is not <home>/runs/<id>
+    invs = _plan(run_id, 1).invocations
+    (run_dir / "structured").mkdir(parents=True)
+    (run_dir / "structured" / f"{run_id}_plan.json").write_text(json.dumps([i.to_json() for i in invs]))
+    busy = _Busy({2: 1, 3: 5})
+    monkeypatch.setattr(local, "LocalLauncher", lambda: busy)
+    assert inpod.main(["--run-dir", str(run_dir), "--run-id", run_id, "--layer", "micro",
+                       "--contended-reruns", "1"]) == 0
+    assert busy.attempts == {1: 1, 2: 2, 3: 2}
+    assert json.loads((run_dir / f"structured/{run_id}_s_r2.json").read_text())["contention_rerun"]["attempt"] == 2
+    assert (run_dir / f"raw/{run_id}_s_r2_contended1.json").is_file()  # kept (uploaded with the rest)
+    reported = json.loads((run_dir / inpod.results_relpath(run_id, "micro")).read_text())
+    assert [r["replicate"] for r in reported] == [1, 2, 3]
+    # the layer's budget reaches the pod's command line (and is absent when there is none)
+    image = "registry.example/bench@sha256:" + "b" * 64
+    invs = [i.__class__(**{**i.to_json(), "argv": tuple(i.argv), "image": image}) for i in invs]
+    job = layer_job_manifest(invs, namespace="default", placement=Placement(queue_name="q"), contended_reruns=1)
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[-2:] == ["--contended-reruns", "1"]
+    job = layer_job_manifest(invs, namespace="default", placement=Placement(queue_name="q"))
+    assert "--contended-reruns" not in job["spec"]["template"]["spec"]["containers"][0]["args"]

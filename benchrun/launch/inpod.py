@@ -12,7 +12,10 @@ each replicate gets its log, result, timeout handling and host telemetry exactly
 workstation, here on the GPU node), and after each replicate appends its LaunchResult to
 ``raw/<run>_<layer>_layer_results.json`` (read by the orchestrator for progress) and copies
 the replicate's log to stdout (so the Pipes messages in it reach the Dagster run through the
-pod log). Exit status 0 once every replicate ran, whatever their verdicts.
+pod log). A replicate whose telemetry says contended is launched again, up to
+``--contended-reruns`` times (the layer's ``spec.trials.contendedReruns``; ``benchrun.launch.rerun``,
+the rule the local runner uses; the contended attempts stay in raw/ and, without a run volume,
+are uploaded with the rest). Exit status 0 once every replicate ran, whatever their verdicts.
 """
 
 from __future__ import annotations
@@ -60,11 +63,14 @@ def layer_invocations(run_dir: Path, run_id: str, layer: str) -> list[Invocation
 
 def main(argv: list[str] | None = None) -> int:
     from benchrun.launch.local import LocalLauncher
+    from benchrun.launch.rerun import launch_with_reruns
 
     parser = argparse.ArgumentParser(prog="benchrun.launch.inpod")
     parser.add_argument("--run-dir", required=True)
     parser.add_argument("--run-id", required=True)
     parser.add_argument("--layer", required=True)
+    parser.add_argument("--contended-reruns", type=int, default=0,
+                        help="launch a replicate whose telemetry says contended again, up to this many times")
     args = parser.parse_args(argv)
     run_dir = Path(args.run_dir)
     extra = {k: v for k, v in os.environ.items() if k.startswith(PASS_ON_PREFIXES)}
@@ -74,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     target = run_dir / results_relpath(args.run_id, args.layer)
     for inv in layer_invocations(run_dir, args.run_id, args.layer):
         print(f"benchrun: {inv.layer}/{inv.suite} r{inv.replicate} starting", flush=True)
-        res = launcher.launch(replace(inv), run_dir, extra_env=extra)
+        res = launch_with_reruns(lambda inv=inv: launcher.launch(replace(inv), run_dir, extra_env=extra), run_dir, inv,
+                                 args.contended_reruns)
         try:
             sys.stdout.write((run_dir / res.log).read_text(encoding="utf-8", errors="replace"))
         except OSError:

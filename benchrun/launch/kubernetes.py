@@ -211,12 +211,13 @@ class KubernetesLauncher:
     # -- publication grade: one Job per layer ------------------------------------------
     def launch_layer(
         self, invocations: Iterable[Invocation], run_dir: Path, *, extra_env: Mapping[str, str] | None = None,
-        on_result: Callable[[LaunchResult], None] | None = None,
+        on_result: Callable[[LaunchResult], None] | None = None, contended_reruns: int = 0,
     ) -> list[LaunchResult]:
         """Run a whole layer in ONE Job (``podspec.layer_job_manifest``, ``benchrun.launch.inpod``):
         one admission, one dedicated node, the replicates back to back in the planned order.
         ``on_result`` sees each replicate as the pod reports it (the results file on the run
-        volume); a replicate the pod never reached is failed with the Job's reason."""
+        volume); a replicate the pod never reached is failed with the Job's reason; the pod launches
+        a contended replicate again up to ``contended_reruns`` times (``benchrun.launch.rerun``)."""
         from benchrun.launch.inpod import results_relpath
         from benchrun.launch.podspec import layer_job_manifest
 
@@ -224,7 +225,8 @@ class KubernetesLauncher:
         first = invs[0]
         refuse_in_layer_job(invs)
         manifest = layer_job_manifest(invs, namespace=self.namespace, placement=self.placement,
-                                      run_labels=self.run_labels, extra_env=pod_env(extra_env), owner=self.owner)
+                                      run_labels=self.run_labels, extra_env=pod_env(extra_env), owner=self.owner,
+                                      contended_reruns=contended_reruns)
         name = manifest["metadata"]["name"]
         layer_log = run_dir / "raw" / f"{first.run_id}_{first.layer}_layer.log"
         layer_log.parent.mkdir(parents=True, exist_ok=True)

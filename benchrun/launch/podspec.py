@@ -511,13 +511,15 @@ def layer_job_manifest(
     run_labels: Mapping[str, str] | None = None,
     extra_env: Mapping[str, str] | None = None,
     owner: Mapping[str, Any] | None = None,
+    contended_reruns: int = 0,
 ) -> dict[str, Any]:
     """Publication grade: ONE Job for a whole layer, holding its node for every replicate.
 
     Its pod runs ``python -m benchrun.launch.inpod`` (the replicates in the planned order,
     from the pinned plan on the run volume), with the largest of the layer's per-suite
     resources, so every replicate runs on the same dedicated node after one admission and
-    no queue wait between replicates. Everything else (labels, Kueue, placement, volumes,
+    no queue wait between replicates; ``contended_reruns``: the layer's budget for launching a
+    contended replicate again, in the pod. Everything else (labels, Kueue, placement, volumes,
     QoS) is ``job_manifest``'s for the layer's first invocation."""
     invs = list(invocations)
     if not invs:
@@ -538,7 +540,8 @@ def layer_job_manifest(
                     timeout_s=sum(inv.timeout_s for inv in invs) + 60.0 * len(invs),
                     argv=("python", "-m", "benchrun.launch.inpod", "--run-dir",
                           first.env.get("BENCHRUN_RUN_DIR") or DEFAULT_RUN_DIR, "--run-id", first.run_id,
-                          "--layer", first.layer),
+                          "--layer", first.layer,
+                          *(("--contended-reruns", str(int(contended_reruns))) if contended_reruns else ())),
                     env={k: first.env[k] for k in ("BENCHRUN_RUN_ID", "BENCHRUN_RUN_DIR", "BENCHRUN_LAYER",
                                                     "LANG", "PYTHONUNBUFFERED") if k in first.env})
     inputs = (layer_inputs(first.run_id),) if placement.outputs_uri else ()
