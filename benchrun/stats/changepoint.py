@@ -231,7 +231,10 @@ def _own_phi(ref: np.ndarray, m: float) -> float:
     a, b = ref[1:] - m, ref[:-1] - m
     ss = float(((ref - m) ** 2).sum())
     phi = float((a * b).sum() / ss) if ss > 0 else 0.0
-    return phi + (1 + 3 * max(phi, 0.0)) / ref.size  # Kendall's bias of the lag-1 estimate
+    # Kendall's bias of the least-squares lag-1 estimate; the sample autocorrelation's is (1 + 4φ)/n, so
+    # this under-corrects by ~0.04 at φ 0.5 and 23 nights, which the margin was tuned with (an unbiased
+    # estimate at a smaller margin gave the same trade: benchmarks/README.md, statistics audit)
+    return phi + (1 + 3 * max(phi, 0.0)) / ref.size
 
 
 def _reference(x: np.ndarray, lo: int, hi: int, phi_margin: float, prior: tuple[float, float] | None = None,
