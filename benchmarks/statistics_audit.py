@@ -22,10 +22,20 @@ Sections (``--only`` picks some; counts per cell in brackets, scaled by ``--scal
   ``change_points`` does): the share of 200-night series that ever alarm with the family's
   φ = 0, 0.5, 0.8 each, mixed (4 at 0 + 4 at 0.5; 1 at 0.5 among 7 at 0) and 0.5 with 80 % of
   the variance common to the 8; 5 % steps (in all 8) after 30 and 100 nights of iid history:
-  the share found within 7 nights, the median delay, alarms before the step [100 histories].
+  the share found within 7 nights, the median delay, alarms before the step [100 histories];
+  ``after_a_change``: lone series with and without ``Detector.carry`` — a 5 % step at night 100
+  of 200 at φ 0 and 0.5 (the step found: a change point within 7 nights of it; any other
+  alarm), and a step back at night 130 (an alarm within 7 nights of it) [800 series].
 * ``confirm``: a 5 % regression at CV 2 %, n = 5, suspected by the first round (1 and 18
   gating tests), then a confirmation round under a 3 %-per-pair drift: the share confirmed,
-  without extension (maxPairs 5) and with (10, 15) [400].
+  without extension (maxPairs 5) and with (10, 15) [400]; ``position_effect_aa``: A/A rounds
+  under a 4 % launch-position effect, the balanced order against baseline first [400].
+* ``spread``: Brown–Forsythe (what ``flag_spread`` runs): power at n = 5, 10, 20 for a candidate
+  1, 2, 4× as noisy, one test at 5 % [4,000]; A/A runs of 18 metrics with any row flagged after
+  Benjamini–Hochberg, n = 5, 10 [1,000 runs].
+
+The cells added after a section's first ones draw from their own generators (spawned from
+the seed), so the earlier cells reproduce at the same seed.
 
 The machine is shared: run it with ``nice -n 10``. Usage:
 ``nice -n 10 .venv/bin/python benchmarks/statistics_audit.py [--scale 1.0] [--only aa,power] [--seed 0]``
@@ -254,7 +264,8 @@ def section_changepoint(rng: np.random.Generator, scale: float) -> dict[str, Any
              ("alarm_before_step", e / n))}})
     return {"histories_per_cell": sims, "series_per_history": 8, "cv": 0.02, "floor_pct": 3.0,
             "detector": json.loads(DETECTOR.describe(3.0)), "false_alarms_200_nights": fa, "steps_5pct": steps,
-            "after_a_change": _after_a_change(rng, sims * 8)}
+            # its own generator, spawned from the seed: the sections after this one draw what they drew before
+            "after_a_change": _after_a_change(np.random.default_rng(rng.bit_generator.seed_seq.spawn(1)[0]), sims * 8)}
 
 
 def _after_a_change(rng: np.random.Generator, n: int) -> list[dict[str, Any]]:
@@ -294,16 +305,6 @@ def section_confirm(rng: np.random.Generator, scale: float) -> dict[str, Any]:
     sims = max(50, int(400 * scale))
     out = {"runs_per_cell": sims, "shift": 0.05, "cv": 0.02, "n": 5, "drift_per_pair": 0.03, "cells": [],
            "position_effect_aa": []}
-    # A/A rounds (the metrics an A/A first round sends, 18 gating tests) under a 4 % launch-position
-    # effect: confirmed with the round's balanced order against a fixed baseline-first order
-    _reg, sent_aa, pgate_aa = _first_round(rng, 0.0, 0.02, 5, 18, sims * 4)
-    p_sent = pgate_aa[sent_aa]
-    for balanced in (True, False):
-        res = [_confirm(rng, float(p), 0.0, 0.02, 5, 15, 18, position=0.04, balanced=balanced)
-               for p in p_sent[:sims]]
-        out["position_effect_aa"].append({"position_effect": 0.04, "order": "balanced" if balanced else "baseline first",
-                                          "rounds": len(res), "confirmed": float(np.mean([c for c, _ in res]))
-                                          if res else None})
     for tests in (1, 18):
         reg, sent, pgate = _first_round(rng, -0.05, 0.02, 5, tests, sims)
         sus = np.nonzero(sent[:, 0])[0]
@@ -313,11 +314,48 @@ def section_confirm(rng: np.random.Generator, scale: float) -> dict[str, Any]:
                                  "confirmed_given_sent": float(np.mean([c for c, _ in res])) if res else None,
                                  "confirmed": float(np.sum([c for c, _ in res])) / sims,
                                  "mean_pairs": float(np.mean([p for _, p in res])) if res else None})
+    # A/A rounds (the metrics an A/A first round sends, 18 gating tests) under a 4 % launch-position
+    # effect: confirmed with the round's balanced order against a fixed baseline-first order (own
+    # generator, spawned from the seed: the cells above draw what they drew before)
+    own = np.random.default_rng(rng.bit_generator.seed_seq.spawn(1)[0])
+    _reg, sent_aa, pgate_aa = _first_round(own, 0.0, 0.02, 5, 18, sims * 4)
+    p_sent = pgate_aa[sent_aa]
+    for balanced in (True, False):
+        res = [_confirm(own, float(p), 0.0, 0.02, 5, 15, 18, position=0.04, balanced=balanced)
+               for p in p_sent[:sims]]
+        out["position_effect_aa"].append({"position_effect": 0.04, "order": "balanced" if balanced else "baseline first",
+                                          "rounds": len(res), "confirmed": float(np.mean([c for c, _ in res]))
+                                          if res else None})
     return out
 
 
+def section_spread(rng: np.random.Generator, scale: float) -> dict[str, Any]:
+    """Brown–Forsythe (``spread.brown_forsythe_p``, what ``flag_spread`` runs per row): power for a
+    candidate 2× and 4× as noisy, one test at 5 %, and the share of A/A runs of 18 metrics with any
+    row flagged after Benjamini–Hochberg (log-normal replicates, CV 2 %)."""
+    from benchrun.stats.family import benjamini_hochberg
+    from benchrun.stats.spread import brown_forsythe_p
+
+    sims = max(500, int(4000 * scale))
+    power = []
+    for n in (5, 10, 20):
+        for k in (1.0, 2.0, 4.0):
+            b = rng.normal(0, 0.02, (sims, n))
+            c = rng.normal(0, 0.02 * k, (sims, n))
+            power.append({"n": n, "spread_factor": k, "flagged_one_test": float((brown_forsythe_p(b, c) < ALPHA).mean())})
+    runs = max(200, int(1000 * scale))
+    aa = []
+    for n in (5, 10):
+        flagged = 0
+        for _ in range(runs):
+            p = brown_forsythe_p(rng.normal(0, 0.02, (18, n)), rng.normal(0, 0.02, (18, n)))
+            flagged += bool((benjamini_hochberg(p) < ALPHA).any())
+        aa.append({"n": n, "metrics": 18, "runs": runs, "any_row_flagged": flagged / runs})
+    return {"simulations_per_cell": sims, "power": power, "aa_runs": aa}
+
+
 SECTIONS = {"aa": section_aa, "power": section_power, "coverage": section_coverage,
-            "changepoint": section_changepoint, "confirm": section_confirm}
+            "changepoint": section_changepoint, "confirm": section_confirm, "spread": section_spread}
 
 
 def main() -> None:

@@ -146,5 +146,8 @@ def test_a_publication_layer_pod_launches_a_contended_replicate_again(tmp_path, 
     job = layer_job_manifest(invs, namespace="default", placement=Placement(queue_name="q"), contended_reruns=1)
     args = job["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[-2:] == ["--contended-reruns", "1"]
-    job = layer_job_manifest(invs, namespace="default", placement=Placement(queue_name="q"))
-    assert "--contended-reruns" not in job["spec"]["template"]["spec"]["containers"][0]["args"]
+    once = layer_job_manifest(invs, namespace="default", placement=Placement(queue_name="q"))
+    assert "--contended-reruns" not in once["spec"]["template"]["spec"]["containers"][0]["args"]
+    # the pod's deadline allows the reruns: 3 replicates of 10 s and a minute each, once more
+    deadline = [j["spec"]["template"]["spec"]["activeDeadlineSeconds"] for j in (job, once)]
+    assert deadline[0] - deadline[1] == 3 * 10 + 180

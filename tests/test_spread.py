@@ -110,3 +110,30 @@ def test_a_suspect_with_a_wider_spread_still_goes_to_the_confirmation_round():
     from benchrun.stats.commands import verdict_cell
 
     assert verdict_cell({"verdict": "inconclusive", "gating": True, "spread": "wider"}).endswith("(spread wider)")
+
+
+def test_the_side_of_a_spread_change_is_the_side_the_test_found():
+    # a few wide values among tight ones: the mean absolute deviation (what Brown-Forsythe
+    # compares) doubles while the median absolute deviation falls; the row said "narrower"
+    from benchrun.stats.spread import flag_spread
+
+    rng = np.random.default_rng(2)
+    b = np.exp(rng.normal(0, 0.02, (1, 20)))
+    c = np.exp(np.r_[rng.normal(0, 0.001, 12), [0.2, -0.2, 0.21, -0.19, 0.22, -0.18, 0.2, -0.21]])[None, :]
+    lb, lc = np.log(b[0]), np.log(c[0])
+    mad = lambda x: np.median(np.abs(x - np.median(x)))  # noqa: E731
+    assert mad(lc) < mad(lb)
+    df = pd.DataFrame({"name": ["m"], "gating": [False], "verdict": ["inconclusive"], "p_gate": [np.nan],
+                       "shift": [0.0], "margin": [0.03], "note": [""], "role": ["secondary"]})
+    flag_spread(df, lambda sel, n_b, n_c: (b[sel], c[sel]), np.array([20]), np.array([20]), np.array([True]), 0.05)
+    assert df.spread.iloc[0] == "wider" and "mean absolute deviation" in df.note.iloc[0], df.note.iloc[0]
+
+
+def test_a_spread_changed_row_keeps_the_replicate_advice():
+    from benchrun.stats.reading import detectable
+
+    df = pd.DataFrame({"role": ["primary"], "p_value": [0.2], "shift": [-0.10], "shift_low": [-0.3],
+                       "shift_high": [0.1], "ci_coverage": [0.95], "n_baseline": [5], "n_candidate": [5],
+                       "scale": ["log"], "margin": [0.03], "verdict": ["spread changed"], "name": ["m"]})
+    adv = detectable(df, 0.05, 1, np.array(["exact_rank"]))["advice"][0]
+    assert adv.startswith("large change, not significant at n = 5"), adv

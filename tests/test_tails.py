@@ -156,3 +156,11 @@ def test_interval_coverage_at_100_requests_per_replicate():
                          [a["e2e_ms"].to_numpy() for a in _reqs(rng, 100)], n_boot=200, seed=s)
         cover += tc.low <= 0 <= tc.high
     assert 0.91 <= cover / 120 <= 1.0
+
+
+def test_the_older_wording_of_the_request_count_reason_is_pooled_too():
+    from benchrun.loadgen.metrics import pooled_reasons
+
+    old = "100 completed requests < 459 needed to support p99 at 99% confidence (order-statistic bound)"
+    new = "100 completed requests < 368 needed for a bounded p99 at 95% (order-statistic interval; the comparison's rule)"
+    assert pooled_reasons([old, new, "error rate 9/109 = 8.3% > 1.0%"]) == ["error rate 9/109 = 8.3% > 1.0%"]

@@ -219,7 +219,7 @@ class KubernetesLauncher:
         volume); a replicate the pod never reached is failed with the Job's reason; the pod launches
         a contended replicate again up to ``contended_reruns`` times (``benchrun.launch.rerun``)."""
         from benchrun.launch.inpod import results_relpath
-        from benchrun.launch.podspec import layer_job_manifest
+        from benchrun.launch.podspec import layer_deadline_s, layer_job_manifest
 
         invs = list(invocations)
         first = invs[0]
@@ -263,7 +263,7 @@ class KubernetesLauncher:
             return [self._unreached(inv, run_dir, reason, t_request, t0) for inv in invs]
         orig_sleep = self._sleep
         self._sleep = lambda s: (poll(), orig_sleep(s))[-1]
-        whole = replace(first, timeout_s=sum(inv.timeout_s for inv in invs) + 60.0 * len(invs))
+        whole = replace(first, timeout_s=layer_deadline_s(invs, contended_reruns))
         try:
             job, workload, pods, ended = self._wait_job(whole, name, job, t0)
             pod = pods.get(0)

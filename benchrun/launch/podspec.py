@@ -503,6 +503,12 @@ def _max_quantity(values: list[str | None]) -> str | None:
     return max(present, key=parse_quantity) if present else None
 
 
+def layer_deadline_s(invs: list[Invocation] | tuple[Invocation, ...], contended_reruns: int = 0) -> float:
+    """A layer Job's deadline: every replicate's timeout and a minute each, for each attempt the
+    pod may make (a contended replicate is launched again up to ``contended_reruns`` times)."""
+    return (1 + max(0, int(contended_reruns))) * (sum(inv.timeout_s for inv in invs) + 60.0 * len(invs))
+
+
 def layer_job_manifest(
     invocations: list[Invocation] | tuple[Invocation, ...],
     *,
@@ -537,7 +543,7 @@ def layer_job_manifest(
     sized = replace(first, gpus=gpus, cpu=_max_quantity([inv.cpu for inv in invs]),
                     memory=_max_quantity([inv.memory for inv in invs]),
                     shm_size=_max_quantity([inv.shm_size for inv in invs]),
-                    timeout_s=sum(inv.timeout_s for inv in invs) + 60.0 * len(invs),
+                    timeout_s=layer_deadline_s(invs, contended_reruns),
                     argv=("python", "-m", "benchrun.launch.inpod", "--run-dir",
                           first.env.get("BENCHRUN_RUN_DIR") or DEFAULT_RUN_DIR, "--run-id", first.run_id,
                           "--layer", first.layer,

@@ -219,13 +219,16 @@ def load_stats(rows: Sequence[dict[str, Any]], load_model: str, offered_load: fl
 
 
 COUNT_REASON_TAIL = " (order-statistic interval; the comparison's rule)"
+# how runs recorded before 2026-12-03 ended the same reason (then a one-sided 99 % bound, 459 for p99)
+LEGACY_COUNT_REASON_TAILS = (" confidence (order-statistic bound)",)
 
 
 def pooled_reasons(reasons: Sequence[str]) -> list[str]:
     """A replicate's invalid-verdict reasons that still hold when the comparison pools the
-    replicates' requests: all but the request count's (:func:`verdict`), which the comparison
-    applies to the pooled count instead (five replicates of 100 requests make one p99 of 500)."""
-    return [r for r in reasons if not str(r).endswith(COUNT_REASON_TAIL)]
+    replicates' requests: all but the request count's (:func:`verdict`, and its older wording),
+    which the comparison applies to the pooled count instead (five replicates of 100 requests
+    make one p99 of 500)."""
+    return [r for r in reasons if not str(r).endswith((COUNT_REASON_TAIL, *LEGACY_COUNT_REASON_TAILS))]
 
 
 def verdict(

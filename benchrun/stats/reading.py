@@ -172,7 +172,7 @@ def detectable(df: "pd.DataFrame", alpha: float, family: int, gate_test: np.ndar
         if ok.size:
             need[i] = int(ns[ok[0]])
         mg = margin[i] if not math.isnan(margin[i]) else 0.0
-        if verdict[i] == "inconclusive" and effect > mg:
+        if verdict[i] in ("inconclusive", "spread changed") and effect > mg:
             n_now = int(min(nb[i], nc[i]))
             advice[i] = (f"large change, not significant at n = {n_now}: rerun with ≥ {need[i]} replicates"
                          if need[i] > 0 else

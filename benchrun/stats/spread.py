@@ -108,6 +108,12 @@ def brown_forsythe_p(b: np.ndarray, c: np.ndarray) -> np.ndarray:
     replicates): the pooled two-sample t on the absolute deviations from each arm's median,
     i.e. Levene's test centred on the median (``scipy.stats.levene(center="median")``, one
     vector step for every row)."""
+    return _brown_forsythe(b, c)[0]
+
+
+def _brown_forsythe(b: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(p, candidate / baseline mean absolute deviation from the median) per row: the ratio is
+    the quantity the test compares, so its side of 1 is the side the test found."""
     b, c = np.asarray(b, dtype=float), np.asarray(c, dtype=float)
     zb = np.abs(b - np.median(b, axis=1, keepdims=True))
     zc = np.abs(c - np.median(c, axis=1, keepdims=True))
@@ -118,7 +124,9 @@ def brown_forsythe_p(b: np.ndarray, c: np.ndarray) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore"):
         t = (mc - mb) / np.sqrt(ss / dof * (1 / nb + 1 / nc))
     p = 2 * stats.t.sf(np.abs(t), dof)
-    return np.where(np.isfinite(p), p, np.where((mc != mb) & (ss == 0), 0.0, 1.0))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.where(mb > 0, mc / np.where(mb > 0, mb, 1.0), np.where(mc > 0, np.inf, 1.0))
+    return np.where(np.isfinite(p), p, np.where((mc != mb) & (ss == 0), 0.0, 1.0)), ratio
 
 
 def flag_spread(df: Any, matrices: Callable[[np.ndarray, int, int], tuple[np.ndarray, np.ndarray]],
@@ -128,11 +136,11 @@ def flag_spread(df: Any, matrices: Callable[[np.ndarray, int, int], tuple[np.nda
     For each row with at least 3 replicates an arm (not a context row, not a p99 judged on
     requests), the Brown–Forsythe test on the analysis scale (log values where all are
     positive); the p's are Benjamini–Hochberg adjusted over those rows (``p_spread_adjusted``),
-    and a row below α gets ``spread`` = ``wider`` or ``narrower`` (candidate MAD against the
-    baseline's) and a note. An ``inconclusive`` row becomes ``spread changed`` (the candidate is
-    noisier or steadier, its median not shown to move) unless the confirmation round would take
-    it up as a suspect (``paired.screened``); a ``no_change`` or shift verdict stays and says its
-    spread. ``matrices(rows, n_b, n_c)`` gives the rows' ok values per arm."""
+    and a row below α gets ``spread`` = ``wider`` or ``narrower`` (the side of 1 of the ratio the
+    test compares: candidate over baseline mean absolute deviation from the median) and a note. An ``inconclusive`` row becomes ``spread changed`` (the candidate is
+    noisier or steadier, its median not shown to move) unless it is screened as a suspect
+    (``paired.screened``: a confirmation round, where one runs, takes it up; without one it stays
+    inconclusive and says its spread); a ``no_change`` or shift verdict stays and says its spread. ``matrices(rows, n_b, n_c)`` gives the rows' ok values per arm."""
     from benchrun.stats.family import benjamini_hochberg
 
     rows = comparable.size
@@ -150,11 +158,7 @@ def flag_spread(df: Any, matrices: Callable[[np.ndarray, int, int], tuple[np.nda
         pos = (bm > 0).all(axis=1) & (cm > 0).all(axis=1)
         bm = np.where(pos[:, None], np.log(np.where(pos[:, None], bm, 1.0)), bm)
         cm = np.where(pos[:, None], np.log(np.where(pos[:, None], cm, 1.0)), cm)
-        p[sel] = brown_forsythe_p(bm, cm)
-        mad_b = np.median(np.abs(bm - np.median(bm, axis=1, keepdims=True)), axis=1)
-        mad_c = np.median(np.abs(cm - np.median(cm, axis=1, keepdims=True)), axis=1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            ratio[sel] = np.where(mad_b > 0, mad_c / mad_b, np.where(mad_c > 0, np.inf, 1.0))
+        p[sel], ratio[sel] = _brown_forsythe(bm, cm)
     tested = np.nonzero(~np.isnan(p))[0]
     if not tested.size:
         return
@@ -173,11 +177,11 @@ def flag_spread(df: Any, matrices: Callable[[np.ndarray, int, int], tuple[np.nda
         df.at[i, "p_spread_adjusted"] = float(a)
         if not a < alpha:
             continue
-        wider = bool(ratio[i] > 1)
+        wider = bool(ratio[i] > 1)  # the test's own statistic: a significant row is never at 1
         df.at[i, "spread"] = "wider" if wider else "narrower"
         if df.at[i, "verdict"] == "inconclusive" and not kept[i]:
             df.at[i, "verdict"] = SPREAD_CHANGED
         if SPREAD_CHANGED not in str(df.at[i, "note"] or ""):
-            note = (f"spread {'wider' if wider else 'narrower'}: candidate MAD {ratio[i]:.2g}x the baseline's "
-                    f"(Brown-Forsythe, BH-adjusted p {a:.2g})")
+            note = (f"spread {'wider' if wider else 'narrower'}: the candidate's mean absolute deviation from its "
+                    f"median {ratio[i]:.2g}x the baseline's (Brown-Forsythe, BH-adjusted p {a:.2g})")
             df.at[i, "note"] = "; ".join(x for x in (str(df.at[i, "note"] or ""), note) if x)
