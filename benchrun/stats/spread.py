@@ -137,10 +137,12 @@ def flag_spread(df: Any, matrices: Callable[[np.ndarray, int, int], tuple[np.nda
     requests), the Brown–Forsythe test on the analysis scale (log values where all are
     positive); the p's are Benjamini–Hochberg adjusted over those rows (``p_spread_adjusted``),
     and a row below α gets ``spread`` = ``wider`` or ``narrower`` (the side of 1 of the ratio the
-    test compares: candidate over baseline mean absolute deviation from the median) and a note. An ``inconclusive`` row becomes ``spread changed`` (the candidate is
-    noisier or steadier, its median not shown to move) unless it is screened as a suspect
-    (``paired.screened``: a confirmation round, where one runs, takes it up; without one it stays
-    inconclusive and says its spread); a ``no_change`` or shift verdict stays and says its spread. ``matrices(rows, n_b, n_c)`` gives the rows' ok values per arm."""
+    test compares: candidate over baseline mean absolute deviation from the median) and a note.
+    An ``inconclusive`` row becomes ``spread changed`` (the candidate is noisier or steadier, its
+    median not shown to move) unless it is screened as a suspect (``paired.screened``: a
+    confirmation round, where one runs, takes it up; without one it stays inconclusive and says
+    its spread); a ``no_change`` or shift verdict stays and says its spread.
+    ``matrices(rows, n_b, n_c)`` gives the rows' ok values per arm."""
     from benchrun.stats.family import benjamini_hochberg
 
     rows = comparable.size
