@@ -27,7 +27,9 @@ def contended(run_dir: Path, inv: Invocation) -> str | None:
         doc = json.loads((Path(run_dir) / inv.result_relpath()).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
         return None
-    tel = doc.get("telemetry") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict):
+        return None
+    tel = doc.get("telemetry")
     if doc.get("status") != "ok" or not isinstance(tel, dict) or not tel.get("contended"):
         return None
     return str(tel.get("contention_reason") or "contended")
