@@ -56,13 +56,15 @@ def evict_when_working(cluster, launcher, times: int) -> list[str]:
     return evicted
 
 
-def attempt_code(marker: Path) -> str:
-    """The first attempt prints 'working' and hangs (until evicted); the next one reports."""
+def attempt_code(marker: Path, settle_s: float = 0.0) -> str:
+    """The first attempt prints 'working' (after ``settle_s``) and hangs (until evicted); the next
+    one reports."""
     return script_for(1, before=textwrap.dedent(f"""
         import pathlib, time
         marker = pathlib.Path({str(marker)!r})
         if not marker.exists():
             marker.write_text("1")
+            time.sleep({settle_s})
             print("attempt 1 working", flush=True)
             time.sleep(60)
         print("attempt 2", flush=True)
@@ -112,3 +114,36 @@ def test_a_suites_own_failure_fails_the_job_at_once(kcluster):
     assert failed["reason"] == "PodFailurePolicy"
     assert "failed with exit code 3 matching FailJob rule at index 1" in failed["message"]
     assert time.monotonic() - t0 < 20
+
+
+def test_an_eviction_replaced_before_the_launcher_looks_still_counts(kcluster_factory, tmp_path):
+    # before: the launcher read only the Job's newest pod, so when the replacement existed by its
+    # next poll (a slow poll, a busy API) the evicted pod was never seen: the eviction was not
+    # counted against eviction_retries and the replicate came back "ok" (seen once in CI-like load).
+    # The first attempt works for over a second first, so its pod and the replacement differ in
+    # creationTimestamp (whole seconds): the replacement is then the newest pod, every time.
+    cluster = kcluster_factory(host_env={"PYTHONPATH": str(ROOT)})
+    run_dir = tmp_path / "home" / "runs" / RUN_ID
+    run_dir.mkdir(parents=True)
+    launcher = launcher_for(cluster, eviction_retries=0)
+    evicted = evict_when_working(cluster, launcher, times=1)
+    polled = launcher._sleep
+
+    def slow_poll(s: float) -> None:
+        polled(s)
+        if evicted:  # hold the next poll until the Job has replaced the evicted pod
+            cluster.wait_for(lambda: len(cluster.list("pods")) >= 2, what="the replacement pod")
+    launcher._sleep = slow_poll
+    res = launcher.launch(make_inv(run_dir, code=attempt_code(tmp_path / "marker", 1.2)), run_dir)
+    assert res.status == "failed", res.reason
+    assert res.reason.startswith("evicted 1 times, more than eviction_retries=0 (last: TerminationByKubelet: "), res.reason
+    # with a budget, the missed eviction is one attempt of the replicate's history and it goes on
+    (tmp_path / "marker").unlink()
+    cluster.wait_for(lambda: not cluster.list("jobs"), what="the Job deleted")
+    launcher = launcher_for(cluster, eviction_retries=1)
+    evicted = evict_when_working(cluster, launcher, times=1)
+    polled = launcher._sleep
+    launcher._sleep = slow_poll
+    res = launcher.launch(make_inv(run_dir, code=attempt_code(tmp_path / "marker", 1.2)), run_dir)
+    assert res.status == "ok", res.reason
+    assert [a["cause"] for a in res.messages[0]["attempts"]] == ["eviction"], res.messages[0].get("attempts")

@@ -78,6 +78,9 @@ class Watch:
     # the attempts that ended before this one (evicted or preempted): cause, reason, pod, node,
     # whether it had started measuring; written into the replicate's timeline as ``attempts``
     history: list[dict[str, Any]] = field(default_factory=list)
+    # evicted pods the last read found beside a newer one (the replacement came before a poll
+    # saw the eviction): recorded as ended attempts before anything else is judged
+    missed: list[Any] = field(default_factory=list)
 
 
 def wait(watch: Watch, obj: Any, t0: float, *, timeout_s: float, pending_timeout_s: float, poll_s: float,
@@ -148,6 +151,20 @@ def wait(watch: Watch, obj: Any, t0: float, *, timeout_s: float, pending_timeout
                 started, t0 = None, time.perf_counter()
                 sleep(poll_s)
                 continue
+            if watch.missed and watch.eviction_retries is not None and watch.pod_evictions_replaced:
+                # evictions the Job had already replaced when this poll came (the replacement may even
+                # have finished): each is an ended attempt within the same budget
+                for gone in sorted(watch.missed, key=lambda p: epoch(p.metadata.creation_timestamp) or 0.0):
+                    if gone.metadata.uid in watch.evicted:
+                        continue
+                    why = _disrupted(gone)
+                    _record(watch, "eviction", f"evicted: {why}", gone, _ran(gone))
+                    if len(watch.history) > watch.eviction_retries:
+                        return obj, workload, pods, (f"evicted {len(watch.history)} times, more than eviction_retries="
+                                                     f"{watch.eviction_retries} (last: {why}); {kind} deleted")
+                    log.warning("%s: pod %s evicted (%s); the %s replaced it (retry %d of %d)", watch.name,
+                                gone.metadata.name, why, kind, len(watch.history), watch.eviction_retries)
+            watch.missed.clear()
             pod0 = pods.get(0)
             phase0 = pod0.status.phase if pod0 is not None and pod0.status is not None else None
             if watch.eviction_retries is not None and watch.pod_evictions_replaced \
@@ -261,6 +278,16 @@ def _deleting(pod: Any) -> bool:
     return getattr(pod.metadata, "deletion_timestamp", None) is not None
 
 
+def _ran(pod: Any) -> bool:
+    """Whether a pod's container started (it had begun measuring when it ended)."""
+    for cs in (pod.status.container_statuses or []) if pod.status is not None else []:
+        state = cs.state
+        if state is not None and (state.running is not None
+                                  or (state.terminated is not None and state.terminated.started_at is not None)):
+            return True
+    return False
+
+
 def _of_ended_attempt(pod: Any, ev: dict[str, Any]) -> bool:
     """Whether a pod seen with Kueue's eviction ``ev`` belongs to the attempt it ended: being
     deleted, or seen while the Workload is still evicted (no new attempt before it is admitted
@@ -287,15 +314,21 @@ def job_watch(client: Any, batch_api: Any, custom_api: Any, namespace: str, name
 
     def read(job: Any) -> tuple[Any, Any, dict[int, Any]]:
         job = batch_api.read_namespaced_job_status(name=name, namespace=namespace)
-        pod = _newest_pod(client, namespace, name, job.metadata.uid, exclude=evicted)
+        every = _job_pods(client, namespace, name, job.metadata.uid)
+        pod = _newest_pod(client, namespace, name, job.metadata.uid, exclude=evicted, pods=every)
+        # an eviction whose replacement already exists: the newest pod is the replacement, so the
+        # evicted one would never be read as this Job's pod (and its attempt never counted)
+        watch.missed[:] = [p for p in every if p is not pod and p.metadata.uid not in evicted
+                           and _phase(p) == "Failed" and _disrupted(p)]
         return job, _job_workload(custom_api, namespace, job), ({0: pod} if pod is not None else {})
 
     def no_pod(job: Any) -> str:
         return ("suspended, no Kueue Workload (is Kueue installed and the queue label right?)"
                 if job.spec.suspend else "no pod created")
 
-    return Watch(kind="Job", name=name, read=read, nodes=1, ended_by=("Complete",), pod_end_ends=True,
-                 no_pod_note=no_pod, name_the_node=False, eviction_retries=eviction_retries, evicted=evicted)
+    watch = Watch(kind="Job", name=name, read=read, nodes=1, ended_by=("Complete",), pod_end_ends=True,
+                  no_pod_note=no_pod, name_the_node=False, eviction_retries=eviction_retries, evicted=evicted)
+    return watch
 
 
 def jobset_watch(core_api: Any, custom_api: Any, namespace: str, name: str, nodes: int, *,
@@ -364,13 +397,18 @@ def _job_workload(custom_api: Any, namespace: str, job: Any) -> dict[str, Any] |
     return items[0] if items else None
 
 
-def _newest_pod(client: Any, namespace: str, name: str, job_uid: str | None = None,
-                exclude: list[str] | tuple[str, ...] = ()) -> Any:
+def _job_pods(client: Any, namespace: str, name: str, job_uid: str | None = None) -> list[Any]:
     pods = client.get_pods_in_job(name, namespace)
     if job_uid:
         # only this Job's pods: a same-named Job deleted a moment ago may leave its pods
         # behind for a while (background deletion)
         pods = [p for p in pods if any(o.uid == job_uid for o in (p.metadata.owner_references or []))]
+    return list(pods)
+
+
+def _newest_pod(client: Any, namespace: str, name: str, job_uid: str | None = None,
+                exclude: list[str] | tuple[str, ...] = (), pods: list[Any] | None = None) -> Any:
+    pods = _job_pods(client, namespace, name, job_uid) if pods is None else pods
     if exclude:  # evicted attempts the Job replaced (creation times have whole seconds: no tie-break)
         pods = [p for p in pods if p.metadata.uid not in set(exclude)] or pods
     if not pods:
