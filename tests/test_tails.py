@@ -164,3 +164,61 @@ def test_the_older_wording_of_the_request_count_reason_is_pooled_too():
     old = "100 completed requests < 459 needed to support p99 at 99% confidence (order-statistic bound)"
     new = "100 completed requests < 368 needed for a bounded p99 at 95% (order-statistic interval; the comparison's rule)"
     assert pooled_reasons([old, new, "error rate 9/109 = 8.3% > 1.0%"]) == ["error rate 9/109 = 8.3% > 1.0%"]
+
+
+def _with_samples(rd, n):
+    """Record ``n`` samples on every p99 metric of a fabricated run, as the suites now do, and
+    re-seal it (the run would have signed its result documents with them)."""
+    import json
+
+    from benchrun.stats.synthetic import seal_run, write_manifest
+
+    for p in (rd / "structured").glob(f"{rd.name}_*_r*.json"):
+        doc = json.loads(p.read_text())
+        if not isinstance(doc, dict) or "metrics" not in doc:
+            continue
+        for m in doc["metrics"]:
+            if "p99" in m["name"]:
+                m["samples"] = n
+        p.write_text(json.dumps(doc))
+    (rd / "reports" / f"{rd.name}_provenance.dsse.json").unlink()
+    write_manifest(rd)
+    seal_run(rd, rd.parent.parent)
+
+
+def test_a_replicate_p99_of_too_few_samples_is_not_gateable(tmp_path):
+    # before: a gemm p99 of 50 calls (its maximum) was rank-tested replicate by replicate, and a
+    # candidate whose slowest call happened to be slower was a gating regression
+    spec = {"spec": {"metrics": {"inference": {"enabled": True, "primary": ["gemm/p99_call_ms", "gemm/tflops"]}}}}
+
+    def metrics(p99):
+        return {("gemm", "n=256", "p99_call_ms"): (p99, "ms", "lower"),
+                ("gemm", "n=256", "tflops"): ([10, 10.1, 9.9, 10.05, 9.95], "TFLOP/s", "higher")}
+
+    base = make_run(tmp_path, "base", metrics([1.0, 1.01, 0.99, 1.02, 1.0]), spec=spec)
+    cand = make_run(tmp_path, "cand", metrics([1.3, 1.31, 1.29, 1.32, 1.3]), spec=spec)
+
+    def p99_row():
+        _gate, res = compare_runs(base, cand)
+        return res, res.rows.set_index("name").loc["p99_call_ms"]
+
+    res, row = p99_row()
+    assert row.verdict == "regression" and res.suspected  # no sample count recorded (an older run): as before
+    _with_samples(base, 50)
+    _with_samples(cand, 50)
+    res, row = p99_row()
+    assert row.verdict == "not gateable: 50 samples a replicate, needs 368" and not res.suspected
+    assert row.tail_method == "replicate percentiles, 50 samples a replicate"
+    _with_samples(base, 400)
+    _with_samples(cand, 400)
+    res, row = p99_row()
+    assert row.verdict == "regression" and res.suspected  # 400 calls a replicate bound their p99
+
+
+def test_the_suites_record_how_many_samples_each_p99_is_of():
+    from benchrun.ingest.fio import fio_metrics
+
+    doc = {"jobs": [{"jobname": "r", "read": {"io_bytes": 4096, "bw_bytes": 4096, "iops": 1.0, "total_ios": 1000,
+                                               "clat_ns": {"percentile": {"99.000000": 2e6}}}}]}
+    (row,) = [m for m in fio_metrics(doc) if m["name"] == "p99_clat_ms"]
+    assert row["samples"] == 1000 and row["value"] == 2.0

@@ -77,7 +77,9 @@ def fio_metrics(doc: dict[str, Any]) -> list[dict[str, Any]]:
             rows.append(metric("iops", float(stats.get("iops", 0.0)), "IO/s", "higher", case=case))
             p99 = _p99_ms(stats)
             if p99 is not None:
-                rows.append(metric("p99_clat_ms", p99, "ms", "lower", case=case))
+                ios = stats.get("total_ios")  # the completions the percentile is of
+                rows.append(metric("p99_clat_ms", p99, "ms", "lower", case=case,
+                                   **({"samples": int(ios)} if isinstance(ios, (int, float)) and ios > 0 else {})))
     return rows
 
 

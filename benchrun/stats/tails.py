@@ -22,11 +22,16 @@ replicate flags A/A "regressions" whenever the arms ran different numbers of req
   the row is ``not gateable: N requests, needs M`` (or the verdict's reasons) and leaves the
   gating family, never a verdict. "No change" on such a row is the two one-sided tests on this
   interval at 1 − 2α, not on the replicate p99s.
+* A percentile compared replicate by replicate (another suite's p99: gemm calls, training
+  steps, launches, batches, collectives, fio completions; the suites record ``samples`` with
+  it) is of each replicate's own samples: it needs the same count in every replicate of both
+  arms, else it is ``not gateable: N samples a replicate, needs M``.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -173,6 +178,36 @@ def _per_replicate(req: Any, suite: str, point: str, column: str) -> list[np.nda
     return [g[column].dropna().to_numpy(dtype=float) for _r, g in sel.groupby("replicate", sort=True)]
 
 
+PERCENTILE_NAME = re.compile(r"(?:^|_)p(9\d+)(?:_|$)")  # p90 .. p999 in a metric's name
+
+
+def percentile_of(name: str) -> float | None:
+    """The quantile an upper-percentile metric's name states (``p99_call_ms`` → 0.99,
+    ``launch_to_ready_p999_s`` → 0.999), else None."""
+    m = PERCENTILE_NAME.search(name)
+    if m is None:
+        return None
+    digits = m.group(1)
+    return float("0." + digits)
+
+
+def _sample_counts(run_dir: Path) -> dict[tuple[str, str, str], int]:
+    """(suite, case, metric) → the fewest samples any ok replicate's percentile metric was
+    computed from (the suites record ``samples`` with their p99s)."""
+    from benchrun.stats.load import suite_results
+
+    out: dict[tuple[str, str, str], int] = {}
+    for doc in suite_results(run_dir):
+        if doc.get("status") != "ok":
+            continue
+        for m in doc.get("metrics", []):
+            n = m.get("samples")
+            if isinstance(n, (int, float)) and not isinstance(n, bool) and n >= 0:
+                key = (str(doc.get("suite")), str(m.get("case") or ""), str(m.get("name")))
+                out[key] = min(int(n), out.get(key, int(n)))
+    return out
+
+
 class RequestTails:
     """Supplies the comparison's p99 rows from both runs' requests (``compare_tables(tails=...)``).
 
@@ -185,6 +220,7 @@ class RequestTails:
     def __init__(self, baseline_dir: str | Path, candidate_dir: str | Path, *, confidence: float = 0.95) -> None:
         self.b_req, self.b_bad = _arm_requests(Path(baseline_dir))
         self.c_req, self.c_bad = _arm_requests(Path(candidate_dir))
+        self.b_n, self.c_n = _sample_counts(Path(baseline_dir)), _sample_counts(Path(candidate_dir))
         self.confidence = confidence
         self.refused: dict[int, str] = {}
 
@@ -197,12 +233,14 @@ class RequestTails:
         for i, r in df.iterrows():
             spec = P99_METRICS.get(str(r["name"]))
             if spec is None:
+                self._replicate_percentile(df, i, r)
                 continue
             column, q = spec
             b = _per_replicate(self.b_req, r["suite"], r["case"], column)
             c = _per_replicate(self.c_req, r["suite"], r["case"], column)
-            if not b and not c:
-                continue  # no request records (older runs): the replicate p99s stand, as before
+            if not b and not c:  # no request records (older runs): the replicate p99s, by their sample count
+                self._replicate_percentile(df, i, r)
+                continue
             invalid = "; ".join([*(f"baseline {x}" for x in self.b_bad.get((r["suite"], r["case"]), [])),
                                  *(f"candidate {x}" for x in self.c_bad.get((r["suite"], r["case"]), []))])
             tc = compare_p99(b, c, q=q, confidence=self.confidence, invalid=invalid)
@@ -226,6 +264,26 @@ class RequestTails:
             df.at[i, "p_improvement"] = df.at[i, "t_improvement"] = p_imp
             df.at[i, "p_value"] = min(1.0, 2 * min(p_reg, p_imp))
             df.at[i, "baseline_median"], df.at[i, "candidate_median"] = tc.p99_baseline, tc.p99_candidate
+
+    def _replicate_percentile(self, df: Any, i: Any, r: Any) -> None:
+        """A percentile compared replicate by replicate (not on requests): each replicate's value is
+        of its own samples, so it needs :func:`requests_needed` of them in every replicate of both
+        arms (a p99 of 50 calls is their maximum); fewer, and the row is not gateable. A row whose
+        suites recorded no sample count keeps its verdict."""
+        q = percentile_of(str(r["name"]))
+        key = (str(r["suite"]), str(r["case"]), str(r["name"]))
+        counts = [d[key] for d in (self.b_n, self.c_n) if key in d]
+        if q is None or not counts:
+            return
+        need = requests_needed(q, self.confidence)
+        n = min(counts)
+        if n >= need:
+            return
+        for f in ("p_regression", "p_improvement", "t_regression", "t_improvement", "p_value", "eq_low", "eq_high"):
+            if f in df.columns:
+                df.at[i, f] = math.nan
+        df.at[i, "tail_method"] = f"replicate percentiles, {n} samples a replicate"
+        self.refused[i] = f"not gateable: {n} samples a replicate, needs {need}"
 
     def label(self, df: Any) -> None:
         for i, note in self.refused.items():

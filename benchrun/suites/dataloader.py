@@ -178,7 +178,8 @@ def run(ctx: SuiteContext) -> None:
         steady = r["gaps"][1:] or r["gaps"]
         ctx.add_metric("samples_per_s", rows / r["wall_s"], "samples/s", "higher", case=case)
         ctx.add_metric("mb_per_s", r["bytes"] / r["wall_s"] / 1e6, "MB/s", "higher", case=case)
-        ctx.add_metric("p99_batch_latency_ms", percentile(steady, 99) * 1e3, "ms", "lower", case=case)
+        ctx.add_metric("p99_batch_latency_ms", percentile(steady, 99) * 1e3, "ms", "lower", case=case,
+                       samples=len(steady))
         ctx.add_metric("first_batch_latency_ms", r["gaps"][0] * 1e3, "ms", "lower", case=case)
         ctx.log(f"dataloader {case}: {rows / r['wall_s']:.0f} samples/s, {r['bytes'] / r['wall_s'] / 1e6:.1f} MB/s, "
                 f"{len(r['gaps'])} batches")
