@@ -16,7 +16,9 @@ Sections (``--only`` picks some; counts per cell in brackets, scaled by ``--scal
 * ``coverage``: the median's order-statistic interval and the Hodges–Lehmann interval at
   n = 5, 10 on normal, lognormal and bimodal data [4,000]; the p99-on-requests interval
   (A/A, 5 replicates an arm, CV 2 % between replicates, lognormal σ 0.3 requests) at 24, 100
-  and 1,000 requests a replicate, and 100 vs 400 [300, 400 bootstrap resamples].
+  and 1,000 requests a replicate, and 100 vs 400 [300, 400 bootstrap resamples];
+  ``hodges_lehmann_unequal_spreads``: the reported shift interval against the exact one alone, the
+  candidate 1× or 4× as noisy as the baseline, 5–30 replicates an arm [2,000].
 * ``changepoint``: histories of 8 sibling series (one hardware key and suite) at CV 2 %,
   floor 3 %, each series judged without the sibling pool and with it (``sibling_pool``, as
   ``change_points`` does): the share of 200-night series that ever alarm with the family's
@@ -190,7 +192,33 @@ def section_coverage(rng: np.random.Generator, scale: float) -> dict[str, Any]:
                     "gateable": gateable / tail_sims, "stated": 0.95,
                     "measured": cover / gateable if gateable else None,
                     "one_sided_5pct_flags": flag / gateable if gateable else None})
-    return {"runs_per_cell": sims, "median": med, "hodges_lehmann": hl, "p99_on_requests": p99}
+    return {"runs_per_cell": sims, "median": med, "hodges_lehmann": hl, "p99_on_requests": p99,
+            # its own generator, spawned from the seed: the cells above draw what they drew before
+            "hodges_lehmann_unequal_spreads": _unequal_spreads(np.random.default_rng(rng.bit_generator.seed_seq.spawn(1)[0]),
+                                                               max(500, int(2000 * scale)))}
+
+
+def _unequal_spreads(rng: np.random.Generator, sims: int) -> list[dict[str, Any]]:
+    """Coverage of the shift interval the comparison reports (the exact Hodges–Lehmann interval
+    widened to Brunner–Munzel's accepted shifts) and of the exact interval alone, same medians,
+    the candidate 1× or 4× as noisy as the baseline (log-normal, CV 2 %)."""
+    from benchrun.stats.effects import critical_rank
+
+    out = []
+    for n_c, n_b in ((5, 5), (10, 10), (30, 30), (8, 30), (30, 8)):
+        k, stated = critical_rank(n_c, n_b, 0.95)
+        for factor in (1.0, 4.0):
+            b = 100 * np.exp(rng.normal(0, 0.02, (sims, n_b)))
+            c = 100 * np.exp(rng.normal(0, 0.02 * factor, (sims, n_c)))
+            e = batch.effects(b, c, np.ones(sims, bool), 0.95)
+            d = np.sort((np.log(c)[:, :, None] - np.log(b)[:, None, :]).reshape(sims, -1), axis=1)
+            exact = (d[:, k - 1] <= 0) & (d[:, -k] >= 0)
+            reported = (e["shift_low"] <= 0) & (e["shift_high"] >= 0)
+            out.append({"candidate_n": n_c, "baseline_n": n_b, "spread_factor": factor, "stated": stated,
+                        "measured": float(reported.mean()), "exact_interval_alone": float(exact.mean()),
+                        "widened": float((e["ci_coverage_kind"] == "at_least").mean()),
+                        "width_vs_exact": float(np.median((e["shift_high"] - e["shift_low"]) / (d[:, -k] - d[:, k - 1])))})
+    return out
 
 
 def _ar1(rng: np.random.Generator, phi: float, n: int) -> np.ndarray:

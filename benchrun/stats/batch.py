@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from benchrun.stats.effects import critical_rank
+from benchrun.stats.effects import critical_rank, hull
 from benchrun.stats.ranktest import EXACT_MAX_N, asymptotic_pvalues, exact_pvalues, tie_pattern
 
 FIELDS = ("shift", "shift_low", "shift_high", "ci_coverage", "ci_coverage_kind", "p_value", "p_regression",
@@ -82,6 +82,7 @@ def effects(baseline: np.ndarray, candidate: np.ndarray, higher: np.ndarray, con
     p_lo[degenerate] = p_hi[degenerate] = p_two[degenerate] = 1.0
     test = np.where(degenerate, "degenerate", "exact" if exact else "asymptotic").astype(object)
     kind = np.where(ties, "at_least", "exact" if exact else "approximate").astype(object)
+    low, high, kind = hull(x, y, low, high, kind, confidence)
     out: dict[str, Any] = {
         "shift": est, "shift_low": low, "shift_high": high, "ci_coverage": np.full(rows, cov),
         "ci_coverage_kind": kind, "p_value": np.minimum(p_two, 1.0), "p_regression": np.minimum(p_lo, 1.0),

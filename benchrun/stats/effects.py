@@ -8,7 +8,10 @@ difference against an absolute margin from the spec). Per metric:
 
 * the Hodges–Lehmann shift (median of the pairwise differences) with the exact distribution-free
   interval from the ordered differences and its actual coverage (exact without ties; with ties
-  the closed interval covers at least that much),
+  the closed interval covers at least that much), widened where needed to the shifts that
+  Brunner–Munzel's test does not reject (:func:`hull`): the exact interval assumes both arms
+  have one shape, and loses coverage when one is noisier (:mod:`benchrun.stats.bminterval`);
+  where it widens, the coverage is ``at_least`` the exact one under equal shapes,
 * exact permutation p-values of the rank-sum test, ties included: one-sided both ways and
   two-sided,
 * the one-sided Welch t p-value on the same scale, which the gate uses when the exact rank test
@@ -29,6 +32,7 @@ from typing import Any, Sequence
 import numpy as np
 from scipy import stats
 
+from benchrun.stats.bminterval import accepted
 from benchrun.stats.ranktest import EXACT_MAX_N, mw_null_cdf, rank_pvalues
 
 
@@ -95,6 +99,19 @@ def hodges_lehmann(x: Sequence[float], y: Sequence[float], confidence: float) ->
                  min(p_lo, 1.0), min(p_hi, 1.0), kind)
 
 
+def hull(x: np.ndarray, y: np.ndarray, low: np.ndarray, high: np.ndarray, kind: np.ndarray, confidence: float
+         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The interval [``low``, ``high``] of each row (candidate rows ``x``, baseline rows ``y``)
+    widened to the shifts Brunner–Munzel's test does not reject at ``confidence``; a row it
+    widens becomes coverage kind ``at_least`` (it contains the exact interval). Measured
+    coverage with unequal spreads: :mod:`benchrun.stats.bminterval`."""
+    b_low, b_high = accepted(x, y, confidence)
+    new_low = np.where(b_low < low, b_low, low)  # NaN (no Brunner–Munzel interval) keeps the exact bound
+    new_high = np.where(b_high > high, b_high, high)
+    wider = (new_low < low) | (new_high > high)
+    return new_low, new_high, np.where(wider & (kind == "exact"), "at_least", kind).astype(object)
+
+
 def welch_lower(x: Sequence[float], y: Sequence[float]) -> float:
     """One-sided Welch t p-value for "x has a lower mean than y"; NaN when undefined (fewer
     than 2 values in an arm); the limit 0, 1 or 0.5 when neither arm varies."""
@@ -139,6 +156,10 @@ def effect(baseline: Sequence[float], candidate: Sequence[float], direction: str
     """
     x, y, scale = on_analysis_scale(baseline, candidate, direction)
     s = hodges_lehmann(x, y, confidence)
+    lows, highs, kinds = hull(x[None], y[None], np.array([s.low]), np.array([s.high]),
+                              np.array([s.coverage_kind], dtype=object), confidence)
+    s = Shift(s.estimate, float(lows[0]), float(highs[0]), s.coverage, s.p_value, s.method, s.p_lower, s.p_higher,
+              str(kinds[0]))
     out: dict[str, Any] = {
         "shift": s.estimate, "shift_low": s.low, "shift_high": s.high, "ci_coverage": s.coverage,
         "ci_coverage_kind": s.coverage_kind, "p_value": s.p_value, "p_regression": s.p_lower,
