@@ -173,7 +173,7 @@ class LayerPlan:
     enabled: bool
     invocations: tuple[Invocation, ...]
     skip_reason: str | None = None
-    contended_reruns: int = 0  # spec.trials.contendedReruns: launches again of a contended replicate
+    contended_reruns: int = 0  # spec.trials.contendedReruns (default 1 there): launches again of a contended replicate
 
     @property
     def suites(self) -> list[str]:

@@ -18,6 +18,14 @@ def _default_warehouse(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("BENCHRUN_WAREHOUSE_FORMAT", raising=False)
 
 
+@pytest.fixture(autouse=True)
+def _no_contention_verdicts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests run two at a time on a small machine: the other worker's CPU would mark most replicates
+    contended and launch them again (``trials.contendedReruns`` defaults to 1). Nothing is contended
+    here unless a test lowers ``BENCHRUN_CONTENTION_PCT`` itself (the contention tests do)."""
+    monkeypatch.setenv("BENCHRUN_CONTENTION_PCT", "100")
+
+
 @pytest.fixture
 def parquet_layout(monkeypatch: pytest.MonkeyPatch) -> None:
     """The per-run parquet layout of earlier releases (``BENCHRUN_WAREHOUSE_FORMAT=parquet``), for the

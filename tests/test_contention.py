@@ -151,3 +151,50 @@ def test_a_publication_layer_pod_launches_a_contended_replicate_again(tmp_path, 
     # the pod's deadline allows the reruns: 3 replicates of 10 s and a minute each, once more
     deadline = [j["spec"]["template"]["spec"]["activeDeadlineSeconds"] for j in (job, once)]
     assert deadline[0] - deadline[1] == 3 * 10 + 180
+
+
+def test_a_real_busy_machine_makes_a_spec_relaunch_its_replicate_by_default(tmp_path, monkeypatch):
+    # the default budget is one relaunch (it was 0: a contended replicate was only flagged unless the
+    # spec asked); here the telemetry hook itself sees a busy process beside the suite
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from benchrun.execute import run_layer
+    from benchrun.launch.local import LocalLauncher
+    from benchrun.plan import Invocation, LayerPlan, base_env, plan_run
+    from benchrun.rundir import RunDir
+    from benchrun.spec.validation import load_spec
+    from benchrun.telemetry.hook import RATE_ENV
+
+    root = Path(__file__).resolve().parents[1]
+    run_id = "local-busy-20261205000000-cccccccc"
+    plans = plan_run(load_spec(root / "specs/local/canary.yaml").run, run_id, tmp_path / "plan")
+    assert {p.contended_reruns for p in plans if p.enabled} == {1}  # the canary does not set it: the default
+    monkeypatch.setenv("BENCHRUN_CONTENTION_PCT", "5")  # a whole core of two busy is 50 %
+    monkeypatch.delenv("BENCHRUN_PROMETHEUS_URL", raising=False)
+    rd = RunDir(tmp_path, run_id).create()
+    rd.write_status({"run_id": run_id, "phase": "Running", "conditions": []})
+    env = {**base_env(), "BENCHRUN_RUN_ID": run_id, "BENCHRUN_RUN_DIR": str(rd.path), "BENCHRUN_SUITE": "s",
+           "BENCHRUN_REPLICATE": "1", RATE_ENV: "20"}
+    suite = ("import time\nfrom benchrun.suites._runtime import main\n"
+             "def run(ctx):\n    time.sleep(1.0)\n    ctx.add_metric('answer', 42.0, 'units', 'higher', case='c1')\n"
+             "main(run)\n")
+    inv = Invocation(run_id, "micro", "s", 1, "bc-x", (sys.executable, "-c", suite), env, 60.0)
+    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        out = run_layer(LayerPlan("micro", True, (inv,), contended_reruns=plans[0].contended_reruns), rd,
+                        LocalLauncher())
+    finally:
+        burner.kill()
+        burner.wait()
+    assert [r.status for r in out.results] == ["ok"]
+    doc = json.loads((rd.path / f"structured/{run_id}_s_r1.json").read_text())
+    aside = json.loads((rd.path / f"raw/{run_id}_s_r1_contended1.json").read_text())
+    assert aside["telemetry"]["contended"] is True and "threshold 5 %" in aside["telemetry"]["contention_reason"]
+    assert doc["contention_rerun"]["attempt"] == 2 and doc["contention_rerun"]["earlier_reason"]
+    assert (rd.path / f"raw/{run_id}_s_r1_contended1.log").exists()
+    from benchrun.telemetry.conditions import apply_run_conditions
+
+    cond = next(c for c in apply_run_conditions(rd)["conditions"] if c["type"] == "ReplicatesUncontended")
+    assert cond["status"] == "False" and "launched again after a contended attempt (trials.contendedReruns): 1, 0 of them quiet on the rerun" in cond["message"]

@@ -435,9 +435,9 @@ class Trials(SpecModel):
     max_replicates: Annotated[int, Field(ge=3, le=1000)] = Field(
         default=10, description="Extension: the most replicates `replicates: auto` may plan for a suite.")
     contended_reruns: Annotated[int, Field(ge=0, le=3)] = Field(
-        default=0, description="Extension: how many times a replicate whose telemetry says it ran on a contended "
-        "machine is launched again before analysis (0: never; the comparison then excludes or keeps it by "
-        "benchrun.stats.contention's rule).")
+        default=1, description="Extension: how many times a replicate whose telemetry says it ran on a contended "
+        "machine is launched again before analysis (default 1; 0: never). A replicate still contended is "
+        "excluded or kept by benchrun.stats.contention's rule.")
 
 
 # -- analysis sections -----------------------------------------------------------------

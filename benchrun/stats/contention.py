@@ -1,6 +1,6 @@
 """Contention in the model: replicates measured on a contended machine (telemetry's ``contended`` verdict) are launched again, then left out of the comparison by a stated rule, and the rows say how many of each arm were and what was done.
 
-Rerun: with ``spec.trials.contendedReruns`` = r (an extension, default 0), the runner
+Rerun: with ``spec.trials.contendedReruns`` = r (an extension, default 1), the runner
 (``benchrun.execute.run_layer``) launches a contended replicate again up to r times, right
 after it; each contended attempt is kept as ``raw/<run>_<suite>_r<k>_contended<i>.json`` (and
 ``.log``), and the result document that stays says ``contention_rerun``.
@@ -40,6 +40,16 @@ def reruns(run_dir: str | Path) -> dict[str, int]:
         if isinstance(doc.get("contention_rerun"), dict):
             out[str(doc.get("suite"))] = out.get(str(doc.get("suite")), 0) + 1
     return out
+
+
+def rerun_outcomes(run_dir: str | Path) -> tuple[int, int]:
+    """(replicates launched again because an earlier attempt was contended, how many of them
+    were quiet on the attempt that stayed)."""
+    from benchrun.stats.load import suite_results
+
+    again = [d for d in suite_results(run_dir) if isinstance(d.get("contention_rerun"), dict)]
+    quiet = [d for d in again if not (isinstance(d.get("telemetry"), dict) and d["telemetry"].get("contended"))]
+    return len(again), len(quiet)
 
 
 def exclude(table: Any, contended: dict[str, set[int]], *, min_quiet: int = MIN_QUIET) -> tuple[Any, dict[str, tuple[int, str]]]:

@@ -56,11 +56,16 @@ def apply_run_conditions(rd: RunDir) -> dict[str, Any]:
         parts += [f"Prometheus answered for {len(prom)} replicates"] if prom else []
         rd.set_condition("TelemetryCollected", True, "Sampled" if sampled else "PrometheusOnly", "; ".join(parts))
     contended = [(s, k, r) for s, k, r in records if r.get("contended")]
+    from benchrun.stats.contention import rerun_outcomes
+
+    relaunched, quiet = rerun_outcomes(rd.path)
+    again = (f"; launched again after a contended attempt (trials.contendedReruns): {relaunched}, "
+             f"{quiet} of them quiet on the rerun" if relaunched else "")
     if contended:
         first = contended[0][2].get("contention_reason")
         rd.set_condition("ReplicatesUncontended", False, "BackgroundLoad",
                          f"{len(contended)} of {len(records)} replicates were measured on a contended machine "
-                         f"({_names(contended)}); e.g. {first}")
+                         f"({_names(contended)}); e.g. {first}{again}")
         status = rd.read_status()
         if status.get("benchmark_class_granted") == "publication_grade":
             rd.set_condition("PublicationGuaranteesMet", False, "BackgroundLoad",
@@ -69,5 +74,5 @@ def apply_run_conditions(rd: RunDir) -> dict[str, Any]:
             rd.update_status(benchmark_class_granted="realism_grade")
     else:
         rd.set_condition("ReplicatesUncontended", True, "QuietMachine",
-                         f"no replicate saw background CPU above its threshold ({len(records)} sampled)")
+                         f"no replicate saw background CPU above its threshold ({len(records)} sampled){again}")
     return rd.read_status()
