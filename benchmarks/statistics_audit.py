@@ -18,7 +18,8 @@ Sections (``--only`` picks some; counts per cell in brackets, scaled by ``--scal
   (A/A, 5 replicates an arm, CV 2 % between replicates, lognormal σ 0.3 requests) at 24, 100
   and 1,000 requests a replicate, and 100 vs 400 [300, 400 bootstrap resamples];
   ``hodges_lehmann_unequal_spreads``: the reported shift interval against the exact one alone, the
-  candidate 1× or 4× as noisy as the baseline, 5–30 replicates an arm [2,000].
+  candidate 1× or 4× as noisy as the baseline, 5–30 replicates an arm [2,000]; ``p99_on_requests_2000``:
+  the p99 A/A cells again, one-sided flags both ways, 100 vs 400 and 400 vs 100 [2,000].
 * ``changepoint``: histories of 8 sibling series (one hardware key and suite) at CV 2 %,
   floor 3 %, each series judged without the sibling pool and with it (``sibling_pool``, as
   ``change_points`` does): the share of 200-night series that ever alarm with the family's
@@ -192,10 +193,30 @@ def section_coverage(rng: np.random.Generator, scale: float) -> dict[str, Any]:
                     "gateable": gateable / tail_sims, "stated": 0.95,
                     "measured": cover / gateable if gateable else None,
                     "one_sided_5pct_flags": flag / gateable if gateable else None})
+    # the cells below draw from their own generators, spawned from the seed: the cells above draw what they drew before
+    own = np.random.default_rng(rng.bit_generator.seed_seq.spawn(1)[0])
     return {"runs_per_cell": sims, "median": med, "hodges_lehmann": hl, "p99_on_requests": p99,
-            # its own generator, spawned from the seed: the cells above draw what they drew before
-            "hodges_lehmann_unequal_spreads": _unequal_spreads(np.random.default_rng(rng.bit_generator.seed_seq.spawn(1)[0]),
-                                                               max(500, int(2000 * scale)))}
+            "hodges_lehmann_unequal_spreads": _unequal_spreads(own, max(500, int(2000 * scale))),
+            "p99_on_requests_2000": _p99_flags(np.random.default_rng(rng.bit_generator.seed_seq.spawn(1)[0]),
+                                               max(300, int(2000 * scale)))}
+
+
+def _p99_flags(rng: np.random.Generator, runs: int) -> list[dict[str, Any]]:
+    """The p99-on-requests A/A cells with enough runs to read a one-sided 5 % rate to ±0.5 point,
+    both directions, unequal request counts each way round."""
+    out = []
+    for nb, nc in ((100, 100), (1000, 1000), (100, 400), (400, 100)):
+        higher = lower = cover = 0
+        for s in range(runs):
+            def arm(n: int) -> list[np.ndarray]:
+                return [100 * np.exp(rng.normal(0, 0.02)) * np.exp(rng.normal(0, 0.3, n)) for _ in range(5)]
+            tc = compare_p99(arm(nb), arm(nc), n_boot=400, seed=s)
+            higher += tc.p_higher < 0.05
+            lower += tc.p_lower < 0.05
+            cover += tc.low <= 0 <= tc.high
+        out.append({"requests_per_replicate": f"{nb} vs {nc}", "runs": runs, "stated": 0.95, "measured": cover / runs,
+                    "one_sided_5pct_higher": higher / runs, "one_sided_5pct_lower": lower / runs})
+    return out
 
 
 def _unequal_spreads(rng: np.random.Generator, sims: int) -> list[dict[str, Any]]:
