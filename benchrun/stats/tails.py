@@ -54,7 +54,7 @@ def pooled_quantile(replicates: Sequence[np.ndarray], q: float) -> float:
         return math.nan
     vals = np.concatenate(reps)
     w = np.concatenate([np.full(r.size, 1.0 / r.size) for r in reps])
-    order = np.argsort(vals, kind="stable")
+    order = np.lexsort((w, vals))  # tied values lightest first: the same whatever the replicates' order
     ws = w[order] / len(reps)
     # each value at the middle of its weight (Hazen's plotting position), linear in between: the
     # step quantile's bias depends on the request count, which unequal arms would read as a change
@@ -63,23 +63,44 @@ def pooled_quantile(replicates: Sequence[np.ndarray], q: float) -> float:
 
 
 def _boot_log_quantiles(replicates: Sequence[np.ndarray], q: float, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """log pooled q-quantiles of ``n_boot`` cluster resamples (replicates drawn with replacement)."""
+    """log pooled q-quantiles (:func:`pooled_quantile`, Hazen's positions) of ``n_boot`` cluster
+    resamples (replicates drawn with replacement; one drawn c times is c copies of its values).
+
+    The bootstrap resamples the estimator the comparison reports: with the step quantile here
+    (as before 2026-12-05) its spread was that of a coarser estimator, and the interval covered
+    97.2 % at 100 requests a replicate for a stated 95 % (96.0 % now; benchmarks/README.md).
+    Vectorised over resamples: every resample's values are the union's, weighted by how often
+    their replicate was drawn; only values that can bracket a resample's quantile are kept (a
+    value below every replicate's own neighbourhood of q cannot), the weight below them is an
+    offset, and a value drawn c times spans the positions of its first and last copy."""
     k = len(replicates)
     srt = [np.sort(np.asarray(r, dtype=float)) for r in replicates]
+    sizes = np.array([x.size for x in srt], dtype=float)
     draws = rng.integers(0, k, size=(n_boot, k))
-    # every replicate weighs 1/k: the pooled quantile of a resample is found by bisection on the
-    # mixture's ECDF, one vector step for all resamples
-    lo = np.full(n_boot, min(s[0] for s in srt))
-    hi = np.full(n_boot, max(s[-1] for s in srt))
-    for _ in range(48):
-        mid = (lo + hi) / 2
-        cdf = np.zeros(n_boot)
-        for j, s in enumerate(srt):
-            cdf += (draws == j).sum(axis=1) * np.searchsorted(s, mid, side="right") / s.size
-        ok = cdf / k >= q
-        hi = np.where(ok, mid, hi)
-        lo = np.where(ok, lo, mid)
-    return np.log(hi)
+    counts = np.stack([(draws == j).sum(axis=1) for j in range(k)], axis=1)  # resamples × replicates
+    lowest = min(x[max(0, int(math.floor(q * x.size - 0.5)) - 1)] for x in srt)
+    below = np.array([np.searchsorted(x, lowest, side="left") for x in srt], dtype=float)
+    vals = np.concatenate([x[int(b):] for x, b in zip(srt, below)])
+    rep = np.concatenate([np.full(x.size - int(b), j) for j, (x, b) in enumerate(zip(srt, below))])
+    order = np.lexsort((1.0 / sizes[rep], vals))  # as pooled_quantile orders tied values
+    vals, rep = vals[order], rep[order]
+    w1 = 1.0 / (k * sizes[rep])  # one copy of a value
+    w = counts[:, rep] * w1
+    end = (counts * (below / sizes)).sum(axis=1)[:, None] / k + np.cumsum(w, axis=1)
+    lowmid, upmid = end - w + w1 / 2, end - w1 / 2  # Hazen positions of a value's first and last copy
+    live = w > 0
+    flat = live & (lowmid <= q) & (q <= upmid)
+    up, down = live & (lowmid > q), live & (upmid < q)
+    r = np.arange(n_boot)
+    iu = np.argmax(up, axis=1)
+    il = vals.size - 1 - np.argmax(down[:, ::-1], axis=1)
+    mu, ml = lowmid[r, iu], upmid[r, il]
+    frac = np.where(mu > ml, (q - ml) / np.where(mu > ml, mu - ml, 1.0), 0.0)
+    between = vals[il] + frac * (vals[iu] - vals[il])
+    has_up, has_down = up.any(axis=1), down.any(axis=1)
+    out = np.where(flat.any(axis=1), vals[np.argmax(flat, axis=1)],
+                   np.where(has_up & has_down, between, np.where(has_up, vals[iu], vals[il])))
+    return np.log(out)
 
 
 @dataclass(frozen=True)
