@@ -173,9 +173,13 @@ def _effects_batch(b: _Arm, c: _Arm, ib: np.ndarray, ic: np.ndarray, higher: np.
 
 def _equivalence_interval(b: _Arm, c: _Arm, ib: np.ndarray, ic: np.ndarray, higher: np.ndarray,
                           comparable: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
-    """The Hodges–Lehmann interval at 1 − 2α (α = 1 − confidence), on each row's analysis scale:
-    inside ±margin it is the two one-sided tests (TOST) at α that "no change" means."""
-    from benchrun.stats.effects import critical_rank
+    """The Hodges–Lehmann interval at 1 − 2α (α = 1 − confidence), on each row's analysis scale,
+    widened as the reported interval is to Brunner–Munzel's accepted shifts (``effects.hull``):
+    inside ±margin it is the two one-sided tests (TOST) at α that "no change" means. Without the
+    widening a candidate 4× as noisy (8 vs 30 replicates) whose true shift is the margin was called
+    "no change" in 11.2–12.5 % of 1,000 such rows for α = 5 %; with it 4.5–5.0 % (two samples;
+    tests/test_bminterval.py)."""
+    from benchrun.stats.effects import critical_rank, hull
 
     rows = ib.size
     lo, hi = np.full(rows, np.nan), np.full(rows, np.nan)
@@ -192,7 +196,8 @@ def _equivalence_interval(b: _Arm, c: _Arm, ib: np.ndarray, ic: np.ndarray, high
             y = np.where(log[:, None], sign * np.log(np.where(log[:, None], bm, 1.0)), sign * bm)
         srt = np.sort((x[:, :, None] - y[:, None, :]).reshape(len(sel), n_b * n_c), axis=1)
         k, _cov = critical_rank(n_c, n_b, level)
-        lo[sel], hi[sel] = srt[:, k - 1], srt[:, n_b * n_c - k]
+        lo[sel], hi[sel], _kind = hull(x, y, srt[:, k - 1], srt[:, n_b * n_c - k],
+                                       np.full(len(sel), "exact", dtype=object), level)
     return lo, hi
 
 
