@@ -35,7 +35,7 @@ def test_a_noisier_candidate_is_not_read_as_slower():
     b1, c1 = 100 * np.exp(rng.normal(0, 0.01, 30)), 100 * np.exp(rng.normal(0, 0.04, 8))
     row = C.compare_tables(_table(b1), _table(c1), primary={"lat"}, delta_pct=0.0).rows.iloc[0]
     assert row.verdict == "spread changed" and row.spread == "wider" and "spread wider" in row.note
-    assert row.ci_low < 1 < row.ci_high and row.ci_coverage_kind == "at_least"
+    assert row.ci_low < 1 < row.ci_high and row.ci_coverage_kind == "widened"
 
 
 def test_a_real_shift_stays_a_regression_and_the_row_says_its_spread():

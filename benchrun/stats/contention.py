@@ -42,16 +42,6 @@ def reruns(run_dir: str | Path) -> dict[str, int]:
     return out
 
 
-def rerun_outcomes(run_dir: str | Path) -> tuple[int, int]:
-    """(replicates launched again because an earlier attempt was contended, how many of them
-    were quiet on the attempt that stayed)."""
-    from benchrun.stats.load import suite_results
-
-    again = [d for d in suite_results(run_dir) if isinstance(d.get("contention_rerun"), dict)]
-    quiet = [d for d in again if not (isinstance(d.get("telemetry"), dict) and d["telemetry"].get("contended"))]
-    return len(again), len(quiet)
-
-
 def exclude(table: Any, contended: dict[str, set[int]], *, min_quiet: int = MIN_QUIET) -> tuple[Any, dict[str, tuple[int, str]]]:
     """The replicate table without the contended replicates of each suite that keeps at least
     ``min_quiet`` quiet ok replicates, and per suite (contended count, what was done)."""

@@ -69,37 +69,58 @@ def _boot_log_quantiles(replicates: Sequence[np.ndarray], q: float, n_boot: int,
     The bootstrap resamples the estimator the comparison reports: with the step quantile here
     (as before 2026-12-05) its spread was that of a coarser estimator, and the interval covered
     97.2 % at 100 requests a replicate for a stated 95 % (96.0 % now; benchmarks/README.md).
-    Vectorised over resamples: every resample's values are the union's, weighted by how often
-    their replicate was drawn; only values that can bracket a resample's quantile are kept (a
-    value below every replicate's own neighbourhood of q cannot), the weight below them is an
-    offset, and a value drawn c times spans the positions of its first and last copy."""
+    Vectorised over resamples, memory n_boot × replicates whatever the request count: a resample's
+    cumulative weight up to a value is Σ_j c_j/(k n_j)·#{x_j ≤ v}; bisection over the sorted
+    distinct values finds the first v* where it reaches q (the step quantile), then Hazen's rule
+    interpolates between the knots around q — v*'s first and last copy (tied values lightest
+    first, as :func:`pooled_quantile` orders them) and its neighbours among the drawn replicates.
+    """
     k = len(replicates)
     srt = [np.sort(np.asarray(r, dtype=float)) for r in replicates]
-    sizes = np.array([x.size for x in srt], dtype=float)
+    w = np.array([1.0 / (k * x.size) for x in srt])  # one copy of a value of replicate j
     draws = rng.integers(0, k, size=(n_boot, k))
     counts = np.stack([(draws == j).sum(axis=1) for j in range(k)], axis=1)  # resamples × replicates
-    lowest = min(x[max(0, int(math.floor(q * x.size - 0.5)) - 1)] for x in srt)
-    below = np.array([np.searchsorted(x, lowest, side="left") for x in srt], dtype=float)
-    vals = np.concatenate([x[int(b):] for x, b in zip(srt, below)])
-    rep = np.concatenate([np.full(x.size - int(b), j) for j, (x, b) in enumerate(zip(srt, below))])
-    order = np.lexsort((1.0 / sizes[rep], vals))  # as pooled_quantile orders tied values
-    vals, rep = vals[order], rep[order]
-    w1 = 1.0 / (k * sizes[rep])  # one copy of a value
-    w = counts[:, rep] * w1
-    end = (counts * (below / sizes)).sum(axis=1)[:, None] / k + np.cumsum(w, axis=1)
-    lowmid, upmid = end - w + w1 / 2, end - w1 / 2  # Hazen positions of a value's first and last copy
-    live = w > 0
-    flat = live & (lowmid <= q) & (q <= upmid)
-    up, down = live & (lowmid > q), live & (upmid < q)
-    r = np.arange(n_boot)
-    iu = np.argmax(up, axis=1)
-    il = vals.size - 1 - np.argmax(down[:, ::-1], axis=1)
-    mu, ml = lowmid[r, iu], upmid[r, il]
-    frac = np.where(mu > ml, (q - ml) / np.where(mu > ml, mu - ml, 1.0), 0.0)
-    between = vals[il] + frac * (vals[iu] - vals[il])
-    has_up, has_down = up.any(axis=1), down.any(axis=1)
-    out = np.where(flat.any(axis=1), vals[np.argmax(flat, axis=1)],
-                   np.where(has_up & has_down, between, np.where(has_up, vals[iu], vals[il])))
+    drawn = counts > 0
+    cw = counts * w  # a resample's weight per value of replicate j
+
+    def below(v: np.ndarray, side: str) -> tuple[np.ndarray, np.ndarray]:
+        """(#{x_j < v} or #{x_j ≤ v} per resample and replicate, the weight that makes)"""
+        n = np.stack([np.searchsorted(x, v, side=side) for x in srt], axis=1)
+        return n, (cw * n).sum(axis=1)
+
+    distinct = np.unique(np.concatenate(srt))
+    lo, hi = np.zeros(n_boot, dtype=int), np.full(n_boot, distinct.size - 1)
+    while (lo < hi).any():  # first distinct value whose cumulative weight reaches q (to rounding)
+        mid = (lo + hi) // 2
+        ok = below(distinct[mid], "right")[1] >= q - 1e-12
+        hi, lo = np.where(ok, mid, hi), np.where(ok, lo, mid + 1)
+    v = distinct[lo]
+    n_lt, end_prev = below(v, "left")
+    n_le, end_v = below(v, "right")
+
+    def tie_weights(n_lo: np.ndarray, n_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """lightest and heaviest copy among the drawn replicates holding the value"""
+        has = drawn & (n_hi > n_lo)
+        ww = np.broadcast_to(w, has.shape)
+        return np.where(has, ww, np.inf).min(axis=1), np.where(has, ww, 0.0).max(axis=1)
+
+    first_v, last_v = tie_weights(n_lt, n_le)
+    lowmid, upmid = end_prev + first_v / 2, end_v - last_v / 2
+    # neighbours among the drawn replicates: the largest value below v*, the smallest above
+    size = np.array([x.size for x in srt])
+    prev_j = np.stack([np.where(n_lt[:, j] > 0, x[np.maximum(n_lt[:, j] - 1, 0)], -np.inf) for j, x in enumerate(srt)], axis=1)
+    next_j = np.stack([np.where(n_le[:, j] < size[j], x[np.minimum(n_le[:, j], size[j] - 1)], np.inf)
+                       for j, x in enumerate(srt)], axis=1)
+    pv = np.where(drawn, prev_j, -np.inf).max(axis=1)
+    nv = np.where(drawn, next_j, np.inf).min(axis=1)
+    has_p, has_n = np.isfinite(pv), np.isfinite(nv)
+    _, last_p = tie_weights(*(below(np.where(has_p, pv, v), side)[0] for side in ("left", "right")))
+    first_n, _ = tie_weights(*(below(np.where(has_n, nv, v), side)[0] for side in ("left", "right")))
+    up_p, low_n = end_prev - last_p / 2, end_v + first_n / 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        before = pv + (q - up_p) / (lowmid - up_p) * (v - pv)
+        after = v + (q - upmid) / (low_n - upmid) * (nv - v)
+    out = np.where((q < lowmid) & has_p, before, np.where((q > upmid) & has_n, after, v))
     return np.log(out)
 
 

@@ -13,8 +13,9 @@ from benchrun.rundir import RunDir
 log = logging.getLogger(__name__)
 
 
-def telemetry_records(rd: RunDir) -> list[tuple[str, int, dict[str, Any]]]:
-    """(suite, replicate, telemetry record) of every result document that has one."""
+def _result_docs(rd: RunDir) -> list[dict[str, Any]]:
+    """Every replicate result document that reads as a JSON object (an unreadable one is skipped:
+    these conditions must not stop the evidence from being recorded)."""
     out = []
     structured = rd.path / "structured"
     for path in sorted(structured.glob(f"{rd.run_id}_*_r*.json")) if structured.is_dir() else []:
@@ -22,9 +23,25 @@ def telemetry_records(rd: RunDir) -> list[tuple[str, int, dict[str, Any]]]:
             doc = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError):
             continue
-        if isinstance(doc, dict) and isinstance(doc.get("telemetry"), dict):
-            out.append((str(doc.get("suite")), int(doc.get("replicate") or 0), doc["telemetry"]))
+        if isinstance(doc, dict):
+            out.append(doc)
     return out
+
+
+def telemetry_records(rd: RunDir) -> list[tuple[str, int, dict[str, Any]]]:
+    """(suite, replicate, telemetry record) of every result document that has one."""
+    return [(str(doc.get("suite")), int(doc.get("replicate") or 0), doc["telemetry"])
+            for doc in _result_docs(rd) if isinstance(doc.get("telemetry"), dict)]
+
+
+def rerun_outcomes(rd: RunDir) -> tuple[int, int, int]:
+    """(replicates launched again because an earlier attempt was contended (``contention_rerun``),
+    how many of them were ok and quiet on the attempt that stayed, how many failed there)."""
+    again = [d for d in _result_docs(rd) if isinstance(d.get("contention_rerun"), dict)]
+    quiet = [d for d in again if d.get("status") == "ok" and isinstance(d.get("telemetry"), dict)
+             and not d["telemetry"].get("contended")]
+    failed = [d for d in again if d.get("status") == "failed"]
+    return len(again), len(quiet), len(failed)
 
 
 def _names(items: list[tuple[str, int, Any]], limit: int = 6) -> str:
@@ -56,11 +73,10 @@ def apply_run_conditions(rd: RunDir) -> dict[str, Any]:
         parts += [f"Prometheus answered for {len(prom)} replicates"] if prom else []
         rd.set_condition("TelemetryCollected", True, "Sampled" if sampled else "PrometheusOnly", "; ".join(parts))
     contended = [(s, k, r) for s, k, r in records if r.get("contended")]
-    from benchrun.stats.contention import rerun_outcomes
-
-    relaunched, quiet = rerun_outcomes(rd.path)
+    relaunched, quiet, failed = rerun_outcomes(rd)
     again = (f"; launched again after a contended attempt (trials.contendedReruns): {relaunched}, "
-             f"{quiet} of them quiet on the rerun" if relaunched else "")
+             f"{quiet} of them quiet on the rerun" + (f", {failed} failed on it" if failed else "")
+             if relaunched else "")
     if contended:
         first = contended[0][2].get("contention_reason")
         rd.set_condition("ReplicatesUncontended", False, "BackgroundLoad",
