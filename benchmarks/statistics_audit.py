@@ -37,8 +37,12 @@ Sections (``--only`` picks some; counts per cell in brackets, scaled by ``--scal
   1, 2, 4× as noisy, one test at 5 % [4,000]; A/A runs of 18 metrics with any row flagged after
   Benjamini–Hochberg, n = 5, 10 [1,000 runs].
 
-The cells added after a section's first ones draw from their own generators (spawned from
-the seed), so the earlier cells reproduce at the same seed.
+Each section draws from its own generator, spawned from the seed in the order of
+``SECTIONS`` (since 2026-12-05 06:56 UTC; before, one generator ran through the sections in
+turn, so a section's figures changed when an earlier section drew differently, and ``--only``
+did not reproduce a full run): ``--only changepoint --seed 0`` gives the full run's change-point
+cells to the digit. The cells added after a section's first ones draw from their own
+generators too (spawned from the section's), so the earlier cells reproduce at the same seed.
 
 The machine is shared: run it with ``nice -n 10``. Usage:
 ``nice -n 10 .venv/bin/python benchmarks/statistics_audit.py [--scale 1.0] [--only aa,power] [--seed 0]``
@@ -413,13 +417,15 @@ def main() -> None:
     ap.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    rng = np.random.default_rng(args.seed)
+    # one generator per section, spawned from the seed in SECTIONS' order: a section draws the same
+    # whichever others run before it, so `--only X` reproduces the full run's X to the digit
+    streams = dict(zip(SECTIONS, np.random.SeedSequence(args.seed).spawn(len(SECTIONS))))
     report: dict[str, Any] = {"date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                               "machine": f"{platform.machine()}, {os.cpu_count()} cores",
                               "load_at_start": os.getloadavg()[0], "scale": args.scale}
     for name in args.only.split(","):
         t0 = time.time()
-        report[name] = SECTIONS[name](rng, args.scale)
+        report[name] = SECTIONS[name](np.random.default_rng(streams[name]), args.scale)
         report[name]["seconds"] = round(time.time() - t0, 1)
         print(json.dumps({name: report[name]}, indent=1), flush=True)
     report["load_at_end"] = os.getloadavg()[0]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +68,64 @@ def artifact_role(relpath: str) -> str:
         if not needle.endswith("/") and (relpath.endswith(needle) or relpath == needle):
             return role
     return "other"
+
+
+def contended_aside_name(run_id: str, suite: str, replicate: int, attempt: int, ext: str) -> str:
+    """The file name under ``raw/`` of a replicate's attempt set aside as contended (its result
+    document, ``json``, and its ``log``): ``<run>_<suite>_r<k>_contended<i>.<ext>``."""
+    return f"{run_id}_{suite}_r{int(replicate)}_contended{int(attempt)}.{ext}"
+
+
+def contention_reruns(run_path: Path, run_id: str) -> dict[tuple[str, int], str]:
+    """(suite, replicate) of every replicate launched again after a contended attempt — read
+    from the attempts set aside in ``raw/`` (:func:`contended_aside_name`), which exist however
+    the rerun ended — → how the attempt that stayed ended: ``quiet`` (ok, its telemetry saw no
+    contention), ``contended`` (ok, still contended), ``unavailable``, or ``failed``. The launch
+    record (``structured/<run>_launches.json``) decides over the result document, since a
+    launcher fails a replicate whose suite wrote an ok document and then timed out; a rerun
+    with neither is a failure (it wrote nothing). Unreadable files are skipped, not raised:
+    conditions and comparison rows read this while the evidence is being recorded."""
+    run_path = Path(run_path)
+    prefix, tail = f"{run_id}_", re.compile(r"_r(\d+)_contended\d+\.json$")
+    keys: set[tuple[str, int]] = set()
+    raw = run_path / "raw"
+    for path in raw.glob(f"{run_id}_*_contended*.json") if raw.is_dir() else []:
+        m = tail.search(path.name)
+        if m and path.name.startswith(prefix) and m.start() > len(prefix):
+            keys.add((path.name[len(prefix):m.start()], int(m.group(1))))
+    if not keys:
+        return {}
+
+    def read(path: Path) -> Any:
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+
+    launched: dict[tuple[str, int], str] = {}
+    rows = read(run_path / "structured" / f"{run_id}_launches.json")
+    for row in rows if isinstance(rows, list) else []:
+        if isinstance(row, dict) and (str(row.get("suite")), _as_int(row.get("replicate"))) in keys:
+            launched[(str(row["suite"]), _as_int(row["replicate"]))] = str(row.get("status"))
+    out = {}
+    for suite, k in sorted(keys):
+        doc = read(run_path / "structured" / f"{run_id}_{suite}_r{k}.json")
+        doc = doc if isinstance(doc, dict) else {}
+        status = launched.get((suite, k)) or str(doc.get("status") or "failed")
+        if status == "ok" and doc.get("status") != "ok":
+            status = "failed"  # the launcher said ok but the document that stayed does not
+        if status == "ok":
+            tel = doc.get("telemetry")
+            status = "contended" if isinstance(tel, dict) and tel.get("contended") else "quiet"
+        out[(suite, k)] = status if status in ("quiet", "contended", "unavailable") else "failed"
+    return out
+
+
+def _as_int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return -1
 
 
 @dataclass(frozen=True)

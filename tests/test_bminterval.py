@@ -104,3 +104,16 @@ def test_rows_are_taken_in_chunks_with_the_same_answer(monkeypatch):
     whole = B.accepted(x, y, 0.9)
     monkeypatch.setattr(B, "CHUNK", 120)  # two rows of 54 differences at a time
     assert np.allclose(B.accepted(x, y, 0.9), whole, equal_nan=True)
+
+
+def test_differences_equal_but_for_rounding_are_one_state():
+    # review 2026-12-05: 0.7 - 0.4 and 0.8 - 0.5 differ by an ulp in floating point; the phantom gap
+    # between them was read as a state (p 0.129 there), so the bound depended on the data's scale
+    x, y = np.array([[0.7, 0.8]]), np.array([[0.4, 2.2, 1.1, 7.3, 0.8, 2.9, 0.8, 0.5]])
+    low, high = accepted(x, y, 0.9)
+    low10, high10 = accepted(10 * x, 10 * y, 0.9)
+    assert np.isclose(10 * low[0], low10[0]) and np.isclose(10 * high[0], high10[0]), (low, high, low10, high10)
+    assert np.isclose(high10[0], 2.0)  # scipy: p 0.065 in the gap (2, 3) and 0.0155 at the tie 3, both < 0.1
+    # an ulp of widening is no widening: the coverage kind stays exact
+    b, c = [21.0, 17.2, 18.8, 18.6, 21.7, 17.9, 21.4, 21.1], [19.6, 24.1, 20.1, 16.8, 20.9]
+    assert effect(b, c, "lower", 0.95)["ci_coverage_kind"] == effect([10 * v for v in b], [10 * v for v in c], "lower", 0.95)["ci_coverage_kind"] == "exact"

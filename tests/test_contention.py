@@ -49,13 +49,20 @@ class _Busy:
     """A launcher whose suite writes its result document itself; the first ``busy`` attempts of
     each replicate say the machine was contended (as the telemetry hook records it)."""
 
-    def __init__(self, busy):
-        self.busy, self.attempts = busy, {}
+    def __init__(self, busy, fail=None):
+        # fail: (replicate, attempt) -> "silent" (times out having written nothing) or "after_write"
+        # (the suite wrote an ok document, then the launcher failed it: a timeout after the write)
+        self.busy, self.attempts, self.fail = busy, {}, fail or {}
 
     def launch(self, inv, run_dir, extra_env=None):
         from benchrun.launch.base import LaunchResult
 
         n = self.attempts[inv.replicate] = self.attempts.get(inv.replicate, 0) + 1
+        how = self.fail.get((inv.replicate, n))
+        if how == "silent":
+            return LaunchResult(inv.run_id, inv.layer, inv.suite, inv.replicate, inv.benchmark_case_id, "failed",
+                                "timed out after 10s; process group killed", None, 10.0, 0.0, 0.0, 10.0,
+                                inv.log_relpath(), None)
         contended = n <= self.busy.get(inv.replicate, 0)
         doc = {"schema": "benchrun.suite_result/v1", "suite": inv.suite, "replicate": inv.replicate, "status": "ok",
                "metrics": [{"name": "tps", "value": 90.0 if contended else 100.0, "unit": "t/s", "direction": "higher"}],
@@ -64,7 +71,8 @@ class _Busy:
         (run_dir / inv.result_relpath()).write_text(json.dumps(doc))
         (run_dir / inv.log_relpath()).parent.mkdir(parents=True, exist_ok=True)
         (run_dir / inv.log_relpath()).write_text(f"attempt {n}\n")
-        return LaunchResult(inv.run_id, inv.layer, inv.suite, inv.replicate, inv.benchmark_case_id, "ok", None, 0,
+        status, reason = ("failed", "timed out after 10s; process group killed") if how else ("ok", None)
+        return LaunchResult(inv.run_id, inv.layer, inv.suite, inv.replicate, inv.benchmark_case_id, status, reason, 0,
                             0.0, 0.0, 0.0, 0.0, inv.log_relpath(), inv.result_relpath())
 
 
@@ -98,7 +106,7 @@ def test_a_contended_replicate_is_launched_again_once_and_the_attempt_is_kept(tm
     from benchrun.stats.contention import contended_replicates, reruns
     from benchrun.stats.load import replicate_table
 
-    assert contended_replicates(rd.path) == {"s": {3}} and reruns(rd.path) == {"s": 2}
+    assert contended_replicates(rd.path) == {"s": {3}} and reruns(rd.path) == {"s": {"quiet": 1, "contended": 1}}
     assert sorted(replicate_table(rd.path)["replicate"]) == [1, 2, 3]  # the set-aside attempts are not results
     # no budget: launched once each, as before
     rd0 = RunDir(tmp_path, "quiet-20261202000000-bbbbbbbb").create()
@@ -114,7 +122,7 @@ def test_rows_say_how_many_were_launched_again_and_what_was_done(tmp_path):
     from benchrun.stats.contention import annotate
 
     rows = pd.DataFrame({"suite": ["s", "t"]})
-    annotate(rows, {"s": (1, "excluded")}, {}, {"s": 2}, {})
+    annotate(rows, {"s": (1, "excluded")}, {}, {"s": {"quiet": 1, "contended": 1}}, {})
     assert rows.rerun_baseline.tolist() == [2, 0] and rows.contended_baseline.tolist() == [1, 0]
     assert rows.contention.tolist() == ["baseline: 2 contended and launched again, 1 quiet on the rerun; "
                                         "1 still contended, excluded", ""]
@@ -203,23 +211,32 @@ def test_a_real_busy_machine_makes_a_spec_relaunch_its_replicate_by_default(tmp_
     assert cond["status"] == "False" and "launched again after a contended attempt (trials.contendedReruns): 1, 0 of them quiet on the rerun" in cond["message"]
 
 
-def test_rerun_outcomes_are_counted_leniently_and_a_failed_rerun_is_not_quiet(tmp_path):
-    # the condition runs while the evidence is recorded: a result document that does not read as a
-    # suite result must not stop it, and a rerun that failed is not "quiet on the rerun"
+def test_a_rerun_that_fails_counts_as_failed_however_it_failed(tmp_path):
+    # before (review, 2026-12-05): reruns were counted from the result documents that stayed, so a
+    # rerun that timed out having written nothing vanished from the counts (the condition called the
+    # machine quiet), and one the launcher failed after its suite wrote ok was called quiet
+    from benchrun.execute import run_layer
     from benchrun.rundir import RunDir
+    from benchrun.stats.contention import reruns
     from benchrun.telemetry.conditions import apply_run_conditions, rerun_outcomes
 
     run_id = "local-rr-20261205000000-dddddddd"
     rd = RunDir(tmp_path, run_id).create()
     rd.write_status({"run_id": run_id, "phase": "Running", "conditions": []})
-    docs = {1: {"status": "ok", "telemetry": {"contended": False}, "contention_rerun": {"attempt": 2}},
-            2: {"status": "failed", "contention_rerun": {"attempt": 2}},
-            3: {"status": "ok", "telemetry": {"contended": True}, "contention_rerun": {"attempt": 2}},
-            4: {"telemetry": {"contended": False}}}  # no schema, no status
-    for k, doc in docs.items():
-        doc = {"suite": "s", "replicate": k, "metrics": [], **doc}
-        (rd.path / "structured" / f"{run_id}_s_r{k}.json").write_text(json.dumps(doc))
-    (rd.path / "structured" / f"{run_id}_s_r5.json").write_text("{not json")
-    assert rerun_outcomes(rd) == (3, 1, 1)
+    launcher = _Busy({1: 1, 2: 1, 3: 1}, fail={(1, 2): "silent", (2, 2): "after_write"})
+    out = run_layer(_plan(run_id, 1), rd, launcher)
+    assert [r.status for r in out.results] == ["failed", "failed", "ok"]
+    assert not (rd.path / f"structured/{run_id}_s_r1.json").exists()  # the timed-out rerun wrote nothing
+    (rd.path / "structured" / f"{run_id}_s_r9.json").write_text("{not json")  # unreadable: skipped, not raised
+    assert rerun_outcomes(rd) == (3, 1, 2)
+    assert reruns(rd.path) == {"s": {"failed": 2, "quiet": 1}}
     cond = next(c for c in apply_run_conditions(rd)["conditions"] if c["type"] == "ReplicatesUncontended")
-    assert cond["status"] == "False" and "(trials.contendedReruns): 3, 1 of them quiet on the rerun, 1 failed on it" in cond["message"]
+    assert cond["status"] == "True" and cond["message"].startswith("no replicate that stayed saw background CPU")
+    assert "(trials.contendedReruns): 3, 1 of them quiet on the rerun, 2 failed on it" in cond["message"]
+    import pandas as pd
+
+    from benchrun.stats.contention import annotate
+
+    rows = pd.DataFrame({"suite": ["s"]})
+    annotate(rows, {}, {}, reruns(rd.path), {})
+    assert rows.contention.tolist() == ["baseline: 3 contended and launched again, 1 quiet on the rerun, 2 failed on it"]

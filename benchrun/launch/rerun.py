@@ -17,6 +17,7 @@ from typing import Callable
 from benchrun.fsio import atomic_write_json
 from benchrun.launch.base import LaunchResult
 from benchrun.plan import Invocation
+from benchrun.rundir import contended_aside_name
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ def set_aside(run_dir: Path, inv: Invocation, attempt: int) -> list[str]:
     for rel, ext in ((inv.result_relpath(), "json"), (inv.log_relpath(), "log")):
         src = run_dir / rel
         if src.is_file():
-            dst = run_dir / "raw" / f"{inv.run_id}_{inv.suite}_r{inv.replicate}_contended{attempt}.{ext}"
+            dst = run_dir / "raw" / contended_aside_name(inv.run_id, inv.suite, inv.replicate, attempt, ext)
             dst.parent.mkdir(parents=True, exist_ok=True)
             src.replace(dst)
             moved.append(dst.relative_to(run_dir).as_posix())

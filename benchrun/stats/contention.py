@@ -31,14 +31,16 @@ def contended_replicates(run_dir: str | Path) -> dict[str, set[int]]:
     return out
 
 
-def reruns(run_dir: str | Path) -> dict[str, int]:
-    """suite → replicates that were launched again because an earlier attempt was contended."""
-    from benchrun.stats.load import suite_results
+def reruns(run_dir: str | Path) -> dict[str, dict[str, int]]:
+    """suite → how the replicates launched again because an earlier attempt was contended ended
+    on the attempt that stayed (``quiet``, ``contended``, ``unavailable``, ``failed`` → count;
+    :func:`benchrun.rundir.contention_reruns`: read from the attempts set aside, so one whose
+    rerun failed without writing a result counts too)."""
+    from benchrun.rundir import contention_reruns
 
-    out: dict[str, int] = {}
-    for doc in suite_results(run_dir):
-        if isinstance(doc.get("contention_rerun"), dict):
-            out[str(doc.get("suite"))] = out.get(str(doc.get("suite")), 0) + 1
+    out: dict[str, dict[str, int]] = {}
+    for (suite, _), end in contention_reruns(Path(run_dir), Path(run_dir).name).items():
+        out.setdefault(suite, {})[end] = out.setdefault(suite, {}).get(end, 0) + 1
     return out
 
 
@@ -63,26 +65,31 @@ def exclude(table: Any, contended: dict[str, set[int]], *, min_quiet: int = MIN_
 
 
 def annotate(rows: Any, base_info: dict[str, tuple[int, str]], cand_info: dict[str, tuple[int, str]],
-             base_reruns: dict[str, int] | None = None, cand_reruns: dict[str, int] | None = None) -> None:
+             base_reruns: dict[str, dict[str, int]] | None = None,
+             cand_reruns: dict[str, dict[str, int]] | None = None) -> None:
     """``contended_baseline``, ``contended_candidate`` (replicates still contended after any
-    rerun), ``rerun_baseline``, ``rerun_candidate`` (replicates launched again because contended)
-    and ``contention`` (what was done) on every row (in place)."""
+    rerun), ``rerun_baseline``, ``rerun_candidate`` (replicates launched again because contended;
+    ``*_reruns`` as :func:`reruns` gives them) and ``contention`` (what was done) on every row
+    (in place)."""
     if rows is None or rows.empty:
         return
     base_reruns, cand_reruns = base_reruns or {}, cand_reruns or {}
     rows["contended_baseline"] = [base_info.get(s, (0, ""))[0] for s in rows["suite"]]
     rows["contended_candidate"] = [cand_info.get(s, (0, ""))[0] for s in rows["suite"]]
-    rows["rerun_baseline"] = [base_reruns.get(s, 0) for s in rows["suite"]]
-    rows["rerun_candidate"] = [cand_reruns.get(s, 0) for s in rows["suite"]]
+    rows["rerun_baseline"] = [sum(base_reruns.get(s, {}).values()) for s in rows["suite"]]
+    rows["rerun_candidate"] = [sum(cand_reruns.get(s, {}).values()) for s in rows["suite"]]
 
     def what(suite: str) -> str:
         parts = []
         for arm, info, rr in (("baseline", base_info, base_reruns), ("candidate", cand_info, cand_reruns)):
             n, done = info.get(suite, (0, ""))
-            again = rr.get(suite, 0)
+            ends = rr.get(suite, {})
+            again = sum(ends.values())
             if again:
-                parts.append(f"{arm}: {again} contended and launched again, {again - n if n <= again else 0} "
-                             f"quiet on the rerun" + (f"; {n} still contended, {done}" if n else ""))
+                failed = ends.get("failed", 0)
+                parts.append(f"{arm}: {again} contended and launched again, {ends.get('quiet', 0)} quiet on the rerun"
+                             + (f", {failed} failed on it" if failed else "")
+                             + (f"; {n} still contended, {done}" if n else ""))
             elif n:
                 parts.append(f"{arm}: {n} contended, {done}")
         return "; ".join(parts)

@@ -33,7 +33,7 @@ from typing import Any, Sequence
 import numpy as np
 from scipy import stats
 
-from benchrun.stats.bminterval import accepted
+from benchrun.stats.bminterval import accepted, rounding
 from benchrun.stats.ranktest import EXACT_MAX_N, mw_null_cdf, rank_pvalues
 
 
@@ -109,8 +109,9 @@ def hull(x: np.ndarray, y: np.ndarray, low: np.ndarray, high: np.ndarray, kind: 
     covers about ``ci_coverage`` (93.6–94.6 % for a stated 95 % with one arm 4× as noisy:
     :mod:`benchrun.stats.bminterval`)."""
     b_low, b_high = accepted(x, y, confidence)
-    new_low = np.where(b_low < low, b_low, low)  # NaN (no Brunner–Munzel interval) keeps the exact bound
-    new_high = np.where(b_high > high, b_high, high)
+    tol = rounding(x, y)  # a bound an ulp beyond the exact one is the same bound (tied differences)
+    new_low = np.where(b_low < low - tol, b_low, low)  # NaN (no Brunner–Munzel interval) keeps the exact bound
+    new_high = np.where(b_high > high + tol, b_high, high)
     wider = (new_low < low) | (new_high > high)
     return new_low, new_high, np.where(wider, "widened", kind).astype(object)
 

@@ -8,7 +8,7 @@ import json
 import logging
 from typing import Any
 
-from benchrun.rundir import RunDir
+from benchrun.rundir import RunDir, contention_reruns
 
 log = logging.getLogger(__name__)
 
@@ -35,13 +35,12 @@ def telemetry_records(rd: RunDir) -> list[tuple[str, int, dict[str, Any]]]:
 
 
 def rerun_outcomes(rd: RunDir) -> tuple[int, int, int]:
-    """(replicates launched again because an earlier attempt was contended (``contention_rerun``),
-    how many of them were ok and quiet on the attempt that stayed, how many failed there)."""
-    again = [d for d in _result_docs(rd) if isinstance(d.get("contention_rerun"), dict)]
-    quiet = [d for d in again if d.get("status") == "ok" and isinstance(d.get("telemetry"), dict)
-             and not d["telemetry"].get("contended")]
-    failed = [d for d in again if d.get("status") == "failed"]
-    return len(again), len(quiet), len(failed)
+    """(replicates launched again because an earlier attempt was contended, how many of them
+    were ok and quiet on the attempt that stayed, how many failed there) — from the attempts set
+    aside in ``raw/`` and the launch record (:func:`benchrun.rundir.contention_reruns`), so a
+    rerun that wrote nothing (a timeout, a kill) still counts, as a failure."""
+    ends = list(contention_reruns(rd.path, rd.run_id).values())
+    return len(ends), ends.count("quiet"), ends.count("failed")
 
 
 def _names(items: list[tuple[str, int, Any]], limit: int = 6) -> str:
@@ -90,5 +89,7 @@ def apply_run_conditions(rd: RunDir) -> dict[str, Any]:
             rd.update_status(benchmark_class_granted="realism_grade")
     else:
         rd.set_condition("ReplicatesUncontended", True, "QuietMachine",
-                         f"no replicate saw background CPU above its threshold ({len(records)} sampled){again}")
+                         (f"no replicate that stayed saw background CPU above its threshold ({len(records)} sampled)"
+                          if relaunched else
+                          f"no replicate saw background CPU above its threshold ({len(records)} sampled)") + again)
     return rd.read_status()
