@@ -227,7 +227,7 @@ def test_confirmation_round_that_gives_no_answer_leaves_regression_unknown():
     empty = pd.DataFrame([], columns=list(REPLICATE_COLUMNS)).astype({"replicate": "int64", "value": "float64"})
     res2 = C.compare_tables(base, cand, primary={"tokens_per_second"}, confirm=lambda keys: (empty, empty))
     assert res2.confirmation == "failed" and res2.condition()["status"] == "Unknown"
-    assert "fewer than 2 ok fresh replicates" in res2.condition()["message"]
+    assert "fewer than 2 ok fresh replicates of both arms, matched by replicate" in res2.condition()["message"]
 
     # one arm short of replicates: not cleared either
     res3 = C.compare_tables(base, cand, primary={"tokens_per_second"},

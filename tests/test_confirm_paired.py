@@ -208,3 +208,88 @@ def test_an_unflagged_5pct_change_in_18_gating_tests_is_screened_into_the_round_
     assert res.confirmed == [] and row.verdict == "inconclusive" and row.confirmation == "not_confirmed"
     assert res.condition()["status"] == "False" and "screened" in res.condition()["message"]
     assert not res.gating_regression
+
+
+class _Fixed:
+    """A ConfirmHook returning fixed round tables; ``extend`` adds unclear pairs or raises."""
+
+    def __init__(self, b, c, *, max_pairs=None, extend=None):
+        self.b, self.c, self.max_pairs, self.sizes = b, c, max_pairs, []
+        if extend is None:
+            self.extend = None
+        elif extend == "raise":
+            def boom(keys, pairs):
+                from benchrun.errors import BenchrunError
+
+                raise BenchrunError("pinned spec of the baseline is gone")
+            self.extend = boom
+        else:
+            self.extend = extend.__get__(self)
+
+    def __call__(self, keys):
+        return self.b, self.c, {}
+
+
+def _unclear_pairs(self, keys, pairs):
+    self.sizes.append(pairs)
+    rng = np.random.default_rng(len(self.sizes))
+    first = int(self.b.replicate.max()) + 1
+    add = lambda t: pd.concat([t, _table(100 * np.exp(rng.normal(0, 0.02, pairs)), first=first)],  # noqa: E731
+                              ignore_index=True)
+    self.b, self.c = add(self.b), add(self.c)
+    return self.b, self.c
+
+
+def test_replicates_that_do_not_pair_up_leave_the_answer_unknown():
+    # review 2026-12-05: 2 ok replicates in each arm whose indices never meet were read as a clean
+    # "not confirmed" (0 pairs, z -3.74 at the last look) instead of a round that gave no answer
+    base, cand = _table([100, 101, 99, 100.5, 99.5]), _table([90, 89, 91, 90.5, 89.5])
+    b, c = _table([100] * 5), _table([80] * 5)
+    b["status"] = ["ok", "ok", "failed", "failed", "failed"]
+    c["status"] = ["failed", "failed", "ok", "ok", "ok"]
+    res = C.compare_tables(base, cand, primary={"tps"}, confirm=_Fixed(b, c))
+    assert res.confirmation == "failed" and res.condition()["reason"] == "ConfirmationFailed"
+    assert "matched by replicate" in res.condition()["message"]
+
+
+def test_looks_follow_the_pairs_launched_not_those_that_survived():
+    # review 2026-12-05: with one candidate replicate of 5 failed, the round took n0 = 4: looks of 4,
+    # extensions of 4, 4 and 3, and 16 pairs launched against a maxPairs of 15
+    base, cand = _table([100, 101, 99, 100.5, 99.5]), _table([90, 89, 91, 90.5, 89.5])
+    rng = np.random.default_rng(0)
+    b, c = _table(100 * np.exp(rng.normal(0, 0.02, 5))), _table(100 * np.exp(rng.normal(0, 0.02, 5)))
+    c.loc[4, "status"] = "failed"
+    for max_pairs in (15, None):
+        hook = _Fixed(b.copy(), c.copy(), max_pairs=max_pairs, extend=_unclear_pairs)
+        res = C.compare_tables(base, cand, primary={"tps"}, confirm=hook)
+        ev = res.confirmation_evidence["paired"]
+        assert (ev["first_pairs"], ev["max_pairs"], ev["looks"]) == (5, 15, 3), ev
+        assert hook.sizes == [5, 5] and int(hook.b.replicate.max()) == 15
+
+
+def test_the_round_is_judged_on_the_first_rounds_scale():
+    # review 2026-12-05: a first round on the absolute scale (a value of 0; margin 2 ms) judged the
+    # round's log ratios against 2 ("mean change 0.4055 is within the margin 2"), and the reverse
+    base, cand = _table([0, 1, 0.5, 0.2, 0.8, 0.3], "lat", "lower"), _table([9, 10, 11, 9.5, 10.5, 10.2], "lat", "lower")
+    rb = _table([10, 10.2, 9.8, 10.1, 9.9, 10], "lat", "lower")
+    rc = _table([15, 15.2, 14.8, 15.1, 14.9, 15], "lat", "lower")
+    res = C.compare_tables(base, cand, primary={"lat"}, abs_margin=lambda m: 2.0, confirm=_Fixed(rb, rc))
+    row = res.rows.iloc[0]
+    assert row.scale == "absolute" and row.confirmation == "confirmed" and "mean change 5 > margin 2" in row.confirmation_rule
+    # log scale in the first round, a 0 in the round: it cannot be judged there, so no answer
+    base, cand = _table([100, 101, 99, 100.5, 99.5], "lat", "lower"), _table([110, 111, 109, 110.5, 109.5], "lat", "lower")
+    res = C.compare_tables(base, cand, primary={"lat"},
+                           confirm=_Fixed(_table([0, 100, 100, 100, 100], "lat", "lower"), _table([100.5] * 5, "lat", "lower")))
+    assert res.rows.iloc[0].scale == "log" and res.confirmation == "failed"
+    assert "a value ≤ 0 in the round" in res.condition()["message"]
+
+
+def test_an_extension_that_cannot_launch_leaves_the_answer_unknown():
+    # review 2026-12-05: a BenchrunError from hook.extend escaped compare_tables
+    base, cand = _table([100, 101, 99, 100.5, 99.5]), _table([90, 89, 91, 90.5, 89.5])
+    rng = np.random.default_rng(1)
+    b, c = _table(100 * np.exp(rng.normal(0, 0.02, 5))), _table(100 * np.exp(rng.normal(0, 0.02, 5)))
+    res = C.compare_tables(base, cand, primary={"tps"}, confirm=_Fixed(b, c, extend="raise"))
+    assert res.confirmation == "failed" and res.condition()["status"] == "Unknown"
+    assert "could not be extended: pinned spec of the baseline is gone" in res.condition()["message"]
+    assert res.rows.iloc[0].confirmation_rule.startswith("extend at look 1")  # the look that was made stands

@@ -527,9 +527,11 @@ def _confirm(result: Comparison, suspected: list[tuple[str, str, str]], confirm:
     keyset = set(suspected)
     fail_suites = {s for s, _c, m in suspected if m == FAILED_METRIC}
     sub_b, sub_c = _only(fresh_b, keyset, fail_suites), _only(fresh_c, keyset, fail_suites)
-    # A key without 2 fresh ok replicates in each arm was not tested again: it is neither
+    # A value metric without 2 fresh ok pairs (matched by replicate) was not tested again: neither
     # confirmed nor cleared.
-    untested = [k for k in suspected if k[2] != FAILED_METRIC and min(_count(sub_b, k), _count(sub_c, k)) < 2]
+    from benchrun.stats.paired import paired_confirmation, pairs_of
+
+    untested = [k for k in suspected if k[2] != FAILED_METRIC and pairs_of(sub_b, sub_c, k)[0].size < 2]
     # a suspected failure count gates again in the round (its suite's metrics may not be suspects)
     primary = (*primary, *(f"{suite}/{FAILED_METRIC}" for suite in sorted(fail_suites)))
     again = compare_tables(sub_b, sub_c, confidence=confidence, primary=primary, delta_pct=delta_of,
@@ -539,11 +541,11 @@ def _confirm(result: Comparison, suspected: list[tuple[str, str, str]], confirm:
     } if not again.rows.empty else set()
     # value metrics: the round's pairs decide, with the first round's p, by benchrun.stats.paired's
     # pre-stated rule (extending the round while unclear); failure counts keep the round's own test
-    from benchrun.stats.paired import paired_confirmation
-
-    confirmed_keys = {k for k in confirmed_keys if k[2] == FAILED_METRIC} | paired_confirmation(
+    by_pairs, unjudged = paired_confirmation(
         result, [k for k in suspected if k[2] != FAILED_METRIC and k not in untested], sub_b, sub_c, confirm,
         alpha=1.0 - confidence)
+    confirmed_keys = {k for k in confirmed_keys if k[2] == FAILED_METRIC} | by_pairs
+    untested += [k for k in suspected if k in unjudged]
     result.confirmed = [k for k in suspected if k in confirmed_keys]
     for k in suspected:
         state = "confirmed" if k in confirmed_keys else "failed" if k in untested else "not_confirmed"
@@ -551,8 +553,8 @@ def _confirm(result: Comparison, suspected: list[tuple[str, str, str]], confirm:
         if state == "confirmed" and k in result.screened:  # the round's evidence decides: a regression
             df.loc[_mask(df, k), "verdict"] = "regression"
     if not result.confirmed and untested:
-        return _unanswered(result, untested, "fewer than 2 ok fresh replicates in an arm of "
-                           + ", ".join("/".join(k) for k in untested) + " (see the confirmation round's logs)")
+        short = "fewer than 2 ok fresh replicates of both arms, matched by replicate (see the round's logs)"
+        return _unanswered(result, untested, "; ".join(f"{'/'.join(k)}: {unjudged.get(k, short)}" for k in untested))
     result.confirmation = "confirmed" if result.confirmed else "not_confirmed"
     return result
 
@@ -578,13 +580,6 @@ def _only(table: "pd.DataFrame", keys: set[tuple[str, str, str]], fail_suites: s
     launches = table[in_fail & (table["status"].astype(str) == "ok").to_numpy()][["suite", "replicate"]]
     markers = launches.drop_duplicates().assign(case="", metric="", unit="", direction="", value=np.nan, status="ok")
     return pd.concat([table[sel], markers[list(table.columns)]], ignore_index=True)
-
-
-def _count(table: "pd.DataFrame", key: tuple[str, str, str]) -> int:
-    if table.empty:
-        return 0
-    ok = (table["status"].astype(str) == "ok") if "status" in table.columns else True
-    return int(((table["suite"] == key[0]) & (table["case"] == key[1]) & (table["metric"] == key[2]) & ok).sum())
 
 
 def _unanswered(result: Comparison, keys: list[tuple[str, str, str]], why: str) -> Comparison:

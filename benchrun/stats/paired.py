@@ -10,8 +10,9 @@ test on the same launches would count the drift as noise. The rule, fixed before
   margin. Screening is a futility stop only (a metric not screened cannot be confirmed), so it
   costs no error rate; it is what lets a real 5 % change at n = 5 be confirmed, where 18 gating
   tests' Holm threshold (α/18) is out of reach of 5 versus 5 replicates.
-* d_i = log(candidate_i / baseline_i), signed so that d > 0 is worse (a difference, not a
-  ratio, for a metric with values ≤ 0); pairs are matched by replicate index.
+* d_i = log(candidate_i / baseline_i), signed so that d > 0 is worse — or the difference, when
+  the first round compared differences (values ≤ 0): the round is judged on the first round's
+  scale, where the margin is; pairs are matched by replicate index.
 * p₂ = the exact one-sided sign-flip permutation p of Σ d_i (all 2ⁿ flips up to 16 pairs, else
   20,000 seeded random flips): valid for any symmetric per-pair noise, drift included.
 * p₁ = the first round's unadjusted one-sided gate p of the metric (exact rank or Welch t, as
@@ -26,8 +27,9 @@ test on the same launches would count the drift as noise. The rule, fixed before
   the round is extended by n₀ more pairs.
 
 Under no change the chance that *any* gating metric of a run is confirmed is then at most
-α_c = α/5 (1 % at α = 0.05) — Bonferroni over the m metrics and the J looks, whatever the drift,
-the screening, or when the round stops. Measured (``benchmarks/statistics_audit.py``): see
+α_c = α/5 (1 % at α = 0.05) — Bonferroni over the m metrics and the J looks, whatever the drift within the round,
+the screening, or when the round stops, given a valid first-round p (an offset between the
+two runs' machines is not "no change" to it: docs/statistics.md). Measured (``benchmarks/statistics_audit.py``): see
 :data:`MEASURED`.
 """
 
@@ -53,11 +55,20 @@ MEASURED = ("A/A: confirmed in 0-0.5 % of runs (n 5, 10; 6, 18 tests; CV 2, 10 %
             "once sent to the round: 100 % (15), 96.6 % (10)")
 
 
-def worse_positive(baseline: Sequence[float], candidate: Sequence[float], direction: str) -> np.ndarray:
-    """Per-pair change, positive when the candidate is worse: a log ratio, or a difference when
-    a value is ≤ 0."""
+def worse_positive(baseline: Sequence[float], candidate: Sequence[float], direction: str,
+                   scale: str = "") -> np.ndarray:
+    """Per-pair change, positive when the candidate is worse: a log ratio (``scale`` "log") or a
+    difference ("absolute"); "" picks the log ratio unless a value is ≤ 0. The round is judged on
+    the first round's scale, where its margin is (:func:`paired_confirmation`): a value ≤ 0 on
+    the log scale gives NaN."""
     b, c = np.asarray(baseline, dtype=float), np.asarray(candidate, dtype=float)
-    d = np.log(c / b) if (b > 0).all() and (c > 0).all() else c - b
+    positive = bool((b > 0).all() and (c > 0).all())
+    if scale == "absolute" or (not scale and not positive):
+        d = c - b
+    elif positive:
+        d = np.log(c / b)
+    else:
+        d = np.full(b.shape, np.nan)
     return -d if direction == "higher" else d
 
 
@@ -178,34 +189,49 @@ def pairs_of(baseline: Any, candidate: Any, key: tuple[str, str, str]) -> tuple[
 
 
 def paired_confirmation(result: Any, keys: list[tuple[str, str, str]], fresh_b: Any, fresh_c: Any,
-                        hook: Callable[..., Any], *, alpha: float) -> set[tuple[str, str, str]]:
+                        hook: Callable[..., Any], *, alpha: float
+                        ) -> tuple[set[tuple[str, str, str]], dict[tuple[str, str, str], str]]:
     """Decide ``keys`` (suspected or screened value metrics) by the pre-stated paired rule; extend
     the round through ``hook.extend(keys, pairs)`` while some are unclear and ``hook.max_pairs``
-    allows. The first round's p is each row's ``p_gate``, the family ``result.family``.
+    allows. The first round's p is each row's ``p_gate``, the family ``result.family``; each
+    pair's change is taken on the row's first-round ``scale``, where its margin is.
 
-    Writes each key's deciding rule into ``result.rows['confirmation_rule']`` and the looks into
-    ``result.confirmation_evidence['paired']``; returns the confirmed keys.
+    The looks follow the pairs *launched* (``hook.pairs`` when the hook says, else the pairs
+    present): the first n₀, then n₀ more at a time, never past ``max_pairs`` (default 3·n₀) —
+    a failed replicate costs its pair, not the schedule. Writes each key's deciding rule into
+    ``result.rows['confirmation_rule']`` and the looks into
+    ``result.confirmation_evidence['paired']``; returns the confirmed keys and, per key the
+    round could not judge (a value ≤ 0 where the first round compared log ratios, an extension
+    that could not be launched), why.
     """
+    from benchrun.errors import BenchrunError
+
     df = result.rows
     if "confirmation_rule" not in df.columns:
         df["confirmation_rule"] = ""
+    scales = df["scale"] if "scale" in df.columns else _no_scales(df)
     first = {k: (float(r.p_gate) if np.isfinite(r.p_gate) else 1.0, str(r.direction),
-                 float(r.margin) if np.isfinite(r.margin) else 0.0) for r in df.itertuples()
-             for k in [(r.suite, r.case, r.name)] if k in set(keys)}
+                 float(r.margin) if np.isfinite(r.margin) else 0.0, str(sc or ""))
+             for r, sc in zip(df.itertuples(), scales) for k in [(r.suite, r.case, r.name)] if k in set(keys)}
     family = int(getattr(result, "family", 0) or 1)
-    n0 = max([pairs_of(fresh_b, fresh_c, k)[0].size for k in keys] or [0])
+    present = max([pairs_of(fresh_b, fresh_c, k)[0].size for k in keys] or [0])
+    n0 = int(getattr(hook, "pairs", 0) or 0) or _launched(fresh_b, fresh_c, keys) or present
     max_pairs = int(getattr(hook, "max_pairs", None) or 3 * n0)
     extend = getattr(hook, "extend", None)
     looks = n_looks(n0, max_pairs) if extend is not None else 1
     open_keys, confirmed, log = list(keys), set(), {}
+    unjudged: dict[tuple[str, str, str], str] = {}
     look, pairs_now = 1, n0
     while open_keys:
         still = []
         for k in open_keys:
             b, c = pairs_of(fresh_b, fresh_c, k)
-            p1, direction, margin = first.get(k, (1.0, "lower", 0.0))
-            dec = decide(p1, worse_positive(b, c, direction), alpha=alpha, look=look, looks=looks, family=family,
-                         margin=margin)
+            p1, direction, margin, scale = first.get(k, (1.0, "lower", 0.0, ""))
+            d = worse_positive(b, c, direction, scale)
+            if not np.isfinite(d).all():
+                unjudged[k] = "a value ≤ 0 in the round, where the first round compared log ratios"
+                continue
+            dec = decide(p1, d, alpha=alpha, look=look, looks=looks, family=family, margin=margin)
             log.setdefault("/".join(k), []).append({**dec.__dict__, "rule": dec.rule()})
             df.loc[(df["suite"] == k[0]) & (df["case"] == k[1]) & (df["name"] == k[2]), "confirmation_rule"] = dec.rule()
             if dec.decision == "confirmed":
@@ -215,11 +241,35 @@ def paired_confirmation(result: Any, keys: list[tuple[str, str, str]], fresh_b: 
         if not still or extend is None or pairs_now >= max_pairs:
             break
         more = min(n0, max_pairs - pairs_now)
-        fresh_b, fresh_c = extend(still, more)
+        try:
+            fresh_b, fresh_c = extend(still, more)
+        except BenchrunError as exc:  # the looks made so far stand; the open keys get no answer
+            for k in still:
+                unjudged[k] = f"the round could not be extended: {exc}"
+            break
         pairs_now += more
         look += 1
         open_keys = still
     result.confirmation_evidence = {**(result.confirmation_evidence or {}),
                                     "paired": {"rule": RULE, "alpha": alpha, "family": family, "first_pairs": n0,
-                                               "max_pairs": max_pairs, "looks": looks, "keys": log}}
-    return confirmed
+                                               "pairs_present_at_first_look": present, "max_pairs": max_pairs,
+                                               "looks": looks, "keys": log,
+                                               "unjudged": {"/".join(k): v for k, v in unjudged.items()}}}
+    return confirmed, unjudged
+
+
+def _launched(fresh_b: Any, fresh_c: Any, keys: list[tuple[str, str, str]]) -> int:
+    """Pairs launched for the keys' suites: the highest replicate index in either arm's table,
+    failed replicates included (the round numbers its pairs 1, 2, …)."""
+    suites = {k[0] for k in keys}
+    top = 0
+    for t in (fresh_b, fresh_c):
+        if t is not None and len(t):
+            reps = t.loc[t["suite"].isin(suites), "replicate"]
+            top = max(top, int(reps.max()) if len(reps) else 0)
+    return top
+
+
+def _no_scales(df: Any) -> list[str]:
+    """One empty scale per row (tables made before rows carried ``scale``)."""
+    return [""] * len(df)
