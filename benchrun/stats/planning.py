@@ -58,9 +58,11 @@ def _history(home: Path, digest: str | None) -> list[Any]:
     same = [r for r in runs if r[0]] or runs
     same.sort(key=lambda r: r[1])
     out = []
+    from benchrun.stats.contention import contended_replicates, exclude
+
     for _s, _t, rd in same[-HISTORY_RUNS:]:
-        try:
-            out.append(replicate_table(rd))
+        try:  # replicates still contended leave the spread as they leave the comparison
+            out.append(exclude(replicate_table(rd), contended_replicates(rd))[0])
         except BenchrunError:
             continue
     return out
