@@ -105,8 +105,9 @@ def contention_reruns(run_path: Path, run_id: str) -> dict[tuple[str, int], str]
     launched: dict[tuple[str, int], str] = {}
     rows = read(run_path / "structured" / f"{run_id}_launches.json")
     for row in rows if isinstance(rows, list) else []:
-        if isinstance(row, dict) and (str(row.get("suite")), _as_int(row.get("replicate"))) in keys:
-            launched[(str(row["suite"]), _as_int(row["replicate"]))] = str(row.get("status"))
+        key = (str(row.get("suite")), _as_int(row.get("replicate"))) if isinstance(row, dict) else None
+        if key in keys:
+            launched[key] = str(row.get("status"))
     out = {}
     for suite, k in sorted(keys):
         doc = read(run_path / "structured" / f"{run_id}_{suite}_r{k}.json")

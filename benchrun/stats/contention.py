@@ -40,7 +40,8 @@ def reruns(run_dir: str | Path) -> dict[str, dict[str, int]]:
 
     out: dict[str, dict[str, int]] = {}
     for (suite, _), end in contention_reruns(Path(run_dir), Path(run_dir).name).items():
-        out.setdefault(suite, {})[end] = out.setdefault(suite, {}).get(end, 0) + 1
+        per = out.setdefault(suite, {})
+        per[end] = per.get(end, 0) + 1
     return out
 
 

@@ -209,7 +209,7 @@ def paired_confirmation(result: Any, keys: list[tuple[str, str, str]], fresh_b: 
     df = result.rows
     if "confirmation_rule" not in df.columns:
         df["confirmation_rule"] = ""
-    scales = df["scale"] if "scale" in df.columns else _no_scales(df)
+    scales = df["scale"] if "scale" in df.columns else [""] * len(df)  # rows made before they carried a scale
     first = {k: (float(r.p_gate) if np.isfinite(r.p_gate) else 1.0, str(r.direction),
                  float(r.margin) if np.isfinite(r.margin) else 0.0, str(sc or ""))
              for r, sc in zip(df.itertuples(), scales) for k in [(r.suite, r.case, r.name)] if k in set(keys)}
@@ -268,8 +268,3 @@ def _launched(fresh_b: Any, fresh_c: Any, keys: list[tuple[str, str, str]]) -> i
             reps = t.loc[t["suite"].isin(suites), "replicate"]
             top = max(top, int(reps.max()) if len(reps) else 0)
     return top
-
-
-def _no_scales(df: Any) -> list[str]:
-    """One empty scale per row (tables made before rows carried ``scale``)."""
-    return [""] * len(df)

@@ -42,6 +42,7 @@ class MetricPlan:
 
 def _history(home: Path, digest: str | None) -> list[Any]:
     """Replicate tables of the newest Succeeded runs, same workload first."""
+    from benchrun.stats.contention import contended_replicates, exclude
     from benchrun.stats.load import load_run, replicate_table
 
     runs = []
@@ -58,8 +59,6 @@ def _history(home: Path, digest: str | None) -> list[Any]:
     same = [r for r in runs if r[0]] or runs
     same.sort(key=lambda r: r[1])
     out = []
-    from benchrun.stats.contention import contended_replicates, exclude
-
     for _s, _t, rd in same[-HISTORY_RUNS:]:
         try:  # replicates still contended leave the spread as they leave the comparison
             out.append(exclude(replicate_table(rd), contended_replicates(rd))[0])

@@ -13,9 +13,9 @@ from benchrun.rundir import RunDir, contention_reruns
 log = logging.getLogger(__name__)
 
 
-def _result_docs(rd: RunDir) -> list[dict[str, Any]]:
-    """Every replicate result document that reads as a JSON object (an unreadable one is skipped:
-    these conditions must not stop the evidence from being recorded)."""
+def telemetry_records(rd: RunDir) -> list[tuple[str, int, dict[str, Any]]]:
+    """(suite, replicate, telemetry record) of every result document that has one (an unreadable
+    document is skipped: these conditions must not stop the evidence from being recorded)."""
     out = []
     structured = rd.path / "structured"
     for path in sorted(structured.glob(f"{rd.run_id}_*_r*.json")) if structured.is_dir() else []:
@@ -23,15 +23,9 @@ def _result_docs(rd: RunDir) -> list[dict[str, Any]]:
             doc = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError):
             continue
-        if isinstance(doc, dict):
-            out.append(doc)
+        if isinstance(doc, dict) and isinstance(doc.get("telemetry"), dict):
+            out.append((str(doc.get("suite")), int(doc.get("replicate") or 0), doc["telemetry"]))
     return out
-
-
-def telemetry_records(rd: RunDir) -> list[tuple[str, int, dict[str, Any]]]:
-    """(suite, replicate, telemetry record) of every result document that has one."""
-    return [(str(doc.get("suite")), int(doc.get("replicate") or 0), doc["telemetry"])
-            for doc in _result_docs(rd) if isinstance(doc.get("telemetry"), dict)]
 
 
 def rerun_outcomes(rd: RunDir) -> tuple[int, int, int]:
