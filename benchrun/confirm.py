@@ -30,7 +30,7 @@ from typing import Any, Callable
 from benchrun.launch.base import Launcher
 from benchrun.launch.local import LocalLauncher
 from benchrun.lifecycle import load_pinned
-from benchrun.plan import Invocation, plan_run
+from benchrun.plan import Invocation, plan_run, planned_replicates
 from benchrun.rundir import RunDir
 from benchrun.fsio import atomic_write_json
 
@@ -59,25 +59,14 @@ def round_seed(baseline_id: str, candidate_id: str) -> int:
     return zlib.crc32(f"{baseline_id}|{candidate_id}".encode())
 
 
-class _Replicates:
-    """A pinned run that plans replicates ``first`` .. ``last`` of every suite (an extension)."""
-
-    def __init__(self, run: Any, last: int) -> None:
-        self._run, self._last = run, last
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._run, name)
-
-    def replicates_for(self, suite: Any) -> int:  # noqa: ARG002 - every suite alike
-        return self._last
-
-
 def confirmation_invocations(home: Path, baseline_id: str, candidate_id: str, suites: set[str],
                              replicates: int | None = None, seed: int | None = None, *, first: int = 1
                              ) -> tuple[list[tuple[str, Invocation]], dict[str, Path]]:
     """(arm, invocation) pairs in launch order — per replicate k, both arms' launches of k, the
     first arm drawn by :func:`pair_orders` — and each arm's output dir. ``first`` > 1 plans an
-    extension: replicates ``first`` .. ``first + replicates − 1``, into the round's existing dirs."""
+    extension: replicates ``first`` .. ``first + replicates − 1``, into the round's existing dirs.
+    Without ``replicates`` each suite runs as many pairs as its run planned (a ``replicates:
+    auto`` run's recorded plan, read from the run, never planned again)."""
     root = home / "confirmations" / candidate_id
     arms: dict[str, list[Invocation]] = {}
     out_dirs: dict[str, Path] = {}
@@ -90,9 +79,9 @@ def confirmation_invocations(home: Path, baseline_id: str, candidate_id: str, su
             for sub in ("structured", "raw"):
                 (out / sub).mkdir(parents=True)
         run = load_pinned(rd).run
-        if first > 1:
-            run = _Replicates(run, first + int(replicates or 0) - 1)
-        plans = plan_run(run, run_id, out, home=home)
+        counts: int | dict[str, int] = (first + int(replicates or 0) - 1 if first > 1 else
+                                        replicates or planned_replicates(run, run_id, rd.path))
+        plans = plan_run(run, run_id, out, home=home, replicates=counts, record_plan=False)
         arms[arm] = [inv for p in plans for inv in p.invocations if inv.suite in suites and inv.replicate >= first]
         out_dirs[arm] = out
     n = replicates or max((inv.replicate for invs in arms.values() for inv in invs), default=0)

@@ -269,20 +269,48 @@ def base_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def auto_replicates(run: Any, run_id: str, run_dir: Path, home: Path | None) -> dict[str, int]:
+def replicate_plan_path(run_dir: Path, run_id: str) -> Path:
+    """Where a ``replicates: auto`` run records the replicates it decided on."""
+    return Path(run_dir) / "structured" / f"{run_id}_replicate_plan.json"
+
+
+def recorded_replicates(run: Any, run_id: str, run_dir: Path) -> dict[str, int] | None:
+    """The replicates an ``auto`` run recorded (suite → count), checked against the spec's
+    bounds; None when nothing is recorded. A record that cannot be read or holds counts outside
+    [minReplicates, maxReplicates] is an error naming the file: re-planning would change the
+    run's replicates under it."""
+    path = replicate_plan_path(run_dir, run_id)
+    if not path.is_file():
+        return None
+    trials = run.spec.trials
+    low, high = trials.min_replicates, max(trials.max_replicates, trials.min_replicates)
+    try:
+        suites = json.loads(path.read_text(encoding="utf-8"))["suites"]
+        out = {str(k): v["replicates"] for k, v in suites.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise BenchrunError(f"{path}: the run's replicate plan cannot be read ({exc}); it is the record of how "
+                            "many replicates this run runs: restore it, or submit a new run") from None
+    for suite, n in out.items():
+        if not isinstance(n, int) or isinstance(n, bool) or not low <= n <= high:
+            raise BenchrunError(f"{path}: suites.{suite}.replicates is {n!r}; it must be a whole number in "
+                                f"[trials.minReplicates, trials.maxReplicates] = [{low}, {high}]: restore the "
+                                "record, or submit a new run")
+    return out
+
+
+def auto_replicates(run: Any, run_id: str, run_dir: Path, home: Path | None, *, record: bool = True
+                    ) -> dict[str, int]:
     """``trials.replicates: auto``: suite → planned replicates, decided once per run from the
     history (:func:`benchrun.stats.planning.auto_replicates`) and recorded in
-    ``structured/<run_id>_replicate_plan.json``, which later plannings of the run (layers,
-    confirmation rounds) read back, so a run's replicates never change under it."""
+    ``structured/<run_id>_replicate_plan.json`` (unless ``record`` is false: a preview such as
+    ``benchrun render``), which later plannings of the run (layers, confirmation rounds) read
+    back, so a run's replicates never change under it."""
     trials = run.spec.trials
     if getattr(trials, "replicates", None) != "auto":
         return {}
-    path = run_dir / "structured" / f"{run_id}_replicate_plan.json"
-    try:
-        recorded = json.loads(path.read_text(encoding="utf-8"))
-        return {str(k): int(v["replicates"]) for k, v in recorded["suites"].items()}
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
+    recorded = recorded_replicates(run, run_id, run_dir)
+    if recorded is not None:
+        return recorded
     from benchrun.stats.planning import auto_replicates as planned
 
     suites = [s.name for layer in run.spec.layers if layer.enabled for s in layer.suites if s.replicates is None]
@@ -294,10 +322,27 @@ def auto_replicates(run: Any, run_id: str, run_dir: Path, home: Path | None) -> 
     where = Path(home) if home is not None else run_dir.parent.parent
     decided = planned(doc, digest, where, suites, trials.min_replicates, max(trials.max_replicates,
                                                                               trials.min_replicates))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(path, {"rule": "trials.replicates: auto (benchrun plan, 80 % power to detect deltaPct)",
-                             "min": trials.min_replicates, "max": trials.max_replicates, "suites": decided})
+    if record:
+        path = replicate_plan_path(run_dir, run_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(path, {"rule": "trials.replicates: auto (benchrun plan, 80 % power to detect deltaPct)",
+                                 "min": trials.min_replicates, "max": trials.max_replicates, "suites": decided})
     return {k: int(v["replicates"]) for k, v in decided.items()}
+
+
+def planned_replicates(run: Any, run_id: str, run_dir: Path) -> dict[str, int]:
+    """Suite → the replicates the run at ``run_dir`` runs, as it planned them: its own count,
+    trials.minReplicates, or for ``replicates: auto`` the recorded plan (never planned again: a
+    run without its record is an error naming the file)."""
+    auto: dict[str, int] = {}
+    if getattr(run.spec.trials, "replicates", None) == "auto":
+        got = recorded_replicates(run, run_id, run_dir)
+        if got is None:
+            raise BenchrunError(f"{replicate_plan_path(run_dir, run_id)}: missing; a run with trials.replicates: "
+                                "auto records its plan when it is admitted, and its replicates are read from there")
+        auto = got
+    return {s.name: auto.get(s.name, run.replicates_for(s)) if s.replicates is None else run.replicates_for(s)
+            for layer in run.spec.layers for s in layer.suites}
 
 
 def plan_run(
@@ -308,8 +353,15 @@ def plan_run(
     environ: Mapping[str, str] | None = None,
     hosts: str = "localhost",
     home: Path | None = None,
+    replicates: int | Mapping[str, int] | None = None,
+    record_plan: bool = True,
 ) -> list[LayerPlan]:
-    """Every layer of ``run`` (a validated BenchmarkRun) as invocations, in layer order."""
+    """Every layer of ``run`` (a validated BenchmarkRun) as invocations, in layer order.
+
+    ``replicates`` overrides how many replicates each suite runs (an int: every suite; a
+    mapping: the suites it names), as a confirmation round does; otherwise a suite runs its own
+    count, or trials.minReplicates, or its ``replicates: auto`` plan (recorded in ``run_dir``
+    unless ``record_plan`` is false)."""
     validate_run_id(run_id)
     spec = run.spec
     site = site_values(environ)
@@ -318,7 +370,12 @@ def plan_run(
     sampling = spec.observability.telemetry_sampling
     telemetry_hz = "1" if sampling is None else (f"{sampling.rate_hz:g}" if sampling.enabled else "0")
     by_name = {layer.name: layer for layer in spec.layers}
-    auto = auto_replicates(run, run_id, Path(run_dir), home)
+    if isinstance(replicates, int):
+        counts: Mapping[str, int] = {s.name: replicates for layer in spec.layers for s in layer.suites}
+    elif replicates is not None:
+        counts = replicates
+    else:
+        counts = auto_replicates(run, run_id, Path(run_dir), home, record=record_plan)
     plans: list[LayerPlan] = []
     for layer_name in LAYER_ORDER:
         layer = by_name.get(layer_name)
@@ -331,7 +388,7 @@ def plan_run(
             validate_name(suite.name, what=f"{where}: suite name")
             params = dict(suite.parameters)
             cid = case_id(run_id, layer_name, suite.name, params)
-            reps = auto[suite.name] if suite.replicates is None and suite.name in auto else run.replicates_for(suite)
+            reps = int(counts[suite.name]) if suite.name in counts else run.replicates_for(suite)
             timeout = float(suite.timeout_seconds or DEFAULT_TIMEOUT_S[layer_name])
             nodes = int(getattr(suite, "nodes", 1) or 1)
             gpus_per_node = getattr(suite, "gpus_per_node", None)

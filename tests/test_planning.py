@@ -103,3 +103,143 @@ def test_still_contended_replicates_leave_the_planning_spread_as_they_leave_the_
                     "metrics": {"inference": {"primary": ["serve/tps"]}}}}
     got = plan(doc, "w" * 64, tmp_path, sims=200)[0]
     assert got.cv < 0.01, got.cv
+
+
+NAMES = ("a", "b", "c", "d", "e", "f")
+
+
+def test_the_planning_family_is_every_suite_case_and_metric_the_gate_tests(tmp_path):
+    # review 2026-12-05: 6 bare names over 3 cases were planned as 6 tests where Holm runs 18
+    # (n = 6 gave 0.62 power, and the plan chose the exact test where the gate uses Welch)
+    rng = np.random.default_rng(1)
+    for i in range(3):
+        make_run(tmp_path, f"h{i}", {("serve", f"c={c}", m): (lognormal_replicates(rng, 100, 0.02, 5), "u", "higher")
+                                     for c in (1, 2, 4) for m in NAMES},
+                 status={"created_utc": f"2026-11-0{i + 1}T00:00:00Z"})
+    doc = {"spec": {"trials": {"minReplicates": 5}, "comparison": {"deltaPct": 3.0},
+                    "metrics": {"inference": {"primary": list(NAMES)}}}}
+    plans = plan(doc, "w" * 64, tmp_path, sims=60, max_n=12)
+    assert len(plans) == 6 and {p.family for p in plans} == {18} and {p.suite for p in plans} == {"serve"}
+
+
+def test_auto_gives_a_suite_that_reports_no_primary_metric_min_replicates(tmp_path):
+    # review 2026-12-05: a bare primary name applied to every suite, so a suite that never reports
+    # it got that metric's count; and "power now" used minReplicates for a suite with its own count
+    from benchrun.stats.planning import auto_replicates
+
+    rng = np.random.default_rng(2)
+    for i in range(3):
+        make_run(tmp_path, f"h{i}", {("serve", "", "tps"): (lognormal_replicates(rng, 100, 0.05, 5), "u", "higher"),
+                                     ("other", "", "x"): (lognormal_replicates(rng, 100, 0.05, 5), "u", "higher")},
+                 status={"created_utc": f"2026-11-0{i + 1}T00:00:00Z"})
+    doc = {"spec": {"trials": {"minReplicates": 3}, "comparison": {"deltaPct": 3.0},
+                    "metrics": {"inference": {"primary": ["tps"]}},
+                    "layers": [{"name": "micro", "suites": [{"name": "serve", "replicates": 7}, {"name": "other"}]}]}}
+    got = auto_replicates(doc, "w" * 64, tmp_path, ["serve", "other"], 3, 10, sims=60)
+    assert got["other"]["replicates"] == 3 and got["serve"]["replicates"] == 10
+    (only,) = plan(doc, "w" * 64, tmp_path, sims=60, max_n=10)
+    assert (only.suite, only.current) == ("serve", 7)
+
+
+def test_the_simulated_change_is_the_log_shift_the_margin_is():
+    # review 2026-12-05: the plan simulated a change of x(1 - delta), larger than the gate's margin
+    # log(1 + delta): at delta 15 % it said 8 replicates where 9 are needed. Checked against
+    # scipy's exact Mann-Whitney test on a change of exactly 1 / (1 + delta).
+    from scipy.stats import mannwhitneyu
+
+    cv, delta, n = 0.307, 40.0, 6
+    rng = np.random.default_rng(5)
+    sims, hits = 2000, 0
+    for _ in range(sims):
+        base = lognormal_replicates(rng, 100.0, cv, n)
+        cand = lognormal_replicates(rng, 100.0, cv, n) / (1 + delta / 100)
+        hits += mannwhitneyu(base, cand, alternative="greater", method="exact").pvalue < 0.05
+    assert abs(power(n, cv, delta, 1, 0.05, sims=2000) - hits / sims) < 0.05, hits / sims
+
+
+def test_a_metric_the_workloads_runs_do_not_report_is_planned_from_runs_that_do(tmp_path):
+    # review 2026-12-05: "else of any run that reports it" was not done: other workloads' runs were
+    # read only when the workload had no runs at all, so a metric it does not report had no history
+    rng = np.random.default_rng(4)
+    for i in range(3):
+        make_run(tmp_path, f"own{i}", {("s", "", "a"): (lognormal_replicates(rng, 100, 0.02, 5), "u", "higher")},
+                 status={"created_utc": f"2026-11-0{i + 1}T00:00:00Z"})
+        make_run(tmp_path, f"oth{i}", {("s", "", "b"): (lognormal_replicates(rng, 100, 0.02, 5), "u", "higher")},
+                 status={"created_utc": f"2026-11-0{i + 1}T00:00:00Z", "workload_spec_digest": "o" * 64})
+    doc = {"spec": {"trials": {"minReplicates": 5}, "comparison": {"deltaPct": 5.0},
+                    "metrics": {"inference": {"primary": ["s/a", "s/b"]}}}}
+    plans = {p.metric: p for p in plan(doc, "w" * 64, tmp_path, sims=60, max_n=10)}
+    assert plans["s/a"].runs == 3 and "other workloads" not in plans["s/a"].note
+    assert plans["s/b"].runs == 3 and "other workloads" in plans["s/b"].note and plans["s/b"].needed is not None
+
+
+def _auto_runs(bench_home, canary_doc, write_spec, recorded):
+    """Two prepared `replicates: auto` runs of a one-suite spec, each with its recorded plan."""
+    import datetime as dt
+    import json
+
+    from benchrun import submit as sub
+    from benchrun.rundir import RunDir
+    from helpers import tiny_layers
+
+    canary_doc["spec"]["trials"].update({"minReplicates": 3, "replicates": "auto", "maxReplicates": 8})
+    canary_doc["spec"]["layers"] = tiny_layers([{"name": "other", "repoCommand": "/bin/true"}])
+    ids = []
+    for i, (name, n) in enumerate(zip(("base", "cand"), recorded)):
+        doc = {**canary_doc, "metadata": {**canary_doc["metadata"], "name": name}}
+        run_id = sub.prepare(write_spec(doc, f"{name}.yaml"),
+                             now=dt.datetime(2026, 1, 1, 0, 0, i, tzinfo=dt.timezone.utc)).run_id
+        if n is not None:
+            path = RunDir.for_run(run_id, bench_home).path / "structured" / f"{run_id}_replicate_plan.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"suites": {"other": {"replicates": n, "why": "test"}}}))
+        ids.append(run_id)
+    return ids
+
+
+def test_a_confirmation_round_of_an_auto_run_reads_the_runs_plan_and_extends(bench_home, canary_doc, write_spec):
+    # review 2026-12-05: the round planned again from all history (replicates 1..7 against a recorded 4)
+    # and wrote a plan into the round's directory; extending a round of an auto run launched nothing
+    from benchrun.confirm import confirmation_invocations
+
+    base, cand = _auto_runs(bench_home, canary_doc, write_spec, (4, 4))
+    order, dirs = confirmation_invocations(bench_home, base, cand, {"other"}, seed=1)
+    assert sorted(inv.replicate for _arm, inv in order) == [1, 1, 2, 2, 3, 3, 4, 4]
+    assert not list((bench_home / "confirmations").rglob("*_replicate_plan.json"))
+    more, _dirs = confirmation_invocations(bench_home, base, cand, {"other"}, 2, seed=2, first=5)
+    assert sorted(inv.replicate for _arm, inv in more) == [5, 5, 6, 6]
+
+
+def test_an_auto_run_without_a_readable_plan_is_an_error_naming_the_file(bench_home, canary_doc, write_spec):
+    # review 2026-12-05: a record that could not be read was planned again (and overwritten): the
+    # run's replicates could change under it
+    from benchrun.confirm import confirmation_invocations
+    from benchrun.errors import BenchrunError
+    from benchrun.lifecycle import load_pinned
+    from benchrun.plan import plan_run
+    from benchrun.rundir import RunDir
+
+    base, cand = _auto_runs(bench_home, canary_doc, write_spec, (None, 99))
+    with pytest.raises(BenchrunError, match=r"_replicate_plan\.json: missing"):
+        confirmation_invocations(bench_home, base, cand, {"other"}, seed=1)
+    rd = RunDir.for_run(cand, bench_home)
+    with pytest.raises(BenchrunError, match=r"suites\.other\.replicates is 99; .*\[3, 8\]"):
+        plan_run(load_pinned(rd).run, cand, rd.path, home=bench_home)
+    (rd.path / "structured" / f"{cand}_replicate_plan.json").write_text("{not json")
+    with pytest.raises(BenchrunError, match=r"replicate plan cannot be read"):
+        plan_run(load_pinned(rd).run, cand, rd.path, home=bench_home)
+
+
+def test_render_of_an_auto_spec_writes_no_plan(bench_home, canary_doc, monkeypatch):
+    # review 2026-12-05: `benchrun render` of an auto spec wrote a replicate plan into a run
+    # directory that does not exist (a preview must leave the home as it was)
+    import yaml
+
+    from benchrun.launch.render import render_objects
+
+    canary_doc["spec"]["trials"].update({"replicates": "auto", "maxReplicates": 8})
+    path = bench_home / "auto.yaml"
+    path.write_text(yaml.safe_dump(canary_doc))
+    monkeypatch.setenv("BENCHRUN_LAUNCHER_KIND", "kubernetes")
+    assert render_objects(path)
+    assert not (bench_home / "runs").exists() or not list((bench_home / "runs").rglob("*"))

@@ -43,7 +43,7 @@ def render_objects(spec: Path, *, launcher: str | None = None, run_id: str | Non
     validate_run_id(run_id)
     home = Path(settings.run_home) if settings.run_home else benchrun_home(home)
     run_dir = home / "runs" / run_id
-    plans = plan_run(run, run_id, run_dir, home=home)
+    plans = plan_run(run, run_id, run_dir, home=home, record_plan=False)  # a preview records nothing
     suites = [s for layer in run.spec.layers if layer.enabled for s in layer.suites]
     if run.spec.intent.benchmark_class == "publication_grade":
         for layer in run.spec.layers:

@@ -238,7 +238,8 @@ def plan(
     for p in plans:
         need = "?" if p.needed is None else str(p.needed)
         now = "" if p.power_at_current is None else f"; power now at {p.current}: {p.power_at_current:.0%}"
-        con.print(f"{p.metric}: {need} replicates for {power:.0%} power to detect {p.delta_pct:g} % "
+        where = f" in {p.suite}" if p.suite and not p.metric.startswith(f"{p.suite}/") else ""
+        con.print(f"{p.metric}{where}: {need} replicates for {power:.0%} power to detect {p.delta_pct:g} % "
                   f"(CV {_num(p.cv * 100)} % from {p.runs} runs, {p.family} gating tests{now})"
                   + (f" — {p.note}" if p.note else ""), markup=False, highlight=False)
 

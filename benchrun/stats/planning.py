@@ -1,13 +1,17 @@
 """Replicate planning: from the history of a spec's primary metrics, how many replicates each needs for the gate to detect a δ change with 80 % power (``benchrun plan SPEC``).
 
-The noise of a metric is its pooled within-run spread of log values over the newest runs of
-the same workload (``workload_spec_digest``) in ``$BENCHRUN_HOME/runs`` — else of any run
-that reports it — and the power is simulated through the gate itself (``batch.effects`` +
-``compare.decide``: exact rank test or Welch t, Holm over the spec's gating family) on
-lognormal replicates with that spread: a true shift of δ in the regression direction is
-"detected" when its Holm-adjusted one-sided p passes α (significance alone: a verdict of
-``regression`` also needs the estimate beyond δ, which a true shift of exactly δ reaches half
-of the time). The smallest n from 2 to ``max_n`` reaching the power is reported.
+The gate tests each (suite, case, metric) a primary selector matches, so a plan is made per
+primary and per suite that reports it. The noise of a metric in a suite is its pooled
+within-run spread of log values, over the suite's cases, in the newest runs of the same
+workload (``workload_spec_digest``) in ``$BENCHRUN_HOME/runs`` — else, for a metric those runs
+do not report, in the newest runs of any workload that do. The power is simulated through the
+gate itself (``batch.effects`` + ``compare.decide``: exact rank test or Welch t, Holm over
+the gating family the history shows — every (suite, case, metric) the primaries match) on
+lognormal replicates with that spread: a true change of δ in the regression direction — the
+log shift log(1 + δ) the comparison's margin is — is "detected" when its Holm-adjusted
+one-sided p passes α (significance alone: a verdict of ``regression`` also needs the estimate
+beyond δ, which a true change of exactly δ reaches half of the time). The smallest n from 2
+to ``max_n`` reaching the power is reported.
 """
 
 from __future__ import annotations
@@ -24,12 +28,15 @@ from benchrun.errors import BenchrunError
 HISTORY_RUNS = 20
 SIMS = 400
 
+Key = tuple[str, str, str]
+
 
 @dataclass(frozen=True)
 class MetricPlan:
-    """The plan of one primary metric: its history, noise, δ and the replicates it needs."""
+    """The plan of one primary metric in one suite: its history, noise, δ and the replicates it needs."""
 
     metric: str
+    suite: str  # "" where no run reports the metric
     runs: int
     cv: float
     delta_pct: float
@@ -40,10 +47,9 @@ class MetricPlan:
     note: str
 
 
-def _history(home: Path, digest: str | None) -> list[Any]:
-    """Replicate tables of the newest Succeeded runs, same workload first."""
-    from benchrun.stats.contention import contended_replicates, exclude
-    from benchrun.stats.load import load_run, replicate_table
+def _succeeded(home: Path, digest: str | None) -> tuple[list[Path], list[Path]]:
+    """Run dirs of the Succeeded runs in ``home``, oldest first: (same workload, other workloads)."""
+    from benchrun.stats.load import load_run
 
     runs = []
     for rd in sorted((Path(home) / "runs").glob("*")):
@@ -56,27 +62,42 @@ def _history(home: Path, digest: str | None) -> list[Any]:
         if run.status.get("phase") != "Succeeded":
             continue
         runs.append((run.status.get("workload_spec_digest") == digest, run.status.get("created_utc") or "", rd))
-    same = [r for r in runs if r[0]] or runs
-    same.sort(key=lambda r: r[1])
-    out = []
-    for _s, _t, rd in same[-HISTORY_RUNS:]:
-        try:  # replicates still contended leave the spread as they leave the comparison
-            out.append(exclude(replicate_table(rd), contended_replicates(rd))[0])
-        except BenchrunError:
-            continue
-    return out
+    runs.sort(key=lambda r: r[1])
+    return [r[2] for r in runs if r[0]], [r[2] for r in runs if not r[0]]
 
 
-def pooled_cv(tables: list[Any], primary: str) -> tuple[float, int]:
-    """Pooled within-run sd of log values of the rows ``primary`` names, as a CV; runs used."""
+def _table(rd: Path) -> Any:
+    """A run's replicate table with the replicates still contended left out (as the comparison does)."""
+    from benchrun.stats.contention import contended_replicates, exclude
+    from benchrun.stats.load import replicate_table
+
+    try:
+        return exclude(replicate_table(rd), contended_replicates(rd))[0]
+    except BenchrunError:
+        return None
+
+
+def _matched(t: Any, primary: str) -> Any:
+    """The rows of table ``t`` the primary selector matches, with a positive value."""
     from benchrun.stats.compare import gating_mask
 
+    if t is None or t.empty:
+        return None
+    keys = list(zip(t["suite"].astype(str), t["case"].astype(str), t["metric"].astype(str)))
+    sel = t[gating_mask(keys, [primary]) & (t["value"] > 0)]
+    return sel if not sel.empty else None
+
+
+def pooled_cv(tables: list[Any], primary: str, suite: str | None = None) -> tuple[float, int]:
+    """Pooled within-run sd of log values of the rows ``primary`` names (in ``suite``, when
+    given), as a CV; runs used."""
     ss, dof, runs = 0.0, 0, 0
     for t in tables:
-        if t is None or t.empty:
+        sel = _matched(t, primary)
+        if sel is None:
             continue
-        keys = list(zip(t["suite"].astype(str), t["case"].astype(str), t["metric"].astype(str)))
-        sel = t[gating_mask(keys, [primary]) & (t["value"] > 0)]
+        if suite is not None:
+            sel = sel[sel["suite"].astype(str) == suite]
         used = False
         for _k, g in sel.groupby(["suite", "case", "metric"]):
             v = np.log(g["value"].to_numpy(dtype=float))
@@ -90,6 +111,39 @@ def pooled_cv(tables: list[Any], primary: str) -> tuple[float, int]:
     return math.sqrt(math.expm1(ss / dof)), runs
 
 
+def _keys(tables: list[Any], primary: str) -> set[Key]:
+    """The (suite, case, metric) keys ``primary`` matches in the newest table that has any."""
+    for t in reversed(tables):
+        sel = _matched(t, primary)
+        if sel is not None:
+            return set(zip(sel["suite"].astype(str), sel["case"].astype(str), sel["metric"].astype(str)))
+    return set()
+
+
+def _reporting(home: Path, digest: str | None, primaries: list[str]) -> dict[str, tuple[list[Any], bool]]:
+    """Per primary: the history its noise is read from and whether that is the workload's own —
+    the newest runs of the same workload that report it, else the newest runs of any workload
+    that do (read newest first, only as far as needed)."""
+    same, other = _succeeded(home, digest)
+    own = [_table(rd) for rd in same[-HISTORY_RUNS:]]
+    out: dict[str, tuple[list[Any], bool]] = {}
+    others: list[Any] = []  # newest first, loaded lazily
+    for p in primaries:
+        if any(_matched(t, p) is not None for t in own):
+            out[p] = (own, True)
+            continue
+        found: list[Any] = []
+        for i, rd in enumerate(reversed(other)):
+            if i == len(others):
+                others.append(_table(rd))
+            if _matched(others[i], p) is not None:
+                found.append(others[i])
+                if len(found) == HISTORY_RUNS:
+                    break
+        out[p] = (found[::-1], False)
+    return out
+
+
 def power(n: int, cv: float, delta_pct: float, family: int, alpha: float, *, sims: int = SIMS, seed: int = 0) -> float:
     """Share of simulated comparisons (n vs n, ``family`` gating tests, one shifted by δ) whose
     shifted metric's Holm-adjusted gate p passes α."""
@@ -100,7 +154,8 @@ def power(n: int, cv: float, delta_pct: float, family: int, alpha: float, *, sim
     rng = np.random.default_rng(seed)
     rows = sims * family
     base = lognormal_replicates(rng, 100.0, cv, rows * n).reshape(rows, n)
-    factor = np.where(np.arange(rows) % family == 0, 1 - delta_pct / 100.0, 1.0)[:, None]
+    # the change the gate's margin is: a log shift of log(1 + δ) (not × (1 − δ), a larger one)
+    factor = np.where(np.arange(rows) % family == 0, 1.0 / (1.0 + delta_pct / 100.0), 1.0)[:, None]
     cand = lognormal_replicates(rng, 100.0, cv, rows * n).reshape(rows, n) * factor
     eff = batch.effects(base, cand, np.ones(rows, bool), 1 - alpha)
     sizes = np.full(family, n)
@@ -113,66 +168,87 @@ def power(n: int, cv: float, delta_pct: float, family: int, alpha: float, *, sim
     return hits / sims
 
 
+def _suite_replicates(doc: dict[str, Any]) -> dict[str, int]:
+    """Suite → the replicates it runs as the spec stands (its own count, else trials.minReplicates)."""
+    spec = doc.get("spec") or {}
+    low = int((spec.get("trials") or {}).get("minReplicates") or 0)
+    return {str(s.get("name")): int(s.get("replicates") or low)
+            for layer in spec.get("layers") or [] for s in layer.get("suites") or []}
+
+
+def _needed(cv: float, delta: float, family: int, alpha: float, current: int, *, target: float, max_n: int,
+            sims: int) -> tuple[int | None, float | None, str]:
+    """(smallest n from 2 to ``max_n`` whose power reaches ``target`` or None, power at ``current``, note)."""
+    if cv == 0:
+        return 2, 1.0, "no noise in the history"
+
+    def pw(n: int) -> float:
+        return power(n, cv, delta, family, alpha, sims=sims)
+
+    if pw(max_n) < target:
+        return None, (pw(current) if current >= 2 else None), f"more than {max_n} replicates needed"
+    seen: dict[int, float] = {}
+    lo, hi = 2, max_n
+    while lo < hi:  # power rises with n (up to simulation noise): bisect
+        mid = (lo + hi) // 2
+        seen[mid] = pw(mid)
+        if seen[mid] >= target:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo, (seen[current] if current in seen else pw(current) if current >= 2 else None), ""
+
+
 def plan(doc: dict[str, Any], digest: str | None, home: Path, *, target: float = 0.8, max_n: int = 30,
          sims: int = SIMS) -> list[MetricPlan]:
-    """The replicate plan of every primary metric of a spec document (camelCase, as written)."""
+    """The replicate plan of every primary metric of a spec document (camelCase, as written), one
+    per suite that reports it (one with ``suite`` "" where none does)."""
     from benchrun.checks import primary_metrics
     from benchrun.stats.load import delta_pct
 
     spec = doc.get("spec") or {}
     trials = spec.get("trials") or {}
     alpha = 1.0 - float(trials.get("confidenceLevel", 0.95))
-    current = int(trials.get("minReplicates") or 0)
+    low = int(trials.get("minReplicates") or 0)
+    current = _suite_replicates(doc)
     primaries = sorted(primary_metrics(doc))
-    family = max(1, len(primaries))
-    tables = _history(home, digest)
+    history = _reporting(home, digest, primaries)
+    keys: set[Key] = set()
+    for p in primaries:  # the gate tests every (suite, case, metric) a primary matches
+        keys |= _keys(history[p][0], p) or {("", "", p)}
+    family = max(1, len(keys))
     out = []
     for p in primaries:
         name = p.split("/", 1)[-1].split("[", 1)[0]
         delta = delta_pct(doc, name)
-        cv, runs = pooled_cv(tables, p)
-        if not runs or not math.isfinite(cv):
-            out.append(MetricPlan(p, 0, math.nan, delta, family, None, None, current,
+        tables, own = history[p]
+        suites = sorted({str(x) for t in tables if (m := _matched(t, p)) is not None for x in m["suite"].unique()})
+        if not suites:
+            out.append(MetricPlan(p, "", 0, math.nan, delta, family, None, None, low,
                                   "no history: run the spec a few times first"))
-            continue
-        if cv == 0:
-            out.append(MetricPlan(p, runs, 0.0, delta, family, 2, 1.0, current, "no noise in the history"))
-            continue
-        pw = {}
-        lo, hi = 2, max_n
-        if power(hi, cv, delta, family, alpha, sims=sims) < target:
-            out.append(MetricPlan(p, runs, cv, delta, family, None,
-                                  power(current, cv, delta, family, alpha, sims=sims) if current >= 2 else None,
-                                  current, f"more than {max_n} replicates needed"))
-            continue
-        while lo < hi:  # power rises with n (up to simulation noise): bisect
-            mid = (lo + hi) // 2
-            pw[mid] = power(mid, cv, delta, family, alpha, sims=sims)
-            if pw[mid] >= target:
-                hi = mid
-            else:
-                lo = mid + 1
-        at_current = pw.get(current) if current in pw else (
-            power(current, cv, delta, family, alpha, sims=sims) if current >= 2 else None)
-        out.append(MetricPlan(p, runs, cv, delta, family, lo, at_current, current, ""))
+        for suite in suites:
+            cv, runs = pooled_cv(tables, p, suite)
+            now = current.get(suite, low)
+            if not runs or not math.isfinite(cv):
+                out.append(MetricPlan(p, suite, 0, math.nan, delta, family, None, None, now,
+                                      "no history with 2 replicates a run"))
+                continue
+            needed, at_now, note = _needed(cv, delta, family, alpha, now, target=target, max_n=max_n, sims=sims)
+            if not own:
+                note = "; ".join(x for x in (note, "history of other workloads: none of this one reports it") if x)
+            out.append(MetricPlan(p, suite, runs, cv, delta, family, needed, at_now, now, note))
     return out
-
-
-def applies(primary: str, suite: str) -> bool:
-    """Whether a primary metric (``metric``, ``suite/metric`` or ``suite/metric[case]``) names ``suite``'s metrics."""
-    return "/" not in primary or primary.split("/", 1)[0] == suite
 
 
 def auto_replicates(doc: dict[str, Any], digest: str | None, home: Path, suites: list[str], low: int, high: int,
                     *, target: float = 0.8, sims: int = 200) -> dict[str, dict[str, Any]]:
-    """``trials.replicates: auto``: per suite, the most replicates any of its primary metrics needs
-    (:func:`plan`), bounded to [``low``, ``high``]; ``low`` for a suite without primaries or
-    history, ``high`` when even that many fall short. Each entry says why."""
+    """``trials.replicates: auto``: per suite, the most replicates any primary metric it reports
+    needs (:func:`plan`), bounded to [``low``, ``high``]; ``low`` for a suite that reports no
+    primary metric or has no history, ``high`` when even that many fall short. Each entry says why."""
     plans = plan(doc, digest, home, target=target, max_n=high, sims=sims)
     out: dict[str, dict[str, Any]] = {}
     for suite in suites:
-        mine = [p for p in plans if applies(p.metric, suite)]
-        known = [p for p in mine if p.runs]
+        known = [p for p in plans if p.suite == suite and p.runs]
         if not known:
             out[suite] = {"replicates": low, "why": "no primary metric with history: trials.minReplicates"}
             continue
@@ -180,7 +256,7 @@ def auto_replicates(doc: dict[str, Any], digest: str | None, home: Path, suites:
         need = high if short else max(int(p.needed) for p in known if p.needed is not None)
         n = min(max(need, low), high)
         why = (f"{', '.join(short)} need more than {high}: trials.maxReplicates" if short else
-               "; ".join(f"{p.metric} needs {p.needed} (CV {p.cv:.2%} from {p.runs} runs, δ {p.delta_pct:g} %)"
-                         for p in known))
+               "; ".join(f"{p.metric} needs {p.needed} (CV {p.cv:.2%} from {p.runs} runs, δ {p.delta_pct:g} %, "
+                         f"{p.family} gating tests)" for p in known))
         out[suite] = {"replicates": n, "why": why, "metrics": [p.metric for p in known]}
     return out
