@@ -68,3 +68,37 @@ def test_compare_refuses_a_run_that_has_not_run(tmp_path):
     r = _cli("compare", "done", pending, home=tmp_path)
     assert r.returncode == 5 and "has not run (phase Pending)" in r.stderr, r.stderr  # not comparable
     assert "Traceback" not in r.stderr and "<absent>" not in r.stderr + r.stdout
+
+
+def _errors(doc) -> dict[str, str]:
+    with pytest.raises(SpecInvalid) as err:
+        load_spec_bytes(yaml.safe_dump(doc).encode(), "margins.yaml")
+    return {e.path: e.message for e in err.value.errors}
+
+
+def test_a_per_metric_margin_the_comparison_would_never_match_is_an_error(canary_doc):
+    """delta_pct() looks margins up by the bare metric name: a misspelt or qualified key used to
+    pass validation and leave the metric on comparison.deltaPct without a word."""
+    comp = canary_doc["spec"]["comparison"]
+    canary_doc["spec"]["metrics"]["inference"]["secondary"] = ["my_suite_widgets_per_s"]
+    comp["deltaPctByMetric"] = {"p99_latncy_ms": 5, "serving_workflow/ttft_ms[c=4]": 4,
+                                "my_suite_widgets_per_sec": 2, "busbw_gbps": 1}
+    comp["absoluteMarginByMetric"] = {"reqest_goodput": 1}
+    found = _errors(canary_doc)
+    key = "spec.comparison.deltaPctByMetric"
+    assert found[f"{key}.p99_latncy_ms"].startswith("unknown metric 'p99_latncy_ms' (did you mean 'p99_latency_ms'?)")
+    assert "write 'ttft_ms'" in found[f'{key}["serving_workflow/ttft_ms[c=4]"]']
+    assert "did you mean 'my_suite_widgets_per_s'" in found[f"{key}.my_suite_widgets_per_sec"]  # a declared custom one
+    assert "did you mean 'request_goodput'" in found["spec.comparison.absoluteMarginByMetric.reqest_goodput"]
+    assert not any("busbw_gbps" in path for path in found)  # far from every name: a custom suite's own metric
+    comp["deltaPctByMetric"] = {"p99_latency_ms": 5, "my_suite_widgets_per_s": 2, "busbw_gbps": 1}
+    comp["absoluteMarginByMetric"] = {"request_goodput": 1}
+    load_spec_bytes(yaml.safe_dump(canary_doc).encode(), "margins.yaml")
+
+
+def test_a_no_change_band_of_100_percent_or_more_is_refused(canary_doc):
+    canary_doc["spec"]["comparison"]["deltaPct"] = 100
+    canary_doc["spec"]["comparison"]["deltaPctByMetric"] = {"ttft_ms": 250}
+    found = _errors(canary_doc)
+    assert "less than 100" in found["spec.comparison.deltaPct"]
+    assert "less than 100" in found["spec.comparison.deltaPctByMetric.ttft_ms"]

@@ -346,11 +346,13 @@ class Comparison(SpecModel):
         "variableUnderTest (an explicit override of the one-variable gate, recorded in the comparison)."
     )
     controls: Controls
-    delta_pct: Annotated[float, Field(ge=0)] = Field(
-        default=3.0, description="No-change band in percent (extension; default 3.0)."
+    delta_pct: Annotated[float, Field(ge=0, lt=100)] = Field(
+        default=3.0, description="No-change band in percent (extension; default 3.0; below 100: a band of 100 % "
+        "or more would hold every halving and doubling, so nothing could regress)."
     )
-    delta_pct_by_metric: dict[str, Annotated[float, Field(ge=0)]] = Field(
-        default_factory=dict, description="Per-metric no-change band in percent (extension)."
+    delta_pct_by_metric: dict[str, Annotated[float, Field(ge=0, lt=100)]] = Field(
+        default_factory=dict, description="Per-metric no-change band in percent, keyed by the bare metric name "
+        "(p99_latency_ms: every suite and case reporting it) (extension)."
     )
     absolute_margin_by_metric: dict[str, Annotated[float, Field(ge=0)]] = Field(
         default_factory=dict,

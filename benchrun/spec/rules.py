@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import difflib
 import math
-import re
 import shlex
 from typing import Any, Callable, Iterable, Iterator
 
@@ -34,15 +33,20 @@ from benchrun.spec.comparison_rules import (
     rule_one_variable_at_a_time,
     rule_variable_under_test_resolves,
 )
+from benchrun.spec.metric_names import (  # noqa: F401 - rules.metric_name and the vocabulary, as before the split
+    COST_METRICS,
+    INFERENCE_PRIMARY,
+    TRAINING_PRIMARY,
+    metric_name,
+    rule_margin_metrics,
+    rule_metric_names,
+)
 from benchrun.spec.mix import parse_compact_mix  # noqa: F401 - rules.parse_compact_mix, as before the split
 from benchrun.spec.model import LAYER_NAMES, WORKLOAD_KEYS
 from benchrun.spec.placeholders import KNOWN_NAMES, placeholder_names, unknown_placeholders
 
 Rule = Callable[[dict[str, Any]], Iterable[Finding]]
 
-TRAINING_PRIMARY = ("time_to_train_hours", "mfu_pct", "scaling_efficiency_pct", "training_reliability_pct")
-INFERENCE_PRIMARY = ("ttft_ms", "tokens_per_second", "p99_latency_ms", "jitter_ms")
-COST_METRICS = ("cost_per_token_usd", "cost_per_request_usd")
 TAXONOMY = ("compute_bound", "comm_bound", "input_bound", "control_plane_bound")
 OVERHEADS = ("compute", "communication", "storage", "orchestration")
 COLLECTIVES = ("latency", "bandwidth")
@@ -242,15 +246,6 @@ def rule_fixed_across_trials(doc: Any) -> Iterator[Finding]:
 # -- metrics and trials --------------------------------------------------------------------
 
 
-_QUALIFIED = re.compile(r"^(?:[^/\[\]]+/)?(?P<name>[^/\[\]]+)(?:\[[^\[\]]*\])?$")
-
-
-def metric_name(entry: str) -> str:
-    """The metric name of a primary entry: ``suite/metric[case]`` (either qualifier optional) → ``metric``."""
-    m = _QUALIFIED.match(entry)
-    return m.group("name") if m else entry
-
-
 def rule_training_metrics(doc: Any) -> Iterator[Finding]:
     """CONTRACT §2: training or mixed needs ``metrics.training.enabled`` and the four training primaries."""
     wt = workload_type(doc)
@@ -294,33 +289,6 @@ def rule_inference_metrics(doc: Any) -> Iterator[Finding]:
         missing.append(" or ".join(COST_METRICS))
     if missing:
         yield path + ("primary",), f"must include {', '.join(missing)} for workloadType {wt}"
-
-
-# CONTRACT §5's vocabulary plus the training primaries: a name close to one of these but not
-# equal is a misspelling; a name far from all of them may be a custom suite's own metric.
-KNOWN_METRICS = (*TRAINING_PRIMARY, *INFERENCE_PRIMARY, *COST_METRICS, "decode_ms_per_token", "token_gap_ms",
-                 "p50_latency_ms", "per_user_output_tokens_per_s", "request_goodput", "slo_attainment",
-                 "capacity_at_slo", "cost_per_good_request_usd", "gpu_utilization_pct", "request_throughput_rps")
-
-
-def rule_metric_names(doc: Any) -> Iterator[Finding]:
-    """Extension (CONTRACT §5 names metrics): a primary or secondary metric that is nearly, but not
-    exactly, a known metric name is a typo."""
-    metrics = get(doc, SPEC + ("metrics",))
-    if not isinstance(metrics, dict):
-        return
-    for family, body in metrics.items():
-        if not isinstance(body, dict):
-            continue
-        for kind in ("primary", "secondary"):
-            names = get(doc, SPEC + ("metrics", family, kind))
-            for i, name in enumerate(names if isinstance(names, list) else []):
-                if not isinstance(name, str) or metric_name(name) in KNOWN_METRICS:
-                    continue
-                name = metric_name(name)
-                close = difflib.get_close_matches(name, KNOWN_METRICS, n=1, cutoff=0.8)
-                if close:
-                    yield SPEC + ("metrics", family, kind, i), f"unknown metric {name!r} (did you mean {close[0]!r}?)"
 
 
 def rule_trial_report(doc: Any) -> Iterator[Finding]:
@@ -537,6 +505,7 @@ RULES: tuple[Rule, ...] = (
     rule_training_metrics,
     rule_inference_metrics,
     rule_metric_names,
+    rule_margin_metrics,
     rule_trial_report,
     rule_taxonomy,
     rule_decompose_overheads,
