@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from benchrun.stats.changepoint import FACT_COLUMNS, change_points, detect, history_table, shift_pvalue, \
+from benchrun.stats.changepoint import FACT_COLUMNS, change_points, detect, history_table, \
     write_change_point_fact
 from benchrun.stats.synthetic import make_run
 
@@ -35,13 +35,6 @@ def test_no_change_point_inside_the_head():
     y = np.r_[np.full(3, 100.0), np.full(27, 80.0)] + np.random.default_rng(2).normal(0, 0.5, 30)
     assert detect(y) == []
     assert detect(np.r_[np.full(14, 100.0), np.full(1, 50.0)]) == []  # 15 nights: all reference
-
-
-def test_permutation_pvalue_accounts_for_selection():
-    rng = np.random.default_rng(3)
-    ps = np.array([shift_pvalue(rng.normal(size=20), seed=i, n_perm=499) for i in range(300)])
-    assert abs((ps < 0.05).mean() - 0.05) < 0.03  # uniform under the null, despite max over splits
-    assert shift_pvalue(np.r_[np.zeros(10), np.ones(10)] + rng.normal(0, .01, 20)) <= 0.002
 
 
 def test_history_fact_table_from_run_directories(tmp_path):
@@ -98,14 +91,16 @@ def test_false_alarms_stay_at_5_percent_on_autocorrelated_nulls():
         alarms = sum(bool(detect(_ar1(rng, phi, 40), floor_pct=0)) for i in range(sims))
         assert alarms / sims <= 0.05, (phi, alarms / sims)
     # and a 3-sd step 25 nights into a 40-night φ = 0.5 series is still found, located within 2
-    # nights, in 40 % or more (it was 60 %+ under the per-pass test, whose per-history false
-    # alarms were 24 % at φ = 0.5; the sequential detector trades this for ~5 % per history)
+    # nights, in 30 % or more (it was 60 %+ under the per-pass test, whose per-history false
+    # alarms were 24 % at φ = 0.5; the sequential detector trades this for ~5 % per history, and
+    # the young factor of the φ margin (2026-12-05) for 3.9-4.4 %: 33-38 % found over 300 series
+    # at seeds 31-33, where the 1/√n margin found 39-45 %)
     found = 0
     for i in range(100):
         y = _ar1(rng, 0.5, 40)
         y[25:] += 3 / np.sqrt(1 - 0.25)
         found += any(abs(c.index - 25) <= 2 for c in detect(y, floor_pct=0))
-    assert found >= 40
+    assert found >= 30
 
 
 def _history(n_series, steps, n=30):
@@ -327,3 +322,21 @@ def test_a_segment_after_a_change_carries_the_series_noise_and_says_so():
     hist = _history(3, {1})
     det = json.loads(change_points(hist, pool=False).detector.iloc[0])
     assert det["carry"] is True and "phi_prior_from" not in det  # the first change had no prior
+
+
+def test_a_young_reference_covers_its_phi_as_often_as_an_old_one():
+    """The φ margin was phi_margin/√n at every n, but a short reference's lag-1 estimate is more
+    spread and more skewed than 1/√n says: the φ used covered a true 0.5 in 69 % of 15-night
+    references and 77 % of 93-night ones, so young autocorrelated series were standardised too
+    tightly (a lone φ 0.5 series ever alarmed in 5.0-5.8 % of 200-night histories, most of them
+    before night 50). With the young factor the coverage is the same at every length."""
+    from benchrun.stats.changepoint import _reference
+
+    rng = np.random.default_rng(5)
+    for phi in (0.3, 0.5):
+        cover = {}
+        for n in (15, 23, 30, 93):
+            refs = [_nights(rng, phi, n) for _ in range(1500)]
+            cover[n] = np.mean([_reference(x, 0, n, 0.75)[1] >= phi for x in refs])
+        assert min(cover[15], cover[23], cover[30]) >= cover[93] - 0.04, (phi, cover)  # before: 8 points below
+        assert min(cover.values()) >= 0.75, (phi, cover)
