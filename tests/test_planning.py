@@ -8,6 +8,15 @@ import pytest
 from benchrun.stats.planning import plan, pooled_cv, power
 from benchrun.stats.synthetic import lognormal_replicates, make_run
 
+def _history(home, cvs, nights, rng, *, n=5, prefix="h", unit="u", direction="higher"):
+    """``nights`` Succeeded runs in ``home``, one a day from 2026-11-01, each with ``n`` lognormal
+    replicates of CV ``cvs[key]`` for every (suite, case, metric) key."""
+    for i in range(nights):
+        make_run(home, f"{prefix}{i}", {k: (lognormal_replicates(rng, 100, cv, n), unit, direction)
+                                        for k, cv in cvs.items()},
+                 status={"created_utc": f"2026-11-0{i + 1}T00:00:00Z"})
+
+
 DOC = {"spec": {"trials": {"minReplicates": 5, "confidenceLevel": 0.95},
                 "comparison": {"deltaPct": 5.0},
                 "metrics": {"inference": {"primary": ["serve/tps", "serve/quiet"]}}}}
@@ -17,10 +26,7 @@ DOC = {"spec": {"trials": {"minReplicates": 5, "confidenceLevel": 0.95},
 def test_plan_reads_the_noise_from_history_and_says_how_many_replicates(tmp_path):
     # before: no plan existed; the spec's minReplicates was a guess
     rng = np.random.default_rng(0)
-    for i in range(4):
-        make_run(tmp_path, f"n{i}", {("serve", "", "tps"): (lognormal_replicates(rng, 100, 0.04, 6), "t/s", "higher"),
-                                     ("serve", "", "quiet"): (lognormal_replicates(rng, 100, 0.005, 6), "t/s", "higher")},
-                 status={"created_utc": f"2026-11-0{i + 1}T00:00:00Z"})
+    _history(tmp_path, {("serve", "", "tps"): 0.04, ("serve", "", "quiet"): 0.005}, 4, rng, n=6, prefix="n", unit="t/s")
     plans = {p.metric: p for p in plan(DOC, "w" * 64, tmp_path, sims=80)}
     noisy, quiet = plans["serve/tps"], plans["serve/quiet"]
     assert noisy.runs == 4 and 0.025 < noisy.cv < 0.06 and quiet.cv < 0.01
@@ -112,10 +118,7 @@ def test_the_planning_family_is_every_suite_case_and_metric_the_gate_tests(tmp_p
     # review 2026-12-05: 6 bare names over 3 cases were planned as 6 tests where Holm runs 18
     # (n = 6 gave 0.62 power, and the plan chose the exact test where the gate uses Welch)
     rng = np.random.default_rng(1)
-    for i in range(3):
-        make_run(tmp_path, f"h{i}", {("serve", f"c={c}", m): (lognormal_replicates(rng, 100, 0.02, 5), "u", "higher")
-                                     for c in (1, 2, 4) for m in NAMES},
-                 status={"created_utc": f"2026-11-0{i + 1}T00:00:00Z"})
+    _history(tmp_path, {("serve", f"c={c}", m): 0.02 for c in (1, 2, 4) for m in NAMES}, 3, rng)
     doc = {"spec": {"trials": {"minReplicates": 5}, "comparison": {"deltaPct": 3.0},
                     "metrics": {"inference": {"primary": list(NAMES)}}}}
     plans = plan(doc, "w" * 64, tmp_path, sims=60, max_n=12)
@@ -128,10 +131,7 @@ def test_auto_gives_a_suite_that_reports_no_primary_metric_min_replicates(tmp_pa
     from benchrun.stats.planning import auto_replicates
 
     rng = np.random.default_rng(2)
-    for i in range(3):
-        make_run(tmp_path, f"h{i}", {("serve", "", "tps"): (lognormal_replicates(rng, 100, 0.05, 5), "u", "higher"),
-                                     ("other", "", "x"): (lognormal_replicates(rng, 100, 0.05, 5), "u", "higher")},
-                 status={"created_utc": f"2026-11-0{i + 1}T00:00:00Z"})
+    _history(tmp_path, {("serve", "", "tps"): 0.05, ("other", "", "x"): 0.05}, 3, rng)
     doc = {"spec": {"trials": {"minReplicates": 3}, "comparison": {"deltaPct": 3.0},
                     "metrics": {"inference": {"primary": ["tps"]}},
                     "layers": [{"name": "micro", "suites": [{"name": "serve", "replicates": 7}, {"name": "other"}]}]}}
@@ -243,3 +243,24 @@ def test_render_of_an_auto_spec_writes_no_plan(bench_home, canary_doc, monkeypat
     monkeypatch.setenv("BENCHRUN_LAUNCHER_KIND", "kubernetes")
     assert render_objects(path)
     assert not (bench_home / "runs").exists() or not list((bench_home / "runs").rglob("*"))
+
+
+def test_the_noisiest_case_of_a_suite_decides_its_plan(tmp_path):
+    # review 2026-12-05: the CV was pooled over a suite's cases, so a quiet c=1 hid a noisy c=16
+    # that the same replicate count must also detect (here pooled 3.3 % where c=16's is 4.5 %)
+    from benchrun.stats.load import replicate_table
+    from benchrun.stats.planning import _needed
+
+    rng = np.random.default_rng(4)
+    _history(tmp_path, {("serve", f"c={c}", "p99_latency_ms"): cv for c, cv in ((1, 0.01), (16, 0.06))}, 4, rng,
+             n=6, unit="ms", direction="lower")
+    doc = {"spec": {"trials": {"minReplicates": 3}, "comparison": {"deltaPct": 5.0},
+                    "metrics": {"inference": {"primary": ["p99_latency_ms"]}}}}
+    [got] = plan(doc, "w" * 64, tmp_path, sims=120, max_n=20)
+    tables = [replicate_table(rd) for rd in sorted((tmp_path / "runs").iterdir())]
+    pooled, _runs = pooled_cv(tables, "p99_latency_ms")
+    noisy, _runs = pooled_cv([t[t["case"] == "c=16"] for t in tables], "p99_latency_ms")
+    assert got.case == "c=16" and got.cv == pytest.approx(noisy) and got.cv > pooled * 1.2, (got, pooled)
+    assert "noisiest of 2 cases, p99_latency_ms[c=16]" in got.note
+    at_pooled, _p, _n = _needed(pooled, 5.0, 2, 0.05, 3, target=0.8, max_n=20, sims=120)
+    assert got.needed is not None and at_pooled is not None and got.needed > at_pooled, (got.needed, at_pooled)

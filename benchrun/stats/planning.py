@@ -1,8 +1,10 @@
 """Replicate planning: from the history of a spec's primary metrics, how many replicates each needs for the gate to detect a δ change with 80 % power (``benchrun plan SPEC``).
 
 The gate tests each (suite, case, metric) a primary selector matches, so a plan is made per
-primary and per suite that reports it. The noise of a metric in a suite is its pooled
-within-run spread of log values, over the suite's cases, in the newest runs of the same
+primary and per suite that reports it. The noise of a metric in a suite is the within-run
+spread of log values of its noisiest case (the suite runs one replicate count for all of its
+cases, so the case that needs the most decides; with few runs the largest of several estimates
+errs high, toward more replicates), in the newest runs of the same
 workload (``workload_spec_digest``) in ``$BENCHRUN_HOME/runs`` — else, for a metric those runs
 do not report, in the newest runs of any workload that do. The power is simulated through the
 gate itself (``batch.effects`` + ``compare.decide``: exact rank test or Welch t, Holm over
@@ -45,6 +47,7 @@ class MetricPlan:
     power_at_current: float | None
     current: int
     note: str
+    case: str = ""  # the case whose noise decides (the suite's noisiest), "" without cases
 
 
 def _succeeded(home: Path, digest: str | None) -> tuple[list[Path], list[Path]]:
@@ -88,10 +91,11 @@ def _matched(t: Any, primary: str) -> Any:
     return sel if not sel.empty else None
 
 
-def pooled_cv(tables: list[Any], primary: str, suite: str | None = None) -> tuple[float, int]:
-    """Pooled within-run sd of log values of the rows ``primary`` names (in ``suite``, when
-    given), as a CV; runs used."""
-    ss, dof, runs = 0.0, 0, 0
+def _spread(tables: list[Any], primary: str, suite: str | None) -> tuple[dict[Key, list[float]], int]:
+    """Per (suite, case, metric) key ``primary`` names (in ``suite``, when given): [Σ squared
+    deviations of log values from their run's mean, degrees of freedom]; and the runs used."""
+    acc: dict[Key, list[float]] = {}
+    runs = 0
     for t in tables:
         sel = _matched(t, primary)
         if sel is None:
@@ -99,16 +103,28 @@ def pooled_cv(tables: list[Any], primary: str, suite: str | None = None) -> tupl
         if suite is not None:
             sel = sel[sel["suite"].astype(str) == suite]
         used = False
-        for _k, g in sel.groupby(["suite", "case", "metric"]):
+        for k, g in sel.groupby(["suite", "case", "metric"]):
             v = np.log(g["value"].to_numpy(dtype=float))
             if v.size >= 2:
-                ss += float(((v - v.mean()) ** 2).sum())
-                dof += v.size - 1
+                a = acc.setdefault(tuple(str(x) for x in k), [0.0, 0.0])  # type: ignore[arg-type]
+                a[0] += float(((v - v.mean()) ** 2).sum())
+                a[1] += v.size - 1
                 used = True
         runs += used
-    if dof == 0:
+    return acc, runs
+
+
+def _cv(ss: float, dof: float) -> float:
+    return math.sqrt(math.expm1(ss / dof)) if dof else math.nan
+
+
+def pooled_cv(tables: list[Any], primary: str, suite: str | None = None) -> tuple[float, int]:
+    """Pooled within-run sd of log values of the rows ``primary`` names (in ``suite``, when
+    given), as a CV; runs used."""
+    acc, runs = _spread(tables, primary, suite)
+    if not runs:
         return math.nan, 0
-    return math.sqrt(math.expm1(ss / dof)), runs
+    return _cv(sum(a[0] for a in acc.values()), sum(a[1] for a in acc.values())), runs
 
 
 def _keys(tables: list[Any], primary: str) -> set[Key]:
@@ -227,16 +243,25 @@ def plan(doc: dict[str, Any], digest: str | None, home: Path, *, target: float =
             out.append(MetricPlan(p, "", 0, math.nan, delta, family, None, None, low,
                                   "no history: run the spec a few times first"))
         for suite in suites:
-            cv, runs = pooled_cv(tables, p, suite)
+            acc, runs = _spread(tables, p, suite)
             now = current.get(suite, low)
-            if not runs or not math.isfinite(cv):
+            if not runs:
                 out.append(MetricPlan(p, suite, 0, math.nan, delta, family, None, None, now,
                                       "no history with 2 replicates a run"))
                 continue
+            # the suite runs one count for all its cases: the noisiest (case, metric) decides
+            worst = max(acc, key=lambda k: _cv(*acc[k]))
+            cv = _cv(*acc[worst])
             needed, at_now, note = _needed(cv, delta, family, alpha, now, target=target, max_n=max_n, sims=sims)
+            notes = [note]
+            if len(acc) > 1:
+                pooled = _cv(sum(a[0] for a in acc.values()), sum(a[1] for a in acc.values()))
+                label = f"{worst[2]}[{worst[1]}]" if worst[1] else worst[2]
+                notes.append(f"the noisiest of {len(acc)} cases, {label} (CV over all of them {pooled:.2%})")
             if not own:
-                note = "; ".join(x for x in (note, "history of other workloads: none of this one reports it") if x)
-            out.append(MetricPlan(p, suite, runs, cv, delta, family, needed, at_now, now, note))
+                notes.append("history of other workloads: none of this one reports it")
+            out.append(MetricPlan(p, suite, runs, cv, delta, family, needed, at_now, now,
+                                  "; ".join(x for x in notes if x), worst[1]))
     return out
 
 
@@ -256,7 +281,7 @@ def auto_replicates(doc: dict[str, Any], digest: str | None, home: Path, suites:
         need = high if short else max(int(p.needed) for p in known if p.needed is not None)
         n = min(max(need, low), high)
         why = (f"{', '.join(short)} need more than {high}: trials.maxReplicates" if short else
-               "; ".join(f"{p.metric} needs {p.needed} (CV {p.cv:.2%} from {p.runs} runs, δ {p.delta_pct:g} %, "
+               "; ".join(f"{p.metric}{f'[{p.case}]' if p.case and '[' not in p.metric else ''} needs {p.needed} (CV {p.cv:.2%} from {p.runs} runs, δ {p.delta_pct:g} %, "
                          f"{p.family} gating tests)" for p in known))
         out[suite] = {"replicates": n, "why": why, "metrics": [p.metric for p in known]}
     return out
