@@ -137,6 +137,9 @@ def test_an_eviction_replaced_before_the_launcher_looks_still_counts(kcluster_fa
     res = launcher.launch(make_inv(run_dir, code=attempt_code(tmp_path / "marker", 1.2)), run_dir)
     assert res.status == "failed", res.reason
     assert res.reason.startswith("evicted 1 times, more than eviction_retries=0 (last: TerminationByKubelet: "), res.reason
+    # the replicate's log is the evicted attempt's, not its replacement's (which printed "attempt 2")
+    kept = (run_dir / res.log).read_text()
+    assert "attempt 1 working" in kept and "attempt 2" not in kept, kept
     # with a budget, the missed eviction is one attempt of the replicate's history and it goes on
     (tmp_path / "marker").unlink()
     cluster.wait_for(lambda: not cluster.list("jobs"), what="the Job deleted")

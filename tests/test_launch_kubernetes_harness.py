@@ -122,6 +122,43 @@ def test_shared_volume_brings_declared_outputs_back(shared, home):
     assert json.loads((run_dir / f"raw/{RUN_ID}_tiny_r1_calls.json").read_text()) == [1, 2]
 
 
+def test_a_preemption_seen_after_the_replacement_pod_keeps_the_ended_attempts_log(kcluster, home):
+    # make test, 2026-12-05: under load the launcher's next read came after Kueue had admitted the
+    # preempted Job again and its replacement pod existed; with the retry budget spent, the replicate
+    # got the replacement's log (empty: it had not printed yet) and its timeline, not the attempt that
+    # ran and was preempted. Here the read is held back until the replacement runs.
+    run_dir = home / "runs" / RUN_ID
+    launcher = launcher_for(kcluster, eviction_retries=0)
+    first: dict[str, str] = {}
+
+    def lines(name: str) -> str:
+        try:
+            return (kcluster.scratch(name) / "logs" / "suite.log").read_text()
+        except (KeyError, OSError):
+            return ""
+
+    def sleep(s: float) -> None:
+        pods = [p for p in kcluster.list("pods") if p["status"].get("phase") == "Running"]
+        if not first and pods and "working" in lines(pods[0]["metadata"]["name"]):
+            first["pod"] = pods[0]["metadata"]["name"]
+            kcluster.preempt(f"{RUN_ID}-tiny-r1")
+            kcluster.wait_for(lambda: any(p["metadata"]["name"] != first["pod"] and p["status"].get("phase") == "Running"
+                                          for p in kcluster.list("pods")), what="the replacement pod running")
+        time.sleep(s)
+
+    launcher._sleep = sleep
+    code = "import os, time, uuid; print('working', uuid.uuid4().hex, flush=True); time.sleep(30)"
+    res = launcher.launch(make_inv(run_dir, code=code), run_dir)
+    assert res.status == "failed" and res.reason.startswith("preempted by Kueue"), res.reason
+    ran = lines(first["pod"])
+    token = ran.split("working ", 1)[1].split()[0]  # the line the preempted attempt printed, its own uuid
+    assert token in (run_dir / res.log).read_text(), ((run_dir / res.log).read_text(), ran)
+    timeline = json.loads((run_dir / f"raw/{RUN_ID}_tiny_r1_pod.json").read_text())
+    assert timeline["attempts"][0]["pod_name"] == first["pod"]
+    assert first["pod"] in json.dumps({k: v for k, v in timeline.items() if k != "attempts"})
+    kcluster.wait_for(lambda: not kcluster.list("jobs") and not kcluster.list("pods"), what="cleanup")
+
+
 def test_image_pull_failure_is_a_failed_replicate(kcluster, home):
     run_dir = home / "runs" / RUN_ID
     res = launcher_for(kcluster).launch(make_inv(run_dir, image="registry.invalid/nope:1"), run_dir)

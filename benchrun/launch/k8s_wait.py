@@ -127,22 +127,24 @@ def wait(watch: Watch, obj: Any, t0: float, *, timeout_s: float, pending_timeout
             ev = _new_kueue_eviction(workload, kueue)
             if ev is not None:
                 said = f"{ev['what']} ({ev['reason']}: {ev['message']})"
-                if not ev["requeued"]:
-                    return obj, workload, pods, f"{said}: {INACTIVE_NOTE}; {kind} deleted"
-                if watch.eviction_retries is None:
-                    return obj, workload, pods, f"{said}; {kind} deleted"
-                # Kueue requeues it: the Job is admitted again and makes a new pod, a new attempt
-                # (its own log and result, never merged with this one), within the same budget as evictions.
                 # The attempt it ended is the one followed until now: by this read Kueue may already
                 # have admitted it again and the Job made the next pod (the newest), while the ended
                 # one is still terminating; with none followed yet, the pods of this read that are
-                # not a newer attempt's (:func:`_of_ended_attempt`).
+                # not a newer attempt's (:func:`_of_ended_attempt`). When the eviction ends the
+                # replicate, its log and timeline are that attempt's, not the replacement's.
                 ended = followed or {r: p for r, p in new_pods.items()
                                      if p.metadata.uid not in watch.evicted and _of_ended_attempt(p, ev)}
+                if not ev["requeued"]:
+                    return obj, workload, {**pods, **ended}, f"{said}: {INACTIVE_NOTE}; {kind} deleted"
+                if watch.eviction_retries is None:
+                    return obj, workload, {**pods, **ended}, f"{said}; {kind} deleted"
+                # Kueue requeues it: the Job is admitted again and makes a new pod, a new attempt
+                # (its own log and result, never merged with this one), within the same budget as evictions.
                 _record(watch, "kueue", said, ended.get(0), started is not None, also=ended.values())
                 if len(watch.history) > watch.eviction_retries:
-                    return obj, workload, pods, (f"{said}; ended {len(watch.history)} times by evictions or preemptions, "
-                                                 f"more than eviction_retries={watch.eviction_retries}; {kind} deleted")
+                    return obj, workload, {**pods, **ended}, (
+                        f"{said}; ended {len(watch.history)} times by evictions or preemptions, "
+                        f"more than eviction_retries={watch.eviction_retries}; {kind} deleted")
                 log.warning("%s: %s; Kueue requeues it (retry %d of %d)", watch.name, said, len(watch.history),
                             watch.eviction_retries)
                 if follow is not None:
@@ -159,9 +161,10 @@ def wait(watch: Watch, obj: Any, t0: float, *, timeout_s: float, pending_timeout
                         continue
                     why = _disrupted(gone)
                     _record(watch, "eviction", f"evicted: {why}", gone, _ran(gone))
-                    if len(watch.history) > watch.eviction_retries:
-                        return obj, workload, pods, (f"evicted {len(watch.history)} times, more than eviction_retries="
-                                                     f"{watch.eviction_retries} (last: {why}); {kind} deleted")
+                    if len(watch.history) > watch.eviction_retries:  # the replicate ends with this attempt's pod
+                        return obj, workload, {**pods, 0: gone}, (
+                            f"evicted {len(watch.history)} times, more than eviction_retries="
+                            f"{watch.eviction_retries} (last: {why}); {kind} deleted")
                     log.warning("%s: pod %s evicted (%s); the %s replaced it (retry %d of %d)", watch.name,
                                 gone.metadata.name, why, kind, len(watch.history), watch.eviction_retries)
             watch.missed.clear()
