@@ -147,7 +147,7 @@ def test_a_preemption_seen_after_the_replacement_pod_keeps_the_ended_attempts_lo
         time.sleep(s)
 
     launcher._sleep = sleep
-    code = "import os, time, uuid; print('working', uuid.uuid4().hex, flush=True); time.sleep(30)"
+    code = "import time, uuid; print('working', uuid.uuid4().hex, flush=True); time.sleep(30)"
     res = launcher.launch(make_inv(run_dir, code=code), run_dir)
     assert res.status == "failed" and res.reason.startswith("preempted by Kueue"), res.reason
     ran = lines(first["pod"])
