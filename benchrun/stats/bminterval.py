@@ -9,8 +9,8 @@ statistic studentises the rank difference by each arm's own placement variance, 
 it does not reject form an interval that nearly keeps its level with unequal spreads.
 :mod:`benchrun.stats.effects` reports the hull of the two: under equal shapes it contains the
 exact interval (so covers at least its stated coverage); with the candidate 4× as noisy it
-covers 94.6 % and 93.6 % in the same cells (Brunner–Munzel's t approximation is a little
-liberal with few replicates in the noisy arm).
+covers 94.6 % and 93.6 % in the same cells (Brunner–Munzel's test is a little liberal with
+few replicates in the noisy arm; its permutation version is no better: benchmarks/README.md).
 
 How (no library inverts the test; scipy evaluates it at one shift): shifting the candidate by
 d changes only the placements — candidate value i has #{j: x_i − y_j > d} baseline values

@@ -118,13 +118,18 @@ def _cv(ss: float, dof: float) -> float:
     return math.sqrt(math.expm1(ss / dof)) if dof else math.nan
 
 
+def _pooled(acc: dict[Key, list[float]]) -> float:
+    """The CV of ``_spread``'s keys pooled: their squared deviations over their degrees of freedom."""
+    return _cv(sum(a[0] for a in acc.values()), sum(a[1] for a in acc.values()))
+
+
 def pooled_cv(tables: list[Any], primary: str, suite: str | None = None) -> tuple[float, int]:
     """Pooled within-run sd of log values of the rows ``primary`` names (in ``suite``, when
     given), as a CV; runs used."""
     acc, runs = _spread(tables, primary, suite)
     if not runs:
         return math.nan, 0
-    return _cv(sum(a[0] for a in acc.values()), sum(a[1] for a in acc.values())), runs
+    return _pooled(acc), runs
 
 
 def _keys(tables: list[Any], primary: str) -> set[Key]:
@@ -255,7 +260,7 @@ def plan(doc: dict[str, Any], digest: str | None, home: Path, *, target: float =
             needed, at_now, note = _needed(cv, delta, family, alpha, now, target=target, max_n=max_n, sims=sims)
             notes = [note]
             if len(acc) > 1:
-                pooled = _cv(sum(a[0] for a in acc.values()), sum(a[1] for a in acc.values()))
+                pooled = _pooled(acc)
                 label = f"{worst[2]}[{worst[1]}]" if worst[1] else worst[2]
                 notes.append(f"the noisiest of {len(acc)} cases, {label} (CV over all of them {pooled:.2%})")
             if not own:
