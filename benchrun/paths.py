@@ -19,7 +19,12 @@ def benchrun_home(override: str | os.PathLike[str] | None = None) -> Path:
     """``$BENCHRUN_HOME``, else ``./.benchrun``; the directory is created."""
     raw = override if override is not None else os.environ.get("BENCHRUN_HOME", ".benchrun")
     home = Path(raw).expanduser().resolve()
-    home.mkdir(parents=True, exist_ok=True)
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file in the way, a read-only or unreachable parent
+        where = "--home" if override is not None else "BENCHRUN_HOME" if "BENCHRUN_HOME" in os.environ else "./.benchrun"
+        raise BenchrunError(f"benchrun home {home} ({where}) cannot be used as a directory: "
+                            f"{exc.strerror or exc}; point {where} at a directory benchrun may write") from None
     return home
 
 

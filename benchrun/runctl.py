@@ -140,10 +140,13 @@ def published_aliases(root: Path, run_id: str) -> list[str]:
     out = []
     for p in sorted(directory.iterdir()) if directory.is_dir() else []:
         try:
-            if p.is_file() and p.read_text(encoding="utf-8").strip() == run_id:
-                out.append(p.name)
+            # the run id is the alias's first line (promote writes its record on the second:
+            # benchrun.stats.load.read_alias); a damaged record still names its run
+            first = p.read_text(encoding="utf-8").splitlines()[:1] if p.is_file() else []
         except OSError:
             continue
+        if first and first[0].strip() == run_id:
+            out.append(p.name)
     return out
 
 

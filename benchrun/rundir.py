@@ -167,11 +167,15 @@ class RunDir:
 
     def read_status(self) -> dict[str, Any]:
         try:
-            return json.loads(self.status_path.read_text(encoding="utf-8"))
+            doc = json.loads(self.status_path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise BenchrunError(f"run {self.run_id}: no status.json under {self.path}") from None
         except json.JSONDecodeError as exc:
             raise BenchrunError(f"{self.status_path}: not valid JSON ({exc})") from exc
+        if not isinstance(doc, dict):
+            raise BenchrunError(f"{self.status_path}: not a JSON object (a {type(doc).__name__}); the run's status is "
+                                "damaged: restore it from the stored evidence or delete the run")
+        return doc
 
     def write_status(self, status: dict[str, Any]) -> None:
         atomic_write_json(self.status_path, status)

@@ -47,6 +47,23 @@ def test_the_baseline_hint_names_the_alias_only_while_it_is_unset(tmp_path):
     assert baseline_hint(rd, rd.name, {"phase": "Succeeded"}) is None
 
 
+def test_delete_refuses_a_run_that_promote_published(tmp_path):
+    """promote writes the run id and, on a second line, its record: delete read the whole file as
+    the run id, so a promoted baseline was deleted (the alias left pointing at nothing)."""
+    from benchrun.errors import BenchrunError
+    from benchrun.runctl import delete_run
+    from benchrun.stats.baseline import promote
+    from benchrun.stats.synthetic import make_run
+
+    rd = make_run(tmp_path, "kept-20261202000000-aaaaaaaa", {("gemm", "", "tflops"): ([1.0, 1.1, 1.0], "TFLOP/s",
+                                                                                       "higher")}, sealed=True)
+    promote(rd.name, tmp_path, alias="canary")
+    assert len((tmp_path / "published" / "canary").read_text().splitlines()) == 2  # id, then the record
+    with pytest.raises(BenchrunError, match="is the baseline published/canary"):
+        delete_run(rd.name, home=tmp_path)
+    assert rd.is_dir()
+
+
 @pytest.mark.slow
 def test_ctrl_c_ends_canceled_keeps_the_finished_launches_and_says_which(tmp_path, canary_doc):
     import json
@@ -205,3 +222,19 @@ def test_a_pending_run_past_its_deadline_is_marked_failed_unless_something_will_
     monkeypatch.setenv("BENCHRUN_PENDING_TIMEOUT_S", "soon")
     with pytest.raises(Exception, match="BENCHRUN_PENDING_TIMEOUT_S='soon': not a number"):
         expire_pending(tmp_path)
+
+
+def test_a_damaged_home_or_status_is_an_error_that_names_it_not_a_traceback(tmp_path):
+    a_file = tmp_path / "home.yaml"
+    a_file.write_text("not a directory\n")
+    r = _cli("runs", home=a_file)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"benchrun home {a_file} (BENCHRUN_HOME) cannot be used as a directory" in r.stderr
+    home = tmp_path / "home"
+    bad = home / "runs" / "bad-20261202000000-aaaaaaaa"
+    bad.mkdir(parents=True)
+    (bad / "status.json").write_text("[1, 2]")
+    r = _cli("show", bad.name, home=home)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"{bad / 'status.json'}: not a JSON object (a list)" in r.stderr
+

@@ -139,3 +139,29 @@ def test_a_spread_changed_row_keeps_the_replicate_advice():
                        "scale": ["log"], "margin": [0.03], "verdict": ["spread changed"], "name": ["m"]})
     adv = detectable(df, 0.05, 1, np.array(["exact_rank"]))["advice"][0]
     assert adv.startswith("large change, not significant at n = 5"), adv
+
+
+def test_an_improvement_under_the_welch_fallback_is_rechecked_with_the_p_holm_adjusted():
+    """The re-check scales Brunner–Munzel's p by the row's own Holm factor, p_adjusted / the p Holm
+    adjusted. Under the Welch fallback the improvement side's adjusted p is Welch's, but the factor
+    divided by the rank test's p: a smaller factor, so a shift the row's own correction does not
+    establish stood as an improvement."""
+    import math
+
+    from benchrun.stats.spread import apply_spread
+
+    b = np.array([100.0, 100.5, 99.6, 100.2, 99.8])
+    c = np.array([99.9, 112.0, 118.0, 125.0, 131.0])
+    p_bm = brunner_munzel_p(np.log(b), np.log(c), False)  # one-sided "the candidate is higher" (better)
+    alpha = 0.05
+    holm = 13.0
+    adj = 0.13  # Holm's adjusted improvement p: 13 × Welch's 0.01
+    t_imp = adj / holm
+    rank_imp = adj / (0.5 * alpha / p_bm)  # the rank test's p: a factor under which the shift would stand
+    assert p_bm * max(1.0, adj / rank_imp) < alpha <= p_bm * holm
+    df = pd.DataFrame(dict(verdict=["improvement"], direction=["higher"], gating=[True], p_gate=[0.9],
+                           p_gate_improvement=[t_imp], p_improvement=[rank_imp], t_improvement=[t_imp],
+                           p_adjusted=[1.0], p_adjusted_improvement=[adj], p_value=[2 * rank_imp], note=[""],
+                           gate_test=["welch_t"], name=["tps"]))
+    apply_spread(df, lambda i: (b, c), alpha)
+    assert math.isfinite(df.at[0, "p_spread"])  # the scale test ran: the shift did not stand on its own

@@ -261,6 +261,19 @@ def test_batch_effects_match_scalar_effect_row_by_row():
     assert math.isnan(out["ratio"][3]) and out["difference"][3] != 0
 
 
+def test_batch_effects_label_tied_rows_beyond_the_exact_sizes_approximate():
+    """Beyond 50 replicates an arm the interval is the normal approximation's: tied rows were
+    labelled ``at_least`` (a guarantee only the exact interval has), the reference ``approximate``."""
+    rng = np.random.default_rng(3)
+    b = rng.integers(90, 110, size=(4, 55)).astype(float)  # integer values: ties
+    c = rng.integers(90, 110, size=(4, 60)).astype(float)
+    out = batch.effects(b, c, np.ones(4, bool), 0.95)
+    for i in range(4):
+        ref = E.effect(b[i], c[i], "higher", 0.95)
+        assert ref["ci_coverage_kind"] == "approximate"
+        assert out["ci_coverage_kind"][i] == "approximate", i
+
+
 # -- 6/7 and the batch summaries -------------------------------------------------------------------
 
 

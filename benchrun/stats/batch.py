@@ -81,7 +81,8 @@ def effects(baseline: np.ndarray, candidate: np.ndarray, higher: np.ndarray, con
         p_lo[i], p_hi[i], p_two[i] = lo_i[0], hi_i[0], two_i[0]
     p_lo[degenerate] = p_hi[degenerate] = p_two[degenerate] = 1.0
     test = np.where(degenerate, "degenerate", "exact" if exact else "asymptotic").astype(object)
-    kind = np.where(ties, "at_least", "exact" if exact else "approximate").astype(object)
+    # beyond EXACT_MAX_N the normal approximation's interval is approximate, ties or not (as effects.py says)
+    kind = np.full(rows, "approximate", dtype=object) if not exact else np.where(ties, "at_least", "exact").astype(object)
     low, high, kind = hull(x, y, low, high, kind, confidence)
     out: dict[str, Any] = {
         "shift": est, "shift_low": low, "shift_high": high, "ci_coverage": np.full(rows, cov),

@@ -402,6 +402,7 @@ class Decision:
     verdict: list[str]
     family: int
     welch_fallback: bool
+    p_gate_improvement: np.ndarray | None = None  # the improvement-side p Holm adjusted (rank or Welch, as p_gate)
 
 
 def decide(eff: dict[str, np.ndarray], gating: np.ndarray, n_baseline: np.ndarray, n_candidate: np.ndarray,
@@ -452,7 +453,7 @@ def decide(eff: dict[str, np.ndarray], gating: np.ndarray, n_baseline: np.ndarra
         for i, v in enumerate(verdicts):
             if v == "inconclusive" and mg[i] > 0 and eq_lo[i] >= -mg[i] and eq_hi[i] <= mg[i]:
                 verdicts[i] = "no_change"
-    return Decision(gate_test, p_gate, p_adj, p_adj_imp, verdicts, family, bool(use_t.any()))
+    return Decision(gate_test, p_gate, p_adj, p_adj_imp, verdicts, family, bool(use_t.any()), p_gate_imp)
 
 
 def _gate_and_verdicts(df: "pd.DataFrame", alpha: float, result: Comparison) -> None:
@@ -489,6 +490,7 @@ def _gate_and_verdicts(df: "pd.DataFrame", alpha: float, result: Comparison) -> 
                                 f"counts its smallest p cannot pass Holm's first threshold ({alpha / d.family:.4f})")
     df["gate_test"] = d.gate_test
     df["p_gate"] = d.p_gate
+    df["p_gate_improvement"] = d.p_gate_improvement
     df["p_adjusted"] = d.p_adjusted
     df["p_adjusted_improvement"] = d.p_adjusted_improvement
     df["correction"] = np.where(gating, "holm", np.where(context, "none", "bh")) if context is not None \

@@ -80,7 +80,8 @@ def apply_spread(df: Any, values_of: Callable[[int], tuple[np.ndarray, np.ndarra
             continue
         worse = df.at[i, "verdict"] == "regression"
         if df.at[i, "gating"]:  # Holm on the one-sided gate p
-            raw = df.at[i, "p_gate"] if worse else df.at[i, "p_improvement"]
+            # the p Holm adjusted on that side: the rank test's, or Welch's where the gate fell back to it
+            raw = df.at[i, "p_gate"] if worse else df.at[i, "p_gate_improvement"]
             adj = df.at[i, "p_adjusted"] if worse else df.at[i, "p_adjusted_improvement"]
         else:  # BH on the two-sided p
             raw, adj = df.at[i, "p_value"], df.at[i, "p_adjusted"]
