@@ -27,7 +27,7 @@ import zlib
 from pathlib import Path
 from typing import Any, Callable
 
-from benchrun.launch.base import Launcher
+from benchrun.launch.base import Launcher, LaunchResult
 from benchrun.launch.local import LocalLauncher
 from benchrun.lifecycle import load_pinned
 from benchrun.plan import Invocation, plan_run, planned_replicates
@@ -118,10 +118,19 @@ class ConfirmationRound:
         self._out_dirs: dict[str, Path] = {}
 
     def _launch(self, order: list[tuple[str, Invocation]]) -> None:
+        from benchrun.execute import record_launches
+
+        done: dict[str, list[LaunchResult]] = {arm: [] for arm in self._out_dirs}
         for arm, inv in order:
             res = self.launcher.launch(inv, self._out_dirs[arm])
+            done[arm].append(res)
             if self.on_launch:
                 self.on_launch(res)
+        # each look's launches recorded, as a run's are: a pair killed before it wrote a result is a failure
+        first = min((inv.replicate for _, inv in order), default=1)
+        for arm, results in done.items():
+            if results:
+                record_launches(self._out_dirs[arm], f"confirmation from pair {first}", results)
 
     def _tables(self) -> tuple[Any, Any]:
         from benchrun.stats.load import replicate_table

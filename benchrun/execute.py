@@ -9,6 +9,7 @@ import statistics
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, ContextManager, Mapping
 
 from benchrun.launch.base import Launcher, LaunchResult
@@ -144,9 +145,11 @@ class Progress:
         return round(left, 1)
 
 
-def record_launches(run_dir: RunDir, layer: str, results: list[LaunchResult]) -> None:
-    """Replace this layer's rows in ``structured/<run_id>_launches.json`` (re-runs stay exact)."""
-    path = run_dir.file("structured", "launches", "", "json")
+def record_launches(run_dir: RunDir | Path, layer: str, results: list[LaunchResult]) -> None:
+    """Replace this layer's rows in ``structured/<run_id>_launches.json`` (re-runs stay exact);
+    ``run_dir`` a run's RunDir or an output directory named by its run id (a confirmation arm)."""
+    path = (run_dir.file("structured", "launches", "", "json") if isinstance(run_dir, RunDir)
+            else Path(run_dir) / "structured" / f"{Path(run_dir).name}_launches.json")
     try:
         rows = json.loads(path.read_text(encoding="utf-8"))
     except (FileNotFoundError, json.JSONDecodeError):

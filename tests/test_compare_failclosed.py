@@ -336,3 +336,76 @@ def test_the_run_being_analysed_is_admitted_before_it_is_signed(tmp_path):
     assert got == set() and gate.passed
     got, _, _ = _reasons(tmp_path, "cand", "base")  # as a baseline, or once finished, it must be signed
     assert admit.EVIDENCE in got
+
+
+def test_a_result_file_added_after_sealing_is_refused_not_read(tmp_path):
+    """Ten fabricated replicates dropped into structured/ after the run was sealed turned a 40 %
+    regression into an improvement: the analysis read every file matching the name, the evidence
+    check only the files the manifest lists."""
+    rng = np.random.default_rng(4)
+    make_run(tmp_path, "base", _metrics(rng), spec=SPEC)
+    cand = make_run(tmp_path, "cand", _metrics(rng, scale=0.6), spec=SPEC)
+    extra = cand / "structured" / "cand_serve_r6.json"
+    doc = json.loads((cand / "structured" / "cand_serve_r1.json").read_text())
+    doc["replicate"] = 6
+    for m in doc["metrics"]:
+        m["value"] *= 3
+    extra.write_text(json.dumps(doc))
+    got, gate, res = _reasons(tmp_path, "base", "cand")
+    assert got == {admit.EVIDENCE} and res is None
+    assert "structured/cand_serve_r6.json (not in manifest.json: added after the run was sealed)" in gate.message()
+
+
+def test_a_metric_recorded_in_another_unit_is_refused(tmp_path):
+    """A p99 of 0.06 s against 40 ms read as −99.9 % and exited 0: rows merged on the metric's name
+    and took the baseline's unit."""
+    rng = np.random.default_rng(5)
+    make_run(tmp_path, "base", _metrics(rng), spec=SPEC)
+    m = _metrics(rng)
+    vals, _, d = m[("serve", "", "p99_latency_ms")]
+    m[("serve", "", "p99_latency_ms")] = ([v * 1.5 / 1000 for v in vals], "s", d)
+    make_run(tmp_path, "cand", m, spec=SPEC)
+    got, gate, res = _reasons(tmp_path, "base", "cand")
+    assert got == {admit.UNITS_DIFFER} and res is None and gate.not_comparable
+    assert ("serve/p99_latency_ms is not recorded the same way: baseline ms (lower is better); candidate s (lower "
+            "is better)") in gate.message()
+
+
+def test_compare_variable_and_allowed_differences_are_checked_as_validate_checks_them(tmp_path, monkeypatch):
+    """``--variable nonsense`` passed the gate ("one-variable gate passed (variable nonsense)") and
+    exited 0, where ``validate`` refuses the same value as ``comparison.variableUnderTest``."""
+    from typer.testing import CliRunner
+
+    from benchrun.cli import app
+
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    rng = np.random.default_rng(6)
+    make_run(tmp_path, "base", _metrics(rng), spec=SPEC)
+    make_run(tmp_path, "cand", _metrics(rng), spec=SPEC)
+    r = CliRunner().invoke(app, ["compare", "base", "cand", "--variable", "nonsense"])
+    assert r.exception.exit_code == 2 and "compare --variable: 'nonsense' is in spec.nonsense, which the " \
+                                          "one-variable gate does not compare" in str(r.exception), r.output
+    r = CliRunner().invoke(app, ["compare", "base", "cand", "--variable", "layers.component.suites[serve].nosuch"])
+    assert r.exception.exit_code == 2 and "names no field of this spec" in str(r.exception)
+    r = CliRunner().invoke(app, ["compare", "base", "cand", "--allow-differences", "layers[[bad"])
+    assert r.exception.exit_code == 2 and "compare --allow-differences:" in str(r.exception)
+    assert CliRunner().invoke(app, ["compare", "base", "cand", "--variable", "runtime_version"]).exit_code == 0
+
+
+def test_the_candidate_cannot_set_a_laxer_bar_than_the_baseline(tmp_path):
+    """The comparison took the primaries and margins from the candidate's spec alone, which the
+    one-variable gate does not compare: a candidate with ``deltaPct: 99`` called a 40 % drop "no
+    change", and one that disabled its metric family had no primaries (exit 0 both)."""
+    rng = np.random.default_rng(7)
+    make_run(tmp_path, "base", _metrics(rng), spec=SPEC)
+    lax = {"spec": {**SPEC["spec"], "comparison": {"deltaPct": 99}}}
+    make_run(tmp_path, "lax", _metrics(rng, scale=0.6), spec=lax)
+    got, gate, res = _reasons(tmp_path, "base", "lax")
+    row = res.rows.set_index("name").loc["tokens_per_second"]
+    assert bool(row.gating) and row.margin == pytest.approx(np.log(1.03)) and row.verdict == "regression"
+    assert res.gating_regression or res.suspected
+    assert any("set comparison.deltaPct differently: gated on the stricter" in n for n in res.notes)
+    blind = {"spec": {**SPEC["spec"], "metrics": {"inference": {"enabled": False, "primary": ["tokens_per_second"]}}}}
+    make_run(tmp_path, "blind", _metrics(rng, scale=0.6), spec=blind)
+    _, _, res = _reasons(tmp_path, "base", "blind")
+    assert bool(res.rows.set_index("name").loc["tokens_per_second"].gating) and res.suspected

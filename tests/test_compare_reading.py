@@ -313,3 +313,26 @@ def test_a_failed_launch_that_tips_the_gate_to_welch_says_so():
     res = C.compare_tables(table(False), table(True), primary={f"s/m{m}" for m in range(12)})
     note = next(n for n in res.notes if "Welch" in n)
     assert "13 gating tests" in note and "1 failed-replicate row(s)" in note and "would gate" in note
+
+
+def test_compare_json_is_strict_json_a_strict_parser_reads(tmp_path, monkeypatch):
+    """``mde_pct`` is inf where the exact test cannot reach α at this n: ``--json`` wrote the
+    ``Infinity`` token, which jq, Go and browsers reject; now null."""
+    from typer.testing import CliRunner
+
+    from benchrun.cli import app
+
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    prim = {"spec": {"metrics": {"inference": {"primary": ["tokens_per_s"]}}}}
+    make_run(tmp_path, "base", {("s", "", "tokens_per_s"): ([100.0, 101.0, 99.0], "tok/s", "higher"),
+                                ("s", "", "ttft_ms"): ([10.0, 10.2, 9.9], "ms", "lower")}, spec=prim)
+    make_run(tmp_path, "cand", {("s", "", "tokens_per_s"): ([100.5, 99.5, 100.2], "tok/s", "higher"),
+                                ("s", "", "ttft_ms"): ([10.1, 10.0, 9.8], "ms", "lower")}, spec=prim)
+    out = CliRunner().invoke(app, ["compare", "base", "cand", "--json"]).stdout
+
+    def refuse(token):
+        raise AssertionError(f"not JSON: {token}")
+
+    records = json.loads(out, parse_constant=refuse)
+    row = next(r for r in records if r["metric"] == "s/ttft_ms")  # a secondary: two-sided exact, 3 vs 3
+    assert "mde_pct" in row and row["mde_pct"] is None  # none at this n

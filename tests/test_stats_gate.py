@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from benchrun.errors import BenchrunError
 from benchrun.stats import batch
 from benchrun.stats import compare as C
 from benchrun.stats import effects as E
@@ -116,18 +117,26 @@ def test_failed_replicates_are_reported_per_arm_and_gated(tmp_path):
 
     m = {("serve", "", "tokens_per_second"): ([100, 101, 99, 100.2, 100.5], "tok/s", "higher")}
     b = make_run(tmp_path, "base", m, spec={"spec": {"metrics": {"inference": {"primary": ["tokens_per_second"]}}}})
-    # the candidate's slow launches time out: only two survive, and they look fine
-    c = make_run(tmp_path, "cand", {("serve", "", "tokens_per_second"): ([100.3, 99.8, 0, 0, 0], "tok/s", "higher")},
-                 failed_replicates={"serve": [3, 4, 5]},
+    # two of the candidate's launches time out: three survive, and they look fine
+    c = make_run(tmp_path, "cand", {("serve", "", "tokens_per_second"): ([100.3, 99.8, 100.1, 0, 0], "tok/s", "higher")},
+                 failed_replicates={"serve": [4, 5]},
                  spec={"spec": {"metrics": {"inference": {"primary": ["tokens_per_second"]}}}})
     _, res = compare_runs(b, c)
     rows = res.rows.set_index("name")
     tps = rows.loc["tokens_per_second"]
-    assert (tps.n_candidate, tps.failed_candidate, tps.failed_baseline) == (2, 3, 0)
+    assert (tps.n_candidate, tps.failed_candidate, tps.failed_baseline) == (3, 2, 0)
     fail = rows.loc["failed_replicates"]
     assert fail.test == "fisher_exact" and bool(fail.gating)
-    assert fail.p_regression == pytest.approx(stats.fisher_exact([[3, 2], [0, 5]], alternative="greater").pvalue)
-    assert (fail.failed_baseline, fail.failed_candidate, fail.n_candidate) == (0, 3, 5)
+    assert fail.p_regression == pytest.approx(stats.fisher_exact([[2, 3], [0, 5]], alternative="greater").pvalue)
+    assert (fail.failed_baseline, fail.failed_candidate, fail.n_candidate) == (0, 2, 5)
+    # three of five: Fisher cannot reach significance (p 0.17), and the two survivors cannot speak for
+    # the suite — the pair is refused, where it passed with exit 0 before
+    c3 = make_run(tmp_path, "cand3", {("serve", "", "tokens_per_second"): ([100.3, 99.8, 0, 0, 0], "tok/s", "higher")},
+                  failed_replicates={"serve": [3, 4, 5]},
+                  spec={"spec": {"metrics": {"inference": {"primary": ["tokens_per_second"]}}}})
+    gate, res3 = compare_runs(b, c3)
+    assert res3 is None and gate.not_comparable
+    assert "gating suite serve: 3 of 5 candidate replicates failed (0 of 5 in the baseline)" in gate.message()
     # all five fail: the failure count gates as a regression
     c2 = make_run(tmp_path, "cand2", {("serve", "", "tokens_per_second"): ([0] * 5, "tok/s", "higher")},
                   failed_replicates={"serve": [1, 2, 3, 4, 5]},
@@ -135,6 +144,32 @@ def test_failed_replicates_are_reported_per_arm_and_gated(tmp_path):
     _, res2 = compare_runs(b, c2)
     f2 = res2.rows.set_index("name").loc["failed_replicates"]
     assert f2.verdict == "regression" and res2.suspected == [("serve", "", "failed_replicates")]
+
+
+
+def test_the_launch_record_decides_which_replicates_failed(tmp_path):
+    """A replicate killed at its timeout before it wrote a result left no document, and one that
+    wrote ok and was then killed left an ok document: the comparison read only the documents, so
+    both counted as measured (or vanished) and a 60 % crash rate was not a failure at all."""
+    from benchrun.stats.analysis import compare_runs
+    from benchrun.stats.load import replicate_table
+
+    prim = {"spec": {"metrics": {"inference": {"primary": ["tokens_per_second"]}}}}
+    m = {("serve", "", "tokens_per_second"): ([100, 101, 99, 100.2, 100.5], "tok/s", "higher")}
+    b = make_run(tmp_path, "base", m, spec=prim, launches={"serve": ["ok"] * 5})
+    c = make_run(tmp_path, "cand", {("serve", "", "tokens_per_second"): ([100.3, 99.8, 100, 60, 61], "tok/s", "higher")},
+                 launches={"serve": ["ok", "ok", "failed", "failed", "failed"]},
+                 unwritten={"serve": [3]}, spec=prim)  # r3 wrote nothing; r4, r5 wrote ok, then timed out
+    t = replicate_table(c, include_failed=True)
+    assert sorted(t[t.status == "failed"].replicate) == [3, 4, 5]
+    assert sorted(t[t.status == "ok"].replicate) == [1, 2]  # the killed ones' values are not measurements
+    assert list(replicate_table(c).replicate) == [1, 2]
+    gate, res = compare_runs(b, c)  # 3 of 5 failed: refused (failure_refusals), no longer exit 0
+    assert res is None and "gating suite serve: 3 of 5 candidate replicates failed" in gate.message()
+    # a damaged launch record is an error naming it, never a silent fallback to the documents
+    (c / "structured" / "cand_launches.json").write_text("{not json")
+    with pytest.raises(BenchrunError, match="cand_launches.json: the launch record is not readable JSON"):
+        replicate_table(c, include_failed=True)
 
 
 # -- 8: ties ---------------------------------------------------------------------------------------
@@ -350,9 +385,28 @@ def test_validation_warns_when_replicates_and_family_can_never_gate(tmp_path, ca
     p = tmp_path / "wide.yaml"
     p.write_text(yaml.safe_dump(canary_doc, sort_keys=False))
     (res,) = validate_path(p)
-    assert res.valid and len(res.warnings) == 1 and res.to_json()["warnings"][0]["path"] == "spec.trials.minReplicates"
+    paths = [w["path"] for w in res.to_json()["warnings"]]
+    assert res.valid and paths[0] == "spec.trials.minReplicates"
+    # and the sweep's p99s, 5 x 24 requests a point, could not be judged at all (percentile_warnings)
+    assert paths[1:] == ["spec.layers[1].suites[0].parameters.requests_per_point"] * 3
     canary_doc["spec"]["trials"]["minReplicates"] = 6
     assert gating_warnings(canary_doc) == []
+
+
+def test_validation_warns_when_a_primary_p99_has_too_few_requests_to_be_judged(canary_doc):
+    """The comparison refuses a pair whose primary p99 is not gateable; validate says so before a run."""
+    from benchrun.stats.power import percentile_warnings
+
+    assert percentile_warnings(canary_doc) == []  # 5 replicates x 80 requests = 400 >= 368
+    workflow = next(s for layer in canary_doc["spec"]["layers"] for s in layer["suites"]
+                    if s["name"] == "serving_workflow")
+    workflow["parameters"]["requests"] = 32
+    (path, msg), = percentile_warnings(canary_doc)
+    assert path[-2:] == ("parameters", "requests")
+    assert msg.startswith("primary serving_workflow/p99_latency_ms[c=4]: 5 replicates x 32 requests = 160 pooled "
+                          "requests, and a p99 needs 368") and "set requests to at least 74" in msg
+    workflow["parameters"]["duration_s"] = 10  # a count not known ahead: nothing to say
+    assert percentile_warnings(canary_doc) == []
 
 
 def test_qualified_primaries_satisfy_the_required_metric_rules(canary_doc):

@@ -45,6 +45,14 @@ def _row(res):
     return res.rows[res.rows["name"] == "p99_latency_ms"].iloc[0]
 
 
+def _refused(base, cand, why, label="serve/p99_latency_ms[c=4]"):
+    """A primary the comparison cannot judge refuses the pair (exit 5), naming why: it is never
+    cleared of a regression it could not test."""
+    gate, res = compare_runs(base, cand)
+    assert res is None and gate.not_comparable, gate.message()
+    assert f"primary {label} cannot be judged ({why})" in gate.message(), gate.message()
+
+
 def test_a_p99_from_too_few_requests_is_not_gateable(tmp_path):
     # before: 5 replicate "p99s" of 24 requests (each its maximum) were rank-tested, and a
     # candidate whose maxima happened to be higher was a gating regression
@@ -52,10 +60,7 @@ def test_a_p99_from_too_few_requests_is_not_gateable(tmp_path):
     base = _run(tmp_path, "base", _reqs(rng, 24))
     cand_reqs = _reqs(rng, 24, scale=1.3)
     cand = _run(tmp_path, "cand", cand_reqs)
-    _gate, res = compare_runs(base, cand)
-    row = _row(res)
-    assert row.verdict == "not gateable: 120 requests, needs 368"
-    assert not res.suspected and row.n_requests_candidate == 120
+    _refused(base, cand, "not gateable: 120 requests, needs 368")
 
 
 def test_the_loadgen_verdict_is_read_and_enough_requests_give_a_verdict(tmp_path):
@@ -67,10 +72,7 @@ def test_the_loadgen_verdict_is_read_and_enough_requests_give_a_verdict(tmp_path
     assert row.verdict == "regression" and row.tail_method.startswith("pooled requests")
     assert 0.7 < row.ratio < 0.9 and row.ci_low < row.ratio < row.ci_high  # ratio ↑ better: p99 up ~25 %
     bad = _run(tmp_path, "cand2", _reqs(rng, 400, scale=1.25), verdicts={2: "error rate 9/409 = 2.2% > 1.0%"})
-    _gate, res = compare_runs(base, bad)
-    row = _row(res)
-    assert row.verdict == "not gateable: load generator verdict invalid (candidate r3: error rate 9/409 = 2.2% > 1.0%)"
-    assert not res.suspected
+    _refused(base, bad, "not gateable: load generator verdict invalid (candidate r3: error rate 9/409 = 2.2% > 1.0%)")
 
 
 def test_replicates_too_small_for_their_own_p99_are_pooled_and_the_other_reasons_still_refuse(tmp_path):
@@ -85,10 +87,8 @@ def test_replicates_too_small_for_their_own_p99_are_pooled_and_the_other_reasons
     row = _row(res)
     assert row.verdict == "regression" and row.n_requests_baseline == 500 and res.suspected
     worse = _run(tmp_path, "cand2", _reqs(rng, 100, scale=1.4), verdicts={1: "client saturated: w0 used 99% of a core"})
-    _gate, res = compare_runs(base, worse)
-    row = _row(res)
-    assert row.verdict == ("not gateable: load generator verdict invalid (candidate r2: "
-                           "client saturated: w0 used 99% of a core)")  # the request count is not repeated
+    _refused(base, worse, "not gateable: load generator verdict invalid (candidate r2: "
+                          "client saturated: w0 used 99% of a core)")  # the request count is not repeated
 
 
 def test_no_change_on_a_p99_is_decided_on_the_requests(tmp_path):
@@ -206,7 +206,14 @@ def test_a_replicate_p99_of_too_few_samples_is_not_gateable(tmp_path):
     assert row.verdict == "regression" and res.suspected  # no sample count recorded (an older run): as before
     _with_samples(base, 50)
     _with_samples(cand, 50)
-    res, row = p99_row()
+    _refused(base, cand, "not gateable: 50 samples a replicate, needs 368", "gemm/p99_call_ms[n=256]")
+    secondary = {"spec": {"metrics": {"inference": {"enabled": True, "primary": ["gemm/tflops"]}}}}
+    b2 = make_run(tmp_path, "base2", metrics([1.0, 1.01, 0.99, 1.02, 1.0]), spec=secondary)
+    c2 = make_run(tmp_path, "cand2", metrics([1.3, 1.31, 1.29, 1.32, 1.3]), spec=secondary)
+    _with_samples(b2, 50)
+    _with_samples(c2, 50)
+    _gate, res = compare_runs(b2, c2)  # as a secondary metric the row says so and the pair is compared
+    row = res.rows.set_index("name").loc["p99_call_ms"]
     assert row.verdict == "not gateable: 50 samples a replicate, needs 368" and not res.suspected
     assert row.tail_method == "replicate percentiles, 50 samples a replicate"
     _with_samples(base, 400)

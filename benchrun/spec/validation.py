@@ -294,9 +294,10 @@ def validate_document(doc: YamlDocument, file: str) -> DocumentResult:
         summary["workloadSpecDigest"] = workload_spec_digest(data)
     warnings = []
     if valid:
-        from benchrun.stats.power import gating_warnings  # statistics' advice on the gate's power
+        from benchrun.stats.power import gating_warnings, percentile_warnings  # statistics' advice on the gate
 
-        warnings = [SpecError(format_path(p), m, doc.line_of(p), file) for p, m in gating_warnings(data)]
+        warnings = [SpecError(format_path(p), m, doc.line_of(p), file)
+                    for p, m in [*gating_warnings(data), *percentile_warnings(data)]]
     return DocumentResult(file=file, index=doc.index, valid=valid, errors=errors, summary=summary,
                           run=run if valid else None, warnings=warnings, pinned=data if valid else None)
 

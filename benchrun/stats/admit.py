@@ -37,6 +37,8 @@ SUITES_DIFFER = "SuiteSetsDiffer"
 EVIDENCE = "EvidenceDoesNotVerify"
 PRIMARY_UNMEASURED = "PrimaryNotMeasured"
 BASELINE_ALIAS = "BaselineAliasMismatch"
+UNITS_DIFFER = "UnitsDiffer"
+PRIMARY_NOT_GATEABLE = "PrimaryNotGateable"
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,11 @@ def manifest_problems(run_dir: Path) -> list[str]:
     from benchrun.provenance.statement import digest_mismatches
 
     bad = digest_mismatches(run_dir, sha, "sha256 differs from manifest.json")
+    from benchrun.stats.load import analysed_files
+
+    # a result document or request record added after sealing would be read as a measurement
+    bad.extend(f"{name} (not in manifest.json: added after the run was sealed)"
+               for name in analysed_files(run_dir) if name not in sha)
     if doc.get("status") == "failed":
         bad.append("manifest.json records outcome failed")
     return bad
@@ -176,7 +183,7 @@ def _verified_statement(env: Path, public: Any, where: str) -> Any:
 def signature_problems(run_dir: Path, home: Path | None) -> tuple[list[str], Any]:
     """Problems of a signed run's envelope (signature, run id, sealed files it covers); the
     statement (None when unsigned or unverifiable)."""
-    from benchrun.provenance.signing import envelope_path, verify_envelope
+    from benchrun.provenance.signing import envelope_path
     from benchrun.provenance.statement import subject_mismatches
 
     env = envelope_path(run_dir)
@@ -283,6 +290,71 @@ def neither_measured(rows: "pd.DataFrame", primary: Iterable[str]) -> list[str]:
         if sel.metric != FAILED_METRIC and (values.empty or not any(
                 sel.matches(s, c, m) for s, c, m in zip(values["suite"], values["case"], values["name"]))):
             out.append(text)
+    return out
+
+
+def ungateable_primaries(rows: "pd.DataFrame") -> list[Refusal]:
+    """Gating rows the comparison could not judge (a p99 from fewer requests than it needs, or
+    whose load generator's verdict is invalid: ``benchrun.stats.tails``): a pair is not cleared of
+    a regression it could not test — the more errors or the fewer requests a candidate served,
+    the surer it would otherwise pass."""
+    if rows.empty or "gating" not in rows.columns:
+        return []
+    sel = rows[rows["gating"].astype(bool) & rows["verdict"].astype(str).str.startswith("not gateable")]
+    return [Refusal(PRIMARY_NOT_GATEABLE, f"primary {r.metric} cannot be judged ({r.verdict}): run enough requests "
+                                          "a replicate for every primary percentile, or fix what made the load "
+                                          "generator's verdict invalid")
+            for r in sel.itertuples()]
+
+
+def failure_refusals(rows: "pd.DataFrame") -> list[Refusal]:
+    """Gating suites where at least half of the candidate's launches failed, more than the
+    baseline's: the replicates that survived (the fast ones, when the others hit their timeout)
+    cannot speak for the suite, and at 5 replicates an arm Fisher's test on the counts cannot
+    reach significance before too few survive to compare (3 of 5 failed: p 0.17) — so a 60 %
+    crash rate would otherwise pass."""
+    from benchrun.stats.compare import FAILED_METRIC
+
+    if rows.empty or "failed_candidate" not in rows.columns:
+        return []
+    sel = rows[(rows["name"] == FAILED_METRIC) & rows["gating"].astype(bool)]
+    out = []
+    for r in sel.itertuples():
+        fb, fc, tb, tc = int(r.failed_baseline), int(r.failed_candidate), int(r.n_baseline), int(r.n_candidate)
+        if tc and 2 * fc >= tc and fc * max(tb, 1) > fb * tc:
+            out.append(Refusal(PRIMARY_UNMEASURED, f"gating suite {r.suite}: {fc} of {tc} candidate replicates failed "
+                                                   f"({fb} of {tb} in the baseline); the ones that ran cannot speak "
+                                                   "for the suite: fix the failures (their logs are in raw/) and "
+                                                   "run it again"))
+    return out
+
+
+def unit_mismatches(baseline: "pd.DataFrame", candidate: "pd.DataFrame") -> list[Refusal]:
+    """Metrics both arms measured whose unit or direction differ (a p99 in s against one in ms,
+    tok/min against tok/s): their ratio is no change of the system, and a latency recorded as
+    "higher is better" would judge a regression an improvement. Within an arm, replicates that
+    disagree are refused the same way."""
+    from benchrun.stats.compare import _label
+
+    def kinds(t: "pd.DataFrame") -> dict[tuple[str, str, str], set[tuple[str, str]]]:
+        ok = t[t["status"].astype(str) == "ok"] if "status" in t.columns else t
+        out: dict[tuple[str, str, str], set[tuple[str, str]]] = {}
+        for s_, c_, m_, u_, d_ in zip(ok["suite"], ok["case"], ok["metric"], ok["unit"], ok["direction"]):
+            out.setdefault((str(s_), str(c_), str(m_)), set()).add((str(u_), str(d_)))
+        return out
+
+    kb, kc = kinds(baseline), kinds(candidate)
+    out = []
+    for key in sorted(set(kb) | set(kc)):
+        seen = kb.get(key, set()) | kc.get(key, set())
+        if len(seen) > 1:
+            def say(kinds_: set[tuple[str, str]]) -> str:
+                return ", ".join(f"{u or 'no unit'} ({d} is better)" for u, d in sorted(kinds_))
+
+            said = "; ".join(f"{arm} {say(k[key])}" for arm, k in (("baseline", kb), ("candidate", kc)) if key in k)
+            out.append(Refusal(UNITS_DIFFER, f"{_label(*key)} is not recorded the same way: {said}; a suite "
+                                             "must report a metric in one unit and direction (rename it when "
+                                             "the unit changes)"))
     return out
 
 

@@ -19,15 +19,12 @@ from benchrun.stats import describe as D
 from benchrun.stats.compare import Comparison, ConfirmHook, compare_tables
 from benchrun.stats.gate import GateResult, check_gate
 from benchrun.stats.load import (
-    absolute_margin,
     confidence_level,
-    delta_pct,
+    gate_policy,
     load_run,
     min_replicates,
-    primary_metrics,
     replicate_table,
     requests_tables,
-    secondary_metrics,
 )
 from benchrun.fsio import atomic_write_json
 
@@ -150,21 +147,31 @@ def compare_runs(
                                          contention.contended_replicates(base.path))
     table_c, c_info = contention.exclude(replicate_table(cand.path, include_failed=True),
                                          contention.contended_replicates(cand.path))
+    units = admit.unit_mismatches(table_b, table_c)
+    if units:
+        gate.refusals.extend(units)
+        log.info("%s", gate.message())
+        return gate, None
+    policy = gate_policy(base.spec, cand.spec)  # the candidate never sets a laxer bar than the baseline's
     measured = admit.measured_rows(table_b, table_c)
-    unmeasured = admit.unmeasured_primaries(measured, primary_metrics(cand.spec))
-    neither = admit.neither_measured(measured, primary_metrics(cand.spec))
+    unmeasured = admit.unmeasured_primaries(measured, policy.primary)
+    neither = admit.neither_measured(measured, policy.primary)
     result = compare_tables(
         table_b,
         table_c,
-        confidence=confidence_level(cand.spec),
-        primary=primary_metrics(cand.spec),
-        secondary=secondary_metrics(cand.spec),
-        delta_pct=lambda m: delta_pct(cand.spec, m),
-        abs_margin=lambda m: absolute_margin(cand.spec, m),
+        confidence=policy.confidence,
+        primary=policy.primary,
+        secondary=policy.secondary,
+        delta_pct=policy.delta,
+        abs_margin=policy.margin,
         confirm=confirm,
-        tails=RequestTails(base.path, cand.path, confidence=confidence_level(cand.spec)),
+        tails=RequestTails(base.path, cand.path, confidence=policy.confidence),
     )
+    if policy.differs:
+        result.notes.append(f"the runs' specs set {', '.join(policy.differs)} differently: gated on the stricter "
+                            "of the two (both runs' primaries, the smaller margins, the lower confidence level)")
     contention.annotate(result.rows, b_info, c_info, contention.reruns(base.path), contention.reruns(cand.path))
+    unmeasured = unmeasured + admit.ungateable_primaries(result.rows) + admit.failure_refusals(result.rows)
     if unmeasured and not result.gating_regression:
         # "no regression" is only said about what both runs measured; a regression (e.g. a
         # failure count) is still said when the measured part shows one

@@ -64,6 +64,7 @@ def compare(
         raise BenchrunError(f"compare: baseline {baseline!r} and candidate {candidate!r} are the same run "
                             f"({base_dir.name}); compare two different runs", exit_code=2)
     allow = tuple(p.strip() for a in allow_differences for p in a.split(",") if p.strip())
+    _check_paths(cand_dir, variable, allow)
     gate, result = compare_runs(base_dir, cand_dir, variable=variable, baseline_alias=alias_of(baseline),
                                 allow_differences=allow)
     if result is None:
@@ -79,7 +80,7 @@ def compare(
         extra = {"allowed_differences": list(allow)} if allow else {}
         out = [{**{k: r.get(k) for k in JSON_KEYS}, **{k: v for k, v in r.items() if k not in JSON_KEYS}, **extra}
                for r in records]
-        typer.echo(json.dumps(out, indent=2, default=str))
+        typer.echo(json.dumps(strict_json(out), indent=2, default=str, allow_nan=False))
         _exit(result)
         return
     from rich.markup import escape
@@ -180,6 +181,38 @@ def _mde(r: dict) -> str:
     if v is None:
         return ""
     return "none at this n" if math.isinf(v) else f"{v:.1f} %"
+
+
+def _check_paths(cand_dir: Path, variable: str | None, allow: tuple[str, ...]) -> None:
+    """``--variable`` and ``--allow-differences`` by the rules ``validate`` applies to the spec's own
+    ``comparison.variableUnderTest`` and ``allowDifferences``: a path that names nothing would
+    let the gate pass on a variable nobody changed (exit 2, naming the option)."""
+    import copy
+
+    from benchrun.spec.comparison_rules import rule_variable_under_test_resolves
+    from benchrun.stats.load import load_run
+
+    doc = copy.deepcopy(load_run(cand_dir).spec)
+    comp = doc.setdefault("spec", {}).setdefault("comparison", {})
+    if variable is not None:
+        comp["variableUnderTest"] = variable
+    comp["allowDifferences"] = list(allow)
+    for path, message in rule_variable_under_test_resolves(doc):
+        option = "--variable" if path[-1] == "variableUnderTest" else "--allow-differences"
+        raise BenchrunError(f"compare {option}: {message}", exit_code=2)
+
+
+def strict_json(value: object) -> object:
+    """``value`` with every float that JSON cannot hold (NaN, ±inf) as null: ``json.dumps`` would
+    write the ``NaN``/``Infinity`` tokens, which strict parsers (jq, Go, browsers) reject. A null
+    ``mde_pct`` is the text table's "none at this n"."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    return value
 
 
 def _exit(result: "Comparison") -> None:

@@ -42,6 +42,20 @@ def _result_files(run_dir: Path, run_id: str) -> list[Path]:
     return out
 
 
+def _request_files(rd: Path) -> list[Path]:
+    return sorted((rd / "raw").glob(f"{rd.name}_*_r*_requests.parquet"))
+
+
+def analysed_files(run_dir: str | os.PathLike[str]) -> list[str]:
+    """Run-relative paths of the files a comparison reads as measurements: the suite result
+    documents, the per-request records and the launch record. Each must be in the sealed
+    manifest (``admit.manifest_problems``): a file added after sealing is not evidence."""
+    rd = Path(run_dir)
+    files = [*_result_files(rd, rd.name), *_request_files(rd)]
+    record = rd / "structured" / f"{rd.name}_launches.json"
+    return [p.relative_to(rd).as_posix() for p in [*files, *([record] if record.is_file() else [])]]
+
+
 def suite_results(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Every suite result document of a run (all statuses), checked by ``read_result``."""
     rd = Path(run_dir)
@@ -55,6 +69,34 @@ def suite_results(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
         doc["_path"] = str(p.relative_to(rd))
         docs.append(doc)
     return docs
+
+
+def launch_statuses(run_dir: str | os.PathLike[str]) -> dict[tuple[str, int], str] | None:
+    """(suite, replicate) → how the launcher says each replicate ended (``ok``, ``failed``,
+    ``unavailable``), from ``structured/<run>_launches.json``; None where the run has no launch
+    record (runs fabricated from the documented format). The record decides over a result
+    document: a suite that wrote an ok document and was then killed at its timeout failed, and a
+    replicate killed before it wrote anything has no document at all. A record that is not
+    readable is an error naming it (failures must not vanish with it)."""
+    rd = Path(run_dir)
+    path = rd / "structured" / f"{rd.name}_launches.json"
+    if not path.is_file():
+        return None
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BenchrunError(f"{path}: the launch record is not readable JSON ({exc}); restore it from the "
+                            "stored evidence") from None
+    if not isinstance(rows, list):
+        raise BenchrunError(f"{path}: the launch record is not a list of launches; restore it from the stored evidence")
+    out: dict[tuple[str, int], str] = {}
+    for row in rows:
+        try:
+            out[(str(row["suite"]), int(row["replicate"]))] = str(row["status"])
+        except (TypeError, KeyError, ValueError):
+            raise BenchrunError(f"{path}: a launch without suite, replicate and status ({row!r}); restore it from "
+                                "the stored evidence") from None
+    return out
 
 
 def replicate_table(run_dir: str | os.PathLike[str], *, include_failed: bool = False) -> "pd.DataFrame":
@@ -72,12 +114,24 @@ def replicate_table(run_dir: str | os.PathLike[str], *, include_failed: bool = F
 
     rows = []
     failed = []
+
+    def fail(suite: str, replicate: int) -> None:
+        if include_failed:
+            failed.append({"suite": suite, "case": "", "metric": "", "unit": "", "direction": "",
+                           "replicate": replicate, "value": float("nan"), "status": "failed"})
+
+    launched = launch_statuses(run_dir)
+    seen: set[tuple[str, int]] = set()
     for doc in suite_results(run_dir):
-        if doc.get("status") != "ok":
-            if include_failed and doc.get("status") == "failed":
-                failed.append({"suite": str(doc.get("suite")), "case": "", "metric": "", "unit": "",
-                               "direction": "", "replicate": int(doc.get("replicate", 0)),
-                               "value": float("nan"), "status": "failed"})
+        key = (str(doc.get("suite")), int(doc.get("replicate", 0)))
+        seen.add(key)
+        status = doc.get("status")
+        if launched is not None and key in launched and launched[key] != status:
+            # the launcher decides: a suite that wrote ok and was then killed at its timeout failed
+            status = launched[key] if launched[key] in ("failed", "unavailable") else "failed"
+        if status != "ok":
+            if status == "failed":
+                fail(*key)
             continue
         for m in doc.get("metrics", []):
             rows.append(
@@ -92,6 +146,9 @@ def replicate_table(run_dir: str | os.PathLike[str], *, include_failed: bool = F
                     "status": "ok",
                 }
             )
+    for key, status in sorted((launched or {}).items()):
+        if key not in seen and status != "unavailable":  # launched, but no result document stayed
+            fail(*key)
     df = pd.DataFrame(rows, columns=list(REPLICATE_COLUMNS))
     if df.empty:
         df = pd.concat([df, pd.DataFrame(failed, columns=list(REPLICATE_COLUMNS))], ignore_index=True) if failed else df
@@ -113,7 +170,7 @@ def requests_tables(run_dir: str | os.PathLike[str]) -> "pd.DataFrame":
 
     rd = Path(run_dir)
     frames = []
-    for p in sorted((rd / "raw").glob(f"{rd.name}_*_r*_requests.parquet")):
+    for p in _request_files(rd):
         m = re.match(rf"^{re.escape(rd.name)}_(?P<suite>.+)_r(?P<rep>\d+)_requests\.parquet$", p.name)
         if not m:
             continue
@@ -252,6 +309,41 @@ def absolute_margin(spec: dict[str, Any], metric: str) -> float | None:
     if isinstance(by_metric, dict) and metric in by_metric:
         return float(by_metric[metric])
     return None
+
+
+@dataclass(frozen=True)
+class GatePolicy:
+    """What a comparison gates on and how strictly, from both runs' pinned specs. The candidate
+    is what is under test, so it never sets a laxer bar than the baseline's: the primaries are
+    both specs' (a candidate that drops one, or disables its family, still gates on it), δ and
+    an absolute margin the smaller, the confidence level the lower (the larger α); ``differs``
+    names what the two specs set differently (the comparison's notes say so)."""
+
+    specs: tuple[dict[str, Any], dict[str, Any]]
+    confidence: float
+    primary: set[str]
+    secondary: set[str]
+    differs: tuple[str, ...]
+
+    def delta(self, metric: str) -> float:
+        return min(delta_pct(s, metric) for s in self.specs)
+
+    def margin(self, metric: str) -> float | None:
+        found = [m for s in self.specs if (m := absolute_margin(s, metric)) is not None]
+        return min(found) if found else None
+
+
+def gate_policy(baseline: dict[str, Any], candidate: dict[str, Any]) -> GatePolicy:
+    """The stricter of the two runs' gating policies (:class:`GatePolicy`)."""
+    primary = primary_metrics(baseline) | primary_metrics(candidate)
+    differs = [name for name, read in (
+        ("primary metrics", primary_metrics), ("secondary metrics", secondary_metrics),
+        ("comparison.deltaPct", lambda s: _get(s, "spec", "comparison", "deltaPct")),
+        ("comparison.deltaPctByMetric", lambda s: _get(s, "spec", "comparison", "deltaPctByMetric")),
+        ("comparison.absoluteMarginByMetric", lambda s: _get(s, "spec", "comparison", "absoluteMarginByMetric")),
+        ("trials.confidenceLevel", confidence_level)) if read(baseline) != read(candidate)]
+    return GatePolicy((baseline, candidate), min(confidence_level(baseline), confidence_level(candidate)), primary,
+                      (secondary_metrics(baseline) | secondary_metrics(candidate)) - primary, tuple(differs))
 
 
 def variable_under_test(spec: dict[str, Any], status: dict[str, Any] | None = None) -> str | None:

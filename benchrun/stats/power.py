@@ -5,7 +5,9 @@ A one-sided exact rank test with n vs n replicates cannot give a p-value below 1
 when the floor is above the threshold, no regression can gate on the distribution-free test
 (the comparison then falls back to a Welch t-test on log values, which assumes roughly
 log-normal noise). :func:`gating_warnings` says so at validation time, with the smallest n
-that lets the distribution-free test gate.
+that lets the distribution-free test gate. :func:`percentile_warnings`: a primary percentile of
+a serving suite whose requests (a fixed count a replicate × the replicates) cannot support it —
+the comparison refuses every such pair (``PrimaryNotGateable``), so say it before any run.
 """
 
 from __future__ import annotations
@@ -75,3 +77,58 @@ def gating_warnings(doc: Any) -> list[tuple[tuple[str, ...], str]]:
              + (f"{need} replicates per arm is the smallest n that lets the exact test gate" if need else
                 "no replicate count up to 50 fixes this")
              + ", or gate on fewer (qualified) primaries")]
+
+
+# serving suites' request-count parameter and its default (duration mode: the count is not known ahead)
+_REQUEST_PARAMS = {"benchrun.suites.serving_workflow": ("requests", 32),
+                   "benchrun.suites.serving_sweep": ("requests_per_point", 24)}
+
+
+def percentile_warnings(doc: Any) -> list[tuple[tuple[str, ...], str]]:
+    """``(path, message)`` per serving suite whose fixed request count cannot support a primary
+    percentile it reports: pooled over the replicates it must reach ``tails.requests_needed``."""
+    from benchrun.stats.tails import percentile_of, requests_needed
+
+    if not isinstance(doc, dict) or not isinstance(doc.get("spec"), dict):
+        return []
+    spec = doc["spec"]
+    trials = spec.get("trials") if isinstance(spec.get("trials"), dict) else {}
+    minimum = trials.get("minReplicates")
+    conf = trials.get("confidenceLevel", DEFAULT_CONFIDENCE)
+    if not isinstance(minimum, int) or isinstance(minimum, bool) or not isinstance(conf, (int, float)):
+        return []
+    metrics = spec.get("metrics") if isinstance(spec.get("metrics"), dict) else {}
+    primaries = [str(p) for fam in metrics.values() if isinstance(fam, dict) and fam.get("enabled", True)
+                 and isinstance(fam.get("primary"), list) for p in fam["primary"]]
+    out = []
+    layers = spec.get("layers") if isinstance(spec.get("layers"), list) else []
+    for i, layer in enumerate(layers):
+        if not isinstance(layer, dict) or layer.get("enabled") is False:
+            continue
+        for j, suite in enumerate(layer.get("suites") or []):
+            if not isinstance(suite, dict):
+                continue
+            module = next((m for m in _REQUEST_PARAMS if m in str(suite.get("repoCommand") or "")), None)
+            params = suite.get("parameters") if isinstance(suite.get("parameters"), dict) else {}
+            if module is None or "duration_s" in params:
+                continue
+            key, default = _REQUEST_PARAMS[module]
+            requests = params.get(key, default)
+            reps = suite.get("replicates")
+            reps = reps if isinstance(reps, int) and not isinstance(reps, bool) else minimum
+            if not isinstance(requests, int) or isinstance(requests, bool) or reps < 1:
+                continue
+            name = str(suite.get("name"))
+            for entry in primaries:
+                owner, _, metric = entry.rpartition("/")
+                q = percentile_of(metric.split("[", 1)[0])
+                if q is None or owner not in ("", name):
+                    continue
+                need = requests_needed(q, float(conf))
+                if requests * reps < need:
+                    out.append((("spec", "layers", i, "suites", j, "parameters", key),
+                                f"primary {entry}: {reps} replicates x {requests} requests = {requests * reps} pooled "
+                                f"requests, and a p{q * 100:g} needs {need}: every comparison will refuse the pair "
+                                f"(PrimaryNotGateable); set {key} to at least {-(-need // reps)}, or gate on another "
+                                "metric"))
+    return out

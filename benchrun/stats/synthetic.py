@@ -71,6 +71,8 @@ def make_run(
     serving: Mapping[str, Sequence[Sequence[dict[str, Any]]]] | None = None,
     requests: Mapping[str, Sequence[Any]] | None = None,
     failed_replicates: Mapping[str, Sequence[int]] | None = None,
+    launches: Mapping[str, Sequence[str]] | None = None,
+    unwritten: Mapping[str, Sequence[int]] | None = None,
     created_utc: str | None = None,
     manifest: bool = True,
     sealed: bool | None = None,
@@ -80,6 +82,9 @@ def make_run(
     ``metrics`` maps (suite, case, metric) to (one value per replicate, unit, direction).
     ``serving`` maps a suite to per-replicate lists of serving rows; ``requests`` maps a
     suite to per-replicate pandas frames written as ``raw/*_requests.parquet``.
+    ``launches`` maps a suite to the launcher's status of each replicate (``ok``, ``failed``,
+    ``unavailable``), written as ``structured/<run>_launches.json``; ``unwritten`` names the
+    replicates whose suite wrote no result document (killed before it could).
     ``sealed``: store the evidence and sign it as a real run does (:func:`seal_run`); by default
     whenever a manifest is written (a finished run is signed, and a comparison refuses one that
     is not), ``sealed=False`` for a run that lost its envelope.
@@ -129,6 +134,13 @@ def make_run(
             atomic_write_text(rd / "raw" / f"{run_id}_{suite}_r{k}.log", "synthetic\n")
             if requests and suite in requests and k <= len(requests[suite]):
                 requests[suite][k - 1].to_parquet(raw_path(rd, run_id, suite, k, "requests", "parquet"))
+    for suite, reps_gone in (unwritten or {}).items():
+        for k in reps_gone:
+            result_path(rd, run_id, suite, k).unlink(missing_ok=True)
+    if launches:
+        atomic_write_json(rd / "structured" / f"{run_id}_launches.json",
+                          [{"suite": suite, "replicate": k, "status": st, "layer": "synthetic"}
+                           for suite, sts in launches.items() for k, st in enumerate(sts, start=1)])
     if manifest or sealed:
         write_manifest(rd)
     if sealed:

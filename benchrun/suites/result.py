@@ -37,6 +37,7 @@ replicate is the unit of replication (stats never treat samples as independent).
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -110,6 +111,9 @@ def metric(
     """One metric row; ``keys`` may carry join keys such as rank_id or node_name."""
     if direction not in DIRECTIONS:
         raise ValueError(f"direction must be one of {DIRECTIONS}, not {direction!r}")
+    if not math.isfinite(float(value)):
+        raise ValueError(f"metric {name!r}: value {value!r} is not a finite number; leave the metric out "
+                         "when it cannot be measured")
     row: dict[str, Any] = {
         "name": name,
         "value": float(value),
@@ -132,7 +136,20 @@ def read_result(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ValueError(f"{p}: schema is not {SCHEMA}")
     if doc.get("status") not in STATUSES:
         raise ValueError(f"{p}: status must be one of {STATUSES}")
-    for m in doc.get("metrics", []):
-        if m.get("direction") not in DIRECTIONS or not isinstance(m.get("value"), (int, float)):
-            raise ValueError(f"{p}: metric {m.get('name')!r} lacks a numeric value or direction")
+    rep = doc.get("replicate")
+    if rep is not None and (isinstance(rep, bool) or not isinstance(rep, int)):
+        raise ValueError(f"{p}: replicate must be an integer, not {rep!r}")
+    metrics = doc.get("metrics", [])
+    if not isinstance(metrics, list):
+        raise ValueError(f"{p}: metrics must be a list of metric objects, not a {type(metrics).__name__}")
+    for j, m in enumerate(metrics):
+        if not isinstance(m, dict) or not isinstance(m.get("name"), str) or not m["name"]:
+            raise ValueError(f"{p}: metrics[{j}] is not a metric object with a name")
+        v = m.get("value")
+        if m.get("direction") not in DIRECTIONS or isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ValueError(f"{p}: metric {m['name']!r} lacks a numeric value or direction")
+        if not math.isfinite(v):
+            # an infinite throughput or a NaN latency is no measurement: it would widen or empty the
+            # comparison's interval instead of failing; a suite that cannot measure a metric leaves it out
+            raise ValueError(f"{p}: metric {m['name']!r} has the value {v!r}, not a finite number")
     return doc

@@ -1,0 +1,59 @@
+"""A suite result document that is malformed or holds no measurement is an error naming the file
+and the field — never a traceback, and never a value the comparison would read (a review found
+``Infinity`` accepted as a throughput and a ``"replicate": "two"`` ending in a ValueError)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from benchrun.errors import BenchrunError
+from benchrun.stats.load import replicate_table
+from benchrun.stats.synthetic import make_run
+from benchrun.suites.result import metric, read_result
+
+
+def _doc(**over):
+    doc = {"schema": "benchrun.suite-result/v1", "suite": "serve", "replicate": 1, "status": "ok",
+           "metrics": [{"name": "tps", "value": 100.0, "unit": "tok/s", "direction": "higher", "case": ""}]}
+    doc.update(over)
+    return doc
+
+
+@pytest.mark.parametrize("over, says", [
+    ({"metrics": [{"name": "tps", "value": math.inf, "unit": "tok/s", "direction": "higher"}]},
+     "metric 'tps' has the value inf, not a finite number"),
+    ({"metrics": [{"name": "tps", "value": math.nan, "unit": "tok/s", "direction": "higher"}]},
+     "metric 'tps' has the value nan, not a finite number"),
+    ({"metrics": [{"name": "tps", "value": True, "unit": "", "direction": "higher"}]},
+     "metric 'tps' lacks a numeric value or direction"),
+    ({"metrics": [{"value": 1.0, "unit": "", "direction": "higher"}]}, "metrics[0] is not a metric object with a name"),
+    ({"metrics": ["tps"]}, "metrics[0] is not a metric object with a name"),
+    ({"metrics": {"name": "tps"}}, "metrics must be a list of metric objects, not a dict"),
+    ({"replicate": "two"}, "replicate must be an integer, not 'two'"),
+])
+def test_a_malformed_result_document_is_refused_naming_the_file_and_field(tmp_path, over, says):
+    from benchrun.suites.result import SCHEMA
+
+    p = tmp_path / "x_serve_r1.json"
+    p.write_text(json.dumps({**_doc(**over), "schema": SCHEMA}))  # json writes inf/nan as Infinity/NaN
+    with pytest.raises(ValueError) as exc:
+        read_result(p)
+    assert str(p) in str(exc.value) and says in str(exc.value)
+
+
+def test_a_comparison_refuses_a_run_with_such_a_document_instead_of_a_traceback(tmp_path):
+    rd = make_run(tmp_path, "cand", {("serve", "", "tps"): ([100.0, 101.0, 99.0], "tok/s", "higher")}, manifest=False)
+    p = rd / "structured" / "cand_serve_r2.json"
+    doc = json.loads(p.read_text())
+    doc["metrics"][0]["value"] = math.inf
+    p.write_text(json.dumps(doc))
+    with pytest.raises(BenchrunError, match=r"cand_serve_r2.json: metric 'tps' has the value inf.*fix or remove"):
+        replicate_table(rd)
+
+
+def test_a_suite_cannot_record_a_value_that_is_not_finite():
+    with pytest.raises(ValueError, match="metric 'p99_ms': value nan is not a finite number"):
+        metric("p99_ms", math.nan, "ms", "lower")
