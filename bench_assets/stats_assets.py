@@ -12,7 +12,7 @@ from benchrun.errors import BenchrunError
 from benchrun.paths import benchrun_home, validate_run_id
 from benchrun.stats import analysis, changepoint, lineage
 from benchrun.stats.compare import ConfirmHook
-from benchrun.stats.load import alias_of, delta_pct, load_run, resolve_run
+from benchrun.stats.load import alias_of, alias_path, delta_pct, load_run, resolve_run
 
 GROUP = "statistics"
 
@@ -213,6 +213,10 @@ def baseline_comparison(context: dg.AssetExecutionContext, confirm_round: Confir
     except BenchrunError as exc:  # no alias yet, or a missing run: say so, compare nothing
         context.log.warning(f"no baseline: {exc}")
         base_dir = None
+        alias = alias_of(ref) if ref else None
+        if alias is not None and alias_path(_run_dir(run_id).parent.parent, alias).is_file():
+            # a baseline was set but is gone: nothing shows this run did not regress, so not "False"
+            RunDir.for_run(run_id).set_condition("RegressionDetected", "Unknown", "BaselineMissing", str(exc))
     if base_dir is None or base_dir.name == run_id:
         return dg.MaterializeResult(metadata={"compared": False, "reason": f"no baseline resolved from {ref!r}"})
     gate, res = analysis.compare_runs(base_dir, rd, confirm=confirm_round.hook(context, base_dir.name, run_id),

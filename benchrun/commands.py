@@ -305,7 +305,15 @@ def baseline_hint(run_dir: Path, run_id: str, status: dict[str, Any]) -> str | N
         return None
     ref = str(_get(spec, "spec", "comparison", "baseline", "artifactRef", default="") or "")
     m = _ALIAS_REF.match(ref.strip())
-    if not m or alias_path(run_dir.parent.parent, m.group("alias")).is_file():
+    if not m:
+        return None
+    if alias_path(run_dir.parent.parent, m.group("alias")).is_file():
+        from benchrun.stats.load import resolve_run
+
+        try:  # set, but pointing at a run that is gone: say why nothing was compared
+            resolve_run(ref, home=run_dir.parent.parent)
+        except BenchrunError as exc:
+            return f"not compared with a baseline: {exc}"
         return None
     alias = m.group("alias")
     flag = "" if alias == "current" else f" --alias {alias}"

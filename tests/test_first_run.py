@@ -238,3 +238,23 @@ def test_a_damaged_home_or_status_is_an_error_that_names_it_not_a_traceback(tmp_
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
     assert f"{bad / 'status.json'}: not a JSON object (a list)" in r.stderr
 
+
+
+def test_a_baseline_alias_whose_run_is_gone_is_said_not_skipped(tmp_path):
+    """A run whose spec names a set alias pointing at a deleted run was compared with nothing and
+    said nothing; `compare published/x` said "run not found" without naming the alias."""
+    from benchrun.commands import baseline_hint
+    from benchrun.stats.load import resolve_run
+    from benchrun.stats.synthetic import make_run
+
+    rd = make_run(tmp_path, "next-20261202000000-aaaaaaaa", {("gemm", "", "tflops"): ([1.0, 1.1, 1.0], "TFLOP/s",
+                                                                                       "higher")},
+                  spec={"spec": {"comparison": {"baseline": {"artifactRef": "local/published/canary"}}}})
+    (tmp_path / "published").mkdir()
+    (tmp_path / "published" / "canary").write_text("gone-20261201000000-aaaaaaaa\n{}\n")
+    with pytest.raises(Exception, match="baseline alias published/canary points at run 'gone-20261201000000-aaaaaaaa', "
+                                        "which no longer exists"):
+        resolve_run("published/canary", home=tmp_path)
+    hint = baseline_hint(rd, rd.name, {"phase": "Succeeded"})
+    assert hint and hint.startswith("not compared with a baseline: baseline alias published/canary points at run")
+    assert "benchrun promote RUN_ID --alias canary" in hint

@@ -220,8 +220,12 @@ def _cli(monkeypatch, capsys, *args):
     return exc.value.code, out.out, out.err
 
 
+@pytest.mark.parametrize("trusted", [True, False], ids=["trusted-key", "home-key-only"])
 def test_cli_compare_refuses_an_undeclared_difference_and_records_an_allow_differences_override(
-        tmp_path, monkeypatch, capsys):
+        tmp_path, monkeypatch, capsys, trusted):
+    """``home-key-only``: no key configured (the default on a new machine). The override rewrote the
+    signed comparison and the report but could not re-sign (the check before re-signing refused the
+    home's own key), so the run failed ``verify`` and could no longer be promoted."""
     import json
 
     from benchrun.provenance.keys import load_signing_key
@@ -240,7 +244,13 @@ def test_cli_compare_refuses_an_undeclared_difference_and_records_an_allow_diffe
         make_run(tmp_path, run_id, {("gemm", "", "tflops"): (lognormal_replicates(rng, 1, 0.02, 5), "TFLOP/s",
                                                              "higher")}, spec=doc,
                  status={"spec_digest": load_spec_bytes(pinned, "pinned").spec_digest})
-    monkeypatch.setenv("BENCHRUN_TRUSTED_KEYIDS", load_signing_key(tmp_path).keyid)  # the key checked out of band
+    if trusted:
+        monkeypatch.setenv("BENCHRUN_TRUSTED_KEYIDS", load_signing_key(tmp_path).keyid)  # the key checked out of band
+    else:
+        for var in ("BENCHRUN_TRUSTED_KEYIDS", "BENCHRUN_VERIFY_PUBLIC_KEY"):
+            monkeypatch.delenv(var, raising=False)
+    own = tmp_path / "keys" / "ed25519.pub.pem"
+    key_args = () if trusted else ("--public-key", str(own))
     comparison = tmp_path / "runs" / "cand" / "structured" / "cand_comparison.json"
     code, out, err = _cli(monkeypatch, capsys, "compare", "base", "cand")
     assert code == 4, (out, err)
@@ -264,9 +274,9 @@ def test_cli_compare_refuses_an_undeclared_difference_and_records_an_allow_diffe
 
     assert "warning" not in err
     run_dir = tmp_path / "runs" / "cand"
-    statement = verify_envelope(envelope_path(run_dir), home=tmp_path)
+    statement = verify_envelope(envelope_path(run_dir), None if trusted else own, home=tmp_path)
     assert "structured/cand_comparison.json" in statement.subjects and subject_mismatches(statement, run_dir) == []
-    code, out, err = _cli(monkeypatch, capsys, "verify", "cand")
+    code, out, err = _cli(monkeypatch, capsys, "verify", "cand", *key_args)
     assert code == 0, (out, err)
     # the text output says it too, and the second override says it replaced the first
     code, out, err = _cli(monkeypatch, capsys, "compare", "base", "cand", "--allow-differences", GEMM_CMD)

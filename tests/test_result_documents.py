@@ -57,3 +57,38 @@ def test_a_comparison_refuses_a_run_with_such_a_document_instead_of_a_traceback(
 def test_a_suite_cannot_record_a_value_that_is_not_finite():
     with pytest.raises(ValueError, match="metric 'p99_ms': value nan is not a finite number"):
         metric("p99_ms", math.nan, "ms", "lower")
+
+
+def test_validate_refuses_an_unknown_builtin_suite_and_a_parameter_it_does_not_take(tmp_path, canary_doc):
+    """Both were "valid"; the run then failed every replicate with the reason only in its logs."""
+    import yaml
+
+    from benchrun.spec.validation import validate_path
+
+    gemm = canary_doc["spec"]["layers"][0]["suites"][0]
+    assert gemm["name"] == "gemm"
+    gemm["parameters"]["sizez"] = gemm["parameters"].pop("sizes")
+    canary_doc["spec"]["layers"][0]["suites"][1]["repoCommand"] = "env OMP_NUM_THREADS=1 python -m benchrun.suites.membwx"
+    p = tmp_path / "bad.yaml"
+    p.write_text(yaml.safe_dump(canary_doc, sort_keys=False))
+    (res,) = validate_path(p)
+    said = {e.path: e.message for e in res.errors}
+    assert not res.valid and len(said) == 2, said
+    assert said["spec.layers[0].suites[0].parameters.sizez"].startswith(
+        "'sizez' is not a parameter of gemm (did you mean 'sizes'?); it takes device, dtype, iterations, sizes")
+    assert said["spec.layers[0].suites[1].repoCommand"].startswith(
+        "benchrun.suites.membwx is not one of benchrun's suites (did you mean 'membw'?); they are allreduce, ")
+    assert "result" not in said["spec.layers[0].suites[1].repoCommand"].split("they are ")[1].split(", ")
+
+
+def test_every_builtin_suite_declares_the_parameters_it_checks():
+    import importlib
+
+    from benchrun.spec.builtin_suites import PACKAGE, builtin_suites
+
+    names = builtin_suites()
+    assert {"gemm", "membw", "fio", "allreduce", "dataloader", "job_startup", "serving_sweep", "serving_workflow",
+            "training"} <= set(names)
+    for name in names:
+        params = getattr(importlib.import_module(f"{PACKAGE}.{name}"), "PARAMETERS", None)
+        assert isinstance(params, tuple) and params and all(isinstance(p, str) for p in params), name

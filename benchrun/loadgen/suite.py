@@ -6,7 +6,7 @@ concurrencyModel, ``slo``, ``pricing``). Without an ``endpoint`` parameter the s
 the reference server as a child process on a free loopback port, stops it afterwards and
 marks the result ``synthetic``.
 
-Common parameters (:data:`COMMON_PARAMS`): ``endpoint`` (URL), ``api`` (completions |
+Common parameters (:data:`benchrun.loadgen.params.COMMON_PARAMS`): ``endpoint`` (URL), ``api`` (completions |
 chat), ``model`` (overrides the workload's), ``mix`` (compact form, used only when the
 workload has no sequenceLengthMix), ``warmup``, ``seed``, ``workers``,
 ``request_timeout_s``, ``arrival`` (poisson | constant, open loop), ``ignore_eos`` (default:
@@ -49,11 +49,6 @@ SUITE_REFSERVER_MODEL = {
     "max_batched_tokens": 8192,
 }
 DEFAULT_MIX = "128/32"
-COMMON_PARAMS = (
-    "endpoint", "api", "model", "mix", "warmup", "seed", "workers", "request_timeout_s", "arrival",
-    "ignore_eos", "server_kind", "refserver", "verdict", "tokenizer", "session_turns", "think_time_s", "shared_prefix",
-    "server_metrics", "server_metrics_interval_s", "load_pods",
-)
 # the self-started reference server keeps a prefix cache, so a session or shared-prefix workload
 # reports the hit rate a real server's would; blocks of 4 words, not vLLM's 16 tokens, because the
 # shipped conversations' turns are 5-20 words (with 16 no turn would fill a block)

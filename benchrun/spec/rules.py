@@ -28,6 +28,7 @@ from benchrun.spec.docaccess import (
     suites,
     workload_type,
 )
+from benchrun.spec.builtin_suites import rule_builtin_suite
 from benchrun.spec.comparison_rules import (
     rule_controls_fixed,
     rule_one_variable_at_a_time,
@@ -495,6 +496,7 @@ RULES: tuple[Rule, ...] = (
     rule_enabled_layer_has_suites,
     rule_suite_names_unique,
     rule_repo_command,
+    rule_builtin_suite,
     rule_suite_replicates,
     rule_auto_replicates_bound,
     rule_mix_weights,

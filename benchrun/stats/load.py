@@ -425,6 +425,11 @@ def resolve_run(ref: str, home: Path | None = None) -> Path:
                 " to publish a baseline"
             )
         ref = read_alias(p)[0]
+        validate_run_id(ref)
+        if not (runs_root(home) / ref).is_dir():
+            raise BenchrunError(f"baseline alias published/{m.group('alias')} points at run {ref!r}, which no longer "
+                                f"exists under {runs_root(home)}; promote another run (`benchrun promote RUN_ID"
+                                f"{'' if m.group('alias') == 'current' else ' --alias ' + m.group('alias')}`)")
     elif _RUN_REF.match(ref):
         ref = _RUN_REF.match(ref).group("run")
     elif "/" in ref:

@@ -32,16 +32,26 @@ def _suites(doc: dict[str, Any]) -> dict[str, int | None]:
     return out
 
 
-def gating_warnings(doc: Any) -> list[tuple[tuple[str, ...], str]]:
-    """``(path, message)`` warnings for a spec document as written (camelCase keys)."""
+def _trials(doc: Any) -> tuple[dict[str, Any], int, float] | None:
+    """(spec, minReplicates, confidenceLevel) of a spec document as written, None where unreadable
+    (the admission rules say why)."""
     if not isinstance(doc, dict) or not isinstance(doc.get("spec"), dict):
-        return []
+        return None
     spec = doc["spec"]
     trials = spec.get("trials") if isinstance(spec.get("trials"), dict) else {}
     minimum = trials.get("minReplicates")
     conf = trials.get("confidenceLevel", DEFAULT_CONFIDENCE)
     if not isinstance(minimum, int) or isinstance(minimum, bool) or not isinstance(conf, (int, float)):
+        return None
+    return spec, minimum, float(conf)
+
+
+def gating_warnings(doc: Any) -> list[tuple[tuple[str, ...], str]]:
+    """``(path, message)`` warnings for a spec document as written (camelCase keys)."""
+    read = _trials(doc)
+    if read is None:
         return []
+    spec, minimum, conf = read
     alpha = 1.0 - float(conf)
     metrics = spec.get("metrics") if isinstance(spec.get("metrics"), dict) else {}
     entries: list[tuple[str, str]] = []
@@ -89,14 +99,10 @@ def percentile_warnings(doc: Any) -> list[tuple[tuple[str, ...], str]]:
     percentile it reports: pooled over the replicates it must reach ``tails.requests_needed``."""
     from benchrun.stats.tails import percentile_of, requests_needed
 
-    if not isinstance(doc, dict) or not isinstance(doc.get("spec"), dict):
+    read = _trials(doc)
+    if read is None:
         return []
-    spec = doc["spec"]
-    trials = spec.get("trials") if isinstance(spec.get("trials"), dict) else {}
-    minimum = trials.get("minReplicates")
-    conf = trials.get("confidenceLevel", DEFAULT_CONFIDENCE)
-    if not isinstance(minimum, int) or isinstance(minimum, bool) or not isinstance(conf, (int, float)):
-        return []
+    spec, minimum, conf = read
     metrics = spec.get("metrics") if isinstance(spec.get("metrics"), dict) else {}
     primaries = [str(p) for fam in metrics.values() if isinstance(fam, dict) and fam.get("enabled", True)
                  and isinstance(fam.get("primary"), list) for p in fam["primary"]]

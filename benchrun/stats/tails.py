@@ -20,7 +20,8 @@ replicate flags A/A "regressions" whenever the arms ran different numbers of req
   verdict for that point in every replicate, the request count aside (a replicate of 100
   requests is invalid for its own p99, not for the pooled one: ``pooled_reasons``); otherwise
   the row is ``not gateable: N requests, needs M`` (or the verdict's reasons) and leaves the
-  gating family, never a verdict. "No change" on such a row is the two one-sided tests on this
+  gating family, never a verdict — a primary such row refuses the whole pair
+  (``admit.ungateable_primaries``: it is not cleared of what it could not test). "No change" on such a row is the two one-sided tests on this
   interval at 1 − 2α, not on the replicate p99s.
 * A percentile compared replicate by replicate (another suite's p99: gemm calls, training
   steps, launches, batches, collectives, fio completions; the suites record ``samples`` with

@@ -76,6 +76,9 @@ from benchrun.suites._gang import gang_from_env, node_name
 from benchrun.suites._runtime import SuiteContext, Unavailable, main
 from benchrun.fsio import atomic_write_json
 
+# the parameters the suite takes (checked when it starts, and by `benchrun validate`)
+PARAMETERS = ("world_size", "sizes", "iterations", "warmup", "backend", "timeout_s", "slow_rank", "slow_ms")
+
 
 def free_loopback_port() -> int:
     """A TCP port free on 127.0.0.1 right now (the OS picks it)."""
@@ -151,7 +154,7 @@ def summarise(rank_docs: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
 
 def run(ctx: SuiteContext) -> None:
     """Spawn the ranks, collect their samples, report latency, bandwidth and the slowest rank."""
-    check_known(ctx, ("world_size", "sizes", "iterations", "warmup", "backend", "timeout_s", "slow_rank", "slow_ms"))
+    check_known(ctx, PARAMETERS)
     gang = gang_from_env()
     if gang is not None:
         if "world_size" in ctx.params:

@@ -35,6 +35,9 @@ from benchrun.suites._common import check_known, int_param, percentile, torch_pr
 from benchrun.suites._runtime import SuiteContext, Unavailable, main
 from benchrun.fsio import atomic_write_json
 
+# the parameters the suite takes (checked when it starts, and by `benchrun validate`)
+PARAMETERS = ("rows", "batch_size", "workers", "files", "feature_dim")
+
 
 def write_dataset(directory: Path, rows: int, files: int, feature_dim: int, row_group: int) -> list[Path]:
     """Write ``rows`` rows over ``files`` parquet files; returns their paths."""
@@ -128,7 +131,7 @@ def _torch_loader(paths: list[Path], batch_size: int, feature_dim: int, workers:
 
 def run(ctx: SuiteContext) -> None:
     """Generate the dataset, read it with each loader, report throughput and batch latency."""
-    check_known(ctx, ("rows", "batch_size", "workers", "files", "feature_dim"))
+    check_known(ctx, PARAMETERS)
     rows = int_param(ctx, "rows", 200_000, minimum=1, maximum=2_000_000_000)
     batch_size = int_param(ctx, "batch_size", 1024, minimum=1, maximum=10_000_000)
     workers = int_param(ctx, "workers", 2, minimum=0, maximum=256)

@@ -34,6 +34,9 @@ from benchrun.ingest.fio import fio_context, fio_metrics, job_errors, parse_fio_
 from benchrun.suites._common import ParamError, bool_param, check_known, int_param
 from benchrun.suites._runtime import SuiteContext, main
 
+# the parameters the suite takes (checked when it starts, and by `benchrun validate`)
+PARAMETERS = ("size_mb", "runtime_s", "directory", "ioengine", "iodepth", "direct", "cases")
+
 
 class FioMissing(RuntimeError):
     """fio is not on PATH (the replicate fails with the package to install)."""
@@ -118,7 +121,7 @@ def build_argv(fio: str, workdir: Path, output: Path, cases: list[str], *, size_
 
 def run(ctx: SuiteContext) -> None:
     """Run fio over the chosen cases and report each case's bandwidth, IOPS and p99 latency."""
-    check_known(ctx, ("size_mb", "runtime_s", "directory", "ioengine", "iodepth", "direct", "cases"))
+    check_known(ctx, PARAMETERS)
     size_mb = int_param(ctx, "size_mb", 256, minimum=1, maximum=1_048_576)
     runtime_s = int_param(ctx, "runtime_s", 10, minimum=1, maximum=86_400)
     iodepth = int_param(ctx, "iodepth", 1, minimum=1, maximum=4096)

@@ -42,6 +42,9 @@ from benchrun.suites._common import (
 from benchrun.suites._runtime import SuiteContext, Unavailable, main
 from benchrun.fsio import atomic_write_json
 
+# the parameters the suite takes (checked when it starts, and by `benchrun validate`)
+PARAMETERS = ("sizes", "iterations", "warmup", "dtype", "device")
+
 DTYPES = ("auto", "float32", "float64", "bfloat16", "float16", "float8_e4m3fn")
 GPU_ONLY = ("bfloat16", "float16", "float8_e4m3fn")
 FP8_MIN_CAPABILITY = (8, 9)
@@ -138,7 +141,7 @@ def _time_torch_cuda(n: int, dtype: str, iterations: int, warmup: int = 1) -> li
 
 def run(ctx: SuiteContext) -> None:
     """Time n x n matrix products for each size; report TFLOP/s and call-time percentiles."""
-    check_known(ctx, ("sizes", "iterations", "warmup", "dtype", "device"))
+    check_known(ctx, PARAMETERS)
     sizes = int_list_param(ctx, "sizes", [1024], minimum=1)
     if max(sizes) > MAX_N:
         raise ParamError(f"parameter sizes: {max(sizes)} is larger than {MAX_N}")

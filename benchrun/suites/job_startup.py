@@ -36,6 +36,9 @@ from benchrun.suites._common import check_known, float_param, int_param, percent
 from benchrun.suites._runtime import SuiteContext, Unavailable, main
 from benchrun.fsio import atomic_write_json
 
+# the parameters the suite takes (checked when it starts, and by `benchrun validate`)
+PARAMETERS = ("launches", "timeout_s")
+
 # The child program: a constant (never built from data).
 CHILD = """\
 import time
@@ -130,7 +133,7 @@ def launch_once(env: dict[str, str], timeout_s: float) -> dict[str, Any]:
 
 def run(ctx: SuiteContext) -> None:
     """Launch the child ``launches`` times; report percentiles of each phase of the timeline."""
-    check_known(ctx, ("launches", "timeout_s"))
+    check_known(ctx, PARAMETERS)
     launches = int_param(ctx, "launches", 10, minimum=1, maximum=10_000)
     timeout_s = float_param(ctx, "timeout_s", 60.0)
     try:

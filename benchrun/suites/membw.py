@@ -44,6 +44,9 @@ from benchrun.suites._common import (
 from benchrun.suites._runtime import SuiteContext, Unavailable, main
 from benchrun.fsio import atomic_write_json
 
+# the parameters the suite takes (checked when it starts, and by `benchrun validate`)
+PARAMETERS = ("elements", "iterations", "dtype", "device")
+
 KERNELS = ("copy", "scale", "add", "triad")
 ARRAYS_MOVED = {"copy": 2, "scale": 2, "add": 3, "triad": 3}  # STREAM's accounting
 SCALAR = 3.0
@@ -125,7 +128,7 @@ def _check(arrays: Any, iterations: int, dtype: str) -> None:
 
 def run(ctx: SuiteContext) -> None:
     """Time the four STREAM kernels; report best and median GB/s per kernel."""
-    check_known(ctx, ("elements", "iterations", "dtype", "device"))
+    check_known(ctx, PARAMETERS)
     n = int_param(ctx, "elements", 20_000_000, minimum=1024, maximum=4_000_000_000)
     iterations = int_param(ctx, "iterations", 10, minimum=1, maximum=100_000)
     dtype = choice_param(ctx, "dtype", "float64", ("float64", "float32"))

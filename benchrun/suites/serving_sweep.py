@@ -29,6 +29,7 @@ import math
 
 from benchrun.errors import BenchrunError
 from benchrun.suites._common import ParamError, check_known, float_param, int_list_param, int_param
+from benchrun.loadgen.params import COMMON_PARAMS
 from benchrun.suites._runtime import SuiteContext, main
 
 
@@ -68,12 +69,17 @@ def sweep_points(ctx: SuiteContext, load_model: str) -> list:
         raise BenchrunError(f"serving_sweep: bad load points: {exc}") from None
 
 
+# the parameters the suite takes: the load generator's and its own (checked when it starts, and by
+# `benchrun validate`)
+PARAMETERS = COMMON_PARAMS + ("concurrency", "rates", "requests_per_point", "duration_s", "stages", "burstiness",
+                              "goodput_drop", "trace", "speedup", "trace_format")
+
+
 def run(ctx: SuiteContext) -> None:
     """Sweep the load points and report per point and bucket."""
-    from benchrun.loadgen.suite import COMMON_PARAMS, run_serving_suite, workload_inputs
+    from benchrun.loadgen.suite import run_serving_suite, workload_inputs
 
-    check_known(ctx, COMMON_PARAMS + ("concurrency", "rates", "requests_per_point", "duration_s", "stages", "burstiness",
-                                      "goodput_drop", "trace", "speedup", "trace_format"))
+    check_known(ctx, PARAMETERS)
     _, _, load_model, _, _, _ = workload_inputs(ctx)
     duration = float_param(ctx, "duration_s", 0.0) if "duration_s" in ctx.params else None
     if "trace" in ctx.params:

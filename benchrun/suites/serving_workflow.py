@@ -14,15 +14,20 @@ import math
 
 from benchrun.errors import BenchrunError
 from benchrun.suites._common import ParamError, check_known, float_param, int_param
+from benchrun.loadgen.params import COMMON_PARAMS
 from benchrun.suites._runtime import SuiteContext, main
+
+# the parameters the suite takes: the load generator's and its own (checked when it starts, and by
+# `benchrun validate`)
+PARAMETERS = COMMON_PARAMS + ("concurrency", "rate", "requests", "duration_s")
 
 
 def run(ctx: SuiteContext) -> None:
     """Run one load point end to end and report it."""
     from benchrun.loadgen.runner import LoadPoint
-    from benchrun.loadgen.suite import COMMON_PARAMS, run_serving_suite, workload_inputs
+    from benchrun.loadgen.suite import run_serving_suite, workload_inputs
 
-    check_known(ctx, COMMON_PARAMS + ("concurrency", "rate", "requests", "duration_s"))
+    check_known(ctx, PARAMETERS)
     _, _, load_model, _, _, _ = workload_inputs(ctx)
     if not load_model:
         load_model = "open_loop" if "rate" in ctx.params and "concurrency" not in ctx.params else "closed_loop"

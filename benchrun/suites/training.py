@@ -68,7 +68,7 @@ KNOWN_PEAK_TFLOPS_BF16 = (
     ("A100", 312.0),
 )
 
-PARAMS = ("layers", "hidden", "heads", "seq_len", "vocab", "global_batch", "steps", "warmup_steps", "lr", "seed",
+PARAMETERS = ("layers", "hidden", "heads", "seq_len", "vocab", "global_batch", "steps", "warmup_steps", "lr", "seed",
           "world_size", "backend", "scaling_sweep", "checkpoint", "peak_tflops_per_device", "target_tokens",
           "timeout_s")
 
@@ -152,7 +152,7 @@ def _run_local_ranks(ranks: list[tuple[int, int]], world_size: int, init_method:
 
 def run(ctx: SuiteContext) -> None:
     """Train, then (on global rank 0's node) report step times, throughput, MFU and checkpoints."""
-    check_known(ctx, PARAMS)
+    check_known(ctx, PARAMETERS)
     layers = int_param(ctx, "layers", 2, maximum=512)
     hidden = int_param(ctx, "hidden", 64, maximum=65536)
     heads = int_param(ctx, "heads", 4, maximum=1024)

@@ -1,0 +1,68 @@
+"""A suite run as ``python -m benchrun.suites.<name>`` must name a suite benchrun has, with only
+the parameters that suite takes (each suite module's ``PARAMETERS``, which the suite also checks
+when it starts). ``validate`` said "valid" for ``benchrun.suites.nosuchsuite`` and for a typo'd
+parameter (``sizez``); the run then failed every replicate, the reason only in the logs.
+
+A command that is not one of benchrun's own suites is the user's program: nothing is checked
+beyond argv (:func:`benchrun.spec.rules.rule_repo_command`)."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import pkgutil
+import shlex
+from typing import Any, Iterator
+
+from benchrun.spec.docaccess import Finding, did_you_mean, suites
+
+PACKAGE = "benchrun.suites"
+NOT_SUITES = {"result"}  # the result document's format, not a suite
+
+
+def _module(command: str) -> str | None:
+    """The module a ``[env ...] python -m benchrun.suites.X`` command runs, else None."""
+    from benchrun.plan import command_index
+
+    try:
+        argv = shlex.split(command)
+    except ValueError:
+        return None  # reported by rule_repo_command
+    at = command_index(argv)
+    if at is None or at >= len(argv) or "python" not in argv[at].rsplit("/", 1)[-1]:
+        return None
+    rest = argv[at + 1:]
+    if "-m" not in rest or rest.index("-m") + 1 >= len(rest):
+        return None
+    module = rest[rest.index("-m") + 1]
+    return module if module.startswith(PACKAGE + ".") else None
+
+
+def builtin_suites() -> list[str]:
+    """The suite modules benchrun ships (``benchrun.suites.<name>``, private helpers left out)."""
+    pkg = importlib.import_module(PACKAGE)
+    return sorted(m.name for m in pkgutil.iter_modules(pkg.__path__)
+                  if not m.name.startswith("_") and m.name not in NOT_SUITES)
+
+
+def rule_builtin_suite(doc: Any) -> Iterator[Finding]:
+    """Extension: a built-in suite exists and takes every parameter the spec gives it."""
+    for path, suite in suites(doc):
+        command = suite.get("repoCommand")
+        module = _module(command) if isinstance(command, str) else None
+        if module is None:
+            continue
+        name = module[len(PACKAGE) + 1:]
+        if name.startswith("_") or name in NOT_SUITES or importlib.util.find_spec(module) is None:
+            known = builtin_suites()
+            yield path + ("repoCommand",), (f"{module} is not one of benchrun's suites{did_you_mean(name, known)}; "
+                                            f"they are {', '.join(known)}")
+            continue
+        known_params = getattr(importlib.import_module(module), "PARAMETERS", None)
+        params = suite.get("parameters")
+        if known_params is None or not isinstance(params, dict):
+            continue
+        for key in params:
+            if key not in known_params:
+                yield path + ("parameters", key), (f"{key!r} is not a parameter of {name}{did_you_mean(str(key), known_params)}; "
+                                                   f"it takes {', '.join(sorted(known_params))}")
