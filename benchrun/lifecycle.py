@@ -195,11 +195,14 @@ def run_dir_of(run_id: str, home: Path | None = None) -> RunDir:
     return RunDir.for_run(run_id, home)
 
 
-def resign_if_intact(run_dir: Path, home: Path | str | None = None) -> str | None:
+def resign_if_intact(run_dir: Path, home: Path | str | None = None, *, rewritten: tuple[str, ...] = ()) -> str | None:
     """After one of benchrun's own commands rewrote signed files (a report, the run's warehouse
     partitions): sign the run again through the run's own path (lifecycle.sign_publication), but
     only when its current signature verifies and the evidence files it signed are unchanged —
-    re-signing must never launder an edit. None when re-signed or never signed; else why not."""
+    re-signing must never launder an edit. ``rewritten``: the run-relative paths (or prefixes
+    ending in ``/``) the calling command wrote; any other signed file that changed — sealed or
+    published — blocks re-signing too (an edited report stays an edit a later rebuild-warehouse
+    must not sign over). None when re-signed or never signed; else why not."""
     from benchrun.errors import BenchrunError
     from benchrun.provenance.signing import envelope_path, subject_mismatches, verify_envelope
 
@@ -225,10 +228,22 @@ def resign_if_intact(run_dir: Path, home: Path | str | None = None) -> str | Non
     except BenchrunError as exc:
         return f"not signed again: the current signature cannot be checked ({exc})"
     sealed = set(statement.subjects) - set(statement.predicate.get("published_files") or [])
-    bad = [b for b in subject_mismatches(statement, run_dir) if b.split(" (")[0] in sealed]
+    changed = subject_mismatches(statement, run_dir)
+    bad = [b for b in changed if b.split(" (")[0] in sealed]
     if bad:
         return f"not signed again: its signed evidence changed since signing ({', '.join(bad[:5])})"
-    sign_publication(RunDir(run_dir.parent.parent, run_dir.name))
+
+    def ours(name: str) -> bool:
+        return any(name == w or (w.endswith("/") and name.startswith(w)) for w in rewritten)
+
+    edited = [b for b in changed if not ours(b.split(" (")[0])]
+    if edited:
+        return ("not signed again: signed files changed that this command did not write "
+                f"({', '.join(edited[:5])}); restore them or run `benchrun report` / `benchrun verify` to see what differs")
+    try:
+        sign_publication(RunDir(run_dir.parent.parent, run_dir.name))
+    except BenchrunError as exc:  # e.g. a pinned spec that no longer validates: the command's own work stands
+        return f"not signed again: {exc}"
     return None
 
 

@@ -409,3 +409,42 @@ def test_the_candidate_cannot_set_a_laxer_bar_than_the_baseline(tmp_path):
     make_run(tmp_path, "blind", _metrics(rng, scale=0.6), spec=blind)
     _, _, res = _reasons(tmp_path, "base", "blind")
     assert bool(res.rows.set_index("name").loc["tokens_per_second"].gating) and res.suspected
+
+
+def test_a_candidate_that_adds_an_absolute_margin_does_not_lower_the_bar(tmp_path):
+    """No absolute margin is the strictest (0: significance alone decides); taking the smallest of the
+    margins that were set let a candidate's ``absoluteMarginByMetric: {errors: 1000}`` call 0 → 50
+    errors "no change"."""
+    prim = {"metrics": {"inference": {"primary": ["tokens_per_second", "errors"]}}, "layers": LAYERS}
+
+    def m(err):
+        return {("serve", "", "tokens_per_second"): ([100, 101, 99, 100.5, 99.5], "tok/s", "higher"),
+                ("serve", "", "errors"): (err, "count", "lower"),
+                ("load", "", "rows_per_second"): ([5e4] * 5, "rows/s", "higher")}
+
+    make_run(tmp_path, "base", m([0, 0, 0, 0, 0]), spec={"spec": prim})
+    make_run(tmp_path, "cand", m([50, 52, 49, 51, 50]),
+             spec={"spec": {**prim, "comparison": {"absoluteMarginByMetric": {"errors": 1000}}}})
+    _, _, res = _reasons(tmp_path, "base", "cand")
+    row = res.rows.set_index("name").loc["errors"]
+    assert row.margin == 0 and row.verdict == "regression" and res.suspected
+
+
+def test_compare_variable_may_name_a_field_only_the_baseline_has(tmp_path, monkeypatch):
+    """A field the candidate removed is a difference too: `--variable` resolved in the candidate's
+    spec alone refused the pair with exit 2 (while the reverse order passed)."""
+    import copy
+
+    from typer.testing import CliRunner
+
+    from benchrun.cli import app
+
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    rng = np.random.default_rng(8)
+    with_env = copy.deepcopy(SPEC)
+    with_env["spec"]["layers"][0]["suites"][0]["env"] = {"OMP_NUM_THREADS": "1"}
+    make_run(tmp_path, "base", _metrics(rng), spec=with_env)
+    make_run(tmp_path, "cand", _metrics(rng), spec=SPEC)
+    var = "layers.component.suites[serve].env.OMP_NUM_THREADS"
+    r = CliRunner().invoke(app, ["compare", "base", "cand", "--variable", var])
+    assert not (r.exception and getattr(r.exception, "exit_code", None) == 2), r.output

@@ -79,6 +79,12 @@ def test_validate_refuses_an_unknown_builtin_suite_and_a_parameter_it_does_not_t
     assert said["spec.layers[0].suites[1].repoCommand"].startswith(
         "benchrun.suites.membwx is not one of benchrun's suites (did you mean 'membw'?); they are allreduce, ")
     assert "result" not in said["spec.layers[0].suites[1].repoCommand"].split("they are ")[1].split(", ")
+    # a module below a suite module (gemm is no package): refused the same way, not a traceback
+    canary_doc["spec"]["layers"][0]["suites"][1]["repoCommand"] = "python -m benchrun.suites.gemm.main"
+    p.write_text(yaml.safe_dump(canary_doc, sort_keys=False))
+    (res,) = validate_path(p)
+    said = {e.path: e.message for e in res.errors}
+    assert said["spec.layers[0].suites[1].repoCommand"].startswith("benchrun.suites.gemm.main is not one of")
 
 
 def test_every_builtin_suite_declares_the_parameters_it_checks():

@@ -49,13 +49,19 @@ def test_zero_baseline_regression_is_judged_by_absolute_difference():
 def test_absolute_margin_is_read_from_the_spec(tmp_path):
     from benchrun.stats.analysis import compare_runs
 
-    b = make_run(tmp_path, "base", {("s", "", "wrong_values"): ([0] * 5, "count", "lower")})
-    c = make_run(tmp_path, "cand", {("s", "", "wrong_values"): ([3, 3, 4, 3, 3], "count", "lower")},
-                 spec={"spec": {"comparison": {"absoluteMarginByMetric": {"wrong_values": 5}},
-                                "metrics": {"inference": {"primary": ["wrong_values"]}}}})
+    spec = {"spec": {"comparison": {"absoluteMarginByMetric": {"wrong_values": 5}},
+                     "metrics": {"inference": {"primary": ["wrong_values"]}}}}
+    b = make_run(tmp_path, "base", {("s", "", "wrong_values"): ([0] * 5, "count", "lower")}, spec=spec)
+    c = make_run(tmp_path, "cand", {("s", "", "wrong_values"): ([3, 3, 4, 3, 3], "count", "lower")}, spec=spec)
     _, res = compare_runs(b, c)
     r = res.rows.set_index("name").loc["wrong_values"]
     assert r.margin == 5.0 and r.verdict == "no_change"
+    # a margin only the candidate sets is not applied: none (0) is the stricter bar (gate_policy)
+    c2 = make_run(tmp_path, "cand2", {("s", "", "wrong_values"): ([3, 3, 4, 3, 3], "count", "lower")}, spec=spec)
+    b2 = make_run(tmp_path, "base2", {("s", "", "wrong_values"): ([0] * 5, "count", "lower")},
+                  spec={"spec": {"metrics": {"inference": {"primary": ["wrong_values"]}}}})
+    _, res = compare_runs(b2, c2)
+    assert res.rows.set_index("name").loc["wrong_values"].margin == 0
 
 
 # -- 4: qualified primaries, one-sided gate --------------------------------------------------------
@@ -135,7 +141,7 @@ def test_failed_replicates_are_reported_per_arm_and_gated(tmp_path):
                   failed_replicates={"serve": [3, 4, 5]},
                   spec={"spec": {"metrics": {"inference": {"primary": ["tokens_per_second"]}}}})
     gate, res3 = compare_runs(b, c3)
-    assert res3 is None and gate.not_comparable
+    assert res3 is None and gate.not_comparable and [r.reason for r in gate.refusals] == ["ReplicatesFailed"]
     assert "gating suite serve: 3 of 5 candidate replicates failed (0 of 5 in the baseline)" in gate.message()
     # all five fail: the failure count gates as a regression
     c2 = make_run(tmp_path, "cand2", {("serve", "", "tokens_per_second"): ([0] * 5, "tok/s", "higher")},

@@ -53,7 +53,11 @@ def rule_builtin_suite(doc: Any) -> Iterator[Finding]:
         if module is None:
             continue
         name = module[len(PACKAGE) + 1:]
-        if name.startswith("_") or name in NOT_SUITES or importlib.util.find_spec(module) is None:
+        try:
+            found = "." not in name and importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # benchrun.suites.gemm.main: gemm is no package
+            found = False
+        if name.startswith("_") or name in NOT_SUITES or not found:
             known = builtin_suites()
             yield path + ("repoCommand",), (f"{module} is not one of benchrun's suites{did_you_mean(name, known)}; "
                                             f"they are {', '.join(known)}")

@@ -39,6 +39,7 @@ PRIMARY_UNMEASURED = "PrimaryNotMeasured"
 BASELINE_ALIAS = "BaselineAliasMismatch"
 UNITS_DIFFER = "UnitsDiffer"
 PRIMARY_NOT_GATEABLE = "PrimaryNotGateable"
+REPLICATES_FAILED = "ReplicatesFailed"
 
 
 @dataclass(frozen=True)
@@ -322,7 +323,7 @@ def failure_refusals(rows: "pd.DataFrame") -> list[Refusal]:
     for r in sel.itertuples():
         fb, fc, tb, tc = int(r.failed_baseline), int(r.failed_candidate), int(r.n_baseline), int(r.n_candidate)
         if tc and 2 * fc >= tc and fc * max(tb, 1) > fb * tc:
-            out.append(Refusal(PRIMARY_UNMEASURED, f"gating suite {r.suite}: {fc} of {tc} candidate replicates failed "
+            out.append(Refusal(REPLICATES_FAILED, f"gating suite {r.suite}: {fc} of {tc} candidate replicates failed "
                                                    f"({fb} of {tb} in the baseline); the ones that ran cannot speak "
                                                    "for the suite: fix the failures (their logs are in raw/) and "
                                                    "run it again"))

@@ -64,7 +64,7 @@ def compare(
         raise BenchrunError(f"compare: baseline {baseline!r} and candidate {candidate!r} are the same run "
                             f"({base_dir.name}); compare two different runs", exit_code=2)
     allow = tuple(p.strip() for a in allow_differences for p in a.split(",") if p.strip())
-    _check_paths(cand_dir, variable, allow)
+    _check_paths(base_dir, cand_dir, variable, allow)
     gate, result = compare_runs(base_dir, cand_dir, variable=variable, baseline_alias=alias_of(baseline),
                                 allow_differences=allow)
     if result is None:
@@ -135,7 +135,7 @@ def _record_override(gate: "GateResult", result: "Comparison", base_dir: Path, c
     had = (cand_dir / "structured" / f"{cand_dir.name}_comparison.json").is_file()
     path = write_comparison(gate, result, base_dir.name, cand_dir)
     report_path = build_report(cand_dir)
-    _resign(cand_dir)
+    _resign(cand_dir, path.relative_to(cand_dir).as_posix())
     return f"recorded in {path} and {report_path}" + (" (replacing the comparison the run had)" if had else "")
 
 
@@ -183,23 +183,30 @@ def _mde(r: dict) -> str:
     return "none at this n" if math.isinf(v) else f"{v:.1f} %"
 
 
-def _check_paths(cand_dir: Path, variable: str | None, allow: tuple[str, ...]) -> None:
+def _check_paths(base_dir: Path, cand_dir: Path, variable: str | None, allow: tuple[str, ...]) -> None:
     """``--variable`` and ``--allow-differences`` by the rules ``validate`` applies to the spec's own
-    ``comparison.variableUnderTest`` and ``allowDifferences``: a path that names nothing would
-    let the gate pass on a variable nobody changed (exit 2, naming the option)."""
+    ``comparison.variableUnderTest`` (a path must name a field the gate compares, in either run's
+    spec: a field the candidate removed is a difference too) and ``allowDifferences`` (paths that
+    parse): one that names nothing would let the gate pass on a variable nobody changed (exit 2,
+    naming the option)."""
     import copy
 
     from benchrun.spec.comparison_rules import rule_variable_under_test_resolves
     from benchrun.stats.load import load_run
 
-    doc = copy.deepcopy(load_run(cand_dir).spec)
-    comp = doc.setdefault("spec", {}).setdefault("comparison", {})
-    if variable is not None:
-        comp["variableUnderTest"] = variable
-    comp["allowDifferences"] = list(allow)
-    for path, message in rule_variable_under_test_resolves(doc):
-        option = "--variable" if path[-1] == "variableUnderTest" else "--allow-differences"
-        raise BenchrunError(f"compare {option}: {message}", exit_code=2)
+    said: list[list[tuple[tuple[object, ...], str]]] = []
+    for run_dir in (cand_dir, base_dir):
+        doc = copy.deepcopy(load_run(run_dir).spec)
+        comp = doc.setdefault("spec", {}).setdefault("comparison", {})
+        if variable is not None:
+            comp["variableUnderTest"] = variable
+        comp["allowDifferences"] = list(allow)
+        said.append(list(rule_variable_under_test_resolves(doc)))
+    in_base = {path for path, _ in said[1]}
+    for path, message in said[0]:
+        if path in in_base:  # wrong in both specs
+            option = "--variable" if path[-1] == "variableUnderTest" else "--allow-differences"
+            raise BenchrunError(f"compare {option}: {message}", exit_code=2)
 
 
 def strict_json(value: object) -> object:
@@ -277,14 +284,15 @@ def plan(
                   + (f" — {p.note}" if p.note else ""), markup=False, highlight=False)
 
 
-def _resign(run_dir: "Path") -> None:
+def _resign(run_dir: "Path", *written: str) -> None:
     """The report and figures are signed files: sign the run again through the run's own path
-    (a run never signed stays unsigned; one whose evidence was edited is not re-signed)."""
+    (a run never signed stays unsigned; one whose evidence, or a signed file other than the
+    report, the figures and ``written``, was edited is not re-signed)."""
     from benchrun.lifecycle import resign_if_intact
 
     run_dir = Path(run_dir)
     if (run_dir / "status.json").is_file() and run_dir.parent.name == "runs":
-        why = resign_if_intact(run_dir)
+        why = resign_if_intact(run_dir, rewritten=("reports/", "figures/", *written))
         if why:
             typer.echo(f"warning: {run_dir.name}: {why}", err=True)
 

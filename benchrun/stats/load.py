@@ -315,8 +315,9 @@ def absolute_margin(spec: dict[str, Any], metric: str) -> float | None:
 class GatePolicy:
     """What a comparison gates on and how strictly, from both runs' pinned specs. The candidate
     is what is under test, so it never sets a laxer bar than the baseline's: the primaries are
-    both specs' (a candidate that drops one, or disables its family, still gates on it), δ and
-    an absolute margin the smaller, the confidence level the lower (the larger α); ``differs``
+    both specs' (a candidate that drops one, or disables its family, still gates on it), δ the
+    smaller, an absolute margin the smaller or none where either spec sets none (none is 0), the
+    confidence level the lower (the larger α); ``differs``
     names what the two specs set differently (the comparison's notes say so)."""
 
     specs: tuple[dict[str, Any], dict[str, Any]]
@@ -329,8 +330,9 @@ class GatePolicy:
         return min(delta_pct(s, metric) for s in self.specs)
 
     def margin(self, metric: str) -> float | None:
-        found = [m for s in self.specs if (m := absolute_margin(s, metric)) is not None]
-        return min(found) if found else None
+        found = [absolute_margin(s, metric) for s in self.specs]
+        # no margin is the strictest bar (0: significance alone decides), so one spec without wins
+        return None if any(m is None for m in found) else min(m for m in found if m is not None)
 
 
 def gate_policy(baseline: dict[str, Any], candidate: dict[str, Any]) -> GatePolicy:
