@@ -105,17 +105,26 @@ def run_status_asset(extra_deps: list[dg.AssetKey]) -> dg.AssetsDefinition:
         rd = RunDir.for_run(context.partition_key)
         st = lifecycle.finalize(rd)
         report = rd.path / "reports" / f"{rd.run_id}_report.html"
-        if report.is_file():  # written while Analyzing: write it again with the final phase
-            from benchrun.report.html import write_report
+        try:
+            if report.is_file():  # written while Analyzing: write it again with the final phase
+                from benchrun.report.html import write_report
 
-            write_report(rd.path)
-        # The run fact was curated while the run was Analyzing; record its final phase (before
-        # signing: the statement hashes the run's warehouse partitions).
-        curate_run(rd.path, rd.home, tables=["benchmark_run_fact"])
-        lifecycle.sign_publication(rd)  # the signature covers the final report too
-        from benchrun.sharedstate import push_run
+                write_report(rd.path)
+            # The run fact was curated while the run was Analyzing; record its final phase (before
+            # signing: the statement hashes the run's warehouse partitions).
+            curate_run(rd.path, rd.home, tables=["benchmark_run_fact"])
+            lifecycle.sign_publication(rd)  # the signature covers the final report too
+            from benchrun.sharedstate import push_run
 
-        push_run(rd.path, rd.home)  # the finished run and its warehouse partitions (when shared)
+            push_run(rd.path, rd.home)  # the finished run and its warehouse partitions (when shared)
+        except Exception as exc:
+            # the phase was set above; a run whose report, curation, signature or push failed is
+            # not Succeeded (the CLI's exit code and the failure sensor both read the phase)
+            from benchrun.rundir import mark_run_failed
+
+            mark_run_failed(rd.home, rd.run_id, f"run_status: publishing the finished run failed: "
+                            f"{type(exc).__name__}: {exc}", over_succeeded=True)
+            raise
         from benchrun.report import worker
 
         if report.is_file() and worker.background():  # `benchrun run`: figures after the final status

@@ -121,16 +121,18 @@ class ConfirmationRound:
         from benchrun.execute import record_launches
 
         done: dict[str, list[LaunchResult]] = {arm: [] for arm in self._out_dirs}
-        for arm, inv in order:
-            res = self.launcher.launch(inv, self._out_dirs[arm])
-            done[arm].append(res)
-            if self.on_launch:
-                self.on_launch(res)
-        # each look's launches recorded, as a run's are: a pair killed before it wrote a result is a failure
         first = min((inv.replicate for _, inv in order), default=1)
-        for arm, results in done.items():
-            if results:
-                record_launches(self._out_dirs[arm], f"confirmation from pair {first}", results)
+        try:
+            for arm, inv in order:
+                res = self.launcher.launch(inv, self._out_dirs[arm])
+                done[arm].append(res)
+                if self.on_launch:
+                    self.on_launch(res)
+        finally:  # interrupted too: what finished is recorded, as run_layer records a layer's launches
+            # each look's launches recorded, as a run's are: a pair killed before it wrote a result is a failure
+            for arm, results in done.items():
+                if results:
+                    record_launches(self._out_dirs[arm], f"confirmation from pair {first}", results)
 
     def _tables(self) -> tuple[Any, Any]:
         from benchrun.stats.load import replicate_table

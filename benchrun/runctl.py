@@ -9,6 +9,7 @@ artifact store: the evidence is write-once and stays.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -166,8 +167,22 @@ def delete_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
         names = ", ".join(f"published/{a}" for a in aliases)
         raise BenchrunError(f"run {run_id} is the baseline {names}; promote another run to it first "
                             f"(`benchrun promote OTHER_RUN --alias {aliases[0]}`), then delete this one")
-    phase = rd.read_status().get("phase")
-    if phase not in TERMINAL_PHASES:
+    try:
+        phase = rd.read_status().get("phase")
+    except BenchrunError as exc:
+        # a damaged status.json (its error says "delete the run"): deletable unless a live process
+        # still claims the run (its heartbeat)
+        from benchrun.liveness import alive
+
+        claim = liveness_path(root, run_id)
+        try:
+            record = json.loads(claim.read_text(encoding="utf-8")) if claim.is_file() else None
+        except (OSError, ValueError):
+            record = None
+        if isinstance(record, dict) and alive(record):
+            raise BenchrunError(f"{exc}; a live process still claims the run ({claim}): cancel it first") from None
+        phase = "damaged"
+    if phase not in (*TERMINAL_PHASES, "damaged"):
         raise BenchrunError(f"run {run_id} is {phase}; cancel it first (`benchrun cancel {run_id}`)")
     out = DeleteOutcome(run_id)
     tables = [t for t in TABLES if partition_dir(root, t, run_id).exists()]

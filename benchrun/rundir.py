@@ -171,7 +171,8 @@ class RunDir:
         except FileNotFoundError:
             raise BenchrunError(f"run {self.run_id}: no status.json under {self.path}") from None
         except json.JSONDecodeError as exc:
-            raise BenchrunError(f"{self.status_path}: not valid JSON ({exc})") from exc
+            raise BenchrunError(f"{self.status_path}: not valid JSON ({exc}); the run's status is damaged: restore it "
+                                "from the stored evidence or delete the run") from exc
         if not isinstance(doc, dict):
             raise BenchrunError(f"{self.status_path}: not a JSON object (a {type(doc).__name__}); the run's status is "
                                 "damaged: restore it from the stored evidence or delete the run")
@@ -317,13 +318,16 @@ def list_runs(home: Path | str | None = None) -> list[RunDir]:
     return sorted(out, key=created)
 
 
-def mark_run_failed(home: Path | str | None, run_id: str, reason: str) -> bool:
-    """Phase Failed with the reason unless already terminal; True when it changed."""
+def mark_run_failed(home: Path | str | None, run_id: str, reason: str, *, over_succeeded: bool = False) -> bool:
+    """Phase Failed with the reason unless already terminal; True when it changed.
+    ``over_succeeded``: also over a Succeeded the caller itself set before a later step of the
+    same asset failed (``run_status`` finalizes, then writes the report, curates, signs and
+    pushes): a run whose publication failed must not stay Succeeded with exit 0."""
     rd = RunDir.for_run(run_id, home)
     if not rd.exists():
         return False
     st = rd.read_status()
-    if st.get("phase") in TERMINAL_PHASES:
+    if st.get("phase") in TERMINAL_PHASES and not (over_succeeded and st.get("phase") == "Succeeded"):
         return False
     rd.set_condition("Failed", True, "OrchestratorRunFailed", reason)
     # The outcome column agrees with the phase; what the suites measured is kept for a retry.

@@ -48,3 +48,32 @@ def test_every_command_that_writes_into_a_run_leaves_verify_passing(bench_home, 
         assert out.exit_code in allowed, (command, out.exit_code, out.output, out.exception)
         for check in (cli.invoke(app, ["verify", run_id]), cli.invoke(app, ["verify", "--store"])):
             assert check.exit_code == 0, (command, check.output, str(check.exception))
+
+
+@pytest.mark.slow
+def test_a_run_whose_publication_fails_after_its_final_phase_is_not_succeeded(bench_home, canary_doc, write_spec,
+                                                                             monkeypatch) -> None:
+    """run_status set the final phase, then rewrote the report, curated, signed and pushed: when one
+    of those failed the run stayed Succeeded and `benchrun run` exited 0 (nothing could mark a
+    terminal phase Failed)."""
+    import benchrun.warehouse as warehouse
+    from benchrun.rundir import RunDir
+
+    monkeypatch.setenv("BENCHRUN_WARM", "0")
+    canary_doc["spec"]["trials"]["minReplicates"] = 3
+    canary_doc["spec"]["layers"] = tiny_layers([GEMM])
+    real = warehouse.curate_run
+
+    def curate(*args, **kwargs):
+        if kwargs.get("tables") == ["benchmark_run_fact"]:
+            raise RuntimeError("simulated failure after the final phase")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(warehouse, "curate_run", curate)
+    result = CliRunner().invoke(app, ["run", str(write_spec(canary_doc))])
+    assert result.exit_code == 1, result.output
+    run_id = next(p.name for p in (bench_home / "runs").iterdir())
+    st = RunDir(bench_home, run_id).read_status()
+    assert st["phase"] == "Failed" and st["outcome"] == "failed"
+    assert "publishing the finished run failed: RuntimeError: simulated failure after the final phase" in \
+        str(st["conditions"])

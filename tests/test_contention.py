@@ -108,6 +108,10 @@ def test_a_contended_replicate_is_launched_again_once_and_the_attempt_is_kept(tm
 
     assert contended_replicates(rd.path) == {"s": {3}} and reruns(rd.path) == {"s": {"quiet": 1, "contended": 1}}
     assert sorted(replicate_table(rd.path)["replicate"]) == [1, 2, 3]  # the set-aside attempts are not results
+    # the layer materialized again with no contention: the earlier materialization's set-aside attempts
+    # are not this one's reruns (they were counted as such, 3 "quiet" reruns that never happened)
+    run_layer(_plan(run_id, 1), rd, _Busy({}))
+    assert not list((rd.path / "raw").glob(f"{run_id}_s_r*_contended*")) and reruns(rd.path) == {}
     # no budget: launched once each, as before
     rd0 = RunDir(tmp_path, "quiet-20261202000000-bbbbbbbb").create()
     rd0.write_status({"run_id": rd0.run_id, "phase": "Running", "conditions": []})

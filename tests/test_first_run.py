@@ -258,3 +258,15 @@ def test_a_baseline_alias_whose_run_is_gone_is_said_not_skipped(tmp_path):
     hint = baseline_hint(rd, rd.name, {"phase": "Succeeded"})
     assert hint and hint.startswith("not compared with a baseline: baseline alias published/canary points at run")
     assert "benchrun promote RUN_ID --alias canary" in hint
+
+
+def test_a_run_whose_status_is_damaged_can_be_deleted_as_its_error_says(tmp_path):
+    bad = tmp_path / "runs" / "bad-20261202000000-aaaaaaaa"
+    bad.mkdir(parents=True)
+    for text in ("[]", "{not json"):
+        bad.mkdir(exist_ok=True)
+        (bad / "status.json").write_text(text)
+        r = _cli("show", bad.name, home=tmp_path)
+        assert r.returncode == 1 and "delete the run" in r.stderr, r.stderr
+        r = _cli("delete", bad.name, home=tmp_path)
+        assert r.returncode == 0 and not bad.exists(), r.stderr

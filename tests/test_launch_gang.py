@@ -137,3 +137,47 @@ def test_torchrun_across_two_local_nodes_with_gang_placeholders(tmp_path: Path) 
     res = LocalLauncher().launch(inv, run_dir)
     assert res.status == "ok", res.reason
     assert [m["value"] for m in res.metrics if m["name"] == "rank_sum"] == [3.0]  # ranks 0 and 1 of 2 met
+
+
+QUICK_GANG = r'''
+import sys
+from benchrun.suites._runtime import main
+
+if sys.argv[sys.argv.index("--node-rank") + 1] == "1":
+    sys.exit(3)  # node 1 fails before it joins anything
+
+
+def run(ctx):
+    ctx.add_metric("x", 1.0, "1", "higher")
+
+
+main(run)
+'''
+
+
+def test_a_node_that_fails_while_the_launcher_is_between_polls_still_fails_the_gang(tmp_path: Path,
+                                                                                     monkeypatch) -> None:
+    """When every node had ended before the launcher's loop looked again, the loop ended with no
+    failure and node 0's ok document decided: an ok replicate with a non-zero exit code."""
+    import subprocess
+
+    from benchrun.launch import local
+
+    class Finished(subprocess.Popen):  # each node has ended by the time the launcher polls
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.wait()
+
+    rd = RunDir(tmp_path, RUN_ID).create()
+    script = tmp_path / "quick_gang.py"
+    script.write_text(QUICK_GANG)
+    values = {name: gang_mark(name) for name in ("NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "NNODES", "HOSTS")}
+    argv = build_argv(f"python {script} --node-rank ${{NODE_RANK}}", values, where="test")
+    env = {**base_env(), "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "BENCHRUN_RUN_ID": RUN_ID,
+           "BENCHRUN_RUN_DIR": str(rd.path), "BENCHRUN_SUITE": "gang", "BENCHRUN_REPLICATE": "1",
+           "BENCHRUN_PARAMS": "{}"}
+    inv = Invocation(RUN_ID, "micro", "gang", 1, "bc-g", argv, env, 60.0, {}, nodes=2)
+    monkeypatch.setattr(local.subprocess, "Popen", Finished)
+    res = LocalLauncher().launch(inv, rd.path)
+    assert res.status == "failed" and res.exit_code == 3, (res.status, res.reason)
+    assert res.reason.startswith("node 1 (rank 1) exited with code 3")

@@ -767,3 +767,31 @@ def test_a_table_from_before_the_claims_keeps_its_deletes(tmp_path: Path) -> Non
     assert laketx.first_curation(cat, "measurement_fact", "run-newer")
     curate_run(run_a, tmp_path, man_a)
     assert _count(tmp_path, "SELECT count(*) FROM measurement_fact") == 9
+
+
+def test_rebuilding_a_run_from_its_directory_or_the_store_never_doubles_its_rows(bench_home: Path) -> None:
+    """From the store a run's status (its start) is not there: curation replaced the rows of an
+    unknown day only, and the copy curated before kept its own — 3 measurement rows became 6."""
+    import shutil
+
+    from pyiceberg.expressions import EqualTo
+
+    from benchrun.stats.synthetic import make_run
+    from benchrun.warehouse.rebuild import rebuild_warehouse
+
+    rd = make_run(bench_home, "run-a", {("s", "c", "tps"): ([1.0, 2.0, 3.0], "tok/s", "higher")},
+                  created_utc="2026-01-05T10:00:00Z")
+    curate_run(rd, bench_home)
+
+    def counts() -> dict[str, int]:
+        cat = lake.catalog(bench_home)
+        return {t: len(lake.load_or_create(cat, t).scan(row_filter=EqualTo("run_id", "run-a")).to_arrow())
+                for t in ("measurement_fact", "benchmark_run_fact")}
+
+    want = {"measurement_fact": 3, "benchmark_run_fact": 1}
+    assert counts() == want
+    assert not rebuild_warehouse(bench_home, ["run-a"]).failed and counts() == want
+    shutil.rmtree(rd)  # the run directory is gone; the store still has the run
+    for _ in range(2):
+        report = rebuild_warehouse(bench_home, ["run-a"])
+        assert not report.failed and "no run directory" in report.source["run-a"] and counts() == want

@@ -152,3 +152,77 @@ def test_iceberg_rows_are_signed_by_content_and_an_edit_fails_verify(bench_home:
     gone = cli.invoke(app, ["verify", RUN_ID])
     assert gone.exit_code == 0, gone.output
     assert f"{len(signed)} no longer present (retention?): iceberg " in gone.output, gone.output
+
+
+def test_a_request_sample_path_outside_the_run_is_not_curated(bench_home: Path, caplog) -> None:
+    """``samples.requests`` comes from the suite's own result document: an absolute or ``../`` path
+    curated any parquet on the machine into serving_request_fact, where verify never looks."""
+    import json
+
+    import pandas as pd
+
+    from benchrun.stats.synthetic import make_run
+
+    outside = bench_home / "outside.parquet"
+    pd.DataFrame({"request_id": ["SECRET-1"], "e2e_ms": [1.0]}).to_parquet(outside)
+    rd = make_run(bench_home, "run-b", {("s", "c", "tps"): ([1.0], "tok/s", "higher")}, manifest=False)
+    res = rd / "structured" / "run-b_s_r1.json"
+    for sample in (str(outside), "../../outside.parquet"):
+        doc = json.loads(res.read_text())
+        doc["samples"] = {"requests": sample}
+        res.write_text(json.dumps(doc))
+        with caplog.at_level("WARNING"):
+            curate_run(rd, bench_home)
+        assert f"names {sample}, outside the run directory: not read" in caplog.text
+        got = query("SELECT count(*) AS n FROM serving_request_fact", bench_home).table.to_pylist()
+        assert got == [{"n": 0}]
+
+
+def test_a_damaged_iceberg_data_file_is_an_error_naming_the_table_and_the_repair(bench_home: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """``verify``, ``verify --store`` and ``promote`` ended in pyarrow's ArrowInvalid traceback
+    ("magic bytes not found"), naming neither the table nor the fix."""
+    from benchrun.warehouse import lake
+
+    for name in (KEY_ENV, "BENCHRUN_VERIFY_PUBLIC_KEY", "BENCHRUN_STORE_ROOTS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(lake.FORMAT_ENV, "iceberg")
+    rd = make_sealed_run(bench_home, stored=True)
+    curate_run(rd.path, bench_home, open_store(None, bench_home).put_run_dir(rd.path, RUN_ID, exclude=MUTABLE_FILES))
+    sign_run(rd.path, bench_home)
+    monkeypatch.setenv("BENCHRUN_TRUSTED_KEYIDS", load_signing_key(bench_home).keyid)
+    tbl = lake.load_or_create(lake.catalog(bench_home), "measurement_fact")
+    data = Path(next(iter(tbl.scan().plan_files())).file.file_path.removeprefix("file://"))
+    data.write_bytes(data.read_bytes()[:100])  # truncated
+    out = CliRunner().invoke(app, ["verify", RUN_ID])
+    assert out.exit_code == 1 and not isinstance(out.exception, ValueError), out.output
+    assert "warehouse table measurement_fact: its data cannot be read" in out.output + str(out.exception)
+    assert f"benchrun rebuild-warehouse {RUN_ID}" in out.output + str(out.exception)
+
+
+def test_rows_of_the_run_added_after_signing_to_a_table_it_had_none_in_fail_verify(bench_home: Path,
+                                                                                   monkeypatch: pytest.MonkeyPatch
+                                                                                   ) -> None:
+    """verify compared only the tables that held the run's rows when it was signed: a forged
+    serving_outcome_fact row of the run, which query returns, passed."""
+    import datetime as dt
+
+    from benchrun.warehouse import lake
+    from benchrun.warehouse.writer import rows_to_table
+
+    for name in (KEY_ENV, "BENCHRUN_VERIFY_PUBLIC_KEY", "BENCHRUN_STORE_ROOTS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(lake.FORMAT_ENV, "iceberg")
+    rd = make_sealed_run(bench_home, stored=True)
+    curate_run(rd.path, bench_home, open_store(None, bench_home).put_run_dir(rd.path, RUN_ID, exclude=MUTABLE_FILES))
+    sign_run(rd.path, bench_home)
+    monkeypatch.setenv("BENCHRUN_TRUSTED_KEYIDS", load_signing_key(bench_home).keyid)
+    assert "serving_outcome_fact" not in lake.run_rows_digest(bench_home, RUN_ID)
+    assert CliRunner().invoke(app, ["verify", RUN_ID]).exit_code == 0
+    row = {"run_id": RUN_ID, "suite": "s", "replicate": 1, "layer": "forged"}
+    lake.commit_run(bench_home, "serving_outcome_fact", RUN_ID, [rows_to_table("serving_outcome_fact", [row])],
+                    dt.datetime(2026, 1, 5, 10, tzinfo=dt.timezone.utc))
+    out = CliRunner().invoke(app, ["verify", RUN_ID])
+    assert out.exit_code == 1
+    assert "iceberg serving_outcome_fact: 1 rows of the run that were not signed (added since)" in \
+        out.output + str(out.exception)

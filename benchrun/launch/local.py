@@ -269,6 +269,10 @@ class LocalLauncher:
         wall = time.perf_counter() - t0
         finish_telemetry(telemetry, inv, run_dir)  # adds its summaries to the result read below
         codes = [p.returncode for p in procs]
+        if failure is None and not timed_out:
+            # every node ended between two polls of the loop above: its exit code still decides
+            failure = next(((n, f"killed by {_signal_name(-c)}" if c < 0 else f"exited with code {c}")
+                            for n, c in enumerate(codes) if c not in (0, None)), None)
         doc, doc_error = None, None
         if result_path.is_file():
             try:

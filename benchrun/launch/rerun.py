@@ -65,7 +65,12 @@ def mark_rerun(run_dir: Path, inv: Invocation, attempt: int, earlier: list[str],
 
 def launch_with_reruns(launch: Callable[[], LaunchResult], run_dir: Path, inv: Invocation, reruns: int) -> LaunchResult:
     """``launch()`` the replicate, then, while its result says contended and the budget of
-    ``reruns`` lasts, set that attempt aside and launch it again; the last attempt's result."""
+    ``reruns`` lasts, set that attempt aside and launch it again; the last attempt's result.
+    Attempts an earlier materialization of the run set aside are removed first: they are not
+    this launch's, and the analysis would count them as its reruns."""
+    raw = Path(run_dir) / "raw"
+    for stale in raw.glob(f"{inv.run_id}_{inv.suite}_r{int(inv.replicate)}_contended*") if raw.is_dir() else []:
+        stale.unlink(missing_ok=True)
     res = launch()
     earlier: list[str] = []
     for attempt in range(1, max(0, int(reruns)) + 1):

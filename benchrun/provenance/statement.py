@@ -153,10 +153,14 @@ def partition_mismatches(statement: "Statement", home: Path) -> list[str]:
 
     bad = []
     now = rows_now(statement, home)
-    for table, signed in sorted((statement.predicate.get("warehouse_rows") or {}).items()):
+    signed_rows = statement.predicate.get("warehouse_rows") or {}
+    for table, signed in sorted(signed_rows.items()):
         got = now.get(table)
         if got is not None and got.get("sha256") != signed.get("sha256"):
             bad.append(f"iceberg {table}: the run's {got['rows']} rows differ from the {signed.get('rows')} signed")
+    for table in sorted(set(now) - set(signed_rows)) if signed_rows else []:
+        # a table the run had no rows in when signed: rows added since are not the run's evidence
+        bad.append(f"iceberg {table}: {now[table]['rows']} rows of the run that were not signed (added since)")
     root = warehouse_root(home).resolve()
     for rel, sha in sorted((statement.predicate.get("warehouse_partitions") or {}).items()):
         path = (warehouse_root(home) / rel).resolve()

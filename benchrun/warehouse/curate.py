@@ -354,7 +354,12 @@ def request_batches(src: RunSources) -> Iterator[pa.RecordBatch]:
         sample = (doc.get("samples") or {}).get("requests")
         if not sample:
             continue
-        path = src.run_dir / sample
+        path = (src.run_dir / str(sample)).resolve()
+        if Path(str(sample)).is_absolute() or not path.is_relative_to(src.run_dir.resolve()):
+            # a result document is written by the suite (a pod): a path outside the run directory would
+            # curate any file on this machine into the warehouse, where verify never looks
+            log.warning("run %s: %s names %s, outside the run directory: not read", src.run_id, relpath, sample)
+            continue
         if not path.is_file():
             log.warning("run %s: %s names %s, which is missing", src.run_id, relpath, sample)
             continue

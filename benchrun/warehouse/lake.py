@@ -467,7 +467,12 @@ def run_rows_digest(home: Path, run_id: str) -> dict[str, dict[str, Any]]:
         tbl = load_or_create(cat, table)
         if tbl.current_snapshot() is None:
             continue
-        rows = tbl.scan(row_filter=EqualTo("run_id", run_id)).to_arrow().to_pylist()
+        try:
+            rows = tbl.scan(row_filter=EqualTo("run_id", run_id)).to_arrow().to_pylist()
+        except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid/ArrowIOError: a damaged or missing data file
+            raise BenchrunError(f"warehouse table {table}: its data cannot be read for run {run_id} "
+                                f"({type(exc).__name__}: {exc}); rebuild the run's rows with "
+                                f"`benchrun rebuild-warehouse {run_id}`") from None
         if not rows:
             continue
         lines = sorted(json.dumps(r, sort_keys=True, default=str, separators=(",", ":")) for r in rows)

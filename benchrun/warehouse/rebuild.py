@@ -80,6 +80,14 @@ def rebuild_warehouse(home: Path, run_ids: list[str] | None = None) -> RebuildRe
     report = RebuildReport()
     for run_id in wanted:
         try:
+            if lake.enabled() and (run_id in on_disk or run_id in stored):
+                # the run's rows go wherever they are first: curation replaces them within the day of the
+                # run's start, and a run curated before it started (or restored from the store, whose
+                # status is not stored) would otherwise keep an old copy on another day — doubled rows
+                from benchrun.warehouse.schemas import TABLES
+
+                for table in sorted(TABLES):
+                    lake.commit_run(home, table, run_id, [], None, every_day=True)
             if run_id in on_disk:
                 report.rebuilt[run_id] = curate_run(on_disk[run_id].path, home)
                 report.source[run_id] = str(on_disk[run_id].path)
