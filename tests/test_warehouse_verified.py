@@ -105,6 +105,19 @@ def json_dump(reports) -> str:
 
 
 @pytest.mark.slow
+def _signed_iceberg_run(bench_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """RUN_ID sealed, stored, curated into the Iceberg warehouse and signed; its key trusted."""
+    from benchrun.warehouse import lake
+
+    for name in (KEY_ENV, "BENCHRUN_VERIFY_PUBLIC_KEY", "BENCHRUN_STORE_ROOTS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(lake.FORMAT_ENV, "iceberg")
+    rd = make_sealed_run(bench_home, stored=True)
+    curate_run(rd.path, bench_home, open_store(None, bench_home).put_run_dir(rd.path, RUN_ID, exclude=MUTABLE_FILES))
+    sign_run(rd.path, bench_home)
+    monkeypatch.setenv("BENCHRUN_TRUSTED_KEYIDS", load_signing_key(bench_home).keyid)
+
+
 def test_iceberg_rows_are_signed_by_content_and_an_edit_fails_verify(bench_home: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 28 item 4 on the Iceberg warehouse (it had "0 warehouse partitions"): the run's rows of
@@ -115,13 +128,7 @@ def test_iceberg_rows_are_signed_by_content_and_an_edit_fails_verify(bench_home:
 
     from benchrun.warehouse import lake
 
-    for name in (KEY_ENV, "BENCHRUN_VERIFY_PUBLIC_KEY", "BENCHRUN_STORE_ROOTS"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv(lake.FORMAT_ENV, "iceberg")
-    rd = make_sealed_run(bench_home, stored=True)
-    curate_run(rd.path, bench_home, open_store(None, bench_home).put_run_dir(rd.path, RUN_ID, exclude=MUTABLE_FILES))
-    sign_run(rd.path, bench_home)
-    monkeypatch.setenv("BENCHRUN_TRUSTED_KEYIDS", load_signing_key(bench_home).keyid)
+    _signed_iceberg_run(bench_home, monkeypatch)
     cli = CliRunner()
     scans = []
     digest = lake.run_rows_digest
@@ -184,13 +191,7 @@ def test_a_damaged_iceberg_data_file_is_an_error_naming_the_table_and_the_repair
     ("magic bytes not found"), naming neither the table nor the fix."""
     from benchrun.warehouse import lake
 
-    for name in (KEY_ENV, "BENCHRUN_VERIFY_PUBLIC_KEY", "BENCHRUN_STORE_ROOTS"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv(lake.FORMAT_ENV, "iceberg")
-    rd = make_sealed_run(bench_home, stored=True)
-    curate_run(rd.path, bench_home, open_store(None, bench_home).put_run_dir(rd.path, RUN_ID, exclude=MUTABLE_FILES))
-    sign_run(rd.path, bench_home)
-    monkeypatch.setenv("BENCHRUN_TRUSTED_KEYIDS", load_signing_key(bench_home).keyid)
+    _signed_iceberg_run(bench_home, monkeypatch)
     tbl = lake.load_or_create(lake.catalog(bench_home), "measurement_fact")
     data = Path(next(iter(tbl.scan().plan_files())).file.file_path.removeprefix("file://"))
     data.write_bytes(data.read_bytes()[:100])  # truncated
@@ -210,13 +211,7 @@ def test_rows_of_the_run_added_after_signing_to_a_table_it_had_none_in_fail_veri
     from benchrun.warehouse import lake
     from benchrun.warehouse.writer import rows_to_table
 
-    for name in (KEY_ENV, "BENCHRUN_VERIFY_PUBLIC_KEY", "BENCHRUN_STORE_ROOTS"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv(lake.FORMAT_ENV, "iceberg")
-    rd = make_sealed_run(bench_home, stored=True)
-    curate_run(rd.path, bench_home, open_store(None, bench_home).put_run_dir(rd.path, RUN_ID, exclude=MUTABLE_FILES))
-    sign_run(rd.path, bench_home)
-    monkeypatch.setenv("BENCHRUN_TRUSTED_KEYIDS", load_signing_key(bench_home).keyid)
+    _signed_iceberg_run(bench_home, monkeypatch)
     assert "serving_outcome_fact" not in lake.run_rows_digest(bench_home, RUN_ID)
     assert CliRunner().invoke(app, ["verify", RUN_ID]).exit_code == 0
     row = {"run_id": RUN_ID, "suite": "s", "replicate": 1, "layer": "forged"}
