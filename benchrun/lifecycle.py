@@ -78,6 +78,10 @@ def admit(rd: RunDir, loaded: Any, *, dagster_run_id: str | None = None,
                 "LocalExecution" if path == LOCAL_SCHEDULER_PATH else "LauncherCannotGuarantee",
                 f"{why}; the run is downgraded to realism_grade",
             )
+    earlier = set_earlier_attempt_aside(rd)
+    if earlier:
+        rd.set_condition("Rematerialized", True, "EarlierAttemptKeptAside",
+                         f"the run was started again: what its earlier attempt wrote is under {earlier}")
     signing = loaded.run.spec.provenance.signing
     if getattr(signing, "required", False):
         rd.set_condition("Signed", False, "SigningNotPerformed",
@@ -117,6 +121,34 @@ def settle_layers(rd: RunDir) -> tuple[str, list[str]]:
                              f"{st['ok']} ok, {st['failed']} failed, {st.get('unavailable', 0)} unavailable "
                              f"of {st['launches']}")
     return run_outcome(layers)
+
+
+def set_earlier_attempt_aside(rd: RunDir) -> str | None:
+    """A run started again after its evidence was sealed (its partition re-materialized) starts
+    clean: everything the earlier attempt wrote — results, logs, reports, figures, its manifest and
+    signature — moves to ``attempts/<k>/`` (k = 1, 2, ...), where it stays part of the run's files
+    (the new manifest hashes it; its own evidence is in the store under its manifest digest).
+    Left in place, the earlier reports and statistics were sealed into the new manifest, the assets
+    after rewrote them and signing refused ("the sealed evidence changed"). Kept in place: the
+    pinned spec, the live status and a ``replicates: auto`` decision (the plan reads it back). Returns
+    the folder, None when nothing was sealed before."""
+    import shutil
+
+    if not (rd.path / "manifest.json").is_file():
+        return None
+    keep = {"status.json", f"structured/{rd.run_id}_spec.yaml", f"structured/{rd.run_id}_replicate_plan.json"}
+    k = 1
+    while (rd.path / "attempts" / str(k)).exists():
+        k += 1
+    target = rd.path / "attempts" / str(k)
+    for path in sorted(rd.path.rglob("*")):
+        rel = path.relative_to(rd.path).as_posix()
+        if not path.is_file() or rel in keep or rel.startswith("attempts/"):
+            continue
+        dest = target / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(path), str(dest))
+    return f"attempts/{k}/"
 
 
 def record_evidence(rd: RunDir, loaded: Any, open_store_for: Callable[[str, int | None], Any] | None = None) -> dict[str, Any]:
@@ -239,7 +271,7 @@ def resign_if_intact(run_dir: Path, home: Path | str | None = None, *, rewritten
     edited = [b for b in changed if not ours(b.split(" (")[0])]
     if edited:
         return ("not signed again: signed files changed that this command did not write "
-                f"({', '.join(edited[:5])}); restore them or run `benchrun report` / `benchrun verify` to see what differs")
+                f"({', '.join(edited[:5])}); restore them (`benchrun verify` lists what differs)")
     try:
         sign_publication(RunDir(run_dir.parent.parent, run_dir.name))
     except BenchrunError as exc:  # e.g. a pinned spec that no longer validates: the command's own work stands

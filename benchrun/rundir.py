@@ -30,6 +30,7 @@ MUTABLE_FILES = ("status.json",)
 
 # What each file is for, by where it lives and what it is called (manifest artifact_roles).
 _ROLE_RULES: tuple[tuple[str, str], ...] = (
+    ("attempts/", "earlier_attempt"),  # a re-materialized run's earlier attempt (lifecycle.set_earlier_attempt_aside)
     ("status.json", "status"),
     ("progress/", "progress"),
     ("reports/", "report"),

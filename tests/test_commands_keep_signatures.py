@@ -77,3 +77,69 @@ def test_a_run_whose_publication_fails_after_its_final_phase_is_not_succeeded(be
     assert st["phase"] == "Failed" and st["outcome"] == "failed"
     assert "publishing the finished run failed: RuntimeError: simulated failure after the final phase" in \
         str(st["conditions"])
+
+
+def test_rebuild_warehouse_does_not_sign_over_an_edited_published_file(bench_home, monkeypatch) -> None:
+    """Re-signing checked only the sealed evidence: an edited report (a published, signed file) was
+    signed over by the next `rebuild-warehouse RUN`, and verify passed again."""
+    import json
+    from pathlib import Path
+
+    from benchrun.provenance import sign_run
+    from benchrun.spec import load_spec_bytes
+    from benchrun.stats.synthetic import make_run, seal_run, write_manifest
+    from benchrun.warehouse.curate import curate_run
+
+    rid = "run-c"
+    rd = make_run(bench_home, rid, {("s", "c", "tps"): ([1.0, 2.0], "tok/s", "higher")}, manifest=False, sealed=False)
+    raw = (Path(__file__).resolve().parents[1] / "specs/local/canary.yaml").read_bytes()
+    (rd / "structured" / f"{rid}_spec.yaml").write_bytes(raw)  # a pinned spec that validates, so it can be re-signed
+    st = json.loads((rd / "status.json").read_text())
+    st["spec_digest"] = load_spec_bytes(raw, "pinned").spec_digest
+    (rd / "status.json").write_text(json.dumps(st))
+    write_manifest(rd)
+    seal_run(rd, bench_home)
+    curate_run(rd, bench_home)
+    (rd / "reports" / f"{rid}_report.md").write_text("verdict: REGRESSION, tps -12%\n")  # published after sealing
+    sign_run(rd, bench_home)
+    monkeypatch.setenv("BENCHRUN_TRUSTED_KEYIDS", load_signing_key(bench_home).keyid)
+    cli = CliRunner()
+    assert cli.invoke(app, ["verify", rid]).exit_code == 0
+    (rd / "reports" / f"{rid}_report.md").write_text("verdict: no change\n")  # edited
+    assert cli.invoke(app, ["verify", rid]).exit_code == 1
+    out = cli.invoke(app, ["rebuild-warehouse", rid])
+    assert "not signed again: signed files changed that this command did not write" in out.output, out.output
+    assert f"reports/{rid}_report.md" in out.output
+    assert cli.invoke(app, ["verify", rid]).exit_code == 1  # the edit stays visible
+
+
+@pytest.mark.slow
+def test_a_finished_run_materialized_again_succeeds_and_keeps_its_earlier_attempt(bench_home, canary_doc,
+                                                                                 write_spec, monkeypatch) -> None:
+    """Re-materializing a finished partition (the UI's Materialize) failed in run_status: the first
+    attempt's report, statistics and figures were sealed into the new manifest, rewritten by the
+    assets after, and signing refused ("the sealed evidence changed"); verify failed after."""
+    import types
+
+    from benchrun import submit as sub
+    from benchrun.report.worker import wait_for_workers
+    from benchrun.rundir import RunDir
+
+    monkeypatch.setenv("BENCHRUN_WARM", "0")
+    canary_doc["spec"]["trials"]["minReplicates"] = 3
+    canary_doc["spec"]["layers"] = tiny_layers([GEMM])
+    cli = CliRunner()
+    assert cli.invoke(app, ["run", str(write_spec(canary_doc))]).exit_code == 0
+    wait_for_workers(bench_home)
+    run_id = next(p.name for p in (bench_home / "runs").iterdir())
+    rd = RunDir(bench_home, run_id)
+    first = (rd.path / "manifest.json").read_bytes()
+    result = sub.execute(types.SimpleNamespace(run_id=run_id))
+    wait_for_workers(bench_home)
+    st = rd.read_status()
+    assert result.success and st["phase"] == "Succeeded", st.get("conditions")
+    assert (rd.path / "attempts" / "1" / "manifest.json").read_bytes() == first
+    assert any(c["type"] == "Rematerialized" and "attempts/1/" in c["message"] for c in st["conditions"])
+    monkeypatch.setenv("BENCHRUN_TRUSTED_KEYIDS", load_signing_key(bench_home).keyid)
+    out = cli.invoke(app, ["verify", run_id])
+    assert out.exit_code == 0, out.output
