@@ -242,21 +242,13 @@ def resign_if_intact(run_dir: Path, home: Path | str | None = None, *, rewritten
     path = envelope_path(run_dir)
     if not path.is_file():
         return None  # a run never signed stays unsigned
-    from benchrun.provenance.keys import default_public_key, local_key_paths
+    from benchrun.provenance.keys import home_key_fallback
 
     home_path = Path(home or run_dir.parent.parent)
     try:
-        try:
-            default_public_key(home_path)
-            key = None  # a configured (trusted) key checks it
-        except BenchrunError:
-            # none configured: the home's own key, the one that signed it and will sign it again (as
-            # promote and compare fall back to it); it shows the signed files unchanged, which is what
-            # re-signing must know — without it every report rebuild left the run failing verify
-            key = local_key_paths(home_path)[1]
-            if not key.is_file():
-                raise
-        statement = verify_envelope(path, key, home=home_path)
+        # a configured key, else the home's own (the one that signed it and will sign it again): it
+        # shows the signed files unchanged, which is what re-signing must know
+        statement = verify_envelope(path, home_key_fallback(home_path), home=home_path)
     except BenchrunError as exc:
         return f"not signed again: the current signature cannot be checked ({exc})"
     sealed = set(statement.subjects) - set(statement.predicate.get("published_files") or [])

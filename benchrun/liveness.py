@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from benchrun.errors import BenchrunError
 from benchrun.paths import benchrun_home, validate_run_id
 from benchrun.fsio import atomic_write_json
 
@@ -138,6 +139,18 @@ def alive(record: dict[str, Any], *, now: dt.datetime | None = None, stale_s: fl
         return True  # another host and no heartbeat yet: cannot tell, so never reap
     age = ((now or _now()) - dt.datetime.fromisoformat(beat_at)).total_seconds()
     return age < stale_s
+
+
+def live_claim(home: Path, run_id: str) -> dict[str, Any] | None:
+    """The claim on ``run_id`` of a process that still runs it, else None (no claim, a stale one,
+    or one that cannot be read)."""
+    from benchrun.rundir import read_json_or_none
+
+    try:
+        record = read_json_or_none(liveness_path(home, run_id), fix="remove it")
+    except BenchrunError:
+        return None
+    return record if isinstance(record, dict) and alive(record) else None
 
 
 def describe(record: dict[str, Any]) -> str:

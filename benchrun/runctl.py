@@ -9,7 +9,6 @@ artifact store: the evidence is write-once and stays.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -172,15 +171,11 @@ def delete_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
     except BenchrunError as exc:
         # a damaged status.json (its error says "delete the run"): deletable unless a live process
         # still claims the run (its heartbeat)
-        from benchrun.liveness import alive
+        from benchrun.liveness import live_claim
 
-        claim = liveness_path(root, run_id)
-        try:
-            record = json.loads(claim.read_text(encoding="utf-8")) if claim.is_file() else None
-        except (OSError, ValueError):
-            record = None
-        if isinstance(record, dict) and alive(record):
-            raise BenchrunError(f"{exc}; a live process still claims the run ({claim}): cancel it first") from None
+        if live_claim(root, run_id) is not None:
+            raise BenchrunError(f"{exc}; a live process still claims the run ({liveness_path(root, run_id)}): "
+                                "cancel it first") from None
         phase = "damaged"
     if phase not in (*TERMINAL_PHASES, "damaged"):
         raise BenchrunError(f"run {run_id} is {phase}; cancel it first (`benchrun cancel {run_id}`)")

@@ -34,6 +34,11 @@ log = logging.getLogger(__name__)
 GRACE_S = 3.0
 
 
+def _ended(code: int) -> str:
+    """How a process with a non-zero exit status ended."""
+    return f"killed by {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
+
+
 def _signal_name(num: int) -> str:
     try:
         return signal.Signals(num).name
@@ -253,7 +258,7 @@ class LocalLauncher:
                 for n, p in enumerate(procs):
                     code = p.poll()
                     if code not in (None, 0):
-                        failure = (n, f"killed by {_signal_name(-code)}" if code < 0 else f"exited with code {code}")
+                        failure = (n, _ended(code))
                         break
         finally:
             for p in procs:
@@ -271,8 +276,7 @@ class LocalLauncher:
         codes = [p.returncode for p in procs]
         if failure is None and not timed_out:
             # every node ended between two polls of the loop above: its exit code still decides
-            failure = next(((n, f"killed by {_signal_name(-c)}" if c < 0 else f"exited with code {c}")
-                            for n, c in enumerate(codes) if c not in (0, None)), None)
+            failure = next(((n, _ended(c)) for n, c in enumerate(codes) if c not in (0, None)), None)
         doc, doc_error = None, None
         if result_path.is_file():
             try:

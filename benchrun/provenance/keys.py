@@ -149,6 +149,20 @@ def trusted_keyids(extra: list[str] | tuple[str, ...] = ()) -> set[str]:
     return {k.strip().lower() for k in raw if k.strip()}
 
 
+def home_key_fallback(home: Path | str | None = None, pinned: list[str] | tuple[str, ...] = ()) -> Path | None:
+    """None when a trusted key is configured (:func:`default_public_key` finds one); else the path of
+    the home's own public key, which shows a run's files unchanged since signing, not who signed
+    them (what promote, compare and re-signing fall back to). BenchrunError when neither exists."""
+    try:
+        default_public_key(home, pinned)
+        return None
+    except BenchrunError:
+        pub = local_key_paths(home)[1]
+        if not pub.is_file():
+            raise
+        return pub
+
+
 def default_public_key(home: Path | str | None = None,
                        pinned: list[str] | tuple[str, ...] = ()) -> tuple[Ed25519PublicKey, str]:
     """The key signatures are checked with when none is passed, trusted only from configuration.

@@ -20,7 +20,7 @@ PACKAGE = "benchrun.suites"
 NOT_SUITES = {"result"}  # the result document's format, not a suite
 
 
-def _module(command: str) -> str | None:
+def suite_module(command: str) -> str | None:
     """The module a ``[env ...] python -m benchrun.suites.X`` command runs, else None."""
     from benchrun.plan import command_index
 
@@ -49,7 +49,7 @@ def rule_builtin_suite(doc: Any) -> Iterator[Finding]:
     """Extension: a built-in suite exists and takes every parameter the spec gives it."""
     for path, suite in suites(doc):
         command = suite.get("repoCommand")
-        module = _module(command) if isinstance(command, str) else None
+        module = suite_module(command) if isinstance(command, str) else None
         if module is None:
             continue
         name = module[len(PACKAGE) + 1:]

@@ -152,15 +152,12 @@ def manifest_problems(run_dir: Path) -> list[str]:
 def verification_key(home: Path | None) -> tuple[Any, str]:
     """The key a comparison checks signatures with: the configured/pinned one, else the home's own
     public key (which proves the files are unchanged since signing, not who signed them)."""
-    from benchrun.provenance.keys import default_public_key, load_public_key, local_key_paths
+    from benchrun.provenance.keys import default_public_key, home_key_fallback, load_public_key
 
-    try:
+    pub = home_key_fallback(home)
+    if pub is None:
         return default_public_key(home)
-    except BenchrunError:
-        _, pub = local_key_paths(home)
-        if not pub.is_file():
-            raise
-        return load_public_key(pub), f"{pub} (the home's own key, not pinned: integrity only)"
+    return load_public_key(pub), f"{pub} (the home's own key, not pinned: integrity only)"
 
 
 def _verified_statement(env: Path, public: Any, where: str) -> Any:
@@ -344,14 +341,13 @@ def unit_mismatches(baseline: "pd.DataFrame", candidate: "pd.DataFrame") -> list
             out.setdefault((str(s_), str(c_), str(m_)), set()).add((str(u_), str(d_)))
         return out
 
+    def say(recorded: set[tuple[str, str]]) -> str:
+        return ", ".join(f"{u or 'no unit'} ({d} is better)" for u, d in sorted(recorded))
+
     kb, kc = kinds(baseline), kinds(candidate)
     out = []
     for key in sorted(set(kb) | set(kc)):
-        seen = kb.get(key, set()) | kc.get(key, set())
-        if len(seen) > 1:
-            def say(kinds_: set[tuple[str, str]]) -> str:
-                return ", ".join(f"{u or 'no unit'} ({d} is better)" for u, d in sorted(kinds_))
-
+        if len(kb.get(key, set()) | kc.get(key, set())) > 1:
             said = "; ".join(f"{arm} {say(k[key])}" for arm, k in (("baseline", kb), ("candidate", kc)) if key in k)
             out.append(Refusal(UNITS_DIFFER, f"{_label(*key)} is not recorded the same way: {said}; a suite "
                                              "must report a metric in one unit and direction (rename it when "

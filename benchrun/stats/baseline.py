@@ -59,14 +59,12 @@ def verify_for_promotion(run_dir: Path, home: Path, *, public_key: Path | None =
                             "the baseline (its evidence cannot be verified); re-run it with signing")
     key_path, where = public_key, str(public_key)
     if public_key is None:
-        from benchrun.provenance.keys import default_public_key, local_key_paths
+        from benchrun.provenance.keys import default_public_key, home_key_fallback
 
-        try:
+        key_path = home_key_fallback(home, pinned)
+        if key_path is None:
             _, where = default_public_key(home, pinned)
-        except BenchrunError:
-            key_path = local_key_paths(home)[1]  # the home's own key: integrity only, and said so
-            if not key_path.is_file():
-                raise
+        else:  # the home's own key: integrity only, and said so
             where = f"{key_path} (the home's own key, not pinned: proves the files unchanged, not who signed)"
             log.warning("promote %s: no trusted key configured; checked with %s", run_id, where)
     st = verify_run(run_dir, key_path, home=home, pinned=pinned)

@@ -332,7 +332,7 @@ class GatePolicy:
     def margin(self, metric: str) -> float | None:
         found = [absolute_margin(s, metric) for s in self.specs]
         # no margin is the strictest bar (0: significance alone decides), so one spec without wins
-        return None if any(m is None for m in found) else min(m for m in found if m is not None)
+        return None if None in found else min(found)  # type: ignore[type-var]
 
 
 def gate_policy(baseline: dict[str, Any], candidate: dict[str, Any]) -> GatePolicy:

@@ -89,14 +89,14 @@ def gating_warnings(doc: Any) -> list[tuple[tuple[str, ...], str]]:
              + ", or gate on fewer (qualified) primaries")]
 
 
-# serving suites' request-count parameter and its default (duration mode: the count is not known ahead)
-_REQUEST_PARAMS = {"benchrun.suites.serving_workflow": ("requests", 32),
-                   "benchrun.suites.serving_sweep": ("requests_per_point", 24)}
-
-
 def percentile_warnings(doc: Any) -> list[tuple[tuple[str, ...], str]]:
     """``(path, message)`` per serving suite whose fixed request count cannot support a primary
-    percentile it reports: pooled over the replicates it must reach ``tails.requests_needed``."""
+    percentile it reports: pooled over the replicates it must reach ``tails.requests_needed``. A
+    suite says which parameter fixes its requests (its module's ``REQUEST_COUNT``: name, default);
+    in duration or trace mode the count is not known ahead, and nothing is said."""
+    import importlib
+
+    from benchrun.spec.builtin_suites import suite_module
     from benchrun.stats.tails import percentile_of, requests_needed
 
     read = _trials(doc)
@@ -114,11 +114,15 @@ def percentile_warnings(doc: Any) -> list[tuple[tuple[str, ...], str]]:
         for j, suite in enumerate(layer.get("suites") or []):
             if not isinstance(suite, dict):
                 continue
-            module = next((m for m in _REQUEST_PARAMS if m in str(suite.get("repoCommand") or "")), None)
+            module = suite_module(str(suite.get("repoCommand") or ""))
+            try:
+                count = getattr(importlib.import_module(module), "REQUEST_COUNT", None) if module else None
+            except ImportError:  # an unknown suite: an admission error of its own (builtin_suites)
+                count = None
             params = suite.get("parameters") if isinstance(suite.get("parameters"), dict) else {}
-            if module is None or "duration_s" in params:
+            if count is None or "duration_s" in params or "trace" in params:
                 continue
-            key, default = _REQUEST_PARAMS[module]
+            key, default = count
             requests = params.get(key, default)
             reps = suite.get("replicates")
             reps = reps if isinstance(reps, int) and not isinstance(reps, bool) else minimum

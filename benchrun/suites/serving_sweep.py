@@ -73,6 +73,9 @@ def sweep_points(ctx: SuiteContext, load_model: str) -> list:
 # `benchrun validate`)
 PARAMETERS = COMMON_PARAMS + ("concurrency", "rates", "requests_per_point", "duration_s", "stages", "burstiness",
                               "goodput_drop", "trace", "speedup", "trace_format")
+# the parameter that fixes the requests of a point, and its default (`benchrun validate` checks a
+# primary percentile can be judged from them)
+REQUEST_COUNT = ("requests_per_point", 24)
 
 
 def run(ctx: SuiteContext) -> None:
@@ -93,7 +96,7 @@ def run(ctx: SuiteContext) -> None:
         run_serving_suite(ctx, [point], requests, duration, sweep=False, extra={"trace": entries})
         return
     points = sweep_points(ctx, load_model)
-    requests = None if duration is not None else int_param(ctx, "requests_per_point", 24, minimum=1)
+    requests = None if duration is not None else int_param(ctx, *REQUEST_COUNT, minimum=1)
     stages = str(ctx.params.get("stages", ""))
     extra = {"stop_when_goodput_falls": stages.startswith("saturate:"), "goodput_drop": float_param(ctx, "goodput_drop", 0.1)}
     run_serving_suite(ctx, points, requests, duration, extra=extra)

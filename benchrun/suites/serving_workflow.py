@@ -20,6 +20,9 @@ from benchrun.suites._runtime import SuiteContext, main
 # the parameters the suite takes: the load generator's and its own (checked when it starts, and by
 # `benchrun validate`)
 PARAMETERS = COMMON_PARAMS + ("concurrency", "rate", "requests", "duration_s")
+# the parameter that fixes the requests of a point, and its default (`benchrun validate` checks a
+# primary percentile can be judged from them)
+REQUEST_COUNT = ("requests", 32)
 
 
 def run(ctx: SuiteContext) -> None:
@@ -46,7 +49,7 @@ def run(ctx: SuiteContext) -> None:
     except (TypeError, ValueError) as exc:
         raise BenchrunError(f"serving_workflow: bad load point: {exc}") from None
     duration = float_param(ctx, "duration_s", 0.0) if "duration_s" in ctx.params else None
-    requests = None if duration is not None else int_param(ctx, "requests", 32, minimum=1)
+    requests = None if duration is not None else int_param(ctx, *REQUEST_COUNT, minimum=1)
     run_serving_suite(ctx, [point], requests, duration, sweep=False)
 
 
