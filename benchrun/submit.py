@@ -80,25 +80,46 @@ def pin_bytes(raw: bytes, home: Path) -> Path:
     return path
 
 
+def _keep_dataset(rd: RunDir, loaded: Any) -> dict[str, str] | None:
+    """The run's own read-only copy of its dataset (``structured/<run_id>_dataset.<ext>``): the
+    pinned spec is read against it from then on (``lifecycle.load_pinned``), so whoever runs it,
+    from whatever working directory, measures the bytes that were pinned."""
+    from benchrun.spec.datasets import copy_into_run
+
+    ds = loaded.run.workload_env().get("dataset")
+    if not ds:
+        return None
+    ext = Path(ds["path"]).suffix.lstrip(".") or "data"
+    if not ext.isalnum():
+        ext = "data"
+    copy = copy_into_run(ds, rd.file("structured", "dataset", "", ext))
+    written = loaded.document["spec"]["workload"]["dataset"]["path"]
+    return {"path": written, "sha256": ds["sha256"], "copy": copy.name}
+
+
 def prepare(
     spec: Path | str | bytes,
     *,
     source: str | None = None,
     home: Path | str | None = None,
     now: dt.datetime | None = None,
+    loaded: Any = None,
 ) -> Prepared:
     """Validate and pin a spec and create its run directory (phase Pending).
 
     Raises SpecInvalid (exit code 2) listing every error; nothing is created then.
     Without ``now`` (a person's submission) the run is always a new one, even for the same
     bytes in the same second; with ``now`` (a schedule or sensor tick) the same bytes at the
-    same ``now`` give the same run, so a repeated tick is idempotent.
+    same ``now`` give the same run, so a repeated tick is idempotent. ``loaded``: ``spec``
+    already validated (a sensor's, whose dataset was read from its commit).
     """
     from benchrun.spec import load_spec, load_spec_bytes
 
-    if isinstance(spec, bytes):
+    if loaded is not None and (not isinstance(spec, bytes) or loaded.raw != spec):
+        raise BenchrunError("prepare: the validated spec given is not these bytes")  # a defect of ours
+    if loaded is None and isinstance(spec, bytes):
         loaded = load_spec_bytes(spec, source or "<bytes>")
-    else:
+    elif loaded is None:
         loaded = load_spec(Path(spec))
     root = benchrun_home(home)
     run = loaded.run
@@ -118,6 +139,7 @@ def prepare(
     else:
         pinned = pin_bytes(loaded.raw, root)
         rd.create()
+        dataset = _keep_dataset(rd, loaded)
         atomic_write_text(rd.file("structured", "spec", "", "yaml"), loaded.raw.decode("utf-8"))
         intent = run.spec.intent
         rd.write_status(
@@ -147,6 +169,7 @@ def prepare(
                 "source": source or (str(spec) if not isinstance(spec, bytes) else "<bytes>"),
                 "dagster_run_id": None,
                 "layers": {},
+                **({"dataset": dataset} if dataset else {}),
             }
         )
         rd.set_condition("Validated", True, "AdmissionRulesPassed", "every rule of the contract holds")
@@ -215,9 +238,10 @@ def submit(
     instance: Any = None,
     now: dt.datetime | None = None,
     source: str | None = None,
+    loaded: Any = None,
 ) -> Prepared:
     """prepare + add the dynamic partition (to materialize from the UI or a sensor)."""
-    prepared = prepare(spec, home=home, now=now, source=source)
+    prepared = prepare(spec, home=home, now=now, source=source, loaded=loaded)
     register_partition(instance or get_instance(home), prepared.run_id)
     return prepared
 

@@ -72,3 +72,44 @@ def test_a_spec_without_a_dataset_digests_as_before():
     doc = yaml.safe_load(raw)
     assert loaded.spec_digest == spec_digest(doc) and loaded.workload_spec_digest == workload_spec_digest(doc)
     assert "dataset" not in loaded.run.workload_env()
+
+
+def test_an_unreadable_dataset_path_is_an_error_naming_the_field_not_a_traceback(tmp_path):
+    # a name over NAME_MAX made Path.is_file() raise OSError out of validation: `validate`
+    # printed a traceback and every sensor tick after the commit failed (the cursor never moved)
+    spec = _spec_with(tmp_path, {"path": "d" * 300})
+    [res] = validate_bytes(spec.read_bytes(), str(spec))
+    assert not res.valid
+    assert [e.path for e in res.errors] == ["spec.workload.dataset.path"] and "cannot read" in res.errors[0].message
+    from benchrun.automation.discovery import InvalidSpec, SpecDocument, load_document
+
+    bad = load_document(SpecDocument(path="s.yaml", data=spec.read_bytes(), source=str(spec)))
+    assert isinstance(bad, InvalidSpec) and "spec.workload.dataset.path" in bad.errors[0]
+
+
+def test_a_sha256_of_the_wrong_type_is_refused_not_overwritten(tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"prompt": "x"}\n')
+    for given in (5, "ABC", True):
+        spec = _spec_with(tmp_path, {"path": str(data), "sha256": given})
+        [res] = validate_bytes(spec.read_bytes(), str(spec))
+        assert not res.valid and [e.path for e in res.errors] == ["spec.workload.dataset.sha256"], given
+
+
+def test_a_defect_in_validation_makes_one_invalid_document_not_a_failed_tick(monkeypatch):
+    import benchrun.spec as spec_pkg
+    from benchrun.automation.discovery import InvalidSpec, SpecDocument, load_document
+
+    def boom(*_a, **_k):
+        raise RuntimeError("a bug of ours")
+
+    monkeypatch.setattr(spec_pkg, "load_spec_bytes", boom)
+    out = load_document(SpecDocument(path="s.yaml", data=b"x", source="s.yaml"))
+    assert isinstance(out, InvalidSpec) and "RuntimeError: a bug of ours" in out.errors[0]
+
+
+def test_the_namespace_the_api_server_sets_does_not_change_the_digest():
+    # kubectl apply always sets metadata.namespace: the file and the resource pinned differently
+    doc = yaml.safe_load((ROOT / "specs/local/canary.yaml").read_text())
+    applied = {**doc, "metadata": {**doc["metadata"], "namespace": "default", "uid": "u-1", "generation": 3}}
+    assert spec_digest(applied) == spec_digest(doc)

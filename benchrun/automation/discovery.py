@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
+import posixpath
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,9 @@ class SpecDocument:
     path: str  # as shown to people: relative to the repository or specs folder
     data: bytes
     source: str  # longer provenance, e.g. "<repo>@<sha>:<path>" or an absolute path
+    # where its dataset is looked for (benchrun.spec.datasets.Finder): None reads files (the
+    # working directory, the spec's folder); a committed spec reads its commit (git_finder)
+    find_dataset: Any = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -124,9 +128,14 @@ def load_document(doc: SpecDocument) -> ValidSpec | InvalidSpec:
     from benchrun.spec import load_spec_bytes
 
     try:
-        loaded = load_spec_bytes(doc.data, doc.source)
+        loaded = load_spec_bytes(doc.data, doc.source, find_dataset=doc.find_dataset)
     except BenchrunError as exc:  # SpecInvalid is one; so is unreadable YAML
         return InvalidSpec(path=doc.path, source=doc.source, errors=format_spec_errors(exc))
+    except Exception as exc:  # noqa: BLE001 - a defect of ours must not stop every later commit's tick
+        log.exception("validating %s raised; reporting the document as invalid", doc.source)
+        return InvalidSpec(path=doc.path, source=doc.source,
+                           errors=(f"validation failed unexpectedly ({type(exc).__name__}: {exc}); "
+                                   f"the traceback is in the sensor's log",))
     return ValidSpec(path=doc.path, source=doc.source, loaded=loaded)
 
 
@@ -191,7 +200,61 @@ def documents_at_commit(repo: Path, sha: str, under: str, paths: Iterable[str] |
 
     candidates = list(paths) if paths is not None else git.list_files(repo, sha, under)
     return [
-        SpecDocument(path=p, data=git.read_blob(repo, sha, p), source=f"{repo}@{sha[:12]}:{p}")
+        SpecDocument(path=p, data=git.read_blob(repo, sha, p), source=f"{repo}@{sha[:12]}:{p}",
+                     find_dataset=git_finder(repo, sha, p))
         for p in candidates
         if is_spec_path(p, under)
     ]
+
+
+def _inside(*parts: str) -> str | None:
+    """``parts`` joined as a repository path, or None when it leaves the repository."""
+    joined = posixpath.normpath(posixpath.join(*parts))
+    return None if joined.startswith("../") or joined in ("..", ".") or joined.startswith("/") else joined
+
+
+def git_finder(repo: Path, sha: str, spec_path: str, cache: Path | None = None) -> Any:
+    """A committed spec's dataset, read from the same commit: the path from the repository root,
+    then from the spec's folder, as for a file. Its bytes go to a content-addressed cache
+    (``<home>/cache/datasets/``) so the model has a file to name; the run keeps its own copy
+    (``structured/<run_id>_dataset.<ext>``, :func:`copy_into_run`). An absolute path names a
+    file on the machine that runs the sensor, not in the commit: refused."""
+    from benchrun.automation import git
+    from benchrun.spec.datasets import cache_bytes
+
+    def find(written: str) -> tuple[Path | None, str]:
+        if Path(written).is_absolute() or written.startswith("/"):
+            return None, (f"{written} (a committed spec's dataset is read from the same commit: give its path "
+                          f"relative to the repository root or to the spec's folder)")
+        tried = repo_candidates(written, spec_path)
+        where = " or ".join(f"{sha[:12]}:{p}" for p in tried) or f"{written} (outside the repository)"
+        for path in tried:
+            try:
+                data = git.read_blob(repo, sha, path)
+            except BenchrunError:
+                continue
+            return cache_bytes(data, Path(path).suffix, cache), where
+        return None, where
+    return find
+
+
+def repo_candidates(written: str, spec_path: str) -> list[str]:
+    """Where a committed spec's relative dataset path may be, in order: from the repository
+    root, then from the spec's folder (paths that leave the repository are dropped)."""
+    if written.startswith("/"):
+        return []
+    return [p for p in dict.fromkeys((_inside(written), _inside(posixpath.dirname(spec_path), written))) if p]
+
+
+def dataset_path_of(data: bytes) -> str | None:
+    """``spec.workload.dataset.path`` of a spec's bytes, or None (no dataset, or not YAML):
+    which spec a dataset-only commit changes, without validating every spec."""
+    import yaml
+
+    try:
+        doc = yaml.safe_load(data)
+    except yaml.YAMLError:
+        return None
+    for key in ("spec", "workload", "dataset", "path"):
+        doc = doc.get(key) if isinstance(doc, dict) else None
+    return doc if isinstance(doc, str) else None

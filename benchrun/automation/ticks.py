@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -23,11 +24,14 @@ from benchrun.automation.discovery import (
     SpecDocument,
     ValidSpec,
     check_cadence,
+    dataset_path_of,
     documents_at_commit,
     documents_in_folder,
     format_spec_errors,
+    git_finder,
     is_spec_path,
     load_document,
+    repo_candidates,
     select,
     sort_results,
 )
@@ -37,8 +41,8 @@ from benchrun.errors import BenchrunError
 log = logging.getLogger(__name__)
 
 SKIP_REASON_MAX = 4000
-# (spec bytes, source, now) -> benchrun.submit.Prepared
-Register = Callable[[bytes, str, dt.datetime], Any]
+# (spec bytes, source, now[, the validated LoadedSpec of those bytes]) -> benchrun.submit.Prepared
+Register = Callable[..., Any]
 
 
 @dataclass(frozen=True)
@@ -101,14 +105,15 @@ def prepare_register(home: Path | None) -> Register:
     """Pin and create the run directory only (sensors request the partition themselves)."""
     from benchrun.submit import prepare
 
-    return lambda data, source, now: prepare(data, source=source, home=home, now=now)
+    return lambda data, source, now, loaded=None: prepare(data, source=source, home=home, now=now, loaded=loaded)
 
 
 def submit_register(home: Path | None, instance: Any) -> Register:
     """Pin, create the run directory and add the partition to ``instance`` (schedules, CLI)."""
     from benchrun.submit import submit
 
-    return lambda data, source, now: submit(data, source=source, home=home, instance=instance, now=now)
+    return lambda data, source, now, loaded=None: submit(data, source=source, home=home, instance=instance, now=now,
+                                                         loaded=loaded)
 
 
 def _submit(out: TickOutcome, register: Register, spec: ValidSpec, now: dt.datetime, *, run_key: str,
@@ -116,7 +121,7 @@ def _submit(out: TickOutcome, register: Register, spec: ValidSpec, now: dt.datet
     """Pin ``spec`` through ``register`` and add its submission to ``out``; a spec that
     cannot be pinned goes to ``out.invalid`` (named ``path@sha`` for a commit's specs)."""
     try:
-        pinned = register(spec.loaded.raw, spec.source, now)
+        pinned = register(spec.loaded.raw, spec.source, now, spec.loaded)  # validated once, dataset as found
     except BenchrunError as exc:
         log.warning("could not submit %s: %s", spec.path, exc)
         where = f"{spec.path}@{commit[:12]}" if commit else spec.path
@@ -160,8 +165,23 @@ def _commit_now(repo: Path, sha: str) -> dt.datetime:
 
 
 def changed_spec_paths(repo: Path, sha: str, under: str) -> list[str]:
-    """Spec documents below ``under`` that ``sha`` added or modified (against its first parent)."""
-    return [c.path for c in git.changed_files(repo, sha, under) if is_spec_path(c.path, under)]
+    """Spec documents below ``under`` that ``sha`` added or modified (against its first parent),
+    and those whose dataset (``workload.dataset.path``, read from the commit) it added or
+    modified: a dataset's bytes are part of its spec's digest."""
+    changed = [c.path for c in git.changed_files(repo, sha)]
+    specs = [p for p in changed if is_spec_path(p, under)]
+    others = set(changed) - set(specs)
+    if not others:
+        return specs
+    tree = dict(git.list_blobs(repo, sha))
+    for path, blob in sorted(tree.items()):
+        if path in specs or not is_spec_path(path, under):
+            continue
+        written = _dataset_written(repo, blob)
+        found = next((p for p in repo_candidates(written, path) if p in tree), None) if written else None
+        if found in others:
+            specs.append(path)
+    return specs
 
 
 def _abandoned_specs(repo: Path, commits: Iterable[str], under: str) -> set[tuple[str, str]]:
@@ -210,17 +230,29 @@ def spec_commit_tick(watch: RepoWatch, cursor: str | None, register: Register) -
     return out
 
 
+@functools.lru_cache(maxsize=4096)
+def _dataset_written(repo: Path, blob: str) -> str | None:
+    """The dataset path a spec blob names (blobs never change: cached per process)."""
+    return dataset_path_of(git.read_object(repo, blob))
+
+
 def _tree_results(repo: Path, sha: str, under: str,
-                  cache: dict[str, ValidSpec | InvalidSpec]) -> list[ValidSpec | InvalidSpec]:
-    """Validation results of every spec document in ``sha``'s tree, each distinct blob validated once."""
+                  cache: dict[tuple[str, str, str], ValidSpec | InvalidSpec]) -> list[ValidSpec | InvalidSpec]:
+    """Validation results of every spec document in ``sha``'s tree, each distinct blob (with
+    the blob of its dataset, read from the same tree) validated once."""
     results: list[ValidSpec | InvalidSpec] = []
-    for path, blob in git.list_blobs(repo, sha, under):
+    tree = dict(git.list_blobs(repo, sha))
+    for path, blob in sorted(tree.items()):
         if not is_spec_path(path, under):
             continue
         source = f"{repo}@{sha[:12]}:{path}"
-        if blob not in cache:
-            cache[blob] = load_document(SpecDocument(path=path, data=git.read_object(repo, blob), source=source))
-        results.append(dataclasses.replace(cache[blob], path=path, source=source))
+        written = _dataset_written(repo, blob)
+        dataset = next((tree[p] for p in repo_candidates(written, path) if p in tree), "") if written else ""
+        key = (blob, path if written else "", dataset)  # a relative dataset path depends on the spec's folder
+        if key not in cache:
+            cache[key] = load_document(SpecDocument(path=path, data=git.read_object(repo, blob), source=source,
+                                                    find_dataset=git_finder(repo, sha, path)))
+        results.append(dataclasses.replace(cache[key], path=path, source=source))
     return results
 
 
@@ -235,7 +267,7 @@ def canary_tick(watch: RepoWatch, cursor: str | None, register: Register) -> Tic
     if window.note:
         out.notes.append(window.note)
     reported: set[tuple[str, tuple[str, ...]]] = set()
-    by_blob: dict[str, ValidSpec | InvalidSpec] = {}  # the tree rarely changes between commits
+    by_blob: dict[tuple[str, str, str], ValidSpec | InvalidSpec] = {}  # the tree rarely changes between commits
     for sha in window.commits:
         found = sort_results(_tree_results(repo, sha, watch.specs_under, by_blob), "canary")
         for bad in found.invalid:

@@ -19,9 +19,11 @@ import math
 from typing import Any, Mapping
 
 # Set by an API server (or kubectl), not by the author: left out of spec_digest so the
-# same document read from a file or from a cluster pins to the same digest.
+# same document read from a file or from a cluster pins to the same digest. ``namespace`` is
+# one: the API server always sets it (to kubectl's context when the file names none), and
+# where a run is submitted is not what it measures.
 SERVER_METADATA = frozenset(
-    {"uid", "resourceVersion", "generation", "creationTimestamp", "managedFields"}
+    {"uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "namespace"}
 )
 SERVER_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/last-applied-configuration"})
 

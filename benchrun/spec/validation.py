@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from benchrun.errors import BenchrunError
 from benchrun.spec import rules
-from benchrun.spec.datasets import pin_dataset
+from benchrun.spec.datasets import Finder, pin_dataset
 from benchrun.spec.digest import spec_digest, workload_spec_digest
 from benchrun.spec.loader import MAX_BYTES, Path, SpecError, YamlDocument, YamlLoadError, format_path, load_documents
 from benchrun.spec.model import API_VERSION, KIND, BenchmarkRun
@@ -259,12 +259,12 @@ def _path_template_errors(run: BenchmarkRun) -> list[tuple[Path, str]]:
     return []
 
 
-def validate_document(doc: YamlDocument, file: str) -> DocumentResult:
+def validate_document(doc: YamlDocument, file: str, find_dataset: Finder | None = None) -> DocumentResult:
     """Model + every rule over one document; errors sorted by line, then path."""
     found: list[tuple[Path, str]] = list(doc.errors)
     run: BenchmarkRun | None = None
     # a dataset's bytes join the digest; the model reads the resolved file (benchrun.spec.datasets)
-    data, model_data, dataset_errors = pin_dataset(doc.data, file)
+    data, model_data, dataset_errors = pin_dataset(doc.data, file, find_dataset)
     found.extend(dataset_errors)
     if not isinstance(data, dict):
         what = "empty" if data is None else f"{_got(data)}"
@@ -393,8 +393,9 @@ def _validate_file(path: FsPath, *, only_benchmark_runs: bool) -> list[DocumentR
     return validate_bytes(data, str(path), only_benchmark_runs=only_benchmark_runs)
 
 
-def load_spec_bytes(data: bytes, source: str) -> LoadedSpec:
-    """One valid BenchmarkRun from ``data``; SpecInvalid (exit 2) listing every error otherwise."""
+def load_spec_bytes(data: bytes, source: str, *, find_dataset: Finder | None = None) -> LoadedSpec:
+    """One valid BenchmarkRun from ``data``; SpecInvalid (exit 2) listing every error otherwise.
+    ``find_dataset``: where ``workload.dataset.path`` is read (:mod:`benchrun.spec.datasets`)."""
     try:
         docs = load_documents(data)
     except YamlLoadError as exc:
@@ -403,7 +404,7 @@ def load_spec_bytes(data: bytes, source: str) -> LoadedSpec:
     if len(docs) != 1:
         what = "no YAML document (the file is empty)" if not docs else f"{len(docs)} YAML documents"
         raise SpecInvalid([SpecError("(file)", f"holds {what}; a spec file holds exactly one BenchmarkRun", 1, source)], source)
-    result = validate_document(docs[0], source)
+    result = validate_document(docs[0], source, find_dataset)
     if not result.valid or result.run is None:
         raise SpecInvalid(result.errors, source)
     document = result.pinned if result.pinned is not None else docs[0].data
