@@ -41,6 +41,11 @@ class Prepared:
     source: str
 
 
+def run_id_stem(name: str) -> str:
+    """The name part of a run id, before it is cut to fit (:func:`mint_run_id`)."""
+    return re.sub(r"-{2,}", "-", re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-"))
+
+
 def mint_run_id(name: str, now: dt.datetime, spec_digest: str, attempt: int = 1) -> str:
     """``<name>-<utc yyyymmddhhmmss>-<digest8>``, a DNS-1123 label of at most 63 chars.
 
@@ -48,8 +53,7 @@ def mint_run_id(name: str, now: dt.datetime, spec_digest: str, attempt: int = 1)
     shortening the name part so the id still fits.
     """
     suffix = "" if attempt <= 1 else f"-{attempt}"
-    stem = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
-    stem = re.sub(r"-{2,}", "-", stem)[: 39 - len(suffix)].rstrip("-") or "run"
+    stem = run_id_stem(name)[: 39 - len(suffix)].rstrip("-") or "run"
     stamp = now.astimezone(dt.timezone.utc).strftime("%Y%m%d%H%M%S")
     return validate_run_id(f"{stem}-{stamp}-{spec_digest.removeprefix('sha256:')[:8]}{suffix}")
 

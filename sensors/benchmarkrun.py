@@ -39,12 +39,14 @@ def benchmarkrun_resource_sensor(context: dg.SensorEvaluationContext) -> dg.Sens
     """Run key ``cr:<namespace>/<name>:<uid>:<generation>``; cursor = uid → last generation handled."""
     try:
         api = kube.custom_objects_api()
-        objs = kube.list_benchmarkruns(api, kube.watched_namespace())
+        namespace = kube.watched_namespace()
+        objs = kube.list_benchmarkruns(api, namespace)
     except BenchrunError as exc:
         return dg.SensorResult(skip_reason=str(exc), cursor=context.cursor)
     except Exception as exc:  # noqa: BLE001 - the API server's answer, whatever it is, goes to the tick log
         return dg.SensorResult(skip_reason=f"cannot list BenchmarkRuns: {_short(exc)}", cursor=context.cursor)
-    tick = controller_tick(objs, context.cursor, prepare_register(None), dt.datetime.now(dt.timezone.utc))
+    tick = controller_tick(objs, context.cursor, prepare_register(None), dt.datetime.now(dt.timezone.utc),
+                           namespace=namespace)
     _write_statuses(context, api, tick)
     _cancel_deleted(context, tick)
     fresh = [s for s in tick.submitted if not has_runs(context.instance, s.run_id)]

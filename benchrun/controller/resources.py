@@ -57,6 +57,11 @@ class Tick:
 
 def load_cursor(text: str | None) -> dict[str, dict[str, Any]]:
     """uid → {namespace, name, uid, generation, run_id}; an unreadable cursor starts afresh."""
+    data = _cursor_json(text)
+    return dict(data.get("objects") or {}) if data else {}
+
+
+def _cursor_json(text: str | None) -> dict[str, Any]:
     if not text:
         return {}
     try:
@@ -64,13 +69,13 @@ def load_cursor(text: str | None) -> dict[str, dict[str, Any]]:
     except json.JSONDecodeError:
         log.warning("controller cursor is not JSON; starting afresh (runs keep their run keys)")
         return {}
-    if not isinstance(data, dict) or data.get("v") != CURSOR_VERSION:
-        return {}
-    return dict(data.get("objects") or {})
+    return data if isinstance(data, dict) and data.get("v") == CURSOR_VERSION else {}
 
 
-def dump_cursor(entries: dict[str, dict[str, Any]]) -> str:
-    return json.dumps({"v": CURSOR_VERSION, "objects": entries}, sort_keys=True, separators=(",", ":"))
+def dump_cursor(entries: dict[str, dict[str, Any]], namespace: str | None = None) -> str:
+    """The cursor: the entries and the scope they were listed in (``namespace``; None = all)."""
+    return json.dumps({"v": CURSOR_VERSION, "objects": entries, "namespace": namespace},
+                      sort_keys=True, separators=(",", ":"))
 
 
 def document_bytes(obj: dict[str, Any]) -> bytes:
@@ -95,13 +100,23 @@ def _now_text(now: dt.datetime) -> str:
 
 
 def controller_tick(objs: list[dict[str, Any]], cursor: str | None, register: Register, now: dt.datetime,
-                    home: Path | None = None) -> Tick:
-    """Decide one tick. ``objs`` is a full listing (of the watched namespace or all)."""
+                    home: Path | None = None, namespace: str | None = None) -> Tick:
+    """Decide one tick. ``objs`` is a full listing of ``namespace`` (None: every namespace).
+
+    Only an object of the listed scope that is missing from the listing was deleted: an entry
+    of another namespace (the watched namespace was narrowed since the cursor was written) is
+    dropped from the cursor without touching its run."""
     from benchrun.automation.discovery import format_spec_errors
     from benchrun.rundir import RunDir
 
     entries = load_cursor(cursor)
     out = Tick()
+    if namespace is not None:
+        for uid in sorted(u for u, e in entries.items() if e.get("namespace") != namespace):
+            entry = entries.pop(uid)
+            out.notes.append(f"{entry.get('namespace')}/{entry.get('name')}: outside the watched namespace "
+                             f"{namespace} now (BENCHRUN_CR_NAMESPACE); no longer followed, its run "
+                             f"{entry.get('run_id')} left as it is")
     listed: set[str] = set()
     for obj in sorted(objs, key=lambda o: (o.get("metadata", {}).get("namespace") or "", o.get("metadata", {}).get("name") or "")):
         ref = ResourceRef.of(obj)
@@ -127,7 +142,7 @@ def controller_tick(objs: list[dict[str, Any]], cursor: str | None, register: Re
     for uid in sorted(set(entries) - listed):
         entry = entries.pop(uid)
         out.deleted.append((ResourceRef.from_json(entry), entry.get("run_id")))
-    out.cursor = dump_cursor(entries)
+    out.cursor = dump_cursor(entries, namespace)
     return out
 
 
@@ -137,10 +152,15 @@ def _register_once(register: Register, obj: dict[str, Any], ref: ResourceRef, no
 
     Run ids have second resolution and ``prepare`` is idempotent, so the same bytes applied
     again within a second (deleted and re-created, say) would land in the earlier object's
-    run; such a collision takes the next second instead.
+    run; such a collision takes the next second instead. A run this (uid, generation) already
+    has (a tick evaluated again from a cursor that was never stored, after its run was made)
+    is the run: the tick's own time would otherwise mint a second one.
     """
     from benchrun.rundir import RunDir
 
+    existing = _run_of(ref, home)
+    if existing is not None:
+        return existing
     source = f"cr:{ref.namespace}/{ref.name}"
     data = document_bytes(obj)
     for offset in range(60):
@@ -149,6 +169,30 @@ def _register_once(register: Register, obj: dict[str, Any], ref: ResourceRef, no
         if owner is None or owner == ref.to_json():
             return prepared
     raise BenchrunError(f"{source}: no free run id within a minute of {now:%Y-%m-%dT%H:%M:%SZ}; apply it again")
+
+
+@dataclass(frozen=True)
+class _Existing:
+    run_id: str
+
+
+def _run_of(ref: ResourceRef, home: Path | None) -> _Existing | None:
+    """The run already made for ``ref``'s (uid, generation), if any: run directories whose id
+    starts as this object's name would (``submit.run_id_stem``) and whose status names it."""
+    from benchrun.paths import benchrun_home
+    from benchrun.rundir import RunDir
+    from benchrun.submit import run_id_stem
+
+    runs = benchrun_home(home) / "runs"
+    prefix = run_id_stem(ref.name)[:30]
+    for d in sorted(runs.glob(f"{prefix}*")) if runs.is_dir() else []:
+        try:
+            owner = RunDir.for_run(d.name, home).read_status().get("resource")
+        except BenchrunError:
+            continue
+        if owner == ref.to_json():
+            return _Existing(d.name)
+    return None
 
 
 def _catch_up(obj: dict[str, Any], ref: ResourceRef, entry: dict[str, Any], out: Tick, home: Path | None) -> None:
