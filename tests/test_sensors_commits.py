@@ -241,8 +241,8 @@ def test_at_most_max_commits_per_tick_and_the_rest_next_tick(repo, instance, def
 
 
 def test_force_push_beyond_max_commits_still_does_not_duplicate(repo, instance, defs, monkeypatch) -> None:
-    # The abandoned commits are known only in the tick that sees the rewrite, so that tick
-    # takes every commit since the merge base, whatever BENCHRUN_SENSOR_MAX_COMMITS says.
+    # What the abandoned commits submitted is kept in the cursor, so the cap holds after a
+    # rewrite too and a later tick still does not submit it again.
     monkeypatch.setenv("BENCHRUN_SENSOR_MAX_COMMITS", "1")
     base = repo.head()
     cursor = started(spec_commit_sensor, instance, defs, repo)
@@ -252,9 +252,54 @@ def test_force_push_beyond_max_commits_still_does_not_duplicate(repo, instance, 
     assert [r.tags["benchrun/spec_path"] for r in first.run_requests] == ["specs/a.yaml"]
 
     repo.git("reset", "-q", "--hard", base)
-    repo.commit("add c", {"specs/c.yaml": spec_bytes("spec-c")})
+    c = repo.commit("add c", {"specs/c.yaml": spec_bytes("spec-c")})
     new_head = repo.commit("add a again", {"specs/a.yaml": a})
     data = tick(spec_commit_sensor, instance, defs, first.cursor)
     assert [r.tags["benchrun/spec_path"] for r in data.run_requests] == ["specs/c.yaml"]
-    assert data.cursor == new_head
-    assert tick(spec_commit_sensor, instance, defs, data.cursor).run_requests in (None, [])
+    assert json.loads(data.cursor) == {"commit": c, "pending": [f"spec:specs/a.yaml:{digest_of(a)}"]}
+    rest = tick(spec_commit_sensor, instance, defs, data.cursor)
+    assert rest.run_requests in (None, []) and "submitted before the history rewrite" in rest.skip_message
+    assert rest.cursor == new_head  # consumed: back to the plain form
+    assert tick(spec_commit_sensor, instance, defs, rest.cursor).run_requests in (None, [])
+
+
+def test_reset_tick_and_repush_does_not_resubmit_and_a_later_recommit_runs(repo, instance, defs) -> None:
+    # reset, a tick sees the rewrite, then the fix is pushed: the abandoned spec was forgotten
+    # after the tick that saw the rewrite, and the same spec ran twice
+    base = repo.head()
+    cursor = started(spec_commit_sensor, instance, defs, repo)
+    a = spec_bytes("spec-a")
+    repo.commit("add a", {"specs/a.yaml": a})
+    first = tick(spec_commit_sensor, instance, defs, cursor)
+    assert len(first.run_requests) == 1
+    repo.git("reset", "-q", "--hard", base)
+    seen = tick(spec_commit_sensor, instance, defs, first.cursor)
+    assert seen.run_requests in (None, []) and "rewritten" in seen.skip_message
+    repo.commit("add a, fixed message", {"specs/a.yaml": a})
+    again = tick(spec_commit_sensor, instance, defs, seen.cursor)
+    assert again.run_requests in (None, []) and "submitted before the history rewrite" in again.skip_message
+    # deleted and committed again later, on purpose: it runs
+    repo.commit("drop a", remove=("specs/a.yaml",))
+    repo.commit("add a back", {"specs/a.yaml": a})
+    later = tick(spec_commit_sensor, instance, defs, again.cursor)
+    assert [r.tags["benchrun/spec_path"] for r in later.run_requests] == ["specs/a.yaml"]
+
+
+def test_canary_does_not_rerun_reworded_commits(repo, instance, defs) -> None:
+    repo.commit("specs", {"specs/canary.yaml": spec_bytes("canary-a", "canary")})
+    base = repo.head()
+    cursor = started(canary_sensor, instance, defs, repo)
+    for i in range(3):
+        repo.commit(f"change {i}", {"src.py": f"{i}\n"})
+    first = tick(canary_sensor, instance, defs, cursor)
+    assert len(first.run_requests) == 3
+    # reword the three commits (same trees): nothing runs again
+    repo.git("reset", "-q", "--hard", base)
+    for i in range(3):
+        repo.commit(f"change {i}, reworded", {"src.py": f"{i}\n"})
+    data = tick(canary_sensor, instance, defs, first.cursor)
+    assert data.run_requests in (None, []), [r.run_key for r in data.run_requests]  # was: 3 more canaries
+    assert data.skip_message.count("the same files as a commit canaried before") == 3
+    # a new commit after them runs
+    repo.commit("change 3", {"src.py": "3\n"})
+    assert len(tick(canary_sensor, instance, defs, data.cursor).run_requests) == 1

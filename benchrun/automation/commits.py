@@ -39,10 +39,10 @@ def commit_window(repo: Path, branch: str, cursor: str | None, max_commits: int)
       cursor and the head, with the abandoned commits listed so their specs are not sent twice.
     * cursor unknown here (rewritten and garbage-collected, or another repository): restart
       at the head and say so.
-    At most ``max_commits`` are taken; the cursor then stops at the last one taken. After a
-    history rewrite every commit since the merge base is taken in one tick: the abandoned
-    commits are known only in this tick, and a spec they already submitted must not be
-    submitted again by a later one.
+    At most ``max_commits`` are taken; the cursor then stops at the last one taken. What the
+    abandoned commits already submitted is kept in the sensor's cursor
+    (``benchrun.automation.ticks.SensorCursor``) until a later commit submits it again, so the
+    cap holds after a rewrite too.
     """
     head = git.resolve_commit(repo, branch)
     if head is None:
@@ -74,7 +74,7 @@ def commit_window(repo: Path, branch: str, cursor: str | None, max_commits: int)
                 f"merge base {_short(base)} ({len(abandoned)} abandoned commit(s) not submitted again)")
         log.warning(note)
     commits = git.first_parent_commits(repo, head, since=since)
-    if len(commits) > max_commits and not abandoned:
+    if len(commits) > max_commits:
         rest = len(commits) - max_commits
         commits = commits[:max_commits]
         note = "; ".join(filter(None, [note, f"{rest} more commit(s) left for the next tick"]))

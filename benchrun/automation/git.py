@@ -82,6 +82,11 @@ def merge_base(repo: Path, a: str, b: str) -> str | None:
     return proc.stdout.decode("utf-8").strip() or None
 
 
+def tree_of(repo: Path, sha: str) -> str:
+    """The id of ``sha``'s tree: the same files, whatever the message, author or parents."""
+    return _out(repo, "rev-parse", "--verify", "--end-of-options", f"{sha}^{{tree}}")
+
+
 def first_parent_commits(repo: Path, head: str, *, since: str | None = None) -> list[str]:
     """Commits on ``head``'s first-parent line after ``since`` (exclusive), oldest first.
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import functools
+import json
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -184,19 +185,60 @@ def changed_spec_paths(repo: Path, sha: str, under: str) -> list[str]:
     return specs
 
 
-def _abandoned_specs(repo: Path, commits: Iterable[str], under: str) -> set[tuple[str, str]]:
-    """(path, spec_digest) of the valid specs the abandoned commits changed: already submitted."""
-    seen: set[tuple[str, str]] = set()
+def _abandoned_specs(repo: Path, commits: Iterable[str], under: str) -> list[str]:
+    """Keys (``spec:<path>:<digest>``) of the valid specs the abandoned commits changed: already submitted."""
+    seen: list[str] = []
     for sha in commits:
         for doc in documents_at_commit(repo, sha, under, changed_spec_paths(repo, sha, under)):
             result = load_document(doc)
             if isinstance(result, ValidSpec):
-                seen.add((result.path, result.spec_digest))
+                seen.append(f"spec:{result.path}:{result.spec_digest}")
     return seen
 
 
-def _window(watch: RepoWatch, cursor: str | None) -> CommitWindow:
-    return commit_window(git.repo_root(watch.repo), watch.branch, cursor, watch.max_commits)
+PENDING_MAX = 1000  # abandoned submissions remembered across ticks (oldest forgotten first)
+
+
+@dataclass
+class SensorCursor:
+    """A commit sensor's cursor: the last processed commit, and what commits abandoned by a
+    history rewrite already submitted and a re-pushed commit must not submit again — spec
+    ``(path, digest)`` keys for spec_commit, tree ids for the canary (a reworded or re-signed
+    commit has the tree it had). Each entry stops one resubmission and is then dropped, so a
+    spec committed again later, on purpose, runs. Stored as JSON; a bare commit id (the form
+    before this) reads as a cursor with nothing pending."""
+
+    commit: str | None = None
+    pending: list[str] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, text: str | None) -> "SensorCursor":
+        if not text:
+            return cls()
+        if not text.lstrip().startswith("{"):
+            return cls(text.strip())
+        try:
+            data = json.loads(text)
+            return cls(data.get("commit") or None, [str(k) for k in data.get("pending") or []])
+        except (ValueError, AttributeError):
+            log.warning("commit sensor cursor is not readable; starting at the head")
+            return cls()
+
+    def dump(self, commit: str) -> str:
+        if not self.pending:
+            return commit  # the plain form: what older code and people reading the UI expect
+        return json.dumps({"commit": commit, "pending": self.pending[-PENDING_MAX:]}, separators=(",", ":"))
+
+    def consume(self, key: str) -> bool:
+        """True (and forget it) when ``key`` was submitted by an abandoned commit."""
+        if key in self.pending:
+            self.pending.remove(key)
+            return True
+        return False
+
+
+def _window(watch: RepoWatch, cursor: SensorCursor) -> CommitWindow:
+    return commit_window(git.repo_root(watch.repo), watch.branch, cursor.commit, watch.max_commits)
 
 
 def spec_commit_tick(watch: RepoWatch, cursor: str | None, register: Register) -> TickOutcome:
@@ -206,11 +248,13 @@ def spec_commit_tick(watch: RepoWatch, cursor: str | None, register: Register) -
     (path, digest) an abandoned commit already submitted are not submitted again.
     """
     repo = git.repo_root(watch.repo)
-    window = _window(watch, cursor)
-    out = TickOutcome(cursor=window.next_cursor)
+    state = SensorCursor.load(cursor)
+    window = _window(watch, state)
+    out = TickOutcome()
     if window.note:
         out.notes.append(window.note)
-    already = _abandoned_specs(repo, window.abandoned, watch.specs_under) if window.abandoned else set()
+    if window.abandoned:
+        state.pending += _abandoned_specs(repo, window.abandoned, watch.specs_under)
     for sha in window.commits:
         paths = changed_spec_paths(repo, sha, watch.specs_under)
         if not paths:
@@ -222,11 +266,12 @@ def spec_commit_tick(watch: RepoWatch, cursor: str | None, register: Register) -
             if isinstance(result, InvalidSpec):
                 out.invalid.append(InvalidSpec(f"{result.path}@{sha[:12]}", result.source, result.errors))
                 continue
-            if (result.path, result.spec_digest) in already:
+            if state.consume(f"spec:{result.path}:{result.spec_digest}"):
                 out.notes.append(f"{result.path}@{sha[:12]}: same spec was submitted before the history rewrite")
                 continue
             _submit(out, register, result, now, run_key=f"spec-commit:{sha}:{result.path}:{result.spec_digest}",
                     trigger="spec-commit", commit=sha)
+    out.cursor = state.dump(window.next_cursor)
     return out
 
 
@@ -259,16 +304,23 @@ def _tree_results(repo: Path, sha: str, under: str,
 def canary_tick(watch: RepoWatch, cursor: str | None, register: Register) -> TickOutcome:
     """For each new commit on the watched branch, submit the canary specs as committed in it.
 
-    Run key ``canary:<sha>:<path>:<spec_digest>``: once per commit and spec.
+    Run key ``canary:<sha>:<path>:<spec_digest>``: once per commit and spec. After a history
+    rewrite, a new commit with the tree of an abandoned one (reworded, re-signed) was canaried
+    as that one and is not run again (:class:`SensorCursor`).
     """
     repo = git.repo_root(watch.repo)
-    window = _window(watch, cursor)
-    out = TickOutcome(cursor=window.next_cursor)
+    state = SensorCursor.load(cursor)
+    window = _window(watch, state)
+    out = TickOutcome()
     if window.note:
         out.notes.append(window.note)
+    state.pending += [f"tree:{git.tree_of(repo, sha)}" for sha in window.abandoned]
     reported: set[tuple[str, tuple[str, ...]]] = set()
     by_blob: dict[tuple[str, str, str], ValidSpec | InvalidSpec] = {}  # the tree rarely changes between commits
     for sha in window.commits:
+        if state.pending and state.consume(f"tree:{git.tree_of(repo, sha)}"):
+            out.notes.append(f"commit {sha[:12]}: the same files as a commit canaried before the history rewrite")
+            continue
         found = sort_results(_tree_results(repo, sha, watch.specs_under, by_blob), "canary")
         for bad in found.invalid:
             if (bad.path, bad.errors) not in reported:  # the same broken file in every commit: once
@@ -281,6 +333,7 @@ def canary_tick(watch: RepoWatch, cursor: str | None, register: Register) -> Tic
         for spec in found.selected:
             _submit(out, register, spec, now, run_key=f"canary:{sha}:{spec.path}:{spec.spec_digest}",
                     trigger="canary", commit=sha)
+    out.cursor = state.dump(window.next_cursor)
     return out
 
 
