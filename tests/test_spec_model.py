@@ -172,3 +172,17 @@ def test_model_rejects_what_the_contract_forbids() -> None:
         mutate(bad)
         with pytest.raises(ValidationError):
             BenchmarkRun.model_validate(bad)
+
+
+def test_a_suite_name_that_cannot_be_a_label_value_is_refused_at_admission(canary_doc) -> None:
+    # every pod carries benchrun.dev/suite=<name>: the CRD allowed 128 characters ending in . _ -,
+    # which passed admission and failed only at the launcher's preflight
+    for bad in ("gemm_", "g" * 64, "gemm."):
+        doc = copy.deepcopy(canary_doc)
+        doc["spec"]["layers"][0]["suites"][0]["name"] = bad
+        [res] = validate_bytes(yaml.safe_dump(doc).encode(), "spec.yaml")
+        assert not res.valid and any(e.path.endswith(".name") and "suites[0]" in e.path for e in res.errors), bad
+    ok = copy.deepcopy(canary_doc)
+    ok["spec"]["layers"][0]["suites"][0]["name"] = "g" * 63
+    [res] = validate_bytes(yaml.safe_dump(ok).encode(), "spec.yaml")
+    assert res.valid, res.errors

@@ -106,7 +106,10 @@ PositiveFloat = Annotated[float, Field(gt=0)]
 # A non-blank string (pattern is a search: "contains a non-space character").
 Text = Annotated[str, Field(min_length=1, pattern=r"\S")]
 # Safe as one file-name component (benchrun.paths.validate_name): results are named by suite.
-SuiteName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+# A Kubernetes label value (benchrun.dev/suite on every pod): at most 63 characters, alphanumeric
+# at both ends; a longer name passed admission and failed only at the launcher's preflight
+SuiteName = Annotated[str, Field(min_length=1, max_length=63,
+                                 pattern=r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")]
 # DNS-1123 label: metadata.name becomes the first part of every run id.
 DnsLabel = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
 
