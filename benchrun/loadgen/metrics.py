@@ -22,8 +22,11 @@ merged rows (percentiles are never averaged).
 - Cost: price per node-second x nodes x window, divided by completed requests (output
   tokens; good requests). Bucket rows apportion the window's cost by output-token share,
   so the cost per token is the same for every bucket of a point. Without a price, null.
-- ``capacity_at_slo``: the highest offered load of a sweep whose p99 TTFT and p99 decode
-  pace (or p99 e2e, when that is the only SLO) meet the SLO; null when no point does.
+- ``capacity_at_slo``: loads in ascending order, the highest of the leading run of loads whose
+  point meets the SLO at p99 (TTFT and decode pace, or e2e when that is the only SLO) with a
+  verdict that holds (valid, or short only of requests for a bounded percentile): counting stops
+  at the first load that fails, so a server answering fast errors under overload sets nothing;
+  null when the lowest load fails.
 
 Minimum samples, ONE rule (:func:`requests_needed`; the comparison, ``benchrun.stats.tails``,
 the trial statistics' ``n_required`` and the tail playbook use the same function): a
@@ -389,26 +392,51 @@ def summarize(
     return out
 
 
+def _meets_slo_p99(p: dict[str, Any], slo: SLO) -> bool:
+    checks = []
+    if slo.ttft_ms is not None:
+        checks.append(p.get("ttft_ms_p99") is not None and p["ttft_ms_p99"] <= slo.ttft_ms)
+    if slo.decode_ms_per_token is not None:
+        d = p.get("decode_ms_per_token_p99")
+        checks.append(d is None or d <= slo.decode_ms_per_token)
+    if slo.ttft_ms is None and slo.decode_ms_per_token is None and slo.e2e_ms is not None:
+        checks.append(p.get("e2e_ms_p99") is not None and p["e2e_ms_p99"] <= slo.e2e_ms)
+    return bool(checks) and all(checks)
+
+
+def point_passes_slo(p: dict[str, Any], slo: SLO) -> bool:
+    """One bucket-"all" summary counts towards ``capacity_at_slo``: requests completed, the
+    p99s meet the SLO, and its verdict holds: ``valid``, or invalid only for too few requests
+    to bound the percentile (:func:`pooled_reasons`), so an overloaded point (errors above
+    ``max_error_rate``, load not reached, client saturated) never counts however fast its few
+    answers were. No separate slo_attainment floor: a p99 within the SLO and an error rate
+    within policy already put attainment at about ``0.99 x (1 - max_error_rate)`` or above."""
+    if not p.get("n_requests") or not _meets_slo_p99(p, slo):
+        return False
+    if p.get("verdict", "valid") == "valid":
+        return True
+    return not pooled_reasons(p.get("verdict_reasons") or ["invalid"])
+
+
 def capacity_at_slo(points: Sequence[dict[str, Any]], slo: SLO | None) -> float | None:
-    """Highest ``offered_load`` among bucket-"all" summaries whose p99 TTFT and p99 decode
-    pace meet the SLO (p99 e2e when only ``e2e_ms`` is declared); None without SLO or when
-    no point meets it."""
+    """The highest ``offered_load`` of the leading run of passing loads (:func:`point_passes_slo`)
+    among bucket-"all" summaries, loads in ascending order: the sweep stops counting at the first
+    load that fails (a load with several points passes only when all do), so a point that passes
+    again above a failing load (a server shedding load fast) never sets the capacity. None without
+    SLO or when the lowest load already fails."""
     if slo is None:
         return None
-    best: float | None = None
+    by_load: dict[float, bool] = {}
     for p in points:
-        if p.get("bucket", "all") != "all" or not p.get("n_requests"):
+        if p.get("bucket", "all") != "all":
             continue
-        checks = []
-        if slo.ttft_ms is not None:
-            checks.append(p.get("ttft_ms_p99") is not None and p["ttft_ms_p99"] <= slo.ttft_ms)
-        if slo.decode_ms_per_token is not None:
-            d = p.get("decode_ms_per_token_p99")
-            checks.append(d is None or d <= slo.decode_ms_per_token)
-        if slo.ttft_ms is None and slo.decode_ms_per_token is None and slo.e2e_ms is not None:
-            checks.append(p.get("e2e_ms_p99") is not None and p["e2e_ms_p99"] <= slo.e2e_ms)
-        if checks and all(checks):
-            best = p["offered_load"] if best is None else max(best, p["offered_load"])
+        load = float(p["offered_load"])
+        by_load[load] = by_load.get(load, True) and point_passes_slo(p, slo)
+    best: float | None = None
+    for load in sorted(by_load):
+        if not by_load[load]:
+            break
+        best = load
     return best
 
 
