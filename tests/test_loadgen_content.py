@@ -19,6 +19,7 @@ import pytest
 from benchrun.errors import BenchrunError
 from benchrun.loadgen.content import ContentConfig, SessionShape, SharedPrefix
 from benchrun.loadgen.dataset import DatasetError, load_dataset
+from benchrun.loadgen.metrics import VerdictPolicy
 from benchrun.loadgen.refserver import Dialect, PerfModel, ServerProcess
 from benchrun.loadgen.runner import LoadPoint, SweepConfig, run_sweep
 from benchrun.loadgen.tokens import HFTokenizer, TokenizerError, WordCounter
@@ -352,3 +353,16 @@ def test_a_pinned_dataset_resolved_on_another_host_is_found_by_its_tail(tmp_path
     with pytest.raises(DatasetError, match="differs from the pinned"):  # and its bytes are still checked
         load_dataset(found, expect_sha256="0" * 64)
     assert locate_dataset("/work/elsewhere/specs/datasets/d.jsonl", None) == "/work/elsewhere/specs/datasets/d.jsonl"
+
+
+def test_closed_loop_sessions_with_think_time_are_judged_on_active_sessions(server):
+    # think time dwarfs the turns: requests in flight are a fraction of c, sessions are not
+    res, _ = _sweep(server, ContentConfig(sessions=SessionShape(turns=3, think_time_s=0.05)), api="chat",
+                    mix="6/5", n=24, conc=4, policy=VerdictPolicy(percentile="p50"))
+    s = res.summaries[0]
+    assert s["requests_in_flight"] < 0.5 * 4 < 0.9 * 4 <= s["active_sessions"] == s["achieved_concurrency"]
+    assert not [r for r in s["verdict_reasons"] if "concurrency" in r or "active sessions" in r]
+    # without sessions nothing changes: achieved concurrency is requests in flight
+    plain, _ = _sweep(server, None, mix="6/5", n=8, conc=2)
+    p = plain.summaries[0]
+    assert "active_sessions" not in p and p["achieved_concurrency"] == p["requests_in_flight"]

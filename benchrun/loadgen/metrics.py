@@ -12,6 +12,11 @@ merged rows (percentiles are never averaged).
   standard deviation (ddof=0, as vLLM reports it).
 - ``window_s``: first measured send to the last measured request's end (success or error).
   Bucket rows use their point's window (buckets are interleaved in time).
+- ``achieved_concurrency`` (closed loop): the time-average, between the first and the last
+  measured send, of requests in flight (``requests_in_flight``, always reported); for session
+  workloads of *active sessions* instead (``active_sessions``: a session is active from its
+  first measured send to its last end, think time included), which the verdict compares with
+  the concurrency; requests in flight are then lower by the think time's share.
 - ``per_user_output_tokens_per_s``: mean over completed requests of output tokens / e2e s.
 - ``jitter_ms``: median over requests with ≥ 2 token gaps of the standard deviation (ddof=0)
   of that request's gaps.
@@ -217,7 +222,21 @@ def load_stats(rows: Sequence[dict[str, Any]], load_model: str, offered_load: fl
     if load_model == "closed_loop" and len(sends) >= 2 and sends[-1] > sends[0]:
         a, b = sends[0], sends[-1]
         busy = sum(max(0, min(r["end_mono_ns"], b) - max(r["send_mono_ns"], a)) for r in rows)
-        out["achieved_concurrency"] = busy / (b - a)
+        out["requests_in_flight"] = busy / (b - a)
+        spans: dict[str, list[int]] = {}
+        for r in rows:
+            sid = r.get("session_id")
+            if sid is None:
+                continue
+            span = spans.setdefault(sid, [r["send_mono_ns"], r["end_mono_ns"]])
+            span[0] = min(span[0], r["send_mono_ns"])
+            span[1] = max(span[1], r["end_mono_ns"])
+        if spans:  # sessions: a slot is busy from its session's first send to its last end, think time included
+            active = sum(max(0, min(e, b) - max(s0, a)) for s0, e in spans.values())
+            out["active_sessions"] = active / (b - a)
+            out["achieved_concurrency"] = out["active_sessions"]
+        else:
+            out["achieved_concurrency"] = out["requests_in_flight"]
     return out
 
 
@@ -270,7 +289,8 @@ def verdict(
     else:
         conc = stats.get("achieved_concurrency")
         if conc is not None and conc < policy.min_concurrency_ratio * offered_load:
-            reasons.append(f"achieved concurrency {conc:.3g} < {policy.min_concurrency_ratio:.0%} of {offered_load:g}")
+            what = "active sessions" if stats.get("active_sessions") is not None else "achieved concurrency"
+            reasons.append(f"{what} {conc:.3g} < {policy.min_concurrency_ratio:.0%} of {offered_load:g}")
     lag = stats.get("schedule_lag_p99_ms")
     if lag is not None and lag > policy.max_schedule_lag_p99_ms:
         reasons.append(f"p99 schedule lag {lag:.3g} ms > {policy.max_schedule_lag_p99_ms:g} ms (requests sent late: coordinated omission)")
@@ -371,6 +391,9 @@ def summarize(
     out["achieved_rate_rps"] = st.get("achieved_rate_rps")
     out["scheduled_rate_rps"] = st.get("scheduled_rate_rps")
     out["achieved_concurrency"] = st.get("achieved_concurrency")
+    out["requests_in_flight"] = st.get("requests_in_flight")
+    if st.get("active_sessions") is not None:
+        out["active_sessions"] = st["active_sessions"]
     out["schedule_lag_p99_ms"] = st.get("schedule_lag_p99_ms")
     cl = client or {}
     out["client_cpu_max"] = cl.get("client_cpu_max")
