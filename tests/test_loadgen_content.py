@@ -330,6 +330,9 @@ def test_content_across_worker_processes_and_a_timed_session_point(server):
     entries = load_dataset(SHIPPED).entries
     assert {r["worker"] for r in res.rows} == {0, 1}
     assert all(log[r["request_id"]]["received"]["prompt"] == entries[r["dataset_index"]].prompts[0] for r in res.rows)
+    # one permutation per point dealt across the workers: the same entries as one worker sends
+    one, _ = _sweep(server, ContentConfig(dataset=str(SHIPPED)), n=12, conc=4)
+    assert sorted(r["dataset_index"] for r in res.rows) == sorted(r["dataset_index"] for r in one.rows)
     cfg = SweepConfig(url=server.url, model="m", api="chat", mix=tuple(parse_mix("4/3")), points=(LoadPoint("closed_loop", 2),),
                       duration_s=0.3, warmup=0, content=ContentConfig(sessions=SessionShape(turns=2, think_time_s=0.01)))
     timed = run_sweep(cfg)
@@ -366,3 +369,31 @@ def test_closed_loop_sessions_with_think_time_are_judged_on_active_sessions(serv
     plain, _ = _sweep(server, None, mix="6/5", n=8, conc=2)
     p = plain.summaries[0]
     assert "active_sessions" not in p and p["achieved_concurrency"] == p["requests_in_flight"]
+
+
+def test_dataset_entries_are_dealt_from_one_permutation_whatever_the_worker_count(tmp_path):
+    from benchrun.loadgen.content import Source
+    from benchrun.loadgen.workload import split_evenly
+
+    p = tmp_path / "ds.jsonl"
+    p.write_text("".join(json.dumps({"prompt": f"prompt number {i}", "output_tokens": 4}) + "\n" for i in range(1000)))
+    content, mix = ContentConfig(dataset=str(p)), tuple(parse_mix("8/8"))
+
+    def sent(n_workers: int, n: int = 400, warm: int = 0, point: int = 0) -> list[int]:
+        by_index = {}
+        for w, n_w in enumerate(split_evenly(n, n_workers)):
+            src = Source(content, mix, 0, point, w, n_workers)
+            for _ in range(split_evenly(warm, n_workers)[w]):
+                src.single(warmup=True)
+            for k in range(n_w):
+                by_index[w + k * n_workers] = src.single().dataset_index
+        return [by_index[g] for g in range(n)]
+
+    base = sent(1)
+    assert len(set(base)) == 400  # no entry twice before the dataset is used up
+    for n_workers in (2, 4, 16):
+        assert sent(n_workers) == base  # the same sequence, request for request
+    assert sent(4, warm=7) == base  # warm-up draws its own permutation
+    assert sent(1, point=1) != base  # another point: another permutation
+    wrapped = sent(3, n=2500)  # past the end: a fresh permutation each pass
+    assert sorted(wrapped[:1000]) == sorted(wrapped[1000:2000]) == list(range(1000)) and wrapped[:1000] != wrapped[1000:2000]

@@ -91,9 +91,9 @@ async def _run_point(
     # constant arrivals from several workers interleave: worker w starts w/rate later
     phase_s = (worker / point.offered_load) if point.load_model == "open_loop" and point.arrival == "constant" else 0.0
     if cfg.content is not None and cfg.content.sessions is not None:
-        specs, run_phase = session_plans(cfg, point_index, worker, nonce, warm_w, n_w), session_phase
+        specs, run_phase = session_plans(cfg, point_index, worker, nonce, warm_w, n_w, active), session_phase
     else:
-        specs, run_phase = _specs(cfg, st.endpoint, point_index, worker, nonce, warm_w, n_w), _phase
+        specs, run_phase = _specs(cfg, st.endpoint, point_index, worker, nonce, warm_w, n_w, active), _phase
     warm_specs = [next(specs) for _ in range(warm_w)]
     # a count-ended phase is built in full before it starts; a timed one lazily
     measured: Any = list(specs) if n_w is not None else specs
