@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -122,6 +123,10 @@ async def _read_error_body(reader: asyncio.StreamReader, headers: dict[str, str]
 # 2.6 GB at 6 streams). No real event is near this: a token chunk is a few hundred bytes.
 MAX_LINE = 1 << 20
 
+# After ``data: [DONE]``, how long to wait for the rest of the body (the terminating chunk) before
+# giving the connection up; the wait is after the request's last stamp, so not in its latency.
+DRAIN_AFTER_DONE_S = 0.1
+
 
 async def _consume_stream(reader: TimedReader, headers: dict[str, str], out: Outcome, chat: bool) -> bool:
     """Read the body, dechunk, parse SSE; returns whether the connection can be reused.
@@ -129,7 +134,9 @@ async def _consume_stream(reader: TimedReader, headers: dict[str, str], out: Out
     A stream is complete when it ends on ``data: [DONE]``, or when a chunk carrying a
     ``finish_reason`` (then optionally a ``usage`` chunk) is followed by the end of the body or
     of the connection (servers differ: vLLM and OpenAI send ``[DONE]``, ``transformers serve``
-    does not). Only a stream that ends with neither is ``no_done`` (or ``closed``).
+    does not). Only a stream that ends with neither is ``no_done`` (or ``closed``). After
+    ``[DONE]`` the end of the body is awaited up to ``DRAIN_AFTER_DONE_S`` (the connection is
+    reused only when it came).
     """
     chunked = headers.get("transfer-encoding", "").lower() == "chunked"
     length = headers.get("content-length")
@@ -147,8 +154,25 @@ async def _consume_stream(reader: TimedReader, headers: dict[str, str], out: Out
     loads = json.loads
     chunk_ns = out.chunk_ns
     chunk_tokens = out.chunk_tokens
-    while not done:
-        data = await reader.read(65536)
+    drain_until: float | None = None
+    while True:
+        if not done:
+            data = await reader.read(65536)
+        elif body_done or not (chunked or remaining > 0):
+            break
+        else:
+            # after [DONE] the body's end (a chunked body's 0-length chunk, often its own write:
+            # uvicorn) may come in a later read: wait for it briefly so the connection is reused.
+            # The request's stamps (last token, [DONE]) are already taken: not counted in its e2e.
+            now = time.monotonic()
+            drain_until = drain_until if drain_until is not None else now + DRAIN_AFTER_DONE_S
+            if now >= drain_until:
+                break
+            try:
+                async with asyncio.timeout(drain_until - now):
+                    data = await reader.read(65536)
+            except TimeoutError:
+                break
         if not data:
             break
         for data, t in reader.segments(data):
