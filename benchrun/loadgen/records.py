@@ -123,6 +123,7 @@ def _row(st: _WorkerState, spec: _Spec, out: http.Outcome, end_ns: int, point: L
         "chunk_count": len(cn),
         "chunk_output_tokens": chunk_tokens,
         "token_count_source": ("usage" if usage_out is not None else "chunks") if ok else None,
+        "chunk_token_method": out.chunk_token_method if ok else None,
         "output_token_discrepancy": (usage_out - chunk_tokens) if (ok and usage_out is not None) else None,
         # the server's count less its fixed per-request overhead (a chat template's tokens, a BOS),
         # measured once with an empty prompt before the sweep
