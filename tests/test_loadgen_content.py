@@ -397,3 +397,20 @@ def test_dataset_entries_are_dealt_from_one_permutation_whatever_the_worker_coun
     assert sent(1, point=1) != base  # another point: another permutation
     wrapped = sent(3, n=2500)  # past the end: a fresh permutation each pass
     assert sorted(wrapped[:1000]) == sorted(wrapped[1000:2000]) == list(range(1000)) and wrapped[:1000] != wrapped[1000:2000]
+
+
+def test_refserver_metrics_count_its_prefix_cache_hits(server):
+    from benchrun.loadgen import servermetrics
+
+    def hits_and_queries() -> tuple[float, float]:
+        with urllib.request.urlopen(server.url + "/metrics", timeout=10) as r:
+            v = servermetrics.parse(r.read().decode())
+        return v["vllm:prefix_cache_hits_total"], v["vllm:prefix_cache_queries_total"]
+
+    h0, q0 = hits_and_queries()
+    res, _ = _sweep(server, ContentConfig(shared_prefix=SharedPrefix(2, 3, 32)), mix="8/4", n=12, conc=2)
+    h1, q1 = hits_and_queries()
+    cached = sum(r["usage_cached_tokens"] for r in res.rows)
+    # /metrics reported 0 hits whatever the cache did: it read a counter the engine never had
+    assert cached > 0 and h1 - h0 == cached
+    assert q1 - q0 == sum(r["usage_input_tokens"] for r in res.rows)
