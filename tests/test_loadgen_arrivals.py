@@ -362,3 +362,38 @@ def test_the_collector_is_off_while_measuring_and_forced_past_its_budget(server,
     monkeypatch.setattr(schedule, "GC_BUDGET", 10)
     forced, _ = asyncio.run(probe_with_garbage())
     assert forced >= 1
+
+
+def test_server_counters_cover_the_whole_window_not_only_inner_scrapes(server):
+    # a window shorter than a few scrape intervals: scrapes inside it miss up to an interval at
+    # each end; bounded by the scrapes around it, the server's prompt-token counter rose by
+    # exactly the point's prompt tokens (the server is idle before and after; no warm-up)
+    n = 16
+    cfg = _cfg(server.url, points=(LoadPoint("closed_loop", 2),), requests_per_point=n, mix=tuple(parse_mix("64/40")),
+               server_metrics_url=server.url + "/metrics", server_metrics_interval_s=0.15)
+    res = run_sweep(cfg)
+    assert [r["error"] for r in res.rows] == [None] * n
+    sm = res.summaries[0]["server_metrics"]
+    assert sm["prefix_cache_queries_increase"] == 64 * n
+    cover = sm["counters_cover"]
+    assert cover["start"].startswith("scrape at/before") and cover["end"].startswith("scrape at/after") and "note" not in cover
+    assert cover["span_s"] >= cover["window_s"] == pytest.approx(res.summaries[0]["window_s"])
+
+
+def test_server_counters_say_when_only_inner_scrapes_bound_them():
+    def scrape(t_s, v):
+        return {"mono_ns": int(t_s * 1e9), "wall_s": t_s, "values": {"prefix_cache_queries_total": v, "requests_running": 1.0}}
+
+    # the counter rises only inside the window [1.0, 3.0] s: 200 tokens in all
+    scrapes = [scrape(0.5, 0.0), scrape(1.5, 50.0), scrape(2.5, 150.0), scrape(3.5, 200.0)]
+    a, b = int(1.0e9), int(3.0e9)
+    inner = servermetrics.for_point(scrapes, a, b)
+    before, after = servermetrics.bounds(scrapes, a, b)
+    full = servermetrics.summarize(inner, 1.0, window=(a, b), before=before, after=after)
+    assert full["prefix_cache_queries_increase"] == 200.0 and full["counters_cover"]["span_s"] == 3.0
+    assert full["requests_running_mean"] == 1.0 and full["scrapes"] == 2  # gauges: inner scrapes only
+    part = servermetrics.summarize(inner, 1.0, window=(a, b), before=None, after=after)
+    assert part["prefix_cache_queries_increase"] == 150.0 and "not scaled" in part["counters_cover"]["note"]
+    assert part["counters_cover"]["start"] == "first scrape inside the window"
+    # a window between two scrapes: no inner scrape, the counters still come from the bounding pair
+    assert servermetrics.summarize([], 1.0, before=scrapes[1], after=scrapes[2])["prefix_cache_queries_increase"] == 100.0

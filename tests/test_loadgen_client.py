@@ -194,3 +194,50 @@ def test_delivery_stamps_are_split_at_delivery_boundaries():
         assert not r.marks
 
     asyncio.run(go())
+
+
+class _TenMsReader:
+    """A fabricated body read event by event, each event stamped 10 ms after the one before."""
+
+    def __init__(self, pieces):
+        self.pieces, self.t = list(pieces), 0
+
+    async def read(self, n):
+        return self.pieces.pop(0) if self.pieces else b""
+
+    def segments(self, data):
+        self.t += 10_000_000
+        return [(data, self.t)]
+
+
+def _row_of(events: list[bytes]) -> dict:
+    from benchrun.loadgen.records import _row, _Spec, _WorkerState
+    from benchrun.loadgen.runner import LoadPoint, SweepConfig
+    from benchrun.loadgen.sse import _consume_stream
+    from benchrun.loadgen.workload import parse_mix
+
+    out = Outcome()
+    assert asyncio.run(_consume_stream(_TenMsReader([*events, b"data: [DONE]\n\n"]), {}, out, False)) is False  # no body end
+    cfg = SweepConfig(url="http://127.0.0.1:1", model="m", mix=tuple(parse_mix("8/30")), points=(LoadPoint("closed_loop", 1),), requests_per_point=1)
+    sp = _Spec()
+    sp.request_id = sp.trace_id = "x"
+    sp.bucket, sp.in_tokens, sp.out_tokens, sp.scheduled_ns = "8/30", 3, 30, 0
+    return _row(_WorkerState(cfg, 0), sp, out, 0, cfg.points[0], 0)
+
+
+def test_a_usage_total_on_the_last_chunk_is_spread_over_every_chunk():
+    """Three tokens per chunk, usage only on the last: every earlier chunk counted one token and
+    the last 21, so 18 of 27 gaps were a whole chunk's 10 ms and 20 were 0.48 ms; the pace is 3.33."""
+    evs = [_ev(" a b c") for _ in range(9)] + [_ev(" a b c", usage={"prompt_tokens": 3, "completion_tokens": 30})]
+    row = _row_of(evs)
+    assert len(row["token_gaps_ms"]) == 27 and row["token_gaps_ms"] == pytest.approx([10 / 3] * 27)
+    assert row["chunk_token_method"] == "usage_total_spread" and row["output_tokens"] == row["chunk_output_tokens"] == 30
+    # usage on every chunk: exact counts, as before
+    per = _row_of([_ev(" a b c", usage={"completion_tokens": 3 * (i + 1)}) for i in range(10)])
+    assert per["chunk_token_method"] == "usage_per_chunk" and per["token_gaps_ms"] == pytest.approx([10 / 3] * 27)
+    # usage in its own trailing chunk (OpenAI include_usage): one token per chunk, the total beside it
+    sep = _row_of([_ev(" a b c") for _ in range(10)] + [_ev(usage={"completion_tokens": 30})])
+    assert sep["chunk_token_method"] == "one_per_chunk" and sep["chunk_output_tokens"] == 10 and sep["output_tokens"] == 30
+    # a total below the chunk count cannot be spread: one per chunk, the discrepancy recorded
+    low = _row_of([_ev(" a") for _ in range(4)] + [_ev(" b", usage={"completion_tokens": 3})])
+    assert low["chunk_token_method"] == "one_per_chunk" and low["chunk_output_tokens"] == 5 and low["output_token_discrepancy"] == -2

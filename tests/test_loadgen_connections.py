@@ -3,8 +3,12 @@ TTFT/E2E, warm-up one request per stream by default."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+
 from benchrun.loadgen.refserver import PerfModel
 from benchrun.loadgen.runner import LoadPoint, SweepConfig, run_sweep
+from benchrun.loadgen.sse import Outcome, _consume_stream
 from benchrun.loadgen.workload import parse_mix
 from helpers import threaded_server
 
@@ -47,3 +51,52 @@ def test_warm_up_defaults_to_one_request_per_stream():
         warm = [r for r in srv.records if "-wu" in r]
     assert [s["n_warmup"] for s in res.summaries if s["bucket"] == "all"] == [3, 5]
     assert len(warm) == 8
+
+
+class _Reader:
+    """A fabricated response body: each read returns the next piece; ``None`` blocks forever
+    (a server that never ends the body)."""
+
+    def __init__(self, pieces):
+        self.pieces, self.t = list(pieces), 0
+
+    async def read(self, n):
+        if not self.pieces:
+            return b""
+        p = self.pieces.pop(0)
+        if p is None:
+            await asyncio.Event().wait()
+        return p
+
+    def segments(self, data):
+        self.t += 1000
+        return [(data, self.t)]
+
+
+def _chunk(b: bytes) -> bytes:
+    return b"%x\r\n" % len(b) + b + b"\r\n"
+
+
+def _body() -> bytes:
+    ev = lambda o: b"data: " + json.dumps(o).encode() + b"\n\n"  # noqa: E731
+    toks = [ev({"choices": [{"text": " a", "finish_reason": None}]}), ev({"choices": [{"text": " b", "finish_reason": "length"}]}),
+            ev({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}), b"data: [DONE]\n\n"]
+    return b"".join(_chunk(t) for t in toks)
+
+
+def test_a_terminating_chunk_in_a_later_read_still_returns_the_connection_to_the_pool():
+    """uvicorn writes the chunked body's 0-length chunk on its own: the reader stopped at [DONE]
+    and closed a connection that was about to end cleanly."""
+    chunked = {"transfer-encoding": "chunked"}
+    out = Outcome()
+    reader = _Reader([_body(), b"0\r\n\r\n"])
+    assert asyncio.run(_consume_stream(reader, chunked, out, False)) is True
+    assert out.error is None and out.terminator == "[DONE]"
+    # the stamps were taken before the extra read (its segment would have been stamped 2000)
+    assert out.last_ns == out.done_ns == 1000 and reader.t == 2000
+    # a body whose end never comes is given up (bounded wait) and the connection not reused
+    out = Outcome()
+    assert asyncio.run(_consume_stream(_Reader([_body(), None]), chunked, out, False)) is False
+    assert out.error is None and out.terminator == "[DONE]"
+    # in one read, as before
+    assert asyncio.run(_consume_stream(_Reader([_body() + b"0\r\n\r\n"]), chunked, Outcome(), False)) is True

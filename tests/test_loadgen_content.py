@@ -19,6 +19,7 @@ import pytest
 from benchrun.errors import BenchrunError
 from benchrun.loadgen.content import ContentConfig, SessionShape, SharedPrefix
 from benchrun.loadgen.dataset import DatasetError, load_dataset
+from benchrun.loadgen.metrics import VerdictPolicy
 from benchrun.loadgen.refserver import Dialect, PerfModel, ServerProcess
 from benchrun.loadgen.runner import LoadPoint, SweepConfig, run_sweep
 from benchrun.loadgen.tokens import HFTokenizer, TokenizerError, WordCounter
@@ -329,6 +330,9 @@ def test_content_across_worker_processes_and_a_timed_session_point(server):
     entries = load_dataset(SHIPPED).entries
     assert {r["worker"] for r in res.rows} == {0, 1}
     assert all(log[r["request_id"]]["received"]["prompt"] == entries[r["dataset_index"]].prompts[0] for r in res.rows)
+    # one permutation per point dealt across the workers: the same entries as one worker sends
+    one, _ = _sweep(server, ContentConfig(dataset=str(SHIPPED)), n=12, conc=4)
+    assert sorted(r["dataset_index"] for r in res.rows) == sorted(r["dataset_index"] for r in one.rows)
     cfg = SweepConfig(url=server.url, model="m", api="chat", mix=tuple(parse_mix("4/3")), points=(LoadPoint("closed_loop", 2),),
                       duration_s=0.3, warmup=0, content=ContentConfig(sessions=SessionShape(turns=2, think_time_s=0.01)))
     timed = run_sweep(cfg)
@@ -352,3 +356,61 @@ def test_a_pinned_dataset_resolved_on_another_host_is_found_by_its_tail(tmp_path
     with pytest.raises(DatasetError, match="differs from the pinned"):  # and its bytes are still checked
         load_dataset(found, expect_sha256="0" * 64)
     assert locate_dataset("/work/elsewhere/specs/datasets/d.jsonl", None) == "/work/elsewhere/specs/datasets/d.jsonl"
+
+
+def test_closed_loop_sessions_with_think_time_are_judged_on_active_sessions(server):
+    # think time dwarfs the turns: requests in flight are a fraction of c, sessions are not
+    res, _ = _sweep(server, ContentConfig(sessions=SessionShape(turns=3, think_time_s=0.05)), api="chat",
+                    mix="6/5", n=24, conc=4, policy=VerdictPolicy(percentile="p50"))
+    s = res.summaries[0]
+    assert s["requests_in_flight"] < 0.5 * 4 < 0.9 * 4 <= s["active_sessions"] == s["achieved_concurrency"]
+    assert not [r for r in s["verdict_reasons"] if "concurrency" in r or "active sessions" in r]
+    # without sessions nothing changes: achieved concurrency is requests in flight
+    plain, _ = _sweep(server, None, mix="6/5", n=8, conc=2)
+    p = plain.summaries[0]
+    assert "active_sessions" not in p and p["achieved_concurrency"] == p["requests_in_flight"]
+
+
+def test_dataset_entries_are_dealt_from_one_permutation_whatever_the_worker_count(tmp_path):
+    from benchrun.loadgen.content import Source
+    from benchrun.loadgen.workload import split_evenly
+
+    p = tmp_path / "ds.jsonl"
+    p.write_text("".join(json.dumps({"prompt": f"prompt number {i}", "output_tokens": 4}) + "\n" for i in range(1000)))
+    content, mix = ContentConfig(dataset=str(p)), tuple(parse_mix("8/8"))
+
+    def sent(n_workers: int, n: int = 400, warm: int = 0, point: int = 0) -> list[int]:
+        by_index = {}
+        for w, n_w in enumerate(split_evenly(n, n_workers)):
+            src = Source(content, mix, 0, point, w, n_workers)
+            for _ in range(split_evenly(warm, n_workers)[w]):
+                src.single(warmup=True)
+            for k in range(n_w):
+                by_index[w + k * n_workers] = src.single().dataset_index
+        return [by_index[g] for g in range(n)]
+
+    base = sent(1)
+    assert len(set(base)) == 400  # no entry twice before the dataset is used up
+    for n_workers in (2, 4, 16):
+        assert sent(n_workers) == base  # the same sequence, request for request
+    assert sent(4, warm=7) == base  # warm-up draws its own permutation
+    assert sent(1, point=1) != base  # another point: another permutation
+    wrapped = sent(3, n=2500)  # past the end: a fresh permutation each pass
+    assert sorted(wrapped[:1000]) == sorted(wrapped[1000:2000]) == list(range(1000)) and wrapped[:1000] != wrapped[1000:2000]
+
+
+def test_refserver_metrics_count_its_prefix_cache_hits(server):
+    from benchrun.loadgen import servermetrics
+
+    def hits_and_queries() -> tuple[float, float]:
+        with urllib.request.urlopen(server.url + "/metrics", timeout=10) as r:
+            v = servermetrics.parse(r.read().decode())
+        return v["vllm:prefix_cache_hits_total"], v["vllm:prefix_cache_queries_total"]
+
+    h0, q0 = hits_and_queries()
+    res, _ = _sweep(server, ContentConfig(shared_prefix=SharedPrefix(2, 3, 32)), mix="8/4", n=12, conc=2)
+    h1, q1 = hits_and_queries()
+    cached = sum(r["usage_cached_tokens"] for r in res.rows)
+    # /metrics reported 0 hits whatever the cache did: it read a counter the engine never had
+    assert cached > 0 and h1 - h0 == cached
+    assert q1 - q0 == sum(r["usage_input_tokens"] for r in res.rows)

@@ -142,10 +142,38 @@ def test_capacity_at_slo_picks_highest_offered_load_meeting_both_p99s():
         {"bucket": "512/128", "offered_load": 64, "n_requests": 10, "ttft_ms_p99": 1, "decode_ms_per_token_p99": 1},
     ]
     assert capacity_at_slo(pts, SLO(ttft_ms=100, decode_ms_per_token=20)) == 8
-    assert capacity_at_slo(pts, SLO(ttft_ms=100)) == 32
-    assert capacity_at_slo(pts, SLO(decode_ms_per_token=16)) == 16
+    # monotone: the leading run of passing loads; 32 passes TTFT again but 16 already failed
+    assert capacity_at_slo(pts, SLO(ttft_ms=100)) == 8
+    assert capacity_at_slo(pts, SLO(decode_ms_per_token=16)) == 1
+    assert capacity_at_slo(list(reversed(pts)), SLO(ttft_ms=100, decode_ms_per_token=20)) == 8  # order of points is irrelevant
     assert capacity_at_slo(pts, SLO(ttft_ms=10)) is None
     assert capacity_at_slo(pts, None) is None
+
+
+def _load_point(load: float, n_ok: int, n_err: int, ttft: float) -> dict:
+    """A closed-loop point of n_ok completed requests (TTFT ``ttft``, 5 ms/token) and n_err fast 429s."""
+    rows = [_row(i * 10.0, ttft, ttft + 50.0) for i in range(n_ok)]
+    rows += [_row(n_ok * 10.0 + i, None, None, error="http_429: queue full") for i in range(n_err)]
+    for r in rows[n_ok:]:
+        r["error_kind"] = "http_429"
+    return summarize(rows, point=f"c={load:g}", load_model="closed_loop", offered_load=load, bucket="all",
+                     window=None, slo=SLO(ttft_ms=200, decode_ms_per_token=10), pricing=None,
+                     stats={"achieved_concurrency": float(load)})
+
+
+def test_capacity_at_slo_ignores_points_whose_verdict_fails_on_errors():
+    # the reviewer's case: 16 misses TTFT; 32 answers its few completions fast but 60 % are 429s
+    slo = SLO(ttft_ms=200, decode_ms_per_token=10)
+    pts = [_load_point(8, 400, 0, 150), _load_point(16, 400, 0, 400), _load_point(32, 400, 600, 120)]
+    assert pts[2]["ttft_ms_p99"] <= 200 and pts[2]["verdict"] == "invalid"
+    assert capacity_at_slo(pts, slo) == 8
+    # without the failing middle point, the erroring 32 still does not count
+    assert capacity_at_slo([pts[0], pts[2]], slo) == 8
+    # too few requests for a bounded p99 is the one invalid reason that does not stop a point counting
+    small = _load_point(4, 20, 0, 150)
+    assert small["verdict"] == "invalid" and all("needed for a bounded p99" in r for r in small["verdict_reasons"])
+    assert capacity_at_slo([small], slo) == 4
+    assert capacity_at_slo([small, _load_point(8, 20, 5, 150)], slo) == 4  # 20 % errors: not 8
 
 
 def test_load_stats_rates_lag_and_concurrency():

@@ -146,15 +146,24 @@ class Turn:
 
 
 class Source:
-    """Seeded turns for one (point, worker): from the dataset, the shared prefixes or the mix."""
+    """Seeded turns for one (point, worker): from the dataset, the shared prefixes or the mix.
 
-    def __init__(self, content: ContentConfig, mix: tuple[MixBucket, ...], seed: int, point_index: int, worker: int) -> None:
+    Dataset entries follow ONE seeded permutation per (seed, point), a fresh one each time it is
+    used up, dealt by global request index across the point's ``n_workers`` workers (worker
+    ``w`` takes indices ``w, w + n_workers, ...``, as trace replay deals its requests), so the
+    requests of a point use the same entries whatever ``--workers`` is, and no entry repeats
+    before the dataset is used up. Warm-up requests draw from a permutation of their own."""
+
+    def __init__(self, content: ContentConfig, mix: tuple[MixBucket, ...], seed: int, point_index: int, worker: int,
+                 n_workers: int = 1) -> None:
         self.data, self.counter = content.load()
         self.mix = mix
         self.cdf = mix_cdf(mix)
         self.rng = worker_rng(seed, point_index, worker, 0)
-        self._order: list[int] = []
-        self._next_entry = 0
+        self._seed, self._point = int(seed), int(point_index)
+        self._worker, self._n_workers = int(worker), max(1, int(n_workers))
+        self._drawn = [0, 0]  # entries drawn by this worker: measured, warm-up
+        self._perms: dict[tuple[int, int], list[int]] = {}
         self.shared = content.shared_prefix
         if self.shared is not None:
             # the same prefixes for every worker and point: they depend on the seed only
@@ -162,22 +171,25 @@ class Source:
             counter = self.counter
             self.prefixes = [counter.build(self.shared.prefix_tokens, prng) for _ in range(self.shared.prefixes)]
             self._suffixes: dict[tuple[int, int, str], str] = {}
-            self._seed = int(seed)
 
-    def _entry(self) -> Any:
+    def _entry(self, warmup: bool = False) -> Any:
         assert self.data is not None
-        if self._next_entry >= len(self._order):
-            self._order = [int(i) for i in self.rng.permutation(len(self.data.entries))]
-            self._next_entry = 0
-        e = self.data.entries[self._order[self._next_entry]]
-        self._next_entry += 1
-        return e
+        stream = int(warmup)
+        g = self._worker + self._drawn[stream] * self._n_workers  # the global request index
+        self._drawn[stream] += 1
+        cycle, pos = divmod(g, len(self.data.entries))
+        key = (stream, cycle)
+        if key not in self._perms:
+            self._perms = {k: v for k, v in self._perms.items() if k[0] != stream}  # one cycle per stream kept
+            prng = np.random.default_rng([self._seed, self._point, 0xDA7A, stream, cycle])
+            self._perms[key] = [int(i) for i in prng.permutation(len(self.data.entries))]
+        return self.data.entries[self._perms[key][pos]]
 
-    def conversation(self, turns: int) -> list[Turn]:
+    def conversation(self, turns: int, warmup: bool = False) -> list[Turn]:
         """``turns`` user turns of one session (a dataset entry's human turns, cycled when short)."""
         if self.data is None:
             return [self.single() for _ in range(turns)]
-        e = self._entry()
+        e = self._entry(warmup)
         out = []
         for k in range(turns):
             text = e.prompts[k % len(e.prompts)]
@@ -193,10 +205,10 @@ class Source:
             return max(1, self.counter.count(reply))
         return self.mix[draw_bucket(self.cdf, self.rng)].output_tokens
 
-    def single(self) -> Turn:
-        """One request's prompt."""
+    def single(self, warmup: bool = False) -> Turn:
+        """One request's prompt (``warmup``: a warm-up request's, from the warm-up permutation)."""
         if self.data is not None:
-            e = self._entry()
+            e = self._entry(warmup)
             text = e.prompts[0]
             return Turn(text, self.counter.count(text), self._out_len(e.output_tokens, e.replies[0] if e.replies else None),
                         DATASET_BUCKET, e.index)
@@ -254,15 +266,16 @@ def history_tokens(counter: TokenCounter, api: str, history: list[tuple[str, str
 
 
 def content_specs(cfg: Any, endpoint: ep_mod.Endpoint, point_index: int, worker: int, nonce: str, n_warm: int,
-                  n: int | None, new_spec: Any) -> Iterator[Any]:
+                  n: int | None, new_spec: Any, n_workers: int = 1) -> Iterator[Any]:
     """Warm-up then measured specs of a content sweep (single requests; sessions yield plans,
-    see :func:`benchrun.loadgen.sessions.session_plans`)."""
-    src = Source(cfg.content, cfg.mix, cfg.seed, point_index, worker)
+    see :func:`benchrun.loadgen.sessions.session_plans`); ``n_workers``: the point's active
+    workers, over which dataset entries are dealt (:class:`Source`)."""
+    src = Source(cfg.content, cfg.mix, cfg.seed, point_index, worker, n_workers)
     seq = 0
 
     def one(tag: str) -> Any:
         nonlocal seq
-        s = turn_spec(new_spec(), cfg, endpoint, f"{nonce}-p{point_index}-w{worker}-{tag}{seq}", src.single())
+        s = turn_spec(new_spec(), cfg, endpoint, f"{nonce}-p{point_index}-w{worker}-{tag}{seq}", src.single(tag == "wu"))
         s.session_id = None
         s.turn = None
         seq += 1

@@ -12,6 +12,11 @@ merged rows (percentiles are never averaged).
   standard deviation (ddof=0, as vLLM reports it).
 - ``window_s``: first measured send to the last measured request's end (success or error).
   Bucket rows use their point's window (buckets are interleaved in time).
+- ``achieved_concurrency`` (closed loop): the time-average, between the first and the last
+  measured send, of requests in flight (``requests_in_flight``, always reported); for session
+  workloads of *active sessions* instead (``active_sessions``: a session is active from its
+  first measured send to its last end, think time included), which the verdict compares with
+  the concurrency; requests in flight are then lower by the think time's share.
 - ``per_user_output_tokens_per_s``: mean over completed requests of output tokens / e2e s.
 - ``jitter_ms``: median over requests with ≥ 2 token gaps of the standard deviation (ddof=0)
   of that request's gaps.
@@ -22,8 +27,11 @@ merged rows (percentiles are never averaged).
 - Cost: price per node-second x nodes x window, divided by completed requests (output
   tokens; good requests). Bucket rows apportion the window's cost by output-token share,
   so the cost per token is the same for every bucket of a point. Without a price, null.
-- ``capacity_at_slo``: the highest offered load of a sweep whose p99 TTFT and p99 decode
-  pace (or p99 e2e, when that is the only SLO) meet the SLO; null when no point does.
+- ``capacity_at_slo``: loads in ascending order, the highest of the leading run of loads whose
+  point meets the SLO at p99 (TTFT and decode pace, or e2e when that is the only SLO) with a
+  verdict that holds (valid, or short only of requests for a bounded percentile): counting stops
+  at the first load that fails, so a server answering fast errors under overload sets nothing;
+  null when the lowest load fails.
 
 Minimum samples, ONE rule (:func:`requests_needed`; the comparison, ``benchrun.stats.tails``,
 the trial statistics' ``n_required`` and the tail playbook use the same function): a
@@ -214,7 +222,21 @@ def load_stats(rows: Sequence[dict[str, Any]], load_model: str, offered_load: fl
     if load_model == "closed_loop" and len(sends) >= 2 and sends[-1] > sends[0]:
         a, b = sends[0], sends[-1]
         busy = sum(max(0, min(r["end_mono_ns"], b) - max(r["send_mono_ns"], a)) for r in rows)
-        out["achieved_concurrency"] = busy / (b - a)
+        out["requests_in_flight"] = busy / (b - a)
+        spans: dict[str, list[int]] = {}
+        for r in rows:
+            sid = r.get("session_id")
+            if sid is None:
+                continue
+            span = spans.setdefault(sid, [r["send_mono_ns"], r["end_mono_ns"]])
+            span[0] = min(span[0], r["send_mono_ns"])
+            span[1] = max(span[1], r["end_mono_ns"])
+        if spans:  # sessions: a slot is busy from its session's first send to its last end, think time included
+            active = sum(max(0, min(e, b) - max(s0, a)) for s0, e in spans.values())
+            out["active_sessions"] = active / (b - a)
+            out["achieved_concurrency"] = out["active_sessions"]
+        else:
+            out["achieved_concurrency"] = out["requests_in_flight"]
     return out
 
 
@@ -267,7 +289,8 @@ def verdict(
     else:
         conc = stats.get("achieved_concurrency")
         if conc is not None and conc < policy.min_concurrency_ratio * offered_load:
-            reasons.append(f"achieved concurrency {conc:.3g} < {policy.min_concurrency_ratio:.0%} of {offered_load:g}")
+            what = "active sessions" if stats.get("active_sessions") is not None else "achieved concurrency"
+            reasons.append(f"{what} {conc:.3g} < {policy.min_concurrency_ratio:.0%} of {offered_load:g}")
     lag = stats.get("schedule_lag_p99_ms")
     if lag is not None and lag > policy.max_schedule_lag_p99_ms:
         reasons.append(f"p99 schedule lag {lag:.3g} ms > {policy.max_schedule_lag_p99_ms:g} ms (requests sent late: coordinated omission)")
@@ -368,6 +391,9 @@ def summarize(
     out["achieved_rate_rps"] = st.get("achieved_rate_rps")
     out["scheduled_rate_rps"] = st.get("scheduled_rate_rps")
     out["achieved_concurrency"] = st.get("achieved_concurrency")
+    out["requests_in_flight"] = st.get("requests_in_flight")
+    if st.get("active_sessions") is not None:
+        out["active_sessions"] = st["active_sessions"]
     out["schedule_lag_p99_ms"] = st.get("schedule_lag_p99_ms")
     cl = client or {}
     out["client_cpu_max"] = cl.get("client_cpu_max")
@@ -389,26 +415,51 @@ def summarize(
     return out
 
 
+def _meets_slo_p99(p: dict[str, Any], slo: SLO) -> bool:
+    checks = []
+    if slo.ttft_ms is not None:
+        checks.append(p.get("ttft_ms_p99") is not None and p["ttft_ms_p99"] <= slo.ttft_ms)
+    if slo.decode_ms_per_token is not None:
+        d = p.get("decode_ms_per_token_p99")
+        checks.append(d is None or d <= slo.decode_ms_per_token)
+    if slo.ttft_ms is None and slo.decode_ms_per_token is None and slo.e2e_ms is not None:
+        checks.append(p.get("e2e_ms_p99") is not None and p["e2e_ms_p99"] <= slo.e2e_ms)
+    return bool(checks) and all(checks)
+
+
+def point_passes_slo(p: dict[str, Any], slo: SLO) -> bool:
+    """One bucket-"all" summary counts towards ``capacity_at_slo``: requests completed, the
+    p99s meet the SLO, and its verdict holds: ``valid``, or invalid only for too few requests
+    to bound the percentile (:func:`pooled_reasons`), so an overloaded point (errors above
+    ``max_error_rate``, load not reached, client saturated) never counts however fast its few
+    answers were. No separate slo_attainment floor: a p99 within the SLO and an error rate
+    within policy already put attainment at about ``0.99 x (1 - max_error_rate)`` or above."""
+    if not p.get("n_requests") or not _meets_slo_p99(p, slo):
+        return False
+    if p.get("verdict", "valid") == "valid":
+        return True
+    return not pooled_reasons(p.get("verdict_reasons") or ["invalid"])
+
+
 def capacity_at_slo(points: Sequence[dict[str, Any]], slo: SLO | None) -> float | None:
-    """Highest ``offered_load`` among bucket-"all" summaries whose p99 TTFT and p99 decode
-    pace meet the SLO (p99 e2e when only ``e2e_ms`` is declared); None without SLO or when
-    no point meets it."""
+    """The highest ``offered_load`` of the leading run of passing loads (:func:`point_passes_slo`)
+    among bucket-"all" summaries, loads in ascending order: the sweep stops counting at the first
+    load that fails (a load with several points passes only when all do), so a point that passes
+    again above a failing load (a server shedding load fast) never sets the capacity. None without
+    SLO or when the lowest load already fails."""
     if slo is None:
         return None
-    best: float | None = None
+    by_load: dict[float, bool] = {}
     for p in points:
-        if p.get("bucket", "all") != "all" or not p.get("n_requests"):
+        if p.get("bucket", "all") != "all":
             continue
-        checks = []
-        if slo.ttft_ms is not None:
-            checks.append(p.get("ttft_ms_p99") is not None and p["ttft_ms_p99"] <= slo.ttft_ms)
-        if slo.decode_ms_per_token is not None:
-            d = p.get("decode_ms_per_token_p99")
-            checks.append(d is None or d <= slo.decode_ms_per_token)
-        if slo.ttft_ms is None and slo.decode_ms_per_token is None and slo.e2e_ms is not None:
-            checks.append(p.get("e2e_ms_p99") is not None and p["e2e_ms_p99"] <= slo.e2e_ms)
-        if checks and all(checks):
-            best = p["offered_load"] if best is None else max(best, p["offered_load"])
+        load = float(p["offered_load"])
+        by_load[load] = by_load.get(load, True) and point_passes_slo(p, slo)
+    best: float | None = None
+    for load in sorted(by_load):
+        if not by_load[load]:
+            break
+        best = load
     return best
 
 

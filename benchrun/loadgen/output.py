@@ -46,6 +46,7 @@ REQUEST_COLUMNS: tuple[tuple[str, str], ...] = (
     ("chunk_count", "int64"),
     ("chunk_output_tokens", "int64"),
     ("token_count_source", "string"),
+    ("chunk_token_method", "string"),
     ("output_token_discrepancy", "int64"),
     ("input_token_discrepancy", "int64"),
     ("decode_ms_per_token", "float64"),

@@ -25,7 +25,8 @@ class _Spec:
         self.dataset_index: int | None = None
 
 
-def _specs(cfg: SweepConfig, endpoint: http.Endpoint, point_index: int, worker: int, nonce: str, n_warm: int, n: int | None) -> Any:
+def _specs(cfg: SweepConfig, endpoint: http.Endpoint, point_index: int, worker: int, nonce: str, n_warm: int, n: int | None,
+           n_workers: int = 1) -> Any:
     """Yield warm-up specs then measured specs (endless when ``n`` is None), each with its
     request bytes already built so sending costs nothing on the measured path. With request
     content (a dataset, a tokenizer, shared prefixes) :mod:`benchrun.loadgen.content` builds
@@ -33,7 +34,7 @@ def _specs(cfg: SweepConfig, endpoint: http.Endpoint, point_index: int, worker: 
     if cfg.content is not None:
         from benchrun.loadgen.content import content_specs
 
-        yield from content_specs(cfg, endpoint, point_index, worker, nonce, n_warm, n, _Spec)
+        yield from content_specs(cfg, endpoint, point_index, worker, nonce, n_warm, n, _Spec, n_workers)
         return
     rng = worker_rng(cfg.seed, point_index, worker, 0)
     cdf = mix_cdf(cfg.mix)
@@ -122,6 +123,7 @@ def _row(st: _WorkerState, spec: _Spec, out: http.Outcome, end_ns: int, point: L
         "chunk_count": len(cn),
         "chunk_output_tokens": chunk_tokens,
         "token_count_source": ("usage" if usage_out is not None else "chunks") if ok else None,
+        "chunk_token_method": out.chunk_token_method if ok else None,
         "output_token_discrepancy": (usage_out - chunk_tokens) if (ok and usage_out is not None) else None,
         # the server's count less its fixed per-request overhead (a chat template's tokens, a BOS),
         # measured once with an empty prompt before the sweep

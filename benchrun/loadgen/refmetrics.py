@@ -8,8 +8,9 @@ maps the same names for vLLM and SGLang). What each one counts in the synthetic 
 - ``vllm:kv_cache_usage_perc`` (0-1): tokens held by the running sequences (prompt + generated)
   over ``KV_TOKENS_PER_SEQ × max_batch``, the cache the model pretends to have;
 - ``vllm:prompt_tokens_total``, ``vllm:prefix_cache_queries_total``: prompt tokens of admitted
-  requests (every prompt token is looked up); ``vllm:prefix_cache_hits_total``: the engine's
-  ``prefix_cache_hits`` counter when it models a prefix cache, else 0;
+  requests (every prompt token is looked up); ``vllm:prefix_cache_hits_total``: the cached
+  tokens of those requests, counted where the server's prefix cache
+  (``--prefix-cache-block``) is looked up (0 without one);
 - ``vllm:num_preemptions_total``: the engine's ``preemptions`` counter (0: it never preempts).
 """
 
@@ -34,7 +35,7 @@ def render(engine: Any, counters: dict[str, float], model_name: str) -> bytes:
         ("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", usage),
         ("vllm:prompt_tokens", "counter", "Number of prefill tokens processed.", prompt),
         ("vllm:prefix_cache_queries", "counter", "Prefix cache queries, in tokens.", prompt),
-        ("vllm:prefix_cache_hits", "counter", "Prefix cache hits, in tokens.", float(getattr(engine, "prefix_cache_hits", 0))),
+        ("vllm:prefix_cache_hits", "counter", "Prefix cache hits, in tokens.", float(counters.get("prefix_cache_hits", 0))),
         ("vllm:num_preemptions", "counter", "Cumulative number of preemptions.", float(getattr(engine, "preemptions", 0))),
     ]
     out = []

@@ -125,7 +125,7 @@ class RefServer:
         self._tasks: set[asyncio.Task[None]] = set()
         self.engine: Engine | None = None
         self.accept_errors = 0
-        self.counters: dict[str, float] = {"prompt_tokens": 0}  # served at /metrics (refmetrics)
+        self.counters: dict[str, float] = {"prompt_tokens": 0, "prefix_cache_hits": 0}  # served at /metrics (refmetrics)
 
     async def start(self) -> int:
         """Start listening; returns the bound port."""
@@ -373,6 +373,8 @@ class RefServer:
         assert self.engine is not None
         if self.engine.submit(s):
             self.counters["prompt_tokens"] += s.prompt_tokens
+            if self.prefix_cache is not None:  # looked up above; counted, like the queries, once admitted
+                self.counters["prefix_cache_hits"] += s.cached
         else:
             rec["status"] = "queue_full"
             await self._respond(writer, 429, {"error": {"message": "queue full"}}, keep, rid_hdr)

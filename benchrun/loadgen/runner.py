@@ -91,9 +91,9 @@ async def _run_point(
     # constant arrivals from several workers interleave: worker w starts w/rate later
     phase_s = (worker / point.offered_load) if point.load_model == "open_loop" and point.arrival == "constant" else 0.0
     if cfg.content is not None and cfg.content.sessions is not None:
-        specs, run_phase = session_plans(cfg, point_index, worker, nonce, warm_w, n_w), session_phase
+        specs, run_phase = session_plans(cfg, point_index, worker, nonce, warm_w, n_w, active), session_phase
     else:
-        specs, run_phase = _specs(cfg, st.endpoint, point_index, worker, nonce, warm_w, n_w), _phase
+        specs, run_phase = _specs(cfg, st.endpoint, point_index, worker, nonce, warm_w, n_w, active), _phase
     warm_specs = [next(specs) for _ in range(warm_w)]
     # a count-ended phase is built in full before it starts; a timed one lazily
     measured: Any = list(specs) if n_w is not None else specs
@@ -283,6 +283,7 @@ def run_sweep(cfg: SweepConfig, progress: Callable[[dict[str, Any]], None] | Non
             import tempfile
 
             scraper = servermetrics.Scraper(cfg.server_metrics_url, cfg.server_metrics_interval_s, tempfile.gettempdir())
+            scraper.wait_first()  # a scrape before the first point's start bounds its counters
             context["server_metrics"] = {"url": cfg.server_metrics_url, "interval_s": cfg.server_metrics_interval_s,
                                          "scraper": "a child process (off the measuring event loop)", "mapping": "benchrun.loadgen.servermetrics.MAPPING"}
         for i, point in enumerate(cfg.points):
@@ -337,8 +338,12 @@ def run_sweep(cfg: SweepConfig, progress: Callable[[dict[str, Any]], None] | Non
                 "receive_timestamps": "kernel (SO_TIMESTAMPNS)" if any(r.get("kernel_timestamps") for r in results) else "event loop",
             }
             if scraper is not None and rows:
-                got = servermetrics.for_point(scraper.samples(), min(r["send_mono_ns"] for r in rows), max(r["end_mono_ns"] for r in rows))
-                pt_summaries[0]["server_metrics"] = info["server_metrics"] = servermetrics.summarize(got, cfg.server_metrics_interval_s)
+                a, b = min(r["send_mono_ns"] for r in rows), max(r["end_mono_ns"] for r in rows)
+                scrapes = scraper.samples_after(b)
+                got = servermetrics.for_point(scrapes, a, b)
+                before, after = servermetrics.bounds(scrapes, a, b)
+                pt_summaries[0]["server_metrics"] = info["server_metrics"] = servermetrics.summarize(
+                    got, cfg.server_metrics_interval_s, window=(a, b), before=before, after=after)
                 server_samples.extend(servermetrics.sample_rows(got, point.label, cfg.server_metrics_interval_s))
             context["points"].append(info)
             log.info("point %s: %d requests, %d errors, verdict %s", point.label, pt_summaries[0]["n_requests"], pt_summaries[0]["n_errors"], pt_summaries[0]["verdict"])

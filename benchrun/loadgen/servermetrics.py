@@ -7,7 +7,7 @@ and appends one JSON line per scrape to a file, stamped on CLOCK_MONOTONIC (the 
 request rows). A separate process keeps the scrape's HTTP and parsing off the event loop
 that timestamps the measured requests. After each point the parent reads the file and
 gives every scrape inside the point's measured window (first send to last end) to that
-point: the samples (``telemetry_slice_fact`` rows, with ``point``) and a summary in the
+point, and the two that bound it for the counters: the samples (``telemetry_slice_fact`` rows, with ``point``) and a summary in the
 point's row (``server_metrics``).
 
 Names mapped (the first name a server exposes wins; sums over label sets, e.g. engines):
@@ -25,9 +25,13 @@ benchrun metric                   vLLM                                       SGL
 ``preemptions_total``             ``vllm:num_preemptions_total``             ``sglang:num_retracted_requests_total``
 ================================  =========================================  ========================================
 
-Per point: mean and max of the gauges over its scrapes; for the counters the increase
-between the point's first and last scrape (a counter that went down, a restart, gives
-null); ``prefix_cache_hit_ratio`` over the point = Δhits / Δqueries where the server counts
+Per point: mean and max of the gauges over its scrapes; for the counters the increase from
+the last scrape at or before the window's start to the first at or after its end (the parent
+waits up to one interval plus the scrape timeout for that one), so the whole window is counted
+(with up to an interval of whatever ran beside it at each end: warm-up before, nothing after);
+``counters_cover`` records the span those two scrapes cover and whether each end lies outside
+the window (else the first or last scrape inside it stands in, and a note says the increase
+covers only part of the window: not scaled). A counter that went down (a restart) gives null; ``prefix_cache_hit_ratio`` over the point = Δhits / Δqueries where the server counts
 both, else the mean of its own ratio gauge. Fewer than two scrapes in a point give no
 increases (say so: raise the rate with ``--server-metrics-interval``).
 """
@@ -138,6 +142,22 @@ class Scraper:
                     out.append(json.loads(line))
         return out
 
+    def wait_first(self, timeout_s: float = 10.0) -> None:
+        """Wait (bounded) for the first scrape line, so the first point's counters have a scrape before its start."""
+        deadline = time.monotonic() + timeout_s
+        while not self.samples() and time.monotonic() < deadline and self.proc.poll() is None:
+            time.sleep(0.02)
+
+    def samples_after(self, end_ns: int) -> list[dict[str, Any]]:
+        """Every scrape so far, once one taken at or after ``end_ns`` is among them (the counters'
+        outer bound), waiting at most an interval plus the scrape timeout for it."""
+        deadline = time.monotonic() + self.interval_s + min(2.0, max(0.2, self.interval_s)) + 0.25
+        while True:
+            got = self.samples()
+            if any(s["mono_ns"] >= end_ns for s in got) or time.monotonic() >= deadline or self.proc.poll() is not None:
+                return got
+            time.sleep(min(0.05, self.interval_s / 4))
+
     def close(self) -> None:
         """Stop the child and remove its file."""
         self.proc.terminate()
@@ -154,8 +174,19 @@ def for_point(scrapes: list[dict[str, Any]], start_ns: int, end_ns: int) -> list
     return [s for s in scrapes if start_ns <= s["mono_ns"] <= end_ns]
 
 
-def summarize(scrapes: list[dict[str, Any]], interval_s: float) -> dict[str, Any]:
-    """One point's server-side figures (see module docstring)."""
+def bounds(scrapes: list[dict[str, Any]], start_ns: int, end_ns: int) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(the last successful scrape at or before ``start_ns``, the first at or after ``end_ns``);
+    either None when there is none: the outer ends a counter's increase over the window is taken between."""
+    ok = [s for s in scrapes if "values" in s]
+    before = max((s for s in ok if s["mono_ns"] <= start_ns), key=lambda s: s["mono_ns"], default=None)
+    after = min((s for s in ok if s["mono_ns"] >= end_ns), key=lambda s: s["mono_ns"], default=None)
+    return before, after
+
+
+def summarize(scrapes: list[dict[str, Any]], interval_s: float, *, window: tuple[int, int] | None = None,
+              before: dict[str, Any] | None = None, after: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One point's server-side figures (see module docstring): gauges over ``scrapes`` (those inside
+    the window), counters from ``before`` (else the first inner scrape) to ``after`` (else the last)."""
     ok = [s for s in scrapes if "values" in s]
     out: dict[str, Any] = {"scrapes": len(ok), "scrape_errors": len(scrapes) - len(ok), "interval_s": interval_s}
     if len(scrapes) > len(ok):
@@ -164,25 +195,38 @@ def summarize(scrapes: list[dict[str, Any]], interval_s: float) -> dict[str, Any
     for s in ok:
         names.update(s.get("names") or {})
     out["server_names"] = names
-    if not ok:
+    first = before if before is not None else (ok[0] if ok else None)
+    last = after if after is not None else (ok[-1] if ok else None)
+    if not ok and (before is None or after is None):
         out["note"] = "no successful scrape inside the point's measured window"
         return out
     for ours, (_, kind, _) in MAPPING.items():
-        vals = [s["values"][ours] for s in ok if ours in s["values"]]
-        if not vals:
-            continue
         if kind == "gauge":
-            out[f"{ours}_mean"] = sum(vals) / len(vals)
-            out[f"{ours}_max"] = max(vals)
-        else:
-            inc = vals[-1] - vals[0] if len(vals) >= 2 else None
-            out[ours.replace("_total", "_increase")] = inc if inc is None or inc >= 0 else None
+            vals = [s["values"][ours] for s in ok if ours in s["values"]]
+            if vals:
+                out[f"{ours}_mean"] = sum(vals) / len(vals)
+                out[f"{ours}_max"] = max(vals)
+            continue
+        a, b = (first or {}).get("values", {}).get(ours), (last or {}).get("values", {}).get(ours)
+        if a is None and b is None:
+            continue
+        inc = b - a if a is not None and b is not None and last is not first else None
+        out[ours.replace("_total", "_increase")] = inc if inc is None or inc >= 0 else None
+    if first is not None and last is not None and last is not first:
+        cover: dict[str, Any] = {"span_s": (last["mono_ns"] - first["mono_ns"]) / 1e9,
+                                 "start": "scrape at/before the window's start" if before is not None else "first scrape inside the window",
+                                 "end": "scrape at/after the window's end" if after is not None else "last scrape inside the window"}
+        if window is not None:
+            cover["window_s"] = (window[1] - window[0]) / 1e9
+        if before is None or after is None:
+            cover["note"] = "counters cover only part of the window (no scrape outside one end): increases are not scaled"
+        out["counters_cover"] = cover
     q, h = out.get("prefix_cache_queries_increase"), out.get("prefix_cache_hits_increase")
     if q:
         out["prefix_cache_hit_ratio_point"] = (h or 0.0) / q
     elif out.get("prefix_cache_hit_ratio_mean") is not None:
         out["prefix_cache_hit_ratio_point"] = out["prefix_cache_hit_ratio_mean"]
-    if len(ok) < 2:
+    if first is None or last is None or last is first:
         out["note"] = f"{len(ok)} scrape in the point: no counter increases (scrape more often: --server-metrics-interval)"
     return out
 

@@ -39,12 +39,14 @@ class SessionPlan:
     source: Source
 
 
-def session_plans(cfg: Any, point_index: int, worker: int, nonce: str, n_warm: int, n: int | None) -> Iterator[SessionPlan]:
-    """Warm-up plans (one turn each), then sessions holding ``n`` turns in all (endless when None)."""
-    src = Source(cfg.content, cfg.mix, cfg.seed, point_index, worker)
+def session_plans(cfg: Any, point_index: int, worker: int, nonce: str, n_warm: int, n: int | None,
+                  n_workers: int = 1) -> Iterator[SessionPlan]:
+    """Warm-up plans (one turn each), then sessions holding ``n`` turns in all (endless when None);
+    a dataset's entries are dealt to sessions by global session index over ``n_workers``."""
+    src = Source(cfg.content, cfg.mix, cfg.seed, point_index, worker, n_workers)
     shape = cfg.content.sessions
     for k in range(n_warm):
-        yield SessionPlan(f"{nonce}-p{point_index}-w{worker}-wus{k}", src.conversation(1), src)
+        yield SessionPlan(f"{nonce}-p{point_index}-w{worker}-wus{k}", src.conversation(1, warmup=True), src)
     left = n
     k = 0
     while left is None or left > 0:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ class Outcome:
         "terminator",
         "text",
         "usage_cached",
+        "chunk_token_method",
     )
 
     def __init__(self) -> None:
@@ -52,6 +54,9 @@ class Outcome:
         self.terminator: str | None = None  # "[DONE]", "finish_reason" or "finish_reason+close"
         self.text: list[str] | None = None  # the reply's text pieces, kept only when set to a list (sessions)
         self.usage_cached: int | None = None  # usage.prompt_tokens_details.cached_tokens (a prefix cache's hits)
+        # how chunk_tokens were counted (see _consume_stream): usage_per_chunk, usage_deltas,
+        # usage_total_spread or one_per_chunk
+        self.chunk_token_method: str | None = None
 
     def fail(self, kind: str, detail: str) -> None:
         """Mark the request failed (the first failure wins)."""
@@ -122,6 +127,10 @@ async def _read_error_body(reader: asyncio.StreamReader, headers: dict[str, str]
 # 2.6 GB at 6 streams). No real event is near this: a token chunk is a few hundred bytes.
 MAX_LINE = 1 << 20
 
+# After ``data: [DONE]``, how long to wait for the rest of the body (the terminating chunk) before
+# giving the connection up; the wait is after the request's last stamp, so not in its latency.
+DRAIN_AFTER_DONE_S = 0.1
+
 
 async def _consume_stream(reader: TimedReader, headers: dict[str, str], out: Outcome, chat: bool) -> bool:
     """Read the body, dechunk, parse SSE; returns whether the connection can be reused.
@@ -129,7 +138,9 @@ async def _consume_stream(reader: TimedReader, headers: dict[str, str], out: Out
     A stream is complete when it ends on ``data: [DONE]``, or when a chunk carrying a
     ``finish_reason`` (then optionally a ``usage`` chunk) is followed by the end of the body or
     of the connection (servers differ: vLLM and OpenAI send ``[DONE]``, ``transformers serve``
-    does not). Only a stream that ends with neither is ``no_done`` (or ``closed``).
+    does not). Only a stream that ends with neither is ``no_done`` (or ``closed``). After
+    ``[DONE]`` the end of the body is awaited up to ``DRAIN_AFTER_DONE_S`` (the connection is
+    reused only when it came).
     """
     chunked = headers.get("transfer-encoding", "").lower() == "chunked"
     length = headers.get("content-length")
@@ -143,12 +154,31 @@ async def _consume_stream(reader: TimedReader, headers: dict[str, str], out: Out
     done = False
     finished_ns: int | None = None  # delivery time of the event with a finish_reason
     prev_usage_tokens: int | None = None
+    usage_chunks = 0  # content chunks that carried usage.completion_tokens
+    usage_last = -1  # the index of the last of them
     crlf = False
     loads = json.loads
     chunk_ns = out.chunk_ns
     chunk_tokens = out.chunk_tokens
-    while not done:
-        data = await reader.read(65536)
+    drain_until: float | None = None
+    while True:
+        if not done:
+            data = await reader.read(65536)
+        elif body_done or not (chunked or remaining > 0):
+            break
+        else:
+            # after [DONE] the body's end (a chunked body's 0-length chunk, often its own write:
+            # uvicorn) may come in a later read: wait for it briefly so the connection is reused.
+            # The request's stamps (last token, [DONE]) are already taken: not counted in its e2e.
+            now = time.monotonic()
+            drain_until = drain_until if drain_until is not None else now + DRAIN_AFTER_DONE_S
+            if now >= drain_until:
+                break
+            try:
+                async with asyncio.timeout(drain_until - now):
+                    data = await reader.read(65536)
+            except TimeoutError:
+                break
         if not data:
             break
         for data, t in reader.segments(data):
@@ -259,6 +289,8 @@ async def _consume_stream(reader: TimedReader, headers: dict[str, str], out: Out
                             base = prev_usage_tokens if prev_usage_tokens is not None else len(chunk_tokens)
                             k = max(1, ct - base)
                             prev_usage_tokens = ct
+                            usage_chunks += 1
+                            usage_last = len(chunk_tokens)
                         chunk_tokens.append(k)
                         if out.text is not None:
                             out.text.append(text)
@@ -301,7 +333,39 @@ async def _consume_stream(reader: TimedReader, headers: dict[str, str], out: Out
     if out.first_ns is None:
         out.fail("empty", "stream finished without any content")
         return False
+    _chunk_token_method(out, usage_chunks, usage_last)
     return body_done and keep_alive and not raw and not sse.strip()
+
+
+def _chunk_token_method(out: Outcome, usage_chunks: int, usage_last: int) -> None:
+    """Settle ``out.chunk_tokens`` and say how (``out.chunk_token_method``):
+
+    - ``usage_per_chunk``: every content chunk carried the running usage total: exact counts;
+    - ``usage_deltas``: usage on some chunks: each such chunk counts the increase since the last;
+    - ``usage_total_spread``: the total first came on the last content chunk (several tokens per
+      chunk, usage only at the end): spread evenly over all the content chunks (the larger
+      shares first), not all the surplus on the last one (which made every earlier gap a
+      whole chunk's and the last chunk's tiny);
+    - ``one_per_chunk``: no usage on content chunks (or a total below the chunk count): each
+      chunk one token, gaps are per chunk (a usage-only chunk's total is output_tokens beside it).
+    """
+    ct = out.chunk_tokens
+    n = len(ct)
+    if usage_chunks == 0:
+        out.chunk_token_method = "one_per_chunk"
+    elif usage_chunks == n:
+        out.chunk_token_method = "usage_per_chunk"
+    elif usage_chunks == 1 and usage_last == n - 1 and out.usage_completion is not None:
+        total = sum(ct)
+        if total == out.usage_completion and total >= n:
+            base, extra = divmod(total, n)
+            ct[:] = [base + (1 if i < extra else 0) for i in range(n)]
+            out.chunk_token_method = "usage_total_spread"
+        else:
+            ct[:] = [1] * n
+            out.chunk_token_method = "one_per_chunk"
+    else:
+        out.chunk_token_method = "usage_deltas"
 
 
 # Request fields that are not in the OpenAI API, and the option that stops benchrun sending each.
