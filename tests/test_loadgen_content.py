@@ -358,6 +358,23 @@ def test_a_pinned_dataset_resolved_on_another_host_is_found_by_its_tail(tmp_path
     assert locate_dataset("/work/elsewhere/specs/datasets/d.jsonl", None) == "/work/elsewhere/specs/datasets/d.jsonl"
 
 
+def test_a_runs_own_dataset_copy_absent_in_a_pod_is_found_in_the_image_by_its_sha256(tmp_path, monkeypatch):
+    # the run reads structured/<run_id>_dataset.<ext> (its own copy); a pod without the run
+    # volume has the image's specs/ only, where no path ends like the copy's
+    import hashlib
+
+    from benchrun.loadgen.content import locate_dataset
+
+    (tmp_path / "specs/datasets").mkdir(parents=True)
+    (tmp_path / "specs/datasets/other.jsonl").write_text('{"prompt": "y"}\n')
+    (tmp_path / "specs/datasets/d.jsonl").write_text('{"prompt": "x"}\n')
+    monkeypatch.chdir(tmp_path)
+    sha = hashlib.sha256(b'{"prompt": "x"}\n').hexdigest()
+    copy = "/home/runs/r-1/structured/r-1_dataset.jsonl"
+    assert locate_dataset(copy, sha) == str(tmp_path / "specs/datasets/d.jsonl")
+    assert locate_dataset(copy, "0" * 64) == copy  # no such bytes: the path as given, whose read then fails
+
+
 def test_closed_loop_sessions_with_think_time_are_judged_on_active_sessions(server):
     # think time dwarfs the turns: requests in flight are a fraction of c, sessions are not
     res, _ = _sweep(server, ContentConfig(sessions=SessionShape(turns=3, think_time_s=0.05)), api="chat",

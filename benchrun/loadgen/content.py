@@ -25,7 +25,7 @@ import numpy as np
 
 from benchrun.errors import BenchrunError
 from benchrun.loadgen import endpoint as ep_mod
-from benchrun.loadgen.dataset import FORMATS, Dataset, DatasetError, load_dataset
+from benchrun.loadgen.dataset import FORMATS, Dataset, DatasetError, file_sha256, load_dataset
 from benchrun.loadgen.tokens import TokenCounter, TokenizerError, load_counter
 from benchrun.loadgen.workload import MixBucket, draw_bucket, mix_cdf, new_trace_context, worker_rng
 
@@ -119,16 +119,24 @@ def _load(dataset: str | None, fmt: str, sha256: str | None, dataset_stamp: Any,
 def locate_dataset(path: str, sha256: str | None) -> str:
     """``path`` when it is a file; else, for a pinned dataset (a suite in a pod, whose spec was
     resolved on the submitting host), the first file under the working directory or benchrun's
-    own root whose path ends like ``path`` (``specs/datasets/x.jsonl`` in the image). The pinned
-    sha256 is checked when the file is read, so a file found this way is the same bytes."""
+    own root whose path ends like ``path`` (``specs/datasets/x.jsonl`` in the image); else (the
+    run's own copy, ``structured/<run_id>_dataset.<ext>``, is not in a pod without the run volume)
+    the first file of the same suffix under those roots' ``specs/`` whose sha256 is the pinned one.
+    The pinned sha256 is checked when the file is read, so a file found this way is the same bytes."""
     p = Path(path)
     if p.is_file() or not sha256 or not p.is_absolute():
         return path
     parts = p.parts[1:]
-    for root in (Path.cwd(), Path(__file__).resolve().parents[2]):
+    roots = (Path.cwd(), Path(__file__).resolve().parents[2])
+    for root in roots:
         for i in range(len(parts)):
             candidate = root.joinpath(*parts[i:])
             if candidate.is_file():
+                return str(candidate)
+    for root in roots:
+        specs = root / "specs"
+        for candidate in sorted(specs.rglob(f"*{p.suffix}"))[:500] if specs.is_dir() else []:
+            if candidate.is_file() and file_sha256(candidate) == sha256.lower():
                 return str(candidate)
     return path
 
