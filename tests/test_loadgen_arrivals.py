@@ -84,6 +84,34 @@ def test_gamma_sends_reach_the_server_on_schedule(server):
     assert s["scheduled_rate_rps"] == pytest.approx(60.0, rel=1e-6) and s["point"] == "rate=60,burstiness=0.3"
 
 
+def test_several_workers_send_one_schedule_at_the_offered_rate():
+    # each worker drew its own schedule at rate/workers from 0, rescaled to end at the same
+    # instant: 8 workers sent 8 requests at t = 0 and 8 at the last instant together
+    from benchrun.loadgen.schedule import dealt_arrivals
+    from benchrun.loadgen.workload import split_evenly
+
+    for point in (LoadPoint("open_loop", 20.0), LoadPoint("open_loop", 20.0, "gamma", 0.25)):
+        shares = [dealt_arrivals(point, 400, None, 0, 0, w, 8, 1) for w in range(8)]
+        assert [len(x) for x in shares] == split_evenly(400, 8)
+        t = np.sort(np.concatenate(shares))
+        assert int(np.sum(t == 0.0)) == 1 and int(np.sum(np.isclose(t, t[-1]))) == 1
+        assert t[-1] == pytest.approx(399 / 20.0)
+        cv = float(np.std(np.diff(t)) / np.mean(np.diff(t)))
+        assert cv == pytest.approx(1.0 if point.arrival == "poisson" else 2.0, rel=0.2)  # the stated process
+        timed = [dealt_arrivals(point, None, 5.0, 0, 0, w, 3, 1) for w in range(3)]
+        assert all(max(x) < 5.0 for x in timed) and len(set(np.concatenate(timed))) == sum(map(len, timed))
+
+
+def test_several_workers_interleave_one_poisson_schedule_on_the_server(server):
+    res = run_sweep(_cfg(server.url, points=(LoadPoint("open_loop", 80.0),), requests_per_point=48, workers=3))
+    assert len(res.rows) == 48 and not any(r["error"] for r in res.rows)
+    assert {r["worker"] for r in res.rows} == {0, 1, 2}
+    sched = sorted(r["scheduled_mono_ns"] for r in res.rows)
+    assert len(set(sched)) == 48  # no two workers at the same instant
+    assert (sched[-1] - sched[0]) / 1e9 == pytest.approx(47 / 80.0, rel=1e-6)  # one schedule, at the offered rate
+    _check_sends_against_server(res.rows, _truth(server.url))
+
+
 # --- load stages -----------------------------------------------------------------------------
 
 

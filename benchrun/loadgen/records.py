@@ -66,6 +66,7 @@ class _WorkerState:
     def __init__(self, cfg: SweepConfig, worker: int) -> None:
         self.cfg = cfg
         self.worker = worker
+        self.share = (worker, 1)  # (this worker, the workers sharing an open-loop point's schedule)
         self.endpoint = http.Endpoint.from_url(cfg.url, cfg.api)
         self.mono0 = CLOCK()
         self.wall0 = time.time_ns()

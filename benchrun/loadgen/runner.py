@@ -81,6 +81,7 @@ async def _run_point(
         active = n_workers
         conc_w = 0
         rate_w = point.offered_load / n_workers
+        st.share = (worker, n_workers)
     result: dict[str, Any] = {"worker": worker, "rows": [], "warmup_rows": 0, "warmup_errors": 0, "cpu_frac": None, "loop_lag_ms": [], "connections": 0}
     if worker >= active:
         return result

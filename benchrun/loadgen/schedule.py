@@ -51,6 +51,21 @@ def _arrivals(point: LoadPoint, rate_w: float, n: int | None, duration_s: float 
     return out
 
 
+SHARED_SCHEDULE = 1 << 20  # the worker index of the generator all workers draw one schedule from
+
+
+def dealt_arrivals(point: LoadPoint, total: int | None, duration_s: float | None, seed: int, point_index: int,
+                   worker: int, workers: int, stream: int) -> list[float]:
+    """This worker's share of ONE schedule at the point's full rate (arrivals ``worker``,
+    ``worker + workers``, ...): every worker draws the same schedule from the same generator, so
+    the arrivals they send together are the stated process (Poisson, gamma) at the offered rate.
+    Each worker drawing its own schedule at rate/workers, each starting at 0 and each rescaled
+    to end at the same instant, sent ``workers`` requests at once at the start and at the end
+    (and a superposition of gamma streams is not the gamma stream asked for)."""
+    rng = worker_rng(seed, point_index, SHARED_SCHEDULE, stream)
+    return _arrivals(point, point.offered_load, total, duration_s, rng, 0.0)[worker::workers]
+
+
 async def _one(pool: http.ConnectionPool, spec: _Spec, timeout_s: float,
                keep_text: bool = False) -> tuple[_Spec, http.Outcome, int]:
     """Send one request; ``keep_text``: keep the reply's text (a session's next turn carries it)."""
@@ -102,6 +117,10 @@ async def _phase(
     if point.load_model == "trace":
         # the trace's own times (a worker's share of them), time-scaled; the specs are a list
         offsets = [s.t_s / point.speedup for s in specs]
+    elif stream == 1 and point.arrival != "constant" and st.share[1] > 1 and start_ns is not None:
+        # measured, several workers on one go time: one schedule dealt to them
+        total = st.cfg.requests_per_point if n is not None else None
+        offsets = dealt_arrivals(point, total, duration_s, st.cfg.seed, point_index, *st.share, stream)
     else:
         rng = worker_rng(st.cfg.seed, point_index, st.worker, stream)
         offsets = _arrivals(point, rate_w, n, duration_s, rng, phase_s)
