@@ -119,6 +119,34 @@ def test_tail_latency_too_few_requests_is_not_flagged(serving_home: Path) -> Non
     assert e2e["p99_backed"] is False and e2e["flagged"] is False and "24 requests per replicate (< 368)" in e2e["why"]
 
 
+def test_tail_latency_thin_p99s_are_not_called_clear_either(serving_home: Path) -> None:
+    """A p99 from too few requests was refused for flagged but used for clear: 24 requests per
+    replicate and an unchanged p99 read 'clear'. Thin rows are not judged either way."""
+    add_run(serving_home, "thin")
+    put(serving_home, "serving_outcome_fact", "thin", serving([
+        (1, "all", 100.0, 90.0, 150.0, 10.0, 9.0, 20.0), (2, "all", 100.0, 90.0, 150.0, 10.0, 9.0, 20.0)],
+        n_requests=24))
+    res = tail_latency_regression(serving_home, "thin", "base")
+    assert res.verdict == "unavailable"
+    assert "at most 24 requests per replicate" in res.reason and "368 needed" in res.reason
+    assert all(r["p99_backed"] is False and "not judged" in r["why"] for r in res.rows)
+
+
+def test_tail_latency_clear_names_the_largest_change_among_backed_rows_only(serving_home: Path) -> None:
+    base = serving([(1, "short", 100.0, 90.0, 150.0, 10.0, 9.0, 20.0)], n_requests=400)
+    base += serving([(1, "long", 100.0, 90.0, 150.0, 10.0, 9.0, 20.0)], n_requests=30)
+    add_run(serving_home, "b2")
+    put(serving_home, "serving_outcome_fact", "b2", base)
+    cand = serving([(1, "short", 100.0, 90.0, 160.0, 10.0, 9.0, 21.0)], n_requests=400)
+    cand += serving([(1, "long", 150.0, 90.0, 900.0, 10.0, 9.0, 20.0)], n_requests=30)  # thin, ×6 (mean moved)
+    add_run(serving_home, "c2")
+    put(serving_home, "serving_outcome_fact", "c2", cand)
+    res = tail_latency_regression(serving_home, "c2", "b2")
+    assert res.verdict == "clear"
+    assert "largest p99 change ×1.07 at serving_sweep c=4 bucket short e2e_ms" in res.reason
+    assert "2 row(s) with fewer than 368 requests per replicate not judged" in res.reason
+
+
 def test_tail_latency_unavailable_without_baseline_or_serving_rows(serving_home: Path) -> None:
     res = tail_latency_regression(serving_home, "base", None)
     assert res.verdict == "unavailable" and "no baseline" in res.reason
