@@ -195,15 +195,22 @@ def render_figures(run_dir: str | os.PathLike[str], *, home: Path | None = None,
     extra = []
     for ref in EXTRA_SECTIONS:
         mod, _, fn = ref.partition(":")
-        section_fn: Callable[[SectionContext], ReportSection | None] = getattr(importlib.import_module(mod), fn)
-        sec = section_fn(SectionContext(run, stats, comparison))
-        if sec is None:
+        try:
+            section_fn: Callable[[SectionContext], ReportSection | None] = getattr(importlib.import_module(mod), fn)
+            sec = section_fn(SectionContext(run, stats, comparison))
+            if sec is None:
+                continue
+            files = []
+            for i, (caption, png) in enumerate(sec.figures):
+                fname = f"{rid}_{validate_name(fn, what='section function')}_{i}.png"
+                atomic_write_bytes(run.path / "figures" / fname, png)
+                files.append({"caption": caption, "file": fname})
+        except Exception as exc:  # one section's failure (its data, its code) never costs the report
+            log.warning("report section %s of run %s failed: %s", ref, rid, exc, exc_info=True)
+            extra.append({"title": fn.replace("_", " "), "figures": [], "html": (
+                f"<p class='muted'>This section could not be drawn ({html.escape(type(exc).__name__)}: "
+                f"{html.escape(str(exc))}); the rest of the report does not depend on it.</p>")})
             continue
-        files = []
-        for i, (caption, png) in enumerate(sec.figures):
-            fname = f"{rid}_{validate_name(fn, what='section function')}_{i}.png"
-            atomic_write_bytes(run.path / "figures" / fname, png)
-            files.append({"caption": caption, "file": fname})
         extra.append({"title": sec.title, "html": sec.html, "figures": files})
     atomic_write_json(_index_path(run.path), {"figures": index, "sections": extra, "change_points": cp_rows})
     return index
