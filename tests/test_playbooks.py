@@ -312,6 +312,20 @@ def test_straggler_two_ranks_flagged_by_repeated_late_arrival(tmp_path: Path) ->
     assert r1["median_lag_us"] == pytest.approx(410.0)
 
 
+def test_straggler_with_mad_zero_a_rank_off_the_median_stands_out(tmp_path: Path) -> None:
+    """Three ranks take exactly 1000 us, the straggler 200 us (it arrives last, the others wait for
+    it): MAD 0 made z NULL, so the rank never stood out and the answer was "no rank stood out"."""
+    add_run(tmp_path, "tie")
+    times = {0: [1000.0] * 3, 1: [1000.0] * 3, 2: [1000.0] * 3, 3: [200.0] * 3}
+    put(tmp_path, "measurement_fact", "tie", allreduce(times, [(3, 300.0)] * 3, p50=1000.0))  # lag 30 %: not late enough
+    res = distributed_straggler(tmp_path, "tie", None)
+    assert res.verdict == "flagged" and res.reason.startswith("rank 3 stands out")
+    by_rank = {r["rank_id"]: r for r in res.rows}
+    assert (by_rank[3]["n_stood_out"], by_rank[3]["n_off_zero_mad"], by_rank[3]["median_robust_z"]) == (3, 3, None)
+    assert "MAD 0" in res.reason and "z is undefined" in by_rank[3]["why"]
+    assert [by_rank[r]["n_stood_out"] for r in (0, 1, 2)] == [0, 0, 0]
+
+
 def test_straggler_unavailable_without_rank_rows(serving_home: Path) -> None:
     res = distributed_straggler(serving_home, "base", None)
     assert res.verdict == "unavailable" and res.rows == [] and "rank_p50_time_us" in res.reason
