@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.exposition import push_to_gateway
+from prometheus_client.exposition import delete_from_gateway, push_to_gateway
 from prometheus_client.metrics_core import Metric
 
 from benchrun.errors import BenchrunError
@@ -437,17 +437,22 @@ def _gateway_error(url: str, exc: BaseException) -> BenchrunError:
     )
 
 
-def gateway_series(url: str, *, job: str = DEFAULT_JOB, exclude_run_id: str | None = None,
-                   timeout: float = 10.0) -> int:
-    """Series the Pushgateway holds in groups other than this run's (its ``/api/v1/metrics``)."""
+def _gateway_groups(url: str, timeout: float) -> list[dict[str, Any]]:
+    """The groups the Pushgateway holds (its ``/api/v1/metrics``)."""
     endpoint = url.rstrip("/") + "/api/v1/metrics"
     try:
         with urllib.request.urlopen(endpoint, timeout=timeout) as resp:
             doc = json.loads(resp.read().decode("utf-8"))
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise _gateway_error(url, exc) from exc
+    return [g for g in doc.get("data") or [] if isinstance(g, dict)]
+
+
+def gateway_series(url: str, *, job: str = DEFAULT_JOB, exclude_run_id: str | None = None,
+                   timeout: float = 10.0) -> int:
+    """Series the Pushgateway holds in groups other than this run's (its ``/api/v1/metrics``)."""
     total = 0
-    for group in doc.get("data") or []:
+    for group in _gateway_groups(url, timeout):
         glabels = group.get("labels") or {}
         if exclude_run_id is not None and glabels.get("job") == job and glabels.get("run_id") == exclude_run_id:
             continue
@@ -455,6 +460,25 @@ def gateway_series(url: str, *, job: str = DEFAULT_JOB, exclude_run_id: str | No
             if isinstance(value, dict) and isinstance(value.get("metrics"), list):
                 total += len(value["metrics"])
     return total
+
+
+def delete_groups(url: str, run_id: str, *, job: str = DEFAULT_JOB, timeout: float = 10.0) -> list[str]:
+    """Delete the run's groups from the Pushgateway (``job/<job>/run_id/<run_id>``, and any
+    with extra grouping labels); the group URLs deleted, empty when it held none. A group left
+    there counts against every later run's ``maxActiveSeries``. BenchrunError when the gateway
+    is unreachable or refuses."""
+    deleted = []
+    for group in _gateway_groups(url, timeout):
+        glabels = group.get("labels") or {}
+        if glabels.get("job") != job or glabels.get("run_id") != run_id:
+            continue
+        key = {k: str(v) for k, v in glabels.items() if k != "job"}
+        try:
+            delete_from_gateway(url, job=job, grouping_key=key, timeout=timeout)
+        except (urllib.error.URLError, OSError) as exc:
+            raise _gateway_error(url, exc) from exc
+        deleted.append(group_url(url, run_id, job=job, grouping={k: v for k, v in key.items() if k != "run_id"}))
+    return deleted
 
 
 def group_url(url: str, run_id: str, *, job: str = DEFAULT_JOB, grouping: Mapping[str, str] | None = None) -> str:

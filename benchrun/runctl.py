@@ -195,6 +195,7 @@ def delete_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
         if extra.exists():
             extra.unlink()
             out.removed.append(str(extra.relative_to(root)))
+    _delete_pushed(run_id, out)
     if instance is not None:
         from benchrun.submit import PARTITIONS_NAME
 
@@ -206,6 +207,23 @@ def delete_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
     out.removed.insert(0, f"run directory runs/{run_id}")
     out.kept.append("its evidence in the artifact store (write-once; `benchrun retention` ages it out)")
     return out
+
+
+def _delete_pushed(run_id: str, out: DeleteOutcome) -> None:
+    """With ``BENCHRUN_PUSHGATEWAY_URL`` set, delete the run's hot-metrics groups there (left,
+    they count against later runs' budget); an unreachable gateway keeps them, said so."""
+    from benchrun.hotmetrics import PUSHGATEWAY_ENV, delete_groups
+
+    url = os.environ.get(PUSHGATEWAY_ENV) or None
+    if url is None:
+        return
+    try:
+        deleted = delete_groups(url, run_id)
+    except BenchrunError as exc:
+        out.kept.append(f"its hot metrics on the Pushgateway, not deleted: {exc}; delete them there when it is "
+                        f"back (`curl -X DELETE {url.rstrip('/')}/metrics/job/benchrun/run_id/{run_id}`)")
+        return
+    out.removed.extend(f"Pushgateway group {u}" for u in deleted)
 
 
 def _delete_iceberg_rows(root: Path, run_id: str) -> list[str]:

@@ -311,3 +311,43 @@ def test_row_keys_never_override_structural_labels(tmp_path: Path) -> None:
     atomic_write_json(rd / "structured" / f"{RUN_ID}_probe_r1.json", _doc("probe", 1, "ok", [row]))
     rows = samples(render(rd, status, BIG).text)
     assert find(rows, "benchrun_probe", suite="probe", run_id=RUN_ID, case="x", layer="", node_name="node-a") == [7.0]
+
+
+def test_delete_removes_the_runs_pushgateway_groups(tmp_path: Path, pushgateway: str, monkeypatch) -> None:
+    """`benchrun delete` removed the textfile only: the run's Pushgateway group stayed and its
+    series counted against every later run's maxActiveSeries."""
+    from benchrun.runctl import delete_run
+
+    gone = "gone-20261130090000-00000000"
+    kept = "kept-20261130090000-11111111"
+    rd, status = make_run(tmp_path, gone)
+    atomic_write_json(rd / "status.json", {**status, "phase": "Succeeded"})
+    monkeypatch.setenv(hm_mod.PUSHGATEWAY_ENV, pushgateway)
+    publish_run(rd, status, BIG, home=tmp_path)
+    push(render(rd, status, Budget(3, [])), pushgateway, grouping={"site": "lab"})  # a second group of the run
+    rd2, status2 = make_run(tmp_path / "other", kept)
+    push(render(rd2, status2, Budget(3, [])), pushgateway)
+    held_before = hm_mod.gateway_series(pushgateway, exclude_run_id=kept)
+
+    out = delete_run(gone, home=tmp_path)
+    assert f"Pushgateway group {pushgateway}/metrics/job/benchrun/run_id/{gone}" in out.removed
+    assert f"Pushgateway group {pushgateway}/metrics/job/benchrun/run_id/{gone}/site/lab" in out.removed
+    assert not [lab for _, lab, _ in _gateway_samples(pushgateway) if lab.get("run_id") == gone]
+    assert [lab for _, lab, _ in _gateway_samples(pushgateway) if lab.get("run_id") == kept]  # another run's stays
+    assert hm_mod.gateway_series(pushgateway, exclude_run_id=kept) < held_before
+    assert not (tmp_path / "runs" / gone).exists()
+    push(render(rd2, status2, Budget(3, [])), pushgateway)  # tidy: only `kept` remains, then none
+    assert hm_mod.delete_groups(pushgateway, kept) and hm_mod.delete_groups(pushgateway, kept) == []
+
+
+def test_delete_with_the_gateway_down_keeps_the_group_and_says_so(tmp_path: Path, monkeypatch) -> None:
+    from benchrun.runctl import delete_run
+
+    rd, status = make_run(tmp_path)
+    atomic_write_json(rd / "status.json", {**status, "phase": "Succeeded"})
+    url = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    monkeypatch.setenv(hm_mod.PUSHGATEWAY_ENV, url)
+    out = delete_run(RUN_ID, home=tmp_path)
+    assert not any("Pushgateway" in r for r in out.removed)
+    [note] = [k for k in out.kept if "Pushgateway" in k]
+    assert "not deleted" in note and "unreachable" in note and f"{url}/metrics/job/benchrun/run_id/{RUN_ID}" in note

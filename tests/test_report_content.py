@@ -85,3 +85,26 @@ def test_a_column_with_one_value_on_every_row_is_said_once():
 def test_pick_skips_nan_and_reads_renamed_fields():
     assert C.pick({"ci_low": math.nan, "low": 2.0}, "ci_low", "low") == 2.0
     assert C.interval_of({"ci_low": 1.0, "ci_high": 3.0, "coverage": 0.9}) == (1.0, 3.0, 0.9)
+
+
+def test_comparison_table_labels_the_shift_and_shows_the_medians_change_beside_it():
+    """A '+72 %' change sat beside two medians that both went down: change_pct is the Hodges–Lehmann
+    shift, not the medians' ratio, and the column said 'change %'."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from benchrun.report.html import _details_html
+
+    row = {"metric": "tokens_per_second", "gating": False, "role": "secondary", "baseline_median": 100.0,
+           "candidate_median": 80.0, "change_pct": 72.0, "change_low_pct": -10.0, "change_high_pct": 150.0,
+           "verdict": "inconclusive"}
+    near_zero = {**row, "metric": "errors", "baseline_median": 0.0, "candidate_median": 0.0, "change_pct": None,
+                 "change_low_pct": None, "change_high_pct": None, "verdict": "no_change"}
+    comparison = {"baseline": "base", "metrics": [row, near_zero], "condition": {}}
+    empty = pd.DataFrame()
+    text = _details_html(SimpleNamespace(status={}), SimpleNamespace(summary=empty, tails=empty), comparison, [])
+    assert "estimated shift % (+ = up)" in text and "change % (+ = up)" not in text
+    assert "medians&#x27; change %" in text or "medians' change %" in text
+    assert "<td>-20</td>" in text and "<td>72</td>" in text  # the medians fell 20 %; the shift says +72 %
+    assert "Hodges–Lehmann" in text and "not the medians' ratio" in text

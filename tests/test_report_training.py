@@ -46,3 +46,54 @@ def test_training_section_tabulates_every_replicate_with_its_figure(tmp_path: Pa
 def test_no_training_and_no_status_means_no_section(tmp_path: Path) -> None:
     ctx = SimpleNamespace(run=SimpleNamespace(path=tmp_path, run_id=RUN_ID, status={}))
     assert training_section(ctx) is None
+
+
+def _edit_row(run_dir: Path, rep: int, **changes: object) -> None:
+    path = run_dir / "structured" / f"{RUN_ID}_training_r{rep}.json"
+    doc = json.loads(path.read_text())
+    doc["training"][0].update(changes)
+    path.write_text(json.dumps(doc))
+
+
+def _ctx(run_dir: Path, status: dict | None = None) -> SimpleNamespace:
+    return SimpleNamespace(run=SimpleNamespace(path=run_dir, run_id=RUN_ID, status=status or {}))
+
+
+def test_a_training_row_without_a_flops_formula_is_drawn(tmp_path: Path) -> None:
+    """A custom training suite's row without FLOPs: `{None:,}` raised and took the whole report down."""
+    _write(tmp_path, 1, None)
+    _edit_row(tmp_path, 1, model_flops_per_token=None, flops_formula=None)
+    sec = training_section(_ctx(tmp_path))
+    assert "model FLOPs per token — (no formula recorded)" in sec.html
+
+
+def test_values_from_result_documents_are_escaped(tmp_path: Path) -> None:
+    """nodes, ranks_per_node, measured_steps, warmup_steps (and the rest) went into the HTML as written."""
+    bad = "<img src=x onerror=alert(1)>"
+    _write(tmp_path, 1, 30.0)
+    _edit_row(tmp_path, 1, nodes=bad, ranks_per_node=bad, measured_steps=bad, warmup_steps=bad,
+              model_flops_per_token=bad, peak_tflops_used=bad, mfu_reason=None, step_time_p50_ms=bad)
+    sec = training_section(_ctx(tmp_path, {"straggler_nodes": [bad, 3]}))
+    assert "<img" not in sec.html and sec.html.count("&lt;img src=x onerror=alert(1)&gt;") >= 8
+    assert "MFU against &lt;img" in sec.html
+
+
+def _broken_section(ctx: object) -> None:
+    raise KeyError("model_flops_per_token")
+
+
+def test_a_section_that_raises_is_replaced_by_a_note_not_the_report(tmp_path: Path, monkeypatch) -> None:
+    from benchrun.report import html as report_html
+    from benchrun.stats.synthetic import make_run
+
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    run_dir = make_run(tmp_path, RUN_ID, {("gemm", "n=64", "tflops"): ([1.0, 1.1, 1.0], "TFLOP/s", "higher")})
+    [doc_path] = (run_dir / "structured").glob(f"{RUN_ID}_gemm_r1.json")
+    doc = json.loads(doc_path.read_text())
+    doc["training"] = [{"case": "tiny", "nodes": 1, "ranks_per_node": 1, "tokens_per_second": 1000.0}]
+    doc_path.write_text(json.dumps(doc))
+    monkeypatch.setattr(report_html, "EXTRA_SECTIONS",
+                        [f"{__name__}:_broken_section", *report_html.EXTRA_SECTIONS])
+    text = report_html.build_report(run_dir).read_text()
+    assert "broken section" in text and "could not be drawn (KeyError: &#x27;model_flops_per_token&#x27;)" in text
+    assert "Training and distributed ranks" in text  # the sections after it are still drawn

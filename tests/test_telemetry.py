@@ -330,3 +330,72 @@ def test_suite_cpu_is_all_counted_even_for_a_suite_shorter_than_a_tick(tmp_path)
     counted = sum(r["value"] / 100.0 * r["interval_s"] * psutil.cpu_count() for r in t if r["metric"] == "suite_cpu_pct")
     assert child_cpu >= 0.4
     assert counted == pytest.approx(child_cpu, rel=0.05, abs=0.02)
+
+
+class _FakeNvml:
+    """pynvml on an 8-GPU node whose GPUs read utilization 10×index; every other call unsupported."""
+
+    NVML_CLOCK_SM = NVML_TEMPERATURE_GPU = NVML_MEMORY_ERROR_TYPE_CORRECTED = NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 0
+    NVML_VOLATILE_ECC = NVML_PCIE_UTIL_TX_BYTES = NVML_PCIE_UTIL_RX_BYTES = 0
+    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = nvmlEventTypeXidCriticalError = 0
+
+    def __init__(self, names=("NVIDIA H100",) * 8):
+        self.names = names
+
+    def nvmlInit(self):
+        pass
+
+    nvmlShutdown = nvmlInit
+
+    def nvmlDeviceGetCount(self):
+        return len(self.names)
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def nvmlDeviceGetUUID(self, h):
+        return f"GPU-{h}{h}{h}-abcd".encode()
+
+    def nvmlDeviceGetName(self, h):
+        return self.names[h]
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        return type("U", (), {"gpu": 10 * h, "memory": 0})()
+
+    def __getattr__(self, name):
+        def unsupported(*a):
+            raise RuntimeError(f"{name}: NotSupported")
+        return unsupported
+
+
+@pytest.mark.parametrize("visible, order, names, devices", [
+    (None, None, ["A"] * 8, None),  # unset: not known, every GPU
+    ("3", None, ["A"] * 8, [3]),
+    ("5,GPU-222", None, ["A"] * 8, [5, 2]),  # a UUID prefix, in CUDA's order
+    ("1,9,2", None, ["A"] * 8, [1]),  # CUDA stops at the first entry naming no device
+    ("", None, ["A"] * 8, []),  # the suite sees no GPU
+    ("1", None, ["A", "B"], None),  # mixed models: ordinals are CUDA's fastest-first order, not NVML's
+    ("1", "PCI_BUS_ID", ["A", "B"], [1]),
+    ("MIG-1234", None, ["A"] * 8, None),
+])
+def test_the_suites_gpus_from_cuda_visible_devices(visible, order, names, devices):
+    uuids = [f"GPU-{i}{i}{i}-abcd" for i in range(len(names))]
+    got, note = nvml.suite_devices(visible, uuids, names, order)
+    assert got == devices and (visible is None or repr(visible) in note)
+
+
+def test_the_sampler_reads_only_the_gpus_the_suites_cuda_visible_devices_names(tmp_path, monkeypatch):
+    """On an 8-GPU node a one-GPU suite (CUDA_VISIBLE_DEVICES=3) was sampled with all eight GPUs,
+    the seven idle ones pulling its utilization to 0 %: now only GPU 3 is sampled, by its NVML index."""
+    from benchrun.telemetry.hook import ReplicateTelemetry
+
+    monkeypatch.setitem(sys.modules, "pynvml", _FakeNvml())
+    run_dir = RunDir(tmp_path, RUN_ID).create().path
+    inv = Invocation(RUN_ID, "micro", "s", 1, "bc-x", ("true",), {"CUDA_VISIBLE_DEVICES": "3"}, 60.0)
+    sampler = ReplicateTelemetry(inv, run_dir, 1.0).sampler
+    util = [s for s in sampler._gpu.sample() if s.metric == "gpu_utilization_pct"]
+    assert [(s.device_index, s.value, s.gpu_uuid) for s in util] == [(3, 30.0, "GPU-333-abcd")]
+    assert sampler.gpu_count == 1 and sampler.gpu_devices == [3] and "'3'" in sampler.gpu_selection
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    unset = ReplicateTelemetry(Invocation(RUN_ID, "micro", "s", 1, "bc-x", ("true",), {}, 60.0), run_dir, 1.0).sampler
+    assert unset.gpu_devices == list(range(8)) and "unset" in unset.gpu_selection

@@ -9,39 +9,70 @@ from benchrun.playbooks.base import PlaybookResult, check_runs, fetch
 NAME = "low_gpu_utilization"
 QUESTION = "Training throughput dropped while GPU utilization stayed low: which suite, how low, how much lost?"
 
-# "Low": the median of the measured GPU utilization samples of a suite is below this
-# (percent). The GPU is then starved (input pipeline, host, communication), not saturated.
+# "Low": the median of one GPU's utilization samples is below this (percent). The GPU is then
+# starved (input pipeline, host, communication), not saturated. A suite is judged by its
+# busiest GPU: the sampler records the suite's GPUs when its CUDA_VISIBLE_DEVICES names them,
+# else every GPU of the node (the GPUs another job holds, or none, read idle), and DCGM's
+# node series cover every GPU of the node too; the busiest is the one the suite ran on
+# whichever of those it is, and a multi-GPU suite is low only when all its GPUs are.
 LOW_UTIL_PCT = 50.0
 # "Dropped": a throughput metric's median is at most (1 − this) × the baseline's median.
 THROUGHPUT_DROP_MIN = 0.10
 
-# Per suite: the median GPU utilization measured (measurement_fact rows named
-# gpu_utilization_pct, or telemetry_slice_fact samples: NVML's gpu_utilization_pct from the
-# sampler beside every replicate, DCGM's through Prometheus), for the run ($1) and its baseline
-# ($2, NULL for none), next to each throughput metric of that suite (higher-is-better
-# per-second metrics of ok replicates, and training_outcome_fact tokens_per_second): its median
-# over replicates in both runs and the run-over-baseline ratio. The telemetry rows are cited
-# (their raw sample files and window), with the host's CPU utilization and the background CPU
-# load over the same replicates: a starved GPU on a saturated or contended host is input-bound.
-# Nothing here is derived from other metrics: without GPU utilization rows the answer is
-# "not measured".
+# Per suite: the GPU utilization measured (measurement_fact rows named gpu_utilization_pct,
+# or telemetry_slice_fact samples: NVML's gpu_utilization_pct from the sampler beside every
+# replicate, DCGM's through Prometheus: the series attributed to the suite's pod where it was
+# queried, else the node's), as a median per GPU (node, UUID or index, source) and, for the
+# suite, the busiest GPU's median, for the run ($1) and its baseline ($2), next to each
+# throughput metric of that suite (higher-is-better per-second metrics of ok replicates, and
+# training_outcome_fact tokens_per_second): its median over replicates in both runs and the
+# run-over-baseline ratio. The telemetry rows are cited (their raw sample files and window),
+# with the host's CPU utilization and the background CPU load over the same replicates: a
+# starved GPU on a saturated or contended host is input-bound. Nothing here is derived from
+# other metrics: without GPU utilization rows the answer is "not measured".
 SQL = """
-WITH util_samples AS (
-    SELECT run_id, suite, value, NULL AS raw_path, NULL::TIMESTAMPTZ AS t0, NULL::TIMESTAMPTZ AS t1
+WITH tele AS (
+    SELECT run_id, coalesce(suite, source) AS suite, metric, source, value, raw_path, window_start_utc AS t0,
+           window_end_utc AS t1, node_name, coalesce(gpu_uuid, CAST(device_index AS VARCHAR)) AS device
+    FROM telemetry_slice_fact
+    WHERE run_id IN ($1, $2) AND value IS NOT NULL
+      AND metric IN ('gpu_utilization_pct', 'dcgm_gpu_utilization_pct', 'dcgm_gpu_utilization_pct_pod')
+),
+util_samples AS (
+    SELECT run_id, suite, 'suite' AS source, node_name, NULL AS device, value, NULL AS raw_path,
+           NULL::TIMESTAMPTZ AS t0, NULL::TIMESTAMPTZ AS t1
     FROM measurement_fact
     WHERE run_id IN ($1, $2) AND metric = 'gpu_utilization_pct' AND value IS NOT NULL
     UNION ALL
-    SELECT run_id, coalesce(suite, source) AS suite, value, raw_path, window_start_utc, window_end_utc
-    FROM telemetry_slice_fact
-    WHERE run_id IN ($1, $2) AND metric IN ('gpu_utilization_pct', 'dcgm_gpu_utilization_pct') AND value IS NOT NULL
+    SELECT run_id, suite, source || CASE WHEN metric LIKE '%_pod' THEN ' (pod)' ELSE '' END, node_name, device,
+           value, raw_path, t0, t1
+    FROM tele t
+    WHERE metric <> 'dcgm_gpu_utilization_pct'
+       OR NOT EXISTS (SELECT 1 FROM tele p WHERE p.run_id = t.run_id AND p.suite = t.suite
+                                              AND p.metric = 'dcgm_gpu_utilization_pct_pod')
 ),
-util AS (
-    SELECT run_id, suite, count(*) AS n_util_samples, median(value) AS gpu_util_pct,
-           min(value) AS gpu_util_min_pct, max(value) AS gpu_util_max_pct,
-           string_agg(DISTINCT raw_path, ', ' ORDER BY raw_path) AS telemetry_evidence,
+per_gpu AS (
+    SELECT run_id, suite, source, node_name, device, count(*) AS n, median(value) AS util,
+           min(value) AS util_min, max(value) AS util_max,
+           coalesce(node_name || '/', '') || coalesce(device, '?') || ' (' || source || ')' AS gpu
+    FROM util_samples
+    GROUP BY run_id, suite, source, node_name, device
+),
+evidence AS (
+    SELECT run_id, suite, string_agg(DISTINCT raw_path, ', ' ORDER BY raw_path) AS telemetry_evidence,
            min(t0) AS telemetry_from_utc, max(t1) AS telemetry_to_utc
     FROM util_samples
     GROUP BY run_id, suite
+),
+util AS (
+    SELECT g.run_id, g.suite, sum(n) AS n_util_samples, count(*) AS n_gpus,
+           max(util) AS gpu_util_pct, arg_max(gpu, util) AS judged_gpu,
+           arg_max(util_min, util) AS gpu_util_min_pct, arg_max(util_max, util) AS gpu_util_max_pct,
+           string_agg(gpu || ' ' || round(util, 1) || '%', ', ' ORDER BY util DESC, gpu) AS gpu_medians,
+           any_value(e.telemetry_evidence) AS telemetry_evidence,
+           any_value(e.telemetry_from_utc) AS telemetry_from_utc, any_value(e.telemetry_to_utc) AS telemetry_to_utc
+    FROM per_gpu g JOIN evidence e ON e.run_id = g.run_id AND e.suite = g.suite
+    GROUP BY g.run_id, g.suite
 ),
 host AS (
     SELECT run_id, suite,
@@ -67,8 +98,8 @@ throughput AS (
     FROM throughput_samples
     GROUP BY run_id, suite, "case", metric
 )
-SELECT u.suite, u.n_util_samples, u.gpu_util_pct, u.gpu_util_min_pct, u.gpu_util_max_pct,
-       bu.gpu_util_pct AS base_gpu_util_pct, h.host_cpu_util_pct, h.background_cpu_pct,
+SELECT u.suite, u.n_util_samples, u.n_gpus, u.gpu_util_pct, u.judged_gpu, u.gpu_util_min_pct, u.gpu_util_max_pct,
+       u.gpu_medians, bu.gpu_util_pct AS base_gpu_util_pct, h.host_cpu_util_pct, h.background_cpu_pct,
        u.telemetry_evidence, u.telemetry_from_utc, u.telemetry_to_utc,
        t."case", t.metric AS throughput_metric, t.unit AS throughput_unit, t.n_replicates,
        t.value AS throughput, bt.value AS base_throughput,
@@ -89,7 +120,7 @@ FROM telemetry_slice_fact WHERE run_id = $1 AND source = 'psutil' AND suite IS N
 """
 
 # Columns the terminal table shows (--json gives every column).
-DISPLAY = ("suite", "gpu_util_pct", "base_gpu_util_pct", "host_cpu_util_pct", "case", "throughput_metric",
+DISPLAY = ("suite", "gpu_util_pct", "judged_gpu", "n_gpus", "base_gpu_util_pct", "host_cpu_util_pct", "case", "throughput_metric",
            "throughput", "base_throughput", "throughput_change", "flagged", "telemetry_evidence")
 
 
@@ -112,35 +143,38 @@ def low_gpu_utilization(home: Path, run_id: str, baseline_run_id: str | None) ->
     for row in rows:
         low = row["gpu_util_pct"] < LOW_UTIL_PCT
         change = row["throughput_change"]
+        util = (f"utilization {row['gpu_util_pct']:.1f}% ({'<' if low else '≥'} {LOW_UTIL_PCT:g}%) on the busiest "
+                f"of {row['n_gpus']} GPU(s) sampled, {row['judged_gpu']}")
+        row["gpu_util_low"] = low
         if baseline_run_id is None:
-            row.update(flagged=low, why=(f"utilization {row['gpu_util_pct']:.1f}% < {LOW_UTIL_PCT:g}%" if low else
-                                         f"utilization {row['gpu_util_pct']:.1f}% ≥ {LOW_UTIL_PCT:g}%"))
+            row.update(flagged=None, why=f"{util}; no baseline run to compare throughput with")
         elif change is None:
-            row.update(flagged=False, why="no baseline throughput for this metric")
+            row.update(flagged=False, why=f"{util}; no baseline throughput for this metric")
         else:
             dropped = change <= 1.0 - THROUGHPUT_DROP_MIN
             row.update(flagged=low and dropped,
-                       why=f"utilization {row['gpu_util_pct']:.1f}% ({'<' if low else '≥'} {LOW_UTIL_PCT:g}%), "
-                           f"throughput ×{change:.2f} ({'dropped' if dropped else 'not dropped'} by "
+                       why=f"{util}, throughput ×{change:.2f} ({'dropped' if dropped else 'not dropped'} by "
                            f"≥ {THROUGHPUT_DROP_MIN:.0%})")
     for row in rows:
-        if row["flagged"] and row.get("host_cpu_util_pct") is not None:
+        if row["gpu_util_low"] and row.get("host_cpu_util_pct") is not None:
             # The host beside the starved GPU: a busy or shared CPU points at the input side.
             row["why"] += (f"; host CPU {row['host_cpu_util_pct']:.0f}% busy, background "
                            f"{row['background_cpu_pct'] or 0:.0f}% (telemetry: {row['telemetry_evidence']})")
+    rule = ("each suite is judged by its busiest GPU's median utilization, among the suite's GPUs where its "
+            "CUDA_VISIBLE_DEVICES named them or DCGM attributed them to its pod, else every GPU of the node")
+    if baseline_run_id is None:
+        low = sorted({r["suite"] for r in rows if r["gpu_util_low"]})
+        seen = (f"utilization below {LOW_UTIL_PCT:g}% in {', '.join(low)}" if low
+                else f"utilization ≥ {LOW_UTIL_PCT:g}% wherever measured")
+        return result("unavailable", f"no baseline run: 'throughput dropped' is a change between runs; {seen} "
+                                     f"({rule}); give --baseline RUN_ID")
     hits = [r for r in rows if r["flagged"]]
     suites = sorted({r["suite"] for r in hits})
-    if baseline_run_id is None:
-        if hits:
-            return result("flagged", f"GPU utilization below {LOW_UTIL_PCT:g}% in {', '.join(suites)}; "
-                                     "throughput change not assessed (no baseline run; give --baseline RUN_ID)")
-        return result("clear", f"GPU utilization ≥ {LOW_UTIL_PCT:g}% wherever measured; throughput change not "
-                               "assessed (no baseline run)")
     if not any(r["throughput_change"] is not None for r in rows):
         return result("unavailable", f"GPU utilization was measured but no throughput metric of those suites is in "
                                      f"both {run_id} and baseline {baseline_run_id}")
     if hits:
         return result("flagged", f"{len(hits)} throughput metric(s) fell by ≥ {THROUGHPUT_DROP_MIN:.0%} with GPU "
-                                 f"utilization below {LOW_UTIL_PCT:g}% in {', '.join(suites)}")
+                                 f"utilization below {LOW_UTIL_PCT:g}% in {', '.join(suites)} ({rule})")
     return result("clear", f"no throughput metric fell by ≥ {THROUGHPUT_DROP_MIN:.0%} while GPU utilization was "
-                           f"below {LOW_UTIL_PCT:g}%")
+                           f"below {LOW_UTIL_PCT:g}%; {rule}")

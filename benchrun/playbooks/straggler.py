@@ -13,7 +13,11 @@ QUESTION = "Distributed runs show periodic spikes and one node looks slow: which
 # A rank "stands out" in one replicate of one message size when either
 #  * its own median time in the collective is a robust outlier among the ranks:
 #    |value − median| / (1.4826 · MAD) ≥ Z_MIN (the same 3.5 as the replicate outlier rule),
-#    computed only with at least MIN_RANKS_FOR_Z ranks (with two, |z| is always 0.67); or
+#    computed only with at least MIN_RANKS_FOR_Z ranks (with two, |z| is always 0.67); when
+#    MAD is 0 (at least half the ranks took exactly the median time) z is undefined and a rank
+#    whose time differs from the median at all stands out (its z is unbounded; the mean
+#    absolute deviation is no fallback: with one outlier among n ranks it caps |z| at
+#    n / 1.2533, 3.2 for four ranks, so the extreme rank still would not stand out); or
 #  * it is the rank that arrives last and its arrival lag is at least LAG_SHARE_MIN of the
 #    collective's p50 latency (a straggler spends *less* time in the call than the ranks
 #    waiting for it, so lateness, not duration, names it).
@@ -28,7 +32,8 @@ MIN_REPEATS = 2
 
 # Per message size (case) × rank: from measurement_fact's per-rank rows (rank_p50_time_us
 # and slowest_rank_arrival_lag_us, both with rank_id) of the run ($1), per replicate the
-# rank's robust z over the ranks (NULL below $3 ranks or when MAD is 0), whether it was the
+# rank's robust z over the ranks (NULL below $3 ranks or when MAD is 0; with MAD 0 a rank off
+# the median is counted apart, as standing out), whether it was the
 # last to arrive and its lag as a share of that replicate's p50_latency_us; then over
 # replicates: how often it stood out (|z| ≥ $2, or last with lag share ≥ $4), its median
 # time and z, and the collective's median p99/p50 (the "periodic spikes"); beside it, the
@@ -82,6 +87,7 @@ per_replicate AS (
     SELECT s.suite, s."case", s.replicate, s.rank_id, s.node_name, s.n_ranks, s.time_us,
            nt.cpu_util_pct, nt.background_cpu_pct, nt.gpu_util_pct, nt.gpu_throttled_pct, nt.telemetry_evidence,
            CASE WHEN s.n_ranks >= $3 AND s.mad_us > 0 THEN (s.time_us - s.median_us) / s.mad_us END AS robust_z,
+           s.n_ranks >= $3 AND s.mad_us = 0 AND s.time_us <> s.median_us AS off_zero_mad,
            a.rank_id IS NOT NULL AS arrived_last,
            a.lag_us, a.lag_us / nullif(l.p50_latency_us, 0) AS lag_share,
            l.p99_latency_us / nullif(l.p50_latency_us, 0) AS spike_ratio
@@ -95,7 +101,8 @@ per_replicate AS (
 )
 SELECT suite, "case", rank_id, any_value(node_name) AS node_name, max(n_ranks) AS n_ranks,
        count(*) AS n_replicates,
-       count(*) FILTER (WHERE abs(robust_z) >= $2 OR (arrived_last AND lag_share >= $4)) AS n_stood_out,
+       count(*) FILTER (WHERE abs(robust_z) >= $2 OR off_zero_mad OR (arrived_last AND lag_share >= $4)) AS n_stood_out,
+       count(*) FILTER (WHERE off_zero_mad) AS n_off_zero_mad,
        count(*) FILTER (WHERE arrived_last) AS n_arrived_last,
        median(time_us) AS median_time_us,
        median(robust_z) AS median_robust_z,
@@ -151,6 +158,9 @@ def distributed_straggler(home: Path, run_id: str, baseline_run_id: str | None) 
         n, k = row["n_replicates"], row["n_stood_out"]
         row["flagged"] = k >= MIN_REPEATS and k / n >= REPEAT_SHARE_MIN - 1e-9
         row["why"] = f"stood out in {k}/{n} replicates"
+        if row["n_off_zero_mad"]:
+            row["why"] += (f" ({row['n_off_zero_mad']} of them with MAD 0: at least half the ranks took exactly the median "
+                           "time, so z is undefined and a rank off the median counts as standing out)")
         if row["flagged"] and row.get("telemetry_evidence"):
             # What the node was doing meanwhile: a busy host or a throttled GPU explains a slow rank.
             seen = [f"{label} {row[col]:.0f}%" for col, label in (
@@ -163,11 +173,12 @@ def distributed_straggler(home: Path, run_id: str, baseline_run_id: str | None) 
     if hits:
         by_rank: dict[str, list[str]] = {}
         for r in hits:
-            by_rank.setdefault(_key(r), []).append(f"{r['case']} ({r['why'].split(' in ')[1]})")
+            by_rank.setdefault(_key(r), []).append(f"{r['case']} ({r['why'].split(' in ', 1)[1]})")
         worst = max(by_rank.items(), key=lambda kv: len(kv[1]))
         return result("flagged", f"{worst[0]} stands out in {len(worst[1])} message size(s): {', '.join(worst[1])}"
                                  + (f"; also {', '.join(k for k in by_rank if k != worst[0])}" if len(by_rank) > 1 else "")
                                  + z_note)
-    return result("clear", f"no rank stood out (|robust z| ≥ {Z_MIN:g} or last arrival ≥ {LAG_SHARE_MIN:.0%} of the "
+    return result("clear", f"no rank stood out (|robust z| ≥ {Z_MIN:g}, off the median where MAD is 0, "
+                           f"or last arrival ≥ {LAG_SHARE_MIN:.0%} of the "
                            f"p50 latency) in ≥ {REPEAT_SHARE_MIN:.0%} of replicates; {len(rows)} case×rank rows"
                            + z_note)

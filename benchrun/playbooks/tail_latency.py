@@ -109,28 +109,44 @@ def tail_latency_regression(home: Path, run_id: str, baseline_run_id: str | None
     min_requests = min_samples_for_quantile(0.99, P99_CONFIDENCE)
     thin = []
     for row in rows:
-        row["p99_backed"] = (row["base_n_requests_per_replicate"] is not None
-                             and min(row["n_requests_per_replicate"], row["base_n_requests_per_replicate"]) >= min_requests)
+        fewest = (None if row["base_n_requests_per_replicate"] is None
+                  else min(row["n_requests_per_replicate"], row["base_n_requests_per_replicate"]))
+        row["p99_backed"] = fewest is not None and fewest >= min_requests
         flagged, suspected, why = _judge(row, min_requests)
+        if fewest is not None and not row["p99_backed"] and not suspected:
+            why += f"; not judged: p99 from {fewest:g} requests per replicate (< {min_requests})"
         row.update(flagged=flagged, why=why)
         if suspected:
             thin.append(row)
     compared = [r for r in rows if r["p99_change"] is not None]
     if not compared:
         return result("unavailable", f"baseline {baseline_run_id} has no serving rows at the run's points and buckets")
-    hits = [r for r in compared if r["flagged"]]
-    if not hits and thin:
+    # Only a p99 from enough requests is judged, either way: a thin one is no more evidence of
+    # "clear" than of "flagged".
+    backed = [r for r in compared if r["p99_backed"]]
+    hits = [r for r in backed if r["flagged"]]
+    if hits:
+        worst = max(hits, key=lambda r: r["p99_change"])
+        return result("flagged", f"{len(hits)} of {len(backed)} point/bucket/quantity rows with enough requests: p99 "
+                                 f"≥ ×{P99_GROWTH_MIN:g} the baseline's with the mean within ±{MEAN_BAND:.0%}; worst "
+                                 f"{worst['suite']} {worst['point']} bucket {worst['bucket']} {worst['quantity']}: "
+                                 f"{worst['why']}")
+    if thin:
         worst = max(thin, key=lambda r: r["p99_change"])
         return result("unavailable", f"{len(thin)} point/bucket/quantity rows look like a tail regression but their "
                                      f"p99 comes from too few requests to call it; worst {worst['suite']} "
                                      f"{worst['point']} bucket {worst['bucket']} {worst['quantity']}: {worst['why']} "
                                      "(run more requests per point)")
-    if hits:
-        worst = max(hits, key=lambda r: r["p99_change"])
-        return result("flagged", f"{len(hits)} of {len(compared)} point/bucket/quantity rows: p99 ≥ ×{P99_GROWTH_MIN:g} "
-                                 f"the baseline's with the mean within ±{MEAN_BAND:.0%}; worst {worst['suite']} "
-                                 f"{worst['point']} bucket {worst['bucket']} {worst['quantity']}: {worst['why']}")
-    top = max(compared, key=lambda r: r["p99_change"])
+    if not backed:
+        most = max(min(r["n_requests_per_replicate"], r["base_n_requests_per_replicate"]) for r in compared)
+        return result("unavailable", f"none of the {len(compared)} compared point/bucket/quantity rows has a p99 from "
+                                     f"enough requests: at most {most:g} requests per replicate in the run or the "
+                                     f"baseline, {min_requests} needed for a bounded p99 at "
+                                     f"{P99_CONFIDENCE:.0%} (run more requests per point)")
+    top = max(backed, key=lambda r: r["p99_change"])
+    unjudged = len(compared) - len(backed)
+    skipped = (f"; {unjudged} row(s) with fewer than {min_requests} requests per replicate not judged"
+               if unjudged else "")
     return result("clear", f"no point/bucket's p99 reached ×{P99_GROWTH_MIN:g} the baseline's with a steady mean "
-                           f"({len(compared)} compared; largest p99 change ×{top['p99_change']:.2f} at {top['suite']} "
-                           f"{top['point']} bucket {top['bucket']} {top['quantity']})")
+                           f"({len(backed)} compared with enough requests; largest p99 change ×{top['p99_change']:.2f} "
+                           f"at {top['suite']} {top['point']} bucket {top['bucket']} {top['quantity']}{skipped})")

@@ -195,15 +195,22 @@ def render_figures(run_dir: str | os.PathLike[str], *, home: Path | None = None,
     extra = []
     for ref in EXTRA_SECTIONS:
         mod, _, fn = ref.partition(":")
-        section_fn: Callable[[SectionContext], ReportSection | None] = getattr(importlib.import_module(mod), fn)
-        sec = section_fn(SectionContext(run, stats, comparison))
-        if sec is None:
+        try:
+            section_fn: Callable[[SectionContext], ReportSection | None] = getattr(importlib.import_module(mod), fn)
+            sec = section_fn(SectionContext(run, stats, comparison))
+            if sec is None:
+                continue
+            files = []
+            for i, (caption, png) in enumerate(sec.figures):
+                fname = f"{rid}_{validate_name(fn, what='section function')}_{i}.png"
+                atomic_write_bytes(run.path / "figures" / fname, png)
+                files.append({"caption": caption, "file": fname})
+        except Exception as exc:  # one section's failure (its data, its code) never costs the report
+            log.warning("report section %s of run %s failed: %s", ref, rid, exc, exc_info=True)
+            extra.append({"title": fn.replace("_", " "), "figures": [], "html": (
+                f"<p class='muted'>This section could not be drawn ({html.escape(type(exc).__name__)}: "
+                f"{html.escape(str(exc))}); the rest of the report does not depend on it.</p>")})
             continue
-        files = []
-        for i, (caption, png) in enumerate(sec.figures):
-            fname = f"{rid}_{validate_name(fn, what='section function')}_{i}.png"
-            atomic_write_bytes(run.path / "figures" / fname, png)
-            files.append({"caption": caption, "file": fname})
         extra.append({"title": sec.title, "html": sec.html, "figures": files})
     atomic_write_json(_index_path(run.path), {"figures": index, "sections": extra, "change_points": cp_rows})
     return index
@@ -244,8 +251,10 @@ def _verdict_html(v: C.Verdict, st: dict[str, Any]) -> str:
 def _headline_html(heads: list[C.SuiteHeadline], stats: Any, compared: bool) -> str:
     parts = [f"<section id='headline'><h2>Headline</h2><p class='muted'>Median over replicates (one value per "
              f"launch) with its distribution-free {stats.confidence:.0%} interval"
-             + ("; change = candidate against baseline as measured, in % (+ when the value went up), with its interval, "
-                "and better/worse by the metric's direction.</p>"
+             + ("; shift = the estimated change of candidate against baseline (Hodges–Lehmann: the median of all "
+                "candidate − baseline differences, or of their ratios when every value is positive), in % (+ when the "
+                "value went up), with its interval, and better/worse by the metric's direction. It is not the ratio of "
+                "the two medians and can differ from it, even in sign, when the replicates spread widely.</p>"
                 if compared else ".</p>")]
     any_range = False
     for h in heads:
@@ -266,7 +275,7 @@ def _headline_html(heads: list[C.SuiteHeadline], stats: Any, compared: bool) -> 
                         + "</tr>")
         parts.append(f"<h3>{html.escape(h.suite)}</h3><table class='headline'><thead><tr><th>metric</th><th>case</th>"
                      "<th>median</th><th>interval</th><th>n</th>"
-                     + ("<th>change vs baseline</th>" if compared else "") + "</tr></thead>"
+                     + ("<th>estimated shift vs baseline</th>" if compared else "") + "</tr></thead>"
                      f"<tbody>{''.join(rows)}</tbody></table>")
     if any(r.gating for h in heads for r in h.rows):
         parts.append("<p class='muted'>★ gates against the baseline (the spec's primary metrics).</p>")
@@ -301,11 +310,13 @@ def _details_html(run: Any, stats: Any, comparison: dict[str, Any] | None, cps: 
                  f"{_fmt(cond.get('message'))}</p>"
                  + "".join(f"<p class='note'>{html.escape(str(n))}</p>" for n in comparison.get("notes", []))
                  + "<p class='note'>p adj: gating rows are Holm-adjusted over the one-sided p in the regression "
-                 "direction (the gate); other rows Benjamini–Hochberg over the two-sided p.</p>")
+                 "direction (the gate); other rows Benjamini–Hochberg over the two-sided p.</p>"
+                 + f"<p class='note'>{SHIFT_NOTE}</p>")
         parts.append(block(f"Comparison with {comparison.get('baseline')} ({len(outcomes)} outcomes: primary and "
-                           "secondary)", notes + _table(outcomes, [
+                           "secondary)", notes + _table(_medians_change(outcomes), [
                                ("metric", "metric"), ("gating", "gating"), ("baseline_median", "baseline"),
-                               ("candidate_median", "candidate"), ("change_pct", "change % (+ = up)"),
+                               ("candidate_median", "candidate"), ("medians_change_pct", "medians' change %"),
+                               ("change_pct", "estimated shift % (+ = up)"),
                                ("better_worse", "better/worse"), ("change_low_pct", "CI low %"),
                                ("change_high_pct", "CI high %"), ("role", "role"), ("mde_pct", "MDE %"), ("p_value", "p 2-sided"), ("p_adjusted", "p adj"),
                                ("correction", "correction"), ("delta_pct", "δ %"), ("verdict", "verdict"),
@@ -339,14 +350,33 @@ def _details_html(run: Any, stats: Any, comparison: dict[str, Any] | None, cps: 
     return "".join(parts) + "</section>"
 
 
+SHIFT_NOTE = ("medians' change: candidate median ÷ baseline median − 1, shown where the baseline median is above 0 "
+              "and the candidate's not below. Estimated shift: the Hodges–Lehmann estimate the verdict and its "
+              "interval are about (the median of all candidate − baseline differences, as % of the baseline "
+              "median, or of the ratios when every value is positive); the two differ when replicates spread "
+              "widely, and where they disagree the shift, not the medians' ratio, is what was tested.")
+
+
+def _medians_change(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each row with ``medians_change_pct``: the change of the two medians the table shows."""
+    out = []
+    for r in rows:
+        b, c = C.pick(r, "baseline_median"), C.pick(r, "candidate_median")
+        ok = b is not None and c is not None and b > 0 and c >= 0
+        out.append({**r, "medians_change_pct": (c / b - 1.0) * 100.0 if ok else None})
+    return out
+
+
 def _context_html(rows: list[dict[str, Any]]) -> str:
     """Context rows (telemetry, utilization, environment) in their own collapsed section, apart
     from the outcomes: shown as measured, with no verdict and in no multiple-testing family."""
     body = ("<p class='muted'>What the run's telemetry and environment did, beside the outcomes it explains: "
             "the change as measured (+ = the value went up) with its interval; no verdict, in no "
             "multiple-testing family. A spec's metrics.&lt;family&gt;.secondary makes one an outcome.</p>"
-            + _table(rows, [("metric", "metric"), ("baseline_median", "baseline"), ("candidate_median", "candidate"),
-                            ("unit", "unit"), ("change_pct", "change % (+ = up)"), ("change_low_pct", "CI low %"),
+            + _table(_medians_change(rows), [
+                ("metric", "metric"), ("baseline_median", "baseline"), ("candidate_median", "candidate"),
+                ("unit", "unit"), ("medians_change_pct", "medians' change %"),
+                ("change_pct", "estimated shift % (+ = up)"), ("change_low_pct", "CI low %"),
                             ("change_high_pct", "CI high %"), ("n_baseline", "n baseline"),
                             ("n_candidate", "n candidate"), ("note", "note")], "context"))
     count = f"{len(rows)} row" + ("s" if len(rows) != 1 else "")

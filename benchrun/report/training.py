@@ -109,18 +109,24 @@ def training_section(ctx: Any) -> Any:
         body = "".join(
             "<tr>" + "".join(f"<td>{_cell(r['replicate'] if key == 'replicate' else r['row'].get(key), fmt)}</td>"
                              for key, _, fmt in COLUMNS) + "</tr>" for r in rows)
-        notes = [f"case {html.escape(str(first.get('case')))}: {first.get('nodes')} node(s) × "
-                 f"{first.get('ranks_per_node')} rank(s), {html.escape(str(first.get('device')))}, "
-                 f"{html.escape(str(first.get('dtype')))}, backend {html.escape(str(first.get('backend')))}, "
-                 f"{first.get('measured_steps')} measured steps after {first.get('warmup_steps')} warm-up",
-                 f"model FLOPs per token {first.get('model_flops_per_token'):,} = "
-                 f"<code>{html.escape(str(first.get('flops_formula')))}</code>"]
+        # Every value comes from a result document (a custom suite writes what it likes): each
+        # is formatted by _cell or escaped, never interpolated as is.
+        def text(key: str) -> str:
+            return html.escape(str(first.get(key)))
+
+        flops = _cell(first.get("model_flops_per_token"), "{:,.0f}")
+        formula = first.get("flops_formula")
+        notes = [f"case {text('case')}: {text('nodes')} node(s) × {text('ranks_per_node')} rank(s), {text('device')}, "
+                 f"{text('dtype')}, backend {text('backend')}, "
+                 f"{text('measured_steps')} measured steps after {text('warmup_steps')} warm-up",
+                 f"model FLOPs per token {flops}"
+                 + (f" = <code>{html.escape(str(formula))}</code>" if formula else " (no formula recorded)")]
         if first.get("mfu_reason"):
-            notes.append(f"MFU: {html.escape(str(first['mfu_reason']))}")
+            notes.append(f"MFU: {text('mfu_reason')}")
         elif first.get("peak_tflops_used"):
-            notes.append(f"MFU against {first['peak_tflops_used']:g} TFLOP/s per device")
+            notes.append(f"MFU against {_cell(first['peak_tflops_used'], '{:g}')} TFLOP/s per device")
         if first.get("scaling_reason"):
-            notes.append(f"scaling efficiency: {html.escape(str(first['scaling_reason']))}")
+            notes.append(f"scaling efficiency: {text('scaling_reason')}")
         parts.append(f"<h3>{html.escape(suite)}</h3><ul>" + "".join(f"<li>{n}</li>" for n in notes) + "</ul>"
                      f"<table><tr>{head}</tr>{body}</table>")
         try:
@@ -129,5 +135,5 @@ def training_section(ctx: Any) -> Any:
             log.warning("training figure for %s: %s", suite, exc)
     if stragglers is not None:
         parts.append("<p><b>Straggler nodes</b> (named by the distributed_straggler playbook when one rank stood out "
-                     "in most replicates): " + (html.escape(", ".join(stragglers)) if stragglers else "none") + "</p>")
+                     "in most replicates): " + (html.escape(", ".join(map(str, stragglers))) if stragglers else "none") + "</p>")
     return ReportSection("Training and distributed ranks", "".join(parts), figures)

@@ -42,6 +42,12 @@ def sample_rate_hz(env: Mapping[str, str]) -> float | None:
     return min(max(rate, MIN_RATE_HZ), MAX_RATE_HZ)
 
 
+def _suite_env(inv: Invocation, name: str) -> str | None:
+    """A variable as the suite process sees it: its invocation's environment, else (a pod's runner,
+    whose device plugin sets it) this process's."""
+    return inv.env[name] if name in inv.env else os.environ.get(name)
+
+
 class ReplicateTelemetry:
     """The sampler of one replicate plus what is done with its samples when it stops."""
 
@@ -53,7 +59,8 @@ class ReplicateTelemetry:
         path.unlink(missing_ok=True)  # a file from an earlier attempt is not this one's
         self.sampler = Sampler(path, rate_hz, metadata={
             "run_id": inv.run_id, "suite": inv.suite, "replicate": str(inv.replicate), "layer": inv.layer,
-            "benchmark_case_id": inv.benchmark_case_id})
+            "benchmark_case_id": inv.benchmark_case_id},
+            visible_devices=_suite_env(inv, "CUDA_VISIBLE_DEVICES"), device_order=_suite_env(inv, "CUDA_DEVICE_ORDER"))
 
     def watch(self, pid: int) -> None:
         """Tell the sampler the suite's process id (its tree is the suite, not background)."""
@@ -66,7 +73,8 @@ class ReplicateTelemetry:
         record: dict[str, Any] = {
             "samples": self.relpath, "rate_hz": s.rate_hz, "window_start": s.started, "window_end": s.stopped,
             "ticks": s.n_ticks, "sampler_cpu_s": round(s.cpu_s, 6), "node_name": s.node_name,
-            "gpus": s.gpu_count, "gpu_reason": s.gpu_reason, "error": s.error,
+            "gpus": s.gpu_count, "gpu_devices": s.gpu_devices, "gpu_selection": s.gpu_selection,
+            "gpu_reason": s.gpu_reason, "error": s.error,
         }
         rows = summarise(read_samples(self.run_dir / self.relpath))
         threshold = contention_threshold_pct()

@@ -125,18 +125,68 @@ def parse(raw: dict[str, Any], prev: dict[str, Any] | None, *, index: int, uuid:
     return out
 
 
-class NvmlProbe:
-    """All GPUs NVML sees; ``sample()`` reads each once. Call ``close()`` when done."""
+def _text(value: Any) -> Any:
+    return value.decode() if isinstance(value, bytes) else value
 
-    def __init__(self, node_name: str | None = None) -> None:
+
+def suite_devices(visible: str | None, uuids: list[str | None], names: list[str | None],
+                  device_order: str | None = None) -> tuple[list[int] | None, str]:
+    """The NVML indices of the GPUs a suite started with ``CUDA_VISIBLE_DEVICES=visible`` uses,
+    and a note saying how they were chosen; None when that is not known (sample every GPU).
+
+    Entries are CUDA ordinals or (prefixes of) GPU UUIDs; as in CUDA, the list ends at the first
+    entry that names no device. An ordinal is an NVML index only when CUDA orders devices by PCI
+    bus (``CUDA_DEVICE_ORDER=PCI_BUS_ID``, NVML's order) or every GPU is the same model (CUDA's
+    default fastest-first order then falls back to the PCI order); otherwise, and for MIG
+    instances, the suite's GPUs are not known.
+    """
+    if visible is None:
+        return None, "CUDA_VISIBLE_DEVICES unset: every GPU NVML sees is sampled (the suite's are not known)"
+    pci_order = device_order == "PCI_BUS_ID" or len(set(names)) <= 1
+    picked: list[int] = []
+    for token in (t.strip() for t in visible.split(",")):
+        if token.isdigit():
+            if not pci_order:
+                return None, (f"CUDA_VISIBLE_DEVICES={visible!r} names ordinals, and on mixed GPU models CUDA's order "
+                              "is not NVML's (set CUDA_DEVICE_ORDER=PCI_BUS_ID): every GPU is sampled")
+            index = int(token)
+            if index >= len(uuids):
+                break
+        elif token.startswith("GPU-"):
+            hits = [i for i, u in enumerate(uuids) if u and u.startswith(token)]
+            if len(hits) != 1:
+                break
+            index = hits[0]
+        elif token.startswith("MIG-"):
+            return None, f"CUDA_VISIBLE_DEVICES={visible!r} names MIG instances: every GPU is sampled"
+        else:
+            break
+        if index not in picked:
+            picked.append(index)
+    return picked, f"CUDA_VISIBLE_DEVICES={visible!r}: the suite's GPUs, NVML index {picked or 'none'}"
+
+
+class NvmlProbe:
+    """The suite's GPUs (all GPUs NVML sees when ``visible``, the suite's ``CUDA_VISIBLE_DEVICES``,
+    is None or cannot be mapped); ``sample()`` reads each once. Call ``close()`` when done.
+
+    ``devices`` are the NVML indices sampled, ``selection`` says how they were chosen.
+    """
+
+    def __init__(self, node_name: str | None = None, visible: str | None = None,
+                 device_order: str | None = None) -> None:
         import pynvml
 
         self._nvml = pynvml
         self.node_name = node_name
         pynvml.nvmlInit()
-        self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-        self._uuids = [_try(pynvml.nvmlDeviceGetUUID, h) for h in self._handles]
-        self._uuids = [u.decode() if isinstance(u, bytes) else u for u in self._uuids]
+        every = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        uuids = [_text(_try(pynvml.nvmlDeviceGetUUID, h)) for h in every]
+        names = [_text(_try(pynvml.nvmlDeviceGetName, h)) for h in every]
+        chosen, self.selection = suite_devices(visible, uuids, names, device_order)
+        self.devices = list(range(len(every))) if chosen is None else chosen
+        self._handles = [every[i] for i in self.devices]
+        self._uuids = [uuids[i] for i in self.devices]
         self._events = _try(pynvml.nvmlEventSetCreate)
         if self._events is not None:
             for h in self._handles:
@@ -163,9 +213,10 @@ class NvmlProbe:
     def sample(self) -> list[Sample]:
         out: list[Sample] = []
         xids = self._drain_xids()
-        for i, h in enumerate(self._handles):
-            raw = read_raw(self._nvml, h, xids.get(str(self._uuids[i]), []))
-            out.extend(parse(raw, self._prev.get(i), index=i, uuid=self._uuids[i], node_name=self.node_name))
+        for j, h in enumerate(self._handles):
+            i = self.devices[j]  # the NVML index: the same GPU in every tool, whatever the suite sees
+            raw = read_raw(self._nvml, h, xids.get(str(self._uuids[j]), []))
+            out.extend(parse(raw, self._prev.get(i), index=i, uuid=self._uuids[j], node_name=self.node_name))
             self._prev[i] = raw
         return out
 

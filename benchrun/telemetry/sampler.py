@@ -31,10 +31,13 @@ class Sampler:
     """Samples at ``rate_hz`` from ``start()`` to ``stop()`` into ``path`` (written atomically).
 
     ``gpus``: ``"auto"`` samples NVML when it initialises and sees a GPU; ``False`` never does.
+    ``visible_devices``: the suite's ``CUDA_VISIBLE_DEVICES`` (None: unset), so that only its GPUs
+    are sampled (see :func:`benchrun.telemetry.nvml.suite_devices`).
     """
 
     def __init__(self, path: Path, rate_hz: float = 1.0, *, gpus: bool | str = "auto",
-                 node_name: str | None = None, metadata: dict[str, str] | None = None) -> None:
+                 node_name: str | None = None, metadata: dict[str, str] | None = None,
+                 visible_devices: str | None = None, device_order: str | None = None) -> None:
         if not (MIN_RATE_HZ <= rate_hz <= MAX_RATE_HZ):
             raise ValueError(f"telemetry rate {rate_hz} Hz is outside [{MIN_RATE_HZ}, {MAX_RATE_HZ}]")
         self.path = Path(path)
@@ -49,7 +52,7 @@ class Sampler:
 
             self.gpu_reason = nvml.unavailable_reason()
             if self.gpu_reason is None:
-                self._gpu = nvml.NvmlProbe(self.node_name)
+                self._gpu = nvml.NvmlProbe(self.node_name, visible_devices, device_order)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._buffer: list[Sample] = []
@@ -64,6 +67,16 @@ class Sampler:
     @property
     def gpu_count(self) -> int:
         return self._gpu.gpu_count if self._gpu is not None else 0
+
+    @property
+    def gpu_devices(self) -> list[int]:
+        """The NVML indices of the GPUs sampled (the suite's when known)."""
+        return list(self._gpu.devices) if self._gpu is not None else []
+
+    @property
+    def gpu_selection(self) -> str | None:
+        """How the sampled GPUs were chosen (None without NVML)."""
+        return self._gpu.selection if self._gpu is not None else None
 
     def watch(self, pid: int) -> None:
         """A suite process (tree leader): its tree's CPU is the suite's, not background."""
