@@ -21,6 +21,7 @@ from benchrun.controller.operator import FINALIZER, Operator, Settings
 from benchrun.controller.resources import TAG_UID
 from benchrun.controller.status import ResourceRef
 from helpers import tiny_layers
+import test_store_helpers
 
 NS = "benchruns"
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,6 +29,7 @@ CRD = ROOT / "deploy/kustomize/base/benchmarkrun-crd.yaml"
 KIND = "benchmarking.aisp.dev/v1alpha1/benchmarkruns"
 CR = ("benchmarking.aisp.dev", "v1alpha1")
 GEMM = {"name": "gemm", "repoCommand": "python -m benchrun.suites.gemm", "parameters": {"sizes": [32], "iterations": 2}}
+s3_env = test_store_helpers.s3_env  # a fixture: a real S3 API server (moto) on loopback
 QUEUED = {"run_coordinator": {"module": "dagster._core.run_coordinator", "class": "QueuedRunCoordinator"}}
 
 
@@ -270,3 +272,33 @@ def test_a_broken_watch_stream_is_watched_again_not_fatal(harness, instance, run
     create(harness, doc(canary_doc, "after"))
     op.step()
     assert (harness.get(KIND, "after", NS).get("status") or {}).get("runId")
+
+
+def test_a_storage_failure_is_retried_not_rejected(harness, instance, runs, canary_doc, s3_env, monkeypatch) -> None:
+    """A valid BenchmarkRun whose run cannot be pushed to the shared state (here: its bucket
+    does not exist yet) stays Pending with Registered=False naming the failure, and is started,
+    pushed and all, once the storage is back; only an invalid spec is Rejected (final)."""
+    import boto3
+
+    monkeypatch.setenv("BENCHRUN_SHARED_STATE", "s3://benchrun-artifacts/benchrun")
+    obj = create(harness, doc(canary_doc, "s3"))
+    uid = obj["metadata"]["uid"]
+    op = operator(harness, runs)
+    op.relist()
+    st = harness.get(KIND, "s3", NS)["status"]
+    [cond] = st["conditions"]
+    assert st["phase"] == "Pending" and (cond["type"], cond["status"]) == ("Registered", "False"), st
+    assert "shared state s3://benchrun-artifacts/benchrun/" in cond["message"] and "NoSuchBucket" in cond["message"]
+    assert runs_of(instance, uid) == [] and uid in op.waiting and op.stats.rejected == 0
+    writes = len(harness.history(KIND, "s3", NS))
+    op.retry_waiting()  # the same failure again: tried, nothing new to write
+    assert uid in op.waiting and len(harness.history(KIND, "s3", NS)) == writes
+    s3 = boto3.client("s3", endpoint_url=s3_env)
+    s3.create_bucket(Bucket="benchrun-artifacts")
+    op.retry_waiting()
+    [run] = runs_of(instance, uid)
+    st = harness.get(KIND, "s3", NS)["status"]
+    assert st["phase"] == "Pending" and st["runId"] == run.tags["dagster/partition"] and not op.waiting
+    assert [c["type"] for c in st["conditions"]] == ["Validated", "SpecPinned"]
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket="benchrun-artifacts")["Contents"]}
+    assert f"benchrun/runs/{st['runId']}/status.json" in keys  # the retry pushed the run
