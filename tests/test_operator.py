@@ -302,3 +302,90 @@ def test_a_storage_failure_is_retried_not_rejected(harness, instance, runs, cana
     assert [c["type"] for c in st["conditions"]] == ["Validated", "SpecPinned"]
     keys = {o["Key"] for o in s3.list_objects_v2(Bucket="benchrun-artifacts")["Contents"]}
     assert f"benchrun/runs/{st['runId']}/status.json" in keys  # the retry pushed the run
+
+
+def _stalling_replicas(harness, instance, monkeypatch, *, electors: bool) -> tuple[Any, Any, Any, Any, list]:
+    """Replicas a and b (each its own DagsterRuns, as two processes) on a clock the test moves;
+    a's first start stalls, after its check for an existing run, at the code-location load."""
+    import datetime as dt
+
+    from benchrun.controller import lease as lease_mod
+
+    clock = [dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)]
+    monkeypatch.setattr(lease_mod, "_now", lambda: clock[0])
+    ea = LeaseElector(harness.api_client(), NS, "benchrun-operator", "a", duration_s=3) if electors else None
+    eb = LeaseElector(harness.api_client(), NS, "benchrun-operator", "b", duration_s=3) if electors else None
+    runs_a, runs_b = DagsterRuns(instance), DagsterRuns(instance)
+    op_a = Operator(api_of(harness), runs_a, Settings(namespace=NS, watch_timeout_s=1), elector=ea)
+    op_b = Operator(api_of(harness), runs_b, Settings(namespace=NS, watch_timeout_s=1), elector=eb)
+    return op_a, op_b, runs_a, clock, [ea, eb]
+
+
+def test_a_replica_that_stalls_past_its_lease_creates_no_second_run(harness, instance, canary_doc, monkeypatch) -> None:
+    """a stalls inside start (its find saw no run) past its Lease; b takes the Lease and starts
+    the run; a, resuming, checks the Lease right before creating and stops: one run."""
+    import datetime as dt
+
+    obj = create(harness, doc(canary_doc, "a"))
+    uid = obj["metadata"]["uid"]
+    op_a, op_b, runs_a, clock, (ea, eb) = _stalling_replicas(harness, instance, monkeypatch, electors=True)
+    assert ea.try_acquire()
+    real_job = runs_a._job
+
+    def stalled() -> Any:
+        clock[0] += dt.timedelta(seconds=4)  # past a's 3 s Lease
+        op_a._renewed -= 4  # on a's own clock too
+        assert eb.try_acquire()
+        op_b.relist()
+        assert len(runs_of(instance, uid)) == 1
+        return real_job()
+
+    runs_a._job = stalled
+    with pytest.raises(Exception) as err:
+        op_a.relist()
+    assert type(err.value).__name__ == "LostLease"
+    assert len(runs_of(instance, uid)) == 1 and op_a.stats.started == 0 and not op_a.waiting
+
+
+def test_a_replica_that_lost_its_lease_while_stalled_creates_nothing(harness, instance, canary_doc, monkeypatch) -> None:
+    """The Lease is checked right before the run is created, not only between objects."""
+    import datetime as dt
+
+    obj = create(harness, doc(canary_doc, "a"))
+    op_a, _op_b, runs_a, clock, (ea, eb) = _stalling_replicas(harness, instance, monkeypatch, electors=True)
+    assert ea.try_acquire()
+    real_job = runs_a._job
+
+    def stalled() -> Any:
+        clock[0] += dt.timedelta(seconds=4)
+        op_a._renewed -= 4
+        assert eb.try_acquire()  # b leads now, and has not started anything yet
+        return real_job()
+
+    runs_a._job = stalled
+    with pytest.raises(Exception) as err:
+        op_a.relist()
+    assert type(err.value).__name__ == "LostLease"
+    assert runs_of(instance, obj["metadata"]["uid"]) == []
+
+
+def test_two_processes_that_both_found_no_run_insert_one(harness, instance, canary_doc, monkeypatch) -> None:
+    """The Dagster run id is derived from (uid, generation): of two inserts one is refused and
+    that process takes the other's run, whatever the Lease says."""
+    from benchrun.controller.dagster_runs import dagster_run_id
+
+    obj = create(harness, doc(canary_doc, "a"))
+    uid = obj["metadata"]["uid"]
+    op_a, op_b, runs_a, _clock, _ = _stalling_replicas(harness, instance, monkeypatch, electors=False)
+    real_job = runs_a._job
+
+    def stalled() -> Any:
+        op_b.relist()
+        return real_job()
+
+    runs_a._job = stalled
+    op_a.relist()
+    [run] = runs_of(instance, uid)
+    assert run.run_id == dagster_run_id(ResourceRef.of(obj))
+    assert (op_a.stats.started, op_a.stats.reused, op_b.stats.started) == (0, 1, 1) and not op_a.stats.errors
+    assert harness.get(KIND, "a", NS)["status"]["runId"] == run.tags["dagster/partition"]

@@ -205,7 +205,8 @@ class Operator:
 
     def keep_lease(self) -> None:
         """Renew the Lease when a third of its duration has passed (long passes included);
-        raise LostLease when another replica took it."""
+        raise LostLease when another replica took it. Called between objects and right before
+        a run is created (a replica that stalled past its Lease creates nothing)."""
         if self.elector is None or time.monotonic() - self._renewed < self.elector.duration_s / 3:
             return
         if not self.elector.try_acquire():
@@ -262,6 +263,8 @@ class Operator:
             if obj is None:
                 return
             self._reconcile_generation(obj, ref)
+        except LostLease:
+            raise  # the whole pass stops, not just this object
         except ApiException as exc:
             if exc.status in (410, 429):
                 self.waiting[ref.uid] = obj
@@ -357,7 +360,7 @@ class Operator:
             self.stats.rejected += 1
             return
         RunDir.for_run(prepared.run_id, self.settings.home).update_status(resource=ref.to_json())
-        _run, created = self.runs.start(ref, prepared.run_id)
+        _run, created = self.runs.start(ref, prepared.run_id, before_create=self.keep_lease)
         self.stats.started += int(created)
         self.stats.reused += int(not created)
         self.known[ref.uid] = (ref, prepared.run_id)
