@@ -107,11 +107,12 @@ class SharedState:
         return json.loads(body)
 
     def _call(self, what: str, fn: Any) -> Any:
+        import boto3.exceptions as b3ex
         import botocore.exceptions as bex
 
         try:
             return fn()
-        except (bex.BotoCoreError, bex.ClientError) as exc:
+        except (bex.BotoCoreError, bex.ClientError, b3ex.Boto3Error) as exc:  # S3UploadFailedError is boto3's
             raise BenchrunError(f"shared state {self.uri}: {what} failed ({type(exc).__name__}: {exc}); "
                                 f"check {ENV}, BENCHRUN_S3_ENDPOINT_URL and the AWS_* credentials") from exc
 

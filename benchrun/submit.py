@@ -180,7 +180,13 @@ def prepare(
         rd.set_condition("SpecPinned", True, "ContentAddressed", f"pinned at {pinned}")
         from benchrun.sharedstate import push_run
 
-        push_run(rd.path, root)  # no-op unless BENCHRUN_SHARED_STATE is set
+        try:
+            push_run(rd.path, root)  # no-op unless BENCHRUN_SHARED_STATE is set
+        except BaseException:
+            # Not registered until the shared state holds it: a retry must create and push it
+            # again (a run directory left here would be taken as registered and never pushed).
+            shutil.rmtree(rd.path, ignore_errors=True)
+            raise
     return Prepared(
         run_id=run_id,
         name=run.metadata.name,

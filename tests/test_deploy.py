@@ -255,6 +255,22 @@ def test_helm_values_wire_the_cluster_pieces(rendered: list[dict[str, Any]], mon
     assert not list(_secret_values(values)), "secrets come from Secrets, never from values.yaml"
 
 
+def test_the_operator_gets_the_code_locations_s3_env(rendered: list[dict[str, Any]]) -> None:
+    """The operator pins and pushes each run to the shared state (submit.prepare, push_run) as the
+    code location's sensor does: the same bucket, and the same sources of S3 credentials."""
+    values = helm_values()
+    [code] = values["dagster-user-deployments"]["deployments"]
+    [operator] = [d for d in rendered if d["kind"] == "Deployment" and d["metadata"]["name"] == "benchrun-operator"]
+    [container] = operator["spec"]["template"]["spec"]["containers"]
+    s3_keys = re.compile(r"BENCHRUN_SHARED_STATE|BENCHRUN_S3_|AWS_")
+    code_env = {e["name"]: e for e in code["env"] if s3_keys.match(e["name"])}
+    op_env = {e["name"]: e for e in container["env"] if s3_keys.match(e["name"])}
+    assert "BENCHRUN_SHARED_STATE" in code_env and op_env == code_env
+    secrets = [f["secretRef"]["name"] for f in container.get("envFrom") or [] if "secretRef" in f]
+    assert secrets == [s["name"] for s in code["envSecrets"]], "the operator lacks the code location's S3 Secret"
+    assert operator["metadata"]["namespace"] == "benchrun"  # where step 4 creates benchrun-s3 (with benchrun-runs)
+
+
 def _secret_values(node: Any, path: str = "") -> Any:
     """Paths of non-empty values under keys that hold a secret."""
     if isinstance(node, dict):

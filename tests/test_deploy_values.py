@@ -129,3 +129,48 @@ def test_publication_grade_refuses_a_moving_tag(bench_home, monkeypatch):
     assert render_objects(path)  # by digest: rendered
     assert moving_tag("benchrun") and moving_tag("r.example:5000/benchrun") and not moving_tag("r.example:5000/b:1.0")
     assert not moving_tag("b:latest@sha256:" + "a" * 64)
+
+
+def pod_resource_names(pod: dict[str, Any]) -> set[str]:
+    """The resources Kueue counts for a pod: every container's and init container's requests
+    (limits where a request is missing)."""
+    names: set[str] = set()
+    for c in (pod.get("containers") or []) + (pod.get("initContainers") or []):
+        res = c.get("resources") or {}
+        names |= set(res.get("requests") or {}) | set(res.get("limits") or {})
+    return names
+
+
+@pytest.mark.parametrize("spec", sorted((ROOT / "specs/examples").glob("*.yaml")) + [EXAMPLE], ids=lambda p: p.name)
+def test_every_resource_a_shipped_example_asks_for_is_covered_by_its_clusterqueue(spec, kustomized, bench_home,
+                                                                                   monkeypatch):
+    """Kueue never admits a workload that asks for a resource no resource group of its
+    ClusterQueue covers ("resource rdma/ib unavailable in ClusterQueue"): every resource the
+    launcher puts in the shipped examples' pods (`network: rdma` adds the RDMA device) is
+    covered, with a quota, by the ClusterQueue behind the object's LocalQueue in deploy/."""
+    from benchrun.launch.render import render_objects
+
+    for key, value in launcher_env().items():
+        monkeypatch.setenv(key, value)
+    # publication grade renders only with an image pinned by digest (test above)
+    monkeypatch.setenv("BENCHRUN_LAUNCHER_IMAGE", "registry.example.com/benchrun@sha256:" + "a" * 64)
+    monkeypatch.setenv("BENCHRUN_VAR_SSH_USER", "bench")  # the examples' one site variable
+    local = {(d["metadata"]["namespace"], d["metadata"]["name"]): d["spec"]["clusterQueue"]
+             for d in kustomized if d["kind"] == "LocalQueue"}
+    quota = {}
+    for cq in (d for d in kustomized if d["kind"] == "ClusterQueue"):
+        quota[cq["metadata"]["name"]] = {
+            r["name"] for group in cq["spec"]["resourceGroups"] for flavor in group["flavors"]
+            for r in flavor["resources"] if r["name"] in group["coveredResources"]}
+    objs = render_objects(spec)
+    assert objs
+    for obj in objs:
+        cq = local[(obj["metadata"]["namespace"], obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"])]
+        if obj["kind"] == "JobSet":
+            pods = [rj["template"]["spec"]["template"]["spec"] for rj in obj["spec"]["replicatedJobs"]]
+        else:
+            pods = [obj["spec"]["template"]["spec"]]
+        for pod in pods:
+            missing = pod_resource_names(pod) - quota[cq]
+            assert not missing, f"{spec.name}: {obj['kind']} {obj['metadata']['name']} asks for {sorted(missing)}, " \
+                                f"which ClusterQueue {cq} does not cover: Kueue would never admit it"

@@ -12,7 +12,7 @@ import pytest
 
 from benchrun.launch.podspec import EVICTION_POLICY, Placement, job_manifest, layer_job_manifest
 from conftest import ROOT
-from test_launch_kubernetes_harness import RUN_ID, launcher_for, make_inv, script_for
+from test_launch_kubernetes_harness import RUN_ID, TINY_R1, launcher_for, make_inv, script_for
 
 
 def test_jobs_carry_the_eviction_policy_and_validate(tmp_path):
@@ -82,7 +82,7 @@ def test_an_evicted_replicate_is_retried_as_a_new_attempt(kcluster_factory, tmp_
     assert len(evicted) == 1 and res.messages[0]["pod_name"] != evicted[0]
     log_text = (run_dir / res.log).read_text()
     assert "attempt 2" in log_text and "attempt 1" not in log_text  # the new attempt's log only, never merged
-    job = [v for v in cluster.history("jobs", f"{RUN_ID}-tiny-r1") if v][-1]
+    job = [v for v in cluster.history("jobs", TINY_R1) if v][-1]
     assert not [c for c in job["status"].get("conditions") or [] if c["type"] == "Failed"]
     assert job["status"].get("failed", 0) == 0  # the eviction did not count against backoffLimit: 0
     assert cluster.errors == []

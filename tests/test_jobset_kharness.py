@@ -58,3 +58,33 @@ def test_two_node_gang_runs_as_one_jobset_under_one_workload(kcluster) -> None:
         assert out["HOSTNAME"] == pod_hostname(name, int(rank)).split(".")[0]
         assert out["argv"] == ["--hosts", f"{pod_hostname(name, 0)},{pod_hostname(name, 1)}"]
     assert kcluster.errors == []
+
+
+def test_an_rdma_gang_is_admitted_only_by_a_clusterqueue_that_covers_the_rdma_device(kcluster_factory) -> None:
+    """`network: rdma` asks every pod for rdma/ib: Kueue admits the gang only where a resource
+    group of the ClusterQueue covers it (else "resource rdma/ib unavailable in ClusterQueue",
+    and no preemption helps), as deploy/'s ClusterQueues do."""
+    from kharness import GPU, Node, has_condition
+
+    plans = plan_run(load_spec(ROOT / "specs/local/training.yaml").run, "local-training-20261201000000-abcdef12",
+                     Path("/benchrun/run"))
+    inv = next(i for p in plans for i in p.invocations if i.suite == "training" and i.replicate == 1)
+    inv = replace(inv, network="rdma", argv=(sys.executable, "-c", "pass"))
+    js = jobset_manifest(inv, namespace="default", placement=Placement(queue_name="benchrun"))
+    assert js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0][
+        "resources"]["requests"]["rdma/ib"] == "1"
+    covered = {"cpu": "256", "memory": "2048Gi", GPU: "16"}
+    for quota, admitted in ((covered, False), ({**covered, "rdma/ib": "4"}, True)):
+        nodes = [Node(f"node-{i}", capacity={"cpu": "256", "memory": "2048Gi", GPU: "8", "rdma/ib": "1",
+                                             "pods": "110"}) for i in "ab"]
+        c = kcluster_factory(queues={"benchrun": quota}, nodes=nodes)
+        client.CustomObjectsApi(c.api_client()).create_namespaced_custom_object(
+            "jobset.x-k8s.io", "v1alpha2", "default", "jobsets", js)
+        [wl] = c.wait_for(lambda: [w for w in c.list("workloads") if (w.get("status") or {}).get("conditions")],
+                          what="Kueue's decision")
+        assert has_condition(wl, "Admitted") is admitted, wl["status"]
+        if not admitted:
+            [cond] = wl["status"]["conditions"]
+            assert (cond["type"], cond["status"], cond["reason"]) == ("QuotaReserved", "False", "Pending")
+            assert cond["message"] == "couldn't assign flavors to pod set node: resource rdma/ib unavailable in ClusterQueue"
+        assert c.errors == []

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import ROOT
 from crdschemas import crd_validator
-from test_launch_kubernetes_harness import RUN_ID, launcher_for, make_inv, script_for
+from test_launch_kubernetes_harness import RUN_ID, TINY_R1, launcher_for, make_inv, script_for
 from test_outputs_store import URI, store_cluster  # noqa: F401  (fixture)
 from test_store_helpers import s3_env  # noqa: F401  (fixture)
 
@@ -29,7 +29,7 @@ def evict_when(cluster, launcher, *, reason: str, ready, times: int = 1) -> list
             name = p["metadata"]["name"]
             if len(asked) < times and name not in asked and ready(p):
                 asked.append(name)
-                cluster.preempt(f"{RUN_ID}-tiny-r1", reason=reason)
+                cluster.preempt(TINY_R1, reason=reason)
         orig(s)
 
     launcher._sleep = sleep

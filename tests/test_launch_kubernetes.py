@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -79,7 +80,7 @@ def test_labels_queue_and_identity() -> None:
     }
     assert job["metadata"]["namespace"] == "bench"
     # Fixed name from run id, suite and replicate: a retried launch adopts the Job.
-    assert job["metadata"]["name"] == f"{RUN_ID}-gemm-r2"
+    assert re.fullmatch(rf"{RUN_ID}-gemm-r2-[0-9a-f]{{8}}", job["metadata"]["name"])
     assert "generateName" not in job["metadata"]
     # Kueue: created suspended, labels on the Job; the pods carry the run's labels only.
     assert job["spec"]["suspend"] is True
@@ -246,11 +247,24 @@ def test_long_names_stay_dns_labels() -> None:
     long_run = "a-very-long-benchmark-run-name-that-fills-63-20261130100000-ab"
     inv = make_inv(run_id=long_run, suite="Serving_Latency_Sweep_With_A_Long_Name")
     name = job_name(inv)
-    assert len(name) <= 52 and name.endswith("-serving-latency-sweep-wi-r2")
+    assert len(name) <= 52 and re.fullmatch(r"a-very-long[a-z0-9-]*-serving-latency-r2-[0-9a-f]{8}", name), name
     assert name.startswith("a-very-long") and name.islower()
     # Two long run ids that differ only where they were cut keep different names.
     assert job_name(make_inv(run_id=long_run)) != job_name(make_inv(run_id=long_run[:-1] + "c"))
     assert job_name(inv) == job_name(inv)  # fixed: the same invocation, the same Job
+
+
+def test_suites_that_shorten_alike_get_different_job_names() -> None:
+    """The name is lowercased, [a-z0-9-] only, cut to fit: the digest of (run id, layer, suite,
+    replicate) keeps apart suites that would otherwise share a Job (and one adopt the other's)."""
+    pairs = [("gemm_fp16", "gemm.fp16"), ("GEMM", "gemm"),
+             ("allreduce_bandwidth_large_v1", "allreduce_bandwidth_large_v2")]
+    for a, b in pairs:
+        assert job_name(make_inv(suite=a)) != job_name(make_inv(suite=b)), (a, b)
+    assert job_name(make_inv(layer="micro")) != job_name(make_inv(layer="component"))
+    names = [job_name(make_inv(suite=s, replicate=r)) for a, b in pairs for s in (a, b) for r in (1, 2)]
+    assert len(set(names)) == len(names) and all(len(n) <= 52 and re.fullmatch(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?", n)
+                                                  for n in names)
 
 
 def test_manifest_is_a_valid_v1_job() -> None:

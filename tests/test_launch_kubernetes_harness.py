@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from benchrun.launch.kubernetes import RESULT_KEY, KubernetesLauncher, sweep
-from benchrun.launch.podspec import Placement
+from benchrun.launch.podspec import Placement, job_name
 from benchrun.plan import Invocation
 from benchrun.suites.result import SCHEMA, metric
 from conftest import ROOT
@@ -55,6 +55,9 @@ def make_inv(run_dir: Path, replicate: int = 1, code: str | None = None, **over:
     return Invocation(**fields)
 
 
+TINY_R1 = job_name(make_inv(Path("/benchrun/run")))  # the Job of make_inv's replicate 1
+
+
 def launcher_for(cluster, **placement: Any) -> KubernetesLauncher:
     from kubernetes import client
 
@@ -86,13 +89,13 @@ def test_success_log_result_timeline_and_cleanup(shared, home):
     log_text = (run_dir / res.log).read_text()
     assert "hello from the pod" in log_text and "a line on stderr" in log_text
     timeline = res.messages[0]
-    assert timeline["kind"] == "pod" and timeline["job_name"] == f"{RUN_ID}-tiny-r1"
+    assert timeline["kind"] == "pod" and timeline["job_name"] == TINY_R1
     assert timeline["admitted_utc"] and timeline["queue_wait_s"] is not None and timeline["node_name"]
     assert res.job_uid == timeline["job_uid"] and res.pod_uid == timeline["pod_uid"]
-    assert res.scheduler_run_id.startswith(f"job-{RUN_ID}-tiny-r1-")
+    assert res.scheduler_run_id.startswith(f"job-{TINY_R1}-")
     assert json.loads((run_dir / f"raw/{RUN_ID}_tiny_r1_pod.json").read_text())["pod_uid"] == res.pod_uid
     shared.wait_for(lambda: not shared.list("jobs") and not shared.list("pods"), what="the Job and pod deleted")
-    job_v1 = [v for v in shared.history("jobs", f"{RUN_ID}-tiny-r1") if v][0]
+    job_v1 = [v for v in shared.history("jobs", TINY_R1) if v][0]
     assert job_v1["spec"]["suspend"] is True  # created suspended, Kueue let it go
     assert shared.errors == []
 
@@ -141,7 +144,7 @@ def test_a_preemption_seen_after_the_replacement_pod_keeps_the_ended_attempts_lo
         pods = [p for p in kcluster.list("pods") if p["status"].get("phase") == "Running"]
         if not first and pods and "working" in lines(pods[0]["metadata"]["name"]):
             first["pod"] = pods[0]["metadata"]["name"]
-            kcluster.preempt(f"{RUN_ID}-tiny-r1")
+            kcluster.preempt(TINY_R1)
             kcluster.wait_for(lambda: any(p["metadata"]["name"] != first["pod"] and p["status"].get("phase") == "Running"
                                           for p in kcluster.list("pods")), what="the replacement pod running")
         time.sleep(s)
@@ -199,7 +202,7 @@ def test_preemption_mid_replicate_fails_it_with_the_reason(kcluster, home):
             return
         if calls.get("preempted") is None:
             calls["preempted"] = True
-            kcluster.preempt(f"{RUN_ID}-tiny-r1")
+            kcluster.preempt(TINY_R1)
         time.sleep(s)
 
     launcher._sleep = sleep
@@ -237,11 +240,32 @@ def test_a_retried_launch_adopts_the_existing_job(kcluster, home):
     launcher = launcher_for(kcluster)
     inv = make_inv(run_dir)
     client.BatchV1Api(kcluster.api_client()).create_namespaced_job("default", launcher.manifest(inv))
-    uid = kcluster.get("jobs", f"{RUN_ID}-tiny-r1")["metadata"]["uid"]
+    uid = kcluster.get("jobs", TINY_R1)["metadata"]["uid"]
     res = launcher.launch(inv, run_dir)
     assert res.status == "ok" and res.job_uid == uid
-    created = [v for v in kcluster.history("jobs", f"{RUN_ID}-tiny-r1") if v and v["metadata"]["uid"] != uid]
+    created = [v for v in kcluster.history("jobs", TINY_R1) if v and v["metadata"]["uid"] != uid]
     assert created == []  # never a second Job
+
+
+def test_a_job_of_that_name_made_for_another_replicate_is_not_adopted(kcluster, home):
+    """A Job already there under this replicate's name but labelled for another suite (a name
+    clash, or one left over) is neither adopted (its result would be reported as this suite's)
+    nor deleted: the replicate fails naming both."""
+    from kubernetes import client
+
+    run_dir = home / "runs" / RUN_ID
+    launcher = launcher_for(kcluster)
+    inv = make_inv(run_dir)
+    foreign = launcher.manifest(inv)
+    foreign["metadata"]["labels"]["benchrun.dev/suite"] = "gemm.a"
+    client.BatchV1Api(kcluster.api_client()).create_namespaced_job("default", foreign)
+    uid = kcluster.get("jobs", TINY_R1)["metadata"]["uid"]
+    res = launcher.launch(inv, run_dir)
+    assert res.status == "failed" and res.job_uid is None, res
+    assert res.reason == (f"cannot create Job {TINY_R1}: 409 Conflict: Job {TINY_R1} already exists for "
+                          "suite='gemm.a', not suite='tiny': not adopted (delete it if it is left over from "
+                          "another run)")
+    assert kcluster.get("jobs", TINY_R1)["metadata"]["uid"] == uid  # the other's Job is left alone
 
 
 def test_cancellation_deletes_the_job(kcluster, home):
@@ -284,11 +308,11 @@ def test_orchestrator_killed_mid_layer_then_sweep_cleans_up(kcluster, home, tmp_
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    assert [j["metadata"]["name"] for j in kcluster.list("jobs")] == [f"{RUN_ID}-tiny-r1"]  # left behind
+    assert [j["metadata"]["name"] for j in kcluster.list("jobs")] == [TINY_R1]  # left behind
     from kubernetes import client
 
     batch = client.BatchV1Api(kcluster.api_client())
-    assert sweep(batch, "default", is_running=lambda run_id: run_id != RUN_ID) == [f"{RUN_ID}-tiny-r1"]
+    assert sweep(batch, "default", is_running=lambda run_id: run_id != RUN_ID) == [TINY_R1]
     kcluster.wait_for(lambda: not kcluster.list("jobs") and not kcluster.list("pods"), what="cleanup")
     assert sweep(batch, "default", is_running=lambda run_id: False) == []
 
@@ -388,6 +412,7 @@ def test_sweep_deletes_only_jobs_of_runs_finished_here(kcluster, home):
         rd.write_status({"run_id": ids[key], "phase": phase})
     for run_id in ids.values():
         batch.create_namespaced_job("default", launcher.manifest(make_inv(home / "runs" / run_id, run_id=run_id)))
-    assert sweep(batch, "default", finished_here(home)) == [f"{ids['done']}-tiny-r1"]
+    names = {key: job_name(make_inv(home / "runs" / run_id, run_id=run_id)) for key, run_id in ids.items()}
+    assert sweep(batch, "default", finished_here(home)) == [names["done"]]
     left = sorted(j["metadata"]["name"] for j in kcluster.list("jobs"))
-    assert left == sorted([f"{ids['live']}-tiny-r1", f"{ids['elsewhere']}-tiny-r1"])
+    assert left == sorted([names["live"], names["elsewhere"]])

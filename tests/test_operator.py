@@ -21,6 +21,7 @@ from benchrun.controller.operator import FINALIZER, Operator, Settings
 from benchrun.controller.resources import TAG_UID
 from benchrun.controller.status import ResourceRef
 from helpers import tiny_layers
+import test_store_helpers
 
 NS = "benchruns"
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,6 +29,7 @@ CRD = ROOT / "deploy/kustomize/base/benchmarkrun-crd.yaml"
 KIND = "benchmarking.aisp.dev/v1alpha1/benchmarkruns"
 CR = ("benchmarking.aisp.dev", "v1alpha1")
 GEMM = {"name": "gemm", "repoCommand": "python -m benchrun.suites.gemm", "parameters": {"sizes": [32], "iterations": 2}}
+s3_env = test_store_helpers.s3_env  # a fixture: a real S3 API server (moto) on loopback
 QUEUED = {"run_coordinator": {"module": "dagster._core.run_coordinator", "class": "QueuedRunCoordinator"}}
 
 
@@ -270,3 +272,120 @@ def test_a_broken_watch_stream_is_watched_again_not_fatal(harness, instance, run
     create(harness, doc(canary_doc, "after"))
     op.step()
     assert (harness.get(KIND, "after", NS).get("status") or {}).get("runId")
+
+
+def test_a_storage_failure_is_retried_not_rejected(harness, instance, runs, canary_doc, s3_env, monkeypatch) -> None:
+    """A valid BenchmarkRun whose run cannot be pushed to the shared state (here: its bucket
+    does not exist yet) stays Pending with Registered=False naming the failure, and is started,
+    pushed and all, once the storage is back; only an invalid spec is Rejected (final)."""
+    import boto3
+
+    monkeypatch.setenv("BENCHRUN_SHARED_STATE", "s3://benchrun-artifacts/benchrun")
+    obj = create(harness, doc(canary_doc, "s3"))
+    uid = obj["metadata"]["uid"]
+    op = operator(harness, runs)
+    op.relist()
+    st = harness.get(KIND, "s3", NS)["status"]
+    [cond] = st["conditions"]
+    assert st["phase"] == "Pending" and (cond["type"], cond["status"]) == ("Registered", "False"), st
+    assert "shared state s3://benchrun-artifacts/benchrun/" in cond["message"] and "NoSuchBucket" in cond["message"]
+    assert runs_of(instance, uid) == [] and uid in op.waiting and op.stats.rejected == 0
+    writes = len(harness.history(KIND, "s3", NS))
+    op.retry_waiting()  # the same failure again: tried, nothing new to write
+    assert uid in op.waiting and len(harness.history(KIND, "s3", NS)) == writes
+    s3 = boto3.client("s3", endpoint_url=s3_env)
+    s3.create_bucket(Bucket="benchrun-artifacts")
+    op.retry_waiting()
+    [run] = runs_of(instance, uid)
+    st = harness.get(KIND, "s3", NS)["status"]
+    assert st["phase"] == "Pending" and st["runId"] == run.tags["dagster/partition"] and not op.waiting
+    assert [c["type"] for c in st["conditions"]] == ["Validated", "SpecPinned"]
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket="benchrun-artifacts")["Contents"]}
+    assert f"benchrun/runs/{st['runId']}/status.json" in keys  # the retry pushed the run
+
+
+def _stalling_replicas(harness, instance, monkeypatch, *, electors: bool) -> tuple[Any, Any, Any, Any, list]:
+    """Replicas a and b (each its own DagsterRuns, as two processes) on a clock the test moves;
+    a's first start stalls, after its check for an existing run, at the code-location load."""
+    import datetime as dt
+
+    from benchrun.controller import lease as lease_mod
+
+    clock = [dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)]
+    monkeypatch.setattr(lease_mod, "_now", lambda: clock[0])
+    ea = LeaseElector(harness.api_client(), NS, "benchrun-operator", "a", duration_s=3) if electors else None
+    eb = LeaseElector(harness.api_client(), NS, "benchrun-operator", "b", duration_s=3) if electors else None
+    runs_a, runs_b = DagsterRuns(instance), DagsterRuns(instance)
+    op_a = Operator(api_of(harness), runs_a, Settings(namespace=NS, watch_timeout_s=1), elector=ea)
+    op_b = Operator(api_of(harness), runs_b, Settings(namespace=NS, watch_timeout_s=1), elector=eb)
+    return op_a, op_b, runs_a, clock, [ea, eb]
+
+
+def test_a_replica_that_stalls_past_its_lease_creates_no_second_run(harness, instance, canary_doc, monkeypatch) -> None:
+    """a stalls inside start (its find saw no run) past its Lease; b takes the Lease and starts
+    the run; a, resuming, checks the Lease right before creating and stops: one run."""
+    import datetime as dt
+
+    obj = create(harness, doc(canary_doc, "a"))
+    uid = obj["metadata"]["uid"]
+    op_a, op_b, runs_a, clock, (ea, eb) = _stalling_replicas(harness, instance, monkeypatch, electors=True)
+    assert ea.try_acquire()
+    real_job = runs_a._job
+
+    def stalled() -> Any:
+        clock[0] += dt.timedelta(seconds=4)  # past a's 3 s Lease
+        op_a._renewed -= 4  # on a's own clock too
+        assert eb.try_acquire()
+        op_b.relist()
+        assert len(runs_of(instance, uid)) == 1
+        return real_job()
+
+    runs_a._job = stalled
+    with pytest.raises(Exception) as err:
+        op_a.relist()
+    assert type(err.value).__name__ == "LostLease"
+    assert len(runs_of(instance, uid)) == 1 and op_a.stats.started == 0 and not op_a.waiting
+
+
+def test_a_replica_that_lost_its_lease_while_stalled_creates_nothing(harness, instance, canary_doc, monkeypatch) -> None:
+    """The Lease is checked right before the run is created, not only between objects."""
+    import datetime as dt
+
+    obj = create(harness, doc(canary_doc, "a"))
+    op_a, _op_b, runs_a, clock, (ea, eb) = _stalling_replicas(harness, instance, monkeypatch, electors=True)
+    assert ea.try_acquire()
+    real_job = runs_a._job
+
+    def stalled() -> Any:
+        clock[0] += dt.timedelta(seconds=4)
+        op_a._renewed -= 4
+        assert eb.try_acquire()  # b leads now, and has not started anything yet
+        return real_job()
+
+    runs_a._job = stalled
+    with pytest.raises(Exception) as err:
+        op_a.relist()
+    assert type(err.value).__name__ == "LostLease"
+    assert runs_of(instance, obj["metadata"]["uid"]) == []
+
+
+def test_two_processes_that_both_found_no_run_insert_one(harness, instance, canary_doc, monkeypatch) -> None:
+    """The Dagster run id is derived from (uid, generation): of two inserts one is refused and
+    that process takes the other's run, whatever the Lease says."""
+    from benchrun.controller.dagster_runs import dagster_run_id
+
+    obj = create(harness, doc(canary_doc, "a"))
+    uid = obj["metadata"]["uid"]
+    op_a, op_b, runs_a, _clock, _ = _stalling_replicas(harness, instance, monkeypatch, electors=False)
+    real_job = runs_a._job
+
+    def stalled() -> Any:
+        op_b.relist()
+        return real_job()
+
+    runs_a._job = stalled
+    op_a.relist()
+    [run] = runs_of(instance, uid)
+    assert run.run_id == dagster_run_id(ResourceRef.of(obj))
+    assert (op_a.stats.started, op_a.stats.reused, op_b.stats.started) == (0, 1, 1) and not op_a.stats.errors
+    assert harness.get(KIND, "a", NS)["status"]["runId"] == run.tags["dagster/partition"]

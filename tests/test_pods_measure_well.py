@@ -67,7 +67,7 @@ def test_every_rendered_pod_is_guaranteed_with_whole_cpus(bench_home, canary_doc
             assert res["requests"] == res["limits"]
             assert str(int(res["limits"]["cpu"])) == res["limits"]["cpu"]  # whole CPUs
     assert kinds == {"Job", "JobSet"}
-    gemm = [o for o in objs if o["metadata"]["name"].endswith("-gemm-r1")][0]
+    gemm = [o for o in objs if o["metadata"]["labels"]["benchrun.dev/suite"] == "gemm" and o["metadata"]["labels"]["benchrun.dev/replicate"] == "1"][0]
     limits = pod_specs(gemm)[0]["containers"][0]["resources"]["limits"]
     assert limits == {"cpu": SUITE_RESOURCES["gemm"][0], "memory": SUITE_RESOURCES["gemm"][1], "nvidia.com/gpu": "1"}
     gang = [o for o in objs if o["kind"] == "JobSet"][0]

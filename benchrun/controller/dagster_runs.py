@@ -6,7 +6,9 @@ A run is created exactly as the Dagster sensor daemon creates one from a ``RunRe
 location that ``workspace.yaml`` names, then ``instance.submit_run``), with the run key
 ``cr:<namespace>/<name>:<uid>:<generation>`` and tags ``benchrun/cr-uid`` and
 ``benchrun/cr-generation``. Before creating, the instance is asked for a run with those tags:
-a retried event, a relist or a second operator replica finds it and never mints another.
+a retried event, a relist or a second operator replica finds it and never mints another; and
+the run id is derived from the uid and generation, so two processes that both found none
+insert it once (the storage refuses the second insert, which then takes the first's run).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import logging
 import os
 import sys
 import threading
+import uuid
+from collections.abc import Callable
 from typing import Any
 
 from benchrun.controller.resources import TAG_GENERATION, TAG_NAME, TAG_UID
@@ -86,9 +90,17 @@ class DagsterRuns:
             filters=_filter(tags={TAG_UID: ref.uid, TAG_GENERATION: str(ref.generation)}), limit=1)
         return records[0].dagster_run if records else None
 
-    def start(self, ref: ResourceRef, run_id: str) -> tuple[Any, bool]:
+    def start(self, ref: ResourceRef, run_id: str, *,
+              before_create: Callable[[], None] | None = None) -> tuple[Any, bool]:
         """The run of ``ref`` (partition ``run_id``): the existing one, else a new queued one.
-        Returns (run, created)."""
+        Returns (run, created).
+
+        The Dagster run id is :func:`dagster_run_id` of the object's uid and generation, so of two
+        processes that both found no run (two replicas across a Lease hand-over) only one inserts
+        it: the other's insert is refused and it takes that run. ``before_create`` is called
+        just before the insert (the operator checks that it still holds the Lease there)."""
+        from dagster._core.errors import DagsterRunAlreadyExists
+
         from benchrun.submit import register_partition
 
         with self._lock:
@@ -102,17 +114,28 @@ class DagsterRuns:
                     RUN_KEY_TAG: ref.run_key, PARTITION_TAG: run_id}
             plan = location.get_execution_plan(job, {}, step_keys_to_execute=None, known_state=None,
                                                instance=self.instance)
-            run = self.instance.create_run(
-                job_name=job.name, run_id=None, run_config={}, resolved_op_selection=job.resolved_op_selection,
-                step_keys_to_execute=None, status=_status("NOT_STARTED"), op_selection=None, root_run_id=None,
-                parent_run_id=None, tags=tags, job_snapshot=job.job_snapshot,
-                execution_plan_snapshot=plan.execution_plan_snapshot, parent_job_snapshot=job.parent_job_snapshot,
-                remote_job_origin=job.get_remote_origin(), job_code_origin=job.get_python_origin(),
-                asset_selection=None, asset_check_selection=None,
-                asset_graph=location.get_repository(job.repository_handle.repository_name).asset_graph)
+            if before_create is not None:
+                before_create()
+            dagster_id = dagster_run_id(ref)
+            try:
+                run = self._create(location, job, plan, tags, dagster_id)
+            except DagsterRunAlreadyExists:
+                log.info("%s/%s generation %s: run %s was created by another process; taking it",
+                         ref.namespace, ref.name, ref.generation, dagster_id)
+                return self.instance.get_run_by_id(dagster_id), False
             # A queued coordinator only records the run as QUEUED: the daemon launches it.
             run = self.instance.submit_run(run.run_id, None)  # type: ignore[arg-type]
             return run, True
+
+    def _create(self, location: Any, job: Any, plan: Any, tags: dict[str, str], dagster_id: str) -> Any:
+        return self.instance.create_run(
+            job_name=job.name, run_id=dagster_id, run_config={}, resolved_op_selection=job.resolved_op_selection,
+            step_keys_to_execute=None, status=_status("NOT_STARTED"), op_selection=None, root_run_id=None,
+            parent_run_id=None, tags=tags, job_snapshot=job.job_snapshot,
+            execution_plan_snapshot=plan.execution_plan_snapshot, parent_job_snapshot=job.parent_job_snapshot,
+            remote_job_origin=job.get_remote_origin(), job_code_origin=job.get_python_origin(),
+            asset_selection=None, asset_check_selection=None,
+            asset_graph=location.get_repository(job.repository_handle.repository_name).asset_graph)
 
     def cancel(self, ref: ResourceRef, reason: str) -> list[str]:
         """Cancel every in-flight run of the object (any generation); returns their ids."""
@@ -129,6 +152,14 @@ class DagsterRuns:
                 self.instance.run_coordinator.cancel_run(run.run_id)
             out.append(run.run_id)
         return out
+
+
+RUN_ID_NAMESPACE = uuid.UUID("5b0c2f4e-8a51-4a8e-9a4f-0f3c1b6d2e71")  # benchrun's, for uuid5
+
+
+def dagster_run_id(ref: ResourceRef) -> str:
+    """The one Dagster run id of a BenchmarkRun generation: uuid5 of ``<uid>:<generation>``."""
+    return str(uuid.uuid5(RUN_ID_NAMESPACE, f"{ref.uid}:{ref.generation}"))
 
 
 def _filter(**kwargs: Any) -> Any:

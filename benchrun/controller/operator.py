@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from benchrun.controller import kube
-from benchrun.controller.status import ResourceRef, rejected_status, status_from_run, write
+from benchrun.controller.status import ResourceRef, rejected_status, status_from_run, unregistered_status, write
 from benchrun.errors import BenchrunError
 
 log = logging.getLogger(__name__)
@@ -91,6 +91,36 @@ class Settings:
     start_burst: int = 50
     catch_up_s: float = 10.0  # how often the status of started runs is compared with status.json
     home: Path | None = None
+
+
+def admission_errors(obj: dict[str, Any], ref: ResourceRef, exc: BenchrunError,
+                     home: Path | None) -> BenchrunError | None:
+    """The error that makes the document invalid, or None when ``exc`` (raised while pinning
+    and registering it) is not the spec's fault: the shared state or the disk failed, which a
+    later try may not. Only an invalid document is Rejected (a final phase)."""
+    from benchrun.controller.resources import document_bytes
+    from benchrun.paths import benchrun_home
+    from benchrun.spec import load_spec_bytes
+    from benchrun.spec.validation import SpecInvalid
+    from benchrun.store import check_path_template
+
+    if isinstance(exc, SpecInvalid):
+        return exc
+    try:  # the admission prepare() runs before it writes anything
+        loaded = load_spec_bytes(document_bytes(obj), f"cr:{ref.namespace}/{ref.name}")
+        check_path_template(loaded.run.spec.sinks.raw_artifacts.path_template, benchrun_home(home))
+    except BenchrunError as invalid:
+        return invalid
+    return None
+
+
+def _since(status: dict[str, Any], why: str, now: str) -> str:
+    """When the same registration failure was first written (else now): a retry that fails the
+    same way writes nothing."""
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "Registered" and cond.get("message") == why:
+            return str(cond.get("lastTransitionTime") or now)
+    return now
 
 
 def _created(obj: dict[str, Any]) -> dt.datetime:
@@ -175,7 +205,8 @@ class Operator:
 
     def keep_lease(self) -> None:
         """Renew the Lease when a third of its duration has passed (long passes included);
-        raise LostLease when another replica took it."""
+        raise LostLease when another replica took it. Called between objects and right before
+        a run is created (a replica that stalled past its Lease creates nothing)."""
         if self.elector is None or time.monotonic() - self._renewed < self.elector.duration_s / 3:
             return
         if not self.elector.try_acquire():
@@ -232,6 +263,8 @@ class Operator:
             if obj is None:
                 return
             self._reconcile_generation(obj, ref)
+        except LostLease:
+            raise  # the whole pass stops, not just this object
         except ApiException as exc:
             if exc.status in (410, 429):
                 self.waiting[ref.uid] = obj
@@ -316,12 +349,18 @@ class Operator:
             prepared = _register_once(self.register, obj, ref, _created(obj), self.settings.home)
         except BenchrunError as exc:
             now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-            if write(self.api, ref, rejected_status(ref, list(format_spec_errors(exc)), now), current=obj):
+            errors = admission_errors(obj, ref, exc, self.settings.home)
+            if errors is None:  # the spec is valid: storage or I/O failed, tried again
+                if write(self.api, ref, unregistered_status(ref, str(exc), _since(status, str(exc), now)), current=obj):
+                    self.stats.status_writes += 1
+                self._failed(obj, ref, f"not registered: {exc}")
+                return
+            if write(self.api, ref, rejected_status(ref, list(format_spec_errors(errors)), now), current=obj):
                 self.stats.status_writes += 1
             self.stats.rejected += 1
             return
         RunDir.for_run(prepared.run_id, self.settings.home).update_status(resource=ref.to_json())
-        _run, created = self.runs.start(ref, prepared.run_id)
+        _run, created = self.runs.start(ref, prepared.run_id, before_create=self.keep_lease)
         self.stats.started += int(created)
         self.stats.reused += int(not created)
         self.known[ref.uid] = (ref, prepared.run_id)

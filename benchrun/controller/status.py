@@ -109,6 +109,18 @@ def rejected_status(ref: ResourceRef, errors: list[str] | tuple[str, ...], now: 
     })
 
 
+def unregistered_status(ref: ResourceRef, why: str, now: str) -> dict[str, Any]:
+    """Phase Pending with ``Registered=False``: the spec is valid but pinning or registering its
+    run failed (the shared state or the disk); the operator tries again."""
+    return _checked({
+        "phase": "Pending",
+        "observedGeneration": ref.generation,
+        "message": "not registered yet; tried again",
+        "conditions": [{"type": "Registered", "status": "False", "reason": "RegistrationFailed",
+                        "message": why, "lastTransitionTime": now}],
+    })
+
+
 def _checked(status: dict[str, Any]) -> dict[str, Any]:
     """``status`` as the CRD types it (the model the CRD is generated from validates it)."""
     from benchrun.spec.model import RunStatus

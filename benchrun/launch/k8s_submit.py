@@ -36,7 +36,33 @@ def create_or_adopt_job(client: Any, batch_api: Any, namespace: str, name: str, 
         if not (isinstance(api_exc, ApiException) and api_exc.status == 409):
             raise api_exc if isinstance(api_exc, ApiException) else exc
         log.info("Job %s/%s already exists (a retried launch): adopting it", namespace, name)
+        existing = batch_api.read_namespaced_job(name=name, namespace=namespace)
+        check_same_replicate(name, _labels(body), _labels(existing))
+        return existing
     return batch_api.read_namespaced_job(name=name, namespace=namespace)
+
+
+# The labels that say which replicate (or layer) of which run a Job runs.
+IDENTITY_LABELS = tuple(f"benchrun.dev/{k}" for k in ("run-id", "layer", "suite", "replicate"))
+
+
+def _labels(obj: Any) -> dict[str, str]:
+    meta = obj.get("metadata") if isinstance(obj, dict) else getattr(obj, "metadata", None)
+    labels = meta.get("labels") if isinstance(meta, dict) else getattr(meta, "labels", None)
+    return dict(labels or {})
+
+
+def check_same_replicate(name: str, wanted: dict[str, str], found: dict[str, str]) -> None:
+    """Adopt only a Job made for the same replicate: raise a 409 naming both otherwise (a name
+    shared by two suites would report the other suite's Job as this one's)."""
+    differ = {k: found.get(k) for k in IDENTITY_LABELS if wanted.get(k) != found.get(k)}
+    if differ:
+        exc = ApiException(status=409, reason="Conflict")
+        theirs = ", ".join(f"{k.removeprefix('benchrun.dev/')}={v!r}" for k, v in differ.items())
+        mine = ", ".join(f"{k.removeprefix('benchrun.dev/')}={wanted.get(k)!r}" for k in differ)
+        exc.body = json.dumps({"message": f"Job {name} already exists for {theirs}, not {mine}: not adopted "
+                                          "(delete it if it is left over from another run)"})
+        raise exc
 
 
 def create_or_adopt_jobset(custom_api: Any, namespace: str, name: str, manifest: dict[str, Any]) -> None:

@@ -89,17 +89,17 @@ _TOLERATION_KEYS = {"key", "operator", "value", "effect", "tolerationSeconds"}
 
 
 def job_name(inv: Invocation) -> str:
-    """The fixed Job name of one replicate: ``<run_id>-<suite>-r<k>``, a DNS-1123 label.
+    """The fixed Job name of one replicate: ``<run_id>-<suite>-r<k>-<digest>``, a DNS-1123 label.
 
-    At most 52 characters, so the pods' ``<job>-<5 random>`` names stay within 63; a long run
-    id is shortened and keeps a digest of itself. The same invocation always gets the same
-    name: a retried launch adopts the Job instead of duplicating it."""
-    suite = re.sub(r"[^a-z0-9-]+", "-", inv.suite.lower())[:24].strip("-") or "suite"
-    tail = f"-{suite}-r{inv.replicate}"
-    head = re.sub(r"[^a-z0-9-]+", "-", inv.run_id.lower()).strip("-")
-    if len(head) + len(tail) > 52 or head != inv.run_id:
-        digest = hashlib.sha256(inv.run_id.encode()).hexdigest()[:6]
-        head = head[: 52 - len(tail) - 7].rstrip("-") + "-" + digest
+    At most 52 characters, so the pods' ``<job>-<5 random>`` names stay within 63. The run id
+    and the suite are shortened and lowercased to fit, so the digest (of run id, layer, suite
+    and replicate, as ``jobset.jobset_name`` has) tells apart suites the shortening would merge
+    (``gemm_fp16``/``gemm.fp16``, ``GEMM``/``gemm``, a long common prefix). The same invocation
+    always gets the same name: a retried launch adopts the Job instead of duplicating it."""
+    suite = re.sub(r"[^a-z0-9-]+", "-", inv.suite.lower()).strip("-")[:16].strip("-") or "suite"
+    digest = hashlib.sha256(f"{inv.run_id}/{inv.layer}/{inv.suite}/{inv.replicate}".encode()).hexdigest()[:8]
+    tail = f"-{suite}-r{inv.replicate}-{digest}"
+    head = re.sub(r"[^a-z0-9-]+", "-", inv.run_id.lower()).strip("-")[: 52 - len(tail)].rstrip("-")
     return (head + tail).strip("-")
 
 

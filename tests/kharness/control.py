@@ -19,7 +19,10 @@ upstream controllers closely enough for a client to rely on the same fields:
   another of Kueue's reasons (``PodsReadyTimeout``, ``AdmissionCheck``: requeued alike;
   ``InactiveWorkload``: ``spec.active: false``, ``Requeued=False``, never admitted again).
   ``PodsReady`` and ``Finished`` follow the pods and the owner. An unknown queue leaves the
-  workload pending with ``QuotaReserved=False`` reason ``Inadmissible``.
+  workload pending with ``QuotaReserved=False`` reason ``Inadmissible``; a workload asking for a
+  resource its ClusterQueue does not cover (the LocalQueue's quota names none) stays pending with
+  ``resource <name> unavailable in ClusterQueue`` and preempts nothing, as Kueue's flavor
+  assigner does (Kueue's ``resources.excludeResourcePrefixes`` is not emulated).
 - **Job controller.** An unsuspended, unfinished Job gets pods ``<job>-<hash>`` (or
   ``<job>-<index>-<hash>`` in ``Indexed`` mode, with ``JOB_COMPLETION_INDEX``), up to
   ``parallelism``; counts ``active``/``ready``/``succeeded``/``failed``; replaces failed pods
@@ -583,6 +586,16 @@ class ControlPlane:
                 total[k] = total.get(k, Decimal(0)) + v * int(ps.get("count", 1))
         return total
 
+    @staticmethod
+    def _uncovered(wl: dict[str, Any], covered: dict[str, str]) -> str | None:
+        """Kueue's message for the first pod set asking for a resource the ClusterQueue's
+        resource groups do not cover (``coveredResources``; ``pods`` only when covered), else None."""
+        for ps in wl["spec"]["podSets"]:
+            for k, v in sorted(pod_requests((ps.get("template") or {}).get("spec") or {}).items()):
+                if k != "pods" and v > 0 and k not in covered:
+                    return f"couldn't assign flavors to pod set {ps['name']}: resource {k} unavailable in ClusterQueue"
+        return None
+
     async def kueue(self) -> None:
         workloads = {raw["metadata"]["name"]: (key, raw) for key, raw in self.api.live(WORKLOADS)}
         # Create a workload for every queued Job/JobSet that has none (children of a JobSet
@@ -661,6 +674,13 @@ class ControlPlane:
                 new["status"]["conditions"] = set_condition(
                     conds, _condition("QuotaReserved", False, "Inadmissible", f"LocalQueue {q} doesn't exist")
                 )
+                await self._update(key, wl, new)
+                continue
+            unavailable = self._uncovered(wl, self.queues[q])
+            if unavailable:
+                # Kueue's flavor assigner: a resource no resource group covers makes the pod set
+                # unassignable; no preemption can change that, so nothing is preempted for it.
+                new["status"]["conditions"] = set_condition(conds, _condition("QuotaReserved", False, "Pending", unavailable))
                 await self._update(key, wl, new)
                 continue
             quota = {k: parse_quantity(v) for k, v in self.queues[q].items()}
