@@ -142,49 +142,51 @@ def prepare(
             raise BenchrunError(f"run {run_id} is pinned to another spec digest; a pinned run never changes")
     else:
         pinned = pin_bytes(loaded.raw, root)
-        rd.create()
-        dataset = _keep_dataset(rd, loaded)
-        atomic_write_text(rd.file("structured", "spec", "", "yaml"), loaded.raw.decode("utf-8"))
-        intent = run.spec.intent
-        rd.write_status(
-            {
-                "apiVersion": "benchmarking.aisp.dev/v1alpha1",
-                "kind": "BenchmarkRun",
-                "run_id": run_id,
-                "name": run.metadata.name,
-                "phase": "Pending",
-                "outcome": None,
-                "conditions": [],
-                "spec_digest": loaded.spec_digest,
-                "workload_spec_digest": loaded.workload_spec_digest,
-                "artifact_manifest_digest": None,
-                "benchmark_class_requested": intent.benchmark_class,
-                "benchmark_class_granted": None,
-                "workload_type": intent.workload_type,
-                "cadence": intent.cadence,
-                "scheduler_path_requested": intent.scheduler_path,
-                "selected_scheduler_path": None,
-                "variable_under_test": run.spec.comparison.variable_under_test,
-                "created_utc": utc_now(),
-                "started_utc": None,
-                "finished_utc": None,
-                "run_directory": str(rd.path),
-                "pinned_spec": str(pinned),
-                "source": source or (str(spec) if not isinstance(spec, bytes) else "<bytes>"),
-                "dagster_run_id": None,
-                "layers": {},
-                **({"dataset": dataset} if dataset else {}),
-            }
-        )
-        rd.set_condition("Validated", True, "AdmissionRulesPassed", "every rule of the contract holds")
-        rd.set_condition("SpecPinned", True, "ContentAddressed", f"pinned at {pinned}")
-        from benchrun.sharedstate import push_run
-
         try:
+            rd.create()
+            dataset = _keep_dataset(rd, loaded)
+            atomic_write_text(rd.file("structured", "spec", "", "yaml"), loaded.raw.decode("utf-8"))
+            intent = run.spec.intent
+            rd.write_status(
+                {
+                    "apiVersion": "benchmarking.aisp.dev/v1alpha1",
+                    "kind": "BenchmarkRun",
+                    "run_id": run_id,
+                    "name": run.metadata.name,
+                    "phase": "Pending",
+                    "outcome": None,
+                    "conditions": [],
+                    "spec_digest": loaded.spec_digest,
+                    "workload_spec_digest": loaded.workload_spec_digest,
+                    "artifact_manifest_digest": None,
+                    "benchmark_class_requested": intent.benchmark_class,
+                    "benchmark_class_granted": None,
+                    "workload_type": intent.workload_type,
+                    "cadence": intent.cadence,
+                    "scheduler_path_requested": intent.scheduler_path,
+                    "selected_scheduler_path": None,
+                    "variable_under_test": run.spec.comparison.variable_under_test,
+                    "created_utc": utc_now(),
+                    "started_utc": None,
+                    "finished_utc": None,
+                    "run_directory": str(rd.path),
+                    "pinned_spec": str(pinned),
+                    "source": source or (str(spec) if not isinstance(spec, bytes) else "<bytes>"),
+                    "dagster_run_id": None,
+                    "layers": {},
+                    **({"dataset": dataset} if dataset else {}),
+                }
+            )
+            rd.set_condition("Validated", True, "AdmissionRulesPassed", "every rule of the contract holds")
+            rd.set_condition("SpecPinned", True, "ContentAddressed", f"pinned at {pinned}")
+            from benchrun.sharedstate import push_run
+
             push_run(rd.path, root)  # no-op unless BENCHRUN_SHARED_STATE is set
         except BaseException:
-            # Not registered until the shared state holds it: a retry must create and push it
-            # again (a run directory left here would be taken as registered and never pushed).
+            # Not registered until its status is written and the shared state holds it: a retry
+            # must create (and push) it again; a run directory left here would be taken as
+            # registered and never pushed, or as a run without status.json (a dataset that
+            # changed while it was copied, say).
             shutil.rmtree(rd.path, ignore_errors=True)
             raise
     return Prepared(

@@ -50,3 +50,23 @@ def test_narrowing_the_watched_namespace_cancels_no_run(canary_doc, bench_home: 
     # within the scope, a missing object is still a deletion
     gone = controller_tick([], narrowed.cursor, prepare_register(None), T0, namespace="team-b")
     assert [ref.name for ref, _ in gone.deleted] == ["canary-b"]
+
+
+def test_a_storage_failure_is_tried_again_not_rejected(canary_doc, bench_home: Path) -> None:
+    # the fallback sensor rejected a valid resource for good when pinning failed for any reason
+    from benchrun.errors import BenchrunError
+
+    a = obj(canary_doc, "team-a", "canary-a", "uid-a")
+
+    def failing(*_a, **_k):
+        raise BenchrunError("shared state s3://bucket/: upload runs/x/status.json failed (NoCredentialsError)")
+
+    failed = controller_tick([a], None, failing, T0)
+    assert failed.rejected == [] and failed.submitted == []
+    assert any("not registered yet" in n and "NoCredentialsError" in n for n in failed.notes)
+    retried = controller_tick([a], failed.cursor, prepare_register(None), T0)
+    assert len(retried.submitted) == 1
+    bad = obj(canary_doc, "team-a", "canary-b", "uid-b")
+    bad["spec"]["intent"]["cadence"] = "hourly"
+    rejected = controller_tick([bad], None, prepare_register(None), T0)
+    assert [ref.name for ref, _ in rejected.rejected] == ["canary-b"]

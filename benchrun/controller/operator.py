@@ -93,27 +93,6 @@ class Settings:
     home: Path | None = None
 
 
-def admission_errors(obj: dict[str, Any], ref: ResourceRef, exc: BenchrunError,
-                     home: Path | None) -> BenchrunError | None:
-    """The error that makes the document invalid, or None when ``exc`` (raised while pinning
-    and registering it) is not the spec's fault: the shared state or the disk failed, which a
-    later try may not. Only an invalid document is Rejected (a final phase)."""
-    from benchrun.controller.resources import document_bytes
-    from benchrun.paths import benchrun_home
-    from benchrun.spec import load_spec_bytes
-    from benchrun.spec.validation import SpecInvalid
-    from benchrun.store import check_path_template
-
-    if isinstance(exc, SpecInvalid):
-        return exc
-    try:  # the admission prepare() runs before it writes anything
-        loaded = load_spec_bytes(document_bytes(obj), f"cr:{ref.namespace}/{ref.name}")
-        check_path_template(loaded.run.spec.sinks.raw_artifacts.path_template, benchrun_home(home))
-    except BenchrunError as invalid:
-        return invalid
-    return None
-
-
 def _since(status: dict[str, Any], why: str, now: str) -> str:
     """When the same registration failure was first written (else now): a retry that fails the
     same way writes nothing."""
@@ -328,7 +307,7 @@ class Operator:
 
     def _reconcile_generation(self, obj: dict[str, Any], ref: ResourceRef) -> None:
         from benchrun.automation.discovery import format_spec_errors
-        from benchrun.controller.resources import _register_once
+        from benchrun.controller.resources import _register_once, admission_errors
         from benchrun.rundir import RunDir
 
         status = obj.get("status") or {}

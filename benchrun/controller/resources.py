@@ -131,7 +131,14 @@ def controller_tick(objs: list[dict[str, Any]], cursor: str | None, register: Re
         try:
             prepared = _register_once(register, obj, ref, now, home)
         except BenchrunError as exc:
-            errors = list(format_spec_errors(exc))
+            invalid = admission_errors(obj, ref, exc, home)
+            if invalid is None:  # the shared state or the disk failed: not the spec's fault, tried again next tick
+                out.notes.append(f"{ref.namespace}/{ref.name} generation {ref.generation}: not registered yet "
+                                 f"({exc}); trying again next tick")
+                if entry is not None:
+                    entries[ref.uid] = entry  # still listed: not deleted; the earlier generation's run stays followed
+                continue
+            errors = list(format_spec_errors(invalid))
             out.rejected.append((ref, rejected_status(ref, errors, _now_text(now))))
             entries[ref.uid] = {**ref.to_json(), "run_id": None}
             continue
@@ -144,6 +151,26 @@ def controller_tick(objs: list[dict[str, Any]], cursor: str | None, register: Re
         out.deleted.append((ResourceRef.from_json(entry), entry.get("run_id")))
     out.cursor = dump_cursor(entries, namespace)
     return out
+
+
+def admission_errors(obj: dict[str, Any], ref: ResourceRef, exc: BenchrunError,
+                     home: Path | None) -> BenchrunError | None:
+    """The error that makes the document invalid, or None when ``exc`` (raised while pinning
+    and registering it) is not the spec's fault: the shared state or the disk failed, which a
+    later try may not. Only an invalid document is Rejected (a final phase)."""
+    from benchrun.paths import benchrun_home
+    from benchrun.spec import load_spec_bytes
+    from benchrun.spec.validation import SpecInvalid
+    from benchrun.store import check_path_template
+
+    if isinstance(exc, SpecInvalid):
+        return exc
+    try:  # the admission prepare() runs before it writes anything
+        loaded = load_spec_bytes(document_bytes(obj), f"cr:{ref.namespace}/{ref.name}")
+        check_path_template(loaded.run.spec.sinks.raw_artifacts.path_template, benchrun_home(home))
+    except BenchrunError as invalid:
+        return invalid
+    return None
 
 
 def _register_once(register: Register, obj: dict[str, Any], ref: ResourceRef, now: dt.datetime,
