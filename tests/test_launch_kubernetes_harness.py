@@ -416,3 +416,33 @@ def test_sweep_deletes_only_jobs_of_runs_finished_here(kcluster, home):
     assert sweep(batch, "default", finished_here(home)) == [names["done"]]
     left = sorted(j["metadata"]["name"] for j in kcluster.list("jobs"))
     assert left == sorted([names["live"], names["elsewhere"]])
+
+
+def test_the_pod_receives_the_words_the_spec_wrote_and_a_gang_its_node_rank(shared, home):
+    # Kubernetes reads "$$" as "$" and expands "$(VAR)" in command and args: the Job passed the
+    # spec's words unescaped ("a$$b" arrived as "a$b") and the JobSet escaped only "$(" —
+    # the harness's kubelet now expands as a kubelet does, so this runs what a cluster would
+    from benchrun.plan import gang_mark
+
+    run_dir = home / "runs" / RUN_ID
+    launcher = launcher_for(shared, run_volume_claim="home", run_home=str(home))
+    code = script_for(1, before="import sys; print('ARGV', sys.argv[1:], flush=True)\n")
+    words = ("a$$b", "$(HOME)", "cost=$5", "$(BENCHRUN_RUN_ID)")
+    res = launcher.launch(make_inv(run_dir, argv=(sys.executable, "-c", code, *words)), run_dir)
+    assert res.status == "ok", res.reason
+    assert f"ARGV {list(words)!r}" in (run_dir / res.log).read_text()
+    gang = make_inv(run_dir, replicate=2, nodes=2, ranks_per_node=1,
+                    argv=(sys.executable, "-c", script_for(2, before="import sys; print('ARGV', sys.argv[1:], flush=True)\n"),
+                          "rank=" + gang_mark("NODE_RANK"), "a$$b", "$(X)"))
+    res = launcher.launch(gang, run_dir)
+    assert res.status == "ok", res.reason
+    for rank in (0, 1):
+        assert f"ARGV ['rank={rank}', 'a$$b', '$(X)']" in (run_dir / gang.node_log_relpath(rank)).read_text()
+
+
+def test_the_kubelets_expansion_in_the_harness():
+    from kharness.control import expand_k8s
+
+    env = {"A": "x", "EMPTY": ""}
+    assert expand_k8s("$(A)/$$(A)/$(B)/$$/$5/$/$(A", env) == "x/$(A)/$(B)/$/$5/$/$(A"
+    assert expand_k8s("$(EMPTY)end$", env) == "end$"

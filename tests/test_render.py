@@ -45,7 +45,7 @@ def test_render_canary_prints_valid_jobs_with_kueue_labels_resources_and_fixed_n
     assert len(set(names)) == len(names)
     last = canary_doc["spec"]["trials"]["minReplicates"]
     assert re.search(r"-gemm-r1-[0-9a-f]{8}$", names[0]) and any(
-        re.search(rf"-serving-workflo-r{last}-[0-9a-f]{{8}}$", n) for n in names)
+        re.search(rf"-serving-workflow-r{last}-[0-9a-f]{{8}}$", n) for n in names)
     gemm = docs[0]["spec"]["template"]["spec"]
     assert gemm["containers"][0]["resources"]["limits"] == {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "1"}
     assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}} in gemm["volumes"]

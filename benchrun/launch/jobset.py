@@ -19,8 +19,8 @@ The shape (checked against JobSet's own CRD schema and examples, kubernetes-sigs
 * ``NODE_RANK`` (and ``RANK``/``GROUP_RANK``/``BENCHRUN_NODE_RANK``) come from the pod's
   ``batch.kubernetes.io/job-completion-index`` annotation through the downward API,
   ``BENCHRUN_NODE_NAME`` from ``spec.nodeName``; ``${NODE_RANK}`` in the command becomes
-  Kubernetes' own ``$(NODE_RANK)`` expansion (any other ``$(`` in the command is escaped
-  as ``$$(`` so Kubernetes leaves it alone), ``${MASTER_ADDR}``, ``${MASTER_PORT}``,
+  Kubernetes' own ``$(NODE_RANK)`` expansion (every other ``$`` in the command is escaped
+  as ``$$``, so the process receives what the spec wrote), ``${MASTER_ADDR}``, ``${MASTER_PORT}``,
   ``${NNODES}`` and ``${HOSTS}`` are resolved to the stable names;
 * Kueue: the queue and priority labels sit on the JobSet (Kueue's jobset integration makes
   one Workload of all pods), which is created ``suspend: true`` for Kueue to release;
@@ -52,6 +52,8 @@ from benchrun.launch.podspec import (
     LABEL_PREFIX,
     Placement,
     check_label_key,
+    container_argv,
+    escape_k8s,
     gang_anti_affinity,
     job_manifest,
     pod_manifest,
@@ -98,11 +100,6 @@ def jobset_name(inv: Invocation) -> str:
 def pod_hostname(name: str, node_rank: int) -> str:
     """The stable DNS name of node ``node_rank`` of JobSet ``name`` (headless service subdomain)."""
     return f"{name}-{REPLICATED_JOB}-0-{node_rank}.{name}"
-
-
-def _escape_k8s(word: str) -> str:
-    # Kubernetes expands $(VAR) in command and args; a literal "$(" must be written "$$(".
-    return word.replace("$(", "$$(")
 
 
 def _node_env(inv: Invocation, master: str, port: int) -> list[dict[str, Any]]:
@@ -164,12 +161,14 @@ def jobset_manifest(
 
     # The template's argv: ${NODE_RANK} → $(NODE_RANK) (from the pod's completion index);
     # the rest of the gang's placeholders are the same on every node.
-    values = {"NODE_RANK": "$(NODE_RANK)", "MASTER_ADDR": master, "MASTER_PORT": str(options.master_port),
-              "NNODES": str(inv.nodes), "HOSTS": hosts}
-    argv = tuple(resolve_gang(_escape_k8s(w), values) for w in inv.argv)
+    # Every "$" the spec wrote is escaped ("$$": Kubernetes reads it as "$" and expands "$(VAR)"),
+    # then the one expansion wanted, $(NODE_RANK), is put in; the interpreter word is rewritten first.
+    values = {"MASTER_ADDR": escape_k8s(master), "MASTER_PORT": str(options.master_port),
+              "NNODES": str(inv.nodes), "HOSTS": escape_k8s(hosts), "NODE_RANK": "$(NODE_RANK)"}
+    argv = tuple(resolve_gang(escape_k8s(w), values) for w in container_argv(inv.argv))
     # the template of one node's pod (job_manifest refuses gangs, so it is shown a single node)
     pod = pod_manifest(replace(inv, argv=argv, nodes=1), namespace=namespace, run_labels=run_labels,
-                       placement=placement, extra_env=extra_env)
+                       placement=placement, extra_env=extra_env, argv_escaped=True)
     labels = dict(pod["metadata"]["labels"])
     jobset_labels = {**labels, LABEL_PREFIX + "nodes": str(inv.nodes)}
     pod_labels = {k: v for k, v in labels.items() if k not in (KUEUE_QUEUE_LABEL, KUEUE_PRIORITY_LABEL)}

@@ -103,6 +103,12 @@ def job_name(inv: Invocation) -> str:
     return (head + tail).strip("-")
 
 
+def escape_k8s(word: str) -> str:
+    """``word`` as a container's command or args must be written for the process to receive
+    ``word``: Kubernetes expands ``$(VAR)`` there and reads ``$$`` as ``$``."""
+    return word.replace("$", "$$")
+
+
 def container_argv(argv: tuple[str, ...] | list[str]) -> list[str]:
     """The argv as the container runs it: the planner's local interpreter becomes ``python``."""
     out = list(argv)
@@ -315,8 +321,14 @@ def job_manifest(
     extra_env: Mapping[str, str] | None = None,
     owner: Mapping[str, Any] | None = None,
     inputs: tuple[str, ...] = (),
+    argv_escaped: bool = False,
 ) -> dict[str, Any]:
     """The ``batch/v1`` Job (as a dict) that runs ``inv`` once under ``placement``.
+
+    Kubernetes expands ``$(VAR)`` and turns ``$$`` into ``$`` in a container's command and
+    args, so every ``$`` of the argv is written ``$$`` (the local launcher runs the words as
+    written: so does the pod); ``argv_escaped``: the caller did that already and put in the
+    expansions it wants (the JobSet's ``$(NODE_RANK)``).
 
     ``run_labels`` are further labels for every Job and pod of the run (validated like ours,
     which win on a clash); ``extra_env`` is added to the invocation's environment (Pipes
@@ -380,8 +392,10 @@ def job_manifest(
 
     volumes: list[dict[str, Any]] = []
     mounts: list[dict[str, Any]] = []
-    if placement.outputs_uri:
-        argv = outputs_argv(argv, run_dir, placement, inputs)
+    if not argv_escaped:
+        argv = [escape_k8s(w) for w in argv]
+    if placement.outputs_uri:  # the uploader's own words: literal too
+        argv = [escape_k8s(w) for w in outputs_argv([], run_dir, placement, inputs)] + argv
     if placement.run_volume_claim:
         home = placement.run_home or ""
         rel = os.path.relpath(run_dir, home) if home else ""
@@ -469,10 +483,12 @@ def pod_manifest(
     run_labels: Mapping[str, str] | None = None,
     placement: Placement,
     extra_env: Mapping[str, str] | None = None,
+    argv_escaped: bool = False,
 ) -> dict[str, Any]:
     """The pod of ``job_manifest`` as a V1Pod-shaped dict (labels include the Kueue ones): the
     building block of a JobSet's pod template (``benchrun.launch.jobset``)."""
-    job = job_manifest(inv, namespace=namespace, run_labels=run_labels, placement=placement, extra_env=extra_env)
+    job = job_manifest(inv, namespace=namespace, run_labels=run_labels, placement=placement, extra_env=extra_env,
+                       argv_escaped=argv_escaped)
     template = job["spec"]["template"]
     metadata: dict[str, Any] = {"name": job["metadata"]["name"], "namespace": namespace,
                                 "labels": dict(job["metadata"]["labels"])}

@@ -99,6 +99,35 @@ PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 GPU = "nvidia.com/gpu"
 
 
+def expand_k8s(word: str, env: dict[str, str]) -> str:
+    """Kubernetes' expansion of a container's command and args (k8s.io/kubernetes
+    third_party/forked/golang/expansion): ``$$`` is ``$``; ``$(NAME)`` is NAME's value when the
+    container's env defines it, else left as written; any other ``$`` stays."""
+    out, i, n = [], 0, len(word)
+    while i < n:
+        ch = word[i]
+        if ch != "$" or i + 1 >= n:
+            out.append(ch)
+            i += 1
+            continue
+        nxt = word[i + 1]
+        if nxt == "$":
+            out.append("$")
+            i += 2
+        elif nxt == "(":
+            end = word.find(")", i + 2)
+            if end < 0:
+                out.append(word[i:])
+                break
+            name = word[i + 2:end]
+            out.append(env[name] if name in env else word[i:end + 1])
+            i = end + 1
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
 @dataclass
 class Node:
     """One node of the harness cluster."""
@@ -1321,7 +1350,15 @@ class ControlPlane:
                 ((m["mountPath"], vols[m["name"]] / m.get("subPath", "")) for m in c.get("volumeMounts") or [] if m["name"] in vols),
                 key=lambda mp: -len(mp[0]),
             )
-            argv = [self._rewrite(a, mounts) for a in (c.get("command") or image.entrypoint or []) + (c.get("args") or [])]
+            # the kubelet expands $(VAR) from the container's own env (and $$ to $) in command and
+            # args; only then are mount paths rewritten to where the harness keeps them
+            env = self._env(pod, c, image, mounts, run)
+            ambient = set(self.host_env) | set(image.env) | {"PATH", "HOME", "HOSTNAME"}
+            declared = {e["name"] for e in c.get("env") or []}
+            refs = {k: v for k, v in env.items() if k in declared or k not in ambient}
+            words = (c.get("command") or []) + (c.get("args") or [])
+            argv = ([self._rewrite(a, mounts) for a in image.entrypoint or []] if not c.get("command") else []) + [
+                self._rewrite(expand_k8s(a, refs), mounts) for a in words]
             cont = _Container(c["name"], image=c.get("image", ""), image_id=self.image_id(c.get("image", "")))
             run.containers[c["name"]] = cont
             (run.scratch / "logs").mkdir(parents=True, exist_ok=True)
@@ -1339,7 +1376,7 @@ class ControlPlane:
                 cont.proc = await asyncio.create_subprocess_exec(
                     *argv,
                     cwd=str(cwd),
-                    env=self._env(pod, c, image, mounts, run),
+                    env=env,
                     stdin=asyncio.subprocess.DEVNULL,
                     stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.STDOUT,
