@@ -336,3 +336,25 @@ def test_compare_json_is_strict_json_a_strict_parser_reads(tmp_path, monkeypatch
     records = json.loads(out, parse_constant=refuse)
     row = next(r for r in records if r["metric"] == "s/ttft_ms")  # a secondary: two-sided exact, 3 vs 3
     assert "mde_pct" in row and row["mde_pct"] is None  # none at this n
+
+
+def _fixed(name, values, direction="lower"):
+    return pd.DataFrame({"suite": "s", "case": "telemetry", "metric": name, "unit": "%", "direction": direction,
+                         "replicate": np.arange(1, len(values) + 1), "value": values, "status": "ok"})
+
+
+def test_a_change_of_a_metric_never_below_zero_is_never_below_minus_100_pct_and_none_from_about_zero():
+    # measured on a real canary pair: CPU share 20 → 1.55e-10 read "−100 %, CI low −228.9 %", and
+    # 2.6e-10 → 0 read an interval of [−2.4e12, +1.3e12] %
+    base = pd.concat([_fixed("cpu_a", [20.0, 35.0, 1.0, 24.0, 18.0]), _fixed("cpu_b", [2.6e-10, 0.0, 15.0, 0.0, 30.0]),
+                      _fixed("temp", [-5.0, -4.0, -6.0, -5.5, -4.5])])
+    cand = pd.concat([_fixed("cpu_a", [1.55e-10, 0.0, 0.0, 3e-10, 0.0]), _fixed("cpu_b", [0.0] * 5),
+                      _fixed("temp", [-9.0, -8.0, -10.0, -9.5, -8.5])])
+    r = C.compare_tables(base, cand, primary=set()).rows.set_index("name")
+    assert r.loc["cpu_a", "scale"] == "absolute" and bool(r.loc["cpu_a", "nonnegative"])
+    assert r.loc["cpu_a", "change_pct"] >= -100 and r.loc["cpu_a", "change_low_pct"] >= -100
+    assert r.loc["cpu_a", "change_low_pct"] == -100  # the interval reached below −100 % before the bound
+    assert math.isnan(r.loc["cpu_b", "change_pct"]) and math.isnan(r.loc["cpu_b", "change_low_pct"])  # median 2.6e-10
+    assert r.loc["cpu_b", "verdict"] == ""  # context: no verdict either way
+    # a metric that is below 0 keeps its own interval (no bound applies)
+    assert not bool(r.loc["temp", "nonnegative"]) and r.loc["temp", "change_pct"] < -50

@@ -145,8 +145,13 @@ def _arm(table: "pd.DataFrame") -> _Arm:
         sel = np.nonzero(ns == n)[0]
         median[sel] = np.median(values[starts[sel][:, None] + np.arange(n)[None, :]], axis=1)
     keys["median"] = median
+    keys["min"] = np.minimum.reduceat(values, starts)  # a metric never below 0: its change never below −100 %
     return _Arm(keys, values, {str(k): int(v) for k, v in failed.items()},
                 {str(k): int(v) for k, v in launched.items()})
+
+
+def _nonnegative(arm: _Arm, idx: np.ndarray) -> np.ndarray:
+    return (idx >= 0) & (arm.keys["min"].to_numpy(dtype=float)[np.clip(idx, 0, None)] >= 0) if len(arm.keys) else idx < -1
 
 
 def _matrix(arm: _Arm, idx: np.ndarray, n: int) -> np.ndarray:
@@ -283,6 +288,7 @@ def compare_tables(
                                     if len(b.keys) else np.nan, np.nan),
         "candidate_median": np.where(ic >= 0, c.keys["median"].to_numpy(dtype=float)[np.clip(ic, 0, None)]
                                      if len(c.keys) else np.nan, np.nan),
+        "nonnegative": _nonnegative(b, ib) & _nonnegative(c, ic),
         **eff,
     })
     notes = np.where(ib < 0, "absent in the baseline", np.where(ic < 0, "absent in the candidate",

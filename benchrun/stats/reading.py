@@ -74,9 +74,19 @@ def roles(gating: np.ndarray, cases: np.ndarray, names: np.ndarray, suites: np.n
     return np.where(np.asarray(gating, bool), "primary", np.where(ctx, "context", "secondary")).astype(object)
 
 
+NEAR_ZERO_SHARE = 0.01  # a baseline median below 1 % of the difference interval's half-width has no % change
+
+
 def measured_change(df: "pd.DataFrame") -> dict[str, np.ndarray]:
     """The change as measured (candidate vs baseline, + = went up) in percent with its interval,
-    and better/worse by direction, from the oriented effect columns."""
+    and better/worse by direction, from the oriented effect columns.
+
+    On the absolute scale (a value ≤ 0 in an arm) the change is the difference over the
+    baseline median: none (NaN) when that median is 0 or below ``NEAR_ZERO_SHARE`` of the
+    difference interval's half-width (the percent interval would be wider than ±10,000 %: a
+    baseline of 2.6e-10 against 0 read [−2.4e12, +1.3e12] %), and, for a metric with no value
+    below 0 in either arm (``nonnegative``), never below −100 % (a CPU share of 20 against
+    1.6e-10 read an interval from −229 %)."""
     higher = (df["direction"] == "higher").to_numpy()
     log = (df["scale"] == "log").to_numpy()
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -88,10 +98,11 @@ def measured_change(df: "pd.DataFrame") -> dict[str, np.ndarray]:
         ref = np.abs(df["baseline_median"].to_numpy(dtype=float))
         diff = df["difference"].to_numpy(dtype=float)
         dlo, dhi = df["diff_ci_low"].to_numpy(dtype=float), df["diff_ci_high"].to_numpy(dtype=float)
-        rel_ok = ~log & (ref > 0)
-        change = np.where(log, (m_ratio - 1) * 100, np.where(rel_ok, diff / ref * 100, np.nan))
-        c_lo = np.where(log, (m_lo - 1) * 100, np.where(rel_ok, dlo / ref * 100, np.nan))
-        c_hi = np.where(log, (m_hi - 1) * 100, np.where(rel_ok, dhi / ref * 100, np.nan))
+        rel_ok = ~log & (ref > 0) & ~(ref < NEAR_ZERO_SHARE * np.abs(dhi - dlo) / 2)
+        floor = np.where(df["nonnegative"].to_numpy(dtype=bool) if "nonnegative" in df else False, -100.0, -np.inf)
+        change = np.where(log, (m_ratio - 1) * 100, np.where(rel_ok, np.maximum(diff / ref * 100, floor), np.nan))
+        c_lo = np.where(log, (m_lo - 1) * 100, np.where(rel_ok, np.maximum(dlo / ref * 100, floor), np.nan))
+        c_hi = np.where(log, (m_hi - 1) * 100, np.where(rel_ok, np.maximum(dhi / ref * 100, floor), np.nan))
     shift = df["shift"].to_numpy(dtype=float)
     bw = np.where(np.isnan(shift), "", np.where(shift > 0, "better", np.where(shift < 0, "worse", "same")))
     return {"change_pct": change, "change_low_pct": c_lo, "change_high_pct": c_hi, "better_worse": bw.astype(object)}
