@@ -256,13 +256,14 @@ class RunDir:
     # -- manifest.json ----------------------------------------------------------
     def write_manifest(self, *, status: str, issues: list[str], suite_steps: dict[str, Any],
                        nodes: list[dict[str, str]] | None = None) -> dict[str, Any]:
-        """Hash every file (except the manifest itself) and write manifest version 2."""
+        """Hash every regular file (except the manifest itself; symlinks are not evidence, as
+        ``store.base.iter_run_files`` says) and write manifest version 2."""
         root = self.path  # resolved once, not per file
         files = sorted(
             rel for p in root.rglob("*")
-            if p.is_file() and p.name != "manifest.json" and not p.name.startswith(".")
+            if p.is_file() and not p.is_symlink() and p.name != "manifest.json" and not p.name.startswith(".")
             and (rel := p.relative_to(root).as_posix()) not in MUTABLE_FILES
-        )
+        )  # rglob does not descend into linked folders
         sha = {rel: sha256_file(root / rel) for rel in files}
         roles = {rel: artifact_role(rel) for rel in files}
         counts: dict[str, int] = {}

@@ -57,11 +57,17 @@ class SharedState:
         self._call(f"upload {rel}", lambda: self.client.upload_file(str(path), self.bucket, self.key(rel)))
 
     def push_tree(self, home: Path, rel: str) -> int:
-        """Upload every file under ``home/rel``; how many."""
+        """Upload every regular file under ``home/rel``; how many. Symlinks (to files or
+        folders) are never followed: a link a suite left in its run directory could name any file
+        the process can read (the home's signing key), and the shared prefix is read by every pod."""
         root = home / rel
         count = 0
-        for path in sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else []:
-            if path.name.startswith(".") or path.name.endswith(_SKIP_SUFFIXES):
+        found = []
+        for top, dirs, files in os.walk(root) if root.is_dir() and not root.is_symlink() else []:
+            dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(top, d))]
+            found += [Path(top) / f for f in files if not os.path.islink(os.path.join(top, f))]
+        for path in sorted(found):
+            if path.name.startswith(".") or path.name.endswith(_SKIP_SUFFIXES) or not path.is_file():
                 continue
             self.push_file(home, path.relative_to(home).as_posix())
             count += 1

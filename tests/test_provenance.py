@@ -357,3 +357,20 @@ def test_publish_assets_through_dagster(bench_home: Path, canary_doc: dict[str, 
     assert st["provenance_ref"] == str(envelope_path(rd.path))
     assert st["hot_metrics_ref"] == str(bench_home / "metrics" / f"{RUN_ID}.prom")
     assert verify_run(rd.path, pinned=_pin(bench_home)).predicate["spec_digest"] == loaded.spec_digest
+
+
+def test_a_configured_key_readable_by_others_is_warned_about(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    # only the local key's mode was checked: a world-readable $BENCHRUN_SIGNING_KEY went unsaid
+    path = tmp_path / "mine.pem"
+    path.write_bytes(_pem(Ed25519PrivateKey.generate()))
+    os.chmod(path, 0o644)
+    monkeypatch.setenv(KEY_ENV, str(path))
+    with caplog.at_level("WARNING"):
+        load_signing_key(tmp_path / "home")
+    assert any("readable by others (mode 644)" in r.getMessage() and str(path) in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    os.chmod(path, 0o600)
+    with caplog.at_level("WARNING"):
+        load_signing_key(tmp_path / "home")
+    assert not [r for r in caplog.records if "readable by others" in r.getMessage()]

@@ -151,3 +151,29 @@ def test_the_orphan_sweep_knows_other_pods_runs_through_the_shared_state(
     assert not (mine / "runs" / "k8s-20261201000000-aaaaaaaa").exists()  # asked, not pulled
     monkeypatch.delenv(sharedstate.ENV)
     assert finished_here(mine)("k8s-20261201000000-aaaaaaaa") is True  # without shared state: unknown
+
+
+def test_a_push_never_follows_a_link_out_of_the_run_directory(tmp_path: Path, s3_env: str,  # noqa: F811
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # a suite's raw/ link to the home's signing key uploaded the key to the bucket every pod reads
+    home = tmp_path / "home"
+    (home / "keys").mkdir(parents=True)
+    (home / "keys" / "ed25519.pem").write_text("-----BEGIN PRIVATE KEY-----\n")
+    (home / "elsewhere").mkdir()
+    (home / "elsewhere" / "secret.txt").write_text("s")
+    raw = home / "runs" / "run-a" / "raw"
+    raw.mkdir(parents=True)
+    (raw / "run-a_gemm_r1.log").write_text("ok\n")
+    (raw / "suite_output.log").symlink_to(home / "keys" / "ed25519.pem")
+    (raw / "more").symlink_to(home / "elsewhere", target_is_directory=True)
+    client = boto3.client("s3", endpoint_url=s3_env, region_name="us-east-1")
+    client.create_bucket(Bucket="bench-links")
+    monkeypatch.setenv(sharedstate.ENV, "s3://bench-links/p")
+    assert sharedstate.shared_state().push_tree(home, "runs/run-a") == 1
+    keys = [o["Key"] for o in client.list_objects_v2(Bucket="bench-links").get("Contents", [])]
+    assert keys == ["p/runs/run-a/raw/run-a_gemm_r1.log"]
+    # nor is a link sealed into the manifest as evidence
+    from benchrun.rundir import RunDir
+
+    manifest = RunDir(home, "run-a").write_manifest(status="succeeded", issues=[], suite_steps={})
+    assert "raw/suite_output.log" not in manifest["files"] and "raw/run-a_gemm_r1.log" in manifest["files"]

@@ -104,6 +104,10 @@ def load_signing_key(home: Path | str | None = None) -> SigningKey:
     if env:
         path = Path(env).expanduser()
         key = _load_private(path, password)
+        try:  # a warning, not a refusal: a mounted Secret is 0644 unless its defaultMode says otherwise
+            _check_private_mode(path)
+        except BenchrunError as exc:
+            log.warning("%s: %s; or mount it with defaultMode 0400", f"${KEY_ENV}", exc)
         return SigningKey(key, key.public_key(), keyid_of(key.public_key()), f"${KEY_ENV} ({path})", None)
     priv_path, pub_path = local_key_paths(home)
     priv_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
