@@ -61,3 +61,18 @@ def safe_join(root: Path, *parts: str) -> Path:
     if not path.is_relative_to(root.resolve()):
         raise BenchrunError(f"path {path} escapes {root}")
     return path
+
+
+def published_runs(root: Path) -> dict[str, list[str]]:
+    """Run id -> the ``published/<alias>`` files naming it (the alias's first line: promote
+    writes its record on the second; a damaged record still names its run)."""
+    directory = Path(root) / "published"
+    out: dict[str, list[str]] = {}
+    for p in sorted(directory.iterdir()) if directory.is_dir() else []:
+        try:
+            first = p.read_text(encoding="utf-8").splitlines()[:1] if p.is_file() else []
+        except (OSError, UnicodeDecodeError):
+            continue
+        if first and first[0].strip():
+            out.setdefault(first[0].strip(), []).append(p.name)
+    return out

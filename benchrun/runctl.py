@@ -136,18 +136,9 @@ class DeleteOutcome:
 
 def published_aliases(root: Path, run_id: str) -> list[str]:
     """The ``published/<alias>`` files that point at ``run_id``."""
-    directory = root / "published"
-    out = []
-    for p in sorted(directory.iterdir()) if directory.is_dir() else []:
-        try:
-            # the run id is the alias's first line (promote writes its record on the second:
-            # benchrun.stats.load.read_alias); a damaged record still names its run
-            first = p.read_text(encoding="utf-8").splitlines()[:1] if p.is_file() else []
-        except OSError:
-            continue
-        if first and first[0].strip() == run_id:
-            out.append(p.name)
-    return out
+    from benchrun.paths import published_runs
+
+    return published_runs(root).get(run_id, [])
 
 
 def delete_run(run_id: str, *, home: Path | str | None = None, instance: Any = None) -> DeleteOutcome:

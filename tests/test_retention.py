@@ -78,3 +78,19 @@ def test_cli_retention_dry_run(tmp_path: Path) -> None:
     assert "would remove partition measurement_fact/run_id=run-old" in out.stdout
     assert "(dry run; --apply to remove)" in out.stdout
     assert _count(tmp_path, "SELECT count(DISTINCT run_id) FROM measurement_fact") == 3
+
+
+def test_a_published_baseline_is_never_expired(parquet_layout: None, tmp_path: Path) -> None:
+    # delete refused the baseline, retention removed its rows and every stored object of it:
+    # verify then failed and promote could not be run again
+    now = dt.datetime(2026, 11, 30, 12, tzinfo=dt.timezone.utc)
+    store, manifests = _setup(tmp_path, now)
+    (tmp_path / "published").mkdir()
+    (tmp_path / "published" / "current").write_text("run-old\n{}\n")
+    plan = plan_retention(tmp_path, now)
+    assert {r.run_id: r.tier for r in plan.runs}["run-old"] == "published"
+    assert plan.partitions == [] and plan.objects == []
+    assert any("run-old: published (current)" in n for n in plan.notes)
+    apply_retention(tmp_path, plan)
+    assert store.verify(manifests["run-old"]) == len(manifests["run-old"].objects)
+    assert _count(tmp_path, "SELECT count(*) FROM measurement_fact WHERE run_id = 'run-old'") > 0

@@ -6,7 +6,8 @@ Per run (from its ``benchmark_run_fact`` row, i.e. the run's own pinned spec):
 ``created_utc``). Curated partitions go once the run is older than ``coldDays``. A raw
 object (local store only) goes once *every* run whose object manifest lists it is past
 its raw retention; an object any run still needs is kept, and so is every object of a
-run whose age or retention is unknown. S3 objects are left to the bucket's object lock
+run whose age or retention is unknown. A run a ``published/`` alias names (a baseline) never
+expires, as ``benchrun delete`` refuses it. S3 objects are left to the bucket's object lock
 and lifecycle rules.
 """
 
@@ -33,7 +34,7 @@ log = logging.getLogger(__name__)
 class RunAge:
     run_id: str
     age_days: float | None
-    tier: str  # hot | warm | cold | expired | unknown
+    tier: str  # hot | warm | cold | expired | unknown | published
     cold_days: int | None
     raw_days: int | None
     raw_path_template: str | None
@@ -96,10 +97,14 @@ def _iceberg_run_ids(home: Path) -> dict[str, set[str]] | None:
 
 def plan_retention(home: Path, now: dt.datetime | None = None) -> RetentionPlan:
     """The dry run: expired curated partitions and raw objects no run still needs."""
+    from benchrun.paths import published_runs
+
     now = now or dt.datetime.now(dt.timezone.utc)
     home = Path(home)
-    runs = _run_ages(home, now)
-    notes: list[str] = []
+    published = published_runs(home)
+    runs = [_kept_published(r, published) for r in _run_ages(home, now)]
+    notes: list[str] = [f"run {r}: published ({', '.join(a)}); its partitions and raw objects are kept"
+                        for r, a in sorted(published.items()) if any(x.run_id == r for x in runs)]
     partitions = []
     iceberg = _iceberg_run_ids(home)
     for run in runs:
@@ -155,6 +160,14 @@ def plan_retention(home: Path, now: dt.datetime | None = None) -> RetentionPlan:
             else:
                 kept += 1
     return RetentionPlan(now.isoformat(timespec="seconds"), runs, partitions, objects, kept, notes)
+
+
+def _kept_published(run: RunAge, published: dict[str, list[str]]) -> RunAge:
+    """A run a ``published/`` alias names never expires (`delete` refuses it too): it is the
+    baseline comparisons read and verify re-hashes."""
+    if run.run_id not in published:
+        return run
+    return dataclasses.replace(run, tier="published", raw_days=None)
 
 
 def _manifest_versions(store: LocalStore, run_id: str) -> list[list[str]]:
