@@ -239,12 +239,14 @@ def resign_if_intact(run_dir: Path, home: Path | str | None = None, *, rewritten
     """After one of benchrun's own commands rewrote signed files (a report, the run's warehouse
     partitions): sign the run again through the run's own path (lifecycle.sign_publication), but
     only when its current signature verifies and the evidence files it signed are unchanged —
-    re-signing must never launder an edit. ``rewritten``: the run-relative paths (or prefixes
-    ending in ``/``) the calling command wrote; any other signed file that changed — sealed or
-    published — blocks re-signing too (an edited report stays an edit a later rebuild-warehouse
-    must not sign over). None when re-signed or never signed; else why not."""
+    re-signing must never launder an edit. ``rewritten``: the run-relative paths the calling
+    command wrote; any other signed file that changed — sealed or published — blocks re-signing
+    too (an edited report stays an edit a later rebuild-warehouse must not sign over), and so does
+    any file added since signing that the command did not write (signing hashes every file of the
+    run: a file dropped in would be signed). None when re-signed or never signed; else why not."""
     from benchrun.errors import BenchrunError
-    from benchrun.provenance.signing import envelope_path, subject_mismatches, verify_envelope
+    from benchrun.provenance.signing import envelope_path, subject_mismatches, uncovered_files, verify_envelope
+    from benchrun.provenance.statement import unsigned_names
 
     run_dir = Path(run_dir)
     path = envelope_path(run_dir)
@@ -265,13 +267,15 @@ def resign_if_intact(run_dir: Path, home: Path | str | None = None, *, rewritten
     if bad:
         return f"not signed again: its signed evidence changed since signing ({', '.join(bad[:5])})"
 
-    def ours(name: str) -> bool:
-        return any(name == w or (w.endswith("/") and name.startswith(w)) for w in rewritten)
-
-    edited = [b for b in changed if not ours(b.split(" (")[0])]
+    ours = set(rewritten)
+    edited = [b for b in changed if b.split(" (")[0] not in ours]
     if edited:
         return ("not signed again: signed files changed that this command did not write "
                 f"({', '.join(edited[:5])}); restore them (`benchrun verify` lists what differs)")
+    added = [f for f in uncovered_files(run_dir, statement) if f not in ours and f not in unsigned_names(run_dir.name)]
+    if added:
+        return ("not signed again: files were added since signing that this command did not write "
+                f"({', '.join(added[:5])}); remove them (`benchrun verify` lists them)")
     try:
         sign_publication(RunDir(run_dir.parent.parent, run_dir.name))
     except BenchrunError as exc:  # e.g. a pinned spec that no longer validates: the command's own work stands

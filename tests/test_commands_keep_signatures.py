@@ -79,9 +79,8 @@ def test_a_run_whose_publication_fails_after_its_final_phase_is_not_succeeded(be
         str(st["conditions"])
 
 
-def test_rebuild_warehouse_does_not_sign_over_an_edited_published_file(bench_home, monkeypatch) -> None:
-    """Re-signing checked only the sealed evidence: an edited report (a published, signed file) was
-    signed over by the next `rebuild-warehouse RUN`, and verify passed again."""
+def _signed_run(bench_home, monkeypatch, rid: str):
+    """A sealed, curated run with a published report file, signed with the home key (pinned)."""
     import json
     from pathlib import Path
 
@@ -90,7 +89,6 @@ def test_rebuild_warehouse_does_not_sign_over_an_edited_published_file(bench_hom
     from benchrun.stats.synthetic import make_run, seal_run, write_manifest
     from benchrun.warehouse.curate import curate_run
 
-    rid = "run-c"
     rd = make_run(bench_home, rid, {("s", "c", "tps"): ([1.0, 2.0], "tok/s", "higher")}, manifest=False, sealed=False)
     raw = (Path(__file__).resolve().parents[1] / "specs/local/canary.yaml").read_bytes()
     (rd / "structured" / f"{rid}_spec.yaml").write_bytes(raw)  # a pinned spec that validates, so it can be re-signed
@@ -103,14 +101,47 @@ def test_rebuild_warehouse_does_not_sign_over_an_edited_published_file(bench_hom
     (rd / "reports" / f"{rid}_report.md").write_text("verdict: REGRESSION, tps -12%\n")  # published after sealing
     sign_run(rd, bench_home)
     monkeypatch.setenv("BENCHRUN_TRUSTED_KEYIDS", load_signing_key(bench_home).keyid)
+    assert CliRunner().invoke(app, ["verify", rid]).exit_code == 0
+    return rd
+
+
+def test_rebuild_warehouse_does_not_sign_over_an_edited_published_file(bench_home, monkeypatch) -> None:
+    """Re-signing checked only the sealed evidence: an edited report (a published, signed file) was
+    signed over by the next `rebuild-warehouse RUN`, and verify passed again."""
+    rid = "run-c"
+    rd = _signed_run(bench_home, monkeypatch, rid)
     cli = CliRunner()
-    assert cli.invoke(app, ["verify", rid]).exit_code == 0
     (rd / "reports" / f"{rid}_report.md").write_text("verdict: no change\n")  # edited
     assert cli.invoke(app, ["verify", rid]).exit_code == 1
     out = cli.invoke(app, ["rebuild-warehouse", rid])
     assert "not signed again: signed files changed that this command did not write" in out.output, out.output
     assert f"reports/{rid}_report.md" in out.output
     assert cli.invoke(app, ["verify", rid]).exit_code == 1  # the edit stays visible
+
+
+def test_report_signs_over_only_what_it_writes_and_nothing_added(bench_home, monkeypatch) -> None:
+    """`benchrun report` allowed any change under reports/ and figures/ (an edited playbook verdict
+    there was signed over), and no re-signing looked at files added after signing: signing
+    hashes every file of the run, so a file dropped into structured/ came out signed."""
+    rid = "run-d"
+    rd = _signed_run(bench_home, monkeypatch, rid)
+    cli = CliRunner()
+    (rd / "reports" / f"{rid}_report.md").write_text("verdict: no change\n")  # not a file `report` writes
+    out = cli.invoke(app, ["report", rid])
+    assert "not signed again: signed files changed that this command did not write" in out.output, out.output
+    assert cli.invoke(app, ["verify", rid]).exit_code == 1
+    (rd / "reports" / f"{rid}_report.md").write_text("verdict: REGRESSION, tps -12%\n")  # restored
+    (rd / "structured" / f"{rid}_notes.json").write_text('{"verdict": "fine"}')  # added after signing
+    for command in (["report", rid], ["rebuild-warehouse", rid]):
+        out = cli.invoke(app, command)
+        assert "not signed again: files were added since signing" in out.output, out.output
+        assert f"structured/{rid}_notes.json" in out.output
+        verified = cli.invoke(app, ["verify", rid]).output
+        assert f"not covered: structured/{rid}_notes.json" in verified, verified  # it stays unsigned
+    (rd / "structured" / f"{rid}_notes.json").unlink()
+    out = cli.invoke(app, ["report", rid])
+    assert "not signed again" not in out.output, out.output
+    assert cli.invoke(app, ["verify", rid]).exit_code == 0  # its own report and figures signed again
 
 
 @pytest.mark.slow

@@ -119,6 +119,19 @@ def _index_path(run_path: Path) -> Path:
     return run_path / "figures" / f"{run_path.name}_report_figures.json"
 
 
+def report_outputs(run_dir: str | os.PathLike[str]) -> list[str]:
+    """Run-relative paths of what ``build_report`` writes: the report, the figure index and
+    the figures it lists (re-signing after `benchrun report` allows exactly these to change)."""
+    run_path = Path(run_dir)
+    out = [f"reports/{run_path.name}_report.html", _index_path(run_path).relative_to(run_path).as_posix()]
+    try:
+        index = json.loads(_index_path(run_path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return out
+    files = [str(f.get("file")) for f in index.get("figures") or [] if isinstance(f, dict)]
+    return out + [f"figures/{name}" for name in files if "/" not in name and name not in ("", ".", "..")]
+
+
 def _read_comparison(run_path: Path) -> dict[str, Any] | None:
     path = run_path / "structured" / f"{run_path.name}_comparison.json"
     if not path.is_file():
@@ -463,4 +476,4 @@ def build_report(run_dir: str | os.PathLike[str], *, home: Path | None = None, s
     return write_report(run_dir, stats=stats)
 
 
-__all__ = ["build_report", "render_figures", "write_report", "EXTRA_SECTIONS", "ReportSection", "SectionContext"]
+__all__ = ["build_report", "render_figures", "report_outputs", "write_report", "EXTRA_SECTIONS", "ReportSection", "SectionContext"]

@@ -287,12 +287,14 @@ def plan(
 def _resign(run_dir: "Path", *written: str) -> None:
     """The report and figures are signed files: sign the run again through the run's own path
     (a run never signed stays unsigned; one whose evidence, or a signed file other than the
-    report, the figures and ``written``, was edited is not re-signed)."""
+    report, its figures and ``written``, was edited, or with a file added since that this
+    command did not write, is not re-signed)."""
     from benchrun.lifecycle import resign_if_intact
+    from benchrun.report.html import report_outputs
 
     run_dir = Path(run_dir)
     if (run_dir / "status.json").is_file() and run_dir.parent.name == "runs":
-        why = resign_if_intact(run_dir, rewritten=("reports/", "figures/", *written))
+        why = resign_if_intact(run_dir, rewritten=(*report_outputs(run_dir), *written))
         if why:
             typer.echo(f"warning: {run_dir.name}: {why}", err=True)
 
