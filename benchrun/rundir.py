@@ -180,7 +180,9 @@ class RunDir:
         return doc
 
     def write_status(self, status: dict[str, Any]) -> None:
-        atomic_write_json(self.status_path, status)
+        """Write status.json, one ``status_seq`` later than the copy ``status`` was read from: a
+        copy from another home (``sharedstate.pull_run``) never replaces a later one here."""
+        atomic_write_json(self.status_path, {**status, "status_seq": int(status.get("status_seq") or 0) + 1})
 
     def update_status(self, **fields: Any) -> dict[str, Any]:
         status = self.read_status() if self.exists() else {"run_id": self.run_id, "conditions": []}

@@ -77,7 +77,9 @@ class SharedState:
         """Download every object under ``<prefix><rel>`` into ``home``; how many.
 
         A read-only local file with the same size is kept (pinned specs and stored evidence
-        never change); everything else is replaced by the shared copy.
+        never change); a local ``status.json`` later than the shared one (its ``status_seq``,
+        ``RunDir.write_status``) is kept too: a status this home wrote and has not pushed yet
+        is not lost to an older copy; everything else is replaced by the shared copy.
         """
         count = 0
         paginator = self.client.get_paginator("list_objects_v2")
@@ -88,11 +90,17 @@ class SharedState:
                 target = _inside(home, relative)
                 if target.is_file() and not os.access(target, os.W_OK) and target.stat().st_size == obj["Size"]:
                     continue
-                with atomic_path(target) as tmp:
-                    self._call(f"download {relative}",
-                               lambda: self.client.download_file(self.bucket, obj["Key"], str(tmp)))
-                    if target.exists() and not os.access(target, os.W_OK):
-                        target.chmod(0o644)
+                try:
+                    with atomic_path(target) as tmp:
+                        self._call(f"download {relative}",
+                                   lambda: self.client.download_file(self.bucket, obj["Key"], str(tmp)))
+                        if target.name == "status.json" and _status_seq(target) > _status_seq(tmp):
+                            raise _KeepLocal  # the temporary copy goes, the local status stays
+                        if target.exists() and not os.access(target, os.W_OK):
+                            target.chmod(0o644)
+                except _KeepLocal:
+                    log.info("%s: the local status is later than the shared one; kept", relative)
+                    continue
                 count += 1
         return count
 
@@ -183,6 +191,18 @@ def _iceberg_warehouse() -> bool:
     """The Iceberg warehouse, the default unless BENCHRUN_WAREHOUSE_FORMAT=parquet (benchrun.warehouse.lake,
     read here without importing it)."""
     return (os.environ.get("BENCHRUN_WAREHOUSE_FORMAT", "").strip().lower() or "iceberg") == "iceberg"
+
+
+class _KeepLocal(Exception):
+    """A pulled status.json older than the local one: not written."""
+
+
+def _status_seq(path: Path) -> int:
+    """``status_seq`` of a status.json (0: none, absent or unreadable)."""
+    try:
+        return int(json.loads(path.read_text(encoding="utf-8")).get("status_seq") or 0)
+    except (OSError, ValueError, AttributeError, TypeError):
+        return 0
 
 
 def _inside(home: Path, relative: str) -> Path:

@@ -278,9 +278,13 @@ def test_a_storage_failure_is_retried_not_rejected(harness, instance, runs, cana
     """A valid BenchmarkRun whose run cannot be pushed to the shared state (here: its bucket
     does not exist yet) stays Pending with Registered=False naming the failure, and is started,
     pushed and all, once the storage is back; only an invalid spec is Rejected (final)."""
+    import uuid
+
     import boto3
 
-    monkeypatch.setenv("BENCHRUN_SHARED_STATE", "s3://benchrun-artifacts/benchrun")
+    # moto keeps buckets in the process, across servers: a name no other test of this worker made
+    bucket = f"benchrun-missing-{uuid.uuid4().hex[:12]}"
+    monkeypatch.setenv("BENCHRUN_SHARED_STATE", f"s3://{bucket}/benchrun")
     obj = create(harness, doc(canary_doc, "s3"))
     uid = obj["metadata"]["uid"]
     op = operator(harness, runs)
@@ -288,19 +292,19 @@ def test_a_storage_failure_is_retried_not_rejected(harness, instance, runs, cana
     st = harness.get(KIND, "s3", NS)["status"]
     [cond] = st["conditions"]
     assert st["phase"] == "Pending" and (cond["type"], cond["status"]) == ("Registered", "False"), st
-    assert "shared state s3://benchrun-artifacts/benchrun/" in cond["message"] and "NoSuchBucket" in cond["message"]
+    assert f"shared state s3://{bucket}/benchrun/" in cond["message"] and "NoSuchBucket" in cond["message"]
     assert runs_of(instance, uid) == [] and uid in op.waiting and op.stats.rejected == 0
     writes = len(harness.history(KIND, "s3", NS))
     op.retry_waiting()  # the same failure again: tried, nothing new to write
     assert uid in op.waiting and len(harness.history(KIND, "s3", NS)) == writes
     s3 = boto3.client("s3", endpoint_url=s3_env)
-    s3.create_bucket(Bucket="benchrun-artifacts")
+    s3.create_bucket(Bucket=bucket)
     op.retry_waiting()
     [run] = runs_of(instance, uid)
     st = harness.get(KIND, "s3", NS)["status"]
     assert st["phase"] == "Pending" and st["runId"] == run.tags["dagster/partition"] and not op.waiting
     assert [c["type"] for c in st["conditions"]] == ["Validated", "SpecPinned"]
-    keys = {o["Key"] for o in s3.list_objects_v2(Bucket="benchrun-artifacts")["Contents"]}
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]}
     assert f"benchrun/runs/{st['runId']}/status.json" in keys  # the retry pushed the run
 
 

@@ -177,3 +177,32 @@ def test_a_push_never_follows_a_link_out_of_the_run_directory(tmp_path: Path, s3
 
     manifest = RunDir(home, "run-a").write_manifest(status="succeeded", issues=[], suite_steps={})
     assert "raw/suite_output.log" not in manifest["files"] and "raw/run-a_gemm_r1.log" in manifest["files"]
+
+
+def test_a_pull_never_replaces_a_later_local_status(tmp_path: Path, s3_env: str,  # noqa: F811
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # the controller wrote status.resource locally and its next catch-up pulled the older shared
+    # copy over it: the resource (how a retried tick finds the run) was gone
+    import json
+
+    from benchrun.rundir import RunDir
+
+    client = boto3.client("s3", endpoint_url=s3_env, region_name="us-east-1")
+    client.create_bucket(Bucket="bench-seq")
+    monkeypatch.setenv(sharedstate.ENV, "s3://bench-seq/p")
+    home, worker = tmp_path / "home", tmp_path / "worker"
+    rd = RunDir(home, "run-a").create()
+    rd.write_status({"run_id": "run-a", "phase": "Pending", "conditions": []})
+    sharedstate.push_run(rd.path, home)
+    rd.update_status(resource={"name": "br-1"})  # written here, not pushed
+    sharedstate.pull_run("run-a", home, status_only=True)
+    assert rd.read_status()["resource"] == {"name": "br-1"}  # was: gone
+    # a later status written in another home does replace it
+    sharedstate.pull_run("run-a", worker)
+    wd = RunDir(worker, "run-a")
+    for phase in ("Running", "Analyzing", "Succeeded"):
+        wd.update_status(phase=phase)
+    sharedstate.push_run(wd.path, worker, status_only=True)
+    sharedstate.pull_run("run-a", home, status_only=True)
+    assert rd.read_status()["phase"] == "Succeeded"
+    assert json.loads((home / "runs/run-a/status.json").read_text())["status_seq"] == 4

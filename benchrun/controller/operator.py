@@ -307,7 +307,7 @@ class Operator:
 
     def _reconcile_generation(self, obj: dict[str, Any], ref: ResourceRef) -> None:
         from benchrun.automation.discovery import format_spec_errors
-        from benchrun.controller.resources import _register_once, admission_errors
+        from benchrun.controller.resources import _own, _register_once, admission_errors
         from benchrun.rundir import RunDir
 
         status = obj.get("status") or {}
@@ -338,7 +338,7 @@ class Operator:
                 self.stats.status_writes += 1
             self.stats.rejected += 1
             return
-        RunDir.for_run(prepared.run_id, self.settings.home).update_status(resource=ref.to_json())
+        _own(RunDir.for_run(prepared.run_id, self.settings.home), ref, self.settings.home)
         _run, created = self.runs.start(ref, prepared.run_id, before_create=self.keep_lease)
         self.stats.started += int(created)
         self.stats.reused += int(not created)

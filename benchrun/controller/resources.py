@@ -143,7 +143,7 @@ def controller_tick(objs: list[dict[str, Any]], cursor: str | None, register: Re
             entries[ref.uid] = {**ref.to_json(), "run_id": None}
             continue
         rd = RunDir.for_run(prepared.run_id, home)
-        st = rd.update_status(resource=ref.to_json())
+        st = _own(rd, ref, home)
         out.submitted.append(Submitted(ref, prepared.run_id, status_from_run(st, ref)))
         entries[ref.uid] = {**ref.to_json(), "run_id": prepared.run_id}
     for uid in sorted(set(entries) - listed):
@@ -196,6 +196,17 @@ def _register_once(register: Register, obj: dict[str, Any], ref: ResourceRef, no
         if owner is None or owner == ref.to_json():
             return prepared
     raise BenchrunError(f"{source}: no free run id within a minute of {now:%Y-%m-%dT%H:%M:%SZ}; apply it again")
+
+
+def _own(rd: Any, ref: ResourceRef, home: Path | None) -> dict[str, Any]:
+    """Record the object that owns the run in its status and push that status: a pull of the
+    shared copy must not lose it (the run is found by it when a tick or a pass is retried)."""
+    from benchrun.paths import benchrun_home
+    from benchrun.sharedstate import push_run
+
+    st = rd.update_status(resource=ref.to_json())
+    push_run(rd.path, benchrun_home(home), status_only=True)  # no-op unless BENCHRUN_SHARED_STATE is set
+    return st
 
 
 @dataclass(frozen=True)
