@@ -94,3 +94,24 @@ def test_a_published_baseline_is_never_expired(parquet_layout: None, tmp_path: P
     apply_retention(tmp_path, plan)
     assert store.verify(manifests["run-old"]) == len(manifests["run-old"].objects)
     assert _count(tmp_path, "SELECT count(*) FROM measurement_fact WHERE run_id = 'run-old'") > 0
+
+
+def test_a_run_stored_between_plan_and_apply_keeps_the_objects_it_shares(parquet_layout: None, tmp_path: Path) -> None:
+    # identical bytes are one object: a run stored after the plan reused the expired run's
+    # objects and apply deleted them under it
+    now = dt.datetime(2026, 11, 30, 12, tzinfo=dt.timezone.utc)
+    store, manifests = _setup(tmp_path, now)
+    plan = plan_retention(tmp_path, now)
+    assert plan.objects
+    late_dir = make_run_dir(tmp_path, "run-late", finished_utc=now.isoformat())
+    listed = {o["key"] for o in plan.objects}
+    old = next(e for e in manifests["run-old"].objects if e.key in listed)
+    (late_dir / "raw" / "run-late_same_bytes.bin").write_bytes((tmp_path / "runs" / "run-old" / old.path).read_bytes())
+    late = store.put_run_dir(late_dir, "run-late")
+    shared = {o.key for o in late.objects} & {o["key"] for o in plan.objects}
+    assert shared  # the late run reuses objects the plan lists
+    apply_retention(tmp_path, plan)
+    assert store.verify(late) == len(late.objects)  # was: "stored object(s) fail verification"
+    assert any("now also held by run-late" in n for n in plan.notes)
+    gone = {o["key"] for o in plan.objects} - shared
+    assert not any(store.exists(k) for k in gone)  # the rest still went

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import stat
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 from benchrun.errors import BenchrunError
-from benchrun.store.base import ArtifactStore, sha256_file
+from benchrun.store.base import ArtifactStore, ObjectManifest, sha256_file
 from benchrun.fsio import atomic_path, create_once
 
 log = logging.getLogger(__name__)
@@ -97,6 +100,22 @@ class LocalStore(ArtifactStore):
     def list_manifest_run_ids(self) -> list[str]:
         pattern = "manifests/*.json" if not self.prefix_template else "*/manifests/*.json"
         return sorted({p.stem for p in self.root.glob(pattern)})
+
+    @contextlib.contextmanager
+    def lock(self, *, exclusive: bool) -> Iterator[None]:
+        """The store's lock (``flock`` on ``<root>/.lock``): storing a run holds it shared,
+        retention's deletions exclusive, so an object a run being stored reuses (identical
+        bytes are one object) is never deleted between retention's plan and its apply."""
+        fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def put_run_dir(self, run_dir: Path, run_id: str, *, exclude: Iterable[str] = ()) -> ObjectManifest:
+        with self.lock(exclusive=False):
+            return super().put_run_dir(run_dir, run_id, exclude=exclude)
 
     def delete_key(self, key: str) -> None:
         """Remove one object (retention only; never called inside a retention window)."""

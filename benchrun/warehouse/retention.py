@@ -135,20 +135,9 @@ def plan_retention(home: Path, now: dt.datetime | None = None) -> RetentionPlan:
     kept = 0
     for store, store_runs in by_store.values():
         ages = {r.run_id: r for r in store_runs}
-        holders: dict[str, list[str]] = {}
-        for run_id in store.list_manifest_run_ids():
-            try:
-                manifest = store.load_manifest(run_id)
-            except BenchrunError as exc:
-                notes.append(f"{store.uri}: manifest of {run_id} unreadable ({exc}); store left untouched")
-                holders = {}
-                break
-            # Every stored version of the run's manifest counts, not only the latest.
-            for version in _manifest_versions(store, run_id):
-                for obj in version:
-                    holders.setdefault(obj, []).append(run_id)
-            for obj in manifest.objects:
-                holders.setdefault(obj.key, []).append(run_id)
+        holders, note = _holders(store)
+        if note:
+            notes.append(note)
         for key, run_ids in sorted(holders.items()):
             expired = all(
                 r in ages and ages[r].raw_days is not None and ages[r].age_days is not None
@@ -160,6 +149,24 @@ def plan_retention(home: Path, now: dt.datetime | None = None) -> RetentionPlan:
             else:
                 kept += 1
     return RetentionPlan(now.isoformat(timespec="seconds"), runs, partitions, objects, kept, notes)
+
+
+def _holders(store: LocalStore) -> tuple[dict[str, list[str]], str]:
+    """Object key -> the runs whose stored manifests (every version) list it; ``({}, why)`` when
+    a manifest cannot be read (nothing of that store may then be removed)."""
+    holders: dict[str, list[str]] = {}
+    for run_id in store.list_manifest_run_ids():
+        try:
+            manifest = store.load_manifest(run_id)
+        except BenchrunError as exc:
+            return {}, f"{store.uri}: manifest of {run_id} unreadable ({exc}); store left untouched"
+        # Every stored version of the run's manifest counts, not only the latest.
+        for version in _manifest_versions(store, run_id):
+            for obj in version:
+                holders.setdefault(obj, []).append(run_id)
+        for obj in manifest.objects:
+            holders.setdefault(obj.key, []).append(run_id)
+    return holders, ""
 
 
 def _kept_published(run: RunAge, published: dict[str, list[str]]) -> RunAge:
@@ -192,9 +199,20 @@ def apply_retention(home: Path, plan: RetentionPlan) -> Path:
             delete_run(home, part["table"], part["run_id"])
         else:
             remove_partition(home, part["table"], part["run_id"])
+    by_store: dict[str, list[dict[str, Any]]] = {}
     for obj in plan.objects:
-        store = LocalStore(Path(obj["store"]))
-        store.delete_key(obj["key"])
+        by_store.setdefault(obj["store"], []).append(obj)
+    for root, objs in by_store.items():
+        store = LocalStore(Path(root))
+        with store.lock(exclusive=True):  # no run is being stored meanwhile (LocalStore.put_run_dir)
+            holders, note = _holders(store)  # read again: a run stored since the plan may share an object
+            for obj in objs:
+                others = sorted(set(holders.get(obj["key"], [])) - set(obj["runs"])) if not note else ["?"]
+                if others:
+                    plan.notes.append(f"{obj['key']}: kept, now also held by {', '.join(others)}"
+                                      if not note else f"{obj['key']}: kept ({note})")
+                    continue
+                store.delete_key(obj["key"])
     if plan.partitions:
         refresh_views(home)
     plan.applied = True
