@@ -116,13 +116,20 @@ def test_the_same_tick_twice_requests_nothing_twice(repo, instance, defs, bench_
     assert again.run_requests in (None, []) and "already has a Dagster run" in again.skip_message
 
 
-def test_force_push_neither_duplicates_nor_loses(repo, instance, defs) -> None:
+def _a_submitted(repo, instance, defs):
+    """(the commit before, spec a's bytes, the tick that submitted a): the start of every
+    force-push test."""
     base = repo.head()
     cursor = started(spec_commit_sensor, instance, defs, repo)
     a = spec_bytes("spec-a")
     repo.commit("add a", {"specs/a.yaml": a})
     first = tick(spec_commit_sensor, instance, defs, cursor)
     assert [r.tags["benchrun/spec_path"] for r in first.run_requests] == ["specs/a.yaml"]
+    return base, a, first
+
+
+def test_force_push_neither_duplicates_nor_loses(repo, instance, defs) -> None:
+    base, a, first = _a_submitted(repo, instance, defs)
 
     # rewrite history: the same a (already submitted) plus a new c, and an edited d
     repo.git("reset", "-q", "--hard", base)
@@ -244,12 +251,7 @@ def test_force_push_beyond_max_commits_still_does_not_duplicate(repo, instance, 
     # What the abandoned commits submitted is kept in the cursor, so the cap holds after a
     # rewrite too and a later tick still does not submit it again.
     monkeypatch.setenv("BENCHRUN_SENSOR_MAX_COMMITS", "1")
-    base = repo.head()
-    cursor = started(spec_commit_sensor, instance, defs, repo)
-    a = spec_bytes("spec-a")
-    repo.commit("add a", {"specs/a.yaml": a})
-    first = tick(spec_commit_sensor, instance, defs, cursor)
-    assert [r.tags["benchrun/spec_path"] for r in first.run_requests] == ["specs/a.yaml"]
+    base, a, first = _a_submitted(repo, instance, defs)
 
     repo.git("reset", "-q", "--hard", base)
     c = repo.commit("add c", {"specs/c.yaml": spec_bytes("spec-c")})
@@ -266,12 +268,7 @@ def test_force_push_beyond_max_commits_still_does_not_duplicate(repo, instance, 
 def test_reset_tick_and_repush_does_not_resubmit_and_a_later_recommit_runs(repo, instance, defs) -> None:
     # reset, a tick sees the rewrite, then the fix is pushed: the abandoned spec was forgotten
     # after the tick that saw the rewrite, and the same spec ran twice
-    base = repo.head()
-    cursor = started(spec_commit_sensor, instance, defs, repo)
-    a = spec_bytes("spec-a")
-    repo.commit("add a", {"specs/a.yaml": a})
-    first = tick(spec_commit_sensor, instance, defs, cursor)
-    assert len(first.run_requests) == 1
+    base, a, first = _a_submitted(repo, instance, defs)
     repo.git("reset", "-q", "--hard", base)
     seen = tick(spec_commit_sensor, instance, defs, first.cursor)
     assert seen.run_requests in (None, []) and "rewritten" in seen.skip_message
