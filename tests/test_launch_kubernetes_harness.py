@@ -446,3 +446,4 @@ def test_the_kubelets_expansion_in_the_harness():
     env = {"A": "x", "EMPTY": ""}
     assert expand_k8s("$(A)/$$(A)/$(B)/$$/$5/$/$(A", env) == "x/$(A)/$(B)/$/$5/$/$(A"
     assert expand_k8s("$(EMPTY)end$", env) == "end$"
+    assert expand_k8s("a$(b$$c", env) == "a$(b$c"  # as Kubernetes' expansion.Expand does

@@ -373,6 +373,13 @@ def test_a_runs_own_dataset_copy_absent_in_a_pod_is_found_in_the_image_by_its_sh
     copy = "/home/runs/r-1/structured/r-1_dataset.jsonl"
     assert locate_dataset(copy, sha) == str(tmp_path / "specs/datasets/d.jsonl")
     assert locate_dataset(copy, "0" * 64) == copy  # no such bytes: the path as given, whose read then fails
+    # a dataset kept outside specs/ (data/ of the repository) is found too
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data/conv.jsonl").write_text('{"prompt": "z"}\n')
+    (tmp_path / ".venv/lib").mkdir(parents=True)
+    (tmp_path / ".venv/lib/conv.jsonl").write_text('{"prompt": "z"}\n')  # hidden folders are not searched
+    z = hashlib.sha256(b'{"prompt": "z"}\n').hexdigest()
+    assert locate_dataset(copy, z) == str(tmp_path / "data/conv.jsonl")
 
 
 def test_closed_loop_sessions_with_think_time_are_judged_on_active_sessions(server):

@@ -326,6 +326,17 @@ def test_straggler_with_mad_zero_a_rank_off_the_median_stands_out(tmp_path: Path
     assert [by_rank[r]["n_stood_out"] for r in (0, 1, 2)] == [0, 0, 0]
 
 
+def test_straggler_with_mad_zero_a_rank_a_hair_off_the_median_is_no_straggler(tmp_path: Path) -> None:
+    """With MAD 0 any difference at all made a straggler: 1000.5 against 1000 us (a timer that
+    rounds to whole us makes MAD 0 often) was flagged for a 0.05 % difference."""
+    add_run(tmp_path, "hair")
+    times = {0: [1000.0] * 3, 1: [1000.0] * 3, 2: [1000.0] * 3, 3: [1000.5] * 3}
+    put(tmp_path, "measurement_fact", "hair", allreduce(times, [(3, 5.0)] * 3, p50=1000.0))
+    res = distributed_straggler(tmp_path, "hair", None)
+    assert res.verdict == "clear", res.reason
+    assert {r["rank_id"]: r["n_off_zero_mad"] for r in res.rows}[3] == 0
+
+
 def test_straggler_unavailable_without_rank_rows(serving_home: Path) -> None:
     res = distributed_straggler(serving_home, "base", None)
     assert res.verdict == "unavailable" and res.rows == [] and "rank_p50_time_us" in res.reason

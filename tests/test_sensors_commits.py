@@ -258,7 +258,9 @@ def test_force_push_beyond_max_commits_still_does_not_duplicate(repo, instance, 
     new_head = repo.commit("add a again", {"specs/a.yaml": a})
     data = tick(spec_commit_sensor, instance, defs, first.cursor)
     assert [r.tags["benchrun/spec_path"] for r in data.run_requests] == ["specs/c.yaml"]
-    assert json.loads(data.cursor) == {"commit": c, "pending": [f"spec:specs/a.yaml:{digest_of(a)}"]}
+    [[key, until]] = json.loads(data.cursor)["pending"]
+    assert json.loads(data.cursor)["commit"] == c and key == f"spec:specs/a.yaml:{digest_of(a)}"
+    assert until == repo.clock + 2 * 86400  # the rewrite was seen at the new head's commit time
     rest = tick(spec_commit_sensor, instance, defs, data.cursor)
     assert rest.run_requests in (None, []) and "submitted before the history rewrite" in rest.skip_message
     assert rest.cursor == new_head  # consumed: back to the plain form
@@ -280,6 +282,21 @@ def test_reset_tick_and_repush_does_not_resubmit_and_a_later_recommit_runs(repo,
     repo.commit("add a back", {"specs/a.yaml": a})
     later = tick(spec_commit_sensor, instance, defs, again.cursor)
     assert [r.tags["benchrun/spec_path"] for r in later.run_requests] == ["specs/a.yaml"]
+
+
+def test_what_a_rewrite_abandoned_is_forgotten_after_two_days(repo, instance, defs) -> None:
+    # the entries never expired: a spec a force-push dropped for good and committed again weeks
+    # later, on purpose, was skipped as "submitted before the history rewrite"
+    base, a, first = _a_submitted(repo, instance, defs)
+    repo.git("reset", "-q", "--hard", base)
+    repo.commit("something else", {"README.md": "other\n"})
+    seen = tick(spec_commit_sensor, instance, defs, first.cursor)
+    assert json.loads(seen.cursor)["pending"]
+    repo.clock += 3 * 86400
+    repo.commit("add a, weeks later", {"specs/a.yaml": a})
+    later = tick(spec_commit_sensor, instance, defs, seen.cursor)
+    assert [r.tags["benchrun/spec_path"] for r in later.run_requests] == ["specs/a.yaml"]
+    assert later.cursor == repo.head()  # the expired entry is gone: back to the plain form
 
 
 def test_canary_does_not_rerun_reworded_commits(repo, instance, defs) -> None:

@@ -110,3 +110,17 @@ def test_an_absolute_or_escaping_path_in_a_committed_spec_is_refused(repo, insta
     data = tick(spec_commit_sensor, instance, defs, cursor)
     assert data.run_requests in (None, [])
     assert "read from the same commit" in data.skip_message and "outside the repository" in data.skip_message
+
+
+def test_a_dataset_cache_that_cannot_be_written_fails_the_tick_not_the_spec(repo, instance, defs, bench_home,
+                                                                          elsewhere) -> None:
+    # a full disk or a bad permission on the sensor's machine reported the spec invalid, and the
+    # cursor moved past its commit: a valid spec was never submitted
+    cursor = started(spec_commit_sensor, instance, defs, repo)
+    repo.commit("serving spec", {"specs/local/serving.yaml": serving_spec(), "specs/datasets/d.jsonl": DATA_1})
+    (bench_home / "cache").write_text("a file where the cache folder goes")
+    with pytest.raises(Exception, match="dataset cache"):
+        tick(spec_commit_sensor, instance, defs, cursor)
+    (bench_home / "cache").unlink()
+    data = tick(spec_commit_sensor, instance, defs, cursor)  # the same cursor: tried again
+    assert len(data.run_requests) == 1

@@ -126,11 +126,14 @@ def format_spec_errors(exc: BaseException) -> tuple[str, ...]:
 def load_document(doc: SpecDocument) -> ValidSpec | InvalidSpec:
     """Validate one document; admission errors become an InvalidSpec, never an exception."""
     from benchrun.spec import load_spec_bytes
+    from benchrun.spec.datasets import DatasetCacheError
 
     try:
         loaded = load_spec_bytes(doc.data, doc.source, find_dataset=doc.find_dataset)
     except BenchrunError as exc:  # SpecInvalid is one; so is unreadable YAML
         return InvalidSpec(path=doc.path, source=doc.source, errors=format_spec_errors(exc))
+    except DatasetCacheError:
+        raise  # the machine's fault: the tick fails and is tried again, the spec is not skipped
     except Exception as exc:  # noqa: BLE001 - a defect of ours must not stop every later commit's tick
         log.exception("validating %s raised; reporting the document as invalid", doc.source)
         return InvalidSpec(path=doc.path, source=doc.source,

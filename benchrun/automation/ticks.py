@@ -197,6 +197,7 @@ def _abandoned_specs(repo: Path, commits: Iterable[str], under: str) -> list[str
 
 
 PENDING_MAX = 1000  # abandoned submissions remembered across ticks (oldest forgotten first)
+PENDING_S = 2 * 86400  # ... and for how long after the rewrite was seen (commit time of the new head)
 
 
 @dataclass
@@ -204,12 +205,13 @@ class SensorCursor:
     """A commit sensor's cursor: the last processed commit, and what commits abandoned by a
     history rewrite already submitted and a re-pushed commit must not submit again — spec
     ``(path, digest)`` keys for spec_commit, tree ids for the canary (a reworded or re-signed
-    commit has the tree it had). Each entry stops one resubmission and is then dropped, so a
-    spec committed again later, on purpose, runs. Stored as JSON; a bare commit id (the form
-    before this) reads as a cursor with nothing pending."""
+    commit has the tree it had). Each entry stops one resubmission, by a commit made at most
+    ``PENDING_S`` (two days) after the rewrite was seen, and is then dropped: a re-push comes
+    soon after the rewrite, and a spec committed again later, on purpose, runs. Stored as JSON;
+    a bare commit id (the form before this) reads as a cursor with nothing pending."""
 
     commit: str | None = None
-    pending: list[str] = field(default_factory=list)
+    pending: list[tuple[str, int]] = field(default_factory=list)  # (key, until: epoch s of commit time)
 
     @classmethod
     def load(cls, text: str | None) -> "SensorCursor":
@@ -219,21 +221,28 @@ class SensorCursor:
             return cls(text.strip())
         try:
             data = json.loads(text)
-            return cls(data.get("commit") or None, [str(k) for k in data.get("pending") or []])
-        except (ValueError, AttributeError):
+            return cls(data.get("commit") or None, [(str(k), int(u)) for k, u in data.get("pending") or []])
+        except (ValueError, AttributeError, TypeError):
             log.warning("commit sensor cursor is not readable; starting at the head")
             return cls()
+
+    def remember(self, keys: Iterable[str], seen_at: int) -> None:
+        self.pending += [(k, seen_at + PENDING_S) for k in keys]
 
     def dump(self, commit: str) -> str:
         if not self.pending:
             return commit  # the plain form: what older code and people reading the UI expect
-        return json.dumps({"commit": commit, "pending": self.pending[-PENDING_MAX:]}, separators=(",", ":"))
+        return json.dumps({"commit": commit, "pending": [list(p) for p in self.pending[-PENDING_MAX:]]},
+                          separators=(",", ":"))
 
-    def consume(self, key: str) -> bool:
-        """True (and forget it) when ``key`` was submitted by an abandoned commit."""
-        if key in self.pending:
-            self.pending.remove(key)
-            return True
+    def consume(self, key: str, at: int) -> bool:
+        """True (and forget it) when ``key`` was submitted by an abandoned commit and the commit
+        offering it again (committed at ``at``) is within the entry's time; expired entries go."""
+        self.pending = [(k, until) for k, until in self.pending if until >= at]
+        for i, (k, _until) in enumerate(self.pending):
+            if k == key:
+                del self.pending[i]
+                return True
         return False
 
 
@@ -254,7 +263,7 @@ def spec_commit_tick(watch: RepoWatch, cursor: str | None, register: Register) -
     if window.note:
         out.notes.append(window.note)
     if window.abandoned:
-        state.pending += _abandoned_specs(repo, window.abandoned, watch.specs_under)
+        state.remember(_abandoned_specs(repo, window.abandoned, watch.specs_under), git.commit_time(repo, window.head))
     for sha in window.commits:
         paths = changed_spec_paths(repo, sha, watch.specs_under)
         if not paths:
@@ -266,7 +275,7 @@ def spec_commit_tick(watch: RepoWatch, cursor: str | None, register: Register) -
             if isinstance(result, InvalidSpec):
                 out.invalid.append(InvalidSpec(f"{result.path}@{sha[:12]}", result.source, result.errors))
                 continue
-            if state.consume(f"spec:{result.path}:{result.spec_digest}"):
+            if state.consume(f"spec:{result.path}:{result.spec_digest}", int(now.timestamp())):
                 out.notes.append(f"{result.path}@{sha[:12]}: same spec was submitted before the history rewrite")
                 continue
             _submit(out, register, result, now, run_key=f"spec-commit:{sha}:{result.path}:{result.spec_digest}",
@@ -314,11 +323,12 @@ def canary_tick(watch: RepoWatch, cursor: str | None, register: Register) -> Tic
     out = TickOutcome()
     if window.note:
         out.notes.append(window.note)
-    state.pending += [f"tree:{git.tree_of(repo, sha)}" for sha in window.abandoned]
+    if window.abandoned:
+        state.remember([f"tree:{git.tree_of(repo, sha)}" for sha in window.abandoned], git.commit_time(repo, window.head))
     reported: set[tuple[str, tuple[str, ...]]] = set()
     by_blob: dict[tuple[str, str, str], ValidSpec | InvalidSpec] = {}  # the tree rarely changes between commits
     for sha in window.commits:
-        if state.pending and state.consume(f"tree:{git.tree_of(repo, sha)}"):
+        if state.pending and state.consume(f"tree:{git.tree_of(repo, sha)}", git.commit_time(repo, sha)):
             out.notes.append(f"commit {sha[:12]}: the same files as a commit canaried before the history rewrite")
             continue
         found = sort_results(_tree_results(repo, sha, watch.specs_under, by_blob), "canary")

@@ -133,12 +133,38 @@ def locate_dataset(path: str, sha256: str | None) -> str:
             candidate = root.joinpath(*parts[i:])
             if candidate.is_file():
                 return str(candidate)
-    for root in roots:
-        specs = root / "specs"
-        for candidate in sorted(specs.rglob(f"*{p.suffix}"))[:500] if specs.is_dir() else []:
-            if candidate.is_file() and file_sha256(candidate) == sha256.lower():
-                return str(candidate)
+    for candidate in _same_suffix(roots, p.suffix):
+        if file_sha256(candidate) == sha256.lower():
+            return str(candidate)
     return path
+
+
+SKIP_DIRS = frozenset({"node_modules", "site-packages", "__pycache__", "venv", "proc", "sys", "dev"})
+
+
+def _same_suffix(roots: tuple[Path, ...], suffix: str, *, max_entries: int = 20000,
+                 max_files: int = 200) -> Iterator[Path]:
+    """Files ending in ``suffix`` under ``roots`` (``specs/`` first, then the rest; hidden and
+    package folders skipped), at most ``max_files`` of them after at most ``max_entries``
+    directory entries: a bounded search of an image for a pinned dataset by its bytes."""
+    seen = 0
+    found = 0
+    done: set[Path] = set()
+    for top in [r / "specs" for r in roots] + list(roots):
+        for folder, dirs, files in os.walk(top) if top.is_dir() else []:
+            here = Path(folder)
+            if here in done:
+                dirs[:] = []
+                continue
+            done.add(here)
+            dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS)
+            for name in sorted(files):
+                seen += 1
+                if seen > max_entries or found >= max_files:
+                    return
+                if name.endswith(suffix) and not name.startswith(".") and (here / name).is_file():
+                    found += 1
+                    yield here / name
 
 
 @dataclass(frozen=True)

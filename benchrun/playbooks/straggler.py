@@ -15,15 +15,18 @@ QUESTION = "Distributed runs show periodic spikes and one node looks slow: which
 #    |value − median| / (1.4826 · MAD) ≥ Z_MIN (the same 3.5 as the replicate outlier rule),
 #    computed only with at least MIN_RANKS_FOR_Z ranks (with two, |z| is always 0.67); when
 #    MAD is 0 (at least half the ranks took exactly the median time) z is undefined and a rank
-#    whose time differs from the median at all stands out (its z is unbounded; the mean
-#    absolute deviation is no fallback: with one outlier among n ranks it caps |z| at
-#    n / 1.2533, 3.2 for four ranks, so the extreme rank still would not stand out); or
+#    whose time differs from the median by at least OFF_MEDIAN_MIN of it stands out (its z is
+#    unbounded, but a timer that rounds to whole µs makes MAD 0 often, and 1000.5 against
+#    1000 µs is no straggler; the mean absolute deviation is no fallback: with one outlier among
+#    n ranks it caps |z| at n / 1.2533, 3.2 for four ranks, so the extreme rank still would not
+#    stand out); or
 #  * it is the rank that arrives last and its arrival lag is at least LAG_SHARE_MIN of the
 #    collective's p50 latency (a straggler spends *less* time in the call than the ranks
 #    waiting for it, so lateness, not duration, names it).
 Z_MIN = 3.5
 MIN_RANKS_FOR_Z = 3
 LAG_SHARE_MIN = 0.5
+OFF_MEDIAN_MIN = 0.10
 # "Repeats": it stands out in at least this share of the replicates, and in at least
 # MIN_REPEATS of them (one bad replicate is noise, not a slow node). Two thirds, not half:
 # with two ranks each is last about half the time by chance.
@@ -87,7 +90,8 @@ per_replicate AS (
     SELECT s.suite, s."case", s.replicate, s.rank_id, s.node_name, s.n_ranks, s.time_us,
            nt.cpu_util_pct, nt.background_cpu_pct, nt.gpu_util_pct, nt.gpu_throttled_pct, nt.telemetry_evidence,
            CASE WHEN s.n_ranks >= $3 AND s.mad_us > 0 THEN (s.time_us - s.median_us) / s.mad_us END AS robust_z,
-           s.n_ranks >= $3 AND s.mad_us = 0 AND s.time_us <> s.median_us AS off_zero_mad,
+           s.n_ranks >= $3 AND s.mad_us = 0 AND abs(s.time_us - s.median_us) >= $5 * abs(s.median_us)
+               AND s.time_us <> s.median_us AS off_zero_mad,
            a.rank_id IS NOT NULL AS arrived_last,
            a.lag_us, a.lag_us / nullif(l.p50_latency_us, 0) AS lag_share,
            l.p99_latency_us / nullif(l.p50_latency_us, 0) AS spike_ratio
@@ -145,7 +149,7 @@ def distributed_straggler(home: Path, run_id: str, baseline_run_id: str | None) 
     The baseline is not needed: a straggler is judged among the run's own ranks.
     """
     check_runs(home, run_id, baseline_run_id)
-    params = [run_id, Z_MIN, MIN_RANKS_FOR_Z, LAG_SHARE_MIN]
+    params = [run_id, Z_MIN, MIN_RANKS_FOR_Z, LAG_SHARE_MIN, OFF_MEDIAN_MIN]
     rows, digest = fetch(SQL, home, params)
 
     def result(verdict: str, reason: str) -> PlaybookResult:
@@ -160,7 +164,8 @@ def distributed_straggler(home: Path, run_id: str, baseline_run_id: str | None) 
         row["why"] = f"stood out in {k}/{n} replicates"
         if row["n_off_zero_mad"]:
             row["why"] += (f" ({row['n_off_zero_mad']} of them with MAD 0: at least half the ranks took exactly the median "
-                           "time, so z is undefined and a rank off the median counts as standing out)")
+                           f"time, so z is undefined and a rank ≥ {OFF_MEDIAN_MIN:.0%} off the median counts as "
+                           "standing out)")
         if row["flagged"] and row.get("telemetry_evidence"):
             # What the node was doing meanwhile: a busy host or a throttled GPU explains a slow rank.
             seen = [f"{label} {row[col]:.0f}%" for col, label in (

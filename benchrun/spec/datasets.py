@@ -49,6 +49,12 @@ def file_finder(source: str) -> Finder:
     return find
 
 
+class DatasetCacheError(RuntimeError):
+    """The dataset cache could not be written (the disk, its permissions): the machine's fault,
+    not the spec's. Not a BenchrunError, so no caller mistakes it for an invalid spec: a sensor
+    tick fails and is tried again with its cursor where it was."""
+
+
 def cache_bytes(data: bytes, suffix: str, cache: FsPath | None = None) -> FsPath:
     """``data`` as a read-only, content-addressed file (default ``<home>/cache/datasets/<sha256><suffix>``):
     a committed dataset's bytes, so the model has a file to name."""
@@ -57,8 +63,12 @@ def cache_bytes(data: bytes, suffix: str, cache: FsPath | None = None) -> FsPath
 
     folder = cache if cache is not None else benchrun_home() / "cache" / "datasets"
     target = folder / f"{hashlib.sha256(data).hexdigest()}{suffix}"
-    if not (target.is_file() and _sha256(target) == target.name[:64]):
-        atomic_write_bytes(target, data, mode=0o444)
+    try:
+        if not (target.is_file() and _sha256(target) == target.name[:64]):
+            atomic_write_bytes(target, data, mode=0o444)
+    except OSError as exc:
+        raise DatasetCacheError(f"dataset cache {folder}: cannot write {target.name} ({exc.strerror or exc}); "
+                                f"free space or fix its permissions") from exc
     return target
 
 

@@ -116,9 +116,10 @@ def expand_k8s(word: str, env: dict[str, str]) -> str:
             i += 2
         elif nxt == "(":
             end = word.find(")", i + 2)
-            if end < 0:
-                out.append(word[i:])
-                break
+            if end < 0:  # unclosed: "$(" as written, and the scan goes on (a later "$$" is still "$")
+                out.append("$(")
+                i += 2
+                continue
             name = word[i + 2:end]
             out.append(env[name] if name in env else word[i:end + 1])
             i = end + 1
