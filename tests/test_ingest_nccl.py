@@ -92,3 +92,70 @@ def test_rank_lines_give_each_ranks_node_and_gpu() -> None:
     legacy = parse_nccl_tests(LEGACY.read_text())
     assert [(r["rank_id"], r["group"], r["node_name"], r["device"]) for r in legacy["ranks"]] == [
         (0, None, "gpubox", 0), (1, None, "gpubox", 1)]
+
+
+def _variant(tmp_path: Path, edit) -> Path:
+    """The v2 fixture with one change, as a file (the errors name the file and line)."""
+    lines = V2.read_text().splitlines()
+    edit(lines)
+    out = tmp_path / "variant.txt"
+    out.write_text("\n".join(lines) + "\n")
+    return out
+
+
+def _line_of(lines: list[str], start: str) -> int:
+    return next(i for i, ln in enumerate(lines) if ln.strip().startswith(start))
+
+
+def test_failed_validation_is_refused_naming_file_and_line(tmp_path: Path) -> None:
+    # src/common.cu: "# Out of bounds values : %d %s" with FAILED when any result was wrong
+    def oob(lines: list[str]) -> None:
+        lines[_line_of(lines, "# Out of bounds")] = "# Out of bounds values : 8192 FAILED"
+
+    bad = _variant(tmp_path, oob)
+    n = _line_of(bad.read_text().splitlines(), "# Out of bounds") + 1
+    with pytest.raises(BenchrunError, match=rf"variant.txt, line {n}: nccl-tests validation FAILED \(8192"):
+        ingest_file(bad, "nccl_tests")
+
+    # "# Avg bus bandwidth : %g %s": FAILED when below 90 % of NCCL_TESTS_MIN_BW
+    def slow(lines: list[str]) -> None:
+        lines[_line_of(lines, "# Avg bus")] = "# Avg bus bandwidth    : 48.6337 FAILED"
+
+    with pytest.raises(BenchrunError, match=r"line \d+: nccl-tests bandwidth check FAILED"):
+        ingest_file(_variant(tmp_path, slow), "nccl_tests")
+    ok = _variant(tmp_path, lambda lines: lines.__setitem__(_line_of(lines, "# Avg bus"),
+                                                             "# Avg bus bandwidth    : 48.6337 OK"))
+    assert parse_nccl_tests(ok.read_text())["avg_busbw_gb_per_s"] == 48.6337
+
+
+def test_a_row_with_wrong_elements_is_refused(tmp_path: Path) -> None:
+    def wrong(lines: list[str]) -> None:
+        i = _line_of(lines, "33554432")
+        row = lines[i].split()
+        row[12] = "4096"  # in-place #wrong
+        lines[i] = "  ".join(row)
+
+    bad = _variant(tmp_path, wrong)
+    n = _line_of(bad.read_text().splitlines(), "33554432") + 1
+    with pytest.raises(BenchrunError, match=rf"line {n}: 4096 wrong elements in-place at 33554432 bytes"):
+        ingest_file(bad, "nccl_tests")
+
+
+def test_truncated_output_is_refused(tmp_path: Path) -> None:
+    # no footer: the run died (or the log was cut) after some rows
+    def no_footer(lines: list[str]) -> None:
+        del lines[_line_of(lines, "# Out of bounds"):]
+
+    with pytest.raises(BenchrunError, match=r"no '# Out of bounds values' line after the table's 12 rows"):
+        ingest_file(_variant(tmp_path, no_footer), "nccl_tests")
+
+    # the last row half written
+    def half_row(lines: list[str]) -> None:
+        i = _line_of(lines, "33554432")
+        del lines[i + 1:]
+        lines[i] = lines[i][:60]
+
+    bad = _variant(tmp_path, half_row)
+    n = _line_of(bad.read_text().splitlines(), "33554432") + 1
+    with pytest.raises(BenchrunError, match=rf"variant.txt, line {n}: table row .* has 6 fields, the header 13"):
+        ingest_file(bad, "nccl_tests")
