@@ -39,7 +39,7 @@ def test_metric_rows_keep_nccl_tests_definitions() -> None:
     n = 8
     for size in (2097152, 8388608, 33554432):
         for placement in ("out_of_place", "in_place"):
-            case = f"bytes={size},{placement}"
+            case = f"bytes={size},type=float,redop=sum,{placement}"
             t, alg, bus = by[("mean_latency_us", case)], by[("algbw_gb_per_s", case)], by[("busbw_gb_per_s", case)]
             assert alg == pytest.approx(size / t / 1e3, abs=0.01)  # GB/s from bytes and us
             assert bus == pytest.approx(alg * 2 * (n - 1) / n, abs=0.02)
@@ -56,7 +56,8 @@ def test_legacy_table_without_root_column() -> None:
     rows = ingest_file(LEGACY, "nccl_tests")
     by = {(r["name"], r["case"]): r["value"] for r in rows}
     # n = 2: busbw equals algbw
-    assert by[("busbw_gb_per_s", "bytes=1048576,out_of_place")] == by[("algbw_gb_per_s", "bytes=1048576,out_of_place")]
+    case = "bytes=1048576,type=float,redop=sum,out_of_place"  # no root column: no root in the case
+    assert by[("busbw_gb_per_s", case)] == by[("algbw_gb_per_s", case)]
 
 
 def test_interleaved_log_lines_and_unvalidated_runs() -> None:
@@ -159,3 +160,29 @@ def test_truncated_output_is_refused(tmp_path: Path) -> None:
     n = _line_of(bad.read_text().splitlines(), "33554432") + 1
     with pytest.raises(BenchrunError, match=rf"variant.txt, line {n}: table row .* has 6 fields, the header 13"):
         ingest_file(bad, "nccl_tests")
+
+
+def test_rows_of_other_types_reductions_and_roots_are_other_cases(tmp_path: Path) -> None:
+    # one table with -d all / -o all / -r: same size, different type, redop or root
+    lines = V2.read_text().splitlines()
+    i = _line_of(lines, "33554432")
+    base = lines[i].split()
+    extra = []
+    for col, value in ((2, "half"), (3, "max")):
+        row = list(base)
+        row[col] = value
+        extra.append("  ".join(row))
+    rooted = list(base)
+    rooted[4] = "3"
+    extra.append("  ".join(rooted))
+    lines[i + 1:i + 1] = extra
+    out = tmp_path / "multi.txt"
+    out.write_text("\n".join(lines) + "\n")
+    rows = [r for r in ingest_file(out, "nccl_tests") if r["name"] == "busbw_gb_per_s" and "33554432" in r["case"]]
+    assert sorted(r["case"] for r in rows if r["case"].endswith("out_of_place")) == [
+        "bytes=33554432,type=float,redop=max,out_of_place",
+        "bytes=33554432,type=float,redop=sum,out_of_place",
+        "bytes=33554432,type=float,redop=sum,root=3,out_of_place",
+        "bytes=33554432,type=half,redop=sum,out_of_place",
+    ]
+    assert len({r["case"] for r in rows}) == len(rows) == 8

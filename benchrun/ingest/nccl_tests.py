@@ -21,7 +21,9 @@ validation (``Out of bounds values`` not 0 / ``FAILED``), a failed bandwidth che
 not 0, and truncated output (a row with fewer fields than the header, or no footer after
 the table: the run died or the log was cut).
 
-Metric rows (``case`` = ``bytes=<size>,out_of_place`` or ``...,in_place``):
+Metric rows (``case`` = ``bytes=<size>,type=<type>,redop=<op>,out_of_place`` or
+``...,in_place``, with ``root=<r>`` before the placement when the root is not -1, and
+type/redop left out when the table has no such column):
 ``mean_latency_us`` (nccl-tests' time is the mean over its iterations), ``algbw_gb_per_s``,
 ``busbw_gb_per_s`` and, when validated, ``wrong_values`` (count of wrong elements, or the
 max error); plus ``avg_busbw_gb_per_s`` (case ``""``) from the footer. GB = 1e9 bytes, as
@@ -150,13 +152,25 @@ def parse_nccl_tests(text: str, source: str = "nccl-tests output") -> dict[str, 
     return {"parameters": parameters, "devices": devices, "ranks": ranks, "rows": rows, "avg_busbw_gb_per_s": avg}
 
 
+def _case(row: dict[str, Any], placement: str) -> str:
+    """``bytes=<size>,type=<t>,redop=<op>[,root=<r>],<placement>``: rows of one table that differ in
+    type, reduction or root (``-d all``, ``-o all``, ``-r``) are different cases."""
+    parts = [f"bytes={row['size_bytes']}"]
+    for name in ("type", "redop"):
+        if row.get(name) not in (None, ""):
+            parts.append(f"{name}={row[name]}")
+    if row.get("root") not in (None, -1):  # -1: the collective has no root
+        parts.append(f"root={row['root']}")
+    return ",".join(parts + [placement])
+
+
 def nccl_metrics(parsed: dict[str, Any]) -> list[dict[str, Any]]:
     """Metric rows for every size and placement of a parsed table (see the module docstring)."""
     out: list[dict[str, Any]] = []
     for row in parsed["rows"]:
         for placement in PLACEMENTS:
             v = row[placement]
-            case = f"bytes={row['size_bytes']},{placement}"
+            case = _case(row, placement)
             out.append(metric("mean_latency_us", v["time_us"], "us", "lower", case=case))
             out.append(metric("algbw_gb_per_s", v["algbw_gb_per_s"], "GB/s", "higher", case=case))
             out.append(metric("busbw_gb_per_s", v["busbw_gb_per_s"], "GB/s", "higher", case=case))
