@@ -116,14 +116,28 @@ def fio_metrics(doc: dict[str, Any], source: str = "fio output") -> list[dict[st
     return rows
 
 
+def effective_iodepth(job: dict[str, Any]) -> str | None:
+    """The queue-depth bucket (fio's ``iodepth_level`` keys: "1", "2", "4", ..., ">=64") most of
+    the job's I/Os were issued at; None when fio reported no depths."""
+    levels = job.get("iodepth_level") or {}
+    shares = {k: float(v) for k, v in levels.items() if isinstance(v, (int, float))}
+    if not shares or max(shares.values()) <= 0:
+        return None
+    return max(shares, key=lambda k: shares[k])
+
+
 def fio_context(doc: dict[str, Any]) -> dict[str, Any]:
-    """What the output says about the run: fio version, each job's options, runtime, disk util."""
+    """What the output says about the run: fio version, each job's options, runtime, I/O count,
+    queue depths reached, disk util."""
     return {
         "fio_version": doc.get("fio version"),
         "jobs": {
             str(j.get("jobname")): {
                 "options": j.get("job options", {}),
                 "job_runtime_ms": j.get("job_runtime"),
+                "total_ios": sum(int((j.get(d) or {}).get("total_ios") or 0) for d in DIRECTIONS),
+                "iodepth_level": j.get("iodepth_level"),
+                "effective_iodepth": effective_iodepth(j),
                 "error": j.get("error", 0),
             }
             for j in doc["jobs"]
