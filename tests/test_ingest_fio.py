@@ -48,11 +48,57 @@ def test_text_before_the_json_is_skipped(fio_output: Path) -> None:
     assert fio_metrics(parse_fio_json(text)) == ingest_file(fio_output, "fio")
 
 
-def test_failed_jobs_give_no_metrics_and_are_listed(fio_output: Path) -> None:
-    doc = json.loads(fio_output.read_text())
-    doc["jobs"][0]["error"] = 5
-    assert job_errors(doc) == ["seqw: error 5"]
-    assert {r["case"] for r in fio_metrics(doc)} == {"mixed:read", "mixed:write"}
+def _fio(work: Path, *args: str) -> Path:
+    out = work / "fio.json"
+    subprocess.run(["fio", "--output-format=json", f"--output={out}", "--ioengine=psync", *args],
+                   capture_output=True, timeout=120, cwd=work)
+    return out
+
+
+def test_failed_jobs_are_refused_naming_the_job(tmp_path: Path) -> None:
+    # a job fio cannot run (writing /proc/version fails even for root) next to one that ran
+    out = _fio(tmp_path, "--size=64k", "--name=ok", "--rw=read", "--bs=4k",
+               "--name=bad", "--filename=/proc/version", "--rw=write", "--bs=4k")
+    doc = parse_fio_json(out.read_text())  # fio's error line comes before the JSON
+    assert job_errors(doc) == ["bad: error 1"]
+    with pytest.raises(BenchrunError, match=r"fio jobs failed.*bad: error 1") as err:
+        ingest_file(out, "fio")  # not the ok job's rows with the failed job silently absent
+    assert str(out) in str(err.value)
+
+
+def test_clones_of_numjobs_without_group_reporting_are_refused(tmp_path: Path) -> None:
+    out = _fio(tmp_path, "--size=64k", "--numjobs=2", "--name=rr", "--rw=randread", "--bs=4k")
+    assert [j["jobname"] for j in json.loads(out.read_text())["jobs"]] == ["rr", "rr"]
+    with pytest.raises(BenchrunError, match="'rr' more than once.*--group_reporting"):
+        ingest_file(out, "fio")
+    out = _fio(tmp_path, "--size=64k", "--numjobs=2", "--group_reporting", "--name=rr", "--rw=randread", "--bs=4k")
+    doc = json.loads(out.read_text())
+    (bw,) = [r for r in ingest_file(out, "fio") if r["name"] == "bandwidth_mib_per_s"]
+    assert bw["case"] == "rr" and bw["value"] == pytest.approx(doc["jobs"][0]["read"]["bw_bytes"] / 2**20)
+
+
+def test_status_interval_output_is_read_from_its_final_document(tmp_path: Path) -> None:
+    # --status-interval makes fio write a snapshot per interval and the final result last
+    out = _fio(tmp_path, "--size=1M", "--status-interval=200ms", "--time_based", "--runtime=700ms",
+               "--name=rr", "--rw=randread", "--bs=4k")
+    text = out.read_text()
+    docs, pos = [], text.find("{")
+    while pos >= 0:
+        doc, end = json.JSONDecoder().raw_decode(text, pos)
+        docs.append(doc)
+        pos = text.find("{", end)
+    assert len(docs) >= 3
+    final = docs[-1]["jobs"][0]
+    assert final["job_runtime"] == max(d["jobs"][0]["job_runtime"] for d in docs) >= 650
+    by = {r["name"]: r for r in ingest_file(out, "fio")}
+    assert by["iops"]["value"] == pytest.approx(final["read"]["iops"])
+    assert by["p99_clat_ms"]["samples"] == final["read"]["total_ios"]
+    assert {r["job_runtime_ms"] for r in by.values()} == {final["job_runtime"]}
+    # a final document cut short is an error, not a fall-back to an earlier snapshot
+    cut = tmp_path / "cut.json"
+    cut.write_text(text[: text.rindex('"jobs"')])
+    with pytest.raises(BenchrunError, match=r"JSON document \d+ \(after \d+ that parsed\) does not parse"):
+        ingest_file(cut, "fio")
 
 
 @pytest.mark.parametrize(("content", "message"), [

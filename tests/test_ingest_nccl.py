@@ -39,7 +39,7 @@ def test_metric_rows_keep_nccl_tests_definitions() -> None:
     n = 8
     for size in (2097152, 8388608, 33554432):
         for placement in ("out_of_place", "in_place"):
-            case = f"bytes={size},{placement}"
+            case = f"bytes={size},type=float,redop=sum,{placement}"
             t, alg, bus = by[("mean_latency_us", case)], by[("algbw_gb_per_s", case)], by[("busbw_gb_per_s", case)]
             assert alg == pytest.approx(size / t / 1e3, abs=0.01)  # GB/s from bytes and us
             assert bus == pytest.approx(alg * 2 * (n - 1) / n, abs=0.02)
@@ -56,7 +56,8 @@ def test_legacy_table_without_root_column() -> None:
     rows = ingest_file(LEGACY, "nccl_tests")
     by = {(r["name"], r["case"]): r["value"] for r in rows}
     # n = 2: busbw equals algbw
-    assert by[("busbw_gb_per_s", "bytes=1048576,out_of_place")] == by[("algbw_gb_per_s", "bytes=1048576,out_of_place")]
+    case = "bytes=1048576,type=float,redop=sum,out_of_place"  # no root column: no root in the case
+    assert by[("busbw_gb_per_s", case)] == by[("algbw_gb_per_s", case)]
 
 
 def test_interleaved_log_lines_and_unvalidated_runs() -> None:
@@ -92,3 +93,96 @@ def test_rank_lines_give_each_ranks_node_and_gpu() -> None:
     legacy = parse_nccl_tests(LEGACY.read_text())
     assert [(r["rank_id"], r["group"], r["node_name"], r["device"]) for r in legacy["ranks"]] == [
         (0, None, "gpubox", 0), (1, None, "gpubox", 1)]
+
+
+def _variant(tmp_path: Path, edit) -> Path:
+    """The v2 fixture with one change, as a file (the errors name the file and line)."""
+    lines = V2.read_text().splitlines()
+    edit(lines)
+    out = tmp_path / "variant.txt"
+    out.write_text("\n".join(lines) + "\n")
+    return out
+
+
+def _line_of(lines: list[str], start: str) -> int:
+    return next(i for i, ln in enumerate(lines) if ln.strip().startswith(start))
+
+
+def test_failed_validation_is_refused_naming_file_and_line(tmp_path: Path) -> None:
+    # src/common.cu: "# Out of bounds values : %d %s" with FAILED when any result was wrong
+    def oob(lines: list[str]) -> None:
+        lines[_line_of(lines, "# Out of bounds")] = "# Out of bounds values : 8192 FAILED"
+
+    bad = _variant(tmp_path, oob)
+    n = _line_of(bad.read_text().splitlines(), "# Out of bounds") + 1
+    with pytest.raises(BenchrunError, match=rf"variant.txt, line {n}: nccl-tests validation FAILED \(8192"):
+        ingest_file(bad, "nccl_tests")
+
+    # "# Avg bus bandwidth : %g %s": FAILED when below 90 % of NCCL_TESTS_MIN_BW
+    def slow(lines: list[str]) -> None:
+        lines[_line_of(lines, "# Avg bus")] = "# Avg bus bandwidth    : 48.6337 FAILED"
+
+    with pytest.raises(BenchrunError, match=r"line \d+: nccl-tests bandwidth check FAILED"):
+        ingest_file(_variant(tmp_path, slow), "nccl_tests")
+    ok = _variant(tmp_path, lambda lines: lines.__setitem__(_line_of(lines, "# Avg bus"),
+                                                             "# Avg bus bandwidth    : 48.6337 OK"))
+    assert parse_nccl_tests(ok.read_text())["avg_busbw_gb_per_s"] == 48.6337
+
+
+def test_a_row_with_wrong_elements_is_refused(tmp_path: Path) -> None:
+    def wrong(lines: list[str]) -> None:
+        i = _line_of(lines, "33554432")
+        row = lines[i].split()
+        row[12] = "4096"  # in-place #wrong
+        lines[i] = "  ".join(row)
+
+    bad = _variant(tmp_path, wrong)
+    n = _line_of(bad.read_text().splitlines(), "33554432") + 1
+    with pytest.raises(BenchrunError, match=rf"line {n}: 4096 wrong elements in-place at 33554432 bytes"):
+        ingest_file(bad, "nccl_tests")
+
+
+def test_truncated_output_is_refused(tmp_path: Path) -> None:
+    # no footer: the run died (or the log was cut) after some rows
+    def no_footer(lines: list[str]) -> None:
+        del lines[_line_of(lines, "# Out of bounds"):]
+
+    with pytest.raises(BenchrunError, match=r"no '# Out of bounds values' line after the table's 12 rows"):
+        ingest_file(_variant(tmp_path, no_footer), "nccl_tests")
+
+    # the last row half written
+    def half_row(lines: list[str]) -> None:
+        i = _line_of(lines, "33554432")
+        del lines[i + 1:]
+        lines[i] = lines[i][:60]
+
+    bad = _variant(tmp_path, half_row)
+    n = _line_of(bad.read_text().splitlines(), "33554432") + 1
+    with pytest.raises(BenchrunError, match=rf"variant.txt, line {n}: table row .* has 6 fields, the header 13"):
+        ingest_file(bad, "nccl_tests")
+
+
+def test_rows_of_other_types_reductions_and_roots_are_other_cases(tmp_path: Path) -> None:
+    # one table with -d all / -o all / -r: same size, different type, redop or root
+    lines = V2.read_text().splitlines()
+    i = _line_of(lines, "33554432")
+    base = lines[i].split()
+    extra = []
+    for col, value in ((2, "half"), (3, "max")):
+        row = list(base)
+        row[col] = value
+        extra.append("  ".join(row))
+    rooted = list(base)
+    rooted[4] = "3"
+    extra.append("  ".join(rooted))
+    lines[i + 1:i + 1] = extra
+    out = tmp_path / "multi.txt"
+    out.write_text("\n".join(lines) + "\n")
+    rows = [r for r in ingest_file(out, "nccl_tests") if r["name"] == "busbw_gb_per_s" and "33554432" in r["case"]]
+    assert sorted(r["case"] for r in rows if r["case"].endswith("out_of_place")) == [
+        "bytes=33554432,type=float,redop=max,out_of_place",
+        "bytes=33554432,type=float,redop=sum,out_of_place",
+        "bytes=33554432,type=float,redop=sum,root=3,out_of_place",
+        "bytes=33554432,type=half,redop=sum,out_of_place",
+    ]
+    assert len({r["case"] for r in rows}) == len(rows) == 8

@@ -122,7 +122,7 @@ def test_local_specs_follow_their_cadence() -> None:
     names = {s.name: s.parameters for layer in canary.spec.layers for s in layer.suites}
     assert set(names) == {"gemm", "membw", "fio", "allreduce", "serving_sweep", "dataloader", "job_startup", "serving_workflow"}
     assert names["gemm"] == {"sizes": [512], "iterations": 10}
-    assert names["fio"] == {"size_mb": 16, "runtime_s": 1}
+    assert names["fio"] == {"size_mb": 16, "runtime_s": 0.15, "ramp_s": 0.05}
 
 
 def test_suite_extensions_validate() -> None:

@@ -81,3 +81,28 @@ def test_bad_parameters_fail_with_the_parameter_named(tmp_path: Path, params: di
     proc, doc = run_suite(tmp_path, params)
     assert proc.returncode == 1
     assert doc["status"] == "failed" and f"parameter {named}" in doc["reason"]
+
+
+def test_first_batch_latency_includes_what_iter_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A DataLoader starts its workers in iter(loader); the clock started after it, so the first
+    batch latency left start-up out. A fake clock: iter() takes 5 s, each batch 1 s."""
+    import numpy as np
+
+    from benchrun.suites import dataloader
+
+    clock = [100.0]
+    monkeypatch.setattr(dataloader.time, "perf_counter", lambda: clock[0])
+
+    class SlowStart:
+        def __iter__(self):
+            clock[0] += 5.0  # worker start-up
+
+            def batches():
+                for k in range(3):
+                    clock[0] += 1.0
+                    yield {"id": np.arange(k * 4, k * 4 + 4)}
+            return batches()
+
+    r = dataloader.time_loader(SlowStart(), to_numpy=False)
+    assert r["gaps"] == [6.0, 1.0, 1.0] and r["wall_s"] == 8.0
+    assert r["rows"] == 12 and r["id_sum"] == sum(range(12))

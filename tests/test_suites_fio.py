@@ -24,7 +24,7 @@ def run_suite(run_dir: Path, params: dict[str, Any], path: str | None = None):
 @needs_fio
 @pytest.mark.slow
 def test_four_cases_measured_and_raw_json_kept(tmp_path: Path) -> None:
-    proc, doc = run_suite(tmp_path, {"size_mb": 4, "runtime_s": 2})
+    proc, doc = run_suite(tmp_path, {"size_mb": 4, "runtime_s": 0.2, "ramp_s": 0.05})
     assert proc.returncode == 0, proc.stderr
     assert doc["status"] == "ok"
     raw = tmp_path / doc["samples"]["fio_json"]
@@ -49,7 +49,8 @@ def test_given_directory_is_used_and_left_clean(tmp_path: Path) -> None:
     target = tmp_path / "disk"
     target.mkdir()
     run_dir = tmp_path / "run"
-    proc, doc = run_suite(run_dir, {"size_mb": 1, "runtime_s": 1, "cases": ["seq_write"], "directory": str(target)})
+    proc, doc = run_suite(run_dir, {"size_mb": 1, "runtime_s": 0.1, "ramp_s": 0, "cases": ["seq_write"],
+                                    "directory": str(target)})
     assert proc.returncode == 0, proc.stderr
     assert doc["status"] == "ok"
     assert [m["case"] for m in doc["metrics"]] == ["seq_write"] * 3
@@ -69,7 +70,8 @@ def test_missing_fio_is_a_failed_replicate_naming_the_package(tmp_path: Path) ->
 @pytest.mark.parametrize(
     ("params", "named"),
     [({"directory": "/no/such/dir"}, "directory"), ({"cases": ["seq_read", "bogus"]}, "cases"),
-     ({"size_mb": 0}, "size_mb"), ({"ioengine": "psync; rm -rf ~"}, "ioengine")],
+     ({"size_mb": 0}, "size_mb"), ({"ioengine": "psync; rm -rf ~"}, "ioengine"),
+     ({"runtime_s": 0}, "runtime_s"), ({"ramp_s": -1}, "ramp_s"), ({"runtime_s": "10"}, "runtime_s")],
 )
 def test_bad_parameters_fail_with_the_parameter_named(tmp_path: Path, params: dict[str, Any], named: str) -> None:
     proc, doc = run_suite(tmp_path, params)
@@ -79,7 +81,8 @@ def test_bad_parameters_fail_with_the_parameter_named(tmp_path: Path, params: di
 
 @needs_fio
 def test_fio_error_exit_is_a_failed_replicate_with_fio_message(tmp_path: Path) -> None:
-    proc, doc = run_suite(tmp_path, {"size_mb": 1, "runtime_s": 1, "cases": ["seq_read"], "ioengine": "nosuchengine"})
+    proc, doc = run_suite(tmp_path, {"size_mb": 1, "runtime_s": 0.1, "ramp_s": 0, "cases": ["seq_read"],
+                                     "ioengine": "nosuchengine"})
     assert proc.returncode == 1
     assert doc["status"] == "failed" and doc["reason"].startswith("RuntimeError: fio exited")
     assert not list(tmp_path.glob(".fio-scratch-*"))
@@ -87,13 +90,14 @@ def test_fio_error_exit_is_a_failed_replicate_with_fio_message(tmp_path: Path) -
 
 def test_argv_is_a_list_with_one_section_per_case(tmp_path: Path) -> None:
     argv = build_argv("/usr/bin/fio", tmp_path, tmp_path / "o.json", ["rand_read", "seq_write"], size_mb=8,
-                      runtime_s=3, ioengine="libaio", iodepth=4, direct=False)
+                      runtime_s=3, ramp_s=0.5, ioengine="libaio", iodepth=4, direct=False)
     assert argv[0] == "/usr/bin/fio" and "--output-format=json" in argv
     assert argv.count("--stonewall") == 2
     i, j = argv.index("--name=rand_read"), argv.index("--name=seq_write")
     assert argv[i:j] == ["--name=rand_read", "--rw=randread", "--bs=4k", "--stonewall"]
     assert argv[j:] == ["--name=seq_write", "--rw=write", "--bs=1M", "--stonewall", "--end_fsync=1"]
     assert "--direct=0" in argv and "--iodepth=4" in argv and "--size=8M" in argv
+    assert "--time_based" in argv and "--runtime=3000ms" in argv and "--ramp_time=500ms" in argv
 
 
 def _shm_is_tmpfs() -> bool:
@@ -106,7 +110,7 @@ def _shm_is_tmpfs() -> bool:
 @needs_fio
 @pytest.mark.skipif(not _shm_is_tmpfs(), reason="needs a writable tmpfs at /dev/shm")
 def test_tmpfs_has_no_o_direct_default_falls_back_explicit_is_refused(tmp_path: Path) -> None:
-    params = {"size_mb": 1, "runtime_s": 1, "cases": ["seq_read"], "directory": "/dev/shm"}
+    params = {"size_mb": 1, "runtime_s": 0.1, "ramp_s": 0, "cases": ["seq_read"], "directory": "/dev/shm"}
     proc, doc = run_suite(tmp_path / "a", params)
     assert proc.returncode == 0, proc.stderr
     assert doc["status"] == "ok" and doc["context"]["direct"] is False
@@ -120,8 +124,34 @@ def test_tmpfs_has_no_o_direct_default_falls_back_explicit_is_refused(tmp_path: 
 def test_a_directory_with_a_colon_is_passed_escaped(tmp_path: Path) -> None:
     target = tmp_path / "disk:a"  # unescaped, fio would look for .../disk and a/...
     target.mkdir()
-    proc, doc = run_suite(tmp_path / "run", {"size_mb": 1, "runtime_s": 1, "cases": ["seq_write"], "directory": str(target)})
+    proc, doc = run_suite(tmp_path / "run", {"size_mb": 1, "runtime_s": 0.1, "ramp_s": 0, "cases": ["seq_write"],
+                                             "directory": str(target)})
     assert proc.returncode == 0, proc.stderr
     assert doc["status"] == "ok" and [m["case"] for m in doc["metrics"]] == ["seq_write"] * 3
     assert any(a.startswith(f"--directory={tmp_path}/disk\\:a/.fio-scratch-") for a in doc["context"]["argv"])
     assert list(target.iterdir()) == []
+
+
+@needs_fio
+def test_runtime_s_is_the_measured_time_of_every_case(tmp_path: Path) -> None:
+    # a 1 MiB random read is done in a few ms; time-based, fio keeps reading for runtime_s
+    proc, doc = run_suite(tmp_path, {"size_mb": 1, "runtime_s": 0.3, "ramp_s": 0.1, "cases": ["rand_read"]})
+    assert proc.returncode == 0, proc.stderr
+    case = doc["context"]["fio_cases"]["rand_read"]
+    assert 290 <= case["job_runtime_ms"] <= 400  # fio's own count of measured ms, the ramp left out
+    assert case["total_ios"] > 256  # more 4 KiB reads than the file holds: it went round again
+    by = {m["name"]: m for m in doc["metrics"]}
+    assert by["p99_clat_ms"]["samples"] == case["total_ios"]
+    assert {m["job_runtime_ms"] for m in doc["metrics"]} == {case["job_runtime_ms"]}
+
+
+@needs_fio
+def test_iodepth_above_one_needs_an_asynchronous_engine(tmp_path: Path) -> None:
+    params = {"size_mb": 1, "runtime_s": 0.1, "ramp_s": 0, "cases": ["rand_read"], "iodepth": 8}
+    proc, doc = run_suite(tmp_path / "a", params)  # psync, the default: fio would run at depth 1
+    assert proc.returncode == 1 and doc["status"] == "failed"
+    assert "parameter iodepth=8 with ioengine=psync" in doc["reason"] and "libaio" in doc["reason"]
+    proc, doc = run_suite(tmp_path / "b", {**params, "ioengine": "libaio"})
+    assert proc.returncode == 0, proc.stderr
+    case = doc["context"]["fio_cases"]["rand_read"]
+    assert case["effective_iodepth"] == "8" and case["iodepth_level"]["8"] > 50

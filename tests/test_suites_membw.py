@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from benchrun.suites.membw import KERNELS, _check
+from benchrun.suites.membw import KERNELS, ChunkPool, _check, _numpy_kernels
 from helpers import run_builtin_suite
 
 RUN_ID = "t-membw"
@@ -21,20 +22,67 @@ def run_suite(run_dir: Path, params: dict[str, Any], **env_extra: str):
 
 
 def test_stream_kernels_report_plausible_bandwidth(tmp_path: Path) -> None:
-    proc, doc = run_suite(tmp_path, {"elements": 1_000_000, "iterations": 3, "device": "cpu"})
+    proc, doc = run_suite(tmp_path, {"elements": 1_000_000, "iterations": 3, "device": "cpu", "threads": 2})
     assert proc.returncode == 0, proc.stderr
     assert doc["status"] == "ok"
     assert doc["context"]["elements"] == 1_000_000 and doc["context"]["triad_passes"] == 2
+    assert doc["context"]["threads"] == 2 and doc["context"]["chunk_elements"] == 500_000
     by = {(m["name"], m["case"]): m["value"] for m in doc["metrics"]}
     assert len(by) == 8
     times = json.loads((tmp_path / doc["samples"]["iterations"]).read_text())["times"]
     for kernel in KERNELS:
-        best = by[("bandwidth_best_gb_per_s", kernel)]
-        median = by[("bandwidth_median_gb_per_s", kernel)]
+        best = by[("bandwidth_best_gb_per_s", f"{kernel},threads=2")]
+        median = by[("bandwidth_median_gb_per_s", f"{kernel},threads=2")]
         assert len(times[kernel]) == 3
         assert 0.05 < median <= best < 2000  # GB/s: anything outside is a counting bug
         arrays = 3 if kernel in ("add", "triad") else 2
         assert best == pytest.approx(arrays * 8 * 1_000_000 / min(times[kernel]) / 1e9)
+
+
+def test_default_threads_are_the_usable_cpus(tmp_path: Path) -> None:
+    proc, doc = run_suite(tmp_path, {"elements": 65536, "iterations": 1, "device": "cpu"})
+    assert proc.returncode == 0, proc.stderr
+    want = min(len(os.sched_getaffinity(0)), 64)
+    assert doc["context"]["threads"] == want
+    assert {m["case"] for m in doc["metrics"]} == {f"{k},threads={want}" for k in KERNELS}
+    proc, doc = run_suite(tmp_path / "b", {"elements": 4096, "iterations": 1, "device": "cpu", "threads": 5})
+    assert proc.returncode == 1 and "parameter threads" in doc["reason"]  # chunks of >= 1024 elements
+
+
+def test_the_chunk_pool_runs_every_chunk_on_its_own_thread() -> None:
+    pool = ChunkPool(10, 3)
+    seen: list[tuple[int, int, int]] = []
+    lock = threading.Lock()
+
+    def record(lo: int, hi: int) -> None:
+        with lock:
+            seen.append((threading.get_ident(), lo, hi))
+
+    for _ in range(2):
+        seen.clear()
+        pool.run(record)
+        assert sorted((lo, hi) for _, lo, hi in seen) == [(0, 3), (3, 6), (6, 10)]
+        assert len({t for t, _, _ in seen}) == 3
+    with pytest.raises(ZeroDivisionError):
+        pool.run(lambda lo, hi: 1 // (lo - 3) if lo == 3 else None)  # a worker's error reaches run()
+    pool.run(record)  # and does not stick to the next call
+    pool.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith("membw-")]
+
+
+def test_threaded_kernels_compute_what_one_thread_does() -> None:
+    n = 10_007  # chunks of unequal size
+    results = []
+    for threads in (1, 3):
+        kernels, close, arrays = _numpy_kernels(n, "float64", threads)
+        for _ in range(3):
+            for name in KERNELS:
+                kernels[name]()
+        close()
+        _check(arrays, 2, "float64")
+        results.append(arrays)
+    for one, many in zip(*results):
+        np.testing.assert_array_equal(one, many)
 
 
 def test_validation_catches_a_kernel_that_did_not_run() -> None:

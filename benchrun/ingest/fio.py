@@ -12,7 +12,16 @@ and per direction that moved bytes:
   ["99.000000"]``, or total latency ``lat_ns`` when fio ran with ``--lat_percentiles=1``
   and no clat percentiles), in milliseconds; absent when fio reported no percentiles.
 
-Jobs that ended with a non-zero ``error`` give no metrics; :func:`job_errors` lists them.
+Every row carries ``job_runtime_ms`` (how long fio ran the job) when fio reports it.
+
+Refused with BenchrunError rather than read into partial rows:
+
+* a job that ended with a non-zero ``error`` (:func:`job_errors` lists them): its rows would
+  silently be missing;
+* a job name reported more than once (``numjobs`` > 1 without ``--group_reporting`` gives one
+  entry per clone): run fio with ``--group_reporting``;
+* output whose last JSON document does not parse. With ``--status-interval`` fio writes a
+  document per interval and its final result last; the last document is the one read.
 """
 
 from __future__ import annotations
@@ -28,18 +37,34 @@ from benchrun.suites.result import metric
 DIRECTIONS = ("read", "write", "trim")
 
 
-def parse_fio_json(text: str, source: str = "fio output") -> dict[str, Any]:
-    """The JSON document in fio's output; text fio printed before it (notes, warnings) is skipped."""
-    start = text.find("{")
-    if start < 0:
+def parse_fio_documents(text: str, source: str = "fio output") -> list[dict[str, Any]]:
+    """Every JSON document in fio's output, in order; text fio printed around them is skipped.
+
+    fio writes one document per run, or, with ``--status-interval``, one per interval and the
+    final result last (the earlier ones are snapshots of a run in progress). A document that
+    does not parse is an error even when earlier ones did: the final result is the last one.
+    """
+    docs: list[dict[str, Any]] = []
+    decoder = json.JSONDecoder()
+    pos = text.find("{")
+    if pos < 0:
         raise BenchrunError(f"{source}: no JSON object found; run fio with --output-format=json")
-    try:
-        doc = json.JSONDecoder().raw_decode(text[start:])[0]
-    except json.JSONDecodeError as exc:
-        raise BenchrunError(f"{source}: fio JSON does not parse ({exc}); was the run cut short?") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
-        raise BenchrunError(f"{source}: not fio JSON output (no 'jobs' list)")
-    return doc
+    while pos >= 0:
+        try:
+            doc, end = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            which = f"JSON document {len(docs) + 1} (after {len(docs)} that parsed)" if docs else "fio JSON"
+            raise BenchrunError(f"{source}: {which} does not parse ({exc}); was the run cut short?") from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
+            raise BenchrunError(f"{source}: not fio JSON output (no 'jobs' list)")
+        docs.append(doc)
+        pos = text.find("{", end)
+    return docs
+
+
+def parse_fio_json(text: str, source: str = "fio output") -> dict[str, Any]:
+    """fio's result: the last JSON document of its output (see :func:`parse_fio_documents`)."""
+    return parse_fio_documents(text, source)[-1]
 
 
 def job_errors(doc: dict[str, Any]) -> list[str]:
@@ -59,13 +84,21 @@ def _p99_ms(stats: dict[str, Any]) -> float | None:
     return None
 
 
-def fio_metrics(doc: dict[str, Any]) -> list[dict[str, Any]]:
+def fio_metrics(doc: dict[str, Any], source: str = "fio output") -> list[dict[str, Any]]:
     """Metric rows for every job and direction that moved bytes (see the module docstring)."""
+    errors = job_errors(doc)
+    if errors:
+        raise BenchrunError(f"{source}: fio jobs failed, so their rows would be missing: {'; '.join(errors)}")
+    names = [str(job.get("jobname", "job")) for job in doc["jobs"]]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise BenchrunError(
+            f"{source}: fio reported job name(s) {', '.join(map(repr, repeated))} more than once (numjobs > 1 gives one "
+            "entry per clone); run fio with --group_reporting so each job is one result, or give jobs distinct names")
     rows: list[dict[str, Any]] = []
-    for job in doc["jobs"]:
-        if job.get("error"):
-            continue
-        name = str(job.get("jobname", "job"))
+    for job, name in zip(doc["jobs"], names):
+        runtime = job.get("job_runtime")  # ms the job ran (fio >= 3.x)
+        extra = {"job_runtime_ms": int(runtime)} if isinstance(runtime, (int, float)) and runtime > 0 else {}
         active = [d for d in DIRECTIONS if (job.get(d) or {}).get("io_bytes", 0) > 0]
         for direction in active:
             stats = job[direction]
@@ -73,24 +106,38 @@ def fio_metrics(doc: dict[str, Any]) -> list[dict[str, Any]]:
             bw_bytes = stats.get("bw_bytes")
             if bw_bytes is None:  # older fio: bw in KiB/s only
                 bw_bytes = float(stats.get("bw", 0)) * 1024
-            rows.append(metric("bandwidth_mib_per_s", float(bw_bytes) / 2**20, "MiB/s", "higher", case=case))
-            rows.append(metric("iops", float(stats.get("iops", 0.0)), "IO/s", "higher", case=case))
+            rows.append(metric("bandwidth_mib_per_s", float(bw_bytes) / 2**20, "MiB/s", "higher", case=case, **extra))
+            rows.append(metric("iops", float(stats.get("iops", 0.0)), "IO/s", "higher", case=case, **extra))
             p99 = _p99_ms(stats)
             if p99 is not None:
                 ios = stats.get("total_ios")  # the completions the percentile is of
-                rows.append(metric("p99_clat_ms", p99, "ms", "lower", case=case,
+                rows.append(metric("p99_clat_ms", p99, "ms", "lower", case=case, **extra,
                                    **({"samples": int(ios)} if isinstance(ios, (int, float)) and ios > 0 else {})))
     return rows
 
 
+def effective_iodepth(job: dict[str, Any]) -> str | None:
+    """The queue-depth bucket (fio's ``iodepth_level`` keys: "1", "2", "4", ..., ">=64") most of
+    the job's I/Os were issued at; None when fio reported no depths."""
+    levels = job.get("iodepth_level") or {}
+    shares = {k: float(v) for k, v in levels.items() if isinstance(v, (int, float))}
+    if not shares or max(shares.values()) <= 0:
+        return None
+    return max(shares, key=lambda k: shares[k])
+
+
 def fio_context(doc: dict[str, Any]) -> dict[str, Any]:
-    """What the output says about the run: fio version, each job's options, runtime, disk util."""
+    """What the output says about the run: fio version, each job's options, runtime, I/O count,
+    queue depths reached, disk util."""
     return {
         "fio_version": doc.get("fio version"),
         "jobs": {
             str(j.get("jobname")): {
                 "options": j.get("job options", {}),
                 "job_runtime_ms": j.get("job_runtime"),
+                "total_ios": sum(int((j.get(d) or {}).get("total_ios") or 0) for d in DIRECTIONS),
+                "iodepth_level": j.get("iodepth_level"),
+                "effective_iodepth": effective_iodepth(j),
                 "error": j.get("error", 0),
             }
             for j in doc["jobs"]
@@ -106,4 +153,4 @@ def metrics_from_file(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         text = p.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
         raise BenchrunError(f"{p}: cannot read fio output ({exc.strerror})") from None
-    return fio_metrics(parse_fio_json(text, str(p)))
+    return fio_metrics(parse_fio_json(text, str(p)), str(p))

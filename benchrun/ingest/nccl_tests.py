@@ -12,9 +12,18 @@ The first ``time algbw busbw #wrong`` group is out-of-place, the second in-place
 versions have no ``root`` column and a floating-point ``error`` column instead of
 ``#wrong``; ``N/A`` appears when validation is off. The reader goes by the header's
 column names, so both read the same; any other line (NCCL INFO logs, mpirun noise) is
-ignored. The footer gives ``# Avg bus bandwidth : <GB/s>``.
+ignored. The footer (src/common.cu) gives ``# Out of bounds values : <n> OK|FAILED`` and
+``# Avg bus bandwidth : <GB/s> [OK|FAILED]``.
 
-Metric rows (``case`` = ``bytes=<size>,out_of_place`` or ``...,in_place``):
+Refused with BenchrunError naming the file and line, never read into rows: a failed
+validation (``Out of bounds values`` not 0 / ``FAILED``), a failed bandwidth check
+(``Avg bus bandwidth ... FAILED``, with ``NCCL_TESTS_MIN_BW``), a row whose ``#wrong`` is
+not 0, and truncated output (a row with fewer fields than the header, or no footer after
+the table: the run died or the log was cut).
+
+Metric rows (``case`` = ``bytes=<size>,type=<type>,redop=<op>,out_of_place`` or
+``...,in_place``, with ``root=<r>`` before the placement when the root is not -1, and
+type/redop left out when the table has no such column):
 ``mean_latency_us`` (nccl-tests' time is the mean over its iterations), ``algbw_gb_per_s``,
 ``busbw_gb_per_s`` and, when validated, ``wrong_values`` (count of wrong elements, or the
 max error); plus ``avg_busbw_gb_per_s`` (case ``""``) from the footer. GB = 1e9 bytes, as
@@ -25,6 +34,7 @@ Standard library only.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from pathlib import Path
@@ -34,7 +44,10 @@ from benchrun.errors import BenchrunError
 from benchrun.suites.result import metric
 
 PLACEMENTS = ("out_of_place", "in_place")
-_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)")
+# footer lines src/common.cu prints after the table: "%d %s" (FAILED when any result was
+# wrong, else OK) and "%g %s" (FAILED / OK only with NCCL_TESTS_MIN_BW set)
+_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s*(\w*)")
+_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+|-?nan|-?inf)\s*(\w*)")
 _PARAMS = re.compile(r"^#\s*nThread\b")
 # "#  Rank  0 Group  0 Pid   4100 on   node-a01 device  0 [0x18] NVIDIA H100 80GB HBM3"
 # (no "Group" in older versions): which host and GPU each rank ran on.
@@ -65,8 +78,11 @@ def parse_nccl_tests(text: str, source: str = "nccl-tests output") -> dict[str, 
     devices: list[str] = []
     ranks: list[dict[str, Any]] = []
     avg: float | None = None
+    out_of_bounds: int | None = None
+    avg_line = False
     lines = text.splitlines()
     for i, line in enumerate(lines):
+        where = f"{source}, line {i + 1}"
         stripped = line.strip()
         if stripped.startswith("#"):
             body = stripped.lstrip("#").split()
@@ -82,14 +98,26 @@ def parse_nccl_tests(text: str, source: str = "nccl-tests output") -> dict[str, 
                 columns = body
                 units = lines[i + 1] if i + 1 < len(lines) else ""
                 time_scale = 1e3 if "(ms)" in units else 1.0
+            elif (m := _OOB.match(stripped)) is not None:
+                out_of_bounds = int(m.group(1))
+                if out_of_bounds or m.group(2) == "FAILED":
+                    raise BenchrunError(f"{where}: nccl-tests validation FAILED ({out_of_bounds} out-of-bounds "
+                                        f"results: {stripped!r}); the collective returned wrong data")
             elif (m := _AVG.match(stripped)) is not None:
-                avg = float(m.group(1))
+                avg_line = True
+                avg = float(m.group(1)) if math.isfinite(float(m.group(1))) else None  # nan: no rows timed
+                if m.group(2) == "FAILED":
+                    raise BenchrunError(f"{where}: nccl-tests bandwidth check FAILED ({stripped!r}): the average "
+                                        "bus bandwidth is below 90 % of NCCL_TESTS_MIN_BW")
             continue
         if columns is None:
             continue
         tokens = stripped.split()
-        if len(tokens) != len(columns) or not tokens[0].isdigit():
+        if not tokens or not tokens[0].isdigit():
             continue
+        if len(tokens) != len(columns):
+            raise BenchrunError(f"{where}: table row {stripped!r} has {len(tokens)} fields, the header "
+                                f"{len(columns)}; the output was cut short or is malformed")
         times = [k for k, c in enumerate(columns) if c == "time"]
         if len(times) != 2:
             raise BenchrunError(f"{source}: table header {' '.join(columns)!r} lacks the two time/algbw/busbw groups")
@@ -103,8 +131,11 @@ def parse_nccl_tests(text: str, source: str = "nccl-tests output") -> dict[str, 
         for placement, start in zip(PLACEMENTS, times):
             t, alg, bus = (_number(tokens[start + k]) for k in range(3))
             if t is None or alg is None or bus is None:
-                raise BenchrunError(f"{source}: row {stripped!r} has a non-numeric time or bandwidth")
+                raise BenchrunError(f"{where}: row {stripped!r} has a non-numeric time or bandwidth")
             wrong = _number(tokens[start + 3]) if start + 3 < len(tokens) else None
+            if wrong and start + 3 < len(columns) and columns[start + 3] == "#wrong":
+                raise BenchrunError(f"{where}: {int(wrong)} wrong elements {placement.replace('_', '-')} at "
+                                    f"{tokens[0]} bytes (#wrong is not 0): the collective returned wrong data")
             row[placement] = {"time_us": t * time_scale, "algbw_gb_per_s": alg, "busbw_gb_per_s": bus,
                               "wrong": wrong}
         rows.append(row)
@@ -113,7 +144,24 @@ def parse_nccl_tests(text: str, source: str = "nccl-tests output") -> dict[str, 
                             "header); is this the stdout of all_reduce_perf?")
     if not rows:
         raise BenchrunError(f"{source}: the nccl-tests table has a header but no rows (did the run fail?)")
+    if out_of_bounds is None or not avg_line:
+        missing = "'# Out of bounds values'" if out_of_bounds is None else "'# Avg bus bandwidth'"
+        raise BenchrunError(f"{source}: no {missing} line after the table's {len(rows)} rows (last: "
+                            f"{rows[-1]['size_bytes']} bytes); the output was cut short or the run died before "
+                            "finishing")
     return {"parameters": parameters, "devices": devices, "ranks": ranks, "rows": rows, "avg_busbw_gb_per_s": avg}
+
+
+def _case(row: dict[str, Any], placement: str) -> str:
+    """``bytes=<size>,type=<t>,redop=<op>[,root=<r>],<placement>``: rows of one table that differ in
+    type, reduction or root (``-d all``, ``-o all``, ``-r``) are different cases."""
+    parts = [f"bytes={row['size_bytes']}"]
+    for name in ("type", "redop"):
+        if row.get(name) not in (None, ""):
+            parts.append(f"{name}={row[name]}")
+    if row.get("root") not in (None, -1):  # -1: the collective has no root
+        parts.append(f"root={row['root']}")
+    return ",".join(parts + [placement])
 
 
 def nccl_metrics(parsed: dict[str, Any]) -> list[dict[str, Any]]:
@@ -122,7 +170,7 @@ def nccl_metrics(parsed: dict[str, Any]) -> list[dict[str, Any]]:
     for row in parsed["rows"]:
         for placement in PLACEMENTS:
             v = row[placement]
-            case = f"bytes={row['size_bytes']},{placement}"
+            case = _case(row, placement)
             out.append(metric("mean_latency_us", v["time_us"], "us", "lower", case=case))
             out.append(metric("algbw_gb_per_s", v["algbw_gb_per_s"], "GB/s", "higher", case=case))
             out.append(metric("busbw_gb_per_s", v["busbw_gb_per_s"], "GB/s", "higher", case=case))

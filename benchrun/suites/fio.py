@@ -2,12 +2,18 @@
 
 Parameters:
     size_mb     file size per case in MiB (default 256)
-    runtime_s   upper bound on each case's run time in seconds (default 10; a case ends
-                earlier when it has moved size_mb, as fio does without --time_based)
+    runtime_s   how long each case is measured, in seconds (default 10; fractions such as
+                0.25 allowed). fio runs --time_based: a case that has gone through its file
+                starts over, so every case measures for runtime_s, not until size_mb moved.
+    ramp_s      seconds each case runs before its measurement starts (fio --ramp_time;
+                default 1, 0 for none): the I/O of the ramp is not counted.
     directory   where the test files go (default: a temporary directory under the run
                 directory). A temporary sub-directory is made inside it and removed after.
     ioengine    fio I/O engine (default psync)
-    iodepth     queue depth for asynchronous engines (default 1)
+    iodepth     queue depth (default 1). Above 1 it needs an asynchronous engine (libaio,
+                io_uring, posixaio, ...): with a synchronous one (psync, sync, pvsync, ...)
+                fio runs at depth 1 whatever is asked, so the suite refuses the parameters
+                rather than record a depth that was not run.
     direct      O_DIRECT, bypassing the page cache (default true; on tmpfs, which has no
                 O_DIRECT, the default becomes false and context.direct_note says so)
     cases       any of seq_read, seq_write (1 MiB blocks), rand_read, rand_write (4 KiB
@@ -15,7 +21,11 @@ Parameters:
 
 fio runs from an argv list with ``--output-format=json``; its JSON is kept as
 ``raw/<run_id>_fio_r<k>_fio.json`` and read by :mod:`benchrun.ingest.fio` (metrics per
-case: ``bandwidth_mib_per_s``, ``iops``, ``p99_clat_ms``). No fio on PATH is a failed
+case: ``bandwidth_mib_per_s``, ``iops``, ``p99_clat_ms``, each row with ``job_runtime_ms``
+and the p99 with ``samples``, the completions it is of). ``context.fio_cases`` gives per case
+the measured milliseconds, the I/O count and the queue depth fio reached (``iodepth_level``,
+the share of I/Os at each depth, and ``effective_iodepth``, the depth most I/Os were issued
+at: a bucket of fio's 1, 2, 4, ..., >=64). No fio on PATH is a failed
 replicate, ``fio is not installed: install the Debian package fio (apt-get install fio)``: a
 storage benchmark without its tool is a broken set-up to fix, not a measurement that cannot
 exist here (unlike a GPU-only case on a CPU machine).
@@ -35,7 +45,7 @@ from benchrun.suites._common import ParamError, bool_param, check_known, int_par
 from benchrun.suites._runtime import SuiteContext, main
 
 # the parameters the suite takes (checked when it starts, and by `benchrun validate`)
-PARAMETERS = ("size_mb", "runtime_s", "directory", "ioengine", "iodepth", "direct", "cases")
+PARAMETERS = ("size_mb", "runtime_s", "ramp_s", "directory", "ioengine", "iodepth", "direct", "cases")
 
 
 class FioMissing(RuntimeError):
@@ -48,6 +58,9 @@ CASES: dict[str, dict[str, str]] = {
     "rand_write": {"rw": "randwrite", "bs": "4k"},
 }
 NO_O_DIRECT = ("tmpfs", "ramfs")  # open(O_DIRECT) fails there with EINVAL
+# fio engines that complete each I/O before issuing the next: fio caps their depth at 1
+SYNC_ENGINES = ("sync", "psync", "vsync", "pvsync", "pvsync2", "mmap", "splice", "falloc", "ftruncate",
+                "filecreate", "filestat", "filedelete", "dircreate", "dirstat", "dirdelete", "e4defrag")
 _ENGINE = re.compile(r"^[a-z0-9_]{1,32}\Z")
 
 
@@ -95,9 +108,24 @@ def filesystem_of(path: Path) -> dict[str, str] | None:
     return best
 
 
-def build_argv(fio: str, workdir: Path, output: Path, cases: list[str], *, size_mb: int, runtime_s: int,
-               ioengine: str, iodepth: int, direct: bool) -> list[str]:
-    """fio's argv: global options, then one ``--name`` section per case, run in sequence."""
+def _seconds(ctx: SuiteContext, name: str, default: float, *, minimum: float, maximum: float) -> float:
+    value = ctx.param(name, None)
+    if value is None:
+        return default
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and minimum <= value <= maximum
+    if not ok:
+        raise ParamError(f"parameter {name}={value!r} must be a number of seconds from {minimum} to {maximum}")
+    return float(value)
+
+
+def _ms(seconds: float) -> str:
+    return f"{max(0, round(seconds * 1000))}ms"
+
+
+def build_argv(fio: str, workdir: Path, output: Path, cases: list[str], *, size_mb: int, runtime_s: float,
+               ioengine: str, iodepth: int, direct: bool, ramp_s: float = 0.0) -> list[str]:
+    """fio's argv: global options, then one ``--name`` section per case, run in sequence; each
+    case time-based, ``ramp_s`` unmeasured then ``runtime_s`` measured."""
     argv = [
         fio,
         "--output-format=json",
@@ -105,7 +133,9 @@ def build_argv(fio: str, workdir: Path, output: Path, cases: list[str], *, size_
         # fio splits --directory at ':' (several directories); a colon in the path is escaped
         "--directory=" + str(workdir).replace(":", "\\:"),
         f"--size={size_mb}M",
-        f"--runtime={runtime_s}",
+        "--time_based",
+        f"--runtime={_ms(runtime_s)}",
+        f"--ramp_time={_ms(ramp_s)}",
         f"--ioengine={ioengine}",
         f"--iodepth={iodepth}",
         f"--direct={1 if direct else 0}",
@@ -123,13 +153,17 @@ def run(ctx: SuiteContext) -> None:
     """Run fio over the chosen cases and report each case's bandwidth, IOPS and p99 latency."""
     check_known(ctx, PARAMETERS)
     size_mb = int_param(ctx, "size_mb", 256, minimum=1, maximum=1_048_576)
-    runtime_s = int_param(ctx, "runtime_s", 10, minimum=1, maximum=86_400)
+    runtime_s = _seconds(ctx, "runtime_s", 10.0, minimum=0.01, maximum=86_400)
+    ramp_s = _seconds(ctx, "ramp_s", 1.0, minimum=0, maximum=3600)
     iodepth = int_param(ctx, "iodepth", 1, minimum=1, maximum=4096)
     direct_asked = ctx.param("direct", None) is not None
     direct = bool_param(ctx, "direct", True)
     ioengine = ctx.param("ioengine", "psync")
     if not isinstance(ioengine, str) or not _ENGINE.match(ioengine):
         raise ParamError(f"parameter ioengine={ioengine!r} must be a fio engine name such as psync, libaio, io_uring")
+    if iodepth > 1 and ioengine in SYNC_ENGINES:
+        raise ParamError(f"parameter iodepth={iodepth} with ioengine={ioengine}: a synchronous engine issues one I/O "
+                         "at a time (fio caps its depth at 1); set ioengine: libaio or io_uring, or iodepth: 1")
     cases = _cases(ctx)
     base = _directory(ctx)
 
@@ -148,13 +182,14 @@ def run(ctx: SuiteContext) -> None:
         direct_note = f"{fs['fstype']} has no O_DIRECT: measured through the page cache"
     workdir = Path(tempfile.mkdtemp(prefix=".fio-scratch-", dir=base if base is not None else ctx.run_dir))
     output = ctx.raw_file("fio", "json")
-    argv = build_argv(fio, workdir, output, cases, size_mb=size_mb, runtime_s=runtime_s,
+    argv = build_argv(fio, workdir, output, cases, size_mb=size_mb, runtime_s=runtime_s, ramp_s=ramp_s,
                       ioengine=ioengine, iodepth=iodepth, direct=direct)
     ctx.context.update({"fio": fio, "fio_version": version, "argv": argv, "filesystem": fs, "direct_note": direct_note,
                         "directory": str(base) if base is not None else "temporary under the run directory",
-                        "direct": direct, "ioengine": ioengine, "iodepth": iodepth, "cases": cases})
-    # Generous bound: fio stops each case at runtime_s; laying out files runs at >= 20 MiB/s.
-    timeout = 120 + len(cases) * (runtime_s + size_mb / 20)
+                        "direct": direct, "ioengine": ioengine, "iodepth": iodepth, "cases": cases,
+                        "runtime_s": runtime_s, "ramp_s": ramp_s, "time_based": True})
+    # Generous bound: each case runs ramp_s + runtime_s; laying out files runs at >= 20 MiB/s.
+    timeout = 120 + len(cases) * (ramp_s + runtime_s + size_mb / 20)
     ctx.log(f"fio: {len(cases)} cases, {size_mb} MiB each, in {workdir}")
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
@@ -169,7 +204,10 @@ def run(ctx: SuiteContext) -> None:
         raise RuntimeError(f"fio wrote no JSON to {output.name}")
     ctx.samples["fio_json"] = str(output.relative_to(ctx.run_dir))
     doc = parse_fio_json(output.read_text(encoding="utf-8", errors="replace"), output.name)
-    ctx.context["fio_report"] = fio_context(doc)
+    ctx.context["fio_report"] = report = fio_context(doc)
+    ctx.context["fio_cases"] = {name: {k: job.get(k) for k in ("job_runtime_ms", "total_ios", "iodepth_level",
+                                                                 "effective_iodepth")}
+                                for name, job in report["jobs"].items()}
     errors = job_errors(doc)
     if errors:
         raise RuntimeError(f"fio jobs failed: {'; '.join(errors)}")

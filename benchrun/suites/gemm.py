@@ -13,8 +13,12 @@ Parameters (``BENCHRUN_PARAMS``):
     device      auto | cpu | cuda (default auto: cuda when torch sees a CUDA device)
 
 Metrics per size (``case`` = ``n=<n>,<dtype>,<device>``): ``tflops`` (2 n^3 / p50 call
-time), ``p50_call_ms``, ``p99_call_ms``. On CUDA each call is timed with a pair of CUDA
-events around it (device time; the host only enqueues). Every call time is kept in
+time), ``p50_call_ms``, ``p99_call_ms``. On CUDA each timing is K back-to-back calls
+between one pair of CUDA events, divided by K (device time; the host only enqueues, and
+a small product's launch gaps are not counted): K is chosen after the warm-up from a probe
+so that a span lasts at least ~1 ms (1 for products that long), and is recorded in
+``context.calls_per_timing`` per case and on ``p99_call_ms`` as ``calls_per_sample`` (with
+K > 1 the percentiles are of K-call means). On CPU every call is timed (K = 1). Every call time is kept in
 ``raw/<run_id>_gemm_r<k>_calls.json`` (listed in ``samples``). ``context`` names the BLAS
 (numpy's build configuration) or the CUDA device, the threads and the CPU model.
 """
@@ -39,6 +43,7 @@ from benchrun.suites._common import (
     torch_present,
     usable_cpus,
 )
+from benchrun.suites._cudatime import BatchedTimer, cuda_span
 from benchrun.suites._runtime import SuiteContext, Unavailable, main
 from benchrun.fsio import atomic_write_json
 
@@ -65,7 +70,7 @@ def numpy_blas() -> dict[str, Any]:
     }
 
 
-def _time_numpy(n: int, dtype: str, iterations: int, warmup: int = 1) -> list[float]:
+def _time_numpy(n: int, dtype: str, iterations: int, warmup: int = 1) -> tuple[list[float], int]:
     rng = np.random.default_rng(n)
     a = rng.standard_normal((n, n)).astype(dtype)
     b = rng.standard_normal((n, n)).astype(dtype)
@@ -79,7 +84,7 @@ def _time_numpy(n: int, dtype: str, iterations: int, warmup: int = 1) -> list[fl
         times.append(time.perf_counter() - t0)
     if not np.isfinite(c[0, 0]):
         raise RuntimeError(f"gemm n={n}: result is not finite")
-    return times
+    return times, 1
 
 
 def fp8_unavailable(torch: Any) -> str | None:
@@ -120,23 +125,21 @@ def _torch_operands(torch: Any, n: int, dtype: str, device: str = "cuda") -> Any
     return (lambda: c), (lambda: torch.matmul(a, b, out=c))
 
 
-def _time_torch_cuda(n: int, dtype: str, iterations: int, warmup: int = 1) -> list[float]:
+def _time_torch_cuda(n: int, dtype: str, iterations: int, warmup: int = 1) -> tuple[list[float], int]:
+    """``iterations`` timings of one call each (seconds), each K back-to-back calls between one
+    pair of CUDA events / K, and K (chosen after the warm-up so a span lasts >= ~1 ms)."""
     import torch
 
     result, call = _torch_operands(torch, n, dtype)
     for _ in range(warmup):
         call()
-    torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iterations)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iterations)]
-    for i in range(iterations):
-        starts[i].record()
-        call()
-        ends[i].record()
+    timer = BatchedTimer(cuda_span())
+    timer.warm("gemm", call)
+    times = [timer.time("gemm", call) for _ in range(iterations)]
     torch.cuda.synchronize()
     if not bool(torch.isfinite(result()[0, :8].float()).all()):
         raise RuntimeError(f"gemm n={n} {dtype}: result is not finite")
-    return [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends)]
+    return times, timer.calls["gemm"]
 
 
 def run(ctx: SuiteContext) -> None:
@@ -179,7 +182,7 @@ def run(ctx: SuiteContext) -> None:
                 "compute_capability": ".".join(map(str, torch.cuda.get_device_capability(0))),
                 "cuda_version": torch.version.cuda,
                 "tf32_allowed": bool(getattr(torch.backends.cuda.matmul, "allow_tf32", False)),
-                "timer": "cuda events",
+                "timer": "cuda events around K back-to-back calls (a span >= ~1 ms), / K",
             }
         )
         timer = _time_torch_cuda
@@ -207,14 +210,16 @@ def run(ctx: SuiteContext) -> None:
     samples: dict[str, Any] = {"unit": "s", "calls": {}}
     dev = ctx.context["device"]
     for n in sizes:
-        times = timer(n, dtype, iterations, warmup)
+        times, k = timer(n, dtype, iterations, warmup)
         case = f"n={n},{dtype},{dev}"
         samples["calls"][case] = times
+        ctx.context.setdefault("calls_per_timing", {})[case] = k
         p50 = percentile(times, 50)
         flops = 2.0 * n**3
         ctx.add_metric("tflops", flops / p50 / 1e12, "TFLOP/s", "higher", case=case)
         ctx.add_metric("p50_call_ms", p50 * 1e3, "ms", "lower", case=case)
-        ctx.add_metric("p99_call_ms", percentile(times, 99) * 1e3, "ms", "lower", case=case, samples=len(times))
+        ctx.add_metric("p99_call_ms", percentile(times, 99) * 1e3, "ms", "lower", case=case, samples=len(times),
+                       calls_per_sample=k)
         ctx.log(f"gemm {case}: {flops / p50 / 1e12:.4f} TFLOP/s, p50 {p50 * 1e3:.3f} ms over {iterations} calls")
     path = atomic_write_json(ctx.raw_file("calls", "json"), samples)
     ctx.samples["calls"] = str(path.relative_to(ctx.run_dir))

@@ -8,17 +8,27 @@ Parameters:
                 (the values grow 15x a pass)
     dtype       float64 | float32 (default float64, as STREAM)
     device      auto | cpu | cuda (default auto)
+    threads     CPU only: threads the kernels are split across (default: the CPUs this
+                process may use, ``os.sched_getaffinity``; at most elements / 1024). One
+                thread measures what one core can pull, not the machine's bandwidth.
 
 Bytes are counted as STREAM counts them: copy and scale move 2 arrays per element, add
 and triad 3. On CPU the kernels write into preallocated arrays (``out=``) so no
-allocation is timed. On CUDA each kernel is timed with a pair of CUDA events around it (device
-time: launch gaps and the host's synchronise are not counted), the arrays in device memory
-(HBM; size them far past the L2, e.g. 2**28 float32 = 1 GiB each). numpy has no fused multiply-add, so its triad is two passes and
+allocation is timed; each kernel is cut into ``threads`` contiguous chunks, one per thread,
+started together (the threads are made before any timing; numpy releases the GIL in large
+ufuncs). A kernel's time runs from releasing the threads to the last chunk's end and is
+credited with the whole arrays' bytes (``context.threads``; the case is
+``<kernel>,threads=<n>``). On CUDA each timing is K back-to-back calls of a kernel between one pair of CUDA
+events, divided by K (device time; K is chosen in the warm-up pass so that a span lasts at
+least ~1 ms, and is 1 for arrays that big already; ``context.calls_per_timing`` gives K per
+kernel). Repeating a kernel leaves the STREAM values as one call does, so the validation
+holds. The arrays are in device memory (HBM; size them far past the L2, e.g. 2**28 float32
+= 1 GiB each). numpy has no fused multiply-add, so its triad is two passes and
 moves 5 arrays per element while being credited with 3 (the reported triad figure is a
 lower bound on the traffic; ``context.triad_passes`` says so). torch's
 ``add(b, c, alpha=q)`` is one pass.
 
-Metrics (``case`` = kernel): ``bandwidth_best_gb_per_s`` (the best iteration, STREAM's
+Metrics (``case`` = kernel on CUDA, ``<kernel>,threads=<n>`` on CPU): ``bandwidth_best_gb_per_s`` (the best iteration, STREAM's
 figure) and ``bandwidth_median_gb_per_s`` (GB = 1e9 bytes). Per-iteration times go to
 ``raw/<run_id>_membw_r<k>_iterations.json``.
 """
@@ -26,6 +36,7 @@ figure) and ``bandwidth_median_gb_per_s`` (GB = 1e9 bytes). Per-iteration times 
 from __future__ import annotations
 
 import time
+import threading
 from typing import Any, Callable
 
 import numpy as np
@@ -41,11 +52,12 @@ from benchrun.suites._common import (
     torch_present,
     usable_cpus,
 )
+from benchrun.suites._cudatime import MIN_SPAN_S, BatchedTimer, cuda_span
 from benchrun.suites._runtime import SuiteContext, Unavailable, main
 from benchrun.fsio import atomic_write_json
 
 # the parameters the suite takes (checked when it starts, and by `benchrun validate`)
-PARAMETERS = ("elements", "iterations", "dtype", "device")
+PARAMETERS = ("elements", "iterations", "dtype", "device", "threads")
 
 KERNELS = ("copy", "scale", "add", "triad")
 ARRAYS_MOVED = {"copy": 2, "scale": 2, "add": 3, "triad": 3}  # STREAM's accounting
@@ -54,45 +66,97 @@ SCALAR = 3.0
 MAX_ITERATIONS = {"float32": 30, "float64": 250}
 
 
-def _numpy_kernels(n: int, dtype: str) -> tuple[dict[str, Callable[[], None]], Callable[[], None], Any]:
+def chunk_bounds(n: int, threads: int) -> list[tuple[int, int]]:
+    """``threads`` contiguous [lo, hi) slices covering 0..n, sizes differing by at most one."""
+    edges = [n * k // threads for k in range(threads + 1)]
+    return [(edges[k], edges[k + 1]) for k in range(threads)]
+
+
+def _numpy_kernels(n: int, dtype: str, threads: int = 1
+                   ) -> tuple[dict[str, Callable[[], None]], Callable[[], None], Any]:
+    """The four kernels on numpy arrays, each split into ``threads`` chunks run at once by a
+    :class:`ChunkPool` (numpy releases the GIL inside large ufuncs, so the chunks run in
+    parallel). The returned second function stops the pool's threads."""
     a = np.full(n, 1.0, dtype=dtype)
     b = np.full(n, 2.0, dtype=dtype)
     c = np.zeros(n, dtype=dtype)
 
-    def triad() -> None:
-        np.multiply(c, SCALAR, out=a)
-        np.add(a, b, out=a)
+    def triad(lo: int, hi: int) -> None:
+        np.multiply(c[lo:hi], SCALAR, out=a[lo:hi])
+        np.add(a[lo:hi], b[lo:hi], out=a[lo:hi])
 
-    kernels = {
-        "copy": lambda: np.copyto(c, a),
-        "scale": lambda: np.multiply(c, SCALAR, out=b),
-        "add": lambda: np.add(a, b, out=c),
+    chunked: dict[str, Callable[[int, int], Any]] = {
+        "copy": lambda lo, hi: np.copyto(c[lo:hi], a[lo:hi]),
+        "scale": lambda lo, hi: np.multiply(c[lo:hi], SCALAR, out=b[lo:hi]),
+        "add": lambda lo, hi: np.add(a[lo:hi], b[lo:hi], out=c[lo:hi]),
         "triad": triad,
     }
-    return kernels, (lambda: None), (a, b, c)
+    pool = ChunkPool(n, threads)
+    kernels = {name: (lambda f=f: pool.run(f)) for name, f in chunked.items()}
+    return kernels, pool.close, (a, b, c)
 
 
-def _perf_counter_timer(fn: Callable[[], None]) -> float:
+class ChunkPool:
+    """Runs ``f(lo, hi)`` over ``threads`` chunks of 0..n at once: chunk 0 on the calling thread,
+    chunk k on worker thread k, all started together (a barrier) and all finished before
+    :meth:`run` returns. The workers start here, once, so no thread start-up is timed."""
+
+    def __init__(self, n: int, threads: int) -> None:
+        self.bounds = chunk_bounds(n, threads)
+        self._job: Callable[[int, int], Any] | None = None
+        self._errors: list[BaseException] = []
+        self._stop = False
+        self._barrier = threading.Barrier(threads)
+        self._workers = [threading.Thread(target=self._work, args=(k,), name=f"membw-{k}", daemon=True)
+                         for k in range(1, threads)]
+        for w in self._workers:
+            w.start()
+
+    def _work(self, k: int) -> None:
+        while True:
+            self._barrier.wait()
+            if self._stop:
+                return
+            try:
+                assert self._job is not None
+                self._job(*self.bounds[k])
+            except BaseException as exc:  # noqa: BLE001 - re-raised on the calling thread
+                self._errors.append(exc)
+            self._barrier.wait()
+
+    def run(self, f: Callable[[int, int], Any]) -> None:
+        if not self._workers:
+            f(*self.bounds[0])
+            return
+        self._job = f
+        self._errors.clear()
+        self._barrier.wait()
+        try:
+            f(*self.bounds[0])
+        finally:
+            self._barrier.wait()
+        if self._errors:
+            raise self._errors[0]
+
+    def close(self) -> None:
+        if self._workers and not self._stop:
+            self._stop = True
+            self._barrier.wait()
+            for w in self._workers:
+                w.join()
+
+
+def _perf_counter_timer(name: str, fn: Callable[[], None]) -> float:
+    """Seconds of one call of kernel ``name``, by the host clock (the threads all done)."""
     t0 = time.perf_counter()
     fn()
     return time.perf_counter() - t0
 
 
-def _cuda_event_timer() -> Callable[[Callable[[], None]], float]:
-    """Seconds of device time one kernel takes, between two CUDA events on the current stream."""
-    import torch
-
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-
-    def timed(fn: Callable[[], None]) -> float:
-        torch.cuda.synchronize()
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3
-
-    return timed
+def _cuda_event_timer() -> BatchedTimer:
+    """Seconds of device time per call of each kernel: K back-to-back calls between one pair of
+    CUDA events, divided by K (K chosen in the warm-up pass so a span lasts >= ~1 ms)."""
+    return BatchedTimer(cuda_span())
 
 
 def _torch_kernels(n: int, dtype: str, device: str = "cuda") -> tuple[dict[str, Callable[[], None]], Callable[[], None], Any]:
@@ -136,6 +200,8 @@ def run(ctx: SuiteContext) -> None:
         raise ParamError(f"parameter iterations={iterations}: at most {MAX_ITERATIONS[dtype]} with dtype {dtype} "
                          "(the STREAM values grow 15x a pass and would overflow; validation would then fail)")
     device = choice_param(ctx, "device", "auto", ("auto", "cpu", "cuda"))
+    most = max(1, min(1024, n // 1024))  # chunks of at least 1024 elements
+    threads = int_param(ctx, "threads", min(usable_cpus(), most), minimum=1, maximum=most)
 
     on_cuda = cuda_available() if device in ("auto", "cuda") else False
     if device == "cuda" and not on_cuda:
@@ -146,16 +212,20 @@ def run(ctx: SuiteContext) -> None:
 
         kernels, sync, arrays = _torch_kernels(n, dtype)
         props = torch.cuda.get_device_properties(0)
-        timed = _cuda_event_timer()
+        batched = _cuda_event_timer()
+        timed = batched.time
         ctx.context.update({"device": "cuda", "backend": f"torch {torch.__version__}", "gpu_name": props.name,
                             "memory": "device (cudaMalloc through torch's caching allocator)",
-                            "triad_passes": 1, "timer": "cuda events around each kernel"})
+                            "triad_passes": 1,
+                            "timer": f"cuda events around K back-to-back calls (a span >= {MIN_SPAN_S * 1e3:g} ms), / K",
+                            "calls_per_timing": batched.calls})
     else:
-        kernels, sync, arrays = _numpy_kernels(n, dtype)
+        kernels, sync, arrays = _numpy_kernels(n, dtype, threads)
         timed = _perf_counter_timer
         ctx.context.update({"device": "cpu", "backend": f"numpy {np.__version__} ufuncs with out=",
                             "cpu_model": cpu_model(), "usable_cpus": usable_cpus(), "triad_passes": 2,
-                            "timer": "time.perf_counter"})
+                            "threads": threads, "chunk_elements": -(-n // threads),
+                            "timer": "time.perf_counter around all chunks of a kernel"})
     ctx.context.update({"elements": n, "dtype": dtype, "array_mib": n * itemsize / 2**20,
                         "bytes_counted_as": "STREAM (copy/scale 2 arrays, add/triad 3 arrays per element)",
                         "warmup_passes": 1})
@@ -163,7 +233,7 @@ def run(ctx: SuiteContext) -> None:
     times: dict[str, list[float]] = {k: [] for k in KERNELS}
     for it in range(iterations + 1):
         for name in KERNELS:
-            seconds = timed(kernels[name])
+            seconds = timed(name, kernels[name])
             if it > 0:
                 times[name].append(seconds)
     sync()
@@ -174,8 +244,9 @@ def run(ctx: SuiteContext) -> None:
         nbytes = ARRAYS_MOVED[name] * itemsize * n
         best = nbytes / min(times[name]) / 1e9
         median = nbytes / percentile(times[name], 50) / 1e9
-        ctx.add_metric("bandwidth_best_gb_per_s", best, "GB/s", "higher", case=name)
-        ctx.add_metric("bandwidth_median_gb_per_s", median, "GB/s", "higher", case=name)
+        case = name if on_cuda else f"{name},threads={threads}"
+        ctx.add_metric("bandwidth_best_gb_per_s", best, "GB/s", "higher", case=case)
+        ctx.add_metric("bandwidth_median_gb_per_s", median, "GB/s", "higher", case=case)
         ctx.log(f"membw {name}: best {best:.2f} GB/s, median {median:.2f} GB/s")
     path = atomic_write_json(ctx.raw_file("iterations", "json"), {"unit": "s", "times": times})
     ctx.samples["iterations"] = str(path.relative_to(ctx.run_dir))
