@@ -60,6 +60,18 @@ def test_legacy_table_without_root_column() -> None:
     assert by[("busbw_gb_per_s", case)] == by[("algbw_gb_per_s", case)]
 
 
+def test_an_older_footer_without_its_hash_is_read(tmp_path: Path) -> None:
+    # older nccl-tests print " Out of bounds values : %d %s" without "#": a complete run was
+    # refused as cut short, and a FAILED there went unseen
+    text = LEGACY.read_text().replace("# Out of bounds", " Out of bounds").replace("# Avg bus", " Avg bus")
+    plain = tmp_path / "legacy_nohash.txt"
+    plain.write_text(text)
+    assert len(ingest_file(plain, "nccl_tests")) == len(ingest_file(LEGACY, "nccl_tests"))
+    plain.write_text(text.replace(" Out of bounds values : 0 OK", " Out of bounds values : 3 FAILED"))
+    with pytest.raises(BenchrunError, match="validation FAILED"):
+        ingest_file(plain, "nccl_tests")
+
+
 def test_interleaved_log_lines_and_unvalidated_runs() -> None:
     lines = V2.read_text().splitlines()
     at = next(i for i, ln in enumerate(lines) if ln.strip().startswith("8388608"))

@@ -26,8 +26,9 @@ def test_k_is_the_fewest_calls_that_last_a_millisecond(per_call_s: float, k: int
 
 
 class FakeGpu:
-    """A span as CUDA events would see it: a fixed launch gap per call on top of the kernel's
-    device time, when the host enqueues calls one pair of events at a time."""
+    """A span as CUDA events would see it when the host enqueues faster than the kernels run: a
+    fixed latency between the start event and the first kernel, paid once per span, then the
+    kernels back to back (a single-call pair of events pays it on every call)."""
 
     def __init__(self, kernel_s: float, gap_s: float) -> None:
         self.kernel_s, self.gap_s = kernel_s, gap_s
@@ -86,3 +87,41 @@ def test_repeating_each_stream_kernel_k_times_keeps_streams_validation() -> None
     sync()
     assert set(timer.calls) == set(KERNELS) and all(k >= 1 for k in timer.calls.values())
     _check(tuple(x.numpy() for x in arrays), iterations, "float32")
+
+
+class LaunchBoundGpu:
+    """The host needs ``launch_s`` to enqueue a call that runs ``kernel_s`` < ``launch_s``: the
+    GPU waits between calls, so the span is the host's pace, not the kernels'."""
+
+    def __init__(self, kernel_s: float, launch_s: float) -> None:
+        self.kernel_s, self.launch_s = kernel_s, launch_s
+        self.last_host_s = None
+
+    def span(self, fn, k: int) -> float:
+        self.last_host_s = k * self.launch_s
+        return k * self.launch_s + self.kernel_s
+
+
+def test_a_span_the_hosts_enqueuing_paced_is_named_launch_bound() -> None:
+    # batching K calls removes launch gaps only while the host is ahead of the GPU: a 5 us kernel
+    # behind a 20 us launch measures about 20 us a call, and the suites must say so
+    bound = LaunchBoundGpu(kernel_s=5e-6, launch_s=20e-6)
+    timer = BatchedTimer(_with_host(bound))
+    timer.time("copy", lambda: None)
+    t = timer.time("copy", lambda: None)
+    assert t == pytest.approx(20e-6, rel=0.01) and timer.launch_bound == ["copy"]
+    ahead = FakeGpu(kernel_s=5e-6, gap_s=20e-6)
+    timer2 = BatchedTimer(_with_host(ahead, host_per_call_s=1e-6))
+    timer2.time("copy", lambda: None)
+    timer2.time("copy", lambda: None)
+    assert timer2.launch_bound == []
+
+
+def _with_host(gpu, host_per_call_s: float | None = None):
+    """A span function carrying ``last_host_s`` as :func:`benchrun.suites._cudatime.cuda_span` does."""
+    def span(fn, k: int) -> float:
+        device = gpu.span(fn, k)
+        span.last_host_s = k * host_per_call_s if host_per_call_s is not None else gpu.last_host_s
+        return device
+    span.last_host_s = None
+    return span

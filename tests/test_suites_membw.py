@@ -143,3 +143,23 @@ def test_the_torch_kernels_pass_streams_validation() -> None:
         else:
             with pytest.raises(RuntimeError, match="membw validation failed"):
                 _check(host, 3, "float32")
+
+
+def test_the_cgroup_cpu_quota_bounds_the_usable_cpus(tmp_path) -> None:
+    # a pod limited to 4 CPUs on a 192-CPU node saw 192 in its affinity mask: membw's default
+    # started a thread per CPU, throttled rather than run together
+    from benchrun.suites._common import cgroup_cpu_quota
+
+    (tmp_path / "cpu.max").write_text("400000 100000\n")
+    assert cgroup_cpu_quota(str(tmp_path)) == 4
+    (tmp_path / "cpu.max").write_text("150000 100000\n")
+    assert cgroup_cpu_quota(str(tmp_path)) == 2  # 1.5 CPUs: two threads may run at once
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert cgroup_cpu_quota(str(tmp_path)) is None
+    (tmp_path / "cpu.max").unlink()
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("300000\n")
+    (tmp_path / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert cgroup_cpu_quota(str(tmp_path)) == 3  # cgroup v1
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
+    assert cgroup_cpu_quota(str(tmp_path)) is None

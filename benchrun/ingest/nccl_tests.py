@@ -46,8 +46,9 @@ from benchrun.suites.result import metric
 PLACEMENTS = ("out_of_place", "in_place")
 # footer lines src/common.cu prints after the table: "%d %s" (FAILED when any result was
 # wrong, else OK) and "%g %s" (FAILED / OK only with NCCL_TESTS_MIN_BW set)
-_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s*(\w*)")
-_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+|-?nan|-?inf)\s*(\w*)")
+# The footer; older nccl-tests print it without the leading "#" (" Out of bounds values : 0 OK")
+_OOB = re.compile(r"^#?\s*Out of bounds values\s*:\s*(\d+)\s*(\w*)")
+_AVG = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+|-?nan|-?inf)\s*(\w*)")
 _PARAMS = re.compile(r"^#\s*nThread\b")
 # "#  Rank  0 Group  0 Pid   4100 on   node-a01 device  0 [0x18] NVIDIA H100 80GB HBM3"
 # (no "Group" in older versions): which host and GPU each rank ran on.
@@ -84,6 +85,19 @@ def parse_nccl_tests(text: str, source: str = "nccl-tests output") -> dict[str, 
     for i, line in enumerate(lines):
         where = f"{source}, line {i + 1}"
         stripped = line.strip()
+        if (m := _OOB.match(stripped)) is not None:
+            out_of_bounds = int(m.group(1))
+            if out_of_bounds or m.group(2) == "FAILED":
+                raise BenchrunError(f"{where}: nccl-tests validation FAILED ({out_of_bounds} out-of-bounds "
+                                    f"results: {stripped!r}); the collective returned wrong data")
+            continue
+        if (m := _AVG.match(stripped)) is not None:
+            avg_line = True
+            avg = float(m.group(1)) if math.isfinite(float(m.group(1))) else None  # nan: no rows timed
+            if m.group(2) == "FAILED":
+                raise BenchrunError(f"{where}: nccl-tests bandwidth check FAILED ({stripped!r}): the average "
+                                    "bus bandwidth is below 90 % of NCCL_TESTS_MIN_BW")
+            continue
         if stripped.startswith("#"):
             body = stripped.lstrip("#").split()
             if _PARAMS.match(stripped):
@@ -98,17 +112,6 @@ def parse_nccl_tests(text: str, source: str = "nccl-tests output") -> dict[str, 
                 columns = body
                 units = lines[i + 1] if i + 1 < len(lines) else ""
                 time_scale = 1e3 if "(ms)" in units else 1.0
-            elif (m := _OOB.match(stripped)) is not None:
-                out_of_bounds = int(m.group(1))
-                if out_of_bounds or m.group(2) == "FAILED":
-                    raise BenchrunError(f"{where}: nccl-tests validation FAILED ({out_of_bounds} out-of-bounds "
-                                        f"results: {stripped!r}); the collective returned wrong data")
-            elif (m := _AVG.match(stripped)) is not None:
-                avg_line = True
-                avg = float(m.group(1)) if math.isfinite(float(m.group(1))) else None  # nan: no rows timed
-                if m.group(2) == "FAILED":
-                    raise BenchrunError(f"{where}: nccl-tests bandwidth check FAILED ({stripped!r}): the average "
-                                        "bus bandwidth is below 90 % of NCCL_TESTS_MIN_BW")
             continue
         if columns is None:
             continue

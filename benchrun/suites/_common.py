@@ -135,11 +135,34 @@ def cpu_model() -> str:
 
 
 def usable_cpus() -> int:
-    """CPUs this process may run on (affinity mask), not the host's total."""
+    """CPUs this process may run on: its affinity mask, not the host's total, and no more than
+    its cgroup's CPU quota allows at once (a pod limited to 4 CPUs on a 192-CPU node sees all
+    192 in its mask, and threads beyond 4 are throttled, not run together)."""
     try:
-        return len(os.sched_getaffinity(0))
+        cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        return os.cpu_count() or 1
+        cpus = os.cpu_count() or 1
+    quota = cgroup_cpu_quota()
+    return max(1, min(cpus, quota)) if quota is not None else cpus
+
+
+def cgroup_cpu_quota(root: str = "/sys/fs/cgroup") -> int | None:
+    """CPUs the cgroup quota allows (quota / period, rounded up); None without a quota. cgroup v2
+    ``cpu.max`` ("max 100000" or "400000 100000"), else v1 ``cpu/cpu.cfs_quota_us`` (−1: none)."""
+    try:
+        with open(os.path.join(root, "cpu.max"), encoding="ascii") as fh:
+            quota, period = fh.read().split()[:2]
+        return None if quota == "max" else max(1, -(-int(quota) // int(period)))
+    except (OSError, ValueError):
+        pass
+    try:
+        with open(os.path.join(root, "cpu", "cpu.cfs_quota_us"), encoding="ascii") as fh:
+            q = int(fh.read().strip())
+        with open(os.path.join(root, "cpu", "cpu.cfs_period_us"), encoding="ascii") as fh:
+            period_us = int(fh.read().strip())
+        return None if q <= 0 or period_us <= 0 else max(1, -(-q // period_us))
+    except (OSError, ValueError):
+        return None
 
 
 def cuda_device_nodes() -> bool:

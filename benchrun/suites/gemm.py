@@ -70,7 +70,7 @@ def numpy_blas() -> dict[str, Any]:
     }
 
 
-def _time_numpy(n: int, dtype: str, iterations: int, warmup: int = 1) -> tuple[list[float], int]:
+def _time_numpy(n: int, dtype: str, iterations: int, warmup: int = 1) -> tuple[list[float], int, bool]:
     rng = np.random.default_rng(n)
     a = rng.standard_normal((n, n)).astype(dtype)
     b = rng.standard_normal((n, n)).astype(dtype)
@@ -84,7 +84,7 @@ def _time_numpy(n: int, dtype: str, iterations: int, warmup: int = 1) -> tuple[l
         times.append(time.perf_counter() - t0)
     if not np.isfinite(c[0, 0]):
         raise RuntimeError(f"gemm n={n}: result is not finite")
-    return times, 1
+    return times, 1, False
 
 
 def fp8_unavailable(torch: Any) -> str | None:
@@ -125,7 +125,7 @@ def _torch_operands(torch: Any, n: int, dtype: str, device: str = "cuda") -> Any
     return (lambda: c), (lambda: torch.matmul(a, b, out=c))
 
 
-def _time_torch_cuda(n: int, dtype: str, iterations: int, warmup: int = 1) -> tuple[list[float], int]:
+def _time_torch_cuda(n: int, dtype: str, iterations: int, warmup: int = 1) -> tuple[list[float], int, bool]:
     """``iterations`` timings of one call each (seconds), each K back-to-back calls between one
     pair of CUDA events / K, and K (chosen after the warm-up so a span lasts >= ~1 ms)."""
     import torch
@@ -139,7 +139,8 @@ def _time_torch_cuda(n: int, dtype: str, iterations: int, warmup: int = 1) -> tu
     torch.cuda.synchronize()
     if not bool(torch.isfinite(result()[0, :8].float()).all()):
         raise RuntimeError(f"gemm n={n} {dtype}: result is not finite")
-    return times, timer.calls["gemm"]
+    # a launch-bound span is the host's pace, an upper bound of the kernel's (_cudatime)
+    return times, timer.calls["gemm"], bool(timer.launch_bound)
 
 
 def run(ctx: SuiteContext) -> None:
@@ -210,9 +211,11 @@ def run(ctx: SuiteContext) -> None:
     samples: dict[str, Any] = {"unit": "s", "calls": {}}
     dev = ctx.context["device"]
     for n in sizes:
-        times, k = timer(n, dtype, iterations, warmup)
+        times, k, launch_bound = timer(n, dtype, iterations, warmup)
         case = f"n={n},{dtype},{dev}"
         samples["calls"][case] = times
+        if launch_bound:
+            ctx.context.setdefault("launch_bound", []).append(case)
         ctx.context.setdefault("calls_per_timing", {})[case] = k
         p50 = percentile(times, 50)
         flops = 2.0 * n**3

@@ -218,7 +218,7 @@ def run(ctx: SuiteContext) -> None:
                             "memory": "device (cudaMalloc through torch's caching allocator)",
                             "triad_passes": 1,
                             "timer": f"cuda events around K back-to-back calls (a span >= {MIN_SPAN_S * 1e3:g} ms), / K",
-                            "calls_per_timing": batched.calls})
+                            "calls_per_timing": batched.calls, "launch_bound": batched.launch_bound})
     else:
         kernels, sync, arrays = _numpy_kernels(n, dtype, threads)
         timed = _perf_counter_timer
