@@ -102,15 +102,6 @@ def _since(status: dict[str, Any], why: str, now: str) -> str:
     return now
 
 
-def _created(obj: dict[str, Any]) -> dt.datetime:
-    """The object's creation time: the run id's clock, so a retried event pins the same run."""
-    text = str((obj.get("metadata") or {}).get("creationTimestamp") or "")
-    try:
-        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(dt.timezone.utc)
-    except ValueError:
-        return dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
-
-
 class Operator:
     """Reconciles BenchmarkRuns against Dagster; ``run(stop)`` is the whole loop."""
 
@@ -307,7 +298,7 @@ class Operator:
 
     def _reconcile_generation(self, obj: dict[str, Any], ref: ResourceRef) -> None:
         from benchrun.automation.discovery import format_spec_errors
-        from benchrun.controller.resources import _own, _register_once, admission_errors
+        from benchrun.controller.resources import _created, _own, _register_once, admission_errors
         from benchrun.rundir import RunDir
 
         status = obj.get("status") or {}

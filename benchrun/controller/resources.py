@@ -129,7 +129,9 @@ def controller_tick(objs: list[dict[str, Any]], cursor: str | None, register: Re
             _catch_up(obj, ref, entry, out, home)
             continue
         try:
-            prepared = _register_once(register, obj, ref, now, home)
+            # the object's creation time, not the tick's: a tick evaluated again from a cursor that
+            # was never stored (its run already made) pins the same run, as the operator does
+            prepared = _register_once(register, obj, ref, _created(obj), home)
         except BenchrunError as exc:
             invalid = admission_errors(obj, ref, exc, home)
             if invalid is None:  # the shared state or the disk failed: not the spec's fault, tried again next tick
@@ -173,21 +175,25 @@ def admission_errors(obj: dict[str, Any], ref: ResourceRef, exc: BenchrunError,
     return None
 
 
+def _created(obj: dict[str, Any]) -> dt.datetime:
+    """The object's creation time: the run id's clock, so a retried event pins the same run."""
+    text = str((obj.get("metadata") or {}).get("creationTimestamp") or "")
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(dt.timezone.utc)
+    except ValueError:
+        return dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+
+
 def _register_once(register: Register, obj: dict[str, Any], ref: ResourceRef, now: dt.datetime,
                    home: Path | None) -> Any:
     """Pin the object's document as a run of its own.
 
     Run ids have second resolution and ``prepare`` is idempotent, so the same bytes applied
     again within a second (deleted and re-created, say) would land in the earlier object's
-    run; such a collision takes the next second instead. A run this (uid, generation) already
-    has (a tick evaluated again from a cursor that was never stored, after its run was made)
-    is the run: the tick's own time would otherwise mint a second one.
+    run; such a collision takes the next second instead.
     """
     from benchrun.rundir import RunDir
 
-    existing = _run_of(ref, home)
-    if existing is not None:
-        return existing
     source = f"cr:{ref.namespace}/{ref.name}"
     data = document_bytes(obj)
     for offset in range(60):
@@ -207,30 +213,6 @@ def _own(rd: Any, ref: ResourceRef, home: Path | None) -> dict[str, Any]:
     st = rd.update_status(resource=ref.to_json())
     push_run(rd.path, benchrun_home(home), status_only=True)  # no-op unless BENCHRUN_SHARED_STATE is set
     return st
-
-
-@dataclass(frozen=True)
-class _Existing:
-    run_id: str
-
-
-def _run_of(ref: ResourceRef, home: Path | None) -> _Existing | None:
-    """The run already made for ``ref``'s (uid, generation), if any: run directories whose id
-    starts as this object's name would (``submit.run_id_stem``) and whose status names it."""
-    from benchrun.paths import benchrun_home
-    from benchrun.rundir import RunDir
-    from benchrun.submit import run_id_stem
-
-    runs = benchrun_home(home) / "runs"
-    prefix = run_id_stem(ref.name)[:30]
-    for d in sorted(runs.glob(f"{prefix}*")) if runs.is_dir() else []:
-        try:
-            owner = RunDir.for_run(d.name, home).read_status().get("resource")
-        except BenchrunError:
-            continue
-        if owner == ref.to_json():
-            return _Existing(d.name)
-    return None
 
 
 def _catch_up(obj: dict[str, Any], ref: ResourceRef, entry: dict[str, Any], out: Tick, home: Path | None) -> None:
