@@ -147,24 +147,18 @@ def _same_suffix(roots: tuple[Path, ...], suffix: str, *, max_entries: int = 200
     """Files ending in ``suffix`` under ``roots`` (``specs/`` first, then the rest; hidden and
     package folders skipped), at most ``max_files`` of them after at most ``max_entries``
     directory entries: a bounded search of an image for a pinned dataset by its bytes."""
-    seen = 0
-    found = 0
-    done: set[Path] = set()
-    for top in [r / "specs" for r in roots] + list(roots):
-        for folder, dirs, files in os.walk(top) if top.is_dir() else []:
-            here = Path(folder)
-            if here in done:
-                dirs[:] = []
-                continue
-            done.add(here)
-            dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS)
+    seen = found = 0
+    for top in dict.fromkeys(r.resolve() for r in roots if r.is_dir()):
+        for folder, dirs, files in os.walk(top):
+            dirs[:] = sorted((d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS),
+                             key=lambda d: (d != "specs", d))
             for name in sorted(files):
                 seen += 1
                 if seen > max_entries or found >= max_files:
                     return
-                if name.endswith(suffix) and not name.startswith(".") and (here / name).is_file():
+                if name.endswith(suffix) and not name.startswith(".") and os.path.isfile(os.path.join(folder, name)):
                     found += 1
-                    yield here / name
+                    yield Path(folder) / name
 
 
 @dataclass(frozen=True)
