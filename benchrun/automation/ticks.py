@@ -178,9 +178,7 @@ def changed_spec_paths(repo: Path, sha: str, under: str) -> list[str]:
     for path, blob in sorted(tree.items()):
         if path in specs or not is_spec_path(path, under):
             continue
-        written = _dataset_written(repo, blob)
-        found = next((p for p in repo_candidates(written, path) if p in tree), None) if written else None
-        if found in others:
+        if _dataset_in_tree(repo, tree, path, blob) in others:
             specs.append(path)
     return specs
 
@@ -290,6 +288,13 @@ def _dataset_written(repo: Path, blob: str) -> str | None:
     return dataset_path_of(git.read_object(repo, blob))
 
 
+def _dataset_in_tree(repo: Path, tree: dict[str, str], path: str, blob: str) -> str | None:
+    """The tree path of the dataset the spec ``path`` (its ``blob``) names, as ``git_finder``
+    resolves it in that commit; None when it names none or the tree lacks it."""
+    written = _dataset_written(repo, blob)
+    return next((p for p in repo_candidates(written, path) if p in tree), None) if written else None
+
+
 def _tree_results(repo: Path, sha: str, under: str,
                   cache: dict[tuple[str, str, str], ValidSpec | InvalidSpec]) -> list[ValidSpec | InvalidSpec]:
     """Validation results of every spec document in ``sha``'s tree, each distinct blob (with
@@ -300,9 +305,9 @@ def _tree_results(repo: Path, sha: str, under: str,
         if not is_spec_path(path, under):
             continue
         source = f"{repo}@{sha[:12]}:{path}"
-        written = _dataset_written(repo, blob)
-        dataset = next((tree[p] for p in repo_candidates(written, path) if p in tree), "") if written else ""
-        key = (blob, path if written else "", dataset)  # a relative dataset path depends on the spec's folder
+        found = _dataset_in_tree(repo, tree, path, blob)
+        # a relative dataset path depends on the spec's folder, its bytes on the commit
+        key = (blob, path if _dataset_written(repo, blob) else "", tree[found] if found else "")
         if key not in cache:
             cache[key] = load_document(SpecDocument(path=path, data=git.read_object(repo, blob), source=source,
                                                     find_dataset=git_finder(repo, sha, path)))
