@@ -137,7 +137,7 @@ def test_runtime_s_is_the_measured_time_of_every_case(tmp_path: Path) -> None:
     # a 1 MiB random read is done in a few ms; time-based, fio keeps reading for runtime_s
     proc, doc = run_suite(tmp_path, {"size_mb": 1, "runtime_s": 0.3, "ramp_s": 0.1, "cases": ["rand_read"]})
     assert proc.returncode == 0, proc.stderr
-    case = doc["context"]["fio_cases"]["rand_read"]
+    case = doc["context"]["fio_report"]["jobs"]["rand_read"]
     assert 290 <= case["job_runtime_ms"] <= 400  # fio's own count of measured ms, the ramp left out
     assert case["total_ios"] > 256  # more 4 KiB reads than the file holds: it went round again
     by = {m["name"]: m for m in doc["metrics"]}
@@ -153,5 +153,5 @@ def test_iodepth_above_one_needs_an_asynchronous_engine(tmp_path: Path) -> None:
     assert "parameter iodepth=8 with ioengine=psync" in doc["reason"] and "libaio" in doc["reason"]
     proc, doc = run_suite(tmp_path / "b", {**params, "ioengine": "libaio"})
     assert proc.returncode == 0, proc.stderr
-    case = doc["context"]["fio_cases"]["rand_read"]
+    case = doc["context"]["fio_report"]["jobs"]["rand_read"]
     assert case["effective_iodepth"] == "8" and case["iodepth_level"]["8"] > 50

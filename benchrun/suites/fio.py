@@ -22,7 +22,7 @@ Parameters:
 fio runs from an argv list with ``--output-format=json``; its JSON is kept as
 ``raw/<run_id>_fio_r<k>_fio.json`` and read by :mod:`benchrun.ingest.fio` (metrics per
 case: ``bandwidth_mib_per_s``, ``iops``, ``p99_clat_ms``, each row with ``job_runtime_ms``
-and the p99 with ``samples``, the completions it is of). ``context.fio_cases`` gives per case
+and the p99 with ``samples``, the completions it is of). ``context.fio_report.jobs`` gives per case
 the measured milliseconds, the I/O count and the queue depth fio reached (``iodepth_level``,
 the share of I/Os at each depth, and ``effective_iodepth``, the depth most I/Os were issued
 at: a bucket of fio's 1, 2, 4, ..., >=64). No fio on PATH is a failed
@@ -40,7 +40,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from benchrun.ingest.fio import fio_context, fio_metrics, job_errors, parse_fio_json
+from benchrun.ingest.fio import fio_context, fio_metrics, parse_fio_json
 from benchrun.suites._common import ParamError, bool_param, check_known, int_param
 from benchrun.suites._runtime import SuiteContext, main
 
@@ -204,14 +204,8 @@ def run(ctx: SuiteContext) -> None:
         raise RuntimeError(f"fio wrote no JSON to {output.name}")
     ctx.samples["fio_json"] = str(output.relative_to(ctx.run_dir))
     doc = parse_fio_json(output.read_text(encoding="utf-8", errors="replace"), output.name)
-    ctx.context["fio_report"] = report = fio_context(doc)
-    ctx.context["fio_cases"] = {name: {k: job.get(k) for k in ("job_runtime_ms", "total_ios", "iodepth_level",
-                                                                 "effective_iodepth")}
-                                for name, job in report["jobs"].items()}
-    errors = job_errors(doc)
-    if errors:
-        raise RuntimeError(f"fio jobs failed: {'; '.join(errors)}")
-    rows = fio_metrics(doc)
+    ctx.context["fio_report"] = fio_context(doc)
+    rows = fio_metrics(doc, output.name)  # refuses failed jobs (benchrun.ingest.fio.job_errors)
     if not rows:
         raise RuntimeError("fio reported no I/O for any case")
     for row in rows:
