@@ -10,6 +10,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from benchrun.launch.k8s_objects import JOBSET_GROUP, JOBSET_VERSION, JOBSETS
+from benchrun.launch.podspec import LABEL_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ def create_or_adopt_job(client: Any, batch_api: Any, namespace: str, name: str, 
 
 
 # The labels that say which replicate (or layer) of which run a Job runs.
-IDENTITY_LABELS = tuple(f"benchrun.dev/{k}" for k in ("run-id", "layer", "suite", "replicate"))
+IDENTITY_LABELS = tuple(LABEL_PREFIX + k for k in ("run-id", "layer", "suite", "replicate"))
 
 
 def _labels(obj: Any) -> dict[str, str]:
@@ -58,8 +59,8 @@ def check_same_replicate(name: str, wanted: dict[str, str], found: dict[str, str
     differ = {k: found.get(k) for k in IDENTITY_LABELS if wanted.get(k) != found.get(k)}
     if differ:
         exc = ApiException(status=409, reason="Conflict")
-        theirs = ", ".join(f"{k.removeprefix('benchrun.dev/')}={v!r}" for k, v in differ.items())
-        mine = ", ".join(f"{k.removeprefix('benchrun.dev/')}={wanted.get(k)!r}" for k in differ)
+        theirs = ", ".join(f"{k.removeprefix(LABEL_PREFIX)}={v!r}" for k, v in differ.items())
+        mine = ", ".join(f"{k.removeprefix(LABEL_PREFIX)}={wanted.get(k)!r}" for k in differ)
         exc.body = json.dumps({"message": f"Job {name} already exists for {theirs}, not {mine}: not adopted "
                                           "(delete it if it is left over from another run)"})
         raise exc
