@@ -448,3 +448,21 @@ def test_compare_variable_may_name_a_field_only_the_baseline_has(tmp_path, monke
     var = "layers.component.suites[serve].env.OMP_NUM_THREADS"
     r = CliRunner().invoke(app, ["compare", "base", "cand", "--variable", var])
     assert not (r.exception and getattr(r.exception, "exit_code", None) == 2), r.output
+
+
+@pytest.mark.parametrize("confidence,n,primaries", [(0.9, 3, 2), (0.8, 3, 4), (0.9, 4, 7)])
+def test_the_exact_test_chosen_at_alpha_over_the_family_also_rejects_there(tmp_path, confidence, n, primaries):
+    """α = 1 − 0.9 is 0.0999…98 in binary and Holm's 2 × 1/C(6,3) is exactly 0.1: the exact rank
+    test was chosen (its smallest p reaches α/F) but the verdict asked p < α, so a halved
+    throughput was "inconclusive" and compare exited 0. One rejection rule now serves both."""
+    names = ["tokens_per_second"] + [f"m{i}" for i in range(primaries - 1)]
+    spec = {"spec": {"metrics": {"inference": {"primary": names}}, "layers": LAYERS,
+                     "trials": {"minReplicates": n, "confidenceLevel": confidence}}}
+    base = {("serve", "", k): ([100.0 + 0.5 * i for i in range(n)], "u", "higher") for k in names}
+    cand = {**base, ("serve", "", "tokens_per_second"): ([50.0 + 0.5 * i for i in range(n)], "u", "higher")}
+    make_run(tmp_path, "base", base, spec=spec)
+    make_run(tmp_path, "cand", cand, spec=spec)
+    gate, res = compare_runs(tmp_path / "runs" / "base", tmp_path / "runs" / "cand")
+    row = res.rows[res.rows["name"] == "tokens_per_second"].iloc[0]
+    assert row["gate_test"] == "exact_rank" and row["verdict"] == "regression", row.to_dict()
+    assert res.gating_regression

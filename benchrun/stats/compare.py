@@ -30,7 +30,7 @@ from benchrun.stats import batch, reading
 from benchrun.stats.describe import SERIES_KEYS, group_arrays
 from benchrun.stats.family import Primary, benjamini_hochberg, gating_mask, holm, parse_primary  # noqa: F401 (API)
 from benchrun.stats.effects import Shift, effect, hodges_lehmann, verdict, verdict_on_scale  # noqa: F401 (API)
-from benchrun.stats.ranktest import EXACT_MAX_N, mw_null_cdf, smallest_gating_n, smallest_one_sided_p  # noqa: F401
+from benchrun.stats.ranktest import EXACT_MAX_N, mw_null_cdf, rejects, smallest_gating_n, smallest_one_sided_p  # noqa: F401
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -392,7 +392,7 @@ def _margins(df: "pd.DataFrame", margin_of: Callable[[str], float | None], resul
 
 def gate_tests(n_baseline: np.ndarray, n_candidate: np.ndarray, family: int, alpha: float) -> np.ndarray:
     """Per gating row: ``exact_rank`` when 1/C(n+m, n) can pass α / family, else ``welch_t``."""
-    reach = np.array([smallest_one_sided_p(int(x), int(y)) <= alpha / max(family, 1) + 1e-15
+    reach = np.array([bool(rejects(smallest_one_sided_p(int(x), int(y)), alpha / max(family, 1)))
                       if x >= 1 and y >= 1 else False for x, y in zip(n_baseline, n_candidate)], dtype=bool)
     return np.where(reach, "exact_rank", "welch_t")
 
@@ -484,14 +484,14 @@ def _gate_and_verdicts(df: "pd.DataFrame", alpha: float, result: Comparison) -> 
             + "; qualified primaries (suite/metric[case]) shrink the family"
             + (f"; the family includes {failures} failed-replicate row(s) (a gating suite with a failed "
                f"launch adds one), without which the exact test "
-               + ("would gate" if smallest_one_sided_p(nb, nc) <= alpha / max(d.family - failures, 1) + 1e-15
+               + ("would gate" if rejects(smallest_one_sided_p(nb, nc), alpha / max(d.family - failures, 1))
                   else "still could not gate")
                if failures else ""))
     fam_fisher = gating & fisher & ~np.isnan(d.p_gate)
     if fam_fisher.any():
         fb = df.loc[fam_fisher]
         smallest = [smallest_one_sided_p(int(x), int(y)) for x, y in zip(fb["n_baseline"], fb["n_candidate"])]
-        if min(smallest) > alpha / d.family:
+        if not rejects(min(smallest), alpha / d.family):
             result.notes.append(f"failed-replicate counts gate with Fisher's exact test; with these replicate "
                                 f"counts its smallest p cannot pass Holm's first threshold ({alpha / d.family:.4f})")
     df["gate_test"] = d.gate_test

@@ -34,7 +34,7 @@ import numpy as np
 from scipy import stats
 
 from benchrun.stats.bminterval import accepted, rounding
-from benchrun.stats.ranktest import EXACT_MAX_N, mw_null_cdf, rank_pvalues
+from benchrun.stats.ranktest import EXACT_MAX_N, mw_null_cdf, rank_pvalues, rejects
 
 
 @lru_cache(maxsize=512)
@@ -195,9 +195,9 @@ def verdict_on_scale(shift: float, low: float, high: float, p_regression_adj: fl
     """
     if any(math.isnan(v) for v in (shift, low, high)):
         return "inconclusive"
-    if not math.isnan(p_regression_adj) and p_regression_adj < alpha and high < 0 and shift < -margin:
+    if rejects(p_regression_adj, alpha) and high < 0 and shift < -margin:
         return "regression"
-    if not math.isnan(p_improvement_adj) and p_improvement_adj < alpha and low > 0 and shift > margin:
+    if rejects(p_improvement_adj, alpha) and low > 0 and shift > margin:
         return "improvement"
     if margin > 0 and low >= -margin and high <= margin:
         return "no_change"

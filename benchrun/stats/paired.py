@@ -44,6 +44,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from scipy import stats
 
+from benchrun.stats.ranktest import rejects
+
 EXACT_MAX_PAIRS = 16
 MC_FLIPS = 20_000
 AFTER_FRACTION = 0.2  # α_c = α/5: the family-wise error after confirmation
@@ -170,7 +172,7 @@ def screened(df: Any, alpha: float) -> np.ndarray:
     shift, margin = df["shift"].to_numpy(dtype=float), df["margin"].to_numpy(dtype=float)
     with np.errstate(invalid="ignore"):
         return (df["gating"].to_numpy(bool) & (df["verdict"] == "inconclusive").to_numpy()
-                & (df["name"] != "failed_replicates").to_numpy() & (p <= alpha) & (shift < -margin))
+                & (df["name"] != "failed_replicates").to_numpy() & rejects(p, alpha) & (shift < -margin))
 
 
 def pairs_of(baseline: Any, candidate: Any, key: tuple[str, str, str]) -> tuple[np.ndarray, np.ndarray]:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from benchrun.errors import BenchrunError
+from benchrun.stats.ranktest import rejects
 
 HISTORY_RUNS = 20
 SIMS = 400
@@ -185,7 +186,7 @@ def power(n: int, cv: float, delta_pct: float, family: int, alpha: float, *, sim
         sl = slice(i * family, (i + 1) * family)
         d = C.decide({k: v[sl] for k, v in eff.items()}, np.ones(family, bool), sizes, sizes,
                      np.zeros(family), alpha)
-        hits += bool(d.p_adjusted[0] < alpha)
+        hits += bool(rejects(d.p_adjusted[0], alpha))
     return hits / sims
 
 

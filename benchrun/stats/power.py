@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchrun.stats.ranktest import smallest_gating_n, smallest_one_sided_p
+from benchrun.stats.ranktest import rejects, smallest_gating_n, smallest_one_sided_p
 
 DEFAULT_CONFIDENCE = 0.95
 
@@ -76,7 +76,7 @@ def gating_warnings(doc: Any) -> list[tuple[tuple[str, ...], str]]:
     floor = smallest_one_sided_p(n, n)
     per_test = (f"; each bare or unqualified name counts once per suite and case that reports it "
                 f"({bare} here), so the real family may be larger" if bare else "")
-    if floor <= alpha / family + 1e-15:
+    if rejects(floor, alpha / family):
         return []
     need = smallest_gating_n(family, alpha)
     return [(("spec", "trials", "minReplicates"),

@@ -130,6 +130,17 @@ def mw_null_cdf(n: int, m: int) -> np.ndarray:
     return np.minimum(np.cumsum(pmf), 1.0)
 
 
+REL_TOL = 1e-9
+
+
+def rejects(p: "float | np.ndarray", alpha: float) -> "bool | np.ndarray":
+    """The one rejection rule every test, reachability check and verdict uses: p ≤ α, with a
+    relative tolerance of 1e-9 so that binary rounding cannot split them (α = 1 − 0.9 is
+    0.09999999999999998, and Holm's 2 × 1/20 is 0.1: the exact test chosen because its smallest
+    p reaches α/2 must then reject at that p). NaN never rejects. Arrays give arrays."""
+    return np.less_equal(p, alpha * (1 + REL_TOL))
+
+
 def smallest_one_sided_p(n: int, m: int) -> float:
     """The smallest one-sided exact p attainable with n vs m replicates: 1 / C(n+m, n)."""
     return 1.0 / math.comb(int(n) + int(m), int(n))
@@ -139,6 +150,6 @@ def smallest_gating_n(family: int, alpha: float, *, max_n: int = 50) -> int | No
     """Fewest replicates per arm (n = m) at which a one-sided exact rank test can pass Holm's
     first threshold α / family; None when not even ``max_n`` can."""
     for n in range(2, max_n + 1):
-        if smallest_one_sided_p(n, n) <= alpha / max(1, family) + 1e-15:
+        if rejects(smallest_one_sided_p(n, n), alpha / max(1, family)):
             return n
     return None

@@ -25,6 +25,7 @@ import numpy as np
 from scipy import stats
 
 from benchrun.stats.family import Primary, parse_primary
+from benchrun.stats.ranktest import rejects
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -115,7 +116,7 @@ def _exact_floor(n_b: int, n_c: int, two_sided: bool) -> float:
 
 def _floor_n(alpha_tail: float, two_sided: bool) -> int | None:
     for n in range(2, MAX_PLANNED_N + 1):
-        if _exact_floor(n, n, two_sided) <= alpha_tail * (2 if two_sided else 1) + 1e-15:
+        if rejects(_exact_floor(n, n, two_sided), alpha_tail * (2 if two_sided else 1)):
             return n
     return None
 
@@ -171,7 +172,7 @@ def detectable(df: "pd.DataFrame", alpha: float, family: int, gate_test: np.ndar
         exact = not gating or str(gate_test[i]) != "welch_t"
         se = float(se_all[i])
         log = scale[i] == "log"
-        reachable = not exact or _exact_floor(int(nb[i]), int(nc[i]), two_sided) <= tail * (2 if two_sided else 1) + 1e-15
+        reachable = not exact or bool(rejects(_exact_floor(int(nb[i]), int(nc[i]), two_sided), tail * (2 if two_sided else 1)))
         mde[i] = _q(tail, int(nb[i] + nc[i] - 2)) * se if reachable else math.inf
         mde_pct[i] = _pct(mde[i], log) if reachable else math.inf
         effect = abs(s[i])

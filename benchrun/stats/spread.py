@@ -26,6 +26,8 @@ from typing import Any, Callable
 import numpy as np
 from scipy import stats
 
+from benchrun.stats.ranktest import rejects
+
 SPREAD_CHANGED = "spread changed"
 
 
@@ -90,12 +92,12 @@ def apply_spread(df: Any, values_of: Callable[[int], tuple[np.ndarray, np.ndarra
         mb, mc = _mad(b), _mad(c)
         df.at[i, "p_brunner_munzel"] = p_bm
         df.at[i, "spread_ratio"] = mc / mb if mb > 0 else math.inf if mc > 0 else 1.0
-        if min(1.0, p_bm * max(factor, 1.0)) < alpha:
+        if rejects(min(1.0, p_bm * max(factor, 1.0)), alpha):
             continue  # the shift stands (the scale test is run only where it decides something)
         p_sc = scale_p(b, c)
         df.at[i, "p_spread"] = p_sc
         ratio, was = df.at[i, "spread_ratio"], df.at[i, "verdict"]
-        if p_sc < alpha:
+        if rejects(p_sc, alpha):
             df.at[i, "verdict"] = SPREAD_CHANGED
             note = f"spread changed (candidate MAD {ratio:.2g}x the baseline's); the median's shift is not established"
         else:
@@ -178,7 +180,7 @@ def flag_spread(df: Any, matrices: Callable[[np.ndarray, int, int], tuple[np.nda
     for i, a in zip(tested, adj):
         i = int(i)
         df.at[i, "p_spread_adjusted"] = float(a)
-        if not a < alpha:
+        if not rejects(a, alpha):
             continue
         wider = bool(ratio[i] > 1)  # the test's own statistic: a significant row is never at 1
         df.at[i, "spread"] = "wider" if wider else "narrower"
