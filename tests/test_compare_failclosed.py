@@ -466,3 +466,25 @@ def test_the_exact_test_chosen_at_alpha_over_the_family_also_rejects_there(tmp_p
     row = res.rows[res.rows["name"] == "tokens_per_second"].iloc[0]
     assert row["gate_test"] == "exact_rank" and row["verdict"] == "regression", row.to_dict()
     assert res.gating_regression
+
+
+def test_replicates_that_lost_their_device_part_way_count_as_failed(tmp_path):
+    """3 of 5 candidate launches `unavailable` while the other 2 measured: the device went away,
+    and judging the 2 survivors exited 0. They count as failed (refused like failures); a suite
+    unavailable in every replicate of both arms (no GPU here) is no failure."""
+    rng = np.random.default_rng(2)
+    spec = {"spec": {"metrics": {"inference": {"primary": ["tokens_per_second"]}}, "layers": LAYERS}}
+
+    def m():
+        return {("serve", "", "tokens_per_second"): (lognormal_replicates(rng, 100, 0.02, 5), "tok/s", "higher")}
+
+    make_run(tmp_path, "base", m(), spec=spec)
+    make_run(tmp_path, "cand", m(), spec=spec, launches={"serve": ["ok", "ok", "unavailable", "unavailable", "unavailable"]})
+    gate, res = compare_runs(tmp_path / "runs" / "base", tmp_path / "runs" / "cand")
+    assert res is None and [r.reason for r in gate.refusals] == ["ReplicatesFailed"], gate.message()
+    assert "3 of 5 candidate replicates failed" in gate.message()
+    from benchrun.stats.load import replicate_table
+
+    gpu = {("serve", "", "tokens_per_second"): ([], "tok/s", "higher")}
+    make_run(tmp_path, "none-here", gpu, spec=spec, launches={"serve": ["unavailable"] * 5})
+    assert replicate_table(tmp_path / "runs" / "none-here", include_failed=True).empty

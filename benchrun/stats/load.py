@@ -106,7 +106,9 @@ def replicate_table(run_dir: str | os.PathLike[str], *, include_failed: bool = F
     and unavailable replicates have no values). With ``include_failed``, each failed
     replicate of a suite adds one row with its status (``failed``), an empty metric and a
     NaN value, so a comparison can count failures per arm instead of silently keeping only
-    the launches that survived. Several rows for one
+    the launches that survived. An ``unavailable`` replicate of a suite that other replicates
+    of the same run measured counts as failed too: the device was there and went away (a
+    suite unavailable in every replicate — no GPU on this host — is not a failure). Several rows for one
     (suite, case, metric, replicate) — per-rank values — are summarised by their median,
     because a replicate (one launch) is the unit of replication, never a rank or sample.
     """
@@ -122,6 +124,8 @@ def replicate_table(run_dir: str | os.PathLike[str], *, include_failed: bool = F
 
     launched = launch_statuses(run_dir)
     seen: set[tuple[str, int]] = set()
+    unavailable: list[tuple[str, int]] = []
+    measured: set[str] = set()
     for doc in suite_results(run_dir):
         key = (str(doc.get("suite")), int(doc.get("replicate", 0)))
         seen.add(key)
@@ -132,7 +136,10 @@ def replicate_table(run_dir: str | os.PathLike[str], *, include_failed: bool = F
         if status != "ok":
             if status == "failed":
                 fail(*key)
+            elif status == "unavailable":
+                unavailable.append(key)
             continue
+        measured.add(key[0])
         for m in doc.get("metrics", []):
             rows.append(
                 {
@@ -147,7 +154,13 @@ def replicate_table(run_dir: str | os.PathLike[str], *, include_failed: bool = F
                 }
             )
     for key, status in sorted((launched or {}).items()):
-        if key not in seen and status != "unavailable":  # launched, but no result document stayed
+        if key not in seen:  # launched, but no result document stayed
+            if status == "unavailable":
+                unavailable.append(key)
+            else:
+                fail(*key)
+    for key in sorted(unavailable):
+        if key[0] in measured:  # lost part-way: the replicates that ran cannot speak for the others
             fail(*key)
     df = pd.DataFrame(rows, columns=list(REPLICATE_COLUMNS))
     if df.empty:
