@@ -488,3 +488,29 @@ def test_replicates_that_lost_their_device_part_way_count_as_failed(tmp_path):
     gpu = {("serve", "", "tokens_per_second"): ([], "tok/s", "higher")}
     make_run(tmp_path, "none-here", gpu, spec=spec, launches={"serve": ["unavailable"] * 5})
     assert replicate_table(tmp_path / "runs" / "none-here", include_failed=True).empty
+
+
+def test_a_primary_left_out_of_some_ok_candidate_replicates_is_not_cleared(tmp_path):
+    """The load generator leaves `capacity_at_slo` out when no point met the SLO (the worst
+    outcome): a candidate that reported it in 2 of 5 ok replicates was judged on those 2 and
+    exited 0 as `no_change`. Left out more often than in the baseline, it is refused."""
+    rng = np.random.default_rng(3)
+    spec = {"spec": {"metrics": {"inference": {"primary": ["tokens_per_second", "capacity_at_slo"]}}, "layers": LAYERS}}
+    tps = ("serve", "", "tokens_per_second")
+    make_run(tmp_path, "base", {tps: (lognormal_replicates(rng, 100, 0.02, 5), "tok/s", "higher"),
+                                ("serve", "sweep", "capacity_at_slo"): ([8.0] * 5, "requests", "higher")}, spec=spec)
+    base_metrics = {tps: (lognormal_replicates(rng, 100, 0.02, 5), "tok/s", "higher")}
+    make_run(tmp_path, "cand", {**base_metrics, ("serve", "sweep", "capacity_at_slo"): ([8.0, 8.0], "requests", "higher")},
+             spec=spec)
+    gate, res = compare_runs(tmp_path / "runs" / "base", tmp_path / "runs" / "cand")
+    assert res is None and [r.reason for r in gate.refusals] == ["PrimaryNotMeasured"], gate.message()
+    assert "capacity_at_slo[sweep] has a value in only 2 of 5 ok candidate replicates (5 of 5" in gate.message()
+    # left out as often in both arms: both are judged on what they reported, as before
+    make_run(tmp_path, "base2", {tps: (lognormal_replicates(rng, 100, 0.02, 5), "tok/s", "higher"),
+                                 ("serve", "sweep", "capacity_at_slo"): ([8.0, 8.0, 8.0], "requests", "higher")}, spec=spec)
+    gate, res = compare_runs(tmp_path / "runs" / "base2", tmp_path / "runs" / "cand")
+    assert res is None and "2 of 5 ok candidate replicates (3 of 5" in gate.message()
+    make_run(tmp_path, "cand2", {**base_metrics, ("serve", "sweep", "capacity_at_slo"): ([8.0, 8.0, 8.0], "requests", "higher")},
+             spec=spec)
+    gate, res = compare_runs(tmp_path / "runs" / "base2", tmp_path / "runs" / "cand2")
+    assert res is not None and gate.refusals == [], gate.message()

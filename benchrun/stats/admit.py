@@ -270,9 +270,29 @@ def unmeasured_primaries(rows: "pd.DataFrame", primary: Iterable[str]) -> list[R
                                          if a in arms) else "has fewer than 2 ok replicates"
             out.append(Refusal(PRIMARY_UNMEASURED, f"primary {r.metric} {what} in the {' and '.join(arms)} "
                                                    f"({r.n_baseline} vs {r.n_candidate} ok replicates)"))
+        out.extend(_partly_reported(hit.drop(short.index)))
     if primary and not measured_any and not out:
         out.append(Refusal(PRIMARY_UNMEASURED, f"none of the primaries ({', '.join(sorted(primary))}) has a value "
                                                "in either run: nothing gates"))
+    return out
+
+
+def _partly_reported(hit: "pd.DataFrame") -> list[Refusal]:
+    """Gating rows that the candidate's ok replicates left out more often than the baseline's:
+    a suite may leave a metric out when it has no value to give (the load generator omits
+    ``capacity_at_slo`` when no point met the SLO, the worst outcome), so judging the
+    replicates that reported it would clear a candidate on its best launches."""
+    if "ok_candidate" not in hit.columns:
+        return []
+    out = []
+    for r in hit.itertuples():
+        nb, nc, ob, oc = int(r.n_baseline), int(r.n_candidate), int(r.ok_baseline), int(r.ok_candidate)
+        if oc > nc and (oc - nc) * max(ob, 1) > max(ob - nb, 0) * oc:
+            out.append(Refusal(PRIMARY_UNMEASURED, f"primary {r.metric} has a value in only {nc} of {oc} ok candidate "
+                                                   f"replicates ({nb} of {ob} in the baseline): the replicates that "
+                                                   "left it out are not judged, so the pair is not cleared; see why "
+                                                   "they gave no value (their result documents' context) and run "
+                                                   "again"))
     return out
 
 
@@ -371,8 +391,17 @@ def measured_rows(baseline: "pd.DataFrame", candidate: "pd.DataFrame") -> "pd.Da
     m = m.fillna({"n_baseline": 0, "n_candidate": 0})
     from benchrun.stats.compare import _label
 
+    def ok_replicates(t: "pd.DataFrame") -> dict[str, int]:
+        if t.empty:
+            return {}
+        ok = t[t["status"].astype(str) == "ok"] if "status" in t.columns else t
+        return {str(k): int(v) for k, v in ok.groupby("suite")["replicate"].nunique().items()}
+
+    ok_b, ok_c = ok_replicates(baseline), ok_replicates(candidate)
     return pd.DataFrame({
         "suite": m["suite"].astype(str), "case": m["case"].astype(str), "name": m["metric"].astype(str),
         "metric": [_label(s, c, n) for s, c, n in zip(m["suite"], m["case"], m["metric"])],
         "n_baseline": m["n_baseline"].astype(int), "n_candidate": m["n_candidate"].astype(int),
+        "ok_baseline": [ok_b.get(str(s), 0) for s in m["suite"]],
+        "ok_candidate": [ok_c.get(str(s), 0) for s in m["suite"]],
     })
