@@ -264,3 +264,18 @@ def test_the_noisiest_case_of_a_suite_decides_its_plan(tmp_path):
     assert "noisiest of 2 cases, p99_latency_ms[c=16]" in got.note
     at_pooled, _p, _n = _needed(pooled, 5.0, 2, 0.05, 3, target=0.8, max_n=20, sims=120)
     assert got.needed is not None and at_pooled is not None and got.needed > at_pooled, (got.needed, at_pooled)
+
+
+def test_a_request_percentile_is_planned_for_the_pooled_requests_the_comparison_needs(tmp_path, canary_doc):
+    """The canary's serving_workflow runs 80 requests a replicate; its p99 is judged on the arms'
+    pooled requests and needs 368. With quiet history the replicate-level power asked for 4
+    replicates (320 requests), a count every comparison refuses (PrimaryNotGateable)."""
+    rng = np.random.default_rng(0)
+    doc = {**canary_doc, "spec": {**canary_doc["spec"], "metrics": {"inference": {
+        "primary": ["serving_workflow/p99_latency_ms[c=4]", "serving_workflow/tokens_per_second[c=4]"]}}}}
+    _history(tmp_path, {("serving_workflow", "c=4", "p99_latency_ms"): 0.01,
+                        ("serving_workflow", "c=4", "tokens_per_second"): 0.01}, 4, rng)
+    plans = {p.metric: p for p in plan(doc, "w" * 64, tmp_path, sims=60)}
+    p99, tps = plans["serving_workflow/p99_latency_ms[c=4]"], plans["serving_workflow/tokens_per_second[c=4]"]
+    assert tps.needed is not None and tps.needed < 5
+    assert p99.needed == 5 and "needs 368: at 80 requests a replicate (requests) at least 5 replicates" in p99.note

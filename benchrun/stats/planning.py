@@ -221,6 +221,25 @@ def _needed(cv: float, delta: float, family: int, alpha: float, current: int, *,
     return lo, (seen[current] if current in seen else pw(current) if current >= 2 else None), ""
 
 
+def _request_floor(doc: dict[str, Any], suite: str, metric: str, confidence: float) -> tuple[int, str] | None:
+    """For a request-level percentile (``p99_latency_ms``) of a suite with a fixed request count:
+    (the fewest replicates whose pooled requests reach ``tails.requests_needed``, the note). The
+    comparison judges such a percentile on the arms' pooled requests and refuses it below that
+    count (PrimaryNotGateable), whatever the replicate-level power says; None otherwise."""
+    from benchrun.stats.power import suite_request_counts
+    from benchrun.stats.tails import percentile_of, requests_needed
+
+    q = percentile_of(metric)
+    count = suite_request_counts(doc).get(suite)
+    if q is None or count is None:
+        return None
+    requests, key = count[0], count[1]
+    need = requests_needed(q, confidence)
+    reps = max(2, -(-need // max(requests, 1)))
+    return reps, (f"a p{q * 100:g} is judged on pooled requests and needs {need}: at {requests} requests a "
+                  f"replicate ({key}) at least {reps} replicates; the power above is of replicate p{q * 100:g}s")
+
+
 def plan(doc: dict[str, Any], digest: str | None, home: Path, *, target: float = 0.8, max_n: int = 30,
          sims: int = SIMS) -> list[MetricPlan]:
     """The replicate plan of every primary metric of a spec document (camelCase, as written), one
@@ -260,6 +279,11 @@ def plan(doc: dict[str, Any], digest: str | None, home: Path, *, target: float =
             cv = _cv(*acc[worst])
             needed, at_now, note = _needed(cv, delta, family, alpha, now, target=target, max_n=max_n, sims=sims)
             notes = [note]
+            floor = _request_floor(doc, suite, name, 1.0 - alpha)
+            if floor is not None:
+                reps, why = floor
+                notes.append(why)
+                needed = max(needed, reps) if needed is not None else None
             if len(acc) > 1:
                 pooled = _pooled(acc)
                 label = f"{worst[2]}[{worst[1]}]" if worst[1] else worst[2]

@@ -89,24 +89,20 @@ def gating_warnings(doc: Any) -> list[tuple[tuple[str, ...], str]]:
              + ", or gate on fewer (qualified) primaries")]
 
 
-def percentile_warnings(doc: Any) -> list[tuple[tuple[str, ...], str]]:
-    """``(path, message)`` per serving suite whose fixed request count cannot support a primary
-    percentile it reports: pooled over the replicates it must reach ``tails.requests_needed``. A
-    suite says which parameter fixes its requests (its module's ``REQUEST_COUNT``: name, default);
-    in duration or trace mode the count is not known ahead, and nothing is said."""
+def suite_request_counts(doc: Any) -> dict[str, tuple[int, str, int, tuple[Any, ...]]]:
+    """Per enabled serving suite with a fixed request count: (requests a replicate, the
+    parameter that sets it, its replicates, the parameter's spec path). A suite says which
+    parameter fixes its requests (its module's ``REQUEST_COUNT``: name, default); in duration
+    or trace mode the count is not known ahead, and the suite is left out."""
     import importlib
 
     from benchrun.spec.builtin_suites import suite_module
-    from benchrun.stats.tails import percentile_of, requests_needed
 
     read = _trials(doc)
     if read is None:
-        return []
-    spec, minimum, conf = read
-    metrics = spec.get("metrics") if isinstance(spec.get("metrics"), dict) else {}
-    primaries = [str(p) for fam in metrics.values() if isinstance(fam, dict) and fam.get("enabled", True)
-                 and isinstance(fam.get("primary"), list) for p in fam["primary"]]
-    out = []
+        return {}
+    spec, minimum, _conf = read
+    out = {}
     layers = spec.get("layers") if isinstance(spec.get("layers"), list) else []
     for i, layer in enumerate(layers):
         if not isinstance(layer, dict) or layer.get("enabled") is False:
@@ -128,17 +124,35 @@ def percentile_warnings(doc: Any) -> list[tuple[tuple[str, ...], str]]:
             reps = reps if isinstance(reps, int) and not isinstance(reps, bool) else minimum
             if not isinstance(requests, int) or isinstance(requests, bool) or reps < 1:
                 continue
-            name = str(suite.get("name"))
-            for entry in primaries:
-                owner, _, metric = entry.rpartition("/")
-                q = percentile_of(metric.split("[", 1)[0])
-                if q is None or owner not in ("", name):
-                    continue
-                need = requests_needed(q, float(conf))
-                if requests * reps < need:
-                    out.append((("spec", "layers", i, "suites", j, "parameters", key),
-                                f"primary {entry}: {reps} replicates x {requests} requests = {requests * reps} pooled "
-                                f"requests, and a p{q * 100:g} needs {need}: every comparison will refuse the pair "
-                                f"(PrimaryNotGateable); set {key} to at least {-(-need // reps)}, or gate on another "
-                                "metric"))
+            out[str(suite.get("name"))] = (requests, key, reps, ("spec", "layers", i, "suites", j, "parameters", key))
+    return out
+
+
+def percentile_warnings(doc: Any) -> list[tuple[tuple[str, ...], str]]:
+    """``(path, message)`` per serving suite whose fixed request count cannot support a primary
+    percentile it reports: pooled over the replicates it must reach ``tails.requests_needed``
+    (:func:`suite_request_counts`)."""
+    from benchrun.stats.tails import percentile_of, requests_needed
+
+    read = _trials(doc)
+    if read is None:
+        return []
+    spec, _minimum, conf = read
+    metrics = spec.get("metrics") if isinstance(spec.get("metrics"), dict) else {}
+    primaries = [str(p) for fam in metrics.values() if isinstance(fam, dict) and fam.get("enabled", True)
+                 and isinstance(fam.get("primary"), list) for p in fam["primary"]]
+    out = []
+    for name, (requests, key, reps, path) in suite_request_counts(doc).items():
+        for entry in primaries:
+            owner, _, metric = entry.rpartition("/")
+            q = percentile_of(metric.split("[", 1)[0])
+            if q is None or owner not in ("", name):
+                continue
+            need = requests_needed(q, float(conf))
+            if requests * reps < need:
+                out.append((path,
+                            f"primary {entry}: {reps} replicates x {requests} requests = {requests * reps} pooled "
+                            f"requests, and a p{q * 100:g} needs {need}: every comparison will refuse the pair "
+                            f"(PrimaryNotGateable); set {key} to at least {-(-need // reps)}, or gate on another "
+                            "metric"))
     return out
