@@ -514,3 +514,43 @@ def test_a_primary_left_out_of_some_ok_candidate_replicates_is_not_cleared(tmp_p
              spec=spec)
     gate, res = compare_runs(tmp_path / "runs" / "base2", tmp_path / "runs" / "cand2")
     assert res is not None and gate.refusals == [], gate.message()
+
+
+def test_a_confirmation_round_before_a_refusal_stays_on_record(tmp_path):
+    """A suspected regression ran its confirmation round (15 pairs, 2 minutes in the reviewer's
+    run) and the pair was then refused on what the rows showed: the comparison document kept
+    only the gate, and the status said "nothing judged". The round and the rows stay on record."""
+    import pandas as pd
+
+    from benchrun.stats.analysis import gate_condition
+
+    rng = np.random.default_rng(5)
+    spec = {"spec": {"metrics": {"inference": {"primary": ["tokens_per_second", "capacity_at_slo"]}}, "layers": LAYERS}}
+    tps = ("serve", "", "tokens_per_second")
+    make_run(tmp_path, "base", {tps: ([100, 101, 99, 100.5, 99.5], "tok/s", "higher"),
+                                ("serve", "sweep", "capacity_at_slo"): ([8.0] * 5, "requests", "higher")}, spec=spec)
+    make_run(tmp_path, "cand", {tps: ([95, 94.5, 95.5, 94, 96], "tok/s", "higher"),
+                                ("serve", "sweep", "capacity_at_slo"): ([8.0, 8.0], "requests", "higher")}, spec=spec)
+    calls = []
+
+    def round_(keys):
+        calls.append(sorted(keys))
+        rows = [{"suite": s, "case": c, "metric": m, "unit": "tok/s", "direction": "higher", "replicate": i,
+                 "value": float(v), "status": "ok"} for s, c, m in keys for i, v in enumerate(rng.normal(100, 1, 5), 1)]
+        t = pd.DataFrame(rows)
+        return t, t.assign(value=t["value"] * 1.001), {"scheme": "fabricated"}
+
+    gate, res = compare_runs(tmp_path / "runs" / "base", tmp_path / "runs" / "cand", confirm=round_)
+    assert res is None and calls == [[tps]] and [r.reason for r in gate.refusals] == ["PrimaryNotMeasured"]
+    doc = json.loads(write_comparison(gate, res, "base", tmp_path / "runs" / "cand").read_text())
+    assert doc["confirmation"] == "not_confirmed" and doc["confirmation_evidence"]["scheme"] == "fabricated"
+    row = next(r for r in doc["unjudged"]["metrics"] if r["metric"] == "serve/tokens_per_second")
+    assert row["confirmation"] == "not_confirmed"
+    cond = gate_condition(gate)
+    assert cond["reason"] == "NotComparable" and "a confirmation round ran and did not confirm" in cond["message"]
+    assert doc["condition"] == cond
+    from benchrun.report import content
+    from benchrun.stats.load import load_run
+
+    v = content.verdict(load_run(tmp_path / "runs" / "cand"), doc)
+    assert v.regressions == "not compared" and "did not confirm the suspected regression" in v.against

@@ -198,6 +198,9 @@ def verdict(run: "RunInfo", comparison: dict[str, Any] | None) -> Verdict:
         gate = comparison.get("gate") or {}
         against = (f"Not comparable, nothing judged: {gate.get('message', '')}" if gate.get("comparable") is False
                    else f"Refused by the one-variable gate: {gate.get('message', '')}")
+        if comparison.get("confirmation") == "not_confirmed":
+            against += (" A confirmation round ran and did not confirm the suspected regression; its rows and "
+                        "launches are in the comparison document.")
     else:
         baseline = comparison.get("baseline")
         cond = comparison.get("condition") or {}

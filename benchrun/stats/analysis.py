@@ -176,6 +176,7 @@ def compare_runs(
         # "no regression" is only said about what both runs measured; a regression (e.g. a
         # failure count) is still said when the measured part shows one
         gate.refusals.extend(unmeasured)
+        gate.unjudged = result
         log.info("%s", gate.message())
         return gate, None
     if unmeasured:
@@ -188,7 +189,13 @@ def compare_runs(
 def gate_condition(gate: GateResult) -> dict[str, str]:
     """``RegressionDetected`` for a refused pair: Unknown, since nothing was judged."""
     if gate.not_comparable:
-        return admit.condition(gate.refusals)
+        cond = admit.condition(gate.refusals)
+        ran = gate.unjudged.confirmation if gate.unjudged is not None else "not_needed"
+        if ran == "not_confirmed":
+            cond["message"] += ("; a confirmation round ran and did not confirm the suspected regression: the rows "
+                                "and its launches are in the comparison document ('unjudged', "
+                                "'confirmation_evidence')")
+        return cond
     return {"type": "RegressionDetected", "status": "Unknown", "reason": "GateRefused",
             "message": gate.message()}
 
@@ -213,4 +220,8 @@ def write_comparison(
         doc.update(confidence_level=result.confidence, metrics=result.records(), notes=result.notes,
                    confirmation=result.confirmation, condition=result.condition(),
                    confirmation_evidence=result.confirmation_evidence)
+    elif gate.unjudged is not None:  # refused on what the rows showed: they, and any round, stay on record
+        un = gate.unjudged
+        doc.update(confirmation=un.confirmation, confirmation_evidence=un.confirmation_evidence,
+                   unjudged={"confidence_level": un.confidence, "metrics": un.records(), "notes": un.notes})
     return atomic_write_json(rd / "structured" / f"{rd.name}_comparison.json", doc)

@@ -194,6 +194,10 @@ class GateResult:
     problems: list[str] = field(default_factory=list)
     # fail-closed refusals (benchrun.stats.admit): the pair is not comparable at all
     refusals: list[Any] = field(default_factory=list)
+    # the comparison computed before a refusal that only its rows could show (a primary not
+    # gateable, failed replicates): kept for the record — its rows and any confirmation round
+    # that ran — never a verdict (benchrun.stats.analysis.write_comparison)
+    unjudged: Any = None
 
     @property
     def refused(self) -> list[FieldDiff]:
