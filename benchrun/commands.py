@@ -99,8 +99,10 @@ def print_headline(console: Any, run_dir: Path, run_id: str) -> bool:
     total = len(stats.summary)
     console.print(f"{shown} headline of {total} metrics (★ gates against the baseline; † interval = the "
                   "replicates' whole range"
-                  + ("; vs baseline = the change as measured, + when the value went up, better/worse by the "
-                     "metric's direction" if compared else "") + "); "
+                  + ("; vs baseline = the estimated change the verdict is about, + when the value went up, "
+                     "better/worse by the metric's direction: Hodges–Lehmann over replicates (a request percentile: "
+                     "its pooled requests' p99), not the ratio of the medians, and it can differ from that even "
+                     "in sign when replicates cluster" if compared else "") + "); "
                   f"every metric: `benchrun show {run_id} --all` or the report", markup=False)
     return True
 

@@ -89,6 +89,8 @@ def test_cli_json_and_report_agree_on_sign_and_better_worse(tmp_path, monkeypatc
     text = runner.invoke(app, ["compare", "base", "cand"], terminal_width=250).output
     line = next(x for x in text.splitlines() if "p99_latency_ms" in x)
     assert want in line and "worse" in line
+    # the change is the estimate the verdict is about, not the medians' ratio: the CLI says so, as the report does
+    assert "not the ratio of the two medians shown" in " ".join(text.split())
     write_comparison(gate, res, "base", c)
     html = build_report(c).read_text()
     assert f"{want} " in html and "worse" in html.split(want, 1)[1][:80]

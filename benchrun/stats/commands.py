@@ -158,7 +158,10 @@ def display_order(records: list[dict]) -> list[dict]:
 P_ADJ_NOTE = ("p adj: gating rows (★) are Holm-adjusted over the one-sided p in the regression direction "
               "(the gate); secondary rows Benjamini–Hochberg over the two-sided p, as their own family; context "
               "rows are in no family. MDE: the smallest change this n detects with 80 % power at that corrected α. "
-              "ratio in the JSON is on the higher-is-better scale; change_pct is as measured.")
+              "ratio in the JSON is on the higher-is-better scale; change_pct is as measured. change: the "
+              "estimated shift the verdict is about (Hodges–Lehmann over replicates; a request percentile's "
+              "baseline and candidate are its pooled requests' p99), not the ratio of the two medians shown: "
+              "when replicates cluster they can differ, even in sign.")
 
 
 def change_cells(r: dict) -> tuple[str, str]:
