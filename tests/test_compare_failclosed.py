@@ -136,6 +136,28 @@ def test_an_analyzing_candidate_is_admitted_only_by_the_asset(tmp_path):
     assert admit.NOT_SUCCEEDED in _reasons(tmp_path, "cand", "base", candidate_in_progress=True)[0]
 
 
+def test_a_retried_candidate_is_compared_as_the_run_in_progress(tmp_path):
+    """A retry that resumes after its attempt was marked Failed (a failed step, a reaped process)
+    or Canceled still reads that phase while the asset compares it: what its suites measured
+    decides, as for a first attempt (it was refused as "not Succeeded (phase Failed, outcome
+    failed)" and the run ended Succeeded with that verdict). Only for the run in progress."""
+    rng = np.random.default_rng(14)
+    make_run(tmp_path, "base", _metrics(rng), spec=SPEC)
+    for run_id, phase, measured in (("failed-ok", "Failed", "succeeded"), ("canceled-partial", "Canceled", "partial"),
+                                    ("failed-bad", "Failed", "failed"), ("canceled-early", "Canceled", None)):
+        make_run(tmp_path, run_id, _metrics(rng), spec=SPEC, sealed=False,
+                 status={"phase": phase, "outcome": phase.lower(), "outcome_measured": measured})
+    assert _reasons(tmp_path, "base", "failed-ok", candidate_in_progress=True)[0] == set()
+    assert _reasons(tmp_path, "base", "canceled-partial", candidate_in_progress=True)[0] == set()
+    # what the suites measured failed, or the run was canceled before they finished: refused still
+    for run_id in ("failed-bad", "canceled-early"):
+        assert _reasons(tmp_path, "base", run_id, candidate_in_progress=True)[0] == {admit.NOT_SUCCEEDED}
+    # any other run in that state is refused: it is not the one being materialized
+    assert admit.NOT_SUCCEEDED in _reasons(tmp_path, "base", "failed-ok")[0]
+    make_run(tmp_path, "cand", _metrics(rng), spec=SPEC, sealed=False, status={"phase": "Analyzing", "outcome": "succeeded"})
+    assert admit.NOT_SUCCEEDED in _reasons(tmp_path, "failed-ok", "cand", candidate_in_progress=True)[0]
+
+
 def test_refused_comparison_writes_an_unknown_condition(tmp_path):
     rng = np.random.default_rng(5)
     make_run(tmp_path, "base", _metrics(rng), spec=SPEC)
