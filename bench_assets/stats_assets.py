@@ -229,9 +229,12 @@ def baseline_comparison(context: dg.AssetExecutionContext, confirm_round: Confir
         context.log.warning(f"no baseline: {exc}")
         base_dir = None
         alias = alias_of(ref) if ref else None
-        if alias is not None and alias_path(_run_dir(run_id).parent.parent, alias).is_file():
-            # a baseline was set but is gone: nothing shows this run did not regress, so not "False"
+        if alias is None or alias_path(_run_dir(run_id).parent.parent, alias).is_file():
+            # a baseline was named (a run, or an alias that is set) but is gone: nothing shows this run
+            # did not regress, so not "False" (no_gating_regression fails on it); an alias never set is
+            # a first run, with nothing to compare yet
             RunDir.for_run(run_id).set_condition("RegressionDetected", "Unknown", "BaselineMissing", str(exc))
+            return dg.MaterializeResult(metadata={"compared": False, "baseline_missing": True, "reason": str(exc)})
     if base_dir is None or base_dir.name == run_id:
         return dg.MaterializeResult(metadata={"compared": False, "reason": f"no baseline resolved from {ref!r}"})
     gate, res = analysis.compare_runs(base_dir, rd, confirm=confirm_round.hook(context, base_dir.name, run_id),
@@ -249,12 +252,24 @@ def baseline_comparison(context: dg.AssetExecutionContext, confirm_round: Confir
     return dg.MaterializeResult(metadata=meta)
 
 
-@dg.asset_check(asset=baseline_comparison, description="No gating (primary) metric regressed, confirmed.")
+@dg.asset_check(asset=baseline_comparison, description="No gating (primary) metric regressed, confirmed. A "
+                "named baseline that is missing fails it (nothing judged); a first run, whose alias is not set "
+                "yet, passes.")
 def no_gating_regression(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
     import json
 
+    from benchrun.rundir import RunDir
+
+    rd = RunDir.for_run(context.partition_key)
+    conds = (rd.read_status().get("conditions") or []) if rd.exists() else []
+    cond = next((c for c in conds if c.get("type") == "RegressionDetected"), {})
+    if cond.get("reason") == "BaselineMissing":  # set by the latest comparison: a comparison file is older
+        return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.ERROR,
+                                   description=f"no baseline to compare with: {cond.get('message')}",
+                                   metadata={"compared": False, "regression_detected": "Unknown",
+                                             "reason": "BaselineMissing"})
     path = _run_dir(context.partition_key) / "structured" / f"{context.partition_key}_comparison.json"
-    if not path.is_file():
+    if not path.is_file():  # no baseline named, or an alias not set yet (a first run)
         return dg.AssetCheckResult(passed=True, metadata={"compared": False})
     doc = json.loads(path.read_text(encoding="utf-8"))
     if doc["gate"].get("comparable") is False:  # fail closed: nothing judged is nothing cleared

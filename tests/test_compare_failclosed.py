@@ -251,6 +251,40 @@ def test_asset_check_fails_when_not_comparable(tmp_path, monkeypatch, direction)
     assert any(c["type"] == "RegressionDetected" and c["reason"] == "NotComparable" for c in cr["conditions"])
 
 
+@pytest.mark.parametrize("ref, missing", [
+    ("local/published/canary", True),  # the alias is set, its run is gone
+    ("runs/gone-20260101000000-abcdef12", True),  # a run named that does not exist
+    ("local/published/never-set", False),  # a first run: the alias is not set yet
+    ("", False),  # no baseline named
+])
+def test_a_named_baseline_that_is_missing_fails_the_check(tmp_path, monkeypatch, ref, missing):
+    """RegressionDetected=Unknown (BaselineMissing) while no_gating_regression passed: nothing
+    judged is nothing cleared. A first run (the alias not set yet, or none named) still passes."""
+    import dagster as dg
+
+    from bench_assets.stats_assets import ConfirmRoundResource, baseline_comparison, no_gating_regression
+
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    (tmp_path / "published").mkdir()
+    (tmp_path / "published" / "canary").write_text("gone-20260101000000-abcdef12\n")
+    make_run(tmp_path, "cand", _metrics(np.random.default_rng(9)),
+             spec={"spec": {**SPEC["spec"], "comparison": {"baseline": {"artifactRef": ref}}}},
+             status={"phase": "Analyzing", "outcome": "succeeded"})
+    inst = dg.DagsterInstance.ephemeral()
+    inst.add_dynamic_partitions("benchmark_run", ["cand"])
+    res = dg.materialize([baseline_comparison, no_gating_regression], instance=inst, partition_key="cand",
+                         resources={"confirm_round": ConfirmRoundResource(enabled=False)}, raise_on_error=True)
+    [check] = res.get_asset_check_evaluations()
+    status = json.loads((tmp_path / "runs" / "cand" / "status.json").read_text())
+    conds = [(c["status"], c["reason"]) for c in status["conditions"] if c["type"] == "RegressionDetected"]
+    if missing:
+        assert conds == [("Unknown", "BaselineMissing")]
+        assert not check.passed and check.severity == dg.AssetCheckSeverity.ERROR
+        assert "gone-20260101000000-abcdef12" in check.description
+    else:
+        assert conds == [] and check.passed
+
+
 # -- issue 28 item 2: a baseline must verify ---------------------------------------------------------
 
 
