@@ -12,7 +12,7 @@ from benchrun.errors import BenchrunError
 from benchrun.paths import benchrun_home, validate_run_id
 from benchrun.stats import analysis, changepoint, lineage
 from benchrun.stats.compare import ConfirmHook
-from benchrun.stats.load import alias_of, alias_path, delta_pct, load_run, resolve_run
+from benchrun.stats.load import alias_of, alias_path, delta_pct, load_run, replicate_table, resolve_run
 
 GROUP = "statistics"
 
@@ -93,11 +93,15 @@ def _stats_cached(run_dir: str, mtime_ns: int, size: int) -> analysis.TrialStati
 
 def _enough_replicates(run_id: str) -> dg.AssetCheckResult:
     st = _stats(run_id)
-    short = st.summary[st.summary["n"] < st.min_replicates] if len(st.summary) else st.summary
+    rd = _run_dir(run_id)
+    suites = checks.suite_replicates(replicate_table(rd, include_failed=True))
+    short = checks.short_of_replicates(st.summary, suites, checks.primary_metrics(load_run(rd).spec),
+                                       st.min_replicates)
     return dg.AssetCheckResult(
-        passed=bool(len(st.summary)) and short.empty, severity=dg.AssetCheckSeverity.ERROR,
-        metadata={"min_replicates": st.min_replicates, "metrics": len(st.summary),
-                  "short": dg.MetadataValue.md(_md(short.to_dict(orient="records"), ["suite", "case", "metric", "n"]))},
+        passed=bool(len(st.summary)) and not short, severity=dg.AssetCheckSeverity.ERROR,
+        description=checks.describe_short(short, st.min_replicates) if len(st.summary) else "no metric was measured",
+        metadata={"min_replicates": st.min_replicates, "metrics": len(st.summary), "suites": len(suites),
+                  "short": dg.MetadataValue.md(_md(short, ["what", "suite", "case", "metric", "n", "failed"]))},
     )
 
 
@@ -106,10 +110,13 @@ def _no_outliers(run_id: str) -> dg.AssetCheckResult:
     primary = checks.primary_metrics(load_run(_run_dir(run_id)).spec)
     out = st.replicates[st.replicates["outlier"]] if len(st.replicates) else st.replicates
     gating = out[checks.gating_rows(out, primary)] if len(out) else out
+    unmeasured = checks.unmeasured_primaries(st.summary, primary)  # no replicate to judge: not cleared
     return dg.AssetCheckResult(
-        passed=gating.empty, severity=dg.AssetCheckSeverity.WARN,
-        description=f"{len(gating)} outlier replicate(s) in primary metrics, {len(out) - len(gating)} in others",
+        passed=gating.empty and not unmeasured, severity=dg.AssetCheckSeverity.WARN,
+        description=f"{len(gating)} outlier replicate(s) in primary metrics, {len(out) - len(gating)} in others"
+                    + (f"; primary {', '.join(unmeasured)} has no ok replicate to judge" if unmeasured else ""),
         metadata={"outliers_primary": len(gating), "outliers_other": len(out) - len(gating),
+                  "unmeasured_primaries": dg.MetadataValue.json(unmeasured),
                   "mad_degenerate": int(st.summary["mad_degenerate"].sum()) if len(st.summary) else 0,
                   "flagged": tables.table(out.to_dict(orient="records"),
                                           ["suite", "case", "metric", "replicate", "value", "robust_z"])},
@@ -119,15 +126,19 @@ def _no_outliers(run_id: str) -> dg.AssetCheckResult:
 def _interval_width_within_budget(run_id: str) -> dg.AssetCheckResult:
     st = _stats(run_id)
     spec = load_run(_run_dir(run_id)).spec
-    gating, other = checks.split_by_gating(st.summary, checks.primary_metrics(spec))
+    primary = checks.primary_metrics(spec)
+    gating, other = checks.split_by_gating(st.summary, primary)
     wide = checks.interval_widths(gating, lambda m: delta_pct(spec, m))
     wide_other = checks.interval_widths(other, lambda m: delta_pct(spec, m))
+    unmeasured = checks.unmeasured_primaries(st.summary, primary)  # no interval: cannot tell a δ change
     cols = ["suite", "case", "metric", "n", "width_pct", "budget_pct"]
     return dg.AssetCheckResult(
-        passed=not wide, severity=dg.AssetCheckSeverity.WARN,
+        passed=not wide and not unmeasured, severity=dg.AssetCheckSeverity.WARN,
         description=f"{len(wide)} of {len(gating)} primary metrics wider than 2δ ({len(wide_other)} of "
-                    f"{len(other)} other metrics)",
+                    f"{len(other)} other metrics)" + (f"; no interval for primary {', '.join(unmeasured)} "
+                                                      "(no ok replicate)" if unmeasured else ""),
         metadata={"too_wide": len(wide), "primary_metrics": len(gating), "too_wide_other": len(wide_other),
+                  "unmeasured_primaries": dg.MetadataValue.json(unmeasured),
                   "wide": tables.table(wide, cols), "wide_other": tables.table(wide_other, cols)},
     )
 
@@ -169,12 +180,16 @@ TRIAL_STATISTICS_CHECKS = {
 
 
 @dg.multi_asset_check(specs=[
-    dg.AssetCheckSpec("enough_replicates", asset=trial_statistics, description="Every metric has at least trials.minReplicates ok replicates."),
+    dg.AssetCheckSpec("enough_replicates", asset=trial_statistics, description="Every metric, every suite that ran and "
+                     "every declared primary has at least trials.minReplicates ok replicates (a suite that failed "
+                     "every replicate, or a primary no ok replicate measured, has none)."),
     dg.AssetCheckSpec("no_outliers", asset=trial_statistics, description="No replicate of a primary (gating) metric is a MAD outlier (|robust z| > 3.5); "
-                            "outliers are kept. Outliers of other metrics are counted, not failed."),
+                            "outliers are kept. A primary with no ok replicate is not cleared. Outliers of "
+                            "other metrics are counted, not failed."),
     dg.AssetCheckSpec("interval_width_within_budget", asset=trial_statistics, description="Each primary (gating) metric's median interval is no wider than the ±δ no-change "
                             "band (2δ of the median, δ from comparison.deltaPct): this run alone can tell a δ "
-                            "change. Other metrics are listed, not failed."),
+                            "change; a primary with no ok replicate has no interval and fails too. Other "
+                            "metrics are listed, not failed."),
     dg.AssetCheckSpec("p99_has_enough_requests", asset=trial_statistics, description="Where the spec sets a p99 SLO (metrics.inference.slo p99_<quantity>), each serving "
                             "point saw enough successful requests for a bounded p99 interval; without one the "
                             "rule does not apply (per-request SLOs count good requests and need no p99)."),
@@ -214,9 +229,12 @@ def baseline_comparison(context: dg.AssetExecutionContext, confirm_round: Confir
         context.log.warning(f"no baseline: {exc}")
         base_dir = None
         alias = alias_of(ref) if ref else None
-        if alias is not None and alias_path(_run_dir(run_id).parent.parent, alias).is_file():
-            # a baseline was set but is gone: nothing shows this run did not regress, so not "False"
+        if alias is None or alias_path(_run_dir(run_id).parent.parent, alias).is_file():
+            # a baseline was named (a run, or an alias that is set) but is gone: nothing shows this run
+            # did not regress, so not "False" (no_gating_regression fails on it); an alias never set is
+            # a first run, with nothing to compare yet
             RunDir.for_run(run_id).set_condition("RegressionDetected", "Unknown", "BaselineMissing", str(exc))
+            return dg.MaterializeResult(metadata={"compared": False, "baseline_missing": True, "reason": str(exc)})
     if base_dir is None or base_dir.name == run_id:
         return dg.MaterializeResult(metadata={"compared": False, "reason": f"no baseline resolved from {ref!r}"})
     gate, res = analysis.compare_runs(base_dir, rd, confirm=confirm_round.hook(context, base_dir.name, run_id),
@@ -234,12 +252,24 @@ def baseline_comparison(context: dg.AssetExecutionContext, confirm_round: Confir
     return dg.MaterializeResult(metadata=meta)
 
 
-@dg.asset_check(asset=baseline_comparison, description="No gating (primary) metric regressed, confirmed.")
+@dg.asset_check(asset=baseline_comparison, description="No gating (primary) metric regressed, confirmed. A "
+                "named baseline that is missing fails it (nothing judged); a first run, whose alias is not set "
+                "yet, passes.")
 def no_gating_regression(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
     import json
 
+    from benchrun.rundir import RunDir
+
+    rd = RunDir.for_run(context.partition_key)
+    conds = (rd.read_status().get("conditions") or []) if rd.exists() else []
+    cond = next((c for c in conds if c.get("type") == "RegressionDetected"), {})
+    if cond.get("reason") == "BaselineMissing":  # set by the latest comparison: a comparison file is older
+        return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.ERROR,
+                                   description=f"no baseline to compare with: {cond.get('message')}",
+                                   metadata={"compared": False, "regression_detected": "Unknown",
+                                             "reason": "BaselineMissing"})
     path = _run_dir(context.partition_key) / "structured" / f"{context.partition_key}_comparison.json"
-    if not path.is_file():
+    if not path.is_file():  # no baseline named, or an alias not set yet (a first run)
         return dg.AssetCheckResult(passed=True, metadata={"compared": False})
     doc = json.loads(path.read_text(encoding="utf-8"))
     if doc["gate"].get("comparable") is False:  # fail closed: nothing judged is nothing cleared

@@ -72,3 +72,59 @@ def interval_widths(summary: "pd.DataFrame", delta_of: Any) -> list[dict[str, An
         if not width <= budget:
             wide.append({**r, "width_pct": width, "budget_pct": budget})
     return wide
+
+
+def unmeasured_primaries(summary: "pd.DataFrame", primary: set[str]) -> list[str]:
+    """Declared primaries that select no row of the run's statistics: no ok replicate measured
+    them (their suite failed every replicate, or none reports them)."""
+    from benchrun.stats.compare import parse_primary
+
+    keys = list(zip(summary["suite"].astype(str), summary["case"].astype(str),
+                    summary["metric"].astype(str))) if len(summary) else []
+    return [text for text in sorted(primary) if not any(parse_primary(text).matches(*k) for k in keys)]
+
+
+def suite_replicates(table: "pd.DataFrame") -> dict[str, tuple[int, int]]:
+    """Suite → (ok replicates, failed replicates) of a replicate table read with its failed
+    replicates (``benchrun.stats.load.replicate_table(include_failed=True)``); a suite whose
+    launches were all unavailable here has no row."""
+    out: dict[str, tuple[int, int]] = {}
+    if table.empty:
+        return out
+    for suite, rows in table.groupby(table["suite"].astype(str)):
+        status = rows["status"].astype(str)
+        out[suite] = (int(rows.loc[status == "ok", "replicate"].nunique()), int((status == "failed").sum()))
+    return out
+
+
+def short_of_replicates(summary: "pd.DataFrame", suites: dict[str, tuple[int, int]], primary: set[str],
+                        min_replicates: int) -> list[dict[str, Any]]:
+    """Everything with fewer than ``min_replicates`` ok replicates, zero included: each metric
+    row, each suite that launched (``suites``: :func:`suite_replicates`), and each declared
+    primary that no ok replicate measured. The statistics are built from ok replicates only, so
+    a suite that failed every replicate leaves no row to be short: it is judged here."""
+    out = [{"what": "suite", "suite": s, "case": "", "metric": "", "n": ok, "failed": failed}
+           for s, (ok, failed) in sorted(suites.items()) if ok < min_replicates]
+    out += [{"what": "primary", "suite": "", "case": "", "metric": text, "n": 0, "failed": None}
+            for text in unmeasured_primaries(summary, primary)]
+    if len(summary):
+        rows = summary[summary["n"] < min_replicates]
+        out += [{"what": "metric", "suite": r["suite"], "case": r["case"], "metric": r["metric"], "n": int(r["n"]),
+                 "failed": None} for r in rows.to_dict(orient="records")]
+    return out
+
+
+def describe_short(short: list[dict[str, Any]], min_replicates: int) -> str:
+    """One line naming what :func:`short_of_replicates` found (the first few of each kind)."""
+    if not short:
+        return f"every metric, suite and primary has at least {min_replicates} ok replicates"
+    said = []
+    for r in short[:8]:
+        if r["what"] == "suite":
+            said.append(f"suite {r['suite']} ({r['n']} ok, {r['failed']} failed)")
+        elif r["what"] == "primary":
+            said.append(f"primary {r['metric']} (no ok replicate)")
+        else:
+            said.append(f"{r['suite']}/{r['metric']}" + (f"[{r['case']}]" if r["case"] else "") + f" ({r['n']} ok)")
+    more = f" and {len(short) - 8} more" if len(short) > 8 else ""
+    return f"fewer than trials.minReplicates={min_replicates} ok replicates: " + "; ".join(said) + more

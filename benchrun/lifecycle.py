@@ -99,8 +99,8 @@ def admit(rd: RunDir, loaded: Any, *, dagster_run_id: str | None = None,
                       [inv.to_json() for p in plans.values() for inv in p.invocations])
     write_environment(rd.path, rd.run_id)
     Progress(rd).begin_run(list(plans.values()))
-    # A retried run starts clean: conditions of the failed attempt no longer hold.
-    rd.remove_conditions("Failed", "Complete")
+    # A retried run starts clean: conditions of the failed (or canceled) attempt no longer hold.
+    rd.remove_conditions("Failed", "Canceled", "Complete")
     rd.update_status(message=None)
     from benchrun.liveness import start_heartbeat
 
@@ -212,8 +212,8 @@ def finalize(rd: RunDir) -> dict[str, Any]:
     rd.set_condition("Complete", outcome == "succeeded", outcome.capitalize(),
                      "; ".join(st.get("issues") or []) or "every replicate succeeded")
     if outcome != "failed":
-        # A retried step succeeded: the failure recorded by the earlier attempt no longer holds.
-        rd.remove_conditions("Failed")
+        # A retried step succeeded: the failure (or cancel) recorded by the earlier attempt no longer holds.
+        rd.remove_conditions("Failed", "Canceled")
         rd.update_status(message=None)
     final = rd.set_phase("Failed" if outcome == "failed" else "Succeeded")
     from benchrun.liveness import stop_heartbeat

@@ -342,11 +342,15 @@ def mark_run_failed(home: Path | str | None, run_id: str, reason: str, *, over_s
 
 def mark_run_canceled(home: Path | str | None, run_id: str, reason: str) -> bool:
     """Phase Canceled (outcome ``canceled``) with the reason unless already terminal; True when
-    it changed. What the run measured before it was canceled stays in its directory."""
+    it changed. What the run measured before it was canceled stays in its directory, and its
+    outcome in ``outcome_measured`` for a retry (as :func:`mark_run_failed` keeps it)."""
     rd = RunDir.for_run(run_id, home)
-    if not rd.exists() or rd.read_status().get("phase") in TERMINAL_PHASES:
+    if not rd.exists():
+        return False
+    st = rd.read_status()
+    if st.get("phase") in TERMINAL_PHASES:
         return False
     rd.set_condition("Canceled", True, "Canceled", reason)
-    rd.update_status(outcome="canceled")
+    rd.update_status(outcome="canceled", outcome_measured=st.get("outcome_measured") or st.get("outcome"))
     rd.set_phase("Canceled", message=reason)
     return True

@@ -74,7 +74,7 @@ def _write_statuses(context: dg.SensorEvaluationContext, api: object, tick: Tick
 
 
 def _cancel_deleted(context: dg.SensorEvaluationContext, tick: Tick) -> None:
-    from benchrun.rundir import mark_run_failed
+    from benchrun.rundir import mark_run_canceled
 
     for ref, run_id in tick.deleted:
         records = context.instance.get_run_records(filters=dg.RunsFilter(tags={TAG_UID: ref.uid}, statuses=IN_FLIGHT))
@@ -90,7 +90,8 @@ def _cancel_deleted(context: dg.SensorEvaluationContext, tick: Tick) -> None:
             context.log.info(f"{reason}: cancelled Dagster run {run.run_id}")
         if run_id:
             try:
-                mark_run_failed(None, run_id, f"BenchmarkRun {ref.namespace}/{ref.name} was deleted")
+                # the user's deletion is a cancel: Canceled, as the operator marks it (controller.operator)
+                mark_run_canceled(None, run_id, f"BenchmarkRun {ref.namespace}/{ref.name} was deleted")
             except BenchrunError as exc:
                 context.log.warning(f"run {run_id}: {exc}")
 

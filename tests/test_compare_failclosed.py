@@ -136,6 +136,28 @@ def test_an_analyzing_candidate_is_admitted_only_by_the_asset(tmp_path):
     assert admit.NOT_SUCCEEDED in _reasons(tmp_path, "cand", "base", candidate_in_progress=True)[0]
 
 
+def test_a_retried_candidate_is_compared_as_the_run_in_progress(tmp_path):
+    """A retry that resumes after its attempt was marked Failed (a failed step, a reaped process)
+    or Canceled still reads that phase while the asset compares it: what its suites measured
+    decides, as for a first attempt (it was refused as "not Succeeded (phase Failed, outcome
+    failed)" and the run ended Succeeded with that verdict). Only for the run in progress."""
+    rng = np.random.default_rng(14)
+    make_run(tmp_path, "base", _metrics(rng), spec=SPEC)
+    for run_id, phase, measured in (("failed-ok", "Failed", "succeeded"), ("canceled-partial", "Canceled", "partial"),
+                                    ("failed-bad", "Failed", "failed"), ("canceled-early", "Canceled", None)):
+        make_run(tmp_path, run_id, _metrics(rng), spec=SPEC, sealed=False,
+                 status={"phase": phase, "outcome": phase.lower(), "outcome_measured": measured})
+    assert _reasons(tmp_path, "base", "failed-ok", candidate_in_progress=True)[0] == set()
+    assert _reasons(tmp_path, "base", "canceled-partial", candidate_in_progress=True)[0] == set()
+    # what the suites measured failed, or the run was canceled before they finished: refused still
+    for run_id in ("failed-bad", "canceled-early"):
+        assert _reasons(tmp_path, "base", run_id, candidate_in_progress=True)[0] == {admit.NOT_SUCCEEDED}
+    # any other run in that state is refused: it is not the one being materialized
+    assert admit.NOT_SUCCEEDED in _reasons(tmp_path, "base", "failed-ok")[0]
+    make_run(tmp_path, "cand", _metrics(rng), spec=SPEC, sealed=False, status={"phase": "Analyzing", "outcome": "succeeded"})
+    assert admit.NOT_SUCCEEDED in _reasons(tmp_path, "failed-ok", "cand", candidate_in_progress=True)[0]
+
+
 def test_refused_comparison_writes_an_unknown_condition(tmp_path):
     rng = np.random.default_rng(5)
     make_run(tmp_path, "base", _metrics(rng), spec=SPEC)
@@ -227,6 +249,40 @@ def test_asset_check_fails_when_not_comparable(tmp_path, monkeypatch, direction)
     cr = status_from_run(status, ResourceRef("benchrun-runs", "cand", "uid-1", 1))
     assert cr["verdicts"]["RegressionDetected"] == "Unknown: NotComparable"
     assert any(c["type"] == "RegressionDetected" and c["reason"] == "NotComparable" for c in cr["conditions"])
+
+
+@pytest.mark.parametrize("ref, missing", [
+    ("local/published/canary", True),  # the alias is set, its run is gone
+    ("runs/gone-20260101000000-abcdef12", True),  # a run named that does not exist
+    ("local/published/never-set", False),  # a first run: the alias is not set yet
+    ("", False),  # no baseline named
+])
+def test_a_named_baseline_that_is_missing_fails_the_check(tmp_path, monkeypatch, ref, missing):
+    """RegressionDetected=Unknown (BaselineMissing) while no_gating_regression passed: nothing
+    judged is nothing cleared. A first run (the alias not set yet, or none named) still passes."""
+    import dagster as dg
+
+    from bench_assets.stats_assets import ConfirmRoundResource, baseline_comparison, no_gating_regression
+
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    (tmp_path / "published").mkdir()
+    (tmp_path / "published" / "canary").write_text("gone-20260101000000-abcdef12\n")
+    make_run(tmp_path, "cand", _metrics(np.random.default_rng(9)),
+             spec={"spec": {**SPEC["spec"], "comparison": {"baseline": {"artifactRef": ref}}}},
+             status={"phase": "Analyzing", "outcome": "succeeded"})
+    inst = dg.DagsterInstance.ephemeral()
+    inst.add_dynamic_partitions("benchmark_run", ["cand"])
+    res = dg.materialize([baseline_comparison, no_gating_regression], instance=inst, partition_key="cand",
+                         resources={"confirm_round": ConfirmRoundResource(enabled=False)}, raise_on_error=True)
+    [check] = res.get_asset_check_evaluations()
+    status = json.loads((tmp_path / "runs" / "cand" / "status.json").read_text())
+    conds = [(c["status"], c["reason"]) for c in status["conditions"] if c["type"] == "RegressionDetected"]
+    if missing:
+        assert conds == [("Unknown", "BaselineMissing")]
+        assert not check.passed and check.severity == dg.AssetCheckSeverity.ERROR
+        assert "gone-20260101000000-abcdef12" in check.description
+    else:
+        assert conds == [] and check.passed
 
 
 # -- issue 28 item 2: a baseline must verify ---------------------------------------------------------

@@ -181,6 +181,40 @@ def test_a_check_that_raises_does_not_hide_the_others(home, monkeypatch):
                      "p99_has_enough_requests"]
 
 
+def test_a_suite_that_failed_every_replicate_is_short_of_replicates(home):
+    """The statistics hold ok replicates only, so a suite that failed all of them (here the one
+    behind every primary) left no row to be short: every check passed, while a suite with 2 of
+    3 ok failed enough_replicates. Zero ok replicates is short too, and names what."""
+    from bench_assets import stats_assets
+
+    rng = np.random.default_rng(6)
+    spec = {"spec": {"trials": {"minReplicates": 3},
+                     "metrics": {"inference": {"primary": ["wf/tokens_per_second[c=4]", "wf/ttft_ms[c=4]"]}}}}
+    wf = {("wf", "c=4", "tokens_per_second"): (lognormal_replicates(rng, 100, 0.02, 3), "tok/s", "higher"),
+          ("wf", "c=4", "ttft_ms"): (lognormal_replicates(rng, 20, 0.02, 3), "ms", "lower")}
+    gemm = {("gemm", "n=64", "tflops"): (lognormal_replicates(rng, 1.0, 0.02, 3), "TFLOP/s", "higher")}
+    make_run(home, "dead", {**gemm, **wf}, spec=spec, failed_replicates={"wf": [1, 2, 3]})
+    make_run(home, "fine", {**gemm, **wf}, spec=spec)
+    inst = dg.DagsterInstance.ephemeral()
+    inst.add_dynamic_partitions("benchmark_run", ["dead", "fine"])
+    checks = {}
+    for run_id in ("dead", "fine"):
+        res = dg.materialize([stats_assets.trial_statistics, stats_assets.trial_statistics_checks], instance=inst,
+                             partition_key=run_id)
+        checks[run_id] = {e.check_name: e for e in res.get_asset_check_evaluations()}
+    enough = checks["dead"]["enough_replicates"]
+    assert not enough.passed and enough.severity == dg.AssetCheckSeverity.ERROR
+    assert "suite wf (0 ok, 3 failed)" in enough.description
+    assert "primary wf/tokens_per_second[c=4] (no ok replicate)" in enough.description
+    assert "primary wf/ttft_ms[c=4] (no ok replicate)" in enough.description
+    assert "gemm" not in enough.description
+    for name in ("interval_width_within_budget", "no_outliers"):  # nothing judged is nothing cleared
+        assert not checks["dead"][name].passed and "wf/ttft_ms[c=4]" in checks["dead"][name].description
+    fine = {n: c for n, c in checks["fine"].items() if n != "interval_width_within_budget"}  # 3 replicates: wide
+    assert all(c.passed for c in fine.values()), {n: c.description for n, c in fine.items()}
+    assert checks["fine"]["interval_width_within_budget"].metadata["unmeasured_primaries"].value == []
+
+
 def test_confirm_resource_confirms_regression(home):
     from bench_assets.stats_assets import ConfirmRoundResource, baseline_comparison, no_gating_regression, \
         trial_statistics

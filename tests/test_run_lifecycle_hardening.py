@@ -262,6 +262,23 @@ def test_a_successful_retry_clears_the_failed_condition(bench_home, canary_doc, 
     assert "Failed" not in {c["type"] for c in st["conditions"]}
 
 
+def test_a_canceled_run_keeps_what_it_measured_for_a_retry(bench_home, canary_doc, write_spec):
+    """Canceled after its evidence, then retried: the retry ends with what the suites measured (it
+    ended Succeeded with outcome "canceled" and a Canceled=True condition)."""
+    from benchrun.lifecycle import finalize
+    from benchrun.rundir import mark_run_canceled
+
+    prepared = sub.prepare(write_spec(canary_doc))
+    rd = RunDir.for_run(prepared.run_id)
+    rd.update_status(phase="Analyzing", outcome="succeeded")
+    assert mark_run_canceled(rd.home, rd.run_id, "canceled by the user")
+    st = rd.read_status()
+    assert (st["phase"], st["outcome"], st["outcome_measured"]) == ("Canceled", "canceled", "succeeded")
+    st = finalize(rd)  # the retried steps ran again and succeeded
+    assert (st["phase"], st["outcome"]) == ("Succeeded", "succeeded")
+    assert not {"Failed", "Canceled"} & {c["type"] for c in st["conditions"] if c["status"] == "True"}
+
+
 @pytest.mark.parametrize("exc, text", [
     (OSError(errno.ENOSPC, "No space left on device", "/h/objects/x"), "the disk is full at /h/objects/x"),
     (OSError(errno.EROFS, "Read-only file system", "/h/runs"), "the file system is read-only at /h/runs"),
@@ -457,3 +474,66 @@ def test_a_failed_step_prints_benchruns_reason_not_dagsters_stack_traces(bench_h
     assert run.status == dg.DagsterRunStatus.FAILURE
     failures = [e for e in instance.all_logs(run.run_id) if e.dagster_event and e.dagster_event.is_step_failure]
     assert failures  # the stack trace stays in the run log
+
+
+def _benchmark_job():
+    """The code location's benchmark job, for dg.reconstructable (re-execution needs one)."""
+    from bench_assets.definitions import defs
+
+    return defs.resolve_job_def("benchmark_run_job")
+
+
+@pytest.mark.slow
+def test_a_retry_from_failure_compares_the_run_as_a_first_attempt_does(bench_home, canary_doc, write_spec,
+                                                                        monkeypatch):
+    """A step after the evidence failed once, the run failure sensor marked the run Failed, and
+    the Dagster run was re-executed from its failure: the run ended Succeeded but kept "not
+    comparable: candidate ... is not Succeeded (phase Failed, outcome failed)" and a failed
+    no_gating_regression check. The resumed run is compared as the run in progress."""
+    import dagster as dg
+
+    from bench_assets import stats_assets
+    from benchrun.stats.baseline import promote
+    from sensors.run_failure import run_failure_sensor
+
+    canary_doc["spec"]["trials"]["minReplicates"] = 3
+    canary_doc["spec"]["layers"] = tiny_layers([{"name": "gemm", "repoCommand": "python -m benchrun.suites.gemm",
+                                                 "parameters": {"sizes": [64], "iterations": 3}}])
+    canary_doc["spec"]["metrics"]["inference"]["primary"].append("gemm/tflops")
+    instance = sub.get_instance()
+    base = sub.prepare(write_spec(canary_doc, "base.yaml"))
+    assert sub.execute(base, instance=instance).success
+    promote(base.run_id, alias="canary")
+    cand = sub.prepare(write_spec(canary_doc, "cand.yaml"))
+    sub.register_partition(instance, cand.run_id)
+    job = dg.reconstructable(_benchmark_job)
+    tags = {"dagster/partition": cand.run_id}
+    real = stats_assets.analysis.trial_statistics_for_run
+
+    def transient(*a, **k):
+        raise RuntimeError("transient failure")
+
+    monkeypatch.setattr(stats_assets.analysis, "trial_statistics_for_run", transient)
+    with dg.execute_job(job, instance=instance, tags=tags, raise_on_error=False) as first:
+        assert not first.success
+        first_id = first.run_id
+    monkeypatch.setattr(stats_assets.analysis, "trial_statistics_for_run", real)
+    failure = next(e for e in instance.all_logs(first_id) if e.dagster_event
+                   and e.dagster_event.event_type_value == "PIPELINE_FAILURE")
+    context = dg.build_run_status_sensor_context(
+        sensor_name="run_failure_sensor", dagster_instance=instance, dagster_run=instance.get_run_by_id(first_id),
+        dagster_event=failure.dagster_event, context=None).for_run_failure()
+    run_failure_sensor(context)
+    rd = RunDir.for_run(cand.run_id)
+    assert (rd.read_status()["phase"], rd.read_status()["outcome"]) == ("Failed", "failed")
+
+    with dg.execute_job(job, instance=instance, tags=tags, raise_on_error=False,
+                        reexecution_options=dg.ReexecutionOptions.from_failure(first_id, instance)) as retry:
+        assert retry.success
+        checks = {e.event_specific_data.check_name: e.event_specific_data for e in retry.all_events
+                  if e.event_type_value == "ASSET_CHECK_EVALUATION"}
+    st = rd.read_status()
+    assert (st["phase"], st["outcome"]) == ("Succeeded", "succeeded")
+    [cond] = [c for c in st["conditions"] if c["type"] == "RegressionDetected"]
+    assert cond["reason"] != "NotComparable", cond["message"]
+    assert checks["no_gating_regression"].passed, checks["no_gating_regression"].description

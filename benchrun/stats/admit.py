@@ -2,7 +2,8 @@
 
 A comparison may only say "no regression" about what both runs measured. Before any
 statistics, :func:`admit_runs` refuses a pair when a run is not Succeeded (the candidate of
-a run in progress may be ``Analyzing`` with an outcome other than failed), when the two
+a run in progress may be ``Analyzing`` — or ``Failed``/``Canceled`` by an earlier attempt that
+a retry resumes — when what its suites measured was not failed), when the two
 pinned specs run different layer/suite sets, or when a run's evidence does not verify (its
 sealed manifest's hashes, and, when the run is signed, the DSSE signature and every sealed
 file it covers). After the rows are built, :func:`unmeasured_primaries` refuses a gating
@@ -65,14 +66,22 @@ def message(refusals: list[Refusal]) -> str:
 
 # -- phase ------------------------------------------------------------------------------------------
 
+# Phases the run being materialized may be in when the asset compares it: Analyzing on a first
+# attempt; Failed or Canceled, as an earlier attempt left it, when a retry resumes its steps.
+RESUMABLE_PHASES = ("Analyzing", "Failed", "Canceled")
+
 
 def _phase_refusal(role: str, run: "RunInfo", in_progress: bool) -> Refusal | None:
     phase = run.status.get("phase")
     outcome = run.status.get("outcome")
     if phase == "Succeeded" and outcome in (None, "succeeded", "partial"):
         return None
-    if in_progress and phase == "Analyzing" and outcome in ("succeeded", "partial"):
-        return None  # the asset compares the run it is analysing: its suites are done
+    if in_progress and phase in RESUMABLE_PHASES and (run.status.get("outcome_measured") or outcome) in (
+            "succeeded", "partial"):
+        # The asset compares the run it is materializing: its suites are done. A retry that resumes
+        # after an attempt was marked Failed or Canceled (a failed step, a cancel, a reaped process)
+        # still reads that phase until run_status settles it; what its suites measured decides.
+        return None
     what = f"phase {phase}" + (f", outcome {outcome}" if outcome else "")
     if phase in ("Pending", "Admitted", "Running", "Rejected", None):
         return Refusal(NOT_SUCCEEDED, f"{role} {run.run_id} has not run ({what}); compare runs whose suites "
