@@ -33,9 +33,19 @@ class ConfirmRoundResource(dg.ConfigurableResource):
             return None
         from benchrun.confirm import confirmation_hook
 
+        import time
+
+        from benchrun.rundir import RunDir
+
+        launches = [0]
+
         def on_launch(res) -> None:  # noqa: ANN001 - a LaunchResult
             context.log.info(f"confirmation {res.suite} r{res.replicate} ({res.run_id}): {res.status}"
                              + (f" ({res.reason})" if res.reason else ""))
+            launches[0] += 1  # `benchrun run`'s progress display shows the round (status.json is not sealed)
+            RunDir.for_run(candidate_run).update_status(confirmation_progress={
+                "launches": launches[0], "last": f"{res.suite} r{res.replicate} {res.status}",
+                "since_epoch": time.time()})
 
         return confirmation_hook(benchrun_home(), baseline_run, candidate_run, on_launch=on_launch)
 

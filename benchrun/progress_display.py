@@ -44,8 +44,11 @@ def _dur(seconds: float) -> str:
     return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
-def snapshot(progress: dict[str, Any] | None, now: float | None = None) -> Snapshot:
-    """The display state from a run_progress.json document (None before the run began)."""
+def snapshot(progress: dict[str, Any] | None, now: float | None = None,
+             confirming: dict[str, Any] | None = None) -> Snapshot:
+    """The display state from a run_progress.json document (None before the run began) and, once
+    every launch is done, status.json's ``confirmation_progress`` (``confirming``): the launches
+    of a confirmation round, made after the evidence was sealed (so not in the progress file)."""
     now = time.time() if now is None else now
     if not progress:
         return Snapshot(0, None, 0, "starting", 0.0, None)
@@ -61,6 +64,9 @@ def snapshot(progress: dict[str, Any] | None, now: float | None = None) -> Snaps
             eta = max(float(eta) - (now - float(cur["since_epoch"])), 0.0)
     elif total is not None and done >= int(total):
         where, eta = "analysing (statistics, warehouse, report)", 0.0
+        if confirming and float(confirming.get("since_epoch") or 0) >= started:
+            where, eta = (f"confirming a suspected regression: {int(confirming.get('launches', 0))} launches "
+                          f"(last {confirming.get('last', '?')})"), None
     else:
         where = "between launches" if done else "starting"
     return Snapshot(done, None if total is None else int(total), int(progress.get("failed", 0)), where,
@@ -72,6 +78,13 @@ def read_progress(path: Path) -> dict[str, Any] | None:
         return json.loads(path.read_text(encoding="utf-8"))
     except (FileNotFoundError, json.JSONDecodeError):
         return None  # not written yet, or caught between write and rename on some filesystems
+
+
+def read_confirming(progress_file: Path) -> dict[str, Any] | None:
+    """status.json's ``confirmation_progress`` beside the run's progress directory, else None."""
+    status = read_progress(progress_file.parent.parent / "status.json")
+    value = status.get("confirmation_progress") if isinstance(status, dict) else None
+    return value if isinstance(value, dict) else None
 
 
 def _interval_from_env() -> float:
@@ -128,13 +141,16 @@ class ProgressDisplay:
         except Exception as exc:  # a display must never fail the run it watches
             print(f"progress display stopped: {exc}", file=sys.stderr)
 
+    def _snapshot(self) -> Snapshot:
+        return snapshot(read_progress(self.progress_file), confirming=read_confirming(self.progress_file))
+
     def _lines(self) -> None:
         last_at = -float("inf")
         while True:
             stopping = self._stop.wait(self.poll_s)
             now = time.monotonic()
             if now - last_at >= self.interval_s or stopping:
-                self.stream.write(snapshot(read_progress(self.progress_file)).line() + "\n")
+                self.stream.write(self._snapshot().line() + "\n")
                 self.stream.flush()
                 last_at = now
             if stopping:
@@ -154,7 +170,7 @@ class ProgressDisplay:
             task = bar.add_task("run", total=None, where="starting", failed="", elapsed="0s", eta="-")
             while True:
                 stopping = self._stop.wait(self.poll_s)
-                snap = snapshot(read_progress(self.progress_file))
+                snap = self._snapshot()
                 bar.update(task, total=snap.total, completed=snap.done, where=snap.where,
                            failed=f"[red]{snap.failed} failed[/]" if snap.failed else "0 failed",
                            elapsed=_dur(snap.elapsed_s), eta="-" if snap.eta_s is None else _dur(snap.eta_s))

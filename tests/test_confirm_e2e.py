@@ -57,6 +57,9 @@ def test_regression_is_confirmed_by_a_fresh_interleaved_round_before_it_alerts(b
     b = sorted((root / "baseline" / base["run_id"] / "structured").glob("*_ttft_r*.json"))
     c = sorted((root / "candidate" / cand["run_id"] / "structured").glob("*_ttft_r*.json"))
     assert len(b) == 5 and len(c) == 5
+    # `benchrun run`'s progress display showed the round (status.json: the sealed progress file cannot)
+    shown = cand["confirmation_progress"]
+    assert shown["launches"] == 10 and shown["last"].startswith("ttft r")
     comp = json.loads((bench_home / "runs" / cand["run_id"] / "structured" / f"{cand['run_id']}_comparison.json")
                       .read_text())
     order = comp["confirmation_evidence"]["order"]  # the drawn launch order is the round's evidence

@@ -61,3 +61,26 @@ def test_interval_from_the_environment_must_be_positive(monkeypatch, tmp_path):
         ProgressDisplay(tmp_path / "p.json", io.StringIO())
     monkeypatch.setenv("BENCHRUN_PROGRESS_INTERVAL_S", "2.5")
     assert ProgressDisplay(tmp_path / "p.json", io.StringIO()).interval_s == 2.5
+
+
+def test_a_confirmation_round_after_the_last_launch_is_shown_not_analysing_eta_0(tmp_path):
+    """A 15-pair confirmation round ran 2 minutes after the sealed launches while the display said
+    `40/40 launches | analysing | ETA 0s`; the round's launches (status.json, not sealed) show."""
+    from benchrun.progress_display import read_confirming
+
+    (tmp_path / "progress").mkdir()
+    progress = tmp_path / "progress" / "run_progress.json"
+    progress.write_text(json.dumps(_doc(done=6, eta_s=0.0)))
+    assert read_confirming(progress) is None
+    (tmp_path / "status.json").write_text(json.dumps({"phase": "Analyzing", "confirmation_progress": {
+        "launches": 7, "last": "gemm r4 ok", "since_epoch": 1100.0}}))
+    snap = snapshot(json.loads(progress.read_text()), now=1125.0, confirming=read_confirming(progress))
+    assert snap.line() == ("progress 6/6 launches, 0 failed | confirming a suspected regression: 7 launches "
+                           "(last gemm r4 ok) | elapsed 2m05s | ETA -")
+    # a round of an earlier attempt (before this run started) is not this one's
+    old = {"launches": 3, "last": "x", "since_epoch": 900.0}
+    assert snapshot(_doc(done=6, eta_s=0.0), now=1125.0, confirming=old).where.startswith("analysing")
+    out = io.StringIO()
+    with ProgressDisplay(progress, out, interval_s=0.05, poll_s=0.01, force_terminal=False):
+        time.sleep(0.2)
+    assert "confirming a suspected regression: 7 launches" in out.getvalue()
