@@ -19,6 +19,7 @@ from typing import Any, Mapping
 from benchrun.errors import BenchrunError
 from benchrun.fsio import atomic_write_json
 from benchrun.paths import validate_name, validate_run_id
+from benchrun.spec.commandline import command_index  # noqa: F401 (re-exported)
 from benchrun.spec.placeholders import GANG_NAMES, RUNTIME_NAMES, SITE_NAMES, substitute
 
 LAYER_ORDER = ("micro", "component", "end_to_end")
@@ -227,30 +228,6 @@ def build_argv(command: str, values: Mapping[str, str], *, where: str) -> tuple[
 
 
 # env(1) options that take a value as the next word.
-_ENV_OPTIONS_WITH_VALUE = frozenset({"-u", "--unset", "-C", "--chdir"})
-
-
-def command_index(argv: list[str] | tuple[str, ...]) -> int | None:
-    """Where the program is in ``argv``: 0, or after a leading ``env [options] NAME=value ...``;
-    None when an env(1) option it does not know makes that unclear (nothing is resolved then)."""
-    if not argv or argv[0] not in ("env", "/usr/bin/env", "/bin/env"):
-        return 0 if argv else None
-    i = 1
-    while i < len(argv):
-        word = argv[i]
-        if word in _ENV_OPTIONS_WITH_VALUE:
-            i += 2
-        elif word in ("-i", "--ignore-environment", "-", "--"):
-            i += 1
-        elif word.startswith("-"):
-            return None
-        elif "=" in word:
-            i += 1
-        else:
-            return i
-    return None
-
-
 def env_assignments(argv: tuple[str, ...]) -> dict[str, str]:
     """The ``NAME=value`` words of a leading ``env`` in ``argv`` (what the suite ran with)."""
     at = command_index(argv)

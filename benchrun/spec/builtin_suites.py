@@ -22,7 +22,7 @@ NOT_SUITES = {"result"}  # the result document's format, not a suite
 
 def suite_module(command: str) -> str | None:
     """The module a ``[env ...] python -m benchrun.suites.X`` command runs, else None."""
-    from benchrun.plan import command_index
+    from benchrun.spec.commandline import command_index
 
     try:
         argv = shlex.split(command)

@@ -176,7 +176,7 @@ def rule_repo_command(doc: Any) -> Iterator[Finding]:
 def _env_command_findings(where: tuple[Any, ...], argv: list[str]) -> Iterator[Finding]:
     """A leading ``env NAME=value ...`` may set a suite's own variables, as ``env:`` may (the same
     names are refused), but not clear or unset what benchrun passes (``-i``, ``-u``, ``-``)."""
-    from benchrun.plan import command_index
+    from benchrun.spec.commandline import command_index
     from benchrun.spec.model import _check_env_name
 
     if argv[0] not in ("env", "/usr/bin/env", "/bin/env"):
