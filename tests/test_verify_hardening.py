@@ -206,3 +206,11 @@ def test_an_unsigned_run_is_judged_alike_by_verify_and_verify_store(bench_home: 
     store = _verify("--store")
     assert store.exit_code == 1 and "run run-sealed: not signed" in str(store.exception)
     assert "run-canceled" not in str(store.exception)
+
+
+def test_promote_and_the_other_verify_run_callers_do_not_ask_to_sign_by_hand(bench_home: Path) -> None:
+    rd = make_sealed_run(bench_home, "run-nosig", stored=True)
+    load_signing_key(bench_home)  # the home has a key pair, and its public key is named
+    with pytest.raises(BenchrunError) as info:
+        verify_run(rd.path, bench_home / "keys" / "ed25519.pub.pem", home=bench_home)
+    assert "the run is not signed" in str(info.value) and "sign the run first" not in str(info.value)
