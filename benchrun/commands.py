@@ -23,6 +23,21 @@ def _use_home(home: Optional[Path]) -> None:
         os.environ["BENCHRUN_HOME"] = str(home.expanduser().resolve())
 
 
+def _read_home(home: Optional[Path]) -> Optional[Path]:
+    """The home a read-only command (`runs`, `show`) reads, never created: None when there is
+    none yet; a ``--home`` that names no directory is an error naming it (a typo made a home)."""
+    from benchrun.paths import benchrun_home, home_location
+
+    path, where = home_location(home)
+    _use_home(home)
+    if path.exists():
+        return benchrun_home()  # a file in the way is benchrun_home's error, naming what named it
+    if home is not None:
+        raise BenchrunError(f"benchrun home {path} (--home) does not exist, so it holds no runs; check --home "
+                            "(run and submit create a home, the commands that read one do not)")
+    return None
+
+
 def _console() -> Any:
     from benchrun.console import console
 
@@ -420,8 +435,13 @@ def runs(home: Optional[Path] = HomeOpt, as_json: bool = typer.Option(False, "--
     import sys
 
     from benchrun.liveness import reap_dead_runs
+    from benchrun.paths import home_location
 
-    _use_home(home)
+    if _read_home(home) is None:  # no home yet: nothing to list, and none is made
+        print(f"no runs under {home_location()[0]} (no such home)", file=sys.stderr)
+        if as_json:
+            print("[]")
+        return
     from benchrun.liveness import unclaimed_runs
     from benchrun.runctl import expire_pending
 
@@ -461,9 +481,11 @@ def show(run_id: str = typer.Argument(...), home: Optional[Path] = HomeOpt,
     """A run's status, conditions, headline metrics and paths."""
     from rich.table import Table
 
+    from benchrun.paths import home_location
     from benchrun.rundir import RunDir
 
-    _use_home(home)
+    if _read_home(home) is None:
+        raise BenchrunError(f"run {run_id}: no such run: there is no benchrun home at {home_location()[0]} yet")
     rd = RunDir.for_run(run_id)
     st = rd.read_status()
     if as_json:

@@ -15,14 +15,20 @@ _RUN_ID = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 
 
+def home_location(override: str | os.PathLike[str] | None = None) -> tuple[Path, str]:
+    """Where the home is, not created (what a read-only command looks at), and what named it:
+    ``--home``, ``BENCHRUN_HOME`` or ``./.benchrun``."""
+    raw = override if override is not None else os.environ.get("BENCHRUN_HOME", ".benchrun")
+    where = "--home" if override is not None else "BENCHRUN_HOME" if "BENCHRUN_HOME" in os.environ else "./.benchrun"
+    return Path(raw).expanduser().resolve(), where
+
+
 def benchrun_home(override: str | os.PathLike[str] | None = None) -> Path:
     """``$BENCHRUN_HOME``, else ``./.benchrun``; the directory is created."""
-    raw = override if override is not None else os.environ.get("BENCHRUN_HOME", ".benchrun")
-    home = Path(raw).expanduser().resolve()
+    home, where = home_location(override)
     try:
         home.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # a file in the way, a read-only or unreachable parent
-        where = "--home" if override is not None else "BENCHRUN_HOME" if "BENCHRUN_HOME" in os.environ else "./.benchrun"
         raise BenchrunError(f"benchrun home {home} ({where}) cannot be used as a directory: "
                             f"{exc.strerror or exc}; point {where} at a directory benchrun may write") from None
     return home

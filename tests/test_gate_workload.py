@@ -282,3 +282,15 @@ def test_cli_compare_refuses_an_undeclared_difference_and_records_an_allow_diffe
     code, out, err = _cli(monkeypatch, capsys, "compare", "base", "cand", "--allow-differences", GEMM_CMD)
     assert code == 0 and f"allowed by --allow-differences: {GEMM_CMD}" in out
     assert "(replacing the comparison the run had)" in err
+
+
+def test_a_passed_gate_names_a_spec_difference_among_what_changed() -> None:
+    # "changed: nothing; spec differences: spec...OMP_NUM_THREADS: '<absent>' -> '1' (declared)"
+    from benchrun.stats.gate import FieldDiff, GateResult
+
+    env = "spec.layers[0].suites[0].env.OMP_NUM_THREADS"
+    gate = GateResult(variable=env, diffs=[FieldDiff(env, "spec", "<absent>", "1", True, "declared")])
+    assert gate.passed
+    message = gate.message()
+    assert "changed: spec; spec differences: " in message and "nothing" not in message
+    assert "changed: nothing)" in GateResult(variable="runtime_version").message()

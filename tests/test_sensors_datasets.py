@@ -77,13 +77,14 @@ def test_the_pin_is_the_commits_bytes_not_the_working_trees(repo, instance, defs
 
 def test_a_commit_that_changes_only_a_dataset_runs_the_spec_that_names_it(repo, instance, defs, bench_home,
                                                                           elsewhere) -> None:
-    repo.commit("serving spec", {"specs/local/serving.yaml": serving_spec("../datasets/d.jsonl"),
+    # the dataset's path from the spec's folder (specs/), not from the repository root
+    repo.commit("serving spec", {"specs/serving.yaml": serving_spec("datasets/d.jsonl"),
                                  "specs/datasets/d.jsonl": DATA_1})
     cursor = started(spec_commit_sensor, instance, defs, repo)
     sha = repo.commit("new prompts", {"specs/datasets/d.jsonl": DATA_2})
     data = tick(spec_commit_sensor, instance, defs, cursor)
     [req] = data.run_requests  # was: "touches no spec"
-    assert req.run_key.startswith(f"spec-commit:{sha}:specs/local/serving.yaml:")
+    assert req.run_key.startswith(f"spec-commit:{sha}:specs/serving.yaml:")
     status = json.loads((bench_home / "runs" / req.partition_key / "status.json").read_text())
     assert status["dataset"]["sha256"] == hashlib.sha256(DATA_2).hexdigest()
     # a commit that changes another file runs nothing
@@ -109,7 +110,7 @@ def test_an_absolute_or_escaping_path_in_a_committed_spec_is_refused(repo, insta
     repo.commit("bad", {"specs/a.yaml": serving_spec(str(outside)), "specs/b.yaml": serving_spec("../../d.jsonl")})
     data = tick(spec_commit_sensor, instance, defs, cursor)
     assert data.run_requests in (None, [])
-    assert "read from the same commit" in data.skip_message and "outside the repository" in data.skip_message
+    assert "is absolute" in data.skip_message and "'..' is not allowed" in data.skip_message
 
 
 def test_a_dataset_cache_that_cannot_be_written_fails_the_tick_not_the_spec(repo, instance, defs, bench_home,

@@ -32,3 +32,29 @@ def test_show_names_a_damaged_launch_record_file(bench_home) -> None:
     path.write_text(json.dumps([{"suite": "gemm"}]))
     with pytest.raises(BenchrunError, match="gang-run_launches.json: not a list of launch records"):
         summary_rows(rd.path, "gang-run")
+
+
+def test_the_read_only_commands_make_no_home(tmp_path, monkeypatch) -> None:
+    """`benchrun runs --home /tmp/typo` made that directory and listed 0 runs; a write makes one."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from benchrun.cli import app
+
+    typo = tmp_path / "typo"
+    for args in (["runs", "--home", str(typo)], ["runs", "--json", "--home", str(typo)],
+                 ["show", "r1", "--home", str(typo)]):
+        out = CliRunner().invoke(app, args)
+        assert out.exit_code == 1 and "(--home) does not exist" in str(out.exception), args
+        assert not typo.exists(), args
+    monkeypatch.chdir(tmp_path)  # the default home, ./.benchrun, not made yet: no runs, and none made
+    monkeypatch.delenv("BENCHRUN_HOME", raising=False)
+    out = CliRunner().invoke(app, ["runs", "--json"])
+    assert out.exit_code == 0 and json.loads(out.stdout) == [] and "(no such home)" in out.stderr
+    assert not (tmp_path / ".benchrun").exists()
+    out = CliRunner().invoke(app, ["show", "r1"])
+    assert out.exit_code == 1 and "no benchrun home" in str(out.exception) and not (tmp_path / ".benchrun").exists()
+    from benchrun.paths import benchrun_home
+
+    assert benchrun_home(typo) == typo.resolve() and typo.is_dir()  # what run and submit use: made

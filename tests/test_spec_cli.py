@@ -75,6 +75,17 @@ def test_validate_unreadable_or_not_yaml_exit_2(tmp_path: Path) -> None:
     assert doc["errors"][0]["line"] == 2 and "not valid YAML" in doc["errors"][0]["message"]
 
 
+def test_validate_refuses_a_file_of_two_documents_as_run_and_digest_do(tmp_path: Path) -> None:
+    two = tmp_path / "two.yaml"
+    two.write_text(SEED.read_text() + "\n---\n" + SEED.read_text())
+    result = runner.invoke(app, ["validate", str(two)])
+    assert result.exit_code == 2 and "holds 2 YAML documents; a spec file holds exactly one BenchmarkRun" in result.output
+    assert "valid   " not in result.output
+    digest = runner.invoke(app, ["digest", str(two)])
+    assert isinstance(digest.exception, BenchrunError) and digest.exception.exit_code == 2
+    assert "holds 2 YAML documents; a spec file holds exactly one BenchmarkRun" in str(digest.exception)
+
+
 def test_validate_empty_file_is_invalid(tmp_path: Path) -> None:
     (tmp_path / "empty.yaml").write_bytes(b"")
     result = runner.invoke(app, ["validate", str(tmp_path / "empty.yaml")])

@@ -53,7 +53,7 @@ def test_the_digest_changes_with_the_datasets_bytes(tmp_path):
 def test_a_wrong_sha256_or_a_missing_file_is_an_error_naming_the_field(tmp_path):
     data = tmp_path / "d.jsonl"
     data.write_text('{"prompt": "x"}\n')
-    bad = _spec_with(tmp_path, {"path": str(data), "sha256": "0" * 64})
+    bad = _spec_with(tmp_path, {"path": "d.jsonl", "sha256": "0" * 64})
     [res] = validate_bytes(bad.read_bytes(), str(bad))
     assert not res.valid
     assert [e.path for e in res.errors] == ["spec.workload.dataset.sha256"]
@@ -61,7 +61,7 @@ def test_a_wrong_sha256_or_a_missing_file_is_an_error_naming_the_field(tmp_path)
     missing = _spec_with(tmp_path, {"path": "nowhere.jsonl"})
     [res] = validate_bytes(missing.read_bytes(), str(missing))
     assert [e.path for e in res.errors] == ["spec.workload.dataset.path"] and "no file at" in res.errors[0].message
-    shape = _spec_with(tmp_path, {"path": str(data), "format": "csv"})
+    shape = _spec_with(tmp_path, {"path": "d.jsonl", "format": "csv"})
     [res] = validate_bytes(shape.read_bytes(), str(shape))
     assert [e.path for e in res.errors] == ["spec.workload.dataset.format"]
 
@@ -77,7 +77,7 @@ def test_a_spec_without_a_dataset_digests_as_before():
 def test_an_unreadable_dataset_path_is_an_error_naming_the_field_not_a_traceback(tmp_path):
     # a name over NAME_MAX made Path.is_file() raise OSError out of validation: `validate`
     # printed a traceback and every sensor tick after the commit failed (the cursor never moved)
-    spec = _spec_with(tmp_path, {"path": "d" * 300})
+    spec = _spec_with(tmp_path, {"path": "d" * 300 + ".jsonl"})
     [res] = validate_bytes(spec.read_bytes(), str(spec))
     assert not res.valid
     assert [e.path for e in res.errors] == ["spec.workload.dataset.path"] and "cannot read" in res.errors[0].message
@@ -91,7 +91,7 @@ def test_a_sha256_of_the_wrong_type_is_refused_not_overwritten(tmp_path):
     data = tmp_path / "d.jsonl"
     data.write_text('{"prompt": "x"}\n')
     for given in (5, "ABC", True):
-        spec = _spec_with(tmp_path, {"path": str(data), "sha256": given})
+        spec = _spec_with(tmp_path, {"path": "d.jsonl", "sha256": given})
         [res] = validate_bytes(spec.read_bytes(), str(spec))
         assert not res.valid and [e.path for e in res.errors] == ["spec.workload.dataset.sha256"], given
 
@@ -113,3 +113,60 @@ def test_the_namespace_the_api_server_sets_does_not_change_the_digest():
     doc = yaml.safe_load((ROOT / "specs/local/canary.yaml").read_text())
     applied = {**doc, "metadata": {**doc["metadata"], "namespace": "default", "uid": "u-1", "generation": 3}}
     assert spec_digest(applied) == spec_digest(doc)
+
+
+def _errors(raw: bytes, source: str) -> list[tuple[str, str]]:
+    import pytest
+
+    from benchrun.spec.validation import SpecInvalid
+
+    with pytest.raises(SpecInvalid) as caught:
+        load_spec_bytes(raw, source)
+    return [(e.path, e.message) for e in caught.value.errors]
+
+
+def test_a_dataset_path_outside_the_repository_or_not_a_dataset_is_refused(tmp_path, monkeypatch):
+    # `path: ../../../../etc/passwd` validated, and `submit` copied /etc/passwd into the run as
+    # structured/<run>_dataset.data with its sha256 recorded
+    monkeypatch.chdir(ROOT)
+    for written, says in (("../../../../etc/passwd", "'..' is not allowed"), ("/etc/hostname", "is absolute"),
+                          ("specs/../../../etc/passwd.jsonl", "'..' is not allowed"),
+                          (str(SHIPPED), "is absolute"), ("README.md", "is not a dataset file")):
+        spec = _spec_with(tmp_path, {"path": written})
+        [(path, message)] = _errors(spec.read_bytes(), str(spec))
+        assert path == "spec.workload.dataset.path" and says in message, (written, message)
+        assert "give" in message  # the fix
+
+
+def test_a_resources_dataset_is_read_only_from_the_images_specs_folder(tmp_path, monkeypatch):
+    # the operator pinned /etc/hostname (any file of the orchestrator) for a BenchmarkRun resource
+    raw = _spec_with(tmp_path, {"path": "specs/datasets/benchrun-conversations.jsonl"}).read_bytes()
+    monkeypatch.chdir(ROOT)  # the image's WORKDIR holds specs/
+    loaded = load_spec_bytes(raw, "cr:team-a/my-run")
+    assert loaded.run.workload_env()["dataset"]["path"] == str(SHIPPED.resolve())
+    for written in ("/etc/hostname", "pyproject.json", "benchrun/x.jsonl"):
+        doc = yaml.safe_load(raw)
+        doc["spec"]["workload"]["dataset"] = {"path": written}
+        [(path, message)] = _errors(yaml.safe_dump(doc).encode(), "cr:team-a/my-run")
+        assert path == "spec.workload.dataset.path", written
+    assert "image's specs/ folder" in message
+    # a link under specs/ that leads out of it is refused too
+    image = tmp_path / "image"
+    (image / "specs").mkdir(parents=True)
+    (tmp_path / "secret.jsonl").write_text('{"prompt": "x"}\n')
+    (image / "specs" / "d.jsonl").symlink_to(tmp_path / "secret.jsonl")
+    monkeypatch.chdir(image)
+    doc["spec"]["workload"]["dataset"] = {"path": "specs/d.jsonl"}
+    [(path, message)] = _errors(yaml.safe_dump(doc).encode(), "cr:team-a/my-run")
+    assert path == "spec.workload.dataset.path" and "leads out of the image's specs/" in message
+
+
+def test_a_pinned_run_is_read_against_its_copy_whatever_its_path_was(tmp_path):
+    # admission's path rules are not applied again to a run pinned before them
+    from benchrun.spec.datasets import pinned_finder
+
+    copy = tmp_path / "r_dataset.jsonl"
+    copy.write_text('{"prompt": "x"}\n')
+    raw = _spec_with(tmp_path, {"path": "/old/host/d.jsonl"}).read_bytes()
+    loaded = load_spec_bytes(raw, "spec.yaml", find_dataset=pinned_finder(copy, "spec.yaml"))
+    assert loaded.run.workload_env()["dataset"]["path"] == str(copy.resolve())

@@ -53,17 +53,21 @@ def test_did_you_mean_for_a_near_miss() -> None:
     assert "did you mean 'bottleneckAnalysis'" in {e.path: e.message for e in result.errors}["spec.bottleneckanalysis"]
 
 
-def test_several_documents_per_file() -> None:
-    bad = SEED_TEXT.replace("name: publication-inference-stack-b200", "name: second").replace("minReplicates: 5", "minReplicates: 1")
-    text = SEED_TEXT + "\n---\n" + bad
-    results = validate_bytes(text.encode(), "two.yaml")
-    assert [r.valid for r in results] == [True, False]
-    assert [e.path for e in results[1].errors] == ["spec.trials.minReplicates"]
-    assert results[1].errors[0].line == line_of(text, "minReplicates: 1")
-    assert results[1].summary["name"] == "second"
+def test_several_documents_per_file_are_refused_as_admission_refuses_them() -> None:
+    # validate said "2 valid" (exit 0) where run, submit and digest refuse the file (exit 2)
+    second = SEED_TEXT.replace("name: publication-inference-stack-b200", "name: second")
+    text = SEED_TEXT + "\n---\n" + second
+    [result] = validate_bytes(text.encode(), "two.yaml")
+    assert result.fatal and not result.valid
     with pytest.raises(SpecInvalid) as info:
         load_spec_bytes(text.encode(), "two.yaml")
-    assert "2 YAML documents" in str(info.value)
+    [error] = info.value.errors
+    assert result.errors == [error] and "2 YAML documents" in error.message and "a file of its own" in error.message
+    # a folder scan still skips a file of other kinds' documents (manifests beside the specs)
+    others = b"kind: Namespace\n---\nkind: ConfigMap\n"
+    assert all(r.skipped for r in validate_bytes(others, "ns.yaml", only_benchmark_runs=True))
+    [mixed] = validate_bytes(others + b"---\n" + SEED_TEXT.encode(), "mixed.yaml", only_benchmark_runs=True)
+    assert mixed.fatal and "3 YAML documents" in mixed.errors[0].message
 
 
 def test_anchors_and_merge_keys_resolve() -> None:

@@ -496,3 +496,17 @@ def test_pathological_values_are_checked_in_linear_time() -> None:
     start = time.perf_counter()
     assert substitute("-${RUN_ID}" + "${]" * 100_000, {"RUN_ID": "r"}) == "-r" + "${]" * 100_000
     assert time.perf_counter() - start < 10
+
+
+def test_missing_inference_primaries_are_named_exactly() -> None:
+    # "must include tokens_per_second, p99_latency_ms, jitter_ms, cost_per_token_usd or
+    # cost_per_request_usd" read as "any one of"; all three and a cost metric are needed
+    path = S + ("metrics", "inference", "primary")
+    [error] = errors_of(apply(SEED_DOC, [(path, ["serving_workflow/ttft_ms[c=4]"])]))
+    assert error.path == "spec.metrics.inference.primary"
+    assert error.message.startswith("lacks tokens_per_second, p99_latency_ms, jitter_ms and a cost metric "
+                                    "(cost_per_token_usd or cost_per_request_usd); ")
+    assert "needs every one of ttft_ms, tokens_per_second, p99_latency_ms, jitter_ms" in error.message
+    [error] = errors_of(apply(SEED_DOC, [(path, ["ttft_ms", "tokens_per_second", "p99_latency_ms",
+                                                 "cost_per_request_usd"])]))
+    assert error.message.startswith("lacks jitter_ms; ")

@@ -180,3 +180,37 @@ def test_local_stores_are_confined_to_the_home_or_configured_roots(tmp_path: Pat
         open_store("/etc/${RUN_ID}/", home)
     monkeypatch.setenv("BENCHRUN_STORE_ROOTS", str(tmp_path / "elsewhere"))
     assert open_store(f"file://{tmp_path}/elsewhere/${{RUN_ID}}/", home).root == (tmp_path / "elsewhere").resolve()
+
+
+def test_an_unsigned_run_is_judged_alike_by_verify_and_verify_store(bench_home: Path, monkeypatch) -> None:
+    """`verify <canceled run>` said "no provenance envelope there; sign the run first" (exit 1),
+    which no command can do, while `verify --store` listed it "not signed", exit 0."""
+    from benchrun.rundir import RunDir
+
+    canceled = RunDir(bench_home, "run-canceled").create()
+    canceled.write_status({"run_id": "run-canceled", "phase": "Canceled", "message": "canceled by ann"})
+    queued = RunDir(bench_home, "run-queued").create()
+    queued.write_status({"run_id": "run-queued", "phase": "Pending"})
+    for rd, says in ((canceled, "never finished (phase Canceled: canceled by ann)"), (queued, "not signed yet")):
+        out = _verify(rd.run_id, "--public-key", str(bench_home / "nowhere.pem"))
+        assert out.exit_code == 0, out.output
+        assert says in out.output and "nothing verified" in out.output and "sign the run first" not in out.output
+    store = _verify("--store")
+    assert store.exit_code == 0, store.output
+    assert "run run-canceled: not signed: it never finished (phase Canceled" in store.output
+    # fail-closed stays: a finished run whose envelope is gone fails both
+    sealed = make_sealed_run(bench_home, "run-sealed", stored=True)
+    sealed.update_status(phase="Succeeded")
+    out = _verify("run-sealed")
+    assert out.exit_code == 1 and "the envelope was removed or signing failed" in str(out.exception)
+    store = _verify("--store")
+    assert store.exit_code == 1 and "run run-sealed: not signed" in str(store.exception)
+    assert "run-canceled" not in str(store.exception)
+
+
+def test_promote_and_the_other_verify_run_callers_do_not_ask_to_sign_by_hand(bench_home: Path) -> None:
+    rd = make_sealed_run(bench_home, "run-nosig", stored=True)
+    load_signing_key(bench_home)  # the home has a key pair, and its public key is named
+    with pytest.raises(BenchrunError) as info:
+        verify_run(rd.path, bench_home / "keys" / "ed25519.pub.pem", home=bench_home)
+    assert "the run is not signed" in str(info.value) and "sign the run first" not in str(info.value)

@@ -18,6 +18,13 @@ def _verify_one(run_id: str, public_key: Path | None, pinned: tuple[str, ...]) -
     rd = RunDir.for_run(run_id)
     if not rd.path.is_dir():
         raise BenchrunError(f"run {run_id}: no run directory under {rd.path.parent}")
+    if not envelope_path(rd.path).is_file():
+        from benchrun.provenance.store_walk import unsigned
+
+        failed, why = unsigned(rd)  # as `verify --store` judges it
+        if failed:
+            raise BenchrunError(f"run {run_id}: {why}")
+        return [f"run {run_id}: {why} (nothing verified)"]
     st = verify_run(rd.path, public_key, pinned=pinned)
     objects = verify_stored(rd.path, st, rd.home)
     signing = st.predicate.get("signing") or {}
@@ -65,7 +72,10 @@ def register(app: typer.Typer) -> None:
         """Check a run's DSSE provenance signature, every signed file, and every stored object.
 
         Exit 0 when all hold (files the signature does not cover are listed); otherwise one
-        line per failure and exit 1. With --store, every run of the home is checked.
+        line per failure and exit 1. With --store, every run of the home is checked. A run
+        that never sealed its evidence (canceled, failed before it, still running) is not
+        signed and has nothing to verify (exit 0, said so); a finished run without its
+        envelope fails.
         """
         from benchrun.errors import BenchrunError
 

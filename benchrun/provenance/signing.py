@@ -101,7 +101,8 @@ def verify_envelope(path: Path | str, public_key_path: Path | str | None = None,
     try:
         doc = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise BenchrunError(f"{p}: no provenance envelope there; sign the run first") from None
+        raise BenchrunError(f"{p}: no provenance envelope there: the run is not signed (benchrun signs a run when it "
+                            "finishes; 'benchrun verify RUN_ID' says why this one is not)") from None
     except (OSError, json.JSONDecodeError) as exc:
         raise BenchrunError(f"{p}: not a readable DSSE envelope ({exc})") from exc
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 
 @dataclasses.dataclass
@@ -13,6 +14,39 @@ class StoreReport:
 
     lines: list[str] = dataclasses.field(default_factory=list)
     failures: list[str] = dataclasses.field(default_factory=list)
+
+
+def unsigned(rd: Any) -> tuple[bool, str]:
+    """``(failure, why)`` for run ``rd`` (a RunDir) that has no provenance envelope, the one rule of
+    `verify RUN_ID` and `verify --store`. benchrun signs every run that finishes its analysis (the
+    provenance_attestation asset, after the evidence is sealed): a run that sealed its evidence
+    (manifest.json, a stored manifest) or Succeeded without an envelope fails, fail-closed (the
+    envelope was removed, or signing failed). A run that never sealed anything (canceled, failed
+    or rejected before its evidence, or still running) published nothing to verify: not a failure."""
+    from benchrun.errors import BenchrunError
+    from benchrun.provenance import envelope_path
+    from benchrun.rundir import TERMINAL_PHASES
+
+    env = envelope_path(rd.path).relative_to(rd.path)
+    try:
+        st = rd.read_status()
+    except BenchrunError as exc:
+        return True, f"not signed ({env} is missing) and its status cannot be read ({exc})"
+    phase = str(st.get("phase") or "unknown")
+    sealed = (rd.path / "manifest.json").is_file() or bool(st.get("artifact_manifest_digest"))
+    if sealed and phase == "Analyzing":
+        return False, ("not signed yet: its evidence is sealed and it is being analyzed (phase Analyzing); it is "
+                       "signed when it finishes: verify it then")
+    if sealed or phase == "Succeeded":
+        return True, (f"not signed: {env} is missing, yet the run {'sealed its evidence' if sealed else 'succeeded'} "
+                      f"(phase {phase}); every run benchrun finishes is signed, so the envelope was removed or "
+                      "signing failed: nothing shows its files are the ones it measured")
+    if phase in TERMINAL_PHASES:
+        why = f": {st['message']}" if isinstance(st.get("message"), str) and st["message"] else ""
+        return False, (f"not signed: it never finished (phase {phase}{why}), so its evidence was never sealed "
+                       "or published: there is nothing to verify")
+    return False, (f"not signed yet: the run is {phase} and has sealed no evidence; it is signed when it "
+                   "finishes: verify it then")
 
 
 def walk_store(public_key: Path | None, pinned: tuple[str, ...], home: Path | None = None) -> StoreReport:
@@ -34,7 +68,10 @@ def walk_store(public_key: Path | None, pinned: tuple[str, ...], home: Path | No
             if template not in stores:
                 stores[template] = open_store(template, home)
             if not envelope_path(rd.path).is_file():
-                report.lines.append(f"run {rd.run_id}: not signed (no provenance envelope): signature not checked")
+                failed, why = unsigned(rd)
+                if failed:
+                    raise BenchrunError(why)
+                report.lines.append(f"run {rd.run_id}: {why}")
                 digest = rd.read_status().get("artifact_manifest_digest")
                 if digest:
                     store = stores[template]

@@ -4,7 +4,7 @@ Public API (what the rest of benchrun calls)::
 
     load_spec(path) -> LoadedSpec            # one valid BenchmarkRun, else SpecInvalid (exit 2)
     load_spec_bytes(data, source) -> LoadedSpec
-    validate_path(path) -> list[DocumentResult]   # files or folders, several docs per file
+    validate_path(path) -> list[DocumentResult]   # files or folders, one BenchmarkRun per file
     spec_digest(document), workload_spec_digest(document)   # sha256 of canonical JSON
 """
 

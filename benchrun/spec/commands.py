@@ -45,8 +45,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Check BenchmarkRun documents against the model and every admission rule.
 
-        Exit 0 when all are valid, 1 when any is invalid, 2 when a file cannot be read or
-        is not YAML.
+        Exit 0 when all are valid, 1 when any is invalid, 2 when a file cannot be read, is
+        not YAML or holds more than one document (a spec file holds exactly one BenchmarkRun).
         """
         from benchrun.spec.validation import validate_path
 

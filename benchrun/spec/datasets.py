@@ -2,7 +2,12 @@
 
 A relative ``path`` is read from the working directory (the repository root, as a suite's
 ``repoCommand`` is), else from the spec file's folder; a spec read from a commit (the sensors)
-reads its dataset from the same commit (``benchrun.automation.discovery.git_finder``). A run
+reads its dataset from the same commit (``benchrun.automation.discovery.git_finder``), and a
+BenchmarkRun resource's (no repository on the orchestrator) from the image's ``specs/`` folder
+(:func:`resource_finder`). Admission (:func:`path_error`) refuses an absolute path, a ``..``
+component and a file that is not a dataset the loader reads (``.json``, ``.jsonl``,
+``.parquet``), so a spec cannot pin (and copy into its run) any other file of the machine that
+reads it. A run
 keeps its own copy, ``structured/<run_id>_dataset.<ext>`` (:func:`copy_into_run`, at
 submission), and its pinned spec is read again against that copy, so neither the working
 directory of whoever runs it nor a later change of the file can change what it measures. The digest document is the spec as written
@@ -23,6 +28,33 @@ from typing import Any, Callable
 from benchrun.errors import BenchrunError
 
 FIELD = ("spec", "workload", "dataset")
+SUFFIXES = (".json", ".jsonl", ".parquet")  # what benchrun.loadgen.dataset reads (ShareGPT JSON/JSONL, JSONL, Parquet)
+RESOURCE = "cr:"  # the source of a BenchmarkRun resource's document (benchrun.controller.resources)
+IMAGE_FOLDER = "specs"  # the image's copy of the repository's specs/ (Dockerfile), where a resource's dataset is
+_FIX = "give its path from the repository root, e.g. specs/datasets/conversations.jsonl"
+
+
+class PathRefused(ValueError):
+    """A finder's refusal of the file it found (its real path leaves where it may be read)."""
+
+
+def path_error(written: str, source: str) -> str | None:
+    """Why ``written`` may not be ``spec.workload.dataset.path`` of a spec read from ``source``,
+    or None. A spec names a dataset of its repository, never a file of the machine that reads it."""
+    parts = written.replace("\\", "/").split("/")
+    if written.startswith("/") or FsPath(written).is_absolute():
+        return (f"{written!r} is absolute: a dataset is read from the repository (the working directory, the "
+                f"spec's folder, a committed spec's commit), never from the machine that reads the spec; {_FIX}")
+    if ".." in parts:
+        return f"'..' is not allowed in {written!r}: a dataset is read from inside the repository; {_FIX}"
+    if FsPath(written).suffix.lower() not in SUFFIXES:
+        return (f"{written!r} is not a dataset file: the loader reads ShareGPT (.json, .jsonl), JSONL (.jsonl) "
+                f"and Parquet (.parquet) datasets; give such a file")
+    if source.startswith(RESOURCE) and [p for p in parts if p not in ("", ".")][:1] != [IMAGE_FOLDER]:
+        return (f"{written!r}: a BenchmarkRun resource's dataset is read from the image's {IMAGE_FOLDER}/ folder "
+                f"(docs/loadgen-workloads.md), not from the orchestrator's other files; ship the dataset in the "
+                f"image under {IMAGE_FOLDER}/ and give its path from there, e.g. {IMAGE_FOLDER}/datasets/x.jsonl")
+    return None
 
 
 def _sha256(path: FsPath) -> str:
@@ -47,6 +79,26 @@ def file_finder(source: str) -> Finder:
         where = " or ".join(str(c) for c in candidates)
         return next((c for c in candidates if c.is_file()), None), where
     return find
+
+
+def resource_finder() -> Finder:
+    """A BenchmarkRun resource's dataset: a file under the image's ``specs/`` (the orchestrator's
+    working directory is the image's WORKDIR), whose real path stays there (not a link out)."""
+    def find(written: str) -> tuple[FsPath | None, str]:
+        root = FsPath.cwd() / IMAGE_FOLDER
+        candidate = FsPath.cwd() / written
+        if not candidate.is_file():
+            return None, str(candidate)
+        if not candidate.resolve().is_relative_to(root.resolve()):
+            raise PathRefused(f"{written!r} leads out of the image's {IMAGE_FOLDER}/ folder (to "
+                              f"{candidate.resolve()}); give a dataset file kept under {IMAGE_FOLDER}/")
+        return candidate, str(candidate)
+    return find
+
+
+def default_finder(source: str) -> Finder:
+    """Where a spec read from ``source`` finds its dataset: a resource's in the image's specs/, else the file rule."""
+    return resource_finder() if source.startswith(RESOURCE) else file_finder(source)
 
 
 class DatasetCacheError(RuntimeError):
@@ -74,13 +126,15 @@ def cache_bytes(data: bytes, suffix: str, cache: FsPath | None = None) -> FsPath
 
 def pinned_finder(copy: FsPath | None, source: str) -> Finder:
     """A run's own copy of its dataset (re-reading the pinned spec), else the file rule (runs
-    made before runs kept a copy)."""
-    fallback = file_finder(source)
+    made before runs kept a copy). The path rules are admission's: a pinned spec was admitted
+    under the rules of its day, so it is not refused again (``find.admitted``)."""
+    fallback = default_finder(source)
 
     def find(written: str) -> tuple[FsPath | None, str]:
         if copy is not None and copy.is_file():
             return copy, str(copy)
         return fallback(written)
+    find.admitted = True  # type: ignore[attr-defined]
     return find
 
 
@@ -89,24 +143,31 @@ def pin_dataset(data: Any, source: str, find: Finder | None = None
     """``(digest document, model document, errors)`` for ``data`` read from ``source``;
     both documents are ``data`` itself when it names no dataset (or names it in the wrong shape,
     which the model reports). ``find``: where the written path is looked for (default
-    :func:`file_finder`; :func:`git_finder` for a committed spec, :func:`pinned_finder` for a run)."""
+    :func:`default_finder`; :func:`git_finder` for a committed spec, :func:`pinned_finder` for a run)."""
     spec = data.get("spec") if isinstance(data, dict) else None
     workload = spec.get("workload") if isinstance(spec, dict) else None
     ds = workload.get("dataset") if isinstance(workload, dict) else None
     if not isinstance(ds, dict) or not isinstance(ds.get("path"), str) or not ds["path"].strip():
         return data, data, []
+    refused = None if getattr(find, "admitted", False) else path_error(ds["path"], source)
+    if refused:
+        return data, data, [(FIELD + ("path",), refused)]
     given = ds.get("sha256")
     if given is not None and not (isinstance(given, str) and re.fullmatch(r"[0-9a-f]{64}", given)):
         return data, data, []  # the model names the field (it was overwritten with the file's sha256)
     try:
-        file, where = (find or file_finder(source))(ds["path"])
+        file, where = (find or default_finder(source))(ds["path"])
         digest = _sha256(file) if file is not None else ""
+    except PathRefused as exc:
+        return data, data, [(FIELD + ("path",), str(exc))]
     except OSError as exc:  # a name too long, a folder without permission: the field is wrong, not the run
         return data, data, [(FIELD + ("path",), f"cannot read {ds['path']!r}: {exc.strerror or exc}; "
                                                 f"give a readable dataset file")]
     if file is None:
-        return data, data, [(FIELD + ("path",), f"no file at {where} (a relative path is read from the working "
-                                                f"directory, then the spec's folder); give the dataset's path")]
+        rule = (f"a BenchmarkRun resource's dataset is read from the image's {IMAGE_FOLDER}/ folder"
+                if source.startswith(RESOURCE) and find is None else
+                "a relative path is read from the working directory, then the spec's folder")
+        return data, data, [(FIELD + ("path",), f"no file at {where} ({rule}); give the dataset's path")]
     if given and given != digest:
         return data, data, [(FIELD + ("sha256",), f"is {given} but {file} has sha256 {digest}; the dataset changed: "
                                                   f"write the new sha256 or restore the file")]

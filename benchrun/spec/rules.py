@@ -287,9 +287,12 @@ def rule_inference_metrics(doc: Any) -> Iterator[Finding]:
     primary = [metric_name(p) for p in primary]  # qualified entries (suite/metric[case]) count by name
     missing = [m for m in INFERENCE_PRIMARY if m not in primary]
     if not any(c in primary for c in COST_METRICS):
-        missing.append(" or ".join(COST_METRICS))
+        missing.append(f"a cost metric ({' or '.join(COST_METRICS)})")
     if missing:
-        yield path + ("primary",), f"must include {', '.join(missing)} for workloadType {wt}"
+        lacks = missing[0] if len(missing) == 1 else f"{', '.join(missing[:-1])} and {missing[-1]}"
+        yield path + ("primary",), (f"lacks {lacks}; workloadType {wt} needs every one of "
+                                    f"{', '.join(INFERENCE_PRIMARY)} and one cost metric "
+                                    f"({' or '.join(COST_METRICS)})")
 
 
 def rule_trial_report(doc: Any) -> Iterator[Finding]:

@@ -306,7 +306,8 @@ def validate_bytes(data: bytes, source: str, *, only_benchmark_runs: bool = Fals
     """Every document in ``data``; a file-level problem is one fatal result.
 
     With ``only_benchmark_runs`` (folder scans), documents whose ``kind`` is another
-    string are skipped, not failed.
+    string are skipped, not failed. A file holding more than one document, one of them a
+    candidate BenchmarkRun, is one fatal result, as admission (:func:`load_spec_bytes`) refuses it.
     """
     try:
         docs = load_documents(data)
@@ -314,21 +315,27 @@ def validate_bytes(data: bytes, source: str, *, only_benchmark_runs: bool = Fals
         error = SpecError("(file)", exc.message, exc.line, source)
         return [DocumentResult(file=source, index=0, valid=False, errors=[error], summary={"errors": 1}, fatal=True)]
     if not docs:
-        error = SpecError("(file)", "holds no YAML document (the file is empty)", 1, source)
-        return [DocumentResult(file=source, index=0, valid=False, errors=[error], summary={"errors": 1})]
-    results = []
-    for doc in docs:
+        return [DocumentResult(file=source, index=0, valid=False, errors=[_not_one(0, source)], summary={"errors": 1})]
+
+    def skipped(doc: YamlDocument) -> DocumentResult | None:
         kind = rules.get(doc.data, ("kind",))
         if only_benchmark_runs and isinstance(kind, str) and kind != KIND:
-            results.append(
-                DocumentResult(
-                    file=source, index=doc.index, valid=True, skipped=True,
-                    summary={"kind": kind, "skipped": f"kind {kind} is not {KIND}"},
-                )
-            )
-            continue
-        results.append(validate_document(doc, source))
-    return results
+            return DocumentResult(file=source, index=doc.index, valid=True, skipped=True,
+                                  summary={"kind": kind, "skipped": f"kind {kind} is not {KIND}"})
+        return None
+
+    others = [skipped(doc) for doc in docs]
+    if len(docs) > 1 and None in others:
+        # what `run`, `submit`, `digest`, the sensors and the operator refuse (load_spec_bytes): never "2 valid"
+        return [DocumentResult(file=source, index=0, valid=False, errors=[_not_one(len(docs), source)],
+                               summary={"errors": 1}, fatal=True)]
+    return [other or validate_document(doc, source) for other, doc in zip(others, docs)]
+
+
+def _not_one(count: int, source: str) -> SpecError:
+    what = "no YAML document (the file is empty)" if not count else f"{count} YAML documents"
+    fix = "" if not count else ": put each in a file of its own"
+    return SpecError("(file)", f"holds {what}; a spec file holds exactly one BenchmarkRun{fix}", 1, source)
 
 
 def _read(path: FsPath) -> bytes:
@@ -402,8 +409,7 @@ def load_spec_bytes(data: bytes, source: str, *, find_dataset: Finder | None = N
         where = f"{source}:{exc.line}" if exc.line else source
         raise BenchrunError(f"{where}: {exc.message}", exit_code=2) from None
     if len(docs) != 1:
-        what = "no YAML document (the file is empty)" if not docs else f"{len(docs)} YAML documents"
-        raise SpecInvalid([SpecError("(file)", f"holds {what}; a spec file holds exactly one BenchmarkRun", 1, source)], source)
+        raise SpecInvalid([_not_one(len(docs), source)], source)
     result = validate_document(docs[0], source, find_dataset)
     if not result.valid or result.run is None:
         raise SpecInvalid(result.errors, source)

@@ -227,7 +227,7 @@ class GateResult:
                     if self.allowed_differences else "")
         if self.passed:
             spec = [d for d in self.diffs if d.category == "spec"]
-            changed = sorted({d.category for d in self.diffs if d.category != "spec"})
+            changed = sorted({d.category for d in self.diffs})  # the spec's differences are changes too
             listed = f"; spec differences: {self._listed(spec)}" if spec else ""
             return (f"one-variable gate passed (variable {self.variable}; changed: {', '.join(changed) or 'nothing'}"
                     f"{listed}{override})")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Optional
 
 import typer
@@ -21,6 +22,26 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"
     return str(value)
+
+
+_EXACT = 2**53 - 1  # the largest integer every JSON reader (jq, JavaScript) holds exactly
+
+
+def _strict(value: Any) -> Any:
+    """``value`` as strict JSON reads it back: an integer beyond ±(2**53 - 1) (an Iceberg snapshot
+    id) as a string of its digits, which jq would otherwise round; NaN and ±Infinity, which
+    strict JSON has no token for, as null."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return value if -_EXACT <= value <= _EXACT else str(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
+    return value
 
 
 def query_cmd(
@@ -71,7 +92,7 @@ def _query(sql: str, as_json: bool, as_csv: bool, limit: int, vertical: Optional
     if as_of is not None:
         from benchrun.warehouse.lakeviews import parse_as_of
 
-        when = parse_as_of(as_of)
+        when = parse_as_of(as_of.strip().strip('"'))  # a snapshot id as --json wrote it (a string) reads back
     stream = stream_query(sql, _home(), limit=limit or None, as_of=when)
     for note in stream.notes:
         print(f"warning: {note}", file=sys.stderr)
@@ -81,12 +102,14 @@ def _query(sql: str, as_json: bool, as_csv: bool, limit: int, vertical: Optional
         # Streamed JSON: the document is written row by row, never held whole in memory.
         out = sys.stdout
         out.write('{\n  "query_spec_digest": ' + json.dumps(stream.query_spec_digest)
-                  + (',\n  "snapshot_ids": ' + json.dumps(stream.snapshot_ids) if stream.snapshot_ids is not None else "")
+                  + (',\n  "snapshot_ids": ' + json.dumps({t: None if i is None else str(i)
+                                                         for t, i in stream.snapshot_ids.items()})
+                     if stream.snapshot_ids is not None else "")
                   + ',\n  "columns": ' + json.dumps(cols) + ',\n  "rows": [')
         first = True
         for rows in stream.batches():
             for row in rows:
-                out.write(("\n    " if first else ",\n    ") + json.dumps(row, default=str))
+                out.write(("\n    " if first else ",\n    ") + json.dumps(_strict(row), default=str, allow_nan=False))
                 first = False
         out.write(("\n  ]" if not first else "]") + ',\n  "truncated": ' + json.dumps(stream.truncated)
                   + ',\n  "limit": ' + json.dumps(limit or None) + "\n}\n")

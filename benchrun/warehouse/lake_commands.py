@@ -81,7 +81,9 @@ def tag_cmd(
     migrate_on_first_use(_home())  # the tag names the migrated rows too
     tagged = lake.tag_tables(_home(), name, force=force)
     if as_json:
-        typer.echo(json.dumps({"tag": name, "snapshots": tagged}, indent=2, sort_keys=True))
+        # snapshot ids as strings, as `query --json` writes them: jq rounds integers beyond 2**53
+        typer.echo(json.dumps({"tag": name, "snapshots": {t: str(s) for t, s in tagged.items()}}, indent=2,
+                              sort_keys=True))
     else:
         for table, snapshot in sorted(tagged.items()):
             typer.echo(f"{table}: snapshot {snapshot} tagged {name}")
