@@ -143,6 +143,13 @@ def load_or_create(cat: Any, table: str) -> Any:
     return made
 
 
+def _missing_columns(tbl: Any, table: str) -> list[str]:
+    """The columns of :func:`iceberg_schema_of` that ``tbl`` lacks (made by an earlier release; a
+    run's commit adds them: Iceberg schema evolution, the older rows read them as null)."""
+    have = set(tbl.schema().column_names)
+    return [name for name in iceberg_schema_of(table).names if name not in have]
+
+
 def _as_table(table: str, batches: Iterable[pa.RecordBatch | pa.Table], run_id: str,
               run_started: dt.datetime | None) -> pa.Table:
     """The run's rows of ``table`` in the Iceberg table's schema (run id and start filled in)."""
@@ -210,6 +217,9 @@ def commit_run(home: Path, table: str, run_id: str, batches: Iterable[pa.RecordB
         first = attempt == 1 and _retry_locked(lambda: laketx.first_curation(cat, table, run_id), "claim the run")
         try:
             with laketx.Transaction(tbl) as tx:
+                if data.num_rows and _missing_columns(tbl, table):  # a table of an earlier release
+                    with tx.update_schema() as evolve:  # in this commit: the schema never changes alone
+                        evolve.union_by_name(iceberg_schema_of(table))
                 props = {SNAPSHOT_RUN_PROPERTY: run_id}
                 if before is not None and not first:
                     with warnings.catch_warnings():  # "did not match any records": a run's first curation
@@ -475,6 +485,11 @@ def run_rows_digest(home: Path, run_id: str) -> dict[str, dict[str, Any]]:
                                 f"`benchrun rebuild-warehouse {run_id}`") from None
         if not rows:
             continue
+        # a column added since the table was made (schema evolution) is left out where null: the rows
+        # written before it keep the digest they were signed with
+        added = set(tbl.schema().column_names) - set(min(tbl.schemas().items())[1].column_names)
+        if added:
+            rows = [{k: v for k, v in r.items() if v is not None or k not in added} for r in rows]
         lines = sorted(json.dumps(r, sort_keys=True, default=str, separators=(",", ":")) for r in rows)
         h = hashlib.sha256()
         for line in lines:

@@ -34,6 +34,9 @@ class TableRead:
     metadata_location: str
     snapshot_id: int | None
     files: tuple[str, ...] | None = None  # set when some data files are damaged: the readable ones
+    # the columns of the snapshot's schema (None: all of the table's): a table made by an earlier release
+    # lacks the columns added since until a curation adds them, and its older snapshots always do
+    columns: frozenset[str] | None = None
 
 
 def _quote(text: str) -> str:
@@ -211,6 +214,7 @@ def _checked(read: TableRead, tbl: Any, notes: list[str]) -> TableRead:
 
     if read.snapshot_id is None:
         return read
+    read = dataclasses.replace(read, columns=_snapshot_columns(tbl, read.snapshot_id))
     expected = {f.name: _sql_type(f.type) for f in iceberg_schema_of(read.table)}
     tasks = list(tbl.scan(snapshot_id=read.snapshot_id).plan_files())
     good: list[str] = []
@@ -245,6 +249,13 @@ def _checked(read: TableRead, tbl: Any, notes: list[str]) -> TableRead:
     return dataclasses.replace(read, files=tuple(good))
 
 
+def _snapshot_columns(tbl: Any, snapshot_id: int) -> frozenset[str]:
+    """The column names of the schema snapshot ``snapshot_id`` of ``tbl`` was written with."""
+    snap = tbl.snapshot_by_id(snapshot_id)
+    schema = tbl.schemas().get(snap.schema_id) if snap is not None and snap.schema_id is not None else None
+    return frozenset((schema or tbl.schema()).column_names)
+
+
 def _sql_type(typ: Any) -> str:
     """The SQL type DuckDB reads a parquet column as (a list's element field name does not matter)."""
     import pyarrow as pa
@@ -258,9 +269,12 @@ def _sql_type(typ: Any) -> str:
 
 
 def view_sql(table: str, read: TableRead | None) -> str:
-    """``CREATE OR REPLACE VIEW`` over one Iceberg table (its columns only), or an empty typed relation."""
+    """``CREATE OR REPLACE VIEW`` over one Iceberg table (its columns only), or an empty typed relation;
+    a column the read's snapshot lacks (added by a later release) reads as null."""
     schema = TABLES[table]
-    cols = ", ".join(f'"{name}"' for name in schema.names)
+    have = read.columns if read is not None and read.columns is not None else frozenset(schema.names)
+    cols = ", ".join(f'"{f.name}"' if f.name in have else f'CAST(NULL AS {duckdb_type(f.type)}) AS "{f.name}"'
+                     for f in schema)
     if read is None or read.snapshot_id is None or read.files == ():
         empty = ", ".join(f'CAST(NULL AS {duckdb_type(f.type)}) AS "{f.name}"' for f in schema)
         return f'CREATE OR REPLACE VIEW "{table}" AS SELECT {empty} WHERE false'
