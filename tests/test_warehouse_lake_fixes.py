@@ -3,8 +3,11 @@ added since), time travel past deletes and tags, and the damaged inputs of the l
 
 from __future__ import annotations
 
+import datetime as dt
+import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from benchrun.store import open_store
@@ -56,3 +59,37 @@ def test_a_table_of_an_earlier_release_gains_the_new_columns(tmp_path: Path, mon
     assert _count(tmp_path, "SELECT count(*) FROM measurement_fact WHERE unit IS NOT NULL") == 18
     assert _count(tmp_path, "SELECT count(*) FROM measurement_fact WHERE unit IS NULL", as_of=at_a) == 9
 
+
+def _one_row(run_id: str, value: float) -> pa.Table:
+    schema = TABLES["measurement_fact"]
+    cols = {f.name: pa.nulls(1, f.type) for f in schema}
+    cols.update(run_id=pa.array([run_id]), suite=pa.array(["s"]), metric=pa.array(["m"]), value=pa.array([value]))
+    return pa.table(cols, schema=schema)
+
+
+def _now_between() -> dt.datetime:
+    time.sleep(0.01)
+    when = dt.datetime.now(dt.timezone.utc)
+    time.sleep(0.01)
+    return when
+
+
+STARTED = dt.datetime(2026, 11, 30, 9, tzinfo=dt.timezone.utc)
+IDS = "SELECT string_agg(run_id, ',' ORDER BY run_id) FROM measurement_fact"
+
+
+@pytest.mark.slow
+def test_a_deleted_run_stays_deleted_as_of_a_time_past_the_metadata_log(tmp_path: Path) -> None:
+    """``benchrun delete r2`` (a delete-only commit), then r2 curated again (its delete matches nothing:
+    an append only, carrying the same run id): two commits, not one, however old."""
+    for i in range(4):
+        lake.commit_run(tmp_path, "measurement_fact", f"r{i}", [_one_row(f"r{i}", float(i))], STARTED)
+    lake.commit_run(tmp_path, "measurement_fact", "r2", [], STARTED)
+    between = _now_between()
+    lake.commit_run(tmp_path, "measurement_fact", "r2", [_one_row("r2", 2.0)], STARTED)
+    assert _count(tmp_path, IDS, as_of=between) == "r0,r1,r3"
+    for i in range(4, 4 + int(lake.TABLE_PROPERTIES["write.metadata.previous-versions-max"]) + 2):
+        lake.commit_run(tmp_path, "measurement_fact", f"r{i}", [_one_row(f"r{i}", float(i))], STARTED)
+    tbl = lake.catalog(tmp_path).load_table("benchrun.measurement_fact")
+    assert min(e.timestamp_ms for e in tbl.metadata.metadata_log) > between.timestamp() * 1000
+    assert _count(tmp_path, IDS, as_of=between) == "r0,r1,r3"

@@ -22,6 +22,7 @@ import os
 import random
 import re
 import time
+import uuid
 import warnings
 from pathlib import Path
 from typing import Any, Iterable
@@ -53,6 +54,10 @@ NAMESPACE = "benchrun"
 FORMAT_ENV = "BENCHRUN_WAREHOUSE_FORMAT"  # "iceberg" (unset: the default) or "parquet", the per-run layout before it
 RUN_START = "run_started_utc"
 SNAPSHOT_RUN_PROPERTY = "benchrun.run-id"
+# on every snapshot of one commit (a curation's delete and append, a compaction's): which snapshots
+# made one commit once the metadata log no longer says (a delete-only commit, then the same run's
+# append in the next, carry the same run id)
+SNAPSHOT_COMMIT_PROPERTY = "benchrun.commit"
 COMMIT_ATTEMPTS = 60
 # What keeps a commit's cost flat as a table's history grows (benchmarks/warehouse_scale.py): each
 # commit rewrites the manifest list and the table metadata, which hold every manifest and every
@@ -220,7 +225,7 @@ def commit_run(home: Path, table: str, run_id: str, batches: Iterable[pa.RecordB
                 if data.num_rows and _missing_columns(tbl, table):  # a table of an earlier release
                     with tx.update_schema() as evolve:  # in this commit: the schema never changes alone
                         evolve.union_by_name(iceberg_schema_of(table))
-                props = {SNAPSHOT_RUN_PROPERTY: run_id}
+                props = {SNAPSHOT_RUN_PROPERTY: run_id, SNAPSHOT_COMMIT_PROPERTY: uuid.uuid4().hex}
                 if before is not None and not first:
                     with warnings.catch_warnings():  # "did not match any records": a run's first curation
                         warnings.simplefilter("ignore", UserWarning)
@@ -305,8 +310,9 @@ def compact(home: Path, table: str, *, attempts: int = COMMIT_ATTEMPTS) -> tuple
                 break
             rows = tbl.scan(row_filter=where).to_arrow()
             try:
+                props = {"benchrun.operation": "compact", SNAPSHOT_COMMIT_PROPERTY: uuid.uuid4().hex}
                 with laketx.Transaction(tbl) as tx:  # a lost race: read the day again (not pyiceberg's re-staging)
-                    tx.overwrite(rows, overwrite_filter=where, snapshot_properties={"benchrun.operation": "compact"})
+                    tx.overwrite(rows, overwrite_filter=where, snapshot_properties=props)
                 break
             except (CommitFailedException, ValidationException):
                 time.sleep(random.uniform(0.01, 0.05) * min(attempt, 10))

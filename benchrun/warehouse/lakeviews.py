@@ -74,18 +74,23 @@ def _ms_text(ms: int) -> str:
 
 
 _PROPS = ("benchrun.run-id", "benchrun.operation")
+_COMMIT = "benchrun.commit"  # lake.SNAPSHOT_COMMIT_PROPERTY: the same on each snapshot of one commit
 
 
 def _same_commit(first: Any, then: Any) -> bool:
     """Whether snapshot ``then`` was made in the same commit as ``first``, from the snapshots alone
-    (for commits older than the metadata log): a delete (or rewrite) followed directly by the
-    append of the same run's curation (or of the same compaction)."""
+    (for commits older than the metadata log): a delete (or rewrite) followed directly by an append
+    with the same commit mark (``benchrun.commit``); for snapshots from before the marks, the append of
+    the same run's curation (or of the same compaction)."""
     if first is None or then is None or then.parent_snapshot_id != first.snapshot_id:
         return False
     a, b = first.summary, then.summary
     if a is None or b is None or str(a.operation.value) not in ("delete", "overwrite") \
             or str(b.operation.value) != "append":
         return False
+    commit = [s.additional_properties.get(_COMMIT) for s in (a, b)]
+    if commit != [None, None]:  # written by a release that marks its commits: exact
+        return commit[0] == commit[1]
     keys = [(a.additional_properties.get(k), b.additional_properties.get(k)) for k in _PROPS]
     return any(x is not None for x, _ in keys) and all(x == y for x, y in keys)
 
