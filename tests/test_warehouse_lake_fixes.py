@@ -10,8 +10,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from benchrun.errors import BenchrunError
 from benchrun.store import open_store
-from benchrun.warehouse import TABLES, curate_run, lake, query
+from benchrun.warehouse import TABLES, curate_run, lake, lakeviews, query
 from benchrun.warehouse import schemas
 from test_store_helpers import make_run_dir
 
@@ -93,3 +94,24 @@ def test_a_deleted_run_stays_deleted_as_of_a_time_past_the_metadata_log(tmp_path
     tbl = lake.catalog(tmp_path).load_table("benchrun.measurement_fact")
     assert min(e.timestamp_ms for e in tbl.metadata.metadata_log) > between.timestamp() * 1000
     assert _count(tmp_path, IDS, as_of=between) == "r0,r1,r3"
+
+
+@pytest.mark.slow
+def test_a_tagged_snapshot_does_not_hide_the_expired_history_after_it(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(lake.MAX_SNAPSHOTS_ENV, "10")
+    for i in range(3):
+        lake.commit_run(tmp_path, "measurement_fact", f"r{i}", [_one_row(f"r{i}", float(i))], STARTED)
+    lake.tag_tables(tmp_path, "decision-1")
+    when = None
+    for i in range(3, 30):
+        lake.commit_run(tmp_path, "measurement_fact", f"r{i}", [_one_row(f"r{i}", float(i))], STARTED)
+        if i == 12:
+            when = _now_between()
+    tbl = lake.catalog(tmp_path).load_table("benchrun.measurement_fact")
+    assert len(tbl.snapshots()) < 20  # r3..r12's snapshots expired; the tagged one (r2's) is kept
+    with pytest.raises(BenchrunError, match="measurement_fact's snapshots before .* have expired.*"
+                                            "the earliest time available for measurement_fact after"):
+        query(IDS, tmp_path, as_of=when)  # was: r0,r1,r2 (the tagged state), silently
+    assert _count(tmp_path, IDS, as_of=lakeviews.Tag("decision-1")) == "r0,r1,r2"
+    assert _count(tmp_path, "SELECT count(*) FROM measurement_fact", as_of=_now_between()) == 30

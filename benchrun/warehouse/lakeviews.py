@@ -124,9 +124,20 @@ def _snapshot_at(table: str, tbl: Any, when_ms: int, notes: list[str]) -> tuple[
     ends = commit_snapshots(tbl)
     if not ends:
         return None, None  # no snapshot: the table has never had rows
-    earlier = [sid for ms, sid in ends if ms <= when_ms]
+    earlier = [i for i, (ms, _) in enumerate(ends) if ms <= when_ms]
     if earlier:
-        return earlier[-1], None
+        at_ms, sid = ends[earlier[-1]]
+        # the snapshot after it lost its parent: expiry removed the history between (a tag keeps an old
+        # snapshot, and time moved on past it), so what was current at when_ms is not known
+        log = [e.snapshot_id for e in tbl.metadata.snapshot_log]
+        after = log[log.index(sid) + 1] if sid in log and log.index(sid) + 1 < len(log) else None
+        nxt = tbl.snapshot_by_id(after) if after is not None else None
+        if nxt is None or nxt.parent_snapshot_id is not None or when_ms == at_ms:
+            return sid, None
+        resumes = _ms_text(ends[earlier[-1] + 1][0]) if earlier[-1] + 1 < len(ends) else _ms_text(nxt.timestamp_ms)
+        raise BenchrunError(f"--as-of {_ms_text(when_ms)}: {table}'s snapshots before {resumes} have expired "
+                            f"(a tagged snapshot of {_ms_text(at_ms)} is kept: read it with --as-of TAG); "
+                            f"the earliest time available for {table} after {_ms_text(at_ms)} is {resumes}")
     first_entry = tbl.metadata.snapshot_log[0]
     first = tbl.snapshot_by_id(first_entry.snapshot_id)
     earliest = _ms_text(ends[0][0])
