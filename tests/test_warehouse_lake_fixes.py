@@ -115,3 +115,35 @@ def test_a_tagged_snapshot_does_not_hide_the_expired_history_after_it(tmp_path: 
         query(IDS, tmp_path, as_of=when)  # was: r0,r1,r2 (the tagged state), silently
     assert _count(tmp_path, IDS, as_of=lakeviews.Tag("decision-1")) == "r0,r1,r2"
     assert _count(tmp_path, "SELECT count(*) FROM measurement_fact", as_of=_now_between()) == 30
+
+
+def test_retention_on_a_migrated_home_stays_removed_after_migrate_warehouse(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A home of the parquet layout, migrated on first use: retention removes the expired run's rows from
+    the tables and its parquet partitions, and a migration (run again, as documented) never copies it back,
+    not even from partitions an earlier release's retention left behind."""
+    import shutil
+
+    from benchrun.warehouse.migrate import migrate_parquet
+    from benchrun.warehouse.retention import apply_retention, plan_retention
+
+    monkeypatch.setenv(lake.FORMAT_ENV, "parquet")
+    for run_id, finished in (("run-old", "2023-11-30T09:00:00+00:00"), ("run-new", "2026-11-30T09:00:00+00:00")):
+        run_dir, manifest = _stored_run(tmp_path, run_id, finished_utc=finished)
+        curate_run(run_dir, tmp_path, manifest)
+    kept = tmp_path / "kept-partition"
+    shutil.copytree(tmp_path / "warehouse" / "measurement_fact" / "run_id=run-old", kept)
+    monkeypatch.setenv(lake.FORMAT_ENV, "iceberg")
+    by_run = "SELECT string_agg(DISTINCT run_id, ',' ORDER BY run_id) FROM measurement_fact"
+    assert _count(tmp_path, by_run) == "run-new,run-old"  # migrated on first use
+    now = dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)
+    apply_retention(tmp_path, plan_retention(tmp_path, now))
+    assert _count(tmp_path, by_run) == "run-new"
+    assert not (tmp_path / "warehouse" / "measurement_fact" / "run_id=run-old").exists()
+    done = migrate_parquet(tmp_path)
+    assert _count(tmp_path, by_run) == "run-new"
+    # a partition an earlier release's retention left in place: the retention record keeps it out
+    shutil.copytree(kept, tmp_path / "warehouse" / "measurement_fact" / "run_id=run-old")
+    done = migrate_parquet(tmp_path)
+    assert done.expired["measurement_fact"] == 1 and done.counts["measurement_fact"] == (0, 0)
+    assert _count(tmp_path, by_run) == "run-new"

@@ -30,13 +30,15 @@ def migrate_cmd(as_json: bool = typer.Option(False, "--json", help="Print the ro
 
     done = migrate_parquet(_home())
     if as_json:
-        typer.echo(json.dumps({t: {"before": b, "after": a, "runs_already_in_the_table": done.already.get(t, 0)}
+        typer.echo(json.dumps({t: {"before": b, "after": a, "runs_already_in_the_table": done.already.get(t, 0),
+                                   "runs_removed_by_retention": done.expired.get(t, 0)}
                                for t, (b, a) in done.counts.items()}, indent=2))
     else:
         for table, (before, after) in done.counts.items():
-            already = done.already.get(table, 0)
+            already, expired = done.already.get(table, 0), done.expired.get(table, 0)
             typer.echo(f"{table}: {before} rows in parquet, {after} rows in the table for those runs"
-                       + (f" ({already} runs already in the table, left as they are)" if already else ""))
+                       + (f" ({already} runs already in the table, left as they are)" if already else "")
+                       + (f" ({expired} runs removed by retention, not copied back)" if expired else ""))
         for note in done.left_out:
             typer.echo(f"left out: {note}", err=True)
     if done.differ:
