@@ -147,3 +147,45 @@ def test_retention_on_a_migrated_home_stays_removed_after_migrate_warehouse(tmp_
     done = migrate_parquet(tmp_path)
     assert done.expired["measurement_fact"] == 1 and done.counts["measurement_fact"] == (0, 0)
     assert _count(tmp_path, by_run) == "run-new"
+
+
+def test_a_run_rebuilt_from_the_store_keeps_its_facts_and_lineage(tmp_path: Path) -> None:
+    """status.json is never stored: a run whose directory is gone is rebuilt with the fields its stored
+    evidence holds (the pinned spec's digests and intent, manifest.json's outcome and sealing time, the
+    environment's capture time, the creation time its minted id carries), its store URI relative to the
+    home as curation from the directory writes it; retention can then age it."""
+    import json
+    import shutil
+
+    import yaml
+
+    from benchrun.fsio import atomic_write_json
+    from benchrun.spec.digest import spec_digest, workload_spec_digest
+    from benchrun.warehouse.rebuild import rebuild_warehouse
+    from benchrun.warehouse.retention import plan_retention
+    from test_store_helpers import SPEC_YAML
+
+    pinned = yaml.safe_load(SPEC_YAML)
+    run_id = f"wh-test-20261130085900-{spec_digest(pinned)[:8]}"
+    run_dir = make_run_dir(tmp_path, run_id)
+    status = json.loads((run_dir / "status.json").read_text())
+    status.update(spec_digest=spec_digest(pinned), workload_spec_digest=workload_spec_digest(pinned), outcome="succeeded")
+    atomic_write_json(run_dir / "status.json", status)
+    atomic_write_json(run_dir / "manifest.json", {"manifest_version": 2, "run_id": run_id, "status": "succeeded",
+                                                  "timestamp_utc": status["finished_utc"]})
+    env_path = run_dir / "structured" / f"{run_id}_environment.json"
+    atomic_write_json(env_path, {**json.loads(env_path.read_text()), "captured_utc": status["started_utc"]})
+    manifest = open_store(None, tmp_path).put_run_dir(run_dir, run_id)
+    curate_run(run_dir, tmp_path, manifest)
+    facts = ("SELECT phase, outcome, created_utc, started_utc, finished_utc, spec_digest, workload_spec_digest, name "
+             "FROM benchmark_run_fact")
+    lineage = "SELECT store_uri, manifest_uri, spec_digest, workload_spec_digest FROM artifact_lineage_dim"
+    measured = "SELECT count(*) FROM measurement_fact WHERE workload_spec_digest = '%s'" % status["workload_spec_digest"]
+    before = [query(sql, tmp_path).table.to_pylist() for sql in (facts, lineage, measured)]
+    assert before[0][0]["phase"] == "Succeeded" and before[1][0]["store_uri"] == "objects/"
+    shutil.rmtree(run_dir)
+    report = rebuild_warehouse(tmp_path, [run_id])
+    assert not report.failed and "no run directory" in report.source[run_id]
+    assert [query(sql, tmp_path).table.to_pylist() for sql in (facts, lineage, measured)] == before
+    now = dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc)
+    assert [r.tier for r in plan_retention(tmp_path, now).runs] == ["expired"]
