@@ -189,3 +189,16 @@ def test_a_run_rebuilt_from_the_store_keeps_its_facts_and_lineage(tmp_path: Path
     assert [query(sql, tmp_path).table.to_pylist() for sql in (facts, lineage, measured)] == before
     now = dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc)
     assert [r.tier for r in plan_retention(tmp_path, now).runs] == ["expired"]
+
+
+def test_delete_of_a_run_whose_status_is_damaged_deletes_its_rows_in_every_day(tmp_path: Path) -> None:
+    from benchrun.runctl import delete_run
+
+    for run_id in ("run-a", "run-b"):
+        run_dir, manifest = _stored_run(tmp_path, run_id)
+        curate_run(run_dir, tmp_path, manifest)
+    status = tmp_path / "runs" / "run-a" / "status.json"
+    status.write_text(status.read_text()[:40])  # truncated
+    delete_run("run-a", home=tmp_path)
+    assert "run-a" not in lake.run_ids(tmp_path, "measurement_fact")
+    assert _count(tmp_path, "SELECT string_agg(DISTINCT run_id, ',') FROM measurement_fact") == "run-b"

@@ -510,7 +510,11 @@ def delete_run(home: Path, table: str, run_id: str) -> Commit:
     from benchrun.rundir import read_json_or_none
     from benchrun.warehouse.sources import parse_ts
 
-    status = read_json_or_none(Path(home) / "runs" / validate_run_id(run_id) / "status.json", fix="") or {}
+    try:
+        status = read_json_or_none(Path(home) / "runs" / validate_run_id(run_id) / "status.json", fix="")
+    except BenchrunError:  # a damaged status.json: the start is unknown (below)
+        status = None
+    status = status if isinstance(status, dict) else {}
     started = parse_ts(status.get("started_utc")) or parse_ts(status.get("created_utc"))
     if started is None:  # the run's start is unknown: look in every day (reads every manifest)
         return commit_run(home, table, run_id, [], None, every_day=True)
