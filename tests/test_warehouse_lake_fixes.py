@@ -202,3 +202,33 @@ def test_delete_of_a_run_whose_status_is_damaged_deletes_its_rows_in_every_day(t
     delete_run("run-a", home=tmp_path)
     assert "run-a" not in lake.run_ids(tmp_path, "measurement_fact")
     assert _count(tmp_path, "SELECT string_agg(DISTINCT run_id, ',') FROM measurement_fact") == "run-b"
+
+
+def _benchrun(home: Path, *args: str, **env: str):
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    full = {**os.environ, "BENCHRUN_HOME": str(home), "PYTHONPATH": str(repo), lake.FORMAT_ENV: "iceberg", **env}
+    return subprocess.run([sys.executable, "-m", "benchrun.entry", *args], cwd=repo, env=full, capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_maintenance_reports_a_damaged_table_and_maintains_the_others(tmp_path: Path) -> None:
+    for run_id in ("run-a", "run-b"):
+        run_dir, manifest = _stored_run(tmp_path, run_id)
+        curate_run(run_dir, tmp_path, manifest)
+    tbl = lake.catalog(tmp_path).load_table("benchrun.measurement_fact")
+    damaged = Path(sorted(t.file.file_path for t in tbl.scan().plan_files())[0].removeprefix("file://"))
+    damaged.write_bytes(damaged.read_bytes()[:100])  # truncated: no footer
+    files = lake.table_files(tmp_path, "serving_request_fact")
+    out = _benchrun(tmp_path, "maintain-warehouse")
+    assert out.returncode != 0 and "Traceback" not in out.stderr, out.stderr
+    assert "measurement_fact: not maintained" in out.stderr and "rebuild-warehouse" in out.stderr
+    assert "serving_request_fact: data files" in out.stdout  # a table after it in the order: maintained
+    assert lake.table_files(tmp_path, "serving_request_fact") < files
+    bad = _benchrun(tmp_path, "maintain-warehouse", "--expire-days", "-5")
+    assert bad.returncode != 0 and "--expire-days -5" in bad.stderr and "Traceback" not in bad.stderr
+

@@ -386,7 +386,12 @@ def maintain(home: Path, table: str, older_than: dt.datetime, *, dry_run: bool =
     claimed = laketx.claim_existing(catalog(home), table, lambda: run_ids(home, table))
     if claimed:
         log.info("%s: claimed the %d runs it held from before the first-curation claims", table, claimed)
-    before, after = compact(home, table)
+    try:
+        before, after = compact(home, table)
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid/ArrowIOError: a damaged or missing data file
+        raise BenchrunError(f"warehouse table {table}: a data file cannot be read ({type(exc).__name__}: "
+                            f"{str(exc).splitlines()[0] if str(exc) else ''}); the table was not maintained. "
+                            "`benchrun rebuild-warehouse` writes the runs it holds again, then maintain it") from None
     return before, after, expire_snapshots(home, table, older_than)
 
 

@@ -55,14 +55,28 @@ def maintain_cmd(
 
     from benchrun.warehouse.migrate import migrate_on_first_use
 
+    from benchrun.errors import BenchrunError
+
+    if not expire_days >= 0:  # NaN too
+        raise BenchrunError(f"maintain-warehouse --expire-days {expire_days:g}: give a number of days, 0 or more "
+                            "(snapshots older than that expire; default 7)")
     home = _home()
     if lake.enabled():
         migrate_on_first_use(home)
     cutoff = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=expire_days)
+    failed: list[str] = []
     for table in TABLES:
-        before, after, old = lake.maintain(home, table, cutoff, dry_run=dry_run)
+        try:
+            before, after, old = lake.maintain(home, table, cutoff, dry_run=dry_run)
+        except BenchrunError as exc:  # one damaged table: reported, the others are still maintained
+            typer.echo(f"{table}: not maintained: {exc}", err=True)
+            failed.append(table)
+            continue
         verb = "would expire" if dry_run else "expired"
         typer.echo(f"{table}: data files {before} -> {after}; {verb} {len(old)} snapshots")
+    if failed:
+        raise BenchrunError(f"maintain-warehouse: {len(failed)} table(s) not maintained ({', '.join(failed)}); "
+                            "the reasons are above")
 
 
 def tag_cmd(
