@@ -232,3 +232,14 @@ def test_maintenance_reports_a_damaged_table_and_maintains_the_others(tmp_path: 
     bad = _benchrun(tmp_path, "maintain-warehouse", "--expire-days", "-5")
     assert bad.returncode != 0 and "--expire-days -5" in bad.stderr and "Traceback" not in bad.stderr
 
+
+@pytest.mark.slow
+def test_bad_catalog_and_memory_settings_are_named_without_a_traceback(tmp_path: Path) -> None:
+    out = _benchrun(tmp_path, "query", "SELECT 1", BENCHRUN_CATALOG_URI="postgresql+psycopg2://u:secret@127.0.0.1:1/db")
+    assert out.returncode != 0 and "Traceback" not in out.stderr, out.stderr
+    assert "BENCHRUN_CATALOG_URI=postgresql+psycopg2://u:***@127.0.0.1:1/db cannot be opened" in out.stderr
+    assert "secret" not in out.stderr
+    out = _benchrun(tmp_path, "query", "SELECT 1", BENCHRUN_QUERY_MEMORY_LIMIT="lots")
+    assert out.returncode != 0 and "Traceback" not in out.stderr, out.stderr
+    assert "BENCHRUN_QUERY_MEMORY_LIMIT='lots'" in out.stderr
+    assert _benchrun(tmp_path, "query", "SELECT 1", BENCHRUN_QUERY_MEMORY_LIMIT="512MB").returncode == 0
