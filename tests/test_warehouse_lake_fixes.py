@@ -243,3 +243,16 @@ def test_bad_catalog_and_memory_settings_are_named_without_a_traceback(tmp_path:
     assert out.returncode != 0 and "Traceback" not in out.stderr, out.stderr
     assert "BENCHRUN_QUERY_MEMORY_LIMIT='lots'" in out.stderr
     assert _benchrun(tmp_path, "query", "SELECT 1", BENCHRUN_QUERY_MEMORY_LIMIT="512MB").returncode == 0
+
+
+def test_as_of_a_snapshot_inside_a_commit_is_refused_naming_the_commits_end(tmp_path: Path) -> None:
+    for i in range(2):
+        lake.commit_run(tmp_path, "measurement_fact", f"r{i}", [_one_row(f"r{i}", float(i))], STARTED)
+    done = lake.commit_run(tmp_path, "measurement_fact", "r0", [_one_row("r0", 5.0)], STARTED)  # delete + append
+    tbl = lake.catalog(tmp_path).load_table("benchrun.measurement_fact")
+    inside = tbl.snapshot_by_id(done.snapshot_id).parent_snapshot_id
+    assert tbl.snapshot_by_id(inside).summary.operation.value in ("delete", "overwrite")
+    with pytest.raises(BenchrunError, match=f"inside a commit.*ended with snapshot {done.snapshot_id}: "
+                                            f"give --as-of {done.snapshot_id}"):
+        query(IDS, tmp_path, as_of=inside)
+    assert _count(tmp_path, IDS, as_of=done.snapshot_id) == "r0,r1"

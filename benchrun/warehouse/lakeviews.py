@@ -150,6 +150,19 @@ def _snapshot_at(table: str, tbl: Any, when_ms: int, notes: list[str]) -> tuple[
     return None, ends[0][0]
 
 
+def _refuse_inside_commit(table: str, tbl: Any, snapshot_id: int) -> None:
+    """Refuse a snapshot id made inside a commit (a re-curation's delete, before its append): it holds
+    half a commit; the error names the snapshot that commit ended with."""
+    log = [e.snapshot_id for e in tbl.metadata.snapshot_log]
+    ends = [sid for _, sid in commit_snapshots(tbl)]
+    if snapshot_id not in log or snapshot_id in ends:
+        return
+    final = next((sid for sid in ends if sid in log and log.index(sid) > log.index(snapshot_id)), None)
+    raise BenchrunError(f"--as-of {snapshot_id}: that snapshot of {table} was made inside a commit (a run's delete "
+                        "before its append) and holds half of it"
+                        + (f"; the commit ended with snapshot {final}: give --as-of {final}" if final else ""))
+
+
 def table_reads(home: Path, as_of: int | dt.datetime | Tag | None = None,
                 notes: list[str] | None = None) -> dict[str, TableRead]:
     """Per existing table: the metadata file and snapshot a view reads (now, or as of ``as_of``)."""
@@ -181,6 +194,7 @@ def table_reads(home: Path, as_of: int | dt.datetime | Tag | None = None,
         for t, tbl in tables.items():
             snap = tbl.snapshot_by_id(as_of)
             if snap is not None:
+                _refuse_inside_commit(t, tbl, as_of)
                 exact, when_ms = (t, as_of), snap.timestamp_ms
                 break
         else:
