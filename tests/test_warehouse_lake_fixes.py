@@ -256,3 +256,20 @@ def test_as_of_a_snapshot_inside_a_commit_is_refused_naming_the_commits_end(tmp_
                                             f"give --as-of {done.snapshot_id}"):
         query(IDS, tmp_path, as_of=inside)
     assert _count(tmp_path, IDS, as_of=done.snapshot_id) == "r0,r1"
+
+
+@pytest.mark.slow
+def test_the_as_of_errors_point_to_a_command_that_lists_snapshot_ids(tmp_path: Path) -> None:
+    import json
+
+    lake.commit_run(tmp_path, "measurement_fact", "r0", [_one_row("r0", 0.0)], STARTED)
+    with pytest.raises(BenchrunError) as err:
+        query("SELECT 1", tmp_path, as_of=12345)
+    with pytest.raises(BenchrunError) as tag_err:
+        query("SELECT 1", tmp_path, as_of=lakeviews.Tag("nope"))
+    for message in (str(err.value), str(tag_err.value)):  # there was no warehouse_snapshots view
+        assert "warehouse_snapshots" not in message and '`benchrun query "SELECT 1" --json`' in message
+    out = _benchrun(tmp_path, "query", "SELECT 1", "--json")
+    assert out.returncode == 0, out.stderr
+    snapshot = json.loads(out.stdout)["snapshot_ids"]["measurement_fact"]
+    assert _count(tmp_path, IDS, as_of=snapshot) == "r0"

@@ -50,6 +50,10 @@ class Tag:
     name: str
 
 
+# where snapshot ids come from: every query's --json names the snapshot each table's view read
+_SNAPSHOT_IDS = "`benchrun query \"SELECT 1\" --json` prints each table's current one as snapshot_ids"
+
+
 def parse_as_of(value: str) -> int | dt.datetime | Tag:
     """``--as-of``: a snapshot id (digits), an ISO 8601 time (UTC when no zone is given) or a tag
     name (letters first: what ``benchrun tag-warehouse`` made)."""
@@ -63,9 +67,8 @@ def parse_as_of(value: str) -> int | dt.datetime | Tag:
     except ValueError:
         if TAG_PATTERN.fullmatch(text):
             return Tag(text)
-        raise BenchrunError(f"--as-of {value!r}: give a snapshot id (see `benchrun query \"SELECT * FROM "
-                            "warehouse_snapshots\"`), an ISO 8601 time such as 2026-12-01T12:00:00Z, or a tag "
-                            "made by `benchrun tag-warehouse NAME`") from None
+        raise BenchrunError(f"--as-of {value!r}: give a snapshot id ({_SNAPSHOT_IDS}), an ISO 8601 time such as "
+                            "2026-12-01T12:00:00Z, or a tag made by `benchrun tag-warehouse NAME`") from None
     return when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)
 
 
@@ -180,8 +183,7 @@ def table_reads(home: Path, as_of: int | dt.datetime | Tag | None = None,
         tagged = {t: ref if ref is not None and ref.snapshot_ref_type == "tag" else None for t, ref in tagged.items()}
         if not any(ref is not None for ref in tagged.values()):
             raise BenchrunError(f"--as-of {as_of.name}: no table has that tag; `benchrun tag-warehouse {as_of.name}` "
-                                "makes it (from then on), `benchrun query \"SELECT * FROM warehouse_snapshots\"` "
-                                "lists the snapshots")
+                                f"makes it (from then on); or give a snapshot id ({_SNAPSHOT_IDS}) or a time")
         out_tag: dict[str, TableRead] = {}
         for t, tbl in tables.items():
             ref = tagged[t]
@@ -198,8 +200,8 @@ def table_reads(home: Path, as_of: int | dt.datetime | Tag | None = None,
                 exact, when_ms = (t, as_of), snap.timestamp_ms
                 break
         else:
-            raise BenchrunError(f"--as-of {as_of}: no table has that snapshot (expired, or never made); "
-                                "list them with `benchrun query \"SELECT * FROM warehouse_snapshots\"`")
+            raise BenchrunError(f"--as-of {as_of}: no table has that snapshot (expired, or never made); give one "
+                                f"that is ({_SNAPSHOT_IDS}), a time or a tag")
     else:
         when_ms = int(as_of.timestamp() * 1000)
     out: dict[str, TableRead] = {}
