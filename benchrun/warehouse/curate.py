@@ -146,7 +146,7 @@ def dimension_rows(src: RunSources) -> dict[str, dict[str, Any]]:
         "artifact_manifest_digest": src.artifact_manifest_digest,
         "workload_spec_digest": src.workload_spec_digest,
         "spec_digest": _str(status.get("spec_digest")),
-        "store_uri": portable_store_uri(manifest.store_uri, src.run_dir.parent.parent) if manifest else None,
+        "store_uri": portable_store_uri(manifest.store_uri, src.home or src.run_dir.parent.parent) if manifest else None,
         "manifest_uri": None,
         "object_count": len(manifest.objects) if manifest else None,
         "total_bytes": sum(o.size for o in manifest.objects) if manifest else None,

@@ -22,6 +22,7 @@ import os
 import random
 import re
 import time
+import uuid
 import warnings
 from pathlib import Path
 from typing import Any, Iterable
@@ -53,6 +54,10 @@ NAMESPACE = "benchrun"
 FORMAT_ENV = "BENCHRUN_WAREHOUSE_FORMAT"  # "iceberg" (unset: the default) or "parquet", the per-run layout before it
 RUN_START = "run_started_utc"
 SNAPSHOT_RUN_PROPERTY = "benchrun.run-id"
+# on every snapshot of one commit (a curation's delete and append, a compaction's): which snapshots
+# made one commit once the metadata log no longer says (a delete-only commit, then the same run's
+# append in the next, carry the same run id)
+SNAPSHOT_COMMIT_PROPERTY = "benchrun.commit"
 COMMIT_ATTEMPTS = 60
 # What keeps a commit's cost flat as a table's history grows (benchmarks/warehouse_scale.py): each
 # commit rewrites the manifest list and the table metadata, which hold every manifest and every
@@ -143,6 +148,13 @@ def load_or_create(cat: Any, table: str) -> Any:
     return made
 
 
+def _missing_columns(tbl: Any, table: str) -> list[str]:
+    """The columns of :func:`iceberg_schema_of` that ``tbl`` lacks (made by an earlier release; a
+    run's commit adds them: Iceberg schema evolution, the older rows read them as null)."""
+    have = set(tbl.schema().column_names)
+    return [name for name in iceberg_schema_of(table).names if name not in have]
+
+
 def _as_table(table: str, batches: Iterable[pa.RecordBatch | pa.Table], run_id: str,
               run_started: dt.datetime | None) -> pa.Table:
     """The run's rows of ``table`` in the Iceberg table's schema (run id and start filled in)."""
@@ -210,7 +222,10 @@ def commit_run(home: Path, table: str, run_id: str, batches: Iterable[pa.RecordB
         first = attempt == 1 and _retry_locked(lambda: laketx.first_curation(cat, table, run_id), "claim the run")
         try:
             with laketx.Transaction(tbl) as tx:
-                props = {SNAPSHOT_RUN_PROPERTY: run_id}
+                if data.num_rows and _missing_columns(tbl, table):  # a table of an earlier release
+                    with tx.update_schema() as evolve:  # in this commit: the schema never changes alone
+                        evolve.union_by_name(iceberg_schema_of(table))
+                props = {SNAPSHOT_RUN_PROPERTY: run_id, SNAPSHOT_COMMIT_PROPERTY: uuid.uuid4().hex}
                 if before is not None and not first:
                     with warnings.catch_warnings():  # "did not match any records": a run's first curation
                         warnings.simplefilter("ignore", UserWarning)
@@ -295,8 +310,9 @@ def compact(home: Path, table: str, *, attempts: int = COMMIT_ATTEMPTS) -> tuple
                 break
             rows = tbl.scan(row_filter=where).to_arrow()
             try:
+                props = {"benchrun.operation": "compact", SNAPSHOT_COMMIT_PROPERTY: uuid.uuid4().hex}
                 with laketx.Transaction(tbl) as tx:  # a lost race: read the day again (not pyiceberg's re-staging)
-                    tx.overwrite(rows, overwrite_filter=where, snapshot_properties={"benchrun.operation": "compact"})
+                    tx.overwrite(rows, overwrite_filter=where, snapshot_properties=props)
                 break
             except (CommitFailedException, ValidationException):
                 time.sleep(random.uniform(0.01, 0.05) * min(attempt, 10))
@@ -370,7 +386,12 @@ def maintain(home: Path, table: str, older_than: dt.datetime, *, dry_run: bool =
     claimed = laketx.claim_existing(catalog(home), table, lambda: run_ids(home, table))
     if claimed:
         log.info("%s: claimed the %d runs it held from before the first-curation claims", table, claimed)
-    before, after = compact(home, table)
+    try:
+        before, after = compact(home, table)
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid/ArrowIOError: a damaged or missing data file
+        raise BenchrunError(f"warehouse table {table}: a data file cannot be read ({type(exc).__name__}: "
+                            f"{str(exc).splitlines()[0] if str(exc) else ''}); the table was not maintained. "
+                            "`benchrun rebuild-warehouse` writes the runs it holds again, then maintain it") from None
     return before, after, expire_snapshots(home, table, older_than)
 
 
@@ -475,6 +496,11 @@ def run_rows_digest(home: Path, run_id: str) -> dict[str, dict[str, Any]]:
                                 f"`benchrun rebuild-warehouse {run_id}`") from None
         if not rows:
             continue
+        # a column added since the table was made (schema evolution) is left out where null: the rows
+        # written before it keep the digest they were signed with
+        added = set(tbl.schema().column_names) - set(min(tbl.schemas().items())[1].column_names)
+        if added:
+            rows = [{k: v for k, v in r.items() if v is not None or k not in added} for r in rows]
         lines = sorted(json.dumps(r, sort_keys=True, default=str, separators=(",", ":")) for r in rows)
         h = hashlib.sha256()
         for line in lines:
@@ -489,7 +515,11 @@ def delete_run(home: Path, table: str, run_id: str) -> Commit:
     from benchrun.rundir import read_json_or_none
     from benchrun.warehouse.sources import parse_ts
 
-    status = read_json_or_none(Path(home) / "runs" / validate_run_id(run_id) / "status.json", fix="") or {}
+    try:
+        status = read_json_or_none(Path(home) / "runs" / validate_run_id(run_id) / "status.json", fix="")
+    except BenchrunError:  # a damaged status.json: the start is unknown (below)
+        status = None
+    status = status if isinstance(status, dict) else {}
     started = parse_ts(status.get("started_utc")) or parse_ts(status.get("created_utc"))
     if started is None:  # the run's start is unknown: look in every day (reads every manifest)
         return commit_run(home, table, run_id, [], None, every_day=True)

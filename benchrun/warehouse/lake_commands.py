@@ -30,13 +30,15 @@ def migrate_cmd(as_json: bool = typer.Option(False, "--json", help="Print the ro
 
     done = migrate_parquet(_home())
     if as_json:
-        typer.echo(json.dumps({t: {"before": b, "after": a, "runs_already_in_the_table": done.already.get(t, 0)}
+        typer.echo(json.dumps({t: {"before": b, "after": a, "runs_already_in_the_table": done.already.get(t, 0),
+                                   "runs_removed_by_retention": done.expired.get(t, 0)}
                                for t, (b, a) in done.counts.items()}, indent=2))
     else:
         for table, (before, after) in done.counts.items():
-            already = done.already.get(table, 0)
+            already, expired = done.already.get(table, 0), done.expired.get(table, 0)
             typer.echo(f"{table}: {before} rows in parquet, {after} rows in the table for those runs"
-                       + (f" ({already} runs already in the table, left as they are)" if already else ""))
+                       + (f" ({already} runs already in the table, left as they are)" if already else "")
+                       + (f" ({expired} runs removed by retention, not copied back)" if expired else ""))
         for note in done.left_out:
             typer.echo(f"left out: {note}", err=True)
     if done.differ:
@@ -53,14 +55,28 @@ def maintain_cmd(
 
     from benchrun.warehouse.migrate import migrate_on_first_use
 
+    from benchrun.errors import BenchrunError
+
+    if not expire_days >= 0:  # NaN too
+        raise BenchrunError(f"maintain-warehouse --expire-days {expire_days:g}: give a number of days, 0 or more "
+                            "(snapshots older than that expire; default 7)")
     home = _home()
     if lake.enabled():
         migrate_on_first_use(home)
     cutoff = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=expire_days)
+    failed: list[str] = []
     for table in TABLES:
-        before, after, old = lake.maintain(home, table, cutoff, dry_run=dry_run)
+        try:
+            before, after, old = lake.maintain(home, table, cutoff, dry_run=dry_run)
+        except BenchrunError as exc:  # one damaged table: reported, the others are still maintained
+            typer.echo(f"{table}: not maintained: {exc}", err=True)
+            failed.append(table)
+            continue
         verb = "would expire" if dry_run else "expired"
         typer.echo(f"{table}: data files {before} -> {after}; {verb} {len(old)} snapshots")
+    if failed:
+        raise BenchrunError(f"maintain-warehouse: {len(failed)} table(s) not maintained ({', '.join(failed)}); "
+                            "the reasons are above")
 
 
 def tag_cmd(

@@ -155,11 +155,16 @@ def catalog(home: Path, *, allow_moved: bool = False) -> Any:
         props = {"uri": uri, "warehouse": location, "init_catalog_tables": "true"}
         if location.startswith("s3://"):
             props.update(s3_properties())
-        cat = _retry_locked(lambda: SqlCatalog(CATALOG_NAME, **props), "open the catalog", racing_create=True)
-        if uri.startswith("sqlite:"):
-            _sqlite_waits(cat)
-            _retry_locked(lambda: _mark_identity(cat), "mark the catalog")
-        old = None if allow_moved else _retry_locked(lambda: moved_home(home, cat), "read the catalog")
+        from sqlalchemy.exc import SQLAlchemyError
+
+        try:
+            cat = _retry_locked(lambda: SqlCatalog(CATALOG_NAME, **props), "open the catalog", racing_create=True)
+            if uri.startswith("sqlite:"):
+                _sqlite_waits(cat)
+                _retry_locked(lambda: _mark_identity(cat), "mark the catalog")
+            old = None if allow_moved else _retry_locked(lambda: moved_home(home, cat), "read the catalog")
+        except SQLAlchemyError as exc:  # an unreachable database, a wrong password: the setting, not a traceback
+            raise BenchrunError(_unreachable(uri, exc)) from None
         if old is not None:
             cat.engine.dispose()
             raise MovedHomeError(
@@ -168,6 +173,21 @@ def catalog(home: Path, *, allow_moved: bool = False) -> Any:
                 f"from the run directories and the artifact store (the evidence is unchanged)")
         _CATALOGS[key] = (cat, _sqlite_identity(uri))
     return _CATALOGS[key][0]
+
+
+def _unreachable(uri: str, exc: BaseException) -> str:
+    """The error for a catalog database that cannot be opened: the setting, its URL (no password), why."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        shown = make_url(uri).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - a URL SQLAlchemy cannot parse is shown by its scheme only
+        shown = uri.split("://", 1)[0] + "://…"
+    why = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    where = f"{CATALOG_ENV}={shown}" if os.environ.get(CATALOG_ENV, "").strip() else f"the catalog {shown}"
+    return (f"warehouse: {where} cannot be opened ({why[0] if why else type(exc).__name__}); check that the "
+            f"database is up and reachable, the URL, and the password ({CATALOG_PASSWORD_ENV}), or unset "
+            f"{CATALOG_ENV} for the sqlite file in the home")
 
 
 def reset_moved(home: Path) -> str | None:

@@ -34,6 +34,9 @@ class TableRead:
     metadata_location: str
     snapshot_id: int | None
     files: tuple[str, ...] | None = None  # set when some data files are damaged: the readable ones
+    # the columns of the snapshot's schema (None: all of the table's): a table made by an earlier release
+    # lacks the columns added since until a curation adds them, and its older snapshots always do
+    columns: frozenset[str] | None = None
 
 
 def _quote(text: str) -> str:
@@ -45,6 +48,10 @@ class Tag:
     """``--as-of NAME``: the snapshots ``benchrun tag-warehouse NAME`` named (never expired)."""
 
     name: str
+
+
+# where snapshot ids come from: every query's --json names the snapshot each table's view read
+_SNAPSHOT_IDS = "`benchrun query \"SELECT 1\" --json` prints each table's current one as snapshot_ids"
 
 
 def parse_as_of(value: str) -> int | dt.datetime | Tag:
@@ -60,9 +67,8 @@ def parse_as_of(value: str) -> int | dt.datetime | Tag:
     except ValueError:
         if TAG_PATTERN.fullmatch(text):
             return Tag(text)
-        raise BenchrunError(f"--as-of {value!r}: give a snapshot id (see `benchrun query \"SELECT * FROM "
-                            "warehouse_snapshots\"`), an ISO 8601 time such as 2026-12-01T12:00:00Z, or a tag "
-                            "made by `benchrun tag-warehouse NAME`") from None
+        raise BenchrunError(f"--as-of {value!r}: give a snapshot id ({_SNAPSHOT_IDS}), an ISO 8601 time such as "
+                            "2026-12-01T12:00:00Z, or a tag made by `benchrun tag-warehouse NAME`") from None
     return when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)
 
 
@@ -71,18 +77,23 @@ def _ms_text(ms: int) -> str:
 
 
 _PROPS = ("benchrun.run-id", "benchrun.operation")
+_COMMIT = "benchrun.commit"  # lake.SNAPSHOT_COMMIT_PROPERTY: the same on each snapshot of one commit
 
 
 def _same_commit(first: Any, then: Any) -> bool:
     """Whether snapshot ``then`` was made in the same commit as ``first``, from the snapshots alone
-    (for commits older than the metadata log): a delete (or rewrite) followed directly by the
-    append of the same run's curation (or of the same compaction)."""
+    (for commits older than the metadata log): a delete (or rewrite) followed directly by an append
+    with the same commit mark (``benchrun.commit``); for snapshots from before the marks, the append of
+    the same run's curation (or of the same compaction)."""
     if first is None or then is None or then.parent_snapshot_id != first.snapshot_id:
         return False
     a, b = first.summary, then.summary
     if a is None or b is None or str(a.operation.value) not in ("delete", "overwrite") \
             or str(b.operation.value) != "append":
         return False
+    commit = [s.additional_properties.get(_COMMIT) for s in (a, b)]
+    if commit != [None, None]:  # written by a release that marks its commits: exact
+        return commit[0] == commit[1]
     keys = [(a.additional_properties.get(k), b.additional_properties.get(k)) for k in _PROPS]
     return any(x is not None for x, _ in keys) and all(x == y for x, y in keys)
 
@@ -116,9 +127,20 @@ def _snapshot_at(table: str, tbl: Any, when_ms: int, notes: list[str]) -> tuple[
     ends = commit_snapshots(tbl)
     if not ends:
         return None, None  # no snapshot: the table has never had rows
-    earlier = [sid for ms, sid in ends if ms <= when_ms]
+    earlier = [i for i, (ms, _) in enumerate(ends) if ms <= when_ms]
     if earlier:
-        return earlier[-1], None
+        at_ms, sid = ends[earlier[-1]]
+        # the snapshot after it lost its parent: expiry removed the history between (a tag keeps an old
+        # snapshot, and time moved on past it), so what was current at when_ms is not known
+        log = [e.snapshot_id for e in tbl.metadata.snapshot_log]
+        after = log[log.index(sid) + 1] if sid in log and log.index(sid) + 1 < len(log) else None
+        nxt = tbl.snapshot_by_id(after) if after is not None else None
+        if nxt is None or nxt.parent_snapshot_id is not None or when_ms == at_ms:
+            return sid, None
+        resumes = _ms_text(ends[earlier[-1] + 1][0]) if earlier[-1] + 1 < len(ends) else _ms_text(nxt.timestamp_ms)
+        raise BenchrunError(f"--as-of {_ms_text(when_ms)}: {table}'s snapshots before {resumes} have expired "
+                            f"(a tagged snapshot of {_ms_text(at_ms)} is kept: read it with --as-of TAG); "
+                            f"the earliest time available for {table} after {_ms_text(at_ms)} is {resumes}")
     first_entry = tbl.metadata.snapshot_log[0]
     first = tbl.snapshot_by_id(first_entry.snapshot_id)
     earliest = _ms_text(ends[0][0])
@@ -129,6 +151,19 @@ def _snapshot_at(table: str, tbl: Any, when_ms: int, notes: list[str]) -> tuple[
     notes.append(f"--as-of {_ms_text(when_ms)}: {table} had no rows yet (its first commit is at {earliest}); "
                  "read as empty")
     return None, ends[0][0]
+
+
+def _refuse_inside_commit(table: str, tbl: Any, snapshot_id: int) -> None:
+    """Refuse a snapshot id made inside a commit (a re-curation's delete, before its append): it holds
+    half a commit; the error names the snapshot that commit ended with."""
+    log = [e.snapshot_id for e in tbl.metadata.snapshot_log]
+    ends = [sid for _, sid in commit_snapshots(tbl)]
+    if snapshot_id not in log or snapshot_id in ends:
+        return
+    final = next((sid for sid in ends if sid in log and log.index(sid) > log.index(snapshot_id)), None)
+    raise BenchrunError(f"--as-of {snapshot_id}: that snapshot of {table} was made inside a commit (a run's delete "
+                        "before its append) and holds half of it"
+                        + (f"; the commit ended with snapshot {final}: give --as-of {final}" if final else ""))
 
 
 def table_reads(home: Path, as_of: int | dt.datetime | Tag | None = None,
@@ -148,8 +183,7 @@ def table_reads(home: Path, as_of: int | dt.datetime | Tag | None = None,
         tagged = {t: ref if ref is not None and ref.snapshot_ref_type == "tag" else None for t, ref in tagged.items()}
         if not any(ref is not None for ref in tagged.values()):
             raise BenchrunError(f"--as-of {as_of.name}: no table has that tag; `benchrun tag-warehouse {as_of.name}` "
-                                "makes it (from then on), `benchrun query \"SELECT * FROM warehouse_snapshots\"` "
-                                "lists the snapshots")
+                                f"makes it (from then on); or give a snapshot id ({_SNAPSHOT_IDS}) or a time")
         out_tag: dict[str, TableRead] = {}
         for t, tbl in tables.items():
             ref = tagged[t]
@@ -162,11 +196,12 @@ def table_reads(home: Path, as_of: int | dt.datetime | Tag | None = None,
         for t, tbl in tables.items():
             snap = tbl.snapshot_by_id(as_of)
             if snap is not None:
+                _refuse_inside_commit(t, tbl, as_of)
                 exact, when_ms = (t, as_of), snap.timestamp_ms
                 break
         else:
-            raise BenchrunError(f"--as-of {as_of}: no table has that snapshot (expired, or never made); "
-                                "list them with `benchrun query \"SELECT * FROM warehouse_snapshots\"`")
+            raise BenchrunError(f"--as-of {as_of}: no table has that snapshot (expired, or never made); give one "
+                                f"that is ({_SNAPSHOT_IDS}), a time or a tag")
     else:
         when_ms = int(as_of.timestamp() * 1000)
     out: dict[str, TableRead] = {}
@@ -211,6 +246,7 @@ def _checked(read: TableRead, tbl: Any, notes: list[str]) -> TableRead:
 
     if read.snapshot_id is None:
         return read
+    read = dataclasses.replace(read, columns=_snapshot_columns(tbl, read.snapshot_id))
     expected = {f.name: _sql_type(f.type) for f in iceberg_schema_of(read.table)}
     tasks = list(tbl.scan(snapshot_id=read.snapshot_id).plan_files())
     good: list[str] = []
@@ -245,6 +281,13 @@ def _checked(read: TableRead, tbl: Any, notes: list[str]) -> TableRead:
     return dataclasses.replace(read, files=tuple(good))
 
 
+def _snapshot_columns(tbl: Any, snapshot_id: int) -> frozenset[str]:
+    """The column names of the schema snapshot ``snapshot_id`` of ``tbl`` was written with."""
+    snap = tbl.snapshot_by_id(snapshot_id)
+    schema = tbl.schemas().get(snap.schema_id) if snap is not None and snap.schema_id is not None else None
+    return frozenset((schema or tbl.schema()).column_names)
+
+
 def _sql_type(typ: Any) -> str:
     """The SQL type DuckDB reads a parquet column as (a list's element field name does not matter)."""
     import pyarrow as pa
@@ -258,9 +301,12 @@ def _sql_type(typ: Any) -> str:
 
 
 def view_sql(table: str, read: TableRead | None) -> str:
-    """``CREATE OR REPLACE VIEW`` over one Iceberg table (its columns only), or an empty typed relation."""
+    """``CREATE OR REPLACE VIEW`` over one Iceberg table (its columns only), or an empty typed relation;
+    a column the read's snapshot lacks (added by a later release) reads as null."""
     schema = TABLES[table]
-    cols = ", ".join(f'"{name}"' for name in schema.names)
+    have = read.columns if read is not None and read.columns is not None else frozenset(schema.names)
+    cols = ", ".join(f'"{f.name}"' if f.name in have else f'CAST(NULL AS {duckdb_type(f.type)}) AS "{f.name}"'
+                     for f in schema)
     if read is None or read.snapshot_id is None or read.files == ():
         empty = ", ".join(f'CAST(NULL AS {duckdb_type(f.type)}) AS "{f.name}"' for f in schema)
         return f'CREATE OR REPLACE VIEW "{table}" AS SELECT {empty} WHERE false'

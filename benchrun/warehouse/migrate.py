@@ -2,8 +2,10 @@
 Iceberg tables: once by itself on the first use of an older home, or by ``benchrun migrate-warehouse``.
 
 A run the tables already hold is never copied again: its rows there are the same or newer (curated
-again, or deleted by retention on purpose), so a migration stopped half-way is finished by running it
-again and never puts older rows back. The counts checked are the parquet rows read and the rows the
+again), so a migration stopped half-way is finished by running it again and never puts older rows
+back; nor is a run whose rows retention removed from a table (its records under
+``warehouse/_retention/``: an Iceberg home's retention before it removed the parquet partitions too
+left them behind). The counts checked are the parquet rows read and the rows the
 tables hold for those runs afterwards, read back from the tables.
 """
 
@@ -39,6 +41,7 @@ class Migration:
 
     counts: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
     already: dict[str, int] = dataclasses.field(default_factory=dict)
+    expired: dict[str, int] = dataclasses.field(default_factory=dict)  # runs retention removed: never copied back
     left_out: list[str] = dataclasses.field(default_factory=list)
 
     @property
@@ -136,6 +139,26 @@ def _run_starts(home: Path, run_ids: Iterable[str]) -> dict[str, dt.datetime | N
     return out
 
 
+def _removed_by_retention(home: Path) -> dict[str, set[str]]:
+    """Per table, the runs whose rows an applied retention pass removed (its records under
+    ``warehouse/_retention/``); a record that does not read is named in a warning."""
+    import json
+
+    from benchrun.warehouse.writer import warehouse_root
+
+    out: dict[str, set[str]] = {}
+    for record in sorted((warehouse_root(home) / "_retention").glob("retention-*.json")):
+        try:
+            doc = json.loads(record.read_text())
+            if doc.get("applied"):
+                for part in doc.get("partitions", []):
+                    out.setdefault(str(part["table"]), set()).add(str(part["run_id"]))
+        except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            log.warning("warehouse: retention record %s does not read (%s): the runs it removed may be copied "
+                        "again; run `benchrun retention --apply` afterwards", record, exc)
+    return out
+
+
 def _rows_now(home: Path, table: str, ids: list[str]) -> int:
     """The tables' rows of ``ids`` in ``table``, read back."""
     from pyiceberg.expressions import In
@@ -160,6 +183,7 @@ def migrate_parquet(home: Path) -> Migration:
     with _home_lock(key):
         _CHECKED.add(key)  # this is the migration: no first-use one starts inside it
         done = Migration()
+        removed = _removed_by_retention(home)
         for table in TABLES:
             files, notes = readable_partitions(home, table)
             for note in notes:
@@ -168,7 +192,9 @@ def migrate_parquet(home: Path) -> Migration:
             present = run_ids(home, table)
             by_run = {f.parent.name.removeprefix("run_id="): f for f in files}
             done.already[table] = sum(1 for r in by_run if r in present)
-            todo = {r: f for r, f in by_run.items() if r not in present}
+            gone = removed.get(table, set())
+            done.expired[table] = sum(1 for r in by_run if r in gone and r not in present)
+            todo = {r: f for r, f in by_run.items() if r not in present and r not in gone}
             starts = _run_starts(home, todo)
             before, copied = 0, []
             for run_id, f in sorted(todo.items()):

@@ -35,11 +35,68 @@ def _restore(store, run_id: str, target: Path) -> Path:
             raise BenchrunError(f"{store.uri}: manifest of {run_id} names {entry.path!r} outside the run directory")
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_bytes(store.get(manifest, entry.path))
-    # status.json is live, never stored: rebuild the part curation needs from the manifest.
+    # status.json is live, never stored: rebuild what curation reads from the stored evidence.
     import json
 
-    (run_dir / "status.json").write_text(json.dumps({"run_id": run_id, "artifact_manifest_digest": manifest.digest}))
+    status = {"run_id": run_id, "artifact_manifest_digest": manifest.digest, **_stored_status(run_dir, run_id)}
+    (run_dir / "status.json").write_text(json.dumps(status))
     return run_dir
+
+
+def _stored_status(run_dir: Path, run_id: str) -> dict[str, object]:
+    """The status fields the stored evidence holds: from the pinned spec its name, intent and the two
+    digests (as submission computed them; not where the spec names a dataset without its sha256, which
+    submission filled in from the file); from manifest.json (sealed as the run ended) the outcome, the
+    phase that follows from it (``lifecycle.finalize``) and, as the finish, the time it was sealed;
+    from the environment (captured as the run started) the start; the creation time where the run id
+    is the one minted from it (``<name>-<yyyymmddhhmmss>-<digest8>``, the pinned spec's digest).
+    Fields the evidence does not hold stay absent (null in the rows), never guessed."""
+    import datetime as dt
+    import json
+    import re
+
+    from benchrun.spec.digest import spec_digest, workload_spec_digest
+    from benchrun.spec.loader import YamlLoadError, load_documents
+
+    def read(rel: str) -> dict:
+        path = run_dir / rel
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8")) if rel.endswith(".json") \
+                else load_documents(path.read_bytes())[0].data
+        except (OSError, ValueError, IndexError, YamlLoadError) as exc:
+            log.warning("run %s: stored %s not readable (%s); the fields it gives are left null", run_id, rel, exc)
+            return {}
+        return doc if isinstance(doc, dict) else {}
+
+    def part(doc: dict, *keys: str) -> dict:
+        for key in keys:
+            doc = doc.get(key) if isinstance(doc, dict) else None
+        return doc if isinstance(doc, dict) else {}
+
+    out: dict[str, object] = {}
+    spec = read(f"structured/{run_id}_spec.yaml")
+    if spec:
+        intent = part(spec, "spec", "intent")
+        out.update(name=part(spec, "metadata").get("name"), benchmark_class_requested=intent.get("benchmarkClass"),
+                   workload_type=intent.get("workloadType"), cadence=intent.get("cadence"),
+                   scheduler_path_requested=intent.get("schedulerPath"),
+                   variable_under_test=part(spec, "spec", "comparison").get("variableUnderTest"))
+        dataset = part(spec, "spec", "workload", "dataset")
+        if not dataset.get("path") or dataset.get("sha256"):
+            out.update(spec_digest=spec_digest(spec), workload_spec_digest=workload_spec_digest(spec))
+            minted = re.fullmatch(r".+-(\d{14})-([0-9a-f]{8})(?:-\d+)?", run_id)
+            if minted and spec_digest(spec).startswith(minted.group(2)):
+                created = dt.datetime.strptime(minted.group(1), "%Y%m%d%H%M%S").replace(tzinfo=dt.timezone.utc)
+                out["created_utc"] = created.isoformat()
+    sealed = read("manifest.json")
+    outcome = sealed.get("status")
+    if outcome in ("succeeded", "partial", "failed"):  # lifecycle.record_evidence writes it
+        out.update(outcome=outcome, phase="Failed" if outcome == "failed" else "Succeeded",
+                   finished_utc=sealed.get("timestamp_utc"))
+    started = read(f"structured/{run_id}_environment.json").get("captured_utc")
+    if started:
+        out["started_utc"] = started
+    return {k: v for k, v in out.items() if v is not None}
 
 
 def rebuild_warehouse(home: Path, run_ids: list[str] | None = None) -> RebuildReport:

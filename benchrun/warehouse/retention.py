@@ -110,10 +110,11 @@ def plan_retention(home: Path, now: dt.datetime | None = None) -> RetentionPlan:
     for run in runs:
         if run.tier == "expired":
             for table in TABLES:
-                if iceberg is not None:  # Iceberg: the run's rows, deleted in one commit per table
-                    if run.run_id in iceberg[table]:
-                        partitions.append({"table": table, "run_id": run.run_id, "path": f"iceberg:benchrun.{table}"})
-                elif run.run_id in partition_run_ids(home, table):
+                if iceberg is not None and run.run_id in iceberg[table]:  # its rows, one commit per table
+                    partitions.append({"table": table, "run_id": run.run_id, "path": f"iceberg:benchrun.{table}"})
+                # the parquet layout's partition (with Iceberg: one an earlier release left, which a
+                # migration would otherwise copy back)
+                if run.run_id in partition_run_ids(home, table):
                     partitions.append({"table": table, "run_id": run.run_id,
                                        "path": str(warehouse_root(home) / table / f"run_id={run.run_id}")})
         elif run.tier == "unknown":

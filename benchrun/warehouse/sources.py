@@ -56,6 +56,7 @@ class RunSources:
     launches: list[dict[str, Any]]
     results: list[tuple[str, dict[str, Any]]]  # (relative path, suite result document)
     manifest: ObjectManifest | None
+    home: Path | None = None  # the home curated into (a run restored from the store lies in a temporary one)
 
     @property
     def workload_spec_digest(self) -> str | None:
@@ -129,7 +130,8 @@ def load_sources(run_dir: Path, manifest: ObjectManifest | None, home: Path) -> 
         manifest = _try_load_manifest(run_id, spec, status, home)
     elif manifest.run_id != run_id:
         raise BenchrunError(f"object manifest is for run {manifest.run_id}, not {run_id}")
-    return RunSources(run_id, run_dir, status, env if isinstance(env, dict) else {}, spec, launches, results, manifest)
+    return RunSources(run_id, run_dir, status, env if isinstance(env, dict) else {}, spec, launches, results, manifest,
+                      Path(home))
 
 
 def _try_load_manifest(run_id: str, spec: dict[str, Any], status: dict[str, Any], home: Path) -> ObjectManifest | None:

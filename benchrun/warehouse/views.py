@@ -206,9 +206,24 @@ def _confined_connection(home: Path) -> Any:
     return con
 
 
+_LIMITS_CHECKED: set[str] = set()
+
+
 def _memory_limit() -> str:
-    """One query's memory bound (DuckDB's ``memory_limit``): ``BENCHRUN_QUERY_MEMORY_LIMIT``, default 2GB."""
-    return os.environ.get("BENCHRUN_QUERY_MEMORY_LIMIT", "2GB")
+    """One query's memory bound (DuckDB's ``memory_limit``): ``BENCHRUN_QUERY_MEMORY_LIMIT``, default 2GB;
+    a value DuckDB does not take is an error naming the variable."""
+    value = os.environ.get("BENCHRUN_QUERY_MEMORY_LIMIT", "").strip() or "2GB"
+    if value not in _LIMITS_CHECKED:
+        import duckdb
+
+        with duckdb.connect() as probe:
+            try:
+                probe.execute("SET memory_limit = " + _quote(value))
+            except duckdb.Error:
+                raise BenchrunError(f"BENCHRUN_QUERY_MEMORY_LIMIT={value!r}: give one query's memory bound as a size "
+                                    "such as 2GB, 512MB or 1.5GiB (unset: 2GB)") from None
+        _LIMITS_CHECKED.add(value)
+    return value
 
 
 def _fingerprint(home: Path) -> tuple:
