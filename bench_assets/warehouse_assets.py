@@ -135,7 +135,8 @@ class MaintenanceConfig(dg.Config):
 
 
 @dg.asset(group_name=GROUP, kinds={"iceberg", "duckdb"})
-def warehouse_maintenance(config: MaintenanceConfig, warehouse: WarehouseResource) -> dg.MaterializeResult:
+def warehouse_maintenance(context: dg.AssetExecutionContext, config: MaintenanceConfig,
+                          warehouse: WarehouseResource) -> dg.MaterializeResult:
     """The Iceberg tables compacted (one file per day and suite) and their old snapshots expired."""
     import datetime as dt
 
@@ -145,10 +146,22 @@ def warehouse_maintenance(config: MaintenanceConfig, warehouse: WarehouseResourc
     if not lake.enabled():
         return dg.MaterializeResult(metadata={"skipped": f"{lake.FORMAT_ENV} is not iceberg: nothing to maintain"})
     cutoff = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=config.expire_days)
+    from benchrun.errors import BenchrunError
+
     lines = ["| table | files before | files after | snapshots expired |", "|---|---|---|---|"]
+    failed: list[str] = []
     for table in TABLES:
-        before, after, expired = lake.maintain(home, table, cutoff, dry_run=config.dry_run)
+        try:
+            before, after, expired = lake.maintain(home, table, cutoff, dry_run=config.dry_run)
+        except BenchrunError as exc:  # one damaged table: said, and the others still maintained (as the CLI does)
+            context.log.error(f"{table}: not maintained: {exc}")
+            lines.append(f"| {table} | not maintained: {exc} | | |")
+            failed.append(table)
+            continue
         lines.append(f"| {table} | {before} | {after} | {len(expired)}{' (dry run)' if config.dry_run else ''} |")
+    if failed:
+        raise dg.Failure(description=f"{len(failed)} table(s) not maintained ({', '.join(failed)}); the others were",
+                         metadata={"tables": dg.MetadataValue.md("\n".join(lines))})
     return dg.MaterializeResult(metadata={"dry_run": config.dry_run, "tables": dg.MetadataValue.md("\n".join(lines))})
 
 

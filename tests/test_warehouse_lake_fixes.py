@@ -231,6 +231,24 @@ def test_maintenance_reports_a_damaged_table_and_maintains_the_others(tmp_path: 
     assert lake.table_files(tmp_path, "serving_request_fact") < files
     bad = _benchrun(tmp_path, "maintain-warehouse", "--expire-days", "-5")
     assert bad.returncode != 0 and "--expire-days -5" in bad.stderr and "Traceback" not in bad.stderr
+    # the maintenance asset goes on past the damaged table too, and fails naming it
+    import dagster as dg
+
+    from bench_assets.warehouse_assets import warehouse_maintenance
+    from resources.warehouse import WarehouseResource
+
+    files = lake.table_files(tmp_path, "serving_outcome_fact")
+    for run_id in ("run-c", "run-d"):
+        run_dir, manifest = _stored_run(tmp_path, run_id)
+        curate_run(run_dir, tmp_path, manifest)
+    assert lake.table_files(tmp_path, "serving_outcome_fact") > files
+    result = dg.materialize([warehouse_maintenance], resources={"warehouse": WarehouseResource(home=str(tmp_path))},
+                            run_config={"ops": {"warehouse_maintenance": {"config": {"expire_days": 0}}}},
+                            instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "1 table(s) not maintained (measurement_fact)" in str(failure.event_specific_data.error)
+    assert lake.table_files(tmp_path, "serving_outcome_fact") == files  # maintained after the damaged one
 
 
 @pytest.mark.slow
