@@ -290,4 +290,4 @@ def test_the_as_of_errors_point_to_a_command_that_lists_snapshot_ids(tmp_path: P
     out = _benchrun(tmp_path, "query", "SELECT 1", "--json")
     assert out.returncode == 0, out.stderr
     snapshot = json.loads(out.stdout)["snapshot_ids"]["measurement_fact"]
-    assert _count(tmp_path, IDS, as_of=snapshot) == "r0"
+    assert _count(tmp_path, IDS, as_of=int(snapshot)) == "r0"  # --json writes ids as strings (jq-safe)
