@@ -79,9 +79,13 @@ def unmeasured_primaries(summary: "pd.DataFrame", primary: set[str]) -> list[str
     them (their suite failed every replicate, or none reports them)."""
     from benchrun.stats.compare import parse_primary
 
+    from benchrun.stats.compare import FAILED_METRIC
+
     keys = list(zip(summary["suite"].astype(str), summary["case"].astype(str),
                     summary["metric"].astype(str))) if len(summary) else []
-    return [text for text in sorted(primary) if not any(parse_primary(text).matches(*k) for k in keys)]
+    # a failed_replicates primary is a count the comparison makes, never a measured metric
+    return [text for text in sorted(primary) if parse_primary(text).metric != FAILED_METRIC
+            and not any(parse_primary(text).matches(*k) for k in keys)]
 
 
 def suite_replicates(table: "pd.DataFrame") -> dict[str, tuple[int, int]]:

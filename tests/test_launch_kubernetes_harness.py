@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import os
 import signal
@@ -438,6 +440,20 @@ def test_the_pod_receives_the_words_the_spec_wrote_and_a_gang_its_node_rank(shar
     assert res.status == "ok", res.reason
     for rank in (0, 1):
         assert f"ARGV ['rank={rank}', 'a$$b', '$(X)']" in (run_dir / gang.node_log_relpath(rank)).read_text()
+
+
+def test_the_pod_receives_the_env_values_the_spec_wrote(shared, home):
+    # The kubelet expands $(VAR) in env values too, from the variables before it (the envFrom
+    # secret's included): a spec's env "$(AWS_SECRET_ACCESS_KEY)" became the secret, which the
+    # suite writes into its signed result. Spec values are escaped; the harness expands as a kubelet.
+    run_dir = home / "runs" / RUN_ID
+    launcher = launcher_for(shared, run_volume_claim="home", run_home=str(home))
+    code = script_for(1, before="import os; print('ENV', os.environ['SPEC_VALUE'], flush=True)\n")
+    inv = make_inv(run_dir, code=code)
+    inv = dataclasses.replace(inv, env={**inv.env, "SPEC_VALUE": "$(BENCHRUN_RUN_ID)/a$$b"})
+    res = launcher.launch(inv, run_dir)
+    assert res.status == "ok", res.reason
+    assert "ENV $(BENCHRUN_RUN_ID)/a$$b\n" in (run_dir / res.log).read_text()
 
 
 def test_the_kubelets_expansion_in_the_harness():

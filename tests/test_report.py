@@ -281,3 +281,15 @@ def test_change_points_asset(home):
     fact = pd.read_parquet(home / "warehouse" / "change_point_fact" / "change_points.parquet")
     assert fact.run_id.tolist() == ["n-18"]
     assert "warmup" in meta["detector"].text
+
+
+def test_a_failed_replicates_primary_is_not_an_unmeasured_primary():
+    """`failed_replicates` is a count the comparison makes, never in the run's statistics: the
+    checks called it "no ok replicate" and failed enough_replicates on every healthy run."""
+    import pandas as pd
+
+    from benchrun import checks
+
+    summary = pd.DataFrame({"suite": ["wf"], "case": ["c=4"], "metric": ["ttft_ms"]})
+    assert checks.unmeasured_primaries(summary, {"wf/ttft_ms[c=4]", "wf/failed_replicates"}) == []
+    assert checks.unmeasured_primaries(summary, {"wf/p99_latency_ms[c=4]"}) == ["wf/p99_latency_ms[c=4]"]

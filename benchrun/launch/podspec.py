@@ -125,8 +125,16 @@ def container_argv(argv: tuple[str, ...] | list[str]) -> list[str]:
 
 
 def container_env(inv: Invocation, run_dir: str, extra_env: Mapping[str, str] | None) -> list[dict[str, str]]:
-    """The invocation's explicit environment as V1EnvVar dicts (never the launcher's own)."""
+    """The invocation's explicit environment as V1EnvVar dicts (never the launcher's own). The
+    invocation's values come from the spec (its env, parameters as JSON): Kubernetes expands
+    ``$(VAR)`` in env values as in args — from the pod's other variables, the envFrom secret's
+    included — so they are escaped (:func:`escape_k8s`) and the suite receives what the spec
+    wrote; the launcher's own ``extra_env`` is configuration and is passed as given."""
     env = {k: v for k, v in inv.env.items() if k not in HOST_ONLY_ENV}
+    for key, value in env.items():
+        if not isinstance(value, str):
+            raise BenchrunError(f"invocation env {key}: value must be a string, got {type(value).__name__}")
+    env = {k: escape_k8s(v) for k, v in env.items()}
     env.update(extra_env or {})
     env["BENCHRUN_RUN_DIR"] = run_dir
     env[RESULT_STDOUT_ENV] = "1"

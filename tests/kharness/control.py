@@ -1305,8 +1305,8 @@ class ControlPlane:
                     for k, v in (obj.get("stringData") or {}).items():
                         env[(src.get("prefix") or "") + k] = v
         for e in container.get("env") or []:
-            if "value" in e:
-                env[e["name"]] = self._rewrite(str(e["value"]), mounts)
+            if "value" in e:  # the kubelet expands $(VAR) in values too, from what is defined before
+                env[e["name"]] = self._rewrite(expand_k8s(str(e["value"]), dict(env)), mounts)
             elif "valueFrom" in e and "fieldRef" in e["valueFrom"]:
                 path = e["valueFrom"]["fieldRef"]["fieldPath"]
                 m = pod["metadata"]
