@@ -17,21 +17,7 @@ from benchrun.warehouse import schemas
 from test_store_helpers import make_run_dir
 
 
-@pytest.fixture(autouse=True)
-def iceberg(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(lake.FORMAT_ENV, "iceberg")
-    for env in (lake.CATALOG_ENV, lake.LOCATION_ENV):
-        monkeypatch.delenv(env, raising=False)
-    lake._CATALOGS.clear()
-
-
-def _stored_run(home: Path, run_id: str, **kw) -> tuple[Path, object]:
-    run_dir = make_run_dir(home, run_id, **kw)
-    return run_dir, open_store(None, home).put_run_dir(run_dir, run_id)
-
-
-def _count(home: Path, sql: str, **kw) -> int:
-    return query(sql, home, **kw).table.column(0)[0].as_py()
+from test_warehouse_iceberg import _count, _stored_run, iceberg  # noqa: F401 (iceberg: the autouse fixture)
 
 
 def test_a_table_of_an_earlier_release_gains_the_new_columns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

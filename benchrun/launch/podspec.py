@@ -130,18 +130,12 @@ def container_env(inv: Invocation, run_dir: str, extra_env: Mapping[str, str] | 
     ``$(VAR)`` in env values as in args — from the pod's other variables, the envFrom secret's
     included — so they are escaped (:func:`escape_k8s`) and the suite receives what the spec
     wrote; the launcher's own ``extra_env`` is configuration and is passed as given."""
-    env = {k: v for k, v in inv.env.items() if k not in HOST_ONLY_ENV}
+    launcher = {**(extra_env or {}), "BENCHRUN_RUN_DIR": run_dir, RESULT_STDOUT_ENV: "1"}
+    env = {**{k: v for k, v in inv.env.items() if k not in HOST_ONLY_ENV}, **launcher}
     for key, value in env.items():
         if not isinstance(value, str):
             raise BenchrunError(f"invocation env {key}: value must be a string, got {type(value).__name__}")
-    env = {k: escape_k8s(v) for k, v in env.items()}
-    env.update(extra_env or {})
-    env["BENCHRUN_RUN_DIR"] = run_dir
-    env[RESULT_STDOUT_ENV] = "1"
-    for key, value in env.items():
-        if not isinstance(value, str):
-            raise BenchrunError(f"invocation env {key}: value must be a string, got {type(value).__name__}")
-    return [{"name": k, "value": env[k]} for k in sorted(env)]
+    return [{"name": k, "value": env[k] if k in launcher else escape_k8s(env[k])} for k in sorted(env)]
 
 
 def outputs_argv(argv: list[str], run_dir: str, placement: Placement, inputs: tuple[str, ...] = ()) -> list[str]:

@@ -221,16 +221,16 @@ def _needed(cv: float, delta: float, family: int, alpha: float, current: int, *,
     return lo, (seen[current] if current in seen else pw(current) if current >= 2 else None), ""
 
 
-def _request_floor(doc: dict[str, Any], suite: str, metric: str, confidence: float) -> tuple[int, str] | None:
+def _request_floor(counts: dict[str, Any], suite: str, metric: str, confidence: float) -> tuple[int, str] | None:
     """For a request-level percentile (``p99_latency_ms``) of a suite with a fixed request count:
     (the fewest replicates whose pooled requests reach ``tails.requests_needed``, the note). The
     comparison judges such a percentile on the arms' pooled requests and refuses it below that
-    count (PrimaryNotGateable), whatever the replicate-level power says; None otherwise."""
-    from benchrun.stats.power import suite_request_counts
+    count (PrimaryNotGateable), whatever the replicate-level power says; None otherwise. ``counts``:
+    the spec's :func:`benchrun.stats.power.suite_request_counts`."""
     from benchrun.stats.tails import percentile_of, requests_needed
 
     q = percentile_of(metric)
-    count = suite_request_counts(doc).get(suite)
+    count = counts.get(suite)
     if q is None or count is None:
         return None
     requests, key = count[0], count[1]
@@ -246,12 +246,14 @@ def plan(doc: dict[str, Any], digest: str | None, home: Path, *, target: float =
     per suite that reports it (one with ``suite`` "" where none does)."""
     from benchrun.checks import primary_metrics
     from benchrun.stats.load import delta_pct
+    from benchrun.stats.power import suite_request_counts
 
     spec = doc.get("spec") or {}
     trials = spec.get("trials") or {}
     alpha = 1.0 - float(trials.get("confidenceLevel", 0.95))
     low = int(trials.get("minReplicates") or 0)
     current = _suite_replicates(doc)
+    requests = suite_request_counts(doc)  # a request percentile's replicates cover its pooled requests
     primaries = sorted(primary_metrics(doc))
     history = _reporting(home, digest, primaries)
     keys: set[Key] = set()
@@ -279,7 +281,7 @@ def plan(doc: dict[str, Any], digest: str | None, home: Path, *, target: float =
             cv = _cv(*acc[worst])
             needed, at_now, note = _needed(cv, delta, family, alpha, now, target=target, max_n=max_n, sims=sims)
             notes = [note]
-            floor = _request_floor(doc, suite, name, 1.0 - alpha)
+            floor = _request_floor(requests, suite, name, 1.0 - alpha)
             if floor is not None:
                 reps, why = floor
                 notes.append(why)
