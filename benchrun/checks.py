@@ -77,15 +77,14 @@ def interval_widths(summary: "pd.DataFrame", delta_of: Any) -> list[dict[str, An
 def unmeasured_primaries(summary: "pd.DataFrame", primary: set[str]) -> list[str]:
     """Declared primaries that select no row of the run's statistics: no ok replicate measured
     them (their suite failed every replicate, or none reports them)."""
-    from benchrun.stats.compare import parse_primary
-
-    from benchrun.stats.compare import FAILED_METRIC
+    from benchrun.stats.compare import FAILED_METRIC, parse_primary
 
     keys = list(zip(summary["suite"].astype(str), summary["case"].astype(str),
                     summary["metric"].astype(str))) if len(summary) else []
+    selectors = {text: parse_primary(text) for text in sorted(primary)}
     # a failed_replicates primary is a count the comparison makes, never a measured metric
-    return [text for text in sorted(primary) if parse_primary(text).metric != FAILED_METRIC
-            and not any(parse_primary(text).matches(*k) for k in keys)]
+    return [text for text, sel in selectors.items() if sel.metric != FAILED_METRIC
+            and not any(sel.matches(*k) for k in keys)]
 
 
 def suite_replicates(table: "pd.DataFrame") -> dict[str, tuple[int, int]]:
