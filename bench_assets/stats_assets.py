@@ -234,7 +234,7 @@ def baseline_comparison(context: dg.AssetExecutionContext, confirm_round: Confir
     ref = (comparison.get("baseline") or {}).get("artifactRef")
     allow = tuple(str(a) for a in comparison.get("allowDifferences") or ())  # recorded in the comparison
     try:
-        base_dir = resolve_run(ref) if ref else None
+        base_dir = resolve_run(ref, paths=False) if ref else None
     except BenchrunError as exc:  # no alias yet, or a missing run: say so, compare nothing
         context.log.warning(f"no baseline: {exc}")
         base_dir = None

@@ -328,7 +328,7 @@ def baseline_hint(run_dir: Path, run_id: str, status: dict[str, Any]) -> str | N
         from benchrun.stats.load import resolve_run
 
         try:  # set, but pointing at a run that is gone: say why nothing was compared
-            resolve_run(ref, home=run_dir.parent.parent)
+            resolve_run(ref, home=run_dir.parent.parent, paths=False)
         except BenchrunError as exc:
             return f"not compared with a baseline: {exc}"
         return None

@@ -20,7 +20,7 @@ from benchrun.errors import BenchrunError
 from benchrun.fsio import atomic_write_json
 from benchrun.paths import validate_name, validate_run_id
 from benchrun.spec.commandline import command_index  # noqa: F401 (re-exported)
-from benchrun.spec.placeholders import GANG_NAMES, RUNTIME_NAMES, SITE_NAMES, substitute
+from benchrun.spec.placeholders import GANG_NAMES, RUNTIME_NAMES, SITE_NAMES, SITE_VAR_PREFIX, substitute
 
 LAYER_ORDER = ("micro", "component", "end_to_end")
 # Default per-layer timeouts (seconds); a suite's ``timeoutSeconds`` overrides.
@@ -29,7 +29,6 @@ DEFAULT_TIMEOUT_S = {"micro": 600.0, "component": 900.0, "end_to_end": 1800.0}
 # plus PYTHONPATH so `python -m benchrun.suites.x` imports the same benchrun as the caller
 # (a worktree's, not the editable install's); the Kubernetes pod drops it (podspec).
 _PASSTHROUGH_ENV = ("PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "TZ", "CUDA_VISIBLE_DEVICES", "PYTHONPATH")
-SITE_VAR_PREFIX = "BENCHRUN_VAR_"
 # The rendezvous port a single-node suite's ${MASTER_PORT} resolves to (torchrun's default);
 # gangs get theirs from the launcher (a free loopback port here, this one in a JobSet).
 DEFAULT_MASTER_PORT = 29500

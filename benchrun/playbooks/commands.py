@@ -88,7 +88,7 @@ def default_baseline(home: Any, run_id: str) -> tuple[str | None, str]:
         pass
     try:
         ref = _get(load_run(run_dir).spec, "spec", "comparison", "baseline", "artifactRef")
-        found = resolve_run(str(ref), home).name if ref else None
+        found = resolve_run(str(ref), home, paths=False).name if ref else None
     except BenchrunError:
         return None, ""
     if found is None or found == run_id:

@@ -56,6 +56,19 @@ def rule_one_variable_at_a_time(doc: Any) -> Iterator[Finding]:
     yield from require_true(doc, SPEC + ("comparison", "controls"), ("compareOneVariableAtATime",), ": a comparison changes one variable at a time")
 
 
+def rule_baseline_ref(doc: Any) -> Iterator[Finding]:
+    """Extension: ``comparison.baseline.artifactRef`` names a run or alias of the home that runs the
+    comparison, never a path (:mod:`benchrun.spec.refs`)."""
+    from benchrun.spec.refs import baseline_ref_problem
+
+    path = SPEC + ("comparison", "baseline", "artifactRef")
+    ref = get(doc, path)
+    if isinstance(ref, str):
+        problem = baseline_ref_problem(ref)
+        if problem:
+            yield path, problem
+
+
 def rule_variable_under_test_resolves(doc: Any) -> Iterator[Finding]:
     """Extension: ``comparison.variableUnderTest`` given as a spec path names a field of this
     spec, in a section the one-variable gate compares (``benchrun.spec.paths.GATED_SECTIONS``);

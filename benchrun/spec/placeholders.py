@@ -33,6 +33,7 @@ SITE_NAMES = frozenset(
     }
 )
 KNOWN_NAMES = RUNTIME_NAMES | SITE_NAMES
+SITE_VAR_PREFIX = "BENCHRUN_VAR_"  # a site name's value comes from $BENCHRUN_VAR_<NAME>
 
 
 def _spans(text: str) -> list[tuple[int, int, str]]:

@@ -222,7 +222,7 @@ def evidence_problems(run: "RunInfo", home: Path | None = None, *, signed: bool 
     from benchrun.provenance.signing import envelope_path
 
     problems = manifest_problems(run.path)
-    sig, _ = signature_problems(run.path, home or run.path.parent.parent)
+    sig, _ = signature_problems(run.path, home or run.path.parent.parent)  # a caller comparing two runs names one home
     if signed and not envelope_path(run.path).is_file():
         sig = [f"{envelope_path(run.path).relative_to(run.path)} is missing: the run is not signed, so nothing "
                "shows its files are the ones it measured (every run benchrun finishes is signed)"]
@@ -234,7 +234,10 @@ def evidence_problems(run: "RunInfo", home: Path | None = None, *, signed: bool 
 
 def admit_runs(base: "RunInfo", cand: "RunInfo", *, candidate_in_progress: bool = False,
                home: Path | None = None) -> list[Refusal]:
-    """Every reason the pair cannot be compared, before any statistics (empty: admitted)."""
+    """Every reason the pair cannot be compared, before any statistics (empty: admitted). Both runs'
+    signatures are checked with one key: the configured one, else ``home``'s own (by default the
+    candidate's home). A key beside the baseline proves nothing: whoever wrote the baseline wrote it."""
+    home = home or cand.path.parent.parent
     out: list[Refusal] = []
     for role, run, prog in (("baseline", base, False), ("candidate", cand, candidate_in_progress)):
         r = _phase_refusal(role, run, prog)

@@ -115,6 +115,7 @@ def compare_runs(
     baseline_alias: str | None = None,
     allow_differences: tuple[str, ...] | list[str] = (),
     allowed_by: str = "--allow-differences",
+    home: Path | None = None,
 ) -> tuple[GateResult, Comparison | None]:
     """Admit the pair (fail closed: :mod:`benchrun.stats.admit`), gate it, and, if it passes,
     compare with the candidate spec's settings.
@@ -126,11 +127,14 @@ def compare_runs(
     there is checked again. ``allow_differences``: spec paths (or environment field names)
     allowed to differ besides the variable under test; recorded in the gate's result, with
     ``allowed_by`` (the CLI option, or the spec's ``comparison.allowDifferences``).
+    ``home``: whose key (the configured one, else that home's own) verifies both runs' signatures;
+    by default the candidate's home — never a key found beside the baseline.
     """
     from benchrun.stats.tails import RequestTails
 
     base, cand = load_run(baseline_dir), load_run(candidate_dir)
-    refusals = admit.admit_runs(base, cand, candidate_in_progress=candidate_in_progress)
+    refusals = admit.admit_runs(base, cand, candidate_in_progress=candidate_in_progress,
+                                home=home or cand.path.parent.parent)
     if baseline_alias is not None:
         from benchrun.stats.baseline import alias_refusals
 

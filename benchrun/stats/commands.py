@@ -58,6 +58,7 @@ def compare(
     from benchrun.stats.admit import EXIT_NOT_COMPARABLE
     from benchrun.stats.analysis import compare_runs
     from benchrun.stats.load import alias_of, resolve_run
+    from benchrun.paths import benchrun_home
 
     base_dir, cand_dir = resolve_run(baseline), resolve_run(candidate)
     if base_dir.resolve() == cand_dir.resolve():
@@ -66,7 +67,7 @@ def compare(
     allow = tuple(p.strip() for a in allow_differences for p in a.split(",") if p.strip())
     _check_paths(base_dir, cand_dir, variable, allow)
     gate, result = compare_runs(base_dir, cand_dir, variable=variable, baseline_alias=alias_of(baseline),
-                                allow_differences=allow)
+                                allow_differences=allow, home=benchrun_home())
     if result is None:
         if gate.not_comparable:
             raise BenchrunError(gate.message(), exit_code=EXIT_NOT_COMPARABLE)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from benchrun.errors import BenchrunError
 from benchrun.paths import benchrun_home, validate_run_id
+from benchrun.spec.refs import ALIAS_REF, RUN_REF, baseline_ref_problem, fill_site_placeholder
 from benchrun.suites.result import read_result
 
 if TYPE_CHECKING:  # pandas is heavy; imported inside the functions that need it
@@ -412,21 +413,27 @@ def read_alias(path: Path) -> tuple[str, dict[str, Any] | None]:
     return run_id, record if isinstance(record, dict) else None
 
 
-_ALIAS_REF = re.compile(r"^(?:[A-Za-z0-9_.-]+/)?published/(?P<alias>[A-Za-z0-9._-]+)/?\Z")
-_RUN_REF = re.compile(r"^(?:[A-Za-z0-9_.-]+/)?runs/(?P<run>[a-z0-9-]+)/?\Z")
+_ALIAS_REF, _RUN_REF = ALIAS_REF, RUN_REF  # the spec's forms (benchrun.spec.refs), as before
 
 
-def resolve_run(ref: str, home: Path | None = None) -> Path:
+def resolve_run(ref: str, home: Path | None = None, *, paths: bool = True) -> Path:
     """A run directory from a run id, a path to a run directory, or a baseline alias.
 
     ``published/<alias>`` (``published/current`` is what ``benchrun promote`` sets) may carry
     a site prefix as the specs write it (``cluster/published/current``,
     ``local/published/canary``); so may ``<site>/runs/<run_id>``.
+    ``paths=False`` for a name read from a spec (``comparison.baseline.artifactRef``): only the
+    home's own runs and aliases, never a directory the spec points at (:mod:`benchrun.spec.refs`).
     """
     home = home or benchrun_home()
     ref = str(ref).strip()
+    if not paths:
+        problem = baseline_ref_problem(ref)
+        if problem:
+            raise BenchrunError(f"comparison.baseline.artifactRef: {problem}")
+        ref = fill_site_placeholder(ref)
     candidate = Path(ref)
-    if ("/" in ref or ref.startswith(".")) and candidate.is_dir():
+    if paths and ("/" in ref or ref.startswith(".")) and candidate.is_dir():
         if not (candidate / "status.json").is_file() and not (candidate / "structured").is_dir():
             raise BenchrunError(f"{candidate} is not a run directory (no status.json or structured/)")
         return candidate.resolve()
