@@ -151,3 +151,22 @@ def test_a_runaway_query_stops_at_once_on_sigint_or_sigterm(home: Path, signum: 
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_no_credential_of_the_process_is_readable(home: Path, monkeypatch) -> None:
+    # before: httpfs copies AWS_* from the environment into its settings, and
+    # current_setting('s3_secret_access_key') printed the secret
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAQUERYTEST")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "query-test-secret")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "query-test-token")
+    rows = query("SELECT name, value FROM duckdb_settings()", home).table.to_pylist()
+    leaked = [r["name"] for r in rows if any(s in str(r["value"]) for s in ("AKIAQUERYTEST", "query-test-"))]
+    assert leaked == []
+    for name in ("s3_access_key_id", "s3_secret_access_key", "s3_session_token"):
+        if any(r["name"] == name for r in rows):
+            assert query(f"SELECT current_setting('{name}') AS v", home).table.to_pylist() == [{"v": ""}]
+    try:  # a local warehouse holds no secret (and DuckDB may not look for stored ones: file access is off)
+        secrets = str(query("SELECT * FROM duckdb_secrets()", home).table.to_pylist())
+    except BenchrunError as exc:
+        secrets = str(exc)
+    assert "query-test-secret" not in secrets

@@ -193,6 +193,7 @@ def _confined_connection(home: Path) -> Any:
             from benchrun.warehouse.lakeviews import prepare_connection
 
             allowed += prepare_connection(con, home)
+        _clear_credentials(con)
         # Order matters: allowed_directories can only be set while external access is on.
         con.execute("SET allowed_directories = [" + ", ".join(_quote(d) for d in allowed) + "]")
         con.execute("SET temp_directory = ''")
@@ -204,6 +205,20 @@ def _confined_connection(home: Path) -> Any:
         con.close()
         raise
     return con
+
+
+# Settings an extension fills from the process's environment (httpfs: AWS_ACCESS_KEY_ID,
+# AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN into s3_*), which any query could read with
+# current_setting(). The warehouse's own S3 access goes through a secret (duckdb_secrets() shows
+# it redacted, and the locked configuration keeps it so).
+_CREDENTIAL_SETTING = re.compile(r"(secret_access_key|session_token|password|key_id|connection_string|_token)\Z", re.I)
+
+
+def _clear_credentials(con: Any) -> None:
+    """Empty every setting that holds a credential, before the configuration is locked."""
+    for name, value in con.execute("SELECT name, value FROM duckdb_settings() WHERE input_type = 'VARCHAR'").fetchall():
+        if value not in (None, "") and _CREDENTIAL_SETTING.search(str(name)):
+            con.execute(f"SET GLOBAL {name} = ''")  # a DuckDB setting's name, not user input; GLOBAL: every cursor
 
 
 _LIMITS_CHECKED: set[str] = set()
