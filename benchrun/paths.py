@@ -69,6 +69,17 @@ def safe_join(root: Path, *parts: str) -> Path:
     return path
 
 
+def sample_path(run_dir: Path, sample: object) -> Path | None:
+    """The file a result document's ``samples`` entry names, resolved inside ``run_dir``; None when the
+    entry is not a relative path that stays inside it. A result document is written by the suite (on a
+    cluster, a pod): a path outside the run directory would read any file on this machine into the
+    warehouse or the report, where verify never looks."""
+    if not isinstance(sample, str) or not sample or Path(sample).is_absolute():
+        return None
+    path = (Path(run_dir) / sample).resolve()
+    return path if path.is_relative_to(Path(run_dir).resolve()) else None
+
+
 def published_runs(root: Path) -> dict[str, list[str]]:
     """Run id -> the ``published/<alias>`` files naming it (the alias's first line: promote
     writes its record on the second; a damaged record still names its run)."""

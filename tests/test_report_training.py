@@ -97,3 +97,22 @@ def test_a_section_that_raises_is_replaced_by_a_note_not_the_report(tmp_path: Pa
     text = report_html.build_report(run_dir).read_text()
     assert "broken section" in text and "could not be drawn (KeyError: &#x27;model_flops_per_token&#x27;)" in text
     assert "Training and distributed ranks" in text  # the sections after it are still drawn
+
+
+def test_rank_samples_are_read_only_from_inside_the_run_directory(tmp_path: Path) -> None:
+    # before: samples.ranks was read from any path a result document named (a pod writes it)
+    from benchrun.launch.k8s_collect import missing_outputs
+    from benchrun.report.training import training_results
+
+    run_dir = tmp_path / "run"
+    _write(run_dir, 1, None)
+    outside = tmp_path / "secret.json"
+    outside.write_text(json.dumps({"warmup_steps": 0, "ranks": [{"rank_id": 9, "step_times_s": [1.0]}]}))
+    path = run_dir / "structured" / f"{RUN_ID}_training_r1.json"
+    assert training_results(run_dir, RUN_ID)[0]["ranks"]["ranks"][0]["rank_id"] == 0  # its own file is read
+    for ref in (str(outside), "../secret.json", "raw/../../secret.json"):
+        doc = json.loads(path.read_text())
+        doc["samples"]["ranks"] = ref
+        path.write_text(json.dumps(doc))
+        assert training_results(run_dir, RUN_ID)[0]["ranks"] is None, ref
+        assert missing_outputs(run_dir, doc) == [ref]  # declared, and not in the run directory

@@ -17,6 +17,7 @@ from dagster_pipes import PIPES_PROTOCOL_VERSION_FIELD
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from benchrun.paths import sample_path
 from benchrun.fsio import atomic_path, atomic_write_json
 from benchrun.launch.k8s_submit import api_error
 from benchrun.launch.podspec import CONTAINER_NAME
@@ -102,6 +103,7 @@ def missing_outputs(run_dir: Path, doc: Mapping[str, Any]) -> list[str]:
     missing = []
     samples = doc.get("samples") or {}
     for value in samples.values() if isinstance(samples, dict) else []:
-        if isinstance(value, str) and value and not (Path(run_dir) / value).is_file():
+        found = sample_path(run_dir, value)
+        if isinstance(value, str) and value and (found is None or not found.is_file()):
             missing.append(value)
     return sorted(missing)

@@ -10,6 +10,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from benchrun.paths import sample_path
+
 log = logging.getLogger(__name__)
 
 # (row key, column title, format)
@@ -44,10 +46,10 @@ def training_results(run_dir: Path, run_id: str) -> list[dict[str, Any]]:
         if not isinstance(doc, dict) or doc.get("status") != "ok" or not doc.get("training"):
             continue
         ranks = None
-        sample = (doc.get("samples") or {}).get("ranks")
-        if sample and (Path(run_dir) / sample).is_file():
+        sample = sample_path(run_dir, (doc.get("samples") or {}).get("ranks"))  # inside the run directory only
+        if sample is not None and sample.is_file():
             try:
-                ranks = json.loads((Path(run_dir) / sample).read_text(encoding="utf-8"))
+                ranks = json.loads(sample.read_text(encoding="utf-8"))
             except (OSError, json.JSONDecodeError):
                 ranks = None
         for row in doc["training"]:

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from benchrun.paths import sample_path
 from benchrun.store import ObjectManifest, portable_address, portable_store_uri
 from benchrun.telemetry.facts import slice_tables
 from benchrun.warehouse.schemas import (
@@ -354,10 +355,8 @@ def request_batches(src: RunSources) -> Iterator[pa.RecordBatch]:
         sample = (doc.get("samples") or {}).get("requests")
         if not sample:
             continue
-        path = (src.run_dir / str(sample)).resolve()
-        if Path(str(sample)).is_absolute() or not path.is_relative_to(src.run_dir.resolve()):
-            # a result document is written by the suite (a pod): a path outside the run directory would
-            # curate any file on this machine into the warehouse, where verify never looks
+        path = sample_path(src.run_dir, sample)
+        if path is None:
             log.warning("run %s: %s names %s, outside the run directory: not read", src.run_id, relpath, sample)
             continue
         if not path.is_file():
