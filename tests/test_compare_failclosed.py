@@ -14,7 +14,7 @@ import pytest
 
 from benchrun.stats import admit
 from benchrun.stats.analysis import compare_runs, write_comparison
-from benchrun.stats.synthetic import lognormal_replicates, make_run, write_manifest
+from benchrun.stats.synthetic import lognormal_replicates, make_run, seal_run, write_manifest
 
 PRIM = {"metrics": {"inference": {"primary": ["tokens_per_second", "p99_latency_ms"]}}}
 LAYERS = [{"name": "component", "enabled": True, "suites": [{"name": "serve", "repoCommand": "python -m x"},
@@ -570,6 +570,32 @@ def test_a_primary_left_out_of_some_ok_candidate_replicates_is_not_cleared(tmp_p
              spec=spec)
     gate, res = compare_runs(tmp_path / "runs" / "base2", tmp_path / "runs" / "cand2")
     assert res is not None and gate.refusals == [], gate.message()
+
+
+def test_ok_replicates_that_reported_no_metric_count_as_ok_launches(tmp_path):
+    """A suite whose only primary is left out when it has no value (a custom suite reporting just
+    `capacity_at_slo`) wrote ok documents with no metrics in 3 of 5 replicates: those replicates
+    made no row, so the ok count was 2 and the 2 that reported were judged, exit 0. They count."""
+    from benchrun.checks import suite_replicates
+    from benchrun.stats.load import replicate_table
+
+    spec = {"spec": {"metrics": {"inference": {"primary": ["capacity_at_slo"]}}, "layers": LAYERS}}
+    cap = ("serve", "sweep", "capacity_at_slo")
+    make_run(tmp_path, "base", {cap: ([8.0] * 5, "requests", "higher")}, spec=spec)
+    cand = make_run(tmp_path, "cand", {cap: ([8.0] * 5, "requests", "higher")}, spec=spec)
+    for k in (3, 4, 5):  # the suite wrote ok, with no value to give
+        p = cand / "structured" / f"cand_serve_r{k}.json"
+        doc = json.loads(p.read_text())
+        doc["metrics"] = []
+        p.write_text(json.dumps(doc))
+    (cand / "reports" / "cand_provenance.dsse.json").unlink()
+    write_manifest(cand)
+    seal_run(cand, tmp_path)
+    assert suite_replicates(replicate_table(cand, include_failed=True)) == {"serve": (5, 0)}
+    assert replicate_table(cand)["replicate"].tolist() == [1, 2]  # the values are what they were
+    gate, res = compare_runs(tmp_path / "runs" / "base", cand)
+    assert res is None and [r.reason for r in gate.refusals] == ["PrimaryNotMeasured"], gate.message()
+    assert "has a value in only 2 of 5 ok candidate replicates (5 of 5" in gate.message()
 
 
 def test_a_confirmation_round_before_a_refusal_stays_on_record(tmp_path):

@@ -107,7 +107,8 @@ def replicate_table(run_dir: str | os.PathLike[str], *, include_failed: bool = F
     and unavailable replicates have no values). With ``include_failed``, each failed
     replicate of a suite adds one row with its status (``failed``), an empty metric and a
     NaN value, so a comparison can count failures per arm instead of silently keeping only
-    the launches that survived. An ``unavailable`` replicate of a suite that other replicates
+    the launches that survived; each ok replicate that reported no metric at all adds one such
+    row with status ``ok`` (it launched ok and measured nothing). An ``unavailable`` replicate of a suite that other replicates
     of the same run measured counts as failed too: the device was there and went away (a
     suite unavailable in every replicate — no GPU on this host — is not a failure). Several rows for one
     (suite, case, metric, replicate) — per-rank values — are summarised by their median,
@@ -141,6 +142,11 @@ def replicate_table(run_dir: str | os.PathLike[str], *, include_failed: bool = F
                 unavailable.append(key)
             continue
         measured.add(key[0])
+        if include_failed and not doc.get("metrics"):
+            # an ok launch that reported no metric at all still launched ok: a value-less marker row, so
+            # the comparison's per-suite ok counts (admit.measured_rows, _partly_reported) see it
+            failed.append({"suite": key[0], "case": "", "metric": "", "unit": "", "direction": "",
+                           "replicate": key[1], "value": float("nan"), "status": "ok"})
         for m in doc.get("metrics", []):
             rows.append(
                 {
