@@ -247,9 +247,12 @@ def baseline_comparison(context: dg.AssetExecutionContext, confirm_round: Confir
             return dg.MaterializeResult(metadata={"compared": False, "baseline_missing": True, "reason": str(exc)})
     if base_dir is None or base_dir.name == run_id:
         return dg.MaterializeResult(metadata={"compared": False, "reason": f"no baseline resolved from {ref!r}"})
-    gate, res = analysis.compare_runs(base_dir, rd, confirm=confirm_round.hook(context, base_dir.name, run_id),
-                                      candidate_in_progress=True, baseline_alias=alias_of(ref),
-                                      allow_differences=allow, allowed_by="comparison.allowDifferences")
+    try:
+        gate, res = analysis.compare_runs(base_dir, rd, confirm=confirm_round.hook(context, base_dir.name, run_id),
+                                          candidate_in_progress=True, baseline_alias=alias_of(ref),
+                                          allow_differences=allow, allowed_by="comparison.allowDifferences")
+    finally:  # a round that ran is over: the progress display stops saying "confirming"
+        RunDir.for_run(run_id).drop_status_fields("confirmation_progress")
     path = analysis.write_comparison(gate, res, base_dir.name, rd)
     meta = {"compared": res is not None, "comparable": not gate.not_comparable, "baseline": base_dir.name,
             "gate": gate.message(), "comparison": dg.MetadataValue.path(str(path))}

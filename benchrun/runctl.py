@@ -195,6 +195,7 @@ def delete_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
             out.removed.append(f"Dagster partition {PARTITIONS_NAME}/{run_id} (its Dagster run history stays)")
     # The directory last: until here a failed step leaves the run listed, so deleting again finishes it.
     shutil.rmtree(rd.path)
+    rd.status_lock_path.unlink(missing_ok=True)
     out.removed.insert(0, f"run directory runs/{run_id}")
     out.kept.append("its evidence in the artifact store (write-once; `benchrun retention` ages it out)")
     return out

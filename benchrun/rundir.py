@@ -7,10 +7,14 @@ conditions a person (or the custom resource's status) reads.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import fcntl
 import json
+import logging
 import re
 import socket
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,6 +134,10 @@ def _as_int(value: Any) -> int:
         return -1
 
 
+log = logging.getLogger(__name__)
+_STATUS_LOCKS = threading.local()  # .held: the run directories whose status lock this thread holds
+
+
 @dataclass(frozen=True)
 class RunDir:
     """One run's directory under ``<home>/runs/``; the run id is validated on creation."""
@@ -184,11 +192,51 @@ class RunDir:
         copy from another home (``sharedstate.pull_run``) never replaces a later one here."""
         atomic_write_json(self.status_path, {**status, "status_seq": int(status.get("status_seq") or 0) + 1})
 
+    @property
+    def status_lock_path(self) -> Path:
+        return safe_join(self.home, "locks", "status", f"{self.run_id}.lock")
+
+    @contextlib.contextmanager
+    def status_lock(self) -> Any:
+        """One read-modify-write of status.json at a time, across threads and processes (an OS lock
+        under ``<home>/locks/status/``, released by the kernel if its holder dies); re-entrant in
+        one thread. Without it, two steps of one run (the confirmation round's progress and a
+        condition set beside it) could each write back the copy they read and lose the other's
+        field. A home where the lock file cannot be made is written unlocked, as before."""
+        held = _STATUS_LOCKS.__dict__.setdefault("held", set())
+        key = str(self.path)
+        if key in held:
+            yield
+            return
+        try:
+            self.status_lock_path.parent.mkdir(parents=True, exist_ok=True)
+            fh = open(self.status_lock_path, "a+b")  # noqa: SIM115 - closed below
+        except OSError as exc:
+            log.debug("status.json of run %s written unlocked: %s", self.run_id, exc)
+            yield
+            return
+        with fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            held.add(key)
+            try:
+                yield
+            finally:
+                held.discard(key)
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
     def update_status(self, **fields: Any) -> dict[str, Any]:
-        status = self.read_status() if self.exists() else {"run_id": self.run_id, "conditions": []}
-        status.update(fields)
-        self.write_status(status)
+        with self.status_lock():
+            status = self.read_status() if self.exists() else {"run_id": self.run_id, "conditions": []}
+            status.update(fields)
+            self.write_status(status)
         return status
+
+    def drop_status_fields(self, *names: str) -> None:
+        """Remove fields that no longer hold (e.g. a finished confirmation round's progress)."""
+        with self.status_lock():
+            status = self.read_status()
+            if any(n in status for n in names):
+                self.write_status({k: v for k, v in status.items() if k not in names})
 
     def set_phase(self, phase: str, *, message: str | None = None) -> dict[str, Any]:
         if phase not in PHASES:
@@ -214,6 +262,10 @@ class RunDir:
 
     def set_condition(self, type_: str, status: bool | str, reason: str, message: str = "") -> dict[str, Any]:
         """Set (or replace) one condition; lastTransitionTime moves only when status changes."""
+        with self.status_lock():
+            return self._set_condition(type_, status, reason, message)
+
+    def _set_condition(self, type_: str, status: bool | str, reason: str, message: str) -> dict[str, Any]:
         st = self.read_status()
         value = status if isinstance(status, str) else ("True" if status else "False")
         conditions = [c for c in st.get("conditions", [])]
@@ -234,11 +286,12 @@ class RunDir:
 
     def remove_conditions(self, *types: str) -> dict[str, Any]:
         """Drop conditions that no longer hold (e.g. ``Failed`` when a run is retried)."""
-        st = self.read_status()
-        kept = [c for c in st.get("conditions", []) if c.get("type") not in types]
-        if len(kept) != len(st.get("conditions", [])):
-            st["conditions"] = kept
-            self.write_status(st)
+        with self.status_lock():
+            st = self.read_status()
+            kept = [c for c in st.get("conditions", []) if c.get("type") not in types]
+            if len(kept) != len(st.get("conditions", [])):
+                st["conditions"] = kept
+                self.write_status(st)
         return st
 
     # -- progress ---------------------------------------------------------------

@@ -46,8 +46,13 @@ def _condition(status, type_):
 
 
 @pytest.mark.slow
-def test_regression_is_confirmed_by_a_fresh_interleaved_round_before_it_alerts(bench_home, canary_doc, write_spec):
+def test_regression_is_confirmed_by_a_fresh_interleaved_round_before_it_alerts(bench_home, canary_doc, write_spec,
+                                                                               monkeypatch):
     base = _run(_spec(canary_doc, "base", 10.0, "none-yet"), write_spec, "base.yaml")
+    seen = []  # status.json as the round left it, just before the comparison clears its progress
+    drop = RunDir.drop_status_fields
+    monkeypatch.setattr(RunDir, "drop_status_fields", lambda self, *names: (seen.append(self.read_status()),
+                                                                             drop(self, *names)))
     cand = _run(_spec(canary_doc, "cand", 12.0, base["run_id"]), write_spec, "cand.yaml")
     cond = _condition(cand, "RegressionDetected")
     assert cond["status"] == "True", cond
@@ -58,8 +63,9 @@ def test_regression_is_confirmed_by_a_fresh_interleaved_round_before_it_alerts(b
     c = sorted((root / "candidate" / cand["run_id"] / "structured").glob("*_ttft_r*.json"))
     assert len(b) == 5 and len(c) == 5
     # `benchrun run`'s progress display showed the round (status.json: the sealed progress file cannot)
-    shown = cand["confirmation_progress"]
+    shown = seen[-1]["confirmation_progress"]
     assert shown["launches"] == 10 and shown["last"].startswith("ttft r")
+    assert "confirmation_progress" not in cand  # the round is over: the display no longer says "confirming"
     comp = json.loads((bench_home / "runs" / cand["run_id"] / "structured" / f"{cand['run_id']}_comparison.json")
                       .read_text())
     order = comp["confirmation_evidence"]["order"]  # the drawn launch order is the round's evidence
