@@ -34,6 +34,15 @@ def benchrun_home(override: str | os.PathLike[str] | None = None) -> Path:
     return home
 
 
+def existing_home(command: str) -> Path:
+    """The home a read-only command reads, never created: BenchrunError when there is none yet."""
+    home, where = home_location()
+    if not home.is_dir():
+        raise BenchrunError(f"{command}: there is no benchrun home at {home} ({where}) yet, so nothing to read; "
+                            "`benchrun run SPEC` creates one (or point BENCHRUN_HOME at yours)")
+    return home
+
+
 def validate_run_id(run_id: str) -> str:
     """Return ``run_id`` unchanged if it is a DNS-1123 label, else raise BenchrunError."""
     if not isinstance(run_id, str) or not _RUN_ID.match(run_id):

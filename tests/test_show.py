@@ -55,6 +55,13 @@ def test_the_read_only_commands_make_no_home(tmp_path, monkeypatch) -> None:
     assert not (tmp_path / ".benchrun").exists()
     out = CliRunner().invoke(app, ["show", "r1"])
     assert out.exit_code == 1 and "no benchrun home" in str(out.exception) and not (tmp_path / ".benchrun").exists()
+    # the other commands that only read a home (before: each made ./.benchrun)
+    for args in (["verify", "r1"], ["verify", "--store"], ["query", "SELECT 1"], ["lineage", "r1", "m"]):
+        out = CliRunner().invoke(app, args)
+        assert out.exit_code == 1 and "there is no benchrun home at" in str(out.exception), (args, out.exception)
+    out = CliRunner().invoke(app, ["compare", "r1", "r2"])
+    assert out.exit_code == 1 and "not found under" in str(out.exception)
+    assert not (tmp_path / ".benchrun").exists()
     from benchrun.paths import benchrun_home
 
     assert benchrun_home(typo) == typo.resolve() and typo.is_dir()  # what run and submit use: made

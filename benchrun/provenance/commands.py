@@ -79,9 +79,12 @@ def register(app: typer.Typer) -> None:
         """
         from benchrun.errors import BenchrunError
 
+        from benchrun.paths import existing_home
+
         pinned = tuple(trust_keyid)
         if store == (run_id is not None):
             raise BenchrunError("verify: give a RUN_ID or --store (not both)")
+        existing_home("verify")
         if not store:
             for line in _verify_one(run_id, public_key, pinned):
                 typer.echo(line)

@@ -58,16 +58,17 @@ def compare(
     from benchrun.stats.admit import EXIT_NOT_COMPARABLE
     from benchrun.stats.analysis import compare_runs
     from benchrun.stats.load import alias_of, resolve_run
-    from benchrun.paths import benchrun_home
+    from benchrun.paths import home_location
 
-    base_dir, cand_dir = resolve_run(baseline), resolve_run(candidate)
+    home = home_location()[0]  # read, never created: a run directory given as a path needs no home
+    base_dir, cand_dir = resolve_run(baseline, home), resolve_run(candidate, home)
     if base_dir.resolve() == cand_dir.resolve():
         raise BenchrunError(f"compare: baseline {baseline!r} and candidate {candidate!r} are the same run "
                             f"({base_dir.name}); compare two different runs", exit_code=2)
     allow = tuple(p.strip() for a in allow_differences for p in a.split(",") if p.strip())
     _check_paths(base_dir, cand_dir, variable, allow)
     gate, result = compare_runs(base_dir, cand_dir, variable=variable, baseline_alias=alias_of(baseline),
-                                allow_differences=allow, home=benchrun_home())
+                                allow_differences=allow, home=home)
     if result is None:
         if gate.not_comparable:
             raise BenchrunError(gate.message(), exit_code=EXIT_NOT_COMPARABLE)

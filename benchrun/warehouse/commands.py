@@ -10,10 +10,11 @@ import typer
 from benchrun.console import console
 
 
-def _home():
-    from benchrun.paths import benchrun_home
+def _home(command: str | None = None):
+    """This home; for a read-only ``command``, only one that exists (it is never created)."""
+    from benchrun.paths import benchrun_home, existing_home
 
-    return benchrun_home()
+    return existing_home(command) if command else benchrun_home()
 
 
 def _cell(value: Any) -> str:
@@ -93,7 +94,7 @@ def _query(sql: str, as_json: bool, as_csv: bool, limit: int, vertical: Optional
         from benchrun.warehouse.lakeviews import parse_as_of
 
         when = parse_as_of(as_of.strip().strip('"'))  # a snapshot id as --json wrote it (a string) reads back
-    stream = stream_query(sql, _home(), limit=limit or None, as_of=when)
+    stream = stream_query(sql, _home("query"), limit=limit or None, as_of=when)
     for note in stream.notes:
         print(f"warning: {note}", file=sys.stderr)
     cols = stream.columns
@@ -150,7 +151,7 @@ def lineage_cmd(
     """Walk a published median back to its raw objects, re-checking every hash on the way."""
     from benchrun.warehouse.lineage import trace
 
-    reports = trace(_home(), run_id, metric, case)
+    reports = trace(_home("lineage"), run_id, metric, case)
     if as_json:
         typer.echo(json.dumps([r.to_json() for r in reports], indent=2, default=str))
         return
