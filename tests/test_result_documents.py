@@ -33,6 +33,11 @@ def _doc(**over):
     ({"metrics": ["tps"]}, "metrics[0] is not a metric object with a name"),
     ({"metrics": {"name": "tps"}}, "metrics must be a list of metric objects, not a dict"),
     ({"replicate": "two"}, "replicate must be an integer, not 'two'"),
+    # before: a rank_id the warehouse could not key (int64) crashed warehouse_tables with a traceback
+    ({"metrics": [{"name": "tps", "value": 1.0, "unit": "", "direction": "higher", "rank_id": "rank-0"}]},
+     "metric 'tps' has rank_id 'rank-0': give the rank as a non-negative integer"),
+    ({"metrics": [{"name": "tps", "value": 1.0, "unit": "", "direction": "higher", "rank_id": 1.5}]},
+     "metric 'tps' has rank_id 1.5"),
 ])
 def test_a_malformed_result_document_is_refused_naming_the_file_and_field(tmp_path, over, says):
     from benchrun.suites.result import SCHEMA

@@ -152,4 +152,9 @@ def read_result(path: str | os.PathLike[str]) -> dict[str, Any]:
             # an infinite throughput or a NaN latency is no measurement: it would widen or empty the
             # comparison's interval instead of failing; a suite that cannot measure a metric leaves it out
             raise ValueError(f"{p}: metric {m['name']!r} has the value {v!r}, not a finite number")
+        rank = m.get("rank_id")
+        if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 0):
+            # the warehouse keys rank rows by an integer rank (measurement_fact.rank_id is int64)
+            raise ValueError(f"{p}: metric {m['name']!r} has rank_id {rank!r}: give the rank as a non-negative "
+                             "integer, or leave rank_id out")
     return doc
