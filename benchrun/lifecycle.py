@@ -4,6 +4,7 @@ record evidence, and settle the final phase. Dagster-free; the run assets call t
 from __future__ import annotations
 
 import functools
+import json
 import logging
 from pathlib import Path
 from typing import Any, Callable
@@ -246,7 +247,7 @@ def resign_if_intact(run_dir: Path, home: Path | str | None = None, *, rewritten
     run: a file dropped in would be signed). None when re-signed or never signed; else why not."""
     from benchrun.errors import BenchrunError
     from benchrun.provenance.signing import envelope_path, subject_mismatches, uncovered_files, verify_envelope
-    from benchrun.provenance.statement import unsigned_names
+    from benchrun.provenance.statement import status_drift, unsigned_names
 
     run_dir = Path(run_dir)
     path = envelope_path(run_dir)
@@ -261,6 +262,13 @@ def resign_if_intact(run_dir: Path, home: Path | str | None = None, *, rewritten
         statement = verify_envelope(path, home_key_fallback(home_path), home=home_path)
     except BenchrunError as exc:
         return f"not signed again: the current signature cannot be checked ({exc})"
+    try:
+        drift = status_drift(statement, json.loads((run_dir / "status.json").read_text(encoding="utf-8")))
+    except (OSError, ValueError) as exc:
+        return f"not signed again: status.json cannot be read ({exc})"
+    if drift:
+        return ("not signed again: status.json no longer says what the signature says about the run "
+                f"({'; '.join(drift[:5])}); restore it (the current signature stays)")
     sealed = set(statement.subjects) - set(statement.predicate.get("published_files") or [])
     changed = subject_mismatches(statement, run_dir)
     bad = [b for b in changed if b.split(" (")[0] in sealed]

@@ -119,6 +119,30 @@ def test_rebuild_warehouse_does_not_sign_over_an_edited_published_file(bench_hom
     assert cli.invoke(app, ["verify", rid]).exit_code == 1  # the edit stays visible
 
 
+def test_an_edited_status_json_is_not_carried_into_a_new_signature(bench_home, monkeypatch) -> None:
+    """The signed predicate takes the run's name, class, digests and times from status.json, which no
+    signature covers: an edited class (realism → publication grade), name and finish time came out
+    signed by the next `rebuild-warehouse RUN` or `report RUN`, and verify passed."""
+    import base64
+    import json
+
+    rid = "run-s"
+    rd = _signed_run(bench_home, monkeypatch, rid)
+    env = rd / "reports" / f"{rid}_provenance.dsse.json"
+    before = env.read_bytes()
+    st = json.loads((rd / "status.json").read_text())
+    st.update(benchmark_class_granted="publication_grade", name="forged-name", finished_utc="1999-01-01T00:00:00Z")
+    (rd / "status.json").write_text(json.dumps(st))
+    cli = CliRunner()
+    for command in (["rebuild-warehouse", rid], ["report", rid]):
+        out = cli.invoke(app, command)
+        assert "not signed again: status.json no longer says what the signature says" in out.output, out.output
+        assert "benchmark_class.granted (signed 'realism_grade', status.json 'publication_grade')" in out.output
+        assert env.read_bytes() == before  # the signature stays what it was
+    predicate = json.loads(base64.b64decode(json.loads(env.read_text())["payload"]))["predicate"]
+    assert predicate["benchmark_class"]["granted"] == "realism_grade" and predicate["run_name"] == "synthetic"
+
+
 def test_report_signs_over_only_what_it_writes_and_nothing_added(bench_home, monkeypatch) -> None:
     """`benchrun report` allowed any change under reports/ and figures/ (an edited playbook verdict
     there was signed over), and no re-signing looked at files added after signing: signing

@@ -196,6 +196,33 @@ def signed_partitions_unverified(run_dir: Path) -> dict[str, str] | None:
     return parts if isinstance(parts, dict) else None
 
 
+def from_status(status: Mapping[str, Any]) -> dict[str, Any]:
+    """The predicate fields a statement takes from status.json (which no signature covers)."""
+    return {
+        "run_name": status.get("name"),
+        "spec_digest": status.get("spec_digest"),
+        "workload_spec_digest": status.get("workload_spec_digest"),
+        "artifact_manifest_digest": status.get("artifact_manifest_digest"),
+        "benchmark_class": {"requested": status.get("benchmark_class_requested"),
+                            "granted": status.get("benchmark_class_granted")},
+        "timestamps": {k: status.get(k) for k in ("created_utc", "started_utc", "finished_utc")},
+    }
+
+
+def status_drift(statement: "Statement", status: Mapping[str, Any]) -> list[str]:
+    """``field (signed X, status.json Y)`` for each predicate field status.json no longer agrees with:
+    signing again would carry an edit of the unsigned status.json into the signature. A field signed
+    empty may have been set since (a run signed before it finished)."""
+    now, signed = from_status(status), statement.predicate
+    out = []
+    for key, value in now.items():
+        pairs = ([(f"{key}.{k}", (signed.get(key) or {}).get(k), v) for k, v in value.items()]
+                 if isinstance(value, dict) else [(key, signed.get(key), value)])
+        out += [f"{name} (signed {old!r}, status.json {new!r})" for name, old, new in pairs
+                if old is not None and old != new]
+    return out
+
+
 def build_statement(run_dir: Path, *, backend_requested: str | None, backend_used: str,
                     signed_utc: str, home: Path | None = None) -> dict[str, Any]:
     """The Statement for the run in ``run_dir`` (its status.json and manifest.json must exist)."""
@@ -208,24 +235,20 @@ def build_statement(run_dir: Path, *, backend_requested: str | None, backend_use
     if not digest:
         raise BenchrunError(f"{run_dir / 'status.json'}: no artifact_manifest_digest; the evidence is not in the "
                             "artifact store yet (materialize run_evidence first)")
+    fields = from_status(status)
     predicate = {
         "run_id": run_id,
-        "run_name": status.get("name"),
-        "spec_digest": status.get("spec_digest"),
-        "workload_spec_digest": status.get("workload_spec_digest"),
+        "run_name": fields["run_name"],
+        "spec_digest": fields["spec_digest"],
+        "workload_spec_digest": fields["workload_spec_digest"],
         "artifact_manifest_digest": digest,
-        "benchmark_class": {
-            "requested": status.get("benchmark_class_requested"),
-            "granted": status.get("benchmark_class_granted"),
-        },
+        "benchmark_class": fields["benchmark_class"],
         "outcome": manifest.get("status"),
         "environment": environment_summary(run_dir, run_id),
         "builder": {"id": BUILDER_ID, "version": benchrun_version()},
         "signing": {"backend_requested": backend_requested, "backend_used": backend_used},
         "timestamps": {
-            "created_utc": status.get("created_utc"),
-            "started_utc": status.get("started_utc"),
-            "finished_utc": status.get("finished_utc"),
+            **fields["timestamps"],
             "evidence_sealed_utc": manifest.get("timestamp_utc"),
             "signed_utc": signed_utc,
         },
