@@ -143,6 +143,28 @@ def test_an_edited_status_json_is_not_carried_into_a_new_signature(bench_home, m
     assert predicate["benchmark_class"]["granted"] == "realism_grade" and predicate["run_name"] == "synthetic"
 
 
+def test_a_run_whose_envelope_and_manifest_were_removed_fails_verify(bench_home, monkeypatch) -> None:
+    """With the envelope and manifest.json deleted and status.json set back to Running, a sealed
+    run with an edited measurement passed `verify RUN` and `verify --store` ("not signed yet"), though
+    its artifact store holds its sealed object manifest."""
+    import json
+
+    rid = "run-u"
+    rd = _signed_run(bench_home, monkeypatch, rid)
+    (rd / "reports" / f"{rid}_provenance.dsse.json").unlink()
+    (rd / "manifest.json").unlink()
+    st = json.loads((rd / "status.json").read_text())
+    st.update(phase="Running", artifact_manifest_digest=None)
+    (rd / "status.json").write_text(json.dumps(st))
+    result = rd / "structured" / f"{rid}_s_r1.json"
+    result.write_text(result.read_text().replace('"value": 1.0', '"value": 99.0'))
+    cli = CliRunner()
+    for command in (["verify", rid], ["verify", "--store"]):
+        out = cli.invoke(app, command)
+        assert out.exit_code == 1, (command, out.output)
+        assert "yet the run sealed its evidence" in out.output + str(out.exception), (command, out.output)
+
+
 def test_report_signs_over_only_what_it_writes_and_nothing_added(bench_home, monkeypatch) -> None:
     """`benchrun report` allowed any change under reports/ and figures/ (an edited playbook verdict
     there was signed over), and no re-signing looked at files added after signing: signing

@@ -95,12 +95,16 @@ def test_the_command_gets_the_clients_environment_working_directory_and_umask(se
     assert not (home / ".benchrun").exists()  # a listing creates no home
     proc = subprocess.run(["sh", "-c", f"umask 077 && exec {sys.executable} -m benchrun.entry verify --store"],
                           env=env, cwd=home, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0 and "0 failure(s)" in proc.stdout, proc.stderr
+    assert proc.returncode == 1 and "there is no benchrun home at" in proc.stderr, proc.stderr  # nothing verified
+    assert not (home / ".benchrun").exists()
+    proc = subprocess.run(["sh", "-c", f"umask 077 && exec {sys.executable} -m benchrun.entry retention"],
+                          env=env, cwd=home, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "dry run" in proc.stdout, proc.stderr
     created = home / ".benchrun"
     assert created.is_dir() and (created.stat().st_mode & 0o777) == 0o700  # the client's umask
     # An environment variable the command reads: an unknown home override is used as given.
     other = tmp_path / "other-home"
-    proc = _cli({**env, "BENCHRUN_HOME": str(other)}, "verify", "--store")
+    proc = _cli({**env, "BENCHRUN_HOME": str(other)}, "retention")
     assert proc.returncode == 0 and other.is_dir(), proc.stderr
 
 

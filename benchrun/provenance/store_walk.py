@@ -20,7 +20,8 @@ def unsigned(rd: Any) -> tuple[bool, str]:
     """``(failure, why)`` for run ``rd`` (a RunDir) that has no provenance envelope, the one rule of
     `verify RUN_ID` and `verify --store`. benchrun signs every run that finishes its analysis (the
     provenance_attestation asset, after the evidence is sealed): a run that sealed its evidence
-    (manifest.json, a stored manifest) or Succeeded without an envelope fails, fail-closed (the
+    (manifest.json, its digest in status.json, or an object manifest in its artifact store) or Succeeded
+    without an envelope fails, fail-closed (the
     envelope was removed, or signing failed). A run that never sealed anything (canceled, failed
     or rejected before its evidence, or still running) published nothing to verify: not a failure."""
     from benchrun.errors import BenchrunError
@@ -33,7 +34,8 @@ def unsigned(rd: Any) -> tuple[bool, str]:
     except BenchrunError as exc:
         return True, f"not signed ({env} is missing) and its status cannot be read ({exc})"
     phase = str(st.get("phase") or "unknown")
-    sealed = (rd.path / "manifest.json").is_file() or bool(st.get("artifact_manifest_digest"))
+    sealed = ((rd.path / "manifest.json").is_file() or bool(st.get("artifact_manifest_digest"))
+              or _stored(rd))
     if sealed and phase == "Analyzing":
         return False, ("not signed yet: its evidence is sealed and it is being analyzed (phase Analyzing); it is "
                        "signed when it finishes: verify it then")
@@ -47,6 +49,23 @@ def unsigned(rd: Any) -> tuple[bool, str]:
                        "or published: there is nothing to verify")
     return False, (f"not signed yet: the run is {phase} and has sealed no evidence; it is signed when it "
                    "finishes: verify it then")
+
+
+def _stored(rd: Any) -> bool:
+    """Whether the run's artifact store holds an object manifest of it: sealed evidence that
+    manifest.json and status.json (both in the run directory, both removable) cannot deny."""
+    from benchrun.errors import BenchrunError
+    from benchrun.provenance.signing import run_store_template
+    from benchrun.store import open_store
+
+    for template in dict.fromkeys((run_store_template(rd.path), None)):  # the pinned spec's store, the default
+        try:
+            store = open_store(template, rd.home)
+            if store.exists(store.manifest_key(rd.run_id)):
+                return True
+        except (BenchrunError, OSError):
+            continue
+    return False
 
 
 def walk_store(public_key: Path | None, pinned: tuple[str, ...], home: Path | None = None) -> StoreReport:
