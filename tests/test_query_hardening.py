@@ -43,6 +43,12 @@ def home(tmp_path: Path) -> Path:
     "EXPLAIN ANALYZE CREATE TABLE t AS SELECT 1",
     "CALL pragma_version()",
     "SELECT 1; COPY (SELECT 1) TO 'x.csv'",
+    # the S3 secret's access key id and endpoint, and SQL run from a string the checks cannot see into
+    "SELECT secret_string FROM duckdb_secrets()",
+    'SELECT * FROM "DuckDB_Secrets"()',
+    "SELECT * FROM which_secret('s3://lake/x', 's3')",
+    "SELECT * FROM query('SELECT * FROM duckdb_' || 'secrets()')",
+    "SELECT * FROM query_table('measurement_fact')",
 ])
 def test_writes_and_settings_are_refused_in_any_position(home: Path, sql: str, monkeypatch) -> None:
     monkeypatch.chdir(home)
@@ -55,6 +61,7 @@ def test_writes_and_settings_are_refused_in_any_position(home: Path, sql: str, m
 
 def test_keywords_inside_strings_or_quoted_names_are_not_refused(home: Path) -> None:
     check_read_only("SELECT 'copy; set x' AS \"load\" -- COPY in a comment")
+    check_read_only("SELECT query, 'duckdb_secrets()' AS s FROM (SELECT 1 AS query) t")  # a column, a string
     rows = query("SELECT 'COPY' AS \"set\"", home).table.to_pylist()
     assert rows == [{"set": "COPY"}]
     plan = query("EXPLAIN SELECT count(*) FROM measurement_fact", home).table.to_pylist()

@@ -39,6 +39,13 @@ REFUSED_KEYWORDS = frozenset({
     "CALL", "CHECKPOINT", "VACUUM", "USE", "CREATE", "INSERT", "UPDATE", "DELETE", "DROP",
     "ALTER", "TRUNCATE", "MERGE", "PREPARE", "EXECUTE", "DEALLOCATE", "BEGIN", "COMMIT", "ROLLBACK",
 })
+# Functions refused in a user's query: the connection's S3 secret (duckdb_secrets() redacts the
+# secret key but shows the access key id and endpoint), and the table functions that run SQL
+# from a string (query, query_table, json_execute_serialized_sql), which the checks here could
+# not see into. Matched on identifier tokens (quoted or not); the dynamic ones only as a call.
+SECRET_FUNCTIONS = frozenset({"duckdb_secrets", "which_secret"})
+DYNAMIC_SQL_FUNCTIONS = frozenset({"query", "query_table", "json_execute_serialized_sql",
+                                   "json_deserialize_sql", "json_serialize_sql"})
 DEFAULT_QUERY_LIMIT = 10_000
 # The change_points history asset writes one file for the whole history (benchrun.stats.changepoint).
 CHANGE_POINT_FACT = ("change_point_fact", "change_points.parquet")
@@ -432,6 +439,12 @@ def check_read_only(sql: str) -> None:
         end = tokens[i + 1][0] if i + 1 < len(tokens) else len(sql)
         if token_type == duckdb.token_type.keyword:
             words.append((start, sql[start:end].strip().upper()))
+        elif token_type == duckdb.token_type.identifier:
+            name = sql[start:end].strip().strip('"').lower()
+            call = i + 1 < len(tokens) and sql[tokens[i + 1][0]:].startswith("(")
+            if name in SECRET_FUNCTIONS or (call and name in DYNAMIC_SQL_FUNCTIONS):
+                raise BenchrunError(f"query: {name}() is refused here (it reads the connection's credentials or "
+                                    "runs SQL from a string); query the warehouse views")
     for _, word in words:
         if word in REFUSED_KEYWORDS:
             raise BenchrunError(f"query: {word} is refused anywhere in a query (also inside EXPLAIN); "
