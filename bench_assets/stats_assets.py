@@ -154,22 +154,25 @@ def _interval_width_within_budget(run_id: str) -> dg.AssetCheckResult:
 
 
 def _p99_has_enough_requests(run_id: str) -> dg.AssetCheckResult:
-    st = _stats(run_id)
-    bounded = checks.p99_slo_quantities(load_run(_run_dir(run_id)).spec)
-    tails = st.tails
-    if len(tails) and "quantity" in tails.columns:
-        tails = tails[tails["quantity"].isin(sorted(bounded))]
-    if not bounded or tails.empty:
+    from benchrun.stats.load import confidence_level
+    from benchrun.stats.tails import requests_needed
+
+    spec = load_run(_run_dir(run_id)).spec
+    need = requests_needed(0.99, confidence_level(spec))
+    points = checks.p99_primary_points(_stats(run_id).tails, checks.primary_metrics(spec), need)
+    if not points:
         return dg.AssetCheckResult(passed=True, severity=dg.AssetCheckSeverity.WARN,
-                                   description="not applicable: the spec sets no p99 SLO on a "
-                                   "measured quantity", metadata={"applies": False, "p99_slos": len(bounded)})
-    short = tails[~tails["trustworthy"].astype(bool)]
+                                   description="not applicable: no primary metric is the p99 of a measured serving "
+                                   "point", metadata={"applies": False})
+    short = [p for p in points if not p["enough"]]
+    said = "; ".join(f"{p['suite']} {p['point']}: {p['pooled_requests']} requests" for p in short[:5])
     return dg.AssetCheckResult(
-        passed=short.empty, severity=dg.AssetCheckSeverity.WARN,
-        metadata={"applies": True, "points": len(tails), "too_few": len(short),
-                  "required": int(tails["n_required"].iloc[0]),
-                  "short": tables.table(short.head(50).to_dict(orient="records"),
-                                        ["suite", "replicate", "point", "bucket", "quantity", "n_requests"])},
+        passed=not short, severity=dg.AssetCheckSeverity.WARN,
+        description=(f"every p99 primary's point has at least {need} requests over the replicates" if not short else
+                     f"not gateable in a comparison: {said} (needs {need}); run more requests per point or more "
+                     "replicates (`benchrun plan SPEC`)"),
+        metadata={"applies": True, "points": len(points), "too_few": len(short), "required": need,
+                  "short": tables.table(short[:50], ["suite", "point", "metric", "replicates", "pooled_requests"])},
     )
 
 
@@ -200,9 +203,9 @@ TRIAL_STATISTICS_CHECKS = {
                             "band (2δ of the median, δ from comparison.deltaPct): this run alone can tell a δ "
                             "change; a primary with no ok replicate has no interval and fails too. Other "
                             "metrics are listed, not failed."),
-    dg.AssetCheckSpec("p99_has_enough_requests", asset=trial_statistics, description="Where the spec sets a p99 SLO (metrics.inference.slo p99_<quantity>), each serving "
-                            "point saw enough successful requests for a bounded p99 interval; without one the "
-                            "rule does not apply (per-request SLOs count good requests and need no p99)."),
+    dg.AssetCheckSpec("p99_has_enough_requests", asset=trial_statistics, description="Where a primary metric is the p99 of a serving point (p99_latency_ms), each such "
+                            "point's successful requests over the replicates reach the count a comparison needs to gate on its p99 "
+                            "(368 at 95 %); without such a primary the rule does not apply."),
     dg.AssetCheckSpec("lineage_complete", asset=trial_statistics, description="Every published number walks back to its digests and hashed raw files."),
 ], can_subset=True, name="trial_statistics_checks")
 def trial_statistics_checks(context: dg.AssetCheckExecutionContext):  # noqa: ANN201 - yields AssetCheckResult

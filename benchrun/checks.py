@@ -1,20 +1,17 @@
 """What the run's asset checks judge, as pure functions over the statistics' tables.
 
 A check fails only for a problem with the metrics that decide the run: the spec's primary
-metrics (the ones that gate against the baseline) and, for the p99 rule, the quantities the
-spec sets a p99 SLO on. Everything else is counted in the check's metadata, not failed.
+metrics (the ones that gate against the baseline), for the p99 rule the serving points whose
+p99 a primary gates on. Everything else is counted in the check's metadata, not failed.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable
 
 if TYPE_CHECKING:
     import pandas as pd
-
-# How a p99 SLO key of ``metrics.inference.slo`` names a per-request quantity of the tails table.
-_P99_QUANTITY = {"latency_ms": "e2e_ms", "e2e_latency_ms": "e2e_ms"}
 
 
 def primary_metrics(spec: dict[str, Any]) -> set[str]:
@@ -26,21 +23,28 @@ def primary_metrics(spec: dict[str, Any]) -> set[str]:
     return out
 
 
-def p99_slo_quantities(spec: dict[str, Any]) -> dict[str, float]:
-    """Per-request quantities whose p99 the spec bounds: ``p99_<q>`` or ``<q>_p99`` keys of
-    ``metrics.inference.slo`` (``p99_latency_ms`` bounds ``e2e_ms``). A plain key such as
-    ``ttft_ms: 200`` is a per-request SLO (it counts good requests) and bounds no p99."""
-    inf = ((spec.get("spec") or {}).get("metrics") or {}).get("inference") or {}
-    slo = inf.get("slo") if isinstance(inf, dict) else None
-    out: dict[str, float] = {}
-    for key, value in (slo or {}).items():
-        key = str(key)
-        base = key[4:] if key.startswith("p99_") else key[:-4] if key.endswith("_p99") else None
-        if base:
-            try:
-                out[_P99_QUANTITY.get(base, base)] = float(value)
-            except (TypeError, ValueError):
-                continue
+def p99_primary_points(tails: "pd.DataFrame", primary: Iterable[str], need: int) -> list[dict[str, Any]]:
+    """Each serving point whose p99 a primary metric gates on (``p99_latency_ms`` is the p99 of a
+    point's ``e2e_ms``: ``benchrun.stats.tails.P99_METRICS``), with its requests pooled over the
+    run's replicates (the count the comparison judges the p99 on) and whether they reach ``need``
+    (``benchrun.stats.tails.requests_needed``): a point short of it is ``not gateable`` in any
+    comparison of this run, so its primary cannot clear or flag anything."""
+    from benchrun.stats.compare import parse_primary
+    from benchrun.stats.tails import P99_METRICS
+
+    if tails is None or tails.empty:
+        return []
+    sels = [(parse_primary(text), P99_METRICS[parse_primary(text).metric][0]) for text in sorted(primary)
+            if parse_primary(text).metric in P99_METRICS]
+    rows = tails[tails["bucket"].astype(str) == "all"]
+    out = []
+    for (suite, point, quantity), g in rows.groupby(["suite", "point", "quantity"], sort=True):
+        metrics = [sel.metric for sel, q in sels if q == quantity and sel.matches(str(suite), str(point), sel.metric)]
+        if metrics:
+            pooled = int(g["n_requests"].sum())
+            out.append({"suite": str(suite), "point": str(point), "metric": metrics[0], "quantity": str(quantity),
+                        "replicates": int(g["replicate"].nunique()), "pooled_requests": pooled,
+                        "needed": int(need), "enough": pooled >= need})
     return out
 
 

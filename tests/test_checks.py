@@ -1,4 +1,4 @@
-"""What the asset checks judge (benchrun.checks): primary metrics and p99 SLOs only."""
+"""What the asset checks judge (benchrun.checks): primary metrics only (p99 primaries for the p99 rule)."""
 
 import pandas as pd
 
@@ -10,10 +10,31 @@ def _spec(slo=None, primary=("ttft_ms", "tokens_per_second")):
                                  "training": {"enabled": False, "primary": ["mfu_pct"]}}}}
 
 
-def test_p99_rule_applies_only_to_quantities_with_a_p99_slo():
-    assert checks.p99_slo_quantities(_spec({"ttft_ms": 200, "decode_ms_per_token": 30})) == {}
-    assert checks.p99_slo_quantities(_spec({"p99_latency_ms": 300, "ttft_ms_p99": 80, "ttft_ms": 50})) == {
-        "e2e_ms": 300.0, "ttft_ms": 80.0}
+def _tails(points):
+    return pd.DataFrame([{"suite": s, "replicate": r, "point": p, "bucket": b, "quantity": q, "n_requests": n}
+                         for s, p, q, counts in points for r, n in enumerate(counts, 1) for b in ("all", "64/16")])
+
+
+def test_p99_rule_applies_to_the_points_a_p99_primary_gates_on():
+    """The rule read p99 SLO keys the spec model refuses (metrics.inference.slo allows only per-request
+    objectives), so it never applied to a valid spec. It now follows the primaries: the canary's
+    serving_workflow/p99_latency_ms[c=4] is the p99 of that point's e2e_ms, pooled over replicates."""
+    import yaml
+    from pathlib import Path
+
+    canary = yaml.safe_load((Path(__file__).resolve().parents[1] / "specs/local/canary.yaml").read_text())
+    primary = checks.primary_metrics(canary)
+    assert "serving_workflow/p99_latency_ms[c=4]" in primary
+    tails = _tails([("serving_workflow", "c=4", "e2e_ms", [80] * 4), ("serving_workflow", "c=4", "ttft_ms", [80] * 4),
+                    ("serving_workflow", "c=1", "e2e_ms", [10] * 4), ("serving_sweep", "c=4", "e2e_ms", [24] * 4)])
+    [row] = checks.p99_primary_points(tails, primary, 368)
+    assert (row["suite"], row["point"], row["pooled_requests"], row["enough"]) == ("serving_workflow", "c=4", 320, False)
+    tails = _tails([("serving_workflow", "c=4", "e2e_ms", [80] * 5)])
+    assert checks.p99_primary_points(tails, primary, 368)[0]["enough"]  # 400 pooled requests
+    bare = checks.p99_primary_points(_tails([("a", "c=1", "e2e_ms", [100]), ("b", "c=2", "e2e_ms", [400])]),
+                                     {"p99_latency_ms"}, 368)
+    assert [(r["suite"], r["enough"]) for r in bare] == [("a", False), ("b", True)]
+    assert checks.p99_primary_points(tails, {"ttft_ms", "tokens_per_second"}, 368) == []
 
 
 def test_interval_budget_and_outliers_judge_primary_metrics_only():
