@@ -59,6 +59,7 @@ class LauncherResource(dg.ConfigurableResource):
     pipes_messages: str = "pod_logs"
     pipes_s3_bucket: Optional[str] = None
     env_secret: Optional[str] = None
+    allowed_images: list[str] = []  # image prefixes suites may run (empty: any)
 
     @classmethod
     def from_env(cls) -> "LauncherResource":

@@ -60,6 +60,25 @@ def test_render_canary_prints_valid_jobs_with_kueue_labels_resources_and_fixed_n
         kubernetes_validate.validate(broken, version, strict=True)
 
 
+def test_the_launcher_runs_only_the_images_it_allows(bench_home, canary_doc, write_spec):
+    """A spec names its suites' images, and on a cluster their pods get the launcher's env Secret (S3
+    credentials): any image anyone's BenchmarkRun named was run. BENCHRUN_LAUNCHER_ALLOWED_IMAGES keeps
+    suites to trusted prefixes."""
+    canary_doc["spec"]["layers"][0]["suites"][0]["image"] = "attacker.example.com/anything:latest"
+    spec = write_spec(canary_doc)
+    env = {"BENCHRUN_LAUNCHER_ALLOWED_IMAGES": '["registry.example.com/bench/", "benchrun:"]',
+           "BENCHRUN_LAUNCHER_ENV_SECRET": "benchrun-s3"}
+    out = render(str(spec), "--launcher", "kubernetes", env=env)
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert ".image: 'attacker.example.com/anything:latest' is not among the images this launcher runs" in out.stderr
+    assert "BENCHRUN_LAUNCHER_ALLOWED_IMAGES" in out.stderr
+    canary_doc["spec"]["layers"][0]["suites"][0]["image"] = "registry.example.com/bench/suite@sha256:" + "a" * 64
+    out = render(str(write_spec(canary_doc)), "--launcher", "kubernetes", "-o", "json", env=env)
+    assert out.returncode == 0, out.stderr
+    images = {d["spec"]["template"]["spec"]["containers"][0]["image"] for d in json.loads(out.stdout)["items"]}
+    assert images == {"registry.example.com/bench/suite@sha256:" + "a" * 64, "benchrun:latest"}
+
+
 def test_render_refuses_the_local_launcher_and_bad_output(bench_home):
     out = render(str(ROOT / "specs/local/canary.yaml"), "--launcher", "local")
     assert out.returncode != 0 and "--launcher kubernetes" in out.stderr and "Traceback" not in out.stderr

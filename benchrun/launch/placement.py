@@ -64,6 +64,10 @@ class Placement:
     # there and the orchestrator reads it back by key (benchrun.launch.podout).
     outputs_uri: str | None = None
     env_secret: str | None = None  # a Secret whose keys become env vars (S3 credentials for Pipes over S3)
+    # Image references a suite may run (prefixes: a registry path ending in '/', or a whole name);
+    # empty: any. A spec names its suites' images, and their pods get env_secret: on a cluster where
+    # others submit BenchmarkRuns, this keeps them to images the operators trust.
+    allowed_images: tuple[str, ...] = ()
     ttl_seconds_after_finished: int = 3600
     pending_timeout_s: float = 1800.0
     # The pod's activeDeadlineSeconds counts from the pod's startTime, which the kubelet sets
@@ -124,6 +128,17 @@ def whole_cpus(qty: str, field_name: str) -> str:
             f"{field_name}: {qty!r} is not a whole number of CPUs; a benchmark pod is Guaranteed QoS with whole "
             "CPUs so that the kubelet's static CPU manager gives it exclusive cores: use e.g. \"4\"")
     return str(int(value if isinstance(value, Decimal) else Decimal(value)))
+
+
+def check_image_allowed(image: str, allowed: tuple[str, ...] | list[str], where: str) -> str:
+    """``image`` when the launcher allows it (``allowed`` empty, or a prefix of it), else raise naming
+    the field and the setting. A prefix is matched as written: ``registry.example.com/bench/`` allows
+    that path; ``registry.example.com/bench`` alone would also allow ``registry.example.com/bench-evil``."""
+    if allowed and not any(image.startswith(prefix) for prefix in allowed):
+        raise BenchrunError(f"{where}.image: {image!r} is not among the images this launcher runs "
+                            f"({', '.join(allowed)}; BENCHRUN_LAUNCHER_ALLOWED_IMAGES); use one of those, or ask "
+                            "the operators to allow it")
+    return image
 
 
 def moving_tag(image: str) -> bool:

@@ -62,6 +62,7 @@ from benchrun.launch.placement import (  # noqa: F401 - Placement and its rules 
     SLINKY_JOB_PREFIX,
     SUITE_RESOURCES,
     Placement,
+    check_image_allowed,
     check_label_key,
     check_label_value,
     moving_tag,
@@ -353,6 +354,7 @@ def job_manifest(
             f"{inv.suite!r}; set spec.layers[..].suites[..].image (pinned by digest for "
             "publication grade) or the launcher's image"
         )
+    check_image_allowed(image, placement.allowed_images, where)
     if not _DNS_SUBDOMAIN.match(namespace or "") or len(namespace) > 63:
         raise BenchrunError(f"namespace {namespace!r} is not a valid Kubernetes namespace name")
     if not placement.queue_name:

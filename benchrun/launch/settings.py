@@ -72,6 +72,7 @@ class LauncherSettings(BaseModel):
     pipes_messages: Literal["pod_logs", "s3"] = "pod_logs"
     pipes_s3_bucket: str | None = None
     env_secret: str | None = None
+    allowed_images: list[str] = []  # image prefixes suites may run (empty: any); JSON list in the environment
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "LauncherSettings":
@@ -137,7 +138,7 @@ class LauncherSettings(BaseModel):
             run_volume_claim=self.run_volume_claim, run_home=self.run_home or run_home, outputs_uri=self.outputs_uri,
             ttl_seconds_after_finished=self.ttl_seconds_after_finished, pending_timeout_s=self.pending_timeout_s,
             pull_allowance_s=self.pull_allowance_s, eviction_retries=self.eviction_retries,
-            env_secret=self.env_secret,
+            env_secret=self.env_secret, allowed_images=tuple(self.allowed_images),
         )
 
     def publication_offer(self, images: list[str | None], resources_set: bool) -> tuple[bool, str]:
