@@ -31,6 +31,7 @@ _COPIED = {
     "message": "message",
     "started_utc": "startTime",
     "finished_utc": "completionTime",
+    "status_seq": "statusSeq",  # orders one run's statuses (advances)
 }
 # Conditions whose outcome a person looks for first: (status, reason) become the verdicts.
 VERDICT_CONDITIONS = ("Complete", "RegressionDetected", "PublicationGuaranteesMet", "Signed")
@@ -142,17 +143,26 @@ CONFLICT_RETRIES = 8
 
 
 def advances(current: dict[str, Any] | None, wanted: dict[str, Any]) -> bool:
-    """Whether writing ``wanted`` over ``current`` moves forward (or refreshes the same phase):
-    an older generation's status, an earlier phase or a different final phase never wins."""
+    """Whether writing ``wanted`` over ``current`` moves forward (or refreshes the same status):
+    an older generation's status never wins. Within one run (same generation and ``runId``) both
+    built from status.json, status.json's own order decides (``statusSeq``): the run itself may
+    leave a final phase (a Failed run retried goes Running again; publication failing after
+    Succeeded makes it Failed) and its status follows, while a stale writer (an older
+    ``statusSeq``) never moves it back. Otherwise an earlier phase or a different final phase
+    never wins."""
     current = current or {}
     if not current.get("phase"):
         return True
     cur_gen, new_gen = int(current.get("observedGeneration") or 0), int(wanted.get("observedGeneration") or 0)
     if new_gen != cur_gen:
         return new_gen > cur_gen
+    cur_seq, new_seq = current.get("statusSeq"), wanted.get("statusSeq")
+    if (isinstance(cur_seq, int) and isinstance(new_seq, int) and current.get("runId")
+            and current.get("runId") == wanted.get("runId")):
+        return new_seq >= cur_seq
     cur, new = PHASE_ORDER.get(current["phase"], 0), PHASE_ORDER.get(wanted.get("phase") or "", 0)
     if cur == 4 and current["phase"] != wanted.get("phase"):
-        return False  # a final phase is final
+        return False  # a final phase is final (no order of status.json to say otherwise)
     return new >= cur
 
 
@@ -160,7 +170,7 @@ def write(api: Any, ref: ResourceRef, status: dict[str, Any], current: dict[str,
     """Patch the status of exactly this generation of this object, with the object's
     ``resourceVersion`` as a precondition: on 409 (another writer got there first) read it
     again and decide again. False when it is gone, has moved to a newer generation (that
-    generation's own run writes it), or already holds a later phase (never written back).
+    generation's own run writes it), or already holds a later status (never written back).
 
     ``current`` is the object as the caller last read it (else it is read here)."""
     from kubernetes.client.exceptions import ApiException
@@ -204,6 +214,7 @@ def on_phase_change(st: dict[str, Any]) -> None:
         ref = ResourceRef.from_json(resource)
         written = write(custom_objects_api(), ref, status_from_run(st, ref))
         log.info("BenchmarkRun %s/%s status %s: %s", ref.namespace, ref.name, st.get("phase"),
-                 "patched" if written else "not patched (object gone or newer generation)")
+                 "patched" if written else "not patched (object gone, a newer generation, a later status or "
+                 "nothing new)")
     except Exception as exc:  # noqa: BLE001 - a status write must never fail the run
         log.warning("could not patch the BenchmarkRun status for run %s: %s", st.get("run_id"), exc)
