@@ -287,6 +287,55 @@ def test_a_retried_failed_run_is_followed(cluster: Cluster, instance: dg.Dagster
     jsonschema.Draft4Validator(status_schema()).validate(status)
 
 
+OLD_RUN_KEYS = ("runId", "artifactManifestDigest", "verdicts", "startTime", "reportRef", "benchmarkClassGranted",
+                "statusSeq")
+
+
+def test_a_rejected_generation_keeps_nothing_of_the_earlier_run(cluster: Cluster, instance: dg.DagsterInstance,
+                                                                 resource_doc: dict[str, Any]) -> None:
+    """Generation 1 succeeded, generation 2 is invalid: its status says Rejected and nothing else of
+    generation 1's run (was: its runId, manifest digest, verdicts and completionTime stayed)."""
+    cluster.apply(resource_doc)
+    data = tick(instance, None)
+    finished = _succeed(run_request(data).partition_key)["finished_utc"]
+    edited = copy.deepcopy(resource_doc)
+    edited["spec"]["intent"]["cadence"] = "weekly"
+    assert cluster.apply(edited)["metadata"]["generation"] == 2
+    second = tick(instance, data.cursor)
+    status = cluster.get(NS, "canary-cr")["status"]
+    assert (status["phase"], status["observedGeneration"]) == ("Rejected", 2)
+    assert {k: status.get(k) for k in OLD_RUN_KEYS} == dict.fromkeys(OLD_RUN_KEYS)
+    assert status["completionTime"] != finished  # the rejection's time
+    assert [c["type"] for c in status["conditions"]] == ["Validated"]
+    writes = cluster.writes("canary-cr")
+    tick(instance, second.cursor)
+    assert cluster.writes("canary-cr") == writes
+
+
+def test_a_new_generation_keeps_nothing_of_the_earlier_run(cluster: Cluster, instance: dg.DagsterInstance,
+                                                           resource_doc: dict[str, Any]) -> None:
+    """Generation 2's Pending run carries no verdicts, digest or completionTime of generation 1's
+    run, and idle ticks write nothing (was: the left-over keys made every tick patch again)."""
+    cluster.apply(resource_doc)
+    data = tick(instance, None)
+    _succeed(run_request(data).partition_key)
+    edited = copy.deepcopy(resource_doc)
+    edited["spec"]["layers"][0]["suites"][0]["parameters"]["iterations"] = 3
+    assert cluster.apply(edited)["metadata"]["generation"] == 2
+    second = tick(instance, data.cursor)
+    run2 = run_request(second).partition_key
+    status = cluster.get(NS, "canary-cr")["status"]
+    assert (status["phase"], status["observedGeneration"], status["runId"]) == ("Pending", 2, run2)
+    left = [k for k in ("artifactManifestDigest", "verdicts", "completionTime", "startTime", "reportRef")
+            if status.get(k) is not None]
+    assert left == []
+    jsonschema.Draft4Validator(status_schema()).validate(status)
+    writes, cursor = cluster.writes("canary-cr"), second.cursor
+    for _ in range(3):
+        cursor = tick(instance, cursor).cursor
+    assert cluster.writes("canary-cr") == writes
+
+
 def test_no_cluster_is_a_skip_with_the_reason(bench_home: Path, instance: dg.DagsterInstance, tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)

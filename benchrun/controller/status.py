@@ -74,12 +74,22 @@ def report_ref(run_dir: Path) -> str | None:
     return str(reports[-1]) if reports else None
 
 
+def _described(status: dict[str, Any]) -> dict[str, Any]:
+    """``status`` with every other key of the CRD's status null: the status describes only the
+    observed generation, and a write is a JSON merge patch, where a key left out keeps what the
+    earlier generation (or run) wrote (its runId, digests, verdicts, completionTime) and a null
+    removes it."""
+    from benchrun.spec.model import RunStatus
+
+    blank = {(f.alias or name): None for name, f in RunStatus.model_fields.items()}
+    return _checked({**blank, **status})
+
+
 def status_from_run(st: dict[str, Any], ref: ResourceRef) -> dict[str, Any]:
-    """The resource's ``status`` for one run's status.json (only keys with a value)."""
+    """The resource's ``status`` for one run's status.json (the keys without a value null)."""
     out: dict[str, Any] = {"phase": st.get("phase"), "observedGeneration": ref.generation}
     for key, cr_key in _COPIED.items():
-        if st.get(key) is not None:
-            out[cr_key] = st[key]
+        out[cr_key] = st.get(key)
     out["conditions"] = [
         {k: c[k] for k in ("type", "status", "reason", "message", "lastTransitionTime") if c.get(k) is not None}
         for c in st.get("conditions") or []
@@ -88,19 +98,15 @@ def status_from_run(st: dict[str, Any], ref: ResourceRef) -> dict[str, Any]:
     for c in st.get("conditions") or []:
         if c.get("type") in VERDICT_CONDITIONS:
             verdicts[c["type"]] = f"{c.get('status')}: {c.get('reason') or ''}".rstrip(": ")
-    if verdicts:
-        out["verdicts"] = verdicts
-    if st.get("run_directory"):
-        report = report_ref(Path(st["run_directory"]))
-        if report:
-            out["reportRef"] = report
-    return _checked(out)
+    out["verdicts"] = verdicts or None
+    out["reportRef"] = report_ref(Path(st["run_directory"])) if st.get("run_directory") else None
+    return _described(out)
 
 
 def rejected_status(ref: ResourceRef, errors: list[str] | tuple[str, ...], now: str) -> dict[str, Any]:
     """Phase Rejected with every admission error in the Validated condition's message."""
     message = "; ".join(errors) or "the BenchmarkRun is invalid"
-    return _checked({
+    return _described({
         "phase": "Rejected",
         "observedGeneration": ref.generation,
         "message": f"{len(errors)} error(s): fix the spec and apply it again",
@@ -113,7 +119,7 @@ def rejected_status(ref: ResourceRef, errors: list[str] | tuple[str, ...], now: 
 def unregistered_status(ref: ResourceRef, why: str, now: str) -> dict[str, Any]:
     """Phase Pending with ``Registered=False``: the spec is valid but pinning or registering its
     run failed (the shared state or the disk); the operator tries again."""
-    return _checked({
+    return _described({
         "phase": "Pending",
         "observedGeneration": ref.generation,
         "message": "not registered yet; tried again",
@@ -123,10 +129,11 @@ def unregistered_status(ref: ResourceRef, why: str, now: str) -> dict[str, Any]:
 
 
 def _checked(status: dict[str, Any]) -> dict[str, Any]:
-    """``status`` as the CRD types it (the model the CRD is generated from validates it)."""
+    """``status`` as the CRD types it (the model the CRD is generated from validates it; a null
+    key is one the write removes)."""
     from benchrun.spec.model import RunStatus
 
-    RunStatus.model_validate(status)
+    RunStatus.model_validate({k: v for k, v in status.items() if v is not None})
     return status
 
 
