@@ -23,7 +23,11 @@ def pinned_spec(context: dg.AssetExecutionContext, launcher: LauncherResource) -
     pull_run(context.partition_key, benchrun_home(), warehouse=True)
     rd = RunDir.for_run(context.partition_key)
     loaded = lifecycle.load_pinned(rd)
-    status = lifecycle.admit(rd, loaded, dagster_run_id=context.run.run_id, offer=launcher.admission_offer(loaded))
+    # a run canceled after this Dagster run was made (it was starting) is refused, not run
+    record = context.instance.get_run_record_by_id(context.run.run_id)
+    created = record.create_timestamp.timestamp() if record is not None else None
+    status = lifecycle.admit(rd, loaded, dagster_run_id=context.run.run_id, offer=launcher.admission_offer(loaded),
+                             dagster_run_created=created)
     plans = lifecycle.plans_for(rd, loaded)
     rows = [{"layer": p.name, "enabled": p.enabled, "suites": ", ".join(p.suites), "launches": len(p.invocations)}
             for p in plans.values()]

@@ -60,15 +60,26 @@ def plans_for(rd: RunDir, loaded: Any) -> dict[str, LayerPlan]:
 
 
 def admit(rd: RunDir, loaded: Any, *, dagster_run_id: str | None = None,
-          offer: tuple[str, bool, str] | None = None) -> dict[str, Any]:
+          offer: tuple[str, bool, str] | None = None, dagster_run_created: float | None = None) -> dict[str, Any]:
     """Grant the benchmark class the configured launcher can honour, capture the environment,
     write the plan, and move the run to Running.
 
     ``offer`` is the launcher's answer (``LauncherResource.admission_offer``): its scheduler
     path, whether it can guarantee publication grade for this run, and why (not). Without
-    one the run is local: it never claims publication grade."""
+    one the run is local: it never claims publication grade.
+
+    ``dagster_run_created`` (epoch seconds) is when the admitting Dagster run was made: a run
+    canceled after that (``benchrun cancel`` while its Dagster run was starting) is refused and
+    stays Canceled; a Failed run, or a Canceled one re-executed later (a new Dagster run), is
+    admitted again."""
     from benchrun.envcapture import write_environment
     from benchrun.execute import Progress
+
+    refused = canceled_since(rd.read_status(), dagster_run_created)
+    if refused:
+        raise BenchrunError(f"run {rd.run_id} was canceled {refused} after Dagster run {dagster_run_id} was "
+                            "created: this attempt does not run it (the run stays Canceled); re-execute it "
+                            "(a new Dagster run) to run it again")
 
     path, can_publish, why = offer or (
         LOCAL_SCHEDULER_PATH, False,
@@ -113,6 +124,24 @@ def admit(rd: RunDir, loaded: Any, *, dagster_run_id: str | None = None,
     else:
         rd.set_condition("Admitted", True, "KubernetesLauncher", f"admitted to run as {granted} Jobs through Kueue")
     return rd.set_phase("Running")
+
+
+def canceled_since(status: dict[str, Any], created: float | None) -> str | None:
+    """When and why the run was canceled, if it is Canceled and that happened at or after
+    ``created`` (epoch seconds); else None (also when ``created`` is not known)."""
+    import datetime as dt
+
+    if created is None or status.get("phase") != "Canceled":
+        return None
+    cond = next((c for c in status.get("conditions") or [] if c.get("type") == "Canceled"), {})
+    when = str(cond.get("lastTransitionTime") or status.get("finished_utc") or "")
+    try:
+        at = dt.datetime.fromisoformat(when.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        at = float("inf")  # Canceled at an unknown time: not this attempt's to undo
+    if at < created:
+        return None
+    return f"at {when or 'an unknown time'} ({cond.get('message') or status.get('message') or 'no reason recorded'})"
 
 
 def settle_layers(rd: RunDir) -> tuple[str, list[str]]:

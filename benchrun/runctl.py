@@ -97,7 +97,10 @@ def cancel_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
             how = f"its process runs on {claim.get('host')}: asked Dagster to terminate it"
             _terminate_dagster_run(instance, claim.get("dagster_run_id") or rd.read_status().get("dagster_run_id"))
     else:
-        _cancel_queued(instance, run_id)
+        stopped = _cancel_dagster_runs(instance, run_id)
+        if stopped:
+            how = (f"not admitted yet: Dagster run(s) {', '.join(stopped)} were starting, asked Dagster to "
+                   "terminate them; marked Canceled")
     mark_run_canceled(root, run_id, f"canceled by `benchrun cancel` ({how})")
     return CancelOutcome(run_id, rd.read_status().get("phase"), how)
 
@@ -112,19 +115,29 @@ def _terminate_dagster_run(instance: Any, dagster_run_id: str | None) -> None:
         log.warning("Dagster run %s not terminated: %s", dagster_run_id, exc)
 
 
-def _cancel_queued(instance: Any, run_id: str) -> None:
-    """Queued or not-yet-started Dagster runs of the partition are canceled too."""
+def _cancel_dagster_runs(instance: Any, run_id: str) -> list[str]:
+    """Cancel the partition's Dagster runs that no process claims yet: a queued or not-started
+    one where it waits; a starting or started one (its worker is coming up, the run not admitted)
+    is terminated through the run launcher. Returns the ids of those asked to terminate (a worker
+    that comes up all the same is refused by ``lifecycle.admit``: the run is Canceled)."""
     if instance is None:
-        return
+        return []
     import dagster as dg
 
     from benchrun.liveness import PARTITION_TAG
 
     runs = instance.get_runs(filters=dg.RunsFilter(
         tags={PARTITION_TAG: run_id},
-        statuses=[dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED]))
+        statuses=[dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
+                  dg.DagsterRunStatus.STARTED]))
+    stopped = []
     for run in runs:
-        instance.report_run_canceled(run, message=f"benchrun cancel {run_id}")
+        if run.status in (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED):
+            instance.report_run_canceled(run, message=f"benchrun cancel {run_id}")
+        else:
+            _terminate_dagster_run(instance, run.run_id)
+            stopped.append(run.run_id)
+    return stopped
 
 
 @dataclass

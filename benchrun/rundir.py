@@ -189,8 +189,11 @@ class RunDir:
 
     def write_status(self, status: dict[str, Any]) -> None:
         """Write status.json, one ``status_seq`` later than the copy ``status`` was read from: a
-        copy from another home (``sharedstate.pull_run``) never replaces a later one here."""
-        atomic_write_json(self.status_path, {**status, "status_seq": int(status.get("status_seq") or 0) + 1})
+        copy from another home (``sharedstate.pull_run``) never replaces a later one here.
+        ``status`` itself takes the new ``status_seq``: what a caller returns (``set_phase`` hands
+        it to the BenchmarkRun status, ordered by it) is exactly what was written."""
+        status["status_seq"] = int(status.get("status_seq") or 0) + 1
+        atomic_write_json(self.status_path, status)
 
     @property
     def status_lock_path(self) -> Path:

@@ -67,8 +67,8 @@ def _write_statuses(context: dg.SensorEvaluationContext, api: object, tick: Tick
     writes = [(s.ref, s.status) for s in tick.submitted] + tick.rejected + tick.patches
     for ref, status in writes:
         try:
-            write(api, ref, status)
-            context.log.info(f"{ref.namespace}/{ref.name} generation {ref.generation}: status {status['phase']}")
+            if write(api, ref, status):  # only what was written: False is gone, newer or already there
+                context.log.info(f"{ref.namespace}/{ref.name} generation {ref.generation}: status {status['phase']}")
         except Exception as exc:  # noqa: BLE001 - retried by the next tick's catch-up
             context.log.warning(f"{ref.namespace}/{ref.name}: status not written: {_short(exc)}")
 

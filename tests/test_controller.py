@@ -218,6 +218,124 @@ def test_deleted_benchmarkrun_cancels_its_run(cluster: Cluster, instance: dg.Dag
     assert run_request(again).tags[TAG_UID] != request.tags[TAG_UID]
 
 
+def _succeed(run_id: str) -> dict[str, Any]:
+    """The run worker's part, shortened: Running, evidence stored, Complete, Succeeded."""
+    rd = RunDir.for_run(run_id)
+    rd.set_phase("Running")
+    rd.update_status(outcome="succeeded", artifact_manifest_digest="sha256:" + "a" * 64)
+    rd.set_condition("Complete", True, "Succeeded", "every replicate succeeded")
+    return rd.set_phase("Succeeded")
+
+
+def test_a_publication_failure_after_succeeded_reads_failed(cluster: Cluster, instance: dg.DagsterInstance,
+                                                            resource_doc: dict[str, Any],
+                                                            capfd: pytest.CaptureFixture[str]) -> None:
+    """run_status finalizes (Succeeded), then signing or the push fails: status.json goes Failed
+    (mark_run_failed over_succeeded) and so does the resource; was: Succeeded for good."""
+    from benchrun.controller.status import on_phase_change
+    from benchrun.rundir import mark_run_failed
+
+    cluster.apply(resource_doc)
+    data = tick(instance, None)
+    run_id = run_request(data).partition_key
+    succeeded = _succeed(run_id)
+    assert cluster.get(NS, "canary-cr")["status"]["phase"] == "Succeeded"
+    assert mark_run_failed(None, run_id, "run_status: publishing failed", over_succeeded=True)
+    status = cluster.get(NS, "canary-cr")["status"]
+    assert (status["phase"], status["verdicts"]["outcome"]) == ("Failed", "failed")
+    # a stale writer (the Succeeded status, written late) never moves it back
+    on_phase_change(succeeded)
+    assert cluster.get(NS, "canary-cr")["status"]["phase"] == "Failed"
+    # the catch-up tick has nothing to write
+    writes = cluster.writes("canary-cr")
+    tick(instance, data.cursor)
+    assert cluster.writes("canary-cr") == writes
+    # a status it may not write (a later one is there) is not logged as written (was: "status Failed"
+    # at every tick)
+    cluster.api.patch_namespaced_custom_object_status(GROUP, VERSION, NS, PLURAL, "canary-cr",
+                                                      {"status": {"phase": "Canceled", "statusSeq": 10**9}})
+    capfd.readouterr()
+    tick(instance, data.cursor)
+    assert cluster.get(NS, "canary-cr")["status"]["phase"] == "Canceled"
+    assert "generation 1: status" not in capfd.readouterr().err  # the sensor's context.log
+
+
+def test_a_retried_failed_run_is_followed(cluster: Cluster, instance: dg.DagsterInstance,
+                                          resource_doc: dict[str, Any]) -> None:
+    """A Failed run re-executed (admit: Running, ..., Succeeded): the resource follows it; was:
+    Failed for good. A stale Failed status written afterwards does not win."""
+    from benchrun.controller.status import on_phase_change
+    from benchrun.rundir import mark_run_failed
+
+    cluster.apply(resource_doc)
+    data = tick(instance, None)
+    run_id = run_request(data).partition_key
+    RunDir.for_run(run_id).set_phase("Running")
+    assert mark_run_failed(None, run_id, "Dagster run failed: step crashed")
+    failed = RunDir.for_run(run_id).read_status()
+    assert cluster.get(NS, "canary-cr")["status"]["phase"] == "Failed"
+    RunDir.for_run(run_id).remove_conditions("Failed")  # admit() of the retry
+    RunDir.for_run(run_id).set_phase("Running")
+    assert cluster.get(NS, "canary-cr")["status"]["phase"] == "Running"
+    on_phase_change(failed)  # the earlier attempt's Failed, late
+    assert cluster.get(NS, "canary-cr")["status"]["phase"] == "Running"
+    _succeed(run_id)
+    tick(instance, data.cursor)
+    status = cluster.get(NS, "canary-cr")["status"]
+    assert status["phase"] == "Succeeded" and status["verdicts"]["outcome"] == "succeeded"
+    assert "Failed" not in {c["type"] for c in status["conditions"]}
+    jsonschema.Draft4Validator(status_schema()).validate(status)
+
+
+OLD_RUN_KEYS = ("runId", "artifactManifestDigest", "verdicts", "startTime", "reportRef", "benchmarkClassGranted",
+                "statusSeq")
+
+
+def test_a_rejected_generation_keeps_nothing_of_the_earlier_run(cluster: Cluster, instance: dg.DagsterInstance,
+                                                                 resource_doc: dict[str, Any]) -> None:
+    """Generation 1 succeeded, generation 2 is invalid: its status says Rejected and nothing else of
+    generation 1's run (was: its runId, manifest digest, verdicts and completionTime stayed)."""
+    cluster.apply(resource_doc)
+    data = tick(instance, None)
+    finished = _succeed(run_request(data).partition_key)["finished_utc"]
+    edited = copy.deepcopy(resource_doc)
+    edited["spec"]["intent"]["cadence"] = "weekly"
+    assert cluster.apply(edited)["metadata"]["generation"] == 2
+    second = tick(instance, data.cursor)
+    status = cluster.get(NS, "canary-cr")["status"]
+    assert (status["phase"], status["observedGeneration"]) == ("Rejected", 2)
+    assert {k: status.get(k) for k in OLD_RUN_KEYS} == dict.fromkeys(OLD_RUN_KEYS)
+    assert status["completionTime"] != finished  # the rejection's time
+    assert [c["type"] for c in status["conditions"]] == ["Validated"]
+    writes = cluster.writes("canary-cr")
+    tick(instance, second.cursor)
+    assert cluster.writes("canary-cr") == writes
+
+
+def test_a_new_generation_keeps_nothing_of_the_earlier_run(cluster: Cluster, instance: dg.DagsterInstance,
+                                                           resource_doc: dict[str, Any]) -> None:
+    """Generation 2's Pending run carries no verdicts, digest or completionTime of generation 1's
+    run, and idle ticks write nothing (was: the left-over keys made every tick patch again)."""
+    cluster.apply(resource_doc)
+    data = tick(instance, None)
+    _succeed(run_request(data).partition_key)
+    edited = copy.deepcopy(resource_doc)
+    edited["spec"]["layers"][0]["suites"][0]["parameters"]["iterations"] = 3
+    assert cluster.apply(edited)["metadata"]["generation"] == 2
+    second = tick(instance, data.cursor)
+    run2 = run_request(second).partition_key
+    status = cluster.get(NS, "canary-cr")["status"]
+    assert (status["phase"], status["observedGeneration"], status["runId"]) == ("Pending", 2, run2)
+    left = [k for k in ("artifactManifestDigest", "verdicts", "completionTime", "startTime", "reportRef")
+            if status.get(k) is not None]
+    assert left == []
+    jsonschema.Draft4Validator(status_schema()).validate(status)
+    writes, cursor = cluster.writes("canary-cr"), second.cursor
+    for _ in range(3):
+        cursor = tick(instance, cursor).cursor
+    assert cluster.writes("canary-cr") == writes
+
+
 def test_no_cluster_is_a_skip_with_the_reason(bench_home: Path, instance: dg.DagsterInstance, tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)

@@ -537,3 +537,78 @@ def test_a_retry_from_failure_compares_the_run_as_a_first_attempt_does(bench_hom
     [cond] = [c for c in st["conditions"] if c["type"] == "RegressionDetected"]
     assert cond["reason"] != "NotComparable", cond["message"]
     assert checks["no_gating_regression"].passed, checks["no_gating_regression"].description
+
+
+def test_cancel_while_its_dagster_run_starts_terminates_it_and_the_run_stays_canceled(bench_home, monkeypatch):
+    """`benchrun cancel` of a run whose Dagster run is STARTING (no process claims it yet): the
+    Dagster run is terminated too, and a worker that comes up all the same refuses to admit the
+    run (was: only queued Dagster runs were cancelled, and admit moved the Canceled run to
+    Running and dropped the Canceled condition: the benchmark ran)."""
+    import dagster as dg
+    from dagster._core.test_utils import create_run_for_test
+
+    from bench_assets.definitions import defs
+    from benchrun import lifecycle
+    from benchrun.runctl import cancel_run
+    from resources.launcher import LauncherResource
+
+    spec = Path(__file__).resolve().parents[1] / "specs/local/canary.yaml"
+    with dg.instance_for_test() as instance:
+        run_id = sub.submit(spec, instance=instance).run_id
+        starting = create_run_for_test(instance, job_name="benchmark_run_job", status=dg.DagsterRunStatus.STARTING,
+                                       tags={"dagster/partition": run_id})
+        out = cancel_run(run_id, home=bench_home, instance=instance)
+        assert out.phase == "Canceled" and starting.run_id in out.how and "terminate" in out.how
+        assert instance.get_run_by_id(starting.run_id).status in (dg.DagsterRunStatus.CANCELING,
+                                                                 dg.DagsterRunStatus.CANCELED)
+        # its worker comes up anyway: admit refuses, the run stays Canceled
+        rd = RunDir.for_run(run_id)
+        created = instance.get_run_record_by_id(starting.run_id).create_timestamp.timestamp()
+        with pytest.raises(BenchrunError, match=f"run {run_id} was canceled .* after Dagster run {starting.run_id}"):
+            lifecycle.admit(rd, lifecycle.load_pinned(rd), dagster_run_id=starting.run_id, dagster_run_created=created)
+        st = rd.read_status()
+        assert st["phase"] == "Canceled" and "Canceled" in {c["type"] for c in st["conditions"]}
+        assert "Admitted" not in {c["type"] for c in st["conditions"]}
+
+        # the same through the pinned_spec step: the user cancels while the step starts (before admit)
+        offer = LauncherResource.admission_offer
+        rd.update_status(phase="Pending")  # (a fresh attempt of the same run)
+        rd.remove_conditions("Canceled")
+
+        def cancel_then_offer(self, loaded):
+            from benchrun.rundir import mark_run_canceled
+
+            assert mark_run_canceled(bench_home, run_id, "canceled by `benchrun cancel`")
+            return offer(self, loaded)
+
+        monkeypatch.setattr(LauncherResource, "admission_offer", cancel_then_offer)
+        job = defs.resolve_job_def("benchmark_run_job")
+        res = job.execute_in_process(instance=instance, partition_key=run_id, raise_on_error=False,
+                                     asset_selection=[dg.AssetKey("pinned_spec")])
+        assert not res.success
+        [failure] = [e for e in res.all_events if e.is_step_failure]
+        error = failure.step_failure_data.error
+        assert "was canceled" in (error.cause or error).message
+        st = rd.read_status()
+        assert st["phase"] == "Canceled" and "Admitted" not in {c["type"] for c in st["conditions"]}
+
+        # a re-execution made after the cancel (a new Dagster run) runs it again, as before
+        monkeypatch.setattr(LauncherResource, "admission_offer", offer)
+        again = job.execute_in_process(instance=instance, partition_key=run_id, raise_on_error=False,
+                                       asset_selection=[dg.AssetKey("pinned_spec")])
+        assert again.success
+        st = rd.read_status()
+        assert st["phase"] == "Running" and "Canceled" not in {c["type"] for c in st["conditions"]}
+        assert st["dagster_run_id"] == again.run_id
+
+
+def test_a_failed_run_is_admitted_again_by_its_retry(bench_home, canary_doc, write_spec):
+    """Refusing a canceled attempt leaves the retry of a Failed run as it was: admitted."""
+    from benchrun import lifecycle
+    from benchrun.rundir import mark_run_failed
+
+    rd = RunDir.for_run(sub.prepare(write_spec(canary_doc)).run_id)
+    created = time.time()  # the retry's Dagster run was made before the failure was recorded
+    assert mark_run_failed(rd.home, rd.run_id, "Dagster run failed: node lost")
+    st = lifecycle.admit(rd, lifecycle.load_pinned(rd), dagster_run_id="retry", dagster_run_created=created)
+    assert st["phase"] == "Running" and "Failed" not in {c["type"] for c in st["conditions"]}

@@ -107,3 +107,42 @@ def test_failure_sensors_are_on_by_default_and_the_commit_sensors_off() -> None:
     assert run_canceled_sensor.default_status == dg.DefaultSensorStatus.RUNNING
     assert spec_commit_sensor.default_status == dg.DefaultSensorStatus.STOPPED
     assert canary_sensor.default_status == dg.DefaultSensorStatus.STOPPED
+
+
+def test_a_late_failure_of_an_earlier_attempt_leaves_the_retry_running(instance, pending_run, bench_home) -> None:
+    """Attempt 1 failed; before the sensor saw it, the run was re-executed and the retry admitted
+    (status.json names the retry's Dagster run). Attempt 1's failure no longer marks the running
+    retry Failed (was: Failed by partition tag)."""
+    from benchrun.rundir import RunDir
+
+    old_run, event = failed_run(instance, "benchmark_run_job", pending_run)
+    rd = RunDir.for_run(pending_run)
+    rd.update_status(dagster_run_id="retry-dagster-run-id")
+    rd.set_phase("Running")
+    skip = run_failure_sensor(failure_context(instance, old_run, event))
+    assert isinstance(skip, dg.SkipReason)
+    assert "not run" in skip.skip_message and "current attempt" in skip.skip_message
+    assert old_run.run_id in skip.skip_message and "retry-dagster-run-id" in skip.skip_message
+    assert status(bench_home, pending_run)["phase"] == "Running"
+    # the current attempt's failure still marks it Failed
+    rd.update_status(dagster_run_id=old_run.run_id)
+    assert run_failure_sensor(failure_context(instance, old_run, event)) is None
+    assert status(bench_home, pending_run)["phase"] == "Failed"
+
+
+def test_a_late_cancel_of_an_earlier_attempt_leaves_the_retry_running(instance, pending_run, bench_home) -> None:
+    from benchrun.rundir import RunDir
+
+    instance.add_dynamic_partitions("benchmark_run", [pending_run])
+    run = create_run_for_test(instance, job_name="benchmark_run_job", tags={"dagster/partition": pending_run},
+                              status=dg.DagsterRunStatus.STARTED)
+    instance.report_run_canceled(run)
+    event = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.RUN_CANCELED)[0].dagster_event
+    RunDir.for_run(pending_run).update_status(dagster_run_id="retry-dagster-run-id")
+    RunDir.for_run(pending_run).set_phase("Running")
+    context = dg.build_run_status_sensor_context(
+        sensor_name="run_canceled_sensor", dagster_instance=instance, dagster_run=instance.get_run_by_id(run.run_id),
+        dagster_event=event)
+    skip = run_canceled_sensor(context)
+    assert isinstance(skip, dg.SkipReason) and "cancel ignored" in skip.skip_message
+    assert status(bench_home, pending_run)["phase"] == "Running"

@@ -34,6 +34,13 @@ def record_orchestrator_failure(dagster_run: Any, reason: str, home: Path | None
         return f"run {dagster_run.run_id} has no partition: no benchmark run to mark"
     full = f"{reason} (Dagster run {dagster_run.run_id})"
     try:
+        current = _current_attempt(benchrun_home(home), run_id)
+        if current and current != dagster_run.run_id:
+            # a late event of an earlier attempt: the partition's run was started again since
+            why = (f"Dagster run {dagster_run.run_id} is not run {run_id}'s current attempt (Dagster run "
+                   f"{current}); its {'cancel' if canceled else 'failure'} ignored, the run left as it is")
+            log.info(why)
+            return why
         changed = mark(benchrun_home(home), run_id, full)
     except BenchrunError as exc:
         log.warning("cannot mark %s %s: %s", run_id, phase, exc)
@@ -42,3 +49,14 @@ def record_orchestrator_failure(dagster_run: Any, reason: str, home: Path | None
         return f"run {run_id} has no run directory or is already in a final phase; left as it is"
     log.info("marked %s %s: %s", run_id, phase, full)
     return None
+
+
+def _current_attempt(home: Path, run_id: str) -> str | None:
+    """The Dagster run that admitted the run last (status.json's ``dagster_run_id``), or None
+    (not admitted yet, or no run directory: ``mark`` says so)."""
+    from benchrun.rundir import RunDir
+
+    rd = RunDir.for_run(run_id, home)
+    if not rd.exists():
+        return None
+    return rd.read_status().get("dagster_run_id") or None

@@ -31,6 +31,7 @@ _COPIED = {
     "message": "message",
     "started_utc": "startTime",
     "finished_utc": "completionTime",
+    "status_seq": "statusSeq",  # orders one run's statuses (advances)
 }
 # Conditions whose outcome a person looks for first: (status, reason) become the verdicts.
 VERDICT_CONDITIONS = ("Complete", "RegressionDetected", "PublicationGuaranteesMet", "Signed")
@@ -73,12 +74,22 @@ def report_ref(run_dir: Path) -> str | None:
     return str(reports[-1]) if reports else None
 
 
+def _described(status: dict[str, Any]) -> dict[str, Any]:
+    """``status`` with every other key of the CRD's status null: the status describes only the
+    observed generation, and a write is a JSON merge patch, where a key left out keeps what the
+    earlier generation (or run) wrote (its runId, digests, verdicts, completionTime) and a null
+    removes it."""
+    from benchrun.spec.model import RunStatus
+
+    blank = {(f.alias or name): None for name, f in RunStatus.model_fields.items()}
+    return _checked({**blank, **status})
+
+
 def status_from_run(st: dict[str, Any], ref: ResourceRef) -> dict[str, Any]:
-    """The resource's ``status`` for one run's status.json (only keys with a value)."""
+    """The resource's ``status`` for one run's status.json (the keys without a value null)."""
     out: dict[str, Any] = {"phase": st.get("phase"), "observedGeneration": ref.generation}
     for key, cr_key in _COPIED.items():
-        if st.get(key) is not None:
-            out[cr_key] = st[key]
+        out[cr_key] = st.get(key)
     out["conditions"] = [
         {k: c[k] for k in ("type", "status", "reason", "message", "lastTransitionTime") if c.get(k) is not None}
         for c in st.get("conditions") or []
@@ -87,19 +98,15 @@ def status_from_run(st: dict[str, Any], ref: ResourceRef) -> dict[str, Any]:
     for c in st.get("conditions") or []:
         if c.get("type") in VERDICT_CONDITIONS:
             verdicts[c["type"]] = f"{c.get('status')}: {c.get('reason') or ''}".rstrip(": ")
-    if verdicts:
-        out["verdicts"] = verdicts
-    if st.get("run_directory"):
-        report = report_ref(Path(st["run_directory"]))
-        if report:
-            out["reportRef"] = report
-    return _checked(out)
+    out["verdicts"] = verdicts or None
+    out["reportRef"] = report_ref(Path(st["run_directory"])) if st.get("run_directory") else None
+    return _described(out)
 
 
 def rejected_status(ref: ResourceRef, errors: list[str] | tuple[str, ...], now: str) -> dict[str, Any]:
     """Phase Rejected with every admission error in the Validated condition's message."""
     message = "; ".join(errors) or "the BenchmarkRun is invalid"
-    return _checked({
+    return _described({
         "phase": "Rejected",
         "observedGeneration": ref.generation,
         "message": f"{len(errors)} error(s): fix the spec and apply it again",
@@ -112,7 +119,7 @@ def rejected_status(ref: ResourceRef, errors: list[str] | tuple[str, ...], now: 
 def unregistered_status(ref: ResourceRef, why: str, now: str) -> dict[str, Any]:
     """Phase Pending with ``Registered=False``: the spec is valid but pinning or registering its
     run failed (the shared state or the disk); the operator tries again."""
-    return _checked({
+    return _described({
         "phase": "Pending",
         "observedGeneration": ref.generation,
         "message": "not registered yet; tried again",
@@ -122,10 +129,11 @@ def unregistered_status(ref: ResourceRef, why: str, now: str) -> dict[str, Any]:
 
 
 def _checked(status: dict[str, Any]) -> dict[str, Any]:
-    """``status`` as the CRD types it (the model the CRD is generated from validates it)."""
+    """``status`` as the CRD types it (the model the CRD is generated from validates it; a null
+    key is one the write removes)."""
     from benchrun.spec.model import RunStatus
 
-    RunStatus.model_validate(status)
+    RunStatus.model_validate({k: v for k, v in status.items() if v is not None})
     return status
 
 
@@ -142,17 +150,26 @@ CONFLICT_RETRIES = 8
 
 
 def advances(current: dict[str, Any] | None, wanted: dict[str, Any]) -> bool:
-    """Whether writing ``wanted`` over ``current`` moves forward (or refreshes the same phase):
-    an older generation's status, an earlier phase or a different final phase never wins."""
+    """Whether writing ``wanted`` over ``current`` moves forward (or refreshes the same status):
+    an older generation's status never wins. Within one run (same generation and ``runId``) both
+    built from status.json, status.json's own order decides (``statusSeq``): the run itself may
+    leave a final phase (a Failed run retried goes Running again; publication failing after
+    Succeeded makes it Failed) and its status follows, while a stale writer (an older
+    ``statusSeq``) never moves it back. Otherwise an earlier phase or a different final phase
+    never wins."""
     current = current or {}
     if not current.get("phase"):
         return True
     cur_gen, new_gen = int(current.get("observedGeneration") or 0), int(wanted.get("observedGeneration") or 0)
     if new_gen != cur_gen:
         return new_gen > cur_gen
+    cur_seq, new_seq = current.get("statusSeq"), wanted.get("statusSeq")
+    if (isinstance(cur_seq, int) and isinstance(new_seq, int) and current.get("runId")
+            and current.get("runId") == wanted.get("runId")):
+        return new_seq >= cur_seq
     cur, new = PHASE_ORDER.get(current["phase"], 0), PHASE_ORDER.get(wanted.get("phase") or "", 0)
     if cur == 4 and current["phase"] != wanted.get("phase"):
-        return False  # a final phase is final
+        return False  # a final phase is final (no order of status.json to say otherwise)
     return new >= cur
 
 
@@ -160,7 +177,7 @@ def write(api: Any, ref: ResourceRef, status: dict[str, Any], current: dict[str,
     """Patch the status of exactly this generation of this object, with the object's
     ``resourceVersion`` as a precondition: on 409 (another writer got there first) read it
     again and decide again. False when it is gone, has moved to a newer generation (that
-    generation's own run writes it), or already holds a later phase (never written back).
+    generation's own run writes it), or already holds a later status (never written back).
 
     ``current`` is the object as the caller last read it (else it is read here)."""
     from kubernetes.client.exceptions import ApiException
@@ -204,6 +221,7 @@ def on_phase_change(st: dict[str, Any]) -> None:
         ref = ResourceRef.from_json(resource)
         written = write(custom_objects_api(), ref, status_from_run(st, ref))
         log.info("BenchmarkRun %s/%s status %s: %s", ref.namespace, ref.name, st.get("phase"),
-                 "patched" if written else "not patched (object gone or newer generation)")
+                 "patched" if written else "not patched (object gone, a newer generation, a later status or "
+                 "nothing new)")
     except Exception as exc:  # noqa: BLE001 - a status write must never fail the run
         log.warning("could not patch the BenchmarkRun status for run %s: %s", st.get("run_id"), exc)

@@ -705,6 +705,10 @@ class RunStatus(SpecModel):
     completion_time: str | None = None
     report_ref: str | None = None
     verdicts: dict[str, str] = Field(default_factory=dict)
+    # status.json's ``status_seq`` this status was built from: orders the writes of one run, so a
+    # run that legitimately leaves a final phase (a retry, a publication failure after Succeeded)
+    # is followed while a stale writer still never moves the status back.
+    status_seq: int | None = None
 
 
 class BenchmarkRun(SpecModel):
