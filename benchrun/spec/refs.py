@@ -1,5 +1,6 @@
-"""How a spec names its baseline: ``comparison.baseline.artifactRef`` (a leaf: no benchrun imports
-but :mod:`benchrun.paths`).
+"""How a spec names its baseline: ``comparison.baseline.artifactRef`` (imports only the leaves
+:mod:`benchrun.errors`, :mod:`benchrun.paths` and :mod:`benchrun.spec.placeholders`, so both the spec
+rules and the statistics may use it).
 
 A baseline is named inside the home that runs the comparison, never by a path: a run id,
 ``runs/<run_id>`` or ``published/<alias>``, each with an optional site prefix as the specs

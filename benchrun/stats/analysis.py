@@ -133,8 +133,7 @@ def compare_runs(
     from benchrun.stats.tails import RequestTails
 
     base, cand = load_run(baseline_dir), load_run(candidate_dir)
-    refusals = admit.admit_runs(base, cand, candidate_in_progress=candidate_in_progress,
-                                home=home or cand.path.parent.parent)
+    refusals = admit.admit_runs(base, cand, candidate_in_progress=candidate_in_progress, home=home)
     if baseline_alias is not None:
         from benchrun.stats.baseline import alias_refusals
 
