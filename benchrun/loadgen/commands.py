@@ -167,6 +167,16 @@ def register(app: typer.Typer) -> None:
             raise BenchrunError("give exactly one of --concurrency LIST, --rate LIST or --trace FILE")
         if trace_file is None and (duration is None) == (requests is None):
             raise BenchrunError("give exactly one of --duration S or --requests N")
+        if trace_file is not None:
+            # a replay sends the trace's own prompts (its lengths, its prefix blocks, one word per
+            # token): content options would be recorded as used while nothing of them was sent
+            given = [name for name, v in (("--dataset", dataset), ("--tokenizer", tokenizer),
+                                          ("--session-turns", session_turns), ("--shared-prefix", shared_prefix))
+                     if v is not None]
+            if given:
+                raise BenchrunError(f"--trace replays the trace's own prompts (its lengths and prefix blocks, one word "
+                                    f"per token); {', '.join(given)} cannot apply to it: leave "
+                                    f"{'it' if len(given) == 1 else 'them'} out")
         try:
             buckets = parse_mix(mix)
         except MixError as exc:

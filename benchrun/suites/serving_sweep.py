@@ -10,7 +10,8 @@ Parameters (``BENCHRUN_PARAMS``):
   default 0.1, below the best stage); ``burstiness`` (gamma arrivals, 1 = Poisson);
 - ``trace`` (a trace file: Mooncake JSONL, Azure CSV, plain CSV/JSONL) replayed at its own
   times instead of a sweep, with ``speedup`` and ``trace_format``; ``requests_per_point`` or
-  ``duration_s`` then cut it (neither: the whole trace);
+  ``duration_s`` then cut it (neither: the whole trace); it sends the trace's own prompts, so
+  ``workload.dataset``, ``tokenizer``, ``session_turns`` and ``shared_prefix`` are refused with it;
 - ``endpoint`` (optional): without it the synthetic reference server is started on a free
   loopback port, stopped afterwards, and the result is marked ``synthetic``;
 - and the common ones of :mod:`benchrun.loadgen.suite` (api, model, mix, seed, workers,
@@ -87,6 +88,14 @@ def run(ctx: SuiteContext) -> None:
     duration = float_param(ctx, "duration_s", 0.0) if "duration_s" in ctx.params else None
     if "trace" in ctx.params:
         from benchrun.loadgen import trace as tracing
+
+        # the replay sends the trace's own prompts; content would be reported as used, never sent
+        given = (["workload.dataset"] if (ctx.workload or {}).get("dataset") else []) + [
+            f"parameter {n}" for n in ("tokenizer", "session_turns", "shared_prefix") if ctx.params.get(n) is not None]
+        if given:
+            raise BenchrunError(f"serving_sweep: parameter trace replays the trace's own prompts (its lengths and prefix "
+                                f"blocks); {', '.join(given)} cannot apply to it: leave {'it' if len(given) == 1 else 'them'} "
+                                "out, or run the trace in a suite of its own")
 
         speedup = float_param(ctx, "speedup", 1.0)
         entries = tracing.load_trace(str(ctx.params["trace"]), str(ctx.param("trace_format", "auto")))
