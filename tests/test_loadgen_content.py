@@ -438,3 +438,22 @@ def test_refserver_metrics_count_its_prefix_cache_hits(server):
     # /metrics reported 0 hits whatever the cache did: it read a counter the engine never had
     assert cached > 0 and h1 - h0 == cached
     assert q1 - q0 == sum(r["usage_input_tokens"] for r in res.rows)
+
+
+def test_dataset_entries_dealt_over_unequal_worker_shares_are_one_workers(tmp_path):
+    # closed loop c=3 over 2 workers sends 2/3 and 1/3 of the requests: the entries still follow
+    # the one permutation, request for request, as with one worker
+    from benchrun.loadgen.content import Source
+    from benchrun.loadgen.workload import dealt_index, split_by
+
+    content, mix = ContentConfig(dataset=str(SHIPPED)), tuple(parse_mix("8/8"))
+    one = Source(content, mix, 0, 0, 0, 1)
+    base = [one.single().dataset_index for _ in range(40)]
+    for weights in ([2, 1], [9, 8], [1, 1, 3]):
+        shares = split_by(40, weights)
+        by_index = {}
+        for w, n_w in enumerate(shares):
+            src = Source(content, mix, 0, 0, w, len(shares), shares)
+            for k in range(n_w):
+                by_index[dealt_index(shares, w, k)] = src.single().dataset_index
+        assert [by_index[g] for g in range(40)] == base, weights
