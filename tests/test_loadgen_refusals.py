@@ -91,3 +91,78 @@ def test_serving_sweep_trace_with_a_dataset_or_sessions_is_refused(tmp_path):
         _suite(tmp_path / "b", {"trace": tr, "session_turns": 2})
     with pytest.raises(BenchrunError, match="parameter trace .*parameter tokenizer, parameter shared_prefix"):
         _suite(tmp_path / "c", {"trace": tr, "tokenizer": "t.json", "shared_prefix": "2,2,8"})
+
+
+# -- 3. an arrival shape on a closed loop, replay options without a trace -----------------------
+
+
+@pytest.mark.parametrize("args, names", [
+    (["--concurrency", "2", "--burstiness", "0.5"], ["--burstiness", "--concurrency"]),
+    (["--concurrency", "2", "--arrival", "gamma"], ["--arrival", "--concurrency"]),
+    (["--concurrency", "saturate:1:2:8", "--arrival", "constant", "--burstiness", "2"], ["--arrival and --burstiness"]),
+    (["--concurrency", "2", "--speedup", "2"], ["--speedup", "--trace"]),
+    (["--rate", "2", "--trace-format", "csv"], ["--trace-format", "--trace"]),
+])
+def test_options_of_another_load_model_are_refused(tmp_path, monkeypatch, capsys, args, names):
+    _refused(["--url", URL, "--out", str(tmp_path / "o"), "--requests", "4", *args], monkeypatch, capsys, *names)
+
+
+def test_an_arrival_shape_beside_a_trace_is_refused(tmp_path, monkeypatch, capsys):
+    _refused(["--url", URL, "--out", str(tmp_path / "o"), "--trace", str(_trace(tmp_path)), "--arrival", "constant"],
+             monkeypatch, capsys, "--arrival", "--trace")
+
+
+def test_closed_loop_stages_take_no_arrival_shape():
+    from benchrun.loadgen.schedule import parse_stages
+
+    with pytest.raises(ValueError, match="closed loop .*burstiness 0.5"):
+        parse_stages("1,2", "closed_loop", arrival="gamma", burstiness=0.5)
+    assert [p.offered_load for p in parse_stages("1,2", "closed_loop")[0]] == [1, 2]
+
+
+def _ctx(tmp_path: Path, suite: str, params: dict, **workload):
+    from benchrun.suites._runtime import SuiteContext
+
+    return SuiteContext({"BENCHRUN_RUN_ID": "r1", "BENCHRUN_RUN_DIR": str(tmp_path), "BENCHRUN_SUITE": suite,
+                         "BENCHRUN_REPLICATE": "1", "BENCHRUN_CASE_ID": "case-1", "BENCHRUN_PARAMS": json.dumps(params),
+                         "BENCHRUN_WORKLOAD": json.dumps({"model": "m", **workload})})
+
+
+@pytest.mark.parametrize("params, workload, match", [
+    ({"stages": "ramp:1:4:2", "burstiness": 0.5}, {}, "parameter burstiness shapes open-loop arrivals.*closed loop"),
+    ({"concurrency": [2], "arrival": "gamma"}, {"concurrencyModel": "closed_loop"}, "parameter arrival shapes"),
+    ({"concurrency": [2], "speedup": 2}, {}, "parameter speedup applies to a trace replay only"),
+    ({"rates": [2], "trace_format": "csv", "speedup": 2}, {}, "parameters speedup and trace_format apply"),
+    ({"trace": "t.csv", "stages": "ramp:1:4:2", "burstiness": 0.5}, {"concurrencyModel": "open_loop"},
+     "parameter trace replays .* stages, burstiness cannot apply"),
+])
+def test_serving_sweep_refuses_parameters_it_would_drop(tmp_path, params, workload, match):
+    from benchrun.suites import serving_sweep
+
+    with pytest.raises(BenchrunError, match=match):
+        serving_sweep.run(_ctx(tmp_path, "serving_sweep", params, **workload))
+
+
+def test_serving_workflow_refuses_an_arrival_on_a_closed_loop(tmp_path):
+    from benchrun.suites import serving_workflow
+
+    with pytest.raises(BenchrunError, match="parameter arrival shapes open-loop arrivals"):
+        serving_workflow.run(_ctx(tmp_path, "serving_workflow", {"concurrency": 2, "arrival": "constant"}))
+
+
+def test_the_docs_spec_example_is_an_open_loop_gamma_sweep(tmp_path):
+    import re
+
+    import yaml
+
+    from benchrun.suites import serving_sweep
+
+    text = (ROOT / "docs/serving-load.md").read_text(encoding="utf-8").split("## In a spec", 1)[1]
+    doc = yaml.safe_load(re.search(r"```yaml\n(.*?)```", text, re.S).group(1))["spec"]
+    [suite] = doc["layers"][0]["suites"]
+    params, model = suite["parameters"], doc["workload"]["concurrencyModel"]
+    serving_sweep.check_known(_ctx(tmp_path, "serving_sweep", params), serving_sweep.PARAMETERS)
+    points = serving_sweep.sweep_points(_ctx(tmp_path, "serving_sweep", params, concurrencyModel=model), model)
+    assert [p.label for p in points] == [f"rate={r},burstiness=0.5" for r in (2, 4, 8, 16, 32, 64)]
+    with pytest.raises(BenchrunError, match="burstiness"):  # without the workload's open_loop: refused
+        serving_sweep.sweep_points(_ctx(tmp_path, "serving_sweep", params), "")
