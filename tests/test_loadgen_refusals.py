@@ -166,3 +166,25 @@ def test_the_docs_spec_example_is_an_open_loop_gamma_sweep(tmp_path):
     assert [p.label for p in points] == [f"rate={r},burstiness=0.5" for r in (2, 4, 8, 16, 32, 64)]
     with pytest.raises(BenchrunError, match="burstiness"):  # without the workload's open_loop: refused
         serving_sweep.sweep_points(_ctx(tmp_path, "serving_sweep", params), "")
+
+
+# -- 4. a trace's speedup is checked before the trace's times are divided by it -----------------
+
+
+@pytest.mark.parametrize("speedup", ["0", "-1", "inf"])
+@pytest.mark.parametrize("cut", [[], ["--duration", "1"]])
+def test_a_speedup_that_is_not_positive_and_finite_is_one_line(tmp_path, monkeypatch, capsys, speedup, cut):
+    _refused(["--url", URL, "--out", str(tmp_path / "o"), "--trace", str(_trace(tmp_path)), "--speedup", speedup, *cut],
+             monkeypatch, capsys, "--speedup", "positive")
+
+
+def test_trace_point_and_select_check_the_speedup_first():
+    from benchrun.loadgen import trace
+
+    entries = (trace.TraceEntry(0.0, 8, 2), trace.TraceEntry(0.5, 8, 2))
+    for bad in (0, 0.0, -2.0, float("inf"), float("nan")):
+        with pytest.raises(trace.TraceError, match="speedup"):
+            trace.trace_point(entries, bad)
+        with pytest.raises(trace.TraceError, match="speedup"):
+            trace.select(entries, None, 1.0, bad)
+    assert trace.trace_point(entries, 2.0).offered_load == pytest.approx(4.0)
