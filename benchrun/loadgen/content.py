@@ -202,11 +202,13 @@ class Source:
             self.prefixes = [counter.build(self.shared.prefix_tokens, prng) for _ in range(self.shared.prefixes)]
             self._suffixes: dict[tuple[int, int, str], str] = {}
 
-    def _entry(self, warmup: bool = False) -> Any:
+    def _entry(self, warmup: bool = False, index: int | None = None) -> Any:
         assert self.data is not None
         stream = int(warmup)
         k = self._drawn[stream]
-        if not warmup and self._shares is not None and k < self._shares[self._worker]:
+        if index is not None:
+            g = index  # a session planned for the whole point (loadgen.sessions)
+        elif not warmup and self._shares is not None and k < self._shares[self._worker]:
             g = dealt_index(self._shares, self._worker, k)  # unequal shares dealt in turn, skipping used-up ones
         else:
             g = self._worker + k * self._n_workers  # the global request index
@@ -219,11 +221,23 @@ class Source:
             self._perms[key] = [int(i) for i in prng.permutation(len(self.data.entries))]
         return self.data.entries[self._perms[key][pos]]
 
-    def conversation(self, turns: int, warmup: bool = False) -> list[Turn]:
-        """``turns`` user turns of one session (a dataset entry's human turns, cycled when short)."""
+    def conversation(self, turns: int, warmup: bool = False, index: int | None = None) -> list[Turn]:
+        """``turns`` user turns of one session (a dataset entry's human turns, cycled when short);
+        ``index``: the session's index in its point, which picks its entry (and seeds its draws),
+        so it is the same session whichever worker sends it."""
+        if index is not None:
+            saved = self.rng
+            self.rng = np.random.default_rng([self._seed, self._point, 0x5E55, int(index)])
+            try:
+                return self._conversation(turns, warmup, index)
+            finally:
+                self.rng = saved
+        return self._conversation(turns, warmup, None)
+
+    def _conversation(self, turns: int, warmup: bool, index: int | None) -> list[Turn]:
         if self.data is None:
             return [self.single() for _ in range(turns)]
-        e = self._entry(warmup)
+        e = self._entry(warmup, index)
         out = []
         for k in range(turns):
             text = e.prompts[k % len(e.prompts)]

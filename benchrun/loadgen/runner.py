@@ -94,17 +94,24 @@ async def _run_point(
     shares = split_by(cfg.requests_per_point, weights) if cfg.requests_per_point is not None else None
     n_w = shares[worker] if shares is not None else None
     warm_w = split_by(warmup_for(cfg, point), weights)[worker]
-    if n_w == 0:
+    sessions = cfg.content is not None and cfg.content.sessions is not None
+    if n_w == 0 and not sessions:
         return result
     # constant arrivals from several workers interleave: worker w starts w/rate later
     phase_s = (worker / point.offered_load) if point.load_model == "open_loop" and point.arrival == "constant" else 0.0
-    if cfg.content is not None and cfg.content.sessions is not None:
-        specs, run_phase = session_plans(cfg, point_index, worker, nonce, warm_w, n_w, active), session_phase
+    if sessions:
+        # the point's sessions are planned once and dealt whole to the workers (loadgen.sessions)
+        specs = session_plans(cfg, point_index, worker, nonce, warm_w, cfg.requests_per_point, active, weights)
+        run_phase = session_phase
     else:
         specs, run_phase = _specs(cfg, st.endpoint, point_index, worker, nonce, warm_w, n_w, active, shares), _phase
     warm_specs = [next(specs) for _ in range(warm_w)]
     # a count-ended phase is built in full before it starts; a timed one lazily
     measured: Any = list(specs) if n_w is not None else specs
+    if sessions and n_w is not None:
+        n_w = sum(len(plan.turns) for plan in measured)  # this worker's turns, in whole sessions
+        if not n_w:
+            return result
     return await _measure(cfg, st, point, point_index, result, warm_specs, measured, n_w, conc_w, rate_w, phase_s, start_at_ns, barrier, run_phase)
 
 
