@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from benchrun.errors import BenchrunError
-from benchrun.loadgen.config import SweepConfig
+from benchrun.loadgen.config import LoadPoint, SweepConfig
 from benchrun.loadgen.content import ContentConfig, SessionShape
 from benchrun.loadgen.workload import parse_mix
 
@@ -188,3 +188,29 @@ def test_trace_point_and_select_check_the_speedup_first():
         with pytest.raises(trace.TraceError, match="speedup"):
             trace.select(entries, None, 1.0, bad)
     assert trace.trace_point(entries, 2.0).offered_load == pytest.approx(4.0)
+
+
+# -- 6. --api and a --url whose path names the other API -----------------------------------------
+
+
+@pytest.mark.parametrize("path, api", [("/v1/completions", "chat"), ("/v1/chat/completions", "completions")])
+def test_an_api_the_url_contradicts_is_refused(tmp_path, monkeypatch, capsys, path, api):
+    err = _refused(["--url", URL + path, "--api", api, "--out", str(tmp_path / "o"), "--concurrency", "1",
+                    "--requests", "2"], monkeypatch, capsys, "--api", "--url")
+    assert "cannot reach" not in err  # refused before any request
+
+
+def test_the_url_still_decides_when_no_api_is_given():
+    from benchrun.loadgen.endpoint import Endpoint, EndpointError
+
+    assert Endpoint.from_url(URL + "/v1/chat/completions").api == "chat"
+    assert Endpoint.from_url(URL + "/v1/chat/completions", "chat").api == "chat"
+    assert Endpoint.from_url(URL + "/v1/completions").api == "completions"
+    assert Endpoint.from_url(URL, "chat").path == "/v1/chat/completions" and Endpoint.from_url(URL).api == "completions"
+    with pytest.raises(EndpointError, match="--api chat conflicts with --url"):
+        Endpoint.from_url(URL + "/v1/completions", "chat")
+    cfg = SweepConfig(url=URL + "/v1/chat/completions", model="m", mix=tuple(parse_mix("8/2")),
+                      points=(LoadPoint("closed_loop", 1),), requests_per_point=1)
+    cfg.check()  # no api given: the URL's
+    with pytest.raises(BenchrunError, match="conflicts"):
+        SweepConfig(**{**cfg.__dict__, "api": "completions"}).check()

@@ -118,7 +118,8 @@ def register(app: typer.Typer) -> None:
         price_per_node_hour: Optional[float] = typer.Option(None, "--price-per-node-hour", help="USD per node-hour (enables cost metrics)"),
         nodes: int = typer.Option(1, "--nodes", help="nodes serving the endpoint (for cost)"),
         workers: int = typer.Option(1, "--workers", help="client worker processes"),
-        api: str = typer.Option("completions", "--api", help="completions | chat"),
+        api: Optional[str] = typer.Option(None, "--api", help="completions | chat (default: as a --url ending in "
+                                          "/v1/completions or /v1/chat/completions says, else completions)"),
         timeout: float = typer.Option(60.0, "--timeout", help="per-request timeout in seconds"),
         ignore_eos: Optional[bool] = typer.Option(None, "--ignore-eos/--no-ignore-eos",
                                                   help="send vLLM-style ignore_eos (default: as --server-kind says)"),
@@ -204,7 +205,7 @@ def register(app: typer.Typer) -> None:
             arrival = "gamma"
         if arrival not in ("poisson", "constant", "gamma"):
             raise BenchrunError("--arrival must be poisson, constant or gamma")
-        if api not in ("completions", "chat"):
+        if api is not None and api not in ("completions", "chat"):
             raise BenchrunError("--api must be completions or chat")
         from benchrun.loadgen.schedule import parse_stages
         from benchrun.loadgen import trace as tracing

@@ -70,7 +70,7 @@ class SweepConfig:
     warmup: int | None = None  # None: one request per stream (see warmup_for)
     seed: int = 0
     workers: int = 1
-    api: str = "completions"
+    api: str | None = None  # completions | chat; None: as the URL's path says, else completions
     request_timeout_s: float = 60.0
     ignore_eos: bool | None = None  # None: as the server kind says (auto: as the probe found)
     include_usage: bool = True

@@ -228,7 +228,7 @@ def _worker_main() -> None:
         _send(outp, res)
 
 
-def check_reachable(url: str, api: str = "completions", timeout_s: float = 5.0) -> http.Endpoint:
+def check_reachable(url: str, api: str | None = None, timeout_s: float = 5.0) -> http.Endpoint:
     """Fail fast with one clear line when nothing answers at ``url``."""
     try:
         ep = http.Endpoint.from_url(url, api)
