@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import urllib.request
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -23,7 +24,7 @@ from benchrun.loadgen.metrics import VerdictPolicy
 from benchrun.loadgen.refserver import Dialect, PerfModel, ServerProcess
 from benchrun.loadgen.runner import LoadPoint, SweepConfig, run_sweep
 from benchrun.loadgen.tokens import HFTokenizer, TokenizerError, WordCounter
-from benchrun.loadgen.workload import VOCABULARY, parse_mix
+from benchrun.loadgen.workload import VOCABULARY, parse_mix, split_by
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "specs/datasets/benchrun-conversations.jsonl"
@@ -438,3 +439,64 @@ def test_refserver_metrics_count_its_prefix_cache_hits(server):
     # /metrics reported 0 hits whatever the cache did: it read a counter the engine never had
     assert cached > 0 and h1 - h0 == cached
     assert q1 - q0 == sum(r["usage_input_tokens"] for r in res.rows)
+
+
+def test_dataset_entries_dealt_over_unequal_worker_shares_are_one_workers(tmp_path):
+    # closed loop c=3 over 2 workers sends 2/3 and 1/3 of the requests: the entries still follow
+    # the one permutation, request for request, as with one worker
+    from benchrun.loadgen.content import Source
+    from benchrun.loadgen.workload import dealt_index, split_by
+
+    content, mix = ContentConfig(dataset=str(SHIPPED)), tuple(parse_mix("8/8"))
+    one = Source(content, mix, 0, 0, 0, 1)
+    base = [one.single().dataset_index for _ in range(40)]
+    for weights in ([2, 1], [9, 8], [1, 1, 3]):
+        shares = split_by(40, weights)
+        by_index = {}
+        for w, n_w in enumerate(shares):
+            src = Source(content, mix, 0, 0, w, len(shares), shares)
+            for k in range(n_w):
+                by_index[dealt_index(shares, w, k)] = src.single().dataset_index
+        assert [by_index[g] for g in range(40)] == base, weights
+
+
+@pytest.mark.parametrize("conc", [2, 3])
+def test_sessions_are_planned_once_and_dealt_whole_whatever_the_worker_count(server, conc):
+    # 20 turns of 3 are 7 sessions (the last of 2 turns); split 10/10 turns per worker first, two
+    # workers sent 8 sessions (4 each, each worker's last cut to 1 turn) of other entries
+    content = ContentConfig(dataset=str(SHIPPED), sessions=SessionShape(turns=3))
+
+    def sessions(workers: int) -> dict[str, list[tuple[int, int]]]:
+        res, _ = _sweep(server, content, api="chat", mix="4/3", n=20, conc=conc, workers=workers)
+        assert len({r["session_id"] for r in res.rows}) == 7
+        out: dict[str, list[tuple[int, int]]] = {}
+        for r in sorted(res.rows, key=lambda r: r["turn"]):
+            out.setdefault(r["session_id"].rsplit("-", 1)[1], []).append((r["dataset_index"], r["turn"]))
+        return out
+
+    one, two = sessions(1), sessions(2)
+    assert len(one) == 7 and sorted(len(t) for t in one.values()) == [2] + [3] * 6
+    assert two == one  # the same sessions (by index in the point), entries and turns
+
+
+def test_session_plans_deal_whole_sessions_in_proportion_to_the_streams():
+    from benchrun.loadgen.sessions import session_plans
+    from benchrun.loadgen.workload import parse_mix as pm
+
+    cfg = SimpleNamespace(content=ContentConfig(dataset=str(SHIPPED), sessions=SessionShape(turns=4)),
+                          mix=tuple(pm("4/3")), seed=0)
+
+    def plans(weights):
+        got = {}
+        for w in range(len(weights)):
+            for p in session_plans(cfg, 0, w, "n", 0, 50, len(weights), weights):
+                got[p.session_id.rsplit("-s", 1)[1]] = (w, [(t.dataset_index, t.text) for t in p.turns])
+        return got
+
+    one = plans([1])
+    assert len(one) == 13 and len(one["12"][1]) == 2  # 50 turns of 4: 12 sessions and one of 2
+    for weights in ([1, 1], [9, 8], [2, 1, 1]):
+        got = plans(weights)
+        assert {k: v[1] for k, v in got.items()} == {k: v[1] for k, v in one.items()}
+        per_worker = [sum(1 for v in got.values() if v[0] == w) for w in range(len(weights))]
+        assert per_worker == split_by(13, weights)

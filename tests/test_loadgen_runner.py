@@ -121,3 +121,27 @@ def test_row_records_usage_versus_chunk_discrepancy():
     assert row["ttft_ms"] == pytest.approx(2.0) and row["e2e_ms"] == pytest.approx(8.0)
     assert row["decode_ms_per_token"] == pytest.approx(6.0 / 4)
     assert row["token_gaps_ms"] == [3.0, 3.0]
+
+
+@pytest.mark.parametrize("conc, n", [(17, 340), (3, 60)])
+def test_workers_that_do_not_divide_the_concurrency_keep_it_for_the_whole_window(conc, n):
+    # c=17 over 2 workers is 9 and 8 streams: 170 requests each left the 8-stream worker sending
+    # alone at the end (0.93 c measured; c=3: 2 and 1 streams, the lone one ran twice as long, 0.68 c).
+    # Requests of ~32 ms (16 tokens at 2 ms), so the client's own gaps between them stay small.
+    with ServerProcess(PerfModel(decode_base_ms=2.0, decode_ms_per_seq=0.0, prefill_ms_per_token=0.001)) as slow:
+        res = run_sweep(_cfg(slow.url, mix=tuple(parse_mix("16/16")), points=(LoadPoint("closed_loop", conc),),
+                             requests_per_point=n, workers=2, warmup=0))
+    by_worker = [sum(1 for r in res.rows if r["worker"] == w) for w in (0, 1)]
+    assert by_worker == [n * (conc // 2 + 1) // conc, n * (conc // 2) // conc]  # in proportion to the streams
+    s = next(x for x in res.summaries if x["bucket"] == "all")
+    assert s["achieved_concurrency"] >= 0.95 * conc, s["achieved_concurrency"]  # 0.98 c measured
+
+
+def test_requests_and_dataset_entries_are_dealt_in_proportion_to_unequal_shares():
+    from benchrun.loadgen.workload import dealt_index, split_by, split_evenly
+
+    assert split_by(340, [9, 8]) == [180, 160] and split_by(5, [9, 8]) == [3, 2] and split_by(7, [1, 1, 1]) == split_evenly(7, 3)
+    for shares in ([180, 160], [3, 1, 2], [5, 5], [0, 4]):
+        got = sorted(dealt_index(shares, w, k) for w, s in enumerate(shares) for k in range(s))
+        assert got == list(range(sum(shares)))
+    assert [dealt_index([3, 3], 1, k) for k in range(3)] == [1, 3, 5]  # equal shares: the stride

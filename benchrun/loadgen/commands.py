@@ -106,8 +106,10 @@ def register(app: typer.Typer) -> None:
         mix: str = typer.Option("512/128", "--mix", help="joint (input/output) pairs with weights, e.g. 512/128@0.7,1024/256@0.3"),
         concurrency: Optional[str] = typer.Option(None, "--concurrency", help="closed-loop stages: 1,8,32 | ramp:1:32:4 | saturate:1:2:256"),
         rate: Optional[str] = typer.Option(None, "--rate", help="open-loop stages in req/s: 2,4,8 | ramp:2:20:5 | saturate:1:2:64"),
-        arrival: str = typer.Option("poisson", "--arrival", help="open-loop arrivals: poisson | constant | gamma"),
-        burstiness: float = typer.Option(1.0, "--burstiness", help="gamma arrivals' shape (1 = Poisson, < 1 burstier); implies --arrival gamma"),
+        arrival: Optional[str] = typer.Option(None, "--arrival", help="open-loop (--rate) arrivals: poisson (default) | "
+                                              "constant | gamma"),
+        burstiness: Optional[float] = typer.Option(None, "--burstiness", help="open-loop (--rate) gamma arrivals' shape "
+                                                   "(1 = Poisson, < 1 burstier); implies --arrival gamma"),
         duration: Optional[float] = typer.Option(None, "--duration", help="seconds per point"),
         requests: Optional[int] = typer.Option(None, "--requests", help="measured requests per point"),
         warmup: Optional[int] = typer.Option(None, "--warmup", help="warm-up requests per point (excluded; default one per stream)"),
@@ -116,7 +118,8 @@ def register(app: typer.Typer) -> None:
         price_per_node_hour: Optional[float] = typer.Option(None, "--price-per-node-hour", help="USD per node-hour (enables cost metrics)"),
         nodes: int = typer.Option(1, "--nodes", help="nodes serving the endpoint (for cost)"),
         workers: int = typer.Option(1, "--workers", help="client worker processes"),
-        api: str = typer.Option("completions", "--api", help="completions | chat"),
+        api: Optional[str] = typer.Option(None, "--api", help="completions | chat (default: as a --url ending in "
+                                          "/v1/completions or /v1/chat/completions says, else completions)"),
         timeout: float = typer.Option(60.0, "--timeout", help="per-request timeout in seconds"),
         ignore_eos: Optional[bool] = typer.Option(None, "--ignore-eos/--no-ignore-eos",
                                                   help="send vLLM-style ignore_eos (default: as --server-kind says)"),
@@ -139,8 +142,10 @@ def register(app: typer.Typer) -> None:
                                                     "with M suffixes of the mix's input length"),
         verdict_percentile: str = typer.Option("p99", "--verdict-percentile", help="percentile whose sample count the verdict requires"),
         trace_file: Optional[Path] = typer.Option(None, "--trace", help="replay a trace (Mooncake JSONL, Azure CSV, plain CSV/JSONL) at its own times"),
-        trace_format: str = typer.Option("auto", "--trace-format", help="auto | mooncake | azure | csv | jsonl"),
-        speedup: float = typer.Option(1.0, "--speedup", help="trace replay: divide the trace's times by this"),
+        trace_format: Optional[str] = typer.Option(None, "--trace-format", help="with --trace: auto (default) | "
+                                                   "mooncake | azure | csv | jsonl"),
+        speedup: Optional[float] = typer.Option(None, "--speedup", help="with --trace: divide the trace's times by this "
+                                                "(default 1)"),
         server_metrics: Optional[str] = typer.Option(None, "--server-metrics", help="the server's Prometheus URL (e.g. http://127.0.0.1:8000/metrics), scraped during each point"),
         server_metrics_interval: float = typer.Option(1.0, "--server-metrics-interval", help="seconds between scrapes"),
         goodput_drop: float = typer.Option(0.1, "--goodput-drop", help="saturate stages: stop when goodput falls this fraction below the best"),
@@ -167,6 +172,31 @@ def register(app: typer.Typer) -> None:
             raise BenchrunError("give exactly one of --concurrency LIST, --rate LIST or --trace FILE")
         if trace_file is None and (duration is None) == (requests is None):
             raise BenchrunError("give exactly one of --duration S or --requests N")
+        if trace_file is not None:
+            # a replay sends the trace's own prompts (its lengths, its prefix blocks, one word per
+            # token): content options would be recorded as used while nothing of them was sent
+            given = [name for name, v in (("--dataset", dataset), ("--tokenizer", tokenizer),
+                                          ("--session-turns", session_turns), ("--shared-prefix", shared_prefix))
+                     if v is not None]
+            if given:
+                raise BenchrunError(f"--trace replays the trace's own prompts (its lengths and prefix blocks, one word "
+                                    f"per token); {', '.join(given)} cannot apply to it: leave "
+                                    f"{'it' if len(given) == 1 else 'them'} out")
+        # options that shape what another load model does are refused, not accepted and ignored
+        shape = [name for name, v in (("--arrival", arrival), ("--burstiness", burstiness)) if v is not None]
+        if shape and rate is None:
+            why = ("--trace replays the trace's own times" if trace_file is not None
+                   else "--concurrency is a closed loop (each stream sends when its previous request returns)")
+            raise BenchrunError(f"{' and '.join(shape)} shape{'s' if len(shape) == 1 else ''} open-loop arrivals (--rate); "
+                                f"{why}: leave {'it' if len(shape) == 1 else 'them'} out")
+        replay = [name for name, v in (("--speedup", speedup), ("--trace-format", trace_format)) if v is not None]
+        if replay and trace_file is None:
+            raise BenchrunError(f"{' and '.join(replay)} appl{'ies' if len(replay) == 1 else 'y'} to a trace replay only: "
+                                f"give --trace FILE, or leave {'it' if len(replay) == 1 else 'them'} out")
+        arrival = arrival if arrival is not None else "poisson"
+        burstiness = burstiness if burstiness is not None else 1.0
+        speedup = speedup if speedup is not None else 1.0
+        trace_format = trace_format if trace_format is not None else "auto"
         try:
             buckets = parse_mix(mix)
         except MixError as exc:
@@ -175,7 +205,7 @@ def register(app: typer.Typer) -> None:
             arrival = "gamma"
         if arrival not in ("poisson", "constant", "gamma"):
             raise BenchrunError("--arrival must be poisson, constant or gamma")
-        if api not in ("completions", "chat"):
+        if api is not None and api not in ("completions", "chat"):
             raise BenchrunError("--api must be completions or chat")
         from benchrun.loadgen.schedule import parse_stages
         from benchrun.loadgen import trace as tracing

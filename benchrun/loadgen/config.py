@@ -70,7 +70,7 @@ class SweepConfig:
     warmup: int | None = None  # None: one request per stream (see warmup_for)
     seed: int = 0
     workers: int = 1
-    api: str = "completions"
+    api: str | None = None  # completions | chat; None: as the URL's path says, else completions
     request_timeout_s: float = 60.0
     ignore_eos: bool | None = None  # None: as the server kind says (auto: as the probe found)
     include_usage: bool = True
@@ -99,6 +99,11 @@ class SweepConfig:
         is_trace = any(p.load_model == "trace" for p in self.points)
         if is_trace and not self.trace:
             raise BenchrunError("a trace point needs a trace (--trace FILE)")
+        if is_trace and self.content is not None:
+            # the replay sends the trace's own prompts (benchrun.loadgen.trace); content would be
+            # reported as used (a dataset bucket, a tokenizer's counts) while none of it was sent
+            raise BenchrunError("a trace replay sends the trace's own prompts: a dataset, tokenizer, sessions or shared "
+                                "prefixes (--dataset, --tokenizer, --session-turns, --shared-prefix) cannot apply to it")
         if is_trace and self.requests_per_point is not None and self.duration_s is not None:
             raise BenchrunError("a trace replay takes at most one of --requests (its first N) or --duration (its first S seconds)")
         if not is_trace and (self.requests_per_point is None) == (self.duration_s is None):

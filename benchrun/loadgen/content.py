@@ -27,7 +27,7 @@ from benchrun.errors import BenchrunError
 from benchrun.loadgen import endpoint as ep_mod
 from benchrun.loadgen.dataset import FORMATS, Dataset, DatasetError, file_sha256, load_dataset
 from benchrun.loadgen.tokens import TokenCounter, TokenizerError, load_counter
-from benchrun.loadgen.workload import MixBucket, draw_bucket, mix_cdf, new_trace_context, worker_rng
+from benchrun.loadgen.workload import MixBucket, dealt_index, draw_bucket, mix_cdf, new_trace_context, worker_rng
 
 DATASET_BUCKET = "dataset"
 
@@ -178,18 +178,20 @@ class Source:
 
     Dataset entries follow ONE seeded permutation per (seed, point), a fresh one each time it is
     used up, dealt by global request index across the point's ``n_workers`` workers (worker
-    ``w`` takes indices ``w, w + n_workers, ...``, as trace replay deals its requests), so the
+    ``w`` takes indices ``w, w + n_workers, ...``, as trace replay deals its requests; with
+    unequal ``shares`` a worker whose share is used up is skipped), so the
     requests of a point use the same entries whatever ``--workers`` is, and no entry repeats
     before the dataset is used up. Warm-up requests draw from a permutation of their own."""
 
     def __init__(self, content: ContentConfig, mix: tuple[MixBucket, ...], seed: int, point_index: int, worker: int,
-                 n_workers: int = 1) -> None:
+                 n_workers: int = 1, shares: list[int] | None = None) -> None:
         self.data, self.counter = content.load()
         self.mix = mix
         self.cdf = mix_cdf(mix)
         self.rng = worker_rng(seed, point_index, worker, 0)
         self._seed, self._point = int(seed), int(point_index)
         self._worker, self._n_workers = int(worker), max(1, int(n_workers))
+        self._shares = list(shares) if shares is not None else None  # every worker's measured requests
         self._drawn = [0, 0]  # entries drawn by this worker: measured, warm-up
         self._perms: dict[tuple[int, int], list[int]] = {}
         self.shared = content.shared_prefix
@@ -200,10 +202,16 @@ class Source:
             self.prefixes = [counter.build(self.shared.prefix_tokens, prng) for _ in range(self.shared.prefixes)]
             self._suffixes: dict[tuple[int, int, str], str] = {}
 
-    def _entry(self, warmup: bool = False) -> Any:
+    def _entry(self, warmup: bool = False, index: int | None = None) -> Any:
         assert self.data is not None
         stream = int(warmup)
-        g = self._worker + self._drawn[stream] * self._n_workers  # the global request index
+        k = self._drawn[stream]
+        if index is not None:
+            g = index  # a session planned for the whole point (loadgen.sessions)
+        elif not warmup and self._shares is not None and k < self._shares[self._worker]:
+            g = dealt_index(self._shares, self._worker, k)  # unequal shares dealt in turn, skipping used-up ones
+        else:
+            g = self._worker + k * self._n_workers  # the global request index
         self._drawn[stream] += 1
         cycle, pos = divmod(g, len(self.data.entries))
         key = (stream, cycle)
@@ -213,11 +221,23 @@ class Source:
             self._perms[key] = [int(i) for i in prng.permutation(len(self.data.entries))]
         return self.data.entries[self._perms[key][pos]]
 
-    def conversation(self, turns: int, warmup: bool = False) -> list[Turn]:
-        """``turns`` user turns of one session (a dataset entry's human turns, cycled when short)."""
+    def conversation(self, turns: int, warmup: bool = False, index: int | None = None) -> list[Turn]:
+        """``turns`` user turns of one session (a dataset entry's human turns, cycled when short);
+        ``index``: the session's index in its point, which picks its entry (and seeds its draws),
+        so it is the same session whichever worker sends it."""
+        if index is not None:
+            saved = self.rng
+            self.rng = np.random.default_rng([self._seed, self._point, 0x5E55, int(index)])
+            try:
+                return self._conversation(turns, warmup, index)
+            finally:
+                self.rng = saved
+        return self._conversation(turns, warmup, None)
+
+    def _conversation(self, turns: int, warmup: bool, index: int | None) -> list[Turn]:
         if self.data is None:
             return [self.single() for _ in range(turns)]
-        e = self._entry(warmup)
+        e = self._entry(warmup, index)
         out = []
         for k in range(turns):
             text = e.prompts[k % len(e.prompts)]
@@ -294,11 +314,11 @@ def history_tokens(counter: TokenCounter, api: str, history: list[tuple[str, str
 
 
 def content_specs(cfg: Any, endpoint: ep_mod.Endpoint, point_index: int, worker: int, nonce: str, n_warm: int,
-                  n: int | None, new_spec: Any, n_workers: int = 1) -> Iterator[Any]:
+                  n: int | None, new_spec: Any, n_workers: int = 1, shares: list[int] | None = None) -> Iterator[Any]:
     """Warm-up then measured specs of a content sweep (single requests; sessions yield plans,
     see :func:`benchrun.loadgen.sessions.session_plans`); ``n_workers``: the point's active
     workers, over which dataset entries are dealt (:class:`Source`)."""
-    src = Source(cfg.content, cfg.mix, cfg.seed, point_index, worker, n_workers)
+    src = Source(cfg.content, cfg.mix, cfg.seed, point_index, worker, n_workers, shares)
     seq = 0
 
     def one(tag: str) -> Any:

@@ -28,9 +28,11 @@ class Endpoint:
     base_path: str
 
     @classmethod
-    def from_url(cls, url: str, api: str = "completions") -> "Endpoint":
+    def from_url(cls, url: str, api: str | None = None) -> "Endpoint":
         """``http://host:port[/prefix]``; ``/v1/completions`` or ``/v1/chat/completions`` appended
-        unless the URL already ends with one (which then decides the API)."""
+        for ``api`` (None: completions) unless the URL already ends with one, which then decides
+        the API; an ``api`` given that the URL's path contradicts is refused (it was overridden
+        silently)."""
         u = urllib.parse.urlsplit(url)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise EndpointError(f"URL {url!r} is not http(s)://host[:port][/path]; give e.g. http://127.0.0.1:8000")
@@ -51,15 +53,21 @@ class Endpoint:
         except ValueError:
             raise EndpointError(f"URL {url!r} has an invalid port") from None
         path = u.path.rstrip("/")
-        if path.endswith("/chat/completions"):
+        if api is not None and api not in APIS:
+            raise EndpointError(f"api {api!r} is not one of {APIS}")
+        named = "chat" if path.endswith("/chat/completions") else "completions" if path.endswith("/completions") else None
+        if named is not None and api is not None and api != named:
+            raise EndpointError(f"--api {api} conflicts with --url {url!r}, whose path names the {named} API; give the "
+                                f"server's base URL (e.g. {u.scheme}://{u.netloc}) with --api {api}, or leave --api out "
+                                "(in a suite: the parameters api and endpoint)")
+        if named == "chat":
             api, full = "chat", path
             base = path[: -len("/chat/completions")]
-        elif path.endswith("/completions"):
+        elif named == "completions":
             api, full = "completions", path
             base = path[: -len("/completions")]
         else:
-            if api not in APIS:
-                raise EndpointError(f"api {api!r} is not one of {APIS}")
+            api = api or "completions"
             base = path if path.endswith("/v1") else path + "/v1"
             full = base + ("/chat/completions" if api == "chat" else "/completions")
         return cls(u.scheme, u.hostname, port, full, api, base)

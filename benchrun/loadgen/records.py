@@ -26,15 +26,16 @@ class _Spec:
 
 
 def _specs(cfg: SweepConfig, endpoint: http.Endpoint, point_index: int, worker: int, nonce: str, n_warm: int, n: int | None,
-           n_workers: int = 1) -> Any:
+           n_workers: int = 1, shares: list[int] | None = None) -> Any:
     """Yield warm-up specs then measured specs (endless when ``n`` is None), each with its
     request bytes already built so sending costs nothing on the measured path. With request
     content (a dataset, a tokenizer, shared prefixes) :mod:`benchrun.loadgen.content` builds
-    them (sessions are planned by :mod:`benchrun.loadgen.sessions`, which the runner calls)."""
+    them (sessions are planned by :mod:`benchrun.loadgen.sessions`, which the runner calls);
+    ``shares``: every worker's measured requests, over which a dataset's entries are dealt."""
     if cfg.content is not None:
         from benchrun.loadgen.content import content_specs
 
-        yield from content_specs(cfg, endpoint, point_index, worker, nonce, n_warm, n, _Spec, n_workers)
+        yield from content_specs(cfg, endpoint, point_index, worker, nonce, n_warm, n, _Spec, n_workers, shares)
         return
     rng = worker_rng(cfg.seed, point_index, worker, 0)
     cdf = mix_cdf(cfg.mix)

@@ -17,9 +17,10 @@ finish and count).
   does), which makes the schedule's own rate equal the offered one; the schedule lag is
   ``send - scheduled`` (coordinated omission made visible).
 
-With ``workers > 1`` every point is split across worker processes (concurrency and request
-counts split as evenly as integers allow; each worker runs a Poisson process of
-``rate / workers``, whose superposition is a Poisson process of ``rate``). Workers return
+With ``workers > 1`` every point is split across worker processes (concurrency split as evenly
+as integers allow, and a closed loop's request count in proportion to each worker's streams, so
+they all end together and the whole window runs at ``c``; open loop: request counts split evenly
+and one schedule at ``rate`` dealt to the workers, see :func:`benchrun.loadgen.schedule.dealt_arrivals`). Workers return
 their raw request rows; the parent concatenates them and computes every percentile once
 over the merged rows. Draws are seeded per (seed, point, worker), so a sweep with the same
 seed and worker count sends the same requests. The workers' measured phases share one
@@ -53,7 +54,7 @@ from benchrun.loadgen.loadpods import Stopped
 from benchrun.loadgen.schedule import _phase, _probe_loop
 from benchrun.loadgen.sessions import session_phase, session_plans
 from benchrun.loadgen.workers import _recv, _send, _Workers
-from benchrun.loadgen.workload import split_evenly
+from benchrun.loadgen.workload import split_by, split_evenly
 
 log = logging.getLogger(__name__)
 CLOCK = time.perf_counter_ns
@@ -75,29 +76,42 @@ async def _run_point(
         return await _run_trace_point(cfg, point_index, worker, n_workers, nonce, start_at_ns, barrier)
     if point.load_model == "closed_loop":
         active = min(n_workers, int(point.offered_load))
-        conc_w = split_evenly(int(point.offered_load), active)[worker] if worker < active else 0
+        weights = split_evenly(int(point.offered_load), active)  # each worker's streams
+        conc_w = weights[worker] if worker < active else 0
         rate_w = 0.0
     else:
         active = n_workers
+        weights = [1] * n_workers
         conc_w = 0
         rate_w = point.offered_load / n_workers
         st.share = (worker, n_workers)
     result: dict[str, Any] = {"worker": worker, "rows": [], "warmup_rows": 0, "warmup_errors": 0, "cpu_frac": None, "loop_lag_ms": [], "connections": 0}
     if worker >= active:
         return result
-    n_w = split_evenly(cfg.requests_per_point, active)[worker] if cfg.requests_per_point is not None else None
-    warm_w = split_evenly(warmup_for(cfg, point), active)[worker]
-    if n_w == 0:
+    # requests in proportion to the worker's streams (closed loop: c=17 over 2 workers is 9 and 8
+    # streams sending 180 and 160 of 340), so every worker's streams end together and the whole
+    # window runs at c; an even split (170 each) left the last part of the window at c=8
+    shares = split_by(cfg.requests_per_point, weights) if cfg.requests_per_point is not None else None
+    n_w = shares[worker] if shares is not None else None
+    warm_w = split_by(warmup_for(cfg, point), weights)[worker]
+    sessions = cfg.content is not None and cfg.content.sessions is not None
+    if n_w == 0 and not sessions:
         return result
     # constant arrivals from several workers interleave: worker w starts w/rate later
     phase_s = (worker / point.offered_load) if point.load_model == "open_loop" and point.arrival == "constant" else 0.0
-    if cfg.content is not None and cfg.content.sessions is not None:
-        specs, run_phase = session_plans(cfg, point_index, worker, nonce, warm_w, n_w, active), session_phase
+    if sessions:
+        # the point's sessions are planned once and dealt whole to the workers (loadgen.sessions)
+        specs = session_plans(cfg, point_index, worker, nonce, warm_w, cfg.requests_per_point, active, weights)
+        run_phase = session_phase
     else:
-        specs, run_phase = _specs(cfg, st.endpoint, point_index, worker, nonce, warm_w, n_w, active), _phase
+        specs, run_phase = _specs(cfg, st.endpoint, point_index, worker, nonce, warm_w, n_w, active, shares), _phase
     warm_specs = [next(specs) for _ in range(warm_w)]
     # a count-ended phase is built in full before it starts; a timed one lazily
     measured: Any = list(specs) if n_w is not None else specs
+    if sessions and n_w is not None:
+        n_w = sum(len(plan.turns) for plan in measured)  # this worker's turns, in whole sessions
+        if not n_w:
+            return result
     return await _measure(cfg, st, point, point_index, result, warm_specs, measured, n_w, conc_w, rate_w, phase_s, start_at_ns, barrier, run_phase)
 
 
@@ -214,7 +228,7 @@ def _worker_main() -> None:
         _send(outp, res)
 
 
-def check_reachable(url: str, api: str = "completions", timeout_s: float = 5.0) -> http.Endpoint:
+def check_reachable(url: str, api: str | None = None, timeout_s: float = 5.0) -> http.Endpoint:
     """Fail fast with one clear line when nothing answers at ``url``."""
     try:
         ep = http.Endpoint.from_url(url, api)

@@ -199,6 +199,10 @@ def parse_stages(text: str, load_model: str, *, arrival: str = "poisson", bursti
     if not vals or any(not 0 < v < float("inf") for v in vals):
         raise ValueError(f"{what} {text!r} needs positive, finite values")
     if load_model == "closed_loop":
+        if arrival != "poisson" or burstiness != 1.0:
+            # a closed loop sends when a request returns: an arrival shape would be dropped unseen
+            raise ValueError(f"{what} {text!r} is a closed loop (each stream sends when its previous request returns): "
+                             f"arrival {arrival!r} and burstiness {burstiness:g} shape open-loop arrivals only; give rates")
         ints: list[int] = []
         for v in vals:
             if not sep and v != int(v):

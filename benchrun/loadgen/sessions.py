@@ -9,7 +9,8 @@ its session (its later turns would carry a history the server never produced).
 Load: closed loop ``c`` runs ``c`` sessions at once (a slot starts the next session when its
 session ends); open loop starts sessions at the point's arrival times (``rate`` is sessions
 per second). A point's request count counts turns: ``n`` requests are ``ceil(n / turns)``
-sessions, the last one shortened. Warm-up sessions are single turns. Rows carry ``session_id``
+sessions, the last one shortened, planned once for the point and dealt whole to the workers
+(:func:`session_plans`). Warm-up sessions are single turns. Rows carry ``session_id``
 and ``turn`` (1-based); the schedule of a later turn is its reply's end plus the think time.
 """
 
@@ -25,7 +26,7 @@ from benchrun.loadgen.config import LoadPoint
 from benchrun.loadgen.content import Source, Turn, history_tokens, turn_spec
 from benchrun.loadgen.records import _Spec, _WorkerState
 from benchrun.loadgen.schedule import _arrivals, _one
-from benchrun.loadgen.workload import worker_rng
+from benchrun.loadgen.workload import dealt_index, split_by, worker_rng
 
 CLOCK = time.perf_counter_ns
 
@@ -40,21 +41,31 @@ class SessionPlan:
 
 
 def session_plans(cfg: Any, point_index: int, worker: int, nonce: str, n_warm: int, n: int | None,
-                  n_workers: int = 1) -> Iterator[SessionPlan]:
-    """Warm-up plans (one turn each), then sessions holding ``n`` turns in all (endless when None);
-    a dataset's entries are dealt to sessions by global session index over ``n_workers``."""
+                  n_workers: int = 1, weights: list[int] | None = None) -> Iterator[SessionPlan]:
+    """Warm-up plans (one turn each), then this worker's sessions.
+
+    With a request count, ``n`` is the point's turns over all its ``n_workers`` workers: the
+    point's sessions are planned once (``ceil(n / turns)`` of them, the last shortened; session
+    ``j`` takes the dataset's ``j``-th entry of the point's permutation, or draws seeded by ``j``)
+    and whole sessions are dealt to the workers in proportion to ``weights`` (a closed loop's
+    streams per worker; default equal), so the same seed sends the same sessions whatever the
+    worker count. Timed (``n`` None): endless, worker ``w`` taking sessions ``w, w + n_workers, ...``."""
     src = Source(cfg.content, cfg.mix, cfg.seed, point_index, worker, n_workers)
     shape = cfg.content.sessions
     for k in range(n_warm):
         yield SessionPlan(f"{nonce}-p{point_index}-w{worker}-wus{k}", src.conversation(1, warmup=True), src)
-    left = n
-    k = 0
-    while left is None or left > 0:
-        turns = shape.turns if left is None else min(shape.turns, left)
-        yield SessionPlan(f"{nonce}-p{point_index}-w{worker}-s{k}", src.conversation(turns), src)
-        k += 1
-        if left is not None:
-            left -= turns
+    if n is None:
+        k = 0
+        while True:
+            j = worker + k * n_workers
+            yield SessionPlan(f"{nonce}-p{point_index}-w{worker}-s{j}", src.conversation(shape.turns, index=j), src)
+            k += 1
+    count = -(-n // shape.turns)
+    shares = split_by(count, weights if weights is not None else [1] * n_workers)
+    for k in range(shares[worker]):
+        j = dealt_index(shares, worker, k)
+        turns = min(shape.turns, n - j * shape.turns)
+        yield SessionPlan(f"{nonce}-p{point_index}-w{worker}-s{j}", src.conversation(turns, index=j), src)
 
 
 async def session_phase(

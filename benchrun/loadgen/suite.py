@@ -148,7 +148,8 @@ def run_serving_suite(
             warmup=int_param(ctx, "warmup", None, minimum=0),  # type: ignore[arg-type]  (None: one per stream)
             seed=int_param(ctx, "seed", 0, minimum=0),
             workers=int_param(ctx, "workers", 1, minimum=1, maximum=1024),
-            api=choice_param(ctx, "api", "completions", ("completions", "chat")),
+            # None: as the endpoint's path says (.../v1/chat/completions), else completions
+            api=choice_param(ctx, "api", None, ("completions", "chat")),  # type: ignore[arg-type]
             request_timeout_s=float_param(ctx, "request_timeout_s", 60.0),
             ignore_eos=bool_param(ctx, "ignore_eos", None),  # type: ignore[arg-type]  (None: as the server kind says)
             server_kind=choice_param(ctx, "server_kind", "auto", SERVER_KINDS),

@@ -187,8 +187,17 @@ def load_trace(path: str | Path, fmt: str = "auto") -> tuple[TraceEntry, ...]:
     return tuple(TraceEntry(t - t0, e.input_tokens, e.output_tokens, e.session_id, e.prefix_ids) for t, e in raw)
 
 
+def check_speedup(speedup: float) -> float:
+    """``speedup`` when it is a positive, finite number; else TraceError naming it (checked before
+    any of the trace's times is divided by it)."""
+    if not (isinstance(speedup, (int, float)) and 0 < speedup < float("inf")):
+        raise TraceError(f"speedup {speedup!r} must be a positive, finite number (2 = twice as fast) (--speedup)")
+    return float(speedup)
+
+
 def trace_point(entries: tuple[TraceEntry, ...], speedup: float = 1.0) -> LoadPoint:
     """The load point of a replay; its offered load is the trace's own mean rate (req/s) after ``speedup``."""
+    check_speedup(speedup)
     span = (entries[-1].t_s - entries[0].t_s) / speedup if entries else 0.0
     rate = (len(entries) - 1) / span if span > 0 else float(max(1, len(entries)))
     return LoadPoint("trace", rate, speedup=speedup)
@@ -196,6 +205,7 @@ def trace_point(entries: tuple[TraceEntry, ...], speedup: float = 1.0) -> LoadPo
 
 def select(entries: tuple[TraceEntry, ...], n: int | None, duration_s: float | None, speedup: float) -> tuple[TraceEntry, ...]:
     """The replayed part: the first ``n`` requests, or those within the first ``duration_s`` replayed seconds."""
+    check_speedup(speedup)
     if n is not None:
         return entries[:n]
     if duration_s is not None:

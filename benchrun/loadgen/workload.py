@@ -167,3 +167,26 @@ def split_evenly(total: int, parts: int) -> list[int]:
     """``total`` split into ``parts`` integers that differ by at most one (larger first)."""
     base, extra = divmod(int(total), int(parts))
     return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+def split_by(total: int, weights: list[int]) -> list[int]:
+    """``total`` split into integers in proportion to ``weights`` (largest remainders get the
+    leftover, the first on a tie), summing to ``total``; equal weights give :func:`split_evenly`."""
+    total, ws = int(total), [int(w) for w in weights]
+    whole = sum(ws)
+    base = [total * w // whole for w in ws]
+    left = total - sum(base)
+    order = sorted(range(len(ws)), key=lambda i: (-(total * ws[i] % whole), i))
+    for i in order[:left]:
+        base[i] += 1
+    return base
+
+
+def dealt_index(shares: list[int], worker: int, k: int) -> int:
+    """The global index of ``worker``'s ``k``-th item when items 0, 1, 2, ... are dealt round
+    robin to the workers, each until its share is used up (``worker + k * len(shares)`` while
+    every share lasts), so the workers' items together are ``0 .. sum(shares) - 1``."""
+    n = len(shares)
+    if k < min(shares):
+        return worker + k * n
+    return sum(min(s, k) for s in shares) + sum(1 for s in shares[:worker] if s > k)

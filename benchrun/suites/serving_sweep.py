@@ -7,10 +7,13 @@ Parameters (``BENCHRUN_PARAMS``):
 - ``requests_per_point`` (default 24) or ``duration_s``; ``warmup`` (default 2);
 - ``stages`` (instead of a list): ``ramp:START:END:N`` or ``saturate:START:FACTOR:MAX`` of
   concurrencies or rates (saturate stops when goodput falls more than ``goodput_drop``,
-  default 0.1, below the best stage); ``burstiness`` (gamma arrivals, 1 = Poisson);
+  default 0.1, below the best stage); ``burstiness`` (gamma arrivals, 1 = Poisson). Stages are
+  rates only when the sweep is open loop (below); ``arrival`` and ``burstiness`` on a closed
+  loop are refused, as are ``speedup`` and ``trace_format`` without ``trace``;
 - ``trace`` (a trace file: Mooncake JSONL, Azure CSV, plain CSV/JSONL) replayed at its own
   times instead of a sweep, with ``speedup`` and ``trace_format``; ``requests_per_point`` or
-  ``duration_s`` then cut it (neither: the whole trace);
+  ``duration_s`` then cut it (neither: the whole trace); it sends the trace's own prompts, so
+  ``workload.dataset``, ``tokenizer``, ``session_turns`` and ``shared_prefix`` are refused with it;
 - ``endpoint`` (optional): without it the synthetic reference server is started on a free
   loopback port, stopped afterwards, and the result is marked ``synthetic``;
 - and the common ones of :mod:`benchrun.loadgen.suite` (api, model, mix, seed, workers,
@@ -40,6 +43,13 @@ def sweep_points(ctx: SuiteContext, load_model: str) -> list:
     has_c, has_r = "concurrency" in ctx.params, "rates" in ctx.params
     if not load_model:
         load_model = "open_loop" if has_r and not has_c else "closed_loop"
+    shape = [n for n in ("arrival", "burstiness") if n in ctx.params]
+    if shape and load_model == "closed_loop":
+        raise BenchrunError(
+            f"serving_sweep: parameter{'s' if len(shape) > 1 else ''} {' and '.join(shape)} shape{'' if len(shape) > 1 else 's'} "
+            "open-loop arrivals, but this sweep is closed loop (workload.concurrencyModel closed_loop, or none and no "
+            "'rates'; 'stages' are then concurrencies): set workload.concurrencyModel: open_loop or give 'rates', "
+            f"or leave {'them' if len(shape) > 1 else 'it'} out")
     arrival = str(ctx.param("arrival", "poisson"))
     burstiness = float_param(ctx, "burstiness", 1.0)
     if burstiness != 1.0 and arrival == "poisson":
@@ -85,8 +95,26 @@ def run(ctx: SuiteContext) -> None:
     check_known(ctx, PARAMETERS)
     _, _, load_model, _, _, _ = workload_inputs(ctx)
     duration = float_param(ctx, "duration_s", 0.0) if "duration_s" in ctx.params else None
+    # parameters of another load model are refused, not accepted and ignored
+    stray = ([n for n in ("concurrency", "rates", "stages", "arrival", "burstiness", "goodput_drop") if n in ctx.params]
+             if "trace" in ctx.params else [n for n in ("speedup", "trace_format") if n in ctx.params])
+    if stray and "trace" in ctx.params:
+        raise BenchrunError(f"serving_sweep: parameter trace replays the trace's own times; {', '.join(stray)} cannot "
+                            f"apply to it: leave {'it' if len(stray) == 1 else 'them'} out")
+    if stray:
+        raise BenchrunError(f"serving_sweep: parameter{'s' if len(stray) > 1 else ''} {' and '.join(stray)} "
+                            f"appl{'y' if len(stray) > 1 else 'ies'} to a trace replay only: give 'trace', or leave "
+                            f"{'them' if len(stray) > 1 else 'it'} out")
     if "trace" in ctx.params:
         from benchrun.loadgen import trace as tracing
+
+        # the replay sends the trace's own prompts; content would be reported as used, never sent
+        given = (["workload.dataset"] if (ctx.workload or {}).get("dataset") else []) + [
+            f"parameter {n}" for n in ("tokenizer", "session_turns", "shared_prefix") if ctx.params.get(n) is not None]
+        if given:
+            raise BenchrunError(f"serving_sweep: parameter trace replays the trace's own prompts (its lengths and prefix "
+                                f"blocks); {', '.join(given)} cannot apply to it: leave {'it' if len(given) == 1 else 'them'} "
+                                "out, or run the trace in a suite of its own")
 
         speedup = float_param(ctx, "speedup", 1.0)
         entries = tracing.load_trace(str(ctx.params["trace"]), str(ctx.param("trace_format", "auto")))

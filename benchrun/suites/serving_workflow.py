@@ -1,7 +1,7 @@
 """The ``serving_workflow`` suite (end-to-end layer): one customer-like serving point.
 
 Parameters (``BENCHRUN_PARAMS``): ``concurrency`` (default 4; closed loop) or ``rate``
-(req/s; open loop, ``arrival`` poisson | constant), ``requests`` (default 32) or
+(req/s; open loop, ``arrival`` poisson | constant, refused on a closed loop), ``requests`` (default 32) or
 ``duration_s``, ``warmup`` (default 2), ``endpoint`` (optional; without it the synthetic
 reference server is started and the result marked ``synthetic``), and the common ones of
 :mod:`benchrun.loadgen.suite`. The load model follows ``workload.concurrencyModel`` when
@@ -43,6 +43,9 @@ def run(ctx: SuiteContext) -> None:
                 raise ParamError(f"parameter rate={ctx.params['rate']!r} must be a finite number of req/s")
             point = LoadPoint("open_loop", rate, str(ctx.param("arrival", "poisson")))
         else:
+            if "arrival" in ctx.params:  # refused, not dropped: a closed loop has no arrival process
+                raise BenchrunError("serving_workflow: parameter arrival shapes open-loop arrivals, but this point is "
+                                    "closed loop: set workload.concurrencyModel: open_loop and give 'rate', or leave it out")
             point = LoadPoint("closed_loop", int_param(ctx, "concurrency", 4, minimum=1))
     except ParamError:
         raise
