@@ -220,3 +220,36 @@ def test_waiting_on_a_process_already_gone_leaks_no_pidfd():
     finally:
         live.kill()
         live.wait()
+
+
+def test_a_ctrl_c_during_the_spawn_still_kills_the_suite(run_dir, monkeypatch):
+    """An interrupt that landed inside Popen, after the fork, raised out of Popen before it returned
+    the process: the suite (in its own session) kept running after the run ended (seen in the full
+    suite as a membw left running after `benchrun run` was Ctrl-C'd)."""
+    import os
+    import signal
+    import subprocess
+
+    import psutil
+
+    import benchrun.launch.local as local
+
+    spawned = []
+    real = subprocess.Popen
+
+    class InterruptedAtSpawn(real):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            spawned.append(self.pid)
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while Popen is still returning
+            time.sleep(0.2)  # the handler runs here, inside Popen
+
+    monkeypatch.setattr(local.subprocess, "Popen", InterruptedAtSpawn)
+    inv = _inv([sys.executable, "-c", "import time; time.sleep(60)"], env=_suite_env(run_dir, "s"))
+    with pytest.raises(KeyboardInterrupt):
+        LocalLauncher().launch(inv, run_dir)
+    [pid] = spawned
+    deadline = time.monotonic() + 5
+    while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, f"the suite {pid} outlived the interrupted launch"
+        time.sleep(0.05)

@@ -14,15 +14,17 @@ its ranks and its reason, and every other group is killed, so no rank outlives t
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import select
 import signal
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Iterator, Mapping
 
 from benchrun.launch.base import LaunchResult, prepare_outputs
 from benchrun.plan import Invocation
@@ -64,6 +66,36 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[list[tuple[int, Any]]]:
+    """SIGINT and SIGTERM held while a suite is spawned, delivered by :func:`_deliver` once the
+    launcher holds the process. An interrupt that lands inside ``Popen`` after the fork leaves the
+    child running with no ``Popen`` returned to kill it — in its own session, the terminal's Ctrl-C
+    never reaches it, so it outlived the run. Main thread only (only it runs signal handlers);
+    only Python handlers are held (a default action is the process's own end)."""
+    held: list[tuple[int, Any]] = []
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            handler = signal.getsignal(sig)
+            if callable(handler):
+                previous[sig] = handler
+                signal.signal(sig, lambda num, frame: held.append((num, frame)))
+    try:
+        yield held
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _deliver(held: list[tuple[int, Any]]) -> None:
+    """Run the handlers of the signals :func:`_signals_held` held (raising as they would have)."""
+    for num, frame in held:
+        handler = signal.getsignal(num)
+        if callable(handler):
+            handler(num, frame)
 
 
 def free_loopback_port() -> int:
@@ -145,23 +177,28 @@ class LocalLauncher:
         # The sampler runs from just before the spawn to just after the exit, and adds its
         # summaries to the result document before it is read below.
         with replicate_telemetry(inv, run_dir) as telemetry, log_path.open("wb") as logf:
-            try:
-                proc = subprocess.Popen(
-                    list(inv.argv),
-                    env=env,
-                    cwd=run_dir,
-                    stdin=subprocess.DEVNULL,
-                    stdout=logf,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,  # its own process group, killable as one
-                )
-            except OSError as exc:
+            with _signals_held() as held:
+                try:
+                    proc = subprocess.Popen(
+                        list(inv.argv),
+                        env=env,
+                        cwd=run_dir,
+                        stdin=subprocess.DEVNULL,
+                        stdout=logf,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,  # its own process group, killable as one
+                    )
+                except OSError as exc:
+                    proc, spawn_error = None, exc
+            if proc is None:
+                _deliver(held)  # an interrupt during a failed spawn still interrupts
                 wall = time.perf_counter() - t0
-                logf.write(f"benchrun: cannot start {inv.argv[0]!r}: {exc}\n".encode())
-                return self._result(inv, "failed", f"cannot start {inv.argv[0]!r}: {exc.strerror or exc}",
+                logf.write(f"benchrun: cannot start {inv.argv[0]!r}: {spawn_error}\n".encode())
+                return self._result(inv, "failed", f"cannot start {inv.argv[0]!r}: {spawn_error.strerror or spawn_error}",
                                     None, wall, t_request, t_request, log_path, None)
             t_spawned = time.time()
             try:
+                _deliver(held)  # a Ctrl-C that landed during the spawn: now, where the suite is killed below
                 # Inside the try: a Ctrl-C that lands while the sampler takes the pid still ends the suite.
                 if telemetry is not None:
                     telemetry.watch(proc.pid)
@@ -237,14 +274,17 @@ class LocalLauncher:
                 logf = path.open("wb")
                 logs.append(logf)
                 try:
-                    procs.append(subprocess.Popen(
-                        list(inv.node_argv(n, master_addr=master, master_port=port, hosts=hosts)),
-                        env=env, cwd=run_dir, stdin=subprocess.DEVNULL, stdout=logf,
-                        stderr=subprocess.STDOUT, start_new_session=True,
-                    ))
+                    with _signals_held() as held:  # a node spawned is a node in procs, killed below
+                        procs.append(subprocess.Popen(
+                            list(inv.node_argv(n, master_addr=master, master_port=port, hosts=hosts)),
+                            env=env, cwd=run_dir, stdin=subprocess.DEVNULL, stdout=logf,
+                            stderr=subprocess.STDOUT, start_new_session=True,
+                        ))
+                    _deliver(held)
                     if telemetry is not None:
                         telemetry.watch(procs[-1].pid)
                 except OSError as exc:
+                    _deliver(held)
                     logf.write(f"benchrun: cannot start {inv.argv[0]!r}: {exc}\n".encode())
                     failure = (n, f"cannot start {inv.argv[0]!r}: {exc.strerror or exc}")
                     break
