@@ -49,6 +49,12 @@ def home(tmp_path: Path) -> Path:
     "SELECT * FROM which_secret('s3://lake/x', 's3')",
     "SELECT * FROM query('SELECT * FROM duckdb_' || 'secrets()')",
     "SELECT * FROM query_table('measurement_fact')",
+    # a comment between the name and its parenthesis (the tokenizer yields no comment tokens)
+    "SELECT * FROM query /**/ ('SELECT 42 AS x')",
+    "SELECT * FROM query -- c\n('SELECT 42')",
+    "SELECT * FROM json_execute_serialized_sql /**/ (json_serialize_sql /**/ ('SELECT 1'))",
+    "SELECT * FROM which_secret /* x */ ('s3://lake/x', 's3')",
+    "EXPLAIN ANALYZE COPY/**/(SELECT 42 AS x) TO 'out.csv'",
 ])
 def test_writes_and_settings_are_refused_in_any_position(home: Path, sql: str, monkeypatch) -> None:
     monkeypatch.chdir(home)

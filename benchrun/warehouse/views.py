@@ -415,6 +415,20 @@ def stop_queries_on_signal() -> Iterator[SignalSeen | None]:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+_QUOTED = re.compile(r'"((?:[^"]|"")*)"')
+_BARE = re.compile(r"[^\s(),;/\-]+")
+
+
+def _token_text(span: str) -> str:
+    """A keyword's or identifier's own text from the span up to the next token: DuckDB's tokenizer
+    yields no comment tokens, so ``query /**/ (`` spans the comment too (it slipped past the checks)."""
+    quoted = _QUOTED.match(span)
+    if quoted:
+        return quoted.group(1).replace('""', '"')
+    bare = _BARE.match(span)
+    return bare.group(0) if bare else span.strip()
+
+
 def check_read_only(sql: str) -> None:
     """Refuse anything but one SELECT (or EXPLAIN of one SELECT), judged by DuckDB's own parser.
 
@@ -438,9 +452,9 @@ def check_read_only(sql: str) -> None:
     for i, (start, token_type) in enumerate(tokens):
         end = tokens[i + 1][0] if i + 1 < len(tokens) else len(sql)
         if token_type == duckdb.token_type.keyword:
-            words.append((start, sql[start:end].strip().upper()))
+            words.append((start, _token_text(sql[start:end]).upper()))
         elif token_type == duckdb.token_type.identifier:
-            name = sql[start:end].strip().strip('"').lower()
+            name = _token_text(sql[start:end]).lower()
             call = i + 1 < len(tokens) and sql[tokens[i + 1][0]:].startswith("(")
             if name in SECRET_FUNCTIONS or (call and name in DYNAMIC_SQL_FUNCTIONS):
                 raise BenchrunError(f"query: {name}() is refused here (it reads the connection's credentials or "
