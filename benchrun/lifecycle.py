@@ -296,8 +296,8 @@ def resign_if_intact(run_dir: Path, home: Path | str | None = None, *, rewritten
     except (OSError, ValueError) as exc:
         return f"not signed again: status.json cannot be read ({exc})"
     if drift:
-        return ("not signed again: status.json no longer says what the signature says about the run "
-                f"({'; '.join(drift[:5])}); restore it (the current signature stays)")
+        return ("not signed again: status.json no longer names the run as its signature does "
+                f"({'; '.join(drift[:5])}): it was edited; restore those fields (the current signature stays)")
     sealed = set(statement.subjects) - set(statement.predicate.get("published_files") or [])
     changed = subject_mismatches(statement, run_dir)
     bad = [b for b in changed if b.split(" (")[0] in sealed]
@@ -313,23 +313,24 @@ def resign_if_intact(run_dir: Path, home: Path | str | None = None, *, rewritten
     if added:
         return ("not signed again: files were added since signing that this command did not write "
                 f"({', '.join(added[:5])}); remove them (`benchrun verify` lists them)")
-    try:
-        sign_publication(RunDir(run_dir.parent.parent, run_dir.name))
+    try:  # the fields the statement takes from status.json keep their signed values
+        sign_publication(RunDir(run_dir.parent.parent, run_dir.name), keep=statement.predicate)
     except BenchrunError as exc:  # e.g. a pinned spec that no longer validates: the command's own work stands
         return f"not signed again: {exc}"
     return None
 
 
-def sign_publication(rd: RunDir) -> Any:
+def sign_publication(rd: RunDir, keep: dict[str, Any] | None = None) -> Any:
     """Sign the run again once everything is published (the final report included), so the
-    signature covers every file but the live status.json; a run never signed stays unsigned."""
+    signature covers every file but the live status.json; a run never signed stays unsigned.
+    ``keep``: the replaced signature's predicate, whose status.json fields are kept (re-signing)."""
     from benchrun.provenance import envelope_path, sign_run
 
     if not envelope_path(rd.path).is_file():
         return None
     signing = load_pinned(rd).run.spec.provenance.signing
     result = sign_run(rd.path, rd.home, backend_requested=signing.backend,
-                      attestation_format=signing.attestation_format)
+                      attestation_format=signing.attestation_format, keep=keep)
     ok, reason, message = result.condition()
     rd.set_condition("Signed", ok, reason, message)
     return result

@@ -136,11 +136,23 @@ def test_an_edited_status_json_is_not_carried_into_a_new_signature(bench_home, m
     cli = CliRunner()
     for command in (["rebuild-warehouse", rid], ["report", rid]):
         out = cli.invoke(app, command)
-        assert "not signed again: status.json no longer says what the signature says" in out.output, out.output
+        assert "not signed again: status.json no longer names the run as its signature does" in out.output, out.output
         assert "benchmark_class.granted (signed 'realism_grade', status.json 'publication_grade')" in out.output
         assert env.read_bytes() == before  # the signature stays what it was
     predicate = json.loads(base64.b64decode(json.loads(env.read_text())["payload"]))["predicate"]
     assert predicate["benchmark_class"]["granted"] == "realism_grade" and predicate["run_name"] == "synthetic"
+    # a time benchrun itself moves (a publication failing after Succeeded sets a new finished_utc):
+    # signed again, keeping the signed time — an edited time is never signed either
+    def resign(finished: str) -> dict:
+        st.update(benchmark_class_granted="realism_grade", name="synthetic", finished_utc=finished)
+        (rd / "status.json").write_text(json.dumps(st))
+        out = cli.invoke(app, ["report", rid])
+        assert "not signed again" not in out.output, out.output
+        assert cli.invoke(app, ["verify", rid]).exit_code == 0
+        return json.loads(base64.b64decode(json.loads(env.read_text())["payload"]))["predicate"]["timestamps"]
+
+    assert resign("2026-12-06T00:00:00Z")["finished_utc"] == "2026-12-06T00:00:00Z"  # signed empty: set since
+    assert resign("1999-01-01T00:00:00Z")["finished_utc"] == "2026-12-06T00:00:00Z"  # the signed time is kept
 
 
 def test_a_run_whose_envelope_and_manifest_were_removed_fails_verify(bench_home, monkeypatch) -> None:

@@ -13,6 +13,7 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Mapping
 
 from benchrun.errors import BenchrunError
 from benchrun.paths import validate_run_id
@@ -62,7 +63,7 @@ def envelope_path(run_dir: Path) -> Path:
 
 
 def sign_run(run_dir: Path, home: Path | str | None = None, *, backend_requested: str | None = None,
-             attestation_format: str | None = None) -> SignResult:
+             attestation_format: str | None = None, keep: Mapping[str, Any] | None = None) -> SignResult:
     """Write ``<run_dir>/reports/<run_id>_provenance.dsse.json`` (atomic) and say who signed it.
 
     The Statement's subjects are the files manifest.json hashes (re-hashed now: if any
@@ -71,7 +72,7 @@ def sign_run(run_dir: Path, home: Path | str | None = None, *, backend_requested
     run_dir = Path(run_dir)
     key = load_signing_key(home)
     statement = build_statement(run_dir, backend_requested=backend_requested, backend_used=BACKEND_USED,
-                                signed_utc=utc_now(), home=Path(home) if home else None)
+                                signed_utc=utc_now(), home=Path(home) if home else None, keep=keep)
     envelope = dsse.sign(dsse.IN_TOTO_PAYLOAD_TYPE, canonical_json(statement), key.private, key.keyid)
     path = envelope_path(run_dir)
     atomic_write_json(path, envelope.to_json())

@@ -210,10 +210,14 @@ def from_status(status: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def status_drift(statement: "Statement", status: Mapping[str, Any]) -> list[str]:
-    """``field (signed X, status.json Y)`` for each predicate field status.json no longer agrees with:
-    signing again would carry an edit of the unsigned status.json into the signature. A field signed
-    empty may have been set since (a run signed before it finished)."""
+    """``field (signed X, status.json Y)`` for each field naming the run (its name, class and
+    digests) that status.json no longer agrees with: an edit of the unsigned status.json, which
+    re-signing must not pass over in silence. Times are not compared: benchrun itself moves
+    ``finished_utc`` (a publication that fails after Succeeded), and re-signing keeps the signed
+    values of every field taken from status.json anyway (``build_statement``'s ``keep``). A field
+    signed empty may have been set since (a run signed before it finished)."""
     now, signed = from_status(status), statement.predicate
+    now.pop("timestamps")
     out = []
     for key, value in now.items():
         pairs = ([(f"{key}.{k}", (signed.get(key) or {}).get(k), v) for k, v in value.items()]
@@ -224,18 +228,29 @@ def status_drift(statement: "Statement", status: Mapping[str, Any]) -> list[str]
 
 
 def build_statement(run_dir: Path, *, backend_requested: str | None, backend_used: str,
-                    signed_utc: str, home: Path | None = None) -> dict[str, Any]:
-    """The Statement for the run in ``run_dir`` (its status.json and manifest.json must exist)."""
+                    signed_utc: str, home: Path | None = None,
+                    keep: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The Statement for the run in ``run_dir`` (its status.json and manifest.json must exist).
+    ``keep``: the predicate of the signature being replaced (re-signing): the fields taken from
+    status.json keep their signed values, so an edit of the unsigned status.json is never signed."""
     run_id = validate_run_id(run_dir.name)
     status = _read_json(run_dir / "status.json", "the run has no status")
     manifest = _read_json(run_dir / "manifest.json", "the run's evidence is not recorded yet")
     if manifest.get("run_id") not in (None, run_id):
         raise BenchrunError(f"{run_dir / 'manifest.json'}: run_id {manifest.get('run_id')!r} is not {run_id!r}")
-    digest = status.get("artifact_manifest_digest")
+    fields = from_status(status)
+    if keep:
+        for key, value in fields.items():
+            signed = keep.get(key)
+            if isinstance(value, dict):
+                fields[key] = {k: (signed or {}).get(k) if (signed or {}).get(k) is not None else v
+                               for k, v in value.items()}
+            elif signed is not None:
+                fields[key] = signed
+    digest = fields["artifact_manifest_digest"]
     if not digest:
         raise BenchrunError(f"{run_dir / 'status.json'}: no artifact_manifest_digest; the evidence is not in the "
                             "artifact store yet (materialize run_evidence first)")
-    fields = from_status(status)
     predicate = {
         "run_id": run_id,
         "run_name": fields["run_name"],
