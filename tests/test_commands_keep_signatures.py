@@ -175,6 +175,11 @@ def test_a_run_whose_envelope_and_manifest_were_removed_fails_verify(bench_home,
         out = cli.invoke(app, command)
         assert out.exit_code == 1, (command, out.output)
         assert "yet the run sealed its evidence" in out.output + str(out.exception), (command, out.output)
+    # the pinned spec names the store: removing it too does not make the run "never sealed"
+    (rd / "structured" / f"{rid}_spec.yaml").unlink()
+    for command in (["verify", rid], ["verify", "--store"]):
+        out = cli.invoke(app, command)
+        assert out.exit_code == 1 and "its pinned spec" in out.output + str(out.exception), (command, out.output)
 
 
 def test_report_signs_over_only_what_it_writes_and_nothing_added(bench_home, monkeypatch) -> None:

@@ -187,10 +187,13 @@ def test_an_unsigned_run_is_judged_alike_by_verify_and_verify_store(bench_home: 
     which no command can do, while `verify --store` listed it "not signed", exit 0."""
     from benchrun.rundir import RunDir
 
+    spec = (Path(__file__).resolve().parents[1] / "specs/local/canary.yaml").read_bytes()
     canceled = RunDir(bench_home, "run-canceled").create()
     canceled.write_status({"run_id": "run-canceled", "phase": "Canceled", "message": "canceled by ann"})
     queued = RunDir(bench_home, "run-queued").create()
     queued.write_status({"run_id": "run-queued", "phase": "Pending"})
+    for rd in (canceled, queued):  # pinned when submitted, before anything else (it names the store)
+        (rd.path / "structured" / f"{rd.run_id}_spec.yaml").write_bytes(spec)
     for rd, says in ((canceled, "never finished (phase Canceled: canceled by ann)"), (queued, "not signed yet")):
         out = _verify(rd.run_id, "--public-key", str(bench_home / "nowhere.pem"))
         assert out.exit_code == 0, out.output

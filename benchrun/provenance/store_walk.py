@@ -16,14 +16,17 @@ class StoreReport:
     failures: list[str] = dataclasses.field(default_factory=list)
 
 
-def unsigned(rd: Any) -> tuple[bool, str]:
+def unsigned(rd: Any, templates: Any = ()) -> tuple[bool, str]:
     """``(failure, why)`` for run ``rd`` (a RunDir) that has no provenance envelope, the one rule of
     `verify RUN_ID` and `verify --store`. benchrun signs every run that finishes its analysis (the
     provenance_attestation asset, after the evidence is sealed): a run that sealed its evidence
     (manifest.json, its digest in status.json, or an object manifest in its artifact store) or Succeeded
     without an envelope fails, fail-closed (the
     envelope was removed, or signing failed). A run that never sealed anything (canceled, failed
-    or rejected before its evidence, or still running) published nothing to verify: not a failure."""
+    or rejected before its evidence, or still running) published nothing to verify: not a failure.
+    ``templates``: more artifact stores to look in (``verify --store`` passes every run's), beside
+    the one the run's pinned spec names and the default; a run whose pinned spec is gone cannot say
+    where it stored its evidence, and fails."""
     from benchrun.errors import BenchrunError
     from benchrun.provenance import envelope_path
     from benchrun.rundir import TERMINAL_PHASES
@@ -35,7 +38,12 @@ def unsigned(rd: Any) -> tuple[bool, str]:
         return True, f"not signed ({env} is missing) and its status cannot be read ({exc})"
     phase = str(st.get("phase") or "unknown")
     sealed = ((rd.path / "manifest.json").is_file() or bool(st.get("artifact_manifest_digest"))
-              or _stored(rd))
+              or _stored(rd, templates))
+    pinned = rd.path / "structured" / f"{rd.run_id}_spec.yaml"
+    if not sealed and not pinned.is_file():
+        return True, (f"not signed ({env} is missing) and its pinned spec {pinned.relative_to(rd.path)} is gone: "
+                      "it names the artifact store that would show whether the run sealed evidence, so nothing "
+                      "shows this run published nothing")
     if sealed and phase == "Analyzing":
         return False, ("not signed yet: its evidence is sealed and it is being analyzed (phase Analyzing); it is "
                        "signed when it finishes: verify it then")
@@ -51,14 +59,15 @@ def unsigned(rd: Any) -> tuple[bool, str]:
                    "finishes: verify it then")
 
 
-def _stored(rd: Any) -> bool:
-    """Whether the run's artifact store holds an object manifest of it: sealed evidence that
+def _stored(rd: Any, templates: Any = ()) -> bool:
+    """Whether an artifact store holds an object manifest of the run: sealed evidence that
     manifest.json and status.json (both in the run directory, both removable) cannot deny."""
     from benchrun.errors import BenchrunError
     from benchrun.provenance.signing import run_store_template
     from benchrun.store import open_store
 
-    for template in dict.fromkeys((run_store_template(rd.path), None)):  # the pinned spec's store, the default
+    # the pinned spec's store, the default, and any other the caller knows of
+    for template in dict.fromkeys((run_store_template(rd.path), None, *templates)):
         try:
             store = open_store(template, rd.home)
             if store.exists(store.manifest_key(rd.run_id)):
@@ -81,13 +90,15 @@ def walk_store(public_key: Path | None, pinned: tuple[str, ...], home: Path | No
     report = StoreReport()
     stores: dict[str | None, object] = {}
     seen: set[tuple[str, str]] = set()
-    for rd in list_runs(home):
+    runs = list(list_runs(home))
+    templates = {run_store_template(rd.path) for rd in runs}  # an unsigned run is looked for in each
+    for rd in runs:
         template = run_store_template(rd.path)
         try:
             if template not in stores:
                 stores[template] = open_store(template, home)
             if not envelope_path(rd.path).is_file():
-                failed, why = unsigned(rd)
+                failed, why = unsigned(rd, templates)
                 if failed:
                     raise BenchrunError(why)
                 report.lines.append(f"run {rd.run_id}: {why}")
