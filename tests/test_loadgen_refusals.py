@@ -214,3 +214,9 @@ def test_the_url_still_decides_when_no_api_is_given():
     cfg.check()  # no api given: the URL's
     with pytest.raises(BenchrunError, match="conflicts"):
         SweepConfig(**{**cfg.__dict__, "api": "completions"}).check()
+
+
+def test_dataset_format_without_a_dataset_is_refused(tmp_path, monkeypatch, capsys):
+    """`--trace T --dataset-format sharegpt` ran the replay and ignored the option (docs review)."""
+    _refused(["--url", URL, "--out", str(tmp_path / "o"), "--trace", str(_trace(tmp_path)), "--dataset-format",
+              "sharegpt"], monkeypatch, capsys, "--dataset-format")

@@ -77,6 +77,11 @@ def test_the_launcher_runs_only_the_images_it_allows(bench_home, canary_doc, wri
     assert out.returncode == 0, out.stderr
     images = {d["spec"]["template"]["spec"]["containers"][0]["image"] for d in json.loads(out.stdout)["items"]}
     assert images == {"registry.example.com/bench/suite@sha256:" + "a" * 64, "benchrun:latest"}
+    # a suite that names no image runs the launcher's: the refusal names that setting
+    del canary_doc["spec"]["layers"][0]["suites"][0]["image"]
+    out = render(str(write_spec(canary_doc, "plain.yaml")), "--launcher", "kubernetes",
+                 env={**env, "BENCHRUN_LAUNCHER_IMAGE": "myregistry.io/b:1"})
+    assert out.returncode == 1 and "BENCHRUN_LAUNCHER_IMAGE (the image of spec.layers[" in out.stderr, out.stderr
 
 
 def test_render_refuses_the_local_launcher_and_bad_output(bench_home):

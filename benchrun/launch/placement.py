@@ -130,12 +130,12 @@ def whole_cpus(qty: str, field_name: str) -> str:
     return str(int(value if isinstance(value, Decimal) else Decimal(value)))
 
 
-def check_image_allowed(image: str, allowed: tuple[str, ...] | list[str], where: str) -> str:
+def check_image_allowed(image: str, allowed: tuple[str, ...] | list[str], field_name: str) -> str:
     """``image`` when the launcher allows it (``allowed`` empty, or a prefix of it), else raise naming
     the field and the setting. A prefix is matched as written: ``registry.example.com/bench/`` allows
     that path; ``registry.example.com/bench`` alone would also allow ``registry.example.com/bench-evil``."""
     if allowed and not any(image.startswith(prefix) for prefix in allowed):
-        raise BenchrunError(f"{where}.image: {image!r} is not among the images this launcher runs "
+        raise BenchrunError(f"{field_name}: {image!r} is not among the images this launcher runs "
                             f"({', '.join(allowed)}; BENCHRUN_LAUNCHER_ALLOWED_IMAGES); use one of those, or ask "
                             "the operators to allow it")
     return image

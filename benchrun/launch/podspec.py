@@ -354,7 +354,8 @@ def job_manifest(
             f"{inv.suite!r}; set spec.layers[..].suites[..].image (pinned by digest for "
             "publication grade) or the launcher's image"
         )
-    check_image_allowed(image, placement.allowed_images, where)
+    check_image_allowed(image, placement.allowed_images, f"{where}.image" if inv.image else
+                        f"BENCHRUN_LAUNCHER_IMAGE (the image of {where}, which names none)")
     if not _DNS_SUBDOMAIN.match(namespace or "") or len(namespace) > 63:
         raise BenchrunError(f"namespace {namespace!r} is not a valid Kubernetes namespace name")
     if not placement.queue_name:

@@ -132,7 +132,8 @@ def register(app: typer.Typer) -> None:
                                         help="open every stream's connection before the measured phase"),
         dataset: Optional[Path] = typer.Option(None, "--dataset", help="prompts from a dataset: ShareGPT JSON/JSONL, "
                                                "JSONL {prompt, output_tokens} or parquet (docs/loadgen-workloads.md)"),
-        dataset_format: str = typer.Option("auto", "--dataset-format", help="auto | sharegpt | jsonl | parquet"),
+        dataset_format: Optional[str] = typer.Option(None, "--dataset-format", help="with --dataset: auto (default) | "
+                                                     "sharegpt | jsonl | parquet"),
         tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="a local tokenizer.json (or a model folder "
                                                  "holding one): exact prompt lengths and counts in its tokens"),
         session_turns: Optional[int] = typer.Option(None, "--session-turns", help="multi-turn sessions of N turns "
@@ -229,7 +230,10 @@ def register(app: typer.Typer) -> None:
             pricing = Pricing(price_per_node_hour, nodes)
         from benchrun.loadgen.content import content_from_options
 
-        content = content_from_options(dataset, dataset_format, tokenizer, session_turns, think_time, shared_prefix)
+        if dataset_format is not None and dataset is None:
+            raise BenchrunError("--dataset-format applies to --dataset only: give --dataset FILE, or leave it out")
+        content = content_from_options(dataset, dataset_format or "auto", tokenizer, session_turns, think_time,
+                                       shared_prefix)
         cfg = SweepConfig(
             url=url,
             model=model,

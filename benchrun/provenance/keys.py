@@ -182,7 +182,7 @@ def default_public_key(home: Path | str | None = None,
             return load_public_key(value), f"${env} ({value})"
     _, pub_path = local_key_paths(home)
     if not pub_path.exists():
-        raise BenchrunError(f"no trusted public key: pass --public-key, or set {VERIFY_KEY_ENV} "
+        raise BenchrunError(f"no trusted public key: set {VERIFY_KEY_ENV} (or pass --public-key to verify or promote) "
                             f"(there is no key at {pub_path} either)")
     public = load_public_key(pub_path)
     keyid = keyid_of(public)

@@ -299,7 +299,8 @@ class Workload(SpecModel):
 
 
 class ArtifactRef(SpecModel):
-    """A baseline or candidate: where its artifacts live and what it is."""
+    """A baseline or candidate by name in the home that compares: a run id, runs/<run_id> or
+    published/<alias> (optional site prefix, e.g. cluster/published/current), never a path."""
 
     artifact_ref: Text
     description: str | None = None
