@@ -127,3 +127,20 @@ def run_rows(home, table: str, run_id: str) -> list[dict]:
     from benchrun.warehouse import query
 
     return query(f'SELECT * FROM "{table}" WHERE run_id = ?', home, [run_id]).table.to_pylist()
+
+
+def cli_in_process(args, monkeypatch, capsys) -> tuple[int, str, str]:
+    """``benchrun.cli.main`` in this process (same code path, no interpreter start-up): exit code,
+    stdout, stderr."""
+    import sys
+
+    from benchrun import cli
+
+    monkeypatch.setattr(sys, "argv", ["benchrun", *args])
+    code = 0
+    try:
+        cli.main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    out = capsys.readouterr()
+    return code, out.out, out.err

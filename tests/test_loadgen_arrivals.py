@@ -316,18 +316,9 @@ def test_server_metrics_reach_telemetry_slice_fact(tmp_path):
 
 
 def _cli(args, monkeypatch, capsys):
-    import sys
+    from helpers import cli_in_process
 
-    from benchrun import cli
-
-    monkeypatch.setattr(sys, "argv", ["benchrun", *args])
-    code = 0
-    try:
-        cli.main()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return cli_in_process(args, monkeypatch, capsys)
 
 
 def test_cli_trace_replay_with_server_metrics(server, tmp_path, monkeypatch, capsys):

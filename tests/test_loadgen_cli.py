@@ -33,16 +33,9 @@ class _Result:
 
 def _main(args, monkeypatch, capsys):
     """``benchrun.cli.main`` in this process (same code path, no interpreter start-up)."""
-    from benchrun import cli
+    from helpers import cli_in_process
 
-    monkeypatch.setattr(sys, "argv", ["benchrun", *args])
-    code = 0
-    try:
-        cli.main()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out = capsys.readouterr()
-    return _Result(code, out.out, out.err)
+    return _Result(*cli_in_process(args, monkeypatch, capsys))
 
 
 @pytest.mark.slow

@@ -4,7 +4,6 @@ accepted and ignored (while the summary claims they were used)."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from benchrun.errors import BenchrunError
 from benchrun.loadgen.config import LoadPoint, SweepConfig
 from benchrun.loadgen.content import ContentConfig, SessionShape
 from benchrun.loadgen.workload import parse_mix
+from helpers import cli_in_process
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "specs/datasets/benchrun-conversations.jsonl"
@@ -20,16 +20,7 @@ URL = "http://127.0.0.1:9"  # never reached: every refusal comes before the firs
 
 
 def _cli(args, monkeypatch, capsys):
-    from benchrun import cli
-
-    monkeypatch.setattr(sys, "argv", ["benchrun", *args])
-    code = 0
-    try:
-        cli.main()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return cli_in_process(args, monkeypatch, capsys)
 
 
 def _trace(tmp_path: Path) -> Path:

@@ -78,15 +78,20 @@ def test_failures_of_other_jobs_are_left_alone(instance, pending_run, bench_home
     assert status(bench_home, pending_run)["phase"] == "Pending"
 
 
-def test_cancelled_benchmark_run_is_marked_canceled(instance, pending_run, bench_home) -> None:
+def _canceled_context(instance, pending_run):
+    """A started benchmark_run_job run of the partition, canceled: the canceled sensor's context."""
     instance.add_dynamic_partitions("benchmark_run", [pending_run])
     run = create_run_for_test(instance, job_name="benchmark_run_job", tags={"dagster/partition": pending_run},
                               status=dg.DagsterRunStatus.STARTED)
     instance.report_run_canceled(run)
     event = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.RUN_CANCELED)[0].dagster_event
-    run = instance.get_run_by_id(run.run_id)
-    context = dg.build_run_status_sensor_context(
-        sensor_name="run_canceled_sensor", dagster_instance=instance, dagster_run=run, dagster_event=event)
+    return dg.build_run_status_sensor_context(
+        sensor_name="run_canceled_sensor", dagster_instance=instance, dagster_run=instance.get_run_by_id(run.run_id),
+        dagster_event=event)
+
+
+def test_cancelled_benchmark_run_is_marked_canceled(instance, pending_run, bench_home) -> None:
+    context = _canceled_context(instance, pending_run)
     assert run_canceled_sensor(context) is None
     st = status(bench_home, pending_run)
     assert st["phase"] == "Canceled" and st["outcome"] == "canceled"
@@ -133,16 +138,9 @@ def test_a_late_failure_of_an_earlier_attempt_leaves_the_retry_running(instance,
 def test_a_late_cancel_of_an_earlier_attempt_leaves_the_retry_running(instance, pending_run, bench_home) -> None:
     from benchrun.rundir import RunDir
 
-    instance.add_dynamic_partitions("benchmark_run", [pending_run])
-    run = create_run_for_test(instance, job_name="benchmark_run_job", tags={"dagster/partition": pending_run},
-                              status=dg.DagsterRunStatus.STARTED)
-    instance.report_run_canceled(run)
-    event = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.RUN_CANCELED)[0].dagster_event
+    context = _canceled_context(instance, pending_run)
     RunDir.for_run(pending_run).update_status(dagster_run_id="retry-dagster-run-id")
     RunDir.for_run(pending_run).set_phase("Running")
-    context = dg.build_run_status_sensor_context(
-        sensor_name="run_canceled_sensor", dagster_instance=instance, dagster_run=instance.get_run_by_id(run.run_id),
-        dagster_event=event)
     skip = run_canceled_sensor(context)
     assert isinstance(skip, dg.SkipReason) and "cancel ignored" in skip.skip_message
     assert status(bench_home, pending_run)["phase"] == "Running"
