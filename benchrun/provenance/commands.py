@@ -78,7 +78,6 @@ def register(app: typer.Typer) -> None:
         envelope fails.
         """
         from benchrun.errors import BenchrunError
-
         from benchrun.paths import existing_home
 
         pinned = tuple(trust_keyid)
