@@ -217,3 +217,25 @@ def test_promote_and_the_other_verify_run_callers_do_not_ask_to_sign_by_hand(ben
     with pytest.raises(BenchrunError) as info:
         verify_run(rd.path, bench_home / "keys" / "ed25519.pub.pem", home=bench_home)
     assert "the run is not signed" in str(info.value) and "sign the run first" not in str(info.value)
+
+
+def test_verify_waits_for_a_figure_worker_first(bench_home: Path) -> None:
+    """Right after `benchrun run`, its figure worker rewrites the report and then signs again: a
+    verify in between failed ("1 signed file(s) changed since signing: ..._report.html")."""
+    import subprocess
+    import sys
+    import time
+
+    from benchrun.report.workerpids import pid_dir
+
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
+    try:
+        pid_dir(bench_home).mkdir(parents=True, exist_ok=True)
+        (pid_dir(bench_home) / "run-drawing.pid").write_text(str(sleeper.pid))
+        t0 = time.monotonic()
+        out = _verify("--store")
+        assert out.exit_code == 0, out.output
+        assert time.monotonic() - t0 >= 1.0 and sleeper.poll() is not None
+        assert "run run-drawing: waited for its report figures" in out.output
+    finally:
+        sleeper.kill()

@@ -75,7 +75,7 @@ def register(app: typer.Typer) -> None:
         line per failure and exit 1. With --store, every run of the home is checked. A run
         that never sealed its evidence (canceled, failed before it, still running) is not
         signed and has nothing to verify (exit 0, said so); a finished run without its
-        envelope fails.
+        envelope fails. A run whose report figures are still being drawn is waited for first.
         """
         from benchrun.errors import BenchrunError
         from benchrun.paths import existing_home
@@ -83,7 +83,13 @@ def register(app: typer.Typer) -> None:
         pinned = tuple(trust_keyid)
         if store == (run_id is not None):
             raise BenchrunError("verify: give a RUN_ID or --store (not both)")
-        existing_home("verify")
+        home = existing_home("verify")
+        from benchrun.report.worker import wait_for_workers
+
+        # a figure worker rewrites a just-finished run's report and then signs it again: verifying in
+        # between would report the report as changed since signing
+        for waited in wait_for_workers(home, timeout_s=300.0):
+            typer.echo(f"run {waited}: waited for its report figures (they are written, then signed again)", err=True)
         if not store:
             for line in _verify_one(run_id, public_key, pinned):
                 typer.echo(line)
