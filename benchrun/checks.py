@@ -34,8 +34,8 @@ def p99_primary_points(tails: "pd.DataFrame", primary: Iterable[str], need: int)
 
     if tails is None or tails.empty:
         return []
-    sels = [(parse_primary(text), P99_METRICS[parse_primary(text).metric][0]) for text in sorted(primary)
-            if parse_primary(text).metric in P99_METRICS]
+    parsed = [parse_primary(text) for text in sorted(primary)]
+    sels = [(sel, P99_METRICS[sel.metric][0]) for sel in parsed if sel.metric in P99_METRICS]
     rows = tails[tails["bucket"].astype(str) == "all"]
     out = []
     for (suite, point, quantity), g in rows.groupby(["suite", "point", "quantity"], sort=True):

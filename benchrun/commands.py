@@ -312,7 +312,8 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
 def baseline_hint(run_dir: Path, run_id: str, status: dict[str, Any]) -> str | None:
     """How to give later runs a baseline, when this Succeeded run was compared with none
     because the alias its spec names is not set yet (every first run of a spec)."""
-    from benchrun.stats.load import _ALIAS_REF, _get, alias_path, load_run
+    from benchrun.spec.refs import ALIAS_REF
+    from benchrun.stats.load import _get, alias_path, load_run
 
     if status.get("phase") != "Succeeded" or (run_dir / "structured" / f"{run_id}_comparison.json").is_file():
         return None
@@ -321,7 +322,7 @@ def baseline_hint(run_dir: Path, run_id: str, status: dict[str, Any]) -> str | N
     except BenchrunError:
         return None
     ref = str(_get(spec, "spec", "comparison", "baseline", "artifactRef", default="") or "")
-    m = _ALIAS_REF.match(ref.strip())
+    m = ALIAS_REF.match(ref.strip())
     if not m:
         return None
     if alias_path(run_dir.parent.parent, m.group("alias")).is_file():

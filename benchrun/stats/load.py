@@ -419,7 +419,6 @@ def read_alias(path: Path) -> tuple[str, dict[str, Any] | None]:
     return run_id, record if isinstance(record, dict) else None
 
 
-_ALIAS_REF, _RUN_REF = ALIAS_REF, RUN_REF  # the spec's forms (benchrun.spec.refs), as before
 
 
 def resolve_run(ref: str, home: Path | None = None, *, paths: bool = True) -> Path:
@@ -443,7 +442,7 @@ def resolve_run(ref: str, home: Path | None = None, *, paths: bool = True) -> Pa
         if not (candidate / "status.json").is_file() and not (candidate / "structured").is_dir():
             raise BenchrunError(f"{candidate} is not a run directory (no status.json or structured/)")
         return candidate.resolve()
-    m = _ALIAS_REF.match(ref)
+    m = ALIAS_REF.match(ref)
     if m:
         p = alias_path(home, m.group("alias"))
         if not p.is_file():
@@ -458,8 +457,8 @@ def resolve_run(ref: str, home: Path | None = None, *, paths: bool = True) -> Pa
             raise BenchrunError(f"baseline alias published/{m.group('alias')} points at run {ref!r}, which no longer "
                                 f"exists under {runs_root(home)}; promote another run (`benchrun promote RUN_ID"
                                 f"{'' if m.group('alias') == 'current' else ' --alias ' + m.group('alias')}`)")
-    elif _RUN_REF.match(ref):
-        ref = _RUN_REF.match(ref).group("run")
+    elif RUN_REF.match(ref):
+        ref = RUN_REF.match(ref).group("run")
     elif "/" in ref:
         raise BenchrunError(f"{ref}: no such run directory; give a run id, a run directory or {ALIAS}")
     validate_run_id(ref)
@@ -471,5 +470,5 @@ def resolve_run(ref: str, home: Path | None = None, *, paths: bool = True) -> Pa
 
 def alias_of(ref: str) -> str | None:
     """The alias a run reference names (``published/<alias>``, with an optional site prefix), else None."""
-    m = _ALIAS_REF.match(str(ref).strip())
+    m = ALIAS_REF.match(str(ref).strip())
     return m.group("alias") if m else None

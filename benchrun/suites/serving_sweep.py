@@ -96,9 +96,10 @@ def run(ctx: SuiteContext) -> None:
     _, _, load_model, _, _, _ = workload_inputs(ctx)
     duration = float_param(ctx, "duration_s", 0.0) if "duration_s" in ctx.params else None
     # parameters of another load model are refused, not accepted and ignored
-    stray = ([n for n in ("concurrency", "rates", "stages", "arrival", "burstiness", "goodput_drop") if n in ctx.params]
-             if "trace" in ctx.params else [n for n in ("speedup", "trace_format") if n in ctx.params])
-    if stray and "trace" in ctx.params:
+    replay = "trace" in ctx.params
+    stray = [n for n in (("concurrency", "rates", "stages", "arrival", "burstiness", "goodput_drop") if replay
+                         else ("speedup", "trace_format")) if n in ctx.params]
+    if stray and replay:
         raise BenchrunError(f"serving_sweep: parameter trace replays the trace's own times; {', '.join(stray)} cannot "
                             f"apply to it: leave {'it' if len(stray) == 1 else 'them'} out")
     if stray:

@@ -200,8 +200,8 @@ def _confined_connection(home: Path) -> Any:
 
 # Settings an extension fills from the process's environment (httpfs: AWS_ACCESS_KEY_ID,
 # AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN into s3_*), which any query could read with
-# current_setting(). The warehouse's own S3 access goes through a secret (duckdb_secrets() shows
-# it redacted, and the locked configuration keeps it so).
+# current_setting(). The warehouse's own S3 access goes through a secret, which queries cannot
+# read (sqlcheck refuses duckdb_secrets() and which_secret()).
 _CREDENTIAL_SETTING = re.compile(r"(secret_access_key|session_token|password|key_id|connection_string|_token)\Z", re.I)
 
 
