@@ -119,19 +119,75 @@ def _ctx(tmp_path: Path, suite: str, params: dict, **workload):
                          "BENCHRUN_WORKLOAD": json.dumps({"model": "m", **workload})})
 
 
-@pytest.mark.parametrize("params, workload, match", [
+SWEEP_REFUSALS = [
     ({"stages": "ramp:1:4:2", "burstiness": 0.5}, {}, "parameter burstiness shapes open-loop arrivals.*closed loop"),
     ({"concurrency": [2], "arrival": "gamma"}, {"concurrencyModel": "closed_loop"}, "parameter arrival shapes"),
     ({"concurrency": [2], "speedup": 2}, {}, "parameter speedup applies to a trace replay only"),
     ({"rates": [2], "trace_format": "csv", "speedup": 2}, {}, "parameters speedup and trace_format apply"),
     ({"trace": "t.csv", "stages": "ramp:1:4:2", "burstiness": 0.5}, {"concurrencyModel": "open_loop"},
      "parameter trace replays .* stages, burstiness cannot apply"),
-])
+]
+
+
+@pytest.mark.parametrize("params, workload, match", SWEEP_REFUSALS)
 def test_serving_sweep_refuses_parameters_it_would_drop(tmp_path, params, workload, match):
     from benchrun.suites import serving_sweep
 
     with pytest.raises(BenchrunError, match=match):
         serving_sweep.run(_ctx(tmp_path, "serving_sweep", params, **workload))
+
+
+def _validated(canary_doc, write_spec, suite_name, params, workload):
+    """The findings ``benchrun validate`` gives the canary with ``suite_name``'s parameters and
+    ``spec.workload`` changed as given (a workload key set to None is removed)."""
+    from benchrun.spec.validation import validate_path
+
+    [at] = [(i, j) for i, layer in enumerate(canary_doc["spec"]["layers"])
+            for j, s in enumerate(layer["suites"]) if s["name"] == suite_name]
+    canary_doc["spec"]["layers"][at[0]]["suites"][at[1]]["parameters"] = params
+    wl = canary_doc["spec"]["workload"]
+    for k, v in workload.items():
+        wl.pop(k) if v is None else wl.__setitem__(k, v)
+    (res,) = validate_path(write_spec(canary_doc))
+    return f"spec.layers[{at[0]}].suites[{at[1]}].parameters", res
+
+
+@pytest.mark.parametrize("params, workload, match", SWEEP_REFUSALS + [
+    ({"concurrency": [2], "arrival": "constant"}, {"concurrencyModel": None}, "parameter arrival shapes"),
+    ({"trace": "t.csv"}, {"dataset": {"path": "specs/datasets/benchrun-conversations.jsonl"}},
+     "trace replays the trace's own prompts.*workload.dataset cannot apply"),
+    ({"rates": [2, 4]}, {"concurrencyModel": "closed_loop"}, "closed_loop but only 'rates' was given"),
+])
+def test_validate_reports_what_serving_sweep_would_refuse_when_it_starts(canary_doc, write_spec, tmp_path, params,
+                                                                          workload, match):
+    """Each was "valid", and the run then failed every replicate with that line in its logs."""
+    import re
+
+    from benchrun.suites import serving_sweep
+
+    workload = {"concurrencyModel": None, **workload}
+    where, res = _validated(canary_doc, write_spec, "serving_sweep", params, workload)
+    said = [e.message for e in res.errors if e.path == where]
+    assert not res.valid and any(re.search(match, m) for m in said), res.errors
+    assert all(m.startswith("serving_sweep: ") for m in said)
+    # and the suite refuses the same spec with the first of them when it starts
+    wl = {k: v for k, v in canary_doc["spec"]["workload"].items() if k in ("concurrencyModel", "dataset")}
+    with pytest.raises(BenchrunError) as refused:
+        serving_sweep.run(_ctx(tmp_path, "serving_sweep", params, **wl))
+    assert str(refused.value) == said[0]
+
+
+def test_validate_reports_an_arrival_on_serving_workflows_closed_loop(canary_doc, write_spec):
+    where, res = _validated(canary_doc, write_spec, "serving_workflow", {"concurrency": 4, "arrival": "poisson"}, {})
+    assert [e.message for e in res.errors if e.path == where] == [
+        "serving_workflow: parameter arrival shapes open-loop arrivals, but this point is closed loop: set "
+        "workload.concurrencyModel: open_loop and give 'rate', or leave it out"], res.errors
+
+
+def test_validate_passes_the_shipped_serving_parameters(canary_doc, write_spec):
+    where, res = _validated(canary_doc, write_spec, "serving_sweep",
+                            canary_doc["spec"]["layers"][1]["suites"][0]["parameters"], {})
+    assert res.valid, res.errors
 
 
 def test_serving_workflow_refuses_an_arrival_on_a_closed_loop(tmp_path):

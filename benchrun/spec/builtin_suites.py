@@ -1,7 +1,9 @@
 """A suite run as ``python -m benchrun.suites.<name>`` must name a suite benchrun has, with only
 the parameters that suite takes (each suite module's ``PARAMETERS``, which the suite also checks
 when it starts). ``validate`` said "valid" for ``benchrun.suites.nosuchsuite`` and for a typo'd
-parameter (``sizez``); the run then failed every replicate, the reason only in the logs.
+parameter (``sizez``); the run then failed every replicate, the reason only in the logs. The
+same holds for parameters that contradict each other or ``spec.workload`` (a suite's
+``conflicts``, e.g. ``burstiness`` on a closed loop, a ``trace`` with ``workload.dataset``).
 
 A command that is not one of benchrun's own suites is the user's program: nothing is checked
 beyond argv (:func:`benchrun.spec.rules.rule_repo_command`)."""
@@ -14,7 +16,7 @@ import pkgutil
 import shlex
 from typing import Any, Iterator
 
-from benchrun.spec.docaccess import Finding, did_you_mean, suites
+from benchrun.spec.docaccess import SPEC, Finding, did_you_mean, get, suites
 
 PACKAGE = "benchrun.suites"
 NOT_SUITES = {"result"}  # the result document's format, not a suite
@@ -62,7 +64,8 @@ def rule_builtin_suite(doc: Any) -> Iterator[Finding]:
             yield path + ("repoCommand",), (f"{module} is not one of benchrun's suites{did_you_mean(name, known)}; "
                                             f"they are {', '.join(known)}")
             continue
-        known_params = getattr(importlib.import_module(module), "PARAMETERS", None)
+        suite_mod = importlib.import_module(module)
+        known_params = getattr(suite_mod, "PARAMETERS", None)
         params = suite.get("parameters")
         if known_params is None or not isinstance(params, dict):
             continue
@@ -70,3 +73,9 @@ def rule_builtin_suite(doc: Any) -> Iterator[Finding]:
             if key not in known_params:
                 yield path + ("parameters", key), (f"{key!r} is not a parameter of {name}{did_you_mean(str(key), known_params)}; "
                                                    f"it takes {', '.join(sorted(known_params))}")
+        # parameters that contradict each other or spec.workload: the suite refuses them when it
+        # starts, so every replicate would fail with that line
+        conflicts = getattr(suite_mod, "conflicts", None)
+        workload = get(doc, SPEC + ("workload",))
+        for problem in conflicts(params, workload if isinstance(workload, dict) else {}) if conflicts else ():
+            yield path + ("parameters",), f"{name}: {problem}"

@@ -29,6 +29,7 @@ parquet in ``raw/`` and one latency-throughput figure per bucket in ``figures/``
 from __future__ import annotations
 
 import math
+from typing import Any, Mapping
 
 from benchrun.errors import BenchrunError
 from benchrun.suites._common import ParamError, check_known, float_param, int_list_param, int_param
@@ -36,20 +37,64 @@ from benchrun.loadgen.params import COMMON_PARAMS
 from benchrun.suites._runtime import SuiteContext, main
 
 
+def _plural(names: list[str], one: str, many: str) -> str:
+    return many if len(names) > 1 else one
+
+
+def _load_conflicts(params: Mapping[str, Any], load_model: str) -> list[str]:
+    """What the load-point parameters contradict in the sweep's load model ("" = inferred)."""
+    has_c, has_r = "concurrency" in params, "rates" in params
+    if not load_model:
+        load_model = "open_loop" if has_r and not has_c else "closed_loop"
+    out = []
+    shape = [n for n in ("arrival", "burstiness") if n in params]
+    if shape and load_model == "closed_loop":
+        out.append(f"parameter{_plural(shape, '', 's')} {' and '.join(shape)} shape{_plural(shape, 's', '')} "
+                   "open-loop arrivals, but this sweep is closed loop (workload.concurrencyModel closed_loop, or none and "
+                   "no 'rates'; 'stages' are then concurrencies): set workload.concurrencyModel: open_loop or give "
+                   f"'rates', or leave {_plural(shape, 'it', 'them')} out")
+    if "stages" not in params and load_model == "closed_loop" and has_r and not has_c:
+        out.append("workload.concurrencyModel is closed_loop but only 'rates' was given; give 'concurrency'")
+    if "stages" not in params and load_model == "open_loop" and not has_r:
+        out.append("workload.concurrencyModel is open_loop; give 'rates' (req/s list)")
+    return out
+
+
+def conflicts(params: Mapping[str, Any], workload: Mapping[str, Any]) -> list[str]:
+    """The parameters that contradict each other or the workload, one message each: refused
+    when the suite starts (the first), and reported by ``benchrun validate`` (every one), so a
+    spec that would fail every replicate is not called valid."""
+    replay = "trace" in params
+    # parameters of another load model are refused, not accepted and ignored
+    stray = [n for n in (("concurrency", "rates", "stages", "arrival", "burstiness", "goodput_drop") if replay
+                         else ("speedup", "trace_format")) if n in params]
+    out = []
+    if stray and replay:
+        out.append(f"parameter trace replays the trace's own times; {', '.join(stray)} cannot apply to it: leave "
+                   f"{_plural(stray, 'it', 'them')} out")
+    elif stray:
+        out.append(f"parameter{_plural(stray, '', 's')} {' and '.join(stray)} appl{_plural(stray, 'ies', 'y')} to a "
+                   f"trace replay only: give 'trace', or leave {_plural(stray, 'it', 'them')} out")
+    if not replay:
+        return out + _load_conflicts(params, str(workload.get("concurrencyModel") or "").strip())
+    # the replay sends the trace's own prompts; content would be reported as used, never sent
+    given = (["workload.dataset"] if workload.get("dataset") else []) + [
+        f"parameter {n}" for n in ("tokenizer", "session_turns", "shared_prefix") if params.get(n) is not None]
+    if given:
+        out.append(f"parameter trace replays the trace's own prompts (its lengths and prefix blocks); "
+                   f"{', '.join(given)} cannot apply to it: leave {_plural(given, 'it', 'them')} out, or run the "
+                   "trace in a suite of its own")
+    return out
+
+
 def sweep_points(ctx: SuiteContext, load_model: str) -> list:
     """The sweep's load points from the parameters and the workload's concurrency model."""
     from benchrun.loadgen.runner import LoadPoint
 
-    has_c, has_r = "concurrency" in ctx.params, "rates" in ctx.params
+    for problem in _load_conflicts(ctx.params, load_model):
+        raise BenchrunError(f"serving_sweep: {problem}")
     if not load_model:
-        load_model = "open_loop" if has_r and not has_c else "closed_loop"
-    shape = [n for n in ("arrival", "burstiness") if n in ctx.params]
-    if shape and load_model == "closed_loop":
-        raise BenchrunError(
-            f"serving_sweep: parameter{'s' if len(shape) > 1 else ''} {' and '.join(shape)} shape{'' if len(shape) > 1 else 's'} "
-            "open-loop arrivals, but this sweep is closed loop (workload.concurrencyModel closed_loop, or none and no "
-            "'rates'; 'stages' are then concurrencies): set workload.concurrencyModel: open_loop or give 'rates', "
-            f"or leave {'them' if len(shape) > 1 else 'it'} out")
+        load_model = "open_loop" if "rates" in ctx.params and "concurrency" not in ctx.params else "closed_loop"
     arrival = str(ctx.param("arrival", "poisson"))
     burstiness = float_param(ctx, "burstiness", 1.0)
     if burstiness != 1.0 and arrival == "poisson":
@@ -58,16 +103,10 @@ def sweep_points(ctx: SuiteContext, load_model: str) -> list:
         if "stages" in ctx.params:
             from benchrun.loadgen.schedule import parse_stages
 
-            points, _ = parse_stages(str(ctx.params["stages"]), load_model or "closed_loop", arrival=arrival, burstiness=burstiness)
+            points, _ = parse_stages(str(ctx.params["stages"]), load_model, arrival=arrival, burstiness=burstiness)
             return points
         if load_model == "closed_loop":
-            if has_r and not has_c:
-                raise BenchrunError(
-                    "serving_sweep: workload.concurrencyModel is closed_loop but only 'rates' was given; give 'concurrency'"
-                )
             return [LoadPoint("closed_loop", c) for c in int_list_param(ctx, "concurrency", [1, 4], minimum=1)]
-        if "rates" not in ctx.params:
-            raise BenchrunError("serving_sweep: workload.concurrencyModel is open_loop; give 'rates' (req/s list)")
         values = ctx.params["rates"] if isinstance(ctx.params["rates"], list) else [ctx.params["rates"]]
         rates = [float(r) for r in values]
         if not rates or not all(0 < r < math.inf for r in rates):
@@ -95,27 +134,10 @@ def run(ctx: SuiteContext) -> None:
     check_known(ctx, PARAMETERS)
     _, _, load_model, _, _, _ = workload_inputs(ctx)
     duration = float_param(ctx, "duration_s", 0.0) if "duration_s" in ctx.params else None
-    # parameters of another load model are refused, not accepted and ignored
-    replay = "trace" in ctx.params
-    stray = [n for n in (("concurrency", "rates", "stages", "arrival", "burstiness", "goodput_drop") if replay
-                         else ("speedup", "trace_format")) if n in ctx.params]
-    if stray and replay:
-        raise BenchrunError(f"serving_sweep: parameter trace replays the trace's own times; {', '.join(stray)} cannot "
-                            f"apply to it: leave {'it' if len(stray) == 1 else 'them'} out")
-    if stray:
-        raise BenchrunError(f"serving_sweep: parameter{'s' if len(stray) > 1 else ''} {' and '.join(stray)} "
-                            f"appl{'y' if len(stray) > 1 else 'ies'} to a trace replay only: give 'trace', or leave "
-                            f"{'them' if len(stray) > 1 else 'it'} out")
+    for problem in conflicts(ctx.params, ctx.workload or {}):
+        raise BenchrunError(f"serving_sweep: {problem}")
     if "trace" in ctx.params:
         from benchrun.loadgen import trace as tracing
-
-        # the replay sends the trace's own prompts; content would be reported as used, never sent
-        given = (["workload.dataset"] if (ctx.workload or {}).get("dataset") else []) + [
-            f"parameter {n}" for n in ("tokenizer", "session_turns", "shared_prefix") if ctx.params.get(n) is not None]
-        if given:
-            raise BenchrunError(f"serving_sweep: parameter trace replays the trace's own prompts (its lengths and prefix "
-                                f"blocks); {', '.join(given)} cannot apply to it: leave {'it' if len(given) == 1 else 'them'} "
-                                "out, or run the trace in a suite of its own")
 
         speedup = float_param(ctx, "speedup", 1.0)
         entries = tracing.load_trace(str(ctx.params["trace"]), str(ctx.param("trace_format", "auto")))

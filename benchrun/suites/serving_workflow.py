@@ -11,6 +11,7 @@ it is set. Results as for ``serving_sweep``, for a single point.
 from __future__ import annotations
 
 import math
+from typing import Any, Mapping
 
 from benchrun.errors import BenchrunError
 from benchrun.suites._common import ParamError, check_known, float_param, int_param
@@ -25,6 +26,23 @@ PARAMETERS = COMMON_PARAMS + ("concurrency", "rate", "requests", "duration_s")
 REQUEST_COUNT = ("requests", 32)
 
 
+def _load_model(params: Mapping[str, Any], declared: str) -> str:
+    """The workload's concurrency model, or without one whichever of rate / concurrency is given."""
+    return declared or ("open_loop" if "rate" in params and "concurrency" not in params else "closed_loop")
+
+
+def conflicts(params: Mapping[str, Any], workload: Mapping[str, Any]) -> list[str]:
+    """The parameters that contradict the workload's load model, one message each: refused when
+    the suite starts (the first), and reported by ``benchrun validate``."""
+    load_model = _load_model(params, str(workload.get("concurrencyModel") or "").strip())
+    if load_model == "open_loop" and "rate" not in params:
+        return ["workload.concurrencyModel is open_loop; give 'rate' (req/s)"]
+    if load_model == "closed_loop" and "arrival" in params:  # refused, not dropped: a closed loop has no arrival process
+        return ["parameter arrival shapes open-loop arrivals, but this point is closed loop: set "
+                "workload.concurrencyModel: open_loop and give 'rate', or leave it out"]
+    return []
+
+
 def run(ctx: SuiteContext) -> None:
     """Run one load point end to end and report it."""
     from benchrun.loadgen.runner import LoadPoint
@@ -32,20 +50,15 @@ def run(ctx: SuiteContext) -> None:
 
     check_known(ctx, PARAMETERS)
     _, _, load_model, _, _, _ = workload_inputs(ctx)
-    if not load_model:
-        load_model = "open_loop" if "rate" in ctx.params and "concurrency" not in ctx.params else "closed_loop"
+    for problem in conflicts(ctx.params, ctx.workload or {}):
+        raise BenchrunError(f"serving_workflow: {problem}")
     try:
-        if load_model == "open_loop":
-            if "rate" not in ctx.params:
-                raise BenchrunError("serving_workflow: workload.concurrencyModel is open_loop; give 'rate' (req/s)")
+        if _load_model(ctx.params, load_model) == "open_loop":
             rate = float_param(ctx, "rate", 1.0)
             if rate == math.inf:
                 raise ParamError(f"parameter rate={ctx.params['rate']!r} must be a finite number of req/s")
             point = LoadPoint("open_loop", rate, str(ctx.param("arrival", "poisson")))
         else:
-            if "arrival" in ctx.params:  # refused, not dropped: a closed loop has no arrival process
-                raise BenchrunError("serving_workflow: parameter arrival shapes open-loop arrivals, but this point is "
-                                    "closed loop: set workload.concurrencyModel: open_loop and give 'rate', or leave it out")
             point = LoadPoint("closed_loop", int_param(ctx, "concurrency", 4, minimum=1))
     except ParamError:
         raise
