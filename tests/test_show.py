@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 def test_show_names_the_straggler_nodes(bench_home) -> None:
     """`benchrun show` says which nodes the run named as stragglers (they were only in status.json)."""
@@ -65,3 +67,35 @@ def test_the_read_only_commands_make_no_home(tmp_path, monkeypatch) -> None:
     from benchrun.paths import benchrun_home
 
     assert benchrun_home(typo) == typo.resolve() and typo.is_dir()  # what run and submit use: made
+
+
+def test_validate_digest_and_compare_by_path_make_no_home(tmp_path, monkeypatch) -> None:
+    """Each made ./.benchrun (or $BENCHRUN_HOME): validate for the path-template rule, compare
+    for the key it looks up; none of them writes there."""
+    from typer.testing import CliRunner
+
+    from benchrun.cli import app
+
+    spec = str(Path(__file__).resolve().parent.parent / "specs/local/canary.yaml")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("BENCHRUN_HOME", raising=False)
+    for env in ("BENCHRUN_VERIFY_PUBLIC_KEY", "BENCHRUN_SIGNING_KEY"):
+        monkeypatch.delenv(env, raising=False)
+    for args in (["validate", spec], ["digest", spec]):
+        out = CliRunner().invoke(app, args)
+        assert out.exit_code == 0, (args, out.output, out.exception)
+        assert not (tmp_path / ".benchrun").exists(), args
+    # two signed runs of another home, compared by path: the key is looked up in ./.benchrun/keys
+    import numpy as np
+
+    from benchrun.stats.synthetic import lognormal_replicates, make_run
+
+    rng = np.random.default_rng(1)
+    spec = {"spec": {"metrics": {"inference": {"primary": ["tokens_per_second"]}},
+                     "layers": [{"name": "component", "enabled": True,
+                                 "suites": [{"name": "serve", "repoCommand": "python -m x"}]}]}}
+    a, b = (make_run(tmp_path / "elsewhere", r, {("serve", "", "tokens_per_second"): (
+        lognormal_replicates(rng, 100, 0.02, 5), "tok/s", "higher")}, spec=spec) for r in ("run-a", "run-b"))
+    out = CliRunner().invoke(app, ["compare", str(a), str(b)])
+    assert out.exit_code != 0 and "no trusted public key" in str(out.exception), out.exception
+    assert not (tmp_path / ".benchrun").exists()

@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from benchrun.errors import BenchrunError
-from benchrun.paths import benchrun_home
+from benchrun.paths import home_location
 from benchrun.fsio import atomic_write_text, create_once
 
 log = logging.getLogger(__name__)
@@ -92,7 +92,8 @@ def _create_local(path: Path) -> None:
 
 
 def local_key_paths(home: Path | str | None = None) -> tuple[Path, Path]:
-    keys = benchrun_home(home) / "keys"
+    """Where the local key pair lies (nothing created: a command that only verifies leaves no home behind)."""
+    keys = home_location(home)[0] / "keys"
     return keys / LOCAL_KEY_NAME, keys / LOCAL_PUB_NAME
 
 

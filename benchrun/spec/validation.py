@@ -249,11 +249,11 @@ def summary_of(data: Any) -> dict[str, Any]:
 def _path_template_errors(run: BenchmarkRun) -> list[tuple[Path, str]]:
     """The admission rule for ``sinks.rawArtifacts.pathTemplate`` against this home (as `run`
     and `submit` apply it), so `validate` never accepts what admission refuses."""
-    from benchrun.paths import benchrun_home
+    from benchrun.paths import home_location
     from benchrun.store import check_path_template
 
-    try:
-        check_path_template(run.spec.sinks.raw_artifacts.path_template, benchrun_home())
+    try:  # the home is read, not created: validate leaves nothing behind
+        check_path_template(run.spec.sinks.raw_artifacts.path_template, home_location()[0])
     except BenchrunError as exc:
         return [(("spec", "sinks", "rawArtifacts", "pathTemplate"), str(exc))]
     return []

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchrun.errors import BenchrunError
-from benchrun.paths import benchrun_home, validate_run_id
+from benchrun.paths import home_location, validate_run_id
 from benchrun.spec.refs import ALIAS_REF, RUN_REF, baseline_ref_problem, fill_site_placeholder
 from benchrun.suites.result import read_result
 
@@ -396,14 +396,14 @@ def slo_lines(spec: dict[str, Any]) -> dict[str, float]:
 
 
 def runs_root(home: Path | None = None) -> Path:
-    return (home or benchrun_home()) / "runs"
+    return (home or home_location()[0]) / "runs"
 
 
 def alias_path(home: Path | None = None, alias: str = "current") -> Path:
     """``<home>/published/<alias>``: the run id it points at, then the record of what promote verified."""
     from benchrun.paths import validate_name
 
-    return (home or benchrun_home()) / "published" / validate_name(alias, what="baseline alias")
+    return (home or home_location()[0]) / "published" / validate_name(alias, what="baseline alias")
 
 
 def read_alias(path: Path) -> tuple[str, dict[str, Any] | None]:
@@ -430,7 +430,7 @@ def resolve_run(ref: str, home: Path | None = None, *, paths: bool = True) -> Pa
     ``paths=False`` for a name read from a spec (``comparison.baseline.artifactRef``): only the
     home's own runs and aliases, never a directory the spec points at (:mod:`benchrun.spec.refs`).
     """
-    home = home or benchrun_home()
+    home = home or home_location()[0]  # read, never created
     ref = str(ref).strip()
     if not paths:
         problem = baseline_ref_problem(ref)
