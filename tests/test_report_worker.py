@@ -28,3 +28,53 @@ def test_pending_until_the_worker_ends_and_wait_returns_who_it_waited_for(tmp_pa
     assert not worker.pending(tmp_path, "r-1")
     assert not (tmp_path / "report_workers" / "r-1.pid").exists()
     assert worker.wait_for_workers(tmp_path) == []
+
+
+def _signed_run(home, spec):
+    import numpy as np
+
+    from benchrun.stats.synthetic import lognormal_replicates, make_run
+
+    rng = np.random.default_rng(3)
+    return make_run(home, "run-fig", {("gemm", "", "gflops"): (
+        lognormal_replicates(rng, 100, 0.02, 5), "GFLOP/s", "higher")}, spec=spec,
+                    status={"spec_digest": ""})  # its pinned spec is the canary, not a digest of it
+
+
+def _envelope(rd):
+    return (rd / "reports" / f"{rd.name}_provenance.dsse.json").read_bytes()
+
+
+def test_the_worker_re_signs_what_it_drew(tmp_path, monkeypatch, capsys, canary_doc):
+    from benchrun.provenance.keys import local_key_paths
+    from benchrun.provenance.signing import verify_run
+
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    rd = _signed_run(tmp_path, canary_doc)
+    before = _envelope(rd)
+    assert worker.main([str(rd), str(tmp_path)]) == 0
+    assert _envelope(rd) != before  # signed again: the report and the figures it drew are covered
+    verify_run(rd, local_key_paths(tmp_path)[1], home=tmp_path)
+
+
+@pytest.mark.parametrize("edit", ["status name", "result"])
+def test_the_worker_does_not_sign_over_an_edit_made_since_the_run_signed(tmp_path, monkeypatch, capsys, canary_doc,
+                                                                        edit):
+    """The worker re-signed unconditionally: an edit in the seconds between the run's signature
+    and the worker's came out signed, and `verify` passed."""
+    import json
+
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    rd = _signed_run(tmp_path, canary_doc)
+    if edit == "status name":
+        st = json.loads((rd / "status.json").read_text())
+        (rd / "status.json").write_text(json.dumps({**st, "name": "someone-else"}))
+    else:
+        p = sorted((rd / "structured").glob("run-fig_gemm_r1.json"))[0]
+        doc = json.loads(p.read_text())
+        doc["metrics"][0]["value"] *= 2
+        p.write_text(json.dumps(doc))
+    before = _envelope(rd)
+    assert worker.main([str(rd), str(tmp_path)]) == 0
+    assert _envelope(rd) == before
+    assert "not signed again" in capsys.readouterr().out

@@ -121,14 +121,18 @@ def _index_path(run_path: Path) -> Path:
 
 def report_outputs(run_dir: str | os.PathLike[str]) -> list[str]:
     """Run-relative paths of what ``build_report`` writes: the report, the figure index and
-    the figures it lists (re-signing after `benchrun report` allows exactly these to change)."""
+    the figures it lists, its sections' included (re-signing after `benchrun report` and the
+    figure worker allows exactly these to change)."""
     run_path = Path(run_dir)
     out = [f"reports/{run_path.name}_report.html", _index_path(run_path).relative_to(run_path).as_posix()]
     try:
         index = json.loads(_index_path(run_path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return out
-    files = [str(f.get("file")) for f in index.get("figures") or [] if isinstance(f, dict)]
+    listed = [f for f in index.get("figures") or [] if isinstance(f, dict)] + [  # the sections' figures too
+        f for sec in index.get("sections") or [] if isinstance(sec, dict) for f in sec.get("figures") or []
+        if isinstance(f, dict)]
+    files = [str(f.get("file")) for f in listed]
     return out + [f"figures/{name}" for name in files if "/" not in name and name not in ("", ".", "..")]
 
 

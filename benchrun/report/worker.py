@@ -77,7 +77,7 @@ def wait_for_workers(home: Path, timeout_s: float = 300.0) -> list[str]:
 
 def main(argv: list[str]) -> int:
     run_dir, home = Path(argv[0]), Path(argv[1])
-    from benchrun.report.html import render_figures, write_report
+    from benchrun.report.html import render_figures, report_outputs, write_report
 
     import json
     import resource
@@ -93,7 +93,11 @@ def main(argv: list[str]) -> int:
         try:
             write_report(run_dir, figures_pending=False)  # from the final status, with whatever was drawn
             rd = RunDir(home, run_dir.name)
-            lifecycle.sign_publication(rd)  # the signature covers the figures and the report as written
+            # the signature then covers the figures and the report as written, but only if nothing
+            # else changed since the run signed: an edit made meanwhile is never signed over
+            why = lifecycle.resign_if_intact(rd.path, home, rewritten=tuple(report_outputs(rd.path)))
+            if why:
+                print(f"run {rd.run_id}: {why}", flush=True)
             push_run(rd.path, rd.home)
         finally:
             r = resource.getrusage(resource.RUSAGE_SELF)  # the log records what this cost
