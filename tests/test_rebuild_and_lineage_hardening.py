@@ -67,3 +67,28 @@ def test_rebuild_warehouse_from_run_directories_and_from_the_store(bench_home: P
     out = CliRunner().invoke(app, ["rebuild-warehouse", "run-a", "run-zz"])
     assert out.exit_code == 1 and "run-zz: no run directory" in str(out.exception)
     assert "rebuilt run-a" in out.output
+
+
+def test_lineage_of_a_per_rank_metric_keeps_its_ranks_apart(tmp_path: Path) -> None:
+    """Lineage pooled both ranks into one median and said "over 6 replicates" for 3, each listed twice."""
+    from benchrun.suites.result import metric, result_path
+
+    home = tmp_path / "h"
+    run_dir = make_run_dir(home, "run-r")
+    for k in (1, 2, 3):
+        p = result_path(run_dir, "run-r", "gemm", k)
+        doc = json.loads(p.read_text())
+        doc["metrics"] += [metric("rank_p50_time_us", 10.0 * k + rank, "us", "lower", case="bytes=1024", rank_id=rank)
+                           for rank in (0, 1)]
+        p.write_text(json.dumps(doc))
+    manifest = open_store(None, home).put_run_dir(run_dir, "run-r")
+    status = json.loads((run_dir / "status.json").read_text())
+    (run_dir / "status.json").write_text(json.dumps({**status, "artifact_manifest_digest": manifest.digest}))
+    curate_run(run_dir, home, manifest)
+    reports = trace(home, "run-r", "rank_p50_time_us")
+    assert [(r.rank_id, r.median, r.replicates, [s.replicate for s in r.steps]) for r in reports] == [
+        (0, 20.0, 3, [1, 2, 3]), (1, 21.0, 3, [1, 2, 3])]
+    out = CliRunner().invoke(app, ["lineage", "run-r", "rank_p50_time_us"], env={"BENCHRUN_HOME": str(home)})
+    assert out.exit_code == 0 and "rank 1: median 21 us over 3 replicates" in out.output, out.output
+    [plain] = trace(home, "run-r", "gflops")  # a metric without ranks: as before
+    assert plain.rank_id is None and plain.replicates == 3

@@ -158,7 +158,8 @@ def lineage_cmd(
 
     con = console()
     for r in reports:
-        con.print(f"[bold]{r.run_id}[/] {r.suite} {r.metric} case={r.case!r}: median {r.median:.6g} {r.unit} "
+        rank = f" rank {r.rank_id}" if r.rank_id is not None else ""
+        con.print(f"[bold]{r.run_id}[/] {r.suite} {r.metric} case={r.case!r}{rank}: median {r.median:.6g} {r.unit} "
                   f"over {r.replicates} replicates")
         con.print(f"  query_spec_digest {r.query_spec_digest}")
         con.print(f"  workload_spec_digest {r.workload_spec_digest}")

@@ -16,23 +16,25 @@ from benchrun.warehouse.views import connect, query_spec_digest
 
 log = logging.getLogger(__name__)
 
-# The rollup a report publishes: median over replicates of one metric of one case.
+# The rollup a report publishes: median over replicates of one metric of one case (of one rank,
+# for a per-rank metric: its ranks are not pooled, and the count is of replicates, not rows).
 MEDIAN_SQL = """
-SELECT suite, "case", metric, unit, direction,
-       median(value) AS median, count(*) AS replicates,
+SELECT suite, "case", metric, rank_id, unit, direction,
+       median(value) AS median, count(DISTINCT replicate) AS replicates,
        any_value(workload_spec_digest) AS workload_spec_digest,
        any_value(artifact_manifest_digest) AS artifact_manifest_digest
 FROM measurement_fact
 WHERE run_id = $run_id AND metric = $metric AND ($case IS NULL OR "case" = $case)
-GROUP BY suite, "case", metric, unit, direction
-ORDER BY suite, "case"
+GROUP BY suite, "case", metric, rank_id, unit, direction
+ORDER BY suite, "case", rank_id NULLS FIRST
 """
 
 ROWS_SQL = """
-SELECT suite, "case", replicate, value, benchmark_case_id, raw_uri, raw_path, raw_sha256,
+SELECT suite, "case", replicate, rank_id, value, benchmark_case_id, raw_uri, raw_path, raw_sha256,
        artifact_manifest_digest, workload_spec_digest
 FROM measurement_fact
 WHERE run_id = $run_id AND metric = $metric AND suite = $suite AND "case" = $case
+  AND rank_id IS NOT DISTINCT FROM $rank_id
 ORDER BY replicate
 """
 
@@ -58,6 +60,7 @@ class LineageReport:
     metric: str
     suite: str
     case: str
+    rank_id: int | None  # the rank of a per-rank metric, else None
     unit: str
     median: float
     replicates: int
@@ -71,9 +74,9 @@ class LineageReport:
         return dataclasses.asdict(self)
 
 
-def _find_metric(doc: dict[str, Any], metric: str, case: str, value: float) -> bool:
+def _find_metric(doc: dict[str, Any], metric: str, case: str, value: float, rank_id: int | None = None) -> bool:
     for m in doc.get("metrics", []):
-        if m.get("name") == metric and (m.get("case") or "") == case:
+        if m.get("name") == metric and (m.get("case") or "") == case and m.get("rank_id") == rank_id:
             v = m.get("value")
             if isinstance(v, (int, float)) and math.isclose(float(v), value, rel_tol=1e-12, abs_tol=0.0):
                 return True
@@ -110,7 +113,8 @@ def trace(home: Path, run_id: str, metric: str, case: str | None = None) -> list
         reports = []
         for values in medians:
             m = dict(zip(cols, values))
-            rows = con.execute(ROWS_SQL, {"run_id": run_id, "metric": metric, "suite": m["suite"], "case": m["case"]}).fetchall()
+            rows = con.execute(ROWS_SQL, {"run_id": run_id, "metric": metric, "suite": m["suite"], "case": m["case"],
+                                          "rank_id": m["rank_id"]}).fetchall()
             rcols = [d[0] for d in con.description]
             reports.append(_verify(home, run_id, m, [dict(zip(rcols, r)) for r in rows], run_rows))
         return reports
@@ -154,7 +158,7 @@ def _verify(home: Path, run_id: str, m: dict[str, Any], rows: list[dict[str, Any
                 doc = json.loads(store.get(manifest, entry.path))
             except json.JSONDecodeError as exc:
                 raise BenchrunError(f"lineage: {store.key_uri(entry.key)} ({entry.path}) is not JSON ({exc})") from exc
-            if not _find_metric(doc, m["metric"], m["case"], float(row["value"])):
+            if not _find_metric(doc, m["metric"], m["case"], float(row["value"]), row["rank_id"]):
                 raise BenchrunError(
                     f"lineage: {store.key_uri(entry.key)} ({entry.path}) does not hold {m['metric']}={row['value']} for case {m['case']!r}"
                 )
@@ -164,7 +168,8 @@ def _verify(home: Path, run_id: str, m: dict[str, Any], rows: list[dict[str, Any
             raw_uri=row["raw_uri"], raw_path=row["raw_path"], raw_sha256=row["raw_sha256"], checks=checks,
         ))
     return LineageReport(
-        run_id=run_id, metric=m["metric"], suite=m["suite"], case=m["case"], unit=m["unit"],
+        run_id=run_id, metric=m["metric"], suite=m["suite"], case=m["case"],
+        rank_id=None if m["rank_id"] is None else int(m["rank_id"]), unit=m["unit"],
         median=float(m["median"]), replicates=int(m["replicates"]),
         workload_spec_digest=m["workload_spec_digest"], artifact_manifest_digest=m["artifact_manifest_digest"],
         query_spec_digest=query_spec_digest(MEDIAN_SQL), store_uri=store.uri, steps=steps,
