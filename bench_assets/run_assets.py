@@ -114,9 +114,12 @@ def run_status_asset(extra_deps: list[dg.AssetKey]) -> dg.AssetsDefinition:
                 from benchrun.report.html import write_report
 
                 write_report(rd.path)
-            # The run fact was curated while the run was Analyzing; record its final phase (before
-            # signing: the statement hashes the run's warehouse partitions).
-            curate_run(rd.path, rd.home, tables=["benchmark_run_fact"])
+            # The run fact and the run-window telemetry were curated while the run was Analyzing;
+            # record its final phase and finish time (before signing: the statement hashes the
+            # run's warehouse partitions).
+            from benchrun.warehouse.curate import FINAL_STATUS_TABLES
+
+            curate_run(rd.path, rd.home, tables=list(FINAL_STATUS_TABLES))
             lifecycle.sign_publication(rd)  # the signature covers the final report too
             from benchrun.sharedstate import push_run
 

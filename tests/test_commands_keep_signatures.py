@@ -65,7 +65,7 @@ def test_a_run_whose_publication_fails_after_its_final_phase_is_not_succeeded(be
     real = warehouse.curate_run
 
     def curate(*args, **kwargs):
-        if kwargs.get("tables") == ["benchmark_run_fact"]:
+        if kwargs.get("tables") and "benchmark_run_fact" in kwargs["tables"] and len(kwargs["tables"]) < 5:
             raise RuntimeError("simulated failure after the final phase")
         return real(*args, **kwargs)
 

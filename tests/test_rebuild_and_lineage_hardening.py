@@ -92,3 +92,25 @@ def test_lineage_of_a_per_rank_metric_keeps_its_ranks_apart(tmp_path: Path) -> N
     assert out.exit_code == 0 and "rank 1: median 21 us over 3 replicates" in out.output, out.output
     [plain] = trace(home, "run-r", "gflops")  # a metric without ranks: as before
     assert plain.rank_id is None and plain.replicates == 3
+
+
+def test_the_tables_curated_again_at_the_final_status_are_those_that_read_it(tmp_path: Path) -> None:
+    """run_status curated only benchmark_run_fact again: the run-window telemetry rows kept the
+    null end they were curated with while the run was Analyzing (a rebuild then changed them)."""
+    from benchrun.warehouse.curate import FINAL_STATUS_TABLES, build_tables
+    from benchrun.warehouse.sources import load_sources
+
+    run_dir = make_run_dir(tmp_path, "run-s")
+    final = json.loads((run_dir / "status.json").read_text())
+
+    def rows(status):
+        (run_dir / "status.json").write_text(json.dumps(status))
+        out = {}
+        for table, produce in build_tables(load_sources(run_dir, None, tmp_path)).items():
+            out[table] = [t.to_pylist() for t in produce() if t.num_rows]
+        return out
+
+    analyzing = rows({**final, "phase": "Analyzing", "finished_utc": None})
+    done = rows(final)
+    changed = sorted(t for t in done if done[t] != analyzing[t])
+    assert changed == sorted(FINAL_STATUS_TABLES)

@@ -423,6 +423,11 @@ def launch_rows(src: RunSources) -> list[dict[str, Any]]:
     return rows
 
 
+# The tables whose rows read the run's final status (its phase, finish time): curated while the run
+# is Analyzing, they are curated again once the status is final (run_status, before signing).
+FINAL_STATUS_TABLES = ("benchmark_run_fact", "telemetry_slice_fact")
+
+
 def build_tables(src: RunSources) -> dict[str, Callable[[], Any]]:
     """Producers for every table of one run (called lazily so requests stream)."""
     dims = dimension_rows(src)
