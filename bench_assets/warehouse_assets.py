@@ -146,19 +146,15 @@ def warehouse_maintenance(context: dg.AssetExecutionContext, config: Maintenance
     if not lake.enabled():
         return dg.MaterializeResult(metadata={"skipped": f"{lake.FORMAT_ENV} is not iceberg: nothing to maintain"})
     cutoff = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=config.expire_days)
-    from benchrun.errors import BenchrunError
+    from benchrun.warehouse.lake_commands import maintain_tables
 
     lines = ["| table | files before | files after | snapshots expired |", "|---|---|---|---|"]
-    failed: list[str] = []
-    for table in TABLES:
-        try:
-            before, after, expired = lake.maintain(home, table, cutoff, dry_run=config.dry_run)
-        except BenchrunError as exc:  # one damaged table: said, and the others still maintained (as the CLI does)
-            context.log.error(f"{table}: not maintained: {exc}")
-            lines.append(f"| {table} | not maintained: {exc} | | |")
-            failed.append(table)
-            continue
-        lines.append(f"| {table} | {before} | {after} | {len(expired)}{' (dry run)' if config.dry_run else ''} |")
+    done, failed = maintain_tables(home, cutoff, dry_run=config.dry_run)
+    for table, (before, after, expired) in done.items():
+        lines.append(f"| {table} | {before} | {after} | {expired}{' (dry run)' if config.dry_run else ''} |")
+    for table, why in failed.items():  # one damaged table: said, and the others still maintained (as the CLI does)
+        context.log.error(f"{table}: not maintained: {why}")
+        lines.append(f"| {table} | not maintained: {why} | | |")
     if failed:
         raise dg.Failure(description=f"{len(failed)} table(s) not maintained ({', '.join(failed)}); the others were",
                          metadata={"tables": dg.MetadataValue.md("\n".join(lines))})

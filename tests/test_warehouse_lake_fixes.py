@@ -277,3 +277,38 @@ def test_the_as_of_errors_point_to_a_command_that_lists_snapshot_ids(tmp_path: P
     assert out.returncode == 0, out.stderr
     snapshot = json.loads(out.stdout)["snapshot_ids"]["measurement_fact"]
     assert _count(tmp_path, IDS, as_of=int(snapshot)) == "r0"  # --json writes ids as strings (jq-safe)
+
+
+@pytest.mark.slow
+def test_warehouse_duckdb_still_opens_after_many_tags_and_a_maintenance(tmp_path: Path) -> None:
+    """Its views name each table's metadata file; tag-warehouse and maintain-warehouse commit
+    without refreshing them, and after about 20 commits the file's views failed to open
+    ("Cannot open file .../metadata/00003-….metadata.json")."""
+    from typer.testing import CliRunner
+
+    from benchrun.cli import app
+    from benchrun.warehouse.duck import connect_with_extensions
+    from benchrun.warehouse.views import refresh_views
+
+    run_dir, manifest = _stored_run(tmp_path, "run-a")
+    curate_run(run_dir, tmp_path, manifest)
+    refresh_views(tmp_path)  # as the pipeline's warehouse_views asset does after curating
+
+    def counts():
+        con = connect_with_extensions(str(tmp_path / "warehouse.duckdb"), access_mode="READ_ONLY")
+        try:
+            return con.execute("SELECT (SELECT count(*) FROM measurement_fact), (SELECT count(*) FROM launch_fact)"
+                               ).fetchone()
+        finally:
+            con.close()
+
+    before = counts()
+    env = {"BENCHRUN_HOME": str(tmp_path), lake.FORMAT_ENV: "iceberg"}
+    for i in range(22):
+        out = CliRunner().invoke(app, ["tag-warehouse", f"t{i}"], env=env)
+        assert out.exit_code == 0, out.output
+    assert counts() == before
+    for _ in range(2):
+        out = CliRunner().invoke(app, ["maintain-warehouse", "--expire-days", "0"], env=env)
+        assert out.exit_code == 0, (out.output, out.exception)
+    assert counts() == before

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from pathlib import Path
 
 import typer
 
@@ -51,11 +52,9 @@ def maintain_cmd(
     dry_run: bool = typer.Option(False, "--dry-run", help="List the snapshots that would expire; change nothing."),
 ) -> None:
     """Compact each table's small files (one per day and suite) and expire old snapshots."""
-    from benchrun.warehouse import TABLES, lake
-
-    from benchrun.warehouse.migrate import migrate_on_first_use
-
     from benchrun.errors import BenchrunError
+    from benchrun.warehouse import lake
+    from benchrun.warehouse.migrate import migrate_on_first_use
 
     if not expire_days >= 0:  # NaN too
         raise BenchrunError(f"maintain-warehouse --expire-days {expire_days:g}: give a number of days, 0 or more "
@@ -64,19 +63,43 @@ def maintain_cmd(
     if lake.enabled():
         migrate_on_first_use(home)
     cutoff = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=expire_days)
-    failed: list[str] = []
+    done, failed = maintain_tables(home, cutoff, dry_run=dry_run)
+    verb = "would expire" if dry_run else "expired"
+    for table, (before, after, expired) in done.items():
+        typer.echo(f"{table}: data files {before} -> {after}; {verb} {expired} snapshots")
+    for table, why in failed.items():
+        typer.echo(f"{table}: not maintained: {why}", err=True)
+    if failed:
+        raise BenchrunError(f"maintain-warehouse: {len(failed)} table(s) not maintained ({', '.join(failed)}); "
+                            "the reasons are above")
+
+
+def maintain_tables(home: Path, cutoff: dt.datetime, *, dry_run: bool) -> tuple[dict[str, tuple[int, int, int]],
+                                                                                 dict[str, str]]:
+    """Compact every table and expire its snapshots older than ``cutoff`` (`maintain-warehouse`
+    and the maintenance asset), going on past a damaged table; then refresh ``warehouse.duckdb``,
+    whose views name each table's metadata file: maintenance's commits age those files out
+    (``write.metadata.previous-versions-max``), and the file's views then failed to open.
+    Returns (table: (data files before, after, snapshots expired)) and (table: why not maintained)."""
+    from benchrun.errors import BenchrunError
+    from benchrun.warehouse import TABLES, lake
+    from benchrun.warehouse.views import refresh_views
+
+    done: dict[str, tuple[int, int, int]] = {}
+    failed: dict[str, str] = {}
     for table in TABLES:
         try:
             before, after, old = lake.maintain(home, table, cutoff, dry_run=dry_run)
         except BenchrunError as exc:  # one damaged table: reported, the others are still maintained
-            typer.echo(f"{table}: not maintained: {exc}", err=True)
-            failed.append(table)
+            failed[table] = str(exc)
             continue
-        verb = "would expire" if dry_run else "expired"
-        typer.echo(f"{table}: data files {before} -> {after}; {verb} {len(old)} snapshots")
-    if failed:
-        raise BenchrunError(f"maintain-warehouse: {len(failed)} table(s) not maintained ({', '.join(failed)}); "
-                            "the reasons are above")
+        done[table] = (before, after, len(old))
+    if not dry_run:
+        try:
+            refresh_views(home)
+        except BenchrunError as exc:
+            failed["warehouse.duckdb"] = f"its views were not refreshed ({exc})"
+    return done, failed
 
 
 def tag_cmd(
@@ -96,6 +119,9 @@ def tag_cmd(
 
     migrate_on_first_use(_home())  # the tag names the migrated rows too
     tagged = lake.tag_tables(_home(), name, force=force)
+    from benchrun.warehouse.views import refresh_views
+
+    refresh_views(_home())  # its views name the metadata files the tag's commits age out
     if as_json:
         # snapshot ids as strings, as `query --json` writes them: jq rounds integers beyond 2**53
         typer.echo(json.dumps({"tag": name, "snapshots": {t: str(s) for t, s in tagged.items()}}, indent=2,
