@@ -795,3 +795,44 @@ def test_rebuilding_a_run_from_its_directory_or_the_store_never_doubles_its_rows
     for _ in range(2):
         report = rebuild_warehouse(bench_home, ["run-a"])
         assert not report.failed and "no run directory" in report.source["run-a"] and counts() == want
+
+
+@pytest.mark.slow
+def test_a_first_use_migration_that_stopped_half_way_is_finished_by_the_next_use(tmp_path: Path,
+                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the first commit the tables existed, so the next use skipped the migration (saying so
+    only at info level) and every query read part of the layout: 40 launches, 0 measurements."""
+    from benchrun.warehouse import migrate
+
+    monkeypatch.setenv(lake.FORMAT_ENV, "parquet")
+    for run_id in ("run-a", "run-b"):
+        run_dir, manifest = _stored_run(tmp_path, run_id)
+        curate_run(run_dir, tmp_path, manifest)
+    before = {t: _count(tmp_path, f'SELECT count(*) FROM "{t}"') for t in TABLES}
+    (tmp_path / "warehouse" / "measurement_fact" / "run_id=Old_Run").mkdir()  # a partition no run id names
+    import shutil
+
+    shutil.copy(tmp_path / "warehouse" / "measurement_fact" / "run_id=run-a" / "part.parquet",
+                tmp_path / "warehouse" / "measurement_fact" / "run_id=Old_Run" / "part.parquet")
+    monkeypatch.delenv(lake.FORMAT_ENV)
+    real, calls = migrate.commit_run, []
+
+    def dies_after_two(*args, **kwargs):
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # the process stops between commits
+        calls.append(args[1])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(migrate, "commit_run", dies_after_two)
+    monkeypatch.setattr(migrate, "_CHECKED", set())
+    with pytest.raises(KeyboardInterrupt):
+        migrate.migrate_on_first_use(tmp_path)
+    assert len(calls) == 2 and not (tmp_path / "warehouse" / migrate.MARKER).exists()
+    monkeypatch.setattr(migrate, "commit_run", real)
+    monkeypatch.setattr(migrate, "_CHECKED", set())  # the next process
+    lake._CATALOGS.clear()
+    assert {t: _count(tmp_path, f'SELECT count(*) FROM "{t}"') for t in TABLES} == before
+    marker = json.loads((tmp_path / "warehouse" / migrate.MARKER).read_text())
+    assert not (tmp_path / "warehouse" / migrate.IN_PROGRESS).exists()
+    [note] = marker["left_out"]
+    assert "run_id=Old_Run: 'Old_Run' is not a valid run id" in note and "rename the directory" in note

@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 # Written into <home>/warehouse/ once a home's parquet layout is in the Iceberg tables: the row
 # counts per table and the partitions left out. Its presence is what "migrated" means.
 MARKER = MIGRATED_MARKER
+# Written before a first-use migration's first commit and removed with the marker's writing: while it
+# is there the tables exist but hold part of the layout, so the next use finishes the copy.
+IN_PROGRESS = ".migration.in-progress"
 _CHECKED: set[str] = set()  # homes this process has looked at (or is migrating)
 _LOCKS: dict[str, threading.RLock] = {}
 _LOCKS_LOCK = threading.Lock()
@@ -87,10 +90,11 @@ def migrate_on_first_use(home: Path) -> Migration | None:
         if (root / MARKER).is_file() or not has_parquet_layout(home):
             _CHECKED.add(key)
             return None
-        if not local_default(home) or _tables_exist(home):
-            log.info("warehouse: %s holds parquet partitions not copied into the Iceberg tables by themselves (the "
-                     "tables exist, or the catalog is shared): `benchrun migrate-warehouse` copies the runs they lack",
-                     root)
+        resume = (root / IN_PROGRESS).is_file()  # a first-use migration that stopped half-way
+        if not local_default(home) or (_tables_exist(home) and not resume):
+            log.warning("warehouse: %s holds parquet partitions not copied into the Iceberg tables by themselves (the "
+                        "tables exist, or the catalog is shared), so what is read may lack runs: `benchrun "
+                        "migrate-warehouse` copies the runs they lack", root)
             _CHECKED.add(key)
             return None
         with open(root / ".migration.lock", "a+") as fh:
@@ -99,8 +103,11 @@ def migrate_on_first_use(home: Path) -> Migration | None:
                 if (root / MARKER).is_file():  # another process of this home did it while we waited
                     _CHECKED.add(key)
                     return None
-                log.warning("warehouse: %s holds the per-run parquet layout; copying it into the Iceberg tables once "
-                            "(the parquet files stay)", root)
+                log.warning("warehouse: %s holds the per-run parquet layout; %s it into the Iceberg tables once "
+                            "(the parquet files stay)", root, "finishing copying" if resume else "copying")
+                from benchrun.fsio import atomic_write_text
+
+                atomic_write_text(root / IN_PROGRESS, dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
                 done = migrate_parquet(home)
                 if done.differ:
                     raise BenchrunError(
@@ -120,11 +127,13 @@ def write_marker(home: Path, done: Migration) -> Path:
     """Record a finished migration (rows per table, parquet and read back) in ``<home>/warehouse``."""
     from benchrun.fsio import atomic_write_json
 
-    return atomic_write_json(Path(home) / "warehouse" / MARKER, {
+    marker = atomic_write_json(Path(home) / "warehouse" / MARKER, {
         "migrated_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "tables": {t: {"parquet_rows": b, "iceberg_rows": a, "runs_already_in_the_table": done.already.get(t, 0)}
                    for t, (b, a) in done.counts.items()},
         "left_out": done.left_out})
+    (Path(home) / "warehouse" / IN_PROGRESS).unlink(missing_ok=True)
+    return marker
 
 
 def _run_starts(home: Path, run_ids: Iterable[str]) -> dict[str, dt.datetime | None]:
@@ -159,6 +168,17 @@ def _removed_by_retention(home: Path) -> dict[str, set[str]]:
     return out
 
 
+def _valid_run_id(run_id: str) -> bool:
+    from benchrun.errors import BenchrunError
+    from benchrun.paths import validate_run_id
+
+    try:
+        validate_run_id(run_id)
+    except BenchrunError:
+        return False
+    return True
+
+
 def _rows_now(home: Path, table: str, ids: list[str]) -> int:
     """The tables' rows of ``ids`` in ``table``, read back."""
     from pyiceberg.expressions import In
@@ -191,6 +211,11 @@ def migrate_parquet(home: Path) -> Migration:
             done.left_out.extend(notes)
             present = run_ids(home, table)
             by_run = {f.parent.name.removeprefix("run_id="): f for f in files}
+            for run_id in [r for r in by_run if not _valid_run_id(r)]:  # named, left in place, never a crash
+                note = (f"{by_run.pop(run_id).parent}: {run_id!r} is not a valid run id, so it was not copied; "
+                        "rename the directory to its run's id (run_id=<id>) and run `benchrun migrate-warehouse`")
+                log.warning("%s", note)
+                done.left_out.append(note)
             done.already[table] = sum(1 for r in by_run if r in present)
             gone = removed.get(table, set())
             done.expired[table] = sum(1 for r in by_run if r in gone and r not in present)
