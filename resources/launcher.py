@@ -165,7 +165,7 @@ class LauncherResource(dg.ConfigurableResource):
             owner=self._owner(core, in_cluster),
         )
         if plan.enabled:
-            launcher.preflight(plan.invocations)  # every Job must build before any starts
+            launcher.preflight(plan.invocations, plan.contended_reruns)  # every Job must build before any starts
             try:  # Jobs left by finished runs of this home (an orchestrator that died) go first
                 from benchrun.launch.kubernetes import finished_here, sweep
 
@@ -203,7 +203,7 @@ class LauncherResource(dg.ConfigurableResource):
                     launcher.log_follower = None
 
         try:
-            if publication and plan.enabled and not any(inv.is_gang for inv in plan.invocations):
+            if plan.enabled and launcher.runs_as_layer(plan.invocations):
                 # Publication grade: the whole layer in one Job on one dedicated node.
                 from benchrun.execute import Progress, finish_layer
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,22 @@ def _gang(spec: str, suite: str, tmp_path: Path, run_id: str = RUN_ID):
     return next(i for p in plans for i in p.invocations if i.suite == suite and i.replicate == 1)
 
 
+_DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+
+
+def _assert_webhook_names(js: dict[str, Any]) -> None:
+    """The names JobSet's webhook (ValidateCreate) holds to DNS-1035 labels of at most 63: the
+    subdomain (also the headless Service's name), the longest Job name ``<js>-<rj>-<job index>``
+    and the longest pod name ``<job>-<pod index>-<5 random>``."""
+    name = js["metadata"]["name"]
+    names = [name, js["spec"]["network"]["subdomain"]]
+    for rj in js["spec"]["replicatedJobs"]:
+        job = f"{name}-{rj['name']}-{rj['replicas'] - 1}"
+        names += [job, f"{job}-{rj['template']['spec']['completions'] - 1}-abcde"]
+    for n in names:
+        assert len(n) <= 63 and _DNS1035.fullmatch(n), n
+
+
 def _env(container: dict[str, Any]) -> dict[str, Any]:
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
 
@@ -46,6 +63,7 @@ def test_h100_training_example_renders_a_valid_publication_jobset(tmp_path: Path
     assert not errors, [e.message for e in errors[:3]]
     name = js["metadata"]["name"]
     assert name == jobset_name(inv) and len(pod_hostname(name, 1).split(".")[0]) <= 63
+    _assert_webhook_names(js)
     assert js["apiVersion"] == "jobset.x-k8s.io/v1alpha2" and js["spec"]["suspend"] is True
     assert js["metadata"]["labels"][KUEUE_QUEUE_LABEL] == "training"
     assert js["metadata"]["annotations"] == {"alpha.jobset.sigs.k8s.io/exclusive-topology": "topology.example.com/rack"}
@@ -92,6 +110,24 @@ def test_local_two_node_training_spec_renders_a_valid_jobset(tmp_path: Path, val
     assert "securityContext" not in c and "PYTHONPATH" not in env
     # gpusPerNode: 1; cpu and memory: the training suite's default (Guaranteed QoS)
     assert c["resources"]["limits"] == c["resources"]["requests"] == {"nvidia.com/gpu": "1", "cpu": "16", "memory": "64Gi"}
+
+
+@pytest.mark.parametrize("run_id", ["8b-gang-20261201000000-abcdef12", "8" * 60])
+def test_a_run_id_that_starts_with_a_digit_gets_jobset_names_the_webhook_accepts(
+        run_id: str, tmp_path: Path, validator) -> None:
+    """JobSet refuses a subdomain, Job or pod name that does not start with a letter; a
+    BenchmarkRun may be named "8b-gang". The name stays deterministic and apart from the run
+    whose id already carries the prefix."""
+    inv = _gang("specs/local/training.yaml", "training", tmp_path, run_id)
+    js = jobset_manifest(inv, namespace="bench", placement=Placement(queue_name="canary"))
+    assert not list(validator.iter_errors(js))
+    _assert_webhook_names(js)
+    name = js["metadata"]["name"]
+    assert name == jobset_name(inv) and name.startswith("js-8")
+    assert js["spec"]["network"]["subdomain"] == name
+    env = _env(js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0])
+    assert env["MASTER_ADDR"] == f"{name}-node-0-0.{name}"
+    assert jobset_name(replace(inv, run_id="js-" + run_id)) != name
 
 
 def test_gang_argument_escaping_and_refusals(tmp_path: Path) -> None:

@@ -130,3 +130,81 @@ def test_harness_workloads_validate_against_the_kueue_crd(kcluster):
     wl = kcluster.wait_for(lambda: [w for w in kcluster.list("workloads")
                                     if any(c["type"] == "Finished" for c in w["status"].get("conditions") or [])])[0]
     validator.validate(wl)
+
+
+PINNED = "registry.example.com/benchrun@sha256:" + "a" * 64
+PUBLICATION_ENV = {"BENCHRUN_LAUNCHER_KIND": "kubernetes", "BENCHRUN_LAUNCHER_IMAGE": PINNED,
+                   "BENCHRUN_LAUNCHER_NODE_SELECTOR": '{"pool": "bench"}', "BENCHRUN_LAUNCHER_CPU": "8",
+                   "BENCHRUN_LAUNCHER_MEMORY": "64Gi", "BENCHRUN_LAUNCHER_OUTPUTS_URI": "s3://bench/runs",
+                   "BENCHRUN_LAUNCHER_TOPOLOGY_LABEL": "topology.example.com/rack",
+                   "BENCHRUN_LAUNCHER_TOPOLOGY_VALUES": '["rack-1"]'}
+
+
+def test_a_publication_run_renders_the_layer_jobs_it_creates(bench_home, monkeypatch):
+    """A granted publication run creates one Job per layer without a gang (launch_layer:
+    benchrun.launch.inpod, the layer's deadline, its largest suite's size); render prints those,
+    not a Job per replicate that the run never creates. A layer with a gang stays per replicate."""
+    from benchrun.launch.podspec import layer_deadline_s, layer_job_manifest, layer_job_name
+    from benchrun.launch.render import render_objects
+    from benchrun.launch.settings import LauncherSettings
+    from benchrun.plan import plan_run
+    from benchrun.spec import load_spec
+    from helpers import tiny_layers
+
+    doc = yaml.safe_load((ROOT / "specs/local/pre-release.yaml").read_text())
+    micro = {s["name"]: s for s in doc["spec"]["layers"][0]["suites"]}
+    gemm = {**micro["gemm"], "parameters": {**micro["gemm"]["parameters"], "device": "cuda"}}  # 1 GPU, unset
+    gang = {**micro["allreduce"], "name": "allreduce2", "nodes": 2, "gpusPerNode": 1}
+    doc["spec"]["layers"] = tiny_layers([micro["membw"], gemm, {**micro["fio"], "cpu": "2", "memory": "4Gi"}],
+                                        [micro["allreduce"], gang])
+    path = bench_home / "publication.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    for key, value in PUBLICATION_ENV.items():
+        monkeypatch.setenv(key, value)
+    run_id = "local-pre-release-20261206000000-abcdef12"
+    objs = render_objects(path, run_id=run_id)
+    layer_job, *rest = objs
+    # micro: one layer Job, as launch_layer builds it
+    assert layer_job["kind"] == "Job" and layer_job["metadata"]["name"] == layer_job_name(run_id, "micro")
+    [c] = layer_job["spec"]["template"]["spec"]["containers"]
+    assert "benchrun.launch.inpod" in c["args"] and c["args"][c["args"].index("--layer") + 1] == "micro"
+    assert c["resources"]["limits"] == {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "1"}
+    plans = plan_run(load_spec(path).run, run_id, bench_home / "runs" / run_id, home=bench_home, record_plan=False)
+    invs = plans[0].invocations
+    deadline = int(layer_deadline_s(invs, plans[0].contended_reruns))
+    assert layer_job["spec"]["template"]["spec"]["activeDeadlineSeconds"] >= deadline >= sum(
+        i.timeout_s for i in invs)
+    settings = LauncherSettings.from_env()
+    assert layer_job == layer_job_manifest(
+        invs, namespace=settings.namespace, contended_reruns=plans[0].contended_reruns,
+        placement=settings.placement(True, run_home=str(bench_home), cadence="pre_release"))
+    # component has a gang: a JobSet per gang replicate and a Job per other replicate, as the run launches them
+    assert {o["kind"] for o in rest} == {"Job", "JobSet"}
+    assert len(rest) == len(plans[1].invocations)
+    assert all(o["metadata"]["labels"]["benchrun.dev/layer"] == "component" for o in rest)
+
+
+def test_preflight_builds_the_layer_job_a_publication_layer_runs_as(tmp_path):
+    """The run's preflight checks what launch_layer will create: a publication layer whose
+    suites name two images builds as per-replicate Jobs but not as its one layer Job."""
+    from dataclasses import replace
+
+    from benchrun.errors import BenchrunError
+    from benchrun.launch.kubernetes import KubernetesLauncher
+    from benchrun.launch.podspec import Placement
+    from test_launch_kubernetes_harness import make_inv
+
+    other = "registry.example.com/other@sha256:" + "b" * 64
+    invs = [make_inv(tmp_path, replicate=k, image=PINNED if k == 1 else other, cpu="1", memory="1Gi") for k in (1, 2)]
+    placement = Placement(queue_name="q", publication_grade=True, node_selector={"pool": "bench"})
+    realism = KubernetesLauncher(None, None, "bench", replace(placement, publication_grade=False))
+    realism.preflight(invs)
+    launcher = KubernetesLauncher(None, None, "bench", placement)
+    with pytest.raises(BenchrunError, match=r"publication grade runs a layer in one pod, so its suites need one image"):
+        launcher.preflight(invs)
+    assert [m["kind"] for m in realism.manifests(invs)] == ["Job", "Job"]
+    same = [replace(i, image=PINNED) for i in invs]
+    launcher.preflight(same, contended_reruns=1)
+    [job] = launcher.manifests(same, contended_reruns=1)
+    assert job["metadata"]["labels"]["benchrun.dev/layer-job"] == "true"
+    assert job["spec"]["template"]["spec"]["containers"][0]["args"][-2:] == ["--contended-reruns", "1"]

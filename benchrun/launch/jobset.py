@@ -65,9 +65,12 @@ REPLICATED_JOB = "node"
 EXCLUSIVE_TOPOLOGY_ANNOTATION = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 DEFAULT_MASTER_PORT = 29500
-# <jobset>-node-<job index>-<pod index> must stay a 63-character hostname: "-node-0-" plus
-# up to 4 digits of pod index leaves 51; keep a margin.
+# JobSet's webhook holds the name to DNS-1035 (a letter first, at most 63) as the subdomain and
+# Service name and inside <jobset>-node-<job index> and <jobset>-node-<job index>-<pod index>-<5
+# random>: "-node-0-", up to 4 digits of pod index and "-abcde" leave 45.
 MAX_NAME = 45
+# Put before a run id that does not start with a letter (a BenchmarkRun named "8b-gang").
+NAME_PREFIX = "js-"
 # Variables a node learns from its own pod rather than from the (shared) template.
 _PER_NODE = ("NODE_RANK", "GROUP_RANK", "RANK", "BENCHRUN_NODE_RANK", "BENCHRUN_NODE_NAME", "LOCAL_RANK")
 
@@ -89,12 +92,19 @@ class GangOptions:
 
 
 def jobset_name(inv: Invocation) -> str:
-    """A deterministic DNS-1123 name of at most MAX_NAME characters for one replicate's gang."""
+    """A deterministic DNS-1035 label of at most MAX_NAME characters for one replicate's gang.
+
+    ``<run_id>-<suite>-r<k>-<digest>``, shortened like ``podspec.job_name``; a run id that does
+    not start with a letter gets :data:`NAME_PREFIX` (the digest, of the run id as written,
+    still tells that run apart from one whose id starts with the prefix)."""
     suite = re.sub(r"[^a-z0-9-]+", "-", inv.suite.lower()).strip("-")[:16].strip("-") or "suite"
     digest = hashlib.sha256(f"{inv.run_id}/{inv.layer}/{inv.suite}/{inv.replicate}".encode()).hexdigest()[:8]
     tail = f"-{suite}-r{inv.replicate}-{digest}"
-    head = inv.run_id[: max(1, MAX_NAME - len(tail))].rstrip("-")
-    return (head + tail)[:MAX_NAME].strip("-")
+    run = re.sub(r"[^a-z0-9-]+", "-", inv.run_id.lower()).strip("-")
+    if not re.match(r"[a-z]", run):
+        run = NAME_PREFIX + run
+    head = run[: max(1, MAX_NAME - len(tail))].rstrip("-")
+    return head + tail
 
 
 def pod_hostname(name: str, node_rank: int) -> str:

@@ -107,11 +107,36 @@ class KubernetesLauncher:
         return launch_manifest(inv, namespace=self.namespace, placement=self.placement, run_labels=self.run_labels,
                                extra_env=pod_env(extra_env), owner=self.owner)
 
-    def preflight(self, invocations: Iterable[Invocation]) -> None:
-        """Build (and model-check) every Job without creating any: a spec error raises
-        BenchrunError before the first Job of the run starts, not halfway through it."""
-        for inv in invocations:
-            manifest = self.manifest(inv)
+    def runs_as_layer(self, invocations: Iterable[Invocation]) -> bool:
+        """Whether a layer runs as ONE Job (``launch_layer``): publication grade and no gang in it
+        (a layer with a gang runs each replicate as its own Job or JobSet)."""
+        invs = list(invocations)
+        return bool(invs) and self.placement.publication_grade and not any(inv.is_gang for inv in invs)
+
+    def layer_manifest(self, invocations: Iterable[Invocation], extra_env: Mapping[str, str] | None = None,
+                       contended_reruns: int = 0) -> dict[str, Any]:
+        """The one Job of a publication-grade layer (``podspec.layer_job_manifest``)."""
+        from benchrun.launch.podspec import layer_job_manifest
+
+        invs = list(invocations)
+        refuse_in_layer_job(invs)
+        return layer_job_manifest(invs, namespace=self.namespace, placement=self.placement,
+                                  run_labels=self.run_labels, extra_env=pod_env(extra_env), owner=self.owner,
+                                  contended_reruns=contended_reruns)
+
+    def manifests(self, invocations: Iterable[Invocation], contended_reruns: int = 0) -> list[dict[str, Any]]:
+        """Every object one layer of ``invocations`` creates, in launch order: its layer Job
+        (``runs_as_layer``), else a Job or JobSet per replicate."""
+        invs = list(invocations)
+        if self.runs_as_layer(invs):
+            return [self.layer_manifest(invs, contended_reruns=contended_reruns)]
+        return [self.manifest(inv) for inv in invs]
+
+    def preflight(self, invocations: Iterable[Invocation], contended_reruns: int = 0) -> None:
+        """Build (and model-check) every object of a layer without creating any, as the run will
+        (``manifests``): a spec error raises BenchrunError before the first Job of the run starts,
+        not halfway through it."""
+        for manifest in self.manifests(invocations, contended_reruns):
             if manifest["kind"] == "Job":
                 self._model(manifest)
 
@@ -219,14 +244,11 @@ class KubernetesLauncher:
         volume); a replicate the pod never reached is failed with the Job's reason; the pod launches
         a contended replicate again up to ``contended_reruns`` times (``benchrun.launch.rerun``)."""
         from benchrun.launch.inpod import results_relpath
-        from benchrun.launch.podspec import layer_deadline_s, layer_job_manifest
+        from benchrun.launch.podspec import layer_deadline_s
 
         invs = list(invocations)
         first = invs[0]
-        refuse_in_layer_job(invs)
-        manifest = layer_job_manifest(invs, namespace=self.namespace, placement=self.placement,
-                                      run_labels=self.run_labels, extra_env=pod_env(extra_env), owner=self.owner,
-                                      contended_reruns=contended_reruns)
+        manifest = self.layer_manifest(invs, extra_env, contended_reruns)
         name = manifest["metadata"]["name"]
         layer_log = run_dir / "raw" / f"{first.run_id}_{first.layer}_layer.log"
         layer_log.parent.mkdir(parents=True, exist_ok=True)

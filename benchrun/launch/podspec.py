@@ -517,11 +517,16 @@ def layer_job_name(run_id: str, layer: str) -> str:
     return head + tail
 
 
-def _max_quantity(values: list[str | None]) -> str | None:
+def _largest(invs: list[Invocation], placement: Placement) -> dict[str, Any]:
+    """The layer pod's size: the largest of what each suite's own Job would get (``_resources``:
+    the spec, else the launcher, else the suite's default; a CUDA suite 1 GPU unless set)."""
     from kubernetes.utils.quantity import parse_quantity
 
-    present = [v for v in values if v]
-    return max(present, key=parse_quantity) if present else None
+    sizes = [_resources(inv, placement) for inv in invs]
+    shm = [q for q in (inv.shm_size or placement.shm_size for inv in invs) if q]
+    return {"gpus": max(g for g, _ in sizes),
+            **{k: max((r["limits"][k] for _, r in sizes), key=parse_quantity) for k in ("cpu", "memory")},
+            "shm_size": max(shm, key=parse_quantity) if shm else None}
 
 
 def layer_deadline_s(invs: list[Invocation] | tuple[Invocation, ...], contended_reruns: int = 0) -> float:
@@ -560,11 +565,7 @@ def layer_job_manifest(
             f"spec.layers[{invs[0].layer}]: publication grade runs a layer in one pod, so its suites need one "
             f"image; they name {sorted(images)}")
     first = invs[0]
-    gpus = max((inv.gpus if inv.gpus is not None else placement.gpus) for inv in invs)
-    sized = replace(first, gpus=gpus, cpu=_max_quantity([inv.cpu for inv in invs]),
-                    memory=_max_quantity([inv.memory for inv in invs]),
-                    shm_size=_max_quantity([inv.shm_size for inv in invs]),
-                    timeout_s=layer_deadline_s(invs, contended_reruns),
+    sized = replace(first, **_largest(invs, placement), timeout_s=layer_deadline_s(invs, contended_reruns),
                     argv=("python", "-m", "benchrun.launch.inpod", "--run-dir",
                           first.env.get("BENCHRUN_RUN_DIR") or DEFAULT_RUN_DIR, "--run-id", first.run_id,
                           "--layer", first.layer,

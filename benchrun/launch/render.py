@@ -2,8 +2,9 @@
 
 The objects are the launcher's own: the same planner, the same ``LauncherSettings`` (from
 ``BENCHRUN_LAUNCHER_*``, as the Dagster definitions read them) and the same manifest
-builders (``podspec.job_manifest``, ``jobset.launch_manifest``), so what is reviewed (or
-committed for GitOps) is what a run submits. The run id is a placeholder
+builders (``KubernetesLauncher.manifests``: a Job per replicate, a JobSet per gang, one layer
+Job per publication-grade layer), so what is reviewed (or committed for GitOps) is what a run
+submits. The run id is a placeholder
 (``<name>-00000000000000-<digest8>``) unless one is given; Pipes bootstrap variables are
 absent (a Dagster run adds them at launch time).
 """
@@ -21,8 +22,8 @@ EPOCH = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
 
 def render_objects(spec: Path, *, launcher: str | None = None, run_id: str | None = None,
                    home: Path | None = None) -> list[dict[str, Any]]:
-    """The Jobs (and JobSets, for multi-node suites) of every enabled layer, in launch order."""
-    from benchrun.launch.jobset import launch_manifest
+    """The Jobs (and JobSets, for multi-node suites) of every enabled layer, in launch order: a
+    Job per replicate, or, when publication grade is granted, one Job per layer without a gang."""
     from benchrun.launch.kubernetes import KubernetesLauncher
     from benchrun.launch.settings import LauncherSettings
     from benchrun.paths import benchrun_home, validate_run_id
@@ -61,10 +62,11 @@ def render_objects(spec: Path, *, launcher: str | None = None, run_id: str | Non
     can_publish, _why = settings.publication_offer([s.image or settings.image for s in suites], bool(resources_set))
     publication = run.spec.intent.benchmark_class == "publication_grade" and can_publish
     placement = settings.placement(publication, run_home=str(home), cadence=run.spec.intent.cadence)
+    # the launcher's own choice per layer: a publication layer is one Job, else a Job or JobSet per replicate
+    k8s = KubernetesLauncher(None, None, settings.namespace, placement)
     objects = []
     for plan in plans:
-        for inv in plan.invocations:
-            obj = launch_manifest(inv, namespace=settings.namespace, placement=placement)
+        for obj in k8s.manifests(plan.invocations, plan.contended_reruns):
             if obj["kind"] == "Job":
                 KubernetesLauncher._model(obj)  # dagster-k8s names any field the API would not know
             objects.append(obj)
