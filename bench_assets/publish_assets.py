@@ -27,6 +27,11 @@ def hot_metrics(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     hm, pub = hotmetrics.publish_run(rd.path, rd.read_status(), spec.sinks.hot_metrics.cardinality_budget,
                                      primary=_primary_metrics(spec), home=rd.home)
     rd.update_status(hot_metrics_ref=pub.pushed_to or str(pub.textfile))
+    if pub.push_error is not None:  # the Pushgateway's outage is said, never the run's failure
+        context.log.warning(pub.note)
+        rd.set_condition("HotMetricsPushed", False, "PushgatewayUnavailable", pub.note)
+    elif pub.pushed_to is not None:
+        rd.set_condition("HotMetricsPushed", True, "Pushed", pub.note)
     if hm.series_dropped:
         context.log.warning(f"{hm.series_dropped} series over the cardinality budget were not published: "
                             f"{dict(hm.dropped_by_budget)}")

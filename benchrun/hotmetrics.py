@@ -42,6 +42,7 @@ from benchrun.paths import benchrun_home, validate_run_id
 from benchrun.rundir import read_json_or_none
 from benchrun.suites.result import SCHEMA
 from benchrun.fsio import atomic_write_text
+from benchrun.urlsafe import redact
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +167,7 @@ class Published:
     textfile: Path | None
     pushed_to: str | None
     note: str
+    push_error: str | None = None  # a Pushgateway was configured and could not be read or pushed to
 
 
 # -- names ------------------------------------------------------------------------------------
@@ -429,10 +431,10 @@ def _gateway_error(url: str, exc: BaseException) -> BenchrunError:
             body = exc.read().decode("utf-8", "replace").strip()
         except Exception:  # the body is only for the message
             body = ""
-        return BenchrunError(f"Pushgateway {url} refused the request: HTTP {exc.code} {body or exc.reason}")
+        return BenchrunError(f"Pushgateway {redact(url)} refused the request: HTTP {exc.code} {body or exc.reason}")
     reason = getattr(exc, "reason", exc)
     return BenchrunError(
-        f"Pushgateway {url} is unreachable ({reason}); check {PUSHGATEWAY_ENV} or unset it to "
+        f"Pushgateway {redact(url)} is unreachable ({reason}); check {PUSHGATEWAY_ENV} or unset it to "
         "write the textfile only"
     )
 
@@ -482,8 +484,9 @@ def delete_groups(url: str, run_id: str, *, job: str = DEFAULT_JOB, timeout: flo
 
 
 def group_url(url: str, run_id: str, *, job: str = DEFAULT_JOB, grouping: Mapping[str, str] | None = None) -> str:
-    """``<url>/metrics/job/<job>/run_id/<run_id>[/<k>/<v>...]`` for plain label values."""
-    parts = [url.rstrip("/"), "metrics", "job", job, "run_id", run_id]
+    """``<url>/metrics/job/<job>/run_id/<run_id>[/<k>/<v>...]`` for plain label values (the URL's
+    user:password left out: this is what records and logs show)."""
+    parts = [redact(url).rstrip("/"), "metrics", "job", job, "run_id", run_id]
     for k, v in sorted((grouping or {}).items()):
         parts += [k, v]
     return "/".join(parts)
@@ -527,15 +530,27 @@ def publish_run(
     run_id = validate_run_id(str(status.get("run_id") or Path(run_dir).name))
     url = url if url is not None else (os.environ.get(PUSHGATEWAY_ENV) or None)
     textfile = default_textfile(run_id, home)
+    problem = None
+    existing = None
     if url:
-        existing = gateway_series(url, job=job, exclude_run_id=run_id) + GATEWAY_SERIES_PER_GROUP
-    else:
+        try:
+            existing = gateway_series(url, job=job, exclude_run_id=run_id) + GATEWAY_SERIES_PER_GROUP
+        except BenchrunError as exc:  # a sink's outage: the run's evidence stands, the textfile is still written
+            problem = str(exc)
+    if existing is None:
         existing = textfile_series(textfile.parent, exclude_run_id=run_id)
     hm = render(Path(run_dir), status, budget, primary=primary, existing_series=existing)
     path = write_textfile(hm, textfile)
-    if url:
-        target = push(hm, url, job=job)
-        return hm, Published(path, target, f"pushed to {target} and written to {path}")
+    if url and problem is None:
+        try:
+            target = push(hm, url, job=job)
+            return hm, Published(path, target, f"pushed to {target} and written to {path}")
+        except BenchrunError as exc:
+            problem = str(exc)
+    if problem is not None:
+        note = f"not pushed: {problem}; written to the textfile {path} (the budget counted the textfiles' series)"
+        log.warning("run %s: hot metrics %s", run_id, note)
+        return hm, Published(path, None, note, push_error=problem)
     note = f"{PUSHGATEWAY_ENV} is not set: written to the textfile {path} only, nothing pushed"
     log.info("run %s: %s", run_id, note)
     return hm, Published(path, None, note)

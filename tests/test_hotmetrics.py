@@ -263,8 +263,19 @@ def test_unreachable_gateway_is_a_clear_error(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
     with pytest.raises(BenchrunError, match=r"Pushgateway http://127\.0\.0\.1:\d+ is unreachable"):
         push(render(rd, status, BIG), url, timeout=2)
-    with pytest.raises(BenchrunError, match="unreachable"):
-        publish_run(rd, status, BIG, home=tmp_path, url=url)
+
+
+def test_an_unreachable_gateway_is_said_and_the_textfile_still_written(tmp_path: Path) -> None:
+    """publish_run raised before writing the textfile, so the hot_metrics step failed and with it
+    the run (phase Failed, exit 1) whose evidence was complete; the error also showed the URL's
+    password, which then stood in status.json and the report."""
+    rd, status = make_run(tmp_path)
+    url = f"http://bench:S3cretPW@127.0.0.1:{_free_port()}"
+    hm, pub = publish_run(rd, status, BIG, home=tmp_path, url=url)
+    assert pub.pushed_to is None and "is unreachable" in pub.push_error and "not pushed" in pub.note
+    assert pub.textfile.is_file() and samples(pub.textfile.read_text())
+    assert "S3cretPW" not in pub.note and "bench:" not in pub.note
+    assert hm_mod.group_url(url, RUN_ID) == f"{url.replace('bench:S3cretPW@', '')}/metrics/job/benchrun/run_id/{RUN_ID}"
 
 
 def test_push_refuses_forbidden_grouping(tmp_path: Path, pushgateway: str) -> None:
@@ -351,3 +362,29 @@ def test_delete_with_the_gateway_down_keeps_the_group_and_says_so(tmp_path: Path
     assert not any("Pushgateway" in r for r in out.removed)
     [note] = [k for k in out.kept if "Pushgateway" in k]
     assert "not deleted" in note and "unreachable" in note and f"{url}/metrics/job/benchrun/run_id/{RUN_ID}" in note
+
+
+@pytest.mark.slow
+def test_a_run_whose_pushgateway_is_down_succeeds_and_says_so(bench_home, canary_doc, write_spec, monkeypatch) -> None:
+    """`benchrun run` with an unreachable BENCHRUN_PUSHGATEWAY_URL ended Failed (exit 1): the
+    hot_metrics step raised, although every replicate succeeded and the evidence was signed."""
+    from typer.testing import CliRunner
+
+    from benchrun.cli import app
+    from benchrun.report.worker import wait_for_workers
+    from benchrun.rundir import RunDir
+    from helpers import tiny_layers
+
+    monkeypatch.setenv("BENCHRUN_WARM", "0")
+    monkeypatch.setenv(hm_mod.PUSHGATEWAY_ENV, f"http://bench:S3cretPW@127.0.0.1:{_free_port()}")
+    canary_doc["spec"]["trials"]["minReplicates"] = 3
+    canary_doc["spec"]["layers"] = tiny_layers([{"name": "gemm", "repoCommand": "python -m benchrun.suites.gemm",
+                                                 "parameters": {"sizes": [64], "iterations": 2}}])
+    out = CliRunner().invoke(app, ["run", str(write_spec(canary_doc))])
+    wait_for_workers(bench_home)
+    assert out.exit_code == 0, out.output
+    assert "HotMetricsPushed=False (PushgatewayUnavailable)" in out.output
+    run_id = next(p.name for p in (bench_home / "runs").iterdir())
+    st = RunDir(bench_home, run_id).read_status()
+    assert st["phase"] == "Succeeded" and (bench_home / "metrics" / f"{run_id}.prom").is_file()
+    assert "S3cretPW" not in (bench_home / "runs" / run_id / "status.json").read_text() + out.output

@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 import requests
 
 from benchrun.plan import Invocation
+from benchrun.urlsafe import redact  # noqa: F401  (prometheus.redact, as before)
 from benchrun.telemetry.samples import Sample, write_samples
 
 log = logging.getLogger(__name__)
@@ -98,12 +99,6 @@ def configured_url(environ: dict[str, str] | None = None) -> str | None:
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
         raise ValueError(f"{URL_ENV}={url!r} is not an http(s) URL; set it like http://prometheus:9090")
     return url.rstrip("/")
-
-
-def redact(url: str) -> str:
-    """The URL without user:password, for records and logs."""
-    p = urlparse(url)
-    return p._replace(netloc=p.hostname + (f":{p.port}" if p.port else "")).geturl() if p.username else url
 
 
 def step_for(start: float, end: float) -> float:
