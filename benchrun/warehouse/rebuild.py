@@ -135,23 +135,20 @@ def rebuild_warehouse(home: Path, run_ids: list[str] | None = None) -> RebuildRe
     stored = set(where)
     wanted = [validate_run_id(r) for r in run_ids] if run_ids else sorted(set(on_disk) | stored)
     report = RebuildReport()
+    # Each table's commit deletes the run's rows of every day and appends the new ones in one transaction
+    # (a run curated before it started, or restored from the store, whose status is not stored, may have
+    # rows on another day than its start now says): a reader never sees the run without rows, and a
+    # curation that fails or is killed leaves each table with the old rows or the new, never none.
+    every_day = lake.enabled()
     for run_id in wanted:
         try:
-            if lake.enabled() and (run_id in on_disk or run_id in stored):
-                # the run's rows go wherever they are first: curation replaces them within the day of the
-                # run's start, and a run curated before it started (or restored from the store, whose
-                # status is not stored) would otherwise keep an old copy on another day — doubled rows
-                from benchrun.warehouse.schemas import TABLES
-
-                for table in sorted(TABLES):
-                    lake.commit_run(home, table, run_id, [], None, every_day=True)
             if run_id in on_disk:
-                report.rebuilt[run_id] = curate_run(on_disk[run_id].path, home)
+                report.rebuilt[run_id] = curate_run(on_disk[run_id].path, home, every_day=every_day)
                 report.source[run_id] = str(on_disk[run_id].path)
             elif run_id in stored:
                 with tempfile.TemporaryDirectory(prefix=f".rebuild-{run_id}-", dir=home) as tmp:
                     run_dir = _restore(where[run_id], run_id, Path(tmp))
-                    report.rebuilt[run_id] = curate_run(run_dir, home)
+                    report.rebuilt[run_id] = curate_run(run_dir, home, every_day=every_day)
                 report.source[run_id] = f"{where[run_id].uri} (no run directory)"
             else:
                 report.failed[run_id] = (f"no run directory under {home / 'runs'} and no stored manifest in "
