@@ -1,5 +1,6 @@
-"""rebuild-warehouse never leaves a run without rows (one commit per table replaces them), and a
-retention pass stopped half-way is finished by the next one."""
+"""rebuild-warehouse never leaves a run without rows (one commit per table replaces them), never writes
+back a run `benchrun delete` or retention removed, and a retention pass stopped half-way is finished
+by the next one."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from pyiceberg.expressions import EqualTo
+from typer.testing import CliRunner
 
 from benchrun.warehouse import TABLES, curate_run, lake
 from benchrun.warehouse.rebuild import rebuild_warehouse
@@ -93,3 +95,41 @@ def test_an_interrupted_retention_is_finished_by_the_next_pass(tmp_path: Path, m
     notes = plan_retention(tmp_path, now).notes
     assert any(n.startswith("run run-new: rows in the warehouse but none in benchmark_run_fact") and
                "rebuild-warehouse run-new" in n for n in notes), notes
+
+
+def test_rebuild_skips_runs_retention_or_delete_removed(bench_home: Path) -> None:
+    """rebuild-warehouse wrote back the run retention had removed (its directory is still there), and
+    once the run was deleted too it failed on every rebuild: `stored object is missing`."""
+    from benchrun.cli import app
+    from benchrun.runctl import delete_run
+
+    now = dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)
+    _curated(bench_home, "run-old", finished_utc="2023-11-30T09:00:00+00:00")
+    _curated(bench_home, "run-new", "run-gone")
+    apply_retention(bench_home, plan_retention(bench_home, now))
+    delete_run("run-gone", home=bench_home)
+    report = rebuild_warehouse(bench_home)
+    assert list(report.rebuilt) == ["run-new"] and not report.failed
+    assert "removed by retention" in report.skipped["run-old"]
+    assert "removed by `benchrun delete`" in report.skipped["run-gone"]
+    assert (bench_home / "warehouse" / "_deleted" / "run-gone.json").is_file()
+    assert set(_rows(bench_home, "run-old").values()) == set(_rows(bench_home, "run-gone").values()) == {0}
+    delete_run("run-old", home=bench_home)  # both: its directory gone, its raw objects too
+    out = CliRunner().invoke(app, ["rebuild-warehouse", "run-old", "run-gone"])
+    assert out.exit_code == 0, out.output + str(out.exception)
+    assert "skipped run-old: removed by" in out.output and "skipped run-gone: removed by" in out.output
+    assert "0 run(s) rebuilt, 0 failed, 2 skipped" in out.output
+    assert set(_rows(bench_home, "run-old").values()) == {0}
+
+
+def test_a_run_made_after_its_ids_tombstone_is_rebuilt(tmp_path: Path) -> None:
+    """The tombstone is the deleted run's: a run created later under the same id is curated as any other."""
+    from benchrun.warehouse.removed import record_deleted, removed_runs
+
+    with pytest.raises(Exception, match="not valid"):
+        record_deleted(tmp_path, "../escape")
+    record_deleted(tmp_path, "run-a", now=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc))
+    assert "run-a" in removed_runs(tmp_path)
+    rows = _curated(tmp_path, "run-a")["run-a"]  # created 2026-11-30
+    report = rebuild_warehouse(tmp_path)
+    assert list(report.rebuilt) == ["run-a"] and not report.skipped and _rows(tmp_path, "run-a") == rows
