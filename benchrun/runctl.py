@@ -159,6 +159,7 @@ def delete_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
     from benchrun.hotmetrics import default_textfile
     from benchrun.liveness import liveness_path
     from benchrun.rundir import TERMINAL_PHASES
+    from benchrun.warehouse.removed import record_deleted
     from benchrun.warehouse.schemas import TABLES
     from benchrun.warehouse.views import refresh_views
     from benchrun.warehouse.writer import partition_dir, remove_partition
@@ -184,6 +185,8 @@ def delete_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
     if phase not in (*TERMINAL_PHASES, "damaged"):
         raise BenchrunError(f"run {run_id} is {phase}; cancel it first (`benchrun cancel {run_id}`)")
     out = DeleteOutcome(run_id)
+    # before anything goes: rebuild-warehouse never writes the run back, even if this stops half-way
+    tombstone = record_deleted(root, run_id)
     tables = [t for t in TABLES if partition_dir(root, t, run_id).exists()]
     for table in tables:
         remove_partition(root, table, run_id)
@@ -211,6 +214,8 @@ def delete_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
     rd.status_lock_path.unlink(missing_ok=True)
     out.removed.insert(0, f"run directory runs/{run_id}")
     out.kept.append("its evidence in the artifact store (write-once; `benchrun retention` ages it out)")
+    out.kept.append(f"a record of the deletion, {tombstone.relative_to(root)}: `benchrun rebuild-warehouse` "
+                    "does not write the run back from that evidence")
     return out
 
 

@@ -448,17 +448,21 @@ def build_tables(src: RunSources) -> dict[str, Callable[[], Any]]:
 
 
 def store_rows(home: Path, table: str, run_id: str, batches: Iterable[pa.RecordBatch | pa.Table],
-               run_started: dt.datetime | None = None) -> int:
+               run_started: dt.datetime | None = None, *, every_day: bool = False) -> int:
     """Replace ``run_id``'s rows of ``table`` in the warehouse this process uses: one Iceberg commit
-    (the default; ``run_started`` picks the day partition), or the run's parquet partition
+    (the default; ``run_started`` picks the day partition, or ``every_day``: the run's rows of any
+    day are replaced, in the same commit), or the run's parquet partition
     (``BENCHRUN_WAREHOUSE_FORMAT=parquet``). Returns the rows written."""
     from benchrun.warehouse import lake
     from benchrun.warehouse.migrate import migrate_on_first_use
 
     if lake.enabled():
         migrate_on_first_use(Path(home))  # a home of an earlier release: its parquet layout copied in, once
-        return lake.commit_run(Path(home), table, run_id, batches, run_started).rows
+        return lake.commit_run(Path(home), table, run_id, batches, run_started, every_day=every_day).rows
     return write_partition(Path(home), table, run_id, batches)
+
+
+STREAMED = ("serving_request_fact", "telemetry_slice_fact")  # read file by file while they are committed
 
 
 def curate_run(
@@ -467,12 +471,17 @@ def curate_run(
     manifest: ObjectManifest | None = None,
     *,
     tables: list[str] | None = None,
+    every_day: bool = False,
 ) -> dict[str, int]:
     """Write the run's partition of every table (or of ``tables``); return rows per table.
 
     ``manifest`` is the stored object manifest (``ArtifactStore.put_run_dir``); without it
     the one named by status.json's ``artifact_manifest_digest`` is loaded, else the
-    lineage columns stay null.
+    lineage columns stay null. ``every_day``: replace the run's rows whatever day they lie in
+    (``rebuild-warehouse``: a run curated before it started, or restored from the store, may
+    have them on another day), still one commit per table. The run's files are read, and its
+    rows other than the streamed ones built, before the first table is touched: a file that
+    does not read leaves every table as it was.
     """
     src = load_sources(Path(run_dir), manifest, Path(home))
     producers = build_tables(src)
@@ -484,5 +493,7 @@ def curate_run(
     # Runs finishing together start on different tables, so their Iceberg commits seldom race for one table.
     turn = int(hashlib.sha256(src.run_id.encode()).hexdigest(), 16) % len(selected)
     ordered = selected[turn:] + selected[:turn]
-    counts = {table: store_rows(Path(home), table, src.run_id, producers[table](), started) for table in ordered}
+    built = {table: producers[table]() if table in STREAMED else list(producers[table]()) for table in ordered}
+    counts = {table: store_rows(Path(home), table, src.run_id, built[table], started, every_day=every_day)
+              for table in ordered}
     return {table: counts[table] for table in selected}

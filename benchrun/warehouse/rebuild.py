@@ -3,10 +3,12 @@ artifact store for runs whose directory is gone (the same curation the assets ru
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from benchrun.errors import BenchrunError
 from benchrun.paths import validate_run_id
@@ -18,11 +20,13 @@ LOCAL_LAYOUTS = (None, "objects/${RUN_ID}/")
 
 @dataclass
 class RebuildReport:
-    """Rows written per run, where each run came from, and the runs that could not be rebuilt."""
+    """Rows written per run, where each run came from, the runs that could not be rebuilt, and those
+    left out because they were removed on purpose."""
 
     rebuilt: dict[str, dict[str, int]] = field(default_factory=dict)
     source: dict[str, str] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)  # removed on purpose (delete, retention): why
 
 
 def _restore(store, run_id: str, target: Path) -> Path:
@@ -51,7 +55,6 @@ def _stored_status(run_dir: Path, run_id: str) -> dict[str, object]:
     from the environment (captured as the run started) the start; the creation time where the run id
     is the one minted from it (``<name>-<yyyymmddhhmmss>-<digest8>``, the pinned spec's digest).
     Fields the evidence does not hold stay absent (null in the rows), never guessed."""
-    import datetime as dt
     import json
     import re
 
@@ -99,15 +102,26 @@ def _stored_status(run_dir: Path, run_id: str) -> dict[str, object]:
     return {k: v for k, v in out.items() if v is not None}
 
 
+def _created(rd: Any) -> dt.datetime | None:
+    """A run directory's creation time (None where its status does not read or say)."""
+    from benchrun.warehouse.sources import parse_ts
+
+    try:
+        return parse_ts(rd.read_status().get("created_utc"))
+    except BenchrunError:
+        return None
+
+
 def rebuild_warehouse(home: Path, run_ids: list[str] | None = None) -> RebuildReport:
     """Curate every run (or ``run_ids``) again, then refresh the views; one failure is reported,
-    the other runs are still rebuilt."""
+    the other runs are still rebuilt. A run ``benchrun delete`` or retention removed is skipped, with why."""
     from benchrun.rundir import list_runs
     from benchrun.store import open_store
     from benchrun.warehouse import lake
     from benchrun.warehouse.curate import curate_run
     from benchrun.warehouse.lakecatalog import MovedHomeError, reset_moved
     from benchrun.warehouse.migrate import has_parquet_layout, migrate_parquet, write_marker
+    from benchrun.warehouse.removed import removed_runs
     from benchrun.warehouse.views import refresh_views
 
     home = Path(home)
@@ -134,24 +148,25 @@ def rebuild_warehouse(home: Path, run_ids: list[str] | None = None) -> RebuildRe
             log.warning("%s: %s", candidate.uri, exc)
     stored = set(where)
     wanted = [validate_run_id(r) for r in run_ids] if run_ids else sorted(set(on_disk) | stored)
+    removed = removed_runs(home, {r: _created(rd) for r, rd in on_disk.items()})
     report = RebuildReport()
+    # Each table's commit deletes the run's rows of every day and appends the new ones in one transaction
+    # (a run curated before it started, or restored from the store, whose status is not stored, may have
+    # rows on another day than its start now says): a reader never sees the run without rows, and a
+    # curation that fails or is killed leaves each table with the old rows or the new, never none.
+    every_day = lake.enabled()
     for run_id in wanted:
+        if run_id in removed:
+            report.skipped[run_id] = removed[run_id]
+            continue
         try:
-            if lake.enabled() and (run_id in on_disk or run_id in stored):
-                # the run's rows go wherever they are first: curation replaces them within the day of the
-                # run's start, and a run curated before it started (or restored from the store, whose
-                # status is not stored) would otherwise keep an old copy on another day — doubled rows
-                from benchrun.warehouse.schemas import TABLES
-
-                for table in sorted(TABLES):
-                    lake.commit_run(home, table, run_id, [], None, every_day=True)
             if run_id in on_disk:
-                report.rebuilt[run_id] = curate_run(on_disk[run_id].path, home)
+                report.rebuilt[run_id] = curate_run(on_disk[run_id].path, home, every_day=every_day)
                 report.source[run_id] = str(on_disk[run_id].path)
             elif run_id in stored:
                 with tempfile.TemporaryDirectory(prefix=f".rebuild-{run_id}-", dir=home) as tmp:
                     run_dir = _restore(where[run_id], run_id, Path(tmp))
-                    report.rebuilt[run_id] = curate_run(run_dir, home)
+                    report.rebuilt[run_id] = curate_run(run_dir, home, every_day=every_day)
                 report.source[run_id] = f"{where[run_id].uri} (no run directory)"
             else:
                 report.failed[run_id] = (f"no run directory under {home / 'runs'} and no stored manifest in "

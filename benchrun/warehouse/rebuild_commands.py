@@ -27,7 +27,10 @@ def rebuild_warehouse_cmd(
             why = resign_if_intact(run_dir, home)
             if why:
                 typer.echo(f"warning: {run_id}: {why}", err=True)
-    typer.echo(f"rebuild-warehouse: {len(report.rebuilt)} run(s) rebuilt, {len(report.failed)} failed")
+    for run_id, why in report.skipped.items():
+        typer.echo(f"skipped {run_id}: {why}; not written back")
+    skipped = f", {len(report.skipped)} skipped (removed on purpose)" if report.skipped else ""
+    typer.echo(f"rebuild-warehouse: {len(report.rebuilt)} run(s) rebuilt, {len(report.failed)} failed{skipped}")
     if report.failed:
         raise BenchrunError("rebuild-warehouse: " + "; ".join(f"{r}: {why}" for r, why in report.failed.items()))
 

@@ -29,6 +29,10 @@ from benchrun.warehouse.writer import partition_run_ids, remove_partition, wareh
 
 log = logging.getLogger(__name__)
 
+# What the plan reads a run's age from: removed last, so a pass stopped half-way (killed, a failed commit)
+# leaves every expired run there, and the next plan finds it again and removes the rest.
+AGE_TABLE = "benchmark_run_fact"
+
 
 @dataclasses.dataclass
 class RunAge:
@@ -107,6 +111,12 @@ def plan_retention(home: Path, now: dt.datetime | None = None) -> RetentionPlan:
                         for r, a in sorted(published.items()) if any(x.run_id == r for x in runs)]
     partitions = []
     iceberg = _iceberg_run_ids(home)
+    if iceberg is not None:  # rows of a run the plan cannot age (its run row gone before the others)
+        aged = {r.run_id for r in runs}
+        for run_id in sorted(set().union(*(ids for t, ids in iceberg.items() if t != AGE_TABLE)) - aged):
+            notes.append(f"run {run_id}: rows in the warehouse but none in {AGE_TABLE} (a retention pass of an "
+                         "earlier release stopped half-way, or a curation under way), so its age is unknown: "
+                         f"`benchrun rebuild-warehouse {run_id}` writes its run row again (retention then ages it)")
     for run in runs:
         if run.tier == "expired":
             for table in TABLES:
@@ -190,16 +200,38 @@ def _manifest_versions(store: LocalStore, run_id: str) -> list[list[str]]:
     return out
 
 
+def _remove(home: Path, part: dict[str, str]) -> None:
+    if part["path"].startswith("iceberg:"):
+        from benchrun.warehouse.lake import delete_run
+
+        delete_run(home, part["table"], part["run_id"])
+    else:
+        remove_partition(home, part["table"], part["run_id"])
+
+
 def apply_retention(home: Path, plan: RetentionPlan) -> Path:
-    """Remove what ``plan`` lists, refresh the views, and record it under ``warehouse/_retention/``."""
+    """Remove what ``plan`` lists, refresh the views, and record it under ``warehouse/_retention/``:
+    the rows of every other table, then the raw objects, and the runs' ``benchmark_run_fact`` rows last."""
     home = Path(home)
     for part in plan.partitions:
-        if part["path"].startswith("iceberg:"):
-            from benchrun.warehouse.lake import delete_run
+        if part["table"] != AGE_TABLE:
+            _remove(home, part)
+    _remove_objects(plan)
+    for part in plan.partitions:
+        if part["table"] == AGE_TABLE:
+            _remove(home, part)
+    if plan.partitions:
+        refresh_views(home)
+    plan.applied = True
+    stamp = plan.now_utc.replace(":", "").replace("+", "Z").replace("-", "")
+    record = warehouse_root(home) / "_retention" / f"retention-{stamp}.json"
+    atomic_write_json(record, plan.to_json())
+    log.info("retention removed %d partitions and %d raw objects; record %s", len(plan.partitions), len(plan.objects), record)
+    return record
 
-            delete_run(home, part["table"], part["run_id"])
-        else:
-            remove_partition(home, part["table"], part["run_id"])
+
+def _remove_objects(plan: RetentionPlan) -> None:
+    """Delete the plan's raw objects no run stored since the plan holds too (read again under the lock)."""
     by_store: dict[str, list[dict[str, Any]]] = {}
     for obj in plan.objects:
         by_store.setdefault(obj["store"], []).append(obj)
@@ -214,11 +246,3 @@ def apply_retention(home: Path, plan: RetentionPlan) -> Path:
                                       if not note else f"{obj['key']}: kept ({note})")
                     continue
                 store.delete_key(obj["key"])
-    if plan.partitions:
-        refresh_views(home)
-    plan.applied = True
-    stamp = plan.now_utc.replace(":", "").replace("+", "Z").replace("-", "")
-    record = warehouse_root(home) / "_retention" / f"retention-{stamp}.json"
-    atomic_write_json(record, plan.to_json())
-    log.info("retention removed %d partitions and %d raw objects; record %s", len(plan.partitions), len(plan.objects), record)
-    return record

@@ -1,0 +1,93 @@
+"""The runs a person removed from the warehouse on purpose (``benchrun delete``'s tombstones, applied
+retention records), which ``rebuild-warehouse`` must not write back from their directory or the store."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from pathlib import Path
+
+from benchrun.errors import BenchrunError
+from benchrun.fsio import atomic_path
+from benchrun.paths import validate_run_id
+from benchrun.warehouse.writer import warehouse_root
+
+log = logging.getLogger(__name__)
+
+DIR_NAME = "warehouse"
+DELETED_DIR = "_deleted"  # beside ``_retention/``: one ``<run_id>.json`` per run `benchrun delete` removed
+RETENTION_DIR = "_retention"
+
+
+def tombstone_path(home: Path, run_id: str) -> Path:
+    """``<home>/warehouse/_deleted/<run_id>.json`` (the run id validated: it is a file name)."""
+    return warehouse_root(home) / DELETED_DIR / f"{validate_run_id(run_id)}.json"
+
+
+def record_deleted(home: Path, run_id: str, *, now: dt.datetime | None = None) -> Path:
+    """Record that ``benchrun delete`` removes ``run_id`` (written before anything of it is removed,
+    atomically and durably: a delete stopped half-way is still recorded, and deleting again finishes it)."""
+    path = tombstone_path(home, run_id)
+    when = (now or dt.datetime.now(dt.timezone.utc)).isoformat(timespec="seconds")
+    with atomic_path(path, sync_dir=True) as tmp:
+        tmp.write_text(json.dumps({"run_id": run_id, "deleted_utc": when}, sort_keys=True) + "\n", encoding="utf-8")
+    return path
+
+
+def _when(value: object) -> dt.datetime | None:
+    try:
+        parsed = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)
+
+
+def deleted_runs(home: Path) -> dict[str, dt.datetime | None]:
+    """Each run ``benchrun delete`` removed: when (None where the tombstone does not say; it still counts)."""
+    out: dict[str, dt.datetime | None] = {}
+    directory = warehouse_root(home) / DELETED_DIR
+    for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+        run_id = path.name.removesuffix(".json")
+        try:
+            validate_run_id(run_id)
+        except BenchrunError:  # not a tombstone benchrun wrote
+            continue
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            doc = {}  # a damaged tombstone still says the run was deleted
+        out[run_id] = _when(doc.get("deleted_utc")) if isinstance(doc, dict) else None
+    return out
+
+
+def retention_removed(home: Path) -> dict[str, str]:
+    """Each run an applied retention pass removed rows or partitions of: the record that says so
+    (``warehouse/_retention/retention-*.json``); a record that does not read is named in a warning."""
+    out: dict[str, str] = {}
+    directory = warehouse_root(home) / RETENTION_DIR
+    for record in sorted(directory.glob("retention-*.json")) if directory.is_dir() else []:
+        try:
+            doc = json.loads(record.read_text(encoding="utf-8"))
+            if doc.get("applied"):
+                for part in doc.get("partitions", []):
+                    out.setdefault(str(part["run_id"]), f"{DIR_NAME}/{RETENTION_DIR}/{record.name}")
+        except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            log.warning("warehouse: retention record %s does not read (%s): the runs it removed are not known",
+                        record, exc)
+    return out
+
+
+def removed_runs(home: Path, created: dict[str, dt.datetime | None] | None = None) -> dict[str, str]:
+    """Run id -> why it stays out of the warehouse: removed by ``benchrun delete`` or by retention.
+    ``created`` (a run directory's creation time, where one exists): a run created after its tombstone is
+    a new run under the same id, not the deleted one, and is not skipped."""
+    created = created or {}
+    out = {r: f"removed by retention (record {where})" for r, where in retention_removed(home).items()}
+    for run_id, when in deleted_runs(home).items():
+        made = created.get(run_id)
+        if when is not None and made is not None and made > when:
+            continue
+        at = f" at {when.isoformat()}" if when else ""
+        out[run_id] = f"removed by `benchrun delete`{at} ({DIR_NAME}/{DELETED_DIR}/{run_id}.json)"
+    return out

@@ -1,0 +1,135 @@
+"""rebuild-warehouse never leaves a run without rows (one commit per table replaces them), never writes
+back a run `benchrun delete` or retention removed, and a retention pass stopped half-way is finished
+by the next one."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+from pyiceberg.expressions import EqualTo
+from typer.testing import CliRunner
+
+from benchrun.warehouse import TABLES, curate_run, lake
+from benchrun.warehouse.rebuild import rebuild_warehouse
+from benchrun.warehouse.retention import apply_retention, plan_retention
+from test_warehouse_iceberg import _stored_run, iceberg  # noqa: F401 (iceberg: the autouse fixture)
+
+
+def _rows(home: Path, run_id: str) -> dict[str, int]:
+    cat = lake.catalog(home)
+    return {t: len(lake.load_or_create(cat, t).scan(row_filter=EqualTo("run_id", run_id)).to_arrow()) for t in TABLES}
+
+
+def _curated(home: Path, *run_ids: str, **kw) -> dict[str, dict[str, int]]:
+    for run_id in run_ids:
+        run_dir, manifest = _stored_run(home, run_id, in_status=True, **kw)
+        curate_run(run_dir, home, manifest)
+    return {r: _rows(home, r) for r in run_ids}
+
+
+def test_a_rebuild_whose_source_does_not_read_leaves_the_runs_rows(tmp_path: Path) -> None:
+    """It deleted the run's rows of every table first (12 commits), then curation failed on the truncated
+    environment: measurement_fact 720 rows -> 0, benchmark_run_fact 1 -> 0."""
+    before = _curated(tmp_path, "run-a")["run-a"]
+    assert before["measurement_fact"] and before["benchmark_run_fact"] == 1
+    (tmp_path / "runs" / "run-a" / "structured" / "run-a_environment.json").write_text('{"truncated')
+    report = rebuild_warehouse(tmp_path, ["run-a"])
+    assert "run-a_environment.json" in report.failed["run-a"] and not report.rebuilt
+    assert _rows(tmp_path, "run-a") == before
+
+
+def test_a_rebuild_killed_between_tables_leaves_each_table_old_or_new_rows(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each table's commit deletes the run's rows (of every day) and appends the new ones together: a
+    rebuild stopped after three commits leaves no table without the run's rows."""
+    before = _curated(tmp_path, "run-a")["run-a"]
+    commit = lake.commit_run
+    done: list[str] = []
+
+    def dies_after_three(home, table, run_id, batches, started, **kw):
+        if len(done) == 3:
+            raise KeyboardInterrupt("killed")  # not a BenchrunError: the rebuild stops here, as when killed
+        done.append(table)
+        return commit(home, table, run_id, batches, started, **kw)
+
+    monkeypatch.setattr(lake, "commit_run", dies_after_three)
+    with pytest.raises(KeyboardInterrupt):
+        rebuild_warehouse(tmp_path, ["run-a"])
+    assert len(done) == 3
+    assert _rows(tmp_path, "run-a") == before  # the rows are the same: old in 9 tables, new in 3
+
+
+def test_an_interrupted_retention_is_finished_by_the_next_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """benchmark_run_fact, what the plan ages runs from, was deleted second: a pass stopped after it left
+    the run's rows in the other tables and its raw objects, and no later plan found the run again."""
+    now = dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)
+    _curated(tmp_path, "run-old", finished_utc="2023-11-30T09:00:00+00:00")
+    new = _curated(tmp_path, "run-new", finished_utc="2026-11-30T09:00:00+00:00")["run-new"]
+    plan = plan_retention(tmp_path, now)
+    held = {p["table"] for p in plan.partitions}
+    assert "benchmark_run_fact" in held and len(held) > 3 and plan.objects
+    delete = lake.delete_run
+    calls: list[str] = []
+
+    def fails_on_the_third(home, table, run_id):
+        calls.append(table)
+        if len(calls) == 3:
+            raise RuntimeError("catalog went away")
+        return delete(home, table, run_id)
+
+    monkeypatch.setattr(lake, "delete_run", fails_on_the_third)
+    with pytest.raises(RuntimeError):
+        apply_retention(tmp_path, plan)
+    monkeypatch.setattr(lake, "delete_run", delete)
+    again = plan_retention(tmp_path, now)
+    assert {p["run_id"] for p in again.partitions} == {"run-old"}
+    assert {p["table"] for p in again.partitions} == held - set(calls[:2])
+    apply_retention(tmp_path, again)
+    assert set(_rows(tmp_path, "run-old").values()) == {0}
+    assert _rows(tmp_path, "run-new") == new
+    assert not plan_retention(tmp_path, now).partitions
+    # a home an earlier release's pass left so: the rows it cannot age are named, with the repair
+    lake.delete_run(tmp_path, "benchmark_run_fact", "run-new")
+    notes = plan_retention(tmp_path, now).notes
+    assert any(n.startswith("run run-new: rows in the warehouse but none in benchmark_run_fact") and
+               "rebuild-warehouse run-new" in n for n in notes), notes
+
+
+def test_rebuild_skips_runs_retention_or_delete_removed(bench_home: Path) -> None:
+    """rebuild-warehouse wrote back the run retention had removed (its directory is still there), and
+    once the run was deleted too it failed on every rebuild: `stored object is missing`."""
+    from benchrun.cli import app
+    from benchrun.runctl import delete_run
+
+    now = dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)
+    _curated(bench_home, "run-old", finished_utc="2023-11-30T09:00:00+00:00")
+    _curated(bench_home, "run-new", "run-gone")
+    apply_retention(bench_home, plan_retention(bench_home, now))
+    delete_run("run-gone", home=bench_home)
+    report = rebuild_warehouse(bench_home)
+    assert list(report.rebuilt) == ["run-new"] and not report.failed
+    assert "removed by retention" in report.skipped["run-old"]
+    assert "removed by `benchrun delete`" in report.skipped["run-gone"]
+    assert (bench_home / "warehouse" / "_deleted" / "run-gone.json").is_file()
+    assert set(_rows(bench_home, "run-old").values()) == set(_rows(bench_home, "run-gone").values()) == {0}
+    delete_run("run-old", home=bench_home)  # both: its directory gone, its raw objects too
+    out = CliRunner().invoke(app, ["rebuild-warehouse", "run-old", "run-gone"])
+    assert out.exit_code == 0, out.output + str(out.exception)
+    assert "skipped run-old: removed by" in out.output and "skipped run-gone: removed by" in out.output
+    assert "0 run(s) rebuilt, 0 failed, 2 skipped" in out.output
+    assert set(_rows(bench_home, "run-old").values()) == {0}
+
+
+def test_a_run_made_after_its_ids_tombstone_is_rebuilt(tmp_path: Path) -> None:
+    """The tombstone is the deleted run's: a run created later under the same id is curated as any other."""
+    from benchrun.warehouse.removed import record_deleted, removed_runs
+
+    with pytest.raises(Exception, match="not valid"):
+        record_deleted(tmp_path, "../escape")
+    record_deleted(tmp_path, "run-a", now=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc))
+    assert "run-a" in removed_runs(tmp_path)
+    rows = _curated(tmp_path, "run-a")["run-a"]  # created 2026-11-30
+    report = rebuild_warehouse(tmp_path)
+    assert list(report.rebuilt) == ["run-a"] and not report.skipped and _rows(tmp_path, "run-a") == rows
