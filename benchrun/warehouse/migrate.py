@@ -150,21 +150,12 @@ def _run_starts(home: Path, run_ids: Iterable[str]) -> dict[str, dt.datetime | N
 
 def _removed_by_retention(home: Path) -> dict[str, set[str]]:
     """Per table, the runs whose rows an applied retention pass removed (its records under
-    ``warehouse/_retention/``); a record that does not read is named in a warning."""
-    import json
-
-    from benchrun.warehouse.writer import warehouse_root
+    ``warehouse/_retention/``: :func:`benchrun.warehouse.removed.retention_parts`)."""
+    from benchrun.warehouse.removed import retention_parts
 
     out: dict[str, set[str]] = {}
-    for record in sorted((warehouse_root(home) / "_retention").glob("retention-*.json")):
-        try:
-            doc = json.loads(record.read_text())
-            if doc.get("applied"):
-                for part in doc.get("partitions", []):
-                    out.setdefault(str(part["table"]), set()).add(str(part["run_id"]))
-        except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
-            log.warning("warehouse: retention record %s does not read (%s): the runs it removed may be copied "
-                        "again; run `benchrun retention --apply` afterwards", record, exc)
+    for _record, table, run_id in retention_parts(home):
+        out.setdefault(table, set()).add(run_id)
     return out
 
 

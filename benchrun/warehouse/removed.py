@@ -61,20 +61,28 @@ def deleted_runs(home: Path) -> dict[str, dt.datetime | None]:
     return out
 
 
-def retention_removed(home: Path) -> dict[str, str]:
-    """Each run an applied retention pass removed rows or partitions of: the record that says so
-    (``warehouse/_retention/retention-*.json``); a record that does not read is named in a warning."""
-    out: dict[str, str] = {}
+def retention_parts(home: Path) -> list[tuple[str, str, str]]:
+    """(record, table, run id) of each partition an applied retention pass removed (its records,
+    ``warehouse/_retention/retention-*.json``); a record that does not read is named in a warning."""
+    out: list[tuple[str, str, str]] = []
     directory = warehouse_root(home) / RETENTION_DIR
     for record in sorted(directory.glob("retention-*.json")) if directory.is_dir() else []:
         try:
             doc = json.loads(record.read_text(encoding="utf-8"))
             if doc.get("applied"):
-                for part in doc.get("partitions", []):
-                    out.setdefault(str(part["run_id"]), f"{DIR_NAME}/{RETENTION_DIR}/{record.name}")
+                out.extend((f"{DIR_NAME}/{RETENTION_DIR}/{record.name}", str(part["table"]), str(part["run_id"]))
+                           for part in doc.get("partitions", []))
         except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
-            log.warning("warehouse: retention record %s does not read (%s): the runs it removed are not known",
-                        record, exc)
+            log.warning("warehouse: retention record %s does not read (%s): the runs it removed are not known, so they "
+                        "may be copied or rebuilt again; run `benchrun retention --apply` afterwards", record, exc)
+    return out
+
+
+def retention_removed(home: Path) -> dict[str, str]:
+    """Each run an applied retention pass removed rows or partitions of: the record that says so."""
+    out: dict[str, str] = {}
+    for record, _table, run_id in retention_parts(home):
+        out.setdefault(run_id, record)
     return out
 
 
