@@ -186,7 +186,9 @@ def delete_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
         raise BenchrunError(f"run {run_id} is {phase}; cancel it first (`benchrun cancel {run_id}`)")
     out = DeleteOutcome(run_id)
     # before anything goes: rebuild-warehouse never writes the run back, even if this stops half-way
-    tombstone = record_deleted(root, run_id)
+    from benchrun.warehouse.retention import age_record
+
+    tombstone = record_deleted(root, run_id, retention=age_record(root, run_id))
     tables = [t for t in TABLES if partition_dir(root, t, run_id).exists()]
     for table in tables:
         remove_partition(root, table, run_id)
@@ -213,7 +215,8 @@ def delete_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
     shutil.rmtree(rd.path)
     rd.status_lock_path.unlink(missing_ok=True)
     out.removed.insert(0, f"run directory runs/{run_id}")
-    out.kept.append("its evidence in the artifact store (write-once; `benchrun retention` ages it out)")
+    out.kept.append("its evidence in the artifact store (write-once; `benchrun retention` ages it out by the "
+                    "retention the run had, kept in the record below)")
     out.kept.append(f"a record of the deletion, {tombstone.relative_to(root)}: `benchrun rebuild-warehouse` "
                     "does not write the run back from that evidence")
     return out

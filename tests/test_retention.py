@@ -115,3 +115,21 @@ def test_a_run_stored_between_plan_and_apply_keeps_the_objects_it_shares(parquet
     assert any("now also held by run-late" in n for n in plan.notes)
     gone = {o["key"] for o in plan.objects} - shared
     assert not any(store.exists(k) for k in gone)  # the rest still went
+
+
+def test_a_deleted_runs_stored_evidence_still_ages_out(parquet_layout: None, tmp_path: Path) -> None:
+    """`benchrun delete` said retention ages the run's stored evidence out, but with its run row gone
+    retention never planned its objects: they were kept forever."""
+    from benchrun.runctl import delete_run
+
+    now = dt.datetime(2026, 11, 30, 12, tzinfo=dt.timezone.utc)
+    store, manifests = _setup(tmp_path, now)
+    delete_run("run-old", home=tmp_path)
+    delete_run("run-new", home=tmp_path)  # deleted, but young: its objects stay
+    plan = plan_retention(tmp_path, now)
+    assert {r.run_id for r in plan.runs} == {"run-warm"}
+    needed = {o.key for o in manifests["run-warm"].objects} | {o.key for o in manifests["run-new"].objects}
+    listed = {o["key"] for o in plan.objects}
+    assert listed == {o.key for o in manifests["run-old"].objects} - needed and listed
+    apply_retention(tmp_path, plan)
+    assert not any(store.exists(k) for k in listed) and all(store.exists(k) for k in needed)

@@ -25,13 +25,19 @@ def tombstone_path(home: Path, run_id: str) -> Path:
     return warehouse_root(home) / DELETED_DIR / f"{validate_run_id(run_id)}.json"
 
 
-def record_deleted(home: Path, run_id: str, *, now: dt.datetime | None = None) -> Path:
+def record_deleted(home: Path, run_id: str, *, now: dt.datetime | None = None,
+                   retention: dict | None = None) -> Path:
     """Record that ``benchrun delete`` removes ``run_id`` (written before anything of it is removed,
-    atomically and durably: a delete stopped half-way is still recorded, and deleting again finishes it)."""
+    atomically and durably: a delete stopped half-way is still recorded, and deleting again finishes it).
+    ``retention``: what retention aged the run by (:func:`benchrun.warehouse.retention.age_record`), so
+    the stored evidence delete keeps still ages out. A second delete keeps the first record's."""
     path = tombstone_path(home, run_id)
     when = (now or dt.datetime.now(dt.timezone.utc)).isoformat(timespec="seconds")
+    if retention is None:
+        retention = deleted_records(home).get(run_id, {}).get("retention")
+    doc = {"run_id": run_id, "deleted_utc": when, "retention": retention}
     with atomic_path(path, sync_dir=True) as tmp:
-        tmp.write_text(json.dumps({"run_id": run_id, "deleted_utc": when}, sort_keys=True) + "\n", encoding="utf-8")
+        tmp.write_text(json.dumps(doc, sort_keys=True, default=str) + "\n", encoding="utf-8")
     return path
 
 
@@ -43,9 +49,9 @@ def _when(value: object) -> dt.datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)
 
 
-def deleted_runs(home: Path) -> dict[str, dt.datetime | None]:
-    """Each run ``benchrun delete`` removed: when (None where the tombstone does not say; it still counts)."""
-    out: dict[str, dt.datetime | None] = {}
+def deleted_records(home: Path) -> dict[str, dict]:
+    """Each run ``benchrun delete`` removed: its record ({} where it does not read; it still counts)."""
+    out: dict[str, dict] = {}
     directory = warehouse_root(home) / DELETED_DIR
     for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
         run_id = path.name.removesuffix(".json")
@@ -57,8 +63,13 @@ def deleted_runs(home: Path) -> dict[str, dt.datetime | None]:
             doc = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             doc = {}  # a damaged tombstone still says the run was deleted
-        out[run_id] = _when(doc.get("deleted_utc")) if isinstance(doc, dict) else None
+        out[run_id] = doc if isinstance(doc, dict) else {}
     return out
+
+
+def deleted_runs(home: Path) -> dict[str, dt.datetime | None]:
+    """Each run ``benchrun delete`` removed: when (None where the tombstone does not say; it still counts)."""
+    return {run_id: _when(doc.get("deleted_utc")) for run_id, doc in deleted_records(home).items()}
 
 
 def retention_parts(home: Path) -> list[tuple[str, str, str]]:

@@ -72,22 +72,67 @@ def _tier(age: float | None, hot: int | None, warm: int | None, cold: int | None
     return "hot"
 
 
+AGE_SQL = """SELECT run_id, coalesce(finished_utc, created_utc) AS t, retention_hot_days, retention_warm_days,
+                    retention_cold_days, raw_retention_class, raw_path_template
+             FROM benchmark_run_fact {where} ORDER BY run_id"""
+AGE_FIELDS = ("run_id", "t", "hot", "warm", "cold", "raw_class", "template")
+
+
 def _run_ages(home: Path, now: dt.datetime) -> list[RunAge]:
     con = connect(home)
     try:
-        rows = con.execute(
-            """SELECT run_id, coalesce(finished_utc, created_utc) AS t, retention_hot_days, retention_warm_days,
-                      retention_cold_days, raw_retention_class, raw_path_template
-               FROM benchmark_run_fact ORDER BY run_id"""
-        ).fetchall()
+        rows = con.execute(AGE_SQL.format(where="")).fetchall()
     finally:
         con.close()
-    out = []
-    for run_id, t, hot, warm, cold, raw_class, template in rows:
-        age = (now - t).total_seconds() / 86400 if t is not None else None
-        raw_days = retention_days_for_class(raw_class, {"hotDays": hot, "warmDays": warm, "coldDays": cold})
-        out.append(RunAge(run_id, age, _tier(age, hot, warm, cold), cold, raw_days, template))
-    return out
+    return [_age(now, *row) for row in rows]
+
+
+def _age(now: dt.datetime, run_id: str, t: dt.datetime | None, hot: int | None, warm: int | None, cold: int | None,
+         raw_class: str | None, template: str | None) -> RunAge:
+    age = (now - t).total_seconds() / 86400 if t is not None else None
+    raw_days = retention_days_for_class(raw_class, {"hotDays": hot, "warmDays": warm, "coldDays": cold})
+    return RunAge(run_id, age, _tier(age, hot, warm, cold), cold, raw_days, template)
+
+
+def age_record(home: Path, run_id: str) -> dict[str, Any] | None:
+    """What retention ages ``run_id`` by (its benchmark_run_fact row), as JSON, for the record
+    `benchrun delete` leaves: the run's raw objects then age out like any other's. None when the
+    warehouse has no row of it."""
+    try:
+        con = connect(home)
+    except BenchrunError:
+        return None
+    try:
+        row = con.execute(AGE_SQL.format(where="WHERE run_id = ?"), [run_id]).fetchone()
+    except Exception:  # no table yet: nothing to age it by
+        return None
+    finally:
+        con.close()
+    if row is None:
+        return None
+    doc = dict(zip(AGE_FIELDS, row))
+    doc["t"] = doc["t"].isoformat() if doc["t"] is not None else None
+    return doc
+
+
+def _deleted_ages(home: Path, now: dt.datetime, known: set[str]) -> tuple[list[RunAge], list[str]]:
+    """The runs `benchrun delete` removed (their records, :mod:`benchrun.warehouse.removed`), aged by
+    the retention they had, so the stored evidence delete keeps ages out; notes for those it cannot age."""
+    from benchrun.warehouse.removed import deleted_records
+    from benchrun.warehouse.sources import parse_ts
+
+    runs, notes = [], []
+    for run_id, record in sorted(deleted_records(home).items()):
+        if run_id in known:  # the id was used again: its new run's row governs
+            continue
+        age = record.get("retention") if isinstance(record, dict) else None
+        if not isinstance(age, dict):
+            notes.append(f"run {run_id}: deleted with no record of its retention (before benchrun kept one, or it "
+                         "was never curated); its raw objects are kept")
+            continue
+        runs.append(_age(now, run_id, parse_ts(age.get("t")), age.get("hot"), age.get("warm"), age.get("cold"),
+                         age.get("raw_class"), age.get("template")))
+    return runs, notes
 
 
 def _iceberg_run_ids(home: Path) -> dict[str, set[str]] | None:
@@ -109,6 +154,8 @@ def plan_retention(home: Path, now: dt.datetime | None = None) -> RetentionPlan:
     runs = [_kept_published(r, published) for r in _run_ages(home, now)]
     notes: list[str] = [f"run {r}: published ({', '.join(a)}); its partitions and raw objects are kept"
                         for r, a in sorted(published.items()) if any(x.run_id == r for x in runs)]
+    deleted, deleted_notes = _deleted_ages(home, now, {r.run_id for r in runs})
+    notes += deleted_notes
     partitions = []
     iceberg = _iceberg_run_ids(home)
     if iceberg is not None:  # rows of a run the plan cannot age (its run row gone before the others)
@@ -132,7 +179,7 @@ def plan_retention(home: Path, now: dt.datetime | None = None) -> RetentionPlan:
 
     # Raw objects in local stores: a key is removable only if every manifest listing it is expired.
     by_store: dict[str, tuple[LocalStore, list[RunAge]]] = {}
-    for run in runs:
+    for run in runs + deleted:
         try:
             store = open_store(run.raw_path_template, home)
         except BenchrunError as exc:
