@@ -44,6 +44,24 @@ def _console() -> Any:
     return console()
 
 
+def _esc(value: Any) -> str:
+    """``value`` as text rich prints as it is: data (a case label ``[c=4]``, a message with ``[/]``) is
+    never read as markup, which dropped it or raised MarkupError."""
+    from rich.markup import escape
+
+    return escape(str(value))
+
+
+# Conditions whose True is the news (the others are news when not True).
+TRUE_IS_NEWS = ("RegressionDetected",)
+
+
+def _worth_saying(c: dict[str, Any]) -> bool:
+    """Whether `benchrun run` prints condition ``c``: Complete always, RegressionDetected always (its
+    True is a confirmed regression: it was hidden while False was printed), any other when not True."""
+    return c.get("type") in ("Complete", *TRUE_IS_NEWS) or c.get("status") != "True"
+
+
 def _fmt(v: Any) -> str:
     if v is None:
         return "-"
@@ -124,21 +142,22 @@ def print_headline(console: Any, run_dir: Path, run_id: str) -> bool:
 
 def print_summary(console: Any, run_dir: Path, run_id: str) -> None:
     """Every suite × case × metric: median, min, max, ok and failed replicates."""
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=f"{run_id}: every metric (over ok replicates)")
     for col in ("suite", "case", "metric", "unit", "median", "min", "max", "ok", "failed"):
         table.add_column(col, justify="right" if col in ("median", "min", "max", "ok", "failed") else "left")
     for r in summary_rows(run_dir, run_id):
-        table.add_row(r["suite"], r["case"], r["metric"], r["unit"], _fmt(r["median"]), _fmt(r["min"]),
-                      _fmt(r["max"]), str(r["n_ok"]), str(r["n_failed"]))
+        table.add_row(*[escape(str(x)) for x in (r["suite"], r["case"], r["metric"], r["unit"], _fmt(r["median"]),
+                                                 _fmt(r["min"]), _fmt(r["max"]), r["n_ok"], r["n_failed"])])
     console.print(table)
 
 
 def _print_spec_errors(console: Any, exc: Exception) -> None:
     errors = getattr(exc, "errors", None)
     if not errors:
-        console.print(f"[red]error:[/] {exc}")
+        console.print(f"[red]error:[/] {_esc(exc)}")
         return
     console.print(f"[red]rejected:[/] {len(errors)} validation error(s)")
     for e in errors:
@@ -294,7 +313,7 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
         print_summary(console, rd.path, rd.run_id)
     st = rd.read_status()
     for c in st.get("conditions", []):
-        if c["status"] != "True" or c["type"] in ("Complete",):
+        if _worth_saying(c):
             console.print(f"  {c['type']}={c['status']} ({c['reason']}) {c['message']}", markup=False)
     report = rd.path / "reports" / f"{rd.run_id}_report.html"
     if report.is_file():
@@ -302,7 +321,7 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
 
         later = " (its figures follow in a few seconds)" if worker.pending(rd.home, rd.run_id) else ""
         console.print(f"report {report}{later}")
-    console.print(f"phase [bold]{st['phase']}[/], outcome {st.get('outcome')}; run directory {rd.path}")
+    console.print(f"phase [bold]{_esc(st['phase'])}[/], outcome {_esc(st.get('outcome'))}; run directory {_esc(rd.path)}")
     hint = baseline_hint(rd.path, rd.run_id, st)
     if hint:
         console.print(hint, markup=False)
@@ -472,7 +491,7 @@ def runs(home: Optional[Path] = HomeOpt, as_json: bool = typer.Option(False, "--
     for col in ("run_id", "phase", "outcome", "cadence", "created_utc", "finished_utc"):
         table.add_column(col)
     for r in rows:
-        table.add_row(*[_fmt(r[c]) for c in ("run_id", "phase", "outcome", "cadence", "created_utc", "finished_utc")])
+        table.add_row(*[_esc(_fmt(r[c])) for c in ("run_id", "phase", "outcome", "cadence", "created_utc", "finished_utc")])
     _console().print(table)
 
 
@@ -493,7 +512,7 @@ def show(run_id: str = typer.Argument(...), home: Optional[Path] = HomeOpt,
         print(json.dumps({"status": st, "headline": summary_rows(rd.path, run_id)}, indent=2, default=str))
         return
     console = _console()
-    console.print(f"[bold]{run_id}[/]  phase {st.get('phase')}  outcome {st.get('outcome')}")
+    console.print(f"[bold]{run_id}[/]  phase {_esc(st.get('phase'))}  outcome {_esc(st.get('outcome'))}")
     for key in ("name", "benchmark_class_requested", "benchmark_class_granted", "selected_scheduler_path",
                 "spec_digest", "workload_spec_digest", "artifact_manifest_digest", "created_utc",
                 "started_utc", "finished_utc", "run_directory", "pinned_spec"):
@@ -505,7 +524,7 @@ def show(run_id: str = typer.Argument(...), home: Optional[Path] = HomeOpt,
     for col in ("type", "status", "reason", "message", "lastTransitionTime"):
         table.add_column(col)
     for c in st.get("conditions", []):
-        table.add_row(*[str(c.get(k, "")) for k in ("type", "status", "reason", "message", "lastTransitionTime")])
+        table.add_row(*[_esc(c.get(k, "")) for k in ("type", "status", "reason", "message", "lastTransitionTime")])
     console.print(table)
     if every or not print_headline(console, rd.path, run_id):
         print_summary(console, rd.path, run_id)

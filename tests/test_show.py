@@ -99,3 +99,34 @@ def test_validate_digest_and_compare_by_path_make_no_home(tmp_path, monkeypatch)
     out = CliRunner().invoke(app, ["compare", str(a), str(b)])
     assert out.exit_code != 0 and "no trusted public key" in str(out.exception), out.exception
     assert not (tmp_path / ".benchrun").exists()
+
+
+def test_run_says_a_confirmed_regression_and_show_prints_data_as_it_is(bench_home, monkeypatch) -> None:
+    """`benchrun run` printed only conditions that were not True, so RegressionDetected=True (a
+    confirmed regression) was hidden while =False was printed; `show` read condition messages and
+    case labels as rich markup: `[c=4]` vanished, and a `[/]` crashed it."""
+    import types
+
+    from typer.testing import CliRunner
+
+    import benchrun.submit as sub
+    from benchrun.cli import app
+    from benchrun.rundir import RunDir
+
+    message = "gating regression confirmed by a fresh round: serving_workflow/ttft_ms[c=4] [/]"
+
+    def fake_execute(prepared, instance=None):
+        rd = RunDir.for_run(prepared.run_id)
+        rd.update_status(phase="Succeeded", outcome="succeeded", finished_utc="2026-12-06T06:00:00Z")
+        rd.set_condition("Complete", True, "Succeeded", "every replicate succeeded")
+        rd.set_condition("RegressionDetected", True, "ConfirmedRegression", message)
+        return types.SimpleNamespace(success=True, all_events=[])
+
+    monkeypatch.setattr(sub, "execute", fake_execute)
+    spec = str(Path(__file__).resolve().parent.parent / "specs/local/canary.yaml")
+    out = CliRunner().invoke(app, ["run", spec])
+    assert f"RegressionDetected=True (ConfirmedRegression) {message}" in out.output, out.output
+    run_id = next(p.name for p in (bench_home / "runs").iterdir())
+    out = CliRunner().invoke(app, ["show", run_id])
+    assert out.exit_code == 0 and out.exception is None, (out.output, out.exception)
+    assert "ttft_ms[c=4]" in out.output.replace("\n", "").replace(" ", "").replace("│", ""), out.output

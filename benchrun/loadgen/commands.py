@@ -55,6 +55,7 @@ def _fmt(v: Any, nd: int = 2) -> str:
 
 
 def _print_table(summaries: list[dict[str, Any]], capacity: float | None, has_slo: bool) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     t = Table(title="benchrun loadgen (bucket rows in the JSON summary)")
@@ -82,12 +83,12 @@ def _print_table(summaries: list[dict[str, Any]], capacity: float | None, has_sl
         if has_slo:
             row += [_fmt(s["request_goodput"]), _fmt(s["slo_attainment"], 3)]
         row.append(s["verdict"])
-        t.add_row(*row)
+        t.add_row(*[escape(str(v)) for v in row])  # labels are data, not markup
     con = console()
     con.print(t)
     for s in summaries:
         if s["bucket"] == "all" and s["verdict_reasons"]:
-            con.print(f"[bold]{s['point']}[/bold] invalid: " + "; ".join(s["verdict_reasons"]))
+            con.print(f"[bold]{escape(str(s['point']))}[/bold] invalid: " + escape("; ".join(s["verdict_reasons"])))
     if has_slo:
         con.print(f"capacity_at_slo: {_fmt(capacity, 3) if capacity is not None else 'none (no point met the SLO at p99)'}")
 

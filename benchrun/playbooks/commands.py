@@ -49,15 +49,16 @@ def playbook_cmd(
     if as_json:
         typer.echo(json.dumps(playbooks_document(results), indent=2, default=str))
         return
+    from rich.markup import escape
     from rich.table import Table
 
     con = console()
-    con.print(f"[bold]{run_id}[/]" + (f" against baseline [bold]{baseline_id}[/]{source}" if baseline_id
+    con.print(f"[bold]{run_id}[/]" + (f" against baseline [bold]{baseline_id}[/]{escape(source)}" if baseline_id
                                       else " (no baseline: give --baseline RUN_ID)"))
     for res in results:
         con.print()
         con.print(f"[bold]{res.name}[/]: [{_STYLE[res.verdict]}]{res.verdict}[/]")
-        con.print(f"  {res.question}")
+        con.print(f"  {res.question}", markup=False)
         con.print(f"  {res.reason}", markup=False)
         if not res.rows:
             continue
@@ -67,7 +68,7 @@ def playbook_cmd(
         for c in cols:
             table.add_column(c, overflow="fold")
         for row in res.rows:
-            table.add_row(*[_cell(row.get(c)) for c in cols], style="red" if row.get("flagged") else None)
+            table.add_row(*[escape(_cell(row.get(c))) for c in cols], style="red" if row.get("flagged") else None)
         con.print(table)
 
 

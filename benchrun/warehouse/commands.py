@@ -155,21 +155,22 @@ def lineage_cmd(
     if as_json:
         typer.echo(json.dumps([r.to_json() for r in reports], indent=2, default=str))
         return
+    from rich.markup import escape
 
     con = console()
     for r in reports:
         rank = f" rank {r.rank_id}" if r.rank_id is not None else ""
-        con.print(f"[bold]{r.run_id}[/] {r.suite} {r.metric} case={r.case!r}{rank}: median {r.median:.6g} {r.unit} "
-                  f"over {r.replicates} replicates")
+        con.print(f"[bold]{r.run_id}[/] " + escape(f"{r.suite} {r.metric} case={r.case!r}{rank}: median {r.median:.6g} "
+                                                    f"{r.unit} over {r.replicates} replicates"))
         con.print(f"  query_spec_digest {r.query_spec_digest}")
         con.print(f"  workload_spec_digest {r.workload_spec_digest}")
         # The store's URI is its path template; show where this run's objects are.
         where = (r.store_uri or "").replace("${RUN_ID}", r.run_id)
-        con.print(f"  artifact_manifest_digest {r.artifact_manifest_digest} ({where})")
+        con.print(f"  artifact_manifest_digest {r.artifact_manifest_digest} ({where})", markup=False)
         for s in r.steps:
-            con.print(f"  r{s.replicate} = {s.value:.6g} ← {s.raw_path} {s.raw_uri}")
+            con.print(f"  r{s.replicate} = {s.value:.6g} ← {s.raw_path} {s.raw_uri}", markup=False)
             for check in s.checks:
-                con.print(f"      ✓ {check}")
+                con.print(f"      ✓ {check}", markup=False)
     con.print("lineage verified: every value re-hashed to its raw bytes")
 
 
