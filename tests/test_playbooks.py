@@ -60,6 +60,16 @@ def serving(point_rows: list[tuple], n_requests: int = 400) -> list[dict[str, An
             for rep, b, em, e50, e99, tm, t50, t99 in point_rows]
 
 
+def put_serving(home: Path, run_id: str, rows: list[dict[str, Any]], failed: tuple[int, ...] = ()) -> None:
+    """The run's serving rows and, as a serving suite writes them, a headline metric per replicate in
+    measurement_fact carrying the result's status (``failed`` names the replicates that failed)."""
+    put(home, "serving_outcome_fact", run_id, rows)
+    reps = sorted({(r["suite"], r["replicate"]) for r in rows})
+    put(home, "measurement_fact", run_id, [
+        {"suite": suite, "replicate": rep, "case": "c=4", "metric": "output_tokens_per_s", "value": 100.0,
+         "status": "failed" if rep in failed else "ok"} for suite, rep in reps])
+
+
 BASE_SERVING = serving([(1, "all", 100.0, 90.0, 140.0, 10.0, 9.0, 20.0),
                         (2, "all", 101.0, 91.0, 150.0, 10.0, 9.0, 20.0),
                         (3, "all", 99.0, 89.0, 400.0, 10.0, 9.0, 20.0)])  # one wild p99: the median ignores it
@@ -69,13 +79,13 @@ BASE_SERVING = serving([(1, "all", 100.0, 90.0, 140.0, 10.0, 9.0, 20.0),
 def serving_home(tmp_path: Path) -> Path:
     home = tmp_path
     add_run(home, "base")
-    put(home, "serving_outcome_fact", "base", BASE_SERVING)
+    put_serving(home, "base", BASE_SERVING)
     return home
 
 
 def test_tail_latency_flagged_when_p99_doubles_with_a_steady_mean(serving_home: Path) -> None:
     add_run(serving_home, "cand")
-    put(serving_home, "serving_outcome_fact", "cand", serving([
+    put_serving(serving_home, "cand", serving([
         (1, "all", 104.0, 92.0, 330.0, 10.0, 9.0, 21.0),
         (2, "all", 105.0, 93.0, 320.0, 10.0, 9.0, 20.0),
         (3, "all", 103.0, 91.0, 340.0, 10.0, 9.0, 22.0)]))
@@ -97,7 +107,7 @@ def test_tail_latency_flagged_when_p99_doubles_with_a_steady_mean(serving_home: 
 
 def test_tail_latency_clear_when_the_mean_moved_too(serving_home: Path) -> None:
     add_run(serving_home, "slow")
-    put(serving_home, "serving_outcome_fact", "slow", serving([
+    put_serving(serving_home, "slow", serving([
         (1, "all", 150.0, 140.0, 330.0, 10.0, 9.0, 20.0),
         (2, "all", 150.0, 140.0, 330.0, 10.0, 9.0, 20.0)]))
     res = tail_latency_regression(serving_home, "slow", "base")
@@ -109,7 +119,7 @@ def test_tail_latency_clear_when_the_mean_moved_too(serving_home: Path) -> None:
 
 def test_tail_latency_too_few_requests_is_not_flagged(serving_home: Path) -> None:
     add_run(serving_home, "thin")
-    put(serving_home, "serving_outcome_fact", "thin", serving([
+    put_serving(serving_home, "thin", serving([
         (1, "all", 104.0, 92.0, 330.0, 10.0, 9.0, 20.0), (2, "all", 104.0, 92.0, 330.0, 10.0, 9.0, 20.0)],
         n_requests=24))
     res = tail_latency_regression(serving_home, "thin", "base")
@@ -123,7 +133,7 @@ def test_tail_latency_thin_p99s_are_not_called_clear_either(serving_home: Path) 
     """A p99 from too few requests was refused for flagged but used for clear: 24 requests per
     replicate and an unchanged p99 read 'clear'. Thin rows are not judged either way."""
     add_run(serving_home, "thin")
-    put(serving_home, "serving_outcome_fact", "thin", serving([
+    put_serving(serving_home, "thin", serving([
         (1, "all", 100.0, 90.0, 150.0, 10.0, 9.0, 20.0), (2, "all", 100.0, 90.0, 150.0, 10.0, 9.0, 20.0)],
         n_requests=24))
     res = tail_latency_regression(serving_home, "thin", "base")
@@ -136,11 +146,11 @@ def test_tail_latency_clear_names_the_largest_change_among_backed_rows_only(serv
     base = serving([(1, "short", 100.0, 90.0, 150.0, 10.0, 9.0, 20.0)], n_requests=400)
     base += serving([(1, "long", 100.0, 90.0, 150.0, 10.0, 9.0, 20.0)], n_requests=30)
     add_run(serving_home, "b2")
-    put(serving_home, "serving_outcome_fact", "b2", base)
+    put_serving(serving_home, "b2", base)
     cand = serving([(1, "short", 100.0, 90.0, 160.0, 10.0, 9.0, 21.0)], n_requests=400)
     cand += serving([(1, "long", 150.0, 90.0, 900.0, 10.0, 9.0, 20.0)], n_requests=30)  # thin, ×6 (mean moved)
     add_run(serving_home, "c2")
-    put(serving_home, "serving_outcome_fact", "c2", cand)
+    put_serving(serving_home, "c2", cand)
     res = tail_latency_regression(serving_home, "c2", "b2")
     assert res.verdict == "clear"
     assert "largest p99 change ×1.07 at serving_sweep c=4 bucket short e2e_ms" in res.reason
@@ -154,6 +164,61 @@ def test_tail_latency_unavailable_without_baseline_or_serving_rows(serving_home:
     add_run(serving_home, "noserve")
     res = tail_latency_regression(serving_home, "noserve", "base")
     assert res.verdict == "unavailable" and res.rows == [] and "no serving_outcome_fact rows" in res.reason
+
+
+def test_tail_latency_judges_only_ok_replicates_and_says_what_it_left_out(serving_home: Path) -> None:
+    """Serving rows are curated from failed replicates too: three failed replicates with p99 ×2.2 and
+    two ok ones with the baseline's p99 read "p99 ×2.20, flagged" while the comparison refused the pair."""
+    add_run(serving_home, "cand")
+    put_serving(serving_home, "cand", serving([
+        (1, "all", 100.0, 90.0, 150.0, 10.0, 9.0, 20.0), (2, "all", 101.0, 91.0, 152.0, 10.0, 9.0, 20.0),
+        (3, "all", 104.0, 92.0, 330.0, 10.0, 9.0, 20.0), (4, "all", 104.0, 92.0, 330.0, 10.0, 9.0, 20.0),
+        (5, "all", 104.0, 92.0, 330.0, 10.0, 9.0, 20.0)]), failed=(3, 4, 5))
+    res = tail_latency_regression(serving_home, "cand", "base")
+    assert res.verdict == "clear", res.reason
+    e2e = next(r for r in res.rows if r["quantity"] == "e2e_ms")
+    assert e2e["n_replicates"] == 2 and e2e["p99_ms"] == pytest.approx(151.0) and e2e["flagged"] is False
+    assert ("left out, not judged: run cand: 3 replicate(s) whose result is not ok "
+            "(serving_sweep r3, r4, r5 (failed))") in res.reason
+    # every replicate failed: nothing is judged, and the answer says why
+    add_run(serving_home, "allfail")
+    put_serving(serving_home, "allfail", serving([(1, "all", 104.0, 92.0, 330.0, 10.0, 9.0, 20.0)]), failed=(1,))
+    res = tail_latency_regression(serving_home, "allfail", "base")
+    assert res.verdict == "unavailable" and res.rows == []
+    assert "none of run allfail's serving rows" in res.reason and "serving_sweep r1 (failed)" in res.reason
+    # a replicate without a recorded status is not taken for ok either
+    add_run(serving_home, "nostatus")
+    put(serving_home, "serving_outcome_fact", "nostatus", serving([(1, "all", 104.0, 92.0, 330.0, 10.0, 9.0, 20.0)]))
+    res = tail_latency_regression(serving_home, "nostatus", "base")
+    assert res.verdict == "unavailable" and "serving_sweep r1 (status not recorded)" in res.reason
+
+
+def test_tail_latency_leaves_out_points_the_load_generator_judged_invalid(serving_home: Path) -> None:
+    """A point whose load-generator verdict is invalid (client saturated) is no evidence of a tail
+    regression; invalid only for its own request count it stays in (the thin-p99 rule covers that)."""
+    from benchrun.loadgen.metrics import COUNT_REASON_TAIL
+
+    rows = serving([(k, b, 104.0, 92.0, 330.0, 10.0, 9.0, 20.0) for k in (1, 2, 3) for b in ("all", "short")])
+    for r in rows:
+        r.update(verdict="invalid", verdict_reasons=["client saturated: schedule lag p99 250 ms"])
+    add_run(serving_home, "sat")
+    put_serving(serving_home, "sat", rows)
+    res = tail_latency_regression(serving_home, "sat", "base")
+    assert res.verdict == "unavailable" and res.rows == []
+    assert "6 replicate×point(s) the load generator judged invalid" not in res.reason  # one per replicate and point
+    assert "3 replicate×point(s) the load generator judged invalid (serving_sweep r1 c=4: client saturated" in res.reason
+    # only the bucket-'all' row invalid: the point's other buckets go with it
+    for r in rows:
+        if r["bucket"] == "short":
+            r.update(verdict="valid", verdict_reasons=[])
+    put_serving(serving_home, "sat", rows)
+    assert tail_latency_regression(serving_home, "sat", "base").rows == []
+    # invalid only for too few requests to bound its own p99: judged (flagged here: 400 requests a replicate)
+    for r in rows:
+        r.update(verdict="invalid", verdict_reasons=[f"only 300 requests, 368 needed for p99{COUNT_REASON_TAIL}"])
+    put_serving(serving_home, "sat", rows)
+    res = tail_latency_regression(serving_home, "sat", "base")
+    assert res.verdict == "flagged" and "left out" not in res.reason
 
 
 # -- low_gpu_utilization -------------------------------------------------------------
@@ -185,6 +250,29 @@ def test_low_gpu_utilization_flagged_and_clear(tmp_path: Path) -> None:
     # The same throughput loss with a busy GPU is a different problem: not this playbook's.
     res = low_gpu_utilization(tmp_path, "busy", "base")
     assert res.verdict == "clear" and res.rows[0]["gpu_util_pct"] == 94.0 and res.rows[0]["flagged"] is False
+
+
+def test_low_gpu_utilization_counts_a_training_replicate_once(tmp_path: Path) -> None:
+    """The training suite writes tokens_per_second to measurement_fact and training_outcome_fact: the
+    union counted 10 replicates for 5, and n_util_samples came out a string (a HUGEINT sum)."""
+    for rid, util, tokens in (("tbase", [80.0] * 5, [1000, 1010, 990, 1005, 995]),
+                              ("tcand", [30.0] * 5, [700, 710, 690, 705, 695])):
+        add_run(tmp_path, rid)
+        rows = gpu_rows(util, tokens)
+        for r in rows:
+            r.update(suite="training", case="gpt-tiny")
+        put(tmp_path, "measurement_fact", rid, rows)
+        put(tmp_path, "training_outcome_fact", rid, [{"suite": "training", "replicate": k, "case": "gpt-tiny",
+                                                      "tokens_per_second": float(t)} for k, t in enumerate(tokens, 1)])
+    # a replicate only training_outcome_fact has (its metric row lost) still counts, once
+    put(tmp_path, "training_outcome_fact", "tcand", [{"suite": "training", "replicate": k, "case": "gpt-tiny",
+                                                      "tokens_per_second": t}
+                                                     for k, t in enumerate([700.0, 710.0, 690.0, 705.0, 695.0, 702.0], 1)])
+    res = low_gpu_utilization(tmp_path, "tcand", "tbase")
+    [row] = res.rows
+    assert res.verdict == "flagged"
+    assert row["n_replicates"] == 6 and row["n_util_samples"] == 5 and isinstance(row["n_util_samples"], int)
+    assert row["throughput"] == pytest.approx(701.0) and row["base_throughput"] == 1000.0
 
 
 def test_low_gpu_utilization_from_telemetry_without_baseline(tmp_path: Path) -> None:
@@ -337,6 +425,32 @@ def test_straggler_with_mad_zero_a_rank_a_hair_off_the_median_is_no_straggler(tm
     assert {r["rank_id"]: r["n_off_zero_mad"] for r in res.rows}[3] == 0
 
 
+def test_straggler_judges_only_ok_replicates(tmp_path: Path) -> None:
+    """Rank 3 slow only in the three failed replicates was flagged and written to status.stragglerNodes."""
+    from benchrun.playbooks import record_straggler_nodes
+
+    add_run(tmp_path, "arf")
+    times = {0: [1000.0] * 5, 1: [1001.0] * 5, 2: [999.0] * 5, 3: [5000.0] * 3 + [1000.0] * 2}
+    rows = allreduce(times, [(3, 4000.0)] * 3 + [(0, 5.0)] * 2)
+    for r in rows:
+        r["status"] = "failed" if r["replicate"] <= 3 else "ok"
+    put(tmp_path, "measurement_fact", "arf", rows)
+    res = distributed_straggler(tmp_path, "arf", None)
+    assert res.verdict == "clear", res.reason
+    assert {r["n_replicates"] for r in res.rows} == {2}
+    assert res.reason.endswith("left out, not judged: 3 replicate(s) whose result is not ok (allreduce r1, r2, r3 (failed))")
+    run_dir = tmp_path / "runs" / "arf"
+    (run_dir / "structured").mkdir(parents=True)
+    (run_dir / "status.json").write_text(json.dumps({"run_id": "arf", "phase": "Succeeded"}))
+    assert record_straggler_nodes(run_dir, [res]) == []
+    # every replicate failed: nothing to judge, not "clear"
+    for r in rows:
+        r["status"] = "failed"
+    put(tmp_path, "measurement_fact", "arf", rows)
+    res = distributed_straggler(tmp_path, "arf", None)
+    assert res.verdict == "unavailable" and res.rows == [] and "allreduce r1, r2, r3, r4, r5 (failed)" in res.reason
+
+
 def test_straggler_unavailable_without_rank_rows(serving_home: Path) -> None:
     res = distributed_straggler(serving_home, "base", None)
     assert res.verdict == "unavailable" and res.rows == [] and "rank_p50_time_us" in res.reason
@@ -478,7 +592,7 @@ def test_cli_prints_verdicts_and_json(serving_home: Path, monkeypatch: pytest.Mo
     from benchrun.playbooks.commands import register
 
     add_run(serving_home, "cand")
-    put(serving_home, "serving_outcome_fact", "cand", serving([(1, "all", 100.0, 90.0, 400.0, 10.0, 9.0, 20.0)]))
+    put_serving(serving_home, "cand", serving([(1, "all", 100.0, 90.0, 400.0, 10.0, 9.0, 20.0)]))
     monkeypatch.setenv("BENCHRUN_HOME", str(serving_home))
     app = typer.Typer()
     register(app)
@@ -507,7 +621,7 @@ def test_scenario_playbooks_asset_writes_the_report(serving_home: Path) -> None:
     from resources.warehouse import WarehouseResource
 
     add_run(serving_home, "cand")
-    put(serving_home, "serving_outcome_fact", "cand", serving([(1, "all", 100.0, 90.0, 400.0, 10.0, 9.0, 20.0)]))
+    put_serving(serving_home, "cand", serving([(1, "all", 100.0, 90.0, 400.0, 10.0, 9.0, 20.0)]))
     structured = serving_home / "runs" / "cand" / "structured"
     structured.mkdir(parents=True)
     # the baseline baseline_comparison resolved for this run

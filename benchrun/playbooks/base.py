@@ -84,3 +84,12 @@ def ratio(a: Any, b: Any) -> float | None:
     if a is None or b is None or b == 0:
         return None
     return float(a) / float(b)
+
+
+def replicates_phrase(replicates: list[tuple[str, int, str]]) -> str:
+    """``(suite, replicate, status)`` as "serve r3, r4 (failed); allreduce r1 (status not recorded)"."""
+    grouped: dict[tuple[str, str], list[int]] = {}
+    for suite, rep, status in sorted(set(replicates)):
+        grouped.setdefault((suite, status), []).append(rep)
+    return "; ".join(f"{suite} {', '.join(f'r{k}' for k in reps)} ({status})"
+                     for (suite, status), reps in grouped.items())
