@@ -531,19 +531,21 @@ def test_backpressure_a_2s_local_pending_increase_is_not_backpressure_and_the_ru
 def test_playbook_takes_the_runs_own_baseline_by_default(tmp_path: Path) -> None:
     import json
 
-    from benchrun.playbooks.commands import default_baseline
+    from benchrun.playbooks.baseline import default_baseline
 
     run = tmp_path / "runs" / "cand"
     (run / "structured").mkdir(parents=True)
     assert default_baseline(tmp_path, "cand") == (None, "")
-    (run / "structured" / "cand_comparison.json").write_text(json.dumps({"baseline": "base", "candidate": "cand"}))
-    assert default_baseline(tmp_path, "cand") == ("base", " (the run's own comparison)")
+    add_run(tmp_path, "base")
+    (run / "structured" / "cand_comparison.json").write_text(json.dumps(
+        {"baseline": "base", "candidate": "cand", "gate": {"passed": True, "message": "one variable differs"}}))
+    assert default_baseline(tmp_path, "cand") == ("base", "the run's own comparison")
 
 
 def test_without_its_own_comparison_a_run_takes_the_baseline_its_spec_names(tmp_path: Path) -> None:
     """Issue 26 7g: no comparison of its own: the run its spec's comparison.baseline.artifactRef
     names now (a published alias); itself or nothing published: no baseline."""
-    from benchrun.playbooks.commands import default_baseline
+    from benchrun.playbooks.baseline import default_baseline
     from benchrun.stats.baseline import promote
     from benchrun.stats.synthetic import make_run
 
@@ -551,10 +553,78 @@ def test_without_its_own_comparison_a_run_takes_the_baseline_its_spec_names(tmp_
     metrics = {("s", "", "tps"): ([100.0, 101.0, 99.0], "t/s", "higher")}
     make_run(tmp_path, "base", metrics, spec=spec)
     make_run(tmp_path, "cand", metrics, spec=spec)
+    add_run(tmp_path, "base")
     assert default_baseline(tmp_path, "cand") == (None, "")  # nothing published under that alias yet
     promote("base", tmp_path, alias="canary")
-    assert default_baseline(tmp_path, "cand") == ("base", " (its spec's local/published/canary)")
+    assert default_baseline(tmp_path, "cand") == ("base", "its spec's local/published/canary")
     assert default_baseline(tmp_path, "base") == (None, "")  # the alias names the run itself
+
+
+def _cli() -> typer.Typer:
+    from benchrun.playbooks.commands import register
+
+    app = typer.Typer()
+    register(app)
+    app.command("noop")(lambda: None)  # a second command keeps "playbook" a subcommand
+    return app
+
+
+def test_a_refused_comparisons_baseline_is_no_playbook_baseline(serving_home: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The comparison refused cand against a Failed baseline (RunNotSucceeded) but recorded "baseline":
+    "bfail"; the playbooks took it as "the run's own comparison" and flagged, the report said "not compared"."""
+    from benchrun.playbooks.baseline import default_baseline
+    from benchrun.stats.analysis import compare_runs, write_comparison
+    from benchrun.stats.synthetic import make_run
+
+    metrics = {("serving_sweep", "c=4", "output_tokens_per_s"): ([100.0, 101.0, 99.0], "tok/s", "higher")}
+    make_run(serving_home, "bfail", metrics, status={"phase": "Failed", "outcome": "failed"})
+    make_run(serving_home, "cand", metrics)
+    gate, res = compare_runs(serving_home / "runs" / "bfail", serving_home / "runs" / "cand", home=serving_home)
+    assert not gate.passed and "[RunNotSucceeded]" in gate.message()
+    write_comparison(gate, res, "bfail", serving_home / "runs" / "cand")
+    put(serving_home, "benchmark_run_fact", "bfail", [{"name": "bfail", "phase": "Failed", "outcome": "failed"}])
+    add_run(serving_home, "cand")
+    put_serving(serving_home, "bfail", BASE_SERVING)
+    put_serving(serving_home, "cand", serving([(1, "all", 100.0, 90.0, 400.0, 10.0, 9.0, 20.0)]))
+    base, note = default_baseline(serving_home, "cand")
+    assert base is None
+    assert note.startswith("comparison refused: the run's comparison with bfail judged nothing ([RunNotSucceeded] baseline bfail")
+    monkeypatch.setenv("BENCHRUN_HOME", str(serving_home))
+    out = CliRunner().invoke(_cli(), ["playbook", "cand", "tail_latency_regression"], env={"COLUMNS": "300"})
+    assert out.exit_code == 0, out.output
+    assert "(no baseline: comparison refused: the run's comparison with bfail judged nothing ([RunNotSucceeded]" in out.output
+    assert "tail_latency_regression: unavailable" in out.output
+    out = CliRunner().invoke(_cli(), ["playbook", "cand", "--json"])
+    doc = json.loads(out.output)
+    assert doc["baseline_run_id"] is None and doc["baseline_note"].startswith("comparison refused")
+    # given explicitly, a baseline that did not succeed is refused, naming why and the fix
+    with pytest.raises(BenchrunError, match=r"baseline run 'bfail' is not Succeeded \(phase Failed, outcome failed\)"
+                                            r".*give another --baseline"):
+        run_playbooks(serving_home, "cand", "bfail")
+    out = CliRunner().invoke(_cli(), ["playbook", "cand", "--baseline", "bfail"])
+    assert out.exit_code != 0 and "is not Succeeded" in str(out.exception)
+
+
+def test_a_recorded_baseline_deleted_since_is_skipped_not_fatal(serving_home: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """`benchrun playbook RUN` exited 1 ("baseline run 'base1' is not in the warehouse") when the
+    baseline its comparison recorded was deleted since: none of the four playbooks ran."""
+    from benchrun.playbooks.baseline import default_baseline
+
+    add_run(serving_home, "cand")
+    put_serving(serving_home, "cand", serving([(1, "all", 100.0, 90.0, 400.0, 10.0, 9.0, 20.0)]))
+    structured = serving_home / "runs" / "cand" / "structured"
+    structured.mkdir(parents=True)
+    (structured / "cand_comparison.json").write_text(json.dumps(
+        {"baseline": "gone1", "candidate": "cand", "gate": {"passed": True, "message": "one variable differs"}}))
+    base, note = default_baseline(serving_home, "cand")
+    assert base is None and "baseline run 'gone1' is not in the warehouse" in note
+    monkeypatch.setenv("BENCHRUN_HOME", str(serving_home))
+    out = CliRunner().invoke(_cli(), ["playbook", "cand"], env={"COLUMNS": "300"})
+    assert out.exit_code == 0, out.output
+    assert "(no baseline: the run's comparison baseline is left out: baseline run 'gone1' is not in the warehouse" in out.output
+    assert all(f"{name}: " in out.output for name in PLAYBOOKS)
 
 
 def test_backpressure_unavailable_without_any_wait(tmp_path: Path) -> None:
@@ -625,7 +695,8 @@ def test_scenario_playbooks_asset_writes_the_report(serving_home: Path) -> None:
     structured = serving_home / "runs" / "cand" / "structured"
     structured.mkdir(parents=True)
     # the baseline baseline_comparison resolved for this run
-    (structured / "cand_comparison.json").write_text(json.dumps({"baseline": "base", "candidate": "cand"}))
+    (structured / "cand_comparison.json").write_text(json.dumps({"baseline": "base", "candidate": "cand",
+                                                                 "gate": {"passed": True, "message": "ok"}}))
     assert playbook_assets == [scenario_playbooks]
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions("benchmark_run", ["cand"])
@@ -638,6 +709,31 @@ def test_scenario_playbooks_asset_writes_the_report(serving_home: Path) -> None:
     assert meta["query_spec_digest/tail_latency_regression"].value == query_spec_digest(tail_latency.SQL)
     doc = json.loads((serving_home / "runs" / "cand" / "reports" / "cand_playbooks.json").read_text())
     assert doc["baseline_run_id"] == "base" and doc["verdicts"]["tail_latency_regression"] == "flagged"
+
+
+def test_scenario_playbooks_asset_takes_no_baseline_from_a_refused_comparison(serving_home: Path) -> None:
+    import dagster as dg
+
+    from bench_assets.playbook_assets import scenario_playbooks
+    from resources.warehouse import WarehouseResource
+
+    add_run(serving_home, "cand")
+    put_serving(serving_home, "cand", serving([(1, "all", 100.0, 90.0, 400.0, 10.0, 9.0, 20.0)]))
+    structured = serving_home / "runs" / "cand" / "structured"
+    structured.mkdir(parents=True)
+    refused = "comparison refused (fail closed): [ReplicatesFailed] candidate cand: serving_sweep r3 failed"
+    (structured / "cand_comparison.json").write_text(json.dumps(
+        {"baseline": "base", "candidate": "cand", "gate": {"passed": False, "message": refused}}))
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("benchmark_run", ["cand"])
+        result = dg.materialize([scenario_playbooks], instance=instance, partition_key="cand",
+                                resources={"warehouse": WarehouseResource(home=str(serving_home))})
+    meta = result.asset_materializations_for_node("scenario_playbooks")[0].metadata
+    assert meta["baseline"].value == ("none: comparison refused: the run's comparison with base judged nothing "
+                                      "([ReplicatesFailed] candidate cand: serving_sweep r3 failed)")
+    assert meta["flagged"].value == 0
+    doc = json.loads((serving_home / "runs" / "cand" / "reports" / "cand_playbooks.json").read_text())
+    assert doc["baseline_run_id"] is None and doc["baseline_note"].startswith("comparison refused")
 
 
 def test_low_gpu_utilization_cites_replicate_telemetry_and_the_host_beside_it(tmp_path: Path) -> None:
