@@ -60,6 +60,16 @@ def serving(point_rows: list[tuple], n_requests: int = 400) -> list[dict[str, An
             for rep, b, em, e50, e99, tm, t50, t99 in point_rows]
 
 
+def put_serving(home: Path, run_id: str, rows: list[dict[str, Any]], failed: tuple[int, ...] = ()) -> None:
+    """The run's serving rows and, as a serving suite writes them, a headline metric per replicate in
+    measurement_fact carrying the result's status (``failed`` names the replicates that failed)."""
+    put(home, "serving_outcome_fact", run_id, rows)
+    reps = sorted({(r["suite"], r["replicate"]) for r in rows})
+    put(home, "measurement_fact", run_id, [
+        {"suite": suite, "replicate": rep, "case": "c=4", "metric": "output_tokens_per_s", "value": 100.0,
+         "status": "failed" if rep in failed else "ok"} for suite, rep in reps])
+
+
 BASE_SERVING = serving([(1, "all", 100.0, 90.0, 140.0, 10.0, 9.0, 20.0),
                         (2, "all", 101.0, 91.0, 150.0, 10.0, 9.0, 20.0),
                         (3, "all", 99.0, 89.0, 400.0, 10.0, 9.0, 20.0)])  # one wild p99: the median ignores it
@@ -69,13 +79,13 @@ BASE_SERVING = serving([(1, "all", 100.0, 90.0, 140.0, 10.0, 9.0, 20.0),
 def serving_home(tmp_path: Path) -> Path:
     home = tmp_path
     add_run(home, "base")
-    put(home, "serving_outcome_fact", "base", BASE_SERVING)
+    put_serving(home, "base", BASE_SERVING)
     return home
 
 
 def test_tail_latency_flagged_when_p99_doubles_with_a_steady_mean(serving_home: Path) -> None:
     add_run(serving_home, "cand")
-    put(serving_home, "serving_outcome_fact", "cand", serving([
+    put_serving(serving_home, "cand", serving([
         (1, "all", 104.0, 92.0, 330.0, 10.0, 9.0, 21.0),
         (2, "all", 105.0, 93.0, 320.0, 10.0, 9.0, 20.0),
         (3, "all", 103.0, 91.0, 340.0, 10.0, 9.0, 22.0)]))
@@ -97,7 +107,7 @@ def test_tail_latency_flagged_when_p99_doubles_with_a_steady_mean(serving_home: 
 
 def test_tail_latency_clear_when_the_mean_moved_too(serving_home: Path) -> None:
     add_run(serving_home, "slow")
-    put(serving_home, "serving_outcome_fact", "slow", serving([
+    put_serving(serving_home, "slow", serving([
         (1, "all", 150.0, 140.0, 330.0, 10.0, 9.0, 20.0),
         (2, "all", 150.0, 140.0, 330.0, 10.0, 9.0, 20.0)]))
     res = tail_latency_regression(serving_home, "slow", "base")
@@ -109,7 +119,7 @@ def test_tail_latency_clear_when_the_mean_moved_too(serving_home: Path) -> None:
 
 def test_tail_latency_too_few_requests_is_not_flagged(serving_home: Path) -> None:
     add_run(serving_home, "thin")
-    put(serving_home, "serving_outcome_fact", "thin", serving([
+    put_serving(serving_home, "thin", serving([
         (1, "all", 104.0, 92.0, 330.0, 10.0, 9.0, 20.0), (2, "all", 104.0, 92.0, 330.0, 10.0, 9.0, 20.0)],
         n_requests=24))
     res = tail_latency_regression(serving_home, "thin", "base")
@@ -123,7 +133,7 @@ def test_tail_latency_thin_p99s_are_not_called_clear_either(serving_home: Path) 
     """A p99 from too few requests was refused for flagged but used for clear: 24 requests per
     replicate and an unchanged p99 read 'clear'. Thin rows are not judged either way."""
     add_run(serving_home, "thin")
-    put(serving_home, "serving_outcome_fact", "thin", serving([
+    put_serving(serving_home, "thin", serving([
         (1, "all", 100.0, 90.0, 150.0, 10.0, 9.0, 20.0), (2, "all", 100.0, 90.0, 150.0, 10.0, 9.0, 20.0)],
         n_requests=24))
     res = tail_latency_regression(serving_home, "thin", "base")
@@ -136,11 +146,11 @@ def test_tail_latency_clear_names_the_largest_change_among_backed_rows_only(serv
     base = serving([(1, "short", 100.0, 90.0, 150.0, 10.0, 9.0, 20.0)], n_requests=400)
     base += serving([(1, "long", 100.0, 90.0, 150.0, 10.0, 9.0, 20.0)], n_requests=30)
     add_run(serving_home, "b2")
-    put(serving_home, "serving_outcome_fact", "b2", base)
+    put_serving(serving_home, "b2", base)
     cand = serving([(1, "short", 100.0, 90.0, 160.0, 10.0, 9.0, 21.0)], n_requests=400)
     cand += serving([(1, "long", 150.0, 90.0, 900.0, 10.0, 9.0, 20.0)], n_requests=30)  # thin, ×6 (mean moved)
     add_run(serving_home, "c2")
-    put(serving_home, "serving_outcome_fact", "c2", cand)
+    put_serving(serving_home, "c2", cand)
     res = tail_latency_regression(serving_home, "c2", "b2")
     assert res.verdict == "clear"
     assert "largest p99 change ×1.07 at serving_sweep c=4 bucket short e2e_ms" in res.reason
@@ -154,6 +164,61 @@ def test_tail_latency_unavailable_without_baseline_or_serving_rows(serving_home:
     add_run(serving_home, "noserve")
     res = tail_latency_regression(serving_home, "noserve", "base")
     assert res.verdict == "unavailable" and res.rows == [] and "no serving_outcome_fact rows" in res.reason
+
+
+def test_tail_latency_judges_only_ok_replicates_and_says_what_it_left_out(serving_home: Path) -> None:
+    """Serving rows are curated from failed replicates too: three failed replicates with p99 ×2.2 and
+    two ok ones with the baseline's p99 read "p99 ×2.20, flagged" while the comparison refused the pair."""
+    add_run(serving_home, "cand")
+    put_serving(serving_home, "cand", serving([
+        (1, "all", 100.0, 90.0, 150.0, 10.0, 9.0, 20.0), (2, "all", 101.0, 91.0, 152.0, 10.0, 9.0, 20.0),
+        (3, "all", 104.0, 92.0, 330.0, 10.0, 9.0, 20.0), (4, "all", 104.0, 92.0, 330.0, 10.0, 9.0, 20.0),
+        (5, "all", 104.0, 92.0, 330.0, 10.0, 9.0, 20.0)]), failed=(3, 4, 5))
+    res = tail_latency_regression(serving_home, "cand", "base")
+    assert res.verdict == "clear", res.reason
+    e2e = next(r for r in res.rows if r["quantity"] == "e2e_ms")
+    assert e2e["n_replicates"] == 2 and e2e["p99_ms"] == pytest.approx(151.0) and e2e["flagged"] is False
+    assert ("left out, not judged: run cand: 3 replicate(s) whose result is not ok "
+            "(serving_sweep r3, r4, r5 (failed))") in res.reason
+    # every replicate failed: nothing is judged, and the answer says why
+    add_run(serving_home, "allfail")
+    put_serving(serving_home, "allfail", serving([(1, "all", 104.0, 92.0, 330.0, 10.0, 9.0, 20.0)]), failed=(1,))
+    res = tail_latency_regression(serving_home, "allfail", "base")
+    assert res.verdict == "unavailable" and res.rows == []
+    assert "none of run allfail's serving rows" in res.reason and "serving_sweep r1 (failed)" in res.reason
+    # a replicate without a recorded status is not taken for ok either
+    add_run(serving_home, "nostatus")
+    put(serving_home, "serving_outcome_fact", "nostatus", serving([(1, "all", 104.0, 92.0, 330.0, 10.0, 9.0, 20.0)]))
+    res = tail_latency_regression(serving_home, "nostatus", "base")
+    assert res.verdict == "unavailable" and "serving_sweep r1 (status not recorded)" in res.reason
+
+
+def test_tail_latency_leaves_out_points_the_load_generator_judged_invalid(serving_home: Path) -> None:
+    """A point whose load-generator verdict is invalid (client saturated) is no evidence of a tail
+    regression; invalid only for its own request count it stays in (the thin-p99 rule covers that)."""
+    from benchrun.loadgen.metrics import COUNT_REASON_TAIL
+
+    rows = serving([(k, b, 104.0, 92.0, 330.0, 10.0, 9.0, 20.0) for k in (1, 2, 3) for b in ("all", "short")])
+    for r in rows:
+        r.update(verdict="invalid", verdict_reasons=["client saturated: schedule lag p99 250 ms"])
+    add_run(serving_home, "sat")
+    put_serving(serving_home, "sat", rows)
+    res = tail_latency_regression(serving_home, "sat", "base")
+    assert res.verdict == "unavailable" and res.rows == []
+    assert "6 replicate×point(s) the load generator judged invalid" not in res.reason  # one per replicate and point
+    assert "3 replicate×point(s) the load generator judged invalid (serving_sweep r1 c=4: client saturated" in res.reason
+    # only the bucket-'all' row invalid: the point's other buckets go with it
+    for r in rows:
+        if r["bucket"] == "short":
+            r.update(verdict="valid", verdict_reasons=[])
+    put_serving(serving_home, "sat", rows)
+    assert tail_latency_regression(serving_home, "sat", "base").rows == []
+    # invalid only for too few requests to bound its own p99: judged (flagged here: 400 requests a replicate)
+    for r in rows:
+        r.update(verdict="invalid", verdict_reasons=[f"only 300 requests, 368 needed for p99{COUNT_REASON_TAIL}"])
+    put_serving(serving_home, "sat", rows)
+    res = tail_latency_regression(serving_home, "sat", "base")
+    assert res.verdict == "flagged" and "left out" not in res.reason
 
 
 # -- low_gpu_utilization -------------------------------------------------------------
@@ -185,6 +250,29 @@ def test_low_gpu_utilization_flagged_and_clear(tmp_path: Path) -> None:
     # The same throughput loss with a busy GPU is a different problem: not this playbook's.
     res = low_gpu_utilization(tmp_path, "busy", "base")
     assert res.verdict == "clear" and res.rows[0]["gpu_util_pct"] == 94.0 and res.rows[0]["flagged"] is False
+
+
+def test_low_gpu_utilization_counts_a_training_replicate_once(tmp_path: Path) -> None:
+    """The training suite writes tokens_per_second to measurement_fact and training_outcome_fact: the
+    union counted 10 replicates for 5, and n_util_samples came out a string (a HUGEINT sum)."""
+    for rid, util, tokens in (("tbase", [80.0] * 5, [1000, 1010, 990, 1005, 995]),
+                              ("tcand", [30.0] * 5, [700, 710, 690, 705, 695])):
+        add_run(tmp_path, rid)
+        rows = gpu_rows(util, tokens)
+        for r in rows:
+            r.update(suite="training", case="gpt-tiny")
+        put(tmp_path, "measurement_fact", rid, rows)
+        put(tmp_path, "training_outcome_fact", rid, [{"suite": "training", "replicate": k, "case": "gpt-tiny",
+                                                      "tokens_per_second": float(t)} for k, t in enumerate(tokens, 1)])
+    # a replicate only training_outcome_fact has (its metric row lost) still counts, once
+    put(tmp_path, "training_outcome_fact", "tcand", [{"suite": "training", "replicate": k, "case": "gpt-tiny",
+                                                      "tokens_per_second": t}
+                                                     for k, t in enumerate([700.0, 710.0, 690.0, 705.0, 695.0, 702.0], 1)])
+    res = low_gpu_utilization(tmp_path, "tcand", "tbase")
+    [row] = res.rows
+    assert res.verdict == "flagged"
+    assert row["n_replicates"] == 6 and row["n_util_samples"] == 5 and isinstance(row["n_util_samples"], int)
+    assert row["throughput"] == pytest.approx(701.0) and row["base_throughput"] == 1000.0
 
 
 def test_low_gpu_utilization_from_telemetry_without_baseline(tmp_path: Path) -> None:
@@ -337,6 +425,32 @@ def test_straggler_with_mad_zero_a_rank_a_hair_off_the_median_is_no_straggler(tm
     assert {r["rank_id"]: r["n_off_zero_mad"] for r in res.rows}[3] == 0
 
 
+def test_straggler_judges_only_ok_replicates(tmp_path: Path) -> None:
+    """Rank 3 slow only in the three failed replicates was flagged and written to status.stragglerNodes."""
+    from benchrun.playbooks import record_straggler_nodes
+
+    add_run(tmp_path, "arf")
+    times = {0: [1000.0] * 5, 1: [1001.0] * 5, 2: [999.0] * 5, 3: [5000.0] * 3 + [1000.0] * 2}
+    rows = allreduce(times, [(3, 4000.0)] * 3 + [(0, 5.0)] * 2)
+    for r in rows:
+        r["status"] = "failed" if r["replicate"] <= 3 else "ok"
+    put(tmp_path, "measurement_fact", "arf", rows)
+    res = distributed_straggler(tmp_path, "arf", None)
+    assert res.verdict == "clear", res.reason
+    assert {r["n_replicates"] for r in res.rows} == {2}
+    assert res.reason.endswith("left out, not judged: 3 replicate(s) whose result is not ok (allreduce r1, r2, r3 (failed))")
+    run_dir = tmp_path / "runs" / "arf"
+    (run_dir / "structured").mkdir(parents=True)
+    (run_dir / "status.json").write_text(json.dumps({"run_id": "arf", "phase": "Succeeded"}))
+    assert record_straggler_nodes(run_dir, [res]) == []
+    # every replicate failed: nothing to judge, not "clear"
+    for r in rows:
+        r["status"] = "failed"
+    put(tmp_path, "measurement_fact", "arf", rows)
+    res = distributed_straggler(tmp_path, "arf", None)
+    assert res.verdict == "unavailable" and res.rows == [] and "allreduce r1, r2, r3, r4, r5 (failed)" in res.reason
+
+
 def test_straggler_unavailable_without_rank_rows(serving_home: Path) -> None:
     res = distributed_straggler(serving_home, "base", None)
     assert res.verdict == "unavailable" and res.rows == [] and "rank_p50_time_us" in res.reason
@@ -417,19 +531,21 @@ def test_backpressure_a_2s_local_pending_increase_is_not_backpressure_and_the_ru
 def test_playbook_takes_the_runs_own_baseline_by_default(tmp_path: Path) -> None:
     import json
 
-    from benchrun.playbooks.commands import default_baseline
+    from benchrun.playbooks.baseline import default_baseline
 
     run = tmp_path / "runs" / "cand"
     (run / "structured").mkdir(parents=True)
     assert default_baseline(tmp_path, "cand") == (None, "")
-    (run / "structured" / "cand_comparison.json").write_text(json.dumps({"baseline": "base", "candidate": "cand"}))
-    assert default_baseline(tmp_path, "cand") == ("base", " (the run's own comparison)")
+    add_run(tmp_path, "base")
+    (run / "structured" / "cand_comparison.json").write_text(json.dumps(
+        {"baseline": "base", "candidate": "cand", "gate": {"passed": True, "message": "one variable differs"}}))
+    assert default_baseline(tmp_path, "cand") == ("base", "the run's own comparison")
 
 
 def test_without_its_own_comparison_a_run_takes_the_baseline_its_spec_names(tmp_path: Path) -> None:
     """Issue 26 7g: no comparison of its own: the run its spec's comparison.baseline.artifactRef
     names now (a published alias); itself or nothing published: no baseline."""
-    from benchrun.playbooks.commands import default_baseline
+    from benchrun.playbooks.baseline import default_baseline
     from benchrun.stats.baseline import promote
     from benchrun.stats.synthetic import make_run
 
@@ -437,10 +553,78 @@ def test_without_its_own_comparison_a_run_takes_the_baseline_its_spec_names(tmp_
     metrics = {("s", "", "tps"): ([100.0, 101.0, 99.0], "t/s", "higher")}
     make_run(tmp_path, "base", metrics, spec=spec)
     make_run(tmp_path, "cand", metrics, spec=spec)
+    add_run(tmp_path, "base")
     assert default_baseline(tmp_path, "cand") == (None, "")  # nothing published under that alias yet
     promote("base", tmp_path, alias="canary")
-    assert default_baseline(tmp_path, "cand") == ("base", " (its spec's local/published/canary)")
+    assert default_baseline(tmp_path, "cand") == ("base", "its spec's local/published/canary")
     assert default_baseline(tmp_path, "base") == (None, "")  # the alias names the run itself
+
+
+def _cli() -> typer.Typer:
+    from benchrun.playbooks.commands import register
+
+    app = typer.Typer()
+    register(app)
+    app.command("noop")(lambda: None)  # a second command keeps "playbook" a subcommand
+    return app
+
+
+def test_a_refused_comparisons_baseline_is_no_playbook_baseline(serving_home: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The comparison refused cand against a Failed baseline (RunNotSucceeded) but recorded "baseline":
+    "bfail"; the playbooks took it as "the run's own comparison" and flagged, the report said "not compared"."""
+    from benchrun.playbooks.baseline import default_baseline
+    from benchrun.stats.analysis import compare_runs, write_comparison
+    from benchrun.stats.synthetic import make_run
+
+    metrics = {("serving_sweep", "c=4", "output_tokens_per_s"): ([100.0, 101.0, 99.0], "tok/s", "higher")}
+    make_run(serving_home, "bfail", metrics, status={"phase": "Failed", "outcome": "failed"})
+    make_run(serving_home, "cand", metrics)
+    gate, res = compare_runs(serving_home / "runs" / "bfail", serving_home / "runs" / "cand", home=serving_home)
+    assert not gate.passed and "[RunNotSucceeded]" in gate.message()
+    write_comparison(gate, res, "bfail", serving_home / "runs" / "cand")
+    put(serving_home, "benchmark_run_fact", "bfail", [{"name": "bfail", "phase": "Failed", "outcome": "failed"}])
+    add_run(serving_home, "cand")
+    put_serving(serving_home, "bfail", BASE_SERVING)
+    put_serving(serving_home, "cand", serving([(1, "all", 100.0, 90.0, 400.0, 10.0, 9.0, 20.0)]))
+    base, note = default_baseline(serving_home, "cand")
+    assert base is None
+    assert note.startswith("comparison refused: the run's comparison with bfail judged nothing ([RunNotSucceeded] baseline bfail")
+    monkeypatch.setenv("BENCHRUN_HOME", str(serving_home))
+    out = CliRunner().invoke(_cli(), ["playbook", "cand", "tail_latency_regression"], env={"COLUMNS": "300"})
+    assert out.exit_code == 0, out.output
+    assert "(no baseline: comparison refused: the run's comparison with bfail judged nothing ([RunNotSucceeded]" in out.output
+    assert "tail_latency_regression: unavailable" in out.output
+    out = CliRunner().invoke(_cli(), ["playbook", "cand", "--json"])
+    doc = json.loads(out.output)
+    assert doc["baseline_run_id"] is None and doc["baseline_note"].startswith("comparison refused")
+    # given explicitly, a baseline that did not succeed is refused, naming why and the fix
+    with pytest.raises(BenchrunError, match=r"baseline run 'bfail' is not Succeeded \(phase Failed, outcome failed\)"
+                                            r".*give another --baseline"):
+        run_playbooks(serving_home, "cand", "bfail")
+    out = CliRunner().invoke(_cli(), ["playbook", "cand", "--baseline", "bfail"])
+    assert out.exit_code != 0 and "is not Succeeded" in str(out.exception)
+
+
+def test_a_recorded_baseline_deleted_since_is_skipped_not_fatal(serving_home: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """`benchrun playbook RUN` exited 1 ("baseline run 'base1' is not in the warehouse") when the
+    baseline its comparison recorded was deleted since: none of the four playbooks ran."""
+    from benchrun.playbooks.baseline import default_baseline
+
+    add_run(serving_home, "cand")
+    put_serving(serving_home, "cand", serving([(1, "all", 100.0, 90.0, 400.0, 10.0, 9.0, 20.0)]))
+    structured = serving_home / "runs" / "cand" / "structured"
+    structured.mkdir(parents=True)
+    (structured / "cand_comparison.json").write_text(json.dumps(
+        {"baseline": "gone1", "candidate": "cand", "gate": {"passed": True, "message": "one variable differs"}}))
+    base, note = default_baseline(serving_home, "cand")
+    assert base is None and "baseline run 'gone1' is not in the warehouse" in note
+    monkeypatch.setenv("BENCHRUN_HOME", str(serving_home))
+    out = CliRunner().invoke(_cli(), ["playbook", "cand"], env={"COLUMNS": "300"})
+    assert out.exit_code == 0, out.output
+    assert "(no baseline: the run's comparison baseline is left out: baseline run 'gone1' is not in the warehouse" in out.output
+    assert all(f"{name}: " in out.output for name in PLAYBOOKS)
 
 
 def test_backpressure_unavailable_without_any_wait(tmp_path: Path) -> None:
@@ -478,7 +662,7 @@ def test_cli_prints_verdicts_and_json(serving_home: Path, monkeypatch: pytest.Mo
     from benchrun.playbooks.commands import register
 
     add_run(serving_home, "cand")
-    put(serving_home, "serving_outcome_fact", "cand", serving([(1, "all", 100.0, 90.0, 400.0, 10.0, 9.0, 20.0)]))
+    put_serving(serving_home, "cand", serving([(1, "all", 100.0, 90.0, 400.0, 10.0, 9.0, 20.0)]))
     monkeypatch.setenv("BENCHRUN_HOME", str(serving_home))
     app = typer.Typer()
     register(app)
@@ -507,11 +691,12 @@ def test_scenario_playbooks_asset_writes_the_report(serving_home: Path) -> None:
     from resources.warehouse import WarehouseResource
 
     add_run(serving_home, "cand")
-    put(serving_home, "serving_outcome_fact", "cand", serving([(1, "all", 100.0, 90.0, 400.0, 10.0, 9.0, 20.0)]))
+    put_serving(serving_home, "cand", serving([(1, "all", 100.0, 90.0, 400.0, 10.0, 9.0, 20.0)]))
     structured = serving_home / "runs" / "cand" / "structured"
     structured.mkdir(parents=True)
     # the baseline baseline_comparison resolved for this run
-    (structured / "cand_comparison.json").write_text(json.dumps({"baseline": "base", "candidate": "cand"}))
+    (structured / "cand_comparison.json").write_text(json.dumps({"baseline": "base", "candidate": "cand",
+                                                                 "gate": {"passed": True, "message": "ok"}}))
     assert playbook_assets == [scenario_playbooks]
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions("benchmark_run", ["cand"])
@@ -524,6 +709,31 @@ def test_scenario_playbooks_asset_writes_the_report(serving_home: Path) -> None:
     assert meta["query_spec_digest/tail_latency_regression"].value == query_spec_digest(tail_latency.SQL)
     doc = json.loads((serving_home / "runs" / "cand" / "reports" / "cand_playbooks.json").read_text())
     assert doc["baseline_run_id"] == "base" and doc["verdicts"]["tail_latency_regression"] == "flagged"
+
+
+def test_scenario_playbooks_asset_takes_no_baseline_from_a_refused_comparison(serving_home: Path) -> None:
+    import dagster as dg
+
+    from bench_assets.playbook_assets import scenario_playbooks
+    from resources.warehouse import WarehouseResource
+
+    add_run(serving_home, "cand")
+    put_serving(serving_home, "cand", serving([(1, "all", 100.0, 90.0, 400.0, 10.0, 9.0, 20.0)]))
+    structured = serving_home / "runs" / "cand" / "structured"
+    structured.mkdir(parents=True)
+    refused = "comparison refused (fail closed): [ReplicatesFailed] candidate cand: serving_sweep r3 failed"
+    (structured / "cand_comparison.json").write_text(json.dumps(
+        {"baseline": "base", "candidate": "cand", "gate": {"passed": False, "message": refused}}))
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("benchmark_run", ["cand"])
+        result = dg.materialize([scenario_playbooks], instance=instance, partition_key="cand",
+                                resources={"warehouse": WarehouseResource(home=str(serving_home))})
+    meta = result.asset_materializations_for_node("scenario_playbooks")[0].metadata
+    assert meta["baseline"].value == ("none: comparison refused: the run's comparison with base judged nothing "
+                                      "([ReplicatesFailed] candidate cand: serving_sweep r3 failed)")
+    assert meta["flagged"].value == 0
+    doc = json.loads((serving_home / "runs" / "cand" / "reports" / "cand_playbooks.json").read_text())
+    assert doc["baseline_run_id"] is None and doc["baseline_note"].startswith("comparison refused")
 
 
 def test_low_gpu_utilization_cites_replicate_telemetry_and_the_host_beside_it(tmp_path: Path) -> None:

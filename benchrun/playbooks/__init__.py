@@ -56,23 +56,26 @@ def run_playbooks(
     return results
 
 
-def playbooks_document(results: list[PlaybookResult]) -> dict:
-    """The JSON document of a set of results (``reports/<run_id>_playbooks.json``)."""
+def playbooks_document(results: list[PlaybookResult], baseline_note: str = "") -> dict:
+    """The JSON document of a set of results (``reports/<run_id>_playbooks.json``); ``baseline_note``
+    says where the baseline came from, or why there is none (:func:`benchrun.playbooks.baseline.default_baseline`)."""
     first = results[0] if results else None
     return {
         "run_id": first.run_id if first else None,
         "baseline_run_id": first.baseline_run_id if first else None,
+        "baseline_note": baseline_note or None,
         "verdicts": {r.name: r.verdict for r in results},
         "playbooks": [r.to_dict() for r in results],
     }
 
 
-def write_playbooks_report(run_dir: Path, results: list[PlaybookResult]) -> Path:
+def write_playbooks_report(run_dir: Path, results: list[PlaybookResult], baseline_note: str = "") -> Path:
     """Write ``<run_dir>/reports/<run_id>_playbooks.json`` atomically; return its path."""
     from benchrun.fsio import atomic_write_json
 
     run_id = Path(run_dir).name
-    return atomic_write_json(Path(run_dir) / "reports" / f"{run_id}_playbooks.json", playbooks_document(results))
+    return atomic_write_json(Path(run_dir) / "reports" / f"{run_id}_playbooks.json",
+                             playbooks_document(results, baseline_note))
 
 
 def record_straggler_nodes(run_dir: Path, results: list[PlaybookResult]) -> list[str]:

@@ -53,30 +53,57 @@ def fetch(sql: str, home: Path, params: list[Any]) -> tuple[list[dict[str, Any]]
     return rows, result.query_spec_digest
 
 
-# Which runs the warehouse holds (benchmark_run_fact has one row per curated run).
-RUN_PRESENT_SQL = "SELECT count(*) AS n FROM benchmark_run_fact WHERE run_id = $1"
+# Which runs the warehouse holds (benchmark_run_fact has one row per curated run), and how they ended.
+RUN_PRESENT_SQL = "SELECT phase, outcome FROM benchmark_run_fact WHERE run_id = $1"
+
+
+def _run_row(home: Path, run_id: str) -> dict[str, Any] | None:
+    rows, _ = fetch(RUN_PRESENT_SQL, home, [run_id])
+    return rows[0] if rows else None
 
 
 def in_warehouse(home: Path, run_id: str) -> bool:
     """True when ``run_id`` has been curated into the warehouse."""
-    rows, _ = fetch(RUN_PRESENT_SQL, home, [run_id])
-    return bool(rows and rows[0]["n"])
+    return _run_row(home, run_id) is not None
+
+
+def _not_curated(what: str, rid: str, home: Path) -> str:
+    return (f"{what} {rid!r} is not in the warehouse under {Path(home) / 'warehouse'}; "
+            "curate it first (materialize its warehouse assets, or `benchrun run` it) and list runs with "
+            "`benchrun query \"SELECT run_id FROM benchmark_run_fact\"`")
+
+
+def baseline_problem(home: Path, baseline_run_id: str) -> str | None:
+    """Why ``baseline_run_id`` cannot be a playbook baseline (not curated, not Succeeded), else None.
+
+    The rule is the comparison's (benchrun.stats.admit): a finished, succeeded run, outcome
+    succeeded or partial; a failed or unfinished run's numbers are no reference.
+    """
+    row = _run_row(home, baseline_run_id)
+    if row is None:
+        return _not_curated("baseline run", baseline_run_id, home)
+    phase, outcome = row.get("phase"), row.get("outcome")
+    if phase == "Succeeded" and outcome in (None, "succeeded", "partial"):
+        return None
+    what = f"phase {phase}" + (f", outcome {outcome}" if outcome else "")
+    return (f"baseline run {baseline_run_id!r} is not Succeeded ({what}); playbooks judge a run only against a "
+            "finished, succeeded baseline, as the comparison does")
 
 
 def check_runs(home: Path, run_id: str, baseline_run_id: str | None) -> None:
-    """Both runs are valid ids and curated, else a BenchrunError naming the run and the fix."""
-    for what, rid in (("run", run_id), ("baseline run", baseline_run_id)):
-        if rid is None:
-            continue
-        validate_run_id(rid)
-        if not in_warehouse(home, rid):
-            raise BenchrunError(
-                f"{what} {rid!r} is not in the warehouse under {Path(home) / 'warehouse'}; "
-                "curate it first (materialize its warehouse assets, or `benchrun run` it) and list runs with "
-                "`benchrun query \"SELECT run_id FROM benchmark_run_fact\"`"
-            )
-    if baseline_run_id is not None and baseline_run_id == run_id:
+    """Both runs are valid ids and curated and the baseline Succeeded, else a BenchrunError naming
+    the run and the fix."""
+    validate_run_id(run_id)
+    if not in_warehouse(home, run_id):
+        raise BenchrunError(_not_curated("run", run_id, home))
+    if baseline_run_id is None:
+        return
+    validate_run_id(baseline_run_id)
+    if baseline_run_id == run_id:
         raise BenchrunError(f"baseline run {baseline_run_id!r} is the run itself; give a different --baseline")
+    problem = baseline_problem(home, baseline_run_id)
+    if problem:
+        raise BenchrunError(f"{problem}; give another --baseline (`benchrun runs` lists runs and their phase)")
 
 
 def ratio(a: Any, b: Any) -> float | None:
@@ -84,3 +111,12 @@ def ratio(a: Any, b: Any) -> float | None:
     if a is None or b is None or b == 0:
         return None
     return float(a) / float(b)
+
+
+def replicates_phrase(replicates: list[tuple[str, int, str]]) -> str:
+    """``(suite, replicate, status)`` as "serve r3, r4 (failed); allreduce r1 (status not recorded)"."""
+    grouped: dict[tuple[str, str], list[int]] = {}
+    for suite, rep, status in sorted(set(replicates)):
+        grouped.setdefault((suite, status), []).append(rep)
+    return "; ".join(f"{suite} {', '.join(f'r{k}' for k in reps)} ({status})"
+                     for (suite, status), reps in grouped.items())

@@ -25,7 +25,8 @@ THROUGHPUT_DROP_MIN = 0.10
 # queried, else the node's), as a median per GPU (node, UUID or index, source) and, for the
 # suite, the busiest GPU's median, for the run ($1) and its baseline ($2), next to each
 # throughput metric of that suite (higher-is-better per-second metrics of ok replicates, and
-# training_outcome_fact tokens_per_second): its median over replicates in both runs and the
+# training_outcome_fact tokens_per_second where measurement_fact has none for the replicate,
+# case and metric: each replicate counted once): its median over replicates in both runs and the
 # run-over-baseline ratio. The telemetry rows are cited (their raw sample files and window),
 # with the host's CPU utilization and the background CPU load over the same replicates: a
 # starved GPU on a saturated or contended host is input-bound. Nothing here is derived from
@@ -65,7 +66,7 @@ evidence AS (
     GROUP BY run_id, suite
 ),
 util AS (
-    SELECT g.run_id, g.suite, sum(n) AS n_util_samples, count(*) AS n_gpus,
+    SELECT g.run_id, g.suite, CAST(sum(n) AS BIGINT) AS n_util_samples, count(*) AS n_gpus,
            max(util) AS gpu_util_pct, arg_max(gpu, util) AS judged_gpu,
            arg_max(util_min, util) AS gpu_util_min_pct, arg_max(util_max, util) AS gpu_util_max_pct,
            string_agg(gpu || ' ' || round(util, 1) || '%', ', ' ORDER BY util DESC, gpu) AS gpu_medians,
@@ -82,15 +83,22 @@ host AS (
     WHERE run_id = $1 AND suite IS NOT NULL AND metric IN ('cpu_utilization_pct', 'background_cpu_pct')
     GROUP BY run_id, suite
 ),
-throughput_samples AS (
-    SELECT run_id, suite, "case", metric, unit, value
+measured_throughput AS (
+    SELECT run_id, suite, replicate, "case", metric, unit, value
     FROM measurement_fact
     WHERE run_id IN ($1, $2) AND status = 'ok' AND direction = 'higher' AND value IS NOT NULL
       AND (unit LIKE '%/s' OR metric LIKE '%per_s%' OR metric LIKE '%per_second%' OR metric LIKE '%throughput%')
+),
+throughput_samples AS (
+    SELECT run_id, suite, replicate, "case", metric, unit, value FROM measured_throughput
     UNION ALL
-    SELECT run_id, suite, "case", 'tokens_per_second', 'tokens/s', tokens_per_second
-    FROM training_outcome_fact
+    -- the training suite writes tokens_per_second to both tables: a replicate's value once
+    SELECT run_id, suite, replicate, "case", 'tokens_per_second', 'tokens/s', tokens_per_second
+    FROM training_outcome_fact t
     WHERE run_id IN ($1, $2) AND tokens_per_second IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM measured_throughput m
+                      WHERE m.run_id = t.run_id AND m.suite = t.suite AND m.replicate = t.replicate
+                        AND m."case" = t."case" AND m.metric = 'tokens_per_second')
 ),
 throughput AS (
     SELECT run_id, suite, "case", metric, any_value(unit) AS unit,

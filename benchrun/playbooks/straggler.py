@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from benchrun.playbooks.base import PlaybookResult, check_runs, fetch
+from benchrun.playbooks.base import PlaybookResult, check_runs, fetch, replicates_phrase
 
 NAME = "distributed_straggler"
 QUESTION = "Distributed runs show periodic spikes and one node looks slow: which rank/node, and does it repeat?"
@@ -34,7 +34,8 @@ REPEAT_SHARE_MIN = 2 / 3
 MIN_REPEATS = 2
 
 # Per message size (case) × rank: from measurement_fact's per-rank rows (rank_p50_time_us
-# and slowest_rank_arrival_lag_us, both with rank_id) of the run ($1), per replicate the
+# and slowest_rank_arrival_lag_us, both with rank_id) of the run's ok replicates ($1; a failed
+# replicate's numbers are no evidence, LEFT_OUT_SQL names them), per replicate the
 # rank's robust z over the ranks (NULL below $3 ranks or when MAD is 0; with MAD 0 a rank off
 # the median is counted apart, as standing out), whether it was the
 # last to arrive and its lag as a share of that replicate's p50_latency_us; then over
@@ -46,7 +47,7 @@ SQL = """
 WITH rank_times AS (
     SELECT suite, "case", replicate, rank_id, any_value(node_name) AS node_name, median(value) AS time_us
     FROM measurement_fact
-    WHERE run_id = $1 AND metric = 'rank_p50_time_us' AND rank_id IS NOT NULL AND value IS NOT NULL
+    WHERE run_id = $1 AND status = 'ok' AND metric = 'rank_p50_time_us' AND rank_id IS NOT NULL AND value IS NOT NULL
     GROUP BY suite, "case", replicate, rank_id
 ),
 centred AS (
@@ -63,13 +64,13 @@ latency AS (
            max(value) FILTER (WHERE metric = 'p50_latency_us') AS p50_latency_us,
            max(value) FILTER (WHERE metric = 'p99_latency_us') AS p99_latency_us
     FROM measurement_fact
-    WHERE run_id = $1 AND metric IN ('p50_latency_us', 'p99_latency_us') AND rank_id IS NULL
+    WHERE run_id = $1 AND status = 'ok' AND metric IN ('p50_latency_us', 'p99_latency_us') AND rank_id IS NULL
     GROUP BY suite, "case", replicate
 ),
 last_arrival AS (
     SELECT suite, "case", replicate, rank_id, value AS lag_us
     FROM measurement_fact
-    WHERE run_id = $1 AND metric = 'slowest_rank_arrival_lag_us' AND rank_id IS NOT NULL
+    WHERE run_id = $1 AND status = 'ok' AND metric = 'slowest_rank_arrival_lag_us' AND rank_id IS NOT NULL
 ),
 node_telemetry AS (
     -- the sampler beside each replicate (benchrun.telemetry), per node it ran on
@@ -121,6 +122,15 @@ GROUP BY suite, "case", rank_id
 ORDER BY suite, "case", rank_id
 """
 
+# The replicates with per-rank rows that were not judged: their result was not ok.
+LEFT_OUT_SQL = """
+SELECT suite, replicate, coalesce(any_value(status), 'status not recorded') AS status
+FROM measurement_fact
+WHERE run_id = $1 AND metric = 'rank_p50_time_us' AND rank_id IS NOT NULL AND status IS DISTINCT FROM 'ok'
+GROUP BY suite, replicate
+ORDER BY suite, replicate
+"""
+
 # Columns the terminal table shows (--json gives every column).
 DISPLAY = ("suite", "case", "rank_id", "node_name", "n_ranks", "n_replicates", "n_stood_out", "n_arrived_last",
            "median_time_us", "median_robust_z", "median_lag_share", "collective_p99_over_p50", "flagged")
@@ -151,10 +161,17 @@ def distributed_straggler(home: Path, run_id: str, baseline_run_id: str | None) 
     check_runs(home, run_id, baseline_run_id)
     params = [run_id, Z_MIN, MIN_RANKS_FOR_Z, LAG_SHARE_MIN, OFF_MEDIAN_MIN]
     rows, digest = fetch(SQL, home, params)
+    dropped, _ = fetch(LEFT_OUT_SQL, home, [run_id])
+    failed = [(r["suite"], r["replicate"], r["status"]) for r in dropped]
+    left_out = (f"; left out, not judged: {len(failed)} replicate(s) whose result is not ok "
+                f"({replicates_phrase(failed)})" if failed else "")
 
     def result(verdict: str, reason: str) -> PlaybookResult:
-        return PlaybookResult(NAME, QUESTION, verdict, reason, rows, digest, SQL, run_id, baseline_run_id)
+        return PlaybookResult(NAME, QUESTION, verdict, reason + left_out, rows, digest, SQL, run_id, baseline_run_id)
 
+    if not rows and failed:
+        return result("unavailable", f"run {run_id}'s per-rank rows (rank_p50_time_us) are all from replicates "
+                                     "that did not succeed: nothing to judge")
     if not rows:
         return result("unavailable", f"run {run_id} has no per-rank rows (rank_p50_time_us with rank_id) in "
                                      "measurement_fact: no distributed suite (allreduce) ran")

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from benchrun.playbooks.base import PlaybookResult, check_runs, fetch
+from benchrun.loadgen.metrics import COUNT_REASON_TAIL, LEGACY_COUNT_REASON_TAILS
+from benchrun.playbooks.base import PlaybookResult, check_runs, fetch, replicates_phrase
 
 NAME = "tail_latency_regression"
 QUESTION = "Inference p99 doubled but the average barely moved: which serving point and bucket, by how much?"
@@ -23,23 +24,59 @@ MEAN_BAND = 0.10
 # too thin to call, never flagged.
 P99_CONFIDENCE = 0.95
 
+# Which serving rows are judged: those of replicates whose result is ok (measurement_fact
+# carries each result document's status; serving_outcome_fact holds the rows of failed
+# replicates too, as they were measured) at points the load generator judged valid. A point
+# invalid only for its own request count ($3, $4: the reason's wording now and before
+# 2026-12-03) stays in: that is the thin-p99 rule below, applied to the same count. Any other
+# invalid reason (errors above policy, load not reached, client saturated) of the point's
+# bucket-'all' row or of the row itself leaves the row out; so does a replicate whose status is
+# not ok or not recorded. LEFT_OUT_SQL lists what was left out and why.
+JUDGED_CTE = """
+WITH replicate_status AS (
+    SELECT run_id, suite, replicate, any_value(status) AS status
+    FROM measurement_fact
+    WHERE run_id IN ($1, $2)
+    GROUP BY run_id, suite, replicate
+),
+serving AS (
+    SELECT s.run_id, s.suite, s.replicate, s.point, coalesce(s.bucket, 'all') AS bucket, s.n_requests,
+           s.e2e_ms_mean, s.e2e_ms_p50, s.e2e_ms_p99, s.ttft_ms_mean, s.ttft_ms_p50, s.ttft_ms_p99,
+           coalesce(rs.status, 'status not recorded') AS replicate_status,
+           CASE WHEN s.verdict IS NULL OR s.verdict = 'valid' THEN CAST([] AS VARCHAR[])
+                WHEN coalesce(len(s.verdict_reasons), 0) = 0 THEN [s.verdict]
+                ELSE list_filter(s.verdict_reasons, lambda r: NOT (ends_with(r, $3) OR ends_with(r, $4)))
+           END AS invalid_reasons
+    FROM serving_outcome_fact s
+    LEFT JOIN replicate_status rs ON rs.run_id = s.run_id AND rs.suite = s.suite AND rs.replicate = s.replicate
+    WHERE s.run_id IN ($1, $2) AND (s.e2e_ms_p99 IS NOT NULL OR s.ttft_ms_p99 IS NOT NULL)
+),
+judged AS (
+    SELECT s.*, s.replicate_status = 'ok' AS replicate_ok,
+           list_distinct(list_concat(s.invalid_reasons, coalesce(p.invalid_reasons, CAST([] AS VARCHAR[]))))
+               AS point_invalid_reasons
+    FROM serving s
+    LEFT JOIN serving p ON s.bucket <> 'all' AND p.bucket = 'all' AND p.run_id = s.run_id AND p.suite = s.suite
+         AND p.replicate = s.replicate AND p.point = s.point
+)"""
+
 # Per serving point × bucket × latency quantity (request end-to-end and time to first
-# token), the median over replicates of each replicate's mean, p50 and p99 (and of its
-# request count) for the run ($1) and its baseline ($2, NULL for none), side by side, with
-# the tail ratio p99/p50 of each and the run-over-baseline ratios of p99, p50 and mean.
-# Rows without a p99 (a replicate that served nothing) are left out, never filled.
+# token), over the judged rows, the median over replicates of each replicate's mean, p50 and
+# p99 (and of its request count) for the run ($1) and its baseline ($2, NULL for none), side by
+# side, with the tail ratio p99/p50 of each and the run-over-baseline ratios of p99, p50 and
+# mean. Rows without a p99 (a replicate that served nothing) are left out, never filled.
 # bucket NULL (the whole point's requests) reads 'all'.
-SQL = """
-WITH per_replicate AS (
-    SELECT run_id, suite, point, coalesce(bucket, 'all') AS bucket, 'e2e_ms' AS quantity,
+SQL = JUDGED_CTE + """,
+per_replicate AS (
+    SELECT run_id, suite, point, bucket, 'e2e_ms' AS quantity,
            e2e_ms_mean AS mean_ms, e2e_ms_p50 AS p50_ms, e2e_ms_p99 AS p99_ms, n_requests
-    FROM serving_outcome_fact
-    WHERE run_id IN ($1, $2) AND e2e_ms_p99 IS NOT NULL
+    FROM judged
+    WHERE replicate_ok AND len(point_invalid_reasons) = 0 AND e2e_ms_p99 IS NOT NULL
     UNION ALL
-    SELECT run_id, suite, point, coalesce(bucket, 'all') AS bucket, 'ttft_ms' AS quantity,
+    SELECT run_id, suite, point, bucket, 'ttft_ms' AS quantity,
            ttft_ms_mean, ttft_ms_p50, ttft_ms_p99, n_requests
-    FROM serving_outcome_fact
-    WHERE run_id IN ($1, $2) AND ttft_ms_p99 IS NOT NULL
+    FROM judged
+    WHERE replicate_ok AND len(point_invalid_reasons) = 0 AND ttft_ms_p99 IS NOT NULL
 ),
 per_point AS (
     SELECT run_id, suite, point, bucket, quantity,
@@ -65,6 +102,17 @@ WHERE r.run_id = $1
 ORDER BY r.suite, r.point, r.bucket, r.quantity
 """
 
+# The serving rows with a p99 that were left out, per run, replicate and point: the replicate's
+# status where it was not ok, else the point's invalid verdict reasons.
+LEFT_OUT_SQL = JUDGED_CTE + """
+SELECT run_id, suite, replicate, point, any_value(replicate_status) AS replicate_status,
+       bool_and(replicate_ok) AS replicate_ok, flatten(list(point_invalid_reasons)) AS invalid_reasons
+FROM judged
+WHERE NOT replicate_ok OR len(point_invalid_reasons) > 0
+GROUP BY run_id, suite, replicate, point
+ORDER BY run_id, suite, replicate, point
+"""
+
 # Columns the terminal table shows (--json gives every column).
 DISPLAY = ("suite", "point", "bucket", "quantity", "n_requests_per_replicate", "mean_ms", "p50_ms", "p99_ms",
            "tail_ratio", "base_p99_ms", "base_tail_ratio", "p99_change", "mean_change", "p99_backed", "flagged")
@@ -88,14 +136,41 @@ def _judge(row: dict[str, Any], min_requests: int) -> tuple[bool, bool, str]:
     return False, False, f"p99 ×{p99:.2f} (< ×{P99_GROWTH_MIN:g})"
 
 
+def _left_out(rows: list[dict[str, Any]], run_id: str, role: str) -> str:
+    """What of ``run_id``'s serving rows was not judged, and why ('' when nothing)."""
+    mine = [r for r in rows if r["run_id"] == run_id]
+    failed = [(r["suite"], r["replicate"], r["replicate_status"]) for r in mine if not r["replicate_ok"]]
+    invalid = [r for r in mine if r["replicate_ok"]]
+    parts = []
+    if failed:
+        parts.append(f"{len(set(failed))} replicate(s) whose result is not ok ({replicates_phrase(failed)})")
+    if invalid:
+        shown = "; ".join(f"{r['suite']} r{r['replicate']} {r['point']}: "
+                          f"{', '.join(dict.fromkeys(r['invalid_reasons']))}" for r in invalid[:3])
+        parts.append(f"{len(invalid)} replicate×point(s) the load generator judged invalid ({shown}"
+                     + (f"; {len(invalid) - 3} more" if len(invalid) > 3 else "") + ")")
+    return f"{role} {run_id}: " + " and ".join(parts) if parts else ""
+
+
 def tail_latency_regression(home: Path, run_id: str, baseline_run_id: str | None) -> PlaybookResult:
-    """Per serving point, bucket and quantity: did p99 at least double while the mean stayed within the band?"""
+    """Per serving point, bucket and quantity: did p99 at least double while the mean stayed within the band?
+
+    Only ok replicates at valid points are judged; the answer says what was left out and why.
+    """
     check_runs(home, run_id, baseline_run_id)
-    rows, digest = fetch(SQL, home, [run_id, baseline_run_id])
+    params = [run_id, baseline_run_id, COUNT_REASON_TAIL, LEGACY_COUNT_REASON_TAILS[0]]
+    rows, digest = fetch(SQL, home, params)
+    dropped, _ = fetch(LEFT_OUT_SQL, home, params)
+    notes = [n for n in (_left_out(dropped, run_id, "run"),
+                         _left_out(dropped, baseline_run_id, "baseline") if baseline_run_id else "") if n]
+    left_out = f"; left out, not judged: {'; '.join(notes)}" if notes else ""
 
     def result(verdict: str, reason: str) -> PlaybookResult:
-        return PlaybookResult(NAME, QUESTION, verdict, reason, rows, digest, SQL, run_id, baseline_run_id)
+        return PlaybookResult(NAME, QUESTION, verdict, reason + left_out, rows, digest, SQL, run_id, baseline_run_id)
 
+    if not rows and any(r["run_id"] == run_id for r in dropped):
+        return result("unavailable", f"none of run {run_id}'s serving rows with a p99 is from an ok replicate at a "
+                                     "point the load generator judged valid: nothing to judge")
     if not rows:
         return result("unavailable", f"run {run_id} has no serving_outcome_fact rows with a p99 "
                                      "(no serving suite ran or none served a request)")
@@ -120,7 +195,8 @@ def tail_latency_regression(home: Path, run_id: str, baseline_run_id: str | None
             thin.append(row)
     compared = [r for r in rows if r["p99_change"] is not None]
     if not compared:
-        return result("unavailable", f"baseline {baseline_run_id} has no serving rows at the run's points and buckets")
+        return result("unavailable", f"baseline {baseline_run_id} has no judged serving rows (ok replicate, valid "
+                                     "point) at the run's points and buckets")
     # Only a p99 from enough requests is judged, either way: a thin one is no more evidence of
     # "clear" than of "flagged".
     backed = [r for r in compared if r["p99_backed"]]
