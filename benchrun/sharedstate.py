@@ -56,10 +56,11 @@ class SharedState:
         path = home / rel
         self._call(f"upload {rel}", lambda: self.client.upload_file(str(path), self.bucket, self.key(rel)))
 
-    def push_tree(self, home: Path, rel: str) -> int:
-        """Upload every regular file under ``home/rel``; how many. Symlinks (to files or
-        folders) are never followed: a link a suite left in its run directory could name any file
-        the process can read (the home's signing key), and the shared prefix is read by every pod."""
+    def push_tree(self, home: Path, rel: str, *, skip: frozenset[str] = frozenset()) -> int:
+        """Upload every regular file under ``home/rel`` but those in ``skip`` (paths relative to the
+        home); how many. Symlinks (to files or folders) are never followed: a link a suite left in
+        its run directory could name any file the process can read (the home's signing key), and
+        the shared prefix is read by every pod."""
         root = home / rel
         count = 0
         found = []
@@ -68,6 +69,8 @@ class SharedState:
             found += [Path(top) / f for f in files if not os.path.islink(os.path.join(top, f))]
         for path in sorted(found):
             if path.name.startswith(".") or path.name.endswith(_SKIP_SUFFIXES) or not path.is_file():
+                continue
+            if path.relative_to(home).as_posix() in skip:
                 continue
             self.push_file(home, path.relative_to(home).as_posix())
             count += 1
@@ -154,17 +157,20 @@ def push_run(run_dir: Path, home: Path, *, status_only: bool = False) -> None:
     if shared is None:
         return
     run_id = run_dir.name
-    if status_only:
-        shared.push_file(home, f"runs/{run_id}/status.json")
-        return
-    shared.push_tree(home, f"runs/{run_id}")
-    warehouse = home / "warehouse"
-    parts = sorted(warehouse.glob(f"*/run_id={run_id}")) if warehouse.is_dir() and not _iceberg_warehouse() else []
-    for part in parts:
-        shared.push_tree(home, part.relative_to(home).as_posix())
-    pinned = _pinned_rel(run_dir)
-    if pinned is not None and (home / pinned).is_file():
-        shared.push_file(home, pinned)
+    status = f"runs/{run_id}/status.json"
+    if not status_only:
+        # status.json goes last: a pod that pulls meanwhile and reads a finished phase then finds
+        # every file the run finished with, never a terminal status beside half of them
+        shared.push_tree(home, f"runs/{run_id}", skip=frozenset({status}))
+        warehouse = home / "warehouse"
+        parts = sorted(warehouse.glob(f"*/run_id={run_id}")) if warehouse.is_dir() and not _iceberg_warehouse() else []
+        for part in parts:
+            shared.push_tree(home, part.relative_to(home).as_posix())
+        pinned = _pinned_rel(run_dir)
+        if pinned is not None and (home / pinned).is_file():
+            shared.push_file(home, pinned)
+    if status_only or (home / status).is_file():
+        shared.push_file(home, status)
 
 
 def pull_run(run_id: str, home: Path, *, status_only: bool = False, warehouse: bool = False) -> None:

@@ -206,3 +206,41 @@ def test_a_pull_never_replaces_a_later_local_status(tmp_path: Path, s3_env: str,
     sharedstate.pull_run("run-a", home, status_only=True)
     assert rd.read_status()["phase"] == "Succeeded"
     assert json.loads((home / "runs/run-a/status.json").read_text())["status_seq"] == 4
+
+
+def test_a_full_push_uploads_status_json_last(parquet_layout: None, tmp_path: Path, s3_env: str,  # noqa: F811
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # a pod that pulled during the push read a Succeeded status.json while structured/ and the
+    # warehouse partitions were not there yet: status.json was uploaded before them (sorted order)
+    from benchrun.fsio import atomic_write_json
+    from benchrun.rundir import RunDir
+
+    client = boto3.client("s3", endpoint_url=s3_env, region_name="us-east-1")
+    client.create_bucket(Bucket="bench-order")
+    monkeypatch.setenv(sharedstate.ENV, "s3://bench-order/p")
+    home = tmp_path / "home"
+    rd = RunDir(home, "run-a").create()
+    pinned = home / "specs" / "sha256" / f"{'c' * 64}.yaml"
+    pinned.parent.mkdir(parents=True)
+    pinned.write_text("kind: BenchmarkRun\n")
+    rd.write_status({"run_id": "run-a", "phase": "Succeeded", "conditions": [], "pinned_spec": str(pinned)})
+    for rel in ("structured/run-a_results.json", "reports/run-a_report.html", "raw/run-a_gemm_r1.log",
+                "zz/last.json"):
+        atomic_write_json(rd.path / rel, {"rel": rel})
+    atomic_write_json(home / "warehouse" / "run_fact" / "run_id=run-a" / "part.json", {})
+    uploaded: list[str] = []
+    real = sharedstate.shared_state
+
+    def recording() -> sharedstate.SharedState:
+        shared = real()
+        shared.client.meta.events.register(
+            "before-parameter-build.s3.PutObject", lambda params, **_: uploaded.append(params["Key"]))
+        return shared
+
+    monkeypatch.setattr(sharedstate, "shared_state", recording)
+    sharedstate.push_run(rd.path, home)
+    assert uploaded[-1] == "p/runs/run-a/status.json"
+    assert sorted(uploaded) == sorted({
+        "p/runs/run-a/status.json", "p/runs/run-a/structured/run-a_results.json", "p/runs/run-a/zz/last.json",
+        "p/runs/run-a/reports/run-a_report.html", "p/runs/run-a/raw/run-a_gemm_r1.log",
+        "p/warehouse/run_fact/run_id=run-a/part.json", f"p/specs/sha256/{'c' * 64}.yaml"})
