@@ -244,3 +244,94 @@ def test_a_full_push_uploads_status_json_last(parquet_layout: None, tmp_path: Pa
         "p/runs/run-a/status.json", "p/runs/run-a/structured/run-a_results.json", "p/runs/run-a/zz/last.json",
         "p/runs/run-a/reports/run-a_report.html", "p/runs/run-a/raw/run-a_gemm_r1.log",
         "p/warehouse/run_fact/run_id=run-a/part.json", f"p/specs/sha256/{'c' * 64}.yaml"})
+
+
+def _status_pod_homes(tmp_path: Path, s3_env: str, monkeypatch: pytest.MonkeyPatch, bucket: str) -> tuple[Any, Any]:
+    """Run ``run-a`` in a worker's home (pushed, status_seq 3) and pulled into the controller's."""
+    from benchrun.rundir import RunDir
+
+    boto3.client("s3", endpoint_url=s3_env, region_name="us-east-1").create_bucket(Bucket=bucket)
+    monkeypatch.setenv(sharedstate.ENV, f"s3://{bucket}/p")
+    worker, controller = RunDir(tmp_path / "worker", "run-a").create(), RunDir(tmp_path / "controller", "run-a")
+    worker.write_status({"run_id": "run-a", "phase": "Pending", "conditions": []})
+    sharedstate.push_run(worker.path, worker.home)
+    worker.set_phase("Running")
+    sharedstate.pull_run("run-a", controller.home, status_only=True)
+    assert controller.read_status()["status_seq"] == 2
+    return worker, controller
+
+
+def test_a_stale_home_never_replaces_a_later_shared_status(tmp_path: Path, s3_env: str,  # noqa: F811
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # the controller's copy was one write behind when the worker finished the run; its push of
+    # status.resource then set the shared run back from Succeeded to Running for every pod
+    worker, controller = _status_pod_homes(tmp_path, s3_env, monkeypatch, "bench-stale")
+    shared = sharedstate.shared_state()
+    worker.set_phase("Succeeded")  # status_seq 3, the whole run pushed
+    controller.update_status(resource={"name": "br-1"})  # status_seq 3 too, from the Running copy
+    with pytest.raises(sharedstate.StaleStatus, match=r"status_seq 3; this home.s 3\) was written by another pod"):
+        sharedstate.push_run(controller.path, controller.home, status_only=True)
+    assert shared.read_status("run-a")["phase"] == "Succeeded"  # was: Running
+    assert "resource" not in shared.read_status("run-a")
+    # with a merge (what RunDir.set_phase and the controller's _own pass): both changes are kept
+    sharedstate.push_run(controller.path, controller.home, status_only=True, merge=controller.merge_shared_status)
+    after = shared.read_status("run-a")
+    assert (after["phase"], after["resource"], after["status_seq"]) == ("Succeeded", {"name": "br-1"}, 4)
+    assert controller.read_status() == after
+    # and the worker, one write behind now, merges in turn when it sets its next phase
+    worker.update_status(outcome="succeeded")  # status_seq 4 from its own 3
+    worker.set_phase("Succeeded", message="published")
+    after = shared.read_status("run-a")
+    assert (after["resource"], after["outcome"], after["message"]) == ({"name": "br-1"}, "succeeded", "published")
+    assert after["status_seq"] == 6 and worker.read_status() == after
+
+
+def test_a_status_written_between_the_read_and_the_write_is_kept(tmp_path: Path, s3_env: str,  # noqa: F811
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # the status_seq check alone reads, then writes: a pod writing in between was overwritten.
+    # The write is conditional on the ETag read (If-Match), so the other pod's status stays.
+    import json
+
+    worker, controller = _status_pod_homes(tmp_path, s3_env, monkeypatch, "bench-between")
+    other = boto3.client("s3", endpoint_url=s3_env, region_name="us-east-1")
+    later = {**worker.read_status(), "phase": "Canceled", "status_seq": 9}
+    real = sharedstate.shared_state
+
+    def interleaved() -> sharedstate.SharedState:
+        shared = real()
+
+        def write_first(params: dict[str, Any], **_: Any) -> None:
+            if params["Key"] == "p/runs/run-a/status.json" and "IfMatch" in params and not interleaved.done:
+                interleaved.done = True  # the other pod's write lands after this pod read the ETag
+                other.put_object(Bucket="bench-between", Key=params["Key"], Body=json.dumps(later).encode())
+
+        shared.client.meta.events.register("before-parameter-build.s3.PutObject", write_first)
+        return shared
+
+    interleaved.done = False
+    monkeypatch.setattr(sharedstate, "shared_state", interleaved)
+    controller.update_status(resource={"name": "br-1"})  # status_seq 3 > the shared 2: a plain push
+    with pytest.raises(sharedstate.StaleStatus, match="status_seq 9"):
+        sharedstate.push_run(controller.path, controller.home, status_only=True)
+    assert interleaved.done
+    assert real().read_status("run-a") == later  # was: replaced by the controller's seq 3
+
+
+def test_merge_status_keeps_both_homes_changes() -> None:
+    base = {"phase": "Running", "message": "m", "n": 1, "status_seq": 2,
+            "conditions": [{"type": "A", "status": "True"}, {"type": "B", "status": "True"}]}
+    local = {"phase": "Running", "n": 2, "resource": {"name": "r"}, "status_seq": 3,
+             "conditions": [{"type": "A", "status": "False"}, {"type": "B", "status": "True"},
+                            {"type": "C", "status": "True"}]}
+    shared = {"phase": "Succeeded", "message": "m", "n": 1, "outcome": "succeeded", "status_seq": 5,
+              "conditions": [{"type": "B", "status": "False"}, {"type": "D", "status": "True"}]}
+    merged = sharedstate.merge_status(base, local, shared)
+    assert merged == {
+        "phase": "Succeeded",  # changed there only
+        "n": 2, "resource": {"name": "r"},  # changed here only
+        "outcome": "succeeded",
+        "status_seq": 5,  # write_status makes it 6
+        # B changed there, D added there; A changed here, C added here (message removed here)
+        "conditions": [{"type": "B", "status": "False"}, {"type": "D", "status": "True"},
+                       {"type": "A", "status": "False"}, {"type": "C", "status": "True"}],
+    }
