@@ -154,8 +154,9 @@ class SharedState:
             count += 1
         return count
 
-    def pull_tree(self, home: Path, rel: str) -> int:
-        """Download every object under ``<prefix><rel>`` into ``home``; how many.
+    def pull_tree(self, home: Path, rel: str, *, skip: frozenset[str] = frozenset()) -> int:
+        """Download every object under ``<prefix><rel>`` into ``home`` but those in ``skip``
+        (paths relative to the home); how many.
 
         A read-only local file with the same size is kept (pinned specs and stored evidence
         never change); a local ``status.json`` later than the shared one (its ``status_seq``,
@@ -168,6 +169,8 @@ class SharedState:
         for page in pages:
             for obj in page.get("Contents", []):
                 relative = obj["Key"][len(self.prefix):]
+                if relative in skip:
+                    continue
                 target = _inside(home, relative)
                 if target.is_file() and not os.access(target, os.W_OK) and target.stat().st_size == obj["Size"]:
                     continue
@@ -364,7 +367,12 @@ def pull_run(run_id: str, home: Path, *, status_only: bool = False, warehouse: b
     if status_only:
         shared.pull_tree(home, f"runs/{run_id}/status.json")
         return
-    shared.pull_tree(home, f"runs/{run_id}/")
+    # status.json first, the rest listed after it: push_run uploads it last, so every file of the
+    # push whose status is read here is in the listing (listed first, a finished status could come
+    # down beside a listing taken before most of its files were up)
+    status = f"runs/{run_id}/status.json"
+    shared.pull_tree(home, status)
+    shared.pull_tree(home, f"runs/{run_id}/", skip=frozenset({status}))
     pinned = _pinned_rel(home / "runs" / run_id)
     if pinned is not None:
         shared.pull_tree(home, pinned)

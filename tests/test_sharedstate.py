@@ -335,3 +335,50 @@ def test_merge_status_keeps_both_homes_changes() -> None:
         "conditions": [{"type": "B", "status": "False"}, {"type": "D", "status": "True"},
                        {"type": "A", "status": "False"}, {"type": "C", "status": "True"}],
     }
+
+
+def test_a_pull_during_a_push_never_sees_a_finished_status_beside_missing_files(
+        tmp_path: Path, s3_env: str, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    # the pull listed the run (status.json and a few files), the push then uploaded the rest and the
+    # Succeeded status, and the pull downloaded that status beside the files of its earlier listing
+    import json
+
+    from benchrun.fsio import atomic_write_json
+    from benchrun.rundir import RunDir
+
+    boto3.client("s3", endpoint_url=s3_env, region_name="us-east-1").create_bucket(Bucket="bench-pull")
+    monkeypatch.setenv(sharedstate.ENV, "s3://bench-pull/p")
+    worker, reader = RunDir(tmp_path / "worker", "run-a").create(), tmp_path / "reader"
+    worker.write_status({"run_id": "run-a", "phase": "Pending", "conditions": []})
+    sharedstate.push_run(worker.path, worker.home)
+    worker.set_phase("Running")
+    names = [f"structured/run-a_gemm_r{k}.json" for k in range(1, 6)]
+    for rel in names:
+        atomic_write_json(worker.path / rel, {"rel": rel})
+    real = sharedstate.shared_state
+
+    def push_after_first_listing() -> sharedstate.SharedState:
+        shared = real()
+
+        def finish(**_: Any) -> None:
+            if not push_after_first_listing.done:  # the worker finishes while the reader pulls
+                push_after_first_listing.done = True
+                worker.update_status(phase="Succeeded")
+                sharedstate.push_run(worker.path, worker.home, merge=worker.merge_shared_status)
+
+        shared.client.meta.events.register("after-call.s3.ListObjectsV2", finish)
+        return shared
+
+    push_after_first_listing.done = False
+    monkeypatch.setattr(sharedstate, "shared_state", push_after_first_listing)
+    sharedstate.pull_run("run-a", reader)
+    assert push_after_first_listing.done
+    pulled = reader / "runs" / "run-a"
+    phase = json.loads((pulled / "status.json").read_text())["phase"]
+    missing = [rel for rel in names if not (pulled / rel).is_file()]
+    assert phase != "Succeeded" or not missing, f"a Succeeded status beside missing {missing}"
+    # a pull after the push has everything
+    monkeypatch.setattr(sharedstate, "shared_state", real)
+    sharedstate.pull_run("run-a", reader)
+    assert json.loads((pulled / "status.json").read_text())["phase"] == "Succeeded"
+    assert all((pulled / rel).is_file() for rel in names)
