@@ -123,7 +123,8 @@ def run_status_asset(extra_deps: list[dg.AssetKey]) -> dg.AssetsDefinition:
             lifecycle.sign_publication(rd)  # the signature covers the final report too
             from benchrun.sharedstate import push_run
 
-            push_run(rd.path, rd.home)  # the finished run and its warehouse partitions (when shared)
+            # the finished run and its warehouse partitions (when shared)
+            push_run(rd.path, rd.home, merge=rd.merge_shared_status)
         except Exception as exc:
             # the phase was set above; a run whose report, curation, signature or push failed is
             # not Succeeded (the CLI's exit code and the failure sensor both read the phase)

@@ -234,6 +234,23 @@ class RunDir:
             self.write_status(status)
         return status
 
+    def merge_shared_status(self, shared: dict[str, Any]) -> dict[str, Any]:
+        """Merge a later shared status into this home's (``sharedstate.push_run`` calls it when the
+        shared copy is not earlier than the one it would push): what this home changed since it last
+        pushed or pulled the run, on top of what another pod wrote meanwhile; written one
+        ``status_seq`` later than both. Refused (``StaleStatus``) when this home never recorded the
+        shared status its copy came from: its own changes cannot be told from stale fields then."""
+        from benchrun.sharedstate import StaleStatus, base_status, merge_status
+
+        with self.status_lock():
+            base = base_status(self.home, self.run_id)
+            if base is None:
+                raise StaleStatus(f"run {self.run_id}: the shared status is later than this home's, which was "
+                                  "not made from a shared copy; pull the run and make the change again")
+            merged = merge_status(base, self.read_status(), shared)
+            self.write_status(merged)
+        return merged
+
     def drop_status_fields(self, *names: str) -> None:
         """Remove fields that no longer hold (e.g. a finished confirmation round's progress)."""
         with self.status_lock():
@@ -255,8 +272,12 @@ class RunDir:
         status = self.update_status(**fields)
         from benchrun.sharedstate import push_run
 
+        def merge(shared: dict[str, Any]) -> None:  # another pod wrote the shared status meanwhile
+            nonlocal status
+            status = self.merge_shared_status(shared)
+
         # other pods read the phase from the shared copy (no-op unless BENCHRUN_SHARED_STATE is set)
-        push_run(self.path, self.home, status_only=phase not in TERMINAL_PHASES)
+        push_run(self.path, self.home, status_only=phase not in TERMINAL_PHASES, merge=merge)
         if status.get("resource"):  # submitted from a BenchmarkRun: its status follows every phase
             from benchrun.controller.status import on_phase_change
 

@@ -24,10 +24,10 @@ import os
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from benchrun.errors import BenchrunError
-from benchrun.fsio import atomic_path
+from benchrun.fsio import atomic_path, atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +56,89 @@ class SharedState:
         path = home / rel
         self._call(f"upload {rel}", lambda: self.client.upload_file(str(path), self.bucket, self.key(rel)))
 
-    def push_tree(self, home: Path, rel: str) -> int:
-        """Upload every regular file under ``home/rel``; how many. Symlinks (to files or
-        folders) are never followed: a link a suite left in its run directory could name any file
-        the process can read (the home's signing key), and the shared prefix is read by every pod."""
+    def push_status(self, home: Path, rel: str) -> None:
+        """Upload a run's status.json unless another pod wrote the shared copy since this home
+        pushed or pulled it (it is not the recorded base), or it is as late (``status_seq``) as
+        this home's or later: then :class:`StaleStatus`, and the shared copy stays. Read, compare,
+        then a conditional write (``If-Match`` on the ETag read, ``If-None-Match: *`` when there
+        was none), so a status another pod writes between the read and the write is never
+        replaced either: it is read again and compared again.
+
+        The recorded base matters because a later ``status_seq`` alone does not show that a copy
+        was made from the shared one: two homes that each wrote twice since the same pull hold the
+        same ``status_seq``, and one that wrote three times would replace the other's two."""
+        data = (home / rel).read_bytes()
+        local = _seq_of(data)
+        try:
+            base: bytes | None = _base_path(home, rel).read_bytes()
+        except OSError:
+            base = None  # never pushed or pulled from here: the status_seq comparison alone
+        for _ in range(_CONFLICT_TRIES):
+            current = self._get(rel)
+            if current is None:
+                condition = {"IfNoneMatch": "*"}
+            else:
+                etag, held = current
+                if held == data:  # already there (pushed before, or pulled and not changed since)
+                    _record_base(home, rel, data)
+                    return
+                if _seq_of(held) >= local or (base is not None and held != base):
+                    raise StaleStatus(
+                        f"shared state {self.uri}: {rel} there (status_seq {_seq_of(held)}; this home's "
+                        f"{local}) was written by another pod since this home read it; the shared status "
+                        "is kept. Pull the run and make the change again", held)
+                condition = {"IfMatch": etag}
+            if self._put_if(rel, data, condition):
+                _record_base(home, rel, data)
+                return
+        raise BenchrunError(f"shared state {self.uri}: {rel} changed {_CONFLICT_TRIES} times while this home "
+                            "wrote it; push the run again")
+
+    def _get(self, rel: str) -> tuple[str, bytes] | None:
+        """``(ETag, bytes)`` of an object, None when there is none."""
+        import botocore.exceptions as bex
+
+        def get() -> tuple[str, bytes] | None:
+            try:
+                resp = self.client.get_object(Bucket=self.bucket, Key=self.key(rel))
+            except bex.ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                    return None
+                raise
+            return resp["ETag"], resp["Body"].read()
+
+        return self._call(f"read {rel}", get)
+
+    def _put_if(self, rel: str, data: bytes, condition: dict[str, str]) -> bool:
+        """PutObject under ``condition``; False when the object changed since it was read."""
+        import botocore.exceptions as bex
+
+        def put(extra: dict[str, str]) -> bool:
+            try:
+                self.client.put_object(Bucket=self.bucket, Key=self.key(rel), Body=data,
+                                       ContentType="application/json", **extra)
+            except bex.ClientError as exc:
+                err = exc.response.get("Error", {}).get("Code", "")
+                status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+                if err in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412):
+                    return False
+                if err == "NotImplemented":
+                    # An S3-compatible server without conditional writes (AWS S3, MinIO and moto
+                    # have them): the status_seq comparison just made is the only guard left, and a
+                    # pod writing between that read and this write is not seen.
+                    log.warning("shared state %s: conditional writes not supported; %s written after "
+                                "the status_seq check only", self.uri, rel)
+                    return put({})
+                raise
+            return True
+
+        return self._call(f"upload {rel}", lambda: put(condition))
+
+    def push_tree(self, home: Path, rel: str, *, skip: frozenset[str] = frozenset()) -> int:
+        """Upload every regular file under ``home/rel`` but those in ``skip`` (paths relative to the
+        home); how many. Symlinks (to files or folders) are never followed: a link a suite left in
+        its run directory could name any file the process can read (the home's signing key), and
+        the shared prefix is read by every pod."""
         root = home / rel
         count = 0
         found = []
@@ -69,12 +148,15 @@ class SharedState:
         for path in sorted(found):
             if path.name.startswith(".") or path.name.endswith(_SKIP_SUFFIXES) or not path.is_file():
                 continue
+            if path.relative_to(home).as_posix() in skip:
+                continue
             self.push_file(home, path.relative_to(home).as_posix())
             count += 1
         return count
 
-    def pull_tree(self, home: Path, rel: str) -> int:
-        """Download every object under ``<prefix><rel>`` into ``home``; how many.
+    def pull_tree(self, home: Path, rel: str, *, skip: frozenset[str] = frozenset()) -> int:
+        """Download every object under ``<prefix><rel>`` into ``home`` but those in ``skip``
+        (paths relative to the home); how many.
 
         A read-only local file with the same size is kept (pinned specs and stored evidence
         never change); a local ``status.json`` later than the shared one (its ``status_seq``,
@@ -87,6 +169,8 @@ class SharedState:
         for page in pages:
             for obj in page.get("Contents", []):
                 relative = obj["Key"][len(self.prefix):]
+                if relative in skip:
+                    continue
                 target = _inside(home, relative)
                 if target.is_file() and not os.access(target, os.W_OK) and target.stat().st_size == obj["Size"]:
                     continue
@@ -98,9 +182,12 @@ class SharedState:
                             raise _KeepLocal  # the temporary copy goes, the local status stays
                         if target.exists() and not os.access(target, os.W_OK):
                             target.chmod(0o644)
+                        pulled = tmp.read_bytes() if target.name == "status.json" else None
                 except _KeepLocal:
                     log.info("%s: the local status is later than the shared one; kept", relative)
                     continue
+                if pulled is not None:
+                    _record_base(home, relative, pulled)
                 count += 1
         return count
 
@@ -147,24 +234,125 @@ def shared_state() -> SharedState | None:
     return SharedState(parsed.netloc, f"{prefix}/" if prefix else "", client)
 
 
-def push_run(run_dir: Path, home: Path, *, status_only: bool = False) -> None:
+def push_run(run_dir: Path, home: Path, *, status_only: bool = False,
+             merge: Callable[[dict[str, Any]], Any] | None = None) -> None:
     """After writing: the run directory (or just its status.json) and the run's warehouse
-    partitions and pinned spec go to the shared prefix."""
+    partitions and pinned spec go to the shared prefix.
+
+    A shared status.json as late as this home's or later (another pod wrote it since this home
+    read it) is never replaced: ``merge`` (``RunDir.merge_shared_status``) is given it and writes
+    the merged status here, which is then pushed; without ``merge`` :class:`StaleStatus` is raised."""
     shared = shared_state()
     if shared is None:
         return
     run_id = run_dir.name
-    if status_only:
-        shared.push_file(home, f"runs/{run_id}/status.json")
-        return
-    shared.push_tree(home, f"runs/{run_id}")
-    warehouse = home / "warehouse"
-    parts = sorted(warehouse.glob(f"*/run_id={run_id}")) if warehouse.is_dir() and not _iceberg_warehouse() else []
-    for part in parts:
-        shared.push_tree(home, part.relative_to(home).as_posix())
-    pinned = _pinned_rel(run_dir)
-    if pinned is not None and (home / pinned).is_file():
-        shared.push_file(home, pinned)
+    status = f"runs/{run_id}/status.json"
+    if not status_only:
+        # status.json goes last: a pod that pulls meanwhile and reads a finished phase then finds
+        # every file the run finished with, never a terminal status beside half of them
+        shared.push_tree(home, f"runs/{run_id}", skip=frozenset({status}))
+        warehouse = home / "warehouse"
+        parts = sorted(warehouse.glob(f"*/run_id={run_id}")) if warehouse.is_dir() and not _iceberg_warehouse() else []
+        for part in parts:
+            shared.push_tree(home, part.relative_to(home).as_posix())
+        pinned = _pinned_rel(run_dir)
+        if pinned is not None and (home / pinned).is_file():
+            shared.push_file(home, pinned)
+    if status_only or (home / status).is_file():
+        _push_status(shared, home, status, merge)
+
+
+def _push_status(shared: SharedState, home: Path, rel: str, merge: Callable[[dict[str, Any]], Any] | None) -> None:
+    """``rel`` (a status.json) to the shared prefix; a later shared copy is merged with ``merge``
+    (which writes a status later than it into the home) and the push tried again."""
+    for attempt in range(_CONFLICT_TRIES):
+        try:
+            shared.push_status(home, rel)
+            return
+        except StaleStatus as exc:
+            if merge is None or attempt == _CONFLICT_TRIES - 1:
+                raise
+            log.info("%s: another pod wrote the shared status; merging", rel)
+            merge(exc.shared)
+            _record_base(home, rel, exc.shared_bytes)  # the home's status is now made from it
+
+
+def base_status(home: Path, run_id: str) -> dict[str, Any] | None:
+    """The shared status.json this home last pushed or pulled for the run (None: none recorded):
+    what the local status was made from, so a merge can tell this home's changes from another pod's."""
+    try:
+        return json.loads(_base_path(home, f"runs/{run_id}/status.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def merge_status(base: dict[str, Any], local: dict[str, Any], shared: dict[str, Any]) -> dict[str, Any]:
+    """A three-way merge of a run's status: the shared copy, with every field (and every condition,
+    by type) this home changed since ``base`` set as this home set it. ``status_seq`` is the later
+    of the two; writing the result (``RunDir.write_status``) makes it later than both."""
+    merged = _merge_fields(base, local, shared, skip=("status_seq", "conditions"))
+    by_type = [{str(c.get("type")): c for c in doc.get("conditions") or [] if isinstance(c, dict)}
+               for doc in (base, local, shared)]
+    conditions = _merge_fields(*by_type)
+    order = [*by_type[2], *(t for t in by_type[1] if t not in by_type[2])]
+    merged["conditions"] = [conditions[t] for t in order if t in conditions]
+    merged["status_seq"] = max(_seq_of_doc(local), _seq_of_doc(shared))
+    return merged
+
+
+def _merge_fields(base: dict[str, Any], local: dict[str, Any], shared: dict[str, Any],
+                  skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    merged = dict(shared)
+    for name in {*base, *local} - set(skip):
+        if local.get(name, _ABSENT) == base.get(name, _ABSENT):
+            continue  # not changed here: the shared value stands
+        if name in local:
+            merged[name] = local[name]
+        else:
+            merged.pop(name, None)
+    return merged
+
+
+_ABSENT = object()
+_CONFLICT_TRIES = 5
+
+
+class StaleStatus(BenchrunError):
+    """The shared status.json is as late as the one a push would write, or later: not replaced."""
+
+    def __init__(self, message: str, shared_bytes: bytes = b"{}") -> None:
+        super().__init__(message)
+        self.shared_bytes = shared_bytes
+        try:
+            self.shared: dict[str, Any] = json.loads(shared_bytes)
+        except ValueError:
+            self.shared = {}
+
+
+def _base_path(home: Path, rel: str) -> Path:
+    # beside the home's status locks, outside the run directory: not evidence, never mirrored
+    return home / "locks" / "shared" / rel
+
+
+def _record_base(home: Path, rel: str, data: bytes) -> None:
+    try:
+        atomic_write_bytes(_base_path(home, rel), data)
+    except OSError as exc:  # a later conflict then cannot merge and is refused
+        log.warning("%s: the shared status this home holds could not be recorded (%s)", rel, exc)
+
+
+def _seq_of(data: bytes) -> int:
+    try:
+        return _seq_of_doc(json.loads(data))
+    except ValueError:
+        return 0
+
+
+def _seq_of_doc(doc: Any) -> int:
+    try:
+        return int(doc.get("status_seq") or 0)
+    except (AttributeError, TypeError, ValueError):
+        return 0
 
 
 def pull_run(run_id: str, home: Path, *, status_only: bool = False, warehouse: bool = False) -> None:
@@ -179,7 +367,12 @@ def pull_run(run_id: str, home: Path, *, status_only: bool = False, warehouse: b
     if status_only:
         shared.pull_tree(home, f"runs/{run_id}/status.json")
         return
-    shared.pull_tree(home, f"runs/{run_id}/")
+    # status.json first, the rest listed after it: push_run uploads it last, so every file of the
+    # push whose status is read here is in the listing (listed first, a finished status could come
+    # down beside a listing taken before most of its files were up)
+    status = f"runs/{run_id}/status.json"
+    shared.pull_tree(home, status)
+    shared.pull_tree(home, f"runs/{run_id}/", skip=frozenset({status}))
     pinned = _pinned_rel(home / "runs" / run_id)
     if pinned is not None:
         shared.pull_tree(home, pinned)

@@ -181,7 +181,7 @@ def prepare(
             rd.set_condition("SpecPinned", True, "ContentAddressed", f"pinned at {pinned}")
             from benchrun.sharedstate import push_run
 
-            push_run(rd.path, root)  # no-op unless BENCHRUN_SHARED_STATE is set
+            push_run(rd.path, root, merge=rd.merge_shared_status)  # no-op unless BENCHRUN_SHARED_STATE is set
         except BaseException:
             # Not registered until its status is written and the shared state holds it: a retry
             # must create (and push) it again; a run directory left here would be taken as

@@ -206,3 +206,179 @@ def test_a_pull_never_replaces_a_later_local_status(tmp_path: Path, s3_env: str,
     sharedstate.pull_run("run-a", home, status_only=True)
     assert rd.read_status()["phase"] == "Succeeded"
     assert json.loads((home / "runs/run-a/status.json").read_text())["status_seq"] == 4
+
+
+def test_a_full_push_uploads_status_json_last(parquet_layout: None, tmp_path: Path, s3_env: str,  # noqa: F811
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # a pod that pulled during the push read a Succeeded status.json while structured/ and the
+    # warehouse partitions were not there yet: status.json was uploaded before them (sorted order)
+    from benchrun.fsio import atomic_write_json
+    from benchrun.rundir import RunDir
+
+    client = boto3.client("s3", endpoint_url=s3_env, region_name="us-east-1")
+    client.create_bucket(Bucket="bench-order")
+    monkeypatch.setenv(sharedstate.ENV, "s3://bench-order/p")
+    home = tmp_path / "home"
+    rd = RunDir(home, "run-a").create()
+    pinned = home / "specs" / "sha256" / f"{'c' * 64}.yaml"
+    pinned.parent.mkdir(parents=True)
+    pinned.write_text("kind: BenchmarkRun\n")
+    rd.write_status({"run_id": "run-a", "phase": "Succeeded", "conditions": [], "pinned_spec": str(pinned)})
+    for rel in ("structured/run-a_results.json", "reports/run-a_report.html", "raw/run-a_gemm_r1.log",
+                "zz/last.json"):
+        atomic_write_json(rd.path / rel, {"rel": rel})
+    atomic_write_json(home / "warehouse" / "run_fact" / "run_id=run-a" / "part.json", {})
+    uploaded: list[str] = []
+    real = sharedstate.shared_state
+
+    def recording() -> sharedstate.SharedState:
+        shared = real()
+        shared.client.meta.events.register(
+            "before-parameter-build.s3.PutObject", lambda params, **_: uploaded.append(params["Key"]))
+        return shared
+
+    monkeypatch.setattr(sharedstate, "shared_state", recording)
+    sharedstate.push_run(rd.path, home)
+    assert uploaded[-1] == "p/runs/run-a/status.json"
+    assert sorted(uploaded) == sorted({
+        "p/runs/run-a/status.json", "p/runs/run-a/structured/run-a_results.json", "p/runs/run-a/zz/last.json",
+        "p/runs/run-a/reports/run-a_report.html", "p/runs/run-a/raw/run-a_gemm_r1.log",
+        "p/warehouse/run_fact/run_id=run-a/part.json", f"p/specs/sha256/{'c' * 64}.yaml"})
+
+
+def _status_pod_homes(tmp_path: Path, s3_env: str, monkeypatch: pytest.MonkeyPatch, bucket: str) -> tuple[Any, Any]:
+    """Run ``run-a`` in a worker's home (pushed, status_seq 3) and pulled into the controller's."""
+    from benchrun.rundir import RunDir
+
+    boto3.client("s3", endpoint_url=s3_env, region_name="us-east-1").create_bucket(Bucket=bucket)
+    monkeypatch.setenv(sharedstate.ENV, f"s3://{bucket}/p")
+    worker, controller = RunDir(tmp_path / "worker", "run-a").create(), RunDir(tmp_path / "controller", "run-a")
+    worker.write_status({"run_id": "run-a", "phase": "Pending", "conditions": []})
+    sharedstate.push_run(worker.path, worker.home)
+    worker.set_phase("Running")
+    sharedstate.pull_run("run-a", controller.home, status_only=True)
+    assert controller.read_status()["status_seq"] == 2
+    return worker, controller
+
+
+def test_a_stale_home_never_replaces_a_later_shared_status(tmp_path: Path, s3_env: str,  # noqa: F811
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # the controller's copy was one write behind when the worker finished the run; its push of
+    # status.resource then set the shared run back from Succeeded to Running for every pod
+    worker, controller = _status_pod_homes(tmp_path, s3_env, monkeypatch, "bench-stale")
+    shared = sharedstate.shared_state()
+    worker.set_phase("Succeeded")  # status_seq 3, the whole run pushed
+    controller.update_status(resource={"name": "br-1"})  # status_seq 3 too, from the Running copy
+    with pytest.raises(sharedstate.StaleStatus, match=r"status_seq 3; this home.s 3\) was written by another pod"):
+        sharedstate.push_run(controller.path, controller.home, status_only=True)
+    assert shared.read_status("run-a")["phase"] == "Succeeded"  # was: Running
+    assert "resource" not in shared.read_status("run-a")
+    # with a merge (what RunDir.set_phase and the controller's _own pass): both changes are kept
+    sharedstate.push_run(controller.path, controller.home, status_only=True, merge=controller.merge_shared_status)
+    after = shared.read_status("run-a")
+    assert (after["phase"], after["resource"], after["status_seq"]) == ("Succeeded", {"name": "br-1"}, 4)
+    assert controller.read_status() == after
+    # and the worker, one write behind now, merges in turn when it sets its next phase
+    worker.update_status(outcome="succeeded")  # status_seq 4 from its own 3
+    worker.set_phase("Succeeded", message="published")
+    after = shared.read_status("run-a")
+    assert (after["resource"], after["outcome"], after["message"]) == ({"name": "br-1"}, "succeeded", "published")
+    assert after["status_seq"] == 6 and worker.read_status() == after
+
+
+def test_a_status_written_between_the_read_and_the_write_is_kept(tmp_path: Path, s3_env: str,  # noqa: F811
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # the status_seq check alone reads, then writes: a pod writing in between was overwritten.
+    # The write is conditional on the ETag read (If-Match), so the other pod's status stays.
+    import json
+
+    worker, controller = _status_pod_homes(tmp_path, s3_env, monkeypatch, "bench-between")
+    other = boto3.client("s3", endpoint_url=s3_env, region_name="us-east-1")
+    later = {**worker.read_status(), "phase": "Canceled", "status_seq": 9}
+    real = sharedstate.shared_state
+
+    def interleaved() -> sharedstate.SharedState:
+        shared = real()
+
+        def write_first(params: dict[str, Any], **_: Any) -> None:
+            if params["Key"] == "p/runs/run-a/status.json" and "IfMatch" in params and not interleaved.done:
+                interleaved.done = True  # the other pod's write lands after this pod read the ETag
+                other.put_object(Bucket="bench-between", Key=params["Key"], Body=json.dumps(later).encode())
+
+        shared.client.meta.events.register("before-parameter-build.s3.PutObject", write_first)
+        return shared
+
+    interleaved.done = False
+    monkeypatch.setattr(sharedstate, "shared_state", interleaved)
+    controller.update_status(resource={"name": "br-1"})  # status_seq 3 > the shared 2: a plain push
+    with pytest.raises(sharedstate.StaleStatus, match="status_seq 9"):
+        sharedstate.push_run(controller.path, controller.home, status_only=True)
+    assert interleaved.done
+    assert real().read_status("run-a") == later  # was: replaced by the controller's seq 3
+
+
+def test_merge_status_keeps_both_homes_changes() -> None:
+    base = {"phase": "Running", "message": "m", "n": 1, "status_seq": 2,
+            "conditions": [{"type": "A", "status": "True"}, {"type": "B", "status": "True"}]}
+    local = {"phase": "Running", "n": 2, "resource": {"name": "r"}, "status_seq": 3,
+             "conditions": [{"type": "A", "status": "False"}, {"type": "B", "status": "True"},
+                            {"type": "C", "status": "True"}]}
+    shared = {"phase": "Succeeded", "message": "m", "n": 1, "outcome": "succeeded", "status_seq": 5,
+              "conditions": [{"type": "B", "status": "False"}, {"type": "D", "status": "True"}]}
+    merged = sharedstate.merge_status(base, local, shared)
+    assert merged == {
+        "phase": "Succeeded",  # changed there only
+        "n": 2, "resource": {"name": "r"},  # changed here only
+        "outcome": "succeeded",
+        "status_seq": 5,  # write_status makes it 6
+        # B changed there, D added there; A changed here, C added here (message removed here)
+        "conditions": [{"type": "B", "status": "False"}, {"type": "D", "status": "True"},
+                       {"type": "A", "status": "False"}, {"type": "C", "status": "True"}],
+    }
+
+
+def test_a_pull_during_a_push_never_sees_a_finished_status_beside_missing_files(
+        tmp_path: Path, s3_env: str, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    # the pull listed the run (status.json and a few files), the push then uploaded the rest and the
+    # Succeeded status, and the pull downloaded that status beside the files of its earlier listing
+    import json
+
+    from benchrun.fsio import atomic_write_json
+    from benchrun.rundir import RunDir
+
+    boto3.client("s3", endpoint_url=s3_env, region_name="us-east-1").create_bucket(Bucket="bench-pull")
+    monkeypatch.setenv(sharedstate.ENV, "s3://bench-pull/p")
+    worker, reader = RunDir(tmp_path / "worker", "run-a").create(), tmp_path / "reader"
+    worker.write_status({"run_id": "run-a", "phase": "Pending", "conditions": []})
+    sharedstate.push_run(worker.path, worker.home)
+    worker.set_phase("Running")
+    names = [f"structured/run-a_gemm_r{k}.json" for k in range(1, 6)]
+    for rel in names:
+        atomic_write_json(worker.path / rel, {"rel": rel})
+    real = sharedstate.shared_state
+
+    def push_after_first_listing() -> sharedstate.SharedState:
+        shared = real()
+
+        def finish(**_: Any) -> None:
+            if not push_after_first_listing.done:  # the worker finishes while the reader pulls
+                push_after_first_listing.done = True
+                worker.update_status(phase="Succeeded")
+                sharedstate.push_run(worker.path, worker.home, merge=worker.merge_shared_status)
+
+        shared.client.meta.events.register("after-call.s3.ListObjectsV2", finish)
+        return shared
+
+    push_after_first_listing.done = False
+    monkeypatch.setattr(sharedstate, "shared_state", push_after_first_listing)
+    sharedstate.pull_run("run-a", reader)
+    assert push_after_first_listing.done
+    pulled = reader / "runs" / "run-a"
+    phase = json.loads((pulled / "status.json").read_text())["phase"]
+    missing = [rel for rel in names if not (pulled / rel).is_file()]
+    assert phase != "Succeeded" or not missing, f"a Succeeded status beside missing {missing}"
+    # a pull after the push has everything
+    monkeypatch.setattr(sharedstate, "shared_state", real)
+    sharedstate.pull_run("run-a", reader)
+    assert json.loads((pulled / "status.json").read_text())["phase"] == "Succeeded"
+    assert all((pulled / rel).is_file() for rel in names)

@@ -136,3 +136,35 @@ def test_store_resource_seals_like_the_run_does(tmp_path: Path) -> None:
     paths = {o.path for o in manifest.objects}
     assert "status.json" not in paths and "manifest.json" in paths
     assert manifest == ArtifactStoreResource(home=str(tmp_path)).load_manifest("run-r")
+
+
+def test_put_sweeps_temporaries_a_dead_put_left(tmp_path: Path) -> None:
+    """A put that died mid-copy left a full-size ``sha256/xx/.<hash>.<rand>.tmp``: the next put removes
+    it (an hour old: the put died), never a temporary a put running now is writing, and only with
+    the store's lock held exclusively."""
+    import os
+    import time
+
+    run_dir = make_run_dir(tmp_path, "run-sw", replicates=1)
+    store = open_store(None, tmp_path)
+    stale = store.root / "sha256" / "ab" / f".{'ab' * 32}.x1y2z3.tmp"
+    live = store.root / "sha256" / "cd" / f".{'cd' * 32}.a1b2c3.tmp"
+    left_manifest = store.root / "manifests" / ".run-old.json.q9w8e7.tmp"
+    for tmp in (stale, live, left_manifest):
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(b"\0" * 4096)
+    hour_ago = time.time() - 3700
+    for tmp in (stale, left_manifest):
+        os.utime(tmp, (hour_ago, hour_ago))
+    manifest = store.put_run_dir(run_dir, "run-sw")
+    assert not stale.exists() and not left_manifest.exists()
+    assert live.exists()  # a put running now
+    assert store.verify(manifest) == len(manifest.objects)
+    # at most once an hour: the next put does not list the store again
+    os.utime(live, (hour_ago, hour_ago))
+    assert store.sweep_stale_temps() == 0 and live.exists()
+    os.utime(store.root / ".swept", (hour_ago, hour_ago))
+    # another put holds the lock shared: no sweep now (and no wait for it)
+    with store.lock(exclusive=False):
+        assert store.sweep_stale_temps() == 0 and live.exists()
+    assert store.sweep_stale_temps() == 1 and not live.exists()

@@ -107,3 +107,40 @@ def test_missing_bucket_and_credentials_are_clear(tmp_path: Path, s3_env: str, m
     store = S3Store("no-such-bucket", "raw/", "${RUN_ID}/")
     with pytest.raises(BenchrunError, match="bucket no-such-bucket does not exist"):
         store.put_run_dir(run_dir, "run-m")
+
+
+def test_file_changed_after_hashing_is_refused_not_stored_under_a_stale_key(
+        tmp_path: Path, s3_env: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The file is rewritten between put_run_dir's hash and the upload (a log still being written):
+    the S3 store refuses it as the local store does, and no object holds bytes its key does not name."""
+    from benchrun.store import base
+
+    client = _client(s3_env)
+    client.create_bucket(Bucket="bench-race")
+    run_dir = make_run_dir(tmp_path, "run-r", replicates=1)
+    log_file = run_dir / "raw" / "run-r_gemm_r1.log"
+    stale = hashlib.sha256(log_file.read_bytes()).hexdigest()
+    real_hash = base.sha256_file
+
+    def hash_then_change(path: Path) -> str:
+        digest = real_hash(path)
+        if path == log_file:
+            path.write_bytes(b"gemm ok\nmore output\n")  # after the hash, before the upload
+        return digest
+
+    monkeypatch.setattr(base, "sha256_file", hash_then_change)
+    store = open_store("s3://bench-race/raw/${RUN_ID}/", tmp_path)
+    with pytest.raises(BenchrunError, match="run-r_gemm_r1.log: changed while being stored; store the run again"):
+        store.put_run_dir(run_dir, "run-r")
+    keys = {o["Key"] for o in client.list_objects_v2(Bucket="bench-race").get("Contents", [])}
+    assert f"raw/run-r/sha256/{stale[:2]}/{stale}" not in keys
+    for key in keys:  # whatever else went up is named by its own bytes
+        assert hashlib.sha256(client.get_object(Bucket="bench-race", Key=key)["Body"].read()).hexdigest() == key.rsplit("/", 1)[1]
+    # once the file is finished, storing the run again works and verifies
+    monkeypatch.setattr(base, "sha256_file", real_hash)
+    manifest = store.put_run_dir(run_dir, "run-r")
+    assert store.verify(manifest) == len(manifest.objects)
+    assert store.get(manifest, "raw/run-r_gemm_r1.log") == b"gemm ok\nmore output\n"
+    entry = manifest.entry("raw/run-r_gemm_r1.log")
+    head = client.head_object(Bucket="bench-race", Key=entry.key, ChecksumMode="ENABLED")
+    assert head["ChecksumSHA256"] == __import__("base64").b64encode(bytes.fromhex(entry.sha256)).decode()

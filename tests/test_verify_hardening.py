@@ -239,3 +239,28 @@ def test_verify_waits_for_a_figure_worker_first(bench_home: Path) -> None:
         assert "run run-drawing: waited for its report figures" in out.output
     finally:
         sleeper.kill()
+
+
+def test_verify_store_walks_one_local_store_once(bench_home: Path) -> None:
+    """A run whose spec names the default store as "objects/" and the default itself (None) are one
+    store: each stored manifest is re-hashed once and a bad one is one failure, not two."""
+    import shutil
+
+    make_sealed_run(bench_home, "run-a", stored=True,
+                    spec_bytes=b"spec: {sinks: {rawArtifacts: {pathTemplate: objects/}}}\n")
+    make_sealed_run(bench_home, "run-b", stored=True,
+                    spec_bytes=b"spec: {sinks: {rawArtifacts: {pathTemplate: objects/}}}\n")
+    gone = make_sealed_run(bench_home, "run-c", stored=True)
+    store = open_store(None, bench_home)
+    shutil.rmtree(gone.path)
+    for run_id in ("run-b", "run-c"):  # an object of each run alone (identical files are one object)
+        obj = Path(store.load_manifest(run_id).entry(f"structured/{run_id}_gemm_r1.json").uri[len("file://"):])
+        obj.chmod(0o644)
+        obj.write_text("forged\n")
+    out = _verify("--store")
+    assert out.exit_code != 0
+    lines = out.output.splitlines()
+    assert len([ln for ln in lines if "run-a" in ln and "re-hashed" in ln]) == 1
+    assert len([ln for ln in lines if "run-b" in ln and "FAILED" in ln]) == 1  # as a run, not again as stored
+    assert len([ln for ln in lines if ln.startswith("stored run run-c: FAILED")]) == 1
+    assert "verify --store: 2 failure(s)" in out.output

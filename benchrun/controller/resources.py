@@ -211,8 +211,9 @@ def _own(rd: Any, ref: ResourceRef, home: Path | None) -> dict[str, Any]:
     from benchrun.sharedstate import push_run
 
     st = rd.update_status(resource=ref.to_json())
-    push_run(rd.path, benchrun_home(home), status_only=True)  # no-op unless BENCHRUN_SHARED_STATE is set
-    return st
+    # no-op unless BENCHRUN_SHARED_STATE is set; a status another pod wrote meanwhile is merged, not replaced
+    push_run(rd.path, benchrun_home(home), status_only=True, merge=rd.merge_shared_status)
+    return rd.read_status()
 
 
 def _catch_up(obj: dict[str, Any], ref: ResourceRef, entry: dict[str, Any], out: Tick, home: Path | None) -> None:

@@ -88,15 +88,24 @@ def walk_store(public_key: Path | None, pinned: tuple[str, ...], home: Path | No
 
     home = benchrun_home(home)
     report = StoreReport()
-    stores: dict[str | None, object] = {}
+    # Keyed by where the store is, not by how a spec spelled it: "objects/" and the default (None)
+    # are one store, walked once.
+    stores: dict[str, Any] = {}
+    by_template: dict[str | None, Any] = {}
+
+    def store_for(template: str | None) -> Any:
+        if template not in by_template:
+            store = open_store(template, home)
+            by_template[template] = stores.setdefault(store.uri, store)
+        return by_template[template]
+
     seen: set[tuple[str, str]] = set()
     runs = list(list_runs(home))
     templates = {run_store_template(rd.path) for rd in runs}  # an unsigned run is looked for in each
     for rd in runs:
         template = run_store_template(rd.path)
         try:
-            if template not in stores:
-                stores[template] = open_store(template, home)
+            store_for(template)
             if not envelope_path(rd.path).is_file():
                 failed, why = unsigned(rd, templates)
                 if failed:
@@ -104,14 +113,14 @@ def walk_store(public_key: Path | None, pinned: tuple[str, ...], home: Path | No
                 report.lines.append(f"run {rd.run_id}: {why}")
                 digest = rd.read_status().get("artifact_manifest_digest")
                 if digest:
-                    store = stores[template]
+                    store = store_for(template)
+                    seen.add((rd.run_id, digest))  # checked here, passed or failed: not again below
                     n = store.verify(store.load_manifest(rd.run_id, digest))
-                    seen.add((rd.run_id, digest))
                     report.lines.append(f"run {rd.run_id}: {n} stored objects re-hashed: all match")
                 continue
             st = verify_run(rd.path, public_key, home=home, pinned=pinned)
-            n = verify_stored(rd.path, st, home)
             seen.add((rd.run_id, str(st.predicate.get("artifact_manifest_digest"))))
+            n = verify_stored(rd.path, st, home)
             report.lines.append(f"run {rd.run_id}: signature, {len(st.subjects)} signed files and {n} stored "
                                 "objects verified")
         except BenchrunError as exc:
@@ -119,17 +128,18 @@ def walk_store(public_key: Path | None, pinned: tuple[str, ...], home: Path | No
             report.lines.append(f"run {rd.run_id}: FAILED: {exc}")
     # Manifests in the stores that no run directory accounts for (latest version per run); the
     # default store is walked even when no run directory is left to name it.
-    if None not in stores:
+    if None not in by_template:
         try:
-            stores[None] = open_store(None, home)
+            store_for(None)
         except BenchrunError as exc:
             report.failures.append(f"default store: {exc}")
-    for template, store in stores.items():
+    for store in stores.values():
         for run_id in store.list_manifest_run_ids():
             try:
                 manifest = store.load_manifest(run_id)
                 if (run_id, manifest.digest) in seen:
                     continue
+                seen.add((run_id, manifest.digest))  # the same manifest reached through another store
                 n = store.verify(manifest)
                 where = store.key_uri(store.manifest_key(run_id, manifest.digest))
                 report.lines.append(f"stored run {run_id} (manifest {where}): {n} objects re-hashed: all match")

@@ -98,7 +98,7 @@ def main(argv: list[str]) -> int:
             why = lifecycle.resign_if_intact(rd.path, home, rewritten=tuple(report_outputs(rd.path)))
             if why:
                 print(f"run {rd.run_id}: {why}", flush=True)
-            push_run(rd.path, rd.home)
+            push_run(rd.path, rd.home, merge=rd.merge_shared_status)
         finally:
             r = resource.getrusage(resource.RUSAGE_SELF)  # the log records what this cost
             print(json.dumps({"figures_worker_wall_s": round(time.monotonic() - t0, 2),

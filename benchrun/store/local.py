@@ -7,6 +7,7 @@ import fcntl
 import logging
 import os
 import stat
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -18,6 +19,7 @@ from benchrun.fsio import atomic_path, create_once
 log = logging.getLogger(__name__)
 
 READ_ONLY = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
+STALE_TEMP_S = 3600.0  # a temporary file a put left this long ago: the put died
 
 
 class LocalStore(ArtifactStore):
@@ -102,20 +104,55 @@ class LocalStore(ArtifactStore):
         return sorted({p.stem for p in self.root.glob(pattern)})
 
     @contextlib.contextmanager
-    def lock(self, *, exclusive: bool) -> Iterator[None]:
+    def lock(self, *, exclusive: bool, wait: bool = True) -> Iterator[bool]:
         """The store's lock (``flock`` on ``<root>/.lock``): storing a run holds it shared,
         retention's deletions exclusive, so an object a run being stored reuses (identical
-        bytes are one object) is never deleted between retention's plan and its apply."""
+        bytes are one object) is never deleted between retention's plan and its apply.
+        Yields whether it is held (always, unless ``wait`` is False and another holds it)."""
         fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-            yield
+            try:
+                fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | (0 if wait else fcntl.LOCK_NB))
+            except BlockingIOError:
+                yield False
+                return
+            yield True
         finally:
             os.close(fd)  # releases the lock
 
     def put_run_dir(self, run_dir: Path, run_id: str, *, exclude: Iterable[str] = ()) -> ObjectManifest:
+        self.sweep_stale_temps()
         with self.lock(exclusive=False):
             return super().put_run_dir(run_dir, run_id, exclude=exclude)
+
+    def sweep_stale_temps(self, older_than_s: float = STALE_TEMP_S) -> int:
+        """Remove the temporary files (fsio's ``.<name>.<random>.tmp``) that a put which died left in
+        the store, full-size copies nothing else removes; how many. Only with the store's lock held
+        exclusively, taken without waiting (no put is running then; when one is, the next put
+        sweeps), only temporaries older than ``older_than_s`` (a live put's is seconds old), and at
+        most once per ``older_than_s`` (``<root>/.swept``): a put does not list the store each time."""
+        marker = self.root / ".swept"
+        now = time.time()
+        with contextlib.suppress(FileNotFoundError):
+            if now - marker.stat().st_mtime < older_than_s:
+                return 0
+        removed = 0
+        with self.lock(exclusive=True, wait=False) as held:
+            if not held:
+                return 0
+            for top, _dirs, files in os.walk(self.root):
+                for name in files:
+                    path = Path(top) / name
+                    if not (name.startswith(".") and name.endswith(".tmp")):
+                        continue
+                    with contextlib.suppress(FileNotFoundError):
+                        if now - path.lstat().st_mtime > older_than_s:
+                            path.unlink()
+                            removed += 1
+            marker.touch()
+        if removed:
+            log.info("artifact store %s: removed %d temporary file(s) left by puts that died", self.root, removed)
+        return removed
 
     def delete_key(self, key: str) -> None:
         """Remove one object (retention only; never called inside a retention window)."""

@@ -7,18 +7,23 @@ never logged or put in messages.
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import datetime as dt
+import hashlib
 import io
 import logging
 import os
+import tempfile
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, TypeVar
+from typing import Any, BinaryIO, Callable, Iterator, TypeVar
 
 from benchrun.errors import BenchrunError
-from benchrun.store.base import ArtifactStore, sha256_stream
+from benchrun.store.base import CHUNK, ArtifactStore, sha256_stream
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+SPOOL_MEMORY = 16 << 20  # a file up to this size is uploaded from memory, a larger one from a temporary file
 
 # Errors that mean "the service is not there right now": retry the evidence step later.
 _UNREACHABLE = (
@@ -180,8 +185,16 @@ class S3Store(ArtifactStore):
         return self._call(f"put {self.key_uri(key)}", put)
 
     def _put_file(self, key: str, path: Path, sha256: str) -> bool:
-        with open(path, "rb") as fh:
-            written = self._conditional_put(key, fh, {"Metadata": {"sha256": sha256}, **self._lock_args()})
+        # Upload exactly the bytes that hash to ``sha256``: the file is read once into a spool while
+        # it is hashed again, and the spool is what goes up. A file that changed after put_run_dir
+        # hashed it is refused, as the local store refuses it, instead of landing under a stale key.
+        with _hashed_spool(path) as (spool, actual):
+            if actual != sha256:
+                raise BenchrunError(f"{path}: changed while being stored; store the run again once it is finished")
+            # the server checks the bytes it received against the same hash (S3 rejects a mismatch)
+            extra = {"Metadata": {"sha256": sha256}, "ChecksumAlgorithm": "SHA256", "ChecksumSHA256": _b64(sha256),
+                     **self._lock_args()}
+            written = self._conditional_put(key, spool, extra)
         if written:
             return True
         existing = self.hash_key(key)
@@ -226,3 +239,22 @@ class S3Store(ArtifactStore):
 
         self._call("list manifests", scan)
         return sorted(ids)
+
+
+@contextlib.contextmanager
+def _hashed_spool(path: Path) -> Iterator[tuple[BinaryIO, str]]:
+    """``(spool, sha256)``: the bytes of ``path`` as read once, rewound, and their hex sha256.
+
+    Up to ``SPOOL_MEMORY`` in memory, beyond that in an unnamed file under ``TMPDIR``."""
+    h = hashlib.sha256()
+    with tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY) as spool, open(path, "rb") as src:
+        while chunk := src.read(CHUNK):
+            h.update(chunk)
+            spool.write(chunk)
+        spool.seek(0)
+        yield spool, h.hexdigest()
+
+
+def _b64(sha256: str) -> str:
+    """The base64 of a hex sha256, as S3's ``ChecksumSHA256`` takes it."""
+    return base64.b64encode(bytes.fromhex(sha256)).decode("ascii")
