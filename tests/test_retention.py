@@ -133,3 +133,25 @@ def test_a_deleted_runs_stored_evidence_still_ages_out(parquet_layout: None, tmp
     assert listed == {o.key for o in manifests["run-old"].objects} - needed and listed
     apply_retention(tmp_path, plan)
     assert not any(store.exists(k) for k in listed) and all(store.exists(k) for k in needed)
+
+
+def test_both_layouts_under_one_root_age_out(parquet_layout: None, tmp_path: Path) -> None:
+    """A run stored per run (objects/${RUN_ID}/) beside runs stored flat under the same root was
+    planned through the flat store, which lists only its own manifests: 0 of its objects went."""
+    now = dt.datetime(2026, 11, 30, 12, tzinfo=dt.timezone.utc)
+    store, manifests = _setup(tmp_path, now)
+    template = "objects/${RUN_ID}/"
+    finished = (now - dt.timedelta(days=900)).isoformat()
+    run_dir = make_run_dir(tmp_path, "run-prefixed", finished_utc=finished)
+    spec = run_dir / "structured" / "run-prefixed_spec.yaml"
+    spec.write_text(spec.read_text().replace("pathTemplate: null", f"pathTemplate: '{template}'"))
+    prefixed = open_store(template, tmp_path)
+    manifest = prefixed.put_run_dir(run_dir, "run-prefixed")
+    curate_run(run_dir, tmp_path, manifest)
+    plan = plan_retention(tmp_path, now)
+    listed = {o["key"] for o in plan.objects}
+    mine = {o.key for o in manifest.objects}
+    assert mine and mine <= listed
+    assert {o.key for o in manifests["run-old"].objects} & listed  # the flat layout's expired run too
+    apply_retention(tmp_path, plan)
+    assert not any(prefixed.exists(k) for k in mine)

@@ -188,7 +188,9 @@ def plan_retention(home: Path, now: dt.datetime | None = None) -> RetentionPlan:
         if not isinstance(store, LocalStore):
             notes.append(f"run {run.run_id}: raw objects on {store.uri} are governed by object lock/lifecycle, not removed here")
             continue
-        by_store.setdefault(str(store.root), (store, []))[1].append(run)
+        # one entry per layout: a root holding runs stored flat (objects/) and per run (objects/${RUN_ID}/)
+        # is two stores, each listing its own manifests (keyed by root alone, one layout was never seen)
+        by_store.setdefault(f"{store.root}\0{store.prefix_template}", (store, []))[1].append(run)
     objects: list[dict[str, Any]] = []
     kept = 0
     for store, store_runs in by_store.values():
@@ -203,7 +205,8 @@ def plan_retention(home: Path, now: dt.datetime | None = None) -> RetentionPlan:
                 for r in set(run_ids)
             )
             if expired and store.exists(key):
-                objects.append({"uri": store.key_uri(key), "key": key, "store": str(store.root), "runs": sorted(set(run_ids))})
+                objects.append({"uri": store.key_uri(key), "key": key, "store": str(store.root),
+                                "prefix": store.prefix_template, "runs": sorted(set(run_ids))})
             else:
                 kept += 1
     return RetentionPlan(now.isoformat(timespec="seconds"), runs, partitions, objects, kept, notes)
@@ -279,11 +282,11 @@ def apply_retention(home: Path, plan: RetentionPlan) -> Path:
 
 def _remove_objects(plan: RetentionPlan) -> None:
     """Delete the plan's raw objects no run stored since the plan holds too (read again under the lock)."""
-    by_store: dict[str, list[dict[str, Any]]] = {}
+    by_store: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for obj in plan.objects:
-        by_store.setdefault(obj["store"], []).append(obj)
-    for root, objs in by_store.items():
-        store = LocalStore(Path(root))
+        by_store.setdefault((obj["store"], obj.get("prefix") or ""), []).append(obj)
+    for (root, prefix), objs in by_store.items():
+        store = LocalStore(Path(root), prefix)
         with store.lock(exclusive=True):  # no run is being stored meanwhile (LocalStore.put_run_dir)
             holders, note = _holders(store)  # read again: a run stored since the plan may share an object
             for obj in objs:
