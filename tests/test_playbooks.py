@@ -443,6 +443,12 @@ def test_straggler_judges_only_ok_replicates(tmp_path: Path) -> None:
     (run_dir / "structured").mkdir(parents=True)
     (run_dir / "status.json").write_text(json.dumps({"run_id": "arf", "phase": "Succeeded"}))
     assert record_straggler_nodes(run_dir, [res]) == []
+    # one ok replicate: a rank standing out once cannot repeat, so not "clear" either
+    for r in rows:
+        r["status"] = "ok" if r["replicate"] == 5 else "failed"
+    put(tmp_path, "measurement_fact", "arf", rows)
+    res = distributed_straggler(tmp_path, "arf", None)
+    assert res.verdict == "unavailable" and "from 1 ok replicate(s)" in res.reason, res.reason
     # every replicate failed: nothing to judge, not "clear"
     for r in rows:
         r["status"] = "failed"

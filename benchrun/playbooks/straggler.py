@@ -190,6 +190,11 @@ def distributed_straggler(home: Path, run_id: str, baseline_run_id: str | None) 
                 ("node_gpu_util_pct", "GPU"), ("node_gpu_throttled_pct", "GPU throttled")) if row.get(col) is not None]
             row["why"] += f"; node telemetry: {', '.join(seen)} ({row['telemetry_evidence']})"
     hits = [r for r in rows if r["flagged"]]
+    judged = max(r["n_replicates"] for r in rows)
+    if not hits and judged < MIN_REPEATS:  # a straggler is one that repeats: one replicate cannot show it
+        return result("unavailable", f"run {run_id} has per-rank rows from {judged} ok replicate(s); a straggler is "
+                                     f"a rank that stands out in at least {MIN_REPEATS}, so nothing can be said "
+                                     "either way: run more replicates")
     world = max(r["n_ranks"] for r in rows)
     z_note = "" if world >= MIN_RANKS_FOR_Z else f"; with {world} ranks only late arrival can name a straggler (no z)"
     if hits:
