@@ -128,6 +128,29 @@ def _refserver(env: dict[str, str], server=None, **kw) -> tuple[subprocess.Popen
     return proc, int(children()[before])
 
 
+def test_a_signal_right_after_the_hand_over_reaches_the_command(server):
+    """The client installed its forwarding only after handing the command over; a SIGTERM in
+    between (the command had already printed that it listens, a clean-clone run under load hit
+    it) killed the client (-15) instead of ending the command as it ends in its own process (0)."""
+    script = (
+        "import os, signal, sys\n"
+        "import benchrun.warm.client as c\n"
+        "r, w = os.pipe()\n"
+        "os.dup2(w, 1)  # the command's stdout, which it gets from this client: read here\n"
+        "real = c.send_frame\n"
+        "def send(*a, **k):\n"
+        "    real(*a, **k)\n"
+        "    seen = b''\n"
+        "    while b'127.0.0.1' not in seen:  # the command listens (its handlers are in place)\n"
+        "        seen += os.read(r, 4096)\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)  # the gap, made certain\n"
+        "c.send_frame = send\n"
+        "sys.exit(c.run_remote(['benchrun', 'refserver', '--port', '0']))\n")
+    proc = subprocess.run([sys.executable, "-c", script], env={**server["env"], "BENCHRUN_WARM": "require"},
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr)  # as `benchrun refserver` ends on SIGTERM
+
+
 def test_signals_end_a_served_command_as_they_end_one_in_its_own_process(server):
     served_env = {**server["env"], "BENCHRUN_WARM": "require"}
     cold_env = {**server["env"], "BENCHRUN_WARM": "0"}

@@ -95,18 +95,28 @@ def run_remote(argv: list[str], environ: dict[str, str] | None = None) -> int | 
     os.umask(umask)
     req = {"op": "run", "argv": argv, "env": environ, "cwd": cwd, "umask": umask, "sys_path": sys.path,
            "context": process_context()}
-    try:  # not delivered (a closed stdin, say): nothing ran, so it may run here instead
-        send_frame(sock, req, [0, 1, 2])
-    except OSError as exc:
-        sock.close()
-        if how == "require":
-            raise WarmError(f"cannot hand the command to the warm orchestrator at {path}: {exc}") from None
-        return None
+    # Forwarding is in place before the command is handed over: the command can print (to our
+    # stdout, which it holds) and be signalled before this process would otherwise have installed
+    # it, and a SIGTERM in that gap killed this client instead of reaching the command.
+    fwd = _Forwarding(req["context"]["ignored"])
+    status: int | None = None
     try:
-        with _Forwarding(req["context"]["ignored"]) as fwd:
-            return _await_exit(sock, path, fwd, how)
+        with fwd:
+            try:  # not delivered (a closed stdin, say): nothing ran, so it may run here instead
+                send_frame(sock, req, [0, 1, 2])
+            except OSError as exc:
+                if how == "require":
+                    raise WarmError(f"cannot hand the command to the warm orchestrator at {path}: {exc}") from None
+                delivered = False
+            else:
+                delivered = True
+                status = _await_exit(sock, path, fwd, how)
     finally:
         sock.close()
+    if status is None and fwd.pid is None:  # it runs here: the signals held for it are ours
+        for signum in fwd.pending:
+            os.kill(os.getpid(), signum)
+    return status if delivered else None
 
 
 class _Forwarding:
