@@ -78,3 +78,21 @@ def test_the_worker_does_not_sign_over_an_edit_made_since_the_run_signed(tmp_pat
     assert worker.main([str(rd), str(tmp_path)]) == 0
     assert _envelope(rd) == before
     assert "not signed again" in capsys.readouterr().out
+
+
+def test_promote_compare_and_report_wait_for_a_figure_worker(tmp_path, monkeypatch, canary_doc):
+    """`promote` straight after `benchrun run` refused the run: the worker was rewriting its report
+    (then signs again), and promote saw the report differ from its signature. verify already waited."""
+    from typer.testing import CliRunner
+
+    from benchrun.cli import app
+
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    rd = _signed_run(tmp_path, canary_doc)
+    (tmp_path / "report_workers").mkdir()
+    for args in (["promote", rd.name, "--alias", "t"], ["compare", "published/t", rd.name], ["report", rd.name]):
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+        (tmp_path / "report_workers" / f"{rd.name}.pid").write_text(str(proc.pid))
+        out = CliRunner().invoke(app, args)
+        assert f"run {rd.name}: waited for its report figures" in out.output, (args, out.output, out.exception)
+        assert proc.poll() is not None, args  # it had ended before the command went on

@@ -84,12 +84,9 @@ def register(app: typer.Typer) -> None:
         if store == (run_id is not None):
             raise BenchrunError("verify: give a RUN_ID or --store (not both)")
         home = existing_home("verify")
-        from benchrun.report.worker import wait_for_workers
+        from benchrun.report.worker import settle
 
-        # a figure worker rewrites a just-finished run's report and then signs it again: verifying in
-        # between would report the report as changed since signing
-        for waited in wait_for_workers(home, timeout_s=300.0):
-            typer.echo(f"run {waited}: waited for its report figures (they are written, then signed again)", err=True)
+        settle(home, lambda line: typer.echo(line, err=True))
         if not store:
             for line in _verify_one(run_id, public_key, pinned):
                 typer.echo(line)

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from benchrun.errors import BenchrunError
 from benchrun.fsio import atomic_write_text
@@ -72,6 +73,17 @@ def wait_for_workers(home: Path, timeout_s: float = 300.0) -> list[str]:
                                     f"{timeout_s:.0f} s; see its reports/*_figures.log")
             time.sleep(0.1)
         path.unlink(missing_ok=True)
+    return waited
+
+
+def settle(home: Path, say: Any = None, timeout_s: float = 300.0) -> list[str]:
+    """Before a command reads or signs a run's files: wait for the home's figure workers, which
+    rewrite a just-finished run's report and then sign it again (read in between, the report
+    differs from its signature: `promote` straight after `benchrun run` refused the run);
+    ``say(line)`` is told of each run waited for."""
+    waited = wait_for_workers(Path(home), timeout_s=timeout_s) if Path(home).is_dir() else []
+    for run_id in waited if say is not None else ():
+        say(f"run {run_id}: waited for its report figures (they are written, then signed again)")
     return waited
 
 

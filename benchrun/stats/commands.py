@@ -60,7 +60,10 @@ def compare(
     from benchrun.stats.load import alias_of, resolve_run
     from benchrun.paths import home_location
 
+    from benchrun.report.worker import settle
+
     home = home_location()[0]  # read, never created: a run directory given as a path needs no home
+    settle(home, lambda line: typer.echo(line, err=True))  # both runs' signatures cover their final reports
     base_dir, cand_dir = resolve_run(baseline, home), resolve_run(candidate, home)
     if base_dir.resolve() == cand_dir.resolve():
         raise BenchrunError(f"compare: baseline {baseline!r} and candidate {candidate!r} are the same run "
@@ -242,8 +245,11 @@ def promote(
 ) -> None:
     """Verify RUN_ID as `benchrun verify` does (signature, manifest, every signed file, the stored
     objects), then point published/current (or published/ALIAS) at it, recording its attestation digest."""
+    from benchrun.paths import home_location
+    from benchrun.report.worker import settle
     from benchrun.stats.baseline import promote as _promote
 
+    settle(home_location()[0], lambda line: typer.echo(line, err=True))  # its report is final, and signed
     path = _promote(run_id, alias=alias, public_key=public_key, pinned=tuple(trust_keyid), allow_adhoc=allow_adhoc)
     from benchrun.stats.baseline import read_alias
 
@@ -258,6 +264,10 @@ def report(run_id: str = typer.Argument(..., help="Run id or run directory.")) -
     from benchrun.report.html import build_report
     from benchrun.stats.load import resolve_run
 
+    from benchrun.paths import home_location
+    from benchrun.report.worker import settle
+
+    settle(home_location()[0], lambda line: typer.echo(line, err=True))  # one writer of the report at a time
     run_dir = resolve_run(run_id)
     path = build_report(run_dir)
     _resign(run_dir)
