@@ -43,9 +43,14 @@ def existing_home(command: str) -> Path:
     return home
 
 
+def is_run_id(value: object) -> bool:
+    """Whether ``value`` is a run id (a DNS-1123 label): :func:`validate_run_id` without the error."""
+    return isinstance(value, str) and _RUN_ID.match(value) is not None
+
+
 def validate_run_id(run_id: str) -> str:
     """Return ``run_id`` unchanged if it is a DNS-1123 label, else raise BenchrunError."""
-    if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
+    if not is_run_id(run_id):
         raise BenchrunError(
             f"run id {run_id!r} is not valid: use lowercase letters, digits and '-', "
             "at most 63 characters, starting and ending with a letter or digit"

@@ -100,10 +100,9 @@ def walk_store(public_key: Path | None, pinned: tuple[str, ...], home: Path | No
         return by_template[template]
 
     seen: set[tuple[str, str]] = set()
-    runs = list(list_runs(home))
-    templates = {run_store_template(rd.path) for rd in runs}  # an unsigned run is looked for in each
-    for rd in runs:
-        template = run_store_template(rd.path)
+    runs = [(rd, run_store_template(rd.path)) for rd in list_runs(home)]
+    templates = {template for _, template in runs}  # an unsigned run is looked for in each
+    for rd, template in runs:
         try:
             store_for(template)
             if not envelope_path(rd.path).is_file():

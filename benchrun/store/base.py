@@ -37,6 +37,11 @@ def sha256_stream(stream: Iterable[bytes]) -> str:
     return h.hexdigest()
 
 
+def changed_while_stored(path: Path) -> BenchrunError:
+    """A file whose bytes changed after they were hashed for storing (both stores refuse it)."""
+    return BenchrunError(f"{path}: changed while being stored; store the run again once it is finished")
+
+
 def object_key(prefix: str, sha256: str) -> str:
     """Content-addressed key: ``<prefix>sha256/<first two hex>/<hex>``."""
     return f"{prefix}sha256/{sha256[:2]}/{sha256}"

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from benchrun.errors import BenchrunError
-from benchrun.store.base import ArtifactStore, ObjectManifest, sha256_file
+from benchrun.store.base import ArtifactStore, ObjectManifest, changed_while_stored, sha256_file
 from benchrun.fsio import atomic_path, create_once
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ class LocalStore(ArtifactStore):
                 if sha256_file(target) != sha256:
                     # The source changed while we copied it: never leave a mislabelled object.
                     os.unlink(target)
-                    raise BenchrunError(f"{path}: changed while being stored; store the run again once it is finished")
+                    raise changed_while_stored(path)
                 return True
         existing = sha256_file(target)
         if existing != sha256:

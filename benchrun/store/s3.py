@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator, TypeVar
 
 from benchrun.errors import BenchrunError
-from benchrun.store.base import CHUNK, ArtifactStore, sha256_stream
+from benchrun.store.base import CHUNK, ArtifactStore, changed_while_stored, sha256_stream
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -190,7 +190,7 @@ class S3Store(ArtifactStore):
         # hashed it is refused, as the local store refuses it, instead of landing under a stale key.
         with _hashed_spool(path) as (spool, actual):
             if actual != sha256:
-                raise BenchrunError(f"{path}: changed while being stored; store the run again once it is finished")
+                raise changed_while_stored(path)
             # the server checks the bytes it received against the same hash (S3 rejects a mismatch)
             extra = {"Metadata": {"sha256": sha256}, "ChecksumAlgorithm": "SHA256", "ChecksumSHA256": _b64(sha256),
                      **self._lock_args()}

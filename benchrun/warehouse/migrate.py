@@ -20,6 +20,7 @@ from typing import Iterable
 
 import pyarrow as pa
 
+from benchrun.paths import is_run_id
 from benchrun.warehouse.lake import commit_run, load_or_create, run_ids
 from benchrun.warehouse.lakecatalog import MIGRATED_MARKER, catalog, catalog_exists, local_default, written_under
 from benchrun.warehouse.schemas import TABLES
@@ -159,17 +160,6 @@ def _removed_by_retention(home: Path) -> dict[str, set[str]]:
     return out
 
 
-def _valid_run_id(run_id: str) -> bool:
-    from benchrun.errors import BenchrunError
-    from benchrun.paths import validate_run_id
-
-    try:
-        validate_run_id(run_id)
-    except BenchrunError:
-        return False
-    return True
-
-
 def _rows_now(home: Path, table: str, ids: list[str]) -> int:
     """The tables' rows of ``ids`` in ``table``, read back."""
     from pyiceberg.expressions import In
@@ -202,7 +192,7 @@ def migrate_parquet(home: Path) -> Migration:
             done.left_out.extend(notes)
             present = run_ids(home, table)
             by_run = {f.parent.name.removeprefix("run_id="): f for f in files}
-            for run_id in [r for r in by_run if not _valid_run_id(r)]:  # named, left in place, never a crash
+            for run_id in [r for r in by_run if not is_run_id(r)]:  # named, left in place, never a crash
                 note = (f"{by_run.pop(run_id).parent}: {run_id!r} is not a valid run id, so it was not copied; "
                         "rename the directory to its run's id (run_id=<id>) and run `benchrun migrate-warehouse`")
                 log.warning("%s", note)

@@ -8,9 +8,8 @@ import json
 import logging
 from pathlib import Path
 
-from benchrun.errors import BenchrunError
 from benchrun.fsio import atomic_path
-from benchrun.paths import validate_run_id
+from benchrun.paths import is_run_id, validate_run_id
 from benchrun.warehouse.writer import warehouse_root
 
 log = logging.getLogger(__name__)
@@ -41,23 +40,13 @@ def record_deleted(home: Path, run_id: str, *, now: dt.datetime | None = None,
     return path
 
 
-def _when(value: object) -> dt.datetime | None:
-    try:
-        parsed = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)
-
-
 def deleted_records(home: Path) -> dict[str, dict]:
     """Each run ``benchrun delete`` removed: its record ({} where it does not read; it still counts)."""
     out: dict[str, dict] = {}
     directory = warehouse_root(home) / DELETED_DIR
     for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
         run_id = path.name.removesuffix(".json")
-        try:
-            validate_run_id(run_id)
-        except BenchrunError:  # not a tombstone benchrun wrote
+        if not is_run_id(run_id):  # not a tombstone benchrun wrote
             continue
         try:
             doc = json.loads(path.read_text(encoding="utf-8"))
@@ -69,7 +58,9 @@ def deleted_records(home: Path) -> dict[str, dict]:
 
 def deleted_runs(home: Path) -> dict[str, dt.datetime | None]:
     """Each run ``benchrun delete`` removed: when (None where the tombstone does not say; it still counts)."""
-    return {run_id: _when(doc.get("deleted_utc")) for run_id, doc in deleted_records(home).items()}
+    from benchrun.warehouse.sources import parse_ts
+
+    return {run_id: parse_ts(doc.get("deleted_utc")) for run_id, doc in deleted_records(home).items()}
 
 
 def retention_parts(home: Path) -> list[tuple[str, str, str]]:
