@@ -784,3 +784,32 @@ def test_straggler_joins_the_rank_nodes_telemetry(tmp_path: Path) -> None:
     assert "node telemetry: host CPU 90%, GPU throttled 100%" in slow["why"]
     assert "raw/art_allreduce_r1_telemetry.parquet" in slow["telemetry_evidence"]
     assert by_rank[0]["node_cpu_util_pct"] == 20.0 and by_rank[1]["node_cpu_util_pct"] is None  # node-1 not sampled
+
+
+def test_low_gpu_utilization_leaves_out_failed_replicates_utilization(tmp_path: Path) -> None:
+    """A replicate that failed (its GPU idle while it crashed or hung) is no evidence of a starved GPU:
+    its utilization samples were counted beside the ok replicates' and could turn a busy GPU "low"."""
+    for rid, tokens in (("base", [1000.0, 1010.0, 990.0]), ("cand", [700.0, 690.0, 710.0])):
+        add_run(tmp_path, rid)
+        rows = [{"scope": "gpu", "source": "nvml", "suite": "training", "replicate": rep,
+                 "metric": "gpu_utilization_pct", "value": 95.0 if rep == 1 else 2.0, "unit": "%",
+                 "device_index": 0, "node_name": "n0"} for rep in (1, 2, 3) for _ in range(10)]
+        put(tmp_path, "telemetry_slice_fact", rid, rows)
+        # replicate 1 ran; 2 and 3 failed (a failed replicate writes no training row)
+        put(tmp_path, "training_outcome_fact", rid, [{"suite": "training", "case": "tiny", "replicate": 1,
+                                                      "tokens_per_second": tokens[0]}])
+        put(tmp_path, "launch_fact", rid, [{"suite": "training", "replicate": rep, "status": s}
+                                           for rep, s in ((1, "ok"), (2, "failed"), (3, "timeout"))])
+    res = low_gpu_utilization(tmp_path, "cand", "base")
+    [row] = res.rows
+    assert (row["gpu_util_pct"], row["n_util_samples"]) == (95.0, 10)
+    assert row["n_util_samples_left_out"] == 20 and row["flagged"] is False and res.verdict == "clear"
+    assert "20 sample(s) of 2 replicate(s) that did not succeed left out" in row["why"]
+    # measurement_fact's status says the same where the launch record is missing
+    put(tmp_path, "launch_fact", "cand", [])
+    put(tmp_path, "measurement_fact", "cand", [{"suite": "training", "replicate": rep, "case": "tiny",
+                                                "metric": "gpu_utilization_pct", "value": 1.0, "status": "failed"}
+                                               for rep in (2, 3)])
+    res = low_gpu_utilization(tmp_path, "cand", "base")
+    [row] = res.rows
+    assert (row["gpu_util_pct"], row["n_util_samples"], row["n_util_samples_left_out"]) == (95.0, 10, 22)

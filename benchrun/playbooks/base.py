@@ -53,6 +53,21 @@ def fetch(sql: str, home: Path, params: list[Any]) -> tuple[list[dict[str, Any]]
     return rows, result.query_spec_digest
 
 
+# Each replicate's status in the run ($1) and its baseline ($2): 'ok' when every status recorded
+# for it (its result's, in measurement_fact, and its launch's, in launch_fact) is ok, else the
+# first other one (failed, timeout, ...). A replicate with neither has no row here.
+REPLICATE_STATUS_CTE = """replicate_status AS (
+    SELECT run_id, suite, replicate,
+           CASE WHEN bool_and(status = 'ok') THEN 'ok' ELSE min(status) FILTER (WHERE status <> 'ok') END AS status
+    FROM (SELECT run_id, suite, replicate, status FROM measurement_fact
+          WHERE run_id IN ($1, $2) AND status IS NOT NULL
+          UNION ALL
+          SELECT run_id, suite, replicate, status FROM launch_fact
+          WHERE run_id IN ($1, $2) AND status IS NOT NULL)
+    GROUP BY run_id, suite, replicate
+)"""
+
+
 # Which runs the warehouse holds (benchmark_run_fact has one row per curated run), and how they ended.
 RUN_PRESENT_SQL = "SELECT phase, outcome FROM benchmark_run_fact WHERE run_id = $1"
 

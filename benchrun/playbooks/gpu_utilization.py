@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchrun.playbooks.base import PlaybookResult, check_runs, fetch
+from benchrun.playbooks.base import REPLICATE_STATUS_CTE, PlaybookResult, check_runs, fetch
 
 NAME = "low_gpu_utilization"
 QUESTION = "Training throughput dropped while GPU utilization stayed low: which suite, how low, how much lost?"
@@ -30,27 +30,44 @@ THROUGHPUT_DROP_MIN = 0.10
 # run-over-baseline ratio. The telemetry rows are cited (their raw sample files and window),
 # with the host's CPU utilization and the background CPU load over the same replicates: a
 # starved GPU on a saturated or contended host is input-bound. Nothing here is derived from
-# other metrics: without GPU utilization rows the answer is "not measured".
+# other metrics: without GPU utilization rows the answer is "not measured". Samples of a
+# replicate that did not succeed (REPLICATE_STATUS_CTE: its result or its launch says so) are
+# left out and counted (n_util_samples_left_out): a crashed or hung replicate's idle GPU is no
+# evidence of a starved one. Samples of a replicate with no status recorded stay in.
 SQL = """
-WITH tele AS (
-    SELECT run_id, coalesce(suite, source) AS suite, metric, source, value, raw_path, window_start_utc AS t0,
+WITH """ + REPLICATE_STATUS_CTE + """,
+tele AS (
+    SELECT run_id, coalesce(suite, source) AS suite, replicate, metric, source, value, raw_path, window_start_utc AS t0,
            window_end_utc AS t1, node_name, coalesce(gpu_uuid, CAST(device_index AS VARCHAR)) AS device
     FROM telemetry_slice_fact
     WHERE run_id IN ($1, $2) AND value IS NOT NULL
       AND metric IN ('gpu_utilization_pct', 'dcgm_gpu_utilization_pct', 'dcgm_gpu_utilization_pct_pod')
 ),
-util_samples AS (
-    SELECT run_id, suite, 'suite' AS source, node_name, NULL AS device, value, NULL AS raw_path,
-           NULL::TIMESTAMPTZ AS t0, NULL::TIMESTAMPTZ AS t1
+all_util_samples AS (
+    SELECT run_id, suite, replicate, 'suite' AS source, node_name, NULL AS device, value, NULL AS raw_path,
+           NULL::TIMESTAMPTZ AS t0, NULL::TIMESTAMPTZ AS t1, status AS sample_status
     FROM measurement_fact
     WHERE run_id IN ($1, $2) AND metric = 'gpu_utilization_pct' AND value IS NOT NULL
     UNION ALL
-    SELECT run_id, suite, source || CASE WHEN metric LIKE '%_pod' THEN ' (pod)' ELSE '' END, node_name, device,
-           value, raw_path, t0, t1
+    SELECT run_id, suite, replicate, source || CASE WHEN metric LIKE '%_pod' THEN ' (pod)' ELSE '' END, node_name,
+           device, value, raw_path, t0, t1, NULL
     FROM tele t
     WHERE metric <> 'dcgm_gpu_utilization_pct'
        OR NOT EXISTS (SELECT 1 FROM tele p WHERE p.run_id = t.run_id AND p.suite = t.suite
                                               AND p.metric = 'dcgm_gpu_utilization_pct_pod')
+),
+judged_samples AS (
+    SELECT a.*, coalesce(a.sample_status, 'ok') = 'ok' AND coalesce(rs.status, 'ok') = 'ok' AS replicate_ok
+    FROM all_util_samples a
+    LEFT JOIN replicate_status rs ON rs.run_id = a.run_id AND rs.suite = a.suite AND rs.replicate = a.replicate
+),
+left_out AS (
+    SELECT run_id, suite, count(*) AS n_left_out, count(DISTINCT replicate) AS n_replicates_left_out
+    FROM judged_samples WHERE NOT replicate_ok
+    GROUP BY run_id, suite
+),
+util_samples AS (
+    SELECT * FROM judged_samples WHERE replicate_ok
 ),
 per_gpu AS (
     SELECT run_id, suite, source, node_name, device, count(*) AS n, median(value) AS util,
@@ -71,8 +88,11 @@ util AS (
            arg_max(util_min, util) AS gpu_util_min_pct, arg_max(util_max, util) AS gpu_util_max_pct,
            string_agg(gpu || ' ' || round(util, 1) || '%', ', ' ORDER BY util DESC, gpu) AS gpu_medians,
            any_value(e.telemetry_evidence) AS telemetry_evidence,
-           any_value(e.telemetry_from_utc) AS telemetry_from_utc, any_value(e.telemetry_to_utc) AS telemetry_to_utc
+           any_value(e.telemetry_from_utc) AS telemetry_from_utc, any_value(e.telemetry_to_utc) AS telemetry_to_utc,
+           CAST(coalesce(any_value(lo.n_left_out), 0) AS BIGINT) AS n_util_samples_left_out,
+           CAST(coalesce(any_value(lo.n_replicates_left_out), 0) AS BIGINT) AS n_replicates_left_out
     FROM per_gpu g JOIN evidence e ON e.run_id = g.run_id AND e.suite = g.suite
+    LEFT JOIN left_out lo ON lo.run_id = g.run_id AND lo.suite = g.suite
     GROUP BY g.run_id, g.suite
 ),
 host AS (
@@ -106,7 +126,7 @@ throughput AS (
     FROM throughput_samples
     GROUP BY run_id, suite, "case", metric
 )
-SELECT u.suite, u.n_util_samples, u.n_gpus, u.gpu_util_pct, u.judged_gpu, u.gpu_util_min_pct, u.gpu_util_max_pct,
+SELECT u.suite, u.n_util_samples, u.n_util_samples_left_out, u.n_replicates_left_out, u.n_gpus, u.gpu_util_pct, u.judged_gpu, u.gpu_util_min_pct, u.gpu_util_max_pct,
        u.gpu_medians, bu.gpu_util_pct AS base_gpu_util_pct, h.host_cpu_util_pct, h.background_cpu_pct,
        u.telemetry_evidence, u.telemetry_from_utc, u.telemetry_to_utc,
        t."case", t.metric AS throughput_metric, t.unit AS throughput_unit, t.n_replicates,
@@ -153,6 +173,9 @@ def low_gpu_utilization(home: Path, run_id: str, baseline_run_id: str | None) ->
         change = row["throughput_change"]
         util = (f"utilization {row['gpu_util_pct']:.1f}% ({'<' if low else '≥'} {LOW_UTIL_PCT:g}%) on the busiest "
                 f"of {row['n_gpus']} GPU(s) sampled, {row['judged_gpu']}")
+        if row["n_util_samples_left_out"]:
+            util += (f" ({row['n_util_samples_left_out']} sample(s) of {row['n_replicates_left_out']} replicate(s) "
+                     "that did not succeed left out)")
         row["gpu_util_low"] = low
         if baseline_run_id is None:
             row.update(flagged=None, why=f"{util}; no baseline run to compare throughput with")

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from benchrun.loadgen.metrics import COUNT_REASON_TAIL, LEGACY_COUNT_REASON_TAILS
-from benchrun.playbooks.base import PlaybookResult, check_runs, fetch, replicates_phrase
+from benchrun.playbooks.base import REPLICATE_STATUS_CTE, PlaybookResult, check_runs, fetch, replicates_phrase
 
 NAME = "tail_latency_regression"
 QUESTION = "Inference p99 doubled but the average barely moved: which serving point and bucket, by how much?"
@@ -33,12 +33,7 @@ P99_CONFIDENCE = 0.95
 # bucket-'all' row or of the row itself leaves the row out; so does a replicate whose status is
 # not ok or not recorded. LEFT_OUT_SQL lists what was left out and why.
 JUDGED_CTE = """
-WITH replicate_status AS (
-    SELECT run_id, suite, replicate, any_value(status) AS status
-    FROM measurement_fact
-    WHERE run_id IN ($1, $2)
-    GROUP BY run_id, suite, replicate
-),
+WITH """ + REPLICATE_STATUS_CTE + """,
 serving AS (
     SELECT s.run_id, s.suite, s.replicate, s.point, coalesce(s.bucket, 'all') AS bucket, s.n_requests,
            s.e2e_ms_mean, s.e2e_ms_p50, s.e2e_ms_p99, s.ttft_ms_mean, s.ttft_ms_p50, s.ttft_ms_p99,
