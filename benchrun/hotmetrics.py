@@ -20,7 +20,6 @@ the push is an HTTP PUT through urllib, which replaces the run's group on every 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import math
 import os
@@ -39,6 +38,7 @@ from prometheus_client.metrics_core import Metric
 
 from benchrun.errors import BenchrunError
 from benchrun.paths import benchrun_home, validate_run_id
+from benchrun.pushgateway import PUSHGATEWAY_ENV, gateway, gateway_error, gateway_groups
 from benchrun.rundir import read_json_or_none
 from benchrun.suites.result import SCHEMA
 from benchrun.fsio import atomic_write_text
@@ -46,7 +46,6 @@ from benchrun.urlsafe import redact
 
 log = logging.getLogger(__name__)
 
-PUSHGATEWAY_ENV = "BENCHRUN_PUSHGATEWAY_URL"
 DEFAULT_JOB = "benchrun"
 PREFIX = "benchrun_"
 # CONTRACT.md §3: hot metrics never carry these as labels, whatever the spec says.
@@ -425,36 +424,11 @@ def textfile_series(directory: Path, *, exclude_run_id: str | None = None) -> in
     return total
 
 
-def _gateway_error(url: str, exc: BaseException) -> BenchrunError:
-    if isinstance(exc, urllib.error.HTTPError):
-        try:
-            body = exc.read().decode("utf-8", "replace").strip()
-        except Exception:  # the body is only for the message
-            body = ""
-        return BenchrunError(f"Pushgateway {redact(url)} refused the request: HTTP {exc.code} {body or exc.reason}")
-    reason = getattr(exc, "reason", exc)
-    return BenchrunError(
-        f"Pushgateway {redact(url)} is unreachable ({reason}); check {PUSHGATEWAY_ENV} or unset it to "
-        "write the textfile only"
-    )
-
-
-def _gateway_groups(url: str, timeout: float) -> list[dict[str, Any]]:
-    """The groups the Pushgateway holds (its ``/api/v1/metrics``)."""
-    endpoint = url.rstrip("/") + "/api/v1/metrics"
-    try:
-        with urllib.request.urlopen(endpoint, timeout=timeout) as resp:
-            doc = json.loads(resp.read().decode("utf-8"))
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise _gateway_error(url, exc) from exc
-    return [g for g in doc.get("data") or [] if isinstance(g, dict)]
-
-
 def gateway_series(url: str, *, job: str = DEFAULT_JOB, exclude_run_id: str | None = None,
                    timeout: float = 10.0) -> int:
     """Series the Pushgateway holds in groups other than this run's (its ``/api/v1/metrics``)."""
     total = 0
-    for group in _gateway_groups(url, timeout):
+    for group in gateway_groups(url, timeout):
         glabels = group.get("labels") or {}
         if exclude_run_id is not None and glabels.get("job") == job and glabels.get("run_id") == exclude_run_id:
             continue
@@ -470,15 +444,16 @@ def delete_groups(url: str, run_id: str, *, job: str = DEFAULT_JOB, timeout: flo
     there counts against every later run's ``maxActiveSeries``. BenchrunError when the gateway
     is unreachable or refuses."""
     deleted = []
-    for group in _gateway_groups(url, timeout):
+    for group in gateway_groups(url, timeout):
         glabels = group.get("labels") or {}
         if glabels.get("job") != job or glabels.get("run_id") != run_id:
             continue
         key = {k: str(v) for k, v in glabels.items() if k != "job"}
         try:
-            delete_from_gateway(url, job=job, grouping_key=key, timeout=timeout)
+            gw = gateway(url)
+            delete_from_gateway(gw.url, job=job, grouping_key=key, timeout=timeout, handler=gw.handler())
         except (urllib.error.URLError, OSError) as exc:
-            raise _gateway_error(url, exc) from exc
+            raise gateway_error(url, exc) from exc
         deleted.append(group_url(url, run_id, job=job, grouping={k: v for k, v in key.items() if k != "run_id"}))
     return deleted
 
@@ -503,9 +478,11 @@ def push(hm: HotMetrics, url: str, *, job: str = DEFAULT_JOB, grouping: Mapping[
     key = {"run_id": hm.run_id, **{label_name(k): str(v) for k, v in extra.items()}}
     target = group_url(url, hm.run_id, job=job, grouping=extra)
     try:
-        push_to_gateway(url, job=job, registry=hm.registry(), grouping_key=key, timeout=timeout)
+        gw = gateway(url)
+        push_to_gateway(gw.url, job=job, registry=hm.registry(), grouping_key=key, timeout=timeout,
+                        handler=gw.handler())
     except (urllib.error.URLError, OSError) as exc:
-        raise _gateway_error(url, exc) from exc
+        raise gateway_error(url, exc) from exc
     log.info("hot metrics of run %s: %d series pushed to %s", hm.run_id, hm.series_count, target)
     return target
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 import subprocess
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any, Iterator
@@ -16,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from benchrun import hotmetrics as hm_mod
 from benchrun.errors import BenchrunError
 from benchrun.hotmetrics import Budget, publish_run, push, render, write_textfile
+from benchrun.pushgateway import PUSHGATEWAY_PASSWORD_ENV, PUSHGATEWAY_USER_ENV
 from benchrun.suites.result import SCHEMA, metric
 from benchrun.fsio import atomic_write_json
 
@@ -179,24 +182,26 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def pushgateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def _start_pushgateway(workdir: Path, *extra: str, ready_auth: str | None = None) -> Iterator[str]:
     """The real Debian prometheus-pushgateway on a free loopback port, no persistence."""
     if not PUSHGATEWAY.exists():
         pytest.skip(f"{PUSHGATEWAY} is not installed (Debian package prometheus-pushgateway)")
     port = _free_port()
-    log = tmp_path_factory.mktemp("pushgateway") / "pushgateway.log"
+    log = workdir / "pushgateway.log"
     with log.open("wb") as fh:
         # Debian's build persists to /var/lib/prometheus/pushgateway.data by default, which
         # would leak groups between test runs: an empty --persistence.file keeps it in memory.
-        proc = subprocess.Popen([str(PUSHGATEWAY), f"--web.listen-address=127.0.0.1:{port}", "--persistence.file="],
-                                stdout=fh, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen([str(PUSHGATEWAY), f"--web.listen-address=127.0.0.1:{port}", "--persistence.file=",
+                                 *extra], stdout=fh, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 20
         while True:
             try:
-                with urllib.request.urlopen(url + "/-/ready", timeout=1) as r:
+                req = urllib.request.Request(url + "/-/ready")
+                if ready_auth:
+                    req.add_header("Authorization", ready_auth)
+                with urllib.request.urlopen(req, timeout=1) as r:
                     if r.status == 200:
                         break
             except OSError:
@@ -212,6 +217,54 @@ def pushgateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(scope="module")
+def pushgateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    yield from _start_pushgateway(tmp_path_factory.mktemp("pushgateway"))
+
+
+GATEWAY_USER, GATEWAY_PASSWORD = "bench", "S3cret/PW:x"
+
+
+@pytest.fixture(scope="module")
+def secured_pushgateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The real Pushgateway behind basic auth (its --web.config.file, a bcrypt hash as it requires)."""
+    bcrypt = pytest.importorskip("bcrypt")
+    workdir = tmp_path_factory.mktemp("secured-pushgateway")
+    hashed = bcrypt.hashpw(GATEWAY_PASSWORD.encode(), bcrypt.gensalt(rounds=4)).decode()
+    (workdir / "web.yml").write_text(f"basic_auth_users:\n  {GATEWAY_USER}: '{hashed}'\n")
+    token = base64.b64encode(f"{GATEWAY_USER}:{GATEWAY_PASSWORD}".encode()).decode()
+    yield from _start_pushgateway(workdir, f"--web.config.file={workdir / 'web.yml'}",
+                                  ready_auth=f"Basic {token}")
+
+
+def test_a_pushgateway_behind_basic_auth(tmp_path: Path, secured_pushgateway: str, monkeypatch) -> None:
+    """Credentials from the environment (or the URL's user:password@) reach every request: the
+    series count, the push and the delete; without them the gateway's 401 is said, not a crash."""
+    rd, status = make_run(tmp_path)
+    with pytest.raises(BenchrunError, match="refused the request: HTTP 401"):
+        push(render(rd, status, BIG), secured_pushgateway)
+    _, pub = publish_run(rd, status, BIG, home=tmp_path, url=secured_pushgateway)
+    assert pub.pushed_to is None and "HTTP 401" in pub.push_error and PUSHGATEWAY_USER_ENV in pub.push_error
+
+    monkeypatch.setenv(PUSHGATEWAY_USER_ENV, GATEWAY_USER)
+    monkeypatch.setenv(PUSHGATEWAY_PASSWORD_ENV, GATEWAY_PASSWORD)
+    hm, pub = publish_run(rd, status, BIG, home=tmp_path, url=secured_pushgateway)
+    assert pub.pushed_to == f"{secured_pushgateway}/metrics/job/benchrun/run_id/{RUN_ID}" and pub.push_error is None
+    assert hm_mod.gateway_series(secured_pushgateway) >= hm.series_count
+    assert GATEWAY_PASSWORD not in pub.note
+    assert hm_mod.delete_groups(secured_pushgateway, RUN_ID) == [pub.pushed_to]
+
+    # the same credentials in the URL (percent-encoded), the environment's unset: pushed, never shown
+    monkeypatch.delenv(PUSHGATEWAY_USER_ENV)
+    monkeypatch.delenv(PUSHGATEWAY_PASSWORD_ENV)
+    quoted = urllib.parse.quote(GATEWAY_PASSWORD, safe="")
+    url = secured_pushgateway.replace("http://", f"http://{GATEWAY_USER}:{quoted}@")
+    _, pub = publish_run(rd, status, BIG, home=tmp_path, url=url)
+    assert pub.pushed_to == f"{secured_pushgateway}/metrics/job/benchrun/run_id/{RUN_ID}"
+    assert quoted not in pub.note and GATEWAY_PASSWORD not in pub.note
+    assert hm_mod.delete_groups(url, RUN_ID) == [pub.pushed_to]
 
 
 def _gateway_samples(url: str) -> list[tuple[str, dict[str, str], float]]:
