@@ -133,3 +133,34 @@ def test_a_run_made_after_its_ids_tombstone_is_rebuilt(tmp_path: Path) -> None:
     rows = _curated(tmp_path, "run-a")["run-a"]  # created 2026-11-30
     report = rebuild_warehouse(tmp_path)
     assert list(report.rebuilt) == ["run-a"] and not report.skipped and _rows(tmp_path, "run-a") == rows
+
+
+def test_a_damaged_requests_file_fails_its_run_only_and_leaves_its_rows(tmp_path: Path) -> None:
+    """A truncated raw/*_requests.parquet raised pyarrow's ArrowInvalid out of rebuild-warehouse (a
+    traceback; the runs after it were not rebuilt), and only once the tables before serving_request_fact
+    in the run's order had been committed. Now the streamed files' footers are read before the first
+    commit: the run fails naming the file, its rows stay in every table, the other runs are rebuilt."""
+    before = _curated(tmp_path, "run-a", "run-b")
+    damaged = sorted((tmp_path / "runs" / "run-a" / "raw").glob("*_requests.parquet"))[-1]
+    damaged.write_bytes(damaged.read_bytes()[:100])  # truncated: no footer
+    report = rebuild_warehouse(tmp_path, ["run-a", "run-b"])
+    assert damaged.name in report.failed["run-a"] and "does not read" in report.failed["run-a"]
+    assert list(report.rebuilt) == ["run-b"]
+    assert _rows(tmp_path, "run-a") == before["run-a"] and _rows(tmp_path, "run-b") == before["run-b"]
+
+
+def test_a_requests_file_that_fails_mid_stream_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Damage past the footer shows only while the batches stream: a BenchrunError naming the file,
+    not pyarrow's error, so the rebuild reports the run and goes on."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    _curated(tmp_path, "run-a")
+
+    def broken(self, *a, **kw):
+        raise pa.ArrowInvalid("Couldn't deserialize thrift: page header damaged")
+        yield  # a generator, as iter_batches is
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", broken)
+    report = rebuild_warehouse(tmp_path, ["run-a"])
+    assert "_requests.parquet" in report.failed["run-a"] and "page header damaged" in report.failed["run-a"]

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from benchrun.errors import BenchrunError
 from benchrun.paths import sample_path
 from benchrun.store import ObjectManifest, portable_address, portable_store_uri
 from benchrun.telemetry.facts import slice_tables
@@ -349,25 +350,51 @@ def telemetry_rows(src: RunSources) -> list[dict[str, Any]]:
     return rows
 
 
-def request_batches(src: RunSources) -> Iterator[pa.RecordBatch]:
-    """Rows of every ``raw/*_requests.parquet``, streamed in batches with keys and lineage added."""
+def request_files(src: RunSources, *, warn: bool = True) -> Iterator[tuple[Path, str, dict[str, Any]]]:
+    """Each result's ``raw/*_requests.parquet``: its path, the name the result gives it, the result."""
     for relpath, doc in src.results:
         sample = (doc.get("samples") or {}).get("requests")
         if not sample:
             continue
         path = sample_path(src.run_dir, sample)
         if path is None:
-            log.warning("run %s: %s names %s, outside the run directory: not read", src.run_id, relpath, sample)
+            if warn:
+                log.warning("run %s: %s names %s, outside the run directory: not read", src.run_id, relpath, sample)
             continue
         if not path.is_file():
-            log.warning("run %s: %s names %s, which is missing", src.run_id, relpath, sample)
+            if warn:
+                log.warning("run %s: %s names %s, which is missing", src.run_id, relpath, sample)
             continue
+        yield path, sample, doc
+
+
+def check_request_files(src: RunSources) -> None:
+    """Read every requests file's footer (schema, row groups) before the first table is committed:
+    a truncated or foreign file fails the curation while every table still holds the old rows."""
+    for path, sample, _ in request_files(src, warn=False):
+        try:
+            pq.ParquetFile(path).close()
+        except (pa.ArrowException, OSError) as exc:
+            raise _unreadable(src.run_id, sample, exc) from exc
+
+
+def _unreadable(run_id: str, name: str, exc: BaseException) -> BenchrunError:
+    return BenchrunError(f"run {run_id}: {name} does not read as parquet ({exc}); `benchrun verify {run_id}` "
+                         "says whether the evidence changed since it was sealed")
+
+
+def request_batches(src: RunSources) -> Iterator[pa.RecordBatch]:
+    """Rows of every ``raw/*_requests.parquet``, streamed in batches with keys and lineage added."""
+    for path, sample, doc in request_files(src):
         suite, rep = doc.get("suite"), int(doc.get("replicate") or 0)
         consts = {
             **_keys(src, **_launch_keys(src, suite, rep), benchmark_case_id=doc.get("benchmark_case_id")),
             "suite": suite, "replicate": rep, **src.lineage(sample),
         }
-        yield from stream_request_file(path, consts)
+        try:
+            yield from stream_request_file(path, consts)
+        except (pa.ArrowException, OSError) as exc:  # damage past the footer shows only while streaming
+            raise _unreadable(src.run_id, sample, exc) from exc
 
 
 def stream_request_file(path: Path, consts: dict[str, Any], batch_rows: int = REQUEST_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
@@ -480,8 +507,8 @@ def curate_run(
     lineage columns stay null. ``every_day``: replace the run's rows whatever day they lie in
     (``rebuild-warehouse``: a run curated before it started, or restored from the store, may
     have them on another day), still one commit per table. The run's files are read, and its
-    rows other than the streamed ones built, before the first table is touched: a file that
-    does not read leaves every table as it was.
+    rows other than the streamed ones built, and the requests files' footers read, before the first
+    table is touched: a file that does not read leaves every table as it was.
     """
     src = load_sources(Path(run_dir), manifest, Path(home))
     producers = build_tables(src)
@@ -494,6 +521,8 @@ def curate_run(
     turn = int(hashlib.sha256(src.run_id.encode()).hexdigest(), 16) % len(selected)
     ordered = selected[turn:] + selected[:turn]
     built = {table: producers[table]() if table in STREAMED else list(producers[table]()) for table in ordered}
+    if "serving_request_fact" in ordered:
+        check_request_files(src)
     counts = {table: store_rows(Path(home), table, src.run_id, built[table], started, every_day=every_day)
               for table in ordered}
     return {table: counts[table] for table in selected}
