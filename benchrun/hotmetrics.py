@@ -3,7 +3,8 @@
 One run becomes one push group (``job=benchrun, run_id=<run_id>``) or one node-exporter
 textfile (``$BENCHRUN_HOME/metrics/<run_id>.prom``). Each suite metric becomes a gauge
 ``benchrun_<metric>`` holding the median over the run's ok replicates, labelled by run,
-cadence, benchmark class, layer, suite and case; run-level gauges say how many replicates
+cadence, benchmark class, layer, suite and case (and a row's rank, node or GPU; its other
+keys, such as a p99's sample count, are details of one replicate, never labels); run-level gauges say how many replicates
 succeeded or failed, how long the run took and which phase it was in.
 
 Labels named in CONTRACT.md §3 (``request_id``, ``trace_id``, ``prompt_hash``) and the
@@ -74,7 +75,11 @@ RUN_METRICS = {
     "benchrun_run_replicates": "Replicates per layer by outcome (ok, failed, unavailable).",
     "benchrun_suite_replicates": "Suite result documents per suite by status (ok, failed, unavailable).",
 }
-_ROW_FIELDS = frozenset({"name", "value", "unit", "direction", "case"})
+# The row keys that name what a series is about (a rank, node or GPU; and the per-request keys,
+# which are then removed): labels. Every other key a row carries (fio's job_runtime_ms, a p99's
+# `samples` count) is a detail of one replicate's measurement: a label of it would make each
+# replicate its own series instead of one median over them.
+IDENTITY_KEYS = frozenset({"rank_id", "node_name", "gpu_uuid"}) | FORBIDDEN_LABELS
 _NAME_BAD = re.compile(r"[^a-zA-Z0-9_:]")
 _LABEL_BAD = re.compile(r"[^a-zA-Z0-9_]")
 _RESULT_NAME = re.compile(r"^(?P<run>.+)_(?P<suite>[A-Za-z0-9][A-Za-z0-9._-]*)_r(?P<k>\d+)\.json\Z")
@@ -339,7 +344,7 @@ def render(
             value = row.get("value")
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
                 continue
-            extra = {k: v for k, v in row.items() if k not in _ROW_FIELDS and v is not None}
+            extra = {k: v for k, v in row.items() if k in IDENTITY_KEYS and v is not None}
             # A row's own keys (rank_id, node_name, ...) never override the structural labels.
             lab = labels({**extra, "layer": layer_of.get(suite, ""), "suite": suite, "case": row.get("case") or ""})
             name = metric_name(str(row.get("name", "")))

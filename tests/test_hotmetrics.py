@@ -441,3 +441,27 @@ def test_a_run_whose_pushgateway_is_down_succeeds_and_says_so(bench_home, canary
     st = RunDir(bench_home, run_id).read_status()
     assert st["phase"] == "Succeeded" and (bench_home / "metrics" / f"{run_id}.prom").is_file()
     assert "S3cretPW" not in (bench_home / "runs" / run_id / "status.json").read_text() + out.output
+
+
+def test_a_rows_measurement_details_are_no_labels_only_its_identity_keys_are(tmp_path: Path) -> None:
+    """fio's rows carry job_runtime_ms and, on p99s, samples (an I/O count), gemm's and training's p99s
+    carry samples: each became a label, so every replicate was its own series (fio bandwidth three times,
+    67.1 / 128.2 / 170.2, not their median) and, as "detail", the first dropped under a budget."""
+    rd, status = make_run(tmp_path)
+    for k, (bw, runtime, p99, n) in enumerate([(128.2, 150, 2.0, 6036), (170.2, 151, 4.0, 3314),
+                                               (67.1, 156, 3.0, 4877)], start=1):
+        rows = [metric("bandwidth_mib_per_s", bw, "MiB/s", "higher", case="rand_write", job_runtime_ms=runtime),
+                metric("p99_clat_ms", p99, "ms", "lower", case="rand_write", job_runtime_ms=runtime, samples=n),
+                metric("rank_p50_time_us", 10.0 + k, "us", "lower", case="1MiB", rank_id=0, node_name="n0")]
+        atomic_write_json(rd / "structured" / f"{RUN_ID}_fio_r{k}.json", _doc("fio", k, "ok", rows))
+    hm = render(rd, status, BIG, primary=["p99_clat_ms"])
+    rows = samples(hm.text)
+    assert find(rows, "benchrun_bandwidth_mib_per_s", suite="fio") == [128.2]
+    assert find(rows, "benchrun_p99_clat_ms", suite="fio") == [3.0]
+    assert not [lab for _, lab, _ in rows if "samples" in lab or "job_runtime_ms" in lab]
+    # identity keys stay labels: one series per rank and node
+    assert find(rows, "benchrun_rank_p50_time_us", suite="fio", rank_id="0", node_name="n0") == [12.0]
+    prio = {s.name: s.priority for s in hm.series if ("suite", "fio") in s.labels}
+    assert prio["benchrun_p99_clat_ms"] == hm_mod.PRIORITY_PRIMARY
+    assert prio["benchrun_bandwidth_mib_per_s"] == hm_mod.PRIORITY_METRIC
+    assert prio["benchrun_rank_p50_time_us"] == hm_mod.PRIORITY_DETAIL
