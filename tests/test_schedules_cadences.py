@@ -17,6 +17,7 @@ from benchrun.automation.settings import DEFAULT_NIGHTLY_CRON, ENV_NIGHTLY_CRON,
 from benchrun.errors import BenchrunError
 from schedules.cadences import nightly_schedule, pre_release_schedule
 from test_automation_fixtures import ROOT, definitions, invalid_spec_bytes, spec_bytes
+from test_store_helpers import s3_env  # noqa: F401  (fixture)
 
 TICK = dt.datetime(2026, 9, 21, 3, 15, tzinfo=dt.timezone.utc)
 
@@ -89,6 +90,27 @@ def test_tick_without_matching_specs_says_why(instance, specs_dir: Path) -> None
     assert "no pre_release specs" in data.skip_message
     assert "broken.yaml" in data.skip_message and "spec.trials.minReplicates" in data.skip_message
     assert instance.get_dynamic_partitions("benchmark_run") == []
+
+
+def test_a_storage_failure_fails_the_tick_instead_of_calling_the_spec_invalid(
+        instance, specs_dir: Path, s3_env: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a shared-state push failure (NoSuchBucket) was reported as "invalid spec skipped"
+    import uuid
+
+    import boto3
+
+    bucket = f"missing-{uuid.uuid4().hex[:10]}"  # moto's buckets outlive its server in this process
+    monkeypatch.setenv("BENCHRUN_SHARED_STATE", f"s3://{bucket}/benchrun")
+    (specs_dir / "a.yaml").write_bytes(spec_bytes("nightly-a", "nightly"))
+    with pytest.raises(dg.DagsterUserCodeExecutionError) as failed:  # the tick fails, with benchrun's error
+        tick(nightly_schedule, instance)
+    assert isinstance(failed.value.__cause__, BenchrunError)
+    text = str(failed.value.__cause__)
+    assert "not submitted: a.yaml is valid but could not be registered" in text and "NoSuchBucket" in text
+    assert "invalid spec" not in text and "benchrun cadence run nightly" in text
+    assert instance.get_dynamic_partitions("benchmark_run") == []
+    boto3.client("s3", endpoint_url=s3_env).create_bucket(Bucket=bucket)
+    assert [r.tags["benchrun/spec_path"] for r in tick(nightly_schedule, instance).run_requests] == ["a.yaml"]
 
 
 def test_schedule_defaults_are_deliberate() -> None:
