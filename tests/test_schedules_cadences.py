@@ -118,6 +118,8 @@ def test_schedule_defaults_are_deliberate() -> None:
     assert nightly_schedule.execution_timezone == "UTC"
     assert nightly_schedule.default_status == dg.DefaultScheduleStatus.STOPPED
     assert pre_release_schedule.default_status == dg.DefaultScheduleStatus.STOPPED
+    maintenance = definitions().get_schedule_def("warehouse_maintenance_schedule")
+    assert maintenance.default_status == dg.DefaultScheduleStatus.STOPPED
     assert {s.job_name for s in (nightly_schedule, pre_release_schedule)} == {"benchmark_run_job"}
 
 
@@ -154,11 +156,10 @@ def test_automation_switches_reject_unknown_names(monkeypatch: pytest.MonkeyPatc
 
     assert starts_on("run_failure_sensor", True) and not starts_on("canary_sensor", False)
     # every sensor and schedule the definitions carry can be switched by name
-    from schedules import all_schedules
-    from sensors import all_sensors
     from benchrun.automation.settings import AUTOMATION_NAMES
 
-    assert {d.name for d in all_sensors + all_schedules} == set(AUTOMATION_NAMES)
+    repo = definitions().get_repository_def()
+    assert {d.name for d in [*repo.schedule_defs, *repo.sensor_defs]} == set(AUTOMATION_NAMES)
     monkeypatch.setenv("BENCHRUN_AUTOMATION_ON", "all")
     assert starts_on("canary_sensor", False)
     monkeypatch.setenv("BENCHRUN_AUTOMATION_OFF", "canary_sensor")
@@ -166,3 +167,16 @@ def test_automation_switches_reject_unknown_names(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("BENCHRUN_AUTOMATION_ON", "nightly")
     with pytest.raises(BenchrunError, match="BENCHRUN_AUTOMATION_ON names unknown schedules or sensors"):
         starts_on("nightly_schedule", False)
+
+
+@pytest.mark.parametrize("on", ["warehouse_maintenance_schedule", "all"])
+def test_the_maintenance_schedule_is_switched_like_the_others(on: str) -> None:
+    # naming it made the code location fail to load ("names unknown schedules or sensors"), and
+    # `all` left it stopped
+    code = ("from bench_assets.definitions import defs; "
+            "print(defs.get_schedule_def('warehouse_maintenance_schedule').default_status.value)")
+    env = {**os.environ, "BENCHRUN_AUTOMATION_ON": on}
+    env.pop("BENCHRUN_AUTOMATION_OFF", None)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["RUNNING"]
