@@ -21,6 +21,7 @@ from bench_assets.warehouse_assets import (
     warehouse_run_assets,
     warehouse_views,
 )
+from benchrun.automation.settings import starts_on
 from resources.launcher import LauncherResource
 from schedules import all_schedules
 from sensors import all_sensors
@@ -68,10 +69,13 @@ maintenance_job = dg.define_asset_job(
     executor_def=dg.in_process_executor,
     description="Iceberg compaction and snapshot expiry (BENCHRUN_WAREHOUSE_FORMAT=iceberg).",
 )
-# Daily at 03:30 UTC; stopped until an operator turns it on (the parquet layout has nothing to maintain).
+# Daily at 03:30 UTC; off until an operator turns it on (the parquet layout has nothing to
+# maintain): the UI toggle, or BENCHRUN_AUTOMATION_ON=warehouse_maintenance_schedule (or all).
 maintenance_schedule = dg.ScheduleDefinition(
     name="warehouse_maintenance_schedule", job=maintenance_job, cron_schedule="30 3 * * *",
-    execution_timezone="UTC", default_status=dg.DefaultScheduleStatus.STOPPED,
+    execution_timezone="UTC",
+    default_status=(dg.DefaultScheduleStatus.RUNNING if starts_on("warehouse_maintenance_schedule", False)
+                    else dg.DefaultScheduleStatus.STOPPED),
 )
 
 defs = dg.Definitions(

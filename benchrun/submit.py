@@ -201,6 +201,29 @@ def prepare(
     )
 
 
+def admission_fault(exc: BenchrunError, spec: Any, source: str,
+                    home: Path | str | None = None) -> BenchrunError | None:
+    """The error that makes ``spec`` (its bytes, or the LoadedSpec already validated) invalid,
+    or None when ``exc``, raised by :func:`prepare` or :func:`submit`, is not the spec's fault:
+    the shared state, the disk or the Dagster instance failed, and a later try may not.
+
+    One rule for every automated path (the BenchmarkRun controller, the schedules and the
+    commit sensors): only an invalid spec is dropped for good; anything else is tried again.
+    """
+    from benchrun.spec import load_spec_bytes
+    from benchrun.spec.validation import SpecInvalid
+    from benchrun.store import check_path_template
+
+    if isinstance(exc, SpecInvalid):
+        return exc
+    try:  # what prepare() checks before it writes anything
+        loaded = load_spec_bytes(spec, source) if isinstance(spec, bytes) else spec
+        check_path_template(loaded.run.spec.sinks.raw_artifacts.path_template, benchrun_home(home))
+    except BenchrunError as invalid:
+        return invalid
+    return None
+
+
 def dagster_home(home: Path | str | None = None) -> Path:
     """``$BENCHRUN_HOME/dagster_home`` with the repo's instance template (dagster.yaml)."""
     path = benchrun_home(home) / "dagster_home"

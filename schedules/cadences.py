@@ -22,6 +22,7 @@ from benchrun.automation.settings import (
     starts_on,
 )
 from benchrun.automation.ticks import cadence_tick, submit_register
+from benchrun.errors import BenchrunError
 from sensors._requests import log_outcome, run_request
 
 
@@ -34,6 +35,11 @@ def _tick(context: dg.ScheduleEvaluationContext, cadence: str) -> list[dg.RunReq
     now = context.scheduled_execution_time or dt.datetime.now(dt.timezone.utc)
     outcome = cadence_tick(cadence, default_specs_dir(), now, submit_register(None, context.instance))
     log_outcome(context.log, outcome)
+    if not outcome.submissions and outcome.failed:
+        # Not a skip: valid specs did not run because the shared state or the disk failed.
+        # The tick fails where it is seen; `benchrun cadence run` submits them once that is fixed.
+        raise BenchrunError(f"{cadence} tick: {outcome.skip_reason()}; fix that, then run "
+                            f"`benchrun cadence run {cadence}` to submit them now")
     if not outcome.submissions:
         return dg.SkipReason(outcome.skip_reason())
     return [run_request(s) for s in outcome.submissions]

@@ -31,7 +31,10 @@ def run_request(sub: Submission) -> dg.RunRequest:
 
 
 def log_outcome(log: logging.Logger | Any, outcome: TickOutcome) -> None:
-    """Write the tick's decisions to the tick log (``context.log``), invalid specs as warnings."""
+    """Write the tick's decisions to the tick log (``context.log``): specs that could not be
+    registered as errors, invalid specs as warnings."""
+    for text in outcome.failed:
+        log.error(f"not submitted: {text}")
     for bad in outcome.invalid:
         log.warning(f"invalid spec skipped (never run): {bad.describe()}")
     for note in outcome.notes:

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from benchrun.cli import app
 from test_automation_fixtures import ROOT, invalid_spec_bytes, spec_bytes
+from test_store_helpers import s3_env  # noqa: F401  (fixture)
 
 
 @pytest.fixture
@@ -47,6 +48,17 @@ def test_invalid_specs_are_listed_with_errors_and_exit_1(specs_dir: Path, bench_
     assert "invalid broken.yaml (not run): 2 error(s)" in result.stderr
     assert "spec.trials.minReplicates (line" in result.stderr
     assert not any(p.name.startswith("broken") for p in (bench_home / "runs").iterdir())
+
+
+def test_specs_the_storage_failed_are_named_not_invalid_and_exit_1(specs_dir: Path, bench_home: Path, s3_env: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import uuid  # moto's buckets outlive its server in this process: a name no other test made
+
+    monkeypatch.setenv("BENCHRUN_SHARED_STATE", f"s3://missing-{uuid.uuid4().hex[:10]}/benchrun")
+    result = CliRunner().invoke(app, ["cadence", "run", "canary", "--specs", str(specs_dir)])
+    assert result.exit_code == 1 and "invalid" not in result.stderr
+    assert "not submitted: canary.yaml is valid but could not be registered" in result.stderr
+    assert "NoSuchBucket" in result.stderr and "run this command again once that is fixed" in result.stderr
 
 
 def test_dry_run_submits_nothing(specs_dir: Path, bench_home: Path) -> None:

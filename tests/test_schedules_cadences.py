@@ -17,6 +17,7 @@ from benchrun.automation.settings import DEFAULT_NIGHTLY_CRON, ENV_NIGHTLY_CRON,
 from benchrun.errors import BenchrunError
 from schedules.cadences import nightly_schedule, pre_release_schedule
 from test_automation_fixtures import ROOT, definitions, invalid_spec_bytes, spec_bytes
+from test_store_helpers import s3_env  # noqa: F401  (fixture)
 
 TICK = dt.datetime(2026, 9, 21, 3, 15, tzinfo=dt.timezone.utc)
 
@@ -91,11 +92,34 @@ def test_tick_without_matching_specs_says_why(instance, specs_dir: Path) -> None
     assert instance.get_dynamic_partitions("benchmark_run") == []
 
 
+def test_a_storage_failure_fails_the_tick_instead_of_calling_the_spec_invalid(
+        instance, specs_dir: Path, s3_env: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a shared-state push failure (NoSuchBucket) was reported as "invalid spec skipped"
+    import uuid
+
+    import boto3
+
+    bucket = f"missing-{uuid.uuid4().hex[:10]}"  # moto's buckets outlive its server in this process
+    monkeypatch.setenv("BENCHRUN_SHARED_STATE", f"s3://{bucket}/benchrun")
+    (specs_dir / "a.yaml").write_bytes(spec_bytes("nightly-a", "nightly"))
+    with pytest.raises(dg.DagsterUserCodeExecutionError) as failed:  # the tick fails, with benchrun's error
+        tick(nightly_schedule, instance)
+    assert isinstance(failed.value.__cause__, BenchrunError)
+    text = str(failed.value.__cause__)
+    assert "not submitted: a.yaml is valid but could not be registered" in text and "NoSuchBucket" in text
+    assert "invalid spec" not in text and "benchrun cadence run nightly" in text
+    assert instance.get_dynamic_partitions("benchmark_run") == []
+    boto3.client("s3", endpoint_url=s3_env).create_bucket(Bucket=bucket)
+    assert [r.tags["benchrun/spec_path"] for r in tick(nightly_schedule, instance).run_requests] == ["a.yaml"]
+
+
 def test_schedule_defaults_are_deliberate() -> None:
     assert nightly_schedule.cron_schedule == DEFAULT_NIGHTLY_CRON == "15 3 * * *"
     assert nightly_schedule.execution_timezone == "UTC"
     assert nightly_schedule.default_status == dg.DefaultScheduleStatus.STOPPED
     assert pre_release_schedule.default_status == dg.DefaultScheduleStatus.STOPPED
+    maintenance = definitions().get_schedule_def("warehouse_maintenance_schedule")
+    assert maintenance.default_status == dg.DefaultScheduleStatus.STOPPED
     assert {s.job_name for s in (nightly_schedule, pre_release_schedule)} == {"benchmark_run_job"}
 
 
@@ -132,11 +156,10 @@ def test_automation_switches_reject_unknown_names(monkeypatch: pytest.MonkeyPatc
 
     assert starts_on("run_failure_sensor", True) and not starts_on("canary_sensor", False)
     # every sensor and schedule the definitions carry can be switched by name
-    from schedules import all_schedules
-    from sensors import all_sensors
     from benchrun.automation.settings import AUTOMATION_NAMES
 
-    assert {d.name for d in all_sensors + all_schedules} == set(AUTOMATION_NAMES)
+    repo = definitions().get_repository_def()
+    assert {d.name for d in [*repo.schedule_defs, *repo.sensor_defs]} == set(AUTOMATION_NAMES)
     monkeypatch.setenv("BENCHRUN_AUTOMATION_ON", "all")
     assert starts_on("canary_sensor", False)
     monkeypatch.setenv("BENCHRUN_AUTOMATION_OFF", "canary_sensor")
@@ -144,3 +167,16 @@ def test_automation_switches_reject_unknown_names(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("BENCHRUN_AUTOMATION_ON", "nightly")
     with pytest.raises(BenchrunError, match="BENCHRUN_AUTOMATION_ON names unknown schedules or sensors"):
         starts_on("nightly_schedule", False)
+
+
+@pytest.mark.parametrize("on", ["warehouse_maintenance_schedule", "all"])
+def test_the_maintenance_schedule_is_switched_like_the_others(on: str) -> None:
+    # naming it made the code location fail to load ("names unknown schedules or sensors"), and
+    # `all` left it stopped
+    code = ("from bench_assets.definitions import defs; "
+            "print(defs.get_schedule_def('warehouse_maintenance_schedule').default_status.value)")
+    env = {**os.environ, "BENCHRUN_AUTOMATION_ON": on}
+    env.pop("BENCHRUN_AUTOMATION_OFF", None)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["RUNNING"]

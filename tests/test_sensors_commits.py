@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import dagster as dg
 import pytest
+import yaml
 from dagster._core.test_utils import create_run_for_test
 
 from benchrun.errors import BenchrunError
 from sensors.canary import canary_sensor
 from sensors.spec_commit import spec_commit_sensor
-from test_automation_fixtures import GitRepo, definitions, invalid_spec_bytes, spec_bytes
+from test_automation_fixtures import GitRepo, definitions, invalid_spec_bytes, spec_bytes, spec_doc
+from test_store_helpers import s3_env  # noqa: F401  (fixture)
 
 
 @pytest.fixture(scope="module")
@@ -172,6 +174,81 @@ def test_commit_with_an_invalid_spec_is_skipped_with_its_errors(repo, instance, 
                                       "specs/broken.yaml": invalid_spec_bytes("broken-2")})
     mixed = tick(spec_commit_sensor, instance, defs, data.cursor)
     assert [r.tags["benchrun/spec_path"] for r in mixed.run_requests] == ["specs/good.yaml"]
+
+
+def _shared_state_down(monkeypatch, endpoint: str) -> Callable[[], None]:
+    """Point BENCHRUN_SHARED_STATE at a bucket that does not exist yet; returns what brings it up."""
+    import uuid
+
+    import boto3
+
+    bucket = f"missing-{uuid.uuid4().hex[:10]}"
+    monkeypatch.setenv("BENCHRUN_SHARED_STATE", f"s3://{bucket}/benchrun")
+    return lambda: boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=bucket)
+
+
+def test_a_storage_failure_keeps_the_commit_for_the_next_tick(repo, instance, defs, s3_env, monkeypatch) -> None:
+    # the shared state's push failed (NoSuchBucket): the valid spec was reported "invalid", the
+    # cursor moved past its commit, and it was never submitted
+    storage_back = _shared_state_down(monkeypatch, s3_env)
+    cursor = started(spec_commit_sensor, instance, defs, repo)
+    a, b = spec_bytes("spec-a"), spec_bytes("spec-b")
+    sha1 = repo.commit("add a", {"specs/a.yaml": a})
+    sha2 = repo.commit("add b", {"specs/b.yaml": b})
+    down = tick(spec_commit_sensor, instance, defs, cursor)
+    assert down.run_requests in (None, []) and down.cursor == cursor
+    assert "invalid spec" not in down.skip_message
+    assert f"not submitted: specs/a.yaml@{sha1[:12]} is valid but could not be registered" in down.skip_message
+    assert "NoSuchBucket" in down.skip_message
+    assert f"commit {sha1[:12]} and the 1 after it left for the next tick" in down.skip_message
+
+    storage_back()
+    up = tick(spec_commit_sensor, instance, defs, down.cursor)
+    assert [r.run_key for r in up.run_requests] == [f"spec-commit:{sha1}:specs/a.yaml:{digest_of(a)}",
+                                                    f"spec-commit:{sha2}:specs/b.yaml:{digest_of(b)}"]
+    assert up.cursor == sha2
+
+
+def test_a_storage_failure_mid_window_keeps_what_came_before(repo, instance, defs, s3_env, monkeypatch) -> None:
+    cursor = started(spec_commit_sensor, instance, defs, repo)
+    sha1 = repo.commit("add a", {"specs/a.yaml": spec_bytes("spec-a")})
+    first = tick(spec_commit_sensor, instance, defs, cursor)
+    storage_back = _shared_state_down(monkeypatch, s3_env)
+    sha2 = repo.commit("docs", {"README.md": "more\n"})
+    sha3 = repo.commit("add b", {"specs/b.yaml": spec_bytes("spec-b")})
+    down = tick(spec_commit_sensor, instance, defs, first.cursor)
+    assert down.run_requests in (None, []) and down.cursor == sha2  # the commit before the one that failed
+    storage_back()
+    up = tick(spec_commit_sensor, instance, defs, down.cursor)
+    assert [r.tags["benchrun/spec_path"] for r in up.run_requests] == ["specs/b.yaml"] and up.cursor == sha3
+    assert first.cursor == sha1
+
+
+def test_a_storage_failure_keeps_the_canary_commit(repo, instance, defs, s3_env, monkeypatch) -> None:
+    repo.commit("specs", {"specs/canary.yaml": spec_bytes("canary-a", "canary")})
+    cursor = started(canary_sensor, instance, defs, repo)
+    storage_back = _shared_state_down(monkeypatch, s3_env)
+    sha = repo.commit("merge", {"src.py": "1\n"})
+    down = tick(canary_sensor, instance, defs, cursor)
+    assert down.run_requests in (None, []) and down.cursor == cursor
+    assert f"not submitted: specs/canary.yaml@{sha[:12]} is valid" in down.skip_message
+    storage_back()
+    up = tick(canary_sensor, instance, defs, down.cursor)
+    assert [r.run_key for r in up.run_requests] == [
+        f"canary:{sha}:specs/canary.yaml:{digest_of(spec_bytes('canary-a', 'canary'))}"]
+    assert up.cursor == sha
+
+
+def test_a_spec_pinning_rejects_is_still_skipped(repo, instance, defs, tmp_path) -> None:
+    # invalid for what prepare checks beyond the schema (its store outside the home): skipped, not retried
+    doc = spec_doc("elsewhere", "nightly", nightly=True)
+    doc["spec"]["sinks"]["rawArtifacts"]["pathTemplate"] = f"file://{tmp_path}/outside/${{RUN_ID}}/"
+    cursor = started(spec_commit_sensor, instance, defs, repo)
+    sha = repo.commit("store outside", {"specs/x.yaml": yaml.safe_dump(doc, sort_keys=False).encode()})
+    data = tick(spec_commit_sensor, instance, defs, cursor)
+    assert data.run_requests in (None, []) and data.cursor == sha
+    assert f"invalid spec skipped: specs/x.yaml@{sha[:12]}" in data.skip_message
+    assert "sinks.rawArtifacts.pathTemplate" in data.skip_message
 
 
 def test_commit_touching_no_spec_says_so(repo, instance, defs) -> None:

@@ -34,7 +34,8 @@ def run(
     """Submit every spec whose intent.cadence is NAME and whose automation.ci switch for it is on.
 
     Invalid documents are listed with their errors and never run; the exit status is 1 if
-    any was invalid (the valid ones are still submitted).
+    any was invalid, or was valid but could not be registered (the shared state or the disk
+    failed: run the command again once fixed); the others are still submitted.
     """
     from benchrun.automation.discovery import check_cadence, default_specs_dir, discover
     from benchrun.automation.ticks import cadence_tick, submit_register
@@ -43,6 +44,7 @@ def run(
     cadence = check_cadence(name)
     folder = specs if specs is not None else default_specs_dir()
     failed_runs = 0
+    not_registered: list[str] = []
     if dry_run:
         found = discover(cadence, folder)
         for spec in found.selected:
@@ -60,12 +62,15 @@ def run(
         for note in outcome.notes:
             typer.echo(note)
         invalid = outcome.invalid
+        not_registered = outcome.failed
         failed_runs = _execute_all([s.prepared for s in outcome.submissions], instance) if execute else 0
     for bad in invalid:
         typer.echo(f"invalid {bad.path} (not run): {len(bad.errors)} error(s)", err=True)
         for err in bad.errors:
             typer.echo(f"  {err}", err=True)
-    if invalid or failed_runs:
+    for text in not_registered:
+        typer.echo(f"not submitted: {text}; run this command again once that is fixed", err=True)
+    if invalid or failed_runs or not_registered:
         raise typer.Exit(1)
 
 

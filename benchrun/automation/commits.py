@@ -23,6 +23,14 @@ class CommitWindow:
     # from the merge base (exclusive) to the old cursor. Their specs are not submitted again.
     abandoned: tuple[str, ...] = ()
     note: str = ""
+    # The commit the window starts after (the cursor, or the merge base after a rewrite): where
+    # a tick that cannot finish its first commit leaves the cursor (:meth:`resume_before`).
+    since: str = ""
+
+    def resume_before(self, sha: str) -> str:
+        """The cursor that makes the next tick start again at ``sha`` (one of ``commits``)."""
+        i = self.commits.index(sha)
+        return self.commits[i - 1] if i else self.since
 
 
 def _short(sha: str) -> str:
@@ -78,5 +86,5 @@ def commit_window(repo: Path, branch: str, cursor: str | None, max_commits: int)
         rest = len(commits) - max_commits
         commits = commits[:max_commits]
         note = "; ".join(filter(None, [note, f"{rest} more commit(s) left for the next tick"]))
-        return CommitWindow(head, tuple(commits), commits[-1], abandoned, note)
-    return CommitWindow(head, tuple(commits), head, abandoned, note)
+        return CommitWindow(head, tuple(commits), commits[-1], abandoned, note, since)
+    return CommitWindow(head, tuple(commits), head, abandoned, note, since)

@@ -69,7 +69,7 @@ ENV_OFF = "BENCHRUN_AUTOMATION_OFF"
 AUTOMATION_NAMES = (
     "nightly_schedule", "pre_release_schedule",
     "spec_commit_sensor", "canary_sensor", "run_failure_sensor", "run_canceled_sensor",
-    "benchmarkrun_resource_sensor", "run_liveness_sensor",
+    "benchmarkrun_resource_sensor", "run_liveness_sensor", "warehouse_maintenance_schedule",
 )
 
 

@@ -69,16 +69,19 @@ class Submission:
 
 @dataclass
 class TickOutcome:
-    """Everything a tick decided: submissions, invalid documents, notes, the next cursor."""
+    """Everything a tick decided: submissions, invalid documents, valid specs that could not be
+    registered (``failed``: the shared state or the disk failed; tried again), notes, the next cursor."""
 
     submissions: list[Submission] = field(default_factory=list)
     invalid: list[InvalidSpec] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     cursor: str | None = None
+    failed: list[str] = field(default_factory=list)
 
     def skip_reason(self) -> str:
-        """Why nothing was submitted, in one message (invalid specs with their errors first)."""
-        parts = [f"invalid spec skipped: {bad.describe()}" for bad in self.invalid]
+        """Why nothing was submitted, in one message (failures and invalid specs with their errors first)."""
+        parts = [f"not submitted: {text}" for text in self.failed]
+        parts += [f"invalid spec skipped: {bad.describe()}" for bad in self.invalid]
         parts += self.notes
         if not parts:
             return "nothing to submit"
@@ -102,36 +105,76 @@ def utc(ts: dt.datetime) -> dt.datetime:
     return ts.astimezone(dt.timezone.utc).replace(microsecond=0)
 
 
+@dataclass(frozen=True)
+class PinRegister:
+    """A :data:`Register` pinning through ``benchrun.submit`` under ``home``: ``prepare`` only,
+    or ``submit`` (which also adds the partition) when ``instance`` is given."""
+
+    home: Path | None
+    instance: Any = None
+
+    def __call__(self, data: bytes, source: str, now: dt.datetime, loaded: Any = None) -> Any:
+        from benchrun.submit import prepare, submit
+
+        if self.instance is None:
+            return prepare(data, source=source, home=self.home, now=now, loaded=loaded)
+        return submit(data, source=source, home=self.home, instance=self.instance, now=now, loaded=loaded)
+
+
 def prepare_register(home: Path | None) -> Register:
     """Pin and create the run directory only (sensors request the partition themselves)."""
-    from benchrun.submit import prepare
-
-    return lambda data, source, now, loaded=None: prepare(data, source=source, home=home, now=now, loaded=loaded)
+    return PinRegister(home)
 
 
 def submit_register(home: Path | None, instance: Any) -> Register:
     """Pin, create the run directory and add the partition to ``instance`` (schedules, CLI)."""
-    from benchrun.submit import submit
-
-    return lambda data, source, now, loaded=None: submit(data, source=source, home=home, instance=instance, now=now,
-                                                         loaded=loaded)
+    return PinRegister(home, instance)
 
 
 def _submit(out: TickOutcome, register: Register, spec: ValidSpec, now: dt.datetime, *, run_key: str,
-            trigger: str, commit: str | None = None) -> None:
-    """Pin ``spec`` through ``register`` and add its submission to ``out``; a spec that
-    cannot be pinned goes to ``out.invalid`` (named ``path@sha`` for a commit's specs)."""
+            trigger: str, commit: str | None = None) -> bool:
+    """Pin ``spec`` through ``register`` and add its submission to ``out``; False when it was
+    not submitted and should be tried again.
+
+    A spec that cannot be pinned because of its own content goes to ``out.invalid`` (named
+    ``path@sha`` for a commit's specs) and is never run. A valid spec whose pinning failed
+    for another reason (the shared state, the disk: :func:`benchrun.submit.admission_fault`)
+    goes to ``out.failed`` and False is returned, so a commit sensor keeps its cursor before
+    the commit and the next tick tries it again.
+    """
+    from benchrun.submit import admission_fault
+
+    where = f"{spec.path}@{commit[:12]}" if commit else spec.path
     try:
         pinned = register(spec.loaded.raw, spec.source, now, spec.loaded)  # validated once, dataset as found
     except BenchrunError as exc:
-        log.warning("could not submit %s: %s", spec.path, exc)
-        where = f"{spec.path}@{commit[:12]}" if commit else spec.path
-        out.invalid.append(InvalidSpec(path=where, source=spec.source, errors=format_spec_errors(exc)))
-        return
+        invalid = admission_fault(exc, spec.loaded, spec.source, getattr(register, "home", None))
+        if invalid is None:
+            log.warning("could not register %s (not the spec's fault): %s", where, exc)
+            out.failed.append(f"{where} is valid but could not be registered: {exc}")
+            return False
+        log.warning("could not submit %s: %s", where, invalid)
+        out.invalid.append(InvalidSpec(path=where, source=spec.source, errors=format_spec_errors(invalid)))
+        return True
     out.add(Submission(
         run_key=run_key, run_id=pinned.run_id, name=pinned.name, path=spec.path,
         spec_digest=spec.spec_digest, trigger=trigger, commit=commit, prepared=pinned,
     ))
+    return True
+
+
+def _stop_before(out: TickOutcome, state: SensorCursor, window: CommitWindow, sha: str,
+                 pending: list[tuple[str, int]]) -> TickOutcome:
+    """End a commit sensor's tick at ``sha``, which a valid spec of could not be registered:
+    the cursor stays before it (with the rewrite entries as they were before it), so the next
+    tick submits it again; the run keys of what it did submit keep that from running twice."""
+    state.pending = pending
+    later = len(window.commits) - window.commits.index(sha) - 1
+    also = f" and the {later} after it" if later else ""
+    out.notes.append(f"commit {sha[:12]}{also} left for the next tick, which tries again: fix the shared state "
+                     "or the disk the error names (BENCHRUN_SHARED_STATE, BENCHRUN_HOME)")
+    out.cursor = state.dump(window.resume_before(sha))
+    return out
 
 
 # -- schedules and `benchrun cadence run` ----------------------------------------------------
@@ -147,7 +190,7 @@ def cadence_tick(cadence: str, specs_dir: Path, now: dt.datetime, register: Regi
     now = utc(now)
     found = select(documents_in_folder(specs_dir), cadence)
     out = TickOutcome(invalid=list(found.invalid))
-    for spec in found.selected:
+    for spec in found.selected:  # one that could not be registered is in out.failed: the caller reports it
         _submit(out, register, spec, now, run_key=f"{cadence}:{spec.spec_digest}:{now:%Y%m%dT%H%M%SZ}",
                 trigger=cadence)
     if not found.selected:
@@ -268,6 +311,7 @@ def spec_commit_tick(watch: RepoWatch, cursor: str | None, register: Register) -
             out.notes.append(f"commit {sha[:12]} touches no spec under {watch.specs_under or '.'}/")
             continue
         now = _commit_now(repo, sha)
+        pending = list(state.pending)
         for doc in documents_at_commit(repo, sha, watch.specs_under, paths):
             result = load_document(doc)
             if isinstance(result, InvalidSpec):
@@ -276,8 +320,9 @@ def spec_commit_tick(watch: RepoWatch, cursor: str | None, register: Register) -
             if state.consume(f"spec:{result.path}:{result.spec_digest}", int(now.timestamp())):
                 out.notes.append(f"{result.path}@{sha[:12]}: same spec was submitted before the history rewrite")
                 continue
-            _submit(out, register, result, now, run_key=f"spec-commit:{sha}:{result.path}:{result.spec_digest}",
-                    trigger="spec-commit", commit=sha)
+            if not _submit(out, register, result, now, trigger="spec-commit", commit=sha,
+                           run_key=f"spec-commit:{sha}:{result.path}:{result.spec_digest}"):
+                return _stop_before(out, state, window, sha, pending)
     out.cursor = state.dump(window.next_cursor)
     return out
 
@@ -333,6 +378,7 @@ def canary_tick(watch: RepoWatch, cursor: str | None, register: Register) -> Tic
     reported: set[tuple[str, tuple[str, ...]]] = set()
     by_blob: dict[tuple[str, str, str], ValidSpec | InvalidSpec] = {}  # the tree rarely changes between commits
     for sha in window.commits:
+        pending = list(state.pending)
         if state.pending and state.consume(f"tree:{git.tree_of(repo, sha)}", git.commit_time(repo, sha)):
             out.notes.append(f"commit {sha[:12]}: the same files as a commit canaried before the history rewrite")
             continue
@@ -346,13 +392,15 @@ def canary_tick(watch: RepoWatch, cursor: str | None, register: Register) -> Tic
             continue
         now = _commit_now(repo, sha)
         for spec in found.selected:
-            _submit(out, register, spec, now, run_key=f"canary:{sha}:{spec.path}:{spec.spec_digest}",
-                    trigger="canary", commit=sha)
+            if not _submit(out, register, spec, now, run_key=f"canary:{sha}:{spec.path}:{spec.spec_digest}",
+                           trigger="canary", commit=sha):
+                return _stop_before(out, state, window, sha, pending)
     out.cursor = state.dump(window.next_cursor)
     return out
 
 
 __all__ = [
+    "PinRegister",
     "Register",
     "Submission",
     "TickOutcome",
