@@ -479,6 +479,22 @@ def test_sessions_are_planned_once_and_dealt_whole_whatever_the_worker_count(ser
     assert two == one  # the same sessions (by index in the point), entries and turns
 
 
+def test_open_loop_sessions_over_workers_start_on_one_dealt_schedule(server):
+    """Each worker drew its own session starts at rate/workers and rescaled them to the same span:
+    the three workers started a session each at the go time (and three at the end)."""
+    from benchrun.loadgen.schedule import dealt_arrivals
+
+    content = ContentConfig(sessions=SessionShape(turns=2))
+    res, _ = _sweep(server, content, rate=40.0, n=24, workers=3, seed=3)
+    starts = sorted(r["scheduled_mono_ns"] for r in res.rows if r["turn"] == 1)
+    assert len(starts) == 12 and len(set(starts)) == 12  # no two sessions at the same instant
+    point = LoadPoint("open_loop", 40.0)
+    want = sorted(x for w in range(3) for x in dealt_arrivals(point, 12, None, 3, 0, w, 3, 1))
+    assert [(t - starts[0]) / 1e9 for t in starts] == pytest.approx(want, abs=1e-6)  # the plain open loop's schedule
+    # worker w starts sessions w, w + 3, ...: the same sessions whatever the schedule
+    assert all(int(r["session_id"].rsplit("-s", 1)[1]) % 3 == r["worker"] for r in res.rows)
+
+
 def test_session_plans_deal_whole_sessions_in_proportion_to_the_streams():
     from benchrun.loadgen.sessions import session_plans
     from benchrun.loadgen.workload import parse_mix as pm
