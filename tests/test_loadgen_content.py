@@ -424,6 +424,31 @@ def test_dataset_entries_are_dealt_from_one_permutation_whatever_the_worker_coun
     assert sorted(wrapped[:1000]) == sorted(wrapped[1000:2000]) == list(range(1000)) and wrapped[:1000] != wrapped[1000:2000]
 
 
+def test_an_entry_without_a_length_asks_the_same_length_whatever_the_worker_count(tmp_path):
+    """Its length came from the worker's own generator, drawn in the worker's order: the same
+    entry asked 2 tokens with one worker and 9 with two."""
+    from benchrun.loadgen.content import Source
+    from benchrun.loadgen.workload import split_evenly
+
+    p = tmp_path / "ds.jsonl"
+    p.write_text("".join(json.dumps({"prompt": f"prompt number {i} please"}) + "\n" for i in range(50)))
+    content, mix = ContentConfig(dataset=str(p)), tuple(parse_mix("8/2@0.5,8/9@0.5"))
+
+    def sent(n_workers: int, n: int = 120, point: int = 0) -> list[tuple[int, int]]:
+        by_index = {}
+        for w, n_w in enumerate(split_evenly(n, n_workers)):
+            src = Source(content, mix, 5, point, w, n_workers)
+            for k in range(n_w):
+                t = src.single()
+                by_index[w + k * n_workers] = (t.dataset_index, t.out_tokens)
+        return [by_index[g] for g in range(n)]
+
+    base = sent(1)
+    assert {o for _, o in base} == {2, 9}  # drawn from the mix
+    for n_workers in (2, 3, 7):
+        assert sent(n_workers) == base
+
+
 def test_refserver_metrics_count_its_prefix_cache_hits(server):
     from benchrun.loadgen import servermetrics
 
