@@ -9,7 +9,10 @@ stamp -> first / last token written), both on CLOCK_MONOTONIC.
 - ``before``: as the load generator was before issue 30 item 2: no warm-up, no connection
   opened before the go time, latency measured from the send (connection set-up included).
 - ``after``: the defaults now: one warm-up request per stream, every stream's connection open
-  before the go time, latency measured from the write on an open connection.
+  before the go time; latency measured here from the write on the open connection (what the
+  server's arrival stamp is compared with). The tool's own ``ttft_ms`` runs from the send, a
+  connection opened inside a request included; here no measured request opens one, so the two
+  differ only by taking an idle connection from the pool.
 
 The first wave (each stream's first request, ``c`` requests) is reported apart from the rest.
 Modes alternate round by round so that the machine's load falls on both alike.

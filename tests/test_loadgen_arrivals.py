@@ -189,6 +189,21 @@ def test_trace_formats_and_bad_input(tmp_path):
     (tmp_path / "h.csv").write_text("a,b\n1,2\n")
     with pytest.raises(BenchrunError, match="neither Azure's"):
         trace.load_trace(tmp_path / "h.csv")
+    # not UTF-8 (UnicodeDecodeError naming no file), by format and in the auto-detected first line
+    (tmp_path / "l.jsonl").write_bytes(b'{"timestamp_s": 0, "input_tokens": 8, "output_tokens": 4}\n{"session_id": "caf\xe9"}\n')
+    with pytest.raises(trace.TraceError, match=r"l.jsonl:2: not UTF-8 text \(byte 0xe9 at column 20\); .* convert it"):
+        trace.load_trace(tmp_path / "l.jsonl")
+    (tmp_path / "l.csv").write_bytes(b"\xfftimestamp_s,input_tokens,output_tokens\n0,8,4\n")
+    for fmt in ("auto", "csv"):
+        with pytest.raises(trace.TraceError, match=r"l.csv:1: not UTF-8 text \(byte 0xff at column 1\)"):
+            trace.load_trace(tmp_path / "l.csv", fmt)
+    # an absurd length (3e9 tokens ended in MemoryError building its prompt), prompt or reply
+    big = trace.MAX_TRACE_TOKENS + 1
+    (tmp_path / "big.csv").write_text(f"timestamp_s,input_tokens,output_tokens\n0,8,4\n1,8,{big}\n")
+    with pytest.raises(trace.TraceError, match=rf"big.csv:3: output_tokens {big} is above 2,000,000 tokens.*fix the row or drop it"):
+        trace.load_trace(tmp_path / "big.csv")
+    (tmp_path / "ok.csv").write_text(f"timestamp_s,input_tokens,output_tokens\n0,{big - 1},4\n")
+    assert trace.load_trace(tmp_path / "ok.csv")[0].input_tokens == trace.MAX_TRACE_TOKENS
 
 
 @pytest.mark.parametrize("workers", [1, 2])

@@ -102,6 +102,22 @@ def test_bad_input_is_one_line_without_traceback(server, tmp_path, args, msg, mo
     assert len(p.stderr.strip().splitlines()) == 1
 
 
+def test_a_bad_trace_file_is_one_line_naming_the_file_and_line(server, tmp_path, monkeypatch, capsys):
+    """A Latin-1 byte ended in 'utf-8 codec can't decode byte 0xff in position 49' (no file named),
+    and a 3e9-token prompt in MemoryError."""
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes(b"timestamp_s,input_tokens,output_tokens\n0,8,4\n0.5,\xff\xfe,4\n")
+    huge = tmp_path / "huge.jsonl"
+    huge.write_text('{"timestamp_s": 0, "input_tokens": 8, "output_tokens": 4}\n'
+                    '{"timestamp_s": 0.1, "input_tokens": 3000000000, "output_tokens": 4}\n')
+    for path, msg in ((latin, f"{latin}:3: not UTF-8 text (byte 0xff at column 5)"),
+                      (huge, f"{huge}:2: input_tokens 3000000000 is above 2,000,000 tokens")):
+        p = _main(["loadgen", "--url", server.url, "--model", "m", "--out", str(tmp_path), "--trace", str(path)],
+                  monkeypatch, capsys)
+        assert p.returncode == 1 and msg in p.stderr and "fix" in p.stderr, p.stderr
+        assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
 def test_refserver_command_serves_until_terminated():
     proc = subprocess.Popen(CLI + ["refserver", "--port", "0", "--decode-base-ms", "0.5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

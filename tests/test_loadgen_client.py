@@ -225,7 +225,7 @@ def _row_of(events: list[bytes]) -> dict:
     return _row(_WorkerState(cfg, 0), sp, out, 0, cfg.points[0], 0)
 
 
-def test_a_usage_total_on_the_last_chunk_is_spread_over_every_chunk():
+def test_a_usage_total_at_the_end_is_spread_over_every_chunk_wherever_the_server_puts_it():
     """Three tokens per chunk, usage only on the last: every earlier chunk counted one token and
     the last 21, so 18 of 27 gaps were a whole chunk's 10 ms and 20 were 0.48 ms; the pace is 3.33."""
     evs = [_ev(" a b c") for _ in range(9)] + [_ev(" a b c", usage={"prompt_tokens": 3, "completion_tokens": 30})]
@@ -235,9 +235,20 @@ def test_a_usage_total_on_the_last_chunk_is_spread_over_every_chunk():
     # usage on every chunk: exact counts, as before
     per = _row_of([_ev(" a b c", usage={"completion_tokens": 3 * (i + 1)}) for i in range(10)])
     assert per["chunk_token_method"] == "usage_per_chunk" and per["token_gaps_ms"] == pytest.approx([10 / 3] * 27)
-    # usage in its own trailing chunk (OpenAI include_usage): one token per chunk, the total beside it
+    # usage in its own trailing chunk (vLLM, OpenAI include_usage): the same spread, the same gaps
+    # (before, one token per chunk: gaps of a whole chunk's 10 ms for the stream above's 3.33)
     sep = _row_of([_ev(" a b c") for _ in range(10)] + [_ev(usage={"completion_tokens": 30})])
-    assert sep["chunk_token_method"] == "one_per_chunk" and sep["chunk_output_tokens"] == 10 and sep["output_tokens"] == 30
+    assert sep["chunk_token_method"] == "usage_total_spread" and sep["chunk_output_tokens"] == sep["output_tokens"] == 30
+    assert sep["token_gaps_ms"] == pytest.approx(row["token_gaps_ms"]) and sep["output_token_discrepancy"] == 0
+    # uneven: 31 over 10 chunks, the larger shares first
+    odd = _row_of([_ev(" a b c") for _ in range(10)] + [_ev(usage={"completion_tokens": 31})])
+    assert odd["chunk_output_tokens"] == 31 and odd["token_gaps_ms"] == pytest.approx([10 / 3] * 27)  # 4, 3, 3, ...: gaps after the first chunk
+    # a trailing total equal to the chunk count: one per chunk, exact
+    one = _row_of([_ev(" a") for _ in range(5)] + [_ev(usage={"completion_tokens": 5})])
+    assert one["chunk_token_method"] == "one_per_chunk" and one["token_gaps_ms"] == pytest.approx([10.0] * 4)
+    # a trailing total below the chunk count cannot be spread either
+    few = _row_of([_ev(" a") for _ in range(5)] + [_ev(usage={"completion_tokens": 3})])
+    assert few["chunk_token_method"] == "one_per_chunk" and few["chunk_output_tokens"] == 5 and few["output_token_discrepancy"] == -2
     # a total below the chunk count cannot be spread: one per chunk, the discrepancy recorded
     low = _row_of([_ev(" a") for _ in range(4)] + [_ev(" b", usage={"completion_tokens": 3})])
     assert low["chunk_token_method"] == "one_per_chunk" and low["chunk_output_tokens"] == 5 and low["output_token_discrepancy"] == -2

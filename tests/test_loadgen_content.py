@@ -424,6 +424,31 @@ def test_dataset_entries_are_dealt_from_one_permutation_whatever_the_worker_coun
     assert sorted(wrapped[:1000]) == sorted(wrapped[1000:2000]) == list(range(1000)) and wrapped[:1000] != wrapped[1000:2000]
 
 
+def test_an_entry_without_a_length_asks_the_same_length_whatever_the_worker_count(tmp_path):
+    """Its length came from the worker's own generator, drawn in the worker's order: the same
+    entry asked 2 tokens with one worker and 9 with two."""
+    from benchrun.loadgen.content import Source
+    from benchrun.loadgen.workload import split_evenly
+
+    p = tmp_path / "ds.jsonl"
+    p.write_text("".join(json.dumps({"prompt": f"prompt number {i} please"}) + "\n" for i in range(50)))
+    content, mix = ContentConfig(dataset=str(p)), tuple(parse_mix("8/2@0.5,8/9@0.5"))
+
+    def sent(n_workers: int, n: int = 120, point: int = 0) -> list[tuple[int, int]]:
+        by_index = {}
+        for w, n_w in enumerate(split_evenly(n, n_workers)):
+            src = Source(content, mix, 5, point, w, n_workers)
+            for k in range(n_w):
+                t = src.single()
+                by_index[w + k * n_workers] = (t.dataset_index, t.out_tokens)
+        return [by_index[g] for g in range(n)]
+
+    base = sent(1)
+    assert {o for _, o in base} == {2, 9}  # drawn from the mix
+    for n_workers in (2, 3, 7):
+        assert sent(n_workers) == base
+
+
 def test_refserver_metrics_count_its_prefix_cache_hits(server):
     from benchrun.loadgen import servermetrics
 
@@ -477,6 +502,22 @@ def test_sessions_are_planned_once_and_dealt_whole_whatever_the_worker_count(ser
     one, two = sessions(1), sessions(2)
     assert len(one) == 7 and sorted(len(t) for t in one.values()) == [2] + [3] * 6
     assert two == one  # the same sessions (by index in the point), entries and turns
+
+
+def test_open_loop_sessions_over_workers_start_on_one_dealt_schedule(server):
+    """Each worker drew its own session starts at rate/workers and rescaled them to the same span:
+    the three workers started a session each at the go time (and three at the end)."""
+    from benchrun.loadgen.schedule import dealt_arrivals
+
+    content = ContentConfig(sessions=SessionShape(turns=2))
+    res, _ = _sweep(server, content, rate=40.0, n=24, workers=3, seed=3)
+    starts = sorted(r["scheduled_mono_ns"] for r in res.rows if r["turn"] == 1)
+    assert len(starts) == 12 and len(set(starts)) == 12  # no two sessions at the same instant
+    point = LoadPoint("open_loop", 40.0)
+    want = sorted(x for w in range(3) for x in dealt_arrivals(point, 12, None, 3, 0, w, 3, 1))
+    assert [(t - starts[0]) / 1e9 for t in starts] == pytest.approx(want, abs=1e-6)  # the plain open loop's schedule
+    # worker w starts sessions w, w + 3, ...: the same sessions whatever the schedule
+    assert all(int(r["session_id"].rsplit("-s", 1)[1]) % 3 == r["worker"] for r in res.rows)
 
 
 def test_session_plans_deal_whole_sessions_in_proportion_to_the_streams():

@@ -126,6 +126,11 @@ SWEEP_REFUSALS = [
     ({"rates": [2], "trace_format": "csv", "speedup": 2}, {}, "parameters speedup and trace_format apply"),
     ({"trace": "t.csv", "stages": "ramp:1:4:2", "burstiness": 0.5}, {"concurrencyModel": "open_loop"},
      "parameter trace replays .* stages, burstiness cannot apply"),
+    # one of them was used and the others dropped unseen
+    ({"concurrency": [2], "rates": [4]}, {}, r"parameters concurrency and rates each set .* give one of concurrency, rates, stages"),
+    ({"rates": [4], "stages": "ramp:1:4:2"}, {"concurrencyModel": "open_loop"}, "parameters rates and stages each set"),
+    ({"concurrency": [2], "rates": [4], "stages": "1,2"}, {"concurrencyModel": "closed_loop"},
+     "parameters concurrency and rates and stages each set"),
 ]
 
 
@@ -195,6 +200,20 @@ def test_serving_workflow_refuses_an_arrival_on_a_closed_loop(tmp_path):
 
     with pytest.raises(BenchrunError, match="parameter arrival shapes open-loop arrivals"):
         serving_workflow.run(_ctx(tmp_path, "serving_workflow", {"concurrency": 2, "arrival": "constant"}))
+
+
+@pytest.mark.parametrize("workload", [{}, {"concurrencyModel": "open_loop"}, {"concurrencyModel": "closed_loop"}])
+def test_serving_workflow_refuses_both_a_concurrency_and_a_rate(tmp_path, canary_doc, write_spec, workload):
+    """The load model picked one and the other was dropped unseen; validate called it valid."""
+    from benchrun.suites import serving_workflow
+
+    msg = "serving_workflow: parameters concurrency and rate each set the point's load; give one of concurrency (closed loop), rate (open loop)"
+    with pytest.raises(BenchrunError) as refused:
+        serving_workflow.run(_ctx(tmp_path, "serving_workflow", {"concurrency": 2, "rate": 4.0}, **workload))
+    assert str(refused.value) == msg
+    where, res = _validated(canary_doc, write_spec, "serving_workflow", {"concurrency": 2, "rate": 4.0},
+                            {"concurrencyModel": workload.get("concurrencyModel")})
+    assert [e.message for e in res.errors if e.path == where] == [msg], res.errors
 
 
 def test_the_docs_spec_example_is_an_open_loop_gamma_sweep(tmp_path):

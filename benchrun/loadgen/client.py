@@ -18,7 +18,9 @@ request). Owning the socket also gives exact timestamps, all on the monotonic cl
   ``data_received``, before any parsing coroutine runs (:class:`TimedReader`).
 
 Every SSE event takes the stamp of the delivery that carried its last byte. The send time
-is read just before the connection is taken from the pool and the request written.
+is read just before the connection is taken from the pool and the request written; TTFT and
+E2E are measured from it, so a connection opened inside a request (DNS, TCP, TLS: what a user
+waits for too) counts in them, and is also recorded on its own (``connect_ms``).
 
 Supported: ``Content-Length``, ``Transfer-Encoding: chunked`` and close-delimited bodies,
 keep-alive connection reuse (one pool per worker), SSE ``data:`` events with LF or CRLF
@@ -76,7 +78,11 @@ async def stream_request(
     ``out.send_ns`` is taken before a connection is acquired and ``out.write_ns`` just before
     the request is written on it; when a new connection had to be opened, its set-up time is
     ``out.connect_ns`` (None for a reused connection). The runner measures TTFT and E2E from
-    ``write_ns``, so a connection's set-up is recorded apart and not counted as server latency.
+    ``send_ns`` (CONTRACT.md §5: first chunk − request send), set-up included: a server that
+    accepts connections slowly (or closes them after each response) makes its users wait for
+    that too. Nothing between ``send_ns`` and the connect waits on the client itself: the pool
+    has no limit, so :meth:`ConnectionPool.acquire` takes an idle connection at once or opens
+    one (client-side waiting, a late schedule, is ``schedule_lag_ms`` before ``send_ns``).
     """
     endpoint_chat = pool.endpoint.api == "chat"
     conn: _Conn | None = None

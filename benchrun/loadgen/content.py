@@ -202,7 +202,8 @@ class Source:
             self.prefixes = [counter.build(self.shared.prefix_tokens, prng) for _ in range(self.shared.prefixes)]
             self._suffixes: dict[tuple[int, int, str], str] = {}
 
-    def _entry(self, warmup: bool = False, index: int | None = None) -> Any:
+    def _entry(self, warmup: bool = False, index: int | None = None) -> tuple[Any, int]:
+        """The next entry of this worker's share and its global request index in the point."""
         assert self.data is not None
         stream = int(warmup)
         k = self._drawn[stream]
@@ -219,7 +220,7 @@ class Source:
             self._perms = {k: v for k, v in self._perms.items() if k[0] != stream}  # one cycle per stream kept
             prng = np.random.default_rng([self._seed, self._point, 0xDA7A, stream, cycle])
             self._perms[key] = [int(i) for i in prng.permutation(len(self.data.entries))]
-        return self.data.entries[self._perms[key][pos]]
+        return self.data.entries[self._perms[key][pos]], g
 
     def conversation(self, turns: int, warmup: bool = False, index: int | None = None) -> list[Turn]:
         """``turns`` user turns of one session (a dataset entry's human turns, cycled when short);
@@ -237,7 +238,7 @@ class Source:
     def _conversation(self, turns: int, warmup: bool, index: int | None) -> list[Turn]:
         if self.data is None:
             return [self.single() for _ in range(turns)]
-        e = self._entry(warmup, index)
+        e, _ = self._entry(warmup, index)
         out = []
         for k in range(turns):
             text = e.prompts[k % len(e.prompts)]
@@ -246,20 +247,24 @@ class Source:
                             DATASET_BUCKET, e.index))
         return out
 
-    def _out_len(self, given: int | None, reply: str | None) -> int:
+    def _out_len(self, given: int | None, reply: str | None, rng: np.random.Generator | None = None) -> int:
         if given is not None:
             return given
         if reply:
             return max(1, self.counter.count(reply))
-        return self.mix[draw_bucket(self.cdf, self.rng)].output_tokens
+        return self.mix[draw_bucket(self.cdf, rng if rng is not None else self.rng)].output_tokens
 
     def single(self, warmup: bool = False) -> Turn:
         """One request's prompt (``warmup``: a warm-up request's, from the warm-up permutation)."""
         if self.data is not None:
-            e = self._entry(warmup)
+            e, g = self._entry(warmup)
             text = e.prompts[0]
-            return Turn(text, self.counter.count(text), self._out_len(e.output_tokens, e.replies[0] if e.replies else None),
-                        DATASET_BUCKET, e.index)
+            reply = e.replies[0] if e.replies else None
+            # an entry without a length draws it from the mix, seeded by its global request index
+            # (as a session is): this worker's own generator made it change with --workers
+            rng = None if e.output_tokens is not None or reply else np.random.default_rng(
+                [self._seed, self._point, 0x0E7, int(warmup), g])
+            return Turn(text, self.counter.count(text), self._out_len(e.output_tokens, reply, rng), DATASET_BUCKET, e.index)
         b = self.mix[draw_bucket(self.cdf, self.rng)]
         if self.shared is not None:
             sp = self.shared

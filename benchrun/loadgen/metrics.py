@@ -18,6 +18,10 @@ merged rows (percentiles are never averaged).
   first measured send to its last end, think time included), which the verdict compares with
   the concurrency; requests in flight are then lower by the think time's share.
 - ``per_user_output_tokens_per_s``: mean over completed requests of output tokens / e2e s.
+- ``ttft_ms`` and ``e2e_ms`` run from the request's send, so a connection a request had to open
+  counts in them; ``connect_ms_*`` is the distribution of that set-up over the completed
+  requests that opened one (``n_new_connections`` of them; all null when none did, the usual
+  case with connections opened before the go time).
 - ``jitter_ms``: median over requests with ≥ 2 token gaps of the standard deviation (ddof=0)
   of that request's gaps.
 - A request is *good* when it completed and meets every declared SLO: ``ttft_ms``,
@@ -353,6 +357,9 @@ def summarize(
     out.update(distribution((r["decode_ms_per_token"] for r in ok), "decode_ms_per_token"))
     out.update(distribution((r["e2e_ms"] for r in ok), "e2e_ms"))
     out.update(distribution((g for r in ok for g in (r.get("token_gaps_ms") or ())), "token_gap_ms"))
+    connects = [r["connect_ms"] for r in ok if r.get("connect_ms") is not None]
+    out["n_new_connections"] = len(connects)
+    out.update(distribution(connects, "connect_ms"))
     stds = [r["token_gap_std_ms"] for r in ok if r.get("token_gap_std_ms") is not None]
     out["jitter_ms"] = float(np.median(stds)) if stds else None
     out_tokens = int(sum(r["output_tokens"] or 0 for r in ok))

@@ -274,8 +274,9 @@ def run_sweep(cfg: SweepConfig, progress: Callable[[dict[str, Any]], None] | Non
         "config": _config_dict(cfg),
         "clock": "time.perf_counter_ns (CLOCK_MONOTONIC)",
         "latency_origin": (
-            "ttft_ms and e2e_ms are measured from the request's write on an open connection; a new "
-            "connection's set-up is recorded apart (connect_ms) and not counted in them"
+            "ttft_ms and e2e_ms are measured from the request's send, before a connection is taken from "
+            "the pool: a connection opened inside a request counts in them, its set-up also recorded "
+            "apart (connect_ms; connect_ms_* in the summary)"
             + ("; every stream's connection is opened before the measured phase's go time" if cfg.preconnect else "")
         ),
         "prompt_tokens_approximation": "one vocabulary word per requested input token; server usage recorded beside it",

@@ -8,7 +8,9 @@ its session (its later turns would carry a history the server never produced).
 
 Load: closed loop ``c`` runs ``c`` sessions at once (a slot starts the next session when its
 session ends); open loop starts sessions at the point's arrival times (``rate`` is sessions
-per second). A point's request count counts turns: ``n`` requests are ``ceil(n / turns)``
+per second): with several workers, one schedule of the point's sessions at the full rate, dealt
+to them as the sessions are (:func:`benchrun.loadgen.schedule.dealt_arrivals`), so their starts
+together are the stated process, not ``workers`` starts at once at both ends. A point's request count counts turns: ``n`` requests are ``ceil(n / turns)``
 sessions, the last one shortened, planned once for the point and dealt whole to the workers
 (:func:`session_plans`). Warm-up sessions are single turns. Rows carry ``session_id``
 and ``turn`` (1-based); the schedule of a later turn is its reply's end plus the think time.
@@ -25,7 +27,7 @@ from benchrun.loadgen import client as http
 from benchrun.loadgen.config import LoadPoint
 from benchrun.loadgen.content import Source, Turn, history_tokens, turn_spec
 from benchrun.loadgen.records import _Spec, _WorkerState
-from benchrun.loadgen.schedule import _arrivals, _one
+from benchrun.loadgen.schedule import _arrivals, _one, dealt_arrivals
 from benchrun.loadgen.workload import dealt_index, split_by, worker_rng
 
 CLOCK = time.perf_counter_ns
@@ -131,8 +133,16 @@ async def session_phase(
         return done
     plans_list = list(plans) if n is not None else None
     count = len(plans_list) if plans_list is not None else None
-    rng = worker_rng(cfg.seed, point_index, st.worker, stream)
-    offsets = _arrivals(point, rate_w, count, duration_s, rng, phase_s)
+    if stream == 1 and point.arrival != "constant" and st.share[1] > 1 and start_ns is not None:
+        # measured, several workers on one go time: ONE schedule of the point's sessions, dealt as
+        # the sessions are (worker w has sessions w, w + workers, ...: session_plans). Each worker
+        # drawing its own and rescaling it to the same span started `workers` sessions at once at
+        # both ends (constant arrivals interleave by phase_s instead, as in schedule._phase)
+        total = -(-cfg.requests_per_point // cfg.content.sessions.turns) if n is not None else None
+        offsets = dealt_arrivals(point, total, duration_s, cfg.seed, point_index, *st.share, stream)
+    else:
+        rng = worker_rng(cfg.seed, point_index, st.worker, stream)
+        offsets = _arrivals(point, rate_w, count, duration_s, rng, phase_s)
     source = iter(plans_list) if plans_list is not None else it
     tasks = []
     for off in offsets:

@@ -342,17 +342,26 @@ def _chunk_token_method(out: Outcome, usage_chunks: int, usage_last: int) -> Non
 
     - ``usage_per_chunk``: every content chunk carried the running usage total: exact counts;
     - ``usage_deltas``: usage on some chunks: each such chunk counts the increase since the last;
-    - ``usage_total_spread``: the total first came on the last content chunk (several tokens per
-      chunk, usage only at the end): spread evenly over all the content chunks (the larger
+    - ``usage_total_spread``: the total came only at the end, on the last content chunk or in a
+      usage-only chunk after it (vLLM's and OpenAI's ``include_usage``), and is above the chunk
+      count (several tokens per chunk): spread evenly over all the content chunks (the larger
       shares first), not all the surplus on the last one (which made every earlier gap a
-      whole chunk's and the last chunk's tiny);
-    - ``one_per_chunk``: no usage on content chunks (or a total below the chunk count): each
-      chunk one token, gaps are per chunk (a usage-only chunk's total is output_tokens beside it).
+      whole chunk's and the last chunk's tiny); where the server puts usage does not change
+      the gaps of the same stream;
+    - ``one_per_chunk``: no usage total above the chunk count (none at all, or fewer tokens than
+      chunks): each chunk one token, gaps are per chunk (the total, if any, is output_tokens
+      beside it, the difference output_token_discrepancy).
     """
     ct = out.chunk_tokens
     n = len(ct)
     if usage_chunks == 0:
-        out.chunk_token_method = "one_per_chunk"
+        total = out.usage_completion
+        if total is not None and total > n:
+            base, extra = divmod(total, n)
+            ct[:] = [base + (1 if i < extra else 0) for i in range(n)]
+            out.chunk_token_method = "usage_total_spread"
+        else:
+            out.chunk_token_method = "one_per_chunk"
     elif usage_chunks == n:
         out.chunk_token_method = "usage_per_chunk"
     elif usage_chunks == 1 and usage_last == n - 1 and out.usage_completion is not None:

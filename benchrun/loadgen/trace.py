@@ -46,6 +46,10 @@ from benchrun.loadgen.workload import VOCABULARY, make_prompt, new_trace_context
 FORMATS = ("auto", "mooncake", "azure", "csv", "jsonl")
 PREFIX_BLOCK_TOKENS = 512  # Mooncake's block size of hash_ids
 MAX_TRACE_REQUESTS = 5_000_000
+# The most tokens one request of a trace may ask for (prompt or reply): the largest contexts served
+# are 1-2 M tokens, and the prompt is built in the client's memory before the replay starts (3e9
+# tokens ended in MemoryError, no line named)
+MAX_TRACE_TOKENS = 2_000_000
 
 
 class TraceError(BenchrunError):
@@ -86,7 +90,23 @@ def _lengths(where: str, fin: str, fout: str, vin: Any, vout: Any) -> tuple[int,
         raise TraceError(f"{where}: {fin} {i} must be >= 1 (a request needs a prompt)")
     if o < 1:
         raise TraceError(f"{where}: {fout} {o} must be >= 1 (drop the row, or set it to the tokens you want generated)")
+    for field, v in ((fin, i), (fout, o)):
+        if v > MAX_TRACE_TOKENS:
+            raise TraceError(f"{where}: {field} {v} is above {MAX_TRACE_TOKENS:,} tokens, more than any model's context "
+                             "(and its prompt is built in memory before the replay); fix the row or drop it")
     return i, o
+
+
+def _not_text(path: Path) -> TraceError:
+    """The TraceError for a file that is not UTF-8: the first line that does not decode, and where."""
+    with open(path, "rb") as fh:
+        for n, raw in enumerate(fh, 1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return TraceError(f"{path}:{n}: not UTF-8 text (byte {raw[exc.start]:#04x} at column {exc.start + 1}); "
+                                  "a trace is UTF-8 CSV or JSONL: convert it (e.g. iconv -f latin1 -t utf-8) or fix the line")
+    return TraceError(f"{path}: not UTF-8 text; a trace is UTF-8 CSV or JSONL: convert it (e.g. iconv -t utf-8)")
 
 
 def _azure_time(text: str, where: str) -> float:
@@ -170,16 +190,19 @@ def load_trace(path: str | Path, fmt: str = "auto") -> tuple[TraceEntry, ...]:
         raise TraceError(f"trace format {fmt!r} is not one of {', '.join(FORMATS)} (--trace-format)")
     if not p.is_file():
         raise TraceError(f"trace file {p} does not exist (--trace)")
-    if fmt == "auto":
-        with open(p, encoding="utf-8") as fh:
-            first = fh.readline().lstrip()
-        fmt = "jsonl" if first.startswith("{") else "csv"
-    reader = _read_jsonl(p) if fmt in ("jsonl", "mooncake") else _read_csv(p)
     raw: list[tuple[float, TraceEntry]] = []
-    for item in reader:
-        raw.append(item)
-        if len(raw) > MAX_TRACE_REQUESTS:
-            raise TraceError(f"{p}: more than {MAX_TRACE_REQUESTS} requests; cut the trace (e.g. head -n)")
+    try:
+        if fmt == "auto":
+            with open(p, encoding="utf-8") as fh:
+                first = fh.readline().lstrip()
+            fmt = "jsonl" if first.startswith("{") else "csv"
+        reader = _read_jsonl(p) if fmt in ("jsonl", "mooncake") else _read_csv(p)
+        for item in reader:
+            raw.append(item)
+            if len(raw) > MAX_TRACE_REQUESTS:
+                raise TraceError(f"{p}: more than {MAX_TRACE_REQUESTS} requests; cut the trace (e.g. head -n)")
+    except UnicodeDecodeError:
+        raise _not_text(p) from None
     if not raw:
         raise TraceError(f"{p}: the trace has no requests")
     raw.sort(key=lambda x: x[0])  # stable: equal times keep file order

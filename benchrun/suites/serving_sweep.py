@@ -5,7 +5,8 @@ Parameters (``BENCHRUN_PARAMS``):
 - ``concurrency``: list of concurrencies (closed loop; default ``[1, 4]``), or
 - ``rates``: list of request rates in req/s (open loop), with ``arrival`` poisson | constant;
 - ``requests_per_point`` (default 24) or ``duration_s``; ``warmup`` (default 2);
-- ``stages`` (instead of a list): ``ramp:START:END:N`` or ``saturate:START:FACTOR:MAX`` of
+- ``stages`` (instead of a list; one of ``concurrency``, ``rates``, ``stages``, the others
+  refused): ``ramp:START:END:N`` or ``saturate:START:FACTOR:MAX`` of
   concurrencies or rates (saturate stops when goodput falls more than ``goodput_drop``,
   default 0.1, below the best stage); ``burstiness`` (gamma arrivals, 1 = Poisson). Stages are
   rates only when the sweep is open loop (below); ``arrival`` and ``burstiness`` on a closed
@@ -47,6 +48,11 @@ def _load_conflicts(params: Mapping[str, Any], load_model: str) -> list[str]:
     if not load_model:
         load_model = "open_loop" if has_r and not has_c else "closed_loop"
     out = []
+    given = [n for n in ("concurrency", "rates", "stages") if n in params]
+    if len(given) > 1:
+        # each sets the whole sweep's load points: the others were dropped unseen
+        out.append(f"parameters {' and '.join(given)} each set the sweep's load points; give one of concurrency, "
+                   "rates, stages (stages are concurrencies or rates by workload.concurrencyModel)")
     shape = [n for n in ("arrival", "burstiness") if n in params]
     if shape and load_model == "closed_loop":
         out.append(f"parameter{_plural(shape, '', 's')} {' and '.join(shape)} shape{_plural(shape, 's', '')} "

@@ -1,7 +1,7 @@
 """The ``serving_workflow`` suite (end-to-end layer): one customer-like serving point.
 
 Parameters (``BENCHRUN_PARAMS``): ``concurrency`` (default 4; closed loop) or ``rate``
-(req/s; open loop, ``arrival`` poisson | constant, refused on a closed loop), ``requests`` (default 32) or
+(not both: refused; req/s; open loop, ``arrival`` poisson | constant, refused on a closed loop), ``requests`` (default 32) or
 ``duration_s``, ``warmup`` (default 2), ``endpoint`` (optional; without it the synthetic
 reference server is started and the result marked ``synthetic``), and the common ones of
 :mod:`benchrun.loadgen.suite`. The load model follows ``workload.concurrencyModel`` when
@@ -35,6 +35,9 @@ def conflicts(params: Mapping[str, Any], workload: Mapping[str, Any]) -> list[st
     """The parameters that contradict the workload's load model, one message each: refused when
     the suite starts (the first), and reported by ``benchrun validate``."""
     load_model = _load_model(params, str(workload.get("concurrencyModel") or "").strip())
+    if "concurrency" in params and "rate" in params:  # one was dropped unseen
+        return ["parameters concurrency and rate each set the point's load; give one of concurrency "
+                "(closed loop), rate (open loop)"]
     if load_model == "open_loop" and "rate" not in params:
         return ["workload.concurrencyModel is open_loop; give 'rate' (req/s)"]
     if load_model == "closed_loop" and "arrival" in params:  # refused, not dropped: a closed loop has no arrival process
