@@ -146,6 +146,37 @@ def test_deleting_a_benchmarkrun_cancels_its_run_through_the_finalizer(harness, 
     assert harness.get(KIND, "d", NS) is None and op.stats.cancelled == 1
 
 
+def test_deleting_a_finished_benchmarkrun_leaves_its_run_succeeded(harness, instance, runs, canary_doc, s3_env,
+                                                                    monkeypatch, tmp_path) -> None:
+    """The run's worker (its own home) made it Succeeded while this operator's copy still read
+    Pending (a restart, a failover, between catch-ups); the user then deletes the object. The
+    finalizer pulls the run's status first: nothing is marked and nothing is written."""
+    import uuid
+
+    import boto3
+
+    from benchrun.rundir import RunDir
+    from benchrun.sharedstate import pull_run, shared_state
+
+    bucket = f"benchrun-final-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=s3_env).create_bucket(Bucket=bucket)
+    monkeypatch.setenv("BENCHRUN_SHARED_STATE", f"s3://{bucket}/benchrun")
+    create(harness, doc(canary_doc, "ok"))
+    operator(harness, runs).relist()
+    run_id = harness.get(KIND, "ok", NS)["status"]["runId"]
+    pull_run(run_id, tmp_path)
+    worker = RunDir.for_run(run_id, tmp_path)
+    for phase in ("Running", "Analyzing", "Succeeded"):
+        worker.set_phase(phase)
+    finished = worker.read_status()
+    api_of(harness).delete_namespaced_custom_object(*CR, NS, "benchmarkruns", "ok")
+    op = operator(harness, DagsterRuns(instance))
+    op.relist()
+    assert harness.get(KIND, "ok", NS) is None  # the finalizer is removed
+    assert shared_state().read_status(run_id) == finished  # was: Canceled, outcome canceled
+    assert RunDir.for_run(run_id).read_status() == finished
+
+
 def test_a_watch_that_gets_410_gone_lists_again(harness, instance, runs, canary_doc) -> None:
     create(harness, doc(canary_doc, "first"))
     op = operator(harness, runs)

@@ -277,7 +277,9 @@ class Operator:
         raise RuntimeError(f"{ref.namespace}/{ref.name}: finalizer write still conflicting")
 
     def _finalize(self, obj: dict[str, Any], ref: ResourceRef) -> None:
+        from benchrun.paths import benchrun_home
         from benchrun.rundir import RunDir, mark_run_canceled
+        from benchrun.sharedstate import pull_run
 
         finalizers = list(obj["metadata"].get("finalizers") or [])
         if FINALIZER not in finalizers:
@@ -287,6 +289,10 @@ class Operator:
         self.stats.cancelled += len(cancelled)
         run_id = ((obj.get("status") or {}).get("runId")) or (self.known.get(ref.uid) or (None, None))[1]
         if run_id:
+            # This home's copy may be stale (a restart, a failover, between catch-ups): the run's
+            # worker may have finished it meanwhile, and a finished run is not canceled. A pull that
+            # fails leaves the finalizer: the deletion is tried again on the next pass.
+            pull_run(run_id, benchrun_home(self.settings.home), status_only=True)
             try:
                 if RunDir.for_run(run_id, self.settings.home).exists():
                     mark_run_canceled(self.settings.home, run_id, reason)
