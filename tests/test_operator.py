@@ -130,6 +130,34 @@ def test_two_status_writers_never_move_a_phase_back(harness, instance, runs, can
     assert phases(harness, "w") == ["Pending", "Running", "Succeeded"]
 
 
+def test_a_run_whose_submit_failed_is_submitted_on_the_next_pass(harness, instance, runs, canary_doc,
+                                                                  monkeypatch) -> None:
+    """start creates the run, then submits it; a submit that raised (or a process that died in
+    between) left it NOT_STARTED, found by every retry and never queued. The retry submits it."""
+    obj = create(harness, doc(canary_doc, "sub"))
+    uid = obj["metadata"]["uid"]
+    real, calls = instance.submit_run, []
+
+    def busy_once(run_id, workspace):
+        calls.append(run_id)
+        if len(calls) == 1:
+            raise RuntimeError("database is locked")
+        return real(run_id, workspace)
+
+    monkeypatch.setattr(instance, "submit_run", busy_once)
+    op = operator(harness, runs)
+    op.relist()
+    [run] = runs_of(instance, uid)
+    assert run.status == dg.DagsterRunStatus.NOT_STARTED and uid in op.waiting
+    op.retry_waiting()
+    [again] = runs_of(instance, uid)
+    assert (again.run_id, again.status) == (run.run_id, dg.DagsterRunStatus.QUEUED)  # was: NOT_STARTED
+    assert calls == [run.run_id, run.run_id] and not op.waiting
+    assert harness.get(KIND, "sub", NS)["status"]["runId"] == run.tags["dagster/partition"]
+    op.relist()  # a queued run is not submitted again
+    assert len(calls) == 2 and op.stats.started == 0 and op.stats.reused == 1
+
+
 def test_deleting_a_benchmarkrun_cancels_its_run_through_the_finalizer(harness, instance, runs, canary_doc) -> None:
     obj = create(harness, doc(canary_doc, "d"))
     uid = obj["metadata"]["uid"]
