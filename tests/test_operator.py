@@ -256,6 +256,43 @@ def test_one_replica_leads_through_the_lease(harness) -> None:
     assert harness.get("leases", "benchrun-operator", NS)["spec"]["leaseTransitions"] == 1
 
 
+def test_a_lease_api_error_is_waited_out_not_fatal(harness, instance, runs, canary_doc) -> None:
+    """The API server answers the Lease read 503 once: the loop counts it as not leading, waits
+    and asks again, then leads and starts the run (it used to end the operator)."""
+    import threading
+
+    from kubernetes.client.exceptions import ApiException
+
+    obj = create(harness, doc(canary_doc, "blip"))
+    elector = LeaseElector(harness.api_client(), NS, "benchrun-operator", "me", duration_s=3)
+    real_read, reads = elector.api.read_namespaced_lease, []
+
+    def unavailable_once(*args, **kwargs):
+        reads.append(args)
+        if len(reads) == 1:
+            raise ApiException(status=503, reason="Service Unavailable")
+        return real_read(*args, **kwargs)
+
+    elector.api.read_namespaced_lease = unavailable_once
+    op = Operator(api_of(harness), runs, Settings(namespace=NS, watch_timeout_s=1), elector=elector)
+    stop, real_step = threading.Event(), op.step
+
+    def one_pass() -> None:
+        real_step()
+        stop.set()
+
+    op.step = one_pass
+    guard = threading.Timer(60.0, stop.set)
+    guard.start()
+    try:
+        op.run(stop)  # was: ApiException(503) out of run()
+    finally:
+        guard.cancel()
+    assert any("Lease" in e and "503" in e for e in op.stats.errors), op.stats.errors
+    assert len(reads) >= 2 and op.stats.started == 1
+    assert len(runs_of(instance, obj["metadata"]["uid"])) == 1
+
+
 def test_a_replica_that_loses_the_lease_mid_pass_stops_acting(harness, instance, runs, canary_doc) -> None:
     for i in range(3):
         create(harness, doc(canary_doc, f"l{i}"))
