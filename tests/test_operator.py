@@ -205,6 +205,35 @@ def test_deleting_a_finished_benchmarkrun_leaves_its_run_succeeded(harness, inst
     assert RunDir.for_run(run_id).read_status() == finished
 
 
+def test_catch_up_keeps_the_report_ref_the_worker_recorded(harness, instance, runs, canary_doc, monkeypatch) -> None:
+    """The operator's pod pulls only status.json, never reports/: reportRef comes from status.json
+    (where the report writer records it), and a status without one never erases a known one."""
+    import shutil
+
+    from benchrun.report.html import write_report
+    from benchrun.rundir import RunDir
+
+    create(harness, doc(canary_doc, "rr"))
+    op = operator(harness, runs)
+    op.relist()
+    run_id = harness.get(KIND, "rr", NS)["status"]["runId"]
+    monkeypatch.setattr(status_mod, "on_phase_change", lambda st: None)  # the worker's own writes fail
+    worker = RunDir.for_run(run_id)
+    worker.set_phase("Running")
+    worker.set_phase("Analyzing")
+    report = write_report(worker.path, figures_pending=False)
+    worker.set_phase("Succeeded")
+    shutil.rmtree(worker.path / "reports")  # what the operator's home holds
+    op.catch_up()
+    st = harness.get(KIND, "rr", NS)["status"]
+    assert (st["phase"], st["reportRef"]) == ("Succeeded", str(report))  # was: null
+    worker.drop_status_fields("report_ref")  # a later status from a writer that knows no report...
+    worker.set_condition("Signed", True, "Signed", "signed")  # ...and something to write
+    op.catch_up()
+    st = harness.get(KIND, "rr", NS)["status"]
+    assert st["statusSeq"] == worker.read_status()["status_seq"] and st["reportRef"] == str(report)
+
+
 def test_a_watch_that_gets_410_gone_lists_again(harness, instance, runs, canary_doc) -> None:
     create(harness, doc(canary_doc, "first"))
     op = operator(harness, runs)
