@@ -23,9 +23,10 @@ from benchrun.errors import BenchrunError
 from benchrun.paths import benchrun_home, safe_join, validate_run_id
 from benchrun.store.base import sha256_file
 from benchrun.fsio import atomic_write_json
+from benchrun.sharedstate import FINAL_PHASES
 
 PHASES = ("Pending", "Admitted", "Running", "Analyzing", "Succeeded", "Failed", "Rejected", "Canceled")
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Rejected", "Canceled"})
+TERMINAL_PHASES = FINAL_PHASES
 SUBDIRS = ("structured", "raw", "figures", "reports", "progress")
 MANIFEST_VERSION = 2
 # status.json is the run's live status (the custom resource's status subresource): it keeps

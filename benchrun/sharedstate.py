@@ -32,6 +32,10 @@ from benchrun.fsio import atomic_path, atomic_write_bytes
 log = logging.getLogger(__name__)
 
 ENV = "BENCHRUN_SHARED_STATE"
+# A run's final phases (``rundir.TERMINAL_PHASES`` is this set), and the status fields that move
+# with its phase: a merge that keeps another pod's final phase keeps these from that pod as well.
+FINAL_PHASES = frozenset({"Succeeded", "Failed", "Rejected", "Canceled"})
+PHASE_FIELDS = ("phase", "message", "outcome", "outcome_measured", "started_utc", "finished_utc")
 # Never mirrored: another process's temporary files, locks, and the DuckDB file (the views are
 # rebuilt from the parquet wherever they are needed; DuckDB allows one writer process).
 _SKIP_SUFFIXES = (".tmp", ".lock", ".duckdb", ".duckdb.wal")
@@ -289,7 +293,18 @@ def base_status(home: Path, run_id: str) -> dict[str, Any] | None:
 def merge_status(base: dict[str, Any], local: dict[str, Any], shared: dict[str, Any]) -> dict[str, Any]:
     """A three-way merge of a run's status: the shared copy, with every field (and every condition,
     by type) this home changed since ``base`` set as this home set it. ``status_seq`` is the later
-    of the two; writing the result (``RunDir.write_status``) makes it later than both."""
+    of the two; writing the result (``RunDir.write_status``) makes it later than both.
+
+    One exception: when another pod moved the run to a final phase this home had not seen (the
+    shared phase is final and not the base's), this home's phase change was decided on a stale
+    copy (a deleted object's run marked Canceled after its worker made it Succeeded) and is
+    dropped, with the fields and conditions that go with a phase: the final phase stands. A home
+    that had seen the final phase (base and shared agree) still moves it on (a retry, or
+    publication failing after Succeeded)."""
+    if (shared.get("phase") in FINAL_PHASES and shared.get("phase") != base.get("phase")
+            and local.get("phase") != base.get("phase")):
+        local = {**local, **{k: base[k] for k in PHASE_FIELDS if k in base}, "conditions": base.get("conditions")}
+        local = {k: v for k, v in local.items() if k in base or k not in PHASE_FIELDS}
     merged = _merge_fields(base, local, shared, skip=("status_seq", "conditions"))
     by_type = [{str(c.get("type")): c for c in doc.get("conditions") or [] if isinstance(c, dict)}
                for doc in (base, local, shared)]

@@ -74,7 +74,9 @@ def _write_statuses(context: dg.SensorEvaluationContext, api: object, tick: Tick
 
 
 def _cancel_deleted(context: dg.SensorEvaluationContext, tick: Tick) -> None:
+    from benchrun.paths import benchrun_home
     from benchrun.rundir import mark_run_canceled
+    from benchrun.sharedstate import pull_run
 
     for ref, run_id in tick.deleted:
         records = context.instance.get_run_records(filters=dg.RunsFilter(tags={TAG_UID: ref.uid}, statuses=IN_FLIGHT))
@@ -90,6 +92,8 @@ def _cancel_deleted(context: dg.SensorEvaluationContext, tick: Tick) -> None:
             context.log.info(f"{reason}: cancelled Dagster run {run.run_id}")
         if run_id:
             try:
+                # this home's copy may be stale: a run another pod finished is not canceled
+                pull_run(run_id, benchrun_home(None), status_only=True)
                 # the user's deletion is a cancel: Canceled, as the operator marks it (controller.operator)
                 mark_run_canceled(None, run_id, f"BenchmarkRun {ref.namespace}/{ref.name} was deleted")
             except BenchrunError as exc:

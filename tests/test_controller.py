@@ -20,6 +20,7 @@ from benchrun.rundir import RunDir
 from benchrun.spec.crd import open_api_schema
 from helpers import tiny_layers
 from sensors.benchmarkrun import benchmarkrun_resource_sensor
+from test_store_helpers import s3_env  # noqa: F401  (fixture: a real S3 API server on loopback)
 
 NS = "benchruns"
 ROOT = Path(__file__).resolve().parents[1]
@@ -216,6 +217,35 @@ def test_deleted_benchmarkrun_cancels_its_run(cluster: Cluster, instance: dg.Dag
     cluster.apply(resource_doc)
     again = tick(instance, gone.cursor)
     assert run_request(again).tags[TAG_UID] != request.tags[TAG_UID]
+
+
+def test_deleting_a_finished_benchmarkrun_leaves_its_run_succeeded(cluster: Cluster, instance: dg.DagsterInstance,
+                                                                    resource_doc: dict[str, Any], s3_env: str,
+                                                                    monkeypatch: pytest.MonkeyPatch,
+                                                                    tmp_path: Path) -> None:
+    # the run's worker (its own home) finished it after this home last pulled; deleting the object
+    # then pulls the run's status first: nothing is marked Canceled, nothing written
+    import uuid
+
+    import boto3
+
+    from benchrun.sharedstate import pull_run, shared_state
+
+    bucket = f"benchrun-final-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=s3_env).create_bucket(Bucket=bucket)
+    monkeypatch.setenv("BENCHRUN_SHARED_STATE", f"s3://{bucket}/benchrun")
+    cluster.apply(resource_doc)
+    data = tick(instance, None)
+    run_id = run_request(data).partition_key
+    pull_run(run_id, tmp_path)
+    worker = RunDir.for_run(run_id, tmp_path)
+    for phase in ("Running", "Analyzing", "Succeeded"):
+        worker.set_phase(phase)
+    finished = worker.read_status()
+    cluster.delete(NS, "canary-cr")
+    assert "1 deleted" in tick(instance, data.cursor).skip_message
+    assert shared_state().read_status(run_id) == finished  # was: Canceled, outcome canceled
+    assert RunDir.for_run(run_id).read_status() == finished
 
 
 def _succeed(run_id: str) -> dict[str, Any]:

@@ -130,6 +130,34 @@ def test_two_status_writers_never_move_a_phase_back(harness, instance, runs, can
     assert phases(harness, "w") == ["Pending", "Running", "Succeeded"]
 
 
+def test_a_run_whose_submit_failed_is_submitted_on_the_next_pass(harness, instance, runs, canary_doc,
+                                                                  monkeypatch) -> None:
+    """start creates the run, then submits it; a submit that raised (or a process that died in
+    between) left it NOT_STARTED, found by every retry and never queued. The retry submits it."""
+    obj = create(harness, doc(canary_doc, "sub"))
+    uid = obj["metadata"]["uid"]
+    real, calls = instance.submit_run, []
+
+    def busy_once(run_id, workspace):
+        calls.append(run_id)
+        if len(calls) == 1:
+            raise RuntimeError("database is locked")
+        return real(run_id, workspace)
+
+    monkeypatch.setattr(instance, "submit_run", busy_once)
+    op = operator(harness, runs)
+    op.relist()
+    [run] = runs_of(instance, uid)
+    assert run.status == dg.DagsterRunStatus.NOT_STARTED and uid in op.waiting
+    op.retry_waiting()
+    [again] = runs_of(instance, uid)
+    assert (again.run_id, again.status) == (run.run_id, dg.DagsterRunStatus.QUEUED)  # was: NOT_STARTED
+    assert calls == [run.run_id, run.run_id] and not op.waiting
+    assert harness.get(KIND, "sub", NS)["status"]["runId"] == run.tags["dagster/partition"]
+    op.relist()  # a queued run is not submitted again
+    assert len(calls) == 2 and op.stats.started == 0 and op.stats.reused == 1
+
+
 def test_deleting_a_benchmarkrun_cancels_its_run_through_the_finalizer(harness, instance, runs, canary_doc) -> None:
     obj = create(harness, doc(canary_doc, "d"))
     uid = obj["metadata"]["uid"]
@@ -144,6 +172,66 @@ def test_deleting_a_benchmarkrun_cancels_its_run_through_the_finalizer(harness, 
     op.relist()
     assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.CANCELED
     assert harness.get(KIND, "d", NS) is None and op.stats.cancelled == 1
+
+
+def test_deleting_a_finished_benchmarkrun_leaves_its_run_succeeded(harness, instance, runs, canary_doc, s3_env,
+                                                                    monkeypatch, tmp_path) -> None:
+    """The run's worker (its own home) made it Succeeded while this operator's copy still read
+    Pending (a restart, a failover, between catch-ups); the user then deletes the object. The
+    finalizer pulls the run's status first: nothing is marked and nothing is written."""
+    import uuid
+
+    import boto3
+
+    from benchrun.rundir import RunDir
+    from benchrun.sharedstate import pull_run, shared_state
+
+    bucket = f"benchrun-final-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=s3_env).create_bucket(Bucket=bucket)
+    monkeypatch.setenv("BENCHRUN_SHARED_STATE", f"s3://{bucket}/benchrun")
+    create(harness, doc(canary_doc, "ok"))
+    operator(harness, runs).relist()
+    run_id = harness.get(KIND, "ok", NS)["status"]["runId"]
+    pull_run(run_id, tmp_path)
+    worker = RunDir.for_run(run_id, tmp_path)
+    for phase in ("Running", "Analyzing", "Succeeded"):
+        worker.set_phase(phase)
+    finished = worker.read_status()
+    api_of(harness).delete_namespaced_custom_object(*CR, NS, "benchmarkruns", "ok")
+    op = operator(harness, DagsterRuns(instance))
+    op.relist()
+    assert harness.get(KIND, "ok", NS) is None  # the finalizer is removed
+    assert shared_state().read_status(run_id) == finished  # was: Canceled, outcome canceled
+    assert RunDir.for_run(run_id).read_status() == finished
+
+
+def test_catch_up_keeps_the_report_ref_the_worker_recorded(harness, instance, runs, canary_doc, monkeypatch) -> None:
+    """The operator's pod pulls only status.json, never reports/: reportRef comes from status.json
+    (where the report writer records it), and a status without one never erases a known one."""
+    import shutil
+
+    from benchrun.report.html import write_report
+    from benchrun.rundir import RunDir
+
+    create(harness, doc(canary_doc, "rr"))
+    op = operator(harness, runs)
+    op.relist()
+    run_id = harness.get(KIND, "rr", NS)["status"]["runId"]
+    monkeypatch.setattr(status_mod, "on_phase_change", lambda st: None)  # the worker's own writes fail
+    worker = RunDir.for_run(run_id)
+    worker.set_phase("Running")
+    worker.set_phase("Analyzing")
+    report = write_report(worker.path, figures_pending=False)
+    worker.set_phase("Succeeded")
+    shutil.rmtree(worker.path / "reports")  # what the operator's home holds
+    op.catch_up()
+    st = harness.get(KIND, "rr", NS)["status"]
+    assert (st["phase"], st["reportRef"]) == ("Succeeded", str(report))  # was: null
+    worker.drop_status_fields("report_ref")  # a later status from a writer that knows no report...
+    worker.set_condition("Signed", True, "Signed", "signed")  # ...and something to write
+    op.catch_up()
+    st = harness.get(KIND, "rr", NS)["status"]
+    assert st["statusSeq"] == worker.read_status()["status_seq"] and st["reportRef"] == str(report)
 
 
 def test_a_watch_that_gets_410_gone_lists_again(harness, instance, runs, canary_doc) -> None:
@@ -195,6 +283,43 @@ def test_one_replica_leads_through_the_lease(harness) -> None:
     a.release()
     assert b.try_acquire() and not a.try_acquire()
     assert harness.get("leases", "benchrun-operator", NS)["spec"]["leaseTransitions"] == 1
+
+
+def test_a_lease_api_error_is_waited_out_not_fatal(harness, instance, runs, canary_doc) -> None:
+    """The API server answers the Lease read 503 once: the loop counts it as not leading, waits
+    and asks again, then leads and starts the run (it used to end the operator)."""
+    import threading
+
+    from kubernetes.client.exceptions import ApiException
+
+    obj = create(harness, doc(canary_doc, "blip"))
+    elector = LeaseElector(harness.api_client(), NS, "benchrun-operator", "me", duration_s=3)
+    real_read, reads = elector.api.read_namespaced_lease, []
+
+    def unavailable_once(*args, **kwargs):
+        reads.append(args)
+        if len(reads) == 1:
+            raise ApiException(status=503, reason="Service Unavailable")
+        return real_read(*args, **kwargs)
+
+    elector.api.read_namespaced_lease = unavailable_once
+    op = Operator(api_of(harness), runs, Settings(namespace=NS, watch_timeout_s=1), elector=elector)
+    stop, real_step = threading.Event(), op.step
+
+    def one_pass() -> None:
+        real_step()
+        stop.set()
+
+    op.step = one_pass
+    guard = threading.Timer(60.0, stop.set)
+    guard.start()
+    try:
+        op.run(stop)  # was: ApiException(503) out of run()
+    finally:
+        guard.cancel()
+    assert any("Lease" in e and "503" in e for e in op.stats.errors), op.stats.errors
+    assert len(reads) >= 2 and op.stats.started == 1
+    assert len(runs_of(instance, obj["metadata"]["uid"])) == 1
 
 
 def test_a_replica_that_loses_the_lease_mid_pass_stops_acting(harness, instance, runs, canary_doc) -> None:

@@ -90,6 +90,21 @@ def test_report_is_self_contained_with_all_sections(home):
     assert "hist-16" in details  # the change point in the history (15 % drop from run 16 on)
 
 
+def test_the_report_s_path_is_recorded_in_status_json(home):
+    # the BenchmarkRun's reportRef is read from status.json in pods that pull nothing else
+    from benchrun.report.html import write_report
+    from benchrun.rundir import RunDir
+
+    rng = np.random.default_rng(0)
+    run = make_run(home, "r1", {("gemm", "n=512", "tflops"): (lognormal_replicates(rng, 1.0, 0.02, 5), "TFLOP/s",
+                                                              "higher")}, sealed=False)
+    path = write_report(run, figures_pending=False)
+    st = RunDir.for_run("r1").read_status()
+    assert st["report_ref"] == str(path) == str(run / "reports" / "r1_report.html")
+    write_report(run, figures_pending=False)  # written again: the same path, status.json not rewritten
+    assert RunDir.for_run("r1").read_status()["status_seq"] == st["status_seq"]
+
+
 @pytest.mark.slow
 def test_cli_compare_json_promote_report(home):
     rng = np.random.default_rng(1)

@@ -337,6 +337,38 @@ def test_merge_status_keeps_both_homes_changes() -> None:
     }
 
 
+def test_merge_status_never_lets_a_stale_phase_change_replace_a_final_one() -> None:
+    # the operator's copy was Pending when the object was deleted; the worker had made it
+    # Succeeded meanwhile: the local Canceled (and what came with it) is dropped, Succeeded stands
+    base = {"phase": "Pending", "resource": {"name": "r"}, "status_seq": 1, "conditions": []}
+    local = {"phase": "Canceled", "message": "BenchmarkRun ns/r was deleted", "outcome": "canceled",
+             "finished_utc": "t-local", "resource": {"name": "r"}, "note": "kept", "status_seq": 4,
+             "conditions": [{"type": "Canceled", "status": "True"}]}
+    shared = {"phase": "Succeeded", "message": "done", "outcome": "succeeded", "finished_utc": "t-worker",
+              "resource": {"name": "r"}, "status_seq": 4, "conditions": [{"type": "Complete", "status": "True"}]}
+    merged = sharedstate.merge_status(base, local, shared)
+    assert merged == {**shared, "note": "kept"}  # a field unrelated to the phase still merges
+    # a home that had seen the final phase still moves it on (publication failing after Succeeded)
+    seen = {**shared, "status_seq": 4}
+    failed = {**seen, "phase": "Failed", "outcome": "failed", "status_seq": 6,
+              "conditions": [{"type": "Failed", "status": "True"}]}
+    assert sharedstate.merge_status(seen, failed, {**seen, "status_seq": 5})["phase"] == "Failed"
+
+
+def test_a_cancel_from_a_stale_home_never_replaces_a_succeeded_run(tmp_path: Path, s3_env: str,  # noqa: F811
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchrun.rundir import mark_run_canceled
+
+    worker, controller = _status_pod_homes(tmp_path, s3_env, monkeypatch, "bench-final")
+    for phase in ("Analyzing", "Succeeded"):
+        worker.set_phase(phase)
+    mark_run_canceled(controller.home, "run-a", "BenchmarkRun ns/x was deleted")  # its copy says Running
+    after = sharedstate.shared_state().read_status("run-a")
+    assert (after["phase"], after.get("outcome")) == ("Succeeded", None)  # was: Canceled, canceled
+    assert "Canceled" not in {c["type"] for c in after["conditions"]}
+    assert controller.read_status()["phase"] == "Succeeded"
+
+
 def test_a_pull_during_a_push_never_sees_a_finished_status_beside_missing_files(
         tmp_path: Path, s3_env: str, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     # the pull listed the run (status.json and a few files), the push then uploaded the rest and the

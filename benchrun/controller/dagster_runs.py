@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 ENV_LOCATION = "BENCHRUN_CODE_LOCATION"
 RUN_KEY_TAG = "dagster/run_key"
 PARTITION_TAG = "dagster/partition"
+TRIGGER_TAG, TRIGGER = "benchrun/trigger", "benchmarkrun-operator"  # the runs this module creates
 
 
 def location_name() -> str:
@@ -85,10 +86,23 @@ class DagsterRuns:
         return self._code_location, self._remote_job
 
     def find(self, ref: ResourceRef) -> Any | None:
-        """The Dagster run already made for this (uid, generation), if any."""
+        """The Dagster run already made for this (uid, generation), if any; one this module created
+        but never submitted is submitted now (:meth:`submit_created`)."""
         records = self.instance.get_run_records(
             filters=_filter(tags={TAG_UID: ref.uid, TAG_GENERATION: str(ref.generation)}), limit=1)
-        return records[0].dagster_run if records else None
+        return self.submit_created(records[0].dagster_run) if records else None
+
+    def submit_created(self, run: Any) -> Any:
+        """``run``, queued for the daemon if this module created it and it still waits NOT_STARTED:
+        ``start`` creates, then submits, and a submit that raised (the storage busy) or a process
+        that died between the two left a run nothing else would ever launch, and which
+        ``runctl.expire_pending`` counts as live. Runs of the fallback sensor are the daemon's."""
+        import dagster as dg
+
+        if run.status != dg.DagsterRunStatus.NOT_STARTED or run.tags.get(TRIGGER_TAG) != TRIGGER:
+            return run
+        log.info("run %s (%s) was created but never submitted; submitting it", run.run_id, run.tags.get(TAG_NAME))
+        return self.instance.submit_run(run.run_id, None)  # type: ignore[arg-type]
 
     def start(self, ref: ResourceRef, run_id: str, *,
               before_create: Callable[[], None] | None = None) -> tuple[Any, bool]:
@@ -109,7 +123,7 @@ class DagsterRuns:
                 return existing, False
             location, job = self._job()
             register_partition(self.instance, run_id)
-            tags = {**(job.run_tags or {}), "benchrun/trigger": "benchmarkrun-operator", TAG_UID: ref.uid,
+            tags = {**(job.run_tags or {}), TRIGGER_TAG: TRIGGER, TAG_UID: ref.uid,
                     TAG_NAME: f"{ref.namespace}/{ref.name}"[:63], TAG_GENERATION: str(ref.generation),
                     RUN_KEY_TAG: ref.run_key, PARTITION_TAG: run_id}
             plan = location.get_execution_plan(job, {}, step_keys_to_execute=None, known_state=None,

@@ -123,7 +123,7 @@ class Operator:
     def run(self, stop: threading.Event) -> None:
         try:
             while not stop.is_set():
-                if self.elector is not None and not self.elector.try_acquire():
+                if self.elector is not None and not self._leading():
                     self.version = None  # a new leader lists afresh
                     stop.wait(max(1.0, self.elector.duration_s / 3))
                     continue
@@ -141,6 +141,19 @@ class Operator:
         finally:
             if self.elector is not None:
                 self.elector.release()
+
+    def _leading(self) -> bool:
+        """Whether this replica holds the Lease; an API server that cannot be asked (a 503, a
+        broken connection) counts as not leading for now, and the loop asks again after its wait."""
+        try:
+            return bool(self.elector.try_acquire())
+        except Exception as exc:  # noqa: BLE001 - the operator outlives any one failure
+            status = getattr(exc, "status", None)  # an ApiException's repr is empty
+            why = f"API {status} {getattr(exc, 'reason', '')}".rstrip() if isinstance(status, int) else repr(exc)
+            self.stats.errors.append(f"Lease {self.elector.namespace}/{self.elector.name}: {why}")
+            log.warning("could not take or renew Lease %s/%s (%s); not acting, asking again shortly",
+                        self.elector.namespace, self.elector.name, why)
+            return False
 
     def step(self) -> None:
         """One pass: list if needed, retry what waits, watch for a few seconds, catch up."""
@@ -277,7 +290,9 @@ class Operator:
         raise RuntimeError(f"{ref.namespace}/{ref.name}: finalizer write still conflicting")
 
     def _finalize(self, obj: dict[str, Any], ref: ResourceRef) -> None:
+        from benchrun.paths import benchrun_home
         from benchrun.rundir import RunDir, mark_run_canceled
+        from benchrun.sharedstate import pull_run
 
         finalizers = list(obj["metadata"].get("finalizers") or [])
         if FINALIZER not in finalizers:
@@ -287,6 +302,10 @@ class Operator:
         self.stats.cancelled += len(cancelled)
         run_id = ((obj.get("status") or {}).get("runId")) or (self.known.get(ref.uid) or (None, None))[1]
         if run_id:
+            # This home's copy may be stale (a restart, a failover, between catch-ups): the run's
+            # worker may have finished it meanwhile, and a finished run is not canceled. A pull that
+            # fails leaves the finalizer: the deletion is tried again on the next pass.
+            pull_run(run_id, benchrun_home(self.settings.home), status_only=True)
             try:
                 if RunDir.for_run(run_id, self.settings.home).exists():
                     mark_run_canceled(self.settings.home, run_id, reason)

@@ -69,7 +69,9 @@ class ResourceRef:
 
 
 def report_ref(run_dir: Path) -> str | None:
-    """The run's HTML report, if one was written."""
+    """The run's HTML report found in this home's copy of the run directory, if one is there
+    (status.json's ``report_ref``, recorded where the report was written, comes first: a pod that
+    pulled only status.json has no ``reports/``)."""
     reports = sorted((run_dir / "reports").glob("*.html")) if run_dir.is_dir() else []
     return str(reports[-1]) if reports else None
 
@@ -99,7 +101,8 @@ def status_from_run(st: dict[str, Any], ref: ResourceRef) -> dict[str, Any]:
         if c.get("type") in VERDICT_CONDITIONS:
             verdicts[c["type"]] = f"{c.get('status')}: {c.get('reason') or ''}".rstrip(": ")
     out["verdicts"] = verdicts or None
-    out["reportRef"] = report_ref(Path(st["run_directory"])) if st.get("run_directory") else None
+    out["reportRef"] = st.get("report_ref") or (report_ref(Path(st["run_directory"])) if st.get("run_directory")
+                                                 else None)
     return _described(out)
 
 
@@ -191,6 +194,7 @@ def write(api: Any, ref: ResourceRef, status: dict[str, Any], current: dict[str,
         now = ResourceRef.of(obj)
         if now.uid != ref.uid or now.generation != ref.generation:
             return False
+        status = _keeping_report_ref(obj.get("status"), status)
         if not advances(obj.get("status"), status) or not lags(obj.get("status"), status):
             return False
         try:
@@ -204,6 +208,18 @@ def write(api: Any, ref: ResourceRef, status: dict[str, Any], current: dict[str,
             log.info("%s/%s: status write conflicted (409); reading it again", ref.namespace, ref.name)
         obj = get_benchmarkrun(api, ref.namespace, ref.name)
     raise RuntimeError(f"{ref.namespace}/{ref.name}: status still conflicting after {CONFLICT_RETRIES} tries")
+
+
+def _keeping_report_ref(current: dict[str, Any] | None, wanted: dict[str, Any]) -> dict[str, Any]:
+    """``wanted`` with the object's known reportRef where ``wanted`` has none for the same run: a
+    writer that cannot see the report (status.json from before it was recorded, no ``reports/``
+    in its home) never erases where the report is."""
+    current = current or {}
+    if wanted.get("reportRef") or not current.get("reportRef") or not wanted.get("runId"):
+        return wanted
+    if current.get("runId") != wanted.get("runId"):
+        return wanted
+    return {**wanted, "reportRef": current["reportRef"]}
 
 
 def on_phase_change(st: dict[str, Any]) -> None:

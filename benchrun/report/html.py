@@ -466,8 +466,25 @@ def write_report(run_dir: str | os.PathLike[str], *, stats: Any = None, figures_
            f"{html.escape(str(run.status.get('phase')))}</title><style>{STYLE}</style></head>"
            f"<body>{''.join(parts)}</body></html>")
     out = atomic_write_text(run.path / "reports" / f"{rid}_report.html", doc)
+    _record_report_ref(run.path, out)
     log.info("report written to %s (%d figures)", out, len(figs))
     return out
+
+
+def _record_report_ref(run_path: Path, report: Path) -> None:
+    """Record the report's path as status.json's ``report_ref``: the BenchmarkRun's reportRef is
+    read from it in every pod, and the operator's pulls only status.json, never ``reports/``."""
+    from benchrun.rundir import RunDir
+
+    try:
+        rd = RunDir(run_path.parent.parent, run_path.name)
+    except BenchrunError:
+        return  # not named as a run directory is: a copy somewhere else
+    if rd.path.resolve() != run_path.resolve() or not rd.exists():
+        return  # a run directory outside a home (a copy): no status of a live run to record it in
+    with rd.status_lock():
+        if rd.read_status().get("report_ref") != str(report):
+            rd.update_status(report_ref=str(report))
 
 
 def build_report(run_dir: str | os.PathLike[str], *, home: Path | None = None, stats: Any = None) -> Path:
