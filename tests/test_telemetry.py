@@ -245,8 +245,8 @@ def test_curated_slices_carry_suite_replicate_device_keys_and_lineage(tmp_path, 
     assert {"answer", "cpu_utilization_pct_mean", "background_cpu_pct_p95"} <= {r["metric"] for r in m}
 
 
-def _doc_with(rd, suite, rep, telemetry):
-    doc = {"schema": "benchrun.suite_result/v1", "status": "ok", "suite": suite, "replicate": rep, "metrics": [],
+def _doc_with(rd, suite, rep, telemetry, status="ok"):
+    doc = {"schema": "benchrun.suite_result/v1", "status": status, "suite": suite, "replicate": rep, "metrics": [],
            "telemetry": telemetry}
     (rd.path / "structured" / f"{RUN_ID}_{suite}_r{rep}.json").write_text(json.dumps(doc))
 
@@ -272,6 +272,37 @@ def test_contended_publication_run_loses_the_guarantee_and_prometheus_outage_is_
     collected = _cond(st, "TelemetryCollected")
     assert (collected["status"], collected["reason"]) == ("False", "PrometheusUnavailable")
     assert "cannot connect" in collected["message"]
+
+
+def test_an_unavailable_replicate_neither_is_contended_nor_downgrades_a_publication_run(tmp_path):
+    """An unavailable replicate measured nothing: background load during it spoils no number."""
+    from benchrun.telemetry.conditions import apply_run_conditions
+
+    rd = RunDir(tmp_path, RUN_ID).create()
+    (rd.path / "structured").mkdir(exist_ok=True)
+    rd.update_status(run_id=RUN_ID, benchmark_class_granted="publication_grade")
+    _doc_with(rd, "gemm", 1, {"rate_hz": 1.0, "contended": False})
+    unavailable = rd.path / "structured" / f"{RUN_ID}_gemm_r2.json"
+    unavailable.write_text(json.dumps({"schema": "benchrun.suite_result/v1", "status": "unavailable", "suite": "gemm",
+                                       "replicate": 2, "reason": "unavailable: no CUDA device", "metrics": []}))
+    record = {"samples": f"raw/{RUN_ID}_gemm_r2_telemetry.parquet", "rate_hz": 1.0, "summary": [],
+              "contended": True, "contention_reason": "others used 40.0 %"}
+    assert attach_to_result(unavailable, record)
+    tele = read_result(unavailable)["telemetry"]
+    assert tele["contended"] is None and tele["contention_reason"] is None and tele["samples"] == record["samples"]
+    _doc_with(rd, "gemm", 3, {"rate_hz": 1.0, "contended": True, "contention_reason": "others used 40.0 %"},
+              status="unavailable")  # written before the hook left the verdict out
+    st = apply_run_conditions(rd)
+    assert st["benchmark_class_granted"] == "publication_grade"
+    assert not any(c["type"] == "PublicationGuaranteesMet" and c["status"] == "False" for c in st["conditions"])
+    quiet = _cond(st, "ReplicatesUncontended")
+    assert quiet["status"] == "True" and "(1 ok replicates sampled)" in quiet["message"]
+    _doc_with(rd, "gemm", 4, {"rate_hz": 1.0, "contended": True, "contention_reason": "others used 40.0 %"})
+    st = apply_run_conditions(rd)
+    loud = _cond(st, "ReplicatesUncontended")
+    assert loud["status"] == "False" and loud["message"].startswith("1 of 2 ok replicates") and "gemm r4" in loud["message"]
+    assert "r2" not in loud["message"] and "r3" not in loud["message"]
+    assert st["benchmark_class_granted"] == "realism_grade"
 
 
 def test_quiet_realism_run_keeps_its_class(tmp_path):
