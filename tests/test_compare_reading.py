@@ -237,9 +237,10 @@ def test_declared_secondaries_are_outcomes_even_when_they_are_telemetry(tmp_path
     got = C.compare_tables(tele, tele.copy(), primary=["gpu_utilization_pct_mean"]).rows.set_index("name")
     assert got.loc["gpu_utilization_pct_mean", "role"] == "primary"
     # the summary statistics a declared quantity covers are the ones the telemetry summary writes
-    import pyarrow as pa
+    from benchrun.telemetry.samples import Sample, samples_table
 
-    samples = pa.table({"ts": [0.0, 1.0], "metric": ["gpu_utilization_pct"] * 2, "value": [50.0, 60.0]})
+    samples = samples_table(Sample(t, "nvml", "gpu", "gpu_utilization_pct", v, "%", device_index=0)
+                            for t, v in ((0.0, 50.0), (1.0, 60.0)))
     names = {row["name"] for row in summarise(samples) if row["name"].startswith("gpu_utilization_pct")}
     assert names and all(any(n == "gpu_utilization_pct" + s for s in TELEMETRY_SUMMARIES) for n in names)
 

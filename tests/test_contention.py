@@ -71,6 +71,10 @@ class _Busy:
         (run_dir / inv.result_relpath()).write_text(json.dumps(doc))
         (run_dir / inv.log_relpath()).parent.mkdir(parents=True, exist_ok=True)
         (run_dir / inv.log_relpath()).write_text(f"attempt {n}\n")
+        sample = f"raw/{inv.run_id}_{inv.suite}_r{inv.replicate}_calls.json"  # the suite's raw samples
+        (run_dir / sample).write_text(json.dumps({"attempt": n}))
+        doc["samples"] = {"calls": sample}
+        (run_dir / inv.result_relpath()).write_text(json.dumps(doc))
         status, reason = ("failed", "timed out after 10s; process group killed") if how else ("ok", None)
         return LaunchResult(inv.run_id, inv.layer, inv.suite, inv.replicate, inv.benchmark_case_id, status, reason, 0,
                             0.0, 0.0, 0.0, 0.0, inv.log_relpath(), inv.result_relpath())
@@ -97,10 +101,15 @@ def test_a_contended_replicate_is_launched_again_once_and_the_attempt_is_kept(tm
     r2 = json.loads((rd.path / f"structured/{run_id}_s_r2.json").read_text())
     assert r2["metrics"][0]["value"] == 100.0 and r2["telemetry"]["contended"] is False
     assert r2["contention_rerun"] == {"attempt": 2, "earlier": [f"raw/{run_id}_s_r2_contended1.json",
-                                                                  f"raw/{run_id}_s_r2_contended1.log"],
+                                                                  f"raw/{run_id}_s_r2_contended1.log",
+                                                                  f"raw/{run_id}_s_r2_contended1_calls.json"],
                                       "earlier_reason": "background CPU 70 %"}
     aside = json.loads((rd.path / f"raw/{run_id}_s_r2_contended1.json").read_text())
     assert aside["metrics"][0]["value"] == 90.0 and (rd.path / f"raw/{run_id}_s_r2_contended1.log").read_text() == "attempt 1\n"
+    # the attempt's raw samples went aside with it (the rerun overwrote them) and its document names them there
+    assert aside["samples"] == {"calls": f"raw/{run_id}_s_r2_contended1_calls.json"}
+    assert json.loads((rd.path / aside["samples"]["calls"]).read_text()) == {"attempt": 1}
+    assert json.loads((rd.path / r2["samples"]["calls"]).read_text()) == {"attempt": 2}
     r3 = json.loads((rd.path / f"structured/{run_id}_s_r3.json").read_text())
     assert r3["telemetry"]["contended"] is True and r3["contention_rerun"]["attempt"] == 2  # the budget is one
     from benchrun.stats.contention import contended_replicates, reruns
@@ -118,6 +127,44 @@ def test_a_contended_replicate_is_launched_again_once_and_the_attempt_is_kept(tm
     launcher = _Busy({2: 1})
     run_layer(_plan(rd0.run_id, 0), rd0, launcher)
     assert launcher.attempts == {1: 1, 2: 1, 3: 1}
+
+
+def test_a_set_aside_attempt_keeps_its_telemetry_and_samples_and_the_warehouse_does_not_read_them(tmp_path):
+    # before: the rerun's hook deleted raw/<run>_<suite>_r<k>_telemetry.parquet (the samples that
+    # justified the rerun) and the suite overwrote its raw files; the document set aside named the
+    # rerun's files
+    from benchrun.launch.rerun import set_aside
+    from benchrun.plan import Invocation
+    from benchrun.rundir import RunDir
+    from benchrun.telemetry.facts import sample_files
+    from benchrun.telemetry.samples import Sample, read_samples, write_samples
+
+    run_id = "aside-20261202000000-aaaaaaaa"
+    rd = RunDir(tmp_path, run_id).create()
+    inv = Invocation(run_id, "micro", "s", 2, "bc-1", ("/bin/true",), {}, 10.0)
+    tele, prom = f"raw/{run_id}_s_r2_telemetry.parquet", f"raw/{run_id}_s_r2_prometheus.parquet"
+    fio, other = f"raw/{run_id}_s_r2_fio.json", f"raw/{run_id}_s_r2_x_r1_telemetry.parquet"  # suite s_r2_x's
+    for rel in (tele, prom, other):
+        write_samples(rd.path / rel, [Sample(100.0, "psutil", "node", "background_cpu_pct", 60.0, "%", interval_s=1.0)])
+    (rd.path / fio).write_text("{}")
+    (rd.path / inv.log_relpath()).write_text("attempt 1\n")
+    doc = {"schema": "benchrun.suite_result/v1", "suite": "s", "replicate": 2, "status": "ok", "metrics": [],
+           "samples": {"fio": fio, "telemetry": tele, "prometheus": prom},
+           "telemetry": {"samples": tele, "contended": True, "prometheus": {"status": "ok", "samples": prom}}}
+    (rd.path / inv.result_relpath()).parent.mkdir(parents=True, exist_ok=True)
+    (rd.path / inv.result_relpath()).write_text(json.dumps(doc))
+    moved = set_aside(rd.path, inv, 1)
+    new = {rel: rel.replace("_s_r2_", "_s_r2_contended1_") for rel in (tele, prom, fio)}
+    assert moved == [f"raw/{run_id}_s_r2_contended1.json", f"raw/{run_id}_s_r2_contended1.log", *sorted(new.values())]
+    assert all((rd.path / rel).is_file() and not (rd.path / old).exists() for old, rel in new.items())
+    assert read_samples(rd.path / new[tele])["value"].to_pylist() == [60.0]
+    aside = json.loads((rd.path / moved[0]).read_text())
+    assert aside["samples"] == {"fio": new[fio], "telemetry": new[tele], "prometheus": new[prom]}
+    assert aside["telemetry"]["samples"] == new[tele] and aside["telemetry"]["prometheus"]["samples"] == new[prom]
+    assert (rd.path / other).is_file()  # another suite's replicate, whose name begins like this one's
+    assert [rel for rel, *_ in sample_files(rd.path, run_id)] == [other]  # set aside: not telemetry_slice_fact's
+    hashed = rd.write_manifest(status="succeeded", issues=[], suite_steps={})["summary"]["sha256"]
+    assert set(new.values()) <= set(hashed)  # still sealed with the run
 
 
 def test_rows_say_how_many_were_launched_again_and_what_was_done(tmp_path):
@@ -209,6 +256,12 @@ def test_a_real_busy_machine_makes_a_spec_relaunch_its_replicate_by_default(tmp_
     assert aside["telemetry"]["contended"] is True and f"threshold {threshold:g} %" in aside["telemetry"]["contention_reason"]
     assert doc["contention_rerun"]["attempt"] == 2 and doc["contention_rerun"]["earlier_reason"]
     assert (rd.path / f"raw/{run_id}_s_r1_contended1.log").exists()
+    # the busy attempt's samples (the evidence for the rerun) are kept aside, not deleted by the rerun
+    assert aside["samples"]["telemetry"] == aside["telemetry"]["samples"] == f"raw/{run_id}_s_r1_contended1_telemetry.parquet"
+    assert doc["samples"]["telemetry"] == f"raw/{run_id}_s_r1_telemetry.parquet"
+    from benchrun.telemetry.samples import read_samples
+
+    assert read_samples(rd.path / aside["samples"]["telemetry"]).num_rows > 0
     from benchrun.telemetry.conditions import apply_run_conditions
 
     cond = next(c for c in apply_run_conditions(rd)["conditions"] if c["type"] == "ReplicatesUncontended")

@@ -759,6 +759,24 @@ def test_low_gpu_utilization_cites_replicate_telemetry_and_the_host_beside_it(tm
     assert "host CPU 97% busy, background 40%" in row["why"] and raw in row["why"]
 
 
+def test_low_gpu_utilization_weighs_host_cpu_by_the_window_each_sample_describes(tmp_path: Path) -> None:
+    # the sampler's closing tick (50 ms at 60 % background) weighed like a full second: 23 %, not 6 %
+    add_run(tmp_path, "nvml")
+    raw = "raw/nvml_train_step_r1_telemetry.parquet"
+    rows = [{"scope": "gpu", "source": "nvml", "suite": "train_step", "replicate": 1, "metric": "gpu_utilization_pct",
+             "value": v, "unit": "%", "device_index": 0, "raw_path": raw} for v in (10.0, 30.0, 20.0)]
+    for metric, values in (("cpu_utilization_pct", (90.0, 90.0, 100.0)), ("background_cpu_pct", (5.0, 5.0, 60.0))):
+        for (start, end), v in zip(((0.0, 1.0), (1.0, 2.0), (2.0, 2.05)), values):
+            rows.append({"scope": "node", "source": "psutil", "suite": "train_step", "replicate": 1, "metric": metric,
+                         "value": v, "unit": "%", "raw_path": raw, "window_start_utc": T0 + dt.timedelta(seconds=start),
+                         "window_end_utc": T0 + dt.timedelta(seconds=end)})
+    put(tmp_path, "telemetry_slice_fact", "nvml", rows)
+    [row] = low_gpu_utilization(tmp_path, "nvml", None).rows
+    assert row["background_cpu_pct"] == pytest.approx((5 + 5 + 60 * 0.05) / 2.05)
+    assert row["host_cpu_util_pct"] == pytest.approx((90 + 90 + 100 * 0.05) / 2.05)
+    assert "host CPU 90% busy, background 6%" in row["why"]
+
+
 def test_straggler_joins_the_rank_nodes_telemetry(tmp_path: Path) -> None:
     add_run(tmp_path, "art")
     times = {0: [1000.0, 1001.0, 999.0], 1: [1010.0, 1011.0, 1009.0], 2: [400.0, 410.0, 390.0],

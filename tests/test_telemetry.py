@@ -121,9 +121,13 @@ def test_sampler_rejects_rates_outside_the_range(tmp_path):
         Sampler(tmp_path / "x.parquet", 20.0, gpus=False)
 
 
-def _table(rows):
+RATES = ("cpu_utilization_pct", "background_cpu_pct", "suite_cpu_pct")  # recorded with interval_s, as host.py does
+
+
+def _table(rows, interval=1.0):
     return samples_table(Sample(ts, "psutil" if scope != "gpu" else "nvml", scope, metric, value, "%",
-                                device_index=idx) for ts, scope, metric, value, idx in rows)
+                                device_index=idx, interval_s=interval if metric in RATES else None)
+                         for ts, scope, metric, value, idx in rows)
 
 
 def test_summaries_mean_p95_peak_throttle_and_contention():
@@ -134,8 +138,10 @@ def test_summaries_mean_p95_peak_throttle_and_contention():
                  (100.0 + t, "node", "memory_used_bytes", 1000 + t, None)]
     got = {r["name"]: r for r in summarise(_table(rows))}
     assert got["cpu_utilization_pct_mean"]["value"] == 25.0
-    assert got["cpu_utilization_pct_p95"]["value"] == pytest.approx(38.5)
-    assert got["gpu_utilization_pct_mean"]["value"] == 75.0
+    assert got["cpu_utilization_pct_p95"]["value"] == 40.0  # at or below 40 for 95 % of the time
+    # a gauge's sample covers the time since its GPU's previous one: the first (at t=100, before
+    # the suite began) covers none
+    assert got["gpu_utilization_pct_mean"]["value"] == 70.0
     assert got["background_cpu_pct_mean"]["value"] == 19.0
     assert got["memory_used_bytes_peak"]["value"] == 1003.0
     assert got["gpu_throttled_s"]["value"] == 2.0  # two throttled samples, one second each
@@ -143,6 +149,30 @@ def test_summaries_mean_p95_peak_throttle_and_contention():
     contended, why = contention(list(got.values()), 10.0)
     assert contended and "19.0 %" in why
     assert contention(list(got.values()), 25.0) == (False, None)
+
+
+def test_summaries_weigh_each_sample_by_the_time_it_describes():
+    # the sampler's closing tick (stop(), just after the suite exits) covers tens of ms: it weighed
+    # like a full period, and 5 %, 5 %, 60 % read as 23.3 % mean background CPU, i.e. contended
+    rows = [(101.0, "node", "background_cpu_pct", 5.0, None, 1.0), (102.0, "node", "background_cpu_pct", 5.0, None, 1.0),
+            (102.05, "node", "background_cpu_pct", 60.0, None, 0.05),
+            (101.0, "node", "cpu_utilization_pct", 50.0, None, 1.0), (102.0, "node", "cpu_utilization_pct", 50.0, None, 1.0),
+            (102.05, "node", "cpu_utilization_pct", 100.0, None, 0.05),
+            (101.0, "process", "suite_cpu_pct", 40.0, None, 1.0), (102.05, "process", "suite_cpu_pct", 0.0, None, 1.05)]
+    for ts, gpu_util in ((100.0, 0.0), (101.0, 90.0), (102.0, 90.0), (102.05, 10.0)):  # NVML gauges, two GPUs
+        rows += [(ts, "gpu", "gpu_utilization_pct", gpu_util, 0, None), (ts, "gpu", "gpu_utilization_pct", 30.0, 1, None)]
+    table = samples_table(Sample(ts, "nvml" if scope == "gpu" else "psutil", scope, metric, value, "%",
+                                 device_index=idx, interval_s=dt) for ts, scope, metric, value, idx, dt in rows)
+    got = {r["name"]: r["value"] for r in summarise(table)}
+    assert got["background_cpu_pct_mean"] == pytest.approx((5 + 5 + 60 * 0.05) / 2.05)  # 6.3, not 23.3
+    assert got["background_cpu_pct_p95"] == 5.0  # 60 % for 50 ms of 2.05 s is not the 95th percentile of the time
+    assert got["cpu_utilization_pct_mean"] == pytest.approx((50 + 50 + 100 * 0.05) / 2.05)
+    assert got["suite_cpu_pct_mean"] == pytest.approx(40 / 2.05)
+    assert got["gpu_utilization_pct_mean"] == pytest.approx((90 + 90 + 10 * 0.05 + 30 * 2.05) / 4.1)
+    assert contention(list(summarise(table)), 10.0) == (False, None)
+    # a single sample describes no time of its own: its value, not nothing
+    one = {r["name"]: r["value"] for r in summarise(_table([(1.0, "gpu", "gpu_utilization_pct", 55.0, 0)]))}
+    assert one == {"gpu_utilization_pct_mean": 55.0, "gpu_utilization_pct_p95": 55.0}
 
 
 def test_summaries_of_a_cpu_only_replicate_have_no_gpu_numbers():
@@ -245,8 +275,8 @@ def test_curated_slices_carry_suite_replicate_device_keys_and_lineage(tmp_path, 
     assert {"answer", "cpu_utilization_pct_mean", "background_cpu_pct_p95"} <= {r["metric"] for r in m}
 
 
-def _doc_with(rd, suite, rep, telemetry):
-    doc = {"schema": "benchrun.suite_result/v1", "status": "ok", "suite": suite, "replicate": rep, "metrics": [],
+def _doc_with(rd, suite, rep, telemetry, status="ok"):
+    doc = {"schema": "benchrun.suite_result/v1", "status": status, "suite": suite, "replicate": rep, "metrics": [],
            "telemetry": telemetry}
     (rd.path / "structured" / f"{RUN_ID}_{suite}_r{rep}.json").write_text(json.dumps(doc))
 
@@ -272,6 +302,37 @@ def test_contended_publication_run_loses_the_guarantee_and_prometheus_outage_is_
     collected = _cond(st, "TelemetryCollected")
     assert (collected["status"], collected["reason"]) == ("False", "PrometheusUnavailable")
     assert "cannot connect" in collected["message"]
+
+
+def test_an_unavailable_replicate_neither_is_contended_nor_downgrades_a_publication_run(tmp_path):
+    """An unavailable replicate measured nothing: background load during it spoils no number."""
+    from benchrun.telemetry.conditions import apply_run_conditions
+
+    rd = RunDir(tmp_path, RUN_ID).create()
+    (rd.path / "structured").mkdir(exist_ok=True)
+    rd.update_status(run_id=RUN_ID, benchmark_class_granted="publication_grade")
+    _doc_with(rd, "gemm", 1, {"rate_hz": 1.0, "contended": False})
+    unavailable = rd.path / "structured" / f"{RUN_ID}_gemm_r2.json"
+    unavailable.write_text(json.dumps({"schema": "benchrun.suite_result/v1", "status": "unavailable", "suite": "gemm",
+                                       "replicate": 2, "reason": "unavailable: no CUDA device", "metrics": []}))
+    record = {"samples": f"raw/{RUN_ID}_gemm_r2_telemetry.parquet", "rate_hz": 1.0, "summary": [],
+              "contended": True, "contention_reason": "others used 40.0 %"}
+    assert attach_to_result(unavailable, record)
+    tele = read_result(unavailable)["telemetry"]
+    assert tele["contended"] is None and tele["contention_reason"] is None and tele["samples"] == record["samples"]
+    _doc_with(rd, "gemm", 3, {"rate_hz": 1.0, "contended": True, "contention_reason": "others used 40.0 %"},
+              status="unavailable")  # written before the hook left the verdict out
+    st = apply_run_conditions(rd)
+    assert st["benchmark_class_granted"] == "publication_grade"
+    assert not any(c["type"] == "PublicationGuaranteesMet" and c["status"] == "False" for c in st["conditions"])
+    quiet = _cond(st, "ReplicatesUncontended")
+    assert quiet["status"] == "True" and "(1 ok replicates sampled)" in quiet["message"]
+    _doc_with(rd, "gemm", 4, {"rate_hz": 1.0, "contended": True, "contention_reason": "others used 40.0 %"})
+    st = apply_run_conditions(rd)
+    loud = _cond(st, "ReplicatesUncontended")
+    assert loud["status"] == "False" and loud["message"].startswith("1 of 2 ok replicates") and "gemm r4" in loud["message"]
+    assert "r2" not in loud["message"] and "r3" not in loud["message"]
+    assert st["benchmark_class_granted"] == "realism_grade"
 
 
 def test_quiet_realism_run_keeps_its_class(tmp_path):

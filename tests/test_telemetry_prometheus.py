@@ -8,7 +8,9 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
@@ -97,7 +99,8 @@ def test_replicate_window_gets_the_node_exporter_series_and_they_reach_the_wareh
     from helpers import run_rows
 
     monkeypatch.setenv("BENCHRUN_PROMETHEUS_URL", prometheus)
-    monkeypatch.setenv("BENCHRUN_PROMETHEUS_RATE_WINDOW", "5s")
+    monkeypatch.delenv("BENCHRUN_PROMETHEUS_RATE_WINDOW", raising=False)
+    monkeypatch.delenv("BENCHRUN_PROMETHEUS_SCRAPE_INTERVAL", raising=False)
     rd = RunDir(tmp_path, RUN_ID).create()
     rd.update_status(run_id=RUN_ID)
     env = {**base_env(), "BENCHRUN_RUN_ID": RUN_ID, "BENCHRUN_RUN_DIR": str(rd.path), "BENCHRUN_SUITE": "s",
@@ -108,19 +111,24 @@ def test_replicate_window_gets_the_node_exporter_series_and_they_reach_the_wareh
     tele = read_result(rd.path / res.result)["telemetry"]
     prom = tele["prometheus"]
     assert prom["status"] == "ok", prom
-    assert prom["series_points"]["node_cpu_busy_ratio"] >= 3 and prom["series_points"]["node_load1"] >= 3
+    assert prom["series_points"]["node_cpu_busy_ratio"] >= 2 and prom["series_points"]["node_load1"] >= 3
+    # the rate range is what 1 s scrapes need (asked of Prometheus), not 1m: each rate describes
+    # seconds inside the replicate, and its interval_s says how many
+    assert (prom["scrape_interval_s"], prom["scrape_interval_from"], prom["rate_range_s"]) == (1.0, "targets", 2.0)
     assert "dcgm_gpu_utilization_pct" not in prom["series_points"]  # no DCGM exporter here: no points, not zeros
     table = read_samples(rd.path / prom["samples"])
     ts = [t.timestamp() for t in table["ts"].to_pylist()]
     assert min(ts) >= tele["window_start"] - 1 and max(ts) <= tele["window_end"] + 1
-    busy = [v for m, v in zip(table["metric"].to_pylist(), table["value"].to_pylist()) if m == "node_cpu_busy_ratio"]
-    assert all(0.0 <= v <= 1.0 for v in busy)
+    busy = [(t, r["value"], r["interval_s"]) for t, r in zip(ts, table.to_pylist()) if r["metric"] == "node_cpu_busy_ratio"]
+    assert all(0.0 <= v <= 1.0 and dt == 2.0 and t - dt >= tele["window_start"] - 0.001 for t, v, dt in busy)
     assert set(table["node_name"].to_pylist()) == {os.uname().nodename}
     curate_run(rd.path, tmp_path, tables=["telemetry_slice_fact"])
     rows = run_rows(tmp_path, "telemetry_slice_fact", RUN_ID)
     prom_rows = [r for r in rows if r["source"] == "prometheus:node"]
     assert {r["metric"] for r in prom_rows} >= {"node_cpu_busy_ratio", "node_load1", "node_memory_available_bytes"}
     assert all(r["suite"] == "s" and r["replicate"] == 1 and r["raw_path"] == prom["samples"] for r in prom_rows)
+    busy_rows = [r for r in prom_rows if r["metric"] == "node_cpu_busy_ratio"]
+    assert busy_rows and all(r["window_start_utc"].timestamp() >= tele["window_start"] - 0.001 for r in busy_rows)
 
 
 def test_missing_prometheus_is_recorded_not_a_failed_replicate(tmp_path, monkeypatch):
@@ -164,6 +172,80 @@ def test_a_slow_server_is_one_timeout_not_one_per_query(tmp_path):
         listener.close()
     assert samples == [] and record["status"] == "unavailable"
     assert record["reason"].count("timed out") == 1
+
+
+class _Prometheus(BaseHTTPRequestHandler):
+    """Answers /api/v1/targets with ``targets`` and every range query with one series holding a
+    point at each of its start and end; remembers the queries."""
+
+    targets: list = []
+    seen: list = []
+
+    def do_GET(self):
+        url = urllib.parse.urlparse(self.path)
+        q = {k: v[0] for k, v in urllib.parse.parse_qs(url.query).items()}
+        if url.path == "/api/v1/targets":
+            body = {"status": "success", "data": {"activeTargets": self.targets, "droppedTargets": []}}
+        else:
+            self.seen.append(q)
+            start, end = float(q["start"]), float(q["end"])
+            body = {"status": "success", "data": {"resultType": "matrix", "result": [
+                {"metric": {"nodename": "n1"}, "values": [[start, "0.5"]] + ([[end, "0.5"]] if end > start else [])}]}}
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_rate_ranges_are_as_wide_as_the_scrapes_need_inside_the_replicate_and_recorded(monkeypatch):
+    # before: rate(...[1m]) evaluated from the replicate's start, recorded as interval_s = step (1 s):
+    # a 10 s replicate's rates described the minute before it, and telemetry_slice_fact said 1 s
+    import threading
+
+    monkeypatch.delenv("BENCHRUN_PROMETHEUS_RATE_WINDOW", raising=False)
+    monkeypatch.delenv("BENCHRUN_PROMETHEUS_SCRAPE_INTERVAL", raising=False)
+    server = HTTPServer(("127.0.0.1", 0), _Prometheus)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}"
+
+    def run(start, end, targets):
+        _Prometheus.targets, _Prometheus.seen = targets, []
+        samples, record = range_queries(url, start, end, "n1")
+        busy = [s for s in samples if s.metric == "node_cpu_busy_ratio"]
+        load = [s for s in samples if s.metric == "node_load1"]
+        return busy, load, record
+
+    try:
+        t0 = 1_700_000_000.0
+        # 1 s scrapes (the slowest target decides): a 2 s range, its first point 2 s into the replicate
+        busy, load, record = run(t0, t0 + 10, [{"scrapeInterval": "1s"}, {"scrapeInterval": "500ms"}])
+        assert (record["scrape_interval_s"], record["rate_range_s"], record["status"]) == (1.0, 2.0, "ok")
+        assert [(s.ts, s.interval_s) for s in busy] == [(t0 + 2, 2.0), (t0 + 10, 2.0)]
+        assert [(s.ts, s.interval_s) for s in load] == [(t0, 1.0), (t0 + 10, 1.0)]  # a gauge: the step
+        rated = next(q for q in _Prometheus.seen if "node_cpu_seconds_total" in q["query"])
+        assert "[2s]" in rated["query"] and float(rated["start"]) == t0 + 2 and "rate_note" not in record
+        # 15 s scrapes and a 10 s replicate: one rate point, at its end, over the 30 s it needs, said so
+        busy, load, record = run(t0, t0 + 10, [{"scrapeInterval": "15s"}])
+        assert [(s.ts, s.interval_s) for s in busy] == [(t0 + 10, 30.0)]
+        assert record["rate_range_s"] == 30.0 and "shorter than the rate range (30 s)" in record["rate_note"]
+        # a Prometheus that does not say: its default, 1m; the operator's settings win
+        busy, _, record = run(t0, t0 + 600, [{"labels": {}}])
+        assert (record["scrape_interval_s"], record["scrape_interval_from"], record["rate_range_s"]) == (60.0, "default", 120.0)
+        assert busy[0].ts == t0 + 120 and busy[0].interval_s == 120.0
+        monkeypatch.setenv("BENCHRUN_PROMETHEUS_SCRAPE_INTERVAL", "5s")
+        assert run(t0, t0 + 600, [])[2]["rate_range_s"] == 10.0
+        monkeypatch.setenv("BENCHRUN_PROMETHEUS_RATE_WINDOW", "45s")
+        busy, _, record = run(t0, t0 + 600, [])
+        assert record["rate_range_s"] == 45.0 and (busy[0].ts, busy[0].interval_s) == (t0 + 45, 45.0)
+        assert "scrape_interval_s" not in record
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def _ok_doc(rd, suite="s", rep=1):

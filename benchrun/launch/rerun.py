@@ -2,22 +2,25 @@
 
 A replicate whose result document says its telemetry saw a contended machine is launched
 again right after it, up to the layer's budget (``spec.trials.contendedReruns``); each
-contended attempt's result and log are kept as ``raw/<run>_<suite>_r<k>_contended<i>.*`` (out
-of the results the analysis reads, still in the run's hashed files — and, in a pod without a
-run volume, in what it uploads), and the attempt that stays says ``contention_rerun``.
+contended attempt's result and log are kept as ``raw/<run>_<suite>_r<k>_contended<i>.*`` and its
+raw files (telemetry, samples) as ``raw/<run>_<suite>_r<k>_contended<i>_*`` (out of the results
+and samples the analysis reads, still in the run's hashed files — and, in a pod without a run
+volume, in what it uploads), and the attempt that stays says ``contention_rerun``.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import logging
+import re
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from benchrun.fsio import atomic_write_json
 from benchrun.launch.base import LaunchResult
 from benchrun.plan import Invocation
-from benchrun.rundir import contended_aside_name
+from benchrun.rundir import contended_aside_name, contended_aside_raw_name
 
 log = logging.getLogger(__name__)
 
@@ -36,19 +39,58 @@ def contended(run_dir: Path, inv: Invocation) -> str | None:
     return str(tel.get("contention_reason") or "contended")
 
 
+# The rest of a raw file name after ``<run>_<suite>_r<k>_`` that belongs to another suite whose
+# name extends this one's (suite ``a`` r1 and suite ``a_r1_x``: ``<run>_a_r1_x_r1_telemetry.parquet``).
+_OTHER_SUITE = re.compile(r"(^|_)r\d+(_|\.)")
+
+
 def set_aside(run_dir: Path, inv: Invocation, attempt: int) -> list[str]:
-    """Move a contended attempt's result document and log to ``raw/<run>_<suite>_r<k>_contended<attempt>.*``
-    (out of the results the analysis reads, still in the run's hashed files); their new paths."""
+    """Move a contended attempt's result document, log and raw files (telemetry, Prometheus and
+    suite samples, a gang's node logs: every ``raw/<run>_<suite>_r<k>_*``) aside under
+    ``raw/<run>_<suite>_r<k>_contended<attempt>[._]*`` (out of the results and samples the
+    analysis and the warehouse read, still in the run's hashed files), so the rerun neither
+    deletes nor overwrites them; the moved document's paths name the moved files. Their new paths."""
     run_dir = Path(run_dir)
+    raw = run_dir / "raw"
+    renamed: dict[str, str] = {}
+    prefix = f"{inv.run_id}_{inv.suite}_r{int(inv.replicate)}_"
+    for src in sorted(raw.glob(glob.escape(prefix) + "*")) if raw.is_dir() else []:
+        rest = src.name[len(prefix):]
+        if src.is_file() and not rest.startswith("contended") and not _OTHER_SUITE.search(rest):
+            dst = raw / contended_aside_raw_name(inv.run_id, inv.suite, inv.replicate, attempt, rest)
+            src.replace(dst)
+            renamed[src.relative_to(run_dir).as_posix()] = dst.relative_to(run_dir).as_posix()
     moved = []
     for rel, ext in ((inv.result_relpath(), "json"), (inv.log_relpath(), "log")):
         src = run_dir / rel
         if src.is_file():
-            dst = run_dir / "raw" / contended_aside_name(inv.run_id, inv.suite, inv.replicate, attempt, ext)
+            dst = raw / contended_aside_name(inv.run_id, inv.suite, inv.replicate, attempt, ext)
             dst.parent.mkdir(parents=True, exist_ok=True)
             src.replace(dst)
             moved.append(dst.relative_to(run_dir).as_posix())
-    return moved
+            if ext == "json" and renamed:
+                _repoint(dst, renamed)
+    return moved + sorted(renamed.values())
+
+
+def _repoint(path: Path, renamed: dict[str, str]) -> None:
+    """Rewrite every string of a result document that names a moved file (``samples``,
+    ``telemetry.samples``, ``telemetry.prometheus.samples``, ...) to the file's new name."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return  # kept as the attempt wrote it: evidence, even unreadable
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, str):
+            return renamed.get(value, value)
+        if isinstance(value, dict):
+            return {k: walk(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        return value
+
+    atomic_write_json(path, walk(doc))
 
 
 def mark_rerun(run_dir: Path, inv: Invocation, attempt: int, earlier: list[str], why: str) -> None:

@@ -95,12 +95,23 @@ util AS (
     LEFT JOIN left_out lo ON lo.run_id = g.run_id AND lo.suite = g.suite
     GROUP BY g.run_id, g.suite
 ),
-host AS (
-    SELECT run_id, suite,
-           avg(value) FILTER (WHERE metric = 'cpu_utilization_pct') AS host_cpu_util_pct,
-           avg(value) FILTER (WHERE metric = 'background_cpu_pct') AS background_cpu_pct
+-- time-weighted (each rate over the window it describes, as the replicate summaries are): the
+-- sampler's closing tick, tens of ms long, weighs tens of ms; the plain mean where no row has a window
+host_windows AS (
+    SELECT run_id, suite, metric, value,
+           date_diff('microsecond', window_start_utc, window_end_utc) / 1e6 AS seconds
     FROM telemetry_slice_fact
     WHERE run_id = $1 AND suite IS NOT NULL AND metric IN ('cpu_utilization_pct', 'background_cpu_pct')
+),
+host AS (
+    SELECT run_id, suite,
+           coalesce(sum(value * seconds) FILTER (WHERE metric = 'cpu_utilization_pct' AND seconds > 0)
+                    / nullif(sum(seconds) FILTER (WHERE metric = 'cpu_utilization_pct' AND seconds > 0), 0),
+                    avg(value) FILTER (WHERE metric = 'cpu_utilization_pct')) AS host_cpu_util_pct,
+           coalesce(sum(value * seconds) FILTER (WHERE metric = 'background_cpu_pct' AND seconds > 0)
+                    / nullif(sum(seconds) FILTER (WHERE metric = 'background_cpu_pct' AND seconds > 0), 0),
+                    avg(value) FILTER (WHERE metric = 'background_cpu_pct')) AS background_cpu_pct
+    FROM host_windows
     GROUP BY run_id, suite
 ),
 measured_throughput AS (

@@ -3,7 +3,8 @@
 Rerun: with ``spec.trials.contendedReruns`` = r (an extension, default 1), the runner
 (``benchrun.execute.run_layer``) launches a contended replicate again up to r times, right
 after it; each contended attempt is kept as ``raw/<run>_<suite>_r<k>_contended<i>.json`` (and
-``.log``), and the result document that stays says ``contention_rerun``.
+``.log``, and its raw files as ``raw/<run>_<suite>_r<k>_contended<i>_*``), and the result
+document that stays says ``contention_rerun``.
 Rule: per suite and arm, replicates still contended are excluded when at least ``MIN_QUIET`` quiet
 (uncontended, ok) replicates remain; otherwise they are kept (too few quiet replicates to
 compare on) and the rows say so. One contended baseline replicate 10 % low at n = 5 took the

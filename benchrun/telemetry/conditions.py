@@ -16,6 +16,11 @@ log = logging.getLogger(__name__)
 def telemetry_records(rd: RunDir) -> list[tuple[str, int, dict[str, Any]]]:
     """(suite, replicate, telemetry record) of every result document that has one (an unreadable
     document is skipped: these conditions must not stop the evidence from being recorded)."""
+    return [(s, k, r) for s, k, _, r in _records(rd)]
+
+
+def _records(rd: RunDir) -> list[tuple[str, int, str, dict[str, Any]]]:
+    """:func:`telemetry_records` with each document's status (suite, replicate, status, record)."""
     out = []
     structured = rd.path / "structured"
     for path in sorted(structured.glob(f"{rd.run_id}_*_r*.json")) if structured.is_dir() else []:
@@ -24,7 +29,7 @@ def telemetry_records(rd: RunDir) -> list[tuple[str, int, dict[str, Any]]]:
         except (OSError, json.JSONDecodeError):
             continue
         if isinstance(doc, dict) and isinstance(doc.get("telemetry"), dict):
-            out.append((str(doc.get("suite")), int(doc.get("replicate") or 0), doc["telemetry"]))
+            out.append((str(doc.get("suite")), int(doc.get("replicate") or 0), str(doc.get("status")), doc["telemetry"]))
     return out
 
 
@@ -45,7 +50,8 @@ def _names(items: list[tuple[str, int, Any]], limit: int = 6) -> str:
 def apply_run_conditions(rd: RunDir) -> dict[str, Any]:
     """Set TelemetryCollected and ReplicatesUncontended; a publication-grade run with contended
     replicates loses PublicationGuaranteesMet and is downgraded to realism_grade, saying why."""
-    records = telemetry_records(rd)
+    with_status = _records(rd)
+    records = [(s, k, r) for s, k, _, r in with_status]
     if not records:
         return rd.read_status()
     broken = [(s, k, r["error"]) for s, k, r in records if r.get("error")]
@@ -65,7 +71,11 @@ def apply_run_conditions(rd: RunDir) -> dict[str, Any]:
         parts = ([f"{len(sampled)} replicates sampled at {', '.join(f'{x:g}' for x in rates)} Hz"] if sampled else [])
         parts += [f"Prometheus answered for {len(prom)} replicates"] if prom else []
         rd.set_condition("TelemetryCollected", True, "Sampled" if sampled else "PrometheusOnly", "; ".join(parts))
-    contended = [(s, k, r) for s, k, r in records if r.get("contended")]
+    # Only a replicate that measured something (ok) can have been measured on a contended machine:
+    # an unavailable one's sampler still ran (and may have seen background load) but it has no
+    # numbers to spoil, so it neither downgrades the run nor counts among the judged.
+    judged = [(s, k, r) for s, k, status, r in with_status if status == "ok"]
+    contended = [(s, k, r) for s, k, r in judged if r.get("contended")]
     relaunched, quiet, failed = rerun_outcomes(rd)
     again = (f"; launched again after a contended attempt (trials.contendedReruns): {relaunched}, "
              f"{quiet} of them quiet on the rerun" + (f", {failed} failed on it" if failed else "")
@@ -73,7 +83,7 @@ def apply_run_conditions(rd: RunDir) -> dict[str, Any]:
     if contended:
         first = contended[0][2].get("contention_reason")
         rd.set_condition("ReplicatesUncontended", False, "BackgroundLoad",
-                         f"{len(contended)} of {len(records)} replicates were measured on a contended machine "
+                         f"{len(contended)} of {len(judged)} ok replicates were measured on a contended machine "
                          f"({_names(contended)}); e.g. {first}{again}")
         status = rd.read_status()
         if status.get("benchmark_class_granted") == "publication_grade":
@@ -83,7 +93,7 @@ def apply_run_conditions(rd: RunDir) -> dict[str, Any]:
             rd.update_status(benchmark_class_granted="realism_grade")
     else:
         rd.set_condition("ReplicatesUncontended", True, "QuietMachine",
-                         (f"no replicate that stayed saw background CPU above its threshold ({len(records)} sampled)"
+                         (f"no replicate that stayed saw background CPU above its threshold ({len(judged)} ok replicates sampled)"
                           if relaunched else
-                          f"no replicate saw background CPU above its threshold ({len(records)} sampled)") + again)
+                          f"no replicate saw background CPU above its threshold ({len(judged)} ok replicates sampled)") + again)
     return rd.read_status()

@@ -96,7 +96,8 @@ def attach_to_result(result_path: Path, record: dict[str, Any]) -> bool:
     """Add the telemetry record and its summary metrics to a suite result document (written atomically).
 
     The summaries go in ``metrics`` with ``case: telemetry`` so statistics and comparisons use them;
-    a failed or missing document is left alone (its replicate has no numbers to describe).
+    a failed or missing document is left alone (its replicate has no numbers to describe), and an
+    ``unavailable`` one gets the record without a contention verdict (``contended: null``).
     """
     try:
         doc = json.loads(result_path.read_text(encoding="utf-8"))
@@ -111,6 +112,8 @@ def attach_to_result(result_path: Path, record: dict[str, Any]) -> bool:
     if record.get("prometheus", {}).get("samples"):
         doc["samples"]["prometheus"] = record["prometheus"]["samples"]
     doc["telemetry"] = {k: v for k, v in record.items() if k != "summary"}
+    if doc.get("status") != "ok":  # it measured nothing, so nothing of it was measured on a contended machine
+        doc["telemetry"].update(contended=None, contention_reason=None)
     atomic_write_json(result_path, doc)
     return True
 

@@ -28,7 +28,9 @@ log = logging.getLogger(__name__)
 
 URL_ENV = "BENCHRUN_PROMETHEUS_URL"
 TIMEOUT_ENV = "BENCHRUN_PROMETHEUS_TIMEOUT_S"
-RATE_WINDOW_ENV = "BENCHRUN_PROMETHEUS_RATE_WINDOW"  # the [range] of rate(); default 1m
+RATE_WINDOW_ENV = "BENCHRUN_PROMETHEUS_RATE_WINDOW"  # the [range] of rate(); default: see rate_range_s
+SCRAPE_INTERVAL_ENV = "BENCHRUN_PROMETHEUS_SCRAPE_INTERVAL"  # default: asked of Prometheus (/api/v1/targets)
+DEFAULT_SCRAPE_S = 60.0  # Prometheus' own default scrape_interval, where it does not say
 MAX_POINTS = 1000  # step is widened so one series stays under this many points
 
 
@@ -88,6 +90,8 @@ QUERIES: tuple[Query, ...] = (
 
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9._:-]{1,253}$")
 _DURATION = re.compile(r"^[0-9]+(ms|s|m|h)$")
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d|w|y)")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, "y": 31536000.0}
 
 
 def configured_url(environ: dict[str, str] | None = None) -> str | None:
@@ -106,6 +110,49 @@ def step_for(start: float, end: float) -> float:
     return max(1.0, math.ceil((end - start) / MAX_POINTS))
 
 
+def duration_s(text: str) -> float | None:
+    """Seconds of a Prometheus duration (``30s``, ``1m30s``, ``500ms``); None if it is not one."""
+    text = str(text).strip()
+    parts = _DURATION_PART.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        return None
+    return sum(float(n) * _UNIT_S[u] for n, u in parts)
+
+
+def rate_range_s(step: float, scrape_s: float) -> float:
+    """The ``[range]`` of ``rate()``: no wider than needed. Two scrapes at least (a rate needs two
+    samples in its range), and the step plus one scrape (consecutive points' ranges meet, so no
+    increase falls between them): ``max(step + scrape, 2 × scrape)``."""
+    return max(step + scrape_s, 2.0 * scrape_s)
+
+
+def _promql_duration(seconds: float) -> str:
+    ms = max(1, int(math.ceil(seconds * 1000)))
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+
+
+def scrape_interval_s(http: requests.Session, url: str, timeout: float) -> tuple[float, str]:
+    """(seconds, where it came from): ``BENCHRUN_PROMETHEUS_SCRAPE_INTERVAL``, else the largest
+    ``scrapeInterval`` of Prometheus' active targets (which target is the node's exporter is not
+    known, and every rated series needs two scrapes), else 1m (Prometheus' default). Timeouts and
+    refused connections propagate: the queries would meet them too."""
+    raw = os.environ.get(SCRAPE_INTERVAL_ENV, "").strip()
+    if raw:
+        secs = duration_s(raw)
+        if not secs:
+            raise ValueError(f"{SCRAPE_INTERVAL_ENV}={raw!r} is not a Prometheus duration like 15s or 1m")
+        return secs, SCRAPE_INTERVAL_ENV
+    try:
+        body = http.get(f"{url}/api/v1/targets", params={"state": "active"}, timeout=timeout).json()
+        found = [duration_s(t.get("scrapeInterval", "")) for t in body["data"]["activeTargets"]]
+    except (ValueError, KeyError, TypeError, AttributeError):  # an older Prometheus, or not its API
+        found = []
+    found = [f for f in found if f]
+    if found:
+        return max(found), "targets"
+    return DEFAULT_SCRAPE_S, "default"
+
+
 def render(q: Query, node: str, pod: str | None, rate_window: str, queue: str | None = None) -> str | None:
     """The PromQL of ``q`` for this node/pod, or None when it needs a pod that is not known.
 
@@ -122,7 +169,7 @@ def render(q: Query, node: str, pod: str | None, rate_window: str, queue: str | 
     return string.Template(q.expr).substitute(node=node, pod=pod or "", rate=rate_window, queue=queue or ".+")
 
 
-def _as_samples(q: Query, result: list[dict[str, Any]], step: float, pod_uid: str | None) -> list[Sample]:
+def _as_samples(q: Query, result: list[dict[str, Any]], interval_s: float, pod_uid: str | None) -> list[Sample]:
     out = []
     for series in result:
         labels = series.get("metric") or {}
@@ -137,7 +184,7 @@ def _as_samples(q: Query, result: list[dict[str, Any]], step: float, pod_uid: st
                 continue
             out.append(Sample(float(ts), f"prometheus:{q.source}", q.scope, q.name, v, q.unit,
                               device_index=int(gpu) if str(gpu or "").isdigit() else None,
-                              gpu_uuid=labels.get("UUID") or labels.get("uuid"), interval_s=step,
+                              gpu_uuid=labels.get("UUID") or labels.get("uuid"), interval_s=interval_s,
                               node_name=node, pod_uid=pod_uid))
     return out
 
@@ -145,21 +192,42 @@ def _as_samples(q: Query, result: list[dict[str, Any]], step: float, pod_uid: st
 def range_queries(url: str, start: float, end: float, node: str, *, pod: str | None = None,
                   pod_uid: str | None = None, queue: str | None = None, timeout_s: float | None = None,
                   rate_window: str | None = None) -> tuple[list[Sample], dict[str, Any]]:
-    """Run every query over [start, end]; (samples, record with status, per-query counts and errors)."""
+    """Run every query over [start, end]; (samples, record with status, per-query counts and errors).
+
+    Each sample's ``interval_s`` is the time its value describes, ending at its timestamp: the
+    rate range for a ``rate()`` query, the step for a gauge. Rate queries are evaluated from
+    ``start + range`` on, so each range lies inside the replicate; a replicate shorter than the
+    range gets one rate point at its end, whose range (recorded) reaches back before it.
+    """
     timeout = timeout_s if timeout_s is not None else float(os.environ.get(TIMEOUT_ENV, "10"))
-    rate = rate_window or os.environ.get(RATE_WINDOW_ENV, "1m")
     step = step_for(start, end)
     samples: list[Sample] = []
     counts: dict[str, int] = {}
     errors: list[str] = []
+    record: dict[str, Any] = {"step_s": step}
     with requests.Session() as http:
-        for q in QUERIES:
+        rate = rate_window or os.environ.get(RATE_WINDOW_ENV, "").strip() or None
+        try:
+            if rate is None:
+                scrape, origin = scrape_interval_s(http, url, timeout)
+                record.update(scrape_interval_s=scrape, scrape_interval_from=origin)
+                rate_s = rate_range_s(step, scrape)
+                rate = _promql_duration(rate_s)
+            else:
+                rate_s = duration_s(rate) or 0.0
+        except requests.Timeout:
+            errors.append(f"targets: timed out after {timeout:g}s")
+        except requests.ConnectionError as exc:
+            errors.append(f"targets: cannot connect to {redact(url)} ({type(exc).__name__})")
+        for q in QUERIES if not errors else ():
             expr = render(q, node, pod, rate, queue)
             if expr is None:
                 continue
+            rated = "$rate" in q.expr
+            q_start = min(start + rate_s, end) if rated else start
             try:
                 resp = http.get(f"{url}/api/v1/query_range", timeout=timeout,
-                                params={"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"})
+                                params={"query": expr, "start": f"{q_start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"})
                 body = resp.json()
             except requests.Timeout:
                 errors.append(f"{q.name}: timed out after {timeout:g}s")
@@ -173,12 +241,18 @@ def range_queries(url: str, start: float, end: float, node: str, *, pod: str | N
             if body.get("status") != "success":
                 errors.append(f"{q.name}: {body.get('errorType', 'error')}: {body.get('error', '')}"[:300])
                 continue
-            got = _as_samples(q, body.get("data", {}).get("result") or [], step, pod_uid)
+            got = _as_samples(q, body.get("data", {}).get("result") or [], rate_s if rated else step, pod_uid)
             counts[q.name] = len(got)
             samples.extend(got)
+    if not errors:
+        record["rate_range_s"] = rate_s
+        if rate_s > end - start:
+            record["rate_note"] = (f"the window ({end - start:.1f} s) is shorter than the rate range ({rate_s:g} s): "
+                                   "each rate is one point at its end, over the range before it")
     status = "ok" if not errors else ("partial" if counts else "unavailable")
-    return samples, {"status": status, "reason": "; ".join(errors) or None, "step_s": step,
-                     "series_points": {k: v for k, v in counts.items() if v}, "queries": len(counts)}
+    record.update(status=status, reason="; ".join(errors) or None,
+                  series_points={k: v for k, v in counts.items() if v}, queries=len(counts))
+    return samples, record
 
 
 def query_replicate(url: str, inv: Invocation, run_dir: Path, start: float, end: float, *, node_name: str,

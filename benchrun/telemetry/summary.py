@@ -28,6 +28,48 @@ def _values(table: pa.Table, metric: str) -> np.ndarray:
     return sel["value"].to_numpy(zero_copy_only=False).astype(float)
 
 
+def _timed(table: pa.Table, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """A metric's values and the seconds each describes: a rate's ``interval_s``; a gauge's (no
+    ``interval_s``: NVML utilization) the time since its device's previous sample, as
+    :func:`_throttled_s` counts it (so a device's first sample, taken before the suite began,
+    describes no time of it)."""
+    sel = table.filter(pc.equal(table["metric"], metric))
+    values = sel["value"].to_numpy(zero_copy_only=False).astype(float)
+    seconds = pc.fill_null(sel["interval_s"], np.nan).to_numpy(zero_copy_only=False).astype(float)
+    gauge = np.isnan(seconds)
+    if gauge.any():
+        ts = sel["ts"].cast(pa.int64()).to_numpy(zero_copy_only=False) / 1e6
+        device = pc.fill_null(sel["device_index"], -1).to_numpy(zero_copy_only=False)
+        gap = np.zeros(values.size)
+        for d in np.unique(device[gauge]):
+            idx = np.flatnonzero(gauge & (device == d))
+            idx = idx[np.argsort(ts[idx], kind="stable")]
+            gap[idx[1:]] = np.diff(ts[idx])
+        seconds = np.where(gauge, gap, seconds)
+    return values, np.clip(seconds, 0.0, None)
+
+
+def time_mean(values: np.ndarray, seconds: np.ndarray) -> float:
+    """Σ value·Δt / Σ Δt: each value weighs as long as the time it describes (the sampler's
+    closing tick, tens of ms after the last full period, weighs tens of ms, not a period); the
+    plain mean where no sample describes any time."""
+    total = float(seconds.sum())
+    return float(np.dot(values, seconds) / total) if total > 0 else float(values.mean())
+
+
+def time_percentile(values: np.ndarray, seconds: np.ndarray, q: float) -> float:
+    """The level the metric stayed at or below for ``q`` % of the time its samples describe
+    (time-weighted inverted CDF: one of the sampled values); numpy's linear percentile of the
+    values where no sample describes any time."""
+    total = float(seconds.sum())
+    if total <= 0:
+        return float(np.percentile(values, q))
+    order = np.argsort(values, kind="stable")
+    reached = np.cumsum(seconds[order])
+    i = int(np.searchsorted(reached, q / 100.0 * total, side="left"))
+    return float(values[order][min(i, values.size - 1)])
+
+
 def _throttled_s(table: pa.Table) -> float | None:
     """Longest per-GPU time throttled: each throttled sample counts the time since that GPU's previous sample."""
     sel = table.filter(pc.equal(table["metric"], "gpu_throttled"))
@@ -51,25 +93,26 @@ def summarise(table: pa.Table) -> list[dict[str, Any]]:
             rows.append({"name": name, "value": float(value), "unit": unit, "direction": direction,
                          "case": CASE, "source": "telemetry"})
 
+    # Means and p95s of rates and utilizations are time-weighted (see _timed); peaks are of the samples.
     for metric, direction in (("cpu_utilization_pct", "higher"), ("gpu_utilization_pct", "higher"),
                               ("background_cpu_pct", "lower")):
-        v = _values(table, metric)
+        v, dt = _timed(table, metric)
         if v.size:
-            add(f"{metric}_mean", float(v.mean()), "%", direction)
-            add(f"{metric}_p95", float(np.percentile(v, 95)), "%", direction)
+            add(f"{metric}_mean", time_mean(v, dt), "%", direction)
+            add(f"{metric}_p95", time_percentile(v, dt, 95), "%", direction)
     for metric, unit in (("memory_used_bytes", "bytes"), ("gpu_memory_used_bytes", "bytes")):
         v = _values(table, metric)
         if v.size:
             add(f"{metric}_peak", float(v.max()), unit, "lower")
-    v = _values(table, "suite_cpu_pct")
+    v, dt = _timed(table, "suite_cpu_pct")
     if v.size:
-        add("suite_cpu_pct_mean", float(v.mean()), "%", "lower")
+        add("suite_cpu_pct_mean", time_mean(v, dt), "%", "lower")
     add("gpu_throttled_s", _throttled_s(table), "s", "lower")
     return rows
 
 
 def contention(rows: list[dict[str, Any]], threshold_pct: float) -> tuple[bool, str | None]:
-    """(contended, reason) from the summary rows: mean background CPU above the threshold."""
+    """(contended, reason) from the summary rows: mean background CPU (time-weighted) above the threshold."""
     mean = next((r["value"] for r in rows if r["name"] == "background_cpu_pct_mean"), None)
     if mean is None:
         return False, None
