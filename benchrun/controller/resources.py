@@ -159,20 +159,11 @@ def admission_errors(obj: dict[str, Any], ref: ResourceRef, exc: BenchrunError,
                      home: Path | None) -> BenchrunError | None:
     """The error that makes the document invalid, or None when ``exc`` (raised while pinning
     and registering it) is not the spec's fault: the shared state or the disk failed, which a
-    later try may not. Only an invalid document is Rejected (a final phase)."""
-    from benchrun.paths import benchrun_home
-    from benchrun.spec import load_spec_bytes
-    from benchrun.spec.validation import SpecInvalid
-    from benchrun.store import check_path_template
+    later try may not. Only an invalid document is Rejected (a final phase). The rule is the
+    schedules' and commit sensors' too (:func:`benchrun.submit.admission_fault`)."""
+    from benchrun.submit import admission_fault
 
-    if isinstance(exc, SpecInvalid):
-        return exc
-    try:  # the admission prepare() runs before it writes anything
-        loaded = load_spec_bytes(document_bytes(obj), f"cr:{ref.namespace}/{ref.name}")
-        check_path_template(loaded.run.spec.sinks.raw_artifacts.path_template, benchrun_home(home))
-    except BenchrunError as invalid:
-        return invalid
-    return None
+    return admission_fault(exc, document_bytes(obj), f"cr:{ref.namespace}/{ref.name}", home)
 
 
 def _created(obj: dict[str, Any]) -> dt.datetime:
@@ -210,7 +201,7 @@ def _own(rd: Any, ref: ResourceRef, home: Path | None) -> dict[str, Any]:
     from benchrun.paths import benchrun_home
     from benchrun.sharedstate import push_run
 
-    st = rd.update_status(resource=ref.to_json())
+    rd.update_status(resource=ref.to_json())
     # no-op unless BENCHRUN_SHARED_STATE is set; a status another pod wrote meanwhile is merged, not replaced
     push_run(rd.path, benchrun_home(home), status_only=True, merge=rd.merge_shared_status)
     return rd.read_status()
