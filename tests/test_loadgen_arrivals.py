@@ -431,3 +431,21 @@ def test_server_counters_say_when_only_inner_scrapes_bound_them():
     assert part["counters_cover"]["start"] == "first scrape inside the window"
     # a window between two scrapes: no inner scrape, the counters still come from the bounding pair
     assert servermetrics.summarize([], 1.0, before=scrapes[1], after=scrapes[2])["prefix_cache_queries_increase"] == 100.0
+
+
+def test_a_trace_or_dataset_saved_with_a_byte_order_mark_reads(tmp_path):
+    """A spreadsheet's "CSV UTF-8" export starts with a byte-order mark: the header read
+    '\\ufefftimestamp_s' and the trace was refused as an unknown header; a JSONL trace's first
+    line as not JSON."""
+    from benchrun.loadgen import dataset
+
+    csv_trace = tmp_path / "bom.csv"
+    csv_trace.write_bytes(b"\xef\xbb\xbftimestamp_s,input_tokens,output_tokens\n0.5,10,2\n1.0,12,3\n")
+    assert [(e.t_s, e.input_tokens) for e in trace.load_trace(csv_trace)] == [(0.0, 10), (0.5, 12)]
+    jsonl_trace = tmp_path / "bom.jsonl"
+    jsonl_trace.write_bytes(b'\xef\xbb\xbf{"timestamp_s": 0, "input_tokens": 8, "output_tokens": 4}\n')
+    assert [e.input_tokens for e in trace.load_trace(jsonl_trace)] == [8]
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_bytes(b'\xef\xbb\xbf{"prompt": "hello there"}\n{"prompt": "again"}\n')
+    ds = dataset.load_dataset(prompts)
+    assert len(ds.entries) == 2

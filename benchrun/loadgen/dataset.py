@@ -150,7 +150,7 @@ def load_dataset(path: str | Path, fmt: str = "auto", expect_sha256: str | None 
     text: str | None = None
     if p.suffix != ".parquet" and fmt != "parquet":
         try:
-            text = p.read_text(encoding="utf-8")
+            text = p.read_text(encoding="utf-8-sig")  # a spreadsheet export's byte-order mark is no content
         except UnicodeDecodeError as exc:
             raise DatasetError(f"dataset {p}: not UTF-8 text ({exc}); save it as UTF-8") from None
     if fmt == "auto":

@@ -148,7 +148,7 @@ def _from_json_line(obj: Any, where: str) -> tuple[float, TraceEntry]:
 
 
 def _read_jsonl(path: Path) -> Iterable[tuple[float, TraceEntry]]:
-    with open(path, encoding="utf-8") as fh:
+    with open(path, encoding="utf-8-sig") as fh:
         for n, line in enumerate(fh, 1):
             if not line.strip():
                 continue
@@ -161,7 +161,7 @@ def _read_jsonl(path: Path) -> Iterable[tuple[float, TraceEntry]]:
 
 
 def _read_csv(path: Path) -> Iterable[tuple[float, TraceEntry]]:
-    with open(path, encoding="utf-8", newline="") as fh:
+    with open(path, encoding="utf-8-sig", newline="") as fh:
         reader = csv.DictReader(fh)
         cols = {c.strip(): c for c in reader.fieldnames or []}
         azure = {"TIMESTAMP", "ContextTokens", "GeneratedTokens"} <= set(cols)
@@ -193,7 +193,7 @@ def load_trace(path: str | Path, fmt: str = "auto") -> tuple[TraceEntry, ...]:
     raw: list[tuple[float, TraceEntry]] = []
     try:
         if fmt == "auto":
-            with open(p, encoding="utf-8") as fh:
+            with open(p, encoding="utf-8-sig") as fh:
                 first = fh.readline().lstrip()
             fmt = "jsonl" if first.startswith("{") else "csv"
         reader = _read_jsonl(p) if fmt in ("jsonl", "mooncake") else _read_csv(p)
