@@ -35,8 +35,8 @@ Decisions where the sources disagree (CONTRACT.md wins):
 Additive extensions (all optional; a document without them behaves exactly as before):
 
 * per suite: ``image`` (container image for the Kubernetes launcher), ``timeoutSeconds``
-  (> 0, per launch), ``replicates`` (>= ``trials.minReplicates``; overrides it for that
-  suite) and ``parameters`` (free suite parameters: scalars or lists of scalars, passed to
+  (> 0, per launch), ``replicates`` (>= ``trials.minReplicates`` and <= 10000, the bound
+  of ``minReplicates``; overrides it for that suite) and ``parameters`` (free suite parameters: scalars or lists of scalars, passed to
   the suite as the JSON object ``BENCHRUN_PARAMS``).
 * ``metrics.inference.slo``: per-request service-level objectives, keys ``ttft_ms``,
   ``decode_ms_per_token``, ``e2e_ms`` (positive milliseconds).
@@ -212,8 +212,8 @@ class Suite(SpecModel):
     )
     image: Text | None = Field(default=None, description="Container image for the Kubernetes launcher.")
     timeout_seconds: PositiveInt | None = Field(default=None, description="Per-launch timeout in seconds.")
-    replicates: PositiveInt | None = Field(
-        default=None, description="Replicates of this suite (>= trials.minReplicates)."
+    replicates: Annotated[int, Field(ge=1, le=10_000)] | None = Field(
+        default=None, description="Replicates of this suite (>= trials.minReplicates, <= 10000 as minReplicates)."
     )
     parameters: dict[str, ParameterValue] = Field(
         default_factory=dict, description="Free suite parameters, passed as JSON in BENCHRUN_PARAMS."
