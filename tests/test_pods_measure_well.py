@@ -44,6 +44,7 @@ def test_every_rendered_pod_is_guaranteed_with_whole_cpus(bench_home, canary_doc
     gemm, fio, allreduce = suites["gemm"], suites["fio"], suites["allreduce"]
     gemm.setdefault("parameters", {})["device"] = "cuda"
     allreduce.update(nodes=2, gpusPerNode=8)  # the canary's suite as a 2-node gang
+    allreduce.get("parameters", {}).pop("world_size", None)  # a gang's is nodes x gpusPerNode (refused)
     canary_doc["spec"]["layers"] = tiny_layers([gemm, fio, allreduce])
     path = bench_home / "canary.yaml"
     path.write_text(yaml.safe_dump(canary_doc))

@@ -154,7 +154,9 @@ def test_a_publication_run_renders_the_layer_jobs_it_creates(bench_home, monkeyp
     doc = yaml.safe_load((ROOT / "specs/local/pre-release.yaml").read_text())
     micro = {s["name"]: s for s in doc["spec"]["layers"][0]["suites"]}
     gemm = {**micro["gemm"], "parameters": {**micro["gemm"]["parameters"], "device": "cuda"}}  # 1 GPU, unset
-    gang = {**micro["allreduce"], "name": "allreduce2", "nodes": 2, "gpusPerNode": 1}
+    # a gang's world size is nodes x gpusPerNode: the suite refuses a world_size parameter (and validate with it)
+    params = {k: v for k, v in micro["allreduce"].get("parameters", {}).items() if k != "world_size"}
+    gang = {**micro["allreduce"], "name": "allreduce2", "nodes": 2, "gpusPerNode": 1, "parameters": params}
     doc["spec"]["layers"] = tiny_layers([micro["membw"], gemm, {**micro["fio"], "cpu": "2", "memory": "4Gi"}],
                                         [micro["allreduce"], gang])
     path = bench_home / "publication.yaml"
