@@ -290,8 +290,11 @@ def auto_replicates(run: Any, run_id: str, run_dir: Path, home: Path | None, *, 
     from benchrun.stats.planning import auto_replicates as planned
 
     suites = [s.name for layer in run.spec.layers if layer.enabled for s in layer.suites if s.replicates is None]
+    from benchrun.spec.normal import WorkloadDigests
+
     try:
-        digest = json.loads((run_dir / "status.json").read_text(encoding="utf-8")).get("workload_spec_digest")
+        status = json.loads((run_dir / "status.json").read_text(encoding="utf-8"))
+        digest = WorkloadDigests.of_status(status if isinstance(status, dict) else {})
     except (OSError, ValueError):
         digest = None
     doc = run.model_dump(mode="json", by_alias=True, exclude_none=True)
