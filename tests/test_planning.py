@@ -213,10 +213,10 @@ def _auto_runs(bench_home, canary_doc, write_spec, recorded):
 
     from benchrun import submit as sub
     from benchrun.rundir import RunDir
-    from helpers import tiny_layers
+    from helpers import tiny_spec
 
     canary_doc["spec"]["trials"].update({"minReplicates": 3, "replicates": "auto", "maxReplicates": 8})
-    canary_doc["spec"]["layers"] = tiny_layers([{"name": "other", "repoCommand": "/bin/true"}])
+    tiny_spec(canary_doc, [{"name": "other", "repoCommand": "/bin/true"}])
     ids = []
     for i, (name, n) in enumerate(zip(("base", "cand"), recorded)):
         doc = {**canary_doc, "metadata": {**canary_doc["metadata"], "name": name}}

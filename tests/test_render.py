@@ -95,9 +95,9 @@ def test_gang_jobsets_validate_against_the_jobset_crd(bench_home, canary_doc):
     from benchrun.launch.render import render_objects
 
     validator = crd_validator("jobset.x-k8s.io_jobsets.yaml", "v1alpha2")
-    from helpers import tiny_layers
+    from helpers import tiny_spec
 
-    canary_doc["spec"]["layers"] = tiny_layers([{
+    tiny_spec(canary_doc, [{
         "name": "allreduce", "repoCommand": "python -m benchrun.suites.allreduce --node-rank ${NODE_RANK}",
         "nodes": 2, "gpusPerNode": 8, "cpu": "16", "memory": "64Gi"}])
     path = bench_home / "gang.yaml"
@@ -149,7 +149,7 @@ def test_a_publication_run_renders_the_layer_jobs_it_creates(bench_home, monkeyp
     from benchrun.launch.settings import LauncherSettings
     from benchrun.plan import plan_run
     from benchrun.spec import load_spec
-    from helpers import tiny_layers
+    from helpers import tiny_spec
 
     doc = yaml.safe_load((ROOT / "specs/local/pre-release.yaml").read_text())
     micro = {s["name"]: s for s in doc["spec"]["layers"][0]["suites"]}
@@ -157,7 +157,7 @@ def test_a_publication_run_renders_the_layer_jobs_it_creates(bench_home, monkeyp
     # a gang's world size is nodes x gpusPerNode: the suite refuses a world_size parameter (and validate with it)
     params = {k: v for k, v in micro["allreduce"].get("parameters", {}).items() if k != "world_size"}
     gang = {**micro["allreduce"], "name": "allreduce2", "nodes": 2, "gpusPerNode": 1, "parameters": params}
-    doc["spec"]["layers"] = tiny_layers([micro["membw"], gemm, {**micro["fio"], "cpu": "2", "memory": "4Gi"}],
+    tiny_spec(doc, [micro["membw"], gemm, {**micro["fio"], "cpu": "2", "memory": "4Gi"}],
                                         [micro["allreduce"], gang])
     path = bench_home / "publication.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))

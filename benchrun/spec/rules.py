@@ -42,6 +42,7 @@ from benchrun.spec.metric_names import (  # noqa: F401 - rules.metric_name and t
     metric_name,
     rule_margin_metrics,
     rule_metric_names,
+    rule_primary_suites,
 )
 from benchrun.spec.mix import parse_compact_mix  # noqa: F401 - rules.parse_compact_mix, as before the split
 from benchrun.spec.model import LAYER_NAMES, WORKLOAD_KEYS
@@ -512,6 +513,7 @@ RULES: tuple[Rule, ...] = (
     rule_training_metrics,
     rule_inference_metrics,
     rule_metric_names,
+    rule_primary_suites,
     rule_margin_metrics,
     rule_trial_report,
     rule_taxonomy,
