@@ -58,6 +58,18 @@ def test_site_placeholder_without_value_is_a_clear_error():
         build_argv("ssh -i ${SSH_KEY} host", {}, where="spec.layers[micro].suites[0]")
 
 
+def test_a_substituted_env_name_that_benchrun_sets_is_refused_at_launch_too():
+    """Admission refuses a placeholder in a leading env's NAME; the argv is checked again after
+    substitution, so a value can never name BENCHRUN_PARAMS and run with parameters not recorded."""
+    command = "env '${SUITE}={\"sizes\": [32]}' python -m benchrun.suites.gemm"
+    with pytest.raises(BenchrunError, match=re.escape("x: `env BENCHRUN_PARAMS=...` in the command: BENCHRUN_PARAMS "
+                                                      "is set by benchrun for every suite")):
+        build_argv(command, {"SUITE": "BENCHRUN_PARAMS"}, where="x")
+    with pytest.raises(BenchrunError, match="is not a variable name"):
+        build_argv(command, {"SUITE": "A B"}, where="x")
+    assert build_argv(command, {"SUITE": "MY_PARAMS"}, where="x")[1] == 'MY_PARAMS={"sizes": [32]}'
+
+
 def test_unparseable_command_is_a_clear_error():
     with pytest.raises(BenchrunError, match="cannot parse the command"):
         build_argv("echo 'unterminated", {}, where="x")
@@ -135,6 +147,10 @@ def test_the_environment_a_suite_ran_with_is_in_its_result(canary_doc, write_spe
     ("env BENCHRUN_RUN_ID=x python -m benchrun.suites.gemm", "`env BENCHRUN_RUN_ID=...`: BENCHRUN_RUN_ID is set by benchrun"),
     ("env MASTER_PORT=1 python -m benchrun.suites.gemm", "MASTER_PORT is set by benchrun"),
     ("env --weird python -m benchrun.suites.gemm", "uses an option benchrun does not read"),
+    # a placeholder names the variable only at launch: a suite named BENCHRUN_PARAMS made ${SUITE} it
+    ("env '${SUITE}={\"sizes\": [32]}' python -m benchrun.suites.gemm",
+     "`env ${SUITE}=...`: a variable's name is written out as letters, digits and _ (placeholders are "
+     "substituted in values only)"),
 ])
 def test_an_env_command_cannot_clear_or_take_what_benchrun_sets(canary_doc, write_spec, command, match):
     tiny_spec(canary_doc, [{"name": "s", "repoCommand": command}])

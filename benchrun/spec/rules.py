@@ -178,7 +178,7 @@ def rule_repo_command(doc: Any) -> Iterator[Finding]:
 def _env_command_findings(where: tuple[Any, ...], argv: list[str]) -> Iterator[Finding]:
     """A leading ``env NAME=value ...`` may set a suite's own variables, as ``env:`` may (the same
     names are refused), but not clear or unset what benchrun passes (``-i``, ``-u``, ``-``)."""
-    from benchrun.spec.commandline import command_index
+    from benchrun.spec.commandline import ENV_NAME, command_index
     from benchrun.spec.model import _check_env_name
 
     if argv[0] not in ("env", "/usr/bin/env", "/bin/env"):
@@ -190,6 +190,11 @@ def _env_command_findings(where: tuple[Any, ...], argv: list[str]) -> Iterator[F
                           "parameters); set what the suite needs with the suite's env: map instead")
         elif "=" in word and not word.startswith("-"):
             name = word.split("=", 1)[0]
+            if not ENV_NAME.match(name):
+                # ${SUITE}=... would name the variable only at launch: BENCHRUN_PARAMS past this check
+                yield where, (f"`env {name}=...`: a variable's name is written out as letters, digits and _ "
+                              "(placeholders are substituted in values only); write NAME=value")
+                continue
             try:
                 _check_env_name(name)
             except ValueError as exc:
