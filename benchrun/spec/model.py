@@ -29,8 +29,9 @@ Decisions where the sources disagree (CONTRACT.md wins):
 * ``controls.fixed.sequenceLengthMix`` may be the compact string ``[{512/128@0.7},...]``
   or the same list form as ``workload.sequenceLengthMix``; it is compared by value.
 * ``metadata`` accepts the server-populated Kubernetes fields (``uid``,
-  ``resourceVersion``, ...) so a custom resource read back from a cluster validates;
-  they are left out of ``spec_digest``.
+  ``resourceVersion``, ``finalizers``, ``ownerReferences``, ``deletionTimestamp``, ...) and
+  ``generateName`` so a custom resource read back from a cluster validates; they are left out
+  of ``spec_digest``.
 
 Additive extensions (all optional; a document without them behaves exactly as before):
 
@@ -164,12 +165,20 @@ class Metadata(SpecModel):
     namespace: DnsLabel | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
-    # Set by an API server; accepted so an object read back from a cluster validates.
+    # Set by an API server (or by a controller: the operator's finalizer); accepted so an object
+    # read back from a cluster validates, and left out of every digest (digest.SERVER_METADATA).
     uid: str | None = None
     resource_version: str | None = None
     generation: int | None = None
     creation_timestamp: str | None = None
     managed_fields: list[dict[str, Any]] | None = None
+    finalizers: list[str] | None = None
+    owner_references: list[dict[str, Any]] | None = None
+    deletion_timestamp: str | None = None
+    deletion_grace_period_seconds: int | None = None
+    self_link: str | None = None
+    # how the server chose ``name`` (kubectl create with metadata.generateName): not what runs
+    generate_name: str | None = None
 
 
 # -- intent and layers -----------------------------------------------------------------
