@@ -116,6 +116,35 @@ def test_gang_jobsets_validate_against_the_jobset_crd(bench_home, canary_doc):
         assert obj["metadata"]["namespace"] == "benchrun-runs"
 
 
+def test_a_suite_timeout_is_bounded_so_every_rendered_deadline_is_an_int64(bench_home, canary_doc):
+    """timeoutSeconds: 2**63-1 was valid and rendered Job deadlines beyond int64 (Kubernetes refuses
+    them); it is at most 30 days, and the longest layer renders deadlines that fit."""
+    from benchrun.launch.render import render_objects
+    from benchrun.spec import SpecInvalid, load_spec
+    from helpers import tiny_spec
+
+    gemm = {"name": "gemm", "repoCommand": "python -m benchrun.suites.gemm", "replicates": 10_000,
+            "timeoutSeconds": 2**63 - 1}
+    tiny_spec(canary_doc, [gemm])
+    canary_doc["spec"]["trials"]["contendedReruns"] = 3
+    path = bench_home / "long.yaml"
+    path.write_text(yaml.safe_dump(canary_doc))
+    with pytest.raises(SpecInvalid) as refused:
+        load_spec(path)
+    [error] = refused.value.errors
+    assert (error.path, error.message) == ("spec.layers[0].suites[0].timeoutSeconds",
+                                           "is 9223372036854775807; input should be less than or equal to 2592000")
+    canary_doc["spec"]["layers"][0]["suites"][0]["timeoutSeconds"] = 30 * 24 * 3600
+    path.write_text(yaml.safe_dump(canary_doc))
+    os.environ["BENCHRUN_LAUNCHER_KIND"] = "kubernetes"
+    try:
+        objs = render_objects(path)
+    finally:
+        del os.environ["BENCHRUN_LAUNCHER_KIND"]
+    deadlines = [v for o in objs for v in re.findall(r'"activeDeadlineSeconds": (\d+)', json.dumps(o))]
+    assert deadlines and all(0 < int(d) < 2**63 - 1 for d in deadlines), deadlines
+
+
 def test_harness_workloads_validate_against_the_kueue_crd(kcluster):
     """The harness's Kueue writes Workloads the published v1beta2 schema accepts."""
     from kubernetes import client

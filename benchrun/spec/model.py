@@ -36,7 +36,7 @@ Decisions where the sources disagree (CONTRACT.md wins):
 Additive extensions (all optional; a document without them behaves exactly as before):
 
 * per suite: ``image`` (container image for the Kubernetes launcher), ``timeoutSeconds``
-  (> 0, per launch), ``replicates`` (>= ``trials.minReplicates`` and <= 10000, the bound
+  (> 0 and at most 30 days, per launch), ``replicates`` (>= ``trials.minReplicates`` and <= 10000, the bound
   of ``minReplicates``; overrides it for that suite) and ``parameters`` (free suite parameters: scalars or lists of scalars, passed to
   the suite as the JSON object ``BENCHRUN_PARAMS``).
 * ``metrics.inference.slo``: per-request service-level objectives, keys ``ttft_ms``,
@@ -103,6 +103,7 @@ FROZEN_WORKLOAD_KEYS: tuple[str, ...] = (
 WORKLOAD_KEYS: tuple[str, ...] = FROZEN_WORKLOAD_KEYS + ("datasetRef", "fixedAcrossTrials")
 
 PositiveInt = Annotated[int, Field(gt=0, le=2**63 - 1)]
+MAX_TIMEOUT_S = 30 * 24 * 3600  # a suite's timeoutSeconds
 PositiveFloat = Annotated[float, Field(gt=0)]
 # A non-blank string (pattern is a search: "contains a non-space character").
 Text = Annotated[str, Field(min_length=1, pattern=r"\S")]
@@ -220,7 +221,10 @@ class Suite(SpecModel):
         "to the process or pod, recorded in the run's plan and part of the pinned spec the gate compares.",
     )
     image: Text | None = Field(default=None, description="Container image for the Kubernetes launcher.")
-    timeout_seconds: PositiveInt | None = Field(default=None, description="Per-launch timeout in seconds.")
+    # at most 30 days: a Job's activeDeadlineSeconds (and a layer's, the sum over its launches and
+    # reruns) must stay an int64 that Kubernetes accepts
+    timeout_seconds: Annotated[int, Field(ge=1, le=MAX_TIMEOUT_S)] | None = Field(
+        default=None, description="Per-launch timeout in seconds (at most 2592000, 30 days).")
     replicates: Annotated[int, Field(ge=1, le=10_000)] | None = Field(
         default=None, description="Replicates of this suite (>= trials.minReplicates, <= 10000 as minReplicates)."
     )
