@@ -44,6 +44,13 @@ def _console() -> Any:
     return console()
 
 
+def _err_console() -> Any:
+    """stderr, where errors go: stdout carries what a command produces (submit's run id alone)."""
+    from benchrun.console import console
+
+    return console(stderr=True)
+
+
 def _esc(value: Any) -> str:
     """``value`` as text rich prints as it is: data (a case label ``[c=4]``, a message with ``[/]``) is
     never read as markup, which dropped it or raised MarkupError."""
@@ -235,7 +242,7 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
     try:
         prepared = sub.prepare(spec)
     except BenchrunError as exc:
-        _print_spec_errors(console, exc)
+        _print_spec_errors(_err_console(), exc)
         raise typer.Exit(2) from None
     from benchrun import warmstart
 
@@ -435,7 +442,7 @@ def submit(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Opt
     try:
         prepared = sub.submit(spec)
     except BenchrunError as exc:
-        _print_spec_errors(_console(), exc)
+        _print_spec_errors(_err_console(), exc)
         raise typer.Exit(2) from None
     print(prepared.run_id)
     # stdout stays the run id alone (scripts read it); what to do next goes to stderr.

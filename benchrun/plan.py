@@ -19,7 +19,8 @@ from typing import Any, Mapping
 from benchrun.errors import BenchrunError
 from benchrun.fsio import atomic_write_json
 from benchrun.paths import validate_name, validate_run_id
-from benchrun.spec.commandline import command_index  # noqa: F401 (re-exported)
+from benchrun.spec.commandline import ENV_NAME, command_index  # noqa: F401 (command_index re-exported)
+from benchrun.spec.model import _check_env_name
 from benchrun.spec.placeholders import GANG_NAMES, RUNTIME_NAMES, SITE_NAMES, SITE_VAR_PREFIX, substitute
 
 LAYER_ORDER = ("micro", "component", "end_to_end")
@@ -218,9 +219,21 @@ def build_argv(command: str, values: Mapping[str, str], *, where: str) -> tuple[
                 else "use one of " + ", ".join(sorted(RUNTIME_NAMES | SITE_NAMES))
             )
             raise BenchrunError(f"{where}: placeholder ${{{name}}} has no value: {hint}") from None
+    # admission refuses a placeholder in a leading env's NAME; checked again on what will run, so
+    # no substituted value can name a variable benchrun sets (BENCHRUN_PARAMS, the rendezvous)
+    at = command_index(argv)
+    for word in argv[1:at or 1]:
+        if "=" in word and not word.startswith("-"):
+            name = word.split("=", 1)[0]
+            try:
+                if not ENV_NAME.match(name):
+                    raise ValueError("is not a variable name (letters, digits and _)")
+                _check_env_name(name)
+            except ValueError as exc:
+                raise BenchrunError(f"{where}: `env {name}=...` in the command: {exc}; write the suite's own "
+                                    "variable as NAME=value (or in its env: map)") from None
     # `python` means the interpreter benchrun runs under (the venv here; the image's in a pod),
     # also after `env VAR=value ...`, as people write it to pin threads.
-    at = command_index(argv)
     if at is not None and argv[at] in ("python", "python3"):
         argv[at] = sys.executable
     return tuple(argv)
@@ -290,8 +303,11 @@ def auto_replicates(run: Any, run_id: str, run_dir: Path, home: Path | None, *, 
     from benchrun.stats.planning import auto_replicates as planned
 
     suites = [s.name for layer in run.spec.layers if layer.enabled for s in layer.suites if s.replicates is None]
+    from benchrun.spec.normal import WorkloadDigests
+
     try:
-        digest = json.loads((run_dir / "status.json").read_text(encoding="utf-8")).get("workload_spec_digest")
+        status = json.loads((run_dir / "status.json").read_text(encoding="utf-8"))
+        digest = WorkloadDigests.of_status(status if isinstance(status, dict) else {})
     except (OSError, ValueError):
         digest = None
     doc = run.model_dump(mode="json", by_alias=True, exclude_none=True)

@@ -158,6 +158,7 @@ def prepare(
                     "conditions": [],
                     "spec_digest": loaded.spec_digest,
                     "workload_spec_digest": loaded.workload_spec_digest,
+                    "workload_spec_digest_normalized": loaded.workload_spec_digest_normalized,
                     "artifact_manifest_digest": None,
                     "benchmark_class_requested": intent.benchmark_class,
                     "benchmark_class_granted": None,

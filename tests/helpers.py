@@ -16,6 +16,18 @@ def tiny_layers(micro: list[dict], component: list[dict] | None = None, end_to_e
     return out
 
 
+def tiny_spec(doc: dict, micro: list[dict], component: list[dict] | None = None,
+              end_to_end: list[dict] | None = None) -> None:
+    """Give ``doc`` the layers of :func:`tiny_layers`; its primaries qualified by a suite the spec no
+    longer runs become bare names (a primary must name a suite of an enabled layer)."""
+    doc["spec"]["layers"] = tiny_layers(micro, component, end_to_end)
+    runs = {s["name"] for layer in doc["spec"]["layers"] for s in layer["suites"]}
+    for family in (doc["spec"].get("metrics") or {}).values():
+        if isinstance(family, dict) and isinstance(family.get("primary"), list):
+            family["primary"] = [p if "/" not in p or p.split("/", 1)[0] in runs else p.split("/", 1)[1].split("[")[0]
+                                 for p in family["primary"]]
+
+
 @contextlib.contextmanager
 def threaded_server(**kw):
     """A RefServer on its own event loop in a thread (tests that do not measure timing)."""

@@ -58,6 +58,20 @@ def test_piped_help_is_plain_text_and_submit_says_what_next(tmp_path):
     assert f"benchrun show {run_id}" in r.stderr and "make ui" in r.stderr
 
 
+def test_submit_and_run_print_a_rejection_on_stderr_and_nothing_on_stdout(tmp_path, canary_doc, monkeypatch, capsys):
+    """stdout carries submit's run id alone (scripts read it): a rejection went there too."""
+    from helpers import cli_in_process
+
+    canary_doc["spec"]["trials"]["minReplicates"] = 2
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(canary_doc, sort_keys=False))
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path / "home"))
+    for command in ("submit", "run"):
+        code, out, err = cli_in_process([command, str(bad)], monkeypatch, capsys)
+        assert (code, out) == (2, ""), (command, out)
+        assert "rejected: 1 validation error(s)" in err and "spec.trials.minReplicates" in err, (command, err)
+
+
 def test_compare_refuses_a_run_that_has_not_run(tmp_path):
     from benchrun.stats.synthetic import lognormal_replicates, make_run
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from benchrun.cli import app
 from benchrun.provenance.keys import load_signing_key
-from helpers import tiny_layers
+from helpers import tiny_spec
 
 GEMM = {"name": "gemm", "repoCommand": "python -m benchrun.suites.gemm", "parameters": {"sizes": [64], "iterations": 2}}
 
@@ -23,7 +23,7 @@ def test_every_command_that_writes_into_a_run_leaves_verify_passing(bench_home, 
 
     monkeypatch.setenv("BENCHRUN_WARM", "0")
     canary_doc["spec"]["trials"]["minReplicates"] = 3
-    canary_doc["spec"]["layers"] = tiny_layers([GEMM])
+    tiny_spec(canary_doc, [GEMM])
     cli = CliRunner()
     for _ in range(2):  # a second run of the workload: the first one's report (its history) changes
         result = cli.invoke(app, ["run", str(write_spec(canary_doc))])
@@ -61,7 +61,7 @@ def test_a_run_whose_publication_fails_after_its_final_phase_is_not_succeeded(be
 
     monkeypatch.setenv("BENCHRUN_WARM", "0")
     canary_doc["spec"]["trials"]["minReplicates"] = 3
-    canary_doc["spec"]["layers"] = tiny_layers([GEMM])
+    tiny_spec(canary_doc, [GEMM])
     real = warehouse.curate_run
 
     def curate(*args, **kwargs):
@@ -221,7 +221,7 @@ def test_a_finished_run_materialized_again_succeeds_and_keeps_its_earlier_attemp
 
     monkeypatch.setenv("BENCHRUN_WARM", "0")
     canary_doc["spec"]["trials"]["minReplicates"] = 3
-    canary_doc["spec"]["layers"] = tiny_layers([GEMM])
+    tiny_spec(canary_doc, [GEMM])
     cli = CliRunner()
     assert cli.invoke(app, ["run", str(write_spec(canary_doc))]).exit_code == 0
     wait_for_workers(bench_home)

@@ -5,7 +5,7 @@ import pytest
 from benchrun import submit as sub
 from benchrun.confirm import confirmation_hook, confirmation_invocations, pair_orders, round_seed
 from benchrun.rundir import RunDir
-from helpers import tiny_layers
+from helpers import tiny_spec
 
 GEMM = {"name": "gemm", "repoCommand": "python -m benchrun.suites.gemm", "parameters": {"sizes": [32], "iterations": 2}}
 ECHO = {"name": "other", "repoCommand": "/bin/true"}
@@ -22,7 +22,7 @@ def _run(doc, write_spec, name, now_s):
 @pytest.mark.slow
 def test_confirmation_round_interleaves_and_leaves_sealed_runs_alone(bench_home, canary_doc, write_spec):
     canary_doc["spec"]["trials"]["minReplicates"] = 3
-    canary_doc["spec"]["layers"] = tiny_layers([GEMM, ECHO])
+    tiny_spec(canary_doc, [GEMM, ECHO])
     base = _run(canary_doc, write_spec, "base", 1)
     cand = _run(canary_doc, write_spec, "cand", 2)
     order, dirs = confirmation_invocations(bench_home, base, cand, {"gemm"}, seed=7)

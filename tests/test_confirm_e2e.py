@@ -7,7 +7,7 @@ import pytest
 
 from benchrun import submit as sub
 from benchrun.rundir import RunDir
-from helpers import tiny_layers
+from helpers import tiny_spec
 
 # A suite that reports the spec's primary metric ttft_ms around a level set by a parameter
 # (a stand-in for a runtime whose first-token latency changed), with a little noise.
@@ -27,7 +27,7 @@ def _spec(doc, name, level, baseline_ref):
     # the custom suite's ttft_ms gates (the canary's own primaries are qualified to serving_workflow)
     doc["spec"]["metrics"]["inference"]["primary"] = ["ttft/ttft_ms[c=1]", "tokens_per_second", "p99_latency_ms",
                                                       "jitter_ms", "cost_per_request_usd"]
-    doc["spec"]["layers"] = tiny_layers([], [{"name": "ttft", "repoCommand": SUITE, "parameters": {"level_ms": level}}])
+    tiny_spec(doc, [], [{"name": "ttft", "repoCommand": SUITE, "parameters": {"level_ms": level}}])
     doc["spec"]["comparison"]["baseline"]["artifactRef"] = baseline_ref
     # the level is what the pair changes: declared, so the one-variable gate lets it (alone) differ
     doc["spec"]["comparison"]["variableUnderTest"] = "layers.component.suites[ttft].parameters.level_ms"

@@ -126,10 +126,10 @@ def test_an_extension_plans_the_next_replicates_into_the_same_round(bench_home, 
 
     from benchrun import submit as sub
     from benchrun.confirm import confirmation_invocations, max_pairs
-    from helpers import tiny_layers
+    from helpers import tiny_spec
 
     canary_doc["spec"]["trials"]["minReplicates"] = 3
-    canary_doc["spec"]["layers"] = tiny_layers([{"name": "other", "repoCommand": "/bin/true"}])
+    tiny_spec(canary_doc, [{"name": "other", "repoCommand": "/bin/true"}])
     canary_doc["spec"]["comparison"]["confirmation"] = {"maxPairs": 8}
     ids = []
     for i, name in enumerate(("base", "cand")):

@@ -18,7 +18,7 @@ from benchrun.automation.settings import JOB_NAME
 from benchrun.controller.resources import TAG_UID, document_bytes
 from benchrun.rundir import RunDir
 from benchrun.spec.crd import open_api_schema
-from helpers import tiny_layers
+from helpers import tiny_spec
 from sensors.benchmarkrun import benchmarkrun_resource_sensor
 from test_store_helpers import s3_env  # noqa: F401  (fixture: a real S3 API server on loopback)
 
@@ -88,7 +88,7 @@ def instance(bench_home: Path) -> Iterator[dg.DagsterInstance]:
 def resource_doc(canary_doc: dict[str, Any]) -> dict[str, Any]:
     doc = copy.deepcopy(canary_doc)
     doc["metadata"] = {"name": "canary-cr", "namespace": NS, "labels": {"team": "perf"}}
-    doc["spec"]["layers"] = tiny_layers([GEMM])
+    tiny_spec(doc, [GEMM])
     return doc
 
 

@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from helpers import QUEUED, dequeue, leading_operator, stopped, tiny_layers
+from helpers import QUEUED, dequeue, leading_operator, stopped, tiny_spec
 from kharness.rbac import Policy, deploy_rbac_docs, sa_user
 from test_deploy_values import location_env as values_env
 from test_postgres_instance import pg_server  # noqa: F401  (fixture: a real Postgres on loopback)
@@ -86,7 +86,7 @@ def test_the_deploy_walkthrough_takes_the_example_to_succeeded_with_every_output
     [gemm] = [s for s in doc["spec"]["layers"][0]["suites"] if s["name"] == "gemm"]
     gemm["parameters"].update(device="cpu", sizes=[64], iterations=3)
     gemm.update(gpus=0, cpu="1", memory="1Gi")
-    doc["spec"]["layers"] = tiny_layers([gemm])
+    tiny_spec(doc, [gemm])
     doc["spec"]["trials"]["minReplicates"] = 3
     admin = client.CustomObjectsApi(config.new_client_from_config(str(cluster.kubeconfig)))
     admin.create_namespaced_custom_object(*CR[:2], RUNS, CR[2], doc)

@@ -71,11 +71,11 @@ def test_ctrl_c_ends_canceled_keeps_the_finished_launches_and_says_which(tmp_pat
     import time
 
     import yaml
-    from helpers import tiny_layers
+    from helpers import tiny_spec
 
     canary_doc["metadata"]["name"] = "ctrl-c"
     canary_doc["spec"]["trials"]["minReplicates"] = 3
-    canary_doc["spec"]["layers"] = tiny_layers([
+    tiny_spec(canary_doc, [
         {"name": "gemm", "repoCommand": "python -m benchrun.suites.gemm", "parameters": {"sizes": [64], "iterations": 3}},
         {"name": "membw", "repoCommand": "python -m benchrun.suites.membw",
          "parameters": {"elements": 5_000_000, "iterations": 4}},  # long enough to be interrupted in

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import tiny_layers
+from helpers import tiny_spec as with_tiny_layers
 
 ROOT = Path(__file__).resolve().parent.parent
 GEMM = {"name": "gemm", "repoCommand": "python -m benchrun.suites.gemm", "parameters": {"sizes": [64], "iterations": 3}}
@@ -26,7 +26,7 @@ MEMBW = {"name": "membw", "repoCommand": "python -m benchrun.suites.membw",
 def tiny_spec(tmp_path, canary_doc):
     canary_doc["metadata"]["name"] = "first-use"
     canary_doc["spec"]["trials"]["minReplicates"] = 3
-    canary_doc["spec"]["layers"] = tiny_layers([GEMM, MEMBW])
+    with_tiny_layers(canary_doc, [GEMM, MEMBW])
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(canary_doc, sort_keys=False))
     return path

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import tiny_layers
+from helpers import tiny_spec
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -71,7 +71,7 @@ def _fill_to(mnt: Path, free_kb: int) -> Path:
 def test_a_full_disk_ends_every_run_in_a_final_phase_with_one_line(small_fs, canary_doc, tmp_path, free_kb):
     home = small_fs / f"home-{free_kb}"
     canary_doc["spec"]["trials"]["minReplicates"] = 3
-    canary_doc["spec"]["layers"] = tiny_layers([{"name": "gemm", "repoCommand": "python -m benchrun.suites.gemm",
+    tiny_spec(canary_doc, [{"name": "gemm", "repoCommand": "python -m benchrun.suites.gemm",
                                                  "parameters": {"sizes": [64], "iterations": 2}}])
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(canary_doc, sort_keys=False))

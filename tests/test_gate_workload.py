@@ -156,6 +156,52 @@ def test_a_declared_workload_field_passes_although_the_workload_digest_differs(t
     assert not check_gate(b, c, variable="runtime_version").passed
 
 
+def test_a_default_written_out_is_no_difference_to_the_gate_nor_to_the_workload(tmp_path):
+    """nodes: 1, trials.maxReplicates: 10 and dataset.format: auto are the defaults: writing them out
+    made the pair "differ" (exit 4) and changed workload_spec_digest (a different workload's history)."""
+    from benchrun.spec.digest import workload_spec_digest
+
+    def with_dataset(doc, **extra):
+        doc["spec"]["workload"]["dataset"] = {"path": "specs/datasets/benchrun-conversations.jsonl",
+                                              "sha256": "0" * 64, **extra}
+
+    def defaults(doc):
+        _suite(doc, "gemm")["nodes"] = 1
+        doc["spec"]["trials"]["maxReplicates"] = 10
+        with_dataset(doc, format="auto")
+
+    b, c = _pair(tmp_path, defaults)
+    with_dataset(b.spec)
+    # the digest as written differs, as a real run's status says; the normalized one does not
+    b.status["workload_spec_digest"], c.status["workload_spec_digest"] = (workload_spec_digest(r.spec) for r in (b, c))
+    assert b.status["workload_spec_digest"] != c.status["workload_spec_digest"]
+    gate = check_gate(b, c)
+    assert gate.passed and gate.diffs == [], gate.message()
+    from benchrun.spec.normal import WorkloadDigests, normalized_workload_digest
+
+    assert normalized_workload_digest(b.spec) == normalized_workload_digest(c.spec) is not None
+    # a value that is not the default is still a difference, shown as the values in effect
+    _suite(c.spec, "gemm")["nodes"] = 2
+    c.spec["spec"]["workload"]["dataset"]["format"] = "jsonl"
+    c.status["workload_spec_digest"] = workload_spec_digest(c.spec)
+    refused = check_gate(b, c)
+    assert sorted(d.field for d in refused.refused) == [
+        "spec.layers.micro.suites[gemm].nodes", "spec.workload.dataset.format", "status.workload_spec_digest"]
+    assert [(d.baseline, d.candidate) for d in refused.refused if d.field.endswith("nodes")] == [(1, 2)]
+    # runs recorded before the normalized digest match on the digest as written, as they did
+    old, new = WorkloadDigests("w" * 64), WorkloadDigests("w" * 64, "n" * 64)
+    assert old.matches(new) and new.matches(WorkloadDigests("x" * 64, "n" * 64))
+    assert not new.matches(WorkloadDigests("w" * 64, "m" * 64)) and not old.matches(WorkloadDigests("x" * 64))
+
+
+def test_a_pinned_spec_the_model_no_longer_reads_is_compared_as_written(tmp_path):
+    def old(doc):
+        doc["spec"]["intent"]["retiredField"] = True  # unknown to this model
+    b, c = _pair(tmp_path, old)
+    gate = check_gate(b, c)
+    assert not gate.passed and [d.field for d in gate.refused] == ["spec.intent.retiredField"]
+
+
 def test_allow_differences_in_the_spec_is_recorded_in_the_comparison_and_the_report(tmp_path, monkeypatch):
     import json
 

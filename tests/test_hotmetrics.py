@@ -426,12 +426,12 @@ def test_a_run_whose_pushgateway_is_down_succeeds_and_says_so(bench_home, canary
     from benchrun.cli import app
     from benchrun.report.worker import wait_for_workers
     from benchrun.rundir import RunDir
-    from helpers import tiny_layers
+    from helpers import tiny_spec
 
     monkeypatch.setenv("BENCHRUN_WARM", "0")
     monkeypatch.setenv(hm_mod.PUSHGATEWAY_ENV, f"http://bench:S3cretPW@127.0.0.1:{_free_port()}")
     canary_doc["spec"]["trials"]["minReplicates"] = 3
-    canary_doc["spec"]["layers"] = tiny_layers([{"name": "gemm", "repoCommand": "python -m benchrun.suites.gemm",
+    tiny_spec(canary_doc, [{"name": "gemm", "repoCommand": "python -m benchrun.suites.gemm",
                                                  "parameters": {"sizes": [64], "iterations": 2}}])
     out = CliRunner().invoke(app, ["run", str(write_spec(canary_doc))])
     wait_for_workers(bench_home)

@@ -40,11 +40,11 @@ def k8s_home(bench_home, kcluster_factory):
 
 @pytest.mark.slow
 def test_tiny_run_through_dagster_on_the_harness(k8s_home, bench_home, canary_doc, write_spec):
-    from helpers import tiny_layers
+    from helpers import tiny_spec
 
     canary_doc["metadata"]["name"] = "k8s-tiny"
     canary_doc["spec"]["trials"]["minReplicates"] = 3
-    canary_doc["spec"]["layers"] = tiny_layers(
+    tiny_spec(canary_doc,
         [{"name": "gemm", "repoCommand": "python -m benchrun.suites.gemm", "parameters": {"sizes": [64], "iterations": 3},
           "gpus": 0, "cpu": "2", "memory": "1Gi"}])
     prepared = sub.prepare(write_spec(canary_doc))
@@ -138,7 +138,7 @@ def test_stock_canary_gives_the_same_facts_as_the_local_launcher(k8s_home, bench
 def test_publication_grade_through_dagster_runs_each_layer_in_one_job(bench_home, kcluster_factory, write_spec):
     import yaml
 
-    from helpers import tiny_layers
+    from helpers import tiny_spec
     from kharness import Node
 
     # The in-pod sampler would (rightly) downgrade the run on this shared, loaded test machine.
@@ -149,7 +149,7 @@ def test_publication_grade_through_dagster_runs_each_layer_in_one_job(bench_home
     image = "registry.example/benchrun@sha256:" + "c" * 64
     gemm = {"name": "gemm", "repoCommand": "python -m benchrun.suites.gemm", "image": image, "cpu": "1",
             "memory": "1Gi", "parameters": {"sizes": [64], "iterations": 3}}
-    doc["spec"]["layers"] = tiny_layers([gemm])
+    tiny_spec(doc, [gemm])
     doc["spec"]["trials"]["minReplicates"] = 3
     prepared = sub.prepare(write_spec(doc))
     result, _instance = run_k8s(prepared, bench_home, node_selector={"pool": "bench"})
@@ -173,7 +173,7 @@ def test_pipes_messages_through_s3(bench_home, kcluster_factory, canary_doc, wri
 
     import boto3
 
-    from helpers import tiny_layers
+    from helpers import tiny_spec
 
     boto3.client("s3", endpoint_url=s3_env).create_bucket(Bucket="pipes")
     aws = {k: os.environ[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION",
@@ -182,7 +182,7 @@ def test_pipes_messages_through_s3(bench_home, kcluster_factory, canary_doc, wri
     cluster.bind_pvc("benchrun-home", bench_home)
     canary_doc["metadata"]["name"] = "k8s-s3pipes"
     canary_doc["spec"]["trials"]["minReplicates"] = 3
-    canary_doc["spec"]["layers"] = tiny_layers(
+    tiny_spec(canary_doc,
         [{"name": "gemm", "repoCommand": "python -m benchrun.suites.gemm", "parameters": {"sizes": [64], "iterations": 3}}])
     prepared = sub.prepare(write_spec(canary_doc))
     result, instance = run_k8s(prepared, bench_home, pipes_messages="s3", pipes_s3_bucket="pipes")

@@ -20,7 +20,7 @@ from benchrun.controller.lease import LeaseElector
 from benchrun.controller.operator import FINALIZER, Operator, Settings
 from benchrun.controller.resources import TAG_UID
 from benchrun.controller.status import ResourceRef
-from helpers import tiny_layers
+from helpers import tiny_spec
 import test_store_helpers
 
 NS = "benchruns"
@@ -68,7 +68,7 @@ def operator(harness: Any, runs: DagsterRuns, **settings: Any) -> Operator:
 def doc(canary_doc: dict[str, Any], name: str) -> dict[str, Any]:
     out = copy.deepcopy(canary_doc)
     out["metadata"] = {"name": name, "namespace": NS}
-    out["spec"]["layers"] = tiny_layers([GEMM])
+    tiny_spec(out, [GEMM])
     return out
 
 

@@ -9,7 +9,7 @@ import pytest
 from benchrun.errors import BenchrunError
 from benchrun.plan import build_argv, case_id, plan_run
 from benchrun.spec import load_spec
-from helpers import tiny_layers
+from helpers import tiny_spec
 
 RUN_ID = "p-20260101000000-00000000"
 
@@ -17,7 +17,7 @@ RUN_ID = "p-20260101000000-00000000"
 @pytest.fixture
 def spec_path(canary_doc, write_spec):
     canary_doc["spec"]["trials"]["minReplicates"] = 3
-    canary_doc["spec"]["layers"] = tiny_layers(
+    tiny_spec(canary_doc,
         [{"name": "a", "repoCommand": "python -m benchrun.suites.gemm --run ${RUN_ID} --rep ${REPLICATE}",
           "parameters": {"sizes": [64]}},
          {"name": "b", "repoCommand": "/bin/echo ${RUN_DIR} ${HOSTS}", "replicates": 4, "timeoutSeconds": 7}],
@@ -58,6 +58,18 @@ def test_site_placeholder_without_value_is_a_clear_error():
         build_argv("ssh -i ${SSH_KEY} host", {}, where="spec.layers[micro].suites[0]")
 
 
+def test_a_substituted_env_name_that_benchrun_sets_is_refused_at_launch_too():
+    """Admission refuses a placeholder in a leading env's NAME; the argv is checked again after
+    substitution, so a value can never name BENCHRUN_PARAMS and run with parameters not recorded."""
+    command = "env '${SUITE}={\"sizes\": [32]}' python -m benchrun.suites.gemm"
+    with pytest.raises(BenchrunError, match=re.escape("x: `env BENCHRUN_PARAMS=...` in the command: BENCHRUN_PARAMS "
+                                                      "is set by benchrun for every suite")):
+        build_argv(command, {"SUITE": "BENCHRUN_PARAMS"}, where="x")
+    with pytest.raises(BenchrunError, match="is not a variable name"):
+        build_argv(command, {"SUITE": "A B"}, where="x")
+    assert build_argv(command, {"SUITE": "MY_PARAMS"}, where="x")[1] == 'MY_PARAMS={"sizes": [32]}'
+
+
 def test_unparseable_command_is_a_clear_error():
     with pytest.raises(BenchrunError, match="cannot parse the command"):
         build_argv("echo 'unterminated", {}, where="x")
@@ -65,7 +77,7 @@ def test_unparseable_command_is_a_clear_error():
 
 def test_multi_node_suite_keeps_gang_placeholders_until_a_node_resolves_them(canary_doc, write_spec, tmp_path):
     canary_doc["spec"]["trials"]["minReplicates"] = 3
-    canary_doc["spec"]["layers"] = tiny_layers(
+    tiny_spec(canary_doc,
         [{"name": "t", "nodes": 2, "gpusPerNode": 4,
           "repoCommand": "torchrun --nnodes ${NNODES} --node-rank ${NODE_RANK} --rdzv-endpoint ${MASTER_ADDR}:29500 "
                          "--hosts=${HOSTS} train.py"},
@@ -92,7 +104,7 @@ def test_suite_env_and_env_command_forms_reach_the_suite_with_the_projects_pytho
 
     probe = "import os, sys; print(sys.executable, os.environ['OMP_NUM_THREADS'], os.environ['GREETING'])"
     canary_doc["spec"]["trials"]["minReplicates"] = 3
-    canary_doc["spec"]["layers"] = tiny_layers([
+    tiny_spec(canary_doc, [
         {"name": "pinned", "repoCommand": f"env OMP_NUM_THREADS=1 python -c \"{probe}\"",
          "env": {"GREETING": "hello; rm -rf / $(id)"}}])
     run_dir = tmp_path / "runs" / RUN_ID
@@ -115,7 +127,7 @@ def test_the_environment_a_suite_ran_with_is_in_its_result(canary_doc, write_spe
     from benchrun.suites.result import result_path
 
     canary_doc["spec"]["trials"]["minReplicates"] = 3
-    canary_doc["spec"]["layers"] = tiny_layers([
+    tiny_spec(canary_doc, [
         {"name": "gemm", "repoCommand": "env OMP_NUM_THREADS=1 python -m benchrun.suites.gemm",
          "env": {"OPENBLAS_NUM_THREADS": "1"}, "parameters": {"sizes": [32], "iterations": 2}}])
     run_dir = tmp_path / "runs" / RUN_ID
@@ -135,15 +147,19 @@ def test_the_environment_a_suite_ran_with_is_in_its_result(canary_doc, write_spe
     ("env BENCHRUN_RUN_ID=x python -m benchrun.suites.gemm", "`env BENCHRUN_RUN_ID=...`: BENCHRUN_RUN_ID is set by benchrun"),
     ("env MASTER_PORT=1 python -m benchrun.suites.gemm", "MASTER_PORT is set by benchrun"),
     ("env --weird python -m benchrun.suites.gemm", "uses an option benchrun does not read"),
+    # a placeholder names the variable only at launch: a suite named BENCHRUN_PARAMS made ${SUITE} it
+    ("env '${SUITE}={\"sizes\": [32]}' python -m benchrun.suites.gemm",
+     "`env ${SUITE}=...`: a variable's name is written out as letters, digits and _ (placeholders are "
+     "substituted in values only)"),
 ])
 def test_an_env_command_cannot_clear_or_take_what_benchrun_sets(canary_doc, write_spec, command, match):
-    canary_doc["spec"]["layers"] = tiny_layers([{"name": "s", "repoCommand": command}])
+    tiny_spec(canary_doc, [{"name": "s", "repoCommand": command}])
     with pytest.raises(BenchrunError, match=re.escape(match)):
         load_spec(write_spec(canary_doc))
 
 
 @pytest.mark.parametrize("name", ["BENCHRUN_RUN_ID", "DAGSTER_PIPES_CONTEXT", "MASTER_PORT", "1BAD", "A-B"])
 def test_a_suite_env_that_benchrun_sets_itself_or_no_variable_name_is_refused(canary_doc, write_spec, name):
-    canary_doc["spec"]["layers"] = tiny_layers([{"name": "s", "repoCommand": "python -c pass", "env": {name: "x"}}])
+    tiny_spec(canary_doc, [{"name": "s", "repoCommand": "python -c pass", "env": {name: "x"}}])
     with pytest.raises(BenchrunError, match="env"):
         load_spec(write_spec(canary_doc))

@@ -173,6 +173,39 @@ def test_a_metric_the_workloads_runs_do_not_report_is_planned_from_runs_that_do(
     assert plans["s/b"].runs == 3 and "other workloads" in plans["s/b"].note and plans["s/b"].needed is not None
 
 
+def test_a_workload_with_a_default_written_out_is_the_same_workloads_history(bench_home, canary_doc, write_spec,
+                                                                            tmp_path):
+    """dataset.format: auto written out changed workload_spec_digest, so `replicates: auto` and
+    `benchrun plan` read another workload's history. Runs record the normalized digest beside it,
+    and the history matches on it where both sides have it — on the digest as written otherwise."""
+    import copy
+    import json
+
+    from benchrun import submit as sub
+    from benchrun.rundir import RunDir
+    from benchrun.spec.normal import NORMALIZED_KEY, WorkloadDigests
+    from benchrun.stats.planning import _succeeded
+
+    canary_doc["spec"]["workload"]["dataset"] = {"path": "specs/datasets/benchrun-conversations.jsonl"}
+    written = copy.deepcopy(canary_doc)
+    written["spec"]["workload"]["dataset"]["format"] = "auto"
+    status = {}
+    for name, doc in (("plain", canary_doc), ("written", written)):
+        run_id = sub.prepare(write_spec(doc, f"{name}.yaml")).run_id
+        status[name] = json.loads((RunDir.for_run(run_id, bench_home).path / "status.json").read_text())
+    assert status["plain"]["workload_spec_digest"] != status["written"]["workload_spec_digest"]
+    assert status["plain"][NORMALIZED_KEY] == status["written"][NORMALIZED_KEY] is not None
+    rng = np.random.default_rng(1)
+    m = {("s", "", "a"): (lognormal_replicates(rng, 100, 0.02, 5), "u", "higher")}
+    make_run(tmp_path, "new", m, status={k: status["written"][k] for k in ("workload_spec_digest", NORMALIZED_KEY)})
+    make_run(tmp_path, "old", m, status={"workload_spec_digest": status["plain"]["workload_spec_digest"]})
+    make_run(tmp_path, "other", m, status={"workload_spec_digest": "o" * 64, NORMALIZED_KEY: "o" * 64})
+    same, other = _succeeded(tmp_path, WorkloadDigests.of_status(status["plain"]))
+    assert [p.name for p in same] == ["new", "old"] and [p.name for p in other] == ["other"]
+    same, _ = _succeeded(tmp_path, status["plain"]["workload_spec_digest"])  # a bare digest: as written
+    assert [p.name for p in same] == ["old"]
+
+
 def _auto_runs(bench_home, canary_doc, write_spec, recorded):
     """Two prepared `replicates: auto` runs of a one-suite spec, each with its recorded plan."""
     import datetime as dt
@@ -180,10 +213,10 @@ def _auto_runs(bench_home, canary_doc, write_spec, recorded):
 
     from benchrun import submit as sub
     from benchrun.rundir import RunDir
-    from helpers import tiny_layers
+    from helpers import tiny_spec
 
     canary_doc["spec"]["trials"].update({"minReplicates": 3, "replicates": "auto", "maxReplicates": 8})
-    canary_doc["spec"]["layers"] = tiny_layers([{"name": "other", "repoCommand": "/bin/true"}])
+    tiny_spec(canary_doc, [{"name": "other", "repoCommand": "/bin/true"}])
     ids = []
     for i, (name, n) in enumerate(zip(("base", "cand"), recorded)):
         doc = {**canary_doc, "metadata": {**canary_doc["metadata"], "name": name}}

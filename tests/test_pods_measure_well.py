@@ -15,7 +15,7 @@ from benchrun.errors import BenchrunError
 from benchrun.launch.podspec import SUITE_RESOURCES, Placement, job_manifest, qos_class, suite_module
 from conftest import ROOT
 from crdschemas import crd_validator
-from helpers import tiny_layers
+from helpers import tiny_spec
 from test_launch_kubernetes_harness import RUN_ID, launcher_for, make_inv, script_for
 
 
@@ -44,7 +44,8 @@ def test_every_rendered_pod_is_guaranteed_with_whole_cpus(bench_home, canary_doc
     gemm, fio, allreduce = suites["gemm"], suites["fio"], suites["allreduce"]
     gemm.setdefault("parameters", {})["device"] = "cuda"
     allreduce.update(nodes=2, gpusPerNode=8)  # the canary's suite as a 2-node gang
-    canary_doc["spec"]["layers"] = tiny_layers([gemm, fio, allreduce])
+    allreduce.get("parameters", {}).pop("world_size", None)  # a gang's is nodes x gpusPerNode (refused)
+    tiny_spec(canary_doc, [gemm, fio, allreduce])
     path = bench_home / "canary.yaml"
     path.write_text(yaml.safe_dump(canary_doc))
     objs = render(path)

@@ -27,7 +27,7 @@ import dagster as dg
 import pytest
 import yaml
 
-from helpers import stop_process, tiny_layers
+from helpers import stop_process, tiny_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "deploy/instance/dagster.yaml"
@@ -178,7 +178,7 @@ def pg_instance(pg_home: Path) -> Iterator[dg.DagsterInstance]:
 def _spec(tmp: Path, name: str) -> Path:
     doc = yaml.safe_load((ROOT / "specs/local/canary.yaml").read_text())
     doc["metadata"]["name"] = name
-    doc["spec"]["layers"] = tiny_layers([GEMM])
+    tiny_spec(doc, [GEMM])
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path

@@ -83,11 +83,11 @@ def a_benchmarkrun(cluster, canary_doc: dict[str, Any], namespace: str = "team-a
     """A valid BenchmarkRun (the canary spec, one tiny suite) applied by a user in ``namespace``."""
     from kubernetes import client
 
-    from helpers import tiny_layers
+    from helpers import tiny_spec
 
     doc = copy.deepcopy(canary_doc)
     doc["metadata"] = {"name": "nightly-cr", "namespace": namespace}
-    doc["spec"]["layers"] = tiny_layers([{"name": "gemm", "repoCommand": "python -m benchrun.suites.gemm",
+    tiny_spec(doc, [{"name": "gemm", "repoCommand": "python -m benchrun.suites.gemm",
                                           "parameters": {"sizes": [32], "iterations": 2}}])
     admin = client.CustomObjectsApi(cluster.api_client())
     return admin.create_namespaced_custom_object(*CR[:2], namespace, CR[2], doc)

@@ -95,9 +95,9 @@ def test_gang_jobsets_validate_against_the_jobset_crd(bench_home, canary_doc):
     from benchrun.launch.render import render_objects
 
     validator = crd_validator("jobset.x-k8s.io_jobsets.yaml", "v1alpha2")
-    from helpers import tiny_layers
+    from helpers import tiny_spec
 
-    canary_doc["spec"]["layers"] = tiny_layers([{
+    tiny_spec(canary_doc, [{
         "name": "allreduce", "repoCommand": "python -m benchrun.suites.allreduce --node-rank ${NODE_RANK}",
         "nodes": 2, "gpusPerNode": 8, "cpu": "16", "memory": "64Gi"}])
     path = bench_home / "gang.yaml"
@@ -114,6 +114,35 @@ def test_gang_jobsets_validate_against_the_jobset_crd(bench_home, canary_doc):
         assert obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "canary"
         assert obj["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "benchrun-canary"
         assert obj["metadata"]["namespace"] == "benchrun-runs"
+
+
+def test_a_suite_timeout_is_bounded_so_every_rendered_deadline_is_an_int64(bench_home, canary_doc):
+    """timeoutSeconds: 2**63-1 was valid and rendered Job deadlines beyond int64 (Kubernetes refuses
+    them); it is at most 30 days, and the longest layer renders deadlines that fit."""
+    from benchrun.launch.render import render_objects
+    from benchrun.spec import SpecInvalid, load_spec
+    from helpers import tiny_spec
+
+    gemm = {"name": "gemm", "repoCommand": "python -m benchrun.suites.gemm", "replicates": 10_000,
+            "timeoutSeconds": 2**63 - 1}
+    tiny_spec(canary_doc, [gemm])
+    canary_doc["spec"]["trials"]["contendedReruns"] = 3
+    path = bench_home / "long.yaml"
+    path.write_text(yaml.safe_dump(canary_doc))
+    with pytest.raises(SpecInvalid) as refused:
+        load_spec(path)
+    [error] = refused.value.errors
+    assert (error.path, error.message) == ("spec.layers[0].suites[0].timeoutSeconds",
+                                           "is 9223372036854775807; input should be less than or equal to 2592000")
+    canary_doc["spec"]["layers"][0]["suites"][0]["timeoutSeconds"] = 30 * 24 * 3600
+    path.write_text(yaml.safe_dump(canary_doc))
+    os.environ["BENCHRUN_LAUNCHER_KIND"] = "kubernetes"
+    try:
+        objs = render_objects(path)
+    finally:
+        del os.environ["BENCHRUN_LAUNCHER_KIND"]
+    deadlines = [v for o in objs for v in re.findall(r'"activeDeadlineSeconds": (\d+)', json.dumps(o))]
+    assert deadlines and all(0 < int(d) < 2**63 - 1 for d in deadlines), deadlines
 
 
 def test_harness_workloads_validate_against_the_kueue_crd(kcluster):
@@ -149,13 +178,15 @@ def test_a_publication_run_renders_the_layer_jobs_it_creates(bench_home, monkeyp
     from benchrun.launch.settings import LauncherSettings
     from benchrun.plan import plan_run
     from benchrun.spec import load_spec
-    from helpers import tiny_layers
+    from helpers import tiny_spec
 
     doc = yaml.safe_load((ROOT / "specs/local/pre-release.yaml").read_text())
     micro = {s["name"]: s for s in doc["spec"]["layers"][0]["suites"]}
     gemm = {**micro["gemm"], "parameters": {**micro["gemm"]["parameters"], "device": "cuda"}}  # 1 GPU, unset
-    gang = {**micro["allreduce"], "name": "allreduce2", "nodes": 2, "gpusPerNode": 1}
-    doc["spec"]["layers"] = tiny_layers([micro["membw"], gemm, {**micro["fio"], "cpu": "2", "memory": "4Gi"}],
+    # a gang's world size is nodes x gpusPerNode: the suite refuses a world_size parameter (and validate with it)
+    params = {k: v for k, v in micro["allreduce"].get("parameters", {}).items() if k != "world_size"}
+    gang = {**micro["allreduce"], "name": "allreduce2", "nodes": 2, "gpusPerNode": 1, "parameters": params}
+    tiny_spec(doc, [micro["membw"], gemm, {**micro["fio"], "cpu": "2", "memory": "4Gi"}],
                                         [micro["allreduce"], gang])
     path = bench_home / "publication.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))

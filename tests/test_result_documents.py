@@ -92,6 +92,63 @@ def test_validate_refuses_an_unknown_builtin_suite_and_a_parameter_it_does_not_t
     assert said["spec.layers[0].suites[1].repoCommand"].startswith("benchrun.suites.gemm.main is not one of")
 
 
+def test_validate_refuses_parameter_values_every_replicate_would_refuse(tmp_path, canary_doc):
+    """Names and conflicts were checked, values not: gemm iterations: 0 was "valid" and then every
+    replicate failed with ParamError. Each suite's check_parameters runs the suite's own parsing."""
+    import yaml
+
+    from benchrun.spec.validation import validate_path
+
+    layer = canary_doc["spec"]["layers"][0]["suites"]
+    gemm, membw = layer[0], layer[1]
+    assert (gemm["name"], membw["name"]) == ("gemm", "membw")
+    cases = [
+        (gemm, "iterations", 0, "gemm: parameter iterations=0 must be an integer between 1 and 100000"),
+        (gemm, "iterations", 10.5, "gemm: parameter iterations=10.5 must be an integer >= 1"),
+        (gemm, "sizes", [-5], "gemm: parameter sizes: -5 must be >= 1"),
+        (gemm, "dtype", "int4x", "gemm: parameter dtype='int4x' must be one of auto, float32, float64, bfloat16, "
+                                 "float16, float8_e4m3fn"),
+        (gemm, "device", "tpu", "gemm: parameter device='tpu' must be one of auto, cpu, cuda"),
+        (membw, "elements", "lots", "membw: parameter elements='lots' must be an integer >= 1024"),
+    ]
+    p = tmp_path / "bad.yaml"
+    for suite, key, value, message in cases:
+        before = suite["parameters"].get(key)
+        suite["parameters"][key] = value
+        p.write_text(yaml.safe_dump(canary_doc, sort_keys=False))
+        (res,) = validate_path(p)
+        i = layer.index(suite)
+        assert [(e.path, e.message) for e in res.errors] == [(f"spec.layers[0].suites[{i}].parameters.{key}", message)]
+        if before is None:
+            del suite["parameters"][key]
+        else:
+            suite["parameters"][key] = before
+    p.write_text(yaml.safe_dump(canary_doc, sort_keys=False))
+    assert validate_path(p)[0].valid
+
+
+def test_the_non_serving_suites_check_their_values_with_the_parsing_they_start_with():
+    import importlib
+
+    from benchrun.suites._common import ParamError
+
+    bad = {"gemm": {"warmup": -1}, "membw": {"dtype": "float16"}, "fio": {"ioengine": "psync", "iodepth": 8},
+           "allreduce": {"sizes": [2**35]}, "dataloader": {"workers": 1000}, "job_startup": {"launches": 0},
+           "training": {"hidden": 65, "heads": 4}}
+    for name, params in bad.items():
+        check = importlib.import_module(f"benchrun.suites.{name}").check_parameters
+        check({})  # the defaults are valid
+        with pytest.raises(ParamError) as caught:
+            check(params)
+        assert caught.value.parameter in params, (name, str(caught.value))
+    # a gang's world size is nodes x gpusPerNode: world_size is refused for nodes > 1, as at start-up
+    from benchrun.suites import training
+
+    training.check_parameters({"world_size": 2})
+    with pytest.raises(ParamError, match="parameter world_size: a multi-node suite's world size"):
+        training.check_parameters({"world_size": 2}, nodes=2)
+
+
 def test_every_builtin_suite_declares_the_parameters_it_checks():
     import importlib
 

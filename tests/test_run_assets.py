@@ -7,7 +7,7 @@ import pytest
 from bench_assets.definitions import defs
 from benchrun import submit as sub
 from benchrun.rundir import RunDir
-from helpers import tiny_layers
+from helpers import tiny_spec
 
 PY = "python"
 FAIL = {"name": "exits-one", "repoCommand": f"{PY} -c 'import sys; print(\"failing now\"); sys.exit(1)'"}
@@ -27,7 +27,7 @@ def _materialize(prepared):
 def test_faulty_suites_are_failed_replicates_and_the_run_is_partial(bench_home, canary_doc, write_spec):
     canary_doc["metadata"]["name"] = "faults"
     canary_doc["spec"]["trials"]["minReplicates"] = 3
-    canary_doc["spec"]["layers"] = tiny_layers([GEMM], [FAIL, HANG, KILLED])
+    tiny_spec(canary_doc, [GEMM], [FAIL, HANG, KILLED])
     prepared = sub.prepare(write_spec(canary_doc))
     result = _materialize(prepared)
     assert result.success
@@ -63,7 +63,7 @@ def test_faulty_suites_are_failed_replicates_and_the_run_is_partial(bench_home, 
 def test_upstream_layer_failing_entirely_fails_the_run(bench_home, canary_doc, write_spec):
     canary_doc["metadata"]["name"] = "allfail"
     canary_doc["spec"]["trials"]["minReplicates"] = 3
-    canary_doc["spec"]["layers"] = tiny_layers([FAIL], [GEMM])
+    tiny_spec(canary_doc, [FAIL], [GEMM])
     prepared = sub.prepare(write_spec(canary_doc))
     _materialize(prepared)
     st = RunDir.for_run(prepared.run_id).read_status()
@@ -80,7 +80,7 @@ def test_publication_grade_is_downgraded_locally(bench_home, write_spec):
     doc = yaml.safe_load((ROOT / "specs/local/pre-release.yaml").read_text())
     assert doc["spec"]["intent"]["benchmarkClass"] == "publication_grade"
     doc["spec"]["trials"]["minReplicates"] = 3
-    doc["spec"]["layers"] = tiny_layers([GEMM])
+    tiny_spec(doc, [GEMM])
     prepared = sub.prepare(write_spec(doc))
     _materialize(prepared)
     st = RunDir.for_run(prepared.run_id).read_status()

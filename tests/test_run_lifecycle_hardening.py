@@ -21,7 +21,7 @@ from benchrun.errors import BenchrunError
 from benchrun.liveness import TAG_HOST, TAG_PID, TAG_PID_START, alive, beat, in_progress_holder, reap_dead_runs
 from benchrun.rundir import RunDir
 from benchrun.runlock import benchmark_turn
-from helpers import tiny_layers
+from helpers import tiny_spec
 
 REPO = Path(__file__).resolve().parents[1]
 SLEEPER = {"name": "sleeper", "repoCommand": "python -c 'import time; time.sleep(60)'", "timeoutSeconds": 120}
@@ -145,7 +145,7 @@ def test_kill_9_mid_run_is_failed_at_the_next_cli_start_and_frees_the_queue(benc
     """`benchrun run SPEC & sleep; kill -9 $!` left status Running and the Dagster run STARTED for ever."""
     import dagster as dg
 
-    canary_doc["spec"]["layers"] = tiny_layers([SLEEPER])
+    tiny_spec(canary_doc, [SLEEPER])
     spec = write_spec(canary_doc)
     proc = _cli(bench_home, "run", str(spec), start_new_session=True)
     deadline = time.monotonic() + 120
@@ -457,7 +457,7 @@ def test_a_failed_step_prints_benchruns_reason_not_dagsters_stack_traces(bench_h
     import dagster as dg
 
     canary_doc["spec"]["trials"]["minReplicates"] = 3
-    canary_doc["spec"]["layers"] = tiny_layers([{"name": "gemm", "repoCommand": "python -m benchrun.suites.gemm",
+    tiny_spec(canary_doc, [{"name": "gemm", "repoCommand": "python -m benchrun.suites.gemm",
                                                  "parameters": {"sizes": [64], "iterations": 2}}])
     canary_doc["spec"]["sinks"]["rawArtifacts"]["pathTemplate"] = "s3://bucket/${RUN_ID}/"
     proc = _cli(bench_home, "run", str(write_spec(canary_doc)),
@@ -497,7 +497,7 @@ def test_a_retry_from_failure_compares_the_run_as_a_first_attempt_does(bench_hom
     from sensors.run_failure import run_failure_sensor
 
     canary_doc["spec"]["trials"]["minReplicates"] = 3
-    canary_doc["spec"]["layers"] = tiny_layers([{"name": "gemm", "repoCommand": "python -m benchrun.suites.gemm",
+    tiny_spec(canary_doc, [{"name": "gemm", "repoCommand": "python -m benchrun.suites.gemm",
                                                  "parameters": {"sizes": [64], "iterations": 3}}])
     canary_doc["spec"]["metrics"]["inference"]["primary"].append("gemm/tflops")
     instance = sub.get_instance()

@@ -13,7 +13,7 @@ import yaml
 
 from benchrun import sharedstate
 from benchrun.errors import BenchrunError
-from helpers import tiny_layers
+from helpers import tiny_spec
 from test_store_helpers import s3_env  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,7 +23,7 @@ GEMM = {"name": "gemm", "repoCommand": "python -m benchrun.suites.gemm", "parame
 def _spec_bytes() -> bytes:
     doc = yaml.safe_load((ROOT / "specs/local/canary.yaml").read_text())
     doc["metadata"]["name"] = "shared-canary"
-    doc["spec"]["layers"] = tiny_layers([GEMM])
+    tiny_spec(doc, [GEMM])
     return yaml.safe_dump(doc, sort_keys=False).encode()
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import kill_processes_of_home, tiny_layers
+from helpers import kill_processes_of_home, tiny_spec
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -67,11 +67,11 @@ def test_soak_queue_queries_and_a_kill(bench_home: Path, canary_doc, write_spec,
 
     home = bench_home
     canary_doc["spec"]["trials"]["minReplicates"] = 3
-    canary_doc["spec"]["layers"] = tiny_layers([GEMM])
+    tiny_spec(canary_doc, [GEMM])
     same = write_spec(canary_doc, "same.yaml")
     sleeper_doc = yaml.safe_load(yaml.safe_dump(canary_doc))
     sleeper_doc["metadata"]["name"] = "soak-sleeper"
-    sleeper_doc["spec"]["layers"] = tiny_layers([SLEEPER])
+    tiny_spec(sleeper_doc, [SLEEPER])
     sleeper_doc["spec"]["trials"]["minReplicates"] = 3
     # Three identical submissions (same bytes, same second) and one that will be killed.
     prepared = [sub.prepare(same) for _ in range(3)] + [sub.prepare(write_spec(sleeper_doc, "sleeper.yaml"))]

@@ -66,6 +66,24 @@ def test_server_metadata_and_status_do_not_change_the_spec_digest() -> None:
     assert spec_digest(doc) == spec_digest(base)
 
 
+def test_a_benchmarkrun_read_back_from_the_cluster_validates_with_the_same_digests() -> None:
+    """The operator adds a finalizer: the object read back (finalizers, ownerReferences,
+    deletionTimestamp, generateName) was refused as unknown metadata."""
+    import yaml
+
+    doc = copy.deepcopy(SEED_DOC)
+    doc["metadata"].update(uid="abc", resourceVersion="12", generation=1, creationTimestamp="2026-01-01T00:00:00Z",
+                           finalizers=["benchmarking.aisp.dev/run"], generateName="x-",
+                           ownerReferences=[{"apiVersion": "v1", "kind": "ConfigMap", "name": "o", "uid": "u"}],
+                           deletionTimestamp="2026-01-02T00:00:00Z", deletionGracePeriodSeconds=0,
+                           selfLink="/apis/benchmarking.aisp.dev/v1alpha1/namespaces/a/benchmarkruns/x")
+    read_back = load_spec_bytes(yaml.safe_dump(doc).encode(), "cr.yaml")
+    written = load_spec_bytes(yaml.safe_dump(SEED_DOC).encode(), "file.yaml")
+    assert read_back.run.metadata.finalizers == ["benchmarking.aisp.dev/run"]
+    assert (read_back.spec_digest, read_back.workload_spec_digest) == (written.spec_digest,
+                                                                       written.workload_spec_digest)
+
+
 def _leaf_paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     if isinstance(value, dict):
         return [p for k, v in value.items() for p in _leaf_paths(v, prefix + (k,))]

@@ -503,7 +503,7 @@ def test_missing_inference_primaries_are_named_exactly() -> None:
     # "must include tokens_per_second, p99_latency_ms, jitter_ms, cost_per_token_usd or
     # cost_per_request_usd" read as "any one of"; all three and a cost metric are needed
     path = S + ("metrics", "inference", "primary")
-    [error] = errors_of(apply(SEED_DOC, [(path, ["serving_workflow/ttft_ms[c=4]"])]))
+    [error] = errors_of(apply(SEED_DOC, [(path, ["customer-serving-workflow/ttft_ms[c=4]"])]))
     assert error.path == "spec.metrics.inference.primary"
     assert error.message.startswith("lacks tokens_per_second, p99_latency_ms, jitter_ms and a cost metric "
                                     "(cost_per_token_usd or cost_per_request_usd); ")
@@ -511,3 +511,32 @@ def test_missing_inference_primaries_are_named_exactly() -> None:
     [error] = errors_of(apply(SEED_DOC, [(path, ["ttft_ms", "tokens_per_second", "p99_latency_ms",
                                                  "cost_per_request_usd"])]))
     assert error.message.startswith("lacks jitter_ms; ")
+
+
+def test_a_primary_qualified_by_a_suite_the_spec_does_not_run_is_an_error(canary_doc) -> None:
+    """A qualified primary counted by its metric name only: nosuch/ttft_ms[c=4] satisfied the
+    required-metric rule, and the run then gated nothing (no row of any suite matched it)."""
+    path = S + ("metrics", "inference", "primary")
+    primary = list(canary_doc["spec"]["metrics"]["inference"]["primary"])
+    assert primary[0] == "serving_workflow/ttft_ms[c=4]"
+    typo = apply(canary_doc, [(path, ["serving_workflw/ttft_ms[c=4]", *primary[1:]])])
+    [error] = errors_of(typo)
+    assert error.path == "spec.metrics.inference.primary[0]"
+    assert error.message.startswith("'serving_workflw/ttft_ms[c=4]' names suite 'serving_workflw', which is not in "
+                                    "spec.layers (did you mean 'serving_workflow'?): nothing the run measures would "
+                                    "match it; qualify it with a suite the spec runs (")
+    assert error.message.endswith(") or write the bare name 'ttft_ms'")
+    # a suite of a disabled layer never runs: an error too (no spec gates on one; specs/ and tests have none)
+    end_to_end = S + ("layers", 2)
+    assert canary_doc["spec"]["layers"][2]["suites"][0]["name"] == "serving_workflow"
+    disabled = apply(canary_doc, [(end_to_end + ("enabled",), False)])
+    found = errors_of(disabled)
+    assert {e.path for e in found} == {f"spec.metrics.inference.primary[{i}]" for i in range(len(primary))}
+    assert found[0].message == ("'serving_workflow/ttft_ms[c=4]' names suite 'serving_workflow' of the disabled layer "
+                                "'end_to_end': it never runs, so this primary would gate nothing; enable the layer or "
+                                "gate on a suite that runs")
+    # a disabled metrics family gates nothing: its entries are not checked; bare names never are
+    from benchrun.spec.metric_names import rule_primary_suites
+
+    assert list(rule_primary_suites(apply(disabled, [(S + ("metrics", "inference", "enabled"), False)]))) == []
+    assert errors_of(apply(canary_doc, [(path, ["ttft_ms[c=4]", *primary[1:]])])) == []

@@ -399,6 +399,35 @@ def test_validation_warns_when_replicates_and_family_can_never_gate(tmp_path, ca
     assert gating_warnings(canary_doc) == []
 
 
+def test_large_replicate_counts_validate_quickly_and_huge_ones_are_refused(tmp_path, canary_doc):
+    """C(2n, n) overflows a float from n = 515 and takes ever longer as an integer: the floor is
+    computed in log space, and a suite's replicates is bounded as minReplicates is."""
+    import time
+
+    import yaml
+
+    from benchrun.spec.validation import validate_path
+    from benchrun.stats.power import gating_warnings
+    from benchrun.stats.reading import _exact_floor
+
+    assert R.smallest_one_sided_p(5, 5) == 1 / 252 and R.smallest_one_sided_p(3, 700) == 1 / math.comb(703, 3)
+    assert R.smallest_one_sided_p(600, 600) == 0.0 and _exact_floor(600, 600, True) == 0.0
+    canary_doc["spec"]["trials"]["minReplicates"] = 600
+    started = time.monotonic()
+    assert gating_warnings(canary_doc) == []
+    canary_doc["spec"]["trials"]["minReplicates"] = 5
+    canary_doc["spec"]["layers"][0]["suites"][0]["replicates"] = 10_000
+    assert gating_warnings(canary_doc) == []
+    assert time.monotonic() - started < 5
+    canary_doc["spec"]["layers"][0]["suites"][0]["replicates"] = 1_000_000_000
+    p = tmp_path / "huge.yaml"
+    p.write_text(yaml.safe_dump(canary_doc, sort_keys=False))
+    (res,) = validate_path(p)
+    assert not res.valid
+    assert [(e.path, e.message) for e in res.errors] == [
+        ("spec.layers[0].suites[0].replicates", "is 1000000000; input should be less than or equal to 10000")]
+
+
 def test_validation_warns_when_a_primary_p99_has_too_few_requests_to_be_judged(canary_doc):
     """The comparison refuses a pair whose primary p99 is not gateable; validate says so before a run."""
     from benchrun.stats.power import percentile_warnings

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from benchrun import warmstart
-from helpers import tiny_layers
+from helpers import tiny_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow  # the server imports Dagster and the analysis stack once (~5 s)
@@ -278,7 +278,7 @@ def test_a_run_through_the_server_shows_progress_in_a_terminal_and_succeeds(serv
 
     canary_doc["metadata"]["name"] = "warm-run"
     canary_doc["spec"]["trials"]["minReplicates"] = 3
-    canary_doc["spec"]["layers"] = tiny_layers([{"name": "membw", "repoCommand": "python -m benchrun.suites.membw",
+    tiny_spec(canary_doc, [{"name": "membw", "repoCommand": "python -m benchrun.suites.membw",
                                                  "parameters": {"elements": 2_000_000, "iterations": 20}}])
     spec = tmp_path / "warm.yaml"
     spec.write_text(yaml.safe_dump(canary_doc, sort_keys=False))

@@ -5,6 +5,12 @@ parameter (``sizez``); the run then failed every replicate, the reason only in t
 same holds for parameters that contradict each other or ``spec.workload`` (a suite's
 ``conflicts``, e.g. ``burstiness`` on a closed loop, a ``trace`` with ``workload.dataset``).
 
+The same holds for values: a suite module's ``check_parameters(params, *, nodes, workload)``,
+where it has one, runs the parsing the suite does when it starts (its ``settings``) on the
+spec's values and raises ``ParamError`` naming the parameter (``iterations: 0``, ``sizes:
+[-5]``, ``dtype: int4x``): every replicate would fail with that line. A suite joins by
+defining the function; the serving suites do not yet (their ``conflicts`` covers part).
+
 A command that is not one of benchrun's own suites is the user's program: nothing is checked
 beyond argv (:func:`benchrun.spec.rules.rule_repo_command`)."""
 
@@ -69,13 +75,33 @@ def rule_builtin_suite(doc: Any) -> Iterator[Finding]:
         params = suite.get("parameters")
         if known_params is None or not isinstance(params, dict):
             continue
-        for key in params:
-            if key not in known_params:
-                yield path + ("parameters", key), (f"{key!r} is not a parameter of {name}{did_you_mean(str(key), known_params)}; "
-                                                   f"it takes {', '.join(sorted(known_params))}")
+        unknown = [key for key in params if key not in known_params]
+        for key in unknown:
+            yield path + ("parameters", key), (f"{key!r} is not a parameter of {name}{did_you_mean(str(key), known_params)}; "
+                                               f"it takes {', '.join(sorted(known_params))}")
         # parameters that contradict each other or spec.workload: the suite refuses them when it
         # starts, so every replicate would fail with that line
         conflicts = getattr(suite_mod, "conflicts", None)
         workload = get(doc, SPEC + ("workload",))
-        for problem in conflicts(params, workload if isinstance(workload, dict) else {}) if conflicts else ():
+        workload = workload if isinstance(workload, dict) else {}
+        for problem in conflicts(params, workload) if conflicts else ():
             yield path + ("parameters",), f"{name}: {problem}"
+        if not unknown:
+            yield from _check_values(suite_mod, name, path, suite, params, workload)
+
+
+def _check_values(suite_mod: Any, name: str, path: tuple[Any, ...], suite: dict[str, Any], params: dict[str, Any],
+                  workload: dict[str, Any]) -> Iterator[Finding]:
+    """A suite module's ``check_parameters`` (where it has one): the parsing the suite does when
+    it starts, run on the spec's values, so a value every replicate would refuse is refused here."""
+    from benchrun.suites._common import ParamError
+
+    check = getattr(suite_mod, "check_parameters", None)
+    if check is None:
+        return
+    nodes = suite.get("nodes", 1)
+    try:
+        check(params, nodes=nodes if isinstance(nodes, int) and not isinstance(nodes, bool) else 1, workload=workload)
+    except ParamError as exc:
+        where = ("parameters", exc.parameter) if exc.parameter in params else ("parameters",)
+        yield path + where, f"{name}: {exc}"

@@ -3,6 +3,10 @@ the launch plan share (it imports nothing of benchrun, so none of them forms a c
 
 from __future__ import annotations
 
+import re
+
+# the name in a leading `env NAME=value`, as a suite's env: map spells it (never a placeholder)
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 _ENV_OPTIONS_WITH_VALUE = frozenset({"-u", "--unset", "-C", "--chdir"})
 
 

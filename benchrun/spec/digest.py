@@ -22,8 +22,11 @@ from typing import Any, Mapping
 # same document read from a file or from a cluster pins to the same digest. ``namespace`` is
 # one: the API server always sets it (to kubectl's context when the file names none), and
 # where a run is submitted is not what it measures.
+# The rest are set by the server or a controller (the operator adds its finalizer), or say how the
+# server chose the name (generateName): an object read back has them, a file does not.
 SERVER_METADATA = frozenset(
-    {"uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "namespace"}
+    {"uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "namespace", "finalizers",
+     "ownerReferences", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink", "generateName"}
 )
 SERVER_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/last-applied-configuration"})
 

@@ -1,7 +1,8 @@
 """Metric names in a spec: the vocabulary CONTRACT §5 uses, the ``suite/metric[case]`` form of a
-primary entry, and the two rules that read names — a declared metric that is nearly a known one,
-and a per-metric margin (``comparison.deltaPctByMetric``, ``absoluteMarginByMetric``) whose key
-the comparison would never match. Each rule yields ``(path, message)`` as every rule in
+primary entry, and the rules that read names — a declared metric that is nearly a known one, a
+primary whose suite qualifier names no suite the spec runs, and a per-metric margin
+(``comparison.deltaPctByMetric``, ``absoluteMarginByMetric``) whose key the comparison would
+never match. Each rule yields ``(path, message)`` as every rule in
 :mod:`benchrun.spec.rules` does (that module lists them all in ``RULES``)."""
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ KNOWN_METRICS = (*TRAINING_PRIMARY, *INFERENCE_PRIMARY, *COST_METRICS, "decode_m
                  "p50_latency_ms", "per_user_output_tokens_per_s", "request_goodput", "slo_attainment",
                  "capacity_at_slo", "cost_per_good_request_usd", "gpu_utilization_pct", "request_throughput_rps")
 
-_QUALIFIED = re.compile(r"^(?:[^/\[\]]+/)?(?P<name>[^/\[\]]+)(?:\[[^\[\]]*\])?$")
+_QUALIFIED = re.compile(r"^(?:(?P<suite>[^/\[\]]+)/)?(?P<name>[^/\[\]]+)(?:\[[^\[\]]*\])?$")
 MARGIN_KEYS = ("deltaPctByMetric", "absoluteMarginByMetric")
 
 
@@ -54,6 +55,42 @@ def rule_metric_names(doc: Any) -> Iterator[Finding]:
         close = difflib.get_close_matches(name, KNOWN_METRICS, n=1, cutoff=0.8)
         if close:
             yield path, f"unknown metric {name!r} (did you mean {close[0]!r}?)"
+
+
+def rule_primary_suites(doc: Any) -> Iterator[Finding]:
+    """Extension: a primary of an enabled metrics family qualified by suite (``suite/metric[case]``)
+    names a suite of an enabled layer. Else nothing the run measures matches it: the entry still
+    satisfied the required-metric rules by its name, and the run gated nothing."""
+    layers = get(doc, SPEC + ("layers",))
+    runs: dict[str, str | None] = {}  # suite -> None when its layer is enabled, else the layer's name
+    for layer in layers if isinstance(layers, list) else []:
+        entries = get(layer, ("suites",))
+        for suite in entries if isinstance(entries, list) else []:
+            name = get(suite, ("name",))
+            if isinstance(name, str) and runs.get(name, "") is not None:
+                runs[name] = None if get(layer, ("enabled",)) is True else str(get(layer, ("name",)))
+    metrics = get(doc, SPEC + ("metrics",))
+    for family, body in (metrics.items() if isinstance(metrics, dict) else ()):
+        if not isinstance(body, dict) or body.get("enabled") is False:
+            continue
+        entries = body.get("primary")
+        for i, entry in enumerate(entries if isinstance(entries, list) else []):
+            m = _QUALIFIED.match(entry) if isinstance(entry, str) else None
+            suite = m.group("suite") if m else None
+            if suite is None:
+                continue
+            path = SPEC + ("metrics", family, "primary", i)
+            if suite not in runs:
+                known = sorted(runs)
+                close = difflib.get_close_matches(suite, known, n=1, cutoff=0.6)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                yield path, (f"{entry!r} names suite {suite!r}, which is not in spec.layers{hint}: nothing the run "
+                             f"measures would match it; qualify it with a suite the spec runs "
+                             f"({', '.join(known) or 'none'}) or write the bare name {m.group('name')!r}")
+            elif runs[suite] is not None:
+                yield path, (f"{entry!r} names suite {suite!r} of the disabled layer {runs[suite]!r}: it never "
+                             f"runs, so this primary would gate nothing; enable the layer or gate on a suite "
+                             f"that runs")
 
 
 def rule_margin_metrics(doc: Any) -> Iterator[Finding]:

@@ -29,14 +29,15 @@ Decisions where the sources disagree (CONTRACT.md wins):
 * ``controls.fixed.sequenceLengthMix`` may be the compact string ``[{512/128@0.7},...]``
   or the same list form as ``workload.sequenceLengthMix``; it is compared by value.
 * ``metadata`` accepts the server-populated Kubernetes fields (``uid``,
-  ``resourceVersion``, ...) so a custom resource read back from a cluster validates;
-  they are left out of ``spec_digest``.
+  ``resourceVersion``, ``finalizers``, ``ownerReferences``, ``deletionTimestamp``, ...) and
+  ``generateName`` so a custom resource read back from a cluster validates; they are left out
+  of ``spec_digest``.
 
 Additive extensions (all optional; a document without them behaves exactly as before):
 
 * per suite: ``image`` (container image for the Kubernetes launcher), ``timeoutSeconds``
-  (> 0, per launch), ``replicates`` (>= ``trials.minReplicates``; overrides it for that
-  suite) and ``parameters`` (free suite parameters: scalars or lists of scalars, passed to
+  (> 0 and at most 30 days, per launch), ``replicates`` (>= ``trials.minReplicates`` and <= 10000, the bound
+  of ``minReplicates``; overrides it for that suite) and ``parameters`` (free suite parameters: scalars or lists of scalars, passed to
   the suite as the JSON object ``BENCHRUN_PARAMS``).
 * ``metrics.inference.slo``: per-request service-level objectives, keys ``ttft_ms``,
   ``decode_ms_per_token``, ``e2e_ms`` (positive milliseconds).
@@ -102,6 +103,7 @@ FROZEN_WORKLOAD_KEYS: tuple[str, ...] = (
 WORKLOAD_KEYS: tuple[str, ...] = FROZEN_WORKLOAD_KEYS + ("datasetRef", "fixedAcrossTrials")
 
 PositiveInt = Annotated[int, Field(gt=0, le=2**63 - 1)]
+MAX_TIMEOUT_S = 30 * 24 * 3600  # a suite's timeoutSeconds
 PositiveFloat = Annotated[float, Field(gt=0)]
 # A non-blank string (pattern is a search: "contains a non-space character").
 Text = Annotated[str, Field(min_length=1, pattern=r"\S")]
@@ -164,12 +166,20 @@ class Metadata(SpecModel):
     namespace: DnsLabel | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
-    # Set by an API server; accepted so an object read back from a cluster validates.
+    # Set by an API server (or by a controller: the operator's finalizer); accepted so an object
+    # read back from a cluster validates, and left out of every digest (digest.SERVER_METADATA).
     uid: str | None = None
     resource_version: str | None = None
     generation: int | None = None
     creation_timestamp: str | None = None
     managed_fields: list[dict[str, Any]] | None = None
+    finalizers: list[str] | None = None
+    owner_references: list[dict[str, Any]] | None = None
+    deletion_timestamp: str | None = None
+    deletion_grace_period_seconds: int | None = None
+    self_link: str | None = None
+    # how the server chose ``name`` (kubectl create with metadata.generateName): not what runs
+    generate_name: str | None = None
 
 
 # -- intent and layers -----------------------------------------------------------------
@@ -211,9 +221,12 @@ class Suite(SpecModel):
         "to the process or pod, recorded in the run's plan and part of the pinned spec the gate compares.",
     )
     image: Text | None = Field(default=None, description="Container image for the Kubernetes launcher.")
-    timeout_seconds: PositiveInt | None = Field(default=None, description="Per-launch timeout in seconds.")
-    replicates: PositiveInt | None = Field(
-        default=None, description="Replicates of this suite (>= trials.minReplicates)."
+    # at most 30 days: a Job's activeDeadlineSeconds (and a layer's, the sum over its launches and
+    # reruns) must stay an int64 that Kubernetes accepts
+    timeout_seconds: Annotated[int, Field(ge=1, le=MAX_TIMEOUT_S)] | None = Field(
+        default=None, description="Per-launch timeout in seconds (at most 2592000, 30 days).")
+    replicates: Annotated[int, Field(ge=1, le=10_000)] | None = Field(
+        default=None, description="Replicates of this suite (>= trials.minReplicates, <= 10000 as minReplicates)."
     )
     parameters: dict[str, ParameterValue] = Field(
         default_factory=dict, description="Free suite parameters, passed as JSON in BENCHRUN_PARAMS."

@@ -42,6 +42,7 @@ from benchrun.spec.metric_names import (  # noqa: F401 - rules.metric_name and t
     metric_name,
     rule_margin_metrics,
     rule_metric_names,
+    rule_primary_suites,
 )
 from benchrun.spec.mix import parse_compact_mix  # noqa: F401 - rules.parse_compact_mix, as before the split
 from benchrun.spec.model import LAYER_NAMES, WORKLOAD_KEYS
@@ -177,7 +178,7 @@ def rule_repo_command(doc: Any) -> Iterator[Finding]:
 def _env_command_findings(where: tuple[Any, ...], argv: list[str]) -> Iterator[Finding]:
     """A leading ``env NAME=value ...`` may set a suite's own variables, as ``env:`` may (the same
     names are refused), but not clear or unset what benchrun passes (``-i``, ``-u``, ``-``)."""
-    from benchrun.spec.commandline import command_index
+    from benchrun.spec.commandline import ENV_NAME, command_index
     from benchrun.spec.model import _check_env_name
 
     if argv[0] not in ("env", "/usr/bin/env", "/bin/env"):
@@ -189,6 +190,11 @@ def _env_command_findings(where: tuple[Any, ...], argv: list[str]) -> Iterator[F
                           "parameters); set what the suite needs with the suite's env: map instead")
         elif "=" in word and not word.startswith("-"):
             name = word.split("=", 1)[0]
+            if not ENV_NAME.match(name):
+                # ${SUITE}=... would name the variable only at launch: BENCHRUN_PARAMS past this check
+                yield where, (f"`env {name}=...`: a variable's name is written out as letters, digits and _ "
+                              "(placeholders are substituted in values only); write NAME=value")
+                continue
             try:
                 _check_env_name(name)
             except ValueError as exc:
@@ -512,6 +518,7 @@ RULES: tuple[Rule, ...] = (
     rule_training_metrics,
     rule_inference_metrics,
     rule_metric_names,
+    rule_primary_suites,
     rule_margin_metrics,
     rule_trial_report,
     rule_taxonomy,

@@ -22,6 +22,7 @@ from benchrun.errors import BenchrunError
 from benchrun.spec import rules
 from benchrun.spec.datasets import Finder, pin_dataset
 from benchrun.spec.digest import spec_digest, workload_spec_digest
+from benchrun.spec.normal import normalized_workload_digest
 from benchrun.spec.loader import MAX_BYTES, Path, SpecError, YamlDocument, YamlLoadError, format_path, load_documents
 from benchrun.spec.model import API_VERSION, KIND, BenchmarkRun
 
@@ -50,6 +51,9 @@ class LoadedSpec:
     spec_digest: str
     workload_spec_digest: str
     document: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # the workload with its defaults left out (benchrun.spec.normal): recorded beside the digest
+    # as written, and preferred by the comparisons where both runs have it
+    workload_spec_digest_normalized: str | None = None
 
 
 @dataclass
@@ -421,6 +425,7 @@ def load_spec_bytes(data: bytes, source: str, *, find_dataset: Finder | None = N
         spec_digest=spec_digest(document),
         workload_spec_digest=workload_spec_digest(document),
         document=document,
+        workload_spec_digest_normalized=normalized_workload_digest(document),
     )
 
 

@@ -282,11 +282,13 @@ def plan(
 ) -> None:
     """How many replicates each primary metric needs to detect its δ, from the warehouse's history."""
     from benchrun.paths import benchrun_home
+    from benchrun.spec.normal import WorkloadDigests
     from benchrun.spec.validation import load_spec
     from benchrun.stats.planning import plan as make_plan
 
     loaded = load_spec(spec)
-    plans = make_plan(loaded.document, loaded.workload_spec_digest, benchrun_home(), target=power, max_n=max_n)
+    digests = WorkloadDigests(loaded.workload_spec_digest, loaded.workload_spec_digest_normalized)
+    plans = make_plan(loaded.document, digests, benchrun_home(), target=power, max_n=max_n)
     if not plans:
         raise BenchrunError(f"{spec}: no primary metrics (spec.metrics.<family>.primary): nothing to plan")
     con = make_console()

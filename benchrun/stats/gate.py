@@ -164,6 +164,25 @@ def spec_variable(variable: str | None) -> tuple[str, ...] | None:
         return None
 
 
+def compared_specs(baseline: RunInfo, candidate: RunInfo) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The two pinned specs as the gate diffs them: read by the model with every default filled in
+    (so ``nodes: 1`` written out is no difference), or both as written when the model does not
+    read one of them (a run pinned by an older version)."""
+    from benchrun.spec.normal import filled_spec
+
+    fa, fb = filled_spec(baseline.spec), filled_spec(candidate.spec)
+    if fa is not None and fb is not None:
+        return fa, fb
+    return baseline.spec_body, candidate.spec_body
+
+
+def _normalized_workload(run: RunInfo) -> str | None:
+    """The run's normalized workload digest: recorded in status.json, else from its pinned spec."""
+    from benchrun.spec.normal import NORMALIZED_KEY, normalized_workload_digest
+
+    return run.status.get(NORMALIZED_KEY) or (normalized_workload_digest(run.spec) if run.spec_body else None)
+
+
 def spec_diffs(baseline: RunInfo, candidate: RunInfo, variable: str | None,
                allow: tuple[str, ...] = (), allowed_by: str = "--allow-differences") -> list[FieldDiff]:
     """Every field of the two pinned specs' compared sections that differs, by spec path."""
@@ -172,8 +191,10 @@ def spec_diffs(baseline: RunInfo, candidate: RunInfo, variable: str | None,
     declared = spec_variable(variable)
     allowed_paths = [declared] if declared else list(ALIAS_SPEC_PATHS.get(variable or "", ()))
     overrides = [paths.parse(a) for a in allow]
-    fa, fb = ({k: v for k, v in paths.flatten({s: run.spec_body[s] for s in SPEC_SECTIONS if s in run.spec_body}).items()
-               if not any(paths.covers(i, k) for i in _SPEC_IGNORE)} for run in (baseline, candidate))
+    # an empty mapping is no field (a filled-in `env: {}` against `env: {OMP_NUM_THREADS: '1'}` is one difference)
+    fa, fb = ({k: v for k, v in paths.flatten({s: body[s] for s in SPEC_SECTIONS if s in body}).items()
+               if v != {} and not any(paths.covers(i, k) for i in _SPEC_IGNORE)}
+              for body in compared_specs(baseline, candidate))
     out = []
     for key in sorted(set(fa) | set(fb)):
         va, vb = fa.get(key, _MISSING), fb.get(key, _MISSING)
@@ -284,12 +305,20 @@ def check_gate(baseline: RunInfo, candidate: RunInfo, variable: str | None = Non
     allowed = ALLOWED.get(variable or "", frozenset())
     a, b = identity(baseline), identity(candidate)
     # workload_spec_digest hashes spec.workload: compared as is, unless a difference there is declared
-    # or allowed (then spec.workload is compared field by field below, and the digest must differ)
+    # or allowed (then spec.workload is compared field by field below, and the digest must differ).
+    # It hashes the workload as written, so where the written digests differ and both runs have the
+    # normalized one (recorded, or from the pinned spec: benchrun.spec.normal), that one decides: a
+    # default written out is no change
     in_workload = [x for x in ((declared,) if declared else ()) + tuple(paths.parse(o) for o in allow)
                    if x and x[0] == "workload"]
+    key = "status.workload_spec_digest"
     if both_specs and in_workload:
-        a.pop("status.workload_spec_digest", None)
-        b.pop("status.workload_spec_digest", None)
+        a.pop(key, None)
+        b.pop(key, None)
+    elif key in a and key in b and a[key] != b[key]:
+        na, nb = _normalized_workload(baseline), _normalized_workload(candidate)
+        if na and nb:
+            a[key], b[key] = na, nb
     for key in sorted(set(a) | set(b)):
         va, vb = a.get(key, _MISSING), b.get(key, _MISSING)
         if va == vb:

@@ -5,7 +5,8 @@ primary and per suite that reports it. The noise of a metric in a suite is the w
 spread of log values of its noisiest case (the suite runs one replicate count for all of its
 cases, so the case that needs the most decides; with few runs the largest of several estimates
 errs high, toward more replicates), in the newest runs of the same
-workload (``workload_spec_digest``) in ``$BENCHRUN_HOME/runs`` — else, for a metric those runs
+workload (``workload_spec_digest``; the normalized digest where both sides have one, so a
+default written out is the same workload: :mod:`benchrun.spec.normal`) in ``$BENCHRUN_HOME/runs`` — else, for a metric those runs
 do not report, in the newest runs of any workload that do. The power is simulated through the
 gate itself (``batch.effects`` + ``compare.decide``: exact rank test or Welch t, Holm over
 the gating family the history shows — every (suite, case, metric) the primaries match) on
@@ -21,12 +22,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from benchrun.errors import BenchrunError
 from benchrun.stats.ranktest import rejects
+
+if TYPE_CHECKING:
+    from benchrun.spec.normal import WorkloadDigests
 
 HISTORY_RUNS = 20
 SIMS = 400
@@ -51,9 +55,13 @@ class MetricPlan:
     case: str = ""  # the case whose noise decides (the suite's noisiest), "" without cases
 
 
-def _succeeded(home: Path, digest: str | None) -> tuple[list[Path], list[Path]]:
-    """Run dirs of the Succeeded runs in ``home``, oldest first: (same workload, other workloads)."""
+def _succeeded(home: Path, digest: "str | WorkloadDigests | None") -> tuple[list[Path], list[Path]]:
+    """Run dirs of the Succeeded runs in ``home``, oldest first: (same workload, other workloads).
+    ``digest``: the workload's digests (a bare string is the digest as written)."""
+    from benchrun.spec.normal import WorkloadDigests
     from benchrun.stats.load import load_run
+
+    mine = digest if isinstance(digest, WorkloadDigests) else WorkloadDigests(digest)
 
     runs = []
     for rd in sorted((Path(home) / "runs").glob("*")):
@@ -65,7 +73,7 @@ def _succeeded(home: Path, digest: str | None) -> tuple[list[Path], list[Path]]:
             continue
         if run.status.get("phase") != "Succeeded":
             continue
-        runs.append((run.status.get("workload_spec_digest") == digest, run.status.get("created_utc") or "", rd))
+        runs.append((mine.matches(WorkloadDigests.of_status(run.status)), run.status.get("created_utc") or "", rd))
     runs.sort(key=lambda r: r[1])
     return [r[2] for r in runs if r[0]], [r[2] for r in runs if not r[0]]
 
@@ -142,7 +150,7 @@ def _keys(tables: list[Any], primary: str) -> set[Key]:
     return set()
 
 
-def _reporting(home: Path, digest: str | None, primaries: list[str]) -> dict[str, tuple[list[Any], bool]]:
+def _reporting(home: Path, digest: "str | WorkloadDigests | None", primaries: list[str]) -> dict[str, tuple[list[Any], bool]]:
     """Per primary: the history its noise is read from and whether that is the workload's own —
     the newest runs of the same workload that report it, else the newest runs of any workload
     that do (read newest first, only as far as needed)."""
@@ -240,7 +248,7 @@ def _request_floor(counts: dict[str, Any], suite: str, metric: str, confidence: 
                   f"replicate ({key}) at least {reps} replicates; the power above is of replicate p{q * 100:g}s")
 
 
-def plan(doc: dict[str, Any], digest: str | None, home: Path, *, target: float = 0.8, max_n: int = 30,
+def plan(doc: dict[str, Any], digest: "str | WorkloadDigests | None", home: Path, *, target: float = 0.8, max_n: int = 30,
          sims: int = SIMS) -> list[MetricPlan]:
     """The replicate plan of every primary metric of a spec document (camelCase, as written), one
     per suite that reports it (one with ``suite`` "" where none does)."""
@@ -297,7 +305,7 @@ def plan(doc: dict[str, Any], digest: str | None, home: Path, *, target: float =
     return out
 
 
-def auto_replicates(doc: dict[str, Any], digest: str | None, home: Path, suites: list[str], low: int, high: int,
+def auto_replicates(doc: dict[str, Any], digest: "str | WorkloadDigests | None", home: Path, suites: list[str], low: int, high: int,
                     *, target: float = 0.8, sims: int = 200) -> dict[str, dict[str, Any]]:
     """``trials.replicates: auto``: per suite, the most replicates any primary metric it reports
     needs (:func:`plan`), bounded to [``low``, ``high``]; ``low`` for a suite that reports no

@@ -141,9 +141,21 @@ def rejects(p: "float | np.ndarray", alpha: float) -> "bool | np.ndarray":
     return np.less_equal(p, alpha * (1 + REL_TOL))
 
 
+# Past this log C(n+m, n) the floor 1/C is below 1e-300: zero for every α a spec can set
+# (confidenceLevel < 1) and for Holm over any family size, so it is not computed exactly.
+_LOG_FLOOR_NEGLIGIBLE = 690.0
+
+
 def smallest_one_sided_p(n: int, m: int) -> float:
-    """The smallest one-sided exact p attainable with n vs m replicates: 1 / C(n+m, n)."""
-    return 1.0 / math.comb(int(n) + int(m), int(n))
+    """The smallest one-sided exact p attainable with n vs m replicates: 1 / C(n+m, n).
+
+    Computed in log space first: C(n+m, n) overflows a float from n = m = 515 and takes
+    ever longer as an integer, while any floor under 1e-300 gates alike (returned as 0.0)."""
+    n, m = int(n), int(m)
+    log_c = math.lgamma(n + m + 1) - math.lgamma(n + 1) - math.lgamma(m + 1)
+    if log_c > _LOG_FLOOR_NEGLIGIBLE:
+        return 0.0
+    return 1.0 / math.comb(n + m, n)
 
 
 def smallest_gating_n(family: int, alpha: float, *, max_n: int = 50) -> int | None:

@@ -25,7 +25,7 @@ import numpy as np
 from scipy import stats
 
 from benchrun.stats.family import Primary, parse_primary
-from benchrun.stats.ranktest import rejects
+from benchrun.stats.ranktest import rejects, smallest_one_sided_p
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -110,7 +110,7 @@ def measured_change(df: "pd.DataFrame") -> dict[str, np.ndarray]:
 
 
 def _exact_floor(n_b: int, n_c: int, two_sided: bool) -> float:
-    p = 1.0 / math.comb(n_b + n_c, n_b)
+    p = smallest_one_sided_p(n_b, n_c)
     return min(1.0, 2 * p) if two_sided else p
 
 

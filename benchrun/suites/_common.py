@@ -2,7 +2,9 @@
 
 Standard library + numpy only (this runs inside benchmark pods). Parameter checks raise
 :class:`ParamError`, which ``_runtime.main`` records as a ``failed`` result whose reason
-names the parameter and what it should be.
+names the parameter and what it should be. They read a :class:`SuiteContext` when the suite
+starts and a :class:`StaticParams` when ``benchrun validate`` asks a suite module's
+``check_parameters`` (the same parsing, so validate refuses what every replicate would).
 """
 
 from __future__ import annotations
@@ -10,24 +12,59 @@ from __future__ import annotations
 import importlib.util
 import os
 import platform
-from typing import Any, Sequence
+import re
+from typing import Any, Mapping, Sequence, Union
 
 import numpy as np
 
-from benchrun.suites._runtime import SuiteContext
+from benchrun.suites._runtime import SuiteContext, param_value
+
+_NAMED = re.compile(r"parameter ([A-Za-z_][A-Za-z0-9_]*)")
 
 
 class ParamError(ValueError):
-    """A suite parameter with a value the suite cannot use (names the parameter and the fix)."""
+    """A suite parameter with a value the suite cannot use (names the parameter and the fix).
+
+    Every message starts ``parameter <name>``: :attr:`parameter` reads the name back, so
+    ``benchrun validate`` reports the error at ``...parameters.<name>``."""
+
+    @property
+    def parameter(self) -> str | None:
+        """The parameter the message starts with, else None."""
+        match = _NAMED.match(str(self))
+        return match.group(1) if match else None
 
 
-def _raw(ctx: SuiteContext, name: str) -> Any:
+class StaticParams:
+    """A suite's parameters as a spec gives them, read without running the suite: what parameter
+    parsing reads of a :class:`SuiteContext` (``suite``, ``params``, ``nodes``, ``workload``)."""
+
+    def __init__(self, suite: str, params: Mapping[str, Any], *, nodes: int = 1,
+                 workload: Mapping[str, Any] | None = None) -> None:
+        self.suite = suite
+        self.params: dict[str, Any] = dict(params)
+        self.nodes = nodes
+        self.workload: dict[str, Any] = dict(workload or {})
+
+    def param(self, name: str, default: Any) -> Any:
+        """As :meth:`SuiteContext.param`; a value of the wrong type is a :class:`ParamError`."""
+        try:
+            return param_value(self.suite, self.params, name, default)
+        except ValueError:
+            raise ParamError(f"parameter {name}={self.params[name]!r} should be {type(default).__name__}") from None
+
+
+# what the parameter helpers read: a running replicate or a spec being validated
+Params = Union[SuiteContext, StaticParams]
+
+
+def _raw(ctx: Params, name: str) -> Any:
     # default=None makes ctx.param return the value as given; we check it ourselves so a
     # bad value becomes a failed result document rather than a bare SystemExit.
     return ctx.param(name, None)
 
 
-def int_param(ctx: SuiteContext, name: str, default: int, *, minimum: int = 1, maximum: int | None = None) -> int:
+def int_param(ctx: Params, name: str, default: int, *, minimum: int = 1, maximum: int | None = None) -> int:
     """An integer parameter within [minimum, maximum]."""
     value = _raw(ctx, name)
     if value is None:
@@ -46,7 +83,7 @@ def int_param(ctx: SuiteContext, name: str, default: int, *, minimum: int = 1, m
     return number
 
 
-def float_param(ctx: SuiteContext, name: str, default: float, *, minimum: float = 0.0) -> float:
+def float_param(ctx: Params, name: str, default: float, *, minimum: float = 0.0) -> float:
     """A number parameter greater than ``minimum``."""
     value = _raw(ctx, name)
     if value is None:
@@ -60,7 +97,7 @@ def float_param(ctx: SuiteContext, name: str, default: float, *, minimum: float 
     return number
 
 
-def int_list_param(ctx: SuiteContext, name: str, default: Sequence[int], *, minimum: int = 1) -> list[int]:
+def int_list_param(ctx: Params, name: str, default: Sequence[int], *, minimum: int = 1) -> list[int]:
     """A non-empty list of integers >= minimum (a single integer is accepted as a list of one)."""
     value = _raw(ctx, name)
     if value is None:
@@ -85,7 +122,7 @@ def int_list_param(ctx: SuiteContext, name: str, default: Sequence[int], *, mini
     return out
 
 
-def choice_param(ctx: SuiteContext, name: str, default: str, choices: Sequence[str]) -> str:
+def choice_param(ctx: Params, name: str, default: str, choices: Sequence[str]) -> str:
     """A string parameter from a fixed set."""
     value = _raw(ctx, name)
     if value is None:
@@ -95,7 +132,7 @@ def choice_param(ctx: SuiteContext, name: str, default: str, choices: Sequence[s
     return value
 
 
-def bool_param(ctx: SuiteContext, name: str, default: bool) -> bool:
+def bool_param(ctx: Params, name: str, default: bool) -> bool:
     """A boolean parameter (true/false, or the strings "true"/"false")."""
     value = _raw(ctx, name)
     if value is None:
@@ -183,7 +220,7 @@ def cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def check_known(ctx: SuiteContext, known: Sequence[str]) -> None:
+def check_known(ctx: Params, known: Sequence[str]) -> None:
     """Refuse parameters the suite does not take (a typo would otherwise be silently ignored)."""
     unknown = sorted(set(ctx.params) - set(known))
     if unknown:

@@ -32,6 +32,26 @@ class Unavailable(Exception):
     """Raised by a suite when a measurement cannot run here (``unavailable: <reason>``)."""
 
 
+def param_value(suite: str, params: dict[str, Any], name: str, default: Any) -> Any:
+    """Parameter ``name`` of ``params``, coerced to the type of ``default`` (a clear error if not)."""
+    if name not in params:
+        return default
+    value = params[name]
+    if default is None or isinstance(value, type(default)):
+        return value
+    try:
+        if isinstance(default, bool):
+            if isinstance(value, str) and value.lower() in ("true", "false"):
+                return value.lower() == "true"
+            raise ValueError
+        if isinstance(default, list):
+            return [type(default[0])(v) for v in value] if default else list(value)
+        return type(default)(value)
+    except (TypeError, ValueError):
+        # A ValueError (not SystemExit) so main() records a failed replicate with this reason.
+        raise ValueError(f"suite {suite}: parameter {name}={value!r} should be {type(default).__name__}") from None
+
+
 def _utc() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
 
@@ -105,24 +125,7 @@ class SuiteContext:
     # -- parameters -------------------------------------------------------------
     def param(self, name: str, default: Any) -> Any:
         """A suite parameter, coerced to the type of ``default`` (a clear error if not)."""
-        if name not in self.params:
-            return default
-        value = self.params[name]
-        if default is None or isinstance(value, type(default)):
-            return value
-        try:
-            if isinstance(default, bool):
-                if isinstance(value, str) and value.lower() in ("true", "false"):
-                    return value.lower() == "true"
-                raise ValueError
-            if isinstance(default, list):
-                return [type(default[0])(v) for v in value] if default else list(value)
-            return type(default)(value)
-        except (TypeError, ValueError):
-            # A ValueError (not SystemExit) so main() records a failed replicate with this reason.
-            raise ValueError(
-                f"suite {self.suite}: parameter {name}={value!r} should be {type(default).__name__}"
-            ) from None
+        return param_value(self.suite, self.params, name, default)
 
     # -- reporting --------------------------------------------------------------
     def add_metric(self, name: str, value: float, unit: str, direction: str, case: str = "", **keys: Any) -> None:

@@ -57,13 +57,15 @@ import socket
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from benchrun.suites._common import (
     check_known,
     ParamError,
+    Params,
+    StaticParams,
     choice_param,
     cuda_device_nodes,
     float_param,
@@ -72,7 +74,7 @@ from benchrun.suites._common import (
     percentile,
     torch_present,
 )
-from benchrun.suites._gang import gang_from_env, node_name
+from benchrun.suites._gang import Gang, gang_from_env, node_name
 from benchrun.suites._runtime import SuiteContext, Unavailable, main
 from benchrun.fsio import atomic_write_json
 
@@ -152,26 +154,55 @@ def summarise(rank_docs: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     return by_size
 
 
-def run(ctx: SuiteContext) -> None:
-    """Spawn the ranks, collect their samples, report latency, bandwidth and the slowest rank."""
+class Settings(NamedTuple):
+    """The suite's parameters, parsed (``world_size`` None: a gang's, not known before it starts)."""
+
+    world_size: int | None
+    slow_rank: int
+    slow_s: float
+    sizes: list[int]
+    iterations: int
+    warmup: int
+    requested: str
+    timeout_s: float
+
+
+def settings(ctx: Params, gang: Gang | None = None) -> Settings:
+    """The parameters, checked (ParamError): the suite's first step, and ``benchrun validate``'s."""
     check_known(ctx, PARAMETERS)
-    gang = gang_from_env()
-    if gang is not None:
+    world_size: int | None
+    if gang is not None or ctx.nodes > 1:
         if "world_size" in ctx.params:
             raise ParamError("parameter world_size: a multi-node suite's world size is nodes x gpusPerNode; drop it")
-        world_size = gang.world_size
+        world_size = gang.world_size if gang is not None else None
     else:
         world_size = int_param(ctx, "world_size", 2, minimum=1, maximum=256)
-    slow_rank = int_param(ctx, "slow_rank", -1, minimum=0, maximum=world_size - 1) if "slow_rank" in ctx.params else -1
+    most_rank = world_size - 1 if world_size is not None else None
+    slow_rank = int_param(ctx, "slow_rank", -1, minimum=0, maximum=most_rank) if "slow_rank" in ctx.params else -1
     slow_s = float_param(ctx, "slow_ms", 0.0, minimum=0.0) / 1000.0 if "slow_ms" in ctx.params else 0.0
     sizes = int_list_param(ctx, "sizes", [1024, 65536, 1048576, 16777216], minimum=4)
     sizes = sorted(dict.fromkeys(s - s % 4 for s in sizes))
     if max(sizes) > 2**34:
         raise ParamError(f"parameter sizes: {max(sizes)} bytes is more than 16 GiB")
-    iterations = int_param(ctx, "iterations", 20, minimum=1, maximum=1_000_000)
-    warmup = int_param(ctx, "warmup", 2, minimum=0, maximum=1_000_000)
-    requested = choice_param(ctx, "backend", "auto", ("auto", "gloo", "nccl"))
-    timeout_s = float_param(ctx, "timeout_s", 300.0)
+    return Settings(world_size, slow_rank, slow_s, sizes,
+                    iterations=int_param(ctx, "iterations", 20, minimum=1, maximum=1_000_000),
+                    warmup=int_param(ctx, "warmup", 2, minimum=0, maximum=1_000_000),
+                    requested=choice_param(ctx, "backend", "auto", ("auto", "gloo", "nccl")),
+                    timeout_s=float_param(ctx, "timeout_s", 300.0))
+
+
+def check_parameters(params: dict[str, Any], *, nodes: int = 1, workload: dict[str, Any] | None = None) -> None:
+    """Refuse, before any run, the parameters every replicate would refuse (ParamError)."""
+    settings(StaticParams("allreduce", params, nodes=nodes, workload=workload))
+
+
+def run(ctx: SuiteContext) -> None:
+    """Spawn the ranks, collect their samples, report latency, bandwidth and the slowest rank."""
+    gang = gang_from_env()
+    parsed = settings(ctx, gang)
+    world_size = gang.world_size if gang is not None else parsed.world_size
+    assert world_size is not None  # a single node's is its parameter
+    _, slow_rank, slow_s, sizes, iterations, warmup, requested, timeout_s = parsed
     if not torch_present():
         raise Unavailable("torch not installed")
     local = gang.local_world_size if gang else world_size

@@ -28,11 +28,19 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 import numpy as np
 
-from benchrun.suites._common import check_known, int_param, percentile, torch_present, usable_cpus
+from benchrun.suites._common import (
+    Params,
+    StaticParams,
+    check_known,
+    int_param,
+    percentile,
+    torch_present,
+    usable_cpus,
+)
 from benchrun.suites._runtime import SuiteContext, Unavailable, main
 from benchrun.fsio import atomic_write_json
 
@@ -140,14 +148,34 @@ def _torch_loader(paths: list[Path], batch_size: int, feature_dim: int, workers:
                       timeout=BATCH_TIMEOUT_S if workers else 0)
 
 
-def run(ctx: SuiteContext) -> None:
-    """Generate the dataset, read it with each loader, report throughput and batch latency."""
+class Settings(NamedTuple):
+    """The suite's parameters, parsed."""
+
+    rows: int
+    batch_size: int
+    workers: int
+    files: int
+    feature_dim: int
+
+
+def settings(ctx: Params) -> Settings:
+    """The parameters, checked (ParamError): the suite's first step, and ``benchrun validate``'s."""
     check_known(ctx, PARAMETERS)
     rows = int_param(ctx, "rows", 200_000, minimum=1, maximum=2_000_000_000)
     batch_size = int_param(ctx, "batch_size", 1024, minimum=1, maximum=10_000_000)
     workers = int_param(ctx, "workers", 2, minimum=0, maximum=256)
     files = int_param(ctx, "files", max(workers, 1) * 2, minimum=1, maximum=100_000)
-    feature_dim = int_param(ctx, "feature_dim", 64, minimum=1, maximum=65_536)
+    return Settings(rows, batch_size, workers, files, int_param(ctx, "feature_dim", 64, minimum=1, maximum=65_536))
+
+
+def check_parameters(params: dict[str, Any], *, nodes: int = 1, workload: dict[str, Any] | None = None) -> None:
+    """Refuse, before any run, the parameters every replicate would refuse (ParamError)."""
+    settings(StaticParams("dataloader", params, nodes=nodes, workload=workload))
+
+
+def run(ctx: SuiteContext) -> None:
+    """Generate the dataset, read it with each loader, report throughput and batch latency."""
+    rows, batch_size, workers, files, feature_dim = settings(ctx)
     try:
         import pyarrow
     except ImportError:

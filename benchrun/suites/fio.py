@@ -39,9 +39,10 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from benchrun.ingest.fio import fio_context, fio_metrics, parse_fio_json
-from benchrun.suites._common import ParamError, bool_param, check_known, int_param
+from benchrun.suites._common import ParamError, Params, StaticParams, bool_param, check_known, int_param
 from benchrun.suites._runtime import SuiteContext, main
 
 # the parameters the suite takes (checked when it starts, and by `benchrun validate`)
@@ -64,7 +65,7 @@ SYNC_ENGINES = ("sync", "psync", "vsync", "pvsync", "pvsync2", "mmap", "splice",
 _ENGINE = re.compile(r"^[a-z0-9_]{1,32}\Z")
 
 
-def _cases(ctx: SuiteContext) -> list[str]:
+def _cases(ctx: Params) -> list[str]:
     value = ctx.param("cases", None)
     if value is None:
         return list(CASES)
@@ -75,12 +76,19 @@ def _cases(ctx: SuiteContext) -> list[str]:
     return list(dict.fromkeys(value))
 
 
-def _directory(ctx: SuiteContext) -> Path | None:
+def _directory_param(ctx: Params) -> str | None:
     value = ctx.param("directory", None)
     if value is None or value == "":
         return None
     if not isinstance(value, str):
         raise ParamError(f"parameter directory={value!r} must be a path string")
+    return value
+
+
+def _directory(value: str | None) -> Path | None:
+    """The directory on this host (where the suite runs: validate cannot see it)."""
+    if value is None:
+        return None
     path = Path(value).expanduser()
     if not path.is_dir():
         raise ParamError(f"parameter directory={value!r} is not an existing directory; create it or omit directory")
@@ -108,7 +116,7 @@ def filesystem_of(path: Path) -> dict[str, str] | None:
     return best
 
 
-def _seconds(ctx: SuiteContext, name: str, default: float, *, minimum: float, maximum: float) -> float:
+def _seconds(ctx: Params, name: str, default: float, *, minimum: float, maximum: float) -> float:
     value = ctx.param(name, None)
     if value is None:
         return default
@@ -149,8 +157,22 @@ def build_argv(fio: str, workdir: Path, output: Path, cases: list[str], *, size_
     return argv
 
 
-def run(ctx: SuiteContext) -> None:
-    """Run fio over the chosen cases and report each case's bandwidth, IOPS and p99 latency."""
+class Settings(NamedTuple):
+    """The suite's parameters, parsed (the directory as written: it is checked where fio runs)."""
+
+    size_mb: int
+    runtime_s: float
+    ramp_s: float
+    iodepth: int
+    direct_asked: bool
+    direct: bool
+    ioengine: str
+    cases: list[str]
+    directory: str | None
+
+
+def settings(ctx: Params) -> Settings:
+    """The parameters, checked (ParamError): the suite's first step, and ``benchrun validate``'s."""
     check_known(ctx, PARAMETERS)
     size_mb = int_param(ctx, "size_mb", 256, minimum=1, maximum=1_048_576)
     runtime_s = _seconds(ctx, "runtime_s", 10.0, minimum=0.01, maximum=86_400)
@@ -164,8 +186,19 @@ def run(ctx: SuiteContext) -> None:
     if iodepth > 1 and ioengine in SYNC_ENGINES:
         raise ParamError(f"parameter iodepth={iodepth} with ioengine={ioengine}: a synchronous engine issues one I/O "
                          "at a time (fio caps its depth at 1); set ioengine: libaio or io_uring, or iodepth: 1")
-    cases = _cases(ctx)
-    base = _directory(ctx)
+    return Settings(size_mb, runtime_s, ramp_s, iodepth, direct_asked, direct, ioengine, _cases(ctx),
+                    _directory_param(ctx))
+
+
+def check_parameters(params: dict[str, Any], *, nodes: int = 1, workload: dict[str, Any] | None = None) -> None:
+    """Refuse, before any run, the parameters every replicate would refuse (ParamError)."""
+    settings(StaticParams("fio", params, nodes=nodes, workload=workload))
+
+
+def run(ctx: SuiteContext) -> None:
+    """Run fio over the chosen cases and report each case's bandwidth, IOPS and p99 latency."""
+    size_mb, runtime_s, ramp_s, iodepth, direct_asked, direct, ioengine, cases, directory = settings(ctx)
+    base = _directory(directory)
 
     fio = shutil.which("fio")
     if fio is None:

@@ -27,13 +27,15 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from benchrun.suites._common import (
     check_known,
     ParamError,
+    Params,
+    StaticParams,
     choice_param,
     cpu_model,
     cuda_available,
@@ -143,16 +145,37 @@ def _time_torch_cuda(n: int, dtype: str, iterations: int, warmup: int = 1) -> tu
     return times, timer.calls["gemm"], bool(timer.launch_bound)
 
 
-def run(ctx: SuiteContext) -> None:
-    """Time n x n matrix products for each size; report TFLOP/s and call-time percentiles."""
+class Settings(NamedTuple):
+    """The suite's parameters, parsed."""
+
+    sizes: list[int]
+    iterations: int
+    warmup: int
+    dtype: str
+    device: str
+
+
+def settings(ctx: Params) -> Settings:
+    """The parameters, checked (ParamError): the suite's first step, and ``benchrun validate``'s."""
     check_known(ctx, PARAMETERS)
     sizes = int_list_param(ctx, "sizes", [1024], minimum=1)
     if max(sizes) > MAX_N:
         raise ParamError(f"parameter sizes: {max(sizes)} is larger than {MAX_N}")
-    iterations = int_param(ctx, "iterations", 10, minimum=1, maximum=100_000)
-    warmup = int_param(ctx, "warmup", 1, minimum=0, maximum=100_000)
-    dtype = choice_param(ctx, "dtype", "auto", DTYPES)
-    device = choice_param(ctx, "device", "auto", ("auto", "cpu", "cuda"))
+    return Settings(sizes=sizes,
+                    iterations=int_param(ctx, "iterations", 10, minimum=1, maximum=100_000),
+                    warmup=int_param(ctx, "warmup", 1, minimum=0, maximum=100_000),
+                    dtype=choice_param(ctx, "dtype", "auto", DTYPES),
+                    device=choice_param(ctx, "device", "auto", ("auto", "cpu", "cuda")))
+
+
+def check_parameters(params: dict[str, Any], *, nodes: int = 1, workload: dict[str, Any] | None = None) -> None:
+    """Refuse, before any run, the parameters every replicate would refuse (ParamError)."""
+    settings(StaticParams("gemm", params, nodes=nodes, workload=workload))
+
+
+def run(ctx: SuiteContext) -> None:
+    """Time n x n matrix products for each size; report TFLOP/s and call-time percentiles."""
+    sizes, iterations, warmup, dtype, device = settings(ctx)
 
     cuda = cuda_available() if device in ("auto", "cuda") else False
     if device == "cuda" and not cuda:

@@ -37,12 +37,14 @@ from __future__ import annotations
 
 import time
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
 from benchrun.suites._common import (
     ParamError,
+    Params,
+    StaticParams,
     check_known,
     choice_param,
     cpu_model,
@@ -190,8 +192,18 @@ def _check(arrays: Any, iterations: int, dtype: str) -> None:
             raise RuntimeError(f"membw validation failed: {name}[mid]={have!r}, expected {want!r}")
 
 
-def run(ctx: SuiteContext) -> None:
-    """Time the four STREAM kernels; report best and median GB/s per kernel."""
+class Settings(NamedTuple):
+    """The suite's parameters, parsed."""
+
+    elements: int
+    iterations: int
+    dtype: str
+    device: str
+    threads: int
+
+
+def settings(ctx: Params) -> Settings:
+    """The parameters, checked (ParamError): the suite's first step, and ``benchrun validate``'s."""
     check_known(ctx, PARAMETERS)
     n = int_param(ctx, "elements", 20_000_000, minimum=1024, maximum=4_000_000_000)
     iterations = int_param(ctx, "iterations", 10, minimum=1, maximum=100_000)
@@ -202,6 +214,17 @@ def run(ctx: SuiteContext) -> None:
     device = choice_param(ctx, "device", "auto", ("auto", "cpu", "cuda"))
     most = max(1, min(1024, n // 1024))  # chunks of at least 1024 elements
     threads = int_param(ctx, "threads", min(usable_cpus(), most), minimum=1, maximum=most)
+    return Settings(n, iterations, dtype, device, threads)
+
+
+def check_parameters(params: dict[str, Any], *, nodes: int = 1, workload: dict[str, Any] | None = None) -> None:
+    """Refuse, before any run, the parameters every replicate would refuse (ParamError)."""
+    settings(StaticParams("membw", params, nodes=nodes, workload=workload))
+
+
+def run(ctx: SuiteContext) -> None:
+    """Time the four STREAM kernels; report best and median GB/s per kernel."""
+    n, iterations, dtype, device, threads = settings(ctx)
 
     on_cuda = cuda_available() if device in ("auto", "cuda") else False
     if device == "cuda" and not on_cuda:

@@ -36,12 +36,14 @@ import tempfile
 import time
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from benchrun.suites._common import (
     ParamError,
+    Params,
+    StaticParams,
     bool_param,
     check_known,
     choice_param,
@@ -51,7 +53,7 @@ from benchrun.suites._common import (
     percentile,
     torch_present,
 )
-from benchrun.suites._gang import gang_from_env, node_name
+from benchrun.suites._gang import Gang, gang_from_env, node_name
 from benchrun.suites._runtime import SuiteContext, Unavailable, main
 
 FLOPS_FORMULA = ("6*N + 12*n_layers*d_model*seq_len, N = 12*n_layers*d_model^2 + d_model*vocab "
@@ -150,8 +152,30 @@ def _run_local_ranks(ranks: list[tuple[int, int]], world_size: int, init_method:
     return docs
 
 
-def run(ctx: SuiteContext) -> None:
-    """Train, then (on global rank 0's node) report step times, throughput, MFU and checkpoints."""
+class Settings(NamedTuple):
+    """The suite's parameters, parsed (``world_size`` None: a gang's, not known before it starts)."""
+
+    layers: int
+    hidden: int
+    heads: int
+    seq_len: int
+    vocab: int
+    global_batch: int
+    steps: int
+    warmup: int
+    lr: float
+    seed: int
+    requested: str
+    sweep: bool
+    checkpoint: bool
+    timeout_s: float
+    peak_declared: float | None
+    target_tokens: int | None
+    world_size: int | None
+
+
+def settings(ctx: Params, gang: Gang | None = None) -> Settings:
+    """The parameters, checked (ParamError): the suite's first step, and ``benchrun validate``'s."""
     check_known(ctx, PARAMETERS)
     layers = int_param(ctx, "layers", 2, maximum=512)
     hidden = int_param(ctx, "hidden", 64, maximum=65536)
@@ -173,19 +197,36 @@ def run(ctx: SuiteContext) -> None:
     target_tokens = int_param(ctx, "target_tokens", 1) if target is not None else None
     if hidden % heads:
         raise ParamError(f"parameter hidden={hidden} must be a multiple of heads={heads}")
-
-    gang = gang_from_env()
-    if gang is not None:
+    world_size: int | None
+    if gang is not None or ctx.nodes > 1:
         if "world_size" in ctx.params:
             raise ParamError("parameter world_size: a multi-node suite's world size is nodes x gpusPerNode; drop it")
+        world_size = gang.world_size if gang is not None else None
+    else:
+        world_size = int_param(ctx, "world_size", 1, maximum=256)
+    if world_size is not None and global_batch % world_size:
+        raise ParamError(f"parameter global_batch={global_batch} must be a multiple of the world size {world_size}")
+    return Settings(layers, hidden, heads, seq_len, vocab, global_batch, steps, warmup, lr, seed, requested, sweep,
+                    checkpoint, timeout_s, peak_declared, target_tokens, world_size)
+
+
+def check_parameters(params: dict[str, Any], *, nodes: int = 1, workload: dict[str, Any] | None = None) -> None:
+    """Refuse, before any run, the parameters every replicate would refuse (ParamError)."""
+    settings(StaticParams("training", params, nodes=nodes, workload=workload))
+
+
+def run(ctx: SuiteContext) -> None:
+    """Train, then (on global rank 0's node) report step times, throughput, MFU and checkpoints."""
+    gang = gang_from_env()
+    (layers, hidden, heads, seq_len, vocab, global_batch, steps, warmup, lr, seed, requested, sweep, checkpoint,
+     timeout_s, peak_declared, target_tokens, world_size) = settings(ctx, gang)
+    if gang is not None:
         world_size, local, node_rank = gang.world_size, gang.local_world_size, gang.node_rank
         init_method = gang.init_method
     else:
-        world_size = int_param(ctx, "world_size", 1, maximum=256)
+        assert world_size is not None  # a single node's is its parameter
         local, node_rank = world_size, 0
         init_method = f"tcp://127.0.0.1:{_free_port()}"
-    if global_batch % world_size:
-        raise ParamError(f"parameter global_batch={global_batch} must be a multiple of the world size {world_size}")
     if not torch_present():
         raise Unavailable("torch not installed")
     cuda = cuda_available()
