@@ -149,6 +149,43 @@ def test_the_non_serving_suites_check_their_values_with_the_parsing_they_start_w
         training.check_parameters({"world_size": 2}, nodes=2)
 
 
+def test_the_serving_suites_check_their_load_points_and_counts(tmp_path, canary_doc):
+    """serving_sweep concurrency: ["a"] and serving_workflow requests: 0 were "valid"; every replicate
+    then failed. Their check_parameters runs the load-point parsing they start with."""
+    import yaml
+
+    from benchrun.spec.validation import validate_path
+    from benchrun.suites import serving_sweep, serving_workflow
+    from benchrun.suites._common import ParamError
+
+    for check in (serving_sweep.check_parameters, serving_workflow.check_parameters):
+        check({})  # the defaults are valid
+    for params, named in (({"concurrency": ["a"]}, "concurrency"), ({"requests_per_point": 0}, "requests_per_point"),
+                          ({"rates": [0]}, None), ({"stages": "nonsense"}, None), ({"duration_s": -1}, "duration_s"),
+                          ({"trace": "t.csv", "speedup": 0}, "speedup"), ({"goodput_drop": "x"}, "goodput_drop")):
+        with pytest.raises(ParamError) as caught:
+            serving_sweep.check_parameters(params)
+        assert named is None or caught.value.parameter == named, (params, str(caught.value))
+    serving_sweep.check_parameters({"trace": "/nowhere/t.csv"})  # the file is read where the suite runs
+    for params, named in (({"requests": 0}, "requests"), ({"concurrency": 0}, "concurrency"),
+                          ({"rate": "fast"}, "rate")):
+        with pytest.raises(ParamError) as caught:
+            serving_workflow.check_parameters(params, workload={"concurrencyModel": "open_loop"}
+                                              if "rate" in params else None)
+        assert caught.value.parameter == named, (params, str(caught.value))
+
+    layers = canary_doc["spec"]["layers"]
+    [(li, si)] = [(i, j) for i, layer in enumerate(layers) for j, s in enumerate(layer["suites"])
+                  if s["name"] == "serving_workflow"]
+    layers[li]["suites"][si].setdefault("parameters", {})["requests"] = 0
+    p = tmp_path / "bad.yaml"
+    p.write_text(yaml.safe_dump(canary_doc, sort_keys=False))
+    (res,) = validate_path(p)
+    assert [(e.path, e.message) for e in res.errors] == [
+        (f"spec.layers[{li}].suites[{si}].parameters.requests",
+         "serving_workflow: parameter requests=0 must be an integer >= 1")]
+
+
 def test_every_builtin_suite_declares_the_parameters_it_checks():
     import importlib
 

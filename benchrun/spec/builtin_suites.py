@@ -84,9 +84,10 @@ def rule_builtin_suite(doc: Any) -> Iterator[Finding]:
         conflicts = getattr(suite_mod, "conflicts", None)
         workload = get(doc, SPEC + ("workload",))
         workload = workload if isinstance(workload, dict) else {}
-        for problem in conflicts(params, workload) if conflicts else ():
+        problems = conflicts(params, workload) if conflicts else []
+        for problem in problems:
             yield path + ("parameters",), f"{name}: {problem}"
-        if not unknown:
+        if not unknown and not problems:  # the suite's parsing would stop at the same problem first
             yield from _check_values(suite_mod, name, path, suite, params, workload)
 
 

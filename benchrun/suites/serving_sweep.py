@@ -33,7 +33,15 @@ import math
 from typing import Any, Mapping
 
 from benchrun.errors import BenchrunError
-from benchrun.suites._common import ParamError, check_known, float_param, int_list_param, int_param
+from benchrun.suites._common import (
+    Params,
+    ParamError,
+    StaticParams,
+    check_known,
+    float_param,
+    int_list_param,
+    int_param,
+)
 from benchrun.loadgen.params import COMMON_PARAMS
 from benchrun.suites._runtime import SuiteContext, main
 
@@ -93,7 +101,7 @@ def conflicts(params: Mapping[str, Any], workload: Mapping[str, Any]) -> list[st
     return out
 
 
-def sweep_points(ctx: SuiteContext, load_model: str) -> list:
+def sweep_points(ctx: Params, load_model: str) -> list:
     """The sweep's load points from the parameters and the workload's concurrency model."""
     from benchrun.loadgen.runner import LoadPoint
 
@@ -131,6 +139,33 @@ PARAMETERS = COMMON_PARAMS + ("concurrency", "rates", "requests_per_point", "dur
 # the parameter that fixes the requests of a point, and its default (`benchrun validate` checks a
 # primary percentile can be judged from them)
 REQUEST_COUNT = ("requests_per_point", 24)
+
+
+def check_parameters(params: dict[str, Any], *, nodes: int = 1, workload: dict[str, Any] | None = None) -> None:
+    """Refuse, before any run, the load points and counts every replicate would refuse (ParamError).
+    A trace is read when the suite starts (the file may live only where it runs): its options are
+    checked here, the file is not."""
+    from benchrun.loadgen.suite import workload_inputs
+
+    ctx = StaticParams("serving_sweep", params, nodes=nodes, workload=workload)
+    try:
+        check_known(ctx, PARAMETERS)
+        _, _, declared, _, _, _ = workload_inputs(ctx)
+        if "duration_s" in params:
+            float_param(ctx, "duration_s", 0.0)
+        if "trace" in params:
+            float_param(ctx, "speedup", 1.0)
+            if "requests_per_point" in params:
+                int_param(ctx, "requests_per_point", 1, minimum=1)
+            return
+        sweep_points(ctx, declared)
+        if "duration_s" not in params:
+            int_param(ctx, *REQUEST_COUNT, minimum=1)
+        float_param(ctx, "goodput_drop", 0.1)
+    except ParamError:
+        raise
+    except BenchrunError as exc:
+        raise ParamError(str(exc)) from None
 
 
 def run(ctx: SuiteContext) -> None:

@@ -14,7 +14,7 @@ import math
 from typing import Any, Mapping
 
 from benchrun.errors import BenchrunError
-from benchrun.suites._common import ParamError, check_known, float_param, int_param
+from benchrun.suites._common import Params, ParamError, StaticParams, check_known, float_param, int_param
 from benchrun.loadgen.params import COMMON_PARAMS
 from benchrun.suites._runtime import SuiteContext, main
 
@@ -46,17 +46,18 @@ def conflicts(params: Mapping[str, Any], workload: Mapping[str, Any]) -> list[st
     return []
 
 
-def run(ctx: SuiteContext) -> None:
-    """Run one load point end to end and report it."""
+def settings(ctx: Params) -> tuple[Any, int | None, float | None]:
+    """(load point, requests, duration_s) from the parameters, checked: the suite's first step, and
+    ``benchrun validate``'s (:func:`check_parameters`)."""
     from benchrun.loadgen.runner import LoadPoint
-    from benchrun.loadgen.suite import run_serving_suite, workload_inputs
+    from benchrun.loadgen.suite import workload_inputs
 
     check_known(ctx, PARAMETERS)
-    _, _, load_model, _, _, _ = workload_inputs(ctx)
+    _, _, declared, _, _, _ = workload_inputs(ctx)
     for problem in conflicts(ctx.params, ctx.workload or {}):
         raise BenchrunError(f"serving_workflow: {problem}")
     try:
-        if _load_model(ctx.params, load_model) == "open_loop":
+        if _load_model(ctx.params, declared) == "open_loop":
             rate = float_param(ctx, "rate", 1.0)
             if rate == math.inf:
                 raise ParamError(f"parameter rate={ctx.params['rate']!r} must be a finite number of req/s")
@@ -69,6 +70,24 @@ def run(ctx: SuiteContext) -> None:
         raise BenchrunError(f"serving_workflow: bad load point: {exc}") from None
     duration = float_param(ctx, "duration_s", 0.0) if "duration_s" in ctx.params else None
     requests = None if duration is not None else int_param(ctx, *REQUEST_COUNT, minimum=1)
+    return point, requests, duration
+
+
+def check_parameters(params: dict[str, Any], *, nodes: int = 1, workload: dict[str, Any] | None = None) -> None:
+    """Refuse, before any run, the load point every replicate would refuse (ParamError)."""
+    try:
+        settings(StaticParams("serving_workflow", params, nodes=nodes, workload=workload))
+    except ParamError:
+        raise
+    except BenchrunError as exc:
+        raise ParamError(str(exc)) from None
+
+
+def run(ctx: SuiteContext) -> None:
+    """Run one load point end to end and report it."""
+    from benchrun.loadgen.suite import run_serving_suite
+
+    point, requests, duration = settings(ctx)
     run_serving_suite(ctx, [point], requests, duration, sweep=False)
 
 
