@@ -1,0 +1,49 @@
+"""The change-point fact's file (``<home>/warehouse/change_point_fact/change_points.parquet``):
+the previous pass's breaks, read back so each change is announced once, and the new fact written
+(:func:`benchrun.stats.changepoint.change_points` makes it; the names are re-exported there)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from benchrun.fsio import atomic_path
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+log = logging.getLogger(__name__)
+
+
+def _previous_breaks(previous: "pd.DataFrame | None") -> dict[str, set[str]]:
+    if previous is None or previous.empty or "series_id" not in previous.columns:
+        return {}
+    out: dict[str, set[str]] = {}
+    for sid, run in previous[["series_id", "run_id"]].itertuples(index=False):
+        out.setdefault(str(sid), set()).add(str(run))
+    return out
+
+
+def read_change_point_fact(home: Path) -> "pd.DataFrame | None":
+    """The fact written by the previous pass, or None (absent or unreadable: every break is new)."""
+    import pandas as pd
+
+    path = Path(home) / "warehouse" / "change_point_fact" / "change_points.parquet"
+    if not path.is_file():
+        return None
+    try:
+        return pd.read_parquet(path)
+    except (OSError, ValueError) as exc:  # derived data: treat as absent rather than fail the pass
+        log.warning("%s: unreadable (%s); reporting every change point as new", path, exc)
+        return None
+
+
+def write_change_point_fact(df: "pd.DataFrame", home: Path) -> Path:
+    """``<home>/warehouse/change_point_fact/change_points.parquet``: temporary name, then rename."""
+    out_dir = Path(home) / "warehouse" / "change_point_fact"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / "change_points.parquet"
+    with atomic_path(target) as tmp:
+        df.to_parquet(tmp, index=False)
+    return target
