@@ -226,3 +226,13 @@ def check_known(ctx: Params, known: Sequence[str]) -> None:
     if unknown:
         raise ParamError(f"parameter {unknown[0]} is not a parameter of suite {ctx.suite}; "
                          f"it takes {', '.join(sorted(known))}")
+
+
+def world_size_param(ctx: Params, gang: Any, default: int) -> int | None:
+    """A distributed suite's world size: the gang's (nodes × gpusPerNode; None while validating a
+    multi-node spec, before the gang exists), where ``world_size`` is refused; else the parameter."""
+    if gang is not None or ctx.nodes > 1:
+        if "world_size" in ctx.params:
+            raise ParamError("parameter world_size: a multi-node suite's world size is nodes x gpusPerNode; drop it")
+        return gang.world_size if gang is not None else None
+    return int_param(ctx, "world_size", default, minimum=1, maximum=256)

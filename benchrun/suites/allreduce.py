@@ -73,6 +73,7 @@ from benchrun.suites._common import (
     int_param,
     percentile,
     torch_present,
+    world_size_param,
 )
 from benchrun.suites._gang import Gang, gang_from_env, node_name
 from benchrun.suites._runtime import SuiteContext, Unavailable, main
@@ -170,13 +171,7 @@ class Settings(NamedTuple):
 def settings(ctx: Params, gang: Gang | None = None) -> Settings:
     """The parameters, checked (ParamError): the suite's first step, and ``benchrun validate``'s."""
     check_known(ctx, PARAMETERS)
-    world_size: int | None
-    if gang is not None or ctx.nodes > 1:
-        if "world_size" in ctx.params:
-            raise ParamError("parameter world_size: a multi-node suite's world size is nodes x gpusPerNode; drop it")
-        world_size = gang.world_size if gang is not None else None
-    else:
-        world_size = int_param(ctx, "world_size", 2, minimum=1, maximum=256)
+    world_size = world_size_param(ctx, gang, 2)
     most_rank = world_size - 1 if world_size is not None else None
     slow_rank = int_param(ctx, "slow_rank", -1, minimum=0, maximum=most_rank) if "slow_rank" in ctx.params else -1
     slow_s = float_param(ctx, "slow_ms", 0.0, minimum=0.0) / 1000.0 if "slow_ms" in ctx.params else 0.0

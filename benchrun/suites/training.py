@@ -52,6 +52,7 @@ from benchrun.suites._common import (
     int_param,
     percentile,
     torch_present,
+    world_size_param,
 )
 from benchrun.suites._gang import Gang, gang_from_env, node_name
 from benchrun.suites._runtime import SuiteContext, Unavailable, main
@@ -197,13 +198,7 @@ def settings(ctx: Params, gang: Gang | None = None) -> Settings:
     target_tokens = int_param(ctx, "target_tokens", 1) if target is not None else None
     if hidden % heads:
         raise ParamError(f"parameter hidden={hidden} must be a multiple of heads={heads}")
-    world_size: int | None
-    if gang is not None or ctx.nodes > 1:
-        if "world_size" in ctx.params:
-            raise ParamError("parameter world_size: a multi-node suite's world size is nodes x gpusPerNode; drop it")
-        world_size = gang.world_size if gang is not None else None
-    else:
-        world_size = int_param(ctx, "world_size", 1, maximum=256)
+    world_size = world_size_param(ctx, gang, 1)
     if world_size is not None and global_batch % world_size:
         raise ParamError(f"parameter global_batch={global_batch} must be a multiple of the world size {world_size}")
     return Settings(layers, hidden, heads, seq_len, vocab, global_batch, steps, warmup, lr, seed, requested, sweep,
