@@ -116,7 +116,7 @@ def test_gang_jobsets_validate_against_the_jobset_crd(bench_home, canary_doc):
         assert obj["metadata"]["namespace"] == "benchrun-runs"
 
 
-def test_a_suite_timeout_is_bounded_so_every_rendered_deadline_is_an_int64(bench_home, canary_doc):
+def test_a_suite_timeout_is_bounded_so_every_rendered_deadline_is_an_int64(bench_home, canary_doc, monkeypatch):
     """timeoutSeconds: 2**63-1 was valid and rendered Job deadlines beyond int64 (Kubernetes refuses
     them); it is at most 30 days, and the longest layer renders deadlines that fit."""
     from benchrun.launch.render import render_objects
@@ -136,12 +136,8 @@ def test_a_suite_timeout_is_bounded_so_every_rendered_deadline_is_an_int64(bench
                                            "is 9223372036854775807; input should be less than or equal to 2592000")
     canary_doc["spec"]["layers"][0]["suites"][0]["timeoutSeconds"] = 30 * 24 * 3600
     path.write_text(yaml.safe_dump(canary_doc))
-    os.environ["BENCHRUN_LAUNCHER_KIND"] = "kubernetes"
-    try:
-        objs = render_objects(path)
-    finally:
-        del os.environ["BENCHRUN_LAUNCHER_KIND"]
-    deadlines = [v for o in objs for v in re.findall(r'"activeDeadlineSeconds": (\d+)', json.dumps(o))]
+    monkeypatch.setenv("BENCHRUN_LAUNCHER_KIND", "kubernetes")
+    deadlines = [v for o in render_objects(path) for v in re.findall(r'"activeDeadlineSeconds": (\d+)', json.dumps(o))]
     assert deadlines and all(0 < int(d) < 2**63 - 1 for d in deadlines), deadlines
 
 
