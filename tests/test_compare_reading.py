@@ -361,3 +361,22 @@ def test_a_change_of_a_metric_never_below_zero_is_never_below_minus_100_pct_and_
     assert r.loc["cpu_b", "verdict"] == ""  # context: no verdict either way
     # a metric that is below 0 keeps its own interval (no bound applies)
     assert not bool(r.loc["temp", "nonnegative"]) and r.loc["temp", "change_pct"] < -50
+
+
+def test_a_small_change_on_an_absolute_row_without_a_margin_gets_no_large_change_advice():
+    """A metric with a value ≤ 0 is compared by absolute difference; without a configured margin the
+    advice took 0 as its bar, so a -1.7 % change read "large change, not significant ... more than 200
+    replicates would be needed". Such a row is judged against the spec's δ % as measured."""
+    def rows(values, name="lag_us"):
+        return pd.DataFrame({"suite": "s", "case": "", "metric": name, "unit": "us", "direction": "lower",
+                             "replicate": np.arange(1, len(values) + 1), "value": values, "status": "ok"})
+
+    gate = [100.0, 101.0, 99.0, 100.5, 99.5]
+    base = pd.concat([rows(gate, "gate"), rows([-3.0, 14.0, 13.0, 15.0, 13.9])])
+    small = pd.concat([rows(gate, "gate"), rows([-2.5, 13.7, 13.3, 14.6, 13.9])])
+    row = C.compare_tables(base, small, primary={"gate"}, delta_pct=5.0).rows.set_index("name").loc["lag_us"]
+    assert row.scale != "log" and row.verdict == "inconclusive" and abs(row.change_pct) < 5
+    assert row.advice == "", row.advice
+    large = pd.concat([rows(gate, "gate"), rows([-3.0, 30.0, 9.0, 40.0, 29.0])])
+    row = C.compare_tables(base, large, primary={"gate"}, delta_pct=5.0).rows.set_index("name").loc["lag_us"]
+    assert row.verdict == "inconclusive" and abs(row.change_pct) > 5 and row.advice.startswith("large change"), row

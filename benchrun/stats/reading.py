@@ -157,6 +157,8 @@ def detectable(df: "pd.DataFrame", alpha: float, family: int, gate_test: np.ndar
     nb, nc = df["n_baseline"].to_numpy(dtype=int), df["n_candidate"].to_numpy(dtype=int)
     scale, margin, verdict = df["scale"].to_numpy(), df["margin"].to_numpy(dtype=float), df["verdict"].to_numpy()
     names = df["name"].to_numpy()
+    pct = df["change_pct"].to_numpy(dtype=float) if "change_pct" in df else np.full(rows, np.nan)
+    delta = df["delta_pct"].to_numpy(dtype=float) if "delta_pct" in df else np.full(rows, np.nan)
     c = np.where(np.isnan(cov), 0.95, np.clip(cov, 0.5, 0.9999))
     z_cov = stats.norm.ppf(0.5 + c / 2)  # the row's own interval gives its standard error
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -184,7 +186,11 @@ def detectable(df: "pd.DataFrame", alpha: float, family: int, gate_test: np.ndar
         if ok.size:
             need[i] = int(ns[ok[0]])
         mg = margin[i] if not math.isnan(margin[i]) else 0.0
-        if verdict[i] in ("inconclusive", "spread changed") and effect > mg:
+        if scale[i] != "log" and mg <= 0:  # no absolute margin set: "large" is beyond δ % as measured
+            large = bool(abs(pct[i]) > delta[i]) if math.isfinite(pct[i]) and math.isfinite(delta[i]) else False
+        else:
+            large = effect > mg
+        if verdict[i] in ("inconclusive", "spread changed") and large:
             n_now = int(min(nb[i], nc[i]))
             advice[i] = (f"large change, not significant at n = {n_now}: rerun with ≥ {need[i]} replicates"
                          if need[i] > 0 else
