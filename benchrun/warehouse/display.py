@@ -39,6 +39,7 @@ def print_rows(con: Any, columns: Sequence[str], batches: Iterable[Sequence[dict
     from rich.table import Table
 
     rows = [r for batch in batches for r in batch]
+    asked = vertical is True
     if vertical is None:
         vertical = not table_fits(columns, rows, con.width)
     if vertical:
@@ -47,8 +48,9 @@ def print_rows(con: Any, columns: Sequence[str], batches: Iterable[Sequence[dict
             con.print(f"[bold]── row {i} ──[/]")
             for c in columns:
                 con.print(f"{escape(c):<{label}}  {escape(cell(row.get(c)))}", soft_wrap=True)
-        con.print(escape(caption) + ("; one record per row (the table is wider than the terminal; "
-                                     "select fewer columns for a table)" if vertical and rows else ""))
+        why = (", as asked (--vertical)" if asked else
+               " (the table is wider than the terminal; select fewer columns for a table)")
+        con.print(escape(caption) + (f"; one record per row{why}" if rows else ""))
         return
     out = Table(caption=escape(caption))
     for c in columns:
