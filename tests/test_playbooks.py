@@ -643,8 +643,10 @@ def test_backpressure_unavailable_without_any_wait(tmp_path: Path) -> None:
 
 
 def test_run_playbooks_errors_name_the_fix(serving_home: Path) -> None:
-    with pytest.raises(BenchrunError, match="not in the warehouse"):
+    with pytest.raises(BenchrunError, match="not in the warehouse") as missing:
         run_playbooks(serving_home, "missing-run")
+    # the fix a person can run for a run id (`benchrun run` takes a spec, and would start a new run)
+    assert "benchrun rebuild-warehouse missing-run" in str(missing.value) and "benchrun run`" not in str(missing.value)
     with pytest.raises(BenchrunError, match="unknown playbook"):
         run_playbooks(serving_home, "base", None, ["tail_latency_regression", "nope"])
     with pytest.raises(BenchrunError, match="is the run itself"):

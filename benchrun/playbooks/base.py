@@ -84,7 +84,8 @@ def in_warehouse(home: Path, run_id: str) -> bool:
 
 def _not_curated(what: str, rid: str, home: Path) -> str:
     return (f"{what} {rid!r} is not in the warehouse under {Path(home) / 'warehouse'}; "
-            "curate it first (materialize its warehouse assets, or `benchrun run` it) and list runs with "
+            "a run is curated as it finishes (a submitted run once its Dagster run has run it); a finished run "
+            f"missing there: `benchrun rebuild-warehouse {rid}`; list the curated runs with "
             "`benchrun query \"SELECT run_id FROM benchmark_run_fact\"`")
 
 
