@@ -64,3 +64,20 @@ def test_red_and_green_only_on_gating_rows():
     reported = _change({"gating": False, "verdict": "regression", "change_pct": -40.0, "better_worse": "worse"})
     assert "class='v-regression'" in gating and "regression" in gating
     assert "class='muted'" in reported and "v-regression" not in reported and "regression" in reported
+
+
+def test_a_history_of_runs_a_minute_and_a_half_apart_draws_without_a_matplotlib_warning():
+    """Two canary runs ~95 s apart: AutoDateLocator(maxticks=4) found no interval and `benchrun report`
+    printed two UserWarnings on stderr."""
+    import warnings
+
+    import pandas as pd
+
+    from benchrun.report.figures import history_plot
+
+    t0 = pd.Timestamp("2026-12-06T09:00:07Z")
+    hist = pd.DataFrame({"suite": "gemm", "case": "n=64", "metric": "tflops", "run_id": ["r1", "r2"],
+                         "created_utc": [t0, t0 + pd.Timedelta(seconds=95)], "median": [1.0, 1.1], "unit": "TFLOP/s"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert history_plot(hist, pd.DataFrame(), "history", current_run="r2").startswith(b"\x89PNG")

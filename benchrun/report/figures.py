@@ -236,7 +236,7 @@ def history_plot(history: "pd.DataFrame", cps: "pd.DataFrame", title: str, curre
                 at = when.iloc[i - 1] + (when.iloc[i] - when.iloc[i - 1]) / 2
                 ax.axvline(at, color=VERDICT_COLORS.get(cp["kind"], "black"), ls="--")
                 ax.annotate(f"{cp['magnitude_pct']:+.1f}%", (when.iloc[i], cp["after_mean"]), fontsize=7)
-        locator = mdates.AutoDateLocator(minticks=2, maxticks=4)
+        locator = mdates.AutoDateLocator(minticks=2, maxticks=5)  # 4 finds no interval for 85-110 s spans (a warning)
         ax.xaxis.set_major_locator(locator)
         ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
         ax.set_title(f"{suite}/{metric}" + (f" [{case}]" if case else ""), fontsize=8)
