@@ -58,4 +58,3 @@ def test_a_compared_run_shows_its_verdict_and_headline_on_the_first_screen(tmp_p
     # at scroll 0 the rectangles are page pixels: both within the first 900 and on the visible screen
     assert 0 < v["verdict_bottom"] <= min(900, v["height"]) and v["headline_top"] < min(900, v["height"]), v
     assert "base" in v["text"] and "regression" in v["text"].lower(), v["text"]
-
