@@ -30,6 +30,7 @@ from benchrun.stats import batch, reading
 from benchrun.stats.describe import SERIES_KEYS, group_arrays
 from benchrun.stats.family import Primary, benjamini_hochberg, gating_mask, holm, parse_primary  # noqa: F401 (API)
 from benchrun.stats.effects import Shift, effect, hodges_lehmann, verdict, verdict_on_scale  # noqa: F401 (API)
+from benchrun.stats.launches import only
 from benchrun.stats.ranktest import EXACT_MAX_N, mw_null_cdf, rejects, smallest_gating_n, smallest_one_sided_p  # noqa: F401
 
 if TYPE_CHECKING:
@@ -534,7 +535,9 @@ def _confirm(result: Comparison, suspected: list[tuple[str, str, str]], confirm:
         result.confirmation_evidence = answer[2]
     keyset = set(suspected)
     fail_suites = {s for s, _c, m in suspected if m == FAILED_METRIC}
-    sub_b, sub_c = _only(fresh_b, keyset, fail_suites), _only(fresh_c, keyset, fail_suites)
+    sub_b, sub_c = only(fresh_b, keyset, fail_suites), only(fresh_c, keyset, fail_suites)
+    # the pairs see every suspect suite's failed launches: survivors must not clear a suite that crashed
+    pair_b, pair_c = (only(t, keyset, {s for s, _c, _m in suspected}) for t in (fresh_b, fresh_c))
     # A value metric without 2 fresh ok pairs (matched by replicate) was not tested again: neither
     # confirmed nor cleared.
     from benchrun.stats.paired import paired_confirmation, pairs_of
@@ -550,7 +553,7 @@ def _confirm(result: Comparison, suspected: list[tuple[str, str, str]], confirm:
     # value metrics: the round's pairs decide, with the first round's p, by benchrun.stats.paired's
     # pre-stated rule (extending the round while unclear); failure counts keep the round's own test
     by_pairs, unjudged = paired_confirmation(
-        result, [k for k in suspected if k[2] != FAILED_METRIC and k not in untested], sub_b, sub_c, confirm,
+        result, [k for k in suspected if k[2] != FAILED_METRIC and k not in untested], pair_b, pair_c, confirm,
         alpha=1.0 - confidence)
     confirmed_keys = {k for k in confirmed_keys if k[2] == FAILED_METRIC} | by_pairs
     untested += [k for k in suspected if k in unjudged]
@@ -569,25 +572,6 @@ def _confirm(result: Comparison, suspected: list[tuple[str, str, str]], confirm:
 
 def _mask(df: "pd.DataFrame", key: tuple[str, str, str]) -> "pd.Series":
     return (df["suite"] == key[0]) & (df["case"] == key[1]) & (df["name"] == key[2])
-
-
-def _only(table: "pd.DataFrame", keys: set[tuple[str, str, str]], fail_suites: set[str] = frozenset()
-          ) -> "pd.DataFrame":
-    """The rows of a replicate table whose (suite, case, metric) is in ``keys`` (plus the failed
-    replicates of the suites in ``fail_suites``)."""
-    if table.empty:
-        return table
-    import pandas as pd
-
-    sel = np.array([tuple(k) in keys for k in table[SERIES_KEYS].itertuples(index=False)], dtype=bool)
-    if "status" not in table.columns or not fail_suites:
-        return table[sel]
-    in_fail = table["suite"].isin(fail_suites).to_numpy()
-    sel |= (table["status"].astype(str) != "ok").to_numpy() & in_fail
-    # every ok launch of those suites still counts as launched (a value-less marker row)
-    launches = table[in_fail & (table["status"].astype(str) == "ok").to_numpy()][["suite", "replicate"]]
-    markers = launches.drop_duplicates().assign(case="", metric="", unit="", direction="", value=np.nan, status="ok")
-    return pd.concat([table[sel], markers[list(table.columns)]], ignore_index=True)
 
 
 def _unanswered(result: Comparison, keys: list[tuple[str, str, str]], why: str) -> Comparison:
