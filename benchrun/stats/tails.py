@@ -41,6 +41,7 @@ import numpy as np
 from scipy import stats
 
 from benchrun.loadgen.metrics import pooled_reasons, requests_needed  # the one request-count rule (re-exported)
+from benchrun.stats.equivalence import level as equivalence_level
 
 # the comparison's per-replicate p99 metrics and the request column behind each
 # (benchrun.loadgen.metrics.HEADLINE: p99_latency_ms is e2e_ms_p99 of a point)
@@ -292,8 +293,10 @@ class RequestTails:
             df.at[i, "tail_method"] = "pooled requests, cluster bootstrap over replicates"
             if not tc.gateable:
                 for f in ("p_regression", "p_improvement", "t_regression", "t_improvement", "p_value",
-                          "shift", "shift_low", "shift_high", "ratio", "ci_low", "ci_high", "eq_low", "eq_high"):
-                    df.at[i, f] = math.nan
+                          "shift", "shift_low", "shift_high", "ratio", "ci_low", "ci_high", "eq_low", "eq_high",
+                          "eq_coverage"):
+                    if f in df.columns:
+                        df.at[i, f] = math.nan
                 self.refused[i] = tc.note
                 continue
             sign = 1.0 if higher else -1.0  # shift > 0 is better, on the log scale
@@ -302,6 +305,8 @@ class RequestTails:
             df.at[i, "shift"], df.at[i, "shift_low"], df.at[i, "shift_high"] = sign * tc.log_ratio, lo, hi
             # "no change" on requests too: the replicate p99s' Hodges–Lehmann interval would decide it otherwise
             df.at[i, "eq_low"], df.at[i, "eq_high"] = sorted((sign * tc.eq_low, sign * tc.eq_high))
+            if "eq_coverage" in df.columns:  # the bootstrap's nominal 1 − 2α (approximate; measured above)
+                df.at[i, "eq_coverage"] = equivalence_level(self.confidence)
             df.at[i, "ratio"], df.at[i, "ci_low"], df.at[i, "ci_high"] = math.exp(sign * tc.log_ratio), math.exp(lo), math.exp(hi)
             df.at[i, "p_regression"] = df.at[i, "t_regression"] = p_reg
             df.at[i, "p_improvement"] = df.at[i, "t_improvement"] = p_imp
@@ -322,7 +327,8 @@ class RequestTails:
         n = min(counts)
         if n >= need:
             return
-        for f in ("p_regression", "p_improvement", "t_regression", "t_improvement", "p_value", "eq_low", "eq_high"):
+        for f in ("p_regression", "p_improvement", "t_regression", "t_improvement", "p_value", "eq_low", "eq_high",
+                  "eq_coverage"):
             if f in df.columns:
                 df.at[i, f] = math.nan
         df.at[i, "tail_method"] = f"replicate percentiles, {n} samples a replicate"
