@@ -10,6 +10,7 @@ from bench_assets.partitions import benchmark_run_partitions
 from benchrun import checks
 from benchrun.errors import BenchrunError
 from benchrun.paths import benchrun_home, validate_run_id
+from benchrun.report.content import gating_regressions
 from benchrun.stats import analysis, changepoint, lineage
 from benchrun.stats.compare import ConfirmHook
 from benchrun.stats.load import alias_of, alias_path, delta_pct, load_run, replicate_table, resolve_run
@@ -297,11 +298,13 @@ def no_gating_regression(context: dg.AssetCheckExecutionContext) -> dg.AssetChec
         return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN,
                                    description=doc["gate"]["message"], metadata={"compared": False})
     cond = doc.get("condition") or {}
-    bad = [m for m in doc.get("metrics", []) if m["gating"] and m["verdict"] == "regression"]
+    confirmed, unconfirmed = gating_regressions(doc.get("metrics", []))
+    bad = confirmed + unconfirmed
     return dg.AssetCheckResult(
         passed=cond.get("status") == "False", severity=dg.AssetCheckSeverity.ERROR,
         description=cond.get("message"),
-        metadata={"regression_detected": cond.get("status"), "gating_regressions": len(bad),
+        metadata={"regression_detected": cond.get("status"), "gating_regressions": len(confirmed),
+                  "suspected_not_confirmed": len(unconfirmed),
                   "metrics": dg.MetadataValue.md(_md(bad, ["metric", "ratio", "ci_low", "ci_high", "p_adjusted",
                                                            "confirmation"]))},
     )

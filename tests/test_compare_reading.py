@@ -184,6 +184,23 @@ def test_no_change_is_tost_at_alpha():
     assert (edge["verdict"] == "no_change").mean() <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 400)
 
 
+def _serve_tps(values):
+    return pd.DataFrame({"suite": "serve", "case": "", "metric": "tps", "unit": "u", "direction": "higher",
+                         "replicate": np.arange(1, len(values) + 1), "value": values, "status": "ok"})
+
+
+def test_no_change_needs_an_interval_that_covers_1_minus_2_alpha():
+    """Review 2026-12-06: 2 vs 2 replicates (the widest interval covers 66.7 %) and 3 vs 2 (80 %)
+    were called "no change", the interval inside ±3 % but no test at α; 3 vs 3 (90 %) may be."""
+    for b, c, cov in (([100, 102.5], [101, 103], 2 / 3), ([100, 102.5, 101], [101, 102.8], 0.8)):
+        row = C.compare_tables(_serve_tps(b), _serve_tps(c), primary={"tps"}).rows.iloc[0]
+        assert row.eq_high <= np.log1p(0.03) and row.eq_low >= -np.log1p(0.03)  # inside the band ...
+        assert row.verdict == "inconclusive" and row.eq_coverage == pytest.approx(cov)  # ... but too little coverage
+        assert f"covers {100 * cov:.1f} %, short of the 90 %" in row.note
+    row = C.compare_tables(_serve_tps([100, 100.5, 101]), _serve_tps([100.2, 100.7, 100.9]), primary={"tps"}).rows.iloc[0]
+    assert row.eq_coverage == pytest.approx(0.9) and row.verdict == "no_change" and "no change not shown" not in row.note
+
+
 def test_context_rows_are_shown_beside_the_outcomes_they_explain():
     from benchrun.stats.commands import display_order
 

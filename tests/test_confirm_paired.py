@@ -293,3 +293,32 @@ def test_an_extension_that_cannot_launch_leaves_the_answer_unknown():
     assert res.confirmation == "failed" and res.condition()["status"] == "Unknown"
     assert "could not be extended: pinned spec of the baseline is gone" in res.condition()["message"]
     assert res.rows.iloc[0].confirmation_rule.startswith("extend at look 1")  # the look that was made stands
+
+
+def _crashed(values, failed):
+    """A round arm whose replicates in ``failed`` crashed: one value-less failed row each, as
+    ``replicate_table(include_failed=True)`` writes them."""
+    t = _table(values)
+    keep = ~t["replicate"].isin(failed)
+    dead = pd.DataFrame({"suite": "s", "case": "", "metric": "", "unit": "", "direction": "",
+                         "replicate": sorted(failed), "value": np.nan, "status": "failed"})
+    return pd.concat([t[keep], dead], ignore_index=True)
+
+
+def test_survivors_of_a_round_that_mostly_crashed_do_not_clear_the_regression():
+    # review 2026-12-06: the candidate crashed in 3 of 5 fresh pairs, the round was cut to the
+    # suspect's keys (dropping the failed rows), the 2 survivors looked like the baseline, and the
+    # regression read "not confirmed" — RegressionDetected=False — where the first round refuses it
+    base, cand = _table([100, 101, 99, 100.5, 99.5]), _table([80, 81, 79, 80.5, 79.5])
+    rb, rc = _table([100, 101, 99, 100.5, 99.5]), _crashed([100.2, 100.8, 0, 0, 0], {3, 4, 5})
+    res = C.compare_tables(base, cand, primary={"tps"}, confirm=_Fixed(rb, rc))
+    assert res.confirmation == "failed" and res.condition()["status"] == "Unknown", res.condition()
+    assert "3 of 5 candidate launches of s failed in the round" in res.condition()["message"]
+    assert res.rows.iloc[0].confirmation == "failed" and res.rows.iloc[0].confirmation_rule.startswith("no answer")
+    assert not res.regression_detected and res.gating_regression
+    # 2 of 5 crashed: under the rule, the 3 survivors decide (here: not confirmed)
+    res = C.compare_tables(base, cand, primary={"tps"}, confirm=_Fixed(rb, _crashed([100.2, 100.8, 99.5, 0, 0], {4, 5})))
+    assert res.confirmation == "not_confirmed" and res.condition()["status"] == "False"
+    # survivors that still show the regression confirm it: a regression they show is said
+    res = C.compare_tables(base, cand, primary={"tps"}, confirm=_Fixed(rb, _crashed([80.2, 80.8, 0, 0, 0], {3, 4, 5})))
+    assert res.confirmation == "confirmed" and res.condition()["status"] == "True"

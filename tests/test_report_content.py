@@ -75,6 +75,23 @@ def test_verdict_says_regressions_and_baseline():
     assert C.verdict(run, comp).regressions.startswith("nothing gates")
 
 
+def test_the_verdict_counts_only_what_the_round_confirmed():
+    # review 2026-12-06: two gating suspects, one confirmed by the round and one not, read "2 confirmed"
+    # (every gating row with verdict regression; the no_gating_regression check's metadata too)
+    run = RunInfo("r", Path("."), {"phase": "Succeeded", "layers": {}}, {}, {})
+    rows = [{"metric": "serve/a", "gating": True, "verdict": "regression", "confirmation": "confirmed"},
+            {"metric": "serve/b", "gating": True, "verdict": "regression", "confirmation": "not_confirmed"},
+            {"metric": "serve/c", "gating": True, "verdict": "no_change", "confirmation": ""}]
+    comp = {"baseline": "b", "gate": {"passed": True}, "condition": {"status": "True"}, "metrics": rows}
+    v = C.verdict(run, comp)
+    assert (v.regressions, v.regression_level) == ("1 confirmed, 1 suspected, not confirmed", "bad")
+    confirmed, unconfirmed = C.gating_regressions(rows)
+    assert [m["metric"] for m in confirmed] == ["serve/a"] and [m["metric"] for m in unconfirmed] == ["serve/b"]
+    rows[0]["confirmation"] = "not_confirmed"
+    comp["condition"] = {"status": "False"}
+    assert C.verdict(run, comp).regressions == "2 suspected, not confirmed"
+
+
 def test_a_column_with_one_value_on_every_row_is_said_once():
     html = _table([{"a": 1, "note": "BCa needs ≥ 10 replicates"}, {"a": 2, "note": "BCa needs ≥ 10 replicates"}],
                   [("a", "A"), ("note", "BCa")])

@@ -45,6 +45,16 @@ def is_gating(rec: dict[str, Any]) -> bool:
     return bool(pick(rec, "gating", "is_gating", default=False))
 
 
+def gating_regressions(metrics: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(confirmed, suspected but not confirmed) among a comparison's gating rows with verdict
+    ``regression``: a suspect keeps its first-round verdict when the round did not confirm it (or
+    gave no answer), so the verdict alone overcounts. Rows that record no ``confirmation`` at all
+    (documents from before it was recorded) count as confirmed, as they were read then."""
+    bad = [m for m in metrics if is_gating(m) and m.get("verdict") == "regression"]
+    confirmed = [m for m in bad if m.get("confirmation", "confirmed") == "confirmed"]
+    return confirmed, [m for m in bad if m.get("confirmation", "confirmed") != "confirmed"]
+
+
 # --- headline metrics ----------------------------------------------------------------------
 
 # What a performance engineer reads first from the built-in suites that the spec's primary
@@ -175,7 +185,7 @@ class Verdict:
     outcome: str | None
     class_requested: str | None
     class_granted: str | None
-    regressions: str  # "none", "2 confirmed", "1 suspected, not confirmed", "not compared"
+    regressions: str  # "none", "2 confirmed" (", 1 suspected, not confirmed"), "1 suspected, not confirmed", "not compared"
     regression_level: str  # ok | bad | warn | none (for the colour)
     baseline: str | None
     against: str  # one sentence on what was compared
@@ -204,14 +214,16 @@ def verdict(run: "RunInfo", comparison: dict[str, Any] | None) -> Verdict:
     else:
         baseline = comparison.get("baseline")
         cond = comparison.get("condition") or {}
-        bad = [m for m in comparison.get("metrics") or [] if is_gating(m) and m.get("verdict") == "regression"]
+        confirmed, unconfirmed = gating_regressions(comparison.get("metrics") or [])
         n_gating = sum(1 for m in comparison.get("metrics") or [] if is_gating(m))
         if not n_gating:
             regressions, level = "nothing gates (no primary metric in this run)", "none"
         elif cond.get("status") == "True":
-            regressions, level = f"{len(bad)} confirmed", "bad"
-        elif bad:
-            regressions, level = f"{len(bad)} suspected, not confirmed", "warn"
+            regressions, level = f"{len(confirmed)} confirmed", "bad"
+            if unconfirmed:
+                regressions += f", {len(unconfirmed)} suspected, not confirmed"
+        elif confirmed or unconfirmed:
+            regressions, level = f"{len(confirmed) + len(unconfirmed)} suspected, not confirmed", "warn"
         else:
             regressions, level = "none", "ok"
         against = (f"Against baseline {baseline} ({(comparison.get('gate') or {}).get('message', '')}); "

@@ -344,6 +344,7 @@ def failure_refusals(rows: "pd.DataFrame") -> list[Refusal]:
     reach significance before too few survive to compare (3 of 5 failed: p 0.17) — so a 60 %
     crash rate would otherwise pass."""
     from benchrun.stats.compare import FAILED_METRIC
+    from benchrun.stats.launches import survivors_cannot_speak
 
     if rows.empty or "failed_candidate" not in rows.columns:
         return []
@@ -351,7 +352,7 @@ def failure_refusals(rows: "pd.DataFrame") -> list[Refusal]:
     out = []
     for r in sel.itertuples():
         fb, fc, tb, tc = int(r.failed_baseline), int(r.failed_candidate), int(r.n_baseline), int(r.n_candidate)
-        if tc and 2 * fc >= tc and fc * max(tb, 1) > fb * tc:
+        if survivors_cannot_speak(fb, tb, fc, tc):
             out.append(Refusal(REPLICATES_FAILED, f"gating suite {r.suite}: {fc} of {tc} candidate replicates failed "
                                                    f"({fb} of {tb} in the baseline); the ones that ran cannot speak "
                                                    "for the suite: fix the failures (their logs are in raw/) and "

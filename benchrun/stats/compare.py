@@ -26,10 +26,11 @@ import numpy as np
 from scipy import stats
 
 from benchrun.errors import BenchrunError
-from benchrun.stats import batch, reading
+from benchrun.stats import batch, equivalence, reading
 from benchrun.stats.describe import SERIES_KEYS, group_arrays
 from benchrun.stats.family import Primary, benjamini_hochberg, gating_mask, holm, parse_primary  # noqa: F401 (API)
 from benchrun.stats.effects import Shift, effect, hodges_lehmann, verdict, verdict_on_scale  # noqa: F401 (API)
+from benchrun.stats.launches import only
 from benchrun.stats.ranktest import EXACT_MAX_N, mw_null_cdf, rejects, smallest_gating_n, smallest_one_sided_p  # noqa: F401
 
 if TYPE_CHECKING:
@@ -176,36 +177,6 @@ def _effects_batch(b: _Arm, c: _Arm, ib: np.ndarray, ic: np.ndarray, higher: np.
     return out
 
 
-def _equivalence_interval(b: _Arm, c: _Arm, ib: np.ndarray, ic: np.ndarray, higher: np.ndarray,
-                          comparable: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
-    """The Hodges–Lehmann interval at 1 − 2α (α = 1 − confidence), on each row's analysis scale,
-    widened as the reported interval is to Brunner–Munzel's accepted shifts (``effects.hull``):
-    inside ±margin it is the two one-sided tests (TOST) at α that "no change" means. Without the
-    widening a candidate 4× as noisy (8 vs 30 replicates) whose true shift is the margin was called
-    "no change" in 11.2–12.5 % of 1,000 such rows for α = 5 %; with it 4.5–5.0 % (two samples;
-    tests/test_bminterval.py)."""
-    from benchrun.stats.effects import critical_rank, hull
-
-    rows = ib.size
-    lo, hi = np.full(rows, np.nan), np.full(rows, np.nan)
-    level = max(2.0 * confidence - 1.0, 0.5)
-    nb = np.where(ib >= 0, b.keys["n"].to_numpy()[np.clip(ib, 0, None)] if len(b.keys) else 0, 0)
-    nc = np.where(ic >= 0, c.keys["n"].to_numpy()[np.clip(ic, 0, None)] if len(c.keys) else 0, 0)
-    for n_b, n_c in sorted({(int(x), int(y)) for x, y in zip(nb[comparable], nc[comparable])}):
-        sel = np.nonzero(comparable & (nb == n_b) & (nc == n_c))[0]
-        bm, cm = _matrix(b, ib[sel], n_b), _matrix(c, ic[sel], n_c)
-        sign = np.where(higher[sel], 1.0, -1.0)[:, None]
-        log = (bm > 0).all(axis=1) & (cm > 0).all(axis=1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            x = np.where(log[:, None], sign * np.log(np.where(log[:, None], cm, 1.0)), sign * cm)
-            y = np.where(log[:, None], sign * np.log(np.where(log[:, None], bm, 1.0)), sign * bm)
-        srt = np.sort((x[:, :, None] - y[:, None, :]).reshape(len(sel), n_b * n_c), axis=1)
-        k, _cov = critical_rank(n_c, n_b, level)
-        lo[sel], hi[sel], _kind = hull(x, y, srt[:, k - 1], srt[:, n_b * n_c - k],
-                                       np.full(len(sel), "exact", dtype=object), level)
-    return lo, hi
-
-
 def _effects_reference(b: _Arm, c: _Arm, ib: np.ndarray, ic: np.ndarray, higher: np.ndarray,
                        comparable: np.ndarray, confidence: float) -> dict[str, np.ndarray]:
     rows = ib.size
@@ -271,7 +242,9 @@ def compare_tables(
     higher = (keys["direction"] == "higher").to_numpy()
     run = _effects_batch if engine == "batch" else _effects_reference
     eff = run(b, c, ib, ic, higher, comparable, confidence)
-    eff["eq_low"], eff["eq_high"] = _equivalence_interval(b, c, ib, ic, higher, comparable, confidence)
+    eff["eq_low"], eff["eq_high"], eff["eq_coverage"] = equivalence.interval(
+        lambda sel, n_b, n_c: (_matrix(b, ib[sel], n_b), _matrix(c, ic[sel], n_c)), nb, nc, higher, comparable,
+        confidence)
     suites = keys["suite"].astype(str).to_numpy()
     names = keys["metric"].astype(str).to_numpy()
     cases = keys["case"].astype(str).to_numpy()
@@ -409,6 +382,7 @@ class Decision:
     family: int
     welch_fallback: bool
     p_gate_improvement: np.ndarray | None = None  # the improvement-side p Holm adjusted (rank or Welch, as p_gate)
+    too_few: np.ndarray | None = None  # interval inside ±margin, but covering less than 1 − 2α: not "no change"
 
 
 def decide(eff: dict[str, np.ndarray], gating: np.ndarray, n_baseline: np.ndarray, n_candidate: np.ndarray,
@@ -453,20 +427,23 @@ def decide(eff: dict[str, np.ndarray], gating: np.ndarray, n_baseline: np.ndarra
     verdicts = ["" if ctx else verdict_on_scale(s, a, b, pr, pi, alpha, mg)
                 for s, a, b, pr, pi, mg, ctx in zip(shift, lo, hi, p_adj, p_adj_imp, np.asarray(margin, dtype=float),
                                                     context)]
-    if "eq_low" in eff:  # "no change": the 1 − 2α interval inside ±margin (TOST at α)
-        eq_lo, eq_hi = np.asarray(eff["eq_low"], dtype=float), np.asarray(eff["eq_high"], dtype=float)
-        mg = np.asarray(margin, dtype=float)
-        for i, v in enumerate(verdicts):
-            if v == "inconclusive" and mg[i] > 0 and eq_lo[i] >= -mg[i] and eq_hi[i] <= mg[i]:
-                verdicts[i] = "no_change"
-    return Decision(gate_test, p_gate, p_adj, p_adj_imp, verdicts, family, bool(use_t.any()), p_gate_imp)
+    too_few = np.zeros(rows, dtype=bool)
+    if "eq_low" in eff:  # "no change": the 1 − 2α interval inside ±margin, covering 1 − 2α (TOST at α)
+        shown, short = equivalence.no_change(eff["eq_low"], eff["eq_high"], eff.get("eq_coverage"), margin, alpha)
+        # the 1 − α interval inside the margin implies the 1 − 2α one is: the rule below decides alone
+        undecided = np.array([v in ("inconclusive", "no_change") for v in verdicts], dtype=bool)
+        verdicts = ["inconclusive" if v == "no_change" else v for v in verdicts]
+        verdicts = ["no_change" if s else v for v, s in zip(verdicts, shown & undecided)]
+        too_few = short & undecided
+    return Decision(gate_test, p_gate, p_adj, p_adj_imp, verdicts, family, bool(use_t.any()), p_gate_imp, too_few)
 
 
 def _gate_and_verdicts(df: "pd.DataFrame", alpha: float, result: Comparison) -> None:
     gating = df["gating"].to_numpy(bool)
     fisher = (df["test"] == "fisher_exact").to_numpy()
     eff = {k: df[k].to_numpy() for k in ("p_regression", "p_improvement", "t_regression", "t_improvement",
-                                         "p_value", "shift", "shift_low", "shift_high", "eq_low", "eq_high")
+                                         "p_value", "shift", "shift_low", "shift_high", "eq_low", "eq_high",
+                                         "eq_coverage")
            if k in df.columns}
     context = (df["role"] == "context").to_numpy() if "role" in df.columns else None
     d = decide(eff, gating, df["n_baseline"].to_numpy(), df["n_candidate"].to_numpy(), df["margin"].to_numpy(),
@@ -502,6 +479,9 @@ def _gate_and_verdicts(df: "pd.DataFrame", alpha: float, result: Comparison) -> 
     df["correction"] = np.where(gating, "holm", np.where(context, "none", "bh")) if context is not None \
         else np.where(gating, "holm", "bh")
     df["verdict"] = d.verdict
+    for i in np.nonzero(d.too_few)[0]:
+        why = equivalence.too_few_note(df["n_baseline"].iat[i], df["n_candidate"].iat[i], df["eq_coverage"].iat[i], alpha)
+        df.iat[i, df.columns.get_loc("note")] = "; ".join(x for x in (str(df["note"].iat[i] or ""), why) if x)
     result.family = d.family
 
 
@@ -534,7 +514,9 @@ def _confirm(result: Comparison, suspected: list[tuple[str, str, str]], confirm:
         result.confirmation_evidence = answer[2]
     keyset = set(suspected)
     fail_suites = {s for s, _c, m in suspected if m == FAILED_METRIC}
-    sub_b, sub_c = _only(fresh_b, keyset, fail_suites), _only(fresh_c, keyset, fail_suites)
+    sub_b, sub_c = only(fresh_b, keyset, fail_suites), only(fresh_c, keyset, fail_suites)
+    # the pairs see every suspect suite's failed launches: survivors must not clear a suite that crashed
+    pair_b, pair_c = (only(t, keyset, {s for s, _c, _m in suspected}) for t in (fresh_b, fresh_c))
     # A value metric without 2 fresh ok pairs (matched by replicate) was not tested again: neither
     # confirmed nor cleared.
     from benchrun.stats.paired import paired_confirmation, pairs_of
@@ -550,7 +532,7 @@ def _confirm(result: Comparison, suspected: list[tuple[str, str, str]], confirm:
     # value metrics: the round's pairs decide, with the first round's p, by benchrun.stats.paired's
     # pre-stated rule (extending the round while unclear); failure counts keep the round's own test
     by_pairs, unjudged = paired_confirmation(
-        result, [k for k in suspected if k[2] != FAILED_METRIC and k not in untested], sub_b, sub_c, confirm,
+        result, [k for k in suspected if k[2] != FAILED_METRIC and k not in untested], pair_b, pair_c, confirm,
         alpha=1.0 - confidence)
     confirmed_keys = {k for k in confirmed_keys if k[2] == FAILED_METRIC} | by_pairs
     untested += [k for k in suspected if k in unjudged]
@@ -569,25 +551,6 @@ def _confirm(result: Comparison, suspected: list[tuple[str, str, str]], confirm:
 
 def _mask(df: "pd.DataFrame", key: tuple[str, str, str]) -> "pd.Series":
     return (df["suite"] == key[0]) & (df["case"] == key[1]) & (df["name"] == key[2])
-
-
-def _only(table: "pd.DataFrame", keys: set[tuple[str, str, str]], fail_suites: set[str] = frozenset()
-          ) -> "pd.DataFrame":
-    """The rows of a replicate table whose (suite, case, metric) is in ``keys`` (plus the failed
-    replicates of the suites in ``fail_suites``)."""
-    if table.empty:
-        return table
-    import pandas as pd
-
-    sel = np.array([tuple(k) in keys for k in table[SERIES_KEYS].itertuples(index=False)], dtype=bool)
-    if "status" not in table.columns or not fail_suites:
-        return table[sel]
-    in_fail = table["suite"].isin(fail_suites).to_numpy()
-    sel |= (table["status"].astype(str) != "ok").to_numpy() & in_fail
-    # every ok launch of those suites still counts as launched (a value-less marker row)
-    launches = table[in_fail & (table["status"].astype(str) == "ok").to_numpy()][["suite", "replicate"]]
-    markers = launches.drop_duplicates().assign(case="", metric="", unit="", direction="", value=np.nan, status="ok")
-    return pd.concat([table[sel], markers[list(table.columns)]], ignore_index=True)
 
 
 def _unanswered(result: Comparison, keys: list[tuple[str, str, str]], why: str) -> Comparison:

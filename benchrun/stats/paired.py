@@ -44,6 +44,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from scipy import stats
 
+from benchrun.stats.launches import round_failures
 from benchrun.stats.ranktest import rejects
 
 EXACT_MAX_PAIRS = 16
@@ -204,7 +205,9 @@ def paired_confirmation(result: Any, keys: list[tuple[str, str, str]], fresh_b: 
     ``result.rows['confirmation_rule']`` and the looks into
     ``result.confirmation_evidence['paired']``; returns the confirmed keys and, per key the
     round could not judge (a value ≤ 0 where the first round compared log ratios, an extension
-    that could not be launched), why.
+    that could not be launched, at least half of the candidate's launches of the key's suite failed
+    — :func:`benchrun.stats.launches.round_failures` — and the survivors did not confirm), why.
+    ``fresh_b``/``fresh_c`` must hold the failed launches of the keys' suites.
     """
     from benchrun.errors import BenchrunError
 
@@ -234,9 +237,16 @@ def paired_confirmation(result: Any, keys: list[tuple[str, str, str]], fresh_b: 
                 unjudged[k] = "a value ≤ 0 in the round, where the first round compared log ratios"
                 continue
             dec = decide(p1, d, alpha=alpha, look=look, looks=looks, family=family, margin=margin)
-            log.setdefault("/".join(k), []).append({**dec.__dict__, "rule": dec.rule()})
-            df.loc[(df["suite"] == k[0]) & (df["case"] == k[1]) & (df["name"] == k[2]), "confirmation_rule"] = dec.rule()
-            if dec.decision == "confirmed":
+            # the first round's rule on the round's own launches: survivors of a suite that mostly
+            # crashed do not clear it (they may still confirm: a regression they show is said)
+            crashed = "" if dec.decision == "confirmed" else round_failures(fresh_b, fresh_c, k[0])
+            log.setdefault("/".join(k), []).append({**dec.__dict__, "rule": dec.rule(),
+                                                   **({"unjudged": crashed} if crashed else {})})
+            df.loc[(df["suite"] == k[0]) & (df["case"] == k[1]) & (df["name"] == k[2]), "confirmation_rule"] = \
+                f"no answer at look {look}: {crashed}" if crashed else dec.rule()
+            if crashed:
+                unjudged[k] = crashed
+            elif dec.decision == "confirmed":
                 confirmed.add(k)
             elif dec.decision == "extend":
                 still.append(k)

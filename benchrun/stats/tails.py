@@ -4,6 +4,9 @@ A replicate's own p99 from 24 or 32 requests is its maximum, biased low by about
 with an interval that covers the true p99 half the time; comparing such p99s replicate by
 replicate flags A/A "regressions" whenever the arms ran different numbers of requests. Here:
 
+* A request that errored or timed out is censored, slower than every completed one (+inf): left
+  out, the errors a valid point allows (≤ 1 %) would hide a worse tail; an arm whose p99 falls
+  among them is not gateable (its value is unknown).
 * Each arm's p99 is the 0.99-quantile of the *pooled* requests of its replicates, every
   replicate weighing the same (its requests 1/nᵣ each), so an arm that ran more requests in
   one replicate (duration mode) does not tilt the estimate toward that replicate; the
@@ -41,6 +44,7 @@ import numpy as np
 from scipy import stats
 
 from benchrun.loadgen.metrics import pooled_reasons, requests_needed  # the one request-count rule (re-exported)
+from benchrun.stats.equivalence import level as equivalence_level
 
 # the comparison's per-replicate p99 metrics and the request column behind each
 # (benchrun.loadgen.metrics.HEADLINE: p99_latency_ms is e2e_ms_p99 of a point)
@@ -49,7 +53,9 @@ N_BOOT = 1000
 
 
 def pooled_quantile(replicates: Sequence[np.ndarray], q: float) -> float:
-    """The q-quantile of the replicates' pooled values, each replicate weighing the same."""
+    """The q-quantile of the replicates' pooled values, each replicate weighing the same. A value
+    of +inf is a request that errored or timed out, censored: slower than every completed one; the
+    quantile is +inf when it reaches them (Hazen's position of q beyond the last completed value's)."""
     reps = [np.asarray(r, dtype=float) for r in replicates if len(r)]
     if not reps:
         return math.nan
@@ -60,6 +66,11 @@ def pooled_quantile(replicates: Sequence[np.ndarray], q: float) -> float:
     # each value at the middle of its weight (Hazen's plotting position), linear in between: the
     # step quantile's bias depends on the request count, which unequal arms would read as a change
     mid = np.cumsum(ws) - ws / 2
+    done = np.isfinite(vals[order])  # the censored (+inf) sort last
+    if not done.all():
+        if not done.any() or q > mid[done][-1]:
+            return math.inf
+        return float(np.interp(q, mid[done], vals[order][done]))
     return float(np.interp(q, mid, vals[order]))
 
 
@@ -149,9 +160,11 @@ class TailComparison:
 def compare_p99(baseline: Sequence[np.ndarray], candidate: Sequence[np.ndarray], *, q: float = 0.99,
                 confidence: float = 0.95, n_boot: int = N_BOOT, seed: int = 0,
                 invalid: str = "") -> TailComparison:
-    """Compare the pooled q-quantiles of two arms, each a list of per-replicate request values."""
-    b = [np.asarray(r, dtype=float)[np.isfinite(r)] for r in baseline]
-    c = [np.asarray(r, dtype=float)[np.isfinite(r)] for r in candidate]
+    """Compare the pooled q-quantiles of two arms, each a list of per-replicate request values;
+    +inf marks a request that errored or timed out (censored: slower than every completed one).
+    An arm whose quantile reaches its censored requests is not gateable (its value is unknown)."""
+    b = [x[~np.isnan(x) & (x != -np.inf)] for x in (np.asarray(r, dtype=float) for r in baseline)]
+    c = [x[~np.isnan(x) & (x != -np.inf)] for x in (np.asarray(r, dtype=float) for r in candidate)]
     b, c = [r for r in b if r.size], [r for r in c if r.size]
     nb, nc = sum(r.size for r in b), sum(r.size for r in c)
     need = requests_needed(q, confidence)
@@ -165,8 +178,13 @@ def compare_p99(baseline: Sequence[np.ndarray], candidate: Sequence[np.ndarray],
         return refuse(f"not gateable: {min(nb, nc)} requests, needs {need}")
     if invalid:
         return refuse(f"not gateable: load generator verdict invalid ({invalid})")
+    if math.isinf(qb) or math.isinf(qc):
+        eb, ec = (sum(int(np.isinf(r).sum()) for r in arm) for arm in (b, c))
+        return refuse(f"not gateable: the {q:g}-quantile falls among the errored or timed-out requests "
+                      f"(baseline {eb} of {nb}, candidate {ec} of {nc})")
     if min(len(b), len(c)) < 2 or not (qb > 0 and qc > 0):
         return refuse("not gateable: fewer than 2 replicates with requests in an arm")
+    b, c = _censored_at(b, c)
     rng = np.random.default_rng(seed)
     var, dfs = [], []
     for arm in (b, c):
@@ -188,18 +206,34 @@ def compare_p99(baseline: Sequence[np.ndarray], candidate: Sequence[np.ndarray],
                           d - t_eq * se, d + t_eq * se)
 
 
+def _censored_at(b: list[np.ndarray], c: list[np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Both arms with their censored requests (+inf) at twice the slowest completed one: above every
+    completed request, so a quantile below them is unchanged, and finite, so a bootstrap resample
+    whose quantile reaches them widens the interval instead of making it infinite."""
+    done = [r[np.isfinite(r)] for r in (*b, *c)]
+    top = max((float(r.max()) for r in done if r.size), default=1.0)
+    at = 2.0 * top if top > 0 else 1.0
+    return [np.where(np.isinf(r), at, r) for r in b], [np.where(np.isinf(r), at, r) for r in c]
+
+
 # -- the comparison's hook ---------------------------------------------------------------------
 
 
 def _arm_requests(run_dir: Path) -> tuple[Any, dict[tuple[str, str], list[str]]]:
-    """The run's per-request rows (completed only) and, per (suite, point), the load generator's
-    invalid verdicts ("r<k>: reasons")."""
+    """The run's per-request rows and, per (suite, point), the load generator's invalid verdicts
+    ("r<k>: reasons"). A request that errored or timed out keeps its place with +inf latencies:
+    censored, slower than every completed one (the load generator calls a point valid with up to
+    1 % of errors; left out, they would hide exactly the slowest requests of a worse tail)."""
     from benchrun.stats.load import requests_tables, serving_rows
 
     req = requests_tables(run_dir)
     if len(req) and "error" in req.columns:
         err = req["error"]
-        req = req[err.isna() | (err.astype(str) == "")]
+        failed = ~(err.isna() | (err.astype(str) == "")).to_numpy()
+        if failed.any():
+            req = req.copy()
+            for col in sorted({col for col, _q in P99_METRICS.values()} & set(req.columns)):
+                req[col] = np.where(failed, np.inf, req[col].to_numpy(dtype=float))
     bad: dict[tuple[str, str], list[str]] = {}
     srv = serving_rows(run_dir)
     if len(srv) and {"verdict", "point"} <= set(srv.columns):
@@ -292,8 +326,10 @@ class RequestTails:
             df.at[i, "tail_method"] = "pooled requests, cluster bootstrap over replicates"
             if not tc.gateable:
                 for f in ("p_regression", "p_improvement", "t_regression", "t_improvement", "p_value",
-                          "shift", "shift_low", "shift_high", "ratio", "ci_low", "ci_high", "eq_low", "eq_high"):
-                    df.at[i, f] = math.nan
+                          "shift", "shift_low", "shift_high", "ratio", "ci_low", "ci_high", "eq_low", "eq_high",
+                          "eq_coverage"):
+                    if f in df.columns:
+                        df.at[i, f] = math.nan
                 self.refused[i] = tc.note
                 continue
             sign = 1.0 if higher else -1.0  # shift > 0 is better, on the log scale
@@ -302,6 +338,8 @@ class RequestTails:
             df.at[i, "shift"], df.at[i, "shift_low"], df.at[i, "shift_high"] = sign * tc.log_ratio, lo, hi
             # "no change" on requests too: the replicate p99s' Hodges–Lehmann interval would decide it otherwise
             df.at[i, "eq_low"], df.at[i, "eq_high"] = sorted((sign * tc.eq_low, sign * tc.eq_high))
+            if "eq_coverage" in df.columns:  # the bootstrap's nominal 1 − 2α (approximate; measured above)
+                df.at[i, "eq_coverage"] = equivalence_level(self.confidence)
             df.at[i, "ratio"], df.at[i, "ci_low"], df.at[i, "ci_high"] = math.exp(sign * tc.log_ratio), math.exp(lo), math.exp(hi)
             df.at[i, "p_regression"] = df.at[i, "t_regression"] = p_reg
             df.at[i, "p_improvement"] = df.at[i, "t_improvement"] = p_imp
@@ -322,7 +360,8 @@ class RequestTails:
         n = min(counts)
         if n >= need:
             return
-        for f in ("p_regression", "p_improvement", "t_regression", "t_improvement", "p_value", "eq_low", "eq_high"):
+        for f in ("p_regression", "p_improvement", "t_regression", "t_improvement", "p_value", "eq_low", "eq_high",
+                  "eq_coverage"):
             if f in df.columns:
                 df.at[i, f] = math.nan
         df.at[i, "tail_method"] = f"replicate percentiles, {n} samples a replicate"
