@@ -397,3 +397,21 @@ def test_a_small_change_on_an_absolute_row_without_a_margin_gets_no_large_change
     large = pd.concat([rows(gate, "gate"), rows([-3.0, 30.0, 9.0, 40.0, 29.0])])
     row = C.compare_tables(base, large, primary={"gate"}, delta_pct=5.0).rows.set_index("name").loc["lag_us"]
     assert row.verdict == "inconclusive" and abs(row.change_pct) > 5 and row.advice.startswith("large change"), row
+
+
+def test_the_absolute_margin_note_names_outcome_rows_only():
+    """The note "N metric(s) with a value ≤ 0 ... set comparison.absoluteMarginByMetric to allow a
+    no_change verdict" listed telemetry context rows, which get no verdict whatever their margin."""
+    def rows(name, values, case=""):
+        return pd.DataFrame({"suite": "s", "case": case, "metric": name, "unit": "u", "direction": "lower",
+                             "replicate": np.arange(1, len(values) + 1), "value": values, "status": "ok"})
+
+    gate = [100.0, 101.0, 99.0, 100.5, 99.5]
+    zeros = [0.0, 0.5, 0.0, 1.0, 0.0]
+    base = pd.concat([rows("gate", gate), rows("lag_us", [-1.0, 2.0, 1.0, 3.0, 2.0]),
+                      rows("background_cpu_pct_mean", zeros, case="telemetry")])
+    res = C.compare_tables(base, base.copy(), primary={"gate"})
+    roles = res.rows.set_index("name")["role"]
+    assert roles["background_cpu_pct_mean"] == "context" and roles["lag_us"] != "context"
+    [note] = [n for n in res.notes if "absoluteMarginByMetric" in n]
+    assert note.startswith("1 metric(s) with a value ≤ 0") and "lag_us" in note and "background_cpu" not in note

@@ -274,9 +274,9 @@ def compare_tables(
     if df.empty:
         result.notes.append("no metrics to compare")
         return result
-    _margins(df, margin_of, result)
     df["role"] = reading.roles(df["gating"].to_numpy(bool), df["case"].to_numpy(), df["name"].to_numpy(),
                                df["suite"].to_numpy(), secondary)
+    _margins(df, margin_of, result)
     if tails is not None:  # p99 rows judged on pooled requests (benchrun.stats.tails.RequestTails)
         tails.apply(df)
     _gate_and_verdicts(df, alpha, result)
@@ -353,7 +353,7 @@ def _margins(df: "pd.DataFrame", margin_of: Callable[[str], float | None], resul
             continue
         m = margin_of(df["name"].iat[i])
         margin[i] = float(m) if m is not None else 0.0
-        if m is None:
+        if m is None and df["role"].iat[i] != "context":  # a context row gets no verdict: no margin to set
             missing.append(df["metric"].iat[i])
     df["margin"] = margin
     if missing:
