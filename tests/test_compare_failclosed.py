@@ -636,3 +636,27 @@ def test_a_confirmation_round_before_a_refusal_stays_on_record(tmp_path):
 
     v = content.verdict(load_run(tmp_path / "runs" / "cand"), doc)
     assert v.regressions == "not compared" and "did not confirm the suspected regression" in v.against
+
+
+def test_compare_json_says_why_it_refused(tmp_path, monkeypatch, capsys):
+    """`compare --json` wrote nothing on stdout when it refused (exit 4 or 5): a CI job parsing the JSON
+    had nothing to read. It now writes one object with the refusal, its reasons and the exit code."""
+    from helpers import cli_in_process
+
+    rng = np.random.default_rng(7)
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    make_run(tmp_path, "ok-a", _metrics(rng), spec=SPEC)
+    make_run(tmp_path, "no-p99", _metrics(rng, drop=("p99_latency_ms",)), spec=SPEC)
+    code, out, err = cli_in_process(["compare", "ok-a", "no-p99", "--json"], monkeypatch, capsys)
+    assert code == admit.EXIT_NOT_COMPARABLE and "fail closed" in err
+    doc = json.loads(out)
+    assert doc["refused"] is True and doc["exit_code"] == code and doc["comparable"] is False
+    assert doc["baseline"] == "ok-a" and doc["candidate"] == "no-p99" and "fail closed" in doc["message"]
+    assert [r["reason"] for r in doc["refusals"]] == [admit.PRIMARY_UNMEASURED]
+    # the one-variable gate's refusal (exit 4): the fields that differ
+    other = {"spec": {**SPEC["spec"], "trials": {"minReplicates": 7}}}
+    make_run(tmp_path, "other-trials", _metrics(rng), spec=other)
+    code, out, _ = cli_in_process(["compare", "ok-a", "other-trials", "--json"], monkeypatch, capsys)
+    doc = json.loads(out)
+    assert code == 4 and doc["exit_code"] == 4 and doc["comparable"] is True and doc["refusals"] == []
+    assert any(d["field"].startswith("spec.trials") for d in doc["differences"]), doc["differences"]

@@ -39,7 +39,8 @@ def _num(v: object) -> str:
 def compare(
     baseline: str = typer.Argument(..., help="Baseline: run id, run directory, or published/current."),
     candidate: str = typer.Argument(..., help="Candidate: run id or run directory."),
-    as_json: bool = typer.Option(False, "--json", help="One JSON object per metric on stdout."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object per metric on stdout (a refused pair: one "
+                                 "object with the refusal and the exit code)."),
     variable: Optional[str] = typer.Option(
         None, "--variable", help="Variable under test: a named variable or a spec path such as "
         "layers.micro.suites[gemm].env.OMP_NUM_THREADS (default: the candidate spec's comparison.variableUnderTest)."),
@@ -73,10 +74,18 @@ def compare(
     gate, result = compare_runs(base_dir, cand_dir, variable=variable, baseline_alias=alias_of(baseline),
                                 allow_differences=allow, home=home)
     if result is None:
-        if gate.not_comparable:
-            raise BenchrunError(gate.message(), exit_code=EXIT_NOT_COMPARABLE)
-        raise BenchrunError(gate.message() + "; compare runs that differ only in the declared variable",
-                            exit_code=EXIT_GATE_REFUSED)
+        code = EXIT_NOT_COMPARABLE if gate.not_comparable else EXIT_GATE_REFUSED
+        message = gate.message() if gate.not_comparable else (
+            gate.message() + "; compare runs that differ only in the declared variable")
+        if as_json:  # a pipeline reading the JSON learns why there are no rows (the error goes to stderr)
+            typer.echo(json.dumps(strict_json({
+                "refused": True, "exit_code": code, "comparable": not gate.not_comparable, "message": message,
+                "baseline": baseline, "candidate": candidate, "variable": gate.variable,
+                "refusals": [r.to_json() for r in gate.refusals], "problems": list(gate.problems),
+                "differences": [{"field": d.field, "category": d.category, "baseline": d.baseline,
+                                 "candidate": d.candidate, "allowed": d.allowed, "how": d.how} for d in gate.diffs],
+            }), indent=2, default=str, allow_nan=False))
+        raise BenchrunError(message, exit_code=code)
     records = result.records()
     if allow:  # an override leaves its trace in the candidate's own record, as comparison.allowDifferences does
         typer.echo(f"gate overridden: --allow-differences {', '.join(allow)}; "
