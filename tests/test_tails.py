@@ -243,7 +243,7 @@ def test_a_replicate_p99_of_too_few_samples_is_not_gateable(tmp_path):
     assert row.verdict == "regression" and res.suspected  # no sample count recorded (an older run): as before
     _with_samples(base, 50)
     _with_samples(cand, 50)
-    _refused(base, cand, "not gateable: 50 samples a replicate, needs 368", "gemm/p99_call_ms[n=256]")
+    _refused(base, cand, "not gateable: as few as 50 samples in a replicate, needs 368", "gemm/p99_call_ms[n=256]")
     secondary = {"spec": {"metrics": {"inference": {"enabled": True, "primary": ["gemm/tflops"]}}}}
     b2 = make_run(tmp_path, "base2", metrics([1.0, 1.01, 0.99, 1.02, 1.0]), spec=secondary)
     c2 = make_run(tmp_path, "cand2", metrics([1.3, 1.31, 1.29, 1.32, 1.3]), spec=secondary)
@@ -251,8 +251,8 @@ def test_a_replicate_p99_of_too_few_samples_is_not_gateable(tmp_path):
     _with_samples(c2, 50)
     _gate, res = compare_runs(b2, c2)  # as a secondary metric the row says so and the pair is compared
     row = res.rows.set_index("name").loc["p99_call_ms"]
-    assert row.verdict == "not gateable: 50 samples a replicate, needs 368" and not res.suspected
-    assert row.tail_method == "replicate percentiles, 50 samples a replicate"
+    assert row.verdict == "not gateable: as few as 50 samples in a replicate, needs 368" and not res.suspected
+    assert row.tail_method == "replicate percentiles, as few as 50 samples in a replicate"
     _with_samples(base, 400)
     _with_samples(cand, 400)
     res, row = p99_row()

@@ -28,8 +28,8 @@ replicate flags A/A "regressions" whenever the arms ran different numbers of req
   interval at 1 − 2α, not on the replicate p99s.
 * A percentile compared replicate by replicate (another suite's p99: gemm calls, training
   steps, launches, batches, collectives, fio completions; the suites record ``samples`` with
-  it) is of each replicate's own samples: it needs the same count in every replicate of both
-  arms, else it is ``not gateable: N samples a replicate, needs M``.
+  it) is of each replicate's own samples: it needs at least M of them in every replicate of both
+  arms, else it is ``not gateable: as few as N samples in a replicate, needs M``.
 """
 
 from __future__ import annotations
@@ -364,8 +364,8 @@ class RequestTails:
                   "eq_coverage"):
             if f in df.columns:
                 df.at[i, f] = math.nan
-        df.at[i, "tail_method"] = f"replicate percentiles, {n} samples a replicate"
-        self.refused[i] = f"not gateable: {n} samples a replicate, needs {need}"
+        df.at[i, "tail_method"] = f"replicate percentiles, as few as {n} samples in a replicate"
+        self.refused[i] = f"not gateable: as few as {n} samples in a replicate, needs {need}"
 
     def label(self, df: Any) -> None:
         for i, note in self.refused.items():
