@@ -312,3 +312,28 @@ def test_a_request_percentile_is_planned_for_the_pooled_requests_the_comparison_
     p99, tps = plans["serving_workflow/p99_latency_ms[c=4]"], plans["serving_workflow/tokens_per_second[c=4]"]
     assert tps.needed is not None and tps.needed < 5
     assert p99.needed == 5 and "needs 368: at 80 requests a replicate (requests) at least 5 replicates" in p99.note
+
+
+def test_an_adhoc_experiment_is_no_history_for_a_scheduled_specs_plan(tmp_path):
+    # review: gemm-threads.yaml (cadence adhoc, OMP_NUM_THREADS=1) has the canary's workload digest,
+    # and `benchrun plan specs/local/canary.yaml` read "CV … from 3 runs" with the experiment among them
+    from benchrun.stats.planning import auto_replicates
+
+    rng = np.random.default_rng(5)
+    for i in range(2):
+        make_run(tmp_path, f"can{i}", {("s", "", "a"): (lognormal_replicates(rng, 100, 0.01, 5), "u", "higher")},
+                 status={"created_utc": f"2026-11-0{i + 1}T00:00:00Z"})
+    make_run(tmp_path, "exp", {("s", "", "a"): ([100.0, 130.0, 80.0, 120.0, 70.0], "u", "higher")},
+             status={"created_utc": "2026-11-03T00:00:00Z", "cadence": "adhoc"},
+             spec={"spec": {"intent": {"cadence": "adhoc"}}})
+    doc = {"spec": {"intent": {"cadence": "canary"}, "trials": {"minReplicates": 3}, "comparison": {"deltaPct": 5.0},
+                    "metrics": {"inference": {"primary": ["s/a"]}}}}
+    got = plan(doc, "w" * 64, tmp_path, sims=60, max_n=10)[0]
+    assert got.runs == 2 and got.cv < 0.02 and got.adhoc_left_out == 1, got
+    assert "1 ad-hoc run(s) of this workload left out" in got.note
+    why = auto_replicates(doc, "w" * 64, tmp_path, ["s"], 3, 10, sims=60)["s"]["why"]
+    assert "from 2 runs" in why and "1 ad-hoc run(s) left out" in why
+    # an experiment's own plan reads every run of its workload, the experiments' included
+    doc["spec"]["intent"]["cadence"] = "adhoc"
+    got = plan(doc, "w" * 64, tmp_path, sims=60, max_n=10)[0]
+    assert got.runs == 3 and got.adhoc_left_out == 0 and "ad-hoc" not in got.note

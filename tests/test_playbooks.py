@@ -154,7 +154,7 @@ def test_tail_latency_clear_names_the_largest_change_among_backed_rows_only(serv
     res = tail_latency_regression(serving_home, "c2", "b2")
     assert res.verdict == "clear"
     assert "largest p99 change ×1.07 at serving_sweep c=4 bucket short e2e_ms" in res.reason
-    assert "2 row(s) with fewer than 368 requests per replicate not judged" in res.reason
+    assert "2 row(s) with fewer than 368 requests not judged" in res.reason
 
 
 def test_tail_latency_unavailable_without_baseline_or_serving_rows(serving_home: Path) -> None:
@@ -219,6 +219,74 @@ def test_tail_latency_leaves_out_points_the_load_generator_judged_invalid(servin
     put_serving(serving_home, "sat", rows)
     res = tail_latency_regression(serving_home, "sat", "base")
     assert res.verdict == "flagged" and "left out" not in res.reason
+
+
+def canary_requests(seed: int, tail_ms: float | None = None, replicates: int = 5,
+                    n: int = 80) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The local canary's shape: ``replicates`` × ``n`` requests at one point, e2e lognormal around
+    100 ms (``tail_ms``: each replicate's two slowest become that slow); (serving_outcome_fact rows
+    summarising each replicate as the load generator does, serving_request_fact rows)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    outcome, requests = [], []
+    for rep in range(1, replicates + 1):
+        e2e = np.sort(rng.lognormal(np.log(100.0), 0.05, n))
+        if tail_ms is not None:
+            e2e[-2:] = tail_ms
+        ttft = rng.lognormal(np.log(10.0), 0.05, n)
+        q = {k: float(np.quantile(v, p)) for k, v in (("e", e2e), ("t", ttft)) for p in (0.5, 0.99)}
+        outcome += serving([(rep, "all", float(e2e.mean()), float(np.quantile(e2e, 0.5)), float(np.quantile(e2e, 0.99)),
+                             float(ttft.mean()), float(np.quantile(ttft, 0.5)), float(np.quantile(ttft, 0.99)))],
+                           n_requests=n)
+        requests += [{"suite": "serving_sweep", "replicate": rep, "point": "c=4", "bucket": None,
+                      "e2e_ms": float(e), "ttft_ms": float(t), "error": None} for e, t in zip(e2e, ttft)]
+    return outcome, requests
+
+
+def test_tail_latency_judges_the_p99_of_the_pooled_requests_as_compare_does(tmp_path: Path) -> None:
+    """The canary runs 5 replicates × 80 requests: `benchrun compare` gates its p99 on the 400 pooled
+    requests (368 needed), but the playbook asked 368 of every replicate and always answered
+    "unavailable … at most 80 requests per replicate, 368 needed". Now each arm's p99 is the pooled
+    one (benchrun.stats.tails.pooled_quantile) and the count is the pooled one; errored requests and
+    failed replicates stay out, as in the comparison."""
+    import numpy as np
+
+    from benchrun.stats.tails import pooled_quantile
+
+    base_out, base_req = canary_requests(0)
+    add_run(tmp_path, "base")
+    put_serving(tmp_path, "base", base_out)
+    put(tmp_path, "serving_request_fact", "base", base_req)
+    cand_out, cand_req = canary_requests(1, tail_ms=300.0, replicates=6)
+    cand_req.append({"suite": "serving_sweep", "replicate": 1, "point": "c=4", "bucket": None,
+                     "e2e_ms": 9000.0, "ttft_ms": None, "error": "timeout"})  # not a completed request
+    add_run(tmp_path, "cand")
+    put_serving(tmp_path, "cand", cand_out, failed=(6,))  # replicate 6's 80 requests are left out
+    put(tmp_path, "serving_request_fact", "cand", cand_req)
+    res = tail_latency_regression(tmp_path, "cand", "base")
+    assert res.verdict == "flagged", res.reason
+    e2e = next(r for r in res.rows if r["quantity"] == "e2e_ms")
+    assert e2e["p99_basis"] == tail_latency.POOLED and e2e["p99_backed"] is True
+    assert (e2e["n_requests"], e2e["base_n_requests"], e2e["n_requests_per_replicate"]) == (400, 400, 80)
+
+    def arm(rows: list[dict[str, Any]]) -> list[np.ndarray]:
+        return [np.array([r["e2e_ms"] for r in rows if r["replicate"] == k and r["error"] is None]) for k in range(1, 6)]
+
+    assert e2e["p99_ms"] == pytest.approx(pooled_quantile(arm(cand_req), 0.99))
+    assert e2e["base_p99_ms"] == pytest.approx(pooled_quantile(arm(base_req), 0.99))
+    assert e2e["p99_change"] == pytest.approx(e2e["p99_ms"] / e2e["base_p99_ms"]) and e2e["p99_change"] > 2
+    assert e2e["replicate_p99_ms"] is not None  # the replicates' own p99s stay as context
+    ttft = next(r for r in res.rows if r["quantity"] == "ttft_ms")
+    assert ttft["p99_backed"] is True and ttft["flagged"] is False and ttft["n_requests"] == 400
+    assert "serving_sweep r6 (failed)" in res.reason
+    # fewer pooled requests than the rule needs (4 × 80 = 320): too thin, by the pooled count
+    thin_out, thin_req = canary_requests(2, tail_ms=300.0, replicates=4)
+    add_run(tmp_path, "thin")
+    put_serving(tmp_path, "thin", thin_out)
+    put(tmp_path, "serving_request_fact", "thin", thin_req)
+    res = tail_latency_regression(tmp_path, "thin", "base")
+    assert res.verdict == "unavailable" and "p99 from 320 pooled requests (< 368)" in res.reason, res.reason
 
 
 # -- low_gpu_utilization -------------------------------------------------------------

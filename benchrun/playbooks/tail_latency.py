@@ -5,30 +5,39 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from benchrun.loadgen.metrics import COUNT_REASON_TAIL, LEGACY_COUNT_REASON_TAILS
-from benchrun.playbooks.base import REPLICATE_STATUS_CTE, PlaybookResult, check_runs, fetch, replicates_phrase
+from benchrun.playbooks.base import REPLICATE_STATUS_CTE, PlaybookResult, check_runs, fetch, ratio, replicates_phrase
 
 NAME = "tail_latency_regression"
 QUESTION = "Inference p99 doubled but the average barely moved: which serving point and bucket, by how much?"
 
 # "Doubled": the run's p99 is at least this multiple of the baseline's at the same point,
-# bucket and quantity (medians over replicates of each replicate's p99).
+# bucket and quantity.
 P99_GROWTH_MIN = 2.0
 # "Barely moved": the run's mean is within ±this fraction of the baseline's mean. A mean
 # that moved more is a general slowdown, not a tail regression (the comparison gate and
 # baseline_comparison cover that).
 MEAN_BAND = 0.10
-# A p99 is only believed from enough requests per replicate: the fewest for which the
-# order-statistic interval of p99 is bounded at this confidence (368 at 95 %, the same
-# rule as trial_statistics' p99 check). A doubling seen on fewer requests is reported as
-# too thin to call, never flagged.
+# A p99 is judged as `benchrun compare` judges it (benchrun.stats.tails): the 0.99-quantile of
+# each arm's pooled requests (every replicate weighing the same), believed only from
+# tails.requests_needed pooled requests in each arm (368 at this confidence: the one rule for the
+# request count). Where neither run has request records at a point (runs curated before
+# serving_request_fact), the comparison's fallback: the median over replicates of each
+# replicate's p99, from that many requests in every replicate. A doubling seen on fewer is
+# reported as too thin to call, never flagged.
 P99_CONFIDENCE = 0.95
+POOLED = "pooled requests"
+REPLICATE = "replicate p99s (no request records)"
+QUANTITIES = ("e2e_ms", "ttft_ms")
 
 # Which serving rows are judged: those of replicates whose result is ok (measurement_fact
 # carries each result document's status; serving_outcome_fact holds the rows of failed
 # replicates too, as they were measured) at points the load generator judged valid. A point
 # invalid only for its own request count ($3, $4: the reason's wording now and before
-# 2026-12-03) stays in: that is the thin-p99 rule below, applied to the same count. Any other
+# 2026-12-03) stays in: the p99 is judged on the pooled count instead (P99_CONFIDENCE), as the
+# comparison does (loadgen.metrics.pooled_reasons). Any other
 # invalid reason (errors above policy, load not reached, client saturated) of the point's
 # bucket-'all' row or of the row itself leaves the row out; so does a replicate whose status is
 # not ok or not recorded. LEFT_OUT_SQL lists what was left out and why.
@@ -56,11 +65,12 @@ judged AS (
 )"""
 
 # Per serving point × bucket × latency quantity (request end-to-end and time to first
-# token), over the judged rows, the median over replicates of each replicate's mean, p50 and
-# p99 (and of its request count) for the run ($1) and its baseline ($2, NULL for none), side by
-# side, with the tail ratio p99/p50 of each and the run-over-baseline ratios of p99, p50 and
-# mean. Rows without a p99 (a replicate that served nothing) are left out, never filled.
-# bucket NULL (the whole point's requests) reads 'all'.
+# token), over the judged rows, for the run ($1) and its baseline ($2, NULL for none) side by
+# side: the replicates judged, the median over replicates of each replicate's mean, p50, p99 and
+# request count (context: the p99 that is judged is the pooled one, REQUESTS_SQL), the requests
+# the replicates report, and the run-over-baseline ratio of the means. Rows without a p99 (a
+# replicate that served nothing) are left out, never filled. bucket NULL (the whole point's
+# requests) reads 'all'.
 SQL = JUDGED_CTE + """,
 per_replicate AS (
     SELECT run_id, suite, point, bucket, 'e2e_ms' AS quantity,
@@ -75,19 +85,18 @@ per_replicate AS (
 ),
 per_point AS (
     SELECT run_id, suite, point, bucket, quantity,
-           count(*) AS n_replicates, CAST(sum(n_requests) AS BIGINT) AS n_requests,
+           count(*) AS n_replicates, CAST(sum(n_requests) AS BIGINT) AS n_requests_reported,
            median(n_requests) AS n_requests_per_replicate,
-           median(mean_ms) AS mean_ms, median(p50_ms) AS p50_ms, median(p99_ms) AS p99_ms
+           median(mean_ms) AS mean_ms, median(p50_ms) AS replicate_p50_ms, median(p99_ms) AS replicate_p99_ms
     FROM per_replicate
     GROUP BY run_id, suite, point, bucket, quantity
 )
-SELECT r.suite, r.point, r.bucket, r.quantity, r.n_replicates, r.n_requests, r.n_requests_per_replicate,
-       r.mean_ms, r.p50_ms, r.p99_ms, r.p99_ms / nullif(r.p50_ms, 0) AS tail_ratio,
-       b.n_replicates AS base_n_replicates, b.n_requests_per_replicate AS base_n_requests_per_replicate,
-       b.mean_ms AS base_mean_ms, b.p50_ms AS base_p50_ms, b.p99_ms AS base_p99_ms,
-       b.p99_ms / nullif(b.p50_ms, 0) AS base_tail_ratio,
-       r.p99_ms / nullif(b.p99_ms, 0) AS p99_change,
-       r.p50_ms / nullif(b.p50_ms, 0) AS p50_change,
+SELECT r.suite, r.point, r.bucket, r.quantity, r.n_replicates, r.n_requests_reported, r.n_requests_per_replicate,
+       r.mean_ms, r.replicate_p50_ms, r.replicate_p99_ms,
+       b.n_replicates AS base_n_replicates, b.n_requests_reported AS base_n_requests_reported,
+       b.n_requests_per_replicate AS base_n_requests_per_replicate,
+       b.mean_ms AS base_mean_ms, b.replicate_p50_ms AS base_replicate_p50_ms,
+       b.replicate_p99_ms AS base_replicate_p99_ms,
        r.mean_ms / nullif(b.mean_ms, 0) AS mean_change
 FROM per_point r
 LEFT JOIN per_point b
@@ -95,6 +104,37 @@ LEFT JOIN per_point b
       AND b.bucket = r.bucket AND b.quantity = r.quantity
 WHERE r.run_id = $1
 ORDER BY r.suite, r.point, r.bucket, r.quantity
+"""
+
+# The requests behind the judged rows (serving_request_fact), one row per run, suite, point,
+# bucket and replicate with each quantity's values as a list: only the replicate × point ×
+# bucket rows SQL judges (ok replicate, valid point), bucket 'all' holding all the point's
+# requests. Requests that ended in an error are left out, as the comparison leaves them out
+# (benchrun.stats.tails reads completed requests only); so are missing values (no first token).
+REQUESTS_SQL = JUDGED_CTE + """,
+kept AS (
+    SELECT DISTINCT run_id, suite, replicate, point, bucket FROM judged
+    WHERE replicate_ok AND len(point_invalid_reasons) = 0
+),
+completed AS (
+    SELECT run_id, suite, replicate, CAST(point AS VARCHAR) AS point, bucket, e2e_ms, ttft_ms
+    FROM serving_request_fact
+    WHERE run_id IN ($1, $2) AND (error IS NULL OR error = '')
+),
+requests AS (
+    SELECT run_id, suite, replicate, point, 'all' AS bucket, e2e_ms, ttft_ms FROM completed
+    UNION ALL
+    SELECT run_id, suite, replicate, point, bucket, e2e_ms, ttft_ms FROM completed
+    WHERE bucket IS NOT NULL AND bucket <> 'all'
+)
+SELECT q.run_id, q.suite, q.point, q.bucket, q.replicate,
+       list(q.e2e_ms) FILTER (WHERE q.e2e_ms IS NOT NULL) AS e2e_ms,
+       list(q.ttft_ms) FILTER (WHERE q.ttft_ms IS NOT NULL) AS ttft_ms
+FROM requests q
+JOIN kept k ON k.run_id = q.run_id AND k.suite = q.suite AND k.replicate = q.replicate
+           AND k.point = q.point AND k.bucket = q.bucket
+GROUP BY q.run_id, q.suite, q.point, q.bucket, q.replicate
+ORDER BY q.run_id, q.suite, q.point, q.bucket, q.replicate
 """
 
 # The serving rows with a p99 that were left out, per run, replicate and point: the replicate's
@@ -109,8 +149,57 @@ ORDER BY run_id, suite, replicate, point
 """
 
 # Columns the terminal table shows (--json gives every column).
-DISPLAY = ("suite", "point", "bucket", "quantity", "n_requests_per_replicate", "mean_ms", "p50_ms", "p99_ms",
+DISPLAY = ("suite", "point", "bucket", "quantity", "n_requests", "base_n_requests", "mean_ms", "p50_ms", "p99_ms",
            "tail_ratio", "base_p99_ms", "base_tail_ratio", "p99_change", "mean_change", "p99_backed", "flagged")
+
+
+def _pooled_arms(rows: list[dict[str, Any]]) -> dict[tuple[str, ...], list[np.ndarray]]:
+    """REQUESTS_SQL's rows as (run, suite, point, bucket, quantity) -> one array of values per replicate."""
+    arms: dict[tuple[str, ...], list[np.ndarray]] = {}
+    for r in rows:
+        for quantity in QUANTITIES:
+            vals = np.asarray(r[quantity] or [], dtype=float)
+            vals = vals[np.isfinite(vals)]
+            if vals.size:
+                arms.setdefault((r["run_id"], r["suite"], r["point"], r["bucket"], quantity), []).append(vals)
+    return arms
+
+
+def _p99s(row: dict[str, Any], arms: dict[tuple[str, ...], list[np.ndarray]], run_id: str,
+          baseline_run_id: str | None) -> None:
+    """Fill the row's judged p50/p99 and request counts: the quantiles of each arm's pooled requests
+    (as the comparison computes them) where every arm with judged rows here has request records,
+    else the medians of the replicates' own (runs curated without their requests)."""
+    from benchrun.stats.tails import pooled_quantile
+
+    where = (row["suite"], row["point"], row["bucket"], row["quantity"])
+    sides = [("", run_id)] + ([("base_", baseline_run_id)] if baseline_run_id else [])
+    judged = [rid for prefix, rid in sides if not prefix or row["base_n_replicates"] is not None]
+    pooled = all((rid, *where) in arms for rid in judged)
+    row["p99_basis"] = POOLED if pooled else REPLICATE
+    for prefix, rid in sides:
+        reps = arms.get((rid, *where), [])
+        if rid not in judged:
+            n, p50, p99 = None, None, None  # the baseline has no judged rows here
+        elif pooled:
+            n = int(sum(r.size for r in reps))
+            p50, p99 = pooled_quantile(reps, 0.5), pooled_quantile(reps, 0.99)
+        else:
+            n, p50, p99 = row[f"{prefix}n_requests_reported"], row[f"{prefix}replicate_p50_ms"], row[f"{prefix}replicate_p99_ms"]
+        row[f"{prefix}n_requests"], row[f"{prefix}p50_ms"], row[f"{prefix}p99_ms"] = n, p50, p99
+        row[f"{prefix}tail_ratio"] = ratio(p99, p50)
+    row["p99_change"] = ratio(row["p99_ms"], row.get("base_p99_ms"))
+    row["p50_change"] = ratio(row["p50_ms"], row.get("base_p50_ms"))
+
+
+def _fewest(row: dict[str, Any]) -> tuple[float | None, str]:
+    """The request count the p99 rule reads for a compared row and its wording: the smaller arm's
+    pooled requests, or (replicate p99s) the fewest requests of a replicate."""
+    if row["p99_basis"] == POOLED:
+        counts, what = (row["n_requests"], row["base_n_requests"]), "pooled requests"
+    else:
+        counts, what = (row["n_requests_per_replicate"], row["base_n_requests_per_replicate"]), "requests per replicate"
+    return (None if None in counts else min(counts)), what
 
 
 def _judge(row: dict[str, Any], min_requests: int) -> tuple[bool, bool, str]:
@@ -123,8 +212,8 @@ def _judge(row: dict[str, Any], min_requests: int) -> tuple[bool, bool, str]:
     if grew and steady:
         why = f"p99 ×{p99:.2f} (≥ ×{P99_GROWTH_MIN:g}) while mean ×{mean:.2f} (within ±{MEAN_BAND:.0%})"
         if not row["p99_backed"]:
-            thin = min(row["n_requests_per_replicate"], row["base_n_requests_per_replicate"])
-            return False, True, f"{why}, but p99 from {thin:g} requests per replicate (< {min_requests})"
+            thin, what = _fewest(row)
+            return False, True, f"{why}, but p99 from {thin:g} {what} (< {min_requests})"
         return True, False, why
     if grew:
         return False, False, f"p99 ×{p99:.2f} but mean ×{mean:.2f} moved too (a general slowdown, not a tail regression)"
@@ -152,10 +241,15 @@ def tail_latency_regression(home: Path, run_id: str, baseline_run_id: str | None
 
     Only ok replicates at valid points are judged; the answer says what was left out and why.
     """
+    from benchrun.stats.tails import requests_needed
+
     check_runs(home, run_id, baseline_run_id)
     params = [run_id, baseline_run_id, COUNT_REASON_TAIL, LEGACY_COUNT_REASON_TAILS[0]]
     rows, digest = fetch(SQL, home, params)
     dropped, _ = fetch(LEFT_OUT_SQL, home, params)
+    arms = _pooled_arms(fetch(REQUESTS_SQL, home, params)[0]) if rows else {}
+    for row in rows:
+        _p99s(row, arms, run_id, baseline_run_id)
     notes = [n for n in (_left_out(dropped, run_id, "run"),
                          _left_out(dropped, baseline_run_id, "baseline") if baseline_run_id else "") if n]
     left_out = f"; left out, not judged: {'; '.join(notes)}" if notes else ""
@@ -174,17 +268,14 @@ def tail_latency_regression(home: Path, run_id: str, baseline_run_id: str | None
             row.update(p99_backed=None, flagged=None, why="no baseline")
         return result("unavailable", "no baseline run: 'p99 doubled' is a change between runs; the run's own "
                                      "p50/p99/mean and tail ratio are listed (give --baseline RUN_ID)")
-    from benchrun.stats.describe import min_samples_for_quantile
-
-    min_requests = min_samples_for_quantile(0.99, P99_CONFIDENCE)
+    min_requests = requests_needed(0.99, P99_CONFIDENCE)
     thin = []
     for row in rows:
-        fewest = (None if row["base_n_requests_per_replicate"] is None
-                  else min(row["n_requests_per_replicate"], row["base_n_requests_per_replicate"]))
+        fewest, what = _fewest(row)
         row["p99_backed"] = fewest is not None and fewest >= min_requests
         flagged, suspected, why = _judge(row, min_requests)
         if fewest is not None and not row["p99_backed"] and not suspected:
-            why += f"; not judged: p99 from {fewest:g} requests per replicate (< {min_requests})"
+            why += f"; not judged: p99 from {fewest:g} {what} (< {min_requests})"
         row.update(flagged=flagged, why=why)
         if suspected:
             thin.append(row)
@@ -207,16 +298,17 @@ def tail_latency_regression(home: Path, run_id: str, baseline_run_id: str | None
         return result("unavailable", f"{len(thin)} point/bucket/quantity rows look like a tail regression but their "
                                      f"p99 comes from too few requests to call it; worst {worst['suite']} "
                                      f"{worst['point']} bucket {worst['bucket']} {worst['quantity']}: {worst['why']} "
-                                     "(run more requests per point)")
+                                     "(run more requests per point or more replicates)")
     if not backed:
-        most = max(min(r["n_requests_per_replicate"], r["base_n_requests_per_replicate"]) for r in compared)
+        most = max(compared, key=lambda r: _fewest(r)[0] or 0)
+        n, what = _fewest(most)
         return result("unavailable", f"none of the {len(compared)} compared point/bucket/quantity rows has a p99 from "
-                                     f"enough requests: at most {most:g} requests per replicate in the run or the "
+                                     f"enough requests: at most {n:g} {what} in the run or the "
                                      f"baseline, {min_requests} needed for a bounded p99 at "
-                                     f"{P99_CONFIDENCE:.0%} (run more requests per point)")
+                                     f"{P99_CONFIDENCE:.0%} (run more requests per point or more replicates)")
     top = max(backed, key=lambda r: r["p99_change"])
     unjudged = len(compared) - len(backed)
-    skipped = (f"; {unjudged} row(s) with fewer than {min_requests} requests per replicate not judged"
+    skipped = (f"; {unjudged} row(s) with fewer than {min_requests} requests not judged"
                if unjudged else "")
     return result("clear", f"no point/bucket's p99 reached ×{P99_GROWTH_MIN:g} the baseline's with a steady mean "
                            f"({len(backed)} compared with enough requests; largest p99 change ×{top['p99_change']:.2f} "

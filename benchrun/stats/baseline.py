@@ -48,9 +48,7 @@ def verify_for_promotion(run_dir: Path, home: Path, *, public_key: Path | None =
     if status.get("phase") != "Succeeded" or status.get("outcome") not in (None, "succeeded", "partial"):
         raise BenchrunError(f"run {run_id} is in phase {status.get('phase')} (outcome {status.get('outcome')}); "
                             "only a Succeeded run can become the baseline")
-    cadence = (((load_run(run_dir).spec.get("spec") or {}).get("intent") or {}).get("cadence")
-               or status.get("cadence"))
-    if cadence == "adhoc" and not allow_adhoc:
+    if load_run(run_dir).cadence == "adhoc" and not allow_adhoc:
         raise BenchrunError(f"run {run_id} is an ad-hoc experiment (intent.cadence adhoc): it is not published as a "
                             "baseline unless you say so with --allow-adhoc")
     env = envelope_path(run_dir)

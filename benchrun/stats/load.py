@@ -235,6 +235,12 @@ class RunInfo:
     def spec_body(self) -> dict[str, Any]:
         return self.spec.get("spec", {}) if isinstance(self.spec.get("spec"), dict) else {}
 
+    @property
+    def cadence(self) -> str | None:
+        """The run's ``intent.cadence`` (its pinned spec's, else the one status.json recorded)."""
+        intent = self.spec_body.get("intent")
+        return (intent.get("cadence") if isinstance(intent, dict) else None) or self.status.get("cadence")
+
 
 def _read_json(path: Path, what: str) -> dict[str, Any]:
     if not path.is_file():

@@ -7,7 +7,8 @@ cases, so the case that needs the most decides; with few runs the largest of sev
 errs high, toward more replicates), in the newest runs of the same
 workload (``workload_spec_digest``; the normalized digest where both sides have one, so a
 default written out is the same workload: :mod:`benchrun.spec.normal`) in ``$BENCHRUN_HOME/runs`` — else, for a metric those runs
-do not report, in the newest runs of any workload that do. The power is simulated through the
+do not report, in the newest runs of any workload that do — ad-hoc experiments (``intent.cadence:
+adhoc``) left out unless the planned spec is one itself. The power is simulated through the
 gate itself (``batch.effects`` + ``compare.decide``: exact rank test or Welch t, Holm over
 the gating family the history shows — every (suite, case, metric) the primaries match) on
 lognormal replicates with that spread: a true change of δ in the regression direction — the
@@ -53,11 +54,28 @@ class MetricPlan:
     current: int
     note: str
     case: str = ""  # the case whose noise decides (the suite's noisiest), "" without cases
+    adhoc_left_out: int = 0  # ad-hoc experiments left out of the history it could have read
 
 
-def _succeeded(home: Path, digest: "str | WorkloadDigests | None") -> tuple[list[Path], list[Path]]:
-    """Run dirs of the Succeeded runs in ``home``, oldest first: (same workload, other workloads).
-    ``digest``: the workload's digests (a bare string is the digest as written)."""
+ADHOC = "adhoc"
+
+
+@dataclass(frozen=True)
+class History:
+    """The Succeeded runs a plan may read, oldest first, and the ad-hoc ones it leaves out."""
+
+    same: list[Path]  # of the same workload
+    other: list[Path]  # of other workloads
+    adhoc_same: int = 0  # ad-hoc experiments of the same workload left out
+    adhoc_other: int = 0
+
+
+def _history(home: Path, digest: "str | WorkloadDigests | None", *, adhoc: bool = True) -> History:
+    """The Succeeded runs in ``home``, oldest first, split by workload. ``digest``: the workload's
+    digests (a bare string is the digest as written). ``adhoc`` false leaves out the runs whose
+    ``intent.cadence`` is adhoc, counted: an experiment changes one variable on purpose (the
+    workload digest does not cover a suite's env or image), so its spread is not the noise of the
+    scheduled runs of that workload."""
     from benchrun.spec.normal import WorkloadDigests
     from benchrun.stats.load import load_run
 
@@ -73,9 +91,19 @@ def _succeeded(home: Path, digest: "str | WorkloadDigests | None") -> tuple[list
             continue
         if run.status.get("phase") != "Succeeded":
             continue
-        runs.append((mine.matches(WorkloadDigests.of_status(run.status)), run.status.get("created_utc") or "", rd))
-    runs.sort(key=lambda r: r[1])
-    return [r[2] for r in runs if r[0]], [r[2] for r in runs if not r[0]]
+        same = mine.matches(WorkloadDigests.of_status(run.status))
+        runs.append((same, run.cadence == ADHOC, run.status.get("created_utc") or "", rd))
+    runs.sort(key=lambda r: r[2])
+    kept = [r for r in runs if adhoc or not r[1]]
+    return History([r[3] for r in kept if r[0]], [r[3] for r in kept if not r[0]],
+                   0 if adhoc else sum(r[0] and r[1] for r in runs),
+                   0 if adhoc else sum(not r[0] and r[1] for r in runs))
+
+
+def _succeeded(home: Path, digest: "str | WorkloadDigests | None") -> tuple[list[Path], list[Path]]:
+    """Run dirs of every Succeeded run in ``home``, oldest first: (same workload, other workloads)."""
+    h = _history(home, digest)
+    return h.same, h.other
 
 
 def _table(rd: Path) -> Any:
@@ -150,11 +178,14 @@ def _keys(tables: list[Any], primary: str) -> set[Key]:
     return set()
 
 
-def _reporting(home: Path, digest: "str | WorkloadDigests | None", primaries: list[str]) -> dict[str, tuple[list[Any], bool]]:
+def _reporting(home: Path, digest: "str | WorkloadDigests | None", primaries: list[str], *, adhoc: bool = True
+               ) -> tuple[dict[str, tuple[list[Any], bool]], History]:
     """Per primary: the history its noise is read from and whether that is the workload's own —
     the newest runs of the same workload that report it, else the newest runs of any workload
-    that do (read newest first, only as far as needed)."""
-    same, other = _succeeded(home, digest)
+    that do (read newest first, only as far as needed); and the runs it chose from
+    (:func:`_history`)."""
+    hist = _history(home, digest, adhoc=adhoc)
+    same, other = hist.same, hist.other
     own = [_table(rd) for rd in same[-HISTORY_RUNS:]]
     out: dict[str, tuple[list[Any], bool]] = {}
     others: list[Any] = []  # newest first, loaded lazily
@@ -171,7 +202,18 @@ def _reporting(home: Path, digest: "str | WorkloadDigests | None", primaries: li
                 if len(found) == HISTORY_RUNS:
                     break
         out[p] = (found[::-1], False)
-    return out
+    return out, hist
+
+
+def _adhoc_left(hist: History, own: bool) -> tuple[int, str]:
+    """How many ad-hoc experiments the history a metric was read from left out, and the plan's note
+    saying so ('' when none): of this workload, and of other workloads where those were read."""
+    n = hist.adhoc_same + (0 if own else hist.adhoc_other)
+    if not n:
+        return 0, ""
+    where = "of this workload" if own else f"({hist.adhoc_same} of this workload, {hist.adhoc_other} of others)"
+    return n, (f"{n} ad-hoc run(s) {where} left out (intent.cadence adhoc: an experiment changes a variable "
+               "on purpose, so its spread is not this spec's noise)")
 
 
 def power(n: int, cv: float, delta_pct: float, family: int, alpha: float, *, sims: int = SIMS, seed: int = 0) -> float:
@@ -263,7 +305,9 @@ def plan(doc: dict[str, Any], digest: "str | WorkloadDigests | None", home: Path
     current = _suite_replicates(doc)
     requests = suite_request_counts(doc)  # a request percentile's replicates cover its pooled requests
     primaries = sorted(primary_metrics(doc))
-    history = _reporting(home, digest, primaries)
+    # an ad-hoc spec may learn from every run of its workload; a scheduled one not from experiments
+    planned_adhoc = (spec.get("intent") or {}).get("cadence") == ADHOC
+    history, hist = _reporting(home, digest, primaries, adhoc=planned_adhoc)
     keys: set[Key] = set()
     for p in primaries:  # the gate tests every (suite, case, metric) a primary matches
         keys |= _keys(history[p][0], p) or {("", "", p)}
@@ -274,15 +318,18 @@ def plan(doc: dict[str, Any], digest: "str | WorkloadDigests | None", home: Path
         delta = delta_pct(doc, name)
         tables, own = history[p]
         suites = sorted({str(x) for t in tables if (m := _matched(t, p)) is not None for x in m["suite"].unique()})
+        n_left, left = _adhoc_left(hist, own)
         if not suites:
             out.append(MetricPlan(p, "", 0, math.nan, delta, family, None, None, low,
-                                  "no history: run the spec a few times first"))
+                                  "; ".join(x for x in ("no history: run the spec a few times first", left) if x),
+                                  adhoc_left_out=n_left))
         for suite in suites:
             acc, runs = _spread(tables, p, suite)
             now = current.get(suite, low)
             if not runs:
                 out.append(MetricPlan(p, suite, 0, math.nan, delta, family, None, None, now,
-                                      "no history with 2 replicates a run"))
+                                      "; ".join(x for x in ("no history with 2 replicates a run", left) if x),
+                                      adhoc_left_out=n_left))
                 continue
             # the suite runs one count for all its cases: the noisiest (case, metric) decides
             worst = max(acc, key=lambda k: _cv(*acc[k]))
@@ -300,8 +347,9 @@ def plan(doc: dict[str, Any], digest: "str | WorkloadDigests | None", home: Path
                 notes.append(f"the noisiest of {len(acc)} cases, {label} (CV over all of them {pooled:.2%})")
             if not own:
                 notes.append("history of other workloads: none of this one reports it")
+            notes.append(left)
             out.append(MetricPlan(p, suite, runs, cv, delta, family, needed, at_now, now,
-                                  "; ".join(x for x in notes if x), worst[1]))
+                                  "; ".join(x for x in notes if x), worst[1], n_left))
     return out
 
 
@@ -323,5 +371,8 @@ def auto_replicates(doc: dict[str, Any], digest: "str | WorkloadDigests | None",
         why = (f"{', '.join(short)} need more than {high}: trials.maxReplicates" if short else
                "; ".join(f"{p.metric}{f'[{p.case}]' if p.case and '[' not in p.metric else ''} needs {p.needed} (CV {p.cv:.2%} from {p.runs} runs, δ {p.delta_pct:g} %, "
                          f"{p.family} gating tests)" for p in known))
+        left = max((p.adhoc_left_out for p in known), default=0)
+        if left:
+            why += f"; {left} ad-hoc run(s) left out of the history (experiments are not this spec's noise)"
         out[suite] = {"replicates": n, "why": why, "metrics": [p.metric for p in known]}
     return out
