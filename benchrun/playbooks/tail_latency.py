@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -109,17 +110,20 @@ ORDER BY r.suite, r.point, r.bucket, r.quantity
 # The requests behind the judged rows (serving_request_fact), one row per run, suite, point,
 # bucket and replicate with each quantity's values as a list: only the replicate × point ×
 # bucket rows SQL judges (ok replicate, valid point), bucket 'all' holding all the point's
-# requests. Requests that ended in an error are left out, as the comparison leaves them out
-# (benchrun.stats.tails reads completed requests only); so are missing values (no first token).
+# requests. A request that ended in an error or timed out is censored, +inf, as the comparison
+# counts it (benchrun.stats.tails: slower than every completed one, so a tail of timeouts is no
+# faster tail); a missing value of a completed request (no first token) is left out.
 REQUESTS_SQL = JUDGED_CTE + """,
 kept AS (
     SELECT DISTINCT run_id, suite, replicate, point, bucket FROM judged
     WHERE replicate_ok AND len(point_invalid_reasons) = 0
 ),
 completed AS (
-    SELECT run_id, suite, replicate, CAST(point AS VARCHAR) AS point, bucket, e2e_ms, ttft_ms
+    SELECT run_id, suite, replicate, CAST(point AS VARCHAR) AS point, bucket,
+           CASE WHEN error IS NULL OR error = '' THEN e2e_ms ELSE 'inf'::DOUBLE END AS e2e_ms,
+           CASE WHEN error IS NULL OR error = '' THEN ttft_ms ELSE 'inf'::DOUBLE END AS ttft_ms
     FROM serving_request_fact
-    WHERE run_id IN ($1, $2) AND (error IS NULL OR error = '')
+    WHERE run_id IN ($1, $2)
 ),
 requests AS (
     SELECT run_id, suite, replicate, point, 'all' AS bucket, e2e_ms, ttft_ms FROM completed
@@ -159,7 +163,7 @@ def _pooled_arms(rows: list[dict[str, Any]]) -> dict[tuple[str, ...], list[np.nd
     for r in rows:
         for quantity in QUANTITIES:
             vals = np.asarray(r[quantity] or [], dtype=float)
-            vals = vals[np.isfinite(vals)]
+            vals = vals[~np.isnan(vals)]  # +inf stays: an errored request, censored
             if vals.size:
                 arms.setdefault((r["run_id"], r["suite"], r["point"], r["bucket"], quantity), []).append(vals)
     return arms
@@ -186,6 +190,9 @@ def _p99s(row: dict[str, Any], arms: dict[tuple[str, ...], list[np.ndarray]], ru
             p50, p99 = pooled_quantile(reps, 0.5), pooled_quantile(reps, 0.99)
         else:
             n, p50, p99 = row[f"{prefix}n_requests_reported"], row[f"{prefix}replicate_p50_ms"], row[f"{prefix}replicate_p99_ms"]
+        if p99 is not None and math.isinf(p99):  # the quantile reaches the errored requests: unknown
+            row["p99_censored"] = f"{'baseline' if prefix else 'run'} {rid}"
+            p99 = None
         row[f"{prefix}n_requests"], row[f"{prefix}p50_ms"], row[f"{prefix}p99_ms"] = n, p50, p99
         row[f"{prefix}tail_ratio"] = ratio(p99, p50)
     row["p99_change"] = ratio(row["p99_ms"], row.get("base_p99_ms"))
@@ -271,6 +278,11 @@ def tail_latency_regression(home: Path, run_id: str, baseline_run_id: str | None
     min_requests = requests_needed(0.99, P99_CONFIDENCE)
     thin = []
     for row in rows:
+        if row.get("p99_censored"):
+            row.update(p99_backed=False, flagged=False,
+                       why=f"not judged: {row['p99_censored']}'s p99 falls among its errored or timed-out requests "
+                           "(a value the requests cannot show; compare calls such a row not gateable)")
+            continue
         fewest, what = _fewest(row)
         row["p99_backed"] = fewest is not None and fewest >= min_requests
         flagged, suspected, why = _judge(row, min_requests)
