@@ -171,8 +171,11 @@ def delete_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
         names = ", ".join(f"published/{a}" for a in aliases)
         raise BenchrunError(f"run {run_id} is the baseline {names}; promote another run to it first "
                             f"(`benchrun promote OTHER_RUN --alias {aliases[0]}`), then delete this one")
+    sealed: bool | None = None  # whether the run stored its evidence (None: its status does not read)
     try:
-        phase = rd.read_status().get("phase")
+        status = rd.read_status()
+        phase = status.get("phase")
+        sealed = bool(status.get("artifact_manifest_digest")) or (rd.path / "manifest.json").exists()
     except BenchrunError as exc:
         # a damaged status.json (its error says "delete the run"): deletable unless a live process
         # still claims the run (its heartbeat)
@@ -215,8 +218,11 @@ def delete_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
     shutil.rmtree(rd.path)
     rd.status_lock_path.unlink(missing_ok=True)
     out.removed.insert(0, f"run directory runs/{run_id}")
-    out.kept.append("its evidence in the artifact store (write-once; `benchrun retention` ages it out by the "
-                    "retention the run had, kept in the record below)")
+    if sealed is False:
+        out.kept.append("nothing in the artifact store: the run never sealed its evidence")
+    else:
+        out.kept.append("its evidence in the artifact store (write-once; `benchrun retention` ages it out by the "
+                        "retention the run had, kept in the record below)")
     out.kept.append(f"a record of the deletion, {tombstone.relative_to(root)}: `benchrun rebuild-warehouse` "
                     "does not write the run back from that evidence")
     return out

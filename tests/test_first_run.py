@@ -147,7 +147,8 @@ def test_cancel_and_delete_a_submitted_run_and_refuse_a_baseline(tmp_path):
     r = _cli("delete", run_id, home=tmp_path)
     assert r.returncode == 0, r.stderr
     assert f"removed run directory runs/{run_id}" in r.stdout and "Dagster partition benchmark_run/" in r.stdout
-    assert "kept its evidence in the artifact store" in r.stdout
+    # canceled before it started: it stored nothing, and says so (not "kept its evidence")
+    assert "kept nothing in the artifact store: the run never sealed its evidence" in r.stdout, r.stdout
     assert not (tmp_path / "runs" / run_id).exists()
     r = _cli("delete", run_id, home=tmp_path)
     assert r.returncode == 1 and f"no such run {run_id!r}" in r.stderr

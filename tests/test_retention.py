@@ -124,7 +124,8 @@ def test_a_deleted_runs_stored_evidence_still_ages_out(parquet_layout: None, tmp
 
     now = dt.datetime(2026, 11, 30, 12, tzinfo=dt.timezone.utc)
     store, manifests = _setup(tmp_path, now)
-    delete_run("run-old", home=tmp_path)
+    out = delete_run("run-old", home=tmp_path)
+    assert any(k.startswith("its evidence in the artifact store") for k in out.kept), out.kept  # it was sealed
     delete_run("run-new", home=tmp_path)  # deleted, but young: its objects stay
     plan = plan_retention(tmp_path, now)
     assert {r.run_id for r in plan.runs} == {"run-warm"}
