@@ -132,7 +132,7 @@ def print_headline(console: Any, run_dir: Path, run_id: str) -> bool:
 
                 change = " ".join(x for x in (format_change(r.change), r.change.get("verdict") or "") if x)
             table.add_row(*[escape(x) for x in (r.suite, r.metric + (" ★" if r.gating else ""), r.case, _fmt(r.median),
-                                                r.unit, interval, str(r.n))
+                                                r.unit, interval, r.n_text())
                             + ((change,) if compared else ())])
             shown += 1
     console.print(table)
@@ -144,6 +144,9 @@ def print_headline(console: Any, run_dir: Path, run_id: str) -> bool:
                      "its pooled requests' p99), not the ratio of the medians, and it can differ from that even "
                      "in sign when replicates cluster" if compared else "") + "); "
                   f"every metric: `benchrun show {run_id} --all` or the report", markup=False)
+    for note in (r.compared_note() for h in heads for r in h.rows):
+        if note:
+            console.print(note, markup=False, highlight=False)
     return True
 
 

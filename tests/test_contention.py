@@ -297,3 +297,49 @@ def test_a_rerun_that_fails_counts_as_failed_however_it_failed(tmp_path):
     rows = pd.DataFrame({"suite": ["s"]})
     annotate(rows, {}, {}, reruns(rd.path), {})
     assert rows.contention.tolist() == ["baseline: 3 contended and launched again, 1 quiet on the rerun, 2 failed on it"]
+
+
+def test_replicates_left_out_of_the_comparison_are_shown_where_users_look(tmp_path, monkeypatch):
+    """The headline (`run`/`show`, the report) gave the median and n of all 5 candidate replicates
+    beside the change over the 4 the comparison kept, and neither `compare` nor the report's
+    comparison table had an n: only the JSON said one contended replicate was excluded."""
+    from typer.testing import CliRunner
+
+    from benchrun.cli import app
+    from benchrun.report.html import build_report
+    from benchrun.stats.analysis import trial_statistics_for_run, write_comparison, write_trial_statistics
+
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    monkeypatch.setenv("COLUMNS", "250")
+    base = make_run(tmp_path, "base", {("s", "", "tps"): ([100, 100.5, 99.5, 100.2, 99.8], "t/s", "higher")},
+                    spec=SPEC)
+    cand = make_run(tmp_path, "cand", {("s", "", "tps"): ([97, 96.5, 97.5, 97.2, 130], "t/s", "higher")}, spec=SPEC)
+    _mark(cand, "s", (5,))
+    text = CliRunner().invoke(app, ["compare", "base", "cand"]).output
+    line = next(x for x in text.splitlines() if "s/tps" in x)
+    assert "5/4 ‡" in line, text
+    assert "‡ s: candidate: 1 contended, excluded" in text, text
+    gate, res = compare_runs(base, cand)
+    write_comparison(gate, res, "base", cand)
+    write_trial_statistics(trial_statistics_for_run(cand), cand)
+    html = build_report(cand).read_text()
+    headline, details = html[html.index("id='headline'"):html.index("id='details'")], html[html.index("id='details'"):]
+    assert "5 (4 compared) ‡" in headline
+    assert "the change against the baseline is over the 4 replicates the comparison kept, not all 5 " \
+           "(their median 97.1): candidate: 1 contended, excluded" in headline
+    assert "5/4 ‡" in details and "‡ s: candidate: 1 contended, excluded" in details
+    shown = CliRunner().invoke(app, ["show", "cand"]).output
+    assert "5 (4 compared) ‡" in shown, shown
+    assert "‡ s/tps: the change against the baseline is over the 4 replicates the comparison kept, not all 5 " \
+           "(their median 97.1): candidate: 1 contended, excluded" in " ".join(shown.split()), shown
+
+
+def test_the_n_column_marks_only_rows_whose_replicates_were_left_out():
+    from benchrun.stats.reading import left_out, n_shown
+
+    quiet_rerun = "candidate: 1 contended and launched again, 1 quiet on the rerun"
+    assert n_shown({"n_baseline": 5, "n_candidate": 5, "contention": quiet_rerun}) == "5/5"
+    assert n_shown({"n_baseline": 5, "n_candidate": 3, "failed_candidate": 2}) == "5/3 ‡"
+    assert left_out({"failed_candidate": 2, "failed_baseline": 0}) == "candidate: 2 failed replicates"
+    assert left_out({"contention": "candidate: 2 contended, kept (only 2 quiet replicates, fewer than 3)"}) == ""
+    assert left_out({"name": "failed_replicates", "failed_candidate": 1}) == ""  # its n is the launches

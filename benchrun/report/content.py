@@ -142,6 +142,35 @@ class HeadlineRow:
             self.low <= self.min_value and self.high >= self.max_value)
 
 
+    @property
+    def compared_n(self) -> int | None:
+        """The candidate replicates the comparison compared, when that is not this row's n (its
+        contended replicates excluded, say): the change beside the median is over those."""
+        nc = pick(self.change or {}, "n_candidate")
+        return int(nc) if nc is not None and int(nc) != self.n else None
+
+    def n_text(self) -> str:
+        """``5``, or ``5 (4 compared) ‡`` when the change is over fewer replicates than the median."""
+        from benchrun.stats.reading import LEFT_OUT_MARK
+
+        nc = self.compared_n
+        return str(self.n) if nc is None else f"{self.n} ({nc} compared) {LEFT_OUT_MARK}"
+
+    def compared_note(self) -> str:
+        """Why :meth:`n_text` is marked: which replicates the comparison left out, and its own median."""
+        nc = self.compared_n
+        if nc is None:
+            return ""
+        from benchrun.stats.reading import LEFT_OUT_MARK, left_out
+
+        med = pick(self.change or {}, "candidate_median")
+        why = left_out(self.change or {})
+        label = (self.change or {}).get("metric") or f"{self.suite}/{self.metric}" + (f"[{self.case}]" if self.case else "")
+        return (f"{LEFT_OUT_MARK} {label}: the change against the "
+                f"baseline is over the {nc} replicates the comparison kept, not all {self.n}"
+                + (f" (their median {med:.4g})" if med is not None else "") + (f": {why}" if why else ""))
+
+
 @dataclass
 class SuiteHeadline:
     suite: str

@@ -288,7 +288,8 @@ def _headline_html(heads: list[C.SuiteHeadline], stats: Any, compared: bool) -> 
             star = " <span title='gates against the baseline'>★</span>" if r.gating else ""
             rows.append(f"<tr><td>{html.escape(r.metric)}{star}</td><td>{html.escape(r.case)}</td>"
                         f"<td class='num'><b>{_fmt(r.median)}</b> {html.escape(r.unit)}</td><td class='num'>{interval}"
-                        f"</td><td class='num'>{r.n}</td>" + (f"<td>{_change(r.change)}</td>" if compared else "")
+                        f"</td><td class='num'>{html.escape(r.n_text())}</td>"
+                        + (f"<td>{_change(r.change)}</td>" if compared else "")
                         + "</tr>")
         parts.append(f"<h3>{html.escape(h.suite)}</h3><table class='headline'><thead><tr><th>metric</th><th>case</th>"
                      "<th>median</th><th>interval</th><th>n</th>"
@@ -296,6 +297,9 @@ def _headline_html(heads: list[C.SuiteHeadline], stats: Any, compared: bool) -> 
                      f"<tbody>{''.join(rows)}</tbody></table>")
     if any(r.gating for h in heads for r in h.rows):
         parts.append("<p class='muted'>★ gates against the baseline (the spec's primary metrics).</p>")
+    notes = [n for n in (r.compared_note() for h in heads for r in h.rows) if n]
+    if notes:
+        parts.append("<ul class='note'>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
     if any_range:
         parts.append("<p class='muted'>† with this few replicates the interval is the replicates' whole range; "
                      "raise trials.minReplicates for a tighter one.</p>")
@@ -332,12 +336,14 @@ def _details_html(run: Any, stats: Any, comparison: dict[str, Any] | None, cps: 
         parts.append(block(f"Comparison with {comparison.get('baseline')} ({len(outcomes)} outcomes: primary and "
                            "secondary)", notes + _table(_medians_change(outcomes), [
                                ("metric", "metric"), ("gating", "gating"), ("baseline_median", "baseline"),
-                               ("candidate_median", "candidate"), ("medians_change_pct", "medians' change %"),
+                               ("candidate_median", "candidate"), ("n_compared", "n (baseline/candidate)"),
+                               ("medians_change_pct", "medians' change %"),
                                ("change_pct", "estimated shift % (+ = up)"),
                                ("better_worse", "better/worse"), ("change_low_pct", "CI low %"),
                                ("change_high_pct", "CI high %"), ("role", "role"), ("mde_pct", "MDE %"), ("p_value", "p 2-sided"), ("p_adjusted", "p adj"),
                                ("correction", "correction"), ("delta_pct", "δ %"), ("verdict", "verdict"),
-                               ("confirmation", "confirmation"), ("advice", "what n can show"), ("note", "note")], "comparison")))
+                               ("confirmation", "confirmation"), ("advice", "what n can show"), ("note", "note")], "comparison")
+                           + _left_out_html(outcomes)))
         if context:
             parts.append(_context_html(context))
     elif comparison:
@@ -375,13 +381,28 @@ SHIFT_NOTE = ("medians' change: candidate median ÷ baseline median − 1, shown
 
 
 def _medians_change(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each row with ``medians_change_pct``: the change of the two medians the table shows."""
+    """Each row with ``medians_change_pct``, the change of the two medians the table shows, and
+    ``n_compared``, the replicates each arm compared (``5/4 ‡`` when some were left out)."""
+    from benchrun.stats.reading import n_shown
+
     out = []
     for r in rows:
         b, c = C.pick(r, "baseline_median"), C.pick(r, "candidate_median")
         ok = b is not None and c is not None and b > 0 and c >= 0
-        out.append({**r, "medians_change_pct": (c / b - 1.0) * 100.0 if ok else None})
+        out.append({**r, "medians_change_pct": (c / b - 1.0) * 100.0 if ok else None, "n_compared": n_shown(r)})
     return out
+
+
+def _left_out_html(rows: list[dict[str, Any]]) -> str:
+    """The footnotes of the rows marked ‡: per suite, the replicates its comparison left out and why."""
+    from benchrun.stats.reading import left_out_notes
+
+    notes = left_out_notes(rows)
+    if not notes:
+        return ""
+    return ("<p class='note'>‡ the medians, changes and tests of these rows are over the replicates compared, "
+            "not every replicate of the run (the headline's n):</p><ul class='note'>"
+            + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
 
 
 def _context_html(rows: list[dict[str, Any]]) -> str:

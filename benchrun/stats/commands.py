@@ -100,12 +100,14 @@ def compare(
     from rich.markup import escape
     from rich.table import Table
 
+    from benchrun.stats.reading import left_out_notes, n_shown
+
     console = make_console()
     console.print(escape(gate.message()))
     table = Table(title=f"{candidate} vs {baseline} (confidence {result.confidence:.0%}; change = candidate against "
                         "baseline as measured, + = the value went up; better/worse by the metric's direction)")
-    for col in ("metric", "role", "baseline", "candidate", "change", "interval", "", "MDE", "p 2-sided", "p adj",
-                "verdict"):
+    for col in ("metric", "role", "baseline", "candidate", "n", "change", "interval", "", "MDE", "p 2-sided",
+                "p adj", "verdict"):
         table.add_column(col, justify="left" if col in ("metric", "verdict", "role", "") else "right")
     for r in display_order(records):
         shown = verdict_cell(r)
@@ -113,11 +115,13 @@ def compare(
             shown += f" [yellow]{escape(r['advice'])}[/]"
         table.add_row(
             escape(r["metric"]), "★ primary" if r["gating"] else (r.get("role") or ""), _num(r["baseline_median"]),
-            _num(r["candidate_median"]), *change_cells(r), r.get("better_worse") or "", _mde(r), _num(r["p_value"]),
+            _num(r["candidate_median"]), n_shown(r), *change_cells(r), r.get("better_worse") or "", _mde(r), _num(r["p_value"]),
             _num(r["p_adjusted"]), shown,
         )
     console.print(table)
     console.print(P_ADJ_NOTE)
+    for line in left_out_notes(records):
+        console.print(escape(line), highlight=False)
     for note in result.notes:
         console.print(f"note: {escape(note)}")
     cond = result.condition()
@@ -171,7 +175,8 @@ def display_order(records: list[dict]) -> list[dict]:
 
 P_ADJ_NOTE = ("p adj: gating rows (★) are Holm-adjusted over the one-sided p in the regression direction "
               "(the gate); secondary rows Benjamini–Hochberg over the two-sided p, as their own family; context "
-              "rows are in no family. MDE: the smallest change this n detects with 80 % power at that corrected α. "
+              "rows are in no family. n: the replicates compared, baseline/candidate; ‡: some were left out "
+              "(contended and excluded, or failed), as said below the table. MDE: the smallest change this n detects with 80 % power at that corrected α. "
               "ratio in the JSON is on the higher-is-better scale; change_pct is as measured. change: the "
               "estimated shift the verdict is about (Hodges–Lehmann over replicates; a request percentile's "
               "baseline and candidate are its pooled requests' p99), not the ratio of the two medians shown: "

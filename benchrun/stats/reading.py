@@ -219,3 +219,47 @@ def format_change(rec: dict) -> str:
     if pct is None:
         return ""
     return f"{pct:+.1f} %" + (f" ({bw})" if bw else "")
+
+
+FAILED_ROW = "failed_replicates"  # benchrun.stats.compare's row per suite with a failure (its n is launches)
+LEFT_OUT_MARK = "‡"
+
+
+def _count(rec: dict, key: str) -> int:
+    v = rec.get(key)
+    return 0 if v is None or (isinstance(v, float) and math.isnan(v)) else int(v)
+
+
+def left_out(rec: dict) -> str:
+    """What kept replicates of this row's suite out of its comparison, in the row's own words:
+    its ``contention`` text when contended replicates were excluded, and the failed replicates of
+    each arm; "" when every ok, quiet replicate was compared (a ``failed_replicates`` row counts
+    its launches, none left out)."""
+    if rec.get("name") == FAILED_ROW or str(rec.get("metric") or "").endswith(f"/{FAILED_ROW}"):
+        return ""
+    parts = []
+    contention = str(rec.get("contention") or "")
+    if "excluded" in contention:
+        parts.append(contention)
+    parts += [f"{arm}: {n} failed replicate" + ("s" if n > 1 else "")
+              for arm, n in (("baseline", _count(rec, "failed_baseline")), ("candidate", _count(rec, "failed_candidate")))
+              if n]
+    return "; ".join(parts)
+
+
+def n_shown(rec: dict) -> str:
+    """``5/4``: the replicates each arm compared (baseline/candidate), marked ‡ when some were left
+    out (:func:`left_out` says why)."""
+    n = f"{_count(rec, 'n_baseline')}/{_count(rec, 'n_candidate')}"
+    return f"{n} {LEFT_OUT_MARK}" if left_out(rec) else n
+
+
+def left_out_notes(records: Iterable[dict]) -> list[str]:
+    """One footnote per suite whose rows left replicates out: ``‡ serving_workflow: candidate: 1
+    contended …, excluded`` (the rows of one suite share their contention and failures)."""
+    out: dict[str, str] = {}
+    for r in records:
+        why = left_out(r)
+        if why:
+            out.setdefault(str(r.get("suite") or r.get("metric") or ""), why)
+    return [f"{LEFT_OUT_MARK} {suite}: {why}" for suite, why in out.items()]
