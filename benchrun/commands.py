@@ -119,13 +119,15 @@ def print_headline(console: Any, run_dir: Path, run_id: str) -> bool:
     stats = read_trial_statistics(run_dir)
     heads = C.headlines(stats, run.spec, comparison)
     compared = bool(comparison and comparison.get("metrics"))
-    table = Table(title=f"{run_id}: headline (median over replicates, {stats.confidence:.0%} interval)")
+    said, per_row = C.coverage_said(heads, stats.confidence)
+    table = Table(title=f"{run_id}: headline (median over replicates, {said})")
     for col in ("suite", "metric", "case", "median", "unit", "interval", "n") + (("vs baseline",) if compared else ()):
         table.add_column(col, justify="right" if col in ("median", "interval", "n") else "left")
     shown = 0
     for h in heads:
         for r in h.rows:
             interval = "-" if r.low is None else f"[{_fmt(r.low)}, {_fmt(r.high)}]" + ("" if r.informative else " †")
+            interval += f" {r.coverage:.1%}" if per_row and r.low is not None and r.coverage is not None else ""
             change = ""
             if r.change:
                 from benchrun.stats.reading import format_change

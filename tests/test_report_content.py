@@ -125,3 +125,44 @@ def test_comparison_table_labels_the_shift_and_shows_the_medians_change_beside_i
     assert "medians&#x27; change %" in text or "medians' change %" in text
     assert "<td>-20</td>" in text and "<td>72</td>" in text  # the medians fell 20 %; the shift says +72 %
     assert "Hodges–Lehmann" in text and "not the medians' ratio" in text
+
+
+def test_the_headline_says_the_coverage_its_intervals_have(tmp_path, monkeypatch):
+    """At n = 5 the interval is [min, max], coverage 0.9375: the CLI's headline title said "95%
+    interval" and the report's caption "distribution-free 95% interval"."""
+    from typer.testing import CliRunner
+
+    from benchrun.cli import app
+    from benchrun.report.html import build_report
+    from benchrun.stats.analysis import trial_statistics_for_run, write_trial_statistics
+    from benchrun.stats.synthetic import make_run
+
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    monkeypatch.setenv("COLUMNS", "250")
+    spec = {"spec": {"metrics": {"inference": {"enabled": True, "primary": ["tps"]}}}}
+    five = [100.0, 101, 99, 100.5, 99.5]
+    rd = make_run(tmp_path, "five", {("s", "", "tps"): (five, "t/s", "higher")}, spec=spec)
+    write_trial_statistics(trial_statistics_for_run(rd), rd)
+    out = " ".join(CliRunner().invoke(app, ["show", "five"]).output.split())
+    assert "headline (median over replicates, 93.8% interval, below the 95% asked: too few replicates for it)" in out
+    html = build_report(rd).read_text()
+    headline = html[html.index("id='headline'"):html.index("id='details'")]
+    assert "95% interval" not in headline and "distribution-free interval (93.8% interval, below the 95% asked" \
+        in headline
+    assert "[99, 101]†</span> <span class='muted'>93.8%</span>" in headline  # the row's own, † or not
+    # two suites, n = 5 and n = 10: the range in the title, each row's coverage beside its interval
+    ten = five + [100.2, 99.8, 100.1, 99.9, 100.3]
+    rd = make_run(tmp_path, "mixed", {("s", "", "tps"): (five, "t/s", "higher"),
+                                      ("t", "", "tps"): (ten, "t/s", "higher")}, spec=spec)
+    write_trial_statistics(trial_statistics_for_run(rd), rd)
+    out = CliRunner().invoke(app, ["show", "mixed"]).output
+    assert "interval coverage 93.8%–97.9% (per row), some below the 95% asked" in " ".join(out.split()), out
+    rows = {line.split("│")[1].strip(): line for line in out.splitlines() if "tps" in line and "│" in line}
+    assert "93.8%" in rows["s"] and "97.9%" in rows["t"], rows
+
+
+def test_coverage_said_is_the_nominal_level_only_when_no_row_has_a_coverage():
+    heads = [C.SuiteHeadline("s", [C.HeadlineRow("s", "", "m", "u", "higher", 1, 1.0, None, None, None)])]
+    assert C.coverage_said(heads, 0.95) == ("95% interval", False)
+    heads[0].rows.append(C.HeadlineRow("s", "", "n", "u", "higher", 10, 1.0, 0.9, 1.1, 0.978515625))
+    assert C.coverage_said(heads, 0.95) == ("97.9% interval", False)  # above the level asked: no warning

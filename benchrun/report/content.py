@@ -177,6 +177,22 @@ class SuiteHeadline:
     rows: list[HeadlineRow] = field(default_factory=list)
 
 
+def coverage_said(heads: list[SuiteHeadline], confidence: float) -> tuple[str, bool]:
+    """What the headline says of its intervals: ``93.8% interval, below the 95% asked: too few
+    replicates for it`` when every row has one coverage (at n = 5 the interval is [min, max], 0.9375),
+    ``interval coverage 93.8%–97.9% (per row)`` when they differ; True then: show each row's."""
+    covs = sorted({f"{r.coverage:.1%}": r.coverage for h in heads for r in h.rows
+                   if r.low is not None and r.coverage is not None and math.isfinite(r.coverage)}.items(),
+                  key=lambda kv: kv[1])
+    if not covs:
+        return f"{confidence:.0%} interval", False
+    (lo_text, lo), (hi_text, _) = covs[0], covs[-1]
+    text = f"{lo_text} interval" if len(covs) == 1 else f"interval coverage {lo_text}–{hi_text} (per row)"
+    if lo < confidence - 1e-9:
+        text += f", {'some ' if len(covs) > 1 else ''}below the {confidence:.0%} asked: too few replicates for it"
+    return text, len(covs) > 1
+
+
 def headlines(stats: "TrialStatistics", spec: dict[str, Any],
               comparison: dict[str, Any] | None) -> list[SuiteHeadline]:
     """One headline per suite, in run order, with the change against the baseline when compared."""

@@ -266,8 +266,9 @@ def _verdict_html(v: C.Verdict, st: dict[str, Any]) -> str:
 
 
 def _headline_html(heads: list[C.SuiteHeadline], stats: Any, compared: bool) -> str:
+    said = C.coverage_said(heads, stats.confidence)[0]
     parts = [f"<section id='headline'><h2>Headline</h2><p class='muted'>Median over replicates (one value per "
-             f"launch) with its distribution-free {stats.confidence:.0%} interval"
+             f"launch) with its distribution-free interval ({html.escape(said)}; each row's coverage beside it)"
              + ("; shift = the estimated change of candidate against baseline (Hodges–Lehmann: the median of all "
                 "candidate − baseline differences, or of their ratios when every value is positive), in % (+ when the "
                 "value went up), with its interval, and better/worse by the metric's direction. It is not the ratio of "
@@ -283,8 +284,8 @@ def _headline_html(heads: list[C.SuiteHeadline], stats: Any, compared: bool) -> 
                 if not r.informative:
                     interval = f"<span class='muted'>{interval}†</span>"
                     any_range = True
-                elif r.coverage is not None:
-                    interval += f" <span class='muted'>{r.coverage:.0%}</span>"
+                if r.coverage is not None and math.isfinite(r.coverage):
+                    interval += f" <span class='muted'>{r.coverage:.1%}</span>"
             star = " <span title='gates against the baseline'>★</span>" if r.gating else ""
             rows.append(f"<tr><td>{html.escape(r.metric)}{star}</td><td>{html.escape(r.case)}</td>"
                         f"<td class='num'><b>{_fmt(r.median)}</b> {html.escape(r.unit)}</td><td class='num'>{interval}"
