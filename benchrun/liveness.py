@@ -186,8 +186,34 @@ def _fail_dagster_run(instance: Any, dagster_run_id: str | None, message: str) -
     if run is None or run.status not in (dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING,
                                          dg.DagsterRunStatus.NOT_STARTED):
         return False
-    instance.report_run_failed(run, message)
+    _report_failed(instance, run, message)
     return True
+
+
+def _report_failed(instance: Any, run: Any, message: str) -> None:
+    """Fail a dead process's Dagster run and free the pool slots it held (the warehouse writer's
+    ``duckdb_writer``): Dagster frees them only in its daemon, which a CLI home never starts, so
+    a run killed holding the slot kept every later run waiting on the pool."""
+    instance.report_run_failed(run, message)
+    instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+
+
+def free_slots_of_ended_runs(instance: Any) -> list[str]:
+    """Free the pool slots and pending steps of runs that have ended (or are gone) but still hold
+    them — what Dagster's daemon does, for a home without one (a run reaped by a release that did
+    not free them); the run ids freed."""
+    storage = instance.event_log_storage
+    if not storage.supports_global_concurrency_limits:
+        return []
+    freed = []
+    for run_id in storage.get_concurrency_run_ids():
+        run = instance.get_run_by_id(run_id)
+        if run is None or run.is_finished:
+            storage.free_concurrency_slots_for_run(run_id)
+            freed.append(run_id)
+    if freed:
+        log.warning("freed the pool slots of %d ended Dagster run(s): %s", len(freed), ", ".join(freed))
+    return freed
 
 
 def reap_dead_runs(home: Path | str | None = None, instance: Any = None) -> list[tuple[str, str]]:
@@ -234,6 +260,7 @@ def reap_dead_runs(home: Path | str | None = None, instance: Any = None) -> list
     if instance is not None:
         reaped.extend(_reap_tagged_dagster_runs(root, instance))
         reaped.extend(_reap_unclaimed_runs(root, instance))
+        free_slots_of_ended_runs(instance)
     return reaped
 
 
@@ -320,7 +347,7 @@ def _reap_tagged_dagster_runs(home: Path, instance: Any) -> list[tuple[str, str]
         run_id = tags.get(PARTITION_TAG, "")
         reason = (f"the process executing run {run_id} ({describe(record)}) is gone without finishing "
                   "(killed or crashed); what it recorded before is kept, nothing after")
-        instance.report_run_failed(run, reason)
+        _report_failed(instance, run, reason)
         if run_id:
             try:
                 mark_run_failed(home, run_id, reason)

@@ -612,3 +612,34 @@ def test_a_failed_run_is_admitted_again_by_its_retry(bench_home, canary_doc, wri
     assert mark_run_failed(rd.home, rd.run_id, "Dagster run failed: node lost")
     st = lifecycle.admit(rd, lifecycle.load_pinned(rd), dagster_run_id="retry", dagster_run_created=created)
     assert st["phase"] == "Running" and "Failed" not in {c["type"] for c in st["conditions"]}
+
+
+@pytest.mark.slow
+def test_reaping_a_dead_run_frees_its_concurrency_slots(bench_home, canary_doc, write_spec):
+    """A run killed in its warehouse step held the duckdb_writer pool's slot; the reaper failed the
+    Dagster run but only Dagster's daemon (which the CLI never starts) frees slots, so every later
+    run in the home waited on the pool for ever. Reaping frees the dead run's slots and pending
+    steps, and those of any run that already ended (a home wedged before this fix recovers)."""
+    instance = sub.get_instance()
+    storage = instance.event_log_storage
+    storage.set_concurrency_slots("duckdb_writer", 1)
+    prepared = sub.prepare(write_spec(canary_doc))
+    dead = _started_run(instance, prepared.run_id, _dead_pid(), None)
+    assert storage.claim_concurrency_slot("duckdb_writer", dead.run_id, "warehouse_views").is_claimed
+
+    def held_by() -> set[str]:
+        return {s.run_id for s in storage.get_concurrency_info("duckdb_writer").claimed_slots}
+
+    assert held_by() == {dead.run_id}
+    reap_dead_runs(bench_home, instance)
+    assert held_by() == set()
+    # a run already failed (reaped by an earlier release) that still holds the slot
+    ended = _started_run(instance, prepared.run_id, os.getpid(), None)
+    assert storage.claim_concurrency_slot("duckdb_writer", ended.run_id, "warehouse_views").is_claimed
+    instance.report_run_failed(ended, "reaped before slots were freed")
+    waiting = _started_run(instance, prepared.run_id, os.getpid(), None)  # alive: its pending step is kept
+    assert not storage.claim_concurrency_slot("duckdb_writer", waiting.run_id, "warehouse_views").is_claimed
+    reap_dead_runs(bench_home, instance)
+    assert ended.run_id not in held_by()
+    assert storage.claim_concurrency_slot("duckdb_writer", waiting.run_id, "warehouse_views").is_claimed
+    instance.report_run_failed(waiting, "test over")
