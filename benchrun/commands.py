@@ -410,11 +410,19 @@ def _settle_canceled(console: Any, rd: Any) -> None:
     done = finished_launches(rd.path, rd.run_id)
     reason = f"interrupted; launches finished before it: {done} (their results are kept in {rd.path})"
     try:
-        mark_run_canceled(rd.home, rd.run_id, reason)
+        if mark_run_canceled(rd.home, rd.run_id, reason):
+            _final_facts(rd)
     except OSError as exc:
         print(f"error: run {rd.run_id}: cannot record phase Canceled ({exc.strerror or exc})", file=sys.stderr)
     console.print("[yellow]canceled:[/] ", end="")
     console.print(reason, markup=False)
+
+
+def _final_facts(rd: Any) -> None:
+    """A run that ended here after its facts were curated: they read the phase just recorded."""
+    from benchrun.warehouse.curate import curate_final_status
+
+    curate_final_status(rd.home, rd.run_id)
 
 
 def _discard_unstarted(rd: Any) -> None:
@@ -433,7 +441,8 @@ def _settle_failed(rd: Any, reason: str) -> None:
     from benchrun.rundir import mark_run_failed
 
     try:
-        mark_run_failed(rd.home, rd.run_id, reason)
+        if mark_run_failed(rd.home, rd.run_id, reason):
+            _final_facts(rd)
     except OSError as exc:
         print(f"error: run {rd.run_id}: cannot record phase Failed ({exc.strerror or exc}); "
               "the next benchrun command marks it Failed", file=sys.stderr)

@@ -177,6 +177,13 @@ def kill_orphaned_suites(run_dir: Path) -> int:
     return killed
 
 
+def _final_facts(home: Path, run_id: str) -> None:
+    """The run's warehouse facts read the phase just recorded (benchrun.warehouse.curate)."""
+    from benchrun.warehouse.curate import curate_final_status
+
+    curate_final_status(benchrun_home(home), run_id)
+
+
 def _fail_dagster_run(instance: Any, dagster_run_id: str | None, message: str) -> bool:
     import dagster as dg
 
@@ -250,7 +257,8 @@ def reap_dead_runs(home: Path | str | None = None, instance: Any = None) -> list
         if status.get("phase") not in TERMINAL_PHASES and rd.exists():
             if killed:
                 reason += f"; {killed} orphaned suite process(es) of the run were killed"
-            mark_run_failed(root, run_id, reason)
+            if mark_run_failed(root, run_id, reason):
+                _final_facts(root, run_id)
         if instance is None:
             continue  # keep the claim: an instance-aware pass still has to fail the Dagster run
         _fail_dagster_run(instance, record.get("dagster_run_id") or status.get("dagster_run_id"), reason)
@@ -321,6 +329,7 @@ def _reap_unclaimed_runs(home: Path, instance: Any, *, now: dt.datetime | None =
         reason = (f"run {run_id} was left {phase} with no liveness claim and no Dagster run in progress: "
                   "its process could not write its claim (a full disk?) or is gone; nothing after that was recorded")
         if mark_run_failed(home, run_id, reason):
+            _final_facts(home, run_id)
             out.append((run_id, reason))
             log.warning("reaped %s: %s", run_id, reason)
     return out
@@ -350,7 +359,8 @@ def _reap_tagged_dagster_runs(home: Path, instance: Any) -> list[tuple[str, str]
         _report_failed(instance, run, reason)
         if run_id:
             try:
-                mark_run_failed(home, run_id, reason)
+                if mark_run_failed(home, run_id, reason):
+                    _final_facts(home, run_id)
             except Exception as exc:  # noqa: BLE001
                 log.warning("run %s: %s", run_id, exc)
         out.append((run_id, reason))

@@ -101,7 +101,10 @@ def cancel_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
         if stopped:
             how = (f"not admitted yet: Dagster run(s) {', '.join(stopped)} were starting, asked Dagster to "
                    "terminate them; marked Canceled")
-    mark_run_canceled(root, run_id, f"canceled by `benchrun cancel` ({how})")
+    if mark_run_canceled(root, run_id, f"canceled by `benchrun cancel` ({how})"):
+        from benchrun.warehouse.curate import curate_final_status
+
+        curate_final_status(root, run_id)  # a run canceled after curation: its facts read Canceled
     return CancelOutcome(run_id, rd.read_status().get("phase"), how)
 
 

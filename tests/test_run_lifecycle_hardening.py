@@ -643,3 +643,32 @@ def test_reaping_a_dead_run_frees_its_concurrency_slots(bench_home, canary_doc, 
     assert ended.run_id not in held_by()
     assert storage.claim_concurrency_slot("duckdb_writer", waiting.run_id, "warehouse_views").is_claimed
     instance.report_run_failed(waiting, "test over")
+
+
+def test_a_run_killed_after_curation_reads_failed_in_the_warehouse_too(tmp_path: Path) -> None:
+    """A run killed after its facts were curated (Analyzing) was marked Failed in status.json by the
+    reaper while benchmark_run_fact kept `Analyzing | succeeded` until someone rebuilt the warehouse:
+    dashboards counting outcome 'succeeded' counted a dead run. The reaper re-curates the tables
+    that read the final status."""
+    from benchrun.warehouse import curate_run
+    from benchrun.warehouse.views import query
+    from test_warehouse_iceberg import _stored_run
+
+    run_dir, manifest = _stored_run(tmp_path, "run-k", in_status=True)
+    st = json.loads((run_dir / "status.json").read_text())
+    (run_dir / "status.json").write_text(json.dumps({**st, "phase": "Analyzing", "outcome": "succeeded",
+                                                       "finished_utc": None}))
+    curate_run(run_dir, tmp_path, manifest)
+
+    def fact() -> list[tuple]:
+        sql = "SELECT phase, outcome FROM benchmark_run_fact WHERE run_id = 'run-k'"
+        return [tuple(r.values()) for r in query(sql, tmp_path).table.to_pylist()]
+
+    assert fact() == [("Analyzing", "succeeded")]
+    (tmp_path / "liveness").mkdir()
+    (tmp_path / "liveness" / "run-k.json").write_text(json.dumps(
+        {"run_id": "run-k", "host": os.uname().nodename, "pid": _dead_pid(), "pid_start": None,
+         "heartbeat_utc": dt.datetime.now(dt.timezone.utc).isoformat()}))
+    [(run_id, _why)] = reap_dead_runs(tmp_path, None) or [("run-k", "")]
+    assert RunDir(tmp_path, "run-k").read_status()["phase"] == "Failed"
+    assert fact() == [("Failed", "failed")]

@@ -48,6 +48,9 @@ def record_orchestrator_failure(dagster_run: Any, reason: str, home: Path | None
     if not changed:
         return f"run {run_id} has no run directory or is already in a final phase; left as it is"
     log.info("marked %s %s: %s", run_id, phase, full)
+    from benchrun.warehouse.curate import curate_final_status
+
+    curate_final_status(benchrun_home(home), run_id)  # its facts read the phase just recorded
     return None
 
 
