@@ -96,3 +96,25 @@ def test_promote_compare_and_report_wait_for_a_figure_worker(tmp_path, monkeypat
         out = CliRunner().invoke(app, args)
         assert f"run {rd.name}: waited for its report figures" in out.output, (args, out.output, out.exception)
         assert proc.poll() is not None, args  # it had ended before the command went on
+
+
+def test_a_figure_worker_killed_before_it_finished_is_said_not_silently_dropped(tmp_path):
+    """kill -9 of the detached worker left its pid file and a report without figures; settle() removed
+    the pid file and said nothing, so `promote`, `compare` and `report` went on as if all was drawn."""
+    import subprocess
+    import sys
+
+    from benchrun.report import worker
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (tmp_path / "report_workers").mkdir()
+    (tmp_path / "report_workers" / "run-a.pid").write_text(str(dead.pid))
+    said: list[str] = []
+    assert worker.settle(tmp_path, said.append) == []
+    assert said == ["run run-a: its report figures were never finished (the figure worker is gone, killed before "
+                    "it ended): the report has none; `benchrun report run-a` draws them"]
+    assert not (tmp_path / "report_workers" / "run-a.pid").exists()
+    said.clear()
+    worker.settle(tmp_path, said.append)  # said once
+    assert said == []

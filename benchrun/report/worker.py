@@ -13,6 +13,7 @@ the machine with anything of ours), and so do tests, through :func:`wait_for_wor
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -25,6 +26,8 @@ from benchrun.fsio import atomic_write_text
 from benchrun.paths import validate_run_id
 # ``worker.pending`` is what the CLI asks (whether a run's figures follow); html.py reads workerpids.
 from benchrun.report.workerpids import alive as _alive, pending, pid_dir as _pid_dir  # noqa: F401
+
+log = logging.getLogger(__name__)
 
 ENV = "BENCHRUN_REPORT_FIGURES"
 
@@ -81,10 +84,34 @@ def settle(home: Path, say: Any = None, timeout_s: float = 300.0) -> list[str]:
     rewrite a just-finished run's report and then sign it again (read in between, the report
     differs from its signature: `promote` straight after `benchrun run` refused the run);
     ``say(line)`` is told of each run waited for."""
-    waited = wait_for_workers(Path(home), timeout_s=timeout_s) if Path(home).is_dir() else []
+    if not Path(home).is_dir():
+        return []
+    for run_id in abandoned(Path(home)):
+        line = (f"run {run_id}: its report figures were never finished (the figure worker is gone, killed "
+                f"before it ended): the report has none; `benchrun report {run_id}` draws them")
+        log.warning(line)
+        if say is not None:
+            say(line)
+    waited = wait_for_workers(Path(home), timeout_s=timeout_s)
     for run_id in waited if say is not None else ():
         say(f"run {run_id}: waited for its report figures (they are written, then signed again)")
     return waited
+
+
+def abandoned(home: Path) -> list[str]:
+    """The runs whose figure worker died without finishing (its pid file left behind: a worker that
+    ends, even by an error, removes it); their pid files are removed."""
+    pids = _pid_dir(home)
+    gone = []
+    for path in sorted(pids.glob("*.pid")) if pids.is_dir() else []:
+        try:
+            pid = int(path.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            continue
+        if not _alive(pid):
+            gone.append(path.stem)
+            path.unlink(missing_ok=True)
+    return gone
 
 
 def main(argv: list[str]) -> int:
