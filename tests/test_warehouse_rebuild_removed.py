@@ -164,3 +164,21 @@ def test_a_requests_file_that_fails_mid_stream_is_named(tmp_path: Path, monkeypa
     monkeypatch.setattr(pq.ParquetFile, "iter_batches", broken)
     report = rebuild_warehouse(tmp_path, ["run-a"])
     assert "_requests.parquet" in report.failed["run-a"] and "page header damaged" in report.failed["run-a"]
+
+
+def test_a_rebuild_leaves_a_run_that_is_still_going_to_its_own_process(tmp_path: Path) -> None:
+    """`rebuild-warehouse` with no run ids, while another run was mid-suite, curated that live run's
+    partial results (52 rows, phase Running) into the warehouse."""
+    from benchrun.liveness import beat
+
+    _curated(tmp_path, "run-a")
+    run_dir, _ = _stored_run(tmp_path, "run-live")
+    status = run_dir / "status.json"
+    import json
+
+    status.write_text(json.dumps({**json.loads(status.read_text()), "phase": "Running"}))
+    beat(tmp_path, "run-live")  # this process claims it, as `benchrun run` does
+    report = rebuild_warehouse(tmp_path)
+    assert "run-a" in report.rebuilt and "run-live" not in report.rebuilt
+    assert report.skipped["run-live"].startswith("still Running: pid ")
+    assert _rows(tmp_path, "run-live")["measurement_fact"] == 0

@@ -112,6 +112,23 @@ def _created(rd: Any) -> dt.datetime | None:
         return None
 
 
+def _running(home: Path, rd: Any) -> str:
+    """Why a run directory is not curated now: its run is still going (not in a final phase, and a
+    live process claims it: its own warehouse step curates it when it gets there); '' otherwise."""
+    from benchrun.liveness import describe, live_claim
+    from benchrun.rundir import TERMINAL_PHASES
+
+    if rd is None:
+        return ""
+    try:
+        phase = rd.read_status().get("phase")
+    except BenchrunError:
+        return ""
+    claim = None if phase in TERMINAL_PHASES else live_claim(home, rd.run_id)
+    return (f"still {phase}: {describe(claim)} runs it, and it curates the run itself when it gets there; "
+            "rebuild it after it ends") if claim else ""
+
+
 def rebuild_warehouse(home: Path, run_ids: list[str] | None = None) -> RebuildReport:
     """Curate every run (or ``run_ids``) again, then refresh the views; one failure is reported,
     the other runs are still rebuilt. A run ``benchrun delete`` or retention removed is skipped, with why."""
@@ -158,6 +175,10 @@ def rebuild_warehouse(home: Path, run_ids: list[str] | None = None) -> RebuildRe
     for run_id in wanted:
         if run_id in removed:
             report.skipped[run_id] = removed[run_id]
+            continue
+        live = _running(home, on_disk.get(run_id))
+        if live:
+            report.skipped[run_id] = live
             continue
         try:
             if run_id in on_disk:
