@@ -15,6 +15,7 @@ from benchrun.execute import run_outcome
 from benchrun.plan import LayerPlan, plan_run
 from benchrun.rundir import MUTABLE_FILES, RunDir
 from benchrun.fsio import atomic_write_json
+from benchrun.provenance.signing import FINAL_SIGNATURE_PENDING
 
 log = logging.getLogger(__name__)
 
@@ -245,6 +246,11 @@ def finalize(rd: RunDir) -> dict[str, Any]:
         # A retried step succeeded: the failure (or cancel) recorded by the earlier attempt no longer holds.
         rd.remove_conditions("Failed", "Canceled")
         rd.update_status(message=None)
+    # Until sign_publication signs the finished run (its final report and statistics, the final
+    # warehouse rows), verify and promote refuse it: a kill between here and there must not leave
+    # a Succeeded run that only its sealing signature covers (the phase must be set before
+    # signing: the final report and warehouse rows the signature covers carry it).
+    rd.update_status(final_signature=FINAL_SIGNATURE_PENDING)
     final = rd.set_phase("Failed" if outcome == "failed" else "Succeeded")
     from benchrun.liveness import stop_heartbeat
 
@@ -309,11 +315,20 @@ def resign_if_intact(run_dir: Path, home: Path | str | None = None, *, rewritten
     if edited:
         return ("not signed again: signed files changed that this command did not write "
                 f"({', '.join(edited[:5])}); restore them (`benchrun verify` lists what differs)")
+    status = json.loads((run_dir / "status.json").read_text(encoding="utf-8"))
+    # A run interrupted after finalize, before its final signing: what its analysis added after the
+    # sealing signature is what that signing would have signed; its final-status rows are curated first.
+    completing = status.get("final_signature") == FINAL_SIGNATURE_PENDING
     added = [f for f in uncovered_files(run_dir, statement) if f not in ours and f not in unsigned_names(run_dir.name)]
-    if added:
+    if added and not completing:
         return ("not signed again: files were added since signing that this command did not write "
                 f"({', '.join(added[:5])}); remove them (`benchrun verify` lists them)")
     try:  # the fields the statement takes from status.json keep their signed values
+        if completing:
+            from benchrun.warehouse import curate_run
+            from benchrun.warehouse.curate import FINAL_STATUS_TABLES
+
+            curate_run(run_dir, home_path, tables=list(FINAL_STATUS_TABLES))
         sign_publication(RunDir(run_dir.parent.parent, run_dir.name), keep=statement.predicate)
     except BenchrunError as exc:  # e.g. a pinned spec that no longer validates: the command's own work stands
         return f"not signed again: {exc}"
@@ -323,14 +338,17 @@ def resign_if_intact(run_dir: Path, home: Path | str | None = None, *, rewritten
 def sign_publication(rd: RunDir, keep: dict[str, Any] | None = None) -> Any:
     """Sign the run again once everything is published (the final report included), so the
     signature covers every file but the live status.json; a run never signed stays unsigned.
+    Clears status.json's ``final_signature`` marker (set by finalize), after signing.
     ``keep``: the replaced signature's predicate, whose status.json fields are kept (re-signing)."""
     from benchrun.provenance import envelope_path, sign_run
 
     if not envelope_path(rd.path).is_file():
+        rd.update_status(final_signature=None)  # never signed: no final signature is owed
         return None
     signing = load_pinned(rd).run.spec.provenance.signing
     result = sign_run(rd.path, rd.home, backend_requested=signing.backend,
                       attestation_format=signing.attestation_format, keep=keep)
     ok, reason, message = result.condition()
     rd.set_condition("Signed", ok, reason, message)
+    rd.update_status(final_signature=None)  # the last step: the finished run is signed
     return result

@@ -26,6 +26,11 @@ def _verify_one(run_id: str, public_key: Path | None, pinned: tuple[str, ...]) -
             raise BenchrunError(f"run {run_id}: {why}")
         return [f"run {run_id}: {why} (nothing verified)"]
     st = verify_run(rd.path, public_key, pinned=pinned)
+    from benchrun.provenance.signing import final_signature_missing
+
+    missing = final_signature_missing(run_id, rd.read_status())
+    if missing:
+        raise BenchrunError(missing)
     objects = verify_stored(rd.path, st, rd.home)
     signing = st.predicate.get("signing") or {}
     lines = [

@@ -147,6 +147,23 @@ def verify_run(run_dir: Path, public_key_path: Path | str | None = None, *,
     return statement
 
 
+# status.json's ``final_signature`` from ``lifecycle.finalize`` (the final phase) until
+# ``lifecycle.sign_publication`` has signed the finished run (its last step).
+FINAL_SIGNATURE_PENDING = "pending"
+
+
+def final_signature_missing(run_id: str, status: Any) -> str | None:
+    """Why run ``run_id`` cannot be verified or promoted yet: it reached its final phase but its
+    final signing never ran (interrupted in between), so its signature is only the one made when
+    its evidence was sealed and covers none of what the run published after. None otherwise."""
+    if not isinstance(status, dict) or status.get("final_signature") != FINAL_SIGNATURE_PENDING:
+        return None
+    return (f"run {run_id}: the run's final signature is missing: it is {status.get('phase')}, but it was "
+            "interrupted after it finished measuring, before the run was signed as finished (its signature "
+            "is only the one made when its evidence was sealed: it covers none of the report, statistics or "
+            f"final warehouse rows published after); `benchrun report {run_id}` signs it")
+
+
 # Files a signature never covers, and why (what `verify` says it does not cover).
 NEVER_SIGNED = {
     "status.json": "the run's live status (phase, conditions); it keeps changing after signing",

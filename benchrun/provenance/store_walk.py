@@ -82,7 +82,7 @@ def walk_store(public_key: Path | None, pinned: tuple[str, ...], home: Path | No
     from benchrun.errors import BenchrunError
     from benchrun.paths import benchrun_home
     from benchrun.provenance import envelope_path, verify_run
-    from benchrun.provenance.signing import run_store_template, verify_stored
+    from benchrun.provenance.signing import final_signature_missing, run_store_template, verify_stored
     from benchrun.rundir import list_runs
     from benchrun.store import open_store
 
@@ -120,6 +120,9 @@ def walk_store(public_key: Path | None, pinned: tuple[str, ...], home: Path | No
             st = verify_run(rd.path, public_key, home=home, pinned=pinned)
             seen.add((rd.run_id, str(st.predicate.get("artifact_manifest_digest"))))
             n = verify_stored(rd.path, st, home)
+            missing = final_signature_missing(rd.run_id, rd.read_status())
+            if missing:  # its stored objects were checked above; the run itself fails
+                raise BenchrunError(missing)
             report.lines.append(f"run {rd.run_id}: signature, {len(st.subjects)} signed files and {n} stored "
                                 "objects verified")
         except BenchrunError as exc:

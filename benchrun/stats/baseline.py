@@ -33,7 +33,8 @@ def _sha256(path: Path) -> str:
 def verify_for_promotion(run_dir: Path, home: Path, *, public_key: Path | None = None,
                          pinned: tuple[str, ...] = (), allow_adhoc: bool = False) -> dict[str, Any]:
     """What ``verify RUN_ID`` checks — the DSSE signature, every signed file, the sealed manifest,
-    every stored object — plus a Succeeded phase that the signed outcome agrees with, and a
+    every stored object — plus a Succeeded phase that the signed outcome agrees with, a final
+    signature (not only the one made when the evidence was sealed: ``final_signature_missing``), and a
     cadence other than ``adhoc`` (unless ``allow_adhoc``).
 
     Returns the alias record; raises BenchrunError naming the file that fails.
@@ -51,6 +52,11 @@ def verify_for_promotion(run_dir: Path, home: Path, *, public_key: Path | None =
     if load_run(run_dir).cadence == "adhoc" and not allow_adhoc:
         raise BenchrunError(f"run {run_id} is an ad-hoc experiment (intent.cadence adhoc): it is not published as a "
                             "baseline unless you say so with --allow-adhoc")
+    from benchrun.provenance.signing import final_signature_missing
+
+    missing = final_signature_missing(run_id, status)
+    if missing:
+        raise BenchrunError(f"{missing}; it cannot become the baseline until then")
     env = envelope_path(run_dir)
     if not env.is_file():
         raise BenchrunError(f"run {run_id}: {env.relative_to(run_dir)} is missing: an unsigned run cannot become "

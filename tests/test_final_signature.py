@@ -1,0 +1,77 @@
+"""A run killed after finalize set Succeeded, before its final signing, is not verified or promoted."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from benchrun.errors import BenchrunError
+from benchrun.stats.synthetic import make_run
+
+SPEC = {"spec": {"metrics": {"inference": {"primary": ["tokens_per_second"]}}}}
+
+
+def _metrics(rng):
+    return {("serve", "c", "tokens_per_second"): (rng.normal(100, 1, 5), "tokens/s", "higher_is_better")}
+
+
+def _killed_after_finalize(home, run_id):
+    """Sealed and signed as run_evidence + provenance_attestation leave it, analysed (a file
+    published after sealing), then finalize — and nothing after it (the kill)."""
+    from benchrun import lifecycle
+    from benchrun.rundir import RunDir
+
+    rd = make_run(home, run_id, _metrics(np.random.default_rng(3)), spec=SPEC, sealed=True,
+                  status={"phase": "Analyzing", "outcome": "succeeded"})
+    (rd / "structured" / f"{run_id}_trial_statistics.json").write_text("{}")
+    st = lifecycle.finalize(RunDir(home, run_id))
+    assert st["phase"] == "Succeeded"
+    return rd
+
+
+def test_a_run_killed_before_its_final_signature_fails_verify_and_promote(tmp_path, monkeypatch):
+    from benchrun.provenance.commands import _verify_one
+    from benchrun.provenance.store_walk import walk_store
+    from benchrun.stats.baseline import promote
+
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    _killed_after_finalize(tmp_path, "killed")
+    with pytest.raises(BenchrunError) as exc:
+        _verify_one("killed", tmp_path / "keys" / "ed25519.pub.pem", ())
+    assert "final signature is missing" in str(exc.value) and "benchrun report killed" in str(exc.value)
+    report = walk_store(tmp_path / "keys" / "ed25519.pub.pem", (), tmp_path)
+    assert any("final signature is missing" in f for f in report.failures)
+    with pytest.raises(BenchrunError) as exc:
+        promote("killed", tmp_path)
+    assert "final signature is missing" in str(exc.value)
+    assert not (tmp_path / "published" / "current").exists()
+
+
+def test_signing_it_afterwards_completes_it_and_a_normal_run_verifies(tmp_path, monkeypatch):
+    from benchrun import lifecycle
+    from benchrun.provenance.commands import _verify_one
+    from benchrun.rundir import RunDir
+    from benchrun.stats.baseline import promote
+
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    # a synthetic run's pinned spec is not a full spec: the signing section as a real one reads
+    from types import SimpleNamespace
+
+    signing = SimpleNamespace(backend=None, attestation_format=None)
+    monkeypatch.setattr(lifecycle, "load_pinned", lambda rd: SimpleNamespace(
+        run=SimpleNamespace(spec=SimpleNamespace(provenance=SimpleNamespace(signing=signing)))))
+    rd = _killed_after_finalize(tmp_path, "killed")
+    # `benchrun report` re-signs through resign_if_intact: the files the analysis added are signed now
+    assert lifecycle.resign_if_intact(rd, tmp_path) is None
+    assert json.loads((rd / "status.json").read_text()).get("final_signature") is None
+    lines = _verify_one("killed", tmp_path / "keys" / "ed25519.pub.pem", ())
+    assert not any("trial_statistics" in line for line in lines)
+    assert promote("killed", tmp_path).is_file()
+    # the normal path: finalize then sign_publication, and the figure worker's later re-sign
+    rd = _killed_after_finalize(tmp_path, "normal")
+    lifecycle.sign_publication(RunDir(tmp_path, "normal"))
+    _verify_one("normal", tmp_path / "keys" / "ed25519.pub.pem", ())
+    assert lifecycle.resign_if_intact(rd, tmp_path) is None
+    assert promote("normal", tmp_path, alias="canary").is_file()
