@@ -504,7 +504,7 @@ def runs(home: Optional[Path] = HomeOpt, as_json: bool = typer.Option(False, "--
             print(f"warning: {exc}", file=sys.stderr)
             st = {"run_id": rd.run_id, "phase": "Unknown", "outcome": f"status.json unreadable: {rd.status_path}"}
         rows.append({k: st.get(k) for k in ("run_id", "name", "phase", "outcome", "cadence", "created_utc",
-                                            "finished_utc")})
+                                            "finished_utc", "final_signature")})
     if as_json:
         print(json.dumps(rows, indent=2))
         return
@@ -512,6 +512,8 @@ def runs(home: Optional[Path] = HomeOpt, as_json: bool = typer.Option(False, "--
     for col in ("run_id", "phase", "outcome", "cadence", "created_utc", "finished_utc"):
         table.add_column(col)
     for r in rows:
+        if r.get("final_signature"):  # interrupted between its final phase and its final signing
+            r = {**r, "phase": f"{r['phase']} (final signature {r['final_signature']}: benchrun report {r['run_id']})"}
         table.add_row(*[_esc(_fmt(r[c])) for c in ("run_id", "phase", "outcome", "cadence", "created_utc", "finished_utc")])
     _console().print(table)
 

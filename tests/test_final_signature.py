@@ -31,7 +31,7 @@ def _killed_after_finalize(home, run_id):
     return rd
 
 
-def test_a_run_killed_before_its_final_signature_fails_verify_and_promote(tmp_path, monkeypatch):
+def test_a_run_killed_before_its_final_signature_fails_verify_and_promote(tmp_path, monkeypatch, capsys):
     from benchrun.provenance.commands import _verify_one
     from benchrun.provenance.store_walk import walk_store
     from benchrun.stats.baseline import promote
@@ -47,6 +47,15 @@ def test_a_run_killed_before_its_final_signature_fails_verify_and_promote(tmp_pa
         promote("killed", tmp_path)
     assert "final signature is missing" in str(exc.value)
     assert not (tmp_path / "published" / "current").exists()
+    # `benchrun runs` says it beside the phase (its JSON keeps the phase and gives the marker)
+    from helpers import cli_in_process
+
+    code, out, _ = cli_in_process(["runs", "--json"], monkeypatch, capsys)
+    [row] = [r for r in json.loads(out) if r["run_id"] == "killed"]
+    assert code == 0 and row["phase"] == "Succeeded" and row["final_signature"] == "pending"
+    monkeypatch.setenv("COLUMNS", "250")
+    code, out, _ = cli_in_process(["runs"], monkeypatch, capsys)
+    assert "Succeeded (final signature pending: benchrun report killed)" in " ".join(out.split())
 
 
 def test_signing_it_afterwards_completes_it_and_a_normal_run_verifies(tmp_path, monkeypatch):
