@@ -536,6 +536,9 @@ def show(run_id: str = typer.Argument(...), home: Optional[Path] = HomeOpt,
         return
     console = _console()
     console.print(f"[bold]{run_id}[/]  phase {_esc(st.get('phase'))}  outcome {_esc(st.get('outcome'))}")
+    if st.get("final_signature"):  # interrupted between its final phase and its final signing
+        console.print(f"  final signature {st['final_signature']}: not verified or promoted until "
+                      f"`benchrun report {run_id}` signs it", markup=False)
     for key in ("name", "benchmark_class_requested", "benchmark_class_granted", "selected_scheduler_path",
                 "spec_digest", "workload_spec_digest", "artifact_manifest_digest", "created_utc",
                 "started_utc", "finished_utc", "run_directory", "pinned_spec"):

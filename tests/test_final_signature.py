@@ -14,7 +14,7 @@ SPEC = {"spec": {"metrics": {"inference": {"primary": ["tokens_per_second"]}}}}
 
 
 def _metrics(rng):
-    return {("serve", "c", "tokens_per_second"): (rng.normal(100, 1, 5), "tokens/s", "higher_is_better")}
+    return {("serve", "c", "tokens_per_second"): (rng.normal(100, 1, 5), "tokens/s", "higher")}
 
 
 def _killed_after_finalize(home, run_id):
@@ -56,6 +56,9 @@ def test_a_run_killed_before_its_final_signature_fails_verify_and_promote(tmp_pa
     monkeypatch.setenv("COLUMNS", "250")
     code, out, _ = cli_in_process(["runs"], monkeypatch, capsys)
     assert "Succeeded (final signature pending: benchrun report killed)" in " ".join(out.split())
+    code, out, err = cli_in_process(["show", "killed"], monkeypatch, capsys)
+    assert code == 0, err
+    assert "final signature pending: not verified or promoted until `benchrun report killed`" in out
 
 
 def test_signing_it_afterwards_completes_it_and_a_normal_run_verifies(tmp_path, monkeypatch):
