@@ -405,24 +405,16 @@ def finished_launches(run_dir: Path, run_id: str) -> str:
 
 def _settle_canceled(console: Any, rd: Any) -> None:
     """Ctrl-C: phase Canceled, the finished launches named and their results kept."""
-    from benchrun.rundir import mark_run_canceled
+    from benchrun.runend import cancel_run
 
     done = finished_launches(rd.path, rd.run_id)
     reason = f"interrupted; launches finished before it: {done} (their results are kept in {rd.path})"
     try:
-        if mark_run_canceled(rd.home, rd.run_id, reason):
-            _final_facts(rd)
+        cancel_run(rd.home, rd.run_id, reason)
     except OSError as exc:
         print(f"error: run {rd.run_id}: cannot record phase Canceled ({exc.strerror or exc})", file=sys.stderr)
     console.print("[yellow]canceled:[/] ", end="")
     console.print(reason, markup=False)
-
-
-def _final_facts(rd: Any) -> None:
-    """A run that ended here after its facts were curated: they read the phase just recorded."""
-    from benchrun.warehouse.curate import curate_final_status
-
-    curate_final_status(rd.home, rd.run_id)
 
 
 def _discard_unstarted(rd: Any) -> None:
@@ -438,11 +430,10 @@ def _settle_failed(rd: Any, reason: str) -> None:
     to the next CLI start, which finds the process gone and marks it then."""
     import sys
 
-    from benchrun.rundir import mark_run_failed
+    from benchrun.runend import fail_run
 
     try:
-        if mark_run_failed(rd.home, rd.run_id, reason):
-            _final_facts(rd)
+        fail_run(rd.home, rd.run_id, reason)
     except OSError as exc:
         print(f"error: run {rd.run_id}: cannot record phase Failed ({exc.strerror or exc}); "
               "the next benchrun command marks it Failed", file=sys.stderr)

@@ -177,13 +177,6 @@ def kill_orphaned_suites(run_dir: Path) -> int:
     return killed
 
 
-def _final_facts(home: Path, run_id: str) -> None:
-    """The run's warehouse facts read the phase just recorded (benchrun.warehouse.curate)."""
-    from benchrun.warehouse.curate import curate_final_status
-
-    curate_final_status(benchrun_home(home), run_id)
-
-
 def _fail_dagster_run(instance: Any, dagster_run_id: str | None, message: str) -> bool:
     import dagster as dg
 
@@ -229,7 +222,8 @@ def reap_dead_runs(home: Path | str | None = None, instance: Any = None) -> list
 
     Runs with no claim (submitted, waiting to be materialized) are left alone.
     """
-    from benchrun.rundir import RunDir, TERMINAL_PHASES, mark_run_failed, read_json_or_none
+    from benchrun.rundir import RunDir, TERMINAL_PHASES, read_json_or_none
+    from benchrun.runend import fail_run
 
     root = benchrun_home(home)
     reaped: list[tuple[str, str]] = []
@@ -257,8 +251,7 @@ def reap_dead_runs(home: Path | str | None = None, instance: Any = None) -> list
         if status.get("phase") not in TERMINAL_PHASES and rd.exists():
             if killed:
                 reason += f"; {killed} orphaned suite process(es) of the run were killed"
-            if mark_run_failed(root, run_id, reason):
-                _final_facts(root, run_id)
+            fail_run(root, run_id, reason)
         if instance is None:
             continue  # keep the claim: an instance-aware pass still has to fail the Dagster run
         _fail_dagster_run(instance, record.get("dagster_run_id") or status.get("dagster_run_id"), reason)
@@ -315,7 +308,7 @@ def _reap_unclaimed_runs(home: Path, instance: Any, *, now: dt.datetime | None =
     materialized and is left alone."""
     import dagster as dg
 
-    from benchrun.rundir import mark_run_failed
+    from benchrun.runend import fail_run
 
     out = []
     for run_id, phase in _unclaimed(home, now, grace_s):
@@ -328,8 +321,7 @@ def _reap_unclaimed_runs(home: Path, instance: Any, *, now: dt.datetime | None =
             continue
         reason = (f"run {run_id} was left {phase} with no liveness claim and no Dagster run in progress: "
                   "its process could not write its claim (a full disk?) or is gone; nothing after that was recorded")
-        if mark_run_failed(home, run_id, reason):
-            _final_facts(home, run_id)
+        if fail_run(home, run_id, reason):
             out.append((run_id, reason))
             log.warning("reaped %s: %s", run_id, reason)
     return out
@@ -339,7 +331,7 @@ def _reap_tagged_dagster_runs(home: Path, instance: Any) -> list[tuple[str, str]
     """In-progress Dagster runs started by a CLI process that no longer exists."""
     import dagster as dg
 
-    from benchrun.rundir import mark_run_failed
+    from benchrun.runend import fail_run
 
     out = []
     runs = instance.get_runs(filters=dg.RunsFilter(job_name=JOB_NAME, statuses=[
@@ -359,8 +351,7 @@ def _reap_tagged_dagster_runs(home: Path, instance: Any) -> list[tuple[str, str]
         _report_failed(instance, run, reason)
         if run_id:
             try:
-                if mark_run_failed(home, run_id, reason):
-                    _final_facts(home, run_id)
+                fail_run(home, run_id, reason)
             except Exception as exc:  # noqa: BLE001
                 log.warning("run %s: %s", run_id, exc)
         out.append((run_id, reason))

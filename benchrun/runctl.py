@@ -68,7 +68,8 @@ def cancel_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
                grace_s: float = GRACE_S) -> CancelOutcome:
     """Cancel ``run_id``: idempotent for a Canceled run, refused for another final phase."""
     from benchrun.liveness import alive, kill_orphaned_suites, liveness_path
-    from benchrun.rundir import TERMINAL_PHASES, mark_run_canceled, read_json_or_none
+    from benchrun.rundir import TERMINAL_PHASES, read_json_or_none
+    from benchrun.runend import cancel_run
 
     root = benchrun_home(home)
     rd = _run_dir(root, run_id)
@@ -101,10 +102,7 @@ def cancel_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
         if stopped:
             how = (f"not admitted yet: Dagster run(s) {', '.join(stopped)} were starting, asked Dagster to "
                    "terminate them; marked Canceled")
-    if mark_run_canceled(root, run_id, f"canceled by `benchrun cancel` ({how})"):
-        from benchrun.warehouse.curate import curate_final_status
-
-        curate_final_status(root, run_id)  # a run canceled after curation: its facts read Canceled
+    cancel_run(root, run_id, f"canceled by `benchrun cancel` ({how})")
     return CancelOutcome(run_id, rd.read_status().get("phase"), how)
 
 
@@ -292,7 +290,8 @@ def expire_pending(home: Path | str | None = None, instance: Any = None, *,
     import datetime as dt
 
     from benchrun.liveness import liveness_path
-    from benchrun.rundir import list_runs, mark_run_failed
+    from benchrun.rundir import list_runs
+    from benchrun.runend import fail_run
 
     root = benchrun_home(home)
     limit = pending_timeout_s() if timeout_s is None else timeout_s
@@ -313,7 +312,7 @@ def expire_pending(home: Path | str | None = None, instance: Any = None, *,
             continue
         reason = (f"submitted {st.get('created_utc')} and never started within {limit:g} s "
                   f"({PENDING_TIMEOUT_ENV}); nothing ran, submit the spec again")
-        if mark_run_failed(root, rd.run_id, reason):
+        if fail_run(root, rd.run_id, reason):
             out.append((rd.run_id, reason))
     return out
 

@@ -75,7 +75,7 @@ def _write_statuses(context: dg.SensorEvaluationContext, api: object, tick: Tick
 
 def _cancel_deleted(context: dg.SensorEvaluationContext, tick: Tick) -> None:
     from benchrun.paths import benchrun_home
-    from benchrun.rundir import mark_run_canceled
+    from benchrun.runend import cancel_run
     from benchrun.sharedstate import pull_run
 
     for ref, run_id in tick.deleted:
@@ -95,7 +95,7 @@ def _cancel_deleted(context: dg.SensorEvaluationContext, tick: Tick) -> None:
                 # this home's copy may be stale: a run another pod finished is not canceled
                 pull_run(run_id, benchrun_home(None), status_only=True)
                 # the user's deletion is a cancel: Canceled, as the operator marks it (controller.operator)
-                mark_run_canceled(None, run_id, f"BenchmarkRun {ref.namespace}/{ref.name} was deleted")
+                cancel_run(None, run_id, f"BenchmarkRun {ref.namespace}/{ref.name} was deleted")
             except BenchrunError as exc:
                 context.log.warning(f"run {run_id}: {exc}")
 

@@ -77,7 +77,8 @@ def run(
 def _execute_all(prepared_runs: list[Any], instance: object) -> int:
     """Run each submitted run in this process, in order (never two at once); count the failures."""
     from benchrun import submit as sub
-    from benchrun.rundir import RunDir, mark_run_failed
+    from benchrun.rundir import RunDir
+    from benchrun.runend import fail_run
 
     failed = 0
     for prepared in prepared_runs:
@@ -85,7 +86,7 @@ def _execute_all(prepared_runs: list[Any], instance: object) -> int:
         result = sub.execute(prepared, instance=instance)
         rd = RunDir.for_run(prepared.run_id)
         if not result.success:
-            mark_run_failed(rd.home, prepared.run_id, "the Dagster run failed")
+            fail_run(rd.home, prepared.run_id, "the Dagster run failed")
         phase = rd.read_status().get("phase")
         typer.echo(f"{prepared.run_id}: phase {phase}, run directory {rd.path}")
         failed += phase != "Succeeded"

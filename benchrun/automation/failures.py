@@ -22,9 +22,9 @@ def record_orchestrator_failure(dagster_run: Any, reason: str, home: Path | None
     ``dagster_run`` is a DagsterRun (duck-typed: ``job_name``, ``run_id``, ``tags``).
     """
     from benchrun.paths import benchrun_home
-    from benchrun.rundir import mark_run_canceled, mark_run_failed
+    from benchrun.runend import cancel_run, fail_run
 
-    mark = mark_run_canceled if canceled else mark_run_failed
+    mark = cancel_run if canceled else fail_run
     phase = "Canceled" if canceled else "Failed"
 
     if dagster_run.job_name != JOB_NAME:
@@ -48,9 +48,6 @@ def record_orchestrator_failure(dagster_run: Any, reason: str, home: Path | None
     if not changed:
         return f"run {run_id} has no run directory or is already in a final phase; left as it is"
     log.info("marked %s %s: %s", run_id, phase, full)
-    from benchrun.warehouse.curate import curate_final_status
-
-    curate_final_status(benchrun_home(home), run_id)  # its facts read the phase just recorded
     return None
 
 

@@ -291,7 +291,8 @@ class Operator:
 
     def _finalize(self, obj: dict[str, Any], ref: ResourceRef) -> None:
         from benchrun.paths import benchrun_home
-        from benchrun.rundir import RunDir, mark_run_canceled
+        from benchrun.rundir import RunDir
+        from benchrun.runend import cancel_run
         from benchrun.sharedstate import pull_run
 
         finalizers = list(obj["metadata"].get("finalizers") or [])
@@ -308,7 +309,7 @@ class Operator:
             pull_run(run_id, benchrun_home(self.settings.home), status_only=True)
             try:
                 if RunDir.for_run(run_id, self.settings.home).exists():
-                    mark_run_canceled(self.settings.home, run_id, reason)
+                    cancel_run(self.settings.home, run_id, reason)
             except BenchrunError as exc:
                 log.warning("run %s: %s", run_id, exc)
         log.info("%s: cancelled Dagster run(s) %s", reason, ", ".join(cancelled) or "(none in flight)")
