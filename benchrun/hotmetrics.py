@@ -449,13 +449,13 @@ def delete_groups(url: str, run_id: str, *, job: str = DEFAULT_JOB, timeout: flo
     there counts against every later run's ``maxActiveSeries``. BenchrunError when the gateway
     is unreachable or refuses."""
     deleted = []
+    gw = gateway(url)
     for group in gateway_groups(url, timeout):
         glabels = group.get("labels") or {}
         if glabels.get("job") != job or glabels.get("run_id") != run_id:
             continue
         key = {k: str(v) for k, v in glabels.items() if k != "job"}
         try:
-            gw = gateway(url)
             delete_from_gateway(gw.url, job=job, grouping_key=key, timeout=timeout, handler=gw.handler())
         except (urllib.error.URLError, OSError) as exc:
             raise gateway_error(url, exc) from exc

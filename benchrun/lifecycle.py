@@ -298,7 +298,8 @@ def resign_if_intact(run_dir: Path, home: Path | str | None = None, *, rewritten
     except BenchrunError as exc:
         return f"not signed again: the current signature cannot be checked ({exc})"
     try:
-        drift = status_drift(statement, json.loads((run_dir / "status.json").read_text(encoding="utf-8")))
+        status = json.loads((run_dir / "status.json").read_text(encoding="utf-8"))
+        drift = status_drift(statement, status)
     except (OSError, ValueError) as exc:
         return f"not signed again: status.json cannot be read ({exc})"
     if drift:
@@ -315,7 +316,6 @@ def resign_if_intact(run_dir: Path, home: Path | str | None = None, *, rewritten
     if edited:
         return ("not signed again: signed files changed that this command did not write "
                 f"({', '.join(edited[:5])}); restore them (`benchrun verify` lists what differs)")
-    status = json.loads((run_dir / "status.json").read_text(encoding="utf-8"))
     # A run interrupted after finalize, before its final signing: what its analysis added after the
     # sealing signature is what that signing would have signed; its final-status rows are curated first.
     completing = status.get("final_signature") == FINAL_SIGNATURE_PENDING

@@ -184,7 +184,7 @@ def test_a_workload_with_a_default_written_out_is_the_same_workloads_history(ben
     from benchrun import submit as sub
     from benchrun.rundir import RunDir
     from benchrun.spec.normal import NORMALIZED_KEY, WorkloadDigests
-    from benchrun.stats.planning import _succeeded
+    from benchrun.stats.planning import _history
 
     canary_doc["spec"]["workload"]["dataset"] = {"path": "specs/datasets/benchrun-conversations.jsonl"}
     written = copy.deepcopy(canary_doc)
@@ -200,9 +200,10 @@ def test_a_workload_with_a_default_written_out_is_the_same_workloads_history(ben
     make_run(tmp_path, "new", m, status={k: status["written"][k] for k in ("workload_spec_digest", NORMALIZED_KEY)})
     make_run(tmp_path, "old", m, status={"workload_spec_digest": status["plain"]["workload_spec_digest"]})
     make_run(tmp_path, "other", m, status={"workload_spec_digest": "o" * 64, NORMALIZED_KEY: "o" * 64})
-    same, other = _succeeded(tmp_path, WorkloadDigests.of_status(status["plain"]))
+    h = _history(tmp_path, WorkloadDigests.of_status(status["plain"]))
+    same, other = h.same, h.other
     assert [p.name for p in same] == ["new", "old"] and [p.name for p in other] == ["other"]
-    same, _ = _succeeded(tmp_path, status["plain"]["workload_spec_digest"])  # a bare digest: as written
+    same = _history(tmp_path, status["plain"]["workload_spec_digest"]).same  # a bare digest: as written
     assert [p.name for p in same] == ["old"]
 
 

@@ -354,12 +354,16 @@ def _chunk_token_method(out: Outcome, usage_chunks: int, usage_last: int) -> Non
     """
     ct = out.chunk_tokens
     n = len(ct)
+
+    def spread(total: int) -> None:  # the larger shares first
+        base, extra = divmod(total, n)
+        ct[:] = [base + (1 if i < extra else 0) for i in range(n)]
+        out.chunk_token_method = "usage_total_spread"
+
     if usage_chunks == 0:
         total = out.usage_completion
         if total is not None and total > n:
-            base, extra = divmod(total, n)
-            ct[:] = [base + (1 if i < extra else 0) for i in range(n)]
-            out.chunk_token_method = "usage_total_spread"
+            spread(total)
         else:
             out.chunk_token_method = "one_per_chunk"
     elif usage_chunks == n:
@@ -367,9 +371,7 @@ def _chunk_token_method(out: Outcome, usage_chunks: int, usage_last: int) -> Non
     elif usage_chunks == 1 and usage_last == n - 1 and out.usage_completion is not None:
         total = sum(ct)
         if total == out.usage_completion and total >= n:
-            base, extra = divmod(total, n)
-            ct[:] = [base + (1 if i < extra else 0) for i in range(n)]
-            out.chunk_token_method = "usage_total_spread"
+            spread(total)
         else:
             ct[:] = [1] * n
             out.chunk_token_method = "one_per_chunk"

@@ -58,8 +58,10 @@ def start(run_dir: Path, home: Path) -> int:
     return proc.pid
 
 
-def wait_for_workers(home: Path, timeout_s: float = 300.0) -> list[str]:
-    """Wait until no figure worker of ``home`` runs; return the run ids waited for."""
+def wait_for_workers(home: Path, timeout_s: float = 300.0, gone: list[str] | None = None) -> list[str]:
+    """Wait until no figure worker of ``home`` runs; return the run ids waited for. ``gone`` gets
+    the runs whose worker had died without finishing (its pid file left behind: a worker that
+    ends, even by an error, removes it)."""
     pids = _pid_dir(home)
     waited = []
     deadline = time.monotonic() + timeout_s
@@ -70,6 +72,8 @@ def wait_for_workers(home: Path, timeout_s: float = 300.0) -> list[str]:
             continue
         if _alive(pid):
             waited.append(path.stem)
+        elif gone is not None:
+            gone.append(path.stem)
         while _alive(pid):
             if time.monotonic() > deadline:
                 raise BenchrunError(f"report figures of run {path.stem} (pid {pid}) still drawing after "
@@ -86,32 +90,17 @@ def settle(home: Path, say: Any = None, timeout_s: float = 300.0) -> list[str]:
     ``say(line)`` is told of each run waited for."""
     if not Path(home).is_dir():
         return []
-    for run_id in abandoned(Path(home)):
+    gone: list[str] = []
+    waited = wait_for_workers(Path(home), timeout_s=timeout_s, gone=gone)
+    for run_id in gone:
         line = (f"run {run_id}: its report figures were never finished (the figure worker is gone, killed "
                 f"before it ended): the report has none; `benchrun report {run_id}` draws them")
         log.warning(line)
         if say is not None:
             say(line)
-    waited = wait_for_workers(Path(home), timeout_s=timeout_s)
     for run_id in waited if say is not None else ():
         say(f"run {run_id}: waited for its report figures (they are written, then signed again)")
     return waited
-
-
-def abandoned(home: Path) -> list[str]:
-    """The runs whose figure worker died without finishing (its pid file left behind: a worker that
-    ends, even by an error, removes it); their pid files are removed."""
-    pids = _pid_dir(home)
-    gone = []
-    for path in sorted(pids.glob("*.pid")) if pids.is_dir() else []:
-        try:
-            pid = int(path.read_text().strip())
-        except (FileNotFoundError, ValueError):
-            continue
-        if not _alive(pid):
-            gone.append(path.stem)
-            path.unlink(missing_ok=True)
-    return gone
 
 
 def main(argv: list[str]) -> int:

@@ -24,7 +24,7 @@ from typing import Any, Mapping
 
 from pydantic import ValidationError
 
-from benchrun.spec.digest import sha256_hex, workload_spec_digest
+from benchrun.spec.digest import sha256_hex
 from benchrun.spec.model import BenchmarkRun, Workload
 
 NORMALIZED_KEY = "workload_spec_digest_normalized"  # its name in status.json
@@ -59,11 +59,6 @@ class WorkloadDigests:
 
     written: str | None
     normalized: str | None = None
-
-    @classmethod
-    def of_document(cls, document: Mapping[str, Any]) -> "WorkloadDigests":
-        """Both digests of a (pinned) spec document."""
-        return cls(workload_spec_digest(document), normalized_workload_digest(document))
 
     @classmethod
     def of_status(cls, status: Mapping[str, Any]) -> "WorkloadDigests":

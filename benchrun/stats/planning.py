@@ -100,12 +100,6 @@ def _history(home: Path, digest: "str | WorkloadDigests | None", *, adhoc: bool 
                    0 if adhoc else sum(not r[0] and r[1] for r in runs))
 
 
-def _succeeded(home: Path, digest: "str | WorkloadDigests | None") -> tuple[list[Path], list[Path]]:
-    """Run dirs of every Succeeded run in ``home``, oldest first: (same workload, other workloads)."""
-    h = _history(home, digest)
-    return h.same, h.other
-
-
 def _table(rd: Path) -> Any:
     """A run's replicate table with the replicates still contended left out (as the comparison does)."""
     from benchrun.stats.contention import contended_replicates, exclude

@@ -194,10 +194,8 @@ def check_parameters(params: dict[str, Any], *, nodes: int = 1, workload: dict[s
 def run(ctx: SuiteContext) -> None:
     """Spawn the ranks, collect their samples, report latency, bandwidth and the slowest rank."""
     gang = gang_from_env()
-    parsed = settings(ctx, gang)
-    world_size = gang.world_size if gang is not None else parsed.world_size
-    assert world_size is not None  # a single node's is its parameter
-    _, slow_rank, slow_s, sizes, iterations, warmup, requested, timeout_s = parsed
+    world_size, slow_rank, slow_s, sizes, iterations, warmup, requested, timeout_s = settings(ctx, gang)
+    assert world_size is not None  # with a gang the gang's, else the parameter (world_size_param)
     if not torch_present():
         raise Unavailable("torch not installed")
     local = gang.local_world_size if gang else world_size

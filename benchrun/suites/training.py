@@ -216,7 +216,7 @@ def run(ctx: SuiteContext) -> None:
     (layers, hidden, heads, seq_len, vocab, global_batch, steps, warmup, lr, seed, requested, sweep, checkpoint,
      timeout_s, peak_declared, target_tokens, world_size) = settings(ctx, gang)
     if gang is not None:
-        world_size, local, node_rank = gang.world_size, gang.local_world_size, gang.node_rank
+        local, node_rank = gang.local_world_size, gang.node_rank  # world_size: the gang's (world_size_param)
         init_method = gang.init_method
     else:
         assert world_size is not None  # a single node's is its parameter

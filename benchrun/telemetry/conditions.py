@@ -13,14 +13,9 @@ from benchrun.rundir import RunDir, contention_reruns
 log = logging.getLogger(__name__)
 
 
-def telemetry_records(rd: RunDir) -> list[tuple[str, int, dict[str, Any]]]:
-    """(suite, replicate, telemetry record) of every result document that has one (an unreadable
-    document is skipped: these conditions must not stop the evidence from being recorded)."""
-    return [(s, k, r) for s, k, _, r in _records(rd)]
-
-
 def _records(rd: RunDir) -> list[tuple[str, int, str, dict[str, Any]]]:
-    """:func:`telemetry_records` with each document's status (suite, replicate, status, record)."""
+    """(suite, replicate, status, telemetry record) of every result document that has one (an
+    unreadable document is skipped: these conditions must not stop the evidence from being recorded)."""
     out = []
     structured = rd.path / "structured"
     for path in sorted(structured.glob(f"{rd.run_id}_*_r*.json")) if structured.is_dir() else []:

@@ -33,7 +33,7 @@ def record_deleted(home: Path, run_id: str, *, now: dt.datetime | None = None,
     path = tombstone_path(home, run_id)
     when = (now or dt.datetime.now(dt.timezone.utc)).isoformat(timespec="seconds")
     if retention is None:
-        retention = deleted_records(home).get(run_id, {}).get("retention")
+        retention = _read_tombstone(path).get("retention")
     doc = {"run_id": run_id, "deleted_utc": when, "retention": retention}
     with atomic_path(path, sync_dir=True) as tmp:
         tmp.write_text(json.dumps(doc, sort_keys=True, default=str) + "\n", encoding="utf-8")
@@ -48,12 +48,17 @@ def deleted_records(home: Path) -> dict[str, dict]:
         run_id = path.name.removesuffix(".json")
         if not is_run_id(run_id):  # not a tombstone benchrun wrote
             continue
-        try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            doc = {}  # a damaged tombstone still says the run was deleted
-        out[run_id] = doc if isinstance(doc, dict) else {}
+        out[run_id] = _read_tombstone(path)
     return out
+
+
+def _read_tombstone(path: Path) -> dict:
+    """A tombstone's record; {} where it is missing or does not read (a damaged one still counts)."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 def deleted_runs(home: Path) -> dict[str, dt.datetime | None]:

@@ -125,7 +125,7 @@ def _deleted_ages(home: Path, now: dt.datetime, known: set[str]) -> tuple[list[R
     for run_id, record in sorted(deleted_records(home).items()):
         if run_id in known:  # the id was used again: its new run's row governs
             continue
-        age = record.get("retention") if isinstance(record, dict) else None
+        age = record.get("retention")
         if not isinstance(age, dict):
             notes.append(f"run {run_id}: deleted with no record of its retention (before benchrun kept one, or it "
                          "was never curated); its raw objects are kept")

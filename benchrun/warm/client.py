@@ -107,16 +107,14 @@ def run_remote(argv: list[str], environ: dict[str, str] | None = None) -> int | 
             except OSError as exc:
                 if how == "require":
                     raise WarmError(f"cannot hand the command to the warm orchestrator at {path}: {exc}") from None
-                delivered = False
             else:
-                delivered = True
                 status = _await_exit(sock, path, fwd, how)
     finally:
         sock.close()
     if status is None and fwd.pid is None:  # it runs here: the signals held for it are ours
         for signum in fwd.pending:
             os.kill(os.getpid(), signum)
-    return status if delivered else None
+    return status
 
 
 class _Forwarding:
