@@ -128,25 +128,24 @@ def test_validate_refuses_parameter_values_every_replicate_would_refuse(tmp_path
 
 
 def test_the_non_serving_suites_check_their_values_with_the_parsing_they_start_with():
-    import importlib
+    from functools import partial
 
+    from benchrun.spec.builtin_suites import check_parameters
     from benchrun.suites._common import ParamError
 
     bad = {"gemm": {"warmup": -1}, "membw": {"dtype": "float16"}, "fio": {"ioengine": "psync", "iodepth": 8},
            "allreduce": {"sizes": [2**35]}, "dataloader": {"workers": 1000}, "job_startup": {"launches": 0},
            "training": {"hidden": 65, "heads": 4}}
     for name, params in bad.items():
-        check = importlib.import_module(f"benchrun.suites.{name}").check_parameters
+        check = partial(check_parameters, name)
         check({})  # the defaults are valid
         with pytest.raises(ParamError) as caught:
             check(params)
         assert caught.value.parameter in params, (name, str(caught.value))
     # a gang's world size is nodes x gpusPerNode: world_size is refused for nodes > 1, as at start-up
-    from benchrun.suites import training
-
-    training.check_parameters({"world_size": 2})
+    check_parameters("training", {"world_size": 2})
     with pytest.raises(ParamError, match="parameter world_size: a multi-node suite's world size"):
-        training.check_parameters({"world_size": 2}, nodes=2)
+        check_parameters("training", {"world_size": 2}, nodes=2)
 
 
 def test_the_serving_suites_check_their_load_points_and_counts(tmp_path, canary_doc):
@@ -154,24 +153,26 @@ def test_the_serving_suites_check_their_load_points_and_counts(tmp_path, canary_
     then failed. Their check_parameters runs the load-point parsing they start with."""
     import yaml
 
+    from functools import partial
+
+    from benchrun.spec.builtin_suites import check_parameters
     from benchrun.spec.validation import validate_path
-    from benchrun.suites import serving_sweep, serving_workflow
     from benchrun.suites._common import ParamError
 
-    for check in (serving_sweep.check_parameters, serving_workflow.check_parameters):
+    sweep, workflow = partial(check_parameters, "serving_sweep"), partial(check_parameters, "serving_workflow")
+    for check in (sweep, workflow):
         check({})  # the defaults are valid
     for params, named in (({"concurrency": ["a"]}, "concurrency"), ({"requests_per_point": 0}, "requests_per_point"),
                           ({"rates": [0]}, None), ({"stages": "nonsense"}, None), ({"duration_s": -1}, "duration_s"),
                           ({"trace": "t.csv", "speedup": 0}, "speedup"), ({"goodput_drop": "x"}, "goodput_drop")):
         with pytest.raises(ParamError) as caught:
-            serving_sweep.check_parameters(params)
+            sweep(params)
         assert named is None or caught.value.parameter == named, (params, str(caught.value))
-    serving_sweep.check_parameters({"trace": "/nowhere/t.csv"})  # the file is read where the suite runs
+    sweep({"trace": "/nowhere/t.csv"})  # the file is read where the suite runs
     for params, named in (({"requests": 0}, "requests"), ({"concurrency": 0}, "concurrency"),
                           ({"rate": "fast"}, "rate")):
         with pytest.raises(ParamError) as caught:
-            serving_workflow.check_parameters(params, workload={"concurrencyModel": "open_loop"}
-                                              if "rate" in params else None)
+            workflow(params, workload={"concurrencyModel": "open_loop"} if "rate" in params else None)
         assert caught.value.parameter == named, (params, str(caught.value))
 
     layers = canary_doc["spec"]["layers"]

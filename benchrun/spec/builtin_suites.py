@@ -5,11 +5,10 @@ parameter (``sizez``); the run then failed every replicate, the reason only in t
 same holds for parameters that contradict each other or ``spec.workload`` (a suite's
 ``conflicts``, e.g. ``burstiness`` on a closed loop, a ``trace`` with ``workload.dataset``).
 
-The same holds for values: a suite module's ``check_parameters(params, *, nodes, workload)``,
-where it has one, runs the parsing the suite does when it starts (its ``settings``) on the
-spec's values and raises ``ParamError`` naming the parameter (``iterations: 0``, ``sizes:
-[-5]``, ``dtype: int4x``): every replicate would fail with that line. A suite joins by
-defining the function; the serving suites do not yet (their ``conflicts`` covers part).
+The same holds for values: :func:`check_parameters` runs the parsing the suite does when it
+starts (its module's ``settings``, or its own ``check_parameters`` where one function does not
+parse them all) on the spec's values and raises ``ParamError`` naming the parameter
+(``iterations: 0``, ``sizes: [-5]``, ``dtype: int4x``): every replicate would fail with that line.
 
 A command that is not one of benchrun's own suites is the user's program: nothing is checked
 beyond argv (:func:`benchrun.spec.rules.rule_repo_command`)."""
@@ -88,21 +87,41 @@ def rule_builtin_suite(doc: Any) -> Iterator[Finding]:
         for problem in problems:
             yield path + ("parameters",), f"{name}: {problem}"
         if not unknown and not problems:  # the suite's parsing would stop at the same problem first
-            yield from _check_values(suite_mod, name, path, suite, params, workload)
+            yield from _check_values(name, path, suite, params, workload)
 
 
-def _check_values(suite_mod: Any, name: str, path: tuple[Any, ...], suite: dict[str, Any], params: dict[str, Any],
+def check_parameters(name: str, params: dict[str, Any], *, nodes: int = 1,
+                     workload: dict[str, Any] | None = None) -> None:
+    """Run built-in suite ``name``'s parameter parsing on ``params``, as when it starts: its module's
+    ``check_parameters`` where it has its own, else its ``settings`` on the values as given (a
+    :class:`benchrun.suites._common.StaticParams`); a suite with neither checks nothing here.
+    Raises ParamError naming the parameter (a BenchrunError of that parsing becomes one)."""
+    from benchrun.errors import BenchrunError
+    from benchrun.suites._common import ParamError, StaticParams
+
+    suite_mod = importlib.import_module(f"{PACKAGE}.{name}")
+    own, settings = getattr(suite_mod, "check_parameters", None), getattr(suite_mod, "settings", None)
+    try:
+        if own is not None:
+            own(params, nodes=nodes, workload=workload)
+        elif settings is not None:
+            settings(StaticParams(name, params, nodes=nodes, workload=workload))
+    except ParamError:
+        raise
+    except BenchrunError as exc:
+        raise ParamError(str(exc)) from None
+
+
+def _check_values(name: str, path: tuple[Any, ...], suite: dict[str, Any], params: dict[str, Any],
                   workload: dict[str, Any]) -> Iterator[Finding]:
-    """A suite module's ``check_parameters`` (where it has one): the parsing the suite does when
-    it starts, run on the spec's values, so a value every replicate would refuse is refused here."""
+    """The parsing the suite does when it starts (:func:`check_parameters`), run on the spec's
+    values, so a value every replicate would refuse is refused here."""
     from benchrun.suites._common import ParamError
 
-    check = getattr(suite_mod, "check_parameters", None)
-    if check is None:
-        return
     nodes = suite.get("nodes", 1)
     try:
-        check(params, nodes=nodes if isinstance(nodes, int) and not isinstance(nodes, bool) else 1, workload=workload)
+        check_parameters(name, params, nodes=nodes if isinstance(nodes, int) and not isinstance(nodes, bool) else 1,
+                         workload=workload)
     except ParamError as exc:
         where = ("parameters", exc.parameter) if exc.parameter in params else ("parameters",)
         yield path + where, f"{name}: {exc}"

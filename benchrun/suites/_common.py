@@ -3,8 +3,9 @@
 Standard library + numpy only (this runs inside benchmark pods). Parameter checks raise
 :class:`ParamError`, which ``_runtime.main`` records as a ``failed`` result whose reason
 names the parameter and what it should be. They read a :class:`SuiteContext` when the suite
-starts and a :class:`StaticParams` when ``benchrun validate`` asks a suite module's
-``check_parameters`` (the same parsing, so validate refuses what every replicate would).
+starts and a :class:`StaticParams` when ``benchrun validate`` runs the suite's ``settings``
+(``benchrun.spec.builtin_suites.check_parameters``: the same parsing, so validate refuses what
+every replicate would).
 """
 
 from __future__ import annotations

@@ -65,7 +65,6 @@ from benchrun.suites._common import (
     check_known,
     ParamError,
     Params,
-    StaticParams,
     choice_param,
     cuda_device_nodes,
     float_param,
@@ -184,11 +183,6 @@ def settings(ctx: Params, gang: Gang | None = None) -> Settings:
                     warmup=int_param(ctx, "warmup", 2, minimum=0, maximum=1_000_000),
                     requested=choice_param(ctx, "backend", "auto", ("auto", "gloo", "nccl")),
                     timeout_s=float_param(ctx, "timeout_s", 300.0))
-
-
-def check_parameters(params: dict[str, Any], *, nodes: int = 1, workload: dict[str, Any] | None = None) -> None:
-    """Refuse, before any run, the parameters every replicate would refuse (ParamError)."""
-    settings(StaticParams("allreduce", params, nodes=nodes, workload=workload))
 
 
 def run(ctx: SuiteContext) -> None:

@@ -34,7 +34,6 @@ import numpy as np
 
 from benchrun.suites._common import (
     Params,
-    StaticParams,
     check_known,
     int_param,
     percentile,
@@ -166,11 +165,6 @@ def settings(ctx: Params) -> Settings:
     workers = int_param(ctx, "workers", 2, minimum=0, maximum=256)
     files = int_param(ctx, "files", max(workers, 1) * 2, minimum=1, maximum=100_000)
     return Settings(rows, batch_size, workers, files, int_param(ctx, "feature_dim", 64, minimum=1, maximum=65_536))
-
-
-def check_parameters(params: dict[str, Any], *, nodes: int = 1, workload: dict[str, Any] | None = None) -> None:
-    """Refuse, before any run, the parameters every replicate would refuse (ParamError)."""
-    settings(StaticParams("dataloader", params, nodes=nodes, workload=workload))
 
 
 def run(ctx: SuiteContext) -> None:

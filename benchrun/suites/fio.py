@@ -39,10 +39,10 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from benchrun.ingest.fio import fio_context, fio_metrics, parse_fio_json
-from benchrun.suites._common import ParamError, Params, StaticParams, bool_param, check_known, int_param
+from benchrun.suites._common import ParamError, Params, bool_param, check_known, int_param
 from benchrun.suites._runtime import SuiteContext, main
 
 # the parameters the suite takes (checked when it starts, and by `benchrun validate`)
@@ -188,11 +188,6 @@ def settings(ctx: Params) -> Settings:
                          "at a time (fio caps its depth at 1); set ioengine: libaio or io_uring, or iodepth: 1")
     return Settings(size_mb, runtime_s, ramp_s, iodepth, direct_asked, direct, ioengine, _cases(ctx),
                     _directory_param(ctx))
-
-
-def check_parameters(params: dict[str, Any], *, nodes: int = 1, workload: dict[str, Any] | None = None) -> None:
-    """Refuse, before any run, the parameters every replicate would refuse (ParamError)."""
-    settings(StaticParams("fio", params, nodes=nodes, workload=workload))
 
 
 def run(ctx: SuiteContext) -> None:

@@ -35,7 +35,6 @@ from benchrun.suites._common import (
     check_known,
     ParamError,
     Params,
-    StaticParams,
     choice_param,
     cpu_model,
     cuda_available,
@@ -166,11 +165,6 @@ def settings(ctx: Params) -> Settings:
                     warmup=int_param(ctx, "warmup", 1, minimum=0, maximum=100_000),
                     dtype=choice_param(ctx, "dtype", "auto", DTYPES),
                     device=choice_param(ctx, "device", "auto", ("auto", "cpu", "cuda")))
-
-
-def check_parameters(params: dict[str, Any], *, nodes: int = 1, workload: dict[str, Any] | None = None) -> None:
-    """Refuse, before any run, the parameters every replicate would refuse (ParamError)."""
-    settings(StaticParams("gemm", params, nodes=nodes, workload=workload))
 
 
 def run(ctx: SuiteContext) -> None:

@@ -32,7 +32,7 @@ import threading
 import time
 from typing import Any, NamedTuple
 
-from benchrun.suites._common import Params, StaticParams, check_known, float_param, int_param, percentile
+from benchrun.suites._common import Params, check_known, float_param, int_param, percentile
 from benchrun.suites._runtime import SuiteContext, Unavailable, main
 from benchrun.fsio import atomic_write_json
 
@@ -142,11 +142,6 @@ def settings(ctx: Params) -> Settings:
     """The parameters, checked (ParamError): the suite's first step, and ``benchrun validate``'s."""
     check_known(ctx, PARAMETERS)
     return Settings(int_param(ctx, "launches", 10, minimum=1, maximum=10_000), float_param(ctx, "timeout_s", 60.0))
-
-
-def check_parameters(params: dict[str, Any], *, nodes: int = 1, workload: dict[str, Any] | None = None) -> None:
-    """Refuse, before any run, the parameters every replicate would refuse (ParamError)."""
-    settings(StaticParams("job_startup", params, nodes=nodes, workload=workload))
 
 
 def run(ctx: SuiteContext) -> None:

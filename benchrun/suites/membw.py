@@ -44,7 +44,6 @@ import numpy as np
 from benchrun.suites._common import (
     ParamError,
     Params,
-    StaticParams,
     check_known,
     choice_param,
     cpu_model,
@@ -215,11 +214,6 @@ def settings(ctx: Params) -> Settings:
     most = max(1, min(1024, n // 1024))  # chunks of at least 1024 elements
     threads = int_param(ctx, "threads", min(usable_cpus(), most), minimum=1, maximum=most)
     return Settings(n, iterations, dtype, device, threads)
-
-
-def check_parameters(params: dict[str, Any], *, nodes: int = 1, workload: dict[str, Any] | None = None) -> None:
-    """Refuse, before any run, the parameters every replicate would refuse (ParamError)."""
-    settings(StaticParams("membw", params, nodes=nodes, workload=workload))
 
 
 def run(ctx: SuiteContext) -> None:

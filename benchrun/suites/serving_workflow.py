@@ -14,7 +14,7 @@ import math
 from typing import Any, Mapping
 
 from benchrun.errors import BenchrunError
-from benchrun.suites._common import Params, ParamError, StaticParams, check_known, float_param, int_param
+from benchrun.suites._common import Params, ParamError, check_known, float_param, int_param
 from benchrun.loadgen.params import COMMON_PARAMS
 from benchrun.suites._runtime import SuiteContext, main
 
@@ -48,7 +48,7 @@ def conflicts(params: Mapping[str, Any], workload: Mapping[str, Any]) -> list[st
 
 def settings(ctx: Params) -> tuple[Any, int | None, float | None]:
     """(load point, requests, duration_s) from the parameters, checked: the suite's first step, and
-    ``benchrun validate``'s (:func:`check_parameters`)."""
+    ``benchrun validate``'s (``benchrun.spec.builtin_suites.check_parameters``)."""
     from benchrun.loadgen.runner import LoadPoint
     from benchrun.loadgen.suite import workload_inputs
 
@@ -71,16 +71,6 @@ def settings(ctx: Params) -> tuple[Any, int | None, float | None]:
     duration = float_param(ctx, "duration_s", 0.0) if "duration_s" in ctx.params else None
     requests = None if duration is not None else int_param(ctx, *REQUEST_COUNT, minimum=1)
     return point, requests, duration
-
-
-def check_parameters(params: dict[str, Any], *, nodes: int = 1, workload: dict[str, Any] | None = None) -> None:
-    """Refuse, before any run, the load point every replicate would refuse (ParamError)."""
-    try:
-        settings(StaticParams("serving_workflow", params, nodes=nodes, workload=workload))
-    except ParamError:
-        raise
-    except BenchrunError as exc:
-        raise ParamError(str(exc)) from None
 
 
 def run(ctx: SuiteContext) -> None:

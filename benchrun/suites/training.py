@@ -43,7 +43,6 @@ import numpy as np
 from benchrun.suites._common import (
     ParamError,
     Params,
-    StaticParams,
     bool_param,
     check_known,
     choice_param,
@@ -203,11 +202,6 @@ def settings(ctx: Params, gang: Gang | None = None) -> Settings:
         raise ParamError(f"parameter global_batch={global_batch} must be a multiple of the world size {world_size}")
     return Settings(layers, hidden, heads, seq_len, vocab, global_batch, steps, warmup, lr, seed, requested, sweep,
                     checkpoint, timeout_s, peak_declared, target_tokens, world_size)
-
-
-def check_parameters(params: dict[str, Any], *, nodes: int = 1, workload: dict[str, Any] | None = None) -> None:
-    """Refuse, before any run, the parameters every replicate would refuse (ParamError)."""
-    settings(StaticParams("training", params, nodes=nodes, workload=workload))
 
 
 def run(ctx: SuiteContext) -> None:
