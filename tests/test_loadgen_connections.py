@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import time
 
+import pytest
+
+from benchrun.loadgen.client import ConnectionPool, Endpoint
 from benchrun.loadgen.refserver import PerfModel
 from benchrun.loadgen.runner import LoadPoint, SweepConfig, run_sweep
 from benchrun.loadgen.sse import Outcome, _consume_stream
@@ -70,6 +75,84 @@ def test_a_slow_connect_is_in_the_request_latency():
     out.connect_ns, out.write_ns, out.reused_connection = None, 1_000, True
     row = _row(_WorkerState(cfg, 0), sp, out, out.last_ns, cfg.points[0], 0)
     assert row["connect_ms"] is None and row["ttft_ms"] == 5001.0
+
+
+LOOKUP_S = 0.25  # a slow resolver: every lookup of the test's host name takes this long
+
+
+def _slow_resolver(monkeypatch, name: str) -> list[int]:
+    """socket.getaddrinfo (what asyncio's lookups run in its thread pool) made slow for ``name``;
+    the monotonic times at which ``name`` was looked up."""
+    real = socket.getaddrinfo
+    calls: list[int] = []
+
+    def slow(host, *a, **k):
+        if host == name:
+            calls.append(time.perf_counter_ns())
+            time.sleep(LOOKUP_S)
+        return real(host, *a, **k)
+
+    monkeypatch.setattr(socket, "getaddrinfo", slow)
+    return calls
+
+
+def test_the_host_is_resolved_once_before_the_go_time_not_inside_a_request(monkeypatch):
+    """Every connection looked the host name up again (loop.getaddrinfo, in asyncio's default thread
+    pool): a connection opened inside a request had the lookup inside its TTFT and E2E, here 250 ms
+    of a slow resolver in connect_ms. Resolved once before the first point, recorded in the context."""
+    calls = _slow_resolver(monkeypatch, "localhost")
+    with threaded_server(perf=FAST) as (_srv, url):
+        res = run_sweep(_cfg(url.replace("127.0.0.1", "localhost"), warmup=0, preconnect=False))
+    assert [r["error"] for r in res.rows] == [None] * 16
+    new = [r for r in res.rows if not r["reused_connection"]]
+    assert len(new) == 8
+    a, b = min(r["send_mono_ns"] for r in res.rows), max(r["end_mono_ns"] for r in res.rows)
+    assert [t for t in calls if a <= t <= b] == []  # no lookup while measuring
+    assert max(r["connect_ms"] for r in new) < LOOKUP_S * 1e3 * 0.8
+    found = res.context["endpoint_resolution"]
+    assert found["host"] == "localhost" and found["addresses"] == ["127.0.0.1"]
+    assert found["lookup_ms"] >= LOOKUP_S * 1e3
+    assert res.context["points"][0]["connections_by_address"] == {"127.0.0.1": 8}
+
+
+@pytest.mark.parametrize("kernel", [True, False])
+def test_a_pool_looks_its_host_up_once_for_all_its_connections(monkeypatch, kernel):
+    """Both ways of connecting (kernel-stamped sockets; asyncio streams, as https uses) looked the
+    name up once per connection; six connections, three of them opened at once, cost one lookup."""
+    calls = _slow_resolver(monkeypatch, "localhost")
+
+    async def go(port: int) -> ConnectionPool:
+        pool = ConnectionPool(Endpoint.from_url(f"http://localhost:{port}"), kernel_timestamps=kernel)
+        try:
+            assert await pool.fill(3, parallel=3) == 3
+            held = [await pool.acquire() for _ in range(6)]
+            assert [reused for _, reused in held] == [True] * 3 + [False] * 3
+            for c, _ in held:
+                pool.release(c, True)
+        finally:
+            await pool.close()
+        return pool
+
+    with threaded_server(perf=FAST) as (_srv, url):
+        pool = asyncio.run(go(int(url.rsplit(":", 1)[1])))
+    assert len(calls) == 1 and pool.opened == 6 and pool.peers == {"127.0.0.1": 6}
+    assert pool.resolved.host == "localhost" and pool.resolved.lookup_ms >= LOOKUP_S * 1e3
+
+
+def test_worker_processes_connect_to_the_address_the_sweep_resolved(monkeypatch):
+    """Each worker process looked the name up itself; here only the parent can resolve it (a patched
+    resolver), so workers that look it up cannot connect: they use the sweep's one resolution."""
+    real = socket.getaddrinfo
+
+    def only_here(host, *a, **k):
+        return real("127.0.0.1" if host == "loadgen-test.invalid" else host, *a, **k)
+
+    monkeypatch.setattr(socket, "getaddrinfo", only_here)
+    with threaded_server(perf=FAST) as (srv, url):
+        res = run_sweep(_cfg(url.replace("127.0.0.1", "loadgen-test.invalid"), workers=2))
+    assert [r["error"] for r in res.rows] == [None] * 16
+    assert res.context["endpoint_resolution"]["addresses"] == ["127.0.0.1"]
+    assert res.context["points"][0]["connections_by_address"] == {"127.0.0.1": 8}
 
 
 def test_warm_up_defaults_to_one_request_per_stream():

@@ -19,8 +19,9 @@ request). Owning the socket also gives exact timestamps, all on the monotonic cl
 
 Every SSE event takes the stamp of the delivery that carried its last byte. The send time
 is read just before the connection is taken from the pool and the request written; TTFT and
-E2E are measured from it, so a connection opened inside a request (DNS, TCP, TLS: what a user
-waits for too) counts in them, and is also recorded on its own (``connect_ms``).
+E2E are measured from it, so a connection opened inside a request (TCP, TLS: what a user
+waits for too) counts in them, and is also recorded on its own (``connect_ms``). The host is
+looked up once, before the sweep's first point, not per connection (:mod:`benchrun.loadgen.conn`).
 
 Supported: ``Content-Length``, ``Transfer-Encoding: chunked`` and close-delimited bodies,
 keep-alive connection reuse (one pool per worker), SSE ``data:`` events with LF or CRLF
@@ -45,10 +46,12 @@ from benchrun.loadgen.conn import (  # noqa: F401  (re-exported: the client's pu
     SO_TIMESTAMPNS,
     ConnectionPool,
     KernelStampedConn,
+    Resolved,
     TimedReader,
     _Conn,
     enable_kernel_timestamps,
     realtime_offset_ns,
+    resolve,
 )
 from benchrun.loadgen.endpoint import APIS, USER_AGENT, Endpoint, EndpointError, build_body, build_head  # noqa: F401
 from benchrun.loadgen.sse import (  # noqa: F401

@@ -3,6 +3,12 @@
 Every delivery of bytes carries its arrival time on the monotonic clock: the kernel's
 receive stamp (``SO_TIMESTAMPNS``) on plain HTTP, the event-loop delivery time otherwise
 (see :mod:`benchrun.loadgen.client` for why).
+
+The endpoint's host is looked up once (:func:`resolve`, before a sweep's first point; a pool
+given none looks it up at its first connection) and every connection of the pool connects to
+those addresses, first that answers; the Host header and TLS SNI keep the name. A lookup per
+connection ran in asyncio's default thread pool, so a connection opened inside a request had
+it (and any wait behind other work in that pool) inside the request's TTFT and E2E.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import ssl
 import struct
 import sys
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -96,6 +103,37 @@ def realtime_offset_ns() -> int:
     return best[1]
 
 
+@dataclass(frozen=True)
+class Resolved:
+    """A host looked up once: the addresses to connect to, in the resolver's order, and the lookup's time."""
+
+    host: str
+    port: int
+    addrs: tuple[tuple[int, int, int, Any], ...]  # (family, type, proto, sockaddr)
+    lookup_ms: float
+
+    def info(self) -> dict[str, Any]:
+        """What a result's context says of it."""
+        return {"host": self.host, "addresses": [a[3][0] for a in self.addrs], "lookup_ms": round(self.lookup_ms, 3)}
+
+
+def _resolved(host: str, port: int, infos: list[Any], t0: int) -> Resolved:
+    return Resolved(host, port, tuple((fam, typ, proto, addr) for fam, typ, proto, _, addr in infos), (CLOCK() - t0) / 1e6)
+
+
+def resolve(host: str, port: int) -> Resolved:
+    """Look ``host`` up now (blocking: before any load is sent); socket.gaierror when it does not resolve."""
+    t0 = CLOCK()
+    return _resolved(host, port, socket.getaddrinfo(host, port, type=socket.SOCK_STREAM), t0)
+
+
+async def resolve_async(host: str, port: int) -> Resolved:
+    """:func:`resolve` on the running loop (the lookup in its default thread pool)."""
+    t0 = CLOCK()
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return _resolved(host, port, infos, t0)
+
+
 class KernelStampedConn:
     """A plain-TCP connection read with ``recvmsg`` so each delivery carries the kernel's
     receive timestamp (``SO_TIMESTAMPNS``), converted to the monotonic clock.
@@ -127,26 +165,6 @@ class KernelStampedConn:
         self._last_t = CLOCK()
         self._fd = sock.fileno()
         loop.add_reader(self._fd, self._on_readable)
-
-    @classmethod
-    async def connect(cls, host: str, port: int, offset_ns: int) -> "KernelStampedConn":
-        """Open a non-blocking TCP connection (first address that answers)."""
-        loop = asyncio.get_running_loop()
-        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        last: OSError | None = None
-        for fam, typ, proto, _, addr in infos:
-            sock = socket.socket(fam, typ, proto)
-            sock.setblocking(False)
-            try:
-                await loop.sock_connect(sock, addr)
-            except OSError as exc:
-                sock.close()
-                last = exc
-                continue
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            enable_kernel_timestamps(sock)
-            return cls(sock, loop, offset_ns)
-        raise last or OSError(f"no address for {host}:{port}")
 
     def _on_readable(self) -> None:
         try:
@@ -330,9 +348,14 @@ class _Conn:
 
 
 class ConnectionPool:
-    """Keep-alive connections to one endpoint (one pool per worker event loop)."""
+    """Keep-alive connections to one endpoint (one pool per worker event loop).
 
-    def __init__(self, endpoint: Endpoint, connect_timeout_s: float = 10.0, kernel_timestamps: bool = True) -> None:
+    ``resolved``: the endpoint's host looked up beforehand (:func:`resolve`); without it the pool
+    looks it up once, at its first connection. Either way no later connection looks it up again.
+    ``peers`` counts the connections opened to each address."""
+
+    def __init__(self, endpoint: Endpoint, connect_timeout_s: float = 10.0, kernel_timestamps: bool = True,
+                 resolved: Resolved | None = None) -> None:
         self.endpoint = endpoint
         self.connect_timeout_s = connect_timeout_s
         self._idle: list[_Conn] = []
@@ -340,6 +363,9 @@ class ConnectionPool:
         self.opened = 0
         self.kernel_timestamps = kernel_timestamps and endpoint.scheme == "http" and SO_TIMESTAMPNS is not None
         self._offset_ns = realtime_offset_ns()
+        self.resolved = resolved
+        self._resolving: asyncio.Future[Resolved] | None = None
+        self.peers: collections.Counter[str] = collections.Counter()
 
     async def acquire(self) -> tuple[_Conn, bool]:
         """An idle live connection (reused=True) or a new one."""
@@ -373,20 +399,57 @@ class ConnectionPool:
                 break
         return opened
 
+    async def _addresses(self) -> Resolved:
+        """The resolution every connection uses; the first connection looks the host up (once,
+        however many connections are opened at that moment) when none was given."""
+        if self.resolved is not None:
+            return self.resolved
+        task = self._resolving
+        if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
+            # the first lookup, or again after a failed one
+            task = self._resolving = asyncio.ensure_future(resolve_async(self.endpoint.host, self.endpoint.port))
+        self.resolved = await asyncio.shield(task)  # a caller's timeout does not cancel the others' lookup
+        return self.resolved
+
+    async def _connect(self) -> socket.socket:
+        """A connected non-blocking TCP socket to the first resolved address that answers."""
+        res = await self._addresses()
+        loop = asyncio.get_running_loop()
+        last: OSError | None = None
+        for fam, typ, proto, addr in res.addrs:
+            sock = socket.socket(fam, typ, proto)
+            sock.setblocking(False)
+            try:
+                await loop.sock_connect(sock, addr)
+            except OSError as exc:
+                sock.close()
+                last = exc
+                continue
+            except BaseException:
+                sock.close()
+                raise
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.peers[str(addr[0])] += 1
+            return sock
+        raise last or OSError(f"no address for {self.endpoint.host}:{self.endpoint.port}")
+
     async def _open(self) -> _Conn:
+        loop = asyncio.get_running_loop()
         if self.kernel_timestamps:
             async with asyncio.timeout(self.connect_timeout_s):
-                kc = await KernelStampedConn.connect(self.endpoint.host, self.endpoint.port, self._offset_ns)
+                sock = await self._connect()
+            enable_kernel_timestamps(sock)
+            kc = KernelStampedConn(sock, loop, self._offset_ns)
             self.opened += 1
             return _Conn(kc, kc)  # type: ignore[arg-type]
-        loop = asyncio.get_running_loop()
         reader = TimedReader(limit=1 << 20, loop=loop)
         protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
         async with asyncio.timeout(self.connect_timeout_s):
+            sock = await self._connect()
+            # the TLS handshake names the host (SNI, certificate check), not the address
             transport, _ = await loop.create_connection(
                 lambda: protocol,
-                self.endpoint.host,
-                self.endpoint.port,
+                sock=sock,
                 ssl=self._ssl,
                 server_hostname=self.endpoint.host if self._ssl else None,
             )

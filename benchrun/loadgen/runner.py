@@ -68,12 +68,14 @@ async def _run_point(
     nonce: str,
     start_at_ns: int | None,
     barrier: Callable[[], int] | None = None,
+    resolved: http.Resolved | None = None,
 ) -> dict[str, Any]:
-    """One worker's share of one point: warm-up, (barrier,) measured phase, raw rows."""
+    """One worker's share of one point: warm-up, (barrier,) measured phase, raw rows; ``resolved``:
+    the sweep's one lookup of the endpoint's host, which every connection uses."""
     point = cfg.points[point_index]
     st = _WorkerState(cfg, worker)
     if point.load_model == "trace":
-        return await _run_trace_point(cfg, point_index, worker, n_workers, nonce, start_at_ns, barrier)
+        return await _run_trace_point(cfg, point_index, worker, n_workers, nonce, start_at_ns, barrier, resolved)
     if point.load_model == "closed_loop":
         active = min(n_workers, int(point.offered_load))
         weights = split_evenly(int(point.offered_load), active)  # each worker's streams
@@ -112,11 +114,13 @@ async def _run_point(
         n_w = sum(len(plan.turns) for plan in measured)  # this worker's turns, in whole sessions
         if not n_w:
             return result
-    return await _measure(cfg, st, point, point_index, result, warm_specs, measured, n_w, conc_w, rate_w, phase_s, start_at_ns, barrier, run_phase)
+    return await _measure(cfg, st, point, point_index, result, warm_specs, measured, n_w, conc_w, rate_w, phase_s, start_at_ns, barrier,
+                          run_phase, resolved)
 
 
 async def _run_trace_point(cfg: SweepConfig, point_index: int, worker: int, n_workers: int, nonce: str,
-                           start_at_ns: int | None, barrier: Callable[[], int] | None) -> dict[str, Any]:
+                           start_at_ns: int | None, barrier: Callable[[], int] | None,
+                           resolved: http.Resolved | None = None) -> dict[str, Any]:
     """One worker's share of a trace replay: every ``n_workers``-th request of the trace."""
     point = cfg.points[point_index]
     st = _WorkerState(cfg, worker)
@@ -130,17 +134,19 @@ async def _run_trace_point(cfg: SweepConfig, point_index: int, worker: int, n_wo
     measured = trace.trace_specs(cfg, st.endpoint, point_index, worker, nonce, share, "")
     # connections opened before the go time: one second of the trace's mean rate, at most 256
     rate_w = point.offered_load / n_workers
-    return await _measure(cfg, st, point, point_index, result, warm_specs, measured, len(measured), 0, rate_w, 0.0, start_at_ns, barrier)
+    return await _measure(cfg, st, point, point_index, result, warm_specs, measured, len(measured), 0, rate_w, 0.0, start_at_ns, barrier,
+                          resolved=resolved)
 
 
 async def _measure(cfg: SweepConfig, st: _WorkerState, point: LoadPoint, point_index: int, result: dict[str, Any],
                    warm_specs: list[Any], measured: Any, n_w: int | None, conc_w: int, rate_w: float, phase_s: float,
                    start_at_ns: int | None, barrier: Callable[[], int] | None,
-                   run_phase: Callable[..., Any] = _phase) -> dict[str, Any]:
+                   run_phase: Callable[..., Any] = _phase, resolved: http.Resolved | None = None) -> dict[str, Any]:
     """Warm-up, connections opened, (barrier,) the measured phase, raw rows. ``run_phase``: the
-    schedule's phase, or the sessions' (loadgen.sessions)."""
+    schedule's phase, or the sessions' (loadgen.sessions); ``resolved``: the addresses every
+    connection goes to (None: the pool looks the host up at its first connection)."""
     warm_w = len(warm_specs)
-    pool = http.ConnectionPool(st.endpoint)
+    pool = http.ConnectionPool(st.endpoint, resolved=resolved)
     if start_at_ns is not None:
         delay = start_at_ns - CLOCK()
         if delay > 0:
@@ -198,6 +204,7 @@ async def _measure(cfg: SweepConfig, st: _WorkerState, point: LoadPoint, point_i
         result["gc_collections_while_measuring"] = gc_forced[0]
         result["connections"] = pool.opened
         result["connections_opened_measured"] = pool.opened - opened_before
+        result["connections_by_address"] = dict(pool.peers)
         result["kernel_timestamps"] = pool.kernel_timestamps
     finally:
         await pool.close()
@@ -209,7 +216,7 @@ def _worker_main() -> None:
     stdin/stdout between this process and its own parent only."""
     inp, outp = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # stray prints must not corrupt the frames
-    cfg, worker, n_workers, nonce = _recv(inp)
+    cfg, worker, n_workers, nonce, resolved = _recv(inp)
     _send(outp, ("ready",))
 
     def barrier() -> int:
@@ -222,7 +229,7 @@ def _worker_main() -> None:
             break
         point_index, start_at_ns = msg
         try:
-            res = asyncio.run(_run_point(cfg, point_index, worker, n_workers, nonce, start_at_ns, barrier))
+            res = asyncio.run(_run_point(cfg, point_index, worker, n_workers, nonce, start_at_ns, barrier, resolved))
         except Exception as exc:  # reported to the parent, which fails the sweep
             res = {"fatal": f"{type(exc).__name__}: {exc}"}
         _send(outp, res)
@@ -247,6 +254,16 @@ def check_reachable(url: str, api: str | None = None, timeout_s: float = 5.0) ->
     return ep
 
 
+def resolve_endpoint(ep: http.Endpoint) -> http.Resolved:
+    """The endpoint's host looked up once, before any point: every connection of the sweep, in every
+    worker, connects to these addresses (a lookup per connection ran inside the requests' latency)."""
+    try:
+        return http.resolve(ep.host, ep.port)
+    except OSError as exc:
+        why = exc.strerror if isinstance(exc, socket.gaierror) else str(exc)
+        raise BenchrunError(f"cannot resolve the host of {ep.display()} ({why})") from None
+
+
 def _server_info(ep: http.Endpoint) -> dict[str, Any]:
     try:
         models = asyncio.run(http.get_json(ep, ep.models_path, 5.0))
@@ -263,11 +280,14 @@ def run_sweep(cfg: SweepConfig, progress: Callable[[dict[str, Any]], None] | Non
     every pod's rows, pod k > 0 hands its rows to pod 0 and summarises nothing."""
     cfg.check()
     ep = check_reachable(cfg.url, cfg.api)
+    resolved = resolve_endpoint(ep)
     server = _server_info(ep)
     # once, before any point: what the server accepts, how its streams end, its prompt overhead
     cfg, found = dialect.resolve(cfg, ep, server)
     context: dict[str, Any] = {
         "endpoint": ep.display(),
+        "endpoint_resolution": {**resolved.info(), "note": "looked up once before the first point; every connection of "
+                                "the sweep connects to these addresses (first that answers), the Host header and TLS SNI keep the name"},
         "api": ep.api,
         "server": server,
         "server_dialect": found,
@@ -294,7 +314,7 @@ def run_sweep(cfg: SweepConfig, progress: Callable[[dict[str, Any]], None] | Non
     best_goodput = 0.0
     try:
         n_pods, pod = (pods.count, pods.index) if pods is not None else (1, 0)
-        workers = _Workers(cfg, nonce, pod * cfg.workers, n_pods * cfg.workers) if cfg.workers > 1 else None
+        workers = _Workers(cfg, nonce, pod * cfg.workers, n_pods * cfg.workers, resolved) if cfg.workers > 1 else None
         if cfg.server_metrics_url:
             import tempfile
 
@@ -312,7 +332,7 @@ def run_sweep(cfg: SweepConfig, progress: Callable[[dict[str, Any]], None] | Non
 
             try:
                 if workers is None:
-                    results = [asyncio.run(_run_point(cfg, i, pod, n_pods, nonce, None, barrier if pods else None))]
+                    results = [asyncio.run(_run_point(cfg, i, pod, n_pods, nonce, None, barrier if pods else None, resolved))]
                 else:
                     results = workers.run_point(i, barrier if pods else None)
                 if pods is not None and not met:
@@ -350,6 +370,7 @@ def run_sweep(cfg: SweepConfig, progress: Callable[[dict[str, Any]], None] | Non
                 "connections_opened": sum(r["connections"] for r in results),
                 "connections_preconnected": sum(r.get("preconnected", 0) for r in results),
                 "connections_opened_while_measuring": sum(r.get("connections_opened_measured", 0) for r in results),
+                "connections_by_address": _by_address(results),
                 "gc_collections_while_measuring": sum(r.get("gc_collections_while_measuring") or 0 for r in results),
                 "receive_timestamps": "kernel (SO_TIMESTAMPNS)" if any(r.get("kernel_timestamps") for r in results) else "event loop",
             }
@@ -432,6 +453,15 @@ def summarize_point(rows: list[dict[str, Any]], point: LoadPoint, results: list[
             s["verdict"] = "invalid"
             s["verdict_reasons"].append(f"load pod {pod} reached the start barrier {ms:.3g} ms after the agreed go time")
     return out
+
+
+def _by_address(results: list[dict[str, Any]]) -> dict[str, int]:
+    """Connections opened to each address, over every worker (and load pod)."""
+    total: dict[str, int] = {}
+    for r in results:
+        for addr, n in (r.get("connections_by_address") or {}).items():
+            total[addr] = total.get(addr, 0) + int(n)
+    return dict(sorted(total.items()))
 
 
 def _who(result: dict[str, Any]) -> str:

@@ -34,9 +34,11 @@ def _recv(fh: Any) -> Any:
 class _Workers:
     """Worker subprocesses (argv lists, no shell) for a multi-worker sweep."""
 
-    def __init__(self, cfg: SweepConfig, nonce: str, first: int = 0, total: int | None = None) -> None:
+    def __init__(self, cfg: SweepConfig, nonce: str, first: int = 0, total: int | None = None, resolved: Any = None) -> None:
         """``cfg.workers`` processes, global worker indexes ``first ..`` of ``total`` (the workers
-        of every load pod of a load Job, :mod:`benchrun.loadgen.loadpods`; default this host's)."""
+        of every load pod of a load Job, :mod:`benchrun.loadgen.loadpods`; default this host's);
+        ``resolved`` (:class:`benchrun.loadgen.conn.Resolved`): the sweep's one lookup of the
+        endpoint's host, which the workers connect to instead of looking it up themselves."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("DAGSTER_PIPES")}
         total = cfg.workers if total is None else total
         self.procs = []
@@ -49,7 +51,7 @@ class _Workers:
                     env=env,
                 )
                 self.procs.append(p)
-                _send(p.stdin, (cfg, w, total, nonce))
+                _send(p.stdin, (cfg, w, total, nonce, resolved))
             for p in self.procs:
                 _recv(p.stdout)  # ("ready",): imports done
         except BaseException:
