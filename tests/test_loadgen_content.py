@@ -84,8 +84,8 @@ def _log(srv: ServerProcess, ids: list[str]) -> dict[str, dict]:
     return {i: recs[i] for i in ids}
 
 
-def _sweep(srv, content, *, api="completions", mix="8/4", conc=2, n=12, seed=0, rate=None, **kw):
-    point = LoadPoint("open_loop", rate) if rate else LoadPoint("closed_loop", conc)
+def _sweep(srv, content, *, api="completions", mix="8/4", conc=2, n=12, seed=0, rate=None, arrival="poisson", **kw):
+    point = LoadPoint("open_loop", rate, arrival, 0.5 if arrival == "gamma" else 1.0) if rate else LoadPoint("closed_loop", conc)
     cfg = SweepConfig(url=srv.url, model="m", api=api, mix=tuple(parse_mix(mix)), points=(point,),
                       requests_per_point=n, warmup=0, seed=seed, content=content, **kw)
     res = run_sweep(cfg)
@@ -518,6 +518,24 @@ def test_open_loop_sessions_over_workers_start_on_one_dealt_schedule(server):
     assert [(t - starts[0]) / 1e9 for t in starts] == pytest.approx(want, abs=1e-6)  # the plain open loop's schedule
     # worker w starts sessions w, w + 3, ...: the same sessions whatever the schedule
     assert all(int(r["session_id"].rsplit("-s", 1)[1]) % 3 == r["worker"] for r in res.rows)
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_open_loop_sessions_start_on_the_plain_open_loops_schedule(server, workers):
+    """One rule (schedule.open_loop_offsets) draws the arrivals of requests and the starts of
+    sessions: 12 sessions of 2 turns start when 12 plain requests of the same seed are sent, on
+    one worker (its own draw) and over three (one schedule dealt)."""
+
+    def sched(res, first_turns):
+        t = sorted(r["scheduled_mono_ns"] for r in res.rows if not first_turns or r["turn"] == 1)
+        return [(x - t[0]) / 1e9 for x in t]
+
+    for arrival in ("poisson", "gamma"):
+        kw = dict(rate=40.0, workers=workers, seed=5, arrival=arrival)
+        plain, _ = _sweep(server, None, n=12, **kw)
+        sess, _ = _sweep(server, ContentConfig(sessions=SessionShape(turns=2)), n=24, **kw)
+        assert len(sched(plain, False)) == 12
+        assert sched(sess, True) == pytest.approx(sched(plain, False), abs=1e-6)
 
 
 def test_session_plans_deal_whole_sessions_in_proportion_to_the_streams():

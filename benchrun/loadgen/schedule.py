@@ -66,6 +66,22 @@ def dealt_arrivals(point: LoadPoint, total: int | None, duration_s: float | None
     return _arrivals(point, point.offered_load, total, duration_s, rng, 0.0)[worker::workers]
 
 
+def open_loop_offsets(st: _WorkerState, point: LoadPoint, n: int | None, total: int | None, duration_s: float | None,
+                      rate_w: float, phase_s: float, stream: int, point_index: int, start_ns: int | None) -> list[float]:
+    """Offsets (s) from the phase start of this worker's open-loop arrivals: its requests
+    (:func:`_phase`) or the starts of its sessions (:func:`benchrun.loadgen.sessions.session_phase`).
+
+    Measured (``stream`` 1), several workers on one go time (``start_ns``), arrivals not constant:
+    this worker's share of ONE schedule of the point's ``total`` arrivals at the full rate
+    (:func:`dealt_arrivals`; ``total`` None: timed). Otherwise its own ``n`` arrivals (None:
+    timed) at ``rate_w`` from its own generator, constant arrivals of several workers interleaving
+    by ``phase_s``."""
+    if stream == 1 and point.arrival != "constant" and st.share[1] > 1 and start_ns is not None:
+        return dealt_arrivals(point, total if n is not None else None, duration_s, st.cfg.seed, point_index, *st.share, stream)
+    rng = worker_rng(st.cfg.seed, point_index, st.worker, stream)
+    return _arrivals(point, rate_w, n, duration_s, rng, phase_s)
+
+
 async def _one(pool: http.ConnectionPool, spec: _Spec, timeout_s: float,
                keep_text: bool = False) -> tuple[_Spec, http.Outcome, int]:
     """Send one request; ``keep_text``: keep the reply's text (a session's next turn carries it)."""
@@ -117,13 +133,8 @@ async def _phase(
     if point.load_model == "trace":
         # the trace's own times (a worker's share of them), time-scaled; the specs are a list
         offsets = [s.t_s / point.speedup for s in specs]
-    elif stream == 1 and point.arrival != "constant" and st.share[1] > 1 and start_ns is not None:
-        # measured, several workers on one go time: one schedule dealt to them
-        total = st.cfg.requests_per_point if n is not None else None
-        offsets = dealt_arrivals(point, total, duration_s, st.cfg.seed, point_index, *st.share, stream)
     else:
-        rng = worker_rng(st.cfg.seed, point_index, st.worker, stream)
-        offsets = _arrivals(point, rate_w, n, duration_s, rng, phase_s)
+        offsets = open_loop_offsets(st, point, n, st.cfg.requests_per_point, duration_s, rate_w, phase_s, stream, point_index, start_ns)
     tasks = []
     for off in offsets:
         spec = next(it, None)

@@ -27,8 +27,8 @@ from benchrun.loadgen import client as http
 from benchrun.loadgen.config import LoadPoint
 from benchrun.loadgen.content import Source, Turn, history_tokens, turn_spec
 from benchrun.loadgen.records import _Spec, _WorkerState
-from benchrun.loadgen.schedule import _arrivals, _one, dealt_arrivals
-from benchrun.loadgen.workload import dealt_index, split_by, worker_rng
+from benchrun.loadgen.schedule import _one, open_loop_offsets
+from benchrun.loadgen.workload import dealt_index, split_by
 
 CLOCK = time.perf_counter_ns
 
@@ -133,16 +133,11 @@ async def session_phase(
         return done
     plans_list = list(plans) if n is not None else None
     count = len(plans_list) if plans_list is not None else None
-    if stream == 1 and point.arrival != "constant" and st.share[1] > 1 and start_ns is not None:
-        # measured, several workers on one go time: ONE schedule of the point's sessions, dealt as
-        # the sessions are (worker w has sessions w, w + workers, ...: session_plans). Each worker
-        # drawing its own and rescaling it to the same span started `workers` sessions at once at
-        # both ends (constant arrivals interleave by phase_s instead, as in schedule._phase)
-        total = -(-cfg.requests_per_point // cfg.content.sessions.turns) if n is not None else None
-        offsets = dealt_arrivals(point, total, duration_s, cfg.seed, point_index, *st.share, stream)
-    else:
-        rng = worker_rng(cfg.seed, point_index, st.worker, stream)
-        offsets = _arrivals(point, rate_w, count, duration_s, rng, phase_s)
+    # the plain open loop's rule, over sessions: with several workers ONE schedule of the point's
+    # sessions (total), dealt as the sessions are (worker w has sessions w, w + workers, ...:
+    # session_plans); the measured phase of a count-ended point has requests_per_point turns
+    total = -(-cfg.requests_per_point // cfg.content.sessions.turns) if cfg.requests_per_point is not None else None
+    offsets = open_loop_offsets(st, point, count, total, duration_s, rate_w, phase_s, stream, point_index, start_ns)
     source = iter(plans_list) if plans_list is not None else it
     tasks = []
     for off in offsets:
