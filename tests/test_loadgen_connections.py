@@ -210,3 +210,40 @@ def test_a_terminating_chunk_in_a_later_read_still_returns_the_connection_to_the
     assert out.error is None and out.terminator == "[DONE]"
     # in one read, as before
     assert asyncio.run(_consume_stream(_Reader([_body() + b"0\r\n\r\n"]), chunked, Outcome(), False)) is True
+
+
+@pytest.mark.parametrize("kernel", [True, False])
+def test_several_resolved_addresses_take_new_connections_in_turn_and_a_refusing_one_goes_last(kernel):
+    """Resolved once, connections all went to the first address that answered: a headless Service's
+    pods (several A records) would have had the whole load on one pod. A lookup per connection spread
+    them as the resolver rotated; the one resolution now spreads them itself, and an address that
+    refused (``::1`` when the server listens on IPv4 only) is not tried first again."""
+    from benchrun.loadgen.conn import Resolved
+
+    async def go() -> tuple[list[int], ConnectionPool]:
+        accepted = [0, 0]
+        servers = []
+        for i in range(2):
+            def on(r, w, i=i):
+                accepted[i] += 1
+            servers.append(await asyncio.start_server(on, "127.0.0.1", 0))
+        dead = socket.socket()
+        dead.bind(("127.0.0.1", 0))  # bound, never listening: refuses
+        ports = [s.sockets[0].getsockname()[1] for s in servers]
+        addrs = tuple((socket.AF_INET, socket.SOCK_STREAM, 6, ("127.0.0.1", p))
+                      for p in (dead.getsockname()[1], *ports))
+        pool = ConnectionPool(Endpoint.from_url(f"http://pods.invalid:{ports[0]}"), kernel_timestamps=kernel,
+                              resolved=Resolved("pods.invalid", ports[0], addrs, 0.0))
+        try:
+            assert await pool.fill(6, parallel=1) == 6
+            await asyncio.sleep(0.05)
+        finally:
+            await pool.close()
+            for s in servers:
+                s.close()
+            dead.close()
+        return accepted, pool
+
+    accepted, pool = asyncio.run(go())
+    assert accepted == [3, 3] and pool.opened == 6
+    assert len(pool._refused) == 1  # the dead address, tried first once, then last

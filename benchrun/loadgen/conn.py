@@ -6,7 +6,7 @@ receive stamp (``SO_TIMESTAMPNS``) on plain HTTP, the event-loop delivery time o
 
 The endpoint's host is looked up once (:func:`resolve`, before a sweep's first point; a pool
 given none looks it up at its first connection) and every connection of the pool connects to
-those addresses, first that answers; the Host header and TLS SNI keep the name. A lookup per
+those addresses, in turn when there are several (a headless Service's pods); the Host header and TLS SNI keep the name. A lookup per
 connection ran in asyncio's default thread pool, so a connection opened inside a request had
 it (and any wait behind other work in that pool) inside the request's TTFT and E2E.
 """
@@ -366,6 +366,8 @@ class ConnectionPool:
         self.resolved = resolved
         self._resolving: asyncio.Future[Resolved] | None = None
         self.peers: collections.Counter[str] = collections.Counter()
+        self._turn = 0  # which resolved address the next connection tries first
+        self._refused: set[Any] = set()  # addresses whose last connect failed
 
     async def acquire(self) -> tuple[_Conn, bool]:
         """An idle live connection (reused=True) or a new one."""
@@ -412,11 +414,19 @@ class ConnectionPool:
         return self.resolved
 
     async def _connect(self) -> socket.socket:
-        """A connected non-blocking TCP socket to the first resolved address that answers."""
+        """A connected non-blocking TCP socket to one of the resolved addresses.
+
+        Several addresses (a headless Service's pods, DNS round-robin) take new connections in
+        turn, as a lookup per connection would have spread them; an address that refused is
+        tried last from then on (``localhost``'s ``::1`` when the server listens on IPv4 only)."""
         res = await self._addresses()
         loop = asyncio.get_running_loop()
+        live = [a for a in res.addrs if a[3] not in self._refused]
+        k = self._turn % len(live) if live else 0
+        self._turn += 1
+        order = live[k:] + live[:k] + [a for a in res.addrs if a[3] in self._refused]
         last: OSError | None = None
-        for fam, typ, proto, addr in res.addrs:
+        for fam, typ, proto, addr in order:
             sock = socket.socket(fam, typ, proto)
             sock.setblocking(False)
             try:
@@ -424,10 +434,12 @@ class ConnectionPool:
             except OSError as exc:
                 sock.close()
                 last = exc
+                self._refused.add(addr)
                 continue
             except BaseException:
                 sock.close()
                 raise
+            self._refused.discard(addr)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.peers[str(addr[0])] += 1
             return sock

@@ -287,7 +287,7 @@ def run_sweep(cfg: SweepConfig, progress: Callable[[dict[str, Any]], None] | Non
     context: dict[str, Any] = {
         "endpoint": ep.display(),
         "endpoint_resolution": {**resolved.info(), "note": "looked up once before the first point; every connection of "
-                                "the sweep connects to these addresses (first that answers), the Host header and TLS SNI keep the name"},
+                                "the sweep connects to these addresses (new connections take them in turn; one that refused is tried last), the Host header and TLS SNI keep the name"},
         "api": ep.api,
         "server": server,
         "server_dialect": found,
