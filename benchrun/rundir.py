@@ -27,6 +27,17 @@ from benchrun.sharedstate import FINAL_PHASES
 
 PHASES = ("Pending", "Admitted", "Running", "Analyzing", "Succeeded", "Failed", "Rejected", "Canceled")
 TERMINAL_PHASES = FINAL_PHASES
+# The outcomes a Succeeded run may carry and still count as succeeded (None: none recorded).
+SUCCEEDED_OUTCOMES = (None, "succeeded", "partial")
+
+
+def finished_and_succeeded(phase: Any, outcome: Any) -> bool:
+    """A finished, succeeded run: phase Succeeded and outcome succeeded, partial or not recorded.
+
+    The one rule for what may be a reference: a comparison's runs (stats.admit), a promoted
+    baseline (stats.baseline) and a playbook's baseline (playbooks.base).
+    """
+    return phase == "Succeeded" and outcome in SUCCEEDED_OUTCOMES
 SUBDIRS = ("structured", "raw", "figures", "reports", "progress")
 MANIFEST_VERSION = 2
 # status.json is the run's live status (the custom resource's status subresource): it keeps

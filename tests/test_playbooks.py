@@ -539,6 +539,27 @@ def test_straggler_judges_only_ok_replicates(tmp_path: Path) -> None:
     assert res.verdict == "unavailable" and res.rows == [] and "allreduce r1, r2, r3, r4, r5 (failed)" in res.reason
 
 
+def test_straggler_judges_a_replicate_by_its_launch_status_too(tmp_path: Path) -> None:
+    """A replicate whose launch failed or timed out while its result document said ok (a rank that
+    wrote its numbers, then the gang hung) was judged: the straggler playbook read measurement_fact's
+    status alone, where the other playbooks read the launch's too (REPLICATE_STATUS_CTE)."""
+    add_run(tmp_path, "arl")
+    times = {0: [1000.0] * 5, 1: [1001.0] * 5, 2: [999.0] * 5, 3: [5000.0] * 4 + [1000.0]}
+    put(tmp_path, "measurement_fact", "arl", allreduce(times, [(3, 4000.0)] * 4 + [(0, 5.0)]))  # all "ok"
+    put(tmp_path, "launch_fact", "arl", [{"suite": "allreduce", "replicate": rep, "status": s} for rep, s in
+                                         ((1, "failed"), (2, "timeout"), (3, "failed"), (4, "ok"), (5, "ok"))])
+    res = distributed_straggler(tmp_path, "arl", None)
+    assert res.verdict == "clear", res.reason
+    assert {r["n_replicates"] for r in res.rows} == {2}
+    assert res.reason.endswith("left out, not judged: 3 replicate(s) whose result is not ok "
+                               "(allreduce r1, r3 (failed); allreduce r2 (timeout))"), res.reason
+    # launches all ok: every replicate is judged, and rank 3 stands out in 4 of 5
+    put(tmp_path, "launch_fact", "arl", [{"suite": "allreduce", "replicate": rep, "status": "ok"} for rep in range(1, 6)])
+    res = distributed_straggler(tmp_path, "arl", None)
+    assert res.verdict == "flagged" and "left out" not in res.reason, res.reason
+    assert {r["n_replicates"] for r in res.rows} == {5}
+
+
 def test_straggler_unavailable_without_rank_rows(serving_home: Path) -> None:
     res = distributed_straggler(serving_home, "base", None)
     assert res.verdict == "unavailable" and res.rows == [] and "rank_p50_time_us" in res.reason

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from benchrun.errors import BenchrunError
 from benchrun.paths import validate_run_id
+from benchrun.rundir import finished_and_succeeded
 
 Verdict = Literal["flagged", "clear", "unavailable"]
 VERDICTS: tuple[str, ...] = ("flagged", "clear", "unavailable")
@@ -92,14 +93,15 @@ def _not_curated(what: str, rid: str, home: Path) -> str:
 def baseline_problem(home: Path, baseline_run_id: str) -> str | None:
     """Why ``baseline_run_id`` cannot be a playbook baseline (not curated, not Succeeded), else None.
 
-    The rule is the comparison's (benchrun.stats.admit): a finished, succeeded run, outcome
-    succeeded or partial; a failed or unfinished run's numbers are no reference.
+    The rule is the comparison's (benchrun.rundir.finished_and_succeeded, which stats.admit reads
+    too): a finished, succeeded run, outcome succeeded or partial; a failed or unfinished run's
+    numbers are no reference.
     """
     row = _run_row(home, baseline_run_id)
     if row is None:
         return _not_curated("baseline run", baseline_run_id, home)
     phase, outcome = row.get("phase"), row.get("outcome")
-    if phase == "Succeeded" and outcome in (None, "succeeded", "partial"):
+    if finished_and_succeeded(phase, outcome):
         return None
     what = f"phase {phase}" + (f", outcome {outcome}" if outcome else "")
     return (f"baseline run {baseline_run_id!r} is not Succeeded ({what}); playbooks judge a run only against a "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from benchrun.playbooks.base import PlaybookResult, check_runs, fetch, replicates_phrase
+from benchrun.playbooks.base import REPLICATE_STATUS_CTE, PlaybookResult, check_runs, fetch, replicates_phrase
 
 NAME = "distributed_straggler"
 QUESTION = "Distributed runs show periodic spikes and one node looks slow: which rank/node, and does it repeat?"
@@ -34,20 +34,28 @@ REPEAT_SHARE_MIN = 2 / 3
 MIN_REPEATS = 2
 
 # Per message size (case) × rank: from measurement_fact's per-rank rows (rank_p50_time_us
-# and slowest_rank_arrival_lag_us, both with rank_id) of the run's ok replicates ($1; a failed
-# replicate's numbers are no evidence, LEFT_OUT_SQL names them), per replicate the
-# rank's robust z over the ranks (NULL below $3 ranks or when MAD is 0; with MAD 0 a rank off
+# and slowest_rank_arrival_lag_us, both with rank_id) of the run's ok replicates ($1; $2 is the
+# baseline REPLICATE_STATUS_CTE takes, NULL here: the ok ones are those whose every recorded
+# status, the result's and the launch's, is ok; a failed or hung replicate's numbers are no
+# evidence, LEFT_OUT_SQL names them), per replicate the
+# rank's robust z over the ranks (NULL below $4 ranks or when MAD is 0; with MAD 0 a rank off
 # the median is counted apart, as standing out), whether it was the
 # last to arrive and its lag as a share of that replicate's p50_latency_us; then over
-# replicates: how often it stood out (|z| ≥ $2, or last with lag share ≥ $4), its median
+# replicates: how often it stood out (|z| ≥ $3, or last with lag share ≥ $5), its median
 # time and z, and the collective's median p99/p50 (the "periodic spikes"); beside it, the
 # telemetry of the rank's node over the same replicates (host CPU, background CPU, GPU
 # utilization, % of GPU samples throttled) with the sample files it came from.
 SQL = """
-WITH rank_times AS (
+WITH """ + REPLICATE_STATUS_CTE + """,
+judged AS (
+    SELECT m.* FROM measurement_fact m
+    JOIN replicate_status rs ON rs.run_id = m.run_id AND rs.suite = m.suite AND rs.replicate = m.replicate
+    WHERE m.run_id = $1 AND rs.status = 'ok'
+),
+rank_times AS (
     SELECT suite, "case", replicate, rank_id, any_value(node_name) AS node_name, median(value) AS time_us
-    FROM measurement_fact
-    WHERE run_id = $1 AND status = 'ok' AND metric = 'rank_p50_time_us' AND rank_id IS NOT NULL AND value IS NOT NULL
+    FROM judged
+    WHERE metric = 'rank_p50_time_us' AND rank_id IS NOT NULL AND value IS NOT NULL
     GROUP BY suite, "case", replicate, rank_id
 ),
 centred AS (
@@ -63,14 +71,14 @@ latency AS (
     SELECT suite, "case", replicate,
            max(value) FILTER (WHERE metric = 'p50_latency_us') AS p50_latency_us,
            max(value) FILTER (WHERE metric = 'p99_latency_us') AS p99_latency_us
-    FROM measurement_fact
-    WHERE run_id = $1 AND status = 'ok' AND metric IN ('p50_latency_us', 'p99_latency_us') AND rank_id IS NULL
+    FROM judged
+    WHERE metric IN ('p50_latency_us', 'p99_latency_us') AND rank_id IS NULL
     GROUP BY suite, "case", replicate
 ),
 last_arrival AS (
     SELECT suite, "case", replicate, rank_id, value AS lag_us
-    FROM measurement_fact
-    WHERE run_id = $1 AND status = 'ok' AND metric = 'slowest_rank_arrival_lag_us' AND rank_id IS NOT NULL
+    FROM judged
+    WHERE metric = 'slowest_rank_arrival_lag_us' AND rank_id IS NOT NULL
 ),
 node_telemetry AS (
     -- the sampler beside each replicate (benchrun.telemetry), per node it ran on
@@ -90,8 +98,8 @@ sampled_hosts AS (
 per_replicate AS (
     SELECT s.suite, s."case", s.replicate, s.rank_id, s.node_name, s.n_ranks, s.time_us,
            nt.cpu_util_pct, nt.background_cpu_pct, nt.gpu_util_pct, nt.gpu_throttled_pct, nt.telemetry_evidence,
-           CASE WHEN s.n_ranks >= $3 AND s.mad_us > 0 THEN (s.time_us - s.median_us) / s.mad_us END AS robust_z,
-           s.n_ranks >= $3 AND s.mad_us = 0 AND abs(s.time_us - s.median_us) >= $5 * abs(s.median_us)
+           CASE WHEN s.n_ranks >= $4 AND s.mad_us > 0 THEN (s.time_us - s.median_us) / s.mad_us END AS robust_z,
+           s.n_ranks >= $4 AND s.mad_us = 0 AND abs(s.time_us - s.median_us) >= $6 * abs(s.median_us)
                AND s.time_us <> s.median_us AS off_zero_mad,
            a.rank_id IS NOT NULL AS arrived_last,
            a.lag_us, a.lag_us / nullif(l.p50_latency_us, 0) AS lag_share,
@@ -106,7 +114,7 @@ per_replicate AS (
 )
 SELECT suite, "case", rank_id, any_value(node_name) AS node_name, max(n_ranks) AS n_ranks,
        count(*) AS n_replicates,
-       count(*) FILTER (WHERE abs(robust_z) >= $2 OR off_zero_mad OR (arrived_last AND lag_share >= $4)) AS n_stood_out,
+       count(*) FILTER (WHERE abs(robust_z) >= $3 OR off_zero_mad OR (arrived_last AND lag_share >= $5)) AS n_stood_out,
        count(*) FILTER (WHERE off_zero_mad) AS n_off_zero_mad,
        count(*) FILTER (WHERE arrived_last) AS n_arrived_last,
        median(time_us) AS median_time_us,
@@ -122,13 +130,16 @@ GROUP BY suite, "case", rank_id
 ORDER BY suite, "case", rank_id
 """
 
-# The replicates with per-rank rows that were not judged: their result was not ok.
+# The replicates with per-rank rows that were not judged: a status recorded for them (their
+# result's or their launch's) was not ok, or none was recorded.
 LEFT_OUT_SQL = """
-SELECT suite, replicate, coalesce(any_value(status), 'status not recorded') AS status
-FROM measurement_fact
-WHERE run_id = $1 AND metric = 'rank_p50_time_us' AND rank_id IS NOT NULL AND status IS DISTINCT FROM 'ok'
-GROUP BY suite, replicate
-ORDER BY suite, replicate
+WITH """ + REPLICATE_STATUS_CTE + """
+SELECT m.suite, m.replicate, coalesce(any_value(rs.status), 'status not recorded') AS status
+FROM measurement_fact m
+LEFT JOIN replicate_status rs ON rs.run_id = m.run_id AND rs.suite = m.suite AND rs.replicate = m.replicate
+WHERE m.run_id = $1 AND m.metric = 'rank_p50_time_us' AND m.rank_id IS NOT NULL AND rs.status IS DISTINCT FROM 'ok'
+GROUP BY m.suite, m.replicate
+ORDER BY m.suite, m.replicate
 """
 
 # Columns the terminal table shows (--json gives every column).
@@ -159,9 +170,9 @@ def distributed_straggler(home: Path, run_id: str, baseline_run_id: str | None) 
     The baseline is not needed: a straggler is judged among the run's own ranks.
     """
     check_runs(home, run_id, baseline_run_id)
-    params = [run_id, Z_MIN, MIN_RANKS_FOR_Z, LAG_SHARE_MIN, OFF_MEDIAN_MIN]
+    params = [run_id, None, Z_MIN, MIN_RANKS_FOR_Z, LAG_SHARE_MIN, OFF_MEDIAN_MIN]
     rows, digest = fetch(SQL, home, params)
-    dropped, _ = fetch(LEFT_OUT_SQL, home, [run_id])
+    dropped, _ = fetch(LEFT_OUT_SQL, home, [run_id, None])
     failed = [(r["suite"], r["replicate"], r["status"]) for r in dropped]
     left_out = (f"; left out, not judged: {len(failed)} replicate(s) whose result is not ok "
                 f"({replicates_phrase(failed)})" if failed else "")

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
 from benchrun.errors import BenchrunError
+from benchrun.rundir import finished_and_succeeded
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -74,7 +75,7 @@ RESUMABLE_PHASES = ("Analyzing", "Failed", "Canceled")
 def _phase_refusal(role: str, run: "RunInfo", in_progress: bool) -> Refusal | None:
     phase = run.status.get("phase")
     outcome = run.status.get("outcome")
-    if phase == "Succeeded" and outcome in (None, "succeeded", "partial"):
+    if finished_and_succeeded(phase, outcome):
         return None
     if in_progress and phase in RESUMABLE_PHASES and (run.status.get("outcome_measured") or outcome) in (
             "succeeded", "partial"):

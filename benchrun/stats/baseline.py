@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from benchrun.stats.load import RunInfo
 
 from benchrun.errors import BenchrunError
+from benchrun.rundir import finished_and_succeeded
 from benchrun.stats.load import read_alias  # noqa: F401 - the alias file format; promote and compare read it here
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ def verify_for_promotion(run_dir: Path, home: Path, *, public_key: Path | None =
 
     run_id = run_dir.name
     status = _read_json(run_dir / "status.json", "status.json")
-    if status.get("phase") != "Succeeded" or status.get("outcome") not in (None, "succeeded", "partial"):
+    if not finished_and_succeeded(status.get("phase"), status.get("outcome")):
         raise BenchrunError(f"run {run_id} is in phase {status.get('phase')} (outcome {status.get('outcome')}); "
                             "only a Succeeded run can become the baseline")
     if load_run(run_dir).cadence == "adhoc" and not allow_adhoc:

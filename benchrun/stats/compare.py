@@ -30,7 +30,7 @@ from benchrun.stats import batch, equivalence, reading
 from benchrun.stats.describe import SERIES_KEYS, group_arrays
 from benchrun.stats.family import Primary, benjamini_hochberg, gating_mask, holm, parse_primary  # noqa: F401 (API)
 from benchrun.stats.effects import Shift, effect, hodges_lehmann, verdict, verdict_on_scale  # noqa: F401 (API)
-from benchrun.stats.launches import only
+from benchrun.stats.launches import launches_by_suite, only
 from benchrun.stats.ranktest import EXACT_MAX_N, mw_null_cdf, rejects, smallest_gating_n, smallest_one_sided_p  # noqa: F401
 
 if TYPE_CHECKING:
@@ -124,20 +124,16 @@ class _Arm:
 
 def _arm(table: "pd.DataFrame") -> _Arm:
     """One arm's ok values grouped per (suite, case, metric) without iterating groups, and its
-    failed replicates per suite (rows with a status other than ``ok``)."""
+    failed and launched replicates per suite (:func:`benchrun.stats.launches.launches_by_suite`)."""
     import pandas as pd
 
     status = table["status"].astype(str) if "status" in table.columns else pd.Series("ok", index=table.index)
     okmask = (status == "ok").to_numpy()
     ok = table[okmask & table["value"].notna().to_numpy()]
-    bad = table[~okmask]
-    launched = (table[["suite", "replicate"]].drop_duplicates().groupby("suite").size().to_dict()
-                if len(table) else {})
-    failed = bad[["suite", "replicate"]].drop_duplicates().groupby("suite").size().to_dict() if len(bad) else {}
+    failed, launched = launches_by_suite(table)
     if ok.empty:
         keys = pd.DataFrame(columns=[*SERIES_KEYS, "unit", "direction", "n", "median", "start"])
-        return _Arm(keys, np.empty(0), {str(k): int(v) for k, v in failed.items()},
-                    {str(k): int(v) for k, v in launched.items()})
+        return _Arm(keys, np.empty(0), failed, launched)
     keys, values, starts = group_arrays(ok, SERIES_KEYS)
     keys["start"] = starts
     ns = keys["n"].to_numpy()
@@ -147,8 +143,7 @@ def _arm(table: "pd.DataFrame") -> _Arm:
         median[sel] = np.median(values[starts[sel][:, None] + np.arange(n)[None, :]], axis=1)
     keys["median"] = median
     keys["min"] = np.minimum.reduceat(values, starts)  # a metric never below 0: its change never below −100 %
-    return _Arm(keys, values, {str(k): int(v) for k, v in failed.items()},
-                {str(k): int(v) for k, v in launched.items()})
+    return _Arm(keys, values, failed, launched)
 
 
 def _nonnegative(arm: _Arm, idx: np.ndarray) -> np.ndarray:

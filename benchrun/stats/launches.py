@@ -27,16 +27,25 @@ def survivors_cannot_speak(failed_baseline: int, launched_baseline: int, failed_
     return bool(tc and 2 * fc >= tc and fc * max(tb, 1) > fb * tc)
 
 
-def launch_counts(table: Any, suite: str) -> tuple[int, int]:
-    """(failed, launched) replicates of ``suite`` in a replicate table: a replicate is failed when
-    any of its rows has a status other than ``ok``."""
+def launches_by_suite(table: Any) -> tuple[dict[str, int], dict[str, int]]:
+    """(failed, launched) replicates per suite of a replicate table: every replicate with a row
+    was launched; it failed when any of its rows has a status other than ``ok`` (none did in a
+    table without a status column). A suite with no failed replicate is absent from ``failed``."""
     if table is None or len(table) == 0:
-        return 0, 0
-    t = table[table["suite"] == suite]
-    launched = int(t["replicate"].nunique())
-    if "status" not in t.columns:
-        return 0, launched
-    return int(t.loc[t["status"].astype(str) != "ok", "replicate"].nunique()), launched
+        return {}, {}
+    pairs = table[["suite", "replicate"]]
+    launched = pairs.drop_duplicates().groupby("suite").size().to_dict()
+    failed = {}
+    if "status" in table.columns:
+        bad = pairs[(table["status"].astype(str) != "ok").to_numpy()]
+        failed = bad.drop_duplicates().groupby("suite").size().to_dict() if len(bad) else {}
+    return {str(k): int(v) for k, v in failed.items()}, {str(k): int(v) for k, v in launched.items()}
+
+
+def launch_counts(table: Any, suite: str) -> tuple[int, int]:
+    """(failed, launched) replicates of ``suite`` in a replicate table (:func:`launches_by_suite`)."""
+    failed, launched = launches_by_suite(table)
+    return failed.get(suite, 0), launched.get(suite, 0)
 
 
 def round_failures(fresh_b: Any, fresh_c: Any, suite: str) -> str:
