@@ -95,7 +95,8 @@ def contended_aside_name(run_id: str, suite: str, replicate: int, attempt: int, 
 
 def contended_aside_raw_name(run_id: str, suite: str, replicate: int, attempt: int, rest: str) -> str:
     """The name under ``raw/`` of a raw file (``<run>_<suite>_r<k>_<rest>``: samples, telemetry,
-    a node's log) of an attempt set aside as contended: ``<run>_<suite>_r<k>_contended<i>_<rest>``
+    a node's log), and under ``figures/`` of a figure its suite drew, of an attempt set aside as
+    contended: ``<run>_<suite>_r<k>_contended<i>_<rest>``
     — a name the readers of a replicate's raw files (``*_r<k>_telemetry.parquet``,
     ``*_r<k>_requests.parquet``, ...) do not take for the replicate's own."""
     return f"{run_id}_{suite}_r{int(replicate)}_contended{int(attempt)}_{rest}"

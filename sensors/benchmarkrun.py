@@ -15,12 +15,10 @@ from bench_assets.partitions import benchmark_run_partitions
 from benchrun.automation.settings import JOB_NAME
 from benchrun.automation.ticks import prepare_register
 from benchrun.controller import kube
-from benchrun.controller.resources import TAG_UID, Tick, controller_tick
+from benchrun.controller.dagster_runs import cancel_in_flight
+from benchrun.controller.resources import Tick, cancel_deleted_run, controller_tick
 from benchrun.errors import BenchrunError
 from sensors._requests import default_status, has_runs
-
-IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
-             dg.DagsterRunStatus.STARTED]
 
 
 @dg.sensor(
@@ -74,30 +72,19 @@ def _write_statuses(context: dg.SensorEvaluationContext, api: object, tick: Tick
 
 
 def _cancel_deleted(context: dg.SensorEvaluationContext, tick: Tick) -> None:
-    from benchrun.paths import benchrun_home
-    from benchrun.runend import cancel_run
-    from benchrun.sharedstate import pull_run
-
+    """As the operator's finalizer does (benchrun.controller.operator): the object's in-flight
+    runs cancelled, then its run marked Canceled unless its pulled status says it finished; a
+    pull that fails keeps the object in the cursor, and the next tick tries again."""
     for ref, run_id in tick.deleted:
-        records = context.instance.get_run_records(filters=dg.RunsFilter(tags={TAG_UID: ref.uid}, statuses=IN_FLIGHT))
-        for record in records:
-            run = record.dagster_run
-            reason = f"BenchmarkRun {ref.namespace}/{ref.name} was deleted"
-            if run.status in (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED):
-                # Never launched: nothing to terminate, the run is cancelled where it waits.
-                context.instance.report_run_canceling(run, message=reason)
-                context.instance.report_run_canceled(run, message=reason)
-            else:
-                context.instance.run_coordinator.cancel_run(run.run_id)
-            context.log.info(f"{reason}: cancelled Dagster run {run.run_id}")
+        reason = f"BenchmarkRun {ref.namespace}/{ref.name} was deleted"
+        for dagster_run_id in cancel_in_flight(context.instance, ref.uid, reason):
+            context.log.info(f"{reason}: cancelled Dagster run {dagster_run_id}")
         if run_id:
             try:
-                # this home's copy may be stale: a run another pod finished is not canceled
-                pull_run(run_id, benchrun_home(None), status_only=True)
-                # the user's deletion is a cancel: Canceled, as the operator marks it (controller.operator)
-                cancel_run(None, run_id, f"BenchmarkRun {ref.namespace}/{ref.name} was deleted")
+                cancel_deleted_run(None, run_id, reason, warn=context.log.warning)
             except BenchrunError as exc:
-                context.log.warning(f"run {run_id}: {exc}")
+                tick.keep_deleted(ref, run_id)
+                context.log.warning(f"run {run_id}: {exc}; tried again next tick")
 
 
 def _summary(tick: Tick) -> str:

@@ -167,6 +167,44 @@ def test_a_set_aside_attempt_keeps_its_telemetry_and_samples_and_the_warehouse_d
     assert set(new.values()) <= set(hashed)  # still sealed with the run
 
 
+def test_a_set_aside_attempt_keeps_the_figures_its_suite_drew(tmp_path):
+    # before: a serving suite draws figures/<run>_<suite>_r<k>_latency_throughput_<bucket>.png for
+    # its replicate (benchrun.loadgen.suite.report) and names them in its document's context.figures;
+    # the rerun drew over them, and the attempt set aside named the rerun's figures as its own
+    from benchrun.execute import run_layer
+    from benchrun.rundir import RunDir
+
+    class Drawing(_Busy):
+        def launch(self, inv, run_dir, extra_env=None):
+            res = super().launch(inv, run_dir, extra_env)
+            fig = f"figures/{inv.run_id}_{inv.suite}_r{inv.replicate}_latency_throughput_all.png"
+            (run_dir / fig).parent.mkdir(parents=True, exist_ok=True)
+            (run_dir / fig).write_bytes(b"attempt %d" % self.attempts[inv.replicate])
+            doc = json.loads((run_dir / inv.result_relpath()).read_text())
+            doc["context"] = {"figures": [fig]}
+            (run_dir / inv.result_relpath()).write_text(json.dumps(doc))
+            return res
+
+    run_id = "draw-20261202000000-aaaaaaaa"
+    rd = RunDir(tmp_path, run_id).create()
+    rd.write_status({"run_id": run_id, "phase": "Running", "conditions": []})
+    run_layer(_plan(run_id, 1), rd, Drawing({2: 1}))
+    fig = f"figures/{run_id}_s_r2_latency_throughput_all.png"
+    aside_fig = f"figures/{run_id}_s_r2_contended1_latency_throughput_all.png"
+    aside = json.loads((rd.path / f"raw/{run_id}_s_r2_contended1.json").read_text())
+    assert aside["context"]["figures"] == [aside_fig] and (rd.path / aside_fig).read_bytes() == b"attempt 1"
+    r2 = json.loads((rd.path / f"structured/{run_id}_s_r2.json").read_text())
+    assert r2["context"]["figures"] == [fig] and (rd.path / fig).read_bytes() == b"attempt 2"
+    assert aside_fig in r2["contention_rerun"]["earlier"]
+    assert sorted(p.name for p in (rd.path / "figures").glob("*contended*")) == [aside_fig.split("/")[1]]
+    hashed = rd.write_manifest(status="succeeded", issues=[], suite_steps={})["summary"]["sha256"]
+    assert aside_fig in hashed  # sealed with the run
+    # materialized again with no contention: the earlier materialization's set-aside figures go
+    # with its other set-aside files (they are not this one's attempts)
+    run_layer(_plan(run_id, 1), rd, Drawing({}))
+    assert not list((rd.path / "figures").glob(f"{run_id}_s_r*_contended*"))
+
+
 def test_rows_say_how_many_were_launched_again_and_what_was_done(tmp_path):
     import pandas as pd
 

@@ -248,6 +248,28 @@ def test_deleting_a_finished_benchmarkrun_leaves_its_run_succeeded(cluster: Clus
     assert RunDir.for_run(run_id).read_status() == finished
 
 
+def test_a_deletion_whose_status_pull_failed_is_tried_again(cluster: Cluster, instance: dg.DagsterInstance,
+                                                            resource_doc: dict[str, Any], s3_env: str,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    # the shared state cannot be read when the object is deleted: nothing is marked on this home's
+    # possibly stale copy, and the deletion is tried again on the next tick, as the operator keeps
+    # its finalizer (test_operator); was: a warning, the object dropped from the cursor, the run
+    # left Pending for good
+    cluster.apply(resource_doc)
+    data = tick(instance, None)
+    run_id = run_request(data).partition_key
+    cluster.delete(NS, "canary-cr")
+    monkeypatch.setenv("BENCHRUN_SHARED_STATE", "s3://no-such-bucket/benchrun")  # every pull fails
+    failed = tick(instance, data.cursor)
+    assert RunDir.for_run(run_id).read_status()["phase"] == "Pending"
+    monkeypatch.delenv("BENCHRUN_SHARED_STATE")  # reachable again (here: this home is the state)
+    again = tick(instance, failed.cursor)
+    assert "1 deleted" in again.skip_message
+    st = RunDir.for_run(run_id).read_status()
+    assert (st["phase"], st["outcome"]) == ("Canceled", "canceled") and "was deleted" in st["message"]
+    assert "deleted" not in tick(instance, again.cursor).skip_message  # done: not tried a third time
+
+
 def _succeed(run_id: str) -> dict[str, Any]:
     """The run worker's part, shortened: Running, evidence stored, Complete, Succeeded."""
     rd = RunDir.for_run(run_id)

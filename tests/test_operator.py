@@ -205,6 +205,29 @@ def test_deleting_a_finished_benchmarkrun_leaves_its_run_succeeded(harness, inst
     assert RunDir.for_run(run_id).read_status() == finished
 
 
+def test_a_deletion_whose_status_pull_failed_is_tried_again(harness, instance, runs, canary_doc, s3_env,
+                                                            monkeypatch) -> None:
+    """The shared state cannot be read when the object is deleted: nothing is marked on this
+    home's possibly stale copy, the finalizer stays, and the next pass cancels (the sensor does
+    the same through its cursor: test_controller)."""
+    from benchrun.rundir import RunDir
+
+    create(harness, doc(canary_doc, "pf"))
+    operator(harness, runs).relist()
+    run_id = harness.get(KIND, "pf", NS)["status"]["runId"]
+    api_of(harness).delete_namespaced_custom_object(*CR, NS, "benchmarkruns", "pf")
+    monkeypatch.setenv("BENCHRUN_SHARED_STATE", "s3://no-such-bucket/benchrun")  # every pull fails
+    op = operator(harness, DagsterRuns(instance))
+    op.relist()
+    assert harness.get(KIND, "pf", NS)["metadata"]["finalizers"]
+    assert RunDir.for_run(run_id).read_status()["phase"] == "Pending"
+    monkeypatch.delenv("BENCHRUN_SHARED_STATE")  # reachable again (here: this home is the state)
+    op.retry_waiting()
+    assert harness.get(KIND, "pf", NS) is None
+    st = RunDir.for_run(run_id).read_status()
+    assert (st["phase"], st["outcome"]) == ("Canceled", "canceled") and "was deleted" in st["message"]
+
+
 def test_catch_up_keeps_the_report_ref_the_worker_recorded(harness, instance, runs, canary_doc, monkeypatch) -> None:
     """The operator's pod pulls only status.json, never reports/: reportRef comes from status.json
     (where the report writer records it), and a status without one never erases a known one."""

@@ -46,15 +46,11 @@ class DagsterRuns:
     """Find, start and cancel the Dagster runs of BenchmarkRun objects on one instance."""
 
     def __init__(self, instance: Any, *, target: tuple[str, str] | None = None) -> None:
-        import dagster as dg
-
         self.instance = instance
         self._target = target
         self._remote_job: Any = None
         self._code_location: Any = None
         self._lock = threading.Lock()  # create-if-absent is one step per process
-        self._in_flight = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED,
-                           dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
         from dagster._core.run_coordinator import QueuedRunCoordinator
 
         if not isinstance(instance.run_coordinator, QueuedRunCoordinator):
@@ -153,19 +149,27 @@ class DagsterRuns:
 
     def cancel(self, ref: ResourceRef, reason: str) -> list[str]:
         """Cancel every in-flight run of the object (any generation); returns their ids."""
-        import dagster as dg
+        return cancel_in_flight(self.instance, ref.uid, reason)
 
-        out = []
-        for record in self.instance.get_run_records(filters=_filter(tags={TAG_UID: ref.uid}, statuses=self._in_flight)):
-            run = record.dagster_run
-            if run.status in (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED):
-                # Never launched: nothing to terminate, the run is cancelled where it waits.
-                self.instance.report_run_canceling(run, message=reason)
-                self.instance.report_run_canceled(run, message=reason)
-            else:
-                self.instance.run_coordinator.cancel_run(run.run_id)
-            out.append(run.run_id)
-        return out
+
+def cancel_in_flight(instance: Any, uid: str, reason: str) -> list[str]:
+    """Cancel every in-flight Dagster run of the BenchmarkRun with ``uid`` (any generation, any
+    trigger: the operator's and the fallback sensor's); returns their ids."""
+    import dagster as dg
+
+    in_flight = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED,
+                 dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
+    out = []
+    for record in instance.get_run_records(filters=_filter(tags={TAG_UID: uid}, statuses=in_flight)):
+        run = record.dagster_run
+        if run.status in (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED):
+            # Never launched: nothing to terminate, the run is cancelled where it waits.
+            instance.report_run_canceling(run, message=reason)
+            instance.report_run_canceled(run, message=reason)
+        else:
+            instance.run_coordinator.cancel_run(run.run_id)
+        out.append(run.run_id)
+    return out
 
 
 RUN_ID_NAMESPACE = uuid.UUID("5b0c2f4e-8a51-4a8e-9a4f-0f3c1b6d2e71")  # benchrun's, for uuid5

@@ -290,10 +290,7 @@ class Operator:
         raise RuntimeError(f"{ref.namespace}/{ref.name}: finalizer write still conflicting")
 
     def _finalize(self, obj: dict[str, Any], ref: ResourceRef) -> None:
-        from benchrun.paths import benchrun_home
-        from benchrun.rundir import RunDir
-        from benchrun.runend import cancel_run
-        from benchrun.sharedstate import pull_run
+        from benchrun.controller.resources import cancel_deleted_run
 
         finalizers = list(obj["metadata"].get("finalizers") or [])
         if FINALIZER not in finalizers:
@@ -303,15 +300,9 @@ class Operator:
         self.stats.cancelled += len(cancelled)
         run_id = ((obj.get("status") or {}).get("runId")) or (self.known.get(ref.uid) or (None, None))[1]
         if run_id:
-            # This home's copy may be stale (a restart, a failover, between catch-ups): the run's
-            # worker may have finished it meanwhile, and a finished run is not canceled. A pull that
-            # fails leaves the finalizer: the deletion is tried again on the next pass.
-            pull_run(run_id, benchrun_home(self.settings.home), status_only=True)
-            try:
-                if RunDir.for_run(run_id, self.settings.home).exists():
-                    cancel_run(self.settings.home, run_id, reason)
-            except BenchrunError as exc:
-                log.warning("run %s: %s", run_id, exc)
+            # pulled first, a finished run is not canceled; a pull that fails raises and leaves the
+            # finalizer: the deletion is tried again on the next pass
+            cancel_deleted_run(self.settings.home, run_id, reason, warn=log.warning)
         log.info("%s: cancelled Dagster run(s) %s", reason, ", ".join(cancelled) or "(none in flight)")
         self._patch_meta(obj, ref, [f for f in finalizers if f != FINALIZER])
         self.known.pop(ref.uid, None)

@@ -54,6 +54,14 @@ class Tick:
     notes: list[str] = field(default_factory=list)
     cursor: str = ""
 
+    def keep_deleted(self, ref: ResourceRef, run_id: str | None) -> None:
+        """Put a deleted object back in the cursor: its deletion is not done (its run's status
+        could not be pulled), and the next tick, not finding it listed, tries it again."""
+        data = _cursor_json(self.cursor)
+        entries = dict(data.get("objects") or {})
+        entries[ref.uid] = {**ref.to_json(), "run_id": run_id}
+        self.cursor = dump_cursor(entries, data.get("namespace"))
+
 
 def load_cursor(text: str | None) -> dict[str, dict[str, Any]]:
     """uid → {namespace, name, uid, generation, run_id}; an unreadable cursor starts afresh."""
@@ -153,6 +161,28 @@ def controller_tick(objs: list[dict[str, Any]], cursor: str | None, register: Re
         out.deleted.append((ResourceRef.from_json(entry), entry.get("run_id")))
     out.cursor = dump_cursor(entries, namespace)
     return out
+
+
+def cancel_deleted_run(home: Path | str | None, run_id: str, reason: str, *,
+                       warn: Callable[[str], Any] | None = None) -> bool:
+    """The run of a deleted BenchmarkRun marked Canceled unless it has finished; True when it
+    changed. The one deletion step of the operator's finalizer and the fallback sensor.
+
+    This home's copy may be stale (a restart, a failover, between catch-ups): the run's worker
+    may have finished it meanwhile, and a finished run is not canceled. So its status.json is
+    pulled first, and a pull that fails raises (BenchrunError) with nothing marked: the caller
+    tries the deletion again (the operator keeps its finalizer, the sensor the object in its
+    cursor). A run that cannot be marked is left, said through ``warn`` (else this module's log)."""
+    from benchrun.paths import benchrun_home
+    from benchrun.runend import cancel_run
+    from benchrun.sharedstate import pull_run
+
+    pull_run(run_id, benchrun_home(home), status_only=True)
+    try:
+        return cancel_run(home, run_id, reason)
+    except BenchrunError as exc:
+        (warn or log.warning)(f"run {run_id}: {exc}")
+        return False
 
 
 def admission_errors(obj: dict[str, Any], ref: ResourceRef, exc: BenchrunError,

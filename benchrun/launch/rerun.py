@@ -2,10 +2,12 @@
 
 A replicate whose result document says its telemetry saw a contended machine is launched
 again right after it, up to the layer's budget (``spec.trials.contendedReruns``); each
-contended attempt's result and log are kept as ``raw/<run>_<suite>_r<k>_contended<i>.*`` and its
-raw files (telemetry, samples) as ``raw/<run>_<suite>_r<k>_contended<i>_*`` (out of the results
-and samples the analysis reads, still in the run's hashed files — and, in a pod without a run
-volume, in what it uploads), and the attempt that stays says ``contention_rerun``.
+contended attempt's result and log are kept as ``raw/<run>_<suite>_r<k>_contended<i>.*``, its
+raw files (telemetry, samples) as ``raw/<run>_<suite>_r<k>_contended<i>_*`` and the figures its
+suite drew (a serving suite's latency-throughput figures) as
+``figures/<run>_<suite>_r<k>_contended<i>_*`` (out of the results and samples the analysis reads,
+still in the run's hashed files — and, in a pod without a run volume, in what it uploads), and
+the attempt that stays says ``contention_rerun``.
 """
 
 from __future__ import annotations
@@ -39,27 +41,33 @@ def contended(run_dir: Path, inv: Invocation) -> str | None:
     return str(tel.get("contention_reason") or "contended")
 
 
+# Where a replicate's own files are ``<run>_<suite>_r<k>_*``: its raw files, and the figures its
+# suite drew (benchrun.loadgen.suite.report); a rerun writes them again under the same names.
+ASIDE_DIRS = ("raw", "figures")
+
 # The rest of a raw file name after ``<run>_<suite>_r<k>_`` that belongs to another suite whose
 # name extends this one's (suite ``a`` r1 and suite ``a_r1_x``: ``<run>_a_r1_x_r1_telemetry.parquet``).
 _OTHER_SUITE = re.compile(r"(^|_)r\d+(_|\.)")
 
 
 def set_aside(run_dir: Path, inv: Invocation, attempt: int) -> list[str]:
-    """Move a contended attempt's result document, log and raw files (telemetry, Prometheus and
-    suite samples, a gang's node logs: every ``raw/<run>_<suite>_r<k>_*``) aside under
-    ``raw/<run>_<suite>_r<k>_contended<attempt>[._]*`` (out of the results and samples the
+    """Move a contended attempt's result document, log, raw files (telemetry, Prometheus and
+    suite samples, a gang's node logs: every ``raw/<run>_<suite>_r<k>_*``) and figures (every
+    ``figures/<run>_<suite>_r<k>_*``) aside under ``raw/<run>_<suite>_r<k>_contended<attempt>[._]*``
+    and ``figures/<run>_<suite>_r<k>_contended<attempt>_*`` (out of the results and samples the
     analysis and the warehouse read, still in the run's hashed files), so the rerun neither
     deletes nor overwrites them; the moved document's paths name the moved files. Their new paths."""
     run_dir = Path(run_dir)
     raw = run_dir / "raw"
     renamed: dict[str, str] = {}
     prefix = f"{inv.run_id}_{inv.suite}_r{int(inv.replicate)}_"
-    for src in sorted(raw.glob(glob.escape(prefix) + "*")) if raw.is_dir() else []:
-        rest = src.name[len(prefix):]
-        if src.is_file() and not rest.startswith("contended") and not _OTHER_SUITE.search(rest):
-            dst = raw / contended_aside_raw_name(inv.run_id, inv.suite, inv.replicate, attempt, rest)
-            src.replace(dst)
-            renamed[src.relative_to(run_dir).as_posix()] = dst.relative_to(run_dir).as_posix()
+    for folder in (run_dir / d for d in ASIDE_DIRS):
+        for src in sorted(folder.glob(glob.escape(prefix) + "*")) if folder.is_dir() else []:
+            rest = src.name[len(prefix):]
+            if src.is_file() and not rest.startswith("contended") and not _OTHER_SUITE.search(rest):
+                dst = folder / contended_aside_raw_name(inv.run_id, inv.suite, inv.replicate, attempt, rest)
+                src.replace(dst)
+                renamed[src.relative_to(run_dir).as_posix()] = dst.relative_to(run_dir).as_posix()
     moved = []
     for rel, ext in ((inv.result_relpath(), "json"), (inv.log_relpath(), "log")):
         src = run_dir / rel
@@ -110,9 +118,10 @@ def launch_with_reruns(launch: Callable[[], LaunchResult], run_dir: Path, inv: I
     ``reruns`` lasts, set that attempt aside and launch it again; the last attempt's result.
     Attempts an earlier materialization of the run set aside are removed first: they are not
     this launch's, and the analysis would count them as its reruns."""
-    raw = Path(run_dir) / "raw"
-    for stale in raw.glob(f"{inv.run_id}_{inv.suite}_r{int(inv.replicate)}_contended*") if raw.is_dir() else []:
-        stale.unlink(missing_ok=True)
+    for folder in (Path(run_dir) / d for d in ASIDE_DIRS):
+        stale = folder.glob(glob.escape(f"{inv.run_id}_{inv.suite}_r{int(inv.replicate)}_contended") + "*")
+        for path in stale if folder.is_dir() else []:
+            path.unlink(missing_ok=True)
     res = launch()
     earlier: list[str] = []
     for attempt in range(1, max(0, int(reruns)) + 1):
