@@ -26,8 +26,6 @@ import math
 import os
 import re
 import statistics
-import urllib.error
-import urllib.request
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,11 +37,11 @@ from prometheus_client.metrics_core import Metric
 
 from benchrun.errors import BenchrunError
 from benchrun.paths import benchrun_home, validate_run_id
-from benchrun.pushgateway import PUSHGATEWAY_ENV, gateway, gateway_error, gateway_groups
+from benchrun.pushgateway import (GATEWAY_ERRORS, PUSHGATEWAY_ENV, gateway, gateway_error, gateway_groups,
+                                  shown_url)
 from benchrun.rundir import read_json_or_none
 from benchrun.suites.result import SCHEMA
 from benchrun.fsio import atomic_write_text
-from benchrun.urlsafe import redact
 
 log = logging.getLogger(__name__)
 
@@ -457,7 +455,7 @@ def delete_groups(url: str, run_id: str, *, job: str = DEFAULT_JOB, timeout: flo
         key = {k: str(v) for k, v in glabels.items() if k != "job"}
         try:
             delete_from_gateway(gw.url, job=job, grouping_key=key, timeout=timeout, handler=gw.handler())
-        except (urllib.error.URLError, OSError) as exc:
+        except GATEWAY_ERRORS as exc:
             raise gateway_error(url, exc) from exc
         deleted.append(group_url(url, run_id, job=job, grouping={k: v for k, v in key.items() if k != "run_id"}))
     return deleted
@@ -466,7 +464,7 @@ def delete_groups(url: str, run_id: str, *, job: str = DEFAULT_JOB, timeout: flo
 def group_url(url: str, run_id: str, *, job: str = DEFAULT_JOB, grouping: Mapping[str, str] | None = None) -> str:
     """``<url>/metrics/job/<job>/run_id/<run_id>[/<k>/<v>...]`` for plain label values (the URL's
     user:password left out: this is what records and logs show)."""
-    parts = [redact(url).rstrip("/"), "metrics", "job", job, "run_id", run_id]
+    parts = [shown_url(url).rstrip("/"), "metrics", "job", job, "run_id", run_id]
     for k, v in sorted((grouping or {}).items()):
         parts += [k, v]
     return "/".join(parts)
@@ -481,12 +479,12 @@ def push(hm: HotMetrics, url: str, *, job: str = DEFAULT_JOB, grouping: Mapping[
         raise BenchrunError(f"push grouping may not use {', '.join(bad)} (job and run_id are set by benchrun; "
                             "request_id, trace_id and prompt_hash are never labels)")
     key = {"run_id": hm.run_id, **{label_name(k): str(v) for k, v in extra.items()}}
-    target = group_url(url, hm.run_id, job=job, grouping=extra)
+    gw = gateway(url)  # BenchrunError, without the URL, for one that cannot be used
+    target = group_url(gw.url, hm.run_id, job=job, grouping=extra)
     try:
-        gw = gateway(url)
         push_to_gateway(gw.url, job=job, registry=hm.registry(), grouping_key=key, timeout=timeout,
                         handler=gw.handler())
-    except (urllib.error.URLError, OSError) as exc:
+    except GATEWAY_ERRORS as exc:
         raise gateway_error(url, exc) from exc
     log.info("hot metrics of run %s: %d series pushed to %s", hm.run_id, hm.series_count, target)
     return target

@@ -1,13 +1,18 @@
 """The Pushgateway's HTTP side: where a request goes, with which credentials, and its errors.
 
 A gateway behind basic auth (its ``--web.config.file``) gets the credentials from the URL's
-``user:password@`` (percent-encoded) or from ``$BENCHRUN_PUSHGATEWAY_USERNAME`` and
-``_PASSWORD``; the URL shown in records, logs and errors never carries them.
+``user:password@`` (percent-encoded; the URL may leave out ``http://``, as prometheus_client
+allows) or from ``$BENCHRUN_PUSHGATEWAY_USERNAME`` and ``_PASSWORD``; the URL shown in records,
+logs and errors never carries them. A URL whose password cannot be told from its host (an
+unencoded ``/``, ``?`` or ``#`` before the ``@``) is refused without being shown, and every
+error a request can meet is a :class:`BenchrunError` (the run's hot metrics are then not
+pushed, said in a condition, never the run's failure).
 """
 
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import os
 import urllib.error
@@ -19,7 +24,7 @@ from typing import Any
 from prometheus_client.exposition import basic_auth_handler, default_handler
 
 from benchrun.errors import BenchrunError
-from benchrun.urlsafe import redact
+from benchrun.urlsafe import redact, split
 
 PUSHGATEWAY_ENV = "BENCHRUN_PUSHGATEWAY_URL"
 PUSHGATEWAY_USER_ENV = "BENCHRUN_PUSHGATEWAY_USERNAME"
@@ -52,15 +57,38 @@ class Gateway:
 
 
 def gateway(url: str) -> Gateway:
-    """The URL's user:password@ (percent-decoded), else $BENCHRUN_PUSHGATEWAY_USERNAME and _PASSWORD."""
-    parsed = urllib.parse.urlsplit(url)
-    if parsed.username is not None:
-        creds = (urllib.parse.unquote(parsed.username), urllib.parse.unquote(parsed.password or ""))
+    """The URL parsed once: its user:password@ (percent-decoded), else $BENCHRUN_PUSHGATEWAY_USERNAME
+    and _PASSWORD, and the URL without them (``http://`` added where it has no http(s) scheme, as
+    prometheus_client does). BenchrunError, never naming the URL, when it cannot be used."""
+    parts = split(url.strip())
+    if parts is None:
+        raise BenchrunError(
+            f"{PUSHGATEWAY_ENV} (or the gateway URL given) has an '@' after a '/', '?' or '#', so its "
+            "user:password@ cannot be told from its host: percent-encode the password (# as %23, / as %2F, "
+            f"? as %3F, @ as %40) or put the credentials in {PUSHGATEWAY_USER_ENV} and {PUSHGATEWAY_PASSWORD_ENV}")
+    scheme, userinfo, hostport, rest = parts
+    if scheme.lower() not in ("http", "https"):
+        if scheme:
+            raise BenchrunError(f"{PUSHGATEWAY_ENV} (or the gateway URL given) is a {scheme}:// URL; "
+                                "give http(s)://host:port (or host:port)")
+        scheme = "http"
+    shown = f"{scheme}://{hostport}{rest}"
+    try:
+        host = urllib.parse.urlsplit(shown).hostname
+        urllib.parse.urlsplit(shown).port  # noqa: B018  (a port that is not a number raises here)
+    except ValueError:
+        host = None
+    if not host:
+        raise BenchrunError(f"{PUSHGATEWAY_ENV} (or the gateway URL given) has no usable host[:port]; "
+                            "give http(s)://host:port")
+    if userinfo:
+        user, _, password = userinfo.partition(":")
+        creds: tuple[str, str] | None = (urllib.parse.unquote(user), urllib.parse.unquote(password))
     elif os.environ.get(PUSHGATEWAY_USER_ENV):
         creds = (os.environ[PUSHGATEWAY_USER_ENV], os.environ.get(PUSHGATEWAY_PASSWORD_ENV, ""))
     else:
         creds = None
-    return Gateway(redact(url), creds)
+    return Gateway(shown, creds)
 
 
 def gateway_error(url: str, exc: BaseException) -> BenchrunError:
@@ -71,19 +99,34 @@ def gateway_error(url: str, exc: BaseException) -> BenchrunError:
             body = ""
         hint = (f" (a gateway behind basic auth: set {PUSHGATEWAY_USER_ENV} and {PUSHGATEWAY_PASSWORD_ENV})"
                 if exc.code in (401, 403) else "")
-        return BenchrunError(f"Pushgateway {redact(url)} refused the request: HTTP {exc.code} "
+        return BenchrunError(f"Pushgateway {shown_url(url)} refused the request: HTTP {exc.code} "
                              f"{body or exc.reason}{hint}")
     reason = getattr(exc, "reason", exc)
     return BenchrunError(
-        f"Pushgateway {redact(url)} is unreachable ({reason}); check {PUSHGATEWAY_ENV} or unset it to "
+        f"Pushgateway {shown_url(url)} is unreachable ({reason}); check {PUSHGATEWAY_ENV} or unset it to "
         "write the textfile only"
     )
 
 
+def shown_url(url: str) -> str:
+    """The gateway's URL as records, logs and errors show it: :func:`gateway`'s, without credentials
+    (the fail-closed :func:`redact` of it where it cannot be used)."""
+    try:
+        return gateway(url).url
+    except BenchrunError:
+        return redact(url)
+
+
+# What a request to the gateway may raise: urllib's errors, sockets', and http.client's own
+# (InvalidURL for a host or port it cannot use, BadStatusLine, ...), none of them the run's failure.
+GATEWAY_ERRORS = (urllib.error.URLError, OSError, ValueError, http.client.HTTPException)
+
+
 def gateway_groups(url: str, timeout: float) -> list[dict[str, Any]]:
     """The groups the Pushgateway holds (its ``/api/v1/metrics``)."""
+    gw = gateway(url)
     try:
-        doc = json.loads(gateway(url).get("/api/v1/metrics", timeout).decode("utf-8"))
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+        doc = json.loads(gw.get("/api/v1/metrics", timeout).decode("utf-8"))
+    except GATEWAY_ERRORS as exc:
         raise gateway_error(url, exc) from exc
     return [g for g in doc.get("data") or [] if isinstance(g, dict)]

@@ -232,7 +232,7 @@ def delete_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
 def _delete_pushed(run_id: str, out: DeleteOutcome) -> None:
     """With ``BENCHRUN_PUSHGATEWAY_URL`` set, delete the run's hot-metrics groups there (left,
     they count against later runs' budget); an unreachable gateway keeps them, said so."""
-    from benchrun.hotmetrics import PUSHGATEWAY_ENV, delete_groups
+    from benchrun.hotmetrics import PUSHGATEWAY_ENV, delete_groups, group_url
 
     url = os.environ.get(PUSHGATEWAY_ENV) or None
     if url is None:
@@ -241,7 +241,7 @@ def _delete_pushed(run_id: str, out: DeleteOutcome) -> None:
         deleted = delete_groups(url, run_id)
     except BenchrunError as exc:
         out.kept.append(f"its hot metrics on the Pushgateway, not deleted: {exc}; delete them there when it is "
-                        f"back (`curl -X DELETE {url.rstrip('/')}/metrics/job/benchrun/run_id/{run_id}`)")
+                        f"back (`curl -X DELETE {group_url(url, run_id)}`)")
         return
     out.removed.extend(f"Pushgateway group {u}" for u in deleted)
 
