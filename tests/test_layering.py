@@ -205,7 +205,7 @@ def test_submission_does_not_depend_on_automation(graph):
 
 # The foundation: what every layer may import; it imports nothing of the product above it.
 FOUNDATION = {"benchrun.errors": set(), "benchrun.fsio": set(), "benchrun._lazy": set(), "benchrun.console": set(),
-              "benchrun.paths": {"benchrun.errors"}}
+              "benchrun.paths": {"benchrun.errors"}, "benchrun.urlsafe": set()}
 # What a suite pod imports (`python -m benchrun.suites.<name>` in the benchmark image): the suites,
 # the load generator, the readers of other tools' outputs, environment capture and the foundation,
 # never the orchestrator's side (Dagster, the warehouse, the launchers).

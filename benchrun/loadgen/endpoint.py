@@ -8,6 +8,8 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
+from benchrun.urlsafe import has_credentials, redact
+
 USER_AGENT = "benchrun-loadgen/1"
 APIS = ("completions", "chat")
 
@@ -33,15 +35,17 @@ class Endpoint:
         for ``api`` (None: completions) unless the URL already ends with one, which then decides
         the API; an ``api`` given that the URL's path contradicts is refused (it was overridden
         silently)."""
+        if has_credentials(url):
+            # credentials in a URL would be sent nowhere and stored in every result's context; checked
+            # first, before anything echoes the URL (an '@' after a '/', '?' or '#' hides the host, so
+            # then the message shows none of it)
+            raise EndpointError(
+                f"URL {redact(url)!r} carries credentials (user:password@, or an '@' that may be part of "
+                "them); remove them and put the API key in BENCHRUN_API_KEY (or OPENAI_API_KEY)"
+            )
         u = urllib.parse.urlsplit(url)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise EndpointError(f"URL {url!r} is not http(s)://host[:port][/path]; give e.g. http://127.0.0.1:8000")
-        if u.username is not None or u.password is not None:
-            # credentials in a URL would be sent nowhere and stored in every result's context
-            raise EndpointError(
-                f"URL for host {u.hostname!r} carries credentials (user:password@); remove them and "
-                "put the API key in BENCHRUN_API_KEY (or OPENAI_API_KEY)"
-            )
         if u.query or u.fragment:
             # requests go to the path alone; a query would be dropped silently (and kept in results)
             raise EndpointError(

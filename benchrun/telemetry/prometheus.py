@@ -21,7 +21,7 @@ from urllib.parse import urlparse
 import requests
 
 from benchrun.plan import Invocation
-from benchrun.urlsafe import redact  # noqa: F401  (prometheus.redact, as before)
+from benchrun.urlsafe import redact, split
 from benchrun.telemetry.samples import Sample, write_samples
 
 log = logging.getLogger(__name__)
@@ -99,9 +99,13 @@ def configured_url(environ: dict[str, str] | None = None) -> str | None:
     url = (environ if environ is not None else os.environ).get(URL_ENV, "").strip()
     if not url:
         return None
+    if split(url) is None:  # requests would read a host out of the password
+        raise ValueError(f"{URL_ENV} has an '@' after a '/', '?' or '#', so its user:password@ cannot be told from "
+                         "its host; percent-encode the password (# as %23, / as %2F, ? as %3F, @ as %40)")
     parsed = urlparse(url)
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise ValueError(f"{URL_ENV}={url!r} is not an http(s) URL; set it like http://prometheus:9090")
+        raise ValueError(f"{URL_ENV}={redact(url)!r} is not an http(s) URL (any user:password@ left out here); "
+                         "set it like http://prometheus:9090")
     return url.rstrip("/")
 
 
@@ -219,6 +223,8 @@ def range_queries(url: str, start: float, end: float, node: str, *, pod: str | N
             errors.append(f"targets: timed out after {timeout:g}s")
         except requests.ConnectionError as exc:
             errors.append(f"targets: cannot connect to {redact(url)} ({type(exc).__name__})")
+        except requests.RequestException as exc:
+            errors.append(f"targets: cannot ask {redact(url)} ({type(exc).__name__}; check {URL_ENV})")
         for q in QUERIES if not errors else ():
             expr = render(q, node, pod, rate, queue)
             if expr is None:
@@ -228,13 +234,17 @@ def range_queries(url: str, start: float, end: float, node: str, *, pod: str | N
             try:
                 resp = http.get(f"{url}/api/v1/query_range", timeout=timeout,
                                 params={"query": expr, "start": f"{q_start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"})
-                body = resp.json()
             except requests.Timeout:
                 errors.append(f"{q.name}: timed out after {timeout:g}s")
                 break  # a slow server stays slow: do not wait once per query
             except requests.ConnectionError as exc:
                 errors.append(f"{q.name}: cannot connect to {redact(url)} ({type(exc).__name__})")
                 break
+            except requests.RequestException as exc:  # InvalidURL and the like: no query can go (its text may hold the URL)
+                errors.append(f"{q.name}: cannot ask {redact(url)} ({type(exc).__name__}; check {URL_ENV})")
+                break
+            try:
+                body = resp.json()
             except ValueError:
                 errors.append(f"{q.name}: HTTP {resp.status_code}, not a Prometheus API answer")
                 continue
