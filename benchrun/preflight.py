@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from benchrun.errors import BenchrunError
+from benchrun.urlsafe import has_credentials, redact
 
 RUN_WORKER_ACCOUNT = "benchrun-run"  # deploy/kustomize/base/rbac.yaml
 # (verb, API group, resource, subresource) the launcher calls as the run worker, in its namespace
@@ -260,6 +261,10 @@ def _outputs_check(settings: Any, core: Any, ns: str) -> Check:
 
     from benchrun.launch.podout import parse_uri
 
+    if has_credentials(settings.outputs_uri):  # parse_uri's message would show them
+        return Check("suite outputs", False, f"BENCHRUN_LAUNCHER_OUTPUTS_URI {redact(settings.outputs_uri)!r} carries "
+                     "credentials (user:password@, or an '@' that may be part of them)",
+                     "set BENCHRUN_LAUNCHER_OUTPUTS_URI=s3://bucket/prefix; the pods' S3 credentials go in their Secret")
     try:
         bucket, _prefix = parse_uri(settings.outputs_uri)
     except ValueError as exc:
@@ -290,6 +295,10 @@ def _store_check() -> Check:
     url = os.environ.get("BENCHRUN_SHARED_STATE", "")
     if not url:
         return Check("artifact store", None, "BENCHRUN_SHARED_STATE is not set (runs stay in BENCHRUN_HOME)")
+    if has_credentials(url):  # the bucket read from it would carry them into the messages below
+        return Check("artifact store", False, f"BENCHRUN_SHARED_STATE {redact(url)!r} carries credentials "
+                     "(user:password@, or an '@' that may be part of them)",
+                     "set BENCHRUN_SHARED_STATE=s3://bucket/prefix; the S3 credentials go in AWS_* (the Secret benchrun-s3)")
     if not url.startswith("s3://"):
         return Check("artifact store", None, f"{url}: not an s3:// URL")
     bucket = url[len("s3://"):].split("/", 1)[0]

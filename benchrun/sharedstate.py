@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 from benchrun.errors import BenchrunError
 from benchrun.fsio import atomic_path, atomic_write_bytes
+from benchrun.urlsafe import has_credentials, redact
 
 log = logging.getLogger(__name__)
 
@@ -227,6 +228,9 @@ def shared_state() -> SharedState | None:
     uri = os.environ.get(ENV, "").strip()
     if not uri:
         return None
+    if has_credentials(uri):  # else the bucket name would carry them into every message
+        raise BenchrunError(f"{ENV}={redact(uri)!r} carries credentials (user:password@, or an '@' that may be "
+                            "part of them): use s3://bucket/prefix, with the S3 credentials in AWS_* in the environment")
     parsed = urllib.parse.urlparse(uri)
     if parsed.scheme != "s3" or not parsed.netloc:
         raise BenchrunError(f"{ENV}={uri!r}: use s3://bucket/prefix")

@@ -11,6 +11,7 @@ from benchrun.loadgen import client as http
 from benchrun.loadgen.content import ContentConfig
 from benchrun.loadgen.metrics import SLO, Pricing, VerdictPolicy
 from benchrun.loadgen.workload import MixBucket
+from benchrun.urlsafe import has_credentials, redact
 
 LOAD_MODELS = ("closed_loop", "open_loop", "trace")
 ARRIVALS = ("poisson", "constant", "gamma")
@@ -110,6 +111,10 @@ class SweepConfig:
             raise BenchrunError("give exactly one of requests per point (--requests) or duration (--duration)")
         if not 0 < self.goodput_drop < 1:
             raise BenchrunError("goodput drop must lie in (0, 1) (e.g. 0.1: stop when goodput falls 10 % below the best)")
+        if self.server_metrics_url is not None and has_credentials(self.server_metrics_url):
+            # the scraper sends none, and the URL is kept in the summary's context and the samples' file
+            raise BenchrunError(f"--server-metrics {redact(self.server_metrics_url)!r} carries credentials "
+                                "(user:password@, or an '@' that may be part of them); remove them")
         if self.server_metrics_url is not None and not self.server_metrics_url.startswith(("http://", "https://")):
             raise BenchrunError(f"--server-metrics {self.server_metrics_url!r} is not an http(s) URL (e.g. http://127.0.0.1:8000/metrics)")
         if not self.server_metrics_interval_s > 0:

@@ -49,6 +49,7 @@ import urllib.parse
 from typing import Any, Callable
 
 from benchrun.errors import BenchrunError
+from benchrun.urlsafe import has_credentials, redact
 
 CLOCK = time.perf_counter_ns
 GO_MARGIN_S = 0.5  # the go time after the last pod's ready time: covers a poll, a list and a clock read
@@ -87,8 +88,9 @@ class LoadPods:
     def __init__(self, index: int, count: int, uri: str, run_id: str, job_uid: str, timeout_s: float,
                  client: Any = None, sleep: Callable[[float], None] = time.sleep) -> None:
         parsed = urllib.parse.urlparse(uri or "")
-        if parsed.scheme != "s3" or not parsed.netloc:
-            raise BenchrunError(f"{ENV_STORE} {uri!r}: use s3://bucket/prefix (the launcher's outputs_uri)")
+        if parsed.scheme != "s3" or not parsed.netloc or has_credentials(uri or ""):
+            raise BenchrunError(f"{ENV_STORE} {redact(uri or '')!r}: use s3://bucket/prefix (the launcher's outputs_uri; "
+                                "no user:password@, the S3 credentials come from the environment)")
         if not 0 <= index < count:
             raise BenchrunError(f"{ENV_INDEX}={index} is not an index of {count} load pods")
         if not job_uid or not run_id:

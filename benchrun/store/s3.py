@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator, TypeVar
 
 from benchrun.errors import BenchrunError
+from benchrun.urlsafe import redact
 from benchrun.store.base import CHUNK, ArtifactStore, changed_while_stored, sha256_stream
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,7 @@ class S3Store(ArtifactStore):
     def _call(self, what: str, fn: Callable[[], T]) -> T:
         import botocore.exceptions as bex
 
-        where = f"s3://{self.bucket} at {self.endpoint_url or 'the default AWS endpoint'}"
+        where = f"s3://{self.bucket} at {redact(self.endpoint_url) if self.endpoint_url else 'the default AWS endpoint'}"
         try:
             return fn()
         except bex.NoCredentialsError as exc:
