@@ -226,9 +226,13 @@ def test_helm_values_wire_the_cluster_pieces(rendered: list[dict[str, Any]], mon
 
     monkeypatch.setenv("BENCHRUN_AUTOMATION_ON", env["BENCHRUN_AUTOMATION_ON"])
     assert not starts_on("benchmarkrun_resource_sensor", False) and starts_on("run_liveness_sensor", True)
-    # shared state in the same bucket as the compute logs; run workers inherit the location's env
+    # shared state in the same bucket as the compute logs; run workers get the location's env from
+    # the run launcher, not through the location's container context (which would also move them
+    # to its namespace and service account: tests/test_deploy_runworker.py)
     assert env["BENCHRUN_SHARED_STATE"].startswith(f"s3://{values['computeLogManager']['config']['s3ComputeLogManager']['bucket']}/")
-    assert code["includeConfigInLaunchedRuns"]["enabled"] is True
+    assert code["includeConfigInLaunchedRuns"]["enabled"] is False
+    assert k8s["runK8sConfig"]["containerConfig"]["env"] == code["env"]
+    assert k8s["envSecrets"] == code["envSecrets"]
     # the warehouse: Iceberg, its catalog in the chart's Postgres (host, user, database as the
     # postgresql section names them; the password from the Secret the chart reads), its files in
     # the shared bucket; lake accepts exactly these settings with the shared state on
