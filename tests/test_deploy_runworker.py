@@ -1,7 +1,7 @@
 """The run worker Job that the Dagster chart's K8sRunLauncher creates with deploy/helm/values.yaml,
 built by the installed dagster-k8s (its config schema, ``K8sRunLauncher.launch_run``: container
-context resolution, ``construct_dagster_k8s_job``), with only the API call captured, for a run the
-daemon launches from the code server's origin. It
+context resolution, ``construct_dagster_k8s_job``), with only the API call captured: for a run the
+daemon launches from the code server's origin, and for one the BenchmarkRun operator queued. Each
 starts in ``benchrun-runs`` as ``benchrun-run``, from the code location's image, with its
 environment, and deploy/'s Roles (the harness's Policy) allow what the run worker and the accounts
 that stop it call there.
@@ -294,6 +294,58 @@ def test_a_run_the_daemon_launches_gets_its_worker_in_benchrun_runs_as_benchrun_
                                   job_code_origin=python_origin, remote_job_origin=remote_origin)
         namespace, job = launched_job(instance, run)
     assert_a_run_worker(namespace, job, image_name(dep["image"]))
+
+
+def test_a_run_the_operator_queues_gets_the_code_locations_image_and_env(bench_home, monkeypatch):
+    """The operator creates runs from an in-process origin: with the operator Deployment's
+    environment, the run worker the daemon then starts has the code location's image (none
+    would be refused by the API server: the values set no launcher image) and its environment."""
+    import dagster as dg
+
+    from benchrun.controller.dagster_runs import DagsterRuns
+    from benchrun.controller.status import ResourceRef
+    from helpers import dequeue
+
+    v = values()
+    [dep] = v["dagster-user-deployments"]["deployments"]
+    assert "image" not in v["runLauncher"]["config"]["k8sRunLauncher"]  # no fallback: the origin's or none
+    [operator] = [d for d in kustomized() if d["kind"] == "Deployment" and d["metadata"]["name"] == "benchrun-operator"]
+    [container] = operator["spec"]["template"]["spec"]["containers"]
+    op_env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    assert op_env["DAGSTER_CURRENT_IMAGE"] == container["image"] == image_name(dep["image"])
+    for key in ("DAGSTER_CURRENT_IMAGE", "DAGSTER_CONTAINER_CONTEXT", "BENCHRUN_CODE_LOCATION"):
+        if key in op_env:
+            monkeypatch.setenv(key, op_env[key])
+        else:
+            monkeypatch.delenv(key, raising=False)
+    with chart_instance(v) as instance:
+        ref = ResourceRef("team-a", "nightly-cr", "0b4f6c52-aaaa-4000-8000-000000000003", 1)
+        run, created = DagsterRuns(instance).start(ref, "nightly-cr-20260101000000-0b4f6c52")
+        assert created and run.status == dg.DagsterRunStatus.QUEUED
+        namespace, job = launched_job(instance, dequeue(instance, run))
+    assert_a_run_worker(namespace, job, image_name(dep["image"]))
+
+
+def test_the_operator_creates_no_run_that_would_start_from_no_image(bench_home, monkeypatch):
+    """Without DAGSTER_CURRENT_IMAGE and with a K8sRunLauncher that has no image of its own, the
+    run would be refused by the API server when the daemon launches it: none is created."""
+    from benchrun.controller.dagster_runs import DagsterRuns, container_origin
+    from benchrun.controller.status import ResourceRef
+    from benchrun.errors import BenchrunError
+
+    monkeypatch.delenv("DAGSTER_CURRENT_IMAGE", raising=False)
+    monkeypatch.delenv("DAGSTER_CONTAINER_CONTEXT", raising=False)
+    with chart_instance(values()) as instance:
+        ref = ResourceRef("team-a", "nightly-cr", "0b4f6c52-aaaa-4000-8000-000000000004", 1)
+        with pytest.raises(BenchrunError, match=r"K8sRunLauncher with no job_image, and DAGSTER_CURRENT_IMAGE is not set"):
+            DagsterRuns(instance).start(ref, "nightly-cr-20260101000000-0b4f6c52")
+        assert instance.get_runs() == []
+    monkeypatch.setenv("DAGSTER_CURRENT_IMAGE", "registry.example.com/benchrun:1")
+    monkeypatch.setenv("DAGSTER_CONTAINER_CONTEXT", json.dumps({"k8s": {"env_secrets": ["extra"]}}))
+    assert container_origin() == ("registry.example.com/benchrun:1", {"k8s": {"env_secrets": ["extra"]}})
+    monkeypatch.setenv("DAGSTER_CONTAINER_CONTEXT", "[1]")
+    with pytest.raises(BenchrunError, match="must be a JSON object"):
+        container_origin()
 
 
 def test_with_include_config_in_launched_runs_workers_would_start_as_the_code_location(bench_home):
