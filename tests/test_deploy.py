@@ -259,6 +259,27 @@ def test_helm_values_wire_the_cluster_pieces(rendered: list[dict[str, Any]], mon
     assert not list(_secret_values(values)), "secrets come from Secrets, never from values.yaml"
 
 
+def test_every_long_running_pod_asks_for_cpu_and_memory_and_has_a_memory_limit(rendered: list[dict[str, Any]]) -> None:
+    """The chart's webserver and daemon, the code location, the run workers and the operator:
+    requests (else the pod is BestEffort, first evicted under node pressure) and a memory limit."""
+    values = helm_values()
+    [code] = values["dagster-user-deployments"]["deployments"]
+    [operator] = [d for d in rendered if d["kind"] == "Deployment" and d["metadata"]["name"] == "benchrun-operator"]
+    [op_container] = operator["spec"]["template"]["spec"]["containers"]
+    pods = {
+        "dagsterWebserver": values["dagsterWebserver"].get("resources"),
+        "dagsterDaemon": values["dagsterDaemon"].get("resources"),
+        "code location": code.get("resources"),
+        "run workers": values["runLauncher"]["config"]["k8sRunLauncher"]["runK8sConfig"]["containerConfig"].get(
+            "resources"),
+        "operator": op_container.get("resources"),
+    }
+    for name, res in pods.items():
+        assert res, f"{name} sets no resources: its pod would be BestEffort"
+        assert {"cpu", "memory"} <= set(res.get("requests") or {}), (name, res)
+        assert "memory" in (res.get("limits") or {}), (name, res)
+
+
 def test_the_operator_gets_the_code_locations_s3_env(rendered: list[dict[str, Any]]) -> None:
     """The operator pins and pushes each run to the shared state (submit.prepare, push_run) as the
     code location's sensor does: the same bucket, and the same sources of S3 credentials."""
