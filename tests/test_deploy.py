@@ -226,9 +226,13 @@ def test_helm_values_wire_the_cluster_pieces(rendered: list[dict[str, Any]], mon
 
     monkeypatch.setenv("BENCHRUN_AUTOMATION_ON", env["BENCHRUN_AUTOMATION_ON"])
     assert not starts_on("benchmarkrun_resource_sensor", False) and starts_on("run_liveness_sensor", True)
-    # shared state in the same bucket as the compute logs; run workers inherit the location's env
+    # shared state in the same bucket as the compute logs; run workers get the location's env from
+    # the run launcher, not through the location's container context (which would also move them
+    # to its namespace and service account: tests/test_deploy_runworker.py)
     assert env["BENCHRUN_SHARED_STATE"].startswith(f"s3://{values['computeLogManager']['config']['s3ComputeLogManager']['bucket']}/")
-    assert code["includeConfigInLaunchedRuns"]["enabled"] is True
+    assert code["includeConfigInLaunchedRuns"]["enabled"] is False
+    assert k8s["runK8sConfig"]["containerConfig"]["env"] == code["env"]
+    assert k8s["envSecrets"] == code["envSecrets"]
     # the warehouse: Iceberg, its catalog in the chart's Postgres (host, user, database as the
     # postgresql section names them; the password from the Secret the chart reads), its files in
     # the shared bucket; lake accepts exactly these settings with the shared state on
@@ -253,6 +257,27 @@ def test_helm_values_wire_the_cluster_pieces(rendered: list[dict[str, Any]], mon
     assert make_url(lake.catalog_uri(Path("/var/lib/benchrun"))).password == "from-the-secret"
     assert lake.table_location(Path("/var/lib/benchrun")) == env["BENCHRUN_WAREHOUSE_LOCATION"]
     assert not list(_secret_values(values)), "secrets come from Secrets, never from values.yaml"
+
+
+def test_every_long_running_pod_asks_for_cpu_and_memory_and_has_a_memory_limit(rendered: list[dict[str, Any]]) -> None:
+    """The chart's webserver and daemon, the code location, the run workers and the operator:
+    requests (else the pod is BestEffort, first evicted under node pressure) and a memory limit."""
+    values = helm_values()
+    [code] = values["dagster-user-deployments"]["deployments"]
+    [operator] = [d for d in rendered if d["kind"] == "Deployment" and d["metadata"]["name"] == "benchrun-operator"]
+    [op_container] = operator["spec"]["template"]["spec"]["containers"]
+    pods = {
+        "dagsterWebserver": values["dagsterWebserver"].get("resources"),
+        "dagsterDaemon": values["dagsterDaemon"].get("resources"),
+        "code location": code.get("resources"),
+        "run workers": values["runLauncher"]["config"]["k8sRunLauncher"]["runK8sConfig"]["containerConfig"].get(
+            "resources"),
+        "operator": op_container.get("resources"),
+    }
+    for name, res in pods.items():
+        assert res, f"{name} sets no resources: its pod would be BestEffort"
+        assert {"cpu", "memory"} <= set(res.get("requests") or {}), (name, res)
+        assert "memory" in (res.get("limits") or {}), (name, res)
 
 
 def test_the_operator_gets_the_code_locations_s3_env(rendered: list[dict[str, Any]]) -> None:

@@ -215,3 +215,89 @@ def test_a_preempted_gang_is_admitted_again_as_a_new_attempt(kcluster_factory, t
     assert res2.status == "failed"
     assert res2.reason.endswith("ended 1 times by evictions or preemptions, more than eviction_retries=0; "
                                 "JobSet deleted"), res2.reason
+
+
+# Kueue's own preemption message (pkg/scheduler/preemption: preemptionMessage)
+KUEUE_PREEMPTED = ("Preempted to accommodate a workload (UID: 9f542104, JobUID: a20d0a6a) due to prioritization in "
+                   "the ClusterQueue; preemptor path: /benchrun/benchrun-publication; preemptee path: "
+                   "/benchrun/benchrun-nightly")
+
+
+def readmitted(message: str, stats: list[dict] | None = None) -> dict:
+    """A Workload preempted and admitted again, as Kueue leaves it (pkg/workload SetQuotaReservation)."""
+    wl = {"status": {"conditions": [
+        {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved",
+         "message": "Quota reserved in ClusterQueue benchrun-nightly", "lastTransitionTime": "2026-01-01T00:05:00Z"},
+        {"type": "Evicted", "status": "False", "reason": "QuotaReserved", "message": f"Previously: {message}",
+         "lastTransitionTime": "2026-01-01T00:05:00Z"}]}}
+    if stats is not None:
+        wl["status"]["schedulingStats"] = {"evictions": stats}
+    return wl
+
+
+def test_a_readmitted_workload_names_the_eviction_not_its_readmission():
+    """Kueue rewrites the Evicted condition of a workload it admits again (status False, reason
+    QuotaReserved, "Previously: <message>"): the eviction it records is read back from the message,
+    else from schedulingStats when that counts one reason only."""
+    from benchrun.launch.k8s_status import workload_eviction, workload_evicted
+    from benchrun.launch.k8s_wait import _new_kueue_eviction
+
+    fresh = lambda: {"true": set(), "false": set(), "awaiting": False}  # noqa: E731
+    seen = fresh()
+    ev = _new_kueue_eviction(readmitted(KUEUE_PREEMPTED), seen)
+    assert ev is not None and (ev["reason"], ev["message"], ev["what"]) == ("Preempted", KUEUE_PREEMPTED,
+                                                                            "preempted by Kueue")
+    assert ev["requeued"] is True and ev["status"] == "False"
+    assert _new_kueue_eviction(readmitted(KUEUE_PREEMPTED), seen) is None  # the same one, polled again
+    assert workload_eviction(readmitted(KUEUE_PREEMPTED)) == f"Preempted: {KUEUE_PREEMPTED}"
+    timeout = readmitted("Exceeded the PodsReady timeout benchrun-runs/job-tiny-r1-1a2b3")
+    assert workload_evicted(timeout)["reason"] == "PodsReadyTimeout"
+    # a message of no known shape: schedulingStats, when it counts one reason
+    other = readmitted("evicted for a reason of its own", [{"reason": "NodeFailures", "underlyingCause": "",
+                                                            "count": 1}])
+    assert workload_evicted(other)["reason"] == "NodeFailures"
+    two = readmitted("evicted for a reason of its own", [
+        {"reason": "NodeFailures", "underlyingCause": "", "count": 1},
+        {"reason": "Preempted", "underlyingCause": "InClusterQueue", "count": 2}])
+    assert workload_evicted(two)["reason"] == "Evicted"  # never QuotaReserved, never a guess
+    # seen while evicted, then readmitted: one eviction, not two
+    seen = fresh()
+    evicted = {"status": {"conditions": [{"type": "Evicted", "status": "True", "reason": "Preempted",
+                                          "message": KUEUE_PREEMPTED, "lastTransitionTime": "2026-01-01T00:04:00Z"}]}}
+    assert _new_kueue_eviction(evicted, seen)["reason"] == "Preempted"
+    assert _new_kueue_eviction(readmitted(KUEUE_PREEMPTED), seen) is None
+
+
+def test_preempted_and_admitted_again_between_two_polls_is_recorded_as_the_preemption(kcluster_factory, tmp_path):
+    """The launcher never sees the Evicted condition True: by its next poll Kueue (the harness, in
+    Kueue's shape) has admitted the workload again. The attempt is still recorded, as preempted."""
+    cluster = kcluster_factory(host_env={"PYTHONPATH": str(ROOT)})
+    run_dir = tmp_path / "home" / "runs" / RUN_ID
+    run_dir.mkdir(parents=True)
+    launcher = launcher_for(cluster, eviction_retries=1)
+    orig, asked = launcher._sleep, []
+
+    def sleep(s: float) -> None:
+        for p in cluster.list("pods"):
+            if not asked and working(cluster)(p):
+                asked.append(p["metadata"]["name"])
+                cluster.preempt(TINY_R1, message=KUEUE_PREEMPTED)
+                cluster.wait_for(lambda: any(c["type"] == "Evicted" and c["status"] == "False"
+                                             for w in cluster.list("workloads") for c in w["status"]["conditions"]),
+                                 what="the workload admitted again")
+        orig(s)
+
+    launcher._sleep = sleep
+    res = launcher.launch(make_inv(run_dir, code=first_attempt_works_then_hangs(tmp_path / "marker")), run_dir)
+    assert res.status == "ok", res.reason
+    [first] = res.messages[0]["attempts"]
+    assert first["cause"] == "kueue" and first["pod_name"] == asked[0]
+    assert first["reason"] == f"preempted by Kueue (Preempted: {KUEUE_PREEMPTED})", first["reason"]
+    # what the harness wrote is Kueue's shape, and the published v1beta2 Workload schema accepts it
+    validator = crd_validator("kueue.x-k8s.io_workloads.yaml", "v1beta2")
+    versions = [v for v in cluster.history("workloads", res.messages[0]["workload_name"]) if v]
+    again = [c for v in versions for c in v["status"]["conditions"] if c["type"] == "Evicted" and c["status"] == "False"]
+    assert again and again[0]["reason"] == "QuotaReserved" and again[0]["message"] == f"Previously: {KUEUE_PREEMPTED}"
+    for wl in versions:
+        validator.validate(wl)
+    assert cluster.errors == []

@@ -9,10 +9,18 @@ location that ``workspace.yaml`` names, then ``instance.submit_run``), with the 
 a retried event, a relist or a second operator replica finds it and never mints another; and
 the run id is derived from the uid and generation, so two processes that both found none
 insert it once (the storage refuses the second insert, which then takes the first's run).
+
+The job's origin carries the image and container context the run worker starts from, as the
+code server's does on the runs the daemon creates: ``dagster code-server start`` takes them from
+``$DAGSTER_CURRENT_IMAGE`` (the Helm chart sets it to the code location's image) and
+``$DAGSTER_CONTAINER_CONTEXT`` (JSON), and so does this module (deploy/kustomize/base/operator.yaml
+sets the image). K8sRunLauncher takes the run worker's image from the origin; without one, and
+with no ``job_image`` of its own, the Job would be refused, so such a run is never created.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -28,6 +36,8 @@ from benchrun.errors import BenchrunError
 log = logging.getLogger(__name__)
 
 ENV_LOCATION = "BENCHRUN_CODE_LOCATION"
+# What `dagster code-server start` reads into the origin of the runs it serves (dagster/_cli/code_server.py).
+ENV_IMAGE, ENV_CONTAINER_CONTEXT = "DAGSTER_CURRENT_IMAGE", "DAGSTER_CONTAINER_CONTEXT"
 RUN_KEY_TAG = "dagster/run_key"
 PARTITION_TAG = "dagster/partition"
 TRIGGER_TAG, TRIGGER = "benchrun/trigger", "benchmarkrun-operator"  # the runs this module creates
@@ -40,6 +50,23 @@ def location_name() -> str:
     from benchrun.submit import code_location_target
 
     return os.environ.get(ENV_LOCATION, "").strip() or code_location_target()[0]
+
+
+def container_origin() -> tuple[str | None, dict[str, Any] | None]:
+    """The image and container context for the origin of the runs this module creates:
+    ``$DAGSTER_CURRENT_IMAGE`` and ``$DAGSTER_CONTAINER_CONTEXT`` (a JSON object), as the code
+    server reads them; None where unset."""
+    image = os.environ.get(ENV_IMAGE, "").strip() or None
+    raw = os.environ.get(ENV_CONTAINER_CONTEXT, "").strip()
+    if not raw:
+        return image, None
+    try:
+        context = json.loads(raw)
+    except ValueError as exc:
+        raise BenchrunError(f"{ENV_CONTAINER_CONTEXT} is not JSON: {exc}") from None
+    if not isinstance(context, dict):
+        raise BenchrunError(f"{ENV_CONTAINER_CONTEXT} must be a JSON object, not {type(context).__name__}")
+    return image, context
 
 
 class DagsterRuns:
@@ -68,9 +95,11 @@ class DagsterRuns:
             from benchrun.submit import JOB_NAME, code_location_target
 
             module, attribute = self._target or code_location_target()
+            image, context = container_origin()
+            self._check_image(image)
             origin = InProcessCodeLocationOrigin(
                 LoadableTargetOrigin(executable_path=sys.executable, module_name=module, attribute=attribute),
-                location_name=location_name())
+                location_name=location_name(), container_image=image, container_context=context)
             self._code_location = origin.create_location(self.instance)
             for repo in self._code_location.get_repositories().values():
                 if repo.has_job(JOB_NAME):
@@ -80,6 +109,21 @@ class DagsterRuns:
                 raise BenchrunError(f"the code location {module}:{attribute} has no job {JOB_NAME}; "
                                     "check workspace.yaml")
         return self._code_location, self._remote_job
+
+    def _check_image(self, image: str | None) -> None:
+        """Refuse to create runs that the instance's K8sRunLauncher could start from no image."""
+        if image is not None:
+            return
+        try:
+            from dagster_k8s import K8sRunLauncher
+        except ImportError:  # no Kubernetes launcher here
+            return
+        launcher = self.instance.run_launcher
+        if isinstance(launcher, K8sRunLauncher) and not launcher.job_image:
+            raise BenchrunError(
+                f"the instance's run launcher is K8sRunLauncher with no job_image, and {ENV_IMAGE} is not set: "
+                "its run workers would have no image; set it to the code location's image (the operator "
+                "Deployment in deploy/kustomize/base/operator.yaml does)")
 
     def find(self, ref: ResourceRef) -> Any | None:
         """The Dagster run already made for this (uid, generation), if any; one this module created

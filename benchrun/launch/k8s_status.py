@@ -106,11 +106,13 @@ def workload_eviction(wl: dict[str, Any] | None) -> str | None:
     """The Evicted condition's reason and message when Kueue evicted (preempted) the workload.
 
     Any Evicted condition counts, also one already back to False: Kueue may requeue and
-    readmit a preempted workload between two polls, and the replicate was still cut short."""
-    for c in ((wl or {}).get("status") or {}).get("conditions") or []:
-        if c.get("type") == "Evicted" and c.get("status") in ("True", "False"):
-            return f"{c.get('reason') or 'Evicted'}: {c.get('message') or 'no message'}"
-    return None
+    readmit a preempted workload between two polls, and the replicate was still cut short
+    (the reason is then read back as :func:`workload_evicted` does)."""
+    cond = _evicted_condition(wl)
+    if cond is None:
+        return None
+    reason, message = _eviction_reason(wl, cond)
+    return f"{reason}: {message}"
 
 
 # Kueue's reasons on a Workload's Evicted condition (v1beta2, workload_types.go): what each means,
@@ -127,21 +129,56 @@ KUEUE_EVICTIONS: dict[str, tuple[str, bool]] = {
 # Said after an InactiveWorkload eviction: why it will not come back, and what to do.
 INACTIVE_NOTE = ("the Workload is inactive (spec.active: false, set by a person, by Kueue past its requeuing backoff "
                  "limit, or for a rejected admission check) and is not admitted again")
+# When Kueue admits an evicted workload again (pkg/workload SetQuotaReservation) it rewrites the
+# Evicted condition: status False, reason "QuotaReserved", message "Previously: <the eviction's
+# message>", a new lastTransitionTime. The eviction's reason is then read back from that message,
+# by the texts Kueue writes for each reason (pkg/scheduler/preemption, pkg/controller/core), else
+# from status.schedulingStats.evictions when it counts evictions of one reason only.
+READMITTED_REASON, READMITTED_PREFIX = "QuotaReserved", "Previously: "
+KUEUE_EVICTION_MESSAGES: tuple[tuple[str, str], ...] = (
+    ("Preempted to accommodate", "Preempted"),
+    ("Exceeded the PodsReady timeout", "PodsReadyTimeout"),
+    ("At least one admission check is false", "AdmissionCheck"),
+    ("The ClusterQueue is stopped", "ClusterQueueStopped"),
+    ("The LocalQueue is stopped", "LocalQueueStopped"),
+)
+
+
+def _evicted_condition(wl: dict[str, Any] | None) -> dict[str, Any] | None:
+    return next((c for c in ((wl or {}).get("status") or {}).get("conditions") or []
+                 if c.get("type") == "Evicted" and c.get("status") in ("True", "False")), None)
+
+
+def _eviction_reason(wl: dict[str, Any] | None, cond: dict[str, Any]) -> tuple[str, str]:
+    """(reason, message) of the eviction the Evicted condition records, also once Kueue has
+    admitted the workload again and rewritten the condition."""
+    reason, message = cond.get("reason") or "Evicted", cond.get("message") or ""
+    if not (cond.get("status") == "False" and reason == READMITTED_REASON):
+        return reason, message or "no message"
+    message = message.removeprefix(READMITTED_PREFIX)
+    known = next((r for prefix, r in KUEUE_EVICTION_MESSAGES if message.startswith(prefix)), None)
+    if known is None:
+        stats = (((wl or {}).get("status") or {}).get("schedulingStats") or {}).get("evictions") or []
+        counted = {e.get("reason") for e in stats if e.get("reason") and (e.get("count") or 0) > 0}
+        known = counted.pop() if len(counted) == 1 else "Evicted"
+    return known, message or "no message"
 
 
 def workload_evicted(wl: dict[str, Any] | None) -> dict[str, Any] | None:
     """The Workload's Evicted condition (True now, or False again after a readmission) as a dict
     with ``reason``, ``message``, ``status``, ``time``, ``what`` (benchrun's words) and
     ``requeued`` (Kueue admits it again), else None. ``spec.active: false`` reads as
-    InactiveWorkload even before Kueue writes the condition."""
-    cond = next((c for c in ((wl or {}).get("status") or {}).get("conditions") or []
-                 if c.get("type") == "Evicted" and c.get("status") in ("True", "False")), None)
+    InactiveWorkload even before Kueue writes the condition. After a readmission the reason and
+    message are the eviction's (Kueue's rewritten condition says only ``QuotaReserved``)."""
+    cond = _evicted_condition(wl)
     inactive = ((wl or {}).get("spec") or {}).get("active") is False
     if cond is None and not inactive:
         return None
-    reason = "InactiveWorkload" if inactive else (cond.get("reason") or "Evicted")
+    reason, message = _eviction_reason(wl, cond) if cond is not None else ("InactiveWorkload", "no message")
+    if inactive:
+        reason = "InactiveWorkload"
     what, requeued = KUEUE_EVICTIONS.get(reason, (f"evicted by Kueue ({reason})", True))
-    return {"reason": reason, "message": (cond or {}).get("message") or "no message",
+    return {"reason": reason, "message": message,
             "status": (cond or {}).get("status", "True"), "time": (cond or {}).get("lastTransitionTime"),
             "what": what, "requeued": requeued}
 

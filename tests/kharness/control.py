@@ -15,7 +15,8 @@ upstream controllers closely enough for a client to rely on the same fields:
   admission writes ``status.admission`` and the ``QuotaReserved``/``Admitted`` conditions and
   unsuspends the owner. When one does not fit, lower-priority admitted workloads are
   preempted (``Evicted`` reason ``Preempted``, owner suspended again, ``Requeued``;
-  ``status.schedulingStats.evictions`` counts by reason). ``preempt(..., reason=)`` evicts for
+  ``status.schedulingStats.evictions`` counts by reason; admitted again, ``Evicted`` turns False
+  with reason ``QuotaReserved`` and message ``Previously: <message>``, as Kueue rewrites it). ``preempt(..., reason=)`` evicts for
   another of Kueue's reasons (``PodsReadyTimeout``, ``AdmissionCheck``: requeued alike;
   ``InactiveWorkload``: ``spec.active: false``, ``Requeued=False``, never admitted again).
   ``PodsReady`` and ``Finished`` follow the pods and the owner. An unknown queue leaves the
@@ -764,8 +765,11 @@ class ControlPlane:
             }
             conds = set_condition(conds, _condition("QuotaReserved", True, "QuotaReserved", f"Quota reserved in ClusterQueue {q}-cq"))
             conds = set_condition(conds, _condition("Admitted", True, "Admitted", "The workload is admitted"))
+            # an earlier eviction's condition, rewritten as Kueue's SetQuotaReservation does: status
+            # False, reason QuotaReserved, "Previously: <its message>", the time of this admission
             conds = [c for c in conds if c["type"] not in ("Evicted", "Requeued")] + (
-                [dict(c, status="False") for c in conds if c["type"] == "Evicted"]
+                [dict(c, status="False", reason="QuotaReserved", message=f"Previously: {c.get('message') or ''}",
+                      lastTransitionTime=now_iso()) for c in conds if c["type"] == "Evicted"]
             )
             new["status"]["conditions"] = conds
             await self._update(key, wl, new)
