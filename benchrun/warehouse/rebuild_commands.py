@@ -13,12 +13,12 @@ def rebuild_warehouse_cmd(
     """Re-create the warehouse's facts from the run directories (or the store, where a run's
     directory is gone); exit 1 naming every run that could not be rebuilt."""
     from benchrun.errors import BenchrunError
-    from benchrun.paths import benchrun_home
+    from benchrun.paths import existing_home
     from benchrun.warehouse.rebuild import rebuild_warehouse
 
     from benchrun.lifecycle import resign_if_intact
 
-    home = benchrun_home()
+    home = existing_home("rebuild-warehouse")  # a mistyped BENCHRUN_HOME is refused, never made
     report = rebuild_warehouse(home, run_ids or None)
     for run_id, counts in report.rebuilt.items():
         typer.echo(f"rebuilt {run_id}: {sum(counts.values())} rows in {len(counts)} tables from {report.source[run_id]}")
