@@ -1,15 +1,112 @@
-"""The commands that read or repair a home never make one where BENCHRUN_HOME or --home names none."""
+"""rebuild-warehouse curates only the stored evidence (a run directory file edited, added or removed
+since the run was stored is not curated: the stored copy is, or the run is refused); the commands
+that read or repair a home never make one where BENCHRUN_HOME or --home names none."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
 from benchrun.cli import app
+from benchrun.fsio import atomic_write_json
+from benchrun.store import open_store
+from benchrun.warehouse import curate_run, query
+from benchrun.warehouse.rebuild import rebuild_warehouse
+from test_store_helpers import make_run_dir
 
 RID = "run-a"
+
+
+def _stored(home: Path, run_id: str = RID) -> tuple[Path, object]:
+    """A curated run whose evidence is stored (status.json names its object manifest)."""
+    run_dir = make_run_dir(home, run_id)
+    manifest = open_store(None, home).put_run_dir(run_dir, run_id, exclude=("status.json",))
+    status = json.loads((run_dir / "status.json").read_text())
+    atomic_write_json(run_dir / "status.json", {**status, "artifact_manifest_digest": manifest.digest})
+    curate_run(run_dir, home)
+    return run_dir, manifest
+
+
+def _gflops(home: Path) -> list[tuple[str, float, str]]:
+    sql = ("SELECT raw_path, value, raw_sha256 FROM measurement_fact WHERE metric = 'gflops' ORDER BY raw_path")
+    return [tuple(r.values()) for r in query(sql, home).table.to_pylist()]
+
+
+def _requests(home: Path) -> list[float]:
+    return sorted(query("SELECT ttft_ms FROM serving_request_fact", home).table.column(0).to_pylist())
+
+
+def _edit_result(run_dir: Path) -> str:
+    rel = f"structured/{RID}_gemm_r1.json"
+    doc = json.loads((run_dir / rel).read_text())
+    doc["metrics"][0]["value"] = 999.0  # gflops r1 was 10.0
+    (run_dir / rel).write_text(json.dumps(doc))
+    return rel
+
+
+def _add_result(run_dir: Path) -> str:
+    rel = f"structured/{RID}_gemm_r9.json"
+    doc = json.loads((run_dir / f"structured/{RID}_gemm_r1.json").read_text())
+    doc.update(replicate=9, benchmark_case_id="case-micro-9")
+    doc["metrics"][0]["value"] = 999.0
+    (run_dir / rel).write_text(json.dumps(doc))
+    return rel
+
+
+def _remove_result(run_dir: Path) -> str:
+    rel = f"structured/{RID}_gemm_r3.json"
+    (run_dir / rel).unlink()
+    return rel
+
+
+def _edit_requests(run_dir: Path) -> str:
+    rel = f"raw/{RID}_serving_r1_requests.parquet"
+    table = pq.read_table(run_dir / rel)
+    pq.write_table(table.set_column(table.schema.get_field_index("ttft_ms"), "ttft_ms",
+                                    [[1.0] * table.num_rows]), run_dir / rel)
+    return rel
+
+
+@pytest.mark.parametrize("tamper", [_edit_result, _add_result, _remove_result, _edit_requests])
+def test_rebuild_curates_the_stored_evidence_not_an_edited_run_directory(bench_home: Path, tamper) -> None:
+    """The rebuild curated the run directory's files but stamped the rows with the stored files'
+    sha256 (and exited 0): a forged value sat in measurement_fact under the untampered digest."""
+    run_dir, manifest = _stored(bench_home)
+    before, requests = _gflops(bench_home), _requests(bench_home)
+    assert [v for _, v, _ in before] == [10.0, 12.0, 11.0]
+    assert all(sha == manifest.entry(rel).sha256 for rel, _, sha in before)
+    rel = tamper(run_dir)
+    out = CliRunner().invoke(app, ["rebuild-warehouse"])
+    assert out.exit_code == 0, out.output
+    assert f"warning: {RID}: run directory file {rel}:" in out.stderr and "curated from the stored evidence" in out.stderr
+    assert "(the stored evidence: 1 file(s) of" in out.stdout
+    assert _gflops(bench_home) == before and _requests(bench_home) == requests  # the stored numbers, as signed
+
+
+def test_rebuild_refuses_a_run_whose_directory_and_stored_copy_both_differ(bench_home: Path) -> None:
+    run_dir, manifest = _stored(bench_home)
+    before = _gflops(bench_home)
+    rel = _edit_result(run_dir)
+    stored = bench_home / "objects" / manifest.entry(rel).key
+    stored.chmod(0o644)
+    stored.write_text(stored.read_text().replace("10.0", "999.0"))
+    out = CliRunner().invoke(app, ["rebuild-warehouse"])
+    assert out.exit_code == 1
+    why = str(out.exception)
+    assert f"{RID}: {run_dir}: not its stored evidence ({rel}: differs from the stored copy" in why, why
+    assert "the object was tampered with" in why and "1 failed" in out.stdout
+    assert _gflops(bench_home) == before  # the run's rows are left as they were
+
+
+def test_an_untouched_run_is_still_curated_from_its_directory(bench_home: Path) -> None:
+    run_dir, _ = _stored(bench_home)
+    (run_dir / "reports" / f"{RID}_report.md").write_text("rewritten after storing: not a curation source\n")
+    report = rebuild_warehouse(bench_home)
+    assert report.source == {RID: str(run_dir)} and not report.diverged and not report.failed
 
 
 READERS = (["rebuild-warehouse"], ["promote", RID], ["delete", RID], ["cancel", RID], ["tag-warehouse", "t"],
