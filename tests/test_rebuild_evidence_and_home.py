@@ -1,10 +1,12 @@
 """rebuild-warehouse curates only the stored evidence (a run directory file edited, added or removed
-since the run was stored is not curated: the stored copy is, or the run is refused); the commands
-that read or repair a home never make one where BENCHRUN_HOME or --home names none."""
+since the run was stored is not curated: the stored copy is, or the run is refused); a run rebuilt
+from the store carries the start its directory's rows were signed by; the commands that read or
+repair a home never make one where BENCHRUN_HOME or --home names none."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -14,7 +16,7 @@ from typer.testing import CliRunner
 from benchrun.cli import app
 from benchrun.fsio import atomic_write_json
 from benchrun.store import open_store
-from benchrun.warehouse import curate_run, query
+from benchrun.warehouse import curate_run, lake, query
 from benchrun.warehouse.rebuild import rebuild_warehouse
 from test_store_helpers import make_run_dir
 
@@ -107,6 +109,48 @@ def test_an_untouched_run_is_still_curated_from_its_directory(bench_home: Path) 
     (run_dir / "reports" / f"{RID}_report.md").write_text("rewritten after storing: not a curation source\n")
     report = rebuild_warehouse(bench_home)
     assert report.source == {RID: str(run_dir)} and not report.diverged and not report.failed
+
+
+def test_a_run_rebuilt_from_the_store_carries_the_start_its_directory_signed(bench_home: Path) -> None:
+    """A run rebuilt from the store took its start from the environment capture (earlier than the
+    start status.json has, which the directory's rows were partitioned and signed by): every table's
+    run_started_utc differed and verify failed on every table once the directory was back."""
+    import yaml
+
+    from benchrun.rundir import RunDir
+    from benchrun.spec.digest import spec_digest, workload_spec_digest
+    from test_store_helpers import SPEC_YAML
+
+    run_dir = make_run_dir(bench_home, RID)
+    pinned = yaml.safe_load(SPEC_YAML)  # the digests submission wrote, as the store path computes them
+    status = {**json.loads((run_dir / "status.json").read_text()), "spec_digest": spec_digest(pinned),
+              "workload_spec_digest": workload_spec_digest(pinned)}
+    env = run_dir / "structured" / f"{RID}_environment.json"
+    atomic_write_json(env, {**json.loads(env.read_text()), "captured_utc": "2026-11-30T08:59:09.937+00:00"})
+    (run_dir / "manifest.json").unlink()
+    sealed = RunDir(bench_home, RID).write_manifest(status="succeeded", issues=[], suite_steps={})
+    assert sealed["started_utc"] == status["started_utc"] == "2026-11-30T08:59:10+00:00"
+    manifest = open_store(None, bench_home).put_run_dir(run_dir, RID, exclude=("status.json",))
+    # the finish as the store path reads it (the seal): the columns compared below do not hinge on it
+    atomic_write_json(run_dir / "status.json", {**status, "artifact_manifest_digest": manifest.digest,
+                                                "finished_utc": sealed["timestamp_utc"]})
+    curate_run(run_dir, bench_home)
+    signed = lake.run_rows_digest(bench_home, RID)
+
+    def starts() -> dict[str, set]:
+        return {t: set(lake.load_or_create(lake.catalog(bench_home), t).scan().to_arrow()
+                       .column(lake.RUN_START).to_pylist()) for t in signed}
+
+    started = starts()
+    assert len(signed) >= 8 and all(len(v) == 1 for v in started.values())
+    saved = bench_home.parent / "saved"
+    shutil.move(str(run_dir), str(saved))
+    report = rebuild_warehouse(bench_home, [RID])
+    assert not report.failed and "no run directory" in report.source[RID]
+    assert starts() == started
+    now = lake.run_rows_digest(bench_home, RID)
+    # benchmark_run_fact holds what only the live status says (the class granted, the Dagster run id)
+    assert {t for t in signed if now[t] != signed[t]} <= {"benchmark_run_fact"}, (signed, now)
 
 
 READERS = (["rebuild-warehouse"], ["promote", RID], ["delete", RID], ["cancel", RID], ["tag-warehouse", "t"],

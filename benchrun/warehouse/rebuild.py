@@ -56,9 +56,11 @@ def _stored_status(run_dir: Path, run_id: str) -> dict[str, object]:
     """The status fields the stored evidence holds: from the pinned spec its name, intent and the two
     digests (as submission computed them; not where the spec names a dataset without its sha256, which
     submission filled in from the file); from manifest.json (sealed as the run ended) the outcome, the
-    phase that follows from it (``lifecycle.finalize``) and, as the finish, the time it was sealed;
-    from the environment (captured as the run started) the start; the creation time where the run id
-    is the one minted from it (``<name>-<yyyymmddhhmmss>-<digest8>``, the pinned spec's digest).
+    phase that follows from it (``lifecycle.finalize``), as the finish the time it was sealed, and the
+    start status.json had (``RunDir.write_manifest`` records it, so that the rows rebuilt from the
+    store carry the start the run directory's rows were partitioned and signed by; for a run sealed
+    before it did, the environment's capture time, as the run started); the creation time where the
+    run id is the one minted from it (``<name>-<yyyymmddhhmmss>-<digest8>``, the pinned spec's digest).
     Fields the evidence does not hold stay absent (null in the rows), never guessed."""
     import json
     import re
@@ -101,7 +103,7 @@ def _stored_status(run_dir: Path, run_id: str) -> dict[str, object]:
     if outcome in ("succeeded", "partial", "failed"):  # lifecycle.record_evidence writes it
         out.update(outcome=outcome, phase="Failed" if outcome == "failed" else "Succeeded",
                    finished_utc=sealed.get("timestamp_utc"))
-    started = read(f"structured/{run_id}_environment.json").get("captured_utc")
+    started = sealed.get("started_utc") or read(f"structured/{run_id}_environment.json").get("captured_utc")
     if started:
         out["started_utc"] = started
     return {k: v for k, v in out.items() if v is not None}
