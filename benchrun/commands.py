@@ -551,9 +551,11 @@ def cancel(run_id: str = typer.Argument(...), home: Optional[Path] = HomeOpt,
            grace_s: float = typer.Option(30.0, "--grace", help="Seconds the run gets to stop after the interrupt.")) -> None:
     """Cancel a run: its process is interrupted as by Ctrl-C (phase Canceled, what finished is kept)."""
     from benchrun import submit as sub
+    from benchrun.paths import existing_home
     from benchrun.runctl import cancel_run
 
     _use_home(home)
+    existing_home("cancel", home)  # a mistyped home is refused, never made
     out = cancel_run(run_id, instance=sub.get_instance(), grace_s=grace_s)
     print(f"{out.run_id}: phase {out.phase} ({out.how})")
 
@@ -561,9 +563,11 @@ def cancel(run_id: str = typer.Argument(...), home: Optional[Path] = HomeOpt,
 def delete(run_id: str = typer.Argument(...), home: Optional[Path] = HomeOpt) -> None:
     """Remove a finished run from the home (never a published baseline; the stored evidence stays)."""
     from benchrun import submit as sub
+    from benchrun.paths import existing_home
     from benchrun.runctl import delete_run
 
     _use_home(home)
+    existing_home("delete", home)  # a mistyped home is refused, never made
     out = delete_run(run_id, instance=sub.get_instance())
     print(f"deleted {out.run_id}:")
     for what in out.removed:

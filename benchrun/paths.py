@@ -34,12 +34,14 @@ def benchrun_home(override: str | os.PathLike[str] | None = None) -> Path:
     return home
 
 
-def existing_home(command: str) -> Path:
-    """The home a read-only command reads, never created: BenchrunError when there is none yet."""
-    home, where = home_location()
+def existing_home(command: str, override: str | os.PathLike[str] | None = None) -> Path:
+    """The home a command that reads or repairs one uses, never created (a mistyped BENCHRUN_HOME or
+    ``--home`` made an empty one): BenchrunError when there is none yet."""
+    home, where = home_location(override)
     if not home.is_dir():
+        name = "--home" if where == "--home" else "BENCHRUN_HOME"
         raise BenchrunError(f"{command}: there is no benchrun home at {home} ({where}) yet, so nothing to read; "
-                            "`benchrun run SPEC` creates one (or point BENCHRUN_HOME at yours)")
+                            f"`benchrun run SPEC` creates one (or point {name} at yours)")
     return home
 
 

@@ -375,6 +375,9 @@ class RunDir:
             "manifest_version": MANIFEST_VERSION,
             "run_id": self.run_id,
             "timestamp_utc": utc_now(),
+            # the start the run's rows are partitioned and signed by (status.json is never stored: a
+            # rebuild from the store reads it here)
+            "started_utc": self.read_status().get("started_utc") if self.status_path.exists() else None,
             "nodes": nodes or [{"label": "local", "host": socket.gethostname()}],
             "status": status,
             "suite_status": status,

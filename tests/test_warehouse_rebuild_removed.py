@@ -29,12 +29,26 @@ def _curated(home: Path, *run_ids: str, **kw) -> dict[str, dict[str, int]]:
     return {r: _rows(home, r) for r in run_ids}
 
 
+def _stored_as_it_is(home: Path, run_id: str) -> None:
+    """The run directory stored again as it is now, its status naming that evidence: damaged before it
+    was stored (a file damaged only in the directory is curated from the stored copy instead)."""
+    import json
+
+    from benchrun.store import open_store
+
+    run_dir = home / "runs" / run_id
+    manifest = open_store(None, home).put_run_dir(run_dir, run_id, exclude=("status.json",))
+    status = json.loads((run_dir / "status.json").read_text())
+    (run_dir / "status.json").write_text(json.dumps({**status, "artifact_manifest_digest": manifest.digest}))
+
+
 def test_a_rebuild_whose_source_does_not_read_leaves_the_runs_rows(tmp_path: Path) -> None:
     """It deleted the run's rows of every table first (12 commits), then curation failed on the truncated
     environment: measurement_fact 720 rows -> 0, benchmark_run_fact 1 -> 0."""
     before = _curated(tmp_path, "run-a")["run-a"]
     assert before["measurement_fact"] and before["benchmark_run_fact"] == 1
     (tmp_path / "runs" / "run-a" / "structured" / "run-a_environment.json").write_text('{"truncated')
+    _stored_as_it_is(tmp_path, "run-a")
     report = rebuild_warehouse(tmp_path, ["run-a"])
     assert "run-a_environment.json" in report.failed["run-a"] and not report.rebuilt
     assert _rows(tmp_path, "run-a") == before
@@ -143,6 +157,7 @@ def test_a_damaged_requests_file_fails_its_run_only_and_leaves_its_rows(tmp_path
     before = _curated(tmp_path, "run-a", "run-b")
     damaged = sorted((tmp_path / "runs" / "run-a" / "raw").glob("*_requests.parquet"))[-1]
     damaged.write_bytes(damaged.read_bytes()[:100])  # truncated: no footer
+    _stored_as_it_is(tmp_path, "run-a")
     report = rebuild_warehouse(tmp_path, ["run-a", "run-b"])
     assert damaged.name in report.failed["run-a"] and "does not read" in report.failed["run-a"]
     assert list(report.rebuilt) == ["run-b"]

@@ -32,11 +32,11 @@ def playbook_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the verdicts, evidence rows and SQL as JSON."),
 ) -> None:
     """Answer the scenario playbooks for a run from the warehouse: verdict, reason and evidence rows."""
-    from benchrun.paths import benchrun_home
+    from benchrun.paths import existing_home
     from benchrun.playbooks import DISPLAY_COLUMNS, playbooks_document, run_playbooks
     from benchrun.playbooks.baseline import default_baseline
 
-    home = benchrun_home()
+    home = existing_home("playbook")  # a mistyped BENCHRUN_HOME is refused, never made
     baseline_id = None
     if baseline and ("/" in baseline or baseline.startswith(".")):
         from benchrun.stats.load import resolve_run

@@ -259,11 +259,12 @@ def promote(
 ) -> None:
     """Verify RUN_ID as `benchrun verify` does (signature, manifest, every signed file, the stored
     objects), then point published/current (or published/ALIAS) at it, recording its attestation digest."""
-    from benchrun.paths import home_location
+    from benchrun.paths import existing_home
     from benchrun.report.worker import settle
     from benchrun.stats.baseline import promote as _promote
 
-    settle(home_location()[0], lambda line: typer.echo(line, err=True))  # its report is final, and signed
+    # its report is final, and signed; a mistyped BENCHRUN_HOME is refused, never made
+    settle(existing_home("promote"), lambda line: typer.echo(line, err=True))
     path = _promote(run_id, alias=alias, public_key=public_key, pinned=tuple(trust_keyid), allow_adhoc=allow_adhoc)
     from benchrun.stats.baseline import read_alias
 
@@ -295,14 +296,14 @@ def plan(
     max_n: int = typer.Option(30, "--max-n", min=2, max=100, help="Most replicates considered."),
 ) -> None:
     """How many replicates each primary metric needs to detect its δ, from the warehouse's history."""
-    from benchrun.paths import benchrun_home
+    from benchrun.paths import existing_home
     from benchrun.spec.normal import WorkloadDigests
     from benchrun.spec.validation import load_spec
     from benchrun.stats.planning import plan as make_plan
 
     loaded = load_spec(spec)
     digests = WorkloadDigests(loaded.workload_spec_digest, loaded.workload_spec_digest_normalized)
-    plans = make_plan(loaded.document, digests, benchrun_home(), target=power, max_n=max_n)
+    plans = make_plan(loaded.document, digests, existing_home("plan"), target=power, max_n=max_n)
     if not plans:
         raise BenchrunError(f"{spec}: no primary metrics (spec.metrics.<family>.primary): nothing to plan")
     con = make_console()

@@ -181,7 +181,7 @@ def retention_cmd(
     """List curated partitions past cold retention and raw objects past theirs; --apply removes them."""
     from benchrun.warehouse.retention import apply_retention, plan_retention
 
-    home = _home()
+    home = _home("retention")
     plan = plan_retention(home)
     record = apply_retention(home, plan) if apply else None
     if as_json:

@@ -9,10 +9,11 @@ from pathlib import Path
 import typer
 
 
-def _home():
-    from benchrun.paths import benchrun_home
+def _home(command: str):
+    """The home these commands repair: one that exists (a mistyped BENCHRUN_HOME is refused, not made)."""
+    from benchrun.paths import existing_home
 
-    return benchrun_home()
+    return existing_home(command)
 
 
 def migrate_cmd(as_json: bool = typer.Option(False, "--json", help="Print the row counts as JSON.")) -> None:
@@ -29,7 +30,8 @@ def migrate_cmd(as_json: bool = typer.Option(False, "--json", help="Print the ro
                             "the default) so that the tables it fills are the ones read")
     from benchrun.warehouse.migrate import migrate_parquet, write_marker
 
-    done = migrate_parquet(_home())
+    home = _home("migrate-warehouse")
+    done = migrate_parquet(home)
     if as_json:
         typer.echo(json.dumps({t: {"before": b, "after": a, "runs_already_in_the_table": done.already.get(t, 0),
                                    "runs_removed_by_retention": done.expired.get(t, 0)}
@@ -44,7 +46,7 @@ def migrate_cmd(as_json: bool = typer.Option(False, "--json", help="Print the ro
             typer.echo(f"left out: {note}", err=True)
     if done.differ:
         raise BenchrunError(f"migrate-warehouse: row counts differ for {done.differ}; nothing was removed, run it again")
-    write_marker(_home(), done)
+    write_marker(home, done)
 
 
 def maintain_cmd(
@@ -59,7 +61,7 @@ def maintain_cmd(
     if not expire_days >= 0:  # NaN too
         raise BenchrunError(f"maintain-warehouse --expire-days {expire_days:g}: give a number of days, 0 or more "
                             "(snapshots older than that expire; default 7)")
-    home = _home()
+    home = _home("maintain-warehouse")
     if lake.enabled():
         migrate_on_first_use(home)
     cutoff = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=expire_days)
@@ -117,11 +119,12 @@ def tag_cmd(
                             "default)")
     from benchrun.warehouse.migrate import migrate_on_first_use
 
-    migrate_on_first_use(_home())  # the tag names the migrated rows too
-    tagged = lake.tag_tables(_home(), name, force=force)
+    home = _home("tag-warehouse")
+    migrate_on_first_use(home)  # the tag names the migrated rows too
+    tagged = lake.tag_tables(home, name, force=force)
     from benchrun.warehouse.views import refresh_views
 
-    refresh_views(_home())  # its views name the metadata files the tag's commits age out
+    refresh_views(home)  # its views name the metadata files the tag's commits age out
     if as_json:
         # snapshot ids as strings, as `query --json` writes them: jq rounds integers beyond 2**53
         typer.echo(json.dumps({"tag": name, "snapshots": {t: str(s) for t, s in tagged.items()}}, indent=2,

@@ -27,11 +27,15 @@ class RebuildReport:
     source: dict[str, str] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)  # removed on purpose (delete, retention): why
+    # runs whose directory's source files are not its stored evidence (curated from the stored copy): which
+    diverged: dict[str, list[str]] = field(default_factory=dict)
 
 
-def _restore(store, run_id: str, target: Path) -> Path:
-    """The run directory as stored (every object read back and checked against its sha256)."""
-    manifest = store.load_manifest(run_id)
+def _restore(store, run_id: str, target: Path, manifest=None, status: dict | None = None) -> Path:
+    """The run directory as stored (every object read back and checked against its sha256): the
+    latest stored version, or ``manifest``'s; with ``status`` as its status.json (the live status of a
+    run whose directory is still there), else the status the stored evidence gives."""
+    manifest = manifest or store.load_manifest(run_id)
     run_dir = target / "runs" / run_id
     for entry in manifest.objects:
         dest = (run_dir / entry.path).resolve()
@@ -42,7 +46,8 @@ def _restore(store, run_id: str, target: Path) -> Path:
     # status.json is live, never stored: rebuild what curation reads from the stored evidence.
     import json
 
-    status = {"run_id": run_id, "artifact_manifest_digest": manifest.digest, **_stored_status(run_dir, run_id)}
+    if status is None:
+        status = {"run_id": run_id, "artifact_manifest_digest": manifest.digest, **_stored_status(run_dir, run_id)}
     (run_dir / "status.json").write_text(json.dumps(status))
     return run_dir
 
@@ -51,9 +56,11 @@ def _stored_status(run_dir: Path, run_id: str) -> dict[str, object]:
     """The status fields the stored evidence holds: from the pinned spec its name, intent and the two
     digests (as submission computed them; not where the spec names a dataset without its sha256, which
     submission filled in from the file); from manifest.json (sealed as the run ended) the outcome, the
-    phase that follows from it (``lifecycle.finalize``) and, as the finish, the time it was sealed;
-    from the environment (captured as the run started) the start; the creation time where the run id
-    is the one minted from it (``<name>-<yyyymmddhhmmss>-<digest8>``, the pinned spec's digest).
+    phase that follows from it (``lifecycle.finalize``), as the finish the time it was sealed, and the
+    start status.json had (``RunDir.write_manifest`` records it, so that the rows rebuilt from the
+    store carry the start the run directory's rows were partitioned and signed by; for a run sealed
+    before it did, the environment's capture time, as the run started); the creation time where the
+    run id is the one minted from it (``<name>-<yyyymmddhhmmss>-<digest8>``, the pinned spec's digest).
     Fields the evidence does not hold stay absent (null in the rows), never guessed."""
     import json
     import re
@@ -96,7 +103,7 @@ def _stored_status(run_dir: Path, run_id: str) -> dict[str, object]:
     if outcome in ("succeeded", "partial", "failed"):  # lifecycle.record_evidence writes it
         out.update(outcome=outcome, phase="Failed" if outcome == "failed" else "Succeeded",
                    finished_utc=sealed.get("timestamp_utc"))
-    started = read(f"structured/{run_id}_environment.json").get("captured_utc")
+    started = sealed.get("started_utc") or read(f"structured/{run_id}_environment.json").get("captured_utc")
     if started:
         out["started_utc"] = started
     return {k: v for k, v in out.items() if v is not None}
@@ -182,8 +189,7 @@ def rebuild_warehouse(home: Path, run_ids: list[str] | None = None) -> RebuildRe
             continue
         try:
             if run_id in on_disk:
-                report.rebuilt[run_id] = curate_run(on_disk[run_id].path, home, every_day=every_day)
-                report.source[run_id] = str(on_disk[run_id].path)
+                _from_directory(report, on_disk[run_id], home, stores, every_day)
             elif run_id in stored:
                 with tempfile.TemporaryDirectory(prefix=f".rebuild-{run_id}-", dir=home) as tmp:
                     run_dir = _restore(where[run_id], run_id, Path(tmp))
@@ -196,3 +202,30 @@ def rebuild_warehouse(home: Path, run_ids: list[str] | None = None) -> RebuildRe
             report.failed[run_id] = str(exc)
     refresh_views(home)
     return report
+
+
+def _from_directory(report: RebuildReport, rd: Any, home: Path, stores: list, every_day: bool) -> None:
+    """Curate a run from its directory, each file curation reads re-hashed against the run's stored
+    evidence first; where one differs (edited, added or removed since the run was stored), from the
+    stored copy instead (with the directory's live status), naming the files; a BenchrunError naming
+    them when the stored copy does not read back intact either."""
+    from benchrun.warehouse.curate import curate_run
+    from benchrun.warehouse.sources import source_mismatches, stored_evidence
+
+    evidence = stored_evidence(rd.path, home, also=tuple(stores))
+    differ = source_mismatches(rd.path, evidence[1]) if evidence else []
+    if not differ:
+        report.rebuilt[rd.run_id] = curate_run(rd.path, home, every_day=every_day)
+        report.source[rd.run_id] = str(rd.path)
+        return
+    store, manifest = evidence
+    try:
+        with tempfile.TemporaryDirectory(prefix=f".rebuild-{rd.run_id}-", dir=home) as tmp:
+            run_dir = _restore(store, rd.run_id, Path(tmp), manifest, status=rd.read_status())
+            report.rebuilt[rd.run_id] = curate_run(run_dir, home, every_day=every_day)
+    except BenchrunError as exc:
+        raise BenchrunError(f"{rd.path}: not its stored evidence ({'; '.join(differ)}), and the stored copy does "
+                            f"not stand in for it: {exc}; nothing curated") from exc
+    report.diverged[rd.run_id] = differ
+    report.source[rd.run_id] = (f"{store.uri.replace('${RUN_ID}', rd.run_id)} (the stored evidence: {len(differ)} "
+                                f"file(s) of {rd.path} differ from it)")

@@ -11,17 +11,21 @@ def rebuild_warehouse_cmd(
     run_ids: Optional[list[str]] = typer.Argument(None, help="Runs to rebuild (default: every run)."),
 ) -> None:
     """Re-create the warehouse's facts from the run directories (or the store, where a run's
-    directory is gone); exit 1 naming every run that could not be rebuilt."""
+    directory is gone); exit 1 naming every run that could not be rebuilt. Each file curation reads
+    is re-hashed against the run's stored evidence: one edited, added or removed since is named, and
+    the run curated from the stored copy (refused when that does not read back intact either)."""
     from benchrun.errors import BenchrunError
-    from benchrun.paths import benchrun_home
+    from benchrun.paths import existing_home
     from benchrun.warehouse.rebuild import rebuild_warehouse
 
     from benchrun.lifecycle import resign_if_intact
 
-    home = benchrun_home()
+    home = existing_home("rebuild-warehouse")  # a mistyped BENCHRUN_HOME is refused, never made
     report = rebuild_warehouse(home, run_ids or None)
     for run_id, counts in report.rebuilt.items():
         typer.echo(f"rebuilt {run_id}: {sum(counts.values())} rows in {len(counts)} tables from {report.source[run_id]}")
+        for why in report.diverged.get(run_id, ()):
+            typer.echo(f"warning: {run_id}: run directory file {why}; curated from the stored evidence instead", err=True)
         run_dir = home / "runs" / run_id
         if run_dir.is_dir():  # its partitions are signed: sign the run again (only if its evidence is intact)
             why = resign_if_intact(run_dir, home)

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
+import json
 import logging
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
 from benchrun.errors import BenchrunError
-from benchrun.paths import validate_run_id
+from benchrun.paths import sample_path, validate_run_id
 from benchrun.rundir import read_json_or_none
-from benchrun.store import ObjectManifest, open_store, portable_address
+from benchrun.store import ArtifactStore, ObjectManifest, open_store, portable_address, sha256_file
 from benchrun.suites.result import read_result
 
 log = logging.getLogger(__name__)
@@ -103,16 +106,7 @@ def load_sources(run_dir: Path, manifest: ObjectManifest | None, home: Path) -> 
     run_id = validate_run_id(status["run_id"])
     structured = run_dir / "structured"
     env = _read_json(structured / f"{run_id}_environment.json") or {}
-    spec: dict[str, Any] = {}
-    spec_path = structured / f"{run_id}_spec.yaml"
-    if spec_path.is_file():
-        import yaml
-
-        try:
-            loaded = yaml.safe_load(spec_path.read_text(encoding="utf-8"))
-            spec = loaded if isinstance(loaded, dict) else {}
-        except yaml.YAMLError as exc:
-            log.warning("%s: pinned spec not parseable (%s); workload and retention left null", spec_path, exc)
+    spec = _read_spec(structured / f"{run_id}_spec.yaml")
     launches = _read_json(structured / f"{run_id}_launches.json") or []
     if isinstance(launches, dict):
         launches = launches.get("launches", [])
@@ -134,17 +128,125 @@ def load_sources(run_dir: Path, manifest: ObjectManifest | None, home: Path) -> 
                       Path(home))
 
 
+def _read_spec(spec_path: Path) -> dict[str, Any]:
+    """The pinned spec as a mapping ({} when absent or not parseable, with a warning)."""
+    if not spec_path.is_file():
+        return {}
+    import yaml
+
+    try:
+        loaded = yaml.safe_load(spec_path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        log.warning("%s: pinned spec not parseable (%s); workload and retention left null", spec_path, exc)
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
+
+
 def _try_load_manifest(run_id: str, spec: dict[str, Any], status: dict[str, Any], home: Path) -> ObjectManifest | None:
     """The stored object manifest if the evidence was stored; None (lineage null) otherwise."""
-    if not status.get("artifact_manifest_digest"):
+    found = _stored(run_id, spec, status, home)
+    return found[1] if found else None
+
+
+def _stored(run_id: str, spec: dict[str, Any], status: dict[str, Any], home: Path,
+            also: tuple[ArtifactStore, ...] = ()) -> tuple[ArtifactStore, ObjectManifest] | None:
+    """The store holding the object manifest status.json names and that manifest (the spec's store
+    first, then ``also``); None, with a warning, where the evidence was not stored or is not found."""
+    digest = status.get("artifact_manifest_digest")
+    if not digest:
         return None
     template = dig(spec, "spec", "sinks", "rawArtifacts", "pathTemplate")
+    why = []
     try:
-        store = open_store(template, home)
-        manifest = store.load_manifest(run_id, status["artifact_manifest_digest"])
+        stores = [open_store(template, home)]
     except BenchrunError as exc:
-        log.warning("run %s: stored object manifest not loadable (%s); raw_uri left null", run_id, exc)
-        return None
-    # The objects are where the manifest was found (its digest leaves locations out): in a moved or
-    # copied home that is this home's store, not the one the manifest was first written to.
-    return dataclasses.replace(manifest, store_uri=store.uri)
+        stores, why = [], [str(exc)]
+    for store in [*stores, *also]:
+        try:
+            manifest = store.load_manifest(run_id, digest)
+        except BenchrunError as exc:
+            why.append(str(exc))
+            continue
+        # The objects are where the manifest was found (its digest leaves locations out): in a moved or
+        # copied home that is this home's store, not the one the manifest was first written to.
+        return store, dataclasses.replace(manifest, store_uri=store.uri)
+    log.warning("run %s: stored object manifest not loadable (%s); raw_uri left null", run_id, "; ".join(why))
+    return None
+
+
+# What curation reads from a run directory, besides status.json (live, never stored): load_sources'
+# files, the replicates' telemetry samples (telemetry.facts.sample_files) and the request files the
+# results name (curate.request_files).
+_FIXED_SOURCES = ("environment.json", "spec.yaml", "launches.json")
+
+
+def _is_source(relpath: str, run_id: str) -> bool:
+    folder, _, name = relpath.partition("/")
+    if "/" in name:
+        return False
+    if folder == "structured":
+        return name in {f"{run_id}_{n}" for n in _FIXED_SOURCES} or fnmatchcase(name, f"{run_id}_*_r*.json")
+    return folder == "raw" and fnmatchcase(name, f"{run_id}_*_r*_*.parquet")
+
+
+def stored_evidence(run_dir: Path, home: Path, also: tuple[ArtifactStore, ...] = ()
+                    ) -> tuple[ArtifactStore, ObjectManifest] | None:
+    """The store and object manifest of the evidence the run in ``run_dir`` stored (as status.json
+    names it; looked for in the pinned spec's store, then in ``also``); None where it stored none
+    or it is not found."""
+    run_dir = Path(run_dir)
+    status = _read_json(run_dir / "status.json")
+    if not isinstance(status, dict) or not status.get("run_id"):
+        raise BenchrunError(f"{run_dir / 'status.json'}: missing or has no run_id; is {run_dir} a run directory?")
+    run_id = validate_run_id(status["run_id"])
+    return _stored(run_id, _read_spec(run_dir / "structured" / f"{run_id}_spec.yaml"), status, Path(home), also)
+
+
+def source_mismatches(run_dir: Path, manifest: ObjectManifest) -> list[str]:
+    """Each file curation would read from ``run_dir`` that is not the one its stored evidence holds
+    (re-hashed: a file edited, added or removed since the run was stored), as ``path: why``."""
+    run_dir = Path(run_dir)
+    run_id = manifest.run_id
+    stored = {o.path: o for o in manifest.objects}
+    wanted = {rel for rel in stored if _is_source(rel, run_id)}
+    for folder in ("structured", "raw"):
+        if (run_dir / folder).is_dir():
+            wanted |= {rel for p in (run_dir / folder).iterdir() if _is_source(rel := f"{folder}/{p.name}", run_id)}
+    out: list[str] = []
+    checked: set[str] = set()
+
+    def check(rel: str) -> bytes | None:
+        checked.add(rel)
+        path, entry = run_dir / rel, stored.get(rel)
+        if not path.is_file():
+            if entry is not None:
+                out.append(f"{rel}: missing (the stored evidence has it)")
+            return None
+        if entry is None:
+            out.append(f"{rel}: not in the stored evidence (added after the run was stored)")
+            return None
+        if path.is_symlink() or path.stat().st_size != entry.size:
+            out.append(f"{rel}: differs from the stored copy (sha256 {entry.sha256})")
+            return None
+        data = path.read_bytes() if rel.endswith(".json") else None  # a result names its request files
+        if (hashlib.sha256(data).hexdigest() if data is not None else sha256_file(path)) != entry.sha256:
+            out.append(f"{rel}: differs from the stored copy (sha256 {entry.sha256})")
+            return None
+        return data
+
+    named: set[str] = set()
+    for rel in sorted(wanted):
+        data = check(rel)
+        if data is not None and fnmatchcase(rel, f"structured/{run_id}_*_r*.json"):
+            try:
+                doc = json.loads(data)
+            except ValueError:
+                continue  # curation skips it too
+            samples = doc.get("samples") if isinstance(doc, dict) else None
+            sample = samples.get("requests") if isinstance(samples, dict) else None
+            path = sample_path(run_dir, sample)
+            if path is not None:
+                named.add(path.relative_to(run_dir.resolve()).as_posix())
+    for rel in sorted(named - checked):
+        check(rel)
+    return out
