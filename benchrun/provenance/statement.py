@@ -142,7 +142,8 @@ def rows_now(statement: "Statement", home: Path) -> dict[str, dict[str, Any]]:
 
     if statement.rows_read is not None:
         return statement.rows_read
-    return lake.run_rows_digest(home, statement.run_id) if statement.predicate.get("warehouse_rows") else {}
+    # signed with the Iceberg warehouse (its row sets recorded, none included): the rows now
+    return lake.run_rows_digest(home, statement.run_id) if "warehouse_rows" in statement.predicate else {}
 
 
 def partition_mismatches(statement: "Statement", home: Path) -> list[str]:
@@ -158,8 +159,9 @@ def partition_mismatches(statement: "Statement", home: Path) -> list[str]:
         got = now.get(table)
         if got is not None and got.get("sha256") != signed.get("sha256"):
             bad.append(f"iceberg {table}: the run's {got['rows']} rows differ from the {signed.get('rows')} signed")
-    for table in sorted(set(now) - set(signed_rows)) if signed_rows else []:
-        # a table the run had no rows in when signed: rows added since are not the run's evidence
+    # Signed with the Iceberg warehouse (the key present, even as {}: a run signed with no rows): a
+    # table the run had no rows in when signed holds rows added since, not the run's evidence.
+    for table in sorted(set(now) - set(signed_rows)) if "warehouse_rows" in statement.predicate else []:
         bad.append(f"iceberg {table}: {now[table]['rows']} rows of the run that were not signed (added since)")
     root = warehouse_root(home).resolve()
     for rel, sha in sorted((statement.predicate.get("warehouse_partitions") or {}).items()):
