@@ -1,17 +1,21 @@
-"""The provenance chain around the warehouse: a run signed with no rows accepts none added later."""
+"""The provenance chain around the warehouse: a run's signed rows removed by hand fail verify and
+promote; a run signed with no rows accepts none added later."""
 
 from __future__ import annotations
 
 import base64
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from benchrun.cli import app
+from benchrun.errors import BenchrunError
 from benchrun.provenance import sign_run
 from benchrun.provenance.keys import KEY_ENV, load_signing_key
+from test_commands_keep_signatures import _signed_run
 from test_provenance import RUN_ID, make_sealed_run
 
 
@@ -27,6 +31,54 @@ def _envelope(rd: Path) -> Path:
 
 def _predicate(rd: Path) -> dict:
     return json.loads(base64.b64decode(json.loads(_envelope(rd).read_text())["payload"]))["predicate"]
+
+
+# -- 2. a run's signed rows removed by hand --------------------------------------------------------
+
+
+def _retention_record(home: Path, name: str, *parts: tuple[str, str]) -> None:
+    record = home / "warehouse" / "_retention" / f"retention-{name}.json"
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps({"applied": True, "partitions": [
+        {"table": table, "run_id": run_id, "path": f"iceberg:benchrun.{table}"} for table, run_id in parts]}))
+
+
+def test_signed_partitions_removed_by_hand_fail_verify_and_promote(bench_home: Path, parquet_layout: None,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A signed table whose rows were removed passed verify and promote ("no longer present
+    (retention?)"): only an applied retention record or the run's delete record accounts for it."""
+    from benchrun.stats.baseline import promote
+    from benchrun.warehouse.removed import record_deleted
+    from benchrun.warehouse.sources import parse_ts
+
+    rid = "run-g"
+    rd = _signed_run(bench_home, monkeypatch, rid)
+    part = f"warehouse/measurement_fact/run_id={rid}/part.parquet"
+    assert part.removeprefix("warehouse/") in _predicate(rd)["warehouse_partitions"]
+    shutil.rmtree(bench_home / "warehouse" / "measurement_fact" / f"run_id={rid}")
+    cli = CliRunner()
+    for command in (["verify", rid], ["verify", "--store"]):
+        out = cli.invoke(app, command)
+        assert out.exit_code == 1, (command, out.output)
+        assert "no applied retention record or delete record removed them" in str(out.exception) + out.output
+        assert part in str(out.exception) + out.output
+    with pytest.raises(BenchrunError, match="no applied retention record or delete record"):
+        promote(rid, bench_home)
+    _retention_record(bench_home, "20260101T000000Z", ("launch_fact", rid), ("measurement_fact", "run-other"))
+    assert cli.invoke(app, ["verify", rid]).exit_code == 1  # another table's record, another run's
+    # a delete record older than the run: a run made after a delete under the same id, not the one deleted
+    created = parse_ts(json.loads((rd / "status.json").read_text())["created_utc"])
+    record_deleted(bench_home, rid, now=created.replace(year=created.year - 1))
+    assert cli.invoke(app, ["verify", rid]).exit_code == 1
+    record_deleted(bench_home, rid, now=created.replace(year=created.year + 1))
+    out = cli.invoke(app, ["verify", rid])
+    assert out.exit_code == 0 and f"{part} (removed by `benchrun delete`" in out.output, out.output
+    (bench_home / "warehouse" / "_deleted" / f"{rid}.json").unlink()
+    _retention_record(bench_home, "20260102T000000Z", ("measurement_fact", rid))
+    out = cli.invoke(app, ["verify", rid])
+    assert out.exit_code == 0, out.output
+    assert f"{part} (removed by retention, record warehouse/_retention/retention-20260102T000000Z.json)" in out.output
+    assert promote(rid, bench_home).is_file()
 
 
 # -- 4. a run signed with no rows ------------------------------------------------------------------

@@ -148,8 +148,8 @@ def rows_now(statement: "Statement", home: Path) -> dict[str, dict[str, Any]]:
 
 def partition_mismatches(statement: "Statement", home: Path) -> list[str]:
     """Signed warehouse partitions whose bytes changed, and signed Iceberg row sets whose rows
-    changed (a partition or row set removed since, by retention or by hand, is not a mismatch:
-    its rows are gone, not altered; ``missing_partitions``)."""
+    changed (a partition or row set removed since is not a mismatch: its rows are gone, not
+    altered; ``missing_partitions`` and ``unrecorded_removals``)."""
     from benchrun.warehouse.writer import warehouse_root
 
     bad = []
@@ -173,14 +173,52 @@ def partition_mismatches(statement: "Statement", home: Path) -> list[str]:
     return bad
 
 
-def missing_partitions(statement: "Statement", home: Path) -> list[str]:
-    """Signed warehouse partitions no longer present (retention removes them)."""
+def _gone(statement: "Statement", home: Path) -> list[tuple[str, str]]:
+    """``(what, table)`` for each signed warehouse partition or Iceberg row set no longer present."""
     from benchrun.warehouse.writer import warehouse_root
 
     now = rows_now(statement, home)
-    return [f"warehouse/{rel}" for rel in sorted(statement.predicate.get("warehouse_partitions") or {})
-            if not (warehouse_root(home) / rel).is_file()] + [
-        f"iceberg {t}" for t in sorted(statement.predicate.get("warehouse_rows") or {}) if t not in now]
+    parts = sorted(statement.predicate.get("warehouse_partitions") or {})  # <table>/run_id=<id>/part.parquet
+    gone = [(f"warehouse/{rel}", rel.split("/", 1)[0]) for rel in parts if not (warehouse_root(home) / rel).is_file()]
+    return gone + [(f"iceberg {t}", t) for t in sorted(statement.predicate.get("warehouse_rows") or {}) if t not in now]
+
+
+def missing_partitions(statement: "Statement", home: Path) -> list[str]:
+    """Signed warehouse partitions and Iceberg row sets no longer present, each with the record
+    that removed it where one does (``removal_record``)."""
+    out = []
+    for what, table in _gone(statement, home):
+        why = removal_record(statement, home, table)
+        out.append(f"{what} ({why})" if why else f"{what} (no retention or delete record removed it)")
+    return out
+
+
+def unrecorded_removals(statement: "Statement", home: Path) -> list[str]:
+    """Signed warehouse partitions and Iceberg row sets gone without an applied retention record
+    (``warehouse/_retention/``) or a ``benchrun delete`` record (``warehouse/_deleted/``) that
+    removed them: the run's signed rows were removed some other way (by hand), which verify and
+    promote must not take for retention."""
+    return [what for what, table in _gone(statement, home) if not removal_record(statement, home, table)]
+
+
+def removal_record(statement: "Statement", home: Path, table: str) -> str | None:
+    """Why the run's rows of ``table`` may be gone: the applied retention record that names them, or
+    the run's delete record (not one older than the run: a run made after a delete reuses its id);
+    None when neither does."""
+    from benchrun.warehouse.removed import DELETED_DIR, DIR_NAME, deleted_runs, retention_parts
+    from benchrun.warehouse.sources import parse_ts
+
+    run_id = statement.run_id
+    for record, t, r in retention_parts(home):
+        if r == run_id and t == table:
+            return f"removed by retention, record {record}"
+    deleted = deleted_runs(home)
+    if run_id in deleted:
+        created = parse_ts((statement.predicate.get("timestamps") or {}).get("created_utc"))
+        when = deleted[run_id]
+        if when is None or created is None or created <= when:
+            return f"removed by `benchrun delete`, record {DIR_NAME}/{DELETED_DIR}/{run_id}.json"
+    return None
 
 
 def signed_partitions_unverified(run_dir: Path) -> dict[str, str] | None:
