@@ -1,5 +1,6 @@
 """The provenance chain around the warehouse: a run's signed rows removed by hand fail verify and
-promote; a run signed with no rows accepts none added later."""
+promote; `verify --store` fails rows of a run that no evidence stands behind; a run signed with no
+rows accepts none added later."""
 
 from __future__ import annotations
 
@@ -79,6 +80,45 @@ def test_signed_partitions_removed_by_hand_fail_verify_and_promote(bench_home: P
     assert out.exit_code == 0, out.output
     assert f"{part} (removed by retention, record warehouse/_retention/retention-20260102T000000Z.json)" in out.output
     assert promote(rid, bench_home).is_file()
+
+
+# -- 3. `verify --store`: rows no evidence stands behind ------------------------------------------
+
+
+@pytest.mark.parametrize("layout", ["parquet", "iceberg"])
+def test_verify_store_fails_warehouse_rows_of_a_run_with_no_evidence(bench_home: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch,
+                                                                     layout: str) -> None:
+    """A whole run fabricated in the warehouse (rows under a run id with no run directory, manifest,
+    envelope or stored object) passed `verify --store`, which walked run directories and stored
+    manifests only."""
+    from benchrun.rundir import MUTABLE_FILES
+    from benchrun.store import open_store
+    from benchrun.warehouse import curate_run
+    from benchrun.warehouse.removed import record_deleted
+
+    monkeypatch.setenv("BENCHRUN_WAREHOUSE_FORMAT", layout)
+    good = make_sealed_run(bench_home, stored=True)
+    curate_run(good.path, bench_home, open_store(None, bench_home).put_run_dir(good.path, RUN_ID,
+                                                                               exclude=MUTABLE_FILES))
+    sign_run(good.path, bench_home)
+    stored = make_sealed_run(bench_home, "run-stored", stored=True)  # its directory gone, its evidence stored
+    curate_run(stored.path, bench_home)
+    shutil.rmtree(stored.path)
+    forged = make_sealed_run(bench_home, "run-forged")  # never stored: curated, then its directory removed
+    curate_run(forged.path, bench_home)
+    shutil.rmtree(forged.path)
+    monkeypatch.setenv("BENCHRUN_TRUSTED_KEYIDS", load_signing_key(bench_home).keyid)
+    cli = CliRunner()
+    out = cli.invoke(app, ["verify", "--store"])
+    assert out.exit_code == 1, out.output
+    assert "warehouse run run-forged: rows in" in str(out.exception), out.output
+    assert "no run directory, signed run or stored manifest stands behind them" in str(out.exception)
+    assert "run-stored" not in str(out.exception) and RUN_ID not in str(out.exception)
+    record_deleted(bench_home, "run-forged")  # a delete that stopped before the rows: named, not failed
+    out = cli.invoke(app, ["verify", "--store"])
+    assert out.exit_code == 0, out.output
+    assert "warehouse run run-forged: rows left in" in out.output
 
 
 # -- 4. a run signed with no rows ------------------------------------------------------------------
