@@ -1,10 +1,12 @@
-"""The provenance chain around the warehouse: a run's signed rows removed by hand fail verify and
-promote; `verify --store` fails rows of a run that no evidence stands behind; a run signed with no
-rows accepts none added later."""
+"""The provenance chain around the warehouse: re-signing after `rebuild-warehouse` signs no edit of
+the unsigned status.json; a run's signed rows removed by hand fail verify and promote; `verify
+--store` fails rows of a run that no evidence stands behind; a run signed with no rows accepts none
+added later."""
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -32,6 +34,146 @@ def _envelope(rd: Path) -> Path:
 
 def _predicate(rd: Path) -> dict:
     return json.loads(base64.b64decode(json.loads(_envelope(rd).read_text())["payload"]))["predicate"]
+
+
+def _edit_status(rd: Path, **fields) -> None:
+    st = json.loads((rd / "status.json").read_text())
+    st.update(fields)
+    (rd / "status.json").write_text(json.dumps(st))
+
+
+def _signed_before_curated_status(rd: Path, home: Path) -> None:
+    """The run's envelope as a release that did not record ``curated_status`` signed it (the home's key)."""
+    from benchrun.provenance import dsse
+    from benchrun.provenance.statement import canonical_json
+
+    statement = json.loads(dsse.Envelope.from_json(json.loads(_envelope(rd).read_text())).payload)
+    del statement["predicate"]["curated_status"]
+    key = load_signing_key(home)
+    env = dsse.sign(dsse.IN_TOTO_PAYLOAD_TYPE, canonical_json(statement), key.private, key.keyid)
+    _envelope(rd).write_text(json.dumps(env.to_json()))
+
+
+# -- 1. re-signing never signs an edit of status.json ----------------------------------------------
+
+
+def test_curation_reads_no_status_field_a_signature_does_not_record(bench_home: Path, parquet_layout: None,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Re-signing checks STATUS_FIELDS against what the signed rows were curated from: a field curation
+    reads that is not listed would come out signed from any edit."""
+    from benchrun.provenance.status_fields import STATUS_FIELDS
+    from benchrun.stats.synthetic import make_run
+    from benchrun.warehouse import curate
+
+    class Recording(dict):
+        read: set = set()
+
+        def get(self, key, default=None):
+            Recording.read.add(key)
+            return super().get(key, default)
+
+        def __getitem__(self, key):
+            Recording.read.add(key)
+            return super().__getitem__(key)
+
+        def __contains__(self, key):
+            Recording.read.add(key)
+            return super().__contains__(key)
+
+    real = curate.load_sources
+    monkeypatch.setattr(curate, "load_sources", lambda *a, **kw: dataclasses.replace(
+        real(*a, **kw), status=Recording(real(*a, **kw).status)))
+    rd = make_run(bench_home, "run-f", {("s", "c", "tps"): ([1.0, 2.0], "tok/s", "higher")},
+                  status={"started_utc": "2026-01-05T10:00:00Z", "finished_utc": "2026-01-05T10:05:00Z"})
+    curate.curate_run(rd, bench_home)
+    assert {"cadence", "phase", "selected_scheduler_path", "started_utc"} <= Recording.read  # it records
+    assert Recording.read <= set(STATUS_FIELDS), sorted(Recording.read - set(STATUS_FIELDS))
+
+
+@pytest.mark.parametrize("edit", [
+    {"cadence": "nightly"},
+    {"selected_scheduler_path": "kueue"},
+    {"scheduler_path_requested": "kueue"},
+    {"variable_under_test": "scheduler_path"},
+    {"phase": "Failed", "outcome": "failed"},
+    {"started_utc": "2026-01-01T00:00:00Z"},
+    {"dagster_run_id": "forged"},
+])
+def test_rebuild_warehouse_does_not_sign_an_edited_status_field_the_warehouse_curates(
+        bench_home: Path, parquet_layout: None, monkeypatch: pytest.MonkeyPatch, edit: dict) -> None:
+    """status_drift compared only the name, class and digests: an edited cadence, scheduler path,
+    variable under test or phase was curated into benchmark_run_fact by `rebuild-warehouse RUN` and
+    the run signed again over it; verify passed with the forged row signed."""
+    rid = "run-e"
+    rd = _signed_run(bench_home, monkeypatch, rid)
+    before = _envelope(rd).read_bytes()
+    _edit_status(rd, **edit)
+    cli = CliRunner()
+    out = cli.invoke(app, ["rebuild-warehouse", rid])
+    assert "not signed again: status.json no longer names the run as its signature does" in out.output, out.output
+    field = next(iter(edit))
+    assert f"{field} (signed " in out.output, out.output
+    assert _envelope(rd).read_bytes() == before  # the signature stays what it was
+    check = cli.invoke(app, ["verify", rid])  # ... and the rows curated from the edit do not verify
+    assert check.exit_code == 1 and "benchmark_run_fact" in str(check.exception), check.output
+
+
+def test_the_moves_benchrun_makes_after_signing_are_signed_again(bench_home: Path, parquet_layout: None,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run signed while Analyzing and then marked Failed (killed) is curated and signed again with
+    its final phase; moved to Succeeded with no final signing pending, it is not."""
+    from benchrun.rundir import mark_run_failed
+
+    rid = "run-m"
+    rd = _signed_run(bench_home, monkeypatch, rid)
+    _edit_status(rd, phase="Analyzing", outcome="succeeded")
+    sign_run(rd, bench_home)
+    cli = CliRunner()
+    _edit_status(rd, phase="Succeeded")
+    out = cli.invoke(app, ["rebuild-warehouse", rid])
+    assert "phase (signed 'Analyzing', status.json 'Succeeded')" in out.output, out.output
+    _edit_status(rd, phase="Analyzing")
+    assert mark_run_failed(bench_home, rid, "killed")
+    out = cli.invoke(app, ["rebuild-warehouse", rid])
+    assert "not signed again" not in out.output, out.output
+    assert cli.invoke(app, ["verify", rid]).exit_code == 0
+    assert _predicate(rd)["curated_status"]["phase"] == "Failed"
+    # a Failed run whose outcome says otherwise is not a move benchrun makes
+    _edit_status(rd, phase="Analyzing", outcome="succeeded", finished_utc=None)
+    sign_run(rd, bench_home)
+    _edit_status(rd, phase="Failed", outcome="succeeded")
+    out = cli.invoke(app, ["rebuild-warehouse", rid])
+    assert "outcome (status.json 'succeeded' with phase Failed" in out.output, out.output
+
+
+def test_a_run_signed_before_curated_status_was_recorded_is_checked_against_its_sealed_sources(
+        bench_home: Path, parquet_layout: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its statement records no curated values: the pinned spec (sealed) proves the fields submission
+    copied from it, the signed timestamps the start and finish; the next signing records them all."""
+    rid = "run-l"
+    rd = _signed_run(bench_home, monkeypatch, rid)
+    # as submission copies the spec; signed finished (in its final phase)
+    _edit_status(rd, name="local-canary", scheduler_path_requested="local", started_utc="2026-11-30T23:00:00Z",
+                 finished_utc="2026-12-01T00:00:00Z")
+    sign_run(rd, bench_home)
+    _signed_before_curated_status(rd, bench_home)
+    cli = CliRunner()
+    assert cli.invoke(app, ["verify", rid]).exit_code == 0
+    signed = json.loads((rd / "status.json").read_text())
+    for edit, said in (({"cadence": "nightly"}, "cadence (pinned spec 'canary', status.json 'nightly')"),
+                       ({"variable_under_test": "driver_stack"}, "variable_under_test (pinned spec 'runtime_version'"),
+                       ({"started_utc": "2026-01-01T00:00:00Z"}, "started_utc (signed "),
+                       ({"finished_utc": "2026-01-01T00:00:00Z"}, "finished_utc (signed ")):
+        before = _envelope(rd).read_bytes()
+        _edit_status(rd, **edit)
+        out = cli.invoke(app, ["rebuild-warehouse", rid])
+        assert said in out.output, (edit, out.output)
+        assert _envelope(rd).read_bytes() == before
+        (rd / "status.json").write_text(json.dumps(signed))
+    out = cli.invoke(app, ["rebuild-warehouse", rid])
+    assert "not signed again" not in out.output, out.output
+    assert _predicate(rd)["curated_status"]["cadence"] == "canary"
+    assert cli.invoke(app, ["verify", rid]).exit_code == 0
 
 
 # -- 2. a run's signed rows removed by hand --------------------------------------------------------

@@ -249,13 +249,19 @@ def from_status(status: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def status_drift(statement: "Statement", status: Mapping[str, Any]) -> list[str]:
+def status_drift(statement: "Statement", status: Mapping[str, Any], run_dir: Path | None = None, *,
+                 completing: bool = False) -> list[str]:
     """``field (signed X, status.json Y)`` for each field naming the run (its name, class and
     digests) that status.json no longer agrees with: an edit of the unsigned status.json, which
-    re-signing must not pass over in silence. Times are not compared: benchrun itself moves
-    ``finished_utc`` (a publication that fails after Succeeded), and re-signing keeps the signed
-    values of every field taken from status.json anyway (``build_statement``'s ``keep``). A field
-    signed empty may have been set since (a run signed before it finished)."""
+    re-signing must not pass over in silence (re-signing keeps the signed values of every field the
+    predicate takes from status.json anyway: ``build_statement``'s ``keep``; a field signed empty
+    may have been set since, a run signed before it finished). Then each status.json field the
+    warehouse curates (the rows a re-signing signs) that moved off the value the signed rows were
+    curated from, but for the moves benchrun makes itself (``status_fields.curated_drift``; its
+    pinned spec is read from ``run_dir`` for a statement signed before that value was recorded).
+    ``completing``: the run's final signing is pending (finalize moved its phase and finish)."""
+    from benchrun.provenance.status_fields import curated_drift
+
     now, signed = from_status(status), statement.predicate
     now.pop("timestamps")
     out = []
@@ -264,7 +270,7 @@ def status_drift(statement: "Statement", status: Mapping[str, Any]) -> list[str]
                  if isinstance(value, dict) else [(key, signed.get(key), value)])
         out += [f"{name} (signed {old!r}, status.json {new!r})" for name, old, new in pairs
                 if old is not None and old != new]
-    return out
+    return out + curated_drift(signed, status, run_dir, completing=completing)
 
 
 def build_statement(run_dir: Path, *, backend_requested: str | None, backend_used: str,
@@ -312,6 +318,11 @@ def build_statement(run_dir: Path, *, backend_requested: str | None, backend_use
     published = published_subjects(run_dir, {x["name"] for x in sealed})
     predicate["published_files"] = sorted(x["name"] for x in published)
     predicate["not_signed"] = list(unsigned_names(run_id))
+    # The status.json values the run's warehouse rows (signed below) are curated from: status.json is
+    # never signed, so re-signing checks it still holds them (status_drift) before it signs new rows.
+    from benchrun.provenance.status_fields import curated_status
+
+    predicate["curated_status"] = curated_status(status)
     # The run's rows in the warehouse, as curated when it was signed (query and lineage read these).
     home_path = Path(home) if home else run_dir.parent.parent
     predicate["warehouse_partitions"] = warehouse_partitions(home_path, run_id)
