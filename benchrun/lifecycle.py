@@ -299,8 +299,12 @@ def resign_if_intact(run_dir: Path, home: Path | str | None = None, *, rewritten
         return f"not signed again: the current signature cannot be checked ({exc})"
     try:
         status = json.loads((run_dir / "status.json").read_text(encoding="utf-8"))
-        drift = status_drift(statement, status)
-    except (OSError, ValueError) as exc:
+        # A run interrupted after finalize, before its final signing: what its analysis added after the
+        # sealing signature is what that signing would have signed; its final-status rows are curated first.
+        completing = isinstance(status, dict) and status.get("final_signature") == FINAL_SIGNATURE_PENDING
+        # every field the warehouse curates too: the rows signed below are curated from them
+        drift = status_drift(statement, status, run_dir, completing=completing)
+    except (OSError, ValueError, AttributeError) as exc:
         return f"not signed again: status.json cannot be read ({exc})"
     if drift:
         return ("not signed again: status.json no longer names the run as its signature does "
@@ -316,9 +320,6 @@ def resign_if_intact(run_dir: Path, home: Path | str | None = None, *, rewritten
     if edited:
         return ("not signed again: signed files changed that this command did not write "
                 f"({', '.join(edited[:5])}); restore them (`benchrun verify` lists what differs)")
-    # A run interrupted after finalize, before its final signing: what its analysis added after the
-    # sealing signature is what that signing would have signed; its final-status rows are curated first.
-    completing = status.get("final_signature") == FINAL_SIGNATURE_PENDING
     added = [f for f in uncovered_files(run_dir, statement) if f not in ours and f not in unsigned_names(run_dir.name)]
     if added and not completing:
         return ("not signed again: files were added since signing that this command did not write "

@@ -141,18 +141,30 @@ def test_an_edited_status_json_is_not_carried_into_a_new_signature(bench_home, m
         assert env.read_bytes() == before  # the signature stays what it was
     predicate = json.loads(base64.b64decode(json.loads(env.read_text())["payload"]))["predicate"]
     assert predicate["benchmark_class"]["granted"] == "realism_grade" and predicate["run_name"] == "synthetic"
-    # a time benchrun itself moves (a publication failing after Succeeded sets a new finished_utc):
-    # signed again, keeping the signed time — an edited time is never signed either
-    def resign(finished: str) -> dict:
-        st.update(benchmark_class_granted="realism_grade", name="synthetic", finished_utc=finished)
-        (rd / "status.json").write_text(json.dumps(st))
-        out = cli.invoke(app, ["report", rid])
-        assert "not signed again" not in out.output, out.output
-        assert cli.invoke(app, ["verify", rid]).exit_code == 0
-        return json.loads(base64.b64decode(json.loads(env.read_text())["payload"]))["predicate"]["timestamps"]
+    # a time benchrun itself moves: the run, signed while it was Analyzing, is marked Failed (killed),
+    # which sets its finish: signed again with it; an edited time is never signed (the warehouse curates it)
+    from benchrun.provenance import sign_run
+    from benchrun.rundir import mark_run_failed
 
-    assert resign("2026-12-06T00:00:00Z")["finished_utc"] == "2026-12-06T00:00:00Z"  # signed empty: set since
-    assert resign("1999-01-01T00:00:00Z")["finished_utc"] == "2026-12-06T00:00:00Z"  # the signed time is kept
+    st.update(benchmark_class_granted="realism_grade", name="synthetic", phase="Analyzing", outcome="succeeded",
+              finished_utc=None)
+    (rd / "status.json").write_text(json.dumps(st))
+    sign_run(rd, bench_home)
+    assert mark_run_failed(bench_home, rid, "killed")
+    finished = json.loads((rd / "status.json").read_text())["finished_utc"]
+    out = cli.invoke(app, ["report", rid])
+    assert "not signed again" not in out.output, out.output
+    assert cli.invoke(app, ["verify", rid]).exit_code == 0
+    predicate = json.loads(base64.b64decode(json.loads(env.read_text())["payload"]))["predicate"]
+    assert predicate["timestamps"]["finished_utc"] == finished  # signed empty: set since
+    assert predicate["curated_status"]["phase"] == "Failed"
+    before = env.read_bytes()
+    st = json.loads((rd / "status.json").read_text())
+    st["finished_utc"] = "1999-01-01T00:00:00Z"
+    (rd / "status.json").write_text(json.dumps(st))
+    out = cli.invoke(app, ["report", rid])
+    assert f"finished_utc (signed {finished!r}, status.json '1999-01-01T00:00:00Z')" in out.output, out.output
+    assert env.read_bytes() == before
 
 
 def test_a_run_whose_envelope_and_manifest_were_removed_fails_verify(bench_home, monkeypatch) -> None:

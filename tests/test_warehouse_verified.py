@@ -123,7 +123,9 @@ def test_iceberg_rows_are_signed_by_content_and_an_edit_fails_verify(bench_home:
     """Issue 28 item 4 on the Iceberg warehouse (it had "0 warehouse partitions"): the run's rows of
     each table are hashed into the statement by content, so compaction (files rewritten, rows the
     same) keeps verify passing, an overwrite with other values fails it naming the table, and rows
-    removed (retention) are listed as no longer present."""
+    removed fail it unless a retention record removed them (then they are listed as no longer present)."""
+    import json
+
     from pyiceberg.expressions import EqualTo
 
     from benchrun.warehouse import lake
@@ -153,12 +155,19 @@ def test_iceberg_rows_are_signed_by_content_and_an_edit_fails_verify(bench_home:
     assert out.exit_code != 0 and "iceberg measurement_fact: the run's" in str(out.exception), out.output
     store = cli.invoke(app, ["verify", "--store"])
     assert store.exit_code != 0 and "iceberg measurement_fact" in str(store.exception) + store.output
-    # the rows removed (retention's delete): gone, not altered
+    # the rows removed (retention's delete): gone, not altered; by hand, with no record, they fail verify
     for table in signed:
         lake.delete_run(bench_home, table, RUN_ID)
     gone = cli.invoke(app, ["verify", RUN_ID])
+    assert gone.exit_code == 1 and "no applied retention record or delete record removed them" in str(gone.exception)
+    record = bench_home / "warehouse" / "_retention" / "retention-20270101T000000Z.json"
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps({"applied": True, "partitions": [
+        {"table": t, "run_id": RUN_ID, "path": f"iceberg:benchrun.{t}"} for t in signed]}))
+    gone = cli.invoke(app, ["verify", RUN_ID])
     assert gone.exit_code == 0, gone.output
-    assert f"{len(signed)} no longer present (retention?): iceberg " in gone.output, gone.output
+    assert f"{len(signed)} no longer present: iceberg " in gone.output, gone.output
+    assert "(removed by retention, record warehouse/_retention/retention-20270101T000000Z.json)" in gone.output
 
 
 def test_a_request_sample_path_outside_the_run_is_not_curated(bench_home: Path, caplog) -> None:

@@ -54,7 +54,7 @@ def _verify_one(run_id: str, public_key: Path | None, pinned: tuple[str, ...]) -
         signed = len(parts) + len(rows or {})
         lines.append(f"  {signed - len(gone)} warehouse partitions unchanged"
                      + (f" (Iceberg: the run's rows of {len(rows)} tables, by content)" if rows else "")
-                     + (f"; {len(gone)} no longer present (retention?): {', '.join(gone[:5])}" if gone else ""))
+                     + (f"; {len(gone)} no longer present: {', '.join(gone[:5])}" if gone else ""))
     for rel in uncovered_files(rd.path, st):
         why = never_signed_why(rd.run_id, rel) or "added or replaced after signing: not covered by the signature"
         lines.append(f"  not covered: {rel} ({why})")

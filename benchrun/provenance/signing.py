@@ -20,7 +20,8 @@ from benchrun.paths import validate_run_id
 from benchrun.provenance import dsse
 from benchrun.provenance.keys import default_public_key, keyid_of, load_public_key, load_signing_key
 from benchrun.provenance.statement import (
-    Statement, build_statement, canonical_json, partition_mismatches, rows_now, subject_mismatches)
+    Statement, build_statement, canonical_json, partition_mismatches, rows_now, subject_mismatches,
+    unrecorded_removals)
 from benchrun.rundir import utc_now
 from benchrun.fsio import atomic_write_json
 
@@ -144,6 +145,12 @@ def verify_run(run_dir: Path, public_key_path: Path | str | None = None, *,
         raise BenchrunError(f"{path}: signature valid, but {len(bad)} warehouse partition(s) of the run changed "
                             f"since signing: {', '.join(bad[:10])}{' ...' if len(bad) > 10 else ''}; "
                             "curate the run again (benchrun rebuild-warehouse) from its verified evidence")
+    gone = unrecorded_removals(statement, run_dir.parent.parent)
+    if gone:  # retention and `benchrun delete` record what they remove: nothing did these
+        raise BenchrunError(f"{path}: signature valid, but {len(gone)} signed warehouse partition(s) of the run are "
+                            f"gone and no applied retention record or delete record removed them: "
+                            f"{', '.join(gone[:10])}{' ...' if len(gone) > 10 else ''}; curate the run again "
+                            f"(benchrun rebuild-warehouse {statement.run_id}) from its verified evidence")
     return statement
 
 

@@ -142,13 +142,14 @@ def rows_now(statement: "Statement", home: Path) -> dict[str, dict[str, Any]]:
 
     if statement.rows_read is not None:
         return statement.rows_read
-    return lake.run_rows_digest(home, statement.run_id) if statement.predicate.get("warehouse_rows") else {}
+    # signed with the Iceberg warehouse (its row sets recorded, none included): the rows now
+    return lake.run_rows_digest(home, statement.run_id) if "warehouse_rows" in statement.predicate else {}
 
 
 def partition_mismatches(statement: "Statement", home: Path) -> list[str]:
     """Signed warehouse partitions whose bytes changed, and signed Iceberg row sets whose rows
-    changed (a partition or row set removed since, by retention or by hand, is not a mismatch:
-    its rows are gone, not altered; ``missing_partitions``)."""
+    changed (a partition or row set removed since is not a mismatch: its rows are gone, not
+    altered; ``missing_partitions`` and ``unrecorded_removals``)."""
     from benchrun.warehouse.writer import warehouse_root
 
     bad = []
@@ -158,8 +159,9 @@ def partition_mismatches(statement: "Statement", home: Path) -> list[str]:
         got = now.get(table)
         if got is not None and got.get("sha256") != signed.get("sha256"):
             bad.append(f"iceberg {table}: the run's {got['rows']} rows differ from the {signed.get('rows')} signed")
-    for table in sorted(set(now) - set(signed_rows)) if signed_rows else []:
-        # a table the run had no rows in when signed: rows added since are not the run's evidence
+    # Signed with the Iceberg warehouse (the key present, even as {}: a run signed with no rows): a
+    # table the run had no rows in when signed holds rows added since, not the run's evidence.
+    for table in sorted(set(now) - set(signed_rows)) if "warehouse_rows" in statement.predicate else []:
         bad.append(f"iceberg {table}: {now[table]['rows']} rows of the run that were not signed (added since)")
     root = warehouse_root(home).resolve()
     for rel, sha in sorted((statement.predicate.get("warehouse_partitions") or {}).items()):
@@ -171,14 +173,52 @@ def partition_mismatches(statement: "Statement", home: Path) -> list[str]:
     return bad
 
 
-def missing_partitions(statement: "Statement", home: Path) -> list[str]:
-    """Signed warehouse partitions no longer present (retention removes them)."""
+def _gone(statement: "Statement", home: Path) -> list[tuple[str, str]]:
+    """``(what, table)`` for each signed warehouse partition or Iceberg row set no longer present."""
     from benchrun.warehouse.writer import warehouse_root
 
     now = rows_now(statement, home)
-    return [f"warehouse/{rel}" for rel in sorted(statement.predicate.get("warehouse_partitions") or {})
-            if not (warehouse_root(home) / rel).is_file()] + [
-        f"iceberg {t}" for t in sorted(statement.predicate.get("warehouse_rows") or {}) if t not in now]
+    parts = sorted(statement.predicate.get("warehouse_partitions") or {})  # <table>/run_id=<id>/part.parquet
+    gone = [(f"warehouse/{rel}", rel.split("/", 1)[0]) for rel in parts if not (warehouse_root(home) / rel).is_file()]
+    return gone + [(f"iceberg {t}", t) for t in sorted(statement.predicate.get("warehouse_rows") or {}) if t not in now]
+
+
+def missing_partitions(statement: "Statement", home: Path) -> list[str]:
+    """Signed warehouse partitions and Iceberg row sets no longer present, each with the record
+    that removed it where one does (``removal_record``)."""
+    out = []
+    for what, table in _gone(statement, home):
+        why = removal_record(statement, home, table)
+        out.append(f"{what} ({why})" if why else f"{what} (no retention or delete record removed it)")
+    return out
+
+
+def unrecorded_removals(statement: "Statement", home: Path) -> list[str]:
+    """Signed warehouse partitions and Iceberg row sets gone without an applied retention record
+    (``warehouse/_retention/``) or a ``benchrun delete`` record (``warehouse/_deleted/``) that
+    removed them: the run's signed rows were removed some other way (by hand), which verify and
+    promote must not take for retention."""
+    return [what for what, table in _gone(statement, home) if not removal_record(statement, home, table)]
+
+
+def removal_record(statement: "Statement", home: Path, table: str) -> str | None:
+    """Why the run's rows of ``table`` may be gone: the applied retention record that names them, or
+    the run's delete record (not one older than the run: a run made after a delete reuses its id);
+    None when neither does."""
+    from benchrun.warehouse.removed import DELETED_DIR, DIR_NAME, deleted_runs, retention_parts
+    from benchrun.warehouse.sources import parse_ts
+
+    run_id = statement.run_id
+    for record, t, r in retention_parts(home):
+        if r == run_id and t == table:
+            return f"removed by retention, record {record}"
+    deleted = deleted_runs(home)
+    if run_id in deleted:
+        created = parse_ts((statement.predicate.get("timestamps") or {}).get("created_utc"))
+        when = deleted[run_id]
+        if when is None or created is None or created <= when:
+            return f"removed by `benchrun delete`, record {DIR_NAME}/{DELETED_DIR}/{run_id}.json"
+    return None
 
 
 def signed_partitions_unverified(run_dir: Path) -> dict[str, str] | None:
@@ -209,13 +249,19 @@ def from_status(status: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def status_drift(statement: "Statement", status: Mapping[str, Any]) -> list[str]:
+def status_drift(statement: "Statement", status: Mapping[str, Any], run_dir: Path | None = None, *,
+                 completing: bool = False) -> list[str]:
     """``field (signed X, status.json Y)`` for each field naming the run (its name, class and
     digests) that status.json no longer agrees with: an edit of the unsigned status.json, which
-    re-signing must not pass over in silence. Times are not compared: benchrun itself moves
-    ``finished_utc`` (a publication that fails after Succeeded), and re-signing keeps the signed
-    values of every field taken from status.json anyway (``build_statement``'s ``keep``). A field
-    signed empty may have been set since (a run signed before it finished)."""
+    re-signing must not pass over in silence (re-signing keeps the signed values of every field the
+    predicate takes from status.json anyway: ``build_statement``'s ``keep``; a field signed empty
+    may have been set since, a run signed before it finished). Then each status.json field the
+    warehouse curates (the rows a re-signing signs) that moved off the value the signed rows were
+    curated from, but for the moves benchrun makes itself (``status_fields.curated_drift``; its
+    pinned spec is read from ``run_dir`` for a statement signed before that value was recorded).
+    ``completing``: the run's final signing is pending (finalize moved its phase and finish)."""
+    from benchrun.provenance.status_fields import curated_drift
+
     now, signed = from_status(status), statement.predicate
     now.pop("timestamps")
     out = []
@@ -224,7 +270,7 @@ def status_drift(statement: "Statement", status: Mapping[str, Any]) -> list[str]
                  if isinstance(value, dict) else [(key, signed.get(key), value)])
         out += [f"{name} (signed {old!r}, status.json {new!r})" for name, old, new in pairs
                 if old is not None and old != new]
-    return out
+    return out + curated_drift(signed, status, run_dir, completing=completing)
 
 
 def build_statement(run_dir: Path, *, backend_requested: str | None, backend_used: str,
@@ -272,6 +318,11 @@ def build_statement(run_dir: Path, *, backend_requested: str | None, backend_use
     published = published_subjects(run_dir, {x["name"] for x in sealed})
     predicate["published_files"] = sorted(x["name"] for x in published)
     predicate["not_signed"] = list(unsigned_names(run_id))
+    # The status.json values the run's warehouse rows (signed below) are curated from: status.json is
+    # never signed, so re-signing checks it still holds them (status_drift) before it signs new rows.
+    from benchrun.provenance.status_fields import curated_status
+
+    predicate["curated_status"] = curated_status(status)
     # The run's rows in the warehouse, as curated when it was signed (query and lineage read these).
     home_path = Path(home) if home else run_dir.parent.parent
     predicate["warehouse_partitions"] = warehouse_partitions(home_path, run_id)

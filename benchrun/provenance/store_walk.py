@@ -135,8 +135,10 @@ def walk_store(public_key: Path | None, pinned: tuple[str, ...], home: Path | No
             store_for(None)
         except BenchrunError as exc:
             report.failures.append(f"default store: {exc}")
+    stored: set[str] = set()
     for store in stores.values():
         for run_id in store.list_manifest_run_ids():
+            stored.add(run_id)
             try:
                 manifest = store.load_manifest(run_id)
                 if (run_id, manifest.digest) in seen:
@@ -148,5 +150,55 @@ def walk_store(public_key: Path | None, pinned: tuple[str, ...], home: Path | No
             except BenchrunError as exc:
                 report.failures.append(f"stored run {run_id}: {exc}")
                 report.lines.append(f"stored run {run_id}: FAILED: {exc}")
+    _warehouse_runs(home, {rd.run_id for rd, _ in runs} | stored, report)
     report.lines.append(f"verify --store: {len(report.failures)} failure(s)")
     return report
+
+
+def warehouse_run_ids(home: Path) -> dict[str, list[str]]:
+    """Run id -> the warehouse tables holding its rows: the Iceberg tables (when they are the
+    warehouse) and the per-run parquet partitions (that layout, or what an earlier release left)."""
+    from benchrun.warehouse import lake
+    from benchrun.warehouse.lakecatalog import catalog_exists
+    from benchrun.warehouse.schemas import TABLES
+    from benchrun.warehouse.writer import partition_run_ids
+
+    out: dict[str, set[str]] = {}
+    for table in sorted(TABLES):
+        for run_id in partition_run_ids(home, table):
+            out.setdefault(run_id, set()).add(table)
+    if lake.enabled() and catalog_exists(home):
+        for table in sorted(TABLES):
+            for run_id in lake.run_ids(home, table):
+                out.setdefault(run_id, set()).add(table)
+    return {run_id: sorted(tables) for run_id, tables in sorted(out.items())}
+
+
+def _warehouse_runs(home: Path, known: set[str], report: StoreReport) -> None:
+    """Fail each run the warehouse holds rows of that no run directory (verified above, signed or
+    judged unsigned) and no stored manifest stands behind: rows committed under a run id with no
+    evidence anywhere are no run's. Rows left of a run `benchrun delete` or retention removed (its
+    record says so) are named, not failed: deleting again, or retention, finishes the removal."""
+    from benchrun.errors import BenchrunError
+    from benchrun.warehouse.removed import removed_runs
+
+    try:
+        held = warehouse_run_ids(home)
+    except (BenchrunError, OSError, ValueError) as exc:
+        report.failures.append(f"warehouse: its run ids cannot be read ({exc})")
+        report.lines.append(f"warehouse: FAILED: its run ids cannot be read ({exc})")
+        return
+    orphans = {run_id: tables for run_id, tables in held.items() if run_id not in known}
+    removed = removed_runs(home) if orphans else {}
+    for run_id, tables in orphans.items():
+        where = f"{len(tables)} table(s): {', '.join(tables[:5])}{' ...' if len(tables) > 5 else ''}"
+        if run_id in removed:
+            report.lines.append(f"warehouse run {run_id}: rows left in {where} of a run {removed[run_id]} "
+                                "(a removal stopped half-way: removing it again finishes it)")
+            continue
+        why = (f"rows in {where}, but no run directory, signed run or stored manifest stands behind them and "
+               "no retention or delete record removed the run: they are no run's evidence (committed by hand?)")
+        report.failures.append(f"warehouse run {run_id}: {why}")
+        report.lines.append(f"warehouse run {run_id}: FAILED: {why}")
+    if held:
+        report.lines.append(f"warehouse: {len(held) - len(orphans)} run(s) with rows, each a run or stored run above")
