@@ -99,13 +99,21 @@ def test_the_command_gets_the_clients_environment_working_directory_and_umask(se
     assert not (home / ".benchrun").exists()
     proc = subprocess.run(["sh", "-c", f"umask 077 && exec {sys.executable} -m benchrun.entry retention"],
                           env=env, cwd=home, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "there is no benchrun home at" in proc.stderr, proc.stderr  # nor does retention
+    assert not (home / ".benchrun").exists()
+    (home / ".benchrun").mkdir()  # a home: ./.benchrun of the client's working directory is the one read
+    proc = subprocess.run(["sh", "-c", f"umask 077 && exec {sys.executable} -m benchrun.entry retention"],
+                          env=env, cwd=home, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "dry run" in proc.stdout, proc.stderr
-    created = home / ".benchrun"
+    created = home / ".benchrun" / "warehouse"  # the catalog retention opens
     assert created.is_dir() and (created.stat().st_mode & 0o777) == 0o700  # the client's umask
-    # An environment variable the command reads: an unknown home override is used as given.
+    # An environment variable the command reads: the home override is the one used.
     other = tmp_path / "other-home"
     proc = _cli({**env, "BENCHRUN_HOME": str(other)}, "retention")
-    assert proc.returncode == 0 and other.is_dir(), proc.stderr
+    assert proc.returncode == 1 and str(other) in proc.stderr and not other.exists(), proc.stderr
+    other.mkdir()
+    proc = _cli({**env, "BENCHRUN_HOME": str(other)}, "retention")
+    assert proc.returncode == 0 and (other / "warehouse").is_dir(), proc.stderr
 
 
 def _refserver(env: dict[str, str], server=None, **kw) -> tuple[subprocess.Popen, int | None]:
