@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 # Every status.json field curation reads (benchrun.warehouse.curate and its sources);
-# tests/test_resign_status.py fails when curation reads one that is not listed here.
+# tests/test_provenance_chain.py fails when curation reads one that is not listed here.
 STATUS_FIELDS = (
     "run_id", "name", "phase", "outcome", "benchmark_class_requested", "benchmark_class_granted", "workload_type",
     "cadence", "scheduler_path_requested", "selected_scheduler_path", "variable_under_test", "spec_digest",
