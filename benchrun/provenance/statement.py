@@ -205,20 +205,15 @@ def removal_record(statement: "Statement", home: Path, table: str) -> str | None
     """Why the run's rows of ``table`` may be gone: the applied retention record that names them, or
     the run's delete record (not one older than the run: a run made after a delete reuses its id);
     None when neither does."""
-    from benchrun.warehouse.removed import DELETED_DIR, DIR_NAME, deleted_runs, retention_parts
+    from benchrun.warehouse.removed import deleted_runs, deletion, retention_parts
     from benchrun.warehouse.sources import parse_ts
 
     run_id = statement.run_id
     for record, t, r in retention_parts(home):
         if r == run_id and t == table:
             return f"removed by retention, record {record}"
-    deleted = deleted_runs(home)
-    if run_id in deleted:
-        created = parse_ts((statement.predicate.get("timestamps") or {}).get("created_utc"))
-        when = deleted[run_id]
-        if when is None or created is None or created <= when:
-            return f"removed by `benchrun delete`, record {DIR_NAME}/{DELETED_DIR}/{run_id}.json"
-    return None
+    created = parse_ts((statement.predicate.get("timestamps") or {}).get("created_utc"))
+    return deletion(deleted_runs(home), run_id, created)
 
 
 def signed_partitions_unverified(run_dir: Path) -> dict[str, str] | None:

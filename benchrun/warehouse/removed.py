@@ -99,10 +99,21 @@ def removed_runs(home: Path, created: dict[str, dt.datetime | None] | None = Non
     a new run under the same id, not the deleted one, and is not skipped."""
     created = created or {}
     out = {r: f"removed by retention (record {where})" for r, where in retention_removed(home).items()}
-    for run_id, when in deleted_runs(home).items():
-        made = created.get(run_id)
-        if when is not None and made is not None and made > when:
-            continue
-        at = f" at {when.isoformat()}" if when else ""
-        out[run_id] = f"removed by `benchrun delete`{at} ({DIR_NAME}/{DELETED_DIR}/{run_id}.json)"
+    deleted = deleted_runs(home)
+    for run_id in deleted:
+        why = deletion(deleted, run_id, created.get(run_id))
+        if why:
+            out[run_id] = why
     return out
+
+
+def deletion(deleted: dict[str, dt.datetime | None], run_id: str, made: dt.datetime | None) -> str | None:
+    """Why ``run_id`` is removed by ``benchrun delete`` (``deleted``: :func:`deleted_runs`), or None:
+    not deleted, or ``made`` (its creation) after its tombstone, a new run under the same id."""
+    if run_id not in deleted:
+        return None
+    when = deleted[run_id]
+    if when is not None and made is not None and made > when:
+        return None
+    at = f" at {when.isoformat()}" if when else ""
+    return f"removed by `benchrun delete`{at} ({DIR_NAME}/{DELETED_DIR}/{run_id}.json)"
