@@ -74,8 +74,9 @@ def gateway(url: str) -> Gateway:
         scheme = "http"
     shown = f"{scheme}://{hostport}{rest}"
     try:
-        host = urllib.parse.urlsplit(shown).hostname
-        urllib.parse.urlsplit(shown).port  # noqa: B018  (a port that is not a number raises here)
+        parsed = urllib.parse.urlsplit(shown)
+        parsed.port  # noqa: B018  (a port that is not a number raises here)
+        host = parsed.hostname
     except ValueError:
         host = None
     if not host:
