@@ -38,6 +38,8 @@ def finished_and_succeeded(phase: Any, outcome: Any) -> bool:
     baseline (stats.baseline) and a playbook's baseline (playbooks.base).
     """
     return phase == "Succeeded" and outcome in SUCCEEDED_OUTCOMES
+
+
 SUBDIRS = ("structured", "raw", "figures", "reports", "progress")
 MANIFEST_VERSION = 2
 # status.json is the run's live status (the custom resource's status subresource): it keeps
