@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import signal
 from pathlib import Path
 from typing import Any, Callable
 
@@ -10,6 +11,17 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _plain_signal_dispositions() -> None:
+    """Each test starts with SIGINT and SIGTERM as a plain Python process has them. pytest-xdist's
+    workers ignore SIGINT, and Dagster's in-process execution maps SIGTERM to the SIGINT handler and
+    leaves it there (dagster._utils.interrupts): every child a later test started in that worker then
+    ignored both signals, so the tests that interrupt a child (cancel, query, warm start) failed or
+    passed by which tests happened to run before them in the worker."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 @pytest.fixture(autouse=True)

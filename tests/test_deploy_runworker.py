@@ -214,7 +214,11 @@ def code_server_origin(tmp_path_factory) -> Any:
                     time.sleep(0.5)
     finally:
         server.terminate()
-        server.wait(timeout=30)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # never left running (its gRPC child ends on its heartbeat)
+            server.kill()
+            server.wait(timeout=30)
 
 
 # -- what the run worker may call ---------------------------------------------------------------
