@@ -13,15 +13,25 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _plain_signals() -> None:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+_plain_signals()  # a worker's module- and session-scoped fixtures (servers started once) start plain too
+
+
 @pytest.fixture(autouse=True)
-def _plain_signal_dispositions() -> None:
+def _plain_signal_dispositions():
     """Each test starts with SIGINT and SIGTERM as a plain Python process has them. pytest-xdist's
     workers ignore SIGINT, and Dagster's in-process execution maps SIGTERM to the SIGINT handler and
     leaves it there (dagster._utils.interrupts): every child a later test started in that worker then
     ignored both signals, so the tests that interrupt a child (cancel, query, warm start) failed or
-    passed by which tests happened to run before them in the worker."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    passed by which tests happened to run before them in the worker. Restored after each test too:
+    the next module's fixtures (a server started once for the module) start children as well."""
+    _plain_signals()
+    yield
+    _plain_signals()
 
 
 @pytest.fixture(autouse=True)

@@ -172,15 +172,20 @@ def test_a_preempted_gang_is_admitted_again_as_a_new_attempt(kcluster_factory, t
         return sum("working" in t for t in logs) >= 2
 
     def preempt_gang_once(launcher) -> list[str]:
-        """Preempt the gang's Workload once both nodes are measuring (first attempt)."""
+        """Preempt the gang's Workload once both nodes are measuring (first attempt) and the launcher
+        has read them so: at the sleep after the one that first saw both working (a read lies
+        between; preempted at once, a slow read on a loaded machine had not yet seen them run)."""
         asked: list[str] = []
+        seen: list[bool] = []
         orig = launcher._sleep
 
         def sleep(s: float) -> None:
             sets = cluster.list("jobsets")
             if sets and not asked and both_working():
-                asked.append(sets[0]["metadata"]["name"])
-                cluster.preempt(asked[0])
+                if seen:
+                    asked.append(sets[0]["metadata"]["name"])
+                    cluster.preempt(asked[0])
+                seen.append(True)
             orig(s)
 
         launcher._sleep = sleep
