@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def _plain_signals() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 _plain_signals()  # a worker's module- and session-scoped fixtures (servers started once) start plain too
@@ -23,12 +24,14 @@ _plain_signals()  # a worker's module- and session-scoped fixtures (servers star
 
 @pytest.fixture(autouse=True)
 def _plain_signal_dispositions():
-    """Each test starts with SIGINT and SIGTERM as a plain Python process has them. pytest-xdist's
+    """Each test starts with SIGINT, SIGTERM and SIGHUP as a plain Python process has them. pytest-xdist's
     workers ignore SIGINT, and Dagster's in-process execution maps SIGTERM to the SIGINT handler and
     leaves it there (dagster._utils.interrupts): every child a later test started in that worker then
     ignored both signals, so the tests that interrupt a child (cancel, query, warm start) failed or
     passed by which tests happened to run before them in the worker. Restored after each test too:
-    the next module's fixtures (a server started once for the module) start children as well."""
+    the next module's fixtures (a server started once for the module) start children as well.
+    SIGHUP too: under ``nohup`` every child ignored the hangup the warm server sends a command whose
+    client went away."""
     _plain_signals()
     yield
     _plain_signals()

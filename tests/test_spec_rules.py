@@ -540,3 +540,14 @@ def test_a_primary_qualified_by_a_suite_the_spec_does_not_run_is_an_error(canary
 
     assert list(rule_primary_suites(apply(disabled, [(S + ("metrics", "inference", "enabled"), False)]))) == []
     assert errors_of(apply(canary_doc, [(path, ["ttft_ms[c=4]", *primary[1:]])])) == []
+
+
+def test_a_layer_missing_from_spec_layers_is_one_error_not_one_per_primary_of_its_suites():
+    """The canary without its end_to_end layer: spec.layers says the layer is missing, and each of
+    the six primaries qualified by serving_workflow said again that its suite was not in
+    spec.layers (found by the property test on a random draw)."""
+    from benchrun.spec.rules import check
+
+    doc = yaml.safe_load((ROOT / "specs" / "local" / "canary.yaml").read_text())
+    doc["spec"]["layers"] = [layer for layer in doc["spec"]["layers"] if layer["name"] != "end_to_end"]
+    assert {".".join(map(str, path)) for path, _ in check(doc)} == {"spec.layers"}

@@ -12,6 +12,7 @@ import re
 from typing import Any, Iterator
 
 from benchrun.spec.docaccess import SPEC, Finding, get
+from benchrun.spec.model import LAYER_NAMES
 
 TRAINING_PRIMARY = ("time_to_train_hours", "mfu_pct", "scaling_efficiency_pct", "training_reliability_pct")
 INFERENCE_PRIMARY = ("ttft_ms", "tokens_per_second", "p99_latency_ms", "jitter_ms")
@@ -69,6 +70,8 @@ def rule_primary_suites(doc: Any) -> Iterator[Finding]:
             name = get(suite, ("name",))
             if isinstance(name, str) and runs.get(name, "") is not None:
                 runs[name] = None if get(layer, ("enabled",)) is True else str(get(layer, ("name",)))
+    names = {get(layer, ("name",)) for layer in (layers if isinstance(layers, list) else [])}
+    listed_all = all(name in names for name in LAYER_NAMES)
     metrics = get(doc, SPEC + ("metrics",))
     for family, body in (metrics.items() if isinstance(metrics, dict) else ()):
         if not isinstance(body, dict) or body.get("enabled") is False:
@@ -81,6 +84,8 @@ def rule_primary_suites(doc: Any) -> Iterator[Finding]:
                 continue
             path = SPEC + ("metrics", family, "primary", i)
             if suite not in runs:
+                if not listed_all:
+                    continue  # a layer missing from spec.layers is that rule's error (its suites unknown)
                 known = sorted(runs)
                 close = difflib.get_close_matches(suite, known, n=1, cutoff=0.6)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
