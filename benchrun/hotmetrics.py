@@ -36,7 +36,7 @@ from prometheus_client.exposition import delete_from_gateway, push_to_gateway
 from prometheus_client.metrics_core import Metric
 
 from benchrun.errors import BenchrunError
-from benchrun.paths import benchrun_home, validate_run_id
+from benchrun.paths import benchrun_home, parse_result_name, validate_run_id
 from benchrun.pushgateway import (GATEWAY_ERRORS, PUSHGATEWAY_ENV, gateway, gateway_error, gateway_groups,
                                   shown_url)
 from benchrun.rundir import read_json_or_none
@@ -80,7 +80,6 @@ RUN_METRICS = {
 IDENTITY_KEYS = frozenset({"rank_id", "node_name", "gpu_uuid"}) | FORBIDDEN_LABELS
 _NAME_BAD = re.compile(r"[^a-zA-Z0-9_:]")
 _LABEL_BAD = re.compile(r"[^a-zA-Z0-9_]")
-_RESULT_NAME = re.compile(r"^(?P<run>.+)_(?P<suite>[A-Za-z0-9][A-Za-z0-9._-]*)_r(?P<k>\d+)\.json\Z")
 
 
 class BudgetLike(Protocol):
@@ -212,8 +211,7 @@ def _result_docs(run_dir: Path, run_id: str) -> list[dict[str, Any]]:
     structured = run_dir / "structured"
     docs = []
     for path in sorted(structured.glob(f"{run_id}_*_r*.json")):
-        m = _RESULT_NAME.match(path.name)
-        if not m or m.group("run") != run_id:
+        if parse_result_name(path.name, run_id) is None:
             continue
         doc = _read_json(path)
         if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:

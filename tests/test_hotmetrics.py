@@ -465,3 +465,21 @@ def test_a_rows_measurement_details_are_no_labels_only_its_identity_keys_are(tmp
     assert prio["benchrun_p99_clat_ms"] == hm_mod.PRIORITY_PRIMARY
     assert prio["benchrun_bandwidth_mib_per_s"] == hm_mod.PRIORITY_METRIC
     assert prio["benchrun_rank_p50_time_us"] == hm_mod.PRIORITY_DETAIL
+
+
+def test_suites_with_underscores_in_their_names_are_published(tmp_path: Path, monkeypatch) -> None:
+    """``<run>_serving_workflow_r1.json`` is run <run>'s serving_workflow, not run ``<run>_serving``'s
+    workflow: a reader that took the run id as everything up to the last '_' before the suite left
+    every underscored suite (serving_workflow, serving_sweep, job_startup) out of the hot metrics."""
+    monkeypatch.delenv("BENCHRUN_PUSHGATEWAY_URL", raising=False)
+    rd, status = make_run(tmp_path)
+    for suite, name, values in (("serving_workflow", "ttft_ms", (25.0, 27.0, 26.0)),
+                                ("job_startup", "startup_s", (1.0, 3.0, 2.0))):
+        for k, v in enumerate(values, start=1):
+            atomic_write_json(rd / "structured" / f"{RUN_ID}_{suite}_r{k}.json",
+                              _doc(suite, k, "ok", [metric(name, v, "ms", "lower", case="c=4")]))
+    hm, published = publish_run(rd, status, BIG, home=tmp_path)
+    rows = samples(published.textfile.read_text(encoding="utf-8"))
+    assert find(rows, "benchrun_ttft_ms", suite="serving_workflow", case="c=4") == [26.0]
+    assert find(rows, "benchrun_startup_s", suite="job_startup") == [2.0]
+    assert find(rows, "benchrun_suite_replicates", suite="serving_workflow", status="ok") == [3.0]

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchrun.errors import BenchrunError
-from benchrun.paths import home_location, validate_run_id
+from benchrun.paths import home_location, parse_result_name, validate_run_id
 from benchrun.spec.refs import ALIAS_REF, RUN_REF, baseline_ref_problem, fill_site_placeholder
 from benchrun.suites.result import read_result
 
@@ -31,16 +31,11 @@ DEFAULT_DELTA_PCT = 3.0
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_MIN_REPLICATES = 3
 
-_RESULT_NAME = re.compile(r"^(?P<run>[a-z0-9-]+)_(?P<suite>[A-Za-z0-9][A-Za-z0-9._-]*)_r(?P<rep>\d+)\.json\Z")
 
 
 def _result_files(run_dir: Path, run_id: str) -> list[Path]:
-    out = []
-    for p in sorted((run_dir / "structured").glob(f"{run_id}_*_r*.json")):
-        m = _RESULT_NAME.match(p.name)
-        if m and m.group("run") == run_id:
-            out.append(p)
-    return out
+    return [p for p in sorted((run_dir / "structured").glob(f"{run_id}_*_r*.json"))
+            if parse_result_name(p.name, run_id) is not None]
 
 
 def _request_files(rd: Path) -> list[Path]:
