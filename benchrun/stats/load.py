@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from benchrun.errors import BenchrunError
 from benchrun.paths import home_location, parse_result_name, validate_run_id
 from benchrun.spec.refs import ALIAS_REF, RUN_REF, baseline_ref_problem, fill_site_placeholder
+from benchrun.stats.perlaunch import launch_value
 from benchrun.suites.result import read_result
 
 if TYPE_CHECKING:  # pandas is heavy; imported inside the functions that need it
@@ -106,7 +107,8 @@ def replicate_table(run_dir: str | os.PathLike[str], *, include_failed: bool = F
     row with status ``ok`` (it launched ok and measured nothing). An ``unavailable`` replicate of a suite that other replicates
     of the same run measured counts as failed too: the device was there and went away (a
     suite unavailable in every replicate — no GPU on this host — is not a failure). Several rows for one
-    (suite, case, metric, replicate) — per-rank values — are summarised by their median,
+    (suite, case, metric, replicate) — per-rank values — are summarised by their median
+    (:func:`benchrun.stats.perlaunch.launch_value`, the rule ``benchrun show --all`` applies too),
     because a replicate (one launch) is the unit of replication, never a rank or sample.
     """
     import pandas as pd
@@ -170,7 +172,7 @@ def replicate_table(run_dir: str | os.PathLike[str], *, include_failed: bool = F
         return df.astype({"replicate": "int64", "value": "float64"})
     keys = ["suite", "case", "metric", "unit", "direction", "replicate", "status"]
     if df.duplicated(["suite", "case", "metric", "replicate"]).any():  # per-rank rows: one value per launch
-        df = df.groupby(keys, as_index=False, sort=True)["value"].median()
+        df = df.groupby(keys, as_index=False, sort=True)["value"].agg(launch_value)
     else:
         df = df.sort_values(keys, kind="stable")
     df = df[list(REPLICATE_COLUMNS)].reset_index(drop=True)
