@@ -41,6 +41,7 @@ from benchrun.paths import benchrun_home, parse_result_name, validate_run_id
 from benchrun.pushgateway import (GATEWAY_ERRORS, PUSHGATEWAY_ENV, gateway, gateway_error, gateway_groups,
                                   shown_url)
 from benchrun.rundir import read_json_or_none
+from benchrun.stats.directions import has_direction, read_direction
 from benchrun.stats.family import Primary, parse_primary
 from benchrun.suites.result import SCHEMA
 from benchrun.fsio import atomic_write_text
@@ -370,9 +371,10 @@ def render(
             priority[key] = min(priority.get(key, prio), prio)
             if name not in help_text:
                 unit = row.get("unit") or "1"
-                better = row.get("direction") or "?"
-                help_text[name] = (f"{row.get('name')} in {unit} ({better} is better): "
-                                   "median over the run's ok replicates.")
+                direction = read_direction(row.get("case"), row.get("name"), str(row.get("direction") or ""))
+                better = (f"{direction} is better" if has_direction(direction)
+                          else "context: neither higher nor lower is better")
+                help_text[name] = f"{row.get('name')} in {unit} ({better}): median over the run's ok replicates."
     for (suite, st), n in sorted(counts.items()):
         series.append(Series("benchrun_suite_replicates",
                              labels({"layer": layer_of.get(suite, ""), "suite": suite, "status": st}),

@@ -92,7 +92,7 @@ def forest_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if (lo is None or hi is None) and r.get("ci_low") is not None and r.get("ci_high") is not None:
             # an older record: its interval is on the higher-is-better ratio scale
             a, b = float(r["ci_low"]), float(r["ci_high"])
-            lo, hi = ((a - 1) * 100, (b - 1) * 100) if r.get("direction") != "lower" else \
+            lo, hi = ((a - 1) * 100, (b - 1) * 100) if r.get("direction") == "higher" else \
                 ((1 / b - 1) * 100 if b > 0 else math.nan, (1 / a - 1) * 100 if a > 0 else math.inf)
         if pct is None or not np.isfinite(pct) or pct <= -100 or lo is None or hi is None:
             continue

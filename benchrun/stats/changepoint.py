@@ -542,7 +542,8 @@ def change_points(history: "pd.DataFrame", *, previous: "pd.DataFrame | None" = 
                 "change_index": cp.index, "run_id": at["run_id"], "change_utc": at["created_utc"],
                 "before_mean": cp.before_mean, "after_mean": cp.after_mean, "before_n": cp.before_n,
                 "after_n": cp.after_n, "magnitude_pct": cp.magnitude_pct, "p_value": cp.p_value,
-                "p_adjusted": cp.p_adjusted, "kind": "regression" if worse else "improvement",
+                "p_adjusted": cp.p_adjusted,  # a series with no better direction (host CPU) only shifted
+                "kind": ("regression" if worse else "improvement") if direction in ("higher", "lower") else "shift",
                 "artifact_manifest_digest": at["artifact_manifest_digest"], "method": METHOD, "detected_utc": now,
                 "ar1_phi": cp.phi, "new": not old, "alarm_index": cp.alarm_index,
                 "alarm_run_id": grp.iloc[cp.alarm_index]["run_id"], "floor_pct": floor,

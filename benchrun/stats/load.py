@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from benchrun.errors import BenchrunError
 from benchrun.paths import home_location, parse_result_name, validate_run_id
 from benchrun.spec.refs import ALIAS_REF, RUN_REF, baseline_ref_problem, fill_site_placeholder
+from benchrun.stats.directions import read_direction
 from benchrun.stats.perlaunch import launch_value
 from benchrun.suites.result import read_result
 
@@ -151,7 +152,8 @@ def replicate_table(run_dir: str | os.PathLike[str], *, include_failed: bool = F
                     "case": str(m.get("case") or ""),
                     "metric": str(m["name"]),
                     "unit": str(m.get("unit") or ""),
-                    "direction": m["direction"],
+                    # host CPU utilization has none (benchrun.stats.directions), whatever the row says
+                    "direction": read_direction(m.get("case"), m["name"], m["direction"]),
                     "replicate": int(doc.get("replicate", 0)),
                     "value": float(m["value"]),
                     "status": "ok",

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 import numpy as np
 from scipy import stats
 
+from benchrun.stats.directions import DIRECTIONS, has_direction
 from benchrun.stats.family import Primary, parse_primary
 from benchrun.stats.ranktest import rejects, smallest_one_sided_p
 
@@ -106,6 +107,8 @@ def measured_change(df: "pd.DataFrame") -> dict[str, np.ndarray]:
         c_hi = np.where(log, (m_hi - 1) * 100, np.where(rel_ok, np.maximum(dhi / ref * 100, floor), np.nan))
     shift = df["shift"].to_numpy(dtype=float)
     bw = np.where(np.isnan(shift), "", np.where(shift > 0, "better", np.where(shift < 0, "worse", "same")))
+    # a row with no direction (host CPU utilization, benchrun.stats.directions) is neither better nor worse
+    bw = np.where(df["direction"].isin(DIRECTIONS).to_numpy(), bw, "")
     return {"change_pct": change, "change_low_pct": c_lo, "change_high_pct": c_hi, "better_worse": bw.astype(object)}
 
 
@@ -207,9 +210,9 @@ def change_of(rec: dict) -> tuple[float | None, str]:
         ratio = rec.get("ratio")
         if ratio is None or (isinstance(ratio, float) and math.isnan(ratio)) or ratio <= 0:
             return None, ""
-        measured = ratio if rec.get("direction") != "lower" else 1.0 / ratio
+        measured = ratio if rec.get("direction") == "higher" else 1.0 / ratio  # as the comparison oriented it
         pct = (measured - 1.0) * 100.0
-        bw = "better" if ratio > 1 else "worse" if ratio < 1 else "same"
+        bw = ("better" if ratio > 1 else "worse" if ratio < 1 else "same") if has_direction(rec.get("direction")) else ""
     return float(pct), bw
 
 
