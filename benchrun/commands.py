@@ -112,8 +112,10 @@ def print_headline(console: Any, run_dir: Path, run_id: str) -> bool:
     comparison = None
     comp_path = run_dir / "structured" / f"{run_id}_comparison.json"
     if comp_path.is_file():
+        from benchrun.stats.reading import read_comparison
+
         try:
-            comparison = json.loads(comp_path.read_text(encoding="utf-8"))
+            comparison = read_comparison(json.loads(comp_path.read_text(encoding="utf-8")))
         except ValueError:
             comparison = None
     stats = read_trial_statistics(run_dir)
@@ -130,9 +132,10 @@ def print_headline(console: Any, run_dir: Path, run_id: str) -> bool:
             interval += f" {r.coverage:.1%}" if per_row and r.low is not None and r.coverage is not None else ""
             change = ""
             if r.change:
-                from benchrun.stats.reading import format_change
+                from benchrun.stats.reading import POOLED_MARK, format_change, pooled_shift
 
-                change = " ".join(x for x in (format_change(r.change), r.change.get("verdict") or "") if x)
+                change = " ".join(x for x in (format_change(r.change), POOLED_MARK if pooled_shift(r.change) else "",
+                                              r.change.get("verdict") or "") if x)
             table.add_row(*[escape(x) for x in (r.suite, r.metric + (" ★" if r.gating else ""), r.case, _fmt(r.median),
                                                 r.unit, interval, r.n_text())
                             + ((change,) if compared else ())])
@@ -142,11 +145,17 @@ def print_headline(console: Any, run_dir: Path, run_id: str) -> bool:
     console.print(f"{shown} headline of {total} metrics (★ gates against the baseline; † interval = the "
                   "replicates' whole range"
                   + ("; vs baseline = the estimated change the verdict is about, + when the value went up, "
-                     "better/worse by the metric's direction: Hodges–Lehmann over replicates (a request percentile: "
-                     "its pooled requests' p99), not the ratio of the medians, and it can differ from that even "
-                     "in sign when replicates cluster" if compared else "") + "); "
+                     "better/worse by the metric's direction: Hodges–Lehmann over replicates (§ a request "
+                     "percentile judged on pooled requests: the ratio of the two arms' pooled-request p99s, said "
+                     "below), not the ratio of the medians, and it can differ from that even in sign when "
+                     "replicates cluster" if compared else "") + "); "
                   f"every metric: `benchrun show {run_id} --all` or the report", markup=False)
+    from benchrun.stats.reading import pooled_note
+
     for note in (r.compared_note() for h in heads for r in h.rows):
+        if note:
+            console.print(note, markup=False, highlight=False)
+    for note in (pooled_note(r.change or {}) for h in heads for r in h.rows):
         if note:
             console.print(note, markup=False, highlight=False)
     return True

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import statistics
 import time
 from contextlib import nullcontext
@@ -59,16 +60,28 @@ class LayerOutcome:
 
 
 def summarise(results: list[LaunchResult]) -> list[dict[str, Any]]:
-    """Headline rows (suite, case, metric, unit, median, min, max, n_ok, n_failed)."""
+    """Headline rows (suite, case, metric, unit, median, min, max, n_ok, n_failed) over the ok
+    replicates: each replicate's one value first (the median of its per-rank/node/GPU rows,
+    :func:`benchrun.stats.perlaunch.launch_value`, as the trial statistics take it), then the
+    median, min and max of those — never of the pooled rank values."""
+    from benchrun.stats.perlaunch import launch_values
+
     per_suite: dict[str, dict[str, int]] = {}
-    values: dict[tuple[str, str, str, str], list[float]] = {}
+    rows_in: list[tuple[tuple[str, str, str, str], int, float]] = []
     for r in results:
         c = per_suite.setdefault(r.suite, {"ok": 0, "failed": 0, "unavailable": 0})
         c[r.status] = c.get(r.status, 0) + 1
+        if r.status != "ok":  # a launch the launcher failed is no replicate of the median
+            continue
         for m in r.metrics:
-            values.setdefault((r.suite, m.get("case", ""), m["name"], m.get("unit", "")), []).append(m["value"])
+            value = m.get("value")
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                rows_in.append(((r.suite, str(m.get("case") or ""), m["name"], m.get("unit", "")), r.replicate, value))
     rows = []
-    for (suite, case, name, unit), vals in values.items():
+    for (suite, case, name, unit), per_rep in launch_values(rows_in).items():
+        vals = [v for v in per_rep.values() if not math.isnan(v)]
+        if not vals:
+            continue
         c = per_suite[suite]
         rows.append({"suite": suite, "case": case, "metric": name, "unit": unit,
                      "median": statistics.median(vals), "min": min(vals), "max": max(vals),

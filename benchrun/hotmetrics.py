@@ -10,8 +10,9 @@ succeeded or failed, how long the run took and which phase it was in.
 Labels named in CONTRACT.md §3 (``request_id``, ``trace_id``, ``prompt_hash``) and the
 spec's ``dropDimensions`` never appear: rows that differ only in such a label are merged
 (median within the replicate, then across replicates) and the merge is counted. When the
-series exceed the budget the most important are kept (run-level, then the spec's primary
-metrics, then the other suite metrics, then per-rank/node/GPU detail) and the number
+series exceed the budget the most important are kept (run-level, then the series the spec's
+primary selectors name — ``ttft_ms``, ``serving_workflow/ttft_ms[c=4]``, matched as the
+comparison's gate matches them —, then the other suite metrics, then per-rank/node/GPU detail) and the number
 dropped is reported, never silently.
 
 The exposition text (format 0.0.4) and the push are produced by ``prometheus_client``;
@@ -36,10 +37,12 @@ from prometheus_client.exposition import delete_from_gateway, push_to_gateway
 from prometheus_client.metrics_core import Metric
 
 from benchrun.errors import BenchrunError
-from benchrun.paths import benchrun_home, validate_run_id
+from benchrun.paths import benchrun_home, parse_result_name, validate_run_id
 from benchrun.pushgateway import (GATEWAY_ERRORS, PUSHGATEWAY_ENV, gateway, gateway_error, gateway_groups,
                                   shown_url)
 from benchrun.rundir import read_json_or_none
+from benchrun.stats.directions import has_direction, read_direction
+from benchrun.stats.family import Primary, parse_primary
 from benchrun.suites.result import SCHEMA
 from benchrun.fsio import atomic_write_text
 
@@ -80,7 +83,6 @@ RUN_METRICS = {
 IDENTITY_KEYS = frozenset({"rank_id", "node_name", "gpu_uuid"}) | FORBIDDEN_LABELS
 _NAME_BAD = re.compile(r"[^a-zA-Z0-9_:]")
 _LABEL_BAD = re.compile(r"[^a-zA-Z0-9_]")
-_RESULT_NAME = re.compile(r"^(?P<run>.+)_(?P<suite>[A-Za-z0-9][A-Za-z0-9._-]*)_r(?P<k>\d+)\.json\Z")
 
 
 class BudgetLike(Protocol):
@@ -212,8 +214,7 @@ def _result_docs(run_dir: Path, run_id: str) -> list[dict[str, Any]]:
     structured = run_dir / "structured"
     docs = []
     for path in sorted(structured.glob(f"{run_id}_*_r*.json")):
-        m = _RESULT_NAME.match(path.name)
-        if not m or m.group("run") != run_id:
+        if parse_result_name(path.name, run_id) is None:
             continue
         doc = _read_json(path)
         if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
@@ -260,6 +261,19 @@ def _duration_s(run_dir: Path, status: Mapping[str, Any]) -> float | None:
 # -- rendering ---------------------------------------------------------------------------------
 
 
+def _selectors(primary: Iterable[str]) -> list[Primary]:
+    """The spec's primary selectors, parsed as the comparison's gate parses them
+    (:func:`benchrun.stats.family.parse_primary`); one that does not parse is said and left out
+    (the run's metrics are still published, that selector's series just get no priority)."""
+    out = []
+    for text in primary:
+        try:
+            out.append(parse_primary(text))
+        except BenchrunError as exc:
+            log.warning("hot metrics: %s", exc)
+    return out
+
+
 def render(
     run_dir: Path,
     status: Mapping[str, Any],
@@ -270,7 +284,8 @@ def render(
 ) -> HotMetrics:
     """The run's hot series, trimmed to ``budget.max_active_series - existing_series``.
 
-    ``primary`` names the spec's primary metrics (kept before the others);
+    ``primary`` holds the spec's primary selectors (``ttft_ms``, ``serving_workflow/ttft_ms[c=4]``:
+    ``metrics.<family>.primary``), whose series are kept before the others;
     ``existing_series`` is what the sink already holds from other runs (see
     :func:`gateway_series` and :func:`textfile_series`).
     """
@@ -331,7 +346,7 @@ def render(
     per_rep: dict[tuple[str, tuple[tuple[str, str], ...]], dict[int, list[float]]] = {}
     key_rows: dict[tuple[str, tuple[tuple[str, str], ...]], set[tuple[tuple[str, Any], ...]]] = {}
     priority: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
-    primary_set = set(primary)
+    selectors = _selectors(primary)
     for doc in docs:
         suite = str(doc.get("suite", ""))
         counts[(suite, doc["status"])] = counts.get((suite, doc["status"]), 0) + 1
@@ -350,14 +365,16 @@ def render(
             per_rep.setdefault(key, {}).setdefault(rep, []).append(float(value))
             key_rows.setdefault(key, set()).add(tuple(sorted(extra.items(), key=lambda kv: kv[0])))
             kept_extra = [k for k in extra if label_name(k) not in removed]
-            prio = PRIORITY_DETAIL if kept_extra else (
-                PRIORITY_PRIMARY if row.get("name") in primary_set else PRIORITY_METRIC)
+            is_primary = any(sel.matches(suite, str(row.get("case") or ""), str(row.get("name", "")))
+                             for sel in selectors)
+            prio = PRIORITY_DETAIL if kept_extra else (PRIORITY_PRIMARY if is_primary else PRIORITY_METRIC)
             priority[key] = min(priority.get(key, prio), prio)
             if name not in help_text:
                 unit = row.get("unit") or "1"
-                better = row.get("direction") or "?"
-                help_text[name] = (f"{row.get('name')} in {unit} ({better} is better): "
-                                   "median over the run's ok replicates.")
+                direction = read_direction(row.get("case"), row.get("name"), str(row.get("direction") or ""))
+                better = (f"{direction} is better" if has_direction(direction)
+                          else "context: neither higher nor lower is better")
+                help_text[name] = f"{row.get('name')} in {unit} ({better}): median over the run's ok replicates."
     for (suite, st), n in sorted(counts.items()):
         series.append(Series("benchrun_suite_replicates",
                              labels({"layer": layer_of.get(suite, ""), "suite": suite, "status": st}),

@@ -13,6 +13,10 @@ from benchrun.errors import BenchrunError
 _RUN_ID = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 # File-name components (suite names, labels, kinds): no separators, no dot-dot, no NUL.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+# A suite result document, ``structured/<run_id>_<suite>_r<k>.json`` (CONTRACT.md §4). The run id
+# has no '_', so the first '_' ends it; a suite name may have several (serving_workflow).
+_RESULT_FILE = re.compile(r"^(?P<run>[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?)_"
+                          r"(?P<suite>[A-Za-z0-9][A-Za-z0-9._-]{0,127})_r(?P<rep>\d+)\.json\Z")
 
 
 def home_location(override: str | os.PathLike[str] | None = None) -> tuple[Path, str]:
@@ -58,6 +62,17 @@ def validate_run_id(run_id: str) -> str:
             "at most 63 characters, starting and ending with a letter or digit"
         )
     return run_id
+
+
+def parse_result_name(name: str, run_id: str | None = None) -> tuple[str, int] | None:
+    """``(suite, replicate)`` of a suite result document's file name ``<run_id>_<suite>_r<k>.json``;
+    None for any other name, or for another run's document when ``run_id`` is given. The one parser
+    of these names: the run id is read up to its first '_' (it has none), never guessed from the
+    end, so a suite named ``serving_workflow`` is not taken for run ``<run_id>_serving``."""
+    m = _RESULT_FILE.match(name)
+    if m is None or (run_id is not None and m.group("run") != run_id):
+        return None
+    return m.group("suite"), int(m.group("rep"))
 
 
 def validate_name(name: str, *, what: str = "name") -> str:

@@ -498,3 +498,12 @@ def test_siblings_that_just_changed_still_corroborate_the_joint_rule():
                 found[hold] += bool(hit) and hit[0].alarm_index < 37
     assert zero_nights[True] <= zero_nights[False] // 4, zero_nights  # 434 -> 0 series-nights 3-9 after the step
     assert found[True] >= found[False] + 2, found  # of 200: 189 -> 192 (seed 21)
+
+
+def test_a_series_with_no_better_direction_only_shifts():
+    """Host CPU utilization is read with no direction (benchrun.stats.directions): its change point is
+    a shift, neither a regression nor an improvement."""
+    hist = _history(20, {3})
+    hist.loc[hist.metric == "m3", "direction"] = "none"
+    assert change_points(hist).kind.tolist() == ["shift"]
+    assert change_points(_history(20, {3})).kind.tolist() == ["regression"]  # higher is better, it fell

@@ -415,3 +415,47 @@ def test_the_absolute_margin_note_names_outcome_rows_only():
     assert roles["background_cpu_pct_mean"] == "context" and roles["lag_us"] != "context"
     [note] = [n for n in res.notes if "absoluteMarginByMetric" in n]
     assert note.startswith("1 metric(s) with a value ≤ 0") and "lag_us" in note and "background_cpu" not in note
+
+
+def test_host_cpu_utilization_has_no_better_or_worse(tmp_path):
+    """Host CPU utilization (the whole machine's busy share) was written "higher is better", so a
+    quieter background read "-22.5 % worse" in compare and "(higher is better)" in the hot metrics.
+    It is read with no direction: its change as measured, no better/worse, a HELP that says so —
+    for runs recorded before (their rows say "higher") as for new ones."""
+    from benchrun.hotmetrics import Budget, render
+    from benchrun.stats.analysis import compare_runs
+    from benchrun.stats.directions import NO_DIRECTION
+    from benchrun.stats.load import replicate_table
+    from benchrun.stats.reading import format_change
+
+    rng = np.random.default_rng(9)
+    spec = {"spec": {"metrics": {"inference": {"primary": ["s/tflops"]}}}}
+
+    def metrics(util):
+        return {("s", "", "tflops"): (lognormal_replicates(rng, 1.0, 0.02, 5), "TFLOP/s", "higher"),
+                ("s", "telemetry", "cpu_utilization_pct_mean"): (lognormal_replicates(rng, util, 0.02, 5), "%",
+                                                                 "higher"),
+                ("s", "telemetry", "background_cpu_pct_mean"): (lognormal_replicates(rng, util / 2, 0.02, 5), "%",
+                                                                "lower")}
+    base = make_run(tmp_path, "base", metrics(92.0), spec=spec)
+    cand = make_run(tmp_path, "cand", metrics(71.0), spec=spec)
+    t = replicate_table(cand).set_index("metric")
+    assert set(t.loc["cpu_utilization_pct_mean", "direction"]) == {NO_DIRECTION}
+    assert set(t.loc["background_cpu_pct_mean", "direction"]) == {"lower"}
+    gate, res = compare_runs(base, cand)
+    assert gate.passed, gate.message()
+    r = res.rows.set_index("name")
+    cpu = r.loc["cpu_utilization_pct_mean"]
+    assert cpu.role == "context" and cpu.verdict == "" and cpu.better_worse == ""
+    assert -25 < cpu.change_pct < -20  # as measured: it went down
+    assert r.loc["background_cpu_pct_mean", "better_worse"] == "better"  # less background load is better
+    rec = next(x for x in res.records() if x["name"] == "cpu_utilization_pct_mean")
+    assert format_change(rec).endswith("%") and "worse" not in format_change(rec)
+    # an older comparison record (no change_pct): still no better/worse, and the change as measured
+    old = {**rec, "change_pct": None, "better_worse": None}
+    assert format_change(old) == f"{rec['change_pct']:+.1f} %"
+    status = {"run_id": "cand", "phase": "Succeeded"}
+    text = render(cand, status, Budget(10_000, [])).text
+    assert ("# HELP benchrun_cpu_utilization_pct_mean cpu_utilization_pct_mean in % (context: neither higher "
+            "nor lower is better)") in text
+    assert "# HELP benchrun_background_cpu_pct_mean background_cpu_pct_mean in % (lower is better)" in text

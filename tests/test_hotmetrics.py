@@ -465,3 +465,48 @@ def test_a_rows_measurement_details_are_no_labels_only_its_identity_keys_are(tmp
     assert prio["benchrun_p99_clat_ms"] == hm_mod.PRIORITY_PRIMARY
     assert prio["benchrun_bandwidth_mib_per_s"] == hm_mod.PRIORITY_METRIC
     assert prio["benchrun_rank_p50_time_us"] == hm_mod.PRIORITY_DETAIL
+
+
+def test_suites_with_underscores_in_their_names_are_published(tmp_path: Path, monkeypatch) -> None:
+    """``<run>_serving_workflow_r1.json`` is run <run>'s serving_workflow, not run ``<run>_serving``'s
+    workflow: a reader that took the run id as everything up to the last '_' before the suite left
+    every underscored suite (serving_workflow, serving_sweep, job_startup) out of the hot metrics."""
+    monkeypatch.delenv("BENCHRUN_PUSHGATEWAY_URL", raising=False)
+    rd, status = make_run(tmp_path)
+    for suite, name, values in (("serving_workflow", "ttft_ms", (25.0, 27.0, 26.0)),
+                                ("job_startup", "startup_s", (1.0, 3.0, 2.0))):
+        for k, v in enumerate(values, start=1):
+            atomic_write_json(rd / "structured" / f"{RUN_ID}_{suite}_r{k}.json",
+                              _doc(suite, k, "ok", [metric(name, v, "ms", "lower", case="c=4")]))
+    hm, published = publish_run(rd, status, BIG, home=tmp_path)
+    rows = samples(published.textfile.read_text(encoding="utf-8"))
+    assert find(rows, "benchrun_ttft_ms", suite="serving_workflow", case="c=4") == [26.0]
+    assert find(rows, "benchrun_startup_s", suite="job_startup") == [2.0]
+    assert find(rows, "benchrun_suite_replicates", suite="serving_workflow", status="ok") == [3.0]
+
+
+def test_a_tight_budget_keeps_the_specs_primary_selectors(tmp_path: Path) -> None:
+    """The spec names primaries as selectors (``serving_workflow/ttft_ms[c=4]``, as
+    bench_assets.publish_assets passes them): those series are kept before the other metrics, and
+    the same metric in another suite or case is not a primary."""
+    rd, status = make_run(tmp_path)
+    for k in (1, 2, 3):
+        rows = [metric("ttft_ms", 20.0 + k, "ms", "lower", case="c=4"),
+                metric("ttft_ms", 40.0 + k, "ms", "lower", case="c=1"),
+                metric("p99_latency_ms", 30.0 + k, "ms", "lower", case="c=4")]
+        atomic_write_json(rd / "structured" / f"{RUN_ID}_serving_workflow_r{k}.json",
+                          _doc("serving_workflow", k, "ok", rows))
+    primary = ["serving_workflow/ttft_ms[c=4]", "serving_workflow/p99_latency_ms[c=4]", "tflops"]
+    full = render(rd, status, BIG, primary=primary)
+    first = [s for s in full.series if s.priority <= hm_mod.PRIORITY_SUITE_COUNTS]
+    tight = render(rd, status, Budget(len(first) + 3, []), primary=primary)
+    kept = {(s.name, dict(s.labels).get("suite"), dict(s.labels).get("case")) for s in tight.series
+            if s.priority > hm_mod.PRIORITY_SUITE_COUNTS}
+    assert kept == {("benchrun_ttft_ms", "serving_workflow", "c=4"),
+                    ("benchrun_p99_latency_ms", "serving_workflow", "c=4"),
+                    ("benchrun_tflops", "gemm", "n=64,fp64")}
+    assert tight.dropped_by_budget.get("primary", 0) == 0 and tight.dropped_by_budget["metric"] > 0
+    # The gemm p99 (another suite) and the c=1 ttft (another case) are ordinary metrics.
+    prio = {(s.name, dict(s.labels).get("suite"), dict(s.labels).get("case")): s.priority for s in full.series}
+    assert prio[("benchrun_p99_latency_ms", "gemm", 'say "hi"\\now\nnext')] == hm_mod.PRIORITY_METRIC
+    assert prio[("benchrun_ttft_ms", "serving_workflow", "c=1")] == hm_mod.PRIORITY_METRIC

@@ -56,3 +56,17 @@ def test_promote_refuses_an_alias_with_a_newline(tmp_path) -> None:
     with pytest.raises(BenchrunError, match="baseline alias"):
         promote("run-a", tmp_path, alias="ok\n")
     assert not (tmp_path / "published" / "ok\n").exists()
+
+
+def test_parse_result_name_reads_the_run_id_up_to_its_first_underscore() -> None:
+    from benchrun.paths import parse_result_name
+
+    run = "local-canary-20261206114422-09054d21"
+    assert parse_result_name(f"{run}_serving_workflow_r3.json") == ("serving_workflow", 3)
+    assert parse_result_name(f"{run}_serving_workflow_r3.json", run) == ("serving_workflow", 3)
+    assert parse_result_name(f"{run}_gemm_r12.json", run) == ("gemm", 12)
+    assert parse_result_name(f"{run}_a_r2_b_r1.json", run) == ("a_r2_b", 1)
+    assert parse_result_name(f"{run}_gemm_r1.json", "other-run") is None
+    for name in (f"{run}_launches.json", f"{run}_gemm_r1_requests.parquet", f"{run}_gemm_rx.json",
+                 f"{run}__r1.json", "Upper_gemm_r1.json", f"{run}_gemm_r1.json.tmp"):
+        assert parse_result_name(name, run) is None, name

@@ -81,3 +81,31 @@ def test_a_history_of_runs_a_minute_and_a_half_apart_draws_without_a_matplotlib_
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert history_plot(hist, pd.DataFrame(), "history", current_run="r2").startswith(b"\x89PNG")
+
+
+def test_an_slo_is_labelled_in_its_own_unit(captured):
+    """The SLO label said "ms" for every SLO: the decode SLO is ms per token."""
+    serving = _serving([1.2, 2.5, 4.0]).assign(decode_ms_per_token_p99=[10.0, 20.0, 25.0])
+    figures.latency_throughput(serving, {"ttft_ms": 3.0, "decode_ms_per_token": 30.0}, "t")
+    labels = {ax.get_ylabel(): [t.get_text() for t in ax.get_legend().get_texts()] for ax in captured[0].axes}
+    assert "SLO decode_ms_per_token 30 ms/token" in labels["decode_ms_per_token_p99"], labels
+    assert "SLO ttft_ms 3 ms" in labels["ttft_ms_p99"], labels
+    assert [figures.slo_unit(n) for n in ("ttft_ms", "e2e_ms", "decode_ms_per_token", "x")] == ["ms", "ms", "ms/token", ""]
+
+
+def test_history_panels_name_their_unit(tmp_path, captured):
+    """history_plot labels each panel's y-axis with the `unit` column, which history_table never
+    produced: every history panel had an empty y-axis."""
+    import numpy as np
+
+    from benchrun.stats.changepoint import history_table
+    from benchrun.stats.synthetic import make_run
+
+    rng = np.random.default_rng(3)
+    for i in range(3):
+        make_run(tmp_path, f"nightly-{i}", {("gemm", "n=64", "tflops"): (rng.normal(10, 0.1, 3), "TFLOP/s", "higher")},
+                 status={"cadence": "nightly", "created_utc": f"2026-11-0{i + 1}T02:00:00Z"})
+    hist = history_table(tmp_path)
+    assert set(hist["unit"]) == {"TFLOP/s"}
+    figures.history_plot(hist, pd.DataFrame(), "history")
+    assert captured[0].axes[0].get_ylabel() == "TFLOP/s"

@@ -130,3 +130,46 @@ def test_run_says_a_confirmed_regression_and_show_prints_data_as_it_is(bench_hom
     out = CliRunner().invoke(app, ["show", run_id])
     assert out.exit_code == 0 and out.exception is None, (out.output, out.exception)
     assert "ttft_ms[c=4]" in out.output.replace("\n", "").replace(" ", "").replace("│", ""), out.output
+
+
+def test_show_all_takes_one_value_per_replicate_before_the_median(bench_home) -> None:
+    """`benchrun show --all` took the median, min and max of every rank's value pooled over the
+    replicates (allreduce rank_p50_time_us: the median of 10 rank values beside "ok 5"), while the
+    report takes each replicate's median first (trial statistics): one rule now, for both."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from benchrun.cli import app
+    from benchrun.commands import summary_rows
+    from benchrun.rundir import RunDir
+
+    rd = RunDir(bench_home, "rank-run").create()
+    rd.write_status({"run_id": "rank-run", "phase": "Succeeded", "conditions": []})
+
+    def launch(k: int, status: str, values: list[float]) -> dict:
+        return {"run_id": "rank-run", "layer": "micro", "suite": "allreduce", "replicate": k,
+                "benchmark_case_id": "ar", "status": status, "reason": None, "exit_code": 0, "wall_s": 1.0,
+                "t_request": 0.0, "t_spawned": 0.0, "t_finished": 1.0, "log": "raw/x.log", "result": None,
+                "metrics": [{"name": "rank_p50_time_us", "value": v, "unit": "us", "direction": "lower",
+                             "case": "bytes=1024", "rank_id": i} for i, v in enumerate(values)]}
+
+    rows = [launch(1, "ok", [1.0, 2.0, 3.0]), launch(2, "ok", [10.0, 20.0, 30.0]), launch(3, "ok", [11.0, 12.0, 13.0]),
+            launch(4, "failed", [1000.0, 1000.0, 1000.0])]
+    (rd.path / "structured" / "rank-run_launches.json").write_text(json.dumps(rows))
+    [row] = summary_rows(rd.path, "rank-run")
+    # per replicate 2, 20, 12 (pooled ranks: median 11, min 1, max 30; the failed replicate's 1000s)
+    assert (row["median"], row["min"], row["max"], row["n_ok"], row["n_failed"]) == (12.0, 2.0, 20.0, 3, 1)
+    out = CliRunner().invoke(app, ["show", "rank-run", "--all"], env={"BENCHRUN_HOME": str(bench_home),
+                                                                      "COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    line = next(x for x in out.output.splitlines() if "rank_p50_time_us" in x)
+    assert [c.strip() for c in line.split("│")][5:10] == ["12", "2", "20", "3", "1"], line
+
+
+def test_the_trial_statistics_and_show_all_share_the_per_replicate_rule() -> None:
+    from benchrun.stats.perlaunch import launch_value, launch_values
+
+    assert launch_value([3.0, 1.0, 2.0, float("nan")]) == 2.0 and launch_value([1.0, 4.0]) == 2.5
+    assert launch_values([("a", 1, 1.0), ("a", 1, 3.0), ("a", 2, 5.0), ("b", 1, 7.0)]) == {"a": {1: 2.0, 2: 5.0},
+                                                                                            "b": {1: 7.0}}

@@ -170,7 +170,7 @@ def test_errored_requests_count_as_slower_than_every_completed_one(tmp_path):
     cand = _run(tmp_path, "cand", _timeouts(_reqs(rng, 1000), rng, 9))
     row = _row(compare_runs(base, cand)[1])
     assert row.verdict == "regression" and row.n_requests_candidate == 5000, row.verdict
-    assert row.candidate_median > 1.15 * row.baseline_median
+    assert row.p99_pooled_candidate > 1.15 * row.p99_pooled_baseline
     # the slowest 9 of 1,000 timing out leave the p99 (the 10th slowest) where it was: no improvement
     cand = _run(tmp_path, "slowest", _timeouts(_reqs(rng, 1000), rng, 9, slowest=True))
     row = _row(compare_runs(base, cand)[1])
@@ -293,3 +293,87 @@ def test_the_bootstrap_resamples_the_estimator_the_comparison_reports():
         draws = np.random.default_rng(1).integers(0, len(reps), size=(60, len(reps)))
         want = np.log([pooled_quantile([reps[j] for j in d], q) for d in draws])
         assert np.max(np.abs(got - want)) < 1e-8, q
+
+
+def test_a_pooled_p99_row_keeps_the_replicate_medians_and_says_its_shift_is_the_pooled_ratio(tmp_path):
+    # review 2026-12-06: the pooled-request p99s were written over baseline_median/candidate_median,
+    # so serving_workflow/p99_latency_ms[c=4] showed 28.06 -> 25.62 ("medians' change" -8.7 %) while
+    # the replicate medians were 25.32 -> 25.17, and every surface called the shift Hodges-Lehmann
+    from benchrun.stats.reading import POOLED_MARK, pooled_note, pooled_shift
+
+    rng = np.random.default_rng(7)
+    reqs_b, reqs_c = _reqs(rng, 400), _reqs(rng, 400, scale=1.25)
+    base, cand = _run(tmp_path, "base", reqs_b), _run(tmp_path, "cand", reqs_c)
+    _gate, res = compare_runs(base, cand)
+    row = _row(res)
+    rep_b = np.median([np.percentile(r["e2e_ms"], 99) for r in reqs_b])
+    rep_c = np.median([np.percentile(r["e2e_ms"], 99) for r in reqs_c])
+    assert row.baseline_median == pytest.approx(rep_b) and row.candidate_median == pytest.approx(rep_c)
+    pooled = [pooled_quantile([r["e2e_ms"].to_numpy() for r in reqs], 0.99) for reqs in (reqs_b, reqs_c)]
+    assert (row.p99_pooled_baseline, row.p99_pooled_candidate) == pytest.approx(pooled)
+    assert row.p99_pooled_baseline != pytest.approx(row.baseline_median)
+    # the change is the pooled p99s' ratio (not the replicate medians'), and is labelled so
+    assert row.change_pct == pytest.approx((pooled[1] / pooled[0] - 1) * 100)
+    rec = next(r for r in res.records() if r["name"] == "p99_latency_ms")
+    assert pooled_shift(rec)
+    note = pooled_note(rec)
+    assert note.startswith(f"{POOLED_MARK} serve/p99_latency_ms[c=4]: change = the ratio of the two arms' "
+                           f"pooled-request p99s, {pooled[0]:.4g} → {pooled[1]:.4g} ms (pooled over each arm's "
+                           "replicates: 2,000 baseline, 2,000 candidate requests)"), note
+    assert "the baseline and candidate shown are the replicate medians" in note
+    # a row compared replicate by replicate is not marked; nor is one the requests could not gate
+    assert not pooled_shift({**rec, "tail_method": ""})
+    assert not pooled_shift({**rec, "change_pct": None, "ratio": None})
+    # a comparison recorded before the pooled p99s had their own columns wrote them over the medians:
+    # read back, they are the pooled p99s and the medians are not known
+    from benchrun.stats.reading import read_comparison
+
+    old = {**{k: v for k, v in rec.items() if not k.startswith("p99_pooled_")},
+           "baseline_median": pooled[0], "candidate_median": pooled[1]}
+    back = read_comparison({"metrics": [old]})["metrics"][0]
+    assert (back["p99_pooled_baseline"], back["p99_pooled_candidate"]) == pytest.approx(pooled)
+    assert back["baseline_median"] is None and back["candidate_median"] is None
+    assert pooled_note(back).endswith("(not known: this comparison was recorded before they were kept beside "
+                                      "the pooled p99s)")
+    assert read_comparison({"metrics": [rec]})["metrics"][0] == rec
+
+
+def test_the_cli_and_the_report_label_a_pooled_p99_rows_change(tmp_path, monkeypatch, capsys):
+    """compare's table, its --json and the report's comparison table show the replicate medians as
+    baseline/candidate, and say the row's change is the pooled-request p99s' ratio (§, with them)."""
+    import json
+    import re
+
+    from helpers import cli_in_process
+
+    from benchrun.report.html import build_report
+    from benchrun.stats.analysis import write_comparison
+
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    monkeypatch.setenv("COLUMNS", "400")
+    rng = np.random.default_rng(8)
+    reqs_b, reqs_c = _reqs(rng, 400), _reqs(rng, 400, scale=1.25)
+    base, cand = _run(tmp_path, "base", reqs_b), _run(tmp_path, "cand", reqs_c)
+    med = [np.median([np.percentile(r["e2e_ms"], 99) for r in reqs]) for reqs in (reqs_b, reqs_c)]
+    pooled = [pooled_quantile([r["e2e_ms"].to_numpy() for r in reqs], 0.99) for reqs in (reqs_b, reqs_c)]
+    _code, out, _err = cli_in_process(["compare", "base", "cand"], monkeypatch, capsys)
+    row = next(line for line in out.splitlines() if "serve/p99_latency_ms[c=4]" in line and "│" in line)
+    cells = [c.strip() for c in row.split("│")]
+    assert cells[3:5] == [f"{med[0]:.4g}", f"{med[1]:.4g}"], cells
+    assert re.fullmatch(r"[+-]\d+\.\d % §", cells[6]), cells
+    assert f"§ serve/p99_latency_ms[c=4]: change = the ratio of the two arms' pooled-request p99s, " \
+           f"{pooled[0]:.4g} → {pooled[1]:.4g} ms" in out
+    _code, out, _err = cli_in_process(["compare", "base", "cand", "--json"], monkeypatch, capsys)
+    rec = next(r for r in json.loads(out) if r["metric"] == "serve/p99_latency_ms[c=4]")
+    assert (rec["baseline_median"], rec["candidate_median"]) == pytest.approx(med)
+    assert (rec["p99_pooled_baseline"], rec["p99_pooled_candidate"]) == pytest.approx(pooled)
+    gate, res = compare_runs(base, cand)
+    write_comparison(gate, res, "base", cand)
+    page = build_report(cand).read_text(encoding="utf-8")
+    # the details table: replicate medians, their own change, and what the shift is of
+    cells = re.search(r"<tr><td>serve/p99_latency_ms\[c=4\]</td>(.*?)</tr>", page).group(1)
+    cells = re.findall(r"<td>(.*?)</td>", cells)
+    assert f"{med[0]:.4g}" in cells and f"{med[1]:.4g}" in cells and f"{pooled[0]:.4g}" not in cells
+    assert f"{(med[1] / med[0] - 1) * 100:.4g}" in cells and "pooled-request p99s §" in cells
+    assert f"{pooled[0]:.4g} → {pooled[1]:.4g} ms" in page
+    assert "except on a request percentile judged on pooled requests" in page  # SHIFT_NOTE

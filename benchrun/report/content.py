@@ -303,7 +303,7 @@ def history_for(run: "RunInfo", stats: "TrialStatistics", home: Any) -> "pd.Data
         hist = hist[(hist["workload_spec_digest"] == wd) & (hist["hardware_key"] == hk)]
         hist = hist[hist["run_id"] != run.run_id]
     if not stats.summary.empty:
-        mine = stats.summary[["suite", "case", "metric", "direction", "median", "n"]].copy()
+        mine = stats.summary[["suite", "case", "metric", "direction", "unit", "median", "n"]].copy()
         mine["run_id"], mine["created_utc"] = run.run_id, run.status.get("created_utc") or ""
         mine["workload_spec_digest"], mine["hardware_key"] = wd, hk
         mine["artifact_manifest_digest"] = run.status.get("artifact_manifest_digest")

@@ -92,7 +92,7 @@ def forest_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if (lo is None or hi is None) and r.get("ci_low") is not None and r.get("ci_high") is not None:
             # an older record: its interval is on the higher-is-better ratio scale
             a, b = float(r["ci_low"]), float(r["ci_high"])
-            lo, hi = ((a - 1) * 100, (b - 1) * 100) if r.get("direction") != "lower" else \
+            lo, hi = ((a - 1) * 100, (b - 1) * 100) if r.get("direction") == "higher" else \
                 ((1 / b - 1) * 100 if b > 0 else math.nan, (1 / a - 1) * 100 if a > 0 else math.inf)
         if pct is None or not np.isfinite(pct) or pct <= -100 or lo is None or hi is None:
             continue
@@ -183,6 +183,15 @@ def _slo_line(ax: Any, slo: float, data_max: float, label: str) -> None:
                 fontsize=7, color="#c0392b")
 
 
+def slo_unit(name: str) -> str:
+    """The unit of a per-request SLO (``metrics.inference.slo``), read off its name as the metric
+    vocabulary writes units: ``ttft_ms``, ``e2e_ms`` → ms; ``decode_ms_per_token`` → ms/token."""
+    for suffix, unit in (("_ms_per_token", "ms/token"), ("_ms", "ms"), ("_s", "s")):
+        if name.endswith(suffix):
+            return unit
+    return ""
+
+
 def latency_throughput(serving: "pd.DataFrame", slo: dict[str, float], title: str) -> bytes:
     """Per bucket: p99 latency against output throughput over the load points, SLO lines dashed."""
     quantities = [q for q in ("ttft_ms_p99", "e2e_ms_p99", "decode_ms_per_token_p99") if q in serving.columns]
@@ -200,7 +209,8 @@ def latency_throughput(serving: "pd.DataFrame", slo: dict[str, float], title: st
                             textcoords="offset points", xytext=(3, 3))
         base = q.rsplit("_p99", 1)[0]
         if base in slo:
-            _slo_line(ax, slo[base], float(np.nanmax(serving[q].to_numpy(float))), f"SLO {base} {slo[base]:g} ms")
+            label = f"SLO {base} {slo[base]:g} {slo_unit(base)}".rstrip()
+            _slo_line(ax, slo[base], float(np.nanmax(serving[q].to_numpy(float))), label)
         ax.set_xlabel(xcol.replace("_", " "))
         ax.set_ylabel(q)
         ax.legend(fontsize=7)

@@ -96,7 +96,7 @@ def _when(stamp: Any) -> str:
 
 def _change(rec: dict[str, Any] | None) -> str:
     """The change as measured (+ = went up) with its interval and better/worse (benchrun.stats.reading)."""
-    from benchrun.stats.reading import change_of
+    from benchrun.stats.reading import POOLED_MARK, change_of, pooled_shift
 
     if not rec:
         return "<span class='muted'>–</span>"
@@ -109,7 +109,8 @@ def _change(rec: dict[str, Any] | None) -> str:
         return f"<span class='{cls}'>{html.escape(verdict or '–')}</span>"
     lo, hi = C.pick(rec, "change_low_pct"), C.pick(rec, "change_high_pct")
     interval = f" [{lo:+.1f}, {hi:+.1f}]" if lo is not None and hi is not None else ""
-    return (f"<span class='{cls}'>{pct:+.1f} %{interval} {html.escape(bw)} "
+    mark = f" {POOLED_MARK}" if pooled_shift(rec) else ""  # the pooled-request p99s' ratio, said below the table
+    return (f"<span class='{cls}'>{pct:+.1f} %{mark}{interval} {html.escape(bw)} "
             f"{html.escape(verdict.replace('_', ' '))}</span>")
 
 
@@ -140,8 +141,10 @@ def _read_comparison(run_path: Path) -> dict[str, Any] | None:
     path = run_path / "structured" / f"{run_path.name}_comparison.json"
     if not path.is_file():
         return None
+    from benchrun.stats.reading import read_comparison
+
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return read_comparison(json.loads(path.read_text(encoding="utf-8")))  # an older document as this one
     except (OSError, ValueError) as exc:
         raise BenchrunError(f"{path}: not readable JSON ({exc}); materialize baseline_comparison "
                             "again (or remove the file) and rebuild the report") from exc
@@ -266,13 +269,18 @@ def _verdict_html(v: C.Verdict, st: dict[str, Any]) -> str:
 
 
 def _headline_html(heads: list[C.SuiteHeadline], stats: Any, compared: bool) -> str:
+    from benchrun.stats.reading import pooled_note
+
     said = C.coverage_said(heads, stats.confidence)[0]
     parts = [f"<section id='headline'><h2>Headline</h2><p class='muted'>Median over replicates (one value per "
              f"launch) with its distribution-free interval ({html.escape(said)}; each row's coverage beside it)"
              + ("; shift = the estimated change of candidate against baseline (Hodges–Lehmann: the median of all "
                 "candidate − baseline differences, or of their ratios when every value is positive), in % (+ when the "
                 "value went up), with its interval, and better/worse by the metric's direction. It is not the ratio of "
-                "the two medians and can differ from it, even in sign, when the replicates spread widely.</p>"
+                "the two medians and can differ from it, even in sign, when the replicates spread widely. "
+                "§: a request percentile judged on pooled requests, whose shift is instead the ratio "
+                "of the two arms' pooled-request p99s (each arm's requests pooled over its replicates), said below "
+                "the table; its median is still the replicates'.</p>"
                 if compared else ".</p>")]
     any_range = False
     for h in heads:
@@ -299,6 +307,7 @@ def _headline_html(heads: list[C.SuiteHeadline], stats: Any, compared: bool) -> 
     if any(r.gating for h in heads for r in h.rows):
         parts.append("<p class='muted'>★ gates against the baseline (the spec's primary metrics).</p>")
     notes = [n for n in (r.compared_note() for h in heads for r in h.rows) if n]
+    notes += [n for n in (pooled_note(r.change or {}) for h in heads for r in h.rows) if n]
     if notes:
         parts.append("<ul class='note'>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
     if any_range:
@@ -339,12 +348,12 @@ def _details_html(run: Any, stats: Any, comparison: dict[str, Any] | None, cps: 
                                ("metric", "metric"), ("gating", "gating"), ("baseline_median", "baseline"),
                                ("candidate_median", "candidate"), ("n_compared", "n (baseline/candidate)"),
                                ("medians_change_pct", "medians' change %"),
-                               ("change_pct", "estimated shift % (+ = up)"),
+                               ("change_pct", "estimated shift % (+ = up)"), ("shift_of", "shift of"),
                                ("better_worse", "better/worse"), ("change_low_pct", "CI low %"),
                                ("change_high_pct", "CI high %"), ("role", "role"), ("mde_pct", "MDE %"), ("p_value", "p 2-sided"), ("p_adjusted", "p adj"),
                                ("correction", "correction"), ("delta_pct", "δ %"), ("verdict", "verdict"),
                                ("confirmation", "confirmation"), ("advice", "what n can show"), ("note", "note")], "comparison")
-                           + _left_out_html(outcomes)))
+                           + _left_out_html(outcomes) + _pooled_html(outcomes)))
         if context:
             parts.append(_context_html(context))
     elif comparison:
@@ -374,24 +383,39 @@ def _details_html(run: Any, stats: Any, comparison: dict[str, Any] | None, cps: 
     return "".join(parts) + "</section>"
 
 
-SHIFT_NOTE = ("medians' change: candidate median ÷ baseline median − 1, shown where the baseline median is above 0 "
-              "and the candidate's not below. Estimated shift: the Hodges–Lehmann estimate the verdict and its "
-              "interval are about (the median of all candidate − baseline differences, as % of the baseline "
-              "median, or of the ratios when every value is positive); the two differ when replicates spread "
-              "widely, and where they disagree the shift, not the medians' ratio, is what was tested.")
+SHIFT_NOTE = ("baseline and candidate: the replicate medians, on every row. medians' change: candidate median ÷ "
+              "baseline median − 1, shown where the baseline median is above 0 and the candidate's not below. "
+              "Estimated shift: what the verdict and its interval are about — the Hodges–Lehmann estimate over "
+              "replicates (the median of all candidate − baseline differences, as % of the baseline median, or of "
+              "the ratios when every value is positive), except on a request percentile judged on pooled requests "
+              "(shift of: pooled-request p99s, marked §), where it is the ratio of the two arms' "
+              "pooled-request p99s (each arm's requests pooled over its replicates), given below the table. The "
+              "shift and the medians' change differ when replicates spread widely, and where they disagree the "
+              "shift, not the medians' ratio, is what was tested.")
 
 
 def _medians_change(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each row with ``medians_change_pct``, the change of the two medians the table shows, and
-    ``n_compared``, the replicates each arm compared (``5/4 ‡`` when some were left out)."""
-    from benchrun.stats.reading import n_shown
+    """Each row with ``medians_change_pct``, the change of the two medians the table shows,
+    ``n_compared``, the replicates each arm compared (``5/4 ‡`` when some were left out), and
+    ``shift_of``, what its estimated shift is of (replicates, or the pooled requests' p99s)."""
+    from benchrun.stats.reading import POOLED_MARK, n_shown, pooled_shift
 
     out = []
     for r in rows:
         b, c = C.pick(r, "baseline_median"), C.pick(r, "candidate_median")
         ok = b is not None and c is not None and b > 0 and c >= 0
-        out.append({**r, "medians_change_pct": (c / b - 1.0) * 100.0 if ok else None, "n_compared": n_shown(r)})
+        out.append({**r, "medians_change_pct": (c / b - 1.0) * 100.0 if ok else None, "n_compared": n_shown(r),
+                    "shift_of": f"pooled-request p99s {POOLED_MARK}" if pooled_shift(r) else
+                    "replicates (Hodges–Lehmann)" if C.pick(r, "change_pct") is not None else None})
     return out
+
+
+def _pooled_html(rows: list[dict[str, Any]]) -> str:
+    """The footnotes of the rows marked §: the pooled-request p99s their shift is the ratio of."""
+    from benchrun.stats.reading import pooled_notes
+
+    notes = pooled_notes(rows)
+    return ("<ul class='note'>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>") if notes else ""
 
 
 def _left_out_html(rows: list[dict[str, Any]]) -> str:

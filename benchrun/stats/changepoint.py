@@ -462,7 +462,7 @@ def hardware_key(environment: dict[str, Any]) -> str:
 
 
 def history_table(home: Path, *, cadences: Sequence[str] | None = ("nightly",)) -> "pd.DataFrame":
-    """Per run × metric: the median over replicates, with the series keys and run time.
+    """Per run × metric: the median over replicates, with the series keys, its unit and run time.
 
     Only Succeeded runs with a workload digest; ``cadences`` limits the history (None = all).
     A run whose files cannot be read is skipped with a warning.
@@ -486,7 +486,7 @@ def history_table(home: Path, *, cadences: Sequence[str] | None = ("nightly",)) 
         if t.empty:
             continue
         g = t.groupby(["suite", "case", "metric", "direction"], as_index=False).agg(
-            median=("value", "median"), n=("value", "size"))
+            unit=("unit", "first"), median=("value", "median"), n=("value", "size"))
         g["floor_pct"] = [delta_pct(run.spec, m) for m in g["metric"]]  # the spec's δ: the change-point floor
         g["run_id"] = run.run_id
         g["created_utc"] = st.get("created_utc") or ""
@@ -495,7 +495,7 @@ def history_table(home: Path, *, cadences: Sequence[str] | None = ("nightly",)) 
         g["artifact_manifest_digest"] = st.get("artifact_manifest_digest")
         frames.append(g)
     cols = ["run_id", "created_utc", "workload_spec_digest", "hardware_key", "suite", "case", "metric",
-            "direction", "median", "n", "artifact_manifest_digest", "floor_pct"]
+            "direction", "unit", "median", "n", "artifact_manifest_digest", "floor_pct"]
     if not frames:
         return pd.DataFrame(columns=cols)
     return pd.concat(frames, ignore_index=True)[cols].sort_values(["created_utc", "run_id"], kind="stable")
@@ -542,7 +542,8 @@ def change_points(history: "pd.DataFrame", *, previous: "pd.DataFrame | None" = 
                 "change_index": cp.index, "run_id": at["run_id"], "change_utc": at["created_utc"],
                 "before_mean": cp.before_mean, "after_mean": cp.after_mean, "before_n": cp.before_n,
                 "after_n": cp.after_n, "magnitude_pct": cp.magnitude_pct, "p_value": cp.p_value,
-                "p_adjusted": cp.p_adjusted, "kind": "regression" if worse else "improvement",
+                "p_adjusted": cp.p_adjusted,  # a series with no better direction (host CPU) only shifted
+                "kind": ("regression" if worse else "improvement") if direction in ("higher", "lower") else "shift",
                 "artifact_manifest_digest": at["artifact_manifest_digest"], "method": METHOD, "detected_utc": now,
                 "ar1_phi": cp.phi, "new": not old, "alarm_index": cp.alarm_index,
                 "alarm_run_id": grp.iloc[cp.alarm_index]["run_id"], "floor_pct": floor,

@@ -29,7 +29,7 @@ EXIT_GATE_REFUSED = 4
 
 JSON_KEYS = ("metric", "baseline_median", "candidate_median", "ratio", "ci_low", "ci_high", "p_value",
              "verdict", "gating", "role", "change_pct", "change_low_pct", "change_high_pct", "better_worse",
-             "mde_pct", "replicates_needed", "advice")
+             "mde_pct", "replicates_needed", "advice", "p99_pooled_baseline", "p99_pooled_candidate")
 
 
 def _num(v: object) -> str:
@@ -100,7 +100,7 @@ def compare(
     from rich.markup import escape
     from rich.table import Table
 
-    from benchrun.stats.reading import left_out_notes, n_shown
+    from benchrun.stats.reading import left_out_notes, n_shown, pooled_notes
 
     console = make_console()
     console.print(escape(gate.message()))
@@ -121,6 +121,8 @@ def compare(
     console.print(table)
     console.print(P_ADJ_NOTE)
     for line in left_out_notes(records):
+        console.print(escape(line), highlight=False)
+    for line in pooled_notes(records):
         console.print(escape(line), highlight=False)
     for note in result.notes:
         console.print(f"note: {escape(note)}")
@@ -178,20 +180,24 @@ P_ADJ_NOTE = ("p adj: gating rows (★) are Holm-adjusted over the one-sided p i
               "rows are in no family. n: the replicates compared, baseline/candidate; ‡: some were left out "
               "(contended and excluded, or failed), as said below the table. MDE: the smallest change this n detects with 80 % power at that corrected α. "
               "ratio in the JSON is on the higher-is-better scale; change_pct is as measured. change: the "
-              "estimated shift the verdict is about (Hodges–Lehmann over replicates; a request percentile's "
-              "baseline and candidate are its pooled requests' p99), not the ratio of the two medians shown: "
-              "when replicates cluster they can differ, even in sign.")
+              "estimated shift the verdict is about (Hodges–Lehmann over replicates; §: a request percentile judged on "
+              "pooled requests, whose change is the ratio of the two arms' pooled-request p99s, given below the "
+              "table), not the ratio of the two medians shown: when replicates cluster they can differ, even in "
+              "sign. baseline and candidate: the replicate medians, on every row.")
 
 
 def change_cells(r: dict) -> tuple[str, str]:
     """The change as measured (+ = the value went up) and its interval: % for ratio-scale
     metrics, Δ in the unit for those compared by absolute difference."""
+    from benchrun.stats.reading import POOLED_MARK, pooled_shift
+
     pct, lo, hi = r.get("change_pct"), r.get("change_low_pct"), r.get("change_high_pct")
     if r.get("scale") == "absolute" and r.get("difference") is not None:
         return f"Δ {r['difference']:+.4g}", f"[{_num(r['diff_ci_low'])}, {_num(r['diff_ci_high'])}]"
     if pct is None:
         return "–", ""
-    return f"{pct:+.1f} %", f"[{_pct(lo)}, {_pct(hi)}]"
+    mark = f" {POOLED_MARK}" if pooled_shift(r) else ""  # the pooled-request p99s' ratio (said below the table)
+    return f"{pct:+.1f} %{mark}", f"[{_pct(lo)}, {_pct(hi)}]"
 
 
 def _pct(v: object) -> str:

@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchrun.errors import BenchrunError
-from benchrun.paths import home_location, validate_run_id
+from benchrun.paths import home_location, parse_result_name, validate_run_id
 from benchrun.spec.refs import ALIAS_REF, RUN_REF, baseline_ref_problem, fill_site_placeholder
+from benchrun.stats.directions import read_direction
+from benchrun.stats.perlaunch import launch_value
 from benchrun.suites.result import read_result
 
 if TYPE_CHECKING:  # pandas is heavy; imported inside the functions that need it
@@ -31,16 +33,11 @@ DEFAULT_DELTA_PCT = 3.0
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_MIN_REPLICATES = 3
 
-_RESULT_NAME = re.compile(r"^(?P<run>[a-z0-9-]+)_(?P<suite>[A-Za-z0-9][A-Za-z0-9._-]*)_r(?P<rep>\d+)\.json\Z")
 
 
 def _result_files(run_dir: Path, run_id: str) -> list[Path]:
-    out = []
-    for p in sorted((run_dir / "structured").glob(f"{run_id}_*_r*.json")):
-        m = _RESULT_NAME.match(p.name)
-        if m and m.group("run") == run_id:
-            out.append(p)
-    return out
+    return [p for p in sorted((run_dir / "structured").glob(f"{run_id}_*_r*.json"))
+            if parse_result_name(p.name, run_id) is not None]
 
 
 def _request_files(rd: Path) -> list[Path]:
@@ -111,7 +108,8 @@ def replicate_table(run_dir: str | os.PathLike[str], *, include_failed: bool = F
     row with status ``ok`` (it launched ok and measured nothing). An ``unavailable`` replicate of a suite that other replicates
     of the same run measured counts as failed too: the device was there and went away (a
     suite unavailable in every replicate — no GPU on this host — is not a failure). Several rows for one
-    (suite, case, metric, replicate) — per-rank values — are summarised by their median,
+    (suite, case, metric, replicate) — per-rank values — are summarised by their median
+    (:func:`benchrun.stats.perlaunch.launch_value`, the rule ``benchrun show --all`` applies too),
     because a replicate (one launch) is the unit of replication, never a rank or sample.
     """
     import pandas as pd
@@ -154,7 +152,8 @@ def replicate_table(run_dir: str | os.PathLike[str], *, include_failed: bool = F
                     "case": str(m.get("case") or ""),
                     "metric": str(m["name"]),
                     "unit": str(m.get("unit") or ""),
-                    "direction": m["direction"],
+                    # host CPU utilization has none (benchrun.stats.directions), whatever the row says
+                    "direction": read_direction(m.get("case"), m["name"], m["direction"]),
                     "replicate": int(doc.get("replicate", 0)),
                     "value": float(m["value"]),
                     "status": "ok",
@@ -175,7 +174,7 @@ def replicate_table(run_dir: str | os.PathLike[str], *, include_failed: bool = F
         return df.astype({"replicate": "int64", "value": "float64"})
     keys = ["suite", "case", "metric", "unit", "direction", "replicate", "status"]
     if df.duplicated(["suite", "case", "metric", "replicate"]).any():  # per-rank rows: one value per launch
-        df = df.groupby(keys, as_index=False, sort=True)["value"].median()
+        df = df.groupby(keys, as_index=False, sort=True)["value"].agg(launch_value)
     else:
         df = df.sort_values(keys, kind="stable")
     df = df[list(REPLICATE_COLUMNS)].reset_index(drop=True)

@@ -19,11 +19,12 @@ from __future__ import annotations
 import math
 import re
 from functools import lru_cache
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 from scipy import stats
 
+from benchrun.stats.directions import DIRECTIONS, has_direction
 from benchrun.stats.family import Primary, parse_primary
 from benchrun.stats.ranktest import rejects, smallest_one_sided_p
 
@@ -106,6 +107,8 @@ def measured_change(df: "pd.DataFrame") -> dict[str, np.ndarray]:
         c_hi = np.where(log, (m_hi - 1) * 100, np.where(rel_ok, np.maximum(dhi / ref * 100, floor), np.nan))
     shift = df["shift"].to_numpy(dtype=float)
     bw = np.where(np.isnan(shift), "", np.where(shift > 0, "better", np.where(shift < 0, "worse", "same")))
+    # a row with no direction (host CPU utilization, benchrun.stats.directions) is neither better nor worse
+    bw = np.where(df["direction"].isin(DIRECTIONS).to_numpy(), bw, "")
     return {"change_pct": change, "change_low_pct": c_lo, "change_high_pct": c_hi, "better_worse": bw.astype(object)}
 
 
@@ -207,9 +210,9 @@ def change_of(rec: dict) -> tuple[float | None, str]:
         ratio = rec.get("ratio")
         if ratio is None or (isinstance(ratio, float) and math.isnan(ratio)) or ratio <= 0:
             return None, ""
-        measured = ratio if rec.get("direction") != "lower" else 1.0 / ratio
+        measured = ratio if rec.get("direction") == "higher" else 1.0 / ratio  # as the comparison oriented it
         pct = (measured - 1.0) * 100.0
-        bw = "better" if ratio > 1 else "worse" if ratio < 1 else "same"
+        bw = ("better" if ratio > 1 else "worse" if ratio < 1 else "same") if has_direction(rec.get("direction")) else ""
     return float(pct), bw
 
 
@@ -219,6 +222,64 @@ def format_change(rec: dict) -> str:
     if pct is None:
         return ""
     return f"{pct:+.1f} %" + (f" ({bw})" if bw else "")
+
+
+# A request percentile judged on pooled requests (benchrun.stats.tails): its shift is the ratio of
+# the two arms' pooled-request p99s, not a Hodges–Lehmann estimate over replicates; those p99s are
+# in their own columns, and baseline_median / candidate_median stay the replicate medians.
+POOLED_METHOD = "pooled requests, cluster bootstrap over replicates"
+POOLED_COLUMNS = ("p99_pooled_baseline", "p99_pooled_candidate")
+POOLED_MARK = "§"
+
+
+def pooled_shift(rec: dict) -> bool:
+    """Whether this row's change is the ratio of the arms' pooled-request p99s (a row the
+    comparison judged on requests and could gate), not the Hodges–Lehmann shift over replicates."""
+    return rec.get("tail_method") == POOLED_METHOD and change_of(rec)[0] is not None
+
+
+def pooled_note(rec: dict) -> str:
+    """``§ serving_workflow/p99_latency_ms[c=4]: change = the ratio of the two arms' pooled-request
+    p99s, 28.06 → 25.62 ms (pooled over each arm's replicates: 400 baseline, 400 candidate
+    requests), not …; the baseline and candidate shown are the replicate medians``; "" for any
+    other row."""
+    if not pooled_shift(rec):
+        return ""
+    label = rec.get("metric") or rec.get("name") or ""
+    b, c = (rec.get(k) for k in POOLED_COLUMNS)
+    unit = f" {rec['unit']}" if rec.get("unit") else ""
+    nb, nc = _count(rec, "n_requests_baseline"), _count(rec, "n_requests_candidate")
+    pooled = (f"pooled over each arm's replicates: {nb:,} baseline, {nc:,} candidate requests" if nb and nc
+              else "pooled over each arm's replicates")
+    both = (f", {b:.4g} → {c:.4g}{unit}" if isinstance(b, (int, float)) and isinstance(c, (int, float))
+            and math.isfinite(b) and math.isfinite(c) else "")
+    return (f"{POOLED_MARK} {label}: change = the ratio of the two arms' pooled-request p99s{both} ({pooled}), not "
+            "the Hodges–Lehmann shift over replicates; the baseline and candidate shown are the replicate medians"
+            + ("" if rec.get("baseline_median") is not None else
+               " (not known: this comparison was recorded before they were kept beside the pooled p99s)"))
+
+
+def read_record(rec: dict) -> dict:
+    """A comparison record as this version writes it. One recorded before the pooled-request p99s
+    had their own columns wrote them over ``baseline_median`` / ``candidate_median``: they move to
+    ``p99_pooled_*`` and the replicate medians, which that record does not hold, are None."""
+    if rec.get("tail_method") != POOLED_METHOD or any(k in rec for k in POOLED_COLUMNS):
+        return rec
+    return {**rec, POOLED_COLUMNS[0]: rec.get("baseline_median"), POOLED_COLUMNS[1]: rec.get("candidate_median"),
+            "baseline_median": None, "candidate_median": None}
+
+
+def read_comparison(doc: Any) -> Any:
+    """A comparison document (``structured/<run_id>_comparison.json``) with its records read by
+    :func:`read_record`; anything else unchanged."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("metrics"), list):
+        return doc
+    return {**doc, "metrics": [read_record(r) if isinstance(r, dict) else r for r in doc["metrics"]]}
+
+
+def pooled_notes(records: Iterable[dict]) -> list[str]:
+    """:func:`pooled_note` of every row it applies to."""
+    return [n for n in (pooled_note(r) for r in records) if n]
 
 
 FAILED_ROW = "failed_replicates"  # benchrun.stats.compare's row per suite with a failure (its n is launches)

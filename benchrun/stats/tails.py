@@ -45,6 +45,7 @@ from scipy import stats
 
 from benchrun.loadgen.metrics import pooled_reasons, requests_needed  # the one request-count rule (re-exported)
 from benchrun.stats.equivalence import level as equivalence_level
+from benchrun.stats.reading import POOLED_COLUMNS, POOLED_METHOD
 
 # the comparison's per-replicate p99 metrics and the request column behind each
 # (benchrun.loadgen.metrics.HEADLINE: p99_latency_ms is e2e_ms_p99 of a point)
@@ -289,7 +290,9 @@ class RequestTails:
     """Supplies the comparison's p99 rows from both runs' requests (``compare_tables(tails=...)``).
 
     :meth:`apply` runs before the gate: each p99 row with requests in both runs gets the
-    request-level ratio, interval and p's (the gate's test reads them); a row that is not
+    request-level ratio, interval and p's (the gate's test reads them) and the two arms'
+    pooled-request p99s in ``p99_pooled_baseline`` / ``p99_pooled_candidate``
+    (``baseline_median`` / ``candidate_median`` stay the replicate medians); a row that is not
     gateable loses its p's (it leaves the family). :meth:`label` runs after: those rows'
     verdict is their ``not gateable: ...`` note.
     """
@@ -302,7 +305,7 @@ class RequestTails:
         self.refused: dict[int, str] = {}
 
     def apply(self, df: Any) -> None:
-        for col in ("n_requests_baseline", "n_requests_candidate"):
+        for col in ("n_requests_baseline", "n_requests_candidate", *POOLED_COLUMNS):
             if col not in df.columns:
                 df[col] = np.nan
         if "tail_method" not in df.columns:
@@ -323,7 +326,10 @@ class RequestTails:
             tc = compare_p99(b, c, q=q, confidence=self.confidence, invalid=invalid)
             higher = r["direction"] == "higher"
             df.at[i, "n_requests_baseline"], df.at[i, "n_requests_candidate"] = tc.n_baseline, tc.n_candidate
-            df.at[i, "tail_method"] = "pooled requests, cluster bootstrap over replicates"
+            df.at[i, "tail_method"] = POOLED_METHOD
+            # the arms' pooled-request p99s, beside (never instead of) the replicate medians
+            for col, v in zip(POOLED_COLUMNS, (tc.p99_baseline, tc.p99_candidate)):
+                df.at[i, col] = v if math.isfinite(v) else math.nan
             if not tc.gateable:
                 for f in ("p_regression", "p_improvement", "t_regression", "t_improvement", "p_value",
                           "shift", "shift_low", "shift_high", "ratio", "ci_low", "ci_high", "eq_low", "eq_high",
@@ -344,7 +350,6 @@ class RequestTails:
             df.at[i, "p_regression"] = df.at[i, "t_regression"] = p_reg
             df.at[i, "p_improvement"] = df.at[i, "t_improvement"] = p_imp
             df.at[i, "p_value"] = min(1.0, 2 * min(p_reg, p_imp))
-            df.at[i, "baseline_median"], df.at[i, "candidate_median"] = tc.p99_baseline, tc.p99_candidate
 
     def _replicate_percentile(self, df: Any, i: Any, r: Any) -> None:
         """A percentile compared replicate by replicate (not on requests): each replicate's value is

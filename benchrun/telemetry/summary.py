@@ -94,6 +94,8 @@ def summarise(table: pa.Table) -> list[dict[str, Any]]:
                          "case": CASE, "source": "telemetry"})
 
     # Means and p95s of rates and utilizations are time-weighted (see _timed); peaks are of the samples.
+    # Host CPU utilization has no better direction: the result schema needs one, so it is written
+    # "higher" and read as none (benchrun.stats.directions.DIRECTIONLESS names these rows).
     for metric, direction in (("cpu_utilization_pct", "higher"), ("gpu_utilization_pct", "higher"),
                               ("background_cpu_pct", "lower")):
         v, dt = _timed(table, metric)
