@@ -96,3 +96,54 @@ def test_diverging_loss_fails_the_replicate_with_the_reason(tmp_path: Path) -> N
     with pytest.raises(RuntimeError, match="^loss diverged: nan at step"):
         report(ctx, doc, cfg, 1, 1, None, None)
     assert ctx.training == [] and not [m for m in ctx.metrics if m["name"] == "tokens_per_second"]
+
+
+def test_synthetic_batch_is_the_recurrence_vectorised() -> None:
+    torch = pytest.importorskip("torch")
+    from benchrun.suites._training_worker import synthetic_batch
+
+    for batch, seq_len, vocab in ((4, 8, 32), (3, 1, 16), (5, 63, 1000), (2, 300, 50257)):
+        x, y = synthetic_batch(torch.Generator().manual_seed(7), batch, seq_len, vocab, torch.device("cpu"))
+        g = torch.Generator().manual_seed(7)  # the same draws, stepped one position at a time
+        ref = torch.empty(batch, seq_len + 1, dtype=torch.long)
+        ref[:, 0] = torch.randint(0, vocab, (batch,), generator=g)
+        noise = torch.randint(0, 2, (batch, seq_len), generator=g)
+        for t in range(seq_len):
+            ref[:, t + 1] = (5 * ref[:, t] + 7 + noise[:, t]) % vocab
+        assert torch.equal(x, ref[:, :-1]) and torch.equal(y, ref[:, 1:])
+
+
+def test_throughput_is_of_the_wall_clock_window_not_the_timed_regions(tmp_path: Path, monkeypatch) -> None:
+    pytest.importorskip("torch")
+    import statistics
+    import time
+
+    from benchrun.suites import _training_worker
+    from benchrun.suites._runtime import SuiteContext
+    from benchrun.suites.training import report
+
+    real = _training_worker.synthetic_batch
+
+    def slow_batch(*args, **kw):  # a slow input pipeline: outside the timed region, inside each step
+        time.sleep(0.2)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(_training_worker, "synthetic_batch", slow_batch)
+    cfg = {**TINY, "seed": 0, "device": "cpu", "backend": "gloo", "scaling_sweep": False, "checkpoint": False,
+           "timeout_s": 60.0, "local_ranks": 1}
+    doc = _training_worker.worker(0, 0, 1, None, cfg, "n0", t_process_start=None)
+    assert "error" not in doc, doc.get("traceback")
+    measured = doc["step_times_s"][1:]
+    assert doc["measured_wall_s"] >= sum(measured) + 6 * 0.2  # the sleeps are in the window, not the steps
+    ctx = SuiteContext({"BENCHRUN_RUN_DIR": str(tmp_path), "BENCHRUN_SUITE": "training"})
+    report(ctx, doc, cfg, 1, 1, 1.0, 10**6)
+    [row] = ctx.training
+    tokens = 6 * TINY["global_batch"] * TINY["seq_len"]
+    assert row["tokens_per_second"] == pytest.approx(tokens / doc["measured_wall_s"])
+    assert row["tokens_per_second"] < tokens / (sum(measured) + 1.2)
+    assert row["time_to_train_hours"] == pytest.approx(1e6 / row["tokens_per_second"] / 3600)
+    assert row["mfu_pct"] == pytest.approx(100 * row["model_flops_per_token"] * row["tokens_per_second"] / 1e12)
+    # step times stay forward + backward + optimizer, the sleeps not in them
+    assert row["step_time_p50_ms"] == pytest.approx(1e3 * statistics.median(measured))
+    window = ctx.context["throughput_window"]
+    assert window["measured_wall_s"] == doc["measured_wall_s"] and window["timed_share"] == pytest.approx(sum(measured) / doc["measured_wall_s"])

@@ -17,7 +17,11 @@ Parameters (defaults in brackets):
     timeout_s [300]: the process group's deadline.
 
 Per replicate (warm-up steps excluded; a step's time is the slowest rank's):
-step_time_p50_ms / p99, tokens_per_second (global) and per device, model FLOPs per token
+step_time_p50_ms / p99 (forward, backward and optimizer step), tokens_per_second (global)
+and per device over the wall-clock window of the measured steps (the longest rank's: each
+step's batch, host-to-device copy, loss all_reduce and ``.item()`` included, so it, MFU and
+time_to_train_hours are of the time the steps took, not of their timed regions alone;
+``context.throughput_window`` gives the window and the timed share), model FLOPs per token
 (:func:`model_flops_per_token`, its formula in the result), ``mfu_pct`` against the
 declared peak (absent, with the reason, when no peak is known), scaling efficiency when a
 sweep is asked, time to first step (process start → first optimizer step done, rendezvous
@@ -275,7 +279,11 @@ def report(ctx: SuiteContext, doc: dict[str, Any], cfg: dict[str, Any], world_si
     per_rank = np.array([r["step_times_s"][warmup:] for r in ranks])  # rank x measured step
     step = per_rank.max(axis=0)  # a synchronous step ends when its slowest rank does
     tokens_per_step = cfg["global_batch"] * cfg["seq_len"]
-    tps = tokens_per_step * len(step) / float(step.sum())
+    # Throughput over the wall-clock window of the measured steps (the longest rank's: the
+    # steps are synchronous, so the gang's tokens took that long), not the sum of the timed
+    # regions, which leaves out each step's batch, copy, loss all_reduce and .item().
+    wall = max(float(r["measured_wall_s"]) for r in ranks)
+    tps = tokens_per_step * len(step) / wall
     flops_tok = model_flops_per_token(cfg["layers"], cfg["hidden"], cfg["seq_len"], cfg["vocab"])
     case = (f"L{cfg['layers']}-d{cfg['hidden']}-T{cfg['seq_len']}-B{cfg['global_batch']}-"
             f"n{nodes}x{world_size // nodes}")
@@ -292,7 +300,7 @@ def report(ctx: SuiteContext, doc: dict[str, Any], cfg: dict[str, Any], world_si
         scaling_reason = "world size 1: nothing to scale"
     elif single:
         t1 = np.array(single["step_times_s"][warmup:])
-        tps1 = (cfg["global_batch"] // world_size) * cfg["seq_len"] * len(t1) / float(t1.sum())
+        tps1 = (cfg["global_batch"] // world_size) * cfg["seq_len"] * len(t1) / float(single["measured_wall_s"])
         scaling = 100.0 * tps / (world_size * tps1)
     ttfs = max(r["time_to_first_step_s"] for r in ranks if r.get("time_to_first_step_s") is not None) \
         if any(r.get("time_to_first_step_s") is not None for r in ranks) else None
@@ -334,7 +342,7 @@ def report(ctx: SuiteContext, doc: dict[str, Any], cfg: dict[str, Any], world_si
         "seq_len": cfg["seq_len"], "vocab": cfg["vocab"], "global_batch": cfg["global_batch"],
         "measured_steps": int(len(step)), "warmup_steps": warmup,
         "step_time_p50_ms": p50 * 1e3, "step_time_p99_ms": p99 * 1e3,
-        "tokens_per_second": tps, "tokens_per_second_per_device": tps / world_size,
+        "tokens_per_second": tps, "tokens_per_second_per_device": tps / world_size, "measured_wall_s": wall,
         "model_params_matmul": model_params_matmul(cfg["layers"], cfg["hidden"], cfg["vocab"]),
         "model_flops_per_token": flops_tok, "flops_formula": FLOPS_FORMULA,
         "mfu_pct": mfu, "mfu_reason": mfu_reason, "peak_tflops_used": peak, "peak_source": peak_source,
@@ -347,6 +355,11 @@ def report(ctx: SuiteContext, doc: dict[str, Any], cfg: dict[str, Any], world_si
         "loss_first": float(np.mean(losses[:3])), "loss_last": float(np.mean(losses[-3:])),
         "slowest_rank": int(ranks[slowest]["rank_id"]), "slowest_rank_node": ranks[slowest].get("node_name"),
     })
+    ctx.context["throughput_window"] = {
+        "basis": "wall-clock window of the measured steps, the longest rank's (batch, host-to-device copy, "
+                 "loss all_reduce and .item() included); step_time_* are forward+backward+optimizer only",
+        "measured_wall_s": wall, "measured_steps": int(len(step)), "timed_s": float(step.sum()),
+        "timed_share": float(step.sum()) / wall if wall > 0 else None}
     ctx.context.update({"flops_formula": FLOPS_FORMULA, "losses": losses, "mfu": mfu_reason or f"peak {peak} TFLOP/s ({peak_source})"})
     ctx.log(f"training {case}: step p50 {p50 * 1e3:.1f} ms, {tps:.0f} tokens/s, loss {losses[0]:.3f} -> {losses[-1]:.3f}"
             + (f", MFU {mfu:.2f}%" if mfu is not None else f", MFU {mfu_reason}")
