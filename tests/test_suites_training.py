@@ -147,3 +147,23 @@ def test_throughput_is_of_the_wall_clock_window_not_the_timed_regions(tmp_path: 
     assert row["step_time_p50_ms"] == pytest.approx(1e3 * statistics.median(measured))
     window = ctx.context["throughput_window"]
     assert window["measured_wall_s"] == doc["measured_wall_s"] and window["timed_share"] == pytest.approx(sum(measured) / doc["measured_wall_s"])
+
+
+def test_cpu_threads_are_capped_at_the_cgroup_quota(tmp_path: Path, monkeypatch) -> None:
+    torch = pytest.importorskip("torch")
+    from benchrun.suites import _common, _training_worker
+
+    cgroup = tmp_path / "cgroup"
+    cgroup.mkdir()
+    (cgroup / "cpu.max").write_text("100000 100000\n")  # a 1-CPU pod on a bigger node
+    monkeypatch.setattr(_common, "CGROUP_ROOT", str(cgroup))
+    monkeypatch.setenv("OMP_NUM_THREADS", "8")  # what a launcher dividing the host's cores might set
+    cfg = {**TINY, "seed": 0, "device": "cpu", "backend": "gloo", "scaling_sweep": False, "checkpoint": False,
+           "timeout_s": 60.0, "local_ranks": 1}
+    before = torch.get_num_threads()
+    try:
+        doc = _training_worker.worker(0, 0, 1, None, cfg, "n0")
+    finally:
+        torch.set_num_threads(before)
+    assert "error" not in doc, doc.get("traceback")
+    assert doc["cpu_threads"] == {"threads": 1, "usable_cpu_share": 1, "omp_num_threads": 8}

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from benchrun.fsio import atomic_write_bytes
+from benchrun.suites._common import usable_cpus
 
 
 def build_model(layers: int, hidden: int, heads: int, seq_len: int, vocab: int) -> Any:
@@ -198,10 +199,16 @@ def worker(rank: int, local_rank: int, world_size: int, init_method: str | None,
         else:
             device = torch.device("cpu")
             # Ranks on one host share its cores (the launcher sets OMP_NUM_THREADS for its
-            # nodes, as torchrun does); oversubscribed threads would time the scheduler.
+            # nodes, as torchrun does); oversubscribed threads would time the scheduler. The
+            # share is of the usable CPUs (affinity and the cgroup CPU quota: a pod limited to
+            # 4 CPUs sees the node's in its mask), and caps OMP_NUM_THREADS too.
+            share = max(1, usable_cpus() // cfg["local_ranks"])
             threads = os.environ.get("OMP_NUM_THREADS")
-            n = int(threads) if threads and threads.isdigit() else max(1, len(os.sched_getaffinity(0)) // cfg["local_ranks"])
-            torch.set_num_threads(max(1, n))
+            asked = int(threads) if threads and threads.isdigit() and int(threads) > 0 else None
+            n = min(asked, share) if asked is not None else share
+            torch.set_num_threads(n)
+            doc["cpu_threads"] = {"threads": int(torch.get_num_threads()), "usable_cpu_share": share,
+                                  "omp_num_threads": asked}
         distributed = world_size > 1
         if distributed:
             import torch.distributed as dist

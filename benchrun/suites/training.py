@@ -16,6 +16,10 @@ Parameters (defaults in brackets):
     target_tokens: tokens a full training run needs, for time_to_train_hours,
     timeout_s [300]: the process group's deadline.
 
+On CPU each rank runs torch with the usable CPUs (affinity and cgroup CPU quota) divided
+among this node's ranks, OMP_NUM_THREADS (set by the launcher) capped at that share:
+``context.cpu_threads`` gives the count.
+
 Per replicate (warm-up steps excluded; a step's time is the slowest rank's):
 step_time_p50_ms / p99 (forward, backward and optimizer step), tokens_per_second (global)
 and per device over the wall-clock window of the measured steps (the longest rank's: each
@@ -256,7 +260,7 @@ def run(ctx: SuiteContext) -> None:
     ctx.context.update({"device": device, "backend": backend, "world_size": world_size, "nodes": gang.nodes if gang else 1,
                         "ranks_per_node": local, "torch_version": docs[0].get("torch_version"),
                         "gpu_name": docs[0].get("gpu_name"), "dtype": "bfloat16 autocast" if cuda else "float32",
-                        "node_name": me})
+                        "node_name": me, "cpu_threads": docs[0].get("cpu_threads")})
     if node_rank != 0:
         return  # node 0 reports the replicate; this node's ranks are in rank 0's gathered samples
     report(ctx, docs[0], cfg, world_size, gang.nodes if gang else 1, peak_declared, target_tokens)
