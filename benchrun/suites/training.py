@@ -29,7 +29,8 @@ time_to_train_hours are of the time the steps took, not of their timed regions a
 (:func:`model_flops_per_token`, its formula in the result), ``mfu_pct`` against the
 declared peak (absent, with the reason, when no peak is known), scaling efficiency when a
 sweep is asked, time to first step (process start → first optimizer step done, rendezvous
-included), checkpoint save / restore time and size, peak memory of the largest rank (CUDA allocator
+included; the start is the kernel's stamp of the process, before the interpreter and its imports,
+``context.process_start_from`` says so or names the fallback), checkpoint save / restore time and size, peak memory of the largest rank (CUDA allocator
 peak on a GPU, peak RSS on CPU), per-rank step-time medians with their node. The loss must be finite and fall (mean of the last three steps below the first
 three); otherwise the replicate fails with the reason.
 """
@@ -260,7 +261,8 @@ def run(ctx: SuiteContext) -> None:
     ctx.context.update({"device": device, "backend": backend, "world_size": world_size, "nodes": gang.nodes if gang else 1,
                         "ranks_per_node": local, "torch_version": docs[0].get("torch_version"),
                         "gpu_name": docs[0].get("gpu_name"), "dtype": "bfloat16 autocast" if cuda else "float32",
-                        "node_name": me, "cpu_threads": docs[0].get("cpu_threads")})
+                        "node_name": me, "cpu_threads": docs[0].get("cpu_threads"),
+                        "process_start_from": ctx.t_process_start_source})
     if node_rank != 0:
         return  # node 0 reports the replicate; this node's ranks are in rank 0's gathered samples
     report(ctx, docs[0], cfg, world_size, gang.nodes if gang else 1, peak_declared, target_tokens)
