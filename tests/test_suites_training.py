@@ -4,6 +4,7 @@ local nodes, and a diverging loss that fails the replicate with the reason."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -167,3 +168,71 @@ def test_cpu_threads_are_capped_at_the_cgroup_quota(tmp_path: Path, monkeypatch)
         torch.set_num_threads(before)
     assert "error" not in doc, doc.get("traceback")
     assert doc["cpu_threads"] == {"threads": 1, "usable_cpu_share": 1, "omp_num_threads": 8}
+
+
+def _fstype(path: Path) -> str | None:
+    from benchrun.suites.fio import filesystem_of
+
+    fs = filesystem_of(path)
+    return fs["fstype"] if fs else None
+
+
+def test_checkpoint_restore_reads_a_file_dropped_from_the_page_cache(tmp_path: Path, monkeypatch) -> None:
+    pytest.importorskip("torch")
+    import torch
+
+    from benchrun.suites import _training_worker
+    from benchrun.suites._runtime import SuiteContext
+    from benchrun.suites.training import report
+
+    ckpt_dir = tmp_path / "ckpt"
+    ckpt_dir.mkdir()
+    seen: list[tuple[int, int] | None] = []
+    real_load = torch.load
+
+    def load(path, *args, **kw):  # what the page cache holds of the file when the timed read starts
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            seen.append(_training_worker.page_residency(fd, os.fstat(fd).st_size))
+        finally:
+            os.close(fd)
+        return real_load(path, *args, **kw)
+
+    monkeypatch.setattr(torch, "load", load)
+    cfg = {**TINY, "seed": 0, "device": "cpu", "backend": "gloo", "scaling_sweep": False, "checkpoint": True,
+           "timeout_s": 60.0, "local_ranks": 1, "checkpoint_dir": str(ckpt_dir)}
+    doc = _training_worker.worker(0, 0, 1, None, cfg, "n0")
+    assert "error" not in doc, doc.get("traceback")
+    read = doc["checkpoint_restore_read"]
+    assert read["eviction"] == "posix_fadvise(POSIX_FADV_DONTNEED) requested"
+    assert read["directory"].startswith(str(ckpt_dir)) and list(ckpt_dir.iterdir()) == []
+    assert read["pages"] > 0 and seen == [(read["resident_pages"], read["pages"])]
+    if _fstype(ckpt_dir) not in ("tmpfs", "ramfs"):
+        assert read["resident_pages"] == 0 and read["cold"] is True
+    ctx = SuiteContext({"BENCHRUN_RUN_DIR": str(tmp_path / "run"), "BENCHRUN_SUITE": "training"})
+    report(ctx, doc, cfg, 1, 1, None, None)
+    assert ctx.training[0]["checkpoint_restore_cold"] is read["cold"]
+    assert ctx.context["checkpoint_restore_read"] == read
+
+
+@pytest.mark.skipif(_fstype(Path("/dev/shm")) != "tmpfs", reason="needs a tmpfs at /dev/shm")
+def test_a_restore_on_tmpfs_is_said_to_be_warm() -> None:
+    pytest.importorskip("torch")
+    from benchrun.suites._training_worker import evict_from_page_cache
+
+    path = Path("/dev/shm") / f"benchrun-test-{os.getpid()}"
+    path.write_bytes(b"x" * 65536)
+    try:
+        read = evict_from_page_cache(path)
+    finally:
+        path.unlink()
+    assert read["cold"] is False and read["resident_pages"] == read["pages"] == 65536 // os.sysconf("SC_PAGE_SIZE")
+
+
+def test_checkpoint_dir_must_be_a_path() -> None:
+    from benchrun.spec.builtin_suites import check_parameters
+    from benchrun.suites._common import ParamError
+
+    with pytest.raises(ParamError, match="parameter checkpoint_dir"):
+        check_parameters("training", {"checkpoint_dir": 5})
+    check_parameters("training", {"checkpoint_dir": "/mnt/ckpt"})

@@ -7,9 +7,11 @@ writes, for a forked rank) a JSON-able document; global rank 0's holds every ran
 
 from __future__ import annotations
 
+import ctypes
 import datetime as _dt
 import json
 import math
+import mmap
 import os
 import tempfile
 import time
@@ -156,12 +158,65 @@ def _train(model: Any, opt: Any, cfg: dict[str, Any], device: Any, rank: int, mi
             "measured_steps_in_window": max(0, len(times) - cfg["warmup_steps"])}
 
 
+def page_residency(fd: int, size: int) -> tuple[int, int] | None:
+    """(pages of the file in the page cache, pages of the file), by mincore(2) on a read-only
+    mapping that touches none of them; None where that cannot be asked."""
+    if size <= 0:
+        return (0, 0)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if addr is None or addr == ctypes.c_void_p(-1).value:
+            return None
+        try:
+            pages = -(-size // mmap.PAGESIZE)
+            vec = (ctypes.c_ubyte * pages)()
+            if libc.mincore(addr, size, vec) != 0:
+                return None
+            return sum(b & 1 for b in bytes(vec)), pages
+        finally:
+            libc.munmap(addr, size)
+    except (OSError, AttributeError):
+        return None
+
+
+def evict_from_page_cache(path: Path) -> dict[str, Any]:
+    """Ask the kernel to drop ``path``'s pages from the page cache (posix_fadvise DONTNEED; the
+    file is fsync'd first, so none is dirty) and say how much of it is still resident, so a
+    timed read of it is from the device, or is said not to be (tmpfs keeps files in memory)."""
+    out: dict[str, Any] = {"eviction": None, "resident_pages": None, "pages": None, "cold": None}
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            out["eviction"] = "posix_fadvise(POSIX_FADV_DONTNEED) requested"
+        except (AttributeError, OSError) as exc:
+            out["eviction"] = f"not requested: posix_fadvise unavailable ({type(exc).__name__}: {exc})"
+        residency = page_residency(fd, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
+    if residency is not None:
+        out["resident_pages"], out["pages"] = residency
+        out["cold"] = residency[0] == 0
+    return out
+
+
 def _checkpoint(model: Any, opt: Any, cfg: dict[str, Any], build: Any, device: Any) -> dict[str, Any]:
-    """Save model + optimizer state to a local file (fsync'd), restore it into fresh objects, compare."""
+    """Save model + optimizer state to a local file (fsync'd), restore it into fresh objects, compare.
+
+    Before the restore the file's pages are dropped from the page cache
+    (:func:`evict_from_page_cache`): a restore just after a save would otherwise read memory.
+    ``checkpoint_restore_read`` says whether the read was cold (mincore found none resident).
+    The file goes in ``cfg["checkpoint_dir"]`` (a temporary directory inside it), else the
+    system's temporary directory."""
     import torch
 
     module = getattr(model, "module", model)
-    with tempfile.TemporaryDirectory(prefix="benchrun-ckpt-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="benchrun-ckpt-", dir=cfg.get("checkpoint_dir")) as tmp:
         path = Path(tmp) / "checkpoint.pt"
         t0 = time.perf_counter()
         with path.open("wb") as f:
@@ -172,6 +227,8 @@ def _checkpoint(model: Any, opt: Any, cfg: dict[str, Any], build: Any, device: A
         size = path.stat().st_size
         fresh = build().to(device)
         fresh_opt = torch.optim.AdamW(fresh.parameters(), lr=cfg["lr"])
+        read = evict_from_page_cache(path)
+        read["directory"] = tmp
         t0 = time.perf_counter()
         state = torch.load(path, map_location=device, weights_only=True)
         fresh.load_state_dict(state["model"])
@@ -180,7 +237,8 @@ def _checkpoint(model: Any, opt: Any, cfg: dict[str, Any], build: Any, device: A
     same = all(torch.equal(a, b) for a, b in zip(module.state_dict().values(), fresh.state_dict().values()))
     if not same:
         raise RuntimeError("checkpoint restore: restored parameters differ from the saved ones")
-    return {"checkpoint_save_s": save_s, "checkpoint_restore_s": restore_s, "checkpoint_bytes": size}
+    return {"checkpoint_save_s": save_s, "checkpoint_restore_s": restore_s, "checkpoint_bytes": size,
+            "checkpoint_restore_read": read}
 
 
 def worker(rank: int, local_rank: int, world_size: int, init_method: str | None, cfg: dict[str, Any],

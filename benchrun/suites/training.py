@@ -11,7 +11,12 @@ Parameters (defaults in brackets):
         (split evenly over ranks), steps [20] measured after warmup_steps [3],
     lr [0.003], seed [0], world_size [1] (single node only), backend auto|gloo|nccl,
     scaling_sweep [false]: also time rank 0 alone for the weak-scaling efficiency,
-    checkpoint [true]: save and restore model + optimizer state, timed,
+    checkpoint [true]: save and restore model + optimizer state, timed; the file is dropped
+        from the page cache before the restore (posix_fadvise DONTNEED), and
+        ``context.checkpoint_restore_read`` says whether the read was cold (mincore: no page
+        resident; tmpfs keeps files in memory, so a restore there is warm and says so),
+    checkpoint_dir: where the checkpoint file goes (a temporary directory inside it; default
+        the system's temporary directory): put it on the storage a real job would restore from,
     peak_tflops_per_device: the declared dense peak for MFU (else a known GPU's, else none),
     target_tokens: tokens a full training run needs, for time_to_train_hours,
     timeout_s [300]: the process group's deadline.
@@ -39,6 +44,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import shutil
 import socket
 import tempfile
@@ -81,7 +87,7 @@ KNOWN_PEAK_TFLOPS_BF16 = (
 
 PARAMETERS = ("layers", "hidden", "heads", "seq_len", "vocab", "global_batch", "steps", "warmup_steps", "lr", "seed",
           "world_size", "backend", "scaling_sweep", "checkpoint", "peak_tflops_per_device", "target_tokens",
-          "timeout_s")
+          "timeout_s", "checkpoint_dir")
 
 
 def model_params_matmul(layers: int, hidden: int, vocab: int) -> int:
@@ -181,6 +187,7 @@ class Settings(NamedTuple):
     peak_declared: float | None
     target_tokens: int | None
     world_size: int | None
+    checkpoint_dir: str | None = None
 
 
 def settings(ctx: Params, gang: Gang | None = None) -> Settings:
@@ -209,15 +216,24 @@ def settings(ctx: Params, gang: Gang | None = None) -> Settings:
     world_size = world_size_param(ctx, gang, 1)
     if world_size is not None and global_batch % world_size:
         raise ParamError(f"parameter global_batch={global_batch} must be a multiple of the world size {world_size}")
+    checkpoint_dir = ctx.param("checkpoint_dir", None)
+    if checkpoint_dir is not None and (not isinstance(checkpoint_dir, str) or not checkpoint_dir):
+        raise ParamError(f"parameter checkpoint_dir={checkpoint_dir!r} must be a directory path")
     return Settings(layers, hidden, heads, seq_len, vocab, global_batch, steps, warmup, lr, seed, requested, sweep,
-                    checkpoint, timeout_s, peak_declared, target_tokens, world_size)
+                    checkpoint, timeout_s, peak_declared, target_tokens, world_size, checkpoint_dir)
 
 
 def run(ctx: SuiteContext) -> None:
     """Train, then (on global rank 0's node) report step times, throughput, MFU and checkpoints."""
     gang = gang_from_env()
     (layers, hidden, heads, seq_len, vocab, global_batch, steps, warmup, lr, seed, requested, sweep, checkpoint,
-     timeout_s, peak_declared, target_tokens, world_size) = settings(ctx, gang)
+     timeout_s, peak_declared, target_tokens, world_size, checkpoint_dir) = settings(ctx, gang)
+    if checkpoint_dir is not None:  # where the suite runs: validate cannot see this host's directories
+        where = Path(checkpoint_dir).expanduser()
+        if not where.is_dir() or not os.access(where, os.W_OK | os.X_OK):
+            raise ParamError(f"parameter checkpoint_dir={checkpoint_dir!r} is not a writable directory here; "
+                             "create it or omit checkpoint_dir")
+        checkpoint_dir = str(where)
     if gang is not None:
         local, node_rank = gang.local_world_size, gang.node_rank  # world_size: the gang's (world_size_param)
         init_method = gang.init_method
@@ -243,7 +259,7 @@ def run(ctx: SuiteContext) -> None:
     cfg = {"layers": layers, "hidden": hidden, "heads": heads, "seq_len": seq_len, "vocab": vocab,
            "global_batch": global_batch, "steps": steps, "warmup_steps": warmup, "lr": lr, "seed": seed,
            "device": device, "backend": backend, "scaling_sweep": sweep, "checkpoint": checkpoint,
-           "timeout_s": timeout_s, "local_ranks": local}
+           "timeout_s": timeout_s, "local_ranks": local, "checkpoint_dir": checkpoint_dir}
     me = node_name()
     ranks = [(node_rank * local + l, l) for l in range(local)]
     ctx.log(f"training: {world_size} ranks ({local} on this node, node {node_rank}), {device}, backend {backend}, "
@@ -357,10 +373,13 @@ def report(ctx: SuiteContext, doc: dict[str, Any], cfg: dict[str, Any], world_si
         "training_reliability_pct": reliability,
         "checkpoint_save_s": doc.get("checkpoint_save_s"), "checkpoint_restore_s": doc.get("checkpoint_restore_s"),
         "checkpoint_bytes": doc.get("checkpoint_bytes"),
+        "checkpoint_restore_cold": (doc.get("checkpoint_restore_read") or {}).get("cold"),
         "peak_memory_bytes": peak_mem, "peak_memory_kind": doc.get("peak_memory_kind"),
         "loss_first": float(np.mean(losses[:3])), "loss_last": float(np.mean(losses[-3:])),
         "slowest_rank": int(ranks[slowest]["rank_id"]), "slowest_rank_node": ranks[slowest].get("node_name"),
     })
+    if "checkpoint_restore_read" in doc:
+        ctx.context["checkpoint_restore_read"] = doc["checkpoint_restore_read"]
     ctx.context["throughput_window"] = {
         "basis": "wall-clock window of the measured steps, the longest rank's (batch, host-to-device copy, "
                  "loss all_reduce and .item() included); step_time_* are forward+backward+optimizer only",
