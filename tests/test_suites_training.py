@@ -236,3 +236,31 @@ def test_checkpoint_dir_must_be_a_path() -> None:
     with pytest.raises(ParamError, match="parameter checkpoint_dir"):
         check_parameters("training", {"checkpoint_dir": 5})
     check_parameters("training", {"checkpoint_dir": "/mnt/ckpt"})
+
+
+@pytest.mark.parametrize(("name", "peak"), [
+    ("NVIDIA H100 80GB HBM3", 989.4), ("NVIDIA H100 PCIe", 756.0), ("NVIDIA H200", 989.4),
+    ("NVIDIA A100-SXM4-80GB", 312.0), ("NVIDIA A100-PCIE-40GB", 312.0), ("NVIDIA B200", 2250.0),
+    # boards and models a substring would have taken for another: no peak, rather than a guess
+    ("NVIDIA H100 NVL", None), ("NVIDIA H200 NVL", None), ("NVIDIA GH200 480GB", None),
+    ("NVIDIA GeForce RTX 4090", None),
+])
+def test_known_peaks_match_model_and_board_exactly(name: str, peak: float | None) -> None:
+    assert known_peak_tflops(name) == peak
+
+
+def test_an_unknown_gpu_gets_no_mfu_and_the_reason(tmp_path: Path) -> None:
+    from benchrun.suites._runtime import SuiteContext
+    from benchrun.suites.training import report
+
+    cfg = {**TINY, "device": "cuda", "backend": "nccl", "scaling_sweep": False, "seed": 0}
+    ranks = [{"rank_id": 0, "node_name": "n0", "step_times_s": [0.01] * 7, "measured_wall_s": 0.07,
+              "time_to_first_step_s": 1.0, "peak_memory_bytes": 1}]
+    doc = {"gpu_name": "NVIDIA H100 NVL", "losses": [3.0, 2.9, 2.8, 2.0, 1.9, 1.8, 1.7], "ranks": ranks,
+           "steps_done": 7, "steps_planned": 7, "diverged": None}
+    ctx = SuiteContext({"BENCHRUN_RUN_DIR": str(tmp_path), "BENCHRUN_SUITE": "training"})
+    report(ctx, doc, cfg, 1, 1, None, None)
+    [row] = ctx.training
+    assert row["mfu_pct"] is None and row["peak_tflops_used"] is None
+    assert "NVIDIA H100 NVL" in row["mfu_reason"] and "board NVL" in row["mfu_reason"]
+    assert not [m for m in ctx.metrics if m["name"] == "mfu_pct"]

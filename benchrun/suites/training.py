@@ -45,6 +45,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -75,15 +76,43 @@ FLOPS_FORMULA = ("6*N + 12*n_layers*d_model*seq_len, N = 12*n_layers*d_model^2 +
                  "(matmul weights: attention QKV+output, MLP 4x, LM head; embeddings, biases and norms excluded; "
                  "attention term without a causal discount, as in PaLM's MFU)")
 
-# Dense BF16 tensor-core peaks from NVIDIA's datasheets (TFLOP/s per GPU), matched on the
-# device name. A GPU not listed gets no MFU unless the spec declares peak_tflops_per_device.
-KNOWN_PEAK_TFLOPS_BF16 = (
-    ("H100 PCIe", 756.0),
-    ("H100", 989.4),
-    ("H200", 989.4),
-    ("B200", 2250.0),
-    ("A100", 312.0),
-)
+# Dense BF16 tensor-core peaks from NVIDIA's datasheets (TFLOP/s per GPU), by (model, board):
+# the board is "NVL" or "PCIe" when the device name says so, else "SXM". A name is matched on
+# its model and board exactly (never by substring: "H100 NVL" is not an H100 SXM, "GH200" not
+# an H200); a pair not listed gets no MFU unless the spec declares peak_tflops_per_device.
+# H100 NVL and H200 NVL are left out: their per-GPU figure is not one we could source.
+KNOWN_PEAK_TFLOPS_BF16 = {
+    ("H100", "SXM"): 989.4,
+    ("H100", "PCIe"): 756.0,
+    ("H200", "SXM"): 989.4,
+    ("B200", "SXM"): 2250.0,
+    ("A100", "SXM"): 312.0,
+    ("A100", "PCIe"): 312.0,
+}
+_MODEL = re.compile(r"^[A-Z]{1,3}\d{2,4}[A-Z]?$")
+
+
+def gpu_model_board(device_name: str) -> tuple[str | None, str]:
+    """(model, board) of a CUDA device name: "NVIDIA H100 80GB HBM3" → (H100, SXM),
+    "NVIDIA H100 PCIe" → (H100, PCIe), "NVIDIA H200 NVL" → (H200, NVL), "NVIDIA A100-SXM4-80GB"
+    → (A100, SXM), "NVIDIA GH200 480GB" → (GH200, SXM)."""
+    tokens = re.split(r"[\s\-_]+", device_name.upper().strip())
+    tokens = [t for t in tokens if t and t not in ("NVIDIA", "TESLA")]
+    model = next((t for t in tokens if _MODEL.match(t)), None)
+    board = "NVL" if "NVL" in tokens else "PCIe" if any(t.startswith("PCIE") for t in tokens) else "SXM"
+    return model, board
+
+
+def peak_lookup(device_name: str | None) -> tuple[float | None, str | None]:
+    """(dense BF16 peak, None) for a listed (model, board), else (None, why not)."""
+    if not device_name:
+        return None, "no GPU name"
+    model, board = gpu_model_board(device_name)
+    peak = KNOWN_PEAK_TFLOPS_BF16.get((model, board)) if model else None
+    if peak is None:
+        return None, f"{device_name!r} (model {model or 'unrecognised'}, board {board}) is not in the known-peak table"
+    return peak, None
+
 
 PARAMETERS = ("layers", "hidden", "heads", "seq_len", "vocab", "global_batch", "steps", "warmup_steps", "lr", "seed",
           "world_size", "backend", "scaling_sweep", "checkpoint", "peak_tflops_per_device", "target_tokens",
@@ -101,13 +130,8 @@ def model_flops_per_token(layers: int, hidden: int, seq_len: int, vocab: int) ->
 
 
 def known_peak_tflops(device_name: str | None) -> float | None:
-    """The dense BF16 peak of a known GPU, else None."""
-    if not device_name:
-        return None
-    for needle, peak in KNOWN_PEAK_TFLOPS_BF16:
-        if needle.lower() in device_name.lower():
-            return peak
-    return None
+    """The dense BF16 peak of a known GPU (:func:`peak_lookup`), else None."""
+    return peak_lookup(device_name)[0]
 
 
 def loss_verdict(losses: list[float], window: int = 3) -> str | None:
@@ -310,11 +334,13 @@ def report(ctx: SuiteContext, doc: dict[str, Any], cfg: dict[str, Any], world_si
     case = (f"L{cfg['layers']}-d{cfg['hidden']}-T{cfg['seq_len']}-B{cfg['global_batch']}-"
             f"n{nodes}x{world_size // nodes}")
     gpu = doc.get("gpu_name")
-    peak = peak_declared if peak_declared is not None else known_peak_tflops(gpu)
+    known, unknown_why = peak_lookup(gpu) if gpu else (None, None)
+    peak = peak_declared if peak_declared is not None else known
     peak_source = "declared" if peak_declared is not None else (f"known peak of {gpu}" if peak else None)
     mfu = 100.0 * flops_tok * tps / (peak * 1e12 * world_size) if peak else None
     mfu_reason = None if peak else (f"unavailable: no declared peak for {gpu or cfg['device']} "
-                                    "(set parameter peak_tflops_per_device)")
+                                    + (f"and {unknown_why} " if unknown_why else "")
+                                    + "(set parameter peak_tflops_per_device)")
     scaling = None
     scaling_reason = "not asked (parameter scaling_sweep)" if not cfg["scaling_sweep"] else None
     single = doc.get("single_rank")
