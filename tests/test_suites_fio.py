@@ -155,3 +155,30 @@ def test_iodepth_above_one_needs_an_asynchronous_engine(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     case = doc["context"]["fio_report"]["jobs"]["rand_read"]
     assert case["effective_iodepth"] == "8" and case["iodepth_level"]["8"] > 50
+
+
+def test_libaio_buffered_depth_is_refused_at_validate() -> None:
+    from benchrun.spec.builtin_suites import check_parameters
+    from benchrun.suites._common import ParamError
+
+    with pytest.raises(ParamError) as err:
+        check_parameters("fio", {"ioengine": "libaio", "iodepth": 32, "direct": False})
+    msg = str(err.value)
+    assert "iodepth=32" in msg and "ioengine=libaio" in msg and "direct is false" in msg
+    assert "direct: true" in msg and "io_uring" in msg
+    # io_uring queues buffered I/O; libaio with O_DIRECT, or at depth 1, is fine
+    check_parameters("fio", {"ioengine": "io_uring", "iodepth": 32, "direct": False})
+    check_parameters("fio", {"ioengine": "libaio", "iodepth": 32, "direct": True})
+    check_parameters("fio", {"ioengine": "libaio", "iodepth": 1, "direct": False})
+
+
+@needs_fio
+@pytest.mark.skipif(not _shm_is_tmpfs(), reason="needs a writable tmpfs at /dev/shm")
+def test_libaio_depth_on_tmpfs_is_refused_naming_the_tmpfs_default(tmp_path: Path) -> None:
+    params = {"directory": "/dev/shm", "ioengine": "libaio", "iodepth": 32, "cases": ["rand_read"], "size_mb": 4,
+              "runtime_s": 0.1, "ramp_s": 0}
+    proc, doc = run_suite(tmp_path, params)
+    assert proc.returncode == 1 and doc["status"] == "failed"
+    assert "parameter iodepth=32 with ioengine=libaio" in doc["reason"]
+    assert "/dev/shm is tmpfs" in doc["reason"] and "turned off" in doc["reason"]
+    assert not doc["metrics"]

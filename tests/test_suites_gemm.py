@@ -108,3 +108,29 @@ def test_the_timed_torch_calls_compute_the_product(dtype: str) -> None:
         a, b = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
     want = a.float() @ b.float().t() if dtype == "float8_e4m3fn" else a.float() @ b.float()
     assert torch.allclose(c.float(), want, rtol=0.02, atol=0.5)
+
+
+def test_cpu_blas_threads_are_capped_at_the_cgroup_quota(tmp_path, monkeypatch) -> None:
+    # a pod limited to 1 CPU on a bigger host: OpenBLAS's default pool is one thread per CPU it sees
+
+    from benchrun.suites import _common, gemm
+    from benchrun.suites._runtime import SuiteContext
+
+    before = [(setter, int(getter())) for _, setter, getter in _common.openblas_pools()]
+    if not before:
+        pytest.skip("numpy here is not on OpenBLAS")
+    cgroup = tmp_path / "cgroup"
+    cgroup.mkdir()
+    (cgroup / "cpu.max").write_text("100000 100000\n")  # 1 CPU
+    monkeypatch.setattr(_common, "CGROUP_ROOT", str(cgroup))
+    monkeypatch.setattr(gemm, "cuda_available", lambda: False)
+    ctx = SuiteContext({"BENCHRUN_RUN_DIR": str(tmp_path / "run"), "BENCHRUN_SUITE": "gemm",
+                        "BENCHRUN_PARAMS": json.dumps({"sizes": [64], "iterations": 2, "device": "cpu"})})
+    try:
+        gemm.run(ctx)
+        assert ctx.context["usable_cpus"] == 1 and ctx.context["threads"] == 1
+        assert [lib["threads"] for lib in ctx.context["blas_threads"]["libraries"]] == [1] * len(before)
+        assert [lib["threads_before"] for lib in ctx.context["blas_threads"]["libraries"]] == [n for _, n in before]
+    finally:
+        for setter, n in before:  # give the test process its pool back
+            setter(n)

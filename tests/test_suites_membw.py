@@ -163,3 +163,49 @@ def test_the_cgroup_cpu_quota_bounds_the_usable_cpus(tmp_path) -> None:
     assert cgroup_cpu_quota(str(tmp_path)) == 3  # cgroup v1
     (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
     assert cgroup_cpu_quota(str(tmp_path)) is None
+
+
+def _fake_cpus(root: Path, l3: str, sockets: int = 2, cpus_per_socket: int = 2) -> None:
+    for cpu in range(sockets * cpus_per_socket):
+        socket = cpu // cpus_per_socket
+        shared = f"{socket * cpus_per_socket}-{socket * cpus_per_socket + cpus_per_socket - 1}"
+        for i, (level, kind, size, on) in enumerate([(1, "Data", "48K", str(cpu)), (1, "Instruction", "32K", str(cpu)),
+                                                     (2, "Unified", "2048K", str(cpu)), (3, "Unified", l3, shared)]):
+            d = root / f"cpu{cpu}" / "cache" / f"index{i}"
+            d.mkdir(parents=True)
+            for name, value in (("level", level), ("type", kind), ("size", size), ("shared_cpu_list", on)):
+                (d / name).write_text(f"{value}\n")
+
+
+def test_arrays_under_four_times_the_llc_are_flagged(tmp_path: Path, monkeypatch) -> None:
+    from benchrun.suites import membw
+    from benchrun.suites._runtime import SuiteContext
+
+    _fake_cpus(tmp_path / "cpu", "256K")  # two sockets: 512 KiB of L3, each counted once
+    monkeypatch.setattr(membw, "CPU_SYSFS", str(tmp_path / "cpu"))
+    monkeypatch.setattr(membw, "cuda_available", lambda: False)
+    llc = membw.last_level_cache()
+    assert (llc["level"], llc["bytes"], llc["caches"]) == (3, 512 * 1024, 2)
+
+    def run(elements: int) -> dict:
+        ctx = SuiteContext({"BENCHRUN_RUN_DIR": str(tmp_path / f"run{elements}"), "BENCHRUN_SUITE": "membw",
+                            "BENCHRUN_PARAMS": json.dumps({"elements": elements, "iterations": 1, "device": "cpu",
+                                                           "threads": 1})})
+        membw.run(ctx)
+        return ctx.context
+
+    small = run(65536)  # 512 KiB per float64 array: 1x the LLC
+    assert small["llc"]["bytes"] == 512 * 1024 and small["verdict"] == "invalid"
+    [reason] = small["verdict_reasons"]
+    assert "0.5 MiB" in reason and "2.0 MiB" in reason and "elements to at least 262144" in reason
+    big = run(262144)  # 2 MiB: exactly 4x
+    assert big["verdict"] == "valid" and big["verdict_reasons"] == []
+
+
+def test_an_unreadable_llc_is_said_not_checked(tmp_path: Path, monkeypatch) -> None:
+    from benchrun.suites import membw
+
+    monkeypatch.setattr(membw, "CPU_SYSFS", str(tmp_path / "none"))
+    assert membw.last_level_cache() is None
+    verdict, [reason] = membw.stream_rule(10**9, 8, None)
+    assert verdict is None and "not checked" in reason

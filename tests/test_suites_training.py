@@ -4,6 +4,7 @@ local nodes, and a diverging loss that fails the replicate with the reason."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -96,3 +97,170 @@ def test_diverging_loss_fails_the_replicate_with_the_reason(tmp_path: Path) -> N
     with pytest.raises(RuntimeError, match="^loss diverged: nan at step"):
         report(ctx, doc, cfg, 1, 1, None, None)
     assert ctx.training == [] and not [m for m in ctx.metrics if m["name"] == "tokens_per_second"]
+
+
+def test_synthetic_batch_is_the_recurrence_vectorised() -> None:
+    torch = pytest.importorskip("torch")
+    from benchrun.suites._training_worker import synthetic_batch
+
+    for batch, seq_len, vocab in ((4, 8, 32), (3, 1, 16), (5, 63, 1000), (2, 300, 50257)):
+        x, y = synthetic_batch(torch.Generator().manual_seed(7), batch, seq_len, vocab, torch.device("cpu"))
+        g = torch.Generator().manual_seed(7)  # the same draws, stepped one position at a time
+        ref = torch.empty(batch, seq_len + 1, dtype=torch.long)
+        ref[:, 0] = torch.randint(0, vocab, (batch,), generator=g)
+        noise = torch.randint(0, 2, (batch, seq_len), generator=g)
+        for t in range(seq_len):
+            ref[:, t + 1] = (5 * ref[:, t] + 7 + noise[:, t]) % vocab
+        assert torch.equal(x, ref[:, :-1]) and torch.equal(y, ref[:, 1:])
+
+
+def test_throughput_is_of_the_wall_clock_window_not_the_timed_regions(tmp_path: Path, monkeypatch) -> None:
+    pytest.importorskip("torch")
+    import statistics
+    import time
+
+    from benchrun.suites import _training_worker
+    from benchrun.suites._runtime import SuiteContext
+    from benchrun.suites.training import report
+
+    real = _training_worker.synthetic_batch
+
+    def slow_batch(*args, **kw):  # a slow input pipeline: outside the timed region, inside each step
+        time.sleep(0.2)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(_training_worker, "synthetic_batch", slow_batch)
+    cfg = {**TINY, "seed": 0, "device": "cpu", "backend": "gloo", "scaling_sweep": False, "checkpoint": False,
+           "timeout_s": 60.0, "local_ranks": 1}
+    doc = _training_worker.worker(0, 0, 1, None, cfg, "n0", t_process_start=None)
+    assert "error" not in doc, doc.get("traceback")
+    measured = doc["step_times_s"][1:]
+    assert doc["measured_wall_s"] >= sum(measured) + 6 * 0.2  # the sleeps are in the window, not the steps
+    ctx = SuiteContext({"BENCHRUN_RUN_DIR": str(tmp_path), "BENCHRUN_SUITE": "training"})
+    report(ctx, doc, cfg, 1, 1, 1.0, 10**6)
+    [row] = ctx.training
+    tokens = 6 * TINY["global_batch"] * TINY["seq_len"]
+    assert row["tokens_per_second"] == pytest.approx(tokens / doc["measured_wall_s"])
+    assert row["tokens_per_second"] < tokens / (sum(measured) + 1.2)
+    assert row["time_to_train_hours"] == pytest.approx(1e6 / row["tokens_per_second"] / 3600)
+    assert row["mfu_pct"] == pytest.approx(100 * row["model_flops_per_token"] * row["tokens_per_second"] / 1e12)
+    # step times stay forward + backward + optimizer, the sleeps not in them
+    assert row["step_time_p50_ms"] == pytest.approx(1e3 * statistics.median(measured))
+    window = ctx.context["throughput_window"]
+    assert window["measured_wall_s"] == doc["measured_wall_s"] and window["timed_share"] == pytest.approx(sum(measured) / doc["measured_wall_s"])
+
+
+def test_cpu_threads_are_capped_at_the_cgroup_quota(tmp_path: Path, monkeypatch) -> None:
+    torch = pytest.importorskip("torch")
+    from benchrun.suites import _common, _training_worker
+
+    cgroup = tmp_path / "cgroup"
+    cgroup.mkdir()
+    (cgroup / "cpu.max").write_text("100000 100000\n")  # a 1-CPU pod on a bigger node
+    monkeypatch.setattr(_common, "CGROUP_ROOT", str(cgroup))
+    monkeypatch.setenv("OMP_NUM_THREADS", "8")  # what a launcher dividing the host's cores might set
+    cfg = {**TINY, "seed": 0, "device": "cpu", "backend": "gloo", "scaling_sweep": False, "checkpoint": False,
+           "timeout_s": 60.0, "local_ranks": 1}
+    before = torch.get_num_threads()
+    try:
+        doc = _training_worker.worker(0, 0, 1, None, cfg, "n0")
+    finally:
+        torch.set_num_threads(before)
+    assert "error" not in doc, doc.get("traceback")
+    assert doc["cpu_threads"] == {"threads": 1, "usable_cpu_share": 1, "omp_num_threads": 8}
+
+
+def _fstype(path: Path) -> str | None:
+    from benchrun.suites.fio import filesystem_of
+
+    fs = filesystem_of(path)
+    return fs["fstype"] if fs else None
+
+
+def test_checkpoint_restore_reads_a_file_dropped_from_the_page_cache(tmp_path: Path, monkeypatch) -> None:
+    pytest.importorskip("torch")
+    import torch
+
+    from benchrun.suites import _training_worker
+    from benchrun.suites._runtime import SuiteContext
+    from benchrun.suites.training import report
+
+    ckpt_dir = tmp_path / "ckpt"
+    ckpt_dir.mkdir()
+    seen: list[tuple[int, int] | None] = []
+    real_load = torch.load
+
+    def load(path, *args, **kw):  # what the page cache holds of the file when the timed read starts
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            seen.append(_training_worker.page_residency(fd, os.fstat(fd).st_size))
+        finally:
+            os.close(fd)
+        return real_load(path, *args, **kw)
+
+    monkeypatch.setattr(torch, "load", load)
+    cfg = {**TINY, "seed": 0, "device": "cpu", "backend": "gloo", "scaling_sweep": False, "checkpoint": True,
+           "timeout_s": 60.0, "local_ranks": 1, "checkpoint_dir": str(ckpt_dir)}
+    doc = _training_worker.worker(0, 0, 1, None, cfg, "n0")
+    assert "error" not in doc, doc.get("traceback")
+    read = doc["checkpoint_restore_read"]
+    assert read["eviction"] == "posix_fadvise(POSIX_FADV_DONTNEED) requested"
+    assert read["directory"].startswith(str(ckpt_dir)) and list(ckpt_dir.iterdir()) == []
+    assert read["pages"] > 0 and seen == [(read["resident_pages"], read["pages"])]
+    if _fstype(ckpt_dir) not in ("tmpfs", "ramfs"):
+        assert read["resident_pages"] == 0 and read["cold"] is True
+    ctx = SuiteContext({"BENCHRUN_RUN_DIR": str(tmp_path / "run"), "BENCHRUN_SUITE": "training"})
+    report(ctx, doc, cfg, 1, 1, None, None)
+    assert ctx.training[0]["checkpoint_restore_cold"] is read["cold"]
+    assert ctx.context["checkpoint_restore_read"] == read
+
+
+@pytest.mark.skipif(_fstype(Path("/dev/shm")) != "tmpfs", reason="needs a tmpfs at /dev/shm")
+def test_a_restore_on_tmpfs_is_said_to_be_warm() -> None:
+    pytest.importorskip("torch")
+    from benchrun.suites._training_worker import evict_from_page_cache
+
+    path = Path("/dev/shm") / f"benchrun-test-{os.getpid()}"
+    path.write_bytes(b"x" * 65536)
+    try:
+        read = evict_from_page_cache(path)
+    finally:
+        path.unlink()
+    assert read["cold"] is False and read["resident_pages"] == read["pages"] == 65536 // os.sysconf("SC_PAGE_SIZE")
+
+
+def test_checkpoint_dir_must_be_a_path() -> None:
+    from benchrun.spec.builtin_suites import check_parameters
+    from benchrun.suites._common import ParamError
+
+    with pytest.raises(ParamError, match="parameter checkpoint_dir"):
+        check_parameters("training", {"checkpoint_dir": 5})
+    check_parameters("training", {"checkpoint_dir": "/mnt/ckpt"})
+
+
+@pytest.mark.parametrize(("name", "peak"), [
+    ("NVIDIA H100 80GB HBM3", 989.4), ("NVIDIA H100 PCIe", 756.0), ("NVIDIA H200", 989.4),
+    ("NVIDIA A100-SXM4-80GB", 312.0), ("NVIDIA A100-PCIE-40GB", 312.0), ("NVIDIA B200", 2250.0),
+    # boards and models a substring would have taken for another: no peak, rather than a guess
+    ("NVIDIA H100 NVL", None), ("NVIDIA H200 NVL", None), ("NVIDIA GH200 480GB", None),
+    ("NVIDIA GeForce RTX 4090", None),
+])
+def test_known_peaks_match_model_and_board_exactly(name: str, peak: float | None) -> None:
+    assert known_peak_tflops(name) == peak
+
+
+def test_an_unknown_gpu_gets_no_mfu_and_the_reason(tmp_path: Path) -> None:
+    from benchrun.suites._runtime import SuiteContext
+    from benchrun.suites.training import report
+
+    cfg = {**TINY, "device": "cuda", "backend": "nccl", "scaling_sweep": False, "seed": 0}
+    ranks = [{"rank_id": 0, "node_name": "n0", "step_times_s": [0.01] * 7, "measured_wall_s": 0.07,
+              "time_to_first_step_s": 1.0, "peak_memory_bytes": 1}]
+    doc = {"gpu_name": "NVIDIA H100 NVL", "losses": [3.0, 2.9, 2.8, 2.0, 1.9, 1.8, 1.7], "ranks": ranks,
+           "steps_done": 7, "steps_planned": 7, "diverged": None}
+    ctx = SuiteContext({"BENCHRUN_RUN_DIR": str(tmp_path), "BENCHRUN_SUITE": "training"})
+    report(ctx, doc, cfg, 1, 1, None, None)
+    [row] = ctx.training
+    assert row["mfu_pct"] is None and row["peak_tflops_used"] is None
+    assert "NVIDIA H100 NVL" in row["mfu_reason"] and "board NVL" in row["mfu_reason"]
+    assert not [m for m in ctx.metrics if m["name"] == "mfu_pct"]

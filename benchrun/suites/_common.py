@@ -10,6 +10,7 @@ every replicate would).
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import os
 import platform
@@ -21,6 +22,13 @@ import numpy as np
 from benchrun.suites._runtime import SuiteContext, param_value
 
 _NAMED = re.compile(r"parameter ([A-Za-z_][A-Za-z0-9_]*)")
+CGROUP_ROOT = "/sys/fs/cgroup"  # where usable_cpus() reads the CPU quota
+# OpenBLAS's thread-count entry points as builds export them: the plain library, numpy's
+# scipy-openblas (64-bit integers, prefixed and suffixed), a 64-bit-integer build
+_OPENBLAS_THREADS = (("openblas_set_num_threads", "openblas_get_num_threads"),
+                     ("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_"),
+                     ("scipy_openblas_set_num_threads_", "scipy_openblas_get_num_threads_"),
+                     ("openblas_set_num_threads64_", "openblas_get_num_threads64_"))
 
 
 class ParamError(ValueError):
@@ -180,8 +188,50 @@ def usable_cpus() -> int:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
-    quota = cgroup_cpu_quota()
+    quota = cgroup_cpu_quota(CGROUP_ROOT)
     return max(1, min(cpus, quota)) if quota is not None else cpus
+
+
+def openblas_pools() -> list[tuple[str, Any, Any]]:
+    """(path, set_num_threads, get_num_threads) of every OpenBLAS loaded in this process."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
+            fields = [line.split(None, 5) for line in fh]
+    except OSError:
+        return []
+    pools = []
+    for path in sorted({f[5].strip() for f in fields if len(f) == 6 and "openblas" in os.path.basename(f[5]).lower()}):
+        try:
+            lib = ctypes.CDLL(path)  # already mapped: the same handle, not a second copy
+        except OSError:
+            continue
+        for set_name, get_name in _OPENBLAS_THREADS:
+            setter, getter = getattr(lib, set_name, None), getattr(lib, get_name, None)
+            if setter is not None and getter is not None:
+                getter.restype, setter.argtypes, setter.restype = ctypes.c_int, [ctypes.c_int], None
+                pools.append((path, setter, getter))
+                break
+    return pools
+
+
+def cap_openblas_threads(cap: int) -> dict[str, Any]:
+    """Cap every OpenBLAS loaded in this process (numpy's, once imported) at ``cap`` threads.
+
+    OpenBLAS starts a thread per CPU it sees (the host's, not the pod's CPU quota), and is set
+    through its own ``*_set_num_threads`` (what threadpoolctl calls; the environment variables
+    are read only when it loads). A count already at or below ``cap`` (set by
+    OPENBLAS_NUM_THREADS / OMP_NUM_THREADS) is kept. Returns, per library, the threads before
+    and after; ``libraries`` empty (and ``note``) where no OpenBLAS is loaded (another BLAS
+    is left as it is)."""
+    out: dict[str, Any] = {"cap": cap, "libraries": []}
+    for path, setter, getter in openblas_pools():
+        before = int(getter())
+        if before > cap:
+            setter(cap)
+        out["libraries"].append({"path": path, "threads_before": before, "threads": int(getter())})
+    if not out["libraries"]:
+        out["note"] = "no OpenBLAS loaded in this process: its BLAS threads were left as they are"
+    return out
 
 
 def cgroup_cpu_quota(root: str = "/sys/fs/cgroup") -> int | None:

@@ -7,9 +7,11 @@ writes, for a forked rank) a JSON-able document; global rank 0's holds every ran
 
 from __future__ import annotations
 
+import ctypes
 import datetime as _dt
 import json
 import math
+import mmap
 import os
 import tempfile
 import time
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from benchrun.fsio import atomic_write_bytes
+from benchrun.suites._common import usable_cpus
 
 
 def build_model(layers: int, hidden: int, heads: int, seq_len: int, vocab: int) -> Any:
@@ -71,21 +74,38 @@ def synthetic_batch(gen: Any, batch: int, seq_len: int, vocab: int, device: Any)
 
     Uniform random tokens would give a loss that cannot fall below ln(vocab); this chain
     has entropy ln 2 per token, so a model that learns shows a falling loss.
+
+    Vectorised (it runs inside each measured step's wall time): x[t+1] = 5^(t+1)·x[0] + B[t]
+    mod vocab with B[t] = Σ_{s≤t} 5^(t-s)·(7 + noise[s]), both prefix scans done by doubling
+    (log2(seq_len) whole-tensor operations, not a Python loop over positions); the tokens are
+    the ones the step-by-step recurrence gives.
     """
     import torch
 
+    x0 = torch.randint(0, vocab, (batch,), generator=gen)
+    b = torch.randint(0, 2, (batch, seq_len), generator=gen) + 7  # 7 + noise: each step's increment
+    powers = torch.full((seq_len,), 5 % vocab, dtype=torch.long)  # becomes 5^(t+1) mod vocab
+    d = 1
+    while d < seq_len:
+        # inclusive scans: b[t] += 5^d·b[t-d] (the affine steps composed), powers[t] *= powers[t-d]
+        b[:, d:] = (b[:, d:] + pow(5, d, vocab) * b[:, :-d]) % vocab
+        powers[d:] = (powers[d:] * powers[:-d]) % vocab
+        d *= 2
     x = torch.empty(batch, seq_len + 1, dtype=torch.long)
-    x[:, 0] = torch.randint(0, vocab, (batch,), generator=gen)
-    noise = torch.randint(0, 2, (batch, seq_len), generator=gen)
-    for t in range(seq_len):
-        x[:, t + 1] = (5 * x[:, t] + 7 + noise[:, t]) % vocab
+    x[:, 0] = x0
+    x[:, 1:] = (powers * x0[:, None] + b) % vocab
     x = x.to(device)
     return x[:, :-1], x[:, 1:]
 
 
 def _train(model: Any, opt: Any, cfg: dict[str, Any], device: Any, rank: int, micro_batch: int, *,
            dist_loss: bool, t_process_start: float | None) -> dict[str, Any]:
-    """warmup + steps optimizer steps; per step its time (warm-up flagged) and the loss."""
+    """warmup + steps optimizer steps; per step its time (warm-up flagged) and the loss.
+
+    ``step_times_s`` times forward, backward and the optimizer step; ``measured_wall_s`` is
+    the wall-clock window of the measured (post-warm-up) steps, everything each step does
+    included (its batch, the host-to-device copy, the loss all_reduce and ``.item()``): the
+    throughput figures are of this window."""
     import torch
     import torch.nn.functional as F
 
@@ -97,7 +117,10 @@ def _train(model: Any, opt: Any, cfg: dict[str, Any], device: Any, rank: int, mi
     first_step_s = None
     diverged = None
     total = cfg["warmup_steps"] + cfg["steps"]
+    window_start = None
     for step in range(total):
+        if step == cfg["warmup_steps"]:
+            window_start = time.perf_counter()  # the previous step ended in .item(): nothing in flight
         x, y = synthetic_batch(gen, micro_batch, cfg["seq_len"], vocab, device)
         if cuda:
             torch.cuda.synchronize()
@@ -129,16 +152,71 @@ def _train(model: Any, opt: Any, cfg: dict[str, Any], device: Any, rank: int, mi
         if not math.isfinite(v):
             diverged = f"loss diverged: {v} at step {step}"
             break
+    wall = time.perf_counter() - window_start if window_start is not None else None
     return {"step_times_s": times, "losses": losses, "time_to_first_step_s": first_step_s, "diverged": diverged,
-            "steps_done": len(times), "steps_planned": total}
+            "steps_done": len(times), "steps_planned": total, "measured_wall_s": wall,
+            "measured_steps_in_window": max(0, len(times) - cfg["warmup_steps"])}
+
+
+def page_residency(fd: int, size: int) -> tuple[int, int] | None:
+    """(pages of the file in the page cache, pages of the file), by mincore(2) on a read-only
+    mapping that touches none of them; None where that cannot be asked."""
+    if size <= 0:
+        return (0, 0)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if addr is None or addr == ctypes.c_void_p(-1).value:
+            return None
+        try:
+            pages = -(-size // mmap.PAGESIZE)
+            vec = (ctypes.c_ubyte * pages)()
+            if libc.mincore(addr, size, vec) != 0:
+                return None
+            return sum(b & 1 for b in bytes(vec)), pages
+        finally:
+            libc.munmap(addr, size)
+    except (OSError, AttributeError):
+        return None
+
+
+def evict_from_page_cache(path: Path) -> dict[str, Any]:
+    """Ask the kernel to drop ``path``'s pages from the page cache (posix_fadvise DONTNEED; the
+    file is fsync'd first, so none is dirty) and say how much of it is still resident, so a
+    timed read of it is from the device, or is said not to be (tmpfs keeps files in memory)."""
+    out: dict[str, Any] = {"eviction": None, "resident_pages": None, "pages": None, "cold": None}
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            out["eviction"] = "posix_fadvise(POSIX_FADV_DONTNEED) requested"
+        except (AttributeError, OSError) as exc:
+            out["eviction"] = f"not requested: posix_fadvise unavailable ({type(exc).__name__}: {exc})"
+        residency = page_residency(fd, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
+    if residency is not None:
+        out["resident_pages"], out["pages"] = residency
+        out["cold"] = residency[0] == 0
+    return out
 
 
 def _checkpoint(model: Any, opt: Any, cfg: dict[str, Any], build: Any, device: Any) -> dict[str, Any]:
-    """Save model + optimizer state to a local file (fsync'd), restore it into fresh objects, compare."""
+    """Save model + optimizer state to a local file (fsync'd), restore it into fresh objects, compare.
+
+    Before the restore the file's pages are dropped from the page cache
+    (:func:`evict_from_page_cache`): a restore just after a save would otherwise read memory.
+    ``checkpoint_restore_read`` says whether the read was cold (mincore found none resident).
+    The file goes in ``cfg["checkpoint_dir"]`` (a temporary directory inside it), else the
+    system's temporary directory."""
     import torch
 
     module = getattr(model, "module", model)
-    with tempfile.TemporaryDirectory(prefix="benchrun-ckpt-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="benchrun-ckpt-", dir=cfg.get("checkpoint_dir")) as tmp:
         path = Path(tmp) / "checkpoint.pt"
         t0 = time.perf_counter()
         with path.open("wb") as f:
@@ -149,6 +227,8 @@ def _checkpoint(model: Any, opt: Any, cfg: dict[str, Any], build: Any, device: A
         size = path.stat().st_size
         fresh = build().to(device)
         fresh_opt = torch.optim.AdamW(fresh.parameters(), lr=cfg["lr"])
+        read = evict_from_page_cache(path)
+        read["directory"] = tmp
         t0 = time.perf_counter()
         state = torch.load(path, map_location=device, weights_only=True)
         fresh.load_state_dict(state["model"])
@@ -157,7 +237,8 @@ def _checkpoint(model: Any, opt: Any, cfg: dict[str, Any], build: Any, device: A
     same = all(torch.equal(a, b) for a, b in zip(module.state_dict().values(), fresh.state_dict().values()))
     if not same:
         raise RuntimeError("checkpoint restore: restored parameters differ from the saved ones")
-    return {"checkpoint_save_s": save_s, "checkpoint_restore_s": restore_s, "checkpoint_bytes": size}
+    return {"checkpoint_save_s": save_s, "checkpoint_restore_s": restore_s, "checkpoint_bytes": size,
+            "checkpoint_restore_read": read}
 
 
 def worker(rank: int, local_rank: int, world_size: int, init_method: str | None, cfg: dict[str, Any],
@@ -176,10 +257,16 @@ def worker(rank: int, local_rank: int, world_size: int, init_method: str | None,
         else:
             device = torch.device("cpu")
             # Ranks on one host share its cores (the launcher sets OMP_NUM_THREADS for its
-            # nodes, as torchrun does); oversubscribed threads would time the scheduler.
+            # nodes, as torchrun does); oversubscribed threads would time the scheduler. The
+            # share is of the usable CPUs (affinity and the cgroup CPU quota: a pod limited to
+            # 4 CPUs sees the node's in its mask), and caps OMP_NUM_THREADS too.
+            share = max(1, usable_cpus() // cfg["local_ranks"])
             threads = os.environ.get("OMP_NUM_THREADS")
-            n = int(threads) if threads and threads.isdigit() else max(1, len(os.sched_getaffinity(0)) // cfg["local_ranks"])
-            torch.set_num_threads(max(1, n))
+            asked = int(threads) if threads and threads.isdigit() and int(threads) > 0 else None
+            n = min(asked, share) if asked is not None else share
+            torch.set_num_threads(n)
+            doc["cpu_threads"] = {"threads": int(torch.get_num_threads()), "usable_cpu_share": share,
+                                  "omp_num_threads": asked}
         distributed = world_size > 1
         if distributed:
             import torch.distributed as dist
@@ -229,7 +316,7 @@ def worker(rank: int, local_rank: int, world_size: int, init_method: str | None,
             gathered: list[Any] = [None] * world_size
             mine = {k: doc.get(k) for k in ("rank_id", "node_name", "pid", "step_times_s", "losses",
                                               "time_to_first_step_s", "rendezvous_s", "steps_done",
-                                              "peak_memory_bytes")}
+                                              "peak_memory_bytes", "measured_wall_s")}
             dist.all_gather_object(gathered, mine)
             doc["ranks"] = gathered
             dist.barrier()
@@ -237,7 +324,7 @@ def worker(rank: int, local_rank: int, world_size: int, init_method: str | None,
         else:
             doc["ranks"] = [{k: doc.get(k) for k in ("rank_id", "node_name", "pid", "step_times_s", "losses",
                                                     "time_to_first_step_s", "rendezvous_s", "steps_done",
-                                                    "peak_memory_bytes")}]
+                                                    "peak_memory_bytes", "measured_wall_s")}]
     except BaseException as exc:  # noqa: BLE001 - reported to the caller through the document
         doc["error"] = f"{type(exc).__name__}: {exc}"
         doc["traceback"] = traceback.format_exc()

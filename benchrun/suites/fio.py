@@ -13,7 +13,12 @@ Parameters:
     iodepth     queue depth (default 1). Above 1 it needs an asynchronous engine (libaio,
                 io_uring, posixaio, ...): with a synchronous one (psync, sync, pvsync, ...)
                 fio runs at depth 1 whatever is asked, so the suite refuses the parameters
-                rather than record a depth that was not run.
+                rather than record a depth that was not run. libaio also needs direct: true for a
+                depth above 1 (fio's manual: Linux only queues non-buffered I/O; buffered, each
+                io_submit returns when its I/Os are done, so the depth fio reports was never at the
+                device and its latencies include fio's own queueing); the suite refuses libaio with
+                direct false at a depth above 1, including where tmpfs turns the default off.
+                io_uring does asynchronous buffered I/O and is accepted either way.
     direct      O_DIRECT, bypassing the page cache (default true; on tmpfs, which has no
                 O_DIRECT, the default becomes false and context.direct_note says so)
     cases       any of seq_read, seq_write (1 MiB blocks), rand_read, rand_write (4 KiB
@@ -62,6 +67,9 @@ NO_O_DIRECT = ("tmpfs", "ramfs")  # open(O_DIRECT) fails there with EINVAL
 # fio engines that complete each I/O before issuing the next: fio caps their depth at 1
 SYNC_ENGINES = ("sync", "psync", "vsync", "pvsync", "pvsync2", "mmap", "splice", "falloc", "ftruncate",
                 "filecreate", "filestat", "filedelete", "dircreate", "dirstat", "dirdelete", "e4defrag")
+# asynchronous engines that queue only O_DIRECT I/O on Linux (fio's manual, libaio): buffered,
+# io_submit completes the I/O before it returns, so depth > 1 needs direct=1
+DIRECT_ONLY_ASYNC_ENGINES = ("libaio",)
 _ENGINE = re.compile(r"^[a-z0-9_]{1,32}\Z")
 
 
@@ -186,8 +194,20 @@ def settings(ctx: Params) -> Settings:
     if iodepth > 1 and ioengine in SYNC_ENGINES:
         raise ParamError(f"parameter iodepth={iodepth} with ioengine={ioengine}: a synchronous engine issues one I/O "
                          "at a time (fio caps its depth at 1); set ioengine: libaio or io_uring, or iodepth: 1")
+    check_depth(iodepth, ioengine, direct)
     return Settings(size_mb, runtime_s, ramp_s, iodepth, direct_asked, direct, ioengine, _cases(ctx),
                     _directory_param(ctx))
+
+
+def check_depth(iodepth: int, ioengine: str, direct: bool, why: str | None = None) -> None:
+    """Refuse (ParamError) a queue depth above 1 with an engine that queues only O_DIRECT I/O when
+    I/O is buffered; ``why`` says where direct was turned off for the user (tmpfs)."""
+    if iodepth > 1 and not direct and ioengine in DIRECT_ONLY_ASYNC_ENGINES:
+        cause = f"direct is false ({why})" if why else "direct is false"
+        raise ParamError(f"parameter iodepth={iodepth} with ioengine={ioengine} and {cause}: Linux queues only "
+                         f"non-buffered (O_DIRECT) I/O through {ioengine}, so buffered I/O runs one request at a "
+                         "time and the depth would not be the one asked; set direct: true (on a filesystem with "
+                         "O_DIRECT), or ioengine: io_uring (asynchronous buffered I/O), or iodepth: 1")
 
 
 def run(ctx: SuiteContext) -> None:
@@ -206,6 +226,8 @@ def run(ctx: SuiteContext) -> None:
         if direct_asked:
             raise ParamError(f"parameter direct=true: {fs['mount_point']} is {fs['fstype']}, which has no O_DIRECT; "
                              "set direct: false or choose another directory")
+        check_depth(iodepth, ioengine, False, f"the default direct: true was turned off because {fs['mount_point']} "
+                    f"is {fs['fstype']}, which has no O_DIRECT; choose a directory on a disk filesystem")
         direct = False
         direct_note = f"{fs['fstype']} has no O_DIRECT: measured through the page cache"
     workdir = Path(tempfile.mkdtemp(prefix=".fio-scratch-", dir=base if base is not None else ctx.run_dir))

@@ -20,7 +20,10 @@ so that a span lasts at least ~1 ms (1 for products that long), and is recorded 
 ``context.calls_per_timing`` per case and on ``p99_call_ms`` as ``calls_per_sample`` (with
 K > 1 the percentiles are of K-call means). On CPU every call is timed (K = 1). Every call time is kept in
 ``raw/<run_id>_gemm_r<k>_calls.json`` (listed in ``samples``). ``context`` names the BLAS
-(numpy's build configuration) or the CUDA device, the threads and the CPU model.
+(numpy's build configuration) or the CUDA device, the threads and the CPU model. On CPU the
+OpenBLAS threads are capped at the usable CPUs (affinity and cgroup CPU quota,
+``_common.usable_cpus``; a smaller OPENBLAS_NUM_THREADS / OMP_NUM_THREADS is kept):
+``context.threads`` is the count the products ran with, ``context.blas_threads`` the detail.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from benchrun.suites._common import (
     int_list_param,
     int_param,
     percentile,
+    cap_openblas_threads,
     torch_present,
     usable_cpus,
 )
@@ -205,6 +209,11 @@ def run(ctx: SuiteContext) -> None:
         )
         timer = _time_torch_cuda
     else:
+        # OpenBLAS sizes its pool from the CPUs it sees, not the pod's quota: threads past the
+        # quota are throttled, not run together, so cap them at the usable CPUs
+        cpus = usable_cpus()
+        blas_threads = cap_openblas_threads(cpus)
+        counts = {lib["threads"] for lib in blas_threads["libraries"]}
         ctx.context.update(
             {
                 "device": "cpu",
@@ -212,7 +221,9 @@ def run(ctx: SuiteContext) -> None:
                 "blas": numpy_blas(),
                 "numpy_version": np.__version__,
                 "cpu_model": cpu_model(),
-                "usable_cpus": usable_cpus(),
+                "usable_cpus": cpus,
+                "blas_threads": blas_threads,
+                "threads": counts.pop() if len(counts) == 1 else None,
                 "thread_env": {
                     k: os.environ[k]
                     for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")

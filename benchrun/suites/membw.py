@@ -28,6 +28,14 @@ moves 5 arrays per element while being credited with 3 (the reported triad figur
 lower bound on the traffic; ``context.triad_passes`` says so). torch's
 ``add(b, c, alpha=q)`` is one pass.
 
+STREAM's rule: each array at least 4x the total last-level cache, or part of what is timed is
+cache. On CPU the suite reads the LLC (``/sys/devices/system/cpu/cpu*/cache/index*``, the
+highest level, summed over the distinct caches by their shared CPU lists) into
+``context.llc``, and sets ``context.verdict`` ``valid`` | ``invalid`` (``verdict_reasons``
+names the array size, 4x the LLC and the ``elements`` that would meet it; null with the
+reason where the LLC cannot be read). The default 20M float64 (152.6 MiB per array) is
+under the rule on hosts with more than 38 MiB of LLC: set ``elements`` there.
+
 Metrics (``case`` = kernel on CUDA, ``<kernel>,threads=<n>`` on CPU): ``bandwidth_best_gb_per_s`` (the best iteration, STREAM's
 figure) and ``bandwidth_median_gb_per_s`` (GB = 1e9 bytes). Per-iteration times go to
 ``raw/<run_id>_membw_r<k>_iterations.json``.
@@ -35,6 +43,8 @@ figure) and ``bandwidth_median_gb_per_s`` (GB = 1e9 bytes). Per-iteration times 
 
 from __future__ import annotations
 
+import glob
+import os
 import time
 import threading
 from typing import Any, Callable, NamedTuple
@@ -65,6 +75,49 @@ ARRAYS_MOVED = {"copy": 2, "scale": 2, "add": 3, "triad": 3}  # STREAM's account
 SCALAR = 3.0
 # a[] grows 15x a pass (c = a; b = 3c; c = a + b; a = b + 3c); the warm-up pass counts too
 MAX_ITERATIONS = {"float32": 30, "float64": 250}
+
+
+CPU_SYSFS = "/sys/devices/system/cpu"  # where the cache sizes are read
+_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
+
+
+def _sysfs(directory: str, name: str) -> str:
+    with open(os.path.join(directory, name), encoding="ascii") as fh:
+        return fh.read().strip()
+
+
+def last_level_cache(root: str | None = None) -> dict[str, Any] | None:
+    """The last-level cache: the highest cache level sysfs lists (data or unified), its size
+    summed over the distinct caches (one per shared CPU list: a socket's L3 counted once, every
+    socket counted); None where sysfs shows none."""
+    root = root or CPU_SYSFS
+    found: dict[tuple[int, str], int] = {}
+    for index in glob.glob(os.path.join(root, "cpu[0-9]*", "cache", "index[0-9]*")):
+        try:
+            if _sysfs(index, "type") == "Instruction":
+                continue
+            size, level, shared = _sysfs(index, "size"), int(_sysfs(index, "level")), _sysfs(index, "shared_cpu_list")
+            number, unit = (size[:-1], size[-1].upper()) if size[-1:].isalpha() else (size, "")
+            found[(level, shared)] = int(number) * _UNITS[unit]
+        except (OSError, ValueError, KeyError):
+            continue
+    if not found:
+        return None
+    top = max(level for level, _ in found)
+    sizes = [size for (level, _), size in found.items() if level == top]
+    return {"level": top, "bytes": sum(sizes), "caches": len(sizes), "source": root}
+
+
+def stream_rule(array_bytes: int, itemsize: int, llc: dict[str, Any] | None) -> tuple[str | None, list[str]]:
+    """STREAM's rule (each array >= 4x the total LLC): (valid | invalid | None, reasons)."""
+    if llc is None:
+        return None, [f"last-level cache size not readable under {CPU_SYSFS}: STREAM's 4x rule not checked"]
+    need = 4 * llc["bytes"]
+    if array_bytes >= need:
+        return "valid", []
+    return "invalid", [f"each array is {array_bytes / 2**20:.1f} MiB, under 4x the {llc['bytes'] / 2**20:.1f} MiB "
+                       f"L{llc['level']} cache ({need / 2**20:.1f} MiB): part of the traffic can be served by the "
+                       f"cache (STREAM's rule); set elements to at least {-(-need // itemsize)}"]
 
 
 def chunk_bounds(n: int, threads: int) -> list[tuple[int, int]]:
@@ -243,6 +296,11 @@ def run(ctx: SuiteContext) -> None:
                             "cpu_model": cpu_model(), "usable_cpus": usable_cpus(), "triad_passes": 2,
                             "threads": threads, "chunk_elements": -(-n // threads),
                             "timer": "time.perf_counter around all chunks of a kernel"})
+        llc = last_level_cache()
+        verdict, reasons = stream_rule(n * itemsize, itemsize, llc)
+        ctx.context.update({"llc": llc, "verdict": verdict, "verdict_reasons": reasons})
+        for reason in reasons:
+            ctx.log(f"membw: {reason}")
     ctx.context.update({"elements": n, "dtype": dtype, "array_mib": n * itemsize / 2**20,
                         "bytes_counted_as": "STREAM (copy/scale 2 arrays, add/triad 3 arrays per element)",
                         "warmup_passes": 1})

@@ -11,17 +11,31 @@ Parameters (defaults in brackets):
         (split evenly over ranks), steps [20] measured after warmup_steps [3],
     lr [0.003], seed [0], world_size [1] (single node only), backend auto|gloo|nccl,
     scaling_sweep [false]: also time rank 0 alone for the weak-scaling efficiency,
-    checkpoint [true]: save and restore model + optimizer state, timed,
+    checkpoint [true]: save and restore model + optimizer state, timed; the file is dropped
+        from the page cache before the restore (posix_fadvise DONTNEED), and
+        ``context.checkpoint_restore_read`` says whether the read was cold (mincore: no page
+        resident; tmpfs keeps files in memory, so a restore there is warm and says so),
+    checkpoint_dir: where the checkpoint file goes (a temporary directory inside it; default
+        the system's temporary directory): put it on the storage a real job would restore from,
     peak_tflops_per_device: the declared dense peak for MFU (else a known GPU's, else none),
     target_tokens: tokens a full training run needs, for time_to_train_hours,
     timeout_s [300]: the process group's deadline.
 
+On CPU each rank runs torch with the usable CPUs (affinity and cgroup CPU quota) divided
+among this node's ranks, OMP_NUM_THREADS (set by the launcher) capped at that share:
+``context.cpu_threads`` gives the count.
+
 Per replicate (warm-up steps excluded; a step's time is the slowest rank's):
-step_time_p50_ms / p99, tokens_per_second (global) and per device, model FLOPs per token
+step_time_p50_ms / p99 (forward, backward and optimizer step), tokens_per_second (global)
+and per device over the wall-clock window of the measured steps (the longest rank's: each
+step's batch, host-to-device copy, loss all_reduce and ``.item()`` included, so it, MFU and
+time_to_train_hours are of the time the steps took, not of their timed regions alone;
+``context.throughput_window`` gives the window and the timed share), model FLOPs per token
 (:func:`model_flops_per_token`, its formula in the result), ``mfu_pct`` against the
 declared peak (absent, with the reason, when no peak is known), scaling efficiency when a
 sweep is asked, time to first step (process start → first optimizer step done, rendezvous
-included), checkpoint save / restore time and size, peak memory of the largest rank (CUDA allocator
+included; the start is the kernel's stamp of the process, before the interpreter and its imports,
+``context.process_start_from`` says so or names the fallback), checkpoint save / restore time and size, peak memory of the largest rank (CUDA allocator
 peak on a GPU, peak RSS on CPU), per-rank step-time medians with their node. The loss must be finite and fall (mean of the last three steps below the first
 three); otherwise the replicate fails with the reason.
 """
@@ -30,6 +44,8 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
+import re
 import shutil
 import socket
 import tempfile
@@ -60,19 +76,47 @@ FLOPS_FORMULA = ("6*N + 12*n_layers*d_model*seq_len, N = 12*n_layers*d_model^2 +
                  "(matmul weights: attention QKV+output, MLP 4x, LM head; embeddings, biases and norms excluded; "
                  "attention term without a causal discount, as in PaLM's MFU)")
 
-# Dense BF16 tensor-core peaks from NVIDIA's datasheets (TFLOP/s per GPU), matched on the
-# device name. A GPU not listed gets no MFU unless the spec declares peak_tflops_per_device.
-KNOWN_PEAK_TFLOPS_BF16 = (
-    ("H100 PCIe", 756.0),
-    ("H100", 989.4),
-    ("H200", 989.4),
-    ("B200", 2250.0),
-    ("A100", 312.0),
-)
+# Dense BF16 tensor-core peaks from NVIDIA's datasheets (TFLOP/s per GPU), by (model, board):
+# the board is "NVL" or "PCIe" when the device name says so, else "SXM". A name is matched on
+# its model and board exactly (never by substring: "H100 NVL" is not an H100 SXM, "GH200" not
+# an H200); a pair not listed gets no MFU unless the spec declares peak_tflops_per_device.
+# H100 NVL and H200 NVL are left out: their per-GPU figure is not one we could source.
+KNOWN_PEAK_TFLOPS_BF16 = {
+    ("H100", "SXM"): 989.4,
+    ("H100", "PCIe"): 756.0,
+    ("H200", "SXM"): 989.4,
+    ("B200", "SXM"): 2250.0,
+    ("A100", "SXM"): 312.0,
+    ("A100", "PCIe"): 312.0,
+}
+_MODEL = re.compile(r"^[A-Z]{1,3}\d{2,4}[A-Z]?$")
+
+
+def gpu_model_board(device_name: str) -> tuple[str | None, str]:
+    """(model, board) of a CUDA device name: "NVIDIA H100 80GB HBM3" → (H100, SXM),
+    "NVIDIA H100 PCIe" → (H100, PCIe), "NVIDIA H200 NVL" → (H200, NVL), "NVIDIA A100-SXM4-80GB"
+    → (A100, SXM), "NVIDIA GH200 480GB" → (GH200, SXM)."""
+    tokens = re.split(r"[\s\-_]+", device_name.upper().strip())
+    tokens = [t for t in tokens if t and t not in ("NVIDIA", "TESLA")]
+    model = next((t for t in tokens if _MODEL.match(t)), None)
+    board = "NVL" if "NVL" in tokens else "PCIe" if any(t.startswith("PCIE") for t in tokens) else "SXM"
+    return model, board
+
+
+def peak_lookup(device_name: str | None) -> tuple[float | None, str | None]:
+    """(dense BF16 peak, None) for a listed (model, board), else (None, why not)."""
+    if not device_name:
+        return None, "no GPU name"
+    model, board = gpu_model_board(device_name)
+    peak = KNOWN_PEAK_TFLOPS_BF16.get((model, board)) if model else None
+    if peak is None:
+        return None, f"{device_name!r} (model {model or 'unrecognised'}, board {board}) is not in the known-peak table"
+    return peak, None
+
 
 PARAMETERS = ("layers", "hidden", "heads", "seq_len", "vocab", "global_batch", "steps", "warmup_steps", "lr", "seed",
           "world_size", "backend", "scaling_sweep", "checkpoint", "peak_tflops_per_device", "target_tokens",
-          "timeout_s")
+          "timeout_s", "checkpoint_dir")
 
 
 def model_params_matmul(layers: int, hidden: int, vocab: int) -> int:
@@ -86,13 +130,8 @@ def model_flops_per_token(layers: int, hidden: int, seq_len: int, vocab: int) ->
 
 
 def known_peak_tflops(device_name: str | None) -> float | None:
-    """The dense BF16 peak of a known GPU, else None."""
-    if not device_name:
-        return None
-    for needle, peak in KNOWN_PEAK_TFLOPS_BF16:
-        if needle.lower() in device_name.lower():
-            return peak
-    return None
+    """The dense BF16 peak of a known GPU (:func:`peak_lookup`), else None."""
+    return peak_lookup(device_name)[0]
 
 
 def loss_verdict(losses: list[float], window: int = 3) -> str | None:
@@ -172,6 +211,7 @@ class Settings(NamedTuple):
     peak_declared: float | None
     target_tokens: int | None
     world_size: int | None
+    checkpoint_dir: str | None = None
 
 
 def settings(ctx: Params, gang: Gang | None = None) -> Settings:
@@ -200,15 +240,24 @@ def settings(ctx: Params, gang: Gang | None = None) -> Settings:
     world_size = world_size_param(ctx, gang, 1)
     if world_size is not None and global_batch % world_size:
         raise ParamError(f"parameter global_batch={global_batch} must be a multiple of the world size {world_size}")
+    checkpoint_dir = ctx.param("checkpoint_dir", None)
+    if checkpoint_dir is not None and (not isinstance(checkpoint_dir, str) or not checkpoint_dir):
+        raise ParamError(f"parameter checkpoint_dir={checkpoint_dir!r} must be a directory path")
     return Settings(layers, hidden, heads, seq_len, vocab, global_batch, steps, warmup, lr, seed, requested, sweep,
-                    checkpoint, timeout_s, peak_declared, target_tokens, world_size)
+                    checkpoint, timeout_s, peak_declared, target_tokens, world_size, checkpoint_dir)
 
 
 def run(ctx: SuiteContext) -> None:
     """Train, then (on global rank 0's node) report step times, throughput, MFU and checkpoints."""
     gang = gang_from_env()
     (layers, hidden, heads, seq_len, vocab, global_batch, steps, warmup, lr, seed, requested, sweep, checkpoint,
-     timeout_s, peak_declared, target_tokens, world_size) = settings(ctx, gang)
+     timeout_s, peak_declared, target_tokens, world_size, checkpoint_dir) = settings(ctx, gang)
+    if checkpoint_dir is not None:  # where the suite runs: validate cannot see this host's directories
+        where = Path(checkpoint_dir).expanduser()
+        if not where.is_dir() or not os.access(where, os.W_OK | os.X_OK):
+            raise ParamError(f"parameter checkpoint_dir={checkpoint_dir!r} is not a writable directory here; "
+                             "create it or omit checkpoint_dir")
+        checkpoint_dir = str(where)
     if gang is not None:
         local, node_rank = gang.local_world_size, gang.node_rank  # world_size: the gang's (world_size_param)
         init_method = gang.init_method
@@ -234,7 +283,7 @@ def run(ctx: SuiteContext) -> None:
     cfg = {"layers": layers, "hidden": hidden, "heads": heads, "seq_len": seq_len, "vocab": vocab,
            "global_batch": global_batch, "steps": steps, "warmup_steps": warmup, "lr": lr, "seed": seed,
            "device": device, "backend": backend, "scaling_sweep": sweep, "checkpoint": checkpoint,
-           "timeout_s": timeout_s, "local_ranks": local}
+           "timeout_s": timeout_s, "local_ranks": local, "checkpoint_dir": checkpoint_dir}
     me = node_name()
     ranks = [(node_rank * local + l, l) for l in range(local)]
     ctx.log(f"training: {world_size} ranks ({local} on this node, node {node_rank}), {device}, backend {backend}, "
@@ -252,7 +301,8 @@ def run(ctx: SuiteContext) -> None:
     ctx.context.update({"device": device, "backend": backend, "world_size": world_size, "nodes": gang.nodes if gang else 1,
                         "ranks_per_node": local, "torch_version": docs[0].get("torch_version"),
                         "gpu_name": docs[0].get("gpu_name"), "dtype": "bfloat16 autocast" if cuda else "float32",
-                        "node_name": me})
+                        "node_name": me, "cpu_threads": docs[0].get("cpu_threads"),
+                        "process_start_from": ctx.t_process_start_source})
     if node_rank != 0:
         return  # node 0 reports the replicate; this node's ranks are in rank 0's gathered samples
     report(ctx, docs[0], cfg, world_size, gang.nodes if gang else 1, peak_declared, target_tokens)
@@ -275,16 +325,22 @@ def report(ctx: SuiteContext, doc: dict[str, Any], cfg: dict[str, Any], world_si
     per_rank = np.array([r["step_times_s"][warmup:] for r in ranks])  # rank x measured step
     step = per_rank.max(axis=0)  # a synchronous step ends when its slowest rank does
     tokens_per_step = cfg["global_batch"] * cfg["seq_len"]
-    tps = tokens_per_step * len(step) / float(step.sum())
+    # Throughput over the wall-clock window of the measured steps (the longest rank's: the
+    # steps are synchronous, so the gang's tokens took that long), not the sum of the timed
+    # regions, which leaves out each step's batch, copy, loss all_reduce and .item().
+    wall = max(float(r["measured_wall_s"]) for r in ranks)
+    tps = tokens_per_step * len(step) / wall
     flops_tok = model_flops_per_token(cfg["layers"], cfg["hidden"], cfg["seq_len"], cfg["vocab"])
     case = (f"L{cfg['layers']}-d{cfg['hidden']}-T{cfg['seq_len']}-B{cfg['global_batch']}-"
             f"n{nodes}x{world_size // nodes}")
     gpu = doc.get("gpu_name")
-    peak = peak_declared if peak_declared is not None else known_peak_tflops(gpu)
+    known, unknown_why = peak_lookup(gpu) if gpu else (None, None)
+    peak = peak_declared if peak_declared is not None else known
     peak_source = "declared" if peak_declared is not None else (f"known peak of {gpu}" if peak else None)
     mfu = 100.0 * flops_tok * tps / (peak * 1e12 * world_size) if peak else None
     mfu_reason = None if peak else (f"unavailable: no declared peak for {gpu or cfg['device']} "
-                                    "(set parameter peak_tflops_per_device)")
+                                    + (f"and {unknown_why} " if unknown_why else "")
+                                    + "(set parameter peak_tflops_per_device)")
     scaling = None
     scaling_reason = "not asked (parameter scaling_sweep)" if not cfg["scaling_sweep"] else None
     single = doc.get("single_rank")
@@ -292,7 +348,7 @@ def report(ctx: SuiteContext, doc: dict[str, Any], cfg: dict[str, Any], world_si
         scaling_reason = "world size 1: nothing to scale"
     elif single:
         t1 = np.array(single["step_times_s"][warmup:])
-        tps1 = (cfg["global_batch"] // world_size) * cfg["seq_len"] * len(t1) / float(t1.sum())
+        tps1 = (cfg["global_batch"] // world_size) * cfg["seq_len"] * len(t1) / float(single["measured_wall_s"])
         scaling = 100.0 * tps / (world_size * tps1)
     ttfs = max(r["time_to_first_step_s"] for r in ranks if r.get("time_to_first_step_s") is not None) \
         if any(r.get("time_to_first_step_s") is not None for r in ranks) else None
@@ -334,7 +390,7 @@ def report(ctx: SuiteContext, doc: dict[str, Any], cfg: dict[str, Any], world_si
         "seq_len": cfg["seq_len"], "vocab": cfg["vocab"], "global_batch": cfg["global_batch"],
         "measured_steps": int(len(step)), "warmup_steps": warmup,
         "step_time_p50_ms": p50 * 1e3, "step_time_p99_ms": p99 * 1e3,
-        "tokens_per_second": tps, "tokens_per_second_per_device": tps / world_size,
+        "tokens_per_second": tps, "tokens_per_second_per_device": tps / world_size, "measured_wall_s": wall,
         "model_params_matmul": model_params_matmul(cfg["layers"], cfg["hidden"], cfg["vocab"]),
         "model_flops_per_token": flops_tok, "flops_formula": FLOPS_FORMULA,
         "mfu_pct": mfu, "mfu_reason": mfu_reason, "peak_tflops_used": peak, "peak_source": peak_source,
@@ -343,10 +399,18 @@ def report(ctx: SuiteContext, doc: dict[str, Any], cfg: dict[str, Any], world_si
         "training_reliability_pct": reliability,
         "checkpoint_save_s": doc.get("checkpoint_save_s"), "checkpoint_restore_s": doc.get("checkpoint_restore_s"),
         "checkpoint_bytes": doc.get("checkpoint_bytes"),
+        "checkpoint_restore_cold": (doc.get("checkpoint_restore_read") or {}).get("cold"),
         "peak_memory_bytes": peak_mem, "peak_memory_kind": doc.get("peak_memory_kind"),
         "loss_first": float(np.mean(losses[:3])), "loss_last": float(np.mean(losses[-3:])),
         "slowest_rank": int(ranks[slowest]["rank_id"]), "slowest_rank_node": ranks[slowest].get("node_name"),
     })
+    if "checkpoint_restore_read" in doc:
+        ctx.context["checkpoint_restore_read"] = doc["checkpoint_restore_read"]
+    ctx.context["throughput_window"] = {
+        "basis": "wall-clock window of the measured steps, the longest rank's (batch, host-to-device copy, "
+                 "loss all_reduce and .item() included); step_time_* are forward+backward+optimizer only",
+        "measured_wall_s": wall, "measured_steps": int(len(step)), "timed_s": float(step.sum()),
+        "timed_share": float(step.sum()) / wall if wall > 0 else None}
     ctx.context.update({"flops_formula": FLOPS_FORMULA, "losses": losses, "mfu": mfu_reason or f"peak {peak} TFLOP/s ({peak_source})"})
     ctx.log(f"training {case}: step p50 {p50 * 1e3:.1f} ms, {tps:.0f} tokens/s, loss {losses[0]:.3f} -> {losses[-1]:.3f}"
             + (f", MFU {mfu:.2f}%" if mfu is not None else f", MFU {mfu_reason}")
