@@ -113,6 +113,8 @@ def test_the_timed_torch_calls_compute_the_product(dtype: str) -> None:
 def test_cpu_blas_threads_are_capped_at_the_cgroup_quota(tmp_path, monkeypatch) -> None:
     # a pod limited to 1 CPU on a bigger host: OpenBLAS's default pool is one thread per CPU it sees
 
+    import scipy.linalg  # noqa: F401  # scipy's own OpenBLAS too: its Fortran setter crashed a ctypes call
+
     from benchrun.suites import _common, gemm
     from benchrun.suites._runtime import SuiteContext
 

@@ -10,7 +10,6 @@ every replicate would).
 
 from __future__ import annotations
 
-import ctypes
 import importlib.util
 import os
 import platform
@@ -25,10 +24,6 @@ _NAMED = re.compile(r"parameter ([A-Za-z_][A-Za-z0-9_]*)")
 CGROUP_ROOT = "/sys/fs/cgroup"  # where usable_cpus() reads the CPU quota
 # OpenBLAS's thread-count entry points as builds export them: the plain library, numpy's
 # scipy-openblas (64-bit integers, prefixed and suffixed), a 64-bit-integer build
-_OPENBLAS_THREADS = (("openblas_set_num_threads", "openblas_get_num_threads"),
-                     ("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_"),
-                     ("scipy_openblas_set_num_threads_", "scipy_openblas_get_num_threads_"),
-                     ("openblas_set_num_threads64_", "openblas_get_num_threads64_"))
 
 
 class ParamError(ValueError):
@@ -193,25 +188,15 @@ def usable_cpus() -> int:
 
 
 def openblas_pools() -> list[tuple[str, Any, Any]]:
-    """(path, set_num_threads, get_num_threads) of every OpenBLAS loaded in this process."""
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
-            fields = [line.split(None, 5) for line in fh]
-    except OSError:
-        return []
-    pools = []
-    for path in sorted({f[5].strip() for f in fields if len(f) == 6 and "openblas" in os.path.basename(f[5]).lower()}):
-        try:
-            lib = ctypes.CDLL(path)  # already mapped: the same handle, not a second copy
-        except OSError:
-            continue
-        for set_name, get_name in _OPENBLAS_THREADS:
-            setter, getter = getattr(lib, set_name, None), getattr(lib, get_name, None)
-            if setter is not None and getter is not None:
-                getter.restype, setter.argtypes, setter.restype = ctypes.c_int, [ctypes.c_int], None
-                pools.append((path, setter, getter))
-                break
-    return pools
+    """(path, set_num_threads, get_num_threads) of every OpenBLAS loaded in this process.
+
+    threadpoolctl finds them and knows each build's C entry points (scipy's OpenBLAS exports a
+    Fortran ``..._set_num_threads_`` that takes a pointer: called with an int it crashed the
+    process, which a hand-written symbol list did)."""
+    from threadpoolctl import ThreadpoolController
+
+    return [(lc.filepath, lc.set_num_threads, lc.get_num_threads)
+            for lc in ThreadpoolController().lib_controllers if lc.internal_api == "openblas"]
 
 
 def cap_openblas_threads(cap: int) -> dict[str, Any]:
