@@ -337,3 +337,13 @@ def test_command_modules_import_light() -> None:
     import benchrun.warehouse as wh  # the lazy names still resolve
 
     assert wh.curate_run is curate_run and "TABLES" in dir(wh)
+
+
+def test_a_renamed_run_directory_is_refused_not_curated_under_its_status_id(tmp_path: Path) -> None:
+    # a run directory copied by hand to another name would put its rows under the id in its status.json
+    run_dir = make_run_dir(tmp_path, "run-orig", replicates=1)
+    copy = run_dir.parent / "run-copy"
+    run_dir.rename(copy)
+    with pytest.raises(BenchrunError, match=r"run_id is 'run-orig' but the directory is 'run-copy'.*rename it to run-orig"):
+        curate_run(copy, tmp_path, None)
+    assert not (tmp_path / "warehouse").exists() or _count(tmp_path, "SELECT count(*) FROM benchmark_run_fact") == 0

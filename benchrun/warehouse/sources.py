@@ -104,6 +104,9 @@ def load_sources(run_dir: Path, manifest: ObjectManifest | None, home: Path) -> 
     if not isinstance(status, dict) or not status.get("run_id"):
         raise BenchrunError(f"{run_dir / 'status.json'}: missing or has no run_id; is {run_dir} a run directory?")
     run_id = validate_run_id(status["run_id"])
+    if run_dir.name != run_id:  # a copied or renamed directory: its rows would land under another run's id
+        raise BenchrunError(f"{run_dir / 'status.json'}: run_id is {run_id!r} but the directory is {run_dir.name!r}; "
+                            f"a run directory is named after its run id: rename it to {run_id}")
     structured = run_dir / "structured"
     env = _read_json(structured / f"{run_id}_environment.json") or {}
     spec = _read_spec(structured / f"{run_id}_spec.yaml")
