@@ -71,7 +71,12 @@ def cancel_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
     from benchrun.rundir import TERMINAL_PHASES, read_json_or_none
     from benchrun.runend import cancel_run
 
+    from benchrun.sharedstate import pull_run
+
     root = benchrun_home(home)
+    # another pod (the run's worker) may have moved it on since this home last read it: the shared
+    # status first (no-op without BENCHRUN_SHARED_STATE; a pull that fails raises, nothing canceled)
+    pull_run(validate_run_id(run_id), root, status_only=True)
     rd = _run_dir(root, run_id)
     phase = rd.read_status().get("phase")
     if phase == "Canceled":

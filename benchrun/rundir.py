@@ -439,8 +439,8 @@ def mark_run_failed(home: Path | str | None, run_id: str, reason: str, *, over_s
     rd.set_condition("Failed", True, "OrchestratorRunFailed", reason)
     # The outcome column agrees with the phase; what the suites measured is kept for a retry.
     rd.update_status(outcome="failed", outcome_measured=st.get("outcome_measured") or st.get("outcome"))
-    rd.set_phase("Failed", message=reason)
-    return True
+    # False when the shared copy held a final phase another pod set: the merge keeps that one
+    return rd.set_phase("Failed", message=reason).get("phase") == "Failed"
 
 
 def mark_run_canceled(home: Path | str | None, run_id: str, reason: str) -> bool:
@@ -455,5 +455,5 @@ def mark_run_canceled(home: Path | str | None, run_id: str, reason: str) -> bool
         return False
     rd.set_condition("Canceled", True, "Canceled", reason)
     rd.update_status(outcome="canceled", outcome_measured=st.get("outcome_measured") or st.get("outcome"))
-    rd.set_phase("Canceled", message=reason)
-    return True
+    # False when the shared copy held a final phase another pod set: the merge keeps that one
+    return rd.set_phase("Canceled", message=reason).get("phase") == "Canceled"

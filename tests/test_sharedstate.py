@@ -414,3 +414,57 @@ def test_a_pull_during_a_push_never_sees_a_finished_status_beside_missing_files(
     sharedstate.pull_run("run-a", reader)
     assert json.loads((pulled / "status.json").read_text())["phase"] == "Succeeded"
     assert all((pulled / rel).is_file() for rel in names)
+
+
+def _stale_here(home: Path, worker_home: Path, name: str, attempt: str, *phases: str) -> str:
+    """A run pinned in ``home`` and pushed; its worker pod then records ``attempt`` and ``phases``
+    and pushes them: ``home`` still reads it Pending."""
+    from benchrun.rundir import RunDir
+    from benchrun.submit import prepare
+
+    doc = yaml.safe_load(_spec_bytes())
+    doc["metadata"]["name"] = name
+    prepared = prepare(yaml.safe_dump(doc, sort_keys=False).encode(), home=home)
+    sharedstate.push_run(prepared.run_dir, home)
+    sharedstate.pull_run(prepared.run_id, worker_home)
+    worker = RunDir.for_run(prepared.run_id, worker_home)
+    worker.update_status(dagster_run_id=attempt)
+    for phase in phases:
+        worker.set_phase(phase)
+    assert RunDir.for_run(prepared.run_id, home).read_status()["phase"] == "Pending"
+    return prepared.run_id
+
+
+def test_cancel_and_the_failure_sensor_read_the_shared_status_first(tmp_path: Path, s3_env: str,  # noqa: F811
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from benchrun import runend
+    from benchrun.automation.failures import record_orchestrator_failure
+    from benchrun.automation.settings import JOB_NAME
+    from benchrun.rundir import RunDir
+    from benchrun.runctl import cancel_run
+
+    boto3.client("s3", endpoint_url=s3_env).create_bucket(Bucket="benchrun-stale")
+    monkeypatch.setenv(sharedstate.ENV, "s3://benchrun-stale/state")
+    home, worker_home = tmp_path / "ctl", tmp_path / "worker"
+    done = _stale_here(home, worker_home, "shared-done", "attempt-1", "Running", "Analyzing", "Succeeded")
+    again = _stale_here(home, worker_home, "shared-again", "attempt-2", "Running")
+
+    # marking on the stale copy: the merge keeps the worker's Succeeded, and says it did not mark
+    # (was: True, "marked", and the run's facts curated again for a phase it never took)
+    assert runend.cancel_run(home, done, "stale") is False
+    assert RunDir.for_run(done, home).read_status()["phase"] == "Succeeded"
+    # `benchrun cancel` on a run finished elsewhere: decided on the shared status, refused
+    # (was: decided on this home's Pending, "not started: marked Canceled", phase Succeeded printed)
+    fresh = _stale_here(home, worker_home, "shared-fresh", "attempt-1", "Running", "Analyzing", "Succeeded")
+    with pytest.raises(BenchrunError, match="already ended in phase Succeeded"):
+        cancel_run(fresh, home=home)
+    # the failure sensor hears of attempt-1 failing while attempt-2 runs: this home's copy names no
+    # attempt, the shared one names attempt-2, so the late event is ignored (was: the run marked
+    # Failed under its running second attempt)
+    late = SimpleNamespace(job_name=JOB_NAME, run_id="attempt-1", tags={"dagster/partition": again})
+    why = record_orchestrator_failure(late, "terminated", home)
+    assert why is not None and "not run" in why and "attempt-2" in why
+    assert sharedstate.shared_state().read_status(again)["phase"] == "Running"
+    assert sharedstate.shared_state().read_status(fresh)["phase"] == "Succeeded"

@@ -34,6 +34,12 @@ def record_orchestrator_failure(dagster_run: Any, reason: str, home: Path | None
         return f"run {dagster_run.run_id} has no partition: no benchmark run to mark"
     full = f"{reason} (Dagster run {dagster_run.run_id})"
     try:
+        from benchrun.paths import validate_run_id
+        from benchrun.sharedstate import pull_run
+
+        # this home's copy may be stale (the run's worker pod wrote since): which attempt is current,
+        # and whether the run already ended, are read from the shared status (no-op without one)
+        pull_run(validate_run_id(run_id), benchrun_home(home), status_only=True)
         current = _current_attempt(benchrun_home(home), run_id)
         if current and current != dagster_run.run_id:
             # a late event of an earlier attempt: the partition's run was started again since
