@@ -454,6 +454,21 @@ def test_host_cpu_utilization_has_no_better_or_worse(tmp_path):
     # an older comparison record (no change_pct): still no better/worse, and the change as measured
     old = {**rec, "change_pct": None, "better_worse": None}
     assert format_change(old) == f"{rec['change_pct']:+.1f} %"
+    # one written before the row had no direction: "higher", and its fall called worse; read back,
+    # neither (was: "-22.5 % (worse)" in a rebuilt report or `show`)
+    from benchrun.stats.reading import read_comparison
+
+    ratio = cpu.candidate_median / cpu.baseline_median  # that record's ratio: higher-is-better, c/b
+    written = {**rec, "direction": "higher", "better_worse": "worse", "ratio": ratio,
+               "ci_low": ratio * 0.98, "ci_high": ratio * 1.02}
+    no_pct = {**written, "change_pct": None, "change_low_pct": None, "change_high_pct": None}
+    for stored, pct in ((written, rec["change_pct"]), (no_pct, (ratio - 1) * 100)):
+        back = read_comparison({"metrics": [stored]})["metrics"][0]
+        assert back["direction"] == "none" and back["better_worse"] == ""
+        assert format_change(back) == f"{pct:+.1f} %" and pct < -20  # as measured: it went down
+    back = read_comparison({"metrics": [no_pct]})["metrics"][0]
+    assert (back["change_low_pct"], back["change_high_pct"]) == pytest.approx(((ratio * 0.98 - 1) * 100,
+                                                                                 (ratio * 1.02 - 1) * 100))
     status = {"run_id": "cand", "phase": "Succeeded"}
     text = render(cand, status, Budget(10_000, [])).text
     assert ("# HELP benchrun_cpu_utilization_pct_mean cpu_utilization_pct_mean in % (context: neither higher "

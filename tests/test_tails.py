@@ -336,6 +336,13 @@ def test_a_pooled_p99_row_keeps_the_replicate_medians_and_says_its_shift_is_the_
     assert pooled_note(back).endswith("(not known: this comparison was recorded before they were kept beside "
                                       "the pooled p99s)")
     assert read_comparison({"metrics": [rec]})["metrics"][0] == rec
+    # a row that record could not gate kept its replicate medians (the old code wrote the pooled p99s
+    # over them only when it gated): they stay (was: moved to the pooled columns, the medians lost)
+    ungated = {**old, "baseline_median": 25.32, "candidate_median": 25.17, "ratio": None, "change_pct": None,
+               "verdict": "not gateable: 200 requests, needs 368"}
+    kept = read_comparison({"metrics": [ungated]})["metrics"][0]
+    assert (kept["baseline_median"], kept["candidate_median"]) == (25.32, 25.17)
+    assert "p99_pooled_baseline" not in kept and not pooled_note(kept)
 
 
 def test_the_cli_and_the_report_label_a_pooled_p99_rows_change(tmp_path, monkeypatch, capsys):

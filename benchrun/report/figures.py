@@ -81,19 +81,14 @@ def forest_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     direction (:mod:`benchrun.stats.reading`, the convention of the CLI, the JSON and the
     headline), and the colour: by verdict on gating rows, neutral on secondary ones. Context
     rows (role ``context``: no verdict) are left out."""
-    from benchrun.stats.reading import change_of
+    from benchrun.stats.reading import change_interval_of, change_of
 
     out = []
     for r in rows:
         if r.get("role") == "context":
             continue
         pct, bw = change_of(r)
-        lo, hi = r.get("change_low_pct"), r.get("change_high_pct")
-        if (lo is None or hi is None) and r.get("ci_low") is not None and r.get("ci_high") is not None:
-            # an older record: its interval is on the higher-is-better ratio scale
-            a, b = float(r["ci_low"]), float(r["ci_high"])
-            lo, hi = ((a - 1) * 100, (b - 1) * 100) if r.get("direction") == "higher" else \
-                ((1 / b - 1) * 100 if b > 0 else math.nan, (1 / a - 1) * 100 if a > 0 else math.inf)
+        lo, hi = change_interval_of(r)
         if pct is None or not np.isfinite(pct) or pct <= -100 or lo is None or hi is None:
             continue
         gating = bool(r.get("gating"))

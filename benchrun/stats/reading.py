@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 import numpy as np
 from scipy import stats
 
-from benchrun.stats.directions import DIRECTIONS, has_direction
+from benchrun.stats.directions import DIRECTIONS, NO_DIRECTION, has_direction, read_direction
 from benchrun.stats.family import Primary, parse_primary
 from benchrun.stats.ranktest import rejects, smallest_one_sided_p
 
@@ -210,10 +210,22 @@ def change_of(rec: dict) -> tuple[float | None, str]:
         ratio = rec.get("ratio")
         if ratio is None or (isinstance(ratio, float) and math.isnan(ratio)) or ratio <= 0:
             return None, ""
-        measured = ratio if rec.get("direction") == "higher" else 1.0 / ratio  # as the comparison oriented it
+        # as the comparison oriented it (a record with no direction at all: higher, as it was written then)
+        measured = ratio if rec.get("direction", "higher") == "higher" else 1.0 / ratio
         pct = (measured - 1.0) * 100.0
         bw = ("better" if ratio > 1 else "worse" if ratio < 1 else "same") if has_direction(rec.get("direction")) else ""
     return float(pct), bw
+
+
+def change_interval_of(rec: dict) -> tuple[float | None, float | None]:
+    """(low, high) of the change as measured in %: ``change_low_pct`` / ``change_high_pct``, or, on
+    an older record, from its interval on the higher-is-better ratio scale and its direction."""
+    lo, hi = rec.get("change_low_pct"), rec.get("change_high_pct")
+    if (lo is None or hi is None) and rec.get("ci_low") is not None and rec.get("ci_high") is not None:
+        a, b = float(rec["ci_low"]), float(rec["ci_high"])
+        lo, hi = ((a - 1) * 100, (b - 1) * 100) if rec.get("direction", "higher") == "higher" else \
+            ((1 / b - 1) * 100 if b > 0 else math.nan, (1 / a - 1) * 100 if a > 0 else math.inf)
+    return lo, hi
 
 
 def format_change(rec: dict) -> str:
@@ -260,10 +272,28 @@ def pooled_note(rec: dict) -> str:
 
 
 def read_record(rec: dict) -> dict:
-    """A comparison record as this version writes it. One recorded before the pooled-request p99s
-    had their own columns wrote them over ``baseline_median`` / ``candidate_median``: they move to
-    ``p99_pooled_*`` and the replicate medians, which that record does not hold, are None."""
+    """A comparison record as this version writes it.
+
+    One recorded before the pooled-request p99s had their own columns wrote them over
+    ``baseline_median`` / ``candidate_median`` on the rows it could gate (a finite ratio, a verdict
+    other than ``not gateable``): those move to ``p99_pooled_*`` and the replicate medians, which
+    that record does not hold, are None; a row it could not gate kept its replicate medians. One
+    recorded before a metric was read with no direction (:mod:`benchrun.stats.directions`) is read
+    with none now: no better/worse beside its change."""
+    direction = rec.get("direction")
+    if direction is not None and read_direction(rec.get("case"), rec.get("name"), direction) == NO_DIRECTION \
+            and direction != NO_DIRECTION:
+        # the change and its interval as measured, read with the direction the record was written with
+        # (its ratio and ci_* are oriented by it), then no direction
+        (pct, _), (lo, hi) = change_of(rec), change_interval_of(rec)
+        rec = {**rec, "direction": NO_DIRECTION, "better_worse": "", "change_pct": pct,
+               "change_low_pct": lo, "change_high_pct": hi}
     if rec.get("tail_method") != POOLED_METHOD or any(k in rec for k in POOLED_COLUMNS):
+        return rec
+    ratio = rec.get("ratio")
+    gated = (isinstance(ratio, (int, float)) and math.isfinite(ratio)
+             and not str(rec.get("verdict") or "").startswith("not gateable"))
+    if not gated:
         return rec
     return {**rec, POOLED_COLUMNS[0]: rec.get("baseline_median"), POOLED_COLUMNS[1]: rec.get("candidate_median"),
             "baseline_median": None, "candidate_median": None}
