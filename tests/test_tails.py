@@ -384,3 +384,33 @@ def test_the_cli_and_the_report_label_a_pooled_p99_rows_change(tmp_path, monkeyp
     assert f"{(med[1] / med[0] - 1) * 100:.4g}" in cells and "pooled-request p99s §" in cells
     assert f"{pooled[0]:.4g} → {pooled[1]:.4g} ms" in page
     assert "except on a request percentile judged on pooled requests" in page  # SHIFT_NOTE
+
+
+def test_a_suite_that_judged_its_own_measurement_invalid_is_not_gated(tmp_path):
+    # membw on arrays under STREAM's 4x-LLC rule measured cache bandwidth: before, its verdict was
+    # only logged, and a candidate's "memory bandwidth" fall was gated like any other
+    why = "each array is 30.5 MiB, under 4x the 300.0 MiB L3 cache (1200.0 MiB)"
+    invalid = {"membw": {"verdict": "invalid", "verdict_reasons": [why]}}
+
+    def metrics(level):
+        return {("membw", "threads=2", "triad_gb_per_s"): ([level * x for x in (1, 1.01, 0.99, 1.02, 0.98)], "GB/s",
+                                                           "higher"),
+                ("gemm", "n=256", "tflops"): ([10, 10.1, 9.9, 10.05, 9.95], "TFLOP/s", "higher")}
+
+    def runs(tag, primary, cand_contexts):
+        spec = {"spec": {"metrics": {"inference": {"enabled": True, "primary": primary}}}}
+        return (make_run(tmp_path, f"base-{tag}", metrics(10.0), spec=spec),
+                make_run(tmp_path, f"cand-{tag}", metrics(8.0), spec=spec, contexts=cand_contexts))
+
+    base, cand = runs("valid", ["membw/triad_gb_per_s"], {"membw": {"verdict": "valid", "verdict_reasons": []}})
+    _gate, res = compare_runs(base, cand)
+    assert res.rows.set_index("name").loc["triad_gb_per_s"].verdict == "regression" and res.suspected
+    base, cand = runs("primary", ["membw/triad_gb_per_s"], invalid)
+    _refused(base, cand, f"not gateable: the suite judged its own measurement invalid (candidate replicates "
+                         f"1, 2, 3, 4, 5): {why}", "membw/triad_gb_per_s[threads=2]")
+    base, cand = runs("secondary", ["gemm/tflops"], invalid)
+    _gate, res = compare_runs(base, cand)
+    row = res.rows.set_index("name").loc["triad_gb_per_s"]
+    assert row.verdict.startswith("not gateable: the suite judged its own measurement invalid") and not res.suspected
+    assert row.change_pct == pytest.approx(-20, abs=2)  # shown as measured, never judged
+    assert res.rows.set_index("name").loc["tflops"].verdict != "regression"

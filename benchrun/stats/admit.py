@@ -326,7 +326,8 @@ def neither_measured(rows: "pd.DataFrame", primary: Iterable[str]) -> list[str]:
 
 def ungateable_primaries(rows: "pd.DataFrame") -> list[Refusal]:
     """Gating rows the comparison could not judge (a p99 from fewer requests than it needs, or
-    whose load generator's verdict is invalid: ``benchrun.stats.tails``): a pair is not cleared of
+    whose load generator's verdict is invalid, or a suite that judged its own measurement invalid:
+    ``benchrun.stats.tails``): a pair is not cleared of
     a regression it could not test — the more errors or the fewer requests a candidate served,
     the surer it would otherwise pass."""
     if rows.empty or "gating" not in rows.columns:
@@ -334,7 +335,7 @@ def ungateable_primaries(rows: "pd.DataFrame") -> list[Refusal]:
     sel = rows[rows["gating"].astype(bool) & rows["verdict"].astype(str).str.startswith("not gateable")]
     return [Refusal(PRIMARY_NOT_GATEABLE, f"primary {r.metric} cannot be judged ({r.verdict}): run enough requests "
                                           "a replicate for every primary percentile, or fix what made the load "
-                                          "generator's verdict invalid")
+                                          "generator's or the suite's own verdict invalid")
             for r in sel.itertuples()]
 
 

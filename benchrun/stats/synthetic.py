@@ -74,6 +74,7 @@ def make_run(
     launches: Mapping[str, Sequence[str]] | None = None,
     unwritten: Mapping[str, Sequence[int]] | None = None,
     created_utc: str | None = None,
+    contexts: Mapping[str, Mapping[str, Any]] | None = None,
     manifest: bool = True,
     sealed: bool | None = None,
 ) -> Path:
@@ -84,7 +85,8 @@ def make_run(
     suite to per-replicate pandas frames written as ``raw/*_requests.parquet``.
     ``launches`` maps a suite to the launcher's status of each replicate (``ok``, ``failed``,
     ``unavailable``), written as ``structured/<run>_launches.json``; ``unwritten`` names the
-    replicates whose suite wrote no result document (killed before it could).
+    replicates whose suite wrote no result document (killed before it could); ``contexts`` maps a
+    suite to the ``context`` each of its replicates records.
     ``sealed``: store the evidence and sign it as a real run does (:func:`seal_run`); by default
     whenever a manifest is written (a finished run is signed, and a comparison refuses one that
     is not), ``sealed=False`` for a run that lost its envelope.
@@ -126,7 +128,8 @@ def make_run(
                 "schema": SCHEMA, "run_id": run_id, "suite": suite, "replicate": k,
                 "benchmark_case_id": f"{suite}-case", "status": "ok" if ok else "failed",
                 "reason": None if ok else "exit code 1", "synthetic": True,
-                "started_utc": created, "finished_utc": created, "parameters": {}, "context": {},
+                "started_utc": created, "finished_utc": created, "parameters": {},
+                "context": copy.deepcopy(dict((contexts or {}).get(suite, {}))),
                 "metrics": reps.get(k, []), "samples": {},
                 "serving": list(serving[suite][k - 1]) if serving and k <= len(serving.get(suite, [])) else [],
             }

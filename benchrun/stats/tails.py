@@ -286,6 +286,37 @@ def _sample_counts(run_dir: Path) -> dict[tuple[str, str, str], int]:
     return out
 
 
+def invalid_replicates(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """suite → {"replicates": [k, ...], "reasons": [...]} for the ok replicates whose suite judged
+    its own measurement invalid (``context.verdict`` ``invalid``, its ``verdict_reasons``: e.g. membw's
+    arrays under STREAM's 4x-LLC rule, a figure of cache bandwidth)."""
+    from benchrun.stats.load import suite_results
+
+    out: dict[str, dict[str, Any]] = {}
+    for doc in suite_results(run_dir):
+        ctx = doc.get("context")
+        if doc.get("status") != "ok" or not isinstance(ctx, dict) or ctx.get("verdict") != "invalid":
+            continue
+        entry = out.setdefault(str(doc.get("suite")), {"replicates": [], "reasons": []})
+        entry["replicates"].append(doc.get("replicate"))
+        for reason in ctx.get("verdict_reasons") or ["its verdict is invalid"]:
+            if str(reason) not in entry["reasons"]:
+                entry["reasons"].append(str(reason))
+    return out
+
+
+def invalid_note(suite: str, baseline: dict[str, dict[str, Any]], candidate: dict[str, dict[str, Any]]) -> str:
+    """``not gateable: the suite judged its own measurement invalid (baseline replicates 1, 2;
+    candidate replicate 3): <reasons>`` for a suite of :func:`invalid_replicates` in either arm, else ""."""
+    arms = [(arm, d[suite]) for arm, d in (("baseline", baseline), ("candidate", candidate)) if suite in d]
+    if not arms:
+        return ""
+    which = "; ".join(f"{arm} replicate{'s' if len(e['replicates']) > 1 else ''} "
+                      + ", ".join(str(k) for k in sorted(e["replicates"], key=str)) for arm, e in arms)
+    reasons = list(dict.fromkeys(r for _, e in arms for r in e["reasons"]))
+    return f"not gateable: the suite judged its own measurement invalid ({which}): {'; '.join(reasons)}"
+
+
 class RequestTails:
     """Supplies the comparison's p99 rows from both runs' requests (``compare_tables(tails=...)``).
 
@@ -301,6 +332,7 @@ class RequestTails:
         self.b_req, self.b_bad = _arm_requests(Path(baseline_dir))
         self.c_req, self.c_bad = _arm_requests(Path(candidate_dir))
         self.b_n, self.c_n = _sample_counts(Path(baseline_dir)), _sample_counts(Path(candidate_dir))
+        self.b_invalid, self.c_invalid = invalid_replicates(Path(baseline_dir)), invalid_replicates(Path(candidate_dir))
         self.confidence = confidence
         self.refused: dict[int, str] = {}
 
@@ -311,6 +343,11 @@ class RequestTails:
         if "tail_method" not in df.columns:
             df["tail_method"] = ""
         for i, r in df.iterrows():
+            invalid = invalid_note(str(r["suite"]), self.b_invalid, self.c_invalid)
+            if invalid:  # as measured, shown; never judged (it leaves the family, admit refuses a primary)
+                self._unjudged(df, i)
+                self.refused[i] = invalid
+                continue
             spec = P99_METRICS.get(str(r["name"]))
             if spec is None:
                 self._replicate_percentile(df, i, r)
@@ -365,12 +402,17 @@ class RequestTails:
         n = min(counts)
         if n >= need:
             return
+        self._unjudged(df, i)
+        df.at[i, "tail_method"] = f"replicate percentiles, as few as {n} samples in a replicate"
+        self.refused[i] = f"not gateable: as few as {n} samples in a replicate, needs {need}"
+
+    @staticmethod
+    def _unjudged(df: Any, i: Any) -> None:
+        """The row's tests and equivalence cleared (it leaves the family); its change stays shown."""
         for f in ("p_regression", "p_improvement", "t_regression", "t_improvement", "p_value", "eq_low", "eq_high",
                   "eq_coverage"):
             if f in df.columns:
                 df.at[i, f] = math.nan
-        df.at[i, "tail_method"] = f"replicate percentiles, as few as {n} samples in a replicate"
-        self.refused[i] = f"not gateable: as few as {n} samples in a replicate, needs {need}"
 
     def label(self, df: Any) -> None:
         for i, note in self.refused.items():
