@@ -108,7 +108,10 @@ def cancel_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
             how = (f"not admitted yet: Dagster run(s) {', '.join(stopped)} were starting, asked Dagster to "
                    "terminate them; marked Canceled")
     cancel_run(root, run_id, f"canceled by `benchrun cancel` ({how})")
-    return CancelOutcome(run_id, rd.read_status().get("phase"), how)
+    phase = rd.read_status().get("phase")
+    if phase != "Canceled":  # another pod finished it between the pull and this mark: its phase stands
+        how = f"it ended in phase {phase} meanwhile, as another pod recorded: nothing canceled"
+    return CancelOutcome(run_id, phase, how)
 
 
 def _terminate_dagster_run(instance: Any, dagster_run_id: str | None) -> None:

@@ -468,3 +468,9 @@ def test_cancel_and_the_failure_sensor_read_the_shared_status_first(tmp_path: Pa
     assert why is not None and "not run" in why and "attempt-2" in why
     assert sharedstate.shared_state().read_status(again)["phase"] == "Running"
     assert sharedstate.shared_state().read_status(fresh)["phase"] == "Succeeded"
+    # the worker finishes between the pull and the mark: the merge keeps its phase, and cancel says so
+    # (was: "phase Succeeded (not started: marked Canceled)")
+    raced = _stale_here(home, worker_home, "shared-raced", "attempt-1", "Running", "Analyzing", "Succeeded")
+    monkeypatch.setattr(sharedstate, "pull_run", lambda *a, **k: None)
+    out = cancel_run(raced, home=home)
+    assert out.phase == "Succeeded" and "nothing canceled" in out.how and "marked Canceled" not in out.how

@@ -414,3 +414,18 @@ def test_a_suite_that_judged_its_own_measurement_invalid_is_not_gated(tmp_path):
     assert row.verdict.startswith("not gateable: the suite judged its own measurement invalid") and not res.suspected
     assert row.change_pct == pytest.approx(-20, abs=2)  # shown as measured, never judged
     assert res.rows.set_index("name").loc["tflops"].verdict != "regression"
+    # the suite's failure count is judged all the same (launches crash whatever the figure measured),
+    # and a context row of the suite keeps no verdict
+    spec = {"spec": {"metrics": {"inference": {"enabled": True,
+                                               "primary": ["gemm/tflops", "membw/failed_replicates"]}}}}
+    with_ctx = {**metrics(10.0), ("membw", "telemetry", "cpu_utilization_pct_mean"): ([50.0] * 5, "%", "higher")}
+    base = make_run(tmp_path, "base-failed", with_ctx, spec=spec)
+    cand = make_run(tmp_path, "cand-failed", {**with_ctx, ("membw", "threads=2", "triad_gb_per_s"):
+                                              metrics(8.0)[("membw", "threads=2", "triad_gb_per_s")]},
+                    spec=spec, contexts=invalid, failed_replicates={"membw": [1]})
+    gate, res = compare_runs(base, cand)
+    assert res is not None, gate.message()  # was: refused, "primary membw/failed_replicates cannot be judged"
+    rows = res.rows.set_index("metric")
+    assert not str(rows.loc["membw/failed_replicates", "verdict"]).startswith("not gateable")
+    assert rows.loc["membw/cpu_utilization_pct_mean[telemetry]", "verdict"] == ""
+    assert str(rows.loc["membw/triad_gb_per_s[threads=2]", "verdict"]).startswith("not gateable")

@@ -45,7 +45,7 @@ from scipy import stats
 
 from benchrun.loadgen.metrics import pooled_reasons, requests_needed  # the one request-count rule (re-exported)
 from benchrun.stats.equivalence import level as equivalence_level
-from benchrun.stats.reading import POOLED_COLUMNS, POOLED_METHOD
+from benchrun.stats.reading import FAILED_ROW, POOLED_COLUMNS, POOLED_METHOD
 
 # the comparison's per-replicate p99 metrics and the request column behind each
 # (benchrun.loadgen.metrics.HEADLINE: p99_latency_ms is e2e_ms_p99 of a point)
@@ -305,6 +305,10 @@ def invalid_replicates(run_dir: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _replicate_order(k: Any) -> tuple[int, str]:
+    return (int(k), "") if isinstance(k, int) and not isinstance(k, bool) else (1 << 62, str(k))
+
+
 def invalid_note(suite: str, baseline: dict[str, dict[str, Any]], candidate: dict[str, dict[str, Any]]) -> str:
     """``not gateable: the suite judged its own measurement invalid (baseline replicates 1, 2;
     candidate replicate 3): <reasons>`` for a suite of :func:`invalid_replicates` in either arm, else ""."""
@@ -312,7 +316,7 @@ def invalid_note(suite: str, baseline: dict[str, dict[str, Any]], candidate: dic
     if not arms:
         return ""
     which = "; ".join(f"{arm} replicate{'s' if len(e['replicates']) > 1 else ''} "
-                      + ", ".join(str(k) for k in sorted(e["replicates"], key=str)) for arm, e in arms)
+                      + ", ".join(str(k) for k in sorted(e["replicates"], key=_replicate_order)) for arm, e in arms)
     reasons = list(dict.fromkeys(r for _, e in arms for r in e["reasons"]))
     return f"not gateable: the suite judged its own measurement invalid ({which}): {'; '.join(reasons)}"
 
@@ -343,7 +347,10 @@ class RequestTails:
         if "tail_method" not in df.columns:
             df["tail_method"] = ""
         for i, r in df.iterrows():
-            invalid = invalid_note(str(r["suite"]), self.b_invalid, self.c_invalid)
+            # a measurement row (not the suite's failure count, whose launches crash or not whatever the
+            # figure measured, nor a context row, which has no verdict)
+            invalid = ("" if r["name"] == FAILED_ROW or r.get("role") == "context"
+                       else invalid_note(str(r["suite"]), self.b_invalid, self.c_invalid))
             if invalid:  # as measured, shown; never judged (it leaves the family, admit refuses a primary)
                 self._unjudged(df, i)
                 self.refused[i] = invalid
