@@ -151,11 +151,10 @@ def print_headline(console: Any, run_dir: Path, run_id: str) -> bool:
                      "replicates cluster" if compared else "") + "); "
                   f"every metric: `benchrun show {run_id} --all` or the report", markup=False)
     from benchrun.stats.reading import pooled_note
+    from benchrun.stats.validity import run_notes
 
-    for note in (r.compared_note() for h in heads for r in h.rows):
-        if note:
-            console.print(note, markup=False, highlight=False)
-    for note in (pooled_note(r.change or {}) for h in heads for r in h.rows):
+    for note in [*(r.compared_note() for h in heads for r in h.rows), *(pooled_note(r.change or {}) for h in heads
+                                                                         for r in h.rows), *run_notes(run_dir)]:
         if note:
             console.print(note, markup=False, highlight=False)
     return True

@@ -429,3 +429,30 @@ def test_a_suite_that_judged_its_own_measurement_invalid_is_not_gated(tmp_path):
     assert not str(rows.loc["membw/failed_replicates", "verdict"]).startswith("not gateable")
     assert rows.loc["membw/cpu_utilization_pct_mean[telemetry]", "verdict"] == ""
     assert str(rows.loc["membw/triad_gb_per_s[threads=2]", "verdict"]).startswith("not gateable")
+
+
+def test_show_and_the_report_say_a_suite_judged_its_own_measurement_invalid(tmp_path):
+    # before, a canary on a host with a large cache showed membw's in-cache GB/s with no word of it
+    import io
+
+    from rich.console import Console
+
+    from benchrun.commands import print_headline
+    from benchrun.report.html import write_report
+    from benchrun.stats.analysis import trial_statistics_for_run, write_trial_statistics
+
+    why = "each array is 30.5 MiB, under 4x the 300.0 MiB L3 cache (1200.0 MiB)"
+    spec = {"spec": {"metrics": {"inference": {"enabled": True, "primary": ["membw/triad_gb_per_s"]}}}}
+    run = make_run(tmp_path, "run-a", {("membw", "threads=2", "triad_gb_per_s"): ([10.0, 10.1, 9.9], "GB/s", "higher")},
+                   spec=spec, contexts={"membw": {"verdict": "invalid", "verdict_reasons": [why]}})
+    write_trial_statistics(trial_statistics_for_run(run), run)
+    out = io.StringIO()
+    assert print_headline(Console(file=out, width=400), run, "run-a")
+    said = f"membw: the suite judged its own measurement invalid in replicates 1, 2, 3 (a comparison does not gate on its rows): {why}"
+    assert said in out.getvalue()
+    assert said in write_report(run).read_text(encoding="utf-8")
+    ok = make_run(tmp_path, "run-b", {("membw", "threads=2", "triad_gb_per_s"): ([10.0, 10.1, 9.9], "GB/s", "higher")},
+                  spec=spec, contexts={"membw": {"verdict": "valid", "verdict_reasons": []}})
+    write_trial_statistics(trial_statistics_for_run(ok), ok)
+    out = io.StringIO()
+    assert print_headline(Console(file=out, width=400), ok, "run-b") and "judged its own" not in out.getvalue()

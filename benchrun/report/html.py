@@ -268,7 +268,7 @@ def _verdict_html(v: C.Verdict, st: dict[str, Any]) -> str:
             + "</section>")
 
 
-def _headline_html(heads: list[C.SuiteHeadline], stats: Any, compared: bool) -> str:
+def _headline_html(heads: list[C.SuiteHeadline], stats: Any, compared: bool, validity: list[str] = ()) -> str:
     from benchrun.stats.reading import pooled_note
 
     said = C.coverage_said(heads, stats.confidence)[0]
@@ -308,6 +308,7 @@ def _headline_html(heads: list[C.SuiteHeadline], stats: Any, compared: bool) -> 
         parts.append("<p class='muted'>★ gates against the baseline (the spec's primary metrics).</p>")
     notes = [n for n in (r.compared_note() for h in heads for r in h.rows) if n]
     notes += [n for n in (pooled_note(r.change or {}) for h in heads for r in h.rows) if n]
+    notes += list(validity)  # suites that judged their own measurement invalid (benchrun.stats.validity)
     if notes:
         parts.append("<ul class='note'>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
     if any_range:
@@ -492,7 +493,10 @@ def write_report(run_dir: str | os.PathLike[str], *, stats: Any = None, figures_
         from benchrun.report.workerpids import pending
 
         figures_pending = pending(run.path.parent.parent, rid)
-    parts = [_verdict_html(C.verdict(run, comparison), run.status), _headline_html(heads, stats, bool(comparison and comparison.get("metrics")))]
+    from benchrun.stats.validity import run_notes
+
+    parts = [_verdict_html(C.verdict(run, comparison), run.status),
+             _headline_html(heads, stats, bool(comparison and comparison.get("metrics")), run_notes(run.path))]
     titles = {"serving": "Serving: latency against throughput", "comparison": "Change against the baseline",
               "history": "History", "replicates": "Replicates"}
     for section, title in titles.items():

@@ -46,6 +46,7 @@ from scipy import stats
 from benchrun.loadgen.metrics import pooled_reasons, requests_needed  # the one request-count rule (re-exported)
 from benchrun.stats.equivalence import level as equivalence_level
 from benchrun.stats.reading import FAILED_ROW, POOLED_COLUMNS, POOLED_METHOD
+from benchrun.stats.validity import invalid_note, invalid_replicates
 
 # the comparison's per-replicate p99 metrics and the request column behind each
 # (benchrun.loadgen.metrics.HEADLINE: p99_latency_ms is e2e_ms_p99 of a point)
@@ -284,41 +285,6 @@ def _sample_counts(run_dir: Path) -> dict[tuple[str, str, str], int]:
                 key = (str(doc.get("suite")), str(m.get("case") or ""), str(m.get("name")))
                 out[key] = min(int(n), out.get(key, int(n)))
     return out
-
-
-def invalid_replicates(run_dir: Path) -> dict[str, dict[str, Any]]:
-    """suite → {"replicates": [k, ...], "reasons": [...]} for the ok replicates whose suite judged
-    its own measurement invalid (``context.verdict`` ``invalid``, its ``verdict_reasons``: e.g. membw's
-    arrays under STREAM's 4x-LLC rule, a figure of cache bandwidth)."""
-    from benchrun.stats.load import suite_results
-
-    out: dict[str, dict[str, Any]] = {}
-    for doc in suite_results(run_dir):
-        ctx = doc.get("context")
-        if doc.get("status") != "ok" or not isinstance(ctx, dict) or ctx.get("verdict") != "invalid":
-            continue
-        entry = out.setdefault(str(doc.get("suite")), {"replicates": [], "reasons": []})
-        entry["replicates"].append(doc.get("replicate"))
-        for reason in ctx.get("verdict_reasons") or ["its verdict is invalid"]:
-            if str(reason) not in entry["reasons"]:
-                entry["reasons"].append(str(reason))
-    return out
-
-
-def _replicate_order(k: Any) -> tuple[int, str]:
-    return (int(k), "") if isinstance(k, int) and not isinstance(k, bool) else (1 << 62, str(k))
-
-
-def invalid_note(suite: str, baseline: dict[str, dict[str, Any]], candidate: dict[str, dict[str, Any]]) -> str:
-    """``not gateable: the suite judged its own measurement invalid (baseline replicates 1, 2;
-    candidate replicate 3): <reasons>`` for a suite of :func:`invalid_replicates` in either arm, else ""."""
-    arms = [(arm, d[suite]) for arm, d in (("baseline", baseline), ("candidate", candidate)) if suite in d]
-    if not arms:
-        return ""
-    which = "; ".join(f"{arm} replicate{'s' if len(e['replicates']) > 1 else ''} "
-                      + ", ".join(str(k) for k in sorted(e["replicates"], key=_replicate_order)) for arm, e in arms)
-    reasons = list(dict.fromkeys(r for _, e in arms for r in e["reasons"]))
-    return f"not gateable: the suite judged its own measurement invalid ({which}): {'; '.join(reasons)}"
 
 
 class RequestTails:

@@ -1,0 +1,65 @@
+"""A suite's own verdict on its measurement, as the readers of a run take it.
+
+A suite may judge what it measured: ``context.verdict`` ``valid`` | ``invalid`` in its result, with
+``verdict_reasons`` (membw on CPU: each array under 4x the last-level cache, STREAM's rule, measures
+cache bandwidth rather than memory's). An invalid replicate's figures stay what was measured; a
+comparison shows its suite's rows as measured and ``not gateable`` (:mod:`benchrun.stats.tails`),
+and ``show`` and the report say it beside the headline (:func:`run_notes`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def invalid_replicates(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """suite → {"replicates": [k, ...], "reasons": [...]} for the ok replicates whose suite judged
+    its own measurement invalid (``context.verdict`` ``invalid``, its ``verdict_reasons``: e.g. membw's
+    arrays under STREAM's 4x-LLC rule, a figure of cache bandwidth)."""
+    from benchrun.stats.load import suite_results
+
+    out: dict[str, dict[str, Any]] = {}
+    for doc in suite_results(run_dir):
+        ctx = doc.get("context")
+        if doc.get("status") != "ok" or not isinstance(ctx, dict) or ctx.get("verdict") != "invalid":
+            continue
+        entry = out.setdefault(str(doc.get("suite")), {"replicates": [], "reasons": []})
+        entry["replicates"].append(doc.get("replicate"))
+        for reason in ctx.get("verdict_reasons") or ["its verdict is invalid"]:
+            if str(reason) not in entry["reasons"]:
+                entry["reasons"].append(str(reason))
+    return out
+
+
+def _replicates(ks: list[Any]) -> str:
+    """``replicate 3`` / ``replicates 1, 2, 10`` (in number order)."""
+    def order(k: Any) -> tuple[int, str]:
+        return (int(k), "") if isinstance(k, int) and not isinstance(k, bool) else (1 << 62, str(k))
+
+    return f"replicate{'s' if len(ks) > 1 else ''} " + ", ".join(str(k) for k in sorted(ks, key=order))
+
+
+def invalid_note(suite: str, baseline: dict[str, dict[str, Any]], candidate: dict[str, dict[str, Any]]) -> str:
+    """``not gateable: the suite judged its own measurement invalid (baseline replicates 1, 2;
+    candidate replicate 3): <reasons>`` for a suite of :func:`invalid_replicates` in either arm, else ""."""
+    arms = [(arm, d[suite]) for arm, d in (("baseline", baseline), ("candidate", candidate)) if suite in d]
+    if not arms:
+        return ""
+    which = "; ".join(f"{arm} {_replicates(e['replicates'])}" for arm, e in arms)
+    reasons = list(dict.fromkeys(r for _, e in arms for r in e["reasons"]))
+    return f"not gateable: the suite judged its own measurement invalid ({which}): {'; '.join(reasons)}"
+
+
+def run_notes(run_dir: Path) -> list[str]:
+    """``membw: the suite judged its own measurement invalid in replicates 1, 2, 3 (...): <reasons>``, one per suite
+    of :func:`invalid_replicates`; [] for a run whose results do not read (said elsewhere)."""
+    from benchrun.errors import BenchrunError
+
+    try:
+        found = invalid_replicates(Path(run_dir))
+    except (BenchrunError, OSError):
+        return []
+    return [f"{suite}: the suite judged its own measurement invalid in {_replicates(e['replicates'])} (a comparison "
+            f"does not gate on its rows): {'; '.join(e['reasons'])}"
+            for suite, e in sorted(found.items())]
