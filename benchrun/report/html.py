@@ -268,7 +268,7 @@ def _verdict_html(v: C.Verdict, st: dict[str, Any]) -> str:
             + "</section>")
 
 
-def _headline_html(heads: list[C.SuiteHeadline], stats: Any, compared: bool, validity: list[str] = ()) -> str:
+def _headline_html(heads: list[C.SuiteHeadline], stats: Any, compared: bool, validity: list[str] | None = None) -> str:
     from benchrun.stats.reading import pooled_note
 
     said = C.coverage_said(heads, stats.confidence)[0]
@@ -308,7 +308,7 @@ def _headline_html(heads: list[C.SuiteHeadline], stats: Any, compared: bool, val
         parts.append("<p class='muted'>★ gates against the baseline (the spec's primary metrics).</p>")
     notes = [n for n in (r.compared_note() for h in heads for r in h.rows) if n]
     notes += [n for n in (pooled_note(r.change or {}) for h in heads for r in h.rows) if n]
-    notes += list(validity)  # suites that judged their own measurement invalid (benchrun.stats.validity)
+    notes += list(validity or [])  # suites that judged their own measurement invalid (benchrun.stats.validity)
     if notes:
         parts.append("<ul class='note'>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
     if any_range:
