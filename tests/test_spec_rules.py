@@ -551,3 +551,14 @@ def test_a_layer_missing_from_spec_layers_is_one_error_not_one_per_primary_of_it
     doc = yaml.safe_load((ROOT / "specs" / "local" / "canary.yaml").read_text())
     doc["spec"]["layers"] = [layer for layer in doc["spec"]["layers"] if layer["name"] != "end_to_end"]
     assert {".".join(map(str, path)) for path, _ in check(doc)} == {"spec.layers"}
+
+
+def test_a_layer_name_that_is_not_a_string_is_a_finding_not_a_crash():
+    """The property test's draw: spec.layers[0].name replaced by []; the suite rule hashed each
+    layer's name and raised TypeError: unhashable type: 'list' (a crash, not a result)."""
+    from benchrun.spec.validation import validate_bytes
+
+    doc = yaml.safe_load((ROOT / "specs" / "local" / "canary.yaml").read_text())
+    doc["spec"]["layers"][0]["name"] = []
+    (result,) = validate_bytes(yaml.safe_dump(doc).encode(), "canary.yaml")
+    assert not result.valid and any(e.path.startswith("spec.layers") for e in result.errors)

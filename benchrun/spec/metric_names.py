@@ -70,7 +70,7 @@ def rule_primary_suites(doc: Any) -> Iterator[Finding]:
             name = get(suite, ("name",))
             if isinstance(name, str) and runs.get(name, "") is not None:
                 runs[name] = None if get(layer, ("enabled",)) is True else str(get(layer, ("name",)))
-    names = {get(layer, ("name",)) for layer in (layers if isinstance(layers, list) else [])}
+    names = {n for layer in (layers if isinstance(layers, list) else []) if isinstance(n := get(layer, ("name",)), str)}
     listed_all = all(name in names for name in LAYER_NAMES)
     metrics = get(doc, SPEC + ("metrics",))
     for family, body in (metrics.items() if isinstance(metrics, dict) else ()):
