@@ -433,6 +433,25 @@ def test_server_counters_say_when_only_inner_scrapes_bound_them():
     assert servermetrics.summarize([], 1.0, before=scrapes[1], after=scrapes[2])["prefix_cache_queries_increase"] == 100.0
 
 
+def test_a_scrape_answered_after_the_window_started_does_not_bound_its_start():
+    # sent 10 ms before the first request, answered 5 ms after it: the server read its counters
+    # with the first requests admitted (the clean-clone run under load: 896 of 1,024 tokens); the
+    # scrape before it bounds the start instead
+    def scrape(sent_s, done_s, v):
+        return {"mono_ns": int(sent_s * 1e9), "done_ns": int(done_s * 1e9), "wall_s": sent_s,
+                "values": {"prefix_cache_queries_total": v}}
+
+    scrapes = [scrape(0.5, 0.502, 0.0), scrape(0.99, 1.005, 128.0), scrape(3.5, 3.51, 1024.0)]
+    a, b = int(1.0e9), int(3.0e9)
+    before, after = servermetrics.bounds(scrapes, a, b)
+    assert before is scrapes[0] and after is scrapes[2]  # was: scrapes[1], the first 2 requests lost
+    full = servermetrics.summarize(servermetrics.for_point(scrapes, a, b), 1.0, window=(a, b), before=before,
+                                   after=after)
+    assert full["prefix_cache_queries_increase"] == 1024.0
+    older = [{k: v for k, v in x.items() if k != "done_ns"} for x in scrapes]  # recorded by their send time
+    assert servermetrics.bounds(older, a, b)[0] is older[1]
+
+
 def test_a_trace_or_dataset_saved_with_a_byte_order_mark_reads(tmp_path):
     """A spreadsheet's "CSV UTF-8" export starts with a byte-order mark: the header read
     '\\ufefftimestamp_s' and the trace was refused as an unknown header; a JSONL trace's first

@@ -26,7 +26,7 @@ benchrun metric                   vLLM                                       SGL
 ================================  =========================================  ========================================
 
 Per point: mean and max of the gauges over its scrapes; for the counters the increase from
-the last scrape at or before the window's start to the first at or after its end (the parent
+the last scrape answered at or before the window's start to the first sent at or after its end (the parent
 waits up to one interval plus the scrape timeout for that one), so the whole window is counted
 (with up to an interval of whatever ran beside it at each end: warm-up before, nothing after);
 ``counters_cover`` records the span those two scrapes cover and whether each end lies outside
@@ -89,16 +89,18 @@ def mapped(values: dict[str, float]) -> tuple[dict[str, float], dict[str, str]]:
 
 
 def scrape_once(url: str, timeout_s: float = 2.0) -> dict[str, Any]:
-    """One scrape: ``{"mono_ns", "wall_s", "values", "names"}`` or ``{"mono_ns", "wall_s", "error"}``."""
+    """One scrape: ``{"mono_ns", "done_ns", "wall_s", "values", "names"}`` or ``{..., "error"}``:
+    sent at ``mono_ns``, its answer read by ``done_ns`` (the server read its counters in between)."""
     mono, wall = CLOCK(), time.time()
     try:
         req = urllib.request.Request(url, headers={"Accept": "text/plain", "User-Agent": "benchrun-loadgen"})
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310  (http(s) only: checked by SweepConfig)
             text = resp.read(8 << 20).decode("utf-8", "replace")
+        done = CLOCK()
         vals, names = mapped(parse(text))
-        return {"mono_ns": mono, "wall_s": wall, "values": vals, "names": names}
+        return {"mono_ns": mono, "done_ns": done, "wall_s": wall, "values": vals, "names": names}
     except Exception as exc:  # a failed scrape is recorded, the sweep goes on
-        return {"mono_ns": mono, "wall_s": wall, "error": f"{type(exc).__name__}: {exc}"[:300]}
+        return {"mono_ns": mono, "done_ns": CLOCK(), "wall_s": wall, "error": f"{type(exc).__name__}: {exc}"[:300]}
 
 
 def _main(argv: list[str] | None = None) -> None:
@@ -175,10 +177,14 @@ def for_point(scrapes: list[dict[str, Any]], start_ns: int, end_ns: int) -> list
 
 
 def bounds(scrapes: list[dict[str, Any]], start_ns: int, end_ns: int) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """(the last successful scrape at or before ``start_ns``, the first at or after ``end_ns``);
-    either None when there is none: the outer ends a counter's increase over the window is taken between."""
+    """(the last successful scrape answered at or before ``start_ns``, the first sent at or after
+    ``end_ns``); either None when there is none: the outer ends a counter's increase over the window
+    is taken between. The server reads its counters between a scrape's send and its answer, so one
+    sent before the start but answered after it may count the first requests already (a loaded
+    host: 2 of 16 requests' prompt tokens missing); a record without ``done_ns`` (older) by its send."""
     ok = [s for s in scrapes if "values" in s]
-    before = max((s for s in ok if s["mono_ns"] <= start_ns), key=lambda s: s["mono_ns"], default=None)
+    before = max((s for s in ok if s.get("done_ns", s["mono_ns"]) <= start_ns), key=lambda s: s["mono_ns"],
+                 default=None)
     after = min((s for s in ok if s["mono_ns"] >= end_ns), key=lambda s: s["mono_ns"], default=None)
     return before, after
 
