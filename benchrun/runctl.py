@@ -70,7 +70,6 @@ def cancel_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
     from benchrun.liveness import alive, kill_orphaned_suites, liveness_path
     from benchrun.rundir import TERMINAL_PHASES, read_json_or_none
     from benchrun.runend import cancel_run
-
     from benchrun.sharedstate import pull_run
 
     root = benchrun_home(home)
@@ -109,8 +108,8 @@ def cancel_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
                    "terminate them; marked Canceled")
     cancel_run(root, run_id, f"canceled by `benchrun cancel` ({how})")
     phase = rd.read_status().get("phase")
-    if phase != "Canceled":  # another pod finished it between the pull and this mark: its phase stands
-        how = f"it ended in phase {phase} meanwhile, as another pod recorded: nothing canceled"
+    if phase != "Canceled":  # it ended (another pod, or its own process) before the mark: that phase stands
+        how = f"it ended in phase {phase} before it could be marked: nothing canceled"
     return CancelOutcome(run_id, phase, how)
 
 
