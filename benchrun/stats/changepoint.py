@@ -35,6 +35,7 @@ import numpy as np
 
 from benchrun.errors import BenchrunError
 from benchrun.stats.cpfact import _previous_breaks, read_change_point_fact, write_change_point_fact  # noqa: F401 (API)
+from benchrun.stats.directions import has_direction
 from benchrun.stats.gate import categorize, identity
 from benchrun.stats.load import DEFAULT_DELTA_PCT, delta_pct, load_run, replicate_table
 from benchrun.stats.sibcorr import rho2_sums
@@ -543,7 +544,7 @@ def change_points(history: "pd.DataFrame", *, previous: "pd.DataFrame | None" = 
                 "before_mean": cp.before_mean, "after_mean": cp.after_mean, "before_n": cp.before_n,
                 "after_n": cp.after_n, "magnitude_pct": cp.magnitude_pct, "p_value": cp.p_value,
                 "p_adjusted": cp.p_adjusted,  # a series with no better direction (host CPU) only shifted
-                "kind": ("regression" if worse else "improvement") if direction in ("higher", "lower") else "shift",
+                "kind": ("regression" if worse else "improvement") if has_direction(direction) else "shift",
                 "artifact_manifest_digest": at["artifact_manifest_digest"], "method": METHOD, "detected_utc": now,
                 "ar1_phi": cp.phi, "new": not old, "alarm_index": cp.alarm_index,
                 "alarm_run_id": grp.iloc[cp.alarm_index]["run_id"], "floor_pct": floor,

@@ -16,8 +16,9 @@ direction differs between the arms).
 
 from __future__ import annotations
 
+from benchrun.suites.result import DIRECTIONS
+
 NO_DIRECTION = "none"
-DIRECTIONS = ("higher", "lower")
 TELEMETRY_CASE = "telemetry"  # benchrun.telemetry.summary.CASE
 DIRECTIONLESS = frozenset({"cpu_utilization_pct_mean", "cpu_utilization_pct_p95"})
 

@@ -19,7 +19,6 @@ from benchrun.errors import BenchrunError
 from benchrun.paths import home_location, parse_result_name, validate_run_id
 from benchrun.spec.refs import ALIAS_REF, RUN_REF, baseline_ref_problem, fill_site_placeholder
 from benchrun.stats.directions import read_direction
-from benchrun.stats.perlaunch import launch_value
 from benchrun.suites.result import read_result
 
 if TYPE_CHECKING:  # pandas is heavy; imported inside the functions that need it
@@ -32,7 +31,6 @@ ALIAS = "published/current"
 DEFAULT_DELTA_PCT = 3.0
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_MIN_REPLICATES = 3
-
 
 
 def _result_files(run_dir: Path, run_id: str) -> list[Path]:
@@ -109,7 +107,7 @@ def replicate_table(run_dir: str | os.PathLike[str], *, include_failed: bool = F
     of the same run measured counts as failed too: the device was there and went away (a
     suite unavailable in every replicate — no GPU on this host — is not a failure). Several rows for one
     (suite, case, metric, replicate) — per-rank values — are summarised by their median
-    (:func:`benchrun.stats.perlaunch.launch_value`, the rule ``benchrun show --all`` applies too),
+    (:func:`benchrun.stats.perlaunch.launch_value`'s rule, vectorised; ``benchrun show --all`` applies it too),
     because a replicate (one launch) is the unit of replication, never a rank or sample.
     """
     import pandas as pd
@@ -174,7 +172,8 @@ def replicate_table(run_dir: str | os.PathLike[str], *, include_failed: bool = F
         return df.astype({"replicate": "int64", "value": "float64"})
     keys = ["suite", "case", "metric", "unit", "direction", "replicate", "status"]
     if df.duplicated(["suite", "case", "metric", "replicate"]).any():  # per-rank rows: one value per launch
-        df = df.groupby(keys, as_index=False, sort=True)["value"].agg(launch_value)
+        # launch_value's rule (the median, NaN left out), vectorised: one Python call per group was not
+        df = df.groupby(keys, as_index=False, sort=True)["value"].median()
     else:
         df = df.sort_values(keys, kind="stable")
     df = df[list(REPLICATE_COLUMNS)].reset_index(drop=True)

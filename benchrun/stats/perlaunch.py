@@ -2,10 +2,10 @@
 or GPU) counts once, as the median of those values, because a replicate (one launch) is the unit
 of replication, never a rank or a sample.
 
-The one rule for it: the trial statistics (:func:`benchrun.stats.load.replicate_table`, which the
-report, the comparison and the headline read) and the run's summary table
-(:func:`benchrun.execute.summarise`: ``benchrun show --all``, ``show --json``'s headline, the
-table at the end of ``benchrun run``) both apply :func:`launch_value`. Pure Python, so the launch
+The one rule for it: the run's summary table (:func:`benchrun.execute.summarise`: ``benchrun show
+--all``, ``show --json``'s headline, the table at the end of ``benchrun run``) applies
+:func:`launch_value`, and the trial statistics (:func:`benchrun.stats.load.replicate_table`, which
+the report, the comparison and the headline read) the same median vectorised by pandas. Pure Python, so the launch
 side needs neither pandas nor numpy for it.
 """
 

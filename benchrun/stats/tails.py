@@ -315,11 +315,11 @@ class RequestTails:
         for i, r in df.iterrows():
             # a measurement row (not the suite's failure count, whose launches crash or not whatever the
             # figure measured, nor a context row, which has no verdict)
-            invalid = ("" if r["name"] == FAILED_ROW or r.get("role") == "context"
-                       else invalid_note(str(r["suite"]), self.b_invalid, self.c_invalid))
-            if invalid:  # as measured, shown; never judged (it leaves the family, admit refuses a primary)
+            own = ("" if r["name"] == FAILED_ROW or r.get("role") == "context"
+                   else invalid_note(str(r["suite"]), self.b_invalid, self.c_invalid))
+            if own:  # as measured, shown; never judged (it leaves the family, admit refuses a primary)
                 self._unjudged(df, i)
-                self.refused[i] = invalid
+                self.refused[i] = own
                 continue
             spec = P99_METRICS.get(str(r["name"]))
             if spec is None:
@@ -340,12 +340,8 @@ class RequestTails:
             # the arms' pooled-request p99s, beside (never instead of) the replicate medians
             for col, v in zip(POOLED_COLUMNS, (tc.p99_baseline, tc.p99_candidate)):
                 df.at[i, col] = v if math.isfinite(v) else math.nan
-            if not tc.gateable:
-                for f in ("p_regression", "p_improvement", "t_regression", "t_improvement", "p_value",
-                          "shift", "shift_low", "shift_high", "ratio", "ci_low", "ci_high", "eq_low", "eq_high",
-                          "eq_coverage"):
-                    if f in df.columns:
-                        df.at[i, f] = math.nan
+            if not tc.gateable:  # its value unknown too: no shift shown
+                self._unjudged(df, i, ("shift", "shift_low", "shift_high", "ratio", "ci_low", "ci_high"))
                 self.refused[i] = tc.note
                 continue
             sign = 1.0 if higher else -1.0  # shift > 0 is better, on the log scale
@@ -380,10 +376,11 @@ class RequestTails:
         self.refused[i] = f"not gateable: as few as {n} samples in a replicate, needs {need}"
 
     @staticmethod
-    def _unjudged(df: Any, i: Any) -> None:
-        """The row's tests and equivalence cleared (it leaves the family); its change stays shown."""
+    def _unjudged(df: Any, i: Any, also: tuple[str, ...] = ()) -> None:
+        """The row's tests and equivalence cleared (it leaves the family); its change stays shown
+        unless ``also`` clears it."""
         for f in ("p_regression", "p_improvement", "t_regression", "t_improvement", "p_value", "eq_low", "eq_high",
-                  "eq_coverage"):
+                  "eq_coverage", *also):
             if f in df.columns:
                 df.at[i, f] = math.nan
 

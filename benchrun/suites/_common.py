@@ -22,8 +22,6 @@ from benchrun.suites._runtime import SuiteContext, param_value
 
 _NAMED = re.compile(r"parameter ([A-Za-z_][A-Za-z0-9_]*)")
 CGROUP_ROOT = "/sys/fs/cgroup"  # where usable_cpus() reads the CPU quota
-# OpenBLAS's thread-count entry points as builds export them: the plain library, numpy's
-# scipy-openblas (64-bit integers, prefixed and suffixed), a 64-bit-integer build
 
 
 class ParamError(ValueError):
@@ -183,7 +181,7 @@ def usable_cpus() -> int:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
-    quota = cgroup_cpu_quota(CGROUP_ROOT)
+    quota = cgroup_cpu_quota()
     return max(1, min(cpus, quota)) if quota is not None else cpus
 
 
@@ -219,9 +217,10 @@ def cap_openblas_threads(cap: int) -> dict[str, Any]:
     return out
 
 
-def cgroup_cpu_quota(root: str = "/sys/fs/cgroup") -> int | None:
+def cgroup_cpu_quota(root: str | None = None) -> int | None:
     """CPUs the cgroup quota allows (quota / period, rounded up); None without a quota. cgroup v2
     ``cpu.max`` ("max 100000" or "400000 100000"), else v1 ``cpu/cpu.cfs_quota_us`` (−1: none)."""
+    root = root or CGROUP_ROOT
     try:
         with open(os.path.join(root, "cpu.max"), encoding="ascii") as fh:
             quota, period = fh.read().split()[:2]

@@ -22,6 +22,10 @@ from typing import Any
 from benchrun.fsio import atomic_write_bytes
 from benchrun.suites._common import usable_cpus
 
+# what each rank contributes to global rank 0's document (gathered, or its own alone)
+RANK_KEYS = ("rank_id", "node_name", "pid", "step_times_s", "losses", "time_to_first_step_s", "rendezvous_s",
+             "steps_done", "peak_memory_bytes", "measured_wall_s")
+
 
 def build_model(layers: int, hidden: int, heads: int, seq_len: int, vocab: int) -> Any:
     """The decoder: token + position embeddings, ``layers`` pre-LN blocks, an untied LM head.
@@ -314,17 +318,13 @@ def worker(rank: int, local_rank: int, world_size: int, init_method: str | None,
                 doc.update(_checkpoint(model, opt, cfg, lambda: build(), device))
         if distributed:
             gathered: list[Any] = [None] * world_size
-            mine = {k: doc.get(k) for k in ("rank_id", "node_name", "pid", "step_times_s", "losses",
-                                              "time_to_first_step_s", "rendezvous_s", "steps_done",
-                                              "peak_memory_bytes", "measured_wall_s")}
+            mine = {k: doc.get(k) for k in RANK_KEYS}
             dist.all_gather_object(gathered, mine)
             doc["ranks"] = gathered
             dist.barrier()
             dist.destroy_process_group()
         else:
-            doc["ranks"] = [{k: doc.get(k) for k in ("rank_id", "node_name", "pid", "step_times_s", "losses",
-                                                    "time_to_first_step_s", "rendezvous_s", "steps_done",
-                                                    "peak_memory_bytes", "measured_wall_s")}]
+            doc["ranks"] = [{k: doc.get(k) for k in RANK_KEYS}]
     except BaseException as exc:  # noqa: BLE001 - reported to the caller through the document
         doc["error"] = f"{type(exc).__name__}: {exc}"
         doc["traceback"] = traceback.format_exc()
