@@ -5,7 +5,10 @@ textfile (``$BENCHRUN_HOME/metrics/<run_id>.prom``). Each suite metric becomes a
 ``benchrun_<metric>`` holding the median over the run's ok replicates, labelled by run,
 cadence, benchmark class, layer, suite and case (and a row's rank, node or GPU; its other
 keys, such as a p99's sample count, are details of one replicate, never labels); run-level gauges say how many replicates
-succeeded or failed, how long the run took and which phase it was in.
+succeeded or failed, how long the run took and which phase it was in. A replicate whose suite judged
+its own measurement invalid (``benchrun.stats.validity``: membw's arrays inside the cache) pushes no
+metric, only its count (``benchrun_suite_invalid_replicates``): a dashboard or alert rule reads a gauge
+as the metric its name says, with no one beside it to read the caveat.
 
 Labels named in CONTRACT.md §3 (``request_id``, ``trace_id``, ``prompt_hash``) and the
 spec's ``dropDimensions`` never appear: rows that differ only in such a label are merged
@@ -43,6 +46,7 @@ from benchrun.pushgateway import (GATEWAY_ERRORS, PUSHGATEWAY_ENV, gateway, gate
 from benchrun.rundir import read_json_or_none
 from benchrun.stats.directions import has_direction, read_direction
 from benchrun.stats.family import Primary, parse_primary
+from benchrun.stats.validity import judged_invalid
 from benchrun.suites.result import SCHEMA
 from benchrun.fsio import atomic_write_text
 
@@ -75,6 +79,8 @@ RUN_METRICS = {
     "benchrun_run_duration_seconds": "Seconds from run start to finish, or to evidence sealing while analysing.",
     "benchrun_run_replicates": "Replicates per layer by outcome (ok, failed, unavailable).",
     "benchrun_suite_replicates": "Suite result documents per suite by status (ok, failed, unavailable).",
+    "benchrun_suite_invalid_replicates": "Ok replicates whose suite judged its own measurement invalid (their "
+                                         "metrics are not pushed: e.g. membw's arrays measured cache bandwidth).",
 }
 # The row keys that name what a series is about (a rank, node or GPU; and the per-request keys,
 # which are then removed): labels. Every other key a row carries (fio's job_runtime_ms, a p99's
@@ -343,6 +349,7 @@ def render(
     docs = _result_docs(run_dir, run_id)
     layer_of = _suite_layers(run_dir, run_id)
     counts: dict[tuple[str, str], int] = {}
+    invalid: dict[str, int] = {}
     per_rep: dict[tuple[str, tuple[tuple[str, str], ...]], dict[int, list[float]]] = {}
     key_rows: dict[tuple[str, tuple[tuple[str, str], ...]], set[tuple[tuple[str, Any], ...]]] = {}
     priority: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
@@ -351,6 +358,9 @@ def render(
         suite = str(doc.get("suite", ""))
         counts[(suite, doc["status"])] = counts.get((suite, doc["status"]), 0) + 1
         if doc["status"] != "ok":
+            continue
+        if judged_invalid(doc):  # a figure of something else than its name says (benchrun.stats.validity)
+            invalid[suite] = invalid.get(suite, 0) + 1
             continue
         rep = int(doc.get("replicate", 0))
         for row in doc.get("metrics") or []:
@@ -379,6 +389,10 @@ def render(
         series.append(Series("benchrun_suite_replicates",
                              labels({"layer": layer_of.get(suite, ""), "suite": suite, "status": st}),
                              float(n), PRIORITY_SUITE_COUNTS))
+    for suite, n in sorted(invalid.items()):
+        series.append(Series("benchrun_suite_invalid_replicates", labels({"layer": layer_of.get(suite, ""), "suite": suite}),
+                             float(n), PRIORITY_SUITE_COUNTS))
+        notes.append(f"{suite}: {n} replicate(s) judged their own measurement invalid; their metrics are not pushed")
     merged = 0
     for key, reps in per_rep.items():
         if len(key_rows[key]) > 1:

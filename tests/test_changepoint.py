@@ -507,3 +507,44 @@ def test_a_series_with_no_better_direction_only_shifts():
     hist.loc[hist.metric == "m3", "direction"] = "none"
     assert change_points(hist).kind.tolist() == ["shift"]
     assert change_points(_history(20, {3})).kind.tolist() == ["regression"]  # higher is better, it fell
+
+
+def test_replicates_their_suite_judged_invalid_stay_out_of_the_history(tmp_path):
+    # membw on a host whose cache holds its arrays measures cache bandwidth (its own verdict: invalid).
+    # Before, those medians entered the series like memory bandwidth: 20 nights of in-cache figures then
+    # 10 valid ones read as a -90 % "regression" change point.
+    import json
+
+    from benchrun.report import content as C
+    from benchrun.stats.analysis import trial_statistics_for_run
+    from benchrun.stats.load import load_run
+
+    rng = np.random.default_rng(7)
+    why = ["each array is 30.5 MiB, under 4x the 300.0 MiB L3 cache"]
+    for i in range(30):
+        cache = i < 20
+        ctx = {"membw": {"verdict": "invalid" if cache else "valid", "verdict_reasons": why if cache else []}}
+        make_run(tmp_path, f"nightly-{i:02d}",
+                 {("membw", "threads=2", "triad_gb_per_s"): (rng.normal(300.0 if cache else 30.0, 1.0, 3), "GB/s",
+                                                             "higher"),
+                  ("gemm", "n=256", "tflops"): (rng.normal(10.0, 0.05, 3), "TFLOP/s", "higher")},
+                 status={"cadence": "nightly", "created_utc": f"2026-11-{i // 24 + 1:02d}T{i % 24:02d}:00:00Z"},
+                 contexts=ctx, sealed=False)
+    hist = history_table(tmp_path)
+    membw = hist[hist.suite == "membw"]
+    assert sorted(membw.run_id) == [f"nightly-{i:02d}" for i in range(20, 30)] and (membw["median"] < 40).all()
+    assert (hist.suite == "gemm").sum() == 30 and change_points(hist).empty
+    # one invalid replicate of three: the night's median is of the other two
+    rd = tmp_path / "runs" / "nightly-25"
+    path = rd / "structured" / "nightly-25_membw_r1.json"
+    doc = json.loads(path.read_text())
+    doc["context"] = {"verdict": "invalid", "verdict_reasons": why}
+    doc["metrics"][0]["value"] = 999.0
+    path.write_text(json.dumps(doc))
+    row = history_table(tmp_path).set_index(["run_id", "suite"]).loc[("nightly-25", "membw")]
+    assert row["n"] == 2 and row["median"] < 40
+    # the report's history (this run by the same rule, whatever its phase)
+    run = load_run(rd)
+    mine = C.history_for(run, trial_statistics_for_run(rd), tmp_path)
+    assert mine[(mine.run_id == "nightly-25") & (mine.suite == "membw")]["n"].tolist() == [2]
+    assert len(mine[mine.suite == "membw"]) == 10

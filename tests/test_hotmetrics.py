@@ -510,3 +510,25 @@ def test_a_tight_budget_keeps_the_specs_primary_selectors(tmp_path: Path) -> Non
     prio = {(s.name, dict(s.labels).get("suite"), dict(s.labels).get("case")): s.priority for s in full.series}
     assert prio[("benchrun_p99_latency_ms", "gemm", 'say "hi"\\now\nnext')] == hm_mod.PRIORITY_METRIC
     assert prio[("benchrun_ttft_ms", "serving_workflow", "c=1")] == hm_mod.PRIORITY_METRIC
+
+
+def test_a_replicate_its_suite_judged_invalid_pushes_its_count_not_its_metrics(tmp_path: Path) -> None:
+    # membw's arrays inside the cache measure cache bandwidth: before, the gauge benchrun_triad_gb_per_s
+    # carried it under the name of memory bandwidth to dashboards and alert rules, with no word of it
+    rd, status = make_run(tmp_path)
+    for k, gbs in enumerate((300.0, 310.0, 12.0), start=1):  # r3 judged valid (arrays past the cache)
+        doc = _doc("membw", k, "ok", [metric("triad_gb_per_s", gbs, "GB/s", "higher", case="threads=2")])
+        doc["context"] = {"verdict": "invalid" if k < 3 else "valid",
+                          "verdict_reasons": ["each array is 30.5 MiB, under 4x the L3 cache"] if k < 3 else []}
+        atomic_write_json(rd / "structured" / f"{RUN_ID}_membw_r{k}.json", doc)
+    hm = render(rd, status, BIG)
+    rows = samples(hm.text)
+    assert find(rows, "benchrun_triad_gb_per_s", suite="membw") == [12.0]
+    assert find(rows, "benchrun_suite_invalid_replicates", suite="membw") == [2.0]
+    assert find(rows, "benchrun_suite_replicates", suite="membw", status="ok") == [3.0]
+    assert not find(rows, "benchrun_suite_invalid_replicates", suite="gemm")
+    assert any("membw: 2 replicate(s) judged their own measurement invalid" in n for n in hm.notes)
+    doc["context"] = {"verdict": "invalid", "verdict_reasons": []}  # every replicate invalid: no gauge at all
+    atomic_write_json(rd / "structured" / f"{RUN_ID}_membw_r3.json", doc)
+    rows = samples(render(rd, status, BIG).text)
+    assert not find(rows, "benchrun_triad_gb_per_s") and find(rows, "benchrun_suite_invalid_replicates") == [3.0]

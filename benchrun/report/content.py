@@ -293,8 +293,7 @@ def history_for(run: "RunInfo", stats: "TrialStatistics", home: Any) -> "pd.Data
     when the figures are drawn, and the history table keeps only finished runs)."""
     import pandas as pd
 
-    from benchrun.stats.changepoint import hardware_key, history_table
-    from benchrun.stats.load import delta_pct
+    from benchrun.stats.changepoint import hardware_key, history_table, run_medians
 
     hist = history_table(home, cadences=None)
     hk = hardware_key(run.environment)
@@ -302,15 +301,10 @@ def history_for(run: "RunInfo", stats: "TrialStatistics", home: Any) -> "pd.Data
     if not hist.empty:
         hist = hist[(hist["workload_spec_digest"] == wd) & (hist["hardware_key"] == hk)]
         hist = hist[hist["run_id"] != run.run_id]
-    if not stats.summary.empty:
-        mine = stats.summary[["suite", "case", "metric", "direction", "unit", "median", "n"]].copy()
-        mine["run_id"], mine["created_utc"] = run.run_id, run.status.get("created_utc") or ""
-        mine["workload_spec_digest"], mine["hardware_key"] = wd, hk
-        mine["artifact_manifest_digest"] = run.status.get("artifact_manifest_digest")
-        mine["floor_pct"] = [delta_pct(run.spec, m) for m in mine["metric"]]
-        mine = mine[hist.columns] if len(hist.columns) else mine
+    if not stats.summary.empty:  # this run's rows by the history's own rule (invalid replicates left out)
+        mine = run_medians(run)
         # (concatenating an empty frame is deprecated in pandas: take this run's rows alone)
-        hist = pd.concat([hist, mine], ignore_index=True) if len(hist) else mine.reset_index(drop=True)
+        hist = pd.concat([hist, mine], ignore_index=True) if len(hist) and len(mine) else (hist if len(hist) else mine)
     return hist.sort_values(["created_utc", "run_id"], kind="stable").reset_index(drop=True)
 
 

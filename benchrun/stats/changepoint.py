@@ -37,7 +37,7 @@ from benchrun.errors import BenchrunError
 from benchrun.stats.cpfact import _previous_breaks, read_change_point_fact, write_change_point_fact  # noqa: F401 (API)
 from benchrun.stats.directions import has_direction
 from benchrun.stats.gate import categorize, identity
-from benchrun.stats.load import DEFAULT_DELTA_PCT, delta_pct, load_run, replicate_table
+from benchrun.stats.load import DEFAULT_DELTA_PCT, RunInfo, delta_pct, load_run, replicate_table
 from benchrun.stats.sibcorr import rho2_sums
 
 if TYPE_CHECKING:
@@ -455,8 +455,6 @@ def hardware_key(environment: dict[str, Any]) -> str:
     """``hardware_key`` from the environment capture, else a digest of its hardware fields."""
     if environment.get("hardware_key"):
         return str(environment["hardware_key"])
-    from benchrun.stats.load import RunInfo
-
     ident = identity(RunInfo("x", Path("."), {}, environment, {}))
     hw = {k: v for k, v in ident.items() if categorize(k) == "hardware"}
     return hashlib.sha256(json.dumps(hw, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -480,26 +478,48 @@ def history_table(home: Path, *, cadences: Sequence[str] | None = ("nightly",)) 
                 continue
             if cadences is not None and st.get("cadence") not in cadences:
                 continue
-            t = replicate_table(rd)
+            g = run_medians(run)
         except BenchrunError as exc:  # one damaged run must not hide the whole history
             log.warning("history: skipping run %s: %s", rd.name, exc)
             continue
-        if t.empty:
-            continue
-        g = t.groupby(["suite", "case", "metric", "direction"], as_index=False).agg(
-            unit=("unit", "first"), median=("value", "median"), n=("value", "size"))
-        g["floor_pct"] = [delta_pct(run.spec, m) for m in g["metric"]]  # the spec's δ: the change-point floor
-        g["run_id"] = run.run_id
-        g["created_utc"] = st.get("created_utc") or ""
-        g["workload_spec_digest"] = st["workload_spec_digest"]
-        g["hardware_key"] = hardware_key(run.environment)
-        g["artifact_manifest_digest"] = st.get("artifact_manifest_digest")
-        frames.append(g)
-    cols = ["run_id", "created_utc", "workload_spec_digest", "hardware_key", "suite", "case", "metric",
-            "direction", "unit", "median", "n", "artifact_manifest_digest", "floor_pct"]
+        if not g.empty:
+            frames.append(g)
     if not frames:
-        return pd.DataFrame(columns=cols)
-    return pd.concat(frames, ignore_index=True)[cols].sort_values(["created_utc", "run_id"], kind="stable")
+        return pd.DataFrame(columns=HISTORY_COLUMNS)
+    return pd.concat(frames, ignore_index=True).sort_values(["created_utc", "run_id"], kind="stable")
+
+
+HISTORY_COLUMNS = ["run_id", "created_utc", "workload_spec_digest", "hardware_key", "suite", "case", "metric",
+                   "direction", "unit", "median", "n", "artifact_manifest_digest", "floor_pct"]
+
+
+def run_medians(run: RunInfo) -> "pd.DataFrame":
+    """One run's rows of :func:`history_table` (whatever its phase): per suite × case × metric the
+    median over its ok replicates, leaving out the replicates whose suite judged its own measurement
+    invalid (:func:`benchrun.stats.validity.drop_invalid`: membw's cache figure is not memory bandwidth,
+    and a series that mixed them would start or hide change points; logged)."""
+    import pandas as pd
+
+    from benchrun.stats.validity import drop_invalid, invalid_replicates
+
+    t = replicate_table(run.path)
+    invalid = invalid_replicates(run.path)
+    if invalid:
+        log.info("history: run %s: left out the replicates its suites judged invalid: %s", run.run_id,
+                 "; ".join(f"{s} {sorted(e['replicates'], key=str)}" for s, e in sorted(invalid.items())))
+        t = drop_invalid(t, invalid)
+    if t.empty:
+        return pd.DataFrame(columns=HISTORY_COLUMNS)
+    st = run.status
+    g = t.groupby(["suite", "case", "metric", "direction"], as_index=False).agg(
+        unit=("unit", "first"), median=("value", "median"), n=("value", "size"))
+    g["floor_pct"] = [delta_pct(run.spec, m) for m in g["metric"]]  # the spec's δ: the change-point floor
+    g["run_id"] = run.run_id
+    g["created_utc"] = st.get("created_utc") or ""
+    g["workload_spec_digest"] = st.get("workload_spec_digest")
+    g["hardware_key"] = hardware_key(run.environment)
+    g["artifact_manifest_digest"] = st.get("artifact_manifest_digest")
+    return g[HISTORY_COLUMNS]
 
 
 SERIES = ["workload_spec_digest", "hardware_key", "suite", "case", "metric"]

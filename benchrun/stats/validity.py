@@ -4,13 +4,26 @@ A suite may judge what it measured: ``context.verdict`` ``valid`` | ``invalid`` 
 ``verdict_reasons`` (membw on CPU: each array under 4x the last-level cache, STREAM's rule, measures
 cache bandwidth rather than memory's). An invalid replicate's figures stay what was measured; a
 comparison shows its suite's rows as measured and ``not gateable`` (:mod:`benchrun.stats.tails`),
-and ``show`` and the report say it beside the headline (:func:`run_notes`).
+and ``show`` and the report say it beside the headline (:func:`run_notes`). What reads a figure as
+the metric it names without a person beside it leaves such replicates out (:func:`drop_invalid`): the
+history that change points and the report's history figure read (a cache figure filed as memory
+bandwidth would start or hide a change point when the arrays or the cache change), and the hot metrics
+pushed to dashboards and alert rules, which count them instead (``benchrun_suite_invalid_replicates``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def judged_invalid(doc: Any) -> bool:
+    """Whether a suite result document is an ok replicate whose suite judged its own measurement invalid."""
+    ctx = doc.get("context") if isinstance(doc, dict) else None
+    return doc.get("status") == "ok" and isinstance(ctx, dict) and ctx.get("verdict") == "invalid"
 
 
 def invalid_replicates(run_dir: Path) -> dict[str, dict[str, Any]]:
@@ -21,15 +34,24 @@ def invalid_replicates(run_dir: Path) -> dict[str, dict[str, Any]]:
 
     out: dict[str, dict[str, Any]] = {}
     for doc in suite_results(run_dir):
-        ctx = doc.get("context")
-        if doc.get("status") != "ok" or not isinstance(ctx, dict) or ctx.get("verdict") != "invalid":
+        if not judged_invalid(doc):
             continue
         entry = out.setdefault(str(doc.get("suite")), {"replicates": [], "reasons": []})
         entry["replicates"].append(doc.get("replicate"))
-        for reason in ctx.get("verdict_reasons") or ["its verdict is invalid"]:
+        for reason in doc["context"].get("verdict_reasons") or ["its verdict is invalid"]:
             if str(reason) not in entry["reasons"]:
                 entry["reasons"].append(str(reason))
     return out
+
+
+def drop_invalid(table: "pd.DataFrame", invalid: dict[str, dict[str, Any]]) -> "pd.DataFrame":
+    """``table`` (a :func:`benchrun.stats.load.replicate_table`: suite and replicate columns) without the
+    rows of the replicates in ``invalid`` (:func:`invalid_replicates`)."""
+    if not invalid or table.empty:
+        return table
+    bad = {(suite, int(k)) for suite, e in invalid.items() for k in e["replicates"] if isinstance(k, int)}
+    keep = [(s, int(r)) not in bad for s, r in zip(table["suite"], table["replicate"])]
+    return table[keep]
 
 
 def _replicates(ks: list[Any]) -> str:
