@@ -286,3 +286,45 @@ def test_dataset_format_without_a_dataset_is_refused(tmp_path, monkeypatch, caps
     """`--trace T --dataset-format sharegpt` ran the replay and ignored the option (docs review)."""
     _refused(["--url", URL, "--out", str(tmp_path / "o"), "--trace", str(_trace(tmp_path)), "--dataset-format",
               "sharegpt"], monkeypatch, capsys, "--dataset-format")
+
+
+def test_a_spec_trace_is_a_trace_file_never_another_file_of_the_machine(tmp_path, monkeypatch):
+    # security review: trace: /proc/self/environ was admitted, and at run time the CSV header error copied
+    # the pod's environment (its S3 keys, envFrom a Secret) into the signed result's reason
+    from benchrun.loadgen.trace import TraceError
+    from benchrun.suites._common import ParamError
+    from benchrun.suites.serving_sweep import check_parameters
+
+    for bad, said in (("/proc/self/environ", "is not a trace file"), ("../up/t.csv", "'..' is not allowed"),
+                      (7, "must be the path of a trace file"), ("notes.txt", "is not a trace file")):
+        with pytest.raises(ParamError, match=said) as caught:
+            check_parameters({"trace": bad})
+        assert caught.value.parameter == "trace"
+    check_parameters({"trace": "/data/traces/azure.csv"})  # a volume where the suite runs: read there
+    # a link named like a trace that leads to another file is refused where the suite reads it
+    secret = tmp_path / "credentials"
+    secret.write_text("aws_secret_access_key=wJalrXUtnFEMI-DEMO\n")
+    (tmp_path / "t.csv").symlink_to(secret)
+    with pytest.raises(TraceError, match="leads to .*credentials, which is not a trace file") as caught:
+        _suite(tmp_path / "a", {"trace": str(tmp_path / "t.csv")})
+    assert "wJalrXUtnFEMI" not in str(caught.value)
+    # a file named .csv that is not a trace: its header is not copied into the error
+    fake = tmp_path / "fake.csv"
+    fake.write_text("PATH=/usr/bin\x00AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI-DEMO\x00\n1,2,3\n")
+    with pytest.raises(TraceError, match="CSV header of 1 field") as caught:
+        _suite(tmp_path / "b", {"trace": str(fake)})
+    assert "wJalrXUtnFEMI" not in str(caught.value)
+    plain = tmp_path / "plain.csv"  # a header of column names is still shown, to say what is wrong with it
+    plain.write_text("time,prompt,reply\n0,8,2\n")
+    with pytest.raises(TraceError, match=r"CSV header \['time', 'prompt', 'reply'\]"):
+        _suite(tmp_path / "c", {"trace": str(plain)})
+
+
+def test_a_replayed_trace_records_the_digest_of_its_bytes(tmp_path):
+    import hashlib
+
+    from benchrun.loadgen import trace
+
+    tr = _trace(tmp_path)
+    entries = trace.load_trace(tr)
+    assert trace.describe(entries, str(tr), 1.0)["sha256"] == hashlib.sha256(tr.read_bytes()).hexdigest()

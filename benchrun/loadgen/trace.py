@@ -52,6 +52,49 @@ MAX_TRACE_REQUESTS = 5_000_000
 MAX_TRACE_TOKENS = 2_000_000
 
 
+# A spec's ``trace`` parameter names a trace file, never another file of the machine that runs the suite
+# (:func:`spec_path_error`, :func:`checked_path`); the loadgen's own ``--trace`` reads what its user names.
+SUFFIXES = (".csv", ".jsonl")
+# pseudo-filesystems: /proc/self/environ holds the pod's S3 keys (envFrom a Secret)
+_NOT_FILES = (Path("/proc"), Path("/sys"), Path("/dev"))
+
+
+def spec_path_error(written: Any) -> str | None:
+    """Why ``written`` may not be a spec's ``trace`` parameter, or None: a path (absolute: a volume
+    where the suite runs; relative: from the suite's working directory) of a ``.csv`` or ``.jsonl``
+    file, with no ``..``."""
+    if not isinstance(written, str) or not written.strip():
+        return f"parameter trace {written!r} must be the path of a trace file (.csv or .jsonl)"
+    if ".." in written.replace("\\", "/").split("/"):
+        return f"parameter trace {written!r}: '..' is not allowed; give the trace file's own path"
+    if Path(written).suffix.lower() not in SUFFIXES:
+        return (f"parameter trace {written!r} is not a trace file: a trace is CSV (.csv: Azure's or the plain "
+                f"layout) or JSONL (.jsonl: Mooncake's or the plain layout); give such a file")
+    return None
+
+
+def checked_path(written: str) -> Path:
+    """A spec's trace file as the suite will read it: :func:`spec_path_error`, and its real path (links
+    followed) a ``.csv``/``.jsonl`` file outside /proc, /sys and /dev (TraceError naming both)."""
+    problem = spec_path_error(written)
+    if problem:
+        raise TraceError(problem)
+    real = Path(written).resolve()
+    if real.suffix.lower() not in SUFFIXES or any(real.is_relative_to(d) for d in _NOT_FILES):
+        raise TraceError(f"parameter trace {written!r} leads to {real}, which is not a trace file (.csv or .jsonl); "
+                         "give the trace file itself")
+    return Path(written)
+
+
+def _shown_columns(cols: Iterable[str]) -> str:
+    """A CSV header for an error: its names when they read as column names, else only how many (a file
+    that is not a trace must not have its first line, perhaps a secret, copied into a result)."""
+    names = list(cols)
+    if len(names) <= 32 and all(len(c) <= 40 and all(ch.isalnum() or ch in " _-." for ch in c) for c in names):
+        return str(names)
+    return f"of {len(names)} field(s) that do not read as column names"
+
+
 class TraceError(BenchrunError):
     """A trace file that cannot be replayed; the message names the file, line and field."""
 
@@ -167,7 +210,7 @@ def _read_csv(path: Path) -> Iterable[tuple[float, TraceEntry]]:
         azure = {"TIMESTAMP", "ContextTokens", "GeneratedTokens"} <= set(cols)
         plain = {"timestamp_s", "input_tokens", "output_tokens"} <= set(cols)
         if not (azure or plain):
-            raise TraceError(f"{path}: CSV header {list(cols)} is neither Azure's (TIMESTAMP, ContextTokens, GeneratedTokens) "
+            raise TraceError(f"{path}: CSV header {_shown_columns(cols)} is neither Azure's (TIMESTAMP, ContextTokens, GeneratedTokens) "
                              f"nor the plain one (timestamp_s, input_tokens, output_tokens[, session_id, prefix_id])")
         for n, row in enumerate(reader, 2):
             where = f"{path}:{n}"
@@ -296,7 +339,17 @@ def trace_fields(spec: Any) -> dict[str, Any]:
 
 
 def describe(entries: tuple[TraceEntry, ...], path: str, speedup: float) -> dict[str, Any]:
-    """What the sweep's context records about the replayed trace."""
-    return {"file": str(path), "requests": len(entries), "span_s": entries[-1].t_s if entries else 0.0, "speedup": speedup,
+    """What the sweep's context records about the replayed trace (``sha256``: the bytes replayed)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        digest: str | None = h.hexdigest()
+    except OSError:
+        digest = None
+    return {"file": str(path), "sha256": digest, "requests": len(entries), "span_s": entries[-1].t_s if entries else 0.0, "speedup": speedup,
             "sessions": len({e.session_id for e in entries if e.session_id is not None}),
             "with_prefix_ids": sum(1 for e in entries if e.prefix_ids)}

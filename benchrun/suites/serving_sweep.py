@@ -143,7 +143,8 @@ REQUEST_COUNT = ("requests_per_point", 24)
 
 def check_parameters(params: dict[str, Any], *, nodes: int = 1, workload: dict[str, Any] | None = None) -> None:
     """Refuse, before any run, the load points and counts every replicate would refuse (ParamError).
-    A trace is read when the suite starts (the file may live only where it runs): its options are
+    A trace is read when the suite starts (the file may live only where it runs): its options and
+    its path's form (a .csv or .jsonl, no '..': :func:`benchrun.loadgen.trace.spec_path_error`) are
     checked here, the file is not."""
     from benchrun.loadgen.suite import workload_inputs
 
@@ -154,6 +155,11 @@ def check_parameters(params: dict[str, Any], *, nodes: int = 1, workload: dict[s
         if "duration_s" in params:
             float_param(ctx, "duration_s", 0.0)
         if "trace" in params:
+            from benchrun.loadgen.trace import spec_path_error
+
+            problem = spec_path_error(params["trace"])
+            if problem:
+                raise ParamError(problem)
             float_param(ctx, "speedup", 1.0)
             if "requests_per_point" in params:
                 int_param(ctx, "requests_per_point", 1, minimum=1)
@@ -181,7 +187,8 @@ def run(ctx: SuiteContext) -> None:
         from benchrun.loadgen import trace as tracing
 
         speedup = float_param(ctx, "speedup", 1.0)
-        entries = tracing.load_trace(str(ctx.params["trace"]), str(ctx.param("trace_format", "auto")))
+        path = tracing.checked_path(ctx.params["trace"])  # a trace file, never another file of this machine
+        entries = tracing.load_trace(path, str(ctx.param("trace_format", "auto")))
         requests = int_param(ctx, "requests_per_point", 1, minimum=1) if "requests_per_point" in ctx.params else None
         point = tracing.trace_point(tracing.select(entries, requests, duration, speedup), speedup)
         ctx.context["trace"] = tracing.describe(entries, str(ctx.params["trace"]), speedup)
