@@ -170,3 +170,31 @@ def test_a_pinned_run_is_read_against_its_copy_whatever_its_path_was(tmp_path):
     raw = _spec_with(tmp_path, {"path": "/old/host/d.jsonl"}).read_bytes()
     loaded = load_spec_bytes(raw, "spec.yaml", find_dataset=pinned_finder(copy, "spec.yaml"))
     assert loaded.run.workload_env()["dataset"]["path"] == str(copy.resolve())
+
+
+def test_a_link_in_the_repository_cannot_pin_another_file_of_the_machine(tmp_path, monkeypatch):
+    # security review: specs/datasets/conv.jsonl -> /elsewhere/secret.txt was admitted (the suffix was
+    # checked on the link's name) and copy_into_run copied the secret into the run
+    repo, outside = tmp_path / "repo", tmp_path / "outside"
+    (repo / "specs" / "datasets").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "secret.txt").write_text("TOP-SECRET-LINE\n")
+    (outside / "other.jsonl").write_text('{"prompt": "x"}\n')
+    (repo / "specs" / "datasets" / "conv.jsonl").symlink_to(outside / "secret.txt")
+    (repo / "specs" / "datasets" / "away.jsonl").symlink_to(outside / "other.jsonl")
+    (repo / "specs" / "datasets" / "real.jsonl").write_text('{"prompt": "y"}\n')
+    (repo / "specs" / "datasets" / "inside.jsonl").symlink_to(repo / "specs" / "datasets" / "real.jsonl")
+    monkeypatch.chdir(repo)
+    for written, said in (("specs/datasets/conv.jsonl", "leads out of"), ("specs/datasets/away.jsonl", "leads out of")):
+        spec = _spec_with(repo, {"path": written})
+        [res] = validate_bytes(spec.read_bytes(), str(spec))
+        assert [e.path for e in res.errors] == ["spec.workload.dataset.path"], written
+        assert said in res.errors[0].message and "TOP-SECRET" not in res.errors[0].message
+    spec = _spec_with(repo, {"path": "specs/datasets/inside.jsonl"})  # a link that stays in the repository
+    assert load_spec(spec).run.workload_env()["dataset"]["sha256"] == hashlib.sha256(b'{"prompt": "y"}\n').hexdigest()
+    # a link to a file of the repository that is not a dataset
+    (repo / "notes.txt").write_text("x\n")
+    (repo / "specs" / "datasets" / "n.jsonl").symlink_to(repo / "notes.txt")
+    spec = _spec_with(repo, {"path": "specs/datasets/n.jsonl"})
+    [res] = validate_bytes(spec.read_bytes(), str(spec))
+    assert "which is not a dataset file" in res.errors[0].message

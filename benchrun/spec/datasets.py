@@ -70,14 +70,28 @@ Finder = Callable[[str], "tuple[FsPath | None, str]"]
 
 
 def file_finder(source: str) -> Finder:
-    """The working directory, then the spec file's folder (``source``, when it is a file)."""
+    """The working directory, then the spec file's folder (``source``, when it is a file); a file
+    found under one of them whose real path (links followed) leaves it, or is not a dataset file, is
+    refused (PathRefused): a link in the repository must not pin, and copy into the run, a file of
+    the machine that reads the spec."""
     def find(written: str) -> tuple[FsPath | None, str]:
         path = FsPath(written)
         src = FsPath(source)
-        candidates = [path] if path.is_absolute() else (
-            [FsPath.cwd() / path] + ([src.parent / path] if src.is_file() else []))
-        where = " or ".join(str(c) for c in candidates)
-        return next((c for c in candidates if c.is_file()), None), where
+        bases = [] if path.is_absolute() else [FsPath.cwd()] + ([src.parent] if src.is_file() else [])
+        candidates = [(None, path)] if path.is_absolute() else [(b, b / path) for b in bases]
+        where = " or ".join(str(c) for _, c in candidates)
+        for base, c in candidates:
+            if not c.is_file():
+                continue
+            real = c.resolve()
+            if base is not None and not real.is_relative_to(base.resolve()):
+                raise PathRefused(f"{written!r} leads out of {base} (to {real}); give a dataset file kept in the "
+                                  f"repository, not a link to another file of this machine")
+            if real.suffix.lower() not in SUFFIXES:
+                raise PathRefused(f"{written!r} leads to {real}, which is not a dataset file (.json, .jsonl, .parquet); "
+                                  f"give the dataset file itself")
+            return c, where
+        return None, where
     return find
 
 
