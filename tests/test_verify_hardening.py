@@ -182,6 +182,36 @@ def test_local_stores_are_confined_to_the_home_or_configured_roots(tmp_path: Pat
     assert open_store(f"file://{tmp_path}/elsewhere/${{RUN_ID}}/", home).root == (tmp_path / "elsewhere").resolve()
 
 
+def test_a_store_cannot_write_into_the_homes_or_the_shared_states_own_folders(tmp_path: Path, monkeypatch) -> None:
+    # security review: pathTemplate runs/<victim>/ put objects, manifests and .lock into another run's
+    # directory (locally, and in S3 under BENCHRUN_SHARED_STATE's runs/, which pull_run copies into it)
+    from benchrun.store import check_path_template
+
+    home = tmp_path / "home"
+    home.mkdir()
+    for bad, said in (("runs/victim-20250101000000-abcdef12/", "the home's runs/ folder"),
+                      ("keys/${RUN_ID}/", "the home's keys/ folder"), ("${RUN_ID}/", "the home itself"),
+                      (f"file://{home}/specs/${{RUN_ID}}/", "the home's specs/ folder"), ("./", "the home itself")):
+        with pytest.raises(BenchrunError, match=f"would write into {said}"):
+            open_store(bad, home)
+        with pytest.raises(BenchrunError, match="give a folder of its own"):
+            check_path_template(bad, home)
+    assert open_store("objects/${RUN_ID}/", home).root == home / "objects"
+    assert open_store("stores/team-a/${RUN_ID}/", home).root == home / "stores" / "team-a"
+    monkeypatch.setenv("BENCHRUN_SHARED_STATE", "s3://benchrun-artifacts/benchrun")
+    monkeypatch.setenv("BENCHRUN_WAREHOUSE_LOCATION", "s3://benchrun-artifacts/warehouse")
+    for bad, said in (("s3://benchrun-artifacts/benchrun/runs/victim-20250101000000-abcdef12/", "the shared state's runs/"),
+                      ("s3://benchrun-artifacts/benchrun/${RUN_ID}/", "the shared state itself"),
+                      ("s3://benchrun-artifacts/warehouse/raw/${RUN_ID}/", "the warehouse's table location")):
+        with pytest.raises(BenchrunError, match=f"would write into {said}"):
+            check_path_template(bad, home)
+        with pytest.raises(BenchrunError, match="BENCHRUN_"):
+            open_store(bad, home)
+    check_path_template("s3://benchrun-artifacts/raw/${RUN_ID}/", home)  # a prefix of its own
+    check_path_template("s3://benchrun-artifacts/benchrun/objects/${RUN_ID}/", home)
+    check_path_template("s3://other-bucket/benchrun/runs/${RUN_ID}/", home)
+
+
 def test_an_unsigned_run_is_judged_alike_by_verify_and_verify_store(bench_home: Path, monkeypatch) -> None:
     """`verify <canceled run>` said "no provenance envelope there; sign the run first" (exit 1),
     which no command can do, while `verify --store` listed it "not signed", exit 0."""

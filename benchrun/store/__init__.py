@@ -95,6 +95,7 @@ def open_store(
     if parsed.scheme == "s3":
         key = parsed.path.lstrip("/")
         base, prefix = _split_template(key, field)
+        confine_s3_location(parsed.netloc, base, field)
         if base and not base.endswith("/") and prefix:
             # "raw-${RUN_ID}/" style: keep the literal text before the placeholder in the prefix.
             base, prefix = "", key
@@ -142,6 +143,52 @@ def confine_local_root(root: Path, prefix: str, home: Path, field: str) -> None:
             f"{field}: the local store {resolved} is outside the benchrun home {allowed[0]}; evidence stays under "
             f"the home or a root the operator lists in ${STORE_ROOTS_ENV}"
         )
+    if resolved.is_relative_to(allowed[0]):
+        clash = _home_folder(resolved.relative_to(allowed[0]).parts)
+        if clash is not None:
+            raise BenchrunError(f"{field}: the local store {resolved} would write into {clash}; {_STORE_FIX}")
+
+
+# The home's own folders (and the shared state's, which mirrors the home): a store among them would
+# write its objects and manifests into another run's directory, the signed specs or the keys.
+HOME_FOLDERS = frozenset({"runs", "specs", "keys", "published", "warehouse", "locks", "liveness", "metrics", "cache",
+                          "confirmations", "dagster", "storage", "history", "logs"})
+_STORE_FIX = "give a folder of its own, such as objects/${RUN_ID}/ (the default store is objects/)"
+
+
+def _home_folder(parts: tuple[str, ...] | list[str]) -> str | None:
+    """What of the home a store at ``parts`` (relative to the home, or to the shared state's prefix)
+    would write into: "the home itself", "its runs/ folder", ...; None when it is a folder of its own."""
+    parts = [p for p in parts if p not in ("", ".")]
+    if not parts:
+        return "the home itself (beside its runs/, specs/ and keys/)"
+    if parts[0] in HOME_FOLDERS:
+        return f"the home's {parts[0]}/ folder"
+    return None
+
+
+def confine_s3_location(bucket: str, base: str, field: str) -> None:
+    """An S3 store (``bucket``, key text before ``${RUN_ID}``) must not lie among the shared state's own
+    folders (``$BENCHRUN_SHARED_STATE`` mirrors the home: a store at its ``runs/<other-run>/`` is pulled
+    into that run's directory) nor inside the warehouse's table location (``$BENCHRUN_WAREHOUSE_LOCATION``)."""
+    from benchrun.sharedstate import ENV as SHARED_ENV
+    from benchrun.warehouse.lakecatalog import LOCATION_ENV
+
+    here = f"s3://{bucket}/{base}"
+    for env in (SHARED_ENV, LOCATION_ENV):
+        other = urllib.parse.urlparse(os.environ.get(env, "").strip())
+        if other.scheme != "s3" or other.netloc != bucket:
+            continue
+        root = other.path.strip("/")
+        inside = not root or base == root or base.startswith(root + "/")
+        if not inside:
+            continue
+        rest = base[len(root):].strip("/").split("/") if root else base.strip("/").split("/")
+        clash = "the warehouse's table location" if env == LOCATION_ENV else (
+            _home_folder(rest) and _home_folder(rest).replace("the home", "the shared state"))
+        if clash:
+            raise BenchrunError(f"{field}: the store {here} would write into {clash} (${env} is "
+                                f"{os.environ[env].strip()}); {_STORE_FIX}")
 
 
 def check_path_template(path_template: str | None, home: Path) -> None:
@@ -151,7 +198,8 @@ def check_path_template(path_template: str | None, home: Path) -> None:
         return
     parsed = urllib.parse.urlparse(path_template)
     if parsed.scheme == "s3":
-        _split_template(parsed.path.lstrip("/"), field)
+        base, _ = _split_template(parsed.path.lstrip("/"), field)
+        confine_s3_location(parsed.netloc, base, field)
         return
     _local_root(path_template, parsed, Path(home), field)
 
