@@ -660,3 +660,20 @@ def test_compare_json_says_why_it_refused(tmp_path, monkeypatch, capsys):
     doc = json.loads(out)
     assert code == 4 and doc["exit_code"] == 4 and doc["comparable"] is True and doc["refusals"] == []
     assert any(d["field"].startswith("spec.trials") for d in doc["differences"]), doc["differences"]
+
+
+def test_compare_json_says_why_when_a_run_or_the_baseline_alias_does_not_resolve(tmp_path, monkeypatch, capsys):
+    """A first-time pipeline's `compare published/canary RUN --json` (no alias promoted yet) exited 1
+    with nothing on stdout: a CI job parsing the JSON had nothing to read."""
+    from helpers import cli_in_process
+
+    rng = np.random.default_rng(8)
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    make_run(tmp_path, "ok-a", _metrics(rng), spec=SPEC)
+    for args, code, said in ((["published/canary", "ok-a"], 1, "promote"), (["ok-a", "nope"], 1, "nope"),
+                             (["ok-a", "ok-a"], 2, "the same run")):
+        got, out, err = cli_in_process(["compare", *args, "--json"], monkeypatch, capsys)
+        assert got == code and said in err, (args, err)
+        doc = json.loads(out)
+        assert doc["refused"] is True and doc["error"] is True and doc["exit_code"] == code and said in doc["message"]
+        assert [doc["baseline"], doc["candidate"]] == args

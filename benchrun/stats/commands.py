@@ -64,15 +64,21 @@ def compare(
     from benchrun.report.worker import settle
 
     home = home_location()[0]  # read, never created: a run directory given as a path needs no home
-    settle(home, lambda line: typer.echo(line, err=True))  # both runs' signatures cover their final reports
-    base_dir, cand_dir = resolve_run(baseline, home), resolve_run(candidate, home)
-    if base_dir.resolve() == cand_dir.resolve():
-        raise BenchrunError(f"compare: baseline {baseline!r} and candidate {candidate!r} are the same run "
-                            f"({base_dir.name}); compare two different runs", exit_code=2)
-    allow = tuple(p.strip() for a in allow_differences for p in a.split(",") if p.strip())
-    _check_paths(base_dir, cand_dir, variable, allow)
-    gate, result = compare_runs(base_dir, cand_dir, variable=variable, baseline_alias=alias_of(baseline),
-                                allow_differences=allow, home=home)
+    try:
+        settle(home, lambda line: typer.echo(line, err=True))  # both runs' signatures cover their final reports
+        base_dir, cand_dir = resolve_run(baseline, home), resolve_run(candidate, home)
+        if base_dir.resolve() == cand_dir.resolve():
+            raise BenchrunError(f"compare: baseline {baseline!r} and candidate {candidate!r} are the same run "
+                                f"({base_dir.name}); compare two different runs", exit_code=2)
+        allow = tuple(p.strip() for a in allow_differences for p in a.split(",") if p.strip())
+        _check_paths(base_dir, cand_dir, variable, allow)
+        gate, result = compare_runs(base_dir, cand_dir, variable=variable, baseline_alias=alias_of(baseline),
+                                    allow_differences=allow, home=home)
+    except BenchrunError as exc:
+        if as_json:  # a pipeline reading the JSON learns why there is nothing to read (a baseline alias not set...)
+            typer.echo(json.dumps({"refused": True, "error": True, "exit_code": exc.exit_code, "message": str(exc),
+                                   "baseline": baseline, "candidate": candidate}, indent=2))
+        raise
     if result is None:
         code = EXIT_NOT_COMPARABLE if gate.not_comparable else EXIT_GATE_REFUSED
         message = gate.message() if gate.not_comparable else (
