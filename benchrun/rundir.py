@@ -201,6 +201,9 @@ class RunDir:
         try:
             doc = json.loads(self.status_path.read_text(encoding="utf-8"))
         except FileNotFoundError:
+            if not self.path.is_dir():
+                raise BenchrunError(f"no such run {self.run_id!r} under {self.path.parent}; `benchrun runs` lists "
+                                    "the runs") from None
             raise BenchrunError(f"run {self.run_id}: no status.json under {self.path}") from None
         except json.JSONDecodeError as exc:
             raise BenchrunError(f"{self.status_path}: not valid JSON ({exc}); the run's status is damaged: restore it "

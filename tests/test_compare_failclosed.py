@@ -677,3 +677,15 @@ def test_compare_json_says_why_when_a_run_or_the_baseline_alias_does_not_resolve
         doc = json.loads(out)
         assert doc["refused"] is True and doc["error"] is True and doc["exit_code"] == code and said in doc["message"]
         assert [doc["baseline"], doc["candidate"]] == args
+
+
+def test_every_command_says_no_such_run_the_same_way(tmp_path, monkeypatch, capsys):
+    """New-user trial: `show nope` said "no status.json under …" and `verify nope` "no run directory under …",
+    where cancel, delete, report and compare say the run is not there and how to list the runs."""
+    from helpers import cli_in_process
+
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    make_run(tmp_path, "ok-a", _metrics(np.random.default_rng(9)), spec=SPEC)
+    for args in (["show", "nope-run"], ["verify", "nope-run"], ["cancel", "nope-run"]):
+        code, _, err = cli_in_process(args, monkeypatch, capsys)
+        assert code == 1 and "no such run 'nope-run'" in err and "`benchrun runs` lists the runs" in err, (args, err)

@@ -197,3 +197,24 @@ def test_a_rebuild_leaves_a_run_that_is_still_going_to_its_own_process(tmp_path:
     assert "run-a" in report.rebuilt and "run-live" not in report.rebuilt
     assert report.skipped["run-live"].startswith("still Running: pid ")
     assert _rows(tmp_path, "run-live")["measurement_fact"] == 0
+
+
+def test_a_run_canceled_before_it_was_sealed_is_not_curated_by_a_rebuild(tmp_path: Path) -> None:
+    """New-user trial: `benchrun playbook <canceled run>` advised `benchrun rebuild-warehouse <id>`, which then
+    curated the canceled run's partial, unsigned files (1,522 rows, phase Canceled) that the run itself had
+    left out."""
+    from benchrun.errors import BenchrunError
+    from benchrun.playbooks.base import check_runs
+    from benchrun.stats.synthetic import make_run
+
+    make_run(tmp_path, "run-c", {("s", "c", "tps"): ([1.0, 2.0], "tok/s", "higher")}, status={"phase": "Canceled"},
+             manifest=False)
+    for report in (rebuild_warehouse(tmp_path), rebuild_warehouse(tmp_path, ["run-c"])):
+        assert "run-c" not in report.rebuilt and "canceled before its evidence was sealed" in report.skipped["run-c"]
+    assert _rows(tmp_path, "run-c")["measurement_fact"] == 0
+    with pytest.raises(BenchrunError, match="ended Canceled") as caught:
+        check_runs(tmp_path, "run-c", None)
+    assert "rebuild-warehouse" not in str(caught.value)
+    # a canceled run that was sealed (its evidence stored) is curated as before
+    make_run(tmp_path, "run-s", {("s", "c", "tps"): ([1.0, 2.0], "tok/s", "higher")}, status={"phase": "Canceled"})
+    assert "run-s" in rebuild_warehouse(tmp_path, ["run-s"]).rebuilt

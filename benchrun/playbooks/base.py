@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from benchrun.errors import BenchrunError
 from benchrun.paths import validate_run_id
-from benchrun.rundir import finished_and_succeeded
+from benchrun.rundir import RunDir, finished_and_succeeded
 
 Verdict = Literal["flagged", "clear", "unavailable"]
 VERDICTS: tuple[str, ...] = ("flagged", "clear", "unavailable")
@@ -84,6 +84,13 @@ def in_warehouse(home: Path, run_id: str) -> bool:
 
 
 def _not_curated(what: str, rid: str, home: Path) -> str:
+    try:
+        phase = RunDir(Path(home), rid).read_status().get("phase")
+    except (BenchrunError, ValueError):
+        phase = None
+    if phase == "Canceled":  # never curated (rebuild-warehouse leaves it out too): nothing to rebuild
+        return (f"{what} {rid!r} ended Canceled, so it is not in the warehouse and has nothing a playbook can judge; "
+                "run the spec again, or give a finished run")
     return (f"{what} {rid!r} is not in the warehouse under {Path(home) / 'warehouse'}; "
             "a run is curated as it finishes (a submitted run once its Dagster run has run it); a finished run "
             f"missing there: `benchrun rebuild-warehouse {rid}`; list the curated runs with "

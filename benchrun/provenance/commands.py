@@ -17,7 +17,7 @@ def _verify_one(run_id: str, public_key: Path | None, pinned: tuple[str, ...]) -
 
     rd = RunDir.for_run(run_id)
     if not rd.path.is_dir():
-        raise BenchrunError(f"run {run_id}: no run directory under {rd.path.parent}")
+        raise BenchrunError(f"no such run {run_id!r} under {rd.path.parent}; `benchrun runs` lists the runs")
     if not envelope_path(rd.path).is_file():
         from benchrun.provenance.store_walk import unsigned
 

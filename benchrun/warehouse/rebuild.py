@@ -136,6 +136,19 @@ def _running(home: Path, rd: Any) -> str:
             "rebuild it after it ends") if claim else ""
 
 
+def _canceled_unsealed(rd: Any) -> str:
+    """Why a run directory is not curated: canceled before its evidence was sealed (no manifest.json),
+    as the run itself left it (a canceled run never reaches its warehouse step); '' otherwise."""
+    if rd is None or (rd.path / "manifest.json").is_file():
+        return ""
+    try:
+        phase = rd.read_status().get("phase")
+    except BenchrunError:
+        return ""
+    return ("canceled before its evidence was sealed (no manifest.json): a canceled run is not curated, and its "
+            "partial files are not evidence; `benchrun show` reads them") if phase == "Canceled" else ""
+
+
 def rebuild_warehouse(home: Path, run_ids: list[str] | None = None) -> RebuildReport:
     """Curate every run (or ``run_ids``) again, then refresh the views; one failure is reported,
     the other runs are still rebuilt. A run ``benchrun delete`` or retention removed is skipped, with why."""
@@ -183,7 +196,7 @@ def rebuild_warehouse(home: Path, run_ids: list[str] | None = None) -> RebuildRe
         if run_id in removed:
             report.skipped[run_id] = removed[run_id]
             continue
-        live = _running(home, on_disk.get(run_id))
+        live = _running(home, on_disk.get(run_id)) or _canceled_unsealed(on_disk.get(run_id))
         if live:
             report.skipped[run_id] = live
             continue
