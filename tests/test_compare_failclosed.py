@@ -689,3 +689,77 @@ def test_every_command_says_no_such_run_the_same_way(tmp_path, monkeypatch, caps
     for args in (["show", "nope-run"], ["verify", "nope-run"], ["cancel", "nope-run"]):
         code, _, err = cli_in_process(args, monkeypatch, capsys)
         assert code == 1 and "no such run 'nope-run'" in err and "`benchrun runs` lists the runs" in err, (args, err)
+
+
+# -- found by an adversarial review (2026-12-06): pairs that exited 0 ---------------------------------
+
+def _serve(rng, level, case="c=4"):
+    return {("serve", case, "tokens_per_second"): (lognormal_replicates(rng, level, 0.02, 5), "tok/s", "higher"),
+            ("serve", case, "p99_latency_ms"): (lognormal_replicates(rng, 40 * 100 / level, 0.02, 5), "ms", "lower")}
+
+
+def test_a_pair_whose_specs_declare_no_primary_is_not_judged(tmp_path):
+    # every metric regressed (-50 %), both rows "regression", RegressionDetected=False, exit 0
+    rng = np.random.default_rng(11)
+    none = {"spec": {"metrics": {"inference": {"enabled": True, "primary": []}}}}
+    make_run(tmp_path, "b", _serve(rng, 100), spec=none)
+    make_run(tmp_path, "c", _serve(rng, 50), spec=none)
+    reasons, gate, _ = _reasons(tmp_path, "b", "c")
+    assert reasons == {admit.PRIMARY_UNMEASURED} and "neither spec declares a primary metric" in gate.message()
+    # validate says it first: an inference spec without primaries is refused
+    from benchrun.spec.rules import rule_inference_metrics
+
+    doc = {"spec": {"intent": {"workloadType": "inference"}, "metrics": {"inference": {"enabled": True}}}}
+    [(path, msg)] = [f for f in rule_inference_metrics(doc) if f[0][-1] == "primary"]
+    assert "required for workloadType inference" in msg
+
+
+def test_a_primary_naming_a_case_its_suite_never_reported_refuses_the_pair(tmp_path):
+    # serve ran only c=4; the primary p99_latency_ms[c=8] was a note and its x4 regression at c=4 passed (exit 0)
+    rng = np.random.default_rng(12)
+    spec = {"spec": {"metrics": {"inference": {"primary": ["serve/tokens_per_second[c=4]",
+                                                           "serve/p99_latency_ms[c=8]"]}}}}
+    make_run(tmp_path, "b", _serve(rng, 100), spec=spec)
+    worse = _serve(rng, 100)
+    worse[("serve", "c=4", "p99_latency_ms")] = (lognormal_replicates(rng, 160, 0.02, 5), "ms", "lower")
+    make_run(tmp_path, "c", worse, spec=spec)
+    reasons, gate, _ = _reasons(tmp_path, "b", "c")
+    assert reasons == {admit.PRIMARY_UNMEASURED}
+    assert "primary serve/p99_latency_ms[c=8] matches nothing suite serve reported" in gate.message()
+    assert "c=4" in gate.message()
+    # a primary of a suite that ran in neither run (no GPU here) stays a note
+    spec["spec"]["metrics"]["inference"]["primary"][1] = "gpu_suite/p99_latency_ms[c=8]"
+    make_run(tmp_path, "b2", _serve(rng, 100), spec=spec)
+    make_run(tmp_path, "c2", _serve(rng, 100), spec=spec)
+    reasons, gate, res = _reasons(tmp_path, "b2", "c2")
+    assert reasons == set() and any("measured in neither run" in n for n in res.notes)
+
+
+def test_a_status_json_edited_to_succeeded_after_the_run_was_signed_failed_is_refused(tmp_path):
+    rng = np.random.default_rng(13)
+    make_run(tmp_path, "b", _serve(rng, 100))
+    rd = make_run(tmp_path, "c", _serve(rng, 100), status={"phase": "Failed", "outcome": "failed"})
+    st = json.loads((rd / "status.json").read_text())
+    st.update(phase="Succeeded", outcome="succeeded")
+    (rd / "status.json").write_text(json.dumps(st))
+    reasons, gate, _ = _reasons(tmp_path, "b", "c")
+    assert admit.EVIDENCE in reasons
+    assert "status.json says phase 'Succeeded', but the signed statement records phase 'Failed'" in gate.message()
+
+
+def test_any_figure_of_a_point_the_load_generator_judged_invalid_is_not_gated(tmp_path):
+    # without request records the p99 row skipped the verdict, and a throughput row never read it: exit 0
+    rng = np.random.default_rng(14)
+    why = "error rate 25/400 = 6.2% > 1.0%"
+
+    def serving(bad):
+        return {"serve": [[{"point": "c=4", "bucket": "all", "offered_load": 4, "verdict": "invalid" if bad else "valid",
+                            "verdict_reasons": [why] if bad else []}] for _ in range(5)]}
+
+    make_run(tmp_path, "b", _serve(rng, 100), serving=serving(False))
+    make_run(tmp_path, "c", _serve(rng, 100), serving=serving(True))
+    reasons, gate, _ = _reasons(tmp_path, "b", "c")
+    assert reasons == {admit.PRIMARY_NOT_GATEABLE}
+    assert "primary serve/tokens_per_second[c=4] cannot be judged (not gateable: load generator verdict invalid " \
+           f"(candidate r1: {why}" in gate.message()
+    assert "serve/p99_latency_ms[c=4] cannot be judged" in gate.message()

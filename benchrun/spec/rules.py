@@ -288,6 +288,10 @@ def rule_inference_metrics(doc: Any) -> Iterator[Finding]:
         yield path, f"required for workloadType {wt} (enabled: true, primary: {', '.join(INFERENCE_PRIMARY)} and a cost metric)"
         return
     yield from require_true(doc, path, ("enabled",), f" for workloadType {wt}")
+    if get(doc, path + ("primary",)) is None:  # without primaries a comparison gates nothing
+        yield path + ("primary",), (f"required for workloadType {wt}: {', '.join(INFERENCE_PRIMARY)} and a cost metric "
+                                    f"({' or '.join(COST_METRICS)}), the metrics that decide a comparison")
+        return
     primary = strings(get(doc, path + ("primary",)))
     if primary is None:
         return

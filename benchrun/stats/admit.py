@@ -223,7 +223,15 @@ def evidence_problems(run: "RunInfo", home: Path | None = None, *, signed: bool 
     from benchrun.provenance.signing import envelope_path
 
     problems = manifest_problems(run.path)
-    sig, _ = signature_problems(run.path, home or run.path.parent.parent)  # a caller comparing two runs names one home
+    sig, st = signature_problems(run.path, home or run.path.parent.parent)  # a caller comparing two runs names one home
+    recorded = (st.predicate.get("curated_status") or {}) if st is not None else {}
+    if isinstance(recorded, dict) and recorded.get("phase") in ("Failed", "Canceled") \
+            and run.status.get("phase") != recorded.get("phase"):
+        # benchrun never moves a run signed Failed or Canceled to another phase without signing it again:
+        # status.json (unsigned) was edited, and its phase is what admission reads
+        sig = [*sig, f"status.json says phase {run.status.get('phase')!r}, but the signed statement records "
+                     f"phase {recorded.get('phase')!r} (outcome {recorded.get('outcome')!r}): status.json was edited "
+                     "after the run was signed"]
     if signed and not envelope_path(run.path).is_file():
         sig = [f"{envelope_path(run.path).relative_to(run.path)} is missing: the run is not signed, so nothing "
                "shows its files are the ones it measured (every run benchrun finishes is signed)"]
@@ -261,6 +269,10 @@ def unmeasured_primaries(rows: "pd.DataFrame", primary: Iterable[str]) -> list[R
 
     primary = list(primary)
     out: list[Refusal] = []
+    if not primary:  # nothing declared gates: no pair can be cleared (it exited 0 on any regression)
+        return [Refusal(PRIMARY_UNMEASURED, "neither spec declares a primary metric (spec.metrics.<family>.primary): "
+                                            "nothing gates, so the pair cannot be judged; declare the metrics that "
+                                            "decide the comparison")]
     if rows.empty:
         if primary:
             out.append(Refusal(PRIMARY_UNMEASURED, f"no metric was measured; primaries {', '.join(sorted(primary))} "
@@ -273,6 +285,16 @@ def unmeasured_primaries(rows: "pd.DataFrame", primary: Iterable[str]) -> list[R
         if sel.metric == FAILED_METRIC:
             continue
         hit = values[[sel.matches(s, c, m) for s, c, m in zip(values["suite"], values["case"], values["name"])]]
+        if hit.empty and sel.suite is not None and (values["suite"] == sel.suite).any():
+            # the suite it names ran and reported, but nothing it reported is this primary: a case or a
+            # name the spec got wrong, which no run would ever gate on (it was a note, and the pair passed)
+            got = values[values["name"] == sel.metric] if (values["name"] == sel.metric).any() else values
+            cases = sorted({c or "(no case)" for c in got[got["suite"] == sel.suite]["case"]})
+            out.append(Refusal(PRIMARY_UNMEASURED, f"primary {text} matches nothing suite {sel.suite} reported "
+                                                   f"(its {sel.metric if got is not values else 'metrics'}' cases: "
+                                                   f"{', '.join(cases[:8])}{' ...' if len(cases) > 8 else ''}); fix "
+                                                   "metrics.<family>.primary"))
+            continue
         if hit.empty:  # measured in neither run: both agree there is nothing to judge (see neither_measured)
             continue
         measured_any = True

@@ -321,18 +321,28 @@ class RequestTails:
                 self._unjudged(df, i)
                 self.refused[i] = own
                 continue
+            # the load generator's verdict on this row's point, other than a replicate's own request count
+            invalid = "; ".join([*(f"baseline {x}" for x in self.b_bad.get((r["suite"], r["case"]), [])),
+                                 *(f"candidate {x}" for x in self.c_bad.get((r["suite"], r["case"]), []))])
             spec = P99_METRICS.get(str(r["name"]))
+            b = c = []
+            if spec is not None:
+                b = _per_replicate(self.b_req, r["suite"], r["case"], spec[0])
+                c = _per_replicate(self.c_req, r["suite"], r["case"], spec[0])
+            if invalid and r["name"] != FAILED_ROW and r.get("role") != "context" and not (b or c):
+                # any figure of a point whose client fell behind or whose requests erred is no measurement of the
+                # server (before, only a p99 with request records read the verdict: a throughput there, or a
+                # p99 of runs curated without request records, was gated)
+                self._unjudged(df, i)
+                self.refused[i] = f"not gateable: load generator verdict invalid ({invalid})"
+                continue
             if spec is None:
                 self._replicate_percentile(df, i, r)
                 continue
             column, q = spec
-            b = _per_replicate(self.b_req, r["suite"], r["case"], column)
-            c = _per_replicate(self.c_req, r["suite"], r["case"], column)
             if not b and not c:  # no request records (older runs): the replicate p99s, by their sample count
                 self._replicate_percentile(df, i, r)
                 continue
-            invalid = "; ".join([*(f"baseline {x}" for x in self.b_bad.get((r["suite"], r["case"]), [])),
-                                 *(f"candidate {x}" for x in self.c_bad.get((r["suite"], r["case"]), []))])
             tc = compare_p99(b, c, q=q, confidence=self.confidence, invalid=invalid)
             higher = r["direction"] == "higher"
             df.at[i, "n_requests_baseline"], df.at[i, "n_requests_candidate"] = tc.n_baseline, tc.n_candidate
