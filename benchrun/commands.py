@@ -302,12 +302,12 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
     except KeyboardInterrupt:  # Ctrl-C outside a step (waiting for the turn, between steps)
         result = None
         _settle_canceled(console, rd)
-    except TurnRefused:
+    except TurnRefused as exc:
         # --no-wait and another benchmark holds the turn: this run never started, so it leaves
         # nothing behind (no Failed run in `benchrun runs`; the content-addressed spec pin stays).
         stop_heartbeat(rd.home, rd.run_id)
         _discard_unstarted(rd)
-        raise
+        raise TurnRefused(f"{exc} ({prepared.run_dir}, printed above, is removed: nothing ran)") from None
     except BenchrunError as exc:
         # A storage error: the run ends Failed with benchrun's message.
         _settle_failed(rd, str(exc))

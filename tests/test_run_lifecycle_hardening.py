@@ -369,6 +369,7 @@ def test_cli_run_refuses_while_another_run_holds_the_turn(bench_home, canary_doc
         result = CliRunner().invoke(app, ["run", str(write_spec(canary_doc)), "--no-wait"])
     assert isinstance(result.exception, BenchrunError)
     assert "run holder-run (pid" in str(result.exception) and "holds the one-benchmark-at-a-time turn" in str(result.exception)
+    assert "printed above, is removed: nothing ran" in str(result.exception)  # the path it printed is gone
     # Refused before anything ran: it leaves no run behind (issue 26: no Failed run, no claim).
     assert list((bench_home / "runs").iterdir()) == []
     assert list((bench_home / "liveness").glob("*.json")) == []

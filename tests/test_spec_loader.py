@@ -138,6 +138,9 @@ def test_wrong_types_at_every_level() -> None:
         "      enabled: 'yes'": ("spec.layers[0].enabled", "must be a boolean (true or false), not a string 'yes'"),
         "    model: 7": ("spec.workload.model", "must be a string, not an integer 7"),
         "    confidenceLevel: true": ("spec.trials.confidenceLevel", "must be a number, not a boolean"),
+        # a percentage where a fraction is asked (new-user trial): the bound's words, then what was meant
+        "    confidenceLevel: 95": ("spec.trials.confidenceLevel",
+                                   "is 95; input should be less than 1; it is a fraction: 0.95 for 95 %"),
     }
     for line, (path, message) in cases.items():
         key = line.strip().split(":")[0]

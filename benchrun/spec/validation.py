@@ -196,7 +196,11 @@ def _message(err: dict[str, Any]) -> str:
     msg = str(err.get("msg", ""))
     value = err.get("input")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return f"is {value!r}; {msg[0].lower() + msg[1:]}" if msg else f"is {value!r}"
+        bound = (err.get("ctx") or {}).get("lt", (err.get("ctx") or {}).get("le"))
+        # a fraction written as a percentage (confidenceLevel: 95): say what was meant
+        hint = (f"; it is a fraction: {value / 100:g} for {value:g} %" if kind in ("less_than", "less_than_equal")
+                and bound == 1 and 1 < value <= 100 else "")
+        return (f"is {value!r}; {msg[0].lower() + msg[1:]}" if msg else f"is {value!r}") + hint
     return msg[0].lower() + msg[1:] if msg else kind
 
 

@@ -37,7 +37,7 @@ from benchrun.errors import BenchrunError
 from benchrun.stats.cpfact import _previous_breaks, read_change_point_fact, write_change_point_fact  # noqa: F401 (API)
 from benchrun.stats.directions import has_direction
 from benchrun.stats.gate import categorize, identity
-from benchrun.stats.load import DEFAULT_DELTA_PCT, RunInfo, delta_pct, load_run, replicate_table
+from benchrun.stats.load import DEFAULT_DELTA_PCT, RunInfo, delta_pct, load_run, replicate_table, suite_results
 from benchrun.stats.sibcorr import rho2_sums
 
 if TYPE_CHECKING:
@@ -502,8 +502,9 @@ def run_medians(run: RunInfo) -> "pd.DataFrame":
 
     from benchrun.stats.validity import drop_invalid, invalid_replicates
 
-    t = replicate_table(run.path)
-    invalid = invalid_replicates(run.path)
+    docs = suite_results(run.path)  # read once for both
+    t = replicate_table(run.path, docs=docs)
+    invalid = invalid_replicates(run.path, docs)
     if invalid:
         log.info("history: run %s: left out the replicates its suites judged invalid: %s", run.run_id,
                  "; ".join(f"{s} {sorted(e['replicates'], key=str)}" for s, e in sorted(invalid.items())))

@@ -95,7 +95,8 @@ def launch_statuses(run_dir: str | os.PathLike[str]) -> dict[tuple[str, int], st
     return out
 
 
-def replicate_table(run_dir: str | os.PathLike[str], *, include_failed: bool = False) -> "pd.DataFrame":
+def replicate_table(run_dir: str | os.PathLike[str], *, include_failed: bool = False,
+                    docs: list[dict[str, Any]] | None = None) -> "pd.DataFrame":
     """One row per replicate per metric of the run's ok suite results.
 
     Columns: suite, case, metric, unit, direction, replicate, value, status (``ok``: failed
@@ -109,6 +110,7 @@ def replicate_table(run_dir: str | os.PathLike[str], *, include_failed: bool = F
     (suite, case, metric, replicate) — per-rank values — are summarised by their median
     (:func:`benchrun.stats.perlaunch.launch_value`'s rule, vectorised; ``benchrun show --all`` applies it too),
     because a replicate (one launch) is the unit of replication, never a rank or sample.
+    ``docs``: the run's :func:`suite_results`, when the caller has read them already.
     """
     import pandas as pd
 
@@ -124,7 +126,7 @@ def replicate_table(run_dir: str | os.PathLike[str], *, include_failed: bool = F
     seen: set[tuple[str, int]] = set()
     unavailable: list[tuple[str, int]] = []
     measured: set[str] = set()
-    for doc in suite_results(run_dir):
+    for doc in suite_results(run_dir) if docs is None else docs:
         key = (str(doc.get("suite")), int(doc.get("replicate", 0)))
         seen.add(key)
         status = doc.get("status")

@@ -26,14 +26,15 @@ def judged_invalid(doc: Any) -> bool:
     return doc.get("status") == "ok" and isinstance(ctx, dict) and ctx.get("verdict") == "invalid"
 
 
-def invalid_replicates(run_dir: Path) -> dict[str, dict[str, Any]]:
+def invalid_replicates(run_dir: Path, docs: list[dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
     """suite → {"replicates": [k, ...], "reasons": [...]} for the ok replicates whose suite judged
     its own measurement invalid (``context.verdict`` ``invalid``, its ``verdict_reasons``: e.g. membw's
-    arrays under STREAM's 4x-LLC rule, a figure of cache bandwidth)."""
+    arrays under STREAM's 4x-LLC rule, a figure of cache bandwidth). ``docs``: the run's result documents
+    (:func:`benchrun.stats.load.suite_results`), when the caller has read them already."""
     from benchrun.stats.load import suite_results
 
     out: dict[str, dict[str, Any]] = {}
-    for doc in suite_results(run_dir):
+    for doc in suite_results(run_dir) if docs is None else docs:
         if not judged_invalid(doc):
             continue
         entry = out.setdefault(str(doc.get("suite")), {"replicates": [], "reasons": []})
