@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from benchrun.errors import BenchrunError
-from benchrun.urlsafe import has_credentials, redact
+from benchrun.urlsafe import has_credentials, redact, redact_in
 
 RUN_WORKER_ACCOUNT = "benchrun-run"  # deploy/kustomize/base/rbac.yaml
 # (verb, API group, resource, subresource) the launcher calls as the run worker, in its namespace
@@ -274,7 +274,8 @@ def _outputs_check(settings: Any, core: Any, ns: str) -> Check:
 
         boto3.client("s3", endpoint_url=os.environ.get("BENCHRUN_S3_ENDPOINT_URL") or None).head_bucket(Bucket=bucket)
     except Exception as exc:  # noqa: BLE001 - whatever the store answers is the detail
-        return Check("suite outputs", False, f"bucket {bucket}: {' '.join(str(exc).split())[:200]}",
+        detail = redact_in(" ".join(str(exc).split()), os.environ.get("BENCHRUN_S3_ENDPOINT_URL"))
+        return Check("suite outputs", False, f"bucket {bucket}: {detail[:200]}",
                      f"create the bucket or fix BENCHRUN_LAUNCHER_OUTPUTS_URI ({settings.outputs_uri})")
     if not settings.env_secret:
         return Check("suite outputs", False, f"bucket {bucket} reachable, but the pods get no S3 credentials",
@@ -308,7 +309,8 @@ def _store_check() -> Check:
         boto3.client("s3", endpoint_url=os.environ.get("BENCHRUN_S3_ENDPOINT_URL") or None).head_bucket(Bucket=bucket)
         return Check("artifact store", True, f"bucket {bucket} reachable")
     except Exception as exc:  # noqa: BLE001 - whatever the store answers is the detail
-        return Check("artifact store", False, f"bucket {bucket}: {' '.join(str(exc).split())[:200]}",
+        detail = redact_in(" ".join(str(exc).split()), os.environ.get("BENCHRUN_S3_ENDPOINT_URL"))
+        return Check("artifact store", False, f"bucket {bucket}: {detail[:200]}",
                      "create the bucket, or fix the Secret benchrun-s3 (credentials, BENCHRUN_S3_ENDPOINT_URL)")
 
 

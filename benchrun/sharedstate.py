@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from benchrun.errors import BenchrunError
 from benchrun.fsio import atomic_path, atomic_write_bytes
-from benchrun.urlsafe import has_credentials, redact
+from benchrun.urlsafe import has_credentials, redact, redact_in
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +219,8 @@ class SharedState:
         try:
             return fn()
         except (bex.BotoCoreError, bex.ClientError, b3ex.Boto3Error) as exc:  # S3UploadFailedError is boto3's
-            raise BenchrunError(f"shared state {self.uri}: {what} failed ({type(exc).__name__}: {exc}); "
+            shown = redact_in(str(exc), os.environ.get("BENCHRUN_S3_ENDPOINT_URL"))  # botocore names the endpoint
+            raise BenchrunError(f"shared state {self.uri}: {what} failed ({type(exc).__name__}: {shown}); "
                                 f"check {ENV}, BENCHRUN_S3_ENDPOINT_URL and the AWS_* credentials") from exc
 
 

@@ -49,3 +49,14 @@ def redact(url: str) -> str:
         return f"{m.group(1)}://{REDACTED}" if m else REDACTED
     scheme, _userinfo, hostport, rest = parts
     return (f"{scheme}://" if scheme else "") + hostport + rest
+
+
+def redact_in(text: str, *urls: str | None) -> str:
+    """``text`` (another library's error message) with each of ``urls`` that carries credentials replaced
+    by its :func:`redact` form, and any ``scheme://user:password@`` left in it shown as ``scheme://<redacted>@``
+    (a client echoes the endpoint it could not reach, credentials and all)."""
+    out = str(text)
+    for url in urls:
+        if url and has_credentials(url):
+            out = out.replace(str(url), redact(str(url)))
+    return re.sub(r"([A-Za-z][A-Za-z0-9+.\-]*://)[^\s/'\"]*@", rf"\1{REDACTED}@", out)

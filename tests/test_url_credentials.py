@@ -285,3 +285,26 @@ def test_redact_fails_closed() -> None:
     assert redact("http://u:a@b@h:1") == "http://h:1"
     assert redact("u:a?b@h") == "<redacted>"
     assert redact("http://h:1/plain") == "http://h:1/plain"
+
+
+def test_preflight_does_not_echo_the_s3_endpoints_credentials(monkeypatch) -> None:
+    # security review: the artifact-store check printed boto3's message whole, which names the endpoint
+    # it could not reach (BENCHRUN_S3_ENDPOINT_URL, user:password@ and all)
+    from benchrun import preflight
+    from benchrun.urlsafe import redact_in
+
+    monkeypatch.setenv("BENCHRUN_SHARED_STATE", "s3://bucket/benchrun")
+    monkeypatch.setenv("BENCHRUN_S3_ENDPOINT_URL", "http://minio:s3cr3t-pw@127.0.0.1:9")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    check = preflight._store_check()
+    assert check.ok is False and "s3cr3t" not in str(check) and "127.0.0.1:9" in str(check), str(check)
+    assert redact_in('Could not connect to "http://u:p@h:9/b"') == 'Could not connect to "http://<redacted>@h:9/b"'
+    # the shared state's own errors quoted botocore's the same way
+    from benchrun.sharedstate import shared_state
+
+    with pytest.raises(BenchrunError) as caught:
+        shared_state().pull_tree(Path("/nonexistent-home"), "runs/x/")
+    assert "s3cr3t" not in str(caught.value) and "EndpointConnectionError" in str(caught.value), str(caught.value)
