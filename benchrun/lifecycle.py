@@ -177,14 +177,16 @@ def set_earlier_attempt_aside(rd: RunDir) -> str | None:
         return None
     keep = {"status.json", f"structured/{rd.run_id}_spec.yaml", f"structured/{rd.run_id}_replicate_plan.json"}
     k = 1
-    while (rd.path / "attempts" / str(k)).exists():
+    # manifest.json moves last, so a folder without one is a move a crash cut short: it is finished there
+    # (before, manifest.json moved among the first, and the next start found none and moved nothing more:
+    # the stale reports were sealed into the new manifest and signing refused)
+    while (rd.path / "attempts" / str(k)).exists() and (rd.path / "attempts" / str(k) / "manifest.json").is_file():
         k += 1
     target = rd.path / "attempts" / str(k)
-    for path in sorted(rd.path.rglob("*")):
-        rel = path.relative_to(rd.path).as_posix()
-        if not path.is_file() or rel in keep or rel.startswith("attempts/"):
-            continue
-        dest = target / rel
+    moving = [p for p in sorted(rd.path.rglob("*")) if p.is_file()
+              and (rel := p.relative_to(rd.path).as_posix()) not in keep and not rel.startswith("attempts/")]
+    for path in sorted(moving, key=lambda p: p.name == "manifest.json" and p.parent == rd.path):
+        dest = target / path.relative_to(rd.path)
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(path), str(dest))
     return f"attempts/{k}/"

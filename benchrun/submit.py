@@ -18,7 +18,7 @@ from typing import Any
 from benchrun.errors import BenchrunError
 from benchrun.paths import benchrun_home, validate_run_id
 from benchrun.rundir import RunDir, utc_now
-from benchrun.fsio import atomic_write_bytes, atomic_write_text
+from benchrun.fsio import atomic_write_bytes, atomic_write_text, create_once
 from benchrun.liveness import JOB_NAME, PARTITIONS_NAME  # noqa: F401 - one definition, used here and by the reaper
 
 _REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -232,7 +232,9 @@ def dagster_home(home: Path | str | None = None) -> Path:
     template = _REPO_ROOT / "dagster.yaml"
     target = path / "dagster.yaml"
     if template.is_file() and not target.exists():
-        shutil.copyfile(template, target)
+        # whole or not at all (a copy cut short was never copied again: an empty file reads as no settings,
+        # and Dagster's defaults let benchmarks share the machine); a second process keeps the first's
+        create_once(target, lambda fh: fh.write(template.read_bytes()), mode=0o644)
     return path
 
 

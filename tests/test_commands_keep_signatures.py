@@ -249,3 +249,63 @@ def test_a_finished_run_materialized_again_succeeds_and_keeps_its_earlier_attemp
     monkeypatch.setenv("BENCHRUN_TRUSTED_KEYIDS", load_signing_key(bench_home).keyid)
     out = cli.invoke(app, ["verify", run_id])
     assert out.exit_code == 0, out.output
+
+
+def test_setting_an_earlier_attempt_aside_finishes_after_a_crash_half_way(tmp_path, monkeypatch) -> None:
+    """Review: the files moved in name order, manifest.json among the first; a crash after it left the
+    reports, statistics and results in place, and the next start (no manifest.json: nothing sealed) moved
+    nothing more, so the stale reports were sealed into the new manifest and signing refused."""
+    import shutil
+
+    from benchrun.lifecycle import set_earlier_attempt_aside
+    from benchrun.rundir import RunDir
+
+    rd = RunDir(tmp_path, "run-x").create()
+    rd.write_status({"run_id": "run-x", "phase": "Analyzing"})
+    files = ["manifest.json", "figures/a.png", "raw/r.parquet", "reports/run-x_report.html",
+             "reports/run-x_provenance.dsse.json", "structured/run-x_gemm_r1.json", "structured/run-x_spec.yaml"]
+    for rel in files:
+        (rd.path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (rd.path / rel).write_text(rel)
+    real_move, moved = shutil.move, []
+
+    def crash_after_two(src, dst):
+        if len(moved) == 2:
+            raise KeyboardInterrupt("killed")
+        moved.append(src)
+        return real_move(src, dst)
+
+    monkeypatch.setattr(shutil, "move", crash_after_two)
+    with pytest.raises(KeyboardInterrupt):
+        set_earlier_attempt_aside(rd)
+    assert (rd.path / "manifest.json").is_file()  # moved last: the next start knows it has work left
+    monkeypatch.setattr(shutil, "move", real_move)
+    assert set_earlier_attempt_aside(rd) == "attempts/1/"  # finished in the same folder
+    left = sorted(p.relative_to(rd.path).as_posix() for p in rd.path.rglob("*") if p.is_file())
+    assert left == sorted(["status.json", "structured/run-x_spec.yaml"] +
+                          [f"attempts/1/{r}" for r in files if r != "structured/run-x_spec.yaml"])
+    assert set_earlier_attempt_aside(rd) is None  # nothing sealed since: nothing to set aside
+
+
+def test_the_instance_settings_are_written_whole_or_not_at_all(tmp_path, monkeypatch) -> None:
+    """Review: dagster.yaml was copied straight into its name and never again once it existed: a copy cut
+    short (an empty file reads as no settings) left Dagster's defaults, with no one-run-at-a-time limit."""
+    import os
+
+    from benchrun import fsio
+    from benchrun.submit import _REPO_ROOT, dagster_home
+
+    real = os.link
+
+    def crash(*a, **k):
+        raise KeyboardInterrupt("killed")
+
+    monkeypatch.setattr(os, "link", crash)
+    with pytest.raises(KeyboardInterrupt):
+        dagster_home(tmp_path)
+    assert not (tmp_path / "dagster_home" / "dagster.yaml").exists()  # nothing half-written where Dagster reads
+    assert not [p for p in (tmp_path / "dagster_home").iterdir()]  # and no temporary left beside it
+    monkeypatch.setattr(os, "link", real)
+    target = dagster_home(tmp_path) / "dagster.yaml"
+    assert target.read_bytes() == (_REPO_ROOT / "dagster.yaml").read_bytes()
+    assert fsio.create_once(target, lambda fh: fh.write(b"x")) is False  # the first writer's copy is kept
