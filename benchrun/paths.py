@@ -49,6 +49,16 @@ def existing_home(command: str, override: str | os.PathLike[str] | None = None) 
     return home
 
 
+# A suite's scratch folder inside the run directory (fio lays out its test files on the disk under test):
+# never evidence, whether or not the suite lived to remove it (a timeout's SIGTERM, a kill -9).
+SCRATCH_PREFIX = ".scratch-"
+
+
+def is_scratch(rel: str) -> bool:
+    """Whether the run-relative path ``rel`` lies in a suite's scratch folder (:data:`SCRATCH_PREFIX`)."""
+    return any(part.startswith(SCRATCH_PREFIX) for part in rel.replace("\\", "/").split("/")[:-1])
+
+
 def is_run_id(value: object) -> bool:
     """Whether ``value`` is a run id (a DNS-1123 label): :func:`validate_run_id` without the error."""
     return isinstance(value, str) and _RUN_ID.match(value) is not None

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from benchrun.errors import BenchrunError
-from benchrun.paths import benchrun_home, safe_join, validate_run_id
+from benchrun.paths import benchrun_home, is_scratch, safe_join, validate_run_id
 from benchrun.store.base import sha256_file
 from benchrun.fsio import atomic_write_json
 from benchrun.sharedstate import FINAL_PHASES
@@ -367,7 +367,7 @@ class RunDir:
         files = sorted(
             rel for p in root.rglob("*")
             if p.is_file() and not p.is_symlink() and p.name != "manifest.json" and not p.name.startswith(".")
-            and (rel := p.relative_to(root).as_posix()) not in MUTABLE_FILES
+            and (rel := p.relative_to(root).as_posix()) not in MUTABLE_FILES and not is_scratch(rel)
         )  # rglob does not descend into linked folders
         sha = {rel: sha256_file(root / rel) for rel in files}
         roles = {rel: artifact_role(rel) for rel in files}

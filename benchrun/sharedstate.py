@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 from benchrun.errors import BenchrunError
 from benchrun.fsio import atomic_path, atomic_write_bytes
+from benchrun.paths import SCRATCH_PREFIX
 from benchrun.urlsafe import has_credentials, redact, redact_in
 
 log = logging.getLogger(__name__)
@@ -148,7 +149,8 @@ class SharedState:
         count = 0
         found = []
         for top, dirs, files in os.walk(root) if root.is_dir() and not root.is_symlink() else []:
-            dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(top, d))]
+            # nor a suite's scratch folder (benchrun.paths.is_scratch: fio's test files, never evidence)
+            dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(top, d)) and not d.startswith(SCRATCH_PREFIX)]
             found += [Path(top) / f for f in files if not os.path.islink(os.path.join(top, f))]
         for path in sorted(found):
             if path.name.startswith(".") or path.name.endswith(_SKIP_SUFFIXES) or not path.is_file():

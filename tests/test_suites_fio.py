@@ -40,7 +40,7 @@ def test_four_cases_measured_and_raw_json_kept(tmp_path: Path) -> None:
         # fio's bandwidth and IOPS describe the same transfer: bw = iops * block size
         assert bw * 2**20 / block == pytest.approx(iops, rel=0.05)
     # the scratch directory under the run directory is gone, nothing else left behind
-    assert not list(tmp_path.glob(".fio-scratch-*"))
+    assert not list(tmp_path.glob(".scratch-fio-*"))
     assert doc["context"]["direct"] is True and doc["context"]["filesystem"]["fstype"]
 
 
@@ -54,7 +54,7 @@ def test_given_directory_is_used_and_left_clean(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert doc["status"] == "ok"
     assert [m["case"] for m in doc["metrics"]] == ["seq_write"] * 3
-    assert any(a.startswith(f"--directory={target}/.fio-scratch-") for a in doc["context"]["argv"])
+    assert any(a.startswith(f"--directory={target}/.scratch-fio-") for a in doc["context"]["argv"])
     assert list(target.iterdir()) == []
 
 
@@ -85,7 +85,7 @@ def test_fio_error_exit_is_a_failed_replicate_with_fio_message(tmp_path: Path) -
                                      "ioengine": "nosuchengine"})
     assert proc.returncode == 1
     assert doc["status"] == "failed" and doc["reason"].startswith("RuntimeError: fio exited")
-    assert not list(tmp_path.glob(".fio-scratch-*"))
+    assert not list(tmp_path.glob(".scratch-fio-*"))
 
 
 def test_argv_is_a_list_with_one_section_per_case(tmp_path: Path) -> None:
@@ -128,7 +128,7 @@ def test_a_directory_with_a_colon_is_passed_escaped(tmp_path: Path) -> None:
                                              "directory": str(target)})
     assert proc.returncode == 0, proc.stderr
     assert doc["status"] == "ok" and [m["case"] for m in doc["metrics"]] == ["seq_write"] * 3
-    assert any(a.startswith(f"--directory={tmp_path}/disk\\:a/.fio-scratch-") for a in doc["context"]["argv"])
+    assert any(a.startswith(f"--directory={tmp_path}/disk\\:a/.scratch-fio-") for a in doc["context"]["argv"])
     assert list(target.iterdir()) == []
 
 
@@ -182,3 +182,45 @@ def test_libaio_depth_on_tmpfs_is_refused_naming_the_tmpfs_default(tmp_path: Pat
     assert "parameter iodepth=32 with ioengine=libaio" in doc["reason"]
     assert "/dev/shm is tmpfs" in doc["reason"] and "turned off" in doc["reason"]
     assert not doc["metrics"]
+
+
+def test_a_suite_ended_by_sigterm_cleans_up_and_its_scratch_is_never_evidence(tmp_path: Path) -> None:
+    """Review: the launcher ends a suite past its timeout with SIGTERM, which Python answered by dying at
+    once: fio's scratch files (256 MiB a case) stayed in the run directory and were hashed, sealed and
+    stored as evidence."""
+    import signal
+    import subprocess
+    import sys
+
+    from benchrun.rundir import RunDir
+    from benchrun.store.base import iter_run_files
+
+    rd = RunDir(tmp_path, "run-x").create()
+    body = ("import sys, tempfile, time, pathlib\n"
+            "from benchrun.suites._runtime import main\n"
+            "from benchrun.paths import SCRATCH_PREFIX\n"
+            "def run(ctx):\n"
+            "    d = pathlib.Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX + 'fio-', dir=ctx.run_dir))\n"
+            "    (d / 'seq_read.0.0').write_bytes(b'x' * 4096)\n"
+            "    try:\n"
+            "        print('ready', flush=True); time.sleep(60)\n"
+            "    finally:\n"
+            "        import shutil; shutil.rmtree(d)\n"
+            "main(run)\n")
+    env = {**os.environ, "BENCHRUN_RUN_ID": "run-x", "BENCHRUN_RUN_DIR": str(rd.path), "BENCHRUN_SUITE": "fio",
+           "BENCHRUN_REPLICATE": "1", "BENCHRUN_CASE_ID": "c", "BENCHRUN_PARAMS": "{}"}
+    proc = subprocess.Popen([sys.executable, "-c", body], env=env, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    assert not list(rd.path.glob(".scratch-*"))  # its finally ran
+    # a scratch folder a kill -9 left behind is skipped by both walkers of the evidence
+    left = rd.path / ".scratch-fio-abc"
+    left.mkdir()
+    (left / "seq_read.0.0").write_bytes(b"x")
+    (rd.path / "structured" / "run-x_fio_r1.json").write_text("{}")
+    rels = [rel for rel, _ in iter_run_files(rd.path)]
+    assert "structured/run-x_fio_r1.json" in rels and not any("scratch" in r for r in rels)
+    rd.write_status({"run_id": "run-x", "phase": "Analyzing"})
+    manifest = rd.write_manifest(status="succeeded", issues=[], suite_steps={})
+    assert not any("scratch" in r for r in json.dumps(manifest).split('"'))

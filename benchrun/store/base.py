@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Iterable, Iterator
 
 from benchrun.errors import BenchrunError
-from benchrun.paths import validate_run_id
+from benchrun.paths import is_scratch, validate_run_id
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,8 @@ def manifest_digest(objects: Iterable[ObjectEntry]) -> str:
 def iter_run_files(run_dir: Path, exclude: Iterable[str] = ()) -> Iterator[tuple[str, Path]]:
     """(relative path, absolute path) of every regular file under ``run_dir``, sorted.
 
-    Temporary files left by atomic writers (``.*.tmp``) and symlinks are skipped: a link
+    Temporary files left by atomic writers (``.*.tmp``), a suite's scratch folder (``benchrun.paths.is_scratch``:
+    fio's test files, left by a suite killed at its timeout) and symlinks are skipped: a link
     could point outside the run directory, and evidence is the bytes in it.
     """
     skip = set(exclude)
@@ -150,7 +151,7 @@ def iter_run_files(run_dir: Path, exclude: Iterable[str] = ()) -> Iterator[tuple
         for name in files:
             full = Path(root) / name
             rel = full.relative_to(run_dir).as_posix()
-            if rel in skip or (name.startswith(".") and name.endswith(".tmp")):
+            if rel in skip or (name.startswith(".") and name.endswith(".tmp")) or is_scratch(rel):
                 continue
             if full.is_symlink() or not full.is_file():
                 log.warning("skipping %s: not a regular file", rel)

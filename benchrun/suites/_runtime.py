@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -255,6 +256,9 @@ def main(run: Callable[[SuiteContext], None]) -> None:
     with the traceback in the log and ``status: failed`` in the result.
     """
     ctx = SuiteContext()
+    # The launcher ends a suite past its timeout (or canceled) with SIGTERM: as an exit, so its finally
+    # blocks run (fio's scratch files went unremoved, Python's default for SIGTERM being to die at once)
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     try:
         run(ctx)
     except Unavailable as exc:

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from benchrun.ingest.fio import fio_context, fio_metrics, parse_fio_json
+from benchrun.paths import SCRATCH_PREFIX
 from benchrun.suites._common import ParamError, Params, bool_param, check_known, int_param
 from benchrun.suites._runtime import SuiteContext, main
 
@@ -230,7 +231,7 @@ def run(ctx: SuiteContext) -> None:
                     f"is {fs['fstype']}, which has no O_DIRECT; choose a directory on a disk filesystem")
         direct = False
         direct_note = f"{fs['fstype']} has no O_DIRECT: measured through the page cache"
-    workdir = Path(tempfile.mkdtemp(prefix=".fio-scratch-", dir=base if base is not None else ctx.run_dir))
+    workdir = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}fio-", dir=base if base is not None else ctx.run_dir))
     output = ctx.raw_file("fio", "json")
     argv = build_argv(fio, workdir, output, cases, size_mb=size_mb, runtime_s=runtime_s, ramp_s=ramp_s,
                       ioengine=ioengine, iodepth=iodepth, direct=direct)
