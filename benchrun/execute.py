@@ -130,9 +130,16 @@ class Progress:
 
     def finish(self, res: LaunchResult) -> None:
         p = self.run_dir.read_progress()
-        p["done"] = p.get("done", 0) + 1
-        p["failed"] = p.get("failed", 0) + (res.status == "failed")
-        p.setdefault("walls", {}).setdefault(f"{res.layer}/{res.suite}", []).append(res.wall_s)
+        # keyed by launch: a layer run again (a retry, re-execution from a failure) replaces its launches'
+        # entries instead of adding to them (a layer showed 8 of 5 done, and the sealed copy kept it)
+        ended = p.setdefault("ended", {})
+        ended[f"{res.layer}/{res.suite}/{res.replicate}"] = [res.status, res.wall_s]
+        p["done"] = len(ended)
+        p["failed"] = sum(status == "failed" for status, _wall in ended.values())
+        walls: dict[str, list[float]] = {}
+        for key, (_status, wall) in ended.items():
+            walls.setdefault(key.rsplit("/", 1)[0], []).append(wall)
+        p["walls"] = walls
         p["current"] = None
         self._write(p)
 

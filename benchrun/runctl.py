@@ -148,6 +148,9 @@ def _cancel_dagster_runs(instance: Any, run_id: str) -> list[str]:
     return stopped
 
 
+DELETING = ".deleting-"  # a run directory being removed (benchrun delete): not a run, and not listed
+
+
 @dataclass
 class DeleteOutcome:
     run_id: str
@@ -173,6 +176,11 @@ def delete_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
     from benchrun.warehouse.writer import partition_dir, remove_partition
 
     root = benchrun_home(home)
+    leftover = root / "runs" / f"{DELETING}{validate_run_id(run_id)}"
+    if leftover.is_dir() and not (root / "runs" / run_id).exists():  # a delete cut short at its last step
+        shutil.rmtree(leftover)
+        return DeleteOutcome(run_id, removed=[f"what an earlier delete left of runs/{run_id} "
+                                              f"({leftover.relative_to(root)})"])
     rd = _run_dir(root, run_id)
     aliases = published_aliases(root, run_id)
     if aliases:
@@ -223,7 +231,13 @@ def delete_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
             instance.delete_dynamic_partition(PARTITIONS_NAME, run_id)
             out.removed.append(f"Dagster partition {PARTITIONS_NAME}/{run_id} (its Dagster run history stays)")
     # The directory last: until here a failed step leaves the run listed, so deleting again finishes it.
-    shutil.rmtree(rd.path)
+    # Renamed first (one atomic step), then removed: a crash inside the removal, which took status.json
+    # early, left a directory no command could name ("no such run"); deleting again finishes it now.
+    gone = rd.path.with_name(f"{DELETING}{run_id}")
+    if gone.exists():
+        shutil.rmtree(gone)
+    os.replace(rd.path, gone)
+    shutil.rmtree(gone)
     rd.status_lock_path.unlink(missing_ok=True)
     out.removed.insert(0, f"run directory runs/{run_id}")
     if sealed is False:

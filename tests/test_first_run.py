@@ -271,3 +271,30 @@ def test_a_run_whose_status_is_damaged_can_be_deleted_as_its_error_says(tmp_path
         assert r.returncode == 1 and "delete the run" in r.stderr, r.stderr
         r = _cli("delete", bad.name, home=tmp_path)
         assert r.returncode == 0 and not bad.exists(), r.stderr
+
+
+def test_a_delete_cut_short_inside_its_last_step_is_finished_by_deleting_again(tmp_path, monkeypatch):
+    """Review: the run directory was removed in place; a crash after status.json went left files that no
+    command could name (`delete` again: "no such run")."""
+    import shutil
+
+    from benchrun.rundir import list_runs
+    from benchrun.runctl import delete_run
+    from benchrun.stats.synthetic import make_run
+
+    rd = make_run(tmp_path, "gone-20261202000000-aaaaaaaa", {("s", "c", "tps"): ([1.0, 2.0], "tok/s", "higher")})
+    real = shutil.rmtree
+
+    def crash_inside(path, *a, **k):
+        if str(path).endswith(rd.name) and (path / "status.json").exists():
+            (path / "status.json").unlink()  # the removal got that far
+            raise KeyboardInterrupt("killed")
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(shutil, "rmtree", crash_inside)
+    with pytest.raises(KeyboardInterrupt):
+        delete_run(rd.name, home=tmp_path)
+    monkeypatch.setattr(shutil, "rmtree", real)
+    assert not rd.exists() and [r.name for r in list_runs(tmp_path)] == []  # never listed half-removed
+    out = delete_run(rd.name, home=tmp_path)
+    assert "what an earlier delete left" in out.removed[0] and not list((tmp_path / "runs").iterdir())

@@ -67,6 +67,29 @@ def test_eta_weighs_each_remaining_replicate_by_its_own_suite():
     assert Progress.eta({"planned": {"a": 1}, "walls": {}}) is None
 
 
+def test_a_layer_run_again_counts_its_launches_once(tmp_path):
+    """Review: a layer re-executed (a retry) added to done, failed and walls: 8 of 5 done, sealed as such."""
+    from benchrun.execute import Progress
+    from benchrun.launch.base import LaunchResult
+    from benchrun.plan import LayerPlan
+
+    rd = RunDir(tmp_path, RUN).create()
+    prog = Progress(rd)
+    prog.begin_run([LayerPlan("micro", True, ())])
+
+    def res(k, status, wall):
+        return LaunchResult(run_id=RUN, layer="micro", suite="gemm", replicate=k, benchmark_case_id="c", status=status,
+                            reason=None, exit_code=0, wall_s=wall, t_request=0.0, t_spawned=0.0, t_finished=0.0,
+                            log="", result=None)
+
+    for k in (1, 2, 3):
+        prog.finish(res(k, "failed" if k == 3 else "ok", 2.0))
+    for k in (2, 3):  # the retry runs replicates 2 and 3 again; 3 now succeeds
+        prog.finish(res(k, "ok", 4.0))
+    p = rd.read_progress()
+    assert (p["done"], p["failed"]) == (3, 0) and sorted(p["walls"]["micro/gemm"]) == [2.0, 4.0, 4.0]
+
+
 def test_atomic_writes_leave_readable_files_and_no_temporaries(tmp_path):
     import pytest
 

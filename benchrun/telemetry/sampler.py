@@ -147,8 +147,10 @@ class Sampler:
                 self._flush()
                 self._writer.close()
                 self._rewrite_metadata()
+            with open(self._tmp, "rb") as fh:  # on disk before it takes the name (a power loss: old or new, never empty)
+                os.fsync(fh.fileno())
+            self._tmp.chmod(0o644)
             os.replace(self._tmp, self.path)
-            self.path.chmod(0o644)
         finally:
             if self._tmp.exists():
                 self._tmp.unlink()
