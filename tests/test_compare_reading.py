@@ -452,7 +452,7 @@ def test_host_cpu_utilization_has_no_better_or_worse(tmp_path):
     rec = next(x for x in res.records() if x["name"] == "cpu_utilization_pct_mean")
     assert format_change(rec).endswith("%") and "worse" not in format_change(rec)
     # an older comparison record (no change_pct): still no better/worse, and the change as measured
-    old = {**rec, "change_pct": None, "better_worse": None}
+    old = {k: v for k, v in rec.items() if k not in ("change_pct", "better_worse")}
     assert format_change(old) == f"{rec['change_pct']:+.1f} %"
     # one written before the row had no direction: "higher", and its fall called worse; read back,
     # neither (was: "-22.5 % (worse)" in a rebuilt report or `show`)
@@ -461,7 +461,7 @@ def test_host_cpu_utilization_has_no_better_or_worse(tmp_path):
     ratio = cpu.candidate_median / cpu.baseline_median  # that record's ratio: higher-is-better, c/b
     written = {**rec, "direction": "higher", "better_worse": "worse", "ratio": ratio,
                "ci_low": ratio * 0.98, "ci_high": ratio * 1.02}
-    no_pct = {**written, "change_pct": None, "change_low_pct": None, "change_high_pct": None}
+    no_pct = {k: v for k, v in written.items() if k not in ("change_pct", "change_low_pct", "change_high_pct")}
     for stored, pct in ((written, rec["change_pct"]), (no_pct, (ratio - 1) * 100)):
         back = read_comparison({"metrics": [stored]})["metrics"][0]
         assert back["direction"] == "none" and back["better_worse"] == ""
@@ -474,3 +474,19 @@ def test_host_cpu_utilization_has_no_better_or_worse(tmp_path):
     assert ("# HELP benchrun_cpu_utilization_pct_mean cpu_utilization_pct_mean in % (context: neither higher "
             "nor lower is better)") in text
     assert "# HELP benchrun_background_cpu_pct_mean background_cpu_pct_mean in % (lower is better)" in text
+
+
+def test_a_change_the_comparison_withheld_is_withheld_by_every_reader():
+    """Review: from a baseline median near zero the comparison withholds the % (change_pct null), but show,
+    the report's headline and its forest plot rebuilt one from the absolute-scale "ratio": 0.001 → 5 read
+    +499900 % (better); a lower-is-better row read about -100 %."""
+    from benchrun.stats.reading import change_interval_of, change_of, format_change
+
+    base = _fixed("goodput_rps", [0.0, 0.001, 0.002, 0.001, 0.0])
+    cand = _fixed("goodput_rps", [4.0, 5.0, 6.0, 5.0, 5.0])
+    res = C.compare_tables(base, cand, primary=set())
+    [rec] = [r for r in res.records() if r["name"] == "goodput_rps"]
+    assert rec["change_pct"] is None or math.isnan(rec["change_pct"])
+    assert change_of(rec) == (None, "") and format_change(rec) == "" and change_interval_of(rec) == (None, None)
+    old = {"ratio": 1.2, "direction": "lower", "ci_low": 1.1, "ci_high": 1.3}  # a record from before change_pct
+    assert change_of(old)[0] == pytest.approx((1 / 1.2 - 1) * 100) and change_interval_of(old)[0] is not None

@@ -456,3 +456,29 @@ def test_show_and_the_report_say_a_suite_judged_its_own_measurement_invalid(tmp_
     write_trial_statistics(trial_statistics_for_run(ok), ok)
     out = io.StringIO()
     assert print_headline(Console(file=out, width=400), ok, "run-b") and "judged its own" not in out.getvalue()
+
+
+def test_a_pooled_p99_leaves_out_the_replicates_the_comparison_left_out(tmp_path):
+    """Review: with candidate replicate 5 contended (3x slower) and excluded (n 5/4 ‡), the pooled p99 still
+    read all 2,000 candidate requests: +139 % on a row whose n said replicate 5 was left out (its four kept
+    replicates: about +1 %). A failed replicate that left its requests file was pooled the same way."""
+    import json
+
+    from benchrun.stats.synthetic import seal_run, write_manifest
+
+    rng = np.random.default_rng(21)
+    base = _run(tmp_path, "b", _reqs(rng, 400))
+    reqs = _reqs(rng, 400)
+    reqs[4] = reqs[4].assign(e2e_ms=reqs[4]["e2e_ms"] * 3)
+    cand = _run(tmp_path, "c", reqs)
+    p = cand / "structured" / "c_serve_r5.json"
+    doc = json.loads(p.read_text())
+    doc["telemetry"] = {"contended": True, "contention_reason": "background CPU 60 %"}
+    p.write_text(json.dumps(doc))
+    (cand / "reports" / "c_provenance.dsse.json").unlink()
+    write_manifest(cand)
+    seal_run(cand, tmp_path)
+    _gate, res = compare_runs(base, cand)
+    row = _row(res)
+    assert row.n_candidate == 4 and row.n_requests_candidate == 1600  # was 2,000
+    assert abs(row.change_pct) < 15, row.change_pct  # was +139 %

@@ -130,7 +130,7 @@ def compare_runs(
     ``home``: whose key (the configured one, else that home's own) verifies both runs' signatures;
     by default the candidate's home — never a key found beside the baseline.
     """
-    from benchrun.stats.tails import RequestTails
+    from benchrun.stats.tails import RequestTails, kept_replicates
 
     base, cand = load_run(baseline_dir), load_run(candidate_dir)
     refusals = admit.admit_runs(base, cand, candidate_in_progress=candidate_in_progress, home=home)
@@ -168,7 +168,8 @@ def compare_runs(
         delta_pct=policy.delta,
         abs_margin=policy.margin,
         confirm=confirm,
-        tails=RequestTails(base.path, cand.path, confidence=policy.confidence),
+        tails=RequestTails(base.path, cand.path, confidence=policy.confidence,
+                           keep=(kept_replicates(table_b), kept_replicates(table_c))),
     )
     if policy.differs:
         result.notes.append(f"the runs' specs set {', '.join(policy.differs)} differently: gated on the stricter "

@@ -204,9 +204,14 @@ def detectable(df: "pd.DataFrame", alpha: float, family: int, gate_test: np.ndar
 
 def change_of(rec: dict) -> tuple[float | None, str]:
     """(change as measured in %, better/worse) of a comparison record; older records without
-    ``change_pct`` are read from their higher-is-better ratio and direction."""
+    ``change_pct`` are read from their higher-is-better ratio and direction. A record that has the
+    field empty is one whose comparison withheld the percentage (a baseline median near zero, judged
+    on the absolute scale, where the "ratio" is no ratio): no change in % (before, 0.001 → 5 read
+    +499900 %)."""
     pct, bw = rec.get("change_pct"), rec.get("better_worse") or ""
-    if pct is None or (isinstance(pct, float) and math.isnan(pct)):
+    if "change_pct" in rec and (pct is None or (isinstance(pct, float) and math.isnan(pct))):
+        return None, ""
+    if pct is None:
         ratio = rec.get("ratio")
         if ratio is None or (isinstance(ratio, float) and math.isnan(ratio)) or ratio <= 0:
             return None, ""
@@ -221,7 +226,10 @@ def change_interval_of(rec: dict) -> tuple[float | None, float | None]:
     """(low, high) of the change as measured in %: ``change_low_pct`` / ``change_high_pct``, or, on
     an older record, from its interval on the higher-is-better ratio scale and its direction."""
     lo, hi = rec.get("change_low_pct"), rec.get("change_high_pct")
-    if (lo is None or hi is None) and rec.get("ci_low") is not None and rec.get("ci_high") is not None:
+    if "change_low_pct" in rec or "change_high_pct" in rec:  # withheld where empty (as :func:`change_of`)
+        return (None if lo is None or (isinstance(lo, float) and math.isnan(lo)) else lo,
+                None if hi is None or (isinstance(hi, float) and math.isnan(hi)) else hi)
+    if rec.get("ci_low") is not None and rec.get("ci_high") is not None:
         a, b = float(rec["ci_low"]), float(rec["ci_high"])
         lo, hi = ((a - 1) * 100, (b - 1) * 100) if rec.get("direction", "higher") == "higher" else \
             ((1 / b - 1) * 100 if b > 0 else math.nan, (1 / a - 1) * 100 if a > 0 else math.inf)

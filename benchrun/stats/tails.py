@@ -221,14 +221,25 @@ def _censored_at(b: list[np.ndarray], c: list[np.ndarray]) -> tuple[list[np.ndar
 # -- the comparison's hook ---------------------------------------------------------------------
 
 
-def _arm_requests(run_dir: Path) -> tuple[Any, dict[tuple[str, str], list[str]]]:
+def _kept(frame: Any, keep: set[tuple[str, int]] | None) -> Any:
+    """``frame``'s rows of the (suite, replicate)s in ``keep`` (None: all)."""
+    if keep is None or frame is None or not len(frame) or not {"suite", "replicate"} <= set(frame.columns):
+        return frame
+    mask = [(str(s), int(r)) in keep for s, r in zip(frame["suite"], frame["replicate"])]
+    return frame[np.asarray(mask, dtype=bool)]
+
+
+def _arm_requests(run_dir: Path, keep: set[tuple[str, int]] | None = None) -> tuple[Any, dict[tuple[str, str], list[str]]]:
     """The run's per-request rows and, per (suite, point), the load generator's invalid verdicts
     ("r<k>: reasons"). A request that errored or timed out keeps its place with +inf latencies:
     censored, slower than every completed one (the load generator calls a point valid with up to
-    1 % of errors; left out, they would hide exactly the slowest requests of a worse tail)."""
+    1 % of errors; left out, they would hide exactly the slowest requests of a worse tail).
+    ``keep``: the (suite, replicate)s the comparison kept (ok, and not left out as contended): the
+    requests and verdicts of the others are not this arm's (a contended replicate's 3x slower requests
+    set the pooled p99 of a row whose n said it was left out)."""
     from benchrun.stats.load import requests_tables, serving_rows
 
-    req = requests_tables(run_dir)
+    req = _kept(requests_tables(run_dir), keep)
     if len(req) and "error" in req.columns:
         err = req["error"]
         failed = ~(err.isna() | (err.astype(str) == "")).to_numpy()
@@ -237,7 +248,7 @@ def _arm_requests(run_dir: Path) -> tuple[Any, dict[tuple[str, str], list[str]]]
             for col in sorted({col for col, _q in P99_METRICS.values()} & set(req.columns)):
                 req[col] = np.where(failed, np.inf, req[col].to_numpy(dtype=float))
     bad: dict[tuple[str, str], list[str]] = {}
-    srv = serving_rows(run_dir)
+    srv = _kept(serving_rows(run_dir), keep)
     if len(srv) and {"verdict", "point"} <= set(srv.columns):
         rows = srv[(srv.get("bucket", "all") == "all") & (srv["verdict"] != "valid")]
         for r in rows.itertuples():
@@ -287,6 +298,14 @@ def _sample_counts(run_dir: Path) -> dict[tuple[str, str, str], int]:
     return out
 
 
+def kept_replicates(table: Any) -> set[tuple[str, int]]:
+    """The (suite, replicate)s of a replicate table's ok rows (after the contention rule's exclusions)."""
+    if table is None or table.empty:
+        return set()
+    ok = table["status"].astype(str) == "ok" if "status" in table.columns else np.ones(len(table), dtype=bool)
+    return {(str(s), int(r)) for s, r in zip(table.loc[ok, "suite"], table.loc[ok, "replicate"])}
+
+
 class RequestTails:
     """Supplies the comparison's p99 rows from both runs' requests (``compare_tables(tails=...)``).
 
@@ -298,9 +317,11 @@ class RequestTails:
     verdict is their ``not gateable: ...`` note.
     """
 
-    def __init__(self, baseline_dir: str | Path, candidate_dir: str | Path, *, confidence: float = 0.95) -> None:
-        self.b_req, self.b_bad = _arm_requests(Path(baseline_dir))
-        self.c_req, self.c_bad = _arm_requests(Path(candidate_dir))
+    def __init__(self, baseline_dir: str | Path, candidate_dir: str | Path, *, confidence: float = 0.95,
+                 keep: tuple[set[tuple[str, int]] | None, set[tuple[str, int]] | None] = (None, None)) -> None:
+        # ``keep``: per arm, the (suite, replicate)s the comparison's other rows are of (:func:`kept_replicates`)
+        self.b_req, self.b_bad = _arm_requests(Path(baseline_dir), keep[0])
+        self.c_req, self.c_bad = _arm_requests(Path(candidate_dir), keep[1])
         self.b_n, self.c_n = _sample_counts(Path(baseline_dir)), _sample_counts(Path(candidate_dir))
         self.b_invalid, self.c_invalid = invalid_replicates(Path(baseline_dir)), invalid_replicates(Path(candidate_dir))
         self.confidence = confidence
