@@ -52,8 +52,9 @@ def make_run(root: Path, run_id: str = RUN_ID) -> tuple[Path, dict[str, Any]]:
     atomic_write_json(rd / "status.json", status)
     atomic_write_json(rd / "manifest.json", {"manifest_version": 2, "run_id": run_id,
                                              "timestamp_utc": "2026-11-30T09:01:30.500000Z"})
-    launches = [{"layer": "micro", "suite": "gemm", "replicate": k} for k in (1, 2, 3)]
-    launches += [{"layer": "component", "suite": "allreduce", "replicate": k} for k in (1, 2, 3)]
+    launches = [{"layer": "micro", "suite": "gemm", "replicate": k, "status": "ok"} for k in (1, 2, 3)]
+    launches += [{"layer": "component", "suite": "allreduce", "replicate": k, "status": "ok" if k < 3 else "failed"}
+                 for k in (1, 2, 3)]
     atomic_write_json(rd / "structured" / f"{run_id}_launches.json", launches)
     for k, (tf, p99) in enumerate([(1.0, 9.0), (4.0, 7.0), (2.0, 8.0)], start=1):
         rows = [metric("tflops", tf, "TFLOP/s", "higher", case="n=64,fp64"),
@@ -532,3 +533,19 @@ def test_a_replicate_its_suite_judged_invalid_pushes_its_count_not_its_metrics(t
     atomic_write_json(rd / "structured" / f"{RUN_ID}_membw_r3.json", doc)
     rows = samples(render(rd, status, BIG).text)
     assert not find(rows, "benchrun_triad_gb_per_s") and find(rows, "benchrun_suite_invalid_replicates") == [3.0]
+
+
+def test_a_replicate_the_launcher_failed_after_it_wrote_ok_is_counted_failed_and_not_pushed(tmp_path: Path) -> None:
+    # review: gemm r2 wrote an ok document and was then killed at its timeout; the launch record says failed.
+    # It was pushed as ok (benchrun_suite_replicates ok 3) and its 4.0 was in the median (2.0 -> 1.5 now)
+    rd, status = make_run(tmp_path)
+    path = rd / "structured" / f"{RUN_ID}_launches.json"
+    rows = json.loads(path.read_text())
+    for r in rows:
+        if r["suite"] == "gemm" and r["replicate"] == 2:
+            r["status"] = "failed"
+    atomic_write_json(path, rows)
+    found = samples(render(rd, status, BIG).text)
+    assert find(found, "benchrun_tflops", suite="gemm") == [1.5]
+    assert find(found, "benchrun_suite_replicates", suite="gemm", status="ok") == [2.0]
+    assert find(found, "benchrun_suite_replicates", suite="gemm", status="failed") == [1.0]

@@ -114,3 +114,26 @@ def test_the_tables_curated_again_at_the_final_status_are_those_that_read_it(tmp
     done = rows(final)
     changed = sorted(t for t in done if done[t] != analyzing[t])
     assert changed == sorted(FINAL_STATUS_TABLES)
+
+
+def test_lineage_verifies_the_median_of_the_ok_replicates_as_every_other_reader_does(tmp_path: Path) -> None:
+    """Review: lineage's median took every replicate's rows, a failed one's partial metrics and one the launcher
+    failed after it wrote ok included ("median 100 over 5" where show said 101 over 3)."""
+    from benchrun.suites.result import result_path
+
+    home = tmp_path / "h"
+    run_dir = make_run_dir(home, "run-f")
+    values = {}
+    for k in (1, 2, 3):
+        doc = json.loads(result_path(run_dir, "run-f", "gemm", k).read_text())
+        values[k] = [m["value"] for m in doc["metrics"] if m["name"] == "gflops"][0]
+    p = result_path(run_dir, "run-f", "gemm", 3)  # failed part-way, its partial metrics kept
+    doc = json.loads(p.read_text())
+    p.write_text(json.dumps({**doc, "status": "failed", "reason": "exit code 1"}))
+    manifest = open_store(None, home).put_run_dir(run_dir, "run-f")
+    status = json.loads((run_dir / "status.json").read_text())
+    (run_dir / "status.json").write_text(json.dumps({**status, "artifact_manifest_digest": manifest.digest}))
+    curate_run(run_dir, home, manifest)
+    [report] = trace(home, "run-f", "gflops")
+    assert report.replicates == 2 and [s.replicate for s in report.steps] == [1, 2]
+    assert report.median == pytest.approx((values[1] + values[2]) / 2)

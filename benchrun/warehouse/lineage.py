@@ -18,13 +18,22 @@ log = logging.getLogger(__name__)
 
 # The rollup a report publishes: median over replicates of one metric of one case (of one rank,
 # for a per-rank metric: its ranks are not pooled, and the count is of replicates, not rows).
+# Only the ok replicates, as every other reader takes them (``show``, the comparison): a replicate whose
+# result or launch says otherwise (a suite that wrote ok and was then killed at its timeout: the launch
+# record decides; a failed one's partial metrics) is no part of the published median.
+_NOT_OK = """
+    NOT EXISTS (SELECT 1 FROM measurement_fact f WHERE f.run_id = $run_id AND f.suite = m.suite
+                AND f.replicate = m.replicate AND f.status IS NOT NULL AND f.status <> 'ok')
+    AND NOT EXISTS (SELECT 1 FROM launch_fact l WHERE l.run_id = $run_id AND l.suite = m.suite
+                    AND l.replicate = m.replicate AND l.status IS NOT NULL AND l.status <> 'ok')"""
+
 MEDIAN_SQL = """
 SELECT suite, "case", metric, rank_id, unit, direction,
        median(value) AS median, count(DISTINCT replicate) AS replicates,
        any_value(workload_spec_digest) AS workload_spec_digest,
        any_value(artifact_manifest_digest) AS artifact_manifest_digest
-FROM measurement_fact
-WHERE run_id = $run_id AND metric = $metric AND ($case IS NULL OR "case" = $case)
+FROM measurement_fact m
+WHERE run_id = $run_id AND metric = $metric AND ($case IS NULL OR "case" = $case) AND""" + _NOT_OK + """
 GROUP BY suite, "case", metric, rank_id, unit, direction
 ORDER BY suite, "case", rank_id NULLS FIRST
 """
@@ -32,9 +41,9 @@ ORDER BY suite, "case", rank_id NULLS FIRST
 ROWS_SQL = """
 SELECT suite, "case", replicate, rank_id, value, benchmark_case_id, raw_uri, raw_path, raw_sha256,
        artifact_manifest_digest, workload_spec_digest
-FROM measurement_fact
+FROM measurement_fact m
 WHERE run_id = $run_id AND metric = $metric AND suite = $suite AND "case" = $case
-  AND rank_id IS NOT DISTINCT FROM $rank_id
+  AND rank_id IS NOT DISTINCT FROM $rank_id AND""" + _NOT_OK + """
 ORDER BY replicate
 """
 
