@@ -13,7 +13,7 @@ from dagster._core.test_utils import create_run_for_test
 
 from bench_assets.partitions import benchmark_run_partitions
 from benchrun.submit import prepare
-from sensors.run_failure import run_canceled_sensor, run_failure_sensor
+from sensors.run_failure import judge_cancel, judge_failure, run_canceled_sensor, run_failure_sensor
 from test_automation_fixtures import spec_bytes
 
 
@@ -67,14 +67,15 @@ def test_failed_benchmark_run_is_marked_failed_with_the_reason(instance, pending
     assert "Dagster run failed" in failed[0]["message"] and run.run_id in failed[0]["message"]
     assert "crashing_layer" in failed[0]["message"]  # the failure event names the failed step
     # a second evaluation leaves the final phase alone and says so
-    again = run_failure_sensor(failure_context(instance, run, event))
-    assert isinstance(again, dg.SkipReason) and "already in a final phase" in again.skip_message
+    again = judge_failure(failure_context(instance, run, event))
+    assert "already in a final phase" in again
+    assert run_failure_sensor(failure_context(instance, run, event)) is None  # a skip never ends Dagster's tick
 
 
 def test_failures_of_other_jobs_are_left_alone(instance, pending_run, bench_home) -> None:
     run, event = failed_run(instance, "some_other_job", pending_run)
-    skip = run_failure_sensor(failure_context(instance, run, event))
-    assert isinstance(skip, dg.SkipReason) and "not benchmark_run_job" in skip.skip_message
+    skip = judge_failure(failure_context(instance, run, event))
+    assert "not benchmark_run_job" in skip
     assert status(bench_home, pending_run)["phase"] == "Pending"
 
 
@@ -100,8 +101,8 @@ def test_cancelled_benchmark_run_is_marked_canceled(instance, pending_run, bench
 
 def test_run_without_a_run_directory_is_skipped_with_a_reason(instance, bench_home) -> None:
     run, event = failed_run(instance, "benchmark_run_job", "ghost-20260921031500-deadbeef")
-    skip = run_failure_sensor(failure_context(instance, run, event))
-    assert isinstance(skip, dg.SkipReason) and "no run directory" in skip.skip_message
+    skip = judge_failure(failure_context(instance, run, event))
+    assert "no run directory" in skip
 
 
 def test_failure_sensors_are_on_by_default_and_the_commit_sensors_off() -> None:
@@ -124,10 +125,9 @@ def test_a_late_failure_of_an_earlier_attempt_leaves_the_retry_running(instance,
     rd = RunDir.for_run(pending_run)
     rd.update_status(dagster_run_id="retry-dagster-run-id")
     rd.set_phase("Running")
-    skip = run_failure_sensor(failure_context(instance, old_run, event))
-    assert isinstance(skip, dg.SkipReason)
-    assert "not run" in skip.skip_message and "current attempt" in skip.skip_message
-    assert old_run.run_id in skip.skip_message and "retry-dagster-run-id" in skip.skip_message
+    skip = judge_failure(failure_context(instance, old_run, event))
+    assert "not run" in skip and "current attempt" in skip
+    assert old_run.run_id in skip and "retry-dagster-run-id" in skip
     assert status(bench_home, pending_run)["phase"] == "Running"
     # the current attempt's failure still marks it Failed
     rd.update_status(dagster_run_id=old_run.run_id)
@@ -141,6 +141,20 @@ def test_a_late_cancel_of_an_earlier_attempt_leaves_the_retry_running(instance, 
     context = _canceled_context(instance, pending_run)
     RunDir.for_run(pending_run).update_status(dagster_run_id="retry-dagster-run-id")
     RunDir.for_run(pending_run).set_phase("Running")
-    skip = run_canceled_sensor(context)
-    assert isinstance(skip, dg.SkipReason) and "cancel ignored" in skip.skip_message
+    skip = judge_cancel(context)
+    assert "cancel ignored" in skip
     assert status(bench_home, pending_run)["phase"] == "Running"
+
+
+def test_a_failure_is_recorded_even_when_reaping_first_fails(instance, pending_run, bench_home, monkeypatch) -> None:
+    """Review: reaping raised (a shared-state error), the sensor raised, and Dagster moved its cursor past
+    the failure event all the same: the run's failure reason was lost for good."""
+    from benchrun import liveness
+
+    def broken(*_a, **_k):
+        raise OSError("shared state unreachable")
+
+    monkeypatch.setattr(liveness, "reap_dead_runs", broken)
+    run, event = failed_run(instance, "benchmark_run_job", pending_run)
+    assert run_failure_sensor(failure_context(instance, run, event)) is None
+    assert status(bench_home, pending_run)["phase"] == "Failed"
