@@ -42,7 +42,9 @@ def benchmarkrun_resource_sensor(context: dg.SensorEvaluationContext) -> dg.Sens
     except BenchrunError as exc:
         return dg.SensorResult(skip_reason=str(exc), cursor=context.cursor)
     except Exception as exc:  # noqa: BLE001 - the API server's answer, whatever it is, goes to the tick log
-        return dg.SensorResult(skip_reason=f"cannot list BenchmarkRuns: {_short(exc)}", cursor=context.cursor)
+        # a failed tick, not a skipped one (a 403 from RBAC or an API server down read "skipped" on every tick,
+        # and no alert fires on skips); the cursor is not moved by a failed tick, so nothing is lost
+        raise BenchrunError(f"cannot list BenchmarkRuns: {_short(exc)}") from exc
     tick = controller_tick(objs, context.cursor, prepare_register(None), dt.datetime.now(dt.timezone.utc),
                            namespace=namespace)
     _write_statuses(context, api, tick)

@@ -450,3 +450,19 @@ def test_real_cluster_accepts_the_base_and_reads_a_rejection(bench_home: Path, i
     finally:
         os.environ.pop("BENCHRUN_CR_NAMESPACE", None)
         api.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, resource_doc["metadata"]["name"])
+
+
+def test_an_api_server_that_refuses_the_list_fails_the_tick(instance: dg.DagsterInstance, monkeypatch) -> None:
+    """Dagster review: a 403 from RBAC (or the API server down) read as a skipped tick on every tick, and
+    no alert fires on skips; the tick now fails with the answer (its cursor is not moved, nothing is lost)."""
+    from kubernetes.client.exceptions import ApiException
+
+    import sensors.benchmarkrun as sensor_mod
+
+    def forbidden(*_a, **_k):
+        raise ApiException(status=403, reason="Forbidden")
+
+    monkeypatch.setattr(sensor_mod.kube, "custom_objects_api", lambda: object())
+    monkeypatch.setattr(sensor_mod.kube, "list_benchmarkruns", forbidden)
+    with pytest.raises(Exception, match="cannot list BenchmarkRuns: .*403"):
+        tick(instance, None)
