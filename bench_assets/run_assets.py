@@ -56,6 +56,7 @@ def _layer_asset(layer: str, upstream: str) -> dg.AssetsDefinition:
     )
     def _asset(context: dg.AssetExecutionContext, launcher: LauncherResource) -> dg.MaterializeResult:
         rd = RunDir.for_run(context.partition_key)
+        lifecycle.resume_attempt(rd, context.run.run_id)  # a re-execution from a failure starts here
         plan = lifecycle.plans_for(rd, lifecycle.load_pinned(rd))[layer]
         outcome = launcher.run_layer(context, plan, rd)
         if outcome.status == "skipped":
@@ -85,6 +86,7 @@ end_to_end_layer = _layer_asset("end_to_end", "component_layer")
 def run_evidence(context: dg.AssetExecutionContext, artifact_store: ArtifactStoreResource) -> dg.MaterializeResult:
     """The run directory hashed into manifest.json and stored write-once (raw evidence)."""
     rd = RunDir.for_run(context.partition_key)
+    lifecycle.resume_attempt(rd, context.run.run_id)  # a re-execution from a failure may start here
     ev = lifecycle.record_evidence(rd, lifecycle.load_pinned(rd), open_store_for=artifact_store.open)
     return dg.MaterializeResult(
         metadata={

@@ -127,6 +127,28 @@ def admit(rd: RunDir, loaded: Any, *, dagster_run_id: str | None = None,
     return rd.set_phase("Running")
 
 
+def resume_attempt(rd: RunDir, dagster_run_id: str | None) -> bool:
+    """Make ``dagster_run_id`` the run's current attempt when a Dagster re-execution (from a failure, or
+    of chosen steps) runs this step without running ``pinned_spec``, which admits an attempt: status.json
+    named the attempt that failed, so the re-execution's own failure or cancel was ignored as "not the
+    current attempt", its phase stayed Failed while its suites ran, and, with no liveness claim, a
+    re-execution killed with -9 held the one-at-a-time queue for good. Clears the earlier attempt's
+    Failed/Canceled, claims the run for this process and sets it Running; True when it did."""
+    st = rd.read_status()
+    if not dagster_run_id or st.get("dagster_run_id") in (None, dagster_run_id):
+        return False
+    from benchrun.liveness import start_heartbeat
+
+    earlier = st.get("dagster_run_id")
+    rd.remove_conditions("Failed", "Canceled", "Complete")
+    rd.update_status(message=None, dagster_run_id=dagster_run_id)
+    start_heartbeat(rd.home, rd.run_id, dagster_run_id=dagster_run_id)
+    rd.set_condition("Resumed", True, "ReExecuted", f"Dagster run {dagster_run_id} re-executes steps of Dagster run "
+                                                    f"{earlier}, which ended first")
+    rd.set_phase("Running")
+    return True
+
+
 def canceled_since(status: dict[str, Any], created: float | None) -> str | None:
     """When and why the run was canceled, if it is Canceled and that happened at or after
     ``created`` (epoch seconds); else None (also when ``created`` is not known)."""

@@ -158,3 +158,35 @@ def test_a_failure_is_recorded_even_when_reaping_first_fails(instance, pending_r
     run, event = failed_run(instance, "benchmark_run_job", pending_run)
     assert run_failure_sensor(failure_context(instance, run, event)) is None
     assert status(bench_home, pending_run)["phase"] == "Failed"
+
+
+def test_a_reexecution_from_failure_is_the_current_attempt(instance, pending_run, bench_home) -> None:
+    """Dagster review: "re-execute from failure" (run B, parent A) never runs pinned_spec, so status.json kept
+    naming A: B's failure was ignored as "not the current attempt", its phase stayed Failed while it ran,
+    and with no liveness claim a killed B held the one-at-a-time queue for good."""
+    from benchrun.lifecycle import resume_attempt
+    from benchrun.liveness import liveness_path, stop_heartbeat
+    from benchrun.rundir import RunDir
+
+    rd = RunDir.for_run(pending_run)
+    rd.update_status(dagster_run_id="attempt-a")
+    rd.set_phase("Failed", message="Dagster run failed: node lost")
+    rd.set_condition("Failed", True, "OrchestratorFailed", "node lost")
+    # B's first step makes it the current attempt
+    assert resume_attempt(rd, "attempt-b") and not resume_attempt(rd, "attempt-b")
+    try:
+        st = status(bench_home, pending_run)
+        assert st["phase"] == "Running" and st["dagster_run_id"] == "attempt-b" and not st.get("message")
+        assert not [c for c in st["conditions"] if c["type"] == "Failed"]
+        assert [c["reason"] for c in st["conditions"] if c["type"] == "Resumed"] == ["ReExecuted"]
+        assert liveness_path(bench_home, pending_run).is_file()  # claimed: the reaper finds a killed B
+    finally:
+        stop_heartbeat(bench_home, pending_run)
+    # B failed before its first step: status.json still names A, and B (parent A) is A's continuation
+    rd.update_status(dagster_run_id=None)
+    run, event = failed_run(instance, "benchmark_run_job", pending_run)
+    rd.update_status(dagster_run_id="attempt-a")
+    rd.set_phase("Running")
+    b = run.with_tags({**run.tags, "dagster/parent_run_id": "attempt-a", "dagster/root_run_id": "attempt-a"})
+    assert judge_failure(failure_context(instance, b, event)) is None
+    assert status(bench_home, pending_run)["phase"] == "Failed"

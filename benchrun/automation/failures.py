@@ -12,6 +12,7 @@ from benchrun.errors import BenchrunError
 log = logging.getLogger(__name__)
 
 PARTITION_TAG = "dagster/partition"
+PARENT_TAG, ROOT_TAG = "dagster/parent_run_id", "dagster/root_run_id"  # a re-execution's (Dagster's tags)
 
 
 def record_orchestrator_failure(dagster_run: Any, reason: str, home: Path | None = None, *,
@@ -41,7 +42,10 @@ def record_orchestrator_failure(dagster_run: Any, reason: str, home: Path | None
         # and whether the run already ended, are read from the shared status (no-op without one)
         pull_run(validate_run_id(run_id), benchrun_home(home), status_only=True)
         current = _current_attempt(benchrun_home(home), run_id)
-        if current and current != dagster_run.run_id:
+        # a re-execution of the current attempt that failed before its first step made itself current
+        # (lifecycle.resume_attempt) is that attempt's continuation: its failure is the run's
+        lineage = {dagster_run.run_id, dagster_run.tags.get(PARENT_TAG), dagster_run.tags.get(ROOT_TAG)}
+        if current and current not in lineage:
             # a late event of an earlier attempt: the partition's run was started again since
             why = (f"Dagster run {dagster_run.run_id} is not run {run_id}'s current attempt (Dagster run "
                    f"{current}); its {'cancel' if canceled else 'failure'} ignored, the run left as it is")
