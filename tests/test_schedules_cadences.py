@@ -113,6 +113,36 @@ def test_a_storage_failure_fails_the_tick_instead_of_calling_the_spec_invalid(
     assert [r.tags["benchrun/spec_path"] for r in tick(nightly_schedule, instance).run_requests] == ["a.yaml"]
 
 
+def test_a_tick_where_only_some_specs_registered_says_how_to_submit_the_others_alone(
+        instance, specs_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dagster review: the docs said such a tick fails and advised `benchrun cadence run`, which mints new run
+    ids and would run the launched specs a second time; the tick launched the others with one ERROR line."""
+    import schedules.cadences as cad
+
+    (specs_dir / "a.yaml").write_bytes(spec_bytes("nightly-a", "nightly"))
+    (specs_dir / "b.yaml").write_bytes(spec_bytes("nightly-b", "nightly"))
+    real = cad.submit_register
+
+    def flaky(home, inst):
+        register = real(home, inst)
+
+        def pin(raw, source, now, loaded):
+            if str(source).endswith("b.yaml"):
+                raise BenchrunError("shared state s3://x/benchrun: upload failed (EndpointConnectionError)")
+            return register(raw, source, now, loaded)
+        return pin
+
+    monkeypatch.setattr(cad, "submit_register", flaky)
+    lines: list[str] = []
+    context = dg.build_schedule_context(instance=instance, scheduled_execution_time=TICK,
+                                        repository_def=definitions().get_repository_def())
+    monkeypatch.setattr(type(context.log), "error", lambda self, msg, *a, **k: lines.append(str(msg)))
+    data = nightly_schedule.evaluate_tick(context)
+    assert [r.tags["benchrun/spec_path"] for r in data.run_requests] == ["a.yaml"]
+    assert any("b.yaml is valid but could not be registered" in line for line in lines)
+    assert any("submit each alone: `benchrun submit PATH`" in line and "a second time" in line for line in lines)
+
+
 def test_schedule_defaults_are_deliberate() -> None:
     assert nightly_schedule.cron_schedule == DEFAULT_NIGHTLY_CRON == "15 3 * * *"
     assert nightly_schedule.execution_timezone == "UTC"
