@@ -77,6 +77,11 @@ def summarise(results: list[LaunchResult]) -> list[dict[str, Any]]:
             value = m.get("value")
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 rows_in.append(((r.suite, str(m.get("case") or ""), m["name"], m.get("unit", "")), r.replicate, value))
+    for c in per_suite.values():
+        # a replicate unavailable where others of its suite measured lost the device part-way: failed, as
+        # the comparison counts it (benchrun.stats.load.replicate_table); a suite unavailable throughout
+        # (no GPU here) is no failure
+        c["failed"] += c["unavailable"] if c["ok"] else 0
     rows = []
     for (suite, case, name, unit), per_rep in launch_values(rows_in).items():
         vals = [v for v in per_rep.values() if not math.isnan(v)]

@@ -113,3 +113,21 @@ def test_atomic_path_keeps_a_mode_the_writer_chose(tmp_path):
         tmp.write_text("{}")
         os.chmod(tmp, 0o444)
     assert (tmp_path / "ro.json").stat().st_mode & 0o777 == 0o444
+
+
+def test_show_all_counts_a_replicate_lost_part_way_as_failed_as_the_comparison_does():
+    """Review: `show --all` said failed 0 where `compare`'s failed_replicates row said 1 (a replicate unavailable
+    while the others of its suite measured: the device went away); a suite unavailable throughout stays none."""
+    from benchrun.execute import summarise
+    from benchrun.launch.base import LaunchResult
+
+    def res(suite, k, status):
+        metrics = [{"name": "v", "value": 1.0 + k, "unit": "u", "case": ""}] if status == "ok" else []
+        return LaunchResult(run_id=RUN, layer="micro", suite=suite, replicate=k, benchmark_case_id="c", status=status,
+                            reason=None, exit_code=0, wall_s=1.0, t_request=0.0, t_spawned=0.0, t_finished=0.0,
+                            log="", result=None, metrics=metrics)
+
+    rows = summarise([res("probe", 1, "ok"), res("probe", 2, "ok"), res("probe", 3, "unavailable"),
+                      res("gpu", 1, "unavailable"), res("gpu", 2, "unavailable")])
+    by = {r["suite"]: (r["n_ok"], r["n_failed"]) for r in rows}
+    assert by == {"probe": (2, 1), "gpu": (0, 0)}
