@@ -936,3 +936,16 @@ def test_low_gpu_utilization_leaves_out_failed_replicates_utilization(tmp_path: 
     res = low_gpu_utilization(tmp_path, "cand", "base")
     [row] = res.rows
     assert (row["gpu_util_pct"], row["n_util_samples"], row["n_util_samples_left_out"]) == (95.0, 10, 22)
+
+
+def test_low_gpu_utilization_judges_the_throughput_of_the_ok_replicates_only(tmp_path: Path) -> None:
+    """Numbers review: the throughput beside the utilization was read from every replicate whose result said
+    ok, one the launcher failed after it wrote ok (killed at its timeout) included."""
+    add_run(tmp_path, "base")
+    put(tmp_path, "measurement_fact", "base", gpu_rows([90, 92, 91], [1000, 1010, 990]))
+    add_run(tmp_path, "cand")
+    put(tmp_path, "measurement_fact", "cand", gpu_rows([90, 92, 91], [1000, 1005, 100]))
+    put(tmp_path, "launch_fact", "cand", [{"suite": "train_step", "replicate": rep, "status": s}
+                                          for rep, s in ((1, "ok"), (2, "ok"), (3, "failed"))])
+    [row] = low_gpu_utilization(tmp_path, "cand", "base").rows
+    assert row["n_replicates"] == 2 and row["throughput"] == pytest.approx(1002.5)  # was 1000 over 3

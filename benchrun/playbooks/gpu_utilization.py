@@ -115,10 +115,15 @@ host AS (
     GROUP BY run_id, suite
 ),
 measured_throughput AS (
-    SELECT run_id, suite, replicate, "case", metric, unit, value
-    FROM measurement_fact
-    WHERE run_id IN ($1, $2) AND status = 'ok' AND direction = 'higher' AND value IS NOT NULL
-      AND (unit LIKE '%/s' OR metric LIKE '%per_s%' OR metric LIKE '%per_second%' OR metric LIKE '%throughput%')
+    -- the ok replicates by their result and their launch (a suite that wrote ok and was then killed at
+    -- its timeout failed: its throughput is no evidence, as the utilization above already reads it)
+    SELECT m.run_id, m.suite, m.replicate, m."case", m.metric, m.unit, m.value
+    FROM measurement_fact m
+    LEFT JOIN replicate_status rs ON rs.run_id = m.run_id AND rs.suite = m.suite AND rs.replicate = m.replicate
+    WHERE m.run_id IN ($1, $2) AND m.status = 'ok' AND coalesce(rs.status, 'ok') = 'ok'
+      AND m.direction = 'higher' AND m.value IS NOT NULL
+      AND (m.unit LIKE '%/s' OR m.metric LIKE '%per_s%' OR m.metric LIKE '%per_second%'
+           OR m.metric LIKE '%throughput%')
 ),
 throughput_samples AS (
     SELECT run_id, suite, replicate, "case", metric, unit, value FROM measured_throughput
@@ -127,6 +132,8 @@ throughput_samples AS (
     SELECT run_id, suite, replicate, "case", 'tokens_per_second', 'tokens/s', tokens_per_second
     FROM training_outcome_fact t
     WHERE run_id IN ($1, $2) AND tokens_per_second IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM replicate_status rs WHERE rs.run_id = t.run_id AND rs.suite = t.suite
+                      AND rs.replicate = t.replicate AND rs.status <> 'ok')
       AND NOT EXISTS (SELECT 1 FROM measured_throughput m
                       WHERE m.run_id = t.run_id AND m.suite = t.suite AND m.replicate = t.replicate
                         AND m."case" = t."case" AND m.metric = 'tokens_per_second')
