@@ -66,7 +66,7 @@ def make_sealed_run(home: Path, run_id: str = RUN_ID, spec_bytes: bytes | None =
     atomic_write_json(rd.path / "structured" / f"{run_id}_environment.json",
                       {"python": "3.11.7", "os": "Linux", "cores": 2, "packages": {"numpy": "2.1", "duckdb": "1.1"}})
     atomic_write_json(rd.path / "structured" / f"{run_id}_launches.json",
-                      [{"layer": "micro", "suite": "gemm", "replicate": k} for k in (1, 2)])
+                      [{"layer": "micro", "suite": "gemm", "replicate": k, "status": "ok"} for k in (1, 2)])
     for k, v in ((1, 3.0), (2, 5.0)):
         atomic_write_json(rd.path / "structured" / f"{run_id}_gemm_r{k}.json", {
             "schema": SCHEMA, "run_id": run_id, "suite": "gemm", "replicate": k, "status": "ok",
