@@ -218,3 +218,25 @@ def test_a_run_canceled_before_it_was_sealed_is_not_curated_by_a_rebuild(tmp_pat
     # a canceled run that was sealed (its evidence stored) is curated as before
     make_run(tmp_path, "run-s", {("s", "c", "tps"): ([1.0, 2.0], "tok/s", "higher")}, status={"phase": "Canceled"})
     assert "run-s" in rebuild_warehouse(tmp_path, ["run-s"]).rebuilt
+
+
+def test_a_retention_pass_interrupted_after_its_removals_keeps_its_runs_out_of_a_rebuild(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CLI review: Ctrl-C during `retention --apply`'s views refresh (after every removal) left no record, so
+    `rebuild-warehouse` wrote the expired run back, its stored objects gone."""
+    from benchrun.warehouse import retention as ret
+
+    now = dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)
+    _curated(tmp_path, "run-old", finished_utc="2023-11-30T09:00:00+00:00")
+    plan = plan_retention(tmp_path, now)
+
+    def interrupted(_home):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ret, "refresh_views", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        apply_retention(tmp_path, plan)
+    monkeypatch.undo()
+    report = rebuild_warehouse(tmp_path)
+    assert "run-old" not in report.rebuilt and "removed by retention" in report.skipped["run-old"]
+    assert set(_rows(tmp_path, "run-old").values()) == {0}

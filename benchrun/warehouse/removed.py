@@ -69,14 +69,14 @@ def deleted_runs(home: Path) -> dict[str, dt.datetime | None]:
 
 
 def retention_parts(home: Path) -> list[tuple[str, str, str]]:
-    """(record, table, run id) of each partition an applied retention pass removed (its records,
+    """(record, table, run id) of each partition an applied (or applying) retention pass removed (its records,
     ``warehouse/_retention/retention-*.json``); a record that does not read is named in a warning."""
     out: list[tuple[str, str, str]] = []
     directory = warehouse_root(home) / RETENTION_DIR
     for record in sorted(directory.glob("retention-*.json")) if directory.is_dir() else []:
         try:
             doc = json.loads(record.read_text(encoding="utf-8"))
-            if doc.get("applied"):
+            if doc.get("applied") or doc.get("applying"):  # a pass cut short removed some of them already
                 out.extend((f"{DIR_NAME}/{RETENTION_DIR}/{record.name}", str(part["table"]), str(part["run_id"]))
                            for part in doc.get("partitions", []))
         except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:

@@ -55,6 +55,7 @@ class RetentionPlan:
     kept_objects: int
     notes: list[str]
     applied: bool = False
+    applying: bool = False  # recorded before the first removal: a pass cut short still keeps its runs out
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -263,6 +264,13 @@ def apply_retention(home: Path, plan: RetentionPlan) -> Path:
     """Remove what ``plan`` lists, refresh the views, and record it under ``warehouse/_retention/``:
     the rows of every other table, then the raw objects, and the runs' ``benchmark_run_fact`` rows last."""
     home = Path(home)
+    stamp = plan.now_utc.replace(":", "").replace("+", "Z").replace("-", "")
+    record = warehouse_root(home) / "_retention" / f"retention-{stamp}.json"
+    # The record first, as "applying": a pass cut short (Ctrl-C, a crash) after removing rows and objects
+    # left no record, so `rebuild-warehouse` wrote its runs back without their objects; their runs now stay
+    # out, and the next pass removes what this one left
+    plan.applying = True
+    atomic_write_json(record, plan.to_json())
     for part in plan.partitions:
         if part["table"] != AGE_TABLE:
             _remove(home, part)
@@ -272,9 +280,7 @@ def apply_retention(home: Path, plan: RetentionPlan) -> Path:
             _remove(home, part)
     if plan.partitions:
         refresh_views(home)
-    plan.applied = True
-    stamp = plan.now_utc.replace(":", "").replace("+", "Z").replace("-", "")
-    record = warehouse_root(home) / "_retention" / f"retention-{stamp}.json"
+    plan.applied, plan.applying = True, False
     atomic_write_json(record, plan.to_json())
     log.info("retention removed %d partitions and %d raw objects; record %s", len(plan.partitions), len(plan.objects), record)
     return record
