@@ -59,6 +59,18 @@ for _name in COMMAND_MODULES:
 _RICH = typer.core.HAS_RICH
 
 
+def _interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it was raised from) is DuckDB's answer to a Ctrl-C: its InterruptException,
+    or the RuntimeError("Query interrupted") some of its calls raise instead (it printed a traceback, exit 1)."""
+    seen = 0
+    while exc is not None and seen < 10:
+        if type(exc).__name__ == "InterruptException" or (isinstance(exc, RuntimeError)
+                                                          and str(exc).strip() == "Query interrupted"):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
 def main() -> None:
     """Console entry point: user errors become one line on stderr and a non-zero exit."""
     from benchrun import gcpolicy
@@ -96,6 +108,9 @@ def _main() -> None:
         if isinstance(exc, click.exceptions.ClickException):
             exc.show()
             sys.exit(exc.exit_code)
+        if _interrupted(exc):  # Ctrl-C inside a DuckDB query: DuckDB turns SIGINT into its own error
+            print("aborted", file=sys.stderr)
+            sys.exit(130)
         from benchrun.storage_errors import describe_storage_error
 
         message = describe_storage_error(exc)  # a full disk anywhere: one line, not a traceback

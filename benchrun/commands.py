@@ -559,11 +559,13 @@ def cancel(run_id: str = typer.Argument(...), home: Optional[Path] = HomeOpt,
            grace_s: float = typer.Option(30.0, "--grace", help="Seconds the run gets to stop after the interrupt.")) -> None:
     """Cancel a run: its process is interrupted as by Ctrl-C (phase Canceled, what finished is kept)."""
     from benchrun import submit as sub
+    from benchrun.errors import check_range
     from benchrun.paths import existing_home
     from benchrun.runctl import cancel_run
 
     _use_home(home)
     existing_home("cancel", home)  # a mistyped home is refused, never made
+    check_range(grace_s, "--grace", 0, 86400)  # nan or inf: the wait for the run to stop never ended
     out = cancel_run(run_id, instance=sub.get_instance(), grace_s=grace_s)
     print(f"{out.run_id}: phase {out.phase} ({out.how})")
 

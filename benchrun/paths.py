@@ -24,6 +24,8 @@ def home_location(override: str | os.PathLike[str] | None = None) -> tuple[Path,
     ``--home``, ``BENCHRUN_HOME`` or ``./.benchrun``."""
     raw = override if override is not None else os.environ.get("BENCHRUN_HOME", ".benchrun")
     where = "--home" if override is not None else "BENCHRUN_HOME" if "BENCHRUN_HOME" in os.environ else "./.benchrun"
+    if not str(raw).strip():  # Path("") is the working directory: a home's folders would land in it (a checkout)
+        raise BenchrunError(f"{where} is set but empty; unset it (the home is then ./.benchrun) or give a directory")
     return Path(raw).expanduser().resolve(), where
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any, Optional
 
 import typer
 
-from benchrun.errors import BenchrunError
+from benchrun.errors import BenchrunError, check_range
 from benchrun.console import console
 
 
@@ -174,6 +175,8 @@ def register(app: typer.Typer) -> None:
             raise BenchrunError("give exactly one of --concurrency LIST, --rate LIST or --trace FILE")
         if trace_file is None and (duration is None) == (requests is None):
             raise BenchrunError("give exactly one of --duration S or --requests N")
+        if duration is not None:  # 1e308 ended the sweep early with an OverflowError
+            check_range(duration, "--duration", 0, 7 * 86400)
         if trace_file is not None:
             # a replay sends the trace's own prompts (its lengths, its prefix blocks, one word per
             # token): content options would be recorded as used while nothing of them was sent
@@ -226,8 +229,8 @@ def register(app: typer.Typer) -> None:
             raise BenchrunError(str(exc)) from None
         pricing = None
         if price_per_node_hour is not None:
-            if price_per_node_hour < 0 or nodes < 1:
-                raise BenchrunError("--price-per-node-hour must be >= 0 and --nodes >= 1")
+            if not (math.isfinite(price_per_node_hour) and price_per_node_hour >= 0) or nodes < 1:  # NaN: JSON NaN
+                raise BenchrunError("--price-per-node-hour must be a finite number >= 0 and --nodes >= 1")
             pricing = Pricing(price_per_node_hour, nodes)
         from benchrun.loadgen.content import content_from_options
 
@@ -261,6 +264,13 @@ def register(app: typer.Typer) -> None:
             policy=policy,
             content=content,
         )
+        # the output folders before the sweep: a --out that cannot hold them lost every measurement after it
+        for sub in ("raw", "structured", "figures"):
+            try:
+                (out / sub).mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise BenchrunError(f"--out {out}: cannot make {sub}/ there ({exc.strerror or exc}); give a writable "
+                                    "directory") from None
         # a random suffix: two runs into one --out within a second must not overwrite each other
         run_id = "loadgen-" + _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d%H%M%S") + "-" + os.urandom(2).hex()
         started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
@@ -347,7 +357,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("refserver")
     def refserver(
-        port: int = typer.Option(8000, "--port", help="port (0 = any free port; printed)"),
+        port: int = typer.Option(8000, "--port", min=0, max=65535, help="port (0 = any free port; printed)"),
         host: str = typer.Option("127.0.0.1", "--host", help="address to bind"),
         model: str = typer.Option("benchrun-synthetic", "--model", help="model id listed by /v1/models"),
         prefill_ms_per_token: float = typer.Option(0.01, "--prefill-ms-per-token"),
@@ -417,6 +427,9 @@ def register(app: typer.Typer) -> None:
                 )
             )
         except OSError as exc:
+            if record and exc.filename and Path(str(exc.filename)).resolve() == Path(str(record)).resolve():
+                raise BenchrunError(f"refserver: cannot write --record {record} ({exc.strerror or exc}); give a file in "
+                                    "an existing, writable folder") from None
             raise BenchrunError(f"refserver: cannot listen on {host}:{port} ({exc.strerror or exc}); pick another --port") from None
         except KeyboardInterrupt:
             pass

@@ -5,6 +5,8 @@ See :mod:`benchrun.loadgen.refserver` for the model in words.
 
 from __future__ import annotations
 
+import math
+
 import asyncio
 import collections
 from dataclasses import dataclass, fields
@@ -46,8 +48,10 @@ class PerfModel:
         model = cls(**kw)
         if model.max_batch < 1 or model.max_batched_tokens < 1 or model.max_queue < 1:
             raise ValueError("max_batch, max_batched_tokens and max_queue must be >= 1")
-        if min(model.prefill_ms_per_token, model.decode_base_ms, model.decode_ms_per_seq) < 0:
-            raise ValueError("model times must be >= 0")
+        times = (model.prefill_ms_per_token, model.decode_base_ms, model.decode_ms_per_seq)
+        if not all(math.isfinite(t) and t >= 0 for t in times):  # NaN passed "< 0": every request then hung
+            raise ValueError(f"model times must be finite and >= 0 (prefill_ms_per_token, decode_base_ms, "
+                             f"decode_ms_per_seq: {', '.join(f'{t:g}' for t in times)})")
         return model
 
 

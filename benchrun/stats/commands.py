@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from benchrun.errors import BenchrunError
+from benchrun.errors import BenchrunError, check_range
 from benchrun.console import console as make_console
 
 if TYPE_CHECKING:
@@ -315,6 +315,7 @@ def plan(
 
     loaded = load_spec(spec)
     digests = WorkloadDigests(loaded.workload_spec_digest, loaded.workload_spec_digest_normalized)
+    check_range(power, "--power", 0.5, 0.99)  # NaN passed typer's bounds and printed "30 replicates for nan% power"
     plans = make_plan(loaded.document, digests, existing_home("plan"), target=power, max_n=max_n)
     if not plans:
         raise BenchrunError(f"{spec}: no primary metrics (spec.metrics.<family>.primary): nothing to plan")

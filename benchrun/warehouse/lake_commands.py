@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 from pathlib import Path
 
 import typer
@@ -58,8 +59,8 @@ def maintain_cmd(
     from benchrun.warehouse import lake
     from benchrun.warehouse.migrate import migrate_on_first_use
 
-    if not expire_days >= 0:  # NaN too
-        raise BenchrunError(f"maintain-warehouse --expire-days {expire_days:g}: give a number of days, 0 or more "
+    if not (math.isfinite(expire_days) and 0 <= expire_days <= 36500):  # NaN, and 1e308 overflowed the date
+        raise BenchrunError(f"maintain-warehouse --expire-days {expire_days:g}: give a number of days from 0 to 36500 "
                             "(snapshots older than that expire; default 7)")
     home = _home("maintain-warehouse")
     if lake.enabled():
