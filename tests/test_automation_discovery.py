@@ -68,6 +68,10 @@ def test_unknown_cadence_and_missing_folder_are_clear_errors(tmp_path: Path) -> 
         check_cadence("weekly")
     with pytest.raises(BenchrunError, match="--specs"):
         discover("nightly", tmp_path / "nope")
+    one = tmp_path / "canary.yaml"  # a spec file given for the folder read "does not exist"
+    one.write_bytes(spec_bytes("a"))
+    with pytest.raises(BenchrunError, match=r"is a file: --specs takes the folder .*`benchrun submit .*canary.yaml`"):
+        discover("nightly", one)
 
 
 def test_documents_at_commit_read_the_committed_tree(tmp_path: Path) -> None:

@@ -176,6 +176,9 @@ def default_specs_dir() -> Path:
 
 def documents_in_folder(folder: Path) -> list[SpecDocument]:
     """Every candidate spec document below ``folder`` (recursive, sorted, ``crd/`` skipped)."""
+    if folder.is_file():  # `--specs specs/local/canary.yaml` read "does not exist"
+        raise BenchrunError(f"specs folder {folder} is a file: --specs takes the folder the cadence's specs are under "
+                            f"(e.g. {folder.parent}); `benchrun submit {folder}` submits one spec")
     if not folder.is_dir():
         raise BenchrunError(f"specs folder {folder} does not exist: pass --specs DIR or set BENCHRUN_SPECS_DIR")
     docs = []

@@ -120,15 +120,15 @@ class SweepConfig:
         if not self.server_metrics_interval_s > 0:
             raise BenchrunError("server metrics interval must be > 0 seconds (--server-metrics-interval)")
         if self.requests_per_point is not None and self.requests_per_point < 1:
-            raise BenchrunError("requests per point must be >= 1")
+            raise BenchrunError("requests per point must be >= 1 (--requests; a spec: requests_per_point)")
         if self.duration_s is not None and not self.duration_s > 0:
-            raise BenchrunError("duration must be > 0 seconds")
+            raise BenchrunError("duration must be > 0 seconds (--duration; a spec: duration_s)")
         if self.server_kind not in SERVER_KINDS:
             raise BenchrunError(f"server kind {self.server_kind!r} is not one of {', '.join(SERVER_KINDS)} (--server-kind)")
         if self.warmup is not None and self.warmup < 0:
-            raise BenchrunError("warmup must be >= 0")
+            raise BenchrunError("warmup must be >= 0 (--warmup)")
         if self.workers < 1:
-            raise BenchrunError("workers must be >= 1")
+            raise BenchrunError("workers must be >= 1 (--workers)")
         if not self.request_timeout_s > 0:
             raise BenchrunError("request timeout must be > 0 seconds")
         if not self.model:
