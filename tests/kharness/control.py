@@ -1172,6 +1172,16 @@ class ControlPlane:
                     await self._kill(run, "OOMKilled")
                 continue
             if fault is not None:
+                if fault[0] == "Evicted":
+                    # the kubelet adds DisruptionTarget before it stops the containers (kill first, and the
+                    # container's own exit could be published, 143 with no DisruptionTarget, before the
+                    # eviction was: the launcher then read a failure, not an eviction, under load)
+                    marked = copy.deepcopy(pod)
+                    marked["status"]["conditions"] = set_condition(
+                        marked["status"].get("conditions") or [],
+                        _condition("DisruptionTarget", True, "TerminationByKubelet", fault[1]))
+                    await self._update(key, pod, marked)
+                    pod = marked
                 if run is not None:
                     await self._kill(run, fault[0])
                 new = copy.deepcopy(pod)
