@@ -46,7 +46,7 @@ from benchrun.pushgateway import (GATEWAY_ERRORS, PUSHGATEWAY_ENV, gateway, gate
 from benchrun.rundir import read_json_or_none
 from benchrun.stats.directions import has_direction, read_direction
 from benchrun.stats.family import Primary, parse_primary
-from benchrun.stats.load import launch_statuses
+from benchrun.stats.load import launch_decides, launch_statuses
 from benchrun.stats.validity import judged_invalid
 from benchrun.suites.result import SCHEMA
 from benchrun.fsio import atomic_write_text
@@ -358,12 +358,9 @@ def render(
     launched = launch_statuses(run_dir)
     for doc in docs:
         suite = str(doc.get("suite", ""))
-        status = doc["status"]
-        said = None if launched is None else launched.get((suite, int(doc.get("replicate", 0))))
-        if said is not None and said != status:
-            # the launcher decides, as every other reader takes it (benchrun.stats.load.replicate_table): a suite
-            # that wrote ok and was then killed at its timeout failed (it was pushed as ok, its figure in the median)
-            status = said if said in ("failed", "unavailable") else "failed"
+        # the launcher decides, as every other reader takes it (a suite killed at its timeout after it wrote ok)
+        status = launch_decides(doc["status"], None if launched is None else
+                                launched.get((suite, int(doc.get("replicate", 0)))))
         counts[(suite, status)] = counts.get((suite, status), 0) + 1
         if status != "ok":
             continue

@@ -340,14 +340,10 @@ def trace_fields(spec: Any) -> dict[str, Any]:
 
 def describe(entries: tuple[TraceEntry, ...], path: str, speedup: float) -> dict[str, Any]:
     """What the sweep's context records about the replayed trace (``sha256``: the bytes replayed)."""
-    import hashlib
+    from benchrun.loadgen.dataset import file_sha256
 
-    h = hashlib.sha256()
     try:
-        with open(path, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-        digest: str | None = h.hexdigest()
+        digest: str | None = file_sha256(path)
     except OSError:
         digest = None
     return {"file": str(path), "sha256": digest, "requests": len(entries), "span_s": entries[-1].t_s if entries else 0.0, "speedup": speedup,

@@ -95,6 +95,15 @@ def launch_statuses(run_dir: str | os.PathLike[str]) -> dict[tuple[str, int], st
     return out
 
 
+def launch_decides(status: Any, said: str | None) -> Any:
+    """A result document's status as every reader takes it: the launcher's word (``said``, from
+    :func:`launch_statuses`; None: no record of it) decides, so a suite that wrote ok and was then
+    killed at its timeout failed."""
+    if said is None or said == status:
+        return status
+    return said if said in ("failed", "unavailable") else "failed"
+
+
 def replicate_table(run_dir: str | os.PathLike[str], *, include_failed: bool = False,
                     docs: list[dict[str, Any]] | None = None) -> "pd.DataFrame":
     """One row per replicate per metric of the run's ok suite results.
@@ -129,10 +138,7 @@ def replicate_table(run_dir: str | os.PathLike[str], *, include_failed: bool = F
     for doc in suite_results(run_dir) if docs is None else docs:
         key = (str(doc.get("suite")), int(doc.get("replicate", 0)))
         seen.add(key)
-        status = doc.get("status")
-        if launched is not None and key in launched and launched[key] != status:
-            # the launcher decides: a suite that wrote ok and was then killed at its timeout failed
-            status = launched[key] if launched[key] in ("failed", "unavailable") else "failed"
+        status = launch_decides(doc.get("status"), None if launched is None else launched.get(key))
         if status != "ok":
             if status == "failed":
                 fail(*key)

@@ -225,8 +225,10 @@ def _kept(frame: Any, keep: set[tuple[str, int]] | None) -> Any:
     """``frame``'s rows of the (suite, replicate)s in ``keep`` (None: all)."""
     if keep is None or frame is None or not len(frame) or not {"suite", "replicate"} <= set(frame.columns):
         return frame
-    mask = [(str(s), int(r)) in keep for s, r in zip(frame["suite"], frame["replicate"])]
-    return frame[np.asarray(mask, dtype=bool)]
+    import pandas as pd
+
+    pairs = pd.MultiIndex.from_arrays([frame["suite"].astype(str), frame["replicate"].astype(int)])
+    return frame[pairs.isin(list(keep))]  # vectorised: a run's requests can be millions of rows
 
 
 def _arm_requests(run_dir: Path, keep: set[tuple[str, int]] | None = None) -> tuple[Any, dict[tuple[str, str], list[str]]]:
