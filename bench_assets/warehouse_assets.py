@@ -137,7 +137,8 @@ class MaintenanceConfig(dg.Config):
 @dg.asset(group_name=GROUP, kinds={"iceberg", "duckdb"})
 def warehouse_maintenance(context: dg.AssetExecutionContext, config: MaintenanceConfig,
                           warehouse: WarehouseResource) -> dg.MaterializeResult:
-    """The Iceberg tables compacted (one file per day and suite) and their old snapshots expired."""
+    """The Iceberg tables compacted (one file per day and suite), their old snapshots expired and the
+    files no snapshot references any more removed."""
     import datetime as dt
 
     from benchrun.warehouse import lake
@@ -148,13 +149,15 @@ def warehouse_maintenance(context: dg.AssetExecutionContext, config: Maintenance
     cutoff = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=config.expire_days)
     from benchrun.warehouse.lake_commands import maintain_tables
 
-    lines = ["| table | files before | files after | snapshots expired |", "|---|---|---|---|"]
+    lines = ["| table | files before | files after | snapshots expired | unreferenced files removed |",
+             "|---|---|---|---|---|"]
     done, failed = maintain_tables(home, cutoff, dry_run=config.dry_run)
-    for table, (before, after, expired) in done.items():
-        lines.append(f"| {table} | {before} | {after} | {expired}{' (dry run)' if config.dry_run else ''} |")
+    for table, (before, after, expired, removed) in done.items():
+        dry = " (dry run)" if config.dry_run else ""
+        lines.append(f"| {table} | {before} | {after} | {expired}{dry} | {removed}{dry} |")
     for table, why in failed.items():  # one damaged table: said, and the others still maintained (as the CLI does)
         context.log.error(f"{table}: not maintained: {why}")
-        lines.append(f"| {table} | not maintained: {why} | | |")
+        lines.append(f"| {table} | not maintained: {why} | | | |")
     if failed:
         raise dg.Failure(description=f"{len(failed)} table(s) not maintained ({', '.join(failed)}); the others were",
                          metadata={"tables": dg.MetadataValue.md("\n".join(lines))})

@@ -284,6 +284,10 @@ class RunDir:
             if any(n in status for n in names):
                 self.write_status({k: v for k, v in status.items() if k not in names})
 
+    def _first_start(self) -> str | None:
+        status = self.read_status() if self.status_path.exists() else {}
+        return status.get("first_started_utc") or status.get("started_utc")
+
     def set_phase(self, phase: str, *, message: str | None = None) -> dict[str, Any]:
         if phase not in PHASES:
             raise ValueError(f"unknown phase {phase!r}")
@@ -291,8 +295,14 @@ class RunDir:
         if message is not None:
             fields["message"] = message
         if phase == "Running":
-            # (Re-)started: a re-materialized run is not finished until it finishes again.
-            fields.update(started_utc=utc_now(), finished_utc=None)
+            # (Re-)started: a re-materialized run is not finished until it finishes again. Its first
+            # start stays: the warehouse files the run's rows under that day (warehouse.sources.run_start),
+            # so a re-run after midnight replaces them instead of adding a second copy on the new day.
+            now = utc_now()
+            fields.update(started_utc=now, finished_utc=None)
+            earlier = self.read_status() if self.status_path.exists() else {}
+            if not earlier.get("first_started_utc"):
+                fields["first_started_utc"] = earlier.get("started_utc") or now
         if phase in TERMINAL_PHASES:
             fields["finished_utc"] = utc_now()
         status = self.update_status(**fields)
@@ -380,9 +390,9 @@ class RunDir:
             "manifest_version": MANIFEST_VERSION,
             "run_id": self.run_id,
             "timestamp_utc": utc_now(),
-            # the start the run's rows are partitioned and signed by (status.json is never stored: a
-            # rebuild from the store reads it here)
-            "started_utc": self.read_status().get("started_utc") if self.status_path.exists() else None,
+            # the start the run's rows are partitioned and signed by, its first (warehouse.sources.run_start;
+            # status.json is never stored: a rebuild from the store reads it here)
+            "started_utc": self._first_start(),
             "nodes": nodes or [{"label": "local", "host": socket.gethostname()}],
             "status": status,
             "suite_status": status,

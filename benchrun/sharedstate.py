@@ -37,7 +37,8 @@ ENV = "BENCHRUN_SHARED_STATE"
 # A run's final phases (``rundir.TERMINAL_PHASES`` is this set), and the status fields that move
 # with its phase: a merge that keeps another pod's final phase keeps these from that pod as well.
 FINAL_PHASES = frozenset({"Succeeded", "Failed", "Rejected", "Canceled"})
-PHASE_FIELDS = ("phase", "message", "outcome", "outcome_measured", "started_utc", "finished_utc")
+PHASE_FIELDS = ("phase", "message", "outcome", "outcome_measured", "started_utc", "first_started_utc",
+                "finished_utc")
 # Never mirrored: another process's temporary files, locks, and the DuckDB file (the views are
 # rebuilt from the parquet wherever they are needed; DuckDB allows one writer process).
 _SKIP_SUFFIXES = (".tmp", ".lock", ".duckdb", ".duckdb.wal")

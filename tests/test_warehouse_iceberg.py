@@ -467,6 +467,47 @@ def test_compaction_and_expiry_keep_the_rows(tmp_path: Path) -> None:
     assert _count(tmp_path, "SELECT count(*) FROM serving_request_fact") == 180
 
 
+def test_expiry_then_maintenance_removes_the_files_only_expired_snapshots_held(tmp_path: Path) -> None:
+    """Found in review: pyiceberg's expiry deletes no file, so rebuilds piled files up forever and a deleted
+    run's rows stayed on disk after `delete` and expiry. Maintenance now removes what no kept snapshot
+    references (past a grace period), and nothing a kept or tagged snapshot still reads."""
+    import pyarrow.parquet as pq
+
+    from benchrun.runctl import delete_run
+
+    for run_id in ("run-a", "run-b"):
+        run_dir, manifest = _stored_run(tmp_path, run_id)
+        for _ in range(3):  # rebuilt: each re-curation leaves the previous files behind
+            curate_run(run_dir, tmp_path, manifest)
+    lake.tag_tables(tmp_path, "kept-b")  # a tag keeps its snapshot's files (run-a's among them)
+    delete_run("run-a", home=tmp_path)
+    root = tmp_path / "warehouse" / "iceberg"
+
+    def files_holding(run_id: str) -> list[Path]:
+        return [p for p in root.rglob("*.parquet") if run_id in pq.ParquetFile(p).read(columns=["run_id"]).column(0).to_pylist()]
+
+    assert files_holding("run-a")
+    future = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=1)
+    dry = lake.maintain(tmp_path, "serving_request_fact", future, dry_run=True, grace=dt.timedelta(0))
+    assert dry[3] > 0 and files_holding("run-a")  # a dry run counts, removes nothing
+    lake.maintain(tmp_path, "serving_request_fact", future, grace=dt.timedelta(0))
+    assert files_holding("run-a")  # the tag still reads them
+    for table in lake.current_tables(tmp_path):
+        tbl = lake.catalog(tmp_path).load_table(f"benchrun.{table}")
+        if "kept-b" in tbl.metadata.refs:
+            tbl.manage_snapshots().remove_tag("kept-b").commit()
+    for table in TABLES:
+        lake.maintain(tmp_path, table, future, grace=dt.timedelta(0))
+    assert files_holding("run-a") == []  # before: the deleted run's rows still lay in its old files
+    assert _count(tmp_path, "SELECT count(*) FROM serving_request_fact") == 60  # run-b's rows read whole
+    tbl = lake.catalog(tmp_path).load_table("benchrun.serving_request_fact")
+    assert tbl.scan().to_arrow().num_rows == 60
+    live = {Path(t.file.file_path.removeprefix("file://")) for t in tbl.scan().plan_files()}
+    assert set(root.glob("benchrun/serving_request_fact/data/**/*.parquet")) == live
+    recent = lake.maintain(tmp_path, "serving_request_fact", future)  # the default grace: an hour
+    assert recent[3] == 0
+
+
 def test_a_compaction_that_loses_the_race_to_a_new_run_keeps_that_runs_rows(tmp_path: Path, monkeypatch) -> None:
     """A run curated into the day while its files are being compacted: the compaction's commit loses the
     race and is planned again on the new snapshot (pyiceberg's own retry would re-stage the overwrite)."""
@@ -653,6 +694,57 @@ def test_delete_removes_the_runs_rows_from_every_iceberg_table(tmp_path: Path) -
     assert not (tmp_path / "runs" / "run-a").exists()
 
 
+def test_a_run_rerun_on_a_later_day_replaces_its_rows_and_delete_removes_them(tmp_path: Path, monkeypatch) -> None:
+    """Re-materializing a run sets its latest start to now; its rows stay filed under its first start's
+    day, so the re-curation replaces them (before: a re-run after midnight doubled every table, and
+    `delete` then left the first copy behind)."""
+    from benchrun import rundir as rundir_mod
+    from benchrun.runctl import delete_run
+
+    manifests = {}
+    for run_id in ("run-a", "run-b"):
+        run_dir, manifests[run_id] = _stored_run(tmp_path, run_id)
+        curate_run(run_dir, tmp_path, manifests[run_id])
+    rd = rundir_mod.RunDir(tmp_path, "run-a")
+    monkeypatch.setattr(rundir_mod, "utc_now", lambda: "2026-12-01T00:10:00+00:00")  # the next day
+    rd.set_phase("Running")
+    rd.set_phase("Succeeded")
+    status = rd.read_status()
+    assert status["started_utc"] == "2026-12-01T00:10:00+00:00"
+    assert status["first_started_utc"] == "2026-11-30T08:59:10+00:00"  # the start it was curated with
+    curate_run(rd.path, tmp_path, manifests["run-a"])
+    for table, n in PER_RUN.items():
+        got = query(f'SELECT run_id, count(*) AS n FROM "{table}" GROUP BY run_id ORDER BY run_id', tmp_path)
+        assert got.table.to_pylist() == [{"run_id": "run-a", "n": n}, {"run_id": "run-b", "n": n}], table
+    assert query("SELECT started_utc FROM benchmark_run_fact WHERE run_id = 'run-a'", tmp_path).table.to_pylist() \
+        == [{"started_utc": dt.datetime(2026, 12, 1, 0, 10, tzinfo=dt.timezone.utc)}]  # the latest attempt's
+    rd.set_phase("Running")  # a third attempt keeps the first start
+    assert rd.read_status()["first_started_utc"] == "2026-11-30T08:59:10+00:00"
+    rd.set_phase("Succeeded")
+    delete_run("run-a", home=tmp_path)
+    for table in TABLES:
+        assert "run-a" not in lake.run_ids(tmp_path, table), table
+
+
+def test_the_runs_own_row_is_committed_last_whatever_the_turn(tmp_path: Path, monkeypatch) -> None:
+    """A curation killed part-way leaves facts without their benchmark_run_fact row (before: the tables'
+    turn could commit the run row first, and a half-curated run read as curated)."""
+    from benchrun.warehouse import curate as curate_mod
+
+    order: list[tuple[str, str]] = []
+    real = curate_mod.store_rows
+    monkeypatch.setattr(curate_mod, "store_rows", lambda home, table, run_id, *a, **k: (
+        order.append((run_id, table)), real(home, table, run_id, *a, **k))[1])
+    runs = [f"run-{c}" for c in "abcdefgh"]
+    for run_id in runs:
+        run_dir, manifest = _stored_run(tmp_path, run_id)
+        curate_run(run_dir, tmp_path, manifest)
+    firsts = {next(t for r, t in order if r == run_id) for run_id in runs}
+    assert len(firsts) > 1  # the turn still spreads concurrent runs over the tables
+    for run_id in runs:
+        assert [t for r, t in order if r == run_id][-1] == "benchmark_run_fact", run_id
+
+
 def test_a_damaged_data_file_is_left_out_with_a_note(tmp_path: Path) -> None:
     import pyarrow.parquet as pq
     from pyiceberg.expressions import EqualTo
@@ -680,6 +772,49 @@ def test_a_damaged_data_file_is_left_out_with_a_note(tmp_path: Path) -> None:
     assert got.table.to_pylist() == [{"n": n, "s": pytest.approx(total)}]
     assert any(damaged in note and "left out of measurement_fact" in note for note in got.notes), got.notes
     assert _count(tmp_path, "SELECT count(*) FROM serving_request_fact") == 180  # other tables are whole
+
+
+def test_rebuild_takes_a_damaged_data_file_out_and_writes_its_runs_again(tmp_path: Path, monkeypatch) -> None:
+    """Found in review: after a data file was cut short, `rebuild-warehouse` (the fix the query's note
+    gives) and `benchrun delete` failed with pyarrow's "magic bytes not found", naming no file. Run ids
+    longer than Iceberg's 16-character bounds: a delete cannot tell from a file's metrics that every row
+    is the run's, so it reads the file."""
+    from pyiceberg.expressions import EqualTo
+    from typer.testing import CliRunner
+
+    from benchrun.cli import app
+    from benchrun.runctl import delete_run
+
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    a, b, c = (f"local-canary-20261206-{x}" for x in "abc")
+    for run_id in (a, b, c):
+        run_dir, manifest = _stored_run(tmp_path, run_id)
+        curate_run(run_dir, tmp_path, manifest)
+
+    def damage(run_id: str) -> str:
+        tbl = lake.catalog(tmp_path).load_table("benchrun.serving_request_fact")
+        found = sorted(t.file.file_path for t in tbl.scan(row_filter=EqualTo("run_id", run_id)).plan_files())[0]
+        path = Path(found.removeprefix("file://"))
+        path.write_bytes(path.read_bytes()[:100])
+        return found
+
+    damaged = damage(a)
+    out = CliRunner().invoke(app, ["rebuild-warehouse", c])  # before: ArrowInvalid, no file named
+    assert out.exit_code == 0, out.output
+    assert f"damaged data file {damaged}" in out.output and "taken out of the table" in out.output
+    assert f"rebuilt {a}" in out.output  # the run the damaged file held, though only c was named
+    got = query("SELECT run_id, count(*) AS n FROM serving_request_fact GROUP BY run_id ORDER BY run_id", tmp_path)
+    assert got.table.to_pylist() == [{"run_id": r, "n": 60} for r in (a, b, c)] and not got.notes
+    damaged = damage(b)
+    with pytest.raises(BenchrunError, match=rf"serving_request_fact: a data file of run {b}'s day cannot be read.*"
+                                            r"rebuild-warehouse"):
+        delete_run(b, home=tmp_path)  # before: ArrowInvalid
+    out = CliRunner().invoke(app, ["rebuild-warehouse"])
+    assert out.exit_code == 0 and f"damaged data file {damaged}" in out.output and f"skipped {b}" in out.output, out.output
+    delete_run(b, home=tmp_path)  # the delete, run again, finishes
+    for table in TABLES:
+        assert b not in lake.run_ids(tmp_path, table), table
+    assert _count(tmp_path, "SELECT count(*) FROM serving_request_fact") == 120
 
 
 def test_a_tagged_decision_reads_the_same_numbers_after_its_snapshots_would_have_expired(

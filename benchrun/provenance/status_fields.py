@@ -26,7 +26,7 @@ STATUS_FIELDS = (
     "run_id", "name", "phase", "outcome", "benchmark_class_requested", "benchmark_class_granted", "workload_type",
     "cadence", "scheduler_path_requested", "selected_scheduler_path", "variable_under_test", "spec_digest",
     "workload_spec_digest", "artifact_manifest_digest", "dagster_run_id", "scheduler_run_id", "job_uid",
-    "created_utc", "started_utc", "finished_utc",
+    "created_utc", "started_utc", "first_started_utc", "finished_utc",
 )
 # What benchrun moves after a signature (a run that ends after it, or is finalized)
 LIFECYCLE = ("phase", "outcome", "finished_utc")

@@ -29,7 +29,7 @@ from benchrun.warehouse.schemas import (
     dim_key,
     dim_key_column,
 )
-from benchrun.warehouse.sources import RunSources, dig, load_sources, parse_ts
+from benchrun.warehouse.sources import RunSources, dig, load_sources, parse_ts, run_start
 from benchrun.warehouse.writer import rows_to_table, write_partition
 
 log = logging.getLogger(__name__)
@@ -454,6 +454,7 @@ def launch_rows(src: RunSources) -> list[dict[str, Any]]:
 # is Analyzing, they are curated again once the status is final (run_status, before signing, or
 # curate_final_status for a run that ended outside it).
 FINAL_STATUS_TABLES = ("benchmark_run_fact", "telemetry_slice_fact")
+RUN_TABLE = "benchmark_run_fact"  # committed last: its row says the run's curation finished
 
 
 def curate_final_status(home: Path, run_id: str) -> bool:
@@ -537,10 +538,13 @@ def curate_run(
     unknown = [t for t in selected if t not in TABLES]
     if unknown:
         raise ValueError(f"unknown tables {unknown}")
-    started = parse_ts(src.status.get("started_utc")) or parse_ts(src.status.get("created_utc"))
-    # Runs finishing together start on different tables, so their Iceberg commits seldom race for one table.
-    turn = int(hashlib.sha256(src.run_id.encode()).hexdigest(), 16) % len(selected)
-    ordered = selected[turn:] + selected[:turn]
+    started = run_start(src.status)
+    # Runs finishing together start on different tables, so their Iceberg commits seldom race for one
+    # table; the run's own row goes last (as retention removes it last): a curation killed part-way
+    # leaves facts without their run row, which readers can tell from a curated run.
+    rest = [t for t in selected if t != RUN_TABLE]
+    turn = int(hashlib.sha256(src.run_id.encode()).hexdigest(), 16) % max(1, len(rest))
+    ordered = rest[turn:] + rest[:turn] + [t for t in selected if t == RUN_TABLE]
     built = {table: producers[table]() if table in STREAMED else list(producers[table]()) for table in ordered}
     if "serving_request_fact" in ordered:
         check_request_files(src)

@@ -237,6 +237,11 @@ def commit_run(home: Path, table: str, run_id: str, batches: Iterable[pa.RecordB
             # ValidationException: a delete that matched nothing (and no append) is still checked against
             # what other writers added meanwhile; like a lost race, redone on the new snapshot
             reason = str(exc)
+        except (FileNotFoundError, pa.lib.ArrowInvalid) as exc:  # a data file of the day the delete rewrites is damaged
+            raise BenchrunError(
+                f"warehouse table {table}: a data file of run {run_id}'s day cannot be read ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0] if str(exc) else ''}); `benchrun rebuild-warehouse` takes a damaged "
+                "file out and writes the runs it held again; then run this again") from None
         except Exception as exc:  # noqa: BLE001 - a locked sqlite catalog is a conflict too
             if not _is_locked(exc):
                 raise
@@ -357,6 +362,13 @@ def bound_snapshots(tbl: Any, keep: int | None = None) -> list[int]:
         if not _is_locked(exc):
             raise
         return []
+    from benchrun.warehouse import lakefiles
+
+    try:  # expiry deletes no file: those only the expired snapshots held go now (their grace passed)
+        lakefiles.remove_unreferenced(tbl)
+    except OSError as exc:  # the commit stands; maintain-warehouse removes them later
+        log.warning("%s: files of expired snapshots not removed (%s); `benchrun maintain-warehouse` removes them",
+                    tbl.name(), exc)
     return old
 
 
@@ -373,13 +385,22 @@ def apply_table_properties(home: Path, table: str) -> dict[str, str]:
     return changed
 
 
-def maintain(home: Path, table: str, older_than: dt.datetime, *, dry_run: bool = False) -> tuple[int, int, list[int]]:
+def maintain(home: Path, table: str, older_than: dt.datetime, *, dry_run: bool = False,
+             grace: dt.timedelta | None = None) -> tuple[int, int, list[int], int]:
     """One table's maintenance (the asset and ``maintain-warehouse``): its properties brought to
-    :data:`TABLE_PROPERTIES`, compacted, snapshots older than ``older_than`` expired; (data files
-    before, after, snapshots expired or, in a dry run, that would be)."""
+    :data:`TABLE_PROPERTIES`, compacted, snapshots older than ``older_than`` expired, then the files
+    no snapshot left references removed (:mod:`benchrun.warehouse.lakefiles`: expiry alone deletes
+    none, so expired and deleted rows stayed on disk); (data files before, after, snapshots expired,
+    files removed — or, in a dry run, that would be)."""
+    from benchrun.warehouse import lakefiles
+
+    grace = lakefiles.GRACE if grace is None else grace
     if dry_run:
         files = table_files(home, table)
-        return files, files, expire_snapshots(home, table, older_than, dry_run=True)
+        tbl = load_or_create(catalog(home), table)
+        expiring = expire_snapshots(home, table, older_than, dry_run=True)
+        return (files, files, expiring,
+                lakefiles.remove_unreferenced(tbl, grace=grace, dry_run=True, expiring=frozenset(expiring)).files)
     from benchrun.warehouse import laketx
 
     apply_table_properties(home, table)
@@ -392,7 +413,9 @@ def maintain(home: Path, table: str, older_than: dt.datetime, *, dry_run: bool =
         raise BenchrunError(f"warehouse table {table}: a data file cannot be read ({type(exc).__name__}: "
                             f"{str(exc).splitlines()[0] if str(exc) else ''}); the table was not maintained. "
                             "`benchrun rebuild-warehouse` writes the runs it holds again, then maintain it") from None
-    return before, after, expire_snapshots(home, table, older_than)
+    expired = expire_snapshots(home, table, older_than)
+    removed = lakefiles.remove_unreferenced(load_or_create(catalog(home), table), grace=grace)
+    return before, after, expired, removed.files
 
 
 def expire_snapshots(home: Path, table: str, older_than: dt.datetime, *, dry_run: bool = False) -> list[int]:
@@ -513,14 +536,14 @@ def delete_run(home: Path, table: str, run_id: str) -> Commit:
     """Delete ``run_id``'s rows of ``table`` in one commit (retention; expiry later removes the files)."""
     started = None
     from benchrun.rundir import read_json_or_none
-    from benchrun.warehouse.sources import parse_ts
+    from benchrun.warehouse.sources import run_start
 
     try:
         status = read_json_or_none(Path(home) / "runs" / validate_run_id(run_id) / "status.json", fix="")
     except BenchrunError:  # a damaged status.json: the start is unknown (below)
         status = None
     status = status if isinstance(status, dict) else {}
-    started = parse_ts(status.get("started_utc")) or parse_ts(status.get("created_utc"))
+    started = run_start(status)
     if started is None:  # the run's start is unknown: look in every day (reads every manifest)
         return commit_run(home, table, run_id, [], None, every_day=True)
     return commit_run(home, table, run_id, [], started)

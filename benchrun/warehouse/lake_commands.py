@@ -68,8 +68,9 @@ def maintain_cmd(
     cutoff = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=expire_days)
     done, failed = maintain_tables(home, cutoff, dry_run=dry_run)
     verb = "would expire" if dry_run else "expired"
-    for table, (before, after, expired) in done.items():
-        typer.echo(f"{table}: data files {before} -> {after}; {verb} {expired} snapshots")
+    for table, (before, after, expired, removed) in done.items():
+        typer.echo(f"{table}: data files {before} -> {after}; {verb} {expired} snapshots; "
+                   f"{'would remove' if dry_run else 'removed'} {removed} unreferenced files")
     for table, why in failed.items():
         typer.echo(f"{table}: not maintained: {why}", err=True)
     if failed:
@@ -77,26 +78,27 @@ def maintain_cmd(
                             "the reasons are above")
 
 
-def maintain_tables(home: Path, cutoff: dt.datetime, *, dry_run: bool) -> tuple[dict[str, tuple[int, int, int]],
+def maintain_tables(home: Path, cutoff: dt.datetime, *, dry_run: bool) -> tuple[dict[str, tuple[int, int, int, int]],
                                                                                  dict[str, str]]:
     """Compact every table and expire its snapshots older than ``cutoff`` (`maintain-warehouse`
     and the maintenance asset), going on past a damaged table; then refresh ``warehouse.duckdb``,
     whose views name each table's metadata file: maintenance's commits age those files out
     (``write.metadata.previous-versions-max``), and the file's views then failed to open.
-    Returns (table: (data files before, after, snapshots expired)) and (table: why not maintained)."""
+    Returns (table: (data files before, after, snapshots expired, unreferenced files removed)) and
+    (table: why not maintained)."""
     from benchrun.errors import BenchrunError
     from benchrun.warehouse import TABLES, lake
     from benchrun.warehouse.views import refresh_views
 
-    done: dict[str, tuple[int, int, int]] = {}
+    done: dict[str, tuple[int, int, int, int]] = {}
     failed: dict[str, str] = {}
     for table in TABLES:
         try:
-            before, after, old = lake.maintain(home, table, cutoff, dry_run=dry_run)
+            before, after, old, removed = lake.maintain(home, table, cutoff, dry_run=dry_run)
         except BenchrunError as exc:  # one damaged table: reported, the others are still maintained
             failed[table] = str(exc)
             continue
-        done[table] = (before, after, len(old))
+        done[table] = (before, after, len(old), removed)
     if not dry_run:
         try:
             refresh_views(home)

@@ -138,14 +138,14 @@ def write_marker(home: Path, done: Migration) -> Path:
 
 
 def _run_starts(home: Path, run_ids: Iterable[str]) -> dict[str, dt.datetime | None]:
-    """Each run's start (status.json's started_utc, else created_utc), for the day partition."""
+    """Each run's start (``sources.run_start``: its first start), for the day partition."""
     from benchrun.rundir import read_json_or_none
-    from benchrun.warehouse.sources import parse_ts
+    from benchrun.warehouse.sources import run_start
 
     out: dict[str, dt.datetime | None] = {}
     for run_id in run_ids:
         status = read_json_or_none(Path(home) / "runs" / run_id / "status.json", fix="curate the run again") or {}
-        out[run_id] = parse_ts(status.get("started_utc")) or parse_ts(status.get("created_utc"))
+        out[run_id] = run_start(status)
     return out
 
 

@@ -29,6 +29,7 @@ class RebuildReport:
     skipped: dict[str, str] = field(default_factory=dict)  # removed on purpose (delete, retention): why
     # runs whose directory's source files are not its stored evidence (curated from the stored copy): which
     diverged: dict[str, list[str]] = field(default_factory=dict)
+    dropped: list[Any] = field(default_factory=list)  # damaged data files taken out first (lakefiles.Dropped)
 
 
 def _restore(store, run_id: str, target: Path, manifest=None, status: dict | None = None) -> Path:
@@ -104,8 +105,8 @@ def _stored_status(run_dir: Path, run_id: str) -> dict[str, object]:
         out.update(outcome=outcome, phase="Failed" if outcome == "failed" else "Succeeded",
                    finished_utc=sealed.get("timestamp_utc"))
     started = sealed.get("started_utc") or read(f"structured/{run_id}_environment.json").get("captured_utc")
-    if started:
-        out["started_utc"] = started
+    if started:  # the run's first start (RunDir.write_manifest records it): its rows were filed under it
+        out["started_utc"] = out["first_started_utc"] = started
     return {k: v for k, v in out.items() if v is not None}
 
 
@@ -187,6 +188,11 @@ def rebuild_warehouse(home: Path, run_ids: list[str] | None = None) -> RebuildRe
     wanted = [validate_run_id(r) for r in run_ids] if run_ids else sorted(set(on_disk) | stored)
     removed = removed_runs(home, {r: _created(rd) for r, rd in on_disk.items()})
     report = RebuildReport()
+    if lake.enabled():
+        # a damaged data file first: its rows are unreadable, and every re-curation of its day must rewrite it
+        report.dropped = _drop_damaged(home)
+        wanted += [r for r in sorted(set(on_disk) | stored)
+                   if r not in wanted and any(d.may_hold(r) for d in report.dropped)]
     # Each table's commit deletes the run's rows of every day and appends the new ones in one transaction
     # (a run curated before it started, or restored from the store, whose status is not stored, may have
     # rows on another day than its start now says): a reader never sees the run without rows, and a
@@ -213,8 +219,26 @@ def rebuild_warehouse(home: Path, run_ids: list[str] | None = None) -> RebuildRe
                                          + ", ".join(x.uri.replace("${RUN_ID}", run_id) for x in stores))
         except BenchrunError as exc:
             report.failed[run_id] = str(exc)
+        except (FileNotFoundError, ValueError) as exc:  # pyarrow's errors reading a file: this run, not every run
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            report.failed[run_id] = f"{type(exc).__name__}: {first}"
     refresh_views(home)
     return report
+
+
+def _drop_damaged(home: Path) -> list[Any]:
+    from pyiceberg.exceptions import CommitFailedException
+
+    from benchrun.warehouse import lake, lakefiles
+
+    dropped: list[Any] = []
+    for table in lake.current_tables(home):
+        try:
+            dropped += lakefiles.drop_damaged(lake.load_or_create(lake.catalog(home), table), table)
+        except CommitFailedException as exc:
+            raise BenchrunError(f"rebuild-warehouse: taking a damaged data file out of {table} lost a race with "
+                                f"another writer ({exc}); run it again") from None
+    return dropped
 
 
 def _from_directory(report: RebuildReport, rd: Any, home: Path, stores: list, every_day: bool) -> None:

@@ -22,6 +22,9 @@ def rebuild_warehouse_cmd(
 
     home = existing_home("rebuild-warehouse")  # a mistyped BENCHRUN_HOME is refused, never made
     report = rebuild_warehouse(home, run_ids or None)
+    for d in report.dropped:
+        typer.echo(f"warning: {d.table}: damaged data file {d.path} ({d.problem}) taken out of the table; "
+                   "the runs it could hold are curated again", err=True)
     for run_id, counts in report.rebuilt.items():
         typer.echo(f"rebuilt {run_id}: {sum(counts.values())} rows in {len(counts)} tables from {report.source[run_id]}")
         for why in report.diverged.get(run_id, ()):

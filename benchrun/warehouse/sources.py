@@ -34,6 +34,19 @@ def parse_ts(value: Any) -> dt.datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)
 
 
+def run_start(status: Any) -> dt.datetime | None:
+    """The start the warehouse files a run's rows under (``run_started_utc``, its day partition): the
+    run's first start, which a re-run keeps (``started_utc`` is the latest attempt's), else its start,
+    else its creation; None when the status says none."""
+    if not isinstance(status, dict):
+        return None
+    for key in ("first_started_utc", "started_utc", "created_utc"):
+        when = parse_ts(status.get(key))
+        if when is not None:
+            return when
+    return None
+
+
 def _read_json(path: Path) -> Any:
     return read_json_or_none(path, fix="fix or remove the file and curate again")
 
