@@ -257,6 +257,37 @@ def test_catch_up_keeps_the_report_ref_the_worker_recorded(harness, instance, ru
     assert st["statusSeq"] == worker.read_status()["status_seq"] and st["reportRef"] == str(report)
 
 
+def test_catch_up_renews_the_lease_per_run_and_stops_following_settled_runs(harness, instance, runs, canary_doc,
+                                                                             monkeypatch) -> None:
+    """Found in review: catch-up re-pulled and re-read every BenchmarkRun that still existed every pass,
+    forever, with no Lease renewal in the pass (800 finished runs: a 20 s pass against a 15 s Lease)."""
+    from benchrun.rundir import RunDir
+
+    for name in ("a", "b", "c"):
+        create(harness, doc(canary_doc, name))
+    op = operator(harness, runs)
+    op.relist()
+    assert len(op.known) == 3
+    monkeypatch.setattr(status_mod, "on_phase_change", lambda st: None)  # the worker's own writes fail
+    ids = {name: harness.get(KIND, name, NS)["status"]["runId"] for name in ("a", "b", "c")}
+    for name in ("a", "b"):
+        worker = RunDir.for_run(ids[name])
+        worker.set_phase("Running")
+        worker.set_phase("Succeeded")
+    RunDir.for_run(ids["c"]).set_phase("Running")  # still going
+    renewals: list[int] = []
+    monkeypatch.setattr(op, "keep_lease", lambda: renewals.append(1))
+    op.catch_up()  # writes a's and b's final status
+    assert len(renewals) == 3 and harness.get(KIND, "a", NS)["status"]["phase"] == "Succeeded"
+    op.catch_up()  # nothing to write: noted
+    assert len(op.known) == 3
+    op.catch_up()  # still nothing, and status.json did not move: a and b are settled
+    assert sorted(ref.name for ref, _ in op.known.values()) == ["c"] and op.stats.settled == 2
+    RunDir.for_run(ids["c"]).set_phase("Succeeded")
+    op.catch_up()
+    assert harness.get(KIND, "c", NS)["status"]["phase"] == "Succeeded" and len(op.known) == 1
+
+
 def test_a_watch_that_gets_410_gone_lists_again(harness, instance, runs, canary_doc) -> None:
     create(harness, doc(canary_doc, "first"))
     op = operator(harness, runs)

@@ -79,6 +79,7 @@ class Stats:
     status_writes: int = 0
     relists: int = 0
     gone: int = 0
+    settled: int = 0  # finished runs catch-up stopped following
     errors: list[str] = field(default_factory=list)
 
 
@@ -117,6 +118,7 @@ class Operator:
         self.known: dict[str, tuple[ResourceRef, str]] = {}  # uid -> (ref, run_id) for status catch-up
         self.stats = Stats()
         self._last_catch_up = 0.0
+        self._settled: dict[str, Any] = {}  # uid -> what catch_up last found of a run it had nothing to write for
         self._renewed = time.monotonic()
 
     # -- the loop ------------------------------------------------------------------------------
@@ -220,6 +222,7 @@ class Operator:
                 uid = str((obj.get("metadata") or {}).get("uid"))
                 self.known.pop(uid, None)
                 self.waiting.pop(uid, None)
+                self._settled.pop(uid, None)
             elif event["type"] in ("ADDED", "MODIFIED"):
                 self.reconcile(obj)
             if version:
@@ -347,24 +350,41 @@ class Operator:
         self.known[ref.uid] = (ref, prepared.run_id)
         self._write_from_run(obj, ref, prepared.run_id)
 
-    def _write_from_run(self, obj: dict[str, Any] | None, ref: ResourceRef, run_id: str | None) -> None:
+    def _write_from_run(self, obj: dict[str, Any] | None, ref: ResourceRef, run_id: str | None) -> dict[str, Any] | None:
+        """Write the object's status from the run's status.json; that status.json when nothing needed
+        writing (the object already holds it or a later one), else None."""
         from benchrun.rundir import RunDir
 
         if not run_id:
-            return
+            return None
         st = RunDir.for_run(run_id, self.settings.home).read_status()
         if write(self.api, ref, status_from_run(st, ref), current=obj):
             self.stats.status_writes += 1
+            return None
+        return st
 
     def catch_up(self) -> None:
-        """Write the status of started runs whose status.json moved on (a missed write)."""
+        """Write the status of started runs whose status.json moved on (a missed write). The Lease is
+        renewed between runs, as in every other pass; a run in a final phase whose status.json did not
+        move since the previous pass and whose object already holds it is no longer followed (its
+        signing and report land within a pass or two of its end). Before, every BenchmarkRun that still
+        existed was pulled and read again every pass, forever: 800 finished runs made one pass 20 s
+        long, past the 15 s Lease, with no renewal in it."""
         from benchrun.paths import benchrun_home
-        from benchrun.sharedstate import pull_run
+        from benchrun.sharedstate import FINAL_PHASES, pull_run
 
         self._last_catch_up = time.monotonic()
         for uid, (ref, run_id) in list(self.known.items()):
+            self.keep_lease()
             try:
                 pull_run(run_id, benchrun_home(self.settings.home), status_only=True)
-                self._write_from_run(None, ref, run_id)
+                held = self._write_from_run(None, ref, run_id)
             except BenchrunError as exc:
                 log.info("%s/%s: run %s: %s", ref.namespace, ref.name, run_id, exc)
+                continue
+            if held is not None and held.get("phase") in FINAL_PHASES and self._settled.get(uid) == held:
+                self.known.pop(uid, None)
+                self._settled.pop(uid, None)
+                self.stats.settled += 1
+            else:
+                self._settled[uid] = held
