@@ -468,3 +468,21 @@ def test_a_trace_or_dataset_saved_with_a_byte_order_mark_reads(tmp_path):
     prompts.write_bytes(b'\xef\xbb\xbf{"prompt": "hello there"}\n{"prompt": "again"}\n')
     ds = dataset.load_dataset(prompts)
     assert len(ds.entries) == 2
+
+
+def test_a_trace_warmup_does_not_fill_the_prefix_cache_its_measured_requests_read(tmp_path):
+    """Found in review: the warm-up replayed the trace's first entries with their hash_ids, so the first
+    measured requests found their prefix blocks cached (cached_tokens 1023 of 1024, hit rate 0.33 where
+    a cold server gives 0)."""
+    from benchrun.loadgen.refserver import Dialect
+
+    lines = [json.dumps({"timestamp": 20 * i, "input_length": 64, "output_length": 2, "hash_ids": [1000 + i]})
+             for i in range(8)]  # every request its own prefix block: nothing is shared
+    (tmp_path / "own.jsonl").write_text("\n".join(lines) + "\n")
+    es = trace.load_trace(tmp_path / "own.jsonl")
+    with ServerProcess(FAST, dialect=Dialect(prefix_cache_block=16)) as srv:
+        res = run_sweep(_cfg(srv.url, points=(trace.trace_point(es, speedup=1.0),), requests_per_point=None,
+                             warmup=4, trace=es))
+    rows = sorted(res.rows, key=lambda r: r["trace_index"])
+    assert len(rows) == 8 and not any(r["error"] for r in rows)
+    assert [r["usage_cached_tokens"] or 0 for r in rows] == [0] * 8

@@ -226,23 +226,47 @@ def _row_of(events: list[bytes]) -> dict:
 
 
 def test_a_usage_total_at_the_end_is_spread_over_every_chunk_wherever_the_server_puts_it():
-    """Three tokens per chunk, usage only on the last: every earlier chunk counted one token and
-    the last 21, so 18 of 27 gaps were a whole chunk's 10 ms and 20 were 0.48 ms; the pace is 3.33."""
-    evs = [_ev(" a b c") for _ in range(9)] + [_ev(" a b c", usage={"prompt_tokens": 3, "completion_tokens": 30})]
+    """The prefill's token alone, then three tokens per chunk, usage only on the last: every earlier
+    chunk counted one token and the last 19, so 18 of 27 gaps were a whole chunk's 10 ms; the pace is 3.33."""
+    first = _ev(" a")
+    evs = [first] + [_ev(" a b c") for _ in range(8)] + [_ev(" a b c", usage={"prompt_tokens": 3, "completion_tokens": 28})]
     row = _row_of(evs)
     assert len(row["token_gaps_ms"]) == 27 and row["token_gaps_ms"] == pytest.approx([10 / 3] * 27)
-    assert row["chunk_token_method"] == "usage_total_spread" and row["output_tokens"] == row["chunk_output_tokens"] == 30
+    assert row["chunk_token_method"] == "usage_total_spread" and row["output_tokens"] == row["chunk_output_tokens"] == 28
     # usage on every chunk: exact counts, as before
-    per = _row_of([_ev(" a b c", usage={"completion_tokens": 3 * (i + 1)}) for i in range(10)])
+    per = _row_of([_ev(" a", usage={"completion_tokens": 1})]
+                  + [_ev(" a b c", usage={"completion_tokens": 1 + 3 * (i + 1)}) for i in range(9)])
     assert per["chunk_token_method"] == "usage_per_chunk" and per["token_gaps_ms"] == pytest.approx([10 / 3] * 27)
     # usage in its own trailing chunk (vLLM, OpenAI include_usage): the same spread, the same gaps
     # (before, one token per chunk: gaps of a whole chunk's 10 ms for the stream above's 3.33)
-    sep = _row_of([_ev(" a b c") for _ in range(10)] + [_ev(usage={"completion_tokens": 30})])
-    assert sep["chunk_token_method"] == "usage_total_spread" and sep["chunk_output_tokens"] == sep["output_tokens"] == 30
+    sep = _row_of([first] + [_ev(" a b c") for _ in range(9)] + [_ev(usage={"completion_tokens": 28})])
+    assert sep["chunk_token_method"] == "usage_total_spread" and sep["chunk_output_tokens"] == sep["output_tokens"] == 28
     assert sep["token_gaps_ms"] == pytest.approx(row["token_gaps_ms"]) and sep["output_token_discrepancy"] == 0
-    # uneven: 31 over 10 chunks, the larger shares first
-    odd = _row_of([_ev(" a b c") for _ in range(10)] + [_ev(usage={"completion_tokens": 31})])
-    assert odd["chunk_output_tokens"] == 31 and odd["token_gaps_ms"] == pytest.approx([10 / 3] * 27)  # 4, 3, 3, ...: gaps after the first chunk
+    # a stream interval of 4 (vLLM's and SGLang's --stream-interval): 1, 4, …, 4, then the remainder 2;
+    # before, the larger shares went first (4, 4, 4, 4, 4, 3, 3, 3, 3, 3 for 35): the first chunk's share
+    # of 4 made no gaps and the last chunks' gaps a third too long
+    k4 = _row_of([first] + [_ev(" a b c d") for _ in range(8)] + [_ev(" a b")] + [_ev(usage={"completion_tokens": 35})])
+    assert k4["chunk_output_tokens"] == 35 and k4["token_gaps_ms"] == pytest.approx([2.5] * 32 + [5.0] * 2)
+    # counts that no fixed interval gives: the prefill's one token, the rest evenly, the larger shares first
+    odd = _row_of([first] + [_ev(" a b c") for _ in range(9)] + [_ev(usage={"completion_tokens": 29})])
+    assert odd["chunk_output_tokens"] == 29 and odd["token_gaps_ms"] == pytest.approx([2.5] * 4 + [10 / 3] * 24)
+
+
+def test_a_regular_stream_interval_reads_as_regular_gaps_whatever_usage_reports():
+    """Found in review: a 1, 4, 4, … stream (37 tokens, a chunk every 10 ms) with vLLM's final usage
+    chunk was read as 4, 4, …, 3, 3, 3: 33 gaps (not 36) of mean 2.73 ms (not 2.5), the last ones
+    3.33 ms, and a standard deviation of 0.37 ms on a stream that has none; usage on every chunk read
+    it exactly."""
+    import numpy as np
+
+    end = _row_of([_ev(" a")] + [_ev(" a b c d") for _ in range(9)] + [_ev(usage={"completion_tokens": 37})])
+    per = _row_of([_ev(" a", usage={"completion_tokens": 1})]
+                  + [_ev(" a b c d", usage={"completion_tokens": 1 + 4 * (i + 1)}) for i in range(9)])
+    assert end["token_gaps_ms"] == pytest.approx(per["token_gaps_ms"])
+    assert end["token_gaps_ms"] == pytest.approx([2.5] * 36)
+    assert float(np.std(end["token_gaps_ms"])) == pytest.approx(0.0, abs=1e-9)
+
+
     # a trailing total equal to the chunk count: one per chunk, exact
     one = _row_of([_ev(" a") for _ in range(5)] + [_ev(usage={"completion_tokens": 5})])
     assert one["chunk_token_method"] == "one_per_chunk" and one["token_gaps_ms"] == pytest.approx([10.0] * 4)
@@ -252,3 +276,78 @@ def test_a_usage_total_at_the_end_is_spread_over_every_chunk_wherever_the_server
     # a total below the chunk count cannot be spread: one per chunk, the discrepancy recorded
     low = _row_of([_ev(" a") for _ in range(4)] + [_ev(" b", usage={"completion_tokens": 3})])
     assert low["chunk_token_method"] == "one_per_chunk" and low["chunk_output_tokens"] == 5 and low["output_token_discrepancy"] == -2
+
+
+@pytest.mark.parametrize("reason", ["abort", {"type": "abort", "message": "preempted"}, "error"],
+                         ids=["vllm-abort", "sglang-native-abort", "error"])
+def test_a_stream_the_server_aborted_is_an_error_not_a_completion(reason):
+    """Found in review: a stream ending with finish_reason "abort" after 11 of 20 tokens, then
+    [DONE], counted as a good request (n_errors 0, SLO attainment 1.0); only the token mismatch
+    said otherwise, and the verdict never read it."""
+    cut = json.dumps({"id": "x", "choices": [{"index": 0, "text": " k", "finish_reason": reason}]}).encode()
+    body = _chunked(*[_ev(" t") for _ in range(10)], b"data: " + cut + b"\n\n", b"data: [DONE]\n\n")
+    outs, _, _ = run(_request([HEAD_CHUNKED + body]))
+    assert outs[0].error_kind == "aborted"
+    assert "finish_reason" in outs[0].error and "after 11 chunks" in outs[0].error
+    # the reasons a completion ends normally stay completions
+    for normal in ("length", "stop", "tool_calls"):
+        done = json.dumps({"id": "x", "choices": [{"index": 0, "text": " k", "finish_reason": normal}]}).encode()
+        ok, _, _ = run(_request([HEAD_CHUNKED + _chunked(_ev(" t"), b"data: " + done + b"\n\n", b"data: [DONE]\n\n")]))
+        assert ok[0].error is None, (normal, ok[0].error)
+
+
+def test_output_tokens_counted_from_chunks_say_so_in_the_summary():
+    """Found in review: without usage a 4-tokens-a-chunk stream read 10 output tokens (really 40) and a
+    4x decode_ms_per_token, and nothing said the counts were chunks."""
+    from benchrun.loadgen.metrics import summarize
+
+    bare = _row_of([_ev(" a b c d") for _ in range(10)])
+    assert bare["token_count_source"] == "chunks" and bare["output_tokens"] == 10
+    told = _row_of([_ev(" a b c d") for _ in range(10)] + [_ev(usage={"completion_tokens": 40})])
+    kw = dict(point="c=1", load_model="closed_loop", offered_load=1, bucket="all", window=1.0, slo=None, pricing=None)
+    s = summarize([bare, told], **kw)
+    assert s["n_output_tokens_from_chunks"] == 1
+    assert s["output_tokens_note"].startswith("1 of 2 completed requests had no usage")
+    clean = summarize([told], **kw)
+    assert clean["n_output_tokens_from_chunks"] == 0 and clean["output_tokens_note"] is None
+
+
+@pytest.mark.parametrize("kernel", [True, False], ids=["kernel-stamps", "event-loop-stamps"])
+def test_a_kept_alive_connection_the_server_closed_is_not_reused(kernel):
+    """Found in review: a server that closes after each response without `Connection: close` failed 4 of
+    10 requests ("connection closed before the response headers" on a reused connection): the pool
+    handed the connection out again before the loop had seen the server's FIN. The pool now asks the
+    kernel (MSG_PEEK) before reusing one."""
+
+    async def go():
+        served = []
+
+        async def handle(reader, writer):  # one request per connection, then close (no Connection: close)
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+                n = int([ln.split(b":")[1] for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length")][0])
+                await reader.readexactly(n)
+                served.append(1)
+                writer.write(HEAD_CHUNKED + _chunked(_ev("a"), b"data: [DONE]\n\n"))
+                await writer.drain()
+            finally:
+                writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        ep = Endpoint.from_url(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+        pool = ConnectionPool(ep, kernel_timestamps=kernel)
+        outs = []
+        try:
+            for i in range(10):
+                body = build_body(ep, "m", "a b c", 4)
+                out = Outcome()
+                await stream_request(pool, build_head(ep, "POST", ep.path, len(body), {}), body, out, timeout_s=5.0)
+                outs.append(out)
+        finally:
+            await pool.close()
+            server.close()
+        return outs, served
+
+    outs, served = run(go())
+    assert [o.error for o in outs] == [None] * 10 and len(served) == 10
+    assert all(o.connect_ns is not None for o in outs if not o.reused_connection)  # set-up counted

@@ -559,3 +559,18 @@ def test_session_plans_deal_whole_sessions_in_proportion_to_the_streams():
         assert {k: v[1] for k, v in got.items()} == {k: v[1] for k, v in one.items()}
         per_worker = [sum(1 for v in got.values() if v[0] == w) for w in range(len(weights))]
         assert per_worker == split_by(13, weights)
+
+
+def test_sharegpt_replies_stay_with_their_prompts_past_empty_or_consecutive_human_turns(tmp_path):
+    """Found in review: an empty human turn was filtered out after prompts and replies were paired by
+    position, and two human turns in a row shifted every later pair: prompt k got reply k + 1."""
+    from benchrun.loadgen.dataset import load_dataset
+
+    conv = [{"from": "human", "value": ""}, {"from": "gpt", "value": "answer to nothing"},
+            {"from": "human", "value": "first question"}, {"from": "gpt", "value": "first answer"},
+            {"from": "human", "value": "second,"}, {"from": "human", "value": "continued"},
+            {"from": "gpt", "value": "second answer"}, {"from": "human", "value": "last, unanswered"}]
+    (tmp_path / "d.json").write_text(json.dumps([{"conversations": conv}]))
+    e = load_dataset(tmp_path / "d.json").entries[0]
+    assert e.prompts == ("first question", "second,\ncontinued", "last, unanswered")
+    assert e.replies == ("first answer", "second answer")

@@ -90,6 +90,8 @@ def _print_table(summaries: list[dict[str, Any]], capacity: float | None, has_sl
     for s in summaries:
         if s["bucket"] == "all" and s["verdict_reasons"]:
             con.print(f"[bold]{escape(str(s['point']))}[/bold] invalid: " + escape("; ".join(s["verdict_reasons"])))
+        if s["bucket"] == "all" and s.get("output_tokens_note"):
+            con.print(f"[bold]{escape(str(s['point']))}[/bold] note: " + escape(s["output_tokens_note"]))
     if has_slo:
         con.print(f"capacity_at_slo: {_fmt(capacity, 3) if capacity is not None else 'none (no point met the SLO at p99)'}")
 

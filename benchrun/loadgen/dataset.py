@@ -74,8 +74,10 @@ def _conversation(rec: dict[str, Any], where: str) -> tuple[list[str], list[str]
         return None
     if not isinstance(turns, list):
         raise DatasetError(f"{where}: 'conversations' must be a list of {{from, value}} turns")
-    prompts: list[str] = []
-    replies: list[str] = []
+    # (prompt, reply) pairs: a reply answers the human turns since the previous reply (consecutive human
+    # turns are one prompt); a pair whose prompt is empty is dropped with its reply. Before, empty human
+    # turns were filtered after pairing by position, so prompt k could be paired with reply k + 1.
+    pairs: list[list[str]] = []
     for i, t in enumerate(turns):
         if not isinstance(t, dict):
             raise DatasetError(f"{where}: turn {i} must be an object with from/value (or role/content)")
@@ -84,10 +86,17 @@ def _conversation(rec: dict[str, Any], where: str) -> tuple[list[str], list[str]
         if not isinstance(text, str):
             raise DatasetError(f"{where}: turn {i} has no string 'value' (or 'content')")
         if who in _HUMAN:
-            prompts.append(text)
-        elif who in _ASSISTANT and prompts:
-            replies.append(text)
-    return prompts, replies
+            if pairs and not pairs[-1][1]:
+                pairs[-1][0] = "\n".join(x for x in (pairs[-1][0], text) if x.strip())
+            else:
+                pairs.append([text, ""])
+        elif who in _ASSISTANT and pairs:
+            pairs[-1][1] = "\n".join(x for x in (pairs[-1][1], text) if x.strip())
+    pairs = [p for p in pairs if p[0].strip()]
+    replies = [r for _, r in pairs]
+    while replies and not replies[-1]:
+        replies.pop()  # no reply to the last prompts: as before, the tuple is shorter than the prompts
+    return [p for p, _ in pairs], replies
 
 
 def _output_tokens(v: Any, where: str) -> int | None:
@@ -106,7 +115,6 @@ def _entry(rec: Any, idx: int, fmt: str, where: str) -> Entry | None:
         if conv is None:
             raise DatasetError(f"{where}: no 'conversations' (or 'messages'); is this the generic layout? use format jsonl")
         prompts, replies = conv
-        prompts = [p for p in prompts if p.strip()]
         if not prompts:
             return None
         return Entry(idx, tuple(prompts), tuple(replies), _output_tokens(rec.get("output_tokens"), where))

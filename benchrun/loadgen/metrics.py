@@ -419,6 +419,14 @@ def summarize(
     )
     out["verdict"] = v
     out["verdict_reasons"] = reasons
+    # no usage from the server: output tokens are chunks, exact only where each chunk is one token
+    from_chunks = sum(1 for r in ok if r.get("token_count_source") == "chunks")
+    out["n_output_tokens_from_chunks"] = from_chunks
+    out["output_tokens_note"] = (
+        f"{from_chunks} of {len(ok)} completed requests had no usage from the server: their output tokens "
+        "(and decode_ms_per_token, token gaps, tokens_per_second) count one token per streamed chunk, exact only "
+        "for a server that streams one token a chunk; ask it for usage (stream_options.include_usage, "
+        "--include-usage)" if from_chunks else None)
     return out
 
 

@@ -31,6 +31,7 @@ late sends late and shows it as schedule lag; its schedule is not shifted.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import logging
 import math
@@ -130,7 +131,10 @@ async def _run_trace_point(cfg: SweepConfig, point_index: int, worker: int, n_wo
     if not share:
         return result
     warm_w = split_evenly(warmup_for(cfg, point), n_workers)[worker]
-    warm_specs = trace.trace_specs(cfg, st.endpoint, point_index, worker, nonce, share[:warm_w], "wu")
+    # the warm-up's prompts carry none of the trace's prefix blocks: replaying the first entries' blocks
+    # filled the server's prefix cache for the measured requests (their cached_tokens read the warm-up's)
+    warm_specs = trace.trace_specs(cfg, st.endpoint, point_index, worker, nonce,
+                                   [(i, dataclasses.replace(e, prefix_ids=())) for i, e in share[:warm_w]], "wu")
     measured = trace.trace_specs(cfg, st.endpoint, point_index, worker, nonce, share, "")
     # connections opened before the go time: one second of the trace's mean rate, at most 256
     rate_w = point.offered_load / n_workers

@@ -153,6 +153,7 @@ async def _consume_stream(reader: TimedReader, headers: dict[str, str], out: Out
     body_done = False
     done = False
     finished_ns: int | None = None  # delivery time of the event with a finish_reason
+    aborted: str | None = None  # that finish_reason when it says the server gave up (abort, error)
     prev_usage_tokens: int | None = None
     usage_chunks = 0  # content chunks that carried usage.completion_tokens
     usage_last = -1  # the index of the last of them
@@ -269,8 +270,10 @@ async def _consume_stream(reader: TimedReader, headers: dict[str, str], out: Out
                     choices = obj.get("choices")
                     if choices:
                         c0 = choices[0]
-                        if c0.get("finish_reason") is not None and finished_ns is None:
+                        reason = c0.get("finish_reason")
+                        if reason is not None and finished_ns is None:
                             finished_ns = t
+                            aborted = _aborted(reason)
                         if chat:
                             delta = c0.get("delta") or {}
                             text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
@@ -330,11 +333,26 @@ async def _consume_stream(reader: TimedReader, headers: dict[str, str], out: Out
         else:
             out.fail("closed", f"connection closed mid-stream after {len(chunk_ns)} chunks")
         return False
+    if aborted is not None:
+        # vLLM's and SGLang's "abort" (a request the engine dropped: preempted past its limit, a
+        # client-side cancel, an engine fault): the stream ends properly but the completion is cut
+        out.fail("aborted", f"the server ended the stream with finish_reason {aborted!r} after {len(chunk_ns)} chunks")
+        return False
     if out.first_ns is None:
         out.fail("empty", "stream finished without any content")
         return False
     _chunk_token_method(out, usage_chunks, usage_last)
     return body_done and keep_alive and not raw and not sse.strip()
+
+
+ABORT_REASONS = frozenset({"abort", "aborted", "error", "cancelled", "canceled"})
+
+
+def _aborted(reason: object) -> str | None:
+    """The finish_reason when it says the completion was cut by the server, else None: a string such
+    as vLLM's ``"abort"``, or SGLang's native ``{"type": "abort", "message": ...}``."""
+    kind = reason.get("type") if isinstance(reason, dict) else reason
+    return str(kind) if isinstance(kind, str) and kind.lower() in ABORT_REASONS else None
 
 
 def _chunk_token_method(out: Outcome, usage_chunks: int, usage_last: int) -> None:
@@ -344,10 +362,13 @@ def _chunk_token_method(out: Outcome, usage_chunks: int, usage_last: int) -> Non
     - ``usage_deltas``: usage on some chunks: each such chunk counts the increase since the last;
     - ``usage_total_spread``: the total came only at the end, on the last content chunk or in a
       usage-only chunk after it (vLLM's and OpenAI's ``include_usage``), and is above the chunk
-      count (several tokens per chunk): spread evenly over all the content chunks (the larger
-      shares first), not all the surplus on the last one (which made every earlier gap a
-      whole chunk's and the last chunk's tiny); where the server puts usage does not change
-      the gaps of the same stream;
+      count (several tokens per chunk): the first chunk holds one token (the prefill's: vLLM's and
+      SGLang's ``--stream-interval`` send it alone, then k tokens a chunk and the remainder last),
+      the rest over the other chunks as that pattern (k, …, k, r with 1 ≤ r ≤ k) when the counts
+      fit one, else evenly (the larger shares first) — not all the surplus on the last chunk (which
+      made every earlier gap a whole chunk's and the last chunk's tiny), nor a share of it on the
+      first (a 1, 4, 4, … stream read 4, 4, …, 3, 3, 3: its last gaps a third long and a jitter of
+      1.6 ms where it has none); where the server puts usage does not change the gaps of the same stream;
     - ``one_per_chunk``: no usage total above the chunk count (none at all, or fewer tokens than
       chunks): each chunk one token, gaps are per chunk (the total, if any, is output_tokens
       beside it, the difference output_token_discrepancy).
@@ -355,9 +376,8 @@ def _chunk_token_method(out: Outcome, usage_chunks: int, usage_last: int) -> Non
     ct = out.chunk_tokens
     n = len(ct)
 
-    def spread(total: int) -> None:  # the larger shares first
-        base, extra = divmod(total, n)
-        ct[:] = [base + (1 if i < extra else 0) for i in range(n)]
+    def spread(total: int) -> None:  # total > n: the first chunk one token, the rest as above
+        ct[:] = [1, *spread_after_first(total - 1, n - 1)] if n > 1 else [total]
         out.chunk_token_method = "usage_total_spread"
 
     if usage_chunks == 0:
@@ -396,3 +416,12 @@ def unknown_field_hint(message: str) -> str | None:
     return None
 
 
+def spread_after_first(tokens: int, chunks: int) -> list[int]:
+    """``tokens`` (≥ ``chunks`` ≥ 1) over the chunks after the first: k, …, k, r (1 ≤ r ≤ k) when a
+    fixed stream interval k gives these counts, else evenly with the larger shares first."""
+    k = -(-tokens // chunks)
+    last = tokens - (chunks - 1) * k
+    if 1 <= last <= k:
+        return [k] * (chunks - 1) + [last]
+    base, extra = divmod(tokens, chunks)
+    return [base + (1 if i < extra else 0) for i in range(chunks)]

@@ -4,7 +4,8 @@ Parameters (``BENCHRUN_PARAMS``):
 
 - ``concurrency``: list of concurrencies (closed loop; default ``[1, 4]``), or
 - ``rates``: list of request rates in req/s (open loop), with ``arrival`` poisson | constant;
-- ``requests_per_point`` (default 24) or ``duration_s``; ``warmup`` (default 2);
+- ``requests_per_point`` (default 24) or ``duration_s``; ``warmup`` (default: one request per
+  stream, ``loadgen.config.warmup_for``);
 - ``stages`` (instead of a list; one of ``concurrency``, ``rates``, ``stages``, the others
   refused): ``ramp:START:END:N`` or ``saturate:START:FACTOR:MAX`` of
   concurrencies or rates (saturate stops when goodput falls more than ``goodput_drop``,
