@@ -301,6 +301,9 @@ def test_tail_latency_judges_the_p99_of_the_pooled_requests_as_compare_does(tmp_
     e2e = next(r for r in res.rows if r["quantity"] == "e2e_ms")
     assert pooled_quantile(arm(req_t), 0.99) == np.inf
     assert e2e["p99_backed"] is False and e2e["flagged"] is False and "errored or timed-out" in e2e["why"]
+    # and the answer is not "clear" (found in review: the censored row fell out of the count, and the ttft
+    # row alone, compared with enough requests, made the answer "clear")
+    assert res.verdict == "unavailable" and "p99 their requests cannot show" in res.reason, res.reason
 
 
 # -- low_gpu_utilization -------------------------------------------------------------
@@ -507,6 +510,23 @@ def test_straggler_with_mad_zero_a_rank_a_hair_off_the_median_is_no_straggler(tm
     assert {r["rank_id"]: r["n_off_zero_mad"] for r in res.rows}[3] == 0
 
 
+def test_a_straggler_playbook_that_judged_nothing_records_no_straggler_list(tmp_path: Path) -> None:
+    """Found in review: an "unavailable" straggler answer (no per-rank rows: a training run, whose per-rank
+    step times the playbook does not read) still wrote straggler_nodes=[] and the report printed "Straggler
+    nodes ...: none" for a run whose ranks were never judged."""
+    from benchrun.playbooks import record_straggler_nodes
+    from benchrun.rundir import RunDir
+
+    add_run(tmp_path, "trn")
+    res = distributed_straggler(tmp_path, "trn", None)
+    assert res.verdict == "unavailable"
+    run_dir = tmp_path / "runs" / "trn"
+    (run_dir / "structured").mkdir(parents=True)
+    (run_dir / "status.json").write_text(json.dumps({"run_id": "trn", "phase": "Succeeded"}))
+    assert record_straggler_nodes(run_dir, [res]) == []
+    assert RunDir(tmp_path, "trn").read_status()["straggler_nodes"] is None
+
+
 def test_straggler_judges_only_ok_replicates(tmp_path: Path) -> None:
     """Rank 3 slow only in the three failed replicates was flagged and written to status.stragglerNodes."""
     from benchrun.playbooks import record_straggler_nodes
@@ -600,6 +620,27 @@ def test_backpressure_flagged_clear_and_unavailable(tmp_path: Path) -> None:
 
     res = scheduler_backpressure(tmp_path, "queued", None)
     assert res.verdict == "unavailable" and "no baseline" in res.reason and len(res.rows) == 2
+
+
+def test_backpressure_judges_the_kueue_waits_the_launches_recorded(tmp_path: Path) -> None:
+    """Found in review: launch_fact holds each Kubernetes launch's queue wait (Job created → Kueue admitted),
+    but the playbook said no column records it and judged only the run's own wait and job_startup: a
+    queue wait grown ×10 read "clear". A replicate whose launch failed after its result said ok is not
+    judged in the job_startup medians either (the launcher's record decides, as in compare)."""
+    for rid, waits in (("base", [1.0, 1.2, 1.1]), ("queued", [11.0, 12.5, 10.2])):
+        add_run(tmp_path, rid, 2.0)
+        put(tmp_path, "measurement_fact", rid, startup([0.030, 0.031, 0.029]))
+        put(tmp_path, "launch_fact", rid, [{"suite": "gemm", "replicate": i + 1, "status": "ok", "queue_wait_s": w,
+                                            "scheduled_s": w + 0.5, "started_s": w + 3.0}
+                                           for i, w in enumerate(waits)]
+            + [{"suite": "job_startup", "replicate": i + 1, "status": "ok" if i else "failed"} for i in range(3)])
+    res = scheduler_backpressure(tmp_path, "queued", "base")
+    by = {(r["source"], r["metric"]): r for r in res.rows}
+    wait = by[("launch_fact:gemm", "queue_wait_s")]
+    assert wait["value_s"] == pytest.approx(11.0) and wait["base_value_s"] == pytest.approx(1.1) and wait["flagged"]
+    assert res.verdict == "flagged" and "queue_wait_s" in res.reason, res.reason
+    proc = by[("measurement_fact:job_startup", "launch_to_process_start_p50_s")]
+    assert proc["n_replicates"] == 2 and proc["min_s"] == pytest.approx(0.029)  # replicate 1's launch failed
 
 
 def test_backpressure_overlapping_replicates_are_not_flagged(tmp_path: Path) -> None:

@@ -80,7 +80,9 @@ def write_playbooks_report(run_dir: Path, results: list[PlaybookResult], baselin
 
 def record_straggler_nodes(run_dir: Path, results: list[PlaybookResult]) -> list[str]:
     """Write the straggler playbook's repeat-offender nodes to the run's status
-    (``straggler_nodes``, the custom resource's ``status.stragglerNodes``); return them."""
+    (``straggler_nodes``, the custom resource's ``status.stragglerNodes``); return them. A playbook
+    that judged nothing (``unavailable``) records null, not an empty list: the report and the
+    resource said "none" for a run whose ranks were never judged."""
     from benchrun.rundir import RunDir
 
     found = next((r for r in results if r.name == straggler.NAME), None)
@@ -88,7 +90,8 @@ def record_straggler_nodes(run_dir: Path, results: list[PlaybookResult]) -> list
         return []
     nodes = straggler.straggler_nodes(found)
     run_dir = Path(run_dir)
-    RunDir(run_dir.parent.parent, run_dir.name).update_status(straggler_nodes=nodes)
+    judged = found.verdict != "unavailable"
+    RunDir(run_dir.parent.parent, run_dir.name).update_status(straggler_nodes=nodes if judged else None)
     return nodes
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from benchrun.playbooks.base import PlaybookResult, check_runs, fetch
+from benchrun.playbooks.base import REPLICATE_STATUS_CTE, PlaybookResult, check_runs, fetch
 
 NAME = "scheduler_backpressure"
 QUESTION = "Jobs spend too long pending and cluster utilization regresses: where did the time to start grow?"
@@ -30,17 +30,34 @@ JUDGED = (f"A wait counts as grown only at ≥ ×{PENDING_GROWTH_MIN:g} and ≥ 
           "replicate range")
 
 # What the warehouse does not hold, said in every answer rather than guessed.
-NOT_RECORDED = ("Kubernetes/Kueue pending and admission times and cluster utilization are not in the warehouse "
-                "(no fact column records them; a local run never queues in Kueue); the proxy here is the run's "
-                "own submission→start wait and job_startup's launch timeline")
+NOT_RECORDED = ("cluster utilization is not in the warehouse; the waits judged are the run's own submission→start "
+                "wait, each suite's Kubernetes launch timeline from launch_fact (Job created → Kueue admitted "
+                "`queue_wait_s`, → pod scheduled `scheduled_s`, → container started `started_s`; a local run has "
+                "none) and job_startup's launch timeline")
 
 # Time to start, for the run ($1) and its baseline ($2, NULL for none): the run's own wait
-# between submission and start (benchmark_run_fact created_utc → started_utc, seconds),
-# and every launch-timeline or pending/queue-wait metric in measurement_fact (job_startup's
-# launch_to_*_p50_s / _p99_s; any suite's *pending* / *queue_wait* metric), medians over ok
-# replicates with their range; side by side with the run-over-baseline ratio and difference.
+# between submission and start (benchmark_run_fact created_utc → started_utc, seconds), each
+# suite's Kubernetes launch timeline (launch_fact: every launch, its replicate's outcome aside —
+# a wait happened whether or not the suite then passed; medians over launches with their range;
+# before, the playbook said Kueue's waits were not recorded and judged none of them), and every
+# launch-timeline or pending/queue-wait metric in measurement_fact (job_startup's
+# launch_to_*_p50_s / _p99_s; any suite's *pending* / *queue_wait* metric), medians over
+# replicates whose launch and result are both ok (REPLICATE_STATUS_CTE: the launcher's record
+# decides, as in compare and the other playbooks); side by side with the run-over-baseline
+# ratio and difference.
 SQL = """
-WITH waits AS (
+WITH """ + REPLICATE_STATUS_CTE + """,
+launches AS (
+    SELECT run_id, suite, 'queue_wait_s' AS metric, queue_wait_s AS value FROM launch_fact
+    WHERE run_id IN ($1, $2) AND queue_wait_s IS NOT NULL
+    UNION ALL
+    SELECT run_id, suite, 'scheduled_s', scheduled_s FROM launch_fact
+    WHERE run_id IN ($1, $2) AND scheduled_s IS NOT NULL
+    UNION ALL
+    SELECT run_id, suite, 'started_s', started_s FROM launch_fact
+    WHERE run_id IN ($1, $2) AND started_s IS NOT NULL
+),
+waits AS (
     SELECT run_id, 'benchmark_run_fact' AS source, 'run_pending_s' AS metric,
            date_diff('microsecond', created_utc, started_utc) / 1e6 AS value_s, 1 AS n_replicates,
            date_diff('microsecond', created_utc, started_utc) / 1e6 AS min_s,
@@ -50,12 +67,17 @@ WITH waits AS (
     WHERE run_id IN ($1, $2) AND created_utc IS NOT NULL AND started_utc IS NOT NULL
     GROUP BY run_id, created_utc, started_utc
     UNION ALL
-    SELECT run_id, 'measurement_fact:' || suite AS source, metric, median(value), count(*),
-           min(value), max(value), NULL
-    FROM measurement_fact
-    WHERE run_id IN ($1, $2) AND status = 'ok' AND value IS NOT NULL AND unit = 's'
-      AND (suite = 'job_startup' OR metric LIKE '%pending%' OR metric LIKE '%queue_wait%')
+    SELECT run_id, 'launch_fact:' || suite AS source, metric, median(value), count(*), min(value), max(value), NULL
+    FROM launches
     GROUP BY run_id, suite, metric
+    UNION ALL
+    SELECT m.run_id, 'measurement_fact:' || m.suite AS source, m.metric, median(m.value), count(*),
+           min(m.value), max(m.value), NULL
+    FROM measurement_fact m
+    JOIN replicate_status rs ON rs.run_id = m.run_id AND rs.suite = m.suite AND rs.replicate = m.replicate
+    WHERE m.run_id IN ($1, $2) AND rs.status = 'ok' AND m.value IS NOT NULL AND m.unit = 's'
+      AND (m.suite = 'job_startup' OR m.metric LIKE '%pending%' OR m.metric LIKE '%queue_wait%')
+    GROUP BY m.run_id, m.suite, m.metric
 )
 SELECT r.source, r.metric, r.n_replicates, r.value_s, r.min_s, r.max_s,
        b.n_replicates AS base_n_replicates, b.value_s AS base_value_s, b.min_s AS base_min_s, b.max_s AS base_max_s,

@@ -87,7 +87,7 @@ per_replicate AS (
 per_point AS (
     SELECT run_id, suite, point, bucket, quantity,
            count(*) AS n_replicates, CAST(sum(n_requests) AS BIGINT) AS n_requests_reported,
-           median(n_requests) AS n_requests_per_replicate,
+           min(n_requests) AS n_requests_per_replicate,  -- the fewest: "from that many in every replicate"
            median(mean_ms) AS mean_ms, median(p50_ms) AS replicate_p50_ms, median(p99_ms) AS replicate_p99_ms
     FROM per_replicate
     GROUP BY run_id, suite, point, bucket, quantity
@@ -292,9 +292,6 @@ def tail_latency_regression(home: Path, run_id: str, baseline_run_id: str | None
         if suspected:
             thin.append(row)
     compared = [r for r in rows if r["p99_change"] is not None]
-    if not compared:
-        return result("unavailable", f"baseline {baseline_run_id} has no judged serving rows (ok replicate, valid "
-                                     "point) at the run's points and buckets")
     # Only a p99 from enough requests is judged, either way: a thin one is no more evidence of
     # "clear" than of "flagged".
     backed = [r for r in compared if r["p99_backed"]]
@@ -305,6 +302,19 @@ def tail_latency_regression(home: Path, run_id: str, baseline_run_id: str | None
                                  f"≥ ×{P99_GROWTH_MIN:g} the baseline's with the mean within ±{MEAN_BAND:.0%}; worst "
                                  f"{worst['suite']} {worst['point']} bucket {worst['bucket']} {worst['quantity']}: "
                                  f"{worst['why']}")
+    censored = [r for r in rows if r.get("p99_censored")]
+    if censored:
+        # a p99 among the errored or timed-out requests is no evidence of "clear": compare calls the row
+        # not gateable (before, such a row fell out of the count and the answer read "clear")
+        worst = censored[0]
+        return result("unavailable", f"{len(censored)} point/bucket/quantity row(s) have a p99 their requests cannot "
+                                     f"show (it falls among the errored or timed-out requests), e.g. {worst['suite']} "
+                                     f"{worst['point']} bucket {worst['bucket']} {worst['quantity']} in "
+                                     f"{worst['p99_censored']}; the {len(backed)} row(s) compared with enough "
+                                     "requests showed no tail regression")
+    if not compared:
+        return result("unavailable", f"baseline {baseline_run_id} has no judged serving rows (ok replicate, valid "
+                                     "point) at the run's points and buckets")
     if thin:
         worst = max(thin, key=lambda r: r["p99_change"])
         return result("unavailable", f"{len(thin)} point/bucket/quantity rows look like a tail regression but their "
@@ -320,8 +330,10 @@ def tail_latency_regression(home: Path, run_id: str, baseline_run_id: str | None
                                      f"{P99_CONFIDENCE:.0%} (run more requests per point or more replicates)")
     top = max(backed, key=lambda r: r["p99_change"])
     unjudged = len(compared) - len(backed)
-    skipped = (f"; {unjudged} row(s) with fewer than {min_requests} requests not judged"
-               if unjudged else "")
+    no_base = [r for r in rows if r["p99_change"] is None]
+    skipped = (f"; {unjudged} row(s) with fewer than {min_requests} requests not judged" if unjudged else "") + (
+        f"; {len(no_base)} row(s) the baseline has no judged rows for not judged (e.g. {no_base[0]['suite']} "
+        f"{no_base[0]['point']} bucket {no_base[0]['bucket']})" if no_base else "")
     return result("clear", f"no point/bucket's p99 reached ×{P99_GROWTH_MIN:g} the baseline's with a steady mean "
                            f"({len(backed)} compared with enough requests; largest p99 change ×{top['p99_change']:.2f} "
                            f"at {top['suite']} {top['point']} bucket {top['bucket']} {top['quantity']}{skipped})")
