@@ -18,20 +18,29 @@ def _primary_metrics(spec) -> list[str]:
     return out
 
 
+def publish_hot_metrics(rd: RunDir, log) -> tuple:
+    """Render the run's hot metrics from its status now, write and push them (a push replaces the
+    run's group), and record where and how; the hot_metrics asset, and run_status once the phase is
+    final (the phase gauge pushed while Analyzing was never replaced: an alert on Failed never fired)."""
+    spec = lifecycle.load_pinned(rd).run.spec
+    hot = spec.sinks.hot_metrics
+    hm, pub = hotmetrics.publish_run(rd.path, rd.read_status(), hot.cardinality_budget,
+                                     primary=_primary_metrics(spec), home=rd.home, retention_days=hot.retention_days)
+    rd.update_status(hot_metrics_ref=pub.pushed_to or str(pub.textfile))
+    if pub.push_error is not None:  # the Pushgateway's outage is said, never the run's failure
+        log.warning(pub.note)
+        rd.set_condition("HotMetricsPushed", False, "PushgatewayUnavailable", pub.note)
+    elif pub.pushed_to is not None:
+        rd.set_condition("HotMetricsPushed", True, "Pushed", pub.note)
+    return hm, pub
+
+
 @dg.asset(partitions_def=benchmark_run_partitions, deps=["run_evidence"], group_name=GROUP,
           kinds={"prometheus"})
 def hot_metrics(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     """The run's headline medians as Prometheus gauges, within the spec's cardinality budget."""
     rd = RunDir.for_run(context.partition_key)
-    spec = lifecycle.load_pinned(rd).run.spec
-    hm, pub = hotmetrics.publish_run(rd.path, rd.read_status(), spec.sinks.hot_metrics.cardinality_budget,
-                                     primary=_primary_metrics(spec), home=rd.home)
-    rd.update_status(hot_metrics_ref=pub.pushed_to or str(pub.textfile))
-    if pub.push_error is not None:  # the Pushgateway's outage is said, never the run's failure
-        context.log.warning(pub.note)
-        rd.set_condition("HotMetricsPushed", False, "PushgatewayUnavailable", pub.note)
-    elif pub.pushed_to is not None:
-        rd.set_condition("HotMetricsPushed", True, "Pushed", pub.note)
+    hm, pub = publish_hot_metrics(rd, context.log)
     if hm.series_dropped:
         context.log.warning(f"{hm.series_dropped} series over the cardinality budget were not published: "
                             f"{dict(hm.dropped_by_budget)}")

@@ -110,6 +110,14 @@ def run_status_asset(extra_deps: list[dg.AssetKey]) -> dg.AssetsDefinition:
 
         rd = RunDir.for_run(context.partition_key)
         st = lifecycle.finalize(rd)
+        if st.get("hot_metrics_ref"):  # pushed while Analyzing: the phase gauge now says the final phase
+            from bench_assets.publish_assets import publish_hot_metrics
+
+            try:
+                publish_hot_metrics(rd, context.log)
+            except Exception as exc:  # noqa: BLE001 - hot metrics never decide a run's phase
+                context.log.warning(f"hot metrics not published again with the final phase: {exc}")
+            st = rd.read_status()
         report = rd.path / "reports" / f"{rd.run_id}_report.html"
         try:
             if report.is_file():  # written while Analyzing: write it again with the final phase

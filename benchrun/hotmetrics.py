@@ -535,21 +535,32 @@ def publish_run(
     home: Path | str | None = None,
     url: str | None = None,
     job: str = DEFAULT_JOB,
+    retention_days: float | None = None,
 ) -> tuple[HotMetrics, Published]:
     """Render within the budget, write the textfile, and push when a Pushgateway is configured.
 
     ``url`` defaults to ``$BENCHRUN_PUSHGATEWAY_URL``; without one the textfile is the only
     sink and the returned note says so. The series the sink already holds (other runs'
     groups plus the gateway's own per-group series, or the other textfiles) count against
-    the budget.
+    the budget; first, other runs' groups and textfiles older than ``retention_days`` (the
+    spec's ``hotMetrics.retentionDays``) are removed.
     """
+    import time
+
+    from benchrun.pushgateway import expire_groups, expire_textfiles
+
     run_id = validate_run_id(str(status.get("run_id") or Path(run_dir).name))
     url = url if url is not None else (os.environ.get(PUSHGATEWAY_ENV) or None)
     textfile = default_textfile(run_id, home)
     problem = None
     existing = None
+    expired: list[str] = []
+    if retention_days is not None:
+        expired = expire_textfiles(textfile.parent, retention_days * 86400.0, keep=textfile)
     if url:
         try:
+            if retention_days is not None:
+                expired += expire_groups(url, job, retention_days * 86400.0, time.time(), keep_run_id=run_id)
             existing = gateway_series(url, job=job, exclude_run_id=run_id) + GATEWAY_SERIES_PER_GROUP
         except BenchrunError as exc:  # a sink's outage: the run's evidence stands, the textfile is still written
             problem = str(exc)
@@ -557,6 +568,9 @@ def publish_run(
         existing = textfile_series(textfile.parent, exclude_run_id=run_id)
     hm = render(Path(run_dir), status, budget, primary=primary, existing_series=existing)
     path = write_textfile(hm, textfile)
+    if expired:
+        log.info("run %s: hot metrics of %d run(s) older than %g days removed (retentionDays): %s", run_id,
+                 len(set(expired)), retention_days, ", ".join(sorted(set(expired))[:10]))
     if url and problem is None:
         try:
             target = push(hm, url, job=job)

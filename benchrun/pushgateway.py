@@ -19,6 +19,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from prometheus_client.exposition import basic_auth_handler, default_handler
@@ -131,3 +132,56 @@ def gateway_groups(url: str, timeout: float) -> list[dict[str, Any]]:
     except GATEWAY_ERRORS as exc:
         raise gateway_error(url, exc) from exc
     return [g for g in doc.get("data") or [] if isinstance(g, dict)]
+
+
+def push_time(group: dict[str, Any]) -> float | None:
+    """When the group was last pushed (the gateway's own ``push_time_seconds``), epoch seconds."""
+    try:
+        return float(group["push_time_seconds"]["metrics"][0]["value"])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+
+
+def expire_groups(url: str, job: str, older_than_s: float, now_s: float, *, keep_run_id: str,
+                  timeout: float = 10.0) -> list[str]:
+    """Delete ``job``'s groups last pushed more than ``older_than_s`` before ``now_s`` (the spec's
+    ``hotMetrics.retentionDays``), never ``keep_run_id``'s; the run ids of the groups deleted.
+
+    A group is never deleted by the gateway itself: before, every run's group stayed until
+    ``benchrun delete``, counted against every later run's ``maxActiveSeries``, and once they filled
+    the budget a new run published nothing."""
+    from prometheus_client.exposition import delete_from_gateway
+
+    gw = gateway(url)
+    gone = []
+    for group in gateway_groups(url, timeout):
+        labels = group.get("labels") or {}
+        when = push_time(group)
+        if labels.get("job") != job or labels.get("run_id") in (None, keep_run_id) or when is None:
+            continue
+        if now_s - when <= older_than_s:
+            continue
+        key = {k: str(v) for k, v in labels.items() if k != "job"}
+        try:
+            delete_from_gateway(gw.url, job=job, grouping_key=key, timeout=timeout, handler=gw.handler())
+        except GATEWAY_ERRORS as exc:
+            raise gateway_error(url, exc) from exc
+        gone.append(str(labels["run_id"]))
+    return gone
+
+
+def expire_textfiles(directory: Path, older_than_s: float, *, keep: Path) -> list[str]:
+    """Remove the ``*.prom`` files of ``directory`` not written for ``older_than_s`` (but ``keep``);
+    the run ids removed. A node exporter serves every file there: old runs' series never aged out."""
+    import time
+
+    gone = []
+    now = time.time()
+    for p in sorted(directory.glob("*.prom")) if directory.is_dir() else []:
+        try:
+            if p != keep and now - p.stat().st_mtime > older_than_s:
+                p.unlink()
+                gone.append(p.stem)
+        except FileNotFoundError:
+            continue
+    return gone

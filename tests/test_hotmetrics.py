@@ -312,6 +312,31 @@ def test_gateway_series_of_other_runs_count_against_the_budget(tmp_path: Path, p
     assert hm.series_dropped == hm.series_total - 3 and pub.pushed_to
 
 
+def test_groups_and_textfiles_past_retention_days_are_removed_before_the_budget(tmp_path: Path, pushgateway: str) -> None:
+    """Found in review: retentionDays was parsed and never used; every run's group stayed on the gateway,
+    counted against every later run's maxActiveSeries, until a new run published nothing at all."""
+    import os
+    import time
+
+    old_id = "old-20261101090000-00000000"
+    rd, status = make_run(tmp_path / "a", old_id)
+    push(render(rd, status, Budget(4, [])), pushgateway)
+    old_text = hm_mod.default_textfile(old_id, tmp_path)
+    old_text.parent.mkdir(parents=True, exist_ok=True)
+    old_text.write_text("benchrun_x 1\n")
+    os.utime(old_text, (time.time() - 3 * 86400, time.time() - 3 * 86400))
+    time.sleep(1.2)
+    rd2, status2 = make_run(tmp_path / "b")
+    budget = Budget(hm_mod.GATEWAY_SERIES_PER_GROUP + 3, [])  # room for this run's 3 only if the old group goes
+    hm, pub = publish_run(rd2, status2, budget, home=tmp_path, url=pushgateway, retention_days=1 / 86400)
+    assert hm.series_count == 3 and hm.existing_series == hm_mod.GATEWAY_SERIES_PER_GROUP, hm.existing_series
+    assert not any(lab.get("run_id") == old_id for _, lab, _ in _gateway_samples(pushgateway))
+    assert not old_text.exists() and pub.pushed_to
+    # a run within its retention is kept
+    hm, pub = publish_run(rd, status, BIG, home=tmp_path, url=pushgateway, retention_days=30)
+    assert any(lab.get("run_id") == RUN_ID for _, lab, _ in _gateway_samples(pushgateway))
+
+
 def test_unreachable_gateway_is_a_clear_error(tmp_path: Path) -> None:
     rd, status = make_run(tmp_path)
     url = f"http://127.0.0.1:{_free_port()}"  # nothing listens there

@@ -57,6 +57,9 @@ def test_faulty_suites_are_failed_replicates_and_the_run_is_partial(bench_home, 
     conds = {c["type"]: c for c in st["conditions"]}
     assert conds["ComponentComplete"]["status"] == "False"
     assert conds["MicroComplete"]["status"] == "True"
+    # the hot metrics say the final phase (found in review: pushed while Analyzing and never again)
+    prom = (bench_home / "metrics" / f"{prepared.run_id}.prom").read_text()
+    assert 'phase="Succeeded"' in prom and 'phase="Analyzing"' not in prom
 
 
 @pytest.mark.slow
