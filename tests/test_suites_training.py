@@ -264,3 +264,24 @@ def test_an_unknown_gpu_gets_no_mfu_and_the_reason(tmp_path: Path) -> None:
     assert row["mfu_pct"] is None and row["peak_tflops_used"] is None
     assert "NVIDIA H100 NVL" in row["mfu_reason"] and "board NVL" in row["mfu_reason"]
     assert not [m for m in ctx.metrics if m["name"] == "mfu_pct"]
+
+
+def test_a_run_that_fell_back_to_the_cpu_gets_no_mfu_against_the_declared_gpu_peak(tmp_path: Path) -> None:
+    """Found in review: backend auto with fewer GPUs than ranks trained on the CPU, and its MFU was computed
+    against the declared GPU peak (0.005 % of 989.4 TFLOP/s, "declared"), a primary metric. A run meant for
+    the CPU keeps its declared peak."""
+    pytest.importorskip("torch")
+    from benchrun.suites._runtime import SuiteContext
+    from benchrun.suites._training_worker import worker
+    from benchrun.suites.training import report
+
+    cfg = {**TINY, "vocab": 32, "seed": 0, "device": "cpu", "backend": "gloo", "scaling_sweep": False,
+           "checkpoint": False, "timeout_s": 60.0, "local_ranks": 1, "lr": 1e-3}
+    doc = worker(0, 0, 1, None, cfg, "n0")
+    for fell_back, expect_mfu in ((True, False), (False, True)):
+        ctx = SuiteContext({"BENCHRUN_RUN_DIR": str(tmp_path), "BENCHRUN_SUITE": "training"})
+        report(ctx, doc, {**cfg, "fell_back_to_cpu": fell_back}, 1, 1, 989.4, None)
+        [row] = ctx.training
+        assert (row["mfu_pct"] is not None) is expect_mfu, row
+        if not expect_mfu:
+            assert "fell back to the CPU" in row["mfu_reason"] and row["peak_tflops_used"] is None

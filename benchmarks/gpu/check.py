@@ -48,6 +48,21 @@ PEAKS = {
     "fp8_dense_tflops": 1978.9,
     "hbm_gb_per_s": 4800.0,
 }
+# The peaks of each GPU the check may be lent, by a name NVML/torch report (first match wins):
+# a share of the H200's peaks on an H100 read as a false "NOT MET" (its 3.35 TB/s HBM3 against
+# 4.8 TB/s). H100 SXM5 80GB: 989.4 / 1978.9 TFLOP/s dense, 3350 GB/s; H100 PCIe 80GB: 756 / 1513,
+# 2000 GB/s (NVIDIA's datasheets). Another GPU gets no share (no verdict on a target).
+DEVICE_PEAKS = (
+    ("h200", PEAKS),
+    ("h100 pcie", {"bf16_dense_tflops": 756.0, "fp8_dense_tflops": 1513.0, "hbm_gb_per_s": 2000.0}),
+    ("h100", {"bf16_dense_tflops": 989.4, "fp8_dense_tflops": 1978.9, "hbm_gb_per_s": 3350.0}),
+)
+
+
+def peaks_for(gpu_name: str | None) -> dict[str, float] | None:
+    """The published peaks of the GPU named ``gpu_name``; None for one not listed in DEVICE_PEAKS."""
+    name = (gpu_name or "").lower()
+    return next((peaks for key, peaks in DEVICE_PEAKS if key in name), None)
 TARGETS = {"gemm_bf16_pct_of_peak": 70.0, "membw_pct_of_peak": 80.0}
 
 # What `benchrun run` imports in its own process and in the suites' (measured on a CPU run:
@@ -327,31 +342,36 @@ def _share(value: float | None, peak: float) -> float | None:
     return None if value is None else 100.0 * value / peak
 
 
-def headlines(docs: list[dict[str, Any]]) -> dict[str, Any]:
+def headlines(docs: list[dict[str, Any]], gpu_name: str | None = None) -> dict[str, Any]:
     """Each headline metric (median over ok replicates, best case) and its share of the published peak.
 
-    A share is given only for what the peak is the peak of: a CUDA measurement in that dtype
-    (a CPU run's figures, in the dry run, get ``pct_of_peak`` None).
+    A share is given only for what the peak is the peak of: a CUDA measurement in that dtype on a
+    GPU whose peaks are known (``gpu_name``, else the suites' own ``context.gpu_name``; a CPU run's
+    figures, in the dry run, and an unlisted GPU's get ``pct_of_peak`` None).
     """
     out: dict[str, Any] = {}
+    name = gpu_name or next((d["context"]["gpu_name"] for d in docs
+                             if isinstance(d.get("context"), dict) and d["context"].get("gpu_name")), None)
+    peaks = peaks_for(name)
+    out["peaks"] = {"gpu_name": name, **(peaks or {})} if peaks else {"gpu_name": name, "unknown": True}
     for suite, label in (("gemm", "gemm_bf16"), ("gemm_fp8", "gemm_fp8")):
         by_case = {c: _median(v) for c, v in _metric(docs, suite, "tflops").items()}
         if by_case:
             case = max(by_case, key=lambda c: by_case[c] or 0.0)
             dtype, device = _context(docs, suite, "dtype"), _context(docs, suite, "device")
             peak_key = {"bfloat16": "bf16_dense_tflops", "float8_e4m3fn": "fp8_dense_tflops"}.get(dtype)
-            applies = device == "cuda" and peak_key is not None
+            applies = device == "cuda" and peak_key is not None and peaks is not None
             out[label] = {"suite": suite, "case": case, "dtype": dtype, "device": device, "tflops": by_case[case],
-                          "by_case": by_case, "peak_tflops": PEAKS[peak_key] if peak_key else None,
-                          "pct_of_peak": _share(by_case[case], PEAKS[peak_key]) if applies else None,
+                          "by_case": by_case, "peak_tflops": peaks[peak_key] if peak_key and peaks else None,
+                          "pct_of_peak": _share(by_case[case], peaks[peak_key]) if applies else None,
                           "gpu_name": _context(docs, suite, "gpu_name")}
     bw = {c: _median(v) for c, v in _metric(docs, "membw", "bandwidth_best_gb_per_s").items()}
     if bw:
         kernel = max(bw, key=lambda c: bw[c] or 0.0)
         device = _context(docs, "membw", "device")
         out["membw"] = {"suite": "membw", "kernel": kernel, "device": device, "gb_per_s": bw[kernel], "by_kernel": bw,
-                        "peak_gb_per_s": PEAKS["hbm_gb_per_s"],
-                        "pct_of_peak": _share(bw[kernel], PEAKS["hbm_gb_per_s"]) if device == "cuda" else None,
+                        "peak_gb_per_s": peaks["hbm_gb_per_s"] if peaks else None,
+                        "pct_of_peak": _share(bw[kernel], peaks["hbm_gb_per_s"]) if device == "cuda" and peaks else None,
                         "figure": "STREAM best iteration, median over replicates (bytes read + written)"}
     alg = {c: _median(v) for c, v in _metric(docs, "allreduce", "algbw_gb_per_s").items()}
     lat = {c: _median(v) for c, v in _metric(docs, "allreduce", "p50_latency_us").items()}
@@ -424,7 +444,8 @@ def summarise(run_dir: Path, doc: dict[str, Any], nvml: dict[str, Any], device: 
     replicates = int(doc["spec"]["trials"]["minReplicates"])
     expected = {s["name"]: int(s.get("replicates") or replicates) for layer in doc["spec"]["layers"]
                 if layer.get("enabled", True) for s in layer["suites"]}
-    heads = headlines(docs)
+    heads = headlines(docs, device.get("name"))
+    peaks = heads.pop("peaks")
     bf16 = heads.get("gemm_bf16", {}).get("pct_of_peak")
     bw = heads.get("membw", {}).get("pct_of_peak")
     targets = {
@@ -436,7 +457,7 @@ def summarise(run_dir: Path, doc: dict[str, Any], nvml: dict[str, Any], device: 
         "nvml_for_every_gpu_replicate": {"met": bool(nvml.get("per_replicate")) and not nvml.get("gpu_replicates_without_nvml")
                                          and "error" not in nvml},
     }
-    return {"run_id": run_dir.name, "spec": doc["metadata"]["name"], "device": device, "peaks": PEAKS,
+    return {"run_id": run_dir.name, "spec": doc["metadata"]["name"], "device": device, "peaks": peaks,
             "headlines": heads, "targets": targets, "nvml": nvml, "failures": failures(docs, expected),
             "replicates_ok": sum(1 for d in docs if d.get("status") == "ok"), "replicates_expected": sum(expected.values())}
 
@@ -553,8 +574,13 @@ def main(argv: list[str] | None = None) -> int:
     log(f"GPU check: {spec.relative_to(ROOT) if spec.is_relative_to(ROOT) else spec}, output in {out}")
     try:
         log("1. set-up")
-        setup = setup_checks(import_modules=not args.dry_run)
         device = cuda_probe_isolated()
+        if not args.dry_run and not device["available"]:
+            # before the imports: a machine without torch (an optional extra) said "cannot import torch",
+            # exit 1, where the check promises `unavailable: no CUDA device` and exit 3
+            log(f"unavailable: {device['reason']}")
+            return 3
+        setup = setup_checks(import_modules=not args.dry_run)
         log(f"  Python {setup['python_version']} ({setup['python']}), torch {device.get('torch_version', 'absent')}, "
             f"CUDA device: {device.get('name') or device.get('reason')}")
         log("2. validate")
