@@ -219,6 +219,15 @@ def test_tail_latency_leaves_out_points_the_load_generator_judged_invalid(servin
     put_serving(serving_home, "sat", rows)
     res = tail_latency_regression(serving_home, "sat", "base")
     assert res.verdict == "flagged" and "left out" not in res.reason
+    # one replicate's point invalid (client saturated), the others valid: compare calls the row not
+    # gateable; the playbook judged the other two replicates (found in review) — now it does not either
+    for r in rows:
+        bad = r["replicate"] == 2
+        r.update(verdict="invalid" if bad else "valid", verdict_reasons=["client saturated: lag"] if bad else [])
+    put_serving(serving_home, "sat", rows)
+    res = tail_latency_regression(serving_home, "sat", "base")
+    assert res.verdict == "unavailable" and "r2 at this point were judged invalid" in res.reason, res.reason
+    assert not any(r["flagged"] for r in res.rows)
 
 
 def canary_requests(seed: int, tail_ms: float | None = None, replicates: int = 5,
@@ -303,7 +312,7 @@ def test_tail_latency_judges_the_p99_of_the_pooled_requests_as_compare_does(tmp_
     assert e2e["p99_backed"] is False and e2e["flagged"] is False and "errored or timed-out" in e2e["why"]
     # and the answer is not "clear" (found in review: the censored row fell out of the count, and the ttft
     # row alone, compared with enough requests, made the answer "clear")
-    assert res.verdict == "unavailable" and "p99 their requests cannot show" in res.reason, res.reason
+    assert res.verdict == "unavailable" and "falls among its errored or timed-out requests" in res.reason, res.reason
 
 
 # -- low_gpu_utilization -------------------------------------------------------------

@@ -276,8 +276,24 @@ def tail_latency_regression(home: Path, run_id: str, baseline_run_id: str | None
         return result("unavailable", "no baseline run: 'p99 doubled' is a change between runs; the run's own "
                                      "p50/p99/mean and tail ratio are listed (give --baseline RUN_ID)")
     min_requests = requests_needed(0.99, P99_CONFIDENCE)
+    # an ok replicate whose point the load generator judged invalid (not for its request count) makes the
+    # point's rows not gateable in compare (stats.tails): the playbook judged the other replicates instead
+    invalid_at: dict[tuple, list[int]] = {}
+    for d in dropped:
+        if d["replicate_ok"]:
+            invalid_at.setdefault((d["run_id"], d["suite"], d["point"]), []).append(d["replicate"])
     thin = []
     for row in rows:
+        bad = [(rid, invalid_at[(rid, row["suite"], row["point"])]) for rid in (run_id, baseline_run_id)
+               if (rid, row["suite"], row["point"]) in invalid_at]
+        if bad and not row.get("p99_censored"):
+            rid, reps = bad[0]
+            row["p99_censored"] = f"{'run' if rid == run_id else 'baseline'} {rid}"
+            row.update(p99_backed=False, flagged=False,
+                       why=f"not judged: {row['p99_censored']}'s replicate(s) {', '.join(f'r{r}' for r in reps)} at "
+                           "this point were judged invalid by the load generator (compare calls such a row not "
+                           "gateable, as the pooled requests would be a subset)")
+            continue
         if row.get("p99_censored"):
             row.update(p99_backed=False, flagged=False,
                        why=f"not judged: {row['p99_censored']}'s p99 falls among its errored or timed-out requests "
@@ -307,11 +323,10 @@ def tail_latency_regression(home: Path, run_id: str, baseline_run_id: str | None
         # a p99 among the errored or timed-out requests is no evidence of "clear": compare calls the row
         # not gateable (before, such a row fell out of the count and the answer read "clear")
         worst = censored[0]
-        return result("unavailable", f"{len(censored)} point/bucket/quantity row(s) have a p99 their requests cannot "
-                                     f"show (it falls among the errored or timed-out requests), e.g. {worst['suite']} "
-                                     f"{worst['point']} bucket {worst['bucket']} {worst['quantity']} in "
-                                     f"{worst['p99_censored']}; the {len(backed)} row(s) compared with enough "
-                                     "requests showed no tail regression")
+        return result("unavailable", f"{len(censored)} point/bucket/quantity row(s) cannot be judged, e.g. "
+                                     f"{worst['suite']} {worst['point']} bucket {worst['bucket']} {worst['quantity']}: "
+                                     f"{worst['why'].removeprefix('not judged: ')}; the {len(backed)} row(s) compared "
+                                     "with enough requests showed no tail regression")
     if not compared:
         return result("unavailable", f"baseline {baseline_run_id} has no judged serving rows (ok replicate, valid "
                                      "point) at the run's points and buckets")
