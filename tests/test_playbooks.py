@@ -999,3 +999,19 @@ def test_low_gpu_utilization_judges_the_throughput_of_the_ok_replicates_only(tmp
                                           for rep, s in ((1, "ok"), (2, "ok"), (3, "failed"))])
     [row] = low_gpu_utilization(tmp_path, "cand", "base").rows
     assert row["n_replicates"] == 2 and row["throughput"] == pytest.approx(1002.5)  # was 1000 over 3
+
+
+def test_a_baseline_the_gate_refuses_is_said_beside_the_answers(tmp_path: Path) -> None:
+    """Found in review: `playbook RUN --baseline OTHER`, or the baseline the run's spec names, was never put
+    through the one-variable gate: a baseline on another model got its tail-latency verdict without a word."""
+    from benchrun.playbooks.commands import _gate_note
+    from benchrun.stats.synthetic import make_run
+
+    m = {("s", "", "tps"): ([1.0, 2.0, 3.0], "tok/s", "higher")}
+    make_run(tmp_path, "base", m)
+    make_run(tmp_path, "same", m)
+    make_run(tmp_path, "other", m, spec={"spec": {"workload": {"model": {"name": "other-model"}}}})
+    assert _gate_note(tmp_path, "same", "base") == ""
+    note = _gate_note(tmp_path, "other", "base")
+    assert "differ in more than the variable under test" in note and "spec.workload.model.name" in note
+    assert _gate_note(tmp_path, "other", "gone") == ""  # no run directory: nothing to gate, nothing said

@@ -47,9 +47,13 @@ def playbook_cmd(
     note = ""
     if baseline is None:
         baseline_id, note = default_baseline(home, run_id)
+    gate_note = _gate_note(home, run_id, baseline_id) if baseline_id and note != "the run's own comparison" else ""
     results = run_playbooks(home, run_id, baseline_id, names or None)
+    if gate_note and not as_json:
+        typer.echo(f"warning: {gate_note}", err=True)
     if as_json:
-        typer.echo(json.dumps(playbooks_document(results, note), indent=2, default=str))
+        typer.echo(json.dumps(playbooks_document(results, "; ".join(filter(None, (note, gate_note)))), indent=2,
+                              default=str))
         return
     from rich.markup import escape
     from rich.table import Table
@@ -73,6 +77,25 @@ def playbook_cmd(
         for row in res.rows:
             table.add_row(*[escape(_cell(row.get(c))) for c in cols], style="red" if row.get("flagged") else None)
         con.print(table)
+
+
+def _gate_note(home: Any, run_id: str, baseline_id: str) -> str:
+    """Why the pair is not comparable by the one-variable gate ("" when it passes, or when a run
+    directory is gone and the gate cannot be asked). A baseline given with --baseline, or the one the
+    run's spec names, was never gated (found in review: a baseline on another model got a tail-latency
+    verdict without a word); the playbooks still answer, with this said."""
+    from benchrun.errors import BenchrunError
+    from benchrun.stats.gate import check_gate
+    from benchrun.stats.load import load_run
+
+    try:
+        gate = check_gate(load_run(home / "runs" / baseline_id), load_run(home / "runs" / run_id))
+    except BenchrunError:
+        return ""
+    if gate.passed:
+        return ""
+    return (f"baseline {baseline_id} and run {run_id} differ in more than the variable under test "
+            f"({gate.message()}): the answers compare different setups")
 
 
 def register(app: typer.Typer) -> None:
