@@ -237,6 +237,51 @@ def test_local_launcher_samples_beside_the_replicate(tmp_path, monkeypatch):
     assert set(table["metric"].to_pylist()) >= {"cpu_core_utilization_pct", "cpu_utilization_pct", "memory_used_bytes"}
 
 
+def test_summaries_are_taken_over_the_suites_measured_window(tmp_path):
+    """Found in review: the summaries averaged the whole process, start-up included: 30 s of imports and
+    CUDA set-up at 0 % beside 20 s of timed work at 95 % read below 50 %, a "starved" GPU. A suite's
+    ``ctx.measuring()`` spans are now the window; without them, or with under two samples inside, the
+    whole process, and the record says which."""
+    import json as _json
+
+    from benchrun.telemetry.hook import measured_samples
+
+    rows = [(100.0 + t, "gpu", "gpu_utilization_pct", 0.0 if t < 30 else 95.0, 0) for t in range(50)]
+    table = _table(rows)
+    result = tmp_path / "r.json"
+    result.write_text(_json.dumps({"status": "ok"}))
+    whole, used = measured_samples(table, result)
+    assert used["from"].startswith("the whole process") and whole.num_rows == 50
+    assert {r["name"]: r["value"] for r in summarise(whole)}["gpu_utilization_pct_mean"] < 60
+    result.write_text(_json.dumps({"status": "ok", "measured_window": {"start_unix": 130.0, "end_unix": 149.0}}))
+    inside, used = measured_samples(table, result)
+    assert used == {"from": "the suite's measured window", "start_unix": 130.0, "end_unix": 149.0}
+    assert {r["name"]: r["value"] for r in summarise(inside)}["gpu_utilization_pct_mean"] == 95.0
+    result.write_text(_json.dumps({"status": "ok", "measured_window": {"start_unix": 130.0, "end_unix": 130.5}}))
+    assert measured_samples(table, result)[1]["from"].startswith("the whole process (its measured window held")
+
+
+def test_a_suite_that_measures_records_its_window_and_the_launcher_summarises_it(tmp_path, monkeypatch):
+    monkeypatch.delenv("BENCHRUN_PROMETHEUS_URL", raising=False)
+    run_dir = RunDir(tmp_path, RUN_ID).create().path
+    env = {**base_env(), "BENCHRUN_RUN_ID": RUN_ID, "BENCHRUN_RUN_DIR": str(run_dir), "BENCHRUN_SUITE": "s",
+           "BENCHRUN_REPLICATE": "1", RATE_ENV: "20"}
+    code = ("import time\nfrom benchrun.suites._runtime import main\n"
+            "def run(ctx):\n    time.sleep(0.6)\n    with ctx.measuring():\n        t = time.time()\n"
+            "        while time.time() - t < 0.6: pass\n"
+            "    ctx.add_metric('answer', 42.0, 'units', 'higher', case='c1')\nmain(run)\n")
+    inv = Invocation(RUN_ID, "micro", "s", 1, "bc-x", (sys.executable, "-c", code), env, 60.0)
+    res = LocalLauncher().launch(inv, run_dir)
+    assert res.status == "ok", res.reason
+    doc = read_result(run_dir / res.result)
+    window = doc["measured_window"]
+    assert 0.55 <= window["end_unix"] - window["start_unix"] < 2.0
+    assert doc["telemetry"]["summary_window"]["from"] == "the suite's measured window"
+    suite_cpu = next(m["value"] for m in doc["metrics"] if m["name"] == "suite_cpu_pct_mean")
+    whole = {r["name"]: r["value"] for r in summarise(read_samples(run_dir / doc["telemetry"]["samples"]))}
+    assert suite_cpu > 1.5 * whole["suite_cpu_pct_mean"]  # busy inside the window; the sleep before it is left out
+
+
 def test_sampling_off_writes_nothing(tmp_path):
     run_dir = RunDir(tmp_path, RUN_ID).create().path
     env = {**base_env(), "BENCHRUN_RUN_ID": RUN_ID, "BENCHRUN_RUN_DIR": str(run_dir), "BENCHRUN_SUITE": "s",

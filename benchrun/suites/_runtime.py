@@ -123,6 +123,7 @@ class SuiteContext:
         self.samples: dict[str, str] = {}
         self.serving: list[dict[str, Any]] = []
         self.training: list[dict[str, Any]] = []
+        self.measured_spans: list[tuple[float, float]] = []  # (start, end) unix seconds: ctx.measuring()
         self.synthetic = False
         # In a pod the run directory dies with the container: the Kubernetes launcher reads
         # the result document from one stdout line instead (benchrun.launch.kubernetes).
@@ -168,6 +169,12 @@ class SuiteContext:
             except Exception:  # reporting must never fail a measurement
                 pass
 
+    def measuring(self) -> "_Measuring":
+        """``with ctx.measuring():`` around the timed work: the replicate's telemetry summaries (CPU and
+        GPU utilization, background load) are taken over these spans, not over the whole process
+        (imports, CUDA start-up, allocation), which halved a GPU suite's utilization in review."""
+        return _Measuring(self.measured_spans)
+
     def log(self, text: str) -> None:
         """A line to stderr (kept in raw/) and to the Dagster log when under Pipes."""
         print(text, file=sys.stderr, flush=True)
@@ -203,6 +210,9 @@ class SuiteContext:
             doc["serving"] = self.serving
         if self.training:
             doc["training"] = self.training
+        if self.measured_spans:  # what the replicate's telemetry summaries are taken over (telemetry.hook)
+            doc["measured_window"] = {"start_unix": min(a for a, _ in self.measured_spans),
+                                      "end_unix": max(b for _, b in self.measured_spans)}
         if self.node_rank == 0:
             target = result_path(self.run_dir, self.run_id, self.suite, self.replicate)
         else:
@@ -274,3 +284,14 @@ def main(run: Callable[[SuiteContext], None]) -> None:
         ctx.finish("failed", f"{type(exc).__name__}: {exc}")
         sys.exit(1)
     ctx.finish("ok")
+
+
+class _Measuring:
+    def __init__(self, spans: list[tuple[float, float]]) -> None:
+        self.spans = spans
+
+    def __enter__(self) -> None:
+        self.t0 = time.time()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.spans.append((self.t0, time.time()))

@@ -239,7 +239,8 @@ def run(ctx: SuiteContext) -> None:
     samples: dict[str, Any] = {"unit": "s", "calls": {}}
     dev = ctx.context["device"]
     for n in sizes:
-        times, k, launch_bound = timer(n, dtype, iterations, warmup)
+        with ctx.measuring():  # the telemetry summaries' window (imports and device set-up left out)
+            times, k, launch_bound = timer(n, dtype, iterations, warmup)
         case = f"n={n},{dtype},{dev}"
         samples["calls"][case] = times
         if launch_bound:

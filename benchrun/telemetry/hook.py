@@ -76,7 +76,9 @@ class ReplicateTelemetry:
             "gpus": s.gpu_count, "gpu_devices": s.gpu_devices, "gpu_selection": s.gpu_selection,
             "gpu_reason": s.gpu_reason, "error": s.error,
         }
-        rows = summarise(read_samples(self.run_dir / self.relpath))
+        table, record["summary_window"] = measured_samples(read_samples(self.run_dir / self.relpath),
+                                                           self.run_dir / self.inv.result_relpath())
+        rows = summarise(table)
         threshold = contention_threshold_pct()
         contended, why = contention(rows, threshold)
         record.update(summary=rows, contended=contended, contention_reason=why, contention_threshold_pct=threshold)
@@ -90,6 +92,28 @@ class ReplicateTelemetry:
             record["prometheus"] = query_replicate(url, self.inv, self.run_dir, s.started or 0.0, s.stopped or 0.0,
                                                    node_name=s.node_name)
         return record
+
+
+def measured_samples(table: Any, result_path: Path) -> tuple[Any, dict[str, Any]]:
+    """The samples the summaries read: those inside the suite's measured window (its result's
+    ``measured_window``, from ``ctx.measuring()``), else every sample of the process; and what was
+    used. Before, every sample was: imports, CUDA start-up and allocation at 0 % GPU beside the timed
+    calls at 95 % read as a starved GPU (the low_gpu_utilization playbook)."""
+    import numpy as np
+    import pyarrow as pa
+
+    try:
+        window = json.loads(result_path.read_text(encoding="utf-8")).get("measured_window")
+        start, end = float(window["start_unix"]), float(window["end_unix"])
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return table, {"from": "the whole process (the suite recorded no measured window)"}
+    ts = table["ts"].cast(pa.int64()).to_numpy(zero_copy_only=False) / 1e6
+    inside = (ts >= start) & (ts <= end)
+    if int(np.count_nonzero(inside)) < 2:
+        return table, {"from": "the whole process (its measured window held fewer than 2 samples)",
+                       "start_unix": start, "end_unix": end}
+    return table.filter(pa.array(inside)), {"from": "the suite's measured window", "start_unix": start,
+                                            "end_unix": end}
 
 
 def attach_to_result(result_path: Path, record: dict[str, Any]) -> bool:
