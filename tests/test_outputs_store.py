@@ -170,7 +170,37 @@ def test_a_tampered_object_is_not_taken(s3_env, tmp_path, monkeypatch):  # noqa:
     note = fetch_outputs(URI, RUN_ID, "uid-2", run_dir, run_dir / "raw" / "r.log")
     assert note is not None and "is not the index's" in note
     assert not (run_dir / "raw" / "a.txt").exists()  # nothing half-taken
-    assert [p.name for p in (run_dir / "raw").iterdir()] == []
+    assert not (run_dir / "raw").exists() or [p.name for p in (run_dir / "raw").iterdir()] == []
+
+
+def test_outputs_that_do_not_all_come_back_leave_none_and_say_so(s3_env, tmp_path, monkeypatch):  # noqa: F811
+    """Found in review: with three files uploaded and the second altered, the first stayed in the run
+    directory, the others and the pod's log did not, and the replicate read ok. Now none is kept, and
+    the note starts with INCOMPLETE, which fails the replicate (KubernetesLauncher._settle)."""
+    import sys
+
+    import boto3
+
+    from benchrun.launch import podout
+    from benchrun.launch.k8s_outputs import INCOMPLETE, fetch_outputs
+
+    s3 = boto3.client("s3", endpoint_url=s3_env)
+    s3.create_bucket(Bucket=BUCKET)
+    monkeypatch.setenv("BENCHRUN_RUN_ID", RUN_ID)
+    monkeypatch.setenv("BENCHRUN_POD_UID", "uid-3")
+    pod_dir = tmp_path / "pod"
+    code = ("import pathlib; p = pathlib.Path(%r) / 'raw'; p.mkdir(parents=True)\n"
+            "for n in 'abc': (p / (n + '.txt')).write_text(n)" % str(pod_dir))
+    assert podout.main(["--run-dir", str(pod_dir), "--to", URI, "--", sys.executable, "-c", code]) == 0
+    s3.put_object(Bucket=BUCKET, Key=f"benchrun/pods/{RUN_ID}/uid-3/files/raw/b.txt", Body=b"changed")
+    run_dir = tmp_path / "run"
+    note = fetch_outputs(URI, RUN_ID, "uid-3", run_dir, run_dir / "raw" / "r.log")
+    assert note is not None and note.startswith(INCOMPLETE) and "raw/b.txt" in note
+    assert not (run_dir / "raw").exists() or sorted(p.name for p in (run_dir / "raw").iterdir()) == []
+    assert not any(p.name.startswith(".scratch-") for p in run_dir.iterdir())  # the staging folder is gone
+    s3.put_object(Bucket=BUCKET, Key=f"benchrun/pods/{RUN_ID}/uid-3/files/raw/b.txt", Body=b"b")
+    assert fetch_outputs(URI, RUN_ID, "uid-3", run_dir, run_dir / "raw" / "r.log") is None
+    assert sorted(p.name for p in (run_dir / "raw").iterdir()) == ["a.txt", "b.txt", "c.txt", "r.log"]
 
 
 def test_a_publication_layer_pod_fetches_the_pinned_plan_first(tmp_path):

@@ -35,6 +35,11 @@ def _download(client: Any, bucket: str, key: str, dest: Path, sha256: str | None
     return None
 
 
+# How a note begins when the pod's upload was there but did not all come back: the replicate fails
+# (kubernetes.KubernetesLauncher._settle), as its evidence is incomplete.
+INCOMPLETE = "the pod's outputs did not all come back (nothing of them was kept)"
+
+
 def fetch_outputs(uri: str, run_id: str, pod_uid: str | None, run_dir: Path, log_path: Path,
                   client: Any = None) -> str | None:
     """Bring the pod's files and log into the run directory; None, or why they did not come."""
@@ -59,15 +64,33 @@ def fetch_outputs(uri: str, run_id: str, pod_uid: str | None, run_dir: Path, log
     except (ValueError, KeyError, TypeError) as exc:
         return f"s3://{bucket}/{base}index.json is not an outputs index ({exc})"
     refused = []
+    # Every file into a scratch folder first (paths.is_scratch: never evidence), moved into the run
+    # directory only once all of them arrived whole: before, the files before a failed one stayed and
+    # the rest did not, and the replicate read ok (found in review).
+    import shutil
+
+    from benchrun.paths import SCRATCH_PREFIX
+
+    stage = run_dir / f"{SCRATCH_PREFIX}outputs-{pod_uid}"
+    shutil.rmtree(stage, ignore_errors=True)
+    wanted = []
     try:
         for rel, meta in sorted(files.items()):
             if not safe_rel(rel):
                 refused.append(rel)
                 continue
-            _download(client, bucket, f"{base}files/{rel}", run_dir / rel, (meta or {}).get("sha256"))
-        _download(client, bucket, f"{base}log", log_path, (index.get("log") or {}).get("sha256"))
+            _download(client, bucket, f"{base}files/{rel}", stage / rel, (meta or {}).get("sha256"))
+            wanted.append(rel)
+        _download(client, bucket, f"{base}log", stage / ".log", (index.get("log") or {}).get("sha256"))
+        for rel in wanted:
+            (run_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+            (stage / rel).replace(run_dir / rel)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        (stage / ".log").replace(log_path)
     except (bex.ClientError, bex.BotoCoreError, ValueError, OSError) as exc:
-        return f"reading the pod's outputs from s3://{bucket}/{base} failed: {exc}"
+        return f"{INCOMPLETE} from s3://{bucket}/{base}: {exc}"
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
     if refused:
         log.warning("pod %s: left out outputs outside %s: %s", pod_uid, "raw/, structured/, figures/",
                     ", ".join(refused))

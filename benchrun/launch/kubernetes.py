@@ -205,6 +205,7 @@ class KubernetesLauncher:
             log.warning("%s r%d: %s", inv.suite, inv.replicate, note)
             self.output_notes[(inv.suite, inv.replicate)] = note
             return log_note or note
+        self.output_notes.pop((inv.suite, inv.replicate), None)  # a rerun's fetch that came whole
         return None
 
     def _settle(self, inv: Invocation, run_dir: Path, pod: Any, timeline: dict[str, Any], ended: str | None,
@@ -217,6 +218,11 @@ class KubernetesLauncher:
 
             pod_prometheus(inv, run_dir, timeline)
         status, reason, code = verdict(inv, pod, ended, deleted, doc, doc_error, log_note)
+        from benchrun.launch.k8s_outputs import INCOMPLETE
+
+        fetched = self.output_notes.get((inv.suite, inv.replicate)) if self.placement.outputs_uri else None
+        if status != "failed" and fetched is not None and fetched.startswith(INCOMPLETE):
+            status, reason = "failed", fetched
         if status != "failed" and doc is not None:
             missing = missing_outputs(run_dir, doc)
             if missing:
