@@ -177,8 +177,8 @@ class SharedState:
         for page in pages:
             for obj in page.get("Contents", []):
                 relative = obj["Key"][len(self.prefix):]
-                if relative in skip:
-                    continue
+                if relative in skip or relative.endswith("/"):
+                    continue  # a folder marker (a console's "create folder", s3fs): no file to pull
                 target = _inside(home, relative)
                 if target.is_file() and not os.access(target, os.W_OK) and target.stat().st_size == obj["Size"]:
                     continue

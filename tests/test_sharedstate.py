@@ -123,6 +123,17 @@ def test_pulls_refuse_keys_that_leave_the_home(tmp_path: Path, s3_env: str, monk
     assert not os.path.exists(tmp_path.parent / "escape.txt")
 
 
+def test_a_folder_marker_key_is_no_file_to_pull(tmp_path: Path, s3_env: str, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """Found in review: a key such as ``runs/<id>/raw/`` (a console's "create folder") aborted every pull of the run."""
+    client = boto3.client("s3", endpoint_url=s3_env, region_name="us-east-1")
+    client.create_bucket(Bucket="bench-dirs")
+    client.put_object(Bucket="bench-dirs", Key="p/runs/run-a/raw/", Body=b"")
+    client.put_object(Bucket="bench-dirs", Key="p/runs/run-a/raw/a.log", Body=b"x")
+    monkeypatch.setenv(sharedstate.ENV, "s3://bench-dirs/p")
+    sharedstate.shared_state().pull_tree(tmp_path / "home", "runs/run-a/")
+    assert (tmp_path / "home" / "runs" / "run-a" / "raw" / "a.log").read_bytes() == b"x"
+
+
 def test_the_orphan_sweep_knows_other_pods_runs_through_the_shared_state(
         tmp_path: Path, s3_env: str, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     """A run worker's home holds only its own run: the sweep's ``is_running`` asks the shared
