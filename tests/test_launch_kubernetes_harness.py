@@ -249,6 +249,24 @@ def test_a_retried_launch_adopts_the_existing_job(kcluster, home):
     assert created == []  # never a second Job
 
 
+def test_a_job_of_that_name_that_has_ended_is_made_anew_not_adopted(kcluster, home):
+    """Found in review (twice): with the earlier Job kept (delete_finished off, a worker that died, a TTL not
+    reached), a contended rerun or a re-execution of the run adopted the finished Job and reported its old
+    pod's result as the new launch's: nothing was measured. Now the ended Job and its pods are deleted and
+    the Job made anew."""
+    from benchrun.launch.kubernetes import KubernetesLauncher
+
+    run_dir = home / "runs" / RUN_ID
+    launcher = launcher_for(kcluster)
+    keep = KubernetesLauncher(launcher.batch_api, launcher.core_api, "default", launcher.placement, poll_s=0.05,
+                              custom_api=launcher.custom_api, delete_finished=False)
+    first = keep.launch(make_inv(run_dir), run_dir)
+    assert first.status == "ok" and kcluster.get("jobs", TINY_R1) is not None  # kept
+    again = keep.launch(make_inv(run_dir, code="import sys; sys.exit(3)"), run_dir)
+    assert again.status == "failed" and "exited with code 3" in again.reason, again.reason
+    assert again.job_uid != first.job_uid
+
+
 def test_a_job_of_that_name_made_for_another_replicate_is_not_adopted(kcluster, home):
     """A Job already there under this replicate's name but labelled for another suite (a name
     clash, or one left over) is neither adopted (its result would be reported as this suite's)

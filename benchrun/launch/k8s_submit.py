@@ -25,22 +25,68 @@ def api_error(exc: ApiException) -> str:
     return f"{exc.status} {exc.reason}" + (f": {message}" if message else "")
 
 
+# How long a finished Job of the same name may take to go before it is made anew (its pods first:
+# Foreground propagation), polled every second.
+REPLACE_WAIT_S = 120.0
+
+
+def _finished(job: Any) -> str | None:
+    """"Complete" or "Failed" when the Job has ended, else None."""
+    for cond in getattr(getattr(job, "status", None), "conditions", None) or []:
+        if getattr(cond, "type", None) in ("Complete", "Failed") and getattr(cond, "status", None) == "True":
+            return cond.type
+    return None
+
+
 def create_or_adopt_job(client: Any, batch_api: Any, namespace: str, name: str, body: Any, poll_s: float) -> Any:
     """Create the Job with ``DagsterKubernetesClient.create_namespaced_job_with_retries``; one of
-    that name is adopted. The Job as the API server has it; ApiException when it cannot be."""
+    that name still running is adopted (a retried launch). One that has ended (a contended rerun, a
+    re-execution of the run while the earlier Job was kept) is deleted, its pods with it, and made
+    anew: adopted, its old pod's result was reported as the new launch's and nothing was measured
+    (found in review). The Job as the API server has it; ApiException when it cannot be."""
     from dagster_k8s.client import DagsterK8sUnrecoverableAPIError
 
+    for attempt in (1, 2):
+        try:
+            client.create_namespaced_job_with_retries(body, namespace, wait_time_between_attempts=poll_s)
+        except DagsterK8sUnrecoverableAPIError as exc:
+            api_exc = getattr(exc, "k8s_api_exception", None)
+            if not (isinstance(api_exc, ApiException) and api_exc.status == 409):
+                raise api_exc if isinstance(api_exc, ApiException) else exc
+            existing = batch_api.read_namespaced_job(name=name, namespace=namespace)
+            check_same_replicate(name, _labels(body), _labels(existing))
+            ended = _finished(existing)
+            if ended is None or attempt == 2:
+                log.info("Job %s/%s already exists (a retried launch): adopting it", namespace, name)
+                return existing
+            log.info("Job %s/%s of an earlier launch has ended (%s): deleting it to launch anew", namespace, name,
+                     ended)
+            _delete_and_wait(batch_api, namespace, name)
+            continue
+        return batch_api.read_namespaced_job(name=name, namespace=namespace)
+    raise AssertionError("unreachable")
+
+
+def _delete_and_wait(batch_api: Any, namespace: str, name: str) -> None:
+    """Delete the Job and its pods (Foreground) and wait until the name is free."""
+    import time
+
     try:
-        client.create_namespaced_job_with_retries(body, namespace, wait_time_between_attempts=poll_s)
-    except DagsterK8sUnrecoverableAPIError as exc:
-        api_exc = getattr(exc, "k8s_api_exception", None)
-        if not (isinstance(api_exc, ApiException) and api_exc.status == 409):
-            raise api_exc if isinstance(api_exc, ApiException) else exc
-        log.info("Job %s/%s already exists (a retried launch): adopting it", namespace, name)
-        existing = batch_api.read_namespaced_job(name=name, namespace=namespace)
-        check_same_replicate(name, _labels(body), _labels(existing))
-        return existing
-    return batch_api.read_namespaced_job(name=name, namespace=namespace)
+        batch_api.delete_namespaced_job(name=name, namespace=namespace, propagation_policy="Foreground")
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+    deadline = time.monotonic() + REPLACE_WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            batch_api.read_namespaced_job(name=name, namespace=namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return
+            raise
+        time.sleep(1.0)
+    raise ApiException(status=409, reason=f"Job {name} of an earlier launch was still being deleted after "
+                                          f"{REPLACE_WAIT_S:g} s")
 
 
 # The labels that say which replicate (or layer) of which run a Job runs.
