@@ -150,3 +150,38 @@ def test_an_eviction_replaced_before_the_launcher_looks_still_counts(kcluster_fa
     res = launcher.launch(make_inv(run_dir, code=attempt_code(tmp_path / "marker", 1.2)), run_dir)
     assert res.status == "ok", res.reason
     assert [a["cause"] for a in res.messages[0]["attempts"]] == ["eviction"], res.messages[0].get("attempts")
+
+
+@pytest.mark.slow
+def test_a_replacement_the_launcher_finds_already_made_gets_its_own_clock(kcluster_factory, tmp_path):
+    """Found in review: when the Job had replaced an evicted pod before the next poll (the usual case on a
+    real cluster, whose Job controller replaces it within milliseconds), the replacement kept the evicted
+    attempt's clock: it had the timeout minus the first attempt's time, and timed out."""
+    cluster = kcluster_factory(host_env={"PYTHONPATH": str(ROOT)})
+    run_dir = tmp_path / "home" / "runs" / RUN_ID
+    run_dir.mkdir(parents=True)
+    launcher = launcher_for(cluster, eviction_retries=1)
+    evicted = evict_when_working(cluster, launcher, times=1)
+    polled = launcher._sleep
+
+    def slow_poll(s: float) -> None:
+        polled(s)
+        if evicted:
+            cluster.wait_for(lambda: len(cluster.list("pods")) >= 2, what="the replacement pod")
+    launcher._sleep = slow_poll
+    marker = tmp_path / "marker"
+    code = script_for(1, before=textwrap.dedent(f"""
+        import pathlib, time
+        marker = pathlib.Path({str(marker)!r})
+        if not marker.exists():
+            marker.write_text("1")
+            time.sleep(3.5)
+            print("attempt 1 working", flush=True)
+            time.sleep(60)
+        time.sleep(5.0)
+        print("attempt 2", flush=True)
+    """))
+    t0 = time.monotonic()
+    res = launcher.launch(make_inv(run_dir, code=code, timeout_s=8.0), run_dir)
+    assert evicted and time.monotonic() - t0 > 8.0  # the two attempts together outlast one timeout
+    assert res.status == "ok", res.reason

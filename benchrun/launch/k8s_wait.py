@@ -156,9 +156,11 @@ def wait(watch: Watch, obj: Any, t0: float, *, timeout_s: float, pending_timeout
             if watch.missed and watch.eviction_retries is not None and watch.pod_evictions_replaced:
                 # evictions the Job had already replaced when this poll came (the replacement may even
                 # have finished): each is an ended attempt within the same budget
+                replaced = False
                 for gone in sorted(watch.missed, key=lambda p: epoch(p.metadata.creation_timestamp) or 0.0):
                     if gone.metadata.uid in watch.evicted:
                         continue
+                    replaced = True
                     why = _disrupted(gone)
                     _record(watch, "eviction", f"evicted: {why}", gone, _ran(gone))
                     if len(watch.history) > watch.eviction_retries:  # the replicate ends with this attempt's pod
@@ -167,6 +169,14 @@ def wait(watch: Watch, obj: Any, t0: float, *, timeout_s: float, pending_timeout
                             f"{watch.eviction_retries} (last: {why}); {kind} deleted")
                     log.warning("%s: pod %s evicted (%s); the %s replaced it (retry %d of %d)", watch.name,
                                 gone.metadata.name, why, kind, len(watch.history), watch.eviction_retries)
+                if replaced:
+                    # the replacement is a new attempt with its own clock, pending allowance and log, as
+                    # when the eviction is seen directly (below); before, it kept the evicted attempt's,
+                    # and a replacement needing more than timeout minus the first attempt's time timed out
+                    if follow is not None:
+                        follow.__exit__(None, None, None)
+                        follow = None
+                    started, t0 = None, time.perf_counter()
             watch.missed.clear()
             pod0 = pods.get(0)
             phase0 = pod0.status.phase if pod0 is not None and pod0.status is not None else None
