@@ -481,3 +481,30 @@ def test_the_kubelets_expansion_in_the_harness():
     assert expand_k8s("$(A)/$$(A)/$(B)/$$/$5/$/$(A", env) == "x/$(A)/$(B)/$/$5/$/$(A"
     assert expand_k8s("$(EMPTY)end$", env) == "end$"
     assert expand_k8s("a$(b$$c", env) == "a$(b$c"  # as Kubernetes' expansion.Expand does
+
+
+def test_an_api_server_that_does_not_answer_for_a_while_does_not_fail_the_replicate(kcluster, home):
+    """Found in review: five failed reads two seconds apart ended the replicate and deleted its Job, so a
+    10 s API-server restart failed an hour-long GPU run. 5xx, 429 and connection errors now get a time
+    budget with the wait doubling; a refusal (403) still ends it after five reads (test_rbac_harness)."""
+    import time as _time
+
+    from kubernetes.client.exceptions import ApiException
+
+    run_dir = home / "runs" / RUN_ID
+    launcher = launcher_for(kcluster)
+    real = launcher.batch_api.read_namespaced_job_status
+    down = {"until": None, "refused": 0}
+
+    def flaky(*a, **k):
+        if down["until"] is None:
+            down["until"] = _time.monotonic() + 2.0  # the first read starts a 2 s outage
+        if _time.monotonic() < down["until"]:
+            down["refused"] += 1
+            raise ApiException(status=503, reason="Service Unavailable")
+        return real(*a, **k)
+
+    launcher.batch_api.read_namespaced_job_status = flaky
+    res = launcher.launch(make_inv(run_dir), run_dir)
+    assert res.status == "ok", res.reason
+    assert down["refused"] >= 5  # before: the fifth failed read ended the replicate

@@ -42,8 +42,13 @@ from benchrun.launch.k8s_submit import api_error
 
 log = logging.getLogger(__name__)
 
-# Consecutive failed reads before the launcher gives up on the object.
+# Consecutive failed reads before the launcher gives up on the object, when the API refuses (403, 400):
 MAX_READ_ERRORS = 5
+# ... and how long, when it does not answer or answers 429/5xx (an API server restart, a control-plane
+# upgrade), with the wait between reads doubling up to READ_BACKOFF_MAX_S: before, five reads two
+# seconds apart, so a 10 s outage failed an hour-long GPU replicate and deleted its Job.
+TRANSIENT_BUDGET_S = 300.0
+READ_BACKOFF_MAX_S = 30.0
 # Pod phases from which a pod has run (or is running).
 RAN = ("Running", "Succeeded", "Failed")
 
@@ -101,6 +106,7 @@ def wait(watch: Watch, obj: Any, t0: float, *, timeout_s: float, pending_timeout
     kueue: dict[str, Any] = {"true": set(), "false": set(), "awaiting": False}  # Evicted transitions seen
     started: float | None = None
     errors = 0
+    outage_since: float | None = None
     pods: dict[int, Any] = {}
     workload = None
     follow: AbstractContextManager[Any] | None = None
@@ -112,17 +118,24 @@ def wait(watch: Watch, obj: Any, t0: float, *, timeout_s: float, pending_timeout
                 obj, new_workload, new_pods = watch.read(obj)
                 pods.update(new_pods)
                 workload = new_workload or workload
-                errors = 0
+                errors, outage_since = 0, None
             except (ApiException, HTTPError, OSError) as exc:
                 if isinstance(exc, ApiException) and exc.status == 404 and obj is not None:
                     return obj, workload, pods, f"the {kind} disappeared before it finished (deleted by someone else?)"
                 errors += 1
                 what = api_error(exc) if isinstance(exc, ApiException) else f"{type(exc).__name__}: {exc}"
-                if errors >= MAX_READ_ERRORS:
+                transient = not isinstance(exc, ApiException) or exc.status in (0, 408, 429) or (exc.status or 0) >= 500
+                if not transient and errors >= MAX_READ_ERRORS:
                     return obj, workload, pods, (f"lost the {kind}: {MAX_READ_ERRORS} reads in a row failed, "
                                                  f"last {what}; {kind} deleted")
+                now = time.monotonic()
+                outage_since = outage_since if outage_since is not None else now
+                if transient and now - outage_since > TRANSIENT_BUDGET_S:
+                    return obj, workload, pods, (f"lost the {kind}: the API server did not answer for "
+                                                 f"{now - outage_since:.0f} s ({errors} reads, last {what}); "
+                                                 f"{kind} deleted")
                 log.warning("reading %s %s failed (%s); retrying", kind, watch.name, what)
-                sleep(poll_s)
+                sleep(min(READ_BACKOFF_MAX_S, poll_s * 2 ** min(errors - 1, 10)) if transient else poll_s)
                 continue
             ev = _new_kueue_eviction(workload, kueue)
             if ev is not None:
