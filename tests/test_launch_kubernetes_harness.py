@@ -508,3 +508,30 @@ def test_an_api_server_that_does_not_answer_for_a_while_does_not_fail_the_replic
     res = launcher.launch(make_inv(run_dir), run_dir)
     assert res.status == "ok", res.reason
     assert down["refused"] >= 5  # before: the fifth failed read ended the replicate
+
+
+def test_a_job_creation_the_api_server_throttles_or_fails_for_a_while_is_tried_again(kcluster, home):
+    """Found in review: a 429 on the Job's creation failed the replicate at once, and four 5xx (dagster-k8s's
+    retries running out) escaped the launch and aborted the whole layer."""
+    from kubernetes.client.exceptions import ApiException
+
+    run_dir = home / "runs" / RUN_ID
+    for status, times in ((429, 2), (503, 6)):
+        launcher = launcher_for(kcluster)
+        real = launcher.batch_api.create_namespaced_job
+        calls = {"n": 0}
+
+        def flaky(*a, _real=real, _status=status, _times=times, **k):
+            calls["n"] += 1
+            if calls["n"] <= _times:
+                exc = ApiException(status=_status, reason="busy")
+                exc.headers = {"Retry-After": "0"}
+                raise exc
+            return _real(*a, **k)
+
+        launcher.batch_api.create_namespaced_job = flaky
+        launcher.client.batch_api = launcher.batch_api
+        res = launcher.launch(make_inv(run_dir), run_dir)
+        assert res.status == "ok", (status, res.reason)
+        assert calls["n"] == times + 1
+        kcluster.wait_for(lambda: not kcluster.list("jobs"), what="the Job deleted")

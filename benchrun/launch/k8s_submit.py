@@ -48,7 +48,7 @@ def create_or_adopt_job(client: Any, batch_api: Any, namespace: str, name: str, 
 
     for attempt in (1, 2):
         try:
-            client.create_namespaced_job_with_retries(body, namespace, wait_time_between_attempts=poll_s)
+            _create_with_retries(client, body, namespace, poll_s)
         except DagsterK8sUnrecoverableAPIError as exc:
             api_exc = getattr(exc, "k8s_api_exception", None)
             if not (isinstance(api_exc, ApiException) and api_exc.status == 409):
@@ -65,6 +65,49 @@ def create_or_adopt_job(client: Any, batch_api: Any, namespace: str, name: str, 
             continue
         return batch_api.read_namespaced_job(name=name, namespace=namespace)
     raise AssertionError("unreachable")
+
+
+# How long a Job's creation is tried again while the API server throttles (429), fails (5xx) or does not
+# answer: before, a 429 failed the replicate at once, and dagster-k8s's retries running out (four 5xx)
+# escaped the launch and aborted the whole layer (found in review).
+CREATE_BUDGET_S = 120.0
+
+
+def _create_with_retries(client: Any, body: Any, namespace: str, poll_s: float) -> None:
+    """``create_namespaced_job_with_retries``, itself tried again within CREATE_BUDGET_S on 429 (after its
+    Retry-After), 5xx and connection errors, the wait doubling; ApiException when the budget runs out."""
+    import time
+
+    from dagster_k8s.client import DagsterK8sAPIRetryLimitExceeded, DagsterK8sUnrecoverableAPIError
+    from urllib3.exceptions import HTTPError
+
+    deadline, delay = time.monotonic() + CREATE_BUDGET_S, max(poll_s, 0.5)
+    while True:
+        try:
+            client.create_namespaced_job_with_retries(body, namespace, wait_time_between_attempts=poll_s)
+            return
+        except DagsterK8sUnrecoverableAPIError as exc:
+            api_exc = getattr(exc, "k8s_api_exception", None)
+            if not (isinstance(api_exc, ApiException) and api_exc.status == 429) or time.monotonic() > deadline:
+                raise
+            after = (api_exc.headers or {}).get("Retry-After") if api_exc.headers else None
+            wait, reason = float(after) if after and str(after).isdigit() else delay, api_error(api_exc)
+        except DagsterK8sAPIRetryLimitExceeded as exc:
+            api_exc = getattr(exc, "k8s_api_exception", None)
+            reason = api_error(api_exc) if isinstance(api_exc, ApiException) else str(exc)
+            if time.monotonic() > deadline:
+                raise ApiException(status=getattr(api_exc, "status", None) or 503,
+                                   reason=f"still failing after {CREATE_BUDGET_S:g} s of retries ({reason})") from None
+            wait = delay
+        except (HTTPError, OSError) as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            if time.monotonic() > deadline:
+                raise ApiException(status=0, reason=f"the API server did not answer for {CREATE_BUDGET_S:g} s "
+                                                    f"({reason})") from None
+            wait = delay
+        log.warning("creating Job in %s failed (%s); trying again in %.1f s", namespace, reason, wait)
+        time.sleep(min(wait, max(0.0, deadline - time.monotonic()) + 0.01))
+        delay = min(2 * delay, 30.0)
 
 
 def _delete_and_wait(batch_api: Any, namespace: str, name: str) -> None:
