@@ -181,3 +181,31 @@ def test_a_node_that_fails_while_the_launcher_is_between_polls_still_fails_the_g
     res = LocalLauncher().launch(inv, rd.path)
     assert res.status == "failed" and res.exit_code == 3, (res.status, res.reason)
     assert res.reason.startswith("node 1 (rank 1) exited with code 3")
+
+
+def test_the_node_whose_own_failure_ended_the_gang_is_named_not_a_peer_stopped_after_it():
+    """Found in review: the lowest rank above 0 that failed was named; with node 0 exiting 3 and node 1
+    stopped by the Job controller's SIGTERM, "node 1 failed: exited with code 143 (SIGTERM)"."""
+    import datetime as dt
+    from types import SimpleNamespace as NS
+
+    from benchrun.launch.k8s_failures import failed_node
+    from benchrun.launch.k8s_status import CONTAINER_NAME
+
+    def pod(node: str, code: int, at: int, reason: str | None = None) -> NS:
+        term = NS(exit_code=code, reason=reason or ("Error" if code else "Completed"), signal=None,
+                  finished_at=dt.datetime(2026, 12, 6, 12, 0, at, tzinfo=dt.timezone.utc))
+        cs = NS(name=CONTAINER_NAME, state=NS(terminated=term, waiting=None, running=None))
+        return NS(status=NS(phase="Failed" if code else "Succeeded", reason=None, message=None,
+                            container_statuses=[cs]), spec=NS(node_name=node), metadata=NS(name=node))
+
+    inv = None  # verdict reads it only for a deadline
+    # node 0 failed by itself, node 1 was stopped after it: node 0's own verdict speaks (None here)
+    assert failed_node(inv, {0: pod("a", 3, 10), 1: pod("b", 143, 11)}, True) is None
+    # node 1 failed by itself first, node 0 and 2 were stopped: node 1 is named
+    named = failed_node(inv, {0: pod("a", 143, 12), 1: pod("b", 1, 10), 2: pod("c", 137, 11)}, True)
+    assert named is not None and named.startswith("node 1 (b) failed: exited with code 1"), named
+    # an OOMKilled node is a failure of its own, not a peer stopped by a signal
+    named = failed_node(inv, {0: pod("a", 143, 12), 1: pod("b", 143, 11), 2: pod("c", 137, 13, "OOMKilled")}, True)
+    assert named is not None and named.startswith("node 2 (c) failed: OOMKilled"), named
+    assert failed_node(inv, {0: pod("a", 0, 10), 1: pod("b", 0, 11)}, True) is None

@@ -8,7 +8,7 @@ import signal as _signal
 from typing import Any
 
 from benchrun.launch.k8s_collect import RESULT_KEY
-from benchrun.launch.k8s_status import terminated
+from benchrun.launch.k8s_status import epoch, terminated
 from benchrun.plan import Invocation
 
 # Container waiting reasons that will not resolve by waiting: fail the replicate at once.
@@ -68,13 +68,26 @@ def verdict(
 
 
 def failed_node(inv: Invocation, pods: dict[int, Any], deleted: bool) -> str | None:
-    """The first node after node 0 whose pod failed, and why; None when none did."""
-    for rank, pod in sorted(pods.items()):
+    """The node whose failure ended the gang, and why: the first to finish among those that failed by
+    themselves (an exit of their own, OOMKilled) before those a signal stopped (the Job controller's
+    SIGTERM to the peers, a torch peer's exit after it); None when none failed or node 0 did (its own
+    verdict then says why). Before, the lowest rank above 0 that failed: with node 0 exiting 3, node 1,
+    stopped by SIGTERM, was named."""
+    failed = []
+    for rank, pod in pods.items():
         term = terminated(pod)
-        if rank and (pod.status.phase == "Failed" or (term is not None and term.exit_code != 0)):
-            why = verdict(inv, pod, None, deleted, None, None, None)[1]
-            return f"node {rank} ({pod.spec.node_name}) failed: {why}"
-    return None
+        if pod.status.phase == "Failed" or (term is not None and term.exit_code != 0):
+            stopped = term is not None and term.reason != "OOMKilled" and (
+                term.exit_code in (137, 143) or bool(getattr(term, "signal", None)))
+            finished = epoch(getattr(term, "finished_at", None)) if term is not None else None
+            failed.append((stopped, finished if finished is not None else float("inf"), rank, pod))
+    if not failed:
+        return None
+    _stopped, _finished, rank, pod = min(failed, key=lambda f: f[:3])
+    if rank == 0:
+        return None
+    why = verdict(inv, pod, None, deleted, None, None, None)[1]
+    return f"node {rank} ({pod.spec.node_name}) failed: {why}"
 
 
 def layer_end(pod: Any, ended: str | None) -> str:
