@@ -85,7 +85,8 @@ def test_labels_queue_and_identity() -> None:
     # Kueue: created suspended, labels on the Job; the pods carry the run's labels only.
     assert job["spec"]["suspend"] is True
     assert job["spec"]["backoffLimit"] == 0 and job["spec"]["ttlSecondsAfterFinished"] == 3600
-    assert job["spec"]["activeDeadlineSeconds"] == 90 + 600 + 1800  # timeout + pull allowance + pending timeout
+    # (timeout + pull allowance) for the first attempt and each of the 2 evictions allowed, + pending timeout
+    assert job["spec"]["activeDeadlineSeconds"] == 3 * (90 + 600) + 1800
     pod = pod_of(job)
     assert pod["metadata"]["labels"] == {k: v for k, v in labels.items() if not k.startswith("kueue.x-k8s.io/")}
     spec = pod["spec"]

@@ -473,7 +473,10 @@ def job_manifest(
             "backoffLimit": 0,
             "completions": 1,
             "parallelism": 1,
-            "activeDeadlineSeconds": pod_deadline + max(1, int(math.ceil(placement.pending_timeout_s))),
+            # from the Job's startTime, which a replaced pod does not reset: room for each attempt the
+            # eviction budget allows (before, one pod's: late evictions ended as DeadlineExceeded)
+            "activeDeadlineSeconds": (1 + max(0, placement.eviction_retries)) * pod_deadline
+            + max(1, int(math.ceil(placement.pending_timeout_s))),
             "ttlSecondsAfterFinished": placement.ttl_seconds_after_finished,
             **EVICTION_POLICY,
             "template": {"metadata": pod_meta, "spec": pod_spec},
