@@ -56,9 +56,15 @@ def _layer_asset(layer: str, upstream: str) -> dg.AssetsDefinition:
     )
     def _asset(context: dg.AssetExecutionContext, launcher: LauncherResource) -> dg.MaterializeResult:
         rd = RunDir.for_run(context.partition_key)
+        lifecycle.pull_if_absent(rd)  # a re-execution in a fresh run-worker pod
         lifecycle.resume_attempt(rd, context.run.run_id)  # a re-execution from a failure starts here
         plan = lifecycle.plans_for(rd, lifecycle.load_pinned(rd))[layer]
         outcome = launcher.run_layer(context, plan, rd)
+        from benchrun.sharedstate import push_run
+
+        # the layer's files to the shared state now (no-op without one): a worker that dies later
+        # leaves them for the re-execution, which before found only the status it had pushed
+        push_run(rd.path, rd.home, merge=rd.merge_shared_status)
         if outcome.status == "skipped":
             return dg.MaterializeResult(metadata={"status": "skipped", "reason": outcome.skip_reason or ""})
         table = tables.table(outcome.summary_rows(),
@@ -86,6 +92,7 @@ end_to_end_layer = _layer_asset("end_to_end", "component_layer")
 def run_evidence(context: dg.AssetExecutionContext, artifact_store: ArtifactStoreResource) -> dg.MaterializeResult:
     """The run directory hashed into manifest.json and stored write-once (raw evidence)."""
     rd = RunDir.for_run(context.partition_key)
+    lifecycle.pull_if_absent(rd)  # a re-execution in a fresh run-worker pod
     lifecycle.resume_attempt(rd, context.run.run_id)  # a re-execution from a failure may start here
     ev = lifecycle.record_evidence(rd, lifecycle.load_pinned(rd), open_store_for=artifact_store.open)
     return dg.MaterializeResult(

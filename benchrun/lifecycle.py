@@ -127,6 +127,18 @@ def admit(rd: RunDir, loaded: Any, *, dagster_run_id: str | None = None,
     return rd.set_phase("Running")
 
 
+def pull_if_absent(rd: RunDir) -> bool:
+    """The run from the shared state when this home does not hold it: a step re-executed from a failure
+    on Kubernetes runs in a fresh run-worker pod, whose home is empty (only ``pinned_spec`` pulled the
+    run, so a re-executed layer or ``run_evidence`` found "no such run"); True when it pulled one."""
+    if rd.exists():
+        return False
+    from benchrun.sharedstate import pull_run
+
+    pull_run(rd.run_id, rd.home)
+    return rd.exists()
+
+
 def resume_attempt(rd: RunDir, dagster_run_id: str | None) -> bool:
     """Make ``dagster_run_id`` the run's current attempt when a Dagster re-execution (from a failure, or
     of chosen steps) runs this step without running ``pinned_spec``, which admits an attempt: status.json

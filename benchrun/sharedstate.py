@@ -101,6 +101,24 @@ class SharedState:
         raise BenchrunError(f"shared state {self.uri}: {rel} changed {_CONFLICT_TRIES} times while this home "
                             "wrote it; push the run again")
 
+    def written_since(self, home: Path, rel: str) -> bool:
+        """Whether another pod wrote ``rel`` (a status.json) since this home last pushed or pulled it:
+        the shared copy is neither the recorded base nor this home's own (False with no base recorded
+        or no shared copy: nothing to tell it from)."""
+        try:
+            base = _base_path(home, rel).read_bytes()
+        except OSError:
+            return False
+        current = self._get(rel)
+        if current is None:
+            return False
+        held = current[1]
+        try:
+            mine = (home / rel).read_bytes()
+        except OSError:
+            mine = None
+        return held != base and held != mine
+
     def _get(self, rel: str) -> tuple[str, bytes] | None:
         """``(ETag, bytes)`` of an object, None when there is none."""
         import botocore.exceptions as bex
@@ -259,6 +277,14 @@ def push_run(run_dir: Path, home: Path, *, status_only: bool = False,
         return
     run_id = run_dir.name
     status = f"runs/{run_id}/status.json"
+    if not status_only and shared.written_since(home, status):
+        # another pod wrote the run since this home read it: its files stand (this home's copy may be
+        # a mid-run one), only the status is merged. Before, the files went first and the status
+        # conflict was found after: a stale home marking the run Failed replaced the finished
+        # run's results beside the Succeeded status it then kept (found in review).
+        log.warning("%s: another pod wrote the run since this home read it; its files are kept, the status "
+                    "merged", status)
+        status_only = True
     if not status_only:
         # status.json goes last: a pod that pulls meanwhile and reads a finished phase then finds
         # every file the run finished with, never a terminal status beside half of them

@@ -297,6 +297,29 @@ def test_a_stale_home_never_replaces_a_later_shared_status(tmp_path: Path, s3_en
     assert after["status_seq"] == 6 and worker.read_status() == after
 
 
+def test_a_stale_home_never_replaces_the_files_of_a_run_another_pod_wrote_since(tmp_path: Path, s3_env: str,  # noqa: F811
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found in review: a home holding a mid-run copy that marked the run Failed pushed its files first and
+    only then found the status conflict: the shared status stayed Succeeded (merged), beside this home's
+    stale result files."""
+    worker, stale = _status_pod_homes(tmp_path, s3_env, monkeypatch, "bench-files")
+    shared = sharedstate.shared_state()
+    (worker.path / "structured").mkdir(parents=True, exist_ok=True)
+    (worker.path / "structured" / "r.json").write_text("final")
+    worker.set_phase("Succeeded")  # the whole run pushed, status last
+    (stale.path / "structured").mkdir(parents=True, exist_ok=True)
+    (stale.path / "structured" / "r.json").write_text("partial, mid-run")
+    stale.set_phase("Failed")  # a full push from the stale copy
+    assert shared._get("runs/run-a/structured/r.json")[1] == b"final"  # was: "partial, mid-run"
+    assert shared.read_status("run-a")["phase"] == "Succeeded"
+    # a home that pulled the run since pushes its files as before
+    sharedstate.pull_run("run-a", stale.home)
+    (stale.path / "structured" / "extra.json").write_text("later")
+    stale.update_status(message="re-read")
+    sharedstate.push_run(stale.path, stale.home, merge=stale.merge_shared_status)
+    assert shared._get("runs/run-a/structured/extra.json")[1] == b"later"
+
+
 def test_a_status_written_between_the_read_and_the_write_is_kept(tmp_path: Path, s3_env: str,  # noqa: F811
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     # the status_seq check alone reads, then writes: a pod writing in between was overwritten.
@@ -485,3 +508,25 @@ def test_cancel_and_the_failure_sensor_read_the_shared_status_first(tmp_path: Pa
     monkeypatch.setattr(sharedstate, "pull_run", lambda *a, **k: None)
     out = cancel_run(raced, home=home)
     assert out.phase == "Succeeded" and "nothing canceled" in out.how and "marked Canceled" not in out.how
+
+
+def test_a_step_re_executed_in_a_fresh_pod_pulls_the_run_first(tmp_path: Path, s3_env: str,  # noqa: F811
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found in review: only pinned_spec pulled the run, so a layer or run_evidence re-executed from a failure
+    in a new run-worker pod (an empty home) failed with "no such run"."""
+    from benchrun import lifecycle
+    from benchrun.rundir import RunDir
+
+    boto3.client("s3", endpoint_url=s3_env, region_name="us-east-1").create_bucket(Bucket="bench-resume")
+    monkeypatch.setenv(sharedstate.ENV, "s3://bench-resume/p")
+    first = RunDir(tmp_path / "first-pod", "run-a").create()
+    first.write_status({"run_id": "run-a", "phase": "Pending", "conditions": [], "dagster_run_id": "d-1"})
+    (first.path / "structured" / "run-a_gemm_r1.json").write_text("{}")
+    first.set_phase("Running")
+    sharedstate.push_run(first.path, first.home)
+    fresh = RunDir(tmp_path / "fresh-pod", "run-a")
+    assert not fresh.exists()
+    assert lifecycle.pull_if_absent(fresh) is True
+    assert (fresh.path / "structured" / "run-a_gemm_r1.json").is_file()
+    assert lifecycle.resume_attempt(fresh, "d-2") and fresh.read_status()["dagster_run_id"] == "d-2"
+    assert lifecycle.pull_if_absent(fresh) is False  # held: nothing pulled over it
