@@ -144,3 +144,34 @@ def test_file_changed_after_hashing_is_refused_not_stored_under_a_stale_key(
     entry = manifest.entry("raw/run-r_gemm_r1.log")
     head = client.head_object(Bucket="bench-race", Key=entry.key, ChecksumMode="ENABLED")
     assert head["ChecksumSHA256"] == __import__("base64").b64encode(bytes.fromhex(entry.sha256)).decode()
+
+
+def test_a_file_over_the_single_put_limit_goes_up_in_parts_write_once(tmp_path: Path, s3_env: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found in review: one PutObject per file, which S3 caps at 5 GiB, so a larger trace or profile failed
+    the run's evidence. Above MULTIPART_THRESHOLD (here 6 MiB, parts of 5 MiB) the file goes up in parts,
+    each checked by the server, the whole file hashed before completing, the completion write-once."""
+    import os
+
+    from benchrun.store import s3 as s3mod
+
+    monkeypatch.setattr(s3mod, "MULTIPART_THRESHOLD", 6 << 20)
+    monkeypatch.setattr(s3mod, "PART_SIZE", 5 << 20)
+    client = _client(s3_env)
+    client.create_bucket(Bucket="bench-parts")
+    run_dir = make_run_dir(tmp_path, "run-p")
+    big = run_dir / "raw" / "run-p_trace.bin"
+    big.write_bytes(os.urandom(12 << 20))  # three parts: 5 + 5 + 2 MiB
+    store = open_store("s3://bench-parts/raw/${RUN_ID}/", tmp_path)
+    manifest = store.put_run_dir(run_dir, "run-p")
+    entry = manifest.entry("raw/run-p_trace.bin")
+    obj = client.get_object(Bucket="bench-parts", Key=entry.key)
+    assert hashlib.sha256(obj["Body"].read()).hexdigest() == entry.sha256 and obj["Metadata"]["sha256"] == entry.sha256
+    assert store.verify(manifest) == len(manifest.objects)
+    assert store.put_run_dir(run_dir, "run-p").digest == manifest.digest  # again: nothing overwritten
+    assert not client.list_multipart_uploads(Bucket="bench-parts").get("Uploads")  # none left open
+    # the same key holding other bytes (overwritten out of band) is refused, never replaced
+    client.put_object(Bucket="bench-parts", Key=entry.key, Body=b"evil")
+    with pytest.raises(BenchrunError, match="already holds different bytes"):
+        store._put_file(entry.key, big, entry.sha256)
+    assert not client.list_multipart_uploads(Bucket="bench-parts").get("Uploads")

@@ -25,6 +25,12 @@ from benchrun.store.base import CHUNK, ArtifactStore, changed_while_stored, sha2
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 SPOOL_MEMORY = 16 << 20  # a file up to this size is uploaded from memory, a larger one from a temporary file
+# A file larger than this goes up in parts (S3 caps one PutObject at 5 GiB; before, a larger trace or
+# profile failed the run's evidence): PART_SIZE each (S3: 5 MiB to 5 GiB, at most 10,000 parts),
+# read from the file itself (no spool), the whole file hashed as it goes and compared before the
+# upload is completed, with If-None-Match on the completion (write-once as a single put is).
+MULTIPART_THRESHOLD = 1 << 30
+PART_SIZE = 256 << 20
 
 # Errors that mean "the service is not there right now": retry the evidence step later.
 _UNREACHABLE = (
@@ -189,6 +195,9 @@ class S3Store(ArtifactStore):
         # Upload exactly the bytes that hash to ``sha256``: the file is read once into a spool while
         # it is hashed again, and the spool is what goes up. A file that changed after put_run_dir
         # hashed it is refused, as the local store refuses it, instead of landing under a stale key.
+        if path.stat().st_size > MULTIPART_THRESHOLD:
+            written = self._put_parts(key, path, sha256)
+            return written or self._same_or_refuse(key, path, sha256)
         with _hashed_spool(path) as (spool, actual):
             if actual != sha256:
                 raise changed_while_stored(path)
@@ -198,6 +207,10 @@ class S3Store(ArtifactStore):
             written = self._conditional_put(key, spool, extra)
         if written:
             return True
+        return self._same_or_refuse(key, path, sha256)
+
+    def _same_or_refuse(self, key: str, path: Path, sha256: str) -> bool:
+        """False when the key already holds these bytes; BenchrunError when it holds others."""
         existing = self.hash_key(key)
         if existing != sha256:
             raise BenchrunError(
@@ -205,6 +218,54 @@ class S3Store(ArtifactStore):
                 "stored objects are write-once, so the stored copy was altered: investigate the bucket"
             )
         return False
+
+    def _put_parts(self, key: str, path: Path, sha256: str) -> bool:
+        """A multipart upload of ``path`` (MULTIPART_THRESHOLD); False when the key already exists. Each
+        part carries its Content-MD5 (the server checks it; a SHA-256 per part would make the object's
+        checksum a composite one, which clients then fail to validate against the whole object); the
+        file's sha256 is compared before completing and kept in the object's metadata, and the upload is
+        aborted on any error or mismatch (no part is left billed)."""
+        import botocore.exceptions as bex
+
+        c = self.client
+        start = self._call(f"start upload {self.key_uri(key)}", lambda: c.create_multipart_upload(
+            Bucket=self.bucket, Key=key, Metadata={"sha256": sha256}, **self._lock_args()))
+        upload = start["UploadId"]
+        try:
+            parts, h = [], hashlib.sha256()
+            with open(path, "rb") as src:
+                while chunk := src.read(PART_SIZE):
+                    h.update(chunk)
+                    n = len(parts) + 1
+                    md5 = base64.b64encode(hashlib.md5(chunk).digest()).decode("ascii")  # noqa: S324 - S3's part check
+                    resp = self._call(f"upload part {n} of {self.key_uri(key)}", lambda chunk=chunk, n=n, md5=md5:
+                                      c.upload_part(Bucket=self.bucket, Key=key, UploadId=upload, PartNumber=n,
+                                                    Body=chunk, ContentMD5=md5))
+                    parts.append({"ETag": resp["ETag"], "PartNumber": n})
+            if h.hexdigest() != sha256:
+                raise changed_while_stored(path)
+
+            def complete() -> bool:
+                try:
+                    c.complete_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload,
+                                                MultipartUpload={"Parts": parts}, IfNoneMatch="*")
+                except bex.ClientError as exc:
+                    code = exc.response.get("Error", {}).get("Code", "")
+                    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+                    if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412):
+                        return False
+                    raise
+                return True
+
+            done = self._call(f"complete upload {self.key_uri(key)}", complete)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                c.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload)
+            raise
+        if not done:
+            with contextlib.suppress(Exception):
+                c.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload)
+        return done
 
     def _put_manifest_doc(self, key: str, data: bytes, *, overwrite: bool) -> None:
         if overwrite:
