@@ -59,6 +59,21 @@ def test_put_run_dir_is_content_addressed_and_read_only(tmp_path: Path) -> None:
     assert hash_uri(status.uri) == status.sha256
 
 
+def test_the_store_keeps_what_manifest_json_lists_hidden_files_left_out(tmp_path: Path) -> None:
+    """Found in review: a suite's ``raw/.x.json`` was stored and signed but missing from manifest.json
+    (which, like the shared state, leaves hidden files out)."""
+    from benchrun.rundir import RunDir
+
+    run_dir = make_run_dir(tmp_path, "run-h")
+    (run_dir / "raw" / ".x.json").write_text("{}")
+    manifest = open_store(None, tmp_path).put_run_dir(run_dir, "run-h")
+    assert "raw/.x.json" not in [o.path for o in manifest.objects]
+    sealed = RunDir(tmp_path, "run-h").write_manifest(status="succeeded", issues=[], suite_steps={})
+    listed = sealed["files"] if isinstance(sealed, dict) else json.loads((run_dir / "manifest.json").read_text())["files"]
+    assert "raw/.x.json" not in listed
+    assert {o.path for o in manifest.objects} - {"manifest.json"} <= set(listed) | {"status.json"}
+
+
 def test_put_again_is_a_no_op_and_shares_objects(tmp_path: Path) -> None:
     run_dir = make_run_dir(tmp_path, "run-a")
     store = open_store(None, tmp_path)

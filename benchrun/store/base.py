@@ -139,9 +139,11 @@ def manifest_digest(objects: Iterable[ObjectEntry]) -> str:
 def iter_run_files(run_dir: Path, exclude: Iterable[str] = ()) -> Iterator[tuple[str, Path]]:
     """(relative path, absolute path) of every regular file under ``run_dir``, sorted.
 
-    Temporary files left by atomic writers (``.*.tmp``), a suite's scratch folder (``benchrun.paths.is_scratch``:
-    fio's test files, left by a suite killed at its timeout) and symlinks are skipped: a link
-    could point outside the run directory, and evidence is the bytes in it.
+    Hidden files (``.*``: atomic writers' temporaries, locks; ``RunDir.write_manifest`` and the shared
+    state leave them out too, so what is stored is what manifest.json lists — before, a suite's
+    ``raw/.x.json`` was stored and signed but not in manifest.json), a suite's scratch folder
+    (``benchrun.paths.is_scratch``: fio's test files, left by a suite killed at its timeout) and
+    symlinks are skipped: a link could point outside the run directory, and evidence is the bytes in it.
     """
     skip = set(exclude)
     if not run_dir.is_dir():
@@ -151,7 +153,7 @@ def iter_run_files(run_dir: Path, exclude: Iterable[str] = ()) -> Iterator[tuple
         for name in files:
             full = Path(root) / name
             rel = full.relative_to(run_dir).as_posix()
-            if rel in skip or (name.startswith(".") and name.endswith(".tmp")) or is_scratch(rel):
+            if rel in skip or name.startswith(".") or is_scratch(rel):
                 continue
             if full.is_symlink() or not full.is_file():
                 log.warning("skipping %s: not a regular file", rel)
