@@ -183,3 +183,18 @@ def test_put_sweeps_temporaries_a_dead_put_left(tmp_path: Path) -> None:
     with store.lock(exclusive=False):
         assert store.sweep_stale_temps() == 0 and live.exists()
     assert store.sweep_stale_temps() == 1 and not live.exists()
+
+
+def test_a_source_that_changed_while_copied_is_never_linked_into_the_store(tmp_path: Path) -> None:
+    """Found in review: the local store linked the object in first and hashed it after, so a copy of a file
+    that changed meanwhile was readable under the wrong key until it was removed."""
+    store = open_store(None, tmp_path)
+    src = tmp_path / "f.bin"
+    src.write_bytes(b"new bytes")
+    key = "sha256/00/" + "0" * 64
+    links: list[bool] = []
+    real = store._link_new
+    store._link_new = lambda target, write: links.append(real(target, write)) or links[-1]  # type: ignore[method-assign]
+    with pytest.raises(BenchrunError, match="changed while being stored"):
+        store._put_file(key, src, "0" * 64)
+    assert links == [] and not store.path_of(key).exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import logging
 import os
 import stat
@@ -71,15 +72,18 @@ class LocalStore(ArtifactStore):
         if not target.exists():
 
             def copy(fh: BinaryIO) -> None:
+                # hashed as it is copied, and checked before the object is linked in: the source
+                # changing while it is copied never puts a mislabelled object where readers look
+                # (before, it was linked first and removed after, readable meanwhile)
+                h = hashlib.sha256()
                 with open(path, "rb") as src:
                     while chunk := src.read(1 << 20):
+                        h.update(chunk)
                         fh.write(chunk)
+                if h.hexdigest() != sha256:
+                    raise changed_while_stored(path)
 
             if self._link_new(target, copy):
-                if sha256_file(target) != sha256:
-                    # The source changed while we copied it: never leave a mislabelled object.
-                    os.unlink(target)
-                    raise changed_while_stored(path)
                 return True
         existing = sha256_file(target)
         if existing != sha256:
