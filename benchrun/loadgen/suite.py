@@ -174,8 +174,9 @@ def run_serving_suite(
         if pods is not None and pods.index:
             # only pod 0 watches the server's metrics (one scrape, on the clock the rows are merged onto)
             cfg = dataclasses.replace(cfg, server_metrics_url=None)
-        result = run_sweep(cfg, progress=lambda s: ctx.message({"kind": "serving_point", "point": s["point"], "verdict": s["verdict"]}),
-                           pods=pods)
+        with ctx.measuring():  # the telemetry summaries' window: the sweep (the server's start left out)
+            result = run_sweep(cfg, progress=lambda s: ctx.message({"kind": "serving_point", "point": s["point"],
+                                                                    "verdict": s["verdict"]}), pods=pods)
     finally:
         if server is not None:
             server.stop()

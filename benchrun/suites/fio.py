@@ -243,7 +243,8 @@ def run(ctx: SuiteContext) -> None:
     timeout = 120 + len(cases) * (ramp_s + runtime_s + size_mb / 20)
     ctx.log(f"fio: {len(cases)} cases, {size_mb} MiB each, in {workdir}")
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        with ctx.measuring():  # the telemetry summaries' window: fio's own run
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     if proc.stderr.strip():
