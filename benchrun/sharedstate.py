@@ -159,7 +159,8 @@ class SharedState:
 
         return self._call(f"upload {rel}", lambda: put(condition))
 
-    def push_tree(self, home: Path, rel: str, *, skip: frozenset[str] = frozenset()) -> int:
+    def push_tree(self, home: Path, rel: str, *, skip: frozenset[str] = frozenset(),
+                  pushed: list[str] | None = None) -> int:
         """Upload every regular file under ``home/rel`` but those in ``skip`` (paths relative to the
         home); how many. Symlinks (to files or folders) are never followed: a link a suite left in
         its run directory could name any file the process can read (the home's signing key), and
@@ -177,8 +178,23 @@ class SharedState:
             if path.relative_to(home).as_posix() in skip:
                 continue
             self.push_file(home, path.relative_to(home).as_posix())
+            if pushed is not None:
+                pushed.append(path.relative_to(home).as_posix())
             count += 1
         return count
+
+    def prune(self, rel: str, keep: set[str]) -> list[str]:
+        """Delete the objects under ``<prefix><rel>`` whose path (relative to the home) is not in ``keep``:
+        what the home no longer holds there; the paths deleted."""
+        paginator = self.client.get_paginator("list_objects_v2")
+        pages = self._call(f"list {rel}", lambda: list(paginator.paginate(Bucket=self.bucket, Prefix=self.key(rel))))
+        gone = [obj["Key"] for page in pages for obj in page.get("Contents", [])
+                if obj["Key"][len(self.prefix):] not in keep]
+        for i in range(0, len(gone), 1000):
+            batch = [{"Key": k} for k in gone[i:i + 1000]]
+            self._call(f"delete under {rel}", lambda batch=batch: self.client.delete_objects(
+                Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True}))
+        return [k[len(self.prefix):] for k in gone]
 
     def pull_tree(self, home: Path, rel: str, *, skip: frozenset[str] = frozenset()) -> int:
         """Download every object under ``<prefix><rel>`` into ``home`` but those in ``skip``
@@ -288,7 +304,15 @@ def push_run(run_dir: Path, home: Path, *, status_only: bool = False,
     if not status_only:
         # status.json goes last: a pod that pulls meanwhile and reads a finished phase then finds
         # every file the run finished with, never a terminal status beside half of them
-        shared.push_tree(home, f"runs/{run_id}", skip=frozenset({status}))
+        pushed: list[str] = []
+        shared.push_tree(home, f"runs/{run_id}", skip=frozenset({status}), pushed=pushed)
+        # the prefix mirrors the run as this home holds it: an earlier attempt's files, which this home
+        # set aside under attempts/<k>/, no longer lie at their first paths there too (before, a pod that
+        # pulled the run got both attempts' files mixed, a failed attempt beside the other's manifest)
+        gone = shared.prune(f"runs/{run_id}/", set(pushed) | {status})
+        if gone:
+            log.info("runs/%s: %d shared file(s) this home no longer holds deleted (e.g. %s)", run_id, len(gone),
+                     gone[0])
         warehouse = home / "warehouse"
         parts = sorted(warehouse.glob(f"*/run_id={run_id}")) if warehouse.is_dir() and not _iceberg_warehouse() else []
         for part in parts:

@@ -530,3 +530,33 @@ def test_a_step_re_executed_in_a_fresh_pod_pulls_the_run_first(tmp_path: Path, s
     assert (fresh.path / "structured" / "run-a_gemm_r1.json").is_file()
     assert lifecycle.resume_attempt(fresh, "d-2") and fresh.read_status()["dagster_run_id"] == "d-2"
     assert lifecycle.pull_if_absent(fresh) is False  # held: nothing pulled over it
+
+
+def test_a_run_started_again_in_another_pod_leaves_no_earlier_attempt_files_at_their_first_paths(
+        tmp_path: Path, s3_env: str, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """Found in review: set_earlier_attempt_aside moved the first attempt's files only in the home that
+    started the run again; the shared prefix kept them at their first paths, so a third pod pulled attempt
+    1's manifest (success) and report beside attempt 2's files and a Failed status."""
+    from benchrun.lifecycle import set_earlier_attempt_aside
+    from benchrun.rundir import RunDir
+
+    boto3.client("s3", endpoint_url=s3_env, region_name="us-east-1").create_bucket(Bucket="bench-attempts")
+    monkeypatch.setenv(sharedstate.ENV, "s3://bench-attempts/p")
+    first = RunDir(tmp_path / "a", "run-a").create()
+    first.write_status({"run_id": "run-a", "phase": "Running", "conditions": []})
+    (first.path / "structured" / "run-a_gemm_r1.json").write_text('{"attempt": 1}')
+    (first.path / "reports").mkdir(exist_ok=True)
+    (first.path / "reports" / "run-a_report.html").write_text("attempt 1")
+    (first.path / "manifest.json").write_text('{"success": true}')
+    first.set_phase("Succeeded")
+    second = RunDir(tmp_path / "b", "run-a")
+    sharedstate.pull_run("run-a", second.home)
+    assert set_earlier_attempt_aside(second)
+    (second.path / "structured" / "run-a_gemm_r1.json").write_text('{"attempt": 2}')
+    second.set_phase("Failed")
+    third = RunDir(tmp_path / "c", "run-a")
+    sharedstate.pull_run("run-a", third.home)
+    assert third.read_status()["phase"] == "Failed"
+    assert not (third.path / "manifest.json").exists() and not (third.path / "reports" / "run-a_report.html").exists()
+    assert (third.path / "attempts" / "1" / "manifest.json").is_file()
+    assert (third.path / "structured" / "run-a_gemm_r1.json").read_text() == '{"attempt": 2}'
