@@ -36,13 +36,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.exposition import delete_from_gateway, push_to_gateway
+from prometheus_client.exposition import push_to_gateway
 from prometheus_client.metrics_core import Metric
 
 from benchrun.errors import BenchrunError
 from benchrun.paths import benchrun_home, parse_result_name, validate_run_id
-from benchrun.pushgateway import (GATEWAY_ERRORS, PUSHGATEWAY_ENV, gateway, gateway_error, gateway_groups,
-                                  shown_url)
+from benchrun.pushgateway import (GATEWAY_ERRORS, PUSHGATEWAY_ENV, delete_group, gateway, gateway_error,
+                                  gateway_groups, shown_url)
 from benchrun.rundir import read_json_or_none
 from benchrun.stats.directions import has_direction, read_direction
 from benchrun.stats.family import Primary, parse_primary
@@ -488,11 +488,7 @@ def delete_groups(url: str, run_id: str, *, job: str = DEFAULT_JOB, timeout: flo
         glabels = group.get("labels") or {}
         if glabels.get("job") != job or glabels.get("run_id") != run_id:
             continue
-        key = {k: str(v) for k, v in glabels.items() if k != "job"}
-        try:
-            delete_from_gateway(gw.url, job=job, grouping_key=key, timeout=timeout, handler=gw.handler())
-        except GATEWAY_ERRORS as exc:
-            raise gateway_error(url, exc) from exc
+        key = delete_group(gw, url, job, glabels, timeout)
         deleted.append(group_url(url, run_id, job=job, grouping={k: v for k, v in key.items() if k != "run_id"}))
     return deleted
 

@@ -150,8 +150,6 @@ def expire_groups(url: str, job: str, older_than_s: float, now_s: float, *, keep
     A group is never deleted by the gateway itself: before, every run's group stayed until
     ``benchrun delete``, counted against every later run's ``maxActiveSeries``, and once they filled
     the budget a new run published nothing."""
-    from prometheus_client.exposition import delete_from_gateway
-
     gw = gateway(url)
     gone = []
     for group in gateway_groups(url, timeout):
@@ -161,13 +159,21 @@ def expire_groups(url: str, job: str, older_than_s: float, now_s: float, *, keep
             continue
         if now_s - when <= older_than_s:
             continue
-        key = {k: str(v) for k, v in labels.items() if k != "job"}
-        try:
-            delete_from_gateway(gw.url, job=job, grouping_key=key, timeout=timeout, handler=gw.handler())
-        except GATEWAY_ERRORS as exc:
-            raise gateway_error(url, exc) from exc
+        delete_group(gw, url, job, labels, timeout)
         gone.append(str(labels["run_id"]))
     return gone
+
+
+def delete_group(gw: Gateway, url: str, job: str, labels: dict[str, Any], timeout: float) -> dict[str, str]:
+    """Delete the group ``labels`` names (its grouping key: every label but ``job``); the key."""
+    from prometheus_client.exposition import delete_from_gateway
+
+    key = {k: str(v) for k, v in labels.items() if k != "job"}
+    try:
+        delete_from_gateway(gw.url, job=job, grouping_key=key, timeout=timeout, handler=gw.handler())
+    except GATEWAY_ERRORS as exc:
+        raise gateway_error(url, exc) from exc
+    return key
 
 
 def expire_textfiles(directory: Path, older_than_s: float, *, keep: Path) -> list[str]:

@@ -182,9 +182,7 @@ class S3Store(ArtifactStore):
             try:
                 self.client.put_object(Bucket=self.bucket, Key=key, Body=body, IfNoneMatch="*", **extra)
             except bex.ClientError as exc:
-                code = exc.response.get("Error", {}).get("Code", "")
-                status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-                if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412):
+                if precondition_failed(exc):
                     return False
                 raise
             return True
@@ -250,9 +248,7 @@ class S3Store(ArtifactStore):
                     c.complete_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload,
                                                 MultipartUpload={"Parts": parts}, IfNoneMatch="*")
                 except bex.ClientError as exc:
-                    code = exc.response.get("Error", {}).get("Code", "")
-                    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-                    if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412):
+                    if precondition_failed(exc):
                         return False
                     raise
                 return True
@@ -315,6 +311,13 @@ def _hashed_spool(path: Path) -> Iterator[tuple[BinaryIO, str]]:
             spool.write(chunk)
         spool.seek(0)
         yield spool, h.hexdigest()
+
+
+def precondition_failed(exc: Any) -> bool:
+    """Whether a ClientError is the server refusing a conditional write (the key exists, or changed)."""
+    code = exc.response.get("Error", {}).get("Code", "")
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412)
 
 
 def _b64(sha256: str) -> str:
