@@ -71,6 +71,18 @@ def attempt_code(marker: Path, settle_s: float = 0.0) -> str:
     """))
 
 
+def hold_until_replaced(cluster, launcher, evicted: list[str]) -> None:
+    """Hold the launcher's next poll after an eviction until the Job has made the replacement pod
+    (a slow poll, a busy API: the replacement exists by the time the launcher looks)."""
+    polled = launcher._sleep
+
+    def slow_poll(s: float) -> None:
+        polled(s)
+        if evicted:
+            cluster.wait_for(lambda: len(cluster.list("pods")) >= 2, what="the replacement pod")
+    launcher._sleep = slow_poll
+
+
 def test_an_evicted_replicate_is_retried_as_a_new_attempt(kcluster_factory, tmp_path):
     cluster = kcluster_factory(host_env={"PYTHONPATH": str(ROOT)})
     run_dir = tmp_path / "home" / "runs" / RUN_ID
@@ -126,14 +138,7 @@ def test_an_eviction_replaced_before_the_launcher_looks_still_counts(kcluster_fa
     run_dir = tmp_path / "home" / "runs" / RUN_ID
     run_dir.mkdir(parents=True)
     launcher = launcher_for(cluster, eviction_retries=0)
-    evicted = evict_when_working(cluster, launcher, times=1)
-    polled = launcher._sleep
-
-    def slow_poll(s: float) -> None:
-        polled(s)
-        if evicted:  # hold the next poll until the Job has replaced the evicted pod
-            cluster.wait_for(lambda: len(cluster.list("pods")) >= 2, what="the replacement pod")
-    launcher._sleep = slow_poll
+    hold_until_replaced(cluster, launcher, evict_when_working(cluster, launcher, times=1))
     res = launcher.launch(make_inv(run_dir, code=attempt_code(tmp_path / "marker", 1.2)), run_dir)
     assert res.status == "failed", res.reason
     assert res.reason.startswith("evicted 1 times, more than eviction_retries=0 (last: TerminationByKubelet: "), res.reason
@@ -144,9 +149,7 @@ def test_an_eviction_replaced_before_the_launcher_looks_still_counts(kcluster_fa
     (tmp_path / "marker").unlink()
     cluster.wait_for(lambda: not cluster.list("jobs"), what="the Job deleted")
     launcher = launcher_for(cluster, eviction_retries=1)
-    evicted = evict_when_working(cluster, launcher, times=1)
-    polled = launcher._sleep
-    launcher._sleep = slow_poll
+    hold_until_replaced(cluster, launcher, evict_when_working(cluster, launcher, times=1))
     res = launcher.launch(make_inv(run_dir, code=attempt_code(tmp_path / "marker", 1.2)), run_dir)
     assert res.status == "ok", res.reason
     assert [a["cause"] for a in res.messages[0]["attempts"]] == ["eviction"], res.messages[0].get("attempts")
@@ -162,13 +165,7 @@ def test_a_replacement_the_launcher_finds_already_made_gets_its_own_clock(kclust
     run_dir.mkdir(parents=True)
     launcher = launcher_for(cluster, eviction_retries=1)
     evicted = evict_when_working(cluster, launcher, times=1)
-    polled = launcher._sleep
-
-    def slow_poll(s: float) -> None:
-        polled(s)
-        if evicted:
-            cluster.wait_for(lambda: len(cluster.list("pods")) >= 2, what="the replacement pod")
-    launcher._sleep = slow_poll
+    hold_until_replaced(cluster, launcher, evicted)
     marker = tmp_path / "marker"
     code = script_for(1, before=textwrap.dedent(f"""
         import pathlib, time
