@@ -260,13 +260,17 @@ class ReplayNvml:
     def nvmlDeviceGetPcieThroughput(self, h: int, counter: int) -> int:
         return self._val(h, "pcie_tx_kb_per_s" if counter == self.real.NVML_PCIE_UTIL_TX_BYTES else "pcie_rx_kb_per_s")
 
-    def nvmlDeviceGetFieldValues(self, h: int, ids: list[int]) -> list[Any]:
-        reading = self._now(h)
+    def nvmlDeviceGetFieldValues(self, h: int, ids: list[tuple[int, int]]) -> list[Any]:
+        from benchrun.telemetry.nvml import ALL_LINKS
+
         keys = {self.real.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: "nvlink_tx_kib_total",
                 self.real.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: "nvlink_rx_kib_total"}
-        out = [SimpleNamespace(nvmlReturn=0 if keys[i] in reading else 3,
-                               value=SimpleNamespace(ullVal=reading.get(keys[i], 0))) for i in ids]
-        self.reads[h] += 1  # the last call read_raw makes of one reading
+        if any(scope != ALL_LINKS for _f, scope in ids):  # per link: the recording holds only the sums
+            return [SimpleNamespace(nvmlReturn=3, value=SimpleNamespace(ullVal=0)) for _ in ids]
+        reading = self._now(h)
+        out = [SimpleNamespace(nvmlReturn=0 if keys[f] in reading else 3,
+                               value=SimpleNamespace(ullVal=reading.get(keys[f], 0))) for f, _scope in ids]
+        self.reads[h] += 1  # the last call read_raw makes of one reading (the per-link fallback reads none)
         return out
 
 

@@ -505,3 +505,36 @@ def test_the_sampler_reads_only_the_gpus_the_suites_cuda_visible_devices_names(t
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     unset = ReplicateTelemetry(Invocation(RUN_ID, "micro", "s", 1, "bc-x", ("true",), {}, 60.0), run_dir, 1.0).sampler
     assert unset.gpu_devices == list(range(8)) and "unset" in unset.gpu_selection
+
+
+def test_nvlink_traffic_is_summed_over_every_link():
+    """Found in review: the NVLink throughput fields were asked without a scopeId, which reads link 0 only
+    (about 1/18 of an H200's traffic). Now scopeId UINT_MAX (every link), else each link summed."""
+    from types import SimpleNamespace
+
+    from benchrun.telemetry.nvml import ALL_LINKS, MAX_LINKS, nvlink_kib
+
+    per_link = [100 * (k + 1) for k in range(MAX_LINKS)]
+
+    class Nvml:
+        NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 138, 139
+
+        def __init__(self, aggregate: bool):
+            self.aggregate, self.asked = aggregate, []
+
+        def nvmlDeviceGetFieldValues(self, h, ids):
+            self.asked.append(ids)
+            out = []
+            for field, scope in ids:
+                if scope == ALL_LINKS:
+                    ok, v = self.aggregate, sum(per_link) * (1 if field == 138 else 2)
+                else:
+                    ok, v = True, per_link[scope] * (1 if field == 138 else 2)
+                out.append(SimpleNamespace(nvmlReturn=0 if ok else 3, value=SimpleNamespace(ullVal=v)))
+            return out
+
+    new = Nvml(aggregate=True)
+    assert nvlink_kib(new, 0) == (sum(per_link), 2 * sum(per_link)) and len(new.asked) == 1
+    old_driver = Nvml(aggregate=False)  # refuses the all-links scope: each link, summed
+    assert nvlink_kib(old_driver, 0) == (sum(per_link), 2 * sum(per_link))
+    assert [len(a) for a in old_driver.asked] == [2, MAX_LINKS, MAX_LINKS]

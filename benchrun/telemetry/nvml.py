@@ -72,14 +72,29 @@ def read_raw(pynvml: Any, handle: Any, xids: list[int] | None = None) -> dict[st
                                   pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC)
     raw["pcie_tx_kb_per_s"] = _try(pynvml.nvmlDeviceGetPcieThroughput, handle, pynvml.NVML_PCIE_UTIL_TX_BYTES)
     raw["pcie_rx_kb_per_s"] = _try(pynvml.nvmlDeviceGetPcieThroughput, handle, pynvml.NVML_PCIE_UTIL_RX_BYTES)
-    fields = _try(pynvml.nvmlDeviceGetFieldValues, handle,
-                  [pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX])
-    if fields is not None:
-        vals = [f.value.ullVal if f.nvmlReturn == 0 else None for f in fields]
-        # Cumulative KiB over all links; a device without NVLink returns an error per field.
-        raw["nvlink_tx_kib_total"], raw["nvlink_rx_kib_total"] = vals
+    raw["nvlink_tx_kib_total"], raw["nvlink_rx_kib_total"] = nvlink_kib(pynvml, handle)
     raw["xid_events"] = list(xids or [])
     return {k: v for k, v in raw.items() if v is not None}
+
+
+ALL_LINKS = 0xFFFFFFFF  # nvml.h: a scopeId of UINT_MAX sums an NVLink throughput field over every link
+MAX_LINKS = 18  # NVML_NVLINK_MAX_LINKS (an H100/H200 SXM has 18)
+
+
+def nvlink_kib(pynvml: Any, handle: Any) -> tuple[int | None, int | None]:
+    """Cumulative NVLink data KiB (tx, rx) over every link: the fields asked with scopeId UINT_MAX (before,
+    with none, which reads link 0 only: about 1/18 of an H200's traffic), else, for a driver that refuses
+    that scope, each link's summed; None for a field no link reports (no NVLink)."""
+    ids = (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX)
+    fields = _try(pynvml.nvmlDeviceGetFieldValues, handle, [(f, ALL_LINKS) for f in ids])
+    out: list[int | None] = [f.value.ullVal if f.nvmlReturn == 0 else None for f in fields] if fields else [None, None]
+    for k, field_id in enumerate(ids):
+        if out[k] is not None:
+            continue
+        links = _try(pynvml.nvmlDeviceGetFieldValues, handle, [(field_id, link) for link in range(MAX_LINKS)])
+        got = [f.value.ullVal for f in links or () if f.nvmlReturn == 0]
+        out[k] = sum(got) if got else None
+    return out[0], out[1]
 
 
 def parse(raw: dict[str, Any], prev: dict[str, Any] | None, *, index: int, uuid: str | None,
