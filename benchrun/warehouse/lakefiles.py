@@ -114,19 +114,27 @@ class Dropped:
         return self.run_ids is None or self.run_ids[0] <= run_id <= self.run_ids[1]
 
 
+def size_problem(path: str, recorded: int) -> str:
+    """For a local file, a size other than the manifest's (a truncated file); "" otherwise (and for a
+    file in object storage, whose size is not looked up). FileNotFoundError when it is gone."""
+    if "://" in path and not path.startswith("file://"):
+        return ""
+    size = Path(path.removeprefix("file://")).stat().st_size
+    return "" if size == recorded else f"{size} bytes, the manifest records {recorded}"
+
+
 def _damage(tbl: Any, df: Any) -> str:
     """Why ``df`` cannot be read ("" when it reads): a local size other than the manifest's, a footer
     that does not parse, a file that is gone. Other I/O errors (a store that is down) raise."""
     import pyarrow.parquet as pq
 
     path = df.file_path
-    if "://" not in path or path.startswith("file://"):
-        try:
-            size = Path(path.removeprefix("file://")).stat().st_size
-        except FileNotFoundError:
-            return "the file is gone"
-        if size != df.file_size_in_bytes:
-            return f"{size} bytes, the manifest records {df.file_size_in_bytes}"
+    try:
+        problem = size_problem(path, df.file_size_in_bytes)
+    except FileNotFoundError:
+        return "the file is gone"
+    if problem:
+        return problem
     try:
         with tbl.io.new_input(path).open() as fh:
             pq.ParquetFile(fh).metadata

@@ -228,14 +228,6 @@ def table_reads(home: Path, as_of: int | dt.datetime | Tag | None = None,
 _FOOTERS_READ: set[tuple[str, str]] = set()
 
 
-def _size_problem(path: str, recorded: int) -> str:
-    """For a local file, a size other than the manifest's (a truncated file); "" otherwise."""
-    if "://" in path and not path.startswith("file://"):
-        return ""
-    size = os.path.getsize(path.removeprefix("file://"))
-    return "" if size == recorded else f"{size} bytes, the manifest records {recorded}"
-
-
 def _checked(read: TableRead, tbl: Any, notes: list[str]) -> TableRead:
     """``read``, with the list of its readable data files when one of the snapshot's files is damaged."""
     import logging
@@ -243,6 +235,7 @@ def _checked(read: TableRead, tbl: Any, notes: list[str]) -> TableRead:
     import pyarrow.parquet as pq
 
     from benchrun.warehouse.lake import iceberg_schema_of
+    from benchrun.warehouse.lakefiles import size_problem
 
     if read.snapshot_id is None:
         return read
@@ -253,7 +246,7 @@ def _checked(read: TableRead, tbl: Any, notes: list[str]) -> TableRead:
     for task in tasks:
         path = task.file.file_path
         try:
-            problem = _size_problem(path, task.file.file_size_in_bytes)
+            problem = size_problem(path, task.file.file_size_in_bytes)
             if not problem and (path, read.table) not in _FOOTERS_READ:
                 with tbl.io.new_input(path).open() as fh:
                     schema = pq.ParquetFile(fh).schema_arrow
