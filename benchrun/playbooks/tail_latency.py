@@ -282,22 +282,22 @@ def tail_latency_regression(home: Path, run_id: str, baseline_run_id: str | None
     for d in dropped:
         if d["replicate_ok"]:
             invalid_at.setdefault((d["run_id"], d["suite"], d["point"]), []).append(d["replicate"])
-    thin = []
+    thin, unjudged = [], []
     for row in rows:
         bad = [(rid, invalid_at[(rid, row["suite"], row["point"])]) for rid in (run_id, baseline_run_id)
                if (rid, row["suite"], row["point"]) in invalid_at]
-        if bad and not row.get("p99_censored"):
-            rid, reps = bad[0]
-            row["p99_censored"] = f"{'run' if rid == run_id else 'baseline'} {rid}"
-            row.update(p99_backed=False, flagged=False,
-                       why=f"not judged: {row['p99_censored']}'s replicate(s) {', '.join(f'r{r}' for r in reps)} at "
-                           "this point were judged invalid by the load generator (compare calls such a row not "
-                           "gateable, as the pooled requests would be a subset)")
-            continue
+        why_not = None
         if row.get("p99_censored"):
-            row.update(p99_backed=False, flagged=False,
-                       why=f"not judged: {row['p99_censored']}'s p99 falls among its errored or timed-out requests "
-                           "(a value the requests cannot show; compare calls such a row not gateable)")
+            why_not = (f"{row['p99_censored']}'s p99 falls among its errored or timed-out requests (a value the "
+                       "requests cannot show; compare calls such a row not gateable)")
+        elif bad:
+            rid, reps = bad[0]
+            why_not = (f"{'run' if rid == run_id else 'baseline'} {rid}'s replicate(s) "
+                       f"{', '.join(f'r{r}' for r in reps)} at this point were judged invalid by the load generator "
+                       "(compare calls such a row not gateable, as the pooled requests would be a subset)")
+        if why_not is not None:
+            row.update(p99_backed=False, flagged=False, why=f"not judged: {why_not}")
+            unjudged.append(row)
             continue
         fewest, what = _fewest(row)
         row["p99_backed"] = fewest is not None and fewest >= min_requests
@@ -318,12 +318,12 @@ def tail_latency_regression(home: Path, run_id: str, baseline_run_id: str | None
                                  f"≥ ×{P99_GROWTH_MIN:g} the baseline's with the mean within ±{MEAN_BAND:.0%}; worst "
                                  f"{worst['suite']} {worst['point']} bucket {worst['bucket']} {worst['quantity']}: "
                                  f"{worst['why']}")
-    censored = [r for r in rows if r.get("p99_censored")]
-    if censored:
-        # a p99 among the errored or timed-out requests is no evidence of "clear": compare calls the row
-        # not gateable (before, such a row fell out of the count and the answer read "clear")
-        worst = censored[0]
-        return result("unavailable", f"{len(censored)} point/bucket/quantity row(s) cannot be judged, e.g. "
+    if unjudged:
+        # a p99 among the errored or timed-out requests, or from a subset of the replicates, is no evidence
+        # of "clear": compare calls the row not gateable (before, such a row fell out of the count and the
+        # answer read "clear")
+        worst = unjudged[0]
+        return result("unavailable", f"{len(unjudged)} point/bucket/quantity row(s) cannot be judged, e.g. "
                                      f"{worst['suite']} {worst['point']} bucket {worst['bucket']} {worst['quantity']}: "
                                      f"{worst['why'].removeprefix('not judged: ')}; the {len(backed)} row(s) compared "
                                      "with enough requests showed no tail regression")
