@@ -150,21 +150,29 @@ def test_podout_exits_with_the_suites_code_and_uploads_a_failed_suites_files(s3_
     assert s3.get_object(Bucket=BUCKET, Key="benchrun/pods/%s/uid-1/log" % RUN_ID)["Body"].read() == b"dying\n"
 
 
-def test_a_tampered_object_is_not_taken(s3_env, tmp_path, monkeypatch):  # noqa: F811
+def _pod_uploaded(s3_env, tmp_path, monkeypatch, uid: str, files: dict[str, str]):  # noqa: F811
+    """A pod (podout around a suite) that wrote ``raw/<name>`` files and uploaded them; the S3 client."""
     import sys
 
     import boto3
 
     from benchrun.launch import podout
-    from benchrun.launch.k8s_outputs import fetch_outputs
 
     s3 = boto3.client("s3", endpoint_url=s3_env)
     s3.create_bucket(Bucket=BUCKET)
     monkeypatch.setenv("BENCHRUN_RUN_ID", RUN_ID)
-    monkeypatch.setenv("BENCHRUN_POD_UID", "uid-2")
+    monkeypatch.setenv("BENCHRUN_POD_UID", uid)
     pod_dir = tmp_path / "pod"
-    code = "import pathlib; p = pathlib.Path(%r) / 'raw'; p.mkdir(parents=True); (p / 'a.txt').write_text('A')" % str(pod_dir)
+    code = f"import pathlib; p = pathlib.Path({str(pod_dir)!r}) / 'raw'; p.mkdir(parents=True)\n" + "".join(
+        f"(p / {name!r}).write_text({text!r})\n" for name, text in files.items())
     assert podout.main(["--run-dir", str(pod_dir), "--to", URI, "--", sys.executable, "-c", code]) == 0
+    return s3
+
+
+def test_a_tampered_object_is_not_taken(s3_env, tmp_path, monkeypatch):  # noqa: F811
+    from benchrun.launch.k8s_outputs import fetch_outputs
+
+    s3 = _pod_uploaded(s3_env, tmp_path, monkeypatch, "uid-2", {"a.txt": "A"})
     s3.put_object(Bucket=BUCKET, Key=f"benchrun/pods/{RUN_ID}/uid-2/files/raw/a.txt", Body=b"B")
     run_dir = tmp_path / "run"
     note = fetch_outputs(URI, RUN_ID, "uid-2", run_dir, run_dir / "raw" / "r.log")
@@ -177,21 +185,9 @@ def test_outputs_that_do_not_all_come_back_leave_none_and_say_so(s3_env, tmp_pat
     """Found in review: with three files uploaded and the second altered, the first stayed in the run
     directory, the others and the pod's log did not, and the replicate read ok. Now none is kept, and
     the note starts with INCOMPLETE, which fails the replicate (KubernetesLauncher._settle)."""
-    import sys
-
-    import boto3
-
-    from benchrun.launch import podout
     from benchrun.launch.k8s_outputs import INCOMPLETE, fetch_outputs
 
-    s3 = boto3.client("s3", endpoint_url=s3_env)
-    s3.create_bucket(Bucket=BUCKET)
-    monkeypatch.setenv("BENCHRUN_RUN_ID", RUN_ID)
-    monkeypatch.setenv("BENCHRUN_POD_UID", "uid-3")
-    pod_dir = tmp_path / "pod"
-    code = ("import pathlib; p = pathlib.Path(%r) / 'raw'; p.mkdir(parents=True)\n"
-            "for n in 'abc': (p / (n + '.txt')).write_text(n)" % str(pod_dir))
-    assert podout.main(["--run-dir", str(pod_dir), "--to", URI, "--", sys.executable, "-c", code]) == 0
+    s3 = _pod_uploaded(s3_env, tmp_path, monkeypatch, "uid-3", {f"{n}.txt": n for n in "abc"})
     s3.put_object(Bucket=BUCKET, Key=f"benchrun/pods/{RUN_ID}/uid-3/files/raw/b.txt", Body=b"changed")
     run_dir = tmp_path / "run"
     note = fetch_outputs(URI, RUN_ID, "uid-3", run_dir, run_dir / "raw" / "r.log")
