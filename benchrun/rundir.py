@@ -161,6 +161,11 @@ log = logging.getLogger(__name__)
 _STATUS_LOCKS = threading.local()  # .held: the run directories whose status lock this thread holds
 
 
+# A run's first start, which a re-run keeps, then its latest attempt's: the start its warehouse rows are
+# filed and sealed under (write_manifest; warehouse.sources.run_start reads the same keys).
+START_KEYS = ("first_started_utc", "started_utc")
+
+
 @dataclass(frozen=True)
 class RunDir:
     """One run's directory under ``<home>/runs/``; the run id is validated on creation."""
@@ -286,7 +291,7 @@ class RunDir:
 
     def _first_start(self) -> str | None:
         status = self.read_status() if self.status_path.exists() else {}
-        return status.get("first_started_utc") or status.get("started_utc")
+        return next((status[k] for k in START_KEYS if status.get(k)), None)
 
     def set_phase(self, phase: str, *, message: str | None = None) -> dict[str, Any]:
         if phase not in PHASES:

@@ -13,7 +13,7 @@ from typing import Any
 
 from benchrun.errors import BenchrunError
 from benchrun.paths import sample_path, validate_run_id
-from benchrun.rundir import read_json_or_none
+from benchrun.rundir import START_KEYS, read_json_or_none
 from benchrun.store import ArtifactStore, ObjectManifest, open_store, portable_address, sha256_file
 from benchrun.suites.result import read_result
 
@@ -40,7 +40,7 @@ def run_start(status: Any) -> dt.datetime | None:
     else its creation; None when the status says none."""
     if not isinstance(status, dict):
         return None
-    for key in ("first_started_utc", "started_utc", "created_utc"):
+    for key in (*START_KEYS, "created_utc"):
         when = parse_ts(status.get(key))
         if when is not None:
             return when
