@@ -322,3 +322,38 @@ def test_survivors_of_a_round_that_mostly_crashed_do_not_clear_the_regression():
     # survivors that still show the regression confirm it: a regression they show is said
     res = C.compare_tables(base, cand, primary={"tps"}, confirm=_Fixed(rb, _crashed([80.2, 80.8, 0, 0, 0], {3, 4, 5})))
     assert res.confirmation == "confirmed" and res.condition()["status"] == "True"
+
+
+def _failing_extension(fail_b, fail_c):
+    """``extend`` whose launches fail: pair k of the extension (1-based) crashes in the baseline
+    when k is in ``fail_b``, in the candidate when in ``fail_c``; the rest look alike."""
+    def extend(self, keys, pairs):
+        self.sizes.append(pairs)
+        first = int(max(self.b.replicate.max(), self.c.replicate.max())) + 1
+
+        def arm(t, fail):
+            new = _crashed([100.0] * pairs, fail)
+            new["replicate"] += first - 1
+            return pd.concat([t, new], ignore_index=True)
+        self.b, self.c = arm(self.b, fail_b), arm(self.c, fail_c)
+        return self.b, self.c
+    return extend
+
+
+def test_an_extension_whose_launches_failed_does_not_clear_the_regression():
+    # review 2026-12-07: the survivors' rule counted the whole round, so an extension whose
+    # launches all failed left the first look's 5 unclear pairs to decide at the last look:
+    # "not_confirmed at look 3 of 3 (5 pairs)" and RegressionDetected=False
+    base, cand = _table([100, 101, 99, 100.5, 99.5]), _table([90, 89, 91, 90.5, 89.5])
+    rb, rc = _table([100] * 5), _table([99, 98, 102, 97, 101])
+    for fail_b, fail_c in [({1, 2, 3, 4, 5}, {1, 2, 3, 4, 5}), ({1, 2, 3, 4, 5}, set()), (set(), {1, 2, 3, 4})]:
+        hook = _Fixed(rb.copy(), rc.copy(), max_pairs=10, extend=_failing_extension(fail_b, fail_c))
+        res = C.compare_tables(base, cand, primary={"tps"}, confirm=hook)
+        assert hook.sizes == [5], hook.sizes
+        assert res.confirmation == "failed" and res.condition()["status"] == "Unknown", (fail_b, fail_c, res.condition())
+        assert "pairs the round was extended by paired up" in res.condition()["message"]
+        assert not res.regression_detected and res.gating_regression
+    # 2 of 5 lost: the extension's 3 pairs stand, and the round decides (here: not confirmed)
+    hook = _Fixed(rb.copy(), rc.copy(), max_pairs=10, extend=_failing_extension(set(), {4, 5}))
+    res = C.compare_tables(base, cand, primary={"tps"}, confirm=hook)
+    assert res.confirmation == "not_confirmed" and res.condition()["status"] == "False", res.condition()

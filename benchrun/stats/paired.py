@@ -176,19 +176,35 @@ def screened(df: Any, alpha: float) -> np.ndarray:
                 & (df["name"] != "failed_replicates").to_numpy() & rejects(p, alpha) & (shift < -margin))
 
 
+def _ok_values(t: Any, key: tuple[str, str, str]) -> dict[int, float]:
+    """Replicate index → ok, finite value of ``key`` in one arm's replicate table."""
+    if t is None or len(t) == 0:
+        return {}
+    sel = (t["suite"] == key[0]) & (t["case"] == key[1]) & (t["metric"] == key[2])
+    if "status" in t.columns:
+        sel &= t["status"].astype(str) == "ok"
+    return {int(r): float(v) for r, v in zip(t.loc[sel, "replicate"], t.loc[sel, "value"]) if np.isfinite(v)}
+
+
 def pairs_of(baseline: Any, candidate: Any, key: tuple[str, str, str]) -> tuple[np.ndarray, np.ndarray]:
     """The ok values of ``key`` in both arms' replicate tables, matched by replicate index."""
-    def one(t: Any) -> dict[int, float]:
-        if t is None or len(t) == 0:
-            return {}
-        sel = (t["suite"] == key[0]) & (t["case"] == key[1]) & (t["metric"] == key[2])
-        if "status" in t.columns:
-            sel &= t["status"].astype(str) == "ok"
-        return {int(r): float(v) for r, v in zip(t.loc[sel, "replicate"], t.loc[sel, "value"]) if np.isfinite(v)}
-
-    b, c = one(baseline), one(candidate)
+    b, c = _ok_values(baseline, key), _ok_values(candidate, key)
     common = sorted(set(b) & set(c))
     return np.array([b[r] for r in common]), np.array([c[r] for r in common])
+
+
+def extension_lost(baseline: Any, candidate: Any, key: tuple[str, str, str], since: int, launched: int) -> str:
+    """Why an extension's pairs (replicate indices above ``since``, ``launched`` of them) cannot
+    decide ``key`` ("" when they can): at least half of them did not pair up — a launch failed
+    in either arm. The survivors' rule (:func:`benchrun.stats.launches.survivors_cannot_speak`)
+    on the extension's own launches, in either arm: the first look's rule counts the whole round,
+    where an extension whose launches all failed hides behind the pairs of the first look."""
+    b, c = _ok_values(baseline, key), _ok_values(candidate, key)
+    new = sum(1 for r in set(b) & set(c) if r > since)
+    if launched <= 0 or 2 * (launched - new) < launched:
+        return ""
+    return (f"only {new} of the {launched} pairs the round was extended by paired up for {'/'.join(key)} "
+            "(a launch failed in either arm): the pairs of the earlier looks cannot speak for the extension")
 
 
 def paired_confirmation(result: Any, keys: list[tuple[str, str, str]], fresh_b: Any, fresh_c: Any,
@@ -206,7 +222,8 @@ def paired_confirmation(result: Any, keys: list[tuple[str, str, str]], fresh_b: 
     ``result.confirmation_evidence['paired']``; returns the confirmed keys and, per key the
     round could not judge (a value ≤ 0 where the first round compared log ratios, an extension
     that could not be launched, at least half of the candidate's launches of the key's suite failed
-    — :func:`benchrun.stats.launches.round_failures` — and the survivors did not confirm), why.
+    — :func:`benchrun.stats.launches.round_failures` — or at least half of an extension's pairs did
+    not pair up — :func:`extension_lost` — and the survivors did not confirm), why.
     ``fresh_b``/``fresh_c`` must hold the failed launches of the keys' suites.
     """
     from benchrun.errors import BenchrunError
@@ -226,7 +243,7 @@ def paired_confirmation(result: Any, keys: list[tuple[str, str, str]], fresh_b: 
     looks = n_looks(n0, max_pairs) if extend is not None else 1
     open_keys, confirmed, log = list(keys), set(), {}
     unjudged: dict[tuple[str, str, str], str] = {}
-    look, pairs_now = 1, n0
+    look, pairs_now, since = 1, n0, 0
     while open_keys:
         still = []
         for k in open_keys:
@@ -239,7 +256,9 @@ def paired_confirmation(result: Any, keys: list[tuple[str, str, str]], fresh_b: 
             dec = decide(p1, d, alpha=alpha, look=look, looks=looks, family=family, margin=margin)
             # the first round's rule on the round's own launches: survivors of a suite that mostly
             # crashed do not clear it (they may still confirm: a regression they show is said)
-            crashed = "" if dec.decision == "confirmed" else round_failures(fresh_b, fresh_c, k[0])
+            crashed = "" if dec.decision == "confirmed" else (
+                round_failures(fresh_b, fresh_c, k[0])
+                or (extension_lost(fresh_b, fresh_c, k, since, pairs_now - since) if look > 1 else ""))
             log.setdefault("/".join(k), []).append({**dec.__dict__, "rule": dec.rule(),
                                                    **({"unjudged": crashed} if crashed else {})})
             df.loc[(df["suite"] == k[0]) & (df["case"] == k[1]) & (df["name"] == k[2]), "confirmation_rule"] = \
@@ -259,7 +278,7 @@ def paired_confirmation(result: Any, keys: list[tuple[str, str, str]], fresh_b: 
             for k in still:
                 unjudged[k] = f"the round could not be extended: {exc}"
             break
-        pairs_now += more
+        since, pairs_now = pairs_now, pairs_now + more
         look += 1
         open_keys = still
     result.confirmation_evidence = {**(result.confirmation_evidence or {}),
