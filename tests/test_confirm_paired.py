@@ -357,3 +357,21 @@ def test_an_extension_whose_launches_failed_does_not_clear_the_regression():
     hook = _Fixed(rb.copy(), rc.copy(), max_pairs=10, extend=_failing_extension(set(), {4, 5}))
     res = C.compare_tables(base, cand, primary={"tps"}, confirm=hook)
     assert res.confirmation == "not_confirmed" and res.condition()["status"] == "False", res.condition()
+
+
+def test_max_pairs_below_the_replicates_the_round_starts_with_is_an_error_naming_the_field(canary_doc, write_spec):
+    # review 2026-12-07: maxPairs 3 with 5 replicates launched 5 pairs at the first look
+    # ({'first_pairs': 5, 'max_pairs': 3, 'looks': 1}) where the docs say "never past maxPairs"
+    from benchrun.errors import BenchrunError
+    from benchrun.spec import load_spec
+
+    canary_doc["spec"]["comparison"]["confirmation"] = {"maxPairs": 3}
+    with pytest.raises(BenchrunError, match=r"spec\.comparison\.confirmation\.maxPairs: is 3; .* \(5: "
+                                            r"trials\.minReplicates\), so it must be at least 5"):
+        load_spec(write_spec(canary_doc))
+    canary_doc["spec"]["trials"].update({"replicates": "auto", "maxReplicates": 8})
+    canary_doc["spec"]["comparison"]["confirmation"] = {"maxPairs": 6}
+    with pytest.raises(BenchrunError, match=r"maxPairs: is 6; .*\(8: trials\.maxReplicates \(replicates: auto\)\)"):
+        load_spec(write_spec(canary_doc))
+    canary_doc["spec"]["comparison"]["confirmation"] = {"maxPairs": 8}
+    load_spec(write_spec(canary_doc))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from benchrun.spec.docaccess import SPEC, Finding, get, require_true
+from benchrun.spec.docaccess import SPEC, Finding, get, require_true, suites
 from benchrun.spec.mix import compact_mix, mix_values, parse_compact_mix, same_mix
 from benchrun.spec.model import FROZEN_WORKLOAD_KEYS
 
@@ -103,3 +103,35 @@ def rule_variable_under_test_resolves(doc: Any) -> Iterator[Finding]:
     if not found:
         yield path, (f"{value!r} names no field of this spec (e.g. layers.micro.suites[gemm].repoCommand, "
                      "layers.micro.suites[gemm].parameters.sizes); set the field in the spec, or fix the path")
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def rule_confirmation_max_pairs(doc: Any) -> Iterator[Finding]:
+    """Extension: ``comparison.confirmation.maxPairs`` is at least the most replicates a suite may
+    run (its own ``replicates``, else ``trials.minReplicates``, or with ``trials.replicates: auto``
+    up to ``trials.maxReplicates``): the round starts with as many pairs as the runs had replicates,
+    so a smaller budget is exceeded at its first look."""
+    path = SPEC + ("comparison", "confirmation", "maxPairs")
+    budget = _count(get(doc, path))
+    if budget is None:
+        return
+    low = _count(get(doc, SPEC + ("trials", "minReplicates"))) or 0
+    auto = get(doc, SPEC + ("trials", "replicates")) == "auto"
+    high = _count(get(doc, SPEC + ("trials", "maxReplicates"))) or 10  # the model's default
+    most, why = 0, ""
+    for where, suite in suites(doc):
+        own = _count(suite.get("replicates"))
+        n, said = ((own, f"{_dotted(where)}.replicates") if own else
+                   (high, "trials.maxReplicates (replicates: auto)") if auto else (low, "trials.minReplicates"))
+        if n > most:
+            most, why = n, said
+    if budget < most:
+        yield path, (f"is {budget}; the confirmation round starts with as many pairs as the runs had replicates "
+                     f"({most}: {why}), so it must be at least {most}")
+
+
+def _dotted(path: tuple[Any, ...]) -> str:
+    return ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in path).replace(".[", "[")

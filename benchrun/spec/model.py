@@ -448,8 +448,8 @@ class Trials(SpecModel):
     report: TrialReport
     replicates: Literal["auto"] | None = Field(
         default=None, description="Extension: 'auto' runs each suite (without its own replicates) as many "
-        "replicates as `benchrun plan` finds its primary metrics need to detect comparison.deltaPct with 80 % "
-        "power, from the history in the home, bounded by minReplicates and maxReplicates (decided once per run, "
+        "replicates as `benchrun plan` finds its primary metrics need for a true change of comparison.deltaPct to "
+        "be significant with 80 % power (planned for the 80 % upper bound of the noise in the home's history), bounded by minReplicates and maxReplicates (decided once per run, "
         "recorded in structured/<run_id>_replicate_plan.json).")
     max_replicates: Annotated[int, Field(ge=3, le=1000)] = Field(
         default=10, description="Extension: the most replicates `replicates: auto` may plan for a suite.")

@@ -31,6 +31,7 @@ from benchrun.spec.docaccess import (
 from benchrun.spec.builtin_suites import rule_builtin_suite
 from benchrun.spec.comparison_rules import (
     rule_baseline_ref,
+    rule_confirmation_max_pairs,
     rule_controls_fixed,
     rule_one_variable_at_a_time,
     rule_variable_under_test_resolves,
@@ -518,6 +519,7 @@ RULES: tuple[Rule, ...] = (
     rule_one_variable_at_a_time,
     rule_variable_under_test_resolves,
     rule_baseline_ref,
+    rule_confirmation_max_pairs,
     rule_fixed_across_trials,
     rule_training_metrics,
     rule_inference_metrics,

@@ -3,8 +3,9 @@
 The gate tests each (suite, case, metric) a primary selector matches, so a plan is made per
 primary and per suite that reports it. The noise of a metric in a suite is the within-run
 spread of log values of its noisiest case (the suite runs one replicate count for all of its
-cases, so the case that needs the most decides; with few runs the largest of several estimates
-errs high, toward more replicates), in the newest runs of the same
+cases, so the case that needs the most decides), planned for the one-sided ``NOISE_BOUND`` upper
+confidence bound of that spread (a point estimate from a short history plans too few about half
+of the time), in the newest runs of the same
 workload (``workload_spec_digest``; the normalized digest where both sides have one, so a
 default written out is the same workload: :mod:`benchrun.spec.normal`) in ``$BENCHRUN_HOME/runs`` — else, for a metric those runs
 do not report, in the newest runs of any workload that do — ad-hoc experiments (``intent.cadence:
@@ -35,6 +36,11 @@ if TYPE_CHECKING:
 
 HISTORY_RUNS = 20
 SIMS = 400
+# the noise a plan is made for: the one-sided 80 % upper confidence bound of the history's
+# variance, ss / χ²₀.₂(dof) — a point estimate from a few runs is below the truth about half the
+# time, and the plan with it (a review, 2026-12-07: one run of 3 replicates planned fewer than
+# needed in 62 % of histories, at 0.66 mean power for a stated 0.8)
+NOISE_BOUND = 0.8
 
 Key = tuple[str, str, str]
 
@@ -55,6 +61,8 @@ class MetricPlan:
     note: str
     case: str = ""  # the case whose noise decides (the suite's noisiest), "" without cases
     adhoc_left_out: int = 0  # ad-hoc experiments left out of the history it could have read
+    dof: int = 0  # degrees of freedom of the noise estimate
+    cv_planned: float = math.nan  # the CV planned for: NOISE_BOUND's upper bound of ``cv``
 
 
 ADHOC = "adhoc"
@@ -111,15 +119,27 @@ def _table(rd: Path) -> Any:
         return None
 
 
-def _matched(t: Any, primary: str) -> Any:
-    """The rows of table ``t`` the primary selector matches, with a positive value."""
+def _matched(t: Any, primary: str, *, positive: bool = True) -> Any:
+    """The rows of table ``t`` the primary selector matches (with a positive value, unless
+    ``positive`` is false)."""
     from benchrun.stats.compare import gating_mask
 
     if t is None or t.empty:
         return None
     keys = list(zip(t["suite"].astype(str), t["case"].astype(str), t["metric"].astype(str)))
-    sel = t[gating_mask(keys, [primary]) & (t["value"] > 0)]
+    sel = t[gating_mask(keys, [primary]) & ((t["value"] > 0) if positive else True)]
     return sel if not sel.empty else None
+
+
+def _not_positive(tables: list[Any], primary: str, suite: str) -> int:
+    """How many of the history's values of ``primary`` in ``suite`` are ≤ 0 (the comparison then
+    judges differences against an absolute margin, not the log ratios a plan simulates)."""
+    n = 0
+    for t in tables:
+        sel = _matched(t, primary, positive=False)
+        if sel is not None:
+            n += int((sel.loc[sel["suite"].astype(str) == suite, "value"] <= 0).sum())
+    return n
 
 
 def _spread(tables: list[Any], primary: str, suite: str | None) -> tuple[dict[Key, list[float]], int]:
@@ -147,6 +167,14 @@ def _spread(tables: list[Any], primary: str, suite: str | None) -> tuple[dict[Ke
 
 def _cv(ss: float, dof: float) -> float:
     return math.sqrt(math.expm1(ss / dof)) if dof else math.nan
+
+
+def _cv_bound(ss: float, dof: float) -> float:
+    """The CV at the one-sided ``NOISE_BOUND`` upper confidence bound of the log variance,
+    ss / χ²_{1−NOISE_BOUND}(dof)."""
+    from scipy.stats import chi2
+
+    return math.sqrt(math.expm1(ss / float(chi2.ppf(1.0 - NOISE_BOUND, dof)))) if dof else math.nan
 
 
 def _pooled(acc: dict[Key, list[float]]) -> float:
@@ -325,11 +353,21 @@ def plan(doc: dict[str, Any], digest: "str | WorkloadDigests | None", home: Path
                                       "; ".join(x for x in ("no history with 2 replicates a run", left) if x),
                                       adhoc_left_out=n_left))
                 continue
-            # the suite runs one count for all its cases: the noisiest (case, metric) decides
-            worst = max(acc, key=lambda k: _cv(*acc[k]))
-            cv = _cv(*acc[worst])
-            needed, at_now, note = _needed(cv, delta, family, alpha, now, target=target, max_n=max_n, sims=sims)
-            notes = [note]
+            bad = _not_positive(tables, p, suite)
+            if bad:
+                out.append(MetricPlan(p, suite, 0, math.nan, delta, family, None, None, now, "; ".join(x for x in (
+                    f"not planned: {bad} value(s) ≤ 0 in the history, so the comparison judges differences against "
+                    "comparison.absoluteMarginByMetric, where a plan simulates log ratios against δ", left) if x),
+                    adhoc_left_out=n_left))
+                continue
+            # the suite runs one count for all its cases: the noisiest (case, metric) decides,
+            # planned at the upper bound of its noise (NOISE_BOUND)
+            worst = max(acc, key=lambda k: _cv_bound(*acc[k]))
+            cv, dof = _cv(*acc[worst]), int(acc[worst][1])
+            cv_up = _cv_bound(*acc[worst])
+            needed, at_now, note = _needed(cv_up, delta, family, alpha, now, target=target, max_n=max_n, sims=sims)
+            notes = [note, f"planned for CV {cv_up:.2%}, the {NOISE_BOUND:.0%} upper confidence bound of the CV "
+                           f"{cv:.2%} read from {dof} degrees of freedom"]
             floor = _request_floor(requests, suite, name, 1.0 - alpha)
             if floor is not None:
                 reps, why = floor
@@ -343,7 +381,7 @@ def plan(doc: dict[str, Any], digest: "str | WorkloadDigests | None", home: Path
                 notes.append("history of other workloads: none of this one reports it")
             notes.append(left)
             out.append(MetricPlan(p, suite, runs, cv, delta, family, needed, at_now, now,
-                                  "; ".join(x for x in notes if x), worst[1], n_left))
+                                  "; ".join(x for x in notes if x), worst[1], n_left, dof, cv_up))
     return out
 
 
@@ -357,13 +395,16 @@ def auto_replicates(doc: dict[str, Any], digest: "str | WorkloadDigests | None",
     for suite in suites:
         known = [p for p in plans if p.suite == suite and p.runs]
         if not known:
-            out[suite] = {"replicates": low, "why": "no primary metric with history: trials.minReplicates"}
+            unplanned = "; ".join(f"{p.metric}: {p.note}" for p in plans if p.suite == suite and p.note.startswith("not planned"))
+            out[suite] = {"replicates": low, "why": "no primary metric with history: trials.minReplicates"
+                          + (f" ({unplanned})" if unplanned else "")}
             continue
         short = [p.metric for p in known if p.needed is None]
         need = high if short else max(int(p.needed) for p in known if p.needed is not None)
         n = min(max(need, low), high)
         why = (f"{', '.join(short)} need more than {high}: trials.maxReplicates" if short else
-               "; ".join(f"{p.metric}{f'[{p.case}]' if p.case and '[' not in p.metric else ''} needs {p.needed} (CV {p.cv:.2%} from {p.runs} runs, δ {p.delta_pct:g} %, "
+               "; ".join(f"{p.metric}{f'[{p.case}]' if p.case and '[' not in p.metric else ''} needs {p.needed} (CV {p.cv:.2%} from {p.runs} runs, "
+                         f"planned for its {NOISE_BOUND:.0%} upper bound {p.cv_planned:.2%}, δ {p.delta_pct:g} %, "
                          f"{p.family} gating tests)" for p in known))
         left = max((p.adhoc_left_out for p in known), default=0)
         if left:
