@@ -763,3 +763,30 @@ def test_any_figure_of_a_point_the_load_generator_judged_invalid_is_not_gated(tm
     assert "primary serve/tokens_per_second[c=4] cannot be judged (not gateable: load generator verdict invalid " \
            f"(candidate r1: {why}" in gate.message()
     assert "serve/p99_latency_ms[c=4] cannot be judged" in gate.message()
+
+
+def test_a_primary_suite_that_failed_every_candidate_replicate_is_refused_when_the_baseline_had_none(tmp_path):
+    """Review 2026-12-07: a suite a primary names (`load/rows_per_second`) was unavailable in the
+    baseline and failed 5 of 5 in the candidate; the primary, measured in neither run, became a
+    note, its suite's failure row did not gate (no gating row of that suite was left), and the pair
+    exited 0 (NoGatingRegression)."""
+    rng = np.random.default_rng(8)
+    spec = {"spec": {"metrics": {"inference": {"primary": ["serve/tokens_per_second", "load/rows_per_second"]}},
+                     "layers": LAYERS}}
+
+    def serve():
+        return {("serve", "", "tokens_per_second"): (lognormal_replicates(rng, 100, 0.02, 5), "tok/s", "higher")}
+
+    load = {("load", "", "rows_per_second"): ([5e4] * 5, "rows/s", "higher")}
+    base = make_run(tmp_path, "base", {**serve(), **load}, spec=spec, manifest=False,
+                    launches={"serve": ["ok"] * 5, "load": ["unavailable"] * 5})
+    for doc in (base / "structured").glob("base_load_*.json"):  # the suite said: no device here
+        d = json.loads(doc.read_text())
+        doc.write_text(json.dumps({**d, "status": "unavailable", "reason": "unavailable: no CUDA device",
+                                   "metrics": []}))
+    write_manifest(base)
+    seal_run(base, tmp_path)
+    make_run(tmp_path, "cand", {**serve(), **load}, spec=spec, failed_replicates={"load": [1, 2, 3, 4, 5]})
+    gate, res = compare_runs(tmp_path / "runs" / "base", tmp_path / "runs" / "cand")
+    assert res is None and "ReplicatesFailed" in [r.reason for r in gate.refusals], gate.message()
+    assert "5 of 5 candidate replicates failed" in gate.message()

@@ -264,6 +264,9 @@ def compare_tables(
     df["note"] = notes
     if b.failed or c.failed:
         gating_suites = set(df.loc[df["gating"], "suite"]) if rows else set()
+        # a suite a primary names gates its failures even when no value of it is left to compare:
+        # failed in every candidate replicate, unavailable in the baseline, it gated nothing (exit 0)
+        gating_suites |= {sel.suite for sel in map(parse_primary, primary) if sel.suite is not None}
         df = pd.concat([df, _failure_rows(b, c, primary, gating_suites)], ignore_index=True)
     result = Comparison(rows=df, confidence=confidence)
     if df.empty:
