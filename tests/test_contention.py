@@ -34,6 +34,21 @@ def test_contended_replicates_leave_the_comparison_and_the_rows_say_so(tmp_path)
     assert row.contention == "baseline: 2 contended, excluded"
 
 
+def test_contended_replicates_the_launcher_failed_stay_failures(tmp_path):
+    # review 2026-12-07: a suite that wrote an ok, contended document and was then killed at its
+    # timeout (launch record: failed) was "excluded as contended": its failed rows left the table,
+    # and 5 of 10 failed candidate launches read 0 failed, exit 0 (refused without the flag)
+    vals = [100, 100.5, 99.5, 100.2, 99.8, 100.1, 99.9, 100.3, 99.7, 100.0]
+    base = make_run(tmp_path, "base", {("s", "", "tps"): (vals, "t/s", "higher")}, spec=SPEC)
+    cand = make_run(tmp_path, "cand", {("s", "", "tps"): (vals, "t/s", "higher")}, spec=SPEC,
+                    launches={"s": ["failed"] * 5 + ["ok"] * 5})
+    _mark(cand, "s", (1, 2, 3, 4, 5))
+    gate, res = compare_runs(base, cand)
+    fail = res.rows.set_index("name").loc["failed_replicates"]
+    assert (fail.failed_candidate, fail.n_candidate, fail.verdict) == (5, 10, "regression"), fail.to_dict()
+    assert res.gating_regression and any("5 of 10 candidate replicates failed" in n for n in res.notes), res.notes
+
+
 def test_too_few_quiet_replicates_keep_the_contended_ones():
     import pandas as pd
 

@@ -21,14 +21,19 @@ MIN_QUIET = 3
 
 
 def contended_replicates(run_dir: str | Path) -> dict[str, set[int]]:
-    """suite → replicates whose telemetry record says ``contended``."""
-    from benchrun.stats.load import suite_results
+    """suite → ok replicates whose telemetry record says ``contended``: ok as the launcher says
+    (:func:`benchrun.stats.load.launch_decides`), so a suite that wrote an ok, contended document
+    and was then killed at its timeout stays a failure."""
+    from benchrun.stats.load import launch_decides, launch_statuses, suite_results
 
+    said = launch_statuses(run_dir) or {}
     out: dict[str, set[int]] = {}
     for doc in suite_results(run_dir):
         tel = doc.get("telemetry")
-        if isinstance(tel, dict) and tel.get("contended") and doc.get("status") == "ok":
-            out.setdefault(str(doc.get("suite")), set()).add(int(doc.get("replicate") or 0))
+        suite, rep = str(doc.get("suite")), int(doc.get("replicate") or 0)
+        if isinstance(tel, dict) and tel.get("contended") and \
+                launch_decides(doc.get("status"), said.get((suite, rep))) == "ok":
+            out.setdefault(suite, set()).add(rep)
     return out
 
 
@@ -57,8 +62,8 @@ def exclude(table: Any, contended: dict[str, set[int]], *, min_quiet: int = MIN_
         in_suite = table["suite"] == suite
         ok = (table["status"].astype(str) == "ok") if "status" in table.columns else True
         quiet = set(table.loc[in_suite & ok, "replicate"].astype(int)) - reps
-        if len(quiet) >= min_quiet:
-            mask = in_suite & table["replicate"].astype(int).isin(reps)
+        if len(quiet) >= min_quiet:  # only ok rows leave: a failed replicate's row keeps counting as failed
+            mask = in_suite & ok & table["replicate"].astype(int).isin(reps)
             drop = mask if drop is None else (drop | mask)
             info[suite] = (len(reps), "excluded")
         else:
