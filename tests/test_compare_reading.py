@@ -84,7 +84,7 @@ def test_cli_json_and_report_agree_on_sign_and_better_worse(tmp_path, monkeypatc
     want = f"{rec['change_pct']:+.1f} %"
     runner = CliRunner()
     js = runner.invoke(app, ["compare", "base", "cand", "--json"])
-    row = json.loads(js.output)[0]
+    row = json.loads(js.output)["metrics"][0]
     assert (f"{row['change_pct']:+.1f} %", row["better_worse"]) == (want, "worse")
     text = runner.invoke(app, ["compare", "base", "cand"], terminal_width=250).output
     line = next(x for x in text.splitlines() if "p99_latency_ms" in x)
@@ -142,7 +142,7 @@ def test_red_and_green_only_on_gating_rows_in_the_forest_plot_and_the_cli(tmp_pa
     assert red in lines["p99_latency_ms"] and "regression" in lines["p99_latency_ms"]
     assert "regression" in lines["tokens_per_s"] and red not in lines["tokens_per_s"] and "\x1b[32m" not in \
         lines["tokens_per_s"]
-    records = json.loads(CliRunner().invoke(app, ["compare", "base", "cand", "--json"]).stdout)
+    records = json.loads(CliRunner().invoke(app, ["compare", "base", "cand", "--json"]).stdout)["metrics"]
     assert {r["metric"]: (r["role"], r["verdict"]) for r in records} == {
         "s/p99_latency_ms": ("primary", "regression"), "s/tokens_per_s": ("secondary", "regression")}
     drawn = {r["metric"]: r for r in figures.forest_rows(records)}
@@ -353,7 +353,7 @@ def test_compare_json_is_strict_json_a_strict_parser_reads(tmp_path, monkeypatch
     def refuse(token):
         raise AssertionError(f"not JSON: {token}")
 
-    records = json.loads(out, parse_constant=refuse)
+    records = json.loads(out, parse_constant=refuse)["metrics"]
     row = next(r for r in records if r["metric"] == "s/ttft_ms")  # a secondary: two-sided exact, 3 vs 3
     assert "mde_pct" in row and row["mde_pct"] is None  # none at this n
 
@@ -490,3 +490,44 @@ def test_a_change_the_comparison_withheld_is_withheld_by_every_reader():
     assert change_of(rec) == (None, "") and format_change(rec) == "" and change_interval_of(rec) == (None, None)
     old = {"ratio": 1.2, "direction": "lower", "ci_low": 1.1, "ci_high": 1.3}  # a record from before change_pct
     assert change_of(old)[0] == pytest.approx((1 / 1.2 - 1) * 100) and change_interval_of(old)[0] is not None
+
+
+def _tab(values, name="tps"):
+    return pd.DataFrame({"suite": "s", "case": "", "metric": name, "unit": "u", "direction": "higher",
+                         "replicate": np.arange(1, len(values) + 1), "value": values, "status": "ok"})
+
+
+def test_exit_0_says_whether_every_primary_was_shown_unchanged():
+    # review 2026-12-07: a gating row `spread changed` or `inconclusive` exited 0 with "no gating
+    # metric regressed" (NoGatingRegression), the words of a pair whose primaries were all shown
+    # within their margin
+    base = [100, 101, 99, 100.5, 99.5, 100.2, 99.8, 100.1]
+    res = C.compare_tables(_tab(base), _tab([40, 120, 60, 130, 55, 125, 50, 70]), primary={"tps"})
+    assert res.rows.iloc[0].verdict == "spread changed" and not res.gating_regression
+    cond = res.condition()
+    assert (cond["status"], cond["reason"]) == ("False", "NoRegressionShown"), cond
+    assert "nor were 1 shown within their margin: s/tps spread changed" in cond["message"]
+    res = C.compare_tables(_tab(base), _tab([100.3, 99.6, 100.4, 100.0, 99.9, 100.6, 99.4, 100.2]), primary={"tps"})
+    assert res.rows.iloc[0].verdict == "no_change"
+    assert res.condition()["reason"] == "NoGatingRegression"
+
+
+def test_compare_json_carries_the_condition_and_the_notes(tmp_path, monkeypatch):
+    # review 2026-12-07: --json wrote only the rows: "primaries measured in neither run" and the
+    # RegressionDetected condition reached the text table alone
+    from typer.testing import CliRunner
+
+    from benchrun.cli import app
+
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    rng = np.random.default_rng(5)
+    prim = {"spec": {"metrics": {"inference": {"primary": ["s/tokens_per_s", "gpu/tokens_per_s"]}}}}
+    for run in ("base", "cand"):
+        make_run(tmp_path, run, {("s", "", "tokens_per_s"): (lognormal_replicates(rng, 100, 0.01, 5), "tok/s", "higher")},
+                 spec=prim)
+    res = CliRunner().invoke(app, ["compare", "base", "cand", "--json"])
+    doc = json.loads(res.stdout)
+    assert res.exit_code == 0 and doc["exit_code"] == 0 and doc["refused"] is False, res.output
+    assert doc["condition"]["type"] == "RegressionDetected" and doc["condition"]["status"] == "False"
+    assert any("measured in neither run, so not judged: gpu/tokens_per_s" in n for n in doc["notes"]), doc["notes"]
+    assert [m["metric"] for m in doc["metrics"]] == ["s/tokens_per_s"]

@@ -304,7 +304,7 @@ def test_cli_compare_refuses_an_undeclared_difference_and_records_an_allow_diffe
     assert not comparison.exists()  # a refused pair records nothing
     code, out, err = _cli(monkeypatch, capsys, "compare", "base", "cand", "--json", "--allow-differences", GEMM_CMD)
     assert code == 0, (out, err)
-    rows = json.loads(out)
+    rows = json.loads(out)["metrics"]
     assert rows and all(r["allowed_differences"] == [GEMM_CMD] for r in rows)
     assert f"gate overridden: --allow-differences {GEMM_CMD}; recorded in {comparison}" in err
     doc = json.loads(comparison.read_text())

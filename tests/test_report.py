@@ -117,7 +117,9 @@ def test_cli_compare_json_promote_report(home):
     assert r.returncode == 0 and (home / "published" / "current").read_text().splitlines()[0] == "base", r.stderr
     r = run("compare", "published/current", "cand", "--json")
     assert r.returncode == 0, r.stderr
-    rows = json.loads(r.stdout)
+    doc = json.loads(r.stdout)
+    assert doc["exit_code"] == 0 and doc["condition"]["status"] == "False" and not doc["refused"], doc
+    rows = doc["metrics"]
     assert len(rows) == 3
     for row in rows:
         assert list(row)[:9] == ["metric", "baseline_median", "candidate_median", "ratio", "ci_low", "ci_high",

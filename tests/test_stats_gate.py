@@ -240,7 +240,8 @@ def test_compare_exits_3_on_a_suspected_gating_regression(tmp_path, monkeypatch)
     # the p column is two-sided, p adj of a gating row the Holm-adjusted one-sided gate p: said, not implied
     assert "p 2-sided" in slow.output and "one-sided p in the regression direction" in slow.output
     js = runner.invoke(app, ["compare", "base", "slow", "--json"])
-    assert js.exit_code == 3 and json.loads(js.output)[0]["verdict"] == "regression"
+    assert js.exit_code == 3 and json.loads(js.output)["metrics"][0]["verdict"] == "regression"
+    assert json.loads(js.output)["exit_code"] == 3
     drift = runner.invoke(app, ["compare", "base", "drift"])  # main() turns this into exit 4
     assert getattr(drift.exception, "exit_code", None) == 4  # the gate refused the pair (was 3, now 3 = regression)
 

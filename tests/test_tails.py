@@ -371,7 +371,7 @@ def test_the_cli_and_the_report_label_a_pooled_p99_rows_change(tmp_path, monkeyp
     assert f"§ serve/p99_latency_ms[c=4]: change = the ratio of the two arms' pooled-request p99s, " \
            f"{pooled[0]:.4g} → {pooled[1]:.4g} ms" in out
     _code, out, _err = cli_in_process(["compare", "base", "cand", "--json"], monkeypatch, capsys)
-    rec = next(r for r in json.loads(out) if r["metric"] == "serve/p99_latency_ms[c=4]")
+    rec = next(r for r in json.loads(out)["metrics"] if r["metric"] == "serve/p99_latency_ms[c=4]")
     assert (rec["baseline_median"], rec["candidate_median"]) == pytest.approx(med)
     assert (rec["p99_pooled_baseline"], rec["p99_pooled_candidate"]) == pytest.approx(pooled)
     gate, res = compare_runs(base, cand)

@@ -4,8 +4,10 @@
 suspected (the CLI runs no confirmation round, so a suspicion is not cleared here) or
 confirmed, 4 when the one-variable gate refuses the pair, 5 when the pair is not comparable
 (fail closed: a run not Succeeded, different layer/suite sets, evidence that does not verify,
-a primary metric not measured in both), 2 for a run compared with itself, 1 on other errors.
-Exit 0 is only ever given for metrics measured in both runs.
+a primary metric not measured in both), 2 for a run compared with itself or a ``--variable`` /
+``--allow-differences`` path that does not resolve, 1 on other errors. Exit 0 is only ever given
+for metrics measured in both runs; its condition's reason says whether every primary was shown
+within its margin (``NoGatingRegression``) or some were not (``NoRegressionShown``).
 """
 
 from __future__ import annotations
@@ -39,8 +41,9 @@ def _num(v: object) -> str:
 def compare(
     baseline: str = typer.Argument(..., help="Baseline: run id, run directory, or published/current."),
     candidate: str = typer.Argument(..., help="Candidate: run id or run directory."),
-    as_json: bool = typer.Option(False, "--json", help="One JSON object per metric on stdout (a refused pair: one "
-                                 "object with the refusal and the exit code)."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout: the exit code, the "
+                                 "RegressionDetected condition, the notes and one object per metric under "
+                                 "'metrics' (a refused pair: the refusal and the exit code)."),
     variable: Optional[str] = typer.Option(
         None, "--variable", help="Variable under test: a named variable or a spec path such as "
         "layers.micro.suites[gemm].env.OMP_NUM_THREADS (default: the candidate spec's comparison.variableUnderTest)."),
@@ -54,7 +57,8 @@ def compare(
     Exit 0: no gating regression; 3: a gating regression is suspected or confirmed; 4: the
     one-variable gate refused the pair; 5: not comparable (a run not Succeeded, different
     suites, evidence that does not verify, a primary not measured in both); 2: a run
-    compared with itself; 1: another error.
+    compared with itself, or a --variable / --allow-differences path that does not resolve;
+    1: another error.
     """
     from benchrun.stats.admit import EXIT_NOT_COMPARABLE
     from benchrun.stats.analysis import compare_runs
@@ -96,10 +100,13 @@ def compare(
     if allow:  # an override leaves its trace in the candidate's own record, as comparison.allowDifferences does
         typer.echo(f"gate overridden: --allow-differences {', '.join(allow)}; "
                    + _record_override(gate, result, base_dir, cand_dir), err=True)
-    if as_json:
+    if as_json:  # the run-level answer beside the rows: what the table's notes and condition line say
         extra = {"allowed_differences": list(allow)} if allow else {}
-        out = [{**{k: r.get(k) for k in JSON_KEYS}, **{k: v for k, v in r.items() if k not in JSON_KEYS}, **extra}
-               for r in records]
+        rows = [{**{k: r.get(k) for k in JSON_KEYS}, **{k: v for k, v in r.items() if k not in JSON_KEYS}, **extra}
+                for r in records]
+        out = {"refused": False, "exit_code": EXIT_GATING_REGRESSION if result.gating_regression else 0,
+               "condition": result.condition(), "notes": list(result.notes), "baseline": baseline,
+               "candidate": candidate, "variable": gate.variable, "metrics": rows}
         typer.echo(json.dumps(strict_json(out), indent=2, default=str, allow_nan=False))
         _exit(result)
         return

@@ -96,8 +96,30 @@ class Comparison:
                     "message": ("a suspected gating regression did not reproduce in the confirmation round"
                                 if self.suspected else "a screened gating change (unadjusted p ≤ α, beyond the "
                                 "margin) did not reproduce in the confirmation round")}
+        unshown = self.unshown()
+        if unshown:  # exit 0 all the same: nothing regressed, but not everything was shown unchanged
+            return {"type": "RegressionDetected", "status": "False", "reason": "NoRegressionShown",
+                    "message": f"no gating metric was shown to regress, nor were {len(unshown)} shown within their "
+                               f"margin: {'; '.join(unshown[:6])}{' ...' if len(unshown) > 6 else ''} (more "
+                               "replicates decide: see each row's MDE)"}
         return {"type": "RegressionDetected", "status": "False", "reason": "NoGatingRegression",
-                "message": "no gating metric regressed"}
+                "message": "no gating metric regressed: each was shown within its margin or better"}
+
+    def unshown(self) -> list[str]:
+        """Gating rows neither a regression nor shown unchanged or better (``inconclusive``,
+        ``spread changed``; a failure count only where the candidate failed more), as
+        ``metric verdict``."""
+        df = self.rows
+        if df is None or df.empty or "verdict" not in df.columns:
+            return []
+        out = []
+        for r in df[df["gating"].astype(bool)].itertuples():
+            if r.verdict in ("no_change", "improvement", "regression"):
+                continue
+            if r.name == FAILED_METRIC and not r.failed_candidate > r.failed_baseline:
+                continue
+            out.append(f"{r.metric} {r.verdict}")
+        return out
 
     def records(self) -> list[dict[str, Any]]:
         """One JSON-ready object per metric (NaN becomes None)."""
