@@ -119,3 +119,17 @@ def test_unknown_kind_and_missing_file_are_user_errors(tmp_path: Path) -> None:
         ingest_file(tmp_path / "x", "iperf")
     with pytest.raises(BenchrunError, match="no such file"):
         ingest_file(tmp_path / "missing.json", "fio")
+
+
+def test_total_latency_percentiles_are_named_p99_lat_ms_not_p99_clat_ms(tmp_path: Path) -> None:
+    """Review: with only total-latency percentiles (lat_ns: --lat_percentiles=1 --clat_percentiles=0)
+    the reader reported submission + completion latency under the name p99_clat_ms."""
+    out = _fio(tmp_path, "--size=64k", "--lat_percentiles=1", "--clat_percentiles=0", "--name=rr", "--rw=randread",
+               "--bs=4k")
+    read = json.loads(out.read_text())["jobs"][0]["read"]
+    assert "percentile" in read["lat_ns"] and "percentile" not in read["clat_ns"]
+    by = {r["name"]: r for r in ingest_file(out, "fio")}
+    assert "p99_clat_ms" not in by
+    assert by["p99_lat_ms"]["value"] == pytest.approx(read["lat_ns"]["percentile"]["99.000000"] / 1e6)
+    assert by["p99_lat_ms"]["unit"] == "ms" and by["p99_lat_ms"]["direction"] == "lower"
+    assert by["p99_lat_ms"]["samples"] == read["total_ios"]

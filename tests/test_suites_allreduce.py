@@ -111,3 +111,41 @@ def test_a_world_of_one_rank_reports_latency_and_algbw_but_no_busbw(tmp_path: Pa
     names = {m["name"] for m in doc["metrics"]}
     assert {"p50_latency_us", "algbw_gb_per_s", "rank_p50_time_us"} <= names
     assert "busbw_gb_per_s" not in names  # 2(n-1)/n = 0 for one rank: not a bandwidth
+
+
+@pytest.mark.slow
+def test_the_measured_window_is_the_timed_calls(tmp_path: Path) -> None:
+    """Review: allreduce recorded no measured window, so its telemetry summaries covered the
+    interpreter's start-up and the process group's set-up."""
+    proc, doc = run_suite(tmp_path, {"world_size": 2, "sizes": [1024, 65536], "iterations": 3, "backend": "gloo"})
+    assert proc.returncode == 0, proc.stderr
+    samples = json.loads((tmp_path / doc["samples"]["ranks"]).read_text())["samples"]
+    window = doc["measured_window"]
+    assert window["start_unix"] == pytest.approx(min(s["start_unix"] for s in samples), abs=1e-6)
+    assert window["end_unix"] == pytest.approx(max(s["start_unix"] + s["elapsed_s"] for s in samples), abs=1e-6)
+
+
+@pytest.mark.slow
+def test_a_failed_rank_leaves_its_traceback_and_the_ranks_stopped_after_it_say_so(tmp_path: Path) -> None:
+    """Review: the worker wrote its traceback into rank<r>.json, which the parent deleted: only
+    "Type: message" reached the reason, and a rank the parent killed after another failed read
+    "exit code -9, no samples". A gang whose other node never comes, 1 s deadline."""
+    from benchrun.suites.allreduce import free_loopback_port
+
+    proc, doc = run_suite(tmp_path, {"sizes": [1024], "iterations": 2, "timeout_s": 1}, BENCHRUN_NODES="2",
+                          NODE_RANK="0", LOCAL_WORLD_SIZE="2", WORLD_SIZE="4", MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT=str(free_loopback_port()))
+    assert proc.returncode == 1 and doc["status"] == "failed"
+    kept = doc["context"]["rank_tracebacks"]
+    assert kept, doc
+    for rank, rel in kept.items():
+        assert rel == f"raw/{RUN_ID}_allreduce_r1_rank{rank}_traceback.txt"
+        text = (tmp_path / rel).read_text()
+        assert text.startswith("Traceback (most recent call last)") and "init_process_group" in text
+        assert f"allreduce: rank {rank} failed:\nTraceback (most recent call last)" in proc.stderr
+    reason = doc["reason"]
+    assert "exit code -9" not in reason, reason
+    for rank in ("0", "1"):  # each rank: its own error, or stopped because one that failed is named
+        if rank not in kept:
+            assert re.search(rf"rank {rank}: stopped after ranks? [\d, ]*\b({'|'.join(kept)})\b[\d, ]* failed",
+                             reason), reason

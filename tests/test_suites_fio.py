@@ -224,3 +224,34 @@ def test_a_suite_ended_by_sigterm_cleans_up_and_its_scratch_is_never_evidence(tm
     rd.write_status({"run_id": "run-x", "phase": "Analyzing"})
     manifest = rd.write_manifest(status="succeeded", issues=[], suite_steps={})
     assert not any("scratch" in r for r in json.dumps(manifest).split('"'))
+
+
+FAKE_FIO = '''#!{python}
+import json, sys
+if sys.argv[1:] == ["--version"]:
+    print("fio-3.99"); sys.exit(0)
+out = next(a.split("=", 1)[1] for a in sys.argv if a.startswith("--output="))
+moved = {{"io_bytes": 1048576, "bw_bytes": 10485760, "iops": 10.0, "total_ios": 1,
+          "clat_ns": {{"percentile": {{"99.000000": 1000000}}}}}}
+idle = {{"io_bytes": 0, "bw_bytes": 0, "iops": 0.0, "total_ios": 0}}
+jobs = [{{"jobname": "seq_read", "error": 0, "job_runtime": 100, "read": moved, "write": idle}},
+        {{"jobname": "seq_write", "error": 0, "job_runtime": 100, "read": idle, "write": idle}}]
+open(out, "w").write(json.dumps({{"fio version": "fio-3.99", "jobs": jobs}}))
+'''
+
+
+def test_a_case_that_moved_no_bytes_fails_the_replicate_naming_it(tmp_path: Path) -> None:
+    """Review: only "no rows at all" was refused; a requested case that moved no bytes was dropped
+    silently and the replicate was ok with it missing. A stand-in fio: seq_write moves nothing."""
+    import sys
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "fio").write_text(FAKE_FIO.format(python=sys.executable))
+    (fake / "fio").chmod(0o755)
+    proc, doc = run_suite(tmp_path / "run", {"size_mb": 1, "runtime_s": 0.1, "ramp_s": 0,
+                                             "cases": ["seq_read", "seq_write"]}, path=str(fake))
+    assert proc.returncode == 1, proc.stderr
+    assert doc["status"] == "failed"
+    assert doc["reason"].startswith("RuntimeError: fio reported no I/O for case(s) seq_write of 2 asked"), doc["reason"]
+    assert "seq_write (0 I/Os in 100 ms)" in doc["reason"] and "seq_read" not in doc["reason"].split("asked")[0]

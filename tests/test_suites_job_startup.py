@@ -50,3 +50,13 @@ def test_bad_parameters_fail_with_the_parameter_named(tmp_path: Path, params: di
     proc, doc = run_suite(tmp_path, params)
     assert proc.returncode == 1
     assert doc["status"] == "failed" and f"parameter {named}" in doc["reason"]
+
+
+def test_the_measured_window_is_the_timed_launches(tmp_path: Path) -> None:
+    """Review: job_startup recorded no measured window, so its telemetry summaries covered the
+    suite's own start-up as well as the launches."""
+    proc, doc = run_suite(tmp_path, {"launches": 2})
+    assert proc.returncode == 0, proc.stderr
+    launches = json.loads((tmp_path / doc["samples"]["launches"]).read_text())["launches"]
+    assert doc["measured_window"] == {"start_unix": min(x["t_launch"] for x in launches),
+                                      "end_unix": max(x["t_exit"] for x in launches)}

@@ -9,8 +9,11 @@ and per direction that moved bytes:
 * ``bandwidth_mib_per_s`` — ``bw_bytes`` / 2^20 (fio's ``bw`` is KiB/s; fio's own "MiB/s")
 * ``iops`` — fio's ``iops`` (mean over the job's runtime)
 * ``p99_clat_ms`` — the 99th percentile of completion latency (``clat_ns.percentile
-  ["99.000000"]``, or total latency ``lat_ns`` when fio ran with ``--lat_percentiles=1``
-  and no clat percentiles), in milliseconds; absent when fio reported no percentiles.
+  ["99.000000"]``; fio 2.x's ``clat`` in microseconds), in milliseconds;
+* ``p99_lat_ms`` — instead of ``p99_clat_ms`` when fio reported only total-latency
+  percentiles (``lat_ns``: ``--lat_percentiles=1 --clat_percentiles=0``): submission plus
+  completion, a different quantity, so under its own name. Neither is there when fio
+  reported no percentiles.
 
 Every row carries ``job_runtime_ms`` (how long fio ran the job) when fio reports it.
 
@@ -72,13 +75,16 @@ def job_errors(doc: dict[str, Any]) -> list[str]:
     return [f"{j.get('jobname')}: error {j.get('error')}" for j in doc["jobs"] if j.get("error")]
 
 
-def _p99_ms(stats: dict[str, Any]) -> float | None:
-    for key, scale in (("clat_ns", 1e-6), ("lat_ns", 1e-6), ("clat", 1e-3)):  # "clat" (usec): fio 2.x
+def _p99_ms(stats: dict[str, Any]) -> tuple[str, float] | None:
+    """(metric name, the 99th percentile in ms): completion latency when fio reported its
+    percentiles, else total latency (``lat_ns``) named ``p99_lat_ms``; None without either."""
+    for key, scale, name in (("clat_ns", 1e-6, "p99_clat_ms"), ("clat", 1e-3, "p99_clat_ms"),  # clat (usec): fio 2.x
+                             ("lat_ns", 1e-6, "p99_lat_ms")):
         pct = (stats.get(key) or {}).get("percentile") or {}
-        for name, value in pct.items():
+        for q, value in pct.items():
             try:
-                if abs(float(name) - 99.0) < 1e-9:
-                    return float(value) * scale
+                if abs(float(q) - 99.0) < 1e-9:
+                    return name, float(value) * scale
             except ValueError:
                 continue
     return None
@@ -111,7 +117,7 @@ def fio_metrics(doc: dict[str, Any], source: str = "fio output") -> list[dict[st
             p99 = _p99_ms(stats)
             if p99 is not None:
                 ios = stats.get("total_ios")  # the completions the percentile is of
-                rows.append(metric("p99_clat_ms", p99, "ms", "lower", case=case, **extra,
+                rows.append(metric(p99[0], p99[1], "ms", "lower", case=case, **extra,
                                    **({"samples": int(ios)} if isinstance(ios, (int, float)) and ios > 0 else {})))
     return rows
 

@@ -34,15 +34,24 @@ on one host) and its time inside ``all_reduce``. From those, per size
 * ``p50_latency_us`` / ``p99_latency_us`` — per iteration, last completion minus last
   arrival over ranks (the collective's time once every rank has joined), percentiles over
   iterations;
-* ``algbw_gb_per_s`` = bytes / p50 latency; ``busbw_gb_per_s`` = algbw × 2(n−1)/n
-  (nccl-tests' definitions; GB = 1e9 bytes);
+* ``algbw_gb_per_s`` = bytes / p50 latency (GB = 1e9 bytes): the median of single calls,
+  each timed on its own between host synchronisations (every rank syncs its device before
+  and after the call; the tensor is refilled between calls, untimed). nccl-tests instead
+  divides by the average time of back-to-back calls timed together, so per-call launch and
+  sync costs weigh more here and small sizes read lower than nccl-tests' algbw;
+  ``busbw_gb_per_s`` = algbw × 2(n−1)/n (nccl-tests' all-reduce bus factor);
 * ``rank_p50_time_us`` with ``rank_id`` — each rank's own median time in the call
   (waiting for late ranks included): rank-level visibility;
 * ``slowest_rank_arrival_lag_us`` with ``rank_id`` — the rank that arrives last (largest
   median lag behind the first arrival) and that lag. A straggler spends *less* time in
   the call than the ranks waiting for it, so it is found by arrival, not by duration.
 
-Every rank × iteration sample is kept in ``raw/<run_id>_allreduce_r<k>_ranks.json``.
+Every rank × iteration sample is kept in ``raw/<run_id>_allreduce_r<k>_ranks.json``. The
+measured window (the telemetry summaries') runs from the first timed call's start to the last
+one's end over this node's ranks: interpreter start-up, group set-up and warm-up are left out.
+A rank that fails leaves its traceback in the log and in
+``raw/<run_id>_allreduce_r<k>_rank<r>_traceback.txt`` (``context.rank_tracebacks``); ranks
+the suite then stops are named ``stopped after rank N failed`` in the reason.
 No torch → ``unavailable: torch not installed``; nccl asked without enough CUDA devices
 → ``unavailable: no CUDA device ...``.
 """
@@ -76,7 +85,7 @@ from benchrun.suites._common import (
 )
 from benchrun.suites._gang import Gang, gang_from_env, node_name
 from benchrun.suites._runtime import SuiteContext, Unavailable, main
-from benchrun.fsio import atomic_write_json
+from benchrun.fsio import atomic_write_bytes, atomic_write_json
 
 # the parameters the suite takes (checked when it starts, and by `benchrun validate`)
 PARAMETERS = ("world_size", "sizes", "iterations", "warmup", "backend", "timeout_s", "slow_rank", "slow_ms")
@@ -154,6 +163,43 @@ def summarise(rank_docs: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     return by_size
 
 
+def keep_tracebacks(ctx: SuiteContext, docs: list[dict[str, Any]]) -> None:
+    """Each failed rank's traceback (from its own file, about to be removed) into the log and into
+    ``raw/<run_id>_allreduce_r<k>_rank<r>_traceback.txt``, named in ``context.rank_tracebacks``."""
+    kept: dict[str, str] = {}
+    for d in docs:
+        text = d.get("traceback")
+        if not text:
+            continue
+        ctx.log(f"allreduce: rank {d['rank_id']} failed:\n{text.rstrip()}")
+        path = ctx.raw_file(f"rank{d['rank_id']}_traceback", "txt")
+        try:
+            atomic_write_bytes(path, text.encode("utf-8"))
+        except OSError as exc:  # the log has it; the rank's own error must still reach the reason
+            ctx.log(f"allreduce: could not keep rank {d['rank_id']}'s traceback in {path.name}: {exc}")
+            continue
+        kept[str(d["rank_id"])] = str(path.relative_to(ctx.run_dir))
+    if kept:
+        ctx.context["rank_tracebacks"] = kept
+
+
+def rank_problems(docs: list[dict[str, Any]], procs: list[Any], killed: set[str]) -> list[str]:
+    """What stopped each rank without samples: its own error first; a rank this process ended after
+    another failed is ``stopped after rank N failed``, not an exit code of its own."""
+    failed = [d["rank_id"] for d, p in zip(docs, procs)
+              if "error" in d or (p.name not in killed and p.exitcode not in (None, 0))]
+    problems = [f"rank {d['rank_id']}: {d['error']}" for d in docs if "error" in d]
+    for d, p in zip(docs, procs):
+        if "records" in d or "error" in d:
+            continue
+        if p.name in killed and failed:
+            which = ", ".join(map(str, failed))
+            problems.append(f"rank {d['rank_id']}: stopped after rank{'s' if len(failed) > 1 else ''} {which} failed")
+        else:
+            problems.append(f"rank {d['rank_id']}: exit code {p.exitcode}, no samples")
+    return problems
+
+
 class Settings(NamedTuple):
     """The suite's parameters, parsed (``world_size`` None: a gang's, not known before it starts)."""
 
@@ -216,6 +262,7 @@ def run(ctx: SuiteContext) -> None:
     ctx.log(f"allreduce: {world_size} ranks ({local} on node {node_rank}), backend {backend}, {init_method}, "
             f"sizes {sizes}")
     t0 = time.monotonic()
+    killed: set[str] = set()  # ranks this process ended
     try:
         for p in procs:
             p.start()
@@ -229,22 +276,26 @@ def run(ctx: SuiteContext) -> None:
         hung = [p.name for p in procs if p.is_alive() and all(q.exitcode in (None, 0) for q in procs)]
         for p in procs:
             if p.is_alive():
+                killed.add(p.name)
                 p.kill()
                 p.join(5)
         docs = []
         for r in ranks:
             f = out_dir / f"rank{r}.json"
             docs.append(json.loads(f.read_text(encoding="utf-8")) if f.exists() else {"rank_id": r})
+        keep_tracebacks(ctx, docs)  # before the folder, and the ranks' own files, go
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
     wall = time.monotonic() - t0
-    problems = [f"rank {d['rank_id']}: {d['error']}" for d in docs if "error" in d]
-    problems += [f"rank {d['rank_id']}: exit code {p.exitcode}, no samples" for d, p in zip(docs, procs)
-                 if "records" not in d and "error" not in d]
+    problems = rank_problems(docs, procs, killed)
     if hung:
         problems.insert(0, f"killed after {timeout_s + 60:.0f}s: {', '.join(hung)}")
     if problems:
         raise RuntimeError("; ".join(problems))
+    # the telemetry summaries' window: the timed calls of this node's ranks, from the first start to the last end
+    timed = [(r["start_unix"], r["start_unix"] + r["elapsed_s"]) for d in docs for r in d["records"]]
+    if timed:
+        ctx.measured_spans.append((min(a for a, _ in timed), max(b for _, b in timed)))
     if gang is not None:
         if node_rank != 0:
             ctx.context.update({"node_rank": node_rank, "ranks": ranks, "node_name": me})

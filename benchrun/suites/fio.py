@@ -27,8 +27,9 @@ Parameters:
 fio runs from an argv list with ``--output-format=json``; its JSON is kept as
 ``raw/<run_id>_fio_r<k>_fio.json`` and read by :mod:`benchrun.ingest.fio` (metrics per
 case: ``bandwidth_mib_per_s``, ``iops``, ``p99_clat_ms``, each row with ``job_runtime_ms``
-and the p99 with ``samples``, the completions it is of). ``context.fio_report.jobs`` gives per case
-the measured milliseconds, the I/O count and the queue depth fio reached (``iodepth_level``,
+and the p99 with ``samples``, the completions it is of). A case that moved no bytes (so has
+no rows) fails the replicate, naming the case: the others' rows are not an ok result.
+``context.fio_report.jobs`` gives per case the measured milliseconds, the I/O count and the queue depth fio reached (``iodepth_level``,
 the share of I/Os at each depth, and ``effective_iodepth``, the depth most I/Os were issued
 at: a bucket of fio's 1, 2, 4, ..., >=64). No fio on PATH is a failed
 replicate, ``fio is not installed: install the Debian package fio (apt-get install fio)``: a
@@ -260,13 +261,21 @@ def run(ctx: SuiteContext) -> None:
     rows = fio_metrics(doc, output.name)  # refuses failed jobs (benchrun.ingest.fio.job_errors)
     if not rows:
         raise RuntimeError("fio reported no I/O for any case")
+    # a case that moved no bytes has no rows: the replicate would be ok with that case missing
+    missing = [c for c in cases if not any(r["case"] == c or r["case"].startswith(f"{c}:") for r in rows)]
+    if missing:
+        jobs = ctx.context["fio_report"]["jobs"]
+        said = [f"{c} ({jobs[c]['total_ios']} I/Os in {jobs[c]['job_runtime_ms']} ms)" if c in jobs
+                else f"{c} (not in fio's output)" for c in missing]
+        raise RuntimeError(f"fio reported no I/O for case(s) {', '.join(missing)} of {len(cases)} asked: "
+                           f"{'; '.join(said)}")
     for row in rows:
         ctx.add_metric(row.pop("name"), row.pop("value"), row.pop("unit"), row.pop("direction"), row.pop("case"), **row)
     for case in cases:
         got = {r["name"]: r["value"] for r in ctx.metrics if r["case"] == case}
         if got:
             ctx.log(f"fio {case}: {got.get('bandwidth_mib_per_s', 0):.1f} MiB/s, {got.get('iops', 0):.0f} IOPS, "
-                    f"p99 {got.get('p99_clat_ms', float('nan')):.3f} ms")
+                    f"p99 {got.get('p99_clat_ms', got.get('p99_lat_ms', float('nan'))):.3f} ms")
 
 
 if __name__ == "__main__":

@@ -17,8 +17,9 @@ Metrics (seconds from the launch request; ``_p50_s`` and ``_p99_s`` over launche
 statement runs: interpreter start-up), ``launch_to_first_pipes_message`` (the Pipes
 ``opened`` message reaches the parent), ``launch_to_first_measurement`` (the first
 measured value reaches the parent) and ``launch_to_exit``. Each launch's stamps are kept in
-``raw/<run_id>_job_startup_r<k>_launches.json``. On Kubernetes the launcher adds the
-scheduled/ready times that only the cluster knows.
+``raw/<run_id>_job_startup_r<k>_launches.json``. The measured window (the telemetry
+summaries') runs from the first launch request to the last child's exit. On Kubernetes the
+launcher adds the scheduled/ready times that only the cluster knows.
 """
 
 from __future__ import annotations
@@ -164,6 +165,8 @@ def run(ctx: SuiteContext) -> None:
         ctx.log(f"job_startup launch {i}: process start +{t['t_process_start'] - t['t_launch']:.3f}s, "
                 f"first Pipes message +{t['t_first_pipes_message'] - t['t_launch']:.3f}s, "
                 f"first measurement +{t['t_first_measurement'] - t['t_launch']:.3f}s")
+    # the telemetry summaries' window: the launches, from the first request to the last exit
+    ctx.measured_spans.append((min(t["t_launch"] for t in timelines), max(t["t_exit"] for t in timelines)))
     path = atomic_write_json(ctx.raw_file("launches", "json"), {"unit": "unix seconds", "launches": timelines})
     ctx.samples["launches"] = str(path.relative_to(ctx.run_dir))
     for phase in PHASES:
