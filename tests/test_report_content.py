@@ -71,6 +71,12 @@ def test_verdict_says_regressions_and_baseline():
     comp["condition"] = {"status": "False"}
     comp["metrics"][0]["verdict"] = "no_change"
     assert C.verdict(run, comp).regressions == "none"
+    # review 2026-12-07: every primary inconclusive (ttft_ms +75.6 % among them) read "none" in green
+    comp["metrics"] = [{"gating": True, "verdict": "inconclusive"}, {"gating": True, "verdict": "no_change"},
+                       {"gating": True, "verdict": "spread changed"}]
+    v = C.verdict(run, comp)
+    assert (v.regressions, v.regression_level) == (
+        "none shown; 2 of 3 not shown within the margin either (inconclusive, spread changed: see each MDE)", "warn")
     comp["metrics"] = [{"gating": False, "verdict": "regression"}]
     assert C.verdict(run, comp).regressions.startswith("nothing gates")
 
@@ -166,3 +172,25 @@ def test_coverage_said_is_the_nominal_level_only_when_no_row_has_a_coverage():
     assert C.coverage_said(heads, 0.95) == ("95% interval", False)
     heads[0].rows.append(C.HeadlineRow("s", "", "n", "u", "higher", 10, 1.0, 0.9, 1.1, 0.978515625))
     assert C.coverage_said(heads, 0.95) == ("97.9% interval", False)  # above the level asked: no warning
+
+
+def test_the_n_mark_covers_baseline_replicates_left_out_and_contended_ones_kept():
+    # review 2026-12-07: (1) 5 contended baseline replicates kept (too few quiet ones) showed a plain
+    # `5/5` in compare, the headline and the report; (2) baseline replicates left out showed a
+    # plain `5` in the headline (only the candidate's n was looked at) where compare showed `3/5 ‡`
+    from benchrun.stats.reading import left_out_notes, n_shown
+
+    kept = {"metric": "serve/tps", "suite": "serve", "n_baseline": 5, "n_candidate": 5,
+            "contention": "baseline: 5 contended, kept (only 0 quiet replicates, fewer than 3)"}
+    assert n_shown(kept) == "5/5 ‡"
+    assert left_out_notes([kept]) == ["‡ serve: baseline: 5 contended, kept (only 0 quiet replicates, fewer than 3)"]
+    row = C.HeadlineRow("serve", "", "tps", "u", "higher", 5, 1.0, None, None, None, change=kept)
+    assert row.n_text() == "5 ‡" and "kept (only 0 quiet" in row.compared_note()
+    left = {"metric": "serve/tps", "suite": "serve", "n_baseline": 3, "n_candidate": 5,
+            "contention": "baseline: 2 contended, excluded"}
+    row = C.HeadlineRow("serve", "", "tps", "u", "higher", 5, 1.0, None, None, None, change=left)
+    assert row.n_text() == "5 ‡" and row.compared_note() == (
+        "‡ serve/tps: the change against the baseline is over 3 baseline and 5 candidate replicates: "
+        "baseline: 2 contended, excluded")
+    quiet = {**left, "n_baseline": 5, "contention": ""}
+    assert C.HeadlineRow("serve", "", "tps", "u", "higher", 5, 1.0, None, None, None, change=quiet).n_text() == "5"

@@ -150,22 +150,30 @@ class HeadlineRow:
         return int(nc) if nc is not None and int(nc) != self.n else None
 
     def n_text(self) -> str:
-        """``5``, or ``5 (4 compared) ‡`` when the change is over fewer replicates than the median."""
-        from benchrun.stats.reading import LEFT_OUT_MARK
-
-        nc = self.compared_n
-        return str(self.n) if nc is None else f"{self.n} ({nc} compared) {LEFT_OUT_MARK}"
-
-    def compared_note(self) -> str:
-        """Why :meth:`n_text` is marked: which replicates the comparison left out, and its own median."""
-        nc = self.compared_n
-        if nc is None:
-            return ""
+        """``5``, or ``5 (4 compared) ‡`` when the change is over fewer replicates than the median,
+        ``5 ‡`` when the comparison left baseline replicates out or kept contended ones."""
         from benchrun.stats.reading import LEFT_OUT_MARK, left_out
 
-        med = pick(self.change or {}, "candidate_median")
+        nc = self.compared_n
+        if nc is not None:
+            return f"{self.n} ({nc} compared) {LEFT_OUT_MARK}"
+        return f"{self.n} {LEFT_OUT_MARK}" if left_out(self.change or {}) else str(self.n)
+
+    def compared_note(self) -> str:
+        """Why :meth:`n_text` is marked: which replicates the comparison left out (of either arm),
+        or kept though contended, and its own median."""
+        from benchrun.stats.reading import LEFT_OUT_MARK, left_out
+
         why = left_out(self.change or {})
+        nc = self.compared_n
+        if nc is None and not why:
+            return ""
         label = (self.change or {}).get("metric") or f"{self.suite}/{self.metric}" + (f"[{self.case}]" if self.case else "")
+        if nc is None:
+            nb = pick(self.change or {}, "n_baseline")
+            return (f"{LEFT_OUT_MARK} {label}: the change against the baseline is over "
+                    + (f"{int(nb)} baseline and " if nb is not None else "") + f"{self.n} candidate replicates: {why}")
+        med = pick(self.change or {}, "candidate_median")
         return (f"{LEFT_OUT_MARK} {label}: the change against the "
                 f"baseline is over the {nc} replicates the comparison kept, not all {self.n}"
                 + (f" (their median {med:.4g})" if med is not None else "") + (f": {why}" if why else ""))
@@ -269,6 +277,11 @@ def verdict(run: "RunInfo", comparison: dict[str, Any] | None) -> Verdict:
                 regressions += f", {len(unconfirmed)} suspected, not confirmed"
         elif confirmed or unconfirmed:
             regressions, level = f"{len(confirmed) + len(unconfirmed)} suspected, not confirmed", "warn"
+        elif unshown := [m for m in comparison.get("metrics") or [] if is_gating(m) and m.get("verdict") not in
+                         ("no_change", "improvement", "regression") and m.get("name") != "failed_replicates"]:
+            # nothing regressed, but not everything was shown within its margin (NoRegressionShown)
+            regressions, level = (f"none shown; {len(unshown)} of {n_gating} not shown within the margin either "
+                                  f"({', '.join(sorted({str(m.get('verdict')) for m in unshown}))}: see each MDE)"), "warn"
         else:
             regressions, level = "none", "ok"
         against = (f"Against baseline {baseline} ({(comparison.get('gate') or {}).get('message', '')}); "

@@ -331,14 +331,15 @@ def _count(rec: dict, key: str) -> int:
 
 def left_out(rec: dict) -> str:
     """What kept replicates of this row's suite out of its comparison, in the row's own words:
-    its ``contention`` text when contended replicates were excluded, and the failed replicates of
+    its ``contention`` text when contended replicates were excluded (or kept, too few quiet ones
+    left: the reader must know those were compared), and the failed replicates of
     each arm; "" when every ok, quiet replicate was compared (a ``failed_replicates`` row counts
     its launches, none left out)."""
     if rec.get("name") == FAILED_ROW or str(rec.get("metric") or "").endswith(f"/{FAILED_ROW}"):
         return ""
     parts = []
     contention = str(rec.get("contention") or "")
-    if "excluded" in contention:
+    if "excluded" in contention or "kept (" in contention:  # kept though contended: said as well
         parts.append(contention)
     parts += [f"{arm}: {n} failed replicate" + ("s" if n > 1 else "")
               for arm, n in (("baseline", _count(rec, "failed_baseline")), ("candidate", _count(rec, "failed_candidate")))
