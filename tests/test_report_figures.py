@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -109,3 +110,30 @@ def test_history_panels_name_their_unit(tmp_path, captured):
     assert set(hist["unit"]) == {"TFLOP/s"}
     figures.history_plot(hist, pd.DataFrame(), "history")
     assert captured[0].axes[0].get_ylabel() == "TFLOP/s"
+
+
+def test_a_history_panel_draws_a_tiny_wobble_flat_and_without_an_offset():
+    # review 2026-12-07: a p99 moving 25.4005 → 25.4046 ms (0.02 %) was drawn on an offset axis
+    # (+2.54e1, ticks 0.001–0.004) as a full-height slope, like a +75 % change beside it
+    import matplotlib.pyplot as plt
+
+    from benchrun.report.figures import HISTORY_MIN_SPAN_PCT, _floor_span
+
+    fig, ax = plt.subplots()
+    values = np.array([25.4005, 25.4046, 25.4020])
+    ax.plot(range(3), values)
+    _floor_span(ax, values)
+    fig.canvas.draw()
+    lo, hi = ax.get_ylim()
+    assert hi - lo >= 2 * 25.402 * HISTORY_MIN_SPAN_PCT / 100 * 0.999 and lo < 25.4005 and hi > 25.4046
+    assert ax.yaxis.get_offset_text().get_text() == ""
+    plt.close(fig)
+
+
+def test_report_numbers_keep_five_digits_and_coverage_is_a_percent():
+    # review 2026-12-07: .4g printed an interval's upper end 9999.78 tokens/s as 1e+04 (past the
+    # largest replicate) and 834,900 samples/s as 8.349e+05
+    from benchrun.report.html import _fmt
+
+    assert (_fmt(9999.78), _fmt(834900.0), _fmt(1234.5), _fmt(12.345678), _fmt(0.0001234)) == (
+        "9,999.8", "834,900", "1,234.5", "12.35", "0.0001234")

@@ -215,9 +215,27 @@ def latency_throughput(serving: "pd.DataFrame", slo: dict[str, float], title: st
     return _png(fig)
 
 
+HISTORY_MIN_SPAN_PCT = 2.0
+
+
+def _floor_span(ax: Any, values: "np.ndarray") -> None:
+    """No offset on the y-axis, and at least ±HISTORY_MIN_SPAN_PCT % of the median shown."""
+    ax.ticklabel_format(axis="y", useOffset=False, style="plain")
+    finite = values[np.isfinite(values)]
+    if not finite.size:
+        return
+    mid = float(np.median(finite))
+    half = abs(mid) * HISTORY_MIN_SPAN_PCT / 100.0
+    lo, hi = ax.get_ylim()
+    if half > 0 and hi - lo < 2 * half:
+        ax.set_ylim(min(lo, mid - half), max(hi, mid + half))
+
+
 def history_plot(history: "pd.DataFrame", cps: "pd.DataFrame", title: str, current_run: str | None = None,
                  series: list[tuple[str, str, str]] | None = None, max_panels: int = 12) -> bytes:
-    """Per series: replicate medians by run date, the current run starred, change points marked."""
+    """Per series: replicate medians by run date, the current run starred, change points marked;
+    each y-axis in plain numbers (no offset) over at least ±``HISTORY_MIN_SPAN_PCT`` % of the
+    series' median, so a 0.02 % wobble is not drawn full height like a 75 % change."""
     import matplotlib.dates as mdates
     import pandas as pd
 
@@ -245,6 +263,7 @@ def history_plot(history: "pd.DataFrame", cps: "pd.DataFrame", title: str, curre
         ax.xaxis.set_major_locator(locator)
         ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
         ax.set_title(f"{suite}/{metric}" + (f" [{case}]" if case else ""), fontsize=8)
+        _floor_span(ax, h["median"].to_numpy(dtype=float))
         unit = h["unit"].iloc[0] if "unit" in h.columns and len(h) else ""
         ax.set_ylabel(unit, fontsize=7)
         ax.tick_params(labelsize=7)

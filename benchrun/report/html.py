@@ -66,7 +66,11 @@ def _fmt(v: Any) -> str:
     if isinstance(v, bool):
         return "yes" if v else "no"
     if isinstance(v, float):
-        return "∞" if math.isinf(v) else f"{v:.4g}"
+        if math.isinf(v):
+            return "∞"
+        if 1e3 <= abs(v) < 1e12:  # grouped, 5 significant digits or more: .4g drew 9999.78 as 1e+04
+            return f"{v:,.{max(0, 4 - int(math.floor(math.log10(abs(v)))))}f}"
+        return f"{v:.4g}"
     return html.escape(str(v))
 
 
@@ -328,7 +332,8 @@ def _details_html(run: Any, stats: Any, comparison: dict[str, Any] | None, cps: 
         recs = []
         for r in stats.summary.to_dict(orient="records"):
             lo, hi, cov = C.interval_of(r)
-            recs.append({**r, "interval": f"[{_fmt(lo)}, {_fmt(hi)}]", "coverage": cov,
+            recs.append({**r, "interval": f"[{_fmt(lo)}, {_fmt(hi)}]",
+                         "coverage": f"{cov:.1%}" if cov is not None and math.isfinite(cov) else None,
                          "notes": "; ".join(str(x) for x in (r.get("notes"), r.get("median_ci_note")) if x)})
         parts.append(block(f"All metrics ({len(recs)})", _table(recs, [
             ("suite", "suite"), ("case", "case"), ("metric", "metric"), ("unit", "unit"), ("n", "n"),
