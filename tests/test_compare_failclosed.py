@@ -790,3 +790,21 @@ def test_a_primary_suite_that_failed_every_candidate_replicate_is_refused_when_t
     gate, res = compare_runs(tmp_path / "runs" / "base", tmp_path / "runs" / "cand")
     assert res is None and "ReplicatesFailed" in [r.reason for r in gate.refusals], gate.message()
     assert "5 of 5 candidate replicates failed" in gate.message()
+
+
+def test_promoting_a_run_measured_on_a_contended_machine_says_so(tmp_path, monkeypatch, capsys):
+    # review 2026-12-07: a baseline with ReplicatesUncontended=False (37 of 40) was published without a word
+    from helpers import cli_in_process
+
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    rng = np.random.default_rng(10)
+    busy = [{"type": "ReplicatesUncontended", "status": "False", "reason": "BackgroundLoad",
+             "message": "3 of 40 replicates contended"}]
+    make_run(tmp_path, "busy", _metrics(rng), spec=SPEC, status={"conditions": busy})
+    make_run(tmp_path, "quiet", _metrics(rng), spec=SPEC)
+    code, out, err = cli_in_process(["promote", "busy", "--alias", "canary"], monkeypatch, capsys)
+    assert code == 0 and "published/canary -> busy" in out, (out, err)
+    assert "warning: published/canary was measured partly on a contended machine" in err
+    assert "3 of 40 replicates contended" in err
+    code, out, err = cli_in_process(["promote", "quiet", "--alias", "canary"], monkeypatch, capsys)
+    assert code == 0 and "contended" not in err, err

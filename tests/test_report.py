@@ -311,3 +311,16 @@ def test_a_failed_replicates_primary_is_not_an_unmeasured_primary():
     summary = pd.DataFrame({"suite": ["wf"], "case": ["c=4"], "metric": ["ttft_ms"]})
     assert checks.unmeasured_primaries(summary, {"wf/ttft_ms[c=4]", "wf/failed_replicates"}) == []
     assert checks.unmeasured_primaries(summary, {"wf/p99_latency_ms[c=4]"}) == ["wf/p99_latency_ms[c=4]"]
+
+
+def test_report_refuses_a_run_still_in_progress(tmp_path, monkeypatch, capsys):
+    # review 2026-12-07: `benchrun report` on a Running run drew figures beside the measuring
+    # benchmark and recorded the partial report as the run's, exit 0, with no word of it
+    from helpers import cli_in_process
+
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    rd = make_run(tmp_path, "live", {("s", "", "tps"): ([100.0, 101.0, 99.0], "t/s", "higher")},
+                  status={"phase": "Running"}, manifest=False)
+    code, _out, err = cli_in_process(["report", "live"], monkeypatch, capsys)
+    assert code == 1 and "run live is Running: its report is written when it ends" in err, err
+    assert not (rd / "reports" / "live_report.html").exists()

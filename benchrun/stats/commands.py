@@ -291,6 +291,23 @@ def promote(
     typer.echo(f"verified {run_id}: signature ({rec['checked_with']}), every signed file, manifest.json, "
                f"{rec['stored_objects']} stored objects")
     typer.echo(f"published/{alias} -> {run_id} ({path}; attestation sha256 {rec['attestation_sha256']})")
+    from benchrun.paths import benchrun_home
+    from benchrun.stats.load import runs_root
+
+    _warn_contended(runs_root(benchrun_home()) / run_id, alias)
+
+
+def _warn_contended(run_dir: "Path", alias: str) -> None:
+    """A baseline measured on a busy machine is published (it is the run asked for), but said:
+    every comparison against it keeps or leaves out those replicates (benchrun.stats.contention)."""
+    from benchrun.rundir import read_json_or_none
+
+    st = read_json_or_none(Path(run_dir) / "status.json", fix="restore it with `benchrun verify`") or {}
+    for c in st.get("conditions") or []:
+        if c.get("type") == "ReplicatesUncontended" and c.get("status") == "False":
+            typer.echo(f"warning: published/{alias} was measured partly on a contended machine "
+                       f"(ReplicatesUncontended=False: {c.get('message', '')}); comparisons against it leave those "
+                       "replicates out where 3 quiet ones remain, else keep them and say so (‡)", err=True)
 
 
 def report(run_id: str = typer.Argument(..., help="Run id or run directory.")) -> None:
@@ -303,10 +320,25 @@ def report(run_id: str = typer.Argument(..., help="Run id or run directory.")) -
 
     settle(home_location()[0], lambda line: typer.echo(line, err=True))  # one writer of the report at a time
     run_dir = resolve_run(run_id)
+    _refuse_live(run_dir)
     path = build_report(run_dir)
     _resign(run_dir)
     typer.echo(f"report: {path}")
     typer.echo(f"figures: {path.parent.parent / 'figures'}")
+
+
+def _refuse_live(run_dir: "Path") -> None:
+    """A run still in progress gets no report from the CLI: it would draw figures beside a
+    benchmark that is measuring and record a partial report as the run's; the run writes its
+    own when it ends."""
+    from benchrun.rundir import TERMINAL_PHASES, read_json_or_none
+
+    phase = (read_json_or_none(Path(run_dir) / "status.json", fix="restore it from the run's artifact store "
+                               "(`benchrun verify`)") or {}).get("phase")
+    if phase and phase not in TERMINAL_PHASES:
+        raise BenchrunError(f"run {Path(run_dir).name} is {phase}: its report is written when it ends (`benchrun show "
+                            f"{Path(run_dir).name}` shows its progress); if its process is gone, `benchrun runs` "
+                            "marks it Failed, and then `benchrun report` writes one")
 
 
 def plan(
