@@ -194,3 +194,19 @@ def test_the_n_mark_covers_baseline_replicates_left_out_and_contended_ones_kept(
         "baseline: 2 contended, excluded")
     quiet = {**left, "n_baseline": 5, "contention": ""}
     assert C.HeadlineRow("serve", "", "tps", "u", "higher", 5, 1.0, None, None, None, change=quiet).n_text() == "5"
+
+
+def test_a_canceled_runs_verdict_counts_its_launches_and_does_not_ask_for_a_baseline(tmp_path):
+    # review 2026-12-07: a run canceled before any layer ended read "0 launches: 0 ok, 0 failed"
+    # (status.layers is written when a layer ends) beside a headline with n = 3, and "No baseline
+    # was resolved ... promote one" though the alias was set: the run ended before it compared
+    import json
+
+    rd = tmp_path / "runs" / "c1"
+    (rd / "structured").mkdir(parents=True)
+    (rd / "structured" / "c1_launches.json").write_text(json.dumps(
+        [{"suite": "gemm", "replicate": k, "status": s, "layer": "micro"}
+         for k, s in enumerate(["ok", "ok", "ok", "failed"], start=1)]))
+    v = C.verdict(RunInfo("c1", rd, {"phase": "Canceled", "layers": {}}, {}, {}), None)
+    assert v.replicates == "4 launches: 3 ok, 1 failed"
+    assert v.against == "Not compared: the run ended Canceled before its comparison."

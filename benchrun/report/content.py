@@ -247,13 +247,32 @@ class Verdict:
     overridden: str = ""  # spec paths the gate let through besides the variable, and by whom
 
 
+def _launch_counts(run: "RunInfo") -> tuple[int, int, int]:
+    """(ok, failed, launched) replicates: the layers' counts in status.json, or — before any layer
+    ended (a run canceled or still running) — the launcher's record of each launch so far."""
+    layers = run.status.get("layers") or {}
+    if layers:
+        return (sum(int(v.get("ok", 0)) for v in layers.values()), sum(int(v.get("failed", 0)) for v in layers.values()),
+                sum(int(v.get("launches", 0)) for v in layers.values()))
+    from benchrun.errors import BenchrunError
+    from benchrun.stats.load import launch_statuses
+
+    try:
+        said = launch_statuses(run.path) or {}
+    except BenchrunError:
+        said = {}
+    values = list(said.values())
+    return values.count("ok"), values.count("failed"), len(values)
+
+
 def verdict(run: "RunInfo", comparison: dict[str, Any] | None) -> Verdict:
     st = run.status
-    layers = st.get("layers") or {}
-    ok = sum(int(v.get("ok", 0)) for v in layers.values())
-    failed = sum(int(v.get("failed", 0)) for v in layers.values())
-    launches = sum(int(v.get("launches", 0)) for v in layers.values())
-    if comparison is None:
+    ok, failed, launches = _launch_counts(run)
+    phase = st.get("phase")
+    if comparison is None and phase not in (None, "Succeeded"):
+        regressions, level, baseline = "not compared", "none", None
+        against = f"Not compared: the run ended {phase} before its comparison."
+    elif comparison is None:
         regressions, level, baseline = "not compared", "none", None
         against = "No baseline was resolved for this run; `benchrun promote RUN_ID --alias NAME` publishes one."
     elif not (comparison.get("gate") or {}).get("passed", True):
