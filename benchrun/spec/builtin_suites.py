@@ -9,6 +9,8 @@ The same holds for values: :func:`check_parameters` runs the parsing the suite d
 starts (its module's ``settings``, or its own ``check_parameters`` where one function does not
 parse them all) on the spec's values and raises ``ParamError`` naming the parameter
 (``iterations: 0``, ``sizes: [-5]``, ``dtype: int4x``): every replicate would fail with that line.
+A value that parsing cannot convert at all (``iterations: .inf``, a ``.inf`` token count in
+``workload.sequenceLengthMix``) is a finding at its own path, never a traceback.
 
 A command that is not one of benchrun's own suites is the user's program: nothing is checked
 beyond argv (:func:`benchrun.spec.rules.rule_repo_command`)."""
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import math
 import pkgutil
 import shlex
 from typing import Any, Iterator
@@ -125,3 +128,21 @@ def _check_values(name: str, path: tuple[Any, ...], suite: dict[str, Any], param
     except ParamError as exc:
         where = ("parameters", exc.parameter) if exc.parameter in params else ("parameters",)
         yield path + where, f"{name}: {exc}"
+    except (OverflowError, ValueError) as exc:  # int(.inf), int(.nan): what the suite's parsing does not catch
+        bad = [*_non_finite(params, path + ("parameters",)), *_non_finite(workload, SPEC + ("workload",))]
+        for where in bad:
+            yield where, f"{name}: is not a finite number (.inf or .nan); write a number"
+        if not bad:
+            yield path + ("parameters",), f"{name}: cannot read the parameters ({exc})"
+
+
+def _non_finite(value: Any, path: tuple[Any, ...]) -> Iterator[tuple[Any, ...]]:
+    """The path of every non-finite float (``.inf``, ``.nan``) in ``value``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        yield path
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _non_finite(item, path + (key,))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _non_finite(item, path + (i,))

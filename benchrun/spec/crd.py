@@ -5,9 +5,9 @@ has a ``type``; ``additionalProperties`` appears only for real maps (labels, fre
 parameters, instrumentation per class); no ``$ref``, ``anyOf`` or ``oneOf``. Two values
 are preserved deliberately with ``x-kubernetes-preserve-unknown-fields`` because they
 may take several shapes: a suite parameter (a scalar or a list of scalars) and
-``controls.fixed.sequenceLengthMix`` (the compact string or the list form); the model
-checks both. No ``default`` is emitted: an API server applying defaults would change
-the object a user submitted and so its ``spec_digest``.
+``controls.fixed.sequenceLengthMix`` (the compact string or the list form, marked
+``SeveralShapes`` in the model); the model checks both. No ``default`` is emitted: an API
+server applying defaults would change the object a user submitted and so its ``spec_digest``.
 
 ``benchrun crd`` prints :func:`crd_yaml`; ``benchrun crd --write`` writes it to
 ``specs/crd/benchmarkrun-crd.yaml`` and ``deploy/kustomize/base/``, committed, and tests fail
@@ -26,7 +26,7 @@ import yaml
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from benchrun.spec.model import API_VERSION, KIND, BenchmarkRun, RunStatus, Spec
+from benchrun.spec.model import API_VERSION, KIND, BenchmarkRun, RunStatus, SeveralShapes, Spec
 
 GROUP, VERSION = API_VERSION.split("/")
 PLURAL = "benchmarkruns"
@@ -95,7 +95,7 @@ def schema_for(tp: Any, metadata: list[Any] | None = None, description: str | No
             break
     origin = typing.get_origin(tp)
     schema: dict[str, Any]
-    if tp is Any:
+    if tp is Any or any(isinstance(m, SeveralShapes) for m in metadata):
         schema = dict(PRESERVE)
     elif origin is typing.Literal:
         values = list(typing.get_args(tp))
@@ -120,7 +120,7 @@ def schema_for(tp: Any, metadata: list[Any] | None = None, description: str | No
     schema = _apply(schema, _constraints(metadata))
     if description:
         schema = {"description": description, **schema}
-    if nullable:
+    if nullable and not schema.get("x-kubernetes-preserve-unknown-fields"):  # preserved: any value, null too
         schema["nullable"] = True
     return schema
 

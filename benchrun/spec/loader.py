@@ -16,6 +16,10 @@ every mapping key and sequence item under its path. Limits, all reported as erro
   are errors at their path;
 * tags: only the YAML core schema (no ``!!python/...``, no custom tags);
 * keys: strings only, no duplicates.
+
+Floats are read as YAML 1.2 (kubectl) reads them: ``1e2``, ``1.0e5`` and ``-.5`` are numbers,
+where PyYAML's YAML 1.1 resolver left them strings; every other scalar resolves as before. An
+empty document (a trailing ``---``) is skipped, as kubectl skips it.
 """
 
 from __future__ import annotations
@@ -109,6 +113,12 @@ class YamlDocument:
         return self.start_line
 
 
+# YAML 1.2 core-schema floats that YAML 1.1 reads as strings: an exponent without a dot or without
+# a sign (1e2, 1.0e5, .5E3), and a signed fraction without a leading digit (-.5). Added after
+# PyYAML's own resolvers, so what they resolve (ints, 1.1 floats, .inf, .nan) is unchanged.
+_FLOAT_12 = re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)[eE][-+]?[0-9]+|[-+]\.[0-9]+)$")
+
+
 class _Loader(yaml.SafeLoader):
     """Safe loader whose composer refuses documents nested deeper than MAX_DEPTH."""
 
@@ -125,6 +135,14 @@ class _Loader(yaml.SafeLoader):
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
+
+
+_Loader.add_implicit_resolver(_CORE + "float", _FLOAT_12, list("-+.0123456789"))
+
+
+def _empty(node: Node) -> bool:
+    """A document with no content at all (``---`` followed by nothing, or only comments)."""
+    return isinstance(node, ScalarNode) and node.tag == _CORE + "null" and node.value == "" and not node.style
 
 
 def decode(data: bytes) -> str:
@@ -172,6 +190,8 @@ def load_documents(data: bytes) -> list[YamlDocument]:
             node = loader.get_node()
             if node is None:  # pragma: no cover - check_node said there was one
                 break
+            if _empty(node):
+                continue
             doc = YamlDocument(data=None, index=len(docs), start_line=node.start_mark.line + 1)
             doc.data = _Converter(doc, budget).convert(node, ())
             docs.append(doc)

@@ -7,7 +7,8 @@ it); the cross-field rules are already apart, in :mod:`benchrun.spec.rules`.
 Python attributes are snake_case; YAML keys are the camelCase aliases the template uses
 (``run.spec.trials.min_replicates`` ↔ ``spec.trials.minReplicates``). Every model forbids
 unknown keys, is frozen and validates strictly: ``"5"`` is not an integer and ``yes`` is
-only a boolean because YAML 1.1 says so.
+only a boolean because YAML 1.1 says so. Keys are read by their camelCase spelling only: a
+snake_case key is an unknown key (with its camelCase name suggested), as in the CRD.
 
 What lives here and what lives in :mod:`benchrun.spec.rules`:
 
@@ -27,7 +28,8 @@ Decisions where the sources disagree (CONTRACT.md wins):
   accepted as an optional flag.
 * A disabled layer may have no suites (the CRD sketch's ``minItems: 1`` is not kept).
 * ``controls.fixed.sequenceLengthMix`` may be the compact string ``[{512/128@0.7},...]``
-  or the same list form as ``workload.sequenceLengthMix``; it is compared by value.
+  or the same list form as ``workload.sequenceLengthMix`` (its entries checked the same way);
+  it is compared by value.
 * ``metadata`` accepts the server-populated Kubernetes fields (``uid``,
   ``resourceVersion``, ``finalizers``, ``ownerReferences``, ``deletionTimestamp``, ...) and
   ``generateName`` so a custom resource read back from a cluster validates; they are left out
@@ -51,9 +53,11 @@ Additive extensions (all optional; a document without them behaves exactly as be
 from __future__ import annotations
 
 import json
+import math
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, StringConstraints,
+                      ValidatorFunctionWrapHandler, WrapSerializer, WrapValidator)
 from pydantic.alias_generators import to_camel
 
 API_VERSION = "benchmarking.aisp.dev/v1alpha1"
@@ -87,7 +91,8 @@ def _variable_under_test(value: str) -> str:
     return value
 
 
-VariableSpec = Annotated[str, AfterValidator(_variable_under_test)]
+# at most 512 characters (benchrun.spec.paths.MAX_LENGTH), in the CRD too
+VariableSpec = Annotated[str, Field(max_length=512), AfterValidator(_variable_under_test)]
 Phase = Literal["Pending", "Admitted", "Running", "Analyzing", "Succeeded", "Failed", "Rejected", "Canceled"]
 
 LAYER_NAMES: tuple[str, ...] = ("micro", "component", "end_to_end")
@@ -127,6 +132,9 @@ def _check_parameter(value: Any) -> Any:
         ok = ok and all(not isinstance(v, float) or (v == v and abs(v) != float("inf")) for v in value)
     else:
         ok = False
+    items = value if isinstance(value, list) else [value]
+    if not ok and any(isinstance(v, float) and not math.isfinite(v) for v in items):
+        raise ValueError("must be a finite number, not .inf or .nan")
     if not ok:
         raise ValueError("a suite parameter must be a string, number or boolean, or a flat list of them")
     return value
@@ -146,9 +154,13 @@ Quantity = Annotated[
 class SpecModel(BaseModel):
     """Base of every spec model: camelCase aliases, unknown keys rejected, frozen, strict."""
 
+    # By alias only: a snake_case key (compare_one_variable_at_a_time) is an unknown key, as in the
+    # CRD; read by name it would pass the model while the rules, which read the camelCase keys,
+    # saw nothing, and the same spec would have two spellings and two digests.
     model_config = ConfigDict(
         extra="forbid",
-        populate_by_name=True,
+        validate_by_alias=True,
+        validate_by_name=False,
         frozen=True,
         strict=True,
         allow_inf_nan=False,
@@ -319,11 +331,34 @@ class ArtifactRef(SpecModel):
     description: str | None = None
 
 
+class SeveralShapes:
+    """Marks a field that takes several shapes: the CRD preserves it unchecked (benchrun.spec.crd)."""
+
+
+def _compact_or_list(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """The compact mix string as written (read by the rules), or the list form checked entry by
+    entry as ``workload.sequenceLengthMix`` is (keys, types, bounds; errors at each entry's path)."""
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, list):
+        raise ValueError("must be the compact form '[{512/128@0.7},...]' or a list like spec.workload.sequenceLengthMix")
+    return handler(value)
+
+
+def _dump_compact_or_list(value: Any, handler: SerializerFunctionWrapHandler) -> Any:
+    return value if isinstance(value, str) else handler(value)
+
+
+# list[SequenceLengthEntry], or the compact string kept as text
+FixedMix = Annotated[list[SequenceLengthEntry], WrapValidator(_compact_or_list), WrapSerializer(_dump_compact_or_list),
+                     SeveralShapes()]
+
+
 class FixedControls(SpecModel):
     """The workload keys held fixed in a comparison; values must equal ``spec.workload``."""
 
     model: str | None = None
-    sequence_length_mix: Any = Field(
+    sequence_length_mix: FixedMix | None = Field(
         default=None,
         description="Compact form '[{512/128@0.7},...]' or the list form of workload.sequenceLengthMix.",
     )
@@ -358,7 +393,7 @@ class Comparison(SpecModel):
     )
     baseline: ArtifactRef | None = None
     candidate: ArtifactRef | None = None
-    allow_differences: list[Text] = Field(
+    allow_differences: list[Annotated[str, Field(min_length=1, max_length=512, pattern=r"\S")]] = Field(
         default_factory=list, description="Spec paths allowed to differ from the baseline besides "
         "variableUnderTest (an explicit override of the one-variable gate, recorded in the comparison)."
     )

@@ -19,13 +19,30 @@ from typing import Any
 GATED_SECTIONS = ("intent", "layers", "workload", "trials", "distributed", "executionPolicy", "observability")
 
 _SEGMENT = re.compile(r"([^.\[\]]+)|\[([^\[\]]+)\]|(\.)")
-PATH_RE = re.compile(r"^(?:spec\.)?[A-Za-z_][A-Za-z0-9_]*(?:\[[^\[\]]+\])?(?:\.[A-Za-z0-9_][A-Za-z0-9_.-]*?(?:\[[^\[\]]+\])?)*$")
+# The longest path accepted (the model's maxLength of variableUnderTest and allowDifferences entries).
+MAX_LENGTH = 512
+# A path is a head (an identifier, optionally [name]) followed by units (.segment, optionally
+# [name]); a segment after a dot may hold dots and hyphens itself. Each token is matched once, at
+# a known offset, by a pattern with no nested or overlapping repeats: the text is read in linear
+# time (one regex over the whole path backtracked exponentially on a.a.a...a!).
+_HEAD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\[[^\[\]]+\])?")
+_UNIT = re.compile(r"\.[A-Za-z0-9_][A-Za-z0-9_.-]*(?:\[[^\[\]]+\])?")
+
+
+def well_formed(text: str) -> bool:
+    """Whether ``text`` has the form of a spec path (a leading ``spec.`` is one more unit)."""
+    m = _HEAD.match(text)
+    while m is not None and m.end() < len(text):
+        m = _UNIT.match(text, m.end())
+    return m is not None and ".." not in text
 
 
 def parse(path: str) -> tuple[str, ...]:
     """The segments of a path (``[x]`` is a segment of its own); ValueError when malformed."""
     text = str(path).strip()
-    if not text or not PATH_RE.match(text) or ".." in text:
+    if len(text) > MAX_LENGTH:
+        raise ValueError(f"is {len(text)} characters long; a spec path has at most {MAX_LENGTH}")
+    if not text or not well_formed(text):
         raise ValueError(f"{path!r} is not a spec path such as layers.micro.suites[gemm].env.OMP_NUM_THREADS")
     segs = [a or b for a, b, dot in _SEGMENT.findall(text) if not dot]
     if segs and segs[0] == "spec":

@@ -46,7 +46,7 @@ from benchrun.spec.metric_names import (  # noqa: F401 - rules.metric_name and t
     rule_primary_suites,
 )
 from benchrun.spec.mix import parse_compact_mix  # noqa: F401 - rules.parse_compact_mix, as before the split
-from benchrun.spec.model import LAYER_NAMES, WORKLOAD_KEYS
+from benchrun.spec.model import LAYER_NAMES, WORKLOAD_KEYS, Trials
 from benchrun.spec.placeholders import KNOWN_NAMES, placeholder_names, unknown_placeholders
 
 Rule = Callable[[dict[str, Any]], Iterable[Finding]]
@@ -216,11 +216,18 @@ def rule_suite_replicates(doc: Any) -> Iterator[Finding]:
 
 
 def rule_auto_replicates_bound(doc: Any) -> Iterator[Finding]:
-    """Extension: ``trials.maxReplicates`` (the bound of ``replicates: auto``) is at least minReplicates."""
-    minimum = get(doc, SPEC + ("trials", "minReplicates"))
-    bound = get(doc, SPEC + ("trials", "maxReplicates"))
+    """Extension: ``trials.maxReplicates`` (the bound of ``replicates: auto``) is at least minReplicates;
+    with ``replicates: auto`` and no maxReplicates, its default (10) is the bound checked."""
+    trials = get(doc, SPEC + ("trials",))
+    if not isinstance(trials, dict):
+        return
+    minimum, bound = trials.get("minReplicates"), trials.get("maxReplicates")
+    default = "maxReplicates" not in trials and trials.get("replicates") == "auto"
+    if default:
+        bound = Trials.model_fields["max_replicates"].default
     if all(isinstance(v, int) and not isinstance(v, bool) for v in (minimum, bound)) and bound < minimum:
-        yield SPEC + ("trials", "maxReplicates"), (f"is {bound}; it must be at least trials.minReplicates "
+        said = " (the default: it is not written)" if default else ""
+        yield SPEC + ("trials", "maxReplicates"), (f"is {bound}{said}; it must be at least trials.minReplicates "
                                                    f"({minimum}), the fewest replicates auto may plan")
 
 

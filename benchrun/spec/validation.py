@@ -17,6 +17,7 @@ from pathlib import Path as FsPath
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from pydantic.alias_generators import to_snake
 
 from benchrun.errors import BenchrunError
 from benchrun.spec import rules
@@ -151,6 +152,15 @@ _EXPECTED = {
 }
 
 
+def _camel_spelling(key: str, model: type[BaseModel]) -> str | None:
+    """The YAML key a snake_case (Python) spelling ``key`` stands for in ``model``, else None."""
+    for name, f in model.model_fields.items():
+        alias = f.alias or name
+        if key != alias and key in (name, to_snake(alias)):
+            return alias
+    return None
+
+
 def _got(value: Any) -> str:
     word = _TYPE_WORDS.get(type(value), type(value).__name__)
     if isinstance(value, (str, int, float)) and not isinstance(value, bool):
@@ -167,6 +177,9 @@ def _message(err: dict[str, Any]) -> str:
         key = str(loc[-1])
         model = model_at(loc[:-1])
         allowed = sorted(_keys_of(model)) if model is not None else []
+        spelled = _camel_spelling(key, model) if model is not None else None
+        if spelled:
+            return f"unknown key {key!r}: keys are written in camelCase; did you mean {spelled!r}?"
         hint = rules.did_you_mean(key, allowed)
         if hint:
             return f"unknown key {key!r}{hint}"
@@ -294,12 +307,16 @@ def validate_document(doc: YamlDocument, file: str, find_dataset: Finder | None 
         seen.add((path, message))
         errors.append(SpecError(format_path(path), message, doc.line_of(path), file))
     errors.sort(key=lambda e: (e.line or 0, e.path))
+    digests: dict[str, str] = {}
+    if not errors and run is not None:
+        try:  # defence in depth: a value the model takes as it is (.nan) cannot be digested
+            digests = {"specDigest": spec_digest(data), "workloadSpecDigest": workload_spec_digest(data)}
+        except (TypeError, ValueError) as exc:
+            errors.append(SpecError(format_path(()), f"{exc}; write a finite number", doc.start_line, file))
     valid = not errors and run is not None
     summary = summary_of(data)
     summary["errors"] = len(errors)
-    if valid:
-        summary["specDigest"] = spec_digest(data)
-        summary["workloadSpecDigest"] = workload_spec_digest(data)
+    summary.update(digests)
     warnings = []
     if valid:
         from benchrun.stats.power import gating_warnings, percentile_warnings  # statistics' advice on the gate
