@@ -8,9 +8,9 @@ into the sealed run directories.
 
 Which arm goes first within a pair is drawn, not fixed: a fixed "baseline first" would hand
 any launch-position effect (warm caches, thermals) to the candidate, where it would be
-confirmed like a real regression. The pairs are balanced (half baseline-first, half
+confirmed like a real regression. Each suite's pairs are balanced (half baseline-first, half
 candidate-first, the extra one of an odd count drawn too) and shuffled with a seed derived
-from the two run ids; the seed and the order are the evidence of the round
+from the two run ids and the suite's name; the seed and the order are the evidence of the round
 (``confirmations/<candidate>/order.json`` and the comparison's ``confirmation_evidence``).
 
 The round is analysed as pairs (``benchrun.stats.paired``): when its answer is unclear it asks
@@ -62,8 +62,10 @@ def round_seed(baseline_id: str, candidate_id: str) -> int:
 def confirmation_invocations(home: Path, baseline_id: str, candidate_id: str, suites: set[str],
                              replicates: int | None = None, seed: int | None = None, *, first: int = 1
                              ) -> tuple[list[tuple[str, Invocation]], dict[str, Path]]:
-    """(arm, invocation) pairs in launch order — per replicate k, both arms' launches of k, the
-    first arm drawn by :func:`pair_orders` — and each arm's output dir. ``first`` > 1 plans an
+    """(arm, invocation) pairs in launch order — per replicate k and suite, both arms' launches of
+    that suite's k, the first arm drawn by :func:`pair_orders` over the suite's own pairs (seed
+    :func:`suite_seed`), so each suite's pairs are balanced — and each arm's output dir. Only
+    replicates both arms launch are pairs: where the runs planned different counts, the smaller. ``first`` > 1 plans an
     extension: replicates ``first`` .. ``first + replicates − 1``, into the round's existing dirs.
     Without ``replicates`` each suite runs as many pairs as its run planned (a ``replicates:
     auto`` run's recorded plan, read from the run, never planned again)."""
@@ -84,13 +86,24 @@ def confirmation_invocations(home: Path, baseline_id: str, candidate_id: str, su
         plans = plan_run(run, run_id, out, home=home, replicates=counts, record_plan=False)
         arms[arm] = [inv for p in plans for inv in p.invocations if inv.suite in suites and inv.replicate >= first]
         out_dirs[arm] = out
-    n = replicates or max((inv.replicate for invs in arms.values() for inv in invs), default=0)
-    orders = pair_orders(n, round_seed(baseline_id, candidate_id) if seed is None else seed)
+    # a pair is a replicate of a suite that both arms launch: two `replicates: auto` runs may have
+    # planned different counts, and a launch with no partner is no pair (it was counted as one)
+    both = ({(i.suite, i.replicate) for i in arms["baseline"]} & {(i.suite, i.replicate) for i in arms["candidate"]})
+    base = round_seed(baseline_id, candidate_id) if seed is None else seed
+    first_arm: dict[tuple[str, int], tuple[str, str]] = {}
+    for suite in sorted({s for s, _ in both}):  # balanced within each suite, not only over the round
+        ks = sorted(k for s, k in both if s == suite)
+        first_arm.update(zip(((suite, k) for k in ks), pair_orders(len(ks), suite_seed(base, suite))))
     order: list[tuple[str, Invocation]] = []
-    for k, pair in zip(range(first, first + n), orders):
-        for arm in pair:
-            order.extend((arm, inv) for inv in arms[arm] if inv.replicate == k)
+    for suite, k in sorted(first_arm, key=lambda sk: (sk[1], sk[0])):
+        for arm in first_arm[(suite, k)]:
+            order.extend((arm, inv) for inv in arms[arm] if (inv.suite, inv.replicate) == (suite, k))
     return order, out_dirs
+
+
+def suite_seed(seed: int, suite: str) -> int:
+    """The seed of one suite's balanced order within a round (recorded with the round's seed)."""
+    return (int(seed) + zlib.crc32(suite.encode())) % 2**32
 
 
 def max_pairs(home: Path, candidate_id: str) -> int | None:
@@ -148,7 +161,8 @@ class ConfirmationRound:
         self.max_pairs = max_pairs(self.home, self.candidate_id)  # the pinned specs loaded above
         self.pairs = max((inv.replicate for _arm, inv in order), default=0)
         self.evidence = {
-            "scheme": "paired launches, first arm per pair balanced and shuffled (seeded)",
+            "scheme": "paired launches, first arm per pair balanced within each suite and shuffled (seeded: the "
+                      "round's seed plus crc32 of the suite's name)",
             "seed": seed,
             "order": [{"arm": arm, "suite": inv.suite, "replicate": inv.replicate} for arm, inv in order],
         }

@@ -244,6 +244,18 @@ def test_a_confirmation_round_of_an_auto_run_reads_the_runs_plan_and_extends(ben
     assert sorted(inv.replicate for _arm, inv in more) == [5, 5, 6, 6]
 
 
+def test_a_round_of_two_auto_runs_with_different_counts_pairs_only_what_both_launch(bench_home, canary_doc,
+                                                                                      write_spec):
+    # review 2026-12-07: baseline planned 5, candidate 8: pairs 6-8 were candidate-only launches that
+    # counted as pairs launched (n0 = 8, looks planned on pairs that did not exist)
+    from benchrun.confirm import confirmation_invocations
+
+    base, cand = _auto_runs(bench_home, canary_doc, write_spec, (5, 8))
+    order, _dirs = confirmation_invocations(bench_home, base, cand, {"other"}, seed=1)
+    assert sorted(inv.replicate for _arm, inv in order) == [k for k in range(1, 6) for _ in (0, 1)]
+    assert sorted(arm for arm, _inv in order) == ["baseline"] * 5 + ["candidate"] * 5
+
+
 def test_an_auto_run_without_a_readable_plan_is_an_error_naming_the_file(bench_home, canary_doc, write_spec):
     # review 2026-12-05: a record that could not be read was planned again (and overwritten): the
     # run's replicates could change under it
