@@ -195,3 +195,15 @@ def test_an_empty_trailing_document_is_ignored() -> None:
     two = validate_bytes((text + "---\n" + text).encode(), "t.yaml")
     assert two[0].fatal and "2 YAML documents" in two[0].errors[0].message
     assert "must be a mapping" in validate_bytes(b"~\n", "t.yaml")[0].errors[0].message  # an explicit null is content
+
+
+@pytest.mark.parametrize("section", ["workload", "layers", "trials"])
+def test_a_whole_section_is_not_one_variable_under_test(section):
+    # review 2026-12-07: `variableUnderTest: workload` (or layers) was valid: a "single variable"
+    # that lets the whole frozen workload, or every suite, differ defeats the one-variable gate
+    doc = yaml.safe_load(CANARY.read_text())
+    doc["spec"]["comparison"]["variableUnderTest"] = section
+    got = errors_by_path(doc)
+    assert f"names the whole spec.{section} section" in got.get("spec.comparison.variableUnderTest", ""), got
+    doc["spec"]["comparison"]["variableUnderTest"] = "workload.model"
+    assert "spec.comparison.variableUnderTest" not in errors_by_path(doc)

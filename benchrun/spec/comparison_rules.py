@@ -95,6 +95,11 @@ def rule_variable_under_test_resolves(doc: Any) -> Iterator[Finding]:
         yield path, str(exc)
         return
     sections = paths.GATED_SECTIONS
+    if len(segs) == 1 and segs[0] in sections:  # "one variable" that is every field of a section
+        yield path, (f"{value!r} names the whole spec.{segs[0]} section, which would let every field in it differ; "
+                     f"name the one field that differs (e.g. {segs[0]}.<field>), or one of "
+                     f"{', '.join(get_args(VariableUnderTest))}")
+        return
     if segs[0] not in sections:
         yield path, (f"{value!r} is in spec.{segs[0]}, which the one-variable gate does not compare; name a field "
                      f"under {', '.join(sections)} or one of {', '.join(get_args(VariableUnderTest))}")
