@@ -207,3 +207,13 @@ def test_a_whole_section_is_not_one_variable_under_test(section):
     assert f"names the whole spec.{section} section" in got.get("spec.comparison.variableUnderTest", ""), got
     doc["spec"]["comparison"]["variableUnderTest"] = "workload.model"
     assert "spec.comparison.variableUnderTest" not in errors_by_path(doc)
+
+
+def test_a_pattern_error_says_the_rule_in_words_not_the_regex():
+    # review 2026-12-07: `metadata.name: Canary_X` answered "'Canary_X' does not match the pattern
+    # ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+    doc = yaml.safe_load(CANARY.read_text())
+    doc["metadata"]["name"] = "Canary_X"
+    got = errors_by_path(doc)
+    assert got["metadata.name"].startswith("is 'Canary_X'; must be a DNS label: lowercase letters"), got
+    assert not any("pattern ^" in m for m in got.values())

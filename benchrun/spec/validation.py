@@ -170,6 +170,21 @@ def _got(value: Any) -> str:
     return word
 
 
+# The model's patterns in words (a regex is no instruction to the person who wrote the value).
+PATTERN_WORDS = {
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$": "must be a DNS label: lowercase letters, digits and '-', starting and "
+                                          "ending with a letter or digit (e.g. canary-h100)",
+    r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$": "must be letters, digits, '.', '_' or '-', starting and "
+                                                           "ending with a letter or digit, at most 63 characters",
+    r"^([0-9]+(\.[0-9]+)?|\.[0-9]+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$": "must be a Kubernetes quantity such as "
+                                                                           "500m, 4, 64Gi or 1.5",
+    r"^[A-Za-z_][A-Za-z0-9_]*$": "must be an environment variable name: letters, digits and '_', not starting "
+                                 "with a digit",
+    r"^[^\x00]*$": "must not contain a NUL character",
+    r"^[0-9a-f]{64}$": "must be 64 lowercase hexadecimal digits (a sha256)",
+}
+
+
 def _message(err: dict[str, Any]) -> str:
     kind = err["type"]
     loc = tuple(err["loc"])
@@ -197,7 +212,9 @@ def _message(err: dict[str, Any]) -> str:
         pattern = str(err.get("ctx", {}).get("pattern", ""))
         if pattern == r"\S":
             return "must not be empty or blank"
-        return f"{err.get('input')!r} does not match the pattern {pattern}"
+        said = PATTERN_WORDS.get(pattern)
+        return (f"is {err.get('input')!r}; {said}" if said else
+                f"{err.get('input')!r} does not match the pattern {pattern}")
     if kind == "string_too_short":
         return "must not be empty"
     if kind == "too_short":
