@@ -153,7 +153,9 @@ def print_headline(console: Any, run_dir: Path, run_id: str) -> bool:
     from benchrun.stats.reading import pooled_note
     from benchrun.stats.validity import run_notes
 
-    for note in [*(r.compared_note() for h in heads for r in h.rows), *(pooled_note(r.change or {}) for h in heads
+    from benchrun.report.content import compared_notes
+
+    for note in [*compared_notes(heads), *(pooled_note(r.change or {}) for h in heads
                                                                          for r in h.rows), *run_notes(run_dir)]:
         if note:
             console.print(note, markup=False, highlight=False)

@@ -210,3 +210,20 @@ def test_a_canceled_runs_verdict_counts_its_launches_and_does_not_ask_for_a_base
     v = C.verdict(RunInfo("c1", rd, {"phase": "Canceled", "layers": {}}, {}, {}), None)
     assert v.replicates == "4 launches: 3 ok, 1 failed"
     assert v.against == "Not compared: the run ended Canceled before its comparison."
+
+
+def test_rows_of_a_suite_that_share_their_footnote_get_one():
+    # 2026-12-07 (the ‡ change above, seen in `make run`): ten serving_sweep rows whose baseline
+    # lost one contended replicate printed the same footnote ten times
+    why = {"suite": "serve", "n_baseline": 4, "n_candidate": 5, "contention": "baseline: 1 contended, excluded"}
+    rows = [C.HeadlineRow("serve", f"c={c}", m, "u", "higher", 5, 1.0, None, None, None,
+                          change={**why, "metric": f"serve/{m}[c={c}]"}) for c in (1, 4) for m in ("tps", "ttft_ms")]
+    own = C.HeadlineRow("other", "", "x", "u", "higher", 5, 1.0, None, None, None,
+                        change={"metric": "other/x", "suite": "other", "n_baseline": 5, "n_candidate": 4,
+                                "candidate_median": 2.0, "failed_candidate": 1})
+    notes = C.compared_notes([C.SuiteHeadline("serve", rows), C.SuiteHeadline("other", [own])])
+    assert notes == [
+        "‡ other/x: the change against the baseline is over the 4 replicates the comparison kept, not all 5 "
+        "(their median 2): candidate: 1 failed replicate",
+        "‡ serve (4 rows): the change against the baseline is over 4 baseline and 5 candidate replicates: "
+        "baseline: 1 contended, excluded"], notes

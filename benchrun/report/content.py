@@ -162,21 +162,50 @@ class HeadlineRow:
     def compared_note(self) -> str:
         """Why :meth:`n_text` is marked: which replicates the comparison left out (of either arm),
         or kept though contended, and its own median."""
-        from benchrun.stats.reading import LEFT_OUT_MARK, left_out
+        from benchrun.stats.reading import LEFT_OUT_MARK
+
+        label, body, _ = self._compared()
+        return f"{LEFT_OUT_MARK} {label}: {body}" if body else ""
+
+    def _compared(self) -> tuple[str, str, bool]:
+        """(row label, why n is marked or "", whether the words are this row's own — its
+        comparison median — rather than its suite's)."""
+        from benchrun.stats.reading import left_out
 
         why = left_out(self.change or {})
         nc = self.compared_n
-        if nc is None and not why:
-            return ""
         label = (self.change or {}).get("metric") or f"{self.suite}/{self.metric}" + (f"[{self.case}]" if self.case else "")
+        if nc is None and not why:
+            return label, "", False
         if nc is None:
             nb = pick(self.change or {}, "n_baseline")
-            return (f"{LEFT_OUT_MARK} {label}: the change against the baseline is over "
-                    + (f"{int(nb)} baseline and " if nb is not None else "") + f"{self.n} candidate replicates: {why}")
+            return label, ("the change against the baseline is over "
+                           + (f"{int(nb)} baseline and " if nb is not None else "") + f"{self.n} candidate replicates: {why}"), False
         med = pick(self.change or {}, "candidate_median")
-        return (f"{LEFT_OUT_MARK} {label}: the change against the "
-                f"baseline is over the {nc} replicates the comparison kept, not all {self.n}"
-                + (f" (their median {med:.4g})" if med is not None else "") + (f": {why}" if why else ""))
+        return label, (f"the change against the baseline is over the {nc} replicates the comparison kept, not all {self.n}"
+                       + (f" (their median {med:.4g})" if med is not None else "") + (f": {why}" if why else "")), True
+
+
+def compared_notes(heads: list["SuiteHeadline"]) -> list[str]:
+    """The headline's ‡ footnotes: one per row that has words of its own, one per suite for the
+    rows whose words are the suite's (ten rows of a suite whose baseline lost a contended
+    replicate printed the same line ten times)."""
+    from benchrun.stats.reading import LEFT_OUT_MARK
+
+    out: list[str] = []
+    shared: dict[tuple[str, str], list[str]] = {}
+    for h in heads:
+        for r in h.rows:
+            label, body, own = r._compared()
+            if not body:
+                continue
+            if own:
+                out.append(f"{LEFT_OUT_MARK} {label}: {body}")
+            else:
+                shared.setdefault((r.suite, body), []).append(label)
+    for (suite, body), labels in shared.items():
+        out.append(f"{LEFT_OUT_MARK} {labels[0] if len(labels) == 1 else f'{suite} ({len(labels)} rows)'}: {body}")
+    return out
 
 
 @dataclass

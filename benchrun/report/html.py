@@ -310,7 +310,7 @@ def _headline_html(heads: list[C.SuiteHeadline], stats: Any, compared: bool, val
                      f"<tbody>{''.join(rows)}</tbody></table>")
     if any(r.gating for h in heads for r in h.rows):
         parts.append("<p class='muted'>★ gates against the baseline (the spec's primary metrics).</p>")
-    notes = [n for n in (r.compared_note() for h in heads for r in h.rows) if n]
+    notes = C.compared_notes(heads)
     notes += [n for n in (pooled_note(r.change or {}) for h in heads for r in h.rows) if n]
     notes += list(validity or [])  # suites that judged their own measurement invalid (benchrun.stats.validity)
     if notes:
