@@ -295,6 +295,8 @@ def _launch_counts(run: "RunInfo") -> tuple[int, int, int]:
 
 
 def verdict(run: "RunInfo", comparison: dict[str, Any] | None) -> Verdict:
+    from benchrun.stats.reading import not_shown
+
     st = run.status
     ok, failed, launches = _launch_counts(run)
     phase = st.get("phase")
@@ -325,8 +327,7 @@ def verdict(run: "RunInfo", comparison: dict[str, Any] | None) -> Verdict:
                 regressions += f", {len(unconfirmed)} suspected, not confirmed"
         elif confirmed or unconfirmed:
             regressions, level = f"{len(confirmed) + len(unconfirmed)} suspected, not confirmed", "warn"
-        elif unshown := [m for m in comparison.get("metrics") or [] if is_gating(m) and m.get("verdict") not in
-                         ("no_change", "improvement", "regression") and m.get("name") != "failed_replicates"]:
+        elif unshown := [m for m in comparison.get("metrics") or [] if is_gating(m) and not_shown(m)]:
             # nothing regressed, but not everything was shown within its margin (NoRegressionShown)
             regressions, level = (f"none shown; {len(unshown)} of {n_gating} not shown within the margin either "
                                   f"({', '.join(sorted({str(m.get('verdict')) for m in unshown}))}: see each MDE)"), "warn"

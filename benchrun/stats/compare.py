@@ -106,20 +106,11 @@ class Comparison:
                 "message": "no gating metric regressed: each was shown within its margin or better"}
 
     def unshown(self) -> list[str]:
-        """Gating rows neither a regression nor shown unchanged or better (``inconclusive``,
-        ``spread changed``; a failure count only where the candidate failed more), as
-        ``metric verdict``."""
-        df = self.rows
-        if df is None or df.empty or "verdict" not in df.columns:
+        """Gating rows neither a regression nor shown unchanged or better
+        (:func:`benchrun.stats.reading.not_shown`), as ``metric verdict``."""
+        if self.rows is None or self.rows.empty or "verdict" not in self.rows.columns:
             return []
-        out = []
-        for r in df[df["gating"].astype(bool)].itertuples():
-            if r.verdict in ("no_change", "improvement", "regression"):
-                continue
-            if r.name == FAILED_METRIC and not r.failed_candidate > r.failed_baseline:
-                continue
-            out.append(f"{r.metric} {r.verdict}")
-        return out
+        return [f"{r['metric']} {r['verdict']}" for r in self.records() if r.get("gating") and reading.not_shown(r)]
 
     def records(self) -> list[dict[str, Any]]:
         """One JSON-ready object per metric (NaN becomes None)."""

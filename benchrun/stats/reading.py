@@ -329,6 +329,17 @@ def _count(rec: dict, key: str) -> int:
     return 0 if v is None or (isinstance(v, float) and math.isnan(v)) else int(v)
 
 
+def not_shown(rec: dict) -> bool:
+    """A row neither a regression nor shown unchanged or better (``inconclusive``, ``spread
+    changed``; a failure count only where the candidate failed more): what exit 0's
+    ``NoRegressionShown`` names and the report's verdict box counts."""
+    if rec.get("verdict") in ("no_change", "improvement", "regression"):
+        return False
+    if rec.get("name") == FAILED_ROW:
+        return _count(rec, "failed_candidate") > _count(rec, "failed_baseline")
+    return True
+
+
 def left_out(rec: dict) -> str:
     """What kept replicates of this row's suite out of its comparison, in the row's own words:
     its ``contention`` text when contended replicates were excluded (or kept, too few quiet ones
