@@ -267,6 +267,75 @@ def test_a_job_of_that_name_that_has_ended_is_made_anew_not_adopted(kcluster, ho
     assert again.job_uid != first.job_uid
 
 
+def test_a_job_whose_pod_ended_before_its_complete_condition_is_made_anew_not_adopted(kcluster, home, monkeypatch):
+    """CI (2026-12-07) failed the test above once: the rerun came the moment the earlier pod ended,
+    before the Job controller's next sync gave the Job its Complete condition, so the Job read as
+    running and was adopted, and the old pod's "ok" reported as the new launch's. A Job whose pods
+    have all ended is now made anew whatever its conditions say. Held deterministic here: the Job
+    controller paused, the condition taken off through the API."""
+    from kubernetes import client
+
+    from benchrun.launch.k8s_submit import create_or_adopt_job
+    from benchrun.launch.kubernetes import KubernetesLauncher
+
+    run_dir = home / "runs" / RUN_ID
+    launcher = launcher_for(kcluster)
+    keep = KubernetesLauncher(launcher.batch_api, launcher.core_api, "default", launcher.placement, poll_s=0.05,
+                              custom_api=launcher.custom_api, delete_finished=False)
+    first = keep.launch(make_inv(run_dir), run_dir)
+    assert first.status == "ok"
+
+    async def not_synced_yet() -> None:
+        return None
+
+    monkeypatch.setattr(kcluster.control, "job_controller", not_synced_yet)
+    batch = client.BatchV1Api(kcluster.api_client())
+    job = batch.read_namespaced_job_status(TINY_R1, "default")
+    job.status.conditions = None
+    batch.replace_namespaced_job_status(TINY_R1, "default", job)
+    assert not (kcluster.get("jobs", TINY_R1)["status"].get("conditions"))
+    [pod] = kcluster.list("pods")
+    assert pod["status"]["phase"] == "Succeeded"
+    made = create_or_adopt_job(keep.client, batch, "default", TINY_R1, keep._model(keep.manifest(make_inv(run_dir))),
+                               0.05)
+    assert made.metadata.uid != first.job_uid
+
+
+def test_a_jobset_of_that_name_that_has_ended_is_made_anew_not_adopted(shared, home):
+    """As a Job: a gang's JobSet kept after its run (delete_finished off) was adopted by the next
+    launch of that replicate, which reported the old pods' result without running anything."""
+    from benchrun.launch.kubernetes import KubernetesLauncher
+
+    run_dir = home / "runs" / RUN_ID
+    launcher = launcher_for(shared, run_volume_claim="home", run_home=str(home))
+    keep = KubernetesLauncher(launcher.batch_api, launcher.core_api, "default", launcher.placement, poll_s=0.05,
+                              custom_api=launcher.custom_api, delete_finished=False)
+    gang = make_inv(run_dir, replicate=2, nodes=2, ranks_per_node=1, code=script_for(2))
+    first = keep.launch(gang, run_dir)
+    assert first.status == "ok", first.reason
+    assert len(shared.list("jobsets")) == 1  # kept
+    again = keep.launch(dataclasses.replace(gang, argv=(sys.executable, "-c", "import sys; sys.exit(3)")), run_dir)
+    assert again.status == "failed" and "code 3" in (again.reason or ""), again.reason
+    assert again.job_uid != first.job_uid
+    assert shared.errors == []
+
+
+def test_a_jobset_of_that_name_made_for_another_replicate_is_not_adopted(shared, home):
+    """A JobSet was adopted whatever its labels said; now as a Job: left alone, the replicate
+    failing naming both."""
+    run_dir = home / "runs" / RUN_ID
+    launcher = launcher_for(shared, run_volume_claim="home", run_home=str(home))
+    gang = make_inv(run_dir, replicate=2, nodes=2, ranks_per_node=1, code=script_for(2))
+    other = launcher.manifest(dataclasses.replace(gang, suite="other"))
+    other["metadata"]["name"] = launcher.manifest(gang)["metadata"]["name"]
+    other["spec"]["suspend"] = True
+    shared.create("jobsets", other)
+    res = launcher.launch(gang, run_dir)
+    assert res.status == "failed" and "already exists for suite='other', not suite='tiny'" in res.reason, res.reason
+    [left] = shared.list("jobsets")
+    assert left["metadata"]["labels"]["benchrun.dev/suite"] == "other"
+
+
 def test_a_job_of_that_name_made_for_another_replicate_is_not_adopted(kcluster, home):
     """A Job already there under this replicate's name but labelled for another suite (a name
     clash, or one left over) is neither adopted (its result would be reported as this suite's)

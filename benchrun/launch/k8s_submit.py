@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from typing import Any, Callable
 
 from kubernetes.client.exceptions import ApiException
 
@@ -38,12 +38,35 @@ def _finished(job: Any) -> str | None:
     return None
 
 
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+def pods_ended(pods: list[Any]) -> str | None:
+    """"its pods ended" when there are pods and every one of them is Succeeded or Failed, else None.
+    A Job's (or JobSet's) condition lags its pods by a controller sync: a rerun launched the moment
+    the earlier pod ended found the Job without its Complete condition, adopted it and reported the
+    old pod's result as the new launch's (CI, 2026-12-07). A Job between an eviction and its
+    replacement pod reads ended too: it is made anew, which measures afresh; never the other way."""
+    phases = [getattr(getattr(p, "status", None), "phase", None) for p in pods]
+    return "its pods ended" if phases and all(ph in TERMINAL_PHASES for ph in phases) else None
+
+
+def _job_ended(client: Any, namespace: str, name: str, job: Any) -> str | None:
+    ended = _finished(job)
+    if ended is not None:
+        return ended
+    uid = job.metadata.uid
+    return pods_ended([p for p in client.get_pods_in_job(name, namespace)
+                       if any(o.uid == uid for o in (p.metadata.owner_references or []))])
+
+
 def create_or_adopt_job(client: Any, batch_api: Any, namespace: str, name: str, body: Any, poll_s: float) -> Any:
     """Create the Job with ``DagsterKubernetesClient.create_namespaced_job_with_retries``; one of
     that name still running is adopted (a retried launch). One that has ended (a contended rerun, a
-    re-execution of the run while the earlier Job was kept) is deleted, its pods with it, and made
-    anew: adopted, its old pod's result was reported as the new launch's and nothing was measured
-    (found in review). The Job as the API server has it; ApiException when it cannot be."""
+    re-execution of the run while the earlier Job was kept), by its condition or by its pods
+    (``pods_ended``), is deleted, its pods with it, and made anew: adopted, its old pod's result was
+    reported as the new launch's and nothing was measured (found in review). The Job as the API
+    server has it; ApiException when it cannot be."""
     from dagster_k8s.client import DagsterK8sUnrecoverableAPIError
 
     for attempt in (1, 2):
@@ -55,10 +78,12 @@ def create_or_adopt_job(client: Any, batch_api: Any, namespace: str, name: str, 
                 raise api_exc if isinstance(api_exc, ApiException) else exc
             existing = batch_api.read_namespaced_job(name=name, namespace=namespace)
             check_same_replicate(name, _labels(body), _labels(existing))
-            ended = _finished(existing)
-            if ended is None or attempt == 2:
+            ended = _job_ended(client, namespace, name, existing)
+            if ended is None:
                 log.info("Job %s/%s already exists (a retried launch): adopting it", namespace, name)
                 return existing
+            if attempt == 2:
+                raise _taken_again("Job", name, ended)
             log.info("Job %s/%s of an earlier launch has ended (%s): deleting it to launch anew", namespace, name,
                      ended)
             _delete_and_wait(batch_api, namespace, name)
@@ -110,25 +135,40 @@ def _create_with_retries(client: Any, body: Any, namespace: str, poll_s: float) 
         delay = min(2 * delay, 30.0)
 
 
+def _taken_again(kind: str, name: str, ended: str) -> ApiException:
+    """An ended object deleted to launch anew was there again, ended, when created anew (another
+    launch of the same replicate at once): neither adopted (its result is not this launch's) nor
+    deleted again."""
+    return ApiException(status=409, reason=f"{kind} {name} was made again by another launch while this one "
+                                           f"replaced it, and has ended ({ended}): not adopted")
+
+
 def _delete_and_wait(batch_api: Any, namespace: str, name: str) -> None:
     """Delete the Job and its pods (Foreground) and wait until the name is free."""
+    _delete_then_wait(
+        "Job", name,
+        lambda: batch_api.delete_namespaced_job(name=name, namespace=namespace, propagation_policy="Foreground"),
+        lambda: batch_api.read_namespaced_job(name=name, namespace=namespace))
+
+
+def _delete_then_wait(kind: str, name: str, delete: Callable[[], Any], read: Callable[[], Any]) -> None:
     import time
 
     try:
-        batch_api.delete_namespaced_job(name=name, namespace=namespace, propagation_policy="Foreground")
+        delete()
     except ApiException as exc:
         if exc.status != 404:
             raise
     deadline = time.monotonic() + REPLACE_WAIT_S
     while time.monotonic() < deadline:
         try:
-            batch_api.read_namespaced_job(name=name, namespace=namespace)
+            read()
         except ApiException as exc:
             if exc.status == 404:
                 return
             raise
         time.sleep(1.0)
-    raise ApiException(status=409, reason=f"Job {name} of an earlier launch was still being deleted after "
+    raise ApiException(status=409, reason=f"{kind} {name} of an earlier launch was still being deleted after "
                                           f"{REPLACE_WAIT_S:g} s")
 
 
@@ -142,24 +182,57 @@ def _labels(obj: Any) -> dict[str, str]:
     return dict(labels or {})
 
 
-def check_same_replicate(name: str, wanted: dict[str, str], found: dict[str, str]) -> None:
-    """Adopt only a Job made for the same replicate: raise a 409 naming both otherwise (a name
-    shared by two suites would report the other suite's Job as this one's)."""
+def check_same_replicate(name: str, wanted: dict[str, str], found: dict[str, str], kind: str = "Job") -> None:
+    """Adopt only a Job (JobSet) made for the same replicate: raise a 409 naming both otherwise (a
+    name shared by two suites would report the other suite's Job as this one's)."""
     differ = {k: found.get(k) for k in IDENTITY_LABELS if wanted.get(k) != found.get(k)}
     if differ:
         exc = ApiException(status=409, reason="Conflict")
         theirs = ", ".join(f"{k.removeprefix(LABEL_PREFIX)}={v!r}" for k, v in differ.items())
         mine = ", ".join(f"{k.removeprefix(LABEL_PREFIX)}={wanted.get(k)!r}" for k in differ)
-        exc.body = json.dumps({"message": f"Job {name} already exists for {theirs}, not {mine}: not adopted "
+        exc.body = json.dumps({"message": f"{kind} {name} already exists for {theirs}, not {mine}: not adopted "
                                           "(delete it if it is left over from another run)"})
         raise exc
 
 
-def create_or_adopt_jobset(custom_api: Any, namespace: str, name: str, manifest: dict[str, Any]) -> None:
-    """Create the JobSet; one of that name is adopted. ApiException when it cannot be."""
-    try:
-        custom_api.create_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSETS, manifest)
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
-        log.info("JobSet %s/%s already exists (a retried launch): adopting it", namespace, name)
+def create_or_adopt_jobset(custom_api: Any, core_api: Any, namespace: str, name: str,
+                           manifest: dict[str, Any]) -> None:
+    """Create the JobSet; one of that name made for the same replicate and still running is adopted
+    (a retried launch). One that has ended, by its Completed/Failed condition or by its pods, is
+    deleted (Foreground) and made anew, as a Job is: adopted, its old pods' results were the new
+    launch's. ApiException when it cannot be."""
+    for attempt in (1, 2):
+        try:
+            custom_api.create_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSETS, manifest)
+            return
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        existing = custom_api.get_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSETS, name)
+        check_same_replicate(name, _labels(manifest), _labels(existing), kind="JobSet")
+        ended = _jobset_ended(core_api, namespace, name, existing)
+        if ended is None:
+            log.info("JobSet %s/%s already exists (a retried launch): adopting it", namespace, name)
+            return
+        if attempt == 2:
+            raise _taken_again("JobSet", name, ended)
+        log.info("JobSet %s/%s of an earlier launch has ended (%s): deleting it to launch anew", namespace, name,
+                 ended)
+        _delete_then_wait(
+            "JobSet", name,
+            lambda: custom_api.delete_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSETS, name,
+                                                               propagation_policy="Foreground"),
+            lambda: custom_api.get_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSETS, name))
+
+
+def _jobset_ended(core_api: Any, namespace: str, name: str, js: dict[str, Any]) -> str | None:
+    for cond in (js.get("status") or {}).get("conditions") or []:
+        if cond.get("type") in ("Completed", "Failed") and cond.get("status") == "True":
+            return cond["type"]
+    if core_api is None:
+        return None
+    pods = core_api.list_namespaced_pod(namespace, label_selector=f"jobset.sigs.k8s.io/jobset-name={name}").items
+    uid = (js.get("metadata") or {}).get("uid")
+    # the JobSet's own pods (its Jobs' pods carry its uid in the jobset-uid label)
+    mine = [p for p in pods if not uid or (p.metadata.labels or {}).get("jobset.sigs.k8s.io/jobset-uid", uid) == uid]
+    return pods_ended(mine)

@@ -337,7 +337,7 @@ class KubernetesLauncher:
         its own file, node 0's result read, the first failing node named in the reason."""
         name = manifest["metadata"]["name"]
         try:
-            create_or_adopt_jobset(self.custom_api, self.namespace, name, manifest)
+            create_or_adopt_jobset(self.custom_api, self.core_api, self.namespace, name, manifest)
         except ApiException as exc:
             return self._not_created(inv, f"cannot create JobSet {name}: {api_error(exc)}", log_path, t_request, t0)
         watch = jobset_watch(self.core_api, self.custom_api, self.namespace, name, inv.nodes,

@@ -211,10 +211,14 @@ class HarnessEmulator(kmock.KubernetesEmulator):
             return copy.deepcopy(raw)
 
     async def replace_object(self, key: Any, data: dict[str, Any]) -> None:
-        """Replace a whole object (status and all) if it still exists; bumps resourceVersion."""
+        """Replace a whole object (status and all) if it still exists, and is the same object (uid);
+        bumps resourceVersion."""
         async with self._lock:
             if key not in self._objects or self._objects[key].deleted:
                 return
+            uid = (data.get("metadata") or {}).get("uid")
+            if uid is not None and uid != self._objects[key].raw["metadata"].get("uid"):
+                return  # written from a copy of an object deleted and made anew since: a conflict on a cluster
             data.setdefault("metadata", {})["resourceVersion"] = self.next_rv()
             self._objects[key].create(data)
             await self._buses[key[0]].put({"type": "MODIFIED", "object": self._objects[key].raw})
