@@ -70,10 +70,12 @@ def _worth_saying(c: dict[str, Any]) -> bool:
 
 
 def _fmt(v: Any) -> str:
+    from benchrun.console import number
+
     if v is None:
         return "-"
     if isinstance(v, float):
-        return f"{v:.4g}"
+        return number(v)
     return str(v)
 
 

@@ -137,3 +137,19 @@ def test_report_numbers_keep_five_digits_and_coverage_is_a_percent():
 
     assert (_fmt(9999.78), _fmt(834900.0), _fmt(1234.5), _fmt(12.345678), _fmt(0.0001234)) == (
         "9,999.8", "834,900", "1,234.5", "12.35", "0.0001234")
+
+
+def test_the_cli_tables_and_notes_print_numbers_as_the_report_does():
+    """The report grouped 5 digits but the CLI's summary and compare tables, the playbooks and the
+    pooled-p99 note still used .4g: `benchrun summary` printed 427,912 tok/s as 4.279e+05."""
+    from benchrun.commands import _fmt as summary_cell
+    from benchrun.playbooks.commands import _cell as playbook_cell
+    from benchrun.stats.commands import _num as compare_cell
+    from benchrun.stats.reading import POOLED_METHOD, pooled_note
+
+    for cell in (summary_cell, playbook_cell, compare_cell):
+        assert (cell(427912.3), cell(9999.78), cell(12.345678)) == ("427,912", "9,999.8", "12.35"), cell
+    note = pooled_note({"metric": "ttft_p99_ms", "unit": "ms", "tail_method": POOLED_METHOD, "change_pct": 9.0,
+                        "p99_pooled_baseline": 12345.6,
+                        "p99_pooled_candidate": 13456.7, "baseline_median": 1.0})
+    assert "12,346 → 13,457 ms" in note

@@ -6,7 +6,7 @@ import json
 from typing import Any, List, Optional
 
 import typer
-from benchrun.console import console
+from benchrun.console import console, number
 
 
 def _cell(value: Any) -> str:
@@ -15,7 +15,7 @@ def _cell(value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return number(value)
     return str(value)
 
 

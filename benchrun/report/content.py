@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from benchrun.console import number
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -183,7 +185,7 @@ class HeadlineRow:
                            + (f"{int(nb)} baseline and " if nb is not None else "") + f"{self.n} candidate replicates: {why}"), False
         med = pick(self.change or {}, "candidate_median")
         return label, (f"the change against the baseline is over the {nc} replicates the comparison kept, not all {self.n}"
-                       + (f" (their median {med:.4g})" if med is not None else "") + (f": {why}" if why else "")), True
+                       + (f" (their median {number(float(med))})" if med is not None else "") + (f": {why}" if why else "")), True
 
 
 def compared_notes(heads: list["SuiteHeadline"]) -> list[str]:

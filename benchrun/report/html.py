@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from benchrun.console import number
 from benchrun.errors import BenchrunError
 from benchrun.paths import validate_name
 from benchrun.report import content as C
@@ -66,11 +67,7 @@ def _fmt(v: Any) -> str:
     if isinstance(v, bool):
         return "yes" if v else "no"
     if isinstance(v, float):
-        if math.isinf(v):
-            return "∞"
-        if 1e3 <= abs(v) < 1e12:  # grouped, 5 significant digits or more: .4g drew 9999.78 as 1e+04
-            return f"{v:,.{max(0, 4 - int(math.floor(math.log10(abs(v)))))}f}"
-        return f"{v:.4g}"
+        return number(v)
     return html.escape(str(v))
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from benchrun.errors import BenchrunError, check_range
-from benchrun.console import console as make_console
+from benchrun.console import console as make_console, number
 
 if TYPE_CHECKING:
     from benchrun.stats.compare import Comparison
@@ -35,7 +35,7 @@ JSON_KEYS = ("metric", "baseline_median", "candidate_median", "ratio", "ci_low",
 
 
 def _num(v: object) -> str:
-    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4g}"
+    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else number(float(v))
 
 
 def compare(

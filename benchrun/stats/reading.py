@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 import numpy as np
 from scipy import stats
 
+from benchrun.console import number
 from benchrun.stats.directions import DIRECTIONS, NO_DIRECTION, has_direction, read_direction
 from benchrun.stats.family import Primary, parse_primary
 from benchrun.stats.ranktest import rejects, smallest_one_sided_p
@@ -271,7 +272,7 @@ def pooled_note(rec: dict) -> str:
     nb, nc = _count(rec, "n_requests_baseline"), _count(rec, "n_requests_candidate")
     pooled = (f"pooled over each arm's replicates: {nb:,} baseline, {nc:,} candidate requests" if nb and nc
               else "pooled over each arm's replicates")
-    both = (f", {b:.4g} → {c:.4g}{unit}" if isinstance(b, (int, float)) and isinstance(c, (int, float))
+    both = (f", {number(float(b))} → {number(float(c))}{unit}" if isinstance(b, (int, float)) and isinstance(c, (int, float))
             and math.isfinite(b) and math.isfinite(c) else "")
     return (f"{POOLED_MARK} {label}: change = the ratio of the two arms' pooled-request p99s{both} ({pooled}), not "
             "the Hodges–Lehmann shift over replicates; the baseline and candidate shown are the replicate medians"
