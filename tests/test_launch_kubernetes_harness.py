@@ -604,3 +604,26 @@ def test_a_job_creation_the_api_server_throttles_or_fails_for_a_while_is_tried_a
         assert res.status == "ok", (status, res.reason)
         assert calls["n"] == times + 1
         kcluster.wait_for(lambda: not kcluster.list("jobs"), what="the Job deleted")
+
+
+def test_a_jobsets_watch_reads_only_its_own_pods_not_those_of_one_of_that_name_deleted_before():
+    """A JobSet made anew (an ended one of its name deleted first) was followed by name: a pod of
+    the deleted one still terminating, or created later in the same second, could be read as the
+    new one's node 0. JobSet labels its pods with its uid; the watch reads only this JobSet's."""
+    import datetime as dt
+    from types import SimpleNamespace as NS
+
+    from benchrun.launch.k8s_wait import jobset_watch
+
+    def pod(uid: str, js_uid: str, second: int) -> Any:
+        return NS(metadata=NS(uid=uid, name=f"p-{uid}", labels={"jobset.sigs.k8s.io/jobset-uid": js_uid},
+                              annotations={"batch.kubernetes.io/job-completion-index": "0"},
+                              creation_timestamp=dt.datetime(2026, 12, 7, 0, 0, second, tzinfo=dt.timezone.utc),
+                              deletion_timestamp=None),
+                  status=NS(phase="Succeeded"))
+
+    core = NS(list_namespaced_pod=lambda ns, label_selector: NS(items=[pod("new", "js-2", 1), pod("old", "js-1", 2)]))
+    custom = NS(get_namespaced_custom_object=lambda *a: {"metadata": {"uid": "js-2"}, "status": {}},
+                list_namespaced_custom_object=lambda *a, **k: {"items": []})
+    _js, _wl, pods = jobset_watch(core, custom, "default", "gang", 1).read(None)
+    assert pods[0].metadata.uid == "new"

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 from kubernetes.client.exceptions import ApiException
 
-from benchrun.launch.k8s_objects import JOBSET_GROUP, JOBSET_VERSION, JOBSETS
+from benchrun.launch.k8s_objects import JOBSET_GROUP, JOBSET_UID_LABEL, JOBSET_VERSION, JOBSETS
 from benchrun.launch.podspec import LABEL_PREFIX
 
 log = logging.getLogger(__name__)
@@ -233,6 +233,6 @@ def _jobset_ended(core_api: Any, namespace: str, name: str, js: dict[str, Any]) 
         return None
     pods = core_api.list_namespaced_pod(namespace, label_selector=f"jobset.sigs.k8s.io/jobset-name={name}").items
     uid = (js.get("metadata") or {}).get("uid")
-    # the JobSet's own pods (its Jobs' pods carry its uid in the jobset-uid label)
-    mine = [p for p in pods if not uid or (p.metadata.labels or {}).get("jobset.sigs.k8s.io/jobset-uid", uid) == uid]
+    # the JobSet's own pods: JobSet labels them with its uid
+    mine = [p for p in pods if (p.metadata.labels or {}).get(JOBSET_UID_LABEL) in (None, uid)]
     return pods_ended(mine)

@@ -29,6 +29,7 @@ from urllib3.exceptions import HTTPError
 from benchrun.launch.k8s_failures import FATAL_WAITING
 from benchrun.launch.k8s_objects import (
     JOBSET_GROUP,
+    JOBSET_UID_LABEL,
     JOBSET_VERSION,
     JOBSETS,
     KUEUE_GROUP,
@@ -367,7 +368,10 @@ def jobset_watch(core_api: Any, custom_api: Any, namespace: str, name: str, node
 
     def read(_js: Any) -> tuple[Any, Any, dict[int, Any]]:
         js = custom_api.get_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSETS, name)
-        listed = core_api.list_namespaced_pod(namespace, label_selector=f"jobset.sigs.k8s.io/jobset-name={name}").items
+        uid = (js.get("metadata") or {}).get("uid")
+        listed = [p for p in core_api.list_namespaced_pod(
+                      namespace, label_selector=f"jobset.sigs.k8s.io/jobset-name={name}").items
+                  if _of_jobset(p, uid)]
         pods = {}
         # an ended attempt's pod (still terminating) never wins over its index's new one, even
         # when both were created in the same second
@@ -376,7 +380,6 @@ def jobset_watch(core_api: Any, custom_api: Any, namespace: str, name: str, node
             idx = (pod.metadata.annotations or {}).get("batch.kubernetes.io/job-completion-index", "0")
             pods[int(idx)] = pod
         workload = None
-        uid = (js.get("metadata") or {}).get("uid")
         if uid:
             items = custom_api.list_namespaced_custom_object(
                 KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOADS,
@@ -387,6 +390,14 @@ def jobset_watch(core_api: Any, custom_api: Any, namespace: str, name: str, node
     return Watch(kind="JobSet", name=name, read=read, nodes=nodes, ended_by=("Completed", "Failed"),
                  pod_end_ends=False, no_pod_note=lambda _js: "no pods created", name_the_node=True,
                  eviction_retries=eviction_retries, pod_evictions_replaced=False, evicted=evicted)
+
+
+def _of_jobset(pod: Any, uid: str | None) -> bool:
+    """Whether a pod named for the JobSet is of this JobSet and not of one of that name deleted a
+    moment ago (made anew: ``k8s_submit``), by the uid label JobSet puts on its pods; a pod
+    without the label (an older JobSet) is taken by its name."""
+    mine = (pod.metadata.labels or {}).get(JOBSET_UID_LABEL)
+    return mine is None or not uid or mine == uid
 
 
 def load_job_watch(client: Any, batch_api: Any, custom_api: Any, namespace: str, name: str, pods: int) -> Watch:

@@ -555,6 +555,7 @@ class ControlPlane:
         tmpl = copy.deepcopy(rj.get("template") or {})
         labels = {
             "jobset.sigs.k8s.io/jobset-name": js["metadata"]["name"],
+            "jobset.sigs.k8s.io/jobset-uid": js["metadata"]["uid"],
             "jobset.sigs.k8s.io/replicatedjob-name": rj["name"],
             "jobset.sigs.k8s.io/job-index": str(index),
             "jobset.sigs.k8s.io/replicatedjob-replicas": str(rj.get("replicas", 1)),
