@@ -293,6 +293,14 @@ def push_run(run_dir: Path, home: Path, *, status_only: bool = False,
         return
     run_id = run_dir.name
     status = f"runs/{run_id}/status.json"
+    if not status_only and _files_behind(home, run_id):
+        # this home read a later status alone (a sensor, the controller, `benchrun cancel` on another
+        # machine) and holds the run's files as of before it, or none: only the status is its to push.
+        # Before, a Failed or Canceled marked from such a home pushed its few files and pruned every
+        # shared file it did not hold: the worker's results and logs (found in review)
+        log.info("%s: this home holds the run's files as of an earlier status than the one it read; only the "
+                 "status is pushed", status)
+        status_only = True
     if not status_only and shared.written_since(home, status):
         # another pod wrote the run since this home read it: its files stand (this home's copy may be
         # a mid-run one), only the status is merged. Before, the files went first and the status
@@ -407,6 +415,31 @@ def _base_path(home: Path, rel: str) -> Path:
     return home / "locks" / "shared" / rel
 
 
+def _read_base(home: Path, rel: str) -> bytes | None:
+    try:
+        return _base_path(home, rel).read_bytes()
+    except OSError:
+        return None
+
+
+def _files_behind_path(home: Path, run_id: str) -> Path:
+    return _base_path(home, f"runs/{run_id}/files-behind")
+
+
+def _files_behind(home: Path, run_id: str) -> bool:
+    """Whether this home read the run's status alone since it last pulled the whole run: its run
+    files (if any) are older than the status it holds, and are not pushed."""
+    return _files_behind_path(home, run_id).exists()
+
+
+def _mark_files_behind(home: Path, run_id: str, behind: bool) -> None:
+    path = _files_behind_path(home, run_id)
+    if behind:
+        atomic_write_bytes(path, b"")
+    else:
+        path.unlink(missing_ok=True)
+
+
 def _record_base(home: Path, rel: str, data: bytes) -> None:
     try:
         atomic_write_bytes(_base_path(home, rel), data)
@@ -438,7 +471,11 @@ def pull_run(run_id: str, home: Path, *, status_only: bool = False, warehouse: b
         return
     validate_run_id(run_id)
     if status_only:
-        shared.pull_tree(home, f"runs/{run_id}/status.json")
+        rel = f"runs/{run_id}/status.json"
+        before = _read_base(home, rel)
+        shared.pull_tree(home, rel)
+        if _read_base(home, rel) != before:  # another pod's status came, not the files it wrote with it
+            _mark_files_behind(home, run_id, True)
         return
     # status.json first, the rest listed after it: push_run uploads it last, so every file of the
     # push whose status is read here is in the listing (listed first, a finished status could come
@@ -446,6 +483,7 @@ def pull_run(run_id: str, home: Path, *, status_only: bool = False, warehouse: b
     status = f"runs/{run_id}/status.json"
     shared.pull_tree(home, status)
     shared.pull_tree(home, f"runs/{run_id}/", skip=frozenset({status}))
+    _mark_files_behind(home, run_id, False)  # the files came with it (a pull cut short leaves the mark)
     pinned = _pinned_rel(home / "runs" / run_id)
     if pinned is not None:
         shared.pull_tree(home, pinned)

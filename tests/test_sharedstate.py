@@ -560,3 +560,40 @@ def test_a_run_started_again_in_another_pod_leaves_no_earlier_attempt_files_at_t
     assert not (third.path / "manifest.json").exists() and not (third.path / "reports" / "run-a_report.html").exists()
     assert (third.path / "attempts" / "1" / "manifest.json").is_file()
     assert (third.path / "structured" / "run-a_gemm_r1.json").read_text() == '{"attempt": 2}'
+
+
+def test_a_home_that_read_only_the_status_never_prunes_the_runs_files(tmp_path: Path, s3_env: str,  # noqa: F811
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found in review: the failure sensor pulls only status.json into its home, then marks the run
+    Failed; the final phase made a full push from that home, which held none of the worker's files,
+    and its prune deleted every shared file it did not hold: the failed run's logs and results."""
+    from types import SimpleNamespace
+
+    from benchrun.automation.failures import record_orchestrator_failure
+    from benchrun.automation.settings import JOB_NAME
+    from benchrun.rundir import RunDir
+    from benchrun.submit import prepare
+
+    boto3.client("s3", endpoint_url=s3_env).create_bucket(Bucket="benchrun-prune")
+    monkeypatch.setenv(sharedstate.ENV, "s3://benchrun-prune/state")
+    sensor_home, worker_home = tmp_path / "sensor", tmp_path / "worker"
+    prepared = prepare(_spec_bytes(), home=sensor_home)
+    sharedstate.pull_run(prepared.run_id, worker_home)
+    worker = RunDir.for_run(prepared.run_id, worker_home)
+    worker.update_status(dagster_run_id="d-1")
+    worker.set_phase("Running")
+    evidence = [f"structured/{prepared.run_id}_gemm_r1.json", f"raw/{prepared.run_id}_gemm_r1_stdout.log"]
+    for rel in evidence:
+        (worker.path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (worker.path / rel).write_text("evidence")
+    sharedstate.push_run(worker.path, worker.home, merge=worker.merge_shared_status)  # as a layer step does
+    shared = sharedstate.shared_state()
+    failed = SimpleNamespace(job_name=JOB_NAME, run_id="d-1", tags={"dagster/partition": prepared.run_id})
+    assert record_orchestrator_failure(failed, "Dagster run failed: boom", sensor_home) is None
+    assert shared.read_status(prepared.run_id)["phase"] == "Failed"
+    for rel in evidence:
+        got = shared._get(f"runs/{prepared.run_id}/{rel}")
+        assert got is not None and got[1] == b"evidence", rel  # was: deleted
+    # a home that pulls the whole run again pushes (and prunes) as before
+    sharedstate.pull_run(prepared.run_id, sensor_home)
+    assert not sharedstate._files_behind(sensor_home, prepared.run_id)
