@@ -227,6 +227,25 @@ def trial_statistics_checks(context: dg.AssetCheckExecutionContext):  # noqa: AN
         raise failed[0][1]
 
 
+def _pull_baseline(ref: str) -> None:
+    """With shared state, a run worker's fresh home holds neither the alias nor the baseline run:
+    both are pulled first (a ref that does not parse is left to resolve_run to refuse)."""
+    from benchrun.paths import validate_run_id
+    from benchrun.sharedstate import pull_baseline
+    from benchrun.spec.refs import baseline_ref_problem, fill_site_placeholder
+
+    if baseline_ref_problem(str(ref).strip()):
+        return
+    alias = alias_of(ref)
+    run_id = None
+    if alias is None:
+        try:
+            run_id = validate_run_id(fill_site_placeholder(str(ref).strip()).rsplit("/", 1)[-1])
+        except BenchrunError:
+            return
+    pull_baseline(benchrun_home(), alias, run_id)
+
+
 @dg.asset(partitions_def=benchmark_run_partitions, deps=[trial_statistics], group_name=GROUP, kinds={"python", "json"})
 def baseline_comparison(context: dg.AssetExecutionContext, confirm_round: ConfirmRoundResource) -> dg.MaterializeResult:
     """The run against its baseline, behind the one-variable gate; RegressionDetected in status.json."""
@@ -237,6 +256,8 @@ def baseline_comparison(context: dg.AssetExecutionContext, confirm_round: Confir
     comparison = (load_run(rd).spec.get("spec") or {}).get("comparison") or {}
     ref = (comparison.get("baseline") or {}).get("artifactRef")
     allow = tuple(str(a) for a in comparison.get("allowDifferences") or ())  # recorded in the comparison
+    if ref:
+        _pull_baseline(ref)
     try:
         base_dir = resolve_run(ref, paths=False) if ref else None
     except BenchrunError as exc:  # no alias yet, or a missing run: say so, compare nothing

@@ -491,6 +491,39 @@ def pull_run(run_id: str, home: Path, *, status_only: bool = False, warehouse: b
         shared.pull_tree(home, "warehouse/")
 
 
+def push_alias(home: Path, alias: str) -> None:
+    """After ``benchrun promote``: ``published/<alias>`` to the shared prefix, where every pod's
+    comparison reads it (before, the alias stayed in the promoting home: a run worker's fresh home
+    found none, took the run for a first run and compared it with nothing, green; found in review)."""
+    from benchrun.paths import validate_name
+
+    shared = shared_state()
+    if shared is not None:
+        shared.push_file(home, f"published/{validate_name(alias, what='baseline alias')}")
+
+
+def pull_baseline(home: Path, alias: str | None, run_id: str | None) -> str | None:
+    """Before a comparison reads its baseline: ``published/<alias>`` from the shared prefix (when
+    ``alias``; absent there too, the alias was never promoted) and then the whole run it names (or
+    ``run_id``). The baseline's run id, or None when there is none to pull."""
+    from benchrun.paths import validate_name
+
+    shared = shared_state()
+    if shared is None:
+        return None
+    if alias is not None:
+        rel = f"published/{validate_name(alias, what='baseline alias')}"
+        got = shared._get(rel)
+        if got is None:
+            return None
+        atomic_write_bytes(_inside(home, rel), got[1])
+        lines = got[1].decode("utf-8", "replace").splitlines()
+        run_id = lines[0].strip() if lines else None
+    if run_id:
+        pull_run(run_id, home)
+    return run_id or None
+
+
 def _iceberg_warehouse() -> bool:
     """The Iceberg warehouse, the default unless BENCHRUN_WAREHOUSE_FORMAT=parquet (benchrun.warehouse.lake,
     read here without importing it)."""

@@ -597,3 +597,51 @@ def test_a_home_that_read_only_the_status_never_prunes_the_runs_files(tmp_path: 
     # a home that pulls the whole run again pushes (and prunes) as before
     sharedstate.pull_run(prepared.run_id, sensor_home)
     assert not sharedstate._files_behind(sensor_home, prepared.run_id)
+
+
+def test_a_worker_pods_comparison_reads_the_alias_and_baseline_promoted_in_another_home(
+        tmp_path: Path, s3_env: str, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """Found in review: promote wrote published/<alias> only into the promoting home and nothing
+    pulled the baseline run, so a run worker's fresh home found no alias, took the run for a first
+    run and compared it with nothing: no RegressionDetected, no_gating_regression green."""
+    import json
+
+    import dagster as dg
+    import numpy as np
+
+    from bench_assets.stats_assets import ConfirmRoundResource, baseline_comparison, no_gating_regression
+    from benchrun.stats.baseline import promote
+    from benchrun.stats.synthetic import lognormal_replicates, make_run
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    boto3.client("s3", endpoint_url=s3_env).create_bucket(Bucket="benchrun-alias")
+    monkeypatch.setenv(sharedstate.ENV, "s3://benchrun-alias/state")
+    key = tmp_path / "signing.pem"  # every pod signs and verifies with the deployment's key
+    key.write_bytes(Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    monkeypatch.setenv("BENCHRUN_SIGNING_KEY", str(key))
+    promoter, worker = tmp_path / "promoter", tmp_path / "worker"
+    base_id, cand_id = "base-20261201000000-abcdef12", "cand-20261202000000-abcdef12"
+    rng = np.random.default_rng(3)
+    metrics = {("gemm", "", "tflops"): (lognormal_replicates(rng, 100.0, 0.02, 5), "TFLOP/s", "higher")}
+    spec = {"spec": {"metrics": {"micro": {"primary": ["tflops"]}},
+                     "layers": [{"name": "micro", "enabled": True,
+                                 "suites": [{"name": "gemm", "repoCommand": "python -m x"}]}]}}
+    base = make_run(promoter, base_id, metrics, spec=spec, sealed=True)
+    sharedstate.push_run(base, promoter)
+    promote(base_id, promoter)
+    monkeypatch.setenv("BENCHRUN_HOME", str(worker))
+    make_run(worker, cand_id, metrics,
+             spec={"spec": {**spec["spec"], "comparison": {"baseline": {"artifactRef": "local/published/current"}}}},
+             status={"phase": "Analyzing", "outcome": "succeeded"})
+    inst = dg.DagsterInstance.ephemeral()
+    inst.add_dynamic_partitions("benchmark_run", [cand_id])
+    res = dg.materialize([baseline_comparison, no_gating_regression], instance=inst, partition_key=cand_id,
+                         resources={"confirm_round": ConfirmRoundResource(enabled=False)}, raise_on_error=True)
+    [mat] = [e for e in res.get_asset_materialization_events()]
+    meta = mat.materialization.metadata
+    assert meta["compared"].value is True and meta["baseline"].value == base_id, meta["gate"].value  # was: compared False
+    status = json.loads((worker / "runs" / cand_id / "status.json").read_text())
+    assert [c["reason"] for c in status["conditions"] if c["type"] == "RegressionDetected"]

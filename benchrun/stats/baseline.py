@@ -137,6 +137,9 @@ def promote(run_id: str, home: Path | None = None, alias: str = "current", *, pu
         raise BenchrunError(f"run {run_id!r} not found under {runs_root(home)}; nothing to promote")
     record = verify_for_promotion(rd, home, public_key=public_key, pinned=pinned, allow_adhoc=allow_adhoc)
     write_alias(p, record)
+    from benchrun.sharedstate import push_alias
+
+    push_alias(home, alias)  # every pod's comparison reads it (no-op without BENCHRUN_SHARED_STATE)
     log.info("published/%s -> %s (attestation sha256 %s)", alias, run_id, record["attestation_sha256"])
     return p
 
