@@ -24,7 +24,9 @@ class ConfirmRoundResource(dg.ConfigurableResource):
     A suspected gating regression re-runs the suites behind it from both runs' pinned specs
     (``benchrun.confirm``), baseline and candidate alternating, before ``RegressionDetected``
     may turn True. ``enabled: false`` turns the round off; a suspected regression then stays
-    ``RegressionDetected=Unknown`` rather than alerting unconfirmed.
+    ``RegressionDetected=Unknown`` rather than alerting unconfirmed. The round's replicates run on
+    the launcher the deployment configures (``LauncherResource.from_env()``: Jobs on Kubernetes,
+    subprocesses here).
     """
 
     enabled: bool = True
@@ -48,7 +50,10 @@ class ConfirmRoundResource(dg.ConfigurableResource):
                 "launches": launches[0], "last": f"{res.suite} r{res.replicate} {res.status}",
                 "since_epoch": time.time()})
 
-        return confirmation_hook(benchrun_home(), baseline_run, candidate_run, on_launch=on_launch)
+        from resources.launcher import LauncherResource
+
+        launcher = LauncherResource.from_env().confirmation_launcher(RunDir.for_run(candidate_run))
+        return confirmation_hook(benchrun_home(), baseline_run, candidate_run, launcher=launcher, on_launch=on_launch)
 
 
 def _md(rows: list[dict], cols: list[str]) -> str:

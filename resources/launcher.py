@@ -151,19 +151,36 @@ class LauncherResource(dg.ConfigurableResource):
             return run_layer(plan, run_dir, LocalLauncher(), session=local_session, on_result=on_result)
         return self._run_layer_k8s(context, plan, run_dir, settings, granted == "publication_grade", on_result)
 
-    def _run_layer_k8s(self, context: dg.AssetExecutionContext, plan: LayerPlan, run_dir: RunDir,
-                       settings: LauncherSettings, publication: bool, on_result: Any) -> LayerOutcome:
-        from dagster_k8s.pipes import PipesK8sPodLogsMessageReader
-
-        from benchrun.launch.kubernetes import KubernetesLauncher, delete_run_jobs
+    def _k8s_launcher(self, settings: LauncherSettings, run_dir: RunDir, publication: bool) -> Any:
+        from benchrun.launch.kubernetes import KubernetesLauncher
 
         batch, core, custom, in_cluster = self._apis()
-        launcher = KubernetesLauncher(
+        return KubernetesLauncher(
             batch, core, settings.namespace,
             settings.placement(publication, run_home=str(run_dir.home), cadence=run_dir.read_status().get("cadence")),
             settings.poll_s, custom_api=custom, delete_finished=settings.delete_finished,
             owner=self._owner(core, in_cluster),
         )
+
+    def confirmation_launcher(self, candidate: RunDir) -> Launcher:
+        """Where a confirmation round's fresh replicates run: where the run's own suites ran, placed
+        as the candidate was (its cadence's queue; a dedicated node when it was granted publication
+        grade). Before, the round always ran them as subprocesses of the orchestrator's pod: on
+        Kubernetes no GPU, no Kueue, and a GPU regression "confirmed" or not on a CPU (found in review)."""
+        settings = self.settings()
+        if settings.kind == "local":
+            return LocalLauncher()
+        granted = candidate.read_status().get("benchmark_class_granted")
+        return self._k8s_launcher(settings, candidate, granted == "publication_grade")
+
+    def _run_layer_k8s(self, context: dg.AssetExecutionContext, plan: LayerPlan, run_dir: RunDir,
+                       settings: LauncherSettings, publication: bool, on_result: Any) -> LayerOutcome:
+        from dagster_k8s.pipes import PipesK8sPodLogsMessageReader
+
+        from benchrun.launch.kubernetes import delete_run_jobs
+
+        launcher = self._k8s_launcher(settings, run_dir, publication)
+        batch, core, custom = launcher.batch_api, launcher.core_api, launcher.custom_api
         if plan.enabled:
             launcher.preflight(plan.invocations, plan.contended_reruns)  # every Job must build before any starts
             try:  # Jobs left by finished runs of this home (an orchestrator that died) go first
