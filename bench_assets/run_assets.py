@@ -116,6 +116,7 @@ def run_status_asset(extra_deps: list[dg.AssetKey]) -> dg.AssetsDefinition:
         from benchrun.warehouse import curate_run
 
         rd = RunDir.for_run(context.partition_key)
+        lifecycle.pull_if_absent(rd)  # a re-execution in a fresh run-worker pod
         st = lifecycle.finalize(rd)
         if st.get("hot_metrics_ref"):  # pushed while Analyzing: the phase gauge now says the final phase
             from bench_assets.publish_assets import publish_hot_metrics

@@ -67,7 +67,16 @@ def _md(rows: list[dict], cols: list[str]) -> str:
 
 
 def _run_dir(run_id: str):
-    return benchrun_home() / "runs" / validate_run_id(run_id)
+    """The run's directory, pulled from the shared state first when this home does not hold it: a
+    step re-executed from a failure on Kubernetes runs in a fresh run-worker pod, whose home is empty
+    (before, only the run's own steps pulled it: a re-executed analysis step found no run; found in review)."""
+    from benchrun.lifecycle import pull_if_absent
+    from benchrun.rundir import RunDir
+
+    path = benchrun_home() / "runs" / validate_run_id(run_id)
+    if not path.is_dir():
+        pull_if_absent(RunDir.for_run(run_id))
+    return path
 
 
 @dg.asset(partitions_def=benchmark_run_partitions, deps=[dg.AssetKey("run_evidence")], group_name=GROUP,

@@ -645,3 +645,29 @@ def test_a_worker_pods_comparison_reads_the_alias_and_baseline_promoted_in_anoth
     assert meta["compared"].value is True and meta["baseline"].value == base_id, meta["gate"].value  # was: compared False
     status = json.loads((worker / "runs" / cand_id / "status.json").read_text())
     assert [c["reason"] for c in status["conditions"] if c["type"] == "RegressionDetected"]
+
+
+def test_an_analysis_step_re_executed_in_a_fresh_pod_pulls_the_run_first(tmp_path: Path, s3_env: str,  # noqa: F811
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found in review: only the run's own steps (pinned_spec, the layers, run_evidence) pulled the run,
+    so trial_statistics, the comparison, the report, the warehouse tables, the playbooks or run_status
+    re-executed from a failure in a new run-worker pod (an empty home) found no run."""
+    import dagster as dg
+    import numpy as np
+
+    from bench_assets.stats_assets import trial_statistics
+    from benchrun.stats.synthetic import lognormal_replicates, make_run
+
+    boto3.client("s3", endpoint_url=s3_env).create_bucket(Bucket="bench-reexec")
+    monkeypatch.setenv(sharedstate.ENV, "s3://bench-reexec/p")
+    run_id = "rerun-20261201000000-abcdef12"
+    metrics = {("gemm", "", "tflops"): (lognormal_replicates(np.random.default_rng(2), 100.0, 0.02, 5), "TFLOP/s",
+                                        "higher")}
+    first = make_run(tmp_path / "first-pod", run_id, metrics, status={"phase": "Analyzing"})
+    sharedstate.push_run(first, tmp_path / "first-pod")
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path / "fresh-pod"))
+    inst = dg.DagsterInstance.ephemeral()
+    inst.add_dynamic_partitions("benchmark_run", [run_id])
+    res = dg.materialize([trial_statistics], instance=inst, partition_key=run_id, raise_on_error=False)
+    assert res.success  # was: no such run
+    assert (tmp_path / "fresh-pod" / "runs" / run_id / "structured" / f"{run_id}_trial_statistics.json").is_file()
