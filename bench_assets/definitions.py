@@ -78,11 +78,30 @@ maintenance_schedule = dg.ScheduleDefinition(
                     else dg.DefaultScheduleStatus.STOPPED),
 )
 
+# Change points over every series once a day, after the nightly window (03:15 UTC) has run: on by
+# default (it reads the warehouse and writes change_point_fact; before, nothing ran history_job, so
+# the nightly alarms never reached the warehouse; found in review). BENCHRUN_AUTOMATION_OFF=history_schedule
+# turns it off.
+history_schedule = dg.ScheduleDefinition(
+    name="history_schedule", job=history_job, cron_schedule="0 8 * * *", execution_timezone="UTC",
+    default_status=(dg.DefaultScheduleStatus.RUNNING if starts_on("history_schedule", True)
+                    else dg.DefaultScheduleStatus.STOPPED),
+)
+# Retention applied daily at 05:00 UTC (hotDays/coldDays, raw objects past their class): it deletes,
+# so it is off until an operator turns it on (the UI toggle, or BENCHRUN_AUTOMATION_ON=retention_schedule);
+# `benchrun retention` (a dry run by default) lists what it would remove.
+retention_schedule = dg.ScheduleDefinition(
+    name="retention_schedule", job=retention_job, cron_schedule="0 5 * * *", execution_timezone="UTC",
+    run_config={"ops": {"warehouse_retention": {"config": {"apply": True}}}},
+    default_status=(dg.DefaultScheduleStatus.RUNNING if starts_on("retention_schedule", False)
+                    else dg.DefaultScheduleStatus.STOPPED),
+)
+
 defs = dg.Definitions(
     assets=[*run_assets, *warehouse_assets, *stats_assets, *playbook_assets, *publish_assets],
     asset_checks=stats_checks,
     jobs=[benchmark_run_job, history_job, retention_job, maintenance_job],
-    schedules=[*all_schedules, maintenance_schedule],
+    schedules=[*all_schedules, maintenance_schedule, history_schedule, retention_schedule],
     sensors=all_sensors,
     resources={"launcher": LauncherResource.from_env(), **warehouse_resources, **stats_resources},
 )

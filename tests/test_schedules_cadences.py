@@ -150,6 +150,24 @@ def test_schedule_defaults_are_deliberate() -> None:
     assert pre_release_schedule.default_status == dg.DefaultScheduleStatus.STOPPED
     maintenance = definitions().get_schedule_def("warehouse_maintenance_schedule")
     assert maintenance.default_status == dg.DefaultScheduleStatus.STOPPED
+    # found in review: nothing ran history_job or retention_job, so change points never reached the
+    # warehouse unless materialized by hand and retention was never applied
+    history = definitions().get_schedule_def("history_schedule")
+    assert (history.job_name, history.default_status) == ("history_job", dg.DefaultScheduleStatus.RUNNING)
+    retention = definitions().get_schedule_def("retention_schedule")
+    assert (retention.job_name, retention.default_status) == ("retention_job", dg.DefaultScheduleStatus.STOPPED)
+    [req] = retention.evaluate_tick(dg.build_schedule_context()).run_requests  # turned on, it applies
+    job = definitions().get_job_def("retention_job")
+    assert dg.validate_run_config(job, req.run_config)["ops"]["warehouse_retention"]["config"] == {"apply": True}
+
+
+def test_all_turns_on_every_schedule_but_the_one_that_deletes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchrun.automation.settings import starts_on
+
+    monkeypatch.setenv("BENCHRUN_AUTOMATION_ON", "all")
+    assert starts_on("nightly_schedule", False) and not starts_on("retention_schedule", False)
+    monkeypatch.setenv("BENCHRUN_AUTOMATION_ON", "all,retention_schedule")
+    assert starts_on("retention_schedule", False)
     assert {s.job_name for s in (nightly_schedule, pre_release_schedule)} == {"benchmark_run_job"}
 
 

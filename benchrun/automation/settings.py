@@ -70,13 +70,16 @@ AUTOMATION_NAMES = (
     "nightly_schedule", "pre_release_schedule",
     "spec_commit_sensor", "canary_sensor", "run_failure_sensor", "run_canceled_sensor",
     "benchmarkrun_resource_sensor", "run_liveness_sensor", "warehouse_maintenance_schedule",
+    "history_schedule", "retention_schedule",
 )
+# Named one by one only: "all" does not turn on what deletes (retention applies coldDays and removes runs' rows)
+NOT_IN_ALL = ("retention_schedule",)
 
 
 def _names_from_env(var: str) -> set[str]:
     raw = {n.strip() for n in os.environ.get(var, "").split(",") if n.strip()}
     if "all" in raw:
-        return set(AUTOMATION_NAMES)
+        return set(AUTOMATION_NAMES) - set(NOT_IN_ALL) | (raw & set(NOT_IN_ALL))
     unknown = sorted(raw - set(AUTOMATION_NAMES))
     if unknown:
         raise BenchrunError(f"{var} names unknown schedules or sensors {unknown}: use 'all' or any of "
