@@ -62,13 +62,27 @@ def hot_metrics(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
 @dg.asset(partitions_def=benchmark_run_partitions, deps=["run_evidence"], group_name=GROUP,
           kinds={"json"})
 def provenance_attestation(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-    """The run's evidence as a signed in-toto Statement (DSSE), naming the backend that really signed."""
+    """The run's evidence as a signed in-toto Statement (DSSE), naming the backend that really signed.
+
+    Materialized again over a run that is already signed, it signs again only through
+    ``lifecycle.resign_checked`` (the current signature verifies, nothing signed changed, nothing
+    added), and fails saying why otherwise: signing whatever the run directory holds now would
+    launder an edit."""
+    from benchrun.errors import BenchrunError
+    from benchrun.provenance import envelope_path
+
     rd = RunDir.for_run(context.partition_key)
     signing = lifecycle.load_pinned(rd).run.spec.provenance.signing
-    result = sign_run(rd.path, rd.home, backend_requested=signing.backend,
-                      attestation_format=signing.attestation_format)
-    ok, reason, message = result.condition()
-    rd.set_condition("Signed", ok, reason, message)
+    if envelope_path(rd.path).is_file():
+        why, result = lifecycle.resign_checked(rd.path, rd.home)
+        if why is not None or result is None:
+            raise BenchrunError(f"provenance_attestation: run {rd.run_id} is already signed; "
+                                f"{why or 'not signed again: its envelope is gone'}")
+    else:
+        result = sign_run(rd.path, rd.home, backend_requested=signing.backend,
+                          attestation_format=signing.attestation_format)
+        ok, reason, message = result.condition()
+        rd.set_condition("Signed", ok, reason, message)
     rd.update_status(provenance_ref=str(result.path))
     return dg.MaterializeResult(
         metadata={

@@ -88,25 +88,32 @@ def admit(rd: RunDir, loaded: Any, *, dagster_run_id: str | None = None,
         "placement cannot be guaranteed on a shared local machine")
     intent = loaded.run.spec.intent
     requested = intent.benchmark_class
+    signing = loaded.run.spec.provenance.signing
+    # Publication grade needs the signature it asks for (CONTRACT §3): one this installation cannot make
+    # downgrades the run like a guarantee the launcher cannot give.
+    unsignable = signing_unavailable(signing)
     granted = "realism_grade"
     if requested == "publication_grade":
-        if can_publish:
+        if can_publish and not unsignable:
             granted = "publication_grade"
             rd.set_condition("PublicationGuaranteesMet", True, "LauncherGuarantees", why)
+        elif can_publish:
+            rd.set_condition("PublicationGuaranteesMet", False, "SigningUnavailable",
+                             f"{unsignable}; the run is downgraded to realism_grade")
         else:
             rd.set_condition(
                 "PublicationGuaranteesMet", False,
                 "LocalExecution" if path == LOCAL_SCHEDULER_PATH else "LauncherCannotGuarantee",
-                f"{why}; the run is downgraded to realism_grade",
+                f"{why}{'; ' + unsignable if unsignable else ''}; the run is downgraded to realism_grade",
             )
     earlier = set_earlier_attempt_aside(rd)
     if earlier:
         rd.set_condition("Rematerialized", True, "EarlierAttemptKeptAside",
                          f"the run was started again: what its earlier attempt wrote is under {earlier}")
-    signing = loaded.run.spec.provenance.signing
     if getattr(signing, "required", False):
         rd.set_condition("Signed", False, "SigningNotPerformed",
-                         f"signing backend {signing.backend!r} is not available here; nothing was signed")
+                         f"{unsignable}; nothing was signed" if unsignable else
+                         "nothing is signed yet: the run's evidence is signed once it is sealed")
     plans = plans_for(rd, loaded)
     atomic_write_json(rd.file("structured", "plan", "", "json"),
                       [inv.to_json() for p in plans.values() for inv in p.invocations])
@@ -125,6 +132,21 @@ def admit(rd: RunDir, loaded: Any, *, dagster_run_id: str | None = None,
     else:
         rd.set_condition("Admitted", True, "KubernetesLauncher", f"admitted to run as {granted} Jobs through Kueue")
     return rd.set_phase("Running")
+
+
+def signing_unavailable(signing: Any) -> str | None:
+    """Why the signature a spec's ``provenance.signing`` asks for cannot be made here (a backend other
+    than the local ed25519 key, e.g. sigstore or a KMS key; an attestation format other than an in-toto
+    DSSE envelope); None when it can."""
+    from benchrun.provenance.signing import BACKEND_USED, backend_available, format_produced
+
+    backend, fmt = getattr(signing, "backend", None), getattr(signing, "attestation_format", None)
+    if not backend_available(backend):
+        return (f"signing backend {backend!r} is not available in this installation (it signs with "
+                f"{BACKEND_USED} only), so no {backend} signature can be made")
+    if not format_produced(fmt):
+        return f"attestation format {fmt!r} is not produced here (only an in-toto statement in a DSSE envelope)"
+    return None
 
 
 def pull_if_absent(rd: RunDir) -> bool:
@@ -307,7 +329,8 @@ def run_dir_of(run_id: str, home: Path | None = None) -> RunDir:
     return RunDir.for_run(run_id, home)
 
 
-def resign_if_intact(run_dir: Path, home: Path | str | None = None, *, rewritten: tuple[str, ...] = ()) -> str | None:
+def resign_checked(run_dir: Path, home: Path | str | None = None, *,
+                   rewritten: tuple[str, ...] = ()) -> tuple[str | None, Any]:
     """After one of benchrun's own commands rewrote signed files (a report, the run's warehouse
     partitions): sign the run again through the run's own path (lifecycle.sign_publication), but
     only when its current signature verifies and the evidence files it signed are unchanged —
@@ -315,15 +338,17 @@ def resign_if_intact(run_dir: Path, home: Path | str | None = None, *, rewritten
     command wrote; any other signed file that changed — sealed or published — blocks re-signing
     too (an edited report stays an edit a later rebuild-warehouse must not sign over), and so does
     any file added since signing that the command did not write (signing hashes every file of the
-    run: a file dropped in would be signed). None when re-signed or never signed; else why not."""
+    run: a file dropped in would be signed). ``(None, SignResult)`` when re-signed, ``(None, None)`` when
+    never signed; else ``(why not, None)``."""
     from benchrun.errors import BenchrunError
-    from benchrun.provenance.signing import envelope_path, subject_mismatches, uncovered_files, verify_envelope
+    from benchrun.provenance.signing import (
+        analysis_output, envelope_path, subject_mismatches, uncovered_files, verify_envelope)
     from benchrun.provenance.statement import status_drift, unsigned_names
 
     run_dir = Path(run_dir)
     path = envelope_path(run_dir)
     if not path.is_file():
-        return None  # a run never signed stays unsigned
+        return None, None  # a run never signed stays unsigned
     from benchrun.provenance.keys import home_key_fallback
 
     home_path = Path(home or run_dir.parent.parent)
@@ -332,44 +357,56 @@ def resign_if_intact(run_dir: Path, home: Path | str | None = None, *, rewritten
         # shows the signed files unchanged, which is what re-signing must know
         statement = verify_envelope(path, home_key_fallback(home_path), home=home_path)
     except BenchrunError as exc:
-        return f"not signed again: the current signature cannot be checked ({exc})"
+        return f"not signed again: the current signature cannot be checked ({exc})", None
     try:
         status = json.loads((run_dir / "status.json").read_text(encoding="utf-8"))
         # A run interrupted after finalize, before its final signing: what its analysis added after the
         # sealing signature is what that signing would have signed; its final-status rows are curated first.
-        completing = isinstance(status, dict) and status.get("final_signature") == FINAL_SIGNATURE_PENDING
+        # Judged by the verified signature (made while Analyzing) and the sealed outcome, never by
+        # status.json's marker alone: status.json is not signed.
+        from benchrun.provenance.status_fields import completing as final_signing_pending
+
+        completing = isinstance(status, dict) and final_signing_pending(statement.predicate, status)
         # every field the warehouse curates too: the rows signed below are curated from them
         drift = status_drift(statement, status, run_dir, completing=completing)
     except (OSError, ValueError, AttributeError) as exc:
-        return f"not signed again: status.json cannot be read ({exc})"
+        return f"not signed again: status.json cannot be read ({exc})", None
     if drift:
         return ("not signed again: status.json no longer names the run as its signature does "
-                f"({'; '.join(drift[:5])}): it was edited; restore those fields (the current signature stays)")
+                f"({'; '.join(drift[:5])}): it was edited; restore those fields (the current signature stays)"), None
     sealed = set(statement.subjects) - set(statement.predicate.get("published_files") or [])
     changed = subject_mismatches(statement, run_dir)
     bad = [b for b in changed if b.split(" (")[0] in sealed]
     if bad:
-        return f"not signed again: its signed evidence changed since signing ({', '.join(bad[:5])})"
+        return f"not signed again: its signed evidence changed since signing ({', '.join(bad[:5])})", None
 
     ours = set(rewritten)
     edited = [b for b in changed if b.split(" (")[0] not in ours]
     if edited:
         return ("not signed again: signed files changed that this command did not write "
-                f"({', '.join(edited[:5])}); restore them (`benchrun verify` lists what differs)")
+                f"({', '.join(edited[:5])}); restore them (`benchrun verify` lists what differs)"), None
     added = [f for f in uncovered_files(run_dir, statement) if f not in ours and f not in unsigned_names(run_dir.name)]
-    if added and not completing:
-        return ("not signed again: files were added since signing that this command did not write "
-                f"({', '.join(added[:5])}); remove them (`benchrun verify` lists them)")
+    if completing:  # what the analysis wrote after sealing is signed now; nothing else added since
+        added = [f for f in added if not analysis_output(run_dir.name, f)]
+    if added:
+        who = "neither this command nor the run's analysis writes" if completing else "this command did not write"
+        return (f"not signed again: files were added since signing that {who} "
+                f"({', '.join(added[:5])}); remove them (`benchrun verify` lists them)"), None
     try:  # the fields the statement takes from status.json keep their signed values
         if completing:
             from benchrun.warehouse import curate_run
             from benchrun.warehouse.curate import FINAL_STATUS_TABLES
 
             curate_run(run_dir, home_path, tables=list(FINAL_STATUS_TABLES))
-        sign_publication(RunDir(run_dir.parent.parent, run_dir.name), keep=statement.predicate)
+        result = sign_publication(RunDir(run_dir.parent.parent, run_dir.name), keep=statement.predicate)
     except BenchrunError as exc:  # e.g. a pinned spec that no longer validates: the command's own work stands
-        return f"not signed again: {exc}"
-    return None
+        return f"not signed again: {exc}", None
+    return None, result
+
+
+def resign_if_intact(run_dir: Path, home: Path | str | None = None, *, rewritten: tuple[str, ...] = ()) -> str | None:
+    """:func:`resign_checked`: None when re-signed or never signed; else why not."""
+    return resign_checked(run_dir, home, rewritten=rewritten)[0]
 
 
 def sign_publication(rd: RunDir, keep: dict[str, Any] | None = None) -> Any:

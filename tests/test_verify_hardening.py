@@ -281,6 +281,10 @@ def test_verify_store_walks_one_local_store_once(bench_home: Path) -> None:
     make_sealed_run(bench_home, "run-b", stored=True,
                     spec_bytes=b"spec: {sinks: {rawArtifacts: {pathTemplate: objects/}}}\n")
     gone = make_sealed_run(bench_home, "run-c", stored=True)
+    from benchrun.liveness import beat
+
+    for run_id in ("run-a", "run-b"):  # being analyzed (a live claim): "not signed yet", their stores re-hashed
+        beat(bench_home, run_id)
     store = open_store(None, bench_home)
     shutil.rmtree(gone.path)
     for run_id in ("run-b", "run-c"):  # an object of each run alone (identical files are one object)

@@ -97,11 +97,16 @@ def local_key_paths(home: Path | str | None = None) -> tuple[Path, Path]:
     return keys / LOCAL_KEY_NAME, keys / LOCAL_PUB_NAME
 
 
+def _env_password() -> bytes | None:
+    """``$BENCHRUN_SIGNING_KEY_PASSWORD`` as bytes (None when unset or empty)."""
+    password_text = os.environ.get(KEY_PASSWORD_ENV)
+    return password_text.encode("utf-8") if password_text else None
+
+
 def load_signing_key(home: Path | str | None = None) -> SigningKey:
     """``$BENCHRUN_SIGNING_KEY`` (a PEM path) if set, else the local key, made on first use."""
     env = os.environ.get(KEY_ENV)
-    password_text = os.environ.get(KEY_PASSWORD_ENV)
-    password = password_text.encode("utf-8") if password_text else None
+    password = _env_password()
     if env:
         path = Path(env).expanduser()
         key = _load_private(path, password)
@@ -136,7 +141,9 @@ def load_public_key(path: Path | str) -> Ed25519PublicKey:
     except ValueError:
         try:
             key = serialization.load_pem_private_key(data, password=None).public_key()
-        except (ValueError, TypeError):
+        except TypeError:  # an encrypted private key: opened as signing opens it ($BENCHRUN_SIGNING_KEY_PASSWORD)
+            key = _load_private(p, _env_password()).public_key()
+        except ValueError:
             raise BenchrunError(f"public key {p} is not a PEM ed25519 key") from None
     if not isinstance(key, Ed25519PublicKey):
         raise BenchrunError(f"public key {p} is not ed25519")
@@ -179,7 +186,7 @@ def default_public_key(home: Path | str | None = None,
     """
     for env in (VERIFY_KEY_ENV, KEY_ENV):
         value = os.environ.get(env)
-        if value:
+        if value:  # a private key (the signing key, encrypted too: as signing opens it) gives its public half
             return load_public_key(value), f"${env} ({value})"
     _, pub_path = local_key_paths(home)
     if not pub_path.exists():

@@ -19,6 +19,7 @@ from benchrun.errors import BenchrunError
 from benchrun.paths import validate_run_id
 from benchrun.provenance import dsse
 from benchrun.provenance.keys import default_public_key, keyid_of, load_public_key, load_signing_key
+from benchrun.provenance.status_fields import FINAL_SIGNATURE_PENDING  # noqa: F401 - lifecycle, runs, verify
 from benchrun.provenance.statement import (
     Statement, build_statement, canonical_json, partition_mismatches, rows_now, subject_mismatches,
     unrecorded_removals)
@@ -31,6 +32,17 @@ BACKEND_USED = "local-ed25519"
 # Requests a local ed25519 DSSE signature satisfies.
 LOCAL_BACKENDS = frozenset({"local", "local-ed25519", "ed25519", "dsse", "dsse-ed25519"})
 IN_TOTO_FORMATS = frozenset({"in_toto", "in-toto", "intoto", "dsse"})
+
+
+def backend_available(backend: str | None) -> bool:
+    """Whether this installation can make the signature ``signing.backend`` asks for (None: any).
+    ``_`` and ``-`` are one (the shipped pre-release spec writes ``local_ed25519``)."""
+    return backend is None or backend.strip().lower().replace("_", "-") in LOCAL_BACKENDS
+
+
+def format_produced(attestation_format: str | None) -> bool:
+    """Whether ``signing.attestationFormat`` is one benchrun produces (an in-toto DSSE envelope; None: any)."""
+    return attestation_format is None or attestation_format.strip().lower() in IN_TOTO_FORMATS
 
 
 @dataclass(frozen=True)
@@ -51,7 +63,7 @@ class SignResult:
         if self.satisfied_request:
             return True, "SignedLocalEd25519", f"DSSE in-toto statement signed with {self.backend_used}: {where}"
         wanted = self.backend_requested or "(none)"
-        if self.backend_requested is not None and self.backend_requested.lower() not in LOCAL_BACKENDS:
+        if not backend_available(self.backend_requested):
             why = f"the requested backend {wanted} is not available here, so no {wanted} signature was made"
         else:
             why = f"the requested attestation format {self.attestation_format_requested} was not produced"
@@ -77,9 +89,8 @@ def sign_run(run_dir: Path, home: Path | str | None = None, *, backend_requested
     envelope = dsse.sign(dsse.IN_TOTO_PAYLOAD_TYPE, canonical_json(statement), key.private, key.keyid)
     path = envelope_path(run_dir)
     atomic_write_json(path, envelope.to_json())
-    backend_ok = backend_requested is None or backend_requested.lower() in LOCAL_BACKENDS
-    format_ok = attestation_format is None or attestation_format.lower() in IN_TOTO_FORMATS
-    result = SignResult(path, key.keyid, backend_requested, BACKEND_USED, backend_ok and format_ok,
+    result = SignResult(path, key.keyid, backend_requested, BACKEND_USED,
+                        backend_available(backend_requested) and format_produced(attestation_format),
                         attestation_format, len(statement["subject"]))
     log.info("run %s: provenance of %d subjects signed with %s (keyid %s) in %s%s",
              run_dir.name, len(statement["subject"]), BACKEND_USED, key.keyid, path,
@@ -154,11 +165,6 @@ def verify_run(run_dir: Path, public_key_path: Path | str | None = None, *,
     return statement
 
 
-# status.json's ``final_signature`` from ``lifecycle.finalize`` (the final phase) until
-# ``lifecycle.sign_publication`` has signed the finished run (its last step).
-FINAL_SIGNATURE_PENDING = "pending"
-
-
 def final_signature_missing(run_id: str, status: Any) -> str | None:
     """Why run ``run_id`` cannot be verified or promoted yet: it reached its final phase but its
     final signing never ran (interrupted in between), so its signature is only the one made when
@@ -183,6 +189,19 @@ def never_signed_why(run_id: str, relpath: str) -> str | None:
     from benchrun.provenance.statement import figures_log_relpath
 
     return FIGURES_LOG_WHY if relpath == figures_log_relpath(run_id) else NEVER_SIGNED.get(relpath)
+
+
+def analysis_output(run_id: str, relpath: str) -> bool:
+    """Whether ``relpath`` is a file the run's analysis writes after its evidence is sealed, before its
+    final signing: trial statistics, the baseline comparison, the playbooks, the report, its figure
+    index and figures (``<run_id>_*.png`` in figures/). Completing an interrupted final signing signs
+    these where they were added, never any other file (one dropped in would come out signed)."""
+    import re
+
+    rid = validate_run_id(run_id)
+    named = {f"structured/{rid}_trial_statistics.json", f"structured/{rid}_comparison.json",
+             f"reports/{rid}_playbooks.json", f"reports/{rid}_report.html", f"figures/{rid}_report_figures.json"}
+    return relpath in named or re.fullmatch(rf"figures/{re.escape(rid)}_[A-Za-z0-9._-]+\.png", relpath) is not None
 
 
 def uncovered_files(run_dir: Path, statement: Statement) -> list[str]:

@@ -44,6 +44,40 @@ FROM_SPEC = {
 }
 
 
+# status.json's ``final_signature`` from ``lifecycle.finalize`` (the final phase) until
+# ``lifecycle.sign_publication`` has signed the finished run (its last step).
+FINAL_SIGNATURE_PENDING = "pending"
+# The final phase and outcome lifecycle.finalize sets from the run's outcome (Failed for "failed", else
+# Succeeded), and run_status's Failed over it when publishing the finished run fails (rundir.mark_run_failed)
+FINALIZED = {"Succeeded": ("succeeded", "partial"), "Failed": ("failed",)}
+# The phase a run is in when its evidence is sealed and first signed (lifecycle.record_evidence)
+SEALING_PHASE = "Analyzing"
+
+
+def completing(predicate: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+    """Whether a re-signing completes the run's interrupted final signing (finalize set its final phase,
+    the signing after it never ran). status.json says so (``final_signature`` pending), but status.json is
+    never signed, so that alone proves nothing: the current (verified) signature must be the one made when
+    the evidence was sealed (its curated phase Analyzing; a statement signed before ``curated_status`` was
+    recorded: signed with no finish), and status.json's phase and outcome must be what finalize sets —
+    Succeeded only with the outcome the sealed manifest records (signed in the predicate), Failed only as
+    ``failed``. A run signed in a final phase (Canceled, Failed, Succeeded) is never completing again."""
+    if status.get("final_signature") != FINAL_SIGNATURE_PENDING:
+        return False
+    recorded = predicate.get("curated_status")
+    if isinstance(recorded, dict):
+        if recorded.get("phase") != SEALING_PHASE:
+            return False
+    else:
+        times = predicate.get("timestamps")
+        if not isinstance(times, dict) or times.get("finished_utc") is not None:
+            return False
+    phase, outcome = status.get("phase"), status.get("outcome")
+    if outcome not in FINALIZED.get(str(phase), ()):
+        return False
+    return phase != "Succeeded" or outcome == predicate.get("outcome")
+
+
 def curated_status(status: Mapping[str, Any]) -> dict[str, Any]:
     """The values of STATUS_FIELDS in ``status``: what a statement records beside the rows it signs."""
     return {key: status.get(key) for key in STATUS_FIELDS}

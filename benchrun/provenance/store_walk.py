@@ -45,8 +45,23 @@ def unsigned(rd: Any, templates: Any = ()) -> tuple[bool, str]:
                       "it names the artifact store that would show whether the run sealed evidence, so nothing "
                       "shows this run published nothing")
     if sealed and phase == "Analyzing":
-        return False, ("not signed yet: its evidence is sealed and it is being analyzed (phase Analyzing); it is "
-                       "signed when it finishes: verify it then")
+        # status.json (the phase) is not signed: "being analyzed" holds only while a live process claims
+        # the run, and even then its files must still be the ones it sealed (a sealed run tampered with,
+        # its envelope deleted and its phase set back to Analyzing passed)
+        from benchrun.liveness import describe, live_claim
+
+        claim = live_claim(rd.home, rd.run_id)
+        if claim is None:
+            return True, (f"not signed: {env} is missing and its evidence is sealed, yet no live process is analyzing "
+                          "it (status.json says Analyzing, but the run has no live liveness claim): the envelope was "
+                          "removed or signing failed: nothing shows its files are the ones it measured")
+        differ = sealed_mismatches(rd, templates)
+        if differ:
+            return True, (f"not signed yet (phase Analyzing, {describe(claim)} analyzes it), but its sealed evidence "
+                          f"changed: {', '.join(differ[:10])}{' ...' if len(differ) > 10 else ''}")
+        return False, (f"not signed yet: its evidence is sealed and it is being analyzed (phase Analyzing, "
+                       f"{describe(claim)}); its files match its sealed manifest; it is signed when it finishes: "
+                       "verify it then")
     if sealed or phase == "Succeeded":
         return True, (f"not signed: {env} is missing, yet the run {'sealed its evidence' if sealed else 'succeeded'} "
                       f"(phase {phase}); every run benchrun finishes is signed, so the envelope was removed or "
@@ -57,6 +72,54 @@ def unsigned(rd: Any, templates: Any = ()) -> tuple[bool, str]:
                        "or published: there is nothing to verify")
     return False, (f"not signed yet: the run is {phase} and has sealed no evidence; it is signed when it "
                    "finishes: verify it then")
+
+
+def sealed_mismatches(rd: Any, templates: Any = ()) -> list[str]:
+    """``relpath (why)`` for each file of run ``rd`` that differs from what it sealed: the files
+    manifest.json hashes, and every object of the run's object manifests in its artifact stores (the
+    version status.json names and the latest, in the stores :func:`_stored` looks in), manifest.json
+    itself included. Empty when everything sealed is unchanged."""
+    import json
+
+    from benchrun.errors import BenchrunError
+    from benchrun.provenance.signing import run_store_template
+    from benchrun.provenance.statement import digest_mismatches
+    from benchrun.store import open_store
+
+    bad: list[str] = []
+    try:
+        doc = json.loads((rd.path / "manifest.json").read_text(encoding="utf-8"))
+        sha = (doc.get("summary") or {}).get("sha256") if isinstance(doc, dict) else None
+        if not isinstance(sha, dict) or not sha:
+            bad.append("manifest.json (no summary.sha256)")
+        else:
+            bad += digest_mismatches(rd.path, sha, "sha256 differs from manifest.json")
+    except FileNotFoundError:
+        bad.append("manifest.json (missing)")
+    except (OSError, ValueError) as exc:
+        bad.append(f"manifest.json (not readable: {exc})")
+    try:
+        digest = rd.read_status().get("artifact_manifest_digest")
+    except BenchrunError:
+        digest = None
+    found = False
+    own = run_store_template(rd.path)
+    for template in dict.fromkeys((own, None, *templates)):
+        try:
+            store = open_store(template, rd.home)
+            versions = [d for d in dict.fromkeys((digest, None))
+                        if store.exists(store.manifest_key(rd.run_id, d))]
+            for version in versions:
+                stored = store.load_manifest(rd.run_id, version)
+                found = True
+                bad += digest_mismatches(rd.path, {o.path: o.sha256 for o in stored.objects},
+                                         f"sha256 differs from the stored manifest {stored.digest[:16]}")
+        except (BenchrunError, OSError) as exc:
+            if template == own:  # the run's own store must answer; another run's store may not be ours to read
+                bad.append(f"its artifact store {template or '(default)'} ({exc})")
+    if digest and not found:
+        bad.append(f"artifact_manifest_digest {digest} (no such object manifest in the run's artifact stores)")
+    return list(dict.fromkeys(bad))
 
 
 def _stored(rd: Any, templates: Any = ()) -> bool:
