@@ -83,7 +83,82 @@ def main() -> None:
         gcpolicy.in_command = False
 
 
+def _stdout_file() -> tuple[int, int] | None:
+    """What stdout's descriptor (1: a warm server's child writes the client's there too) refers to
+    (device, inode), or None where it has none."""
+    import os
+
+    try:
+        st = os.fstat(1)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _broken_pipe(exc: BaseException | None, stdout_was: tuple[int, int] | None) -> bool:
+    """Whether ``exc`` (or what it was raised from: click turns EPIPE into ``sys.exit(1)``, rich into
+    ``SystemExit(1)`` after pointing stdout at /dev/null) is a write to stdout's pipe whose reader is
+    gone (`benchrun query --csv | head`): stdout then polls as an error, or is no longer ``stdout_was``."""
+    import errno
+    import select
+
+    chain, seen = [], exc
+    while seen is not None and len(chain) < 10:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    if not any(isinstance(e, OSError) and e.errno == errno.EPIPE for e in chain):
+        return False
+    if _stdout_file() != stdout_was:
+        return True
+    try:
+        poller = select.poll()
+        poller.register(1, select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except OSError:
+        return stdout_was is None  # no descriptor 1 to ask: the EPIPE was stdout's
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null: the interpreter's last flush of what is still buffered then fails nowhere."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+    except OSError:
+        pass
+
+
+# A reader of stdout that stopped reading: the status of a Unix filter killed by SIGPIPE (128 + 13), as
+# `yes | head` gives it. Not 0: `benchrun compare --json | head` must not turn a regression's exit 3 into
+# a pass under `set -o pipefail`; not the silent 1 click and rich made of it, an error's.
+EXIT_READER_GONE = 141
+
+
 def _main() -> None:
+    """Run the command; a reader of stdout that stopped reading (`| head`) ends it quietly with
+    EXIT_READER_GONE, as SIGPIPE ends any Unix filter, not with a traceback or an error's exit 1."""
+    stdout_was = _stdout_file()
+    try:
+        _run()
+    except SystemExit as exc:
+        if _broken_pipe(exc, stdout_was):
+            _quiet_stdout()
+            sys.exit(EXIT_READER_GONE)
+        try:  # what is still buffered, flushed while a reader that left can still be told from an error
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _quiet_stdout()
+        raise
+    except BaseException as exc:
+        if _broken_pipe(exc, stdout_was):
+            _quiet_stdout()
+            sys.exit(EXIT_READER_GONE)
+        raise
+
+
+def _run() -> None:
     # Decided per command, not at import: a warm orchestrator imported this module with its
     # own (redirected) stdout, and the command's stdout may be a terminal.
     tty = sys.stdout.isatty()

@@ -15,7 +15,7 @@ def _console(width):
 
 def test_too_many_columns_become_one_record_per_row_with_every_value_whole():
     con = _console(100)
-    rows = [{c: f"value-{i}-{c}" for c in WIDE} for i in range(2)]
+    rows = [tuple(f"value-{i}-{c}" for c in WIDE) for i in range(2)]
     print_rows(con, WIDE, [rows], caption="2 rows")
     text = con.file.getvalue()
     assert "── row 1 ──" in text and "── row 2 ──" in text
@@ -26,7 +26,7 @@ def test_too_many_columns_become_one_record_per_row_with_every_value_whole():
 def test_a_table_when_it_fits_and_long_cells_fold_instead_of_truncating():
     con = _console(80)
     cols = ["run_id", "metric", "value"]
-    rows = [{"run_id": "local-canary-20261201002044-5b3a7618", "metric": "p99_latency_ms", "value": 21.65}]
+    rows = [("local-canary-20261201002044-5b3a7618", "p99_latency_ms", 21.65)]
     assert table_fits(cols, rows, 80) and not table_fits(WIDE, [], 80)
     print_rows(con, cols, [rows], caption="1 rows")
     text = con.file.getvalue()

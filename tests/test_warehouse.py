@@ -204,7 +204,8 @@ def test_cli_query_lineage_and_tamper(tmp_path: Path) -> None:
     doc = json.loads(out.stdout)
     assert doc["rows"] == [{"n": 9}] and len(doc["query_spec_digest"]) == 64
     out = _cli(tmp_path, "query", "SELECT metric, value FROM measurement_fact WHERE metric='gflops' ORDER BY value", "--csv")
-    assert out.stdout.splitlines() == ["metric,value", "gflops,10", "gflops,11", "gflops,12"]
+    # a DOUBLE written whole, as itself (`.6g` wrote 10 here, and 1796616697.659352 as 1.79662e+09)
+    assert out.stdout.splitlines() == ["metric,value", "gflops,10.0", "gflops,11.0", "gflops,12.0"]
     out = _cli(tmp_path, "query", "DROP VIEW measurement_fact")
     assert out.returncode == 1 and out.stderr.startswith("error: query: DROP") and "Traceback" not in out.stderr
 

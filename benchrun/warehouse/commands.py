@@ -18,11 +18,28 @@ def _home(command: str | None = None):
 
 
 def _cell(value: Any) -> str:
+    """A CSV cell: every value whole (a float as its shortest exact repr, never rounded: ``.6g`` made
+    640 distinct send times one), NULL as empty."""
     if value is None:
         return ""
     if isinstance(value, float):
-        return f"{value:.6g}"
+        return repr(value)
     return str(value)
+
+
+def json_keys(columns: list[str]) -> list[str]:
+    """The keys of ``query --json``'s rows: the column names, a repeated one made unique as ``name_2``,
+    ``name_3``, ... (a name the result already has is skipped), so no value is lost to a shared key."""
+    taken, keys = set(columns), []
+    for name in columns:
+        if name in keys:
+            n = 2
+            while f"{name}_{n}" in taken:
+                n += 1
+            name = f"{name}_{n}"
+            taken.add(name)
+        keys.append(name)
+    return keys
 
 
 _EXACT = 2**53 - 1  # the largest integer every JSON reader (jq, JavaScript) holds exactly
@@ -60,7 +77,8 @@ def query_cmd(
 
     The query runs on a connection that reads only the warehouse's own files (no other
     file, network or extension) and refuses anything that writes or changes settings.
-    Rows are streamed, so memory stays bounded whatever the limit.
+    Rows are streamed (--json, --csv and one record per row; a table holds the rows it shows),
+    so memory stays bounded whatever the limit.
     """
     import sys
 
@@ -101,16 +119,18 @@ def _query(sql: str, as_json: bool, as_csv: bool, limit: int, vertical: Optional
     cut = (lambda: f"output cut at --limit {limit} rows; narrow the query or raise --limit")
     if as_json:
         # Streamed JSON: the document is written row by row, never held whole in memory.
+        keys = json_keys(cols)
         out = sys.stdout
         out.write('{\n  "query_spec_digest": ' + json.dumps(stream.query_spec_digest)
                   + (',\n  "snapshot_ids": ' + json.dumps({t: None if i is None else str(i)
                                                          for t, i in stream.snapshot_ids.items()})
                      if stream.snapshot_ids is not None else "")
-                  + ',\n  "columns": ' + json.dumps(cols) + ',\n  "rows": [')
+                  + ',\n  "columns": ' + json.dumps(keys) + ',\n  "rows": [')
         first = True
         for rows in stream.batches():
             for row in rows:
-                out.write(("\n    " if first else ",\n    ") + json.dumps(_strict(row), default=str, allow_nan=False))
+                out.write(("\n    " if first else ",\n    ")
+                          + json.dumps(_strict(dict(zip(keys, row))), default=str, allow_nan=False))
                 first = False
         out.write(("\n  ]" if not first else "]") + ',\n  "truncated": ' + json.dumps(stream.truncated)
                   + ',\n  "limit": ' + json.dumps(limit or None) + "\n}\n")
@@ -122,17 +142,19 @@ def _query(sql: str, as_json: bool, as_csv: bool, limit: int, vertical: Optional
         writer = csv.writer(sys.stdout)
         writer.writerow(cols)
         for rows in stream.batches():
-            writer.writerows([_cell(row[c]) for c in cols] for row in rows)
+            writer.writerows([_cell(v) for v in row] for row in rows)
         if stream.truncated:
             print(f"warning: {cut()}", file=sys.stderr)
     else:
         from benchrun.warehouse.display import print_rows
 
-        rows = list(stream.batches())  # a table needs every row's width before it prints
-        more = f" (cut at --limit {limit}; more rows exist)" if stream.truncated else ""
-        print_rows(console(), cols, rows, vertical=vertical,
-                   caption=f"{stream.rows_out} rows{more} · query_spec_digest {stream.query_spec_digest[:16]}…"
-                   + _snapshot_caption(stream.snapshot_ids))
+        def caption() -> str:  # the count and the cut are known once every row is printed
+            more = f" (cut at --limit {limit}; more rows exist)" if stream.truncated else ""
+            return (f"{stream.rows_out} rows{more} · query_spec_digest {stream.query_spec_digest[:16]}…"
+                    + _snapshot_caption(stream.snapshot_ids))
+
+        # Records stream as they come; a table (it fits the terminal) holds its rows to size its columns.
+        print_rows(console(), cols, stream.batches(), vertical=vertical, caption=caption)
 
 
 def _snapshot_caption(snapshots: Optional[dict]) -> str:

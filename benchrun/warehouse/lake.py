@@ -395,9 +395,11 @@ def maintain(home: Path, table: str, older_than: dt.datetime, *, dry_run: bool =
     from benchrun.warehouse import lakefiles
 
     grace = lakefiles.GRACE if grace is None else grace
-    if dry_run:
-        files = table_files(home, table)
-        tbl = load_or_create(catalog(home), table)
+    if dry_run:  # changes nothing, and makes no catalog or table where there is none: nothing to maintain
+        tbl = _existing_table(home, table)
+        if tbl is None:
+            return 0, 0, [], 0
+        files = sum(1 for _ in tbl.scan().plan_files()) if tbl.current_snapshot() else 0
         expiring = expire_snapshots(home, table, older_than, dry_run=True)
         return (files, files, expiring,
                 lakefiles.remove_unreferenced(tbl, grace=grace, dry_run=True, expiring=frozenset(expiring)).files)
@@ -416,6 +418,19 @@ def maintain(home: Path, table: str, older_than: dt.datetime, *, dry_run: bool =
     expired = expire_snapshots(home, table, older_than)
     removed = lakefiles.remove_unreferenced(load_or_create(catalog(home), table), grace=grace)
     return before, after, expired, removed.files
+
+
+def _existing_table(home: Path, table: str) -> Any:
+    """The Iceberg table ``benchrun.<table>`` where the home's catalog already holds it, else None (made by nobody)."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    if not catalog_exists(home):
+        return None
+    cat = catalog(home)
+    try:
+        return _retry_locked(lambda: cat.load_table(f"{NAMESPACE}.{table}"), f"load {table}")
+    except NoSuchTableError:
+        return None
 
 
 def expire_snapshots(home: Path, table: str, older_than: dt.datetime, *, dry_run: bool = False) -> list[int]:

@@ -50,20 +50,31 @@ def migrate_cmd(as_json: bool = typer.Option(False, "--json", help="Print the ro
     write_marker(home, done)
 
 
+def _refuse_parquet(command: str) -> None:
+    """The parquet layout has no tables to maintain: maintaining made empty Iceberg tables there, and a
+    later switch to Iceberg then saw tables, copied nothing by itself, and read without the old runs."""
+    from benchrun.errors import BenchrunError
+    from benchrun.warehouse import lake
+
+    if not lake.enabled():
+        raise BenchrunError(f"{command}: compaction and snapshot expiry are the Iceberg tables'; {lake.FORMAT_ENV}=parquet "
+                            "keeps the per-run parquet layout, which has neither: unset it (Iceberg is the default)")
+
+
 def maintain_cmd(
     expire_days: float = typer.Option(7.0, "--expire-days", help="Expire snapshots older than this many days."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List the snapshots that would expire; change nothing."),
 ) -> None:
     """Compact each table's small files (one per day and suite) and expire old snapshots."""
     from benchrun.errors import BenchrunError
-    from benchrun.warehouse import lake
     from benchrun.warehouse.migrate import migrate_on_first_use
 
+    _refuse_parquet("maintain-warehouse")
     if not (math.isfinite(expire_days) and 0 <= expire_days <= 36500):  # NaN, and 1e308 overflowed the date
         raise BenchrunError(f"maintain-warehouse --expire-days {expire_days:g}: give a number of days from 0 to 36500 "
                             "(snapshots older than that expire; default 7)")
     home = _home("maintain-warehouse")
-    if lake.enabled():
+    if not dry_run:  # a dry run changes nothing: no first-use migration either
         migrate_on_first_use(home)
     cutoff = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=expire_days)
     done, failed = maintain_tables(home, cutoff, dry_run=dry_run)
@@ -90,6 +101,7 @@ def maintain_tables(home: Path, cutoff: dt.datetime, *, dry_run: bool) -> tuple[
     from benchrun.warehouse import TABLES, lake
     from benchrun.warehouse.views import refresh_views
 
+    _refuse_parquet("maintain-warehouse")
     done: dict[str, tuple[int, int, int, int]] = {}
     failed: dict[str, str] = {}
     for table in TABLES:

@@ -111,6 +111,11 @@ SERVING_SCALAR_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
 SERVING_DISTRIBUTION_COLUMNS: tuple[tuple[str, pa.DataType], ...] = tuple(
     (f"{base}_{suffix}", pa.float64()) for base in SERVING_DISTRIBUTIONS for suffix in PERCENTILE_SUFFIXES
 )
+# One row per serving point (run, suite, replicate, point) and request-size bucket (``bucket`` its
+# label, e.g. '128/32'), and beside them one rollup row with bucket = 'all': the whole point, its
+# requests of every bucket pooled (percentiles of the pooled requests). A sum over
+# the table counts every request twice: filter bucket = 'all' for the points' totals (its
+# sum(n_requests) matches serving_request_fact's rows), bucket <> 'all' for the per-bucket figures.
 SERVING_OUTCOME_FACT = _fact(
     ("layer", pa.string()),
     ("suite", pa.string()),

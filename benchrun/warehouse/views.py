@@ -399,21 +399,59 @@ def stop_queries_on_signal() -> Iterator[SignalSeen | None]:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-_LINE_COMMENT = re.compile(r"--[^\n]*")
-_BLOCK_COMMENT = re.compile(r"/\*.*?\*/", re.S)
+# What lies between two of DuckDB's tokens (its tokenizer yields no comment tokens): whitespace and comments.
+_GAP = re.compile(r"(?:\s+|--[^\n]*|/\*.*?\*/)*", re.S)
+# A token's own text at the start of its span: a quoted one whole (quotes, doubled quotes and all), any
+# other up to the first whitespace or comment (no keyword, name, number or operator holds one).
+_QUOTED_TOKEN = (
+    re.compile(r"[Ee]'(?:[^'\\]|''|\\.)*'", re.S),  # E'...': backslash escapes
+    re.compile(r"\$([A-Za-z_][A-Za-z_0-9]*|)\$.*?\$\1\$", re.S),  # $$...$$, $tag$...$tag$
+    re.compile(r"[A-Za-z]?&?'(?:[^']|'')*'", re.S),  # '...', X'..', B'..', U&'..'
+    re.compile(r'(?:[Uu]&)?"(?:[^"]|"")*"', re.S),  # "name", U&"name"
+)
+_BARE_TOKEN = re.compile(r"(?:[^\s\-/]|-(?!-)|/(?!\*))+")
+
+
+def _token_texts(sql: str) -> list[tuple[str, bool]]:
+    """Each of DuckDB's tokens of ``sql`` as written, and whether whitespace or a comment followed it.
+    What follows a token that is not only whitespace and comments (DuckDB reads an unterminated
+    string as part of a keyword) is kept verbatim, so distinct text never normalises the same."""
+    import duckdb
+
+    tokens = duckdb.tokenize(sql)
+    out: list[tuple[str, bool]] = []
+    lead = sql[: tokens[0][0]] if tokens else sql
+    if _GAP.fullmatch(lead) is None:
+        out.append((lead, False))
+    for i, (start, kind) in enumerate(tokens):
+        span = sql[start: tokens[i + 1][0] if i + 1 < len(tokens) else len(sql)]
+        quoted = kind == duckdb.token_type.string_const or span[:1] == '"' or span[:3].upper() == 'U&"'
+        found = None
+        for pattern in (_QUOTED_TOKEN if quoted else (_BARE_TOKEN,)):
+            found = pattern.match(span)
+            if found:
+                break
+        text = found.group(0) if found else ""
+        rest = span[len(text):]
+        if rest and _GAP.fullmatch(rest) is None:
+            text, rest = span, ""
+        out.append((text, bool(rest)))
+    return out
 
 
 def normalise_sql(sql: str) -> str:
-    """Comments removed, whitespace collapsed, trailing semicolons dropped (string literals kept)."""
-    parts = re.split(r"('(?:[^']|'')*')", sql)
+    """The statement rebuilt from DuckDB's tokens: comments removed, the whitespace between tokens one
+    space, trailing semicolons dropped; every token as written (a string literal, a ``$$`` string and a
+    quoted identifier whole, ``--`` and spaces inside them included)."""
+    parts = _token_texts(sql)
+    while parts and parts[-1][0] == ";":
+        parts.pop()
     out = []
-    for i, part in enumerate(parts):
-        if i % 2:
-            out.append(part)
-        else:
-            part = _BLOCK_COMMENT.sub(" ", _LINE_COMMENT.sub(" ", part))
-            out.append(re.sub(r"\s+", " ", part))
-    return "".join(out).strip().rstrip(";").strip()
+    for i, (text, spaced) in enumerate(parts):
+        out.append(text)
+        if spaced and i + 1 < len(parts):
+            out.append(" ")
+    return "".join(out).strip()
 
 
 def query_spec_digest(sql: str) -> str:
@@ -470,13 +508,14 @@ class QueryStream:
     rows_out: int = 0
     snapshot_ids: dict[str, int | None] | None = None
 
-    def batches(self) -> Iterator[list[dict[str, Any]]]:
-        """Lists of row dicts, at most ``limit`` rows in all; closes the connection at the end."""
+    def batches(self) -> Iterator[list[tuple[Any, ...]]]:
+        """Lists of rows, each a tuple in ``columns`` order (two columns may share a name: a join's
+        ``raw_path`` from both sides), at most ``limit`` rows in all; closes the connection at the end."""
         import duckdb
 
         try:
             for batch in self._reader:
-                rows = batch.to_pylist()
+                rows = list(zip(*(column.to_pylist() for column in batch.columns)))
                 if self.limit is not None and self.rows_out + len(rows) > self.limit:
                     rows = rows[: self.limit - self.rows_out]
                     self.truncated = True
