@@ -13,12 +13,30 @@ from resources.store import ArtifactStoreResource
 GROUP = "benchmark_run"
 
 
+def _refuse_a_second_request(context: dg.AssetExecutionContext) -> None:
+    """Two triggers can request one benchmark run (the canary and spec-commit sensors see the same
+    commit, evaluated at once on sensor threads: each found no Dagster run yet). The later request runs
+    nothing: it is tagged a duplicate (the failure sensor then leaves the run alone) and fails here,
+    before it pulls or admits the run (found in review: both executed one run id against one prefix)."""
+    from benchrun.automation.failures import DUPLICATE_TAG, earlier_request
+
+    records = context.instance.get_run_records(filters=dg.RunsFilter(
+        job_name=context.run.job_name, tags={"dagster/partition": context.partition_key}))
+    runs = [(r.dagster_run.run_id, r.create_timestamp.timestamp(), dict(r.dagster_run.tags)) for r in records]
+    first = earlier_request(runs, context.run.run_id)
+    if first is not None:
+        context.instance.add_run_tags(context.run.run_id, {DUPLICATE_TAG: first})
+        raise dg.Failure(f"run {context.partition_key} was requested first by Dagster run {first}: this second "
+                         "request (another trigger saw the same spec at once) runs nothing")
+
+
 @dg.asset(partitions_def=benchmark_run_partitions, group_name=GROUP, kinds={"python", "yaml"})
 def pinned_spec(context: dg.AssetExecutionContext, launcher: LauncherResource) -> dg.MaterializeResult:
     """The run's spec, pinned by digest, admitted with the class the launcher can honour."""
     from benchrun.paths import benchrun_home
     from benchrun.sharedstate import pull_run
 
+    _refuse_a_second_request(context)
     # The run worker may be a fresh pod: the run (and the warehouse history) from shared state.
     pull_run(context.partition_key, benchrun_home(), warehouse=True)
     rd = RunDir.for_run(context.partition_key)

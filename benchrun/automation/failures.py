@@ -13,6 +13,23 @@ log = logging.getLogger(__name__)
 
 PARTITION_TAG = "dagster/partition"
 PARENT_TAG, ROOT_TAG = "dagster/parent_run_id", "dagster/root_run_id"  # a re-execution's (Dagster's tags)
+TRIGGER_TAG = "benchrun/trigger"  # what requested the Dagster run (a sensor or schedule; Submission.tags)
+# Set on a Dagster run that pinned_spec found to be a second request for a benchmark run another trigger
+# already requested (the canary and spec-commit sensors on one commit): it ran nothing, and its failure
+# is not the run's
+DUPLICATE_TAG = "benchrun/duplicate_of"
+
+
+def earlier_request(runs: list[tuple[str, float, dict[str, str]]], run_id: str) -> str | None:
+    """The Dagster run that requested the same benchmark run before ``run_id`` did, when ``run_id`` is a
+    trigger's request (not a re-execution, not one made by hand); ``runs`` are (Dagster run id, created
+    epoch, tags) of the partition's runs. None when ``run_id`` is the first or not a trigger's."""
+    mine = next((r for r in runs if r[0] == run_id), None)
+    if mine is None or TRIGGER_TAG not in mine[2] or PARENT_TAG in mine[2]:
+        return None
+    earlier = sorted((created, rid) for rid, created, tags in runs
+                     if rid != run_id and TRIGGER_TAG in tags and PARENT_TAG not in tags and created < mine[1])
+    return earlier[0][1] if earlier else None
 
 
 def record_orchestrator_failure(dagster_run: Any, reason: str, home: Path | None = None, *,
@@ -33,6 +50,9 @@ def record_orchestrator_failure(dagster_run: Any, reason: str, home: Path | None
     run_id = dagster_run.tags.get(PARTITION_TAG)
     if not run_id:
         return f"run {dagster_run.run_id} has no partition: no benchmark run to mark"
+    if dagster_run.tags.get(DUPLICATE_TAG):
+        return (f"run {dagster_run.run_id} was a second request for run {run_id} (Dagster run "
+                f"{dagster_run.tags[DUPLICATE_TAG]} requested it first) and ran nothing; the run left as it is")
     full = f"{reason} (Dagster run {dagster_run.run_id})"
     try:
         from benchrun.paths import validate_run_id
