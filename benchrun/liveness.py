@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from benchrun.errors import BenchrunError
-from benchrun.paths import benchrun_home, validate_run_id
+from benchrun.paths import benchrun_home
 from benchrun.fsio import atomic_write_json
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,10 @@ def executor_tags() -> dict[str, str]:
 
 
 def liveness_path(home: Path, run_id: str) -> Path:
-    return Path(home) / "liveness" / f"{validate_run_id(run_id)}.json"
+    """``<home>/liveness/<run_id>.json`` (defined in benchrun.rundir, which reads claims too)."""
+    from benchrun.rundir import claim_path
+
+    return claim_path(home, run_id)
 
 
 def beat(home: Path, run_id: str, **extra: Any) -> dict[str, Any]:

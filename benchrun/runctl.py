@@ -165,8 +165,53 @@ def published_aliases(root: Path, run_id: str) -> list[str]:
     return published_runs(root).get(run_id, [])
 
 
-def delete_run(run_id: str, *, home: Path | str | None = None, instance: Any = None) -> DeleteOutcome:
-    """Remove a finished run from the home; refuse a published baseline or a live run."""
+FIGURES_WAIT_S = 60.0  # how long delete waits for the run's report figure worker before refusing
+
+
+def _refuse_while_finishing(root: Path, run_id: str, instance: Any, figures_wait_s: float) -> None:
+    """Refuse to delete a run something still writes: a live process claiming it, a Dagster run of it
+    in progress (``run_status`` finishes the run after its phase is final: report, warehouse rows,
+    signature, push), its report figure worker (waited for up to ``figures_wait_s`` first). Deleted
+    under them, their writes made the run directory again, and `runs` listed a run only its
+    status.json was left of."""
+    from benchrun.liveness import describe, live_claim
+    from benchrun.report.worker import wait_for_run
+
+    claim = live_claim(root, run_id)
+    if claim is not None:
+        raise BenchrunError(f"run {run_id} is still claimed by its process ({describe(claim)}): wait for it to "
+                            f"end, or cancel it (`benchrun cancel {run_id}`), then delete it")
+    busy = _live_dagster_runs(instance, run_id, skip_dead_executors=True)
+    if busy:
+        raise BenchrunError(f"run {run_id}: Dagster run(s) {', '.join(busy)} of it are still in progress (finishing "
+                            "the run: its report, warehouse rows and signature); wait for them to end, then delete it")
+    wait_for_run(root, run_id, timeout_s=figures_wait_s)
+
+
+def _live_dagster_runs(instance: Any, run_id: str, *, skip_dead_executors: bool = False) -> list[str]:
+    """The partition's Dagster runs queued or in progress; ``skip_dead_executors``: not those a CLI
+    process executed that is gone (in progress only until the reaper fails them)."""
+    if instance is None:
+        return []
+    import dagster as dg
+
+    from benchrun.liveness import PARTITION_TAG, TAG_HOST, TAG_PID, TAG_PID_START, alive
+
+    def dead(tags: Any) -> bool:
+        start = tags.get(TAG_PID_START)
+        return skip_dead_executors and TAG_PID in tags and not alive(
+            {"host": tags.get(TAG_HOST), "pid": int(tags[TAG_PID]),
+             "pid_start": None if start in (None, "None") else float(start)})
+
+    return [r.run_id for r in instance.get_runs(filters=dg.RunsFilter(tags={PARTITION_TAG: run_id}, statuses=[
+        dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
+        dg.DagsterRunStatus.STARTED]), limit=5) if not dead(r.tags)]
+
+
+def delete_run(run_id: str, *, home: Path | str | None = None, instance: Any = None,
+               figures_wait_s: float = FIGURES_WAIT_S) -> DeleteOutcome:
+    """Remove a finished run from the home; refuse a published baseline or a run something still
+    writes (a live process, its Dagster run, its figure worker after ``figures_wait_s``)."""
     from benchrun.hotmetrics import default_textfile
     from benchrun.liveness import liveness_path
     from benchrun.rundir import TERMINAL_PHASES
@@ -181,6 +226,15 @@ def delete_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
         shutil.rmtree(leftover)
         return DeleteOutcome(run_id, removed=[f"what an earlier delete left of runs/{run_id} "
                                               f"({leftover.relative_to(root)})"])
+    from benchrun.rundir import RunDir
+    from benchrun.warehouse.removed import tombstone_path
+
+    left = RunDir(root, run_id)
+    if not left.exists() and left.path.is_dir() and tombstone_path(root, run_id).exists():
+        # files a step of the run wrote after an earlier delete of it (no status.json: not a run)
+        _refuse_while_finishing(root, run_id, instance, figures_wait_s)
+        _remove_dir(left)
+        return DeleteOutcome(run_id, removed=[f"what the run wrote after an earlier delete (runs/{run_id})"])
     rd = _run_dir(root, run_id)
     aliases = published_aliases(root, run_id)
     if aliases:
@@ -201,8 +255,10 @@ def delete_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
             raise BenchrunError(f"{exc}; a live process still claims the run ({liveness_path(root, run_id)}): "
                                 "cancel it first") from None
         phase = "damaged"
-    if phase not in (*TERMINAL_PHASES, "damaged"):
+    # no phase: a status.json nothing of benchrun made a run with (submit writes Pending); deletable
+    if phase not in (*TERMINAL_PHASES, "damaged", None):
         raise BenchrunError(f"run {run_id} is {phase}; cancel it first (`benchrun cancel {run_id}`)")
+    _refuse_while_finishing(root, run_id, instance, figures_wait_s)
     out = DeleteOutcome(run_id)
     # before anything goes: rebuild-warehouse never writes the run back, even if this stops half-way
     from benchrun.warehouse.retention import age_record
@@ -233,12 +289,7 @@ def delete_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
     # The directory last: until here a failed step leaves the run listed, so deleting again finishes it.
     # Renamed first (one atomic step), then removed: a crash inside the removal, which took status.json
     # early, left a directory no command could name ("no such run"); deleting again finishes it now.
-    gone = rd.path.with_name(f"{DELETING}{run_id}")
-    if gone.exists():
-        shutil.rmtree(gone)
-    os.replace(rd.path, gone)
-    shutil.rmtree(gone)
-    rd.status_lock_path.unlink(missing_ok=True)
+    _remove_dir(rd)
     out.removed.insert(0, f"run directory runs/{run_id}")
     if sealed is False:
         out.kept.append("nothing in the artifact store: the run never sealed its evidence")
@@ -248,6 +299,18 @@ def delete_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
     out.kept.append(f"a record of the deletion, {tombstone.relative_to(root)}: `benchrun rebuild-warehouse` "
                     "does not write the run back from that evidence")
     return out
+
+
+def _remove_dir(rd: Any) -> None:
+    """Rename the run directory aside (one atomic step, under the run's status lock: a status write in
+    progress ends first, and one after it finds no run and makes none), then remove it."""
+    gone = rd.path.with_name(f"{DELETING}{rd.run_id}")
+    if gone.exists():
+        shutil.rmtree(gone)
+    with rd.status_lock():
+        os.replace(rd.path, gone)
+    shutil.rmtree(gone)
+    rd.status_lock_path.unlink(missing_ok=True)
 
 
 def _delete_pushed(run_id: str, out: DeleteOutcome) -> None:
@@ -339,12 +402,4 @@ def expire_pending(home: Path | str | None = None, instance: Any = None, *,
 
 
 def _has_live_dagster_run(instance: Any, run_id: str) -> bool:
-    if instance is None:
-        return False
-    import dagster as dg
-
-    from benchrun.liveness import PARTITION_TAG
-
-    return bool(instance.get_runs(filters=dg.RunsFilter(tags={PARTITION_TAG: run_id}, statuses=[
-        dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
-        dg.DagsterRunStatus.STARTED]), limit=1))
+    return bool(_live_dagster_runs(instance, run_id))

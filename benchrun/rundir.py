@@ -12,6 +12,7 @@ import datetime as dt
 import fcntl
 import json
 import logging
+import os
 import re
 import socket
 import threading
@@ -161,6 +162,25 @@ log = logging.getLogger(__name__)
 _STATUS_LOCKS = threading.local()  # .held: the run directories whose status lock this thread holds
 
 
+class FinalPhaseKept(BenchrunError):
+    """A run that ended was not moved to another phase (:meth:`RunDir.final_exit_refusal` says why)."""
+
+
+def claim_path(home: Path, run_id: str) -> Path:
+    """``<home>/liveness/<run_id>.json``: the claim of the process that executes the run (written by
+    benchrun.liveness, which names it ``liveness_path``; read here too, see :func:`_mark_ended`)."""
+    return Path(home) / "liveness" / f"{validate_run_id(run_id)}.json"
+
+
+def _process_start(pid: int) -> float | None:
+    import psutil
+
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return None
+
+
 # A run's first start, which a re-run keeps, then its latest attempt's: the start its warehouse rows are
 # filed and sealed under (write_manifest; warehouse.sources.run_start reads the same keys).
 START_KEYS = ("first_started_utc", "started_utc")
@@ -223,6 +243,9 @@ class RunDir:
         copy from another home (``sharedstate.pull_run``) never replaces a later one here.
         ``status`` itself takes the new ``status_seq``: what a caller returns (``set_phase`` hands
         it to the BenchmarkRun status, ordered by it) is exactly what was written."""
+        if not self.path.is_dir():  # the atomic write would make the directory of a run that is gone
+            raise BenchrunError(f"no such run {self.run_id!r} under {self.path.parent}: its status is not written "
+                                "(a run that is gone is not made again); `benchrun runs` lists the runs")
         status["status_seq"] = int(status.get("status_seq") or 0) + 1
         atomic_write_json(self.status_path, status)
 
@@ -260,10 +283,28 @@ class RunDir:
 
     def update_status(self, **fields: Any) -> dict[str, Any]:
         with self.status_lock():
-            status = self.read_status() if self.exists() else {"run_id": self.run_id, "conditions": []}
+            if self.exists():
+                status = self.read_status()
+                self._fence(status)
+            else:
+                self._refuse_new_status()
+                status = {"run_id": self.run_id, "conditions": []}
             status.update(fields)
             self.write_status(status)
         return status
+
+    def _refuse_new_status(self) -> None:
+        """A status.json is made only in a run directory that exists and that ``benchrun delete`` did not
+        remove: a run's tail that ends after the run was deleted (its report, curation, signature; the
+        figure worker) wrote a fresh status.json, and `benchrun runs` listed a run that was only that."""
+        if not self.path.is_dir():
+            raise BenchrunError(f"no such run {self.run_id!r} under {self.path.parent}: its status is not written "
+                                "(a run that is gone is not made again); `benchrun runs` lists the runs")
+        # benchrun.warehouse.removed.tombstone_path (not imported: the warehouse imports this module)
+        tombstone = self.home / "warehouse" / "_deleted" / f"{self.run_id}.json"
+        if tombstone.exists():
+            raise BenchrunError(f"run {self.run_id} was deleted (`benchrun delete`, {tombstone}): its status is not "
+                                "written again; `benchrun delete` removes what was left of it")
 
     def merge_shared_status(self, shared: dict[str, Any]) -> dict[str, Any]:
         """Merge a later shared status into this home's (``sharedstate.push_run`` calls it when the
@@ -286,6 +327,7 @@ class RunDir:
         """Remove fields that no longer hold (e.g. a finished confirmation round's progress)."""
         with self.status_lock():
             status = self.read_status()
+            self._fence(status)
             if any(n in status for n in names):
                 self.write_status({k: v for k, v in status.items() if k not in names})
 
@@ -293,24 +335,69 @@ class RunDir:
         status = self.read_status() if self.status_path.exists() else {}
         return next((status[k] for k in START_KEYS if status.get(k)), None)
 
-    def set_phase(self, phase: str, *, message: str | None = None) -> dict[str, Any]:
+    def set_phase(self, phase: str, *, message: str | None = None,
+                  allow_final_exit: bool = False) -> dict[str, Any]:
+        """Move the run to ``phase`` (one locked read-modify-write), then publish it (shared state, the
+        BenchmarkRun status). A final phase is left only as :meth:`final_exit_refusal` allows, unless
+        ``allow_final_exit``; a refusal raises :class:`FinalPhaseKept` and writes nothing."""
+        return self._publish_phase(self._write_phase(phase, message=message, allow_final_exit=allow_final_exit),
+                                   phase)
+
+    def final_exit_refusal(self, current: Any, phase: str) -> str | None:
+        """Why a run in phase ``current`` may not be set ``phase``, or None when it may. A run that
+        ended (a final phase) is started again (``Running``: ``lifecycle.admit`` and ``resume_attempt``,
+        which decide themselves whether the attempt may run) or moved to another final phase (a retry
+        finishing it: ``lifecycle.finalize`` after a re-execution of its last steps), but never continued
+        (``Pending``, ``Admitted``, ``Analyzing``). The attempt that was ended by another process while
+        it still ran is kept off the status altogether (:meth:`_fence`)."""
+        if current not in TERMINAL_PHASES or phase in (current, "Running") or phase in TERMINAL_PHASES:
+            return None
+        return (f"run {self.run_id} already ended in phase {current}; it stays {current}, not {phase} (a run that "
+                "ended is started again, phase Running, never continued)")
+
+    def _fence(self, status: dict[str, Any]) -> None:
+        """Refuse every status write of the process whose attempt another process ended while it still
+        ran (``ended_under``, set by :func:`_mark_ended`; cleared when an attempt starts, phase Running):
+        a cancel whose process did not settle, then that process's ``record_evidence`` or ``finalize``,
+        read Analyzing or Succeeded (outcome, conditions and signature with it) over Canceled."""
+        held = status.get("ended_under")
+        if not isinstance(held, dict) or (held.get("host"), held.get("pid")) != (socket.gethostname(), os.getpid()):
+            return
+        started = held.get("pid_start")
+        mine = _process_start(os.getpid()) if started is not None else None
+        if mine is not None and abs(mine - float(started)) >= 1.0:
+            return  # a later process given the same pid
+        raise FinalPhaseKept(f"run {self.run_id} was ended by another process while this one still ran it (phase "
+                             f"{status.get('phase')}: {status.get('message')}); this process writes nothing more of "
+                             "it, and its phase stays (a new attempt, phase Running, runs it again)")
+
+    def _write_phase(self, phase: str, *, message: str | None, allow_final_exit: bool) -> dict[str, Any]:
         if phase not in PHASES:
             raise ValueError(f"unknown phase {phase!r}")
-        fields: dict[str, Any] = {"phase": phase}
-        if message is not None:
-            fields["message"] = message
-        if phase == "Running":
-            # (Re-)started: a re-materialized run is not finished until it finishes again. Its first
-            # start stays: the warehouse files the run's rows under that day (warehouse.sources.run_start),
-            # so a re-run after midnight replaces them instead of adding a second copy on the new day.
-            now = utc_now()
-            fields.update(started_utc=now, finished_utc=None)
+        with self.status_lock():
             earlier = self.read_status() if self.status_path.exists() else {}
-            if not earlier.get("first_started_utc"):
-                fields["first_started_utc"] = earlier.get("started_utc") or now
-        if phase in TERMINAL_PHASES:
-            fields["finished_utc"] = utc_now()
-        status = self.update_status(**fields)
+            why = None if allow_final_exit else self.final_exit_refusal(earlier.get("phase"), phase)
+            if why:
+                raise FinalPhaseKept(why)
+            fields: dict[str, Any] = {"phase": phase}
+            if message is not None:
+                fields["message"] = message
+            if phase == "Running":
+                # (Re-)started: a re-materialized run is not finished until it finishes again. Its first
+                # start stays: the warehouse files the run's rows under that day (warehouse.sources.run_start),
+                # so a re-run after midnight replaces them instead of adding a second copy on the new day.
+                now = utc_now()
+                fields.update(started_utc=now, finished_utc=None)
+                if earlier.get("ended_under"):
+                    fields["ended_under"] = None  # a new attempt: no earlier process is kept off it now
+                if not earlier.get("first_started_utc"):
+                    fields["first_started_utc"] = earlier.get("started_utc") or now
+            if phase in TERMINAL_PHASES:
+                fields["finished_utc"] = utc_now()
+            return self.update_status(**fields)
+
+    def _publish_phase(self, status: dict[str, Any], phase: str) -> dict[str, Any]:
+        """After the phase is written (outside the status lock: it may reach the network)."""
         from benchrun.sharedstate import push_run
 
         def merge(shared: dict[str, Any]) -> None:  # another pod wrote the shared status meanwhile
@@ -332,6 +419,7 @@ class RunDir:
 
     def _set_condition(self, type_: str, status: bool | str, reason: str, message: str) -> dict[str, Any]:
         st = self.read_status()
+        self._fence(st)
         value = status if isinstance(status, str) else ("True" if status else "False")
         conditions = [c for c in st.get("conditions", [])]
         now = utc_now()
@@ -353,6 +441,7 @@ class RunDir:
         """Drop conditions that no longer hold (e.g. ``Failed`` when a run is retried)."""
         with self.status_lock():
             st = self.read_status()
+            self._fence(st)
             kept = [c for c in st.get("conditions", []) if c.get("type") not in types]
             if len(kept) != len(st.get("conditions", [])):
                 st["conditions"] = kept
@@ -448,30 +537,51 @@ def mark_run_failed(home: Path | str | None, run_id: str, reason: str, *, over_s
     ``over_succeeded``: also over a Succeeded the caller itself set before a later step of the
     same asset failed (``run_status`` finalizes, then writes the report, curates, signs and
     pushes): a run whose publication failed must not stay Succeeded with exit 0."""
-    rd = RunDir.for_run(run_id, home)
-    if not rd.exists():
-        return False
-    st = rd.read_status()
-    if st.get("phase") in TERMINAL_PHASES and not (over_succeeded and st.get("phase") == "Succeeded"):
-        return False
-    rd.set_condition("Failed", True, "OrchestratorRunFailed", reason)
-    # The outcome column agrees with the phase; what the suites measured is kept for a retry.
-    rd.update_status(outcome="failed", outcome_measured=st.get("outcome_measured") or st.get("outcome"))
-    # False when the shared copy held a final phase another pod set: the merge keeps that one
-    return rd.set_phase("Failed", message=reason).get("phase") == "Failed"
+    return _mark_ended(home, run_id, "Failed", "OrchestratorRunFailed", "failed", reason,
+                       over_succeeded=over_succeeded)
 
 
 def mark_run_canceled(home: Path | str | None, run_id: str, reason: str) -> bool:
     """Phase Canceled (outcome ``canceled``) with the reason unless already terminal; True when
     it changed. What the run measured before it was canceled stays in its directory, and its
     outcome in ``outcome_measured`` for a retry (as :func:`mark_run_failed` keeps it)."""
+    return _mark_ended(home, run_id, "Canceled", "Canceled", "canceled", reason)
+
+
+def _mark_ended(home: Path | str | None, run_id: str, phase: str, cond_reason: str, outcome: str, reason: str, *,
+                over_succeeded: bool = False) -> bool:
+    """The check that the run has not ended and the three writes (condition, outcome, phase) under one
+    hold of the status lock: read outside it, a cancel whose process did not settle (or a failure
+    sensor) overwrote the Succeeded that process had just set, and signed, between the check and the
+    writes. Published (shared state, the BenchmarkRun) after the lock is released."""
     rd = RunDir.for_run(run_id, home)
     if not rd.exists():
         return False
-    st = rd.read_status()
-    if st.get("phase") in TERMINAL_PHASES:
-        return False
-    rd.set_condition("Canceled", True, "Canceled", reason)
-    rd.update_status(outcome="canceled", outcome_measured=st.get("outcome_measured") or st.get("outcome"))
+    with rd.status_lock():
+        if not rd.exists():  # deleted meanwhile
+            return False
+        st = rd.read_status()
+        over = over_succeeded and st.get("phase") == "Succeeded"
+        if st.get("phase") in TERMINAL_PHASES and not over:
+            return False
+        rd.set_condition(phase, True, cond_reason, reason)
+        # The outcome column agrees with the phase; what the suites measured is kept for a retry.
+        rd.update_status(outcome=outcome, outcome_measured=st.get("outcome_measured") or st.get("outcome"),
+                         **_ended_under(rd))
+        status = rd._write_phase(phase, message=reason, allow_final_exit=over)
     # False when the shared copy held a final phase another pod set: the merge keeps that one
-    return rd.set_phase("Canceled", message=reason).get("phase") == "Canceled"
+    return rd._publish_phase(status, phase).get("phase") == phase
+
+
+def _ended_under(rd: RunDir) -> dict[str, Any]:
+    """``{"ended_under": claim}`` when a process other than this one claims the run (its executor, which
+    may still run: a cancel that did not settle, a failure sensor): that process then writes nothing
+    more of the run (:meth:`RunDir._fence`). {} when this process is the claimant or none claims it."""
+    try:
+        claim = read_json_or_none(claim_path(rd.home, rd.run_id), fix="remove it")
+    except BenchrunError:
+        return {}
+    if not isinstance(claim, dict) or not claim.get("pid") or (
+            (claim.get("host"), claim.get("pid")) == (socket.gethostname(), os.getpid())):
+        return {}
+    return {"ended_under": {k: claim.get(k) for k in ("host", "pid", "pid_start")}}

@@ -83,6 +83,27 @@ def wait_for_workers(home: Path, timeout_s: float = 300.0, gone: list[str] | Non
     return waited
 
 
+def wait_for_run(home: Path, run_id: str, timeout_s: float = 60.0) -> bool:
+    """Wait up to ``timeout_s`` for the figure worker of ``run_id`` only (``benchrun delete``: the
+    worker rewrites the run's report and signs it again, and would write into a run deleted under it);
+    True when one was drawing. A worker still drawing after that is a BenchrunError naming it."""
+    path = _pid_dir(home) / f"{validate_run_id(run_id)}.pid"
+    try:
+        pid = int(path.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return False
+    drawing = _alive(pid)
+    deadline = time.monotonic() + timeout_s
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            raise BenchrunError(f"the report figures of run {run_id} are still being drawn (pid {pid}) after "
+                                f"{timeout_s:.0f} s; wait for that worker to end (its log: reports/*_figures.log), "
+                                "then try again")
+        time.sleep(0.1)
+    path.unlink(missing_ok=True)
+    return drawing
+
+
 def settle(home: Path, say: Any = None, timeout_s: float = 300.0) -> list[str]:
     """Before a command reads or signs a run's files: wait for the home's figure workers, which
     rewrite a just-finished run's report and then sign it again (read in between, the report
@@ -115,6 +136,10 @@ def main(argv: list[str]) -> int:
     from benchrun.sharedstate import push_run
 
     t0 = time.monotonic()
+    if not (run_dir / "status.json").is_file():  # deleted before the worker began: nothing is made again
+        print(f"run {run_dir.name}: no longer in the home (deleted); no figures drawn", flush=True)
+        (_pid_dir(home) / f"{run_dir.name}.pid").unlink(missing_ok=True)
+        return 0
     try:
         render_figures(run_dir, home=home)
     finally:
