@@ -3,7 +3,7 @@
 One run becomes one push group (``job=benchrun, run_id=<run_id>``) or one node-exporter
 textfile (``$BENCHRUN_HOME/metrics/<run_id>.prom``). Each suite metric becomes a gauge
 ``benchrun_<metric>`` holding the median over the run's ok replicates, labelled by run,
-cadence, benchmark class, layer, suite and case (and a row's rank, node or GPU; its other
+cadence, benchmark class, layer, suite and case (and a row's rank, node or GPU where all replicates had the same; its other
 keys, such as a p99's sample count, are details of one replicate, never labels); run-level gauges say how many replicates
 succeeded or failed, how long the run took and which phase it was in. A replicate whose suite judged
 its own measurement invalid (``benchrun.stats.validity``: membw's arrays inside the cache) pushes no
@@ -354,6 +354,9 @@ def render(
     per_rep: dict[tuple[str, tuple[tuple[str, str], ...]], dict[int, list[float]]] = {}
     key_rows: dict[tuple[str, tuple[tuple[str, str], ...]], set[tuple[tuple[str, Any], ...]]] = {}
     priority: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
+    group_of: dict[tuple[str, tuple], tuple[str, tuple]] = {}  # the series without its rank/node/GPU labels
+    group_labels: dict[tuple[str, tuple], dict[int, set[tuple]]] = {}  # and the labels each replicate's rows had
+    primary_groups: set[tuple[str, tuple]] = set()
     selectors = _selectors(primary)
     launched = launch_statuses(run_dir)
     for doc in docs:
@@ -375,15 +378,19 @@ def render(
             extra = {k: v for k, v in row.items() if k in IDENTITY_KEYS and v is not None}
             # A row's own keys (rank_id, node_name, ...) never override the structural labels.
             lab = labels({**extra, "layer": layer_of.get(suite, ""), "suite": suite, "case": row.get("case") or ""})
+            struct = labels({"layer": layer_of.get(suite, ""), "suite": suite, "case": row.get("case") or ""})
             name = metric_name(str(row.get("name", "")))
             key = (name, lab)
             per_rep.setdefault(key, {}).setdefault(rep, []).append(float(value))
+            gkey = group_of[key] = (name, struct)
+            group_labels.setdefault(gkey, {}).setdefault(rep, set()).add(lab)
             key_rows.setdefault(key, set()).add(tuple(sorted(extra.items(), key=lambda kv: kv[0])))
             kept_extra = [k for k in extra if label_name(k) not in removed]
             is_primary = any(sel.matches(suite, str(row.get("case") or ""), str(row.get("name", "")))
                              for sel in selectors)
             prio = PRIORITY_DETAIL if kept_extra else (PRIORITY_PRIMARY if is_primary else PRIORITY_METRIC)
             priority[key] = min(priority.get(key, prio), prio)
+            primary_groups.update([gkey] if is_primary else [])
             if name not in help_text:
                 unit = row.get("unit") or "1"
                 direction = read_direction(row.get("case"), row.get("name"), str(row.get("direction") or ""))
@@ -398,12 +405,23 @@ def render(
         series.append(Series("benchrun_suite_invalid_replicates", labels({"layer": layer_of.get(suite, ""), "suite": suite}),
                              float(n), PRIORITY_SUITE_COUNTS))
         notes.append(f"{suite}: {n} replicate(s) judged their own measurement invalid; their metrics are not pushed")
+    # Rows whose rank/node/GPU labels differ between replicates (all-reduce's slowest rank's lag) are one series without
+    # them, the published rollup (benchrun.stats.perlaunch): a rank's series would cover only the replicates it was in.
+    rolled = {g: {} for g, by_rep in group_labels.items() if len({frozenset(r) for r in by_rep.values()}) > 1}
     merged = 0
     for key, reps in per_rep.items():
         if len(key_rows[key]) > 1:
             merged += len(key_rows[key]) - 1
+        if group_of[key] in rolled:
+            for rep, vals in reps.items():
+                rolled[group_of[key]].setdefault(rep, []).extend(vals)
+            continue
         value = statistics.median(statistics.median(v) for v in reps.values())
         series.append(Series(key[0], key[1], float(value), priority[key]))
+    for (name, lab), reps in sorted(rolled.items()):
+        series.append(Series(name, lab, float(statistics.median(statistics.median(v) for v in reps.values())),
+                             PRIORITY_PRIMARY if (name, lab) in primary_groups else PRIORITY_METRIC))
+        notes.append(f"{name} {dict(lab).get('case')}: rank/node/GPU labels differ by replicate; one series, as published")
 
     allowed = max(0, int(budget.max_active_series) - int(existing_series))
     ordered = sorted(series, key=lambda s: (s.priority, s.name, s.labels))

@@ -70,7 +70,10 @@ def test_rebuild_warehouse_from_run_directories_and_from_the_store(bench_home: P
 
 
 def test_lineage_of_a_per_rank_metric_keeps_its_ranks_apart(tmp_path: Path) -> None:
-    """Lineage pooled both ranks into one median and said "over 6 replicates" for 3, each listed twice."""
+    """Lineage pooled both ranks into one median and said "over 6 replicates" for 3, each listed twice;
+    then it gave only one median per rank, never the published one (each replicate's ranks taken as their
+    median first, then the median over replicates: benchrun.stats.perlaunch). Now the headline is the
+    published rollup over 3 replicates, every rank's row a step, the per-rank medians kept as detail."""
     from benchrun.suites.result import metric, result_path
 
     home = tmp_path / "h"
@@ -86,10 +89,12 @@ def test_lineage_of_a_per_rank_metric_keeps_its_ranks_apart(tmp_path: Path) -> N
     (run_dir / "status.json").write_text(json.dumps({**status, "artifact_manifest_digest": manifest.digest}))
     curate_run(run_dir, home, manifest)
     reports = trace(home, "run-r", "rank_p50_time_us")
-    assert [(r.rank_id, r.median, r.replicates, [s.replicate for s in r.steps]) for r in reports] == [
-        (0, 20.0, 3, [1, 2, 3]), (1, 21.0, 3, [1, 2, 3])]
+    assert [(r.rank_id, r.median, r.replicates, [(s.replicate, s.rank_id) for s in r.steps]) for r in reports] == [
+        (None, 20.5, 3, [(1, 0), (1, 1), (2, 0), (2, 1), (3, 0), (3, 1)])]
+    assert [(k.rank_id, k.median, k.replicates) for k in reports[0].ranks] == [(0, 20.0, 3), (1, 21.0, 3)]
     out = CliRunner().invoke(app, ["lineage", "run-r", "rank_p50_time_us"], env={"BENCHRUN_HOME": str(home)})
-    assert out.exit_code == 0 and "rank 1: median 21 us over 3 replicates" in out.output, out.output
+    assert out.exit_code == 0 and "case='bytes=1024': median 20.5 us over 3 replicates" in out.output, out.output
+    assert "rank 1: median 21 over 3 replicates" in out.output  # the per-rank detail, under the published line
     [plain] = trace(home, "run-r", "gflops")  # a metric without ranks: as before
     assert plain.rank_id is None and plain.replicates == 3
 

@@ -170,7 +170,7 @@ def lineage_cmd(
     case: Optional[str] = typer.Option(None, "--case", help="Only this case of the metric."),
     as_json: bool = typer.Option(False, "--json", help="Print the lineage as JSON."),
 ) -> None:
-    """Walk a published median back to its raw objects, re-checking every hash on the way."""
+    """Walk a published median (as `benchrun show` prints it) back to its raw objects, re-checking every hash on the way."""
     from benchrun.warehouse.lineage import trace
 
     reports = trace(_home("lineage"), run_id, metric, case)
@@ -182,15 +182,21 @@ def lineage_cmd(
     con = console()
     for r in reports:
         rank = f" rank {r.rank_id}" if r.rank_id is not None else ""
+        rolled = (f" (each replicate's rows, up to {r.rows_per_replicate}, taken as their median first, as published)"
+                  if r.rows_per_replicate > 1 else "")
         con.print(f"[bold]{r.run_id}[/] " + escape(f"{r.suite} {r.metric} case={r.case!r}{rank}: median {r.median:.6g} "
-                                                    f"{r.unit} over {r.replicates} replicates"))
+                                                    f"{r.unit} over {r.replicates} replicates{rolled}"))
+        if r.ranks:  # extra detail, never the published figure
+            con.print("  per rank (not published): " + "; ".join(
+                f"rank {k.rank_id}: median {k.median:.6g} over {k.replicates} replicates" for k in r.ranks), markup=False)
         con.print(f"  query_spec_digest {r.query_spec_digest}")
         con.print(f"  workload_spec_digest {r.workload_spec_digest}")
         # The store's URI is its path template; show where this run's objects are.
         where = (r.store_uri or "").replace("${RUN_ID}", r.run_id)
         con.print(f"  artifact_manifest_digest {r.artifact_manifest_digest} ({where})", markup=False)
         for s in r.steps:
-            con.print(f"  r{s.replicate} = {s.value:.6g} ← {s.raw_path} {s.raw_uri}", markup=False)
+            at = f" rank {s.rank_id}" if s.rank_id is not None else ""
+            con.print(f"  r{s.replicate}{at} = {s.value:.6g} ← {s.raw_path} {s.raw_uri}", markup=False)
             for check in s.checks:
                 con.print(f"      ✓ {check}", markup=False)
     con.print("lineage verified: every value re-hashed to its raw bytes")
