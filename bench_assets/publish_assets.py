@@ -40,7 +40,7 @@ def publish_hot_metrics(rd: RunDir, log) -> tuple:
 def hot_metrics(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     """The run's headline medians as Prometheus gauges, within the spec's cardinality budget."""
     rd = RunDir.for_run(context.partition_key)
-    lifecycle.pull_if_absent(rd)  # a re-execution in a fresh run-worker pod
+    lifecycle.pull_sealed_if_absent(rd)  # a re-execution in a fresh run-worker pod
     hm, pub = publish_hot_metrics(rd, context.log)
     if hm.series_dropped:
         context.log.warning(f"{hm.series_dropped} series over the cardinality budget were not published: "
@@ -73,7 +73,7 @@ def provenance_attestation(context: dg.AssetExecutionContext) -> dg.MaterializeR
     from benchrun.provenance import envelope_path
 
     rd = RunDir.for_run(context.partition_key)
-    lifecycle.pull_if_absent(rd)  # a re-execution in a fresh run-worker pod
+    lifecycle.pull_sealed_if_absent(rd)  # a re-execution in a fresh run-worker pod
     signing = lifecycle.load_pinned(rd).run.spec.provenance.signing
     if envelope_path(rd.path).is_file():
         why, result = lifecycle.resign_checked(rd.path, rd.home)
@@ -86,6 +86,9 @@ def provenance_attestation(context: dg.AssetExecutionContext) -> dg.MaterializeR
         ok, reason, message = result.condition()
         rd.set_condition("Signed", ok, reason, message)
     rd.update_status(provenance_ref=str(result.path))
+    from benchrun.sharedstate import push_run
+
+    push_run(rd.path, rd.home, merge=rd.merge_shared_status)  # the signed seal, for a step re-executed elsewhere
     return dg.MaterializeResult(
         metadata={
             "keyid": result.keyid,

@@ -113,6 +113,11 @@ def run_evidence(context: dg.AssetExecutionContext, artifact_store: ArtifactStor
     lifecycle.pull_if_absent(rd)  # a re-execution in a fresh run-worker pod
     lifecycle.resume_attempt(rd, context.run.run_id)  # a re-execution from a failure may start here
     ev = lifecycle.record_evidence(rd, lifecycle.load_pinned(rd), open_store_for=artifact_store.open)
+    # the sealed run to the shared state: a step after this one re-executed in a fresh run-worker pod pulls
+    # the run as sealed (before, the prefix held it as after its last layer, without manifest.json)
+    from benchrun.sharedstate import push_run
+
+    push_run(rd.path, rd.home, merge=rd.merge_shared_status)
     return dg.MaterializeResult(
         metadata={
             "outcome": ev["outcome"],
@@ -134,7 +139,7 @@ def run_status_asset(extra_deps: list[dg.AssetKey]) -> dg.AssetsDefinition:
         from benchrun.warehouse import curate_run
 
         rd = RunDir.for_run(context.partition_key)
-        lifecycle.pull_if_absent(rd)  # a re-execution in a fresh run-worker pod
+        lifecycle.pull_sealed_if_absent(rd)  # a re-execution in a fresh run-worker pod
         st = lifecycle.finalize(rd)
         if st.get("hot_metrics_ref"):  # pushed while Analyzing: the phase gauge now says the final phase
             from bench_assets.publish_assets import publish_hot_metrics

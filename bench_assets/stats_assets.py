@@ -2,6 +2,7 @@
 
 import functools
 import math
+from typing import Any, Callable
 
 import dagster as dg
 
@@ -52,8 +53,25 @@ class ConfirmRoundResource(dg.ConfigurableResource):
 
         from resources.launcher import LauncherResource
 
-        launcher = LauncherResource.from_env().confirmation_launcher(RunDir.for_run(candidate_run))
+        launcher = _OnFirstLaunch(lambda: LauncherResource.from_env().confirmation_launcher(RunDir.for_run(candidate_run)))
         return confirmation_hook(benchrun_home(), baseline_run, candidate_run, launcher=launcher, on_launch=on_launch)
+
+
+class _OnFirstLaunch:
+    """The confirmation round's launcher, made when the round first launches: most comparisons suspect
+    nothing, and on Kubernetes making one reads the cluster (an API error there failed every comparison)."""
+
+    def __init__(self, make: "Callable[[], Any]") -> None:
+        self._make, self._launcher = make, None
+
+    @property
+    def launcher(self) -> Any:
+        if self._launcher is None:
+            self._launcher = self._make()
+        return self._launcher
+
+    def launch(self, *args: Any, **kwargs: Any) -> Any:
+        return self.launcher.launch(*args, **kwargs)
 
 
 def _md(rows: list[dict], cols: list[str]) -> str:
@@ -70,12 +88,11 @@ def _run_dir(run_id: str):
     """The run's directory, pulled from the shared state first when this home does not hold it: a
     step re-executed from a failure on Kubernetes runs in a fresh run-worker pod, whose home is empty
     (before, only the run's own steps pulled it: a re-executed analysis step found no run; found in review)."""
-    from benchrun.lifecycle import pull_if_absent
+    from benchrun.lifecycle import pull_sealed_if_absent
     from benchrun.rundir import RunDir
 
     path = benchrun_home() / "runs" / validate_run_id(run_id)
-    if not path.is_dir():
-        pull_if_absent(RunDir.for_run(run_id))
+    pull_sealed_if_absent(RunDir.for_run(run_id))
     return path
 
 

@@ -47,10 +47,10 @@ LINEAGE_CHECK = dg.AssetCheckSpec(
 
 
 def pull_run_here(run_id: str) -> None:
-    from benchrun.lifecycle import pull_if_absent
+    from benchrun.lifecycle import pull_sealed_if_absent
     from benchrun.rundir import RunDir
 
-    pull_if_absent(RunDir.for_run(run_id))
+    pull_sealed_if_absent(RunDir.for_run(run_id))
 
 
 @dg.multi_asset(specs=[_spec(t) for t in TABLES], check_specs=[LINEAGE_CHECK], can_subset=True, name="warehouse_tables")

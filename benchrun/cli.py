@@ -150,6 +150,7 @@ def _main() -> None:
             sys.stdout.flush()
         except BrokenPipeError:
             _quiet_stdout()
+            sys.exit(EXIT_READER_GONE)  # the reader left before the last of the output: as any other such end
         raise
     except BaseException as exc:
         if _broken_pipe(exc, stdout_was):

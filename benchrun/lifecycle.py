@@ -153,12 +153,21 @@ def pull_if_absent(rd: RunDir) -> bool:
     """The run from the shared state when this home does not hold it: a step re-executed from a failure
     on Kubernetes runs in a fresh run-worker pod, whose home is empty (only ``pinned_spec`` pulled the
     run, so a re-executed layer or ``run_evidence`` found "no such run"); True when it pulled one."""
-    if rd.exists():
-        return False
-    from benchrun.sharedstate import pull_run
+    from benchrun.sharedstate import files_behind, pull_run
 
+    if rd.exists() and not files_behind(rd.home, rd.run_id):
+        return False  # (a home that read only the run's status since: its files are older, pulled again)
     pull_run(rd.run_id, rd.home)
     return rd.exists()
+
+
+def pull_sealed_if_absent(rd: RunDir) -> None:
+    """:func:`pull_if_absent` for a step after ``run_evidence`` (statistics, comparison, warehouse, report,
+    status): a run pulled without its sealed evidence (``manifest.json``) is refused, naming the step to
+    re-execute from, rather than analysed, curated and finished Succeeded from a copy older than its seal."""
+    if pull_if_absent(rd) and not (rd.path / "manifest.json").is_file():
+        raise BenchrunError(f"run {rd.run_id} pulled from the shared state holds no sealed evidence (manifest.json): "
+                            "its copy there is older than its seal; re-execute it from run_evidence")
 
 
 def resume_attempt(rd: RunDir, dagster_run_id: str | None) -> bool:
@@ -268,6 +277,16 @@ def record_evidence(rd: RunDir, loaded: Any, open_store_for: Callable[[str, int 
     layers = rd.read_status().get("layers", {})
     steps = {name: {"status": st["status"], "planned": st.get("launches", 0), "ok": st.get("ok", 0),
                     "failed": st.get("failed", 0)} for name, st in layers.items()}
+    from benchrun.provenance.signing import envelope_path
+
+    earlier_seal = envelope_path(rd.path)
+    if earlier_seal.is_file():
+        # run_evidence materialized again (a re-execution): this seal replaces the earlier one, whose
+        # evidence stays in the artifact store under its digest. Its envelope signs that earlier seal: kept,
+        # the new manifest hashed it as evidence and provenance_attestation refused to sign the new seal.
+        log.info("run %s: sealed again; the signature of the earlier seal (%s) is dropped, the new seal is signed "
+                 "by provenance_attestation", rd.run_id, earlier_seal.name)
+        earlier_seal.unlink()
     manifest = rd.write_manifest(status=outcome, issues=issues, suite_steps=steps)
     sinks = loaded.run.spec.sinks
     days = retention_days_for_class(sinks.raw_artifacts.retention_class,

@@ -293,7 +293,7 @@ def push_run(run_dir: Path, home: Path, *, status_only: bool = False,
         return
     run_id = run_dir.name
     status = f"runs/{run_id}/status.json"
-    if not status_only and _files_behind(home, run_id):
+    if not status_only and files_behind(home, run_id):
         # this home read a later status alone (a sensor, the controller, `benchrun cancel` on another
         # machine) and holds the run's files as of before it, or none: only the status is its to push.
         # Before, a Failed or Canceled marked from such a home pushed its few files and pruned every
@@ -426,7 +426,7 @@ def _files_behind_path(home: Path, run_id: str) -> Path:
     return _base_path(home, f"runs/{run_id}/files-behind")
 
 
-def _files_behind(home: Path, run_id: str) -> bool:
+def files_behind(home: Path, run_id: str) -> bool:
     """Whether this home read the run's status alone since it last pulled the whole run: its run
     files (if any) are older than the status it holds, and are not pushed."""
     return _files_behind_path(home, run_id).exists()

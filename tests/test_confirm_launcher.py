@@ -24,9 +24,10 @@ def test_the_confirmation_round_runs_on_the_deployments_launcher(kcluster, tmp_p
         make_run(tmp_path, run_id, metrics, status={"cadence": "nightly"})
     ctx = dg.build_asset_context(partition_key="cand-20261202000000-abcdef12")
     hook = ConfirmRoundResource().hook(ctx, "base-20261201000000-abcdef12", "cand-20261202000000-abcdef12")
-    assert isinstance(hook.launcher, LocalLauncher)  # the embedded default
+    assert isinstance(hook.launcher.launcher, LocalLauncher)  # the embedded default (made when the round launches)
     monkeypatch.setenv("BENCHRUN_LAUNCHER_KIND", "kubernetes")
     monkeypatch.setenv("BENCHRUN_LAUNCHER_NAMESPACE", "default")
     hook = ConfirmRoundResource().hook(ctx, "base-20261201000000-abcdef12", "cand-20261202000000-abcdef12")
-    assert isinstance(hook.launcher, KubernetesLauncher)  # was: LocalLauncher
-    assert hook.launcher.namespace == "default" and hook.launcher.placement.queue_name
+    made = hook.launcher.launcher
+    assert isinstance(made, KubernetesLauncher)  # was: LocalLauncher
+    assert made.namespace == "default" and made.placement.queue_name

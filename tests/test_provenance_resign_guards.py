@@ -244,3 +244,21 @@ def test_rematerializing_the_attestation_asset_resigns_only_an_intact_run(bench_
         materialize()
     assert "already signed" in str(exc.value) and "files were added since signing" in str(exc.value)
     assert envelope_path(rd.path).read_bytes() == env
+
+
+def test_with_shared_state_an_analyzing_run_is_judged_on_its_sealed_files(bench_home, monkeypatch):
+    """Found in review: the claim of a run analyzed in another pod lives in that pod's home, so `verify`
+    from any other home read every healthy run being analyzed as a failure. With shared state the sealed
+    files decide there: untouched, "not signed yet"; tampered, still a failure."""
+    from benchrun import sharedstate
+
+    monkeypatch.setattr(sharedstate, "shared_state", lambda: object())  # configured; nothing is read from it here
+    cli = CliRunner()
+    healthy = make_sealed_run(bench_home, "run-elsewhere", stored=True)
+    out = cli.invoke(app, ["verify", healthy.run_id])
+    assert out.exit_code == 0 and "not signed yet" in out.output and "another pod" in out.output, out.output
+    rd = make_sealed_run(bench_home, stored=True)
+    result = rd.path / "structured" / f"{RUN_ID}_gemm_r1.json"
+    result.write_text(result.read_text().replace("3.0", "30.0"))
+    out = cli.invoke(app, ["verify", RUN_ID])
+    assert out.exit_code == 1 and "its sealed evidence changed" in out.output + str(out.exception), out.output

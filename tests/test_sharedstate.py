@@ -596,7 +596,7 @@ def test_a_home_that_read_only_the_status_never_prunes_the_runs_files(tmp_path: 
         assert got is not None and got[1] == b"evidence", rel  # was: deleted
     # a home that pulls the whole run again pushes (and prunes) as before
     sharedstate.pull_run(prepared.run_id, sensor_home)
-    assert not sharedstate._files_behind(sensor_home, prepared.run_id)
+    assert not sharedstate.files_behind(sensor_home, prepared.run_id)
 
 
 def test_a_worker_pods_comparison_reads_the_alias_and_baseline_promoted_in_another_home(

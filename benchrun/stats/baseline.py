@@ -139,7 +139,12 @@ def promote(run_id: str, home: Path | None = None, alias: str = "current", *, pu
     write_alias(p, record)
     from benchrun.sharedstate import push_alias
 
-    push_alias(home, alias)  # every pod's comparison reads it (no-op without BENCHRUN_SHARED_STATE)
+    try:
+        push_alias(home, alias)  # every pod's comparison reads it (no-op without BENCHRUN_SHARED_STATE)
+    except BenchrunError as exc:
+        raise BenchrunError(f"published/{alias} -> {run_id} is written in this home but not in the shared state "
+                            f"({exc}): the cluster's comparisons still read the earlier baseline; run "
+                            f"`benchrun promote {run_id} --alias {alias}` again") from None
     log.info("published/%s -> %s (attestation sha256 %s)", alias, run_id, record["attestation_sha256"])
     return p
 
