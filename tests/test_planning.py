@@ -313,10 +313,15 @@ def test_the_noisiest_case_of_a_suite_decides_its_plan(tmp_path):
 
 
 def test_a_request_percentile_is_planned_for_the_pooled_requests_the_comparison_needs(tmp_path, canary_doc):
-    """The canary's serving_workflow runs 80 requests a replicate; its p99 is judged on the arms'
-    pooled requests and needs 368. With quiet history the replicate-level power asked for 4
-    replicates (320 requests), a count every comparison refuses (PrimaryNotGateable)."""
+    """The canary's serving_workflow runs 96 requests a replicate; its p99 is judged on the arms'
+    pooled requests and needs 368. With quiet history the replicate-level power asked for fewer
+    replicates than the 368 requests need (at 80 a replicate, 4 replicates: 320, a count every
+    comparison refuses, PrimaryNotGateable)."""
     rng = np.random.default_rng(0)
+    for layer in canary_doc["spec"]["layers"]:  # the canary's count before 2026-12-07 (now 96)
+        for suite in layer.get("suites") or []:
+            if suite["name"] == "serving_workflow":
+                suite["parameters"]["requests"] = 80
     doc = {**canary_doc, "spec": {**canary_doc["spec"], "metrics": {"inference": {
         "primary": ["serving_workflow/p99_latency_ms[c=4]", "serving_workflow/tokens_per_second[c=4]"]}}}}
     _history(tmp_path, {("serving_workflow", "c=4", "p99_latency_ms"): 0.01,

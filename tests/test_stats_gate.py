@@ -433,7 +433,7 @@ def test_validation_warns_when_a_primary_p99_has_too_few_requests_to_be_judged(c
     """The comparison refuses a pair whose primary p99 is not gateable; validate says so before a run."""
     from benchrun.stats.power import percentile_warnings
 
-    assert percentile_warnings(canary_doc) == []  # 5 replicates x 80 requests = 400 >= 368
+    assert percentile_warnings(canary_doc) == []  # 5 replicates x 96 requests = 480 >= 368
     workflow = next(s for layer in canary_doc["spec"]["layers"] for s in layer["suites"]
                     if s["name"] == "serving_workflow")
     workflow["parameters"]["requests"] = 32
