@@ -76,11 +76,7 @@ def admit(rd: RunDir, loaded: Any, *, dagster_run_id: str | None = None,
     from benchrun.envcapture import write_environment
     from benchrun.execute import Progress
 
-    refused = canceled_since(rd.read_status(), dagster_run_created)
-    if refused:
-        raise BenchrunError(f"run {rd.run_id} was canceled {refused} after Dagster run {dagster_run_id} was "
-                            "created: this attempt does not run it (the run stays Canceled); re-execute it "
-                            "(a new Dagster run) to run it again")
+    _refuse_if_canceled_since(rd, dagster_run_id, dagster_run_created)
 
     path, can_publish, why = offer or (
         LOCAL_SCHEDULER_PATH, False,
@@ -119,19 +115,34 @@ def admit(rd: RunDir, loaded: Any, *, dagster_run_id: str | None = None,
                       [inv.to_json() for p in plans.values() for inv in p.invocations])
     write_environment(rd.path, rd.run_id)
     Progress(rd).begin_run(list(plans.values()))
-    # A retried run starts clean: conditions of the failed (or canceled) attempt no longer hold.
-    rd.remove_conditions("Failed", "Canceled", "Complete")
-    rd.update_status(message=None)
     from benchrun.liveness import start_heartbeat
 
-    start_heartbeat(rd.home, rd.run_id, dagster_run_id=dagster_run_id)
-    rd.update_status(benchmark_class_granted=granted, selected_scheduler_path=path,
-                     dagster_run_id=dagster_run_id)
-    if path == LOCAL_SCHEDULER_PATH:
-        rd.set_condition("Admitted", True, "LocalLauncher", "admitted to run on this machine")
-    else:
-        rd.set_condition("Admitted", True, "KubernetesLauncher", f"admitted to run as {granted} Jobs through Kueue")
-    return rd.set_phase("Running")
+    with rd.status_lock():
+        # Checked again, and the attempt begun, under one hold of the status lock: a `benchrun cancel` that
+        # landed while this attempt was being admitted (after the check above) had its Canceled removed
+        # just below and the run set Running over it (found in review).
+        _refuse_if_canceled_since(rd, dagster_run_id, dagster_run_created)
+        # A retried run starts clean: conditions of the failed (or canceled) attempt no longer hold.
+        rd.remove_conditions("Failed", "Canceled", "Complete")
+        rd.update_status(message=None)
+        start_heartbeat(rd.home, rd.run_id, dagster_run_id=dagster_run_id)
+        rd.update_status(benchmark_class_granted=granted, selected_scheduler_path=path,
+                         dagster_run_id=dagster_run_id)
+        if path == LOCAL_SCHEDULER_PATH:
+            rd.set_condition("Admitted", True, "LocalLauncher", "admitted to run on this machine")
+        else:
+            rd.set_condition("Admitted", True, "KubernetesLauncher",
+                             f"admitted to run as {granted} Jobs through Kueue")
+        status = rd._write_phase("Running", message=None, allow_final_exit=False)
+    return rd._publish_phase(status, "Running")  # outside the lock: it may reach the network
+
+
+def _refuse_if_canceled_since(rd: RunDir, dagster_run_id: str | None, created: float | None) -> None:
+    refused = canceled_since(rd.read_status(), created)
+    if refused:
+        raise BenchrunError(f"run {rd.run_id} was canceled {refused} after Dagster run {dagster_run_id} was "
+                            "created: this attempt does not run it (the run stays Canceled); re-execute it "
+                            "(a new Dagster run) to run it again")
 
 
 def signing_unavailable(signing: Any) -> str | None:

@@ -272,3 +272,31 @@ def test_a_run_that_ended_is_started_again_never_continued(tmp_path):
     assert rd.set_phase("Analyzing", allow_final_exit=True)["phase"] == "Analyzing"  # asked for explicitly
     rd.update_status(phase="Canceled")
     assert rd.set_phase("Running")["phase"] == "Running"  # a new attempt (lifecycle.admit, resume_attempt)
+
+
+def test_a_cancel_that_lands_while_the_run_is_admitted_is_kept(bench_home, canary_doc, write_spec, monkeypatch):
+    """Found in review: admit checked for a cancel first, then wrote the plan and the environment and only
+    then removed the Canceled condition and set the run Running: a `benchrun cancel` landing in between
+    was undone. The check is made again, and the attempt begun, under one hold of the status lock."""
+    import time
+
+    from benchrun import submit as sub
+    from benchrun.execute import Progress
+    from benchrun.lifecycle import admit, load_pinned
+    from benchrun.rundir import mark_run_canceled
+
+    prepared = sub.prepare(write_spec(canary_doc))
+    rd = RunDir.for_run(prepared.run_id)
+    created = time.time() - 1.0  # the admitting Dagster run was made before the cancel
+    begin = Progress.begin_run
+
+    def canceled_meanwhile(self, plans):  # noqa: ANN001
+        begin(self, plans)
+        assert mark_run_canceled(rd.home, rd.run_id, "canceled by the user while it was being admitted")
+
+    monkeypatch.setattr(Progress, "begin_run", canceled_meanwhile)
+    with pytest.raises(BenchrunError, match="was canceled .* this attempt does not run it"):
+        admit(rd, load_pinned(rd), dagster_run_id="d-1", dagster_run_created=created)
+    st = rd.read_status()
+    assert st["phase"] == "Canceled"  # was: Running, the Canceled condition removed
+    assert any(c["type"] == "Canceled" and c["status"] == "True" for c in st["conditions"])
