@@ -87,3 +87,24 @@ def test_signing_it_afterwards_completes_it_and_a_normal_run_verifies(tmp_path, 
     _verify_one("normal", tmp_path / "keys" / "ed25519.pub.pem", ())
     assert lifecycle.resign_if_intact(rd, tmp_path) is None
     assert promote("normal", tmp_path, alias="canary").is_file()
+
+
+def test_deleting_the_unsigned_pending_marker_does_not_make_such_a_run_verify(tmp_path, monkeypatch):
+    """Found in review: only status.json's ``final_signature: pending`` (unsigned) told such a run apart;
+    deleting that key made a Succeeded run whose signature covers only its sealing pass verify, the
+    store walk and promote. Its signed phase (Analyzing, the sealing signature) now tells it too."""
+    from benchrun.provenance.commands import _verify_one
+    from benchrun.provenance.store_walk import walk_store
+    from benchrun.stats.baseline import promote
+
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    rd = _killed_after_finalize(tmp_path, "killed")
+    status = json.loads((rd / "status.json").read_text())
+    del status["final_signature"]
+    (rd / "status.json").write_text(json.dumps(status))
+    with pytest.raises(BenchrunError, match="final signature is missing"):
+        _verify_one("killed", tmp_path / "keys" / "ed25519.pub.pem", ())
+    report = walk_store(tmp_path / "keys" / "ed25519.pub.pem", (), tmp_path)
+    assert any("final signature is missing" in f for f in report.failures)
+    with pytest.raises(BenchrunError, match="final signature is missing"):
+        promote("killed", tmp_path)

@@ -28,7 +28,7 @@ def _verify_one(run_id: str, public_key: Path | None, pinned: tuple[str, ...]) -
     st = verify_run(rd.path, public_key, pinned=pinned)
     from benchrun.provenance.signing import final_signature_missing
 
-    missing = final_signature_missing(run_id, rd.read_status())
+    missing = final_signature_missing(run_id, rd.read_status(), st)
     if missing:
         raise BenchrunError(missing)
     objects = verify_stored(rd.path, st, rd.home)

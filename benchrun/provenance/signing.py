@@ -19,7 +19,7 @@ from benchrun.errors import BenchrunError
 from benchrun.paths import validate_run_id
 from benchrun.provenance import dsse
 from benchrun.provenance.keys import default_public_key, keyid_of, load_public_key, load_signing_key
-from benchrun.provenance.status_fields import FINAL_SIGNATURE_PENDING  # noqa: F401 - lifecycle, runs, verify
+from benchrun.provenance.status_fields import FINAL_SIGNATURE_PENDING, SEALING_PHASE  # noqa: F401 - lifecycle, runs, verify
 from benchrun.provenance.statement import (
     Statement, build_statement, canonical_json, partition_mismatches, rows_now, subject_mismatches,
     unrecorded_removals)
@@ -165,11 +165,20 @@ def verify_run(run_dir: Path, public_key_path: Path | str | None = None, *,
     return statement
 
 
-def final_signature_missing(run_id: str, status: Any) -> str | None:
+def final_signature_missing(run_id: str, status: Any, statement: Statement | None = None) -> str | None:
     """Why run ``run_id`` cannot be verified or promoted yet: it reached its final phase but its
     final signing never ran (interrupted in between), so its signature is only the one made when
-    its evidence was sealed and covers none of what the run published after. None otherwise."""
-    if not isinstance(status, dict) or status.get("final_signature") != FINAL_SIGNATURE_PENDING:
+    its evidence was sealed and covers none of what the run published after. None otherwise.
+
+    status.json's ``final_signature`` marker says so, but status.json is not signed: deleting the marker
+    passed such a run. With the verified ``statement``, a Succeeded run whose signature was made while it
+    was analyzed (its signed phase ``Analyzing``: the sealing signature) is one too (found in review)."""
+    if not isinstance(status, dict):
+        return None
+    recorded = statement.predicate.get("curated_status") if statement is not None else None
+    sealing_only = (isinstance(recorded, dict) and recorded.get("phase") == SEALING_PHASE
+                    and status.get("phase") == "Succeeded")
+    if status.get("final_signature") != FINAL_SIGNATURE_PENDING and not sealing_only:
         return None
     return (f"run {run_id}: the run's final signature is missing: it is {status.get('phase')}, but it was "
             "interrupted after it finished measuring, before the run was signed as finished (its signature "

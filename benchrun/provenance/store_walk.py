@@ -189,7 +189,7 @@ def walk_store(public_key: Path | None, pinned: tuple[str, ...], home: Path | No
             st = verify_run(rd.path, public_key, home=home, pinned=pinned)
             seen.add((rd.run_id, str(st.predicate.get("artifact_manifest_digest"))))
             n = verify_stored(rd.path, st, home)
-            missing = final_signature_missing(rd.run_id, rd.read_status())
+            missing = final_signature_missing(rd.run_id, rd.read_status(), st)
             if missing:  # its stored objects were checked above; the run itself fails
                 raise BenchrunError(missing)
             report.lines.append(f"run {rd.run_id}: signature, {len(st.subjects)} signed files and {n} stored "

@@ -73,6 +73,9 @@ def verify_for_promotion(run_dir: Path, home: Path, *, public_key: Path | None =
             where = f"{key_path} (the home's own key, not pinned: proves the files unchanged, not who signed)"
             log.warning("promote %s: no trusted key configured; checked with %s", run_id, where)
     st = verify_run(run_dir, key_path, home=home, pinned=pinned)
+    missing = final_signature_missing(run_id, status, st)  # the signed phase too: the marker is not signed
+    if missing:
+        raise BenchrunError(f"{missing}; it cannot become the baseline until then")
     bad = manifest_problems(run_dir)
     if bad:
         raise BenchrunError(f"run {run_id}: manifest.json does not verify: {'; '.join(bad[:5])}")
