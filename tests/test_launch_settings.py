@@ -33,6 +33,23 @@ def test_bad_setting_names_the_variable() -> None:
         LauncherSettings.from_env({"BENCHRUN_LAUNCHER_GPUS": "many"})
 
 
+def test_an_outputs_uri_with_credentials_is_refused_without_echoing_them() -> None:
+    """Found in review: the outputs URI is written into replicates' reasons (the run directory) and pods'
+    env unredacted; one carrying credentials leaked them there. Refused at load, the secret not echoed."""
+    from resources.launcher import LauncherResource
+
+    with pytest.raises(BenchrunError) as exc:
+        LauncherSettings.from_env({"BENCHRUN_LAUNCHER_OUTPUTS_URI": "s3://AKIAXYZ:s3cr3t@bucket/outputs"})
+    assert "BENCHRUN_LAUNCHER_OUTPUTS_URI" in str(exc.value) and "credentials" in str(exc.value)
+    assert "s3cr3t" not in str(exc.value)
+    import dagster as dg
+
+    with pytest.raises(dg.Failure) as failure:
+        LauncherResource(outputs_uri="s3://AKIAXYZ:s3cr3t@bucket/outputs").settings()
+    assert "s3cr3t" not in str(failure.value)
+    assert LauncherSettings.from_env({"BENCHRUN_LAUNCHER_OUTPUTS_URI": "s3://bucket/outputs"}).outputs_uri
+
+
 def test_publication_is_offered_only_with_its_guarantees() -> None:
     local = LauncherSettings()
     ok, why = local.publication_offer([DIGEST], True)

@@ -181,6 +181,25 @@ def test_a_tampered_object_is_not_taken(s3_env, tmp_path, monkeypatch):  # noqa:
     assert not (run_dir / "raw").exists() or [p.name for p in (run_dir / "raw").iterdir()] == []
 
 
+def test_an_index_entry_without_its_sha256_is_not_taken(s3_env, tmp_path, monkeypatch):  # noqa: F811
+    """Found in review: a file whose index entry had no sha256 (or a null entry) came back unchecked."""
+    import json
+
+    from benchrun.launch.k8s_outputs import fetch_outputs
+
+    s3 = _pod_uploaded(s3_env, tmp_path, monkeypatch, "uid-5", {"a.txt": "A"})
+    key = f"benchrun/pods/{RUN_ID}/uid-5/index.json"
+    index = json.loads(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+    for rel in index["files"]:
+        index["files"][rel] = None
+    s3.put_object(Bucket=BUCKET, Key=key, Body=json.dumps(index).encode())
+    s3.put_object(Bucket=BUCKET, Key=f"benchrun/pods/{RUN_ID}/uid-5/files/raw/a.txt", Body=b"B")
+    run_dir = tmp_path / "run"
+    note = fetch_outputs(URI, RUN_ID, "uid-5", run_dir, run_dir / "raw" / "r.log")
+    assert note is not None and "gives no sha256" in note  # was: None, and the altered file taken
+    assert not (run_dir / "raw" / "a.txt").exists()
+
+
 def test_outputs_that_do_not_all_come_back_leave_none_and_say_so(s3_env, tmp_path, monkeypatch):  # noqa: F811
     """Found in review: with three files uploaded and the second altered, the first stayed in the run
     directory, the others and the pod's log did not, and the replicate read ok. Now none is kept, and

@@ -22,7 +22,10 @@ log = logging.getLogger(__name__)
 
 
 def _download(client: Any, bucket: str, key: str, dest: Path, sha256: str | None) -> str | None:
-    """Download ``key`` to ``dest`` atomically; an error note (nothing written) on a mismatch."""
+    """Download ``key`` to ``dest`` atomically; an error note (nothing written) on a mismatch. An index
+    entry without a sha256 (the uploader always writes one) is refused: it was taken unchecked (found in review)."""
+    if not isinstance(sha256, str) or not sha256:
+        raise ValueError(f"s3://{bucket}/{key}: the pod's index gives no sha256 for it: not taken unchecked")
     dest.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(dest) as tmp:
         client.download_file(bucket, key, str(tmp))
@@ -30,7 +33,7 @@ def _download(client: Any, bucket: str, key: str, dest: Path, sha256: str | None
         with tmp.open("rb") as fh:
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 h.update(chunk)
-        if sha256 is not None and h.hexdigest() != sha256:
+        if h.hexdigest() != sha256:
             raise ValueError(f"s3://{bucket}/{key}: sha256 {h.hexdigest()} is not the index's {sha256}")
     return None
 

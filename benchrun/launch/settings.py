@@ -19,7 +19,7 @@ import json
 import os
 from typing import Any, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from benchrun.errors import BenchrunError
 
@@ -38,7 +38,8 @@ DEFAULT_PRIORITY_CLASSES = {"canary": "benchrun-canary", "nightly": "benchrun-ni
 class LauncherSettings(BaseModel):
     """Where suites run and, for ``kubernetes``, how their Jobs are queued and placed."""
 
-    model_config = ConfigDict(extra="forbid")
+    # a value is never echoed in an error (an outputs URI with credentials in it, a token)
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
     kind: Literal["local", "kubernetes"] = "local"
     namespace: str = DEFAULT_NAMESPACE
@@ -109,6 +110,18 @@ class LauncherSettings(BaseModel):
             raise BenchrunError(
                 f"launcher setting {field} ({ENV_PREFIX}{str(first['loc'][0]).upper()}): {first['msg']}"
             ) from None
+
+    @field_validator("outputs_uri")
+    @classmethod
+    def _no_credentials_in_outputs_uri(cls, value: str | None) -> str | None:
+        """The outputs URI is shown in replicates' reasons (written into the run directory) and pods' env:
+        credentials in it would be too (found in review). They come from the S3 credential environment."""
+        import urllib.parse
+
+        if value and "@" in urllib.parse.urlsplit(value).netloc:
+            raise ValueError("must not carry credentials in its URL (user:secret@host): give them as "
+                             "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY in the environment")
+        return value
 
     def queue_for(self, cadence: str | None, benchmark_class: str | None = None) -> tuple[str, str | None]:
         """(LocalQueue, WorkloadPriorityClass) of a run: ``queue_name``/``priority_class`` when
