@@ -21,9 +21,10 @@ def scenario_playbooks(context: dg.AssetExecutionContext, warehouse: WarehouseRe
     from benchrun.playbooks.baseline import default_baseline
 
     run_id = validate_run_id(context.partition_key)
-    from bench_assets.warehouse_assets import pull_run_here
+    from benchrun.lifecycle import pull_sealed_if_absent
+    from benchrun.rundir import RunDir
 
-    pull_run_here(run_id)  # a re-execution in a fresh run-worker pod
+    pull_sealed_if_absent(RunDir.for_run(run_id))  # a re-execution in a fresh run-worker pod
     # the baseline baseline_comparison compared the run with, when its gate passed and it is curated
     baseline, note = default_baseline(warehouse.home_path(), run_id, spec=False)
     if baseline is None and note:

@@ -46,13 +46,6 @@ LINEAGE_CHECK = dg.AssetCheckSpec(
 )
 
 
-def pull_run_here(run_id: str) -> None:
-    from benchrun.lifecycle import pull_sealed_if_absent
-    from benchrun.rundir import RunDir
-
-    pull_sealed_if_absent(RunDir.for_run(run_id))
-
-
 @dg.multi_asset(specs=[_spec(t) for t in TABLES], check_specs=[LINEAGE_CHECK], can_subset=True, name="warehouse_tables")
 def warehouse_tables(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource
@@ -63,7 +56,10 @@ def warehouse_tables(
 
     run_id = validate_run_id(context.partition_key)
     selected = [key.to_user_string() for key in context.selected_asset_keys]
-    pull_run_here(run_id)  # a re-execution in a fresh run-worker pod
+    from benchrun.lifecycle import pull_sealed_if_absent
+    from benchrun.rundir import RunDir
+
+    pull_sealed_if_absent(RunDir.for_run(run_id))  # a re-execution in a fresh run-worker pod
     counts = warehouse.curate(run_id, selected)
     root = warehouse.home_path() / "warehouse"
     iceberg = lake.enabled()
