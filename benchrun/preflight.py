@@ -32,7 +32,7 @@ LAUNCHER_ACCESS: tuple[tuple[str, str, str, str], ...] = (
     ("delete", "batch", "jobs", ""), ("get", "batch", "jobs", "status"),
     ("create", "jobset.x-k8s.io", "jobsets", ""), ("get", "jobset.x-k8s.io", "jobsets", ""),
     ("list", "jobset.x-k8s.io", "jobsets", ""), ("delete", "jobset.x-k8s.io", "jobsets", ""),
-    ("get", "", "pods", ""), ("list", "", "pods", ""), ("get", "", "pods", "log"),
+    ("get", "", "pods", ""), ("list", "", "pods", ""), ("get", "", "pods", "log"), ("list", "", "events", ""),
     ("list", "kueue.x-k8s.io", "workloads", ""), ("get", "kueue.x-k8s.io", "localqueues", ""),
 )
 CONTROL_NAMESPACE = "benchrun"  # deploy/kustomize/base: the operator, Dagster and the sensor run here

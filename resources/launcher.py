@@ -60,6 +60,8 @@ class LauncherResource(dg.ConfigurableResource):
     pipes_s3_bucket: Optional[str] = None
     env_secret: Optional[str] = None
     allowed_images: list[str] = []  # image prefixes suites may run (empty: any)
+    pod_security: str = "restricted"  # benchrun.launch.podsecurity: restricted | none
+    run_as_user: int = 10001
 
     @classmethod
     def from_env(cls) -> "LauncherResource":

@@ -275,6 +275,11 @@ def assert_a_run_worker(namespace: str, job: dict[str, Any], image: str) -> None
     assert set(_names(code["envSecrets"])) <= set(secrets)
     assert "DAGSTER_PG_PASSWORD" in env  # the instance's Postgres, from the chart's Secret
     assert_rbac_allows_the_run_worker(namespace, job)
+    # the namespace's Pod Security level (deploy/kustomize) admits the pod
+    from kharness.podsecurity import ENFORCE_LABEL, violations
+
+    [ns] = [d for d in kustomized() if d["kind"] == "Namespace" and d["metadata"]["name"] == namespace]
+    assert violations(pod, ns["metadata"]["labels"][ENFORCE_LABEL]) == []
 
 
 # -- the tests ------------------------------------------------------------------------------------

@@ -18,6 +18,20 @@ from kharness.control import JOBS
 PY = sys.executable
 
 
+@pytest.fixture
+def kcluster_factory(kcluster_factory):
+    """The harness's own tests make bare pods: their namespace enforces no Pod Security level
+    (tests/test_pod_security.py covers the enforcement, and every launcher test runs under it)."""
+    def make(**kw: Any):
+        return kcluster_factory(**{"pod_security": None, **kw})
+    return make
+
+
+@pytest.fixture
+def kcluster(kcluster_factory):
+    return kcluster_factory()
+
+
 def job(name: str, code: str, *, queue: str | None = "benchrun", gpus: int = 0, image: str = "python:3.11", **spec: Any) -> dict[str, Any]:
     labels = {QUEUE_LABEL: queue} if queue else {}
     resources = {"limits": {GPU: str(gpus)}, "requests": {"cpu": "1", GPU: str(gpus)}} if gpus else {"requests": {"cpu": "1"}}

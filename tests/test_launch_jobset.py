@@ -107,7 +107,9 @@ def test_local_two_node_training_spec_renders_a_valid_jobset(tmp_path: Path, val
     assert c["command"] == ["python"] and c["args"] == ["-m", "benchrun.suites.training"]
     env = _env(c)
     assert env["RANK"] == env["NODE_RANK"] and env["LOCAL_RANK"] == "0" and env["WORLD_SIZE"] == "2"
-    assert "securityContext" not in c and "PYTHONPATH" not in env
+    # the restricted context (benchrun.launch.podsecurity) and no capability added (RDMA's IPC_LOCK is not asked)
+    assert c["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    assert "PYTHONPATH" not in env
     # gpusPerNode: 1; cpu and memory: the training suite's default (Guaranteed QoS)
     assert c["resources"]["limits"] == c["resources"]["requests"] == {"nvidia.com/gpu": "1", "cpu": "16", "memory": "64Gi"}
 

@@ -120,13 +120,14 @@ def test_env_is_the_invocations_own(monkeypatch: pytest.MonkeyPatch) -> None:
     assert downward == {"BENCHRUN_NODE_NAME": "spec.nodeName", "BENCHRUN_POD_NAME": "metadata.name",
                         "BENCHRUN_POD_NAMESPACE": "metadata.namespace", "BENCHRUN_POD_UID": "metadata.uid"}
     assert "LAUNCHER_SECRET_TOKEN" not in env
-    # Host-only values would break the image (its PATH, its HOME): left to the image.
-    assert not {"PATH", "HOME", "TMPDIR"} & set(env)
+    # Host-only values would break the image (its PATH, its TMPDIR): left to the image; HOME is the
+    # pod's own writable /tmp (benchrun.launch.podsecurity), never the host's
+    assert not {"PATH", "TMPDIR"} & set(env) and env["HOME"] == "/tmp"
     assert env["BENCHRUN_RUN_ID"] == RUN_ID and env["BENCHRUN_PARAMS"] == '{"n": 256}'
     assert env["BENCHRUN_RESULT_STDOUT"] == "1"
     assert env["DAGSTER_PIPES_CONTEXT"] == "ctx"
     assert set(env) == (set(inv.env) - {"PATH", "HOME", "TMPDIR"}) | {
-        "BENCHRUN_RESULT_STDOUT", "DAGSTER_PIPES_CONTEXT", "BENCHRUN_CAPTURE_ENVIRONMENT", "NVIDIA_VISIBLE_DEVICES"}
+        "BENCHRUN_RESULT_STDOUT", "DAGSTER_PIPES_CONTEXT", "BENCHRUN_CAPTURE_ENVIRONMENT", "NVIDIA_VISIBLE_DEVICES", "HOME"}
     # No GPU asked for: the NVIDIA runtime must not hand this pod every GPU of the node.
     assert env["NVIDIA_VISIBLE_DEVICES"] == "void"
     # The image's own working directory is kept (relative repoCommands resolve there).

@@ -31,6 +31,17 @@ STUCK = "registry.invalid/benchrun:0.1.0"  # never pulls: that run worker never 
 CRASHES = "registry.example/benchrun:crashes"  # its `python` exits 3 at once (harness image)
 
 
+def chart_run_k8s_config() -> dict[str, Any]:
+    """The run workers' security contexts from deploy/helm/values.yaml (runK8sConfig), which the
+    runs namespace's Pod Security level (restricted) requires of their pods."""
+    import yaml
+
+    run = yaml.safe_load((ROOT / "deploy/helm/values.yaml").read_text())["runLauncher"]["config"]["k8sRunLauncher"][
+        "runK8sConfig"]
+    return {"pod_spec_config": {"security_context": run["podSpecConfig"]["securityContext"]},
+            "container_config": {"security_context": run["containerConfig"]["securityContext"]}}
+
+
 @pytest.fixture(scope="module")
 def deploy_policy() -> Policy:
     return Policy(deploy_rbac_docs(BASE))
@@ -147,7 +158,7 @@ def k8s_run_launcher(cluster, account: tuple[str, str], job_image: str) -> Any:
     return K8sRunLauncher(
         service_account_name="benchrun-run", instance_config_map="dagster-instance", dagster_home="/opt/dagster",
         job_image=job_image, load_incluster_config=False, kubeconfig_file=str(cluster.kubeconfig_for(*account)),
-        job_namespace=RUNS)
+        job_namespace=RUNS, run_k8s_config=chart_run_k8s_config())
 
 
 def started_run(instance: Any, job_image: str, tags: dict[str, str] | None = None) -> Any:
@@ -186,7 +197,8 @@ def test_dagster_and_the_sensor_calls_are_all_granted(rbac_cluster, deploy_polic
     obj = a_benchmarkrun(cluster, canary_doc)
     config = {"service_account_name": "benchrun-run", "instance_config_map": "dagster-instance",
               "dagster_home": "/opt/dagster", "job_image": STUCK, "load_incluster_config": False,
-              "kubeconfig_file": str(cluster.kubeconfig_for(*CODE_LOCATION)), "job_namespace": RUNS}
+              "kubeconfig_file": str(cluster.kubeconfig_for(*CODE_LOCATION)), "job_namespace": RUNS,
+              "run_k8s_config": chart_run_k8s_config()}
     overrides = {"run_launcher": {"module": "dagster_k8s", "class": "K8sRunLauncher", "config": config}}
     with dg.instance_for_test(overrides=overrides) as instance:
         def tick(cursor: str | None) -> Any:
@@ -354,7 +366,8 @@ def test_deleting_a_benchmarkrun_whose_run_worker_runs_frees_its_job(rbac_cluste
     # operator's own credentials (its ServiceAccount in the pod)
     config = {"service_account_name": "benchrun-run", "instance_config_map": "dagster-instance",
               "dagster_home": "/opt/dagster", "job_image": STUCK, "load_incluster_config": False,
-              "kubeconfig_file": str(cluster.kubeconfig_for(*OPERATOR)), "job_namespace": RUNS}
+              "kubeconfig_file": str(cluster.kubeconfig_for(*OPERATOR)), "job_namespace": RUNS,
+              "run_k8s_config": chart_run_k8s_config()}
     overrides = {**QUEUED, "run_launcher": {"module": "dagster_k8s", "class": "K8sRunLauncher", "config": config}}
     with dg.instance_for_test(overrides=overrides) as instance:
         op = leading_operator(cluster, instance, OPERATOR)

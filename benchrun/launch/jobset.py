@@ -58,10 +58,10 @@ from benchrun.launch.podspec import (
     job_manifest,
     pod_manifest,
 )
+from benchrun.launch.k8s_objects import REPLICATED_JOB
 from benchrun.plan import Invocation, resolve_gang
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
-REPLICATED_JOB = "node"
 EXCLUSIVE_TOPOLOGY_ANNOTATION = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 DEFAULT_MASTER_PORT = 29500

@@ -19,6 +19,8 @@ KUEUE_GROUP, KUEUE_VERSION, WORKLOADS = "kueue.x-k8s.io", "v1beta2", "workloads"
 JOBSET_GROUP, JOBSET_VERSION, JOBSETS = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 # the label JobSet puts on its Jobs and pods: its uid (a JobSet of the same name made anew has another)
 JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"
+# the one replicated Job of a suite's JobSet (benchrun.launch.jobset): child Job <jobset>-node-0
+REPLICATED_JOB = "node"
 KUEUE_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 RUN_ID_LABEL = LABEL_PREFIX + "run-id"
 MANAGED_BY_SELECTOR = "app.kubernetes.io/managed-by=benchrun"

@@ -35,11 +35,13 @@ from benchrun.launch.k8s_objects import (
     KUEUE_GROUP,
     KUEUE_JOB_UID_LABEL,
     KUEUE_VERSION,
+    REPLICATED_JOB,
     WORKLOADS,
 )
 from benchrun.launch.k8s_status import cond_message, cond_time, epoch, scheduling_note, waiting, \
     INACTIVE_NOTE, workload_evicted, workload_pending_note
 from benchrun.launch.k8s_submit import api_error
+from benchrun.launch.podsecurity import refusal_reason
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +89,9 @@ class Watch:
     # evicted pods the last read found beside a newer one (the replacement came before a poll
     # saw the eviction): recorded as ended attempts before anything else is judged
     missed: list[Any] = field(default_factory=list)
+    # the Job controller's refusals to make this object's pods (FailedCreate events: Pod Security
+    # admission, a quota), newest last; None: not read (the account may not list events)
+    failed_creates: Callable[[Any], list[str]] | None = None
 
 
 def wait(watch: Watch, obj: Any, t0: float, *, timeout_s: float, pending_timeout_s: float, poll_s: float,
@@ -106,6 +111,7 @@ def wait(watch: Watch, obj: Any, t0: float, *, timeout_s: float, pending_timeout
     interval, seen = poll_s, None
     kueue: dict[str, Any] = {"true": set(), "false": set(), "awaiting": False}  # Evicted transitions seen
     started: float | None = None
+    refusal_note: str | None = None
     errors = 0
     outage_since: float | None = None
     pods: dict[int, Any] = {}
@@ -232,13 +238,20 @@ def wait(watch: Watch, obj: Any, t0: float, *, timeout_s: float, pending_timeout
                 if reason in FATAL_WAITING:
                     return obj, workload, pods, (f"node {rank}: " if watch.name_the_node else "") + (
                         f"{FATAL_WAITING[reason]}: {reason}" + (f": {message}" if message else ""))
+            if started is None and len(live) < watch.nodes and watch.failed_creates is not None \
+                    and not _suspended(obj):
+                refusals = _read_refusals(watch, obj)
+                refused = refusal_reason(refusals[-1]) if refusals else None
+                if refused:
+                    return obj, workload, pods, f"{refused}; {kind} deleted"
+                refusal_note = refusals[-1] if refusals else refusal_note
             now = time.perf_counter()
             if started is None and sum(1 for p in live.values() if _phase(p) in RAN) >= watch.nodes:
                 started = now
             if started is None and now - t0 > pending_timeout_s:
                 pending = [p for _r, p in sorted(live.items()) if _phase(p) not in RAN]
                 note = (scheduling_note(pending[0]) if pending else None) or workload_pending_note(workload) \
-                    or watch.no_pod_note(obj)
+                    or (f"pods not created: {refusal_note}" if refusal_note else None) or watch.no_pod_note(obj)
                 return obj, workload, pods, f"not started within {pending_timeout_s:g}s ({note}); {kind} deleted"
             if started is not None and now - started > timeout_s:
                 return obj, workload, pods, f"timed out after {timeout_s:g}s; {kind} deleted"
@@ -249,6 +262,42 @@ def wait(watch: Watch, obj: Any, t0: float, *, timeout_s: float, pending_timeout
     finally:
         if follow is not None:
             follow.__exit__(None, None, None)
+
+
+def _suspended(obj: Any) -> bool:
+    spec = obj.get("spec") if isinstance(obj, dict) else getattr(obj, "spec", None)
+    return bool((spec.get("suspend") if isinstance(spec, dict) else getattr(spec, "suspend", None)) or False)
+
+
+def _read_refusals(watch: Watch, obj: Any) -> list[str]:
+    """The object's FailedCreate messages; an account that may not list events (or an API that
+    does not answer) only loses this early verdict: the pending timeout still ends the wait."""
+    try:
+        return watch.failed_creates(obj) if watch.failed_creates is not None else []
+    except (ApiException, HTTPError, OSError) as exc:
+        if isinstance(exc, ApiException) and exc.status in (401, 403):
+            log.warning("cannot list events in the namespace (%s): a pod the API server refuses is noticed "
+                        "only at the pending timeout", api_error(exc))
+            watch.failed_creates = None
+        return []
+
+
+def failed_create_messages(core_api: Any, namespace: str, since: float | None,
+                           uids: Callable[[], set[str]] | None = None,
+                           names: set[str] | None = None) -> list[str]:
+    """The messages of FailedCreate Warning events on the Jobs given by uid (or, for a JobSet's
+    child Jobs, by name and not older than ``since``: a JobSet of that name deleted a moment ago
+    left its own), oldest first."""
+    events = core_api.list_namespaced_event(
+        namespace, field_selector="reason=FailedCreate,involvedObject.kind=Job").items
+    keep = uids() if uids is not None else set()
+    found = []
+    for ev in events:
+        inv = ev.involved_object
+        when = epoch(ev.last_timestamp) or epoch(ev.event_time) or epoch(ev.metadata.creation_timestamp) or 0.0
+        if (inv.uid in keep) or (names is not None and inv.name in names and (since is None or when >= since - 1)):
+            found.append((when, ev.message or ""))
+    return [m for _w, m in sorted(found, key=lambda t: t[0])]
 
 
 def _new_kueue_eviction(workload: Any, seen: dict[str, Any]) -> dict[str, Any] | None:
@@ -354,7 +403,9 @@ def job_watch(client: Any, batch_api: Any, custom_api: Any, namespace: str, name
                 if job.spec.suspend else "no pod created")
 
     watch = Watch(kind="Job", name=name, read=read, nodes=1, ended_by=("Complete",), pod_end_ends=True,
-                  no_pod_note=no_pod, name_the_node=False, eviction_retries=eviction_retries, evicted=evicted)
+                  no_pod_note=no_pod, name_the_node=False, eviction_retries=eviction_retries, evicted=evicted,
+                  failed_creates=lambda job: failed_create_messages(client.core_api, namespace, None,
+                                                                    uids=lambda: {job.metadata.uid}))
     return watch
 
 
@@ -387,9 +438,12 @@ def jobset_watch(core_api: Any, custom_api: Any, namespace: str, name: str, node
             workload = items[0] if items else None
         return js, workload, pods
 
+    children = {f"{name}-{REPLICATED_JOB}-0"}  # one replicated Job of ``nodes`` pods (benchrun.launch.jobset)
     return Watch(kind="JobSet", name=name, read=read, nodes=nodes, ended_by=("Completed", "Failed"),
                  pod_end_ends=False, no_pod_note=lambda _js: "no pods created", name_the_node=True,
-                 eviction_retries=eviction_retries, pod_evictions_replaced=False, evicted=evicted)
+                 eviction_retries=eviction_retries, pod_evictions_replaced=False, evicted=evicted,
+                 failed_creates=lambda js: failed_create_messages(
+                     core_api, namespace, epoch((js.get("metadata") or {}).get("creationTimestamp")), names=children))
 
 
 def _of_jobset(pod: Any, uid: str | None) -> bool:
@@ -418,7 +472,9 @@ def load_job_watch(client: Any, batch_api: Any, custom_api: Any, namespace: str,
                 if job.spec.suspend else "no pods created")
 
     return Watch(kind="Job", name=name, read=read, nodes=pods, ended_by=("Complete", "Failed"), pod_end_ends=False,
-                 no_pod_note=no_pod, name_the_node=True)
+                 no_pod_note=no_pod, name_the_node=True,
+                 failed_creates=lambda job: failed_create_messages(client.core_api, namespace, None,
+                                                                   uids=lambda: {job.metadata.uid}))
 
 
 def _job_workload(custom_api: Any, namespace: str, job: Any) -> dict[str, Any] | None:

@@ -78,6 +78,10 @@ class Placement:
     # eviction) are not benchmark failures: the Job's podFailurePolicy ignores them and
     # replaces the pod, and the launcher follows the new pod, up to this many times per replicate.
     eviction_retries: int = 2
+    # benchrun.launch.podsecurity: "restricted" (runAsNonRoot as run_as_user, no privilege
+    # escalation, every capability dropped, RuntimeDefault seccomp) or "none"
+    pod_security: str = "restricted"
+    run_as_user: int = 10001
 
 
 # Per-suite cpu and memory when neither the spec (suites[].cpu/.memory) nor the launcher

@@ -40,7 +40,8 @@ What each placement knob turns into, and what was verified against the projects'
   :attr:`Placement.pull_allowance_s` (``activeDeadlineSeconds`` counts from the pod's
   ``startTime``, which is before the image pull); an eviction is not a failure
   (``EVICTION_POLICY``: podFailurePolicy Ignore on ``DisruptionTarget``, FailJob on the
-  suite's non-zero exit codes, ``podReplacementPolicy: Failed``). When a
+  suite's non-zero exit codes, ``podReplacementPolicy: Failed``), and the restricted Pod Security
+  Standard (:mod:`benchrun.launch.podsecurity`). When a
   guarantee cannot be expressed the function raises instead of emitting a pod that would
   only look publication-safe.
 """
@@ -70,6 +71,7 @@ from benchrun.launch.placement import (  # noqa: F401 - Placement and its rules 
     wants_gpu,
     whole_cpus,
 )
+from benchrun.launch import podsecurity
 from benchrun.plan import Invocation
 
 MANAGED_BY = "benchrun"
@@ -456,6 +458,7 @@ def job_manifest(
         pod_spec["serviceAccountName"] = placement.service_account
     if placement.image_pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": n} for n in placement.image_pull_secrets]
+    podsecurity.apply(pod_spec, placement.pod_security, placement.run_as_user)
 
     pod_meta: dict[str, Any] = {"labels": labels}
     annotations = _slinky_annotations(inv, placement)

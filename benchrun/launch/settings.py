@@ -19,7 +19,7 @@ import json
 import os
 from typing import Any, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from benchrun.errors import BenchrunError
 
@@ -74,6 +74,10 @@ class LauncherSettings(BaseModel):
     pipes_s3_bucket: str | None = None
     env_secret: str | None = None
     allowed_images: list[str] = []  # image prefixes suites may run (empty: any); JSON list in the environment
+    # the suites' pods meet the restricted Pod Security Standard as this uid (benchrun.launch.podsecurity);
+    # none: the image's own user and privileges
+    pod_security: Literal["restricted", "none"] = "restricted"
+    run_as_user: int = Field(default=10001, ge=1)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "LauncherSettings":
@@ -152,6 +156,7 @@ class LauncherSettings(BaseModel):
             ttl_seconds_after_finished=self.ttl_seconds_after_finished, pending_timeout_s=self.pending_timeout_s,
             pull_allowance_s=self.pull_allowance_s, eviction_retries=self.eviction_retries,
             env_secret=self.env_secret, allowed_images=tuple(self.allowed_images),
+            pod_security=self.pod_security, run_as_user=self.run_as_user,
         )
 
     def publication_offer(self, images: list[str | None], resources_set: bool) -> tuple[bool, str]:

@@ -87,8 +87,12 @@ class Cluster:
         log_max_bytes: int = 10 * 1024 * 1024,
         throttle: Any = None,
         watch_window: int = 20000,
+        pod_security: str | None = "restricted",
     ) -> None:
         self._log_max_bytes = log_max_bytes
+        # the Pod Security level the cluster's namespace enforces (None: none), as
+        # pod-security.kubernetes.io/enforce on a cluster; a Namespace object's label wins
+        self._pod_security = pod_security
         self.root = Path(root)
         self.namespace = namespace
         self.nodes = nodes if nodes is not None else [Node("node-a"), Node("node-b")]
@@ -199,6 +203,7 @@ class Cluster:
                 pull_seconds=self._pull_seconds,
                 tick=self._tick,
                 log_max_bytes=self._log_max_bytes,
+                pod_security={self.namespace: self._pod_security} if self._pod_security else None,
             )
             self.url = str(server.url).rstrip("/")
             for lq in self.queues:

@@ -59,6 +59,11 @@ upstream controllers closely enough for a client to rely on the same fields:
   ``imageID`` (``docker-pullable://repo@sha256:...``), and phase ``Succeeded``/``Failed``.
   ``activeDeadlineSeconds`` kills the pod with reason ``DeadlineExceeded``. A deleted pod's
   processes are terminated.
+- **Pod Security admission** (``podsecurity``): a namespace that enforces ``baseline`` or
+  ``restricted`` (its Namespace object's ``pod-security.kubernetes.io/enforce`` label, else the
+  cluster's ``pod_security``, ``restricted`` for its namespace by default) refuses a Job's pod that
+  breaks the level: no pod, a ``FailedCreate`` Warning event on the Job with the API server's
+  message, tried again every second.
 - **TTL after finished** and **garbage collection** by ``ownerReferences``.
 """
 
@@ -82,10 +87,12 @@ import kmock
 from kubernetes.utils.quantity import parse_quantity
 
 from .emulator import HarnessEmulator, now_iso
+from .podsecurity import ENFORCE_LABEL, forbidden_message
 
 PODS = kmock.resource("", "v1", "pods")
 EVENTS = kmock.resource("", "v1", "events")
 NODES = kmock.resource("", "v1", "nodes")
+NAMESPACES = kmock.resource("", "v1", "namespaces")
 CONFIGMAPS = kmock.resource("", "v1", "configmaps")
 SECRETS = kmock.resource("", "v1", "secrets")
 JOBS = kmock.resource("batch", "v1", "jobs")
@@ -324,8 +331,12 @@ class ControlPlane:
         pull_seconds: float,
         tick: float,
         log_max_bytes: int = 10 * 1024 * 1024,
+        pod_security: dict[str, str] | None = None,
     ) -> None:
         self.api = api
+        # namespace -> the Pod Security level it enforces when no Namespace object labels it
+        self.pod_security = dict(pod_security or {})
+        self.refused_until: dict[str, float] = {}  # Job uid -> when its pod create is tried again
         self.log_max_bytes = log_max_bytes
         self.root = root
         self.nodes = nodes
@@ -987,6 +998,14 @@ class ControlPlane:
                                                 f"with exit code {term.get('exitCode')} matching {rule['action']} rule at index {i}")
         return "Count", ""
 
+    def enforced_level(self, ns: str) -> str | None:
+        """The Pod Security level namespace ``ns`` enforces: its Namespace object's label, else the
+        harness's setting for it."""
+        for _key, obj in self.api.live(NAMESPACES):
+            if obj["metadata"]["name"] == ns:
+                return (obj["metadata"].get("labels") or {}).get(ENFORCE_LABEL)
+        return self.pod_security.get(ns)
+
     async def _create_pod(self, job: dict[str, Any], ns: str, index: str | None, attempt: int) -> None:
         meta = job["metadata"]
         tmpl = copy.deepcopy(job["spec"].get("template") or {})
@@ -1031,6 +1050,15 @@ class ControlPlane:
             "spec": pspec,
             "status": {"phase": "Pending"},
         }
+        level = self.enforced_level(ns)
+        refused = forbidden_message(name, pspec, level) if level else None
+        if refused:
+            # Pod Security admission refuses the Job controller's create: no pod, a FailedCreate
+            # event on the Job, and another try after a back-off (the controller's is 10 s and up)
+            if time.monotonic() >= self.refused_until.get(meta["uid"], 0.0):
+                self.refused_until[meta["uid"]] = time.monotonic() + 1.0
+                await self._event(job, "FailedCreate", f"Error creating: {refused}", "Warning")
+            return
         await self.api.put_object(PODS, ns, pod)
         await self._event(job, "SuccessfulCreate", f"Created pod: {name}")
 
