@@ -118,6 +118,9 @@ def register(app: typer.Typer) -> None:
         requests: Optional[int] = typer.Option(None, "--requests", help="measured requests per point"),
         warmup: Optional[int] = typer.Option(None, "--warmup", help="warm-up requests per point (excluded; default one per stream)"),
         seed: int = typer.Option(0, "--seed"),
+        prompt_salt: Optional[str] = typer.Option(None, "--prompt-salt", help="renames the words of synthetic prompts "
+                                                  "(the seed's draws kept), so no other run's prompts share a prefix "
+                                                  "with them; default: this run's id; none: the seed's own words"),
         slo: Optional[str] = typer.Option(None, "--slo", help="per-request SLO, e.g. ttft_ms=200,decode_ms_per_token=50"),
         price_per_node_hour: Optional[float] = typer.Option(None, "--price-per-node-hour", help="USD per node-hour (enables cost metrics)"),
         nodes: int = typer.Option(1, "--nodes", help="nodes serving the endpoint (for cost)"),
@@ -183,7 +186,8 @@ def register(app: typer.Typer) -> None:
             # a replay sends the trace's own prompts (its lengths, its prefix blocks, one word per
             # token): content options would be recorded as used while nothing of them was sent
             given = [name for name, v in (("--dataset", dataset), ("--tokenizer", tokenizer),
-                                          ("--session-turns", session_turns), ("--shared-prefix", shared_prefix))
+                                          ("--session-turns", session_turns), ("--shared-prefix", shared_prefix),
+                                          ("--prompt-salt", prompt_salt))
                      if v is not None]
             if given:
                 raise BenchrunError(f"--trace replays the trace's own prompts (its lengths and prefix blocks, one word "
@@ -240,6 +244,10 @@ def register(app: typer.Typer) -> None:
             raise BenchrunError("--dataset-format applies to --dataset only: give --dataset FILE, or leave it out")
         content = content_from_options(dataset, dataset_format or "auto", tokenizer, session_turns, think_time,
                                        shared_prefix)
+        # a random suffix: two runs into one --out within a second must not overwrite each other
+        run_id = "loadgen-" + _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d%H%M%S") + "-" + os.urandom(2).hex()
+        # each run its own prompt words: a server's prefix cache keeps an earlier run's prompts
+        salt = run_id if prompt_salt is None else (None if prompt_salt.strip().lower() in ("", "none") else prompt_salt)
         cfg = SweepConfig(
             url=url,
             model=model,
@@ -249,6 +257,7 @@ def register(app: typer.Typer) -> None:
             duration_s=duration,
             warmup=warmup,
             seed=seed,
+            prompt_salt=salt if entries is None else None,
             workers=workers,
             api=api,
             request_timeout_s=timeout,
@@ -273,8 +282,6 @@ def register(app: typer.Typer) -> None:
             except OSError as exc:
                 raise BenchrunError(f"--out {out}: cannot make {sub}/ there ({exc.strerror or exc}); give a writable "
                                     "directory") from None
-        # a random suffix: two runs into one --out within a second must not overwrite each other
-        run_id = "loadgen-" + _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d%H%M%S") + "-" + os.urandom(2).hex()
         started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
         def progress(s: dict[str, Any]) -> None:

@@ -70,6 +70,10 @@ class SweepConfig:
     duration_s: float | None = None
     warmup: int | None = None  # None: one request per stream (see warmup_for)
     seed: int = 0
+    # renames the words of synthetic prompts (workload.salt_permutation): the seed fixes what is
+    # drawn, the salt what is sent, so replicates that differ in it share no prompt a server's
+    # prefix cache could hit; None sends the seed's words (the CLI and the suites set one per run)
+    prompt_salt: str | None = None
     workers: int = 1
     api: str | None = None  # completions | chat; None: as the URL's path says, else completions
     request_timeout_s: float = 60.0

@@ -8,8 +8,8 @@
   tokenizer's tokens; ``input_tokens_requested`` is that count.
 - ``shared_prefix``: ``prefixes`` prefixes of ``prefix_tokens`` tokens, each with ``suffixes``
   suffixes of the mix's input length; a request is one (prefix, suffix) pair drawn with the
-  seed. The prefixes and suffixes depend on the seed only, so every worker and point shares
-  them (as a server's prefix cache sees them). Rows carry ``prefix_id``.
+  seed. The prefixes and suffixes depend on the seed (and the prompt salt) only, so every
+  worker and point shares them (as a server's prefix cache sees them). Rows carry ``prefix_id``.
 - ``sessions``: :mod:`benchrun.loadgen.sessions` runs them (history, think time, per-turn rows).
 """
 
@@ -27,7 +27,8 @@ from benchrun.errors import BenchrunError
 from benchrun.loadgen import endpoint as ep_mod
 from benchrun.loadgen.dataset import FORMATS, Dataset, DatasetError, file_sha256, load_dataset
 from benchrun.loadgen.tokens import TokenCounter, TokenizerError, load_counter
-from benchrun.loadgen.workload import MixBucket, dealt_index, draw_bucket, mix_cdf, new_trace_context, worker_rng
+from benchrun.loadgen.workload import (MixBucket, dealt_index, draw_bucket, mix_cdf, new_trace_context, salt_permutation,
+                                       salted, worker_rng)
 
 DATASET_BUCKET = "dataset"
 
@@ -181,11 +182,15 @@ class Source:
     ``w`` takes indices ``w, w + n_workers, ...``, as trace replay deals its requests; with
     unequal ``shares`` a worker whose share is used up is skipped), so the
     requests of a point use the same entries whatever ``--workers`` is, and no entry repeats
-    before the dataset is used up. Warm-up requests draw from a permutation of their own."""
+    before the dataset is used up. Warm-up requests draw from a permutation of their own.
+
+    ``salt`` renames the words of synthetic prompts (:func:`benchrun.loadgen.workload.salt_permutation`)
+    without changing any draw; a dataset's prompts are sent as written."""
 
     def __init__(self, content: ContentConfig, mix: tuple[MixBucket, ...], seed: int, point_index: int, worker: int,
-                 n_workers: int = 1, shares: list[int] | None = None) -> None:
+                 n_workers: int = 1, shares: list[int] | None = None, salt: str | None = None) -> None:
         self.data, self.counter = content.load()
+        self._salt = salt_permutation(salt)
         self.mix = mix
         self.cdf = mix_cdf(mix)
         self.rng = worker_rng(seed, point_index, worker, 0)
@@ -199,7 +204,8 @@ class Source:
             # the same prefixes for every worker and point: they depend on the seed only
             prng = np.random.default_rng([int(seed), 0x5EED])
             counter = self.counter
-            self.prefixes = [counter.build(self.shared.prefix_tokens, prng) for _ in range(self.shared.prefixes)]
+            words = salted(prng, self._salt)
+            self.prefixes = [counter.build(self.shared.prefix_tokens, words) for _ in range(self.shared.prefixes)]
             self._suffixes: dict[tuple[int, int, str], str] = {}
 
     def _entry(self, warmup: bool = False, index: int | None = None) -> tuple[Any, int]:
@@ -273,10 +279,10 @@ class Source:
             key = (i, j, b.label)
             if key not in self._suffixes:
                 srng = np.random.default_rng([self._seed, 0x5EED, i, j, b.input_tokens])
-                self._suffixes[key] = self.counter.build(b.input_tokens, srng, after=self.prefixes[i])
+                self._suffixes[key] = self.counter.build(b.input_tokens, salted(srng, self._salt), after=self.prefixes[i])
             text = self.prefixes[i] + " " + self._suffixes[key]
             return Turn(text, self.counter.count(text), b.output_tokens, b.label, prefix_id=i)
-        text = self.counter.build(b.input_tokens, self.rng)
+        text = self.counter.build(b.input_tokens, salted(self.rng, self._salt))
         return Turn(text, self.counter.count(text), b.output_tokens, b.label)
 
 
@@ -323,7 +329,7 @@ def content_specs(cfg: Any, endpoint: ep_mod.Endpoint, point_index: int, worker:
     """Warm-up then measured specs of a content sweep (single requests; sessions yield plans,
     see :func:`benchrun.loadgen.sessions.session_plans`); ``n_workers``: the point's active
     workers, over which dataset entries are dealt (:class:`Source`)."""
-    src = Source(cfg.content, cfg.mix, cfg.seed, point_index, worker, n_workers, shares)
+    src = Source(cfg.content, cfg.mix, cfg.seed, point_index, worker, n_workers, shares, getattr(cfg, "prompt_salt", None))
     seq = 0
 
     def one(tag: str) -> Any:

@@ -4,5 +4,5 @@ suite module and ``benchrun validate`` read them without importing the load gene
 COMMON_PARAMS = (
     "endpoint", "api", "model", "mix", "warmup", "seed", "workers", "request_timeout_s", "arrival",
     "ignore_eos", "server_kind", "refserver", "verdict", "tokenizer", "session_turns", "think_time_s", "shared_prefix",
-    "server_metrics", "server_metrics_interval_s", "load_pods",
+    "server_metrics", "server_metrics_interval_s", "load_pods", "prompt_salt",
 )

@@ -9,7 +9,7 @@ import numpy as np
 
 from benchrun.loadgen import client as http
 from benchrun.loadgen.config import LoadPoint, SweepConfig
-from benchrun.loadgen.workload import draw_bucket, make_prompt, mix_cdf, new_trace_context, worker_rng
+from benchrun.loadgen.workload import draw_bucket, make_prompt, mix_cdf, new_trace_context, salt_permutation, salted, worker_rng
 
 CLOCK = time.perf_counter_ns
 
@@ -38,6 +38,7 @@ def _specs(cfg: SweepConfig, endpoint: http.Endpoint, point_index: int, worker: 
         yield from content_specs(cfg, endpoint, point_index, worker, nonce, n_warm, n, _Spec, n_workers, shares)
         return
     rng = worker_rng(cfg.seed, point_index, worker, 0)
+    words = salted(rng, salt_permutation(cfg.prompt_salt))  # the same draws as rng, the words renamed by the salt
     cdf = mix_cdf(cfg.mix)
     seq = 0
 
@@ -50,7 +51,7 @@ def _specs(cfg: SweepConfig, endpoint: http.Endpoint, point_index: int, worker: 
         s.bucket = b.label
         s.in_tokens = b.input_tokens
         s.out_tokens = b.output_tokens
-        s.body = http.build_body(endpoint, cfg.model, make_prompt(b.input_tokens, rng), b.output_tokens, ignore_eos=cfg.ignore_eos, include_usage=cfg.include_usage)
+        s.body = http.build_body(endpoint, cfg.model, make_prompt(b.input_tokens, words), b.output_tokens, ignore_eos=cfg.ignore_eos, include_usage=cfg.include_usage)
         s.head = http.build_head(endpoint, "POST", endpoint.path, len(s.body), {"X-Request-Id": s.request_id, "traceparent": traceparent})
         seq += 1
         return s
@@ -93,10 +94,12 @@ def _row(st: _WorkerState, spec: _Spec, out: http.Outcome, end_ns: int, point: L
         decode = (e2e - ttft) / (output_tokens - 1)
     gaps: list[float] = []
     cn = out.chunk_ns
+    prev = cn[0] if cn else 0
     for i in range(1, len(cn)):
         k = out.chunk_tokens[i]
-        g = (cn[i] - cn[i - 1]) / 1e6 / k
-        gaps.extend([g] * k)
+        if k:  # a chunk of no new token (usage did not grow) makes no gap: its time is the next token's
+            gaps.extend([(cn[i] - prev) / 1e6 / k] * k)
+            prev = cn[i]
     return {
         "request_id": spec.request_id,
         "trace_id": spec.trace_id,

@@ -52,7 +52,7 @@ def session_plans(cfg: Any, point_index: int, worker: int, nonce: str, n_warm: i
     and whole sessions are dealt to the workers in proportion to ``weights`` (a closed loop's
     streams per worker; default equal), so the same seed sends the same sessions whatever the
     worker count. Timed (``n`` None): endless, worker ``w`` taking sessions ``w, w + n_workers, ...``."""
-    src = Source(cfg.content, cfg.mix, cfg.seed, point_index, worker, n_workers)
+    src = Source(cfg.content, cfg.mix, cfg.seed, point_index, worker, n_workers, salt=getattr(cfg, "prompt_salt", None))
     shape = cfg.content.sessions
     for k in range(n_warm):
         yield SessionPlan(f"{nonce}-p{point_index}-w{worker}-wus{k}", src.conversation(1, warmup=True), src)

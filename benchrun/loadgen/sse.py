@@ -259,14 +259,16 @@ async def _consume_stream(reader: TimedReader, headers: dict[str, str], out: Out
                 if not isinstance(obj, dict):
                     out.fail("malformed_sse", f"event is not a JSON object: {payload[:60]!r}")
                     return False
-                if "error" in obj or obj.get("object") == "error":
-                    err = obj.get("error", obj)
+                err = obj.get("error")
+                # a null error is no error: some servers send "error": null on every chunk
+                if err is not None or obj.get("object") == "error":
+                    err = obj if err is None else err
                     msg = err.get("message", err) if isinstance(err, dict) else err
                     out.fail("server_error", str(msg)[:200])
                     return False
                 try:
                     usage = obj.get("usage")
-                    text = None
+                    text = content = None
                     choices = obj.get("choices")
                     if choices:
                         c0 = choices[0]
@@ -276,9 +278,12 @@ async def _consume_stream(reader: TimedReader, headers: dict[str, str], out: Out
                             aborted = _aborted(reason)
                         if chat:
                             delta = c0.get("delta") or {}
-                            text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+                            # reasoning is generated output (first token, token counts) but not the
+                            # reply: a client drops it from the history it sends back
+                            content = delta.get("content")
+                            text = content or delta.get("reasoning_content") or delta.get("reasoning")
                         else:
-                            text = c0.get("text")
+                            text = content = c0.get("text")
                     if text:
                         if out.first_ns is None:
                             out.first_ns = t
@@ -287,16 +292,17 @@ async def _consume_stream(reader: TimedReader, headers: dict[str, str], out: Out
                         k = 1
                         if usage and usage.get("completion_tokens") is not None:
                             ct = token_count(usage["completion_tokens"], "usage.completion_tokens")
-                            # usage on every chunk counts each chunk's tokens; usage first seen on
+                            # usage on every chunk counts each chunk's tokens (none when the total
+                            # did not grow: text held back from an earlier token); usage first seen on
                             # the last content chunk (a total) counts what the chunks before did not
                             base = prev_usage_tokens if prev_usage_tokens is not None else len(chunk_tokens)
-                            k = max(1, ct - base)
+                            k = max(0, ct - base)
                             prev_usage_tokens = ct
                             usage_chunks += 1
                             usage_last = len(chunk_tokens)
                         chunk_tokens.append(k)
-                        if out.text is not None:
-                            out.text.append(text)
+                        if out.text is not None and content:
+                            out.text.append(content)
                     if usage:
                         if usage.get("prompt_tokens") is not None:
                             out.usage_prompt = token_count(usage["prompt_tokens"], "usage.prompt_tokens")

@@ -18,7 +18,7 @@ N prefixes of P tokens with M suffixes each), ``server_metrics`` (the server's P
 ``true`` for the endpoint's own ``/metrics``), ``server_metrics_interval_s`` and ``load_pods`` (N > 1:
 the Kubernetes launcher runs the suite as one Indexed Job of N pods that share every point's load,
 meet at a start barrier and merge their rows in the artifact store, :mod:`benchrun.loadgen.loadpods`;
-needs ``endpoint``; ``workers`` is then per pod). ``workload.dataset``
+needs ``endpoint``; ``workers`` is then per pod) and ``prompt_salt`` (:func:`prompt_salt_of`). ``workload.dataset``
 (pinned, sha256 checked) gives the prompts. A parameter the suite does not take is refused
 (a typo would otherwise fall back to a default silently).
 """
@@ -147,6 +147,7 @@ def run_serving_suite(
             # strict checks (2.5 is refused, not truncated to 2), each error naming the parameter
             warmup=int_param(ctx, "warmup", None, minimum=0),  # type: ignore[arg-type]  (None: one per stream)
             seed=int_param(ctx, "seed", 0, minimum=0),
+            prompt_salt=None if extra and extra.get("trace") else prompt_salt_of(ctx),  # a replay sends the trace's prompts
             workers=int_param(ctx, "workers", 1, minimum=1, maximum=1024),
             # None: as the endpoint's path says (.../v1/chat/completions), else completions
             api=choice_param(ctx, "api", None, ("completions", "chat")),  # type: ignore[arg-type]
@@ -188,6 +189,21 @@ def run_serving_suite(
             return result
     report(ctx, result, mix, notes, sweep=sweep)
     return result
+
+
+def prompt_salt_of(ctx: Any) -> str | None:
+    """The salt of this replicate's synthetic prompts: the parameter ``prompt_salt`` (``none`` or
+    false: the seed's own words, the same in every run), else the run id and the replicate, so a
+    replicate never resends an earlier one's prompts for a server's prefix cache to hit (the
+    replicate's load pods share them: they run one replicate)."""
+    given = ctx.params.get("prompt_salt")
+    if given is None:
+        return f"{ctx.run_id}/r{ctx.replicate}"
+    if given is False or str(given).strip().lower() in ("", "none"):
+        return None
+    if not isinstance(given, (str, int)) or isinstance(given, bool):
+        raise BenchrunError(f"suite {ctx.suite}: parameter prompt_salt must be a string (or none), not {given!r}")
+    return str(given)
 
 
 def load_pods_of(ctx: Any, endpoint: Any) -> Any:

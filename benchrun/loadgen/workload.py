@@ -11,6 +11,7 @@ next to the requested lengths, and the summary reports the discrepancy.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from dataclasses import dataclass
@@ -145,6 +146,47 @@ def make_prompt(n_words: int, rng: np.random.Generator) -> str:
     """A prompt of ``n_words`` vocabulary words (≈ ``n_words`` tokens, see module docstring)."""
     idx = rng.integers(0, len(VOCABULARY), size=n_words)
     return " ".join(VOCABULARY[i] for i in idx)
+
+
+def salt_permutation(salt: str | None) -> np.ndarray | None:
+    """The renaming of :data:`VOCABULARY` that a prompt salt gives (None without a salt).
+
+    The same salt always gives the same renaming; two salts give unrelated ones, so a prompt
+    sent under one shares no block of words with any prompt sent under the other."""
+    if not salt:
+        return None
+    key = int.from_bytes(hashlib.sha256(salt.encode("utf-8")).digest()[:16], "big")
+    return np.random.default_rng([key, 0x5A17]).permutation(len(VOCABULARY))
+
+
+class SaltedWords:
+    """``rng`` whose vocabulary draws (``integers(0, len(VOCABULARY), ...)``, what
+    :func:`make_prompt` and the tokenizers' prompt builders draw words with) come back renamed by
+    a salt's permutation; every other call is ``rng``'s own.
+
+    The random stream is consumed exactly as without the salt, so the bucket, length and session
+    draws that share it stay the seed's alone, while the words sent change with the salt. A
+    renaming is a bijection: prompts equal under the seed (a shared prefix, a session's history)
+    stay equal, prompts that differ stay different, and each word is still one vocabulary word."""
+
+    __slots__ = ("rng", "perm")
+
+    def __init__(self, rng: np.random.Generator, perm: np.ndarray) -> None:
+        self.rng = rng
+        self.perm = perm
+
+    def integers(self, low: Any, high: Any = None, size: Any = None, *args: Any, **kwargs: Any) -> Any:
+        """``rng.integers``, its vocabulary indices renamed."""
+        x = self.rng.integers(low, high, size, *args, **kwargs)
+        return self.perm[x] if (low, high) == (0, len(VOCABULARY)) else x
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.rng, name)
+
+
+def salted(rng: np.random.Generator, perm: np.ndarray | None) -> Any:
+    """``rng`` for drawing a prompt's words under a salt's permutation (``rng`` itself without one)."""
+    return rng if perm is None else SaltedWords(rng, perm)
 
 
 def worker_rng(seed: int, point_index: int, worker: int, stream: int) -> np.random.Generator:
