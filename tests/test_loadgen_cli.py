@@ -50,14 +50,11 @@ def test_loadgen_json_summary_and_outputs(server, tmp_path, monkeypatch, capsys)
     alls = [s for s in doc["points"] if s["bucket"] == "all"]
     assert [s["point"] for s in alls] == ["c=1", "c=2"]
     assert all(s["n_requests"] == 10 and s["slo_attainment"] == 1.0 and s["cost_per_token_usd"] > 0 for s in alls)
-    # both meet the SLO; c=2 counts unless its verdict failed for more than its 10 requests
-    # (a loaded host's schedule lag can invalidate it: capacity_at_slo follows the verdict)
-    # and even c=1 (then no capacity is claimed)
-    from benchrun.loadgen.metrics import SLO, point_passes_slo, pooled_reasons
+    # both meet the SLO, but 10 requests a point support no p99 (368 needed): no capacity is claimed
+    from benchrun.loadgen.metrics import SLO, point_passes_slo
 
-    passing = [point_passes_slo(s, SLO(ttft_ms=1000, decode_ms_per_token=100)) for s in alls]
-    assert all(ok or pooled_reasons(s["verdict_reasons"]) for s, ok in zip(alls, passing)), alls
-    assert doc["capacity_at_slo"] == ((2.0 if passing[1] else 1.0) if passing[0] else None)
+    assert not any(point_passes_slo(s, SLO(ttft_ms=1000, decode_ms_per_token=100)) for s in alls)
+    assert doc["capacity_at_slo"] is None
     table = pq.read_table(tmp_path / doc["files"]["requests"])
     assert table.num_rows == 20
     assert all((tmp_path / f).is_file() for f in doc["files"]["figures"])

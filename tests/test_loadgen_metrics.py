@@ -134,12 +134,13 @@ def test_bucket_cost_is_apportioned_by_output_tokens():
 
 
 def test_capacity_at_slo_picks_highest_offered_load_meeting_both_p99s():
+    # 400 requests a point: enough for a supported p99 (368 at 95 %); fewer never count
     pts = [
-        {"bucket": "all", "offered_load": 1, "n_requests": 10, "ttft_ms_p99": 50, "decode_ms_per_token_p99": 10},
-        {"bucket": "all", "offered_load": 8, "n_requests": 10, "ttft_ms_p99": 90, "decode_ms_per_token_p99": 19},
-        {"bucket": "all", "offered_load": 16, "n_requests": 10, "ttft_ms_p99": 101, "decode_ms_per_token_p99": 15},
-        {"bucket": "all", "offered_load": 32, "n_requests": 10, "ttft_ms_p99": 80, "decode_ms_per_token_p99": 25},
-        {"bucket": "512/128", "offered_load": 64, "n_requests": 10, "ttft_ms_p99": 1, "decode_ms_per_token_p99": 1},
+        {"bucket": "all", "offered_load": 1, "n_requests": 400, "ttft_ms_p99": 50, "decode_ms_per_token_p99": 10},
+        {"bucket": "all", "offered_load": 8, "n_requests": 400, "ttft_ms_p99": 90, "decode_ms_per_token_p99": 19},
+        {"bucket": "all", "offered_load": 16, "n_requests": 400, "ttft_ms_p99": 101, "decode_ms_per_token_p99": 15},
+        {"bucket": "all", "offered_load": 32, "n_requests": 400, "ttft_ms_p99": 80, "decode_ms_per_token_p99": 25},
+        {"bucket": "512/128", "offered_load": 64, "n_requests": 400, "ttft_ms_p99": 1, "decode_ms_per_token_p99": 1},
     ]
     assert capacity_at_slo(pts, SLO(ttft_ms=100, decode_ms_per_token=20)) == 8
     # monotone: the leading run of passing loads; 32 passes TTFT again but 16 already failed
@@ -150,7 +151,7 @@ def test_capacity_at_slo_picks_highest_offered_load_meeting_both_p99s():
     assert capacity_at_slo(pts, None) is None
 
 
-def _load_point(load: float, n_ok: int, n_err: int, ttft: float) -> dict:
+def _load_point(load: float, n_ok: int, n_err: int, ttft: float, policy: VerdictPolicy | None = None) -> dict:
     """A closed-loop point of n_ok completed requests (TTFT ``ttft``, 5 ms/token) and n_err fast 429s."""
     rows = [_row(i * 10.0, ttft, ttft + 50.0) for i in range(n_ok)]
     rows += [_row(n_ok * 10.0 + i, None, None, error="http_429: queue full") for i in range(n_err)]
@@ -158,7 +159,7 @@ def _load_point(load: float, n_ok: int, n_err: int, ttft: float) -> dict:
         r["error_kind"] = "http_429"
     return summarize(rows, point=f"c={load:g}", load_model="closed_loop", offered_load=load, bucket="all",
                      window=None, slo=SLO(ttft_ms=200, decode_ms_per_token=10), pricing=None,
-                     stats={"achieved_concurrency": float(load)})
+                     stats={"achieved_concurrency": float(load)}, policy=policy)
 
 
 def test_capacity_at_slo_ignores_points_whose_verdict_fails_on_errors():
@@ -169,11 +170,14 @@ def test_capacity_at_slo_ignores_points_whose_verdict_fails_on_errors():
     assert capacity_at_slo(pts, slo) == 8
     # without the failing middle point, the erroring 32 still does not count
     assert capacity_at_slo([pts[0], pts[2]], slo) == 8
-    # too few requests for a bounded p99 is the one invalid reason that does not stop a point counting
-    small = _load_point(4, 20, 0, 150)
-    assert small["verdict"] == "invalid" and all("needed for a bounded p99" in r for r in small["verdict_reasons"])
+    # too few requests for a bounded verdict percentile above the p99 (p999: 3688) is the one invalid
+    # reason that does not stop a point counting; too few for the p99 itself does (20 requests: no p99)
+    p999 = VerdictPolicy(percentile="p999")
+    small = _load_point(4, 400, 0, 150, p999)
+    assert small["verdict"] == "invalid" and all("needed for a bounded p999" in r for r in small["verdict_reasons"])
     assert capacity_at_slo([small], slo) == 4
-    assert capacity_at_slo([small, _load_point(8, 20, 5, 150)], slo) == 4  # 20 % errors: not 8
+    assert capacity_at_slo([small, _load_point(8, 400, 100, 150, p999)], slo) == 4  # 20 % errors: not 8
+    assert capacity_at_slo([_load_point(4, 20, 0, 150)], slo) is None
 
 
 def test_load_stats_rates_lag_and_concurrency():

@@ -68,20 +68,14 @@ def test_serving_sweep_as_a_real_subprocess_with_slo_and_price(tmp_path):
     names = {(m["name"], m["case"]) for m in doc["metrics"]}
     for name in ("ttft_ms", "p50_latency_ms", "p99_latency_ms", "tokens_per_second", "jitter_ms", "request_goodput", "slo_attainment", "cost_per_request_usd", "cost_per_token_usd", "decode_ms_per_token"):
         assert (name, "c=1") in names and (name, "c=4") in names, name
-    # generous SLO: both points meet it at p99; each counts unless its verdict failed for more than
-    # its 24 requests: on a loaded host (CI runs two test workers on two cores) the client's own
-    # event-loop or schedule lag can invalidate c=4, and even c=1, and then the sweep has no
-    # capacity to claim: the metric is absent and the context says why
-    from benchrun.loadgen.metrics import SLO, point_passes_slo, pooled_reasons
+    # generous SLO, but 24 requests a point support no p99 (368 needed): no point counts, the
+    # metric is absent and the context says what a point needs
+    from benchrun.loadgen.metrics import SLO, point_passes_slo
 
-    passing = [point_passes_slo(r, SLO(ttft_ms=500, decode_ms_per_token=50)) for r in alls]
-    for r, ok in zip(alls, passing):
-        assert ok or pooled_reasons(r["verdict_reasons"]), (r["point"], r["verdict_reasons"], r.get("ttft_ms_p99"))
-    caps = [m for m in doc["metrics"] if m["name"] == "capacity_at_slo"]
-    if passing[0]:
-        assert [(m["case"], m["value"]) for m in caps] == [("sweep", 4.0 if passing[1] else 1.0)], alls[1]["verdict_reasons"]
-    else:
-        assert caps == [] and doc["context"]["capacity_at_slo"].startswith("absent: no point"), alls[0]["verdict_reasons"]
+    assert not any(point_passes_slo(r, SLO(ttft_ms=500, decode_ms_per_token=50)) for r in alls)
+    assert not any(m["name"] == "capacity_at_slo" for m in doc["metrics"])
+    note = doc["context"]["capacity_at_slo"]
+    assert note.startswith("absent: no point") and "a point needs 368 completed requests for a supported p99" in note
     table = pq.read_table(tmp_path / doc["samples"]["requests"])
     for col in ("request_id", "trace_id", "point", "bucket", "send_ts", "ttft_ms", "e2e_ms", "input_tokens", "output_tokens", "decode_ms_per_token", "error", "worker", "usage_output_tokens", "chunk_output_tokens"):
         assert col in table.column_names

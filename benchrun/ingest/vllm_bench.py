@@ -22,8 +22,11 @@ formula), itl → ``token_gap_ms``, e2el → ``e2e_ms``, output_throughput →
 ``request_goodput``, duration → ``window_s``. With per-request detail the distributions,
 ``jitter_ms`` and ``per_user_output_tokens_per_s`` are recomputed from the raw values with
 benchrun's own definitions; otherwise they come from the summary fields present (missing
-percentiles stay null). ``verdict`` is null: vLLM records neither schedule lag nor client
-saturation, so the point cannot be judged; ``verdict_reasons`` says so.
+percentiles stay null). The point label (the metrics' ``case``) names every setting that makes
+a run a different experiment (:func:`load_point`): ``c=8`` (infinite rate), ``rate=8``,
+``rate=8,burstiness=0.25``, ``rate=8,max_concurrency=4``. ``verdict`` is null: vLLM records
+neither schedule lag nor client saturation, so the point cannot be judged; ``verdict_reasons``
+says so.
 
 Standard library and numpy: the recomputed distributions are
 :func:`benchrun.loadgen.metrics.distribution`, the one definition the load generator uses.
@@ -69,19 +72,36 @@ def _from_summary(doc: dict[str, Any], m: str, base: str) -> dict[str, float | N
     return out
 
 
+def load_point(doc: dict[str, Any], where: str = "vllm result") -> tuple[str, float, str]:
+    """``(load_model, offered_load, label)`` of one result; the label is the case, so every setting
+    that makes a different experiment is in it. An infinite rate is a closed loop at
+    ``max_concurrency`` (``c=8``; burstiness shapes no arrivals there). A finite rate is open loop,
+    labelled as the load generator labels its own points (``rate=8``, gamma arrivals
+    ``rate=8,burstiness=0.25``; vLLM draws gamma gaps, Poisson at its default 1.0), plus the cap on
+    requests in flight when one was set (``rate=8,max_concurrency=4``): runs that differ in either
+    are not replicates of one another."""
+    rate = doc.get("request_rate")
+    rate_f = None if rate in (None, "inf") else _num(rate)
+    # strict: a field of the wrong type is refused (ValueError), not read as unset and pooled
+    conc = None if doc.get("max_concurrency") is None else float(doc["max_concurrency"])
+    if rate_f is None:
+        if conc is None:
+            raise BenchrunError(f"{where}: request_rate is inf and max_concurrency is null; the load point is undefined")
+        return "closed_loop", float(conc), f"c={int(conc)}"
+    label = f"rate={rate_f:g}"
+    burstiness = None if doc.get("burstiness") is None else float(doc["burstiness"])
+    if burstiness is not None and burstiness != 1.0:
+        label += f",burstiness={burstiness:g}"
+    if conc is not None:
+        label += f",max_concurrency={int(conc)}"
+    return "open_loop", rate_f, label
+
+
 def point_from_result(doc: dict[str, Any], where: str = "vllm result") -> dict[str, Any]:
     """One per-point serving row (bucket ``all``) from one ``vllm bench serve`` result object."""
     if not isinstance(doc, dict) or "completed" not in doc or "duration" not in doc:
         raise BenchrunError(f"{where}: not a vllm bench serve result (needs 'completed' and 'duration'); save it with --save-result")
-    rate = doc.get("request_rate")
-    rate_f = None if rate in (None, "inf") else _num(rate)
-    conc = doc.get("max_concurrency")
-    if rate_f is None:
-        if conc is None:
-            raise BenchrunError(f"{where}: request_rate is inf and max_concurrency is null; the load point is undefined")
-        load_model, offered, label = "closed_loop", float(conc), f"c={int(conc)}"
-    else:
-        load_model, offered, label = "open_loop", rate_f, f"rate={rate_f:g}"
+    load_model, offered, label = load_point(doc, where)
     completed = int(doc["completed"])
     window = _num(doc.get("duration"))
     errors = doc.get("errors")
@@ -117,6 +137,7 @@ def point_from_result(doc: dict[str, Any], where: str = "vllm result") -> dict[s
         "model": doc.get("model_id"),
         "date": doc.get("date"),
         "burstiness": _num(doc.get("burstiness")),
+        "max_concurrency": _num(doc.get("max_concurrency")),
         "output_tokens_total": doc.get("total_output_tokens"),
         "input_tokens_total": doc.get("total_input_tokens"),
     }

@@ -31,11 +31,17 @@ merged rows (percentiles are never averaged).
 - Cost: price per node-second x nodes x window, divided by completed requests (output
   tokens; good requests). Bucket rows apportion the window's cost by output-token share,
   so the cost per token is the same for every bucket of a point. Without a price, null.
+- Failed requests (errors, timeouts) are *censored*: slower than every completed one, as
+  :mod:`benchrun.stats.tails` pools them. A percentile q whose rank falls among them (failed >
+  (1 - q) x all requests) is unknown: it leaves ``percentiles_supported``, ``percentiles_note``
+  says why (the value shown, of completed requests only, is a lower bound), the verdict is
+  invalid when it is the verdict's percentile, and an SLO on it is not met.
 - ``capacity_at_slo``: loads in ascending order, the highest of the leading run of loads whose
-  point meets the SLO at p99 (TTFT and decode pace, or e2e when that is the only SLO) with a
-  verdict that holds (valid, or short only of requests for a bounded percentile): counting stops
+  point meets **every** declared SLO at p99 (TTFT, decode pace, e2e), with a p99 its request
+  count supports (:func:`requests_needed`, 368 at 95 %) and failures do not censor, and a verdict
+  that holds (valid, or short only of requests for a higher verdict percentile): counting stops
   at the first load that fails, so a server answering fast errors under overload sets nothing;
-  null when the lowest load fails.
+  null when the lowest load fails (:func:`capacity_reason` says why).
 
 Minimum samples, ONE rule (:func:`requests_needed`; the comparison, ``benchrun.stats.tails``,
 the trial statistics' ``n_required`` and the tail playbook use the same function): a
@@ -52,6 +58,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from fractions import Fraction
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -280,6 +287,8 @@ def verdict(
         kinds = ", ".join(f"{v} {k}" for k, v in sorted(error_kinds.items()))
         eg = f"; e.g. {error_example[:300]}" if error_example else ""
         reasons.append(f"error rate {n_errors}/{total} = {n_errors / total:.1%} > {policy.max_error_rate:.1%} ({kinds}{eg})")
+    if policy.percentile in censored_percentiles(n_completed, n_errors):
+        reasons.append(censored_reason(policy.percentile, n_errors, total))
     q = PERCENTILES[policy.percentile] / 100.0
     need = requests_needed(q, policy.confidence)
     if n_completed < need:
@@ -312,9 +321,26 @@ def verdict(
     return ("invalid" if reasons else "valid"), reasons
 
 
-def supported_percentiles(n: int, confidence: float = 0.95) -> list[str]:
-    """The percentiles whose request count (:func:`requests_needed`) ``n`` meets."""
-    return [name for name, q in PERCENTILES.items() if n >= requests_needed(q / 100.0, confidence)]
+def censored_percentiles(n_completed: int, n_errors: int) -> list[str]:
+    """The percentiles whose rank falls among the failed requests, each slower than every completed
+    one (:mod:`benchrun.stats.tails`): failed > (1 - q) x all requests. Exact (no float rounding)."""
+    total = n_completed + n_errors
+    return [name for name, q in PERCENTILES.items()
+            if n_errors > 0 and n_errors > (1 - Fraction(str(q)) / 100) * total]
+
+
+def censored_reason(name: str, n_errors: int, total: int) -> str:
+    """Why percentile ``name`` is unknown: its tail holds fewer requests than failed."""
+    return (f"{name} not supported: {n_errors} of {total} requests failed, beyond its {100 - PERCENTILES[name]:.3g} % "
+            "tail (a failed request counts as slower than every completed one)")
+
+
+def supported_percentiles(n: int, confidence: float = 0.95, n_errors: int = 0) -> list[str]:
+    """The percentiles whose request count (:func:`requests_needed`) ``n`` completed requests meet
+    and whose rank ``n_errors`` failed ones do not reach (:func:`censored_percentiles`)."""
+    censored = censored_percentiles(n, n_errors)
+    return [name for name, q in PERCENTILES.items()
+            if n >= requests_needed(q / 100.0, confidence) and name not in censored]
 
 
 def summarize(
@@ -405,7 +431,12 @@ def summarize(
     cl = client or {}
     out["client_cpu_max"] = cl.get("client_cpu_max")
     out["loop_lag_p99_ms"] = cl.get("loop_lag_p99_ms")
-    out["percentiles_supported"] = supported_percentiles(len(ok), policy.confidence)
+    out["percentiles_supported"] = supported_percentiles(len(ok), policy.confidence, len(errs))
+    censored = censored_percentiles(len(ok), len(errs))
+    out["percentiles_note"] = "; ".join(
+        [censored_reason(name, len(errs), len(rows)) for name in censored]
+        + [f"the {', '.join(censored)} shown {'is' if len(censored) == 1 else 'are'} of completed requests only, "
+           "a lower bound"]) if censored else None
     v, reasons = verdict(
         load_model=load_model,
         offered_load=offered_load,
@@ -430,30 +461,59 @@ def summarize(
     return out
 
 
-def _meets_slo_p99(p: dict[str, Any], slo: SLO) -> bool:
-    checks = []
-    if slo.ttft_ms is not None:
-        checks.append(p.get("ttft_ms_p99") is not None and p["ttft_ms_p99"] <= slo.ttft_ms)
-    if slo.decode_ms_per_token is not None:
-        d = p.get("decode_ms_per_token_p99")
-        checks.append(d is None or d <= slo.decode_ms_per_token)
-    if slo.ttft_ms is None and slo.decode_ms_per_token is None and slo.e2e_ms is not None:
-        checks.append(p.get("e2e_ms_p99") is not None and p["e2e_ms_p99"] <= slo.e2e_ms)
-    return bool(checks) and all(checks)
+def capacity_problems(p: dict[str, Any], slo: SLO, confidence: float = 0.95) -> list[str]:
+    """Why one bucket-"all" summary does not count towards ``capacity_at_slo`` (empty: it counts).
+
+    It counts when requests completed; its p99 is supported: ``percentiles_supported`` holds it
+    (else, for a row without one, its completed requests reach :func:`requests_needed` at
+    ``confidence``) and failures do not censor it; every declared objective is met at p99 (a
+    decode p99 is absent only when every answer was one token: no decode, met); and its verdict
+    holds: ``valid``, or invalid only for too few requests to bound the verdict's percentile
+    (:func:`pooled_reasons`), so an overloaded point (errors above ``max_error_rate``, load not
+    reached, client saturated) never counts however fast its few answers were. No separate
+    slo_attainment floor: a p99 within the SLO and an error rate within policy already put
+    attainment at about ``0.99 x (1 - max_error_rate)`` or above."""
+    n, n_err = int(p.get("n_requests") or 0), int(p.get("n_errors") or 0)
+    if not n:
+        return ["no completed request"]
+    out = []
+    if "p99" in censored_percentiles(n, n_err):
+        out.append(censored_reason("p99", n_err, n + n_err))
+    elif _p99_short(p, confidence):
+        out.append(f"p99 not supported: {n} completed requests < {requests_needed(0.99, confidence)} needed at "
+                   f"{confidence:.0%}")
+    for key, limit in slo.as_dict().items():
+        value = p.get(f"{key}_p99")
+        if value is None and key == "decode_ms_per_token":
+            continue
+        if value is None or value > limit:
+            out.append(f"{key}_p99 {'absent' if value is None else f'{value:.4g}'} > SLO {limit:g}")
+    if p.get("verdict", "valid") != "valid":
+        out.extend(f"verdict: {r}" for r in pooled_reasons(p.get("verdict_reasons") or ["invalid"]) if r not in out)
+    return out
+
+
+def _p99_short(p: dict[str, Any], confidence: float) -> bool:
+    """Too few completed requests for a supported p99 (failures aside)."""
+    n, supported = int(p.get("n_requests") or 0), p.get("percentiles_supported")
+    if supported is None or "p99" in censored_percentiles(n, int(p.get("n_errors") or 0)):
+        return n < requests_needed(0.99, confidence)
+    return "p99" not in supported
 
 
 def point_passes_slo(p: dict[str, Any], slo: SLO) -> bool:
-    """One bucket-"all" summary counts towards ``capacity_at_slo``: requests completed, the
-    p99s meet the SLO, and its verdict holds: ``valid``, or invalid only for too few requests
-    to bound the percentile (:func:`pooled_reasons`), so an overloaded point (errors above
-    ``max_error_rate``, load not reached, client saturated) never counts however fast its few
-    answers were. No separate slo_attainment floor: a p99 within the SLO and an error rate
-    within policy already put attainment at about ``0.99 x (1 - max_error_rate)`` or above."""
-    if not p.get("n_requests") or not _meets_slo_p99(p, slo):
-        return False
-    if p.get("verdict", "valid") == "valid":
-        return True
-    return not pooled_reasons(p.get("verdict_reasons") or ["invalid"])
+    """One bucket-"all" summary counts towards ``capacity_at_slo`` (:func:`capacity_problems`)."""
+    return not capacity_problems(p, slo)
+
+
+def _passing_loads(points: Sequence[dict[str, Any]], slo: SLO) -> dict[float, bool]:
+    by_load: dict[float, bool] = {}
+    for p in points:
+        if p.get("bucket", "all") != "all":
+            continue
+        load = float(p["offered_load"])
+        by_load[load] = by_load.get(load, True) and point_passes_slo(p, slo)
+    return by_load
 
 
 def capacity_at_slo(points: Sequence[dict[str, Any]], slo: SLO | None) -> float | None:
@@ -461,21 +521,36 @@ def capacity_at_slo(points: Sequence[dict[str, Any]], slo: SLO | None) -> float 
     among bucket-"all" summaries, loads in ascending order: the sweep stops counting at the first
     load that fails (a load with several points passes only when all do), so a point that passes
     again above a failing load (a server shedding load fast) never sets the capacity. None without
-    SLO or when the lowest load already fails."""
+    SLO or when the lowest load already fails (:func:`capacity_reason`)."""
     if slo is None:
         return None
-    by_load: dict[float, bool] = {}
-    for p in points:
-        if p.get("bucket", "all") != "all":
-            continue
-        load = float(p["offered_load"])
-        by_load[load] = by_load.get(load, True) and point_passes_slo(p, slo)
+    by_load = _passing_loads(points, slo)
     best: float | None = None
     for load in sorted(by_load):
         if not by_load[load]:
             break
         best = load
     return best
+
+
+def capacity_reason(points: Sequence[dict[str, Any]], slo: SLO | None, confidence: float = 0.95,
+                    more: str = "") -> str | None:
+    """Why :func:`capacity_at_slo` is None with an SLO: what keeps the lowest load from counting,
+    and, when it is the request count, how many requests a point needs (``more``: how to give it
+    them, in the caller's terms). None when there is a capacity or no SLO."""
+    if slo is None or capacity_at_slo(points, slo) is not None:
+        return None
+    alls = [p for p in points if p.get("bucket", "all") == "all"]
+    if not alls:
+        return "no load point was measured"
+    lowest = min(float(p["offered_load"]) for p in alls)
+    failing = [p for p in alls if float(p["offered_load"]) == lowest and not point_passes_slo(p, slo)]
+    problems = [f"{p.get('point', lowest)}: {'; '.join(capacity_problems(p, slo, confidence))}" for p in failing]
+    out = "the lowest load does not count (" + " | ".join(problems) + ")"
+    if any(_p99_short(p, confidence) for p in failing):
+        out += f"; a point needs {requests_needed(0.99, confidence)} completed requests for a supported p99 at {confidence:.0%}"
+        out += f" ({more})" if more else ""
+    return out
 
 
 # Headline metrics of a serving point (suites and readers of other tools alike): (spec name, summary field, unit, direction).

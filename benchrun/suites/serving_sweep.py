@@ -24,7 +24,8 @@ Parameters (``BENCHRUN_PARAMS``):
 The load model follows ``workload.concurrencyModel`` (closed_loop → concurrency, open_loop
 → rates); without one, whichever of ``concurrency`` / ``rates`` is given. Results: per-point
 x per-bucket rows in ``serving``, headline metrics per point (``case`` = the point label),
-``capacity_at_slo`` across the sweep when the workload declares an SLO, the per-request
+``capacity_at_slo`` across the sweep when the workload declares an SLO (absent, the context
+saying why, when no point counts: a p99 needs 368 requests a point, 24 by default), the per-request
 parquet in ``raw/`` and one latency-throughput figure per bucket in ``figures/``.
 """
 
@@ -199,7 +200,25 @@ def run(ctx: SuiteContext) -> None:
     requests = None if duration is not None else int_param(ctx, *REQUEST_COUNT, minimum=1)
     stages = str(ctx.params.get("stages", ""))
     extra = {"stop_when_goodput_falls": stages.startswith("saturate:"), "goodput_drop": float_param(ctx, "goodput_drop", 0.1)}
-    run_serving_suite(ctx, points, requests, duration, extra=extra)
+    result = run_serving_suite(ctx, points, requests, duration, extra=extra)
+    explain_absent_capacity(ctx, result)
+
+
+def explain_absent_capacity(ctx: SuiteContext, result: Any) -> None:
+    """Add to the context's "absent" note on ``capacity_at_slo`` why no point counted, with the
+    requests a point needs when that is the cause (the default 24 a point bound no p99)."""
+    note = ctx.context.get("capacity_at_slo")
+    if result.capacity_at_slo is not None or not isinstance(note, str) or not note.startswith("absent"):
+        return
+    from benchrun.loadgen.metrics import VerdictPolicy, capacity_reason
+    from benchrun.loadgen.suite import workload_inputs
+
+    slo = workload_inputs(ctx)[3]
+    confidence = VerdictPolicy.from_dict(ctx.params.get("verdict")).confidence  # checked by run_serving_suite
+    why = capacity_reason([s for s in result.summaries if s["bucket"] == "all"], slo, confidence,
+                          more="parameter requests_per_point, or a longer duration_s")
+    if why:
+        ctx.context["capacity_at_slo"] = f"{note}; {why}"
 
 
 if __name__ == "__main__":
