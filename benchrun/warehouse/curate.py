@@ -461,20 +461,27 @@ def curate_final_status(home: Path, run_id: str) -> bool:
     """Curate FINAL_STATUS_TABLES again for a run that ended outside its own asset (its process
     killed, Ctrl-C, a sensor or `cancel` marking it): its facts, curated while it was Analyzing,
     read ``Analyzing | succeeded`` until a rebuild. Only a run that sealed its evidence (curation
-    comes after sealing) is curated; a failure is logged, never raised: the run's phase is recorded
+    comes after sealing) is curated, and ``warehouse.duckdb``'s views refreshed (they name the metadata
+    files its commits age out); a failure is logged, never raised: the run's phase is recorded
     either way, and `benchrun rebuild-warehouse RUN_ID` mends the warehouse. True when curated."""
     from benchrun.paths import validate_run_id
+    from benchrun.warehouse.views import refresh_views
 
     run_dir = Path(home) / "runs" / validate_run_id(run_id)
     if not (run_dir / "manifest.json").is_file():
         return False
     try:
         curate_run(run_dir, Path(home), tables=list(FINAL_STATUS_TABLES))
-        return True
     except Exception as exc:  # noqa: BLE001 - the phase is what matters; the warehouse can be rebuilt
         log.warning("run %s ended as recorded, but its warehouse facts still read its earlier phase (%s): "
                     "`benchrun rebuild-warehouse %s` mends them", run_id, exc, run_id)
         return False
+    try:
+        refresh_views(Path(home))
+    except Exception as exc:  # noqa: BLE001 - the facts are committed; the next refresh names them
+        log.warning("run %s: warehouse.duckdb's views were not refreshed (%s); the next command that commits, or "
+                    "`benchrun maintain-warehouse`, refreshes them", run_id, exc)
+    return True
 
 
 def build_tables(src: RunSources) -> dict[str, Callable[[], Any]]:

@@ -33,19 +33,8 @@ from benchrun.errors import BenchrunError
 from benchrun.paths import validate_run_id
 from benchrun.warehouse.schemas import TABLES, TS
 from benchrun.warehouse.lakecatalog import (  # noqa: F401  (the catalog's names, used through this module as before the split)
-    CATALOG_ENV,
-    CATALOG_FILE,
-    CATALOG_NAME,
-    CATALOG_PASSWORD_ENV,
-    LOCATION_ENV,
-    _CATALOGS,
-    _is_locked,
-    _retry_locked,
-    catalog,
-    catalog_exists,
-    catalog_uri,
-    s3_properties,
-    table_location,
+    CATALOG_ENV, CATALOG_FILE, CATALOG_NAME, CATALOG_PASSWORD_ENV, LOCATION_ENV, _CATALOGS, _is_locked, _retry_locked,
+    catalog, catalog_exists, catalog_uri, s3_properties, table_location,
 )
 
 log = logging.getLogger(__name__)
@@ -179,13 +168,19 @@ def _as_table(table: str, batches: Iterable[pa.RecordBatch | pa.Table], run_id: 
 def _run_rows(run_id: str, run_started: dt.datetime | None) -> Any:
     """The run's rows: its id within its start's day, so that only that day's manifests and files are read
     (a run's start never changes once set; a run curated before it started had no start: null)."""
-    from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, IsNull, LessThan, Or
+    from pyiceberg.expressions import And, EqualTo, IsNull, Or
 
     if run_started is None:
         return And(EqualTo("run_id", run_id), IsNull(RUN_START))
     lo = dt.datetime.combine(run_started.astimezone(dt.timezone.utc).date(), dt.time(), dt.timezone.utc)
-    in_day = And(GreaterThanOrEqual(RUN_START, lo.isoformat()), LessThan(RUN_START, (lo + dt.timedelta(days=1)).isoformat()))
-    return And(EqualTo("run_id", run_id), Or(in_day, IsNull(RUN_START)))
+    return And(EqualTo("run_id", run_id), Or(_in_day(lo), IsNull(RUN_START)))
+
+
+def _in_day(lo: dt.datetime) -> Any:
+    """The rows whose run started in the UTC day from ``lo``."""
+    from pyiceberg.expressions import And, GreaterThanOrEqual, LessThan
+
+    return And(GreaterThanOrEqual(RUN_START, lo.isoformat()), LessThan(RUN_START, (lo + dt.timedelta(days=1)).isoformat()))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -286,43 +281,75 @@ def table_files(home: Path, table: str) -> int:
     return sum(1 for _ in tbl.scan().plan_files()) if tbl.current_snapshot() else 0
 
 
-def compact(home: Path, table: str, *, attempts: int = COMMIT_ATTEMPTS) -> tuple[int, int]:
-    """Rewrite each day of ``table`` as one file per partition (one commit per day); data files (before, after).
+COMPACT_BATCH_BYTES = 256 << 20  # a compaction commit rewrites at most about this much (rarely more than one)
 
-    Racing writers are handled as for a run's commit: a conflict redoes that day on the new snapshot."""
+
+def _partitions_to_compact(tbl: Any, skip: set[tuple]) -> list[tuple[tuple, int]]:
+    """(partition, bytes) of each partition of ``tbl``'s spec holding more data files than its size
+    needs (the target file size), oldest day first; ``skip``: rewritten already."""
+    target = int(tbl.properties.get("write.target-file-size-bytes", 512 << 20))
+    sizes: dict[tuple, list[int]] = {}
+    for f in (task.file for task in tbl.scan().plan_files() if task.file.spec_id == tbl.spec().spec_id):
+        sizes.setdefault(tuple(f.partition[i] for i in range(len(f.partition))), []).append(f.file_size_in_bytes)
+    return [(key, sum(s)) for key, s in sorted(sizes.items(), key=lambda kv: [(v is not None, v) for v in kv[0]])
+            if key not in skip and len(s) > max(1, -(-sum(s) // target))]
+
+
+def _partition_rows(key: tuple) -> Any:
+    """The rows of one partition: (run_day, and suite where the table has it) as :func:`_partition_spec` makes them."""
+    from pyiceberg.expressions import And, EqualTo, IsNull
+
+    day, *suite = key
+    where = IsNull(RUN_START) if day is None else _in_day(dt.datetime.fromtimestamp(day * 86400, dt.timezone.utc))
+    if suite:
+        where = And(where, IsNull(FILTER_COLUMN) if suite[0] is None else EqualTo(FILTER_COLUMN, suite[0]))
+    return where
+
+
+def _any_of(exprs: list[Any]) -> Any:
+    """``Or`` of ``exprs`` as a balanced tree: pyiceberg's visitors recurse once per level."""
+    from pyiceberg.expressions import Or
+
+    half = len(exprs) // 2
+    return exprs[0] if len(exprs) == 1 else Or(_any_of(exprs[:half]), _any_of(exprs[half:]))
+
+
+def compact(home: Path, table: str, *, attempts: int = COMMIT_ATTEMPTS) -> tuple[int, int]:
+    """Rewrite each partition (day, suite) of ``table`` holding more files than its size needs as one
+    file: one commit per table (per ``COMPACT_BATCH_BYTES`` rewritten), none when all are compact (a day
+    of two suites stays two files: rewriting it at every maintenance pushed the runs' snapshots out of
+    the writers' bound); data files (before, after). A lost race is planned again on the new snapshot."""
     from pyiceberg.exceptions import CommitFailedException, ValidationException
-    from pyiceberg.expressions import And, GreaterThanOrEqual, IsNull, LessThan
 
     from benchrun.warehouse import laketx
 
     before = table_files(home, table)
-    tbl = load_or_create(catalog(home), table)
-    if tbl.current_snapshot() is None:
-        return 0, 0
-    days = sorted({None if v is None else v.date() for v in tbl.scan(selected_fields=(RUN_START,)).to_arrow()
-                   .column(RUN_START).unique().to_pylist()}, key=lambda d: (d is not None, d))
-    for day in days:
-        if day is None:
-            where: Any = IsNull(RUN_START)
-        else:
-            lo = dt.datetime.combine(day, dt.time(), dt.timezone.utc)
-            where = And(GreaterThanOrEqual(RUN_START, lo.isoformat()),
-                        LessThan(RUN_START, (lo + dt.timedelta(days=1)).isoformat()))
-        for attempt in range(1, attempts + 1):
-            tbl = load_or_create(catalog(home), table)
-            files = list(tbl.scan(row_filter=where).plan_files())
-            if len(files) <= 1:
+    done: set[tuple] = set()  # rewritten by this call, not again (one over the target size stays several files)
+    lost = 0
+    while True:
+        tbl = load_or_create(catalog(home), table)
+        if tbl.current_snapshot() is None:
+            break
+        batch, size = [], 0
+        for key, nbytes in _partitions_to_compact(tbl, done):
+            if batch and size + nbytes > COMPACT_BATCH_BYTES:
                 break
-            rows = tbl.scan(row_filter=where).to_arrow()
-            try:
-                props = {"benchrun.operation": "compact", SNAPSHOT_COMMIT_PROPERTY: uuid.uuid4().hex}
-                with laketx.Transaction(tbl) as tx:  # a lost race: read the day again (not pyiceberg's re-staging)
-                    tx.overwrite(rows, overwrite_filter=where, snapshot_properties=props)
-                break
-            except (CommitFailedException, ValidationException):
-                time.sleep(random.uniform(0.01, 0.05) * min(attempt, 10))
-        else:
-            raise BenchrunError(f"warehouse: compaction of {table} day {day} lost {attempts} races; run it again")
+            batch, size = [*batch, key], size + nbytes
+        if not batch:
+            break
+        where = _any_of([_partition_rows(key) for key in batch])
+        rows = tbl.scan(row_filter=where).to_arrow()
+        try:
+            props = {"benchrun.operation": "compact", SNAPSHOT_COMMIT_PROPERTY: uuid.uuid4().hex}
+            with laketx.Transaction(tbl) as tx:  # a lost race: planned again (not pyiceberg's re-staging)
+                tx.overwrite(rows, overwrite_filter=where, snapshot_properties=props)
+        except (CommitFailedException, ValidationException):
+            lost += 1
+            if lost >= attempts:
+                raise BenchrunError(f"warehouse: compaction of {table} lost {attempts} races; run it again") from None
+            time.sleep(random.uniform(0.01, 0.05) * min(lost, 10))
+            continue
+        done.update(batch)
     return before, table_files(home, table)
 
 
@@ -506,6 +533,13 @@ def run_ids(home: Path, table: str) -> set[str]:
     return {r for r in tbl.scan(selected_fields=("run_id",)).to_arrow().column("run_id").unique().to_pylist() if r}
 
 
+# The columns each table gained after its rows began to be signed (fd16c85), left out of a row's digest
+# where null: a run signed before one existed keeps its digest once the table has it, by schema evolution
+# or made anew (rebuild-warehouse, which loses a table's schema history). Add each new column here
+# (tests/test_lake_review_fixes.py fails until then); none yet: no column was added since.
+DIGEST_ADDED: dict[str, frozenset[str]] = {}
+
+
 def run_rows_digest(home: Path, run_id: str) -> dict[str, dict[str, Any]]:
     """``{table: {"rows": n, "sha256": h}}`` of ``run_id``'s rows in each Iceberg table now (tables
     without any: left out). The digest is over the rows, not the files: each row as canonical
@@ -534,9 +568,10 @@ def run_rows_digest(home: Path, run_id: str) -> dict[str, dict[str, Any]]:
                                 f"`benchrun rebuild-warehouse {run_id}`") from None
         if not rows:
             continue
-        # a column added since the table was made (schema evolution) is left out where null: the rows
-        # written before it keep the digest they were signed with
-        added = set(tbl.schema().column_names) - set(min(tbl.schemas().items())[1].column_names)
+        # left out where null: the columns added since rows were signed (DIGEST_ADDED), and for a table
+        # made before that list, those it gained by schema evolution since it was made
+        added = DIGEST_ADDED.get(table, frozenset()) | (
+            set(tbl.schema().column_names) - set(min(tbl.schemas().items())[1].column_names))
         if added:
             rows = [{k: v for k, v in r.items() if v is not None or k not in added} for r in rows]
         lines = sorted(json.dumps(r, sort_keys=True, default=str, separators=(",", ":")) for r in rows)

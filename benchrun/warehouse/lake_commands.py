@@ -30,9 +30,11 @@ def migrate_cmd(as_json: bool = typer.Option(False, "--json", help="Print the ro
         raise BenchrunError(f"migrate-warehouse: {lake.FORMAT_ENV}=parquet keeps the old layout; unset it (Iceberg is "
                             "the default) so that the tables it fills are the ones read")
     from benchrun.warehouse.migrate import migrate_parquet, write_marker
+    from benchrun.warehouse.views import refresh_views
 
     home = _home("migrate-warehouse")
     done = migrate_parquet(home)
+    refresh_views(home)  # a commit per run per table: its views named metadata files those commits aged out
     if as_json:
         typer.echo(json.dumps({t: {"before": b, "after": a, "runs_already_in_the_table": done.already.get(t, 0),
                                    "runs_removed_by_retention": done.expired.get(t, 0)}

@@ -15,13 +15,18 @@ the catalog's own database.
 Why the claim is safe. Every writer claims before it commits, and a table made by such a writer
 holds a claim that says so (:func:`claims_complete`, written before its first row; a table made
 before the claims existed gets it only from :func:`claim_existing`, and keeps its deletes until
-then). A writer loads the table's base snapshot *first*, then tries to insert its claim; only a
-writer whose insert succeeded (nobody had claimed the run for that table before), on a table
-whose claims are complete, skips the delete, and only on its first attempt — its commit still
-requires the base snapshot to be current, so a lost race is retried with the delete. Any rows of
-the run in that base snapshot were committed by a writer that had claimed it before, so the
-insert could not have succeeded. A claim is never removed: a stale one only costs a delete that
-finds nothing (a crash between the claim and the commit, retention's deletes).
+then). A writer loads the table's base snapshot *first*, then looks whether the table's claims
+are complete, then tries to insert its claim; only a writer whose insert succeeded (nobody had
+claimed the run for that table before), on a table whose claims were complete *before* it
+inserted, skips the delete, and only on its first attempt — its commit still requires the base
+snapshot to be current, so a lost race is retried with the delete. Any rows of the run in that
+base snapshot were committed by a writer that had claimed it before, or were there before
+:func:`claim_existing` read the table's runs — and it did so, and claimed them, before it marked
+the claims complete, which this writer saw — so the insert could not have succeeded. Looking
+after the insert instead let maintenance mark the claims complete in between without seeing this
+writer's run (claimed already), and the writer then skipped the delete of the run's older rows.
+A claim is never removed: a stale one only costs a delete that finds nothing (a crash between
+the claim and the commit, retention's deletes).
 """
 
 from __future__ import annotations
@@ -88,8 +93,10 @@ COMPLETE = ""  # the claim that says every run with rows in the table was claime
 def first_curation(cat: Any, table: str, run_id: str) -> bool:
     """Claim ``run_id`` for ``table``; True when no writer ever had *and* the table's claims are
     complete (it was made by a writer that claims: :func:`claims_complete`), so the caller may append
-    without a delete. A table from before the claims keeps its deletes (its runs were never claimed)."""
-    return _claim(cat, table, run_id) and _complete(cat, table)
+    without a delete. A table from before the claims keeps its deletes (its runs were never claimed).
+    Completeness is read before the claim is inserted (the module's docstring: why)."""
+    complete = _complete(cat, table)
+    return _claim(cat, table, run_id) and complete
 
 
 def _complete(cat: Any, table: str) -> bool:

@@ -293,13 +293,13 @@ def _sql_type(typ: Any) -> str:
         return str(typ)
 
 
-def view_sql(table: str, read: TableRead | None) -> str:
+def view_sql(table: str, read: TableRead | None, con: Any = None) -> str:
     """``CREATE OR REPLACE VIEW`` over one Iceberg table (its columns only), or an empty typed relation;
-    a column the read's snapshot lacks (added by a later release) reads as null."""
+    a column the read's snapshot lacks (added by a later release) reads as null. With ``con``, where
+    damaged files are left out, the remaining files' columns are probed first: files that all predate
+    a column the snapshot has read it as null too (it failed every query of the table)."""
     schema = TABLES[table]
     have = read.columns if read is not None and read.columns is not None else frozenset(schema.names)
-    cols = ", ".join(f'"{f.name}"' if f.name in have else f'CAST(NULL AS {duckdb_type(f.type)}) AS "{f.name}"'
-                     for f in schema)
     if read is None or read.snapshot_id is None or read.files == ():
         empty = ", ".join(f'CAST(NULL AS {duckdb_type(f.type)}) AS "{f.name}"' for f in schema)
         return f'CREATE OR REPLACE VIEW "{table}" AS SELECT {empty} WHERE false'
@@ -307,6 +307,10 @@ def view_sql(table: str, read: TableRead | None) -> str:
     if read.files is not None:  # damaged files left out: the snapshot's other files, read directly
         listed = ", ".join(_quote(f) for f in read.files)
         source = f"read_parquet([{listed}], union_by_name = true, hive_partitioning = false)"
+        if con is not None:
+            have = have & {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
+    cols = ", ".join(f'"{f.name}"' if f.name in have else f'CAST(NULL AS {duckdb_type(f.type)}) AS "{f.name}"'
+                     for f in schema)
     if table in DIMENSIONS:
         key = schema.names[0]
         body = f'SELECT DISTINCT ON ("{key}") {cols} FROM {source} ORDER BY "{key}"'
@@ -321,7 +325,7 @@ def create_views(con: Any, home: Path, as_of: int | dt.datetime | None = None, *
     receives one line per damaged data file left out (and per table read as empty at ``as_of``)."""
     reads = table_reads(home, as_of, notes)
     for table in TABLES:
-        con.execute(view_sql(table, reads.get(table)))
+        con.execute(view_sql(table, reads.get(table), con))
     return {t: r.snapshot_id for t, r in sorted(reads.items())}
 
 
