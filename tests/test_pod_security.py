@@ -118,6 +118,64 @@ def test_an_rdma_gang_in_a_restricted_namespace_says_what_to_change(kcluster_fac
     assert cluster.errors == []
 
 
+def test_an_rdma_gang_runs_as_its_images_user_so_ipc_lock_is_held(tmp_path):
+    """Under runAsNonRoot a capability added is granted and not held (Kubernetes sets no ambient
+    capabilities): an RDMA node's pod keeps the image's user and IPC_LOCK, outside the restricted
+    context; every other gang stays in it."""
+    plans = plan_run(load_spec(ROOT / "specs/local/training.yaml").run, RUN_ID, tmp_path)
+    inv = next(i for p in plans for i in p.invocations if i.suite == "training" and i.replicate == 1)
+
+    def pod(network):
+        return jobset_manifest(replace(inv, network=network, image="python:3.11"), namespace="bench",
+                               placement=Placement(queue_name="q"))["spec"]["replicatedJobs"][0]["template"]["spec"][
+            "template"]["spec"]
+
+    rdma = pod("rdma")
+    assert "securityContext" not in rdma
+    assert rdma["containers"][0]["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}
+    assert violations(rdma, "privileged") == [] and violations(pod(None), "restricted") == []
+
+
+def test_an_account_that_may_not_list_events_loses_only_the_early_verdicts():
+    """A 403 on events (an install whose Role predates the grant): the wait goes on to the pending
+    timeout, and a failing pull is judged on the pod alone. Before, the launcher set a field of its
+    frozen Watch and every replicate failed with FrozenInstanceError."""
+    from types import SimpleNamespace
+
+    from kubernetes.client.exceptions import ApiException
+
+    from benchrun.launch.k8s_wait import Watch, wait
+
+    calls = {"events": 0}
+
+    def refused(*_a):
+        calls["events"] += 1
+        raise ApiException(status=403, reason="Forbidden")
+
+    job = SimpleNamespace(spec=SimpleNamespace(suspend=False), status=SimpleNamespace(conditions=None),
+                          metadata=SimpleNamespace(resource_version="1", uid="u"))
+    watch = Watch(kind="Job", name="j", read=lambda obj: (job, None, {}), nodes=1, ended_by=("Complete",),
+                  pod_end_ends=True, no_pod_note=lambda _o: "no pod created", name_the_node=False,
+                  failed_creates=refused, pull_errors=refused)
+    _o, _w, _p, verdict = wait(watch, job, time.perf_counter(), timeout_s=10, pending_timeout_s=0.2, poll_s=0.01,
+                               sleep=time.sleep)
+    assert verdict == "not started within 0.2s (no pod created); Job deleted"
+    assert calls["events"] == 1  # asked once, then not again
+
+    pulling = SimpleNamespace(
+        metadata=SimpleNamespace(uid="p", name="pod", creation_timestamp=None, deletion_timestamp=None),
+        status=SimpleNamespace(phase="Pending", conditions=None, container_statuses=[SimpleNamespace(
+            name="suite", state=SimpleNamespace(waiting=SimpleNamespace(
+                reason="ImagePullBackOff", message='Back-off pulling image "r.example/b:1"'), terminated=None,
+                running=None))]))
+    watch2 = Watch(kind="Job", name="j", read=lambda obj: (job, None, {0: pulling}), nodes=1, ended_by=("Complete",),
+                   pod_end_ends=True, no_pod_note=lambda _o: "no pod created", name_the_node=False,
+                   failed_creates=refused, pull_errors=refused)
+    _o, _w, _p, verdict = wait(watch2, job, time.perf_counter(), timeout_s=10, pending_timeout_s=60, poll_s=0.01,
+                               sleep=time.sleep, pull_allowance_s=0.2)
+    assert verdict.startswith("image pull failed: ImagePullBackOff for 0s, beyond pull_allowance_s=0.2"), verdict
+
+
 def test_refusals_that_may_pass_wait_and_are_named_at_the_timeout():
     """A FailedCreate that is not Pod Security's (a ResourceQuota) may pass: the launcher waits, and
     its pending-timeout reason quotes it (before: "no pod created")."""

@@ -148,9 +148,14 @@ def test_harness_workloads_validate_against_the_kueue_crd(kcluster):
     validator = crd_validator("kueue.x-k8s.io_workloads.yaml", "v1beta2")
     job = {"apiVersion": "batch/v1", "kind": "Job",
            "metadata": {"name": "w", "labels": {"kueue.x-k8s.io/queue-name": "benchrun"}},
-           "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
-               {"name": "c", "image": "python:3.11", "command": [sys.executable, "-c", "print(1)"],
-                "resources": {"requests": {"cpu": "1"}}}]}}}}
+           "spec": {"template": {"spec": {
+               "restartPolicy": "Never",
+               # the harness's namespace enforces the restricted Pod Security level
+               "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "seccompProfile": {"type": "RuntimeDefault"}},
+               "containers": [
+                   {"name": "c", "image": "python:3.11", "command": [sys.executable, "-c", "print(1)"],
+                    "resources": {"requests": {"cpu": "1"}},
+                    "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}]}}}}
     client.BatchV1Api(kcluster.api_client()).create_namespaced_job("default", job)
     wl = kcluster.wait_for(lambda: [w for w in kcluster.list("workloads")
                                     if any(c["type"] == "Finished" for c in w["status"].get("conditions") or [])])[0]

@@ -59,6 +59,7 @@ from benchrun.launch.podspec import (
     pod_manifest,
 )
 from benchrun.launch.k8s_objects import REPLICATED_JOB
+from benchrun.launch.podsecurity import NONE
 from benchrun.plan import Invocation, resolve_gang
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
@@ -177,8 +178,12 @@ def jobset_manifest(
               "NNODES": str(inv.nodes), "HOSTS": escape_k8s(hosts), "NODE_RANK": "$(NODE_RANK)"}
     argv = tuple(resolve_gang(escape_k8s(w), values) for w in container_argv(inv.argv))
     # the template of one node's pod (job_manifest refuses gangs, so it is shown a single node)
+    # RDMA pins memory (IPC_LOCK): a capability reaches a non-root process's effective set only as an
+    # ambient one, which Kubernetes never sets, so such a gang runs as its image's user, outside the
+    # restricted context (its namespace must allow privileged pods: benchrun.launch.podsecurity)
     pod = pod_manifest(replace(inv, argv=argv, nodes=1), namespace=namespace, run_labels=run_labels,
-                       placement=placement, extra_env=extra_env, argv_escaped=True)
+                       placement=replace(placement, pod_security=NONE) if inv.network == "rdma" else placement,
+                       extra_env=extra_env, argv_escaped=True)
     labels = dict(pod["metadata"]["labels"])
     jobset_labels = {**labels, LABEL_PREFIX + "nodes": str(inv.nodes)}
     pod_labels = {k: v for k, v in labels.items() if k not in (KUEUE_QUEUE_LABEL, KUEUE_PRIORITY_LABEL)}

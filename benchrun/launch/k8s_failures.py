@@ -13,13 +13,29 @@ from benchrun.plan import Invocation
 
 # Container waiting reasons that will not resolve by waiting: fail the replicate at once.
 FATAL_WAITING = {
-    "ImagePullBackOff": "image pull failed",
     "ErrImageNeverPull": "image pull failed",
     "InvalidImageName": "image pull failed",
     "CreateContainerConfigError": "cannot create the container",
     "CreateContainerError": "cannot create the container",
     "RunContainerError": "cannot start the container",
 }
+# A failed pull, which the kubelet retries with a back-off (10 s doubling to 5 min): final when the
+# registry's answer says so (``permanent_pull_error``), else waited out up to the launcher's
+# ``pull_allowance_s`` (a registry's 429 rate limit or a network blip passes; before, the first
+# ImagePullBackOff failed the replicate, and with it a nightly's GPU slot).
+PULL_WAITING = ("ErrImagePull", "ImagePullBackOff")
+# What containerd / CRI-O / Docker say for an image that no retry will pull: no such image or tag,
+# no access to it, a malformed reference.
+_PERMANENT_PULL = ("code = notfound", ": not found", "manifest unknown", "name unknown", "repository does not exist",
+                   "pull access denied", "401 unauthorized", "403 forbidden", "requested access to the resource is denied",
+                   "invalid reference format", "no match for platform in manifest", "code = permissiondenied")
+
+
+def permanent_pull_error(message: str | None) -> bool:
+    """Whether a kubelet's pull failure (an ``ErrImagePull`` message or the pod's ``Failed`` event)
+    says the image cannot be pulled however often it is tried."""
+    text = (message or "").lower()
+    return any(p in text for p in _PERMANENT_PULL)
 
 
 def signal_note(code: int, signal: int | None) -> str:

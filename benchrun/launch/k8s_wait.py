@@ -26,7 +26,7 @@ from typing import Any, Callable
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from benchrun.launch.k8s_failures import FATAL_WAITING
+from benchrun.launch.k8s_failures import FATAL_WAITING, PULL_WAITING, permanent_pull_error
 from benchrun.launch.k8s_objects import (
     JOBSET_GROUP,
     JOBSET_UID_LABEL,
@@ -92,11 +92,17 @@ class Watch:
     # the Job controller's refusals to make this object's pods (FailedCreate events: Pod Security
     # admission, a quota), newest last; None: not read (the account may not list events)
     failed_creates: Callable[[Any], list[str]] | None = None
+    # a pod's pull failures as the kubelet reported them (its Failed events' messages), newest last:
+    # an ImagePullBackOff's own message says only "Back-off pulling image"; None: not read
+    pull_errors: Callable[[Any], list[str]] | None = None
+    # "events" once the account was refused listing them: neither reader is called again (the
+    # Watch is frozen; this set is its one switch)
+    off: set[str] = field(default_factory=set)
 
 
 def wait(watch: Watch, obj: Any, t0: float, *, timeout_s: float, pending_timeout_s: float, poll_s: float,
          sleep: Callable[[float], None], log_follower: LogFollower | None = None,
-         max_poll_s: float | None = None,
+         max_poll_s: float | None = None, pull_allowance_s: float = 600.0,
          ) -> tuple[Any, Any, dict[int, Any], str | None]:
     """Poll until the object ends: (object, Workload, pods by rank, None), or with a verdict string
     when the launcher ended it instead. ``obj`` is the object as created (None if not read yet).
@@ -105,13 +111,19 @@ def wait(watch: Watch, obj: Any, t0: float, *, timeout_s: float, pending_timeout
     no pod's phase): ``poll_s``, then 1.5 times longer each unchanged poll up to ``max_poll_s``
     (default 5 × ``poll_s``), and ``poll_s`` again after any change. A replicate that runs for
     an hour costs its API server a few calls a minute, not 3 every ``poll_s``; its times come
-    from the pods' own timestamps, so the later look only delays noticing the end."""
+    from the pods' own timestamps, so the later look only delays noticing the end.
+
+    A pod whose image does not pull (``ErrImagePull``, ``ImagePullBackOff``) fails the replicate
+    at once when the registry's answer is final (not found, access denied:
+    :func:`~benchrun.launch.k8s_failures.permanent_pull_error`), else once it has failed to pull
+    for ``pull_allowance_s``: the kubelet retries, and a rate limit or a blip passes."""
     kind = watch.kind
     ceiling = max(poll_s, max_poll_s if max_poll_s is not None else 5 * poll_s)
     interval, seen = poll_s, None
     kueue: dict[str, Any] = {"true": set(), "false": set(), "awaiting": False}  # Evicted transitions seen
     started: float | None = None
     refusal_note: str | None = None
+    pulls: dict[str, tuple[float, str | None]] = {}  # pod uid -> (first seen failing to pull, detail)
     errors = 0
     outage_since: float | None = None
     pods: dict[int, Any] = {}
@@ -235,9 +247,14 @@ def wait(watch: Watch, obj: Any, t0: float, *, timeout_s: float, pending_timeout
                 return obj, workload, pods, f"the {kind} failed before its pod finished ({why}); {kind} deleted"
             for rank, pod in sorted(live.items()):
                 reason, message = waiting(pod)
+                where = f"node {rank}: " if watch.name_the_node else ""
                 if reason in FATAL_WAITING:
-                    return obj, workload, pods, (f"node {rank}: " if watch.name_the_node else "") + (
+                    return obj, workload, pods, where + (
                         f"{FATAL_WAITING[reason]}: {reason}" + (f": {message}" if message else ""))
+                if reason in PULL_WAITING:
+                    failed_pull = _pull_verdict(watch, pod, reason, message, pulls, pull_allowance_s)
+                    if failed_pull:
+                        return obj, workload, pods, where + failed_pull
             if started is None and len(live) < watch.nodes and watch.failed_creates is not None \
                     and not _suspended(obj):
                 refusals = _read_refusals(watch, obj)
@@ -264,6 +281,44 @@ def wait(watch: Watch, obj: Any, t0: float, *, timeout_s: float, pending_timeout
             follow.__exit__(None, None, None)
 
 
+def _pull_verdict(watch: Watch, pod: Any, reason: str, message: str | None,
+                  pulls: dict[str, tuple[float, str | None]], allowance_s: float) -> str | None:
+    """The replicate's reason when a pod's failing pull is final or has lasted ``allowance_s``;
+    None while it may still pull. ``pulls`` keeps when each pod was first seen failing and the
+    kubelet's last detail (an ``ErrImagePull`` message, else the pod's newest ``Failed`` event)."""
+    uid = pod.metadata.uid
+    first, detail = pulls.get(uid, (time.monotonic(), None))
+    if message and not message.startswith("Back-off pulling image"):
+        detail = message  # the runtime's answer (ErrImagePull; a newer kubelet's back-off carries it too)
+    if not permanent_pull_error(detail) and watch.pull_errors is not None and "events" not in watch.off:
+        try:
+            found = watch.pull_errors(pod)
+        except (ApiException, HTTPError, OSError) as exc:
+            _events_refused(watch, exc, "a pull failure is judged on the pod's own status")
+            found = []
+        # the kubelet's "Failed to pull image ...: <the runtime's answer>", not its "Error: ImagePullBackOff"
+        answers = [m for m in found if not m.startswith("Error: ")]
+        detail = next((m for m in reversed(answers) if permanent_pull_error(m)), answers[-1] if answers else detail)
+    pulls[uid] = (first, detail)
+    said = detail or message or "no detail"
+    if permanent_pull_error(detail):
+        return f"image pull failed: {reason}: {said}"
+    waited = time.monotonic() - first
+    if waited > allowance_s:
+        return (f"image pull failed: {reason} for {waited:.0f}s, beyond pull_allowance_s={allowance_s:g} (the kubelet "
+                f"kept retrying): {said}")
+    return None
+
+
+def pull_failure_messages(core_api: Any, namespace: str, pod: Any) -> list[str]:
+    """The messages of the pod's ``Failed`` events (the kubelet's pull failures among them), oldest first."""
+    events = core_api.list_namespaced_event(
+        namespace, field_selector=f"involvedObject.uid={pod.metadata.uid},reason=Failed").items
+    stamped = [(epoch(ev.last_timestamp) or epoch(ev.event_time) or epoch(ev.metadata.creation_timestamp) or 0.0,
+                ev.message or "") for ev in events]
+    return [m for _w, m in sorted(stamped, key=lambda t: t[0]) if m]
+
+
 def _suspended(obj: Any) -> bool:
     spec = obj.get("spec") if isinstance(obj, dict) else getattr(obj, "spec", None)
     return bool((spec.get("suspend") if isinstance(spec, dict) else getattr(spec, "suspend", None)) or False)
@@ -272,14 +327,20 @@ def _suspended(obj: Any) -> bool:
 def _read_refusals(watch: Watch, obj: Any) -> list[str]:
     """The object's FailedCreate messages; an account that may not list events (or an API that
     does not answer) only loses this early verdict: the pending timeout still ends the wait."""
-    try:
-        return watch.failed_creates(obj) if watch.failed_creates is not None else []
-    except (ApiException, HTTPError, OSError) as exc:
-        if isinstance(exc, ApiException) and exc.status in (401, 403):
-            log.warning("cannot list events in the namespace (%s): a pod the API server refuses is noticed "
-                        "only at the pending timeout", api_error(exc))
-            watch.failed_creates = None
+    if watch.failed_creates is None or "events" in watch.off:
         return []
+    try:
+        return watch.failed_creates(obj)
+    except (ApiException, HTTPError, OSError) as exc:
+        _events_refused(watch, exc, "a pod the API server refuses is noticed only at the pending timeout")
+        return []
+
+
+def _events_refused(watch: Watch, exc: Exception, loses: str) -> None:
+    """An events read failed: when the account may not list them, stop reading them (and say what is lost)."""
+    if isinstance(exc, ApiException) and exc.status in (401, 403) and "events" not in watch.off:
+        watch.off.add("events")
+        log.warning("cannot list events in the namespace (%s): %s", api_error(exc), loses)
 
 
 def failed_create_messages(core_api: Any, namespace: str, since: float | None,
@@ -405,7 +466,8 @@ def job_watch(client: Any, batch_api: Any, custom_api: Any, namespace: str, name
     watch = Watch(kind="Job", name=name, read=read, nodes=1, ended_by=("Complete",), pod_end_ends=True,
                   no_pod_note=no_pod, name_the_node=False, eviction_retries=eviction_retries, evicted=evicted,
                   failed_creates=lambda job: failed_create_messages(client.core_api, namespace, None,
-                                                                    uids=lambda: {job.metadata.uid}))
+                                                                    uids=lambda: {job.metadata.uid}),
+                  pull_errors=lambda pod: pull_failure_messages(client.core_api, namespace, pod))
     return watch
 
 
@@ -443,7 +505,8 @@ def jobset_watch(core_api: Any, custom_api: Any, namespace: str, name: str, node
                  pod_end_ends=False, no_pod_note=lambda _js: "no pods created", name_the_node=True,
                  eviction_retries=eviction_retries, pod_evictions_replaced=False, evicted=evicted,
                  failed_creates=lambda js: failed_create_messages(
-                     core_api, namespace, epoch((js.get("metadata") or {}).get("creationTimestamp")), names=children))
+                     core_api, namespace, epoch((js.get("metadata") or {}).get("creationTimestamp")), names=children),
+                 pull_errors=lambda pod: pull_failure_messages(core_api, namespace, pod))
 
 
 def _of_jobset(pod: Any, uid: str | None) -> bool:
@@ -474,7 +537,8 @@ def load_job_watch(client: Any, batch_api: Any, custom_api: Any, namespace: str,
     return Watch(kind="Job", name=name, read=read, nodes=pods, ended_by=("Complete", "Failed"), pod_end_ends=False,
                  no_pod_note=no_pod, name_the_node=True,
                  failed_creates=lambda job: failed_create_messages(client.core_api, namespace, None,
-                                                                   uids=lambda: {job.metadata.uid}))
+                                                                   uids=lambda: {job.metadata.uid}),
+                 pull_errors=lambda pod: pull_failure_messages(client.core_api, namespace, pod))
 
 
 def _job_workload(custom_api: Any, namespace: str, job: Any) -> dict[str, Any] | None:

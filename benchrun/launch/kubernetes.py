@@ -391,7 +391,8 @@ class KubernetesLauncher:
     def _wait(self, watch: Any, obj: Any, timeout_s: float, t0: float) -> tuple[Any, Any, dict[int, Any], str | None]:
         # self._sleep is looked up at each poll: launch_layer (and a test) replace it.
         return wait(watch, obj, t0, timeout_s=timeout_s, pending_timeout_s=self.pending_timeout_s,
-                    poll_s=self.poll_s, sleep=lambda s: self._sleep(s), log_follower=self.log_follower)
+                    poll_s=self.poll_s, sleep=lambda s: self._sleep(s), log_follower=self.log_follower,
+                    pull_allowance_s=self.placement.pull_allowance_s)
 
     def _copy_log(self, pod_name: str | None, log_path: Path) -> str | None:
         return copy_log(self.core_api, self.namespace, pod_name, log_path)

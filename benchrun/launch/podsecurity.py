@@ -16,9 +16,12 @@ by default (launcher setting ``pod_security``):
 - ``HOME=/tmp``: an image's other user has no home this uid can write (its HOME is ``/``, or
   root's), and compilers' caches (Triton, inductor) write under it.
 
-A suite on RDMA adds ``IPC_LOCK`` (to pin memory for the NIC): no Pod Security level but
-``privileged`` allows that, so its namespace must not enforce ``baseline`` or ``restricted``;
-the launcher says so when the API server refuses the pod (``refusal_reason``).
+A suite on RDMA adds ``IPC_LOCK`` (to pin memory for the NIC) and runs as its image's user: a
+capability in ``capabilities.add`` reaches a non-root process's effective set only as an ambient
+capability, which Kubernetes never sets, so under the restricted context it would be granted and
+not held. No Pod Security level but ``privileged`` allows either, so its namespace must not
+enforce ``baseline`` or ``restricted``; the launcher says so when the API server refuses the pod
+(``refusal_reason``).
 ``pod_security: none`` leaves the pod's security context to the image (an image that must run
 as root, on a cluster that enforces nothing).
 """

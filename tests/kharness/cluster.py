@@ -416,6 +416,12 @@ class Cluster:
         assert self.control is not None
         self.control.unpullable.add(image)
 
+    def make_flaky(self, image: str, seconds: float) -> None:
+        """Pulls of ``image`` fail with a registry's rate limit (429) for ``seconds`` from each pod's
+        first pull, then succeed."""
+        assert self.control is not None
+        self.control.flaky_pulls[image] = float(seconds)
+
     def image_id(self, image: str) -> str:
         """The ``imageID`` the kubelet reports for ``image`` (a digest derived from its name)."""
         assert self.control is not None

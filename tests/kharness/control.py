@@ -46,7 +46,8 @@ upstream controllers closely enough for a client to rely on the same fields:
   ``PodScheduled=False`` reason ``Unschedulable``. Pods get ``status.qosClass`` at creation.
 - **Kubelet.** Sets the pod's ``startTime`` when it accepts it, then pulls for
   ``pull_seconds`` (an image in ``unpullable`` or on a ``.invalid`` registry ends in
-  ``ErrImagePull`` then ``ImagePullBackOff``; ``activeDeadlineSeconds`` counts from
+  ``ErrImagePull`` then ``ImagePullBackOff``, a ``Failed`` event saying ``not found``; one made
+  flaky fails so with a registry's 429 for a while, then pulls; ``activeDeadlineSeconds`` counts from
   ``startTime``, the pull included), then runs each container's ``command`` +
   ``args`` as a local process in the pod's scratch directory. Volume mount paths are mapped
   into that directory (emptyDir per pod, hostPath as is, a PVC shared by name across pods,
@@ -345,6 +346,7 @@ class ControlPlane:
         self.images = images
         self.default_image = default_image
         self.unpullable = unpullable
+        self.flaky_pulls: dict[str, float] = {}  # image -> seconds its pulls fail with a 429 (Cluster.make_flaky)
         self.host_env = host_env
         self.pull_seconds = pull_seconds
         self.tick = tick
@@ -1197,6 +1199,20 @@ class ControlPlane:
         host = image.split("/", 1)[0] if "/" in image else ""
         return image in self.unpullable or host.endswith(".invalid")
 
+    def _pull_failure(self, image: str, run: _PodRun) -> str | None:
+        """What the container runtime answers a pull of ``image`` now, as containerd words it: not
+        found for good (``unpullable``), a registry's rate limit for the first ``flaky_pulls[image]``
+        seconds of the pod's pulls, else None (it pulls)."""
+        if self._unpullable(image):
+            return (f'rpc error: code = NotFound desc = failed to pull and unpack image "{image}": failed to resolve '
+                    f'reference "{image}": {image}: not found')
+        if time.time() - run.pull_started < self.flaky_pulls.get(image, 0.0):
+            return (f'rpc error: code = Unknown desc = failed to pull and unpack image "{image}": failed to copy: '
+                    "httpReadSeeker: failed open: unexpected status code https://registry.example/v2/bench/manifests/"
+                    "sha256:0: 429 Too Many Requests - Server message: toomanyrequests: You have reached your pull "
+                    "rate limit")
+        return None
+
     async def kubelet(self) -> None:
         live_uids = set()
         for key, pod in self.api.live(PODS):
@@ -1254,7 +1270,8 @@ class ControlPlane:
                 await self._update(key, pod, new)
                 await self._event(pod, "DeadlineExceeded", "Pod was active on the node longer than the specified deadline", "Warning")
                 continue
-            bad = [c for c in spec.get("containers") or [] if self._unpullable(c.get("image", ""))]
+            failures = {c["name"]: self._pull_failure(c.get("image", ""), run) for c in spec.get("containers") or []}
+            bad = [c for c in spec.get("containers") or [] if failures[c["name"]]]
             if bad and run.task is None:
                 reason = "ErrImagePull" if time.time() - run.pull_started < self.pull_seconds * 3 else "ImagePullBackOff"
                 new = copy.deepcopy(pod)
@@ -1268,7 +1285,9 @@ class ControlPlane:
                         "state": {
                             "waiting": {
                                 "reason": reason if c in bad else "PodInitializing",
-                                "message": f'Back-off pulling image "{c.get("image")}"' if c in bad else "",
+                                # the runtime's answer on ErrImagePull; the back-off says only that it waits
+                                "message": ("" if c not in bad else failures[c["name"]] if reason == "ErrImagePull"
+                                            else f'Back-off pulling image "{c.get("image")}"'),
                             }
                         },
                     }
@@ -1276,7 +1295,10 @@ class ControlPlane:
                 ]
                 if json.dumps(new, sort_keys=True) != json.dumps(pod, sort_keys=True):
                     await self._update(key, pod, new)
-                    await self._event(pod, "Failed", f'Failed to pull image "{bad[0].get("image")}": not found', "Warning")
+                    await self._event(pod, "Failed", f'Failed to pull image "{bad[0].get("image")}": '
+                                      f'{failures[bad[0]["name"]]}', "Warning")
+                    # then, as a kubelet does, the bare reason: the newest Failed event says only that
+                    await self._event(pod, "Failed", f"Error: {reason}", "Warning")
                 continue
             if run.task is None and time.time() - run.pull_started >= self.pull_seconds:
                 run.task = asyncio.create_task(self._run_pod(key, pod, run))
