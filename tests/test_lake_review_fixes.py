@@ -1,5 +1,5 @@
 """Iceberg warehouse defects found in review: compaction that rewrote compact days (and expired the
-curations' snapshots), a row digest that changed when a table was made anew, commits that left
+curations' snapshots), also those it had split itself, a row digest that changed when a table was made anew, commits that left
 warehouse.duckdb's views behind, a damaged file's fallback that failed on older files, and a
 first curation racing maintenance's claims."""
 
@@ -229,3 +229,56 @@ def test_maintenance_claiming_between_a_writers_claim_and_its_commit_does_not_du
     lake.commit_run(tmp_path, T, "r-old", [_rows("r-old")], START)
     assert interleaved == [0]  # maintenance ran between the writer's claim and its commit
     assert _table(tmp_path).scan().to_arrow().num_rows == 1
+
+
+def _many(run_id: str, n: int = 2000) -> pa.Table:
+    """``n`` rows of one run in one partition (gemm): some 280 KiB in memory, 13 KiB on disk."""
+    rows = _rows(run_id).take([0] * n)
+    return rows.set_column(rows.schema.get_field_index("request_id"), "request_id",
+                           pa.array([f"{run_id}-req-{i:06d}" for i in range(n)]))
+
+
+def _partition_files(home: Path) -> dict[str, int]:
+    """The table's live data files by partition path: how many each."""
+    out: dict[str, int] = {}
+    for f in _files(home):
+        key = f.rsplit("/", 1)[0]
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+def test_a_partition_compaction_split_by_the_writers_in_memory_size_is_not_rewritten_again(
+        tmp_path: Path) -> None:
+    """pyiceberg's writer splits a file by in-memory Arrow bytes and the parquet is several times smaller
+    on disk: a partition compaction wrote as several files looked, by its on-disk size, like one needing
+    a single file, and every maintenance rewrote it again (two snapshots a time, pushing the runs' out)."""
+    for i in range(4):  # four runs of one day: one partition of four files
+        lake.commit_run(tmp_path, T, f"r{i}", [_many(f"r{i}")], START + dt.timedelta(minutes=i))
+    with laketx.Transaction(_table(tmp_path)) as tx:  # the writer splits a partition at 256 KiB in memory
+        tx.set_properties({"write.target-file-size-bytes": str(256 << 10)})
+    mem = pa.concat_tables([_many(f"r{i}") for i in range(4)]).nbytes
+    disk = sum(t.file.file_size_in_bytes for t in _table(tmp_path).scan().plan_files())
+    assert mem > 2 * (256 << 10) > (256 << 10) > disk  # several files in memory, under one on disk
+    far = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)  # expires nothing
+    before, split = lake.maintain(tmp_path, T, far)[:2]
+    assert before == 4 and split > 1  # compacted: 8,000 rows as the writer splits them
+    head, snapshots = _table(tmp_path).current_snapshot().snapshot_id, len(_table(tmp_path).snapshots())
+    for _ in range(2):  # compact as compaction wrote it: no commit
+        assert lake.maintain(tmp_path, T, far)[:2] == (split, split)
+        assert _table(tmp_path).current_snapshot().snapshot_id == head
+        assert len(_table(tmp_path).snapshots()) == snapshots
+    # a run curated after the compaction adds a file: compacted again, once
+    lake.commit_run(tmp_path, T, "r4", [_rows("r4")], START + dt.timedelta(hours=1))
+    assert lake.maintain(tmp_path, T, far)[:2] == (split + 1, split)
+    snapshots = len(_table(tmp_path).snapshots())
+    assert lake.maintain(tmp_path, T, far)[:2] == (split, split) and len(_table(tmp_path).snapshots()) == snapshots
+    # the compaction's snapshots expired (another day's run made since): still not rewritten
+    lake.commit_run(tmp_path, T, "r5", [_rows("r5")], START + dt.timedelta(days=1))
+    time.sleep(0.01)
+    now = dt.datetime.now(dt.timezone.utc)
+    assert len(lake.maintain(tmp_path, T, now)[2]) == snapshots
+    head = _table(tmp_path).current_snapshot().snapshot_id
+    assert lake.maintain(tmp_path, T, now)[:3] == (split + 1, split + 1, [])
+    assert _table(tmp_path).current_snapshot().snapshot_id == head and len(_table(tmp_path).snapshots()) == 1
+    assert sorted(_partition_files(tmp_path).values()) == [1, split]
+    assert query(f"SELECT count(*) FROM {T}", tmp_path).table.column(0)[0].as_py() == 4 * 2000 + 2

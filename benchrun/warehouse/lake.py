@@ -284,17 +284,6 @@ def table_files(home: Path, table: str) -> int:
 COMPACT_BATCH_BYTES = 256 << 20  # a compaction commit rewrites at most about this much (rarely more than one)
 
 
-def _partitions_to_compact(tbl: Any, skip: set[tuple]) -> list[tuple[tuple, int]]:
-    """(partition, bytes) of each partition of ``tbl``'s spec holding more data files than its size
-    needs (the target file size), oldest day first; ``skip``: rewritten already."""
-    target = int(tbl.properties.get("write.target-file-size-bytes", 512 << 20))
-    sizes: dict[tuple, list[int]] = {}
-    for f in (task.file for task in tbl.scan().plan_files() if task.file.spec_id == tbl.spec().spec_id):
-        sizes.setdefault(tuple(f.partition[i] for i in range(len(f.partition))), []).append(f.file_size_in_bytes)
-    return [(key, sum(s)) for key, s in sorted(sizes.items(), key=lambda kv: [(v is not None, v) for v in kv[0]])
-            if key not in skip and len(s) > max(1, -(-sum(s) // target))]
-
-
 def _partition_rows(key: tuple) -> Any:
     """The rows of one partition: (run_day, and suite where the table has it) as :func:`_partition_spec` makes them."""
     from pyiceberg.expressions import And, EqualTo, IsNull
@@ -306,22 +295,15 @@ def _partition_rows(key: tuple) -> Any:
     return where
 
 
-def _any_of(exprs: list[Any]) -> Any:
-    """``Or`` of ``exprs`` as a balanced tree: pyiceberg's visitors recurse once per level."""
-    from pyiceberg.expressions import Or
-
-    half = len(exprs) // 2
-    return exprs[0] if len(exprs) == 1 else Or(_any_of(exprs[:half]), _any_of(exprs[half:]))
-
-
 def compact(home: Path, table: str, *, attempts: int = COMMIT_ATTEMPTS) -> tuple[int, int]:
-    """Rewrite each partition (day, suite) of ``table`` holding more files than its size needs as one
-    file: one commit per table (per ``COMPACT_BATCH_BYTES`` rewritten), none when all are compact (a day
-    of two suites stays two files: rewriting it at every maintenance pushed the runs' snapshots out of
-    the writers' bound); data files (before, after). A lost race is planned again on the new snapshot."""
+    """Rewrite each partition (day, suite) of ``table`` whose files several snapshots added
+    (:func:`lakecompact.partitions_to_compact`) as the writer splits it: one commit per table (per
+    ``COMPACT_BATCH_BYTES`` rewritten), none when all are compact (a day of two suites, or one
+    compaction split, stays so: rewriting it at every maintenance pushed the runs' snapshots out of the
+    writers' bound); data files (before, after). A lost race is planned again on the new snapshot."""
     from pyiceberg.exceptions import CommitFailedException, ValidationException
 
-    from benchrun.warehouse import laketx
+    from benchrun.warehouse import lakecompact, laketx
 
     before = table_files(home, table)
     done: set[tuple] = set()  # rewritten by this call, not again (one over the target size stays several files)
@@ -331,13 +313,13 @@ def compact(home: Path, table: str, *, attempts: int = COMMIT_ATTEMPTS) -> tuple
         if tbl.current_snapshot() is None:
             break
         batch, size = [], 0
-        for key, nbytes in _partitions_to_compact(tbl, done):
+        for key, nbytes in lakecompact.partitions_to_compact(tbl, done):
             if batch and size + nbytes > COMPACT_BATCH_BYTES:
                 break
             batch, size = [*batch, key], size + nbytes
         if not batch:
             break
-        where = _any_of([_partition_rows(key) for key in batch])
+        where = lakecompact.any_of([_partition_rows(key) for key in batch])
         rows = tbl.scan(row_filter=where).to_arrow()
         try:
             props = {"benchrun.operation": "compact", SNAPSHOT_COMMIT_PROPERTY: uuid.uuid4().hex}
