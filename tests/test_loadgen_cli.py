@@ -55,6 +55,8 @@ def test_loadgen_json_summary_and_outputs(server, tmp_path, monkeypatch, capsys)
 
     assert not any(point_passes_slo(s, SLO(ttft_ms=1000, decode_ms_per_token=100)) for s in alls)
     assert doc["capacity_at_slo"] is None
+    assert "a point needs 368 completed requests for a supported p99 at 95% (--requests, or a longer --duration)" in \
+        doc["capacity_at_slo_note"]
     table = pq.read_table(tmp_path / doc["files"]["requests"])
     assert table.num_rows == 20
     assert all((tmp_path / f).is_file() for f in doc["files"]["figures"])

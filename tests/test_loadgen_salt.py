@@ -237,3 +237,65 @@ def test_the_cli_salts_each_run_unless_told_otherwise(server, tmp_path, monkeypa
     assert f1 == f2 == "fixed" and q1 == q2
     (n1, r1), (n2, r2) = run("--prompt-salt", "none"), run("--prompt-salt", "none")
     assert n1 is None is n2 and r1 == r2 != q1
+
+
+# -- follow-ups found in review ----------------------------------------------------------------
+
+
+def test_a_tokenizers_filler_words_are_salted_too(tmp_path):
+    """The tokenizer's prompt builder tops a prompt up with one-token filler words drawn by
+    ``rng.permutation``, which the salt did not see: every salt ended a prompt on the same fillers
+    (12 of these 40 prompts ended on the same word under two salts). Now they are renamed among the
+    fillers, while the random stream is used as before: the lengths stay exact and the draws after a
+    prompt are the seed's."""
+    from benchrun.loadgen.workload import salt_permutation, salted
+
+    tok = HFTokenizer(_bpe(tmp_path))
+    same_end = 0
+    for k in range(40):
+        texts, states = {}, set()
+        for salt in (None, "x", "y"):
+            rng = np.random.default_rng([7, k])
+            texts[salt] = tok.build(10 + k, salted(rng, salt_permutation(salt)))
+            assert tok.count(texts[salt]) == 10 + k and set(texts[salt].split()) <= set(VOCABULARY)
+            states.add(json.dumps(rng.bit_generator.state))
+        assert len(states) == 1  # the same draws, salted or not
+        same_end += texts["x"].split()[-1] == texts["y"].split()[-1]
+        again = tok.build(10 + k, salted(np.random.default_rng([7, k]), salt_permutation("x")))
+        assert again == texts["x"]  # the same salt, the same prompt
+    assert same_end == 0
+
+
+def test_a_salt_beside_a_trace_is_refused_by_the_suite(tmp_path):
+    """The CLI refuses --prompt-salt beside --trace; the suite took the parameter and ignored it."""
+    from benchrun.suites import serving_sweep
+    from benchrun.suites._runtime import SuiteContext
+
+    tr = tmp_path / "t.jsonl"
+    tr.write_text("".join(json.dumps({"timestamp": 20 * i, "input_length": 8, "output_length": 2}) + "\n" for i in range(3)))
+    env = {"BENCHRUN_RUN_ID": "r1", "BENCHRUN_RUN_DIR": str(tmp_path), "BENCHRUN_SUITE": "serving_sweep",
+           "BENCHRUN_REPLICATE": "1", "BENCHRUN_CASE_ID": "case-1",
+           "BENCHRUN_PARAMS": json.dumps({"trace": str(tr), "prompt_salt": "mine"}),
+           "BENCHRUN_WORKLOAD": json.dumps({"model": "m", "concurrencyModel": "open_loop"})}
+    with pytest.raises(BenchrunError, match="parameter trace replays the trace's own prompts; parameter prompt_salt "
+                                            "cannot apply to it: leave it out"):
+        serving_sweep.run(SuiteContext(env))
+
+
+def test_a_dataset_run_records_no_salt(server, tmp_path, monkeypatch, capsys):
+    """A dataset's prompts are sent as written: the run recorded the salt it never applied."""
+    ds = tmp_path / "d.jsonl"
+    ds.write_text("".join(json.dumps({"prompt": f"say {w} twice", "output_tokens": 2}) + "\n" for w in VOCABULARY[:6]))
+    content = ContentConfig(dataset=str(ds))
+    cfg = SweepConfig(url=server.url, model="m", mix=tuple(parse_mix("8/2")), points=(LoadPoint("closed_loop", 1),),
+                      requests_per_point=4, warmup=0, content=content, prompt_salt="mine")
+    assert cfg.prompt_salt is None
+    assert SweepConfig(url=server.url, model="m", mix=cfg.mix, points=cfg.points, prompt_salt="mine").prompt_salt == "mine"
+    for extra in ([], ["--prompt-salt", "mine"]):
+        doc = _cli(["loadgen", "--url", server.url, "--model", "m", "--concurrency", "1", "--requests", "4",
+                    "--warmup", "0", "--out", str(tmp_path / "out"), "--json", "--allow-invalid", "--dataset", str(ds),
+                    *extra], monkeypatch, capsys)
+        assert doc["context"]["config"]["prompt_salt"] is None
+        rows = pq.read_table(tmp_path / "out" / doc["files"]["requests"]).to_pylist()
+        log = _log(server)
+        assert {_prompt(log[r["request_id"]]) for r in rows} <= {f"say {w} twice" for w in VOCABULARY[:6]}

@@ -55,7 +55,8 @@ def _fmt(v: Any, nd: int = 2) -> str:
     return str(v)
 
 
-def _print_table(summaries: list[dict[str, Any]], capacity: float | None, has_slo: bool) -> None:
+def _print_table(summaries: list[dict[str, Any]], capacity: float | None, has_slo: bool,
+                 capacity_why: str | None = None) -> None:
     from rich.markup import escape
     from rich.table import Table
 
@@ -93,7 +94,8 @@ def _print_table(summaries: list[dict[str, Any]], capacity: float | None, has_sl
         if s["bucket"] == "all" and s.get("output_tokens_note"):
             con.print(f"[bold]{escape(str(s['point']))}[/bold] note: " + escape(s["output_tokens_note"]))
     if has_slo:
-        con.print(f"capacity_at_slo: {_fmt(capacity, 3) if capacity is not None else 'none (no point met the SLO at p99)'}")
+        none = f"none ({capacity_why or 'no point met the SLO at p99'})"
+        con.print(f"capacity_at_slo: {_fmt(capacity, 3) if capacity is not None else escape(none)}")
 
 
 EXIT_INVALID = 3
@@ -168,7 +170,7 @@ def register(app: typer.Typer) -> None:
         too many errors, the offered load not achieved, the client saturated), 1 on an error,
         130 when interrupted; the outputs are written in every case.
         """
-        from benchrun.loadgen.metrics import Pricing, VerdictPolicy
+        from benchrun.loadgen.metrics import Pricing, VerdictPolicy, capacity_reason
         from benchrun.loadgen.output import plot_latency_throughput, write_requests_parquet
         from benchrun.loadgen.runner import LoadPoint, SweepConfig, run_sweep
         from benchrun.loadgen.workload import MixError, parse_mix
@@ -328,6 +330,8 @@ def register(app: typer.Typer) -> None:
         if entries is not None:
             result.context["trace"] = tracing.describe(entries, str(trace_file), speedup)
         figs, why = plot_latency_throughput(result.summaries, out / "figures", f"{run_id}_loadgen", synthetic=synthetic)
+        capacity_why = capacity_reason([x for x in result.summaries if x.get("bucket") == "all"], cfg.slo,
+                                       cfg.policy.confidence, more="--requests, or a longer --duration")
         summary = {
             "schema": "benchrun.loadgen_summary/v1",
             "run_id": run_id,
@@ -335,6 +339,7 @@ def register(app: typer.Typer) -> None:
             "finished_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "synthetic": synthetic,
             "capacity_at_slo": result.capacity_at_slo,
+            "capacity_at_slo_note": capacity_why,
             "points": result.summaries,
             "context": result.context,
             "files": {
@@ -354,7 +359,7 @@ def register(app: typer.Typer) -> None:
         if json_out:
             print(json.dumps(summary, indent=2, sort_keys=True, default=str))
         else:
-            _print_table(result.summaries, result.capacity_at_slo, cfg.slo is not None)
+            _print_table(result.summaries, result.capacity_at_slo, cfg.slo is not None, capacity_why)
             print(f"requests: {raw}\nsummary: {sp}\nfigures: {', '.join(map(str, figs)) or why}")
         invalid = [x for x in result.summaries if x.get("bucket") == "all" and x.get("verdict") == "invalid"]
         if invalid and not allow_invalid:

@@ -97,6 +97,12 @@ class SweepConfig:
     server_metrics_url: str | None = None
     server_metrics_interval_s: float = 1.0
 
+    def __post_init__(self) -> None:
+        # a dataset's prompts and a trace's are sent as written: a salt given for them renames
+        # nothing, and the config (recorded in the result) says what was sent, so it holds none
+        if self.prompt_salt is not None and (self.trace or (self.content is not None and self.content.dataset)):
+            object.__setattr__(self, "prompt_salt", None)
+
     def check(self) -> None:
         """Raise BenchrunError naming the bad field."""
         if not self.points:

@@ -6,10 +6,17 @@ Definitions follow CONTRACT.md §5; the field names are those of
 from several worker processes are merged first and the percentiles computed once over the
 merged rows (percentiles are never averaged).
 
-- ``n_requests`` counts completed requests, ``n_errors`` failed ones (``error_kinds``
-  splits them by kind); distributions are over completed requests only.
-- Percentiles: ``numpy.percentile`` with linear interpolation; ``std`` is the population
-  standard deviation (ddof=0, as vLLM reports it).
+- ``n_requests`` counts completed requests, ``n_errors`` failed ones (split by ``error_kinds``).
+- Percentiles without failures: ``numpy.percentile`` (linear) over completed requests; ``std``
+  is the population standard deviation (ddof=0, as vLLM reports it).
+- With failures (errors, timeouts) a latency percentile ranks **all** requests, a failed one
+  without a value *censored*, slower than every value, as :mod:`benchrun.stats.tails` pools them
+  (:func:`ranked_quantiles`, Hazen's positions; :func:`latencies` says which failures each
+  distribution censors; ``token_gap_ms`` stays of completed requests). A percentile whose rank
+  falls among the censored (:func:`censored_at`) is unknown, its value shown the largest known (a
+  lower bound): ``percentiles_censored`` lists it per distribution, ``percentiles_note`` says
+  why, an SLO at it is not met, and for the point's requests (``e2e_ms``) it leaves
+  ``percentiles_supported`` and invalidates the verdict when it is the verdict's percentile.
 - ``window_s``: first measured send to the last measured request's end (success or error).
   Bucket rows use their point's window (buckets are interleaved in time).
 - ``achieved_concurrency`` (closed loop): the time-average, between the first and the last
@@ -19,9 +26,9 @@ merged rows (percentiles are never averaged).
   the concurrency; requests in flight are then lower by the think time's share.
 - ``per_user_output_tokens_per_s``: mean over completed requests of output tokens / e2e s.
 - ``ttft_ms`` and ``e2e_ms`` run from the request's send, so a connection a request had to open
-  counts in them; ``connect_ms_*`` is the distribution of that set-up over the completed
-  requests that opened one (``n_new_connections`` of them; all null when none did, the usual
-  case with connections opened before the go time).
+  counts in them; ``connect_ms_*`` is the distribution of that set-up over the requests that
+  opened one (``n_new_connections`` of them; all null when none did, the usual case with
+  connections opened before the go time).
 - ``jitter_ms``: median over requests with ≥ 2 token gaps of the standard deviation (ddof=0)
   of that request's gaps.
 - A request is *good* when it completed and meets every declared SLO: ``ttft_ms``,
@@ -31,11 +38,6 @@ merged rows (percentiles are never averaged).
 - Cost: price per node-second x nodes x window, divided by completed requests (output
   tokens; good requests). Bucket rows apportion the window's cost by output-token share,
   so the cost per token is the same for every bucket of a point. Without a price, null.
-- Failed requests (errors, timeouts) are *censored*: slower than every completed one, as
-  :mod:`benchrun.stats.tails` pools them. A percentile q whose rank falls among them (failed >
-  (1 - q) x all requests) is unknown: it leaves ``percentiles_supported``, ``percentiles_note``
-  says why (the value shown, of completed requests only, is a lower bound), the verdict is
-  invalid when it is the verdict's percentile, and an SLO on it is not met.
 - ``capacity_at_slo``: loads in ascending order, the highest of the leading run of loads whose
   point meets **every** declared SLO at p99 (TTFT, decode pace, e2e), with a p99 its request
   count supports (:func:`requests_needed`, 368 at 95 %) and failures do not censor, and a verdict
@@ -66,14 +68,21 @@ import numpy as np
 from benchrun.suites.result import PERCENTILE_SUFFIXES as SUFFIXES
 
 PERCENTILES: dict[str, float] = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
+# the same as fractions (the censoring rule's exact arithmetic) and as the floats nearest them
+QUANTILES: dict[str, Fraction] = {name: Fraction(str(p)) / 100 for name, p in PERCENTILES.items()}
 
 
-def distribution(values: Iterable[float | None], base: str) -> dict[str, float | None]:
-    """``{base}_{mean,p50,p90,p95,p99,p999,min,max,std}``; all null when there are no values."""
+def distribution(values: Iterable[float | None], base: str, censored: int | None = None) -> dict[str, float | None]:
+    """``{base}_{mean,p50,p90,p95,p99,p999,min,max,std}``; all null when there are no values.
+    ``censored`` (given when the point had failures): that many requests without a value, slower
+    than every value; the percentiles then rank all requests (:func:`ranked_quantiles`)."""
     arr = np.asarray([v for v in values if v is not None], dtype=float)
     if arr.size == 0:
         return {f"{base}_{s}": None for s in SUFFIXES}
-    qs = np.percentile(arr, list(PERCENTILES.values()))
+    if censored is None:
+        qs = np.percentile(arr, list(PERCENTILES.values()))
+    else:
+        qs = ranked_quantiles(arr, censored, [float(q) for q in QUANTILES.values()])
     out: dict[str, float | None] = {f"{base}_mean": float(arr.mean())}
     for name, q in zip(PERCENTILES, qs):
         out[f"{base}_{name}"] = float(q)
@@ -81,6 +90,26 @@ def distribution(values: Iterable[float | None], base: str) -> dict[str, float |
     out[f"{base}_max"] = float(arr.max())
     out[f"{base}_std"] = float(arr.std())
     return out
+
+
+def ranked_quantiles(values: np.ndarray, censored: int, qs: Sequence[float]) -> np.ndarray:
+    """The ``qs``-quantiles of ``values`` ranked among ``values.size + censored`` requests, the
+    censored slower than every value: Hazen's positions, each value at the middle of its 1/N,
+    linear in between, as ``benchrun.stats.tails.pooled_quantile`` computes them (for one point,
+    the same numbers; the stats layer imports this one, not the reverse). A q past the last
+    value's position (:func:`censored_at`) gives the last value: a lower bound, not the quantile."""
+    ws = np.full(values.size + censored, 1.0 / (values.size + censored))
+    mid = (np.cumsum(ws) - ws / 2)[: values.size]
+    return np.interp(np.asarray(qs, dtype=float), mid, np.sort(values))
+
+
+def censored_at(n_values: int, n_censored: int) -> list[str]:
+    """The percentiles whose rank falls among ``n_censored`` requests slower than ``n_values``
+    others: ``benchrun.stats.tails.pooled_quantile``'s rule (its +inf), q > (n_values - 1/2) / N,
+    in exact arithmetic (tails' float sums also say +inf where q is exactly the last value's
+    position, as 0.9 at 14 of 15)."""
+    total = n_values + n_censored
+    return [name for name, q in QUANTILES.items() if n_censored > 0 and q * total > n_values - Fraction(1, 2)]
 
 
 def min_samples(quantile: float, confidence: float = 0.99) -> int:
@@ -264,18 +293,9 @@ def pooled_reasons(reasons: Sequence[str]) -> list[str]:
     return [r for r in reasons if not str(r).endswith((COUNT_REASON_TAIL, *LEGACY_COUNT_REASON_TAILS))]
 
 
-def verdict(
-    *,
-    load_model: str,
-    offered_load: float,
-    n_completed: int,
-    n_errors: int,
-    error_kinds: dict[str, int],
-    stats: dict[str, Any],
-    client: dict[str, Any],
-    policy: VerdictPolicy,
-    error_example: str | None = None,
-) -> tuple[str, list[str]]:
+def verdict(*, load_model: str, offered_load: float, n_completed: int, n_errors: int, error_kinds: dict[str, int],
+            stats: dict[str, Any], client: dict[str, Any], policy: VerdictPolicy,
+            error_example: str | None = None) -> tuple[str, list[str]]:
     """``("valid" | "invalid", reasons)`` for one point (or one bucket of it); ``error_example``
     (one error of the most common kind) is quoted in the error-rate reason, so a rejected field
     and the flag that removes it reach the user, not only the per-request rows."""
@@ -322,17 +342,16 @@ def verdict(
 
 
 def censored_percentiles(n_completed: int, n_errors: int) -> list[str]:
-    """The percentiles whose rank falls among the failed requests, each slower than every completed
-    one (:mod:`benchrun.stats.tails`): failed > (1 - q) x all requests. Exact (no float rounding)."""
-    total = n_completed + n_errors
-    return [name for name, q in PERCENTILES.items()
-            if n_errors > 0 and n_errors > (1 - Fraction(str(q)) / 100) * total]
+    """The point's percentiles whose rank falls among the failed requests, each slower than every
+    completed one: :func:`censored_at` (``benchrun.stats.tails``' rule for the comparison's p99)."""
+    return censored_at(n_completed, n_errors)
 
 
 def censored_reason(name: str, n_errors: int, total: int) -> str:
-    """Why percentile ``name`` is unknown: its tail holds fewer requests than failed."""
-    return (f"{name} not supported: {n_errors} of {total} requests failed, beyond its {100 - PERCENTILES[name]:.3g} % "
-            "tail (a failed request counts as slower than every completed one)")
+    """Why percentile ``name`` is unknown: its (Hazen) rank is past the last known value."""
+    rank = QUANTILES[name] * total + Fraction(1, 2)
+    return (f"{name} not supported: {n_errors} of {total} requests failed, and its rank ({float(rank):.10g} of {total}) "
+            f"is past the {total - n_errors} known (a failed request counts as slower than every completed one)")
 
 
 def supported_percentiles(n: int, confidence: float = 0.95, n_errors: int = 0) -> list[str]:
@@ -343,21 +362,10 @@ def supported_percentiles(n: int, confidence: float = 0.95, n_errors: int = 0) -
             if n >= requests_needed(q / 100.0, confidence) and name not in censored]
 
 
-def summarize(
-    rows: Sequence[dict[str, Any]],
-    *,
-    point: str,
-    load_model: str,
-    offered_load: float,
-    bucket: str,
-    window: float | None,
-    slo: SLO | None,
-    pricing: Pricing | None,
-    point_output_tokens: int | None = None,
-    stats: dict[str, Any] | None = None,
-    client: dict[str, Any] | None = None,
-    policy: VerdictPolicy | None = None,
-) -> dict[str, Any]:
+def summarize(rows: Sequence[dict[str, Any]], *, point: str, load_model: str, offered_load: float, bucket: str,
+              window: float | None, slo: SLO | None, pricing: Pricing | None, point_output_tokens: int | None = None,
+              stats: dict[str, Any] | None = None, client: dict[str, Any] | None = None,
+              policy: VerdictPolicy | None = None) -> dict[str, Any]:
     """One serving summary row (point x bucket) from measured request rows.
 
     ``window`` is the point's window; ``point_output_tokens`` the point's total output
@@ -379,13 +387,15 @@ def summarize(
         "error_kinds": kinds,
         "window_s": window,
     }
-    out.update(distribution((r["ttft_ms"] for r in ok), "ttft_ms"))
-    out.update(distribution((r["decode_ms_per_token"] for r in ok), "decode_ms_per_token"))
-    out.update(distribution((r["e2e_ms"] for r in ok), "e2e_ms"))
+    lat = latencies(ok, errs)
+    censored_by: dict[str, list[str]] = {}
+    for base, (values, n_cens) in lat.items():
+        out.update(distribution(values, base, n_cens if errs else None))
+        got = censored_at(len(values), n_cens)
+        if got:
+            censored_by[base] = got
     out.update(distribution((g for r in ok for g in (r.get("token_gaps_ms") or ())), "token_gap_ms"))
-    connects = [r["connect_ms"] for r in ok if r.get("connect_ms") is not None]
-    out["n_new_connections"] = len(connects)
-    out.update(distribution(connects, "connect_ms"))
+    out["n_new_connections"] = len(lat["connect_ms"][0])
     stds = [r["token_gap_std_ms"] for r in ok if r.get("token_gap_std_ms") is not None]
     out["jitter_ms"] = float(np.median(stds)) if stds else None
     out_tokens = int(sum(r["output_tokens"] or 0 for r in ok))
@@ -432,20 +442,18 @@ def summarize(
     out["client_cpu_max"] = cl.get("client_cpu_max")
     out["loop_lag_p99_ms"] = cl.get("loop_lag_p99_ms")
     out["percentiles_supported"] = supported_percentiles(len(ok), policy.confidence, len(errs))
+    out["percentiles_censored"] = censored_by if errs else None
     censored = censored_percentiles(len(ok), len(errs))
+    notes = [censored_reason(name, len(errs), len(rows)) for name in censored]
+    for base, names in censored_by.items():  # a distribution of fewer values (decode, connect) censored further
+        values, n_cens = lat[base]
+        notes += [f"{base}: {censored_reason(name, n_cens, len(values) + n_cens)}"
+                  for name in names if name not in censored]
     out["percentiles_note"] = "; ".join(
-        [censored_reason(name, len(errs), len(rows)) for name in censored]
-        + [f"the {', '.join(censored)} shown {'is' if len(censored) == 1 else 'are'} of completed requests only, "
-           "a lower bound"]) if censored else None
+        notes + ["a value shown for a percentile not supported is the largest known, a lower bound"]) if notes else None
     v, reasons = verdict(
-        load_model=load_model,
-        offered_load=offered_load,
-        n_completed=len(ok),
-        n_errors=len(errs),
-        error_kinds=kinds,
-        stats=st,
-        client=cl,
-        policy=policy,
+        load_model=load_model, offered_load=offered_load, n_completed=len(ok), n_errors=len(errs), error_kinds=kinds,
+        stats=st, client=cl, policy=policy,
         error_example=next((r.get("error") for r in errs if kinds and r.get("error_kind") == max(kinds, key=kinds.__getitem__)), None),
     )
     out["verdict"] = v
@@ -459,6 +467,22 @@ def summarize(
         "for a server that streams one token a chunk; ask it for usage (stream_options.include_usage, "
         "--include-usage)" if from_chunks else None)
     return out
+
+
+def latencies(ok: Sequence[dict[str, Any]], errs: Sequence[dict[str, Any]]) -> dict[str, tuple[list[Any], int]]:
+    """Per latency distribution: its values and how many failed requests it censors (slower than
+    every value). ``e2e_ms``: every failed one (as the comparison). ``ttft_ms``: those failed before
+    their first token; one failed after it has a real TTFT, a value. ``decode_ms_per_token``: those
+    failed after their first token (the decode did not finish); one failed before never decoded and
+    is left out, as a one-token answer is. ``connect_ms``: those whose connection failed; a failed
+    request that connected has a real connect time."""
+    started = [r for r in errs if r.get("first_token_mono_ns") is not None]
+    out = {"ttft_ms": ([r["ttft_ms"] for r in ok] + [(r["first_token_mono_ns"] - r["send_mono_ns"]) / 1e6 for r in started],
+                       len(errs) - len(started)),
+           "decode_ms_per_token": ([r["decode_ms_per_token"] for r in ok], len(started)),
+           "e2e_ms": ([r["e2e_ms"] for r in ok], len(errs)),
+           "connect_ms": ([r.get("connect_ms") for r in (*ok, *errs)], sum(r.get("error_kind") == "connect" for r in errs))}
+    return {k: ([v for v in values if v is not None], n) for k, (values, n) in out.items()}
 
 
 def capacity_problems(p: dict[str, Any], slo: SLO, confidence: float = 0.95) -> list[str]:
@@ -476,14 +500,17 @@ def capacity_problems(p: dict[str, Any], slo: SLO, confidence: float = 0.95) -> 
     n, n_err = int(p.get("n_requests") or 0), int(p.get("n_errors") or 0)
     if not n:
         return ["no completed request"]
-    out = []
-    if "p99" in censored_percentiles(n, n_err):
+    out, censored = [], "p99" in censored_percentiles(n, n_err)
+    if censored:
         out.append(censored_reason("p99", n_err, n + n_err))
     elif _p99_short(p, confidence):
         out.append(f"p99 not supported: {n} completed requests < {requests_needed(0.99, confidence)} needed at "
                    f"{confidence:.0%}")
     for key, limit in slo.as_dict().items():
         value = p.get(f"{key}_p99")
+        if not censored and "p99" in (p.get("percentiles_censored") or {}).get(key, ()):
+            out.append(f"{key}_p99 not supported: its rank falls among its failed requests")  # decode, of fewer
+            continue
         if value is None and key == "decode_ms_per_token":
             continue
         if value is None or value > limit:

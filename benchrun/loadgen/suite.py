@@ -117,6 +117,10 @@ def run_serving_suite(
 ) -> SweepResult:
     """Run ``points`` against the endpoint (or a self-started reference server) and report;
     ``sweep`` adds ``capacity_at_slo`` across the points."""
+    if extra and extra.get("trace") and ctx.params.get("prompt_salt") is not None:
+        # as the CLI refuses --prompt-salt beside --trace: a replay sends the trace's own prompts
+        raise BenchrunError(f"suite {ctx.suite}: parameter trace replays the trace's own prompts; parameter "
+                            "prompt_salt cannot apply to it: leave it out")
     model, mix, _, slo, pricing, notes = workload_inputs(ctx)
     content = content_inputs(ctx)
     try:
@@ -147,7 +151,7 @@ def run_serving_suite(
             # strict checks (2.5 is refused, not truncated to 2), each error naming the parameter
             warmup=int_param(ctx, "warmup", None, minimum=0),  # type: ignore[arg-type]  (None: one per stream)
             seed=int_param(ctx, "seed", 0, minimum=0),
-            prompt_salt=None if extra and extra.get("trace") else prompt_salt_of(ctx),  # a replay sends the trace's prompts
+            prompt_salt=prompt_salt_of(ctx),  # none kept for a trace or a dataset (SweepConfig: sent as written)
             workers=int_param(ctx, "workers", 1, minimum=1, maximum=1024),
             # None: as the endpoint's path says (.../v1/chat/completions), else completions
             api=choice_param(ctx, "api", None, ("completions", "chat")),  # type: ignore[arg-type]

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from benchrun.loadgen.workload import VOCABULARY, make_prompt
+from benchrun.loadgen.workload import VOCABULARY, make_prompt, renamed_within
 
 
 class TokenizerError(ValueError):
@@ -67,6 +67,7 @@ class HFTokenizer:
         self._fillers = [w for w in VOCABULARY if len(self._ids(" " + w)) == 1 and len(self._ids("a " + w)) == len(self._ids("a")) + 1]
         if not self._fillers:
             self._fillers = list(VOCABULARY)
+        self._filler_ids = [VOCABULARY.index(w) for w in self._fillers]
 
     def _ids(self, text: str) -> list[int]:
         return self._tok.encode(text, add_special_tokens=False).ids
@@ -97,7 +98,10 @@ class HFTokenizer:
                 hi = mid - 1
         chosen = words[:lo]
         have = extra(chosen)
-        order = [self._fillers[i] for i in rng.permutation(len(self._fillers))]
+        # the fillers' order is drawn as before (the stream's use unchanged), then renamed among the
+        # fillers by a salted rng's salt, so the last words change with the salt too (and stay fillers)
+        rename = renamed_within(rng, self._filler_ids)
+        order = [self._fillers[rename[i]] for i in rng.permutation(len(self._fillers))]
         while have < n:
             for w in order:
                 c = extra(chosen + [w])

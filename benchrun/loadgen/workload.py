@@ -15,7 +15,7 @@ import hashlib
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -180,8 +180,20 @@ class SaltedWords:
         x = self.rng.integers(low, high, size, *args, **kwargs)
         return self.perm[x] if (low, high) == (0, len(VOCABULARY)) else x
 
+    def within(self, members: Sequence[int]) -> np.ndarray:
+        """The salt's renaming of the vocabulary words ``members`` (their indices) among themselves:
+        position i -> the member to send in its place, a permutation of ``range(len(members))``.
+        For draws over a subset (a tokenizer's one-token fillers) that :meth:`integers` cannot see;
+        the same salt always gives the same renaming, and without a salt it is the identity."""
+        return np.argsort(self.perm[np.asarray(members, dtype=int)], kind="stable")
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.rng, name)
+
+
+def renamed_within(rng: Any, members: Sequence[int]) -> np.ndarray:
+    """:meth:`SaltedWords.within` of a salted ``rng``, the identity for a plain one."""
+    return rng.within(members) if isinstance(rng, SaltedWords) else np.arange(len(members))
 
 
 def salted(rng: np.random.Generator, perm: np.ndarray | None) -> Any:

@@ -70,7 +70,9 @@ def pooled_quantile(replicates: Sequence[np.ndarray], q: float) -> float:
     mid = np.cumsum(ws) - ws / 2
     done = np.isfinite(vals[order])  # the censored (+inf) sort last
     if not done.all():
-        if not done.any() or q > mid[done][-1]:
+        # q at the last completed value's own position is that value: the cumulative sum's rounding
+        # (14/15 - 1/30 summed as 0.8999999999999999) must not push it among the censored
+        if not done.any() or q > mid[done][-1] + 1e-12:
             return math.inf
         return float(np.interp(q, mid[done], vals[order][done]))
     return float(np.interp(q, mid, vals[order]))
