@@ -277,9 +277,12 @@ def test_a_salt_beside_a_trace_is_refused_by_the_suite(tmp_path):
            "BENCHRUN_REPLICATE": "1", "BENCHRUN_CASE_ID": "case-1",
            "BENCHRUN_PARAMS": json.dumps({"trace": str(tr), "prompt_salt": "mine"}),
            "BENCHRUN_WORKLOAD": json.dumps({"model": "m", "concurrencyModel": "open_loop"})}
-    with pytest.raises(BenchrunError, match="parameter trace replays the trace's own prompts; parameter prompt_salt "
+    with pytest.raises(BenchrunError, match=r"parameter trace replays the trace's own prompts .*; parameter prompt_salt "
                                             "cannot apply to it: leave it out"):
         serving_sweep.run(SuiteContext(env))
+    # and `benchrun validate` says so before any replicate runs (its check is the suite's own)
+    assert any("parameter prompt_salt cannot apply to it" in c for c in serving_sweep.conflicts(
+        {"trace": "t.jsonl", "prompt_salt": "mine"}, {"concurrencyModel": "open_loop"}))
 
 
 def test_a_dataset_run_records_no_salt(server, tmp_path, monkeypatch, capsys):

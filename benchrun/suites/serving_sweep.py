@@ -95,7 +95,7 @@ def conflicts(params: Mapping[str, Any], workload: Mapping[str, Any]) -> list[st
         return out + _load_conflicts(params, str(workload.get("concurrencyModel") or "").strip())
     # the replay sends the trace's own prompts; content would be reported as used, never sent
     given = (["workload.dataset"] if workload.get("dataset") else []) + [
-        f"parameter {n}" for n in ("tokenizer", "session_turns", "shared_prefix") if params.get(n) is not None]
+        f"parameter {n}" for n in ("tokenizer", "session_turns", "shared_prefix", "prompt_salt") if params.get(n) is not None]
     if given:
         out.append(f"parameter trace replays the trace's own prompts (its lengths and prefix blocks); "
                    f"{', '.join(given)} cannot apply to it: leave {_plural(given, 'it', 'them')} out, or run the "
