@@ -39,12 +39,12 @@ def test_metric_rows_keep_nccl_tests_definitions() -> None:
     n = 8
     for size in (2097152, 8388608, 33554432):
         for placement in ("out_of_place", "in_place"):
-            case = f"bytes={size},type=float,redop=sum,{placement}"
+            case = f"collective=all_reduce,bytes={size},type=float,redop=sum,{placement}"
             t, alg, bus = by[("mean_latency_us", case)], by[("algbw_gb_per_s", case)], by[("busbw_gb_per_s", case)]
             assert alg == pytest.approx(size / t / 1e3, abs=0.01)  # GB/s from bytes and us
             assert bus == pytest.approx(alg * 2 * (n - 1) / n, abs=0.02)
             assert by[("wrong_values", case)] == 0
-    assert by[("avg_busbw_gb_per_s", "")] == 48.6337
+    assert by[("avg_busbw_gb_per_s", "collective=all_reduce")] == 48.6337
 
 
 def test_legacy_table_without_root_column() -> None:
@@ -56,7 +56,7 @@ def test_legacy_table_without_root_column() -> None:
     rows = ingest_file(LEGACY, "nccl_tests")
     by = {(r["name"], r["case"]): r["value"] for r in rows}
     # n = 2: busbw equals algbw
-    case = "bytes=1048576,type=float,redop=sum,out_of_place"  # no root column: no root in the case
+    case = "collective=all_reduce,bytes=1048576,type=float,redop=sum,out_of_place"  # no root column: no root
     assert by[("busbw_gb_per_s", case)] == by[("algbw_gb_per_s", case)]
 
 
@@ -64,7 +64,7 @@ def test_an_older_footer_without_its_hash_is_read(tmp_path: Path) -> None:
     # older nccl-tests print " Out of bounds values : %d %s" without "#": a complete run was
     # refused as cut short, and a FAILED there went unseen
     text = LEGACY.read_text().replace("# Out of bounds", " Out of bounds").replace("# Avg bus", " Avg bus")
-    plain = tmp_path / "legacy_nohash.txt"
+    plain = tmp_path / "all_reduce_perf_legacy_nohash.txt"
     plain.write_text(text)
     assert len(ingest_file(plain, "nccl_tests")) == len(ingest_file(LEGACY, "nccl_tests"))
     plain.write_text(text.replace(" Out of bounds values : 0 OK", " Out of bounds values : 3 FAILED"))
@@ -188,13 +188,13 @@ def test_rows_of_other_types_reductions_and_roots_are_other_cases(tmp_path: Path
     rooted[4] = "3"
     extra.append("  ".join(rooted))
     lines[i + 1:i + 1] = extra
-    out = tmp_path / "multi.txt"
+    out = tmp_path / "all_reduce_perf_multi.txt"
     out.write_text("\n".join(lines) + "\n")
     rows = [r for r in ingest_file(out, "nccl_tests") if r["name"] == "busbw_gb_per_s" and "33554432" in r["case"]]
     assert sorted(r["case"] for r in rows if r["case"].endswith("out_of_place")) == [
-        "bytes=33554432,type=float,redop=max,out_of_place",
-        "bytes=33554432,type=float,redop=sum,out_of_place",
-        "bytes=33554432,type=float,redop=sum,root=3,out_of_place",
-        "bytes=33554432,type=half,redop=sum,out_of_place",
+        "collective=all_reduce,bytes=33554432,type=float,redop=max,out_of_place",
+        "collective=all_reduce,bytes=33554432,type=float,redop=sum,out_of_place",
+        "collective=all_reduce,bytes=33554432,type=float,redop=sum,root=3,out_of_place",
+        "collective=all_reduce,bytes=33554432,type=half,redop=sum,out_of_place",
     ]
     assert len({r["case"] for r in rows}) == len(rows) == 8

@@ -34,7 +34,7 @@ def test_gloo_ranks_report_latency_bandwidth_and_rank_samples(tmp_path: Path) ->
     assert all(s["elapsed_s"] > 0 for s in samples)
     by = {(m["name"], m["case"], m.get("rank_id")): m["value"] for m in doc["metrics"]}
     for size in sizes:
-        case = f"bytes={size}"
+        case = f"bytes={size},cpu,gloo"  # the device and backend are in the case
         p50, p99 = by[("p50_latency_us", case, None)], by[("p99_latency_us", case, None)]
         assert 0 < p50 <= p99 < 10e6
         algbw = by[("algbw_gb_per_s", case, None)]

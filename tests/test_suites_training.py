@@ -54,7 +54,8 @@ def test_loss_verdicts_and_known_peaks() -> None:
 def test_training_across_two_local_nodes_reports_the_figures(tmp_path: Path) -> None:
     run_id = "tr-20260101000000-abcdef12"
     rd = RunDir(tmp_path, run_id).create().path
-    params = {**TINY, "scaling_sweep": True, "peak_tflops_per_device": 1.0, "target_tokens": 10**9}
+    params = {**TINY, "scaling_sweep": True, "peak_tflops_per_device": 1.0, "peak_device": "cpu",
+              "target_tokens": 10**9}
     env = {**base_env(), "PYTHONPATH": str(ROOT), "BENCHRUN_RUN_ID": run_id, "BENCHRUN_RUN_DIR": str(rd),
            "BENCHRUN_SUITE": "training", "BENCHRUN_REPLICATE": "1", "BENCHRUN_PARAMS": json.dumps(params)}
     inv = Invocation(run_id, "end_to_end", "training", 1, "bc-t", (sys.executable, "-m", "benchrun.suites.training"),
@@ -131,7 +132,7 @@ def test_throughput_is_of_the_wall_clock_window_not_the_timed_regions(tmp_path: 
 
     monkeypatch.setattr(_training_worker, "synthetic_batch", slow_batch)
     cfg = {**TINY, "seed": 0, "device": "cpu", "backend": "gloo", "scaling_sweep": False, "checkpoint": False,
-           "timeout_s": 60.0, "local_ranks": 1}
+           "timeout_s": 60.0, "local_ranks": 1, "peak_device": "cpu"}  # the declared 1 TFLOP/s is the CPU's
     doc = _training_worker.worker(0, 0, 1, None, cfg, "n0", t_process_start=None)
     assert "error" not in doc, doc.get("traceback")
     measured = doc["step_times_s"][1:]
@@ -268,8 +269,8 @@ def test_an_unknown_gpu_gets_no_mfu_and_the_reason(tmp_path: Path) -> None:
 
 def test_a_run_that_fell_back_to_the_cpu_gets_no_mfu_against_the_declared_gpu_peak(tmp_path: Path) -> None:
     """Found in review: backend auto with fewer GPUs than ranks trained on the CPU, and its MFU was computed
-    against the declared GPU peak (0.005 % of 989.4 TFLOP/s, "declared"), a primary metric. A run meant for
-    the CPU keeps its declared peak."""
+    against the declared GPU peak (0.005 % of 989.4 TFLOP/s, "declared"), a primary metric. So did a run on a
+    machine with no CUDA at all; only a peak declared as the CPU's (peak_device: cpu) gives a CPU run its MFU."""
     pytest.importorskip("torch")
     from benchrun.suites._runtime import SuiteContext
     from benchrun.suites._training_worker import worker
@@ -278,10 +279,12 @@ def test_a_run_that_fell_back_to_the_cpu_gets_no_mfu_against_the_declared_gpu_pe
     cfg = {**TINY, "vocab": 32, "seed": 0, "device": "cpu", "backend": "gloo", "scaling_sweep": False,
            "checkpoint": False, "timeout_s": 60.0, "local_ranks": 1, "lr": 1e-3}
     doc = worker(0, 0, 1, None, cfg, "n0")
-    for fell_back, expect_mfu in ((True, False), (False, True)):
+    for fell_back, peak_device, expect_mfu in ((True, "cuda", False), (False, "cuda", False),
+                                               (True, "cpu", True), (False, "cpu", True)):
         ctx = SuiteContext({"BENCHRUN_RUN_DIR": str(tmp_path), "BENCHRUN_SUITE": "training"})
-        report(ctx, doc, {**cfg, "fell_back_to_cpu": fell_back}, 1, 1, 989.4, None)
+        report(ctx, doc, {**cfg, "fell_back_to_cpu": fell_back, "peak_device": peak_device}, 1, 1, 989.4, None)
         [row] = ctx.training
         assert (row["mfu_pct"] is not None) is expect_mfu, row
         if not expect_mfu:
-            assert "fell back to the CPU" in row["mfu_reason"] and row["peak_tflops_used"] is None
+            assert ("fell back to the CPU" in row["mfu_reason"]) is fell_back and row["peak_tflops_used"] is None
+            assert "cuda peak" in row["mfu_reason"]

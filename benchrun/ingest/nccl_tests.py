@@ -21,13 +21,22 @@ validation (``Out of bounds values`` not 0 / ``FAILED``), a failed bandwidth che
 not 0, and truncated output (a row with fewer fields than the header, or no footer after
 the table: the run died or the log was cut).
 
-Metric rows (``case`` = ``bytes=<size>,type=<type>,redop=<op>,out_of_place`` or
+Metric rows (``case`` = ``collective=<c>,bytes=<size>,type=<type>,redop=<op>,out_of_place`` or
 ``...,in_place``, with ``root=<r>`` before the placement when the root is not -1, and
 type/redop left out when the table has no such column):
 ``mean_latency_us`` (nccl-tests' time is the mean over its iterations), ``algbw_gb_per_s``,
-``busbw_gb_per_s`` and, when validated, ``wrong_values`` (count of wrong elements, or the
-max error); plus ``avg_busbw_gb_per_s`` (case ``""``) from the footer. GB = 1e9 bytes, as
-nccl-tests print them.
+``busbw_gb_per_s`` and, when validated, ``wrong_values`` (the ``#wrong`` column: a count of
+wrong elements, unit ``count``) or ``max_abs_error`` (older versions' ``error`` column: the
+largest deviation from the expected result, a float, unit ``1``); plus ``avg_busbw_gb_per_s``
+(case ``collective=<c>``) from the footer. GB = 1e9 bytes, as nccl-tests print them.
+
+The collective (``all_reduce``, ``all_gather``, ...) is in every case, so the tables of two
+programs (all_reduce_perf and all_gather_perf measure different things at the same sizes) never
+share a case. It is, in this order: the caller's (``metrics_from_file(path, collective=...)``),
+the output's own ``# Collective test starting: all_reduce_perf`` line (newer nccl-tests), or
+the file name (``all_gather_perf.txt``, ``node1_all_gather_perf_r1.log``, which is how
+:func:`benchrun.ingest.ingest_file` reaches it); none of them is a BenchrunError naming the file.
+A caller's name that the output's own line contradicts is refused too.
 
 Standard library only.
 """
@@ -50,6 +59,13 @@ PLACEMENTS = ("out_of_place", "in_place")
 _OOB = re.compile(r"^#?\s*Out of bounds values\s*:\s*(\d+)\s*(\w*)")
 _AVG = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+|-?nan|-?inf)\s*(\w*)")
 _PARAMS = re.compile(r"^#\s*nThread\b")
+# "# Collective test starting: all_reduce_perf" (nccl-tests 2.13 and later print the program's name)
+_STARTING = re.compile(r"^#\s*Collective test starting\s*:\s*(\S+)")
+# nccl-tests programs, the longer name first where one contains another (reduce_scatter, reduce)
+COLLECTIVES = ("all_reduce", "all_gather", "alltoall", "reduce_scatter", "reduce", "broadcast", "sendrecv",
+               "scatter", "gather", "hypercube")
+_PROGRAM = re.compile(r"(" + "|".join(COLLECTIVES) + r")_perf")
+_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}\Z")
 # "#  Rank  0 Group  0 Pid   4100 on   node-a01 device  0 [0x18] NVIDIA H100 80GB HBM3"
 # (no "Group" in older versions): which host and GPU each rank ran on.
 _RANK = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)"
@@ -81,6 +97,7 @@ def parse_nccl_tests(text: str, source: str = "nccl-tests output") -> dict[str, 
     avg: float | None = None
     out_of_bounds: int | None = None
     avg_line = False
+    collective: str | None = None
     lines = text.splitlines()
     for i, line in enumerate(lines):
         where = f"{source}, line {i + 1}"
@@ -100,7 +117,9 @@ def parse_nccl_tests(text: str, source: str = "nccl-tests output") -> dict[str, 
             continue
         if stripped.startswith("#"):
             body = stripped.lstrip("#").split()
-            if _PARAMS.match(stripped):
+            if (m := _STARTING.match(stripped)) is not None:
+                collective = collective_name(m.group(1))
+            elif _PARAMS.match(stripped):
                 parameters = stripped.lstrip("# ").strip()
             elif body[:1] == ["Rank"]:
                 devices.append(stripped.lstrip("# ").strip())
@@ -135,12 +154,14 @@ def parse_nccl_tests(text: str, source: str = "nccl-tests output") -> dict[str, 
             t, alg, bus = (_number(tokens[start + k]) for k in range(3))
             if t is None or alg is None or bus is None:
                 raise BenchrunError(f"{where}: row {stripped!r} has a non-numeric time or bandwidth")
-            wrong = _number(tokens[start + 3]) if start + 3 < len(tokens) else None
-            if wrong and start + 3 < len(columns) and columns[start + 3] == "#wrong":
-                raise BenchrunError(f"{where}: {int(wrong)} wrong elements {placement.replace('_', '-')} at "
+            check = _number(tokens[start + 3]) if start + 3 < len(tokens) else None
+            # "#wrong" counts wrong elements; older versions' "error" is the largest deviation, a float
+            is_error = start + 3 < len(columns) and columns[start + 3] == "error"
+            if check and not is_error:
+                raise BenchrunError(f"{where}: {int(check)} wrong elements {placement.replace('_', '-')} at "
                                     f"{tokens[0]} bytes (#wrong is not 0): the collective returned wrong data")
             row[placement] = {"time_us": t * time_scale, "algbw_gb_per_s": alg, "busbw_gb_per_s": bus,
-                              "wrong": wrong}
+                              ("max_error" if is_error else "wrong"): check}
         rows.append(row)
     if columns is None:
         raise BenchrunError(f"{source}: no nccl-tests result table (a '#  size  count  type ... time  algbw  busbw' "
@@ -152,13 +173,30 @@ def parse_nccl_tests(text: str, source: str = "nccl-tests output") -> dict[str, 
         raise BenchrunError(f"{source}: no {missing} line after the table's {len(rows)} rows (last: "
                             f"{rows[-1]['size_bytes']} bytes); the output was cut short or the run died before "
                             "finishing")
-    return {"parameters": parameters, "devices": devices, "ranks": ranks, "rows": rows, "avg_busbw_gb_per_s": avg}
+    return {"parameters": parameters, "devices": devices, "ranks": ranks, "rows": rows, "avg_busbw_gb_per_s": avg,
+            "collective": collective}
 
 
-def _case(row: dict[str, Any], placement: str) -> str:
-    """``bytes=<size>,type=<t>,redop=<op>[,root=<r>],<placement>``: rows of one table that differ in
-    type, reduction or root (``-d all``, ``-o all``, ``-r``) are different cases."""
-    parts = [f"bytes={row['size_bytes']}"]
+def collective_name(program: str) -> str | None:
+    """``all_reduce`` of ``all_reduce``, ``all_reduce_perf``, ``./build/all_reduce_perf_mpi``; None when
+    ``program`` is not such a name."""
+    name = os.path.basename(program.strip()).lower()
+    for suffix in ("_mpi", "_perf"):
+        name = name.removesuffix(suffix)
+    return name if _NAME.match(name) else None
+
+
+def collective_of_file(path: str | os.PathLike[str]) -> str | None:
+    """The collective a file's name names (``all_gather_perf.txt`` → ``all_gather``), else None."""
+    m = _PROGRAM.search(Path(path).name.lower())
+    return m.group(1) if m else None
+
+
+def _case(collective: str, row: dict[str, Any], placement: str) -> str:
+    """``collective=<c>,bytes=<size>,type=<t>,redop=<op>[,root=<r>],<placement>``: rows of one table that
+    differ in type, reduction or root (``-d all``, ``-o all``, ``-r``) are different cases, and so are
+    the tables of different collectives."""
+    parts = [f"collective={collective}", f"bytes={row['size_bytes']}"]
     for name in ("type", "redop"):
         if row.get(name) not in (None, ""):
             parts.append(f"{name}={row[name]}")
@@ -167,28 +205,50 @@ def _case(row: dict[str, Any], placement: str) -> str:
     return ",".join(parts + [placement])
 
 
-def nccl_metrics(parsed: dict[str, Any]) -> list[dict[str, Any]]:
-    """Metric rows for every size and placement of a parsed table (see the module docstring)."""
+def nccl_metrics(parsed: dict[str, Any], collective: str) -> list[dict[str, Any]]:
+    """Metric rows for every size and placement of a parsed table of ``collective`` (see the module
+    docstring)."""
     out: list[dict[str, Any]] = []
     for row in parsed["rows"]:
         for placement in PLACEMENTS:
             v = row[placement]
-            case = _case(row, placement)
+            case = _case(collective, row, placement)
             out.append(metric("mean_latency_us", v["time_us"], "us", "lower", case=case))
             out.append(metric("algbw_gb_per_s", v["algbw_gb_per_s"], "GB/s", "higher", case=case))
             out.append(metric("busbw_gb_per_s", v["busbw_gb_per_s"], "GB/s", "higher", case=case))
-            if v["wrong"] is not None:
+            if v.get("wrong") is not None:
                 out.append(metric("wrong_values", v["wrong"], "count", "lower", case=case))
+            if v.get("max_error") is not None:
+                out.append(metric("max_abs_error", v["max_error"], "1", "lower", case=case))
     if parsed["avg_busbw_gb_per_s"] is not None:
-        out.append(metric("avg_busbw_gb_per_s", parsed["avg_busbw_gb_per_s"], "GB/s", "higher"))
+        out.append(metric("avg_busbw_gb_per_s", parsed["avg_busbw_gb_per_s"], "GB/s", "higher",
+                          case=f"collective={collective}"))
     return out
 
 
-def metrics_from_file(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Metric rows from a file holding an nccl-tests program's stdout."""
+def metrics_from_file(path: str | os.PathLike[str], collective: str | None = None) -> list[dict[str, Any]]:
+    """Metric rows from a file holding an nccl-tests program's stdout; ``collective`` (``all_reduce``,
+    or the program's name ``all_reduce_perf``) else the output's or the file name's (module docstring)."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
         raise BenchrunError(f"{p}: cannot read nccl-tests output ({exc.strerror})") from None
-    return nccl_metrics(parse_nccl_tests(text, str(p)))
+    parsed = parse_nccl_tests(text, str(p))
+    said = parsed["collective"]
+    if collective is not None:
+        asked = collective_name(collective)
+        if asked is None:
+            raise BenchrunError(f"{p}: collective={collective!r} is not an nccl-tests collective name "
+                                "such as all_reduce or all_gather_perf")
+        if said is not None and said != asked:
+            raise BenchrunError(f"{p}: collective={collective!r}, but the output says it is of {said}_perf "
+                                "('# Collective test starting'); pass the collective the file holds")
+        return nccl_metrics(parsed, asked)
+    name = said or collective_of_file(p)
+    if name is None:
+        raise BenchrunError(f"{p}: which collective is this table of? The output has no '# Collective test "
+                            "starting' line and the file name names no nccl-tests program; name the file after "
+                            f"it (all_reduce_perf.txt, all_gather_perf.txt) or pass collective= "
+                            f"(one of {', '.join(COLLECTIVES)})")
+    return nccl_metrics(parsed, name)

@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,8 @@ from benchrun.suites.result import PERCENTILE_SUFFIXES, metric
 _METRICS = {"ttft": "ttft_ms", "tpot": "decode_ms_per_token", "itl": "token_gap_ms", "e2el": "e2e_ms"}
 # summary-field spelling of each percentile: p90 -> "90", p999 -> "99.9"
 _PCT = {name: f"{q:g}" for name, q in PERCENTILES.items()}
+# a headline field that is a percentile of the point's requests (e2e_ms_p99, ttft_ms_p50, ...)
+_PERCENTILE_FIELD = re.compile(r"_p\d+$")
 
 
 def _num(v: Any) -> float | None:
@@ -201,10 +204,15 @@ def points_from_file(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
 
 def metrics_from_file(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Headline metric rows (``case`` = the point label) for :func:`benchrun.ingest.ingest_file`."""
+    """Headline metric rows (``case`` = the point label) for :func:`benchrun.ingest.ingest_file`. A row
+    that is a percentile of the point's requests (``p99_latency_ms``, ``ttft_ms`` = the p50 ...) carries
+    ``samples`` = the point's completed requests, as the suites' percentiles do: a comparison does not
+    gate on a p99 of too few requests (:mod:`benchrun.stats.tails`)."""
     rows = []
     for pt in points_from_file(path):
         for name, fld, unit, direction in HEADLINE:
-            if pt.get(fld) is not None:
-                rows.append(metric(name, pt[fld], unit, direction, case=pt["point"]))
+            if pt.get(fld) is None:
+                continue
+            keys = {"samples": int(pt["n_requests"])} if _PERCENTILE_FIELD.search(fld) else {}
+            rows.append(metric(name, pt[fld], unit, direction, case=pt["point"], **keys))
     return rows

@@ -29,7 +29,8 @@ Ranks are processes (``multiprocessing`` fork for gloo, spawn for nccl) meeting 
 loopback TCP port.
 Each records, per iteration, its wall-clock start (``time.time()``, shared by processes
 on one host) and its time inside ``all_reduce``. From those, per size
-(``case`` = ``bytes=<n>``):
+(``case`` = ``bytes=<n>,<device>,<backend>``: ``bytes=1024,cuda,nccl``, ``bytes=1024,cpu,gloo``; a gloo
+run on CPU tensors, backend auto's fallback included, is not a replicate of an NCCL run on GPUs):
 
 * ``p50_latency_us`` / ``p99_latency_us`` — per iteration, last completion minus last
   arrival over ranks (the collective's time once every rank has joined), percentiles over
@@ -319,10 +320,11 @@ def run(ctx: SuiteContext) -> None:
     ctx.samples["ranks"] = str(path.relative_to(ctx.run_dir))
 
     factor = 2.0 * (world_size - 1) / world_size
+    device = str(first.get("device") or ("cuda" if backend == "nccl" else "cpu")).split(":")[0]
     slowest: dict[str, int] = {}
     stragglers: list[dict[str, Any]] = []
     for size, s in summarise(docs).items():
-        case = f"bytes={size}"
+        case = f"bytes={size},{device},{backend}"
         p50 = percentile(s["latency_s"], 50)
         algbw = size / p50 / 1e9
         ctx.add_metric("p50_latency_us", p50 * 1e6, "us", "lower", case=case)

@@ -18,6 +18,10 @@ Parameters (defaults in brackets):
     checkpoint_dir: where the checkpoint file goes (a temporary directory inside it; default
         the system's temporary directory): put it on the storage a real job would restore from,
     peak_tflops_per_device: the declared dense peak for MFU (else a known GPU's, else none),
+    peak_device cuda|cpu [cuda]: the device the declared peak is of. MFU is only of a run on that
+        device: a run that trains on the CPU (no CUDA, or backend auto with fewer GPUs than ranks)
+        gets no MFU against a GPU peak (``mfu_reason`` says why); declare a CPU's peak with
+        ``peak_device: cpu``,
     target_tokens: tokens a full training run needs, for time_to_train_hours,
     timeout_s [300]: the process group's deadline.
 
@@ -116,7 +120,7 @@ def peak_lookup(device_name: str | None) -> tuple[float | None, str | None]:
 
 PARAMETERS = ("layers", "hidden", "heads", "seq_len", "vocab", "global_batch", "steps", "warmup_steps", "lr", "seed",
           "world_size", "backend", "scaling_sweep", "checkpoint", "peak_tflops_per_device", "target_tokens",
-          "timeout_s", "checkpoint_dir")
+          "timeout_s", "checkpoint_dir", "peak_device")
 
 
 def model_params_matmul(layers: int, hidden: int, vocab: int) -> int:
@@ -212,6 +216,7 @@ class Settings(NamedTuple):
     target_tokens: int | None
     world_size: int | None
     checkpoint_dir: str | None = None
+    peak_device: str = "cuda"
 
 
 def settings(ctx: Params, gang: Gang | None = None) -> Settings:
@@ -243,15 +248,19 @@ def settings(ctx: Params, gang: Gang | None = None) -> Settings:
     checkpoint_dir = ctx.param("checkpoint_dir", None)
     if checkpoint_dir is not None and (not isinstance(checkpoint_dir, str) or not checkpoint_dir):
         raise ParamError(f"parameter checkpoint_dir={checkpoint_dir!r} must be a directory path")
+    peak_device = choice_param(ctx, "peak_device", "cuda", ("cuda", "cpu"))
+    if ctx.param("peak_device", None) is not None and peak_declared is None:
+        raise ParamError(f"parameter peak_device={peak_device!r} says whose peak peak_tflops_per_device is; "
+                         "set peak_tflops_per_device too, or leave peak_device out")
     return Settings(layers, hidden, heads, seq_len, vocab, global_batch, steps, warmup, lr, seed, requested, sweep,
-                    checkpoint, timeout_s, peak_declared, target_tokens, world_size, checkpoint_dir)
+                    checkpoint, timeout_s, peak_declared, target_tokens, world_size, checkpoint_dir, peak_device)
 
 
 def run(ctx: SuiteContext) -> None:
     """Train, then (on global rank 0's node) report step times, throughput, MFU and checkpoints."""
     gang = gang_from_env()
     (layers, hidden, heads, seq_len, vocab, global_batch, steps, warmup, lr, seed, requested, sweep, checkpoint,
-     timeout_s, peak_declared, target_tokens, world_size, checkpoint_dir) = settings(ctx, gang)
+     timeout_s, peak_declared, target_tokens, world_size, checkpoint_dir, peak_device) = settings(ctx, gang)
     if checkpoint_dir is not None:  # where the suite runs: validate cannot see this host's directories
         where = Path(checkpoint_dir).expanduser()
         if not where.is_dir() or not os.access(where, os.W_OK | os.X_OK):
@@ -286,7 +295,7 @@ def run(ctx: SuiteContext) -> None:
            "global_batch": global_batch, "steps": steps, "warmup_steps": warmup, "lr": lr, "seed": seed,
            "device": device, "backend": backend, "scaling_sweep": sweep, "checkpoint": checkpoint,
            "timeout_s": timeout_s, "local_ranks": local, "checkpoint_dir": checkpoint_dir,
-           "fell_back_to_cpu": fell_back}
+           "fell_back_to_cpu": fell_back, "peak_device": peak_device}
     me = node_name()
     ranks = [(node_rank * local + l, l) for l in range(local)]
     ctx.log(f"training: {world_size} ranks ({local} on this node, node {node_rank}), {device}, backend {backend}, "
@@ -334,20 +343,25 @@ def report(ctx: SuiteContext, doc: dict[str, Any], cfg: dict[str, Any], world_si
     wall = max(float(r["measured_wall_s"]) for r in ranks)
     tps = tokens_per_step * len(step) / wall
     flops_tok = model_flops_per_token(cfg["layers"], cfg["hidden"], cfg["seq_len"], cfg["vocab"])
+    # the device and backend are in the case: a gloo run on the CPU is not a replicate of an NCCL run on GPUs
     case = (f"L{cfg['layers']}-d{cfg['hidden']}-T{cfg['seq_len']}-B{cfg['global_batch']}-"
-            f"n{nodes}x{world_size // nodes}")
+            f"n{nodes}x{world_size // nodes},{cfg['device']},{cfg['backend']}")
     gpu = doc.get("gpu_name")
     known, unknown_why = peak_lookup(gpu) if gpu else (None, None)
-    # a declared peak is the GPUs' the spec expected: a run that fell back to the CPU (backend auto, fewer
-    # GPUs than ranks) gets no MFU against it (found in review: 0.005 % "of" 989.4 TFLOP/s, labelled
-    # declared, in a primary metric); a run meant for the CPU keeps its declared CPU peak
-    on_cpu = bool(cfg.get("fell_back_to_cpu"))
-    peak = None if on_cpu else (peak_declared if peak_declared is not None else known)
-    peak_source = "declared" if peak and peak_declared is not None else (f"known peak of {gpu}" if peak else None)
+    # A declared peak is of the device peak_device names (a GPU's unless it says cpu): a run on another device
+    # gets no MFU against it (found in review: a CPU run, no CUDA at all or backend auto with fewer GPUs than
+    # ranks, reported 0.002 % "of" 989.4 TFLOP/s, labelled declared, in a primary metric).
+    peak_device = cfg.get("peak_device", "cuda")
+    mismatch = peak_declared is not None and cfg["device"] != peak_device
+    peak = None if mismatch else (peak_declared if peak_declared is not None else known)
+    peak_source = (f"declared ({peak_device})" if peak and peak_declared is not None
+                   else (f"known peak of {gpu}" if peak else None))
     mfu = 100.0 * flops_tok * tps / (peak * 1e12 * world_size) if peak else None
+    why_cpu = ("fell back to the CPU (backend auto with fewer GPUs than ranks)" if cfg.get("fell_back_to_cpu")
+               else f"ran on {cfg['device']}")
     mfu_reason = None if peak else (
-        "unavailable: the run fell back to the CPU (backend auto with fewer GPUs than ranks); the declared "
-        "peak is the GPUs'" if on_cpu and peak_declared is not None else
+        f"unavailable: the run {why_cpu}; the declared peak is a {peak_device} peak (parameter peak_device; "
+        f"set peak_device: {cfg['device']} when peak_tflops_per_device is this device's)" if mismatch else
         f"unavailable: no declared peak for {gpu or cfg['device']} " + (f"and {unknown_why} " if unknown_why else "")
         + "(set parameter peak_tflops_per_device)")
     scaling = None
