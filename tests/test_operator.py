@@ -496,6 +496,9 @@ def _stalling_replicas(harness, instance, monkeypatch, *, electors: bool) -> tup
 
     clock = [dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)]
     monkeypatch.setattr(lease_mod, "_now", lambda: clock[0])
+    # expiry is timed on each replica's monotonic clock from when it saw the Lease unchanged: the same clock here
+    monkeypatch.setattr(lease_mod, "_monotonic", lambda: (clock[0] - dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc))
+                        .total_seconds())
     ea = LeaseElector(harness.api_client(), NS, "benchrun-operator", "a", duration_s=3) if electors else None
     eb = LeaseElector(harness.api_client(), NS, "benchrun-operator", "b", duration_s=3) if electors else None
     runs_a, runs_b = DagsterRuns(instance), DagsterRuns(instance)
@@ -512,7 +515,7 @@ def test_a_replica_that_stalls_past_its_lease_creates_no_second_run(harness, ins
     obj = create(harness, doc(canary_doc, "a"))
     uid = obj["metadata"]["uid"]
     op_a, op_b, runs_a, clock, (ea, eb) = _stalling_replicas(harness, instance, monkeypatch, electors=True)
-    assert ea.try_acquire()
+    assert ea.try_acquire() and not eb.try_acquire()  # b sees a's Lease: it times its expiry from here
     real_job = runs_a._job
 
     def stalled() -> Any:
@@ -536,7 +539,7 @@ def test_a_replica_that_lost_its_lease_while_stalled_creates_nothing(harness, in
 
     obj = create(harness, doc(canary_doc, "a"))
     op_a, _op_b, runs_a, clock, (ea, eb) = _stalling_replicas(harness, instance, monkeypatch, electors=True)
-    assert ea.try_acquire()
+    assert ea.try_acquire() and not eb.try_acquire()  # b sees a's Lease: it times its expiry from here
     real_job = runs_a._job
 
     def stalled() -> Any:

@@ -6,5 +6,6 @@ finalizer, Lease, status writes with resourceVersion preconditions), served by `
 here that imports dagster). ``resources`` decides what a tick of the fallback sensor
 (``sensors/benchmarkrun.py``, for clusters without the operator) does with the listed
 BenchmarkRuns; ``status`` builds and writes the ``status`` subresource; ``kube`` opens the
-API client and wraps its calls.
+API client and wraps its calls (each with a client timeout); ``heartbeat`` is the file the
+operator's loop touches and the liveness probe that checks it.
 """

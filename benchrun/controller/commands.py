@@ -26,6 +26,9 @@ def operator(
     start_burst: int = typer.Option(50, "--start-burst", help="... and this many at once"),
     page_size: int = typer.Option(500, "--page-size", min=1, help="objects per page when listing"),
     home: Optional[Path] = typer.Option(None, "--home", help="BENCHRUN_HOME (run directories)"),
+    heartbeat_file: Optional[Path] = typer.Option(
+        None, "--heartbeat-file", help="touched on every pass of the loop; the liveness probe "
+        "(python -m benchrun.controller.heartbeat FILE MAX_AGE_S) checks its age"),
 ) -> None:
     """Watch BenchmarkRun resources; start one Dagster run per (uid, generation), cancel it on deletion, keep the
     status current. Needs a Dagster instance with a QueuedRunCoordinator ($DAGSTER_HOME) and cluster credentials."""
@@ -49,7 +52,8 @@ def operator(
     identity = f"{socket.gethostname()}_{os.getpid()}"
     elector = LeaseElector(api.api_client, lease_ns, lease_name, identity, duration_s=lease_seconds)
     settings = Settings(namespace=namespace or kube.watched_namespace(), page_size=page_size,
-                        starts_per_s=starts_per_second, start_burst=start_burst, home=home)
+                        starts_per_s=starts_per_second, start_burst=start_burst, home=home,
+                        heartbeat=heartbeat_file)
     op = Operator(api, DagsterRuns(instance), settings, elector=elector)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -1,5 +1,6 @@
 """Dagster runs for BenchmarkRun objects, through the instance: found by the object's uid and
-generation, created queued for the daemon to launch, cancelled when the object is deleted.
+generation, created queued for the daemon to launch, cancelled when the object is deleted (and
+said so only once the run's worker is known to have stopped).
 
 A run is created exactly as the Dagster sensor daemon creates one from a ``RunRequest``
 (``instance.create_run`` with the job's snapshot, execution plan and origins from the code
@@ -27,6 +28,7 @@ import sys
 import threading
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from benchrun.controller.resources import TAG_GENERATION, TAG_NAME, TAG_UID
@@ -78,6 +80,7 @@ class DagsterRuns:
         self._remote_job: Any = None
         self._code_location: Any = None
         self._lock = threading.Lock()  # create-if-absent is one step per process
+        self._stopped: set[str] = set()  # run ids this process saw stopped (still CANCELING, maybe)
         from dagster._core.run_coordinator import QueuedRunCoordinator
 
         if not isinstance(instance.run_coordinator, QueuedRunCoordinator):
@@ -191,29 +194,81 @@ class DagsterRuns:
             asset_selection=None, asset_check_selection=None,
             asset_graph=location.get_repository(job.repository_handle.repository_name).asset_graph)
 
-    def cancel(self, ref: ResourceRef, reason: str) -> list[str]:
-        """Cancel every in-flight run of the object (any generation); returns their ids."""
-        return cancel_in_flight(self.instance, ref.uid, reason)
+    def cancel(self, ref: ResourceRef, reason: str) -> Stopping:
+        """Stop every in-flight run of the object (any generation): what stopped and what is still
+        waited for. A run this process saw stopped but still CANCELING (its worker reports CANCELED on
+        its way down) is not terminated again."""
+        return stop_in_flight(self.instance, ref.uid, reason, confirmed=self._stopped)
+
+
+@dataclass(frozen=True)
+class Stopping:
+    """What stopping a BenchmarkRun's in-flight Dagster runs achieved."""
+
+    stopped: tuple[str, ...]  # run ids stopped by this call: cancelled where they waited, or terminated
+    waiting: dict[str, str]  # run id -> why it is not known to have stopped (tried again later)
+
+
+_WAITED = ("QUEUED", "NOT_STARTED")  # never launched: cancelled where they wait
+# CANCELING is in flight too: K8sRunLauncher.terminate reports it *before* deleting the Job, and a
+# delete that failed (403, API server away, the Job not created yet) leaves the run there.
+_LAUNCHED = ("STARTING", "STARTED", "CANCELING")
+
+
+def stop_in_flight(instance: Any, uid: str, reason: str, *, confirmed: set[str] | None = None) -> Stopping:
+    """Stop every in-flight Dagster run of the BenchmarkRun with ``uid`` (any generation, any trigger:
+    the operator's and the fallback sensor's).
+
+    A run counts as stopped only when it is known to be: cancelled in the queue, terminated by the
+    run coordinator (whose answer is read, not discarded: dagster-k8s's ``K8sRunLauncher.terminate``
+    swallows every exception and returns None or False), or found finished or gone afterwards. Any
+    other run is returned in ``waiting`` with the reason. ``confirmed`` (run ids already stopped,
+    updated here) are skipped."""
+    confirmed = set() if confirmed is None else confirmed
+    stopped: list[str] = []
+    waiting: dict[str, str] = {}
+    statuses = [_status(name) for name in (*_WAITED, *_LAUNCHED)]
+    for record in instance.get_run_records(filters=_filter(tags={TAG_UID: uid}, statuses=statuses)):
+        run = record.dagster_run
+        if run.run_id in confirmed:
+            continue
+        if run.status.value in _WAITED:
+            instance.report_run_canceling(run, message=reason)
+            instance.report_run_canceled(run, message=reason)
+            why = None
+        else:
+            why = _terminate(instance, run)
+        if why is None:
+            confirmed.add(run.run_id)
+            stopped.append(run.run_id)
+        else:
+            waiting[run.run_id] = why
+    return Stopping(tuple(stopped), waiting)
+
+
+def _terminate(instance: Any, run: Any) -> str | None:
+    """Terminate a launched run through the run coordinator; None when its worker is known to have
+    stopped, else why it is not."""
+    try:
+        answer, error = instance.run_coordinator.cancel_run(run.run_id), ""
+    except Exception as exc:  # noqa: BLE001 - a launcher that raises did not stop it: tried again
+        answer, error = False, f" ({exc!r})"[:300]
+    if answer:
+        return None
+    fresh = instance.get_run_by_id(run.run_id)
+    if fresh is None or fresh.is_finished:  # it ended meanwhile (its worker reported it) or was deleted
+        return None
+    return (f"{fresh.status.value}: the run launcher did not confirm that it stopped the run worker"
+            f" (terminate returned {answer!r}){error}")
 
 
 def cancel_in_flight(instance: Any, uid: str, reason: str) -> list[str]:
-    """Cancel every in-flight Dagster run of the BenchmarkRun with ``uid`` (any generation, any
-    trigger: the operator's and the fallback sensor's); returns their ids."""
-    import dagster as dg
-
-    in_flight = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED,
-                 dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
-    out = []
-    for record in instance.get_run_records(filters=_filter(tags={TAG_UID: uid}, statuses=in_flight)):
-        run = record.dagster_run
-        if run.status in (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED):
-            # Never launched: nothing to terminate, the run is cancelled where it waits.
-            instance.report_run_canceling(run, message=reason)
-            instance.report_run_canceled(run, message=reason)
-        else:
-            instance.run_coordinator.cancel_run(run.run_id)
-        out.append(run.run_id)
-    return out
+    """Cancel every in-flight Dagster run of the BenchmarkRun with ``uid``; returns the ids of the
+    runs acted on, stopped or not (the fallback sensor, which holds no finalizer, logs them)."""
+    result = stop_in_flight(instance, uid, reason)
+    for run_id, why in result.waiting.items():
+        log.warning("run %s of deleted BenchmarkRun %s not confirmed stopped: %s", run_id, uid, why)
+    return [*result.stopped, *result.waiting]
 
 
 RUN_ID_NAMESPACE = uuid.UUID("5b0c2f4e-8a51-4a8e-9a4f-0f3c1b6d2e71")  # benchrun's, for uuid5

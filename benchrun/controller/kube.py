@@ -11,6 +11,10 @@ GROUP = "benchmarking.aisp.dev"
 VERSION = "v1alpha1"
 PLURAL = "benchmarkruns"
 ENV_NAMESPACE = "BENCHRUN_CR_NAMESPACE"
+# (connect, read) seconds for every call but a watch: a half-open connection (a dead load
+# balancer, a lost peer) otherwise blocks the caller forever. urllib3 retries a GET that timed out
+# three times, so one call gives up within 4 x (5 + 20) s.
+REQUEST_TIMEOUT: tuple[float, float] = (5.0, 20.0)
 
 
 def watched_namespace() -> str | None:
@@ -42,9 +46,9 @@ def custom_objects_api() -> Any:
 def list_benchmarkruns(api: Any, namespace: str | None) -> list[dict[str, Any]]:
     """Every BenchmarkRun in ``namespace`` (None: all namespaces), as plain dicts."""
     if namespace:
-        listing = api.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+        listing = api.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, _request_timeout=REQUEST_TIMEOUT)
     else:
-        listing = api.list_cluster_custom_object(GROUP, VERSION, PLURAL)
+        listing = api.list_cluster_custom_object(GROUP, VERSION, PLURAL, _request_timeout=REQUEST_TIMEOUT)
     return list(listing.get("items") or [])
 
 
@@ -53,7 +57,8 @@ def get_benchmarkrun(api: Any, namespace: str, name: str) -> dict[str, Any] | No
     from kubernetes.client.exceptions import ApiException
 
     try:
-        return api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        return api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name,
+                                                _request_timeout=REQUEST_TIMEOUT)
     except ApiException as exc:
         if exc.status == 404:
             return None
@@ -62,12 +67,13 @@ def get_benchmarkrun(api: Any, namespace: str, name: str) -> dict[str, Any] | No
 
 def patch_status(api: Any, namespace: str, name: str, status: dict[str, Any]) -> None:
     """Merge-patch the ``status`` subresource (conditions are replaced as a whole list)."""
-    api.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, {"status": status})
+    api.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, {"status": status},
+                                              _request_timeout=REQUEST_TIMEOUT)
 
 
 def list_page(api: Any, namespace: str | None, *, limit: int, token: str | None) -> dict[str, Any]:
     """One page of a paginated listing (``limit``/``continue``), as the API server returns it."""
-    kwargs: dict[str, Any] = {"limit": limit}
+    kwargs: dict[str, Any] = {"limit": limit, "_request_timeout": REQUEST_TIMEOUT}
     if token:
         kwargs["_continue"] = token
     if namespace:
@@ -93,10 +99,12 @@ def list_all(api: Any, namespace: str | None, *, limit: int = 500) -> tuple[list
 def patch_object(api: Any, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
     """Merge-patch the object itself (metadata: finalizers); a ``metadata.resourceVersion`` in
     ``body`` is a precondition (409 Conflict when the object moved on)."""
-    return api.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, body)
+    return api.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, body,
+                                              _request_timeout=REQUEST_TIMEOUT)
 
 
 def patch_status_if(api: Any, namespace: str, name: str, status: dict[str, Any], resource_version: str) -> dict[str, Any]:
     """Merge-patch ``status`` only if the object is still at ``resource_version`` (else 409)."""
     body = {"metadata": {"resourceVersion": resource_version}, "status": status}
-    return api.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, body)
+    return api.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, body,
+                                                     _request_timeout=REQUEST_TIMEOUT)

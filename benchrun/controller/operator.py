@@ -12,9 +12,16 @@ One loop, in the replica that holds the Lease (``lease.LeaseElector``):
    generation (``dagster_runs.DagsterRuns``: a retried event finds that run and starts no
    other), at most ``starts_per_s`` a second (a token bucket; the rest wait their turn), and
    its status is written Pending; an invalid one is written Rejected. A deleted object (its
-   ``deletionTimestamp`` set, held by the finalizer) has its runs cancelled and then the
-   finalizer removed, so a deletion is never missed even while the operator was away.
+   ``deletionTimestamp`` set, held by the finalizer) has its runs stopped and then the
+   finalizer removed, so a deletion is never missed even while the operator was away. The
+   finalizer stays until every in-flight run is known to have stopped (a run launcher that
+   could not delete its worker's Job says so only by its answer): until then the object's
+   ``status.message`` and the log name the runs waited for, tried again with back-off.
 4. **Catch up** the status of the objects it started whose run's status.json moved on.
+
+Every API call has a client-side timeout (the watch: its ``timeoutSeconds`` plus a margin), so a
+half-open connection fails the call instead of blocking the loop; the loop touches a heartbeat
+file (``heartbeat.py``) that the Deployment's liveness probe checks.
 
 Every write carries a ``resourceVersion`` precondition and is retried on 409 after reading
 the object again (``status.write``); a status is never written back to an earlier phase.
@@ -32,7 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from benchrun.controller import kube
-from benchrun.controller.status import ResourceRef, rejected_status, status_from_run, unregistered_status, write
+from benchrun.controller.heartbeat import Heartbeat
+from benchrun.controller.status import (ResourceRef, note, rejected_status, status_from_run, unregistered_status,
+                                        write)
 from benchrun.errors import BenchrunError
 
 log = logging.getLogger(__name__)
@@ -80,6 +89,7 @@ class Stats:
     relists: int = 0
     gone: int = 0
     settled: int = 0  # finished runs catch-up stopped following
+    stop_waits: int = 0  # deletions whose runs were not yet known to have stopped (tried again)
     errors: list[str] = field(default_factory=list)
 
 
@@ -88,10 +98,14 @@ class Settings:
     namespace: str | None = None  # None: every namespace
     page_size: int = 500
     watch_timeout_s: int = 5
+    watch_margin_s: float = 10.0  # the watch's client read timeout is watch_timeout_s + this
     starts_per_s: float = 20.0
     start_burst: int = 50
     catch_up_s: float = 10.0  # how often the status of started runs is compared with status.json
     home: Path | None = None
+    heartbeat: Path | None = None  # touched every pass and between objects (the liveness probe's file)
+    stop_retry_s: float = 2.0  # a deletion whose runs did not stop is tried again after this, doubling...
+    stop_retry_max_s: float = 120.0  # ...up to this
 
 
 def _since(status: dict[str, Any], why: str, now: str) -> str:
@@ -120,11 +134,16 @@ class Operator:
         self._last_catch_up = 0.0
         self._settled: dict[str, Any] = {}  # uid -> what catch_up last found of a run it had nothing to write for
         self._renewed = time.monotonic()
+        self.heartbeat = Heartbeat(settings.heartbeat)
+        self._not_before: dict[str, float] = {}  # uid -> monotonic time a waiting deletion is tried again
+        self._stop_tries: dict[str, int] = {}  # uid -> passes its deletion waited for its runs to stop
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
         try:
+            self.heartbeat.beat()
             while not stop.is_set():
+                self.heartbeat.beat()
                 if self.elector is not None and not self._leading():
                     self.version = None  # a new leader lists afresh
                     stop.wait(max(1.0, self.elector.duration_s / 3))
@@ -191,7 +210,9 @@ class Operator:
     def keep_lease(self) -> None:
         """Renew the Lease when a third of its duration has passed (long passes included);
         raise LostLease when another replica took it. Called between objects and right before
-        a run is created (a replica that stalled past its Lease creates nothing)."""
+        a run is created (a replica that stalled past its Lease creates nothing). A pass that makes
+        progress is alive: the heartbeat is touched here too."""
+        self.heartbeat.beat()
         if self.elector is None or time.monotonic() - self._renewed < self.elector.duration_s / 3:
             return
         if not self.elector.try_acquire():
@@ -212,9 +233,12 @@ class Operator:
         fn = self.api.list_namespaced_custom_object if self.settings.namespace else self.api.list_cluster_custom_object
         args = (kube.GROUP, kube.VERSION, self.settings.namespace, kube.PLURAL) if self.settings.namespace else (
             kube.GROUP, kube.VERSION, kube.PLURAL)
-        timeout = 1 if self.waiting else self.settings.watch_timeout_s
+        timeout = self._watch_timeout()
+        # timeoutSeconds ends a healthy watch; the client's read timeout ends one whose connection died
+        # silently (a half-open connection otherwise blocked this loop for good)
+        deadline = (kube.REQUEST_TIMEOUT[0], timeout + self.settings.watch_margin_s)
         for event in watch.Watch().stream(fn, *args, resource_version=self.version, timeout_seconds=timeout,
-                                          allow_watch_bookmarks=True):
+                                          allow_watch_bookmarks=True, _request_timeout=deadline):
             self.keep_lease()
             obj = event["object"]
             version = (obj.get("metadata") or {}).get("resourceVersion")
@@ -223,18 +247,33 @@ class Operator:
                 self.known.pop(uid, None)
                 self.waiting.pop(uid, None)
                 self._settled.pop(uid, None)
+                self._not_before.pop(uid, None)
+                self._stop_tries.pop(uid, None)
             elif event["type"] in ("ADDED", "MODIFIED"):
                 self.reconcile(obj)
             if version:
                 self.version = str(version)
 
+    def _watch_timeout(self) -> int:
+        """The watch's ``timeoutSeconds``: short while an object waits to be tried again now, else up to
+        the earliest deferred deletion, else ``watch_timeout_s``."""
+        now, longest = time.monotonic(), self.settings.watch_timeout_s
+        due = [self._not_before.get(uid, 0.0) - now for uid in self.waiting]
+        return max(1, min([longest, *(int(d + 0.999) for d in due)])) if due else longest
+
     def retry_waiting(self) -> None:
+        now = time.monotonic()
         for uid in list(self.waiting):
+            if self._not_before.get(uid, 0.0) > now:
+                continue  # a deletion backing off: tried again when its time comes
             self.keep_lease()
             obj = self.waiting.pop(uid)
             fresh = kube.get_benchmarkrun(self.api, ResourceRef.of(obj).namespace, ResourceRef.of(obj).name)
             if fresh is not None and str(fresh["metadata"].get("uid")) == uid:
                 self.reconcile(fresh)
+            else:  # gone (another replica finalized it): nothing left to back off for
+                self._not_before.pop(uid, None)
+                self._stop_tries.pop(uid, None)
 
     # -- one object ----------------------------------------------------------------------------
     def reconcile(self, obj: dict[str, Any]) -> None:
@@ -243,6 +282,9 @@ class Operator:
         ref = ResourceRef.of(obj)
         try:
             if (obj.get("metadata") or {}).get("deletionTimestamp"):
+                if self._not_before.get(ref.uid, 0.0) > time.monotonic():
+                    self.waiting[ref.uid] = obj  # backing off (an event, our own status note): later
+                    return
                 self._finalize(obj, ref)
                 return
             obj = self._ensure_finalizer(obj, ref)
@@ -299,16 +341,38 @@ class Operator:
         if FINALIZER not in finalizers:
             return
         reason = f"BenchmarkRun {ref.namespace}/{ref.name} was deleted"
-        cancelled = self.runs.cancel(ref, reason)
-        self.stats.cancelled += len(cancelled)
+        stopping = self.runs.cancel(ref, reason)
+        self.stats.cancelled += len(stopping.stopped)
+        if stopping.stopped:
+            log.info("%s: stopped Dagster run(s) %s", reason, ", ".join(stopping.stopped))
+        if stopping.waiting:
+            self._wait_for_stop(obj, ref, stopping.waiting)
+            return
         run_id = ((obj.get("status") or {}).get("runId")) or (self.known.get(ref.uid) or (None, None))[1]
         if run_id:
             # pulled first, a finished run is not canceled; a pull that fails raises and leaves the
             # finalizer: the deletion is tried again on the next pass
             cancel_deleted_run(self.settings.home, run_id, reason, warn=log.warning)
-        log.info("%s: cancelled Dagster run(s) %s", reason, ", ".join(cancelled) or "(none in flight)")
+        log.info("%s: none of its Dagster runs is in flight; removing the finalizer", reason)
         self._patch_meta(obj, ref, [f for f in finalizers if f != FINALIZER])
         self.known.pop(ref.uid, None)
+        self._not_before.pop(ref.uid, None)
+        self._stop_tries.pop(ref.uid, None)
+
+    def _wait_for_stop(self, obj: dict[str, Any], ref: ResourceRef, waiting: dict[str, str]) -> None:
+        """Keep the finalizer: runs of the deleted object may still hold their workers (and GPUs).
+        Say what is waited for on the object and in the log, and try again with back-off."""
+        tries = self._stop_tries.get(ref.uid, 0) + 1
+        delay = min(self.settings.stop_retry_max_s, self.settings.stop_retry_s * 2 ** (tries - 1))
+        self._stop_tries[ref.uid] = tries
+        self._not_before[ref.uid] = time.monotonic() + delay
+        self.waiting[ref.uid] = obj
+        self.stats.stop_waits += 1
+        runs = "; ".join(f"{run_id} {why}" for run_id, why in sorted(waiting.items()))
+        message = f"deleting: finalizer {FINALIZER} kept until its Dagster run(s) stop: {runs}"
+        log.warning("%s/%s %s (try %d, again in %.0f s)", ref.namespace, ref.name, message, tries, delay)
+        if note(self.api, obj, message):
+            self.stats.status_writes += 1
 
     def _reconcile_generation(self, obj: dict[str, Any], ref: ResourceRef) -> None:
         from benchrun.automation.discovery import format_spec_errors

@@ -80,7 +80,8 @@ def _described(status: dict[str, Any]) -> dict[str, Any]:
     """``status`` with every other key of the CRD's status null: the status describes only the
     observed generation, and a write is a JSON merge patch, where a key left out keeps what the
     earlier generation (or run) wrote (its runId, digests, verdicts, completionTime) and a null
-    removes it."""
+    removes it. A nested map is merged key by key as well: :func:`write` sends the patch
+    :func:`replacing` makes, with the keys the new ``verdicts`` lacks null."""
     from benchrun.spec.model import RunStatus
 
     blank = {(f.alias or name): None for name, f in RunStatus.model_fields.items()}
@@ -198,7 +199,8 @@ def write(api: Any, ref: ResourceRef, status: dict[str, Any], current: dict[str,
         if not advances(obj.get("status"), status) or not lags(obj.get("status"), status):
             return False
         try:
-            patch_status_if(api, ref.namespace, ref.name, status, str(obj["metadata"]["resourceVersion"]))
+            patch = replacing(obj.get("status"), status)
+            patch_status_if(api, ref.namespace, ref.name, patch, str(obj["metadata"]["resourceVersion"]))
             return True
         except ApiException as exc:
             if exc.status == 404:
@@ -208,6 +210,40 @@ def write(api: Any, ref: ResourceRef, status: dict[str, Any], current: dict[str,
             log.info("%s/%s: status write conflicted (409); reading it again", ref.namespace, ref.name)
         obj = get_benchmarkrun(api, ref.namespace, ref.name)
     raise RuntimeError(f"{ref.namespace}/{ref.name}: status still conflicting after {CONFLICT_RETRIES} tries")
+
+
+def replacing(current: dict[str, Any] | None, wanted: dict[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch that turns ``current`` into ``wanted``: a write is a merge patch
+    (RFC 7386), where a nested map is merged key by key, so a key of ``current`` that ``wanted``
+    lacks (a verdict of an earlier status) is sent as null, at every depth. Sent with the
+    ``resourceVersion`` it was computed against, so ``current`` is what the server holds."""
+    out = dict(wanted)
+    for key, value in (current or {}).items():
+        if key not in wanted:
+            out[key] = None
+        elif isinstance(value, dict) and isinstance(wanted[key], dict):
+            out[key] = replacing(value, wanted[key])
+    return out
+
+
+def note(api: Any, obj: dict[str, Any], message: str) -> bool:
+    """Set only the object's ``status.message`` (what its deletion waits for), with its
+    ``resourceVersion`` as a precondition; False when it already says so, moved on (409: the next
+    try writes it) or is gone."""
+    from kubernetes.client.exceptions import ApiException
+
+    from benchrun.controller.kube import patch_status_if
+
+    if (obj.get("status") or {}).get("message") == message:
+        return False
+    ref = ResourceRef.of(obj)
+    try:
+        patch_status_if(api, ref.namespace, ref.name, {"message": message}, str(obj["metadata"]["resourceVersion"]))
+    except ApiException as exc:
+        if exc.status in (404, 409):
+            return False
+        raise
+    return True
 
 
 def _keeping_report_ref(current: dict[str, Any] | None, wanted: dict[str, Any]) -> dict[str, Any]:
