@@ -209,3 +209,49 @@ def test_an_unreadable_llc_is_said_not_checked(tmp_path: Path, monkeypatch) -> N
     assert membw.last_level_cache() is None
     verdict, [reason] = membw.stream_rule(10**9, 8, None)
     assert verdict is None and "not checked" in reason
+
+
+def test_the_cuda_default_sizes_each_array_past_four_times_the_l2(tmp_path: Path, monkeypatch) -> None:
+    """The default 20M float64 (160 MB) is under 4x the L2 of an A100 (40 MiB) or an H100 (50 MiB),
+    so every default CUDA run judged itself invalid. With no ``elements`` given, CUDA's arrays are
+    sized from the device's L2; a given ``elements`` is kept (and judged). Played on the CPU: the
+    torch kernels on CPU tensors, a perf-counter span for the CUDA events, an H100's properties."""
+    from types import SimpleNamespace
+
+    from benchrun.suites import membw
+    from benchrun.suites._cudatime import BatchedTimer
+    from benchrun.suites._runtime import SuiteContext
+
+    torch = pytest.importorskip("torch")
+    assert membw.past_the_cache(20_000_000, 50 * 2**20, 8) == 26_214_400  # 4 x 50 MiB / 8 B, a whole 2**20
+    assert membw.past_the_cache(20_000_000, 40 * 2**20, 8) == 20_971_520
+    assert membw.past_the_cache(20_000_000, 4 * 2**20, 8) == 20_000_000  # already past it
+
+    def span(fn, k):
+        import time
+
+        t0 = time.perf_counter()
+        for _ in range(k):
+            fn()
+        return time.perf_counter() - t0
+
+    real_kernels = membw._torch_kernels
+    monkeypatch.setattr(membw, "cuda_available", lambda: True)
+    monkeypatch.setattr(membw, "_torch_kernels", lambda n, dtype: real_kernels(n, dtype, device="cpu"))
+    monkeypatch.setattr(membw, "_cuda_event_timer", lambda: BatchedTimer(span, min_span_s=0.0, probe_calls=1))
+    # float32 keeps it light: the default 20M float32 (80 MB) is under 4 x a 24 MiB L2, which needs
+    # 4 x 24 MiB / 4 B = 25,165,824 elements
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda _i: SimpleNamespace(name="NVIDIA H100 80GB HBM3 (played)", L2_cache_size=24 * 2**20))
+
+    def run(params: dict) -> dict:
+        ctx = SuiteContext({"BENCHRUN_RUN_DIR": str(tmp_path / f"run{len(params)}"), "BENCHRUN_SUITE": "membw",
+                            "BENCHRUN_PARAMS": json.dumps({"iterations": 1, "dtype": "float32", **params})})
+        membw.run(ctx)
+        return ctx.context
+
+    sized = run({})
+    assert sized["elements"] == 25_165_824 and sized["verdict"] == "valid", sized
+    assert sized["elements_source"].startswith("default, sized to 4x the GPU's L2")
+    given = run({"elements": 1_048_576})
+    assert given["elements"] == 1_048_576 and given["verdict"] == "invalid" and "elements_source" not in given
