@@ -17,12 +17,23 @@ as vLLM's ``benchmarks/serve.py`` documents and writes them:
   (list of per-request lists, s), ``errors`` (empty string on success).
 
 Mapping (CONTRACT.md §5 names): ttft → ``ttft_ms``, tpot → ``decode_ms_per_token`` (same
-formula), itl → ``token_gap_ms``, e2el → ``e2e_ms``, output_throughput →
+formula, per token: (latency − ttft) / (output tokens − 1)), itl → ``chunk_gap_ms``, e2el →
+``e2e_ms``, output_throughput →
 ``tokens_per_second``, request_throughput → ``request_throughput_rps``, request_goodput →
 ``request_goodput``, duration → ``window_s``. With per-request detail the distributions,
 ``jitter_ms`` and ``per_user_output_tokens_per_s`` are recomputed from the raw values with
 benchrun's own definitions; otherwise they come from the summary fields present (missing
-percentiles stay null). The point label (the metrics' ``case``) names every setting that makes
+percentiles stay null).
+
+vLLM's itl is per streamed CHUNK, not per token: its request functions append
+``timestamp - most_recent_timestamp`` for every chunk after the first, so a chunk of k tokens
+(speculative decoding, ``--stream-interval`` k) is one gap k times a token's. benchrun's
+``token_gap_ms`` splits such a chunk into k equal gaps, so the two are kept apart:
+``chunk_gap_ms`` holds vLLM's itl as it is, and ``token_gap_ms`` (and ``jitter_ms``, the spread of
+token gaps) is filled only when per-request detail shows one token per chunk in every completed
+request (``len(itl) == output_len - 1``), where the two coincide; otherwise they are null and
+``token_gaps_from`` says why. ``chunk_jitter_ms`` is the same median of per-request spreads over
+chunk gaps. The point label (the metrics' ``case``) names every setting that makes
 a run a different experiment (:func:`load_point`): ``c=8`` (infinite rate), ``rate=8``,
 ``rate=8,burstiness=0.25``, ``rate=8,max_concurrency=4``. ``verdict`` is null: vLLM records
 neither schedule lag nor client saturation, so the point cannot be judged; ``verdict_reasons``
@@ -47,7 +58,8 @@ from benchrun.errors import BenchrunError
 from benchrun.loadgen.metrics import HEADLINE, PERCENTILES, distribution
 from benchrun.suites.result import PERCENTILE_SUFFIXES, metric
 
-_METRICS = {"ttft": "ttft_ms", "tpot": "decode_ms_per_token", "itl": "token_gap_ms", "e2el": "e2e_ms"}
+# vLLM's itl is a gap between chunks, not tokens: it never becomes token_gap_ms (module docstring)
+_METRICS = {"ttft": "ttft_ms", "tpot": "decode_ms_per_token", "itl": "chunk_gap_ms", "e2el": "e2e_ms"}
 # summary-field spelling of each percentile: p90 -> "90", p999 -> "99.9"
 _PCT = {name: f"{q:g}" for name, q in PERCENTILES.items()}
 # a headline field that is a percentile of the point's requests (e2e_ms_p99, ttft_ms_p50, ...)
@@ -157,16 +169,27 @@ def point_from_result(doc: dict[str, Any], where: str = "vllm result") -> dict[s
         row.update(distribution(ttft_ms, "ttft_ms"))
         row.update(distribution(e2e_ms, "e2e_ms"))
         row.update(distribution(tpot, "decode_ms_per_token"))
-        row.update(distribution(gaps, "token_gap_ms"))
+        row.update(distribution(gaps, "chunk_gap_ms"))
         stds = [float(np.std([x * 1000 for x in itls[i]])) for i in ok if len(itls[i] or []) >= 2]
-        if stds:
-            row["jitter_ms"] = float(np.median(stds))
+        row["chunk_jitter_ms"] = float(np.median(stds)) if stds else None
+        multi = sum(1 for i in ok if len(itls[i] or []) != outs[i] - 1)
+        if multi == 0:  # one token per chunk: each chunk gap is a token gap
+            row.update(distribution(gaps, "token_gap_ms"))
+            row["jitter_ms"] = row["chunk_jitter_ms"]
+            row["token_gaps_from"] = "chunk gaps: one token per chunk in every completed request"
+        else:
+            row.update(distribution([], "token_gap_ms"))
+            row["token_gaps_from"] = (f"unknown: {multi} of {len(ok)} completed requests had chunk count != output tokens "
+                                      "(vLLM's itl is per chunk; see chunk_gap_ms)")
         rates = [outs[i] / (e2e_ms[k] / 1000) for k, i in enumerate(ok) if e2e_ms[k] > 0]
         row["per_user_output_tokens_per_s"] = sum(rates) / len(rates) if rates else None
         row["distributions_from"] = "per-request detail (--save-detailed)"
     else:
         for m, base in _METRICS.items():
             row.update(_from_summary(doc, m, base))
+        row.update(distribution([], "token_gap_ms"))
+        row["chunk_jitter_ms"] = None
+        row["token_gaps_from"] = "unknown: vLLM's itl is per chunk (chunk_gap_ms); tokens per chunk need --save-detailed"
         row["distributions_from"] = "summary fields (percentiles not saved are null)"
     return row
 
