@@ -16,7 +16,7 @@ from benchrun.automation.settings import JOB_NAME
 from benchrun.automation.ticks import prepare_register
 from benchrun.controller import kube
 from benchrun.controller.dagster_runs import cancel_in_flight
-from benchrun.controller.resources import Tick, cancel_deleted_run, controller_tick
+from benchrun.controller.resources import MAX_NEW_PER_TICK, Tick, cancel_deleted_run, controller_tick
 from benchrun.errors import BenchrunError
 from sensors._requests import default_status, has_runs
 
@@ -30,8 +30,9 @@ from sensors._requests import default_status, has_runs
     default_status=default_status("benchmarkrun_resource_sensor", on=False),
     description="Fallback for clusters without the BenchmarkRun operator (benchrun operator). "
     "Lists BenchmarkRun resources (BENCHRUN_CR_NAMESPACE, default all namespaces); "
-    "submits each new (uid, generation), rejects invalid ones in their status, cancels the run "
-    "of a deleted one, and catches their status up with the runs.",
+    f"submits each new (uid, generation), at most {MAX_NEW_PER_TICK} a tick (the rest wait for the next), rejects "
+    "invalid ones in their status, cancels the run of a deleted one (gone, or with a deletionTimestamp), "
+    "and catches their status up with the runs.",
 )
 def benchmarkrun_resource_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
     """Run key ``cr:<namespace>/<name>:<uid>:<generation>``; cursor = uid → last generation handled."""
@@ -49,6 +50,7 @@ def benchmarkrun_resource_sensor(context: dg.SensorEvaluationContext) -> dg.Sens
                            namespace=namespace)
     _write_statuses(context, api, tick)
     _cancel_deleted(context, tick)
+    _report_finalizers(context, api, tick)
     fresh = [s for s in tick.submitted if not has_runs(context.instance, s.run_id)]
     for note in tick.notes:
         context.log.info(note)
@@ -89,10 +91,29 @@ def _cancel_deleted(context: dg.SensorEvaluationContext, tick: Tick) -> None:
                 context.log.warning(f"run {run_id}: {exc}; tried again next tick")
 
 
+def _report_finalizers(context: dg.SensorEvaluationContext, api: object, tick: Tick) -> None:
+    """A deleted object held by the operator's leftover finalizer: this sensor's account may patch
+    only status (deploy/kustomize/base/rbac.yaml), so the object says how to remove it by hand."""
+    from benchrun.controller.status import note
+
+    cancelled = {ref.uid for ref, _ in tick.deleted}
+    for obj, message in tick.finalizer_left:
+        meta = obj["metadata"]
+        name = f"{meta.get('namespace')}/{meta.get('name')}"
+        try:
+            if meta.get("uid") in cancelled:  # the cancel just wrote its status: the listed version is stale
+                obj = kube.get_benchmarkrun(api, str(meta.get("namespace")), str(meta.get("name"))) or obj
+            if note(api, obj, message):  # False: the object already says so, or is gone
+                context.log.warning(f"{name}: {message}")
+        except Exception as exc:  # noqa: BLE001 - said in the log instead; tried again next tick
+            context.log.warning(f"{name}: {message} (status not written: {_short(exc)})")
+
+
 def _summary(tick: Tick) -> str:
     parts = [f"{len(tick.rejected)} rejected"] if tick.rejected else []
     parts += [f"{len(tick.deleted)} deleted"] if tick.deleted else []
     parts += [f"{len(tick.patches)} status update(s)"] if tick.patches else []
+    parts += [f"{tick.waiting} waiting for the next tick"] if tick.waiting else []
     return "no new BenchmarkRun generation" + (f" ({', '.join(parts)})" if parts else "")
 
 

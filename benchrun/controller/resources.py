@@ -2,7 +2,9 @@
 
 The cursor maps each object's uid to the last generation handled and that generation's
 run, so a tick submits each ``(uid, generation)`` exactly once, in any order of listing;
-a uid that disappears from a full listing was deleted and its run is cancelled.
+a uid that disappears from a full listing, or is listed with a ``deletionTimestamp``, was
+deleted and its run is cancelled. At most :data:`MAX_NEW_PER_TICK` new generations are
+handled a tick; the rest stay out of the cursor and are the next tick's.
 """
 
 from __future__ import annotations
@@ -27,6 +29,19 @@ CURSOR_VERSION = 1
 TAG_UID = "benchrun/cr-uid"
 TAG_NAME = "benchrun/cr"
 TAG_GENERATION = "benchrun/cr-generation"
+# Validating and pinning takes 0.13-0.21 s a generation on a loaded VM (benchmarks/README.md,
+# "BenchmarkRun controller tick") and a sensor tick times out after 60 s: a tick that tried a
+# burst of a few hundred would time out, keep its cursor and fail the same way for ever. The
+# commit sensor's cap (DEFAULT_MAX_COMMITS_PER_TICK) for the same reason.
+MAX_NEW_PER_TICK = 25
+# benchrun.controller.operator.FINALIZER (not imported: the operator imports this module).
+OPERATOR_FINALIZER = "benchmarking.aisp.dev/run"
+# The fallback sensor may not patch benchmarkruns (only their status), so it cannot remove it.
+FINALIZER_LEFT = (f"deleting: finalizer {OPERATOR_FINALIZER} was left by the BenchmarkRun operator, "
+                  "which no longer runs; the fallback sensor cancels its run but cannot remove the finalizer. "
+                  "Remove it by hand: kubectl -n {namespace} patch benchmarkrun {name} --type=merge "
+                  "-p '{{\"metadata\":{{\"finalizers\":null}}}}' (docs/kubernetes.md, The BenchmarkRun "
+                  "operator, Uninstalling)")
 # (document bytes, source, now) -> benchrun.submit.Prepared
 Register = Callable[[bytes, str, dt.datetime], Any]
 
@@ -52,6 +67,8 @@ class Tick:
     deleted: list[tuple[ResourceRef, str | None]] = field(default_factory=list)  # (ref, run_id)
     patches: list[tuple[ResourceRef, dict[str, Any]]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    waiting: int = 0  # new generations over the cap: the next tick's
+    finalizer_left: list[tuple[dict[str, Any], str]] = field(default_factory=list)  # (object, status message)
     cursor: str = ""
 
     def keep_deleted(self, ref: ResourceRef, run_id: str | None) -> None:
@@ -108,12 +125,14 @@ def _now_text(now: dt.datetime) -> str:
 
 
 def controller_tick(objs: list[dict[str, Any]], cursor: str | None, register: Register, now: dt.datetime,
-                    home: Path | None = None, namespace: str | None = None) -> Tick:
+                    home: Path | None = None, namespace: str | None = None, max_new: int | None = None) -> Tick:
     """Decide one tick. ``objs`` is a full listing of ``namespace`` (None: every namespace).
 
-    Only an object of the listed scope that is missing from the listing was deleted: an entry
-    of another namespace (the watched namespace was narrowed since the cursor was written) is
-    dropped from the cursor without touching its run."""
+    Only an object of the listed scope that is missing from the listing, or listed with a
+    ``deletionTimestamp``, was deleted: an entry of another namespace (the watched namespace was
+    narrowed since the cursor was written) is dropped from the cursor without touching its run.
+    At most ``max_new`` (default :data:`MAX_NEW_PER_TICK`) new generations are validated and
+    pinned; the others are counted in ``waiting`` and, left out of the cursor, are new next tick."""
     from benchrun.automation.discovery import format_spec_errors
     from benchrun.rundir import RunDir
 
@@ -126,6 +145,8 @@ def controller_tick(objs: list[dict[str, Any]], cursor: str | None, register: Re
                              f"{namespace} now (BENCHRUN_CR_NAMESPACE); no longer followed, its run "
                              f"{entry.get('run_id')} left as it is")
     listed: set[str] = set()
+    cap = MAX_NEW_PER_TICK if max_new is None else max_new
+    budget = cap
     for obj in sorted(objs, key=lambda o: (o.get("metadata", {}).get("namespace") or "", o.get("metadata", {}).get("name") or "")):
         ref = ResourceRef.of(obj)
         if not ref.uid or ref.uid == "None":
@@ -133,9 +154,16 @@ def controller_tick(objs: list[dict[str, Any]], cursor: str | None, register: Re
             continue
         listed.add(ref.uid)
         entry = entries.get(ref.uid)
+        if (obj.get("metadata") or {}).get("deletionTimestamp"):
+            _deleting(obj, ref, entry, entries, out)
+            continue
         if entry is not None and int(entry["generation"]) >= ref.generation:
             _catch_up(obj, ref, entry, out, home)
             continue
+        if budget <= 0:
+            out.waiting += 1  # not in the cursor at this generation: still new next tick
+            continue
+        budget -= 1
         try:
             # the object's creation time, not the tick's: a tick evaluated again from a cursor that
             # was never stored (its run already made) pins the same run, as the operator does
@@ -158,9 +186,27 @@ def controller_tick(objs: list[dict[str, Any]], cursor: str | None, register: Re
         entries[ref.uid] = {**ref.to_json(), "run_id": prepared.run_id}
     for uid in sorted(set(entries) - listed):
         entry = entries.pop(uid)
-        out.deleted.append((ResourceRef.from_json(entry), entry.get("run_id")))
+        if not entry.get("deleting"):  # a deleting one's run was cancelled when its deletionTimestamp came
+            out.deleted.append((ResourceRef.from_json(entry), entry.get("run_id")))
+    if out.waiting:
+        out.notes.append(f"{out.waiting} new BenchmarkRun generation(s) wait for the next tick "
+                         f"(at most {cap} are validated and pinned a tick)")
     out.cursor = dump_cursor(entries, namespace)
     return out
+
+
+def _deleting(obj: dict[str, Any], ref: ResourceRef, entry: dict[str, Any] | None,
+              entries: dict[str, dict[str, Any]], out: Tick) -> None:
+    """A listed object with a ``deletionTimestamp``: deleted, its run cancelled once (the entry,
+    marked ``deleting``, stays until the object is gone, so it is neither cancelled again nor
+    taken for new). Its generation is not compared: deletion bumps it on a custom resource."""
+    if entry is None or not entry.get("deleting"):
+        known = ResourceRef.from_json(entry) if entry is not None else ref
+        run_id = entry.get("run_id") if entry is not None else None  # None: Dagster runs still cancelled by uid
+        out.deleted.append((known, run_id))
+        entries[ref.uid] = {**known.to_json(), "run_id": run_id, "deleting": True}
+    if OPERATOR_FINALIZER in ((obj.get("metadata") or {}).get("finalizers") or []):
+        out.finalizer_left.append((obj, FINALIZER_LEFT.format(namespace=ref.namespace, name=ref.name)))
 
 
 def cancel_deleted_run(home: Path | str | None, run_id: str, reason: str, *,
