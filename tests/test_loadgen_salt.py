@@ -22,23 +22,15 @@ import pytest
 
 from benchrun.errors import BenchrunError
 from benchrun.loadgen.content import ContentConfig, SessionShape, SharedPrefix, Source
-from benchrun.loadgen.refserver import Dialect, PerfModel, ServerProcess
+from benchrun.loadgen.refserver import ServerProcess
 from benchrun.loadgen.runner import LoadPoint, SweepConfig, run_sweep
 from benchrun.loadgen.suite import prompt_salt_of
 from benchrun.loadgen.tokens import HFTokenizer
 from benchrun.loadgen.workload import VOCABULARY, make_prompt, parse_mix, worker_rng
 
-FAST = PerfModel(prefill_ms_per_token=0.001, decode_base_ms=0.3, decode_ms_per_seq=0.01)
+from test_loadgen_content import server  # noqa: F401 - a fixture: the reference server, its prefix cache on
+
 MIX = [{"inputTokens": 48, "outputTokens": 4, "weight": 0.5}, {"inputTokens": 24, "outputTokens": 2, "weight": 0.5}]
-
-
-@pytest.fixture(scope="module")
-def server():
-    srv = ServerProcess(FAST, record_bodies=True, dialect=Dialect(prefix_cache_block=4))
-    try:
-        yield srv
-    finally:
-        srv.stop()
 
 
 def _log(srv: ServerProcess) -> dict[str, dict]:
