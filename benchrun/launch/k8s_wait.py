@@ -344,19 +344,18 @@ def _events_refused(watch: Watch, exc: Exception, loses: str) -> None:
 
 
 def failed_create_messages(core_api: Any, namespace: str, since: float | None,
-                           uids: Callable[[], set[str]] | None = None,
+                           uids: set[str] | frozenset[str] = frozenset(),
                            names: set[str] | None = None) -> list[str]:
     """The messages of FailedCreate Warning events on the Jobs given by uid (or, for a JobSet's
     child Jobs, by name and not older than ``since``: a JobSet of that name deleted a moment ago
     left its own), oldest first."""
     events = core_api.list_namespaced_event(
         namespace, field_selector="reason=FailedCreate,involvedObject.kind=Job").items
-    keep = uids() if uids is not None else set()
     found = []
     for ev in events:
         inv = ev.involved_object
         when = epoch(ev.last_timestamp) or epoch(ev.event_time) or epoch(ev.metadata.creation_timestamp) or 0.0
-        if (inv.uid in keep) or (names is not None and inv.name in names and (since is None or when >= since - 1)):
+        if (inv.uid in uids) or (names is not None and inv.name in names and (since is None or when >= since - 1)):
             found.append((when, ev.message or ""))
     return [m for _w, m in sorted(found, key=lambda t: t[0])]
 
@@ -466,7 +465,7 @@ def job_watch(client: Any, batch_api: Any, custom_api: Any, namespace: str, name
     watch = Watch(kind="Job", name=name, read=read, nodes=1, ended_by=("Complete",), pod_end_ends=True,
                   no_pod_note=no_pod, name_the_node=False, eviction_retries=eviction_retries, evicted=evicted,
                   failed_creates=lambda job: failed_create_messages(client.core_api, namespace, None,
-                                                                    uids=lambda: {job.metadata.uid}),
+                                                                    uids={job.metadata.uid}),
                   pull_errors=lambda pod: pull_failure_messages(client.core_api, namespace, pod))
     return watch
 
@@ -537,7 +536,7 @@ def load_job_watch(client: Any, batch_api: Any, custom_api: Any, namespace: str,
     return Watch(kind="Job", name=name, read=read, nodes=pods, ended_by=("Complete", "Failed"), pod_end_ends=False,
                  no_pod_note=no_pod, name_the_node=True,
                  failed_creates=lambda job: failed_create_messages(client.core_api, namespace, None,
-                                                                   uids=lambda: {job.metadata.uid}),
+                                                                   uids={job.metadata.uid}),
                  pull_errors=lambda pod: pull_failure_messages(client.core_api, namespace, pod))
 
 
