@@ -24,13 +24,14 @@ from __future__ import annotations
 import logging
 import shutil
 import zlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
 from benchrun.launch.base import Launcher, LaunchResult
 from benchrun.launch.local import LocalLauncher
 from benchrun.lifecycle import load_pinned
-from benchrun.plan import Invocation, plan_run, planned_replicates
+from benchrun.plan import SCOPE_ENV, Invocation, plan_run, planned_replicates
 from benchrun.rundir import RunDir
 from benchrun.fsio import atomic_write_json
 
@@ -84,7 +85,8 @@ def confirmation_invocations(home: Path, baseline_id: str, candidate_id: str, su
         counts: int | dict[str, int] = (first + int(replicates or 0) - 1 if first > 1 else
                                         replicates or planned_replicates(run, run_id, rd.path))
         plans = plan_run(run, run_id, out, home=home, replicates=counts, record_plan=False)
-        arms[arm] = [inv for p in plans for inv in p.invocations if inv.suite in suites and inv.replicate >= first]
+        arms[arm] = [replace(inv, env={**inv.env, SCOPE_ENV: "confirmation"})  # its own prompts: see SCOPE_ENV
+                     for p in plans for inv in p.invocations if inv.suite in suites and inv.replicate >= first]
         out_dirs[arm] = out
     # a pair is a replicate of a suite that both arms launch: two `replicates: auto` runs may have
     # planned different counts, and a launch with no partner is no pair (it was counted as one)

@@ -203,9 +203,9 @@ def run_layer(
         for inv in plan.invocations:
             progress.start(inv)
 
-            def once(inv: Invocation = inv) -> LaunchResult:
-                with (session(inv) if session else nullcontext({})) as extra_env:
-                    return launcher.launch(inv, run_dir.path, extra_env=extra_env)
+            def once(attempt: Invocation) -> LaunchResult:
+                with (session(attempt) if session else nullcontext({})) as extra_env:
+                    return launcher.launch(attempt, run_dir.path, extra_env=extra_env)
 
             res = launch_with_reruns(once, run_dir.path, inv, plan.contended_reruns)
             results.append(res)

@@ -55,6 +55,16 @@ def resolve_gang(word: str, values: Mapping[str, str]) -> str:
     return "".join(values[p] if i % 2 else p for i, p in enumerate(parts))
 
 
+# Set on a launch that is not its replicate's first sending of the workload, so a serving suite
+# salts its prompts apart from it (benchrun.loadgen.suite.prompt_salt_of; read by
+# benchrun.suites._runtime.SuiteContext) and a long-lived server's prefix cache does not serve the
+# words an earlier launch sent: the attempt of a contended rerun (2, 3, ...; benchrun.launch.rerun)
+# and the scope of a launch made outside the run's own round (``confirmation``: benchrun.confirm,
+# whose replicates reuse the run's id and numbers).
+ATTEMPT_ENV = "BENCHRUN_ATTEMPT"
+SCOPE_ENV = "BENCHRUN_LAUNCH_SCOPE"
+
+
 @dataclass(frozen=True)
 class Invocation:
     """One replicate of one suite, ready to launch."""

@@ -29,6 +29,8 @@ def test_confirmation_round_interleaves_and_leaves_sealed_runs_alone(bench_home,
     assert [inv.replicate for _, inv in order] == [1, 1, 2, 2, 3, 3]  # paired per replicate
     assert [arm for arm, _ in order] == [a for pair in pair_orders(3, suite_seed(7, "gemm")) for a in pair]
     assert all(inv.suite == "gemm" for _, inv in order)
+    # the round's replicates reuse the runs' ids and numbers: its scope salts a serving suite's prompts apart
+    assert {inv.env.get("BENCHRUN_LAUNCH_SCOPE") for _, inv in order} == {"confirmation"}
     hook = confirmation_hook(bench_home, base, cand)
     b, c, evidence = hook([("gemm", "n=32", "tflops")])
     assert evidence["seed"] == round_seed(base, cand)

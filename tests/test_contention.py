@@ -144,6 +144,31 @@ def test_a_contended_replicate_is_launched_again_once_and_the_attempt_is_kept(tm
     assert launcher.attempts == {1: 1, 2: 1, 3: 1}
 
 
+def test_a_rerun_is_launched_as_its_next_attempt_so_a_serving_suite_salts_it_apart(tmp_path):
+    # before: a rerun was launched with the first attempt's env, so a serving suite resent the words
+    # its contended attempt had sent, and a long-lived server's prefix cache served the rerun
+    from benchrun.execute import run_layer
+    from benchrun.loadgen.suite import prompt_salt_of
+    from benchrun.rundir import RunDir
+    from benchrun.suites._runtime import SuiteContext
+
+    class Recording(_Busy):
+        def launch(self, inv, run_dir, extra_env=None):
+            self.envs = [*getattr(self, "envs", []), (inv.replicate, dict(inv.env))]
+            return super().launch(inv, run_dir, extra_env)
+
+    run_id = "busy-20261202000000-cccccccc"
+    rd = RunDir(tmp_path, run_id).create()
+    rd.write_status({"run_id": run_id, "phase": "Running", "conditions": []})
+    launcher = Recording({2: 2})
+    run_layer(_plan(run_id, 2), rd, launcher)
+    attempts = [(k, env.get("BENCHRUN_ATTEMPT")) for k, env in launcher.envs]
+    assert attempts == [(1, None), (2, None), (2, "2"), (2, "3"), (3, None)]
+    salts = [prompt_salt_of(SuiteContext({**env, "BENCHRUN_RUN_ID": run_id, "BENCHRUN_REPLICATE": str(k),
+                                          "BENCHRUN_RUN_DIR": str(tmp_path)})) for k, env in launcher.envs]
+    assert salts == [f"{run_id}/r1", f"{run_id}/r2", f"{run_id}/r2/a2", f"{run_id}/r2/a3", f"{run_id}/r3"]
+
+
 def test_a_set_aside_attempt_keeps_its_telemetry_and_samples_and_the_warehouse_does_not_read_them(tmp_path):
     # before: the rerun's hook deleted raw/<run>_<suite>_r<k>_telemetry.parquet (the samples that
     # justified the rerun) and the suite overwrote its raw files; the document set aside named the

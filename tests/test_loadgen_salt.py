@@ -202,6 +202,25 @@ def test_the_suites_salt_is_the_run_and_replicate_unless_given():
         prompt_salt_of(ctx(prompt_salt=[1]))
 
 
+def test_a_launch_that_sends_a_replicate_again_salts_it_apart():
+    # before: a contended rerun, the confirmation round (the run's id and replicate numbers again) and
+    # a pod put in place of an evicted one all sent the words their replicate's first launch had sent
+    from benchrun.suites._runtime import SuiteContext
+
+    def salt(shared=False, **env):
+        base = {"BENCHRUN_RUN_ID": "run-7", "BENCHRUN_REPLICATE": "3", "BENCHRUN_RUN_DIR": "/tmp", **env}
+        return prompt_salt_of(SuiteContext(base), shared=shared)
+
+    assert salt() == "run-7/r3"
+    assert salt(BENCHRUN_ATTEMPT="2") == "run-7/r3/a2"
+    assert salt(BENCHRUN_LAUNCH_SCOPE="confirmation") == "run-7/r3/confirmation"
+    assert salt(BENCHRUN_LAUNCH_SCOPE="confirmation", BENCHRUN_ATTEMPT="2") == "run-7/r3/confirmation/a2"
+    assert salt(BENCHRUN_POD_UID="u-1") == "run-7/r3/pod-u-1" != salt(BENCHRUN_POD_UID="u-2")
+    assert salt(shared=True, BENCHRUN_POD_UID="u-1") == "run-7/r3"  # a replicate's load pods share one salt
+    assert len({salt(), salt(BENCHRUN_ATTEMPT="2"), salt(BENCHRUN_LAUNCH_SCOPE="confirmation")}) == 3
+    assert salt(BENCHRUN_PARAMS=json.dumps({"prompt_salt": "fixed"}), BENCHRUN_ATTEMPT="2") == "fixed"  # given: kept
+
+
 def _cli(args: list[str], monkeypatch, capsys) -> dict:
     from benchrun import cli
 

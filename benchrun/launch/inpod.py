@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from benchrun.plan import Invocation
@@ -80,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     target = run_dir / results_relpath(args.run_id, args.layer)
     for inv in layer_invocations(run_dir, args.run_id, args.layer):
         print(f"benchrun: {inv.layer}/{inv.suite} r{inv.replicate} starting", flush=True)
-        res = launch_with_reruns(lambda inv=inv: launcher.launch(replace(inv), run_dir, extra_env=extra), run_dir, inv,
+        res = launch_with_reruns(lambda attempt: launcher.launch(attempt, run_dir, extra_env=extra), run_dir, inv,
                                  args.contended_reruns)
         try:
             sys.stdout.write((run_dir / res.log).read_text(encoding="utf-8", errors="replace"))

@@ -16,12 +16,13 @@ import glob
 import json
 import logging
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
 from benchrun.fsio import atomic_write_json
 from benchrun.launch.base import LaunchResult
-from benchrun.plan import Invocation
+from benchrun.plan import ATTEMPT_ENV, Invocation
 from benchrun.rundir import contended_aside_name, contended_aside_raw_name
 
 log = logging.getLogger(__name__)
@@ -113,16 +114,22 @@ def mark_rerun(run_dir: Path, inv: Invocation, attempt: int, earlier: list[str],
         atomic_write_json(path, doc)
 
 
-def launch_with_reruns(launch: Callable[[], LaunchResult], run_dir: Path, inv: Invocation, reruns: int) -> LaunchResult:
-    """``launch()`` the replicate, then, while its result says contended and the budget of
-    ``reruns`` lasts, set that attempt aside and launch it again; the last attempt's result.
-    Attempts an earlier materialization of the run set aside are removed first: they are not
-    this launch's, and the analysis would count them as its reruns."""
+def attempt_of(inv: Invocation, attempt: int) -> Invocation:
+    """``inv`` as its ``attempt``-th launch (1: ``inv`` itself)."""
+    return inv if attempt <= 1 else replace(inv, env={**inv.env, ATTEMPT_ENV: str(int(attempt))})
+
+
+def launch_with_reruns(launch: Callable[[Invocation], LaunchResult], run_dir: Path, inv: Invocation,
+                       reruns: int) -> LaunchResult:
+    """``launch(inv)`` the replicate, then, while its result says contended and the budget of
+    ``reruns`` lasts, set that attempt aside and launch it again (as :func:`attempt_of` the next
+    attempt); the last attempt's result. Attempts an earlier materialization of the run set aside
+    are removed first: they are not this launch's, and the analysis would count them as its reruns."""
     for folder in (Path(run_dir) / d for d in ASIDE_DIRS):
         stale = folder.glob(glob.escape(f"{inv.run_id}_{inv.suite}_r{int(inv.replicate)}_contended") + "*")
         for path in stale if folder.is_dir() else []:
             path.unlink(missing_ok=True)
-    res = launch()
+    res = launch(inv)
     earlier: list[str] = []
     for attempt in range(1, max(0, int(reruns)) + 1):
         why = contended(run_dir, inv)
@@ -131,6 +138,6 @@ def launch_with_reruns(launch: Callable[[], LaunchResult], run_dir: Path, inv: I
         earlier += set_aside(run_dir, inv, attempt)
         log.info("%s r%d ran on a contended machine (%s): launching it again (%d of %d)", inv.suite,
                  inv.replicate, why, attempt, reruns)
-        res = launch()
+        res = launch(attempt_of(inv, attempt + 1))
         mark_rerun(run_dir, inv, attempt, earlier, why)
     return res

@@ -151,7 +151,7 @@ def run_serving_suite(
             # strict checks (2.5 is refused, not truncated to 2), each error naming the parameter
             warmup=int_param(ctx, "warmup", None, minimum=0),  # type: ignore[arg-type]  (None: one per stream)
             seed=int_param(ctx, "seed", 0, minimum=0),
-            prompt_salt=prompt_salt_of(ctx),  # none kept for a trace or a dataset (SweepConfig: sent as written)
+            prompt_salt=prompt_salt_of(ctx, shared=pods is not None),  # none kept for a trace or a dataset (SweepConfig: sent as written)
             workers=int_param(ctx, "workers", 1, minimum=1, maximum=1024),
             # None: as the endpoint's path says (.../v1/chat/completions), else completions
             api=choice_param(ctx, "api", None, ("completions", "chat")),  # type: ignore[arg-type]
@@ -195,14 +195,25 @@ def run_serving_suite(
     return result
 
 
-def prompt_salt_of(ctx: Any) -> str | None:
+def prompt_salt_of(ctx: Any, shared: bool = False) -> str | None:
     """The salt of this replicate's synthetic prompts: the parameter ``prompt_salt`` (``none`` or
-    false: the seed's own words, the same in every run), else the run id and the replicate, so a
-    replicate never resends an earlier one's prompts for a server's prefix cache to hit (the
-    replicate's load pods share them: they run one replicate)."""
+    false: the seed's own words, the same in every run), else ``<run id>/r<replicate>``, so a
+    replicate never resends an earlier one's prompts for a server's prefix cache to hit. A launch
+    that sends the replicate again adds what sets it apart: the confirmation round's scope
+    (``/confirmation``: its replicates reuse the run's id and numbers), a contended rerun's attempt
+    (``/a2``, ...) and, on Kubernetes, the pod's uid (``/pod-<uid>``: a pod the Job controller put
+    in place of an evicted one). ``shared``: the replicate's load pods share the salt (they run one
+    replicate; a lost load pod fails its Job, so none is replaced), so no pod's uid is added."""
     given = ctx.params.get("prompt_salt")
     if given is None:
-        return f"{ctx.run_id}/r{ctx.replicate}"
+        parts = [f"{ctx.run_id}/r{ctx.replicate}"]
+        scope = getattr(ctx, "launch_scope", None)
+        parts += [scope] if scope else []
+        attempt = int(getattr(ctx, "attempt", 1) or 1)
+        parts += [f"a{attempt}"] if attempt > 1 else []
+        uid = getattr(ctx, "pod_uid", None)
+        parts += [f"pod-{uid}"] if uid and not shared else []
+        return "/".join(parts)
     if given is False or str(given).strip().lower() in ("", "none"):
         return None
     if not isinstance(given, (str, int)) or isinstance(given, bool):

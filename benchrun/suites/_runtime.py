@@ -94,6 +94,11 @@ class SuiteContext:
         self.suite = env.get("BENCHRUN_SUITE", Path(sys.argv[0]).stem or "suite")
         self.replicate = int(env.get("BENCHRUN_REPLICATE", "1"))
         self.case_id = env.get("BENCHRUN_CASE_ID")
+        # a contended rerun's attempt (2, ...) and a launch outside the run's own round
+        # ("confirmation"): benchrun.plan.ATTEMPT_ENV and SCOPE_ENV
+        self.attempt = int(env.get("BENCHRUN_ATTEMPT", "1") or 1)
+        self.launch_scope = env.get("BENCHRUN_LAUNCH_SCOPE") or None
+        self.pod_uid = env.get("BENCHRUN_POD_UID") or None  # a Kubernetes pod's (downward API)
         # A node of a multi-node gang (set by the launcher): node 0 writes the replicate's
         # result document, node i > 0 its own beside the logs (the launcher reads its reason).
         self.node_rank = int(env.get("BENCHRUN_NODE_RANK", "0") or 0)
