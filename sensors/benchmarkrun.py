@@ -16,7 +16,7 @@ from benchrun.automation.settings import JOB_NAME
 from benchrun.automation.ticks import prepare_register
 from benchrun.controller import kube
 from benchrun.controller.dagster_runs import cancel_in_flight
-from benchrun.controller.resources import MAX_NEW_PER_TICK, Tick, cancel_deleted_run, controller_tick
+from benchrun.controller.resources import ENV_MAX_NEW, MAX_NEW_PER_TICK, Tick, cancel_deleted_run, controller_tick, max_new_per_tick
 from benchrun.errors import BenchrunError
 from sensors._requests import default_status, has_runs
 
@@ -30,12 +30,14 @@ from sensors._requests import default_status, has_runs
     default_status=default_status("benchmarkrun_resource_sensor", on=False),
     description="Fallback for clusters without the BenchmarkRun operator (benchrun operator). "
     "Lists BenchmarkRun resources (BENCHRUN_CR_NAMESPACE, default all namespaces); "
-    f"submits each new (uid, generation), at most {MAX_NEW_PER_TICK} a tick (the rest wait for the next), rejects "
+    f"submits each new (uid, generation), at most {MAX_NEW_PER_TICK} a tick ({ENV_MAX_NEW}; the rest wait for the "
+    "next), rejects "
     "invalid ones in their status, cancels the run of a deleted one (gone, or with a deletionTimestamp), "
     "and catches their status up with the runs.",
 )
 def benchmarkrun_resource_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
     """Run key ``cr:<namespace>/<name>:<uid>:<generation>``; cursor = uid → last generation handled."""
+    cap = max_new_per_tick()  # a bad setting fails the tick (a skip would go unseen), the cursor kept
     try:
         api = kube.custom_objects_api()
         namespace = kube.watched_namespace()
@@ -47,7 +49,7 @@ def benchmarkrun_resource_sensor(context: dg.SensorEvaluationContext) -> dg.Sens
         # and no alert fires on skips); the cursor is not moved by a failed tick, so nothing is lost
         raise BenchrunError(f"cannot list BenchmarkRuns: {_short(exc)}") from exc
     tick = controller_tick(objs, context.cursor, prepare_register(None), dt.datetime.now(dt.timezone.utc),
-                           namespace=namespace)
+                           namespace=namespace, max_new=cap)
     _write_statuses(context, api, tick)
     _cancel_deleted(context, tick)
     _report_finalizers(context, api, tick)

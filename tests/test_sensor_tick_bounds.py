@@ -82,6 +82,24 @@ def test_the_sensor_requests_a_burst_over_ticks(cluster: Cluster, instance: dg.D
     assert "waiting" not in tick(instance, second.cursor).skip_message
 
 
+def test_the_sensors_cap_is_a_setting(cluster: Cluster, instance: dg.DagsterInstance,
+                                      resource_doc: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    # before: 25, whatever the cluster (a slower API server or disk timed out at 25 a tick, for ever)
+    for i in range(3):
+        doc = copy.deepcopy(resource_doc)
+        doc["metadata"]["name"] = f"canary-{i}"
+        cluster.apply(doc)
+    monkeypatch.setenv(resources.ENV_MAX_NEW, "1")
+    first = tick(instance, None)
+    assert len(first.run_requests) == 1
+    monkeypatch.setenv(resources.ENV_MAX_NEW, "0")
+    with pytest.raises(Exception, match="BENCHRUN_CR_MAX_PER_TICK='0' must be a positive integer"):
+        tick(instance, first.cursor)
+    monkeypatch.delenv(resources.ENV_MAX_NEW)
+    assert resources.max_new_per_tick() == resources.MAX_NEW_PER_TICK
+    assert len(tick(instance, first.cursor).run_requests) == 2
+
+
 def test_an_object_held_by_the_operators_finalizer_is_cancelled_and_says_why(
         cluster: Cluster, instance: dg.DagsterInstance, resource_doc: dict[str, Any]) -> None:
     from dagster._core.test_utils import create_run_for_test

@@ -34,6 +34,8 @@ TAG_GENERATION = "benchrun/cr-generation"
 # burst of a few hundred would time out, keep its cursor and fail the same way for ever. The
 # commit sensor's cap (DEFAULT_MAX_COMMITS_PER_TICK) for the same reason.
 MAX_NEW_PER_TICK = 25
+# The fallback sensor's cap, where a cluster's ticks are faster or slower than that measure.
+ENV_MAX_NEW = "BENCHRUN_CR_MAX_PER_TICK"
 # benchrun.controller.operator.FINALIZER (not imported: the operator imports this module).
 OPERATOR_FINALIZER = "benchmarking.aisp.dev/run"
 # The fallback sensor may not patch benchmarkruns (only their status), so it cannot remove it.
@@ -122,6 +124,19 @@ def document_bytes(obj: dict[str, Any]) -> bytes:
 
 def _now_text(now: dt.datetime) -> str:
     return now.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def max_new_per_tick() -> int:
+    """``$BENCHRUN_CR_MAX_PER_TICK`` (a positive integer), else :data:`MAX_NEW_PER_TICK`."""
+    import os
+
+    raw = os.environ.get(ENV_MAX_NEW, "").strip()
+    if not raw:
+        return MAX_NEW_PER_TICK
+    if not raw.isdigit() or int(raw) < 1:
+        raise BenchrunError(f"{ENV_MAX_NEW}={raw!r} must be a positive integer (new BenchmarkRun generations "
+                            f"validated and pinned a tick; default {MAX_NEW_PER_TICK}), or unset")
+    return int(raw)
 
 
 def controller_tick(objs: list[dict[str, Any]], cursor: str | None, register: Register, now: dt.datetime,
