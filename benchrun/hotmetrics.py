@@ -7,8 +7,9 @@ cadence, benchmark class, layer, suite and case (and a row's rank, node or GPU w
 keys, such as a p99's sample count, are details of one replicate, never labels); run-level gauges say how many replicates
 succeeded or failed, how long the run took and which phase it was in. A replicate whose suite judged
 its own measurement invalid (``benchrun.stats.validity``: membw's arrays inside the cache) pushes no
-metric, only its count (``benchrun_suite_invalid_replicates``): a dashboard or alert rule reads a gauge
-as the metric its name says, with no one beside it to read the caveat.
+metric, only its count (``benchrun_suite_invalid_replicates``), and a serving point judged invalid beyond its request
+count (errors, a saturated client) none of its case's, only ``benchrun_suite_invalid_points``: a dashboard or alert
+rule reads a gauge as the metric its name says, with no one beside it to read the caveat.
 
 Labels named in CONTRACT.md §3 (``request_id``, ``trace_id``, ``prompt_hash``) and the
 spec's ``dropDimensions`` never appear: rows that differ only in such a label are merged
@@ -47,7 +48,7 @@ from benchrun.rundir import read_json_or_none
 from benchrun.stats.directions import has_direction, read_direction
 from benchrun.stats.family import Primary, parse_primary
 from benchrun.stats.load import launch_decides, launch_statuses
-from benchrun.stats.validity import judged_invalid
+from benchrun.stats.validity import invalid_points, judged_invalid
 from benchrun.suites.result import SCHEMA
 from benchrun.fsio import atomic_write_text
 
@@ -66,13 +67,8 @@ PRIORITY_SUITE_COUNTS = 1
 PRIORITY_PRIMARY = 2
 PRIORITY_METRIC = 3
 PRIORITY_DETAIL = 4  # a metric row carrying rank/node/GPU keys
-PRIORITY_NAMES = {
-    PRIORITY_RUN: "run",
-    PRIORITY_SUITE_COUNTS: "suite_replicates",
-    PRIORITY_PRIMARY: "primary",
-    PRIORITY_METRIC: "metric",
-    PRIORITY_DETAIL: "detail",
-}
+PRIORITY_NAMES = {PRIORITY_RUN: "run", PRIORITY_SUITE_COUNTS: "suite_replicates", PRIORITY_PRIMARY: "primary",
+                  PRIORITY_METRIC: "metric", PRIORITY_DETAIL: "detail"}
 
 RUN_METRICS = {
     "benchrun_run_info": "Run identity and lineage (value always 1).",
@@ -82,6 +78,8 @@ RUN_METRICS = {
     "benchrun_suite_replicates": "Suite result documents per suite by status (ok, failed, unavailable).",
     "benchrun_suite_invalid_replicates": "Ok replicates whose suite judged its own measurement invalid (their "
                                          "metrics are not pushed: e.g. membw's arrays measured cache bandwidth).",
+    "benchrun_suite_invalid_points": "Ok replicates in which the load generator judged a serving point (the case) "
+                                     "invalid beyond its request count (its metrics from them are not pushed).",
 }
 # The row keys that name what a series is about (a rank, node or GPU; and the per-request keys,
 # which are then removed): labels. Every other key a row carries (fio's job_runtime_ms, a p99's
@@ -350,7 +348,7 @@ def render(
     docs = _result_docs(run_dir, run_id)
     layer_of = _suite_layers(run_dir, run_id)
     counts: dict[tuple[str, str], int] = {}
-    invalid: dict[str, int] = {}
+    invalid: dict[tuple[str, str], int] = {}  # (suite, an invalid point; "": the whole replicate) -> replicates
     per_rep: dict[tuple[str, tuple[tuple[str, str], ...]], dict[int, list[float]]] = {}
     key_rows: dict[tuple[str, tuple[tuple[str, str], ...]], set[tuple[tuple[str, Any], ...]]] = {}
     priority: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
@@ -367,11 +365,11 @@ def render(
         counts[(suite, status)] = counts.get((suite, status), 0) + 1
         if status != "ok":
             continue
-        if judged_invalid(doc):  # a figure of something else than its name says (benchrun.stats.validity)
-            invalid[suite] = invalid.get(suite, 0) + 1
-            continue
+        bad = [""] if judged_invalid(doc) else sorted(invalid_points(doc))  # not what their names say: validity
+        for point in bad:
+            invalid[(suite, point)] = invalid.get((suite, point), 0) + 1
         rep = int(doc.get("replicate", 0))
-        for row in doc.get("metrics") or []:
+        for row in [] if "" in bad else [r for r in doc.get("metrics") or [] if str(r.get("case") or "") not in bad]:
             value = row.get("value")
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
                 continue
@@ -401,10 +399,12 @@ def render(
         series.append(Series("benchrun_suite_replicates",
                              labels({"layer": layer_of.get(suite, ""), "suite": suite, "status": st}),
                              float(n), PRIORITY_SUITE_COUNTS))
-    for suite, n in sorted(invalid.items()):
-        series.append(Series("benchrun_suite_invalid_replicates", labels({"layer": layer_of.get(suite, ""), "suite": suite}),
-                             float(n), PRIORITY_SUITE_COUNTS))
-        notes.append(f"{suite}: {n} replicate(s) judged their own measurement invalid; their metrics are not pushed")
+    for (suite, point), n in sorted(invalid.items()):
+        name = "benchrun_suite_invalid_points" if point else "benchrun_suite_invalid_replicates"  # a point: loadgen
+        of = {"layer": layer_of.get(suite, ""), "suite": suite, **({"case": point} if point else {})}
+        series.append(Series(name, labels(of), float(n), PRIORITY_SUITE_COUNTS))
+        notes.append(f"{suite}{f' [{point}]' if point else ''}: {n} replicate(s) judged their own measurement invalid"
+                     f"{' (by the load generator)' if point else ''}; their metrics are not pushed")
     # Rows whose rank/node/GPU labels differ between replicates (all-reduce's slowest rank's lag) are one series without
     # them, the published rollup (benchrun.stats.perlaunch): a rank's series would cover only the replicates it was in.
     rolled = {g: {} for g, by_rep in group_labels.items() if len({frozenset(r) for r in by_rep.values()}) > 1}

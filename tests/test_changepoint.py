@@ -548,3 +548,44 @@ def test_replicates_their_suite_judged_invalid_stay_out_of_the_history(tmp_path)
     mine = C.history_for(run, trial_statistics_for_run(rd), tmp_path)
     assert mine[(mine.run_id == "nightly-25") & (mine.suite == "membw")]["n"].tolist() == [2]
     assert len(mine[mine.suite == "membw"]) == 10
+
+
+def test_serving_points_judged_invalid_beyond_their_request_count_stay_out_of_the_history(tmp_path):
+    # review: a serving suite judges each load point (context.verdicts) and its replicate stays ok. Before,
+    # 10 nights of a c=4 point with 31 % errors (a p99 of timeouts, 5 s) entered its series as good values
+    # and read as a "regression" change point. Now that point's rows leave (c=1 and the other nights stay);
+    # the canary's points, invalid only for their 24 requests (the pooled p99 is supported), stay in
+    import json
+
+    from benchrun.loadgen.metrics import VerdictPolicy, verdict
+
+    def judged(n, errors=0):
+        v, why = verdict(load_model="closed_loop", offered_load=4, n_completed=n, n_errors=errors,
+                         error_kinds={"http_500": errors} if errors else {}, stats={"achieved_concurrency": 4.0},
+                         client={}, policy=VerdictPolicy())
+        return {"verdict": v, "reasons": why}
+
+    rng = np.random.default_rng(11)
+    for i in range(30):
+        failing = i >= 20
+        ctx = {"serving_sweep": {"verdicts": {"c=1": judged(24), "c=4": judged(22, errors=10) if failing else judged(24)}}}
+        make_run(tmp_path, f"nightly-{i:02d}",
+                 {("serving_sweep", "c=4", "p99_latency_ms"): (rng.normal(5000.0 if failing else 100.0, 1.0, 3), "ms",
+                                                               "lower"),
+                  ("serving_sweep", "c=1", "p99_latency_ms"): (rng.normal(50.0, 0.5, 3), "ms", "lower")},
+                 status={"cadence": "nightly", "created_utc": f"2026-11-{i // 24 + 1:02d}T{i % 24:02d}:00:00Z"},
+                 contexts=ctx, sealed=False)
+    hist = history_table(tmp_path)
+    c4, c1 = hist[hist["case"] == "c=4"], hist[hist["case"] == "c=1"]
+    assert sorted(c4.run_id) == [f"nightly-{i:02d}" for i in range(20)] and (c4["median"] < 200).all()
+    assert len(c1) == 30 and (c1["n"] == 3).all() and (c4["n"] == 3).all()  # 24 requests alone: kept
+    assert change_points(hist).empty
+    # one replicate's point invalid: the night's c=4 median is of the other two, its c=1 of all three
+    path = tmp_path / "runs" / "nightly-05" / "structured" / "nightly-05_serving_sweep_r1.json"
+    doc = json.loads(path.read_text())
+    doc["context"]["verdicts"]["c=4"] = judged(22, errors=10)
+    next(m for m in doc["metrics"] if m["case"] == "c=4")["value"] = 9999.0
+    path.write_text(json.dumps(doc))
+    rows = history_table(tmp_path).set_index(["run_id", "case"])
+    assert rows.loc[("nightly-05", "c=4"), "n"] == 2 and rows.loc[("nightly-05", "c=4"), "median"] < 200
+    assert rows.loc[("nightly-05", "c=1"), "n"] == 3

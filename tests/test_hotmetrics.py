@@ -560,6 +560,48 @@ def test_a_replicate_its_suite_judged_invalid_pushes_its_count_not_its_metrics(t
     assert not find(rows, "benchrun_triad_gb_per_s") and find(rows, "benchrun_suite_invalid_replicates") == [3.0]
 
 
+def test_a_serving_point_judged_invalid_beyond_its_request_count_pushes_its_count_not_its_metrics(tmp_path: Path) -> None:
+    # review: a serving suite judges each load point (context.verdicts) and its replicate stays ok; a c=4
+    # point with 31 % errors (its p99 among the failed requests) was pushed as benchrun_p99_latency_ms{case="c=4"}.
+    # Only that point's rows leave; the other point, the sweep's capacity and the canary's few-request points stay
+    from benchrun.loadgen.metrics import VerdictPolicy, verdict
+
+    def judged(n: int, errors: int = 0) -> dict[str, Any]:
+        v, why = verdict(load_model="closed_loop", offered_load=4, n_completed=n, n_errors=errors,
+                         error_kinds={"http_500": errors} if errors else {}, stats={"achieved_concurrency": 4.0},
+                         client={}, policy=VerdictPolicy())
+        return {"verdict": v, "reasons": why}  # both invalid: 24 requests < 368 (the canary's), or errors too
+
+    rd, status = make_run(tmp_path)
+    for k, p99 in enumerate((5000.0, 40.0, 42.0), start=1):
+        rows = [metric("p99_latency_ms", p99, "ms", "lower", case="c=4"), metric("ttft_ms", 20.0 + k, "ms", "lower", case="c=4"),
+                metric("p99_latency_ms", 30.0 + k, "ms", "lower", case="c=1"),
+                metric("capacity_at_slo", 1.0, "concurrency", "higher", case="sweep")]
+        doc = _doc("serving_sweep", k, "ok", rows)
+        doc["context"] = {"verdicts": {"c=1": judged(24), "c=4": judged(22, errors=10) if k == 1 else judged(24)}}
+        atomic_write_json(rd / "structured" / f"{RUN_ID}_serving_sweep_r{k}.json", doc)
+    hm = render(rd, status, BIG)
+    rows = samples(hm.text)
+    assert find(rows, "benchrun_p99_latency_ms", suite="serving_sweep", case="c=4") == [41.0]  # not 42.0 (with 5000)
+    assert find(rows, "benchrun_ttft_ms", suite="serving_sweep", case="c=4") == [22.5]
+    assert find(rows, "benchrun_p99_latency_ms", suite="serving_sweep", case="c=1") == [32.0]  # all three replicates
+    assert find(rows, "benchrun_capacity_at_slo", suite="serving_sweep", case="sweep") == [1.0]
+    assert find(rows, "benchrun_suite_invalid_points", suite="serving_sweep", case="c=4") == [1.0]
+    assert not find(rows, "benchrun_suite_invalid_points", case="c=1")
+    assert not find(rows, "benchrun_suite_invalid_replicates", suite="serving_sweep")
+    assert find(rows, "benchrun_suite_replicates", suite="serving_sweep", status="ok") == [3.0]
+    assert any("serving_sweep [c=4]: 1 replicate(s) judged their own measurement invalid (by the load generator)" in n
+               for n in hm.notes)
+    # the canary on a healthy machine: every point invalid only for its 24 requests, every figure pushed
+    path = rd / "structured" / f"{RUN_ID}_serving_sweep_r1.json"
+    doc = json.loads(path.read_text())
+    doc["context"]["verdicts"]["c=4"] = judged(24)
+    atomic_write_json(path, doc)
+    rows = samples(render(rd, status, BIG).text)
+    assert find(rows, "benchrun_p99_latency_ms", suite="serving_sweep", case="c=4") == [42.0]  # 5000, 40, 42
+    assert not find(rows, "benchrun_suite_invalid_points") and not find(rows, "benchrun_suite_invalid_replicates")
+
+
 def test_a_replicate_the_launcher_failed_after_it_wrote_ok_is_counted_failed_and_not_pushed(tmp_path: Path) -> None:
     # review: gemm r2 wrote an ok document and was then killed at its timeout; the launch record says failed.
     # It was pushed as ok (benchrun_suite_replicates ok 3) and its 4.0 was in the median (2.0 -> 1.5 now)

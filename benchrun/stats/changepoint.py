@@ -497,18 +497,21 @@ def run_medians(run: RunInfo) -> "pd.DataFrame":
     """One run's rows of :func:`history_table` (whatever its phase): per suite × case × metric the
     median over its ok replicates, leaving out the replicates whose suite judged its own measurement
     invalid (:func:`benchrun.stats.validity.drop_invalid`: membw's cache figure is not memory bandwidth,
-    and a series that mixed them would start or hide change points; logged)."""
+    and a series that mixed them would start or hide change points; logged), and the rows of the serving
+    points the load generator judged invalid beyond their request count (errors, a saturated client:
+    :func:`benchrun.stats.validity.invalid_point_rows`), that replicate's other points kept."""
     import pandas as pd
 
-    from benchrun.stats.validity import drop_invalid, invalid_replicates
+    from benchrun.stats.validity import drop_invalid, invalid_point_rows, invalid_replicates
 
-    docs = suite_results(run.path)  # read once for both
+    docs = suite_results(run.path)  # read once for all
     t = replicate_table(run.path, docs=docs)
-    invalid = invalid_replicates(run.path, docs)
-    if invalid:
-        log.info("history: run %s: left out the replicates its suites judged invalid: %s", run.run_id,
-                 "; ".join(f"{s} {sorted(e['replicates'], key=str)}" for s, e in sorted(invalid.items())))
-        t = drop_invalid(t, invalid)
+    invalid, points = invalid_replicates(run.path, docs), invalid_point_rows(docs)
+    if invalid or points:
+        log.info("history: run %s: left out the replicates and points its suites judged invalid: %s", run.run_id,
+                 "; ".join([*(f"{s} {sorted(e['replicates'], key=str)}" for s, e in sorted(invalid.items())),
+                            *(f"{s} r{k} [{c}]" for s, k, c in sorted(points))]))
+        t = drop_invalid(t, invalid, points)
     if t.empty:
         return pd.DataFrame(columns=HISTORY_COLUMNS)
     st = run.status
