@@ -7,15 +7,25 @@ sampled then. The document (schema ``benchrun.environment/v1``)::
     captured_utc, hostname,
     python{version, implementation, executable}, packages{name: version | null},
     os{system, distro, release, version, machine, libc}, kernel,
-    cpu{model, vendor, logical_cores, physical_cores, usable_cpus, max_mhz},
+    cpu{model, vendor, logical_cores, physical_cores, usable_cpus, affinity_cpus, cgroup_cpu_quota, max_mhz},
     numa{nodes: [{node, cpus, memory_total_bytes}]},
     memory{total_bytes, available_bytes, swap_total_bytes},
-    gpus[{index, name, uuid, driver_version, memory_total_mib, pci_bus_id}],
+    gpus[{index, name, uuid, driver_version, memory_total_mib, pci_bus_id, mig_mode}],
     gpu_unavailable_reason (null when GPUs were found),
-    gpu_runtime{driver_version, cuda_driver_version, torch_version, torch_cuda, nccl_version},
+    gpu_runtime{driver_version, cuda_driver_version, torch_version, torch_cuda, nccl_version,
+        gpu_source ("nvidia-smi" | "nvml" | null)},
     background_load{before, after}: {sampled_utc, interval_s, load_average_1m/5m/15m,
         cpu_busy_share, other_processes_cpu_share, top_other_processes[{pid, name, cpu_pct}]},
     hardware_key, software_key, key_inputs{hardware, software}
+
+``usable_cpus`` is what this process may run at once: its affinity mask (``affinity_cpus``)
+bounded by its cgroup's CPU quota (``cgroup_cpu_quota``, null without one), the rule the
+suites size their threads by (:func:`usable_cpus`, which ``benchrun.suites._common`` uses).
+GPUs are read with nvidia-smi, else (a container without the binary) through NVML
+(nvidia-ml-py's ``pynvml``); ``mig_mode`` is ``Enabled``/``Disabled``, null where the GPU
+has no MIG. On Kubernetes the run's document becomes a pod's (``benchrun.launch.podenv``):
+the after-run sample, taken on the orchestrator's host, then goes under
+``orchestrator.background_load`` beside its before-run sample, never beside the pod's.
 
 Keys: ``hardware_key`` and ``software_key`` are sha256 (hex) of the canonical JSON of
 ``key_inputs.hardware`` / ``key_inputs.software``, stored beside them so anyone can see
@@ -29,7 +39,8 @@ what differs. They name a *class* of machine and software stack, not one machine
   :data:`KEY_PACKAGES` except benchrun itself (the harness is not the system under test),
   GPU driver, CUDA (driver and torch build) and NCCL versions.
 
-psutil is used for load sampling (this module runs on the orchestrating side, not in pods).
+psutil is used for load sampling. This module runs on the orchestrator (``benchrun run``, the run
+worker) and in suite pods (``BENCHRUN_CAPTURE_ENVIRONMENT=1``), so it imports only the foundation.
 """
 
 from __future__ import annotations
@@ -63,6 +74,8 @@ KEY_PACKAGES = (
     "dagster-k8s", "pydantic", "kubernetes", "psutil", "nvidia-nccl-cu12", "nvidia-ml-py",
 )
 _NVSMI_FIELDS = ("index", "name", "uuid", "driver_version", "memory.total", "pci.bus_id")
+_NVSMI_MIG = "mig.mode.current"  # queried after the others: a driver that lacks it is asked again without
+CGROUP_ROOT = "/sys/fs/cgroup"  # where cgroup_cpu_quota() reads the CPU quota
 
 
 def _utc() -> str:
@@ -105,15 +118,50 @@ def _cpuinfo() -> dict[str, str]:
     return info
 
 
+def affinity_cpus() -> int:
+    """CPUs in this process's affinity mask (all the host's where there is no mask)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def cgroup_cpu_quota(root: str | None = None) -> int | None:
+    """CPUs the cgroup quota allows (quota / period, rounded up); None without a quota. cgroup v2
+    ``cpu.max`` ("max 100000" or "400000 100000"), else v1 ``cpu/cpu.cfs_quota_us`` (−1: none)."""
+    root = root or CGROUP_ROOT
+    try:
+        with open(os.path.join(root, "cpu.max"), encoding="ascii") as fh:
+            quota, period = fh.read().split()[:2]
+        return None if quota == "max" else max(1, -(-int(quota) // int(period)))
+    except (OSError, ValueError):
+        pass
+    try:
+        with open(os.path.join(root, "cpu", "cpu.cfs_quota_us"), encoding="ascii") as fh:
+            q = int(fh.read().strip())
+        with open(os.path.join(root, "cpu", "cpu.cfs_period_us"), encoding="ascii") as fh:
+            period_us = int(fh.read().strip())
+        return None if q <= 0 or period_us <= 0 else max(1, -(-q // period_us))
+    except (OSError, ValueError):
+        return None
+
+
+def usable_cpus(cgroup_root: str | None = None) -> int:
+    """CPUs this process may run on: its affinity mask, not the host's total, and no more than
+    its cgroup's CPU quota allows at once (a pod limited to 4 CPUs on a 192-CPU node sees all
+    192 in its mask, and threads beyond 4 are throttled, not run together). The one rule: the
+    suites' ``benchrun.suites._common.usable_cpus`` is this one."""
+    cpus = affinity_cpus()
+    quota = cgroup_cpu_quota(cgroup_root)
+    return max(1, min(cpus, quota)) if quota is not None else cpus
+
+
 def cpu_facts() -> dict[str, Any]:
-    """CPU model, vendor, logical/physical/usable cores and the highest frequency."""
+    """CPU model, vendor, logical/physical cores, the CPUs usable at once (affinity mask bounded
+    by the cgroup quota), the mask and the quota apart, and the highest frequency."""
     import psutil
 
     info = _cpuinfo()
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        usable = os.cpu_count()
     try:
         freq = psutil.cpu_freq()
     except Exception:  # noqa: BLE001 - not every kernel exposes it
@@ -123,7 +171,9 @@ def cpu_facts() -> dict[str, Any]:
         "vendor": info.get("vendor_id"),
         "logical_cores": psutil.cpu_count(logical=True),
         "physical_cores": psutil.cpu_count(logical=False),
-        "usable_cpus": usable,
+        "usable_cpus": usable_cpus(),
+        "affinity_cpus": affinity_cpus(),
+        "cgroup_cpu_quota": cgroup_cpu_quota(),
         "max_mhz": (freq.max or freq.current) if freq else None,
     }
 
@@ -149,22 +199,28 @@ def numa_layout(root: str | os.PathLike[str] = "/sys/devices/system/node") -> di
 
 
 def parse_nvidia_smi_csv(text: str) -> list[dict[str, Any]]:
-    """Rows of ``nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total,pci.bus_id
-    --format=csv,noheader,nounits`` as GPU dicts."""
+    """Rows of ``nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total,pci.bus_id[,mig.mode.current]
+    --format=csv,noheader,nounits`` as GPU dicts (``mig_mode`` only from a row that has the field;
+    null where it reads ``[N/A]``, a GPU without MIG)."""
     gpus = []
     for line in text.splitlines():
         if not line.strip():
             continue
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) != len(_NVSMI_FIELDS):
-            raise ValueError(f"nvidia-smi row {line!r} has {len(parts)} fields, expected {len(_NVSMI_FIELDS)}")
-        index, name, uuid, driver, mem, bus = parts
+        if len(parts) not in (len(_NVSMI_FIELDS), len(_NVSMI_FIELDS) + 1):
+            raise ValueError(f"nvidia-smi row {line!r} has {len(parts)} fields, expected {len(_NVSMI_FIELDS)} "
+                             f"(or {len(_NVSMI_FIELDS) + 1} with {_NVSMI_MIG})")
+        index, name, uuid, driver, mem, bus = parts[:len(_NVSMI_FIELDS)]
         try:
             mem_mib: int | None = int(float(mem))
         except ValueError:
             mem_mib = None  # "[N/A]" on some MIG or vGPU setups
-        gpus.append({"index": int(index), "name": name, "uuid": uuid, "driver_version": driver,
-                     "memory_total_mib": mem_mib, "pci_bus_id": bus})
+        gpu: dict[str, Any] = {"index": int(index), "name": name, "uuid": uuid, "driver_version": driver,
+                               "memory_total_mib": mem_mib, "pci_bus_id": bus}
+        if len(parts) > len(_NVSMI_FIELDS):
+            mig = parts[-1]
+            gpu["mig_mode"] = None if not mig or mig.startswith("[") else mig  # [N/A], [Not Supported]
+        gpus.append(gpu)
     return gpus
 
 
@@ -187,33 +243,131 @@ def _torch_build() -> dict[str, Any]:
     return {"torch_version": grab("__version__"), "torch_cuda": grab("cuda")}
 
 
-def gpu_facts(timeout_s: float = 20.0) -> tuple[list[dict[str, Any]], str | None, dict[str, Any]]:
-    """(gpus, reason they are unavailable or None, runtime versions) via nvidia-smi and torch."""
-    runtime: dict[str, Any] = {"driver_version": None, "cuda_driver_version": None, "nccl_version": None,
-                               **_torch_build()}
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return [], "nvidia-smi not found (no NVIDIA driver on this host)", runtime
-    argv = [exe, f"--query-gpu={','.join(_NVSMI_FIELDS)}", "--format=csv,noheader,nounits"]
+def _cuda_version(v: Any) -> str | None:
+    """NVML's CUDA driver version (12040) as nvidia-smi's banner writes it ("12.4")."""
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return [], f"nvidia-smi did not answer: {exc}", runtime
+        v = int(v)
+    except (TypeError, ValueError):
+        return None
+    return f"{v // 1000}.{(v % 1000) // 10}" if v > 0 else None
+
+
+def _text(value: Any) -> Any:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def nvml_gpu_facts() -> tuple[list[dict[str, Any]], str | None, dict[str, Any]]:
+    """(gpus, reason they are unavailable or None, {driver_version, cuda_driver_version}) through
+    NVML (nvidia-ml-py's ``pynvml``): what a container without the nvidia-smi binary can still
+    read. A field NVML refuses (``NVMLError``: not supported, no permission) is null; the MIG
+    mode is read where the call exists."""
+    versions: dict[str, Any] = {"driver_version": None, "cuda_driver_version": None}
+    try:
+        import pynvml
+    except ImportError:
+        return [], "NVML not available (nvidia-ml-py is not installed)", versions
+    except Exception as exc:  # noqa: BLE001 - a broken binding is a reason, not a failed capture
+        return [], f"NVML not available ({type(exc).__name__}: {exc})", versions
+    nvml_error = getattr(pynvml, "NVMLError", Exception)
+    try:
+        pynvml.nvmlInit()
+    except nvml_error as exc:
+        return [], f"NVML not available ({exc or type(exc).__name__})", versions
+    except Exception as exc:  # noqa: BLE001
+        return [], f"NVML not available ({type(exc).__name__}: {exc})", versions
+
+    def field(fn_name: str, *args: Any) -> Any:
+        fn = getattr(pynvml, fn_name, None)
+        if fn is None:
+            return None
+        try:
+            return _text(fn(*args))
+        except nvml_error:
+            return None
+
+    try:
+        versions["driver_version"] = field("nvmlSystemGetDriverVersion")
+        versions["cuda_driver_version"] = _cuda_version(field("nvmlSystemGetCudaDriverVersion"))
+        try:
+            count = int(pynvml.nvmlDeviceGetCount())
+        except nvml_error as exc:
+            return [], f"NVML could not count the GPUs ({exc or type(exc).__name__})", versions
+        gpus = []
+        for i in range(count):
+            gpu: dict[str, Any] = {"index": i, "name": None, "uuid": None, "driver_version": versions["driver_version"],
+                                   "memory_total_mib": None, "pci_bus_id": None, "mig_mode": None}
+            try:
+                handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            except nvml_error as exc:
+                gpu["nvml_error"] = str(exc) or type(exc).__name__
+                gpus.append(gpu)
+                continue
+            gpu["name"] = field("nvmlDeviceGetName", handle)
+            gpu["uuid"] = field("nvmlDeviceGetUUID", handle)
+            memory = field("nvmlDeviceGetMemoryInfo", handle)
+            total = getattr(memory, "total", None)
+            gpu["memory_total_mib"] = int(total) // 2**20 if total is not None else None
+            pci = field("nvmlDeviceGetPciInfo", handle)
+            gpu["pci_bus_id"] = _text(getattr(pci, "busId", None)) if pci is not None else None
+            mig = field("nvmlDeviceGetMigMode", handle)  # [current, pending]; NotSupported without MIG
+            if isinstance(mig, (list, tuple)) and mig:
+                enabled = getattr(pynvml, "NVML_DEVICE_MIG_ENABLE", 1)
+                gpu["mig_mode"] = "Enabled" if mig[0] == enabled else "Disabled"
+            gpus.append(gpu)
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
+    if not gpus:
+        return [], "NVML lists no GPUs", versions
+    return gpus, None, versions
+
+
+def _nvidia_smi_gpus(exe: str, timeout_s: float) -> tuple[list[dict[str, Any]], str | None]:
+    """(gpus, reason) from nvidia-smi's GPU query, with the MIG mode where the driver knows the field."""
+    proc = None
+    for fields in ((*_NVSMI_FIELDS, _NVSMI_MIG), _NVSMI_FIELDS):
+        argv = [exe, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"]
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return [], f"nvidia-smi did not answer: {exc}"
+        # a driver older than MIG (before 450) refuses the whole query for the unknown field
+        if proc.returncode == 0 or _NVSMI_MIG not in (proc.stderr or "") + (proc.stdout or ""):
+            break
+    assert proc is not None
     if proc.returncode != 0:
-        return [], f"nvidia-smi exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()[:300]}", runtime
+        return [], f"nvidia-smi exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()[:300]}"
     try:
         gpus = parse_nvidia_smi_csv(proc.stdout)
     except ValueError as exc:
-        return [], f"nvidia-smi output not understood: {exc}", runtime
-    if not gpus:
-        return [], "nvidia-smi lists no GPUs", runtime
-    runtime["driver_version"] = gpus[0]["driver_version"]
-    try:
-        banner = subprocess.run([exe], capture_output=True, text=True, timeout=timeout_s).stdout
-        m = re.search(r"CUDA Version:\s*([0-9.]+)", banner)
-        runtime["cuda_driver_version"] = m.group(1) if m else None
-    except (OSError, subprocess.TimeoutExpired):
-        pass
+        return [], f"nvidia-smi output not understood: {exc}"
+    return gpus, None if gpus else "nvidia-smi lists no GPUs"
+
+
+def gpu_facts(timeout_s: float = 20.0) -> tuple[list[dict[str, Any]], str | None, dict[str, Any]]:
+    """(gpus, reason they are unavailable or None, runtime versions) via nvidia-smi, else NVML,
+    and torch. ``runtime["gpu_source"]`` says which of the two read the GPUs."""
+    runtime: dict[str, Any] = {"driver_version": None, "cuda_driver_version": None, "nccl_version": None,
+                               **_torch_build(), "gpu_source": None}
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        gpus, why, versions = nvml_gpu_facts()
+        if why is not None:
+            return [], f"nvidia-smi not found; {why}", runtime
+        runtime.update(versions, gpu_source="nvml")
+    else:
+        gpus, why = _nvidia_smi_gpus(exe, timeout_s)
+        if why is not None:
+            return [], why, runtime
+        runtime.update(driver_version=gpus[0]["driver_version"], gpu_source="nvidia-smi")
+        try:
+            banner = subprocess.run([exe], capture_output=True, text=True, timeout=timeout_s).stdout
+            m = re.search(r"CUDA Version:\s*([0-9.]+)", banner)
+            runtime["cuda_driver_version"] = m.group(1) if m else None
+        except (OSError, subprocess.TimeoutExpired):
+            pass
     if runtime["torch_version"] is not None:
         try:
             import torch
@@ -254,6 +408,12 @@ def _process_cpu() -> dict[int, tuple[str, float]]:
 _WINDOWS: dict[tuple[str, str], tuple[float, dict[int, tuple[str, float]], Any, float]] = {}
 # A window older than this describes another moment than the one sampled: not used.
 MAX_WINDOW_S = 300.0
+
+
+def _cpu_total(times: Any) -> float:
+    """All CPU seconds of a psutil ``cpu_times()`` tuple, counted once: on Linux guest and
+    guest_nice are already inside user and nice (psutil's ``cpu_percent`` subtracts them too)."""
+    return sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
 
 
 def _reaped_children_cpu() -> float:
@@ -303,7 +463,7 @@ def sample_background_load(interval_s: float = 0.5, top: int = 5, *,
     after = _process_cpu()
     after_sys = psutil.cpu_times()
     elapsed = time.monotonic() - t0
-    total = sum(after_sys) - sum(before_sys)
+    total = _cpu_total(after_sys) - _cpu_total(before_sys)
     idle = (after_sys.idle - before_sys.idle) + (getattr(after_sys, "iowait", 0.0) - getattr(before_sys, "iowait", 0.0))
     deltas = []
     own_cpu = max(0.0, _reaped_children_cpu() - reaped0)
@@ -405,7 +565,10 @@ def write_environment(run_dir: str | os.PathLike[str], run_id: str, *, when: str
     """Write the environment document (``when="before"``), or add the after-run load sample to it.
 
     ``when="after"`` reads the existing file and sets ``background_load.after``; if the
-    file is missing it captures everything first. Written to a temporary name, then renamed.
+    file is missing it captures everything first. The sample is taken here, so where the
+    document is a pod's (``captured_in: "pod"``, promoted by ``benchrun.launch.podenv``) it
+    goes to ``orchestrator.background_load.after`` instead: it describes this host, not the
+    node the suites ran on. Written to a temporary name, then renamed.
     """
     if when not in ("before", "after"):
         raise ValueError(f"when must be 'before' or 'after', not {when!r}")
@@ -419,6 +582,13 @@ def write_environment(run_dir: str | os.PathLike[str], run_id: str, *, when: str
         except (OSError, json.JSONDecodeError) as exc:
             raise BenchrunError(f"{path}: cannot read the environment document to add the after-run load ({exc})") from None
     if when == "after":
-        doc["background_load"]["after"] = sample_background_load(load_interval_s, window=("after", run_id))
+        sample = sample_background_load(load_interval_s, window=("after", run_id))
+        if doc.get("captured_in") == "pod":
+            orchestrator = doc.get("orchestrator") if isinstance(doc.get("orchestrator"), dict) else {}
+            load = orchestrator.get("background_load") if isinstance(orchestrator.get("background_load"), dict) else {}
+            orchestrator["background_load"] = {"before": load.get("before"), "after": sample}
+            doc["orchestrator"] = orchestrator
+        else:
+            doc["background_load"]["after"] = sample
     log.info("environment %s: hardware_key %s software_key %s", path, doc["hardware_key"][:12], doc["software_key"][:12])
     return atomic_write_json(path, doc)

@@ -283,7 +283,8 @@ def record_evidence(rd: RunDir, loaded: Any, open_store_for: Callable[[str, int 
     apply_run_conditions(rd)  # TelemetryCollected, ReplicatesUncontended (publication: guarantee)
     rd.set_phase("Analyzing")
     # The background load after the suites, over a window opened when the last one ended
-    # (it covers the work above), written before the manifest that hashes it.
+    # (it covers the work above), written before the manifest that hashes it. It is this host's:
+    # where the run's environment is a pod's (Kubernetes), it goes under ``orchestrator``.
     write_environment(rd.path, rd.run_id, when="after")
     layers = rd.read_status().get("layers", {})
     steps = {name: {"status": st["status"], "planned": st.get("launches", 0), "ok": st.get("ok", 0),

@@ -200,3 +200,145 @@ def test_our_own_cpu_in_the_window_is_not_background_load(monkeypatch) -> None:
     assert load["cpu_busy_share"] == pytest.approx(0.125)
     assert load["other_processes_cpu_share"] == pytest.approx(0.125)
     assert [p["pid"] for p in load["top_other_processes"]] == [other]
+
+
+# -- GPUs without nvidia-smi: NVML (a fake pynvml: there is no GPU on the machine these tests run on) --
+
+class _FakeNVMLError(Exception):
+    pass
+
+
+def _fake_pynvml(*, init_error: str | None = None):
+    """A pynvml module as nvidia-ml-py shapes it: two H100s, the first in MIG mode; the second
+    refuses its PCI info and has no MIG (NVMLError, as NVML_ERROR_NOT_SUPPORTED is raised)."""
+    import types
+
+    mod = types.ModuleType("pynvml")
+    mod.NVMLError = _FakeNVMLError
+    mod.NVML_DEVICE_MIG_ENABLE = 1
+    calls = mod.calls = []
+
+    def init():
+        calls.append("init")
+        if init_error:
+            raise _FakeNVMLError(init_error)
+
+    def refuse(*_):
+        raise _FakeNVMLError("Not Supported")
+
+    mod.nvmlInit = init
+    mod.nvmlShutdown = lambda: calls.append("shutdown")
+    mod.nvmlSystemGetDriverVersion = lambda: "550.54.15"
+    mod.nvmlSystemGetCudaDriverVersion = lambda: 12040
+    mod.nvmlDeviceGetCount = lambda: 2
+    mod.nvmlDeviceGetHandleByIndex = lambda i: ("handle", i)
+    mod.nvmlDeviceGetName = lambda h: "NVIDIA H100 80GB HBM3"
+    mod.nvmlDeviceGetUUID = lambda h: f"GPU-0000000{h[1]}-1f3d-4c7e-9a44-0d2f9b7a1c11"
+    mod.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(total=81559 * 2**20, free=0, used=0)
+    mod.nvmlDeviceGetPciInfo = lambda h: (types.SimpleNamespace(busId=b"00000000:18:00.0") if h[1] == 0 else refuse())
+    mod.nvmlDeviceGetMigMode = lambda h: [1, 1] if h[1] == 0 else refuse()
+    return mod
+
+
+@pytest.fixture
+def no_nvidia_smi(monkeypatch):
+    from benchrun import envcapture
+
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "nvidia-smi" else "/usr/bin/" + name)
+    monkeypatch.setattr(envcapture, "_torch_build", lambda: {"torch_version": None, "torch_cuda": None})
+
+
+def test_without_nvidia_smi_the_gpus_are_read_through_nvml(monkeypatch, no_nvidia_smi) -> None:
+    from benchrun import envcapture
+
+    fake = _fake_pynvml()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    gpus, reason, runtime = envcapture.gpu_facts()
+    assert reason is None and len(gpus) == 2
+    assert gpus[0] == {"index": 0, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-00000000-1f3d-4c7e-9a44-0d2f9b7a1c11",
+                       "driver_version": "550.54.15", "memory_total_mib": 81559, "pci_bus_id": "00000000:18:00.0",
+                       "mig_mode": "Enabled"}
+    # a field NVML refuses is null, the rest of the GPU is kept
+    assert gpus[1]["pci_bus_id"] is None and gpus[1]["mig_mode"] is None and gpus[1]["memory_total_mib"] == 81559
+    assert runtime["driver_version"] == "550.54.15" and runtime["cuda_driver_version"] == "12.4"  # as nvidia-smi says it
+    assert runtime["gpu_source"] == "nvml" and fake.calls == ["init", "shutdown"]
+    # the GPUs reach the hardware key (a container without nvidia-smi is the same class of machine)
+    doc = capture_environment(load_interval_s=0.0)
+    assert doc["key_inputs"]["hardware"]["gpus"] == [["NVIDIA H100 80GB HBM3", 81559]] * 2
+
+
+def test_without_nvidia_smi_nor_nvml_the_reason_says_so(monkeypatch, no_nvidia_smi) -> None:
+    from benchrun import envcapture
+
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # not installed: the import fails
+    gpus, reason, _ = envcapture.gpu_facts()
+    assert gpus == [] and reason == "nvidia-smi not found; NVML not available (nvidia-ml-py is not installed)"
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(init_error="Driver Not Loaded"))
+    gpus, reason, runtime = envcapture.gpu_facts()
+    assert gpus == [] and reason == "nvidia-smi not found; NVML not available (Driver Not Loaded)"
+    assert "no NVIDIA driver" not in reason and runtime["gpu_source"] is None
+
+
+def _fake_nvidia_smi(tmp_path: Path, *, knows_mig: bool) -> str:
+    """An nvidia-smi answering the GPU query (a driver before MIG refuses the field) and the banner."""
+    rows = ("0, NVIDIA A100-SXM4-40GB, GPU-aaaaaaaa-1f3d-4c7e-9a44-0d2f9b7a1c11, 550.54.15, 40960, 00000000:07:00.0, Enabled\\n"
+            "1, NVIDIA A100-SXM4-40GB, GPU-bbbbbbbb-1f3d-4c7e-9a44-0d2f9b7a1c11, 550.54.15, 40960, 00000000:0F:00.0, [N/A]\\n")
+    mig = (f'printf "{rows}"; exit 0' if knows_mig else
+           "echo 'Field \"mig.mode.current\" is not a valid field to query.' >&2; exit 2")
+    old = 'echo "0, Tesla V100-SXM2-16GB, GPU-cccccccc-1f3d-4c7e-9a44-0d2f9b7a1c11, 418.87.01, 16160, 00000000:06:00.0"'
+    script = tmp_path / "nvidia-smi"
+    script.write_text("#!/bin/sh\ncase \"$1\" in\n"
+                      f"  --query-gpu=*mig.mode.current*) {mig};;\n"
+                      f"  --query-gpu=*) {old};;\n"
+                      "  *) echo '| NVIDIA-SMI 550.54.15   Driver Version: 550.54.15   CUDA Version: 12.4 |';;\n"
+                      "esac\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_nvidia_smi_reports_the_mig_mode_and_an_older_driver_still_answers(monkeypatch, tmp_path: Path) -> None:
+    from benchrun import envcapture
+
+    monkeypatch.setattr(envcapture, "_torch_build", lambda: {"torch_version": None, "torch_cuda": None})
+    exe = _fake_nvidia_smi(tmp_path, knows_mig=True)
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: exe if name == "nvidia-smi" else None)
+    gpus, reason, runtime = envcapture.gpu_facts()
+    assert reason is None and [g["mig_mode"] for g in gpus] == ["Enabled", None]  # [N/A]: no MIG on that GPU
+    assert gpus[1]["memory_total_mib"] == 40960 and runtime["cuda_driver_version"] == "12.4"
+    old_exe = _fake_nvidia_smi(tmp_path, knows_mig=False)
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: old_exe if name == "nvidia-smi" else None)
+    gpus, reason, _ = envcapture.gpu_facts()
+    assert reason is None and [g["name"] for g in gpus] == ["Tesla V100-SXM2-16GB"] and "mig_mode" not in gpus[0]
+
+
+# -- CPU: guest time counted once, usable CPUs bounded by the cgroup quota --
+
+def test_guest_time_is_not_counted_twice_in_the_machine_cpu(monkeypatch) -> None:
+    from collections import namedtuple
+
+    from benchrun import envcapture
+
+    # Linux's /proc/stat: guest (a VM's vCPU time) is already inside user, guest_nice inside nice
+    Times = namedtuple("Times", "user nice system idle iowait irq softirq steal guest guest_nice")
+    times = iter([Times(100.0, 10.0, 0, 100.0, 0, 0, 0, 0, 0.0, 0.0),
+                  Times(150.0, 20.0, 0, 140.0, 0, 0, 0, 0, 30.0, 10.0)])  # 60 s busy (40 of it guest), 40 idle
+    monkeypatch.setattr(psutil, "cpu_times", lambda: next(times))
+    monkeypatch.setattr(envcapture, "_process_cpu", lambda: {})
+    monkeypatch.setattr(envcapture, "_own_pids", lambda: set())
+    monkeypatch.setattr(envcapture, "_reaped_children_cpu", lambda: 0.0)
+    envcapture.open_background_window("before", "guest")
+    load = sample_background_load(0.0, window=("before", "guest"))
+    assert load["cpu_busy_share"] == pytest.approx(0.6)  # 60 of 100 s, not 100 of 140
+
+
+def test_usable_cpus_follow_the_cgroup_quota_as_the_suites_count_them(monkeypatch, tmp_path: Path) -> None:
+    from benchrun import envcapture
+    from benchrun.suites import _common
+
+    (tmp_path / "cpu.max").write_text("150000 100000\n")  # 1.5 CPUs: two run at once
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5, 6, 7})
+    monkeypatch.setattr(envcapture, "CGROUP_ROOT", str(tmp_path), raising=False)
+    monkeypatch.setattr(_common, "CGROUP_ROOT", str(tmp_path))
+    cpu = envcapture.cpu_facts()
+    assert cpu["usable_cpus"] == 2 == _common.usable_cpus()  # one rule
+    assert cpu["affinity_cpus"] == 8 and cpu["cgroup_cpu_quota"] == 2

@@ -62,6 +62,10 @@ def test_tiny_run_through_dagster_on_the_harness(k8s_home, bench_home, canary_do
     assert timeline["admitted_utc"] and timeline["queue_wait_s"] is not None
     env = json.loads((rd.path / f"structured/{prepared.run_id}_environment.json").read_text())
     assert env["captured_in"] == "pod" and env["pod"]["node_name"] == launches[0]["node_name"]
+    # the node's own load sample; the orchestrator's (its host, not the node) stay under orchestrator
+    pod_env = json.loads((rd.path / f"raw/{prepared.run_id}_gemm_r1_environment.json").read_text())
+    assert env["background_load"] == pod_env["background_load"] and env["background_load"]["after"] is None
+    assert env["orchestrator"]["background_load"]["before"] and env["orchestrator"]["background_load"]["after"]
     assert st["image_digests"]["gemm"] == k8s_home.image_id("benchrun:test").split("@", 1)[1]
     # the Job is gone after the launch; nothing leaks
     assert k8s_home.list("jobs") == []

@@ -9,8 +9,10 @@ downward API). After the pod ends, ``record_pod_environment`` adds ``image`` (re
 ``imageID``, digest) to that file and makes the run-level environment
 (``structured/<run>_environment.json``, which ``hardware_key``, the one-variable gate and
 change-point grouping read) the pod's: the first replicate's capture replaces the
-orchestrator's (kept under ``orchestrator``), and every node seen is listed under
-``nodes`` with its ``hardware_key``, so a run that landed on different hardware shows it.
+orchestrator's, background load included (the pod's sample describes the node; the
+orchestrator's hostname, keys and ``background_load`` are kept under ``orchestrator``, where
+the after-run sample taken on the orchestrator's host also goes), and every node seen is listed
+under ``nodes`` with its ``hardware_key``, so a run that landed on different hardware shows it.
 The image digest of each suite goes to ``status.json`` ``image_digests``, where the gate
 compares it, and its reference by digest (``repository@sha256:...``, the tag it was asked by
 dropped) to ``images``.
@@ -83,9 +85,11 @@ def record_pod_environment(run_dir: Path, inv: Invocation, timeline: Mapping[str
     node = {"node_name": pod.get("node_name"), "hardware_key": doc.get("hardware_key"),
             "software_key": doc.get("software_key")}
     if run_env.get("captured_in") != "pod":
-        promoted = {k: v for k, v in doc.items() if k not in ("background_load",)}
-        promoted["background_load"] = run_env.get("background_load") or doc.get("background_load")
-        promoted["orchestrator"] = {k: run_env.get(k) for k in ("hostname", "hardware_key", "software_key")}
+        # everything the pod's, its background load too: the orchestrator's samples describe
+        # another machine (the Dagster host) and stay under ``orchestrator``, with its keys
+        promoted = dict(doc)
+        promoted["orchestrator"] = {k: run_env.get(k) for k in ("hostname", "hardware_key", "software_key",
+                                                                 "background_load")}
         promoted["run_id"] = inv.run_id
         promoted["nodes"] = [node]
         run_env = promoted

@@ -1,6 +1,8 @@
 """Helpers the built-in micro/component suites share: parameter checks, percentiles, host facts.
 
-Standard library + numpy only (this runs inside benchmark pods). Parameter checks raise
+Standard library + numpy (this runs inside benchmark pods), and the CPU rule of
+``benchrun.envcapture`` (pod-side too), so the suites and the environment capture count usable
+CPUs one way. Parameter checks raise
 :class:`ParamError`, which ``_runtime.main`` records as a ``failed`` result whose reason
 names the parameter and what it should be. They read a :class:`SuiteContext` when the suite
 starts and a :class:`StaticParams` when ``benchrun validate`` runs the suite's ``settings``
@@ -18,10 +20,11 @@ from typing import Any, Mapping, Sequence, Union
 
 import numpy as np
 
+from benchrun import envcapture as _envcapture
+from benchrun.envcapture import CGROUP_ROOT  # where usable_cpus() reads the CPU quota (tests point it elsewhere)
 from benchrun.suites._runtime import SuiteContext, param_value
 
 _NAMED = re.compile(r"parameter ([A-Za-z_][A-Za-z0-9_]*)")
-CGROUP_ROOT = "/sys/fs/cgroup"  # where usable_cpus() reads the CPU quota
 
 
 class ParamError(ValueError):
@@ -176,13 +179,9 @@ def cpu_model() -> str:
 def usable_cpus() -> int:
     """CPUs this process may run on: its affinity mask, not the host's total, and no more than
     its cgroup's CPU quota allows at once (a pod limited to 4 CPUs on a 192-CPU node sees all
-    192 in its mask, and threads beyond 4 are throttled, not run together)."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    quota = cgroup_cpu_quota()
-    return max(1, min(cpus, quota)) if quota is not None else cpus
+    192 in its mask, and threads beyond 4 are throttled, not run together). The rule is
+    ``benchrun.envcapture.usable_cpus``, which the environment document records too."""
+    return _envcapture.usable_cpus(CGROUP_ROOT)
 
 
 def openblas_pools() -> list[tuple[str, Any, Any]]:
@@ -218,23 +217,9 @@ def cap_openblas_threads(cap: int) -> dict[str, Any]:
 
 
 def cgroup_cpu_quota(root: str | None = None) -> int | None:
-    """CPUs the cgroup quota allows (quota / period, rounded up); None without a quota. cgroup v2
-    ``cpu.max`` ("max 100000" or "400000 100000"), else v1 ``cpu/cpu.cfs_quota_us`` (−1: none)."""
-    root = root or CGROUP_ROOT
-    try:
-        with open(os.path.join(root, "cpu.max"), encoding="ascii") as fh:
-            quota, period = fh.read().split()[:2]
-        return None if quota == "max" else max(1, -(-int(quota) // int(period)))
-    except (OSError, ValueError):
-        pass
-    try:
-        with open(os.path.join(root, "cpu", "cpu.cfs_quota_us"), encoding="ascii") as fh:
-            q = int(fh.read().strip())
-        with open(os.path.join(root, "cpu", "cpu.cfs_period_us"), encoding="ascii") as fh:
-            period_us = int(fh.read().strip())
-        return None if q <= 0 or period_us <= 0 else max(1, -(-q // period_us))
-    except (OSError, ValueError):
-        return None
+    """CPUs the cgroup quota allows (quota / period, rounded up); None without a quota
+    (``benchrun.envcapture.cgroup_cpu_quota``, read under ``root`` or :data:`CGROUP_ROOT`)."""
+    return _envcapture.cgroup_cpu_quota(root or CGROUP_ROOT)
 
 
 def cuda_device_nodes() -> bool:

@@ -307,7 +307,12 @@ def training_outcome_rows(src: RunSources) -> list[dict[str, Any]]:
 def telemetry_rows(src: RunSources) -> list[dict[str, Any]]:
     """Node- and GPU-scope slices over the run window from the environment capture.
 
-    The replicates' time series (sampler, Prometheus) come from :func:`benchrun.telemetry.facts.slice_tables`.
+    ``node_name`` is the node the capture describes: a pod's ``pod.node_name`` (its hostname
+    is the pod's name), else the hostname. The background-load samples are that node's; the
+    orchestrator's (``orchestrator.background_load``, another machine) are not written, nor those
+    of a pod capture promoted before the orchestrator's were kept apart (its ``background_load``
+    then was the orchestrator's). The replicates' time series (sampler, Prometheus) come from
+    :func:`benchrun.telemetry.facts.slice_tables`.
     """
     env = src.environment
     if not env:
@@ -316,7 +321,8 @@ def telemetry_rows(src: RunSources) -> list[dict[str, Any]]:
     end = parse_ts(src.status.get("finished_utc"))
     relpath = f"structured/{src.run_id}_environment.json"
     lineage = src.lineage(relpath)
-    node = _str(env.get("hostname"))
+    pod = env.get("pod") if isinstance(env.get("pod"), dict) else {}
+    node = _str(pod.get("node_name")) or _str(env.get("hostname"))
     rows = []
 
     def add(scope: str, metric: str, value: Any, unit: str, *, source: str = "environment",
@@ -331,6 +337,9 @@ def telemetry_rows(src: RunSources) -> list[dict[str, Any]]:
         rows.append(row)
 
     load = env.get("background_load") if isinstance(env.get("background_load"), dict) else {}
+    orchestrator = env.get("orchestrator") if isinstance(env.get("orchestrator"), dict) else {}
+    if env.get("captured_in") == "pod" and "background_load" not in orchestrator:
+        load = {}  # promoted by an earlier benchrun: the samples are the orchestrator's host's, not the node's
     for when in ("before", "after"):
         sample = load.get(when)
         if not isinstance(sample, dict):
