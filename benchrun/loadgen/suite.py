@@ -20,7 +20,8 @@ the Kubernetes launcher runs the suite as one Indexed Job of N pods that share e
 meet at a start barrier and merge their rows in the artifact store, :mod:`benchrun.loadgen.loadpods`;
 needs ``endpoint``; ``workers`` is then per pod) and ``prompt_salt`` (:func:`prompt_salt_of`). ``workload.dataset``
 (pinned, sha256 checked) gives the prompts. A parameter the suite does not take is refused
-(a typo would otherwise fall back to a default silently).
+(a typo would otherwise fall back to a default silently). The common parameters are parsed by
+one function, :func:`common_settings`, when the suite starts and by ``benchrun validate``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from benchrun.errors import BenchrunError
+from benchrun.loadgen.endpoint import Endpoint, EndpointError
 from benchrun.loadgen.metrics import HEADLINE, SLO, Pricing, VerdictPolicy
 from benchrun.loadgen.output import plot_latency_throughput, write_requests_parquet
 from benchrun.loadgen.content import ContentConfig, content_from_options, locate_dataset
@@ -38,6 +40,7 @@ from benchrun.loadgen.config import SERVER_KINDS
 from benchrun.loadgen.runner import LoadPoint, SweepConfig, SweepResult, run_sweep
 from benchrun.loadgen.workload import MixBucket, format_mix, mix_from_workload, parse_mix
 from benchrun.suites._common import bool_param, choice_param, float_param, int_param
+from benchrun.urlsafe import has_credentials, redact
 
 # Fast synthetic engine for the suites' self-started server: a replicate of the canary
 # (c=1 and c=4, 24 requests each, the seed's 512/128 + 1024/256 mix) takes about 2 s.
@@ -56,6 +59,22 @@ SUITE_REFSERVER_PREFIX_BLOCK = 4
 MAX_LOAD_PODS = 64  # pods of one load Job (Indexed Job completions); each may run ``workers`` processes
 
 
+def content_options(ctx: Any) -> tuple[int | None, float, str | None]:
+    """The parameters session_turns, think_time_s and shared_prefix, checked (no file is read)."""
+    turns = ctx.params.get("session_turns")
+    if turns is not None:
+        turns = int_param(ctx, "session_turns", 1, minimum=1, maximum=1000)
+    think = 0.0 if ctx.params.get("think_time_s") in (None, 0) else float_param(ctx, "think_time_s", 0.0)
+    sp = ctx.params.get("shared_prefix")
+    return turns, think, str(sp) if sp is not None else None
+
+
+def _content_error(ctx: Any, exc: BenchrunError) -> BenchrunError:
+    """The content options' error, naming the suite's parameters rather than the CLI's options."""
+    return BenchrunError(f"suite {ctx.suite}: {exc}".replace("--session-turns", "session_turns")
+                         .replace("--think-time", "think_time_s").replace("--shared-prefix", "shared_prefix"))
+
+
 def content_inputs(ctx: Any) -> ContentConfig | None:
     """The request content from ``workload.dataset`` and the tokenizer, session_turns,
     think_time_s and shared_prefix (``N,M,P``) parameters."""
@@ -63,23 +82,17 @@ def content_inputs(ctx: Any) -> ContentConfig | None:
     ds = wl.get("dataset") or None
     if ds is not None and not (isinstance(ds, dict) and isinstance(ds.get("path"), str)):
         raise BenchrunError("BENCHRUN_WORKLOAD: dataset must be a mapping with path (and format, sha256)")
-    turns = ctx.params.get("session_turns")
-    if turns is not None:
-        turns = int_param(ctx, "session_turns", 1, minimum=1, maximum=1000)
-    think = 0.0 if ctx.params.get("think_time_s") in (None, 0) else float_param(ctx, "think_time_s", 0.0)
+    turns, think, sp = content_options(ctx)
     tok = ctx.params.get("tokenizer")
-    sp = ctx.params.get("shared_prefix")
     if sp is not None and ds is not None:
         # the shared prefixes are the prompts: the workload's dataset is not read by this suite
         ctx.context["dataset_not_used"] = "shared_prefix builds this suite's prompts; workload.dataset is not read"
         ds = None
     try:
         content = content_from_options(Path(ds["path"]) if ds else None, str(ds.get("format") or "auto") if ds else "auto",
-                                       Path(str(tok)) if tok is not None else None, turns, think,
-                                       str(sp) if sp is not None else None)
+                                       Path(str(tok)) if tok is not None else None, turns, think, sp)
     except BenchrunError as exc:
-        raise BenchrunError(f"suite {ctx.suite}: {exc}".replace("--session-turns", "session_turns")
-                            .replace("--think-time", "think_time_s").replace("--shared-prefix", "shared_prefix")) from None
+        raise _content_error(ctx, exc) from None
     if content is not None and ds and ds.get("sha256"):
         sha = str(ds["sha256"])
         content = dataclasses.replace(content, dataset=locate_dataset(str(ds["path"]), sha), dataset_sha256=sha)
@@ -111,6 +124,95 @@ def workload_inputs(ctx: Any) -> tuple[str, list[MixBucket], str, SLO | None, Pr
     return model, mix, load_model, slo, pricing, notes
 
 
+@dataclasses.dataclass(frozen=True)
+class CommonSettings:
+    """The common parameters of a serving suite, parsed and checked (:func:`common_settings`)."""
+
+    endpoint: str | None  # None: the suite starts the reference server
+    perf: PerfModel | None  # that server's performance model (SUITE_REFSERVER_MODEL + refserver); None with an endpoint
+    api: str | None  # None: as the endpoint's path says, else completions
+    warmup: int | None  # None: one request per stream (loadgen.config.warmup_for)
+    seed: int
+    workers: int
+    request_timeout_s: float
+    ignore_eos: bool | None  # None: as the server kind says
+    server_kind: str
+    policy: VerdictPolicy
+    load_pods: int
+    server_metrics: str | bool | None  # a URL, True (the endpoint's own /metrics) or None
+    server_metrics_interval_s: float
+
+
+def common_settings(ctx: Any) -> CommonSettings:
+    """The common parameters (:data:`benchrun.loadgen.params.COMMON_PARAMS`) parsed and checked, each
+    error naming the parameter: what a serving suite does when it starts (:func:`run_serving_suite`),
+    and ``benchrun validate`` (the suites' ``settings`` / ``check_parameters``) on a spec's values, so
+    a value every replicate would refuse is refused before the run. Starts nothing and reaches no
+    server; a dataset, tokenizer or trace file is read where the suite runs, the load pods' Job is
+    the launcher's (``LoadPods.from_env``)."""
+    endpoint = ctx.params.get("endpoint") or None
+    api = choice_param(ctx, "api", None, ("completions", "chat"))  # type: ignore[arg-type]
+    if endpoint is not None:
+        try:
+            Endpoint.from_url(str(endpoint), api)
+        except EndpointError as exc:
+            raise BenchrunError(f"suite {ctx.suite}: parameter endpoint: {exc}") from None
+    try:
+        policy = VerdictPolicy.from_dict(ctx.params.get("verdict"))
+    except (TypeError, ValueError) as exc:
+        raise BenchrunError(f"suite {ctx.suite}: parameter verdict: {exc}") from None
+    perf = None
+    if endpoint is None:
+        try:
+            perf = PerfModel.from_dict({**SUITE_REFSERVER_MODEL, **(ctx.params.get("refserver") or {})})
+        except (TypeError, ValueError) as exc:
+            raise BenchrunError(f"suite {ctx.suite}: parameter refserver: {exc}") from None
+    load_pods = load_pods_count(ctx, endpoint)
+    if ctx.params.get("prompt_salt") is not None:
+        prompt_salt_of(ctx)  # its type (a salt given reads nothing of the run)
+    turns, think, sp = content_options(ctx)
+    try:  # the options' own rules; the dataset and tokenizer are read where the suite runs (content_inputs)
+        content = content_from_options(None, "auto", None, turns, think, sp)
+        if content is not None:
+            content.check()
+    except BenchrunError as exc:
+        raise _content_error(ctx, exc) from None
+    return CommonSettings(
+        endpoint=str(endpoint) if endpoint is not None else None,
+        perf=perf,
+        api=api,
+        # strict checks (2.5 is refused, not truncated to 2), each error naming the parameter
+        warmup=int_param(ctx, "warmup", None, minimum=0),  # type: ignore[arg-type]
+        seed=int_param(ctx, "seed", 0, minimum=0),
+        workers=int_param(ctx, "workers", 1, minimum=1, maximum=1024),
+        request_timeout_s=float_param(ctx, "request_timeout_s", 60.0),
+        ignore_eos=bool_param(ctx, "ignore_eos", None),  # type: ignore[arg-type]
+        server_kind=choice_param(ctx, "server_kind", "auto", SERVER_KINDS),
+        policy=policy,
+        load_pods=load_pods,
+        server_metrics=server_metrics_of(ctx),
+        server_metrics_interval_s=float_param(ctx, "server_metrics_interval_s", 1.0),
+    )
+
+
+def server_metrics_of(ctx: Any) -> str | bool | None:
+    """The parameter server_metrics: an http(s) URL without credentials, True (``true``: the
+    endpoint's own ``/metrics``) or None (not given, or false)."""
+    given = ctx.params.get("server_metrics")
+    if given is True or given == "true":
+        return True
+    if not given:
+        return None
+    url = str(given)
+    if has_credentials(url):  # the scraper sends none, and the URL is kept in the result
+        raise BenchrunError(f"suite {ctx.suite}: parameter server_metrics {redact(url)!r} carries credentials "
+                            "(user:password@, or an '@' that may be part of them); remove them")
+    if not url.startswith(("http://", "https://")):
+        raise BenchrunError(f"suite {ctx.suite}: parameter server_metrics {url!r} is not an http(s) URL; give e.g. "
+                            "http://127.0.0.1:8000/metrics, or true for the endpoint's own /metrics")
+    return url
+
+
 def run_serving_suite(
     ctx: Any, points: list[LoadPoint], requests_per_point: int | None, duration_s: float | None, *, sweep: bool = True,
     extra: dict[str, Any] | None = None,
@@ -122,20 +224,14 @@ def run_serving_suite(
         raise BenchrunError(f"suite {ctx.suite}: parameter trace replays the trace's own prompts; parameter "
                             "prompt_salt cannot apply to it: leave it out")
     model, mix, _, slo, pricing, notes = workload_inputs(ctx)
+    common = common_settings(ctx)
     content = content_inputs(ctx)
-    try:
-        policy = VerdictPolicy.from_dict(ctx.params.get("verdict"))
-    except (TypeError, ValueError) as exc:
-        raise BenchrunError(f"suite {ctx.suite}: parameter verdict: {exc}") from None
-    endpoint = ctx.params.get("endpoint") or None
-    pods = load_pods_of(ctx, endpoint)
+    endpoint = common.endpoint
+    pods = load_pods_of(ctx, endpoint, common.load_pods)
     server: ServerProcess | None = None
     if endpoint is None:
-        try:
-            perf = PerfModel.from_dict({**SUITE_REFSERVER_MODEL, **(ctx.params.get("refserver") or {})})
-        except (TypeError, ValueError) as exc:
-            raise BenchrunError(f"suite {ctx.suite}: parameter refserver: {exc}") from None
-        server = ServerProcess(perf, model_name=model, dialect=Dialect(prefix_cache_block=SUITE_REFSERVER_PREFIX_BLOCK))
+        assert common.perf is not None  # common_settings: the self-started server's model without an endpoint
+        server = ServerProcess(common.perf, model_name=model, dialect=Dialect(prefix_cache_block=SUITE_REFSERVER_PREFIX_BLOCK))
         endpoint = server.url
         ctx.synthetic = True
         ctx.context["reference_server"] = {"synthetic": True, **server.info}
@@ -148,19 +244,17 @@ def run_serving_suite(
             points=tuple(points),
             requests_per_point=requests_per_point,
             duration_s=duration_s,
-            # strict checks (2.5 is refused, not truncated to 2), each error naming the parameter
-            warmup=int_param(ctx, "warmup", None, minimum=0),  # type: ignore[arg-type]  (None: one per stream)
-            seed=int_param(ctx, "seed", 0, minimum=0),
+            warmup=common.warmup,
+            seed=common.seed,
             prompt_salt=prompt_salt_of(ctx, shared=pods is not None),  # none kept for a trace or a dataset (SweepConfig: sent as written)
-            workers=int_param(ctx, "workers", 1, minimum=1, maximum=1024),
-            # None: as the endpoint's path says (.../v1/chat/completions), else completions
-            api=choice_param(ctx, "api", None, ("completions", "chat")),  # type: ignore[arg-type]
-            request_timeout_s=float_param(ctx, "request_timeout_s", 60.0),
-            ignore_eos=bool_param(ctx, "ignore_eos", None),  # type: ignore[arg-type]  (None: as the server kind says)
-            server_kind=choice_param(ctx, "server_kind", "auto", SERVER_KINDS),
+            workers=common.workers,
+            api=common.api,
+            request_timeout_s=common.request_timeout_s,
+            ignore_eos=common.ignore_eos,
+            server_kind=common.server_kind,
             slo=slo,
             pricing=pricing,
-            policy=policy,
+            policy=common.policy,
             synthetic=server is not None,
             content=content,
         )
@@ -168,14 +262,12 @@ def run_serving_suite(
             from dataclasses import replace as _replace
 
             cfg = _replace(cfg, **extra)
-        metrics_url = ctx.params.get("server_metrics") or None
-        if metrics_url is True or metrics_url == "true":  # the endpoint's own /metrics (vLLM, SGLang, the reference server)
+        metrics_url = common.server_metrics
+        if metrics_url is True:  # the endpoint's own /metrics (vLLM, SGLang, the reference server)
             metrics_url = str(endpoint).rstrip("/").split("/v1/")[0] + "/metrics"
         if metrics_url:
-            from dataclasses import replace
-
-            cfg = replace(cfg, server_metrics_url=str(metrics_url),
-                          server_metrics_interval_s=float_param(ctx, "server_metrics_interval_s", 1.0))
+            cfg = dataclasses.replace(cfg, server_metrics_url=str(metrics_url),
+                                      server_metrics_interval_s=common.server_metrics_interval_s)
         if pods is not None and pods.index:
             # only pod 0 watches the server's metrics (one scrape, on the clock the rows are merged onto)
             cfg = dataclasses.replace(cfg, server_metrics_url=None)
@@ -221,12 +313,19 @@ def prompt_salt_of(ctx: Any, shared: bool = False) -> str | None:
     return str(given)
 
 
-def load_pods_of(ctx: Any, endpoint: Any) -> Any:
-    """The load pods this replicate is one of (``load_pods`` > 1, on the Kubernetes launcher), or None."""
+def load_pods_count(ctx: Any, endpoint: Any) -> int:
+    """The parameter load_pods (1 to MAX_LOAD_PODS; more than 1 needs an endpoint), checked."""
     n = int_param(ctx, "load_pods", 1, minimum=1, maximum=MAX_LOAD_PODS)
     if n > 1 and endpoint is None:
         raise BenchrunError(f"suite {ctx.suite}: parameter load_pods={n} needs endpoint (the server all load pods "
                             "drive); without one each pod would start its own reference server")
+    return n
+
+
+def load_pods_of(ctx: Any, endpoint: Any, count: int | None = None) -> Any:
+    """The load pods this replicate is one of (``load_pods`` > 1, on the Kubernetes launcher), or None;
+    ``count``: the parameter already checked (:func:`load_pods_count`)."""
+    n = load_pods_count(ctx, endpoint) if count is None else count
     if n == 1:
         return None
     from benchrun.loadgen.loadpods import LoadPods

@@ -97,8 +97,10 @@ def check_parameters(name: str, params: dict[str, Any], *, nodes: int = 1,
                      workload: dict[str, Any] | None = None) -> None:
     """Run built-in suite ``name``'s parameter parsing on ``params``, as when it starts: its module's
     ``check_parameters`` where it has its own, else its ``settings`` on the values as given (a
-    :class:`benchrun.suites._common.StaticParams`); a suite with neither checks nothing here.
-    Raises ParamError naming the parameter (a BenchrunError of that parsing becomes one)."""
+    :class:`benchrun.suites._common.StaticParams`); a suite with neither checks nothing here. A
+    serving suite's common options are parsed there by :func:`benchrun.loadgen.suite.common_settings`,
+    as when it runs. Raises ParamError naming the parameter (a BenchrunError of that parsing becomes
+    one, its leading ``suite <name>:`` left out)."""
     from benchrun.errors import BenchrunError
     from benchrun.suites._common import ParamError, StaticParams
 
@@ -109,10 +111,13 @@ def check_parameters(name: str, params: dict[str, Any], *, nodes: int = 1,
             own(params, nodes=nodes, workload=workload)
         elif settings is not None:
             settings(StaticParams(name, params, nodes=nodes, workload=workload))
-    except ParamError:
-        raise
-    except BenchrunError as exc:
-        raise ParamError(str(exc)) from None
+    except (ParamError, BenchrunError) as exc:
+        # the finding names the suite already: "suite <name>: parameter x ..." reads as "parameter x ...",
+        # so it is reported at that parameter's path
+        message, prefix = str(exc), f"suite {name}: "
+        if isinstance(exc, ParamError) and not message.startswith(prefix):
+            raise
+        raise ParamError(message[len(prefix):] if message.startswith(prefix) else message) from None
 
 
 def _check_values(name: str, path: tuple[Any, ...], suite: dict[str, Any], params: dict[str, Any],

@@ -2,7 +2,7 @@
 
 Parameters:
     launches    processes launched one after another (default 10)
-    timeout_s   deadline per launch, seconds (default 60)
+    timeout_s   deadline per launch, seconds (default 60, at most 3600)
 
 Each launch starts ``python -u -c <child>`` from an argv list. The child stamps
 ``time.time()`` as its first statement, opens a real Dagster Pipes channel
@@ -33,12 +33,15 @@ import threading
 import time
 from typing import Any, NamedTuple
 
-from benchrun.suites._common import Params, check_known, float_param, int_param, percentile
+from benchrun.suites._common import Params, ParamError, check_known, float_param, int_param, percentile
 from benchrun.suites._runtime import SuiteContext, Unavailable, main
 from benchrun.fsio import atomic_write_json
 
 # the parameters the suite takes (checked when it starts, and by `benchrun validate`)
 PARAMETERS = ("launches", "timeout_s")
+# the longest deadline of one launch: a finite one, which threading.Timer takes (above
+# threading.TIMEOUT_MAX, or inf, the watchdog's thread died and a hung child had no deadline)
+MAX_TIMEOUT_S = 3600.0
 
 # The child program: a constant (never built from data).
 CHILD = """\
@@ -142,19 +145,35 @@ class Settings(NamedTuple):
 def settings(ctx: Params) -> Settings:
     """The parameters, checked (ParamError): the suite's first step, and ``benchrun validate``'s."""
     check_known(ctx, PARAMETERS)
-    return Settings(int_param(ctx, "launches", 10, minimum=1, maximum=10_000), float_param(ctx, "timeout_s", 60.0))
+    launches = int_param(ctx, "launches", 10, minimum=1, maximum=10_000)
+    timeout_s = float_param(ctx, "timeout_s", 60.0)
+    if not timeout_s <= MAX_TIMEOUT_S:
+        raise ParamError(f"parameter timeout_s={ctx.params['timeout_s']!r} must be a number of seconds > 0 and "
+                         f"<= {MAX_TIMEOUT_S:g} (the deadline of one launch); give e.g. 60")
+    return Settings(launches, timeout_s)
+
+
+def pipes_version() -> str | None:
+    """The installed dagster-pipes distribution's version (the module has no ``__version__``), or
+    None when its metadata is missing."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("dagster-pipes")
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def run(ctx: SuiteContext) -> None:
     """Launch the child ``launches`` times; report percentiles of each phase of the timeline."""
     launches, timeout_s = settings(ctx)
     try:
-        import dagster_pipes
+        import dagster_pipes  # noqa: F401  (the child's channel: present here, or no launch can report)
     except ImportError:
         raise Unavailable("dagster-pipes not installed") from None
     env = _child_env(ctx.run_id)
     ctx.context.update({"python": sys.executable, "python_version": sys.version.split()[0],
-                        "dagster_pipes_version": getattr(dagster_pipes, "__version__", None),
+                        "dagster_pipes_version": pipes_version(),
                         "channel": "dagster_pipes default message writer on stdout (python -u)",
                         "clock": "time.time() in parent and child (one host)"})
     timelines = []

@@ -4,7 +4,7 @@ Parameters (``BENCHRUN_PARAMS``):
 
 - ``concurrency``: list of concurrencies (closed loop; default ``[1, 4]``), or
 - ``rates``: list of request rates in req/s (open loop), with ``arrival`` poisson | constant;
-- ``requests_per_point`` (default 24) or ``duration_s``; ``warmup`` (default: one request per
+- ``requests_per_point`` (default 24) or ``duration_s`` (not both: refused); ``warmup`` (default: one request per
   stream, ``loadgen.config.warmup_for``);
 - ``stages`` (instead of a list; one of ``concurrency``, ``rates``, ``stages``, the others
   refused): ``ramp:START:END:N`` or ``saturate:START:FACTOR:MAX`` of
@@ -19,7 +19,8 @@ Parameters (``BENCHRUN_PARAMS``):
 - ``endpoint`` (optional): without it the synthetic reference server is started on a free
   loopback port, stopped afterwards, and the result is marked ``synthetic``;
 - and the common ones of :mod:`benchrun.loadgen.suite` (api, model, mix, seed, workers,
-  request_timeout_s, ignore_eos, refserver, verdict).
+  request_timeout_s, ignore_eos, refserver, verdict, ...), parsed by
+  :func:`benchrun.loadgen.suite.common_settings` when the suite starts and by ``benchrun validate``.
 
 The load model follows ``workload.concurrencyModel`` (closed_loop → concurrency, open_loop
 → rates); without one, whichever of ``concurrency`` / ``rates`` is given. Results: per-point
@@ -91,6 +92,10 @@ def conflicts(params: Mapping[str, Any], workload: Mapping[str, Any]) -> list[st
     elif stray:
         out.append(f"parameter{_plural(stray, '', 's')} {' and '.join(stray)} appl{_plural(stray, 'ies', 'y')} to a "
                    f"trace replay only: give 'trace', or leave {_plural(stray, 'it', 'them')} out")
+    if "requests_per_point" in params and "duration_s" in params:
+        # a sweep dropped the request count unseen; a replay cut the trace by one of them
+        out.append("parameters requests_per_point and duration_s each set how long a point runs; give one of "
+                   "requests_per_point (a request count), duration_s (seconds)")
     if not replay:
         return out + _load_conflicts(params, str(workload.get("concurrencyModel") or "").strip())
     # the replay sends the trace's own prompts; content would be reported as used, never sent
@@ -147,8 +152,9 @@ def check_parameters(params: dict[str, Any], *, nodes: int = 1, workload: dict[s
     """Refuse, before any run, the load points and counts every replicate would refuse (ParamError).
     A trace is read when the suite starts (the file may live only where it runs): its options and
     its path's form (a .csv or .jsonl, no '..': :func:`benchrun.loadgen.trace.spec_path_error`) are
-    checked here, the file is not."""
-    from benchrun.loadgen.suite import workload_inputs
+    checked here, the file is not. The common options are parsed as the suite parses them
+    (:func:`benchrun.loadgen.suite.common_settings`), nothing started or reached."""
+    from benchrun.loadgen.suite import common_settings, workload_inputs
 
     ctx = StaticParams("serving_sweep", params, nodes=nodes, workload=workload)
     try:
@@ -165,11 +171,12 @@ def check_parameters(params: dict[str, Any], *, nodes: int = 1, workload: dict[s
             float_param(ctx, "speedup", 1.0)
             if "requests_per_point" in params:
                 int_param(ctx, "requests_per_point", 1, minimum=1)
-            return
-        sweep_points(ctx, declared)
-        if "duration_s" not in params:
-            int_param(ctx, *REQUEST_COUNT, minimum=1)
-        float_param(ctx, "goodput_drop", 0.1)
+        else:
+            sweep_points(ctx, declared)
+            if "duration_s" not in params:
+                int_param(ctx, *REQUEST_COUNT, minimum=1)
+            float_param(ctx, "goodput_drop", 0.1)
+        common_settings(ctx)  # the common options, as run_serving_suite parses them
     except ParamError:
         raise
     except BenchrunError as exc:

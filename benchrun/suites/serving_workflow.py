@@ -1,11 +1,15 @@
 """The ``serving_workflow`` suite (end-to-end layer): one customer-like serving point.
 
 Parameters (``BENCHRUN_PARAMS``): ``concurrency`` (default 4; closed loop) or ``rate``
-(not both: refused; req/s; open loop, ``arrival`` poisson | constant, refused on a closed loop), ``requests`` (default 32) or
-``duration_s``, ``warmup`` (default 2), ``endpoint`` (optional; without it the synthetic
-reference server is started and the result marked ``synthetic``), and the common ones of
-:mod:`benchrun.loadgen.suite`. The load model follows ``workload.concurrencyModel`` when
-it is set. Results as for ``serving_sweep``, for a single point.
+(req/s; open loop, ``arrival`` poisson | constant, refused on a closed loop); not both, and
+neither against ``workload.concurrencyModel`` (``rate`` under closed_loop, ``concurrency`` alone
+under open_loop): refused. ``requests`` (default 32) or ``duration_s`` (not both: refused),
+``warmup`` (default: one request per stream, ``loadgen.config.warmup_for``), ``endpoint``
+(optional; without it the synthetic reference server is started and the result marked
+``synthetic``), and the common ones of :mod:`benchrun.loadgen.suite` (checked by
+:func:`benchrun.loadgen.suite.common_settings`, here and by ``benchrun validate``). The load
+model follows ``workload.concurrencyModel`` when it is set. Results as for ``serving_sweep``,
+for a single point.
 """
 
 from __future__ import annotations
@@ -32,25 +36,32 @@ def _load_model(params: Mapping[str, Any], declared: str) -> str:
 
 
 def conflicts(params: Mapping[str, Any], workload: Mapping[str, Any]) -> list[str]:
-    """The parameters that contradict the workload's load model, one message each: refused when
-    the suite starts (the first), and reported by ``benchrun validate``."""
+    """The parameters that contradict each other or the workload's load model, one message each:
+    refused when the suite starts (the first), and reported by ``benchrun validate``."""
     load_model = _load_model(params, str(workload.get("concurrencyModel") or "").strip())
+    out = []
     if "concurrency" in params and "rate" in params:  # one was dropped unseen
-        return ["parameters concurrency and rate each set the point's load; give one of concurrency "
-                "(closed loop), rate (open loop)"]
-    if load_model == "open_loop" and "rate" not in params:
-        return ["workload.concurrencyModel is open_loop; give 'rate' (req/s)"]
+        out.append("parameters concurrency and rate each set the point's load; give one of concurrency "
+                   "(closed loop), rate (open loop)")
+    elif load_model == "open_loop" and "rate" not in params:
+        out.append("workload.concurrencyModel is open_loop; give 'rate' (req/s)")
+    elif load_model == "closed_loop" and "rate" in params:  # the rate was dropped unseen: c=4 ran instead
+        out.append("workload.concurrencyModel is closed_loop but only 'rate' was given; give 'concurrency', or set "
+                   "workload.concurrencyModel: open_loop")
     if load_model == "closed_loop" and "arrival" in params:  # refused, not dropped: a closed loop has no arrival process
-        return ["parameter arrival shapes open-loop arrivals, but this point is closed loop: set "
-                "workload.concurrencyModel: open_loop and give 'rate', or leave it out"]
-    return []
+        out.append("parameter arrival shapes open-loop arrivals, but this point is closed loop: set "
+                   "workload.concurrencyModel: open_loop and give 'rate', or leave it out")
+    if "requests" in params and "duration_s" in params:  # the request count was dropped unseen
+        out.append("parameters requests and duration_s each set how long the point runs; give one of requests "
+                   "(a request count), duration_s (seconds)")
+    return out
 
 
 def settings(ctx: Params) -> tuple[Any, int | None, float | None]:
     """(load point, requests, duration_s) from the parameters, checked: the suite's first step, and
     ``benchrun validate``'s (``benchrun.spec.builtin_suites.check_parameters``)."""
     from benchrun.loadgen.runner import LoadPoint
-    from benchrun.loadgen.suite import workload_inputs
+    from benchrun.loadgen.suite import common_settings, workload_inputs
 
     check_known(ctx, PARAMETERS)
     _, _, declared, _, _, _ = workload_inputs(ctx)
@@ -70,6 +81,7 @@ def settings(ctx: Params) -> tuple[Any, int | None, float | None]:
         raise BenchrunError(f"serving_workflow: bad load point: {exc}") from None
     duration = float_param(ctx, "duration_s", 0.0) if "duration_s" in ctx.params else None
     requests = None if duration is not None else int_param(ctx, *REQUEST_COUNT, minimum=1)
+    common_settings(ctx)  # the common options, as run_serving_suite parses them
     return point, requests, duration
 
 
