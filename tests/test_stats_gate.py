@@ -515,3 +515,37 @@ def test_constant_arms_can_gate_in_a_large_family(tmp_path):
     rows = res.rows.set_index("name")
     assert rows.loc[names[0], "verdict"] == "regression"  # was inconclusive
     assert not (rows.loc[names[1:], "verdict"] == "regression").any()
+
+
+# -- the capture gains fields: a baseline captured before them still compares ----------------------
+
+
+def test_a_field_the_capture_gained_is_not_a_difference_from_an_older_baseline(tmp_path):
+    # before: a baseline promoted before the capture recorded affinity_cpus, cgroup_cpu_quota, the GPU
+    # source and MIG mode was refused against every later candidate ("hardware differs: <absent> -> 2")
+    from benchrun.stats.gate import OLDER_CAPTURE, check_gate
+    from benchrun.stats.load import load_run
+
+    metrics = {("s", "", "x"): ([1.0, 2.0, 3.0, 4.0, 5.0], "u", "higher")}
+    old = {"cpu": {"model": "EPYC", "usable_cpus": 8}, "gpus": [{"index": 0, "name": "H100"}],
+           "gpu_runtime": {"driver_version": "550.1"}}
+    new = {"cpu": {"model": "EPYC", "usable_cpus": 8, "affinity_cpus": 8, "cgroup_cpu_quota": None},
+           "gpus": [{"index": 0, "name": "H100", "mig_mode": "Disabled"}],
+           "gpu_runtime": {"driver_version": "550.1", "gpu_source": "nvidia-smi"}}
+    base = load_run(make_run(tmp_path, "base", metrics, environment=old))
+    cand = load_run(make_run(tmp_path, "cand", metrics, environment=new))
+    gate = check_gate(base, cand, variable="runtime_version")
+    assert gate.passed, gate.message()
+    assert {d.field for d in gate.diffs if d.how == OLDER_CAPTURE} == {
+        "environment.cpu.affinity_cpus", "environment.cpu.cgroup_cpu_quota", "environment.gpu_runtime.gpu_source",
+        "environment.gpus.0.mig_mode"}
+    assert "changed: nothing" in gate.message() and OLDER_CAPTURE in gate.message()
+    # present in both, such a field is compared as any other: a pod capped at 4 CPUs is not one at 8
+    capped = {**new, "cpu": {**new["cpu"], "cgroup_cpu_quota": 4}}
+    other = load_run(make_run(tmp_path, "capped", metrics, environment=capped))
+    refused = check_gate(cand, other, variable="runtime_version")
+    assert not refused.passed and "environment.cpu.cgroup_cpu_quota: None -> 4" in refused.message()
+    # a field no list names, absent from one capture, is still a difference (fail closed)
+    odd = {**new, "cpu": {**new["cpu"], "sockets": 2}}
+    assert not check_gate(cand, load_run(make_run(tmp_path, "odd", metrics, environment=odd)),
+                          variable="runtime_version").passed

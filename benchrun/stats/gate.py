@@ -52,6 +52,20 @@ _IGNORE = re.compile(
     r"|(^|\.)(hardware_key|software_key)$|packages\.benchrun$"
 )
 
+# Fields the environment capture gained after runs were made without them (dotted names; ``*`` one
+# list index): absent from one run's capture and present in the other's, such a field is not a
+# difference of the machines but of the benchrun that captured them, so it is listed, allowed, as
+# ``absent from the older capture`` — a baseline promoted before it was added still compares. Present
+# in both, it is compared as any other field. Add a field here when the capture gains one.
+CAPTURE_ADDED: tuple[str, ...] = (
+    "environment.cpu.affinity_cpus",  # 2026-12-07: the affinity mask and the cgroup quota apart
+    "environment.cpu.cgroup_cpu_quota",
+    "environment.gpu_runtime.gpu_source",  # 2026-12-07: nvidia-smi or NVML
+    "environment.gpus.*.mig_mode",
+)
+_CAPTURE_ADDED = re.compile("|".join("^" + re.escape(f).replace(r"\*", r"\d+") + "$" for f in CAPTURE_ADDED))
+OLDER_CAPTURE = "absent from the older capture"
+
 # First match wins; patterns are searched in the lower-cased dotted field name.
 _RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (cat, re.compile(p))
@@ -248,8 +262,11 @@ class GateResult:
                     if self.allowed_differences else "")
         if self.passed:
             spec = [d for d in self.diffs if d.category == "spec"]
-            changed = sorted({d.category for d in self.diffs})  # the spec's differences are changes too
+            older = [d.field for d in self.diffs if d.how == OLDER_CAPTURE]  # not a change of the machines
+            # the spec's differences are changes too
+            changed = sorted({d.category for d in self.diffs if d.how != OLDER_CAPTURE})
             listed = f"; spec differences: {self._listed(spec)}" if spec else ""
+            listed += f"; {OLDER_CAPTURE} (not compared): {', '.join(older)}" if older else ""
             return (f"one-variable gate passed (variable {self.variable}; changed: {', '.join(changed) or 'nothing'}"
                     f"{listed}{override})")
         parts = list(self.problems)
@@ -326,6 +343,9 @@ def check_gate(baseline: RunInfo, candidate: RunInfo, variable: str | None = Non
         if va == vb:
             continue
         cat = categorize(key) or "other"
+        if _MISSING in (va, vb) and _CAPTURE_ADDED.match(key):
+            result.diffs.append(FieldDiff(key, cat, va, vb, True, OLDER_CAPTURE))
+            continue
         ok = cat in allowed or (declared is not None and declared[-1] == "image" and cat == "software"
                                 and key.startswith("images."))
         if not ok and key in allow:
