@@ -18,6 +18,7 @@ import dagster as dg
 from benchrun.execute import LayerOutcome, run_layer
 from benchrun.launch.base import Launcher, LaunchResult
 from benchrun.launch.local import LocalLauncher
+from benchrun.launch.placement import SLINKY_JOB_PREFIX
 from benchrun.launch.settings import DEFAULT_NAMESPACE, DEFAULT_PRIORITY_CLASSES, DEFAULT_QUEUES, LauncherSettings
 from benchrun.plan import Invocation, LayerPlan
 from benchrun.rundir import RunDir
@@ -45,6 +46,13 @@ class LauncherResource(dg.ConfigurableResource):
     image_pull_secrets: list[str] = []
     scheduler_name: Optional[str] = None
     slurm_partition: Optional[str] = None
+    slurm_constraints: Optional[str] = None
+    slurm_reservation: Optional[str] = None
+    slurm_qos: Optional[str] = None
+    slinky_annotation_prefix: str = SLINKY_JOB_PREFIX
+    gpu_resource: str = "nvidia.com/gpu"
+    rdma_resource: str = "rdma/ib"
+    rdma_per_pod: int = 1
     topology_label: Optional[str] = None
     topology_values: list[str] = []
     run_volume_claim: Optional[str] = None
@@ -84,9 +92,8 @@ class LauncherResource(dg.ConfigurableResource):
         naming it and the fix, instead of waiting pending_timeout_s for an admission that
         never comes."""
         suites = [s for layer in loaded.run.spec.layers if layer.enabled for s in layer.suites]
-        resources_set = all((s.cpu or self.cpu) and (s.memory or self.memory) for s in suites)
         settings = self.settings()
-        ok, why = settings.publication_offer([s.image or self.image for s in suites], bool(resources_set))
+        ok, why = settings.publication_offer_for(suites)
         if self.kind == "kubernetes":
             from benchrun.errors import BenchrunError
             from benchrun.launch.queues import check_queue
@@ -161,7 +168,7 @@ class LauncherResource(dg.ConfigurableResource):
             batch, core, settings.namespace,
             settings.placement(publication, run_home=str(run_dir.home), cadence=run_dir.read_status().get("cadence")),
             settings.poll_s, custom_api=custom, delete_finished=settings.delete_finished,
-            owner=self._owner(core, in_cluster),
+            owner=self._owner(core, in_cluster), gang=settings.gang_options(),
         )
 
     def confirmation_launcher(self, candidate: RunDir) -> Launcher:

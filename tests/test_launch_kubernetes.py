@@ -189,7 +189,8 @@ def test_publication_grade_is_topology_exclusive() -> None:
         topology_label="topology.kubernetes.io/zone", topology_values=("rack-a",),
         scheduler_name=SLURM_BRIDGE_SCHEDULER, slurm_partition="h200",
     )
-    pod = pod_of(job_manifest(make_inv(), namespace="bench", placement=place))
+    job = job_manifest(make_inv(), namespace="bench", placement=place)
+    pod = pod_of(job)
     aff = pod["spec"]["affinity"]
     anti = aff["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert anti == [{
@@ -199,16 +200,18 @@ def test_publication_grade_is_topology_exclusive() -> None:
     terms = aff["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert terms == [{"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["rack-a"]}]}]
     assert pod["spec"]["schedulerName"] == "slurm-bridge-scheduler"
-    assert pod["metadata"]["annotations"] == {
-        "slurmjob.slinky.slurm.net/timelimit": "2",  # 90 s rounded up to whole minutes
+    # slurm-bridge reads a Job's own annotations, never its pod template's (docs/workload.md)
+    assert job["metadata"]["annotations"] == {
+        "slurmjob.slinky.slurm.net/timelimit": "12",  # the pod's deadline, 90 s + the 600 s pull allowance
         "slurmjob.slinky.slurm.net/partition": "h200",
         "slurmjob.slinky.slurm.net/exclusive": "true",
     }
+    assert "annotations" not in pod["metadata"]
     # Realism grade: no anti-affinity, no exclusivity annotation.
-    real = pod_of(job_manifest(make_inv(), namespace="bench",
-                               placement=Placement(queue_name="lq", scheduler_name=SLURM_BRIDGE_SCHEDULER)))
-    assert "affinity" not in real["spec"]
-    assert real["metadata"]["annotations"] == {"slurmjob.slinky.slurm.net/timelimit": "2"}
+    real_job = job_manifest(make_inv(), namespace="bench",
+                            placement=Placement(queue_name="lq", scheduler_name=SLURM_BRIDGE_SCHEDULER))
+    assert "affinity" not in pod_of(real_job)["spec"]
+    assert real_job["metadata"]["annotations"] == {"slurmjob.slinky.slurm.net/timelimit": "12"}
 
 
 def test_publication_grade_refuses_what_it_cannot_guarantee() -> None:

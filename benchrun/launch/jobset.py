@@ -31,10 +31,18 @@ The shape (checked against JobSet's own CRD schema and examples, kubernetes-sigs
   label (:attr:`GangOptions.exclusive_topology_key`, else the placement's
   ``topology_label``): the whole gang in one domain that no
   other JobSet shares; the pod template keeps podspec's anti-affinity (one benchrun pod
-  per node), dedicated nodes and digest-pinned image; CPU and memory are required, so
-  requests equal limits and the pods are Guaranteed QoS;
+  per node), dedicated nodes and digest-pinned image; CPU and memory are required (the
+  suite's, else the launcher's, as for a Job), so requests equal limits and the pods are
+  Guaranteed QoS. The launcher offers publication grade to a run with a gang only when it
+  has a ``topology_label`` (``LauncherSettings.publication_offer``);
 * ``network: rdma`` on the suite: every pod asks for :attr:`GangOptions.rdma_resource`
-  and its container gets ``IPC_LOCK`` (RDMA memory registration pins pages).
+  (the launcher's ``rdma_resource``/``rdma_per_pod``) and its container gets ``IPC_LOCK``
+  (RDMA memory registration pins pages);
+* Slinky slurm-bridge: its ``slurmjob.slinky.slurm.net/*`` annotations sit on the JobSet's own
+  metadata (``podspec.slinky_annotations``), never on a template: slurm-bridge reads the
+  top-level workload's and ignores those of the generated Jobs and pods. It makes each pod of
+  the gang its own Slurm external job with those annotations: Slurm does not co-schedule the
+  gang (Kueue admits the JobSet as one workload, then each pod waits for its own allocation).
 """
 
 from __future__ import annotations
@@ -57,8 +65,10 @@ from benchrun.launch.podspec import (
     gang_anti_affinity,
     job_manifest,
     pod_manifest,
+    slinky_annotations,
 )
 from benchrun.launch.k8s_objects import REPLICATED_JOB
+from benchrun.launch.placement import is_extended_resource
 from benchrun.launch.podsecurity import NONE
 from benchrun.plan import Invocation, resolve_gang
 
@@ -82,7 +92,8 @@ class GangOptions:
 
     ``exclusive_topology_key``: the node label of the domain (rack, block, node pool) a
     publication-grade gang takes whole; ``rdma_resource``/``rdma_per_pod``: the RDMA
-    device plugin's resource (``rdma/ib``, ``rdma/rdma_shared_device_a``, ...);
+    device plugin's resource (``rdma/ib``, ``rdma/rdma_shared_device_a``, ...), the launcher's
+    settings of those names (``LauncherSettings.gang_options``);
     ``master_port``: the rendezvous port on rank 0.
     """
 
@@ -147,6 +158,10 @@ def jobset_manifest(
         raise BenchrunError(f"{where}: a JobSet is for a multi-node suite (nodes > 1); this one has nodes={inv.nodes}")
     if not 0 < options.master_port < 65536:
         raise BenchrunError(f"gang options master_port: {options.master_port} is not a TCP port")
+    if inv.network == "rdma" and not (is_extended_resource(options.rdma_resource) and options.rdma_per_pod >= 1):
+        raise BenchrunError(
+            f"launcher rdma_resource/rdma_per_pod ({options.rdma_resource!r}, {options.rdma_per_pod}): the RDMA device "
+            "plugin's extended resource (e.g. rdma/ib) and how many of it each pod asks for (1 or more)")
     name = jobset_name(inv)
     master = pod_hostname(name, 0)
     hosts = ",".join(pod_hostname(name, i) for i in range(inv.nodes))
@@ -160,10 +175,10 @@ def jobset_manifest(
                 "topology domain of its own; name the node label of that domain (a rack or block label), "
                 "or pin the run's topology with the launcher's topology_label (BENCHRUN_LAUNCHER_TOPOLOGY_LABEL)")
         check_label_key(exclusive_key, "gang options exclusive_topology_key")
-        if not (placement.cpu and placement.memory):
+        if not ((inv.cpu or placement.cpu) and (inv.memory or placement.memory)):
             raise BenchrunError(
-                "placement.cpu/placement.memory: publication grade needs Guaranteed QoS for every pod of the "
-                "gang; set both (requests = limits)")
+                f"{where}: publication grade needs Guaranteed QoS for every pod of the gang; set cpu and memory "
+                "on the suite (spec.layers[..].suites[..].cpu/.memory) or on the launcher (requests = limits)")
     if inv.gpus_per_node is not None:
         if inv.gpus is not None and inv.gpus != inv.gpus_per_node:
             raise BenchrunError(f"{where}: gpus={inv.gpus} and gpusPerNode={inv.gpus_per_node} disagree; a gang's pod "
@@ -206,11 +221,14 @@ def jobset_manifest(
     anti.setdefault("requiredDuringSchedulingIgnoredDuringExecution", []).append(gang_anti_affinity(name))
 
     template_meta: dict[str, Any] = {"labels": pod_labels}
-    if pod["metadata"].get("annotations"):
-        template_meta["annotations"] = dict(pod["metadata"]["annotations"])
     metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": jobset_labels}
+    # slurm-bridge's annotations on the JobSet itself (it ignores the generated Jobs' and pods'),
+    # each pod's Slurm timelimit covering that pod's deadline
+    annotations = slinky_annotations(inv, placement)
     if placement.publication_grade:
-        metadata["annotations"] = {EXCLUSIVE_TOPOLOGY_ANNOTATION: exclusive_key}
+        annotations[EXCLUSIVE_TOPOLOGY_ANNOTATION] = str(exclusive_key)
+    if annotations:
+        metadata["annotations"] = annotations
     if owner:
         metadata["ownerReferences"] = [dict(owner)]
     job_spec = {

@@ -81,6 +81,7 @@ class KubernetesLauncher:
         owner: Mapping[str, Any] | None = None,
         log_follower: LogFollower | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        gang: Any = None,
     ) -> None:
         from dagster_k8s.client import DagsterKubernetesClient
 
@@ -95,6 +96,7 @@ class KubernetesLauncher:
         self.delete_finished = delete_finished
         self.owner = dict(owner) if owner else None
         self.log_follower = log_follower
+        self.gang = gang  # jobset.GangOptions (the launcher's rdma_resource, ...); None: the defaults
         self._sleep = sleep
         self.client = DagsterKubernetesClient(batch_api, core_api, log, sleep, time.time)
         self.s3_client: Any = None  # boto3's, from the environment, unless given (outputs_uri)
@@ -102,10 +104,10 @@ class KubernetesLauncher:
         self.attempts: list[dict[str, Any]] = []
 
     def manifest(self, inv: Invocation, extra_env: Mapping[str, str] | None = None) -> dict[str, Any]:
-        from benchrun.launch.jobset import launch_manifest
+        from benchrun.launch.jobset import GangOptions, launch_manifest
 
         return launch_manifest(inv, namespace=self.namespace, placement=self.placement, run_labels=self.run_labels,
-                               extra_env=pod_env(extra_env), owner=self.owner)
+                               extra_env=pod_env(extra_env), owner=self.owner, options=self.gang or GangOptions())
 
     def runs_as_layer(self, invocations: Iterable[Invocation]) -> bool:
         """Whether a layer runs as ONE Job (``launch_layer``): publication grade and no gang in it

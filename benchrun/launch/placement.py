@@ -8,6 +8,7 @@ rules of each knob are in its module docstring.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -16,6 +17,7 @@ from benchrun.errors import BenchrunError
 from benchrun.plan import Invocation
 
 SLINKY_JOB_PREFIX = "slurmjob.slinky.slurm.net/"
+SLURM_BRIDGE_SCHEDULER = "slurm-bridge-scheduler"
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?\Z")
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
@@ -179,3 +181,56 @@ def check_label_key(key: str, field_name: str) -> str:
             "DNS-subdomain prefix and a name of at most 63 letters, digits, '-', '_', '.'"
         )
     return key
+
+
+def pod_deadline_s(inv: Invocation, placement: Placement) -> int:
+    """A pod's ``activeDeadlineSeconds``: the suite's timeout plus ``pull_allowance_s`` (it counts
+    from the pod's ``startTime``, before the image pull), whole seconds."""
+    return max(1, int(math.ceil(inv.timeout_s))) + max(0, int(math.ceil(placement.pull_allowance_s)))
+
+
+def slinky_annotations(inv: Invocation, placement: Placement) -> dict[str, str]:
+    """The slurm-bridge annotations of the Slurm external job of each of ``inv``'s pods, for the
+    top-level workload object (the Job or JobSet's own ``metadata.annotations``: slurm-bridge reads
+    them there and ignores a pod template's). ``timelimit`` (whole minutes) covers the pod's whole
+    deadline (:func:`pod_deadline_s`, the image pull included), so Slurm never ends a pod that
+    Kubernetes would still let run. Empty when the pods do not go through slurm-bridge."""
+    if placement.scheduler_name != SLURM_BRIDGE_SCHEDULER and not (
+        placement.slurm_partition or placement.slurm_constraints or placement.slurm_reservation or placement.slurm_qos
+    ):
+        return {}
+    p = placement.slinky_annotation_prefix
+    ann = {p + "timelimit": str(max(1, math.ceil(pod_deadline_s(inv, placement) / 60)))}
+    for suffix, value in (("partition", placement.slurm_partition), ("constraints", placement.slurm_constraints),
+                          ("reservation", placement.slurm_reservation), ("qos", placement.slurm_qos)):
+        if value:
+            ann[p + suffix] = value
+    if placement.publication_grade:
+        ann[p + "exclusive"] = "true"
+    return ann
+
+
+# deviceclass.resource.kubernetes.io/<class>: DRA's extended resources, the one kubernetes.io name allowed
+_DRA_EXTENDED = "deviceclass.resource.kubernetes.io"
+
+
+def is_extended_resource(name: str) -> bool:
+    """Whether ``name`` is a Kubernetes extended resource name (``nvidia.com/gpu``, ``amd.com/gpu``,
+    ``rdma/ib``): ``<prefix>/<name>`` as a label key, the prefix outside ``kubernetes.io`` (that
+    domain's names are native resources) but for DRA's ``deviceclass.resource.kubernetes.io``."""
+    if not isinstance(name, str) or "/" not in name:
+        return False
+    prefix = name.rpartition("/")[0]
+    if (prefix == "kubernetes.io" or prefix.endswith(".kubernetes.io")) and prefix != _DRA_EXTENDED:
+        return False
+    try:
+        check_label_key(name, "resource")
+    except BenchrunError:
+        return False
+    return True
+
+
+def is_annotation_prefix(prefix: str) -> bool:
+    """Whether ``prefix`` is an annotation key prefix: a DNS subdomain followed by ``/``."""
+    return (isinstance(prefix, str) and prefix.endswith("/") and len(prefix) <= 254
+            and _DNS_SUBDOMAIN.match(prefix[:-1]) is not None)

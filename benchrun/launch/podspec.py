@@ -18,10 +18,13 @@ What each placement knob turns into, and what was verified against the projects'
   Preemption suspends it again (the Workload's ``Evicted`` condition says why).
 * Slinky slurm-bridge (SlinkyProject/slurm-bridge, docs/workload.md and
   internal/wellknown/annotations.go): a pod opts in with ``spec.schedulerName:
-  slurm-bridge-scheduler`` (or by living in a namespace its admission controller manages);
-  a bare Pod carries ``slurmjob.slinky.slurm.net/<suffix>`` annotations for its Slurm
-  external job, among them ``partition``, ``constraints``, ``reservation``, ``qos``,
-  ``timelimit`` (whole minutes) and ``exclusive`` (exclusive is Slurm-bridge's default;
+  slurm-bridge-scheduler`` (or by living in a namespace its admission controller manages).
+  Each pod of a Job (or JobSet) is its own Slurm external job, configured by
+  ``slurmjob.slinky.slurm.net/<suffix>`` annotations on the top-level workload object — the
+  Job's (the JobSet's) own ``metadata.annotations``; slurm-bridge ignores those of a pod
+  template or of a JobSet's generated Jobs — among them ``partition``, ``constraints``,
+  ``reservation``, ``qos``, ``timelimit`` (whole minutes: the pod's deadline, image pull
+  included) and ``exclusive`` (exclusive is Slurm-bridge's default;
   only ``"false"`` shares the node). ``nvidia.com/gpu`` limits become ``gres/gpu=<n>``.
   Earlier slurm-bridge releases used the prefix ``slinky.slurm.net/`` for the same
   annotations; set :attr:`Placement.slinky_annotation_prefix` for those clusters.
@@ -61,12 +64,15 @@ from benchrun.launch.placement import (  # noqa: F401 - Placement and its rules 
     _DNS_SUBDOMAIN,
     DEFAULT_RESOURCES,
     SLINKY_JOB_PREFIX,
+    SLURM_BRIDGE_SCHEDULER,
     SUITE_RESOURCES,
     Placement,
     check_image_allowed,
     check_label_key,
     check_label_value,
     moving_tag,
+    pod_deadline_s,
+    slinky_annotations,
     suite_module,
     wants_gpu,
     whole_cpus,
@@ -78,7 +84,6 @@ MANAGED_BY = "benchrun"
 LABEL_PREFIX = "benchrun.dev/"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
-SLURM_BRIDGE_SCHEDULER = "slurm-bridge-scheduler"
 CONTAINER_NAME = "suite"
 RUN_VOLUME = "run-dir"
 # The suite prints its result document as one JSON line under this key (see kubernetes.py).
@@ -207,22 +212,6 @@ def _affinity(inv: Invocation, placement: Placement) -> dict[str, Any] | None:
             }]
         }
     return affinity or None
-
-
-def _slinky_annotations(inv: Invocation, placement: Placement) -> dict[str, str]:
-    if placement.scheduler_name != SLURM_BRIDGE_SCHEDULER and not (
-        placement.slurm_partition or placement.slurm_constraints or placement.slurm_reservation or placement.slurm_qos
-    ):
-        return {}
-    p = placement.slinky_annotation_prefix
-    ann = {p + "timelimit": str(max(1, math.ceil(inv.timeout_s / 60.0)))}
-    for suffix, value in (("partition", placement.slurm_partition), ("constraints", placement.slurm_constraints),
-                          ("reservation", placement.slurm_reservation), ("qos", placement.slurm_qos)):
-        if value:
-            ann[p + suffix] = value
-    if placement.publication_grade:
-        ann[p + "exclusive"] = "true"
-    return ann
 
 
 def _check_publication(inv: Invocation, placement: Placement, image: str) -> None:
@@ -435,8 +424,7 @@ def job_manifest(
     if placement.env_secret:
         container["envFrom"] = [{"secretRef": {"name": placement.env_secret}}]
 
-    timeout = max(1, int(math.ceil(inv.timeout_s)))
-    pod_deadline = timeout + max(0, int(math.ceil(placement.pull_allowance_s)))
+    pod_deadline = pod_deadline_s(inv, placement)
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "activeDeadlineSeconds": pod_deadline,
@@ -461,10 +449,10 @@ def job_manifest(
     podsecurity.apply(pod_spec, placement.pod_security, placement.run_as_user)
 
     pod_meta: dict[str, Any] = {"labels": labels}
-    annotations = _slinky_annotations(inv, placement)
-    if annotations:
-        pod_meta["annotations"] = annotations
     metadata: dict[str, Any] = {"name": job_name(inv), "namespace": namespace, "labels": job_labels}
+    annotations = slinky_annotations(inv, placement)  # on the Job: slurm-bridge ignores a template's
+    if annotations:
+        metadata["annotations"] = annotations
     if owner:
         metadata["ownerReferences"] = [dict(owner)]
     return {
@@ -497,15 +485,13 @@ def pod_manifest(
     argv_escaped: bool = False,
 ) -> dict[str, Any]:
     """The pod of ``job_manifest`` as a V1Pod-shaped dict (labels include the Kueue ones): the
-    building block of a JobSet's pod template (``benchrun.launch.jobset``)."""
+    building block of a JobSet's pod template (``benchrun.launch.jobset``). It carries no
+    slurm-bridge annotation: those belong on the workload object (``slinky_annotations``)."""
     job = job_manifest(inv, namespace=namespace, run_labels=run_labels, placement=placement, extra_env=extra_env,
                        argv_escaped=argv_escaped)
-    template = job["spec"]["template"]
     metadata: dict[str, Any] = {"name": job["metadata"]["name"], "namespace": namespace,
                                 "labels": dict(job["metadata"]["labels"])}
-    if template["metadata"].get("annotations"):
-        metadata["annotations"] = dict(template["metadata"]["annotations"])
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": template["spec"]}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": job["spec"]["template"]["spec"]}
 
 
 def layer_inputs(run_id: str) -> str:

@@ -58,12 +58,11 @@ def render_objects(spec: Path, *, launcher: str | None = None, run_id: str | Non
                         f"{where}: {image!r} is a moving tag (no @sha256:): a tag can be pointed at another image, "
                         "and a publication-grade run records exactly what ran; pin the image by digest "
                         "(name@sha256:<64 hex>, from `docker buildx imagetools inspect`)")
-    resources_set = all((s.cpu or settings.cpu) and (s.memory or settings.memory) for s in suites)
-    can_publish, _why = settings.publication_offer([s.image or settings.image for s in suites], bool(resources_set))
+    can_publish, _why = settings.publication_offer_for(suites)
     publication = run.spec.intent.benchmark_class == "publication_grade" and can_publish
     placement = settings.placement(publication, run_home=str(home), cadence=run.spec.intent.cadence)
     # the launcher's own choice per layer: a publication layer is one Job, else a Job or JobSet per replicate
-    k8s = KubernetesLauncher(None, None, settings.namespace, placement)
+    k8s = KubernetesLauncher(None, None, settings.namespace, placement, gang=settings.gang_options())
     objects = []
     for plan in plans:
         for obj in k8s.manifests(plan.invocations, plan.contended_reruns):

@@ -19,9 +19,11 @@ import json
 import os
 from typing import Any, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from benchrun.errors import BenchrunError
+from benchrun.launch.placement import SLINKY_JOB_PREFIX, is_annotation_prefix, is_extended_resource
+from benchrun.spec.model import Quantity
 
 ENV_PREFIX = "BENCHRUN_LAUNCHER_"
 # deploy/kustomize/base: the runs' namespace, a LocalQueue and a WorkloadPriorityClass per lane
@@ -33,6 +35,8 @@ DEFAULT_QUEUES = {"canary": "canary", "nightly": "nightly", "adhoc": "nightly", 
                   "publication_grade": "publication"}
 DEFAULT_PRIORITY_CLASSES = {"canary": "benchrun-canary", "nightly": "benchrun-nightly", "adhoc": "benchrun-nightly",
                             "pre_release": "benchrun-pre-release", "publication_grade": "benchrun-publication"}
+# the spec's own quantity rule (suites[].memory/.shmSize), for the launcher's defaults of them
+_QUANTITY: TypeAdapter[str] = TypeAdapter(Quantity)
 
 
 class LauncherSettings(BaseModel):
@@ -58,7 +62,16 @@ class LauncherSettings(BaseModel):
     service_account: str | None = None
     image_pull_secrets: list[str] = []
     scheduler_name: str | None = None
+    # Slinky slurm-bridge: the Slurm external job of each pod (annotations on the Job or JobSet)
     slurm_partition: str | None = None
+    slurm_constraints: str | None = None
+    slurm_reservation: str | None = None
+    slurm_qos: str | None = None
+    slinky_annotation_prefix: str = SLINKY_JOB_PREFIX  # "slinky.slurm.net/" for earlier slurm-bridge releases
+    gpu_resource: str = "nvidia.com/gpu"  # the GPU device plugin's extended resource (amd.com/gpu, ...)
+    # the RDMA device plugin's extended resource every pod of a `network: rdma` gang asks for, and how many
+    rdma_resource: str = "rdma/ib"
+    rdma_per_pod: int = Field(default=1, ge=1)
     topology_label: str | None = None
     topology_values: list[str] = []
     run_volume_claim: str | None = None
@@ -127,6 +140,34 @@ class LauncherSettings(BaseModel):
                              "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY in the environment")
         return value
 
+    @field_validator("memory", "shm_size")
+    @classmethod
+    def _a_quantity(cls, value: str | None) -> str | None:
+        """Found in review: ``16GB`` passed here and the API server refused every pod at create time."""
+        if value:  # shm_size "": no memory-backed /dev/shm
+            try:
+                _QUANTITY.validate_python(value)
+            except ValidationError:
+                raise ValueError("must be a Kubernetes quantity such as 64Gi, 512Mi or 16G (binary suffixes Ki, Mi, "
+                                 "Gi, Ti; decimal k, M, G, T: 16GB is neither)") from None
+        return value
+
+    @field_validator("gpu_resource", "rdma_resource")
+    @classmethod
+    def _an_extended_resource(cls, value: str) -> str:
+        if not is_extended_resource(value):
+            raise ValueError("must be an extended resource name, <domain>/<name> outside kubernetes.io, such as "
+                             "nvidia.com/gpu, amd.com/gpu or rdma/ib (the device plugin's resource)")
+        return value
+
+    @field_validator("slinky_annotation_prefix")
+    @classmethod
+    def _an_annotation_prefix(cls, value: str) -> str:
+        if not is_annotation_prefix(value):
+            raise ValueError(f"must be an annotation key prefix ending in '/', such as {SLINKY_JOB_PREFIX} "
+                             "(slinky.slurm.net/ for earlier slurm-bridge releases)")
+        return value
+
     def queue_for(self, cadence: str | None, benchmark_class: str | None = None) -> tuple[str, str | None]:
         """(LocalQueue, WorkloadPriorityClass) of a run: ``queue_name``/``priority_class`` when
         set, else the ``queues``/``priority_classes`` entry for ``publication_grade`` (when
@@ -151,6 +192,9 @@ class LauncherSettings(BaseModel):
             tolerations=tuple(self.tolerations), publication_grade=publication_grade,
             topology_label=self.topology_label, topology_values=tuple(self.topology_values),
             scheduler_name=self.scheduler_name, slurm_partition=self.slurm_partition,
+            slurm_constraints=self.slurm_constraints, slurm_reservation=self.slurm_reservation,
+            slurm_qos=self.slurm_qos, slinky_annotation_prefix=self.slinky_annotation_prefix,
+            gpu_resource=self.gpu_resource,
             service_account=self.service_account, image_pull_secrets=tuple(self.image_pull_secrets),
             run_volume_claim=self.run_volume_claim, run_home=self.run_home or run_home, outputs_uri=self.outputs_uri,
             ttl_seconds_after_finished=self.ttl_seconds_after_finished, pending_timeout_s=self.pending_timeout_s,
@@ -159,8 +203,23 @@ class LauncherSettings(BaseModel):
             pod_security=self.pod_security, run_as_user=self.run_as_user,
         )
 
-    def publication_offer(self, images: list[str | None], resources_set: bool) -> tuple[bool, str]:
-        """Whether this launcher can honour publication grade for a run, and why (not)."""
+    def gang_options(self) -> Any:
+        """The :class:`~benchrun.launch.jobset.GangOptions` of this launcher's multi-node gangs."""
+        from benchrun.launch.jobset import GangOptions
+
+        return GangOptions(rdma_resource=self.rdma_resource, rdma_per_pod=self.rdma_per_pod)
+
+    def publication_offer_for(self, suites: list[Any]) -> tuple[bool, str]:
+        """:meth:`publication_offer` for a spec's enabled suites (``benchrun.spec.Suite``): their images,
+        whether each has cpu and memory (its own, else this launcher's), whether one is a gang."""
+        resources_set = all((s.cpu or self.cpu) and (s.memory or self.memory) for s in suites)
+        return self.publication_offer([s.image or self.image for s in suites], bool(resources_set),
+                                      gang=any(s.nodes > 1 for s in suites))
+
+    def publication_offer(self, images: list[str | None], resources_set: bool,
+                          gang: bool = False) -> tuple[bool, str]:
+        """Whether this launcher can honour publication grade for a run, and why (not). ``gang``: a suite
+        of the run spans nodes; its JobSet takes a topology domain of its own (``topology_label``)."""
         if self.kind != "kubernetes":
             return False, ("dedicated nodes, fixed topology, stable background load and topology-exclusive "
                            "placement cannot be guaranteed on a shared local machine")
@@ -171,6 +230,9 @@ class LauncherSettings(BaseModel):
             missing.append("every suite image pinned by digest (name@sha256:...)")
         if not resources_set:
             missing.append("cpu and memory for every suite (Guaranteed QoS)")
+        if gang and not self.topology_label:
+            missing.append("a topology domain of its own for each multi-node gang (launcher topology_label, the node "
+                           "label of a rack or block, with topology_values)")
         if missing:
             return False, "the Kubernetes launcher cannot guarantee: " + "; ".join(missing)
         return True, ("dedicated nodes by node selector, exclusive placement by pod anti-affinity, "
