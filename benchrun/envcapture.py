@@ -16,7 +16,8 @@ sampled then. The document (schema ``benchrun.environment/v1``)::
         gpu_source ("nvidia-smi" | "nvml" | null)},
     background_load{before, after}: {sampled_utc, interval_s, load_average_1m/5m/15m,
         cpu_busy_share, other_processes_cpu_share, top_other_processes[{pid, name, cpu_pct}]},
-    hardware_key, software_key, key_inputs{hardware, software}
+    hardware_key, software_key, key_inputs{hardware, software},
+    harness{version, source_sha256, source_files, git{commit, dirty}} (benchrun's own code: benchrun.harness)
 
 ``usable_cpus`` is what this process may run at once: its affinity mask (``affinity_cpus``)
 bounded by its cgroup's CPU quota (``cgroup_cpu_quota``, null without one), the rule the
@@ -63,6 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from benchrun.errors import BenchrunError
+from benchrun.harness import harness_identity
 from benchrun.paths import validate_run_id
 from benchrun.fsio import atomic_write_json
 
@@ -547,6 +549,7 @@ def capture_environment(*, load_interval_s: float = 0.5, run_id: str | None = No
         "gpu_runtime": runtime,
         "background_load": {"before": sample_background_load(
             load_interval_s, window=("before", run_id) if run_id else None), "after": None},
+        "harness": harness_identity(),
     }
     inputs = key_inputs(doc)
     doc["key_inputs"] = inputs

@@ -209,7 +209,8 @@ FOUNDATION = {"benchrun.errors": set(), "benchrun.fsio": set(), "benchrun._lazy"
 # What a suite pod imports (`python -m benchrun.suites.<name>` in the benchmark image): the suites,
 # the load generator, the readers of other tools' outputs, environment capture and the foundation,
 # never the orchestrator's side (Dagster, the warehouse, the launchers).
-POD_SIDE = ("benchrun.suites", "benchrun.loadgen", "benchrun.ingest", "benchrun.envcapture", *FOUNDATION)
+POD_SIDE = ("benchrun.suites", "benchrun.loadgen", "benchrun.ingest", "benchrun.envcapture", "benchrun.harness",
+            *FOUNDATION)
 
 
 def test_the_foundation_imports_nothing_above_it(graph):

@@ -65,6 +65,9 @@ CAPTURE_ADDED: tuple[str, ...] = (
 )
 _CAPTURE_ADDED = re.compile("|".join("^" + re.escape(f).replace(r"\*", r"\d+") + "$" for f in CAPTURE_ADDED))
 OLDER_CAPTURE = "absent from the older capture"
+# benchrun's own code (environment.harness: benchrun.harness): not the system under test, so never a
+# refusal, but a comparison across two harnesses says so (a load-generator change moves the figures)
+HARNESS_DIFFERS = "benchrun's own code differs"
 
 # First match wins; patterns are searched in the lower-cased dotted field name.
 _RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
@@ -263,10 +266,13 @@ class GateResult:
         if self.passed:
             spec = [d for d in self.diffs if d.category == "spec"]
             older = [d.field for d in self.diffs if d.how == OLDER_CAPTURE]  # not a change of the machines
+            harness = [d for d in self.diffs if d.how == HARNESS_DIFFERS]
             # the spec's differences are changes too
-            changed = sorted({d.category for d in self.diffs if d.how != OLDER_CAPTURE})
+            changed = sorted({d.category for d in self.diffs if d.how not in (OLDER_CAPTURE, HARNESS_DIFFERS)})
             listed = f"; spec differences: {self._listed(spec)}" if spec else ""
             listed += f"; {OLDER_CAPTURE} (not compared): {', '.join(older)}" if older else ""
+            listed += (f"; note: {HARNESS_DIFFERS} (not the system under test, but its figures may move with it): "
+                       f"{self._listed(harness)}" if harness else "")
             return (f"one-variable gate passed (variable {self.variable}; changed: {', '.join(changed) or 'nothing'}"
                     f"{listed}{override})")
         parts = list(self.problems)
@@ -343,6 +349,9 @@ def check_gate(baseline: RunInfo, candidate: RunInfo, variable: str | None = Non
         if va == vb:
             continue
         cat = categorize(key) or "other"
+        if key.startswith("environment.harness."):
+            result.diffs.append(FieldDiff(key, "harness", va, vb, True, HARNESS_DIFFERS))
+            continue
         if _MISSING in (va, vb) and _CAPTURE_ADDED.match(key):
             result.diffs.append(FieldDiff(key, cat, va, vb, True, OLDER_CAPTURE))
             continue
