@@ -240,8 +240,9 @@ def test_local_launcher_samples_beside_the_replicate(tmp_path, monkeypatch):
 def test_summaries_are_taken_over_the_suites_measured_window(tmp_path):
     """Found in review: the summaries averaged the whole process, start-up included: 30 s of imports and
     CUDA set-up at 0 % beside 20 s of timed work at 95 % read below 50 %, a "starved" GPU. A suite's
-    ``ctx.measuring()`` spans are now the window; without them, or with under two samples inside, the
-    whole process, and the record says which."""
+    ``ctx.measuring()`` spans are now the window; without them the whole process, and the record says
+    which; a window fewer than two samples describe gets no summaries (review 2026-12-07: it silently
+    got the whole process's)."""
     import json as _json
 
     from benchrun.telemetry.hook import measured_samples
@@ -258,7 +259,8 @@ def test_summaries_are_taken_over_the_suites_measured_window(tmp_path):
     assert used == {"from": "the suite's measured window", "start_unix": 130.0, "end_unix": 149.0}
     assert {r["name"]: r["value"] for r in summarise(inside)}["gpu_utilization_pct_mean"] == 95.0
     result.write_text(_json.dumps({"status": "ok", "measured_window": {"start_unix": 130.0, "end_unix": 130.5}}))
-    assert measured_samples(table, result)[1]["from"].startswith("the whole process (its measured window held")
+    short, used = measured_samples(table, result)
+    assert short.num_rows == 0 and used["from"] == "none" and "fewer than 2 samples" in used["reason"]
 
 
 def test_a_suite_that_measures_records_its_window_and_the_launcher_summarises_it(tmp_path, monkeypatch):

@@ -44,7 +44,8 @@ def _names(items: list[tuple[str, int, Any]], limit: int = 6) -> str:
 
 def apply_run_conditions(rd: RunDir) -> dict[str, Any]:
     """Set TelemetryCollected and ReplicatesUncontended; a publication-grade run with contended
-    replicates loses PublicationGuaranteesMet and is downgraded to realism_grade, saying why."""
+    replicates loses PublicationGuaranteesMet and is downgraded to realism_grade, saying why.
+    ReplicatesUncontended is Unknown (NotSampled) when no ok replicate has a contention verdict."""
     with_status = _records(rd)
     records = [(s, k, r) for s, k, _, r in with_status]
     if not records:
@@ -68,18 +69,33 @@ def apply_run_conditions(rd: RunDir) -> dict[str, Any]:
         rd.set_condition("TelemetryCollected", True, "Sampled" if sampled else "PrometheusOnly", "; ".join(parts))
     # Only a replicate that measured something (ok) can have been measured on a contended machine:
     # an unavailable one's sampler still ran (and may have seen background load) but it has no
-    # numbers to spoil, so it neither downgrades the run nor counts among the judged.
-    judged = [(s, k, r) for s, k, status, r in with_status if status == "ok"]
-    contended = [(s, k, r) for s, k, r in judged if r.get("contended")]
+    # numbers to spoil, so it neither downgrades the run nor counts among the judged. Of the ok ones
+    # only those with a verdict (a bool ``contended``, from the sampler) are judged: a record of
+    # Prometheus data alone (a Kubernetes pod's), or a window too short to summarise, says nothing
+    # about the machine (until 2026-12-07 such replicates made the run QuietMachine).
+    ok = [(s, k, r) for s, k, status, r in with_status if status == "ok"]
+    judged = [(s, k, r) for s, k, r in ok if isinstance(r.get("contended"), bool)]
+    unjudged = [(s, k, r) for s, k, r in ok if not isinstance(r.get("contended"), bool)]
+    contended = [(s, k, r) for s, k, r in judged if r["contended"]]
     relaunched, quiet, failed = rerun_outcomes(rd)
     again = (f"; launched again after a contended attempt (trials.contendedReruns): {relaunched}, "
              f"{quiet} of them quiet on the rerun" + (f", {failed} failed on it" if failed else "")
              if relaunched else "")
+    why_not = (unjudged[0][2].get("contention_reason")
+               or "no contention verdict: Prometheus data alone, no sampler") if unjudged else ""
+    not_judged = (f"; {len(unjudged)} ok replicates not judged ({_names(unjudged)}; e.g. {why_not})" if unjudged else "")
+    if not judged:
+        # No verdict is no evidence either way: Unknown, which neither downgrades a publication-grade
+        # run (its launcher's guarantee stands) nor lets a reader call the machine quiet.
+        rd.set_condition("ReplicatesUncontended", "Unknown", "NotSampled",
+                         (f"no ok replicate was judged for background load: {len(unjudged)} ok replicates not judged "
+                          f"({_names(unjudged)}; e.g. {why_not})" if unjudged else "no ok replicate to judge") + again)
+        return rd.read_status()
     if contended:
         first = contended[0][2].get("contention_reason")
         rd.set_condition("ReplicatesUncontended", False, "BackgroundLoad",
                          f"{len(contended)} of {len(judged)} ok replicates were measured on a contended machine "
-                         f"({_names(contended)}); e.g. {first}{again}")
+                         f"({_names(contended)}); e.g. {first}{not_judged}{again}")
         status = rd.read_status()
         if status.get("benchmark_class_granted") == "publication_grade":
             rd.set_condition("PublicationGuaranteesMet", False, "BackgroundLoad",
@@ -90,5 +106,6 @@ def apply_run_conditions(rd: RunDir) -> dict[str, Any]:
         rd.set_condition("ReplicatesUncontended", True, "QuietMachine",
                          (f"no replicate that stayed saw background CPU above its threshold ({len(judged)} ok replicates sampled)"
                           if relaunched else
-                          f"no replicate saw background CPU above its threshold ({len(judged)} ok replicates sampled)") + again)
+                          f"no replicate saw background CPU above its threshold ({len(judged)} ok replicates sampled)")
+                         + not_judged + again)
     return rd.read_status()

@@ -19,7 +19,7 @@ from benchrun.suites.result import STATUSES
 from benchrun.fsio import atomic_write_json
 from benchrun.telemetry.samples import read_samples, telemetry_relpath
 from benchrun.telemetry.sampler import MAX_RATE_HZ, MIN_RATE_HZ, Sampler
-from benchrun.telemetry.summary import contention, contention_threshold_pct, summarise
+from benchrun.telemetry.summary import contention, contention_threshold_pct, in_window, summarise
 
 log = logging.getLogger(__name__)
 
@@ -74,13 +74,15 @@ class ReplicateTelemetry:
             "samples": self.relpath, "rate_hz": s.rate_hz, "window_start": s.started, "window_end": s.stopped,
             "ticks": s.n_ticks, "sampler_cpu_s": round(s.cpu_s, 6), "node_name": s.node_name,
             "gpus": s.gpu_count, "gpu_devices": s.gpu_devices, "gpu_selection": s.gpu_selection,
-            "gpu_reason": s.gpu_reason, "error": s.error,
+            "gpu_reason": s.gpu_reason, "gpu_xid_reason": s.gpu_xid_reason, "error": s.error,
         }
         table, record["summary_window"] = measured_samples(read_samples(self.run_dir / self.relpath),
                                                            self.run_dir / self.inv.result_relpath())
         rows = summarise(table)
         threshold = contention_threshold_pct()
         contended, why = contention(rows, threshold)
+        if record["summary_window"].get("from") == "none":  # too short a window: no summaries, no verdict
+            why = f"not judged: {record['summary_window']['reason']}"
         record.update(summary=rows, contended=contended, contention_reason=why, contention_threshold_pct=threshold)
         from benchrun.telemetry.prometheus import configured_url, query_replicate
 
@@ -95,25 +97,29 @@ class ReplicateTelemetry:
 
 
 def measured_samples(table: Any, result_path: Path) -> tuple[Any, dict[str, Any]]:
-    """The samples the summaries read: those inside the suite's measured window (its result's
-    ``measured_window``, from ``ctx.measuring()``), else every sample of the process; and what was
+    """The samples the summaries read: those describing the suite's measured window (its result's
+    ``measured_window``, from ``ctx.measuring()``), each weighed by its part of it
+    (:func:`benchrun.telemetry.summary.in_window`), else every sample of the process; and what was
     used. Before, every sample was: imports, CUDA start-up and allocation at 0 % GPU beside the timed
-    calls at 95 % read as a starved GPU (the low_gpu_utilization playbook)."""
-    import numpy as np
-    import pyarrow as pa
+    calls at 95 % read as a starved GPU (the low_gpu_utilization playbook).
 
+    A window that fewer than 2 samples of any one series describe (shorter than a sampling period)
+    gets no samples, ``from: none`` and a ``reason``: no summaries and no contention verdict. Until
+    2026-12-07 it silently got the whole process's, start-up and all, which the docs never said."""
     try:
         window = json.loads(result_path.read_text(encoding="utf-8")).get("measured_window")
         start, end = float(window["start_unix"]), float(window["end_unix"])
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return table, {"from": "the whole process (the suite recorded no measured window)"}
-    ts = table["ts"].cast(pa.int64()).to_numpy(zero_copy_only=False) / 1e6
-    inside = (ts >= start) & (ts <= end)
-    if int(np.count_nonzero(inside)) < 2:
-        return table, {"from": "the whole process (its measured window held fewer than 2 samples)",
-                       "start_unix": start, "end_unix": end}
-    return table.filter(pa.array(inside)), {"from": "the suite's measured window", "start_unix": start,
-                                            "end_unix": end}
+    inside, most = in_window(table, start, end)
+    if most < 2:
+        rate = table.schema.metadata.get(b"rate_hz") if table.schema.metadata else None
+        at = f" at {rate.decode()} Hz" if rate else ""
+        return table.slice(0, 0), {
+            "from": "none", "start_unix": start, "end_unix": end,
+            "reason": (f"the suite's measured window ({end - start:.3g} s) is described by fewer than 2 samples of "
+                       f"any metric{at}: too short to summarise (a higher telemetrySampling.rateHz resolves it)")}
+    return inside, {"from": "the suite's measured window", "start_unix": start, "end_unix": end}
 
 
 def attach_to_result(result_path: Path, record: dict[str, Any]) -> bool:

@@ -13,19 +13,48 @@ import psutil
 from benchrun.telemetry.samples import Sample
 
 SOURCE = "psutil"
-# The suite's process tree is rediscovered at most this often: scanning /proc costs ~2 ms.
+# The suite's whole process tree is listed again this often (``children(recursive=True)`` reads
+# every process's /proc/<pid>/stat: 0.9 ms for 87 processes, ~10 µs each, so tens of ms on a node
+# with thousands). Between listings each sample looks only at the processes started since the last
+# one (the pid list: 0.03 ms) and adds those whose parent is in the tree, so a child the suite starts
+# is its from the next sample on. Until 2026-12-07 new children were found only at these listings:
+# a busy child started 0.3 s in counted as background (41-53 % of a 2-core machine at 10 Hz) until
+# 1.0 s, and all its CPU then landed in one tick where the suite's share is capped at 100 %: ~17 %
+# mean background over a 2 s run, above the contention threshold on an idle machine.
 TREE_REFRESH_S = 1.0
 
 
 def _busy(t: Any) -> tuple[float, float]:
-    """(busy, total) seconds of a psutil cpu_times tuple; iowait counts as idle."""
-    total = sum(t)
+    """(busy, total) seconds of a psutil cpu_times tuple; iowait counts as idle.
+
+    ``guest`` and ``guest_nice`` (time running virtual CPUs) are already in ``user`` and ``nice``
+    on Linux, so they are not added again (until 2026-12-07 they were: a host running VMs read busier)."""
+    total = sum(t) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
     idle = t.idle + getattr(t, "iowait", 0.0)
     return total - idle, total
 
 
 def _pct(num: float, den: float) -> float | None:
     return max(0.0, min(100.0, 100.0 * num / den)) if den > 0 else None
+
+
+def _whole_disks(disks: dict[str, Any], sys_block: str = "/sys/block") -> dict[str, Any]:
+    """psutil's per-disk counters less partitions, as its own total counts them (on Linux a whole
+    device has an entry in /sys/block; elsewhere every entry is one)."""
+    try:
+        whole = set(os.listdir(sys_block))
+    except OSError:
+        return disks
+    return {name: c for name, c in disks.items() if name.replace("/", "!") in whole}
+
+
+def _grown(cur: dict[str, Any], prev: dict[str, Any], field: str) -> float:
+    """How much ``field`` grew, summed over the devices present at both samples, each at least 0.
+
+    Per device rather than psutil's machine totals: a disk or interface that disappears takes its
+    counts out of the total (a negative rate) and one that appears brings its whole history into it
+    (a spike); psutil's ``nowrap`` only mends a counter that wrapped."""
+    return float(sum(max(0, getattr(c, field) - getattr(prev[name], field)) for name, c in cur.items() if name in prev))
 
 
 def _run_queue() -> float | None:
@@ -58,6 +87,7 @@ class HostProbe:
         self._tree_at = 0.0
         self._tree_cpu_dead = 0.0  # CPU of tree members seen before that have exited since
         self._tree_last: dict[int, float] = {}
+        self._pids_seen: set[int] | None = None  # every pid at the last look, to tell new processes
         self._own_children: float | None = None
 
     def watch(self, pid: int) -> None:
@@ -81,16 +111,7 @@ class HostProbe:
         """
         if not self.suite_pids:
             return None
-        if now - self._tree_at >= TREE_REFRESH_S or not self._tree:
-            self._tree_at = now
-            for root in self.suite_pids:
-                try:
-                    leader = self._tree.get(root) or psutil.Process(root)
-                    members = [leader, *leader.children(recursive=True)]
-                except psutil.Error:
-                    continue
-                for p in members:
-                    self._tree.setdefault(p.pid, p)
+        self._discover(now)
         cpu = 0.0
         rss = 0.0
         gone_roots = 0.0
@@ -118,6 +139,43 @@ class HostProbe:
             self._tree_cpu_dead += max(gone_roots, reaped_cpu)
         return cpu + self._tree_cpu_dead, rss
 
+    def _discover(self, now: float) -> None:
+        """Add the suite's new processes to the tree: a full listing every TREE_REFRESH_S (and
+        after ``watch``), else only the processes started since the last look whose parent is in it."""
+        try:
+            pids: set[int] | None = set(psutil.pids())  # before the listing: what starts after it is new next time
+        except (psutil.Error, OSError):
+            pids = None
+        seen, self._pids_seen = self._pids_seen, pids
+        if now - self._tree_at >= TREE_REFRESH_S or not self._tree or seen is None:
+            self._tree_at = now
+            for root in self.suite_pids:
+                try:
+                    leader = self._tree.get(root) or psutil.Process(root)
+                    members = [leader, *leader.children(recursive=True)]
+                except psutil.Error:
+                    continue
+                for p in members:
+                    self._tree.setdefault(p.pid, p)
+            return
+        if pids is None:
+            return
+        parent_of: dict[int, tuple[psutil.Process, int]] = {}
+        for pid in pids - seen:
+            try:
+                p = psutil.Process(pid)
+                parent_of[pid] = (p, p.ppid())
+            except psutil.Error:
+                continue
+        grew = True
+        while grew:  # a new child of a new child joins once its parent has
+            grew = False
+            for pid, (p, ppid) in list(parent_of.items()):
+                if ppid in self._tree:
+                    self._tree.setdefault(pid, p)
+                    del parent_of[pid]
+                    grew = True
+
     def sample(self) -> list[Sample]:
         now = time.time()
         mono = time.monotonic()
@@ -129,8 +187,8 @@ class HostProbe:
         reaped = max(0.0, own_children - self._own_children) if self._own_children is not None else 0.0
         self._own_children = own_children
         suite = self._suite_cpu(mono, reaped)
-        disk = psutil.disk_io_counters()
-        net = psutil.net_io_counters()
+        disk = _whole_disks(psutil.disk_io_counters(perdisk=True) or {})
+        net = psutil.net_io_counters(pernic=True) or {}
         stats = psutil.cpu_stats()
         vm = psutil.virtual_memory()
         swap = psutil.swap_memory()
@@ -184,16 +242,16 @@ class HostProbe:
             # busy is in CPU-seconds over `span` CPU-seconds of capacity (from /proc/stat).
             other = max(0.0, busy - suite_used - harness)
             add("background_cpu_pct", _pct(other, span), "%", interval=dt)
-        if disk is not None and prev["disk"] is not None:
+        if disk.keys() & prev["disk"].keys():
             d0 = prev["disk"]
-            add("disk_read_bytes_per_s", (disk.read_bytes - d0.read_bytes) / dt, "B/s", interval=dt)
-            add("disk_write_bytes_per_s", (disk.write_bytes - d0.write_bytes) / dt, "B/s", interval=dt)
-            add("disk_read_ops_per_s", (disk.read_count - d0.read_count) / dt, "ops/s", interval=dt)
-            add("disk_write_ops_per_s", (disk.write_count - d0.write_count) / dt, "ops/s", interval=dt)
-        if net is not None and prev["net"] is not None:
+            add("disk_read_bytes_per_s", _grown(disk, d0, "read_bytes") / dt, "B/s", interval=dt)
+            add("disk_write_bytes_per_s", _grown(disk, d0, "write_bytes") / dt, "B/s", interval=dt)
+            add("disk_read_ops_per_s", _grown(disk, d0, "read_count") / dt, "ops/s", interval=dt)
+            add("disk_write_ops_per_s", _grown(disk, d0, "write_count") / dt, "ops/s", interval=dt)
+        if net.keys() & prev["net"].keys():
             n0 = prev["net"]
-            add("net_rx_bytes_per_s", (net.bytes_recv - n0.bytes_recv) / dt, "B/s", interval=dt)
-            add("net_tx_bytes_per_s", (net.bytes_sent - n0.bytes_sent) / dt, "B/s", interval=dt)
+            add("net_rx_bytes_per_s", _grown(net, n0, "bytes_recv") / dt, "B/s", interval=dt)
+            add("net_tx_bytes_per_s", _grown(net, n0, "bytes_sent") / dt, "B/s", interval=dt)
         add("context_switches_per_s", (stats.ctx_switches - prev["stats"].ctx_switches) / dt, "1/s", interval=dt)
         add("interrupts_per_s", (stats.interrupts - prev["stats"].interrupts) / dt, "1/s", interval=dt)
         return out

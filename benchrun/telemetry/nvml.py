@@ -2,7 +2,8 @@
 them into samples, so the parsing is tested on recorded values where no GPU is present.
 
 A raw reading of one GPU is a plain dict (see :func:`read_raw`); a value NVML does not support on
-a device is absent from it, and so absent from the samples (never zero).
+a device is absent from it, and so absent from the samples (never zero). XID events likewise: a GPU
+whose event registration failed has no ``xid_events`` and so no ``gpu_xid_events`` samples.
 """
 
 from __future__ import annotations
@@ -39,8 +40,10 @@ def unavailable_reason() -> str | None:
     try:
         if pynvml.nvmlDeviceGetCount() == 0:
             return "unavailable: no CUDA device (NVML sees 0 GPUs)"
+    except Exception as exc:
+        return f"unavailable: NVML cannot count the GPUs ({exc})"
     finally:
-        pynvml.nvmlShutdown()
+        _try(pynvml.nvmlShutdown)
     return None
 
 
@@ -52,7 +55,10 @@ def _try(fn: Any, *args: Any) -> Any:
 
 
 def read_raw(pynvml: Any, handle: Any, xids: list[int] | None = None) -> dict[str, Any]:
-    """One reading of one GPU as plain values (the shape the recorded test fixtures have)."""
+    """One reading of one GPU as plain values (the shape the recorded test fixtures have).
+
+    ``xids``: the XID events drained for this GPU since its last reading; None when its events are
+    not watched (registration failed), which leaves ``xid_events`` out rather than reading 0."""
     raw: dict[str, Any] = {"ts": time.time()}
     util = _try(pynvml.nvmlDeviceGetUtilizationRates, handle)
     if util is not None:
@@ -73,7 +79,8 @@ def read_raw(pynvml: Any, handle: Any, xids: list[int] | None = None) -> dict[st
     raw["pcie_tx_kb_per_s"] = _try(pynvml.nvmlDeviceGetPcieThroughput, handle, pynvml.NVML_PCIE_UTIL_TX_BYTES)
     raw["pcie_rx_kb_per_s"] = _try(pynvml.nvmlDeviceGetPcieThroughput, handle, pynvml.NVML_PCIE_UTIL_RX_BYTES)
     raw["nvlink_tx_kib_total"], raw["nvlink_rx_kib_total"] = nvlink_kib(pynvml, handle)
-    raw["xid_events"] = list(xids or [])
+    if xids is not None:
+        raw["xid_events"] = list(xids)
     return {k: v for k, v in raw.items() if v is not None}
 
 
@@ -127,10 +134,11 @@ def parse(raw: dict[str, Any], prev: dict[str, Any] | None, *, index: int, uuid:
         kb = raw.get(f"pcie_{direction}_kb_per_s")
         if kb is not None:
             add(f"gpu_pcie_{direction}_bytes_per_s", kb * 1000.0, "B/s")  # NVML reports KB/s over 20 ms
-    xids = raw.get("xid_events") or []
-    add("gpu_xid_events", len(xids), "count")
-    for xid in xids:
-        add("gpu_xid", xid, "xid")
+    if "xid_events" in raw:  # absent: this GPU's XID events were not watched, so no count (never 0)
+        xids = raw.get("xid_events") or []
+        add("gpu_xid_events", len(xids), "count")
+        for xid in xids:
+            add("gpu_xid", xid, "xid")
     if prev is not None:
         dt = ts - float(prev["ts"])
         for direction in ("tx", "rx"):
@@ -145,7 +153,7 @@ def _text(value: Any) -> Any:
 
 
 def suite_devices(visible: str | None, uuids: list[str | None], names: list[str | None],
-                  device_order: str | None = None) -> tuple[list[int] | None, str]:
+                  device_order: str | None = None, unopened: dict[int, str] | None = None) -> tuple[list[int] | None, str]:
     """The NVML indices of the GPUs a suite started with ``CUDA_VISIBLE_DEVICES=visible`` uses,
     and a note saying how they were chosen; None when that is not known (sample every GPU).
 
@@ -153,7 +161,9 @@ def suite_devices(visible: str | None, uuids: list[str | None], names: list[str 
     entry that names no device. An ordinal is an NVML index only when CUDA orders devices by PCI
     bus (``CUDA_DEVICE_ORDER=PCI_BUS_ID``, NVML's order) or every GPU is the same model (CUDA's
     default fastest-first order then falls back to the PCI order); otherwise, and for MIG
-    instances, the suite's GPUs are not known.
+    instances, the suite's GPUs are not known. ``unopened`` (NVML index -> why) are GPUs NVML
+    could not open (lost, no permission): CUDA may leave them out of its numbering too, so ordinals
+    are not mapped while there are any (a UUID still is; one naming such a GPU names no device).
     """
     if visible is None:
         return None, "CUDA_VISIBLE_DEVICES unset: every GPU NVML sees is sampled (the suite's are not known)"
@@ -161,6 +171,10 @@ def suite_devices(visible: str | None, uuids: list[str | None], names: list[str 
     picked: list[int] = []
     for token in (t.strip() for t in visible.split(",")):
         if token.isdigit():
+            if unopened:
+                return None, (f"CUDA_VISIBLE_DEVICES={visible!r} names ordinals, and NVML could not open GPU "
+                              f"index {', '.join(str(i) for i in sorted(unopened))}, which CUDA's numbering may "
+                              "leave out: every GPU is sampled")
             if not pci_order:
                 return None, (f"CUDA_VISIBLE_DEVICES={visible!r} names ordinals, and on mixed GPU models CUDA's order "
                               "is not NVML's (set CUDA_DEVICE_ORDER=PCI_BUS_ID): every GPU is sampled")
@@ -185,7 +199,10 @@ class NvmlProbe:
     """The suite's GPUs (all GPUs NVML sees when ``visible``, the suite's ``CUDA_VISIBLE_DEVICES``,
     is None or cannot be mapped); ``sample()`` reads each once. Call ``close()`` when done.
 
-    ``devices`` are the NVML indices sampled, ``selection`` says how they were chosen.
+    ``devices`` are the NVML indices sampled, ``selection`` says how they were chosen (and names
+    any GPU left out because NVML could not open it: ``GPU is lost``, ``Insufficient Permissions``);
+    ``xid_reason`` names the GPUs whose XID events are not watched (None: every one's is).
+    Raises when NVML fails past ``nvmlInit`` (shut down again first) or opens none of the suite's GPUs.
     """
 
     def __init__(self, node_name: str | None = None, visible: str | None = None,
@@ -194,19 +211,56 @@ class NvmlProbe:
 
         self._nvml = pynvml
         self.node_name = node_name
+        self._events: Any = None
         pynvml.nvmlInit()
-        every = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-        uuids = [_text(_try(pynvml.nvmlDeviceGetUUID, h)) for h in every]
-        names = [_text(_try(pynvml.nvmlDeviceGetName, h)) for h in every]
-        chosen, self.selection = suite_devices(visible, uuids, names, device_order)
-        self.devices = list(range(len(every))) if chosen is None else chosen
+        try:
+            self._open(visible, device_order)
+        except BaseException:
+            self.close()
+            raise
+        self._prev: dict[int, dict[str, Any]] = {}
+
+    def _open(self, visible: str | None, device_order: str | None) -> None:
+        pynvml = self._nvml
+        count = pynvml.nvmlDeviceGetCount()
+        every: dict[int, Any] = {}
+        unopened: dict[int, str] = {}
+        for i in range(count):
+            try:
+                every[i] = pynvml.nvmlDeviceGetHandleByIndex(i)
+            except Exception as exc:  # NVMLError_GpuIsLost, NVMLError_NoPermission, ...
+                unopened[i] = str(exc) or type(exc).__name__
+        uuids = [_text(_try(pynvml.nvmlDeviceGetUUID, every[i])) if i in every else None for i in range(count)]
+        names = [_text(_try(pynvml.nvmlDeviceGetName, every[i])) if i in every else None for i in range(count)]
+        chosen, self.selection = suite_devices(visible, uuids, names, device_order, unopened)
+        wanted = list(range(count)) if chosen is None else chosen
+        self.devices = [i for i in wanted if i in every]
+        if unopened:
+            named = ", ".join(f"index {i} ({why})" for i, why in unopened.items())
+            self.selection += f"; not sampled, NVML could not open GPU {named}"
+            if wanted and not self.devices:
+                raise RuntimeError(f"NVML could not open the GPUs to sample: {named}")
         self._handles = [every[i] for i in self.devices]
         self._uuids = [uuids[i] for i in self.devices]
-        self._events = _try(pynvml.nvmlEventSetCreate)
-        if self._events is not None:
-            for h in self._handles:
-                _try(pynvml.nvmlDeviceRegisterEvents, h, pynvml.nvmlEventTypeXidCriticalError, self._events)
-        self._prev: dict[int, dict[str, Any]] = {}
+        self._xid_watched: set[int] = set()
+        self.xid_reason: str | None = None
+        if not self._handles:
+            return
+        try:
+            self._events = pynvml.nvmlEventSetCreate()
+        except Exception as exc:
+            self.xid_reason = f"XID events not recorded (no gpu_xid_events): NVML event set not created ({exc})"
+            return
+        refused: dict[int, str] = {}
+        for i, h in zip(self.devices, self._handles):
+            try:
+                pynvml.nvmlDeviceRegisterEvents(h, pynvml.nvmlEventTypeXidCriticalError, self._events)
+                self._xid_watched.add(i)
+            except Exception as exc:  # NotSupported, NoPermission, ...
+                refused[i] = str(exc) or type(exc).__name__
+        if refused:
+            self.xid_reason = ("XID events not recorded (no gpu_xid_events) for NVML index "
+                               + ", ".join(f"{i} ({why})" for i, why in refused.items()) + ": registration failed")
 
     @property
     def gpu_count(self) -> int:
@@ -230,7 +284,8 @@ class NvmlProbe:
         xids = self._drain_xids()
         for j, h in enumerate(self._handles):
             i = self.devices[j]  # the NVML index: the same GPU in every tool, whatever the suite sees
-            raw = read_raw(self._nvml, h, xids.get(str(self._uuids[j]), []))
+            watched = i in self._xid_watched
+            raw = read_raw(self._nvml, h, xids.get(str(self._uuids[j]), []) if watched else None)
             out.extend(parse(raw, self._prev.get(i), index=i, uuid=self._uuids[j], node_name=self.node_name))
             self._prev[i] = raw
         return out
@@ -238,4 +293,5 @@ class NvmlProbe:
     def close(self) -> None:
         if self._events is not None:
             _try(self._nvml.nvmlEventSetFree, self._events)
+            self._events = None
         _try(self._nvml.nvmlShutdown)

@@ -33,6 +33,9 @@ class Sampler:
     ``gpus``: ``"auto"`` samples NVML when it initialises and sees a GPU; ``False`` never does.
     ``visible_devices``: the suite's ``CUDA_VISIBLE_DEVICES`` (None: unset), so that only its GPUs
     are sampled (see :func:`benchrun.telemetry.nvml.suite_devices`).
+    ``gpu_reason`` says why no GPU is sampled (None when some are); a GPU probe that cannot be
+    built (NVML initialises but cannot open the GPUs: lost, no permission) leaves the host sampled
+    alone, saying so there, rather than no sampler at all.
     """
 
     def __init__(self, path: Path, rate_hz: float = 1.0, *, gpus: bool | str = "auto",
@@ -52,7 +55,12 @@ class Sampler:
 
             self.gpu_reason = nvml.unavailable_reason()
             if self.gpu_reason is None:
-                self._gpu = nvml.NvmlProbe(self.node_name, visible_devices, device_order)
+                try:
+                    self._gpu = nvml.NvmlProbe(self.node_name, visible_devices, device_order)
+                except Exception as exc:  # until 2026-12-07 this took the whole sampler (host samples, contention verdict) with it
+                    log.warning("telemetry sampler %s: GPUs not sampled: %s", self.path.name, exc)
+                    self.gpu_reason = (f"unavailable: the NVML probe could not be built ({type(exc).__name__}: {exc}); "
+                                       "the host alone is sampled")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._buffer: list[Sample] = []
@@ -77,6 +85,11 @@ class Sampler:
     def gpu_selection(self) -> str | None:
         """How the sampled GPUs were chosen (None without NVML)."""
         return self._gpu.selection if self._gpu is not None else None
+
+    @property
+    def gpu_xid_reason(self) -> str | None:
+        """Which sampled GPUs' XID events are not recorded, and why (None: every one's is, or no GPU)."""
+        return self._gpu.xid_reason if self._gpu is not None else None
 
     def watch(self, pid: int) -> None:
         """A suite process (tree leader): its tree's CPU is the suite's, not background."""
