@@ -41,7 +41,8 @@ class LayerOutcome:
 
     @property
     def n_failed(self) -> int:
-        return sum(r.status == "failed" for r in self.results)
+        """Failed replicates, by :func:`replicate_counts`' rule (an unavailable beside an ok one failed)."""
+        return _total(self.results, "failed")
 
     def summary_rows(self) -> list[dict[str, Any]]:
         """Suite × case × metric: median, min, max over ok replicates; ok/failed counts."""
@@ -53,10 +54,30 @@ class LayerOutcome:
             "status": self.status,
             "skip_reason": self.skip_reason,
             "ok": self.n_ok,
-            "failed": self.n_failed,
-            "unavailable": sum(r.status == "unavailable" for r in self.results),
+            "failed": self.n_failed,  # ok + failed + unavailable = launches (replicate_counts)
+            "unavailable": _total(self.results, "unavailable"),
             "launches": len(self.results),
         }
+
+
+def replicate_counts(results: list[LaunchResult]) -> dict[str, dict[str, int]]:
+    """suite → its ``ok``, ``failed`` and ``unavailable`` replicates, by the one rule of what failed:
+    a replicate unavailable where others of its suite measured (ok) lost the device part-way, and
+    counts as failed, as the comparison counts it (benchrun.stats.load.replicate_table); a suite
+    unavailable throughout (no GPU here) is no failure, its replicates stay unavailable. The
+    headline rows, a layer's status and counts and so the run's outcome all count by it."""
+    per_suite: dict[str, dict[str, int]] = {}
+    for r in results:
+        c = per_suite.setdefault(r.suite, {"ok": 0, "failed": 0, "unavailable": 0})
+        c[r.status] = c.get(r.status, 0) + 1
+    for c in per_suite.values():
+        if c["ok"]:
+            c["failed"], c["unavailable"] = c["failed"] + c["unavailable"], 0
+    return per_suite
+
+
+def _total(results: list[LaunchResult], key: str) -> int:
+    return sum(c.get(key, 0) for c in replicate_counts(results).values())
 
 
 def summarise(results: list[LaunchResult]) -> list[dict[str, Any]]:
@@ -66,22 +87,15 @@ def summarise(results: list[LaunchResult]) -> list[dict[str, Any]]:
     median, min and max of those — never of the pooled rank values."""
     from benchrun.stats.perlaunch import launch_values
 
-    per_suite: dict[str, dict[str, int]] = {}
+    per_suite = replicate_counts(results)
     rows_in: list[tuple[tuple[str, str, str, str], int, float]] = []
     for r in results:
-        c = per_suite.setdefault(r.suite, {"ok": 0, "failed": 0, "unavailable": 0})
-        c[r.status] = c.get(r.status, 0) + 1
         if r.status != "ok":  # a launch the launcher failed is no replicate of the median
             continue
         for m in r.metrics:
             value = m.get("value")
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 rows_in.append(((r.suite, str(m.get("case") or ""), m["name"], m.get("unit", "")), r.replicate, value))
-    for c in per_suite.values():
-        # a replicate unavailable where others of its suite measured lost the device part-way: failed, as
-        # the comparison counts it (benchrun.stats.load.replicate_table); a suite unavailable throughout
-        # (no GPU here) is no failure
-        c["failed"] += c["unavailable"] if c["ok"] else 0
     rows = []
     for (suite, case, name, unit), per_rep in launch_values(rows_in).items():
         vals = [v for v in per_rep.values() if not math.isnan(v)]
@@ -99,10 +113,11 @@ def summarise(results: list[LaunchResult]) -> list[dict[str, Any]]:
 
 
 def layer_status(results: list[LaunchResult]) -> str:
-    """succeeded (no failure), failed (every replicate failed), else partial."""
+    """succeeded (no failure), failed (every replicate failed), else partial; failed as
+    :func:`replicate_counts` counts it (an unavailable replicate beside an ok one of its suite)."""
     if not results:
         return "succeeded"
-    failed = sum(r.status == "failed" for r in results)
+    failed = _total(results, "failed")
     if failed == 0:
         return "succeeded"
     return "failed" if failed == len(results) else "partial"

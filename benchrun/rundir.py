@@ -90,19 +90,20 @@ def artifact_role(relpath: str) -> str:
     return "other"
 
 
-def contended_aside_name(run_id: str, suite: str, replicate: int, attempt: int, ext: str) -> str:
+def contended_aside_name(run_id: str, suite: str, replicate: int, attempt: int, ext: str, tag: str = "contended") -> str:
     """The file name under ``raw/`` of a replicate's attempt set aside as contended (its result
-    document, ``json``, and its ``log``): ``<run>_<suite>_r<k>_contended<i>.<ext>``."""
-    return f"{run_id}_{suite}_r{int(replicate)}_contended{int(attempt)}.{ext}"
+    document, ``json``, and its ``log``): ``<run>_<suite>_r<k>_contended<i>.<ext>``; ``tag``
+    ``earlier``: set aside as an earlier launch's (``benchrun.launch.rerun.set_aside_earlier``)."""
+    return f"{run_id}_{suite}_r{int(replicate)}_{tag}{int(attempt)}.{ext}"
 
 
-def contended_aside_raw_name(run_id: str, suite: str, replicate: int, attempt: int, rest: str) -> str:
+def contended_aside_raw_name(run_id: str, suite: str, replicate: int, attempt: int, rest: str, tag: str = "contended") -> str:
     """The name under ``raw/`` of a raw file (``<run>_<suite>_r<k>_<rest>``: samples, telemetry,
     a node's log), and under ``figures/`` of a figure its suite drew, of an attempt set aside as
-    contended: ``<run>_<suite>_r<k>_contended<i>_<rest>``
+    contended (or ``tag``): ``<run>_<suite>_r<k>_contended<i>_<rest>``
     — a name the readers of a replicate's raw files (``*_r<k>_telemetry.parquet``,
     ``*_r<k>_requests.parquet``, ...) do not take for the replicate's own."""
-    return f"{run_id}_{suite}_r{int(replicate)}_contended{int(attempt)}_{rest}"
+    return f"{run_id}_{suite}_r{int(replicate)}_{tag}{int(attempt)}_{rest}"
 
 
 def contention_reruns(run_path: Path, run_id: str) -> dict[tuple[str, int], str]:

@@ -1,8 +1,11 @@
 """The local launcher: each invocation is a subprocess in its own process group.
 
-stdout and stderr go to ``raw/<run_id>_<suite>_r<k>.log``; a hang past the timeout kills the
-whole process group (suites fork workers: allreduce ranks, load-generator workers, the
-reference server), first politely, then with SIGKILL.
+stdout and stderr go to ``raw/<run_id>_<suite>_r<k>.log`` (what an earlier launch of the replicate
+left is set aside first: ``benchrun.launch.rerun.set_aside_earlier``); a hang past the timeout, or an
+interrupt, kills the whole process group (suites fork workers: allreduce ranks, load-generator
+workers, the reference server), first politely, then — after one grace period, whatever interrupts
+it — with SIGKILL. A group is signalled only while its leader is unreaped (its pid cannot have been
+reused), and what a leader leaves in its group when it exits is killed then.
 
 A multi-node suite (``nodes > 1``) is one gang: N process groups, one per "node", started
 together and meeting through a real torch.distributed rendezvous on a free loopback port
@@ -27,9 +30,10 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from benchrun.launch.base import LaunchResult, prepare_outputs
+from benchrun.launch.rerun import set_aside_earlier
 from benchrun.plan import Invocation
 from benchrun.suites.result import read_result
-from benchrun.telemetry import finish_telemetry, replicate_telemetry, start_telemetry
+from benchrun.telemetry import replicate_telemetry
 
 log = logging.getLogger(__name__)
 
@@ -48,24 +52,82 @@ def _signal_name(num: int) -> str:
         return f"signal {num}"
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the process group, then SIGKILL whatever is left after a grace period."""
-    for sig, wait in ((signal.SIGTERM, GRACE_S), (signal.SIGKILL, None)):
+def _exited(proc: subprocess.Popen[bytes]) -> bool:
+    """Whether the process has ended, without reaping it: an exited leader stays a zombie that holds
+    its pid, and so its process group's id, until :func:`_reap` signals the group and reaps it."""
+    if proc.returncode is not None:
+        return True
+    if not hasattr(os, "waitid"):  # macOS before Python 3.13: only a reaping poll
+        return proc.poll() is not None
+    try:
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:  # reaped elsewhere: nothing of it is left to wait for
+        return True
+
+
+def _reap(proc: subprocess.Popen[bytes]) -> int:
+    """SIGKILL the process group, then reap its leader; its exit status. The group is signalled
+    only while the leader is not reaped (running, or a zombie holding the pid): once reaped, the pid
+    may be reused and ``killpg`` could reach an unrelated process group."""
+    if proc.returncode is None:
         try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            if sig == signal.SIGTERM:
-                # The leader is gone; make sure no child in the group outlives it.
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            return
-        except subprocess.TimeoutExpired:
-            continue
+            os.killpg(proc.pid, signal.SIGKILL)  # children the leader left in its group are not ours to keep
+        except (ProcessLookupError, PermissionError):
+            pass
+    return proc.wait()
+
+
+_INTERRUPTS = {signal.SIGINT, signal.SIGTERM}
+
+
+def _reap_all(procs: list[subprocess.Popen[bytes]]) -> None:
+    """:func:`_reap` every process without an interrupt cutting it short: SIGINT and SIGTERM are
+    blocked for this (the main) thread and their Python handlers held (one another thread of the
+    process took still trips its handler here) until the last is reaped, then delivered, raising as
+    they would have."""
+    main = threading.current_thread() is threading.main_thread()
+    interrupted: BaseException | None = None
+    previous = None
+    try:
+        if main:
+            previous = signal.pthread_sigmask(signal.SIG_BLOCK, _INTERRUPTS)
+    except BaseException as exc:  # a handler pending from before ran inside the call (blocked by now)
+        interrupted = exc
+    try:
+        with _signals_held() as held:
+            for p in procs:
+                _reap(p)
+    finally:
+        # a signal that arrived meanwhile runs its own handler here, raising as it would have
+        if previous is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        elif main:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _INTERRUPTS)
+    if interrupted is not None:
+        raise interrupted
+    _deliver(held)
+
+
+def _kill_groups(procs: list[subprocess.Popen[bytes]]) -> None:
+    """Stop the process groups of ``procs``: SIGTERM to every group first, one grace period shared by
+    all for their leaders to exit, then SIGKILL to every group and every leader reaped.
+
+    The SIGKILL and the reaping run in a ``finally`` with interrupts blocked (:func:`_reap_all`): a
+    second Ctrl-C during the grace period ends the wait, not the clean-up. It used to skip the SIGKILL
+    (a suite ignoring SIGTERM outlived the run, which stopped claiming it, so no later clean-up found
+    it), and a gang's nodes after the one being waited for were never signalled."""
+    live = [p for p in procs if p.returncode is None]
+    try:
+        for p in live:  # an exited (unreaped) leader's group may still hold its children: them too
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + GRACE_S
+        while (waiting := [p for p in live if not _exited(p)]) and (left := deadline - time.monotonic()) > 0:
+            wait_any(waiting, left)
+    finally:
+        _reap_all(live)
 
 
 @contextlib.contextmanager
@@ -126,7 +188,7 @@ def wait_any(procs: list[subprocess.Popen], timeout_s: float) -> bool:
 
     ``Popen.wait`` with a timeout polls with sleeps that grow to 50 ms, so a suite's measured
     wall would end up to 50 ms after the suite did (25 ms on average, on every replicate). A
-    pidfd (Linux >= 5.3) wakes at the exit itself; elsewhere this polls every 5 ms.
+    pidfd (Linux >= 5.3) wakes at the exit itself; elsewhere this polls every 5 ms. Reaps nothing.
     """
     if not procs:
         return True
@@ -139,7 +201,7 @@ def wait_any(procs: list[subprocess.Popen], timeout_s: float) -> bool:
         except ProcessLookupError:
             return True  # gone already
         except (AttributeError, OSError):  # not Linux, or an old kernel
-            while all(p.poll() is None for p in procs):
+            while not any(_exited(p) for p in procs):
                 if time.monotonic() >= deadline:
                     return False
                 time.sleep(0.005)
@@ -155,10 +217,11 @@ def wait_any(procs: list[subprocess.Popen], timeout_s: float) -> bool:
 
 
 def wait_exit(proc: subprocess.Popen, timeout_s: float) -> int:
-    """``proc.wait(timeout_s)`` that returns as soon as the process exits (see ``wait_any``)."""
+    """``proc.wait(timeout_s)`` that returns as soon as the process exits (see ``wait_any``); the
+    rest of its process group is killed before the leader is reaped (:func:`_reap`)."""
     if not wait_any([proc], timeout_s):
         raise subprocess.TimeoutExpired(proc.args, timeout_s)
-    return proc.wait()
+    return _reap(proc)
 
 
 class LocalLauncher:
@@ -167,6 +230,8 @@ class LocalLauncher:
     def launch(
         self, inv: Invocation, run_dir: Path, *, extra_env: Mapping[str, str] | None = None
     ) -> LaunchResult:
+        # What an earlier launch of this replicate left here is kept aside, not truncated or taken for this one's.
+        set_aside_earlier(run_dir, inv)
         if inv.is_gang:
             return self._launch_gang(inv, run_dir, extra_env=extra_env)
         log_path, result_path = prepare_outputs(inv, run_dir)
@@ -205,19 +270,13 @@ class LocalLauncher:
                 code = wait_exit(proc, inv.timeout_s)
             except subprocess.TimeoutExpired:
                 timed_out = True
-                _kill_group(proc)
+                _kill_groups([proc])
                 code = proc.wait()
             except BaseException:
                 # Interrupted (Ctrl-C, benchrun cancel): the suite is in its own session, so the
                 # terminal's signal never reached it; it must not outlive the run.
-                _kill_group(proc)
+                _kill_groups([proc])
                 raise
-            else:
-                # The leader exited; children it left in its group are not ours to keep.
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
             wall = time.perf_counter() - t0  # the suite's time, not the telemetry's write-up
         doc = None
         doc_error = None
@@ -258,61 +317,52 @@ class LocalLauncher:
         threads = str(max(1, (os.cpu_count() or 1) // inv.world_size))
         t_request = time.time()
         t0 = time.perf_counter()
-        telemetry = start_telemetry(inv, run_dir)  # one sampler for the gang: its nodes share this host
         procs: list[subprocess.Popen[bytes]] = []
-        logs = []
         failure: tuple[int, str] | None = None
         timed_out = False
-        try:
-            for n in range(inv.nodes):
-                # Only node 0 speaks Dagster Pipes: one session per replicate, closed once.
-                pipes = {k: v for k, v in (extra_env or {}).items() if n == 0 or not k.startswith("DAGSTER_PIPES")}
-                own = {"OMP_NUM_THREADS": inv.env["OMP_NUM_THREADS"]} if "OMP_NUM_THREADS" in inv.suite_env else {}
-                env = {**inv.env, "OMP_NUM_THREADS": threads, **own, **pipes,
-                       **inv.node_env(n, master_addr=master, master_port=port, node_name=local_node_name(n))}
-                path = run_dir / inv.node_log_relpath(n)
-                logf = path.open("wb")
-                logs.append(logf)
-                try:
-                    with _signals_held() as held:  # a node spawned is a node in procs, killed below
-                        procs.append(subprocess.Popen(
-                            list(inv.node_argv(n, master_addr=master, master_port=port, hosts=hosts)),
-                            env=env, cwd=run_dir, stdin=subprocess.DEVNULL, stdout=logf,
-                            stderr=subprocess.STDOUT, start_new_session=True,
-                        ))
-                    _deliver(held)
-                    if telemetry is not None:
-                        telemetry.watch(procs[-1].pid)
-                except OSError as exc:
-                    _deliver(held)
-                    logf.write(f"benchrun: cannot start {inv.argv[0]!r}: {exc}\n".encode())
-                    failure = (n, f"cannot start {inv.argv[0]!r}: {exc.strerror or exc}")
-                    break
-            t_spawned = time.time()
-            deadline = time.monotonic() + inv.timeout_s
-            while failure is None and any(p.poll() is None for p in procs):
-                if time.monotonic() >= deadline:
-                    timed_out = True
-                    break
-                wait_any([p for p in procs if p.returncode is None], min(deadline - time.monotonic(), 1.0))
-                for n, p in enumerate(procs):
-                    code = p.poll()
-                    if code not in (None, 0):
-                        failure = (n, _ended(code))
+        # One sampler for the gang (its nodes share this host), stopped however the gang ends — a
+        # launcher error or an interrupt included — and adding its summaries to the result read below.
+        with replicate_telemetry(inv, run_dir) as telemetry, contextlib.ExitStack() as logs:
+            try:
+                for n in range(inv.nodes):
+                    # Only node 0 speaks Dagster Pipes: one session per replicate, closed once.
+                    pipes = {k: v for k, v in (extra_env or {}).items() if n == 0 or not k.startswith("DAGSTER_PIPES")}
+                    # the suite's own OMP_NUM_THREADS (its spec env, or a leading `env NAME=value` of its
+                    # command, both in suite_env) stays the suite's
+                    own = {k: v for k, v in inv.suite_env.items() if k == "OMP_NUM_THREADS"}
+                    env = {**inv.env, "OMP_NUM_THREADS": threads, **own, **pipes,
+                           **inv.node_env(n, master_addr=master, master_port=port, node_name=local_node_name(n))}
+                    logf = logs.enter_context((run_dir / inv.node_log_relpath(n)).open("wb"))
+                    try:
+                        with _signals_held() as held:  # a node spawned is a node in procs, killed below
+                            procs.append(subprocess.Popen(
+                                list(inv.node_argv(n, master_addr=master, master_port=port, hosts=hosts)),
+                                env=env, cwd=run_dir, stdin=subprocess.DEVNULL, stdout=logf,
+                                stderr=subprocess.STDOUT, start_new_session=True,
+                            ))
+                        _deliver(held)
+                        if telemetry is not None:
+                            telemetry.watch(procs[-1].pid)
+                    except OSError as exc:
+                        _deliver(held)
+                        logf.write(f"benchrun: cannot start {inv.argv[0]!r}: {exc}\n".encode())
+                        failure = (n, f"cannot start {inv.argv[0]!r}: {exc.strerror or exc}")
                         break
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    _kill_group(p)
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)  # anything the node left in its group
-                except (ProcessLookupError, PermissionError):
-                    pass
-                p.wait()
-            for logf in logs:
-                logf.close()
-        wall = time.perf_counter() - t0
-        finish_telemetry(telemetry, inv, run_dir)  # adds its summaries to the result read below
+                t_spawned = time.time()
+                deadline = time.monotonic() + inv.timeout_s
+                while failure is None and any(p.returncode is None for p in procs):
+                    if time.monotonic() >= deadline:
+                        timed_out = True
+                        break
+                    wait_any([p for p in procs if p.returncode is None], max(0.0, min(deadline - time.monotonic(), 1.0)))
+                    for p in procs:
+                        if p.returncode is None and _exited(p):
+                            _reap(p)  # its group killed while the zombie leader still holds the pid
+                    failure = next(((n, _ended(p.returncode)) for n, p in enumerate(procs)
+                                    if p.returncode not in (None, 0)), None)
+            finally:
+                _kill_groups(procs)  # every node not reaped yet: SIGTERM all, one grace period, SIGKILL all
+            wall = time.perf_counter() - t0
         codes = [p.returncode for p in procs]
         if failure is None and not timed_out:
             # every node ended between two polls of the loop above: its exit code still decides

@@ -8,6 +8,11 @@ suite drew (a serving suite's latency-throughput figures) as
 ``figures/<run>_<suite>_r<k>_contended<i>_*`` (out of the results and samples the analysis reads,
 still in the run's hashed files — and, in a pod without a run volume, in what it uploads), and
 the attempt that stays says ``contention_rerun``.
+
+A launch in a run directory where an earlier launch of the same replicate left files (a layer
+retried, a run started again before it was sealed) first sets those aside the same way, as
+``raw/<run>_<suite>_r<k>_earlier<i>.*`` / ``_earlier<i>_*`` (:func:`set_aside_earlier`): the failed
+attempt's log stays for diagnosis, and none of its raw files is read or sealed as this launch's.
 """
 
 from __future__ import annotations
@@ -49,9 +54,25 @@ ASIDE_DIRS = ("raw", "figures")
 # The rest of a raw file name after ``<run>_<suite>_r<k>_`` that belongs to another suite whose
 # name extends this one's (suite ``a`` r1 and suite ``a_r1_x``: ``<run>_a_r1_x_r1_telemetry.parquet``).
 _OTHER_SUITE = re.compile(r"(^|_)r\d+(_|\.)")
+# The tags of files already set aside (contended attempts, earlier launches): never set aside again.
+CONTENDED, EARLIER = "contended", "earlier"
+_ASIDE = re.compile(rf"^({CONTENDED}|{EARLIER})(\d+)[._]")
 
 
-def set_aside(run_dir: Path, inv: Invocation, attempt: int) -> list[str]:
+def _own_files(run_dir: Path, inv: Invocation) -> list[tuple[Path, str]]:
+    """(path, rest) of every raw file and figure of the replicate (``raw|figures/<run>_<suite>_r<k>_<rest>``)
+    not set aside already and not another suite's."""
+    prefix = f"{inv.run_id}_{inv.suite}_r{int(inv.replicate)}_"
+    out = []
+    for folder in (run_dir / d for d in ASIDE_DIRS):
+        for src in sorted(folder.glob(glob.escape(prefix) + "*")) if folder.is_dir() else []:
+            rest = src.name[len(prefix):]
+            if src.is_file() and not _ASIDE.match(rest) and not _OTHER_SUITE.search(rest):
+                out.append((src, rest))
+    return out
+
+
+def set_aside(run_dir: Path, inv: Invocation, attempt: int, tag: str = CONTENDED) -> list[str]:
     """Move a contended attempt's result document, log, raw files (telemetry, Prometheus and
     suite samples, a gang's node logs: every ``raw/<run>_<suite>_r<k>_*``) and figures (every
     ``figures/<run>_<suite>_r<k>_*``) aside under ``raw/<run>_<suite>_r<k>_contended<attempt>[._]*``
@@ -61,25 +82,45 @@ def set_aside(run_dir: Path, inv: Invocation, attempt: int) -> list[str]:
     run_dir = Path(run_dir)
     raw = run_dir / "raw"
     renamed: dict[str, str] = {}
-    prefix = f"{inv.run_id}_{inv.suite}_r{int(inv.replicate)}_"
-    for folder in (run_dir / d for d in ASIDE_DIRS):
-        for src in sorted(folder.glob(glob.escape(prefix) + "*")) if folder.is_dir() else []:
-            rest = src.name[len(prefix):]
-            if src.is_file() and not rest.startswith("contended") and not _OTHER_SUITE.search(rest):
-                dst = folder / contended_aside_raw_name(inv.run_id, inv.suite, inv.replicate, attempt, rest)
-                src.replace(dst)
-                renamed[src.relative_to(run_dir).as_posix()] = dst.relative_to(run_dir).as_posix()
+    for src, rest in _own_files(run_dir, inv):
+        dst = src.parent / contended_aside_raw_name(inv.run_id, inv.suite, inv.replicate, attempt, rest, tag)
+        src.replace(dst)
+        renamed[src.relative_to(run_dir).as_posix()] = dst.relative_to(run_dir).as_posix()
     moved = []
     for rel, ext in ((inv.result_relpath(), "json"), (inv.log_relpath(), "log")):
         src = run_dir / rel
         if src.is_file():
-            dst = raw / contended_aside_name(inv.run_id, inv.suite, inv.replicate, attempt, ext)
+            dst = raw / contended_aside_name(inv.run_id, inv.suite, inv.replicate, attempt, ext, tag)
             dst.parent.mkdir(parents=True, exist_ok=True)
             src.replace(dst)
             moved.append(dst.relative_to(run_dir).as_posix())
             if ext == "json" and renamed:
                 _repoint(dst, renamed)
     return moved + sorted(renamed.values())
+
+
+def set_aside_earlier(run_dir: Path, inv: Invocation) -> list[str]:
+    """Before a launch: what an earlier launch of the replicate left in the run directory (its
+    result document, log, raw files and figures) set aside as :func:`set_aside` does, tagged
+    ``earlier<i>`` (i: one more than the last earlier launch set aside), so this launch neither
+    truncates the earlier log nor leaves its raw files to be read and sealed as its own. Files set
+    aside as contended are this launch's own attempts (:func:`launch_with_reruns`): left alone.
+    Their new paths (none on a first launch)."""
+    run_dir = Path(run_dir)
+    if not _own_files(run_dir, inv) and not any((run_dir / rel).is_file()
+                                                 for rel in (inv.result_relpath(), inv.log_relpath())):
+        return []
+    prefix = f"{inv.run_id}_{inv.suite}_r{int(inv.replicate)}_"
+    seen = [0]
+    for folder in (run_dir / d for d in ASIDE_DIRS):
+        for path in folder.glob(glob.escape(prefix + EARLIER) + "*") if folder.is_dir() else []:
+            rest = path.name[len(prefix):]
+            if (m := _ASIDE.match(rest)) and not _OTHER_SUITE.search(rest):
+                seen.append(int(m.group(2)))
+    moved = set_aside(run_dir, inv, max(seen) + 1, EARLIER)
+    log.info("%s r%d: an earlier launch's files set aside before this one: %s", inv.suite, inv.replicate,
+             ", ".join(moved))
+    return moved
 
 
 def _repoint(path: Path, renamed: dict[str, str]) -> None:
