@@ -428,6 +428,82 @@ def test_low_gpu_utilization_prefers_dcgm_series_attributed_to_the_pod(tmp_path:
     assert res.verdict == "flagged" and row["flagged"] is True
 
 
+def one_gpu_replicate(tmp_path: Path, run_id: str, busy: float, tokens: float) -> None:
+    """One replicate on one GPU, sampled at 1 Hz for 20 s: 12 s of imports and CUDA start-up at 0 %
+    GPU with a busy host (80 % background), then the measured window (ctx.measuring(): 12 s to 19.5 s)
+    at ``busy`` % on a quiet one. Its summaries are the sampler's own (benchrun.telemetry.hook
+    .measured_samples, summarise), as the replicate's result carries them into measurement_fact."""
+    from benchrun.telemetry.hook import measured_samples
+    from benchrun.telemetry.samples import Sample, samples_table
+    from benchrun.telemetry.summary import summarise
+
+    t0 = T0.timestamp()
+    samples = []
+    for k in range(20):
+        starting = k < 12
+        samples.append(Sample(t0 + k, "nvml", "gpu", "gpu_utilization_pct", 0.0 if starting else busy, "%", device_index=0,
+                              node_name="n0"))
+        for metric, value in (("cpu_utilization_pct", 90.0 if starting else 30.0),
+                              ("background_cpu_pct", 80.0 if starting else 2.0)):
+            samples.append(Sample(t0 + k, "psutil", "node", metric, value, "%", interval_s=1.0 if k else None,
+                                  node_name="n0"))
+    result = tmp_path / f"{run_id}_result.json"
+    result.write_text(json.dumps({"measured_window": {"start_unix": t0 + 12, "end_unix": t0 + 19.5}}))
+    inside, used = measured_samples(samples_table(samples), result)
+    assert used["from"] == "the suite's measured window"
+    summary = summarise(inside)
+    raw = f"raw/{run_id}_train_step_r1_telemetry.parquet"
+    put(tmp_path, "telemetry_slice_fact", run_id, [
+        {"scope": s.scope, "source": s.source, "suite": "train_step", "replicate": 1, "metric": s.metric,
+         "value": s.value, "unit": "%", "device_index": s.device_index, "node_name": "n0", "raw_path": raw,
+         "window_start_utc": dt.datetime.fromtimestamp(s.ts - (s.interval_s or 0.0), dt.timezone.utc),
+         "window_end_utc": dt.datetime.fromtimestamp(s.ts, dt.timezone.utc)} for s in samples])
+    rows = [{"suite": "train_step", "replicate": 1, "case": "telemetry", "metric": m["name"], "value": m["value"],
+             "unit": m["unit"], "direction": m["direction"], "status": "ok", "node_name": "n0"} for m in summary]
+    rows.append({"suite": "train_step", "replicate": 1, "case": "", "metric": "tokens_per_second", "value": tokens,
+                 "unit": "tokens/s", "direction": "higher", "status": "ok"})
+    put(tmp_path, "measurement_fact", run_id, rows)
+
+
+def test_low_gpu_utilization_reads_the_measured_window_not_the_start_up_before_it(tmp_path: Path) -> None:
+    """The playbook took the median of every sample of the process: 12 s of start-up at 0 % beside 8 s
+    of timed work at 95 % read 0 %, a starved GPU, and a slower run was flagged for it. Its
+    measurement_fact branch asked for gpu_utilization_pct, where the windowed summary is
+    gpu_utilization_pct_mean, so it never matched. Now the windowed summary is read, and said so."""
+    for rid, tokens in (("base", 1000.0), ("cand", 700.0)):
+        add_run(tmp_path, rid)
+        one_gpu_replicate(tmp_path, rid, 95.0, tokens)
+    res = low_gpu_utilization(tmp_path, "cand", "base")
+    [row] = res.rows
+    assert row["throughput_change"] == pytest.approx(0.7)
+    assert row["gpu_util_pct"] == pytest.approx(95.0) and row["base_gpu_util_pct"] == pytest.approx(95.0)
+    assert row["judged_gpu"] == "n0/0 (nvml, measured window)" and row["n_util_samples"] == 1
+    assert row["flagged"] is False and res.verdict == "clear"
+    assert row["util_source"].startswith("the suite's measured window for 1 replicate(s)")
+    assert "gpu_utilization_pct_mean" in row["why"] and "measured window's summaries for 1 replicate(s)" in res.reason
+    # the host beside it over the same window: the quiet timed part, not the busy start-up
+    assert row["background_cpu_pct"] == pytest.approx(2.0) and row["host_cpu_util_pct"] == pytest.approx(30.0)
+
+
+def test_low_gpu_utilization_falls_back_to_the_samples_where_a_summary_is_no_one_gpus(tmp_path: Path) -> None:
+    """A replicate without a windowed summary (a pod's DCGM series, an older run) is judged from its
+    samples, and so is one whose sampler saw every GPU of the node: its summary averages the busy GPU
+    with seven idle ones (12 %), so the busiest GPU's samples judge it, and the answer says both."""
+    for rid, tokens in (("base", [1000.0, 1010.0, 990.0]), ("cand", [880.0, 870.0, 890.0])):
+        add_run(tmp_path, rid)
+        put(tmp_path, "telemetry_slice_fact", rid, eight_gpu_node())
+        put(tmp_path, "measurement_fact", rid, [
+            {"suite": "training", "replicate": rep, "case": "telemetry", "metric": "gpu_utilization_pct_mean",
+             "value": 97.0 / 8, "unit": "%", "direction": "higher", "status": "ok"} for rep in (1, 2)])
+        put(tmp_path, "training_outcome_fact", rid, [{"suite": "training", "case": "tiny", "replicate": i + 1,
+                                                      "tokens_per_second": t} for i, t in enumerate(tokens)])
+    res = low_gpu_utilization(tmp_path, "cand", "base")
+    [row] = res.rows
+    assert (row["gpu_util_pct"], row["judged_gpu"], row["flagged"]) == (97.0, "n0/0 (nvml)", False)
+    assert (row["n_replicates_windowed"], row["n_replicates_from_slices"], row["n_replicates_several_gpus"]) == (0, 3, 2)
+    assert "whole process" in row["util_source"] and "2 replicate(s) whose sampler saw several GPUs" in row["util_source"]
+
+
 def test_low_gpu_utilization_unavailable_on_a_cpu_only_run(tmp_path: Path) -> None:
     add_run(tmp_path, "cpu")
     put(tmp_path, "measurement_fact", "cpu", measurements([(1, "", "samples_per_s", 5000.0)], "dataloader"))

@@ -3,6 +3,7 @@ prometheus-node-exporter on loopback (ports picked free, config written here, 1 
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -174,12 +175,96 @@ def test_a_slow_server_is_one_timeout_not_one_per_query(tmp_path):
     assert record["reason"].count("timed out") == 1
 
 
+_SELECTOR = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)?(?:\{(.*)\})?(?:\[([0-9.]+(?:ms|s|m))\])?$")
+_MATCHER = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*("(?:[^"\\]|\\.)*")\s*,?')
+LOOKBACK_S = 300.0  # Prometheus' lookback for an instant vector (--query.lookback-delta, 5m)
+
+
+def _parse_selector(text: str):
+    """(matchers, range seconds or None) of a plain series selector, else None (not one the fake reads)."""
+    m = _SELECTOR.match(text.strip())
+    if not m or not (m.group(1) or m.group(2)):
+        return None
+    matchers = [("__name__", "=", m.group(1))] if m.group(1) else []
+    body = m.group(2) or ""
+    pos = 0
+    while pos < len(body):
+        mm = _MATCHER.match(body, pos)
+        if not mm:
+            return None
+        matchers.append((mm.group(1), mm.group(2), json.loads(mm.group(3))))
+        pos = mm.end()
+    rng = m.group(3)
+    secs = None if rng is None else float(rng[:-2]) / 1000 if rng.endswith("ms") else float(rng[:-1]) * {"s": 1, "m": 60}[rng[-1]]
+    return matchers, secs
+
+
+def _matches(labels: dict, matchers) -> bool:
+    for name, op, value in matchers:
+        have = labels.get(name, "")
+        ok = {"=": have == value, "!=": have != value,
+              "=~": re.fullmatch(value, have) is not None, "!~": re.fullmatch(value, have) is None}[op]
+        if not ok:
+            return False
+    return True
+
+
 class _Prometheus(BaseHTTPRequestHandler):
-    """Answers /api/v1/targets with ``targets`` and every range query with one series holding a
-    point at each of its start and end; remembers the queries."""
+    """A Prometheus on loopback, as far as benchrun asks one: /api/v1/targets answers ``targets``;
+    /api/v1/query_range and /api/v1/query evaluate plain series selectors (and ``or`` of instant
+    ones) over ``store``, a list of (labels with __name__, [(ts, value), ...]) scrapes, the way
+    Prometheus does: an instant vector is each series' latest sample up to 5 minutes old at the
+    evaluation time (at every step of a range query), a range selector ``sel[d]`` (an instant query)
+    the series' own samples in (time - d, time], timestamps and all, and ``or`` over range vectors
+    is refused as Prometheus refuses it. A sample after ``now`` (None: the wall clock) is not
+    scraped yet. Anything else (rate() and joins) gets the old answer: one series with a point at
+    the range query's start and end. Remembers the queries and when each came (``seen``)."""
 
     targets: list = []
     seen: list = []
+    store: list = []
+    now: float | None = None
+
+    @classmethod
+    def reset(cls, targets=(), store=(), now=None):
+        cls.targets, cls.store, cls.seen, cls.now = list(targets), list(store), [], now
+
+    def _visible(self):
+        now = self.now if self.now is not None else time.time()
+        return [(labels, [(t, v) for t, v in samples if t <= now]) for labels, samples in self.store]
+
+    def _evaluate(self, expr: str, start: float, end: float, step: float | None):
+        """(resultType, result) or (None, error text); None when the fake does not read ``expr``."""
+        parts = [_parse_selector(part) for part in expr.split(" or ")]
+        if any(p is None for p in parts):
+            return None
+        ranged = [p[1] is not None for p in parts]
+        if any(ranged) and (len(parts) > 1 or step is not None):
+            return None, "binary expression must contain only scalar and instant vector types"
+        if ranged[0]:  # sel[d] at ``end``: the raw samples
+            (matchers, secs), = parts
+            result = [{"metric": labels, "values": [[t, str(v)] for t, v in samples if end - secs < t <= end]}
+                      for labels, samples in self._visible() if _matches(labels, matchers)]
+            return "matrix", [r for r in result if r["values"]]
+        series, seen = [], set()
+        for matchers, _ in parts:  # or: the left side's series win
+            for labels, samples in self._visible():
+                key = frozenset(labels.items())
+                if key not in seen and _matches(labels, matchers):
+                    seen.add(key)
+                    series.append((labels, samples))
+
+        def at(samples, t):
+            before = [(ts, v) for ts, v in samples if t - LOOKBACK_S < ts <= t]
+            return max(before)[1] if before else None
+
+        if step is None:
+            return "vector", [{"metric": labels, "value": [end, str(at(samples, end))]}
+                              for labels, samples in series if at(samples, end) is not None]
+        times = [start + k * step for k in range(int((end - start) / step + 1e-9) + 1)]
+        result = [{"metric": labels, "values": [[t, str(at(samples, t))] for t in times if at(samples, t) is not None]}
+                  for labels, samples in series]
+        return "matrix", [r for r in result if r["values"]]
 
     def do_GET(self):
         url = urllib.parse.urlparse(self.path)
@@ -187,12 +272,21 @@ class _Prometheus(BaseHTTPRequestHandler):
         if url.path == "/api/v1/targets":
             body = {"status": "success", "data": {"activeTargets": self.targets, "droppedTargets": []}}
         else:
-            self.seen.append(q)
-            start, end = float(q["start"]), float(q["end"])
-            body = {"status": "success", "data": {"resultType": "matrix", "result": [
-                {"metric": {"nodename": "n1"}, "values": [[start, "0.5"]] + ([[end, "0.5"]] if end > start else [])}]}}
+            self.seen.append({**q, "path": url.path, "asked_at": time.time()})
+            ranged = url.path == "/api/v1/query_range"
+            start = float(q["start"]) if ranged else float(q["time"])
+            end = float(q["end"]) if ranged else float(q["time"])
+            got = self._evaluate(q["query"], start, end, float(q["step"]) if ranged else None)
+            if got is None and ranged:
+                got = "matrix", [{"metric": {"nodename": "n1"},
+                                  "values": [[start, "0.5"]] + ([[end, "0.5"]] if end > start else [])}]
+            kind, result = got if got is not None else ("vector", [])
+            if kind is None:
+                body = {"status": "error", "errorType": "bad_data", "error": result}
+            else:
+                body = {"status": "success", "data": {"resultType": kind, "result": result}}
         data = json.dumps(body).encode()
-        self.send_response(200)
+        self.send_response(200 if body["status"] == "success" else 400)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -202,50 +296,188 @@ class _Prometheus(BaseHTTPRequestHandler):
         pass
 
 
-def test_rate_ranges_are_as_wide_as_the_scrapes_need_inside_the_replicate_and_recorded(monkeypatch):
-    # before: rate(...[1m]) evaluated from the replicate's start, recorded as interval_s = step (1 s):
-    # a 10 s replicate's rates described the minute before it, and telemetry_slice_fact said 1 s
+@pytest.fixture
+def fake_prometheus():
     import threading
 
-    monkeypatch.delenv("BENCHRUN_PROMETHEUS_RATE_WINDOW", raising=False)
-    monkeypatch.delenv("BENCHRUN_PROMETHEUS_SCRAPE_INTERVAL", raising=False)
     server = HTTPServer(("127.0.0.1", 0), _Prometheus)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_port}"
+    _Prometheus.reset()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _scrapes(labels: dict, first: float, every: float, values) -> tuple[dict, list]:
+    """One series of the fake's store: ``values`` scraped every ``every`` s from ``first`` on."""
+    return labels, [(first + k * every, v) for k, v in enumerate(values)]
+
+
+def test_rate_ranges_are_as_wide_as_the_scrapes_need_inside_the_replicate_and_recorded(fake_prometheus, monkeypatch):
+    # before: rate(...[1m]) evaluated from the replicate's start, recorded as interval_s = step (1 s):
+    # a 10 s replicate's rates described the minute before it, and telemetry_slice_fact said 1 s
+    monkeypatch.delenv("BENCHRUN_PROMETHEUS_RATE_WINDOW", raising=False)
+    monkeypatch.delenv("BENCHRUN_PROMETHEUS_SCRAPE_INTERVAL", raising=False)
+    monkeypatch.delenv("BENCHRUN_PROMETHEUS_SETTLE", raising=False)
+    t0 = 1_700_000_000.0
+    store = [({"__name__": "node_uname_info", "nodename": "n1", "instance": "10.0.0.1:9100"}, [(t0 - 60, 1.0)]),
+             _scrapes({"__name__": "node_load1", "instance": "10.0.0.1:9100"}, t0 - 29.5, 1.0, [0.25] * 60)]
 
     def run(start, end, targets):
-        _Prometheus.targets, _Prometheus.seen = targets, []
-        samples, record = range_queries(url, start, end, "n1")
+        _Prometheus.reset(targets, store)
+        samples, record = range_queries(fake_prometheus, start, end, "n1")
         busy = [s for s in samples if s.metric == "node_cpu_busy_ratio"]
         load = [s for s in samples if s.metric == "node_load1"]
         return busy, load, record
 
-    try:
-        t0 = 1_700_000_000.0
-        # 1 s scrapes (the slowest target decides): a 2 s range, its first point 2 s into the replicate
-        busy, load, record = run(t0, t0 + 10, [{"scrapeInterval": "1s"}, {"scrapeInterval": "500ms"}])
-        assert (record["scrape_interval_s"], record["rate_range_s"], record["status"]) == (1.0, 2.0, "ok")
-        assert [(s.ts, s.interval_s) for s in busy] == [(t0 + 2, 2.0), (t0 + 10, 2.0)]
-        assert [(s.ts, s.interval_s) for s in load] == [(t0, 1.0), (t0 + 10, 1.0)]  # a gauge: the step
-        rated = next(q for q in _Prometheus.seen if "node_cpu_seconds_total" in q["query"])
-        assert "[2s]" in rated["query"] and float(rated["start"]) == t0 + 2 and "rate_note" not in record
-        # 15 s scrapes and a 10 s replicate: one rate point, at its end, over the 30 s it needs, said so
-        busy, load, record = run(t0, t0 + 10, [{"scrapeInterval": "15s"}])
-        assert [(s.ts, s.interval_s) for s in busy] == [(t0 + 10, 30.0)]
-        assert record["rate_range_s"] == 30.0 and "shorter than the rate range (30 s)" in record["rate_note"]
-        # a Prometheus that does not say: its default, 1m; the operator's settings win
-        busy, _, record = run(t0, t0 + 600, [{"labels": {}}])
-        assert (record["scrape_interval_s"], record["scrape_interval_from"], record["rate_range_s"]) == (60.0, "default", 120.0)
-        assert busy[0].ts == t0 + 120 and busy[0].interval_s == 120.0
-        monkeypatch.setenv("BENCHRUN_PROMETHEUS_SCRAPE_INTERVAL", "5s")
-        assert run(t0, t0 + 600, [])[2]["rate_range_s"] == 10.0
-        monkeypatch.setenv("BENCHRUN_PROMETHEUS_RATE_WINDOW", "45s")
-        busy, _, record = run(t0, t0 + 600, [])
-        assert record["rate_range_s"] == 45.0 and (busy[0].ts, busy[0].interval_s) == (t0 + 45, 45.0)
-        assert "scrape_interval_s" not in record
-    finally:
-        server.shutdown()
-        server.server_close()
+    # 1 s scrapes (the slowest target decides): a 2 s range, its first point 2 s into the replicate
+    busy, load, record = run(t0, t0 + 10, [{"scrapeInterval": "1s"}, {"scrapeInterval": "500ms"}])
+    assert (record["scrape_interval_s"], record["rate_range_s"], record["status"]) == (1.0, 2.0, "ok")
+    assert [(s.ts, s.interval_s) for s in busy] == [(t0 + 2, 2.0), (t0 + 10, 2.0)]
+    # a gauge: the node's scrapes inside the window and the one after it, each over the time since the
+    # one before (the first: since the window's start), found through node_uname_info's instance
+    assert [(s.ts, s.interval_s) for s in load] == [(t0 + 0.5, 0.5)] + [(t0 + k + 0.5, 1.0) for k in range(1, 11)]
+    assert {s.node_name for s in load} == {"n1"} and record["settle_s"] == 2.0
+    rated = next(q for q in _Prometheus.seen if "node_cpu_seconds_total" in q["query"])
+    assert "[2s]" in rated["query"] and float(rated["start"]) == t0 + 2 and "rate_note" not in record
+    # 15 s scrapes and a 10 s replicate: one rate point, at its end, over the 30 s it needs, said so
+    busy, load, record = run(t0, t0 + 10, [{"scrapeInterval": "15s"}])
+    assert [(s.ts, s.interval_s) for s in busy] == [(t0 + 10, 30.0)]
+    assert record["rate_range_s"] == 30.0 and "shorter than the rate range (30 s)" in record["rate_note"]
+    # a Prometheus that does not say: its default, 1m; the operator's settings win
+    busy, _, record = run(t0, t0 + 600, [{"labels": {}}])
+    assert (record["scrape_interval_s"], record["scrape_interval_from"], record["rate_range_s"]) == (60.0, "default", 120.0)
+    assert busy[0].ts == t0 + 120 and busy[0].interval_s == 120.0
+    monkeypatch.setenv("BENCHRUN_PROMETHEUS_SCRAPE_INTERVAL", "5s")
+    assert run(t0, t0 + 600, [])[2]["rate_range_s"] == 10.0
+    monkeypatch.setenv("BENCHRUN_PROMETHEUS_RATE_WINDOW", "45s")
+    busy, _, record = run(t0, t0 + 600, [])
+    assert record["rate_range_s"] == 45.0 and (busy[0].ts, busy[0].interval_s) == (t0 + 45, 45.0)
+    assert (record["scrape_interval_s"], record["settle_s"]) == (5.0, 6.0)  # the settle needs the interval
+    monkeypatch.setenv("BENCHRUN_PROMETHEUS_SETTLE", "3s")
+    monkeypatch.delenv("BENCHRUN_PROMETHEUS_SCRAPE_INTERVAL")
+    record = run(t0, t0 + 600, [{"scrapeInterval": "1s"}])[2]
+    assert "scrape_interval_s" not in record and (record["settle_s"], record["settle_from"]) == (3.0, "BENCHRUN_PROMETHEUS_SETTLE")
+
+
+@pytest.fixture
+def no_prometheus_settings(monkeypatch):
+    for var in ("BENCHRUN_PROMETHEUS_RATE_WINDOW", "BENCHRUN_PROMETHEUS_SCRAPE_INTERVAL", "BENCHRUN_PROMETHEUS_SETTLE"):
+        monkeypatch.delenv(var, raising=False)
+
+
+# dcgm-exporter's series as a ServiceMonitor without honorLabels stores them: the pod label is the
+# exporter's own, the pod whose container holds the GPU is exported_pod
+GPU0 = {"__name__": "DCGM_FI_DEV_GPU_UTIL", "gpu": "0", "UUID": "GPU-0", "Hostname": "n1",
+        "pod": "dcgm-exporter-7xk2p", "exported_pod": "train-r1-abcde"}
+GPU1 = {**GPU0, "gpu": "1", "UUID": "GPU-1", "exported_pod": "another-job"}
+
+
+def test_a_gauge_is_the_windows_own_scrapes_not_an_older_value_repeated(fake_prometheus, no_prometheus_settings):
+    """Before: a gauge was a range query with a 1 s step from the replicate's start. Prometheus fills
+    each step with the latest scrape up to 5 minutes old, so the steps before the first scrape inside
+    the window repeated the idle value scraped before the replicate, each recorded as 1 s of it, and
+    a replicate between two scrapes got nothing else; the pod's series, labelled exported_pod by
+    the usual ServiceMonitor, were not found. Now: the scrapes themselves (a range selector), each
+    over the time since the one before it, the first since the window's start."""
+    t0 = 1_700_000_000.0
+    # 15 s scrapes: idle before the replicate (t0 - 13), busy from its start (t0 + 2, t0 + 17, ...)
+    store = [_scrapes(GPU0, t0 - 13, 15.0, [0.0, 95.0, 97.0, 4.0]), _scrapes(GPU1, t0 - 13, 15.0, [50.0] * 4)]
+    _Prometheus.reset([{"scrapeInterval": "15s"}], store)
+    samples, record = range_queries(fake_prometheus, t0, t0 + 10, "n1", pod="train-r1-abcde", pod_uid="uid-1")
+    assert record["status"] == "ok", record
+    node = sorted((s.ts, s.value, s.interval_s) for s in samples
+                  if s.metric == "dcgm_gpu_utilization_pct" and s.device_index == 0)
+    # inside the window at t0 + 2 (over the 2 s since its start); the scrape after it (t0 + 17, asked
+    # for once end + settle had passed) over the 15 s since; never the 0 % scraped before it began
+    assert node == [(t0 + 2, 95.0, 2.0), (t0 + 17, 97.0, 15.0)]
+    pod = sorted((s.ts, s.value, s.interval_s, s.gpu_uuid, s.pod_uid) for s in samples
+                 if s.metric == "dcgm_gpu_utilization_pct_pod")
+    assert pod == [(t0 + 2, 95.0, 2.0, "GPU-0", "uid-1"), (t0 + 17, 97.0, 15.0, "GPU-0", "uid-1")]
+    asked = [q for q in _Prometheus.seen if q["path"] == "/api/v1/query" and "DCGM_FI_DEV_GPU_UTIL" in q["query"]]
+    assert asked and all(float(q["time"]) == t0 + 10 + 15 and q["query"].endswith("[25s]") for q in asked)
+    assert {q["query"] for q in asked} >= {'DCGM_FI_DEV_GPU_UTIL{pod="train-r1-abcde"}[25s]',
+                                          'DCGM_FI_DEV_GPU_UTIL{exported_pod="train-r1-abcde"}[25s]'}
+    # a replicate between two scrapes: the scrape after it, over the whole window, not the one before
+    samples, _ = range_queries(fake_prometheus, t0 + 3, t0 + 8, "n1", pod="train-r1-abcde")
+    assert [(s.ts, s.value, s.interval_s) for s in samples if s.metric == "dcgm_gpu_utilization_pct_pod"] == [
+        (t0 + 17, 97.0, 14.0)]
+    # Kueue's series summed per queue at each scrape, as sum by (cluster_queue) did
+    kueue = [_scrapes({"__name__": "kueue_pending_workloads", "cluster_queue": "cq", "status": status},
+                      t0 - 13, 15.0, [n] * 4) for status, n in (("active", 2.0), ("inadmissible", 3.0))]
+    _Prometheus.reset([{"scrapeInterval": "15s"}], kueue)
+    samples, _ = range_queries(fake_prometheus, t0, t0 + 10, "n1", queue="cq")
+    assert [(s.ts, s.value) for s in samples if s.metric == "kueue_pending_workloads"] == [(t0 + 2, 5.0), (t0 + 17, 5.0)]
+
+
+def test_gauges_are_asked_for_once_the_scrape_after_the_window_is_in(fake_prometheus, no_prometheus_settings,
+                                                                   monkeypatch):
+    """Before: asked the moment the replicate ended, when the scrape describing its last part had not
+    happened yet. Now: at end + settle (the scrape interval + 1 s, at most 15 s by default;
+    BENCHRUN_PROMETHEUS_SETTLE, held to 2 min), waiting only for what is left of it."""
+    end = 1_700_000_100.0
+    clock, slept = [end + 0.25], []
+
+    def sleep(seconds):
+        slept.append(seconds)
+        clock[0] += seconds
+        _Prometheus.now = clock[0]  # Prometheus scrapes on meanwhile
+
+    def run(targets=({"scrapeInterval": "15s"},), now=end + 0.25):
+        clock[0] = now
+        slept.clear()
+        _Prometheus.reset(targets, [_scrapes(GPU0, end - 20, 15.0, [90.0, 91.0, 92.0])], now=now)  # -20, -5, +10
+        return range_queries(fake_prometheus, end - 30, end, "n1", sleep=sleep, clock=lambda: clock[0])
+
+    samples, record = run()
+    assert slept == [pytest.approx(14.75)] and (record["settle_s"], record["waited_s"]) == (15.0, 14.75)
+    assert [(s.ts, s.value, s.interval_s) for s in samples if s.metric == "dcgm_gpu_utilization_pct"] == [
+        (end - 20, 90.0, 10.0), (end - 5, 91.0, 15.0), (end + 10, 92.0, 15.0)]
+    assert "settle_note" not in record
+    # a launcher that collects long after the pod ended: nothing left to wait for
+    assert run(now=end + 600)[1]["waited_s"] == 0.0 and slept == []
+    # Prometheus does not say its interval (1m assumed): 15 s, and the record says it may be short
+    record = run(targets=[{"labels": {}}])[1]
+    assert record["settle_s"] == 15.0 and "less than the scrape interval (60 s)" in record["settle_note"]
+    monkeypatch.setenv("BENCHRUN_PROMETHEUS_SETTLE", "0")
+    samples, record = run()
+    assert slept == [] and record["settle_s"] == 0.0
+    assert [s.ts for s in samples if s.metric == "dcgm_gpu_utilization_pct"] == [end - 20, end - 5]
+    monkeypatch.setenv("BENCHRUN_PROMETHEUS_SETTLE", "10m")
+    assert run()[1]["settle_s"] == 120.0 and slept == [pytest.approx(119.75)]
+    monkeypatch.setenv("BENCHRUN_PROMETHEUS_SETTLE", "a while")
+    with pytest.raises(ValueError, match="BENCHRUN_PROMETHEUS_SETTLE"):
+        run()
+
+
+def test_the_cluster_launchers_query_waits_for_the_next_scrape_and_finds_the_pod(fake_prometheus, tmp_path,
+                                                                                no_prometheus_settings, monkeypatch):
+    """The Kubernetes launcher's call (pod_prometheus, after the pod ends): it waited for nothing, and
+    matched the pod on ``pod`` only."""
+    import datetime as dt
+
+    from benchrun.telemetry.hook import pod_prometheus
+
+    monkeypatch.setenv("BENCHRUN_PROMETHEUS_URL", fake_prometheus)
+    monkeypatch.setenv("BENCHRUN_PROMETHEUS_SETTLE", "1s")
+    rd = RunDir(tmp_path, RUN_ID).create()
+    path = _ok_doc(rd)
+    end = time.time()
+    iso = lambda t: dt.datetime.fromtimestamp(t, dt.timezone.utc).isoformat()  # noqa: E731
+    # scraped at end - 3 (busy) and end + 0.5: the latter exists only once that time has come
+    _Prometheus.reset([{"scrapeInterval": "1s"}], [_scrapes(GPU0, end - 3.0, 3.5, [90.0, 92.0])])
+    inv = Invocation(RUN_ID, "micro", "s", 1, "bc-x", ("true",), {}, 60.0)
+    record = pod_prometheus(inv, rd.path, {"container_started_utc": iso(end - 4), "container_finished_utc": iso(end),
+                                           "node_name": "n1", "pod_name": "train-r1-abcde", "pod_uid": "uid-1"})
+    gauge = [q for q in _Prometheus.seen if "DCGM" in q["query"]]
+    assert gauge and all(q["asked_at"] >= end + 1.0 for q in gauge)
+    assert record["status"] == "ok" and record["settle_s"] == 1.0, record
+    table = read_samples(rd.path / read_result(path)["samples"]["prometheus"])
+    pod = sorted((t.timestamp(), r["value"]) for t, r in zip(table["ts"].to_pylist(), table.to_pylist())
+                 if r["metric"] == "dcgm_gpu_utilization_pct_pod")
+    assert [v for _, v in pod] == [90.0, 92.0] and pod[-1][0] > end
 
 
 def _ok_doc(rd, suite="s", rep=1):

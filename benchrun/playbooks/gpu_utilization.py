@@ -19,21 +19,32 @@ LOW_UTIL_PCT = 50.0
 # "Dropped": a throughput metric's median is at most (1 − this) × the baseline's median.
 THROUGHPUT_DROP_MIN = 0.10
 
-# Per suite: the GPU utilization measured (measurement_fact rows named gpu_utilization_pct,
-# or telemetry_slice_fact samples: NVML's gpu_utilization_pct from the sampler beside every
-# replicate, DCGM's through Prometheus: the series attributed to the suite's pod where it was
-# queried, else the node's), as a median per GPU (node, UUID or index, source) and, for the
-# suite, the busiest GPU's median, for the run ($1) and its baseline ($2), next to each
-# throughput metric of that suite (higher-is-better per-second metrics of ok replicates, and
-# training_outcome_fact tokens_per_second where measurement_fact has none for the replicate,
-# case and metric: each replicate counted once): its median over replicates in both runs and the
-# run-over-baseline ratio. The telemetry rows are cited (their raw sample files and window),
-# with the host's CPU utilization and the background CPU load over the same replicates: a
-# starved GPU on a saturated or contended host is input-bound. Nothing here is derived from
-# other metrics: without GPU utilization rows the answer is "not measured". Samples of a
-# replicate that did not succeed (REPLICATE_STATUS_CTE: its result or its launch says so) are
-# left out and counted (n_util_samples_left_out): a crashed or hung replicate's idle GPU is no
-# evidence of a starved one. Samples of a replicate with no status recorded stay in.
+# Per suite: the GPU utilization measured, per replicate from the best source it has:
+#   1. the sampler's windowed summary (measurement_fact gpu_utilization_pct_mean, case telemetry:
+#      NVML over the suite's measured window, benchrun.telemetry.hook.measured_samples), where the
+#      replicate's sampler saw one GPU (a summary averages every GPU sampled, so on a node where it
+#      sampled them all a busy GPU beside idle ones would read starved: such a replicate is judged
+#      per GPU from its samples, as in 2);
+#   2. else its telemetry_slice_fact samples, which cover the whole process (imports, CUDA start-up,
+#      teardown): NVML's gpu_utilization_pct from the sampler beside every replicate, and DCGM's
+#      through Prometheus, the series attributed to the suite's pod where it was queried, else the
+#      node's;
+# and measurement_fact gpu_utilization_pct rows a suite writes itself, beside either. Each answer
+# says which it used (util_source). Per GPU (node, UUID or index, source) the median over those
+# values and, for the suite, the busiest GPU's median, for the run ($1) and its baseline ($2),
+# next to each throughput metric of that suite (higher-is-better per-second metrics of ok
+# replicates, and training_outcome_fact tokens_per_second where measurement_fact has none for the
+# replicate, case and metric: each replicate counted once): its median over replicates in both
+# runs and the run-over-baseline ratio. The telemetry rows are cited (their raw sample files and
+# window), with the host's CPU utilization and the background CPU load over the same replicates (the
+# windowed summaries again where a replicate has them): a starved GPU on a saturated or contended
+# host is input-bound. Nothing here is derived from other metrics: without GPU utilization rows the
+# answer is "not measured". Values of a replicate that did not succeed (REPLICATE_STATUS_CTE: its
+# result or its launch says so) are left out and counted (n_util_samples_left_out): a crashed or
+# hung replicate's idle GPU is no evidence of a starved one. Samples of a replicate with no status
+# recorded stay in. Until 2026-12-08 only the slices were read (the summary rows, named
+# gpu_utilization_pct_mean, never matched), so 0 % while the suite imported and started CUDA beside
+# 95 % while it was timed read as a starved GPU.
 SQL = """
 WITH """ + REPLICATE_STATUS_CTE + """,
 tele AS (
@@ -43,18 +54,43 @@ tele AS (
     WHERE run_id IN ($1, $2) AND value IS NOT NULL
       AND metric IN ('gpu_utilization_pct', 'dcgm_gpu_utilization_pct', 'dcgm_gpu_utilization_pct_pod')
 ),
+windowed AS (
+    SELECT run_id, suite, replicate, metric, value, node_name, status
+    FROM measurement_fact
+    WHERE run_id IN ($1, $2) AND "case" = 'telemetry' AND value IS NOT NULL
+      AND metric IN ('gpu_utilization_pct_mean', 'cpu_utilization_pct_mean', 'background_cpu_pct_mean')
+),
+sampled_gpus AS (
+    SELECT run_id, suite, replicate, count(DISTINCT device) AS n_gpus, min(device) AS device,
+           any_value(node_name) AS node_name
+    FROM tele WHERE source = 'nvml'
+    GROUP BY run_id, suite, replicate
+),
+gpu_windowed AS (
+    SELECT w.run_id, w.suite, w.replicate, coalesce(w.node_name, g.node_name) AS node_name, g.device, w.value,
+           w.status, coalesce(g.n_gpus, 1) <= 1 AS one_gpu
+    FROM windowed w
+    LEFT JOIN sampled_gpus g ON g.run_id = w.run_id AND g.suite = w.suite AND g.replicate = w.replicate
+    WHERE w.metric = 'gpu_utilization_pct_mean'
+),
 all_util_samples AS (
     SELECT run_id, suite, replicate, 'suite' AS source, node_name, NULL AS device, value, NULL AS raw_path,
-           NULL::TIMESTAMPTZ AS t0, NULL::TIMESTAMPTZ AS t1, status AS sample_status
+           NULL::TIMESTAMPTZ AS t0, NULL::TIMESTAMPTZ AS t1, status AS sample_status, 'suite' AS basis
     FROM measurement_fact
     WHERE run_id IN ($1, $2) AND metric = 'gpu_utilization_pct' AND value IS NOT NULL
     UNION ALL
+    SELECT run_id, suite, replicate, 'nvml, measured window', node_name, device, value, NULL, NULL, NULL, status,
+           'window'
+    FROM gpu_windowed WHERE one_gpu
+    UNION ALL
     SELECT run_id, suite, replicate, source || CASE WHEN metric LIKE '%_pod' THEN ' (pod)' ELSE '' END, node_name,
-           device, value, raw_path, t0, t1, NULL
+           device, value, raw_path, t0, t1, NULL, 'slices'
     FROM tele t
-    WHERE metric <> 'dcgm_gpu_utilization_pct'
-       OR NOT EXISTS (SELECT 1 FROM tele p WHERE p.run_id = t.run_id AND p.suite = t.suite
-                                              AND p.metric = 'dcgm_gpu_utilization_pct_pod')
+    WHERE (metric <> 'dcgm_gpu_utilization_pct'
+           OR NOT EXISTS (SELECT 1 FROM tele p WHERE p.run_id = t.run_id AND p.suite = t.suite
+                                                 AND p.metric = 'dcgm_gpu_utilization_pct_pod'))
+      AND NOT EXISTS (SELECT 1 FROM gpu_windowed w WHERE w.one_gpu AND w.run_id = t.run_id AND w.suite = t.suite
+                                                     AND w.replicate = t.replicate)
 ),
 judged_samples AS (
     SELECT a.*, coalesce(a.sample_status, 'ok') = 'ok' AND coalesce(rs.status, 'ok') = 'ok' AS replicate_ok
@@ -78,8 +114,17 @@ per_gpu AS (
 ),
 evidence AS (
     SELECT run_id, suite, string_agg(DISTINCT raw_path, ', ' ORDER BY raw_path) AS telemetry_evidence,
-           min(t0) AS telemetry_from_utc, max(t1) AS telemetry_to_utc
+           min(t0) AS telemetry_from_utc, max(t1) AS telemetry_to_utc,
+           CAST(count(DISTINCT replicate) FILTER (WHERE basis = 'window') AS BIGINT) AS n_replicates_windowed,
+           CAST(count(DISTINCT replicate) FILTER (WHERE basis = 'slices') AS BIGINT) AS n_replicates_from_slices,
+           CAST(count(*) FILTER (WHERE basis = 'slices') AS BIGINT) AS n_slice_samples,
+           CAST(count(*) FILTER (WHERE basis = 'suite') AS BIGINT) AS n_suite_values
     FROM util_samples
+    GROUP BY run_id, suite
+),
+several_gpus AS (
+    SELECT run_id, suite, CAST(count(DISTINCT replicate) AS BIGINT) AS n_replicates_several_gpus
+    FROM gpu_windowed WHERE NOT one_gpu
     GROUP BY run_id, suite
 ),
 util AS (
@@ -90,28 +135,41 @@ util AS (
            any_value(e.telemetry_evidence) AS telemetry_evidence,
            any_value(e.telemetry_from_utc) AS telemetry_from_utc, any_value(e.telemetry_to_utc) AS telemetry_to_utc,
            CAST(coalesce(any_value(lo.n_left_out), 0) AS BIGINT) AS n_util_samples_left_out,
-           CAST(coalesce(any_value(lo.n_replicates_left_out), 0) AS BIGINT) AS n_replicates_left_out
+           CAST(coalesce(any_value(lo.n_replicates_left_out), 0) AS BIGINT) AS n_replicates_left_out,
+           any_value(e.n_replicates_windowed) AS n_replicates_windowed,
+           any_value(e.n_replicates_from_slices) AS n_replicates_from_slices,
+           any_value(e.n_slice_samples) AS n_slice_samples, any_value(e.n_suite_values) AS n_suite_values,
+           CAST(coalesce(any_value(sg.n_replicates_several_gpus), 0) AS BIGINT) AS n_replicates_several_gpus
     FROM per_gpu g JOIN evidence e ON e.run_id = g.run_id AND e.suite = g.suite
     LEFT JOIN left_out lo ON lo.run_id = g.run_id AND lo.suite = g.suite
+    LEFT JOIN several_gpus sg ON sg.run_id = g.run_id AND sg.suite = g.suite
     GROUP BY g.run_id, g.suite
 ),
--- time-weighted (each rate over the window it describes, as the replicate summaries are): the
--- sampler's closing tick, tens of ms long, weighs tens of ms; the plain mean where no row has a window
+-- per replicate: its windowed summary where it has one, else its samples time-weighted (each rate
+-- over the window it describes, as the replicate summaries are: the sampler's closing tick, tens of
+-- ms long, weighs tens of ms; the plain mean where no row has a window); the suite: their mean
 host_windows AS (
-    SELECT run_id, suite, metric, value,
+    SELECT run_id, suite, replicate, metric, value,
            date_diff('microsecond', window_start_utc, window_end_utc) / 1e6 AS seconds
     FROM telemetry_slice_fact
     WHERE run_id = $1 AND suite IS NOT NULL AND metric IN ('cpu_utilization_pct', 'background_cpu_pct')
 ),
+host_replicates AS (
+    SELECT run_id, suite, replicate, replace(metric, '_mean', '') AS metric, value
+    FROM windowed WHERE run_id = $1 AND metric IN ('cpu_utilization_pct_mean', 'background_cpu_pct_mean')
+    UNION ALL
+    SELECT run_id, suite, replicate, metric,
+           coalesce(sum(value * seconds) FILTER (WHERE seconds > 0)
+                    / nullif(sum(seconds) FILTER (WHERE seconds > 0), 0), avg(value))
+    FROM host_windows h
+    WHERE NOT EXISTS (SELECT 1 FROM windowed w WHERE w.run_id = h.run_id AND w.suite = h.suite
+                                                 AND w.replicate = h.replicate AND w.metric = h.metric || '_mean')
+    GROUP BY run_id, suite, replicate, metric
+),
 host AS (
-    SELECT run_id, suite,
-           coalesce(sum(value * seconds) FILTER (WHERE metric = 'cpu_utilization_pct' AND seconds > 0)
-                    / nullif(sum(seconds) FILTER (WHERE metric = 'cpu_utilization_pct' AND seconds > 0), 0),
-                    avg(value) FILTER (WHERE metric = 'cpu_utilization_pct')) AS host_cpu_util_pct,
-           coalesce(sum(value * seconds) FILTER (WHERE metric = 'background_cpu_pct' AND seconds > 0)
-                    / nullif(sum(seconds) FILTER (WHERE metric = 'background_cpu_pct' AND seconds > 0), 0),
-                    avg(value) FILTER (WHERE metric = 'background_cpu_pct')) AS background_cpu_pct
-    FROM host_windows
+    SELECT run_id, suite, avg(value) FILTER (WHERE metric = 'cpu_utilization_pct') AS host_cpu_util_pct,
+           avg(value) FILTER (WHERE metric = 'background_cpu_pct') AS background_cpu_pct
+    FROM host_replicates
     GROUP BY run_id, suite
 ),
 measured_throughput AS (
@@ -146,6 +204,8 @@ throughput AS (
 )
 SELECT u.suite, u.n_util_samples, u.n_util_samples_left_out, u.n_replicates_left_out, u.n_gpus, u.gpu_util_pct, u.judged_gpu, u.gpu_util_min_pct, u.gpu_util_max_pct,
        u.gpu_medians, bu.gpu_util_pct AS base_gpu_util_pct, h.host_cpu_util_pct, h.background_cpu_pct,
+       u.n_replicates_windowed, u.n_replicates_from_slices, u.n_slice_samples, u.n_suite_values,
+       u.n_replicates_several_gpus,
        u.telemetry_evidence, u.telemetry_from_utc, u.telemetry_to_utc,
        t."case", t.metric AS throughput_metric, t.unit AS throughput_unit, t.n_replicates,
        t.value AS throughput, bt.value AS base_throughput,
@@ -170,12 +230,37 @@ DISPLAY = ("suite", "gpu_util_pct", "judged_gpu", "n_gpus", "base_gpu_util_pct",
            "throughput", "base_throughput", "throughput_change", "flagged", "telemetry_evidence")
 
 
+def util_source(row: dict) -> str:
+    """Which values a suite's utilization was read from (the SQL's per-replicate choice), in words."""
+    parts = []
+    if row["n_replicates_windowed"]:
+        parts.append(f"the suite's measured window for {row['n_replicates_windowed']} replicate(s) "
+                     "(measurement_fact gpu_utilization_pct_mean)")
+    if row["n_slice_samples"]:
+        reps = row["n_replicates_from_slices"]
+        parts.append(f"{row['n_slice_samples']} telemetry_slice_fact sample(s) over the whole process, start-up and "
+                     f"teardown included, {f'of {reps} replicate(s) ' if reps else ''}with no usable windowed summary")
+    if row["n_suite_values"]:
+        parts.append(f"{row['n_suite_values']} gpu_utilization_pct value(s) the suite reported itself")
+    text = "; ".join(parts)
+    if row["n_replicates_several_gpus"]:
+        text += (f" ({row['n_replicates_several_gpus']} replicate(s) whose sampler saw several GPUs: their summary "
+                 "averages all of them, no one GPU's figure, so they are judged per GPU from their samples)")
+    return text
+
+
 def low_gpu_utilization(home: Path, run_id: str, baseline_run_id: str | None) -> PlaybookResult:
     """Per suite with measured GPU utilization: below LOW_UTIL_PCT, and throughput down vs the baseline?"""
     check_runs(home, run_id, baseline_run_id)
     rows, digest = fetch(SQL, home, [run_id, baseline_run_id])
 
     def result(verdict: str, reason: str) -> PlaybookResult:
+        suites = {r["suite"]: r for r in rows}.values()
+        windowed, sliced = (sum(r[k] or 0 for r in suites)
+                            for k in ("n_replicates_windowed", "n_replicates_from_slices"))
+        if rows:
+            reason += (f"; utilization read from the measured window's summaries for {windowed} replicate(s) and from "
+                       f"whole-process samples for {sliced} (util_source per suite)")
         return PlaybookResult(NAME, QUESTION, verdict, reason, rows, digest, SQL, run_id, baseline_run_id)
 
     if not rows:
@@ -183,9 +268,9 @@ def low_gpu_utilization(home: Path, run_id: str, baseline_run_id: str | None) ->
         n = sampled[0]["n_replicates"] if sampled else 0
         seen = (f"; the sampler ran beside {n} replicates (telemetry_slice_fact, {sampled[0]['n_samples']} host "
                 "samples) and NVML saw no GPU" if n else "")
-        return result("unavailable", f"run {run_id} has no gpu_utilization_pct in measurement_fact or "
-                                     "telemetry_slice_fact: GPU utilization was not measured (a CPU-only run has "
-                                     f"no GPU telemetry), so it is not inferred from anything else{seen}")
+        return result("unavailable", f"run {run_id} has no gpu_utilization_pct(_mean) in measurement_fact or "
+                                     "gpu_utilization_pct in telemetry_slice_fact: GPU utilization was not measured "
+                                     f"(a CPU-only run has no GPU telemetry), so it is not inferred from anything else{seen}")
     for row in rows:
         low = row["gpu_util_pct"] < LOW_UTIL_PCT
         change = row["throughput_change"]
@@ -194,6 +279,8 @@ def low_gpu_utilization(home: Path, run_id: str, baseline_run_id: str | None) ->
         if row["n_util_samples_left_out"]:
             util += (f" ({row['n_util_samples_left_out']} sample(s) of {row['n_replicates_left_out']} replicate(s) "
                      "that did not succeed left out)")
+        row["util_source"] = util_source(row)
+        util += f", from {row['util_source']}"
         row["gpu_util_low"] = low
         if baseline_run_id is None:
             row.update(flagged=None, why=f"{util}; no baseline run to compare throughput with")
