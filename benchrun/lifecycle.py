@@ -83,24 +83,22 @@ def admit(rd: RunDir, loaded: Any, *, dagster_run_id: str | None = None,
         "dedicated nodes, fixed topology, stable background load and topology-exclusive "
         "placement cannot be guaranteed on a shared local machine")
     intent = loaded.run.spec.intent
+    _refuse_another_scheduler_path(intent.scheduler_path, path)
     requested = intent.benchmark_class
     signing = loaded.run.spec.provenance.signing
     # Publication grade needs the signature it asks for (CONTRACT §3): one this installation cannot make
     # downgrades the run like a guarantee the launcher cannot give.
     unsignable = signing_unavailable(signing)
-    granted = "realism_grade"
+    granted = class_granted(loaded.run.spec, can_publish)
     if requested == "publication_grade":
-        if can_publish and not unsignable:
-            granted = "publication_grade"
+        if granted == "publication_grade":
             rd.set_condition("PublicationGuaranteesMet", True, "LauncherGuarantees", why)
-        elif can_publish:
-            rd.set_condition("PublicationGuaranteesMet", False, "SigningUnavailable",
-                             f"{unsignable}; the run is downgraded to realism_grade")
-        else:
+        else:  # the message benchrun render says too (downgrade_reason)
             rd.set_condition(
                 "PublicationGuaranteesMet", False,
+                "SigningUnavailable" if can_publish else
                 "LocalExecution" if path == LOCAL_SCHEDULER_PATH else "LauncherCannotGuarantee",
-                f"{why}{'; ' + unsignable if unsignable else ''}; the run is downgraded to realism_grade",
+                str(downgrade_reason(loaded.run.spec, can_publish, why)),
             )
     earlier = set_earlier_attempt_aside(rd)
     if earlier:
@@ -129,12 +127,48 @@ def admit(rd: RunDir, loaded: Any, *, dagster_run_id: str | None = None,
         rd.update_status(benchmark_class_granted=granted, selected_scheduler_path=path,
                          dagster_run_id=dagster_run_id)
         if path == LOCAL_SCHEDULER_PATH:
-            rd.set_condition("Admitted", True, "LocalLauncher", "admitted to run on this machine")
+            asked = str(intent.scheduler_path or "")
+            rd.set_condition("Admitted", True, "LocalLauncher", "admitted to run on this machine" + (
+                f" (intent.schedulerPath {asked!r} is the Kubernetes launcher's placement: here the suites run as "
+                "processes, and the selected scheduler path is local)" if asked.strip().lower() != "local" else ""))
         else:
+            through = "Kueue and Slinky's slurm-bridge" if "slinky" in path else "Kueue"
             rd.set_condition("Admitted", True, "KubernetesLauncher",
-                             f"admitted to run as {granted} Jobs through Kueue")
+                             f"admitted to run as {granted} Jobs through {through} (scheduler path {path})")
         status = rd._write_phase("Running", message=None, allow_final_exit=False)
     return rd._publish_phase(status, "Running")  # outside the lock: it may reach the network
+
+
+def class_granted(spec: Any, can_publish: bool) -> str:
+    """The benchmark class a run of ``spec`` is granted when the launcher can (``can_publish``) or cannot
+    honour publication grade: publication grade only when it is asked for, the launcher can honour it and
+    the signature it asks for can be made here (:func:`signing_unavailable`); else realism grade. The one
+    rule of :func:`admit`, of the launcher's admission offer (whose LocalQueue it checks) and of
+    ``benchrun render`` (whose objects are those of the class a run would get)."""
+    if spec.intent.benchmark_class != "publication_grade" or not can_publish:
+        return "realism_grade"
+    return "realism_grade" if signing_unavailable(spec.provenance.signing) else "publication_grade"
+
+
+def downgrade_reason(spec: Any, can_publish: bool, why: str) -> str | None:
+    """Why a run of ``spec`` asking for publication grade is downgraded to realism grade (the message of
+    its ``PublicationGuaranteesMet`` condition); None when it is not downgraded."""
+    if spec.intent.benchmark_class != "publication_grade" or class_granted(spec, can_publish) == "publication_grade":
+        return None
+    unsignable = signing_unavailable(spec.provenance.signing)
+    if can_publish:
+        return f"{unsignable}; the run is downgraded to realism_grade"
+    return f"{why}{'; ' + unsignable if unsignable else ''}; the run is downgraded to realism_grade"
+
+
+def _refuse_another_scheduler_path(requested: Any, path: str) -> None:
+    """A launcher that places a run through another scheduler path than its ``intent.schedulerPath`` asks
+    for (slurm-bridge or not) is refused: the path is recorded and the one-variable gate compares it."""
+    if path == LOCAL_SCHEDULER_PATH:
+        return  # on this machine schedulerPath has no meaning: the path recorded is local
+    if ("slinky" in str(requested or "").lower()) != ("slinky" in path):
+        raise BenchrunError(f"intent.schedulerPath: {requested!r} is not what the launcher offers to place the run "
+                            f"through ({path!r}); it is not run another way than it asks")
 
 
 def _refuse_if_canceled_since(rd: RunDir, dagster_run_id: str | None, created: float | None) -> None:

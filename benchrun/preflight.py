@@ -5,7 +5,8 @@ settings (``BENCHRUN_LAUNCHER_*``, as the Dagster definitions read them), it che
 (the BenchmarkRun CRD, Kueue's v1beta2 LocalQueues and Workloads, JobSet when the spec has a
 multi-node suite) by discovery; the LocalQueue (in the runs' namespace) and WorkloadPriorityClass
 the spec's run would use (every lane's, without SPEC); a node with the allocatable
-``nvidia.com/gpu`` a pod of the spec asks for (as many such nodes as its largest gang); and,
+GPUs a pod of the spec asks for (the launcher's ``gpu_resource``, ``nvidia.com/gpu`` by default; as many
+such nodes as its largest gang); and,
 by ``SubjectAccessReview``, every call the launcher makes as the run workers' account
 (``LAUNCHER_ACCESS``, the calls tests/test_rbac_harness.py records). The image (a node pulls
 it), the artifact store (``BENCHRUN_SHARED_STATE``: its bucket answers ``HeadBucket``) and how the
@@ -119,15 +120,16 @@ def _served(api: Any, group: str, version: str) -> set[str]:
     return {r.get("name") for r in (doc or {}).get("resources") or []}
 
 
-def _spec_needs(spec: Path) -> tuple[Any, int, int, list[dict[str, Any]]]:
-    """The loaded run, the most GPUs one pod asks for, its largest gang, and the objects it would create."""
-    from benchrun.launch.render import render_objects
+def _spec_needs(spec: Path, gpu_resource: str) -> tuple[Any, int, int, list[dict[str, Any]], str | None]:
+    """The loaded run, the most GPUs (``gpu_resource``, the launcher's) one pod asks for, its largest gang,
+    the objects it would create and the benchmark class it would be granted (``benchrun render``'s)."""
+    from benchrun.launch.render import render_run
     from benchrun.spec import load_spec
 
     loaded = load_spec(spec)
-    objects = render_objects(spec, launcher="kubernetes")
+    rendered = render_run(spec, launcher="kubernetes")
     gpus, gang = 0, 1
-    for obj in objects:
+    for obj in rendered.objects:
         if obj["kind"] == "Job":
             specs = [obj["spec"]["template"]["spec"]]
         else:
@@ -135,8 +137,8 @@ def _spec_needs(spec: Path) -> tuple[Any, int, int, list[dict[str, Any]]]:
             gang = max(gang, int(obj["metadata"]["labels"].get("benchrun.dev/nodes", "1")))
         for ps in specs:
             for c in ps["containers"]:
-                gpus = max(gpus, int(((c.get("resources") or {}).get("limits") or {}).get("nvidia.com/gpu", 0)))
-    return loaded, gpus, gang, objects
+                gpus = max(gpus, int(((c.get("resources") or {}).get("limits") or {}).get(gpu_resource, 0)))
+    return loaded, gpus, gang, rendered.objects, rendered.benchmark_class
 
 
 def preflight(spec: Path | None = None, api: Any = None) -> list[Check]:
@@ -150,7 +152,9 @@ def preflight(spec: Path | None = None, api: Any = None) -> list[Check]:
     settings = LauncherSettings.from_env(kind="kubernetes")
     api = api if api is not None else _api_client()
     checks: list[Check] = []
-    loaded, need_gpus, gang, objects = _spec_needs(spec) if spec is not None else (None, 0, 1, [])
+    gpu = settings.gpu_resource  # the GPU device plugin's extended resource (nvidia.com/gpu, amd.com/gpu, ...)
+    loaded, need_gpus, gang, objects, granted = (_spec_needs(spec, gpu) if spec is not None
+                                                 else (None, 0, 1, [], None))
     ns = settings.namespace
 
     # the APIs
@@ -168,7 +172,7 @@ def preflight(spec: Path | None = None, api: Any = None) -> list[Check]:
     # the queue and priority class of the run (every lane's without a spec)
     if loaded is not None:
         intent = loaded.run.spec.intent
-        lanes = [settings.queue_for(intent.cadence, intent.benchmark_class)]
+        lanes = [settings.queue_for(intent.cadence, granted)]  # the queue of the class admission would grant
     else:
         lanes = sorted({settings.queue_for(k if k != "publication_grade" else None, k) for k in settings.queues})
     for queue, priority in lanes:
@@ -189,20 +193,21 @@ def preflight(spec: Path | None = None, api: Any = None) -> list[Check]:
 
     # GPU nodes
     nodes = core.list_node().items
-    alloc = sorted(((int(parse_quantity((n.status.allocatable or {}).get("nvidia.com/gpu", "0"))), n.metadata.name)
+    alloc = sorted(((int(parse_quantity((n.status.allocatable or {}).get(gpu, "0"))), n.metadata.name)
                     for n in nodes), reverse=True)
     with_gpus = [a for a in alloc if a[0] > 0]
     if need_gpus:
         fit = [a for a in alloc if a[0] >= need_gpus]
         ok = len(fit) >= gang
         checks.append(Check("GPU nodes", ok,
-                            f"{len(fit)} node(s) with >= {need_gpus} allocatable nvidia.com/gpu"
+                            f"{len(fit)} node(s) with >= {need_gpus} allocatable {gpu}"
                             + (f" (the largest gang needs {gang})" if gang > 1 else "")
                             + ("" if ok else f"; largest: {alloc[0][0]} on {alloc[0][1]}" if alloc else "; no nodes"),
-                            "add GPU nodes with the NVIDIA device plugin, or ask for fewer GPUs (suites[].gpus)"))
+                            f"add GPU nodes with the device plugin of {gpu} (BENCHRUN_LAUNCHER_GPU_RESOURCE), or ask "
+                            "for fewer GPUs (suites[].gpus)"))
     else:
         checks.append(Check("GPU nodes", True if loaded is not None else (bool(with_gpus) or None),
-                            f"{len(with_gpus)} node(s) with allocatable nvidia.com/gpu"
+                            f"{len(with_gpus)} node(s) with allocatable {gpu}"
                             + (" (this spec asks for none)" if loaded is not None else "")))
 
     # what each account of the deployment calls, by SubjectAccessReview: the run workers' launcher

@@ -45,6 +45,7 @@ class LauncherResource(dg.ConfigurableResource):
     service_account: Optional[str] = None
     image_pull_secrets: list[str] = []
     scheduler_name: Optional[str] = None
+    slinky_scheduler_name: Optional[str] = None
     slurm_partition: Optional[str] = None
     slurm_constraints: Optional[str] = None
     slurm_reservation: Optional[str] = None
@@ -88,24 +89,48 @@ class LauncherResource(dg.ConfigurableResource):
     def admission_offer(self, loaded: Any) -> tuple[str, bool, str]:
         """(scheduler path, can honour publication grade, why): what lifecycle.admit asks.
 
-        On Kubernetes the run's LocalQueue must exist: a run whose queue does not fails here,
-        naming it and the fix, instead of waiting pending_timeout_s for an admission that
-        never comes."""
+        On Kubernetes the scheduler path is the one the run's ``intent.schedulerPath`` asks for
+        (``LauncherSettings.scheduler_path_for``: ``kueue``, or ``kueue+slinky`` through slurm-bridge): a
+        run asking for slinky on a launcher that does not declare slurm-bridge fails here, naming the
+        field and the setting, instead of running as plain Kueue. The LocalQueue of the class the run
+        will be granted (``lifecycle.class_granted``: publication grade only when the launcher can honour
+        it and the signature it asks for can be made; else its cadence's) must exist: a run whose queue
+        does not fails here, naming it and the fix, instead of waiting pending_timeout_s for an admission
+        that never comes. Locally the path is ``local`` (schedulerPath has no meaning on this machine)."""
+        from benchrun.lifecycle import LOCAL_SCHEDULER_PATH, class_granted
+
         suites = [s for layer in loaded.run.spec.layers if layer.enabled for s in layer.suites]
         settings = self.settings()
         ok, why = settings.publication_offer_for(suites)
-        if self.kind == "kubernetes":
-            from benchrun.errors import BenchrunError
-            from benchrun.launch.queues import check_queue
+        if self.kind != "kubernetes":
+            return LOCAL_SCHEDULER_PATH, ok, why
+        from benchrun.errors import BenchrunError
+        from benchrun.launch.queues import check_queue
 
-            intent = loaded.run.spec.intent
-            try:
-                queue, _priority = settings.queue_for(
-                    intent.cadence, "publication_grade" if ok and intent.benchmark_class == "publication_grade" else None)
-                check_queue(self._apis()[2], settings.namespace, queue)
-            except BenchrunError as exc:
-                raise dg.Failure(f"admission: {exc}") from None
-        return ("kubernetes" if self.kind == "kubernetes" else "local"), ok, why
+        intent = loaded.run.spec.intent
+        try:
+            path = settings.scheduler_path_for(intent.scheduler_path)
+            queue, _priority = settings.queue_for(intent.cadence, class_granted(loaded.run.spec, ok))
+            check_queue(self._apis()[2], settings.namespace, queue)
+        except BenchrunError as exc:
+            raise dg.Failure(f"admission: {exc}") from None
+        return path, ok, why
+
+    def _scheduler_path(self, settings: LauncherSettings, run_dir: RunDir) -> str:
+        """The scheduler path the run's Jobs are placed through: the one its spec asks for on this launcher
+        (as admission recorded it); a launcher reconfigured since without slurm-bridge fails the layer,
+        naming the setting, instead of placing a slinky run through plain Kueue."""
+        from benchrun.errors import BenchrunError
+
+        requested = run_dir.read_status().get("scheduler_path_requested")
+        if requested is None:
+            from benchrun.lifecycle import load_pinned
+
+            requested = load_pinned(run_dir).run.spec.intent.scheduler_path
+        try:
+            return settings.scheduler_path_for(requested)
+        except BenchrunError as exc:
+            raise dg.Failure(f"launcher: {exc}") from None
 
     def _apis(self) -> tuple[Any, Any, Any, bool]:
         from kubernetes import client, config
@@ -163,10 +188,12 @@ class LauncherResource(dg.ConfigurableResource):
     def _k8s_launcher(self, settings: LauncherSettings, run_dir: RunDir, publication: bool) -> Any:
         from benchrun.launch.kubernetes import KubernetesLauncher
 
+        path = self._scheduler_path(settings, run_dir)
         batch, core, custom, in_cluster = self._apis()
         return KubernetesLauncher(
             batch, core, settings.namespace,
-            settings.placement(publication, run_home=str(run_dir.home), cadence=run_dir.read_status().get("cadence")),
+            settings.placement(publication, run_home=str(run_dir.home), cadence=run_dir.read_status().get("cadence"),
+                               scheduler_path=path),
             settings.poll_s, custom_api=custom, delete_finished=settings.delete_finished,
             owner=self._owner(core, in_cluster), gang=settings.gang_options(),
         )

@@ -1,6 +1,7 @@
 """The deploy values run suites on Kueue Jobs by default: the launcher settings in the Helm
 values are valid and name deploy/'s objects, the example BenchmarkRun renders to valid Jobs
-whose commands are in the image, and publication grade refuses a moving image tag."""
+whose commands are in the image, and a publication-grade spec with a moving image tag renders as the
+realism-grade run it would be."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from typing import Any
 import pytest
 import yaml
 
-from benchrun.errors import BenchrunError
 from benchrun.launch.podspec import moving_tag, qos_class
 from benchrun.launch.settings import LauncherSettings
 from conftest import ROOT
@@ -103,30 +103,34 @@ def test_the_example_renders_valid_jobs_whose_commands_are_in_the_image(kustomiz
     assert gemm["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
 
 
-def test_publication_grade_refuses_a_moving_tag(bench_home, monkeypatch):
-    from benchrun.launch.render import render_objects
+def test_publication_grade_with_a_moving_tag_renders_as_the_realism_run_it_would_be(bench_home, monkeypatch):
+    """Found in review: render raised on a publication-grade spec with a tagged image while a real run of it
+    is admitted downgraded to realism grade. Render grants what admission grants: the objects of the
+    realism-grade run, the downgrade said (the message of the run's PublicationGuaranteesMet condition)."""
+    from benchrun.launch import render
 
     path = ROOT / "specs/local/pre-release.yaml"  # publication_grade, suites naming no image
-    monkeypatch.setenv("BENCHRUN_LAUNCHER_KIND", "kubernetes")
-    monkeypatch.setenv("BENCHRUN_LAUNCHER_IMAGE", "registry.example.com/benchrun:latest")
-    with pytest.raises(BenchrunError, match=r"^BENCHRUN_LAUNCHER_IMAGE \(the image of spec.layers\[\w+\]\.suites\[\w+\], "
-                                            r"which names none\): 'registry.example.com/benchrun:latest' is a moving tag "
-                                            r"\(no @sha256:\).*pin the image by digest \(name@sha256:"):
-        render_objects(path)
+    env = {"BENCHRUN_LAUNCHER_KIND": "kubernetes", "BENCHRUN_LAUNCHER_NODE_SELECTOR": '{"pool": "bench"}',
+           "BENCHRUN_LAUNCHER_CPU": "8", "BENCHRUN_LAUNCHER_MEMORY": "64Gi"}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
     # a pinned-looking tag moves too: only a digest says what ran
-    monkeypatch.setenv("BENCHRUN_LAUNCHER_IMAGE", "registry.example.com/benchrun:0.1.0-cuda")
-    with pytest.raises(BenchrunError, match=r"'registry.example.com/benchrun:0.1.0-cuda' is a moving tag"):
-        render_objects(path)
-    doc = yaml.safe_load(path.read_text())
-    doc["spec"]["layers"][0]["suites"][0]["image"] = "registry.example.com/other:2.0"
-    named = bench_home / "named.yaml"
-    named.write_text(yaml.safe_dump(doc, sort_keys=False))
-    first = doc["spec"]["layers"][0]
-    with pytest.raises(BenchrunError, match=rf"^spec.layers\[{first['name']}\].suites\[{first['suites'][0]['name']}\]"
-                                            r"\.image: 'registry.example.com/other:2.0' is a moving tag"):
-        render_objects(named)
+    for image in ("registry.example.com/benchrun:latest", "registry.example.com/benchrun:0.1.0-cuda"):
+        monkeypatch.setenv("BENCHRUN_LAUNCHER_IMAGE", image)
+        objects = render.render_objects(path)  # before: raised "is a moving tag"
+        assert objects
+        for obj in objects:  # per replicate, the cadence's queue, no exclusive placement
+            assert obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "pre-release"
+            assert "benchrun.dev/layer-job" not in obj["metadata"]["labels"]
+            assert "podAntiAffinity" not in (obj["spec"]["template"]["spec"].get("affinity") or {})
+        rendered = render.render_run(path)
+        assert rendered.benchmark_class == "realism_grade" and rendered.objects == objects
+        [warning] = rendered.warnings
+        assert "realism_grade granted" in warning and "pinned by digest (name@sha256:...)" in warning
     monkeypatch.setenv("BENCHRUN_LAUNCHER_IMAGE", "registry.example.com/benchrun@sha256:" + "a" * 64)
-    assert render_objects(path)  # by digest: rendered
+    pinned = render.render_run(path)  # by digest: granted, one Job per layer in the publication queue
+    assert pinned.benchmark_class == "publication_grade" and not pinned.warnings
+    assert {o["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] for o in pinned.objects} == {"publication"}
     assert moving_tag("benchrun") and moving_tag("r.example:5000/benchrun") and not moving_tag("r.example:5000/b:1.0")
     assert not moving_tag("b:latest@sha256:" + "a" * 64)
 
@@ -152,8 +156,10 @@ def test_every_resource_a_shipped_example_asks_for_is_covered_by_its_clusterqueu
 
     for key, value in launcher_env().items():
         monkeypatch.setenv(key, value)
-    # publication grade renders only with an image pinned by digest (test above)
+    # publication grade is granted only with an image pinned by digest (test above)
     monkeypatch.setenv("BENCHRUN_LAUNCHER_IMAGE", "registry.example.com/benchrun@sha256:" + "a" * 64)
+    # examples ask for schedulerPath slinky: a cluster with slurm-bridge (else they are refused, as at admission)
+    monkeypatch.setenv("BENCHRUN_LAUNCHER_SLINKY_SCHEDULER_NAME", "slurm-bridge-scheduler")
     monkeypatch.setenv("BENCHRUN_VAR_SSH_USER", "bench")  # the examples' one site variable
     local = {(d["metadata"]["namespace"], d["metadata"]["name"]): d["spec"]["clusterQueue"]
              for d in kustomized if d["kind"] == "LocalQueue"}

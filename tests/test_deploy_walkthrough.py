@@ -127,7 +127,7 @@ def test_the_deploy_walkthrough_takes_the_example_to_succeeded_with_every_output
     assert phases == sorted(phases, key=order.index), phases
     rd = RunDir.for_run(run_id, worker_home)
     st = rd.read_status()
-    assert st["selected_scheduler_path"] == "kubernetes" and st["outcome"] == "succeeded"
+    assert st["selected_scheduler_path"] == "kueue" and st["outcome"] == "succeeded"
     # the run records the image by digest, though the values name it by a tag
     digest = cluster.image_id(env["BENCHRUN_LAUNCHER_IMAGE"]).split("@", 1)[1]
     assert st["images"] == {"gemm": "registry.example.com/benchrun@" + digest}

@@ -52,7 +52,7 @@ def test_tiny_run_through_dagster_on_the_harness(k8s_home, bench_home, canary_do
     assert result.success
     rd = RunDir.for_run(prepared.run_id)
     st = rd.read_status()
-    assert st["selected_scheduler_path"] == "kubernetes"
+    assert st["selected_scheduler_path"] == "kueue"  # the canary asks for no slinky
     launches = json.loads(rd.file("structured", "launches", "", "json").read_text())
     assert [(r["suite"], r["status"]) for r in launches] == [("gemm", "ok")] * 3, launches
     assert launches[0]["pod_uid"] and launches[0]["node_name"] in ("node-a", "node-b")

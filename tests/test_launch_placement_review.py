@@ -18,6 +18,7 @@ from benchrun.errors import BenchrunError
 from benchrun.launch.jobset import jobset_manifest
 from benchrun.launch.k8s_objects import job_model
 from benchrun.launch.kubernetes import KubernetesLauncher
+from benchrun.launch.placement import SCHEDULER_PATH_SLINKY
 from benchrun.launch.podspec import SLURM_BRIDGE_SCHEDULER, Placement, job_manifest, layer_job_manifest
 from benchrun.launch.settings import LauncherSettings
 from benchrun.plan import plan_run
@@ -33,8 +34,10 @@ SLURM = Placement(queue_name="training", scheduler_name=SLURM_BRIDGE_SCHEDULER, 
                   slurm_constraints="ib&h100", slurm_reservation="bench", slurm_qos="high")
 PUBLICATION = replace(SLURM, publication_grade=True, node_selector={"benchrun.dev/pool": "h100"},
                       topology_label="topology.example.com/rack", topology_values=("r7",))
+# the example asks for schedulerPath: slinky, so its launcher declares slurm-bridge
 K8S_ENV = {"BENCHRUN_LAUNCHER_KIND": "kubernetes", "BENCHRUN_LAUNCHER_IMAGE": PINNED,
-           "BENCHRUN_LAUNCHER_NODE_SELECTOR": '{"pool": "bench"}', "BENCHRUN_LAUNCHER_OUTPUTS_URI": "s3://bench/runs"}
+           "BENCHRUN_LAUNCHER_NODE_SELECTOR": '{"pool": "bench"}', "BENCHRUN_LAUNCHER_OUTPUTS_URI": "s3://bench/runs",
+           "BENCHRUN_LAUNCHER_SLINKY_SCHEDULER_NAME": SLURM_BRIDGE_SCHEDULER}
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +132,7 @@ def test_slurm_and_gpu_resource_settings_reach_the_pods(tmp_path, validator):
         "BENCHRUN_LAUNCHER_SLURM_RESERVATION": "bench-week", "BENCHRUN_LAUNCHER_SLURM_QOS": "bench",
         "BENCHRUN_LAUNCHER_SLINKY_ANNOTATION_PREFIX": "slinky.slurm.net/",
         "BENCHRUN_LAUNCHER_GPU_RESOURCE": "amd.com/gpu"})
-    placement = settings.placement(cadence="nightly")
+    placement = settings.placement(cadence="nightly", scheduler_path=SCHEDULER_PATH_SLINKY)  # a run asking for slinky
     assert (placement.slurm_constraints, placement.slurm_reservation, placement.slurm_qos,
             placement.slinky_annotation_prefix, placement.gpu_resource) == (
         "mi300x", "bench-week", "bench", "slinky.slurm.net/", "amd.com/gpu")
@@ -205,7 +208,8 @@ def test_a_publication_gang_needs_a_topology_label_to_be_offered(bench_home, mon
     objs = render_objects(EXAMPLE)
     gang = [o for o in objs if o["kind"] == "JobSet"]
     assert gang and all(o["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "pre-release" for o in objs)
-    assert not any((o["metadata"].get("annotations") or {}) for o in gang)  # no exclusive-topology: realism
+    assert not any("alpha.jobset.sigs.k8s.io/exclusive-topology" in (o["metadata"].get("annotations") or {})
+                   for o in gang)  # no exclusive-topology: realism
     settings = LauncherSettings.from_env(env)
     suites = [s for layer in load_spec(EXAMPLE).run.spec.layers if layer.enabled for s in layer.suites]
     ok, why = settings.publication_offer_for(suites)
@@ -215,9 +219,10 @@ def test_a_publication_gang_needs_a_topology_label_to_be_offered(bench_home, mon
     # the Dagster resource's offer, which admission turns into PublicationGuaranteesMet=False and realism grade
     monkeypatch.setattr(LauncherResource, "_apis", lambda self: (None, None, None, False))
     monkeypatch.setattr("benchrun.launch.queues.check_queue", lambda *args: None)
-    resource = LauncherResource(kind="kubernetes", image=PINNED, node_selector={"pool": "bench"}, cpu="8", memory="64Gi")
+    resource = LauncherResource(kind="kubernetes", image=PINNED, node_selector={"pool": "bench"}, cpu="8", memory="64Gi",
+                                slinky_scheduler_name=SLURM_BRIDGE_SCHEDULER)
     path, ok, why = resource.admission_offer(load_spec(EXAMPLE))
-    assert path == "kubernetes" and not ok and "topology_label" in why
+    assert path == SCHEDULER_PATH_SLINKY and not ok and "topology_label" in why
     pinned = LauncherSettings.from_env({**env, "BENCHRUN_LAUNCHER_TOPOLOGY_LABEL": "topology.example.com/rack",
                                         "BENCHRUN_LAUNCHER_TOPOLOGY_VALUES": '["r1"]'})
     assert pinned.publication_offer_for(suites)[0]
@@ -242,6 +247,8 @@ def test_a_publication_gang_takes_cpu_and_memory_from_its_suite(tmp_path, bench_
     doc = yaml.safe_load(EXAMPLE.read_text())
     for layer in doc["spec"]["layers"]:
         layer["enabled"] = layer["name"] == "end_to_end"
+    # a signature this installation makes (the example asks for sigstore, which downgrades the run as admission does)
+    doc["spec"]["provenance"]["signing"]["backend"] = "local_ed25519"
     spec = bench_home / "gang.yaml"
     spec.write_text(yaml.safe_dump(doc, sort_keys=False))
     _set_env(monkeypatch, {**K8S_ENV, "BENCHRUN_LAUNCHER_TOPOLOGY_LABEL": "topology.example.com/rack",
@@ -251,6 +258,8 @@ def test_a_publication_gang_takes_cpu_and_memory_from_its_suite(tmp_path, bench_
     for js in objs:
         assert not list(validator.iter_errors(js))
         assert js["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "publication"
-        assert js["metadata"]["annotations"] == {
+        ann = js["metadata"]["annotations"]
+        assert {k: v for k, v in ann.items() if not k.startswith("slurmjob.slinky.slurm.net/")} == {
             "alpha.jobset.sigs.k8s.io/exclusive-topology": "topology.example.com/rack"}
+        assert ann["slurmjob.slinky.slurm.net/exclusive"] == "true"  # schedulerPath: slinky, through slurm-bridge
         assert _pod_spec(js)["containers"][0]["resources"]["limits"]["memory"] == "1600Gi"

@@ -82,9 +82,41 @@ def test_admit_grants_what_the_launcher_offers(bench_home, write_spec) -> None:
     prepared = sub.prepare(write_spec(doc))
     rd = RunDir.for_run(prepared.run_id)
     loaded = lifecycle.load_pinned(rd)
-    st = lifecycle.admit(rd, loaded, offer=("kubernetes", True, "dedicated nodes ..."))
-    assert st["benchmark_class_granted"] == "publication_grade" and st["selected_scheduler_path"] == "kubernetes"
-    st = lifecycle.admit(rd, loaded, offer=("kubernetes", False, "the Kubernetes launcher cannot guarantee: x"))
+    st = lifecycle.admit(rd, loaded, offer=("kueue", True, "dedicated nodes ..."))
+    assert st["benchmark_class_granted"] == "publication_grade" and st["selected_scheduler_path"] == "kueue"
+    st = lifecycle.admit(rd, loaded, offer=("kueue", False, "the Kubernetes launcher cannot guarantee: x"))
     assert st["benchmark_class_granted"] == "realism_grade"
     cond = {c["type"]: c for c in rd.read_status()["conditions"]}["PublicationGuaranteesMet"]
     assert cond["status"] == "False" and cond["reason"] == "LauncherCannotGuarantee" and "cannot guarantee: x" in cond["message"]
+
+
+def test_a_topology_label_without_values_is_refused_when_the_settings_load() -> None:
+    """Found in review: topology_label without topology_values loaded, and building any pod then failed (the
+    required node affinity has no value to pin to); values without a label were ignored. Both refused at load,
+    naming both settings; the label and values are checked as Kubernetes label key and values there too."""
+    import dagster as dg
+
+    from resources.launcher import LauncherResource
+
+    label = {"BENCHRUN_LAUNCHER_TOPOLOGY_LABEL": "topology.example.com/rack"}
+    with pytest.raises(BenchrunError, match=r"^launcher setting topology_values \(BENCHRUN_LAUNCHER_TOPOLOGY_VALUES\): "
+                                            r".*empty while topology_label \(BENCHRUN_LAUNCHER_TOPOLOGY_LABEL\)"):
+        LauncherSettings.from_env(label)
+    with pytest.raises(dg.Failure, match=r"(?s)topology_values.*empty while topology_label"):
+        LauncherResource(kind="kubernetes", topology_label="topology.example.com/rack").settings()
+    with pytest.raises(BenchrunError, match=r"TOPOLOGY_VALUES\): .*set without topology_label"):
+        LauncherSettings.from_env({"BENCHRUN_LAUNCHER_TOPOLOGY_VALUES": '["rack-1"]'})
+    with pytest.raises(BenchrunError, match=r"TOPOLOGY_VALUES\): .*'rack 1' is not a valid Kubernetes label value"):
+        LauncherSettings.from_env({**label, "BENCHRUN_LAUNCHER_TOPOLOGY_VALUES": '["rack 1"]'})
+    with pytest.raises(BenchrunError, match=r"TOPOLOGY_LABEL\): .*not a valid Kubernetes label key"):
+        LauncherSettings.from_env({"BENCHRUN_LAUNCHER_TOPOLOGY_LABEL": "a rack",
+                                   "BENCHRUN_LAUNCHER_TOPOLOGY_VALUES": '["rack-1"]'})
+    ok = LauncherSettings.from_env({**label, "BENCHRUN_LAUNCHER_TOPOLOGY_VALUES": '["rack-1"]'})
+    assert ok.placement(cadence="nightly").topology_values == ("rack-1",)
+
+
+def test_a_fractional_launcher_cpu_is_refused_when_the_settings_load() -> None:
+    with pytest.raises(BenchrunError, match=r"^launcher setting cpu \(BENCHRUN_LAUNCHER_CPU\): .*'500m' is not a whole "
+                                            r"number of CPUs"):
+        LauncherSettings.from_env({"BENCHRUN_LAUNCHER_CPU": "500m"})
+    assert LauncherSettings.from_env({"BENCHRUN_LAUNCHER_CPU": "2000m"}).cpu == "2000m"

@@ -127,3 +127,26 @@ def test_preflight_reviews_every_account_of_the_deployment_and_names_a_removed_r
     assert ok is False and "list benchmarkruns.benchmarking.aisp.dev (all namespaces)" in line
     ok, line = checks["access of benchrun-run"]
     assert ok is False and "patch benchmarkruns/status" in line and "get jobs/status.batch" not in line
+
+
+def test_preflight_counts_gpu_nodes_by_the_launchers_gpu_resource(deployed, bench_home, monkeypatch):
+    """Found in review: preflight counted nodes with nvidia.com/gpu only, while the launcher's pods ask for its
+    gpu_resource (amd.com/gpu, ...): on an AMD cluster a spec needing GPUs was reported as asking for none."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(deployed.api_client())
+    for node, amd in (("node-a", "8"), ("node-b", "0")):
+        core.patch_node_status(node, {"status": {"allocatable": {"nvidia.com/gpu": "0", "amd.com/gpu": amd}}})
+    monkeypatch.setenv("BENCHRUN_LAUNCHER_GPU_RESOURCE", "amd.com/gpu")
+    ok, line = report(preflight(EXAMPLE))["GPU nodes"]
+    assert ok is True and "1 node(s) with >= 1 allocatable amd.com/gpu" in line, line
+    core.patch_node_status("node-a", {"status": {"allocatable": {"amd.com/gpu": "0"}}})
+    ok, line = report(preflight(EXAMPLE))["GPU nodes"]
+    assert ok is False and "0 node(s) with >= 1 allocatable amd.com/gpu" in line and "amd.com/gpu" in line
+
+
+def test_preflight_checks_the_queue_of_the_class_the_run_would_be_granted(deployed, bench_home):
+    """A publication-grade spec the launcher cannot honour (here: a moving image tag, no dedicated nodes) runs as
+    realism grade in its cadence's queue: that is the LocalQueue preflight checks, as admission does."""
+    checks = report(preflight(ROOT / "specs/local/pre-release.yaml"))
+    assert checks["LocalQueue pre-release"][0] is True and "LocalQueue publication" not in checks

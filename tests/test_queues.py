@@ -69,7 +69,7 @@ def test_a_run_whose_queue_does_not_exist_fails_at_admission(kcluster_factory, m
                                          r".*apply deploy/kustomize/base"):
         launcher.admission_offer(loaded)
     kcluster_factory(namespace="benchrun-runs", queues={"canary": {"cpu": "8"}})
-    assert launcher.admission_offer(loaded)[0] == "kubernetes"
+    assert launcher.admission_offer(loaded)[0] == "kueue"
 
 
 def test_no_kueue_is_said_at_admission() -> None:

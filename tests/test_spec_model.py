@@ -186,3 +186,21 @@ def test_a_suite_name_that_cannot_be_a_label_value_is_refused_at_admission(canar
     ok["spec"]["layers"][0]["suites"][0]["name"] = "g" * 63
     [res] = validate_bytes(yaml.safe_dump(ok).encode(), "spec.yaml")
     assert res.valid, res.errors
+
+
+def test_a_fractional_cpu_is_refused_at_validation(canary_doc) -> None:
+    """Found in review: the cpu field's description gave '500m' as its example while every Kubernetes launch refuses
+    a fraction (Guaranteed QoS, whole CPUs): the spec refuses it when validated, with that reason."""
+    for cpu, valid in (("500m", False), ("1.5", False), ("0", False), ("2000m", True), ("4", True), ("1k", True)):
+        doc = copy.deepcopy(canary_doc)
+        doc["spec"]["layers"][0]["suites"][0]["cpu"] = cpu
+        [res] = validate_bytes(yaml.safe_dump(doc).encode(), "spec.yaml")
+        assert res.valid == valid, (cpu, [str(e) for e in res.errors])
+        if not valid:
+            [err] = res.errors
+            assert err.path == "spec.layers[0].suites[0].cpu" and f"'{cpu}' is not a whole number of CPUs" in err.message
+            assert "exclusive cores" in err.message
+    description = Suite.model_fields["cpu"].description or ""
+    assert "whole CPUs" in description and "'500m' is refused" in description
+    gpus_per_node = Suite.model_fields["gpus_per_node"].description or ""
+    assert "the node's GPUs" not in gpus_per_node  # the launcher never gives a pod the node's GPUs unasked

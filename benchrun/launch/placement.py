@@ -18,6 +18,11 @@ from benchrun.plan import Invocation
 
 SLINKY_JOB_PREFIX = "slurmjob.slinky.slurm.net/"
 SLURM_BRIDGE_SCHEDULER = "slurm-bridge-scheduler"
+# The scheduler path a Kubernetes run is placed through (status ``selected_scheduler_path``, which the
+# one-variable gate compares): every Job is admitted by Kueue; a spec whose ``intent.schedulerPath``
+# names slinky is also placed by Slinky's slurm-bridge (``LauncherSettings.scheduler_path_for``).
+SCHEDULER_PATH_KUEUE = "kueue"
+SCHEDULER_PATH_SLINKY = "kueue+slinky"
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?\Z")
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
@@ -56,6 +61,9 @@ class Placement:
     slurm_reservation: str | None = None
     slurm_qos: str | None = None
     slinky_annotation_prefix: str = SLINKY_JOB_PREFIX
+    # the pods go through slurm-bridge (the run's scheduler path is kueue+slinky): the Job or JobSet
+    # carries the Slurm job annotations whatever slurm-bridge's scheduler name is on this cluster
+    slinky: bool = False
     service_account: str | None = None
     image_pull_secrets: tuple[str, ...] = ()
     image_pull_policy: str = "IfNotPresent"
@@ -195,7 +203,7 @@ def slinky_annotations(inv: Invocation, placement: Placement) -> dict[str, str]:
     them there and ignores a pod template's). ``timelimit`` (whole minutes) covers the pod's whole
     deadline (:func:`pod_deadline_s`, the image pull included), so Slurm never ends a pod that
     Kubernetes would still let run. Empty when the pods do not go through slurm-bridge."""
-    if placement.scheduler_name != SLURM_BRIDGE_SCHEDULER and not (
+    if not placement.slinky and placement.scheduler_name != SLURM_BRIDGE_SCHEDULER and not (
         placement.slurm_partition or placement.slurm_constraints or placement.slurm_reservation or placement.slurm_qos
     ):
         return {}

@@ -6,12 +6,16 @@ builders (``KubernetesLauncher.manifests``: a Job per replicate, a JobSet per ga
 Job per publication-grade layer), so what is reviewed (or committed for GitOps) is what a run
 submits. The run id is a placeholder
 (``<name>-00000000000000-<digest8>``) unless one is given; Pipes bootstrap variables are
-absent (a Dagster run adds them at launch time).
+absent (a Dagster run adds them at launch time). The class and scheduler path are admission's: a
+publication-grade spec the launcher cannot honour renders as the realism-grade run it would be (the
+downgrade is said on stderr), and a spec asking for slinky on a launcher without slurm-bridge is
+refused as its admission would be.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +24,37 @@ from benchrun.errors import BenchrunError
 EPOCH = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
 
 
+@dataclass(frozen=True)
+class Rendered:
+    """What ``benchrun render`` shows for a spec: the objects a run would create, the benchmark class and
+    scheduler path it would be admitted with, and what its admission would say (a downgrade)."""
+
+    objects: list[dict[str, Any]]
+    benchmark_class: str  # granted: publication_grade | realism_grade
+    scheduler_path: str  # kueue | kueue+slinky
+    warnings: tuple[str, ...] = ()
+
+
 def render_objects(spec: Path, *, launcher: str | None = None, run_id: str | None = None,
                    home: Path | None = None) -> list[dict[str, Any]]:
-    """The Jobs (and JobSets, for multi-node suites) of every enabled layer, in launch order: a
-    Job per replicate, or, when publication grade is granted, one Job per layer without a gang."""
+    """The Jobs (and JobSets, for multi-node suites) of every enabled layer, in launch order
+    (:func:`render_run`'s objects)."""
+    return render_run(spec, launcher=launcher, run_id=run_id, home=home).objects
+
+
+def render_run(spec: Path, *, launcher: str | None = None, run_id: str | None = None,
+               home: Path | None = None) -> Rendered:
+    """What a run of ``spec`` would create: a Job per replicate, or, when publication grade is granted,
+    one Job per layer without a gang. The class is the one admission would grant
+    (``lifecycle.class_granted``, the launcher's offer and the signing the spec asks for): a
+    publication-grade spec the launcher cannot honour (a moving image tag, no dedicated nodes, a
+    signature this installation cannot make) renders as the realism-grade run it would be, the
+    downgrade said in ``warnings`` as its ``PublicationGuaranteesMet`` condition would say it. The
+    scheduler path is the launcher's for the spec's ``intent.schedulerPath`` (refused, as at admission,
+    when it asks for slinky on a launcher without slurm-bridge)."""
     from benchrun.launch.kubernetes import KubernetesLauncher
     from benchrun.launch.settings import LauncherSettings
+    from benchrun.lifecycle import class_granted, downgrade_reason
     from benchrun.paths import benchrun_home, validate_run_id
     from benchrun.plan import plan_run
     from benchrun.spec import load_spec
@@ -42,25 +71,18 @@ def render_objects(spec: Path, *, launcher: str | None = None, run_id: str | Non
         stem = "".join(ch if ch.isalnum() else "-" for ch in run.metadata.name.lower()).strip("-")[:39] or "run"
         run_id = f"{stem}-00000000000000-{loaded.spec_digest.removeprefix('sha256:')[:8]}"
     validate_run_id(run_id)
+    path = settings.scheduler_path_for(run.spec.intent.scheduler_path)  # refused as admission refuses it
     home = Path(settings.run_home) if settings.run_home else benchrun_home(home)
     run_dir = home / "runs" / run_id
     plans = plan_run(run, run_id, run_dir, home=home, record_plan=False)  # a preview records nothing
     suites = [s for layer in run.spec.layers if layer.enabled for s in layer.suites]
-    if run.spec.intent.benchmark_class == "publication_grade":
-        for layer in run.spec.layers:
-            for s in layer.suites if layer.enabled else []:
-                image = s.image or settings.image
-                if "@sha256:" not in image:
-                    where = (f"spec.layers[{layer.name}].suites[{s.name}].image" if s.image else
-                             f"BENCHRUN_LAUNCHER_IMAGE (the image of spec.layers[{layer.name}].suites[{s.name}], "
-                             "which names none)")
-                    raise BenchrunError(
-                        f"{where}: {image!r} is a moving tag (no @sha256:): a tag can be pointed at another image, "
-                        "and a publication-grade run records exactly what ran; pin the image by digest "
-                        "(name@sha256:<64 hex>, from `docker buildx imagetools inspect`)")
-    can_publish, _why = settings.publication_offer_for(suites)
-    publication = run.spec.intent.benchmark_class == "publication_grade" and can_publish
-    placement = settings.placement(publication, run_home=str(home), cadence=run.spec.intent.cadence)
+    can_publish, why = settings.publication_offer_for(suites)
+    granted = class_granted(run.spec, can_publish)
+    downgrade = downgrade_reason(run.spec, can_publish, why)
+    warnings = (f"publication_grade asked for, realism_grade granted: {downgrade}; the objects are those of "
+                "the realism-grade run",) if downgrade else ()
+    placement = settings.placement(granted == "publication_grade", run_home=str(home), cadence=run.spec.intent.cadence,
+                                   scheduler_path=path)
     # the launcher's own choice per layer: a publication layer is one Job, else a Job or JobSet per replicate
     k8s = KubernetesLauncher(None, None, settings.namespace, placement, gang=settings.gang_options())
     objects = []
@@ -69,7 +91,7 @@ def render_objects(spec: Path, *, launcher: str | None = None, run_id: str | Non
             if obj["kind"] == "Job":
                 KubernetesLauncher._model(obj)  # dagster-k8s names any field the API would not know
             objects.append(obj)
-    return objects
+    return Rendered(objects, granted, path, warnings)
 
 
 def register(app: Any) -> None:
@@ -93,7 +115,10 @@ def register(app: Any) -> None:
 
         if output not in ("yaml", "json"):
             raise BenchrunError(f"-o/--output: {output!r} is not a format; use yaml or json")
-        objects = render_objects(spec, launcher=launcher, run_id=run_id)
+        rendered = render_run(spec, launcher=launcher, run_id=run_id)
+        objects = rendered.objects
+        for warning in rendered.warnings:  # what the run's admission would say (a downgrade)
+            typer.echo(f"warning: {warning}", err=True)
         from benchrun.launch.settings import LauncherSettings
 
         chosen = LauncherSettings.from_env(kind=launcher)

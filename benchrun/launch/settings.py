@@ -11,6 +11,13 @@ benchmark class (``publication_grade``) or else its ``intent.cadence`` to a Kueu
 and WorkloadPriorityClass; the defaults are the ones ``deploy/kustomize/base/kueue.yaml``
 ships (in ``namespace`` ``benchrun-runs``). ``queue_name``/``priority_class``, when set, put
 every run in that one queue / class instead.
+
+Scheduler path per run (``scheduler_path_for``): every Job is admitted by Kueue; a run whose
+``intent.schedulerPath`` names slinky is also placed by Slinky's slurm-bridge (``schedulerName``
+and the Slurm job annotations), which needs the launcher to declare slurm-bridge
+(``slinky_scheduler_name``, or a ``scheduler_name`` that names slurm-bridge): without it such a run
+is refused at admission. A run that does not name slinky never goes through slurm-bridge, whatever
+``scheduler_name`` says.
 """
 
 from __future__ import annotations
@@ -19,10 +26,20 @@ import json
 import os
 from typing import Any, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, ValidationInfo, field_validator
 
 from benchrun.errors import BenchrunError
-from benchrun.launch.placement import SLINKY_JOB_PREFIX, is_annotation_prefix, is_extended_resource
+from benchrun.launch.placement import (
+    SCHEDULER_PATH_KUEUE,
+    SCHEDULER_PATH_SLINKY,
+    SLINKY_JOB_PREFIX,
+    SLURM_BRIDGE_SCHEDULER,
+    check_label_key,
+    check_label_value,
+    is_annotation_prefix,
+    is_extended_resource,
+    whole_cpus,
+)
 from benchrun.spec.model import Quantity
 
 ENV_PREFIX = "BENCHRUN_LAUNCHER_"
@@ -61,7 +78,13 @@ class LauncherSettings(BaseModel):
     tolerations: list[dict[str, Any]] = []
     service_account: str | None = None
     image_pull_secrets: list[str] = []
+    # the pods' schedulerName for runs not placed through slurm-bridge (None: kube-scheduler); one that
+    # names slurm-bridge is used only for runs whose intent.schedulerPath names slinky (scheduler_path_for)
     scheduler_name: str | None = None
+    # Slinky slurm-bridge is installed and answers to this schedulerName (normally slurm-bridge-scheduler):
+    # runs whose intent.schedulerPath names slinky go through it; None: scheduler_name when that names
+    # slurm-bridge, else such runs are refused at admission
+    slinky_scheduler_name: str | None = None
     # Slinky slurm-bridge: the Slurm external job of each pod (annotations on the Job or JobSet)
     slurm_partition: str | None = None
     slurm_constraints: str | None = None
@@ -72,8 +95,10 @@ class LauncherSettings(BaseModel):
     # the RDMA device plugin's extended resource every pod of a `network: rdma` gang asks for, and how many
     rdma_resource: str = "rdma/ib"
     rdma_per_pod: int = Field(default=1, ge=1)
+    # the node label of the run's fixed topology (a rack or block) and the values its pods are pinned to
+    # (required node affinity): set together, checked when the settings load
     topology_label: str | None = None
-    topology_values: list[str] = []
+    topology_values: list[str] = Field(default=[], validate_default=True)
     run_volume_claim: str | None = None
     run_home: str | None = None
     outputs_uri: str | None = None  # s3://bucket/prefix: outputs through the artifact store (no shared volume)
@@ -152,6 +177,60 @@ class LauncherSettings(BaseModel):
                                  "Gi, Ti; decimal k, M, G, T: 16GB is neither)") from None
         return value
 
+    @field_validator("cpu")
+    @classmethod
+    def _whole_cpus(cls, value: str | None) -> str | None:
+        """Every pod's cpu is whole CPUs (Guaranteed QoS, exclusive cores): a fraction, refused when a pod is
+        built, is refused here, when the settings load."""
+        if value:
+            try:
+                whole_cpus(value, "cpu")
+            except BenchrunError as exc:
+                raise ValueError(str(exc).removeprefix("cpu: ")) from None
+        return value
+
+    @field_validator("topology_label")
+    @classmethod
+    def _a_label_key(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                check_label_key(value, "topology_label")
+            except BenchrunError as exc:
+                raise ValueError(str(exc).removeprefix("topology_label: ")) from None
+        return value
+
+    @field_validator("topology_values")
+    @classmethod
+    def _values_of_the_label(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        """Found in review: a topology_label without topology_values loaded, and building any pod then failed
+        (its required node affinity has no value to pin to); values without a label were ignored."""
+        label = info.data.get("topology_label")
+        if label and not value:
+            raise ValueError(f"empty while topology_label ({ENV_PREFIX}TOPOLOGY_LABEL) is {label!r}: list the values "
+                             f"of {label} the runs' pods are pinned to, as JSON (e.g. [\"rack-1\"]), or unset "
+                             "topology_label")
+        if value and not label and "topology_label" not in info.data:
+            return value  # the label itself was refused: that error is the one to show
+        if value and not label:
+            raise ValueError(f"set without topology_label ({ENV_PREFIX}TOPOLOGY_LABEL): name the node label these "
+                             "values are of, or unset topology_values")
+        for v in value:
+            try:
+                check_label_value(v, "topology_values")
+            except BenchrunError as exc:
+                raise ValueError(str(exc).removeprefix("topology_values: ")) from None
+        return value
+
+    @field_validator("slinky_scheduler_name")
+    @classmethod
+    def _one_slurm_bridge(cls, value: str | None, info: ValidationInfo) -> str | None:
+        named = info.data.get("scheduler_name")
+        if value and named and _names_slurm_bridge(named) and named != value:
+            raise ValueError(f"{value!r} while scheduler_name ({ENV_PREFIX}SCHEDULER_NAME) names slurm-bridge as "
+                             f"{named!r}: set one of them (slinky_scheduler_name; scheduler_name then names the "
+                             "scheduler of runs not placed through slurm-bridge, or is unset)")
+        return value
+
     @field_validator("gpu_resource", "rdma_resource")
     @classmethod
     def _an_extended_resource(cls, value: str) -> str:
@@ -181,19 +260,58 @@ class LauncherSettings(BaseModel):
         priority = self.priority_class or next((self.priority_classes[k] for k in keys if k in self.priority_classes), None)
         return queue, priority
 
+    def slinky_scheduler(self) -> str | None:
+        """slurm-bridge's schedulerName on this launcher's cluster: ``slinky_scheduler_name``, else
+        ``scheduler_name`` when it names slurm-bridge; None: the launcher does not declare slurm-bridge."""
+        if self.slinky_scheduler_name:
+            return self.slinky_scheduler_name
+        return self.scheduler_name if self.scheduler_name and _names_slurm_bridge(self.scheduler_name) else None
+
+    def scheduler_path_for(self, requested: str | None) -> str:
+        """The scheduler path a run whose ``intent.schedulerPath`` is ``requested`` is placed through on
+        this (Kubernetes) launcher: ``kueue+slinky`` when it names slinky, else ``kueue`` (every Job is
+        admitted by Kueue; ``local`` asks for nothing more). A run asking for slinky on a launcher that does
+        not declare slurm-bridge is refused, naming both: it is never run another way than it asked."""
+        if "slinky" not in str(requested or "").lower():
+            return SCHEDULER_PATH_KUEUE
+        if not self.slinky_scheduler():
+            raise BenchrunError(
+                f"intent.schedulerPath: {requested!r} asks for Slinky's slurm-bridge, and this launcher does not "
+                f"declare it: set the launcher's slinky_scheduler_name ({ENV_PREFIX}SLINKY_SCHEDULER_NAME) to "
+                f"slurm-bridge's scheduler name ({SLURM_BRIDGE_SCHEDULER}) on a cluster where slurm-bridge is "
+                "installed, or submit the run with a schedulerPath without slinky (e.g. kueue); it is not run "
+                "another way than it asks")
+        return SCHEDULER_PATH_SLINKY
+
     def placement(self, publication_grade: bool = False, run_home: str | None = None,
-                  cadence: str | None = None) -> Any:
+                  cadence: str | None = None, scheduler_path: str = SCHEDULER_PATH_KUEUE) -> Any:
+        """The :class:`~benchrun.launch.placement.Placement` of a run: its queue (cadence or granted
+        class), and its scheduler path (:meth:`scheduler_path_for`): ``kueue+slinky`` puts the pods on
+        slurm-bridge with the Slurm job annotations; ``kueue`` never does (no slurm-bridge scheduler
+        name, no Slurm annotation)."""
         from benchrun.launch.podspec import Placement
 
         queue, priority = self.queue_for(cadence, "publication_grade" if publication_grade else None)
+        if scheduler_path == SCHEDULER_PATH_SLINKY:
+            scheduler_name = self.slinky_scheduler()
+            if not scheduler_name:
+                self.scheduler_path_for("slinky")  # raises, naming the setting
+            slurm: dict[str, Any] = {"slurm_partition": self.slurm_partition, "slurm_constraints": self.slurm_constraints,
+                                     "slurm_reservation": self.slurm_reservation, "slurm_qos": self.slurm_qos}
+        elif scheduler_path == SCHEDULER_PATH_KUEUE:
+            named = self.scheduler_name
+            scheduler_name = None if named and (named == self.slinky_scheduler() or _names_slurm_bridge(named)) else named
+            slurm = {}
+        else:
+            raise BenchrunError(f"scheduler path {scheduler_path!r}: the Kubernetes launcher places a run through "
+                                f"{SCHEDULER_PATH_KUEUE!r} or {SCHEDULER_PATH_SLINKY!r}")
         return Placement(
             image=self.image, queue_name=queue, priority_class=priority, gpus=self.gpus, cpu=self.cpu,
             memory=self.memory, shm_size=self.shm_size, node_selector=dict(self.node_selector),
             tolerations=tuple(self.tolerations), publication_grade=publication_grade,
             topology_label=self.topology_label, topology_values=tuple(self.topology_values),
-            scheduler_name=self.scheduler_name, slurm_partition=self.slurm_partition,
-            slurm_constraints=self.slurm_constraints, slurm_reservation=self.slurm_reservation,
-            slurm_qos=self.slurm_qos, slinky_annotation_prefix=self.slinky_annotation_prefix,
+            scheduler_name=scheduler_name, slinky=scheduler_path == SCHEDULER_PATH_SLINKY, **slurm,
+            slinky_annotation_prefix=self.slinky_annotation_prefix,
             gpu_resource=self.gpu_resource,
             service_account=self.service_account, image_pull_secrets=tuple(self.image_pull_secrets),
             run_volume_claim=self.run_volume_claim, run_home=self.run_home or run_home, outputs_uri=self.outputs_uri,
@@ -237,3 +355,8 @@ class LauncherSettings(BaseModel):
             return False, "the Kubernetes launcher cannot guarantee: " + "; ".join(missing)
         return True, ("dedicated nodes by node selector, exclusive placement by pod anti-affinity, "
                       "digest-pinned images and Guaranteed QoS")
+
+
+def _names_slurm_bridge(scheduler_name: str) -> bool:
+    """Whether a schedulerName is slurm-bridge's (``slurm-bridge-scheduler``, or a renamed one)."""
+    return "slurm-bridge" in scheduler_name.lower()

@@ -151,6 +151,31 @@ Quantity = Annotated[
 ]
 
 
+_QUANTITY_SCALE = {"m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_BINARY_SCALE = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+
+
+def _whole_cpus(value: str) -> str:
+    """A pod's cpu is whole CPUs: every Kubernetes launch refuses a fraction (``launch.placement.whole_cpus``),
+    so the spec does, when it is validated."""
+    import re
+    from decimal import Decimal
+
+    m = re.fullmatch(r"([0-9.]+)([A-Za-z]*)", value)
+    if m is None:  # the Quantity pattern refuses it first
+        return value
+    number, suffix = Decimal(m[1]), m[2]
+    cpus = number * (2 ** _BINARY_SCALE[suffix]) if suffix in _BINARY_SCALE else number.scaleb(_QUANTITY_SCALE[suffix])
+    if cpus < 1 or cpus != cpus.to_integral_value():
+        raise ValueError(f"{value!r} is not a whole number of CPUs; a benchmark pod is Guaranteed QoS with whole CPUs so "
+                         "that the kubelet's static CPU manager gives it exclusive cores (the Kubernetes launcher "
+                         "refuses a fraction): use e.g. '4'")
+    return value
+
+
+CpuQuantity = Annotated[Quantity, AfterValidator(_whole_cpus)]
+
+
 class SpecModel(BaseModel):
     """Base of every spec model: camelCase aliases, unknown keys rejected, frozen, strict."""
 
@@ -249,7 +274,9 @@ class Suite(SpecModel):
     )
     gpus_per_node: Annotated[int, Field(ge=0, le=64)] | None = Field(
         default=None,
-        description="Ranks (GPUs) per node; unset: one rank per node locally, the node's GPUs on Kubernetes.",
+        description="Ranks per node of a multi-node suite (LOCAL_WORLD_SIZE), and on Kubernetes the GPUs each pod "
+        "of its JobSet asks for (gpus, when set, must equal it); unset: one rank per node, and each pod asks for "
+        "gpus as a single-node suite's pod does.",
     )
     network: Literal["tcp", "rdma"] | None = Field(
         default=None,
@@ -259,10 +286,15 @@ class Suite(SpecModel):
 
     gpus: Annotated[int, Field(ge=0, le=64)] | None = Field(
         default=None,
-        description="GPUs one launch (one pod) asks for; unset: the launcher resource's default.",
+        description="GPUs one pod asks for on Kubernetes; unset: the launcher's gpus, else 1 when the suite's "
+        "parameters ask for CUDA (device: cuda or backend: nccl), else none (the pod then sees no GPU: "
+        "NVIDIA_VISIBLE_DEVICES=void).",
     )
-    cpu: Quantity | None = Field(
-        default=None, description="CPU request and limit of one pod (a Kubernetes quantity, e.g. '8' or '500m')."
+    cpu: CpuQuantity | None = Field(
+        default=None,
+        description="CPU request and limit of one pod on Kubernetes, in whole CPUs (e.g. '8' or '8000m'; a fraction "
+        "such as '500m' is refused: a benchmark pod is Guaranteed QoS with exclusive cores); unset: the launcher's, "
+        "else the suite's default.",
     )
     memory: Quantity | None = Field(
         default=None, description="Memory request and limit of one pod (a Kubernetes quantity, e.g. '64Gi')."
