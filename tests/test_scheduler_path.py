@@ -247,3 +247,24 @@ def test_render_downgrades_as_admission_does_and_says_so(bench_home, monkeypatch
     assert "every suite image pinned by digest" in out.stderr
     docs = list(yaml.safe_load_all(out.stdout))
     assert docs and {d["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] for d in docs} == {"pre-release"}
+
+
+def test_a_baseline_recorded_before_per_run_paths_still_compares_with_a_kueue_run(tmp_path):
+    # before this rule: every Kubernetes baseline promoted before the per-run paths ('kubernetes') was
+    # refused against a new Kueue candidate ('kueue'): scheduler differs
+    from benchrun.stats.gate import LEGACY_PATH, check_gate
+    from benchrun.stats.load import load_run
+    from benchrun.stats.synthetic import make_run
+
+    metrics = {("s", "", "x"): ([1.0, 2.0, 3.0, 4.0, 5.0], "u", "higher")}
+
+    def run(name, path):
+        return load_run(make_run(tmp_path, name, metrics, status={"selected_scheduler_path": path}))
+
+    old, kueue, slinky = run("old", "kubernetes"), run("kueue", "kueue"), run("slinky", "kueue+slinky")
+    gate = check_gate(old, kueue, variable="runtime_version")
+    assert gate.passed and LEGACY_PATH in gate.message() and "changed: nothing" in gate.message()
+    # beside a slurm-bridge run it stays a difference: the old record cannot say it went through one
+    assert not check_gate(old, slinky, variable="runtime_version").passed
+    assert check_gate(old, slinky, variable="scheduler_path").passed
+    assert not check_gate(kueue, slinky, variable="runtime_version").passed

@@ -65,6 +65,13 @@ CAPTURE_ADDED: tuple[str, ...] = (
 )
 _CAPTURE_ADDED = re.compile("|".join("^" + re.escape(f).replace(r"\*", r"\d+") + "$" for f in CAPTURE_ADDED))
 OLDER_CAPTURE = "absent from the older capture"
+# status.selected_scheduler_path before 2026-12-07 recorded "kubernetes" for every Kubernetes run (the
+# spec's schedulerPath was not read; slurm-bridge only where the launcher's scheduler_name said so,
+# which the default deployment does not set). Such a baseline beside a new run's "kueue" is the same
+# path as far as can be known: noted, not refused. Beside "kueue+slinky" it stays a difference.
+LEGACY_SCHEDULER_PATHS = {("kubernetes", "kueue")}
+LEGACY_PATH = "recorded before per-run scheduler paths (kubernetes: Kueue, slurm-bridge only by launcher setting)"
+
 # benchrun's own code (environment.harness: benchrun.harness): not the system under test, so never a
 # refusal, but a comparison across two harnesses says so (a load-generator change moves the figures)
 HARNESS_DIFFERS = "benchrun's own code differs"
@@ -268,9 +275,12 @@ class GateResult:
             older = [d.field for d in self.diffs if d.how == OLDER_CAPTURE]  # not a change of the machines
             harness = [d for d in self.diffs if d.how == HARNESS_DIFFERS]
             # the spec's differences are changes too
-            changed = sorted({d.category for d in self.diffs if d.how not in (OLDER_CAPTURE, HARNESS_DIFFERS)})
+            changed = sorted({d.category for d in self.diffs
+                              if d.how not in (OLDER_CAPTURE, HARNESS_DIFFERS, LEGACY_PATH)})
             listed = f"; spec differences: {self._listed(spec)}" if spec else ""
             listed += f"; {OLDER_CAPTURE} (not compared): {', '.join(older)}" if older else ""
+            legacy = [d for d in self.diffs if d.how == LEGACY_PATH]
+            listed += f"; {self._listed(legacy)}" if legacy else ""
             listed += (f"; note: {HARNESS_DIFFERS} (not the system under test, but its figures may move with it): "
                        f"{self._listed(harness)}" if harness else "")
             return (f"one-variable gate passed (variable {self.variable}; changed: {', '.join(changed) or 'nothing'}"
@@ -349,6 +359,9 @@ def check_gate(baseline: RunInfo, candidate: RunInfo, variable: str | None = Non
         if va == vb:
             continue
         cat = categorize(key) or "other"
+        if key == "status.selected_scheduler_path" and tuple(sorted((str(va), str(vb)))) in LEGACY_SCHEDULER_PATHS:
+            result.diffs.append(FieldDiff(key, "scheduler", va, vb, True, LEGACY_PATH))
+            continue
         if key.startswith("environment.harness."):
             result.diffs.append(FieldDiff(key, "harness", va, vb, True, HARNESS_DIFFERS))
             continue
