@@ -497,7 +497,9 @@ def _digest(data: Any) -> str:
 
 def key_inputs(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The attributes hashed into hardware_key and software_key (see the module docstring)."""
-    gpus = sorted([g.get("name"), g.get("memory_total_mib")] for g in doc.get("gpus", []))
+    # a field NVML refused is None beside another GPU's value: sorted with None first, not compared to a str
+    gpus = sorted(([g.get("name"), g.get("memory_total_mib")] for g in doc.get("gpus", [])),
+                  key=lambda p: (p[0] is not None, p[0] or "", p[1] is not None, p[1] or 0))
     total = (doc.get("memory") or {}).get("total_bytes")
     hardware = {
         "machine": doc["os"]["machine"],

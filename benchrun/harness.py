@@ -9,7 +9,7 @@ code that was, so the capture records (``environment.harness``):
   package and the sha256 of its bytes, sorted by path), and ``source_files``: how many. The same
   code gives the same digest wherever it is installed (a checkout, a wheel, an image);
 - ``git``: ``{commit, dirty}`` of the checkout the package runs from, when it runs from one
-  (``dirty``: the package's tracked files differ from the commit); null in an image or a wheel;
+  (``dirty``: the package's Python files, tracked or not, differ from the commit); null in an image or a wheel;
 - ``version``: the distribution's version.
 
 The one-variable gate reads it as a note, never a refusal (``benchrun.stats.gate``): the harness is
@@ -60,8 +60,10 @@ def git_state(package_dir: Path = PACKAGE_DIR) -> dict[str, Any] | None:
     commit = _git(root, "rev-parse", "HEAD")
     if not commit:
         return None
-    status = _git(root, "status", "--porcelain", "--untracked-files=no", "--", package_dir.name)
-    return {"commit": commit, "dirty": None if status is None else bool(status)}
+    # what the source digest covers: every .py file, tracked or not (a stray untracked module is code too)
+    status = _git(root, "status", "--porcelain", "--untracked-files=all", "--", package_dir.name)
+    dirty = None if status is None else any(line.rstrip().endswith(".py") for line in status.splitlines())
+    return {"commit": commit, "dirty": dirty}
 
 
 def _version() -> str | None:

@@ -342,3 +342,15 @@ def test_usable_cpus_follow_the_cgroup_quota_as_the_suites_count_them(monkeypatc
     cpu = envcapture.cpu_facts()
     assert cpu["usable_cpus"] == 2 == _common.usable_cpus()  # one rule
     assert cpu["affinity_cpus"] == 8 and cpu["cgroup_cpu_quota"] == 2
+
+
+def test_the_hardware_key_takes_a_gpu_whose_fields_nvml_refused():
+    # found in review: [None, None] beside ["NVIDIA H100", 81559] made the key's sort raise TypeError,
+    # failing the run at its start (a lost GPU read through NVML)
+    from benchrun.envcapture import key_inputs
+
+    doc = {"os": {"machine": "x86_64", "distro": "Debian"}, "cpu": {"model": "EPYC", "logical_cores": 8,
+           "physical_cores": 4}, "numa": {"nodes": [{}]}, "memory": {"total_bytes": 2**34}, "kernel": "6.1",
+           "python": {"version": "3.11"}, "packages": {}, "gpu_runtime": {},
+           "gpus": [{"name": "NVIDIA H100 80GB HBM3", "memory_total_mib": 81559}, {"name": None, "memory_total_mib": None}]}
+    assert key_inputs(doc)["hardware"]["gpus"] == [[None, None], ["NVIDIA H100 80GB HBM3", 81559]]

@@ -42,9 +42,12 @@ def test_git_state_names_the_commit_and_whether_the_package_differs(tmp_path):
     assert len(state["commit"]) == 40 and state["dirty"] is False
     (pkg / "m.py").write_text("a = 2\n")
     assert harness.git_state(pkg)["dirty"] is True
-    (pkg / "new.py").write_text("")  # untracked files do not make it dirty (the digest counts them)
     (pkg / "m.py").write_text("a = 1\n")
     assert harness.git_state(pkg)["dirty"] is False
+    (pkg / "notes.txt").write_text("")  # not code: the digest does not count it either
+    assert harness.git_state(pkg)["dirty"] is False
+    (pkg / "new.py").write_text("")  # an untracked module is code the digest counts: dirty
+    assert harness.git_state(pkg)["dirty"] is True
 
 
 def test_the_capture_records_the_harness():

@@ -15,21 +15,21 @@ from benchrun.suites import job_startup
 from benchrun.suites._common import ParamError, StaticParams
 
 
-@pytest.mark.parametrize("timeout_s", [float("inf"), threading.TIMEOUT_MAX * 2, 1e10, 3600.5])
+@pytest.mark.parametrize("timeout_s", [float("inf"), threading.TIMEOUT_MAX * 2, 1e10, 86400.5])
 def test_a_deadline_threading_cannot_keep_is_refused_naming_timeout_s(timeout_s):
     """threading.Timer(inf or > TIMEOUT_MAX) died with OverflowError in its own thread: the
     watchdog never ran, and a hung child had no deadline."""
     with pytest.raises(ParamError) as refused:
         job_startup.settings(StaticParams("job_startup", {"timeout_s": timeout_s}))
     assert refused.value.parameter == "timeout_s"
-    assert "<= 3600" in str(refused.value) and "give e.g. 60" in str(refused.value)
+    assert "<= 86400" in str(refused.value) and "give e.g. 60" in str(refused.value)
     # and `benchrun validate` runs the same parsing
-    with pytest.raises(ParamError, match="parameter timeout_s=.* must be a number of seconds > 0 and <= 3600"):
+    with pytest.raises(ParamError, match="parameter timeout_s=.* must be a number of seconds > 0 and <= 86400"):
         check_parameters("job_startup", {"timeout_s": timeout_s})
 
 
 def test_deadlines_up_to_an_hour_are_taken():
-    assert job_startup.settings(StaticParams("job_startup", {"timeout_s": 3600})).timeout_s == 3600.0
+    assert job_startup.settings(StaticParams("job_startup", {"timeout_s": 86400})).timeout_s == 86400.0
     assert job_startup.settings(StaticParams("job_startup", {})) == (10, 60.0)
     assert job_startup.MAX_TIMEOUT_S < threading.TIMEOUT_MAX
 
@@ -43,7 +43,7 @@ def test_benchrun_validate_reports_the_deadline_at_timeout_s(canary_doc, write_s
     (res,) = validate_path(write_spec(canary_doc))
     where = f"spec.layers[{at[0]}].suites[{at[1]}].parameters.timeout_s"
     assert [e.message for e in res.errors if e.path == where] == [
-        "job_startup: parameter timeout_s=10000000000.0 must be a number of seconds > 0 and <= 3600 (the deadline "
+        "job_startup: parameter timeout_s=10000000000.0 must be a number of seconds > 0 and <= 86400 (the deadline "
         "of one launch); give e.g. 60"], res.errors
 
 

@@ -77,14 +77,15 @@ def test_a_pods_environment_is_the_nodes_and_the_orchestrators_samples_stay_apar
     assert [r["gpu_uuid"] for r in rows if r["scope"] == "gpu"] == ["GPU-1"]
 
 
-def test_telemetry_does_not_take_an_earlier_promotions_orchestrator_load_for_the_nodes(tmp_path):
-    # promoted before the orchestrator's samples were kept apart: ``background_load`` is the
-    # orchestrator host's, and ``orchestrator`` has no ``background_load`` of its own
+def test_an_earlier_promotions_rows_stay_those_its_signed_digests_cover(tmp_path):
+    # promoted before the orchestrator's samples were kept apart (``orchestrator`` has no
+    # ``background_load``): curated as it was then, hostname and samples as recorded, so a run signed
+    # before still verifies after a rebuild (found in review: its 12 rows became 2 under another name)
     env = _env("job-abc-xyz", 9.0, captured_in="pod", pod={"node_name": "gpu-7"},
                orchestrator={"hostname": "orch", "hardware_key": "hw-orch", "software_key": "sw-orch"})
     rows = _telemetry(tmp_path, "run-old", env)
-    assert rows and not [r for r in rows if r["metric"].startswith("background_")]
-    assert {r["node_name"] for r in rows} == {"gpu-7"}
+    assert {r["node_name"] for r in rows} == {"job-abc-xyz"}
+    assert [r["value"] for r in rows if r["metric"] == "background_load_average_1m"] == [9.0]
     # a capture on the machine that ran the suites (local launcher) keeps its samples, named by hostname
     local = _telemetry(tmp_path, "run-local", _env("bench-host", 1.0))
     assert {r["node_name"] for r in local} == {"bench-host"}

@@ -537,8 +537,7 @@ def test_a_field_the_capture_gained_is_not_a_difference_from_an_older_baseline(t
     gate = check_gate(base, cand, variable="runtime_version")
     assert gate.passed, gate.message()
     assert {d.field for d in gate.diffs if d.how == OLDER_CAPTURE} == {
-        "environment.cpu.affinity_cpus", "environment.cpu.cgroup_cpu_quota", "environment.gpu_runtime.gpu_source",
-        "environment.gpus.0.mig_mode"}
+        "environment.cpu.affinity_cpus", "environment.cpu.cgroup_cpu_quota", "environment.gpus.0.mig_mode"}
     assert "changed: nothing" in gate.message() and OLDER_CAPTURE in gate.message()
     # present in both, such a field is compared as any other: a pod capped at 4 CPUs is not one at 8
     capped = {**new, "cpu": {**new["cpu"], "cgroup_cpu_quota": 4}}
@@ -549,3 +548,31 @@ def test_a_field_the_capture_gained_is_not_a_difference_from_an_older_baseline(t
     odd = {**new, "cpu": {**new["cpu"], "sockets": 2}}
     assert not check_gate(cand, load_run(make_run(tmp_path, "odd", metrics, environment=odd)),
                           variable="runtime_version").passed
+
+
+def test_what_the_capture_changed_in_how_it_reads_the_machine_is_not_a_difference(tmp_path):
+    # found in review of the capture's change: every CPU host's older baseline was refused on the
+    # wording of gpu_unavailable_reason; an older pod baseline on usable_cpus (the mask then, the mask
+    # bounded by the quota now); and a MIG-enabled candidate passed beside an older capture
+    from benchrun.stats.gate import check_gate
+    from benchrun.stats.load import load_run
+
+    metrics = {("s", "", "x"): ([1.0, 2.0, 3.0, 4.0, 5.0], "u", "higher")}
+    old = {"cpu": {"model": "EPYC", "usable_cpus": 192}, "gpus": [{"index": 0, "name": "H100"}],
+           "gpu_unavailable_reason": None, "gpu_runtime": {}}
+    new = {"cpu": {"model": "EPYC", "usable_cpus": 4, "affinity_cpus": 192, "cgroup_cpu_quota": 4},
+           "gpus": [{"index": 0, "name": "H100", "mig_mode": None}], "gpu_unavailable_reason": None,
+           "gpu_runtime": {"gpu_source": "nvml"}}
+    runs = {name: load_run(make_run(tmp_path, name, metrics, environment=env)) for name, env in (
+        ("old", old), ("new", new),
+        ("mig", {**new, "gpus": [{"index": 0, "name": "H100", "mig_mode": "Enabled"}]}),
+        ("cpu-old", {"cpu": {"model": "EPYC"}, "gpus": [],
+                     "gpu_unavailable_reason": "nvidia-smi not found (no NVIDIA driver on this host)"}),
+        ("cpu-new", {"cpu": {"model": "EPYC"}, "gpus": [],
+                     "gpu_unavailable_reason": "nvidia-smi not found; NVML not available (NVML Shared Library Not Found)"}),
+        ("narrower", {**new, "cpu": {**new["cpu"], "affinity_cpus": 96}}))}
+    assert check_gate(runs["old"], runs["new"], variable="runtime_version").passed  # 192 is 192
+    assert check_gate(runs["cpu-old"], runs["cpu-new"], variable="runtime_version").passed
+    mig = check_gate(runs["old"], runs["mig"], variable="runtime_version")
+    assert not mig.passed and "mig_mode" in mig.message()  # a MIG slice is other hardware
+    assert not check_gate(runs["old"], runs["narrower"], variable="runtime_version").passed  # 192 -> 96

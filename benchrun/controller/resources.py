@@ -133,7 +133,7 @@ def max_new_per_tick() -> int:
     raw = os.environ.get(ENV_MAX_NEW, "").strip()
     if not raw:
         return MAX_NEW_PER_TICK
-    if not raw.isdigit() or int(raw) < 1:
+    if not (raw.isascii() and raw.isdigit()) or int(raw) < 1:
         raise BenchrunError(f"{ENV_MAX_NEW}={raw!r} must be a positive integer (new BenchmarkRun generations "
                             f"validated and pinned a tick; default {MAX_NEW_PER_TICK}), or unset")
     return int(raw)

@@ -47,7 +47,10 @@ _IGNORE = re.compile(
     r"uuid|gpu_uuid|serial\w*|bus_id|pci_bus_id|temperature\w*|power_draw\w*|utilization\w*|"
     r"run_directory|pinned_spec|dagster_run_id|spec_digest|artifact_manifest_digest|"
     r"phase|conditions|layers|executable|cwd|argv|schema|max_mhz|swap\w*|"
-    r"total_bytes|memory_total_bytes)($|[._])"
+    r"total_bytes|memory_total_bytes|"
+    # how the capture read the machine, not the machine: the wording of why no GPU was found (it
+    # changed with the NVML fallback; whether GPUs were found is gpus.count) and which reader found them
+    r"gpu_unavailable_reason|gpu_source)($|[._])"
     # derived digests of fields compared one by one (key_inputs); the harness itself
     r"|(^|\.)(hardware_key|software_key)$|packages\.benchrun$"
 )
@@ -57,13 +60,22 @@ _IGNORE = re.compile(
 # difference of the machines but of the benchrun that captured them, so it is listed, allowed, as
 # ``absent from the older capture`` — a baseline promoted before it was added still compares. Present
 # in both, it is compared as any other field. Add a field here when the capture gains one.
-CAPTURE_ADDED: tuple[str, ...] = (
-    "environment.cpu.affinity_cpus",  # 2026-12-07: the affinity mask and the cgroup quota apart
-    "environment.cpu.cgroup_cpu_quota",
-    "environment.gpu_runtime.gpu_source",  # 2026-12-07: nvidia-smi or NVML
-    "environment.gpus.*.mig_mode",
-)
-_CAPTURE_ADDED = re.compile("|".join("^" + re.escape(f).replace(r"\*", r"\d+") + "$" for f in CAPTURE_ADDED))
+# Each maps to the values the field may hold beside an older capture (None: any): what the older
+# capture's machine may be taken to have had. A MIG-partitioned GPU is other hardware than the whole
+# one an older capture saw, so only a GPU without MIG enabled passes; a pod's CPU quota is set by the
+# suites' cpu, which the pinned specs' comparison covers.
+CAPTURE_ADDED: dict[str, tuple[Any, ...] | None] = {
+    "environment.cpu.affinity_cpus": None,  # 2026-12-07: the affinity mask and the cgroup quota apart
+    "environment.cpu.cgroup_cpu_quota": None,
+    "environment.gpus.*.mig_mode": (None, "Disabled"),  # 2026-12-07: nvidia-smi's mig.mode.current / NVML
+}
+_CAPTURE_ADDED = [(re.compile("^" + re.escape(f).replace(r"\*", r"\d+") + "$"), ok) for f, ok in CAPTURE_ADDED.items()]
+
+
+def _older_capture(key: str, present: Any) -> bool:
+    """Whether ``key``, absent from one run's capture and ``present`` in the other's, is a field the
+    capture gained since (:data:`CAPTURE_ADDED`) holding a value the older capture's machine may have had."""
+    return any(rx.match(key) and (ok is None or present in ok) for rx, ok in _CAPTURE_ADDED)
 OLDER_CAPTURE = "absent from the older capture"
 # status.selected_scheduler_path before 2026-12-07 recorded "kubernetes" for every Kubernetes run (the
 # spec's schedulerPath was not read; slurm-bridge only where the launcher's scheduler_name said so,
@@ -337,6 +349,12 @@ def check_gate(baseline: RunInfo, candidate: RunInfo, variable: str | None = Non
         )
     allowed = ALLOWED.get(variable or "", frozenset())
     a, b = identity(baseline), identity(candidate)
+    # usable_cpus was the affinity mask alone until the capture bounded it by the cgroup quota and
+    # recorded the mask apart (affinity_cpus, 2026-12-07): beside an older capture, the mask is compared
+    for new, old in ((a, b), (b, a)):
+        mask = "environment.cpu.affinity_cpus"
+        if mask in new and mask not in old and "environment.cpu.usable_cpus" in new:
+            new["environment.cpu.usable_cpus"] = new[mask]
     # workload_spec_digest hashes spec.workload: compared as is, unless a difference there is declared
     # or allowed (then spec.workload is compared field by field below, and the digest must differ).
     # It hashes the workload as written, so where the written digests differ and both runs have the
@@ -365,7 +383,7 @@ def check_gate(baseline: RunInfo, candidate: RunInfo, variable: str | None = Non
         if key.startswith("environment.harness."):
             result.diffs.append(FieldDiff(key, "harness", va, vb, True, HARNESS_DIFFERS))
             continue
-        if _MISSING in (va, vb) and _CAPTURE_ADDED.match(key):
+        if _MISSING in (va, vb) and _older_capture(key, vb if va == _MISSING else va):
             result.diffs.append(FieldDiff(key, cat, va, vb, True, OLDER_CAPTURE))
             continue
         ok = cat in allowed or (declared is not None and declared[-1] == "image" and cat == "software"

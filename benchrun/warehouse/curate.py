@@ -309,9 +309,10 @@ def telemetry_rows(src: RunSources) -> list[dict[str, Any]]:
 
     ``node_name`` is the node the capture describes: a pod's ``pod.node_name`` (its hostname
     is the pod's name), else the hostname. The background-load samples are that node's; the
-    orchestrator's (``orchestrator.background_load``, another machine) are not written, nor those
-    of a pod capture promoted before the orchestrator's were kept apart (its ``background_load``
-    then was the orchestrator's). The replicates' time series (sampler, Prometheus) come from
+    orchestrator's (``orchestrator.background_load``, another machine) are not written. A pod
+    capture promoted before the orchestrator's were kept apart (no ``orchestrator.background_load``)
+    is curated as it was (its hostname, its ``background_load``, the orchestrator's then), so the rows
+    of runs signed before stay those their digests cover. The replicates' time series (sampler, Prometheus) come from
     :func:`benchrun.telemetry.facts.slice_tables`.
     """
     env = src.environment
@@ -322,7 +323,11 @@ def telemetry_rows(src: RunSources) -> list[dict[str, Any]]:
     relpath = f"structured/{src.run_id}_environment.json"
     lineage = src.lineage(relpath)
     pod = env.get("pod") if isinstance(env.get("pod"), dict) else {}
-    node = _str(pod.get("node_name")) or _str(env.get("hostname"))
+    orchestrator = env.get("orchestrator") if isinstance(env.get("orchestrator"), dict) else {}
+    # A pod capture promoted before 2026-12-07 (its orchestrator block has no background_load) is curated as it
+    # was then (hostname, the load samples as recorded): its rows are in signed digests, which must still verify.
+    legacy = env.get("captured_in") == "pod" and "background_load" not in orchestrator
+    node = _str(env.get("hostname")) if legacy else (_str(pod.get("node_name")) or _str(env.get("hostname")))
     rows = []
 
     def add(scope: str, metric: str, value: Any, unit: str, *, source: str = "environment",
@@ -337,9 +342,6 @@ def telemetry_rows(src: RunSources) -> list[dict[str, Any]]:
         rows.append(row)
 
     load = env.get("background_load") if isinstance(env.get("background_load"), dict) else {}
-    orchestrator = env.get("orchestrator") if isinstance(env.get("orchestrator"), dict) else {}
-    if env.get("captured_in") == "pod" and "background_load" not in orchestrator:
-        load = {}  # promoted by an earlier benchrun: the samples are the orchestrator's host's, not the node's
     for when in ("before", "after"):
         sample = load.get(when)
         if not isinstance(sample, dict):
