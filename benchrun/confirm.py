@@ -22,6 +22,7 @@ shuffled set of pairs (its seed recorded too), numbered after the pairs already 
 from __future__ import annotations
 
 import logging
+import secrets
 import shutil
 import zlib
 from dataclasses import replace
@@ -60,9 +61,17 @@ def round_seed(baseline_id: str, candidate_id: str) -> int:
     return zlib.crc32(f"{baseline_id}|{candidate_id}".encode())
 
 
+def round_scope(candidate_id: str) -> str:
+    """A fresh confirmation round's launch scope (:data:`benchrun.plan.SCOPE_ENV`): the candidate and a
+    random token, so no two rounds send the same words — the baseline arm of a round against another
+    candidate, or the same pair compared again, would otherwise resend an earlier round's prompts for a
+    long-lived server's prefix cache to serve (recorded in the round's evidence)."""
+    return f"confirmation/{candidate_id}/{secrets.token_hex(4)}"
+
+
 def confirmation_invocations(home: Path, baseline_id: str, candidate_id: str, suites: set[str],
-                             replicates: int | None = None, seed: int | None = None, *, first: int = 1
-                             ) -> tuple[list[tuple[str, Invocation]], dict[str, Path]]:
+                             replicates: int | None = None, seed: int | None = None, *, first: int = 1,
+                             scope: str = "confirmation") -> tuple[list[tuple[str, Invocation]], dict[str, Path]]:
     """(arm, invocation) pairs in launch order — per replicate k and suite, both arms' launches of
     that suite's k, the first arm drawn by :func:`pair_orders` over the suite's own pairs (seed
     :func:`suite_seed`), so each suite's pairs are balanced — and each arm's output dir. Only
@@ -85,7 +94,7 @@ def confirmation_invocations(home: Path, baseline_id: str, candidate_id: str, su
         counts: int | dict[str, int] = (first + int(replicates or 0) - 1 if first > 1 else
                                         replicates or planned_replicates(run, run_id, rd.path))
         plans = plan_run(run, run_id, out, home=home, replicates=counts, record_plan=False)
-        arms[arm] = [replace(inv, env={**inv.env, SCOPE_ENV: "confirmation"})  # its own prompts: see SCOPE_ENV
+        arms[arm] = [replace(inv, env={**inv.env, SCOPE_ENV: scope})  # its own prompts: see SCOPE_ENV, round_scope
                      for p in plans for inv in p.invocations if inv.suite in suites and inv.replicate >= first]
         out_dirs[arm] = out
     # a pair is a replicate of a suite that both arms launch: two `replicates: auto` runs may have
@@ -129,6 +138,7 @@ class ConfirmationRound:
         self.replicates, self.on_launch = replicates, on_launch
         self.max_pairs: int | None = None
         self.pairs = 0
+        self.scope = round_scope(candidate_id)  # the round's, its extensions' too
         self.evidence: dict[str, Any] = {}
         self._out_dirs: dict[str, Path] = {}
 
@@ -159,13 +169,14 @@ class ConfirmationRound:
         suites = {suite for suite, _case, _metric in keys}
         seed = round_seed(self.baseline_id, self.candidate_id)
         order, self._out_dirs = confirmation_invocations(self.home, self.baseline_id, self.candidate_id, suites,
-                                                         self.replicates, seed)
+                                                         self.replicates, seed, scope=self.scope)
         self.max_pairs = max_pairs(self.home, self.candidate_id)  # the pinned specs loaded above
         self.pairs = max((inv.replicate for _arm, inv in order), default=0)
         self.evidence = {
             "scheme": "paired launches, first arm per pair balanced within each suite and shuffled (seeded: the "
                       "round's seed plus crc32 of the suite's name)",
             "seed": seed,
+            "prompt_scope": self.scope,  # a serving suite's prompt salt: <run>/r<k>/<scope>
             "order": [{"arm": arm, "suite": inv.suite, "replicate": inv.replicate} for arm, inv in order],
         }
         atomic_write_json(self.home / "confirmations" / self.candidate_id / "order.json", self.evidence)
@@ -178,7 +189,7 @@ class ConfirmationRound:
         suites = {suite for suite, _case, _metric in keys}
         seed = round_seed(self.baseline_id, self.candidate_id) + self.pairs
         order, _dirs = confirmation_invocations(self.home, self.baseline_id, self.candidate_id, suites, pairs,
-                                                seed, first=self.pairs + 1)
+                                                seed, first=self.pairs + 1, scope=self.scope)
         self.pairs += pairs
         self.evidence.setdefault("extensions", []).append({
             "seed": seed, "order": [{"arm": arm, "suite": inv.suite, "replicate": inv.replicate} for arm, inv in order]})

@@ -31,6 +31,8 @@ def test_confirmation_round_interleaves_and_leaves_sealed_runs_alone(bench_home,
     assert all(inv.suite == "gemm" for _, inv in order)
     # the round's replicates reuse the runs' ids and numbers: its scope salts a serving suite's prompts apart
     assert {inv.env.get("BENCHRUN_LAUNCH_SCOPE") for _, inv in order} == {"confirmation"}
+    scoped, _ = confirmation_invocations(bench_home, base, cand, {"gemm"}, seed=7, scope="confirmation/c/1a2b")
+    assert {inv.env.get("BENCHRUN_LAUNCH_SCOPE") for _, inv in scoped} == {"confirmation/c/1a2b"}
     hook = confirmation_hook(bench_home, base, cand)
     b, c, evidence = hook([("gemm", "n=32", "tflops")])
     assert evidence["seed"] == round_seed(base, cand)
@@ -105,3 +107,19 @@ def test_each_suites_pairs_are_balanced_not_only_the_rounds(bench_home, canary_d
             firsts = [order[i][0] for i in range(len(order)) if order[i][1].suite == suite
                       and (i == 0 or order[i - 1][1].suite != suite or order[i - 1][1].replicate != order[i][1].replicate)]
             assert len(firsts) == n and abs(firsts.count("baseline") - firsts.count("candidate")) <= n % 2, (seed, suite)
+
+
+def test_no_two_confirmation_rounds_send_the_same_prompts(tmp_path):
+    # found in review: every round's scope was the literal "confirmation", so the baseline arm of a round
+    # against another candidate (the baseline keeps its run id) resent an earlier round's words, and a
+    # long-lived server's prefix cache favoured the baseline arm
+    from benchrun.confirm import ConfirmationRound
+    from benchrun.loadgen.suite import prompt_salt_of
+    from benchrun.suites._runtime import SuiteContext
+
+    rounds = [ConfirmationRound(tmp_path, "base-1", cand, launcher=object()) for cand in ("cand-1", "cand-2", "cand-1")]
+    scopes = [r.scope for r in rounds]
+    assert len(set(scopes)) == 3 and all(s.startswith("confirmation/") for s in scopes)
+    salts = {prompt_salt_of(SuiteContext({"BENCHRUN_RUN_ID": "base-1", "BENCHRUN_REPLICATE": "1", "BENCHRUN_RUN_DIR": str(tmp_path),
+                                          "BENCHRUN_LAUNCH_SCOPE": s})) for s in scopes}
+    assert len(salts) == 3 and all(x.startswith("base-1/r1/confirmation/") for x in salts)
