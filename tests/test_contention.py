@@ -133,9 +133,13 @@ def test_a_contended_replicate_is_launched_again_once_and_the_attempt_is_kept(tm
     assert contended_replicates(rd.path) == {"s": {3}} and reruns(rd.path) == {"s": {"quiet": 1, "contended": 1}}
     assert sorted(replicate_table(rd.path)["replicate"]) == [1, 2, 3]  # the set-aside attempts are not results
     # the layer materialized again with no contention: the earlier materialization's set-aside attempts
-    # are not this one's reruns (they were counted as such, 3 "quiet" reruns that never happened)
+    # are not this one's reruns (they were counted as such, 3 "quiet" reruns that never happened); they
+    # are kept aside with that materialization's files (earlier1), not counted
     run_layer(_plan(run_id, 1), rd, _Busy({}))
-    assert not list((rd.path / "raw").glob(f"{run_id}_s_r*_contended*")) and reruns(rd.path) == {}
+    assert not [p.name for p in (rd.path / "raw").glob(f"{run_id}_s_r*_contended*") if "_earlier" not in p.name]
+    assert reruns(rd.path) == {} and contended_replicates(rd.path) == {}
+    assert sorted(replicate_table(rd.path)["replicate"]) == [1, 2, 3]
+    assert (rd.path / f"raw/{run_id}_s_r2_earlier1_contended1.json").is_file()
     # no budget: launched once each, as before
     rd0 = RunDir(tmp_path, "quiet-20261202000000-bbbbbbbb").create()
     rd0.write_status({"run_id": rd0.run_id, "phase": "Running", "conditions": []})
@@ -240,9 +244,46 @@ def test_a_set_aside_attempt_keeps_the_figures_its_suite_drew(tmp_path):
     hashed = rd.write_manifest(status="succeeded", issues=[], suite_steps={})["summary"]["sha256"]
     assert aside_fig in hashed  # sealed with the run
     # materialized again with no contention: the earlier materialization's set-aside figures go
-    # with its other set-aside files (they are not this one's attempts)
+    # with its other set-aside files (they are not this one's attempts), kept aside under earlier1
     run_layer(_plan(run_id, 1), rd, Drawing({}))
-    assert not list((rd.path / "figures").glob(f"{run_id}_s_r*_contended*"))
+    assert sorted(p.name for p in (rd.path / "figures").glob("*contended*")) == [
+        f"{run_id}_s_r2_earlier1_contended1_latency_throughput_all.png"]
+    aside = json.loads((rd.path / f"raw/{run_id}_s_r2_earlier1_contended1.json").read_text())
+    assert aside["context"]["figures"] == [f"figures/{run_id}_s_r2_earlier1_contended1_latency_throughput_all.png"]
+
+
+def test_an_earlier_materializations_contended_attempts_are_kept_aside_with_its_document(tmp_path):
+    # before: materializing the layer again deleted the earlier materialization's contended attempts
+    # (raw/<run>_s_r<k>_contended<j>*) before its result document was set aside as earlier<i>: that
+    # document's contention_rerun.earlier named files that no longer existed, the evidence gone
+    from benchrun.execute import run_layer
+    from benchrun.rundir import RunDir, contention_reruns
+    from benchrun.stats.contention import contended_replicates, reruns
+    from benchrun.stats.load import replicate_table
+
+    run_id = "again-20261202000000-aaaaaaaa"
+    rd = RunDir(tmp_path, run_id).create()
+    rd.write_status({"run_id": run_id, "phase": "Running", "conditions": []})
+    run_layer(_plan(run_id, 1), rd, _Busy({2: 1}))  # r2: contended, then quiet on its rerun
+    pre = f"{run_id}_s_r2_earlier1"
+    raw = rd.path / "raw"
+    for _ in range(2):  # materialized again, twice: no contention (the second leaves earlier1 as it is)
+        run_layer(_plan(run_id, 1), rd, _Busy({}))
+        # the first materialization's final attempt, set aside with its contended one, which it names there
+        earlier = json.loads((raw / f"{pre}.json").read_text())
+        assert earlier["contention_rerun"]["earlier"] == [f"raw/{pre}_contended1.json", f"raw/{pre}_contended1.log",
+                                                          f"raw/{pre}_contended1_calls.json"]
+        assert all((rd.path / rel).is_file() for rel in earlier["contention_rerun"]["earlier"])
+        assert earlier["samples"] == {"calls": f"raw/{pre}_calls.json"}
+        assert json.loads((raw / f"{pre}_calls.json").read_text()) == {"attempt": 2}
+        aside = json.loads((raw / f"{pre}_contended1.json").read_text())
+        assert aside["metrics"][0]["value"] == 90.0 and (raw / f"{pre}_contended1.log").read_text() == "attempt 1\n"
+        assert aside["samples"] == {"calls": f"raw/{pre}_contended1_calls.json"}
+        assert json.loads((raw / f"{pre}_contended1_calls.json").read_text()) == {"attempt": 1}
+        assert not [p.name for p in raw.glob(f"{run_id}_s_r*_contended*") if "_earlier1_" not in p.name]
+        # not this materialization's reruns, nor its results
+        assert contention_reruns(rd.path, run_id) == {} and reruns(rd.path) == {}
+        assert contended_replicates(rd.path) == {} and sorted(replicate_table(rd.path)["replicate"]) == [1, 2, 3]
 
 
 def test_rows_say_how_many_were_launched_again_and_what_was_done(tmp_path):

@@ -1,6 +1,8 @@
 """The local launcher's clean-up: an interrupt during the SIGTERM grace period still kills every
 process group, no process group is signalled after its leader was reaped, a gang's telemetry is
-stopped however the gang ends, and an earlier launch's files are set aside, not reused."""
+stopped however the gang ends, an earlier launch's files (its contended attempts included) are set
+aside, not reused, the reaping of a leader SIGKILL does not end is bounded and leaves benchrun
+interruptible, and without os.waitid what a leader left in its group is still killed."""
 
 from __future__ import annotations
 
@@ -278,3 +280,173 @@ def test_an_earlier_launch_is_set_aside_apart_from_this_launchs_contended_attemp
                      "_earlier1.log", "_earlier1_calls.json"}, names
     doc = json.loads((run_dir / inv.result_relpath()).read_text())
     assert all("earlier" not in rel for rel in doc["contention_rerun"]["earlier"])
+
+
+def test_a_resumed_run_keeps_the_earlier_materializations_contended_attempts_with_its_document(run_dir):
+    """Review: launch_with_reruns deleted the contended attempts an earlier materialization had set aside
+    before the launch set that materialization's final document aside as earlier<i>: its
+    contention_rerun.earlier named deleted files. They go aside with it, as earlier<i>_contended<j>."""
+    from benchrun.launch.rerun import launch_with_reruns
+    from benchrun.rundir import contention_reruns
+    from benchrun.stats.load import requests_tables
+    from benchrun.telemetry.facts import sample_files
+
+    raw = run_dir / "raw"
+    pre = f"{RUN_ID}_s_r1"
+    code = ("import os\nfrom benchrun.suites._runtime import main\n"
+            "def run(ctx):\n"
+            "    attempt = os.environ.get('BENCHRUN_ATTEMPT', '1')\n"
+            f"    path = os.path.join(os.environ['BENCHRUN_RUN_DIR'], 'raw', '{pre}_calls.json')\n"
+            "    open(path, 'w').write(attempt)\n"
+            "    ctx.add_metric('v', 1.0, 'u', 'higher')\n"
+            f"    ctx.samples['calls'] = 'raw/{pre}_calls.json'\n"
+            "main(run)\n")
+    env = {**base_env(), "BENCHRUN_RUN_ID": RUN_ID, "BENCHRUN_RUN_DIR": str(run_dir), "BENCHRUN_SUITE": "s",
+           "BENCHRUN_REPLICATE": "1"}
+    inv = Invocation(RUN_ID, "micro", "s", 1, "bc-x", (sys.executable, "-c", code), env, 60.0)
+    busy = [True]
+
+    def once(attempt: Invocation):
+        res = LocalLauncher().launch(attempt, run_dir)
+        if busy[0]:  # the first materialization's first attempt saw a busy machine
+            busy[0] = False
+            path = run_dir / inv.result_relpath()
+            doc = json.loads(path.read_text())
+            doc["telemetry"] = {"contended": True, "contention_reason": "background CPU 70 %"}
+            path.write_text(json.dumps(doc))
+        return res
+
+    assert launch_with_reruns(once, run_dir, inv, 1).status == "ok"
+    first = json.loads((run_dir / inv.result_relpath()).read_text())["contention_rerun"]["earlier"]
+    assert f"raw/{pre}_contended1.json" in first and contention_reruns(run_dir, RUN_ID) == {("s", 1): "quiet"}
+    pd = pytest.importorskip("pandas")  # the contended attempt's per-request rows, as a serving suite writes them
+    pd.DataFrame({"latency_ms": [1.0]}).to_parquet(raw / f"{pre}_contended1_requests.parquet")
+    assert launch_with_reruns(once, run_dir, inv, 1).status == "ok"  # materialized again: quiet
+    earlier = json.loads((raw / f"{pre}_earlier1.json").read_text())
+    named = earlier["contention_rerun"]["earlier"]
+    assert named == [rel.replace(f"{pre}_contended1", f"{pre}_earlier1_contended1") for rel in first], named
+    assert all((run_dir / rel).is_file() for rel in named), named
+    assert (raw / f"{pre}_earlier1_calls.json").read_text() == "2"
+    assert (raw / f"{pre}_earlier1_contended1_calls.json").read_text() == "1"
+    samples = json.loads((raw / f"{pre}_earlier1_contended1.json").read_text())["samples"]
+    assert samples["calls"] == f"raw/{pre}_earlier1_contended1_calls.json", samples
+    assert all("_earlier1_contended1_" in rel and (run_dir / rel).is_file() for rel in samples.values()), samples
+    assert not list(raw.glob(f"{pre}_contended*")) and not list(raw.glob(f"{pre}_earlier2*"))
+    assert (raw / f"{pre}_earlier1_contended1_requests.parquet").is_file()
+    # not this materialization's reruns, nor its requests or telemetry samples
+    assert contention_reruns(run_dir, RUN_ID) == {}
+    assert requests_tables(run_dir).empty
+    assert [rel for rel, *_ in sample_files(run_dir, RUN_ID)] == [f"raw/{pre}_telemetry.parquet"]
+    assert "contention_rerun" not in json.loads((run_dir / inv.result_relpath()).read_text())
+
+
+@pytest.mark.parametrize("target", ["process", "main thread"])
+def test_reaping_a_leader_that_does_not_die_is_bounded_and_the_interrupt_still_lands(monkeypatch, target):
+    """Review: the reaping waited for the SIGKILLed leaders unbounded with SIGINT and SIGTERM blocked: a
+    leader in uninterruptible sleep (a GPU driver hung after an Xid, a dead NFS mount) left benchrun
+    killable by SIGKILL only. The wait is bounded; the leader is logged and left; the interrupt lands."""
+    import subprocess
+
+    import benchrun.launch.local as local
+
+    monkeypatch.setattr(local.os, "killpg", lambda pid, sig: None)  # SIGKILL that does not take (D state)
+    monkeypatch.setattr(local, "REAP_S", 0.5, raising=False)
+    monkeypatch.setattr(local, "_LEFT", [], raising=False)  # what other tests left is not this one's
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    proc = subprocess.Popen(["sleep", "4"], start_new_session=True)
+    main = threading.get_ident()
+
+    def interrupt() -> None:
+        time.sleep(0.1)
+        if target == "process":
+            os.kill(os.getpid(), signal.SIGINT)
+        else:
+            signal.pthread_kill(main, signal.SIGINT)
+
+    try:
+        threading.Thread(target=interrupt, daemon=True).start()
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            local._reap_all([proc])
+            time.sleep(5)  # a held interrupt that was never delivered
+        assert time.monotonic() - t0 < 2.0, "the reaping waited for a leader SIGKILL did not end"
+        assert proc.returncode is None and proc in local._LEFT
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        proc.kill()
+    # once it has exited, a later call reaps it: no zombie stays
+    deadline = time.monotonic() + 5
+    while proc in local._LEFT and time.monotonic() < deadline:
+        local._reap_left()
+        time.sleep(0.05)
+    assert proc not in local._LEFT and proc.returncode is not None
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_a_leader_left_unreaped_is_named_in_the_replicates_reason(run_dir, monkeypatch, nodes):
+    """The timeout path waited for the killed leader again, unbounded (``proc.wait()``): it returns, and
+    the replicate's reason says which leader outlived its SIGKILL."""
+    import benchrun.launch.local as local
+
+    monkeypatch.setattr(local.os, "killpg", lambda pid, sig: None)  # neither SIGTERM nor SIGKILL takes
+    monkeypatch.setattr(local, "GRACE_S", 0.2)
+    monkeypatch.setattr(local, "REAP_S", 0.3, raising=False)
+    monkeypatch.setattr(local, "_LEFT", [], raising=False)
+    code = "import time; time.sleep(4)"
+    argv = ((sys.executable, "-c", code) if nodes == 1 else _gang_argv(f"{PY} -c {shlex.quote(code)} ${{NODE_RANK}}"))
+    inv = Invocation(RUN_ID, "micro", "s", 1, "bc-x", tuple(argv), base_env(), 0.5, nodes=nodes)
+    t0 = time.monotonic()
+    try:
+        res = LocalLauncher().launch(inv, run_dir)
+        assert time.monotonic() - t0 < 3.0
+        assert res.status == "failed" and "timed out" in res.reason, res.reason
+        left = list(local._LEFT)
+        assert len(left) == nodes and all(f"{p.pid}" in res.reason for p in left), res.reason
+        assert "not exited 0.3s after SIGKILL" in res.reason and "left unreaped" in res.reason, res.reason
+    finally:
+        _stop([p.pid for p in getattr(local, "_LEFT", [])])
+    deadline = time.monotonic() + 5
+    while local._LEFT and time.monotonic() < deadline:
+        local._reap_left()
+        time.sleep(0.05)
+    assert not local._LEFT
+
+
+# A suite that leaves a child in its group that ignores SIGTERM (SIG_IGN survives exec), and ends on it itself.
+LEAVES_A_CHILD = (
+    "import os, signal, subprocess, sys, time\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "child = subprocess.Popen(['sleep', '120'])\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
+    "open(os.path.join(sys.argv[1], f'pids{sys.argv[2]}'), 'w').write(f'{child.pid}')\n"
+    "time.sleep(float(sys.argv[3]) if sys.argv[2] == '0' else 0)\n"
+)
+
+
+@pytest.mark.parametrize("how", ["gang node ends", "timeout"])
+def test_without_waitid_what_a_leader_left_in_its_group_is_still_killed(run_dir, tmp_path, monkeypatch, how):
+    """Review: where os.waitid is missing (macOS before Python 3.13), _exited fell back to poll(), which
+    reaped the leader; _reap then skipped the killpg (returncode set), and what the suite left in its
+    group survived: a gang node's children after it ended, a timed-out suite's children ignoring SIGTERM."""
+    import benchrun.launch.local as local
+
+    monkeypatch.delattr(local.os, "waitid")
+    monkeypatch.setattr(local, "GRACE_S", 1.0)
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    if how == "timeout":  # the leader ends on SIGTERM inside the grace period, its child does not
+        argv, nodes, timeout = (sys.executable, "-c", LEAVES_A_CHILD, str(pid_dir), "0", "60"), 1, 1.0
+    else:  # node 1 ends at once, node 0 a second later
+        argv = _gang_argv(f"{PY} -c {shlex.quote(LEAVES_A_CHILD)} {pid_dir} ${{NODE_RANK}} 1")
+        nodes, timeout = 2, 30.0
+    inv = Invocation(RUN_ID, "micro", "s", 1, "bc-x", tuple(argv), base_env(), timeout, nodes=nodes)
+    children: list[int] = []
+    try:
+        res = LocalLauncher().launch(inv, run_dir)
+        assert res.status == "failed", res.reason
+        children = [int(p.read_text()) for p in pid_dir.glob("pids*")]
+        assert len(children) == nodes
+        left = [pid for pid in children if not _gone(pid, 2.0)]
+        assert not left, f"{left} outlived their leader's group"
+    finally:
+        _stop(children)

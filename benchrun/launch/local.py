@@ -5,7 +5,10 @@ left is set aside first: ``benchrun.launch.rerun.set_aside_earlier``); a hang pa
 interrupt, kills the whole process group (suites fork workers: allreduce ranks, load-generator
 workers, the reference server), first politely, then — after one grace period, whatever interrupts
 it — with SIGKILL. A group is signalled only while its leader is unreaped (its pid cannot have been
-reused), and what a leader leaves in its group when it exits is killed then.
+reused), and what a leader leaves in its group when it exits is killed then. The SIGKILLed leaders
+are waited for at most ``REAP_S`` with interrupts held: one in uninterruptible sleep (a GPU driver
+hung after an Xid, a dead NFS mount) is logged, named in the replicate's reason and left to a later
+call to reap, and benchrun stays interruptible.
 
 A multi-node suite (``nodes > 1``) is one gang: N process groups, one per "node", started
 together and meeting through a real torch.distributed rendezvous on a free loopback port
@@ -38,6 +41,12 @@ from benchrun.telemetry import replicate_telemetry
 log = logging.getLogger(__name__)
 
 GRACE_S = 3.0
+# How long the reaping waits, interrupts held, for the leaders it SIGKILLed: a leader in
+# uninterruptible sleep does not die until the kernel lets it, and an unbounded wait with SIGINT
+# and SIGTERM blocked left benchrun killable by SIGKILL only.
+REAP_S = 5.0
+# Leaders SIGKILLed that had not exited REAP_S later: reaped, best effort, by a later call.
+_LEFT: list[subprocess.Popen[bytes]] = []
 
 
 def _ended(code: int) -> str:
@@ -57,34 +66,96 @@ def _exited(proc: subprocess.Popen[bytes]) -> bool:
     its pid, and so its process group's id, until :func:`_reap` signals the group and reaps it."""
     if proc.returncode is not None:
         return True
-    if not hasattr(os, "waitid"):  # macOS before Python 3.13: only a reaping poll
-        return proc.poll() is not None
+    if not hasattr(os, "waitid"):  # macOS before Python 3.13
+        return _exited_without_waitid(proc)
     try:
         return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
     except ChildProcessError:  # reaped elsewhere: nothing of it is left to wait for
         return True
 
 
-def _reap(proc: subprocess.Popen[bytes]) -> int:
-    """SIGKILL the process group, then reap its leader; its exit status. The group is signalled
-    only while the leader is not reaped (running, or a zombie holding the pid): once reaped, the pid
-    may be reused and ``killpg`` could reach an unrelated process group."""
+def _exited_without_waitid(proc: subprocess.Popen[bytes]) -> bool:
+    """:func:`_exited` where ``os.waitid`` is missing. ``poll()`` would reap the leader, and
+    :func:`_reap` then skipped the ``killpg`` (the pid may be reused once reaped): what the suite
+    left in its group survived. psutil reads the leader's state instead, without reaping it, so an
+    exited leader stays a zombie holding its group's id until :func:`_reap` has signalled the group.
+    Only where psutil cannot read the process does ``poll()`` decide (and reap)."""
+    import psutil
+
+    try:
+        return psutil.Process(proc.pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:  # reaped elsewhere: nothing of it is left to wait for
+        return True
+    except Exception:  # psutil cannot read it here (access denied, an unsupported platform)
+        return proc.poll() is not None
+
+
+def _killpg(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the process group of an unreaped leader (running, or a zombie holding the pid)."""
     if proc.returncode is None:
         try:
             os.killpg(proc.pid, signal.SIGKILL)  # children the leader left in its group are not ours to keep
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def _reap(proc: subprocess.Popen[bytes]) -> int:
+    """SIGKILL the process group, then reap its leader; its exit status. The group is signalled
+    only while the leader is not reaped (running, or a zombie holding the pid): once reaped, the pid
+    may be reused and ``killpg`` could reach an unrelated process group. Only for a leader known to
+    have exited (the wait is not bounded): see :func:`_kill_and_reap` for the others."""
+    _killpg(proc)
     return proc.wait()
+
+
+def _reap_left() -> None:
+    """Reap, best effort, the leaders an earlier clean-up left unreaped that have exited since (no
+    zombie stays behind), their groups SIGKILLed once more first (they are still unreaped)."""
+    for p in list(_LEFT):
+        if _exited(p):
+            _reap(p)
+            _LEFT.remove(p)
+
+
+def _kill_and_reap(procs: list[subprocess.Popen[bytes]], within_s: float) -> list[subprocess.Popen[bytes]]:
+    """SIGKILL every group of ``procs``, then reap every leader that exits within ``within_s`` (one
+    bound shared by all); those that do not (uninterruptible sleep) are logged, kept in ``_LEFT``
+    for a later call to reap, and returned."""
+    _reap_left()
+    for p in procs:
+        _killpg(p)
+    deadline = time.monotonic() + within_s
+    stuck = []
+    for p in procs:
+        if p.returncode is None and not _exited(p) and not wait_any([p], deadline - time.monotonic()):
+            stuck.append(p)
+        else:
+            p.wait()  # exited (or reaped already): at once
+    if stuck:
+        _LEFT.extend(stuck)
+        log.error("%s: not exited %gs after SIGKILL (uninterruptible sleep: a hung GPU driver or filesystem?); "
+                  "left unreaped, reaped by a later clean-up once it exits", _pids(stuck), within_s)
+    return stuck
+
+
+def _pids(procs: list[subprocess.Popen[bytes]]) -> str:
+    return ("pid " if len(procs) == 1 else "pids ") + ", ".join(str(p.pid) for p in procs)
+
+
+def _stuck_note(stuck: list[subprocess.Popen[bytes]]) -> str:
+    """What a replicate's reason adds for the leaders :func:`_kill_and_reap` left."""
+    return (f"; {_pids(stuck)} not exited {REAP_S:g}s after SIGKILL (uninterruptible sleep: a hung "
+            "GPU driver or filesystem?), left unreaped" if stuck else "")
 
 
 _INTERRUPTS = {signal.SIGINT, signal.SIGTERM}
 
 
-def _reap_all(procs: list[subprocess.Popen[bytes]]) -> None:
-    """:func:`_reap` every process without an interrupt cutting it short: SIGINT and SIGTERM are
-    blocked for this (the main) thread and their Python handlers held (one another thread of the
-    process took still trips its handler here) until the last is reaped, then delivered, raising as
-    they would have."""
+def _reap_all(procs: list[subprocess.Popen[bytes]]) -> list[subprocess.Popen[bytes]]:
+    """:func:`_kill_and_reap` every process without an interrupt cutting it short: SIGINT and
+    SIGTERM are blocked for this (the main) thread and their Python handlers held (one another
+    thread of the process took still trips its handler here) until the last is reaped or
+    ``REAP_S`` has passed, then delivered, raising as they would have. The leaders not reaped."""
     main = threading.current_thread() is threading.main_thread()
     interrupted: BaseException | None = None
     previous = None
@@ -95,8 +166,7 @@ def _reap_all(procs: list[subprocess.Popen[bytes]]) -> None:
         interrupted = exc
     try:
         with _signals_held() as held:
-            for p in procs:
-                _reap(p)
+            stuck = _kill_and_reap(procs, REAP_S)
     finally:
         # a signal that arrived meanwhile runs its own handler here, raising as it would have
         if previous is not None:
@@ -106,17 +176,20 @@ def _reap_all(procs: list[subprocess.Popen[bytes]]) -> None:
     if interrupted is not None:
         raise interrupted
     _deliver(held)
+    return stuck
 
 
-def _kill_groups(procs: list[subprocess.Popen[bytes]]) -> None:
+def _kill_groups(procs: list[subprocess.Popen[bytes]]) -> list[subprocess.Popen[bytes]]:
     """Stop the process groups of ``procs``: SIGTERM to every group first, one grace period shared by
     all for their leaders to exit, then SIGKILL to every group and every leader reaped.
 
     The SIGKILL and the reaping run in a ``finally`` with interrupts blocked (:func:`_reap_all`): a
     second Ctrl-C during the grace period ends the wait, not the clean-up. It used to skip the SIGKILL
     (a suite ignoring SIGTERM outlived the run, which stopped claiming it, so no later clean-up found
-    it), and a gang's nodes after the one being waited for were never signalled."""
+    it), and a gang's nodes after the one being waited for were never signalled. The leaders
+    not reaped ``REAP_S`` after SIGKILL (:func:`_kill_and_reap`)."""
     live = [p for p in procs if p.returncode is None]
+    stuck: list[subprocess.Popen[bytes]] = []
     try:
         for p in live:  # an exited (unreaped) leader's group may still hold its children: them too
             try:
@@ -127,7 +200,8 @@ def _kill_groups(procs: list[subprocess.Popen[bytes]]) -> None:
         while (waiting := [p for p in live if not _exited(p)]) and (left := deadline - time.monotonic()) > 0:
             wait_any(waiting, left)
     finally:
-        _reap_all(live)
+        stuck = _reap_all(live)
+    return stuck
 
 
 @contextlib.contextmanager
@@ -230,6 +304,7 @@ class LocalLauncher:
     def launch(
         self, inv: Invocation, run_dir: Path, *, extra_env: Mapping[str, str] | None = None
     ) -> LaunchResult:
+        _reap_left()  # a leader an earlier clean-up left unreaped, exited since
         # What an earlier launch of this replicate left here is kept aside, not truncated or taken for this one's.
         set_aside_earlier(run_dir, inv)
         if inv.is_gang:
@@ -239,6 +314,7 @@ class LocalLauncher:
         t_request = time.time()
         t0 = time.perf_counter()
         timed_out = False
+        stuck: list[subprocess.Popen[bytes]] = []
         # The sampler runs from just before the spawn to just after the exit, and adds its
         # summaries to the result document before it is read below.
         with replicate_telemetry(inv, run_dir) as telemetry, log_path.open("wb") as logf:
@@ -270,8 +346,8 @@ class LocalLauncher:
                 code = wait_exit(proc, inv.timeout_s)
             except subprocess.TimeoutExpired:
                 timed_out = True
-                _kill_groups([proc])
-                code = proc.wait()
+                stuck = _kill_groups([proc])
+                code = proc.returncode  # None: left unreaped (_kill_and_reap), never waited for unbounded
             except BaseException:
                 # Interrupted (Ctrl-C, benchrun cancel): the suite is in its own session, so the
                 # terminal's signal never reached it; it must not outlive the run.
@@ -286,7 +362,7 @@ class LocalLauncher:
             except ValueError as exc:
                 doc_error = str(exc)
         if timed_out:
-            status, reason = "failed", f"timed out after {inv.timeout_s:g}s; process group killed"
+            status, reason = "failed", f"timed out after {inv.timeout_s:g}s; process group killed" + _stuck_note(stuck)
         elif code < 0:
             status, reason = "failed", f"killed by {_signal_name(-code)}"
         elif code != 0:
@@ -320,6 +396,7 @@ class LocalLauncher:
         procs: list[subprocess.Popen[bytes]] = []
         failure: tuple[int, str] | None = None
         timed_out = False
+        stuck: list[subprocess.Popen[bytes]] = []
         # One sampler for the gang (its nodes share this host), stopped however the gang ends — a
         # launcher error or an interrupt included — and adding its summaries to the result read below.
         with replicate_telemetry(inv, run_dir) as telemetry, contextlib.ExitStack() as logs:
@@ -361,7 +438,7 @@ class LocalLauncher:
                     failure = next(((n, _ended(p.returncode)) for n, p in enumerate(procs)
                                     if p.returncode not in (None, 0)), None)
             finally:
-                _kill_groups(procs)  # every node not reaped yet: SIGTERM all, one grace period, SIGKILL all
+                stuck = _kill_groups(procs)  # every node not reaped yet: SIGTERM all, one grace period, SIGKILL all
             wall = time.perf_counter() - t0
         codes = [p.returncode for p in procs]
         if failure is None and not timed_out:
@@ -389,6 +466,8 @@ class LocalLauncher:
             reason = doc_error or f"gang exited 0 but node 0 wrote no result document ({inv.result_relpath()})"
         else:
             status, reason = doc["status"], doc.get("reason")
+        if stuck:
+            reason = (reason or "") + _stuck_note(stuck)
         if status == "failed":
             log.warning("%s r%d failed: %s", inv.suite, inv.replicate, reason)
         code = next((c for c in codes if c not in (0, None)), codes[0] if codes else None)

@@ -13,6 +13,10 @@ A launch in a run directory where an earlier launch of the same replicate left f
 retried, a run started again before it was sealed) first sets those aside the same way, as
 ``raw/<run>_<suite>_r<k>_earlier<i>.*`` / ``_earlier<i>_*`` (:func:`set_aside_earlier`): the failed
 attempt's log stays for diagnosis, and none of its raw files is read or sealed as this launch's.
+The contended attempts an earlier materialization of the replicate set aside go with it, as
+``raw|figures/<run>_<suite>_r<k>_earlier<i>_contended<j>[._]*`` (:func:`launch_with_reruns`): its
+document's ``contention_rerun.earlier`` still names them, and neither they nor it count as this
+launch's attempts.
 """
 
 from __future__ import annotations
@@ -72,16 +76,18 @@ def _own_files(run_dir: Path, inv: Invocation) -> list[tuple[Path, str]]:
     return out
 
 
-def set_aside(run_dir: Path, inv: Invocation, attempt: int, tag: str = CONTENDED) -> list[str]:
+def set_aside(run_dir: Path, inv: Invocation, attempt: int, tag: str = CONTENDED, *,
+              moved_before: dict[str, str] | None = None) -> list[str]:
     """Move a contended attempt's result document, log, raw files (telemetry, Prometheus and
     suite samples, a gang's node logs: every ``raw/<run>_<suite>_r<k>_*``) and figures (every
     ``figures/<run>_<suite>_r<k>_*``) aside under ``raw/<run>_<suite>_r<k>_contended<attempt>[._]*``
     and ``figures/<run>_<suite>_r<k>_contended<attempt>_*`` (out of the results and samples the
     analysis and the warehouse read, still in the run's hashed files), so the rerun neither
-    deletes nor overwrites them; the moved document's paths name the moved files. Their new paths."""
+    deletes nor overwrites them; the moved document's paths name the moved files (and those of
+    ``moved_before``: old → new run-relative paths of files moved with it). Their new paths."""
     run_dir = Path(run_dir)
     raw = run_dir / "raw"
-    renamed: dict[str, str] = {}
+    renamed: dict[str, str] = dict(moved_before or {})
     for src, rest in _own_files(run_dir, inv):
         dst = src.parent / contended_aside_raw_name(inv.run_id, inv.suite, inv.replicate, attempt, rest, tag)
         src.replace(dst)
@@ -96,19 +102,36 @@ def set_aside(run_dir: Path, inv: Invocation, attempt: int, tag: str = CONTENDED
             moved.append(dst.relative_to(run_dir).as_posix())
             if ext == "json" and renamed:
                 _repoint(dst, renamed)
-    return moved + sorted(renamed.values())
+    return moved + sorted(set(renamed.values()) - set((moved_before or {}).values()))
 
 
-def set_aside_earlier(run_dir: Path, inv: Invocation) -> list[str]:
+def _contended_files(run_dir: Path, inv: Invocation) -> list[tuple[Path, str]]:
+    """(path, rest) of every file of the replicate set aside as a contended attempt
+    (``raw|figures/<run>_<suite>_r<k>_contended<j>[._]<...>``), not another suite's."""
+    prefix = f"{inv.run_id}_{inv.suite}_r{int(inv.replicate)}_"
+    out = []
+    for folder in (run_dir / d for d in ASIDE_DIRS):
+        for src in sorted(folder.glob(glob.escape(prefix + CONTENDED) + "*")) if folder.is_dir() else []:
+            rest = src.name[len(prefix):]
+            if src.is_file() and (m := _ASIDE.match(rest)) and m.group(1) == CONTENDED \
+                    and not _OTHER_SUITE.search(rest):
+                out.append((src, rest))
+    return out
+
+
+def set_aside_earlier(run_dir: Path, inv: Invocation, *, with_contended: bool = False) -> list[str]:
     """Before a launch: what an earlier launch of the replicate left in the run directory (its
     result document, log, raw files and figures) set aside as :func:`set_aside` does, tagged
     ``earlier<i>`` (i: one more than the last earlier launch set aside), so this launch neither
     truncates the earlier log nor leaves its raw files to be read and sealed as its own. Files set
-    aside as contended are this launch's own attempts (:func:`launch_with_reruns`): left alone.
-    Their new paths (none on a first launch)."""
+    aside as contended are this launch's own attempts (:func:`launch_with_reruns`): left alone,
+    unless ``with_contended`` (before a materialization's first attempt: they are the earlier
+    one's), when they go with it as ``_earlier<i>_contended<j>[._]*`` and every document moved
+    (its own, its contended attempts') names their new paths. Their new paths (none on a first launch)."""
     run_dir = Path(run_dir)
-    if not _own_files(run_dir, inv) and not any((run_dir / rel).is_file()
-                                                 for rel in (inv.result_relpath(), inv.log_relpath())):
+    contended_files = _contended_files(run_dir, inv) if with_contended else []
+    if not contended_files and not _own_files(run_dir, inv) and \
+            not any((run_dir / rel).is_file() for rel in (inv.result_relpath(), inv.log_relpath())):
         return []
     prefix = f"{inv.run_id}_{inv.suite}_r{int(inv.replicate)}_"
     seen = [0]
@@ -117,7 +140,16 @@ def set_aside_earlier(run_dir: Path, inv: Invocation) -> list[str]:
             rest = path.name[len(prefix):]
             if (m := _ASIDE.match(rest)) and not _OTHER_SUITE.search(rest):
                 seen.append(int(m.group(2)))
-    moved = set_aside(run_dir, inv, max(seen) + 1, EARLIER)
+    i = max(seen) + 1
+    renamed: dict[str, str] = {}
+    for src, rest in contended_files:
+        dst = src.parent / contended_aside_raw_name(inv.run_id, inv.suite, inv.replicate, i, rest, EARLIER)
+        src.replace(dst)
+        renamed[src.relative_to(run_dir).as_posix()] = dst.relative_to(run_dir).as_posix()
+    for rel in renamed.values():  # a contended attempt's document names its own raw files and figures
+        if re.fullmatch(rf"raw/{re.escape(f'{prefix}{EARLIER}{i}_{CONTENDED}')}\d+\.json", rel):
+            _repoint(run_dir / rel, renamed)
+    moved = set_aside(run_dir, inv, i, EARLIER, moved_before=renamed) + sorted(renamed.values())
     log.info("%s r%d: an earlier launch's files set aside before this one: %s", inv.suite, inv.replicate,
              ", ".join(moved))
     return moved
@@ -165,11 +197,12 @@ def launch_with_reruns(launch: Callable[[Invocation], LaunchResult], run_dir: Pa
     """``launch(inv)`` the replicate, then, while its result says contended and the budget of
     ``reruns`` lasts, set that attempt aside and launch it again (as :func:`attempt_of` the next
     attempt); the last attempt's result. Attempts an earlier materialization of the run set aside
-    are removed first: they are not this launch's, and the analysis would count them as its reruns."""
-    for folder in (Path(run_dir) / d for d in ASIDE_DIRS):
-        stale = folder.glob(glob.escape(f"{inv.run_id}_{inv.suite}_r{int(inv.replicate)}_contended") + "*")
-        for path in stale if folder.is_dir() else []:
-            path.unlink(missing_ok=True)
+    are not this launch's (the analysis would count them as its reruns): they are set aside first
+    with that materialization's files, as ``_earlier<i>_contended<j>`` (:func:`set_aside_earlier`),
+    where its document, set aside with them, still names them. (They were deleted, and the earlier
+    document named files that no longer existed.)"""
+    if _contended_files(Path(run_dir), inv):
+        set_aside_earlier(run_dir, inv, with_contended=True)
     res = launch(inv)
     earlier: list[str] = []
     for attempt in range(1, max(0, int(reruns)) + 1):
