@@ -11,6 +11,7 @@ from bench_assets.run_assets import (
     pinned_spec,
     run_evidence,
     run_status_asset,
+    run_succeeded,
 )
 from bench_assets.stats_assets import change_points, run_report, stats_assets, stats_checks, stats_resources
 from bench_assets.warehouse_assets import (
@@ -99,7 +100,7 @@ retention_schedule = dg.ScheduleDefinition(
 
 defs = dg.Definitions(
     assets=[*run_assets, *warehouse_assets, *stats_assets, *playbook_assets, *publish_assets],
-    asset_checks=stats_checks,
+    asset_checks=[*stats_checks, run_succeeded],
     jobs=[benchmark_run_job, history_job, retention_job, maintenance_job],
     schedules=[*all_schedules, maintenance_schedule, history_schedule, retention_schedule],
     sensors=all_sensors,

@@ -1,5 +1,7 @@
 """The publishing assets of a run: hot metrics to Prometheus and the signed provenance attestation."""
 
+from collections.abc import Iterable
+
 import dagster as dg
 
 from bench_assets.partitions import benchmark_run_partitions
@@ -35,8 +37,45 @@ def publish_hot_metrics(rd: RunDir, log) -> tuple:
     return hm, pub
 
 
+CARDINALITY_CHECK = dg.AssetCheckSpec(
+    "cardinality_within_budget", asset="hot_metrics",
+    description="Every series of the run was published within sinks.hotMetrics.cardinalityBudget (warns when some "
+                "were dropped, naming how many and the budget), and no label that CONTRACT.md §3 forbids "
+                "(request_id, trace_id, prompt_hash) or the spec's dropDimensions name is in the published series "
+                "(fails).")
+
+
+def cardinality_result(hm: hotmetrics.HotMetrics, text: str,
+                       drop_dimensions: Iterable[str] = ()) -> dg.AssetCheckResult:
+    """The budget's verdict on a run's hot series, and the labels that must never be published, read
+    from the exposition text as written (before, a drop was only a log line and a metadata count)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    # run_id is the push group: render keeps it although dropDimensions lists it
+    banned = hotmetrics.FORBIDDEN_LABELS | ({hotmetrics.label_name(d) for d in drop_dimensions} - {"run_id"})
+    carrying = [s for fam in text_string_to_metric_families(text) for s in fam.samples if banned & set(s.labels)]
+    found = sorted({k for s in carrying for k in s.labels if k in banned})
+    allowed = max(0, hm.max_active_series - hm.existing_series)
+    budget = (f"maxActiveSeries {hm.max_active_series}, {hm.existing_series} held by other runs: "
+              f"{allowed} allowed for this run")
+    said = [f"forbidden label(s) {', '.join(found)} in {len(carrying)} published series (CONTRACT.md §3 and "
+            "the spec's dropDimensions: never a label)"] if found else []
+    if hm.series_dropped:
+        said.append(f"{hm.series_dropped} of {hm.series_total} series over the cardinality budget not published "
+                    f"({budget}; dropped by priority {dict(hm.dropped_by_budget)})")
+    return dg.AssetCheckResult(
+        check_name=CARDINALITY_CHECK.name, passed=not said,
+        severity=dg.AssetCheckSeverity.ERROR if found else dg.AssetCheckSeverity.WARN,
+        description="; ".join(said) or f"{hm.series_count} series within the budget ({budget}); no forbidden label",
+        metadata={"series": hm.series_count, "series_dropped": hm.series_dropped,
+                  "max_active_series": hm.max_active_series, "series_held_elsewhere": hm.existing_series,
+                  "series_allowed": allowed, "forbidden_labels_found": dg.MetadataValue.json(found),
+                  "series_with_forbidden_labels": len(carrying)},
+    )
+
+
 @dg.asset(partitions_def=benchmark_run_partitions, deps=["run_evidence"], group_name=GROUP,
-          kinds={"prometheus"})
+          kinds={"prometheus"}, check_specs=[CARDINALITY_CHECK])
 def hot_metrics(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     """The run's headline medians as Prometheus gauges, within the spec's cardinality budget."""
     rd = RunDir.for_run(context.partition_key)
@@ -45,6 +84,11 @@ def hot_metrics(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     if hm.series_dropped:
         context.log.warning(f"{hm.series_dropped} series over the cardinality budget were not published: "
                             f"{dict(hm.dropped_by_budget)}")
+    checks = []
+    if CARDINALITY_CHECK.key in context.selected_asset_check_keys:
+        drop = lifecycle.load_pinned(rd).run.spec.sinks.hot_metrics.cardinality_budget.drop_dimensions
+        text = pub.textfile.read_text(encoding="utf-8") if pub.textfile is not None else hm.text
+        checks.append(cardinality_result(hm, text, drop))
     return dg.MaterializeResult(
         metadata={
             "series": hm.series_count,
@@ -56,7 +100,8 @@ def hot_metrics(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
             "pushed_to": pub.pushed_to or "not pushed",
             "textfile": dg.MetadataValue.path(str(pub.textfile)),
             "note": "; ".join([pub.note, *hm.notes]),
-        }
+        },
+        check_results=checks,
     )
 
 

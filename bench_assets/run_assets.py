@@ -6,6 +6,7 @@ import dagster as dg
 from bench_assets import tables
 from bench_assets.partitions import benchmark_run_partitions
 from benchrun import lifecycle
+from benchrun.execute import LayerOutcome
 from benchrun.rundir import RunDir
 from resources.launcher import LauncherResource
 from resources.store import ArtifactStoreResource
@@ -63,7 +64,30 @@ def pinned_spec(context: dg.AssetExecutionContext, launcher: LauncherResource) -
     )
 
 
+LAYER_CHECK = "layer_succeeded"
+
+
+def _layer_check(outcome: LayerOutcome) -> dg.AssetCheckResult:
+    """The layer's verdict as a check: its materialization stays a success (the replicates, failed
+    ones too, are its output), so without one a layer whose every replicate failed showed green."""
+    meta = {"status": outcome.status, "replicates_ok": outcome.n_ok, "replicates_failed": outcome.n_failed}
+    if outcome.status == "skipped":
+        return dg.AssetCheckResult(check_name=LAYER_CHECK, passed=True, metadata=meta,
+                                   description=f"skipped: {outcome.skip_reason or 'not run'}")
+    return dg.AssetCheckResult(
+        check_name=LAYER_CHECK, passed=outcome.status == "succeeded", metadata=meta,
+        severity=dg.AssetCheckSeverity.ERROR if outcome.status == "failed" else dg.AssetCheckSeverity.WARN,
+        description={"succeeded": "every replicate succeeded",
+                     "failed": f"every replicate failed ({outcome.n_failed})"}.get(
+            outcome.status, f"{outcome.n_failed} of {len(outcome.results)} replicates failed"),
+    )
+
+
 def _layer_asset(layer: str, upstream: str) -> dg.AssetsDefinition:
+    check = dg.AssetCheckSpec(LAYER_CHECK, asset=f"{layer}_layer", description=(
+        f"The {layer} layer's replicates succeeded: fails (ERROR) when every replicate failed, warns when "
+        "some did; a skipped layer passes."))
+
     @dg.asset(
         name=f"{layer}_layer",
         partitions_def=benchmark_run_partitions,
@@ -71,6 +95,7 @@ def _layer_asset(layer: str, upstream: str) -> dg.AssetsDefinition:
         group_name=GROUP,
         kinds={"python"},
         description=f"The {layer} layer's suites, every replicate, run one after another.",
+        check_specs=[check],
     )
     def _asset(context: dg.AssetExecutionContext, launcher: LauncherResource) -> dg.MaterializeResult:
         rd = RunDir.for_run(context.partition_key)
@@ -83,8 +108,10 @@ def _layer_asset(layer: str, upstream: str) -> dg.AssetsDefinition:
         # the layer's files to the shared state now (no-op without one): a worker that dies later
         # leaves them for the re-execution, which before found only the status it had pushed
         push_run(rd.path, rd.home, merge=rd.merge_shared_status)
+        checks = [_layer_check(outcome)] if check.key in context.selected_asset_check_keys else []
         if outcome.status == "skipped":
-            return dg.MaterializeResult(metadata={"status": "skipped", "reason": outcome.skip_reason or ""})
+            return dg.MaterializeResult(metadata={"status": "skipped", "reason": outcome.skip_reason or ""},
+                                        check_results=checks)
         table = tables.table(outcome.summary_rows(),
                              ["suite", "case", "metric", "unit", "median", "min", "max", "n_ok", "n_failed"],
                              {"median": "median over ok replicates", "n_ok": "ok replicates of the suite"})
@@ -94,7 +121,8 @@ def _layer_asset(layer: str, upstream: str) -> dg.AssetsDefinition:
                 "replicates_ok": outcome.n_ok,
                 "replicates_failed": outcome.n_failed,
                 "headline": table,
-            }
+            },
+            check_results=checks,
         )
 
     return _asset
@@ -190,3 +218,29 @@ def run_status_asset(extra_deps: list[dg.AssetKey]) -> dg.AssetsDefinition:
         )
 
     return _run_status
+
+
+@dg.asset_check(asset=dg.AssetKey("run_status"), blocking=True, description=(
+    "The run ended Succeeded with every replicate ok (what `benchrun run` exits 0 for). A run whose phase is "
+    "not Succeeded fails it with ERROR, and so fails its Dagster run (a blocking check), after every asset "
+    "and its evidence were kept; a Succeeded run some of whose replicates failed (outcome partial) warns."))
+def run_succeeded(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+    rd = RunDir.for_run(context.partition_key)
+    lifecycle.pull_sealed_if_absent(rd)  # a check run on its own in a fresh run-worker pod
+    return run_succeeded_result(rd.read_status())
+
+
+def run_succeeded_result(st: dict) -> dg.AssetCheckResult:
+    """run_status's phase and outcome as a check: run_status itself materializes whatever the phase
+    (it records it), so a Failed benchmark was a green asset in a successful Dagster run."""
+    phase, outcome = st.get("phase") or "", st.get("outcome") or ""
+    conds = {c.get("type"): c for c in st.get("conditions") or []}
+    reason = (st.get("message") or (conds.get("Failed") or {}).get("message")
+              or "; ".join(st.get("issues") or []) or (conds.get("Complete") or {}).get("message") or "")
+    passed = phase == "Succeeded" and outcome == "succeeded"
+    return dg.AssetCheckResult(
+        passed=passed,
+        severity=dg.AssetCheckSeverity.WARN if phase == "Succeeded" and not passed else dg.AssetCheckSeverity.ERROR,
+        description=f"phase {phase or 'unset'}, outcome {outcome or 'unset'}" + (f": {reason}" if reason else ""),
+        metadata={"phase": phase, "outcome": outcome, "reason": reason},
+    )

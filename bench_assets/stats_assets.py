@@ -15,6 +15,7 @@ from benchrun.report.content import gating_regressions
 from benchrun.stats import analysis, changepoint, lineage
 from benchrun.stats.compare import ConfirmHook
 from benchrun.stats.load import alias_of, alias_path, delta_pct, load_run, replicate_table, resolve_run
+from resources.launcher import LauncherResource
 
 GROUP = "statistics"
 
@@ -26,13 +27,14 @@ class ConfirmRoundResource(dg.ConfigurableResource):
     (``benchrun.confirm``), baseline and candidate alternating, before ``RegressionDetected``
     may turn True. ``enabled: false`` turns the round off; a suspected regression then stays
     ``RegressionDetected=Unknown`` rather than alerting unconfirmed. The round's replicates run on
-    the launcher the deployment configures (``LauncherResource.from_env()``: Jobs on Kubernetes,
-    subprocesses here).
+    the run's own ``launcher`` resource (Jobs on Kubernetes, subprocesses here), as configured for the
+    run (run config included), where its layers ran.
     """
 
     enabled: bool = True
 
-    def hook(self, context: dg.AssetExecutionContext, baseline_run: str, candidate_run: str) -> ConfirmHook | None:
+    def hook(self, context: dg.AssetExecutionContext, baseline_run: str, candidate_run: str,
+             launcher: LauncherResource) -> ConfirmHook | None:
         if not self.enabled:
             return None
         from benchrun.confirm import confirmation_hook
@@ -51,10 +53,11 @@ class ConfirmRoundResource(dg.ConfigurableResource):
                 "launches": launches[0], "last": f"{res.suite} r{res.replicate} {res.status}",
                 "since_epoch": time.time()})
 
-        from resources.launcher import LauncherResource
-
-        launcher = _OnFirstLaunch(lambda: LauncherResource.from_env().confirmation_launcher(RunDir.for_run(candidate_run)))
-        return confirmation_hook(benchrun_home(), baseline_run, candidate_run, launcher=launcher, on_launch=on_launch)
+        # the run's configured launcher, not one built again from the environment: a run whose resources
+        # say kind kubernetes (run config) ran its layers as Jobs and its round as local subprocesses
+        # in the run-worker pod (found in review)
+        made = _OnFirstLaunch(lambda: launcher.confirmation_launcher(RunDir.for_run(candidate_run)))
+        return confirmation_hook(benchrun_home(), baseline_run, candidate_run, launcher=made, on_launch=on_launch)
 
 
 class _OnFirstLaunch:
@@ -278,7 +281,8 @@ def _pull_baseline(ref: str) -> None:
 
 
 @dg.asset(partitions_def=benchmark_run_partitions, deps=[trial_statistics], group_name=GROUP, kinds={"python", "json"})
-def baseline_comparison(context: dg.AssetExecutionContext, confirm_round: ConfirmRoundResource) -> dg.MaterializeResult:
+def baseline_comparison(context: dg.AssetExecutionContext, confirm_round: ConfirmRoundResource,
+                        launcher: LauncherResource) -> dg.MaterializeResult:
     """The run against its baseline, behind the one-variable gate; RegressionDetected in status.json."""
     from benchrun.rundir import RunDir
 
@@ -304,9 +308,10 @@ def baseline_comparison(context: dg.AssetExecutionContext, confirm_round: Confir
     if base_dir is None or base_dir.name == run_id:
         return dg.MaterializeResult(metadata={"compared": False, "reason": f"no baseline resolved from {ref!r}"})
     try:
-        gate, res = analysis.compare_runs(base_dir, rd, confirm=confirm_round.hook(context, base_dir.name, run_id),
-                                          candidate_in_progress=True, baseline_alias=alias_of(ref),
-                                          allow_differences=allow, allowed_by="comparison.allowDifferences")
+        confirm = confirm_round.hook(context, base_dir.name, run_id, launcher)
+        gate, res = analysis.compare_runs(base_dir, rd, confirm=confirm, candidate_in_progress=True,
+                                          baseline_alias=alias_of(ref), allow_differences=allow,
+                                          allowed_by="comparison.allowDifferences")
     finally:  # a round that ran is over: the progress display stops saying "confirming"
         RunDir.for_run(run_id).drop_status_fields("confirmation_progress")
     path = analysis.write_comparison(gate, res, base_dir.name, rd)
@@ -329,6 +334,7 @@ def no_gating_regression(context: dg.AssetCheckExecutionContext) -> dg.AssetChec
 
     from benchrun.rundir import RunDir
 
+    run_dir = _run_dir(context.partition_key)  # pulled first: a check run on its own in a fresh pod has no run
     rd = RunDir.for_run(context.partition_key)
     conds = (rd.read_status().get("conditions") or []) if rd.exists() else []
     cond = next((c for c in conds if c.get("type") == "RegressionDetected"), {})
@@ -337,7 +343,7 @@ def no_gating_regression(context: dg.AssetCheckExecutionContext) -> dg.AssetChec
                                    description=f"no baseline to compare with: {cond.get('message')}",
                                    metadata={"compared": False, "regression_detected": "Unknown",
                                              "reason": "BaselineMissing"})
-    path = _run_dir(context.partition_key) / "structured" / f"{context.partition_key}_comparison.json"
+    path = run_dir / "structured" / f"{context.partition_key}_comparison.json"
     if not path.is_file():  # no baseline named, or an alias not set yet (a first run)
         return dg.AssetCheckResult(passed=True, metadata={"compared": False})
     doc = json.loads(path.read_text(encoding="utf-8"))

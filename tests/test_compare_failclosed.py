@@ -15,6 +15,7 @@ import pytest
 from benchrun.stats import admit
 from benchrun.stats.analysis import compare_runs, write_comparison
 from benchrun.stats.synthetic import lognormal_replicates, make_run, seal_run, write_manifest
+from resources.launcher import LauncherResource
 
 PRIM = {"metrics": {"inference": {"primary": ["tokens_per_second", "p99_latency_ms"]}}}
 LAYERS = [{"name": "component", "enabled": True, "suites": [{"name": "serve", "repoCommand": "python -m x"},
@@ -236,7 +237,8 @@ def test_asset_check_fails_when_not_comparable(tmp_path, monkeypatch, direction)
     inst = dg.DagsterInstance.ephemeral()
     inst.add_dynamic_partitions("benchmark_run", ["cand"])
     res = dg.materialize([baseline_comparison, no_gating_regression], instance=inst, partition_key="cand",
-                         resources={"confirm_round": ConfirmRoundResource(enabled=False)},
+                         resources={"confirm_round": ConfirmRoundResource(enabled=False),
+                                    "launcher": LauncherResource()},
                          raise_on_error=True)
     check = res.get_asset_check_evaluations()[0]
     assert not check.passed and check.metadata["comparable"].value is False
@@ -273,7 +275,8 @@ def test_a_named_baseline_that_is_missing_fails_the_check(tmp_path, monkeypatch,
     inst = dg.DagsterInstance.ephemeral()
     inst.add_dynamic_partitions("benchmark_run", ["cand"])
     res = dg.materialize([baseline_comparison, no_gating_regression], instance=inst, partition_key="cand",
-                         resources={"confirm_round": ConfirmRoundResource(enabled=False)}, raise_on_error=True)
+                         resources={"confirm_round": ConfirmRoundResource(enabled=False), "launcher": LauncherResource()},
+                         raise_on_error=True)
     [check] = res.get_asset_check_evaluations()
     status = json.loads((tmp_path / "runs" / "cand" / "status.json").read_text())
     conds = [(c["status"], c["reason"]) for c in status["conditions"] if c["type"] == "RegressionDetected"]

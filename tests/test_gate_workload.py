@@ -13,6 +13,7 @@ from benchrun.spec import paths, validate_bytes
 from benchrun.stats.gate import check_gate
 from benchrun.stats.load import load_run
 from benchrun.stats.synthetic import lognormal_replicates, make_run
+from resources.launcher import LauncherResource
 
 ROOT = Path(__file__).resolve().parents[1]
 CANARY = yaml.safe_load((ROOT / "specs/local/canary.yaml").read_text())
@@ -228,7 +229,7 @@ def test_allow_differences_in_the_spec_is_recorded_in_the_comparison_and_the_rep
     inst = dg.DagsterInstance.ephemeral()
     inst.add_dynamic_partitions("benchmark_run", ["cand"])
     dg.materialize([baseline_comparison], instance=inst, partition_key="cand",
-                   resources={"confirm_round": ConfirmRoundResource(enabled=False)})
+                   resources={"confirm_round": ConfirmRoundResource(enabled=False), "launcher": LauncherResource()})
     doc = json.loads((tmp_path / "runs" / "cand" / "structured" / "cand_comparison.json").read_text())
     assert doc["gate"]["passed"] and doc["gate"]["allowed_differences"] == [GEMM_CMD]
     assert "comparison.allowDifferences: " + GEMM_CMD in doc["gate"]["message"]

@@ -78,3 +78,38 @@ def test_run_evidence_materialized_again_gets_its_new_seal_signed(bench_home, ca
     from benchrun.provenance.keys import local_key_paths
 
     verify_run(rd.path, local_key_paths(rd.home)[1], home=rd.home)  # the new seal, signed and whole
+
+
+def test_no_gating_regression_alone_in_a_fresh_pod_reads_the_shared_run(tmp_path: Path, s3_env: str,  # noqa: F811
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found in review: the check read status.json before it pulled the run, so in a fresh run-worker
+    pod (an empty home; the shared state holds the run) a run whose named baseline is missing
+    (RegressionDetected Unknown, BaselineMissing, no comparison file) passed: nothing judged was cleared."""
+    import dagster as dg
+    import numpy as np
+
+    from bench_assets.partitions import benchmark_run_partitions
+    from bench_assets.stats_assets import no_gating_regression
+    from benchrun.stats.synthetic import lognormal_replicates, make_run
+
+    boto3.client("s3", endpoint_url=s3_env).create_bucket(Bucket="bench-check")
+    monkeypatch.setenv(sharedstate.ENV, "s3://bench-check/p")
+    run_id = "cand-20261202000000-abcdef12"
+    metrics = {("gemm", "", "tflops"): (lognormal_replicates(np.random.default_rng(5), 100.0, 0.02, 5), "TFLOP/s",
+                                        "higher")}
+    first = make_run(tmp_path / "first-pod", run_id, metrics, status={"phase": "Analyzing"}, sealed=False)
+    RunDir(tmp_path / "first-pod", run_id).set_condition(
+        "RegressionDetected", "Unknown", "BaselineMissing", "run gone-20260101000000-abcdef12 not found")
+    sharedstate.push_run(first, tmp_path / "first-pod")
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path / "fresh-pod"))
+
+    @dg.asset(name="baseline_comparison", partitions_def=benchmark_run_partitions)
+    def baseline_comparison() -> None:
+        """Stands in for the comparison that ran in the first pod: only the check runs here."""
+
+    inst = dg.DagsterInstance.ephemeral()
+    inst.add_dynamic_partitions("benchmark_run", [run_id])
+    res = dg.materialize([baseline_comparison, no_gating_regression], instance=inst, partition_key=run_id)
+    [check] = res.get_asset_check_evaluations()
+    assert not check.passed and check.severity == dg.AssetCheckSeverity.ERROR  # was: passed (no run here)
+    assert check.metadata["reason"].value == "BaselineMissing" and "gone-20260101000000-abcdef12" in check.description

@@ -16,6 +16,7 @@ import pytest
 from benchrun.stats.analysis import compare_runs, write_comparison
 from benchrun.stats.baseline import promote
 from benchrun.stats.synthetic import lognormal_replicates, make_run
+from resources.launcher import LauncherResource
 
 
 def _metrics(rng, level=1.0, outlier=False):
@@ -153,7 +154,8 @@ def test_assets_and_checks_materialize(home):
     partitioned = [a for a in stats_assets if a.key.path[-1] != "change_points"]
     # These hand-made runs have no pinned spec to re-run, so the confirmation round is off.
     res = dg.materialize([*partitioned, *stats_checks], instance=inst, partition_key="cand",
-                         resources={"confirm_round": ConfirmRoundResource(enabled=False)}, raise_on_error=True)
+                         resources={"confirm_round": ConfirmRoundResource(enabled=False),
+                                    "launcher": LauncherResource()}, raise_on_error=True)
     checks = {e.check_name: e for e in res.get_asset_check_evaluations()}
     assert checks["enough_replicates"].passed
     assert not checks["no_outliers"].passed and checks["no_outliers"].severity == dg.AssetCheckSeverity.WARN
@@ -246,13 +248,13 @@ def test_confirm_resource_confirms_regression(home):
     make_run(home, "fresh-c", _metrics(rng, 0.85))
 
     class Fake(ConfirmRoundResource):
-        def hook(self, context, baseline_run, candidate_run):
+        def hook(self, context, baseline_run, candidate_run, launcher):
             return lambda keys: (replicate_table(home / "runs" / "fresh-b"), replicate_table(home / "runs" / "fresh-c"))
 
     inst = dg.DagsterInstance.ephemeral()
     inst.add_dynamic_partitions("benchmark_run", ["cand"])
     res = dg.materialize([trial_statistics, baseline_comparison, no_gating_regression], instance=inst,
-                         partition_key="cand", resources={"confirm_round": Fake()})
+                         partition_key="cand", resources={"confirm_round": Fake(), "launcher": LauncherResource()})
     check = res.get_asset_check_evaluations()[0]
     assert not check.passed and check.metadata["regression_detected"].value == "True"
     doc = json.loads((home / "runs" / "cand" / "structured" / "cand_comparison.json").read_text())
@@ -273,7 +275,8 @@ def test_confirmation_round_that_cannot_run_says_why(home):
     inst = dg.DagsterInstance.ephemeral()
     inst.add_dynamic_partitions("benchmark_run", ["cand"])
     res = dg.materialize([trial_statistics, baseline_comparison, no_gating_regression], instance=inst,
-                         partition_key="cand", resources={"confirm_round": ConfirmRoundResource()})
+                         partition_key="cand",
+                         resources={"confirm_round": ConfirmRoundResource(), "launcher": LauncherResource()})
     check = res.get_asset_check_evaluations()[0]
     assert not check.passed and check.metadata["regression_detected"].value == "Unknown"
     status = json.loads((home / "runs" / "cand" / "status.json").read_text())

@@ -2,6 +2,7 @@
 
 import json
 
+import dagster as dg
 import pytest
 
 from bench_assets.definitions import defs
@@ -57,6 +58,14 @@ def test_faulty_suites_are_failed_replicates_and_the_run_is_partial(bench_home, 
     conds = {c["type"]: c for c in st["conditions"]}
     assert conds["ComponentComplete"]["status"] == "False"
     assert conds["MicroComplete"]["status"] == "True"
+    # a Succeeded run some of whose replicates failed: the run check warns, the failed layer's check fails
+    checks = {(e.asset_key.to_user_string(), e.check_name): e for e in result.get_asset_check_evaluations()}
+    run_check = checks[("run_status", "run_succeeded")]
+    assert not run_check.passed and run_check.severity == dg.AssetCheckSeverity.WARN
+    assert run_check.description.startswith("phase Succeeded, outcome partial")
+    component = checks[("component_layer", "layer_succeeded")]
+    assert not component.passed and component.severity == dg.AssetCheckSeverity.ERROR
+    assert checks[("micro_layer", "layer_succeeded")].passed
     # the hot metrics say the final phase (found in review: pushed while Analyzing and never again)
     prom = (bench_home / "metrics" / f"{prepared.run_id}.prom").read_text()
     assert 'phase="Succeeded"' in prom and 'phase="Analyzing"' not in prom
@@ -68,10 +77,28 @@ def test_upstream_layer_failing_entirely_fails_the_run(bench_home, canary_doc, w
     canary_doc["spec"]["trials"]["minReplicates"] = 3
     tiny_spec(canary_doc, [FAIL], [GEMM])
     prepared = sub.prepare(write_spec(canary_doc))
-    _materialize(prepared)
+    result = _materialize(prepared)
     st = RunDir.for_run(prepared.run_id).read_status()
     assert st["outcome"] == "failed" and st["phase"] == "Failed"
     assert st["layers"]["component"]["ok"] == 3  # later layers still ran and kept evidence
+    # Found in review: every asset materialized and the Dagster run succeeded, green in the runs list and
+    # partition health, while the benchmark Failed. The run_succeeded check fails it (ERROR, blocking) and
+    # the layer whose every replicate failed fails its own check; every asset was still materialized.
+    checks = {(e.asset_key.to_user_string(), e.check_name): e for e in result.get_asset_check_evaluations()}
+    run_check = checks[("run_status", "run_succeeded")]
+    assert not run_check.passed and run_check.severity == dg.AssetCheckSeverity.ERROR
+    assert run_check.metadata["phase"].value == "Failed" and run_check.metadata["outcome"].value == "failed"
+    assert run_check.description.startswith("phase Failed, outcome failed: ") and "micro" in run_check.description
+    assert not result.success  # the Dagster run says what the benchmark did
+    failures = [e.step_key for e in result.all_events if e.is_step_failure]
+    assert failures == ["run_status_run_succeeded"], failures
+    micro = checks[("micro_layer", "layer_succeeded")]
+    assert not micro.passed and micro.severity == dg.AssetCheckSeverity.ERROR
+    assert micro.metadata["replicates_failed"].value == 3
+    assert checks[("component_layer", "layer_succeeded")].passed
+    assert checks[("end_to_end_layer", "layer_succeeded")].passed  # skipped: not judged
+    mats = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+    assert {"micro_layer", "component_layer", "run_evidence", "run_status"} <= mats
 
 
 @pytest.mark.slow
@@ -115,3 +142,63 @@ def test_invalid_spec_is_rejected_with_exit_2_and_no_partition(bench_home, canar
     instance = sub.get_instance()
     assert instance.get_dynamic_partitions("benchmark_run") == []
     assert not (bench_home / "runs").exists() or not any((bench_home / "runs").iterdir())
+
+
+@pytest.mark.slow
+def test_a_run_that_succeeded_passes_the_run_layer_and_cardinality_checks(bench_home, canary_doc, write_spec):
+    """What `make run`'s canary does on a healthy machine: every replicate ok, so the checks added with
+    run_succeeded pass and the Dagster run succeeds (the tiny spec's serving primaries are not measured:
+    enough_replicates is not asked here)."""
+    canary_doc["metadata"]["name"] = "allok"
+    canary_doc["spec"]["trials"]["minReplicates"] = 3
+    tiny_spec(canary_doc, [GEMM], [{**GEMM, "name": "gemm-again"}])
+    prepared = sub.prepare(write_spec(canary_doc))
+    result = _materialize(prepared)
+    assert result.success
+    st = RunDir.for_run(prepared.run_id).read_status()
+    assert (st["phase"], st["outcome"]) == ("Succeeded", "succeeded")
+    checks = {(e.asset_key.to_user_string(), e.check_name): e for e in result.get_asset_check_evaluations()}
+    for key in [("run_status", "run_succeeded"), ("micro_layer", "layer_succeeded"),
+                ("component_layer", "layer_succeeded"), ("end_to_end_layer", "layer_succeeded"),
+                ("hot_metrics", "cardinality_within_budget"), ("trial_statistics", "lineage_complete")]:
+        assert checks[key].passed, (key, checks[key].description)
+    assert checks[("run_status", "run_succeeded")].description == \
+        "phase Succeeded, outcome succeeded: every replicate succeeded"
+
+
+def test_run_succeeded_passes_only_a_succeeded_run(bench_home):
+    """The check on run_status: a Succeeded run with every replicate ok passes; a Failed one fails with
+    ERROR, naming its phase, outcome and reason; read from the run as run_status left it."""
+    from bench_assets.partitions import benchmark_run_partitions
+    from bench_assets.run_assets import run_succeeded
+
+    @dg.asset(name="run_status", partitions_def=benchmark_run_partitions)
+    def run_status() -> None:
+        """Stands in for run_status, which has left the phase in status.json."""
+
+    instance = sub.get_instance()
+    verdicts = {}
+    for run_id, status in {
+        "ok-20261201000000-abcdef12": {"phase": "Succeeded", "outcome": "succeeded"},
+        "bad-20261201000000-abcdef12": {"phase": "Failed", "outcome": "failed",
+                                        "message": "micro: every replicate failed and later layers build on it"},
+    }.items():
+        rd = RunDir(bench_home, run_id).create()
+        rd.write_status({"run_id": run_id, "conditions": [], **status})
+        (rd.path / "manifest.json").write_text("{}")
+        sub.register_partition(instance, run_id)
+        res = dg.materialize([run_status, run_succeeded], instance=instance, partition_key=run_id,
+                             raise_on_error=False)
+        [verdicts[run_id]] = res.get_asset_check_evaluations()
+        assert res.success is (status["phase"] == "Succeeded")
+    ok, bad = verdicts["ok-20261201000000-abcdef12"], verdicts["bad-20261201000000-abcdef12"]
+    assert ok.passed and ok.description == "phase Succeeded, outcome succeeded"
+    assert not bad.passed and bad.severity == dg.AssetCheckSeverity.ERROR
+    assert bad.description == "phase Failed, outcome failed: micro: every replicate failed and later layers build on it"
+
+
+def test_the_job_runs_the_run_and_layer_checks():
+    job = defs.resolve_job_def("benchmark_run_job")
+    names = {(k.asset_key.to_user_string(), k.name) for k in job.asset_layer.asset_graph.asset_check_keys}
+    assert {("run_status", "run_succeeded"), ("micro_layer", "layer_succeeded"),
+            ("component_layer", "layer_succeeded"), ("end_to_end_layer", "layer_succeeded")} <= names

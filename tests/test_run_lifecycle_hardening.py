@@ -673,3 +673,24 @@ def test_a_run_killed_after_curation_reads_failed_in_the_warehouse_too(tmp_path:
     [(run_id, _why)] = reap_dead_runs(tmp_path, None) or [("run-k", "")]
     assert RunDir(tmp_path, "run-k").read_status()["phase"] == "Failed"
     assert fact() == [("Failed", "failed")]
+
+
+@pytest.mark.slow
+def test_a_failed_benchmark_is_not_called_an_orchestration_failure(bench_home, canary_doc, write_spec):
+    """The blocking run_succeeded check fails the Dagster run of a benchmark that failed (so the UI and
+    alerting see it); the CLI says the benchmark's own reason, not 'orchestration failed' for that step."""
+    import dagster as dg
+
+    canary_doc["spec"]["trials"]["minReplicates"] = 3
+    tiny_spec(canary_doc, [{"name": "broken", "repoCommand": "/bin/false"}])
+    proc = _cli(bench_home, "run", str(write_spec(canary_doc)))
+    out, err = proc.communicate(timeout=300)
+    text = out + err
+    assert proc.returncode == 1, text[-3000:]
+    assert "orchestration failed" not in text and "run_succeeded" not in text, text[-3000:]
+    instance = sub.get_instance()
+    [run] = instance.get_runs(filters=dg.RunsFilter(job_name="benchmark_run_job"))
+    assert run.status == dg.DagsterRunStatus.FAILURE  # red in the UI, as the benchmark is
+    [rd] = [RunDir.for_run(p.name) for p in (bench_home / "runs").iterdir()]
+    st = rd.read_status()
+    assert st["phase"] == "Failed" and "orchestration" not in (st.get("message") or "")

@@ -15,6 +15,7 @@ from benchrun import sharedstate
 from benchrun.errors import BenchrunError
 from helpers import tiny_spec
 from test_store_helpers import s3_env  # noqa: F401  (fixture)
+from resources.launcher import LauncherResource
 
 ROOT = Path(__file__).resolve().parents[1]
 GEMM = {"name": "gemm", "repoCommand": "python -m benchrun.suites.gemm", "parameters": {"sizes": [32], "iterations": 2}}
@@ -639,7 +640,8 @@ def test_a_worker_pods_comparison_reads_the_alias_and_baseline_promoted_in_anoth
     inst = dg.DagsterInstance.ephemeral()
     inst.add_dynamic_partitions("benchmark_run", [cand_id])
     res = dg.materialize([baseline_comparison, no_gating_regression], instance=inst, partition_key=cand_id,
-                         resources={"confirm_round": ConfirmRoundResource(enabled=False)}, raise_on_error=True)
+                         resources={"confirm_round": ConfirmRoundResource(enabled=False), "launcher": LauncherResource()},
+                         raise_on_error=True)
     [mat] = [e for e in res.get_asset_materialization_events()]
     meta = mat.materialization.metadata
     assert meta["compared"].value is True and meta["baseline"].value == base_id, meta["gate"].value  # was: compared False
