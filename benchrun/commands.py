@@ -12,6 +12,7 @@ from typing import Any, Iterator, Optional
 
 import typer
 
+from benchrun.dagster_result import _failure_reason, _interrupted, _only_the_verdict_check_failed
 from benchrun.errors import BenchrunError
 
 HomeOpt = typer.Option(None, "--home", help="benchrun state directory (default $BENCHRUN_HOME or ./.benchrun)")
@@ -189,42 +190,6 @@ def _print_spec_errors(console: Any, exc: Exception) -> None:
         console.print(f"  {loc}: {e.path}: {e.message}", markup=False)
 
 
-# The blocking asset check that fails the Dagster run of a benchmark that did not succeed
-# (bench_assets.run_assets.run_succeeded): its step fails by design, after the run's final status.
-VERDICT_CHECK_STEP = "run_status_run_succeeded"
-
-
-def _only_the_verdict_check_failed(result: Any) -> bool:
-    """Whether the only failed step is :data:`VERDICT_CHECK_STEP`: the benchmark failed and said so
-    (its status is final); the orchestration did not fail."""
-    failed = {e.step_key for e in result.all_events if e.is_step_failure}
-    return failed == {VERDICT_CHECK_STEP}
-
-
-def _failure_reason(result: Any) -> str:
-    """The first failed step's own error, as one line: benchrun's message where benchrun raised
-    one (not the library exception it wraps), else the outermost error below Dagster's wrappers."""
-    failure = next((e for e in result.all_events if e.is_step_failure), None)
-    if failure is None:
-        return "the Dagster run failed"
-    chain = []
-    err = failure.step_failure_data.error
-    while err is not None:
-        chain.append(err)
-        err = err.cause
-    ours = [e for e in chain if e.cls_name in ("BenchrunError", "SpecInvalid")]
-    user = [e for e in chain if not e.cls_name.startswith("Dagster")]
-    chosen = (ours or user or chain)[0]
-    if not ours:
-        from benchrun.storage_errors import describe_storage_text
-
-        for e in chain:  # a full disk or read-only file system, said in benchrun's words
-            storage = describe_storage_text(e.cls_name, e.message, f"step {failure.step_key}")
-            if storage:
-                return storage
-    return f"step {failure.step_key}: {chosen.message.strip()}"
-
-
 def reap(console: Any, instance: Any) -> None:
     """At CLI start: fail the runs whose process died (they never hold the queue)."""
     from benchrun.liveness import reap_dead_runs
@@ -394,20 +359,6 @@ def baseline_hint(run_dir: Path, run_id: str, status: dict[str, Any]) -> str | N
     flag = "" if alias == "current" else f" --alias {alias}"
     return (f"no baseline yet: this spec compares with {ref}, which is not set. To make this run the baseline of "
             f"the next ones: benchrun promote {run_id}{flag}")
-
-
-def _interrupted(result: Any) -> bool:
-    """Whether the Dagster run ended because it was interrupted (Ctrl-C, SIGTERM) rather than
-    because a step failed."""
-    for event in result.all_events:
-        if not event.is_step_failure:
-            continue
-        err = event.step_failure_data.error
-        while err is not None:
-            if err.cls_name in ("DagsterExecutionInterruptedError", "KeyboardInterrupt"):
-                return True
-            err = err.cause
-    return False
 
 
 def finished_launches(run_dir: Path, run_id: str) -> str:
