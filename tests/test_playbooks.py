@@ -428,16 +428,20 @@ def test_low_gpu_utilization_prefers_dcgm_series_attributed_to_the_pod(tmp_path:
     assert res.verdict == "flagged" and row["flagged"] is True
 
 
-def one_gpu_replicate(tmp_path: Path, run_id: str, busy: float, tokens: float) -> None:
-    """One replicate on one GPU, sampled at 1 Hz for 20 s: 12 s of imports and CUDA start-up at 0 %
-    GPU with a busy host (80 % background), then the measured window (ctx.measuring(): 12 s to 19.5 s)
-    at ``busy`` % on a quiet one. Its summaries are the sampler's own (benchrun.telemetry.hook
-    .measured_samples, summarise), as the replicate's result carries them into measurement_fact."""
-    from benchrun.telemetry.hook import measured_samples
+def one_gpu_rows(run_id: str, busy: float, tokens: float | None, rep: int = 1, window: bool = True,
+                 summaries: bool = True) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(telemetry_slice_fact rows, measurement_fact rows) of one replicate on one GPU, sampled at 1 Hz
+    for 20 s: 12 s of imports and CUDA start-up at 0 % GPU with a busy host (80 % background), then the
+    timed work (12 s to 19.5 s) at ``busy`` % on a quiet one. ``window``: the suite recorded that as its
+    measured window (ctx.measuring()), else none. The summaries and the samples are the sampler's own
+    (benchrun.telemetry.hook.measured_samples, summarise; mark_window's slice where the summaries are
+    of the window), as the replicate's files carry them into the warehouse; ``summaries``: false, a
+    replicate whose result has none."""
+    from benchrun.telemetry.hook import WINDOW_METRIC, measured_samples
     from benchrun.telemetry.samples import Sample, samples_table
     from benchrun.telemetry.summary import summarise
 
-    t0 = T0.timestamp()
+    t0 = T0.timestamp() + 100 * rep
     samples = []
     for k in range(20):
         starting = k < 12
@@ -447,21 +451,34 @@ def one_gpu_replicate(tmp_path: Path, run_id: str, busy: float, tokens: float) -
                               ("background_cpu_pct", 80.0 if starting else 2.0)):
             samples.append(Sample(t0 + k, "psutil", "node", metric, value, "%", interval_s=1.0 if k else None,
                                   node_name="n0"))
-    result = tmp_path / f"{run_id}_result.json"
-    result.write_text(json.dumps({"measured_window": {"start_unix": t0 + 12, "end_unix": t0 + 19.5}}))
-    inside, used = measured_samples(samples_table(samples), result)
-    assert used["from"] == "the suite's measured window"
-    summary = summarise(inside)
-    raw = f"raw/{run_id}_train_step_r1_telemetry.parquet"
-    put(tmp_path, "telemetry_slice_fact", run_id, [
-        {"scope": s.scope, "source": s.source, "suite": "train_step", "replicate": 1, "metric": s.metric,
-         "value": s.value, "unit": "%", "device_index": s.device_index, "node_name": "n0", "raw_path": raw,
-         "window_start_utc": dt.datetime.fromtimestamp(s.ts - (s.interval_s or 0.0), dt.timezone.utc),
-         "window_end_utc": dt.datetime.fromtimestamp(s.ts, dt.timezone.utc)} for s in samples])
-    rows = [{"suite": "train_step", "replicate": 1, "case": "telemetry", "metric": m["name"], "value": m["value"],
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        result = Path(tmp) / "result.json"
+        result.write_text(json.dumps({"measured_window": {"start_unix": t0 + 12, "end_unix": t0 + 19.5}} if window else {}))
+        inside, used = measured_samples(samples_table(samples), result)
+    assert used["from"] == ("the suite's measured window" if window else
+                            "the whole process (the suite recorded no measured window)")
+    summary = summarise(inside) if summaries else []
+    if window and summary:  # the window itself, as the sampler's file records it beside windowed summaries
+        samples.append(Sample(t0 + 19.5, "suite", "process", WINDOW_METRIC, 7.5, "s", interval_s=7.5, node_name="n0"))
+    raw = f"raw/{run_id}_train_step_r{rep}_telemetry.parquet"
+    slices = [{"scope": s.scope, "source": s.source, "suite": "train_step", "replicate": rep, "metric": s.metric,
+               "value": s.value, "unit": s.unit, "device_index": s.device_index, "node_name": "n0", "raw_path": raw,
+               "window_start_utc": dt.datetime.fromtimestamp(s.ts - (s.interval_s or 0.0), dt.timezone.utc),
+               "window_end_utc": dt.datetime.fromtimestamp(s.ts, dt.timezone.utc)} for s in samples]
+    rows = [{"suite": "train_step", "replicate": rep, "case": "telemetry", "metric": m["name"], "value": m["value"],
              "unit": m["unit"], "direction": m["direction"], "status": "ok", "node_name": "n0"} for m in summary]
-    rows.append({"suite": "train_step", "replicate": 1, "case": "", "metric": "tokens_per_second", "value": tokens,
-                 "unit": "tokens/s", "direction": "higher", "status": "ok"})
+    if tokens is not None:
+        rows.append({"suite": "train_step", "replicate": rep, "case": "", "metric": "tokens_per_second", "value": tokens,
+                     "unit": "tokens/s", "direction": "higher", "status": "ok"})
+    return slices, rows
+
+
+def one_gpu_replicate(tmp_path: Path, run_id: str, busy: float, tokens: float, window: bool = True) -> None:
+    """The run's one replicate of :func:`one_gpu_rows`, in the warehouse."""
+    slices, rows = one_gpu_rows(run_id, busy, tokens, window=window)
+    put(tmp_path, "telemetry_slice_fact", run_id, slices)
     put(tmp_path, "measurement_fact", run_id, rows)
 
 
@@ -491,7 +508,9 @@ def test_low_gpu_utilization_falls_back_to_the_samples_where_a_summary_is_no_one
     with seven idle ones (12 %), so the busiest GPU's samples judge it, and the answer says both."""
     for rid, tokens in (("base", [1000.0, 1010.0, 990.0]), ("cand", [880.0, 870.0, 890.0])):
         add_run(tmp_path, rid)
-        put(tmp_path, "telemetry_slice_fact", rid, eight_gpu_node())
+        marks = [{"scope": "process", "source": "suite", "suite": "training", "replicate": rep,
+                  "metric": "measured_window_s", "value": 8.0, "unit": "s", "node_name": "n0"} for rep in (1, 2)]
+        put(tmp_path, "telemetry_slice_fact", rid, eight_gpu_node() + marks)
         put(tmp_path, "measurement_fact", rid, [
             {"suite": "training", "replicate": rep, "case": "telemetry", "metric": "gpu_utilization_pct_mean",
              "value": 97.0 / 8, "unit": "%", "direction": "higher", "status": "ok"} for rep in (1, 2)])
@@ -502,6 +521,45 @@ def test_low_gpu_utilization_falls_back_to_the_samples_where_a_summary_is_no_one
     assert (row["gpu_util_pct"], row["judged_gpu"], row["flagged"]) == (97.0, "n0/0 (nvml)", False)
     assert (row["n_replicates_windowed"], row["n_replicates_from_slices"], row["n_replicates_several_gpus"]) == (0, 3, 2)
     assert "whole process" in row["util_source"] and "2 replicate(s) whose sampler saw several GPUs" in row["util_source"]
+
+
+def test_a_whole_process_summary_is_not_read_as_the_measured_window(tmp_path: Path) -> None:
+    """Found in review (2026-12-08): every gpu_utilization_pct_mean counted as a measured-window summary,
+    but a suite that records no window (training did not) has its whole process summarised under that
+    name: 12 s of start-up at 0 % then 8 s at 95 % read 40 %, labelled "measured window", the false
+    "low utilization" the window was meant to end. Now only a replicate whose samples record its window
+    is read from its summary; this one is read from its samples and said to be the whole process."""
+    for rid, tokens in (("base", 1000.0), ("cand", 700.0)):
+        add_run(tmp_path, rid)
+        one_gpu_replicate(tmp_path, rid, 95.0, tokens, window=False)
+    res = low_gpu_utilization(tmp_path, "cand", "base")
+    [row] = res.rows
+    assert row["judged_gpu"] == "n0/0 (nvml)" and row["n_util_samples"] == 20  # its samples, not the 40 % summary
+    assert (row["n_replicates_windowed"], row["n_replicates_from_slices"], row["n_replicates_process_summary"]) == (0, 1, 1)
+    assert "measured window for" not in row["util_source"] and "covers the whole process" in row["util_source"]
+    assert "whole-process samples for 1" in res.reason
+    # and the host beside it: the whole process's samples too, not the summary that claims nothing
+    assert row["background_cpu_pct"] == pytest.approx((80.0 * 11 + 2.0 * 8) / 19)
+
+
+def test_one_gpu_read_on_two_bases_is_one_gpu(tmp_path: Path) -> None:
+    """Found in review (2026-12-08): the GPUs were grouped by source too, so one GPU read from one
+    replicate's windowed summary ('nvml, measured window') and another's samples ('nvml') was two GPUs,
+    n_gpus doubled and the busiest the higher of two medians on different bases. Now one GPU is its node
+    and device, the bases counted beside it."""
+    for rid, tokens in (("base", 1000.0), ("cand", 700.0)):
+        add_run(tmp_path, rid)
+        slices, rows = one_gpu_rows(rid, 95.0, tokens, rep=1)
+        more_slices, more_rows = one_gpu_rows(rid, 95.0, tokens, rep=2, summaries=False)  # no summary of its own
+        put(tmp_path, "telemetry_slice_fact", rid, slices + more_slices)
+        put(tmp_path, "measurement_fact", rid, rows + more_rows)
+    res = low_gpu_utilization(tmp_path, "cand", "base")
+    [row] = res.rows
+    assert row["n_gpus"] == 1 and row["judged_gpu"] == "n0/0 (nvml + nvml, measured window)"
+    assert row["judged_gpu_bases"] == ("1 replicate(s) from the measured window, "
+                                       "20 whole-process sample(s) of 1 replicate(s)")
+    assert (row["n_replicates_windowed"], row["n_replicates_from_slices"], row["n_util_samples"]) == (1, 1, 21)
+    assert row["gpu_medians"].count("n0/0") == 1 and row["base_gpu_util_pct"] == row["gpu_util_pct"]
 
 
 def test_low_gpu_utilization_unavailable_on_a_cpu_only_run(tmp_path: Path) -> None:

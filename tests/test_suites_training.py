@@ -288,3 +288,35 @@ def test_a_run_that_fell_back_to_the_cpu_gets_no_mfu_against_the_declared_gpu_pe
         if not expect_mfu:
             assert ("fell back to the CPU" in row["mfu_reason"]) is fell_back and row["peak_tflops_used"] is None
             assert "cuda peak" in row["mfu_reason"]
+
+
+def test_the_measured_window_is_the_measured_steps(tmp_path: Path, monkeypatch) -> None:
+    """Found in review (2026-12-08): training never recorded a measured window, so its telemetry summaries
+    covered the whole process (imports, model build, warm-up at 0 % GPU beside the steps at 95 % read
+    as a starved GPU, labelled as the measured window by the playbook). Now its result's measured_window
+    is the wall-clock window of the measured steps, warm-up left out."""
+    pytest.importorskip("torch")
+    import time
+
+    from benchrun.suites import _training_worker, training
+    from benchrun.suites._runtime import SuiteContext
+
+    real = _training_worker.synthetic_batch
+
+    def slow_batch(*args, **kw):  # each step, warm-up included, takes at least 0.2 s
+        time.sleep(0.2)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(_training_worker, "synthetic_batch", slow_batch)
+    monkeypatch.delenv("BENCHRUN_NODES", raising=False)  # one node
+    params = {**TINY, "checkpoint": False, "warmup_steps": 2}
+    ctx = SuiteContext({"BENCHRUN_RUN_DIR": str(tmp_path), "BENCHRUN_RUN_ID": "tr-20260101000000-abcdef12",
+                        "BENCHRUN_SUITE": "training", "BENCHRUN_REPLICATE": "1", "BENCHRUN_PARAMS": json.dumps(params)})
+    began = time.time()
+    training.run(ctx)
+    doc = json.loads(ctx.finish("ok").read_text())
+    window = doc["measured_window"]
+    [row] = doc["training"]
+    assert window["start_unix"] >= began + 2 * 0.2  # after the two warm-up steps
+    assert window["end_unix"] - window["start_unix"] == pytest.approx(row["measured_wall_s"], abs=0.01)
+    assert row["measured_wall_s"] >= 6 * 0.2 and window["end_unix"] <= time.time()

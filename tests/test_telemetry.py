@@ -260,7 +260,7 @@ def test_summaries_are_taken_over_the_suites_measured_window(tmp_path):
     assert {r["name"]: r["value"] for r in summarise(inside)}["gpu_utilization_pct_mean"] == 95.0
     result.write_text(_json.dumps({"status": "ok", "measured_window": {"start_unix": 130.0, "end_unix": 130.5}}))
     short, used = measured_samples(table, result)
-    assert short.num_rows == 0 and used["from"] == "none" and "fewer than 2 samples" in used["reason"]
+    assert short.num_rows == 0 and used["from"] == "none" and "shorter than 2 sampling periods" in used["reason"]
 
 
 def test_a_suite_that_measures_records_its_window_and_the_launcher_summarises_it(tmp_path, monkeypatch):
@@ -280,8 +280,17 @@ def test_a_suite_that_measures_records_its_window_and_the_launcher_summarises_it
     assert 0.55 <= window["end_unix"] - window["start_unix"] < 2.0
     assert doc["telemetry"]["summary_window"]["from"] == "the suite's measured window"
     suite_cpu = next(m["value"] for m in doc["metrics"] if m["name"] == "suite_cpu_pct_mean")
-    whole = {r["name"]: r["value"] for r in summarise(read_samples(run_dir / doc["telemetry"]["samples"]))}
+    table = read_samples(run_dir / doc["telemetry"]["samples"])
+    whole = {r["name"]: r["value"] for r in summarise(table)}
     assert suite_cpu > 1.5 * whole["suite_cpu_pct_mean"]  # busy inside the window; the sleep before it is left out
+    # the window itself is in the samples, so telemetry_slice_fact says these summaries are the window's
+    # (measurement_fact keeps no basis: the low_gpu_utilization playbook read every summary as windowed)
+    [mark] = [r for r in table.to_pylist() if r["metric"] == "measured_window_s"]
+    length = window["end_unix"] - window["start_unix"]
+    assert (mark["source"], mark["scope"], mark["unit"]) == ("suite", "process", "s")
+    assert mark["value"] == pytest.approx(length) and mark["interval_s"] == pytest.approx(length)
+    assert mark["ts"].timestamp() == pytest.approx(window["end_unix"], abs=1e-5)
+    assert float(table.schema.metadata[b"rate_hz"]) == doc["telemetry"]["rate_hz"]  # the sampler's metadata kept
 
 
 def test_sampling_off_writes_nothing(tmp_path):

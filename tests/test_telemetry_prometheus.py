@@ -530,3 +530,116 @@ def test_pod_without_prometheus_or_times_is_said_not_guessed(tmp_path, monkeypat
     assert read_result(path)["telemetry"]["prometheus"]["status"] == "unavailable"
     monkeypatch.setenv("BENCHRUN_PROMETHEUS_URL", "prometheus:9090")
     assert "not an http(s) URL" in pod_prometheus(inv, rd.path, {"node_name": "n"})["reason"]
+
+
+def _layer(rd, replicates, layer="micro", rate="5"):
+    """Invocations of suite s (a quick ok suite) and the run's pinned plan listing them in this order."""
+    quick = SUITE.replace("time.sleep(4)", "pass")
+    invs = []
+    for rep in replicates:
+        env = {**base_env(), "BENCHRUN_RUN_ID": RUN_ID, "BENCHRUN_RUN_DIR": str(rd.path), "BENCHRUN_SUITE": "s",
+               "BENCHRUN_REPLICATE": str(rep), RATE_ENV: rate}
+        invs.append(Invocation(RUN_ID, layer, "s", rep, "bc-x", (sys.executable, "-c", quick), env, 60.0))
+    later = Invocation(RUN_ID, "component", "t", 1, "bc-y", ("true",), {}, 60.0)  # another layer: not this one's
+    (rd.path / "structured").mkdir(parents=True, exist_ok=True)
+    (rd.path / "structured" / f"{RUN_ID}_plan.json").write_text(json.dumps([i.to_json() for i in [*invs, later]]))
+    return invs
+
+
+def test_the_next_replicate_does_not_wait_for_the_settle(fake_prometheus, tmp_path, no_prometheus_settings,
+                                                         monkeypatch):
+    """Found in review (2026-12-08): the settle wait (the scrape interval + 1 s, up to 15 s) ran in line
+    at every replicate's end, so each next replicate waited for it (about 10 min over 40). Now, where
+    more of the layer follows, the collection runs beside the next replicate and is written into the
+    result at a later replicate's end, all of it by the layer's last."""
+    monkeypatch.setenv("BENCHRUN_PROMETHEUS_URL", fake_prometheus)
+    monkeypatch.setenv("BENCHRUN_PROMETHEUS_SETTLE", "3s")
+    _Prometheus.reset([{"scrapeInterval": "1s"}])
+    rd = RunDir(tmp_path, RUN_ID).create()
+    r1, r2 = _layer(rd, (1, 2))
+    launcher = LocalLauncher()
+    res1 = launcher.launch(r1, rd.path)
+    returned = time.time()
+    doc1 = read_result(rd.path / res1.result)
+    end1 = doc1["telemetry"]["window_end"]
+    assert res1.status == "ok" and returned < end1 + 3.0  # it did not wait for r1's settle
+    assert doc1["telemetry"]["prometheus"]["status"] == "pending"
+    res2 = launcher.launch(r2, rd.path)
+    assert res2.status == "ok" and res2.t_spawned < end1 + 3.0  # r2 ran while r1's collection waited
+    # r2 is the layer's last: r1's collection was written by then, and r2's own collected in line
+    for res in (res1, res2):
+        doc = read_result(rd.path / res.result)
+        prom = doc["telemetry"]["prometheus"]
+        assert prom["status"] == "ok" and prom["settle_s"] == 3.0, prom
+        assert doc["samples"]["prometheus"] == prom["samples"] and (rd.path / prom["samples"]).is_file()
+    gauges = [q for q in _Prometheus.seen if q["path"] == "/api/v1/query" and float(q["time"]) == round(end1 + 3.0, 3)]
+    assert gauges and all(q["asked_at"] >= end1 + 3.0 for q in gauges)  # still asked once the settle had passed
+
+
+def test_an_interrupt_is_not_held_by_the_settle_or_the_queries(fake_prometheus, tmp_path, no_prometheus_settings,
+                                                               monkeypatch):
+    """Found in review (2026-12-08): the settle wait and the ~40 queries sat in the telemetry's finally,
+    so Ctrl-C (or a cancelled Dagster run) waited for them before it stopped anything. Now an interrupt
+    goes on at once; the Prometheus part is recorded as not collected, an earlier replicate's collection
+    still on its way too."""
+    import benchrun.launch.local as local
+    from benchrun.telemetry.hook import replicate_telemetry
+
+    monkeypatch.setenv("BENCHRUN_PROMETHEUS_URL", fake_prometheus)
+    monkeypatch.setenv("BENCHRUN_PROMETHEUS_SETTLE", "10s")
+    _Prometheus.reset([{"scrapeInterval": "1s"}])
+    rd = RunDir(tmp_path, RUN_ID).create()
+    # in the telemetry's own hands: the suite wrote its result, then Ctrl-C
+    inv = Invocation(RUN_ID, "micro", "solo", 1, "bc-x", ("true",), {RATE_ENV: "5"}, 60.0)
+    began = time.time()
+    with pytest.raises(KeyboardInterrupt):
+        with replicate_telemetry(inv, rd.path):
+            _ok_doc(rd, suite="solo")
+            raise KeyboardInterrupt
+    assert time.time() - began < 5.0 and not _Prometheus.seen
+    prom = read_result(rd.path / inv.result_relpath())["telemetry"]["prometheus"]
+    assert prom["status"] == "unavailable" and "interrupted (KeyboardInterrupt)" in prom["reason"]
+    # through the launcher: r1's collection runs in the background; Ctrl-C while r2 runs stops at once
+    r1, r2, _ = _layer(rd, (1, 2, 3))
+    launcher = LocalLauncher()
+    res1 = launcher.launch(r1, rd.path)
+
+    def interrupted(proc, timeout_s):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(local, "wait_exit", interrupted)
+    began = time.time()
+    with pytest.raises(KeyboardInterrupt):
+        launcher.launch(r2, rd.path)
+    assert time.time() - began < 5.0
+    prom = read_result(rd.path / res1.result)["telemetry"]["prometheus"]
+    assert prom["status"] == "unavailable" and "interrupted (KeyboardInterrupt)" in prom["reason"], prom
+
+
+def test_the_cluster_launchers_collection_runs_beside_the_next_job(fake_prometheus, tmp_path, no_prometheus_settings,
+                                                                   monkeypatch):
+    """The Kubernetes launcher waited for the settle before it created the next Job; now the collection
+    runs beside it, and the layer's last replicate (a failed one too: it is called whatever the result)
+    writes every earlier one before the layer ends."""
+    import datetime as dt
+
+    from benchrun.telemetry.hook import pod_prometheus
+
+    monkeypatch.setenv("BENCHRUN_PROMETHEUS_URL", fake_prometheus)
+    monkeypatch.setenv("BENCHRUN_PROMETHEUS_SETTLE", "2s")
+    _Prometheus.reset([{"scrapeInterval": "1s"}])
+    rd = RunDir(tmp_path, RUN_ID).create()
+    r1, r2 = _layer(rd, (1, 2))
+    path = _ok_doc(rd, rep=1)
+    end = time.time()
+    iso = lambda t: dt.datetime.fromtimestamp(t, dt.timezone.utc).isoformat()  # noqa: E731
+    timeline = {"container_started_utc": iso(end - 4), "container_finished_utc": iso(end), "node_name": "n1",
+                "pod_name": "s-r1-abcde", "pod_uid": "uid-1"}
+    assert pod_prometheus(r1, rd.path, timeline)["status"] == "pending" and time.time() < end + 2.0
+    assert read_result(path)["telemetry"]["prometheus"]["status"] == "pending"
+    # r2 failed (no result): not queried, but the layer ends with it, so r1's collection is written
+    record = pod_prometheus(r2, rd.path, {**timeline, "pod_name": "s-r2-abcde"})
+    assert record["status"] == "unavailable" and record["reason"].startswith("not collected")
+    prom = read_result(path)["telemetry"]["prometheus"]
+    assert prom["status"] == "ok" and prom["settle_s"] == 2.0 and (rd.path / prom["samples"]).is_file()
+    assert not any("s-r2-abcde" in q["query"] for q in _Prometheus.seen)

@@ -86,7 +86,7 @@ def test_a_window_too_short_to_summarise_has_no_summaries_and_is_judged_on_the_w
                                   "metrics": [], "measured_window": {"start_unix": started + 0.1,
                                                                      "end_unix": started + 0.2}}))
     record = tele.finish()
-    assert record["summary_window"]["from"] == "none" and "fewer than 2 samples" in record["summary_window"]["reason"]
+    assert record["summary_window"]["from"] == "none" and "shorter than 2 sampling periods" in record["summary_window"]["reason"]
     assert record["summary"] == [] and isinstance(record["contended"], bool)
     assert record["contention_from"] == "the whole process (the measured window is too short to sample)"
     assert attach_to_result(result, record)
@@ -100,6 +100,32 @@ def test_a_window_too_short_to_summarise_has_no_summaries_and_is_judged_on_the_w
     time.sleep(0.05)
     record2 = tele2.finish()
     assert record2["contended"] is None and record2["contention_reason"].startswith("not judged: the suite's measured window")
+
+
+def test_whether_a_window_is_summarised_depends_on_its_length_not_where_it_falls(tmp_path):
+    """Found in review (2026-12-08): the decision counted the samples overlapping the window; at 1 Hz a
+    0.5 s window straddling a tick overlaps two (summarised), one between ticks only one (none), so a
+    random subset of the canary's 0.1-0.5 s replicates carried cpu_/gpu_utilization_pct_mean. Now the
+    window's length against 2 sampling periods decides, wherever it falls."""
+    t0 = 1000.0
+    at_1hz = {b"rate_hz": b"1.0"}  # as the sampler's file says
+    rates = _rates(t0, [5.0] * 12).replace_schema_metadata(at_1hz)
+    gauges = samples_table(Sample(t0 + k, "nvml", "gpu", "gpu_utilization_pct", 90.0, "%", device_index=0)
+                           for k in range(12)).replace_schema_metadata(at_1hz)
+    for table in (rates, gauges):
+        for length, summarised in ((0.5, False), (1.5, False), (2.0, True), (3.2, True)):
+            seen = set()
+            for offset in (0.05, 0.3, 0.5, 0.75, 0.95):  # between ticks, and straddling one
+                start = t0 + 3 + offset
+                inside, used = measured_samples(table, _window(tmp_path, start, start + length))
+                seen.add((used["from"], bool(summarise(inside))))
+            want = ("the suite's measured window", True) if summarised else ("none", False)
+            assert seen == {want}, (length, seen)
+    # the sampler's rate decides the period: at 4 Hz a 0.5 s window is 2 periods
+    at_4hz = rates.replace_schema_metadata({b"rate_hz": b"4.0"})
+    assert measured_samples(at_4hz, _window(tmp_path, t0 + 3.3, t0 + 3.8))[1]["from"] != "none"
+    used = measured_samples(rates, _window(tmp_path, t0 + 3.3, t0 + 3.8))[1]
+    assert "shorter than 2 sampling periods (2 s at 1 Hz)" in used["reason"]
 
 
 def _doc(rd, rep, telemetry, status="ok", suite="gemm"):
@@ -148,7 +174,7 @@ def test_the_judged_and_the_unjudged_are_counted_apart(tmp_path):
     _doc(rd, 1, {"rate_hz": 1.0, "samples": "raw/x.parquet", "contended": False})
     _doc(rd, 2, PROM_ONLY)
     _doc(rd, 3, {"rate_hz": 1.0, "samples": "raw/y.parquet", "contended": None,
-                 "contention_reason": "not judged: the suite's measured window (0.1 s) is described by fewer than 2 samples"})
+                 "contention_reason": "not judged: the suite's measured window (0.1 s) is shorter than 2 sampling periods"})
     quiet = _cond(apply_run_conditions(rd), "ReplicatesUncontended")
     assert (quiet["status"], quiet["reason"]) == ("True", "QuietMachine")
     assert "(1 ok replicates sampled)" in quiet["message"] and "2 ok replicates not judged (gemm r2, gemm r3; e.g." in quiet["message"]

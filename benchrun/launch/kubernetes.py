@@ -215,10 +215,12 @@ class KubernetesLauncher:
                 t0: float, missing_hint: str = "") -> LaunchResult:
         """The replicate's result from its log, its pod (node 0's for a gang) and the wait's end."""
         doc, doc_error, messages = scan_log(inv, log_path, result_path)
-        if doc is not None:  # Prometheus over the pod's window on its node (BENCHRUN_PROMETHEUS_URL); never raises
-            from benchrun.telemetry.hook import pod_prometheus
+        # Prometheus over the pod's window on its node (BENCHRUN_PROMETHEUS_URL), in the background while
+        # more of the layer follows; at every replicate's end, a result or not, as the earlier replicates'
+        # collections are written there (and waited for at the layer's last). Never raises.
+        from benchrun.telemetry.hook import pod_prometheus
 
-            pod_prometheus(inv, run_dir, timeline)
+        pod_prometheus(inv, run_dir, timeline)
         status, reason, code = verdict(inv, pod, ended, deleted, doc, doc_error, log_note)
         from benchrun.launch.k8s_outputs import INCOMPLETE
 

@@ -22,7 +22,11 @@ THROUGHPUT_DROP_MIN = 0.10
 # Per suite: the GPU utilization measured, per replicate from the best source it has:
 #   1. the sampler's windowed summary (measurement_fact gpu_utilization_pct_mean, case telemetry:
 #      NVML over the suite's measured window, benchrun.telemetry.hook.measured_samples), where the
-#      replicate's sampler saw one GPU (a summary averages every GPU sampled, so on a node where it
+#      replicate's samples record that window (the 'measured_window_s' slice the sampler adds:
+#      a suite that records no window, training before 2026-12-07, has its whole process summarised
+#      under the same name, and measurement_fact keeps nothing else to tell them apart by; such a
+#      replicate is read from its samples, as in 2, and counted, n_replicates_process_summary) and
+#      its sampler saw one GPU (a summary averages every GPU sampled, so on a node where it
 #      sampled them all a busy GPU beside idle ones would read starved: such a replicate is judged
 #      per GPU from its samples, as in 2);
 #   2. else its telemetry_slice_fact samples, which cover the whole process (imports, CUDA start-up,
@@ -30,8 +34,9 @@ THROUGHPUT_DROP_MIN = 0.10
 #      through Prometheus, the series attributed to the suite's pod where it was queried, else the
 #      node's;
 # and measurement_fact gpu_utilization_pct rows a suite writes itself, beside either. Each answer
-# says which it used (util_source). Per GPU (node, UUID or index, source) the median over those
-# values and, for the suite, the busiest GPU's median, for the run ($1) and its baseline ($2),
+# says which it used (util_source). Per GPU (node and UUID or index, whichever basis each of its
+# values has: the bases are counted, judged_gpu_bases) the median over those values and, for the
+# suite, the busiest GPU's median, for the run ($1) and its baseline ($2),
 # next to each throughput metric of that suite (higher-is-better per-second metrics of ok
 # replicates, and training_outcome_fact tokens_per_second where measurement_fact has none for the
 # replicate, case and metric: each replicate counted once): its median over replicates in both
@@ -42,7 +47,7 @@ THROUGHPUT_DROP_MIN = 0.10
 # answer is "not measured". Values of a replicate that did not succeed (REPLICATE_STATUS_CTE: its
 # result or its launch says so) are left out and counted (n_util_samples_left_out): a crashed or
 # hung replicate's idle GPU is no evidence of a starved one. Samples of a replicate with no status
-# recorded stay in. Until 2026-12-08 only the slices were read (the summary rows, named
+# recorded stay in. Until 2026-12-07 only the slices were read (the summary rows, named
 # gpu_utilization_pct_mean, never matched), so 0 % while the suite imported and started CUDA beside
 # 95 % while it was timed read as a starved GPU.
 SQL = """
@@ -54,11 +59,30 @@ tele AS (
     WHERE run_id IN ($1, $2) AND value IS NOT NULL
       AND metric IN ('gpu_utilization_pct', 'dcgm_gpu_utilization_pct', 'dcgm_gpu_utilization_pct_pod')
 ),
+marked AS (
+    -- the replicates whose telemetry summaries are of the suite's measured window: the sampler adds the
+    -- window to the replicate's samples as one slice (benchrun.telemetry.hook.mark_window), since
+    -- measurement_fact keeps no basis beside a summary row (a suite that records no window, and every
+    -- run before windows were recorded, has its whole process summarised under the same names)
+    SELECT DISTINCT run_id, suite, replicate
+    FROM telemetry_slice_fact
+    WHERE run_id IN ($1, $2) AND metric = 'measured_window_s' AND source = 'suite'
+),
+summaries AS (
+    SELECT m.run_id, m.suite, m.replicate, m.metric, m.value, m.node_name, m.status,
+           mk.replicate IS NOT NULL AS of_window
+    FROM measurement_fact m
+    LEFT JOIN marked mk ON mk.run_id = m.run_id AND mk.suite = m.suite AND mk.replicate = m.replicate
+    WHERE m.run_id IN ($1, $2) AND m."case" = 'telemetry' AND m.value IS NOT NULL
+      AND m.metric IN ('gpu_utilization_pct_mean', 'cpu_utilization_pct_mean', 'background_cpu_pct_mean')
+),
 windowed AS (
-    SELECT run_id, suite, replicate, metric, value, node_name, status
-    FROM measurement_fact
-    WHERE run_id IN ($1, $2) AND "case" = 'telemetry' AND value IS NOT NULL
-      AND metric IN ('gpu_utilization_pct_mean', 'cpu_utilization_pct_mean', 'background_cpu_pct_mean')
+    SELECT run_id, suite, replicate, metric, value, node_name, status FROM summaries WHERE of_window
+),
+process_summaries AS (
+    SELECT run_id, suite, CAST(count(DISTINCT replicate) AS BIGINT) AS n_replicates_process_summary
+    FROM summaries WHERE NOT of_window AND metric = 'gpu_utilization_pct_mean'
+    GROUP BY run_id, suite
 ),
 sampled_gpus AS (
     SELECT run_id, suite, replicate, count(DISTINCT device) AS n_gpus, min(device) AS device,
@@ -67,7 +91,7 @@ sampled_gpus AS (
     GROUP BY run_id, suite, replicate
 ),
 gpu_windowed AS (
-    SELECT w.run_id, w.suite, w.replicate, coalesce(w.node_name, g.node_name) AS node_name, g.device, w.value,
+    SELECT w.run_id, w.suite, w.replicate, coalesce(g.node_name, w.node_name) AS node_name, g.device, w.value,
            w.status, coalesce(g.n_gpus, 1) <= 1 AS one_gpu
     FROM windowed w
     LEFT JOIN sampled_gpus g ON g.run_id = w.run_id AND g.suite = w.suite AND g.replicate = w.replicate
@@ -105,12 +129,24 @@ left_out AS (
 util_samples AS (
     SELECT * FROM judged_samples WHERE replicate_ok
 ),
+-- one GPU is its node and device, whichever basis each replicate was read on (its windowed summary,
+-- its samples): a row per GPU, the bases counted in it (grouped by source too, one GPU read both ways
+-- was two, and the busiest the higher of two medians)
 per_gpu AS (
-    SELECT run_id, suite, source, node_name, device, count(*) AS n, median(value) AS util,
+    SELECT run_id, suite, node_name, device, count(*) AS n, median(value) AS util,
            min(value) AS util_min, max(value) AS util_max,
-           coalesce(node_name || '/', '') || coalesce(device, '?') || ' (' || source || ')' AS gpu
+           coalesce(node_name || '/', '') || coalesce(device, '?')
+               || ' (' || string_agg(DISTINCT source, ' + ' ORDER BY source) || ')' AS gpu,
+           concat_ws(', ',
+               CASE WHEN count(*) FILTER (WHERE basis = 'window') > 0 THEN
+                   count(DISTINCT replicate) FILTER (WHERE basis = 'window') || ' replicate(s) from the measured window' END,
+               CASE WHEN count(*) FILTER (WHERE basis = 'slices') > 0 THEN
+                   count(*) FILTER (WHERE basis = 'slices') || ' whole-process sample(s) of '
+                   || count(DISTINCT replicate) FILTER (WHERE basis = 'slices') || ' replicate(s)' END,
+               CASE WHEN count(*) FILTER (WHERE basis = 'suite') > 0 THEN
+                   count(*) FILTER (WHERE basis = 'suite') || ' value(s) the suite reported' END) AS bases
     FROM util_samples
-    GROUP BY run_id, suite, source, node_name, device
+    GROUP BY run_id, suite, node_name, device
 ),
 evidence AS (
     SELECT run_id, suite, string_agg(DISTINCT raw_path, ', ' ORDER BY raw_path) AS telemetry_evidence,
@@ -129,7 +165,7 @@ several_gpus AS (
 ),
 util AS (
     SELECT g.run_id, g.suite, CAST(sum(n) AS BIGINT) AS n_util_samples, count(*) AS n_gpus,
-           max(util) AS gpu_util_pct, arg_max(gpu, util) AS judged_gpu,
+           max(util) AS gpu_util_pct, arg_max(gpu, util) AS judged_gpu, arg_max(bases, util) AS judged_gpu_bases,
            arg_max(util_min, util) AS gpu_util_min_pct, arg_max(util_max, util) AS gpu_util_max_pct,
            string_agg(gpu || ' ' || round(util, 1) || '%', ', ' ORDER BY util DESC, gpu) AS gpu_medians,
            any_value(e.telemetry_evidence) AS telemetry_evidence,
@@ -139,10 +175,12 @@ util AS (
            any_value(e.n_replicates_windowed) AS n_replicates_windowed,
            any_value(e.n_replicates_from_slices) AS n_replicates_from_slices,
            any_value(e.n_slice_samples) AS n_slice_samples, any_value(e.n_suite_values) AS n_suite_values,
-           CAST(coalesce(any_value(sg.n_replicates_several_gpus), 0) AS BIGINT) AS n_replicates_several_gpus
+           CAST(coalesce(any_value(sg.n_replicates_several_gpus), 0) AS BIGINT) AS n_replicates_several_gpus,
+           CAST(coalesce(any_value(ps.n_replicates_process_summary), 0) AS BIGINT) AS n_replicates_process_summary
     FROM per_gpu g JOIN evidence e ON e.run_id = g.run_id AND e.suite = g.suite
     LEFT JOIN left_out lo ON lo.run_id = g.run_id AND lo.suite = g.suite
     LEFT JOIN several_gpus sg ON sg.run_id = g.run_id AND sg.suite = g.suite
+    LEFT JOIN process_summaries ps ON ps.run_id = g.run_id AND ps.suite = g.suite
     GROUP BY g.run_id, g.suite
 ),
 -- per replicate: its windowed summary where it has one, else its samples time-weighted (each rate
@@ -203,9 +241,9 @@ throughput AS (
     GROUP BY run_id, suite, "case", metric
 )
 SELECT u.suite, u.n_util_samples, u.n_util_samples_left_out, u.n_replicates_left_out, u.n_gpus, u.gpu_util_pct, u.judged_gpu, u.gpu_util_min_pct, u.gpu_util_max_pct,
-       u.gpu_medians, bu.gpu_util_pct AS base_gpu_util_pct, h.host_cpu_util_pct, h.background_cpu_pct,
+       u.judged_gpu_bases, u.gpu_medians, bu.gpu_util_pct AS base_gpu_util_pct, h.host_cpu_util_pct, h.background_cpu_pct,
        u.n_replicates_windowed, u.n_replicates_from_slices, u.n_slice_samples, u.n_suite_values,
-       u.n_replicates_several_gpus,
+       u.n_replicates_several_gpus, u.n_replicates_process_summary,
        u.telemetry_evidence, u.telemetry_from_utc, u.telemetry_to_utc,
        t."case", t.metric AS throughput_metric, t.unit AS throughput_unit, t.n_replicates,
        t.value AS throughput, bt.value AS base_throughput,
@@ -243,6 +281,10 @@ def util_source(row: dict) -> str:
     if row["n_suite_values"]:
         parts.append(f"{row['n_suite_values']} gpu_utilization_pct value(s) the suite reported itself")
     text = "; ".join(parts)
+    if row.get("n_replicates_process_summary"):
+        text += (f" ({row['n_replicates_process_summary']} replicate(s) whose gpu_utilization_pct_mean covers the whole "
+                 "process: their sample file holds no measured window (the suite recorded none, or the run predates "
+                 "its recording), so they are read from their samples, said so, never as windowed)")
     if row["n_replicates_several_gpus"]:
         text += (f" ({row['n_replicates_several_gpus']} replicate(s) whose sampler saw several GPUs: their summary "
                  "averages all of them, no one GPU's figure, so they are judged per GPU from their samples)")

@@ -346,7 +346,7 @@ def range_queries(url: str, start: float, end: float, node: str, *, pod: str | N
     back before it; ``interval_s`` is the range. Gauges are the scrapes themselves, asked for once
     ``end + settle`` has passed (:func:`settle_for`; ``settle_s`` and ``waited_s`` are recorded):
     those inside the window and the first after it, each over the time since its series' previous
-    scrape (:func:`window_points`). Until 2026-12-08 gauges were a range query with a 1 s step from
+    scrape (:func:`window_points`). Until 2026-12-07 gauges were a range query with a 1 s step from
     the start, asked for the moment the replicate ended: every step repeated the latest scrape up to
     5 minutes old, so until the first scrape inside the window the points held a value scraped
     before the replicate (a replicate shorter than the scrape interval got nothing else), each
@@ -442,19 +442,34 @@ def range_queries(url: str, start: float, end: float, node: str, *, pod: str | N
     return samples, record
 
 
-def query_replicate(url: str, inv: Invocation, run_dir: Path, start: float, end: float, *, node_name: str,
-                    pod: str | None = None, pod_uid: str | None = None, queue: str | None = None) -> dict[str, Any]:
-    """Query one replicate's window and store the points as ``raw/<run>_<suite>_r<k>_prometheus.parquet``."""
+def collect_replicate(url: str, start: float, end: float, *, node_name: str, pod: str | None = None,
+                      pod_uid: str | None = None, queue: str | None = None,
+                      sleep: Callable[[float], None] = time.sleep) -> tuple[list[Sample], dict[str, Any]]:
+    """(samples, record) of one replicate's window, settle wait included (``sleep``: how it waits,
+    which a background collection makes interruptible); nothing written."""
     try:
-        samples, record = range_queries(url, start, end, node_name, pod=pod, pod_uid=pod_uid, queue=queue)
+        samples, record = range_queries(url, start, end, node_name, pod=pod, pod_uid=pod_uid, queue=queue, sleep=sleep)
     except ValueError as exc:
-        return {"status": "unavailable", "reason": str(exc), "url": redact(url)}
+        return [], {"status": "unavailable", "reason": str(exc), "url": redact(url)}
     record["url"] = redact(url)
+    return samples, record
+
+
+def store_replicate(samples: list[Sample], record: dict[str, Any], inv: Invocation, run_dir: Path, start: float,
+                    end: float) -> dict[str, Any]:
+    """Store what :func:`collect_replicate` got as ``raw/<run>_<suite>_r<k>_prometheus.parquet``; the record."""
     if samples:
         rel = f"raw/{inv.run_id}_{inv.suite}_r{inv.replicate}_prometheus.parquet"
-        write_samples(Path(run_dir) / rel, samples, metadata={"prometheus_url": redact(url), "window_start": f"{start:.6f}",
-                                                               "window_end": f"{end:.6f}"})
+        write_samples(Path(run_dir) / rel, samples, metadata={"prometheus_url": str(record.get("url")),
+                                                               "window_start": f"{start:.6f}", "window_end": f"{end:.6f}"})
         record["samples"] = rel
     if record["status"] != "ok":
         log.warning("%s r%d: Prometheus %s: %s", inv.suite, inv.replicate, record["status"], record["reason"])
     return record
+
+
+def query_replicate(url: str, inv: Invocation, run_dir: Path, start: float, end: float, *, node_name: str,
+                    pod: str | None = None, pod_uid: str | None = None, queue: str | None = None) -> dict[str, Any]:
+    """Query one replicate's window and store the points as ``raw/<run>_<suite>_r<k>_prometheus.parquet``."""
+    samples, record = collect_replicate(url, start, end, node_name=node_name, pod=pod, pod_uid=pod_uid, queue=queue)
+    return store_replicate(samples, record, inv, run_dir, start, end)
