@@ -630,7 +630,7 @@ def test_a_jobsets_watch_reads_only_its_own_pods_not_those_of_one_of_that_name_d
 
 
 def test_prometheus_is_collected_beside_the_next_job_and_written_by_the_layers_last(kcluster, home, monkeypatch):
-    """Found in review (2026-12-08): the launcher waited for the Prometheus settle (up to 15 s) before it
+    """Found in review (2026-12-07): the launcher waited for the Prometheus settle (up to 15 s) before it
     created the next Job, and asked only for a replicate that left a result. Now the collection runs
     beside the next Job, and the layer's last replicate, a failed one too, writes it in before the
     layer ends."""

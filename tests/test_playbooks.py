@@ -524,7 +524,7 @@ def test_low_gpu_utilization_falls_back_to_the_samples_where_a_summary_is_no_one
 
 
 def test_a_whole_process_summary_is_not_read_as_the_measured_window(tmp_path: Path) -> None:
-    """Found in review (2026-12-08): every gpu_utilization_pct_mean counted as a measured-window summary,
+    """Found in review (2026-12-07): every gpu_utilization_pct_mean counted as a measured-window summary,
     but a suite that records no window (training did not) has its whole process summarised under that
     name: 12 s of start-up at 0 % then 8 s at 95 % read 40 %, labelled "measured window", the false
     "low utilization" the window was meant to end. Now only a replicate whose samples record its window
@@ -543,7 +543,7 @@ def test_a_whole_process_summary_is_not_read_as_the_measured_window(tmp_path: Pa
 
 
 def test_one_gpu_read_on_two_bases_is_one_gpu(tmp_path: Path) -> None:
-    """Found in review (2026-12-08): the GPUs were grouped by source too, so one GPU read from one
+    """Found in review (2026-12-07): the GPUs were grouped by source too, so one GPU read from one
     replicate's windowed summary ('nvml, measured window') and another's samples ('nvml') was two GPUs,
     n_gpus doubled and the busiest the higher of two medians on different bases. Now one GPU is its node
     and device, the bases counted beside it."""

@@ -291,7 +291,7 @@ def test_a_run_that_fell_back_to_the_cpu_gets_no_mfu_against_the_declared_gpu_pe
 
 
 def test_the_measured_window_is_the_measured_steps(tmp_path: Path, monkeypatch) -> None:
-    """Found in review (2026-12-08): training never recorded a measured window, so its telemetry summaries
+    """Found in review (2026-12-07): training never recorded a measured window, so its telemetry summaries
     covered the whole process (imports, model build, warm-up at 0 % GPU beside the steps at 95 % read
     as a starved GPU, labelled as the measured window by the playbook). Now its result's measured_window
     is the wall-clock window of the measured steps, warm-up left out."""

@@ -548,7 +548,7 @@ def _layer(rd, replicates, layer="micro", rate="5"):
 
 def test_the_next_replicate_does_not_wait_for_the_settle(fake_prometheus, tmp_path, no_prometheus_settings,
                                                          monkeypatch):
-    """Found in review (2026-12-08): the settle wait (the scrape interval + 1 s, up to 15 s) ran in line
+    """Found in review (2026-12-07): the settle wait (the scrape interval + 1 s, up to 15 s) ran in line
     at every replicate's end, so each next replicate waited for it (about 10 min over 40). Now, where
     more of the layer follows, the collection runs beside the next replicate and is written into the
     result at a later replicate's end, all of it by the layer's last."""
@@ -578,7 +578,7 @@ def test_the_next_replicate_does_not_wait_for_the_settle(fake_prometheus, tmp_pa
 
 def test_an_interrupt_is_not_held_by_the_settle_or_the_queries(fake_prometheus, tmp_path, no_prometheus_settings,
                                                                monkeypatch):
-    """Found in review (2026-12-08): the settle wait and the ~40 queries sat in the telemetry's finally,
+    """Found in review (2026-12-07): the settle wait and the ~40 queries sat in the telemetry's finally,
     so Ctrl-C (or a cancelled Dagster run) waited for them before it stopped anything. Now an interrupt
     goes on at once; the Prometheus part is recorded as not collected, an earlier replicate's collection
     still on its way too."""

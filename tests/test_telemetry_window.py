@@ -103,7 +103,7 @@ def test_a_window_too_short_to_summarise_has_no_summaries_and_is_judged_on_the_w
 
 
 def test_whether_a_window_is_summarised_depends_on_its_length_not_where_it_falls(tmp_path):
-    """Found in review (2026-12-08): the decision counted the samples overlapping the window; at 1 Hz a
+    """Found in review (2026-12-07): the decision counted the samples overlapping the window; at 1 Hz a
     0.5 s window straddling a tick overlaps two (summarised), one between ticks only one (none), so a
     random subset of the canary's 0.1-0.5 s replicates carried cpu_/gpu_utilization_pct_mean. Now the
     window's length against 2 sampling periods decides, wherever it falls."""

@@ -1,0 +1,152 @@
+"""The history-level jobs on Kubernetes, where each runs in a fresh run-worker pod whose home is empty:
+change_points reads the runs the shared state holds (a real S3 API server, moto, on loopback) and shares
+its fact; retention keeps a baseline whose alias only the shared state holds, and shares its record."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from pathlib import Path
+
+import boto3
+import dagster as dg
+import numpy as np
+import pandas as pd
+import pytest
+
+from benchrun import sharedstate
+from benchrun.stats.synthetic import make_run
+from test_store_helpers import s3_env  # noqa: F401  (fixture)
+
+CP_KEY = "warehouse/change_point_fact/change_points.parquet"
+
+
+@pytest.fixture
+def bucket(s3_env: str, monkeypatch: pytest.MonkeyPatch) -> str:  # noqa: F811
+    """A fresh bucket (moto keeps buckets in the process, across servers) named by BENCHRUN_SHARED_STATE."""
+    name = f"bench-history-{uuid.uuid4().hex[:10]}"
+    boto3.client("s3", endpoint_url=s3_env).create_bucket(Bucket=name)
+    monkeypatch.setenv(sharedstate.ENV, f"s3://{name}/team")
+    return name
+
+
+def _keys(s3_env: str, bucket: str, prefix: str = "team/") -> set[str]:  # noqa: F811
+    client = boto3.client("s3", endpoint_url=s3_env)
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    return {o["Key"][len("team/"):] for page in pages for o in page.get("Contents", [])}
+
+
+def _nightly_runs(home: Path, n: int = 24) -> list[Path]:
+    """``n`` Succeeded nightly runs (a 20 % step at night 18), a canary, a Failed nightly and one whose
+    suite judged a replicate invalid and whose launcher failed another: every rule of the history."""
+    rng = np.random.default_rng(4)
+    made = []
+    for i in range(n):
+        made.append(make_run(
+            home, f"n-{i:02d}", {("serve", "", "tokens_per_second"): (rng.normal(100 if i < 18 else 80, 1, 3), "tok/s",
+                                                                     "higher"),
+                                 ("membw", "", "gbps"): (rng.normal(50, 0.5, 3), "GB/s", "higher")},
+            status={"cadence": "nightly", "created_utc": f"2026-11-{i + 1:02d}T00:00:00Z"},
+            spec={"spec": {"comparison": {"deltaPct": 4.0}}},
+            contexts={"membw": {"verdict": "invalid", "verdict_reasons": ["arrays fit in the LLC"]}} if i == 5 else None,
+            launches={"serve": ["ok", "failed", "ok"], "membw": ["ok"] * 3} if i == 7 else None, sealed=False))
+    made.append(make_run(home, "canary-x", {("serve", "", "tokens_per_second"): ([1, 2, 3], "tok/s", "higher")},
+                         status={"cadence": "canary"}, sealed=False))
+    made.append(make_run(home, "failed-x", {("serve", "", "tokens_per_second"): ([1, 2, 3], "tok/s", "higher")},
+                         status={"cadence": "nightly", "phase": "Failed"}, sealed=False))
+    return made
+
+
+def _push_all(runs: list[Path], home: Path) -> None:
+    for rd in runs:
+        sharedstate.push_run(rd, home)
+
+
+def test_the_shared_history_is_the_local_history_and_pulls_no_raw_file(
+        tmp_path: Path, s3_env: str, bucket: str) -> None:  # noqa: F811
+    from benchrun.stats.changepoint import gather_history, history_table
+    from benchrun.stats.cphistory import pull_history
+
+    writer = tmp_path / "writer"
+    _push_all(_nightly_runs(writer), writer)
+    boto3.client("s3", endpoint_url=s3_env).put_object(  # a damaged run there is skipped, not fatal
+        Bucket=bucket, Key="team/runs/broken-x/status.json", Body=b"{not json")
+    local = history_table(writer).reset_index(drop=True)
+    assert local["run_id"].nunique() == 24
+
+    shared = gather_history(tmp_path / "fresh").reset_index(drop=True)
+    pd.testing.assert_frame_equal(shared, local)  # the same series and the same medians
+    assert not (tmp_path / "fresh").exists()  # the scratch folder is not the home
+
+    pulled = pull_history(sharedstate.shared_state(), tmp_path / "scratch")
+    assert pulled and not [p for p in pulled if "/raw/" in p or p.endswith("manifest.json")]
+    assert {p.split("/")[1] for p in pulled} == {f"n-{i:02d}" for i in range(24)}  # the kept runs only
+    assert "runs/n-07/structured/n-07_launches.json" in pulled
+
+
+def test_change_points_in_a_fresh_pod_reads_the_shared_runs_and_shares_its_fact(
+        tmp_path: Path, s3_env: str, bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """history_job in a run-worker pod read its empty home: runs 0, change points 0, every night, and the
+    fact it wrote went with the pod."""
+    from bench_assets.stats_assets import change_points
+
+    writer = tmp_path / "writer"
+    _push_all(_nightly_runs(writer), writer)
+
+    def materialize_in(home: Path) -> dict:
+        monkeypatch.setenv("BENCHRUN_HOME", str(home))
+        res = dg.materialize([change_points], instance=dg.DagsterInstance.ephemeral())
+        return res.get_asset_materialization_events()[0].materialization.metadata
+
+    meta = materialize_in(tmp_path / "pod-1")
+    assert meta["runs"].value == 24 and meta["change_points"].value == 1 and meta["new_change_points"].value == 1
+    assert CP_KEY in _keys(s3_env, bucket)
+    assert not (tmp_path / "pod-1" / "runs").exists()  # no partial run copies in the home
+    # the next night's pod: the same change, not announced again (the previous fact came from the shared state)
+    again = materialize_in(tmp_path / "pod-2")
+    assert again["change_points"].value == 1 and again["new_change_points"].value == 0
+    # a run worker's first pull (pinned_spec) brings the fact to its views (benchrun.warehouse.views reads
+    # that file; the Iceberg tables beside it need the shared catalog, which this test has not)
+    reader = tmp_path / "reader"
+    sharedstate.pull_run("n-00", reader, warehouse=True)
+    fact = pd.read_parquet(reader / CP_KEY)
+    assert fact[["run_id", "kind"]].to_dict(orient="records") == [{"run_id": "n-18", "kind": "regression"}]
+
+
+def test_retention_in_a_fresh_pod_keeps_a_baseline_only_the_shared_state_names(
+        parquet_layout: None, tmp_path: Path, s3_env: str, bucket: str) -> None:  # noqa: F811
+    """The pod's home has no published/: a baseline past coldDays had its rows deleted. (The parquet
+    layout: with shared state the Iceberg tables need a Postgres catalog; the aliases are read alike.)"""
+    from benchrun.store import open_store
+    from benchrun.warehouse import curate_run
+    from benchrun.warehouse.retention import apply_retention, plan_retention
+    from test_store_helpers import make_run_dir
+
+    now = dt.datetime(2026, 11, 30, 12, tzinfo=dt.timezone.utc)
+    pod = tmp_path / "pod"
+    store = open_store(None, pod)
+    for run_id, age_days in (("run-old", 800), ("run-older", 900), ("run-new", 1)):
+        run_dir = make_run_dir(pod, run_id, finished_utc=(now - dt.timedelta(days=age_days)).isoformat())
+        curate_run(run_dir, pod, store.put_run_dir(run_dir, run_id))
+    promoter = tmp_path / "promoter"  # `benchrun promote` ran elsewhere and pushed the alias
+    (promoter / "published").mkdir(parents=True)
+    (promoter / "published" / "current").write_text("run-old\n{}\n")
+    sharedstate.push_alias(promoter, "current")
+    client = boto3.client("s3", endpoint_url=s3_env)
+    client.put_object(Bucket=bucket, Key="team/warehouse/_deleted/gone-x.json",  # `benchrun delete`, elsewhere
+                      Body=json.dumps({"run_id": "gone-x", "deleted_utc": now.isoformat(), "retention": None}))
+
+    plan = plan_retention(pod, now)
+    tiers = {r.run_id: r.tier for r in plan.runs}
+    assert tiers["run-old"] == "published" and tiers["run-older"] == "expired"
+    assert {p["run_id"] for p in plan.partitions} == {"run-older"}
+    assert any("run-old: published (current)" in n for n in plan.notes)
+    assert any("run gone-x: deleted" in n for n in plan.notes)  # the tombstone was read
+
+    record = apply_retention(pod, plan)
+    keys = _keys(s3_env, bucket)
+    assert f"warehouse/_retention/{record.name}" in keys and "warehouse/_deleted/gone-x.json" in keys
+    shared_record = json.loads(client.get_object(Bucket=bucket, Key=f"team/warehouse/_retention/{record.name}")
+                               ["Body"].read())
+    assert shared_record["applied"] is True and {p["run_id"] for p in shared_record["partitions"]} == {"run-older"}
