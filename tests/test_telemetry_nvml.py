@@ -4,7 +4,9 @@ tests run: pynvml is a fake (``sys.modules['pynvml']``), shaped as nvidia-ml-py'
 
 from __future__ import annotations
 
+
 import sys
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -121,6 +123,9 @@ def test_a_probe_that_cannot_be_built_leaves_the_host_sampled_and_nvml_shut_down
     assert sampler.gpu_count == 0 and sampler.gpu_reason.startswith("unavailable: the NVML probe could not be built")
     assert "Insufficient Permissions" in sampler.gpu_reason
     sampler.start()
+    deadline = time.monotonic() + 20  # rates need two ticks: a loaded machine may take a while to give them
+    while sampler.n_ticks < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
     sampler.stop()
     metrics = set(read_samples(tmp_path / "t.parquet")["metric"].to_pylist())
     assert {"cpu_utilization_pct", "background_cpu_pct"} <= metrics and not any(m.startswith("gpu_") for m in metrics)
