@@ -371,13 +371,23 @@ def no_gating_regression(context: dg.AssetCheckExecutionContext) -> dg.AssetChec
 @dg.asset(deps=[trial_statistics], group_name=GROUP, kinds={"python", "parquet"})
 def change_points(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     """Change points in the nightly history, per workload × hardware × metric (change_point_fact):
-    a sequential detector, so a longer history reports the same change points plus any later."""
+    a sequential detector, so a longer history reports the same change points plus any later.
+
+    With shared state (Kubernetes: a fresh run-worker pod, its home empty) the history is the runs the
+    shared prefix holds, and the fact is pulled from it first (the last pass's: each change announced
+    once) and pushed back after, where the next pass and the views of any pod read it."""
+    from benchrun.sharedstate import CHANGE_POINTS, pull_paths, push_paths, shared_state
+
     home = benchrun_home()
-    hist = changepoint.history_table(home)
+    shared = shared_state()
+    pull_paths(home, CHANGE_POINTS)
+    hist = changepoint.gather_history(home)
     fact = changepoint.change_points(hist, previous=changepoint.read_change_point_fact(home))
     path = changepoint.write_change_point_fact(fact, home)
+    push_paths(home, CHANGE_POINTS)
     new = fact[fact["new"].astype(bool)] if len(fact) else fact
     return dg.MaterializeResult(metadata={
+        "history_from": shared.uri if shared is not None else str(home),
         "runs": int(hist["run_id"].nunique()) if len(hist) else 0, "change_points": len(fact),
         "new_change_points": len(new),
         "series": int(hist.groupby(changepoint.SERIES).ngroups) if len(hist) else 0,
@@ -387,6 +397,7 @@ def change_points(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         # the sequential detector's parameters (each row's `detector` adds its floor)
         "detector": dg.MetadataValue.text(changepoint.DETECTOR.describe(changepoint.DEFAULT_DELTA_PCT)),
         "path": dg.MetadataValue.path(str(path)),
+        **({"shared_fact": f"{shared.uri}{CHANGE_POINTS}"} if shared is not None else {}),
     })
 
 

@@ -112,12 +112,16 @@ class RetentionConfig(dg.Config):
 
 @dg.asset(group_name=GROUP, kinds={"parquet", "duckdb"}, pool="duckdb_writer")
 def warehouse_retention(config: RetentionConfig, warehouse: WarehouseResource) -> dg.MaterializeResult:
-    """Curated partitions past coldDays and raw objects past their retention class (dry run unless apply)."""
+    """Curated partitions past coldDays and raw objects past their retention class (dry run unless apply).
+    With shared state (a fresh run-worker pod on Kubernetes) the pass reads the ``published/`` aliases and
+    ``delete``'s tombstones from the shared prefix, and its record goes there (``benchrun.warehouse.retention``)."""
+    from benchrun.sharedstate import shared_state
     from benchrun.warehouse.retention import apply_retention, plan_retention
 
     home = warehouse.home_path()
     plan = plan_retention(home)
     record = apply_retention(home, plan) if config.apply else None
+    shared = shared_state()
     tiers = "\n".join(["| run | age (days) | tier |", "|---|---|---|"] + [
         f"| {r.run_id} | {'' if r.age_days is None else f'{r.age_days:.1f}'} | {r.tier} |" for r in plan.runs])
     return dg.MaterializeResult(metadata={
@@ -128,6 +132,7 @@ def warehouse_retention(config: RetentionConfig, warehouse: WarehouseResource) -
         "runs": dg.MetadataValue.md(tiers),
         "notes": dg.MetadataValue.json(plan.notes),
         "record": dg.MetadataValue.path(str(record)) if record else "dry run: nothing removed",
+        **({"record_shared": f"{shared.uri}{record.relative_to(home).as_posix()}"} if shared and record else {}),
     })
 
 

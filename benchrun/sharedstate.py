@@ -2,7 +2,8 @@
 the daemon's, the run worker's and the controller's pods see one run. The warehouse is not mirrored:
 its Iceberg tables (the default) are shared through their Postgres catalog and S3 location, which the
 shared state then requires; only the parquet layout of earlier releases
-(``BENCHRUN_WAREHOUSE_FORMAT=parquet``) has its partitions mirrored here as well.
+(``BENCHRUN_WAREHOUSE_FORMAT=parquet``) has its partitions mirrored here as well. Beside the runs:
+``published/`` aliases, the change-point fact and retention's and delete's records (:func:`pull_paths`).
 
 ``BENCHRUN_SHARED_STATE=s3://bucket/prefix`` switches it on (endpoint and credentials as for
 the artifact store: ``BENCHRUN_S3_ENDPOINT_URL``, ``AWS_*``). Unset, every function here
@@ -28,7 +29,7 @@ from typing import Any, Callable
 
 from benchrun.errors import BenchrunError
 from benchrun.fsio import atomic_path, atomic_write_bytes
-from benchrun.paths import SCRATCH_PREFIX
+from benchrun.paths import SCRATCH_PREFIX, is_run_id
 from benchrun.urlsafe import has_credentials, redact, redact_in
 
 log = logging.getLogger(__name__)
@@ -196,9 +197,18 @@ class SharedState:
                 Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True}))
         return [k[len(self.prefix):] for k in gone]
 
-    def pull_tree(self, home: Path, rel: str, *, skip: frozenset[str] = frozenset()) -> int:
+    def list_runs(self) -> list[str]:
+        """The run ids the prefix holds a folder of (``runs/<run_id>/``), in order."""
+        top = self.key("runs/")
+        paginator = self.client.get_paginator("list_objects_v2")
+        pages = self._call("list runs/", lambda: list(paginator.paginate(Bucket=self.bucket, Prefix=top, Delimiter="/")))
+        found = {c["Prefix"][len(top):].rstrip("/") for page in pages for c in page.get("CommonPrefixes", [])}
+        return sorted(r for r in found if is_run_id(r))
+
+    def pull_tree(self, home: Path, rel: str, *, skip: frozenset[str] = frozenset(),
+                  only: Callable[[str], bool] | None = None) -> int:
         """Download every object under ``<prefix><rel>`` into ``home`` but those in ``skip``
-        (paths relative to the home); how many.
+        (paths relative to the home), and with ``only`` just those it takes; how many.
 
         A read-only local file with the same size is kept (pinned specs and stored evidence
         never change); a local ``status.json`` later than the shared one (its ``status_seq``,
@@ -211,8 +221,8 @@ class SharedState:
         for page in pages:
             for obj in page.get("Contents", []):
                 relative = obj["Key"][len(self.prefix):]
-                if relative in skip or relative.endswith("/"):
-                    continue  # a folder marker (a console's "create folder", s3fs): no file to pull
+                if relative in skip or relative.endswith("/") or (only is not None and not only(relative)):
+                    continue  # (a folder marker: a console's "create folder", s3fs; no file to pull)
                 target = _inside(home, relative)
                 if target.is_file() and not os.access(target, os.W_OK) and target.stat().st_size == obj["Size"]:
                     continue
@@ -487,8 +497,30 @@ def pull_run(run_id: str, home: Path, *, status_only: bool = False, warehouse: b
     pinned = _pinned_rel(home / "runs" / run_id)
     if pinned is not None:
         shared.pull_tree(home, pinned)
-    if warehouse and not _iceberg_warehouse():  # Iceberg: pods read the catalog and its location directly
-        shared.pull_tree(home, "warehouse/")
+    if warehouse:  # Iceberg: pods read the catalog and its location directly, the change-point fact from here
+        shared.pull_tree(home, CHANGE_POINTS if _iceberg_warehouse() else "warehouse/")
+
+
+# change_points' fact: one file for the whole history (no Iceberg table), read by its next pass and the views
+CHANGE_POINTS = "warehouse/change_point_fact/change_points.parquet"
+
+
+def pull_paths(home: Path, *rels: str) -> None:
+    """Before reading what another pod wrote outside any run (``published/``, the change-point fact,
+    retention's and ``delete``'s records under ``warehouse/``): each file, or folder ending in '/'."""
+    shared = shared_state()
+    for rel in rels if shared is not None else ():
+        shared.pull_tree(home, rel)
+
+
+def push_paths(home: Path, *rels: str) -> None:
+    """After writing them: each file, or every file under each folder, to the shared prefix."""
+    shared = shared_state()
+    for rel in rels if shared is not None else ():
+        if rel.endswith("/"):
+            shared.push_tree(home, rel.rstrip("/"))  # (a folder absent here: nothing to push)
+        elif (home / rel).is_file():
+            shared.push_file(home, rel)
 
 
 def push_alias(home: Path, alias: str) -> None:

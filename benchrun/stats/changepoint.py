@@ -28,16 +28,15 @@ import json
 import logging
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from benchrun.errors import BenchrunError
+# the history's gathering (from the home, or the shared state's runs): benchrun.stats.cphistory
+from benchrun.stats.cphistory import HISTORY_COLUMNS, gather_history, hardware_key, history_table, run_medians  # noqa: F401
 from benchrun.stats.cpfact import _previous_breaks, read_change_point_fact, write_change_point_fact  # noqa: F401 (API)
 from benchrun.stats.directions import has_direction
-from benchrun.stats.gate import categorize, identity
-from benchrun.stats.load import DEFAULT_DELTA_PCT, RunInfo, delta_pct, load_run, replicate_table, suite_results
+from benchrun.stats.load import DEFAULT_DELTA_PCT
 from benchrun.stats.sibcorr import rho2_sums
 
 if TYPE_CHECKING:
@@ -449,81 +448,6 @@ def detect(values: Sequence[float], *, floor_pct: float = 3.0, detector: Detecto
     """Change points of one series (see :func:`detect_series`); the first ``warmup`` nights
     of a series set its reference and hold none."""
     return detect_series(values, floor_pct=floor_pct, detector=detector)
-
-
-def hardware_key(environment: dict[str, Any]) -> str:
-    """``hardware_key`` from the environment capture, else a digest of its hardware fields."""
-    if environment.get("hardware_key"):
-        return str(environment["hardware_key"])
-    ident = identity(RunInfo("x", Path("."), {}, environment, {}))
-    hw = {k: v for k, v in ident.items() if categorize(k) == "hardware"}
-    return hashlib.sha256(json.dumps(hw, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def history_table(home: Path, *, cadences: Sequence[str] | None = ("nightly",)) -> "pd.DataFrame":
-    """Per run × metric: the median over replicates, with the series keys, its unit and run time.
-
-    Only Succeeded runs with a workload digest; ``cadences`` limits the history (None = all).
-    A run whose files cannot be read is skipped with a warning.
-    """
-    import pandas as pd
-
-    frames = []
-    runs_dir = Path(home) / "runs"
-    for rd in sorted(p for p in runs_dir.glob("*") if (p / "status.json").is_file()):
-        try:
-            run = load_run(rd)
-            st = run.status
-            if st.get("phase") != "Succeeded" or not st.get("workload_spec_digest"):
-                continue
-            if cadences is not None and st.get("cadence") not in cadences:
-                continue
-            g = run_medians(run)
-        except BenchrunError as exc:  # one damaged run must not hide the whole history
-            log.warning("history: skipping run %s: %s", rd.name, exc)
-            continue
-        if not g.empty:
-            frames.append(g)
-    if not frames:
-        return pd.DataFrame(columns=HISTORY_COLUMNS)
-    return pd.concat(frames, ignore_index=True).sort_values(["created_utc", "run_id"], kind="stable")
-
-
-HISTORY_COLUMNS = ["run_id", "created_utc", "workload_spec_digest", "hardware_key", "suite", "case", "metric",
-                   "direction", "unit", "median", "n", "artifact_manifest_digest", "floor_pct"]
-
-
-def run_medians(run: RunInfo) -> "pd.DataFrame":
-    """One run's rows of :func:`history_table` (whatever its phase): per suite × case × metric the
-    median over its ok replicates, leaving out the replicates whose suite judged its own measurement
-    invalid (:func:`benchrun.stats.validity.drop_invalid`: membw's cache figure is not memory bandwidth,
-    and a series that mixed them would start or hide change points; logged), and the rows of the serving
-    points the load generator judged invalid beyond their request count (errors, a saturated client:
-    :func:`benchrun.stats.validity.invalid_point_rows`), that replicate's other points kept."""
-    import pandas as pd
-
-    from benchrun.stats.validity import drop_invalid, invalid_point_rows, invalid_replicates
-
-    docs = suite_results(run.path)  # read once for all
-    t = replicate_table(run.path, docs=docs)
-    invalid, points = invalid_replicates(run.path, docs), invalid_point_rows(docs)
-    if invalid or points:
-        log.info("history: run %s: left out the replicates and points its suites judged invalid: %s", run.run_id,
-                 "; ".join([*(f"{s} {sorted(e['replicates'], key=str)}" for s, e in sorted(invalid.items())),
-                            *(f"{s} r{k} [{c}]" for s, k, c in sorted(points))]))
-        t = drop_invalid(t, invalid, points)
-    if t.empty:
-        return pd.DataFrame(columns=HISTORY_COLUMNS)
-    st = run.status
-    g = t.groupby(["suite", "case", "metric", "direction"], as_index=False).agg(
-        unit=("unit", "first"), median=("value", "median"), n=("value", "size"))
-    g["floor_pct"] = [delta_pct(run.spec, m) for m in g["metric"]]  # the spec's δ: the change-point floor
-    g["run_id"] = run.run_id
-    g["created_utc"] = st.get("created_utc") or ""
-    g["workload_spec_digest"] = st.get("workload_spec_digest")
-    g["hardware_key"] = hardware_key(run.environment)
-    g["artifact_manifest_digest"] = st.get("artifact_manifest_digest")
-    return g[HISTORY_COLUMNS]
 
 
 SERIES = ["workload_spec_digest", "hardware_key", "suite", "case", "metric"]

@@ -9,6 +9,11 @@ its raw retention; an object any run still needs is kept, and so is every object
 run whose age or retention is unknown. A run a ``published/`` alias names (a baseline) never
 expires, as ``benchrun delete`` refuses it. S3 objects are left to the bucket's object lock
 and lifecycle rules.
+
+With shared state (Kubernetes: the pass runs in a fresh run-worker pod, its home empty) the aliases
+and ``delete``'s tombstones are pulled from the shared prefix before planning, and the pass's record
+(and the tombstones) pushed back after: the ages come from the shared catalog, and before, a baseline
+promoted from another home was aged as any run and its rows deleted once past ``coldDays``.
 """
 
 from __future__ import annotations
@@ -151,6 +156,7 @@ def plan_retention(home: Path, now: dt.datetime | None = None) -> RetentionPlan:
 
     now = now or dt.datetime.now(dt.timezone.utc)
     home = Path(home)
+    _pull_shared(home)
     published = published_runs(home)
     runs = [_kept_published(r, published) for r in _run_ages(home, now)]
     notes: list[str] = [f"run {r}: published ({', '.join(a)}); its partitions and raw objects are kept"
@@ -271,6 +277,7 @@ def apply_retention(home: Path, plan: RetentionPlan) -> Path:
     # out, and the next pass removes what this one left
     plan.applying = True
     atomic_write_json(record, plan.to_json())
+    _push_shared(home, record)  # shared before the first removal too: a pod killed mid-pass takes nothing with it
     for part in plan.partitions:
         if part["table"] != AGE_TABLE:
             _remove(home, part)
@@ -282,6 +289,7 @@ def apply_retention(home: Path, plan: RetentionPlan) -> Path:
         refresh_views(home)
     plan.applied, plan.applying = True, False
     atomic_write_json(record, plan.to_json())
+    _push_shared(home, record)
     log.info("retention removed %d partitions and %d raw objects; record %s", len(plan.partitions), len(plan.objects), record)
     return record
 
@@ -302,3 +310,25 @@ def _remove_objects(plan: RetentionPlan) -> None:
                                       if not note else f"{obj['key']}: kept ({note})")
                     continue
                 store.delete_key(obj["key"])
+
+
+def _shared_records() -> tuple[str, str]:
+    from benchrun.warehouse.removed import DELETED_DIR, DIR_NAME
+
+    return "published/", f"{DIR_NAME}/{DELETED_DIR}/"
+
+
+def _pull_shared(home: Path) -> None:
+    """With shared state: the ``published/`` aliases and ``delete``'s tombstones every pod shares, into
+    ``home`` before a plan reads them (a no-op without it)."""
+    from benchrun.sharedstate import pull_paths
+
+    pull_paths(home, *_shared_records())
+
+
+def _push_shared(home: Path, record: Path) -> None:
+    """With shared state: the pass's record and the tombstones this home holds, to the shared prefix
+    (``rebuild-warehouse`` and the next pass on any pod read them; a no-op without it)."""
+    from benchrun.sharedstate import push_paths
+
+    push_paths(home, record.relative_to(home).as_posix(), _shared_records()[1])
