@@ -107,9 +107,9 @@ def test_no_gating_regression_alone_in_a_fresh_pod_reads_the_shared_run(tmp_path
     def baseline_comparison() -> None:
         """Stands in for the comparison that ran in the first pod: only the check runs here."""
 
-    inst = dg.DagsterInstance.ephemeral()
-    inst.add_dynamic_partitions("benchmark_run", [run_id])
-    res = dg.materialize([baseline_comparison, no_gating_regression], instance=inst, partition_key=run_id)
+    with dg.instance_for_test() as inst:  # (an ephemeral one failed after another file's: a dangling instance weakref)
+        inst.add_dynamic_partitions("benchmark_run", [run_id])
+        res = dg.materialize([baseline_comparison, no_gating_regression], instance=inst, partition_key=run_id)
     [check] = res.get_asset_check_evaluations()
     assert not check.passed and check.severity == dg.AssetCheckSeverity.ERROR  # was: passed (no run here)
     assert check.metadata["reason"].value == "BaselineMissing" and "gone-20260101000000-abcdef12" in check.description
