@@ -4,7 +4,6 @@ tests run: pynvml is a fake (``sys.modules['pynvml']``), shaped as nvidia-ml-py'
 
 from __future__ import annotations
 
-
 import sys
 import time
 from types import SimpleNamespace
