@@ -56,6 +56,15 @@ DEFAULT_PRIORITY_CLASSES = {"canary": "benchrun-canary", "nightly": "benchrun-ni
 _QUANTITY: TypeAdapter[str] = TypeAdapter(Quantity)
 
 
+def _refused_as_value_error(check: Any, value: Any, name: str) -> None:
+    """``check(value, name)``, its BenchrunError (``<name>: why``) as pydantic's ValueError (``why``): the
+    settings' error then names the setting and its variable (LauncherSettings.from_env)."""
+    try:
+        check(value, name)
+    except BenchrunError as exc:
+        raise ValueError(str(exc).removeprefix(f"{name}: ")) from None
+
+
 class LauncherSettings(BaseModel):
     """Where suites run and, for ``kubernetes``, how their Jobs are queued and placed."""
 
@@ -183,20 +192,14 @@ class LauncherSettings(BaseModel):
         """Every pod's cpu is whole CPUs (Guaranteed QoS, exclusive cores): a fraction, refused when a pod is
         built, is refused here, when the settings load."""
         if value:
-            try:
-                whole_cpus(value, "cpu")
-            except BenchrunError as exc:
-                raise ValueError(str(exc).removeprefix("cpu: ")) from None
+            _refused_as_value_error(whole_cpus, value, "cpu")
         return value
 
     @field_validator("topology_label")
     @classmethod
     def _a_label_key(cls, value: str | None) -> str | None:
         if value is not None:
-            try:
-                check_label_key(value, "topology_label")
-            except BenchrunError as exc:
-                raise ValueError(str(exc).removeprefix("topology_label: ")) from None
+            _refused_as_value_error(check_label_key, value, "topology_label")
         return value
 
     @field_validator("topology_values")
@@ -215,10 +218,7 @@ class LauncherSettings(BaseModel):
             raise ValueError(f"set without topology_label ({ENV_PREFIX}TOPOLOGY_LABEL): name the node label these "
                              "values are of, or unset topology_values")
         for v in value:
-            try:
-                check_label_value(v, "topology_values")
-            except BenchrunError as exc:
-                raise ValueError(str(exc).removeprefix("topology_values: ")) from None
+            _refused_as_value_error(check_label_value, v, "topology_values")
         return value
 
     @field_validator("slinky_scheduler_name")
