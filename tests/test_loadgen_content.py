@@ -384,9 +384,11 @@ def test_a_runs_own_dataset_copy_absent_in_a_pod_is_found_in_the_image_by_its_sh
 
 
 def test_closed_loop_sessions_with_think_time_are_judged_on_active_sessions(server):
-    # think time dwarfs the turns: requests in flight are a fraction of c, sessions are not
+    # think time dwarfs the turns: requests in flight are a fraction of c, sessions are not (60 requests:
+    # at 24, a full clean-clone test run read 3.47 active sessions once, where 3.98-3.99 is usual even
+    # beside three busy loops; a longer point dilutes a stall of the test process)
     res, _ = _sweep(server, ContentConfig(sessions=SessionShape(turns=3, think_time_s=0.05)), api="chat",
-                    mix="6/5", n=24, conc=4, policy=VerdictPolicy(percentile="p50"))
+                    mix="6/5", n=60, conc=4, policy=VerdictPolicy(percentile="p50"))
     s = res.summaries[0]
     assert s["requests_in_flight"] < 0.5 * 4 < 0.9 * 4 <= s["active_sessions"] == s["achieved_concurrency"]
     assert not [r for r in s["verdict_reasons"] if "concurrency" in r or "active sessions" in r]
