@@ -148,6 +148,12 @@ def test_run_worker_calls_are_all_granted(rbac_cluster, deploy_policy, monkeypat
     # the run's phase change patches its BenchmarkRun (any namespace)
     obj = a_benchmarkrun(cluster, canary_doc)
     assert write(custom, ResourceRef.of(obj), {"phase": "Running"}) is True
+    # The launcher lists a Job's FailedCreate events only while a poll finds it short of pods, which
+    # depends on how fast the harness makes them (a clean-clone run's replicates never were): asked
+    # here once through the launcher's own function, as the run worker, so the grant is used every time
+    from benchrun.launch.k8s_wait import failed_create_messages
+
+    assert failed_create_messages(launcher.core_api, RUNS, None, {"no-such-job-uid"}) == []
     assert_all_granted(cluster, deploy_policy, RUN_WORKER)
     assert_all_used(cluster, "benchrun-run-worker", RUN_WORKER)
 
