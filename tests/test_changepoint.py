@@ -509,6 +509,14 @@ def test_a_series_with_no_better_direction_only_shifts():
     assert change_points(_history(20, {3})).kind.tolist() == ["regression"]  # higher is better, it fell
 
 
+def _nightly_run(home, i, metrics, contexts):
+    """Night ``i`` of a nightly history (one an hour from 2026-11-01), its suites' contexts as given."""
+    from benchrun.stats.synthetic import make_run
+
+    make_run(home, f"nightly-{i:02d}", metrics, contexts=contexts, sealed=False,
+             status={"cadence": "nightly", "created_utc": f"2026-11-{i // 24 + 1:02d}T{i % 24:02d}:00:00Z"})
+
+
 def test_replicates_their_suite_judged_invalid_stay_out_of_the_history(tmp_path):
     # membw on a host whose cache holds its arrays measures cache bandwidth (its own verdict: invalid).
     # Before, those medians entered the series like memory bandwidth: 20 nights of in-cache figures then
@@ -524,12 +532,9 @@ def test_replicates_their_suite_judged_invalid_stay_out_of_the_history(tmp_path)
     for i in range(30):
         cache = i < 20
         ctx = {"membw": {"verdict": "invalid" if cache else "valid", "verdict_reasons": why if cache else []}}
-        make_run(tmp_path, f"nightly-{i:02d}",
-                 {("membw", "threads=2", "triad_gb_per_s"): (rng.normal(300.0 if cache else 30.0, 1.0, 3), "GB/s",
-                                                             "higher"),
-                  ("gemm", "n=256", "tflops"): (rng.normal(10.0, 0.05, 3), "TFLOP/s", "higher")},
-                 status={"cadence": "nightly", "created_utc": f"2026-11-{i // 24 + 1:02d}T{i % 24:02d}:00:00Z"},
-                 contexts=ctx, sealed=False)
+        _nightly_run(tmp_path, i, {
+            ("membw", "threads=2", "triad_gb_per_s"): (rng.normal(300.0 if cache else 30.0, 1.0, 3), "GB/s", "higher"),
+            ("gemm", "n=256", "tflops"): (rng.normal(10.0, 0.05, 3), "TFLOP/s", "higher")}, ctx)
     hist = history_table(tmp_path)
     membw = hist[hist.suite == "membw"]
     assert sorted(membw.run_id) == [f"nightly-{i:02d}" for i in range(20, 30)] and (membw["median"] < 40).all()
@@ -569,12 +574,9 @@ def test_serving_points_judged_invalid_beyond_their_request_count_stay_out_of_th
     for i in range(30):
         failing = i >= 20
         ctx = {"serving_sweep": {"verdicts": {"c=1": judged(24), "c=4": judged(22, errors=10) if failing else judged(24)}}}
-        make_run(tmp_path, f"nightly-{i:02d}",
-                 {("serving_sweep", "c=4", "p99_latency_ms"): (rng.normal(5000.0 if failing else 100.0, 1.0, 3), "ms",
-                                                               "lower"),
-                  ("serving_sweep", "c=1", "p99_latency_ms"): (rng.normal(50.0, 0.5, 3), "ms", "lower")},
-                 status={"cadence": "nightly", "created_utc": f"2026-11-{i // 24 + 1:02d}T{i % 24:02d}:00:00Z"},
-                 contexts=ctx, sealed=False)
+        _nightly_run(tmp_path, i, {
+            ("serving_sweep", "c=4", "p99_latency_ms"): (rng.normal(5000.0 if failing else 100.0, 1.0, 3), "ms", "lower"),
+            ("serving_sweep", "c=1", "p99_latency_ms"): (rng.normal(50.0, 0.5, 3), "ms", "lower")}, ctx)
     hist = history_table(tmp_path)
     c4, c1 = hist[hist["case"] == "c=4"], hist[hist["case"] == "c=1"]
     assert sorted(c4.run_id) == [f"nightly-{i:02d}" for i in range(20)] and (c4["median"] < 200).all()

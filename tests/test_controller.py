@@ -102,6 +102,14 @@ def status_schema() -> dict[str, Any]:
     return open_api_schema()["properties"]["status"]
 
 
+def queued_run(instance: dg.DagsterInstance, request: dg.RunRequest) -> Any:
+    """The run the daemon created for ``request``, not yet launched."""
+    from dagster._core.test_utils import create_run_for_test
+
+    return create_run_for_test(instance, job_name=JOB_NAME, status=dg.DagsterRunStatus.NOT_STARTED,
+                               tags={**request.tags, "dagster/partition": request.partition_key})
+
+
 def run_request(data: Any) -> dg.RunRequest:
     [request] = data.run_requests
     assert [k for r in data.dynamic_partitions_requests for k in r.partition_keys] == [request.partition_key]
@@ -198,14 +206,10 @@ def test_edit_is_a_new_generation_and_a_new_run(cluster: Cluster, instance: dg.D
 
 def test_deleted_benchmarkrun_cancels_its_run(cluster: Cluster, instance: dg.DagsterInstance,
                                               resource_doc: dict[str, Any]) -> None:
-    from dagster._core.test_utils import create_run_for_test
-
     cluster.apply(resource_doc)
     data = tick(instance, None)
     request = run_request(data)
-    # the daemon has created the requested run, not yet launched
-    run = create_run_for_test(instance, job_name=JOB_NAME, status=dg.DagsterRunStatus.NOT_STARTED,
-                              tags={**request.tags, "dagster/partition": request.partition_key})
+    run = queued_run(instance, request)
     cluster.delete(NS, "canary-cr")
     gone = tick(instance, data.cursor)
     assert "1 deleted" in gone.skip_message

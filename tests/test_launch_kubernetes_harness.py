@@ -21,6 +21,7 @@ from benchrun.launch.podspec import Placement, job_name
 from benchrun.plan import Invocation
 from benchrun.suites.result import SCHEMA, metric
 from conftest import ROOT
+from test_telemetry_prometheus import _Prometheus, fake_prometheus  # noqa: F401 (a fixture: the one fake)
 
 RUN_ID = "k8s-20261201000000-abcdef12"
 CASE = "bc-0123456789abcdef"
@@ -629,50 +630,28 @@ def test_a_jobsets_watch_reads_only_its_own_pods_not_those_of_one_of_that_name_d
     assert pods[0].metadata.uid == "new"
 
 
-def test_prometheus_is_collected_beside_the_next_job_and_written_by_the_layers_last(kcluster, home, monkeypatch):
+def test_prometheus_is_collected_beside_the_next_job_and_written_by_the_layers_last(kcluster, home, monkeypatch,
+                                                                                   fake_prometheus):
     """Found in review (2026-12-07): the launcher waited for the Prometheus settle (up to 15 s) before it
     created the next Job, and asked only for a replicate that left a result. Now the collection runs
     beside the next Job, and the layer's last replicate, a failed one too, writes it in before the
     layer ends."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, HTTPServer
-
     from benchrun.warehouse.sources import parse_ts
 
-    class Prometheus(BaseHTTPRequestHandler):  # answers every query, with nothing
-        def do_GET(self):
-            targets = self.path.startswith("/api/v1/targets")
-            body = {"status": "success", "data": {"activeTargets": [{"scrapeInterval": "1s"}]} if targets
-                    else {"resultType": "matrix", "result": []}}
-            data = json.dumps(body).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args):
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Prometheus)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        monkeypatch.setenv("BENCHRUN_PROMETHEUS_URL", f"http://127.0.0.1:{server.server_port}")
-        monkeypatch.setenv("BENCHRUN_PROMETHEUS_SETTLE", "3s")
-        run_dir = home / "runs" / RUN_ID
-        r1, r2 = make_inv(run_dir, 1), make_inv(run_dir, 2, code="import sys; sys.exit(3)")
-        (run_dir / "structured").mkdir(parents=True, exist_ok=True)
-        (run_dir / "structured" / f"{RUN_ID}_plan.json").write_text(json.dumps([r1.to_json(), r2.to_json()]))
-        launcher = launcher_for(kcluster)
-        res1 = launcher.launch(r1, run_dir)
-        returned = time.time()
-        ended = parse_ts(res1.messages[0]["container_finished_utc"]).timestamp()
-        assert res1.status == "ok" and returned < ended + 3.0  # it did not wait for the settle
-        assert json.loads((run_dir / res1.result).read_text())["telemetry"]["prometheus"]["status"] == "pending"
-        res2 = launcher.launch(r2, run_dir)
-        assert res2.status == "failed" and res2.result is None
-        prom = json.loads((run_dir / res1.result).read_text())["telemetry"]["prometheus"]
-        assert prom["status"] == "ok" and prom["settle_s"] == 3.0, prom
-    finally:
-        server.shutdown()
-        server.server_close()
+    _Prometheus.reset(targets=[{"scrapeInterval": "1s"}])  # no series: every query answered, with nothing
+    monkeypatch.setenv("BENCHRUN_PROMETHEUS_URL", fake_prometheus)
+    monkeypatch.setenv("BENCHRUN_PROMETHEUS_SETTLE", "3s")
+    run_dir = home / "runs" / RUN_ID
+    r1, r2 = make_inv(run_dir, 1), make_inv(run_dir, 2, code="import sys; sys.exit(3)")
+    (run_dir / "structured").mkdir(parents=True, exist_ok=True)
+    (run_dir / "structured" / f"{RUN_ID}_plan.json").write_text(json.dumps([r1.to_json(), r2.to_json()]))
+    launcher = launcher_for(kcluster)
+    res1 = launcher.launch(r1, run_dir)
+    returned = time.time()
+    ended = parse_ts(res1.messages[0]["container_finished_utc"]).timestamp()
+    assert res1.status == "ok" and returned < ended + 3.0  # it did not wait for the settle
+    assert json.loads((run_dir / res1.result).read_text())["telemetry"]["prometheus"]["status"] == "pending"
+    res2 = launcher.launch(r2, run_dir)
+    assert res2.status == "failed" and res2.result is None
+    prom = json.loads((run_dir / res1.result).read_text())["telemetry"]["prometheus"]
+    assert prom["status"] == "ok" and prom["settle_s"] == 3.0, prom

@@ -13,13 +13,12 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from benchrun.automation.settings import JOB_NAME
 from benchrun.automation.ticks import prepare_register
 from benchrun.controller import resources
 from benchrun.controller.operator import FINALIZER
 from benchrun.controller.resources import controller_tick
 from benchrun.rundir import RunDir
-from test_controller import NS, Cluster, cluster, instance, resource_doc, run_request, tick  # noqa: F401
+from test_controller import NS, Cluster, cluster, instance, queued_run, resource_doc, run_request, tick  # noqa: F401
 
 T0 = dt.datetime(2026, 12, 5, 12, 0, 0, tzinfo=dt.timezone.utc)
 
@@ -102,14 +101,11 @@ def test_the_sensors_cap_is_a_setting(cluster: Cluster, instance: dg.DagsterInst
 
 def test_an_object_held_by_the_operators_finalizer_is_cancelled_and_says_why(
         cluster: Cluster, instance: dg.DagsterInstance, resource_doc: dict[str, Any]) -> None:
-    from dagster._core.test_utils import create_run_for_test
-
     resource_doc["metadata"]["finalizers"] = [FINALIZER]  # left from when the operator ran
     cluster.apply(resource_doc)
     data = tick(instance, None)
     request = run_request(data)
-    run = create_run_for_test(instance, job_name=JOB_NAME, status=dg.DagsterRunStatus.NOT_STARTED,
-                              tags={**request.tags, "dagster/partition": request.partition_key})
+    run = queued_run(instance, request)
     cluster.delete(NS, "canary-cr")
     assert cluster.get(NS, "canary-cr")["metadata"].get("deletionTimestamp")  # held by the finalizer
     deleting = tick(instance, data.cursor)
