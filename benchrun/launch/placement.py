@@ -128,20 +128,14 @@ def wants_gpu(inv: Invocation) -> bool:
 
 
 def whole_cpus(qty: str, field_name: str) -> str:
-    """``qty`` as a whole number of CPUs (``"2000m"`` → ``"2"``), else raise naming the field."""
-    from decimal import Decimal, InvalidOperation
-
-    from kubernetes.utils.quantity import parse_quantity
+    """``qty`` as a whole number of CPUs (``"2000m"`` → ``"2"``), else raise naming the field
+    (:func:`benchrun.spec.model.whole_cpu_count`: the spec's rule)."""
+    from benchrun.spec.model import whole_cpu_count
 
     try:
-        value = parse_quantity(str(qty))
-    except (ValueError, InvalidOperation):
-        raise BenchrunError(f"{field_name}: {qty!r} is not a CPU quantity (e.g. \"4\")") from None
-    if value < 1 or value != value.to_integral_value():
-        raise BenchrunError(
-            f"{field_name}: {qty!r} is not a whole number of CPUs; a benchmark pod is Guaranteed QoS with whole "
-            "CPUs so that the kubelet's static CPU manager gives it exclusive cores: use e.g. \"4\"")
-    return str(int(value if isinstance(value, Decimal) else Decimal(value)))
+        return str(whole_cpu_count(qty))
+    except ValueError as exc:
+        raise BenchrunError(f"{field_name}: {exc}") from None
 
 
 def check_image_allowed(image: str, allowed: tuple[str, ...] | list[str], field_name: str) -> str:

@@ -151,25 +151,28 @@ Quantity = Annotated[
 ]
 
 
-_QUANTITY_SCALE = {"m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
-_BINARY_SCALE = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+def whole_cpu_count(qty: str) -> int:
+    """``qty`` (a Kubernetes quantity: ``"2000m"``, ``"4"``) as a whole number of CPUs, else ValueError
+    saying why: the one rule of the spec's ``cpu`` and the Kubernetes launcher's
+    (``benchrun.launch.placement.whole_cpus``). A pod's cpu is whole CPUs: every Kubernetes launch
+    refuses a fraction, so the spec does when it is validated."""
+    from decimal import Decimal, InvalidOperation
+
+    from kubernetes.utils.quantity import parse_quantity
+
+    try:
+        value = parse_quantity(str(qty))
+    except (ValueError, InvalidOperation):
+        raise ValueError(f"{qty!r} is not a CPU quantity (e.g. \"4\")") from None
+    if value < 1 or value != value.to_integral_value():
+        raise ValueError(f"{qty!r} is not a whole number of CPUs; a benchmark pod is Guaranteed QoS with whole CPUs so "
+                         "that the kubelet's static CPU manager gives it exclusive cores (the Kubernetes launcher "
+                         "refuses a fraction): use e.g. '4'")
+    return int(value if isinstance(value, Decimal) else Decimal(value))
 
 
 def _whole_cpus(value: str) -> str:
-    """A pod's cpu is whole CPUs: every Kubernetes launch refuses a fraction (``launch.placement.whole_cpus``),
-    so the spec does, when it is validated."""
-    import re
-    from decimal import Decimal
-
-    m = re.fullmatch(r"([0-9.]+)([A-Za-z]*)", value)
-    if m is None:  # the Quantity pattern refuses it first
-        return value
-    number, suffix = Decimal(m[1]), m[2]
-    cpus = number * (2 ** _BINARY_SCALE[suffix]) if suffix in _BINARY_SCALE else number.scaleb(_QUANTITY_SCALE[suffix])
-    if cpus < 1 or cpus != cpus.to_integral_value():
-        raise ValueError(f"{value!r} is not a whole number of CPUs; a benchmark pod is Guaranteed QoS with whole CPUs so "
-                         "that the kubelet's static CPU manager gives it exclusive cores (the Kubernetes launcher "
-                         "refuses a fraction): use e.g. '4'")
+    whole_cpu_count(value)
     return value
 
 
