@@ -19,13 +19,12 @@ sampled then. The document (schema ``benchrun.environment/v1``)::
     hardware_key, software_key, key_inputs{hardware, software},
     harness{version, source_sha256, source_files, git{commit, dirty}} (benchrun's own code: benchrun.harness)
 
-``usable_cpus`` is what this process may run at once: its affinity mask (``affinity_cpus``)
-bounded by its cgroup's CPU quota (``cgroup_cpu_quota``, null without one), the rule the
-suites size their threads by (:func:`usable_cpus`, which ``benchrun.suites._common`` uses).
-GPUs are read with nvidia-smi, else (a container without the binary) through NVML
-(nvidia-ml-py's ``pynvml``); ``mig_mode`` is ``Enabled``/``Disabled``, null where the GPU
-has no MIG. On Kubernetes the run's document becomes a pod's (``benchrun.launch.podenv``):
-the after-run sample, taken on the orchestrator's host, then goes under
+``usable_cpus`` is what this process may run at once: its affinity mask (``affinity_cpus``) bounded by its
+cgroup's CPU quota (``cgroup_cpu_quota``, null without one), the rule the suites size their threads by
+(:func:`usable_cpus`, which ``benchrun.suites._common`` uses). GPUs are read with nvidia-smi, else (a
+container without the binary) through NVML (nvidia-ml-py's ``pynvml``); ``mig_mode`` is ``Enabled``/
+``Disabled``, null where the GPU has no MIG. On Kubernetes the run's document becomes a pod's
+(``benchrun.launch.podenv``): the after-run sample, taken on the orchestrator's host, then goes under
 ``orchestrator.background_load`` beside its before-run sample, never beside the pod's.
 
 Keys: ``hardware_key`` and ``software_key`` are sha256 (hex) of the canonical JSON of
@@ -40,8 +39,7 @@ what differs. They name a *class* of machine and software stack, not one machine
   :data:`KEY_PACKAGES` except benchrun itself (the harness is not the system under test),
   GPU driver, CUDA (driver and torch build) and NCCL versions.
 
-psutil is used for load sampling. This module runs on the orchestrator (``benchrun run``, the run
-worker) and in suite pods (``BENCHRUN_CAPTURE_ENVIRONMENT=1``), so it imports only the foundation.
+psutil samples the load. It runs on the orchestrator and in suite pods: it imports only the foundation.
 """
 
 from __future__ import annotations
@@ -153,8 +151,10 @@ def usable_cpus(cgroup_root: str | None = None) -> int:
     its cgroup's CPU quota allows at once (a pod limited to 4 CPUs on a 192-CPU node sees all
     192 in its mask, and threads beyond 4 are throttled, not run together). The one rule: the
     suites' ``benchrun.suites._common.usable_cpus`` is this one."""
-    cpus = affinity_cpus()
-    quota = cgroup_cpu_quota(cgroup_root)
+    return _bounded(affinity_cpus(), cgroup_cpu_quota(cgroup_root))
+
+
+def _bounded(cpus: int, quota: int | None) -> int:  # the mask bounded by the quota: usable_cpus' rule
     return max(1, min(cpus, quota)) if quota is not None else cpus
 
 
@@ -164,6 +164,7 @@ def cpu_facts() -> dict[str, Any]:
     import psutil
 
     info = _cpuinfo()
+    mask, quota = affinity_cpus(), cgroup_cpu_quota()  # each read once
     try:
         freq = psutil.cpu_freq()
     except Exception:  # noqa: BLE001 - not every kernel exposes it
@@ -173,9 +174,9 @@ def cpu_facts() -> dict[str, Any]:
         "vendor": info.get("vendor_id"),
         "logical_cores": psutil.cpu_count(logical=True),
         "physical_cores": psutil.cpu_count(logical=False),
-        "usable_cpus": usable_cpus(),
-        "affinity_cpus": affinity_cpus(),
-        "cgroup_cpu_quota": cgroup_cpu_quota(),
+        "usable_cpus": _bounded(mask, quota),
+        "affinity_cpus": mask,
+        "cgroup_cpu_quota": quota,
         "max_mhz": (freq.max or freq.current) if freq else None,
     }
 

@@ -30,6 +30,7 @@ from typing import Any, Callable
 from benchrun.errors import BenchrunError
 from benchrun.fsio import atomic_path, atomic_write_bytes
 from benchrun.paths import SCRATCH_PREFIX, is_run_id
+from benchrun.stats.cpfact import FACT_RELPATH
 from benchrun.urlsafe import has_credentials, redact, redact_in
 
 log = logging.getLogger(__name__)
@@ -502,7 +503,7 @@ def pull_run(run_id: str, home: Path, *, status_only: bool = False, warehouse: b
 
 
 # change_points' fact: one file for the whole history (no Iceberg table), read by its next pass and the views
-CHANGE_POINTS = "warehouse/change_point_fact/change_points.parquet"
+CHANGE_POINTS = FACT_RELPATH
 
 
 def pull_paths(home: Path, *rels: str) -> None:

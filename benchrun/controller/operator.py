@@ -40,13 +40,14 @@ from typing import Any
 
 from benchrun.controller import kube
 from benchrun.controller.heartbeat import Heartbeat
+from benchrun.controller.resources import OPERATOR_FINALIZER
 from benchrun.controller.status import (ResourceRef, note, rejected_status, status_from_run, unregistered_status,
                                         write)
 from benchrun.errors import BenchrunError
 
 log = logging.getLogger(__name__)
 
-FINALIZER = "benchmarking.aisp.dev/run"
+FINALIZER = OPERATOR_FINALIZER  # defined beside the fallback sensor, which names it too
 Register = Callable[[bytes, str, dt.datetime], Any]
 
 

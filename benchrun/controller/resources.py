@@ -36,7 +36,7 @@ TAG_GENERATION = "benchrun/cr-generation"
 MAX_NEW_PER_TICK = 25
 # The fallback sensor's cap, where a cluster's ticks are faster or slower than that measure.
 ENV_MAX_NEW = "BENCHRUN_CR_MAX_PER_TICK"
-# benchrun.controller.operator.FINALIZER (not imported: the operator imports this module).
+# The BenchmarkRun operator's finalizer (benchrun.controller.operator.FINALIZER is this one).
 OPERATOR_FINALIZER = "benchmarking.aisp.dev/run"
 # The fallback sensor may not patch benchmarkruns (only their status), so it cannot remove it.
 FINALIZER_LEFT = (f"deleting: finalizer {OPERATOR_FINALIZER} was left by the BenchmarkRun operator, "

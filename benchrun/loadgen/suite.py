@@ -227,7 +227,7 @@ def run_serving_suite(
     common = common_settings(ctx)
     content = content_inputs(ctx)
     endpoint = common.endpoint
-    pods = load_pods_of(ctx, endpoint, common.load_pods)
+    pods = load_pods_of(common.load_pods)
     server: ServerProcess | None = None
     if endpoint is None:
         assert common.perf is not None  # common_settings: the self-started server's model without an endpoint
@@ -322,15 +322,14 @@ def load_pods_count(ctx: Any, endpoint: Any) -> int:
     return n
 
 
-def load_pods_of(ctx: Any, endpoint: Any, count: int | None = None) -> Any:
+def load_pods_of(count: int) -> Any:
     """The load pods this replicate is one of (``load_pods`` > 1, on the Kubernetes launcher), or None;
-    ``count``: the parameter already checked (:func:`load_pods_count`)."""
-    n = load_pods_count(ctx, endpoint) if count is None else count
-    if n == 1:
+    ``count``: the parameter as :func:`common_settings` checked it (:func:`load_pods_count`)."""
+    if count == 1:
         return None
     from benchrun.loadgen.loadpods import LoadPods
 
-    return LoadPods.from_env(n)
+    return LoadPods.from_env(count)
 
 
 def report(ctx: Any, result: SweepResult, mix: list[MixBucket], notes: dict[str, Any], *, sweep: bool = True) -> None:

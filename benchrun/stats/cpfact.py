@@ -15,6 +15,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# The fact's file under the home: written and read here, shared by benchrun.sharedstate (CHANGE_POINTS).
+FACT_RELPATH = "warehouse/change_point_fact/change_points.parquet"
+
 
 def _previous_breaks(previous: "pd.DataFrame | None") -> dict[str, set[str]]:
     if previous is None or previous.empty or "series_id" not in previous.columns:
@@ -29,7 +32,7 @@ def read_change_point_fact(home: Path) -> "pd.DataFrame | None":
     """The fact written by the previous pass, or None (absent or unreadable: every break is new)."""
     import pandas as pd
 
-    path = Path(home) / "warehouse" / "change_point_fact" / "change_points.parquet"
+    path = Path(home) / FACT_RELPATH
     if not path.is_file():
         return None
     try:
@@ -41,9 +44,8 @@ def read_change_point_fact(home: Path) -> "pd.DataFrame | None":
 
 def write_change_point_fact(df: "pd.DataFrame", home: Path) -> Path:
     """``<home>/warehouse/change_point_fact/change_points.parquet``: temporary name, then rename."""
-    out_dir = Path(home) / "warehouse" / "change_point_fact"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / "change_points.parquet"
+    target = Path(home) / FACT_RELPATH
+    target.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(target) as tmp:
         df.to_parquet(tmp, index=False)
     return target

@@ -33,6 +33,7 @@ import threading
 import time
 from typing import Any, NamedTuple
 
+from benchrun.envcapture import package_versions
 from benchrun.suites._common import Params, ParamError, check_known, float_param, int_param, percentile
 from benchrun.suites._runtime import SuiteContext, Unavailable, main
 from benchrun.fsio import atomic_write_json
@@ -153,17 +154,6 @@ def settings(ctx: Params) -> Settings:
     return Settings(launches, timeout_s)
 
 
-def pipes_version() -> str | None:
-    """The installed dagster-pipes distribution's version (the module has no ``__version__``), or
-    None when its metadata is missing."""
-    from importlib import metadata
-
-    try:
-        return metadata.version("dagster-pipes")
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def run(ctx: SuiteContext) -> None:
     """Launch the child ``launches`` times; report percentiles of each phase of the timeline."""
     launches, timeout_s = settings(ctx)
@@ -173,7 +163,7 @@ def run(ctx: SuiteContext) -> None:
         raise Unavailable("dagster-pipes not installed") from None
     env = _child_env(ctx.run_id)
     ctx.context.update({"python": sys.executable, "python_version": sys.version.split()[0],
-                        "dagster_pipes_version": pipes_version(),
+                        "dagster_pipes_version": package_versions(("dagster-pipes",))["dagster-pipes"],
                         "channel": "dagster_pipes default message writer on stdout (python -u)",
                         "clock": "time.time() in parent and child (one host)"})
     timelines = []
