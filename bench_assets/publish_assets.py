@@ -87,8 +87,7 @@ def hot_metrics(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     checks = []
     if CARDINALITY_CHECK.key in context.selected_asset_check_keys:
         drop = lifecycle.load_pinned(rd).run.spec.sinks.hot_metrics.cardinality_budget.drop_dimensions
-        text = pub.textfile.read_text(encoding="utf-8") if pub.textfile is not None else hm.text
-        checks.append(cardinality_result(hm, text, drop))
+        checks.append(cardinality_result(hm, hm.text, drop))  # the text the textfile and the push were written from
     return dg.MaterializeResult(
         metadata={
             "series": hm.series_count,
