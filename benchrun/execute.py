@@ -17,6 +17,7 @@ from benchrun.launch.base import Launcher, LaunchResult
 from benchrun.launch.rerun import launch_with_reruns
 from benchrun.plan import Invocation, LayerPlan
 from benchrun.rundir import RunDir, utc_now
+from benchrun.telemetry import flush_prometheus
 from benchrun.fsio import atomic_write_json
 
 log = logging.getLogger(__name__)
@@ -227,12 +228,14 @@ def run_layer(
             progress.finish(res)
             if on_result:
                 on_result(res)
-    except BaseException:
+    except BaseException as exc:
         # Interrupted (Ctrl-C, a canceled Dagster run) or a launcher error: the launches that
         # finished keep their records, so the run's summary shows them and nothing is lost.
+        flush_prometheus(exc)
         if results:
             record_launches(run_dir, plan.name, results)
         raise
+    flush_prometheus()  # the layer's replicates' Prometheus records, before they are recorded and read
     from benchrun.envcapture import open_background_window
 
     open_background_window("after", run_dir.run_id)  # the after-run load sample covers the time from here

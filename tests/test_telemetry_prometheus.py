@@ -643,3 +643,34 @@ def test_the_cluster_launchers_collection_runs_beside_the_next_job(fake_promethe
     prom = read_result(path)["telemetry"]["prometheus"]
     assert prom["status"] == "ok" and prom["settle_s"] == 2.0 and (rd.path / prom["samples"]).is_file()
     assert not any("s-r2-abcde" in q["query"] for q in _Prometheus.seen)
+
+
+def test_a_layer_ends_its_background_collections_however_it_ends(tmp_path, monkeypatch):
+    # read again: flush_prometheus had no caller, so a layer that ended before its planned last replicate
+    # (an exception between replicates, a Job never created) left earlier collections pending
+    from benchrun.execute import run_layer
+    from benchrun.launch.base import LaunchResult
+    from benchrun.plan import Invocation, LayerPlan
+    from benchrun.rundir import RunDir
+    from benchrun.telemetry import hook
+
+    calls = []
+    monkeypatch.setattr(hook, "_settle", lambda *, wait, interrupted: calls.append((wait, type(interrupted).__name__)))
+
+    class Launcher:
+        def launch(self, inv, run_dir, extra_env=None):
+            if inv.replicate == 2:
+                raise KeyboardInterrupt
+            return LaunchResult(inv.run_id, inv.layer, inv.suite, inv.replicate, inv.benchmark_case_id, "ok", None, 0,
+                                0.0, 0.0, 0.0, 0.0, inv.log_relpath(), None)
+
+    run_id = "flush-20261207000000-aaaaaaaa"
+    rd = RunDir(tmp_path, run_id).create()
+    rd.write_status({"run_id": run_id, "phase": "Running", "conditions": []})
+    invs = tuple(Invocation(run_id, "micro", "s", k, "bc-1", ("/bin/true",), {}, 10.0) for k in (1, 2))
+    with pytest.raises(KeyboardInterrupt):
+        run_layer(LayerPlan("micro", True, invs), rd, Launcher())
+    assert calls == [(False, "KeyboardInterrupt")]  # nothing waited for on the way out
+    calls.clear()
+    run_layer(LayerPlan("micro", True, invs[:1]), rd, Launcher())
+    assert calls == [(True, "NoneType")]

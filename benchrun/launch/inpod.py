@@ -63,6 +63,7 @@ def layer_invocations(run_dir: Path, run_id: str, layer: str) -> list[Invocation
 def main(argv: list[str] | None = None) -> int:
     from benchrun.launch.local import LocalLauncher
     from benchrun.launch.rerun import launch_with_reruns
+    from benchrun.telemetry import flush_prometheus
 
     parser = argparse.ArgumentParser(prog="benchrun.launch.inpod")
     parser.add_argument("--run-dir", required=True)
@@ -89,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
               + (f" ({res.reason})" if res.reason else ""), flush=True)
         results.append(res.to_json())
         atomic_write_json(target, results)
+    flush_prometheus()  # what the layer's last planned replicate did not already wait for
     return 0
 
 

@@ -5,7 +5,7 @@ The raw evidence of one replicate is ``raw/<run_id>_<suite>_r<k>_telemetry.parqu
 (sample time, source, metric, device) in the long form of :data:`benchrun.telemetry.samples.SAMPLE_SCHEMA`.
 """
 
-from benchrun.telemetry.hook import finish_telemetry, replicate_telemetry, sample_rate_hz, start_telemetry
+from benchrun.telemetry.hook import finish_telemetry, flush_prometheus, replicate_telemetry, sample_rate_hz, start_telemetry
 from benchrun.telemetry.sampler import Sampler
 
-__all__ = ["Sampler", "finish_telemetry", "replicate_telemetry", "sample_rate_hz", "start_telemetry"]
+__all__ = ["Sampler", "finish_telemetry", "flush_prometheus", "replicate_telemetry", "sample_rate_hz", "start_telemetry"]

@@ -409,17 +409,22 @@ def replicate_prometheus(inv: Invocation, run_dir: Path, start: float, end: floa
     return query_replicate(url, inv, Path(run_dir), start, end, **where)
 
 
-def flush_prometheus() -> None:
-    """Wait for every background collection of this process and write it into its result (what a
-    caller ending a layer some other way than by its planned last replicate calls)."""
-    _settle(wait=True, interrupted=None)
+def flush_prometheus(interrupted: BaseException | None = None) -> None:
+    """At a layer's end (``benchrun.execute.run_layer``, a layer pod's loop): wait for every background
+    collection of this process and write it into its result; ``interrupted``, the exception the layer
+    ends with: nothing is waited for, what has not arrived is recorded as not collected. A layer that
+    ended at its planned last replicate has none left; one that ended otherwise (a Job never created,
+    an exception between replicates) would otherwise leave them pending."""
+    _settle(wait=interrupted is None, interrupted=interrupted)
 
 
 def _earlier_collections(inv: Invocation, run_dir: Path, interrupted: BaseException | None) -> bool:
     """At a replicate's end, before its own record: write the earlier collections that have arrived
     (on an interrupt, record the rest as not collected). Whether more of the layer follows this
     replicate in the plan (False where no plan says). Never raises, never waits."""
-    if not _PENDING and not os.environ.get("BENCHRUN_PROMETHEUS_URL", "").strip():
+    from benchrun.telemetry.prometheus import URL_ENV
+
+    if not _PENDING and not os.environ.get(URL_ENV, "").strip():
         return False
     more = False
     try:
