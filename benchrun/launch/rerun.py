@@ -63,21 +63,29 @@ CONTENDED, EARLIER = "contended", "earlier"
 _ASIDE = re.compile(rf"^({CONTENDED}|{EARLIER})(\d+)[._]")
 
 
-def _own_files(run_dir: Path, inv: Invocation) -> list[tuple[Path, str]]:
-    """(path, rest) of every raw file and figure of the replicate (``raw|figures/<run>_<suite>_r<k>_<rest>``)
-    not set aside already and not another suite's."""
+def _replicate_files(run_dir: Path, inv: Invocation) -> list[tuple[Path, str, str | None, int]]:
+    """(path, rest, tag, index) of every raw file and figure of the replicate
+    (``raw|figures/<run>_<suite>_r<k>_<rest>``), not another suite's: ``tag`` the one it was set aside
+    under (``contended`` or ``earlier``, its ``index``), None (0) for the replicate's own files. One
+    listing of each folder serves every question asked of them."""
     prefix = f"{inv.run_id}_{inv.suite}_r{int(inv.replicate)}_"
     out = []
     for folder in (run_dir / d for d in ASIDE_DIRS):
         for src in sorted(folder.glob(glob.escape(prefix) + "*")) if folder.is_dir() else []:
             rest = src.name[len(prefix):]
-            if src.is_file() and not _ASIDE.match(rest) and not _OTHER_SUITE.search(rest):
-                out.append((src, rest))
+            if src.is_file() and not _OTHER_SUITE.search(rest):
+                m = _ASIDE.match(rest)
+                out.append((src, rest, m.group(1) if m else None, int(m.group(2)) if m else 0))
     return out
 
 
+def _own_files(run_dir: Path, inv: Invocation) -> list[tuple[Path, str]]:
+    """(path, rest) of every raw file and figure of the replicate not set aside already."""
+    return [(src, rest) for src, rest, tag, _i in _replicate_files(run_dir, inv) if tag is None]
+
+
 def set_aside(run_dir: Path, inv: Invocation, attempt: int, tag: str = CONTENDED, *,
-              moved_before: dict[str, str] | None = None) -> list[str]:
+              moved_before: dict[str, str] | None = None, own: list[tuple[Path, str]] | None = None) -> list[str]:
     """Move a contended attempt's result document, log, raw files (telemetry, Prometheus and
     suite samples, a gang's node logs: every ``raw/<run>_<suite>_r<k>_*``) and figures (every
     ``figures/<run>_<suite>_r<k>_*``) aside under ``raw/<run>_<suite>_r<k>_contended<attempt>[._]*``
@@ -88,7 +96,7 @@ def set_aside(run_dir: Path, inv: Invocation, attempt: int, tag: str = CONTENDED
     run_dir = Path(run_dir)
     raw = run_dir / "raw"
     renamed: dict[str, str] = dict(moved_before or {})
-    for src, rest in _own_files(run_dir, inv):
+    for src, rest in _own_files(run_dir, inv) if own is None else own:  # own: listed by the caller already
         dst = src.parent / contended_aside_raw_name(inv.run_id, inv.suite, inv.replicate, attempt, rest, tag)
         src.replace(dst)
         renamed[src.relative_to(run_dir).as_posix()] = dst.relative_to(run_dir).as_posix()
@@ -107,16 +115,8 @@ def set_aside(run_dir: Path, inv: Invocation, attempt: int, tag: str = CONTENDED
 
 def _contended_files(run_dir: Path, inv: Invocation) -> list[tuple[Path, str]]:
     """(path, rest) of every file of the replicate set aside as a contended attempt
-    (``raw|figures/<run>_<suite>_r<k>_contended<j>[._]<...>``), not another suite's."""
-    prefix = f"{inv.run_id}_{inv.suite}_r{int(inv.replicate)}_"
-    out = []
-    for folder in (run_dir / d for d in ASIDE_DIRS):
-        for src in sorted(folder.glob(glob.escape(prefix + CONTENDED) + "*")) if folder.is_dir() else []:
-            rest = src.name[len(prefix):]
-            if src.is_file() and (m := _ASIDE.match(rest)) and m.group(1) == CONTENDED \
-                    and not _OTHER_SUITE.search(rest):
-                out.append((src, rest))
-    return out
+    (``raw|figures/<run>_<suite>_r<k>_contended<j>[._]<...>``)."""
+    return [(src, rest) for src, rest, tag, _i in _replicate_files(run_dir, inv) if tag == CONTENDED]
 
 
 def set_aside_earlier(run_dir: Path, inv: Invocation, *, with_contended: bool = False) -> list[str]:
@@ -129,18 +129,14 @@ def set_aside_earlier(run_dir: Path, inv: Invocation, *, with_contended: bool = 
     one's), when they go with it as ``_earlier<i>_contended<j>[._]*`` and every document moved
     (its own, its contended attempts') names their new paths. Their new paths (none on a first launch)."""
     run_dir = Path(run_dir)
-    contended_files = _contended_files(run_dir, inv) if with_contended else []
-    if not contended_files and not _own_files(run_dir, inv) and \
+    files = _replicate_files(run_dir, inv)
+    contended_files = [(src, rest) for src, rest, tag, _i in files if tag == CONTENDED] if with_contended else []
+    own = [(src, rest) for src, rest, tag, _i in files if tag is None]
+    if not contended_files and not own and \
             not any((run_dir / rel).is_file() for rel in (inv.result_relpath(), inv.log_relpath())):
         return []
     prefix = f"{inv.run_id}_{inv.suite}_r{int(inv.replicate)}_"
-    seen = [0]
-    for folder in (run_dir / d for d in ASIDE_DIRS):
-        for path in folder.glob(glob.escape(prefix + EARLIER) + "*") if folder.is_dir() else []:
-            rest = path.name[len(prefix):]
-            if (m := _ASIDE.match(rest)) and not _OTHER_SUITE.search(rest):
-                seen.append(int(m.group(2)))
-    i = max(seen) + 1
+    i = max([0] + [k for _src, _rest, tag, k in files if tag == EARLIER]) + 1
     renamed: dict[str, str] = {}
     for src, rest in contended_files:
         dst = src.parent / contended_aside_raw_name(inv.run_id, inv.suite, inv.replicate, i, rest, EARLIER)
@@ -149,7 +145,7 @@ def set_aside_earlier(run_dir: Path, inv: Invocation, *, with_contended: bool = 
     for rel in renamed.values():  # a contended attempt's document names its own raw files and figures
         if re.fullmatch(rf"raw/{re.escape(f'{prefix}{EARLIER}{i}_{CONTENDED}')}\d+\.json", rel):
             _repoint(run_dir / rel, renamed)
-    moved = set_aside(run_dir, inv, i, EARLIER, moved_before=renamed) + sorted(renamed.values())
+    moved = set_aside(run_dir, inv, i, EARLIER, moved_before=renamed, own=own) + sorted(renamed.values())
     log.info("%s r%d: an earlier launch's files set aside before this one: %s", inv.suite, inv.replicate,
              ", ".join(moved))
     return moved
