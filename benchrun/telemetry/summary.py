@@ -39,14 +39,19 @@ def _timed(table: pa.Table, metric: str) -> tuple[np.ndarray, np.ndarray]:
     gauge = np.isnan(seconds)
     if gauge.any():
         ts = sel["ts"].cast(pa.int64()).to_numpy(zero_copy_only=False) / 1e6
-        device = pc.fill_null(sel["device_index"], -1).to_numpy(zero_copy_only=False)
-        gap = np.zeros(values.size)
-        for d in np.unique(device[gauge]):
-            idx = np.flatnonzero(gauge & (device == d))
-            idx = idx[np.argsort(ts[idx], kind="stable")]
-            gap[idx[1:]] = np.diff(ts[idx])
-        seconds = np.where(gauge, gap, seconds)
+        device = pc.fill_null(sel["device_index"], -1).to_numpy(zero_copy_only=False).astype(np.int64)
+        seconds = np.where(gauge, _series_gaps(ts, np.where(gauge, device, -2)), seconds)  # -2: the rates apart
     return values, np.clip(seconds, 0.0, None)
+
+
+def _series_gaps(ts: np.ndarray, series: np.ndarray) -> np.ndarray:
+    """Each sample's time since the previous sample of its series (same key in ``series``); 0 for a
+    series' first: what a gauge's sample describes (:func:`_timed`, :func:`in_window`)."""
+    order = np.lexsort((ts, series))
+    follows = np.r_[False, series[order][1:] == series[order][:-1]]
+    gap = np.zeros(ts.size)
+    gap[order] = np.where(follows, np.r_[0.0, np.diff(ts[order])], 0.0)
+    return gap
 
 
 def in_window(table: pa.Table, start: float, end: float) -> tuple[pa.Table, int]:
@@ -70,11 +75,7 @@ def in_window(table: pa.Table, start: float, end: float) -> tuple[pa.Table, int]
     metric = np.unique(table["metric"].to_numpy(zero_copy_only=False).astype(str), return_inverse=True)[1]
     device = pc.fill_null(table["device_index"], -1).to_numpy(zero_copy_only=False).astype(np.int64) + 1
     series = metric.astype(np.int64) * (int(device.max()) + 1) + device
-    order = np.lexsort((ts, series))
-    follows = np.r_[False, series[order][1:] == series[order][:-1]]
-    gap = np.zeros(n)
-    gap[order] = np.where(follows, np.r_[0.0, np.diff(ts[order])], 0.0)
-    span = np.clip(np.where(np.isnan(seconds), gap, seconds), 0.0, None)
+    span = np.clip(np.where(np.isnan(seconds), _series_gaps(ts, series), seconds), 0.0, None)
     overlap = np.clip(np.minimum(ts, end) - np.maximum(ts - span, start), 0.0, None)
     keep = (overlap > 0) | ((ts >= start) & (ts <= end))
     most = int(np.bincount(series[overlap > 0]).max()) if (overlap > 0).any() else 0
