@@ -220,8 +220,14 @@ def delete_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
     from benchrun.warehouse.views import refresh_views
     from benchrun.warehouse.writer import partition_dir, remove_partition
 
+    from benchrun.sharedstate import pull_paths, pull_run, push_paths
+
     root = benchrun_home(home)
-    leftover = root / "runs" / f"{DELETING}{validate_run_id(run_id)}"
+    # With BENCHRUN_SHARED_STATE: the run's shared status first, as cancel reads it (another pod may run the
+    # run, or have ended it, or hold it alone; a pull that fails raises and nothing is deleted)
+    pull_run(validate_run_id(run_id), root, status_only=True)
+    pull_paths(root, "published/")  # a baseline only the shared state names is refused as well
+    leftover = root / "runs" / f"{DELETING}{run_id}"
     if leftover.is_dir() and not (root / "runs" / run_id).exists():  # a delete cut short at its last step
         shutil.rmtree(leftover)
         return DeleteOutcome(run_id, removed=[f"what an earlier delete left of runs/{run_id} "
@@ -235,6 +241,10 @@ def delete_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
         _refuse_while_finishing(root, run_id, instance, figures_wait_s)
         _remove_dir(left)
         return DeleteOutcome(run_id, removed=[f"what the run wrote after an earlier delete (runs/{run_id})"])
+    if not left.path.is_dir() and tombstone_path(root, run_id).exists():
+        shared = _delete_shared(root, run_id)  # an earlier delete cut short after the shared status went
+        if shared:
+            return DeleteOutcome(run_id, removed=[shared])
     rd = _run_dir(root, run_id)
     aliases = published_aliases(root, run_id)
     if aliases:
@@ -264,6 +274,7 @@ def delete_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
     from benchrun.warehouse.retention import age_record
 
     tombstone = record_deleted(root, run_id, retention=age_record(root, run_id))
+    push_paths(root, tombstone.relative_to(root).as_posix())  # every pod's history and rebuild skip it from now
     tables = [t for t in TABLES if partition_dir(root, t, run_id).exists()]
     for table in tables:
         remove_partition(root, table, run_id)
@@ -286,6 +297,9 @@ def delete_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
         if instance.has_dynamic_partition(PARTITIONS_NAME, run_id):
             instance.delete_dynamic_partition(PARTITIONS_NAME, run_id)
             out.removed.append(f"Dagster partition {PARTITIONS_NAME}/{run_id} (its Dagster run history stays)")
+    shared = _delete_shared(root, run_id)
+    if shared:
+        out.removed.append(shared)
     # The directory last: until here a failed step leaves the run listed, so deleting again finishes it.
     # Renamed first (one atomic step), then removed: a crash inside the removal, which took status.json
     # early, left a directory no command could name ("no such run"); deleting again finishes it now.
@@ -299,6 +313,25 @@ def delete_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
     out.kept.append(f"a record of the deletion, {tombstone.relative_to(root)}: `benchrun rebuild-warehouse` "
                     "does not write the run back from that evidence")
     return out
+
+
+def _delete_shared(root: Path, run_id: str) -> str | None:
+    """With shared state: the run's copy in the shared prefix, its status.json first (a pod reading the
+    shared runs then no longer takes the rest for a run), and its partitions of the parquet layout; what
+    went, or None (no shared state, or nothing there). Before, delete left the shared copy: history_job's
+    pods read the run into every later change-point pass (found in review)."""
+    from benchrun.sharedstate import shared_state
+    from benchrun.warehouse import lake
+    from benchrun.warehouse.schemas import TABLES
+
+    shared = shared_state()
+    if shared is None:
+        return None
+    top = f"runs/{run_id}/"
+    gone = shared.prune(f"{top}status.json", set()) + shared.prune(top, set())
+    for table in () if lake.enabled() else TABLES:
+        gone += shared.prune(f"warehouse/{table}/run_id={run_id}/", set())
+    return f"its shared copy: {len(gone)} object(s) under {shared.uri}" if gone else None
 
 
 def _remove_dir(rd: Any) -> None:

@@ -185,13 +185,16 @@ class SharedState:
             count += 1
         return count
 
+    def list_keys(self, rel: str) -> list[str]:
+        """The paths (relative to the home) of the objects under ``<prefix><rel>``."""
+        paginator = self.client.get_paginator("list_objects_v2")
+        pages = self._call(f"list {rel}", lambda: list(paginator.paginate(Bucket=self.bucket, Prefix=self.key(rel))))
+        return [obj["Key"][len(self.prefix):] for page in pages for obj in page.get("Contents", [])]
+
     def prune(self, rel: str, keep: set[str]) -> list[str]:
         """Delete the objects under ``<prefix><rel>`` whose path (relative to the home) is not in ``keep``:
         what the home no longer holds there; the paths deleted."""
-        paginator = self.client.get_paginator("list_objects_v2")
-        pages = self._call(f"list {rel}", lambda: list(paginator.paginate(Bucket=self.bucket, Prefix=self.key(rel))))
-        gone = [obj["Key"] for page in pages for obj in page.get("Contents", [])
-                if obj["Key"][len(self.prefix):] not in keep]
+        gone = [self.key(r) for r in self.list_keys(rel) if r not in keep]
         for i in range(0, len(gone), 1000):
             batch = [{"Key": k} for k in gone[i:i + 1000]]
             self._call(f"delete under {rel}", lambda batch=batch: self.client.delete_objects(
@@ -461,7 +464,7 @@ def _record_base(home: Path, rel: str, data: bytes) -> None:
 def _seq_of(data: bytes) -> int:
     try:
         return _seq_of_doc(json.loads(data))
-    except ValueError:
+    except ValueError:  # (UnicodeDecodeError is one)
         return 0
 
 
@@ -541,8 +544,7 @@ def pull_baseline(home: Path, alias: str | None, run_id: str | None) -> str | No
     ``run_id``). The baseline's run id, or None when there is none to pull."""
     from benchrun.paths import validate_name
 
-    shared = shared_state()
-    if shared is None:
+    if (shared := shared_state()) is None:
         return None
     if alias is not None:
         rel = f"published/{validate_name(alias, what='baseline alias')}"
@@ -558,8 +560,7 @@ def pull_baseline(home: Path, alias: str | None, run_id: str | None) -> str | No
 
 
 def _iceberg_warehouse() -> bool:
-    """The Iceberg warehouse, the default unless BENCHRUN_WAREHOUSE_FORMAT=parquet (benchrun.warehouse.lake,
-    read here without importing it)."""
+    """Iceberg, the default unless BENCHRUN_WAREHOUSE_FORMAT=parquet (read as benchrun.warehouse.lake reads it)."""
     return (os.environ.get("BENCHRUN_WAREHOUSE_FORMAT", "").strip().lower() or "iceberg") == "iceberg"
 
 
@@ -570,8 +571,8 @@ class _KeepLocal(Exception):
 def _status_seq(path: Path) -> int:
     """``status_seq`` of a status.json (0: none, absent or unreadable)."""
     try:
-        return int(json.loads(path.read_text(encoding="utf-8")).get("status_seq") or 0)
-    except (OSError, ValueError, AttributeError, TypeError):
+        return _seq_of(path.read_bytes())
+    except OSError:
         return 0
 
 
@@ -589,7 +590,6 @@ def _inside(home: Path, relative: str) -> Path:
 def _pinned_rel(run_dir: Path) -> str | None:
     """``specs/sha256/<hex>.yaml`` of the run's pinned spec (status.json holds the absolute
     path in the home of the pod that pinned it; the key is the same in every home)."""
-    import json
     import re
 
     try:

@@ -141,8 +141,11 @@ def pull_history(shared: "SharedState", dest: Path, *, cadences: Sequence[str] |
     files of :func:`_history_file`, then its status.json. Never a working home: it holds no run whole (no
     ``raw/``, no manifest), and a later step there would take such a copy for the run. A status that does
     not read is skipped with a warning, as :func:`history_table` skips one; an S3 failure raises. The
-    home-relative paths written."""
-    runs = shared.list_runs()
+    home-relative paths written. A run ``benchrun delete`` removed (its tombstone in the shared prefix) is
+    left out, whatever of it a pod that ended late pushed again."""
+    # benchrun.warehouse.removed's tombstones (not imported: the warehouse imports the statistics)
+    deleted = {k.rsplit("/", 1)[-1].removesuffix(".json") for k in shared.list_keys("warehouse/_deleted/")}
+    runs = [r for r in shared.list_runs() if r not in deleted]
 
     def one(run_id: str) -> None:
         try:

@@ -159,10 +159,11 @@ def rebuild_warehouse(home: Path, run_ids: list[str] | None = None) -> RebuildRe
     from benchrun.warehouse.curate import curate_run
     from benchrun.warehouse.lakecatalog import MovedHomeError, reset_moved
     from benchrun.warehouse.migrate import has_parquet_layout, migrate_parquet, write_marker
-    from benchrun.warehouse.removed import removed_runs
+    from benchrun.warehouse.removed import pull_removed, removed_runs
     from benchrun.warehouse.views import refresh_views
 
     home = Path(home)
+    pull_removed(home)
     if lake.enabled():
         if run_ids:
             try:

@@ -40,6 +40,15 @@ def record_deleted(home: Path, run_id: str, *, now: dt.datetime | None = None,
     return path
 
 
+def pull_removed(home: Path) -> None:
+    """With shared state: the tombstones and retention records every pod shares, into ``home`` before a
+    decision reads them (a no-op without it). Before, ``rebuild-warehouse`` in a fresh home restored from
+    the store, into the shared catalog, runs another home had deleted or aged out (found in review)."""
+    from benchrun.sharedstate import pull_paths
+
+    pull_paths(home, f"{DIR_NAME}/{DELETED_DIR}/", f"{DIR_NAME}/{RETENTION_DIR}/")
+
+
 def deleted_records(home: Path) -> dict[str, dict]:
     """Each run ``benchrun delete`` removed: its record ({} where it does not read; it still counts)."""
     out: dict[str, dict] = {}

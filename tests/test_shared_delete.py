@@ -1,0 +1,143 @@
+"""`benchrun delete` with shared state (a real S3 API server, moto, on loopback): the run's shared copy goes
+with it and its tombstone is shared, so no pod's change-point history or rebuild takes the run back; a run
+another pod still runs, or a baseline only the shared state names, is refused as it is locally."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import boto3
+import pytest
+
+from benchrun import sharedstate
+from benchrun.errors import BenchrunError
+from benchrun.stats.synthetic import make_run
+from test_store_helpers import s3_env  # noqa: F401  (fixture)
+
+
+@pytest.fixture
+def bucket(s3_env: str, monkeypatch: pytest.MonkeyPatch) -> str:  # noqa: F811
+    name = f"bench-delete-{uuid.uuid4().hex[:10]}"
+    boto3.client("s3", endpoint_url=s3_env).create_bucket(Bucket=name)
+    monkeypatch.setenv(sharedstate.ENV, f"s3://{name}/team")
+    monkeypatch.setenv("BENCHRUN_WAREHOUSE_FORMAT", "parquet")
+    return name
+
+
+def _keys(s3_env: str, bucket: str) -> set[str]:  # noqa: F811
+    pages = boto3.client("s3", endpoint_url=s3_env).get_paginator("list_objects_v2").paginate(
+        Bucket=bucket, Prefix="team/")
+    return {o["Key"][len("team/"):] for page in pages for o in page.get("Contents", [])}
+
+
+def _nightly(home: Path, run_id: str, value: float, phase: str = "Succeeded") -> Path:
+    rd = make_run(home, run_id, {("serve", "", "tokens_per_second"): ([value, value + 1, value - 1], "tok/s",
+                                                                       "higher")},
+                  status={"cadence": "nightly", "phase": phase, "created_utc": "2026-12-01T00:00:00Z"},
+                  sealed=False)
+    sharedstate.push_run(rd, home)
+    return rd
+
+
+def test_a_delete_from_another_home_removes_the_shared_copy_and_every_history_leaves_it_out(
+        tmp_path: Path, s3_env: str, bucket: str) -> None:  # noqa: F811
+    from benchrun.runctl import delete_run
+    from benchrun.stats.cphistory import gather_history
+
+    pod = tmp_path / "pod"
+    _nightly(pod, "keep-x", 100.0)
+    gone = _nightly(pod, "gone-x", 50.0)
+    (pod / "warehouse" / "measurement_fact" / "run_id=gone-x").mkdir(parents=True)  # a parquet-layout partition
+    (pod / "warehouse" / "measurement_fact" / "run_id=gone-x" / "part.parquet").write_bytes(b"PAR1")
+    sharedstate.push_run(gone, pod)
+    assert any(k.startswith("warehouse/measurement_fact/run_id=gone-x/") for k in _keys(s3_env, bucket))
+
+    cli = tmp_path / "cli"  # a person's machine that never held the run: it is read from the shared state
+    out = delete_run("gone-x", home=cli)
+    assert any("shared copy" in r for r in out.removed), out.removed
+    keys = _keys(s3_env, bucket)
+    assert not any(k.startswith("runs/gone-x/") for k in keys), keys
+    assert not any("run_id=gone-x" in k for k in keys), keys
+    assert "warehouse/_deleted/gone-x.json" in keys and any(k.startswith("runs/keep-x/") for k in keys)
+    assert set(gather_history(tmp_path / "fresh")["run_id"]) == {"keep-x"}
+
+    # a step of the run that ends late in its pod pushes the run again: the shared tombstone still keeps it out
+    sharedstate.push_run(gone, pod)
+    assert set(gather_history(tmp_path / "fresh2")["run_id"]) == {"keep-x"}
+
+
+def test_a_delete_cut_short_after_the_shared_status_went_is_finished_by_deleting_again(
+        tmp_path: Path, s3_env: str, bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    from benchrun import runctl
+
+    pod, cli = tmp_path / "pod", tmp_path / "cli"
+    _nightly(pod, "gone-x", 50.0)
+    real = sharedstate.SharedState.prune
+    calls = []
+
+    def cut(self: sharedstate.SharedState, rel: str, keep: set[str]) -> list[str]:
+        calls.append(rel)
+        if len(calls) == 2:  # after the status went, before the rest
+            raise BenchrunError("shared state: connection reset")
+        return real(self, rel, keep)
+
+    monkeypatch.setattr(sharedstate.SharedState, "prune", cut)
+    with pytest.raises(BenchrunError, match="connection reset"):
+        runctl.delete_run("gone-x", home=cli)
+    monkeypatch.setattr(sharedstate.SharedState, "prune", real)
+    keys = _keys(s3_env, bucket)
+    assert "runs/gone-x/status.json" not in keys and any(k.startswith("runs/gone-x/") for k in keys)
+    assert (cli / "runs" / "gone-x").is_dir()  # still listed here: deleting again finishes it
+    runctl.delete_run("gone-x", home=cli)
+    assert not any(k.startswith("runs/gone-x/") for k in _keys(s3_env, bucket))
+
+    # and from a home where the run directory went too: the tombstone names it, the shared leftovers go
+    _nightly(pod, "gone-y", 50.0)
+    runctl.delete_run("gone-y", home=cli)
+    for k in ("structured/gone-y_spec.yaml", "structured/extra.json"):  # what a late push left behind
+        boto3.client("s3", endpoint_url=s3_env).put_object(Bucket=bucket, Key=f"team/runs/gone-y/{k}", Body=b"x")
+    out = runctl.delete_run("gone-y", home=cli)
+    assert out.removed and "shared copy: 2 object(s)" in out.removed[0]
+    assert not any(k.startswith("runs/gone-y/") for k in _keys(s3_env, bucket))
+
+
+def test_a_run_another_pod_runs_or_a_shared_baseline_is_refused_and_nothing_shared_goes(
+        tmp_path: Path, s3_env: str, bucket: str) -> None:  # noqa: F811
+    from benchrun.runctl import delete_run
+
+    pod, cli = tmp_path / "pod", tmp_path / "cli"
+    _nightly(pod, "base-x", 100.0)
+    (pod / "published").mkdir()
+    (pod / "published" / "nightly").write_text("base-x\n")
+    sharedstate.push_alias(pod, "nightly")
+    _nightly(pod, "live-x", 100.0, phase="Running")
+    before = _keys(s3_env, bucket)
+    with pytest.raises(BenchrunError, match="baseline published/nightly"):
+        delete_run("base-x", home=cli)
+    with pytest.raises(BenchrunError, match="live-x is Running; cancel it first"):
+        delete_run("live-x", home=cli)
+    assert _keys(s3_env, bucket) == before
+
+    # this home's own copy says Succeeded; the shared status (another pod re-ran it) says Running
+    rd = _nightly(cli, "again-x", 100.0)
+    status = json.loads((rd / "status.json").read_text())
+    status.update(phase="Running", status_seq=int(status.get("status_seq") or 0) + 5)
+    boto3.client("s3", endpoint_url=s3_env).put_object(Bucket=bucket, Key="team/runs/again-x/status.json",
+                                                       Body=json.dumps(status).encode())
+    with pytest.raises(BenchrunError, match="again-x is Running"):
+        delete_run("again-x", home=cli)
+
+
+def test_rebuild_in_a_home_that_holds_a_run_another_home_deleted_does_not_write_it_back(
+        tmp_path: Path, s3_env: str, bucket: str) -> None:  # noqa: F811
+    from benchrun.runctl import delete_run
+    from benchrun.warehouse.rebuild import rebuild_warehouse
+
+    pod, cli = tmp_path / "pod", tmp_path / "cli"
+    _nightly(pod, "gone-x", 50.0)
+    delete_run("gone-x", home=cli)
+    report = rebuild_warehouse(pod, ["gone-x"])  # the pod still holds the run's directory
+    assert "gone-x" in report.skipped and "benchrun delete" in report.skipped["gone-x"], report
+    assert not report.rebuilt
