@@ -150,3 +150,42 @@ def test_retention_in_a_fresh_pod_keeps_a_baseline_only_the_shared_state_names(
     shared_record = json.loads(client.get_object(Bucket=bucket, Key=f"team/warehouse/_retention/{record.name}")
                                ["Body"].read())
     assert shared_record["applied"] is True and {p["run_id"] for p in shared_record["partitions"]} == {"run-older"}
+
+
+@pytest.mark.parametrize("layout", ["iceberg", "parquet"])
+def test_a_query_from_a_home_that_never_ran_change_points_reads_the_shared_fact(
+        tmp_path: Path, s3_env: str, bucket: str, monkeypatch: pytest.MonkeyPatch, layout: str) -> None:  # noqa: F811
+    from typer.testing import CliRunner
+
+    from benchrun.cli import app
+    from benchrun.sharedstate import CHANGE_POINTS, pull_paths, push_paths
+
+    writer = tmp_path / "writer"
+    (writer / CHANGE_POINTS).parent.mkdir(parents=True)
+    pd.DataFrame({"metric": ["tokens_per_second"], "change_pct": [-20.0]}).to_parquet(writer / CHANGE_POINTS)
+    push_paths(writer, CHANGE_POINTS)
+    monkeypatch.setenv("BENCHRUN_WAREHOUSE_FORMAT", layout)
+    cli = tmp_path / "cli"
+    cli.mkdir()
+    monkeypatch.setenv("BENCHRUN_HOME", str(cli))
+    asked: list[tuple[str, ...]] = []
+    monkeypatch.setattr(sharedstate, "pull_paths", lambda home, *rels: (asked.append(rels), pull_paths(home, *rels)))
+    if layout == "iceberg":  # the tables are the catalog's (a Postgres one with shared state): not set up here
+        import benchrun.warehouse.views as views
+
+        monkeypatch.setattr(views, "connect", _fact_only)
+    out = CliRunner().invoke(app, ["query", "--csv", "SELECT metric, change_pct FROM change_point_fact"])
+    assert out.exit_code == 0, out.output
+    assert out.stdout.splitlines() == ["metric,change_pct", "tokens_per_second,-20.0"]
+    assert asked == [(CHANGE_POINTS,) if layout == "iceberg" else ("warehouse/",)]
+
+
+def _fact_only(home: Path, notes: list[str], **_: object) -> object:
+    """The views' connection without the Iceberg tables: the change-point fact's view as the views make it."""
+    import duckdb
+
+    from benchrun.warehouse.views import _change_point_view
+
+    con = duckdb.connect()
+    _change_point_view(con, Path(home), notes)
+    return con

@@ -112,7 +112,15 @@ def _query(sql: str, as_json: bool, as_csv: bool, limit: int, vertical: Optional
         from benchrun.warehouse.lakeviews import parse_as_of
 
         when = parse_as_of(as_of.strip().strip('"'))  # a snapshot id as --json wrote it (a string) reads back
-    stream = stream_query(sql, _home("query"), limit=limit or None, as_of=when)
+    home = _home("query")
+    from benchrun.sharedstate import CHANGE_POINTS, pull_paths
+    from benchrun.warehouse import lake
+
+    # With BENCHRUN_SHARED_STATE, what no catalog holds comes from the shared prefix first (as a run worker's
+    # first step pulls it): change_point_fact's file, or with the parquet layout every mirrored partition.
+    # Before, a query from a pod or machine that never ran change_points had no change_point_fact.
+    pull_paths(home, CHANGE_POINTS if lake.enabled() else "warehouse/")
+    stream = stream_query(sql, home, limit=limit or None, as_of=when)
     for note in stream.notes:
         print(f"warning: {note}", file=sys.stderr)
     cols = stream.columns
