@@ -220,18 +220,15 @@ def delete_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
     from benchrun.warehouse.views import refresh_views
     from benchrun.warehouse.writer import partition_dir, remove_partition
 
-    from benchrun.sharedstate import pull_paths, pull_run, push_paths
+    from benchrun.sharedstate import push_paths
 
     root = benchrun_home(home)
-    # With BENCHRUN_SHARED_STATE: the run's shared status first, as cancel reads it (another pod may run the
-    # run, or have ended it, or hold it alone; a pull that fails raises and nothing is deleted)
-    pull_run(validate_run_id(run_id), root, status_only=True)
-    pull_paths(root, "published/")  # a baseline only the shared state names is refused as well
+    _read_shared(root, validate_run_id(run_id))
     leftover = root / "runs" / f"{DELETING}{run_id}"
     if leftover.is_dir() and not (root / "runs" / run_id).exists():  # a delete cut short at its last step
         shutil.rmtree(leftover)
         return DeleteOutcome(run_id, removed=[f"what an earlier delete left of runs/{run_id} "
-                                              f"({leftover.relative_to(root)})"])
+                                              f"({leftover.relative_to(root)})", *_shared_left(root, run_id)])
     from benchrun.rundir import RunDir
     from benchrun.warehouse.removed import tombstone_path
 
@@ -240,17 +237,14 @@ def delete_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
         # files a step of the run wrote after an earlier delete of it (no status.json: not a run)
         _refuse_while_finishing(root, run_id, instance, figures_wait_s)
         _remove_dir(left)
-        return DeleteOutcome(run_id, removed=[f"what the run wrote after an earlier delete (runs/{run_id})"])
+        return DeleteOutcome(run_id, removed=[f"what the run wrote after an earlier delete (runs/{run_id})",
+                                              *_shared_left(root, run_id)])
     if not left.path.is_dir() and tombstone_path(root, run_id).exists():
-        shared = _delete_shared(root, run_id)  # an earlier delete cut short after the shared status went
-        if shared:
-            return DeleteOutcome(run_id, removed=[shared])
+        shared = _shared_left(root, run_id)  # an earlier delete (here or in another home) cut short after the
+        if shared:                           # shared status went
+            return DeleteOutcome(run_id, removed=shared)
     rd = _run_dir(root, run_id)
-    aliases = published_aliases(root, run_id)
-    if aliases:
-        names = ", ".join(f"published/{a}" for a in aliases)
-        raise BenchrunError(f"run {run_id} is the baseline {names}; promote another run to it first "
-                            f"(`benchrun promote OTHER_RUN --alias {aliases[0]}`), then delete this one")
+    _refuse_baseline(root, run_id)
     sealed: bool | None = None  # whether the run stored its evidence (None: its status does not read)
     try:
         status = rd.read_status()
@@ -267,7 +261,7 @@ def delete_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
         phase = "damaged"
     # no phase: a status.json nothing of benchrun made a run with (submit writes Pending); deletable
     if phase not in (*TERMINAL_PHASES, "damaged", None):
-        raise BenchrunError(f"run {run_id} is {phase}; cancel it first (`benchrun cancel {run_id}`)")
+        _refuse_live(run_id, phase)
     _refuse_while_finishing(root, run_id, instance, figures_wait_s)
     out = DeleteOutcome(run_id)
     # before anything goes: rebuild-warehouse never writes the run back, even if this stops half-way
@@ -297,9 +291,7 @@ def delete_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
         if instance.has_dynamic_partition(PARTITIONS_NAME, run_id):
             instance.delete_dynamic_partition(PARTITIONS_NAME, run_id)
             out.removed.append(f"Dagster partition {PARTITIONS_NAME}/{run_id} (its Dagster run history stays)")
-    shared = _delete_shared(root, run_id)
-    if shared:
-        out.removed.append(shared)
+    out.removed += _shared_left(root, run_id)
     # The directory last: until here a failed step leaves the run listed, so deleting again finishes it.
     # Renamed first (one atomic step), then removed: a crash inside the removal, which took status.json
     # early, left a directory no command could name ("no such run"); deleting again finishes it now.
@@ -315,10 +307,46 @@ def delete_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
     return out
 
 
-def _delete_shared(root: Path, run_id: str) -> str | None:
-    """With shared state: the run's copy in the shared prefix, its status.json first (a pod reading the
-    shared runs then no longer takes the rest for a run), and its partitions of the parquet layout; what
-    went, or None (no shared state, or nothing there). Before, delete left the shared copy: history_job's
+def _refuse_live(run_id: str, phase: Any) -> None:
+    raise BenchrunError(f"run {run_id} is {phase}; cancel it first (`benchrun cancel {run_id}`)")
+
+
+def _refuse_baseline(root: Path, run_id: str) -> None:
+    aliases = published_aliases(root, run_id)
+    if aliases:
+        names = ", ".join(f"published/{a}" for a in aliases)
+        raise BenchrunError(f"run {run_id} is the baseline {names}; promote another run to it first "
+                            f"(`benchrun promote OTHER_RUN --alias {aliases[0]}`), then delete this one")
+
+
+def _read_shared(root: Path, run_id: str) -> None:
+    """With shared state, before delete decides anything: the run's tombstone (another home's delete of it,
+    which this one then finishes, keeping the retention it recorded) and the ``published/`` aliases; a
+    shared baseline, or a run another pod still runs (read without writing here: a copy of a live run left
+    behind would be reaped as Failed), is refused; then the run's shared status, so a finished run only the
+    shared state holds is deleted from any home. A pull that fails raises, and nothing is deleted."""
+    from benchrun.rundir import TERMINAL_PHASES
+    from benchrun.sharedstate import pull_paths, pull_run, shared_state
+
+    shared = shared_state()
+    if shared is None:
+        return
+    pull_paths(root, f"warehouse/_deleted/{run_id}.json", "published/")
+    _refuse_baseline(root, run_id)
+    try:
+        held = shared.read_status(run_id)
+    except ValueError:  # not JSON there: pulled, and judged as a damaged status here is
+        held = None
+    phase = held.get("phase") if isinstance(held, dict) else None
+    if phase is not None and phase not in TERMINAL_PHASES:
+        _refuse_live(run_id, phase)
+    pull_run(run_id, root, status_only=True)
+
+
+def _shared_left(root: Path, run_id: str) -> list[str]:
+    """With shared state: the run's copy in the shared prefix removed, its status.json first (a pod reading
+    the shared runs then no longer takes the rest for a run), and its partitions of the parquet layout; what
+    went, said ([]: no shared state, or nothing there). Before, delete left the shared copy: history_job's
     pods read the run into every later change-point pass (found in review)."""
     from benchrun.sharedstate import shared_state
     from benchrun.warehouse import lake
@@ -326,12 +354,12 @@ def _delete_shared(root: Path, run_id: str) -> str | None:
 
     shared = shared_state()
     if shared is None:
-        return None
+        return []
     top = f"runs/{run_id}/"
     gone = shared.prune(f"{top}status.json", set()) + shared.prune(top, set())
     for table in () if lake.enabled() else TABLES:
         gone += shared.prune(f"warehouse/{table}/run_id={run_id}/", set())
-    return f"its shared copy: {len(gone)} object(s) under {shared.uri}" if gone else None
+    return [f"its shared copy: {len(gone)} object(s) under {shared.uri}"] if gone else []
 
 
 def _remove_dir(rd: Any) -> None:

@@ -43,10 +43,12 @@ def hardware_key(environment: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(hw, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def history_table(home: Path, *, cadences: Sequence[str] | None = ("nightly",)) -> "pd.DataFrame":
+def history_table(home: Path, *, cadences: Sequence[str] | None = ("nightly",),
+                  workload: str | None = None) -> "pd.DataFrame":
     """Per run × metric: the median over replicates, with the series keys, its unit and run time.
 
-    Only Succeeded runs with a workload digest; ``cadences`` limits the history (None = all).
+    Only Succeeded runs with a workload digest (``workload``: that one); ``cadences`` limits the history
+    (None = all).
     A run whose files cannot be read is skipped with a warning.
     """
     import pandas as pd
@@ -56,7 +58,7 @@ def history_table(home: Path, *, cadences: Sequence[str] | None = ("nightly",)) 
     for rd in sorted(p for p in runs_dir.glob("*") if (p / "status.json").is_file()):
         try:
             run = load_run(rd)
-            if not _kept(run.status, cadences):
+            if not _kept(run.status, cadences, workload):
                 continue
             g = run_medians(run)
         except BenchrunError as exc:  # one damaged run must not hide the whole history
@@ -106,25 +108,28 @@ def run_medians(run: RunInfo) -> "pd.DataFrame":
     return g[HISTORY_COLUMNS]
 
 
-def _kept(status: Any, cadences: Sequence[str] | None) -> bool:
-    """Whether a run with this status.json belongs in the history: Succeeded, with a workload digest,
-    of ``cadences`` (None: any)."""
+def _kept(status: Any, cadences: Sequence[str] | None, workload: str | None = None) -> bool:
+    """Whether a run with this status.json belongs in the history: Succeeded, with a workload digest
+    (``workload``, where given), of ``cadences`` (None: any)."""
     if not isinstance(status, dict) or status.get("phase") != "Succeeded" or not status.get("workload_spec_digest"):
+        return False
+    if workload is not None and status.get("workload_spec_digest") != workload:
         return False
     return cadences is None or status.get("cadence") in cadences
 
 
-def gather_history(home: Path, *, cadences: Sequence[str] | None = ("nightly",)) -> "pd.DataFrame":
+def gather_history(home: Path, *, cadences: Sequence[str] | None = ("nightly",),
+                   workload: str | None = None) -> "pd.DataFrame":
     """:func:`history_table` over every run: with shared state the runs its prefix holds (read through a
     scratch folder, :func:`pull_history`), else the runs of ``home`` (the embedded default, unchanged)."""
     from benchrun.sharedstate import shared_state
 
     shared = shared_state()
     if shared is None:
-        return history_table(home, cadences=cadences)
+        return history_table(home, cadences=cadences, workload=workload)
     with tempfile.TemporaryDirectory(prefix="benchrun-history-") as scratch:
-        pull_history(shared, Path(scratch), cadences=cadences)
-        return history_table(Path(scratch), cadences=cadences)
+        pull_history(shared, Path(scratch), cadences=cadences, workload=workload)
+        return history_table(Path(scratch), cadences=cadences, workload=workload)
 
 
 def _history_file(run_id: str, name: str) -> bool:
@@ -135,17 +140,21 @@ def _history_file(run_id: str, name: str) -> bool:
 
 
 def pull_history(shared: "SharedState", dest: Path, *, cadences: Sequence[str] | None = ("nightly",),
-                 workers: int = 16) -> list[str]:
+                 workload: str | None = None, workers: int = 16) -> list[str]:
     """Into ``dest``, a scratch folder laid out as a home, what :func:`history_table` reads of each run the
     shared prefix holds and the history keeps (:func:`_kept`, judged on its shared status.json first): the
     files of :func:`_history_file`, then its status.json. Never a working home: it holds no run whole (no
     ``raw/``, no manifest), and a later step there would take such a copy for the run. A status that does
     not read is skipped with a warning, as :func:`history_table` skips one; an S3 failure raises. The
-    home-relative paths written. A run ``benchrun delete`` removed (its tombstone in the shared prefix) is
-    left out, whatever of it a pod that ended late pushed again."""
-    # benchrun.warehouse.removed's tombstones (not imported: the warehouse imports the statistics)
-    deleted = {k.rsplit("/", 1)[-1].removesuffix(".json") for k in shared.list_keys("warehouse/_deleted/")}
-    runs = [r for r in shared.list_runs() if r not in deleted]
+    home-relative paths written. A run ``benchrun delete`` removed (its tombstone, shared and pulled here) is
+    left out, whatever of it a pod that ended late pushed again, by the rule ``rebuild-warehouse`` applies
+    (a run created after the tombstone is a new run under the same id)."""
+    from benchrun.warehouse.removed import DELETED_DIR, DIR_NAME, deleted_runs, deletion
+    from benchrun.warehouse.sources import parse_ts
+
+    shared.pull_tree(dest, f"{DIR_NAME}/{DELETED_DIR}/")
+    deleted = deleted_runs(dest)
+    runs = shared.list_runs()
 
     def one(run_id: str) -> None:
         try:
@@ -153,7 +162,7 @@ def pull_history(shared: "SharedState", dest: Path, *, cadences: Sequence[str] |
         except ValueError as exc:  # not JSON: one damaged run must not hide the whole history
             log.warning("history: skipping run %s: its shared status.json does not read (%s)", run_id, exc)
             return
-        if not _kept(status, cadences):
+        if not _kept(status, cadences, workload) or deletion(deleted, run_id, parse_ts(status.get("created_utc"))):
             return
         top = f"runs/{run_id}/structured/"
         shared.pull_tree(dest, top, only=lambda rel: _history_file(run_id, rel[len(top):]))
