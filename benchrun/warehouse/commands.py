@@ -105,6 +105,7 @@ def _query(sql: str, as_json: bool, as_csv: bool, limit: int, vertical: Optional
            as_of: Optional[str] = None) -> None:
     import sys
 
+    from benchrun.errors import BenchrunError
     from benchrun.warehouse.views import stream_query
 
     when = None
@@ -119,7 +120,10 @@ def _query(sql: str, as_json: bool, as_csv: bool, limit: int, vertical: Optional
     # With BENCHRUN_SHARED_STATE, what no catalog holds comes from the shared prefix first (as a run worker's
     # first step pulls it): change_point_fact's file, or with the parquet layout every mirrored partition.
     # Before, a query from a pod or machine that never ran change_points had no change_point_fact.
-    pull_paths(home, CHANGE_POINTS if lake.enabled() else "warehouse/")
+    try:
+        pull_paths(home, CHANGE_POINTS if lake.enabled() else "warehouse/")
+    except BenchrunError as exc:  # a read-only command: what this home holds, said so
+        print(f"warning: {exc}; the query reads what this home holds of it", file=sys.stderr)
     stream = stream_query(sql, home, limit=limit or None, as_of=when)
     for note in stream.notes:
         print(f"warning: {note}", file=sys.stderr)
