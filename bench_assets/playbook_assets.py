@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from bench_assets import tables
 from bench_assets.partitions import benchmark_run_partitions
 from benchrun.paths import validate_run_id
 from resources.warehouse import WarehouseResource
@@ -39,7 +40,7 @@ def scenario_playbooks(context: dg.AssetExecutionContext, warehouse: WarehouseRe
         "flagged": sum(r.verdict == "flagged" for r in results),
         "straggler_nodes": ", ".join(stragglers) or "none",
         "baseline": baseline or (f"none: {note}" if note else "none"),
-        "report": dg.MetadataValue.path(str(path)),
+        "report": tables.path(path),
         **{f"query_spec_digest/{r.name}": r.query_spec_digest for r in results},
     })
 

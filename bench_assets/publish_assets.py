@@ -4,6 +4,7 @@ from collections.abc import Iterable
 
 import dagster as dg
 
+from bench_assets import tables
 from bench_assets.partitions import benchmark_run_partitions
 from benchrun import hotmetrics, lifecycle
 from benchrun.provenance import sign_run
@@ -97,7 +98,7 @@ def hot_metrics(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
             "series_held_elsewhere": hm.existing_series,
             "labels_removed": ", ".join(hm.labels_removed) or "none",
             "pushed_to": pub.pushed_to or "not pushed",
-            "textfile": dg.MetadataValue.path(str(pub.textfile)),
+            "textfile": tables.path(pub.textfile),
             "note": "; ".join([pub.note, *hm.notes]),
         },
         check_results=checks,
@@ -141,7 +142,7 @@ def provenance_attestation(context: dg.AssetExecutionContext) -> dg.MaterializeR
             "satisfied_request": result.satisfied_request,
             "signing_required": bool(signing.required),
             "subjects": result.subjects,
-            "envelope": dg.MetadataValue.path(str(result.path)),
+            "envelope": tables.path(result.path),
         }
     )
 

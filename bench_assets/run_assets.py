@@ -57,7 +57,7 @@ def pinned_spec(context: dg.AssetExecutionContext, launcher: LauncherResource) -
             "workload_spec_digest": loaded.workload_spec_digest,
             "benchmark_class_requested": status["benchmark_class_requested"],
             "benchmark_class_granted": status["benchmark_class_granted"],
-            "run_directory": dg.MetadataValue.path(str(rd.path)),
+            "run_directory": tables.path(rd.path),
             "plan": tables.table(rows, ["layer", "enabled", "suites", "launches"]),
         },
         data_version=dg.DataVersion(loaded.spec_digest),
@@ -152,7 +152,7 @@ def run_evidence(context: dg.AssetExecutionContext, artifact_store: ArtifactStor
             "issues": dg.MetadataValue.json(ev["issues"]),
             "file_count": ev["manifest"]["summary"]["file_count"],
             "artifact_manifest_digest": ev["stored"].digest,
-            "manifest": dg.MetadataValue.path(str(rd.path / "manifest.json")),
+            "manifest": tables.path(rd.path / "manifest.json"),
         }
     )
 
@@ -213,7 +213,7 @@ def run_status_asset(extra_deps: list[dg.AssetKey]) -> dg.AssetsDefinition:
                 "phase": st["phase"],
                 "outcome": st.get("outcome") or "",
                 "conditions": tables.table(conds, ["type", "status", "reason"]),
-                "status_json": dg.MetadataValue.path(str(rd.status_path)),
+                "status_json": tables.path(rd.status_path),
             }
         )
 

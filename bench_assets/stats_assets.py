@@ -116,7 +116,7 @@ def trial_statistics(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
                                  ["metric_id", "unit", "n", "median", "interval", "cv", "n_outliers"]),
         "metrics": len(st.summary), "replicate_rows": len(st.replicates),
         "outliers": int(st.replicates["outlier"].sum()) if len(st.replicates) else 0,
-        "confidence_level": st.confidence, "statistics": dg.MetadataValue.path(str(path)),
+        "confidence_level": st.confidence, "statistics": tables.path(path),
     })
 
 
@@ -316,7 +316,7 @@ def baseline_comparison(context: dg.AssetExecutionContext, confirm_round: Confir
         RunDir.for_run(run_id).drop_status_fields("confirmation_progress")
     path = analysis.write_comparison(gate, res, base_dir.name, rd)
     meta = {"compared": res is not None, "comparable": not gate.not_comparable, "baseline": base_dir.name,
-            "gate": gate.message(), "comparison": dg.MetadataValue.path(str(path))}
+            "gate": gate.message(), "comparison": tables.path(path)}
     cond = res.condition() if res is not None else analysis.gate_condition(gate)  # refused: Unknown, never False
     RunDir.for_run(run_id).set_condition(cond["type"], cond["status"], cond["reason"], cond["message"])
     meta["regression_detected"] = cond["status"]
@@ -396,7 +396,7 @@ def change_points(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
             "kind"])),
         # the sequential detector's parameters (each row's `detector` adds its floor)
         "detector": dg.MetadataValue.text(changepoint.DETECTOR.describe(changepoint.DEFAULT_DELTA_PCT)),
-        "path": dg.MetadataValue.path(str(path)),
+        "path": tables.path(path),
         **({"shared_fact": f"{shared.uri}{CHANGE_POINTS}"} if shared is not None else {}),
     })
 
@@ -412,7 +412,7 @@ def run_report(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         path = write_report(_run_dir(context.partition_key), figures_pending=True)
     else:
         path = build_report(_run_dir(context.partition_key))
-    return dg.MaterializeResult(metadata={"report": dg.MetadataValue.path(str(path)),
+    return dg.MaterializeResult(metadata={"report": tables.path(path),
                                           "bytes": path.stat().st_size})
 
 

@@ -1,11 +1,39 @@
-"""Rows as a Dagster table (``MetadataValue.table`` with a ``TableSchema``), shown inline in the UI."""
+"""Rows as a Dagster table (``MetadataValue.table`` with a ``TableSchema``), shown inline in the UI, and
+the files an asset wrote as the UI should name them (:func:`path`)."""
 
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
 from typing import Any, Sequence
 
 import dagster as dg
+
+# What the shared prefix mirrors of a home (benchrun.sharedstate), beside the change-point fact's file.
+MIRRORED = ("runs/", "specs/", "published/", "warehouse/_retention/", "warehouse/_deleted/")
+
+
+def path(p: Path | str) -> dg.MetadataValue:
+    """A file of the home as asset metadata. With shared state (``BENCHRUN_SHARED_STATE``), a file the
+    shared prefix mirrors (a run's files, pinned specs, ``published/``, the change-point fact, retention's
+    and delete's records) is named by its ``s3://`` key, where it outlives the pod: on Kubernetes the home
+    is a run-worker pod's, and a path into it led nowhere once the run ended (found in review). Any other
+    file, and every file without shared state, by its path."""
+    from benchrun.paths import benchrun_home
+    from benchrun.sharedstate import CHANGE_POINTS, ENV
+    from benchrun.urlsafe import has_credentials
+
+    shown = str(p)
+    uri = os.environ.get(ENV, "").strip().rstrip("/")
+    if uri and not has_credentials(uri):  # (such a URI is refused before any asset writes a file)
+        try:
+            rel = Path(p).resolve().relative_to(benchrun_home().resolve()).as_posix()
+        except ValueError:
+            rel = ""
+        if rel.startswith(MIRRORED) or rel == CHANGE_POINTS:
+            shown = f"{uri}/{rel}"
+    return dg.MetadataValue.path(shown)
 
 # Dagster's column types for the Python values these tables hold.
 _TYPES = {bool: "bool", int: "int", float: "float", str: "string"}

@@ -5,6 +5,7 @@ from typing import Iterator
 
 import dagster as dg
 
+from bench_assets import tables
 from bench_assets.partitions import benchmark_run_partitions
 from benchrun.paths import validate_run_id
 from benchrun.warehouse.schemas import DIMENSIONS, TABLES
@@ -66,7 +67,7 @@ def warehouse_tables(
     for table, rows in counts.items():
         where = ({"iceberg_table": f"{lake.NAMESPACE}.{table}",
                   "table_location": dg.MetadataValue.text(lake.table_location(warehouse.home_path()))} if iceberg else
-                 {"partition_file": dg.MetadataValue.path(str(root / table / f"run_id={run_id}" / "part.parquet"))})
+                 {"partition_file": tables.path(root / table / f"run_id={run_id}" / "part.parquet")})
         yield dg.MaterializeResult(asset_key=table, metadata={"dagster/row_count": rows, **where})
     if LINEAGE_CHECK.key in context.selected_asset_check_keys:
         missing = warehouse.query(
@@ -97,7 +98,7 @@ def warehouse_views(context: dg.AssetExecutionContext, warehouse: WarehouseResou
     lines = ["| table | rows (all runs) |", "|---|---|"] + [f"| {t} | {n} |" for t, n in totals.items()]
     return dg.MaterializeResult(
         metadata={
-            "duckdb_file": dg.MetadataValue.path(str(db)),
+            "duckdb_file": tables.path(db),
             "rows": dg.MetadataValue.md("\n".join(lines)),
             "measurement_rows_this_run": run,
         }
@@ -131,7 +132,7 @@ def warehouse_retention(config: RetentionConfig, warehouse: WarehouseResource) -
         "raw_objects_kept": plan.kept_objects,
         "runs": dg.MetadataValue.md(tiers),
         "notes": dg.MetadataValue.json(plan.notes),
-        "record": dg.MetadataValue.path(str(record)) if record else "dry run: nothing removed",
+        "record": tables.path(record) if record else "dry run: nothing removed",
         **({"record_shared": f"{shared.uri}{record.relative_to(home).as_posix()}"} if shared and record else {}),
     })
 

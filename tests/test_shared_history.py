@@ -102,6 +102,8 @@ def test_change_points_in_a_fresh_pod_reads_the_shared_runs_and_shares_its_fact(
     meta = materialize_in(tmp_path / "pod-1")
     assert meta["runs"].value == 24 and meta["change_points"].value == 1 and meta["new_change_points"].value == 1
     assert CP_KEY in _keys(s3_env, bucket)
+    # the UI names the shared copy, not a path into a pod that is gone when the job ends (found in review)
+    assert meta["path"].value == f"s3://{bucket}/team/{CP_KEY}"
     assert not (tmp_path / "pod-1" / "runs").exists()  # no partial run copies in the home
     # the next night's pod: the same change, not announced again (the previous fact came from the shared state)
     again = materialize_in(tmp_path / "pod-2")
@@ -178,6 +180,12 @@ def test_a_query_from_a_home_that_never_ran_change_points_reads_the_shared_fact(
     assert out.exit_code == 0, out.output
     assert out.stdout.splitlines() == ["metric,change_pct", "tokens_per_second,-20.0"]
     assert asked == [(CHANGE_POINTS,) if layout == "iceberg" else ("warehouse/",)]
+    # the shared state unreachable: a read-only command reads what this home holds, and says so
+    monkeypatch.setenv("BENCHRUN_S3_ENDPOINT_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    out = CliRunner().invoke(app, ["query", "--csv", "SELECT metric, change_pct FROM change_point_fact"])
+    assert out.exit_code == 0, out.output
+    assert "warning: shared state" in out.stderr and out.stdout.splitlines()[1] == "tokens_per_second,-20.0"
 
 
 def _fact_only(home: Path, notes: list[str], **_: object) -> object:
@@ -189,3 +197,44 @@ def _fact_only(home: Path, notes: list[str], **_: object) -> object:
     con = duckdb.connect()
     _change_point_view(con, Path(home), notes)
     return con
+
+
+def test_the_reports_history_in_a_fresh_pod_is_the_shared_history_of_its_workload(
+        tmp_path: Path, s3_env: str, bucket: str) -> None:  # noqa: F811
+    # review: the report's history figure read only the run worker's home, which holds this run alone
+    import benchrun.report.content as C
+    from benchrun.stats.analysis import trial_statistics_for_run
+    from benchrun.stats.load import load_run
+
+    writer = tmp_path / "writer"
+    runs = _nightly_runs(writer, n=6)
+    runs.append(make_run(writer, "other-x", {("serve", "", "tokens_per_second"): ([1, 2, 3], "tok/s", "higher")},
+                         status={"cadence": "nightly", "workload_spec_digest": "o" * 64}, sealed=False))
+    _push_all(runs, writer)
+    pod = tmp_path / "pod"  # a run worker's home: this run only, still Analyzing
+    rd = make_run(pod, "this-x", {("serve", "", "tokens_per_second"): ([90, 91, 92], "tok/s", "higher")},
+                  status={"cadence": "nightly", "phase": "Analyzing", "created_utc": "2026-12-01T00:00:00Z"},
+                  sealed=False)
+    hist = C.history_for(load_run(rd), trial_statistics_for_run(rd), pod)
+    serve = hist[hist.suite == "serve"]
+    # the 6 nightly runs and the canary of this workload (any cadence, Succeeded), then this run; not the
+    # Failed one, nor the other workload's
+    assert sorted(serve["run_id"]) == ["canary-x"] + [f"n-{i:02d}" for i in range(6)] + ["this-x"], serve["run_id"]
+    assert not (pod / "runs" / "n-00").exists()  # read through a scratch folder, never into the home
+
+
+def test_asset_metadata_names_a_mirrored_file_by_its_shared_key_and_any_other_by_its_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench_assets.tables import path
+
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    run_file = tmp_path / "runs" / "r-1" / "reports" / "r-1_report.html"
+    monkeypatch.delenv(sharedstate.ENV, raising=False)
+    assert path(run_file).value == str(run_file)  # the embedded default: unchanged
+    monkeypatch.setenv(sharedstate.ENV, "s3://bench/team/")
+    assert path(run_file).value == "s3://bench/team/runs/r-1/reports/r-1_report.html"
+    assert path(tmp_path / "runs" / "r-1").value == "s3://bench/team/runs/r-1"
+    assert path(tmp_path / "warehouse" / "_retention" / "retention-1.json").value == \
+        "s3://bench/team/warehouse/_retention/retention-1.json"
+    for local in (tmp_path / "warehouse" / "warehouse.duckdb", tmp_path / "hot" / "r-1.prom", Path("/elsewhere/x")):
+        assert path(local).value == str(local)  # never mirrored: its path

@@ -354,14 +354,16 @@ def history_for(run: "RunInfo", stats: "TrialStatistics", home: Any) -> "pd.Data
     """Replicate medians of earlier runs of this workload on this hardware, plus this run.
 
     The run under report is always in its own history (its status may still say Analyzing
-    when the figures are drawn, and the history table keeps only finished runs)."""
+    when the figures are drawn, and the history table keeps only finished runs). With shared state
+    the earlier runs are those the shared prefix holds (a run-worker pod's home holds only this run:
+    its history figure showed this run alone)."""
     import pandas as pd
 
-    from benchrun.stats.changepoint import hardware_key, history_table, run_medians
+    from benchrun.stats.changepoint import gather_history, hardware_key, run_medians
 
-    hist = history_table(home, cadences=None)
-    hk = hardware_key(run.environment)
     wd = run.status.get("workload_spec_digest")
+    hist = gather_history(home, cadences=None, workload=wd)
+    hk = hardware_key(run.environment)
     if not hist.empty:
         hist = hist[(hist["workload_spec_digest"] == wd) & (hist["hardware_key"] == hk)]
         hist = hist[hist["run_id"] != run.run_id]
