@@ -358,6 +358,78 @@ def test_a_job_of_that_name_made_for_another_replicate_is_not_adopted(kcluster, 
     assert kcluster.get("jobs", TINY_R1)["metadata"]["uid"] == uid  # the other's Job is left alone
 
 
+def test_a_relaunch_sets_the_earlier_launchs_files_aside_not_reused(shared, home):
+    """Found in review: the local launcher sets an earlier launch's files aside (rerun.set_aside_earlier);
+    this one removed only the result document. r1 relaunched into the same run directory (a Dagster
+    re-execution) and failing kept launch 1's Prometheus and server-metrics parquets under its own
+    names, curated and sealed as its telemetry; a relaunch whose samples never arrived found launch 1's
+    and read ok. Each earlier launch's log, document, raw files and figures now go aside as earlier<i>."""
+    run_dir = home / "runs" / RUN_ID
+    pre = f"{RUN_ID}_tiny_r1"
+    kinds = ("requests", "servermetrics", "prometheus")
+    code = script_for(1, samples={"requests": f"raw/{pre}_requests.parquet"}, before=textwrap.dedent(f"""
+        import os, pathlib
+        run = pathlib.Path(os.environ["BENCHRUN_RUN_DIR"])
+        for d in ("raw", "figures"):
+            (run / d).mkdir(parents=True, exist_ok=True)
+        for kind in {kinds!r}:
+            (run / "raw" / ("{pre}_%s.parquet" % kind)).write_bytes(b"launch 1 " + kind.encode())
+        (run / "figures" / "{pre}_latency.png").write_bytes(b"launch 1 figure")
+    """))
+    launcher = launcher_for(shared, run_volume_claim="home", run_home=str(home))
+    first = launcher.launch(make_inv(run_dir, code=code), run_dir)
+    assert first.status == "ok", first.reason
+    again = launcher.launch(make_inv(run_dir, code="import sys; print('launch 2', flush=True); sys.exit(3)"), run_dir)
+    assert again.status == "failed" and "exited with code 3" in again.reason, again.reason
+    raw, figures = run_dir / "raw", run_dir / "figures"
+    assert "hello from the pod" in (raw / f"{pre}_earlier1.log").read_text()
+    assert "launch 2" in (run_dir / again.log).read_text()
+    doc = json.loads((raw / f"{pre}_earlier1.json").read_text())
+    assert doc["status"] == "ok" and doc["samples"]["requests"] == f"raw/{pre}_earlier1_requests.parquet"
+    for kind in kinds:
+        assert (raw / f"{pre}_earlier1_{kind}.parquet").read_bytes() == b"launch 1 " + kind.encode()
+        assert not (raw / f"{pre}_{kind}.parquet").exists(), kind  # nothing of launch 1's at r1's own names
+    assert (figures / f"{pre}_earlier1_latency.png").read_bytes() == b"launch 1 figure"
+    assert not (figures / f"{pre}_latency.png").exists() and not (run_dir / f"structured/{pre}.json").exists()
+    # Launch 3 names its requests but never writes them: launch 1's are not taken for them.
+    third = launcher.launch(make_inv(run_dir, code=script_for(1, samples={"requests": f"raw/{pre}_requests.parquet"})),
+                            run_dir)
+    assert third.status == "failed", third.reason
+    assert third.reason.startswith(f"declared outputs did not arrive in the run directory: raw/{pre}_requests.parquet")
+    assert "launch 2" in (raw / f"{pre}_earlier2.log").read_text()
+    assert shared.errors == []
+
+
+def test_a_running_job_adopted_on_the_run_volume_keeps_its_files_in_place(shared, home):
+    """The other side of the set-aside: a Job of the replicate's name still running (a restarted
+    orchestrator retrying the step) is adopted, and its pod writes into this run directory through the
+    volume. What it has written is this launch's, not an earlier one's: it stays at the replicate's names."""
+    from kubernetes import client
+
+    run_dir = home / "runs" / RUN_ID
+    pre = f"{RUN_ID}_tiny_r1"
+    code = script_for(1, samples={"requests": f"raw/{pre}_requests.parquet"}, before=textwrap.dedent(f"""
+        import os, pathlib, time
+        run = pathlib.Path(os.environ["BENCHRUN_RUN_DIR"])
+        (run / "raw").mkdir(parents=True, exist_ok=True)
+        (run / "raw" / "{pre}_requests.parquet").write_bytes(b"the running pod's")
+        deadline = time.monotonic() + 20
+        while not (run / "adopted").exists() and time.monotonic() < deadline:  # held until the launch adopted it
+            time.sleep(0.05)
+    """))
+    launcher = launcher_for(shared, run_volume_claim="home", run_home=str(home))
+    inv = make_inv(run_dir, code=code)
+    client.BatchV1Api(shared.api_client()).create_namespaced_job("default", launcher.manifest(inv))
+    uid = shared.get("jobs", TINY_R1)["metadata"]["uid"]
+    shared.wait_for(lambda: (run_dir / "raw" / f"{pre}_requests.parquet").is_file(), what="the pod writing")
+    orig = launcher._sleep
+    launcher._sleep = lambda s: ((run_dir / "adopted").touch(), orig(s))[-1]
+    res = launcher.launch(inv, run_dir)
+    assert res.status == "ok" and res.job_uid == uid, res.reason
+    assert (run_dir / "raw" / f"{pre}_requests.parquet").read_bytes() == b"the running pod's"
+    assert not list((run_dir / "raw").glob(f"{pre}_earlier*"))
+
+
 def test_cancellation_deletes_the_job(kcluster, home):
     run_dir = home / "runs" / RUN_ID
     launcher = launcher_for(kcluster)

@@ -252,6 +252,43 @@ def test_a_publication_layer_comes_back_through_the_store(store_cluster, tmp_pat
     assert cluster.errors == []
 
 
+def test_a_publication_layer_relaunched_through_the_store_sets_the_earlier_files_aside(store_cluster, tmp_path):
+    """Found in review: without a run volume the layer pod sets aside only what is in its own empty run
+    directory, and its files come back at the replicates' own names: what an earlier materialization of
+    the layer left here stayed, its contended attempt read as this launch's rerun. The launcher now sets
+    it aside before the Job, the contended attempts with it, its document naming their new names."""
+    from kharness import Node
+
+    cluster = store_cluster(nodes=[Node("gpu-a", labels={"pool": "bench"})])
+    run_dir = tmp_path / "home" / "runs" / RUN_ID
+    image = "registry.example/bench@sha256:" + "b" * 64
+    inv = make_inv(run_dir, replicate=1, code=script_for(1), image=image, cpu="1", memory="1Gi")
+    (run_dir / "structured").mkdir(parents=True)
+    (run_dir / "structured" / f"{RUN_ID}_plan.json").write_text(json.dumps([inv.to_json()]))
+    raw, pre = run_dir / "raw", f"{RUN_ID}_tiny_r1"
+    raw.mkdir()
+    (raw / f"{pre}_contended2.json").write_text(json.dumps(
+        {"status": "ok", "samples": {"requests": f"raw/{pre}_contended2_requests.parquet"}}))
+    (raw / f"{pre}_contended2_requests.parquet").write_bytes(b"earlier contended")
+    (raw / f"{pre}.log").write_text("the earlier materialization's log\n")
+    (run_dir / inv.result_relpath()).write_text(json.dumps(
+        {"status": "ok", "contention_rerun": {"attempt": 3, "earlier": [f"raw/{pre}_contended2.json"]}}))
+    launcher = launcher_for(cluster, outputs_uri=URI, env_secret="benchrun-s3", publication_grade=True,
+                            node_selector={"pool": "bench"})
+    [res] = launcher.launch_layer([inv], run_dir)
+    assert res.status == "ok", res.reason
+    assert not list(raw.glob(f"{pre}_contended*"))  # none read as this launch's rerun
+    assert json.loads((raw / f"{pre}_earlier1_contended2.json").read_text())["samples"] == {
+        "requests": f"raw/{pre}_earlier1_contended2_requests.parquet"}
+    assert (raw / f"{pre}_earlier1_contended2_requests.parquet").read_bytes() == b"earlier contended"
+    earlier = json.loads((raw / f"{pre}_earlier1.json").read_text())
+    assert earlier["contention_rerun"]["earlier"] == [f"raw/{pre}_earlier1_contended2.json"]
+    assert (raw / f"{pre}_earlier1.log").read_text() == "the earlier materialization's log\n"
+    assert "contention_rerun" not in json.loads((run_dir / res.result).read_text())
+    assert "hello from the pod" in (run_dir / res.log).read_text()
+    assert cluster.errors == []
+
+
 def test_a_gangs_nodes_each_bring_their_files_back(store_cluster, tmp_path):
     cluster = store_cluster()
     run_dir = tmp_path / "home" / "runs" / RUN_ID

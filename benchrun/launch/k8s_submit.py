@@ -92,6 +92,38 @@ def create_or_adopt_job(client: Any, batch_api: Any, namespace: str, name: str, 
     raise AssertionError("unreachable")
 
 
+def live_job(client: Any, batch_api: Any, namespace: str, name: str, body: Any) -> bool:
+    """Whether a Job of that name, made for the same replicate, is there and has not ended: the one
+    ``create_or_adopt_job`` would adopt (a restarted orchestrator retrying the step), whose pod may be
+    writing into the run volume now. Asked before the launch sets an earlier launch's files aside, so
+    that a live pod's files are never moved (``KubernetesLauncher.launch``). An API error answers
+    True: what cannot be read is not known to be safe to move."""
+    try:
+        existing = batch_api.read_namespaced_job(name=name, namespace=namespace)
+        return _same_replicate(_labels(body), _labels(existing)) and \
+            _job_ended(client, namespace, name, existing) is None
+    except ApiException as exc:
+        return _unknown("Job", namespace, name, exc)
+
+
+def live_jobset(custom_api: Any, core_api: Any, namespace: str, name: str, manifest: dict[str, Any]) -> bool:
+    """As ``live_job``, for a gang's JobSet (the one ``create_or_adopt_jobset`` would adopt)."""
+    try:
+        existing = custom_api.get_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSETS, name)
+        return _same_replicate(_labels(manifest), _labels(existing)) and \
+            _jobset_ended(core_api, namespace, name, existing) is None
+    except ApiException as exc:
+        return _unknown("JobSet", namespace, name, exc)
+
+
+def _unknown(kind: str, namespace: str, name: str, exc: ApiException) -> bool:
+    if exc.status == 404:
+        return False
+    log.warning("cannot tell whether %s %s/%s is running (%s): an earlier launch's files are left in place",
+                kind, namespace, name, api_error(exc))
+    return True
+
+
 # How long a Job's creation is tried again while the API server throttles (429), fails (5xx) or does not
 # answer: before, a 429 failed the replicate at once, and dagster-k8s's retries running out (four 5xx)
 # escaped the launch and aborted the whole layer (found in review).
@@ -180,6 +212,11 @@ def _labels(obj: Any) -> dict[str, str]:
     meta = obj.get("metadata") if isinstance(obj, dict) else getattr(obj, "metadata", None)
     labels = meta.get("labels") if isinstance(meta, dict) else getattr(meta, "labels", None)
     return dict(labels or {})
+
+
+def _same_replicate(wanted: dict[str, str], found: dict[str, str]) -> bool:
+    """Whether two objects' labels name the same replicate (or layer) of the same run."""
+    return all(wanted.get(k) == found.get(k) for k in IDENTITY_LABELS)
 
 
 def check_same_replicate(name: str, wanted: dict[str, str], found: dict[str, str], kind: str = "Job") -> None:

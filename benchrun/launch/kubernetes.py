@@ -24,7 +24,9 @@ publication-grade layer is one Job for the whole layer (``launch_layer``). Where
 ``podout``, which uploads what it wrote and its complete log; ``k8s_outputs.fetch_outputs`` reads
 them back by key for the pod followed (so a rotated pod log loses nothing). Or a shared volume
 (``Placement.run_volume_claim``): the pod mounts its run's directory at the path the orchestrator
-uses. A replicate whose declared outputs did not arrive is failed.
+uses. A replicate whose declared outputs did not arrive is failed. What an earlier launch of the
+replicate left in the run directory is set aside first (``rerun.set_aside_earlier``, as the local
+launcher does), except on a run volume where a still-running Job of its name is adopted.
 
 **Timing.** ``wall_s`` is the orchestrator's view (create -> Job finished, including queueing).
 ``timeout_s`` counts from the container's start (the kubelet enforces it as the pod's
@@ -50,10 +52,11 @@ from benchrun.launch.k8s_collect import RESULT_KEY, copy_log, missing_outputs, s
 from benchrun.launch.k8s_failures import failed_node, layer_end, verdict
 from benchrun.launch.k8s_objects import job_model, pod_env
 from benchrun.launch.k8s_status import epoch, job_timeline, node_keys, pod_timeline
-from benchrun.launch.k8s_submit import api_error, create_or_adopt_job, create_or_adopt_jobset
+from benchrun.launch.k8s_submit import api_error, create_or_adopt_job, create_or_adopt_jobset, live_job, live_jobset
 from benchrun.launch.k8s_wait import LogFollower, job_watch, jobset_watch, wait
 from benchrun.launch.loadjob import launch_load, refuse_in_layer_job
 from benchrun.launch.podspec import Placement
+from benchrun.launch.rerun import set_aside_earlier
 from benchrun.plan import Invocation
 from benchrun.suites.result import raw_path
 
@@ -148,11 +151,17 @@ class KubernetesLauncher:
     def launch(
         self, inv: Invocation, run_dir: Path, *, extra_env: Mapping[str, str] | None = None
     ) -> LaunchResult:
-        log_path, result_path = prepare_outputs(inv, run_dir)
         t_request = time.time()
         t0 = time.perf_counter()
         manifest = self.manifest(inv, extra_env)
         name = manifest["metadata"]["name"]
+        # What an earlier launch of this replicate left here is kept aside, not overwritten or taken
+        # for this one's, as the local launcher does; found in review: only the result document was
+        # removed, and a relaunch that failed had the earlier launch's telemetry curated and sealed as
+        # its own, or one whose samples never arrived found the earlier launch's and read ok.
+        if self._no_live_pod(manifest):
+            set_aside_earlier(run_dir, inv)
+        log_path, result_path = prepare_outputs(inv, run_dir)
         if manifest["kind"] == "JobSet":
             return self._launch_gang(inv, run_dir, manifest, log_path, result_path, t_request, t0)
         if manifest["spec"].get("completionMode") == "Indexed":
@@ -185,6 +194,21 @@ class KubernetesLauncher:
             log.warning("%s r%d: could not record the pod's environment: %s", inv.suite, inv.replicate, exc)
         return self._settle(inv, run_dir, pod, timeline, ended, deleted, log_note, log_path, result_path,
                             t_request, t0, missing_hint=self._missing_hint(inv))
+
+    def _no_live_pod(self, manifest: dict[str, Any]) -> bool:
+        """Whether no pod of this replicate can be writing into the run directory now, so what an
+        earlier launch left there may be set aside. Through the artifact store the pod's files arrive
+        only when the launcher fetches them, after it ends (in an emptyDir, never): always. On a run
+        volume, a Job (JobSet) of the replicate's name still running is adopted, its pod writing
+        there (a restarted orchestrator retrying the step): its files stay where it writes them.
+        Asked before the Job is created or adopted, so a pod made by this launch cannot have written
+        yet."""
+        if self.placement.outputs_uri or not self.placement.run_volume_claim:
+            return True
+        name = manifest["metadata"]["name"]
+        if manifest["kind"] == "JobSet":
+            return not live_jobset(self.custom_api, self.core_api, self.namespace, name, manifest)
+        return not live_job(self.client, self.batch_api, self.namespace, name, manifest)
 
     def _missing_hint(self, inv: Invocation) -> str:
         if self.placement.outputs_uri:
@@ -264,6 +288,13 @@ class KubernetesLauncher:
         layer_log.parent.mkdir(parents=True, exist_ok=True)
         results_file = run_dir / results_relpath(first.run_id, first.layer)
         results_file.unlink(missing_ok=True)  # a stale file from an earlier attempt is not this one's
+        if self.placement.outputs_uri:
+            # The pod sets aside only what is in its own (empty) run directory, and its files come back
+            # at the replicates' own names: what an earlier materialization of the layer left here, its
+            # contended attempts included (they would count as this launch's reruns), goes aside first,
+            # as the in-pod launcher does on a run volume (benchrun.launch.inpod). Found in review.
+            for inv in invs:
+                set_aside_earlier(run_dir, inv, with_contended=True)
         t_request, t0 = time.time(), time.perf_counter()
         reported: list[LaunchResult] = []
 
