@@ -7,27 +7,22 @@ state the Iceberg tables need a Postgres catalog), whose partitions go through t
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
-import boto3
 import pytest
 
 from benchrun import runend, sharedstate
 from benchrun.errors import BenchrunError
 from benchrun.rundir import RunDir
 from benchrun.warehouse import curate_run, query
-from test_store_helpers import make_run_dir, s3_env  # noqa: F401  (fixture)
+from test_store_helpers import make_run_dir, s3_env, shared_bucket  # noqa: F401  (fixture)
 
 RUN = "run-canceled-elsewhere"
 
 
 @pytest.fixture
 def bucket(s3_env: str, monkeypatch: pytest.MonkeyPatch) -> str:  # noqa: F811
-    name = f"bench-cancel-{uuid.uuid4().hex[:10]}"
-    boto3.client("s3", endpoint_url=s3_env).create_bucket(Bucket=name)
-    monkeypatch.setenv(sharedstate.ENV, f"s3://{name}/team")
-    return name
+    return shared_bucket(s3_env, monkeypatch)
 
 
 def _worker_curated_while_analyzing(worker: Path) -> None:

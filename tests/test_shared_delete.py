@@ -5,7 +5,6 @@ another pod still runs, or a baseline only the shared state names, is refused as
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 
 import boto3
@@ -14,16 +13,13 @@ import pytest
 from benchrun import sharedstate
 from benchrun.errors import BenchrunError
 from benchrun.stats.synthetic import make_run
-from test_store_helpers import s3_env  # noqa: F401  (fixture)
+from test_store_helpers import s3_env, shared_bucket  # noqa: F401  (fixture)
 
 
 @pytest.fixture
 def bucket(s3_env: str, monkeypatch: pytest.MonkeyPatch) -> str:  # noqa: F811
-    name = f"bench-delete-{uuid.uuid4().hex[:10]}"
-    boto3.client("s3", endpoint_url=s3_env).create_bucket(Bucket=name)
-    monkeypatch.setenv(sharedstate.ENV, f"s3://{name}/team")
     monkeypatch.setenv("BENCHRUN_WAREHOUSE_FORMAT", "parquet")
-    return name
+    return shared_bucket(s3_env, monkeypatch)
 
 
 def _keys(s3_env: str, bucket: str) -> set[str]:  # noqa: F811
@@ -39,6 +35,25 @@ def _nightly(home: Path, run_id: str, value: float, phase: str = "Succeeded") ->
                   sealed=False)
     sharedstate.push_run(rd, home)
     return rd
+
+
+def _delete_cut_short_after_the_shared_status(monkeypatch: pytest.MonkeyPatch, home: Path) -> None:
+    """``benchrun delete gone-x`` from ``home``, its connection lost after the shared status.json went."""
+    from benchrun import runctl
+
+    real = sharedstate.SharedState.prune
+    calls: list[str] = []
+
+    def cut(self: sharedstate.SharedState, rel: str, keep: set[str]) -> list[str]:
+        calls.append(rel)
+        if len(calls) == 2:  # after the status went, before the rest
+            raise BenchrunError("shared state: connection reset")
+        return real(self, rel, keep)
+
+    monkeypatch.setattr(sharedstate.SharedState, "prune", cut)
+    with pytest.raises(BenchrunError, match="connection reset"):
+        runctl.delete_run("gone-x", home=home)
+    monkeypatch.setattr(sharedstate.SharedState, "prune", real)
 
 
 def test_a_delete_from_another_home_removes_the_shared_copy_and_every_history_leaves_it_out(
@@ -74,19 +89,7 @@ def test_a_delete_cut_short_after_the_shared_status_went_is_finished_by_deleting
 
     pod, cli = tmp_path / "pod", tmp_path / "cli"
     _nightly(pod, "gone-x", 50.0)
-    real = sharedstate.SharedState.prune
-    calls = []
-
-    def cut(self: sharedstate.SharedState, rel: str, keep: set[str]) -> list[str]:
-        calls.append(rel)
-        if len(calls) == 2:  # after the status went, before the rest
-            raise BenchrunError("shared state: connection reset")
-        return real(self, rel, keep)
-
-    monkeypatch.setattr(sharedstate.SharedState, "prune", cut)
-    with pytest.raises(BenchrunError, match="connection reset"):
-        runctl.delete_run("gone-x", home=cli)
-    monkeypatch.setattr(sharedstate.SharedState, "prune", real)
+    _delete_cut_short_after_the_shared_status(monkeypatch, cli)
     keys = _keys(s3_env, bucket)
     assert "runs/gone-x/status.json" not in keys and any(k.startswith("runs/gone-x/") for k in keys)
     assert (cli / "runs" / "gone-x").is_dir()  # still listed here: deleting again finishes it
@@ -157,19 +160,7 @@ def test_another_home_finishes_a_delete_cut_short_and_keeps_the_retention_the_fi
     aged = {"t": "2026-12-01T00:00:00+00:00", "retention_class": "nightly"}
     monkeypatch.setattr("benchrun.warehouse.retention.age_record",
                         lambda home, run_id: aged if Path(home) == first else None)
-    real = sharedstate.SharedState.prune
-    calls: list[str] = []
-
-    def cut(self: sharedstate.SharedState, rel: str, keep: set[str]) -> list[str]:
-        calls.append(rel)
-        if len(calls) == 2:  # after the status went, before the rest
-            raise BenchrunError("shared state: connection reset")
-        return real(self, rel, keep)
-
-    monkeypatch.setattr(sharedstate.SharedState, "prune", cut)
-    with pytest.raises(BenchrunError, match="connection reset"):
-        runctl.delete_run("gone-x", home=first)
-    monkeypatch.setattr(sharedstate.SharedState, "prune", real)
+    _delete_cut_short_after_the_shared_status(monkeypatch, first)
     out = runctl.delete_run("gone-x", home=second)  # a machine that never held the run, nor started the delete
     assert out.removed and "shared copy" in out.removed[0]
     assert not any(k.startswith("runs/gone-x/") for k in _keys(s3_env, bucket))

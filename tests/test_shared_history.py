@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import uuid
 from pathlib import Path
 
 import boto3
@@ -17,7 +16,7 @@ import pytest
 
 from benchrun import sharedstate
 from benchrun.stats.synthetic import make_run
-from test_store_helpers import s3_env  # noqa: F401  (fixture)
+from test_store_helpers import s3_env, shared_bucket  # noqa: F401  (fixture)
 
 CP_KEY = "warehouse/change_point_fact/change_points.parquet"
 
@@ -25,10 +24,7 @@ CP_KEY = "warehouse/change_point_fact/change_points.parquet"
 @pytest.fixture
 def bucket(s3_env: str, monkeypatch: pytest.MonkeyPatch) -> str:  # noqa: F811
     """A fresh bucket (moto keeps buckets in the process, across servers) named by BENCHRUN_SHARED_STATE."""
-    name = f"bench-history-{uuid.uuid4().hex[:10]}"
-    boto3.client("s3", endpoint_url=s3_env).create_bucket(Bucket=name)
-    monkeypatch.setenv(sharedstate.ENV, f"s3://{name}/team")
-    return name
+    return shared_bucket(s3_env, monkeypatch)
 
 
 def _keys(s3_env: str, bucket: str, prefix: str = "team/") -> set[str]:  # noqa: F811

@@ -189,5 +189,18 @@ def s3_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
         server.stop()
 
 
+def shared_bucket(endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh bucket on the S3 server at ``endpoint`` (moto keeps buckets in the process, across servers),
+    named by BENCHRUN_SHARED_STATE as ``s3://<bucket>/team``; its name."""
+    import uuid
+
+    import boto3
+
+    name = f"bench-shared-{uuid.uuid4().hex[:10]}"
+    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=name)
+    monkeypatch.setenv("BENCHRUN_SHARED_STATE", f"s3://{name}/team")
+    return name
+
+
 def load_json(path: Path) -> dict:
     return json.loads(path.read_text())
