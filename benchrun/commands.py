@@ -387,9 +387,17 @@ def _settle_canceled(console: Any, rd: Any) -> None:
     done = finished_launches(rd.path, rd.run_id)
     reason = f"interrupted; launches finished before it: {done} (their results are kept in {rd.path})"
     try:
-        cancel_run(rd.home, rd.run_id, reason)
+        changed = cancel_run(rd.home, rd.run_id, reason)
     except OSError as exc:
         print(f"error: run {rd.run_id}: cannot record phase Canceled ({exc.strerror or exc})", file=sys.stderr)
+        changed = True
+    phase = rd.read_status().get("phase") if not changed else "Canceled"
+    if phase != "Canceled":
+        # the interrupt came after the run's final phase (its report, warehouse or signing steps): it keeps
+        # that phase, and saying "canceled" was wrong (found in review)
+        console.print(f"[yellow]interrupted after the run ended {_esc(phase)}:[/] its later steps did not all run; "
+                      f"`benchrun report {rd.run_id}` completes its report and final signature")
+        return
     console.print("[yellow]canceled:[/] ", end="")
     console.print(reason, markup=False)
 

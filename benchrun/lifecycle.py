@@ -382,12 +382,16 @@ def finalize(rd: RunDir) -> dict[str, Any]:
 
 
 def exit_code_for(status: dict[str, Any]) -> int:
-    """0 Succeeded, 1 Failed or partial, 2 Rejected, 130 Canceled (the CLI's contract)."""
+    """0 Succeeded, 1 Failed or partial, 2 Rejected, 130 Canceled (the CLI's contract). A Succeeded run
+    whose final signature is still owed (``final_signature``: stopped between its final phase and its
+    signing) is not done either: 1 (it exited 0, though it cannot be verified or promoted until
+    ``benchrun report`` signs it; found in review)."""
     if status.get("phase") == "Rejected":
         return 2
     if status.get("phase") == "Canceled":
         return 130
-    return 0 if status.get("phase") == "Succeeded" and status.get("outcome") == "succeeded" else 1
+    done = status.get("outcome") == "succeeded" and not status.get("final_signature")
+    return 0 if status.get("phase") == "Succeeded" and done else 1
 
 
 def run_dir_of(run_id: str, home: Path | None = None) -> RunDir:
