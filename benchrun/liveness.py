@@ -186,6 +186,11 @@ def _fail_dagster_run(instance: Any, dagster_run_id: str | None, message: str) -
     if instance is None or not dagster_run_id:
         return False
     run = instance.get_run_by_id(dagster_run_id)
+    if run is not None and run.status == dg.DagsterRunStatus.CANCELING:
+        # A cancel asked for it and its process died before it could end it: only that process
+        # reports CANCELED, so the run stayed CANCELING for good (found in review).
+        _report_canceled(instance, run, message)
+        return True
     if run is None or run.status not in (dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING,
                                          dg.DagsterRunStatus.NOT_STARTED):
         return False
@@ -199,6 +204,46 @@ def _report_failed(instance: Any, run: Any, message: str) -> None:
     a run killed holding the slot kept every later run waiting on the pool."""
     instance.report_run_failed(run, message)
     instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+
+
+def _report_canceled(instance: Any, run: Any, message: str) -> None:
+    """End a CANCELING Dagster run whose process is gone as CANCELED and free its pool slots, as
+    :func:`_report_failed` does for a run in progress. Found in review: the run launcher reports
+    CANCELING and leaves CANCELED to the run's own process, so a run whose process had died stayed
+    CANCELING for ever: the reaper and :func:`free_slots_of_ended_runs` skip it (not in progress,
+    not finished), its ``duckdb_writer`` slot was never freed (later runs' warehouse steps waited
+    on the pool for good) and, with a daemon, it counted toward the run queue's limit."""
+    instance.report_run_canceled(run, message)
+    instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+
+
+def executor_of(tags: Any) -> dict[str, Any] | None:
+    """The executor a CLI-executed Dagster run's tags name (host, pid, the pid's start time), as a
+    record :func:`alive` judges; None for a run without them (launched by a daemon or a launcher)."""
+    if TAG_PID not in tags:
+        return None
+    start = tags.get(TAG_PID_START)
+    return {"host": tags.get(TAG_HOST), "pid": int(tags[TAG_PID]),
+            "pid_start": None if start in (None, "None") else float(start)}
+
+
+def settle_dead_canceling(instance: Any, dagster_run_id: str, message: str) -> bool:
+    """A CANCELING Dagster run whose executor (its executor tags) is gone: reported CANCELED and its
+    pool slots freed (:func:`_report_canceled`); True when it was. ``benchrun cancel`` asks the run
+    launcher to terminate a run whose process it cannot signal; for a run ``benchrun run`` executed
+    in its own process (no gRPC server to ask) the launcher reports CANCELING and gives up, and
+    nothing else would ever end it. A run without executor tags, or whose executor may still run
+    (this rule cannot tell for another host: it is never settled), is left to its process."""
+    import dagster as dg
+
+    run = instance.get_run_by_id(dagster_run_id)
+    if run is None or run.status != dg.DagsterRunStatus.CANCELING:
+        return False
+    record = executor_of(run.tags)
+    if record is None or alive(record):
+        return False
+    _report_canceled(instance, run, message)
+    return True
 
 
 def free_slots_of_ended_runs(instance: Any) -> list[str]:
@@ -331,26 +376,31 @@ def _reap_unclaimed_runs(home: Path, instance: Any, *, now: dt.datetime | None =
 
 
 def _reap_tagged_dagster_runs(home: Path, instance: Any) -> list[tuple[str, str]]:
-    """In-progress Dagster runs started by a CLI process that no longer exists."""
+    """In-progress Dagster runs started by a CLI process that no longer exists; CANCELING ones too
+    (found in review: a cancel of a run whose process was already dead left it CANCELING for ever,
+    holding its pool slot), ended CANCELED as the cancel asked. Their run's phase is not marked
+    here: ``benchrun cancel`` marked it Canceled, ``run_canceled_sensor`` marks it on the CANCELED
+    reported here (after checking it is the run's current attempt), and a phase a dead process
+    left open is the claim reaper's; nor are they returned, which callers print as marked Failed."""
     import dagster as dg
 
     from benchrun.runend import fail_run
 
     out = []
     runs = instance.get_runs(filters=dg.RunsFilter(job_name=JOB_NAME, statuses=[
-        dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING]))
+        dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.CANCELING]))
     for run in runs:
         tags = run.tags
-        if TAG_PID not in tags:
-            continue
-        start = tags.get(TAG_PID_START)
-        record = {"host": tags.get(TAG_HOST), "pid": int(tags[TAG_PID]),
-                  "pid_start": None if start in (None, "None") else float(start)}
-        if alive(record):
+        record = executor_of(tags)
+        if record is None or alive(record):
             continue
         run_id = tags.get(PARTITION_TAG, "")
         reason = (f"the process executing run {run_id} ({describe(record)}) is gone without finishing "
                   "(killed or crashed); what it recorded before is kept, nothing after")
+        if run.status == dg.DagsterRunStatus.CANCELING:
+            _report_canceled(instance, run, reason + "; it was being canceled")
+            log.warning("ended Dagster run %s (run %s) CANCELED: its process is gone", run.run_id, run_id)
+            continue
         _report_failed(instance, run, reason)
         if run_id:
             try:

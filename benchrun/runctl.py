@@ -89,6 +89,7 @@ def cancel_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
         pid = int(claim["pid"])
         if claim.get("host") == socket.gethostname():
             # As Ctrl-C: the executing process records Canceled and keeps what finished.
+            _report_canceling(instance, claim.get("dagster_run_id"), run_id)
             _signal(pid, signal.SIGINT)
             settled = _wait_terminal(rd, grace_s)
             how = f"interrupted its process (pid {pid})"
@@ -100,7 +101,8 @@ def cancel_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
                 how += f"; it did not settle, marked Canceled here ({killed} suite process(es) killed)"
         else:
             how = f"its process runs on {claim.get('host')}: asked Dagster to terminate it"
-            _terminate_dagster_run(instance, claim.get("dagster_run_id") or rd.read_status().get("dagster_run_id"))
+            _terminate_dagster_run(instance, claim.get("dagster_run_id") or rd.read_status().get("dagster_run_id"),
+                                   run_id)
     else:
         stopped = _cancel_dagster_runs(instance, run_id)
         if stopped:
@@ -113,14 +115,46 @@ def cancel_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
     return CancelOutcome(run_id, phase, how)
 
 
-def _terminate_dagster_run(instance: Any, dagster_run_id: str | None) -> None:
+def _report_canceling(instance: Any, dagster_run_id: str | None, run_id: str) -> None:
+    """Mark the claim's Dagster run CANCELING before its process is interrupted. Found in review: the
+    SIGINT alone reached a daemon-launched run worker as an unexplained interrupt, so Dagster ended the
+    run FAILURE ("interrupted unexpectedly") and ``run_failure_sensor`` could mark the run Failed before
+    this cancel's own mark (which then said "nothing canceled"); interrupted while CANCELING, Dagster
+    ends it CANCELED and ``run_canceled_sensor`` agrees with the cancel."""
     if instance is None or not dagster_run_id:
         return
+    import dagster as dg
+
+    try:
+        run = instance.get_run_by_id(dagster_run_id)
+        if run is not None and not run.is_finished and run.status != dg.DagsterRunStatus.CANCELING:
+            instance.report_run_canceling(run, message=f"benchrun cancel {run_id}: interrupting its process")
+    except Exception as exc:  # noqa: BLE001 - the interrupt still goes; the run then ends as before
+        log.warning("Dagster run %s not marked canceling: %s", dagster_run_id, exc)
+
+
+def _terminate_dagster_run(instance: Any, dagster_run_id: str | None, run_id: str) -> None:
+    """Ask the run launcher to terminate the Dagster run; then, if its executor is gone, end it
+    CANCELED here (``liveness.settle_dead_canceling``). Found in review: for a run ``benchrun run``
+    executed in its own process (no gRPC server to ask) the launcher reports CANCELING and returns
+    False, and with that process dead (kill -9) nothing ever ended the run: CANCELING for ever, its
+    ``duckdb_writer`` pool slot held (later runs' warehouse steps waited for good) and, with a
+    daemon, counted toward the run queue's limit. Settled whatever terminate answered: a dead
+    executor ends nothing itself."""
+    if instance is None or not dagster_run_id:
+        return
+    from benchrun.liveness import settle_dead_canceling
+
     try:
         if not instance.run_launcher.terminate(dagster_run_id):
             log.warning("Dagster could not terminate run %s", dagster_run_id)
     except Exception as exc:  # noqa: BLE001 - the status is still settled; say why the worker was not stopped
         log.warning("Dagster run %s not terminated: %s", dagster_run_id, exc)
+    try:
+        settle_dead_canceling(instance, dagster_run_id, f"benchrun cancel {run_id}: its process is gone, "
+                                                        "nothing else would end the run")
+    except Exception as exc:  # noqa: BLE001 - the next CLI start's reaper mends it (_reap_tagged_dagster_runs)
+        log.warning("Dagster run %s left canceling: %s", dagster_run_id, exc)
 
 
 def _cancel_dagster_runs(instance: Any, run_id: str) -> list[str]:
@@ -143,7 +177,7 @@ def _cancel_dagster_runs(instance: Any, run_id: str) -> list[str]:
         if run.status in (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED):
             instance.report_run_canceled(run, message=f"benchrun cancel {run_id}")
         else:
-            _terminate_dagster_run(instance, run.run_id)
+            _terminate_dagster_run(instance, run.run_id, run_id)
             stopped.append(run.run_id)
     return stopped
 
