@@ -15,7 +15,7 @@ from bench_assets.partitions import benchmark_run_partitions
 from benchrun.automation.settings import JOB_NAME
 from benchrun.automation.ticks import prepare_register
 from benchrun.controller import kube
-from benchrun.controller.dagster_runs import cancel_in_flight
+from benchrun.controller.dagster_runs import cancel_in_flight, stop_superseded
 from benchrun.controller.resources import ENV_MAX_NEW, MAX_NEW_PER_TICK, Tick, cancel_deleted_run, controller_tick, max_new_per_tick
 from benchrun.errors import BenchrunError
 from sensors._requests import default_status, has_runs
@@ -32,7 +32,8 @@ from sensors._requests import default_status, has_runs
     "Lists BenchmarkRun resources (BENCHRUN_CR_NAMESPACE, default all namespaces); "
     f"submits each new (uid, generation), at most {MAX_NEW_PER_TICK} a tick ({ENV_MAX_NEW}; the rest wait for the "
     "next), rejects "
-    "invalid ones in their status, cancels the run of a deleted one (gone, or with a deletionTimestamp), "
+    "invalid ones in their status, cancels the run of a deleted one (gone, or with a deletionTimestamp) "
+    "and the runs of the earlier generations an edit superseded, "
     "and catches their status up with the runs.",
 )
 def benchmarkrun_resource_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
@@ -52,6 +53,7 @@ def benchmarkrun_resource_sensor(context: dg.SensorEvaluationContext) -> dg.Sens
                            namespace=namespace, max_new=cap)
     _write_statuses(context, api, tick)
     _cancel_deleted(context, tick)
+    _stop_superseded(context, tick)
     _report_finalizers(context, api, tick)
     fresh = [s for s in tick.submitted if not has_runs(context.instance, s.run_id)]
     for note in tick.notes:
@@ -91,6 +93,24 @@ def _cancel_deleted(context: dg.SensorEvaluationContext, tick: Tick) -> None:
             except BenchrunError as exc:
                 tick.keep_deleted(ref, run_id)
                 context.log.warning(f"run {run_id}: {exc}; tried again next tick")
+
+
+def _stop_superseded(context: dg.SensorEvaluationContext, tick: Tick) -> None:
+    """As the operator does: an edit's new generation supersedes the earlier ones, whose in-flight
+    runs are stopped and run directories marked Canceled. The new generation's run is requested
+    all the same; a stop not confirmed, or a directory not marked, stays in the cursor and is
+    tried again next tick, until it is confirmed or the run has ended."""
+    for ref, pending in tick.superseding:
+        try:
+            left, waiting = stop_superseded(context.instance, ref, pending, warn=context.log.warning)
+        except Exception as exc:  # noqa: BLE001 - the storage's error: the tick's run requests go on, tried next tick
+            context.log.warning(f"{ref.namespace}/{ref.name}: superseded runs not stopped: {_short(exc)}; "
+                                "tried again next tick")
+            continue
+        for dagster_run_id, why in sorted(waiting.items()):
+            context.log.warning(f"{ref.namespace}/{ref.name}: superseded Dagster run {dagster_run_id} not "
+                                f"confirmed stopped: {why}; tried again next tick")
+        tick.superseded(ref, left)
 
 
 def _report_finalizers(context: dg.SensorEvaluationContext, api: object, tick: Tick) -> None:

@@ -28,10 +28,10 @@ import sys
 import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from benchrun.controller.resources import TAG_GENERATION, TAG_NAME, TAG_UID
+from benchrun.controller.resources import TAG_GENERATION, TAG_NAME, TAG_UID, cancel_deleted_run
 from benchrun.controller.status import ResourceRef
 from benchrun.errors import BenchrunError
 
@@ -200,6 +200,11 @@ class DagsterRuns:
         its way down) is not terminated again."""
         return stop_in_flight(self.instance, ref.uid, reason, confirmed=self._stopped)
 
+    def supersede(self, ref: ResourceRef, pending: dict[str, str | None], *, home: Any = None,
+                  warn: Callable[[str], Any] | None = None) -> tuple[dict[str, str | None] | None, dict[str, str]]:
+        """:func:`stop_superseded` for ``ref``, skipping the runs this process saw stopped."""
+        return stop_superseded(self.instance, ref, pending, home=home, warn=warn, confirmed=self._stopped)
+
 
 @dataclass(frozen=True)
 class Stopping:
@@ -207,6 +212,7 @@ class Stopping:
 
     stopped: tuple[str, ...]  # run ids stopped by this call: cancelled where they waited, or terminated
     waiting: dict[str, str]  # run id -> why it is not known to have stopped (tried again later)
+    run_dirs: dict[str, str] = field(default_factory=dict)  # run id -> its run directory, each run acted on
 
 
 _WAITED = ("QUEUED", "NOT_STARTED")  # never launched: cancelled where they wait
@@ -215,9 +221,11 @@ _WAITED = ("QUEUED", "NOT_STARTED")  # never launched: cancelled where they wait
 _LAUNCHED = ("STARTING", "STARTED", "CANCELING")
 
 
-def stop_in_flight(instance: Any, uid: str, reason: str, *, confirmed: set[str] | None = None) -> Stopping:
+def stop_in_flight(instance: Any, uid: str, reason: str, *, confirmed: set[str] | None = None,
+                   before_generation: int | None = None) -> Stopping:
     """Stop every in-flight Dagster run of the BenchmarkRun with ``uid`` (any generation, any trigger:
-    the operator's and the fallback sensor's).
+    the operator's and the fallback sensor's); with ``before_generation``, only the runs whose
+    ``benchrun/cr-generation`` tag is below it (a run without a readable one is left alone).
 
     A run counts as stopped only when it is known to be: cancelled in the queue, terminated by the
     run coordinator (whose answer is read, not discarded: dagster-k8s's ``K8sRunLauncher.terminate``
@@ -227,11 +235,13 @@ def stop_in_flight(instance: Any, uid: str, reason: str, *, confirmed: set[str] 
     confirmed = set() if confirmed is None else confirmed
     stopped: list[str] = []
     waiting: dict[str, str] = {}
+    run_dirs: dict[str, str] = {}
     statuses = [_status(name) for name in (*_WAITED, *_LAUNCHED)]
     for record in instance.get_run_records(filters=_filter(tags={TAG_UID: uid}, statuses=statuses)):
         run = record.dagster_run
-        if run.run_id in confirmed:
+        if run.run_id in confirmed or not _earlier(run, before_generation):
             continue
+        run_dirs[run.run_id] = run.tags.get(PARTITION_TAG, "")
         if run.status.value in _WAITED:
             instance.report_run_canceling(run, message=reason)
             instance.report_run_canceled(run, message=reason)
@@ -243,7 +253,45 @@ def stop_in_flight(instance: Any, uid: str, reason: str, *, confirmed: set[str] 
             stopped.append(run.run_id)
         else:
             waiting[run.run_id] = why
-    return Stopping(tuple(stopped), waiting)
+    return Stopping(tuple(stopped), waiting, run_dirs)
+
+
+def _earlier(run: Any, bound: int | None) -> bool:
+    if bound is None:
+        return True
+    try:
+        return int(run.tags.get(TAG_GENERATION, "")) < bound
+    except ValueError:
+        return False
+
+
+def stop_superseded(instance: Any, ref: ResourceRef, pending: dict[str, str | None], *, home: Any = None,
+                    warn: Callable[[str], Any] | None = None, confirmed: set[str] | None = None,
+                    ) -> tuple[dict[str, str | None] | None, dict[str, str]]:
+    """An edit supersedes the object's earlier generations: stop their in-flight runs (those tagged
+    below ``ref.generation``; its own run and a later one are never touched) and mark each stopped
+    run's directory Canceled (:func:`cancel_deleted_run`: pulled first, a finished run is not).
+
+    ``pending`` is what the previous call left (Dagster run id -> run directory still to mark, None
+    once marked). Returns what is left, None when nothing is, and the runs not confirmed stopped with
+    why: the caller tries again later, and never holds the new generation's run back for them."""
+    reason = (f"superseded by generation {ref.generation} of BenchmarkRun {ref.namespace}/{ref.name} "
+              "(its spec was edited)")
+    confirmed = set() if confirmed is None else confirmed
+    confirmed.update(run_id for run_id, run_dir in pending.items() if run_dir is None)
+    stopping = stop_in_flight(instance, ref.uid, reason, confirmed=confirmed, before_generation=ref.generation)
+    left: dict[str, str | None] = {**pending, **stopping.run_dirs}
+    for run_id, run_dir in sorted(left.items()):
+        if run_dir is None or run_id in stopping.waiting:
+            continue  # marked already; still running: its directory is marked once it stopped
+        try:
+            if run_dir:
+                cancel_deleted_run(home, run_dir, reason, warn=warn)
+            left[run_id] = None
+        except BenchrunError as exc:  # the pull failed: tried again
+            (warn or log.warning)(f"run {run_dir}: not marked Canceled yet: {exc}")
+    unfinished = stopping.waiting or any(run_dir is not None for run_dir in left.values())
+    return (left if unfinished else None), stopping.waiting
 
 
 def _terminate(instance: Any, run: Any) -> str | None:

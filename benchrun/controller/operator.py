@@ -11,7 +11,9 @@ One loop, in the replica that holds the Lease (``lease.LeaseElector``):
    a new generation is validated, pinned and started as one Dagster run keyed by its uid and
    generation (``dagster_runs.DagsterRuns``: a retried event finds that run and starts no
    other), at most ``starts_per_s`` a second (a token bucket; the rest wait their turn), and
-   its status is written Pending; an invalid one is written Rejected. A deleted object (its
+   its status is written Pending; an invalid one is written Rejected. A started generation
+   supersedes the earlier ones: their in-flight runs are stopped and their run directories
+   marked Canceled (a stop not yet confirmed is tried again with back-off). A deleted object (its
    ``deletionTimestamp`` set, held by the finalizer) has its runs stopped and then the
    finalizer removed, so a deletion is never missed even while the operator was away. The
    finalizer stays until every in-flight run is known to have stopped (a run launcher that
@@ -138,6 +140,9 @@ class Operator:
         self.heartbeat = Heartbeat(settings.heartbeat)
         self._not_before: dict[str, float] = {}  # uid -> monotonic time a waiting deletion is tried again
         self._stop_tries: dict[str, int] = {}  # uid -> passes its deletion waited for its runs to stop
+        # uid -> runs of earlier generations stopped for an edit: Dagster run id -> run directory still
+        # to mark Canceled (None: marked); present until every one stopped and was marked
+        self._superseding: dict[str, dict[str, str | None]] = {}
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
@@ -250,6 +255,7 @@ class Operator:
                 self._settled.pop(uid, None)
                 self._not_before.pop(uid, None)
                 self._stop_tries.pop(uid, None)
+                self._superseding.pop(uid, None)
             elif event["type"] in ("ADDED", "MODIFIED"):
                 self.reconcile(obj)
             if version:
@@ -275,6 +281,7 @@ class Operator:
             else:  # gone (another replica finalized it): nothing left to back off for
                 self._not_before.pop(uid, None)
                 self._stop_tries.pop(uid, None)
+                self._superseding.pop(uid, None)
 
     # -- one object ----------------------------------------------------------------------------
     def reconcile(self, obj: dict[str, Any]) -> None:
@@ -350,25 +357,32 @@ class Operator:
             self._wait_for_stop(obj, ref, stopping.waiting)
             return
         run_id = ((obj.get("status") or {}).get("runId")) or (self.known.get(ref.uid) or (None, None))[1]
-        if run_id:
+        superseded = [d for d in (self._superseding.get(ref.uid) or {}).values() if d]  # an edit's, not marked yet
+        for run_dir in [run_id, *superseded] if run_id else superseded:
             # pulled first, a finished run is not canceled; a pull that fails raises and leaves the
             # finalizer: the deletion is tried again on the next pass
-            cancel_deleted_run(self.settings.home, run_id, reason, warn=log.warning)
+            cancel_deleted_run(self.settings.home, run_dir, reason, warn=log.warning)
         log.info("%s: none of its Dagster runs is in flight; removing the finalizer", reason)
         self._patch_meta(obj, ref, [f for f in finalizers if f != FINALIZER])
         self.known.pop(ref.uid, None)
         self._not_before.pop(ref.uid, None)
         self._stop_tries.pop(ref.uid, None)
+        self._superseding.pop(ref.uid, None)
 
-    def _wait_for_stop(self, obj: dict[str, Any], ref: ResourceRef, waiting: dict[str, str]) -> None:
-        """Keep the finalizer: runs of the deleted object may still hold their workers (and GPUs).
-        Say what is waited for on the object and in the log, and try again with back-off."""
+    def _back_off(self, obj: dict[str, Any], ref: ResourceRef) -> tuple[int, float]:
+        """Try the object's stops again later: after ``stop_retry_s``, doubling up to ``stop_retry_max_s``."""
         tries = self._stop_tries.get(ref.uid, 0) + 1
         delay = min(self.settings.stop_retry_max_s, self.settings.stop_retry_s * 2 ** (tries - 1))
         self._stop_tries[ref.uid] = tries
         self._not_before[ref.uid] = time.monotonic() + delay
         self.waiting[ref.uid] = obj
         self.stats.stop_waits += 1
+        return tries, delay
+
+    def _wait_for_stop(self, obj: dict[str, Any], ref: ResourceRef, waiting: dict[str, str]) -> None:
+        """Keep the finalizer: runs of the deleted object may still hold their workers (and GPUs).
+        Say what is waited for on the object and in the log, and try again with back-off."""
+        tries, delay = self._back_off(obj, ref)
         runs = "; ".join(f"{run_id} {why}" for run_id, why in sorted(waiting.items()))
         message = f"deleting: finalizer {FINALIZER} kept until its Dagster run(s) stop: {runs}"
         log.warning("%s/%s %s (try %d, again in %.0f s)", ref.namespace, ref.name, message, tries, delay)
@@ -381,6 +395,8 @@ class Operator:
         from benchrun.rundir import RunDir
 
         status = obj.get("status") or {}
+        if ref.generation > 1 and (self.known.get(ref.uid) or (None, None))[0] != ref:
+            self._superseding.setdefault(ref.uid, {})  # not followed here yet (an edit, a restart): may supersede
         existing = self.runs.find(ref)
         if existing is not None:
             run_id = existing.tags.get("dagster/partition")
@@ -388,6 +404,8 @@ class Operator:
             if status.get("observedGeneration") != ref.generation or not status.get("phase"):
                 self.stats.reused += 1
                 self._write_from_run(obj, ref, run_id)
+            if ref.uid in self._superseding:
+                self._supersede(obj, ref)
             return
         if status.get("observedGeneration") == ref.generation and status.get("phase") == "Rejected":
             return
@@ -414,6 +432,28 @@ class Operator:
         self.stats.reused += int(not created)
         self.known[ref.uid] = (ref, prepared.run_id)
         self._write_from_run(obj, ref, prepared.run_id)
+        if ref.uid in self._superseding:
+            self._supersede(obj, ref)
+
+    def _supersede(self, obj: dict[str, Any], ref: ResourceRef) -> None:
+        """Stop the in-flight runs of the object's earlier generations and mark their run directories
+        Canceled (``DagsterRuns.supersede``), after its own run was started: a stop not confirmed
+        holds nothing back (Kueue queues the new run's workloads until quota frees) and is tried
+        again with back-off until it is confirmed or the run has ended."""
+        if self._not_before.get(ref.uid, 0.0) > time.monotonic():
+            self.waiting[ref.uid] = obj  # backing off: tried again when its time comes
+            return
+        pending = self._superseding[ref.uid]  # kept if this raises: the retry supersedes
+        left, waiting = self.runs.supersede(ref, pending, home=self.settings.home, warn=log.warning)
+        if left is None:
+            for state in (self._superseding, self._not_before, self._stop_tries):
+                state.pop(ref.uid, None)
+            return
+        self._superseding[ref.uid] = left
+        tries, delay = self._back_off(obj, ref)
+        runs = "; ".join(f"{run_id} {why}" for run_id, why in sorted(waiting.items())) or "run directories not marked"
+        log.warning("%s/%s generation %d: earlier generations' runs not stopped yet: %s (try %d, again in %.0f s)",
+                    ref.namespace, ref.name, ref.generation, runs, tries, delay)
 
     def _write_from_run(self, obj: dict[str, Any] | None, ref: ResourceRef, run_id: str | None) -> dict[str, Any] | None:
         """Write the object's status from the run's status.json; that status.json when nothing needed

@@ -3,7 +3,9 @@
 The cursor maps each object's uid to the last generation handled and that generation's
 run, so a tick submits each ``(uid, generation)`` exactly once, in any order of listing;
 a uid that disappears from a full listing, or is listed with a ``deletionTimestamp``, was
-deleted and its run is cancelled. At most :data:`MAX_NEW_PER_TICK` new generations are
+deleted and its run is cancelled. A new generation started supersedes the earlier ones: the
+cursor entry keeps ``superseding`` (their runs still to stop or mark) until the sensor has
+stopped them. At most :data:`MAX_NEW_PER_TICK` new generations are
 handled a tick; the rest stay out of the cursor and are the next tick's.
 """
 
@@ -71,6 +73,9 @@ class Tick:
     notes: list[str] = field(default_factory=list)
     waiting: int = 0  # new generations over the cap: the next tick's
     finalizer_left: list[tuple[dict[str, Any], str]] = field(default_factory=list)  # (object, status message)
+    # (ref, pending): a started generation whose earlier generations' runs are still to stop; pending
+    # maps a Dagster run id to its run directory still to mark Canceled (None: marked)
+    superseding: list[tuple[ResourceRef, dict[str, str | None]]] = field(default_factory=list)
     cursor: str = ""
 
     def keep_deleted(self, ref: ResourceRef, run_id: str | None) -> None:
@@ -79,6 +84,19 @@ class Tick:
         data = _cursor_json(self.cursor)
         entries = dict(data.get("objects") or {})
         entries[ref.uid] = {**ref.to_json(), "run_id": run_id}
+        self.cursor = dump_cursor(entries, data.get("namespace"))
+
+    def superseded(self, ref: ResourceRef, left: dict[str, str | None] | None) -> None:
+        """Record in the cursor what stopping the runs ``ref`` supersedes left for the next tick
+        (``dagster_runs.stop_superseded``); None: nothing, the entry is done with them."""
+        data = _cursor_json(self.cursor)
+        entries = dict(data.get("objects") or {})
+        entry = entries.get(ref.uid)
+        if entry is None or int(entry["generation"]) != ref.generation:
+            return
+        entries[ref.uid] = {k: v for k, v in entry.items() if k != "superseding"}
+        if left is not None:
+            entries[ref.uid]["superseding"] = left
         self.cursor = dump_cursor(entries, data.get("namespace"))
 
 
@@ -199,10 +217,15 @@ def controller_tick(objs: list[dict[str, Any]], cursor: str | None, register: Re
         st = _own(rd, ref, home)
         out.submitted.append(Submitted(ref, prepared.run_id, status_from_run(st, ref)))
         entries[ref.uid] = {**ref.to_json(), "run_id": prepared.run_id}
+        if ref.generation > 1:  # an edit: the earlier generations' runs are stopped (and what is left kept)
+            entries[ref.uid]["superseding"] = dict((entry or {}).get("superseding") or {})
     for uid in sorted(set(entries) - listed):
         entry = entries.pop(uid)
         if not entry.get("deleting"):  # a deleting one's run was cancelled when its deletionTimestamp came
             out.deleted.append((ResourceRef.from_json(entry), entry.get("run_id")))
+    out.superseding = [(ResourceRef.from_json(entries[uid]), dict(entries[uid]["superseding"]))
+                       for uid in sorted(listed & set(entries)) if "superseding" in entries[uid]
+                       and not entries[uid].get("deleting")]
     if out.waiting:
         out.notes.append(f"{out.waiting} new BenchmarkRun generation(s) wait for the next tick "
                          f"(at most {cap} are validated and pinned a tick)")
@@ -227,7 +250,8 @@ def _deleting(obj: dict[str, Any], ref: ResourceRef, entry: dict[str, Any] | Non
 def cancel_deleted_run(home: Path | str | None, run_id: str, reason: str, *,
                        warn: Callable[[str], Any] | None = None) -> bool:
     """The run of a deleted BenchmarkRun marked Canceled unless it has finished; True when it
-    changed. The one deletion step of the operator's finalizer and the fallback sensor.
+    changed. The one deletion step of the operator's finalizer and the fallback sensor, and how
+    both mark the run of an earlier generation that an edit superseded.
 
     This home's copy may be stale (a restart, a failover, between catch-ups): the run's worker
     may have finished it meanwhile, and a finished run is not canceled. So its status.json is
