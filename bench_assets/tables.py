@@ -20,19 +20,25 @@ def path(p: Path | str) -> dg.MetadataValue:
     and delete's records) is named by its ``s3://`` key, where it outlives the pod: on Kubernetes the home
     is a run-worker pod's, and a path into it led nowhere once the run ended (found in review). Any other
     file, and every file without shared state, by its path."""
-    from benchrun.paths import benchrun_home
+    import urllib.parse
+
+    from benchrun.errors import BenchrunError
+    from benchrun.paths import home_location
     from benchrun.sharedstate import CHANGE_POINTS, ENV
     from benchrun.urlsafe import has_credentials
 
     shown = str(p)
-    uri = os.environ.get(ENV, "").strip().rstrip("/")
-    if uri and not has_credentials(uri):  # (such a URI is refused before any asset writes a file)
-        try:
-            rel = Path(p).resolve().relative_to(benchrun_home().resolve()).as_posix()
-        except ValueError:
+    uri = os.environ.get(ENV, "").strip()
+    parsed = urllib.parse.urlparse(uri)
+    if parsed.scheme == "s3" and parsed.netloc and not has_credentials(uri):  # (refused before any asset runs)
+        try:  # the file's folder resolved, not the file: a link is not what the prefix mirrors under its name
+            where = Path(p).parent.resolve() / Path(p).name
+            rel = where.relative_to(home_location()[0]).as_posix()
+        except (ValueError, BenchrunError):
             rel = ""
         if rel.startswith(MIRRORED) or rel == CHANGE_POINTS:
-            shown = f"{uri}/{rel}"
+            prefix = parsed.path.strip("/")  # the keys as benchrun.sharedstate.shared_state makes them
+            shown = f"s3://{parsed.netloc}/{prefix + '/' if prefix else ''}{rel}"
     return dg.MetadataValue.path(shown)
 
 # Dagster's column types for the Python values these tables hold.

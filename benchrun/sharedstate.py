@@ -249,19 +249,12 @@ class SharedState:
 
     def read_status(self, run_id: str) -> dict[str, Any] | None:
         """A run's status.json as the shared prefix holds it (None: no such run there), read
-        without writing anything into a home."""
-        import botocore.exceptions as bex
-
+        without writing anything into a home (a connection error, as every other call here, raises
+        BenchrunError with the endpoint redacted)."""
         from benchrun.paths import validate_run_id
 
-        rel = f"runs/{validate_run_id(run_id)}/status.json"
-        try:
-            body = self.client.get_object(Bucket=self.bucket, Key=self.key(rel))["Body"].read()
-        except bex.ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
-                return None
-            raise BenchrunError(f"shared state {self.uri}: read {rel} failed ({exc})") from exc
-        return json.loads(body)
+        got = self._get(f"runs/{validate_run_id(run_id)}/status.json")
+        return None if got is None else json.loads(got[1])
 
     def _call(self, what: str, fn: Any) -> Any:
         import boto3.exceptions as b3ex

@@ -175,7 +175,7 @@ def test_a_query_from_a_home_that_never_ran_change_points_reads_the_shared_fact(
     out = CliRunner().invoke(app, ["query", "--csv", "SELECT metric, change_pct FROM change_point_fact"])
     assert out.exit_code == 0, out.output
     assert out.stdout.splitlines() == ["metric,change_pct", "tokens_per_second,-20.0"]
-    assert asked == [(CHANGE_POINTS,) if layout == "iceberg" else ("warehouse/",)]
+    assert asked == [(CHANGE_POINTS,)]  # the fact only: not the parquet layout's whole warehouse, every query
     # the shared state unreachable: a read-only command reads what this home holds, and says so
     monkeypatch.setenv("BENCHRUN_S3_ENDPOINT_URL", "http://127.0.0.1:9")
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
@@ -196,7 +196,7 @@ def _fact_only(home: Path, notes: list[str], **_: object) -> object:
 
 
 def test_the_reports_history_in_a_fresh_pod_is_the_shared_history_of_its_workload(
-        tmp_path: Path, s3_env: str, bucket: str) -> None:  # noqa: F811
+        tmp_path: Path, s3_env: str, bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     # review: the report's history figure read only the run worker's home, which holds this run alone
     import benchrun.report.content as C
     from benchrun.stats.analysis import trial_statistics_for_run
@@ -217,6 +217,11 @@ def test_the_reports_history_in_a_fresh_pod_is_the_shared_history_of_its_workloa
     # Failed one, nor the other workload's
     assert sorted(serve["run_id"]) == ["canary-x"] + [f"n-{i:02d}" for i in range(6)] + ["this-x"], serve["run_id"]
     assert not (pod / "runs" / "n-00").exists()  # read through a scratch folder, never into the home
+    # the shared state unreachable: the figure reads this home's runs, and the report (and run) go on (review)
+    monkeypatch.setenv("BENCHRUN_S3_ENDPOINT_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    alone = C.history_for(load_run(rd), trial_statistics_for_run(rd), pod)
+    assert sorted(alone[alone.suite == "serve"]["run_id"]) == ["this-x"]
 
 
 def test_asset_metadata_names_a_mirrored_file_by_its_shared_key_and_any_other_by_its_path(
@@ -227,8 +232,11 @@ def test_asset_metadata_names_a_mirrored_file_by_its_shared_key_and_any_other_by
     run_file = tmp_path / "runs" / "r-1" / "reports" / "r-1_report.html"
     monkeypatch.delenv(sharedstate.ENV, raising=False)
     assert path(run_file).value == str(run_file)  # the embedded default: unchanged
-    monkeypatch.setenv(sharedstate.ENV, "s3://bench/team/")
+    monkeypatch.setenv(sharedstate.ENV, "s3://bench//team/")  # keys as sharedstate makes them: team/runs/...
     assert path(run_file).value == "s3://bench/team/runs/r-1/reports/r-1_report.html"
+    monkeypatch.setenv(sharedstate.ENV, "s3://bench")
+    assert path(run_file).value == "s3://bench/runs/r-1/reports/r-1_report.html"
+    monkeypatch.setenv(sharedstate.ENV, "s3://bench/team")
     assert path(tmp_path / "runs" / "r-1").value == "s3://bench/team/runs/r-1"
     assert path(tmp_path / "warehouse" / "_retention" / "retention-1.json").value == \
         "s3://bench/team/warehouse/_retention/retention-1.json"

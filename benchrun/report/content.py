@@ -6,11 +6,15 @@ changes) are read through the small adapters at the top, so a renamed column cos
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from benchrun.console import number
+from benchrun.errors import BenchrunError
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -285,7 +289,6 @@ def _launch_counts(run: "RunInfo") -> tuple[int, int, int]:
     if layers:
         return (sum(int(v.get("ok", 0)) for v in layers.values()), sum(int(v.get("failed", 0)) for v in layers.values()),
                 sum(int(v.get("launches", 0)) for v in layers.values()))
-    from benchrun.errors import BenchrunError
     from benchrun.stats.load import launch_statuses
 
     try:
@@ -359,10 +362,14 @@ def history_for(run: "RunInfo", stats: "TrialStatistics", home: Any) -> "pd.Data
     its history figure showed this run alone)."""
     import pandas as pd
 
-    from benchrun.stats.changepoint import gather_history, hardware_key, run_medians
+    from benchrun.stats.changepoint import gather_history, hardware_key, history_table, run_medians
 
     wd = run.status.get("workload_spec_digest")
-    hist = gather_history(home, cadences=None, workload=wd)
+    try:  # (no workload digest: no earlier run can match, and no shared run is read for nothing)
+        hist = gather_history(home, cadences=None, workload=wd) if wd else history_table(home, cadences=None)
+    except BenchrunError as exc:  # the shared state unreachable: a figure must not fail the report, nor the run
+        log.warning("report history: the shared runs could not be read (%s); this home's runs only", exc)
+        hist = history_table(home, cadences=None, workload=wd)
     hk = hardware_key(run.environment)
     if not hist.empty:
         hist = hist[(hist["workload_spec_digest"] == wd) & (hist["hardware_key"] == hk)]

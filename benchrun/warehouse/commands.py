@@ -115,13 +115,13 @@ def _query(sql: str, as_json: bool, as_csv: bool, limit: int, vertical: Optional
         when = parse_as_of(as_of.strip().strip('"'))  # a snapshot id as --json wrote it (a string) reads back
     home = _home("query")
     from benchrun.sharedstate import CHANGE_POINTS, pull_paths
-    from benchrun.warehouse import lake
 
-    # With BENCHRUN_SHARED_STATE, what no catalog holds comes from the shared prefix first (as a run worker's
-    # first step pulls it): change_point_fact's file, or with the parquet layout every mirrored partition.
-    # Before, a query from a pod or machine that never ran change_points had no change_point_fact.
+    # With BENCHRUN_SHARED_STATE, the file no catalog holds comes from the shared prefix first (as a run
+    # worker's first step pulls it): change_point_fact's. Before, a query from a pod or machine that never
+    # ran change_points had no change_point_fact. (Not the parquet layout's partitions: every query would
+    # download the whole warehouse again, and replace this home's own partitions with the shared copies.)
     try:
-        pull_paths(home, CHANGE_POINTS if lake.enabled() else "warehouse/")
+        pull_paths(home, CHANGE_POINTS)
     except BenchrunError as exc:  # a read-only command: what this home holds, said so
         print(f"warning: {exc}; the query reads what this home holds of it", file=sys.stderr)
     stream = stream_query(sql, home, limit=limit or None, as_of=when)
