@@ -372,8 +372,13 @@ def finalize(rd: RunDir) -> dict[str, Any]:
     # Until sign_publication signs the finished run (its final report and statistics, the final
     # warehouse rows), verify and promote refuse it: a kill between here and there must not leave
     # a Succeeded run that only its sealing signature covers (the phase must be set before
-    # signing: the final report and warehouse rows the signature covers carry it).
-    rd.update_status(final_signature=FINAL_SIGNATURE_PENDING)
+    # signing: the final report and warehouse rows the signature covers carry it). A run never signed
+    # (no sealing signature) owes none: marked, an interrupt here read as a signature still owed that
+    # `benchrun report` would never make (found in review).
+    from benchrun.provenance import envelope_path
+
+    if envelope_path(rd.path).is_file():
+        rd.update_status(final_signature=FINAL_SIGNATURE_PENDING)
     final = rd.set_phase("Failed" if outcome == "failed" else "Succeeded")
     from benchrun.liveness import stop_heartbeat
 

@@ -108,3 +108,23 @@ def test_deleting_the_unsigned_pending_marker_does_not_make_such_a_run_verify(tm
     assert any("final signature is missing" in f for f in report.failures)
     with pytest.raises(BenchrunError, match="final signature is missing"):
         promote("killed", tmp_path)
+
+
+def test_a_run_never_signed_owes_no_final_signature(tmp_path, monkeypatch):
+    """Found in review: finalize marked every run ``final_signature: pending``, a run never signed too,
+    so Ctrl-C after its final phase made `benchrun run` exit 1 and point at `benchrun report`, which never
+    clears the marker of an unsigned run."""
+    from benchrun import lifecycle
+    from benchrun.provenance import envelope_path
+    from benchrun.rundir import RunDir
+
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    rd = make_run(tmp_path, "unsigned", _metrics(np.random.default_rng(3)), spec=SPEC, sealed=False,
+                  status={"phase": "Analyzing", "outcome": "succeeded"})
+    assert not envelope_path(rd).is_file()
+    st = lifecycle.finalize(RunDir(tmp_path, "unsigned"))
+    assert st["phase"] == "Succeeded" and not st.get("final_signature")
+    assert lifecycle.exit_code_for(st) == 0
+    # a signed one still owes it until signed again
+    signed = _killed_after_finalize(tmp_path, "signed")
+    assert json.loads((signed / "status.json").read_text())["final_signature"] == "pending"
