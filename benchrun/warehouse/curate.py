@@ -468,17 +468,19 @@ FINAL_STATUS_TABLES = ("benchmark_run_fact", "telemetry_slice_fact")
 RUN_TABLE = "benchmark_run_fact"  # committed last: its row says the run's curation finished
 
 
-def curate_final_status(home: Path, run_id: str) -> bool:
+def curate_final_status(home: Path, run_id: str, run_dir: Path | None = None) -> bool:
     """Curate FINAL_STATUS_TABLES again for a run that ended outside its own asset (its process
     killed, Ctrl-C, a sensor or `cancel` marking it): its facts, curated while it was Analyzing,
-    read ``Analyzing | succeeded`` until a rebuild. Only a run that sealed its evidence (curation
-    comes after sealing) is curated, and ``warehouse.duckdb``'s views refreshed (they name the metadata
-    files its commits age out); a failure is logged, never raised: the run's phase is recorded
-    either way, and `benchrun rebuild-warehouse RUN_ID` mends the warehouse. True when curated."""
+    read ``Analyzing | succeeded`` until a rebuild. Read from ``run_dir`` (default ``home/runs/<id>``;
+    with shared state, a scratch copy of what these tables read), written to ``home``'s warehouse.
+    Only a run that sealed its evidence (curation comes after sealing) is curated, and
+    ``warehouse.duckdb``'s views refreshed (they name the metadata files its commits age out); a
+    failure is logged, never raised: the run's phase is recorded either way, and
+    `benchrun rebuild-warehouse RUN_ID` mends the warehouse. True when curated."""
     from benchrun.paths import validate_run_id
     from benchrun.warehouse.views import refresh_views
 
-    run_dir = Path(home) / "runs" / validate_run_id(run_id)
+    run_dir = Path(run_dir if run_dir is not None else Path(home) / "runs" / validate_run_id(run_id))
     if not (run_dir / "manifest.json").is_file():
         return False
     try:
