@@ -430,6 +430,92 @@ def test_a_running_job_adopted_on_the_run_volume_keeps_its_files_in_place(shared
     assert not list((run_dir / "raw").glob(f"{pre}_earlier*"))
 
 
+def test_a_job_live_when_asked_but_ended_when_adopted_has_its_files_set_aside(shared, home, monkeypatch):
+    """Found in review: on a run volume a Job of the replicate's name running when ``live_job`` was asked
+    (a restarted orchestrator retrying the step) left the earlier launch's files in place; by the 409
+    read in ``create_or_adopt_job`` (up to 120 s of API retries later) it had ended, so it was deleted
+    and made anew, and the new pod ran with the earlier pod's raw parquets and figures at the
+    replicate's own names (a relaunch whose samples never arrived found them and read ok). They now go
+    aside once the ended Job is gone, before it is made anew."""
+    from kubernetes import client
+
+    import benchrun.launch.kubernetes as k8s
+
+    run_dir = home / "runs" / RUN_ID
+    pre = f"{RUN_ID}_tiny_r1"
+    code = script_for(1, samples={"requests": f"raw/{pre}_requests.parquet"}, before=textwrap.dedent(f"""
+        import os, pathlib, time
+        run = pathlib.Path(os.environ["BENCHRUN_RUN_DIR"])
+        for d in ("raw", "figures"):
+            (run / d).mkdir(parents=True, exist_ok=True)
+        (run / "raw" / "{pre}_requests.parquet").write_bytes(b"the earlier pod's")
+        (run / "figures" / "{pre}_latency.png").write_bytes(b"the earlier pod's figure")
+        deadline = time.monotonic() + 20
+        while not (run / "end now").exists() and time.monotonic() < deadline:  # running until let go
+            time.sleep(0.05)
+    """))
+    launcher = launcher_for(shared, run_volume_claim="home", run_home=str(home))
+    client.BatchV1Api(shared.api_client()).create_namespaced_job("default", launcher.manifest(make_inv(run_dir,
+                                                                                                      code=code)))
+    uid = shared.get("jobs", TINY_R1)["metadata"]["uid"]
+    shared.wait_for(lambda: (run_dir / "figures" / f"{pre}_latency.png").is_file(), what="the earlier pod writing")
+    real, asked = k8s.live_job, []
+
+    def live_then_ended(*args: Any) -> bool:
+        live = real(*args)
+        asked.append(live)
+        (run_dir / "end now").touch()  # the Job ends right after it was seen running
+        shared.wait_for(lambda: any(c["type"] == "Complete" and c["status"] == "True"
+                                    for c in shared.get("jobs", TINY_R1)["status"].get("conditions") or []),
+                        what="the earlier Job complete")
+        return live
+
+    monkeypatch.setattr(k8s, "live_job", live_then_ended)
+    # This launch declares its requests but never writes them: the earlier pod's are not taken for them.
+    res = launcher.launch(make_inv(run_dir, code=script_for(1, samples={"requests": f"raw/{pre}_requests.parquet"})),
+                          run_dir)
+    assert asked == [True]
+    assert res.job_uid != uid and res.status == "failed", res
+    assert res.reason.startswith(f"declared outputs did not arrive in the run directory: raw/{pre}_requests.parquet")
+    assert (run_dir / "raw" / f"{pre}_earlier1_requests.parquet").read_bytes() == b"the earlier pod's"
+    assert (run_dir / "figures" / f"{pre}_earlier1_latency.png").read_bytes() == b"the earlier pod's figure"
+    assert not (run_dir / "raw" / f"{pre}_requests.parquet").exists()
+    assert not (run_dir / "figures" / f"{pre}_latency.png").exists()
+    assert shared.errors == []
+
+
+def test_no_answer_from_the_api_server_when_asking_for_a_live_job_does_not_abort_the_launch(shared, home, caplog):
+    """Found in review: ``live_job`` caught only ApiException, and a connection error of the client
+    (urllib3's MaxRetryError) escaped the launch, and ``run_layer`` aborted the whole layer with it
+    (before, the first call was ``_create_with_retries``, which rides them out). Now it reads as
+    unknown: the earlier launch's files are left in place, with a warning, and the replicate launches."""
+    from urllib3.exceptions import MaxRetryError, NewConnectionError
+
+    run_dir = home / "runs" / RUN_ID
+    pre = f"{RUN_ID}_tiny_r1"
+    (run_dir / "raw").mkdir()
+    (run_dir / "raw" / f"{pre}_requests.parquet").write_bytes(b"an earlier launch's")
+    launcher = launcher_for(shared, run_volume_claim="home", run_home=str(home))
+    real, calls = launcher.batch_api.read_namespaced_job, []
+
+    def unreachable_once(*args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs.get("name"))
+        if len(calls) == 1:
+            raise MaxRetryError(None, f"/apis/batch/v1/namespaces/default/jobs/{TINY_R1}",
+                                NewConnectionError(None, "Connection refused"))
+        return real(*args, **kwargs)
+
+    launcher.batch_api.read_namespaced_job = unreachable_once
+    with caplog.at_level("WARNING", logger="benchrun.launch.k8s_submit"):
+        res = launcher.launch(make_inv(run_dir), run_dir)
+    assert res.status == "ok", res.reason
+    assert calls[0] == TINY_R1
+    assert (run_dir / "raw" / f"{pre}_requests.parquet").read_bytes() == b"an earlier launch's"
+    assert not list((run_dir / "raw").glob(f"{pre}_earlier*"))
+    assert any(f"cannot tell whether Job default/{TINY_R1} is running (MaxRetryError" in r.getMessage()
+               for r in caplog.records), caplog.text
+
+
 def test_cancellation_deletes_the_job(kcluster, home):
     run_dir = home / "runs" / RUN_ID
     launcher = launcher_for(kcluster)

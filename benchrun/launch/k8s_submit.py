@@ -8,6 +8,7 @@ import logging
 from typing import Any, Callable
 
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 from benchrun.launch.k8s_objects import JOBSET_GROUP, JOBSET_UID_LABEL, JOBSET_VERSION, JOBSETS
 from benchrun.launch.podspec import LABEL_PREFIX
@@ -60,13 +61,16 @@ def _job_ended(client: Any, namespace: str, name: str, job: Any) -> str | None:
                        if any(o.uid == uid for o in (p.metadata.owner_references or []))])
 
 
-def create_or_adopt_job(client: Any, batch_api: Any, namespace: str, name: str, body: Any, poll_s: float) -> Any:
+def create_or_adopt_job(client: Any, batch_api: Any, namespace: str, name: str, body: Any, poll_s: float,
+                        before_recreate: Callable[[], Any] | None = None) -> Any:
     """Create the Job with ``DagsterKubernetesClient.create_namespaced_job_with_retries``; one of
     that name still running is adopted (a retried launch). One that has ended (a contended rerun, a
     re-execution of the run while the earlier Job was kept), by its condition or by its pods
     (``pods_ended``), is deleted, its pods with it, and made anew: adopted, its old pod's result was
-    reported as the new launch's and nothing was measured (found in review). The Job as the API
-    server has it; ApiException when it cannot be."""
+    reported as the new launch's and nothing was measured (found in review). ``before_recreate`` is
+    called once that Job and its pods are gone, before it is made anew: the launcher sets the ended
+    launch's files aside there (its Job may have been running when ``live_job`` was asked, and ended
+    since; found in review). The Job as the API server has it; ApiException when it cannot be."""
     from dagster_k8s.client import DagsterK8sUnrecoverableAPIError
 
     for attempt in (1, 2):
@@ -87,6 +91,8 @@ def create_or_adopt_job(client: Any, batch_api: Any, namespace: str, name: str, 
             log.info("Job %s/%s of an earlier launch has ended (%s): deleting it to launch anew", namespace, name,
                      ended)
             _delete_and_wait(batch_api, namespace, name)
+            if before_recreate is not None:
+                before_recreate()
             continue
         return batch_api.read_namespaced_job(name=name, namespace=namespace)
     raise AssertionError("unreachable")
@@ -96,13 +102,15 @@ def live_job(client: Any, batch_api: Any, namespace: str, name: str, body: Any) 
     """Whether a Job of that name, made for the same replicate, is there and has not ended: the one
     ``create_or_adopt_job`` would adopt (a restarted orchestrator retrying the step), whose pod may be
     writing into the run volume now. Asked before the launch sets an earlier launch's files aside, so
-    that a live pod's files are never moved (``KubernetesLauncher.launch``). An API error answers
+    that a live pod's files are never moved (``KubernetesLauncher.launch``). An API error, or no
+    answer from the API server (urllib3's ``MaxRetryError``, ``OSError``: it escaped the launch and
+    aborted the whole layer, where ``_create_with_retries`` rides them out; found in review), answers
     True: what cannot be read is not known to be safe to move."""
     try:
         existing = batch_api.read_namespaced_job(name=name, namespace=namespace)
         return _same_replicate(_labels(body), _labels(existing)) and \
             _job_ended(client, namespace, name, existing) is None
-    except ApiException as exc:
+    except (ApiException, HTTPError, OSError) as exc:
         return _unknown("Job", namespace, name, exc)
 
 
@@ -112,15 +120,16 @@ def live_jobset(custom_api: Any, core_api: Any, namespace: str, name: str, manif
         existing = custom_api.get_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSETS, name)
         return _same_replicate(_labels(manifest), _labels(existing)) and \
             _jobset_ended(core_api, namespace, name, existing) is None
-    except ApiException as exc:
+    except (ApiException, HTTPError, OSError) as exc:
         return _unknown("JobSet", namespace, name, exc)
 
 
-def _unknown(kind: str, namespace: str, name: str, exc: ApiException) -> bool:
-    if exc.status == 404:
+def _unknown(kind: str, namespace: str, name: str, exc: Exception) -> bool:
+    if isinstance(exc, ApiException) and exc.status == 404:
         return False
+    why = api_error(exc) if isinstance(exc, ApiException) else f"{type(exc).__name__}: {exc}"
     log.warning("cannot tell whether %s %s/%s is running (%s): an earlier launch's files are left in place",
-                kind, namespace, name, api_error(exc))
+                kind, namespace, name, why)
     return True
 
 
@@ -233,11 +242,11 @@ def check_same_replicate(name: str, wanted: dict[str, str], found: dict[str, str
 
 
 def create_or_adopt_jobset(custom_api: Any, core_api: Any, namespace: str, name: str,
-                           manifest: dict[str, Any]) -> None:
+                           manifest: dict[str, Any], before_recreate: Callable[[], Any] | None = None) -> None:
     """Create the JobSet; one of that name made for the same replicate and still running is adopted
     (a retried launch). One that has ended, by its Completed/Failed condition or by its pods, is
     deleted (Foreground) and made anew, as a Job is: adopted, its old pods' results were the new
-    launch's. ApiException when it cannot be."""
+    launch's; ``before_recreate`` as for a Job. ApiException when it cannot be."""
     for attempt in (1, 2):
         try:
             custom_api.create_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSETS, manifest)
@@ -260,6 +269,8 @@ def create_or_adopt_jobset(custom_api: Any, core_api: Any, namespace: str, name:
             lambda: custom_api.delete_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSETS, name,
                                                                propagation_policy="Foreground"),
             lambda: custom_api.get_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSETS, name))
+        if before_recreate is not None:
+            before_recreate()
 
 
 def _jobset_ended(core_api: Any, namespace: str, name: str, js: dict[str, Any]) -> str | None:

@@ -105,6 +105,9 @@ class KubernetesLauncher:
         self.s3_client: Any = None  # boto3's, from the environment, unless given (outputs_uri)
         self.output_notes: dict[tuple[str, int], str] = {}
         self.attempts: list[dict[str, Any]] = []
+        # During ``launch``: called when an ended Job (JobSet) of the replicate's name is deleted to
+        # be made anew (``k8s_submit.create_or_adopt_job``); None for a layer Job.
+        self._before_recreate: Callable[[], Any] | None = None
 
     def manifest(self, inv: Invocation, extra_env: Mapping[str, str] | None = None) -> dict[str, Any]:
         from benchrun.launch.jobset import GangOptions, launch_manifest
@@ -154,7 +157,6 @@ class KubernetesLauncher:
         t_request = time.time()
         t0 = time.perf_counter()
         manifest = self.manifest(inv, extra_env)
-        name = manifest["metadata"]["name"]
         # What an earlier launch of this replicate left here is kept aside, not overwritten or taken
         # for this one's, as the local launcher does; found in review: only the result document was
         # removed, and a relaunch that failed had the earlier launch's telemetry curated and sealed as
@@ -162,6 +164,20 @@ class KubernetesLauncher:
         if self._no_live_pod(manifest):
             set_aside_earlier(run_dir, inv)
         log_path, result_path = prepare_outputs(inv, run_dir)
+        # A Job (JobSet) live when asked may have ended by the time it is created or adopted (and
+        # ``_create_with_retries`` may ride out the API server for minutes in between): one that has
+        # is deleted and made anew, and what its pod left is set aside once it is gone, before the
+        # new pod runs; found in review: the new pod ran with the earlier launch's raw files and
+        # figures at the replicate's own names. Also for a load Job (``launch_load``).
+        self._before_recreate = lambda: set_aside_earlier(run_dir, inv)
+        try:
+            return self._launch_one(inv, run_dir, manifest, log_path, result_path, t_request, t0)
+        finally:
+            self._before_recreate = None
+
+    def _launch_one(self, inv: Invocation, run_dir: Path, manifest: dict[str, Any], log_path: Path,
+                    result_path: Path, t_request: float, t0: float) -> LaunchResult:
+        name = manifest["metadata"]["name"]
         if manifest["kind"] == "JobSet":
             return self._launch_gang(inv, run_dir, manifest, log_path, result_path, t_request, t0)
         if manifest["spec"].get("completionMode") == "Indexed":
@@ -372,7 +388,8 @@ class KubernetesLauncher:
         its own file, node 0's result read, the first failing node named in the reason."""
         name = manifest["metadata"]["name"]
         try:
-            create_or_adopt_jobset(self.custom_api, self.core_api, self.namespace, name, manifest)
+            create_or_adopt_jobset(self.custom_api, self.core_api, self.namespace, name, manifest,
+                                   before_recreate=self._before_recreate)
         except ApiException as exc:
             return self._not_created(inv, f"cannot create JobSet {name}: {api_error(exc)}", log_path, t_request, t0)
         watch = jobset_watch(self.core_api, self.custom_api, self.namespace, name, inv.nodes,
@@ -415,7 +432,8 @@ class KubernetesLauncher:
 
     # -- steps --------------------------------------------------------------------------
     def _create_or_adopt(self, name: str, body: Any) -> Any:
-        return create_or_adopt_job(self.client, self.batch_api, self.namespace, name, body, self.poll_s)
+        return create_or_adopt_job(self.client, self.batch_api, self.namespace, name, body, self.poll_s,
+                                   before_recreate=self._before_recreate)
 
     def _wait_job(self, inv: Invocation, name: str, job: Any, t0: float) -> tuple[Any, Any, dict[int, Any], str | None]:
         watch = job_watch(self.client, self.batch_api, self.custom_api, self.namespace, name,
