@@ -173,3 +173,125 @@ def test_the_fallback_sensor_leaves_a_finished_earlier_run_as_it_is(cluster: Clu
     assert instance.get_run_by_id(first.run_id).status == dg.DagsterRunStatus.SUCCESS
     assert RunDir.for_run(request.partition_key).read_status() == finished
     assert "superseding" not in next(iter(json.loads(second.cursor)["objects"].values()))
+
+
+# -- review fixes ---------------------------------------------------------------------------------
+def _counted_supersedes(monkeypatch: Any) -> list[int]:
+    """The generation of every ``DagsterRuns.supersede`` call (each one asks Dagster for the object's runs)."""
+    generations: list[int] = []
+    real = DagsterRuns.supersede
+
+    def supersede(self: DagsterRuns, ref: Any, pending: Any, **kwargs: Any) -> Any:
+        generations.append(ref.generation)
+        return real(self, ref, pending, **kwargs)
+
+    monkeypatch.setattr(DagsterRuns, "supersede", supersede)
+    return generations
+
+
+def test_a_relist_after_catch_up_stopped_following_supersedes_nothing_again(harness, instance, runs, canary_doc,
+                                                                           monkeypatch) -> None:
+    """Found in review: catch-up drops a settled object from ``known``, and the relist after each drop took the
+    edited object for new and asked Dagster for its earlier runs again (800 edited objects: 800 queries
+    a relist, for the life of the process; a run of generation 1 re-executed by hand was stopped at
+    some relist). A restarted operator still supersedes once."""
+    obj = create(harness, doc(canary_doc, "s"))
+    uid = obj["metadata"]["uid"]
+    op = operator(harness, runs)
+    op.relist()
+    [first] = runs_of(instance, uid)
+    _started(instance, first)
+    calls: list[str] = []
+    monkeypatch.setattr(instance.run_launcher, "terminate", _terminate_ok(instance, calls))
+    supersedes = _counted_supersedes(monkeypatch)
+    _edit(harness, canary_doc, "s")
+    op.relist()
+    assert supersedes == [2] and calls == [first.run_id]
+    second = _by_generation(instance, uid)[2]
+    _finish(instance, _started(instance, second), second.tags["dagster/partition"])
+    for _ in range(3):
+        op.catch_up()
+    assert uid not in op.known and op.stats.settled == 1  # settled: no longer followed
+    op.relist()
+    op.relist()
+    assert supersedes == [2]  # was: [2, 2] (asked again once catch-up had dropped it)
+    operator(harness, DagsterRuns(instance)).relist()  # a restart: nothing remembered, superseded once
+    assert supersedes == [2, 2] and calls == [first.run_id]
+
+
+def _rejected_edit(harness: Any, canary_doc: dict[str, Any], name: str) -> None:
+    api_of(harness).patch_namespaced_custom_object(
+        *CR, NS, "benchmarkruns", name, {"spec": {"trials": {**canary_doc["spec"]["trials"], "minReplicates": 1}}})
+    assert harness.get(KIND, name, NS)["metadata"]["generation"] == 3
+
+
+def test_a_rejected_edit_does_not_drop_a_stop_still_pending(harness, instance, runs, canary_doc,
+                                                            monkeypatch) -> None:
+    """Found in review: generation 2 superseded generation 1, whose stop was not confirmed yet, then an
+    invalid generation 3 came: the operator returned at Rejected and never tried the stop again
+    (generation 1 kept its GPUs). The stop goes on, bounded by generation 2: its run is left alone."""
+    obj = create(harness, doc(canary_doc, "p"))
+    uid = obj["metadata"]["uid"]
+    op = operator(harness, runs)
+    op.relist()
+    [first] = runs_of(instance, uid)
+    first_dir = harness.get(KIND, "p", NS)["status"]["runId"]
+    _started(instance, first)
+    calls: list[str] = []
+    monkeypatch.setattr(instance.run_launcher, "terminate", _k8s_terminate_failing(instance, calls))
+    _edit(harness, canary_doc, "p")
+    op.relist()
+    second = _started(instance, _by_generation(instance, uid)[2])
+    assert calls == [first.run_id] and op._superseding[uid] == {first.run_id: first_dir}
+    _rejected_edit(harness, canary_doc, "p")
+    op.relist()
+    live = harness.get(KIND, "p", NS)["status"]
+    assert (live["phase"], live["observedGeneration"]) == ("Rejected", 3)
+    monkeypatch.setattr(instance.run_launcher, "terminate", _terminate_ok(instance, calls))
+    op._not_before[uid] = 0.0
+    op.retry_waiting()
+    assert calls == [first.run_id, first.run_id]  # was: [first.run_id] (never tried again)
+    assert instance.get_run_by_id(first.run_id).status == CANCELED
+    st = RunDir.for_run(first_dir).read_status()
+    assert st["phase"] == "Canceled" and "superseded by generation 2" in st["message"]
+    assert instance.get_run_by_id(second.run_id).status == STARTED  # a rejected edit stops nothing of its own
+    assert uid not in op.waiting and uid not in op._superseding
+    op.relist()
+    assert calls == [first.run_id, first.run_id] and harness.get(KIND, "p", NS)["status"]["phase"] == "Rejected"
+
+
+def test_the_fallback_sensor_does_not_drop_a_stop_still_pending_on_a_rejected_edit(cluster: Cluster, instance,
+                                                                                   resource_doc,
+                                                                                   monkeypatch) -> None:
+    """As the operator: the rejected generation's cursor entry carries the pending stop (was: written
+    without it, so generation 1's run was never stopped nor marked Canceled)."""
+    cluster.apply(resource_doc)
+    data = tick(instance, None)
+    first_request = run_request(data)
+    first = _started(instance, queued_run(instance, first_request))
+    calls: list[str] = []
+    monkeypatch.setattr(instance.run_launcher, "terminate", _k8s_terminate_failing(instance, calls))
+    edited = _edited(resource_doc)
+    cluster.apply(edited)
+    second = tick(instance, data.cursor)
+    current = _started(instance, queued_run(instance, run_request(second)))
+    assert calls == [first.run_id]
+    invalid = copy.deepcopy(edited)
+    invalid["spec"]["trials"]["minReplicates"] = 1
+    assert cluster.apply(invalid)["metadata"]["generation"] == 3
+    third = tick(instance, second.cursor)  # rejected; the stop is tried again, still not confirmed
+    assert not third.run_requests and cluster.get(NS, "canary-cr")["status"]["phase"] == "Rejected"
+    assert calls == [first.run_id, first.run_id]  # was: [first.run_id]; never the current generation's run
+    [entry] = json.loads(third.cursor)["objects"].values()
+    assert (entry["generation"], entry["run_id"], entry["superseding_generation"]) == (3, None, 2)
+    assert entry["superseding"] == {first.run_id: first_request.partition_key}
+    monkeypatch.setattr(instance.run_launcher, "terminate", _terminate_ok(instance, calls))
+    fourth = tick(instance, third.cursor)
+    assert calls == [first.run_id] * 3 and instance.get_run_by_id(first.run_id).status == CANCELED
+    st = RunDir.for_run(first_request.partition_key).read_status()
+    assert st["phase"] == "Canceled" and "superseded by generation 2" in st["message"]
+    [entry] = json.loads(fourth.cursor)["objects"].values()
+    assert "superseding" not in entry and "superseding_generation" not in entry
+    tick(instance, fourth.cursor)
+    assert instance.get_run_by_id(current.run_id).status == STARTED and len(calls) == 3
+    assert cluster.get(NS, "canary-cr")["status"]["phase"] == "Rejected"

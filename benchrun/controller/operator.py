@@ -31,6 +31,7 @@ the object again (``status.write``); a status is never written back to an earlie
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import threading
@@ -143,6 +144,10 @@ class Operator:
         # uid -> runs of earlier generations stopped for an edit: Dagster run id -> run directory still
         # to mark Canceled (None: marked); present until every one stopped and was marked
         self._superseding: dict[str, dict[str, str | None]] = {}
+        # uid -> the latest generation whose run superseded the earlier ones here (the bound of what
+        # _superseding holds); kept when catch_up stops following the object, so a relist supersedes
+        # again only for a later generation (a restart, this map empty, once)
+        self._superseded_by: dict[str, int] = {}
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
@@ -256,6 +261,7 @@ class Operator:
                 self._not_before.pop(uid, None)
                 self._stop_tries.pop(uid, None)
                 self._superseding.pop(uid, None)
+                self._superseded_by.pop(uid, None)
             elif event["type"] in ("ADDED", "MODIFIED"):
                 self.reconcile(obj)
             if version:
@@ -282,6 +288,7 @@ class Operator:
                 self._not_before.pop(uid, None)
                 self._stop_tries.pop(uid, None)
                 self._superseding.pop(uid, None)
+                self._superseded_by.pop(uid, None)
 
     # -- one object ----------------------------------------------------------------------------
     def reconcile(self, obj: dict[str, Any]) -> None:
@@ -368,6 +375,7 @@ class Operator:
         self._not_before.pop(ref.uid, None)
         self._stop_tries.pop(ref.uid, None)
         self._superseding.pop(ref.uid, None)
+        self._superseded_by.pop(ref.uid, None)
 
     def _back_off(self, obj: dict[str, Any], ref: ResourceRef) -> tuple[int, float]:
         """Try the object's stops again later: after ``stop_retry_s``, doubling up to ``stop_retry_max_s``."""
@@ -395,8 +403,6 @@ class Operator:
         from benchrun.rundir import RunDir
 
         status = obj.get("status") or {}
-        if ref.generation > 1 and (self.known.get(ref.uid) or (None, None))[0] != ref:
-            self._superseding.setdefault(ref.uid, {})  # not followed here yet (an edit, a restart): may supersede
         existing = self.runs.find(ref)
         if existing is not None:
             run_id = existing.tags.get("dagster/partition")
@@ -404,10 +410,10 @@ class Operator:
             if status.get("observedGeneration") != ref.generation or not status.get("phase"):
                 self.stats.reused += 1
                 self._write_from_run(obj, ref, run_id)
-            if ref.uid in self._superseding:
-                self._supersede(obj, ref)
+            self._supersede(obj, ref, started=True)
             return
         if status.get("observedGeneration") == ref.generation and status.get("phase") == "Rejected":
+            self._supersede(obj, ref)  # a stop still pending from an earlier edit goes on
             return
         if not self.bucket.take():
             self.waiting[ref.uid] = obj
@@ -425,6 +431,7 @@ class Operator:
             if write(self.api, ref, rejected_status(ref, list(format_spec_errors(errors)), now), current=obj):
                 self.stats.status_writes += 1
             self.stats.rejected += 1
+            self._supersede(obj, ref)  # stops nothing of its own; one pending from an earlier edit goes on
             return
         _own(RunDir.for_run(prepared.run_id, self.settings.home), ref, self.settings.home)
         _run, created = self.runs.start(ref, prepared.run_id, before_create=self.keep_lease)
@@ -432,18 +439,27 @@ class Operator:
         self.stats.reused += int(not created)
         self.known[ref.uid] = (ref, prepared.run_id)
         self._write_from_run(obj, ref, prepared.run_id)
-        if ref.uid in self._superseding:
-            self._supersede(obj, ref)
+        self._supersede(obj, ref, started=True)
 
-    def _supersede(self, obj: dict[str, Any], ref: ResourceRef) -> None:
+    def _supersede(self, obj: dict[str, Any], ref: ResourceRef, *, started: bool = False) -> None:
         """Stop the in-flight runs of the object's earlier generations and mark their run directories
         Canceled (``DagsterRuns.supersede``), after its own run was started: a stop not confirmed
         holds nothing back (Kueue queues the new run's workloads until quota frees) and is tried
-        again with back-off until it is confirmed or the run has ended."""
+        again with back-off until it is confirmed or the run has ended.
+
+        ``started``: ``ref``'s run exists, and supersedes once per generation (a relist after catch-up
+        stopped following the object asks Dagster nothing). Else (a rejected generation) only a stop
+        still pending goes on, bounded by the generation that superseded: a rejected edit stops nothing."""
+        if started and ref.generation > self._superseded_by.get(ref.uid, 1):
+            self._superseding.setdefault(ref.uid, {})  # an edit, or the first pass after a restart
+            self._superseded_by[ref.uid] = ref.generation
+        if ref.uid not in self._superseding:
+            return
         if self._not_before.get(ref.uid, 0.0) > time.monotonic():
             self.waiting[ref.uid] = obj  # backing off: tried again when its time comes
             return
         pending = self._superseding[ref.uid]  # kept if this raises: the retry supersedes
+        ref = dataclasses.replace(ref, generation=self._superseded_by[ref.uid])
         left, waiting = self.runs.supersede(ref, pending, home=self.settings.home, warn=log.warning)
         if left is None:
             for state in (self._superseding, self._not_before, self._stop_tries):

@@ -5,8 +5,10 @@ run, so a tick submits each ``(uid, generation)`` exactly once, in any order of 
 a uid that disappears from a full listing, or is listed with a ``deletionTimestamp``, was
 deleted and its run is cancelled. A new generation started supersedes the earlier ones: the
 cursor entry keeps ``superseding`` (their runs still to stop or mark) until the sensor has
-stopped them. At most :data:`MAX_NEW_PER_TICK` new generations are
-handled a tick; the rest stay out of the cursor and are the next tick's.
+stopped them, through a later edit that is rejected too (whose entry then names the generation
+that superseded in ``superseding_generation``: a rejected edit stops nothing of its own). At most
+:data:`MAX_NEW_PER_TICK` new generations are handled a tick; the rest stay out of the cursor and
+are the next tick's.
 """
 
 from __future__ import annotations
@@ -92,12 +94,20 @@ class Tick:
         data = _cursor_json(self.cursor)
         entries = dict(data.get("objects") or {})
         entry = entries.get(ref.uid)
-        if entry is None or int(entry["generation"]) != ref.generation:
+        if entry is None or _superseding_generation(entry) != ref.generation:
             return
-        entries[ref.uid] = {k: v for k, v in entry.items() if k != "superseding"}
+        entries[ref.uid] = {k: v for k, v in entry.items() if k not in ("superseding", "superseding_generation")}
         if left is not None:
             entries[ref.uid]["superseding"] = left
+            if "superseding_generation" in entry:
+                entries[ref.uid]["superseding_generation"] = entry["superseding_generation"]
         self.cursor = dump_cursor(entries, data.get("namespace"))
+
+
+def _superseding_generation(entry: dict[str, Any]) -> int:
+    """The generation whose start superseded the runs the entry's ``superseding`` holds: the entry's
+    own, or an earlier one's where a later edit was rejected with a stop still pending."""
+    return int(entry.get("superseding_generation") or entry["generation"])
 
 
 def load_cursor(text: str | None) -> dict[str, dict[str, Any]]:
@@ -212,6 +222,9 @@ def controller_tick(objs: list[dict[str, Any]], cursor: str | None, register: Re
             errors = list(format_spec_errors(invalid))
             out.rejected.append((ref, rejected_status(ref, errors, _now_text(now))))
             entries[ref.uid] = {**ref.to_json(), "run_id": None}
+            if entry is not None and "superseding" in entry:  # stops nothing itself; a pending stop goes on
+                entries[ref.uid].update(superseding=dict(entry["superseding"]),
+                                        superseding_generation=_superseding_generation(entry))
             continue
         rd = RunDir.for_run(prepared.run_id, home)
         st = _own(rd, ref, home)
@@ -223,7 +236,8 @@ def controller_tick(objs: list[dict[str, Any]], cursor: str | None, register: Re
         entry = entries.pop(uid)
         if not entry.get("deleting"):  # a deleting one's run was cancelled when its deletionTimestamp came
             out.deleted.append((ResourceRef.from_json(entry), entry.get("run_id")))
-    out.superseding = [(ResourceRef.from_json(entries[uid]), dict(entries[uid]["superseding"]))
+    out.superseding = [(ResourceRef.from_json({**entries[uid], "generation": _superseding_generation(entries[uid])}),
+                        dict(entries[uid]["superseding"]))
                        for uid in sorted(listed & set(entries)) if "superseding" in entries[uid]
                        and not entries[uid].get("deleting")]
     if out.waiting:
