@@ -41,8 +41,8 @@ run: bootstrap
 	$(VENV)/bin/benchrun run specs/local/canary.yaml
 
 # Three workers on two cores: most of the suite waits on subprocesses, servers and the cluster
-# harness, so a third process fills the waits (one takes ~17 min of pytest, two ~14, three ~13 on
-# this 2-core machine, 2026-12-07). TEST_WORKERS=0 runs in one process.
+# harness, so a third process fills the waits (pytest on a clean clone of this 2-core machine,
+# 2026-12-07: 14:08 in two workers, 13:01 in three; ~17 min in one). TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 3
 test: bootstrap
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --durations=25
