@@ -97,17 +97,8 @@ def test_an_edit_leaves_a_finished_earlier_run_as_it_is(harness, instance, runs,
 
 def test_an_unconfirmed_stop_does_not_hold_the_new_run_back_and_is_retried(harness, instance, runs, canary_doc,
                                                                            monkeypatch) -> None:
-    obj = create(harness, doc(canary_doc, "u"))
-    uid = obj["metadata"]["uid"]
-    op = operator(harness, runs)
-    op.relist()
-    [first] = runs_of(instance, uid)
-    first_dir = harness.get(KIND, "u", NS)["status"]["runId"]
-    _started(instance, first)
-    calls: list[str] = []
-    monkeypatch.setattr(instance.run_launcher, "terminate", _k8s_terminate_failing(instance, calls))
-    _edit(harness, canary_doc, "u")
-    op.relist()
+    op, uid, first, first_dir, calls = _edited_with_its_stop_unconfirmed(harness, instance, runs, canary_doc,
+                                                                        monkeypatch, "u")
     assert set(_by_generation(instance, uid)) == {1, 2}  # started all the same
     assert harness.get(KIND, "u", NS)["status"]["observedGeneration"] == 2
     assert calls == [first.run_id] and RunDir.for_run(first_dir).read_status()["phase"] == "Pending"
@@ -230,17 +221,8 @@ def test_a_rejected_edit_does_not_drop_a_stop_still_pending(harness, instance, r
     """Found in review: generation 2 superseded generation 1, whose stop was not confirmed yet, then an
     invalid generation 3 came: the operator returned at Rejected and never tried the stop again
     (generation 1 kept its GPUs). The stop goes on, bounded by generation 2: its run is left alone."""
-    obj = create(harness, doc(canary_doc, "p"))
-    uid = obj["metadata"]["uid"]
-    op = operator(harness, runs)
-    op.relist()
-    [first] = runs_of(instance, uid)
-    first_dir = harness.get(KIND, "p", NS)["status"]["runId"]
-    _started(instance, first)
-    calls: list[str] = []
-    monkeypatch.setattr(instance.run_launcher, "terminate", _k8s_terminate_failing(instance, calls))
-    _edit(harness, canary_doc, "p")
-    op.relist()
+    op, uid, first, first_dir, calls = _edited_with_its_stop_unconfirmed(harness, instance, runs, canary_doc,
+                                                                        monkeypatch, "p")
     second = _started(instance, _by_generation(instance, uid)[2])
     assert calls == [first.run_id] and op._superseding[uid] == {first.run_id: first_dir}
     _rejected_edit(harness, canary_doc, "p")
@@ -295,3 +277,20 @@ def test_the_fallback_sensor_does_not_drop_a_stop_still_pending_on_a_rejected_ed
     tick(instance, fourth.cursor)
     assert instance.get_run_by_id(current.run_id).status == STARTED and len(calls) == 3
     assert cluster.get(NS, "canary-cr")["status"]["phase"] == "Rejected"
+
+
+def _edited_with_its_stop_unconfirmed(harness, instance, runs, canary_doc, monkeypatch, name: str):
+    """An object whose generation 1 run started, then edited while the run launcher cannot confirm a
+    stop: (operator, uid, generation 1's Dagster run, its run directory, the terminate calls)."""
+    obj = create(harness, doc(canary_doc, name))
+    uid = obj["metadata"]["uid"]
+    op = operator(harness, runs)
+    op.relist()
+    [first] = runs_of(instance, uid)
+    first_dir = harness.get(KIND, name, NS)["status"]["runId"]
+    _started(instance, first)
+    calls: list[str] = []
+    monkeypatch.setattr(instance.run_launcher, "terminate", _k8s_terminate_failing(instance, calls))
+    _edit(harness, canary_doc, name)
+    op.relist()
+    return op, uid, first, first_dir, calls
