@@ -49,13 +49,8 @@ def _finish(instance: dg.DagsterInstance, run: dg.DagsterRun, run_dir: str) -> d
 # -- the operator -------------------------------------------------------------------------------
 def test_an_edit_stops_the_earlier_generations_run_and_marks_it_canceled(harness, instance, runs, canary_doc,
                                                                         monkeypatch) -> None:
-    obj = create(harness, doc(canary_doc, "e"))
-    uid = obj["metadata"]["uid"]
-    op = operator(harness, runs)
-    op.relist()
-    [first] = runs_of(instance, uid)
-    first_dir = harness.get(KIND, "e", NS)["status"]["runId"]
-    assert _started(instance, first).status == STARTED
+    op, uid, first, first_dir = _first_generation_started(harness, instance, runs, canary_doc, "e")
+    assert first.status == STARTED
     calls: list[str] = []
     monkeypatch.setattr(instance.run_launcher, "terminate", _terminate_ok(instance, calls))
     _edit(harness, canary_doc, "e")
@@ -77,13 +72,7 @@ def test_an_edit_stops_the_earlier_generations_run_and_marks_it_canceled(harness
 
 
 def test_an_edit_leaves_a_finished_earlier_run_as_it_is(harness, instance, runs, canary_doc, monkeypatch) -> None:
-    obj = create(harness, doc(canary_doc, "f"))
-    uid = obj["metadata"]["uid"]
-    op = operator(harness, runs)
-    op.relist()
-    [first] = runs_of(instance, uid)
-    first_dir = harness.get(KIND, "f", NS)["status"]["runId"]
-    _started(instance, first)
+    op, uid, first, first_dir = _first_generation_started(harness, instance, runs, canary_doc, "f")
     finished = _finish(instance, first, first_dir)
     calls: list[str] = []
     monkeypatch.setattr(instance.run_launcher, "terminate", _terminate_ok(instance, calls))
@@ -282,15 +271,21 @@ def test_the_fallback_sensor_does_not_drop_a_stop_still_pending_on_a_rejected_ed
 def _edited_with_its_stop_unconfirmed(harness, instance, runs, canary_doc, monkeypatch, name: str):
     """An object whose generation 1 run started, then edited while the run launcher cannot confirm a
     stop: (operator, uid, generation 1's Dagster run, its run directory, the terminate calls)."""
+    op, uid, first, first_dir = _first_generation_started(harness, instance, runs, canary_doc, name)
+    calls: list[str] = []
+    monkeypatch.setattr(instance.run_launcher, "terminate", _k8s_terminate_failing(instance, calls))
+    _edit(harness, canary_doc, name)
+    op.relist()
+    return op, uid, first, first_dir, calls
+
+
+def _first_generation_started(harness, instance, runs, canary_doc, name: str):
+    """A new object reconciled by an operator and its generation 1 run started: (operator, uid, that
+    Dagster run as started, its run directory)."""
     obj = create(harness, doc(canary_doc, name))
     uid = obj["metadata"]["uid"]
     op = operator(harness, runs)
     op.relist()
     [first] = runs_of(instance, uid)
     first_dir = harness.get(KIND, name, NS)["status"]["runId"]
-    _started(instance, first)
-    calls: list[str] = []
-    monkeypatch.setattr(instance.run_launcher, "terminate", _k8s_terminate_failing(instance, calls))
-    _edit(harness, canary_doc, name)
-    op.relist()
-    return op, uid, first, first_dir, calls
+    return op, uid, _started(instance, first), first_dir
