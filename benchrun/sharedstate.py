@@ -31,6 +31,7 @@ from benchrun.errors import BenchrunError
 from benchrun.fsio import atomic_path, atomic_write_bytes
 from benchrun.paths import SCRATCH_PREFIX, is_run_id
 from benchrun.stats.cpfact import FACT_RELPATH
+from benchrun.stats.cpindex import index_status
 from benchrun.urlsafe import has_credentials, redact, redact_in
 
 log = logging.getLogger(__name__)
@@ -184,6 +185,10 @@ class SharedState:
                 pushed.append(path.relative_to(home).as_posix())
             count += 1
         return count
+
+    def put_marker(self, rel: str) -> None:
+        """An empty object at ``rel`` (an index key, :mod:`benchrun.stats.cpindex`)."""
+        self._call(f"upload {rel}", lambda: self.client.put_object(Bucket=self.bucket, Key=self.key(rel), Body=b""))
 
     def list_keys(self, rel: str) -> list[str]:
         """The paths (relative to the home) of the objects under ``<prefix><rel>``."""
@@ -345,6 +350,7 @@ def _push_status(shared: SharedState, home: Path, rel: str, merge: Callable[[dic
     for attempt in range(_CONFLICT_TRIES):
         try:
             shared.push_status(home, rel)
+            index_status(shared, home / rel)  # a Succeeded run under its workload, for the report's history
             return
         except StaleStatus as exc:
             if merge is None or attempt == _CONFLICT_TRIES - 1:

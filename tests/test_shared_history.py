@@ -242,3 +242,39 @@ def test_asset_metadata_names_a_mirrored_file_by_its_shared_key_and_any_other_by
         "s3://bench/team/warehouse/_retention/retention-1.json"
     for local in (tmp_path / "warehouse" / "warehouse.duckdb", tmp_path / "hot" / "r-1.prom", Path("/elsewhere/x")):
         assert path(local).value == str(local)  # never mirrored: its path
+
+
+def test_a_workloads_history_reads_its_runs_through_the_index_once_a_full_pass_made_it_complete(
+        tmp_path: Path, s3_env: str, bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    # review: the report's history read every shared run's status, one GET each, on every report
+    from benchrun.stats.cphistory import gather_history
+    from benchrun.stats.cpindex import COMPLETE, INDEX
+
+    wd, other = "a" * 64, "0" * 64  # (a digest as benchrun writes one: hex)
+    writer = tmp_path / "writer"
+    runs = _nightly_runs(writer, n=6)
+    for rd in runs:
+        st = json.loads((rd / "status.json").read_text())
+        (rd / "status.json").write_text(json.dumps({**st, "workload_spec_digest": wd}))
+    runs.append(make_run(writer, "other-x", {("serve", "", "tokens_per_second"): ([1, 2, 3], "tok/s", "higher")},
+                         status={"cadence": "nightly", "workload_spec_digest": other}, sealed=False))
+    _push_all(runs, writer)
+    mine = [f"n-{i:02d}" for i in range(6)] + ["canary-x"]
+    indexed = {k for k in _keys(s3_env, bucket) if k.startswith(INDEX)}
+    assert indexed == {f"{INDEX}{wd}/{r}" for r in mine} | {f"{INDEX}{other}/other-x"}  # at push; not Failed ones
+    reads: list[str] = []
+    real = sharedstate.SharedState.read_status
+    monkeypatch.setattr(sharedstate.SharedState, "read_status", lambda self, r: (reads.append(r), real(self, r))[1])
+    # not complete yet (runs pushed before the index are not in it): every run read, and the index healed
+    client = boto3.client("s3", endpoint_url=s3_env)
+    client.delete_object(Bucket=bucket, Key=f"team/{INDEX}{wd}/n-00")  # as if pushed before the index existed
+    first = gather_history(tmp_path / "a", cadences=None, workload=wd)
+    assert len(reads) == 9 and f"{INDEX}{wd}/n-00" in _keys(s3_env, bucket) and COMPLETE in _keys(s3_env, bucket)
+    reads.clear()
+    again = gather_history(tmp_path / "b", cadences=None, workload=wd)
+    assert sorted(reads) == sorted(mine)  # its runs only
+    pd.testing.assert_frame_equal(first.reset_index(drop=True), again.reset_index(drop=True))
+    # a run that succeeds later is indexed as it is pushed
+    sharedstate.push_run(make_run(writer, "late-x", {("serve", "", "tokens_per_second"): ([5, 6, 7], "tok/s", "higher")},
+                                  status={"cadence": "nightly", "workload_spec_digest": wd}, sealed=False), writer)
+    assert "late-x" in set(gather_history(tmp_path / "c", cadences=None, workload=wd)["run_id"])

@@ -148,17 +148,23 @@ def pull_history(shared: "SharedState", dest: Path, *, cadences: Sequence[str] |
     not read is skipped with a warning, as :func:`history_table` skips one; an S3 failure raises. The
     home-relative paths written. A run ``benchrun delete`` removed (its tombstone, shared and pulled here) is
     left out, whatever of it a pod that ended late pushed again, by the rule ``rebuild-warehouse`` applies
-    (a run created after the tombstone is a new run under the same id)."""
+    (a run created after the tombstone is a new run under the same id). With ``workload``, only the runs the
+    shared workload index names once it is complete (:mod:`benchrun.stats.cpindex`); a pass that read every
+    run's status heals that index."""
+    from benchrun.stats.cpindex import heal, indexed
     from benchrun.warehouse.removed import DELETED_DIR, DIR_NAME, deleted_runs, deletion
     from benchrun.warehouse.sources import parse_ts
 
     shared.pull_tree(dest, f"{DIR_NAME}/{DELETED_DIR}/")
     deleted = deleted_runs(dest)
-    runs = shared.list_runs()
+    # one workload's: the runs its index names, once a full pass made it complete (cpindex); else every run
+    candidates = indexed(shared, workload) if workload else None
+    runs = shared.list_runs() if candidates is None else candidates
+    statuses: dict[str, Any] = {}
 
     def one(run_id: str) -> None:
         try:
-            status = shared.read_status(run_id)
+            status = statuses[run_id] = shared.read_status(run_id)
         except ValueError as exc:  # not JSON: one damaged run must not hide the whole history
             log.warning("history: skipping run %s: its shared status.json does not read (%s)", run_id, exc)
             return
@@ -171,4 +177,6 @@ def pull_history(shared: "SharedState", dest: Path, *, cadences: Sequence[str] |
     if runs:
         with ThreadPoolExecutor(max_workers=max(1, min(workers, len(runs)))) as pool:
             list(pool.map(one, runs))  # (the first error, if any, raised here)
+    if candidates is None:  # every run's status read: the index's missing keys, and it is complete
+        heal(shared, statuses)
     return sorted(p.relative_to(dest).as_posix() for p in Path(dest).rglob("*") if p.is_file())
