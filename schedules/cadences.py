@@ -12,6 +12,7 @@ import datetime as dt
 import dagster as dg
 
 from benchrun.automation.discovery import default_specs_dir
+from benchrun.automation.failures import PARTITION_TAG, TRIGGER_TAG
 from benchrun.automation.settings import (
     DEFAULT_NIGHTLY_CRON,
     DEFAULT_PRE_RELEASE_CRON,
@@ -21,7 +22,7 @@ from benchrun.automation.settings import (
     cron_from_env,
     starts_on,
 )
-from benchrun.automation.ticks import cadence_tick, submit_register
+from benchrun.automation.ticks import cadence_tick, submit_register, utc
 from benchrun.errors import BenchrunError
 from sensors._requests import log_outcome, run_request
 
@@ -31,8 +32,36 @@ def _status(name: str, *, on: bool) -> dg.DefaultScheduleStatus:
     return dg.DefaultScheduleStatus.RUNNING if running else dg.DefaultScheduleStatus.STOPPED
 
 
+RUN_KEY_TAG = "dagster/run_key"  # the tag Dagster's scheduler gives a run created from a keyed request
+# Waiting, not in progress: a run in progress does not stop the next from queueing behind it.
+WAITING = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED]
+
+
+def _waiting_run(instance: dg.DagsterInstance, cadence: str, now: dt.datetime) -> str | None:
+    """A ``benchmark_run_job`` run an earlier tick of ``cadence`` requested that has not started yet,
+    described for the skip reason; None when there is none.
+
+    Found in review: nothing checked this, so a stuck queue (or a nightly longer than a day) got a
+    whole batch more every tick. A run of this very tick (its run key ends with the tick time) does
+    not count: a retried tick must still request the runs its first try did not create.
+    """
+    this_tick = f":{utc(now):%Y%m%dT%H%M%SZ}"
+    records = instance.get_run_records(
+        filters=dg.RunsFilter(job_name=JOB_NAME, tags={TRIGGER_TAG: cadence}, statuses=WAITING))
+    for record in records:
+        run = record.dagster_run
+        if not run.tags.get(RUN_KEY_TAG, "").endswith(this_tick):
+            return (f"{cadence} run {run.tags.get(PARTITION_TAG, '?')} (Dagster run {run.run_id}) is still "
+                    f"{run.status.value}: the {cadence} specs are not submitted again until it starts")
+    return None
+
+
 def _tick(context: dg.ScheduleEvaluationContext, cadence: str) -> list[dg.RunRequest] | dg.SkipReason:
     now = context.scheduled_execution_time or dt.datetime.now(dt.timezone.utc)
+    waiting = _waiting_run(context.instance, cadence, now)
+    if waiting:  # before submitting: a skipped tick leaves no Pending run directory behind
+        context.log.info(waiting)
+        return dg.SkipReason(waiting)
     outcome = cadence_tick(cadence, default_specs_dir(), now, submit_register(None, context.instance))
     log_outcome(context.log, outcome)
     if not outcome.submissions and outcome.failed:

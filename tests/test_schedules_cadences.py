@@ -228,3 +228,42 @@ def test_the_maintenance_schedule_is_switched_like_the_others(on: str) -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["RUNNING"]
+
+
+def _cadence_run(instance: dg.DagsterInstance, status: dg.DagsterRunStatus, trigger: str = "nightly",
+                 run_key: str = "nightly:abc:20260920T031500Z") -> str:
+    """A benchmark_run_job run as a schedule's tick creates it (a queued one needs a code location origin)."""
+    from dagster._core.remote_origin import RegisteredCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
+    from dagster._core.test_utils import create_run_for_test
+
+    origin = RemoteJobOrigin(repository_origin=RemoteRepositoryOrigin(
+        code_location_origin=RegisteredCodeLocationOrigin("bench"), repository_name="__repository__"),
+        job_name="benchmark_run_job")
+    run = create_run_for_test(instance, job_name="benchmark_run_job", status=status, remote_job_origin=origin,
+                              tags={"benchrun/trigger": trigger, "dagster/partition": "nightly-a-x",
+                                    "dagster/run_key": run_key})
+    return run.run_id
+
+
+@pytest.mark.parametrize("status", [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED])
+def test_a_cadence_does_not_pile_up_behind_its_own_waiting_run(instance, specs_dir: Path, status) -> None:
+    # found in review: nothing checked the previous run of the cadence, so a stuck queue (or a nightly
+    # longer than a day) got a whole batch more every night
+    (specs_dir / "a.yaml").write_bytes(spec_bytes("nightly-a", "nightly"))
+    (specs_dir / "p.yaml").write_bytes(spec_bytes("pre-a", "pre_release"))
+    waiting = _cadence_run(instance, status)
+    data = tick(nightly_schedule, instance)
+    assert data.run_requests == []
+    assert f"nightly run nightly-a-x (Dagster run {waiting}) is still {status.value}" in data.skip_message
+    assert instance.get_dynamic_partitions("benchmark_run") == []  # nothing pinned behind it
+    # another cadence's waiting run does not hold this one
+    assert [r.tags["benchrun/spec_path"] for r in tick(pre_release_schedule, instance).run_requests] == ["p.yaml"]
+
+
+def test_a_started_run_or_this_ticks_own_does_not_hold_the_cadence(instance, specs_dir: Path) -> None:
+    (specs_dir / "a.yaml").write_bytes(spec_bytes("nightly-a", "nightly"))
+    _cadence_run(instance, dg.DagsterRunStatus.STARTED)  # in progress: the next queues behind it
+    _cadence_run(instance, dg.DagsterRunStatus.QUEUED, trigger="pre_release")
+    _cadence_run(instance, dg.DagsterRunStatus.QUEUED, run_key="nightly:def:20260921T031500Z")  # a retried tick's
+    data = tick(nightly_schedule, instance)
+    assert [r.tags["benchrun/spec_path"] for r in data.run_requests] == ["a.yaml"]

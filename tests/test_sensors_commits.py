@@ -270,6 +270,26 @@ def test_specs_folder_and_branch_are_configurable(repo, instance, defs, monkeypa
     assert [r.tags["benchrun/spec_path"] for r in data.run_requests] == ["bench/specs/x.yaml"]
 
 
+@pytest.mark.parametrize("folder", ["./specs", "specs/", "."])
+def test_a_dotted_specs_folder_still_finds_the_specs(repo, instance, defs, monkeypatch, folder) -> None:
+    # found in review: `./specs` became the prefix `./specs/`, which no git path starts with, so
+    # every commit "touched no spec" and nothing ran, silently
+    monkeypatch.setenv("BENCHRUN_SPEC_REPO_SPECS", folder)
+    cursor = started(spec_commit_sensor, instance, defs, repo)
+    repo.commit("add a", {"specs/a.yaml": spec_bytes("spec-a")})
+    data = tick(spec_commit_sensor, instance, defs, cursor)
+    assert [r.tags["benchrun/spec_path"] for r in data.run_requests] == ["specs/a.yaml"]
+
+
+@pytest.mark.parametrize("folder", ["../specs", "specs/../../x", "/specs"])
+def test_a_specs_folder_outside_the_repository_is_refused(monkeypatch, folder) -> None:
+    from benchrun.automation.settings import RepoWatch
+
+    monkeypatch.setenv("BENCHRUN_SPEC_REPO_SPECS", folder)
+    with pytest.raises(BenchrunError, match="must be a folder inside the repository"):
+        RepoWatch.from_env()
+
+
 def test_not_a_repository_is_a_clear_error(instance, defs, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("BENCHRUN_SPEC_REPO", str(tmp_path))
     with pytest.raises(BenchrunError, match="BENCHRUN_SPEC_REPO"):
@@ -394,3 +414,37 @@ def test_canary_does_not_rerun_reworded_commits(repo, instance, defs) -> None:
     # a new commit after them runs
     repo.commit("change 3", {"src.py": "3\n"})
     assert len(tick(canary_sensor, instance, defs, data.cursor).run_requests) == 1
+
+
+def test_a_pull_merge_does_not_run_again_what_the_merged_commit_submitted(repo, instance, defs) -> None:
+    # found in review: X, already submitted, is merged by `git pull` into a local commit F made on
+    # X's parent; main fast-forwards X -> M, and M, compared with its first parent F, seemed to
+    # change the spec again (to X's bytes): a new run id from M's time, the same spec run twice
+    original = spec_bytes("canary-a", "canary")
+    repo.commit("specs", {"specs/canary.yaml": original})
+    parent = repo.head()
+    cursor = started(spec_commit_sensor, instance, defs, repo)
+    edited = spec_bytes("canary-a", "canary", note="edited")
+    x = repo.commit("edit canary", {"specs/canary.yaml": edited})
+    first = tick(spec_commit_sensor, instance, defs, cursor)
+    assert [r.run_key for r in first.run_requests] == [f"spec-commit:{x}:specs/canary.yaml:{digest_of(edited)}"]
+
+    repo.git("checkout", "-q", "-b", "dev", parent)
+    f_spec = spec_bytes("spec-f")
+    f = repo.commit("add f", {"specs/f.yaml": f_spec})
+    repo.clock += 1
+    repo.git("merge", "-q", "--no-edit", "--no-ff", x)  # M: parents F, X
+    m = repo.head()
+    repo.git("checkout", "-q", "main")
+    repo.git("merge", "-q", "--ff-only", m)
+    data = tick(spec_commit_sensor, instance, defs, first.cursor)
+    # F's own spec still runs; M brings in only what X already submitted
+    assert [r.run_key for r in data.run_requests] == [f"spec-commit:{f}:specs/f.yaml:{digest_of(f_spec)}"]
+    assert data.cursor == m
+
+    # on a linear line a spec changed away and back (a revert, then a re-apply) runs each time
+    y = repo.commit("revert canary", {"specs/canary.yaml": original})
+    z = repo.commit("re-apply canary", {"specs/canary.yaml": edited})
+    later = tick(spec_commit_sensor, instance, defs, data.cursor)
+    assert [r.run_key for r in later.run_requests] == [f"spec-commit:{y}:specs/canary.yaml:{digest_of(original)}",
+                                                       f"spec-commit:{z}:specs/canary.yaml:{digest_of(edited)}"]

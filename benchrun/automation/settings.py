@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,9 +54,13 @@ class RepoWatch:
     def from_env(cls) -> "RepoWatch":
         repo = Path(os.environ.get(ENV_SPEC_REPO, "") or project_root()).expanduser()
         branch = os.environ.get(ENV_SPEC_BRANCH, "").strip() or DEFAULT_BRANCH
-        under = (os.environ.get(ENV_REPO_SPECS, "").strip() or DEFAULT_REPO_SPECS).strip("/")
-        if ".." in under.split("/") or under.startswith("/"):
-            raise BenchrunError(f"{ENV_REPO_SPECS}={under!r} must be a folder inside the repository, e.g. 'specs'")
+        raw = os.environ.get(ENV_REPO_SPECS, "").strip() or DEFAULT_REPO_SPECS
+        # Normalised (found in review): `./specs` made the prefix `./specs/`, which no git path
+        # starts with, so every commit "touched no spec" and nothing ran; `.` is the whole repository.
+        under = posixpath.normpath(raw)
+        if raw.startswith("/") or under == ".." or under.startswith("../"):
+            raise BenchrunError(f"{ENV_REPO_SPECS}={raw!r} must be a folder inside the repository, e.g. 'specs'")
+        under = "" if under == "." else under
         raw_max = os.environ.get(ENV_MAX_COMMITS, "").strip() or str(DEFAULT_MAX_COMMITS_PER_TICK)
         if not raw_max.isdigit() or int(raw_max) < 1:
             raise BenchrunError(f"{ENV_MAX_COMMITS}={raw_max!r} must be a positive integer")

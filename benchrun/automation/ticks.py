@@ -226,6 +226,33 @@ def changed_spec_paths(repo: Path, sha: str, under: str) -> list[str]:
     return specs
 
 
+def _blob_and_dataset(repo: Path, tree: dict[str, str], path: str) -> tuple[str, str] | None:
+    """What a spec's digest is made of in one tree: its blob and its dataset's blob (or "")."""
+    blob = tree.get(path)
+    if blob is None:
+        return None
+    dataset = _dataset_in_tree(repo, tree, path, blob)
+    return blob, tree[dataset] if dataset else ""
+
+
+def _as_at_since(repo: Path, sha: str, since: str, paths: list[str]) -> list[str]:
+    """Those of ``paths`` (changed by ``sha`` against its first parent) that ``sha`` has as the
+    window's start ``since`` had them (spec and dataset bytes), when that first parent does not
+    descend from ``since``; else none.
+
+    Found in review: `git pull` merges X, already submitted, into a local commit F made on X's
+    parent; main fast-forwards X -> M, and M, compared with its first parent F, seemed to change
+    X's spec again, to X's bytes; its run id comes from M's time, so the same spec ran twice.
+    Only such a first parent is checked: on a line that descends from ``since`` a spec back at
+    its ``since`` bytes was changed away and back (a revert, a re-apply) and runs again.
+    """
+    parent = git.first_parent(repo, sha)
+    if not since or parent is None or git.is_ancestor(repo, since, parent):
+        return []
+    then, now = dict(git.list_blobs(repo, since)), dict(git.list_blobs(repo, sha))
+    return [p for p in paths if p in then and _blob_and_dataset(repo, now, p) == _blob_and_dataset(repo, then, p)]
+
+
 def _abandoned_specs(repo: Path, commits: Iterable[str], under: str) -> list[str]:
     """Keys (``spec:<path>:<digest>``) of the valid specs the abandoned commits changed: already submitted."""
     seen: list[str] = []
@@ -309,6 +336,12 @@ def spec_commit_tick(watch: RepoWatch, cursor: str | None, register: Register) -
         paths = changed_spec_paths(repo, sha, watch.specs_under)
         if not paths:
             out.notes.append(f"commit {sha[:12]} touches no spec under {watch.specs_under or '.'}/")
+            continue
+        seen = _as_at_since(repo, sha, window.since, paths)
+        out.notes += [f"{p}@{sha[:12]}: as at {window.since[:12]}, already processed (brought in by a merge)"
+                      for p in seen]
+        paths = [p for p in paths if p not in seen]
+        if not paths:
             continue
         now = _commit_now(repo, sha)
         pending = list(state.pending)
