@@ -110,11 +110,15 @@ def test_a_run_stored_between_plan_and_apply_keeps_the_objects_it_shares(parquet
     late = store.put_run_dir(late_dir, "run-late")
     shared = {o.key for o in late.objects} & {o["key"] for o in plan.objects}
     assert shared  # the late run reuses objects the plan lists
-    apply_retention(tmp_path, plan)
+    record = apply_retention(tmp_path, plan)
     assert store.verify(late) == len(late.objects)  # was: "stored object(s) fail verification"
     assert any("now also held by run-late" in n for n in plan.notes)
-    gone = {o["key"] for o in plan.objects} - shared
+    gone = listed - shared
     assert not any(store.exists(k) for k in gone)  # the rest still went
+    # found in review: the record listed the kept objects as removed too (and the CLI counted them)
+    doc = json.loads(record.read_text())
+    assert doc["objects"] and not any(store.exists(o["key"]) for o in doc["objects"])
+    assert {o["key"] for o in doc["kept_after_plan"]} == shared
 
 
 def test_a_deleted_runs_stored_evidence_still_ages_out(parquet_layout: None, tmp_path: Path) -> None:

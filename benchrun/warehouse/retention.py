@@ -7,8 +7,11 @@ Per run (from its ``benchmark_run_fact`` row, i.e. the run's own pinned spec):
 object (local store only) goes once *every* run whose object manifest lists it is past
 its raw retention; an object any run still needs is kept, and so is every object of a
 run whose age or retention is unknown. A run a ``published/`` alias names (a baseline) never
-expires, as ``benchrun delete`` refuses it. S3 objects are left to the bucket's object lock
-and lifecycle rules.
+expires, as ``benchrun delete`` refuses it, nor does one being run again (its status.json phase not
+final: its row is still the previous attempt's). A run ``benchrun delete`` or an earlier pass removed
+keeps aging by the retention its tombstone or that pass's record kept, so the objects it shares with
+younger runs still go once those age out. S3 objects are left to the bucket's object lock and
+lifecycle rules.
 
 With shared state (Kubernetes: the pass runs in a fresh run-worker pod, its home empty) the aliases
 and ``delete``'s tombstones are pulled from the shared prefix before planning, and the pass's record
@@ -22,6 +25,7 @@ import dataclasses
 import datetime as dt
 import json
 import logging
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +47,7 @@ AGE_TABLE = "benchmark_run_fact"
 class RunAge:
     run_id: str
     age_days: float | None
-    tier: str  # hot | warm | cold | expired | unknown | published
+    tier: str  # hot | warm | cold | expired | unknown | published | active
     cold_days: int | None
     raw_days: int | None
     raw_path_template: str | None
@@ -56,11 +60,14 @@ class RetentionPlan:
     now_utc: str
     runs: list[RunAge]
     partitions: list[dict[str, str]]  # {"table", "run_id", "path"}
-    objects: list[dict[str, Any]]  # {"uri", "runs": [...]}
+    objects: list[dict[str, Any]]  # {"uri", "key", "store", "prefix", "runs": [...], "manifests": {run: digest}}
     kept_objects: int
     notes: list[str]
     applied: bool = False
     applying: bool = False  # recorded before the first removal: a pass cut short still keeps its runs out
+    # Planned objects apply kept (a run stored since shares them): moved out of ``objects`` so the record and
+    # the counts name only what went; before, they were listed as removed (found in review).
+    kept_after_plan: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -141,6 +148,53 @@ def _deleted_ages(home: Path, now: dt.datetime, known: set[str]) -> tuple[list[R
     return runs, notes
 
 
+def _retention_ages(home: Path, now: dt.datetime, known: set[str]) -> list[RunAge]:
+    """The runs an earlier pass removed, aged on from what its record says (age then, raw days, template).
+    Found in review: with their rows gone and their manifests still in the store, the objects they share
+    with a younger run counted as held by a run of unknown age once that run expired, kept forever."""
+    from benchrun.warehouse.removed import RETENTION_DIR
+    from benchrun.warehouse.sources import parse_ts
+
+    out: dict[str, RunAge] = {}
+    directory = warehouse_root(home) / RETENTION_DIR
+    for path in sorted(directory.glob("retention-*.json")) if directory.is_dir() else []:
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            then = parse_ts(doc.get("now_utc"))
+            if not (doc.get("applied") or doc.get("applying")) or then is None:
+                continue
+            removed = {str(part["run_id"]) for part in doc.get("partitions", [])}
+            for run in doc.get("runs", []):
+                run_id, age = str(run["run_id"]), run.get("age_days")
+                if run_id in removed and run_id not in known and isinstance(age, (int, float)):
+                    age += (now - then).total_seconds() / 86400
+                    out[run_id] = RunAge(run_id, age, "expired", run.get("cold_days"), run.get("raw_days"),
+                                         run.get("raw_path_template"))
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            continue  # removed.retention_parts warns of it: its runs' objects are kept (no age)
+    return list(out.values())
+
+
+def _kept_active(home: Path, run: RunAge) -> tuple[RunAge, str | None]:
+    """A run whose status.json phase is not final is being run again (re-materialized): its row is still
+    the previous attempt's, so it is kept until curated again. Found in review: it was expired by the old
+    finish time and the objects its new attempt stores removed. An unreadable or absent status (a fresh
+    pod's home) says nothing: the row's age governs, as before."""
+    from benchrun.paths import safe_join
+    from benchrun.sharedstate import FINAL_PHASES
+
+    if run.tier == "published":
+        return run, None
+    try:
+        phase = json.loads(safe_join(home, "runs", run.run_id, "status.json").read_text(encoding="utf-8"))["phase"]
+    except (OSError, ValueError, TypeError, KeyError, BenchrunError):
+        return run, None
+    if not isinstance(phase, str) or phase in FINAL_PHASES:
+        return run, None
+    return (dataclasses.replace(run, tier="active", raw_days=None),
+            f"run {run.run_id}: phase {phase} (being run again); its partitions and raw objects are kept")
+
+
 def _iceberg_run_ids(home: Path) -> dict[str, set[str]] | None:
     """Per table, the run ids with rows in the Iceberg tables; None for the parquet layout."""
     from benchrun.warehouse import lake
@@ -161,8 +215,13 @@ def plan_retention(home: Path, now: dt.datetime | None = None) -> RetentionPlan:
     runs = [_kept_published(r, published) for r in _run_ages(home, now)]
     notes: list[str] = [f"run {r}: published ({', '.join(a)}); its partitions and raw objects are kept"
                         for r, a in sorted(published.items()) if any(x.run_id == r for x in runs)]
+    checked = [_kept_active(home, r) for r in runs]
+    runs = [r for r, _ in checked]
+    notes += [note for _, note in checked if note]
     deleted, deleted_notes = _deleted_ages(home, now, {r.run_id for r in runs})
     notes += deleted_notes
+    deleted += [_kept_published(r, published) for r in
+                _retention_ages(home, now, {r.run_id for r in runs} | {r.run_id for r in deleted})]
     partitions = []
     iceberg = _iceberg_run_ids(home)
     if iceberg is not None:  # rows of a run the plan cannot age (its run row gone before the others)
@@ -202,7 +261,7 @@ def plan_retention(home: Path, now: dt.datetime | None = None) -> RetentionPlan:
     kept = 0
     for store, store_runs in by_store.values():
         ages = {r.run_id: r for r in store_runs}
-        holders, note = _holders(store)
+        holders, digests, note = _holders(store)
         if note:
             notes.append(note)
         for key, run_ids in sorted(holders.items()):
@@ -213,28 +272,32 @@ def plan_retention(home: Path, now: dt.datetime | None = None) -> RetentionPlan:
             )
             if expired and store.exists(key):
                 objects.append({"uri": store.key_uri(key), "key": key, "store": str(store.root),
-                                "prefix": store.prefix_template, "runs": sorted(set(run_ids))})
+                                "prefix": store.prefix_template, "runs": sorted(set(run_ids)),
+                                "manifests": {r: digests.get(r) for r in sorted(set(run_ids))}})
             else:
                 kept += 1
     return RetentionPlan(now.isoformat(timespec="seconds"), runs, partitions, objects, kept, notes)
 
 
-def _holders(store: LocalStore) -> tuple[dict[str, list[str]], str]:
-    """Object key -> the runs whose stored manifests (every version) list it; ``({}, why)`` when
-    a manifest cannot be read (nothing of that store may then be removed)."""
+def _holders(store: LocalStore) -> tuple[dict[str, list[str]], dict[str, str], str]:
+    """Object key -> the runs whose stored manifests (every version) list it, and each run's latest
+    manifest digest (apply compares it with the plan's); ``({}, {}, why)`` when a manifest cannot be
+    read (nothing of that store may then be removed)."""
     holders: dict[str, list[str]] = {}
+    digests: dict[str, str] = {}
     for run_id in store.list_manifest_run_ids():
         try:
             manifest = store.load_manifest(run_id)
         except BenchrunError as exc:
-            return {}, f"{store.uri}: manifest of {run_id} unreadable ({exc}); store left untouched"
+            return {}, {}, f"{store.uri}: manifest of {run_id} unreadable ({exc}); store left untouched"
+        digests[run_id] = manifest.digest
         # Every stored version of the run's manifest counts, not only the latest.
         for version in _manifest_versions(store, run_id):
             for obj in version:
                 holders.setdefault(obj, []).append(run_id)
         for obj in manifest.objects:
             holders.setdefault(obj.key, []).append(run_id)
-    return holders, ""
+    return holders, digests, ""
 
 
 def _kept_published(run: RunAge, published: dict[str, list[str]]) -> RunAge:
@@ -271,7 +334,9 @@ def apply_retention(home: Path, plan: RetentionPlan) -> Path:
     the rows of every other table, then the raw objects, and the runs' ``benchmark_run_fact`` rows last."""
     home = Path(home)
     stamp = plan.now_utc.replace(":", "").replace("+", "Z").replace("-", "")
-    record = warehouse_root(home) / "_retention" / f"retention-{stamp}.json"
+    # A short random suffix: found in review, a second pass in the same second (names were stamped to the
+    # second) overwrote the first's record, and rebuild-warehouse then wrote the first's runs back.
+    record = warehouse_root(home) / "_retention" / f"retention-{stamp}-{uuid.uuid4().hex[:12]}.json"
     # The record first, as "applying": a pass cut short (Ctrl-C, a crash) after removing rows and objects
     # left no record, so `rebuild-warehouse` wrote its runs back without their objects; their runs now stay
     # out, and the next pass removes what this one left
@@ -287,6 +352,9 @@ def apply_retention(home: Path, plan: RetentionPlan) -> Path:
             _remove(home, part)
     if plan.partitions:
         refresh_views(home)
+    kept = {(obj["store"], obj.get("prefix"), obj["key"]) for obj in plan.kept_after_plan}
+    plan.objects = [obj for obj in plan.objects if (obj["store"], obj.get("prefix"), obj["key"]) not in kept]
+    plan.kept_objects += len(plan.kept_after_plan)
     plan.applied, plan.applying = True, False
     atomic_write_json(record, plan.to_json())
     _push_shared(home, record)
@@ -295,19 +363,25 @@ def apply_retention(home: Path, plan: RetentionPlan) -> Path:
 
 
 def _remove_objects(plan: RetentionPlan) -> None:
-    """Delete the plan's raw objects no run stored since the plan holds too (read again under the lock)."""
+    """Delete the plan's raw objects no run stored since the plan holds too (read again under the lock),
+    nor a run whose manifest changed since (stored again: found in review, a new attempt's objects went);
+    the others go to ``plan.kept_after_plan``."""
     by_store: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for obj in plan.objects:
         by_store.setdefault((obj["store"], obj.get("prefix") or ""), []).append(obj)
     for (root, prefix), objs in by_store.items():
         store = LocalStore(Path(root), prefix)
         with store.lock(exclusive=True):  # no run is being stored meanwhile (LocalStore.put_run_dir)
-            holders, note = _holders(store)  # read again: a run stored since the plan may share an object
+            holders, digests, note = _holders(store)  # read again: a run stored since the plan may share an object
             for obj in objs:
                 others = sorted(set(holders.get(obj["key"], [])) - set(obj["runs"])) if not note else ["?"]
-                if others:
-                    plan.notes.append(f"{obj['key']}: kept, now also held by {', '.join(others)}"
-                                      if not note else f"{obj['key']}: kept ({note})")
+                planned = obj.get("manifests") or {}
+                again = sorted(r for r in obj["runs"] if r in planned and digests.get(r) != planned[r])
+                if others or again:
+                    plan.kept_after_plan.append(obj)
+                    plan.notes.append(f"{obj['key']}: kept ({note})" if note else
+                                      f"{obj['key']}: kept, now also held by {', '.join(others)}" if others else
+                                      f"{obj['key']}: kept, {', '.join(again)} stored again since the plan")
                     continue
                 store.delete_key(obj["key"])
 
