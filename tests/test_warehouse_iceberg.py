@@ -546,9 +546,13 @@ def test_maintenance_asset_compacts_and_expires(tmp_path: Path, monkeypatch: pyt
         run_dir, manifest = _stored_run(tmp_path, run_id)
         curate_run(run_dir, tmp_path, manifest)
     assert defs.get_schedule_def("warehouse_maintenance_schedule").job_name == "warehouse_maintenance_job"
-    result = dg.materialize([warehouse_maintenance], resources={"warehouse": WarehouseResource()},
-                            run_config={"ops": {"warehouse_maintenance": {"config": {"expire_days": 0}}}},
-                            instance=dg.DagsterInstance.ephemeral())
+    # An entered instance: run after tests/test_schedules_cadences.py's storage-failure tick in one process,
+    # Dagster's definitions load found a defs-state storage whose instance was gone ("Attempted to resolve
+    # undefined DagsterInstance weakref") with an ephemeral instance that was never entered.
+    with dg.instance_for_test() as instance:
+        result = dg.materialize([warehouse_maintenance], resources={"warehouse": WarehouseResource()},
+                                run_config={"ops": {"warehouse_maintenance": {"config": {"expire_days": 0}}}},
+                                instance=instance)
     assert result.success
     md = result.asset_materializations_for_node("warehouse_maintenance")[0].metadata["tables"].value
     assert "| serving_request_fact | 2 | 1 |" in md

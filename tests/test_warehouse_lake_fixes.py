@@ -228,9 +228,10 @@ def test_maintenance_reports_a_damaged_table_and_maintains_the_others(tmp_path: 
         run_dir, manifest = _stored_run(tmp_path, run_id)
         curate_run(run_dir, tmp_path, manifest)
     assert lake.table_files(tmp_path, "serving_outcome_fact") > files
-    result = dg.materialize([warehouse_maintenance], resources={"warehouse": WarehouseResource(home=str(tmp_path))},
-                            run_config={"ops": {"warehouse_maintenance": {"config": {"expire_days": 0}}}},
-                            instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+    with dg.instance_for_test() as instance:  # entered: see test_warehouse_iceberg's maintenance test
+        result = dg.materialize([warehouse_maintenance], resources={"warehouse": WarehouseResource(home=str(tmp_path))},
+                                run_config={"ops": {"warehouse_maintenance": {"config": {"expire_days": 0}}}},
+                                instance=instance, raise_on_error=False)
     assert not result.success
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
     assert "1 table(s) not maintained (measurement_fact)" in str(failure.event_specific_data.error)
