@@ -16,7 +16,7 @@ import pytest
 
 from benchrun import sharedstate
 from benchrun.stats.synthetic import make_run
-from test_store_helpers import s3_env, shared_bucket  # noqa: F401  (fixture)
+from test_store_helpers import s3_env, shared_bucket, shared_keys  # noqa: F401  (fixture)
 
 CP_KEY = "warehouse/change_point_fact/change_points.parquet"
 
@@ -26,11 +26,6 @@ def bucket(s3_env: str, monkeypatch: pytest.MonkeyPatch) -> str:  # noqa: F811
     """A fresh bucket (moto keeps buckets in the process, across servers) named by BENCHRUN_SHARED_STATE."""
     return shared_bucket(s3_env, monkeypatch)
 
-
-def _keys(s3_env: str, bucket: str, prefix: str = "team/") -> set[str]:  # noqa: F811
-    client = boto3.client("s3", endpoint_url=s3_env)
-    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
-    return {o["Key"][len("team/"):] for page in pages for o in page.get("Contents", [])}
 
 
 def _nightly_runs(home: Path, n: int = 24) -> list[Path]:
@@ -92,12 +87,13 @@ def test_change_points_in_a_fresh_pod_reads_the_shared_runs_and_shares_its_fact(
 
     def materialize_in(home: Path) -> dict:
         monkeypatch.setenv("BENCHRUN_HOME", str(home))
-        res = dg.materialize([change_points], instance=dg.DagsterInstance.ephemeral())
+        with dg.instance_for_test() as instance:  # entered (see test_warehouse_iceberg's maintenance test)
+            res = dg.materialize([change_points], instance=instance)
         return res.get_asset_materialization_events()[0].materialization.metadata
 
     meta = materialize_in(tmp_path / "pod-1")
     assert meta["runs"].value == 24 and meta["change_points"].value == 1 and meta["new_change_points"].value == 1
-    assert CP_KEY in _keys(s3_env, bucket)
+    assert CP_KEY in shared_keys(s3_env, bucket)
     # the UI names the shared copy, not a path into a pod that is gone when the job ends (found in review)
     assert meta["path"].value == f"s3://{bucket}/team/{CP_KEY}"
     assert not (tmp_path / "pod-1" / "runs").exists()  # no partial run copies in the home
@@ -143,7 +139,7 @@ def test_retention_in_a_fresh_pod_keeps_a_baseline_only_the_shared_state_names(
     assert any("run gone-x: deleted" in n for n in plan.notes)  # the tombstone was read
 
     record = apply_retention(pod, plan)
-    keys = _keys(s3_env, bucket)
+    keys = shared_keys(s3_env, bucket)
     assert f"warehouse/_retention/{record.name}" in keys and "warehouse/_deleted/gone-x.json" in keys
     shared_record = json.loads(client.get_object(Bucket=bucket, Key=f"team/warehouse/_retention/{record.name}")
                                ["Body"].read())
@@ -260,7 +256,7 @@ def test_a_workloads_history_reads_its_runs_through_the_index_once_a_full_pass_m
                          status={"cadence": "nightly", "workload_spec_digest": other}, sealed=False))
     _push_all(runs, writer)
     mine = [f"n-{i:02d}" for i in range(6)] + ["canary-x"]
-    indexed = {k for k in _keys(s3_env, bucket) if k.startswith(INDEX)}
+    indexed = {k for k in shared_keys(s3_env, bucket) if k.startswith(INDEX)}
     assert indexed == {f"{INDEX}{wd}/{r}" for r in mine} | {f"{INDEX}{other}/other-x"}  # at push; not Failed ones
     reads: list[str] = []
     real = sharedstate.SharedState.read_status
@@ -269,7 +265,7 @@ def test_a_workloads_history_reads_its_runs_through_the_index_once_a_full_pass_m
     client = boto3.client("s3", endpoint_url=s3_env)
     client.delete_object(Bucket=bucket, Key=f"team/{INDEX}{wd}/n-00")  # as if pushed before the index existed
     first = gather_history(tmp_path / "a", cadences=None, workload=wd)
-    assert len(reads) == 9 and f"{INDEX}{wd}/n-00" in _keys(s3_env, bucket) and COMPLETE in _keys(s3_env, bucket)
+    assert len(reads) == 9 and f"{INDEX}{wd}/n-00" in shared_keys(s3_env, bucket) and COMPLETE in shared_keys(s3_env, bucket)
     reads.clear()
     again = gather_history(tmp_path / "b", cadences=None, workload=wd)
     assert sorted(reads) == sorted(mine)  # its runs only
@@ -278,3 +274,18 @@ def test_a_workloads_history_reads_its_runs_through_the_index_once_a_full_pass_m
     sharedstate.push_run(make_run(writer, "late-x", {("serve", "", "tokens_per_second"): ([5, 6, 7], "tok/s", "higher")},
                                   status={"cadence": "nightly", "workload_spec_digest": wd}, sealed=False), writer)
     assert "late-x" in set(gather_history(tmp_path / "c", cadences=None, workload=wd)["run_id"])
+
+
+def test_retention_in_a_fresh_pod_pulls_the_records_of_earlier_passes(
+        tmp_path: Path, s3_env: str, bucket: str) -> None:  # noqa: F811
+    # the re-read: a run an earlier pass removed ages on from that pass's record (retention._retention_ages),
+    # which a fresh pod's home did not have: the pass pulled the aliases and tombstones only
+    from benchrun.warehouse import retention
+
+    client = boto3.client("s3", endpoint_url=s3_env)
+    client.put_object(Bucket=bucket, Key="team/warehouse/_retention/retention-1.json", Body=b'{"applied": true}')
+    client.put_object(Bucket=bucket, Key="team/warehouse/_deleted/gone-x.json", Body=b"{}")
+    pod = tmp_path / "pod"
+    retention._pull_shared(pod)
+    assert (pod / "warehouse" / "_retention" / "retention-1.json").is_file()
+    assert (pod / "warehouse" / "_deleted" / "gone-x.json").is_file()

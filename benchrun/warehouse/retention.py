@@ -386,23 +386,22 @@ def _remove_objects(plan: RetentionPlan) -> None:
                 store.delete_key(obj["key"])
 
 
-def _shared_records() -> tuple[str, str]:
-    from benchrun.warehouse.removed import DELETED_DIR, DIR_NAME
-
-    return "published/", f"{DIR_NAME}/{DELETED_DIR}/"
-
-
 def _pull_shared(home: Path) -> None:
-    """With shared state: the ``published/`` aliases and ``delete``'s tombstones every pod shares, into
-    ``home`` before a plan reads them (a no-op without it)."""
+    """With shared state: the ``published/`` aliases, ``delete``'s tombstones and earlier passes' records
+    every pod shares, into ``home`` before a plan reads them (a no-op without it). The records too: a run an
+    earlier pass removed ages on from its record (``_retention_ages``), which a fresh pod's home otherwise
+    lacked (found in the re-read)."""
     from benchrun.sharedstate import pull_paths
+    from benchrun.warehouse.removed import pull_removed
 
-    pull_paths(home, *_shared_records())
+    pull_removed(home)
+    pull_paths(home, "published/")
 
 
 def _push_shared(home: Path, record: Path) -> None:
     """With shared state: the pass's record and the tombstones this home holds, to the shared prefix
     (``rebuild-warehouse`` and the next pass on any pod read them; a no-op without it)."""
     from benchrun.sharedstate import push_paths
+    from benchrun.warehouse.removed import DELETED_DIR, DIR_NAME
 
-    push_paths(home, record.relative_to(home).as_posix(), _shared_records()[1])
+    push_paths(home, record.relative_to(home).as_posix(), f"{DIR_NAME}/{DELETED_DIR}/")
