@@ -10,8 +10,11 @@ from typing import Any, Sequence
 
 import dagster as dg
 
-# What the shared prefix mirrors of a home (benchrun.sharedstate), beside the change-point fact's file.
-MIRRORED = ("runs/", "specs/", "published/", "warehouse/_retention/", "warehouse/_deleted/")
+from benchrun.warehouse.removed import DELETED_DIR, DIR_NAME, RETENTION_DIR
+
+# What the shared prefix mirrors of a home (benchrun.sharedstate), beside the change-point fact's file:
+# runs, pinned specs, aliases, and retention's and delete's records (benchrun.warehouse.removed).
+MIRRORED = ("runs/", "specs/", "published/", f"{DIR_NAME}/{RETENTION_DIR}/", f"{DIR_NAME}/{DELETED_DIR}/")
 
 
 def path(p: Path | str) -> dg.MetadataValue:
@@ -20,26 +23,21 @@ def path(p: Path | str) -> dg.MetadataValue:
     and delete's records) is named by its ``s3://`` key, where it outlives the pod: on Kubernetes the home
     is a run-worker pod's, and a path into it led nowhere once the run ended (found in review). Any other
     file, and every file without shared state, by its path."""
-    import urllib.parse
-
     from benchrun.errors import BenchrunError
     from benchrun.paths import home_location
-    from benchrun.sharedstate import CHANGE_POINTS, ENV
-    from benchrun.urlsafe import has_credentials
+    from benchrun.sharedstate import CHANGE_POINTS, ENV, shared_state
 
-    shown = str(p)
-    uri = os.environ.get(ENV, "").strip()
-    parsed = urllib.parse.urlparse(uri)
-    if parsed.scheme == "s3" and parsed.netloc and not has_credentials(uri):  # (refused before any asset runs)
-        try:  # the file's folder resolved, not the file: a link is not what the prefix mirrors under its name
-            where = Path(p).parent.resolve() / Path(p).name
-            rel = where.relative_to(home_location()[0]).as_posix()
-        except (ValueError, BenchrunError):
-            rel = ""
-        if rel.startswith(MIRRORED) or rel == CHANGE_POINTS:
-            prefix = parsed.path.strip("/")  # the keys as benchrun.sharedstate.shared_state makes them
-            shown = f"s3://{parsed.netloc}/{prefix + '/' if prefix else ''}{rel}"
+    if not os.environ.get(ENV, "").strip():
+        return dg.MetadataValue.path(str(p))
+    try:  # the file's folder resolved, not the file: a link is not what the prefix mirrors under its name
+        shared = shared_state()  # (its URI parsed and checked as everywhere else; refused before any asset runs)
+        rel = (Path(p).parent.resolve() / Path(p).name).relative_to(home_location()[0]).as_posix()
+    except (ValueError, BenchrunError):
+        shared, rel = None, ""
+    mirrored = shared is not None and (rel.startswith(MIRRORED) or rel == CHANGE_POINTS)
+    shown = f"{shared.uri}{rel}" if mirrored else str(p)
     return dg.MetadataValue.path(shown)
+
 
 # Dagster's column types for the Python values these tables hold.
 _TYPES = {bool: "bool", int: "int", float: "float", str: "string"}

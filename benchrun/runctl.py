@@ -361,11 +361,12 @@ def _read_shared(root: Path, run_id: str) -> None:
     shared state holds is deleted from any home. A pull that fails raises, and nothing is deleted."""
     from benchrun.rundir import TERMINAL_PHASES
     from benchrun.sharedstate import pull_paths, pull_run, shared_state
+    from benchrun.warehouse.removed import tombstone_path
 
     shared = shared_state()
     if shared is None:
         return
-    pull_paths(root, f"warehouse/_deleted/{run_id}.json", "published/")
+    pull_paths(root, tombstone_path(root, run_id).relative_to(root).as_posix(), "published/")
     _refuse_baseline(root, run_id)
     try:
         held = shared.read_status(run_id)
