@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -182,7 +183,8 @@ def test_a_same_host_cancel_ends_the_dagster_run_canceled_not_failed(bench_home)
                             stdout=subprocess.PIPE, text=True, cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT), "BENCHRUN_HOME": str(bench_home)})
     try:
-        assert proc.stdout.readline().strip() == "ready"
+        ready, _, _ = select.select([proc.stdout], [], [], 120)  # a bounded wait: a stuck child fails, not hangs
+        assert ready and proc.stdout.readline().strip() == "ready"
         dagster_run_id = rd.read_status()["dagster_run_id"]
         out = cancel_run(run_id, home=bench_home, instance=instance, grace_s=30)
         rest, _ = proc.communicate(timeout=30)

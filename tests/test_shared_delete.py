@@ -13,7 +13,7 @@ import pytest
 from benchrun import sharedstate
 from benchrun.errors import BenchrunError
 from benchrun.stats.synthetic import make_run
-from test_store_helpers import s3_env, shared_bucket  # noqa: F401  (fixture)
+from test_store_helpers import s3_env, shared_bucket, shared_keys  # noqa: F401  (fixture)
 
 
 @pytest.fixture
@@ -21,11 +21,6 @@ def bucket(s3_env: str, monkeypatch: pytest.MonkeyPatch) -> str:  # noqa: F811
     monkeypatch.setenv("BENCHRUN_WAREHOUSE_FORMAT", "parquet")
     return shared_bucket(s3_env, monkeypatch)
 
-
-def _keys(s3_env: str, bucket: str) -> set[str]:  # noqa: F811
-    pages = boto3.client("s3", endpoint_url=s3_env).get_paginator("list_objects_v2").paginate(
-        Bucket=bucket, Prefix="team/")
-    return {o["Key"][len("team/"):] for page in pages for o in page.get("Contents", [])}
 
 
 def _nightly(home: Path, run_id: str, value: float, phase: str = "Succeeded") -> Path:
@@ -67,12 +62,12 @@ def test_a_delete_from_another_home_removes_the_shared_copy_and_every_history_le
     (pod / "warehouse" / "measurement_fact" / "run_id=gone-x").mkdir(parents=True)  # a parquet-layout partition
     (pod / "warehouse" / "measurement_fact" / "run_id=gone-x" / "part.parquet").write_bytes(b"PAR1")
     sharedstate.push_run(gone, pod)
-    assert any(k.startswith("warehouse/measurement_fact/run_id=gone-x/") for k in _keys(s3_env, bucket))
+    assert any(k.startswith("warehouse/measurement_fact/run_id=gone-x/") for k in shared_keys(s3_env, bucket))
 
     cli = tmp_path / "cli"  # a person's machine that never held the run: it is read from the shared state
     out = delete_run("gone-x", home=cli)
     assert any("shared copy" in r for r in out.removed), out.removed
-    keys = _keys(s3_env, bucket)
+    keys = shared_keys(s3_env, bucket)
     assert not any(k.startswith("runs/gone-x/") for k in keys), keys
     assert not any("run_id=gone-x" in k for k in keys), keys
     assert "warehouse/_deleted/gone-x.json" in keys and any(k.startswith("runs/keep-x/") for k in keys)
@@ -90,11 +85,11 @@ def test_a_delete_cut_short_after_the_shared_status_went_is_finished_by_deleting
     pod, cli = tmp_path / "pod", tmp_path / "cli"
     _nightly(pod, "gone-x", 50.0)
     _delete_cut_short_after_the_shared_status(monkeypatch, cli)
-    keys = _keys(s3_env, bucket)
+    keys = shared_keys(s3_env, bucket)
     assert "runs/gone-x/status.json" not in keys and any(k.startswith("runs/gone-x/") for k in keys)
     assert (cli / "runs" / "gone-x").is_dir()  # still listed here: deleting again finishes it
     runctl.delete_run("gone-x", home=cli)
-    assert not any(k.startswith("runs/gone-x/") for k in _keys(s3_env, bucket))
+    assert not any(k.startswith("runs/gone-x/") for k in shared_keys(s3_env, bucket))
 
     # and from a home where the run directory went too: the tombstone names it, the shared leftovers go
     _nightly(pod, "gone-y", 50.0)
@@ -103,7 +98,7 @@ def test_a_delete_cut_short_after_the_shared_status_went_is_finished_by_deleting
         boto3.client("s3", endpoint_url=s3_env).put_object(Bucket=bucket, Key=f"team/runs/gone-y/{k}", Body=b"x")
     out = runctl.delete_run("gone-y", home=cli)
     assert out.removed and "shared copy: 2 object(s)" in out.removed[0]
-    assert not any(k.startswith("runs/gone-y/") for k in _keys(s3_env, bucket))
+    assert not any(k.startswith("runs/gone-y/") for k in shared_keys(s3_env, bucket))
 
 
 def test_a_run_another_pod_runs_or_a_shared_baseline_is_refused_and_nothing_shared_goes(
@@ -116,12 +111,12 @@ def test_a_run_another_pod_runs_or_a_shared_baseline_is_refused_and_nothing_shar
     (pod / "published" / "nightly").write_text("base-x\n")
     sharedstate.push_alias(pod, "nightly")
     _nightly(pod, "live-x", 100.0, phase="Running")
-    before = _keys(s3_env, bucket)
+    before = shared_keys(s3_env, bucket)
     with pytest.raises(BenchrunError, match="baseline published/nightly"):
         delete_run("base-x", home=cli)
     with pytest.raises(BenchrunError, match="live-x is Running; cancel it first"):
         delete_run("live-x", home=cli)
-    assert _keys(s3_env, bucket) == before
+    assert shared_keys(s3_env, bucket) == before
     # nothing of the live run written here: a copy left behind would be reaped as Failed and pushed (review)
     assert not (cli / "runs" / "live-x").exists() and not (cli / "runs" / "base-x").exists()
 
@@ -163,7 +158,7 @@ def test_another_home_finishes_a_delete_cut_short_and_keeps_the_retention_the_fi
     _delete_cut_short_after_the_shared_status(monkeypatch, first)
     out = runctl.delete_run("gone-x", home=second)  # a machine that never held the run, nor started the delete
     assert out.removed and "shared copy" in out.removed[0]
-    assert not any(k.startswith("runs/gone-x/") for k in _keys(s3_env, bucket))
+    assert not any(k.startswith("runs/gone-x/") for k in shared_keys(s3_env, bucket))
     runctl.delete_run("gone-x", home=pod)  # the pod that still holds its own copy cleans it up
     assert not (pod / "runs" / "gone-x").exists()
     shared_record = json.loads(boto3.client("s3", endpoint_url=s3_env).get_object(

@@ -202,5 +202,14 @@ def shared_bucket(endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
     return name
 
 
+def shared_keys(endpoint: str, bucket: str) -> set[str]:
+    """The keys under the ``team/`` prefix :func:`shared_bucket` names, relative to it."""
+    import boto3
+
+    pages = boto3.client("s3", endpoint_url=endpoint).get_paginator("list_objects_v2").paginate(
+        Bucket=bucket, Prefix="team/")
+    return {o["Key"][len("team/"):] for page in pages for o in page.get("Contents", [])}
+
+
 def load_json(path: Path) -> dict:
     return json.loads(path.read_text())
