@@ -384,6 +384,7 @@ def _shared_left(root: Path, run_id: str) -> list[str]:
     went, said ([]: no shared state, or nothing there). Before, delete left the shared copy: history_job's
     pods read the run into every later change-point pass (found in review)."""
     from benchrun.sharedstate import shared_state
+    from benchrun.stats.cpindex import index_key
     from benchrun.warehouse import lake
     from benchrun.warehouse.schemas import TABLES
 
@@ -391,7 +392,12 @@ def _shared_left(root: Path, run_id: str) -> list[str]:
     if shared is None:
         return []
     top = f"runs/{run_id}/"
-    gone = shared.prune(f"{top}status.json", set()) + shared.prune(top, set())
+    try:  # its workload index key (cpindex) goes first: read from the status that names its workload
+        key = index_key(shared.read_status(run_id))
+    except ValueError:  # not JSON: never indexed
+        key = None
+    gone = (shared.prune(key, set()) if key else []) + shared.prune(f"{top}status.json", set())
+    gone += shared.prune(top, set())
     for table in () if lake.enabled() else TABLES:
         gone += shared.prune(f"warehouse/{table}/run_id={run_id}/", set())
     return [f"its shared copy: {len(gone)} object(s) under {shared.uri}"] if gone else []

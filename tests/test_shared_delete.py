@@ -26,7 +26,8 @@ def bucket(s3_env: str, monkeypatch: pytest.MonkeyPatch) -> str:  # noqa: F811
 def _nightly(home: Path, run_id: str, value: float, phase: str = "Succeeded") -> Path:
     rd = make_run(home, run_id, {("serve", "", "tokens_per_second"): ([value, value + 1, value - 1], "tok/s",
                                                                        "higher")},
-                  status={"cadence": "nightly", "phase": phase, "created_utc": "2026-12-01T00:00:00Z"},
+                  status={"cadence": "nightly", "phase": phase, "created_utc": "2026-12-01T00:00:00Z",
+                          "workload_spec_digest": "a" * 64},
                   sealed=False)
     sharedstate.push_run(rd, home)
     return rd
@@ -41,7 +42,7 @@ def _delete_cut_short_after_the_shared_status(monkeypatch: pytest.MonkeyPatch, h
 
     def cut(self: sharedstate.SharedState, rel: str, keep: set[str]) -> list[str]:
         calls.append(rel)
-        if len(calls) == 2:  # after the status went, before the rest
+        if len(calls) > 1 and calls[-2].endswith("/status.json"):  # after the status went, before the rest
             raise BenchrunError("shared state: connection reset")
         return real(self, rel, keep)
 
@@ -71,6 +72,8 @@ def test_a_delete_from_another_home_removes_the_shared_copy_and_every_history_le
     assert not any(k.startswith("runs/gone-x/") for k in keys), keys
     assert not any("run_id=gone-x" in k for k in keys), keys
     assert "warehouse/_deleted/gone-x.json" in keys and any(k.startswith("runs/keep-x/") for k in keys)
+    # its workload index key went with it (the kept run's stays)
+    assert [k.rsplit("/", 1)[1] for k in keys if k.startswith("index/workload/")] == ["keep-x"], keys
     assert set(gather_history(tmp_path / "fresh")["run_id"]) == {"keep-x"}
 
     # a step of the run that ends late in its pod pushes the run again: the shared tombstone still keeps it out
