@@ -6,7 +6,8 @@ full pass over the shared runs (:func:`heal`: change_points' nightly pass, or a 
 pass healed it), which then writes ``index/workload/.complete``. Until that marker exists the index is not
 trusted (runs pushed before it existed are not in it) and a history reads every run's status, as before; after,
 :func:`indexed` names the candidates and each one's status still decides (a run deleted, or Failed after it
-Succeeded, drops out there; ``benchrun delete`` removes a run's key with its shared copy). Hand-written: a few object keys, no library does this for S3.
+Succeeded, drops out there; ``benchrun delete`` removes a run's key with its shared copy). Hand-written: a few
+object keys, no library does this for S3.
 
 The shared state object is passed in, never imported (``benchrun.sharedstate`` imports this module).
 """
