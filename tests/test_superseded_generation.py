@@ -231,6 +231,31 @@ def test_a_rejected_edit_does_not_drop_a_stop_still_pending(harness, instance, r
     assert calls == [first.run_id, first.run_id] and harness.get(KIND, "p", NS)["status"]["phase"] == "Rejected"
 
 
+def test_a_restarted_operator_finds_a_stop_still_pending_while_the_current_generation_is_rejected(
+        harness, instance, runs, canary_doc, monkeypatch) -> None:
+    """Noticed last session: the operator kept a pending stop in memory only. Restarted while the current
+    generation is Rejected, it returned at Rejected and never tried generation 1's stop again (it kept its
+    GPUs). A fresh operator asks Dagster once for the latest generation that started a run, and stops
+    what is earlier: generation 2's run is left alone."""
+    op, uid, first, first_dir, calls = _edited_with_its_stop_unconfirmed(harness, instance, runs, canary_doc,
+                                                                        monkeypatch, "r")
+    second = _started(instance, _by_generation(instance, uid)[2])
+    _rejected_edit(harness, canary_doc, "r")
+    op.relist()
+    assert harness.get(KIND, "r", NS)["status"]["phase"] == "Rejected"
+    monkeypatch.setattr(instance.run_launcher, "terminate", _terminate_ok(instance, calls))
+    fresh = operator(harness, DagsterRuns(instance))  # a restart: nothing in memory
+    fresh.relist()
+    assert calls[-1] == first.run_id and instance.get_run_by_id(first.run_id).status == CANCELED  # was: STARTED
+    st = RunDir.for_run(first_dir).read_status()
+    assert st["phase"] == "Canceled" and "superseded by generation 2" in st["message"]
+    assert instance.get_run_by_id(second.run_id).status == STARTED
+    assert uid not in fresh._superseding and fresh._superseded_by[uid] == 2
+    asked = len(calls)
+    fresh.relist()  # asked once: settled
+    assert len(calls) == asked and harness.get(KIND, "r", NS)["status"]["phase"] == "Rejected"
+
+
 def test_the_fallback_sensor_does_not_drop_a_stop_still_pending_on_a_rejected_edit(cluster: Cluster, instance,
                                                                                    resource_doc,
                                                                                    monkeypatch) -> None:

@@ -135,6 +135,13 @@ class DagsterRuns:
             filters=_filter(tags={TAG_UID: ref.uid, TAG_GENERATION: str(ref.generation)}), limit=1)
         return self.submit_created(records[0].dagster_run) if records else None
 
+    def latest_generation(self, uid: str) -> int | None:
+        """The latest ``benchrun/cr-generation`` any Dagster run of the BenchmarkRun with ``uid`` was
+        started for (None: none readable): the generation that superseded the earlier ones, for a
+        process that did not see it start (a restarted operator)."""
+        seen = [_generation(r.dagster_run) for r in self.instance.get_run_records(filters=_filter(tags={TAG_UID: uid}))]
+        return max((g for g in seen if g is not None), default=None)
+
     def submit_created(self, run: Any) -> Any:
         """``run``, queued for the daemon if this module created it and it still waits NOT_STARTED:
         ``start`` creates, then submits, and a submit that raised (the storage busy) or a process
@@ -259,10 +266,15 @@ def stop_in_flight(instance: Any, uid: str, reason: str, *, confirmed: set[str] 
 def _earlier(run: Any, bound: int | None) -> bool:
     if bound is None:
         return True
+    generation = _generation(run)
+    return generation is not None and generation < bound
+
+
+def _generation(run: Any) -> int | None:
     try:
-        return int(run.tags.get(TAG_GENERATION, "")) < bound
+        return int(run.tags.get(TAG_GENERATION, ""))
     except ValueError:
-        return False
+        return None
 
 
 def stop_superseded(instance: Any, ref: ResourceRef, pending: dict[str, str | None], *, home: Any = None,

@@ -449,10 +449,18 @@ class Operator:
 
         ``started``: ``ref``'s run exists, and supersedes once per generation (a relist after catch-up
         stopped following the object asks Dagster nothing). Else (a rejected generation) only a stop
-        still pending goes on, bounded by the generation that superseded: a rejected edit stops nothing."""
+        still pending goes on, bounded by the generation that superseded: a rejected edit stops nothing.
+        A process that did not see that generation start (a restart) asks Dagster for it once."""
         if started and ref.generation > self._superseded_by.get(ref.uid, 1):
             self._superseding.setdefault(ref.uid, {})  # an edit, or the first pass after a restart
             self._superseded_by[ref.uid] = ref.generation
+        elif not started and ref.uid not in self._superseded_by:
+            # a rejected generation this process never saw another start (a restart): the latest generation
+            # that started a run superseded the earlier ones; a stop still pending then is found again
+            latest = self.runs.latest_generation(ref.uid) or 1
+            self._superseded_by[ref.uid] = latest
+            if latest > 1:
+                self._superseding.setdefault(ref.uid, {})
         if ref.uid not in self._superseding:
             return
         if self._not_before.get(ref.uid, 0.0) > time.monotonic():
