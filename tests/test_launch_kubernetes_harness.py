@@ -321,6 +321,47 @@ def test_a_jobset_of_that_name_that_has_ended_is_made_anew_not_adopted(shared, h
     assert shared.errors == []
 
 
+def test_a_jobset_live_when_asked_but_ended_when_adopted_has_its_files_set_aside(shared, home, monkeypatch):
+    """The JobSet path of the re-creation callback (noticed last session: only the Job's had a test). A
+    gang's JobSet kept after its run (delete_finished off) read as live when asked, so its files stayed;
+    by the 409 it had ended, so it is deleted and made anew, and what its pods left goes aside first:
+    the new launch, whose samples never arrive, does not find the earlier pods' at its own names."""
+    import benchrun.launch.kubernetes as k8s
+    from benchrun.launch.kubernetes import KubernetesLauncher
+
+    run_dir = home / "runs" / RUN_ID
+    pre = f"{RUN_ID}_tiny_r2"
+    samples = {"requests": f"raw/{pre}_requests.parquet"}
+    launcher = launcher_for(shared, run_volume_claim="home", run_home=str(home))
+    keep = KubernetesLauncher(launcher.batch_api, launcher.core_api, "default", launcher.placement, poll_s=0.05,
+                              custom_api=launcher.custom_api, delete_finished=False)
+    wrote = script_for(2, samples=samples, before=textwrap.dedent(f"""
+        import os, pathlib
+        run = pathlib.Path(os.environ["BENCHRUN_RUN_DIR"])
+        (run / "raw").mkdir(parents=True, exist_ok=True)
+        (run / "raw" / "{pre}_requests.parquet").write_bytes(b"the earlier pods'")
+    """))
+    gang = make_inv(run_dir, replicate=2, nodes=2, ranks_per_node=1, code=wrote)
+    first = keep.launch(gang, run_dir)
+    assert first.status == "ok", first.reason
+    assert len(shared.list("jobsets")) == 1  # kept, ended
+    asked: list[str] = []
+
+    def live_when_asked(*args: Any) -> bool:
+        asked.append(args[3])
+        return True
+
+    monkeypatch.setattr(k8s, "live_jobset", live_when_asked)
+    again = keep.launch(dataclasses.replace(gang, argv=(sys.executable, "-c", script_for(2, samples=samples))),
+                        run_dir)
+    assert asked == [shared.list("jobsets")[0]["metadata"]["name"]]
+    assert again.job_uid != first.job_uid and again.status == "failed", again
+    assert again.reason.startswith(f"declared outputs did not arrive in the run directory: raw/{pre}_requests.parquet")
+    assert (run_dir / "raw" / f"{pre}_earlier1_requests.parquet").read_bytes() == b"the earlier pods'"
+    assert not (run_dir / "raw" / f"{pre}_requests.parquet").exists()
+    assert shared.errors == []
+
+
 def test_a_jobset_of_that_name_made_for_another_replicate_is_not_adopted(shared, home):
     """A JobSet was adopted whatever its labels said; now as a Job: left alone, the replicate
     failing naming both."""
