@@ -169,7 +169,10 @@ def test_the_headline_says_the_coverage_its_intervals_have(tmp_path, monkeypatch
 
 def test_coverage_said_is_the_nominal_level_only_when_no_row_has_a_coverage():
     heads = [C.SuiteHeadline("s", [C.HeadlineRow("s", "", "m", "u", "higher", 1, 1.0, None, None, None)])]
-    assert C.coverage_said(heads, 0.95) == ("95% interval", False)
+    assert C.coverage_said(heads, 0.95) == ("no interval (n = 1)", False)  # no row has one: no level to name
+    heads[0].rows.append(C.HeadlineRow("s", "", "k", "u", "higher", 3, 1.0, 0.9, 1.1, None))
+    assert C.coverage_said(heads, 0.95) == ("95% interval", False)  # an interval without a coverage: the level
+    heads[0].rows.pop()
     heads[0].rows.append(C.HeadlineRow("s", "", "n", "u", "higher", 10, 1.0, 0.9, 1.1, 0.978515625))
     assert C.coverage_said(heads, 0.95) == ("97.9% interval", False)  # above the level asked: no warning
 

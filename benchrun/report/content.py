@@ -57,8 +57,13 @@ def gating_regressions(metrics: list[dict[str, Any]]) -> tuple[list[dict[str, An
     gave no answer), so the verdict alone overcounts. Rows that record no ``confirmation`` at all
     (documents from before it was recorded) count as confirmed, as they were read then."""
     bad = [m for m in metrics if is_gating(m) and m.get("verdict") == "regression"]
-    confirmed = [m for m in bad if m.get("confirmation", "confirmed") == "confirmed"]
-    return confirmed, [m for m in bad if m.get("confirmation", "confirmed") != "confirmed"]
+    return [m for m in bad if not unconfirmed(m)], [m for m in bad if unconfirmed(m)]
+
+
+def unconfirmed(rec: dict[str, Any]) -> bool:
+    """A ``regression`` row the confirmation round did not confirm (``not_confirmed``, ``failed``,
+    ``not_run``): it keeps its first-round verdict, but the run's verdict does not count it confirmed."""
+    return rec.get("verdict") == "regression" and rec.get("confirmation", "confirmed") != "confirmed"
 
 
 # --- headline metrics ----------------------------------------------------------------------
@@ -223,7 +228,12 @@ class SuiteHeadline:
 def coverage_said(heads: list[SuiteHeadline], confidence: float) -> tuple[str, bool]:
     """What the headline says of its intervals: ``93.8% interval, below the 95% asked: too few
     replicates for it`` when every row has one coverage (at n = 5 the interval is [min, max], 0.9375),
-    ``interval coverage 93.8%–97.9% (per row)`` when they differ; True then: show each row's."""
+    ``interval coverage 93.8%–97.9% (per row)`` when they differ; True then: show each row's.
+    ``no interval (n = 1)`` when no row has one (a median of one replicate has none)."""
+    rows = [r for h in heads for r in h.rows]
+    if rows and not any(has_interval(r) for r in rows):
+        ns = sorted({r.n for r in rows})
+        return f"no interval (n = {ns[0] if len(ns) == 1 else f'{ns[0]}–{ns[-1]}'})", False
     covs = sorted({f"{r.coverage:.1%}": r.coverage for h in heads for r in h.rows
                    if r.low is not None and r.coverage is not None and math.isfinite(r.coverage)}.items(),
                   key=lambda kv: kv[1])
@@ -234,6 +244,11 @@ def coverage_said(heads: list[SuiteHeadline], confidence: float) -> tuple[str, b
     if lo < confidence - 1e-9:
         text += f", {'some ' if len(covs) > 1 else ''}below the {confidence:.0%} asked: too few replicates for it"
     return text, len(covs) > 1
+
+
+def has_interval(row: HeadlineRow) -> bool:
+    """Whether a headline row has a median interval (none below 2 replicates)."""
+    return row.low is not None and row.high is not None
 
 
 def headlines(stats: "TrialStatistics", spec: dict[str, Any],
@@ -388,3 +403,38 @@ def history_series(hist: "pd.DataFrame", heads: list[SuiteHeadline], flagged: se
     order = [k for k in sorted(flagged) if k in present]
     order += [k for h in heads for k in ((r.suite, r.case, r.metric) for r in h.rows) if k in present and k not in order]
     return order[:limit]
+
+
+def no_history_figure(history: Any) -> str:
+    """Why the report has no history figure, from what :func:`benchrun.report.html.render_figures` found: "" when it
+    did not record it (an older index, figures not drawn), as the history is then unknown."""
+    if not isinstance(history, dict):
+        return ""
+    earlier = int(history.get("earlier_runs") or 0)
+    if not earlier:
+        return "this is the first finished run of this workload on this hardware."
+    if not history.get("this_run"):
+        runs = f"{earlier} earlier finished run" + ("s" if earlier != 1 else "")
+        return (f"no figure: this run recorded no metrics to place on it ({runs} of this workload on this "
+                "hardware).")
+    return ""
+
+
+# --- serving ---------------------------------------------------------------------------------
+
+def mark_invalid_points(run_path: Any, serving: Any) -> tuple[Any, dict[tuple[str, str], tuple[set, list[str]]]]:
+    """``serving`` with an ``invalid`` column: its load point judged invalid by the load generator
+    beyond its request count (:func:`benchrun.stats.validity.invalid_point_rows`, the history's and
+    the comparison's rule), and (suite, point) → (replicates, reasons) of those points."""
+    from benchrun.stats.load import suite_results
+    from benchrun.stats.validity import invalid_point_rows
+
+    points = invalid_point_rows(suite_results(run_path)) if "point" in serving.columns else {}
+    serving = serving.assign(invalid=[(str(s), int(r), str(p)) in points for s, r, p in zip(
+        serving["suite"], serving["replicate"], serving["point"] if "point" in serving.columns else serving["suite"])])
+    said: dict[tuple[str, str], tuple[set, list[str]]] = {}
+    for (suite, k, point), reasons in points.items():
+        ks, why = said.setdefault((suite, point), (set(), []))
+        ks.add(k)
+        why.extend(str(x) for x in reasons if str(x) not in why)
+    return serving, said

@@ -88,16 +88,44 @@ def forest_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if r.get("role") == "context":
             continue
         pct, bw = change_of(r)
-        lo, hi = change_interval_of(r)
-        if pct is None or not np.isfinite(pct) or pct <= -100 or lo is None or hi is None:
-            continue
+        if pct is None or math.isnan(pct):
+            continue  # no change in % to place on the axis: :func:`forest_not_drawn` names it
+        # a -100 % change (100 → 0) and an interval reaching past the axis are clipped to its end
+        # and marked ◀ / ▶ (:func:`_to_ratio`); a withheld interval leaves the point alone
+        lo, hi = (None if v is None or math.isnan(float(v)) else float(v) for v in change_interval_of(r))
         gating = bool(r.get("gating"))
         verdict = str(r.get("verdict") or "")
         out.append({"metric": str(r["metric"]), "gating": gating, "change_pct": float(pct),
-                    "change_low_pct": float(lo), "change_high_pct": float(hi), "better_worse": bw,
+                    "change_low_pct": lo, "change_high_pct": hi, "better_worse": bw,
                     "verdict": verdict, "delta_pct": r.get("delta_pct"), "scale": r.get("scale"),
                     "color": VERDICT_COLORS.get(verdict, "black") if gating else NEUTRAL})
     out.sort(key=lambda r: not r["gating"])  # stable: gating first, each group in its own order
+    return out
+
+
+def forest_not_drawn(rows: list[dict[str, Any]]) -> list[str]:
+    """The outcome rows the forest plot cannot place, each with why: ``metric (baseline median 0:
+    no change in %; difference +5 count, regression)``, for the figure's caption."""
+    from benchrun.console import number
+    from benchrun.stats.reading import change_of
+
+    out = []
+    for r in rows:
+        if r.get("role") == "context":
+            continue
+        pct, _ = change_of(r)
+        if pct is not None and not math.isnan(pct):
+            continue
+        base = r.get("baseline_median")
+        why = (f"baseline median {number(float(base))}: no change in %"
+               if isinstance(base, (int, float)) and not math.isnan(float(base)) and float(base) <= 0
+               else "the comparison gave no change in %")
+        diff = r.get("difference")
+        if isinstance(diff, (int, float)) and math.isfinite(float(diff)):
+            why += f"; difference {'+' if diff > 0 else ''}{number(float(diff))} {r.get('unit') or ''}".rstrip()
+        if r.get("verdict"):
+            why += f", {str(r['verdict']).replace('_', ' ')}" + ("" if r.get("gating") else " (not gating)")
+        out.append(f"{r.get('metric')} ({why})")
     return out
 
 
@@ -126,14 +154,17 @@ def forest_plot(rows: list[dict[str, Any]], title: str) -> bytes:
         if r["scale"] != "absolute" and d is not None and np.isfinite(float(d)):
             d = float(d) / 100.0  # the no-change band: log(1 + δ) either side on the analysis scale
             ax.fill_betweenx([i - 0.4, i + 0.4], 1 / (1 + d), 1 + d, color="#d5dbdb", alpha=0.7, lw=0)
-        lo, hi = _to_ratio(r["change_low_pct"]), _to_ratio(r["change_high_pct"])
-        ax.plot([lo, hi], [i, i], color=r["color"], lw=2)
+        low, high = r["change_low_pct"], r["change_high_pct"]
+        if low is not None and high is not None:
+            ax.plot([_to_ratio(low), _to_ratio(high)], [i, i], color=r["color"], lw=2)
         ax.plot([_to_ratio(r["change_pct"])], [i], "o" if r["gating"] else "s", color=r["color"], ms=6)
-        if 1 + r["change_low_pct"] / 100 < lo_lim:
+        if 1 + min(r["change_pct"], low if low is not None else math.inf) / 100 < lo_lim:
             ax.annotate("◀", (lo_lim, i), fontsize=7, va="center", ha="left")
-        if 1 + r["change_high_pct"] / 100 > hi_lim:
+        if 1 + max(r["change_pct"], high if high is not None else -math.inf) / 100 > hi_lim:
             ax.annotate("▶", (hi_lim, i), fontsize=7, va="center", ha="right")
         said = f"{r['change_pct']:+.1f} % {r['better_worse']}".rstrip()
+        if low is None or high is None:
+            said += " (no interval)"
         if not r["gating"] and r["verdict"]:
             said += f" ({r['verdict'].replace('_', ' ')}, not gating)"
         ax.annotate(said, (1.01, i), xycoords=("axes fraction", "data"), fontsize=7, va="center", ha="left",
@@ -187,21 +218,42 @@ def slo_unit(name: str) -> str:
     return ""
 
 
+INVALID_LABEL = "judged invalid (hollow; not in the curve)"
+
+
 def latency_throughput(serving: "pd.DataFrame", slo: dict[str, float], title: str) -> bytes:
-    """Per bucket: p99 latency against output throughput over the load points, SLO lines dashed."""
+    """Per bucket: p99 latency against output throughput over the load points, SLO lines dashed.
+
+    Rows flagged in an ``invalid`` column (a load point the load generator judged invalid beyond
+    its request count: :func:`benchrun.stats.validity.invalid_point_rows`) are left out of the
+    curve, as the history and the comparison leave them out; a load with no valid replicate left
+    is drawn hollow (the median of its invalid ones), unjoined."""
     quantities = [q for q in ("ttft_ms_p99", "e2e_ms_p99", "decode_ms_per_token_p99") if q in serving.columns]
     buckets = sorted(serving["bucket"].dropna().unique()) if "bucket" in serving.columns else ["all"]
     fig, axes = plt.subplots(1, max(len(quantities), 1), figsize=(4.2 * max(len(quantities), 1), 3.4),
                              squeeze=False)
+    import pandas as pd
+
     xcol = "tokens_per_second" if "tokens_per_second" in serving.columns else "request_throughput_rps"
+    bad = (serving["invalid"].fillna(False).astype(bool) if "invalid" in serving.columns
+           else pd.Series(False, index=serving.index))
     for ax, q in zip(axes.flat, quantities):
+        labelled = False
         for b in buckets:
-            g = serving[serving["bucket"] == b] if "bucket" in serving.columns else serving
-            agg = g.groupby("offered_load", as_index=False)[[xcol, q]].median().sort_values("offered_load")
-            ax.plot(agg[xcol], agg[q], marker="o", label=f"bucket {b}")
-            for _, row in agg.iterrows():
-                ax.annotate(f"{row['offered_load']:g}", (row[xcol], row[q]), fontsize=6,
-                            textcoords="offset points", xytext=(3, 3))
+            sel = serving["bucket"] == b if "bucket" in serving.columns else pd.Series(True, index=serving.index)
+            g, g_bad = serving[sel], bad[sel]
+            agg = g[~g_bad].groupby("offered_load", as_index=False)[[xcol, q]].median().sort_values("offered_load")
+            color = ax.plot(agg[xcol], agg[q], marker="o", label=f"bucket {b}")[0].get_color()
+            left = g[g_bad & ~g["offered_load"].isin(agg["offered_load"])]
+            hollow = left.groupby("offered_load", as_index=False)[[xcol, q]].median()
+            if len(hollow):
+                ax.plot(hollow[xcol], hollow[q], ls="", marker="o", mfc="none", color=color,
+                        label="_nolegend_" if labelled else INVALID_LABEL)
+                labelled = True
+            for frame, mark in ((agg, ""), (hollow, " invalid")):
+                for _, row in frame.iterrows():
+                    ax.annotate(f"{row['offered_load']:g}{mark}", (row[xcol], row[q]), fontsize=6,
+                                textcoords="offset points", xytext=(3, 3))
         base = q.rsplit("_p99", 1)[0]
         if base in slo:
             label = f"SLO {base} {slo[base]:g} {slo_unit(base)}".rstrip()

@@ -105,6 +105,8 @@ def _change(rec: dict[str, Any] | None) -> str:
     # Red and green only where the verdict decides the run (gating rows): a reported row's
     # verdict is said in grey, so the colours never contradict the verdict box.
     cls = f"v-{html.escape(verdict)}" if rec.get("gating") else "muted"
+    if C.unconfirmed(rec):  # the round did not confirm it: said as the verdict box counts it, not in red
+        cls, verdict = ("v-suspected" if rec.get("gating") else "muted"), "regression (not confirmed)"
     pct, bw = change_of(rec)
     if pct is None:
         return f"<span class='{cls}'>{html.escape(verdict or '–')}</span>"
@@ -180,18 +182,29 @@ def render_figures(run_dir: str | os.PathLike[str], *, home: Path | None = None,
     serving = serving_rows(run.path)
     if not serving.empty and "offered_load" in serving.columns:
         slo = slo_lines(run.spec)
+        serving, invalid = C.mark_invalid_points(run.path, serving)
         for suite, g in serving.groupby("suite"):
             if g["offered_load"].nunique() < 2:
                 continue  # one load point is a dot, not a curve; its numbers are in the headline
             name = validate_name(str(suite), what="suite name")
-            save("serving", f"{suite}: p99 latency against throughput per load point, SLO dashed",
+            bad = "; ".join(f"{pt} (replicate{'s' if len(ks) > 1 else ''} {', '.join(map(str, sorted(ks)))}: "
+                            f"{', '.join(why)})" for (s, pt), (ks, why) in sorted(invalid.items()) if s == suite)
+            save("serving", f"{suite}: p99 latency against throughput per load point, SLO dashed"
+                 + (f"; left out of the curve, as the history and the comparison leave them out, the load points "
+                    f"the load generator judged invalid (hollow where no valid replicate of that load is left): {bad}"
+                    if bad else ""),
                  f"{name}_report-latency-throughput", _figures().latency_throughput(g, slo, f"{suite}: latency vs throughput"))
 
     if comparison and comparison.get("metrics"):
-        save("comparison", "change against the baseline with its interval; grey = ±δ no-change band",
+        missing = _figures().forest_not_drawn(comparison["metrics"])
+        save("comparison", "change against the baseline with its interval; grey = ±δ no-change band; ◀ ▶ = beyond "
+             "the axis (a −100 % change at its left end)" + (f"; not drawn: {'; '.join(missing)}" if missing else ""),
              "comparison_forest", _figures().forest_plot(comparison["metrics"], f"{rid} vs {comparison.get('baseline')}"))
 
     hist = C.history_for(run, stats, home or run.path.parent.parent)
+    # what the report says when no history figure is drawn: a first run, or one with nothing to place
+    history = {"earlier_runs": int(hist.loc[hist["run_id"] != rid, "run_id"].nunique()) if len(hist) else 0,
+               "this_run": bool(len(hist) and (hist["run_id"] == rid).any())}
     cp_rows: list[dict[str, Any]] = []
     if len(hist) and hist["run_id"].nunique() >= 2:
         cps = change_points(hist)
@@ -233,7 +246,8 @@ def render_figures(run_dir: str | os.PathLike[str], *, home: Path | None = None,
                 f"{html.escape(str(exc))}); the rest of the report does not depend on it.</p>")})
             continue
         extra.append({"title": sec.title, "html": sec.html, "figures": files})
-    atomic_write_json(_index_path(run.path), {"figures": index, "sections": extra, "change_points": cp_rows})
+    atomic_write_json(_index_path(run.path), {"figures": index, "sections": extra, "change_points": cp_rows,
+                                            "history": history})
     return index
 
 
@@ -273,8 +287,12 @@ def _headline_html(heads: list[C.SuiteHeadline], stats: Any, compared: bool, val
     from benchrun.stats.reading import pooled_note
 
     said = C.coverage_said(heads, stats.confidence)[0]
-    parts = [f"<section id='headline'><h2>Headline</h2><p class='muted'>Median over replicates (one value per "
-             f"launch) with its distribution-free interval ({html.escape(said)}; each row's coverage beside it)"
+    every = [r for h in heads for r in h.rows]  # no row with an interval: say so, not an interval none has
+    parts = ["<section id='headline'><h2>Headline</h2><p class='muted'>Median over replicates (one value per launch)"
+             + (f" with its distribution-free interval ({html.escape(said)}; each row's coverage beside it)"
+                if any(C.has_interval(r) for r in every) else f"; {html.escape(said)}"
+                + (": a median interval needs at least 2 replicates" if all(r.n < 2 for r in every) else "")
+                if every else "")
              + ("; shift = the estimated change of candidate against baseline (Hodges–Lehmann: the median of all "
                 "candidate − baseline differences, or of their ratios when every value is positive), in % (+ when the "
                 "value went up), with its interval, and better/worse by the metric's direction. It is not the ratio of "
@@ -464,7 +482,7 @@ STYLE = (
     "text-align:left}td.num{text-align:right;font-variant-numeric:tabular-nums}th{background:#f4f6f7}"
     ".muted{color:#777}.common{font-size:12px;color:#555}.note{color:#a04000}"
     ".v-regression{color:#c0392b;font-weight:bold}.v-improvement{color:#1e8449}.v-no_change{color:#2e86c1}"
-    ".v-inconclusive{color:#7f8c8d}img{max-width:100%}figure{margin:1em 0}figcaption{font-size:12px;color:#555}"
+    ".v-inconclusive{color:#7f8c8d}.v-suspected{color:#b9770e}img{max-width:100%}figure{margin:1em 0}figcaption{font-size:12px;color:#555}"
     "details{margin:.4em 0}summary{cursor:pointer;font-weight:bold}"
 )
 
@@ -511,8 +529,8 @@ def write_report(run_dir: str | os.PathLike[str], *, stats: Any = None, figures_
     if figures_pending:
         parts.append("<p class='note' id='figures-pending'>The figures are being drawn (a few seconds after the "
                      "run); reload this page.</p>")
-    elif not any(f["section"] == "history" for f in figs):
-        parts.append("<p class='muted'>History: this is the first finished run of this workload on this hardware.</p>")
+    elif not any(f["section"] == "history" for f in figs) and (said := C.no_history_figure(index.get("history"))):
+        parts.append(f"<p class='muted' id='no-history'>History: {html.escape(said)}</p>")
     parts.append(_details_html(run, stats, comparison, index.get("change_points") or []))
     doc = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(rid)}: "
            f"{html.escape(str(run.status.get('phase')))}</title><style>{STYLE}</style></head>"
