@@ -223,7 +223,8 @@ def run_status_asset(extra_deps: list[dg.AssetKey]) -> dg.AssetsDefinition:
 @dg.asset_check(asset=dg.AssetKey("run_status"), blocking=True, description=(
     "The run ended Succeeded with every replicate ok (what `benchrun run` exits 0 for). A run whose phase is "
     "not Succeeded fails it with ERROR, and so fails its Dagster run (a blocking check), after every asset "
-    "and its evidence were kept; a Succeeded run some of whose replicates failed (outcome partial) warns."))
+    "and its evidence were kept; a Succeeded run some of whose replicates failed (outcome partial) warns, "
+    "unless every replicate of a layer failed: then nothing that layer measures was measured, and it fails."))
 def run_succeeded(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
     rd = RunDir.for_run(context.partition_key)
     lifecycle.pull_sealed_if_absent(rd)  # a check run on its own in a fresh run-worker pod
@@ -238,9 +239,19 @@ def run_succeeded_result(st: dict) -> dg.AssetCheckResult:
     reason = (st.get("message") or (conds.get("Failed") or {}).get("message")
               or "; ".join(st.get("issues") or []) or (conds.get("Complete") or {}).get("message") or "")
     passed = phase == "Succeeded" and outcome == "succeeded"
+    # A layer none of whose replicates succeeded measured nothing (the last layer's failure is only
+    # partial to run_outcome, as no later layer builds on it): an ERROR, which fails the Dagster run.
+    # Found in review: the canary's gating primaries all live in end_to_end; 5 of 5 failed there read as
+    # a green Dagster run, seen by no run-failure alerting.
+    dead = sorted(name for name, layer in (st.get("layers") or {}).items()
+                  if isinstance(layer, dict) and layer.get("status") == "failed")
+    warn = phase == "Succeeded" and not passed and not dead
+    said = f"phase {phase or 'unset'}, outcome {outcome or 'unset'}" + (f": {reason}" if reason else "")
+    if dead and phase == "Succeeded":
+        said += f"; every replicate of {', '.join(dead)} failed: nothing {'they measure' if len(dead) > 1 else 'it measures'} was measured"
     return dg.AssetCheckResult(
         passed=passed,
-        severity=dg.AssetCheckSeverity.WARN if phase == "Succeeded" and not passed else dg.AssetCheckSeverity.ERROR,
-        description=f"phase {phase or 'unset'}, outcome {outcome or 'unset'}" + (f": {reason}" if reason else ""),
-        metadata={"phase": phase, "outcome": outcome, "reason": reason},
+        severity=dg.AssetCheckSeverity.WARN if warn else dg.AssetCheckSeverity.ERROR,
+        description=said,
+        metadata={"phase": phase, "outcome": outcome, "reason": reason, "layers_failed": dead},
     )

@@ -146,7 +146,8 @@ def _enough_replicates(run_id: str) -> dg.AssetCheckResult:
         passed=bool(len(st.summary)) and not short, severity=dg.AssetCheckSeverity.ERROR,
         description=checks.describe_short(short, st.min_replicates) if len(st.summary) else "no metric was measured",
         metadata={"min_replicates": st.min_replicates, "metrics": len(st.summary), "suites": len(suites),
-                  "short": dg.MetadataValue.md(_md(short, ["what", "suite", "case", "metric", "n", "failed"]))},
+                  "short": dg.MetadataValue.md(_md(short, ["what", "suite", "case", "metric", "n", "failed"])),
+                  "telemetry_short_not_judged": checks.telemetry_short(st.summary, st.min_replicates)},
     )
 
 

@@ -21,6 +21,8 @@ _DESCRIPTIONS = {
     "serving_outcome_fact": "One row per run x load point x bucket x replicate with the serving metrics.",
     "serving_request_fact": "One row per served request (tail analysis), from the raw requests parquet.",
     "telemetry_slice_fact": "Run x time window x node/gpu/rank scope samples (environment capture, suite samples).",
+    "launch_fact": "One row per replicate launch: status, reason and exit code, its Job/Kueue workload and queue, "
+                   "the admission and start-up times and waits, its image and any eviction.",
     "training_outcome_fact": "Training outcomes per run x case x replicate (schema only until a training suite fills it).",
 }
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Iterable
 
+from benchrun.stats.directions import TELEMETRY_CASE
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -109,16 +111,26 @@ def short_of_replicates(summary: "pd.DataFrame", suites: dict[str, tuple[int, in
     """Everything with fewer than ``min_replicates`` ok replicates, zero included: each metric
     row, each suite that launched (``suites``: :func:`suite_replicates`), and each declared
     primary that no ok replicate measured. The statistics are built from ok replicates only, so
-    a suite that failed every replicate leaves no row to be short: it is judged here."""
+    a suite that failed every replicate leaves no row to be short: it is judged here. Telemetry
+    summaries are not judged (they never gate, and a measured window under two sampling periods
+    has none: whether a replicate carries them depends on the machine's load; found in review,
+    the check failed on a healthy canary); :func:`telemetry_short` counts them."""
     out = [{"what": "suite", "suite": s, "case": "", "metric": "", "n": ok, "failed": failed}
            for s, (ok, failed) in sorted(suites.items()) if ok < min_replicates]
     out += [{"what": "primary", "suite": "", "case": "", "metric": text, "n": 0, "failed": None}
             for text in unmeasured_primaries(summary, primary)]
     if len(summary):
-        rows = summary[summary["n"] < min_replicates]
+        rows = summary[(summary["n"] < min_replicates) & (summary["case"].astype(str) != TELEMETRY_CASE)]
         out += [{"what": "metric", "suite": r["suite"], "case": r["case"], "metric": r["metric"], "n": int(r["n"]),
                  "failed": None} for r in rows.to_dict(orient="records")]
     return out
+
+
+def telemetry_short(summary: "pd.DataFrame", min_replicates: int) -> int:
+    """How many telemetry summary rows have fewer than ``min_replicates`` replicates (said, not judged)."""
+    if not len(summary):
+        return 0
+    return int(((summary["n"] < min_replicates) & (summary["case"].astype(str) == TELEMETRY_CASE)).sum())
 
 
 def describe_short(short: list[dict[str, Any]], min_replicates: int) -> str:

@@ -327,3 +327,24 @@ def test_report_refuses_a_run_still_in_progress(tmp_path, monkeypatch, capsys):
     code, _out, err = cli_in_process(["report", "live"], monkeypatch, capsys)
     assert code == 1 and "run live is Running: its report is written when it ends" in err, err
     assert not (rd / "reports" / "live_report.html").exists()
+
+
+def test_telemetry_summaries_short_of_replicates_are_counted_not_judged():
+    """Found in review: enough_replicates failed (ERROR) on a healthy canary because 3 of fio's 5 measured
+    windows were under two sampling periods, so only 2 replicates carried the telemetry summaries, which
+    never gate. They are counted now; a measured metric short of replicates still fails the check."""
+    import pandas as pd
+
+    from benchrun import checks
+
+    summary = pd.DataFrame([
+        {"suite": "fio", "case": "randread", "metric": "iops", "n": 5},
+        {"suite": "fio", "case": "telemetry", "metric": "suite_cpu_pct_mean", "n": 2},
+        {"suite": "fio", "case": "telemetry", "metric": "background_cpu_pct_p95", "n": 2},
+    ])
+    suites = {"fio": (5, 0)}
+    assert checks.short_of_replicates(summary, suites, set(), 5) == []  # was: the two telemetry rows
+    assert checks.telemetry_short(summary, 5) == 2
+    summary.loc[0, "n"] = 4
+    [short] = checks.short_of_replicates(summary, suites, set(), 5)
+    assert (short["what"], short["metric"], short["n"]) == ("metric", "iops", 4)

@@ -31,7 +31,7 @@ def test_faulty_suites_are_failed_replicates_and_the_run_is_partial(bench_home, 
     tiny_spec(canary_doc, [GEMM], [FAIL, HANG, KILLED])
     prepared = sub.prepare(write_spec(canary_doc))
     result = _materialize(prepared)
-    assert result.success
+    assert not result.success  # run_succeeded (blocking) fails it: every replicate of a layer failed
     rd = RunDir.for_run(prepared.run_id)
     st = rd.read_status()
     assert st["phase"] == "Succeeded" and st["outcome"] == "partial"
@@ -58,11 +58,13 @@ def test_faulty_suites_are_failed_replicates_and_the_run_is_partial(bench_home, 
     conds = {c["type"]: c for c in st["conditions"]}
     assert conds["ComponentComplete"]["status"] == "False"
     assert conds["MicroComplete"]["status"] == "True"
-    # a Succeeded run some of whose replicates failed: the run check warns, the failed layer's check fails
+    # a Succeeded run one of whose layers failed every replicate: the run check and the layer's check fail
+    # (a run only some of whose replicates failed warns: test_a_succeeded_run_whose_last_layer_failed_...)
     checks = {(e.asset_key.to_user_string(), e.check_name): e for e in result.get_asset_check_evaluations()}
     run_check = checks[("run_status", "run_succeeded")]
-    assert not run_check.passed and run_check.severity == dg.AssetCheckSeverity.WARN
+    assert not run_check.passed and run_check.severity == dg.AssetCheckSeverity.ERROR
     assert run_check.description.startswith("phase Succeeded, outcome partial")
+    assert "every replicate of component failed" in run_check.description
     component = checks[("component_layer", "layer_succeeded")]
     assert not component.passed and component.severity == dg.AssetCheckSeverity.ERROR
     assert checks[("micro_layer", "layer_succeeded")].passed
@@ -195,6 +197,24 @@ def test_run_succeeded_passes_only_a_succeeded_run(bench_home):
     assert ok.passed and ok.description == "phase Succeeded, outcome succeeded"
     assert not bad.passed and bad.severity == dg.AssetCheckSeverity.ERROR
     assert bad.description == "phase Failed, outcome failed: micro: every replicate failed and later layers build on it"
+
+
+def test_a_succeeded_run_whose_last_layer_failed_every_replicate_fails_run_succeeded():
+    """Found in review: micro and component ok, end_to_end 5 of 5 failed is outcome partial (no later layer
+    builds on it), and run_succeeded only warned: the Dagster run was green though the canary's gating
+    primaries, all in end_to_end, were never measured. Some replicates failing still warns."""
+    from bench_assets.run_assets import run_succeeded_result
+
+    layers = {"micro": {"status": "succeeded", "launches": 5, "failed": 0},
+              "end_to_end": {"status": "failed", "launches": 5, "failed": 5}}
+    st = {"phase": "Succeeded", "outcome": "partial", "issues": ["end_to_end: 5 of 5 replicates failed"],
+          "layers": layers}
+    dead = run_succeeded_result(st)
+    assert not dead.passed and dead.severity == dg.AssetCheckSeverity.ERROR  # was: WARN
+    assert dead.description.endswith("every replicate of end_to_end failed: nothing it measures was measured")
+    layers["end_to_end"] = {"status": "partial", "launches": 5, "failed": 2}
+    some = run_succeeded_result({**st, "issues": ["end_to_end: 2 of 5 replicates failed"]})
+    assert not some.passed and some.severity == dg.AssetCheckSeverity.WARN
 
 
 def test_the_job_runs_the_run_and_layer_checks():

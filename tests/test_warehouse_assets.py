@@ -86,3 +86,16 @@ def test_materialize_partition(tmp_path: Path) -> None:
                     {"run_id": "run-b", "raw_path": "manifest.json", "stored": True},
                     {"run_id": "run-c", "raw_path": "manifest.json", "stored": False}]
     assert (tmp_path / "warehouse.duckdb").is_file()
+
+
+def test_every_table_asset_is_described_as_the_kind_it_is():
+    """Found in review: launch_fact (one row per launch) read in the UI as "The launch_fact dimension",
+    the fallback of a table with no description of its own."""
+    from bench_assets.warehouse_assets import _spec
+    from benchrun.warehouse.schemas import DIMENSIONS, TABLES
+
+    for table in TABLES:
+        spec = _spec(table)
+        kind = spec.metadata["table_kind"]
+        assert kind == ("dimension" if table in DIMENSIONS else "fact")
+        assert kind == "dimension" or "dimension" not in spec.description, (table, spec.description)
