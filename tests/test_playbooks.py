@@ -411,7 +411,7 @@ def test_low_gpu_utilization_judges_the_suites_gpu_not_the_idle_ones_beside_it(t
 def test_low_gpu_utilization_prefers_dcgm_series_attributed_to_the_pod(tmp_path: Path) -> None:
     """DCGM by node covers every GPU of the node (another pod's busy GPU among them); the series
     attributed to the suite's pod, where queried, are the suite's own."""
-    for rid, pod_util, tokens in (("base", 95.0, [1000.0]), ("cand", 20.0, [700.0])):
+    for rid, pod_util, tokens in (("base", 95.0, [1000.0, 1010.0]), ("cand", 20.0, [700.0, 705.0])):
         add_run(tmp_path, rid)
         rows = [{"scope": "gpu", "source": "prometheus:dcgm", "suite": "training", "replicate": 1,
                  "metric": "dcgm_gpu_utilization_pct", "value": v, "unit": "%", "device_index": gpu,
@@ -420,8 +420,9 @@ def test_low_gpu_utilization_prefers_dcgm_series_attributed_to_the_pod(tmp_path:
                      "metric": "dcgm_gpu_utilization_pct_pod", "value": pod_util, "unit": "%", "device_index": 0,
                      "node_name": "n0"})
         put(tmp_path, "telemetry_slice_fact", rid, rows)
-        put(tmp_path, "training_outcome_fact", rid, [{"suite": "training", "case": "tiny", "replicate": 1,
-                                                      "tokens_per_second": tokens[0]}])
+        # two replicates each: a throughput drop is judged only with at least two a run (review fix)
+        put(tmp_path, "training_outcome_fact", rid, [{"suite": "training", "case": "tiny", "replicate": k,
+                                                      "tokens_per_second": t} for k, t in enumerate(tokens, 1)])
     res = low_gpu_utilization(tmp_path, "cand", "base")
     [row] = res.rows
     assert (row["gpu_util_pct"], row["n_gpus"], row["judged_gpu"]) == (20.0, 1, "n0/0 (prometheus:dcgm (pod))")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from benchrun.playbooks.base import REPLICATE_STATUS_CTE, PlaybookResult, check_runs, fetch
+from benchrun.playbooks.base import REPLICATE_STATUS_CTE, PlaybookResult, check_runs, fetch, separation
 
 NAME = "scheduler_backpressure"
 QUESTION = "Jobs spend too long pending and cluster utilization regresses: where did the time to start grow?"
@@ -18,16 +18,19 @@ PENDING_ABS_MIN_S = 0.05
 # start-up and, locally, the wait for the one-benchmark-at-a-time turn: identical local runs
 # moved it by 2 s, which is not backpressure; it needs more) ...
 RUN_PENDING_ABS_MIN_S = 5.0
-# ... and, where both runs have at least two replicates, every replicate of the run waited
-# longer than every replicate of the baseline (ranges apart; by chance 1 in 924 for 6 vs 6).
-# Two identical canary runs on this shared machine moved launch p50s by ×1.5 with
-# overlapping ranges: without this rule that A/A pair was flagged.
-SEPARATION_MIN_REPLICATES = 2
+# ... and, where both runs have at least SEPARATION_MIN_REPLICATES (2) replicates, every
+# replicate of the run waited longer than every replicate of the baseline (base.separation:
+# ranges apart; by chance 1 in 924 for 6 vs 6). Two identical canary runs on this shared
+# machine moved launch p50s by ×1.5 with overlapping ranges: without this rule that A/A pair
+# was flagged.
+# A baseline wait of 0 s (Kueue admitted at once; a local run that started at once) has no
+# ratio: any growth from it is unbounded, so such a row is judged on the absolute floor and the
+# ranges alone (before, the missing ratio read "not in the baseline" and 0 s → 125 s was clear).
 
 # The rule, said in every answer: what is too small to be judged backpressure at all.
 JUDGED = (f"A wait counts as grown only at ≥ ×{PENDING_GROWTH_MIN:g} and ≥ {PENDING_ABS_MIN_S:g} s longer than the "
           f"baseline's (≥ {RUN_PENDING_ABS_MIN_S:g} s for the run's own submission→start wait), beyond its "
-          "replicate range")
+          "replicate range (a wait of 0 s in the baseline: by the seconds and the range alone)")
 
 # What the warehouse does not hold, said in every answer rather than guessed.
 NOT_RECORDED = ("cluster utilization is not in the warehouse; the waits judged are the run's own submission→start "
@@ -44,7 +47,7 @@ NOT_RECORDED = ("cluster utilization is not in the warehouse; the waits judged a
 # launch_to_*_p50_s / _p99_s; any suite's *pending* / *queue_wait* metric), medians over
 # replicates whose launch and result are both ok (REPLICATE_STATUS_CTE: the launcher's record
 # decides, as in compare and the other playbooks); side by side with the run-over-baseline
-# ratio and difference.
+# ratio (NULL where the baseline waited 0 s) and difference.
 SQL = """
 WITH """ + REPLICATE_STATUS_CTE + """,
 launches AS (
@@ -95,15 +98,21 @@ DISPLAY = ("source", "metric", "n_replicates", "value_s", "min_s", "max_s", "bas
 
 
 def _judge(row: dict[str, Any]) -> tuple[bool, str]:
-    change, delta = row["change"], row["delta_s"]
-    if change is None:
+    change, delta, base = row["change"], row["delta_s"], row["base_value_s"]
+    if base is None:
         return False, "not in the baseline"
     floor = RUN_PENDING_ABS_MIN_S if row["metric"] == "run_pending_s" else PENDING_ABS_MIN_S
-    why = f"×{change:.2f}, {delta:+.3f} s"
-    if change < PENDING_GROWTH_MIN or delta < floor:
-        return False, why
-    replicated = min(row["n_replicates"], row["base_n_replicates"]) >= SEPARATION_MIN_REPLICATES
-    if replicated and row["min_s"] <= row["base_max_s"]:
+    if change is None:  # the baseline waited 0 s: no ratio, any growth is unbounded
+        why = f"from {base:g} s in the baseline, {delta:+.3f} s"
+        if delta < floor:
+            return False, why
+    else:
+        why = f"×{change:.2f}, {delta:+.3f} s"
+        if change < PENDING_GROWTH_MIN or delta < floor:
+            return False, why
+    apart = separation(row["n_replicates"], row["min_s"], row["max_s"], row["base_n_replicates"],
+                       row["base_min_s"], row["base_max_s"], worse="higher")
+    if apart == "overlap":
         return False, f"{why}, but the replicate ranges overlap"
     return True, why
 
@@ -127,7 +136,7 @@ def scheduler_backpressure(home: Path, run_id: str, baseline_run_id: str | None)
     for row in rows:
         flagged, why = _judge(row)
         row.update(flagged=flagged, why=why)
-    compared = [r for r in rows if r["change"] is not None]
+    compared = [r for r in rows if r["base_value_s"] is not None]
     if not compared:
         return result("unavailable", f"baseline {baseline_run_id} has none of the run's waits")
     hits = [r for r in compared if r["flagged"]]

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchrun.playbooks.base import REPLICATE_STATUS_CTE, PlaybookResult, check_runs, fetch
+from benchrun.playbooks.base import (
+    REPLICATE_STATUS_CTE,
+    SEPARATION_MIN_REPLICATES,
+    PlaybookResult,
+    check_runs,
+    fetch,
+    separation,
+)
 
 NAME = "low_gpu_utilization"
 QUESTION = "Training throughput dropped while GPU utilization stayed low: which suite, how low, how much lost?"
@@ -16,7 +23,13 @@ QUESTION = "Training throughput dropped while GPU utilization stayed low: which 
 # node series cover every GPU of the node too; the busiest is the one the suite ran on
 # whichever of those it is, and a multi-GPU suite is low only when all its GPUs are.
 LOW_UTIL_PCT = 50.0
-# "Dropped": a throughput metric's median is at most (1 − this) × the baseline's median.
+# "Dropped": a throughput metric's median is at most (1 − this) × the baseline's median, and
+# it is told from noise as scheduler_backpressure tells a grown wait (base.separation): both
+# runs have at least SEPARATION_MIN_REPLICATES replicates of it and every replicate of the run
+# is below every replicate of the baseline. A drop in the medians from fewer replicates cannot
+# be judged (the answer says so: unavailable, not flagged); one whose replicate ranges overlap
+# is within noise (not flagged). Before, the medians alone decided: 1 replicate against 1, or
+# [860, 880, 1150] against [800, 1000, 1200], was flagged.
 THROUGHPUT_DROP_MIN = 0.10
 
 # Per suite: the GPU utilization measured, per replicate from the best source it has:
@@ -40,7 +53,7 @@ THROUGHPUT_DROP_MIN = 0.10
 # next to each throughput metric of that suite (higher-is-better per-second metrics of ok
 # replicates, and training_outcome_fact tokens_per_second where measurement_fact has none for the
 # replicate, case and metric: each replicate counted once): its median over replicates in both
-# runs and the run-over-baseline ratio. The telemetry rows are cited (their raw sample files and
+# runs with its range and replicate count, and the run-over-baseline ratio. The telemetry rows are cited (their raw sample files and
 # window), with the host's CPU utilization and the background CPU load over the same replicates (the
 # windowed summaries again where a replicate has them): a starved GPU on a saturated or contended
 # host is input-bound. Nothing here is derived from other metrics: without GPU utilization rows the
@@ -236,7 +249,7 @@ throughput_samples AS (
 ),
 throughput AS (
     SELECT run_id, suite, "case", metric, any_value(unit) AS unit,
-           count(*) AS n_replicates, median(value) AS value
+           count(*) AS n_replicates, median(value) AS value, min(value) AS min_value, max(value) AS max_value
     FROM throughput_samples
     GROUP BY run_id, suite, "case", metric
 )
@@ -246,7 +259,9 @@ SELECT u.suite, u.n_util_samples, u.n_util_samples_left_out, u.n_replicates_left
        u.n_replicates_several_gpus, u.n_replicates_process_summary,
        u.telemetry_evidence, u.telemetry_from_utc, u.telemetry_to_utc,
        t."case", t.metric AS throughput_metric, t.unit AS throughput_unit, t.n_replicates,
-       t.value AS throughput, bt.value AS base_throughput,
+       t.value AS throughput, t.min_value AS throughput_min, t.max_value AS throughput_max,
+       bt.n_replicates AS base_n_replicates, bt.value AS base_throughput,
+       bt.min_value AS base_throughput_min, bt.max_value AS base_throughput_max,
        t.value / nullif(bt.value, 0) AS throughput_change
 FROM util u
 LEFT JOIN util bu ON bu.run_id = $2 AND bu.suite = u.suite
@@ -291,6 +306,32 @@ def util_source(row: dict) -> str:
     return text
 
 
+def _judge_throughput(row: dict, low: bool, util: str) -> dict:
+    """flagged, why and throughput_judged ('dropped', 'not dropped', 'too few replicates', 'within noise')
+    for a row with a baseline throughput: a median down by THROUGHPUT_DROP_MIN counts only with
+    SEPARATION_MIN_REPLICATES replicates in each run and the run's range below the baseline's."""
+    change = row["throughput_change"]
+    n, base_n = row["n_replicates"], row["base_n_replicates"]
+    why = f"{util}, throughput ×{change:.2f}"
+    if change > 1.0 - THROUGHPUT_DROP_MIN:
+        return {"flagged": False, "throughput_judged": "not dropped",
+                "why": f"{why} (not dropped by ≥ {THROUGHPUT_DROP_MIN:.0%})"}
+    apart = separation(n, row["throughput_min"], row["throughput_max"], base_n, row["base_throughput_min"],
+                       row["base_throughput_max"], worse="lower")
+    if apart == "too few":
+        return {"flagged": False, "throughput_judged": "too few replicates",
+                "why": f"{why} in the medians, but from {n} replicate(s) in the run and {base_n} in the baseline: "
+                       f"at least {SEPARATION_MIN_REPLICATES} each are needed to tell a drop from noise, so it "
+                       "cannot be judged"}
+    ranges = (f"{row['throughput_min']:g}–{row['throughput_max']:g} against the baseline's "
+              f"{row['base_throughput_min']:g}–{row['base_throughput_max']:g}")
+    if apart == "overlap":
+        return {"flagged": False, "throughput_judged": "within noise",
+                "why": f"{why} in the medians, but the replicate ranges overlap ({ranges}): within noise"}
+    return {"flagged": low, "throughput_judged": "dropped",
+            "why": f"{why} (dropped by ≥ {THROUGHPUT_DROP_MIN:.0%}, every replicate below the baseline's: {ranges})"}
+
+
 def low_gpu_utilization(home: Path, run_id: str, baseline_run_id: str | None) -> PlaybookResult:
     """Per suite with measured GPU utilization: below LOW_UTIL_PCT, and throughput down vs the baseline?"""
     check_runs(home, run_id, baseline_run_id)
@@ -329,10 +370,7 @@ def low_gpu_utilization(home: Path, run_id: str, baseline_run_id: str | None) ->
         elif change is None:
             row.update(flagged=False, why=f"{util}; no baseline throughput for this metric")
         else:
-            dropped = change <= 1.0 - THROUGHPUT_DROP_MIN
-            row.update(flagged=low and dropped,
-                       why=f"{util}, throughput ×{change:.2f} ({'dropped' if dropped else 'not dropped'} by "
-                           f"≥ {THROUGHPUT_DROP_MIN:.0%})")
+            row.update(_judge_throughput(row, low, util))
     for row in rows:
         if row["gpu_util_low"] and row.get("host_cpu_util_pct") is not None:
             # The host beside the starved GPU: a busy or shared CPU points at the input side.
@@ -351,8 +389,22 @@ def low_gpu_utilization(home: Path, run_id: str, baseline_run_id: str | None) ->
     if not any(r["throughput_change"] is not None for r in rows):
         return result("unavailable", f"GPU utilization was measured but no throughput metric of those suites is in "
                                      f"both {run_id} and baseline {baseline_run_id}")
+    drop = (f"by ≥ {THROUGHPUT_DROP_MIN:.0%} (every replicate below the baseline's, with at least "
+            f"{SEPARATION_MIN_REPLICATES} replicates in each run)")
     if hits:
-        return result("flagged", f"{len(hits)} throughput metric(s) fell by ≥ {THROUGHPUT_DROP_MIN:.0%} with GPU "
+        return result("flagged", f"{len(hits)} throughput metric(s) fell {drop} with GPU "
                                  f"utilization below {LOW_UTIL_PCT:g}% in {', '.join(suites)} ({rule})")
-    return result("clear", f"no throughput metric fell by ≥ {THROUGHPUT_DROP_MIN:.0%} while GPU utilization was "
-                           f"below {LOW_UTIL_PCT:g}%; {rule}")
+    low_rows = [r for r in rows if r["gpu_util_low"]]
+    thin = [r for r in low_rows if r.get("throughput_judged") == "too few replicates"]
+    noisy = [r for r in low_rows if r.get("throughput_judged") == "within noise"]
+    if thin:
+        r = thin[0]
+        return result("unavailable", f"{len(thin)} throughput metric(s) fell by ≥ {THROUGHPUT_DROP_MIN:.0%} in the "
+                                     f"medians with GPU utilization below {LOW_UTIL_PCT:g}%, from too few replicates "
+                                     f"to judge, e.g. {r['suite']} {r['throughput_metric']}: {r['n_replicates']} in "
+                                     f"the run, {r['base_n_replicates']} in the baseline, at least "
+                                     f"{SEPARATION_MIN_REPLICATES} each needed (run more replicates); {rule}")
+    within = (f"; {len(noisy)} whose median fell with GPU utilization below {LOW_UTIL_PCT:g}% have replicate "
+              f"ranges overlapping the baseline's (within noise)" if noisy else "")
+    return result("clear", f"no throughput metric fell {drop} while GPU utilization was "
+                           f"below {LOW_UTIL_PCT:g}%{within}; {rule}")
