@@ -25,6 +25,34 @@ def has_runs(instance: dg.DagsterInstance, run_id: str) -> bool:
     return bool(records)
 
 
+def claim_request(run_id: str, sensor: str) -> str | None:
+    """Claim the benchmark run ``run_id`` for ``sensor``'s request (``<home>/locks/requested/<run id>``,
+    created exclusively, holding the sensor's name); None when the claim is this sensor's, else the
+    sensor that holds it. The canary and spec-commit sensors see the same commit's canary spec as one
+    run id, evaluated at once on sensor threads: each found no Dagster run yet, and the second request
+    failed in pinned_spec (which still refuses it), a red run and a failed partition in the UI for a
+    benchmark that succeeded (found in review). A tick of the same sensor that died after claiming
+    claims again: its run key keeps Dagster from requesting twice."""
+    import os
+
+    from benchrun.paths import benchrun_home, validate_run_id
+
+    folder = benchrun_home() / "locks" / "requested"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / validate_run_id(run_id)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        try:
+            holder = path.read_text(encoding="utf-8").strip()
+        except OSError:
+            holder = ""
+        return None if holder == sensor else (holder or "another trigger")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(sensor)
+    return None
+
+
 def run_request(sub: Submission) -> dg.RunRequest:
     """The run request for one submission: its partition is the run id."""
     return dg.RunRequest(run_key=sub.run_key, partition_key=sub.run_id, tags=sub.tags())
@@ -43,15 +71,21 @@ def log_outcome(log: logging.Logger | Any, outcome: TickOutcome) -> None:
         log.info(f"submitting {sub.path} as run {sub.run_id} (run key {sub.run_key})")
 
 
-def sensor_result(context: dg.SensorEvaluationContext, outcome: TickOutcome) -> dg.SensorResult:
-    """Requests for the fresh submissions; a skip reason (with invalid specs' errors) when none."""
+def sensor_result(context: dg.SensorEvaluationContext, outcome: TickOutcome, sensor: str) -> dg.SensorResult:
+    """Requests for the fresh submissions (each claimed for ``sensor``: :func:`claim_request`); a skip
+    reason (with invalid specs' errors) when none."""
     log_outcome(context.log, outcome)
     fresh: list[Submission] = []
     for sub in outcome.submissions:
         if has_runs(context.instance, sub.run_id):
-            outcome.notes.append(f"{sub.path}: run {sub.run_id} already has a Dagster run")
+            note = f"{sub.path}: run {sub.run_id} already has a Dagster run"
+        elif (holder := claim_request(sub.run_id, sensor)) is not None:
+            note = f"{sub.path}: run {sub.run_id} is requested by {holder}"
         else:
             fresh.append(sub)
+            continue
+        outcome.notes.append(note)
+        context.log.info(note)
     if not fresh:
         return dg.SensorResult(skip_reason=outcome.skip_reason(), cursor=outcome.cursor)
     return dg.SensorResult(

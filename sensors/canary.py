@@ -22,4 +22,4 @@ from sensors._requests import default_status, sensor_result
 def canary_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
     """Run key = canary + commit sha + spec path + spec digest; cursor = the last processed commit."""
     outcome = canary_tick(RepoWatch.from_env(), context.cursor, prepare_register(None))
-    return sensor_result(context, outcome)
+    return sensor_result(context, outcome, "canary_sensor")

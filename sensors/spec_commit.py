@@ -22,4 +22,4 @@ from sensors._requests import default_status, sensor_result
 def spec_commit_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
     """Run key = commit sha + spec path + spec digest; cursor = the last processed commit."""
     outcome = spec_commit_tick(RepoWatch.from_env(), context.cursor, prepare_register(None))
-    return sensor_result(context, outcome)
+    return sensor_result(context, outcome, "spec_commit_sensor")

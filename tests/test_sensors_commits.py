@@ -331,6 +331,24 @@ def test_canary_and_spec_commit_on_one_commit_make_one_run(repo, instance, defs)
     assert by_canary.run_requests in (None, []) and f"run {rid} already has a Dagster run" in by_canary.skip_message
 
 
+def test_canary_and_spec_commit_evaluated_at_once_request_one_run(repo, instance, defs) -> None:
+    """Found in review: evaluated at once on sensor threads, neither found the other's Dagster run yet, so
+    both requested the run; the second failed in pinned_spec, a red run and a failed partition in the UI for
+    a benchmark that succeeded. The first to claim the run id requests it; the other skips, naming it; the
+    same sensor ticking again (a tick that died after claiming) still may."""
+    commit_cursor = started(spec_commit_sensor, instance, defs, repo)
+    canary_cursor = started(canary_sensor, instance, defs, repo)
+    repo.commit("add canary", {"specs/canary.yaml": spec_bytes("canary-a", "canary")})
+    by_commit = tick(spec_commit_sensor, instance, defs, commit_cursor)  # no Dagster run made yet
+    [request] = by_commit.run_requests
+    by_canary = tick(canary_sensor, instance, defs, canary_cursor)
+    assert by_canary.run_requests in (None, [])  # was: a second request for the same run
+    assert f"run {request.partition_key} is requested by spec_commit_sensor" in by_canary.skip_message
+    again = tick(spec_commit_sensor, instance, defs, commit_cursor)  # the same tick again: its own claim
+    assert [r.partition_key for r in again.run_requests] == [request.partition_key]
+    assert again.run_requests[0].run_key == request.run_key  # Dagster requests it once by its run key
+
+
 def test_at_most_max_commits_per_tick_and_the_rest_next_tick(repo, instance, defs, monkeypatch) -> None:
     monkeypatch.setenv("BENCHRUN_SENSOR_MAX_COMMITS", "1")
     cursor = started(spec_commit_sensor, instance, defs, repo)
