@@ -6,9 +6,14 @@ import importlib
 import importlib.util
 import sys
 
+from typing import TYPE_CHECKING
+
 import typer
 
 from benchrun.errors import BenchrunError
+
+if TYPE_CHECKING:
+    import click
 
 app = typer.Typer(
     name="benchrun",
@@ -159,6 +164,17 @@ def _main() -> None:
         raise
 
 
+def _usage_error_json(exc: "click.UsageError") -> None:
+    """``benchrun compare ... --json``: a usage error click found before the command ran (a missing
+    CANDIDATE, ``--variable`` without its value) is written as the JSON object compare writes for its
+    other errors (``--json`` always says why), besides click's lines on stderr."""
+    from benchrun.stats.commands import usage_error_json
+
+    out = usage_error_json(exc, sys.argv[1:])
+    if out is not None:
+        print(out)
+
+
 def _run() -> None:
     # Decided per command, not at import: a warm orchestrator imported this module with its
     # own (redirected) stdout, and the command's stdout may be a terminal.
@@ -182,6 +198,8 @@ def _run() -> None:
         import click
 
         if isinstance(exc, click.exceptions.ClickException):
+            if isinstance(exc, click.UsageError):
+                _usage_error_json(exc)
             exc.show()
             sys.exit(exc.exit_code)
         if _interrupted(exc):  # Ctrl-C inside a DuckDB query: DuckDB turns SIGINT into its own error

@@ -86,6 +86,27 @@ def checked_path(written: str) -> Path:
     return Path(written)
 
 
+def local_file_error(written: str) -> str | None:
+    """Why a local run's suite would not find the trace ``written`` (a path :func:`spec_path_error`
+    passed), or None. A local run's suites run on this machine with the run directory as their
+    working directory: an absolute path is read as written, a relative one from the run directory,
+    which a run starts without (no trace is copied there); what :func:`checked_path` refuses when the
+    suite starts is refused too. A Kubernetes run reads its trace where its suite runs: not this."""
+    path = Path(written)
+    if not path.is_absolute():
+        return (f"parameter trace {written!r} is relative: a local run's suite reads it from the run directory "
+                f"(<home>/runs/<run id>/{written}, the suite's working directory), which holds no trace; give the "
+                f"trace file's absolute path on this machine")
+    try:
+        checked_path(written)
+    except TraceError as exc:
+        return str(exc)
+    if not path.is_file():
+        return (f"parameter trace {written!r}: no file at {path} (a local run's suite reads its trace on this "
+                f"machine, as written); give the path of an existing trace file")
+    return None
+
+
 def _shown_columns(cols: Iterable[str]) -> str:
     """A CSV header for an error: its names when they read as column names, else only how many (a file
     that is not a trace must not have its first line, perhaps a secret, copied into a result)."""

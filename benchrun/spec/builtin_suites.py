@@ -93,6 +93,32 @@ def rule_builtin_suite(doc: Any) -> Iterator[Finding]:
             yield from _check_values(name, path, suite, params, workload)
 
 
+def local_trace_errors(doc: Any) -> Iterator[Finding]:
+    """A local run's (``intent.schedulerPath: local``) built-in suites read a ``trace`` parameter on
+    this machine (:func:`benchrun.loadgen.trace.local_file_error`): a trace no replicate would find is
+    refused before the run, as a missing ``workload.dataset.path`` is. A Kubernetes run's trace is
+    read where its suite runs, so it is not looked for here; a trace whose form is wrong is the
+    suite's own parsing's finding (:func:`check_parameters`)."""
+    from benchrun.loadgen.trace import local_file_error, spec_path_error
+
+    scheduler = get(doc, SPEC + ("intent", "schedulerPath"))
+    if not (isinstance(scheduler, str) and scheduler.strip().lower() == "local"):
+        return
+    for path, suite in suites(doc):
+        command, params = suite.get("repoCommand"), suite.get("parameters")
+        module = suite_module(command) if isinstance(command, str) else None
+        if module is None or not isinstance(params, dict) or not isinstance(params.get("trace"), str) \
+                or get(doc, path[:-2] + ("enabled",)) is False or spec_path_error(params["trace"]):
+            continue
+        try:
+            takes = "trace" in getattr(importlib.import_module(module), "PARAMETERS", ())
+        except ImportError:  # not one of benchrun's suites: rule_builtin_suite says so
+            continue
+        problem = local_file_error(params["trace"]) if takes else None
+        if problem:
+            yield path + ("parameters", "trace"), f"{module[len(PACKAGE) + 1:]}: {problem}"
+
+
 def check_parameters(name: str, params: dict[str, Any], *, nodes: int = 1,
                      workload: dict[str, Any] | None = None) -> None:
     """Run built-in suite ``name``'s parameter parsing on ``params``, as when it starts: its module's

@@ -21,8 +21,10 @@ from pydantic.alias_generators import to_snake
 
 from benchrun.errors import BenchrunError
 from benchrun.spec import rules
-from benchrun.spec.datasets import Finder, pin_dataset
+from benchrun.spec.builtin_suites import local_trace_errors
+from benchrun.spec.datasets import RESOURCE, Finder, pin_dataset
 from benchrun.spec.digest import spec_digest, workload_spec_digest
+from benchrun.spec.docaccess import did_you_mean
 from benchrun.spec.normal import normalized_workload_digest
 from benchrun.spec.loader import MAX_BYTES, Path, SpecError, YamlDocument, YamlLoadError, format_path, load_documents
 from benchrun.spec.model import API_VERSION, KIND, BenchmarkRun
@@ -297,6 +299,19 @@ def _path_template_errors(run: BenchmarkRun) -> list[tuple[Path, str]]:
     return []
 
 
+def _other_kind(data: Any) -> str | None:
+    """Why ``data`` is a document of another kind, not a BenchmarkRun with mistakes (a ``kind`` that
+    is a string neither BenchmarkRun nor close to it), or None: the one error given for it, so a
+    CustomResourceDefinition is not checked, key by key, against the BenchmarkRun schema."""
+    kind = data.get("kind") if isinstance(data, dict) else None
+    if not isinstance(kind, str) or kind == KIND or did_you_mean(kind, [KIND]):
+        return None
+    api = data.get("apiVersion")
+    of = f" (apiVersion {api!r})" if isinstance(api, str) and api != API_VERSION else ""
+    return (f"is {kind!r}{of}: this document is not a BenchmarkRun (apiVersion {API_VERSION}, kind {KIND}), "
+            "so nothing else in it was checked; give a BenchmarkRun spec")
+
+
 def validate_document(doc: YamlDocument, file: str, find_dataset: Finder | None = None) -> DocumentResult:
     """Model + every rule over one document; errors sorted by line, then path."""
     found: list[tuple[Path, str]] = list(doc.errors)
@@ -304,7 +319,10 @@ def validate_document(doc: YamlDocument, file: str, find_dataset: Finder | None 
     # a dataset's bytes join the digest; the model reads the resolved file (benchrun.spec.datasets)
     data, model_data, dataset_errors = pin_dataset(doc.data, file, find_dataset)
     found.extend(dataset_errors)
-    if not isinstance(data, dict):
+    other = _other_kind(data)
+    if other is not None:  # a document of another kind (a CRD, a Deployment): its schema is not a BenchmarkRun's
+        found[:] = [(("kind",), other)]
+    elif not isinstance(data, dict):
         what = "empty" if data is None else f"{_got(data)}"
         found.append(((), f"a BenchmarkRun document must be a mapping with apiVersion, kind, metadata and spec, not {what}"))
     else:
@@ -314,6 +332,10 @@ def validate_document(doc: YamlDocument, file: str, find_dataset: Finder | None 
         found.extend(f for f in rules.check(data) if not _covered(f[0], model_paths))
         if run is not None:
             found.extend(_path_template_errors(run))
+        if find_dataset is None and not file.startswith(RESOURCE):  # a spec file admitted on this machine
+            # a local run's trace (where every replicate would look for it), once its suite's parameters parse
+            found.extend(f for f in local_trace_errors(data)
+                         if not any(p[:len(f[0]) - 1] == f[0][:-1] for p, _ in found))
         if run is not None and doc.errors:
             run = None
     seen: set[tuple[Path, str]] = set()

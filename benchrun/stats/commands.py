@@ -23,6 +23,8 @@ from benchrun.errors import BenchrunError, check_range
 from benchrun.console import console as make_console, number
 
 if TYPE_CHECKING:
+    import click
+
     from benchrun.stats.compare import Comparison
     from benchrun.stats.gate import GateResult
 
@@ -36,6 +38,29 @@ JSON_KEYS = ("metric", "baseline_median", "candidate_median", "ratio", "ci_low",
 
 def _num(v: object) -> str:
     return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else number(float(v))
+
+
+def error_json(exit_code: int, message: str, baseline: str | None, candidate: str | None) -> str:
+    """``compare --json``'s answer when it compares nothing because of an error (a run not found, a
+    usage error the CLI reports before the command runs: ``benchrun.cli``): why, and the exit code."""
+    return json.dumps({"refused": True, "error": True, "exit_code": exit_code, "message": message,
+                       "baseline": baseline, "candidate": candidate}, indent=2)
+
+
+def usage_error_json(error: "click.UsageError", argv: list[str]) -> str | None:
+    """The JSON ``benchrun compare ... --json`` writes for a usage error click raised before the
+    command ran (a missing CANDIDATE, ``--variable`` without its value), or None when the command line
+    ``argv`` (without the program) is another command's or has no ``--json`` before any ``--``. The
+    option parser's errors carry no context, so the command is read from ``argv``."""
+    ctx = error.ctx
+    if argv[:1] != ["compare"] or (ctx is not None and getattr(ctx.command.callback, "__wrapped__",
+                                                               ctx.command.callback) is not compare):
+        return None
+    args = argv[1:]
+    if "--json" not in (args[:args.index("--")] if "--" in args else args):
+        return None
+    given = ctx.params if ctx is not None else {}
+    return error_json(error.exit_code, error.format_message(), given.get("baseline"), given.get("candidate"))
 
 
 def compare(
@@ -80,8 +105,7 @@ def compare(
                                     allow_differences=allow, home=home)
     except BenchrunError as exc:
         if as_json:  # a pipeline reading the JSON learns why there is nothing to read (a baseline alias not set...)
-            typer.echo(json.dumps({"refused": True, "error": True, "exit_code": exc.exit_code, "message": str(exc),
-                                   "baseline": baseline, "candidate": candidate}, indent=2))
+            typer.echo(error_json(exc.exit_code, str(exc), baseline, candidate))
         raise
     if result is None:
         code = EXIT_NOT_COMPARABLE if gate.not_comparable else EXIT_GATE_REFUSED
@@ -347,7 +371,6 @@ def plan(
     max_n: int = typer.Option(30, "--max-n", min=2, max=100, help="Most replicates considered."),
 ) -> None:
     """How many replicates each primary metric needs to detect its δ, from the warehouse's history."""
-    from benchrun.paths import existing_home
     from benchrun.spec.normal import WorkloadDigests
     from benchrun.spec.validation import load_spec
     from benchrun.stats.planning import plan as make_plan
@@ -355,7 +378,7 @@ def plan(
     loaded = load_spec(spec)
     digests = WorkloadDigests(loaded.workload_spec_digest, loaded.workload_spec_digest_normalized)
     check_range(power, "--power", 0.5, 0.99)  # NaN passed typer's bounds and printed "30 replicates for nan% power"
-    plans = make_plan(loaded.document, digests, existing_home("plan"), target=power, max_n=max_n)
+    plans = make_plan(loaded.document, digests, _plan_home(), target=power, max_n=max_n)
     if not plans:
         raise BenchrunError(f"{spec}: no primary metrics (spec.metrics.<family>.primary): nothing to plan")
     con = make_console()
@@ -366,6 +389,22 @@ def plan(
         con.print(f"{p.metric}{where}: {need} replicates for {power:.0%} power to detect {p.delta_pct:g} % "
                   f"(CV {_num(p.cv * 100)} % from {p.runs} runs, {p.family} gating tests{now})"
                   + (f" — {p.note}" if p.note else ""), markup=False, highlight=False)
+
+
+def _plan_home() -> Path:
+    """The home plan reads, never created (:func:`benchrun.paths.existing_home`). A file where the home (or a folder
+    above it) should be is run's and submit's error (:func:`benchrun.paths.benchrun_home`'s, exit 2
+    as there), not "there is no benchrun home … `benchrun run SPEC` creates one": run cannot."""
+    from benchrun.paths import benchrun_home, existing_home, home_location
+
+    home = home_location()[0]
+    there = next((p for p in (home, *home.parents) if p.exists()), None)
+    if there is not None and not there.is_dir():
+        try:
+            benchrun_home()  # raises: its mkdir meets the file in the way
+        except BenchrunError as exc:
+            raise BenchrunError(str(exc), exit_code=2) from None
+    return existing_home("plan")
 
 
 def _resign(run_dir: "Path", *written: str) -> None:

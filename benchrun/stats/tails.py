@@ -22,7 +22,10 @@ replicate flags A/A "regressions" whenever the arms ran different numbers of req
   request count, shared with ``trial_statistics``' ``n_required`` — and a valid load-generator
   verdict for that point in every replicate, the request count aside (a replicate of 100
   requests is invalid for its own p99, not for the pooled one: ``pooled_reasons``); otherwise
-  the row is ``not gateable: N requests, needs M`` (or the verdict's reasons) and leaves the
+  the row is ``not gateable: the baseline pooled N requests (k of K replicates: j left out as
+  contended), needs M`` (naming each arm short of M, and the replicates the comparison left out of
+  it; ``N requests, needs M`` when both arms pooled the same N from all their replicates; or the
+  verdict's reasons) and leaves the
   gating family, never a verdict — a primary such row refuses the whole pair
   (``admit.ungateable_primaries``: it is not cleared of what it could not test). "No change" on such a row is the two one-sided tests on this
   interval at 1 − 2α, not on the replicate p99s.
@@ -161,12 +164,44 @@ class TailComparison:
     eq_high: float = math.nan
 
 
+@dataclass(frozen=True)
+class ArmReplicates:
+    """An arm's replicates of one point as the comparison saw them, for the note of a p99 whose
+    pooled requests are too few: how many had requests there (``of``), and of those how many the
+    comparison left out as contended or as failed (their requests are not pooled)."""
+
+    of: int
+    contended: int = 0
+    failed: int = 0
+
+
+def _short_note(arms: Sequence[tuple[str, int, int, ArmReplicates | None]], need: int) -> str:
+    """``not gateable: the baseline pooled 288 requests (3 of 5 replicates: 2 left out as contended),
+    needs 368``: each arm short of ``need`` named, with the replicates it pooled; arms given as
+    (side, pooled requests, replicates pooled, :class:`ArmReplicates` or None)."""
+    short = [a for a in arms if a[1] < need]
+    whole = all(info is None or info.of == k for _side, _n, k, info in arms)
+    if len(short) == 2 and short[0][1] == short[1][1] and whole:  # the same count in both, nothing left out
+        return f"not gateable: {short[0][1]} requests, needs {need}"
+    parts = []
+    for side, n, k, info in short:
+        of = info.of if info is not None else k
+        left = [f"{c} left out as {why}" for c, why in ((info.contended, "contended"), (info.failed, "failed"))
+                if c] if info is not None else []
+        reps = f"{k} of {of} replicate{'s' if of != 1 else ''}" + (f": {', '.join(left)}" if left else "")
+        parts.append(f"the {side} pooled {n} requests ({reps})" if not parts else f"the {side} {n} ({reps})")
+    return f"not gateable: {' and '.join(parts)}, needs {need}"
+
+
 def compare_p99(baseline: Sequence[np.ndarray], candidate: Sequence[np.ndarray], *, q: float = 0.99,
                 confidence: float = 0.95, n_boot: int = N_BOOT, seed: int = 0,
-                invalid: str = "") -> TailComparison:
+                invalid: str = "",
+                replicates: tuple[ArmReplicates | None, ArmReplicates | None] = (None, None)) -> TailComparison:
     """Compare the pooled q-quantiles of two arms, each a list of per-replicate request values;
     +inf marks a request that errored or timed out (censored: slower than every completed one).
-    An arm whose quantile reaches its censored requests is not gateable (its value is unknown)."""
+    An arm whose quantile reaches its censored requests is not gateable (its value is unknown).
+    ``replicates``: per arm, the replicates it had and those left out (:class:`ArmReplicates`), named
+    in the note of an arm with too few pooled requests."""
     b = [x[~np.isnan(x) & (x != -np.inf)] for x in (np.asarray(r, dtype=float) for r in baseline)]
     c = [x[~np.isnan(x) & (x != -np.inf)] for x in (np.asarray(r, dtype=float) for r in candidate)]
     b, c = [r for r in b if r.size], [r for r in c if r.size]
@@ -179,7 +214,8 @@ def compare_p99(baseline: Sequence[np.ndarray], candidate: Sequence[np.ndarray],
         return TailComparison(nb, nc, need, qb, qc, nan, nan, nan, nan, nan, False, note)
 
     if min(nb, nc) < need:
-        return refuse(f"not gateable: {min(nb, nc)} requests, needs {need}")
+        return refuse(_short_note((("baseline", nb, len(b), replicates[0]), ("candidate", nc, len(c), replicates[1])),
+                                  need))
     if invalid:
         return refuse(f"not gateable: load generator verdict invalid ({invalid})")
     if math.isinf(qb) or math.isinf(qc):
@@ -233,17 +269,51 @@ def _kept(frame: Any, keep: set[tuple[str, int]] | None) -> Any:
     return frame[pairs.isin(list(keep))]  # vectorised: a run's requests can be millions of rows
 
 
-def _arm_requests(run_dir: Path, keep: set[tuple[str, int]] | None = None) -> tuple[Any, dict[tuple[str, str], list[str]]]:
+def _replicates_at(req: Any) -> dict[tuple[str, str], set[int]]:
+    """(suite, point) → the replicates with request rows there."""
+    if req is None or not len(req) or not {"suite", "point", "replicate"} <= set(req.columns):
+        return {}
+    out: dict[tuple[str, str], set[int]] = {}
+    cells = req[["suite", "point", "replicate"]].drop_duplicates()
+    for suite, point, rep in zip(cells["suite"].astype(str), cells["point"].astype(str), cells["replicate"].astype(int)):
+        out.setdefault((suite, point), set()).add(int(rep))
+    return out
+
+
+def _arm_replicates(run_dir: Path, req: Any, keep: set[tuple[str, int]] | None) -> dict[tuple[str, str], ArmReplicates]:
+    """(suite, point) → the arm's replicates with requests there, and how many of them ``keep`` left
+    out as contended (:func:`benchrun.stats.contention.contended_replicates`) or otherwise (failed)."""
+    seen = _replicates_at(req)
+    if keep is None:
+        return {at: ArmReplicates(len(reps)) for at, reps in seen.items()}
+    from benchrun.stats.contention import contended_replicates
+
+    contended = contended_replicates(run_dir) if any((s, r) not in keep for (s, _p), reps in seen.items()
+                                                     for r in reps) else {}
+    out = {}
+    for (suite, point), reps in seen.items():
+        left = {r for r in reps if (suite, r) not in keep}
+        busy = len(left & contended.get(suite, set()))
+        out[(suite, point)] = ArmReplicates(len(reps), busy, len(left) - busy)
+    return out
+
+
+def _arm_requests(run_dir: Path, keep: set[tuple[str, int]] | None = None
+                  ) -> tuple[Any, dict[tuple[str, str], list[str]], dict[tuple[str, str], ArmReplicates]]:
     """The run's per-request rows and, per (suite, point), the load generator's invalid verdicts
     ("r<k>: reasons"). A request that errored or timed out keeps its place with +inf latencies:
     censored, slower than every completed one (the load generator calls a point valid with up to
     1 % of errors; left out, they would hide exactly the slowest requests of a worse tail).
     ``keep``: the (suite, replicate)s the comparison kept (ok, and not left out as contended): the
     requests and verdicts of the others are not this arm's (a contended replicate's 3x slower requests
-    set the pooled p99 of a row whose n said it was left out)."""
+    set the pooled p99 of a row whose n said it was left out). Third, per (suite, point), the
+    replicates it had and those left out (:func:`_arm_replicates`)."""
     from benchrun.stats.load import requests_tables, serving_rows
 
-    req = _kept(requests_tables(run_dir), keep)
+    every = requests_tables(run_dir)
+    had = _arm_replicates(run_dir, every, keep)
+    req = _kept(every, keep)
+    del every
     if len(req) and "error" in req.columns:
         err = req["error"]
         failed = ~(err.isna() | (err.astype(str) == "")).to_numpy()
@@ -262,7 +332,7 @@ def _arm_requests(run_dir: Path, keep: set[tuple[str, int]] | None = None) -> tu
             left = pooled_reasons(list(reasons)) if listed else ["invalid"]
             if left:
                 bad.setdefault((str(r.suite), str(r.point)), []).append(f"r{r.replicate}: {'; '.join(left)}")
-    return req, bad
+    return req, bad, had
 
 
 def _per_replicate(req: Any, suite: str, point: str, column: str) -> list[np.ndarray]:
@@ -324,8 +394,8 @@ class RequestTails:
     def __init__(self, baseline_dir: str | Path, candidate_dir: str | Path, *, confidence: float = 0.95,
                  keep: tuple[set[tuple[str, int]] | None, set[tuple[str, int]] | None] = (None, None)) -> None:
         # ``keep``: per arm, the (suite, replicate)s the comparison's other rows are of (:func:`kept_replicates`)
-        self.b_req, self.b_bad = _arm_requests(Path(baseline_dir), keep[0])
-        self.c_req, self.c_bad = _arm_requests(Path(candidate_dir), keep[1])
+        self.b_req, self.b_bad, self.b_had = _arm_requests(Path(baseline_dir), keep[0])
+        self.c_req, self.c_bad, self.c_had = _arm_requests(Path(candidate_dir), keep[1])
         self.b_n, self.c_n = _sample_counts(Path(baseline_dir)), _sample_counts(Path(candidate_dir))
         self.b_invalid, self.c_invalid = invalid_replicates(Path(baseline_dir)), invalid_replicates(Path(candidate_dir))
         self.confidence = confidence
@@ -368,7 +438,9 @@ class RequestTails:
             if not b and not c:  # no request records (older runs): the replicate p99s, by their sample count
                 self._replicate_percentile(df, i, r)
                 continue
-            tc = compare_p99(b, c, q=q, confidence=self.confidence, invalid=invalid)
+            at = (str(r["suite"]), str(r["case"]))
+            tc = compare_p99(b, c, q=q, confidence=self.confidence, invalid=invalid,
+                             replicates=(self.b_had.get(at), self.c_had.get(at)))
             higher = r["direction"] == "higher"
             df.at[i, "n_requests_baseline"], df.at[i, "n_requests_candidate"] = tc.n_baseline, tc.n_candidate
             df.at[i, "tail_method"] = POOLED_METHOD
