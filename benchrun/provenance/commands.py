@@ -58,6 +58,10 @@ def _verify_one(run_id: str, public_key: Path | None, pinned: tuple[str, ...]) -
     for rel in uncovered_files(rd.path, st):
         why = never_signed_why(rd.run_id, rel) or "added or replaced after signing: not covered by the signature"
         lines.append(f"  not covered: {rel} ({why})")
+    from benchrun.store.base import unlisted_run_files
+
+    # links, hidden and scratch files no manifest lists: a symlinked result document was read by show and report
+    lines += [f"  not covered ({why}): {rel}" for rel, why in unlisted_run_files(rd.path)]
     return lines
 
 

@@ -161,14 +161,27 @@ def trusted_keyids(extra: list[str] | tuple[str, ...] = ()) -> set[str]:
     return {k.strip().lower() for k in raw if k.strip()}
 
 
+def trust_configured(pinned: list[str] | tuple[str, ...] = ()) -> bool:
+    """Whether any trust is configured: a pinned keyid (``$BENCHRUN_TRUSTED_KEYIDS`` or ``pinned``),
+    ``$BENCHRUN_VERIFY_PUBLIC_KEY`` or ``$BENCHRUN_SIGNING_KEY``."""
+    return bool(trusted_keyids(pinned)) or any(os.environ.get(env) for env in (VERIFY_KEY_ENV, KEY_ENV))
+
+
 def home_key_fallback(home: Path | str | None = None, pinned: list[str] | tuple[str, ...] = ()) -> Path | None:
     """None when a trusted key is configured (:func:`default_public_key` finds one); else the path of
     the home's own public key, which shows a run's files unchanged since signing, not who signed
-    them (what promote, compare and re-signing fall back to). BenchrunError when neither exists."""
+    them (what promote, compare and re-signing fall back to). BenchrunError when neither exists.
+
+    The fallback is only for a home where nothing is configured (:func:`trust_configured`): a pinned
+    keyid the home's key does not match, or a configured key that cannot be read, is that error
+    (before, it fell back to the very key the pin refused, and promote published, saying no trusted
+    key was configured)."""
     try:
         default_public_key(home, pinned)
         return None
     except BenchrunError:
+        if trust_configured(pinned):
+            raise
         pub = local_key_paths(home)[1]
         if not pub.is_file():
             raise

@@ -20,13 +20,15 @@ def unsigned(rd: Any, templates: Any = ()) -> tuple[bool, str]:
     """``(failure, why)`` for run ``rd`` (a RunDir) that has no provenance envelope, the one rule of
     `verify RUN_ID` and `verify --store`. benchrun signs every run that finishes its analysis (the
     provenance_attestation asset, after the evidence is sealed): a run that sealed its evidence
-    (manifest.json, its digest in status.json, or an object manifest in its artifact store) or Succeeded
-    without an envelope fails, fail-closed (the
-    envelope was removed, or signing failed). A run that never sealed anything (canceled, failed
-    or rejected before its evidence, or still running) published nothing to verify: not a failure.
-    ``templates``: more artifact stores to look in (``verify --store`` passes every run's), beside
-    the one the run's pinned spec names and the default; a run whose pinned spec is gone cannot say
-    where it stored its evidence, and fails."""
+    (manifest.json, its digest in status.json, an object manifest in any local layout or in the store
+    its pinned spec names, or rows in the warehouse: :func:`sealed_evidence`) or Succeeded without an
+    envelope fails, fail-closed (the envelope was removed, or signing failed). A run that never sealed
+    anything (canceled, failed or rejected before its evidence, or still running) published nothing to
+    verify: not a failure. The pinned spec is not signed here either (an edited storage pathTemplate
+    hid the stored manifest), so it only adds a place to look; a store that cannot be read (the run's
+    own, or a local layout) or a warehouse that cannot be read fails the run: nothing then shows it
+    sealed nothing. ``templates``: more artifact stores to look in (``verify --store`` passes every
+    run's); a run whose pinned spec is gone cannot say where it stored its evidence, and fails."""
     from benchrun.errors import BenchrunError
     from benchrun.provenance import envelope_path
     from benchrun.rundir import TERMINAL_PHASES
@@ -37,13 +39,20 @@ def unsigned(rd: Any, templates: Any = ()) -> tuple[bool, str]:
     except BenchrunError as exc:
         return True, f"not signed ({env} is missing) and its status cannot be read ({exc})"
     phase = str(st.get("phase") or "unknown")
-    sealed = ((rd.path / "manifest.json").is_file() or bool(st.get("artifact_manifest_digest"))
-              or _stored(rd, templates))
-    pinned = rd.path / "structured" / f"{rd.run_id}_spec.yaml"
-    if not sealed and not pinned.is_file():
-        return True, (f"not signed ({env} is missing) and its pinned spec {pinned.relative_to(rd.path)} is gone: "
-                      "it names the artifact store that would show whether the run sealed evidence, so nothing "
-                      "shows this run published nothing")
+    sealed = (rd.path / "manifest.json").is_file() or bool(st.get("artifact_manifest_digest"))
+    where = error = None
+    if not sealed:
+        where, error = sealed_evidence(rd, templates)
+        pinned = rd.path / "structured" / f"{rd.run_id}_spec.yaml"
+        if not pinned.is_file():
+            found = f"; it did seal its evidence: {where}" if where else f"; {error}" if error else ""
+            return True, (f"not signed ({env} is missing) and its pinned spec {pinned.relative_to(rd.path)} is gone: "
+                          "it names the artifact store that would show whether the run sealed evidence, so nothing "
+                          f"shows this run published nothing{found}")
+        if where is None and error is not None:
+            return True, (f"not signed ({env} is missing, phase {phase}) and it cannot tell whether it sealed "
+                          f"evidence: {error}")
+        sealed = where is not None
     if sealed and phase == "Analyzing":
         # status.json (the phase) is not signed: "being analyzed" holds only while a live process claims
         # the run, and even then its files must still be the ones it sealed (a sealed run tampered with,
@@ -69,9 +78,11 @@ def unsigned(rd: Any, templates: Any = ()) -> tuple[bool, str]:
                        f"{who}); its files match its sealed manifest; it is signed when it finishes: "
                        "verify it then")
     if sealed or phase == "Succeeded":
-        return True, (f"not signed: {env} is missing, yet the run {'sealed its evidence' if sealed else 'succeeded'} "
-                      f"(phase {phase}); every run benchrun finishes is signed, so the envelope was removed or "
-                      "signing failed: nothing shows its files are the ones it measured")
+        shown = f" ({where})" if where else ""
+        return True, (f"not signed: {env} is missing, yet the run "
+                      f"{f'sealed its evidence{shown}' if sealed else 'succeeded'} (phase {phase}); every run "
+                      "benchrun finishes is signed, so the envelope was removed or signing failed: nothing shows "
+                      "its files are the ones it measured")
     if phase in TERMINAL_PHASES:
         why = f": {st['message']}" if isinstance(st.get("message"), str) and st["message"] else ""
         return False, (f"not signed: it never finished (phase {phase}{why}), so its evidence was never sealed "
@@ -83,7 +94,7 @@ def unsigned(rd: Any, templates: Any = ()) -> tuple[bool, str]:
 def sealed_mismatches(rd: Any, templates: Any = ()) -> list[str]:
     """``relpath (why)`` for each file of run ``rd`` that differs from what it sealed: the files
     manifest.json hashes, and every object of the run's object manifests in its artifact stores (the
-    version status.json names and the latest, in the stores :func:`_stored` looks in), manifest.json
+    version status.json names and the latest, in the stores :func:`sealed_evidence` looks in), manifest.json
     itself included. Empty when everything sealed is unchanged."""
     import json
 
@@ -108,9 +119,11 @@ def sealed_mismatches(rd: Any, templates: Any = ()) -> list[str]:
         digest = rd.read_status().get("artifact_manifest_digest")
     except BenchrunError:
         digest = None
+    from benchrun.warehouse.rebuild import LOCAL_LAYOUTS
+
     found = False
     own = run_store_template(rd.path)
-    for template in dict.fromkeys((own, None, *templates)):
+    for template in dict.fromkeys((own, *LOCAL_LAYOUTS, *templates)):
         try:
             store = open_store(template, rd.home)
             versions = [d for d in dict.fromkeys((digest, None))
@@ -128,22 +141,60 @@ def sealed_mismatches(rd: Any, templates: Any = ()) -> list[str]:
     return list(dict.fromkeys(bad))
 
 
-def _stored(rd: Any, templates: Any = ()) -> bool:
-    """Whether an artifact store holds an object manifest of the run: sealed evidence that
-    manifest.json and status.json (both in the run directory, both removable) cannot deny."""
+def sealed_evidence(rd: Any, templates: Any = ()) -> tuple[str | None, str | None]:
+    """``(where, error)``: where evidence of run ``rd`` sealed outside its directory shows (None: nowhere
+    that could be read), and why a place that must answer could not (None: each did). manifest.json
+    and status.json (both in the run directory, both removable) cannot deny it.
+
+    Looked in: every local layout benchrun writes (``rebuild.LOCAL_LAYOUTS``: the default store and one
+    prefix per run), the store the run's pinned spec names, the ``templates`` given, and the warehouse
+    (a run is curated only after its evidence is sealed). The pinned spec is unsigned while the run has
+    no envelope, so it is never the only place looked in: an edited pathTemplate hid the manifest. A
+    store of ``templates`` that is not the run's own may not be ours to read: its errors are ignored."""
     from benchrun.errors import BenchrunError
     from benchrun.provenance.signing import run_store_template
     from benchrun.store import open_store
+    from benchrun.warehouse.rebuild import LOCAL_LAYOUTS
 
-    # the pinned spec's store, the default, and any other the caller knows of
-    for template in dict.fromkeys((run_store_template(rd.path), None, *templates)):
+    own = run_store_template(rd.path)
+    errors: list[str] = []
+    for template in dict.fromkeys((*LOCAL_LAYOUTS, own, *templates)):
         try:
             store = open_store(template, rd.home)
             if store.exists(store.manifest_key(rd.run_id)):
-                return True
-        except (BenchrunError, OSError):
-            continue
-    return False
+                return f"an object manifest in {store.uri}", None
+        except (BenchrunError, OSError) as exc:
+            if template == own or template in LOCAL_LAYOUTS:  # the run's own store, or ours: they must answer
+                errors.append(f"its artifact store {template or '(default)'} cannot be read ({exc})")
+    try:
+        tables = warehouse_tables_of(rd.home, rd.run_id)
+    except (BenchrunError, OSError, ValueError) as exc:
+        errors.append(f"the warehouse cannot be read ({exc})")
+    else:
+        if tables:
+            return f"rows in the warehouse ({', '.join(tables[:3])}{' ...' if len(tables) > 3 else ''})", None
+    return None, "; ".join(errors) or None
+
+
+def warehouse_tables_of(home: Path, run_id: str) -> list[str]:
+    """The warehouse tables holding rows of ``run_id``: its per-run parquet partitions and, where the
+    home has Iceberg tables, the tables with a row of it; read only (no catalog or table is made)."""
+    from benchrun.warehouse import lake
+    from benchrun.warehouse.lakecatalog import catalog_exists
+    from benchrun.warehouse.schemas import TABLES
+    from benchrun.warehouse.writer import PART, warehouse_root
+
+    out = {t for t in TABLES if (warehouse_root(home) / t / f"run_id={run_id}" / PART).is_file()}
+    if lake.enabled() and catalog_exists(home):
+        from pyiceberg.expressions import EqualTo
+
+        for table in sorted(set(TABLES) - out):
+            tbl = lake._existing_table(home, table)  # None where the catalog has no such table: none is made
+            if tbl is None or tbl.current_snapshot() is None:
+                continue
+            if tbl.scan(row_filter=EqualTo("run_id", run_id), selected_fields=("run_id",), limit=1).to_arrow().num_rows:
+                out.add(table)
+    return sorted(out)
 
 
 def walk_store(public_key: Path | None, pinned: tuple[str, ...], home: Path | None = None) -> StoreReport:
@@ -154,6 +205,7 @@ def walk_store(public_key: Path | None, pinned: tuple[str, ...], home: Path | No
     from benchrun.provenance.signing import final_signature_missing, run_store_template, verify_stored
     from benchrun.rundir import list_runs
     from benchrun.store import open_store
+    from benchrun.store.base import unlisted_run_files
 
     home = benchrun_home(home)
     report = StoreReport()
@@ -194,19 +246,30 @@ def walk_store(public_key: Path | None, pinned: tuple[str, ...], home: Path | No
                 raise BenchrunError(missing)
             report.lines.append(f"run {rd.run_id}: signature, {len(st.subjects)} signed files and {n} stored "
                                 "objects verified")
-        except BenchrunError as exc:
+            report.lines += [f"run {rd.run_id}: not covered ({why}): {rel}" for rel, why in unlisted_run_files(rd.path)]
+        except (BenchrunError, OSError) as exc:
             report.failures.append(f"run {rd.run_id}: {exc}")
             report.lines.append(f"run {rd.run_id}: FAILED: {exc}")
-    # Manifests in the stores that no run directory accounts for (latest version per run); the
-    # default store is walked even when no run directory is left to name it.
-    if None not in by_template:
-        try:
-            store_for(None)
-        except BenchrunError as exc:
-            report.failures.append(f"default store: {exc}")
+    # Manifests in the stores that no run directory accounts for (latest version per run); the local
+    # layouts (the default store, one prefix per run) are walked even when no run directory (or only an
+    # edited pinned spec) is left to name them.
+    from benchrun.warehouse.rebuild import LOCAL_LAYOUTS
+
+    for layout in LOCAL_LAYOUTS:
+        if layout not in by_template:
+            try:
+                store_for(layout)
+            except (BenchrunError, OSError) as exc:
+                report.failures.append(f"{'default store' if layout is None else f'local store {layout}'}: {exc}")
     stored: set[str] = set()
     for store in stores.values():
-        for run_id in store.list_manifest_run_ids():
+        try:
+            listed = store.list_manifest_run_ids()
+        except (BenchrunError, OSError) as exc:  # this store's failure, named; the other stores are still walked
+            report.failures.append(f"store {store.uri}: its manifests cannot be listed ({exc})")
+            report.lines.append(f"store {store.uri}: FAILED: its manifests cannot be listed ({exc})")
+            continue
+        for run_id in listed:
             stored.add(run_id)
             try:
                 manifest = store.load_manifest(run_id)
@@ -216,7 +279,7 @@ def walk_store(public_key: Path | None, pinned: tuple[str, ...], home: Path | No
                 n = store.verify(manifest)
                 where = store.key_uri(store.manifest_key(run_id, manifest.digest))
                 report.lines.append(f"stored run {run_id} (manifest {where}): {n} objects re-hashed: all match")
-            except BenchrunError as exc:
+            except (BenchrunError, OSError) as exc:
                 report.failures.append(f"stored run {run_id}: {exc}")
                 report.lines.append(f"stored run {run_id}: FAILED: {exc}")
     _warehouse_runs(home, {rd.run_id for rd, _ in runs} | stored, report)

@@ -213,6 +213,21 @@ def signature_problems(run_dir: Path, home: Path | None) -> tuple[list[str], Any
     return [f"signed file {b}" for b in bad], st
 
 
+def signed_phase_problem(status: Any, statement: Any) -> str | None:
+    """Why unsigned ``status`` (status.json) contradicts the verified ``statement``: the statement
+    signs phase Failed or Canceled and status.json says another. benchrun never moves a run signed
+    Failed or Canceled to another phase without signing it again: status.json (unsigned) was edited,
+    and its phase is what admission and promotion read. None when they agree (or nothing is signed).
+    The one check ``compare`` (:func:`evidence_problems`) and ``promote`` make."""
+    recorded = (statement.predicate.get("curated_status") or {}) if statement is not None else {}
+    phase = status.get("phase") if isinstance(status, dict) else None
+    if isinstance(recorded, dict) and recorded.get("phase") in ("Failed", "Canceled") and phase != recorded.get("phase"):
+        return (f"status.json says phase {phase!r}, but the signed statement records phase "
+                f"{recorded.get('phase')!r} (outcome {recorded.get('outcome')!r}): status.json was edited "
+                "after the run was signed")
+    return None
+
+
 def evidence_problems(run: "RunInfo", home: Path | None = None, *, signed: bool = True) -> list[str]:
     """Why a run's evidence does not verify (empty when it does). A finished run without its
     envelope does not verify: every run benchrun finishes is signed (the provenance_attestation
@@ -224,14 +239,9 @@ def evidence_problems(run: "RunInfo", home: Path | None = None, *, signed: bool 
 
     problems = manifest_problems(run.path)
     sig, st = signature_problems(run.path, home or run.path.parent.parent)  # a caller comparing two runs names one home
-    recorded = (st.predicate.get("curated_status") or {}) if st is not None else {}
-    if isinstance(recorded, dict) and recorded.get("phase") in ("Failed", "Canceled") \
-            and run.status.get("phase") != recorded.get("phase"):
-        # benchrun never moves a run signed Failed or Canceled to another phase without signing it again:
-        # status.json (unsigned) was edited, and its phase is what admission reads
-        sig = [*sig, f"status.json says phase {run.status.get('phase')!r}, but the signed statement records "
-                     f"phase {recorded.get('phase')!r} (outcome {recorded.get('outcome')!r}): status.json was edited "
-                     "after the run was signed"]
+    contradicted = signed_phase_problem(run.status, st)
+    if contradicted:
+        sig = [*sig, contradicted]
     if signed and not envelope_path(run.path).is_file():
         sig = [f"{envelope_path(run.path).relative_to(run.path)} is missing: the run is not signed, so nothing "
                "shows its files are the ones it measured (every run benchrun finishes is signed)"]

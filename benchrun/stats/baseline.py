@@ -42,7 +42,7 @@ def verify_for_promotion(run_dir: Path, home: Path, *, public_key: Path | None =
     """
     from benchrun.provenance.keys import keyid_of, load_public_key
     from benchrun.provenance.signing import envelope_path, verify_run, verify_stored
-    from benchrun.stats.admit import manifest_problems
+    from benchrun.stats.admit import manifest_problems, signed_phase_problem
     from benchrun.stats.load import _read_json, load_run
 
     run_id = run_dir.name
@@ -82,6 +82,9 @@ def verify_for_promotion(run_dir: Path, home: Path, *, public_key: Path | None =
     if st.predicate.get("outcome") == "failed":
         raise BenchrunError(f"run {run_id}: {env.name} signs outcome failed, but status.json says "
                             f"{status.get('phase')}: status.json was changed; this run cannot become the baseline")
+    contradicted = signed_phase_problem(status, st)  # compare's check: a signed Failed/Canceled phase
+    if contradicted:
+        raise BenchrunError(f"run {run_id}: {contradicted}; this run cannot become the baseline")
     objects = verify_stored(run_dir, st, home)
     keyid = keyid_of(load_public_key(key_path)) if key_path is not None else None
     if keyid is None:

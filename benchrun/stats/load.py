@@ -33,13 +33,28 @@ DEFAULT_CONFIDENCE = 0.95
 DEFAULT_MIN_REPLICATES = 3
 
 
+def _refuse_links(run_dir: Path, sub: str, files: list[Path]) -> list[Path]:
+    """``files`` (under ``run_dir/sub``), or a BenchrunError naming the first that is a symbolic link
+    (or lies in a linked folder): a glob follows links, so a link dropped in beside the evidence was
+    read as a measurement, while the store, the manifest and the signature skip links (the evidence is
+    the bytes in the run directory)."""
+    folder = run_dir / sub
+    links = ([folder] if folder.is_symlink() else []) + [p for p in files if p.is_symlink()]
+    if links:
+        p = links[0]
+        raise BenchrunError(f"{p}: a symbolic link (to {os.readlink(p)}), not a file of the run: a measurement "
+                            "is read only from the run directory's own files (links are never stored, sealed "
+                            "or signed); remove the link, or restore the file from the stored evidence")
+    return files
+
+
 def _result_files(run_dir: Path, run_id: str) -> list[Path]:
-    return [p for p in sorted((run_dir / "structured").glob(f"{run_id}_*_r*.json"))
-            if parse_result_name(p.name, run_id) is not None]
+    return _refuse_links(run_dir, "structured", [p for p in sorted((run_dir / "structured").glob(f"{run_id}_*_r*.json"))
+                                                 if parse_result_name(p.name, run_id) is not None])
 
 
 def _request_files(rd: Path) -> list[Path]:
-    return sorted((rd / "raw").glob(f"{rd.name}_*_r*_requests.parquet"))
+    return _refuse_links(rd, "raw", sorted((rd / "raw").glob(f"{rd.name}_*_r*_requests.parquet")))
 
 
 def analysed_files(run_dir: str | os.PathLike[str]) -> list[str]:

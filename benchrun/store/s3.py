@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator, TypeVar
 
 from benchrun.errors import BenchrunError
-from benchrun.urlsafe import redact
+from benchrun.urlsafe import redact, redact_in
 from benchrun.store.base import CHUNK, ArtifactStore, changed_while_stored, sha256_stream
 
 log = logging.getLogger(__name__)
@@ -99,16 +99,24 @@ class S3Store(ArtifactStore):
             code = exc.response.get("Error", {}).get("Code", "")
             if code in ("NoSuchBucket",):
                 raise BenchrunError(f"{what}: bucket {self.bucket} does not exist at {where}; create it or fix sinks.rawArtifacts.pathTemplate") from exc
-            if code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
-                raise BenchrunError(f"{what}: {where} refused the credentials in the environment ({code})") from exc
-            raise
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403", "Forbidden") \
+                    or status == 403:
+                # a HEAD has no body: its 403 comes back as code "403", not AccessDenied
+                raise BenchrunError(f"{what}: {where} refused access with the credentials in the environment "
+                                    f"({code or status}: access denied)") from exc
+            # anything else the service answered (5xx InternalError, SlowDown, ...): an error naming the
+            # request, never a raw botocore exception (callers, `verify --store` among them, catch BenchrunError)
+            raise BenchrunError(f"{what}: {where} answered {code or 'an error'}"
+                                f"{f' (HTTP {status})' if status else ''}: {_message(exc)}") from exc
         except bex.BotoCoreError as exc:
             if type(exc).__name__ in _UNREACHABLE or isinstance(exc, (bex.EndpointConnectionError, bex.ConnectionError)):
                 raise BenchrunError(
                     f"{what}: S3 endpoint unreachable ({where}): {type(exc).__name__}; "
                     "check BENCHRUN_S3_ENDPOINT_URL and retry — nothing was half-written"
                 ) from exc
-            raise
+            # e.g. ResponseStreamingError: the connection broke while an object was being read
+            raise BenchrunError(f"{what}: S3 request to {where} failed ({type(exc).__name__}): {_message(exc)}") from exc
 
     # -- primitives ---------------------------------------------------------------
     def run_prefix(self, run_id: str) -> str:
@@ -166,7 +174,8 @@ class S3Store(ArtifactStore):
                 raise
             return resp["Body"]
 
-        return self._call(f"get {self.key_uri(key)}", get)
+        what = f"get {self.key_uri(key)}"
+        return _GuardedBody(self._call(what, get), self._call, f"read {self.key_uri(key)}")
 
     def _lock_args(self) -> dict[str, Any]:
         if not self.lock_enabled or not self.retention_days:
@@ -277,11 +286,8 @@ class S3Store(ArtifactStore):
                     raise BenchrunError(f"{self.key_uri(key)}: a different manifest is already stored under this digest")
 
     def hash_key(self, key: str) -> str:
-        body = self.open_key(key)
-        try:
-            return self._call(f"read {self.key_uri(key)}", lambda: sha256_stream(body.iter_chunks(1 << 20)))
-        finally:
-            body.close()
+        with self.open_key(key) as body:
+            return sha256_stream(body.iter_chunks(1 << 20))
 
     def list_manifest_run_ids(self) -> list[str]:
         ids: set[str] = set()
@@ -297,6 +303,38 @@ class S3Store(ArtifactStore):
 
         self._call("list manifests", scan)
         return sorted(ids)
+
+
+class _GuardedBody:
+    """An object's body whose reads fail as BenchrunError (``S3Store._call``): a connection that breaks
+    mid-stream raised botocore's ResponseStreamingError to callers that catch BenchrunError."""
+
+    def __init__(self, body: Any, call: Callable[[str, Callable[[], Any]], Any], what: str) -> None:
+        self._body, self._call, self._what = body, call, what
+
+    def read(self, *args: Any) -> bytes:
+        return self._call(self._what, lambda: self._body.read(*args))
+
+    def iter_chunks(self, chunk_size: int = CHUNK) -> Iterator[bytes]:
+        chunks = self._body.iter_chunks(chunk_size)
+        while (chunk := self._call(self._what, lambda: next(chunks, None))) is not None:
+            yield chunk
+
+    def close(self) -> None:
+        self._body.close()
+
+    def __enter__(self) -> "_GuardedBody":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _message(exc: Any) -> str:
+    """The service's message of a ClientError (or the exception's text), without credentials."""
+    response = getattr(exc, "response", None)
+    err = response.get("Error", {}) if isinstance(response, dict) else {}
+    return redact_in(str(err.get("Message") or exc))
 
 
 @contextlib.contextmanager
