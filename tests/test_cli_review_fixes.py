@@ -211,3 +211,15 @@ def test_plan_under_a_home_that_is_a_file_says_what_run_says(tmp_path, monkeypat
     monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path / "none"))
     code, _out, err = cli_in_process(["plan", str(ROOT / "specs/local/canary.yaml")], monkeypatch, capsys)
     assert code == 1 and "there is no benchrun home" in err and not (tmp_path / "none").exists()
+
+
+def test_compare_names_a_missing_candidate_alias_as_the_candidate(tmp_path, monkeypatch, capsys):
+    """Found in review: `compare RUN published/nosuch` said "baseline alias published/nosuch is not set"."""
+    from benchrun.stats.synthetic import make_run
+
+    make_run(tmp_path, "base-x", {("s", "", "m"): ([1.0, 1.1, 0.9], "ms", "lower")})
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    code, out, err = cli_in_process(["compare", "base-x", "published/nosuch", "--json"], monkeypatch, capsys)
+    assert code == 1, err
+    message = json.loads(out)["message"]
+    assert message.startswith("candidate alias published/nosuch is not set"), message  # was: "baseline alias ..."

@@ -95,7 +95,7 @@ def compare(
     home = home_location()[0]  # read, never created: a run directory given as a path needs no home
     try:
         settle(home, lambda line: typer.echo(line, err=True))  # both runs' signatures cover their final reports
-        base_dir, cand_dir = resolve_run(baseline, home), resolve_run(candidate, home)
+        base_dir, cand_dir = resolve_run(baseline, home), resolve_run(candidate, home, role="candidate")
         if base_dir.resolve() == cand_dir.resolve():
             raise BenchrunError(f"compare: baseline {baseline!r} and candidate {candidate!r} are the same run "
                                 f"({base_dir.name}); compare two different runs", exit_code=2)

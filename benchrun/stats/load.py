@@ -448,8 +448,11 @@ def read_alias(path: Path) -> tuple[str, dict[str, Any] | None]:
 
 
 
-def resolve_run(ref: str, home: Path | None = None, *, paths: bool = True) -> Path:
+def resolve_run(ref: str, home: Path | None = None, *, paths: bool = True, role: str = "baseline") -> Path:
     """A run directory from a run id, a path to a run directory, or a baseline alias.
+
+    ``role`` names what the alias was given as in its errors (``compare``'s candidate may be an alias
+    too: "baseline alias" named the candidate's wrongly).
 
     ``published/<alias>`` (``published/current`` is what ``benchrun promote`` sets) may carry
     a site prefix as the specs write it (``cluster/published/current``,
@@ -474,14 +477,14 @@ def resolve_run(ref: str, home: Path | None = None, *, paths: bool = True) -> Pa
         p = alias_path(home, m.group("alias"))
         if not p.is_file():
             raise BenchrunError(
-                f"baseline alias published/{m.group('alias')} is not set under {p.parent}; "
+                f"{role} alias published/{m.group('alias')} is not set under {p.parent}; "
                 f"run `benchrun promote RUN_ID{'' if m.group('alias') == 'current' else ' --alias ' + m.group('alias')}`"
                 " to publish a baseline"
             )
         ref = read_alias(p)[0]
         validate_run_id(ref)
         if not (runs_root(home) / ref).is_dir():
-            raise BenchrunError(f"baseline alias published/{m.group('alias')} points at run {ref!r}, which no longer "
+            raise BenchrunError(f"{role} alias published/{m.group('alias')} points at run {ref!r}, which no longer "
                                 f"exists under {runs_root(home)}; promote another run (`benchrun promote RUN_ID"
                                 f"{'' if m.group('alias') == 'current' else ' --alias ' + m.group('alias')}`)")
     elif RUN_REF.match(ref):
