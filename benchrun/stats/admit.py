@@ -366,7 +366,9 @@ def ungateable_primaries(rows: "pd.DataFrame") -> list[Refusal]:
         return []
     sel = rows[rows["gating"].astype(bool) & rows["verdict"].astype(str).str.startswith("not gateable")]
     return [Refusal(PRIMARY_NOT_GATEABLE, f"primary {r.metric} cannot be judged ({r.verdict}): run enough requests "
-                                          "a replicate for every primary percentile, or fix what made the load "
+                                          "a replicate for every primary percentile (enough that the replicates "
+                                          "left after any left out as contended still pool them; on a busy machine, "
+                                          "quieten it), or fix what made the load "
                                           "generator's or the suite's own verdict invalid")
             for r in sel.itertuples()]
 
