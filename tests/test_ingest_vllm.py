@@ -85,9 +85,17 @@ def test_detailed_result_is_recomputed_with_our_definitions(tmp_path):
     [pt] = points_from_file(f)
     assert (pt["point"], pt["load_model"], pt["offered_load"]) == ("rate=4", "open_loop", 4.0)
     assert pt["n_errors"] == 1
-    assert pt["ttft_ms_p50"] == pytest.approx(20.0)
+    # the failed request (no first token) ranks slower than every value, as the load generator
+    # ranks it: Hazen positions (k + 1/2) / 4 of the 3 values among 4 requests, linear in between
+    def hazen(values, n_failed, q):
+        pos = [(k + 0.5) / (len(values) + n_failed) for k in range(len(values))]
+        return float(np.interp(q, pos, sorted(values)))
+
+    assert pt["ttft_ms_p50"] == pytest.approx(hazen([10.0, 20.0, 30.0], 1, 0.50)) == pytest.approx(25.0)
     e2e = [22.0, 28.0, 42.0]
-    assert pt["e2e_ms_p99"] == pytest.approx(float(np.percentile(e2e, 99)))
+    assert pt["e2e_ms_p99"] == pytest.approx(hazen(e2e, 1, 0.99)) == pytest.approx(42.0)  # past 0.625: a lower bound
+    assert pt["e2e_ms_p50"] == pytest.approx(hazen(e2e, 1, 0.50)) == pytest.approx(35.0)
+    assert pt["percentiles_censored"]["e2e_ms"] == ["p90", "p95", "p99", "p999"]
     assert pt["decode_ms_per_token_mean"] == pytest.approx(np.mean([6.0, 4.0, 6.0]))
     assert pt["token_gap_ms_max"] == pytest.approx(10.0)
     assert pt["jitter_ms"] == pytest.approx(float(np.median([np.std([5, 7]), 0.0, np.std([10, 2])])))

@@ -1,10 +1,14 @@
 """Reader of fio's JSON output (``--output-format=json``) into benchrun metric rows.
 
-Standard library only: the ``fio`` suite calls it inside benchmark pods, and the launcher
-calls it on the output of a spec's own fio command.
+Standard library only: the ``fio`` suite (:mod:`benchrun.suites.fio`) calls it inside benchmark
+pods on the fio it ran, and :func:`benchrun.ingest.ingest_file` (kind ``fio``) calls
+:func:`metrics_from_file` on a saved fio JSON file handed to it.
 
 Per job (``case`` = the job name; ``<job>:read`` / ``<job>:write`` when a job does both)
-and per direction that moved bytes:
+and per direction that moved bytes. With ``--unified_rw_reporting=1`` (fio 3: ``mixed``) fio
+writes a job's I/O only under ``mixed``, read and write together: read as a direction of its
+own, case ``<job>:mixed`` (never the same case as a job's reads or writes alone); with
+``unified_rw_reporting=both`` the separate directions are read and ``mixed`` is left aside.
 
 * ``bandwidth_mib_per_s`` — ``bw_bytes`` / 2^20 (fio's ``bw`` is KiB/s; fio's own "MiB/s")
 * ``iops`` — fio's ``iops`` (mean over the job's runtime)
@@ -15,14 +19,25 @@ and per direction that moved bytes:
   completion, a different quantity, so under its own name. Neither is there when fio
   reported no percentiles.
 
-Every row carries ``job_runtime_ms`` (how long fio ran the job) when fio reports it.
+Every row carries ``job_runtime_ms`` (fio's ``job_runtime``: how long fio ran the job) when fio
+reports it. Under ``--group_reporting`` it is the SUM over the group's jobs (``numjobs=2`` for
+1 s reports 2000 ms), not the wall time: fio adds each clone's runtime, and the JSON does not
+say reliably how many jobs a group merged, so it is not divided here.
 
 Refused with BenchrunError rather than read into partial rows:
 
 * a job that ended with a non-zero ``error`` (:func:`job_errors` lists them): its rows would
   silently be missing;
 * a job name reported more than once (``numjobs`` > 1 without ``--group_reporting`` gives one
-  entry per clone): run fio with ``--group_reporting``;
+  entry per clone): run fio with ``--group_reporting``, with each different job in a reporting
+  group of its own (``--stonewall`` or ``--new_group`` before it), since ``--group_reporting``
+  reports a whole group under its first job's name;
+* a job whose entry shows it is several different jobs merged by ``--group_reporting`` (no
+  ``--stonewall`` / ``--new_group`` between them): fio reports the group under its first job's
+  name with its LAST job's ``job options``, so a ``name`` option other than the job name, or an
+  ``rw`` that excludes a direction that moved bytes (``g1`` rw=read with write bytes: a read job
+  and a write job summed; reads of ``verify`` and trims of ``trim_percentage`` allowed);
+* a job that moved bytes but gave no rows (I/O under a key this reader does not know);
 * output whose last JSON document does not parse. With ``--status-interval`` fio writes a
   document per interval and its final result last; the last document is the one read.
 """
@@ -38,6 +53,14 @@ from benchrun.errors import BenchrunError
 from benchrun.suites.result import metric
 
 DIRECTIONS = ("read", "write", "trim")
+# fio's rw= values and the directions each may move ("rw=write:4k": the part before the colon)
+RW_DIRECTIONS: dict[str, frozenset[str]] = {
+    **{v: frozenset({"read"}) for v in ("read", "randread")},
+    **{v: frozenset({"write"}) for v in ("write", "randwrite")},
+    **{v: frozenset({"trim"}) for v in ("trim", "randtrim")},
+    **{v: frozenset({"read", "write"}) for v in ("rw", "readwrite", "randrw")},
+    **{v: frozenset({"trim", "write"}) for v in ("trimwrite", "randtrimwrite")},
+}
 
 
 def parse_fio_documents(text: str, source: str = "fio output") -> list[dict[str, Any]]:
@@ -90,6 +113,37 @@ def _p99_ms(stats: dict[str, Any]) -> tuple[str, float] | None:
     return None
 
 
+def _moved(job: dict[str, Any]) -> dict[str, int]:
+    """Bytes per key of ``job`` that holds I/O stats (read, write, trim, mixed, ...)."""
+    out = {}
+    for key, stats in job.items():
+        if isinstance(stats, dict) and isinstance(stats.get("io_bytes"), (int, float)) and stats["io_bytes"] > 0:
+            out[key] = int(stats["io_bytes"])
+    return out
+
+
+def merged_jobs(doc: dict[str, Any], job: dict[str, Any]) -> str | None:
+    """Why ``job``'s entry is several different jobs ``--group_reporting`` merged (module docstring),
+    else None. fio reports a group under its first job's name with its last job's options."""
+    name, opts = str(job.get("jobname", "job")), job.get("job options") or {}
+    if not isinstance(opts, dict):
+        return None
+    if opts.get("name") not in (None, name):
+        return f"its job options are of job {opts['name']!r}"
+    glob = doc.get("global options") or {}
+    rw = opts.get("rw", opts.get("readwrite", glob.get("rw", glob.get("readwrite"))))
+    allowed = RW_DIRECTIONS.get(str(rw).split(":")[0].strip()) if rw is not None else None
+    if allowed is None:
+        return None  # not set here, or a value this reader does not know: nothing to hold it to
+    def setting(key: str) -> bool:
+        value = opts.get(key, glob.get(key))
+        return value is not None and str(value).strip().lower() not in ("", "0", "none", "null")
+    allowed = allowed | ({"read"} if setting("verify") else set()) | ({"trim"} if setting("trim_percentage") else set())
+    moved = _moved(job)
+    extra = [f"{d} ({moved[d]} bytes)" for d in DIRECTIONS if d in moved and d not in allowed]
+    return f"it moved {', '.join(extra)} but its rw={rw}" if extra else None
+
+
 def fio_metrics(doc: dict[str, Any], source: str = "fio output") -> list[dict[str, Any]]:
     """Metric rows for every job and direction that moved bytes (see the module docstring)."""
     errors = job_errors(doc)
@@ -100,15 +154,27 @@ def fio_metrics(doc: dict[str, Any], source: str = "fio output") -> list[dict[st
     if repeated:
         raise BenchrunError(
             f"{source}: fio reported job name(s) {', '.join(map(repr, repeated))} more than once (numjobs > 1 gives one "
-            "entry per clone); run fio with --group_reporting so each job is one result, or give jobs distinct names")
+            "entry per clone); run fio with --group_reporting so a job's clones are one result, with each different "
+            "job in a group of its own (--stonewall or --new_group before it: --group_reporting reports a whole "
+            "group under its first job's name), or give the jobs distinct names")
     rows: list[dict[str, Any]] = []
     for job, name in zip(doc["jobs"], names):
-        runtime = job.get("job_runtime")  # ms the job ran (fio >= 3.x)
+        why = merged_jobs(doc, job)
+        if why is not None:
+            raise BenchrunError(
+                f"{source}: fio job {name!r} is several different jobs summed by --group_reporting ({why}): fio "
+                "reports a reporting group under its first job's name; put each different job in a group of its own "
+                "(--stonewall or --new_group before it)")
+        runtime = job.get("job_runtime")  # ms the job ran (fio >= 3.x); summed over a group's jobs
         extra = {"job_runtime_ms": int(runtime)} if isinstance(runtime, (int, float)) and runtime > 0 else {}
-        active = [d for d in DIRECTIONS if (job.get(d) or {}).get("io_bytes", 0) > 0]
+        moved = _moved(job)
+        active = [d for d in DIRECTIONS if d in moved] or (["mixed"] if "mixed" in moved else [])
+        if moved and not active:
+            raise BenchrunError(f"{source}: fio job {name!r} moved bytes ({', '.join(f'{k}: {v}' for k, v in moved.items())}) "
+                                "under no key this reader knows (read, write, trim, mixed); it would give no rows")
         for direction in active:
             stats = job[direction]
-            case = name if len(active) == 1 else f"{name}:{direction}"
+            case = f"{name}:mixed" if direction == "mixed" else name if len(active) == 1 else f"{name}:{direction}"
             bw_bytes = stats.get("bw_bytes")
             if bw_bytes is None:  # older fio: bw in KiB/s only
                 bw_bytes = float(stats.get("bw", 0)) * 1024

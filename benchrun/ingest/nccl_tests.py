@@ -12,19 +12,29 @@ The first ``time algbw busbw #wrong`` group is out-of-place, the second in-place
 versions have no ``root`` column and a floating-point ``error`` column instead of
 ``#wrong``; ``N/A`` appears when validation is off. The reader goes by the header's
 column names, so both read the same; any other line (NCCL INFO logs, mpirun noise) is
-ignored. The footer (src/common.cu) gives ``# Out of bounds values : <n> OK|FAILED`` and
+ignored. Newer options read too: ``-C 1`` names the time columns ``cputime`` (the host's time
+per iteration instead of the GPU's; the bandwidths are still of the GPU time), read into
+``mean_cputime_us`` rather than ``mean_latency_us``, a different quantity; a trailing
+``timestamp`` column (one header label, a row's ``2026-04-19 03:03:40`` two fields or one)
+is kept as the row's ``timestamp``. The footer (src/common.cu) gives ``# Out of bounds values : <n> OK|FAILED`` and
 ``# Avg bus bandwidth : <GB/s> [OK|FAILED]``.
 
 Refused with BenchrunError naming the file and line, never read into rows: a failed
 validation (``Out of bounds values`` not 0 / ``FAILED``), a failed bandwidth check
 (``Avg bus bandwidth ... FAILED``, with ``NCCL_TESTS_MIN_BW``), a row whose ``#wrong`` is
-not 0, and truncated output (a row with fewer fields than the header, or no footer after
-the table: the run died or the log was cut).
+not 0, truncated output (a row with fewer fields than the header, or no footer after
+the table: the run died or the log was cut), and a file holding more than one run: a second
+results header, a second ``# Collective test starting`` or ``Running:`` section (two programs
+one after the other, a DGX-2 style log of several), or a rank listed twice (a build without
+MPI=1 started by mpirun: every process is a one-rank run of its own, each ``Rank 0``). Read as
+one table, such a file would label every row with one collective, keep one run's average and
+let the same rank's rows be pooled as if they were one measurement; split it instead.
 
 Metric rows (``case`` = ``collective=<c>,bytes=<size>,type=<type>,redop=<op>,out_of_place`` or
 ``...,in_place``, with ``root=<r>`` before the placement when the root is not -1, and
 type/redop left out when the table has no such column):
-``mean_latency_us`` (nccl-tests' time is the mean over its iterations), ``algbw_gb_per_s``,
+``mean_latency_us`` (nccl-tests' time is the mean over its iterations; ``mean_cputime_us`` for a
+``cputime`` column), ``algbw_gb_per_s``,
 ``busbw_gb_per_s`` and, when validated, ``wrong_values`` (the ``#wrong`` column: a count of
 wrong elements, unit ``count``) or ``max_abs_error`` (older versions' ``error`` column: the
 largest deviation from the expected result, a float, unit ``1``); plus ``avg_busbw_gb_per_s``
@@ -61,6 +71,10 @@ _AVG = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+|-?nan|-?inf)\s*(\
 _PARAMS = re.compile(r"^#\s*nThread\b")
 # "# Collective test starting: all_reduce_perf" (nccl-tests 2.13 and later print the program's name)
 _STARTING = re.compile(r"^#\s*Collective test starting\s*:\s*(\S+)")
+# "Running: CUDA_VISIBLE_DEVICES=... ./build/all_reduce_perf -b 8 ..." (wrapper scripts' logs of several runs)
+_RUNNING = re.compile(r"^Running\s*:")
+# the time columns: "time" (GPU time), "cputime" with -C 1 (host time)
+TIME_COLUMNS = ("time", "cputime")
 # nccl-tests programs, the longer name first where one contains another (reduce_scatter, reduce)
 COLLECTIVES = ("all_reduce", "all_gather", "alltoall", "reduce_scatter", "reduce", "broadcast", "sendrecv",
                "scatter", "gather", "hypercube")
@@ -70,6 +84,11 @@ _NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}\Z")
 # (no "Group" in older versions): which host and GPU each rank ran on.
 _RANK = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)"
                    r"\s+\[([^\]]*)\]\s*(.*)$")
+
+
+def _several_runs(where: str, what: str) -> BenchrunError:
+    return BenchrunError(f"{where}: more than one nccl-tests run in one file ({what}): split it, or for a non-MPI "
+                         "build under mpirun rebuild with MPI=1 (each process then prints a run of its own)")
 
 
 def _number(token: str) -> float | None:
@@ -85,8 +104,12 @@ def parse_nccl_tests(text: str, source: str = "nccl-tests output") -> dict[str, 
     ``ranks``: per rank line, ``rank_id, group, pid, node_name, device, bus_id, gpu_name``
     (the placement of every rank across nodes; nccl-tests print no per-rank times).
 
-    Each row: ``size_bytes, count, type, redop, root`` (None when absent) and per placement
-    ``{"time_us", "algbw_gb_per_s", "busbw_gb_per_s", "wrong"}`` (wrong None for ``N/A``).
+    Each row: ``size_bytes, count, type, redop, root`` (None when absent), ``timestamp`` (None
+    without that column) and per placement ``{"time_us", "algbw_gb_per_s", "busbw_gb_per_s",
+    "wrong"}`` (wrong None for ``N/A``). ``time_column``: ``"time"``, or ``"cputime"`` (``-C 1``).
+
+    One run per text: a second results header, ``# Collective test starting`` or ``Running:``
+    line, or a rank listed twice is a BenchrunError naming the line (module docstring).
     """
     columns: list[str] | None = None
     time_scale = 1.0
@@ -98,10 +121,17 @@ def parse_nccl_tests(text: str, source: str = "nccl-tests output") -> dict[str, 
     out_of_bounds: int | None = None
     avg_line = False
     collective: str | None = None
+    started: int | None = None  # the line of the run's "Collective test starting" / "Running:"
+    rank_ids: dict[int, int] = {}  # rank -> line it was listed on
+    header_line = 0
     lines = text.splitlines()
     for i, line in enumerate(lines):
         where = f"{source}, line {i + 1}"
         stripped = line.strip()
+        if _RUNNING.match(stripped) or _STARTING.match(stripped):
+            if started is not None:
+                raise _several_runs(where, f"a second run starts here, the first at line {started}")
+            started = i + 1
         if (m := _OOB.match(stripped)) is not None:
             out_of_bounds = int(m.group(1))
             if out_of_bounds or m.group(2) == "FAILED":
@@ -122,13 +152,21 @@ def parse_nccl_tests(text: str, source: str = "nccl-tests output") -> dict[str, 
             elif _PARAMS.match(stripped):
                 parameters = stripped.lstrip("# ").strip()
             elif body[:1] == ["Rank"]:
+                if len(body) > 1 and body[1].isdigit():
+                    rank = int(body[1])
+                    if rank in rank_ids:
+                        raise _several_runs(where, f"rank {rank} is listed again, first at line {rank_ids[rank] + 1}")
+                    rank_ids[rank] = i
                 devices.append(stripped.lstrip("# ").strip())
                 if (m := _RANK.match(stripped)) is not None:
                     ranks.append({"rank_id": int(m.group(1)), "group": int(m.group(2)) if m.group(2) else None,
                                   "pid": int(m.group(3)), "node_name": m.group(4), "device": int(m.group(5)),
                                   "bus_id": m.group(6), "gpu_name": m.group(7).strip() or None})
-            elif "size" in body and "algbw" in body and "busbw" in body and "time" in body:
+            elif "size" in body and "algbw" in body and "busbw" in body and any(c in body for c in TIME_COLUMNS):
+                if columns is not None:
+                    raise _several_runs(where, f"a second results table; the first header is at line {header_line}")
                 columns = body
+                header_line = i + 1
                 units = lines[i + 1] if i + 1 < len(lines) else ""
                 time_scale = 1e3 if "(ms)" in units else 1.0
             continue
@@ -137,13 +175,16 @@ def parse_nccl_tests(text: str, source: str = "nccl-tests output") -> dict[str, 
         tokens = stripped.split()
         if not tokens or not tokens[0].isdigit():
             continue
+        stamp = columns[-1] == "timestamp"  # one label; "2026-04-19 03:03:40" is two fields
+        if stamp and len(tokens) in (len(columns), len(columns) + 1):
+            tokens = tokens[: len(columns) - 1] + [" ".join(tokens[len(columns) - 1:])]
         if len(tokens) != len(columns):
             raise BenchrunError(f"{where}: table row {stripped!r} has {len(tokens)} fields, the header "
                                 f"{len(columns)}; the output was cut short or is malformed")
-        times = [k for k, c in enumerate(columns) if c == "time"]
-        if len(times) != 2:
+        times = [k for k, c in enumerate(columns) if c in TIME_COLUMNS]
+        if len(times) != 2 or columns[times[0]] != columns[times[1]]:
             raise BenchrunError(f"{source}: table header {' '.join(columns)!r} lacks the two time/algbw/busbw groups")
-        row: dict[str, Any] = {"size_bytes": int(tokens[0])}
+        row: dict[str, Any] = {"size_bytes": int(tokens[0]), "timestamp": tokens[-1] if stamp else None}
         for name in ("count", "type", "redop", "root"):
             if name in columns[: times[0]]:
                 raw = tokens[columns.index(name)]
@@ -174,7 +215,7 @@ def parse_nccl_tests(text: str, source: str = "nccl-tests output") -> dict[str, 
                             f"{rows[-1]['size_bytes']} bytes); the output was cut short or the run died before "
                             "finishing")
     return {"parameters": parameters, "devices": devices, "ranks": ranks, "rows": rows, "avg_busbw_gb_per_s": avg,
-            "collective": collective}
+            "collective": collective, "time_column": next(c for c in columns if c in TIME_COLUMNS)}
 
 
 def collective_name(program: str) -> str | None:
@@ -209,11 +250,13 @@ def nccl_metrics(parsed: dict[str, Any], collective: str) -> list[dict[str, Any]
     """Metric rows for every size and placement of a parsed table of ``collective`` (see the module
     docstring)."""
     out: list[dict[str, Any]] = []
+    # -C 1: the host's time per iteration, not the latency (the bandwidths stay of the GPU time)
+    time_name = "mean_cputime_us" if parsed.get("time_column") == "cputime" else "mean_latency_us"
     for row in parsed["rows"]:
         for placement in PLACEMENTS:
             v = row[placement]
             case = _case(collective, row, placement)
-            out.append(metric("mean_latency_us", v["time_us"], "us", "lower", case=case))
+            out.append(metric(time_name, v["time_us"], "us", "lower", case=case))
             out.append(metric("algbw_gb_per_s", v["algbw_gb_per_s"], "GB/s", "higher", case=case))
             out.append(metric("busbw_gb_per_s", v["busbw_gb_per_s"], "GB/s", "higher", case=case))
             if v.get("wrong") is not None:

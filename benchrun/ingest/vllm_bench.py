@@ -23,7 +23,14 @@ formula, per token: (latency − ttft) / (output tokens − 1)), itl → ``chunk
 ``request_goodput``, duration → ``window_s``. With per-request detail the distributions,
 ``jitter_ms`` and ``per_user_output_tokens_per_s`` are recomputed from the raw values with
 benchrun's own definitions; otherwise they come from the summary fields present (missing
-percentiles stay null).
+percentiles stay null). The recomputed latency percentiles count failed requests as the load
+generator does (:func:`benchrun.loadgen.metrics.latencies`): a failed request ranks slower than
+every value (``censored``), ``e2e_ms`` censoring every failure, ``ttft_ms`` those failed before
+their first token (ttft 0 or missing; a failure after it keeps its TTFT as a value) and
+``decode_ms_per_token`` those failed after it (a distribution that censors none keeps numpy's
+linear percentiles, as :func:`benchrun.loadgen.metrics.summarize` passes ``censored``);
+``percentiles_censored`` lists the percentiles whose rank falls among the censored (their value
+is the largest known, a lower bound).
 
 vLLM's itl is per streamed CHUNK, not per token: its request functions append
 ``timestamp - most_recent_timestamp`` for every chunk after the first, so a chunk of k tokens
@@ -35,7 +42,9 @@ request (``len(itl) == output_len - 1``), where the two coincide; otherwise they
 ``token_gaps_from`` says why. ``chunk_jitter_ms`` is the same median of per-request spreads over
 chunk gaps. The point label (the metrics' ``case``) names every setting that makes
 a run a different experiment (:func:`load_point`): ``c=8`` (infinite rate), ``rate=8``,
-``rate=8,burstiness=0.25``, ``rate=8,max_concurrency=4``. ``verdict`` is null: vLLM records
+``rate=8,burstiness=0.25``, ``rate=8,max_concurrency=4``, and a ramped rate
+(``--ramp-up-strategy``) ``ramp=linear:1-20`` (``,max_concurrency=64`` ...), load model
+``ramp_up``, never the ``c=64`` of a fixed-concurrency run. ``verdict`` is null: vLLM records
 neither schedule lag nor client saturation, so the point cannot be judged; ``verdict_reasons``
 says so.
 
@@ -55,7 +64,7 @@ from typing import Any
 import numpy as np
 
 from benchrun.errors import BenchrunError
-from benchrun.loadgen.metrics import HEADLINE, PERCENTILES, distribution
+from benchrun.loadgen.metrics import HEADLINE, PERCENTILES, censored_at, distribution
 from benchrun.suites.result import PERCENTILE_SUFFIXES, metric
 
 # vLLM's itl is a gap between chunks, not tokens: it never becomes token_gap_ms (module docstring)
@@ -94,7 +103,20 @@ def load_point(doc: dict[str, Any], where: str = "vllm result") -> tuple[str, fl
     labelled as the load generator labels its own points (``rate=8``, gamma arrivals
     ``rate=8,burstiness=0.25``; vLLM draws gamma gaps, Poisson at its default 1.0), plus the cap on
     requests in flight when one was set (``rate=8,max_concurrency=4``): runs that differ in either
-    are not replicates of one another."""
+    are not replicates of one another. A ramped rate (``ramp_up_strategy`` set: vLLM raises the rate
+    from ``ramp_up_start_rps`` to ``ramp_up_end_rps`` over the run, whatever ``request_rate`` says)
+    is load model ``ramp_up`` at the end rate, labelled ``ramp=linear:1-20`` plus the burstiness and
+    the cap as above: neither a closed loop at its ``max_concurrency`` nor a fixed rate."""
+    strategy = doc.get("ramp_up_strategy")
+    if strategy is not None:
+        start, end = float(doc["ramp_up_start_rps"]), float(doc["ramp_up_end_rps"])
+        label = f"ramp={str(strategy)}:{start:g}-{end:g}"
+        burstiness = None if doc.get("burstiness") is None else float(doc["burstiness"])
+        if burstiness is not None and burstiness != 1.0:
+            label += f",burstiness={burstiness:g}"
+        if doc.get("max_concurrency") is not None:
+            label += f",max_concurrency={int(float(doc['max_concurrency']))}"
+        return "ramp_up", end, label
     rate = doc.get("request_rate")
     rate_f = None if rate in (None, "inf") else _num(rate)
     # strict: a field of the wrong type is refused (ValueError), not read as unset and pooled
@@ -161,14 +183,28 @@ def point_from_result(doc: dict[str, Any], where: str = "vllm result") -> dict[s
     ttfts, itls, outs = doc.get("ttfts"), doc.get("itls"), doc.get("output_lens")
     detailed = isinstance(ttfts, list) and isinstance(itls, list) and isinstance(outs, list) and len(ttfts) == len(itls) == len(outs)
     if detailed:
-        ok = [i for i in range(len(ttfts)) if not (isinstance(errors, list) and i < len(errors) and errors[i]) and _num(ttfts[i]) is not None and (outs[i] or 0) > 0]
+        def _failed(i: int) -> bool:
+            return isinstance(errors, list) and i < len(errors) and bool(errors[i])
+        ok = [i for i in range(len(ttfts)) if not _failed(i) and _num(ttfts[i]) is not None and (outs[i] or 0) > 0]
+        # the load generator's rule (loadgen.metrics.latencies): failures rank slowest
+        if isinstance(errors, list):
+            fails = [i for i in range(len(ttfts)) if _failed(i)]
+            started = [i for i in fails if (_num(ttfts[i]) or 0) > 0]  # vLLM leaves ttft 0 until a token
+            n_failed = len(fails)
+        else:  # no per-request errors: the failed count, none known to have started
+            started, n_failed = [], failed
         ttft_ms = [ttfts[i] * 1000 for i in ok]
         e2e_ms = [(ttfts[i] + sum(itls[i] or [])) * 1000 for i in ok]
         tpot = [(e2e_ms[k] - ttft_ms[k]) / (outs[i] - 1) for k, i in enumerate(ok) if outs[i] > 1]
         gaps = [g * 1000 for i in ok for g in (itls[i] or [])]
-        row.update(distribution(ttft_ms, "ttft_ms"))
-        row.update(distribution(e2e_ms, "e2e_ms"))
-        row.update(distribution(tpot, "decode_ms_per_token"))
+        lat = {"ttft_ms": (ttft_ms + [ttfts[i] * 1000 for i in started], n_failed - len(started)),
+               "e2e_ms": (e2e_ms, n_failed), "decode_ms_per_token": (tpot, len(started))}
+        censored_by: dict[str, list[str]] = {}
+        for base, (values, n_cens) in lat.items():
+            row.update(distribution(values, base, n_cens or None))  # none censored: numpy linear, as summarize
+            if censored_at(len(values), n_cens):
+                censored_by[base] = censored_at(len(values), n_cens)
+        row["percentiles_censored"] = censored_by if n_failed else None
         row.update(distribution(gaps, "chunk_gap_ms"))
         stds = [float(np.std([x * 1000 for x in itls[i]])) for i in ok if len(itls[i] or []) >= 2]
         row["chunk_jitter_ms"] = float(np.median(stds)) if stds else None
