@@ -55,6 +55,14 @@ def _fmt(v: Any, nd: int = 2) -> str:
     return str(v)
 
 
+def _pct(s: dict[str, Any], base: str, name: str, nd: int = 2) -> str:
+    """Percentile ``name`` of ``base``, marked "≥" where the summary says failures censor it (the
+    value is then the largest known, a lower bound: ``percentiles_censored``)."""
+    v = s.get(f"{base}_{name}")
+    censored = v is not None and name in ((s.get("percentiles_censored") or {}).get(base) or ())
+    return ("≥" if censored else "") + _fmt(v, nd)
+
+
 def _print_table(summaries: list[dict[str, Any]], capacity: float | None, has_slo: bool,
                  capacity_why: str | None = None) -> None:
     from rich.markup import escape
@@ -73,11 +81,11 @@ def _print_table(summaries: list[dict[str, Any]], capacity: float | None, has_sl
             s["bucket"],
             str(s["n_requests"]),
             str(s["n_errors"]),
-            _fmt(s["ttft_ms_p50"]),
-            _fmt(s["ttft_ms_p99"]),
-            _fmt(s["e2e_ms_p50"], 1),
-            _fmt(s["e2e_ms_p99"], 1),
-            _fmt(s["decode_ms_per_token_p50"], 3),
+            _pct(s, "ttft_ms", "p50"),
+            _pct(s, "ttft_ms", "p99"),
+            _pct(s, "e2e_ms", "p50", 1),
+            _pct(s, "e2e_ms", "p99", 1),
+            _pct(s, "decode_ms_per_token", "p50", 3),
             _fmt(s["jitter_ms"], 3),
             _fmt(s["tokens_per_second"], 0),
             _fmt(s["request_throughput_rps"], 2),
@@ -289,7 +297,7 @@ def register(app: typer.Typer) -> None:
         def progress(s: dict[str, Any]) -> None:
             print(
                 f"{s['point']}: {s['n_requests']} ok, {s['n_errors']} errors, "
-                f"ttft p50 {_fmt(s['ttft_ms_p50'])} ms, e2e p99 {_fmt(s['e2e_ms_p99'], 1)} ms, {s['verdict']}",
+                f"ttft p50 {_pct(s, 'ttft_ms', 'p50')} ms, e2e p99 {_pct(s, 'e2e_ms', 'p99', 1)} ms, {s['verdict']}",
                 file=sys.stderr,
             )
 
@@ -393,6 +401,7 @@ def register(app: typer.Typer) -> None:
         prefix_cache_block: int = typer.Option(0, "--prefix-cache-block",
                                                help="a prefix cache of N-word blocks, reported as cached_tokens (0: none)"),
         record_bodies: bool = typer.Option(False, "--record-bodies", help="keep each request's prompt or messages in its record"),
+        stream_interval: int = typer.Option(1, "--stream-interval", help="tokens a content chunk carries (the first alone, as vLLM's)"),
     ) -> None:
         """Run the synthetic OpenAI-compatible reference server (a continuously batched engine model)."""
         import asyncio
@@ -414,7 +423,8 @@ def register(app: typer.Typer) -> None:
                     "max_queue": max_queue,
                 }
             )
-            dialect = Dialect(stream_end, usage_in_last_chunk, reject_unknown_fields, chat_template_tokens, prefix_cache_block)
+            dialect = Dialect(stream_end, usage_in_last_chunk, reject_unknown_fields, chat_template_tokens, prefix_cache_block,
+                              stream_interval)
         except ValueError as exc:
             raise BenchrunError(f"refserver: {exc}") from None
         if max_tokens_limit < 1:

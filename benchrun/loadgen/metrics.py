@@ -33,7 +33,7 @@ merged rows (percentiles are never averaged).
   of that request's gaps.
 - A request is *good* when it completed and meets every declared SLO: ``ttft_ms``,
   ``decode_ms_per_token`` (a one-token answer has no decode and meets it), ``e2e_ms``.
-  ``request_goodput`` = good / window; ``slo_attainment`` = good / (completed + errored).
+  ``request_goodput`` = good / window; ``slo_attainment`` = good / (completed + errored + turns not sent).
   Without an SLO both are null (absent, not zero).
 - Cost: price per node-second x nodes x window, divided by completed requests (output
   tokens; good requests). Bucket rows apportion the window's cost by output-token share,
@@ -74,7 +74,7 @@ QUANTILES: dict[str, Fraction] = {name: Fraction(str(p)) / 100 for name, p in PE
 
 def distribution(values: Iterable[float | None], base: str, censored: int | None = None) -> dict[str, float | None]:
     """``{base}_{mean,p50,p90,p95,p99,p999,min,max,std}``; all null when there are no values.
-    ``censored`` (given when the point had failures): that many requests without a value, slower
+    ``censored`` (given when this distribution censors failed requests): that many without a value, slower
     than every value; the percentiles then rank all requests (:func:`ranked_quantiles`)."""
     arr = np.asarray([v for v in values if v is not None], dtype=float)
     if arr.size == 0:
@@ -365,11 +365,12 @@ def supported_percentiles(n: int, confidence: float = 0.95, n_errors: int = 0) -
 def summarize(rows: Sequence[dict[str, Any]], *, point: str, load_model: str, offered_load: float, bucket: str,
               window: float | None, slo: SLO | None, pricing: Pricing | None, point_output_tokens: int | None = None,
               stats: dict[str, Any] | None = None, client: dict[str, Any] | None = None,
-              policy: VerdictPolicy | None = None) -> dict[str, Any]:
+              policy: VerdictPolicy | None = None, turns_not_sent: int = 0) -> dict[str, Any]:
     """One serving summary row (point x bucket) from measured request rows.
 
     ``window`` is the point's window; ``point_output_tokens`` the point's total output
-    tokens (for apportioning cost to a bucket; defaults to this row set's own total).
+    tokens (for apportioning cost to a bucket; defaults to this row set's own total);
+    ``turns_not_sent``: planned session turns never sent (a turn before failed), not good.
     """
     policy = policy or VerdictPolicy()
     ok = [r for r in rows if r.get("error") is None]
@@ -386,11 +387,12 @@ def summarize(rows: Sequence[dict[str, Any]], *, point: str, load_model: str, of
         "n_errors": len(errs),
         "error_kinds": kinds,
         "window_s": window,
+        "turns_not_sent": turns_not_sent,
     }
     lat = latencies(ok, errs)
     censored_by: dict[str, list[str]] = {}
     for base, (values, n_cens) in lat.items():
-        out.update(distribution(values, base, n_cens if errs else None))
+        out.update(distribution(values, base, n_cens if n_cens else None))  # none censored: numpy linear
         got = censored_at(len(values), n_cens)
         if got:
             censored_by[base] = got
@@ -415,7 +417,7 @@ def summarize(rows: Sequence[dict[str, Any]], *, point: str, load_model: str, of
         good = sum(1 for r in ok if is_good(r, slo))
         out["n_good"] = good
         out["request_goodput"] = good / window if window else None
-        out["slo_attainment"] = good / len(rows) if rows else None
+        out["slo_attainment"] = good / (len(rows) + turns_not_sent) if rows or turns_not_sent else None
     else:
         out["n_good"] = None
         out["request_goodput"] = None
@@ -464,8 +466,8 @@ def summarize(rows: Sequence[dict[str, Any]], *, point: str, load_model: str, of
     out["output_tokens_note"] = (
         f"{from_chunks} of {len(ok)} completed requests had no usage from the server: their output tokens "
         "(and decode_ms_per_token, token gaps, tokens_per_second) count one token per streamed chunk, exact only "
-        "for a server that streams one token a chunk; ask it for usage (stream_options.include_usage, "
-        "--include-usage)" if from_chunks else None)
+        "for a server that streams one token a chunk; ask it for usage (--include-usage), or give --tokenizer "
+        "to count the streamed text" if from_chunks else None)
     return out
 
 

@@ -9,6 +9,7 @@ import numpy as np
 
 from benchrun.loadgen import client as http
 from benchrun.loadgen.config import LoadPoint, SweepConfig
+from benchrun.loadgen.sse import spread_after_first
 from benchrun.loadgen.workload import draw_bucket, make_prompt, mix_cdf, new_trace_context, salt_permutation, salted, worker_rng
 
 CLOCK = time.perf_counter_ns
@@ -72,6 +73,10 @@ class _WorkerState:
         self.endpoint = http.Endpoint.from_url(cfg.url, cfg.api)
         self.mono0 = CLOCK()
         self.wall0 = time.time_ns()
+        # --tokenizer: counts the streamed text of a reply without usage (as vLLM's bench serve
+        # counts generated_text when a backend reports no output tokens); None: chunks count
+        self.counter = cfg.content.load()[1] if cfg.content is not None and cfg.content.tokenizer else None
+        self.turns_not_sent: dict[str, int] = {}  # per bucket: session turns never sent (a turn before failed)
 
     def wall_s(self, mono_ns: int) -> float:
         return (self.wall0 + (mono_ns - self.mono0)) / 1e9
@@ -79,9 +84,21 @@ class _WorkerState:
 
 def _row(st: _WorkerState, spec: _Spec, out: http.Outcome, end_ns: int, point: LoadPoint, point_index: int) -> dict[str, Any]:
     ok = out.error is None
-    chunk_tokens = sum(out.chunk_tokens)
     usage_out = out.usage_completion
-    output_tokens = usage_out if (ok and usage_out is not None) else (chunk_tokens if ok else None)
+    source = ("usage" if usage_out is not None else "chunks") if ok else None
+    counted = 0
+    if ok and usage_out is None and st.counter is not None and out.generated is not None:
+        # no usage: the tokenizer's count of the streamed text, not one token a chunk (a server
+        # streaming 17 tokens in 5 chunks read 5); a count above the chunks is spread over them
+        # as a usage total is (sse._chunk_token_method), so the gaps agree with decode_ms_per_token
+        counted = st.counter.count("".join(out.generated))
+        source = "tokenizer"
+        n = len(out.chunk_tokens)
+        if counted > n:
+            out.chunk_tokens[:] = [1, *spread_after_first(counted - 1, n - 1)] if n > 1 else [counted]
+            out.chunk_token_method = "tokenizer_total_spread"
+    chunk_tokens = sum(out.chunk_tokens)
+    output_tokens = (usage_out if usage_out is not None else counted if source == "tokenizer" else chunk_tokens) if ok else None
     # latency from the request's send (CONTRACT.md §5), a connection opened inside the request
     # included (a user waits for it too: a server that accepts slowly must not read as fast);
     # connect_ms says how much of it was set-up. The first wave's connects are kept out of the
@@ -129,7 +146,7 @@ def _row(st: _WorkerState, spec: _Spec, out: http.Outcome, end_ns: int, point: L
         "usage_output_tokens": usage_out,
         "chunk_count": len(cn),
         "chunk_output_tokens": chunk_tokens,
-        "token_count_source": ("usage" if usage_out is not None else "chunks") if ok else None,
+        "token_count_source": source,
         "chunk_token_method": out.chunk_token_method if ok else None,
         "output_token_discrepancy": (usage_out - chunk_tokens) if (ok and usage_out is not None) else None,
         # the server's count less its fixed per-request overhead (a chat template's tokens, a BOS),

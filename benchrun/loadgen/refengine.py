@@ -69,7 +69,9 @@ class Dialect:
     the finish_reason chunk (always), not in a chunk of its own after it (only when asked
     with ``stream_options``). ``reject_unknown_fields``: a field outside the OpenAI API (e.g.
     ``ignore_eos``) is a 422 naming it. ``chat_template_tokens``: prompt tokens a chat
-    template adds to every chat request.
+    template adds to every chat request. ``stream_interval``: tokens a content chunk carries, as
+    vLLM's and SGLang's ``--stream-interval`` send them: the first token alone, then chunks of
+    ``stream_interval`` tokens, the remainder last (1: one token a chunk).
     """
 
     stream_end: str = "done"
@@ -77,6 +79,7 @@ class Dialect:
     reject_unknown_fields: bool = False
     chat_template_tokens: int = 0
     prefix_cache_block: int = 0  # > 0: a prefix cache of blocks of this many words, reported as cached_tokens
+    stream_interval: int = 1
 
     def __post_init__(self) -> None:
         if self.stream_end not in STREAM_ENDS:
@@ -85,6 +88,8 @@ class Dialect:
             raise ValueError("chat_template_tokens must be >= 0")
         if self.prefix_cache_block < 0:
             raise ValueError("prefix_cache_block must be >= 0 (0: no prefix cache)")
+        if self.stream_interval < 1:
+            raise ValueError("stream_interval must be >= 1")
 
 
 def _chunk(data: bytes) -> bytes:
@@ -111,10 +116,12 @@ class _Seq:
         "prefill_left",
         "dialect",
         "cached",
+        "sent",
     )
 
     def __init__(self) -> None:
         self.emitted = 0
+        self.sent = 0  # tokens written in content chunks (behind emitted between a stream interval's chunks)
         self.cancelled = False
         self.prefill_left = 0
         self.cached: int | None = None
@@ -260,18 +267,18 @@ class PrefixCache:
         return min(hits, max(0, len(words) - 1))
 
 
-def _token_event(s: _Seq, last: bool) -> bytes:
+def _token_event(s: _Seq, last: bool, k: int = 1) -> bytes:
     # the no_done fault ends a stream with neither [DONE] nor a finish_reason (a truncated stream)
     finish = b'"length"' if last and s.fault != "no_done" else b"null"
     tail = b',"usage":' + _usage(s) + b"}" if last and s.dialect.usage_in_last_chunk else b"}"
     if s.chat:
-        delta = b'{"role":"assistant","content":"' if s.emitted == 0 else b'{"content":"'
-        body = s.prefix + b'"choices":[{"index":0,"delta":' + delta + TOKEN_TEXT.encode() + b'"},"finish_reason":' + finish + b"}]" + tail
+        delta = b'{"role":"assistant","content":"' if s.sent == 0 else b'{"content":"'
+        body = s.prefix + b'"choices":[{"index":0,"delta":' + delta + TOKEN_TEXT.encode() * k + b'"},"finish_reason":' + finish + b"}]" + tail
     else:
         body = (
             s.prefix
             + b'"choices":[{"index":0,"text":"'
-            + TOKEN_TEXT.encode()
+            + TOKEN_TEXT.encode() * k
             + b'","logprobs":null,"finish_reason":'
             + finish
             + b"}]"
@@ -309,7 +316,11 @@ def _emit(s: _Seq) -> bool:
             return False
         w.write(_frame(s, b"data: {not json\n\n"))
     last = s.emitted + 1 >= s.max_tokens
-    data = _token_event(s, last)
+    if not last and s.emitted % s.dialect.stream_interval:  # held for the interval's chunk: generated, not sent
+        s.emitted += 1
+        return True
+    data = _token_event(s, last, s.emitted + 1 - s.sent)
+    s.sent = s.emitted + 1
     if last:
         d = s.dialect
         if s.include_usage and not d.usage_in_last_chunk:

@@ -63,6 +63,7 @@ class ServerProcess:
         argv += ["--usage-in-last-chunk"] * d.usage_in_last_chunk + ["--reject-unknown-fields"] * d.reject_unknown_fields
         if d.prefix_cache_block:
             argv += ["--prefix-cache-block", str(d.prefix_cache_block)]
+        argv += ["--stream-interval", str(d.stream_interval)] * (d.stream_interval != 1)
         argv += ["--record-bodies"] * record_bodies
         env = dict(os.environ)
         env.pop("DAGSTER_PIPES_CONTEXT", None)

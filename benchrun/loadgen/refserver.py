@@ -33,10 +33,10 @@ host). It serves them at ``GET /debug/requests`` and appends them to a JSONL fil
 (:class:`benchrun.loadgen.client.KernelStampedConn`), standard library only.
 
 Dialects (:class:`benchrun.loadgen.refengine.Dialect`, ``--stream-end done|finish|close``,
-``--usage-in-last-chunk``, ``--reject-unknown-fields``, ``--chat-template-tokens``) emulate the
-servers the load generator meets: vLLM's ``[DONE]``, ``transformers serve``'s finish_reason
-chunk with usage and no ``[DONE]``, a close-delimited body, a 422 for an unknown field, a chat
-template's fixed prompt tokens. Request bodies are validated strictly
+``--usage-in-last-chunk``, ``--reject-unknown-fields``, ``--chat-template-tokens``,
+``--stream-interval``) emulate the servers the load generator meets: vLLM's ``[DONE]``,
+``transformers serve``'s finish_reason chunk with usage and no ``[DONE]``, a close-delimited
+body, a 422 for an unknown field, a chat template's fixed prompt tokens, several tokens a chunk. Request bodies are validated strictly
 (:mod:`benchrun.loadgen.refrequest`); ``max_tokens`` is capped (``--max-tokens-limit``).
 
 Fault modes (server-wide ``--fault`` applied to every ``--fault-every``-th completion
@@ -463,11 +463,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prefix-cache-block", type=int, default=0,
                    help="a prefix cache of blocks of N words, reported as usage.prompt_tokens_details.cached_tokens (0: none)")
     p.add_argument("--record-bodies", action="store_true", help="keep each request's prompt or messages in its record")
+    p.add_argument("--stream-interval", type=int, default=1, help="tokens a content chunk carries (the first alone, as vLLM's)")
 
 
 def dialect_from_args(a: argparse.Namespace) -> Dialect:
     """The :class:`Dialect` named by parsed arguments."""
-    return Dialect(a.stream_end, a.usage_in_last_chunk, a.reject_unknown_fields, a.chat_template_tokens, a.prefix_cache_block)
+    return Dialect(a.stream_end, a.usage_in_last_chunk, a.reject_unknown_fields, a.chat_template_tokens, a.prefix_cache_block,
+                   a.stream_interval)
 
 
 def perf_from_args(a: argparse.Namespace) -> PerfModel:

@@ -13,9 +13,12 @@ finish and count).
   schedule lag is the client's own overhead.
 - Open loop (``rate``): arrivals at ``rate`` req/s, Poisson (exponential gaps) or constant,
   sent on schedule whether or not earlier requests have finished. For a request-count end
-  the Poisson gaps are rescaled so the schedule spans exactly ``(n - 1) / rate`` (as vLLM
-  does), which makes the schedule's own rate equal the offered one; the schedule lag is
-  ``send - scheduled`` (coordinated omission made visible).
+  ``n - 1`` gaps are drawn and rescaled so the schedule spans exactly ``(n - 1) / rate``, the
+  first request at 0, which makes the schedule's own rate equal the offered one (vLLM's bench
+  serve draws ``n`` gaps and rescales them to ``n / rate``: its first request waits one gap).
+  The measured schedule is one draw at the full rate whatever ``workers`` is, so a seed sends
+  the same schedule with any worker count; the schedule lag is ``send - scheduled``
+  (coordinated omission made visible).
 
 With ``workers > 1`` every point is split across worker processes (concurrency split as evenly
 as integers allow, and a closed loop's request count in proportion to each worker's streams, so
@@ -200,6 +203,7 @@ async def _measure(cfg: SweepConfig, st: _WorkerState, point: LoadPoint, point_i
         stop.set()
         await probe
         result["rows"] = [_row(st, spec, out, end, point, point_index) for spec, out, end in done]
+        result["turns_not_sent"] = dict(st.turns_not_sent)
         if point.load_model == "trace":
             for row, (spec, _, _) in zip(result["rows"], done):
                 row.update(trace.trace_fields(spec))
@@ -444,11 +448,15 @@ def summarize_point(rows: list[dict[str, Any]], point: LoadPoint, results: list[
     stats = load_stats(rows, point.load_model, point.offered_load)
     total_out = int(sum(r["output_tokens"] or 0 for r in rows if r["error"] is None))
     common = dict(point=point.label, load_model=point.load_model, offered_load=point.offered_load, window=win, slo=cfg.slo, pricing=cfg.pricing, stats=stats, client=client, policy=cfg.policy)
-    out = [summarize(rows, bucket="all", **common)]
+    not_sent: dict[str, int] = {}  # session turns never sent after a failed turn, per bucket
+    for res in results:
+        for label, k in (res.get("turns_not_sent") or {}).items():
+            not_sent[label] = not_sent.get(label, 0) + k
+    out = [summarize(rows, bucket="all", turns_not_sent=sum(not_sent.values()), **common)]
     out[0].update(content_summary(rows))
     for label in bucket_labels(cfg):
         brows = [r for r in rows if r["bucket"] == label]
-        out.append(summarize(brows, bucket=label, point_output_tokens=total_out, **common))
+        out.append(summarize(brows, bucket=label, point_output_tokens=total_out, turns_not_sent=not_sent.get(label, 0), **common))
     # a load pod that passed the start barrier after the agreed go time started late: the pods'
     # load did not overlap as offered (benchrun.loadgen.loadpods)
     late = sorted({(r["pod"], r["go_late_ms"]) for r in results if (r.get("go_late_ms") or 0) > 0})

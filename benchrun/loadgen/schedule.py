@@ -38,6 +38,9 @@ def _arrivals(point: LoadPoint, rate_w: float, n: int | None, duration_s: float 
             t += 1.0 / rate_w
         return out
     if n is not None:
+        # n - 1 gaps, the first arrival at 0 and the last rescaled to exactly (n - 1) / rate_w (the
+        # schedule's own rate between arrivals is the offered one). vLLM's bench serve rescales too
+        # but draws n gaps and scales their sum to n / rate: its first request waits one gap.
         if n == 1:
             return [0.0]
         gaps = _gap_draws(point, rate_w, n - 1, rng)
@@ -71,23 +74,28 @@ def open_loop_offsets(st: _WorkerState, point: LoadPoint, n: int | None, total: 
     """Offsets (s) from the phase start of this worker's open-loop arrivals: its requests
     (:func:`_phase`) or the starts of its sessions (:func:`benchrun.loadgen.sessions.session_phase`).
 
-    Measured (``stream`` 1), several workers on one go time (``start_ns``), arrivals not constant:
-    this worker's share of ONE schedule of the point's ``total`` arrivals at the full rate
-    (:func:`dealt_arrivals`; ``total`` None: timed). Otherwise its own ``n`` arrivals (None:
-    timed) at ``rate_w`` from its own generator, constant arrivals of several workers interleaving
-    by ``phase_s``."""
-    if stream == 1 and point.arrival != "constant" and st.share[1] > 1 and start_ns is not None:
+    Measured (``stream`` 1), arrivals not constant: this worker's share of ONE schedule of the
+    point's ``total`` arrivals at the full rate (:func:`dealt_arrivals`; ``total`` None: timed),
+    drawn from the ``SHARED_SCHEDULE`` generator whatever the worker count, so one seed sends the
+    same measured schedule with 1 worker or several (one worker drew from its own generator, and
+    a seed's schedule changed with ``--workers``). Otherwise (warm-up, constant arrivals) its own
+    ``n`` arrivals (None: timed) at ``rate_w`` from its own generator, constant arrivals of
+    several workers interleaving by ``phase_s``."""
+    if stream == 1 and point.arrival != "constant":
         return dealt_arrivals(point, total if n is not None else None, duration_s, st.cfg.seed, point_index, *st.share, stream)
     rng = worker_rng(st.cfg.seed, point_index, st.worker, stream)
     return _arrivals(point, rate_w, n, duration_s, rng, phase_s)
 
 
 async def _one(pool: http.ConnectionPool, spec: _Spec, timeout_s: float,
-               keep_text: bool = False) -> tuple[_Spec, http.Outcome, int]:
-    """Send one request; ``keep_text``: keep the reply's text (a session's next turn carries it)."""
+               keep_text: bool = False, count_text: bool = False) -> tuple[_Spec, http.Outcome, int]:
+    """Send one request; ``keep_text``: keep the reply's text (a session's next turn carries it);
+    ``count_text``: keep every generated piece (a tokenizer counts them when usage is absent)."""
     out = http.Outcome()
     if keep_text:
         out.text = []
+    if count_text:
+        out.generated = []
     await http.stream_request(pool, spec.head, spec.body, out, timeout_s=timeout_s)
     return spec, out, CLOCK()
 
@@ -112,6 +120,7 @@ async def _phase(
     without it the phase starts now."""
     done: list[tuple[_Spec, http.Outcome, int]] = []
     timeout_s = st.cfg.request_timeout_s
+    count_text = st.counter is not None
     start = start_ns if start_ns is not None else CLOCK()
     deadline = start + int(duration_s * 1e9) if duration_s is not None else None
     it = iter(specs)
@@ -124,7 +133,7 @@ async def _phase(
                 if spec is None:
                     return
                 spec.scheduled_ns = prev
-                item = await _one(pool, spec, timeout_s)
+                item = await _one(pool, spec, timeout_s, count_text=count_text)
                 prev = item[2]
                 done.append(item)
 
@@ -147,7 +156,7 @@ async def _phase(
         if delay > 0:
             await asyncio.sleep(delay / 1e9)
         spec.scheduled_ns = target
-        tasks.append(asyncio.ensure_future(_one(pool, spec, timeout_s)))
+        tasks.append(asyncio.ensure_future(_one(pool, spec, timeout_s, count_text=count_text)))
     done.extend(await asyncio.gather(*tasks))
     return done
 

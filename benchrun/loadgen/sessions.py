@@ -4,7 +4,9 @@ A session is ``turns`` user turns (synthetic at the mix's lengths, or a dataset 
 turns in order). Turn ``k + 1`` is sent ``think_time_s`` after turn ``k``'s reply ended, and
 carries the whole history: on the chat API every earlier user turn and the server's own reply
 to it as messages; on completions one text of them joined by newlines. A turn that fails ends
-its session (its later turns would carry a history the server never produced).
+its session (its later turns would carry a history the server never produced); on a
+request-count point those planned turns are counted (``turns_not_sent`` in the point's summary)
+and ``slo_attainment`` counts them as not good (docs/loadgen-workloads.md).
 
 Load: closed loop ``c`` runs ``c`` sessions at once (a slot starts the next session when its
 session ends); open loop starts sessions at the point's arrival times (``rate`` is sessions
@@ -108,11 +110,14 @@ async def session_phase(
             spec.session_id = plan.session_id
             spec.turn = k + 1
             spec.scheduled_ns = at
-            item = await _one(pool, spec, timeout_s, keep_text=True)
+            item = await _one(pool, spec, timeout_s, keep_text=True, count_text=st.counter is not None)
             done.append(item)
             end = item[2]
             out = item[1]
             if out.error is not None:
+                if stream == 1 and n is not None:  # the planned turns never sent: in the point's attainment
+                    for t in plan.turns[k + 1:]:
+                        st.turns_not_sent[t.bucket] = st.turns_not_sent.get(t.bucket, 0) + 1
                 break
             history.append((turn.text, "".join(out.text or [])))
             at = end + think_ns

@@ -34,6 +34,7 @@ class Outcome:
         "text",
         "usage_cached",
         "chunk_token_method",
+        "generated",
     )
 
     def __init__(self) -> None:
@@ -57,6 +58,9 @@ class Outcome:
         # how chunk_tokens were counted (see _consume_stream): usage_per_chunk, usage_deltas,
         # usage_total_spread or one_per_chunk
         self.chunk_token_method: str | None = None
+        # every generated text piece (reasoning too), kept only when set to a list (a --tokenizer
+        # counts it when the server sends no usage: benchrun.loadgen.records._row)
+        self.generated: list[str] | None = None
 
     def fail(self, kind: str, detail: str) -> None:
         """Mark the request failed (the first failure wins)."""
@@ -303,6 +307,8 @@ async def _consume_stream(reader: TimedReader, headers: dict[str, str], out: Out
                         chunk_tokens.append(k)
                         if out.text is not None and content:
                             out.text.append(content)
+                        if out.generated is not None:
+                            out.generated.append(text)
                     if usage:
                         if usage.get("prompt_tokens") is not None:
                             out.usage_prompt = token_count(usage["prompt_tokens"], "usage.prompt_tokens")
@@ -377,7 +383,9 @@ def _chunk_token_method(out: Outcome, usage_chunks: int, usage_last: int) -> Non
       1.6 ms where it has none); where the server puts usage does not change the gaps of the same stream;
     - ``one_per_chunk``: no usage total above the chunk count (none at all, or fewer tokens than
       chunks): each chunk one token, gaps are per chunk (the total, if any, is output_tokens
-      beside it, the difference output_token_discrepancy).
+      beside it, the difference output_token_discrepancy). Without usage and with a
+      ``--tokenizer``, the request's row re-spreads the tokenizer's count of the streamed text
+      as above (``tokenizer_total_spread``: :func:`benchrun.loadgen.records._row`).
     """
     ct = out.chunk_tokens
     n = len(ct)
