@@ -122,9 +122,17 @@ def suite_module(inv: Invocation) -> str:
 
 
 def wants_gpu(inv: Invocation) -> bool:
-    """A GPU suite: its parameters ask for CUDA (``device: cuda``) or NCCL (``backend: nccl``)."""
+    """A GPU suite: its parameters ask for CUDA (``device: cuda``) or NCCL (``backend: nccl``), or it is
+    the gemm suite with a dtype only CUDA runs (``dtype: bfloat16``: gemm's own rule,
+    :func:`benchrun.suites.gemm.needs_gpu`), which on a pod without a GPU was unavailable in every replicate."""
     params = inv.parameters or {}
-    return str(params.get("device", "")).lower() == "cuda" or str(params.get("backend", "")).lower() == "nccl"
+    if str(params.get("device", "")).lower() == "cuda" or str(params.get("backend", "")).lower() == "nccl":
+        return True
+    if suite_module(inv) == "gemm":
+        from benchrun.suites.gemm import needs_gpu  # deferred: numpy only for a gemm invocation
+
+        return needs_gpu(params)
+    return False
 
 
 def whole_cpus(qty: str, field_name: str) -> str:

@@ -249,7 +249,7 @@ def _resources(inv: Invocation, placement: Placement) -> tuple[int, dict[str, di
     if not isinstance(gpus, int) or gpus < 0:
         raise BenchrunError(f"{where}.gpus: {gpus!r} must be a whole number >= 0")
     if wants_gpu(inv) and not gpus:
-        raise BenchrunError(f"{where}.gpus: the suite asks for CUDA (device: cuda or backend: nccl) but requests no "
+        raise BenchrunError(f"{where}.gpus: the suite asks for CUDA (device: cuda, backend: nccl or a CUDA-only gemm dtype) but requests no "
                             "GPU; set gpus to 1 or more (the pod gets them as nvidia.com/gpu)")
     if placement.publication_grade and not ((inv.cpu or placement.cpu) and (inv.memory or placement.memory)):
         raise BenchrunError(

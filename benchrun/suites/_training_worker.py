@@ -103,8 +103,11 @@ def synthetic_batch(gen: Any, batch: int, seq_len: int, vocab: int, device: Any)
 
 
 def _train(model: Any, opt: Any, cfg: dict[str, Any], device: Any, rank: int, micro_batch: int, *,
-           dist_loss: bool, t_process_start: float | None) -> dict[str, Any]:
+           dist_loss: bool, t_process_start: float | None, progress: dict[str, Any] | None = None) -> dict[str, Any]:
     """warmup + steps optimizer steps; per step its time (warm-up flagged) and the loss.
+
+    ``progress`` (the rank's document), when given, holds ``steps_planned`` and ``steps_done``
+    as the steps go, so a rank that stops on an exception still says how far it got.
 
     ``step_times_s`` times forward, backward and the optimizer step; ``measured_wall_s`` is
     the wall-clock window of the measured (post-warm-up) steps, everything each step does
@@ -121,6 +124,8 @@ def _train(model: Any, opt: Any, cfg: dict[str, Any], device: Any, rank: int, mi
     first_step_s = None
     diverged = None
     total = cfg["warmup_steps"] + cfg["steps"]
+    if progress is not None:
+        progress.update(steps_planned=total, steps_done=0)
     window_start = None
     window_start_unix = None
     for step in range(total):
@@ -143,6 +148,8 @@ def _train(model: Any, opt: Any, cfg: dict[str, Any], device: Any, rank: int, mi
         if cuda:
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
+        if progress is not None:
+            progress["steps_done"] = len(times)
         if step == 0 and t_process_start is not None:
             first_step_s = time.time() - t_process_start
         # Outside the timed region: the mean loss over ranks (and so one verdict for all of
@@ -296,7 +303,8 @@ def worker(rank: int, local_rank: int, world_size: int, init_method: str | None,
             model = DDP(model, device_ids=[local_rank] if cuda else None)
         opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"])
         micro = cfg["global_batch"] // world_size
-        run = _train(model, opt, cfg, device, rank, micro, dist_loss=distributed, t_process_start=t_process_start)
+        run = _train(model, opt, cfg, device, rank, micro, dist_loss=distributed, t_process_start=t_process_start,
+                     progress=doc)
         doc.update(run)
         # Peak memory of this rank after the measured steps: the CUDA caching allocator's peak
         # on a GPU, else the process's peak resident set (Linux reports KiB).

@@ -1,7 +1,7 @@
 """The ``gemm`` suite: dense matrix-multiply throughput (numpy/BLAS on CPU, torch on CUDA).
 
 Parameters (``BENCHRUN_PARAMS``):
-    sizes       list of n for n x n x n products (default [1024])
+    sizes       list of n for n x n x n products (default [1024]; a repeated n is measured once)
     iterations  timed calls per size after the warm-up calls (default 10)
     warmup      untimed calls per size first (default 1; a GPU wants several to reach its
                 boost clock)
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, NamedTuple
+from typing import Any, Mapping, NamedTuple
 
 import numpy as np
 
@@ -161,7 +161,9 @@ class Settings(NamedTuple):
 def settings(ctx: Params) -> Settings:
     """The parameters, checked (ParamError): the suite's first step, and ``benchrun validate``'s."""
     check_known(ctx, PARAMETERS)
-    sizes = int_list_param(ctx, "sizes", [1024], minimum=1)
+    # each n once, in the order given (as allreduce dedupes its sizes): a repeated n was measured again
+    # under the same case, its calls overwriting the first's in calls.json and its rows read as per-rank
+    sizes = list(dict.fromkeys(int_list_param(ctx, "sizes", [1024], minimum=1)))
     if max(sizes) > MAX_N:
         raise ParamError(f"parameter sizes: {max(sizes)} is larger than {MAX_N}")
     return Settings(sizes=sizes,
@@ -169,6 +171,14 @@ def settings(ctx: Params) -> Settings:
                     warmup=int_param(ctx, "warmup", 1, minimum=0, maximum=100_000),
                     dtype=choice_param(ctx, "dtype", "auto", DTYPES),
                     device=choice_param(ctx, "device", "auto", ("auto", "cpu", "cuda")))
+
+
+def needs_gpu(params: Mapping[str, Any]) -> bool:
+    """Whether these parameters can only run on a CUDA device: ``device: cuda``, or a GPU-only
+    dtype (:data:`GPU_ONLY`) not pinned to the CPU. The launcher asks for a GPU by it
+    (``benchrun.launch.placement.wants_gpu``); on a host without CUDA such a run is unavailable."""
+    device = str(params.get("device", "auto")).lower()
+    return device == "cuda" or (device != "cpu" and str(params.get("dtype", "auto")) in GPU_ONLY)
 
 
 def run(ctx: SuiteContext) -> None:

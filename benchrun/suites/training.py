@@ -45,6 +45,18 @@ included; the start is the kernel's stamp of the process, before the interpreter
 ``context.process_start_from`` says so or names the fallback), checkpoint save / restore time and size, peak memory of the largest rank (CUDA allocator
 peak on a GPU, peak RSS on CPU), per-rank step-time medians with their node. The loss must be finite and fall (mean of the last three steps below the first
 three); otherwise the replicate fails with the reason.
+
+``training_reliability_pct`` is 100 × steps done / steps planned (warm-up included), the gang's
+steps being the fewest any rank finished. On an ok replicate it is always 100: a run that stops
+short (a non-finite loss, which stops every rank at that step; a rank's exception) fails the
+replicate. A failed replicate still carries ``training_steps_done`` and ``training_reliability_pct``
+in its result's metrics, with ``context.training_progress`` (planned, done, ranks that reported,
+why it stopped) and ``status: failed`` with the reason: the warehouse's measurement_fact keeps those
+rows with their status. No step count is there when no rank reached its first step (rendezvous or
+model build failed) or none left a document (killed at the deadline); the count is then absent,
+never guessed. The comparison (``benchrun.stats``) reads values of ok replicates only, and counts
+a failed replicate as a failure of the suite, not as its reliability: the gate never sees a
+reliability under 100 from this metric; a stopped run reaches it as a failed replicate.
 """
 
 from __future__ import annotations
@@ -312,7 +324,9 @@ def run(ctx: SuiteContext) -> None:
         docs = _run_local_ranks(ranks, world_size, init_method, cfg, me, ctx.t_process_start, timeout_s)
     errors = [f"rank {d['rank_id']}: {d['error']}" for d in docs if "error" in d]
     if errors:
-        raise RuntimeError("; ".join(errors))
+        why = "; ".join(errors)
+        record_progress(ctx, docs, cfg, run_case(cfg, world_size, gang.nodes if gang else 1), why)
+        raise RuntimeError(why)
     # The measured window (the result's measured_window, which the replicate's telemetry summaries are
     # taken over): this node's ranks' measured steps on the wall clock, warm-up, model build, imports
     # and the checkpoint left out. Without it the summaries covered the whole process: 12 s of start-up
@@ -331,6 +345,34 @@ def run(ctx: SuiteContext) -> None:
     report(ctx, docs[0], cfg, world_size, gang.nodes if gang else 1, peak_declared, target_tokens)
 
 
+def run_case(cfg: dict[str, Any], world_size: int, nodes: int) -> str:
+    """The replicate's case: the shapes, the gang, and the device and backend (a gloo run on the CPU
+    is not a replicate of an NCCL run on GPUs)."""
+    return (f"L{cfg['layers']}-d{cfg['hidden']}-T{cfg['seq_len']}-B{cfg['global_batch']}-"
+            f"n{nodes}x{world_size // nodes},{cfg['device']},{cfg['backend']}")
+
+
+def record_progress(ctx: SuiteContext, rank_docs: list[dict[str, Any]], cfg: dict[str, Any], case: str,
+                    why: str) -> None:
+    """A replicate that stops short (it then fails): how far it got, as ``context.training_progress``
+    and, where a rank counted its steps, the metrics ``training_steps_done`` and
+    ``training_reliability_pct`` in the failed replicate's result. The gang's steps are the fewest any
+    reporting rank finished (a synchronous step needs every rank); a rank without a document (killed)
+    is not counted, so the figure is at most what the gang did."""
+    planned = int(cfg["warmup_steps"]) + int(cfg["steps"])
+    done = [int(d["steps_done"]) for d in rank_docs
+            if isinstance(d, dict) and isinstance(d.get("steps_done"), int) and not isinstance(d.get("steps_done"), bool)]
+    steps = min(done) if done else None
+    ctx.context["training_progress"] = {
+        "steps_planned": planned, "steps_done": steps, "ranks_reporting": len(done), "ranks": len(rank_docs),
+        "stopped": why, "basis": "the fewest steps any reporting rank finished, warm-up included"
+                                 + ("" if done else "; no rank reached its first step or left a count")}
+    if steps is None:
+        return
+    ctx.add_metric("training_steps_done", float(steps), "steps", "higher", case=case)
+    ctx.add_metric("training_reliability_pct", 100.0 * steps / planned, "%", "higher", case=case)
+
+
 def report(ctx: SuiteContext, doc: dict[str, Any], cfg: dict[str, Any], world_size: int, nodes: int,
            peak_declared: float | None, target_tokens: int | None) -> None:
     """Metrics and the training row from global rank 0's document (every rank's samples)."""
@@ -342,8 +384,10 @@ def report(ctx: SuiteContext, doc: dict[str, Any], cfg: dict[str, Any], world_si
 
     atomic_write_json(path, {"unit": "s", "warmup_steps": warmup, "ranks": ranks})
     ctx.samples["ranks"] = str(path.relative_to(ctx.run_dir))
+    case = run_case(cfg, world_size, nodes)
     if verdict:
         ctx.context["losses"] = doc["losses"]
+        record_progress(ctx, ranks, cfg, case, verdict)
         raise RuntimeError(verdict)
     per_rank = np.array([r["step_times_s"][warmup:] for r in ranks])  # rank x measured step
     step = per_rank.max(axis=0)  # a synchronous step ends when its slowest rank does
@@ -354,9 +398,6 @@ def report(ctx: SuiteContext, doc: dict[str, Any], cfg: dict[str, Any], world_si
     wall = max(float(r["measured_wall_s"]) for r in ranks)
     tps = tokens_per_step * len(step) / wall
     flops_tok = model_flops_per_token(cfg["layers"], cfg["hidden"], cfg["seq_len"], cfg["vocab"])
-    # the device and backend are in the case: a gloo run on the CPU is not a replicate of an NCCL run on GPUs
-    case = (f"L{cfg['layers']}-d{cfg['hidden']}-T{cfg['seq_len']}-B{cfg['global_batch']}-"
-            f"n{nodes}x{world_size // nodes},{cfg['device']},{cfg['backend']}")
     gpu = doc.get("gpu_name")
     known, unknown_why = peak_lookup(gpu) if gpu else (None, None)
     # A declared peak is of the device peak_device names (a GPU's unless it says cpu): a run on another device
@@ -387,7 +428,7 @@ def report(ctx: SuiteContext, doc: dict[str, Any], cfg: dict[str, Any], world_si
     ttfs = max(r["time_to_first_step_s"] for r in ranks if r.get("time_to_first_step_s") is not None) \
         if any(r.get("time_to_first_step_s") is not None for r in ranks) else None
     time_to_train_h = target_tokens / tps / 3600.0 if target_tokens else None
-    reliability = 100.0 * doc["steps_done"] / doc["steps_planned"]
+    reliability = 100.0 * doc["steps_done"] / doc["steps_planned"]  # 100 here: a run that stops short failed above
     p50, p99 = percentile(step.tolist(), 50), percentile(step.tolist(), 99)
 
     ctx.add_metric("step_time_p50_ms", p50 * 1e3, "ms", "lower", case=case)
