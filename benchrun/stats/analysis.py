@@ -159,6 +159,9 @@ def compare_runs(
     measured = admit.measured_rows(table_b, table_c)
     unmeasured = admit.unmeasured_primaries(measured, policy.primary)
     neither = admit.neither_measured(measured, policy.primary)
+    # a bare name no run reported, with every suite of both runs reporting: only a typo explains it
+    unmeasured = unmeasured + admit.unknown_primaries(measured, neither,
+                                                      admit.silent_suites(base, cand, table_b, table_c))
     result = compare_tables(
         table_b,
         table_c,
@@ -175,6 +178,14 @@ def compare_runs(
         result.notes.append(f"the runs' specs set {', '.join(policy.differs)} differently: gated on the stricter "
                             "of the two (both runs' primaries, the smaller margins, the lower confidence level)")
     contention.annotate(result.rows, b_info, c_info, contention.reruns(base.path), contention.reruns(cand.path))
+    result.contended_kept = contention.kept_in_gating(result.rows, b_info, c_info)
+    if result.contended_kept:  # the keep-rule stands (a busy CI machine), but nothing it shows is said clean
+        result.notes.append("gating suites compared on contended replicates kept (fewer than "
+                            f"{contention.MIN_QUIET} quiet ones; a change there may be the machine's, not the "
+                            f"candidate's): {'; '.join(result.contended_kept)}")
+    secondary = _secondary_regressions(result.rows)
+    if secondary:
+        result.notes.append(f"secondary regressions (not gating): {', '.join(secondary)}")
     unmeasured = unmeasured + admit.ungateable_primaries(result.rows) + admit.failure_refusals(result.rows)
     if unmeasured and not result.gating_regression:
         # "no regression" is only said about what both runs measured; a regression (e.g. a
@@ -187,7 +198,22 @@ def compare_runs(
         result.notes.extend(f"not comparable: {r.message}" for r in unmeasured)
     if neither:
         result.notes.append(f"primaries measured in neither run, so not judged: {', '.join(neither)}")
+        result.unjudged = list(neither)  # the condition names them: NoRegressionShown, never NoGatingRegression
     return gate, result
+
+
+def _secondary_regressions(rows: "pd.DataFrame") -> list[str]:
+    """``metric change %`` of each non-gating outcome row whose verdict is ``regression``, the
+    largest change first: a −90 % secondary was said in its row alone."""
+    if rows is None or rows.empty or "verdict" not in rows.columns:
+        return []
+    sel = rows[~rows["gating"].astype(bool) & (rows["verdict"].astype(str) == "regression")
+               & (rows["role"].astype(str) != "context" if "role" in rows.columns else True)]
+    pct = sel["change_pct"] if "change_pct" in sel.columns else [math.nan] * len(sel)
+    said = sorted(((abs(p) if isinstance(p, float) and math.isfinite(p) else -1.0,
+                    f"{m} {p:+.1f} %" if isinstance(p, float) and math.isfinite(p) else str(m))
+                   for m, p in zip(sel["metric"], pct)), reverse=True)
+    return [s for _, s in said]
 
 
 def gate_condition(gate: GateResult) -> dict[str, str]:

@@ -65,6 +65,8 @@ class Comparison:
     confirmation_error: str = ""  # why a confirmation round that was needed gave no answer
     confirmation_evidence: dict[str, Any] = field(default_factory=dict)  # launch order of the round
     family: int = 0  # gating tests in Holm's family
+    unjudged: list[str] = field(default_factory=list)  # primaries measured in neither run: never tested
+    contended_kept: list[str] = field(default_factory=list)  # gating suites compared on contended replicates
 
     @property
     def regression_detected(self) -> bool:
@@ -97,11 +99,17 @@ class Comparison:
                                 if self.suspected else "a screened gating change (unadjusted p ≤ α, beyond the "
                                 "margin) did not reproduce in the confirmation round")}
         unshown = self.unshown()
-        if unshown:  # exit 0 all the same: nothing regressed, but not everything was shown unchanged
+        # exit 0 all the same: nothing regressed, but not everything was shown unchanged — or tested, or
+        # measured on a quiet machine (a primary measured in neither run, contended replicates kept)
+        said = [f"nor were {len(unshown)} shown within their margin: {'; '.join(unshown[:6])}"
+                f"{' ...' if len(unshown) > 6 else ''} (more replicates decide: see each row's MDE)"] if unshown else []
+        said += [f"primaries measured in neither run were not tested: {', '.join(self.unjudged)}"
+                 ] if self.unjudged else []
+        said += [f"gating suites compared on contended replicates kept (too few quiet ones; a change there may be "
+                 f"the machine's): {'; '.join(self.contended_kept)}"] if self.contended_kept else []
+        if said:
             return {"type": "RegressionDetected", "status": "False", "reason": "NoRegressionShown",
-                    "message": f"no gating metric was shown to regress, nor were {len(unshown)} shown within their "
-                               f"margin: {'; '.join(unshown[:6])}{' ...' if len(unshown) > 6 else ''} (more "
-                               "replicates decide: see each row's MDE)"}
+                    "message": "no gating metric was shown to regress, " + "; ".join(said)}
         return {"type": "RegressionDetected", "status": "False", "reason": "NoGatingRegression",
                 "message": "no gating metric regressed: each was shown within its margin or better"}
 

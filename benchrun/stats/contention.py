@@ -102,3 +102,25 @@ def annotate(rows: Any, base_info: dict[str, tuple[int, str]], cand_info: dict[s
         return "; ".join(parts)
 
     rows["contention"] = [what(s) for s in rows["suite"]]
+    kept = {s for info in (base_info, cand_info) for s, (_n, done) in info.items() if done.startswith("kept")}
+    if kept and "note" in rows.columns:  # a change read off contended replicates is not said bare
+        for i in [i for i, s in enumerate(rows["suite"]) if s in kept]:
+            why = f"compared on contended replicates ({rows['contention'].iat[i]}): its change may be the machine's"
+            rows.iat[i, rows.columns.get_loc("note")] = "; ".join(x for x in (str(rows["note"].iat[i] or ""), why) if x)
+
+
+def kept_in_gating(rows: Any, base_info: dict[str, tuple[int, str]],
+                   cand_info: dict[str, tuple[int, str]]) -> list[str]:
+    """``suite: arm N contended, kept (…)`` for each gating suite whose contended replicates stayed in
+    the comparison (fewer than ``MIN_QUIET`` quiet ones): the keep-rule stands, but a change it shows —
+    "better" as much as "worse" — is partly the machine's, so the condition says so (NoRegressionShown)."""
+    if rows is None or rows.empty or "gating" not in rows.columns:
+        return []
+    out = []
+    for suite in sorted({str(s) for s in rows.loc[rows["gating"].astype(bool), "suite"]}):
+        arms = [f"{arm} {info[suite][0]} contended, {info[suite][1]}" for arm, info in
+                (("baseline", base_info), ("candidate", cand_info))
+                if suite in info and info[suite][1].startswith("kept")]
+        if arms:
+            out.append(f"{suite}: {'; '.join(arms)}")
+    return out

@@ -131,7 +131,8 @@ def replicate_table(run_dir: str | os.PathLike[str], *, include_failed: bool = F
     row with status ``ok`` (it launched ok and measured nothing). An ``unavailable`` replicate of a suite that other replicates
     of the same run measured counts as failed too: the device was there and went away (a
     suite unavailable in every replicate — no GPU on this host — is not a failure). Several rows for one
-    (suite, case, metric, replicate) — per-rank values — are summarised by their median
+    (suite, case, metric, replicate) — per-rank values, told apart by ``rank_id``, ``node_name`` or
+    ``gpu_uuid`` (rows that nothing tells apart are an error naming the file) — are summarised by their median
     (:func:`benchrun.stats.perlaunch.launch_value`'s rule, vectorised; ``benchrun show --all`` applies it too),
     because a replicate (one launch) is the unit of replication, never a rank or sample.
     ``docs``: the run's :func:`suite_results`, when the caller has read them already.
@@ -147,6 +148,7 @@ def replicate_table(run_dir: str | os.PathLike[str], *, include_failed: bool = F
                            "replicate": replicate, "value": float("nan"), "status": "failed"})
 
     launched = launch_statuses(run_dir)
+    labels: dict[tuple[Any, ...], set[tuple[Any, ...]]] = {}
     seen: set[tuple[str, int]] = set()
     unavailable: list[tuple[str, int]] = []
     measured: set[str] = set()
@@ -167,6 +169,7 @@ def replicate_table(run_dir: str | os.PathLike[str], *, include_failed: bool = F
             failed.append({"suite": key[0], "case": "", "metric": "", "unit": "", "direction": "",
                            "replicate": key[1], "value": float("nan"), "status": "ok"})
         for m in doc.get("metrics", []):
+            _label_once(labels, doc, m, Path(run_dir))
             rows.append(
                 {
                     "suite": str(doc.get("suite")),
@@ -203,6 +206,29 @@ def replicate_table(run_dir: str | os.PathLike[str], *, include_failed: bool = F
     if failed:
         df = pd.concat([df, pd.DataFrame(failed, columns=list(REPLICATE_COLUMNS))], ignore_index=True)
     return df
+
+
+LAUNCH_LABELS = ("rank_id", "node_name", "gpu_uuid")  # what tells one launch's rows of a metric apart
+
+
+def _label_once(labels: dict[tuple[Any, ...], set[tuple[Any, ...]]], doc: dict[str, Any], m: dict[str, Any],
+                rd: Path) -> None:
+    """Record the rank/node/GPU label of a metric row of one replicate; a second row of the same
+    (suite, case, metric, replicate) with the same label — none at all, most often — is an error
+    naming the file: the median of two unlabelled rows (60 and 150 tok/s) read as a value no launch
+    measured, where a label says they are one launch's ranks, nodes or GPUs."""
+    key = (str(doc.get("suite")), str(m.get("case") or ""), str(m["name"]), int(doc.get("replicate", 0)))
+    label = tuple(m.get(k) for k in LAUNCH_LABELS)
+    got = labels.setdefault(key, set())
+    if label in got:
+        what = ("without a rank_id, node_name or gpu_uuid telling the rows apart" if all(v is None for v in label)
+                else f"with the same {', '.join(f'{k} {v!r}' for k, v in zip(LAUNCH_LABELS, label) if v is not None)}")
+        where = rd / doc["_path"] if doc.get("_path") else rd / "structured" / f"{rd.name}_{key[0]}_r{key[3]}.json"
+        raise BenchrunError(f"{where}: metric {key[2]!r}"
+                            + (f" (case {key[1]!r})" if key[1] else "") + f" is reported more than once for replicate "
+                            f"{key[3]} {what}: one launch has one value of a metric, or one a rank, node or GPU "
+                            "(label its rows); fix the suite's result and run it again")
+    got.add(label)
 
 
 def requests_tables(run_dir: str | os.PathLike[str]) -> "pd.DataFrame":

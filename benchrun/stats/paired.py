@@ -198,11 +198,17 @@ def extension_lost(baseline: Any, candidate: Any, key: tuple[str, str, str], sin
     decide ``key`` ("" when they can): at least half of them did not pair up — a launch failed
     in either arm. The survivors' rule (:func:`benchrun.stats.launches.survivors_cannot_speak`)
     on the extension's own launches, in either arm: the first look's rule counts the whole round,
-    where an extension whose launches all failed hides behind the pairs of the first look."""
+    where an extension whose launches all failed hides behind the pairs of the first look. At the
+    first look (``since`` 0) it is the round's own pairs: ``round_failures`` counts the candidate's
+    failed launches only, so a round whose baseline launches mostly failed was judged on the
+    survivors (3 of 5 lost: a −10 % confirmed on 5 pairs read NotConfirmed on 2)."""
     b, c = _ok_values(baseline, key), _ok_values(candidate, key)
     new = sum(1 for r in set(b) & set(c) if r > since)
     if launched <= 0 or 2 * (launched - new) < launched:
         return ""
+    if since <= 0:  # the first look: a baseline launch that failed costs its pair as a candidate's does
+        return (f"only {new} of the {launched} pairs the round launched paired up for {'/'.join(key)} (a launch "
+                "failed in either arm): the pairs that survived cannot speak for the round")
     return (f"only {new} of the {launched} pairs the round was extended by paired up for {'/'.join(key)} "
             "(a launch failed in either arm): the pairs of the earlier looks cannot speak for the extension")
 
@@ -222,8 +228,8 @@ def paired_confirmation(result: Any, keys: list[tuple[str, str, str]], fresh_b: 
     ``result.confirmation_evidence['paired']``; returns the confirmed keys and, per key the
     round could not judge (a value ≤ 0 where the first round compared log ratios, an extension
     that could not be launched, at least half of the candidate's launches of the key's suite failed
-    — :func:`benchrun.stats.launches.round_failures` — or at least half of an extension's pairs did
-    not pair up — :func:`extension_lost` — and the survivors did not confirm), why.
+    — :func:`benchrun.stats.launches.round_failures` — or at least half of the first look's pairs or of
+    an extension's did not pair up — :func:`extension_lost` — and the survivors did not confirm), why.
     ``fresh_b``/``fresh_c`` must hold the failed launches of the keys' suites.
     """
     from benchrun.errors import BenchrunError
@@ -257,8 +263,7 @@ def paired_confirmation(result: Any, keys: list[tuple[str, str, str]], fresh_b: 
             # the first round's rule on the round's own launches: survivors of a suite that mostly
             # crashed do not clear it (they may still confirm: a regression they show is said)
             crashed = "" if dec.decision == "confirmed" else (
-                round_failures(fresh_b, fresh_c, k[0])
-                or (extension_lost(fresh_b, fresh_c, k, since, pairs_now - since) if look > 1 else ""))
+                round_failures(fresh_b, fresh_c, k[0]) or extension_lost(fresh_b, fresh_c, k, since, pairs_now - since))
             log.setdefault("/".join(k), []).append({**dec.__dict__, "rule": dec.rule(),
                                                    **({"unjudged": crashed} if crashed else {})})
             df.loc[(df["suite"] == k[0]) & (df["case"] == k[1]) & (df["name"] == k[2]), "confirmation_rule"] = \

@@ -139,6 +139,12 @@ def read_result(path: str | os.PathLike[str]) -> dict[str, Any]:
     rep = doc.get("replicate")
     if rep is not None and (isinstance(rep, bool) or not isinstance(rep, int)):
         raise ValueError(f"{p}: replicate must be an integer, not {rep!r}")
+    named = re.search(r"_r(\d+)\.json\Z", p.name)
+    if named and rep != int(named.group(1)):
+        # the file of replicate k is replicate k: readers key values by the field, so three files saying
+        # replicate 1 became one replicate's median and a run of 6 compared as 3
+        raise ValueError(f"{p}: replicate is {rep!r}, but the file name says replicate {int(named.group(1))} "
+                         f"(r{int(named.group(1))}); a result document is written to its own replicate's file")
     metrics = doc.get("metrics", [])
     if not isinstance(metrics, list):
         raise ValueError(f"{p}: metrics must be a list of metric objects, not a {type(metrics).__name__}")
