@@ -33,6 +33,8 @@ PARTITIONS_NAME = "benchmark_run"  # the run-level assets' dynamic partitions (o
 PARTITION_TAG = "dagster/partition"
 # Tags on a CLI-executed Dagster run, so a run killed before it wrote anything is still found.
 TAG_HOST, TAG_PID, TAG_PID_START = "benchrun/executor_host", "benchrun/executor_pid", "benchrun/executor_start"
+# Its start in clock ticks since boot and the boot's id (Linux: benchrun.procstart), immune to clock steps.
+TAG_TICKS, TAG_BOOT = "benchrun/executor_ticks", "benchrun/executor_boot"
 
 _beats: dict[str, threading.Event] = {}
 _beats_lock = threading.Lock()
@@ -42,29 +44,22 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
-def _pid_start(pid: int) -> float | None:
-    import psutil
-
-    try:
-        proc = psutil.Process(pid)
-        # A killed process its parent has not waited for yet is a zombie: dead, not running.
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return None
-        return proc.create_time()
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return None
-
-
 def identity() -> dict[str, Any]:
-    """This process as an executor: host, pid and the pid's start time."""
+    """This process as an executor: host, pid and the pid's start time (wall clock; on Linux also in
+    clock ticks since boot, with the boot id: :mod:`benchrun.procstart`)."""
+    from benchrun.procstart import stamp
+
     pid = os.getpid()
-    return {"host": socket.gethostname(), "pid": pid, "pid_start": _pid_start(pid)}
+    return {"host": socket.gethostname(), "pid": pid, **stamp(pid)}
 
 
 def executor_tags() -> dict[str, str]:
     """Dagster run tags naming this process (for runs executed in the CLI's process)."""
     me = identity()
-    return {TAG_HOST: me["host"], TAG_PID: str(me["pid"]), TAG_PID_START: repr(me["pid_start"])}
+    tags = {TAG_HOST: me["host"], TAG_PID: str(me["pid"]), TAG_PID_START: repr(me["pid_start"])}
+    if me.get("start_ticks") is not None:
+        tags.update({TAG_TICKS: str(me["start_ticks"]), TAG_BOOT: str(me["boot_id"])})
+    return tags
 
 
 def liveness_path(home: Path, run_id: str) -> Path:
@@ -132,11 +127,9 @@ def alive(record: dict[str, Any], *, now: dt.datetime | None = None, stale_s: fl
     """Whether the executor a liveness record (or executor tags) names is still running."""
     host, pid = record.get("host"), record.get("pid")
     if host == socket.gethostname() and pid:
-        started = _pid_start(int(pid))
-        if started is None:
-            return False
-        expected = record.get("pid_start")
-        return expected is None or abs(float(expected) - started) < 1.0
+        from benchrun.procstart import same_process
+
+        return same_process(record, int(pid))
     beat_at = record.get("heartbeat_utc")
     if not beat_at:
         return True  # another host and no heartbeat yet: cannot tell, so never reap
@@ -224,7 +217,14 @@ def executor_of(tags: Any) -> dict[str, Any] | None:
         return None
     start = tags.get(TAG_PID_START)
     return {"host": tags.get(TAG_HOST), "pid": int(tags[TAG_PID]),
-            "pid_start": None if start in (None, "None") else float(start)}
+            "pid_start": None if start in (None, "None") else float(start),
+            "start_ticks": tags.get(TAG_TICKS), "boot_id": tags.get(TAG_BOOT)}
+
+
+def gone_reason(run_id: str, record: dict[str, Any]) -> str:
+    """Why a run whose executor (``record``) died is ended: the reaper's words, and ``benchrun cancel``'s."""
+    return (f"the process executing run {run_id} ({describe(record)}) is gone without finishing "
+            "(killed or crashed); what it recorded before is kept, nothing after")
 
 
 def settle_dead_canceling(instance: Any, dagster_run_id: str, message: str) -> bool:
@@ -285,8 +285,7 @@ def reap_dead_runs(home: Path | str | None = None, instance: Any = None) -> list
         if not isinstance(record, dict) or alive(record):
             continue
         run_id = path.stem
-        reason = (f"the process executing run {run_id} ({describe(record)}) is gone without finishing "
-                  "(killed or crashed); what it recorded before is kept, nothing after")
+        reason = gone_reason(run_id, record)
         try:
             rd = RunDir(root, run_id)
             status = rd.read_status() if rd.exists() else {}
@@ -395,8 +394,7 @@ def _reap_tagged_dagster_runs(home: Path, instance: Any) -> list[tuple[str, str]
         if record is None or alive(record):
             continue
         run_id = tags.get(PARTITION_TAG, "")
-        reason = (f"the process executing run {run_id} ({describe(record)}) is gone without finishing "
-                  "(killed or crashed); what it recorded before is kept, nothing after")
+        reason = gone_reason(run_id, record)
         if run.status == dg.DagsterRunStatus.CANCELING:
             _report_canceled(instance, run, reason + "; it was being canceled")
             log.warning("ended Dagster run %s (run %s) CANCELED: its process is gone", run.run_id, run_id)
@@ -412,11 +410,12 @@ def _reap_tagged_dagster_runs(home: Path, instance: Any) -> list[tuple[str, str]
 
 
 def in_progress_holder(instance: Any, exclude_dagster_run: str | None = None) -> str | None:
-    """The benchmark run (partition and Dagster run id) the Dagster instance has in progress, if any."""
+    """The benchmark run (partition and Dagster run id) the Dagster instance has in progress, if any;
+    a CANCELING one too, as Dagster's queue counts it: its suites may still be tearing down."""
     import dagster as dg
 
     runs = instance.get_runs(filters=dg.RunsFilter(job_name=JOB_NAME, statuses=[
-        dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING]), limit=5)
+        dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.CANCELING]), limit=5)
     for run in runs:
         if run.run_id != exclude_dagster_run:
             return f"run {run.tags.get(PARTITION_TAG, '?')} (Dagster run {run.run_id}, {run.status.value})"

@@ -85,7 +85,11 @@ def cancel_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
                             f"(`benchrun delete {run_id}` removes it)")
     claim = read_json_or_none(liveness_path(root, run_id), fix="remove it")
     how = "not started: marked Canceled"
-    if isinstance(claim, dict) and claim.get("pid") and alive(claim):
+    dead_here = (isinstance(claim, dict) and claim.get("pid") and claim.get("host") == socket.gethostname()
+                 and not alive(claim))
+    if dead_here:
+        how = _cancel_dead_claim(root, rd, run_id, claim, instance)
+    elif isinstance(claim, dict) and claim.get("pid") and alive(claim):
         pid = int(claim["pid"])
         if claim.get("host") == socket.gethostname():
             # As Ctrl-C: the executing process records Canceled and keeps what finished.
@@ -105,14 +109,42 @@ def cancel_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
                                    run_id)
     else:
         stopped = _cancel_dagster_runs(instance, run_id)
-        if stopped:
+        if stopped and not rd.read_status().get("started_utc"):
             how = (f"not admitted yet: Dagster run(s) {', '.join(stopped)} were starting, asked Dagster to "
                    "terminate them; marked Canceled")
+        elif stopped:
+            how = (f"no live process of this host claims it: asked Dagster to terminate its Dagster run(s) "
+                   f"{', '.join(stopped)}; marked Canceled")
     cancel_run(root, run_id, f"canceled by `benchrun cancel` ({how})")
+    if dead_here:  # after the mark: until then the reaper would still find the dead process's claim
+        liveness_path(root, run_id).unlink(missing_ok=True)
     phase = rd.read_status().get("phase")
     if phase != "Canceled":  # it ended (another pod, or its own process) before the mark: that phase stands
         how = f"it ended in phase {phase} before it could be marked: nothing canceled"
     return CancelOutcome(run_id, phase, how)
+
+
+def _cancel_dead_claim(root: Path, rd: Any, run_id: str, claim: dict[str, Any], instance: Any) -> str:
+    """A run claimed by a process of this host that is gone (kill -9) while its suites may still run:
+    as the reaper does, its orphaned suite processes are killed and its Dagster run ended (CANCELED
+    here, as asked: reported CANCELING first, then ended as the reaper ends a dead executor's run);
+    the claim goes after the mark. Found in review: such a claim fell to the branch for runs no process
+    had taken, which answered "not admitted yet", left the orphaned suite running and the claim in place."""
+    from benchrun.liveness import _fail_dagster_run, gone_reason, kill_orphaned_suites
+
+    killed = kill_orphaned_suites(rd.path)
+    how = f"{gone_reason(run_id, claim)}; {killed} orphaned suite process(es) killed"
+    stopped = _cancel_dagster_runs(instance, run_id)
+    dagster_run_id = claim.get("dagster_run_id") or rd.read_status().get("dagster_run_id")
+    if instance is not None and dagster_run_id:
+        _report_canceling(instance, dagster_run_id, run_id)
+        try:
+            _fail_dagster_run(instance, dagster_run_id, f"benchrun cancel {run_id}: {how}")
+        except Exception as exc:  # noqa: BLE001 - the run is still marked; the reaper ends the Dagster run
+            log.warning("Dagster run %s not ended: %s", dagster_run_id, exc)
+    if stopped:
+        how += f"; asked Dagster to terminate its Dagster run(s) {', '.join(stopped)}"
+    return how + "; marked Canceled"
 
 
 def _report_canceling(instance: Any, dagster_run_id: str | None, run_id: str) -> None:
@@ -229,13 +261,11 @@ def _live_dagster_runs(instance: Any, run_id: str, *, skip_dead_executors: bool 
         return []
     import dagster as dg
 
-    from benchrun.liveness import PARTITION_TAG, TAG_HOST, TAG_PID, TAG_PID_START, alive
+    from benchrun.liveness import PARTITION_TAG, alive, executor_of
 
     def dead(tags: Any) -> bool:
-        start = tags.get(TAG_PID_START)
-        return skip_dead_executors and TAG_PID in tags and not alive(
-            {"host": tags.get(TAG_HOST), "pid": int(tags[TAG_PID]),
-             "pid_start": None if start in (None, "None") else float(start)})
+        record = executor_of(tags)
+        return skip_dead_executors and record is not None and not alive(record)
 
     return [r.run_id for r in instance.get_runs(filters=dg.RunsFilter(tags={PARTITION_TAG: run_id}, statuses=[
         dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,

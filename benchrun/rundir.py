@@ -173,15 +173,6 @@ def claim_path(home: Path, run_id: str) -> Path:
     return Path(home) / "liveness" / f"{validate_run_id(run_id)}.json"
 
 
-def _process_start(pid: int) -> float | None:
-    import psutil
-
-    try:
-        return psutil.Process(pid).create_time()
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return None
-
-
 # A run's first start, which a re-run keeps, then its latest attempt's: the start its warehouse rows are
 # filed and sealed under (write_manifest; warehouse.sources.run_start reads the same keys).
 START_KEYS = ("first_started_utc", "started_utc")
@@ -364,10 +355,10 @@ class RunDir:
         held = status.get("ended_under")
         if not isinstance(held, dict) or (held.get("host"), held.get("pid")) != (socket.gethostname(), os.getpid()):
             return
-        started = held.get("pid_start")
-        mine = _process_start(os.getpid()) if started is not None else None
-        if mine is not None and abs(mine - float(started)) >= 1.0:
-            return  # a later process given the same pid
+        from benchrun.procstart import same_process
+
+        if not same_process(held, os.getpid()):
+            return  # a later process given the same pid (by its start ticks and boot, or its start time)
         raise FinalPhaseKept(f"run {self.run_id} was ended by another process while this one still ran it (phase "
                              f"{status.get('phase')}: {status.get('message')}); this process writes nothing more of "
                              "it, and its phase stays (a new attempt, phase Running, runs it again)")
@@ -585,4 +576,4 @@ def _ended_under(rd: RunDir) -> dict[str, Any]:
     if not isinstance(claim, dict) or not claim.get("pid") or (
             (claim.get("host"), claim.get("pid")) == (socket.gethostname(), os.getpid())):
         return {}
-    return {"ended_under": {k: claim.get(k) for k in ("host", "pid", "pid_start")}}
+    return {"ended_under": {k: claim.get(k) for k in ("host", "pid", "pid_start", "start_ticks", "boot_id")}}

@@ -51,6 +51,23 @@ def _no_contention_verdicts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BENCHRUN_CONTENTION_PCT", "100")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _worker_machine_lock(tmp_path_factory: pytest.TempPathFactory):
+    """The machine-wide benchmark lock (``BENCHRUN_MACHINE_LOCK``) of this worker's session, for what
+    module- and session-scoped fixtures run before :func:`_private_machine_lock` applies."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("BENCHRUN_MACHINE_LOCK", str(tmp_path_factory.mktemp("machine-lock") / "benchmark.lock"))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _private_machine_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test its own machine-wide benchmark lock: tests in the other xdist workers run benchmarks in
+    their own homes at the same time, and would otherwise wait on each other at /tmp's lock. A test of
+    that lock sets one path for its homes itself."""
+    monkeypatch.setenv("BENCHRUN_MACHINE_LOCK", str(tmp_path / "machine-benchmark.lock"))
+
+
 @pytest.fixture
 def parquet_layout(monkeypatch: pytest.MonkeyPatch) -> None:
     """The per-run parquet layout of earlier releases (``BENCHRUN_WAREHOUSE_FORMAT=parquet``), for the

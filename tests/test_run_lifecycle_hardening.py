@@ -105,7 +105,10 @@ def test_liveness_of_a_claim(tmp_path: Path) -> None:
     me = beat(tmp_path, "run-a")
     assert alive(me)
     assert not alive({**me, "pid": _dead_pid()})
-    assert not alive({**me, "pid_start": me["pid_start"] - 1000})  # the pid was reused by another program
+    # the pid was reused by another program: its start differs (ticks where the claim has them, else the time)
+    assert not alive({**me, "pid_start": me["pid_start"] - 1000, "start_ticks": None})
+    if me.get("start_ticks") is not None:
+        assert not alive({**me, "start_ticks": me["start_ticks"] - 1000})
     old = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=5)).isoformat()
     assert not alive({"host": "elsewhere", "pid": 1, "heartbeat_utc": old})
     assert alive({"host": "elsewhere", "pid": 1, "heartbeat_utc": dt.datetime.now(dt.timezone.utc).isoformat()})
