@@ -12,7 +12,7 @@ from benchrun.stats.describe import min_samples_for_quantile
 from benchrun.stats.synthetic import make_run
 from benchrun.stats.tails import compare_p99, pooled_quantile, requests_needed
 
-PRIMARY = {"spec": {"metrics": {"primary": ["serve/p99_latency_ms"]}}}
+PRIMARY = {"spec": {"metrics": {"inference": {"primary": ["serve/p99_latency_ms"]}}}}  # the only primary
 
 
 def _reqs(rng, n, scale=1.0, reps=5):

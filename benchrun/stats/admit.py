@@ -308,7 +308,7 @@ def unmeasured_primaries(rows: "pd.DataFrame", primary: Iterable[str]) -> list[R
             continue
         if hit.empty and sel.suite is None and sel.case is not None and (values["name"] == sel.metric).any():
             # NAME[CASE] whose name was reported, with other cases only: the suite-qualified form above
-            # refused it, this one was a note and the pair passed (review 2026-12-08: a −39 % exit 0)
+            # refused it, this one was a note and the pair passed (review 2026-12-07: a −39 % exit 0)
             got = values[values["name"] == sel.metric]
             cases = sorted({f"{s}/{sel.metric}[{c}]" if c else f"{s}/{sel.metric}"
                             for s, c in zip(got["suite"], got["case"])})
@@ -366,50 +366,6 @@ def neither_measured(rows: "pd.DataFrame", primary: Iterable[str]) -> list[str]:
         if sel.metric != FAILED_METRIC and (values.empty or not any(
                 sel.matches(s, c, m) for s, c, m in zip(values["suite"], values["case"], values["name"]))):
             out.append(text)
-    return out
-
-
-def silent_suites(base: "RunInfo", cand: "RunInfo", table_b: "pd.DataFrame", table_c: "pd.DataFrame") -> set[str]:
-    """Suites either run's spec, result documents or launch record name that have no ok value in
-    either run (unavailable in both: no GPU here; or failed in both): what could explain a primary
-    measured in neither run."""
-    from benchrun.stats.load import launch_statuses
-
-    named: set[str] = set()
-    for run in (base, cand):
-        layers = run.spec_body.get("layers") if isinstance(run.spec_body.get("layers"), list) else []
-        named |= {str(s.get("name")) for layer in layers if isinstance(layer, dict) and layer.get("enabled", True)
-                  is not False for s in (layer.get("suites") or []) if isinstance(s, dict) and s.get("name")}
-        named |= measured_suites(run) | {s for s, _ in (launch_statuses(run.path) or {})}
-    valued: set[str] = set()
-    for t in (table_b, table_c):
-        if t is not None and not t.empty:
-            ok = t[t["value"].notna() & ((t["status"].astype(str) == "ok") if "status" in t.columns else True)]
-            valued |= set(ok["suite"].astype(str))
-    return named - valued
-
-
-def unknown_primaries(rows: "pd.DataFrame", neither: Iterable[str], silent: set[str]) -> list[Refusal]:
-    """Primaries without a suite (``NAME``, ``NAME[CASE]``) measured in neither run while every suite
-    of both runs reported values: no suite that did not run can explain them, only a name the spec
-    got wrong (``tokens_per_sec``), which no run would ever gate on (it was a note, and the pair
-    exited 0 NoGatingRegression). With a suite silent in both runs (no GPU here) they stay a note,
-    and the condition names them (NoRegressionShown)."""
-    from benchrun.stats.compare import FAILED_METRIC, parse_primary
-
-    if silent:
-        return []
-    values = rows[rows["name"] != FAILED_METRIC] if not rows.empty else rows
-    names = sorted(set(values["name"].astype(str))) if not values.empty else []
-    out = []
-    for text in neither:
-        sel = parse_primary(text)
-        if sel.suite is None and sel.metric not in names:
-            out.append(Refusal(PRIMARY_UNMEASURED, f"primary {text} names no metric either run reported, and every "
-                                                   "suite of both runs reported values (reported: "
-                                                   f"{', '.join(names[:12]) or 'nothing'}"
-                                                   f"{' ...' if len(names) > 12 else ''}); fix "
-                                                   "metrics.<family>.primary"))
     return out
 
 
