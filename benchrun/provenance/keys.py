@@ -167,7 +167,8 @@ def trust_configured(pinned: list[str] | tuple[str, ...] = ()) -> bool:
     return bool(trusted_keyids(pinned)) or any(os.environ.get(env) for env in (VERIFY_KEY_ENV, KEY_ENV))
 
 
-def home_key_fallback(home: Path | str | None = None, pinned: list[str] | tuple[str, ...] = ()) -> Path | None:
+def home_key_fallback(home: Path | str | None = None, pinned: list[str] | tuple[str, ...] = (), *,
+                      strict: bool = True) -> Path | None:
     """None when a trusted key is configured (:func:`default_public_key` finds one); else the path of
     the home's own public key, which shows a run's files unchanged since signing, not who signed
     them (what promote, compare and re-signing fall back to). BenchrunError when neither exists.
@@ -175,12 +176,14 @@ def home_key_fallback(home: Path | str | None = None, pinned: list[str] | tuple[
     The fallback is only for a home where nothing is configured (:func:`trust_configured`): a pinned
     keyid the home's key does not match, or a configured key that cannot be read, is that error
     (before, it fell back to the very key the pin refused, and promote published, saying no trusted
-    key was configured)."""
+    key was configured). ``strict=False`` (re-signing, which checks only that the files it signs again
+    are the ones signed before, with the key that signed them) falls back all the same: a pin meant for
+    imported baselines blocked every re-sign of this home's own runs (found in review)."""
     try:
         default_public_key(home, pinned)
         return None
     except BenchrunError:
-        if trust_configured(pinned):
+        if strict and trust_configured(pinned):
             raise
         pub = local_key_paths(home)[1]
         if not pub.is_file():
