@@ -108,7 +108,12 @@ def benchmark_turn(home: Path, run_id: str, *, wait: bool = True, instance: Any 
         raise BenchrunError(f"run {run_id} not started: the machine-wide benchmark lock {machine} cannot be opened "
                             f"({exc}); point {MACHINE_LOCK_ENV} at a file every benchrun user here can open, or set "
                             f"{MACHINE_LOCK_ENV}=off to rely on the home's lock alone") from None
-    fh = open(home / "locks" / "benchmark.lock", "a+")
+    try:
+        fh = open(home / "locks" / "benchmark.lock", "a+")
+    except OSError:
+        if mfd is not None:
+            os.close(mfd)
+        raise
     try:
         told = False
         while True:

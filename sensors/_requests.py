@@ -25,32 +25,42 @@ def has_runs(instance: dg.DagsterInstance, run_id: str) -> bool:
     return bool(records)
 
 
-def claim_request(run_id: str, sensor: str) -> str | None:
+CLAIM_STALE_S = 600.0  # a claim no Dagster run followed in this long: its sensor never requested the run
+
+
+def claim_request(run_id: str, sensor: str, *, instance: dg.DagsterInstance | None = None) -> str | None:
     """Claim the benchmark run ``run_id`` for ``sensor``'s request (``<home>/locks/requested/<run id>``,
-    created exclusively, holding the sensor's name); None when the claim is this sensor's, else the
+    created once, whole, holding the sensor's name); None when the claim is this sensor's, else the
     sensor that holds it. The canary and spec-commit sensors see the same commit's canary spec as one
     run id, evaluated at once on sensor threads: each found no Dagster run yet, and the second request
     failed in pinned_spec (which still refuses it), a red run and a failed partition in the UI for a
     benchmark that succeeded (found in review). A tick of the same sensor that died after claiming
-    claims again: its run key keeps Dagster from requesting twice."""
-    import os
+    claims again: its run key keeps Dagster from requesting twice. A claim older than
+    :data:`CLAIM_STALE_S` that no Dagster run of ``run_id`` followed (its sensor stopped, its cursor
+    reset) is taken over: the run would otherwise never be requested."""
+    import time
 
+    from benchrun.fsio import create_once
     from benchrun.paths import benchrun_home, validate_run_id
 
     folder = benchrun_home() / "locks" / "requested"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / validate_run_id(run_id)
+    if create_once(path, lambda fh: fh.write(sensor.encode()), mode=0o644):
+        return None
     try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    except FileExistsError:
-        try:
-            holder = path.read_text(encoding="utf-8").strip()
-        except OSError:
-            holder = ""
-        return None if holder == sensor else (holder or "another trigger")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(sensor)
-    return None
+        holder = path.read_text(encoding="utf-8").strip()
+        age = time.time() - path.stat().st_mtime
+    except OSError:
+        return "another trigger"
+    if holder == sensor:
+        return None
+    if age > CLAIM_STALE_S and (instance is None or not has_runs(instance, run_id)):
+        from benchrun.fsio import atomic_write_bytes
+
+        atomic_write_bytes(path, sensor.encode())
+        return None
+    return holder or "another trigger"
 
 
 def run_request(sub: Submission) -> dg.RunRequest:
@@ -79,7 +89,7 @@ def sensor_result(context: dg.SensorEvaluationContext, outcome: TickOutcome, sen
     for sub in outcome.submissions:
         if has_runs(context.instance, sub.run_id):
             note = f"{sub.path}: run {sub.run_id} already has a Dagster run"
-        elif (holder := claim_request(sub.run_id, sensor)) is not None:
+        elif (holder := claim_request(sub.run_id, sensor, instance=context.instance)) is not None:
             note = f"{sub.path}: run {sub.run_id} is requested by {holder}"
         else:
             fresh.append(sub)

@@ -223,3 +223,17 @@ def test_compare_names_a_missing_candidate_alias_as_the_candidate(tmp_path, monk
     assert code == 1, err
     message = json.loads(out)["message"]
     assert message.startswith("candidate alias published/nosuch is not set"), message  # was: "baseline alias ..."
+
+
+def test_validate_refuses_a_sweep_that_names_one_load_point_twice(canary_doc, write_spec):
+    """Found in the re-review: `concurrency: [4, 4]` passed validate and ran, writing two unlabelled rows of
+    every headline metric at c=4, which the comparison (since today) refuses to merge; refused up front."""
+    from benchrun.spec.validation import validate_path
+
+    [(i, j)] = [(i, j) for i, layer in enumerate(canary_doc["spec"]["layers"])
+                for j, s in enumerate(layer["suites"]) if s["name"] == "serving_sweep"]
+    params = canary_doc["spec"]["layers"][i]["suites"][j]["parameters"]
+    params["concurrency"] = [4, 4, 8]
+    (res,) = validate_path(write_spec(canary_doc))
+    assert not res.valid
+    assert any("load point c=4 given more than once" in e.message for e in res.errors), [e.message for e in res.errors]

@@ -347,6 +347,17 @@ def test_canary_and_spec_commit_evaluated_at_once_request_one_run(repo, instance
     again = tick(spec_commit_sensor, instance, defs, commit_cursor)  # the same tick again: its own claim
     assert [r.partition_key for r in again.run_requests] == [request.partition_key]
     assert again.run_requests[0].run_key == request.run_key  # Dagster requests it once by its run key
+    # a claim no Dagster run followed for 10 minutes (its sensor stopped after claiming) is taken over
+    import os
+    import time
+
+    from benchrun.paths import benchrun_home
+
+    claim = benchrun_home() / "locks" / "requested" / request.partition_key
+    os.utime(claim, (time.time() - 3600, time.time() - 3600))
+    late = tick(canary_sensor, instance, defs, canary_cursor)
+    assert [r.partition_key for r in late.run_requests] == [request.partition_key]
+    assert claim.read_text() == "canary_sensor"
 
 
 def test_at_most_max_commits_per_tick_and_the_rest_next_tick(repo, instance, defs, monkeypatch) -> None:

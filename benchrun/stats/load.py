@@ -227,7 +227,8 @@ def _label_once(labels: dict[tuple[Any, ...], set[tuple[Any, ...]]], doc: dict[s
         raise BenchrunError(f"{where}: metric {key[2]!r}"
                             + (f" (case {key[1]!r})" if key[1] else "") + f" is reported more than once for replicate "
                             f"{key[3]} {what}: one launch has one value of a metric, or one a rank, node or GPU "
-                            "(label its rows); fix the suite's result and run it again")
+                            "(label its rows): the suite, or its spec (a load point given twice), wrote it twice; fix that "
+                            "and run it again")
     got.add(label)
 
 

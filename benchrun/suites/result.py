@@ -140,6 +140,9 @@ def read_result(path: str | os.PathLike[str]) -> dict[str, Any]:
     if rep is not None and (isinstance(rep, bool) or not isinstance(rep, int)):
         raise ValueError(f"{p}: replicate must be an integer, not {rep!r}")
     named = re.search(r"_r(\d+)\.json\Z", p.name)
+    if named and rep is None:
+        raise ValueError(f"{p}: has no replicate field; a result document says its replicate "
+                         f"({int(named.group(1))}, as its file name r{int(named.group(1))} says)")
     if named and rep != int(named.group(1)):
         # the file of replicate k is replicate k: readers key values by the field, so three files saying
         # replicate 1 became one replicate's median and a run of 6 compared as 3

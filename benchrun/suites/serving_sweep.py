@@ -109,7 +109,19 @@ def conflicts(params: Mapping[str, Any], workload: Mapping[str, Any]) -> list[st
 
 
 def sweep_points(ctx: Params, load_model: str) -> list:
-    """The sweep's load points from the parameters and the workload's concurrency model."""
+    """The sweep's load points from the parameters and the workload's concurrency model; two points
+    with one label (``concurrency: [4, 4]``, rates 1.0 and 1.0000001 both ``rate=1``) are refused: each
+    would write its own rows of one (suite, point, metric), which the comparison refuses to merge."""
+    points = _sweep_points(ctx, load_model)
+    labels = [p.label for p in points]
+    repeated = sorted({x for x in labels if labels.count(x) > 1})
+    if repeated:
+        raise BenchrunError(f"serving_sweep: load point{'s' if len(repeated) > 1 else ''} {', '.join(repeated)} "
+                            "given more than once (points are told apart by their label): give each once")
+    return points
+
+
+def _sweep_points(ctx: Params, load_model: str) -> list:
     from benchrun.loadgen.runner import LoadPoint
 
     for problem in _load_conflicts(ctx.params, load_model):
