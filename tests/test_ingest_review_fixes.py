@@ -357,3 +357,15 @@ def test_failed_requests_rank_slowest_in_the_recomputed_percentiles(tmp_path: Pa
     [clean] = points_from_file(f)
     assert clean["e2e_ms_p90"] == pytest.approx(float(np.percentile(e2e, 90)))
     assert clean["percentiles_censored"] is None
+
+
+def test_a_wrappers_running_line_before_one_runs_own_start_line_is_one_run() -> None:
+    """Found in the re-review: a wrapper echoing `Running: mpirun ... all_reduce_perf` before an nccl-tests
+    2.13+ run's own `# Collective test starting` line was refused as two runs."""
+    from benchrun.ingest.nccl_tests import parse_nccl_tests
+
+    one = _section("all_reduce_perf", "sum", "20.827")  # has its own "# Collective test starting" line
+    text = "Running: mpirun -np 16 ./build/all_reduce_perf -b 1K -e 8G -f 2\n" + one
+    assert parse_nccl_tests(text, "wrapped.log")["rows"]  # was: "more than one nccl-tests run in one file"
+    with pytest.raises(BenchrunError, match="more than one nccl-tests run"):
+        parse_nccl_tests(text + text, "twice.log")

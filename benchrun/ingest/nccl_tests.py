@@ -122,16 +122,22 @@ def parse_nccl_tests(text: str, source: str = "nccl-tests output") -> dict[str, 
     avg_line = False
     collective: str | None = None
     started: int | None = None  # the line of the run's "Collective test starting" / "Running:"
+    kinds: set[str] = set()  # which of those two markers the run had
     rank_ids: dict[int, int] = {}  # rank -> line it was listed on
     header_line = 0
     lines = text.splitlines()
     for i, line in enumerate(lines):
         where = f"{source}, line {i + 1}"
         stripped = line.strip()
-        if _RUNNING.match(stripped) or _STARTING.match(stripped):
-            if started is not None:
+        kind = "running" if _RUNNING.match(stripped) else "starting" if _STARTING.match(stripped) else None
+        if kind is not None:
+            # a wrapper's "Running: mpirun ... all_reduce_perf" before an nccl-tests 2.13+ run's own "Collective
+            # test starting" line is one run: a second run is a marker of a kind seen before, or any marker
+            # after a results table (found in the re-review: that one-run log was refused)
+            if kind in kinds or columns is not None:
                 raise _several_runs(where, f"a second run starts here, the first at line {started}")
-            started = i + 1
+            kinds.add(kind)
+            started = started or i + 1
         if (m := _OOB.match(stripped)) is not None:
             out_of_bounds = int(m.group(1))
             if out_of_bounds or m.group(2) == "FAILED":
