@@ -180,3 +180,37 @@ def test_the_cli_marks_censored_percentiles_and_writes_turns_not_sent(tmp_path, 
     assert s["slo_attainment"] == pytest.approx(s["n_good"] / 12)
     assert f"e2e p99 ≥{s['e2e_ms_p99']:.1f} ms" in err  # the progress line
     assert f"≥{s['e2e_ms_p99']:.1f}" in out  # the table
+
+
+def test_a_tokenizer_count_below_the_chunk_count_keeps_the_chunks():
+    """Found in the re-review: a tokenizer that merges the model's pieces gave output_tokens below the
+    number of chunks with text, each of which carries a token at least (5 chunks read 2 tokens), and
+    decode_ms_per_token disagreed with the per-chunk gaps. The chunks' count is the floor; a count above
+    it is spread over them (the first chunk one token)."""
+    from benchrun.loadgen.client import Outcome
+    from benchrun.loadgen.records import tokenizer_count
+
+    class Words:
+        def count(self, text: str) -> int:
+            return len(text.split())
+
+    out = Outcome()
+    out.generated, out.chunk_tokens = ["Hel", "lo", " wor", "ld", "!"], [1] * 5
+    assert tokenizer_count(out, Words()) == 5 and out.chunk_tokens == [1] * 5  # was: 2
+    out.generated, out.chunk_tokens = ["a", " b c d e", " f g h i", " j k l m", " n o p q"], [1] * 5
+    assert tokenizer_count(out, Words()) == 17 and out.chunk_tokens == [1, 4, 4, 4, 4]
+    assert out.chunk_token_method == "tokenizer_total_spread"
+
+
+def test_a_tokenizer_whose_count_never_grows_is_an_error_not_a_hang(tmp_path):
+    """Found while writing the test above: a tokenizer that reads any text as one token (no
+    pre-tokenizer) made prompt building loop forever; it is a TokenizerError naming the tokenizer."""
+    from tokenizers import Tokenizer, models
+
+    from benchrun.loadgen.tokens import TokenizerError, load_counter
+
+    tok = Tokenizer(models.WordLevel(vocab={"<unk>": 0}, unk_token="<unk>"))
+    path = tmp_path / "one.json"
+    tok.save(str(path))
+    with pytest.raises(TokenizerError, match="fewer than the 8 asked"):
+        load_counter(str(path)).build(8, np.random.default_rng(0))

@@ -53,6 +53,21 @@ def test_a_diverged_run_fails_carrying_the_steps_it_did(tmp_path: Path) -> None:
     assert progress["stopped"].startswith("loss diverged")
 
 
+def test_a_loss_that_did_not_fall_ran_every_step_and_claims_no_progress(tmp_path: Path) -> None:
+    """Found in the re-review: a loss that did not fall (every step run) failed carrying
+    training_reliability_pct 100 and a "stopped" reason, though the run did not stop."""
+    from benchrun.suites.training import report
+
+    cfg = {**TINY, "seed": 0, "device": "cpu", "backend": "gloo", "scaling_sweep": False}
+    ranks = [{"rank_id": 0, "node_name": "n0", "step_times_s": [0.01] * 7, "measured_wall_s": 0.06, "steps_done": 7}]
+    doc = {"losses": [3.0] * 7, "ranks": ranks, "steps_done": 7, "steps_planned": 7}
+    ctx = _ctx(tmp_path)
+    with pytest.raises(RuntimeError):
+        report(ctx, doc, cfg, 1, 1, None, None)
+    assert "training_progress" not in ctx.context  # was: {"stopped": "loss did not fall ...", ...}
+    assert "training_reliability_pct" not in {m["name"] for m in ctx.metrics}
+
+
 def test_a_rank_that_raises_mid_run_fails_the_replicate_with_its_progress(tmp_path: Path, monkeypatch) -> None:
     pytest.importorskip("torch")
     from benchrun.suites import _training_worker

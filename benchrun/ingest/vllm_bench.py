@@ -64,7 +64,7 @@ from typing import Any
 import numpy as np
 
 from benchrun.errors import BenchrunError
-from benchrun.loadgen.metrics import HEADLINE, PERCENTILES, censored_at, distribution
+from benchrun.loadgen.metrics import HEADLINE, PERCENTILES, censored_distributions, distribution
 from benchrun.suites.result import PERCENTILE_SUFFIXES, metric
 
 # vLLM's itl is a gap between chunks, not tokens: it never becomes token_gap_ms (module docstring)
@@ -199,11 +199,8 @@ def point_from_result(doc: dict[str, Any], where: str = "vllm result") -> dict[s
         gaps = [g * 1000 for i in ok for g in (itls[i] or [])]
         lat = {"ttft_ms": (ttft_ms + [ttfts[i] * 1000 for i in started], n_failed - len(started)),
                "e2e_ms": (e2e_ms, n_failed), "decode_ms_per_token": (tpot, len(started))}
-        censored_by: dict[str, list[str]] = {}
-        for base, (values, n_cens) in lat.items():
-            row.update(distribution(values, base, n_cens or None))  # none censored: numpy linear, as summarize
-            if censored_at(len(values), n_cens):
-                censored_by[base] = censored_at(len(values), n_cens)
+        fields, censored_by = censored_distributions(lat)  # the load generator's summarize, as it does it
+        row.update(fields)
         row["percentiles_censored"] = censored_by if n_failed else None
         row.update(distribution(gaps, "chunk_gap_ms"))
         stds = [float(np.std([x * 1000 for x in itls[i]])) for i in ok if len(itls[i] or []) >= 2]

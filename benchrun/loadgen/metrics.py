@@ -1,10 +1,8 @@
 """Serving metrics from per-request rows: distributions, goodput, SLO attainment, capacity, cost, verdict.
 
-Definitions follow CONTRACT.md §5; the field names are those of
-:mod:`benchrun.suites.result` (``SERVING_SCALARS`` and ``SERVING_DISTRIBUTIONS`` x
-``PERCENTILE_SUFFIXES``). All functions are pure and work on the raw request rows, so rows
-from several worker processes are merged first and the percentiles computed once over the
-merged rows (percentiles are never averaged).
+Definitions follow CONTRACT.md §5; field names are :mod:`benchrun.suites.result`'s. All functions are
+pure and work on the raw request rows: several workers' rows are merged, then the percentiles computed
+once (never averaged).
 
 - ``n_requests`` counts completed requests, ``n_errors`` failed ones (split by ``error_kinds``).
 - Percentiles without failures: ``numpy.percentile`` (linear) over completed requests; ``std``
@@ -25,10 +23,8 @@ merged rows (percentiles are never averaged).
   first measured send to its last end, think time included), which the verdict compares with
   the concurrency; requests in flight are then lower by the think time's share.
 - ``per_user_output_tokens_per_s``: mean over completed requests of output tokens / e2e s.
-- ``ttft_ms`` and ``e2e_ms`` run from the request's send, so a connection a request had to open
-  counts in them; ``connect_ms_*`` is the distribution of that set-up over the requests that
-  opened one (``n_new_connections`` of them; all null when none did, the usual case with
-  connections opened before the go time).
+- ``ttft_ms`` and ``e2e_ms`` run from the request's send, a connection opened inside it included;
+  ``connect_ms_*`` is that set-up over the requests that opened one (``n_new_connections``).
 - ``jitter_ms``: median over requests with ≥ 2 token gaps of the standard deviation (ddof=0)
   of that request's gaps.
 - A request is *good* when it completed and meets every declared SLO: ``ttft_ms``,
@@ -51,9 +47,7 @@ percentile is supported at confidence ``c`` when its distribution-free (order-st
 interval at ``c`` has both ends, i.e. the largest of ``n`` i.i.d. samples exceeds the true
 q-quantile with probability ``1 - q**n >= 1 - (1 - c) / 2``. At the default 95 %: p50 6, p90 36,
 p95 72, p99 368, p99.9 3688 requests. A point with fewer completed requests than its verdict
-percentile needs is ``invalid`` ("368 needed for a bounded p99 at 95 %"). (Before, the verdict
-asked for a one-sided 99 % bound, 459 for p99, while the comparison asked 368: two numbers for
-one question.)
+percentile needs is ``invalid`` ("368 needed for a bounded p99 at 95 %"); the verdict once asked 459.
 """
 
 from __future__ import annotations
@@ -110,6 +104,18 @@ def censored_at(n_values: int, n_censored: int) -> list[str]:
     position, as 0.9 at 14 of 15)."""
     total = n_values + n_censored
     return [name for name, q in QUANTILES.items() if n_censored > 0 and q * total > n_values - Fraction(1, 2)]
+
+
+def censored_distributions(lat: dict[str, tuple[list[Any], int]]) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """Each distribution of :func:`latencies`' shape (values, failed requests it censors), numpy's linear
+    percentiles where it censors none; and per distribution the percentiles its censored requests reach."""
+    out: dict[str, Any] = {}
+    by: dict[str, list[str]] = {}
+    for base, (values, n_cens) in lat.items():
+        out.update(distribution(values, base, n_cens or None))
+        if got := censored_at(len(values), n_cens):
+            by[base] = got
+    return out, by
 
 
 def min_samples(quantile: float, confidence: float = 0.99) -> int:
@@ -390,12 +396,8 @@ def summarize(rows: Sequence[dict[str, Any]], *, point: str, load_model: str, of
         "turns_not_sent": turns_not_sent,
     }
     lat = latencies(ok, errs)
-    censored_by: dict[str, list[str]] = {}
-    for base, (values, n_cens) in lat.items():
-        out.update(distribution(values, base, n_cens if n_cens else None))  # none censored: numpy linear
-        got = censored_at(len(values), n_cens)
-        if got:
-            censored_by[base] = got
+    fields, censored_by = censored_distributions(lat)
+    out.update(fields)
     out.update(distribution((g for r in ok for g in (r.get("token_gaps_ms") or ())), "token_gap_ms"))
     out["n_new_connections"] = len(lat["connect_ms"][0])
     stds = [r["token_gap_std_ms"] for r in ok if r.get("token_gap_std_ms") is not None]

@@ -9,7 +9,7 @@ import numpy as np
 
 from benchrun.loadgen import client as http
 from benchrun.loadgen.config import LoadPoint, SweepConfig
-from benchrun.loadgen.sse import spread_after_first
+from benchrun.loadgen.sse import spread_total
 from benchrun.loadgen.workload import draw_bucket, make_prompt, mix_cdf, new_trace_context, salt_permutation, salted, worker_rng
 
 CLOCK = time.perf_counter_ns
@@ -82,21 +82,27 @@ class _WorkerState:
         return (self.wall0 + (mono_ns - self.mono0)) / 1e9
 
 
+def tokenizer_count(out: http.Outcome, counter: Any) -> int:
+    """Without usage: the tokenizer's count of the streamed text (``out.generated``), not one token a
+    chunk (a server streaming 17 tokens in 5 chunks read 5). A count above the chunks is spread over
+    them as a usage total is (:func:`benchrun.loadgen.sse.spread_total`), so the gaps agree with
+    decode_ms_per_token; every chunk with text carries a token at least, so a count below the chunks'
+    (re-tokenising the joined text merged the model's pieces) is too low and the chunks' count stands
+    (found in review)."""
+    counted = max(int(counter.count("".join(out.generated or []))), len(out.chunk_tokens))
+    if counted > len(out.chunk_tokens):
+        spread_total(out.chunk_tokens, counted)
+        out.chunk_token_method = "tokenizer_total_spread"
+    return counted
+
+
 def _row(st: _WorkerState, spec: _Spec, out: http.Outcome, end_ns: int, point: LoadPoint, point_index: int) -> dict[str, Any]:
     ok = out.error is None
     usage_out = out.usage_completion
     source = ("usage" if usage_out is not None else "chunks") if ok else None
     counted = 0
     if ok and usage_out is None and st.counter is not None and out.generated is not None:
-        # no usage: the tokenizer's count of the streamed text, not one token a chunk (a server
-        # streaming 17 tokens in 5 chunks read 5); a count above the chunks is spread over them
-        # as a usage total is (sse._chunk_token_method), so the gaps agree with decode_ms_per_token
-        counted = st.counter.count("".join(out.generated))
-        source = "tokenizer"
-        n = len(out.chunk_tokens)
-        if counted > n:
-            out.chunk_tokens[:] = [1, *spread_after_first(counted - 1, n - 1)] if n > 1 else [counted]
-            out.chunk_token_method = "tokenizer_total_spread"
+        counted, source = tokenizer_count(out, st.counter), "tokenizer"
     chunk_tokens = sum(out.chunk_tokens)
     output_tokens = (usage_out if usage_out is not None else counted if source == "tokenizer" else chunk_tokens) if ok else None
     # latency from the request's send (CONTRACT.md §5), a connection opened inside the request

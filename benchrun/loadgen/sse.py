@@ -285,9 +285,11 @@ async def _consume_stream(reader: TimedReader, headers: dict[str, str], out: Out
                             # reasoning is generated output (first token, token counts) but not the
                             # reply: a client drops it from the history it sends back
                             content = delta.get("content")
-                            text = content or delta.get("reasoning_content") or delta.get("reasoning")
+                            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+                            text = content or reasoning
                         else:
                             text = content = c0.get("text")
+                            reasoning = None
                     if text:
                         if out.first_ns is None:
                             out.first_ns = t
@@ -307,8 +309,8 @@ async def _consume_stream(reader: TimedReader, headers: dict[str, str], out: Out
                         chunk_tokens.append(k)
                         if out.text is not None and content:
                             out.text.append(content)
-                        if out.generated is not None:
-                            out.generated.append(text)
+                        if out.generated is not None:  # both, where one delta carries both (a tokenizer counts them)
+                            out.generated.append("".join(p for p in (reasoning, content) if isinstance(p, str)))
                     if usage:
                         if usage.get("prompt_tokens") is not None:
                             out.usage_prompt = token_count(usage["prompt_tokens"], "usage.prompt_tokens")
@@ -367,6 +369,14 @@ def _aborted(reason: object) -> str | None:
     return str(kind) if isinstance(kind, str) and kind.lower() in ABORT_REASONS else None
 
 
+def spread_total(chunk_tokens: list[int], total: int) -> None:
+    """Set ``chunk_tokens`` (in place) to ``total`` tokens over its chunks, ``total`` above their
+    count: the first chunk one token, the rest as :func:`spread_after_first` spreads them (a usage
+    total, or a tokenizer's count of the streamed text: :func:`benchrun.loadgen.records._row`)."""
+    n = len(chunk_tokens)
+    chunk_tokens[:] = [1, *spread_after_first(total - 1, n - 1)] if n > 1 else [total]
+
+
 def _chunk_token_method(out: Outcome, usage_chunks: int, usage_last: int) -> None:
     """Settle ``out.chunk_tokens`` and say how (``out.chunk_token_method``):
 
@@ -391,7 +401,7 @@ def _chunk_token_method(out: Outcome, usage_chunks: int, usage_last: int) -> Non
     n = len(ct)
 
     def spread(total: int) -> None:  # total > n: the first chunk one token, the rest as above
-        ct[:] = [1, *spread_after_first(total - 1, n - 1)] if n > 1 else [total]
+        spread_total(ct, total)
         out.chunk_token_method = "usage_total_spread"
 
     if usage_chunks == 0:

@@ -88,6 +88,9 @@ class HFTokenizer:
 
         words = [VOCABULARY[i] for i in rng.integers(0, len(VOCABULARY), size=n)]
         while extra(words) < n:  # words of several tokens: fewer words than tokens are needed
+            if len(words) >= 64 * n:  # a tokenizer whose count does not grow with the text (it hung here)
+                raise TokenizerError(f"tokenizer {self.path}: {len(words)} words count {extra(words)} tokens, "
+                                     f"fewer than the {n} asked; use a tokenizer that splits text into words")
             words.extend(VOCABULARY[i] for i in rng.integers(0, len(VOCABULARY), size=n))
         lo, hi = 0, len(words)  # the most words whose text has at most n tokens
         while lo < hi:

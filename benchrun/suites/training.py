@@ -387,7 +387,8 @@ def report(ctx: SuiteContext, doc: dict[str, Any], cfg: dict[str, Any], world_si
     case = run_case(cfg, world_size, nodes)
     if verdict:
         ctx.context["losses"] = doc["losses"]
-        record_progress(ctx, ranks, cfg, case, verdict)
+        if doc.get("diverged"):  # stopped short; a loss that did not fall ran every step (re-review)
+            record_progress(ctx, ranks, cfg, case, verdict)
         raise RuntimeError(verdict)
     per_rank = np.array([r["step_times_s"][warmup:] for r in ranks])  # rank x measured step
     step = per_rank.max(axis=0)  # a synchronous step ends when its slowest rank does
