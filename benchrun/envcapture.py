@@ -440,16 +440,13 @@ def open_background_window(name: str, run_id: str) -> None:
 
 def sample_background_load(interval_s: float = 0.5, top: int = 5, *,
                            window: tuple[str, str] | None = None) -> dict[str, Any]:
-    """Load average now, and over at least ``interval_s`` the CPU share used by processes
-    other than ours.
+    """Load average now, and over at least ``interval_s`` the CPU share used by processes other than ours.
 
-    The interval starts now and is slept through, or started earlier with
-    ``open_background_window(*window)`` (at most ``MAX_WINDOW_S`` ago), in which case only
-    what is missing of ``interval_s`` is slept. Shares are fractions of the whole machine's
-    CPU capacity (all logical cores); ``cpu_busy_share`` leaves out our own processes' CPU
-    (children reaped meanwhile included); ``top_other_processes`` gives the busiest others
-    in percent of one core.
-    """
+    The interval starts now and is slept through, or started earlier with ``open_background_window(*window)``
+    (at most ``MAX_WINDOW_S`` ago), in which case only what is missing of ``interval_s`` is slept. Shares are
+    fractions of the whole machine's CPU capacity (all logical cores); ``cpu_busy_share`` leaves out our own
+    processes' CPU (children reaped meanwhile included); ``top_other_processes`` gives the busiest others
+    in percent of one core."""
     import psutil
 
     opened = _WINDOWS.pop(window, None) if window else None
@@ -477,6 +474,7 @@ def sample_background_load(interval_s: float = 0.5, top: int = 5, *,
         elif pid in before and d > 0:
             deltas.append((d, pid, name))
     others = sum(d for d, _, _ in deltas)
+    busy = max(0.0, min(1.0, (total - idle - own_cpu) / total)) if total > 0 else None
     deltas.sort(reverse=True)
     load1, load5, load15 = os.getloadavg()
     return {
@@ -485,8 +483,9 @@ def sample_background_load(interval_s: float = 0.5, top: int = 5, *,
         "load_average_1m": load1,
         "load_average_5m": load5,
         "load_average_15m": load15,
-        "cpu_busy_share": max(0.0, min(1.0, (total - idle - own_cpu) / total)) if total > 0 else None,
-        "other_processes_cpu_share": max(0.0, min(1.0, others / total)) if total > 0 else None,
+        "cpu_busy_share": busy,
+        # part of the busy time; read process by process, their sum overshot it under load (0.70 vs 0.65)
+        "other_processes_cpu_share": min(busy, max(0.0, others / total)) if busy is not None else None,
         "top_other_processes": [{"pid": pid, "name": name, "cpu_pct": round(100.0 * d / elapsed, 1)}
                                 for d, pid, name in deltas[:top]],
     }

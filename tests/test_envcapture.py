@@ -354,3 +354,23 @@ def test_the_hardware_key_takes_a_gpu_whose_fields_nvml_refused():
            "python": {"version": "3.11"}, "packages": {}, "gpu_runtime": {},
            "gpus": [{"name": "NVIDIA H100 80GB HBM3", "memory_total_mib": 81559}, {"name": None, "memory_total_mib": None}]}
     assert key_inputs(doc)["hardware"]["gpus"] == [[None, None], ["NVIDIA H100 80GB HBM3", 81559]]
+
+
+def test_other_processes_never_read_above_the_machines_busy_share(monkeypatch):
+    """Found by a clean-clone run under load: the others' CPU, read process by process after the system's
+    counters, summed to 0.70 of the machine beside a busy share of 0.65 (test_captures_this_machine failed).
+    The others are part of the busy time: the busy share bounds them."""
+    from collections import namedtuple
+
+    from benchrun import envcapture
+
+    Times = namedtuple("Times", "user system idle")
+    sys_times = iter([Times(0.0, 0.0, 0.0), Times(6.0, 0.5, 3.5)])  # 10 s of CPU, 6.5 busy
+    procs = iter([{1: ("other", 0.0)}, {1: ("other", 7.0)}])  # read later: 7 s
+    monkeypatch.setattr("psutil.cpu_times", lambda: next(sys_times))
+    monkeypatch.setattr(envcapture, "_process_cpu", lambda: next(procs))
+    monkeypatch.setattr(envcapture, "_own_pids", lambda: set())
+    monkeypatch.setattr(envcapture, "_reaped_children_cpu", lambda: 0.0)
+    load = envcapture.sample_background_load(0.0)
+    assert load["cpu_busy_share"] == pytest.approx(0.65)
+    assert load["other_processes_cpu_share"] == pytest.approx(0.65)  # was: 0.70
