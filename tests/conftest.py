@@ -104,10 +104,3 @@ def write_spec(tmp_path: Path) -> Callable[[dict[str, Any], str], Path]:
 
 # The Kubernetes cluster harness (tests/kharness): `kcluster` and `kcluster_factory`.
 from kharness.fixtures import kcluster, kcluster_factory  # noqa: E402,F401
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``slow`` first (a stable sort: each group keeps its order). Under ``make test``'s
-    pytest-xdist workers a test of one or two minutes handed out near the end ran alone while the
-    others idled; handed out first it runs beside the many short ones."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
