@@ -15,6 +15,8 @@ import pytest
 from benchrun.report import content as C
 from benchrun.report import figures
 from benchrun.stats.synthetic import make_run
+from test_report_figures import captured  # noqa: F401  (fixture)
+
 
 
 @pytest.fixture()
@@ -23,20 +25,6 @@ def home(tmp_path, monkeypatch):
     return tmp_path
 
 
-@pytest.fixture()
-def captured(monkeypatch):
-    figs = []
-
-    def keep(fig):
-        figs.append(fig)
-        return b""
-
-    monkeypatch.setattr(figures, "_png", keep)
-    yield figs
-    import matplotlib.pyplot as plt
-
-    for f in figs:
-        plt.close(f)
 
 
 def _headline(text: str) -> str:
