@@ -21,6 +21,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import dagster as dg
 import pytest
 
 from benchrun.errors import BenchrunError
@@ -67,19 +68,27 @@ def _gone(proc: subprocess.Popen, timeout_s: float = 10.0) -> bool:
         return False
 
 
-def test_cancel_of_a_run_whose_process_was_killed_kills_its_orphaned_suite_and_drops_the_claim(bench_home):
-    import dagster as dg
+def _started_by_a_dead_process(bench_home, run_id: str):
+    """A run admitted and STARTED in Dagster whose executing process (this host, a dead pid) is gone:
+    (instance, Dagster run, run directory, its claim, the dead pid)."""
     from dagster._core.test_utils import create_run_for_test
 
     from benchrun import submit as sub
     from benchrun.liveness import JOB_NAME, PARTITION_TAG, TAG_HOST, TAG_PID
-    from benchrun.runctl import cancel_run
 
     instance = sub.get_instance(bench_home)
-    run_id, dead = "orphan-20261207000000-aaaaaaaa", _dead_pid()
+    dead = _dead_pid()
     run = create_run_for_test(instance, job_name=JOB_NAME, status=dg.DagsterRunStatus.STARTED,
                               tags={PARTITION_TAG: run_id, TAG_HOST: socket.gethostname(), TAG_PID: str(dead)})
     rd, claim = _running_run(bench_home, run_id, run.run_id, dead)
+    return instance, run, rd, claim, dead
+
+
+def test_cancel_of_a_run_whose_process_was_killed_kills_its_orphaned_suite_and_drops_the_claim(bench_home):
+    from benchrun.runctl import cancel_run
+
+    run_id = "orphan-20261207000000-aaaaaaaa"
+    instance, run, rd, claim, dead = _started_by_a_dead_process(bench_home, run_id)
     suite = _sleeper({"BENCHRUN_RUN_DIR": str(rd.path)})  # the suite the killed process left running
     try:
         out = cancel_run(run_id, home=bench_home, instance=instance)
@@ -97,18 +106,10 @@ def test_cancel_of_a_run_whose_process_was_killed_kills_its_orphaned_suite_and_d
 
 
 def test_cancel_of_an_admitted_run_no_process_claims_does_not_say_not_admitted(bench_home):
-    import dagster as dg
-    from dagster._core.test_utils import create_run_for_test
-
-    from benchrun import submit as sub
-    from benchrun.liveness import JOB_NAME, PARTITION_TAG, TAG_HOST, TAG_PID
     from benchrun.runctl import cancel_run
 
-    instance = sub.get_instance(bench_home)
-    run_id, dead = "noclaim-20261207000000-aaaaaaaa", _dead_pid()
-    run = create_run_for_test(instance, job_name=JOB_NAME, status=dg.DagsterRunStatus.STARTED,
-                              tags={PARTITION_TAG: run_id, TAG_HOST: socket.gethostname(), TAG_PID: str(dead)})
-    _rd, claim = _running_run(bench_home, run_id, run.run_id, dead)
+    run_id = "noclaim-20261207000000-aaaaaaaa"
+    instance, run, _rd, claim, dead = _started_by_a_dead_process(bench_home, run_id)
     claim.unlink()  # started (started_utc), but no claim left
     out = cancel_run(run_id, home=bench_home, instance=instance)
     assert out.phase == "Canceled" and run.run_id in out.how and "not admitted" not in out.how, out.how
