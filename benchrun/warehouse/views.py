@@ -153,7 +153,7 @@ def refresh_views(home: Path, *, wait_s: float = 30.0, connect: Callable[[Path],
     with _writer_lock(home):
         while True:
             try:
-                con = duckdb.connect(str(db))
+                con = duckdb.connect(str(db), config=_extension_config())
             except duckdb.IOException as exc:
                 # Someone outside benchrun holds the file (e.g. a notebook): wait, then say who to close.
                 if time.monotonic() > deadline:
@@ -167,6 +167,15 @@ def refresh_views(home: Path, *, wait_s: float = 30.0, connect: Callable[[Path],
             return db
 
 
+def _extension_config() -> dict[str, Any]:
+    """A connection that will load the Iceberg extensions checks each file's signature once a process."""
+    if not _iceberg():
+        return {}
+    from benchrun.warehouse.duck import extension_config
+
+    return extension_config()
+
+
 def _confined_connection(home: Path) -> Any:
     """An in-memory connection that can read only the warehouse directory, then locked.
 
@@ -177,7 +186,7 @@ def _confined_connection(home: Path) -> Any:
 
     root = warehouse_root(home).resolve()
     con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False,
-                                             "autoload_known_extensions": False})
+                                             "autoload_known_extensions": False, **_extension_config()})
     try:
         allowed = [str(root) + "/"]
         if _iceberg():  # the iceberg extension from its wheel, and an S3 location's prefix and secret
