@@ -143,3 +143,36 @@ def test_the_servers_own_request_log_stays_bounded_and_a_watch_still_dispatches(
     seen = [ev["object"].data for ev in watch.Watch().stream(api.list_namespaced_config_map, "default",
                                                               resource_version="0", timeout_seconds=1)]
     assert {"a": "1"} in seen and rv
+
+
+def test_a_request_that_waited_while_the_log_was_cut_is_still_dispatched(kcluster: Any, monkeypatch) -> None:
+    """The log is cut to its newest entries: a write that waits behind the precondition lock while more
+    requests than that come and go is kept in it (it is still being handled), and is served."""
+    import concurrent.futures
+    import time
+
+    from kharness import emulator
+
+    monkeypatch.setattr(emulator, "REQUEST_LOG_KEEP", keep := 8)
+    api = _api(kcluster)
+    api.create_namespaced_config_map("default", configmap("cm", {"a": "0"}))
+    lock = kcluster.api._precondition_lock
+
+    async def hold() -> None:
+        await lock.acquire()
+
+    async def release() -> None:
+        lock.release()
+
+    kcluster.call(hold)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        patched = pool.submit(api.patch_namespaced_config_map, "cm", "default", {"data": {"a": "1"}})
+        deadline = time.monotonic() + 10
+        while not any(c.verb == "patch" for c in kcluster.calls()):
+            assert time.monotonic() < deadline, "the patch never reached the server"
+            time.sleep(0.01)
+        for _ in range(3 * keep):  # the log is cut (at least) twice while the patch waits
+            api.read_namespaced_config_map("cm", "default")
+        assert len(kcluster.api._requests) <= 2 * keep + 2
+        kcluster.call(release)
+        assert patched.result(10).data == {"a": "1"}
