@@ -29,12 +29,20 @@ MACHINE_LOCK_ENV = "BENCHRUN_MACHINE_LOCK"
 MACHINE_LOCK = Path("/tmp/benchrun-benchmark.lock")  # fixed: every user's and home's runs meet there
 
 
-def _holder_text(home: Path) -> str:
+def _holder_text(record: Path) -> str:
+    """The run a holder record names (the home's or the machine's; the machine's names the run's home
+    too). A record whose process is gone (a run killed holding the turn, or another user's record,
+    never replaced) is not believed."""
+    from benchrun.liveness import alive
+
     try:
-        h = json.loads((home / "locks" / "benchmark.holder.json").read_text(encoding="utf-8"))
-        return f"run {h.get('run_id')} (pid {h.get('pid')} on {h.get('host')}, since {h.get('since_utc')})"
-    except (OSError, json.JSONDecodeError):
-        return "another benchrun process"
+        h = json.loads(record.read_text(encoding="utf-8"))
+        if isinstance(h, dict) and alive(h):
+            of_home = f" of home {h['home']}" if h.get("home") else ""
+            return f"run {h.get('run_id')}{of_home} (pid {h.get('pid')} on {h.get('host')}, since {h.get('since_utc')})"
+    except (OSError, ValueError):
+        pass
+    return "another benchrun process"
 
 
 def machine_lock_path() -> Path | None:
@@ -61,21 +69,6 @@ def _open_machine_lock(lock: Path) -> int:
     with contextlib.suppress(OSError):  # not the owner: its owner made it 0666 already
         os.fchmod(fd, 0o666)
     return fd
-
-
-def _machine_holder_text(lock: Path) -> str:
-    """The run holding the machine's turn, its home named; a holder record whose process is gone (a run
-    killed holding it, the record another user's and so never replaced) is not believed."""
-    from benchrun.liveness import alive
-
-    try:
-        h = json.loads(_machine_holder_path(lock).read_text(encoding="utf-8"))
-        if isinstance(h, dict) and alive(h):
-            return (f"run {h.get('run_id')} of home {h.get('home')} (pid {h.get('pid')} on {h.get('host')}, "
-                    f"since {h.get('since_utc')})")
-    except (OSError, ValueError):
-        pass
-    return "another benchrun process"
 
 
 def _flock(fd: int) -> bool:
@@ -117,12 +110,12 @@ def benchmark_turn(home: Path, run_id: str, *, wait: bool = True, instance: Any 
     try:
         told = False
         while True:
-            message = None if _flock(fh.fileno()) else (
-                f"{_holder_text(home)} holds the one-benchmark-at-a-time turn (max_concurrent_runs: 1)")
+            message = None if _flock(fh.fileno()) else (f"{_holder_text(home / 'locks' / 'benchmark.holder.json')} "
+                                                         "holds the one-benchmark-at-a-time turn (max_concurrent_runs: 1)")
             if message is None and mfd is not None and not _flock(mfd):
                 fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-                message = (f"{_machine_holder_text(machine)} holds this machine's one-benchmark-at-a-time turn "
-                           f"({MACHINE_LOCK_ENV}={machine})")
+                message = (f"{_holder_text(_machine_holder_path(machine))} holds this machine's "
+                           f"one-benchmark-at-a-time turn ({MACHINE_LOCK_ENV}={machine})")
             if message is None and instance is not None:
                 reap_dead_runs(home, instance)
                 holder = in_progress_holder(instance)

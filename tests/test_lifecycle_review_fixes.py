@@ -265,3 +265,29 @@ def test_the_fence_knows_its_own_process_after_a_clock_step(tmp_path):
     with pytest.raises(FinalPhaseKept):  # still this process: fenced, though its start time reads 10 s off
         rd._fence({"phase": "Canceled", "ended_under": {**me, "pid_start": me["pid_start"] + 10}})
     rd._fence({"phase": "Canceled", "ended_under": {**me, "start_ticks": me["start_ticks"] - 3}})  # a later one
+
+
+def test_a_homes_holder_record_whose_process_is_gone_is_not_believed(tmp_path, monkeypatch):
+    """The home's lock names its holder from the record it wrote; a record left by a process that is gone
+    (the turn since taken by one that wrote none) is not believed, as the machine lock's is not."""
+    from benchrun.runlock import TurnRefused, benchmark_turn
+
+    monkeypatch.setenv("BENCHRUN_MACHINE_LOCK", "off")
+    home = tmp_path / "home"
+    holder = _hold_turn(home, "run-a", 30.0)
+    try:
+        with pytest.raises(TurnRefused, match=rf"run run-a \(pid {holder.pid} on "):
+            with benchmark_turn(home, "run-b", wait=False):
+                pass
+        gone = subprocess.Popen([sys.executable, "-c", "pass"])
+        gone.wait()
+        record = home / "locks" / "benchmark.holder.json"
+        stale = json.loads(record.read_text())
+        record.write_text(json.dumps({**stale, "run_id": "run-old", "pid": gone.pid}))
+        with pytest.raises(TurnRefused, match="another benchrun process holds") as refused:
+            with benchmark_turn(home, "run-b", wait=False):
+                pass
+        assert "run-old" not in str(refused.value)
+    finally:
+        holder.kill()
+        holder.wait()
