@@ -42,8 +42,16 @@ def benchrun_home(override: str | os.PathLike[str] | None = None) -> Path:
 
 def existing_home(command: str, override: str | os.PathLike[str] | None = None) -> Path:
     """The home a command that reads or repairs one uses, never created (a mistyped BENCHRUN_HOME or
-    ``--home`` made an empty one): BenchrunError when there is none yet."""
+    ``--home`` made an empty one): BenchrunError when there is none yet. A file where the home (or a
+    folder above it) should be is run's and submit's error (:func:`benchrun_home`'s, exit 2 as there),
+    not "there is none yet … `benchrun run SPEC` creates one": run cannot."""
     home, where = home_location(override)
+    there = next((p for p in (home, *home.parents) if p.exists()), None)
+    if there is not None and not there.is_dir():
+        try:
+            benchrun_home(override)  # raises: its mkdir meets the file in the way
+        except BenchrunError as exc:
+            raise BenchrunError(str(exc), exit_code=2) from None
     if not home.is_dir():
         name = "--home" if where == "--home" else "BENCHRUN_HOME"
         raise BenchrunError(f"{command}: there is no benchrun home at {home} ({where}) yet, so nothing to read; "

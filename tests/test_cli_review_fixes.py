@@ -237,3 +237,15 @@ def test_validate_refuses_a_sweep_that_names_one_load_point_twice(canary_doc, wr
     (res,) = validate_path(write_spec(canary_doc))
     assert not res.valid
     assert any("load point c=4 given more than once" in e.message for e in res.errors), [e.message for e in res.errors]
+
+
+def test_every_command_that_reads_a_home_says_what_run_says_under_a_home_that_is_a_file(tmp_path, monkeypatch,
+                                                                                       capsys):
+    # plan said it (above); query, report and the other readers said "there is no benchrun home … `benchrun
+    # run SPEC` creates one", which run cannot
+    home = tmp_path / "homefile"
+    home.write_text("")
+    monkeypatch.setenv("BENCHRUN_HOME", str(home / "inside"))  # a folder above the home is the file
+    for argv in (["query", "SELECT 1"], ["maintain-warehouse"], ["rebuild-warehouse"]):
+        code, _out, err = cli_in_process(argv, monkeypatch, capsys)
+        assert code == 2 and "cannot be used as a directory" in err and "creates one" not in err, (argv, err)

@@ -371,6 +371,7 @@ def plan(
     max_n: int = typer.Option(30, "--max-n", min=2, max=100, help="Most replicates considered."),
 ) -> None:
     """How many replicates each primary metric needs to detect its δ, from the warehouse's history."""
+    from benchrun.paths import existing_home
     from benchrun.spec.normal import WorkloadDigests
     from benchrun.spec.validation import load_spec
     from benchrun.stats.planning import plan as make_plan
@@ -378,7 +379,7 @@ def plan(
     loaded = load_spec(spec)
     digests = WorkloadDigests(loaded.workload_spec_digest, loaded.workload_spec_digest_normalized)
     check_range(power, "--power", 0.5, 0.99)  # NaN passed typer's bounds and printed "30 replicates for nan% power"
-    plans = make_plan(loaded.document, digests, _plan_home(), target=power, max_n=max_n)
+    plans = make_plan(loaded.document, digests, existing_home("plan"), target=power, max_n=max_n)
     if not plans:
         raise BenchrunError(f"{spec}: no primary metrics (spec.metrics.<family>.primary): nothing to plan")
     con = make_console()
@@ -389,22 +390,6 @@ def plan(
         con.print(f"{p.metric}{where}: {need} replicates for {power:.0%} power to detect {p.delta_pct:g} % "
                   f"(CV {_num(p.cv * 100)} % from {p.runs} runs, {p.family} gating tests{now})"
                   + (f" — {p.note}" if p.note else ""), markup=False, highlight=False)
-
-
-def _plan_home() -> Path:
-    """The home plan reads, never created (:func:`benchrun.paths.existing_home`). A file where the home (or a folder
-    above it) should be is run's and submit's error (:func:`benchrun.paths.benchrun_home`'s, exit 2
-    as there), not "there is no benchrun home … `benchrun run SPEC` creates one": run cannot."""
-    from benchrun.paths import benchrun_home, existing_home, home_location
-
-    home = home_location()[0]
-    there = next((p for p in (home, *home.parents) if p.exists()), None)
-    if there is not None and not there.is_dir():
-        try:
-            benchrun_home()  # raises: its mkdir meets the file in the way
-        except BenchrunError as exc:
-            raise BenchrunError(str(exc), exit_code=2) from None
-    return existing_home("plan")
 
 
 def _resign(run_dir: "Path", *written: str) -> None:
