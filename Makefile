@@ -42,7 +42,8 @@ run: bootstrap
 
 # Three workers on two cores: most of the suite waits on subprocesses, servers and the cluster
 # harness, so a third process fills the waits (pytest on a clean clone of this 2-core machine,
-# 2026-12-07: 14:08 in two workers, 13:01 in three; ~17 min in one). TEST_WORKERS=0: one process.
+# 2026-12-07: 14:08 in two workers, 13:01 in three; ~17 min in one; the suite has grown since:
+# 15:22-15:27 in three, 2,530 tests). TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 3
 test: bootstrap
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --durations=25
