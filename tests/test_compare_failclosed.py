@@ -814,3 +814,57 @@ def test_promoting_a_run_measured_on_a_contended_machine_says_so(tmp_path, monke
     assert "3 of 40 replicates contended" in err
     code, out, err = cli_in_process(["promote", "quiet", "--alias", "canary"], monkeypatch, capsys)
     assert code == 0 and "contended" not in err, err
+
+
+@pytest.mark.parametrize("primary", ["serve/tokens_per_second", "tokens_per_second"])
+def test_a_primary_suite_that_failed_every_replicate_in_both_runs_is_refused(tmp_path, primary):
+    """Review 2026-12-07: a gating suite that failed 5 of 5 in both runs left its primary measured in
+    neither run: a note, exit 0 — where 4 failures of 5 in each were refused (1 vs 1 ok replicates).
+    A suite that is unavailable in both (no GPU on either host) stays a note."""
+    rng = np.random.default_rng(21)
+    spec = {"spec": {"metrics": {"inference": {"primary": [primary, "load/rows_per_second"]}}, "layers": LAYERS}}
+    for name in ("base", "cand"):
+        make_run(tmp_path, name, _metrics(rng), spec=spec, failed_replicates={"serve": [1, 2, 3, 4, 5]},
+                 status={"outcome": "partial"})
+    reasons, gate, res = _reasons(tmp_path, "base", "cand")
+    assert res is None and reasons == {admit.REPLICATES_FAILED}, gate.message()
+    assert (f"primary {primary} has no value in either run, and the suite that may measure it failed: serve "
+            "(5 of 5 candidate, 5 of 5 baseline replicates failed)") in gate.message()
+    for name in ("base-na", "cand-na"):
+        make_run(tmp_path, name, _metrics(rng), spec=spec, launches={"serve": ["unavailable"] * 5, "load": ["ok"] * 5})
+    reasons, gate, res = _reasons(tmp_path, "base-na", "cand-na")
+    assert reasons == set() and res.condition()["reason"] == "NoRegressionShown", gate.message()
+
+
+def test_a_succeeded_run_signed_only_when_its_evidence_was_sealed_is_refused(tmp_path):
+    """Review 2026-12-07: a run signed while Analyzing (the sealing signature), then failed by the
+    reaper, with status.json edited to Succeeded, was compared (exit 0) in either role; promote
+    refused it (its final signature is missing). The run in progress itself is still admitted."""
+    rng = np.random.default_rng(22)
+    make_run(tmp_path, "base", _metrics(rng), spec=SPEC)
+    rd = make_run(tmp_path, "sealed", _metrics(rng), spec=SPEC, status={"phase": "Analyzing", "outcome": "succeeded"})
+    got, _, _ = _reasons(tmp_path, "base", "sealed", candidate_in_progress=True)
+    assert got == set()
+    st = json.loads((rd / "status.json").read_text())
+    st.update(phase="Succeeded", outcome="succeeded")
+    (rd / "status.json").write_text(json.dumps(st))
+    for pair in (("base", "sealed"), ("sealed", "base")):
+        got, gate, _ = _reasons(tmp_path, *pair)
+        assert got == {admit.EVIDENCE} and "the run's final signature is missing" in gate.message()
+
+
+def test_a_damaged_pinned_spec_is_refused_not_a_traceback(tmp_path, monkeypatch, capsys):
+    """Review 2026-12-07: a pinned spec reading `spec: null` crashed `compare` (AttributeError, exit 1,
+    no JSON) before admission could refuse the run."""
+    from helpers import cli_in_process
+
+    rng = np.random.default_rng(23)
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    make_run(tmp_path, "base", _metrics(rng), spec=SPEC)
+    rd = make_run(tmp_path, "damaged", _metrics(rng), spec=SPEC)
+    (rd / "structured" / "damaged_spec.yaml").write_text("spec: null\n")
+    for args in (["compare", "base", "damaged", "--json"], ["compare", "damaged", "base", "--variable", "runtime_version"]):
+        code, out, err = cli_in_process(args, monkeypatch, capsys)
+        assert code == admit.EXIT_NOT_COMPARABLE and "Traceback" not in err and "damaged_spec.yaml" in err, err
+    code, out, _ = cli_in_process(["compare", "base", "damaged", "--json"], monkeypatch, capsys)
+    assert json.loads(out)["exit_code"] == admit.EXIT_NOT_COMPARABLE

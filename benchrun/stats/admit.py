@@ -9,7 +9,9 @@ sealed manifest's hashes, and, when the run is signed, the DSSE signature and ev
 file it covers). After the rows are built, :func:`unmeasured_primaries` refuses a gating
 primary measured in one run but not (with ≥ 2 ok replicates) in the other, or a pair in
 which no primary was measured at all; a primary measured in neither run is noted (and names
-itself in the condition) unless no suite that did not run can explain it (:func:`unknown_primaries`). A refusal is a :class:`Refusal` with a
+itself in the condition: a suite unavailable in both, no GPU on either host) unless it names a suite
+that reported other metrics, or a suite that failed and reported nothing may be the one that
+measures it. A refusal is a :class:`Refusal` with a
 reason code; the CLI exits :data:`EXIT_NOT_COMPARABLE` and the asset writes
 ``RegressionDetected=Unknown (NotComparable)``.
 """
@@ -236,13 +238,18 @@ def evidence_problems(run: "RunInfo", home: Path | None = None, *, signed: bool 
     and its manifest alone proves nothing (whoever edits a file can rewrite the manifest too).
     ``signed=False``: the run being analysed in this process (phase Analyzing), whose envelope
     the provenance_attestation asset may not have written yet."""
-    from benchrun.provenance.signing import envelope_path
+    from benchrun.provenance.signing import envelope_path, final_signature_missing
 
     problems = manifest_problems(run.path)
     sig, st = signature_problems(run.path, home or run.path.parent.parent)  # a caller comparing two runs names one home
     contradicted = signed_phase_problem(run.status, st)
     if contradicted:
         sig = [*sig, contradicted]
+    # a finished run signed only when its evidence was sealed: never signed as finished (interrupted), or
+    # status.json edited to Succeeded after the reaper failed it — promote's check, and compare's too
+    unfinished = final_signature_missing(run.run_id, run.status, st) if signed else None
+    if unfinished:
+        sig = [*sig, unfinished]
     if signed and not envelope_path(run.path).is_file():
         sig = [f"{envelope_path(run.path).relative_to(run.path)} is missing: the run is not signed, so nothing "
                "shows its files are the ones it measured (every run benchrun finishes is signed)"]
@@ -274,11 +281,17 @@ def admit_runs(base: "RunInfo", cand: "RunInfo", *, candidate_in_progress: bool 
     return out
 
 
-def unmeasured_primaries(rows: "pd.DataFrame", primary: Iterable[str]) -> list[Refusal]:
-    """Gating rows not measured (≥ 2 ok replicates) in both arms, and primaries matching no row."""
+def unmeasured_primaries(rows: "pd.DataFrame", primary: Iterable[str],
+                         failed: "dict[str, tuple[int, int, int, int]] | None" = None) -> list[Refusal]:
+    """Gating rows not measured (≥ 2 ok replicates) in both arms, and primaries matching no row.
+    ``failed``: (failed, launched) replicates of the baseline and the candidate per suite with a
+    failed replicate in either arm (:func:`failed_launches`). A primary measured in neither run is
+    a note only when no suite that failed could have reported it: a gating suite that failed every
+    replicate in both runs has nothing to judge, and exited 0 where 4 failures of 5 were refused."""
     from benchrun.stats.compare import FAILED_METRIC, parse_primary
 
     primary = list(primary)
+    failed = failed or {}
     out: list[Refusal] = []
     if not primary:  # nothing declared gates: no pair can be cleared (it exited 0 on any regression)
         return [Refusal(PRIMARY_UNMEASURED, "neither spec declares a primary metric (spec.metrics.<family>.primary): "
@@ -318,7 +331,17 @@ def unmeasured_primaries(rows: "pd.DataFrame", primary: Iterable[str]) -> list[R
                                                    "(qualify it as SUITE/NAME[CASE] when it names a suite that ran "
                                                    "in neither run)"))
             continue
-        if hit.empty:  # measured in neither run: both agree there is nothing to judge (see neither_measured)
+        if hit.empty:
+            # a suite that failed and reported nothing in either run may be the one that measures it
+            culprits = [f"{suite} ({fc} of {tc} candidate, {fb} of {tb} baseline replicates failed)"
+                        for suite, (fb, tb, fc, tc) in sorted(failed.items())
+                        if (sel.suite is None or suite == sel.suite) and not (values["suite"] == suite).any()]
+            if culprits:
+                out.append(Refusal(REPLICATES_FAILED, f"primary {text} has no value in either run, and "
+                                                      f"{'the suite' if len(culprits) == 1 else 'suites'} that may "
+                                                      f"measure it failed: {'; '.join(culprits)}; fix the failures "
+                                                      "(their logs are in raw/) and run both again"))
+            # else measured in neither run: both agree there is nothing to judge (see neither_measured)
             continue
         measured_any = True
         short = hit[(hit["n_baseline"] < 2) | (hit["n_candidate"] < 2)]
@@ -352,6 +375,15 @@ def _partly_reported(hit: "pd.DataFrame") -> list[Refusal]:
                                                    "they gave no value (their result documents' context) and run "
                                                    "again"))
     return out
+
+
+def failed_launches(baseline: "pd.DataFrame", candidate: "pd.DataFrame") -> dict[str, tuple[int, int, int, int]]:
+    """(failed, launched) replicates of the baseline, then of the candidate, per suite with a failed
+    replicate in either arm's replicate table (``include_failed``)."""
+    from benchrun.stats.launches import launches_by_suite
+
+    (fb, tb), (fc, tc) = launches_by_suite(baseline), launches_by_suite(candidate)
+    return {s: (fb.get(s, 0), tb.get(s, 0), fc.get(s, 0), tc.get(s, 0)) for s in sorted(set(fb) | set(fc))}
 
 
 def neither_measured(rows: "pd.DataFrame", primary: Iterable[str]) -> list[str]:

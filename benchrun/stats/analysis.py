@@ -157,7 +157,7 @@ def compare_runs(
         return gate, None
     policy = gate_policy(base.spec, cand.spec)  # the candidate never sets a laxer bar than the baseline's
     measured = admit.measured_rows(table_b, table_c)
-    unmeasured = admit.unmeasured_primaries(measured, policy.primary)
+    unmeasured = admit.unmeasured_primaries(measured, policy.primary, admit.failed_launches(table_b, table_c))
     neither = admit.neither_measured(measured, policy.primary)
     result = compare_tables(
         table_b,
