@@ -262,7 +262,10 @@ def _check_paths(base_dir: Path, cand_dir: Path, variable: str | None, allow: tu
     said: list[list[tuple[tuple[object, ...], str]]] = []
     for run_dir in (cand_dir, base_dir):
         doc = copy.deepcopy(load_run(run_dir).spec)
-        comp = doc.setdefault("spec", {}).setdefault("comparison", {})
+        if not isinstance(doc, dict) or not isinstance(doc.setdefault("spec", {}), dict) or not isinstance(
+                doc["spec"].setdefault("comparison", {}), dict):
+            return  # a damaged pinned spec: admission refuses the run (its evidence does not verify), exit 5
+        comp = doc["spec"]["comparison"]
         if variable is not None:
             comp["variableUnderTest"] = variable
         comp["allowDifferences"] = list(allow)
