@@ -79,6 +79,16 @@ def test_verdict_says_regressions_and_baseline():
         "none shown; 2 of 3 not shown within the margin either (inconclusive, spread changed: see each MDE)", "warn")
     comp["metrics"] = [{"gating": False, "verdict": "regression"}]
     assert C.verdict(run, comp).regressions.startswith("nothing gates")
+    # review 2026-12-07: a primary measured in neither run (or contended replicates kept) is
+    # NoRegressionShown, never the all-clear; its rows were all within the margin and it read "none" in green
+    comp["metrics"] = [{"gating": True, "verdict": "no_change"}]
+    comp["condition"] = {"status": "False", "reason": "NoRegressionShown", "message": (
+        "no gating metric was shown to regress, primaries measured in neither run were not tested: ttft_ms")}
+    v = C.verdict(run, comp)
+    assert (v.regressions, v.regression_level) == (
+        "none shown; primaries measured in neither run were not tested: ttft_ms", "warn")
+    comp["condition"] = {"status": "False", "reason": "NoGatingRegression", "message": "no gating metric regressed"}
+    assert (C.verdict(run, comp).regressions, C.verdict(run, comp).regression_level) == ("none", "ok")
 
 
 def test_the_verdict_counts_only_what_the_round_confirmed():

@@ -351,6 +351,11 @@ def verdict(run: "RunInfo", comparison: dict[str, Any] | None) -> Verdict:
             # nothing regressed, but not everything was shown within its margin (NoRegressionShown)
             regressions, level = (f"none shown; {len(unshown)} of {n_gating} not shown within the margin either "
                                   f"({', '.join(sorted({str(m.get('verdict')) for m in unshown}))}: see each MDE)"), "warn"
+        elif cond.get("reason") == "NoRegressionShown":
+            # nothing regressed in what was tested, but a primary went untested or was compared on
+            # contended replicates kept: the condition says which, and the badge is not the all-clear
+            said = str(cond.get("message") or "").removeprefix("no gating metric was shown to regress, ")
+            regressions, level = f"none shown; {said}", "warn"
         else:
             regressions, level = "none", "ok"
         against = (f"Against baseline {baseline} ({(comparison.get('gate') or {}).get('message', '')}); "
