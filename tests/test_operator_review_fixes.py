@@ -173,6 +173,11 @@ def test_a_replica_with_a_fast_clock_does_not_take_a_live_lease(harness, monkeyp
     assert harness.get("leases", "benchrun-operator", NS)["spec"]["holderIdentity"] == "b"
     at(36)
     assert not a.try_acquire()
+    # every write above had times with 0 microseconds, which isoformat() writes without a fraction: a
+    # real API server (and the harness) refuses those as MicroTime (review 2026-12-07), release too
+    b.release()
+    assert not harness.get("leases", "benchrun-operator", NS)["spec"].get("holderIdentity")
+    assert harness.get("leases", "benchrun-operator", NS)["spec"]["acquireTime"] == "2026-12-01T00:00:51.000000Z"
 
 
 # -- 3. client timeouts and the heartbeat -------------------------------------------------------

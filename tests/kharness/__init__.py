@@ -66,7 +66,8 @@ API-server semantics (``apisemantics.py``): a PATCH/PUT with a stale ``metadata.
 gets 409 Conflict; ``generation`` is bumped on a spec change; ``Cluster(throttle=Throttle(qps,
 burst))`` answers 429 with ``Retry-After`` above the rate; lists honour ``limit``/``continue``;
 a watch with ``resourceVersion`` replays what followed it, and one older than the kept window
-(``watch_window``, or after ``compact(kind)``) gets a 410 Gone ERROR event.
+(``watch_window``, or after ``compact(kind)``) gets a 410 Gone ERROR event; a Lease whose
+``acquireTime``/``renewTime`` is not MicroTime (RFC 3339 with six fractional digits) gets 400.
 
 Limits (kmock is an emulator, not an API server): no admission validation, merge
 patches only (no JSON patch), no field managers; list pages are read from the live store,

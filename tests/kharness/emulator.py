@@ -299,6 +299,10 @@ class HarnessEmulator(kmock.KubernetesEmulator):
                     kmock.KubernetesError(status=403, reason="Forbidden", message=call.forbidden_message()))
             if self.throttle is not None and not self.throttle.admit(call.user):
                 return apisemantics.too_many_requests(self.throttle)
+        if request.resource is not None and request.method in (enums.method.POST, enums.method.PATCH, enums.method.PUT):
+            refused = apisemantics.bad_micro_time(request)
+            if refused is not None:
+                return await self._render_error(refused)
         if request.resource is not None and request.subresource != "log" and request.name and \
                 request.method in (enums.method.PATCH, enums.method.PUT) and isinstance(request.data, dict):
             async with self._precondition_lock:  # check and write as one step for precondition writers
