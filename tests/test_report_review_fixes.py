@@ -18,13 +18,10 @@ from benchrun.stats.synthetic import make_run
 from test_report_figures import captured  # noqa: F401  (fixture)
 
 
-
 @pytest.fixture()
 def home(tmp_path, monkeypatch):
     monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
     return tmp_path
-
-
 
 
 def _headline(text: str) -> str:
