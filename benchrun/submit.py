@@ -309,6 +309,36 @@ def code_location() -> Any:
     return getattr(importlib.import_module(module), attribute)
 
 
+class _OwnSessionSubprocess:
+    """The ``subprocess`` module as Dagster's compute-log mirror sees it, its ``Popen`` starting each
+    child in a session of its own (everything else is the module's)."""
+
+    def __getattr__(self, name: str) -> Any:
+        import subprocess
+
+        return getattr(subprocess, name)
+
+    @staticmethod
+    def Popen(*args: Any, **kwargs: Any) -> Any:  # noqa: N802 (subprocess's name)
+        import subprocess
+
+        kwargs.setdefault("start_new_session", True)
+        return subprocess.Popen(*args, **kwargs)
+
+
+def _mirror_out_of_the_terminals_group() -> None:
+    """Dagster mirrors each step's captured output with ``tail -F`` and an orphan watcher (a Python
+    process), started in this process's group: Ctrl-C in the terminal reached them too, and the
+    watcher printed a KeyboardInterrupt traceback for each step under way (review 2026-12-07). In a
+    session of their own they never get the terminal's signal; Dagster still ends them with the step,
+    and the watcher ends the tail if this process dies. Written against dagster 1.13.27 (pinned): the
+    test of Ctrl-C (tests/test_first_run.py) fails if the module stops starting them this way."""
+    from dagster._core.execution import compute_logs
+
+    if not isinstance(compute_logs.subprocess, _OwnSessionSubprocess):
+        compute_logs.subprocess = _OwnSessionSubprocess()  # type: ignore[assignment]
+
+
 def execute(prepared: Prepared, *, defs: Any = None, home: Path | str | None = None, instance: Any = None) -> Any:
     """Materialize the whole benchmark graph for the run's partition, in this process.
 
@@ -329,6 +359,7 @@ def execute(prepared: Prepared, *, defs: Any = None, home: Path | str | None = N
     # imported (a warm orchestrator imported them before this command's environment existed):
     # the code location's launcher resource, built again from the environment.
     launcher = type(defs.resources["launcher"]).from_env()
+    _mirror_out_of_the_terminals_group()
     return job.execute_in_process(
         instance=instance, partition_key=prepared.run_id, raise_on_error=False, run_config=quiet,
         tags=executor_tags(), resources={"launcher": launcher},
