@@ -371,13 +371,9 @@ def finished_launches(run_dir: Path, run_id: str) -> str:
     per: dict[tuple[str, str], list[int]] = {}
     for r in rows if isinstance(rows, list) else []:
         per.setdefault((str(r.get("suite")), str(r.get("status"))), []).append(int(r.get("replicate", 0)))
-    parts = []
-    for (suite, status), reps in per.items():
-        reps = sorted(reps)
-        span = f"r{reps[0]}" if len(reps) == 1 else (f"r{reps[0]}-r{reps[-1]}" if reps == list(range(reps[0], reps[-1] + 1))
-                                                    else ",".join(f"r{k}" for k in reps))
-        parts.append(f"{suite} {span} {status}")
-    return ", ".join(parts) or "none"
+    from benchrun.execute import replicate_span
+
+    return ", ".join(f"{suite} {replicate_span(reps)} {status}" for (suite, status), reps in per.items()) or "none"
 
 
 def _settle_canceled(console: Any, rd: Any) -> None:

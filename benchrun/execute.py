@@ -58,7 +58,36 @@ class LayerOutcome:
             "failed": self.n_failed,  # ok + failed + unavailable = launches (replicate_counts)
             "unavailable": _total(self.results, "unavailable"),
             "launches": len(self.results),
+            "failures": failure_reasons(self.results),
         }
+
+
+def replicate_span(reps: list[int]) -> str:
+    """``r1``, ``r1-r3`` or ``r1,r4``: replicate numbers as the CLI names them."""
+    reps = sorted(reps)
+    if len(reps) == 1:
+        return f"r{reps[0]}"
+    if reps == list(range(reps[0], reps[-1] + 1)):
+        return f"r{reps[0]}-r{reps[-1]}"
+    return ",".join(f"r{k}" for k in reps)
+
+
+FAILURES_SAID = 3  # groups of failed launches a layer's status names (the rest are counted)
+
+
+def failure_reasons(results: list[LaunchResult]) -> list[str]:
+    """Why a layer's launches failed, one line per suite and reason: ``gemm r1-r3: timed out after 1s;
+    process group killed``. The counts alone ("0 ok, 3 failed") sent a user with a wrong repoCommand
+    or too short a timeout to launches.json and the logs to find out (review 2026-12-07)."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for r in results:
+        if r.status == "failed":
+            why = (str(r.reason or "").strip().splitlines() or [f"exit code {r.exit_code}"])[0]
+            groups.setdefault((r.suite, why[:200] + ("..." if len(why) > 200 else "")), []).append(r.replicate)
+    said = [f"{suite} {replicate_span(reps)}: {why}" for (suite, why), reps in groups.items()]
+    if len(said) > FAILURES_SAID:
+        said = [*said[:FAILURES_SAID], f"{len(said) - FAILURES_SAID} more (structured/<run>_launches.json)"]
+    return said
 
 
 def replicate_counts(results: list[LaunchResult]) -> dict[str, dict[str, int]]:

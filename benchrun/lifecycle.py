@@ -266,9 +266,10 @@ def settle_layers(rd: RunDir) -> tuple[str, list[str]]:
             rd.set_condition(cond, True, "Skipped", st.get("skip_reason") or "layer disabled")
         else:
             ok = st["status"] == "succeeded"
+            why = "; ".join(st.get("failures") or [])
             rd.set_condition(cond, ok, "AllReplicatesSucceeded" if ok else "ReplicatesFailed",
                              f"{st['ok']} ok, {st['failed']} failed, {st.get('unavailable', 0)} unavailable "
-                             f"of {st['launches']}")
+                             f"of {st['launches']}" + (f" ({why}; logs in raw/)" if why else ""))
     return run_outcome(layers)
 
 

@@ -58,6 +58,11 @@ def test_faulty_suites_are_failed_replicates_and_the_run_is_partial(bench_home, 
     conds = {c["type"]: c for c in st["conditions"]}
     assert conds["ComponentComplete"]["status"] == "False"
     assert conds["MicroComplete"]["status"] == "True"
+    # review 2026-12-07: the condition gave the counts only; the reasons were in launches.json alone
+    said = conds["ComponentComplete"]["message"]
+    assert said.startswith("0 ok, 9 failed, 0 unavailable of 9 (exits-one r1-r3: exited with code 1")
+    assert "hangs r1-r3: timed out after 2s" in said and "sigkilled r1-r3: killed by SIGKILL" in said
+    assert said.endswith("; logs in raw/)") and layers["component"]["failures"][2] == "sigkilled r1-r3: killed by SIGKILL"
     # a Succeeded run one of whose layers failed every replicate: the run check and the layer's check fail
     # (a run only some of whose replicates failed warns: test_a_succeeded_run_whose_last_layer_failed_...)
     checks = {(e.asset_key.to_user_string(), e.check_name): e for e in result.get_asset_check_evaluations()}
