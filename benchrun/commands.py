@@ -233,6 +233,9 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
     # Dagster flags its Pipes internals as preview on every launch; the terminal is for results.
     warnings.filterwarnings("ignore", message=r".*is currently in (preview|beta)")
     console = _console()
+    from benchrun.progress_display import interval_from_env
+
+    interval_from_env()  # a bad setting is refused before anything is made or waited for (it was after the turn)
     try:
         prepared = sub.prepare(spec)
     except BenchrunError as exc:

@@ -87,7 +87,8 @@ def read_confirming(progress_file: Path) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def _interval_from_env() -> float:
+def interval_from_env() -> float:
+    """``BENCHRUN_PROGRESS_INTERVAL_S`` (10 s by default): how often a non-terminal gets a line."""
     raw = os.environ.get("BENCHRUN_PROGRESS_INTERVAL_S", "10")
     try:
         value = float(raw)
@@ -96,7 +97,8 @@ def _interval_from_env() -> float:
     if not value > 0:
         from benchrun.errors import BenchrunError
 
-        raise BenchrunError(f"BENCHRUN_PROGRESS_INTERVAL_S={raw!r}: expected a positive number of seconds")
+        raise BenchrunError(f"BENCHRUN_PROGRESS_INTERVAL_S={raw!r}: expected a positive number of seconds",
+                            exit_code=2)
     return value
 
 
@@ -121,7 +123,7 @@ class ProgressDisplay:
                  poll_s: float = 0.25, force_terminal: bool | None = None) -> None:
         self.progress_file = progress_file
         self.stream = stream or original_stdout()
-        self.interval_s = interval_s if interval_s is not None else _interval_from_env()
+        self.interval_s = interval_s if interval_s is not None else interval_from_env()
         self.poll_s = poll_s
         self.tty = self.stream.isatty() if force_terminal is None else force_terminal
         self._stop = threading.Event()

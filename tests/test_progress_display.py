@@ -9,6 +9,7 @@ import time
 import pytest
 
 from benchrun.progress_display import ProgressDisplay, snapshot
+from conftest import ROOT
 
 
 def _doc(**kw):
@@ -61,6 +62,19 @@ def test_interval_from_the_environment_must_be_positive(monkeypatch, tmp_path):
         ProgressDisplay(tmp_path / "p.json", io.StringIO())
     monkeypatch.setenv("BENCHRUN_PROGRESS_INTERVAL_S", "2.5")
     assert ProgressDisplay(tmp_path / "p.json", io.StringIO()).interval_s == 2.5
+
+
+def test_run_refuses_a_bad_interval_before_it_makes_a_run_or_waits_for_the_turn(monkeypatch, tmp_path, capsys):
+    """Review 2026-12-07: checked only once the benchmark turn was taken (22 s of waiting behind
+    another run), then exit 1 and a Failed run left in `benchrun runs` for a setting never usable."""
+    from helpers import cli_in_process
+
+    spec = ROOT / "specs" / "local" / "canary.yaml"
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("BENCHRUN_PROGRESS_INTERVAL_S", "abc")
+    code, out, err = cli_in_process(["run", str(spec)], monkeypatch, capsys)
+    assert code == 2 and "BENCHRUN_PROGRESS_INTERVAL_S='abc'" in out + err
+    assert not (tmp_path / "home" / "runs").exists() or not any((tmp_path / "home" / "runs").iterdir())
 
 
 def test_a_confirmation_round_after_the_last_launch_is_shown_not_analysing_eta_0(tmp_path):
