@@ -226,6 +226,10 @@ def test_trace_replays_at_its_own_times_and_lengths(server, tmp_path, workers):
     s = res.summaries[0]
     assert s["point"] == "trace x2" and s["load_model"] == "trace"
     assert {r["worker"] for r in rows} == set(range(workers))
+    # review 2026-12-07: a replay sends none of the mix, yet each mix pair had a 0-request `invalid` row
+    # (into the warehouse through the suite); its one bucket is the trace's, with every request
+    assert [(x["bucket"], x["n_requests"]) for x in res.summaries] == [("all", 30), ("trace", 30)]
+    assert res.summaries[1]["verdict_reasons"] == res.summaries[0]["verdict_reasons"]  # 30 requests: too few for a p99
 
 
 def test_trace_prompts_share_their_prefix_blocks():

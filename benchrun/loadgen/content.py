@@ -31,6 +31,7 @@ from benchrun.loadgen.workload import (MixBucket, dealt_index, draw_bucket, mix_
                                        salted, worker_rng)
 
 DATASET_BUCKET = "dataset"
+TRACE_BUCKET = "trace"  # a replayed trace's requests: its own prompts and lengths, never the mix's
 
 
 @dataclass(frozen=True)
@@ -348,8 +349,11 @@ def content_specs(cfg: Any, endpoint: ep_mod.Endpoint, point_index: int, worker:
         i += 1
 
 
-def bucket_labels(cfg: Any) -> list[str]:
-    """The per-bucket summaries a point gets: the mix's pairs, or ``dataset``."""
+def bucket_labels(cfg: Any, load_model: str | None = None) -> list[str]:
+    """The per-bucket summaries a point gets: the mix's pairs, or ``dataset``, or ``trace`` for a
+    replay (it sent none of the mix: it had a 0-request ``invalid`` row per pair, review 2026-12-07)."""
+    if load_model == "trace":
+        return [TRACE_BUCKET]
     if getattr(cfg, "content", None) is not None and cfg.content.dataset is not None:
         return [DATASET_BUCKET]
     return [b.label for b in cfg.mix]

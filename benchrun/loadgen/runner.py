@@ -454,7 +454,7 @@ def summarize_point(rows: list[dict[str, Any]], point: LoadPoint, results: list[
             not_sent[label] = not_sent.get(label, 0) + k
     out = [summarize(rows, bucket="all", turns_not_sent=sum(not_sent.values()), **common)]
     out[0].update(content_summary(rows))
-    for label in bucket_labels(cfg):
+    for label in bucket_labels(cfg, point.load_model):
         brows = [r for r in rows if r["bucket"] == label]
         out.append(summarize(brows, bucket=label, point_output_tokens=total_out, turns_not_sent=not_sent.get(label, 0), **common))
     # a load pod that passed the start barrier after the agreed go time started late: the pods'

@@ -40,6 +40,7 @@ import numpy as np
 from benchrun.errors import BenchrunError
 from benchrun.loadgen import client as http
 from benchrun.loadgen.config import LoadPoint, SweepConfig
+from benchrun.loadgen.content import TRACE_BUCKET
 from benchrun.loadgen.records import _Spec
 from benchrun.loadgen.workload import VOCABULARY, make_prompt, new_trace_context, worker_rng
 
@@ -341,7 +342,7 @@ def trace_specs(cfg: SweepConfig, endpoint: http.Endpoint, point_index: int, wor
         s = _TraceSpec()
         s.request_id = f"{nonce}-p{point_index}-w{worker}-{tag}t{i}"
         s.trace_id, traceparent = new_trace_context()
-        s.bucket = "trace"
+        s.bucket = TRACE_BUCKET
         s.in_tokens, s.out_tokens = e.input_tokens, e.output_tokens
         s.trace_index, s.t_s, s.session_id, s.prefix_ids = i, e.t_s, e.session_id, e.prefix_ids
         s.body = http.build_body(endpoint, cfg.model, trace_prompt(e, rng), e.output_tokens,
