@@ -109,8 +109,14 @@ def test_a_bad_trace_file_is_one_line_naming_the_file_and_line(server, tmp_path,
     huge = tmp_path / "huge.jsonl"
     huge.write_text('{"timestamp_s": 0, "input_tokens": 8, "output_tokens": 4}\n'
                     '{"timestamp_s": 0.1, "input_tokens": 3000000000, "output_tokens": 4}\n')
+    # review 2026-12-07: read fine, then ended the sweep after its warm-up (OverflowError, no file named)
+    late = tmp_path / "late.jsonl"
+    late.write_text('{"timestamp_s": 0, "input_tokens": 8, "output_tokens": 4}\n'
+                    '{"timestamp_s": 1e300, "input_tokens": 8, "output_tokens": 4}\n')
     for path, msg in ((latin, f"{latin}:3: not UTF-8 text (byte 0xff at column 5)"),
-                      (huge, f"{huge}:2: input_tokens 3000000000 is above 2,000,000 tokens")):
+                      (huge, f"{huge}:2: input_tokens 3000000000 is above 2,000,000 tokens"),
+                      (late, "the replay would last 1e+300 s (its last request at 1e+300 s of the trace, speedup 1): "
+                             "more than 7 days")):
         p = _main(["loadgen", "--url", server.url, "--model", "m", "--out", str(tmp_path), "--trace", str(path)],
                   monkeypatch, capsys)
         assert p.returncode == 1 and msg in p.stderr and "fix" in p.stderr, p.stderr

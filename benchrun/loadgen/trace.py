@@ -51,6 +51,9 @@ MAX_TRACE_REQUESTS = 5_000_000
 # are 1-2 M tokens, and the prompt is built in the client's memory before the replay starts (3e9
 # tokens ended in MemoryError, no line named)
 MAX_TRACE_TOKENS = 2_000_000
+# The longest replay (after --speedup), as --duration's bound: a timestamp of 1e300 read fine and
+# ended the sweep after its warm-up ("OverflowError: cannot convert float infinity to integer")
+MAX_REPLAY_S = 7 * 86400
 
 
 # A spec's ``trace`` parameter names a trace file, never another file of the machine that runs the suite
@@ -287,6 +290,10 @@ def trace_point(entries: tuple[TraceEntry, ...], speedup: float = 1.0) -> LoadPo
     """The load point of a replay; its offered load is the trace's own mean rate (req/s) after ``speedup``."""
     check_speedup(speedup)
     span = (entries[-1].t_s - entries[0].t_s) / speedup if entries else 0.0
+    if not span <= MAX_REPLAY_S:
+        raise TraceError(f"the replay would last {span:.4g} s (its last request at {entries[-1].t_s:.4g} s of the trace, "
+                         f"speedup {speedup:g}): more than {MAX_REPLAY_S // 86400} days; fix the timestamps if they are not in "
+                         "seconds, or replay a part of it (--requests or --duration) or faster (--speedup)")
     rate = (len(entries) - 1) / span if span > 0 else float(max(1, len(entries)))
     return LoadPoint("trace", rate, speedup=speedup)
 
