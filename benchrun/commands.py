@@ -224,14 +224,8 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
     """
     from benchrun import submit as sub
     from benchrun.lifecycle import exit_code_for
-    from benchrun.liveness import start_heartbeat, stop_heartbeat
-    from benchrun.progress_display import ProgressDisplay
-    from benchrun.rundir import RunDir
-    from benchrun.runlock import TurnRefused, benchmark_turn
 
     _use_home(home)
-    # Dagster flags its Pipes internals as preview on every launch; the terminal is for results.
-    warnings.filterwarnings("ignore", message=r".*is currently in (preview|beta)")
     console = _console()
     from benchrun.progress_display import interval_from_env
 
@@ -246,6 +240,23 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
     served = warmstart.served_by
     how = f" in a fork of the warm orchestrator (pid {served['server_pid']})" if served else ""
     console.print(f"run [bold]{prepared.run_id}[/] (spec {prepared.spec_digest[:19]}…) → {prepared.run_dir}{how}")
+    raise typer.Exit(exit_code_for(run_here(console, prepared, no_wait=no_wait)))
+
+
+def run_here(console: Any, prepared: Any, *, no_wait: bool = False) -> dict[str, Any]:
+    """Run a prepared (pinned, registered) run in this process as ``benchrun run`` does, and print its
+    headline, conditions and report: its liveness claim, the one-benchmark-at-a-time turn (waited for,
+    or refused with ``no_wait``), live progress, Ctrl-C as Canceled and a failed step as Failed with
+    benchrun's reason. Returns the final status. ``cadence run --execute`` runs each run through it
+    (it took no turn, and measured beside another benchmark: review 2026-12-07)."""
+    from benchrun import submit as sub
+    from benchrun.liveness import start_heartbeat, stop_heartbeat
+    from benchrun.progress_display import ProgressDisplay
+    from benchrun.rundir import RunDir
+    from benchrun.runlock import TurnRefused, benchmark_turn
+
+    # Dagster flags its Pipes internals as preview on every launch; the terminal is for results.
+    warnings.filterwarnings("ignore", message=r".*is currently in (preview|beta)")
     rd = RunDir.for_run(prepared.run_id)
     try:
         start_heartbeat(rd.home, rd.run_id)  # a kill -9 from here on is found and marked Failed
@@ -331,7 +342,7 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
     hint = baseline_hint(rd.path, rd.run_id, st)
     if hint:
         console.print(hint, markup=False)
-    raise typer.Exit(exit_code_for(st))
+    return st
 
 
 def baseline_hint(run_dir: Path, run_id: str, status: dict[str, Any]) -> str | None:

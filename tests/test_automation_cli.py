@@ -75,3 +75,42 @@ def test_unknown_cadence_is_one_line_without_traceback(bench_home: Path) -> None
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 1
     assert proc.stderr.strip() == "error: unknown cadence 'weekly': use one of canary, nightly, pre_release"
+
+
+@pytest.mark.slow
+def test_execute_runs_each_run_as_benchrun_run_does_and_waits_for_the_turn(bench_home: Path, canary_doc, tmp_path: Path,
+                                                                            monkeypatch, capsys) -> None:
+    """Review 2026-12-07: `cadence run --execute` called Dagster directly: no one-benchmark-at-a-time
+    turn (it measured beside a run that held it), no liveness claim, and a Ctrl-C read Failed."""
+    import datetime as dt
+    import json
+    import time
+
+    import yaml
+
+    from helpers import cli_in_process, tiny_spec
+    from test_lifecycle_review_fixes import _hold_turn
+
+    canary_doc["metadata"]["name"] = "cadence-exec"
+    canary_doc["spec"]["trials"]["minReplicates"] = 3
+    tiny_spec(canary_doc, [{"name": "gemm", "repoCommand": "python -m benchrun.suites.gemm",
+                            "parameters": {"sizes": [64], "iterations": 3}}])
+    folder = tmp_path / "cadence-specs"
+    folder.mkdir()
+    (folder / "canary.yaml").write_text(yaml.safe_dump(canary_doc, sort_keys=False))
+    holder = _hold_turn(tmp_path / "other-home", "run-x", 3.0)  # another home's run holds the machine
+    released = time.time() + 3.0
+    try:
+        code, out, err = cli_in_process(["cadence", "run", "canary", "--specs", str(folder), "--execute"],
+                                        monkeypatch, capsys)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert code == 0, out + err
+    assert "run run-x of home" in out and "holds this machine's one-benchmark-at-a-time turn" in out
+    [rd] = (bench_home / "runs").iterdir()
+    st = json.loads((rd / "status.json").read_text())
+    assert st["phase"] == "Succeeded", st.get("message")
+    started = dt.datetime.fromisoformat(st["started_utc"].replace("Z", "+00:00")).timestamp()
+    assert started >= released - 0.5, "the cadence's run measured while another held the turn"
+    assert f"{rd.name}: headline" in out and "phase Succeeded" in out  # printed as `benchrun run` prints it

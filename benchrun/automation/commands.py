@@ -63,7 +63,7 @@ def run(
             typer.echo(note)
         invalid = outcome.invalid
         not_registered = outcome.failed
-        failed_runs = _execute_all([s.prepared for s in outcome.submissions], instance) if execute else 0
+        failed_runs = _execute_all([s.prepared for s in outcome.submissions]) if execute else 0
     for bad in invalid:
         typer.echo(f"invalid {bad.path} (not run): {len(bad.errors)} error(s)", err=True)
         for err in bad.errors:
@@ -74,22 +74,23 @@ def run(
         raise typer.Exit(1)
 
 
-def _execute_all(prepared_runs: list[Any], instance: object) -> int:
-    """Run each submitted run in this process, in order (never two at once); count the failures."""
-    from benchrun import submit as sub
-    from benchrun.rundir import RunDir
-    from benchrun.runend import fail_run
+def _execute_all(prepared_runs: list[Any]) -> int:
+    """Run each submitted run in this process, in order, as ``benchrun run`` runs one
+    (:func:`benchrun.commands.run_here`: the one-benchmark-at-a-time turn, live progress, Ctrl-C as
+    Canceled, a failed step's reason); count the runs that did not succeed. A canceled run stops the
+    rest, which stay submitted (Pending)."""
+    from benchrun.commands import _console, run_here
 
     failed = 0
-    for prepared in prepared_runs:
+    for i, prepared in enumerate(prepared_runs):
         typer.echo(f"running {prepared.run_id} ...")
-        result = sub.execute(prepared, instance=instance)
-        rd = RunDir.for_run(prepared.run_id)
-        if not result.success:
-            fail_run(rd.home, prepared.run_id, "the Dagster run failed")
-        phase = rd.read_status().get("phase")
-        typer.echo(f"{prepared.run_id}: phase {phase}, run directory {rd.path}")
+        phase = run_here(_console(), prepared).get("phase")
         failed += phase != "Succeeded"
+        rest = [p.run_id for p in prepared_runs[i + 1:]]
+        if phase == "Canceled" and rest:
+            typer.echo(f"not run after the cancel, still submitted (Pending): {', '.join(rest)}; run them from the UI "
+                       "or `benchrun cancel RUN_ID` each", err=True)
+            break
     return failed
 
 
