@@ -192,8 +192,9 @@ def _unreachable(uri: str, exc: BaseException) -> str:
 
 def reset_moved(home: Path) -> str | None:
     """For a rebuild of every run: when this home's embedded-default tables were written under
-    another path (a moved or copied home), set their catalog and files aside, so the rebuild writes
-    them anew here; the old location, or None when nothing was moved."""
+    another path (a moved or copied home), remove this home's catalog and Iceberg files (they name the
+    old home's paths; that home's own are not touched), so the rebuild writes them anew here; the old
+    location, or None when nothing was moved."""
     import shutil
 
     if not local_default(home) or not (Path(home) / "warehouse" / CATALOG_FILE).is_file():
