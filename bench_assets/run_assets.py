@@ -114,7 +114,7 @@ def _layer_asset(layer: str, upstream: str) -> dg.AssetsDefinition:
                                         check_results=checks)
         table = tables.table(outcome.summary_rows(),
                              ["suite", "case", "metric", "unit", "median", "min", "max", "n_ok", "n_failed"],
-                             {"median": "median over ok replicates", "n_ok": "ok replicates of the suite"})
+                             {"median": "median over ok replicates", "n_ok": "ok replicates that measured it"})
         return dg.MaterializeResult(
             metadata={
                 "status": outcome.status,

@@ -114,7 +114,9 @@ def summarise(results: list[LaunchResult]) -> list[dict[str, Any]]:
     """Headline rows (suite, case, metric, unit, median, min, max, n_ok, n_failed) over the ok
     replicates: each replicate's one value first (the median of its per-rank/node/GPU rows,
     :func:`benchrun.stats.perlaunch.launch_value`, as the trial statistics take it), then the
-    median, min and max of those — never of the pooled rank values."""
+    median, min and max of those — never of the pooled rank values. ``n_ok``: the ok replicates that
+    gave this metric a value (a metric only some replicates report — a contended replicate's telemetry —
+    read the suite's ok count, 5, beside one replicate's value: review 2026-12-07)."""
     from benchrun.stats.perlaunch import launch_values
 
     per_suite = replicate_counts(results)
@@ -134,7 +136,7 @@ def summarise(results: list[LaunchResult]) -> list[dict[str, Any]]:
         c = per_suite[suite]
         rows.append({"suite": suite, "case": case, "metric": name, "unit": unit,
                      "median": statistics.median(vals), "min": min(vals), "max": max(vals),
-                     "n_ok": c["ok"], "n_failed": c["failed"]})
+                     "n_ok": len(vals), "n_failed": c["failed"]})
     for suite, c in per_suite.items():
         if not any(row["suite"] == suite for row in rows):
             rows.append({"suite": suite, "case": "", "metric": "(no metrics)", "unit": "",

@@ -50,3 +50,14 @@ def test_every_replicate_failed_by_the_rule_fails_the_layer():
     results = [_res("s", 1, "ok"), _res("s", 2, "unavailable"), _res("t", 1, "failed")]
     assert layer_status(results) == "partial"
     assert LayerOutcome("micro", "partial", results).n_failed == 2
+
+
+def test_a_metric_only_some_replicates_report_counts_those_replicates():
+    """Review 2026-12-07: `show --all` read `57.07 57.07 57.07 ok 5` for a telemetry metric only the
+    contended replicate r4 reported (the suite's ok count beside one replicate's value)."""
+    results = [_res("fio", k, "ok") for k in range(1, 6)] + [_res("fio", 6, "failed")]
+    results[3].metrics.append({"name": "background_cpu_pct_p95", "value": 57.07, "unit": "%", "case": "telemetry"})
+    rows = {r["metric"]: r for r in summarise(results)}
+    assert (rows["v"]["n_ok"], rows["v"]["n_failed"]) == (5, 1)
+    only = rows["background_cpu_pct_p95"]
+    assert (only["n_ok"], only["median"], only["n_failed"]) == (1, 57.07, 1)
