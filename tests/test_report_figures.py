@@ -153,3 +153,20 @@ def test_the_cli_tables_and_notes_print_numbers_as_the_report_does():
                         "p99_pooled_baseline": 12345.6,
                         "p99_pooled_candidate": 13456.7, "baseline_median": 1.0})
     assert "12,346 → 13,457 ms" in note
+
+
+def test_names_with_dollar_signs_are_drawn_as_written():
+    """Review 2026-12-07: a case `c=$_$` stopped `benchrun report` (matplotlib read it as math text:
+    ParseSyntaxException) and `price=$1-$2` was drawn as an italic `price=1-2`."""
+    import matplotlib.pyplot as plt
+
+    rows = [{"metric": "serve/tokens_per_second[c=$_$]", "gating": True, "ratio": 0.9, "ci_low": 0.85, "ci_high": 0.95,
+             "verdict": "regression"},
+            {"metric": "serve/cost[price=$1-$2]", "ratio": 1.0, "ci_low": 0.98, "ci_high": 1.02, "verdict": "no_change"}]
+    fig = plt.figure()
+    try:
+        text = fig.text(0, 0, "price=$1-$2")
+        assert not text._preprocess_math(text.get_text())[1]  # drawn as plain text, not math
+    finally:
+        plt.close(fig)
+    assert figures.forest_plot(rows, "a $ title").startswith(b"\x89PNG")

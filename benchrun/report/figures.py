@@ -10,6 +10,9 @@ from typing import TYPE_CHECKING, Any
 import matplotlib
 
 matplotlib.use("Agg")
+# Labels are data (suite, metric and case names as written): a `$` in one is a dollar, not math text
+# (`c=$_$` stopped the report with a ParseSyntaxException; `price=$1-$2` was drawn as italic `price=1-2`).
+matplotlib.rcParams["text.parse_math"] = False
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
