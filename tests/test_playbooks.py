@@ -142,6 +142,19 @@ def test_tail_latency_thin_p99s_are_not_called_clear_either(serving_home: Path) 
     assert all(r["p99_backed"] is False and "not judged" in r["why"] for r in res.rows)
 
 
+def test_tail_latency_without_request_counts_is_unavailable_not_a_crash(tmp_path: Path) -> None:
+    """Review 2026-12-07: serving rows without n_requests and a p99 ×2.28 with a steady mean ended in
+    `TypeError: unsupported format string passed to NoneType.__format__`, no verdict."""
+    for run, p99s in (("base", (140.0, 150.0, 145.0)), ("cand", (330.0, 320.0, 340.0))):
+        add_run(tmp_path, run)
+        put_serving(tmp_path, run, serving([(k + 1, "all", 100.0, 90.0, p, 10.0, 9.0, 20.0) for k, p in enumerate(p99s)],
+                                           n_requests=None))
+    res = tail_latency_regression(tmp_path, "cand", "base")
+    assert res.verdict == "unavailable", res.reason
+    e2e = next(r for r in res.rows if r["quantity"] == "e2e_ms")
+    assert e2e["flagged"] is False and "are not recorded" in e2e["why"]
+
+
 def test_tail_latency_clear_names_the_largest_change_among_backed_rows_only(serving_home: Path) -> None:
     base = serving([(1, "short", 100.0, 90.0, 150.0, 10.0, 9.0, 20.0)], n_requests=400)
     base += serving([(1, "long", 100.0, 90.0, 150.0, 10.0, 9.0, 20.0)], n_requests=30)

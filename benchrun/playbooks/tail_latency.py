@@ -223,6 +223,8 @@ def _judge(row: dict[str, Any], min_requests: int) -> tuple[bool, bool, str]:
         why = f"p99 ×{p99:.2f} (≥ ×{P99_GROWTH_MIN:g}) while mean ×{mean:.2f} ({band})"
         if not row["p99_backed"]:
             thin, what = _fewest(row)
+            if thin is None:  # a serving row without its request count (a TypeError here: review 2026-12-07)
+                return False, True, f"{why}, but its {what} are not recorded, so the p99 is not shown to rest on ≥ {min_requests}"
             return False, True, f"{why}, but p99 from {thin:g} {what} (< {min_requests})"
         return True, False, why
     if grew:
