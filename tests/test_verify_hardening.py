@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from benchrun.cli import app
 from benchrun.errors import BenchrunError
+from conftest import ROOT
 from benchrun.provenance import sign_run, verify_run
 from benchrun.provenance.keys import KEY_ENV, load_signing_key
 from benchrun.store import open_store
@@ -198,6 +199,19 @@ def test_a_store_cannot_write_into_the_homes_or_the_shared_states_own_folders(tm
             check_path_template(bad, home)
     assert open_store("objects/${RUN_ID}/", home).root == home / "objects"
     assert open_store("stores/team-a/${RUN_ID}/", home).root == home / "stores" / "team-a"
+    # review 2026-12-07: dagster_home/ and report_workers/ were not among them; every folder the code
+    # makes in a home (`home / "name"`, read from the source) is, but the default store's own objects/
+    import re
+
+    from benchrun.store import HOME_FOLDERS
+
+    made = {m.group(1) for p in (ROOT / "benchrun").rglob("*.py") for m in re.finditer(
+        r'(?:(?:Path|benchrun_home)\(home\)|(?<![\w(])(?:\w+\.)?home)\s*/\s*"([^"/]+)"', p.read_text(encoding="utf-8"))}
+    assert {"runs", "dagster_home", "report_workers", "locks"} <= made  # the reading finds them
+    assert made - {"objects"} <= HOME_FOLDERS, made - HOME_FOLDERS
+    for name in ("dagster_home", "report_workers"):
+        with pytest.raises(BenchrunError, match=f"would write into the home's {name}/ folder"):
+            check_path_template(f"{name}/${{RUN_ID}}/", home)
     monkeypatch.setenv("BENCHRUN_SHARED_STATE", "s3://benchrun-artifacts/benchrun")
     monkeypatch.setenv("BENCHRUN_WAREHOUSE_LOCATION", "s3://benchrun-artifacts/warehouse")
     for bad, said in (("s3://benchrun-artifacts/benchrun/runs/victim-20250101000000-abcdef12/", "the shared state's runs/"),

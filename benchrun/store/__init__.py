@@ -151,8 +151,11 @@ def confine_local_root(root: Path, prefix: str, home: Path, field: str) -> None:
 
 # The home's own folders (and the shared state's, which mirrors the home): a store among them would
 # write its objects and manifests into another run's directory, the signed specs or the keys.
+# Every folder benchrun makes in a home is here (tests/test_verify_hardening.py reads the code for them):
+# dagster_home/ (the Dagster instance) and report_workers/ were missing, and a store could be put there.
 HOME_FOLDERS = frozenset({"runs", "specs", "keys", "published", "warehouse", "locks", "liveness", "metrics", "cache",
-                          "confirmations", "dagster", "storage", "history", "logs"})
+                          "confirmations", "dagster_home", "report_workers", "warehouse.duckdb",
+                          "warehouse.duckdb.lock", "dagster", "storage", "history", "logs"})
 _STORE_FIX = "give a folder of its own, such as objects/${RUN_ID}/ (the default store is objects/)"
 
 
