@@ -204,3 +204,15 @@ def test_a_fractional_cpu_is_refused_at_validation(canary_doc) -> None:
     assert "whole CPUs" in description and "'500m' is refused" in description
     gpus_per_node = Suite.model_fields["gpus_per_node"].description or ""
     assert "the node's GPUs" not in gpus_per_node  # the launcher never gives a pod the node's GPUs unasked
+
+
+def test_every_key_of_the_workload_may_be_named_fixed_across_trials() -> None:
+    """Review 2026-12-07: `fixedAcrossTrials: [..., dataset]` was refused ("not a workload key (did you
+    mean 'datasetRef'?)"): the list of workload keys had been written by hand and missed `dataset`."""
+    from benchrun.spec.model import WORKLOAD_KEYS, Workload
+
+    assert set(WORKLOAD_KEYS) == {f.alias or name for name, f in Workload.model_fields.items()}
+    doc = yaml.safe_load(TWO_NODE.read_text())
+    doc["spec"]["workload"]["fixedAcrossTrials"] = [*doc["spec"]["workload"]["fixedAcrossTrials"][:5], "dataset"]
+    [result] = validate_bytes(yaml.safe_dump(doc).encode(), "2node-dataset.yaml")
+    assert result.valid, [str(e) for e in result.errors]

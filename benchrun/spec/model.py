@@ -105,7 +105,7 @@ FROZEN_WORKLOAD_KEYS: tuple[str, ...] = (
     "concurrencyModel",
 )
 # Every key of spec.workload, by its YAML spelling.
-WORKLOAD_KEYS: tuple[str, ...] = FROZEN_WORKLOAD_KEYS + ("datasetRef", "fixedAcrossTrials")
+WORKLOAD_KEYS: tuple[str, ...] = FROZEN_WORKLOAD_KEYS + ("datasetRef", "dataset", "fixedAcrossTrials")
 
 PositiveInt = Annotated[int, Field(gt=0, le=2**63 - 1)]
 MAX_TIMEOUT_S = 30 * 24 * 3600  # a suite's timeoutSeconds
