@@ -70,6 +70,23 @@ def test_serving_workflow_refuses_a_rate_under_a_closed_loop(tmp_path, canary_do
     assert serving_sweep.conflicts({"rates": [4]}, {"concurrencyModel": "closed_loop"})
 
 
+@pytest.mark.parametrize("suite", ["serving_workflow", "serving_sweep"])
+def test_a_model_or_mix_parameter_cannot_replace_the_frozen_workload(tmp_path, canary_doc, write_spec, suite):
+    """Review 2026-12-07: a `model` parameter was sent in every request in place of workload.model, the
+    workload digest unchanged; a `mix` beside workload.sequenceLengthMix was dropped unseen."""
+    frozen = canary_doc["spec"]["workload"]["model"]
+    where, found = _validate(canary_doc, write_spec, suite, {"model": "meta-llama/Llama-3.1-70B-Instruct"})
+    assert found == [(where, f"{suite}: parameter model 'meta-llama/Llama-3.1-70B-Instruct' is not workload.model "
+                             f"{frozen!r}: the workload is frozen (its digest names workload.model); leave the parameter "
+                             "out, or change workload.model (and comparison.controls.fixed.model)")]
+    where, found = _validate(canary_doc, write_spec, suite, {"mix": "4096/1024"})
+    assert [m for _, m in found] == [f"{suite}: parameter mix would be ignored: workload.sequenceLengthMix is the mix "
+                                     "(frozen); leave the parameter out, or change workload.sequenceLengthMix"]
+    assert _validate(canary_doc, write_spec, suite, {"model": frozen})[1] == []  # the same model: said twice, no conflict
+    with pytest.raises(BenchrunError, match="parameter model 'x' is not workload.model 'm'"):
+        SUITES[suite].run(_ctx(tmp_path, suite, {"model": "x"}))
+
+
 def test_serving_workflow_refuses_a_concurrency_under_an_open_loop(tmp_path):
     with pytest.raises(BenchrunError, match="open_loop; give 'rate'"):
         serving_workflow.run(_ctx(tmp_path, "serving_workflow", {"concurrency": 4}, concurrencyModel="open_loop"))

@@ -7,8 +7,8 @@ the reference server as a child process on a free loopback port, stops it afterw
 marks the result ``synthetic``.
 
 Common parameters (:data:`benchrun.loadgen.params.COMMON_PARAMS`): ``endpoint`` (URL), ``api`` (completions |
-chat), ``model`` (overrides the workload's), ``mix`` (compact form, used only when the
-workload has no sequenceLengthMix), ``warmup``, ``seed``, ``workers``,
+chat), ``model`` and ``mix`` (compact form) only for a workload without them (beside
+workload.model or workload.sequenceLengthMix, the frozen workload's, they are refused), ``warmup``, ``seed``, ``workers``,
 ``request_timeout_s``, ``arrival`` (poisson | constant, open loop), ``ignore_eos`` (default:
 as the server kind says), ``server_kind`` (auto | vllm | sglang | tgi | openai; auto probes once),
 ``refserver`` (overrides of the reference server's performance model), ``verdict``

@@ -45,7 +45,7 @@ from benchrun.suites._common import (
     int_list_param,
     int_param,
 )
-from benchrun.loadgen.params import COMMON_PARAMS
+from benchrun.loadgen.params import COMMON_PARAMS, workload_conflicts
 from benchrun.suites._runtime import SuiteContext, main
 
 
@@ -96,6 +96,7 @@ def conflicts(params: Mapping[str, Any], workload: Mapping[str, Any]) -> list[st
         # a sweep dropped the request count unseen; a replay cut the trace by one of them
         out.append("parameters requests_per_point and duration_s each set how long a point runs; give one of "
                    "requests_per_point (a request count), duration_s (seconds)")
+    out += workload_conflicts(params, workload)
     if not replay:
         return out + _load_conflicts(params, str(workload.get("concurrencyModel") or "").strip())
     # the replay sends the trace's own prompts; content would be reported as used, never sent

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from benchrun.errors import BenchrunError
 from benchrun.suites._common import Params, ParamError, check_known, float_param, int_param
-from benchrun.loadgen.params import COMMON_PARAMS
+from benchrun.loadgen.params import COMMON_PARAMS, workload_conflicts
 from benchrun.suites._runtime import SuiteContext, main
 
 # the parameters the suite takes: the load generator's and its own (checked when it starts, and by
@@ -54,7 +54,7 @@ def conflicts(params: Mapping[str, Any], workload: Mapping[str, Any]) -> list[st
     if "requests" in params and "duration_s" in params:  # the request count was dropped unseen
         out.append("parameters requests and duration_s each set how long the point runs; give one of requests "
                    "(a request count), duration_s (seconds)")
-    return out
+    return out + workload_conflicts(params, workload)
 
 
 def settings(ctx: Params) -> tuple[Any, int | None, float | None]:
