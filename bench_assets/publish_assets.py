@@ -13,29 +13,11 @@ from benchrun.rundir import RunDir
 GROUP = "publish"
 
 
-def _primary_metrics(spec) -> list[str]:
-    out: list[str] = []
-    for family in (spec.metrics.training, spec.metrics.inference):
-        if family is not None and family.enabled:
-            out.extend(family.primary)
-    return out
-
-
 def publish_hot_metrics(rd: RunDir, log) -> tuple:
-    """Render the run's hot metrics from its status now, write and push them (a push replaces the
-    run's group), and record where and how; the hot_metrics asset, and run_status once the phase is
-    final (the phase gauge pushed while Analyzing was never replaced: an alert on Failed never fired)."""
-    spec = lifecycle.load_pinned(rd).run.spec
-    hot = spec.sinks.hot_metrics
-    hm, pub = hotmetrics.publish_run(rd.path, rd.read_status(), hot.cardinality_budget,
-                                     primary=_primary_metrics(spec), home=rd.home, retention_days=hot.retention_days)
-    rd.update_status(hot_metrics_ref=pub.pushed_to or str(pub.textfile))
-    if pub.push_error is not None:  # the Pushgateway's outage is said, never the run's failure
-        log.warning(pub.note)
-        rd.set_condition("HotMetricsPushed", False, "PushgatewayUnavailable", pub.note)
-    elif pub.pushed_to is not None:
-        rd.set_condition("HotMetricsPushed", True, "Pushed", pub.note)
-    return hm, pub
+    """:func:`benchrun.hotpublish.publish_hot_metrics`, warning in the Dagster log."""
+    from benchrun.hotpublish import publish_hot_metrics as publish
+
+    return publish(rd, log.warning)
 
 
 CARDINALITY_CHECK = dg.AssetCheckSpec(

@@ -197,10 +197,11 @@ def run_status_asset(extra_deps: list[dg.AssetKey]) -> dg.AssetsDefinition:
         except Exception as exc:
             # the phase was set above; a run whose report, curation, signature or push failed is
             # not Succeeded (the CLI's exit code and the failure sensor both read the phase)
-            from benchrun.rundir import mark_run_failed
+            from benchrun.runend import fail_run
 
-            mark_run_failed(rd.home, rd.run_id, f"run_status: publishing the finished run failed: "
-                            f"{type(exc).__name__}: {exc}", over_succeeded=True)
+            # (its warehouse facts and hot metrics follow: they said Succeeded, an alert on Failed never fired)
+            fail_run(rd.home, rd.run_id, f"run_status: publishing the finished run failed: "
+                     f"{type(exc).__name__}: {exc}", over_succeeded=True)
             raise
         from benchrun.report import worker
 

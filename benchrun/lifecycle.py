@@ -3,57 +3,24 @@ record evidence, and settle the final phase. Dagster-free; the run assets call t
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 from pathlib import Path
 from typing import Any, Callable
 
 from benchrun.errors import BenchrunError
-from benchrun.paths import safe_join
 from benchrun.execute import run_outcome
 from benchrun.plan import LayerPlan, plan_run
 from benchrun.rundir import MUTABLE_FILES, RunDir
 from benchrun.fsio import atomic_write_json
 from benchrun.provenance.signing import FINAL_SIGNATURE_PENDING
+# the pinned spec's reader lives below this module (benchrun.hotpublish reads it too); its name stays here
+from benchrun.pinned import load_pinned
 
 log = logging.getLogger(__name__)
 
 LOCAL_SCHEDULER_PATH = "local"
 LAYER_CONDITION = {"micro": "MicroComplete", "component": "ComponentComplete", "end_to_end": "EndToEndComplete"}
-
-
-def load_pinned(rd: RunDir) -> Any:
-    """The run's pinned spec, re-validated, its digest checked against status.json."""
-    path = rd.file("structured", "spec", "", "yaml")
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise BenchrunError(f"run {rd.run_id}: pinned spec {path} is missing; submit the run again") from None
-    status = rd.read_status()
-    kept = (status.get("dataset") or {}).get("copy") if isinstance(status.get("dataset"), dict) else None
-    copy = str(safe_join(rd.path, "structured", kept)) if isinstance(kept, str) and kept else ""
-    loaded = _load_pinned_bytes(raw, str(path), copy)
-    expected = status.get("spec_digest")
-    if expected and loaded.spec_digest != expected:
-        raise BenchrunError(
-            f"run {rd.run_id}: pinned spec digest {loaded.spec_digest} != {expected} in status.json; "
-            "a pinned run never changes: submit a new run"
-        )
-    return loaded
-
-
-@functools.lru_cache(maxsize=8)
-def _load_pinned_bytes(raw: bytes, source: str, dataset_copy: str = "") -> Any:
-    """Parse and validate pinned bytes once per process: every asset of a run reads the same
-    immutable spec, and YAML with line marks plus the model cost ~0.3 s CPU each time.
-    ``dataset_copy``: the run's own copy of its dataset (``submit._keep_dataset``), read instead
-    of the path as written (a run made before runs kept one reads the path as written)."""
-    from benchrun.spec import load_spec_bytes
-    from benchrun.spec.datasets import pinned_finder
-
-    return load_spec_bytes(raw, source, find_dataset=pinned_finder(Path(dataset_copy) if dataset_copy else None,
-                                                                   source))
 
 
 def plans_for(rd: RunDir, loaded: Any) -> dict[str, LayerPlan]:

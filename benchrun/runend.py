@@ -23,15 +23,17 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def fail_run(home: Path | str | None, run_id: str, reason: str) -> bool:
-    """:func:`benchrun.rundir.mark_run_failed`, then the run's final-status facts; True when it changed."""
+def fail_run(home: Path | str | None, run_id: str, reason: str, *, over_succeeded: bool = False) -> bool:
+    """:func:`benchrun.rundir.mark_run_failed`, then the run's final-status facts and hot metrics;
+    True when it changed."""
     from benchrun.rundir import mark_run_failed
 
-    return _facts_follow(home, run_id, mark_run_failed(home, run_id, reason))
+    return _facts_follow(home, run_id, mark_run_failed(home, run_id, reason, over_succeeded=over_succeeded))
 
 
 def cancel_run(home: Path | str | None, run_id: str, reason: str) -> bool:
-    """:func:`benchrun.rundir.mark_run_canceled`, then the run's final-status facts; True when it changed."""
+    """:func:`benchrun.rundir.mark_run_canceled`, then the run's final-status facts and hot metrics; True
+    when it changed."""
     from benchrun.rundir import mark_run_canceled
 
     return _facts_follow(home, run_id, mark_run_canceled(home, run_id, reason))
@@ -39,11 +41,14 @@ def cancel_run(home: Path | str | None, run_id: str, reason: str) -> bool:
 
 def _facts_follow(home: Path | str | None, run_id: str, changed: bool) -> bool:
     if changed:
+        from benchrun.hotpublish import publish_again
         from benchrun.paths import benchrun_home
+        from benchrun.rundir import RunDir
 
         root = benchrun_home(home)
         if _curate(root, run_id):
             _push_facts(root, run_id)
+        publish_again(RunDir.for_run(run_id, root))  # the phase gauge says the end too
     return changed
 
 

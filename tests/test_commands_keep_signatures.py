@@ -77,6 +77,9 @@ def test_a_run_whose_publication_fails_after_its_final_phase_is_not_succeeded(be
     assert st["phase"] == "Failed" and st["outcome"] == "failed"
     assert "publishing the finished run failed: RuntimeError: simulated failure after the final phase" in \
         str(st["conditions"])
+    # review 2026-12-07: the hot metrics, pushed again once Succeeded, kept saying Succeeded
+    prom = (bench_home / "metrics" / f"{run_id}.prom").read_text()
+    assert 'phase="Failed"' in prom and 'phase="Succeeded"' not in prom
 
 
 def _signed_run(bench_home, monkeypatch, rid: str):
