@@ -312,3 +312,23 @@ def test_the_instance_settings_are_written_whole_or_not_at_all(tmp_path, monkeyp
     target = dagster_home(tmp_path) / "dagster.yaml"
     assert target.read_bytes() == (_REPO_ROOT / "dagster.yaml").read_bytes()
     assert fsio.create_once(target, lambda fh: fh.write(b"x")) is False  # the first writer's copy is kept
+
+
+def test_a_run_that_ends_later_publishes_its_hot_metrics_again(bench_home, monkeypatch) -> None:
+    """Review 2026-12-07: the phase gauge was pushed while Analyzing and once final in run_status, never
+    when the run ended after that (a cancel, the reaper, the failure sensors): it kept the phase before."""
+    import json
+
+    from benchrun.hotpublish import publish_hot_metrics
+    from benchrun.rundir import RunDir
+    from benchrun.runend import cancel_run
+
+    rid = "run-hot-20261207000000-abcdef12"
+    rd = _signed_run(bench_home, monkeypatch, rid)
+    st = json.loads((rd / "status.json").read_text())
+    (rd / "status.json").write_text(json.dumps({**st, "phase": "Analyzing", "outcome": None}))
+    publish_hot_metrics(RunDir.for_run(rid, bench_home), print)  # as the hot_metrics asset does
+    prom = bench_home / "metrics" / f"{rid}.prom"
+    assert 'phase="Analyzing"' in prom.read_text()
+    assert cancel_run(bench_home, rid, "canceled while it was being analysed")
+    assert 'phase="Canceled"' in prom.read_text() and 'phase="Analyzing"' not in prom.read_text()
