@@ -382,7 +382,7 @@ def render(
             per_rep.setdefault(key, {}).setdefault(rep, []).append(float(value))
             gkey = group_of[key] = (name, struct)
             group_labels.setdefault(gkey, {}).setdefault(rep, set()).add(lab)
-            key_rows.setdefault(key, set()).add(tuple(sorted(extra.items(), key=lambda kv: kv[0])))
+            key_rows.setdefault(key, set()).add(tuple(sorted({**extra, "case": row.get("case") or ""}.items())))  # a dropped case merges
             kept_extra = [k for k in extra if label_name(k) not in removed]
             is_primary = any(sel.matches(suite, str(row.get("case") or ""), str(row.get("name", "")))
                              for sel in selectors)

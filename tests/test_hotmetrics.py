@@ -129,6 +129,22 @@ def test_forbidden_and_dropped_labels_never_appear_and_rows_merge(tmp_path: Path
     assert find(rows2, "benchrun_rank_p50_time_us") == [22.0]  # r1 median(11,13)=12, r2 32 -> 22
 
 
+def test_cases_merged_by_a_dropped_case_label_are_counted(tmp_path: Path) -> None:
+    """Review 2026-12-07: `dropDimensions: [case]` merged dataloader's pyarrow (522k) and torch (124k)
+    samples/s into one median neither case measured, with merged_series 0 and no note."""
+    rd, status = make_run(tmp_path)
+    for k in (1, 2):
+        rows = [metric("samples_per_s", 522_000.0, "1/s", "higher", case="pyarrow"),
+                metric("samples_per_s", 124_000.0, "1/s", "higher", case="torch_workers=2")]
+        atomic_write_json(rd / "structured" / f"{RUN_ID}_dataloader_r{k}.json", _doc("dataloader", k, "ok", rows))
+    kept = render(rd, status, BIG)
+    assert sorted(find(samples(kept.text), "benchrun_samples_per_s")) == [124_000.0, 522_000.0]
+    hm = render(rd, status, Budget(10_000, [*FORBIDDEN, "case"]))
+    assert find(samples(hm.text), "benchrun_samples_per_s") == [323_000.0]
+    assert hm.merged_series - kept.merged_series >= 1 and "case" in hm.labels_removed
+    assert any("merged because their distinguishing labels are dropped" in n and "case" in n for n in hm.notes)
+
+
 def test_budget_keeps_run_level_first_and_reports_the_drop(tmp_path: Path) -> None:
     rd, status = make_run(tmp_path)
     full = render(rd, status, BIG, primary=["ttft_ms"])
