@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 
 def primary_metrics(spec: Any) -> list[str]:
-    """The primaries of the spec's enabled metric families (their series keep a ``primary`` label)."""
+    """The primaries of the spec's enabled metric families (their series are kept first when the budget is short)."""
     out: list[str] = []
     for family in (spec.metrics.training, spec.metrics.inference):
         if family is not None and family.enabled:
