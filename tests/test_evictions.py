@@ -182,3 +182,57 @@ def test_a_replacement_the_launcher_finds_already_made_gets_its_own_clock(kclust
     res = launcher.launch(make_inv(run_dir, code=code, timeout_s=8.0), run_dir)
     assert evicted and time.monotonic() - t0 > 8.0  # the two attempts together outlast one timeout
     assert res.status == "ok", res.reason
+
+
+@pytest.mark.slow
+def test_a_drained_pod_gone_before_the_launcher_looks_still_counts_and_the_replacement_gets_its_clock(
+        kcluster_factory, tmp_path):
+    """Review 2026-12-07: a drain (the Eviction API) deletes the pod; when the launcher's next poll (backed
+    off to seconds) came after the object was gone and the replacement made, the eviction was never
+    counted and the replacement ran on the evicted attempt's clock: `timed out after 6s` either way."""
+    from benchrun.launch.k8s_wait import VANISHED
+
+    cluster = kcluster_factory(host_env={"PYTHONPATH": str(ROOT)})
+    run_dir = tmp_path / "home" / "runs" / RUN_ID
+    run_dir.mkdir(parents=True)
+    code = script_for(1, before=textwrap.dedent(f"""
+        import pathlib, time
+        marker = pathlib.Path({str(tmp_path / "marker")!r})
+        if not marker.exists():
+            marker.write_text("1")
+            print("attempt 1 working", flush=True)
+            time.sleep(60)
+        time.sleep(5.0)
+        print("attempt 2", flush=True)
+    """))
+    for retries in (1, 0):
+        (tmp_path / "marker").unlink(missing_ok=True)
+        launcher = launcher_for(cluster, eviction_retries=retries)
+        drained: list[str] = []
+        polled = launcher._sleep
+
+        def sleep(s: float, drained=drained, polled=polled) -> None:
+            for p in cluster.list("pods") if not drained else []:
+                name = p["metadata"]["name"]
+                try:
+                    working = "working" in (cluster.scratch(name) / "logs" / "suite.log").read_text()
+                except (KeyError, OSError):
+                    working = False
+                if p["status"].get("phase") == "Running" and working:
+                    time.sleep(3.0)  # the first attempt has run 3 s of the 6 s timeout
+                    cluster.drain_pod(name)
+                    drained.append(name)
+                    cluster.wait_for(lambda: name not in [q["metadata"]["name"] for q in cluster.list("pods")]
+                                     and cluster.list("pods"), what="the drained pod gone and replaced")
+            polled(s)
+
+        launcher._sleep = sleep
+        res = launcher.launch(make_inv(run_dir, code=code, timeout_s=6.0), run_dir)
+        assert drained, "the pod was never drained"
+        if retries:
+            assert res.status == "ok", res.reason  # the replacement had its own 6 s
+            assert [(a["cause"], a["reason"]) for a in res.messages[0]["attempts"]] == [("eviction", f"evicted: {VANISHED}")]
+            assert "attempt 2" in (run_dir / res.log).read_text()
+        else:
+            assert res.status == "failed" and res.reason.startswith("evicted 1 times, more than eviction_retries=0"), res.reason
+        cluster.wait_for(lambda: not cluster.list("jobs"), what="the Job deleted")

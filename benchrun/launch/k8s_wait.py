@@ -185,15 +185,16 @@ def wait(watch: Watch, obj: Any, t0: float, *, timeout_s: float, pending_timeout
                 started, t0 = None, time.perf_counter()
                 sleep(poll_s)
                 continue
-            if watch.missed and watch.eviction_retries is not None and watch.pod_evictions_replaced:
+            vanished = _vanished(watch, followed, new_pods)
+            if (watch.missed or vanished) and watch.eviction_retries is not None and watch.pod_evictions_replaced:
                 # evictions the Job had already replaced when this poll came (the replacement may even
                 # have finished): each is an ended attempt within the same budget
                 replaced = False
-                for gone in sorted(watch.missed, key=lambda p: epoch(p.metadata.creation_timestamp) or 0.0):
+                for gone in sorted([*watch.missed, *vanished], key=lambda p: epoch(p.metadata.creation_timestamp) or 0.0):
                     if gone.metadata.uid in watch.evicted:
                         continue
                     replaced = True
-                    why = _disrupted(gone)
+                    why = _disrupted(gone) or VANISHED
                     _record(watch, "eviction", f"evicted: {why}", gone, _ran(gone))
                     if len(watch.history) > watch.eviction_retries:  # the replicate ends with this attempt's pod
                         return obj, workload, {**pods, 0: gone}, (
@@ -432,6 +433,25 @@ def _of_ended_attempt(pod: Any, ev: dict[str, Any]) -> bool:
         return True
     evicted_at, created = epoch(ev.get("time")), epoch(pod.metadata.creation_timestamp)
     return evicted_at is not None and created is not None and created < evicted_at
+
+
+# The reason of an attempt whose pod was gone before a poll saw it end (a drain's eviction between two
+# polls that back off to seconds apart) while the Job had replaced it: its pods are replaced only when
+# ignored by podFailurePolicy (DisruptionTarget), every other failure fails the Job (backoffLimit 0).
+VANISHED = ("its pod was gone before it was seen to end, and the Job replaced it, which it does only for a "
+            "disruption (podFailurePolicy Ignore on DisruptionTarget)")
+
+
+def _vanished(watch: Watch, followed: dict[int, Any], new_pods: dict[int, Any]) -> list[Any]:
+    """The single-pod attempt followed until this read, when this read shows another pod in its place and
+    neither lists it any more nor counted it (review 2026-12-07: it was never counted, and the replacement
+    ran on its clock and timed out)."""
+    before, now = followed.get(0), new_pods.get(0)
+    if watch.nodes != 1 or before is None or now is None or before.metadata.uid == now.metadata.uid:
+        return []
+    if before.metadata.uid in watch.evicted or any(p.metadata.uid == before.metadata.uid for p in watch.missed):
+        return []
+    return [before]
 
 
 def _disrupted(pod: Any) -> str | None:

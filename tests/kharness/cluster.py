@@ -406,6 +406,20 @@ class Cluster:
         assert self.control is not None
         self.control.pod_faults[pod_name] = ("Evicted", message)
 
+    def drain_pod(self, pod_name: str, message: str = "Eviction API: evicting") -> None:
+        """Evict a pod the way a node drain does (the Eviction API): DisruptionTarget
+        (EvictionByEvictionAPI) and a graceful deletion; the object is gone ``grace_seconds`` later,
+        and the Job replaces it. Unlike :meth:`evict_pod`, no Failed pod stays to be read."""
+        assert self.control is not None
+        control = self.control
+
+        async def drain() -> None:
+            for key, pod in control.api.live(PODS):
+                if pod["metadata"]["name"] == pod_name:
+                    await control._disrupt_pod(key, pod, "EvictionByEvictionAPI", message)
+
+        self.call(drain)
+
     def oom_kill(self, pod_name: str) -> None:
         """Kill a pod's containers as the OOM killer would (terminated reason OOMKilled, exit 137)."""
         assert self.control is not None
