@@ -250,6 +250,26 @@ def test_a_retried_launch_adopts_the_existing_job(kcluster, home):
     assert created == []  # never a second Job
 
 
+def test_an_adopted_running_job_is_timed_from_its_containers_start(kcluster, home):
+    """Review 2026-12-07: a run worker restarted mid-launch adopted the replicate's running Job and timed
+    the suite from its own first look: 4 s into a 5 s timeout, the suite ended 9.5 s after it started."""
+    import datetime as dt
+
+    from kubernetes import client
+
+    run_dir = home / "runs" / RUN_ID
+    launcher = launcher_for(kcluster)
+    inv = make_inv(run_dir, code="import time; print('working', flush=True); time.sleep(60)", timeout_s=5.0)
+    client.BatchV1Api(kcluster.api_client()).create_namespaced_job("default", launcher.manifest(inv))
+    kcluster.wait_for(lambda: [p for p in kcluster.list("pods") if p["status"].get("phase") == "Running"],
+                      what="the earlier worker's pod running")
+    time.sleep(4.0)  # the worker's restart took 4 s
+    res = launcher.launch(inv, run_dir)
+    assert res.status == "failed" and "timed out after 5s" in res.reason, res.reason
+    started = dt.datetime.fromisoformat(res.messages[0]["container_started_utc"].replace("Z", "+00:00")).timestamp()
+    assert res.t_finished - started < 8.0, res.t_finished - started  # was 9.5 s: 4 s + the whole timeout
+
+
 def test_a_job_of_that_name_that_has_ended_is_made_anew_not_adopted(kcluster, home):
     """Found in review (twice): with the earlier Job kept (delete_finished off, a worker that died, a TTL not
     reached), a contended rerun or a re-execution of the run adopted the finished Job and reported its old

@@ -10,6 +10,7 @@ reserved / admitted / pods ready, pod scheduled, container started and finished,
 from __future__ import annotations
 
 import datetime as _dt
+import time
 from typing import Any
 
 from benchrun.launch.podspec import CONTAINER_NAME
@@ -62,6 +63,18 @@ def terminated(pod: Any) -> Any:
     cs = container_status(pod)
     state = getattr(cs, "state", None)
     return getattr(state, "terminated", None)
+
+
+def running_for(pods: Any) -> float:
+    """Seconds since the last of the pods' containers started (0 when a start is not recorded): the
+    suite's timeout counts from its container's start. A run worker that adopted a Job already running
+    (restarted mid-launch) counted from its first look, up to twice the timeout (review 2026-12-07)."""
+    ages = []
+    for pod in pods:
+        starts = [epoch(st.started_at) for cs in (pod.status.container_statuses or []) if pod.status is not None
+                  for st in (cs.state.running, cs.state.terminated) if cs.state is not None and st is not None]
+        ages.append(max((time.time() - t for t in starts if t is not None), default=0.0))
+    return max(0.0, min(ages, default=0.0))
 
 
 def scheduling_note(pod: Any) -> str:

@@ -38,7 +38,7 @@ from benchrun.launch.k8s_objects import (
     REPLICATED_JOB,
     WORKLOADS,
 )
-from benchrun.launch.k8s_status import cond_message, cond_time, epoch, scheduling_note, waiting, \
+from benchrun.launch.k8s_status import cond_message, cond_time, epoch, running_for, scheduling_note, waiting, \
     INACTIVE_NOTE, workload_evicted, workload_pending_note
 from benchrun.launch.k8s_submit import api_error
 from benchrun.launch.podsecurity import refusal_reason
@@ -265,7 +265,7 @@ def wait(watch: Watch, obj: Any, t0: float, *, timeout_s: float, pending_timeout
                 refusal_note = refusals[-1] if refusals else refusal_note
             now = time.perf_counter()
             if started is None and sum(1 for p in live.values() if _phase(p) in RAN) >= watch.nodes:
-                started = now
+                started = now - running_for(live.values())  # from the containers' start, not this look
             if started is None and now - t0 > pending_timeout_s:
                 pending = [p for _r, p in sorted(live.items()) if _phase(p) not in RAN]
                 note = (scheduling_note(pending[0]) if pending else None) or workload_pending_note(workload) \
