@@ -270,6 +270,21 @@ def test_an_adopted_running_job_is_timed_from_its_containers_start(kcluster, hom
     assert res.t_finished - started < 8.0, res.t_finished - started  # was 9.5 s: 4 s + the whole timeout
 
 
+@pytest.mark.parametrize("delete_finished", [True, False])
+def test_a_pod_past_its_deadline_before_its_container_started_says_so(kcluster_factory, home, delete_finished):
+    """Review 2026-12-07: a pod whose image pull outlasted its activeDeadlineSeconds read `timed out after 1s
+    (activeDeadlineSeconds); Job deleted`: the suite never ran, and with delete_finished off the Job stayed."""
+    cluster = kcluster_factory(pull_seconds=6.0)
+    run_dir = home / "runs" / RUN_ID
+    launcher = launcher_for(cluster, pull_allowance_s=1.0)
+    launcher.delete_finished = delete_finished
+    res = launcher.launch(make_inv(run_dir, code="print('never ran')", timeout_s=1.0), run_dir)
+    assert res.status == "failed" and res.reason.startswith(
+        "its container never started within the pod's activeDeadlineSeconds (the 1s timeout plus the image pull "
+        "allowance): "), res.reason
+    assert res.reason.endswith("; Job deleted" if delete_finished else "; Job NOT deleted"), res.reason
+
+
 def test_a_job_of_that_name_that_has_ended_is_made_anew_not_adopted(kcluster, home):
     """Found in review (twice): with the earlier Job kept (delete_finished off, a worker that died, a TTL not
     reached), a contended rerun or a re-execution of the run adopted the finished Job and reported its old

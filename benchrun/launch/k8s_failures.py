@@ -8,7 +8,7 @@ import signal as _signal
 from typing import Any
 
 from benchrun.launch.k8s_collect import RESULT_KEY
-from benchrun.launch.k8s_status import epoch, terminated
+from benchrun.launch.k8s_status import container_status, epoch, terminated, waiting
 from benchrun.plan import Invocation
 
 # Container waiting reasons that will not resolve by waiting: fail the replicate at once.
@@ -65,7 +65,12 @@ def verdict(
     pod_reason = pod.status.reason
     pod_message = pod.status.message
     if pod_reason == "DeadlineExceeded":
-        return "failed", f"timed out after {inv.timeout_s:g}s (activeDeadlineSeconds); Job deleted", code
+        # the pod's own deadline (timeout plus the pull allowance); a container that never started was
+        # still pulling or being created: that is the cause, not the suite (review 2026-12-07)
+        said = (f"timed out after {inv.timeout_s:g}s (activeDeadlineSeconds)" if _started(pod) else
+                f"its container never started within the pod's activeDeadlineSeconds (the {inv.timeout_s:g}s "
+                f"timeout plus the image pull allowance): {_waiting_note(pod)}")
+        return "failed", said + ("; Job deleted" if deleted else "; Job NOT deleted"), code
     if pod_reason == "Evicted":
         return "failed", f"evicted: {pod_message or 'no message'}", code
     if term is None:
@@ -81,6 +86,20 @@ def verdict(
         return ("failed", doc_error or log_note or
                 f"exited 0 but printed no {RESULT_KEY} line (see {inv.log_relpath()})", code)
     return doc["status"], doc.get("reason"), code
+
+
+def _started(pod: Any) -> bool:
+    """Whether the pod's container started (running, or terminated after a start)."""
+    cs = container_status(pod)
+    state = cs.state if cs is not None else None
+    return state is not None and (state.running is not None or
+                                  (state.terminated is not None and state.terminated.started_at is not None))
+
+
+def _waiting_note(pod: Any) -> str:
+    """What the container was waiting for when its pod ended (``ContainerCreating``, ``ImagePullBackOff: ...``)."""
+    reason, message = waiting(pod)
+    return f"{reason}: {message}" if reason and message else (reason or "no container status")
 
 
 def failed_node(inv: Invocation, pods: dict[int, Any], deleted: bool) -> str | None:
