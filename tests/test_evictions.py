@@ -236,3 +236,32 @@ def test_a_drained_pod_gone_before_the_launcher_looks_still_counts_and_the_repla
         else:
             assert res.status == "failed" and res.reason.startswith("evicted 1 times, more than eviction_retries=0"), res.reason
         cluster.wait_for(lambda: not cluster.list("jobs"), what="the Job deleted")
+
+
+def test_a_pod_whose_node_is_lost_ends_its_replicate_naming_the_disruption(kcluster, tmp_path, monkeypatch):
+    """Review 2026-12-07: the taint manager deletes a pod of an unreachable node (DisruptionTarget,
+    deletionTimestamp) and nothing reports it again: Terminating, phase Running, no replacement (the Job
+    replaces only a stopped pod). The launcher waited out the whole timeout and said `timed out`."""
+    from benchrun.launch import k8s_status
+
+    monkeypatch.setattr(k8s_status, "STUCK_TERMINATING_S", 1.0)
+    run_dir = tmp_path / "home" / "runs" / RUN_ID
+    run_dir.mkdir(parents=True)
+    launcher = launcher_for(kcluster)
+    polled, lost = launcher._sleep, []
+
+    def sleep(s: float) -> None:
+        for p in kcluster.list("pods") if not lost else []:
+            if p["status"].get("phase") == "Running":
+                kcluster.lose_node_of(p["metadata"]["name"])
+                lost.append(time.monotonic())
+        polled(s)
+
+    launcher._sleep = sleep
+    res = launcher.launch(make_inv(run_dir, code="import time; print('working', flush=True); time.sleep(60)",
+                                   timeout_s=30.0), run_dir)
+    assert lost and res.status == "failed", res.reason
+    assert res.reason.startswith("its pod was disrupted (DeletionByTaintManager: Taint manager: deleting due to "
+                                 "NoExecute taint node.kubernetes.io/unreachable) and had not stopped 1s after its "
+                                 "grace period (its node unreachable?)"), res.reason
+    assert time.monotonic() - lost[0] < 15.0  # not the 30 s timeout

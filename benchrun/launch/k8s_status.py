@@ -77,6 +77,35 @@ def running_for(pods: Any) -> float:
     return max(0.0, min(ages, default=0.0))
 
 
+def disrupted(pod: Any) -> str | None:
+    """``reason: message`` of the pod's DisruptionTarget condition (an eviction), else None."""
+    for c in (pod.status.conditions or []) if pod.status is not None else []:
+        if c.type == "DisruptionTarget" and c.status == "True":
+            return f"{c.reason}: {c.message}" if c.reason else "DisruptionTarget"
+    return None
+
+
+def deleting(pod: Any) -> bool:
+    return getattr(pod.metadata, "deletion_timestamp", None) is not None
+
+
+# A disrupted pod still not stopped this long after its deletionTimestamp (the end of its grace period)
+# has lost its node: the replicate ends naming the disruption, not at its timeout as "timed out" (review).
+STUCK_TERMINATING_S = 60.0
+
+
+def stuck_terminating(pod: Any) -> str | None:
+    """Why a disrupted pod that has not stopped :data:`STUCK_TERMINATING_S` after its grace period ends
+    its replicate (the Job replaces a pod only once it has stopped), else None."""
+    at = epoch(pod.metadata.deletion_timestamp) if deleting(pod) else None
+    why = disrupted(pod)
+    if at is None or why is None or getattr(pod.status, "phase", None) in ("Succeeded", "Failed") \
+            or time.time() <= at + STUCK_TERMINATING_S:
+        return None
+    return (f"its pod was disrupted ({why}) and had not stopped {STUCK_TERMINATING_S:g}s after its grace period "
+            "(its node unreachable?)")
+
+
 def scheduling_note(pod: Any) -> str:
     """Why a pod is still pending, from its PodScheduled condition (Kueue gate, Unschedulable)."""
     for cond in (getattr(pod.status, "conditions", None) or []):

@@ -40,6 +40,8 @@ from benchrun.launch.k8s_objects import (
 )
 from benchrun.launch.k8s_status import cond_message, cond_time, epoch, running_for, scheduling_note, waiting, \
     INACTIVE_NOTE, workload_evicted, workload_pending_note
+from benchrun.launch.k8s_status import deleting as _deleting, disrupted as _disrupted, \
+    stuck_terminating as _stuck_terminating
 from benchrun.launch.k8s_submit import api_error
 from benchrun.launch.podsecurity import refusal_reason
 
@@ -256,6 +258,9 @@ def wait(watch: Watch, obj: Any, t0: float, *, timeout_s: float, pending_timeout
                     failed_pull = _pull_verdict(watch, pod, reason, message, pulls, pull_allowance_s)
                     if failed_pull:
                         return obj, workload, pods, where + failed_pull
+                stuck = _stuck_terminating(pod)  # its node lost: the Job replaces it only once it has stopped
+                if stuck:
+                    return obj, workload, pods, f"{where}{stuck}; {kind} deleted"
             if started is None and len(live) < watch.nodes and watch.failed_creates is not None \
                     and not _suspended(obj):
                 refusals = _read_refusals(watch, obj)
@@ -411,10 +416,6 @@ def _phase(pod: Any) -> str | None:
     return pod.status.phase if pod.status is not None else None
 
 
-def _deleting(pod: Any) -> bool:
-    return getattr(pod.metadata, "deletion_timestamp", None) is not None
-
-
 def _ran(pod: Any) -> bool:
     """Whether a pod's container started (it had begun measuring when it ended)."""
     for cs in (pod.status.container_statuses or []) if pod.status is not None else []:
@@ -452,14 +453,6 @@ def _vanished(watch: Watch, followed: dict[int, Any], new_pods: dict[int, Any]) 
     if before.metadata.uid in watch.evicted or any(p.metadata.uid == before.metadata.uid for p in watch.missed):
         return []
     return [before]
-
-
-def _disrupted(pod: Any) -> str | None:
-    """``reason: message`` of the pod's DisruptionTarget condition (an eviction), else None."""
-    for c in (pod.status.conditions or []) if pod.status is not None else []:
-        if c.type == "DisruptionTarget" and c.status == "True":
-            return f"{c.reason}: {c.message}" if c.reason else "DisruptionTarget"
-    return None
 
 
 def job_watch(client: Any, batch_api: Any, custom_api: Any, namespace: str, name: str, *,

@@ -420,6 +420,14 @@ class Cluster:
 
         self.call(drain)
 
+    def lose_node_of(self, pod_name: str,
+                     message: str = "Taint manager: deleting due to NoExecute taint node.kubernetes.io/unreachable") -> None:
+        """The running pod's node becomes unreachable: the taint manager deletes the pod (DisruptionTarget
+        DeletionByTaintManager, a deletionTimestamp) and no kubelet reports it again, so it stays
+        Terminating in phase Running and the Job (podReplacementPolicy: Failed) makes no replacement."""
+        assert self.control is not None
+        self.control.pod_faults[pod_name] = ("NodeLost", message)
+
     def oom_kill(self, pod_name: str) -> None:
         """Kill a pod's containers as the OOM killer would (terminated reason OOMKilled, exit 137)."""
         assert self.control is not None

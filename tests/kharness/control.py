@@ -357,6 +357,7 @@ class ControlPlane:
         # spec.active false, not requeued)
         self.preempt_requests: dict[str, tuple[str, str]] = {}
         self.pod_faults: dict[str, tuple[str, str]] = {}  # pod name -> (reason, message)
+        self.lost: set[str] = set()  # uids of pods whose node no longer reports (Cluster.lose_node_of)
         self.errors: list[str] = []
         self.grace_seconds = 1.0
         self.terminating: dict[Any, float] = {}  # pod key -> when the object goes
@@ -1224,6 +1225,19 @@ class ControlPlane:
                 continue
             fault = self.pod_faults.pop(pod["metadata"]["name"], None)
             run = self.runs.get(uid)
+            if fault is not None and fault[0] == "NodeLost":
+                # the node is unreachable: its kubelet reports nothing more, and the taint manager deletes
+                # the pod (DisruptionTarget, a deletionTimestamp), which stays Terminating, phase Running
+                self.lost.add(uid)
+                lost = copy.deepcopy(pod)
+                lost["metadata"]["deletionTimestamp"] = now_iso()
+                lost["status"]["conditions"] = set_condition(
+                    lost["status"].get("conditions") or [], _condition("DisruptionTarget", True, "DeletionByTaintManager",
+                                                                       fault[1]))
+                await self._update(key, pod, lost)
+                if run is not None:  # (its processes stop here; nothing of theirs is reported)
+                    await self._kill(run, "NodeLost")
+                continue
             if fault is not None and fault[0] == "OOMKilled":
                 if run is not None:  # the container dies; _publish reports OOMKilled
                     await self._kill(run, "OOMKilled")
@@ -1514,7 +1528,9 @@ class ControlPlane:
             run.changed.notify_all()
 
     async def _publish(self, key: Any, run: _PodRun, started_at: str) -> None:
-        """Write the pod's status from its containers' state."""
+        """Write the pod's status from its containers' state (nothing once its node is lost)."""
+        if run.uid in self.lost:
+            return
         async with self.api._lock:
             obj = self.api._objects[key] if key in self.api._objects else None
             if obj is None or obj.deleted or obj.raw["metadata"]["uid"] != run.uid:
