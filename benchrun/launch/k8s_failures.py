@@ -8,7 +8,7 @@ import signal as _signal
 from typing import Any
 
 from benchrun.launch.k8s_collect import RESULT_KEY
-from benchrun.launch.k8s_status import container_status, epoch, terminated, waiting
+from benchrun.launch.k8s_status import container_started, epoch, terminated, waiting
 from benchrun.plan import Invocation
 
 # Container waiting reasons that will not resolve by waiting: fail the replicate at once.
@@ -67,7 +67,8 @@ def verdict(
     if pod_reason == "DeadlineExceeded":
         # the pod's own deadline (timeout plus the pull allowance); a container that never started was
         # still pulling or being created: that is the cause, not the suite (review 2026-12-07)
-        said = (f"timed out after {inv.timeout_s:g}s (activeDeadlineSeconds)" if _started(pod) else
+        ran = container_started(pod) is not None
+        said = (f"timed out after {inv.timeout_s:g}s (activeDeadlineSeconds)" if ran else
                 f"its container never started within the pod's activeDeadlineSeconds (the {inv.timeout_s:g}s "
                 f"timeout plus the image pull allowance): {_waiting_note(pod)}")
         return "failed", said + ("; Job deleted" if deleted else "; Job NOT deleted"), code
@@ -86,14 +87,6 @@ def verdict(
         return ("failed", doc_error or log_note or
                 f"exited 0 but printed no {RESULT_KEY} line (see {inv.log_relpath()})", code)
     return doc["status"], doc.get("reason"), code
-
-
-def _started(pod: Any) -> bool:
-    """Whether the pod's container started (running, or terminated after a start)."""
-    cs = container_status(pod)
-    state = cs.state if cs is not None else None
-    return state is not None and (state.running is not None or
-                                  (state.terminated is not None and state.terminated.started_at is not None))
 
 
 def _waiting_note(pod: Any) -> str:

@@ -65,16 +65,19 @@ def terminated(pod: Any) -> Any:
     return getattr(state, "terminated", None)
 
 
+def container_started(pod: Any) -> float | None:
+    """When the suite's container started (running, or terminated after a start), epoch seconds; None before."""
+    state = getattr(container_status(pod), "state", None)
+    return epoch(getattr(getattr(state, "running", None), "started_at", None)
+                 or getattr(getattr(state, "terminated", None), "started_at", None))
+
+
 def running_for(pods: Any) -> float:
-    """Seconds since the last of the pods' containers started (0 when a start is not recorded): the
+    """Seconds since the last of the pods' suite containers started (0 when a start is not recorded): the
     suite's timeout counts from its container's start. A run worker that adopted a Job already running
     (restarted mid-launch) counted from its first look, up to twice the timeout (review 2026-12-07)."""
-    ages = []
-    for pod in pods:
-        starts = [epoch(st.started_at) for cs in (pod.status.container_statuses or []) if pod.status is not None
-                  for st in (cs.state.running, cs.state.terminated) if cs.state is not None and st is not None]
-        ages.append(max((time.time() - t for t in starts if t is not None), default=0.0))
-    return max(0.0, min(ages, default=0.0))
+    starts = [container_started(pod) for pod in pods]
+    return max(0.0, min((time.time() - t if t is not None else 0.0 for t in starts), default=0.0))
 
 
 def disrupted(pod: Any) -> str | None:
@@ -240,10 +243,8 @@ def pod_timeline(pod: Any) -> dict[str, Any]:
         if cond.type == "PodScheduled" and cond.status == "True":
             scheduled = epoch(cond.last_transition_time)
     cs = container_status(pod)
-    state = getattr(cs, "state", None)
-    running = getattr(state, "running", None)
-    term = getattr(state, "terminated", None)
-    started = epoch(getattr(running, "started_at", None) or getattr(term, "started_at", None))
+    term = getattr(getattr(cs, "state", None), "terminated", None)
+    started = container_started(pod)
     finished = epoch(getattr(term, "finished_at", None))
     return {
         "kind": "pod",
