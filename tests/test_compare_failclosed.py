@@ -866,5 +866,5 @@ def test_a_damaged_pinned_spec_is_refused_not_a_traceback(tmp_path, monkeypatch,
     for args in (["compare", "base", "damaged", "--json"], ["compare", "damaged", "base", "--variable", "runtime_version"]):
         code, out, err = cli_in_process(args, monkeypatch, capsys)
         assert code == admit.EXIT_NOT_COMPARABLE and "Traceback" not in err and "damaged_spec.yaml" in err, err
-    code, out, _ = cli_in_process(["compare", "base", "damaged", "--json"], monkeypatch, capsys)
-    assert json.loads(out)["exit_code"] == admit.EXIT_NOT_COMPARABLE
+        if "--json" in args:
+            assert json.loads(out)["exit_code"] == admit.EXIT_NOT_COMPARABLE
