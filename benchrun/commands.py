@@ -229,7 +229,7 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
     console = _console()
     from benchrun.progress_display import interval_from_env
 
-    interval_from_env()  # a bad setting is refused before anything is made or waited for (it was after the turn)
+    interval_s = interval_from_env()  # a bad setting is refused before anything is made or waited for (it was after the turn)
     try:
         prepared = sub.prepare(spec)
     except BenchrunError as exc:
@@ -240,14 +240,15 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
     served = warmstart.served_by
     how = f" in a fork of the warm orchestrator (pid {served['server_pid']})" if served else ""
     console.print(f"run [bold]{prepared.run_id}[/] (spec {prepared.spec_digest[:19]}…) → {prepared.run_dir}{how}")
-    raise typer.Exit(exit_code_for(run_here(console, prepared, no_wait=no_wait)))
+    raise typer.Exit(exit_code_for(run_here(console, prepared, interval_s, no_wait=no_wait)))
 
 
-def run_here(console: Any, prepared: Any, *, no_wait: bool = False) -> dict[str, Any]:
+def run_here(console: Any, prepared: Any, interval_s: float, *, no_wait: bool = False) -> dict[str, Any]:
     """Run a prepared (pinned, registered) run in this process as ``benchrun run`` does, and print its
     headline, conditions and report: its liveness claim, the one-benchmark-at-a-time turn (waited for,
     or refused with ``no_wait``), live progress, Ctrl-C as Canceled and a failed step as Failed with
-    benchrun's reason. Returns the final status. ``cadence run --execute`` runs each run through it
+    benchrun's reason; progress lines every ``interval_s`` (``progress_display.interval_from_env``, read by the
+    caller before anything is made). Returns the final status. ``cadence run --execute`` runs each run through it
     (it took no turn, and measured beside another benchmark: review 2026-12-07)."""
     from benchrun import submit as sub
     from benchrun.liveness import start_heartbeat, stop_heartbeat
@@ -278,7 +279,7 @@ def run_here(console: Any, prepared: Any, *, no_wait: bool = False) -> dict[str,
 
             # Our turn: the before-run load sample covers the start-up from here (ours left out).
             open_background_window("before", rd.run_id)
-            display = ProgressDisplay(prepared.run_dir / "progress" / "run_progress.json")
+            display = ProgressDisplay(prepared.run_dir / "progress" / "run_progress.json", interval_s=interval_s)
             from benchrun.gcpolicy import freeze_long_lived
 
             # What start-up imported and built lives to the end: later collections skip it.

@@ -114,3 +114,15 @@ def test_execute_runs_each_run_as_benchrun_run_does_and_waits_for_the_turn(bench
     started = dt.datetime.fromisoformat(st["started_utc"].replace("Z", "+00:00")).timestamp()
     assert started >= released - 0.5, "the cadence's run measured while another held the turn"
     assert f"{rd.name}: headline" in out and "phase Succeeded" in out  # printed as `benchrun run` prints it
+
+
+def test_execute_refuses_a_bad_progress_interval_before_it_submits_anything(specs_dir: Path, bench_home: Path,
+                                                                           monkeypatch, capsys) -> None:
+    """As `benchrun run` does: the setting was read only once a run held the turn, after submitting."""
+    from helpers import cli_in_process
+
+    monkeypatch.setenv("BENCHRUN_PROGRESS_INTERVAL_S", "abc")
+    code, out, err = cli_in_process(["cadence", "run", "canary", "--specs", str(specs_dir), "--execute"],
+                                    monkeypatch, capsys)
+    assert code == 2 and "BENCHRUN_PROGRESS_INTERVAL_S='abc'" in out + err
+    assert not (bench_home / "runs").exists() or not any((bench_home / "runs").iterdir())

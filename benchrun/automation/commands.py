@@ -42,6 +42,10 @@ def run(
 
     _use_home(home)
     cadence = check_cadence(name)
+    if execute:  # as `benchrun run`: a bad setting is refused before anything is submitted
+        from benchrun.progress_display import interval_from_env
+
+        interval_s = interval_from_env()
     folder = specs if specs is not None else default_specs_dir()
     failed_runs = 0
     not_registered: list[str] = []
@@ -63,7 +67,7 @@ def run(
             typer.echo(note)
         invalid = outcome.invalid
         not_registered = outcome.failed
-        failed_runs = _execute_all([s.prepared for s in outcome.submissions]) if execute else 0
+        failed_runs = _execute_all([s.prepared for s in outcome.submissions], interval_s) if execute else 0
     for bad in invalid:
         typer.echo(f"invalid {bad.path} (not run): {len(bad.errors)} error(s)", err=True)
         for err in bad.errors:
@@ -74,7 +78,7 @@ def run(
         raise typer.Exit(1)
 
 
-def _execute_all(prepared_runs: list[Any]) -> int:
+def _execute_all(prepared_runs: list[Any], interval_s: float) -> int:
     """Run each submitted run in this process, in order, as ``benchrun run`` runs one
     (:func:`benchrun.commands.run_here`: the one-benchmark-at-a-time turn, live progress, Ctrl-C as
     Canceled, a failed step's reason); count the runs that did not succeed. A canceled run stops the
@@ -84,7 +88,7 @@ def _execute_all(prepared_runs: list[Any]) -> int:
     failed = 0
     for i, prepared in enumerate(prepared_runs):
         typer.echo(f"running {prepared.run_id} ...")
-        phase = run_here(_console(), prepared).get("phase")
+        phase = run_here(_console(), prepared, interval_s).get("phase")
         failed += phase != "Succeeded"
         rest = [p.run_id for p in prepared_runs[i + 1:]]
         if phase == "Canceled" and rest:
