@@ -563,3 +563,105 @@ def test_a_layer_name_that_is_not_a_string_is_a_finding_not_a_crash():
     doc["spec"]["layers"][0]["name"] = []
     (result,) = validate_bytes(yaml.safe_dump(doc).encode(), "canary.yaml")
     assert not result.valid and any(e.path.startswith("spec.layers") for e in result.errors)
+
+
+def test_a_primary_naming_a_metric_its_builtin_suite_never_reports_is_an_error(canary_doc) -> None:
+    """gemm/ttft_ms met the inference rule by its name and validated; gemm reports TFLOP/s and call
+    times, so no row ever matched it and compare refused every pair after both runs."""
+    path = S + ("metrics", "inference", "primary")
+    primary = list(canary_doc["spec"]["metrics"]["inference"]["primary"])
+    [error] = errors_of(apply(canary_doc, [(path, ["gemm/ttft_ms", *primary[1:]])]))
+    assert error.path == "spec.metrics.inference.primary[0]"
+    assert error.message == ("'gemm/ttft_ms': suite 'gemm' runs gemm, which never reports 'ttft_ms'; it reports "
+                             "p50_call_ms, p99_call_ms, tflops (and the telemetry rows of every replicate): nothing "
+                             "the run measures would match this entry, so compare would refuse every pair "
+                             "(PrimaryNotMeasured); name one of those metrics")
+    # a near miss of what the suite reports is named
+    [error] = errors_of(apply(canary_doc, [(path + ("+",), "gemm/tflop")]))
+    assert "never reports 'tflop' (did you mean 'tflops'?)" in error.message
+    # a secondary too, said for what it is
+    second = S + ("metrics", "inference", "secondary")
+    [error] = errors_of(apply(canary_doc, [(second + ("+",), "membw/tflops")]))
+    assert error.path.startswith("spec.metrics.inference.secondary[")
+    assert error.message.endswith("so it would never be shown as declared; name one of those metrics")
+    # the end-to-end workflow measures one point: a sweep's capacity_at_slo is not one of its metrics
+    [error] = errors_of(apply(canary_doc, [(path + ("+",), "serving_workflow/capacity_at_slo")]))
+    assert "'serving_workflow' runs serving_workflow, which never reports 'capacity_at_slo'" in error.message
+    # what the suites report, telemetry rows (and, as secondaries, the quantities they summarise) pass
+    fine = ["gemm/tflops", "serving_sweep/capacity_at_slo", "fio/p99_clat_ms[randread]",
+            "job_startup/launch_to_first_measurement_p50_s", "dataloader/gpu_utilization_pct_mean",
+            "gemm/failed_replicates"]
+    assert errors_of(apply(canary_doc, [(path, [*primary, *fine]),
+                                        (second + ("+",), "gemm/cpu_utilization_pct")])) == []
+    # a quantity is no row a primary can match (rows are its _mean, _p95)
+    [error] = errors_of(apply(canary_doc, [(path + ("+",), "gemm/cpu_utilization_pct")]))
+    assert "never reports 'cpu_utilization_pct'" in error.message
+    # a suite that runs the user's own command reports what it reports: not judged
+    mine = apply(canary_doc, [(S + ("layers", 0, "suites", 0, "repoCommand"), "python bench.py"),
+                              (path + ("+",), "gemm/anything_at_all")])
+    assert not any("never reports" in e.message for e in errors_of(mine))
+
+
+def test_reported_metric_lists_agree_with_what_writes_the_rows() -> None:
+    """The lists validate reads are the ones the code writes by: the serving headline's names, the
+    telemetry summary's rows (every sampled quantity present), the comparison's failed-launch row."""
+    from benchrun.loadgen.metrics import HEADLINE
+    from benchrun.loadgen.params import HEADLINE_METRICS
+    from benchrun.spec.metric_names import FAILED_ROWS
+    from benchrun.stats.compare import FAILED_METRIC
+    from benchrun.telemetry.summary import SAMPLED, SUMMARY_METRICS, summarise
+
+    assert tuple(h[0] for h in HEADLINE) == HEADLINE_METRICS
+    assert FAILED_ROWS == FAILED_METRIC
+    from benchrun.telemetry.samples import Sample, samples_table
+
+    table = samples_table(Sample(float(t), "test", "host", q, 1.0, "%", device_index=0)
+                          for q in SAMPLED for t in range(4))
+    written = {r["name"] for r in summarise(table)}
+    assert written == set(SUMMARY_METRICS)
+
+
+def test_a_builtin_suite_reporting_a_metric_it_does_not_list_fails_the_replicate(tmp_path) -> None:
+    """The suite's METRICS is what validate judges by: a suite that reports beyond it fails with the
+    name (every suite test that expects an ok replicate thereby checks its list is complete)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "listed.py").write_text(
+        "from benchrun.suites._runtime import main\n"
+        "METRICS = ('ok_ms',)\n"
+        "def run(ctx):\n"
+        "    ctx.add_metric('ok_ms', 1.0, 'ms', 'lower')\n"
+        "    ctx.add_metric('other_ms', 2.0, 'ms', 'lower')\n"
+        "if __name__ == '__main__':\n"
+        "    main(run)\n")
+    run_dir = tmp_path / "run"
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHONPATH": f"{pkg}{os.pathsep}{ROOT}",
+           "BENCHRUN_RUN_ID": "t-listed", "BENCHRUN_RUN_DIR": str(run_dir), "BENCHRUN_SUITE": "listed",
+           "BENCHRUN_REPLICATE": "1", "BENCHRUN_PARAMS": "{}"}
+    proc = subprocess.run([sys.executable, "-m", "listed"], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    doc = json.loads(next((run_dir / "structured").glob("*.json")).read_text())
+    assert doc["status"] == "failed"
+    assert doc["reason"] == ("RuntimeError: listed reported metric 'other_ms', which its module's METRICS does not "
+                             "list (ok_ms): `benchrun validate` judges primaries by that list; add the name to it")
+
+
+def test_a_builtin_suites_own_metric_is_no_typo_of_contracts_names(canary_doc) -> None:
+    """dataloader's p99_batch_latency_ms, allreduce's p50_latency_us, fio's p99_clat_ms and the
+    telemetry row gpu_utilization_pct_mean were refused as misspellings of CONTRACT's p99_latency_ms,
+    p50_latency_ms and gpu_utilization_pct, as primaries and as margin keys."""
+    path = S + ("metrics", "inference", "primary")
+    primary = list(canary_doc["spec"]["metrics"]["inference"]["primary"])
+    own = ["dataloader/p99_batch_latency_ms", "allreduce/p50_latency_us", "fio/p99_clat_ms", "p99_lat_ms",
+           "gpu_utilization_pct_mean"]
+    margins = {"p99_batch_latency_ms": 10, "p50_latency_us": 8, "gpu_utilization_pct_mean": 5}
+    assert errors_of(apply(canary_doc, [(path, [*primary, *own]),
+                                        (S + ("comparison", "deltaPctByMetric"), margins)])) == []
+    # a real misspelling still is one
+    [error] = errors_of(apply(canary_doc, [(path + ("+",), "p99_latncy_ms")]))
+    assert error.message == "unknown metric 'p99_latncy_ms' (did you mean 'p99_latency_ms'?)"

@@ -8,6 +8,12 @@ COMMON_PARAMS = (
     "ignore_eos", "server_kind", "refserver", "verdict", "tokenizer", "session_turns", "think_time_s", "shared_prefix",
     "server_metrics", "server_metrics_interval_s", "load_pods", "prompt_salt",
 )
+# the metrics a serving suite may report: each point's headline (benchrun.loadgen.metrics.HEADLINE, in its
+# order) and a sweep's capacity_at_slo (`benchrun validate` checks a primary names one; reporting another fails)
+HEADLINE_METRICS = ("ttft_ms", "p50_latency_ms", "p99_latency_ms", "decode_ms_per_token", "tokens_per_second",
+                    "request_throughput_rps", "jitter_ms", "request_goodput", "slo_attainment", "cost_per_request_usd",
+                    "cost_per_token_usd")
+SERVING_METRICS = HEADLINE_METRICS + ("capacity_at_slo",)
 
 
 def workload_conflicts(params: Mapping[str, Any], workload: Mapping[str, Any]) -> list[str]:

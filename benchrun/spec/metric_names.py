@@ -8,10 +8,13 @@ never match. Each rule yields ``(path, message)`` as every rule in
 from __future__ import annotations
 
 import difflib
+import importlib
 import re
+from functools import lru_cache
 from typing import Any, Iterator
 
-from benchrun.spec.docaccess import SPEC, Finding, get
+from benchrun.spec.docaccess import SPEC, Finding, did_you_mean, get
+from benchrun.spec.docaccess import suites as doc_suites
 from benchrun.spec.model import LAYER_NAMES
 
 TRAINING_PRIMARY = ("time_to_train_hours", "mfu_pct", "scaling_efficiency_pct", "training_reliability_pct")
@@ -23,17 +26,44 @@ KNOWN_METRICS = (*TRAINING_PRIMARY, *INFERENCE_PRIMARY, *COST_METRICS, "decode_m
                  "p50_latency_ms", "per_user_output_tokens_per_s", "request_goodput", "slo_attainment",
                  "capacity_at_slo", "cost_per_good_request_usd", "gpu_utilization_pct", "request_throughput_rps")
 
-_QUALIFIED = re.compile(r"^(?:(?P<suite>[^/\[\]]+)/)?(?P<name>[^/\[\]]+)(?:\[[^\[\]]*\])?$")
+QUALIFIED = re.compile(r"^(?:(?P<suite>[^/\[\]]+)/)?(?P<name>[^/\[\]]+)(?:\[[^\[\]]*\])?$")
 MARGIN_KEYS = ("deltaPctByMetric", "absoluteMarginByMetric")
+
+
+# the row the comparison adds for a suite with a failed launch (benchrun.stats.compare.FAILED_METRIC)
+FAILED_ROWS = "failed_replicates"
+
+
+@lru_cache(maxsize=None)
+def builtin_metrics() -> frozenset[str]:
+    """Every metric one of benchrun's own suites may report (each module's ``METRICS``) and the
+    telemetry rows written beside every replicate (and the sampled quantities they summarise, which a
+    secondary may name): names that are no one's typo."""
+    from benchrun.spec.builtin_suites import PACKAGE, builtin_suites
+    from benchrun.telemetry.summary import SAMPLED, SUMMARY_METRICS
+
+    names = {*SUMMARY_METRICS, *SAMPLED}
+    for suite in builtin_suites():
+        names |= set(getattr(importlib.import_module(f"{PACKAGE}.{suite}"), "METRICS", None) or ())
+    return frozenset(names)
+
+
+def near_miss(name: str) -> str | None:
+    """The known metric ``name`` nearly but not exactly is (a typo), or None: a name a built-in suite
+    reports (``p99_batch_latency_ms``, ``p50_latency_us``) is its own, however close to CONTRACT's."""
+    if name in KNOWN_METRICS or name in builtin_metrics():
+        return None
+    close = difflib.get_close_matches(name, KNOWN_METRICS, n=1, cutoff=0.8)
+    return close[0] if close else None
 
 
 def metric_name(entry: str) -> str:
     """The metric name of a primary entry: ``suite/metric[case]`` (either qualifier optional) → ``metric``."""
-    m = _QUALIFIED.match(entry)
+    m = QUALIFIED.match(entry)
     return m.group("name") if m else entry
 
 
-def _declared(doc: Any) -> Iterator[tuple[tuple[Any, ...], str]]:
+def declared_entries(doc: Any) -> Iterator[tuple[tuple[Any, ...], str]]:
     """(path, entry) of every string under ``metrics.<family>.primary`` / ``secondary``."""
     metrics = get(doc, SPEC + ("metrics",))
     for family, body in (metrics.items() if isinstance(metrics, dict) else ()):
@@ -49,13 +79,11 @@ def _declared(doc: Any) -> Iterator[tuple[tuple[Any, ...], str]]:
 def rule_metric_names(doc: Any) -> Iterator[Finding]:
     """Extension (CONTRACT §5 names metrics): a primary or secondary metric that is nearly, but not
     exactly, a known metric name is a typo."""
-    for path, entry in _declared(doc):
+    for path, entry in declared_entries(doc):
         name = metric_name(entry)
-        if name in KNOWN_METRICS:
-            continue
-        close = difflib.get_close_matches(name, KNOWN_METRICS, n=1, cutoff=0.8)
+        close = near_miss(name)
         if close:
-            yield path, f"unknown metric {name!r} (did you mean {close[0]!r}?)"
+            yield path, f"unknown metric {name!r} (did you mean {close!r}?)"
 
 
 def rule_primary_suites(doc: Any) -> Iterator[Finding]:
@@ -78,7 +106,7 @@ def rule_primary_suites(doc: Any) -> Iterator[Finding]:
             continue
         entries = body.get("primary")
         for i, entry in enumerate(entries if isinstance(entries, list) else []):
-            m = _QUALIFIED.match(entry) if isinstance(entry, str) else None
+            m = QUALIFIED.match(entry) if isinstance(entry, str) else None
             suite = m.group("suite") if m else None
             if suite is None:
                 continue
@@ -98,19 +126,60 @@ def rule_primary_suites(doc: Any) -> Iterator[Finding]:
                              f"that runs")
 
 
+def rule_reported_metrics(doc: Any) -> Iterator[Finding]:
+    """Extension: a primary or secondary qualified by a suite that runs one of benchrun's own suites
+    (``gemm/ttft_ms``) names a metric that suite may report — its module's ``METRICS``, which the suite
+    refuses to go beyond when it runs — or one of the telemetry rows written beside every replicate.
+    Else nothing the run measures matches it: the entry met the required-metric rules by its name
+    alone, and ``compare`` refused the pair only after both runs (PrimaryNotMeasured). A suite that
+    runs the user's own command is not judged: what it reports is not known here."""
+    from benchrun.spec.builtin_suites import PACKAGE, suite_module
+    from benchrun.telemetry.summary import SAMPLED, SUMMARY_METRICS
+
+    modules: dict[str, set[str | None]] = {}  # suite name -> the built-in modules it runs (None: another command)
+    for _, suite in doc_suites(doc):
+        command = suite.get("repoCommand")
+        if isinstance(suite.get("name"), str):
+            modules.setdefault(suite["name"], set()).add(suite_module(command) if isinstance(command, str) else None)
+    for path, entry in declared_entries(doc):
+        m = QUALIFIED.match(entry)
+        suite, name = (m.group("suite"), m.group("name")) if m else (None, entry)
+        if suite not in modules or None in modules[suite]:
+            continue  # not qualified, no such suite (rule_primary_suites), or the user's own command
+        reported: set[str] = set()
+        for module in sorted(modules[suite]):  # type: ignore[arg-type]
+            try:
+                reported |= set(getattr(importlib.import_module(module), "METRICS", None) or ())
+            except ImportError:  # not one of benchrun's suites: rule_builtin_suite says so
+                reported = set()
+                break
+        telemetry = {*SUMMARY_METRICS, *(SAMPLED if "secondary" in path else ())}
+        if not reported or name in reported or name in telemetry or name == FAILED_ROWS:
+            continue
+        if near_miss(name):
+            continue  # a near miss of a known name: rule_metric_names says so
+        runs = ", ".join(sorted(mod[len(PACKAGE) + 1:] for mod in modules[suite] if mod))
+        then = ("compare would refuse every pair (PrimaryNotMeasured)" if "primary" in path
+                else "it would never be shown as declared")
+        yield path, (f"{entry!r}: suite {suite!r} runs {runs}, which never reports {name!r}"
+                     f"{did_you_mean(name, sorted(reported))}; it reports {', '.join(sorted(reported))} (and the "
+                     f"telemetry rows of every replicate): nothing the run measures would match this entry, so "
+                     f"{then}; name one of those metrics")
+
+
 def rule_margin_metrics(doc: Any) -> Iterator[Finding]:
     """Extension: a key of ``comparison.deltaPctByMetric`` / ``absoluteMarginByMetric`` is a bare
     metric name, the one the comparison looks its margin up by. A qualified key
     (``suite/metric[case]``) or a near miss of a declared or known metric would never match, and
     the metric would silently keep ``deltaPct``: both are errors. A name far from every known one
     may be a custom suite's metric and passes."""
-    declared = {metric_name(entry) for _, entry in _declared(doc)}
+    declared = {metric_name(entry) for _, entry in declared_entries(doc)}
     vocabulary = sorted(declared | set(KNOWN_METRICS))
     for field in MARGIN_KEYS:
         path = SPEC + ("comparison", field)
         margins = get(doc, path)
         for key in (margins if isinstance(margins, dict) else {}):
-            if not isinstance(key, str) or key in declared or key in KNOWN_METRICS:
+            if not isinstance(key, str) or key in declared or key in KNOWN_METRICS or key in builtin_metrics():
                 continue
             bare = metric_name(key)
             if bare != key:

@@ -44,6 +44,7 @@ from benchrun.spec.metric_names import (  # noqa: F401 - rules.metric_name and t
     rule_margin_metrics,
     rule_metric_names,
     rule_primary_suites,
+    rule_reported_metrics,
 )
 from benchrun.spec.mix import parse_compact_mix  # noqa: F401 - rules.parse_compact_mix, as before the split
 from benchrun.spec.model import LAYER_NAMES, WORKLOAD_KEYS, Trials
@@ -532,6 +533,7 @@ RULES: tuple[Rule, ...] = (
     rule_inference_metrics,
     rule_metric_names,
     rule_primary_suites,
+    rule_reported_metrics,
     rule_margin_metrics,
     rule_trial_report,
     rule_taxonomy,

@@ -116,6 +116,8 @@ class SuiteContext:
             raise SystemExit(f"BENCHRUN_WORKLOAD is not JSON: {exc}") from exc
         self.workload: dict[str, Any] = workload if isinstance(workload, dict) else {}
         self.metrics: list[dict[str, Any]] = []
+        # the suite module's METRICS (set by main): a name outside it is refused (validate reads the same list)
+        self.declared_metrics: frozenset[str] | None = None
         self.context: dict[str, Any] = {}
         try:
             declared = json.loads(env.get("BENCHRUN_SUITE_ENV", "{}") or "{}")
@@ -162,6 +164,10 @@ class SuiteContext:
     # -- reporting --------------------------------------------------------------
     def add_metric(self, name: str, value: float, unit: str, direction: str, case: str = "", **keys: Any) -> None:
         """Record one headline metric of this replicate (and stream it over Pipes)."""
+        if self.declared_metrics is not None and name not in self.declared_metrics:
+            raise RuntimeError(f"{self.suite} reported metric {name!r}, which its module's METRICS does not list "
+                               f"({', '.join(sorted(self.declared_metrics))}): `benchrun validate` judges primaries "
+                               "by that list; add the name to it")
         row = metric(name, value, unit, direction, case, **keys)
         self.metrics.append(row)
         self.message({"kind": "metric", **row})
@@ -271,6 +277,8 @@ def main(run: Callable[[SuiteContext], None]) -> None:
     with the traceback in the log and ``status: failed`` in the result.
     """
     ctx = SuiteContext()
+    declared = getattr(sys.modules.get(run.__module__), "METRICS", None)
+    ctx.declared_metrics = frozenset(declared) if declared is not None else None
     # The launcher ends a suite past its timeout (or canceled) with SIGTERM: as an exit, so its finally
     # blocks run (fio's scratch files went unremoved, Python's default for SIGTERM being to die at once)
     signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))

@@ -90,6 +90,9 @@ from benchrun.fsio import atomic_write_bytes, atomic_write_json
 
 # the parameters the suite takes (checked when it starts, and by `benchrun validate`)
 PARAMETERS = ("world_size", "sizes", "iterations", "warmup", "backend", "timeout_s", "slow_rank", "slow_ms")
+# the metrics the suite may report (`benchrun validate` checks a primary names one; reporting another fails)
+METRICS = ("p50_latency_us", "p99_latency_us", "algbw_gb_per_s", "busbw_gb_per_s", "rank_p50_time_us",
+           "slowest_rank_arrival_lag_us", "straggler_rank_lag_us")
 
 
 def free_loopback_port() -> int:

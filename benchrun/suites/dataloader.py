@@ -58,6 +58,8 @@ from benchrun.fsio import atomic_write_json
 
 # the parameters the suite takes (checked when it starts, and by `benchrun validate`)
 PARAMETERS = ("rows", "batch_size", "workers", "files", "feature_dim")
+# the metrics the suite may report (`benchrun validate` checks a primary names one; reporting another fails)
+METRICS = ("samples_per_s", "mb_per_s", "p99_batch_latency_ms", "wall_samples_per_s", "first_batch_latency_ms")
 
 
 def write_dataset(directory: Path, rows: int, files: int, feature_dim: int, row_group: int) -> list[Path]:

@@ -62,6 +62,8 @@ from benchrun.suites._runtime import SuiteContext, main
 
 # the parameters the suite takes (checked when it starts, and by `benchrun validate`)
 PARAMETERS = ("size_mb", "runtime_s", "ramp_s", "directory", "ioengine", "iodepth", "direct", "cases")
+# the metrics the suite may report (`benchrun validate` checks a primary names one; reporting another fails)
+METRICS = ("bandwidth_mib_per_s", "iops", "p99_clat_ms", "p99_lat_ms")  # benchrun.ingest.fio.fio_metrics
 
 
 class FioMissing(RuntimeError):

@@ -54,6 +54,8 @@ from benchrun.fsio import atomic_write_json
 
 # the parameters the suite takes (checked when it starts, and by `benchrun validate`)
 PARAMETERS = ("sizes", "iterations", "warmup", "dtype", "device")
+# the metrics the suite may report (`benchrun validate` checks a primary names one; reporting another fails)
+METRICS = ("tflops", "p50_call_ms", "p99_call_ms")
 
 DTYPES = ("auto", "float32", "float64", "bfloat16", "float16", "float8_e4m3fn")
 GPU_ONLY = ("bfloat16", "float16", "float8_e4m3fn")

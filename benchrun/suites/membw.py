@@ -70,6 +70,8 @@ from benchrun.fsio import atomic_write_json
 
 # the parameters the suite takes (checked when it starts, and by `benchrun validate`)
 PARAMETERS = ("elements", "iterations", "dtype", "device", "threads")
+# the metrics the suite may report (`benchrun validate` checks a primary names one; reporting another fails)
+METRICS = ("bandwidth_best_gb_per_s", "bandwidth_median_gb_per_s")
 
 KERNELS = ("copy", "scale", "add", "triad")
 ARRAYS_MOVED = {"copy": 2, "scale": 2, "add": 3, "triad": 3}  # STREAM's accounting

@@ -45,7 +45,7 @@ from benchrun.suites._common import (
     int_list_param,
     int_param,
 )
-from benchrun.loadgen.params import COMMON_PARAMS, workload_conflicts
+from benchrun.loadgen.params import COMMON_PARAMS, SERVING_METRICS, workload_conflicts
 from benchrun.suites._runtime import SuiteContext, main
 
 
@@ -156,6 +156,7 @@ def _sweep_points(ctx: Params, load_model: str) -> list:
 # `benchrun validate`)
 PARAMETERS = COMMON_PARAMS + ("concurrency", "rates", "requests_per_point", "duration_s", "stages", "burstiness",
                               "goodput_drop", "trace", "speedup", "trace_format")
+METRICS = SERVING_METRICS  # the metrics it may report (`benchrun validate` reads them)
 # the parameter that fixes the requests of a point, and its default (`benchrun validate` checks a
 # primary percentile can be judged from them)
 REQUEST_COUNT = ("requests_per_point", 24)

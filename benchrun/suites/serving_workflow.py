@@ -19,12 +19,13 @@ from typing import Any, Mapping
 
 from benchrun.errors import BenchrunError
 from benchrun.suites._common import Params, ParamError, check_known, float_param, int_param
-from benchrun.loadgen.params import COMMON_PARAMS, workload_conflicts
+from benchrun.loadgen.params import COMMON_PARAMS, HEADLINE_METRICS, workload_conflicts
 from benchrun.suites._runtime import SuiteContext, main
 
 # the parameters the suite takes: the load generator's and its own (checked when it starts, and by
 # `benchrun validate`)
 PARAMETERS = COMMON_PARAMS + ("concurrency", "rate", "requests", "duration_s")
+METRICS = HEADLINE_METRICS  # the metrics it may report: one point, no capacity_at_slo (`benchrun validate` reads them)
 # the parameter that fixes the requests of a point, and its default (`benchrun validate` checks a
 # primary percentile can be judged from them)
 REQUEST_COUNT = ("requests", 32)

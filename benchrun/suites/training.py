@@ -136,6 +136,11 @@ def peak_lookup(device_name: str | None) -> tuple[float | None, str | None]:
 PARAMETERS = ("layers", "hidden", "heads", "seq_len", "vocab", "global_batch", "steps", "warmup_steps", "lr", "seed",
           "world_size", "backend", "scaling_sweep", "checkpoint", "peak_tflops_per_device", "target_tokens",
           "timeout_s", "checkpoint_dir", "peak_device")
+# the metrics the suite may report (`benchrun validate` checks a primary names one; reporting another fails)
+METRICS = ("training_steps_done", "training_reliability_pct", "step_time_p50_ms", "step_time_p99_ms", "tokens_per_second",
+           "tokens_per_second_per_device", "model_flops_per_token", "mfu_pct", "scaling_efficiency_pct",
+           "time_to_first_step_s", "time_to_train_hours", "checkpoint_save_s", "checkpoint_restore_s",
+           "checkpoint_bytes", "peak_memory_bytes", "rank_step_time_p50_ms")
 
 
 def model_params_matmul(layers: int, hidden: int, vocab: int) -> int:

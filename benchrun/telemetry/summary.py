@@ -12,6 +12,15 @@ import pyarrow.compute as pc
 
 DEFAULT_CONTENTION_PCT = 10.0  # mean background CPU, % of the whole machine
 CASE = "telemetry"
+# What summarise writes per replicate: time-weighted means and p95s of rates and utilizations, peaks of
+# the memory samples, and two of their own. Host CPU utilization has no better direction: the result
+# schema needs one, so it is written "higher" and read as none (benchrun.stats.directions.DIRECTIONLESS).
+TIMED = (("cpu_utilization_pct", "higher"), ("gpu_utilization_pct", "higher"), ("background_cpu_pct", "lower"))
+PEAKS = (("memory_used_bytes", "bytes"), ("gpu_memory_used_bytes", "bytes"))
+SUMMARY_METRICS = (*(f"{m}_{s}" for m, _ in TIMED for s in ("mean", "p95")), *(f"{m}_peak" for m, _ in PEAKS),
+                   "suite_cpu_pct_mean", "gpu_throttled_s")
+# the sampled quantities those rows summarise (a declared secondary quantity covers its rows: benchrun.stats.reading)
+SAMPLED = (*(m for m, _ in TIMED), *(m for m, _ in PEAKS), "suite_cpu_pct", "gpu_throttled")
 
 
 def contention_threshold_pct(environ: dict[str, str] | None = None) -> float:
@@ -126,15 +135,12 @@ def summarise(table: pa.Table) -> list[dict[str, Any]]:
                          "case": CASE, "source": "telemetry"})
 
     # Means and p95s of rates and utilizations are time-weighted (see _timed); peaks are of the samples.
-    # Host CPU utilization has no better direction: the result schema needs one, so it is written
-    # "higher" and read as none (benchrun.stats.directions.DIRECTIONLESS names these rows).
-    for metric, direction in (("cpu_utilization_pct", "higher"), ("gpu_utilization_pct", "higher"),
-                              ("background_cpu_pct", "lower")):
+    for metric, direction in TIMED:
         v, dt = _timed(table, metric)
         if v.size:
             add(f"{metric}_mean", time_mean(v, dt), "%", direction)
             add(f"{metric}_p95", time_percentile(v, dt, 95), "%", direction)
-    for metric, unit in (("memory_used_bytes", "bytes"), ("gpu_memory_used_bytes", "bytes")):
+    for metric, unit in PEAKS:
         v = _values(table, metric)
         if v.size:
             add(f"{metric}_peak", float(v.max()), unit, "lower")
