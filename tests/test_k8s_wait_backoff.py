@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from types import SimpleNamespace
 
-from benchrun.launch.k8s_wait import Watch, _newest_pod, wait
+from benchrun.launch.k8s_wait import Watch, wait
+from benchrun.launch.k8s_watches import _newest_pod
 
 
 def _pod(phase: str) -> SimpleNamespace:

@@ -196,7 +196,7 @@ def test_the_node_whose_own_failure_ended_the_gang_is_named_not_a_peer_stopped_a
         term = NS(exit_code=code, reason=reason or ("Error" if code else "Completed"), signal=None,
                   finished_at=dt.datetime(2026, 12, 6, 12, 0, at, tzinfo=dt.timezone.utc))
         cs = NS(name=CONTAINER_NAME, state=NS(terminated=term, waiting=None, running=None))
-        return NS(status=NS(phase="Failed" if code else "Succeeded", reason=None, message=None,
+        return NS(status=NS(phase="Failed" if code else "Succeeded", reason=None, message=None, conditions=None,
                             container_statuses=[cs]), spec=NS(node_name=node), metadata=NS(name=node))
 
     inv = None  # verdict reads it only for a deadline
@@ -209,3 +209,19 @@ def test_the_node_whose_own_failure_ended_the_gang_is_named_not_a_peer_stopped_a
     named = failed_node(inv, {0: pod("a", 143, 12), 1: pod("b", 143, 11), 2: pod("c", 137, 13, "OOMKilled")}, True)
     assert named is not None and named.startswith("node 2 (c) failed: OOMKilled"), named
     assert failed_node(inv, {0: pod("a", 0, 10), 1: pod("b", 0, 11)}, True) is None
+    # a drained node (DisruptionTarget) is named before its peers, though all exited 143 and it ended last
+    drained = pod("b", 143, 12)
+    drained.status.conditions = [NS(type="DisruptionTarget", status="True", reason="EvictionByEvictionAPI",
+                                    message="Eviction API: evicting")]
+    named = failed_node(inv, {0: pod("a", 143, 11), 1: drained}, True)
+    assert named == "node 1 (b) failed: evicted: EvictionByEvictionAPI: Eviction API: evicting (exit code 143)", named
+    # a node's pod deleted while it ran, gone before a poll saw it end (its index shows a replacement that
+    # never ran): named, not node 0's SIGTERM
+    running = NS(status=NS(phase="Running", reason=None, message=None, conditions=None, container_statuses=[]),
+                 spec=NS(node_name="b"), metadata=NS(name="b", deletion_timestamp=None))
+    pending = NS(status=NS(phase="Pending", reason=None, message=None, conditions=None, container_statuses=[]),
+                 spec=NS(node_name=None), metadata=NS(name="b2"))
+    named = failed_node(inv, {0: pod("a", 143, 11), 1: pending}, True, gone={1: running})
+    assert named is not None and named.startswith("node 1 (b) failed: evicted: its pod was deleted while it ran"), named
+    # a gang that succeeded all the same is no failure
+    assert failed_node(inv, {0: pod("a", 0, 10), 1: pod("b", 0, 11)}, True, gone={1: running}) is None

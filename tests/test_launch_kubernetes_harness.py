@@ -848,7 +848,7 @@ def test_a_jobsets_watch_reads_only_its_own_pods_not_those_of_one_of_that_name_d
     import datetime as dt
     from types import SimpleNamespace as NS
 
-    from benchrun.launch.k8s_wait import jobset_watch
+    from benchrun.launch.k8s_watches import jobset_watch
 
     def pod(uid: str, js_uid: str, second: int) -> Any:
         return NS(metadata=NS(uid=uid, name=f"p-{uid}", labels={"jobset.sigs.k8s.io/jobset-uid": js_uid},

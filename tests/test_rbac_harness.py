@@ -151,7 +151,7 @@ def test_run_worker_calls_are_all_granted(rbac_cluster, deploy_policy, monkeypat
     # The launcher lists a Job's FailedCreate events only while a poll finds it short of pods, which
     # depends on how fast the harness makes them (a clean-clone run's replicates never were): asked
     # here once through the launcher's own function, as the run worker, so the grant is used every time
-    from benchrun.launch.k8s_wait import failed_create_messages
+    from benchrun.launch.k8s_watches import failed_create_messages
 
     assert failed_create_messages(launcher.core_api, RUNS, None, {"no-such-job-uid"}) == []
     assert_all_granted(cluster, deploy_policy, RUN_WORKER)

@@ -8,7 +8,7 @@ import signal as _signal
 from typing import Any
 
 from benchrun.launch.k8s_collect import RESULT_KEY
-from benchrun.launch.k8s_status import container_started, epoch, terminated, waiting
+from benchrun.launch.k8s_status import container_started, disrupted, epoch, terminated, waiting
 from benchrun.plan import Invocation
 
 # Container waiting reasons that will not resolve by waiting: fail the replicate at once.
@@ -74,6 +74,10 @@ def verdict(
         return "failed", said + ("; Job deleted" if deleted else "; Job NOT deleted"), code
     if pod_reason == "Evicted":
         return "failed", f"evicted: {pod_message or 'no message'}", code
+    if disrupted(pod) and (pod.status.phase == "Failed" or (code or 0) != 0):
+        # a drain (the Eviction API), the scheduler's preemption, the taint manager: the pod's own
+        # condition says why it was stopped, not the SIGTERM it exited with (review 2026-12-08)
+        return "failed", f"evicted: {disrupted(pod)}" + (f" (exit code {code})" if code is not None else ""), code
     if term is None:
         why = f"{pod_reason}: {pod_message}" if pod_reason else (pod_message or "no container status")
         return "failed", f"pod {pod.status.phase} without a container exit ({why})", code
@@ -95,12 +99,14 @@ def _waiting_note(pod: Any) -> str:
     return f"{reason}: {message}" if reason and message else (reason or "no container status")
 
 
-def failed_node(inv: Invocation, pods: dict[int, Any], deleted: bool) -> str | None:
-    """The node whose failure ended the gang, and why: the first to finish among those that failed by
-    themselves (an exit of their own, OOMKilled) before those a signal stopped (the Job controller's
-    SIGTERM to the peers, a torch peer's exit after it); None when none failed or node 0 did (its own
-    verdict then says why). Before, the lowest rank above 0 that failed: with node 0 exiting 3, node 1,
-    stopped by SIGTERM, was named."""
+def failed_node(inv: Invocation, pods: dict[int, Any], deleted: bool, gone: dict[int, Any] | None = None) -> str | None:
+    """The node whose failure ended the gang, and why: a node evicted (its pod's DisruptionTarget, or
+    ``gone``: its pod deleted while it ran, as a drain does, before a poll saw it end) before the
+    first to finish among those that failed by themselves (an exit of their own, OOMKilled), before
+    those a signal stopped (the Job controller's SIGTERM to the peers, a torch peer's exit after it);
+    None when none failed or node 0 did (its own verdict then says why). Before, the lowest rank
+    above 0 that failed: with node 0 exiting 3, node 1, stopped by SIGTERM, was named; and a drained
+    node 1 was never named (node 0's SIGTERM was the reason)."""
     failed = []
     for rank, pod in pods.items():
         term = terminated(pod)
@@ -108,10 +114,16 @@ def failed_node(inv: Invocation, pods: dict[int, Any], deleted: bool) -> str | N
             stopped = term is not None and term.reason != "OOMKilled" and (
                 term.exit_code in (137, 143) or bool(getattr(term, "signal", None)))
             finished = epoch(getattr(term, "finished_at", None)) if term is not None else None
-            failed.append((stopped, finished if finished is not None else float("inf"), rank, pod))
+            evicted = pod.status.reason == "Evicted" or disrupted(pod) is not None
+            failed.append((not evicted, stopped, finished if finished is not None else float("inf"), rank, pod))
+    if gone and (failed or any(p.status.phase != "Succeeded" for p in pods.values())):
+        rank, pod = min(gone.items(), key=lambda g: (epoch(g[1].metadata.deletion_timestamp) or float("inf"), g[0]))
+        why = disrupted(pod) or ("its pod was deleted while it ran and gone before a poll saw it end (a node "
+                                 "drain's eviction, a preemption, or someone deleting it)")
+        return f"node {rank} ({pod.spec.node_name}) failed: evicted: {why}"
     if not failed:
         return None
-    _stopped, _finished, rank, pod = min(failed, key=lambda f: f[:3])
+    _evicted, _stopped, _finished, rank, pod = min(failed, key=lambda f: f[:4])
     if rank == 0:
         return None
     why = verdict(inv, pod, None, deleted, None, None, None)[1]

@@ -27,17 +27,6 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from benchrun.launch.k8s_failures import FATAL_WAITING, PULL_WAITING, permanent_pull_error
-from benchrun.launch.k8s_objects import (
-    JOBSET_GROUP,
-    JOBSET_UID_LABEL,
-    JOBSET_VERSION,
-    JOBSETS,
-    KUEUE_GROUP,
-    KUEUE_JOB_UID_LABEL,
-    KUEUE_VERSION,
-    REPLICATED_JOB,
-    WORKLOADS,
-)
 from benchrun.launch.k8s_status import cond_message, cond_time, epoch, running_for, scheduling_note, waiting, \
     INACTIVE_NOTE, workload_evicted, workload_pending_note
 from benchrun.launch.k8s_status import deleting as _deleting, disrupted as _disrupted, \
@@ -91,6 +80,9 @@ class Watch:
     # evicted pods the last read found beside a newer one (the replacement came before a poll
     # saw the eviction): recorded as ended attempts before anything else is judged
     missed: list[Any] = field(default_factory=list)
+    # a gang's pods gone from under it while it ran (a drain's eviction deletes the pod, and a poll that
+    # backs off may never see it Failed), by node rank, as last seen: the node failed_node names first
+    gone: dict[int, Any] = field(default_factory=dict)
     # the Job controller's refusals to make this object's pods (FailedCreate events: Pod Security
     # admission, a quota), newest last; None: not read (the account may not list events)
     failed_creates: Callable[[Any], list[str]] | None = None
@@ -170,6 +162,17 @@ def wait(watch: Watch, obj: Any, t0: float, *, timeout_s: float, pending_timeout
                                      if p.metadata.uid not in watch.evicted and _of_ended_attempt(p, ev)}
                 if not ev["requeued"]:
                     return obj, workload, {**pods, **ended}, f"{said}: {INACTIVE_NOTE}; {kind} deleted"
+                fresh = {r: new_pods[r] if r in new_pods and new_pods[r].metadata.uid == p.metadata.uid else p
+                         for r, p in ended.items()}  # as this read shows them
+                done = sorted(r for r, p in fresh.items() if _phase(p) == "Succeeded")
+                if watch.nodes > 1 and done:
+                    # admitted again, the JobSet resumes its child Job, which keeps its completed indexes:
+                    # only the other nodes would run, waiting for peers that never come (the harness ran
+                    # them, and the replicate read ok from two attempts' nodes: review 2026-12-08)
+                    return obj, workload, {**pods, **fresh}, (
+                        f"{said} after node{'s' if len(done) > 1 else ''} {', '.join(map(str, done))} had finished: "
+                        f"a {kind} admitted again resumes its Job, which keeps the indexes that completed and "
+                        f"reruns only the others, so the gang cannot run together again; {kind} deleted")
                 if watch.eviction_retries is None:
                     return obj, workload, {**pods, **ended}, f"{said}; {kind} deleted"
                 # Kueue requeues it: the Job is admitted again and makes a new pod, a new attempt
@@ -187,6 +190,7 @@ def wait(watch: Watch, obj: Any, t0: float, *, timeout_s: float, pending_timeout
                 started, t0 = None, time.perf_counter()
                 sleep(poll_s)
                 continue
+            _gang_pods_gone(watch, followed, new_pods)
             vanished = _vanished(watch, followed, new_pods)
             if (watch.missed or vanished) and watch.eviction_retries is not None and watch.pod_evictions_replaced:
                 # evictions the Job had already replaced when this poll came (the replacement may even
@@ -244,6 +248,12 @@ def wait(watch: Watch, obj: Any, t0: float, *, timeout_s: float, pending_timeout
                 follow.__enter__()
             if (watch.pod_end_ends and phase0 in ("Succeeded", "Failed")) \
                     or any(cond_time(obj, c) for c in watch.ended_by):
+                stale = sorted(r for r, p in pods.items() if r not in live)
+                if watch.nodes > 1 and stale:  # a node's newest pod is of an ended attempt: never one result
+                    return obj, workload, pods, (
+                        f"node{'s' if len(stale) > 1 else ''} {', '.join(map(str, stale))} did not run in the "
+                        f"attempt that ended the {kind} (their pods are of an attempt Kueue ended): the gang's "
+                        f"result would mix attempts; {kind} deleted")
                 return obj, workload, pods, None
             if cond_time(obj, "Failed"):
                 why = cond_message(obj, "Failed") or "Failed"
@@ -316,15 +326,6 @@ def _pull_verdict(watch: Watch, pod: Any, reason: str, message: str | None,
     return None
 
 
-def pull_failure_messages(core_api: Any, namespace: str, pod: Any) -> list[str]:
-    """The messages of the pod's ``Failed`` events (the kubelet's pull failures among them), oldest first."""
-    events = core_api.list_namespaced_event(
-        namespace, field_selector=f"involvedObject.uid={pod.metadata.uid},reason=Failed").items
-    stamped = [(epoch(ev.last_timestamp) or epoch(ev.event_time) or epoch(ev.metadata.creation_timestamp) or 0.0,
-                ev.message or "") for ev in events]
-    return [m for _w, m in sorted(stamped, key=lambda t: t[0]) if m]
-
-
 def _suspended(obj: Any) -> bool:
     spec = obj.get("spec") if isinstance(obj, dict) else getattr(obj, "spec", None)
     return bool((spec.get("suspend") if isinstance(spec, dict) else getattr(spec, "suspend", None)) or False)
@@ -347,23 +348,6 @@ def _events_refused(watch: Watch, exc: Exception, loses: str) -> None:
     if isinstance(exc, ApiException) and exc.status in (401, 403) and "events" not in watch.off:
         watch.off.add("events")
         log.warning("cannot list events in the namespace (%s): %s", api_error(exc), loses)
-
-
-def failed_create_messages(core_api: Any, namespace: str, since: float | None,
-                           uids: set[str] | frozenset[str] = frozenset(),
-                           names: set[str] | None = None) -> list[str]:
-    """The messages of FailedCreate Warning events on the Jobs given by uid (or, for a JobSet's
-    child Jobs, by name and not older than ``since``: a JobSet of that name deleted a moment ago
-    left its own), oldest first."""
-    events = core_api.list_namespaced_event(
-        namespace, field_selector="reason=FailedCreate,involvedObject.kind=Job").items
-    found = []
-    for ev in events:
-        inv = ev.involved_object
-        when = epoch(ev.last_timestamp) or epoch(ev.event_time) or epoch(ev.metadata.creation_timestamp) or 0.0
-        if (inv.uid in uids) or (names is not None and inv.name in names and (since is None or when >= since - 1)):
-            found.append((when, ev.message or ""))
-    return [m for _w, m in sorted(found, key=lambda t: t[0])]
 
 
 def _new_kueue_eviction(workload: Any, seen: dict[str, Any]) -> dict[str, Any] | None:
@@ -443,6 +427,20 @@ VANISHED = ("its pod was gone before it was seen to end, and the Job replaced it
             "disruption (podFailurePolicy Ignore on DisruptionTarget)")
 
 
+def _gang_pods_gone(watch: Watch, followed: dict[int, Any], new_pods: dict[int, Any]) -> None:
+    """A gang's node whose pod followed until this read is no longer its newest (deleted, or replaced
+    while terminating) and had not finished: kept in ``watch.gone``, as last seen. A gang's child Job
+    fails on it (backoffLimit 0), and the peers' SIGTERM was named as the cause (review 2026-12-08)."""
+    if watch.nodes <= 1:
+        return
+    for rank, before in followed.items():
+        now = new_pods.get(rank)
+        if rank in watch.gone or _phase(before) == "Succeeded" or before.metadata.uid in watch.evicted:
+            continue
+        if now is None or now.metadata.uid != before.metadata.uid:
+            watch.gone[rank] = before
+
+
 def _vanished(watch: Watch, followed: dict[int, Any], new_pods: dict[int, Any]) -> list[Any]:
     """The single-pod attempt followed until this read, when this read shows another pod in its place and
     neither lists it any more nor counted it (review 2026-12-07: it was never counted, and the replacement
@@ -453,135 +451,3 @@ def _vanished(watch: Watch, followed: dict[int, Any], new_pods: dict[int, Any]) 
     if before.metadata.uid in watch.evicted or any(p.metadata.uid == before.metadata.uid for p in watch.missed):
         return []
     return [before]
-
-
-def job_watch(client: Any, batch_api: Any, custom_api: Any, namespace: str, name: str, *,
-              eviction_retries: int | None = None) -> Watch:
-    """A ``batch/v1`` Job: its newest pod of this Job's uid (an evicted attempt left out once its
-    replacement exists), its Workload when Kueue is readable."""
-    evicted: list[str] = []
-
-    def read(job: Any) -> tuple[Any, Any, dict[int, Any]]:
-        job = batch_api.read_namespaced_job_status(name=name, namespace=namespace)
-        every = _job_pods(client, namespace, name, job.metadata.uid)
-        pod = _newest_pod(client, namespace, name, job.metadata.uid, exclude=evicted, pods=every)
-        # an eviction whose replacement already exists: the newest pod is the replacement, so the
-        # evicted one would never be read as this Job's pod (and its attempt never counted)
-        watch.missed[:] = [p for p in every if p is not pod and p.metadata.uid not in evicted
-                           and _phase(p) == "Failed" and _disrupted(p)]
-        return job, _job_workload(custom_api, namespace, job), ({0: pod} if pod is not None else {})
-
-    def no_pod(job: Any) -> str:
-        return ("suspended, no Kueue Workload (is Kueue installed and the queue label right?)"
-                if job.spec.suspend else "no pod created")
-
-    watch = Watch(kind="Job", name=name, read=read, nodes=1, ended_by=("Complete",), pod_end_ends=True,
-                  no_pod_note=no_pod, name_the_node=False, eviction_retries=eviction_retries, evicted=evicted,
-                  failed_creates=lambda job: failed_create_messages(client.core_api, namespace, None,
-                                                                    uids={job.metadata.uid}),
-                  pull_errors=lambda pod: pull_failure_messages(client.core_api, namespace, pod))
-    return watch
-
-
-def jobset_watch(core_api: Any, custom_api: Any, namespace: str, name: str, nodes: int, *,
-                 eviction_retries: int | None = None) -> Watch:
-    """A JobSet: its pods by completion index (the node rank), its Workload by the JobSet's uid.
-    A gang Kueue evicted (preempted, PodsReadyTimeout) is suspended, loses every pod, and is
-    admitted again with new ones: a new attempt, within ``eviction_retries``; the newest pod of
-    each index that is not of an ended attempt is the one followed."""
-    evicted: list[str] = []
-
-    def read(_js: Any) -> tuple[Any, Any, dict[int, Any]]:
-        js = custom_api.get_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSETS, name)
-        uid = (js.get("metadata") or {}).get("uid")
-        listed = [p for p in core_api.list_namespaced_pod(
-                      namespace, label_selector=f"jobset.sigs.k8s.io/jobset-name={name}").items
-                  if _of_jobset(p, uid)]
-        pods = {}
-        # an ended attempt's pod (still terminating) never wins over its index's new one, even
-        # when both were created in the same second
-        for pod in sorted(listed, key=lambda p: (p.metadata.uid not in evicted,
-                                                 epoch(p.metadata.creation_timestamp) or 0.0, not _deleting(p))):
-            idx = (pod.metadata.annotations or {}).get("batch.kubernetes.io/job-completion-index", "0")
-            pods[int(idx)] = pod
-        workload = None
-        if uid:
-            items = custom_api.list_namespaced_custom_object(
-                KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOADS,
-                label_selector=f"{KUEUE_JOB_UID_LABEL}={uid}").get("items") or []
-            workload = items[0] if items else None
-        return js, workload, pods
-
-    children = {f"{name}-{REPLICATED_JOB}-0"}  # one replicated Job of ``nodes`` pods (benchrun.launch.jobset)
-    return Watch(kind="JobSet", name=name, read=read, nodes=nodes, ended_by=("Completed", "Failed"),
-                 pod_end_ends=False, no_pod_note=lambda _js: "no pods created", name_the_node=True,
-                 eviction_retries=eviction_retries, pod_evictions_replaced=False, evicted=evicted,
-                 failed_creates=lambda js: failed_create_messages(
-                     core_api, namespace, epoch((js.get("metadata") or {}).get("creationTimestamp")), names=children),
-                 pull_errors=lambda pod: pull_failure_messages(core_api, namespace, pod))
-
-
-def _of_jobset(pod: Any, uid: str | None) -> bool:
-    """Whether a pod named for the JobSet is of this JobSet and not of one of that name deleted a
-    moment ago (made anew: ``k8s_submit``), by the uid label JobSet puts on its pods; a pod
-    without the label (an older JobSet) is taken by its name."""
-    mine = (pod.metadata.labels or {}).get(JOBSET_UID_LABEL)
-    return mine is None or not uid or mine == uid
-
-
-def load_job_watch(client: Any, batch_api: Any, custom_api: Any, namespace: str, name: str, pods: int) -> Watch:
-    """An Indexed load Job (``benchrun.launch.loadjob``): its pods by completion index, this Job's
-    uid only; it ends by its own condition (every index succeeded, or one failed: backoffLimit 0)."""
-
-    def read(_job: Any) -> tuple[Any, Any, dict[int, Any]]:
-        job = batch_api.read_namespaced_job_status(name=name, namespace=namespace)
-        found = [p for p in client.get_pods_in_job(name, namespace)
-                 if any(o.uid == job.metadata.uid for o in (p.metadata.owner_references or []))]
-        by_index: dict[int, Any] = {}
-        for pod in sorted(found, key=lambda p: epoch(p.metadata.creation_timestamp) or 0.0):
-            by_index[int((pod.metadata.annotations or {}).get("batch.kubernetes.io/job-completion-index", "0"))] = pod
-        return job, _job_workload(custom_api, namespace, job), by_index
-
-    def no_pod(job: Any) -> str:
-        return ("suspended, no Kueue Workload (is Kueue installed and the queue label right?)"
-                if job.spec.suspend else "no pods created")
-
-    return Watch(kind="Job", name=name, read=read, nodes=pods, ended_by=("Complete", "Failed"), pod_end_ends=False,
-                 no_pod_note=no_pod, name_the_node=True,
-                 failed_creates=lambda job: failed_create_messages(client.core_api, namespace, None,
-                                                                   uids={job.metadata.uid}),
-                 pull_errors=lambda pod: pull_failure_messages(client.core_api, namespace, pod))
-
-
-def _job_workload(custom_api: Any, namespace: str, job: Any) -> dict[str, Any] | None:
-    if custom_api is None or job is None:
-        return None
-    try:
-        items = custom_api.list_namespaced_custom_object(
-            KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOADS,
-            label_selector=f"{KUEUE_JOB_UID_LABEL}={job.metadata.uid}",
-        ).get("items") or []
-    except (ApiException, HTTPError, OSError):
-        return None  # Kueue not installed or not readable: the timeline has no Kueue times
-    return items[0] if items else None
-
-
-def _job_pods(client: Any, namespace: str, name: str, job_uid: str | None = None) -> list[Any]:
-    pods = client.get_pods_in_job(name, namespace)
-    if job_uid:
-        # only this Job's pods: a same-named Job deleted a moment ago may leave its pods
-        # behind for a while (background deletion)
-        pods = [p for p in pods if any(o.uid == job_uid for o in (p.metadata.owner_references or []))]
-    return list(pods)
-
-
-def _newest_pod(client: Any, namespace: str, name: str, job_uid: str | None = None,
-                exclude: list[str] | tuple[str, ...] = (), pods: list[Any] | None = None) -> Any:
-    pods = _job_pods(client, namespace, name, job_uid) if pods is None else pods
-    if exclude:  # evicted attempts the Job replaced (creation times have whole seconds: no tie-break)
-        pods = [p for p in pods if p.metadata.uid not in set(exclude)] or pods
-    if not pods:
-        return None
-    # the newest pod (a Job recreated after preemption makes a new one); of two created in the
-    # same second (whole seconds), the one not being deleted: an ended attempt still terminating
-    return max(pods, key=lambda p: (epoch(p.metadata.creation_timestamp) or 0.0, not _deleting(p)))

@@ -53,7 +53,8 @@ from benchrun.launch.k8s_failures import failed_node, layer_end, verdict
 from benchrun.launch.k8s_objects import job_model, pod_env
 from benchrun.launch.k8s_status import epoch, job_timeline, node_keys, pod_timeline
 from benchrun.launch.k8s_submit import api_error, create_or_adopt_job, create_or_adopt_jobset, live_job, live_jobset
-from benchrun.launch.k8s_wait import LogFollower, job_watch, jobset_watch, wait
+from benchrun.launch.k8s_wait import LogFollower, wait
+from benchrun.launch.k8s_watches import job_watch, jobset_watch
 from benchrun.launch.loadjob import launch_load, refuse_in_layer_job
 from benchrun.launch.podspec import Placement
 from benchrun.launch.rerun import set_aside_earlier
@@ -424,7 +425,8 @@ class KubernetesLauncher:
         deleted = delete() if ended is not None or self.delete_finished else False
         atomic_write_json(raw_path(run_dir, inv.run_id, inv.suite, inv.replicate, "pod", "json"), timeline)
         if ended is None:
-            ended = failed_node(inv, pods, deleted)
+            gone = {r: p for r, p in watch.gone.items() if p.metadata.uid not in watch.evicted}  # not Kueue's
+            ended = failed_node(inv, pods, deleted, gone=gone)
             if ended is not None and word != "node":
                 ended = ended.replace("node ", f"{word} ", 1)
         return self._settle(inv, run_dir, pod0, timeline, ended, deleted, notes.get(0), log_path, result_path,

@@ -124,7 +124,7 @@ def launch_load(launcher: Any, inv: Invocation, run_dir: Path, manifest: dict[st
     from kubernetes.client.exceptions import ApiException
 
     from benchrun.launch.k8s_submit import api_error
-    from benchrun.launch.k8s_wait import load_job_watch
+    from benchrun.launch.k8s_watches import load_job_watch
 
     k8s = launcher
     name = manifest["metadata"]["name"]

@@ -924,7 +924,7 @@ class ControlPlane:
             )
             if fail_job is not None:
                 for pkey, pod in active:
-                    await self._disrupt_pod(pkey, pod, "PodFailurePolicy", fail_job)
+                    await self._disrupt_pod(pkey, pod, "PodFailurePolicy", fail_job, condition=False)
                 conds = set_condition(conds, _condition("FailureTarget", True, "PodFailurePolicy", fail_job))
                 conds = set_condition(conds, _condition("Failed", True, "PodFailurePolicy", fail_job))
                 status.update(conditions=conds, active=0)
@@ -935,7 +935,7 @@ class ControlPlane:
             start = _epoch(status.get("startTime"))
             if deadline is not None and start is not None and time.time() - start > float(deadline):
                 for pkey, pod in active:
-                    await self._disrupt_pod(pkey, pod, "DeadlineExceeded", "Job was active longer than specified deadline")
+                    await self._disrupt_pod(pkey, pod, "DeadlineExceeded", "Job was active longer than specified deadline", condition=False)
                 conds = set_condition(conds, _condition("FailureTarget", True, "DeadlineExceeded", "Job was active longer than specified deadline"))
                 conds = set_condition(conds, _condition("Failed", True, "DeadlineExceeded", "Job was active longer than specified deadline"))
                 status.update(conditions=conds, active=0)
@@ -944,7 +944,7 @@ class ControlPlane:
                 continue
             if len(failed) > backoff:
                 for pkey, pod in active:
-                    await self._disrupt_pod(pkey, pod, "BackoffLimitExceeded", "Job has reached the specified backoff limit")
+                    await self._disrupt_pod(pkey, pod, "BackoffLimitExceeded", "Job has reached the specified backoff limit", condition=False)
                 conds = set_condition(conds, _condition("FailureTarget", True, "BackoffLimitExceeded", "Job has reached the specified backoff limit"))
                 conds = set_condition(conds, _condition("Failed", True, "BackoffLimitExceeded", "Job has reached the specified backoff limit"))
                 status.update(conditions=conds, active=0)
@@ -1066,7 +1066,7 @@ class ControlPlane:
         await self._event(job, "SuccessfulCreate", f"Created pod: {name}")
 
     async def _disrupt_pod(self, key: Any, pod: dict[str, Any], reason: str, message: str,
-                           *, suspended: bool = False) -> None:
+                           *, suspended: bool = False, condition: bool = True) -> None:
         """Graceful deletion, as the kubelet does it: DisruptionTarget and a deletionTimestamp,
         the processes stopped, the pod failed, and the object removed ``grace_seconds`` later
         (its log stays readable until then).
@@ -1074,14 +1074,19 @@ class ControlPlane:
         ``suspended``: the Job controller deleting the pods of a Job that was suspended (Kueue
         preempted it). It removes the pod's tracking finalizer before the DELETE
         (``deleteJobPods``), so the pod never counts as a failure of the Job, and a plain DELETE
-        sets no DisruptionTarget: the pod just fails with the signal (143)."""
+        sets no DisruptionTarget: the pod just fails with the signal (143).
+        ``condition=False``: any other plain DELETE of the Job or JobSet controller (the Job failed:
+        its deadline, backoff limit or pod failure policy; the JobSet failed): no DisruptionTarget
+        either, which only the disruptions set (the Eviction API, the scheduler's preemption, the
+        taint manager, the pod GC, the kubelet): it once marked the peers of a drained gang node
+        as disrupted themselves."""
         if (pod.get("metadata") or {}).get("deletionTimestamp"):
             return
         new = copy.deepcopy(pod)
         new["metadata"]["deletionTimestamp"] = now_iso()
         if suspended:
             self.uncounted_pods.add(pod["metadata"]["uid"])
-        else:
+        elif condition:
             new["status"]["conditions"] = set_condition(
                 new["status"].get("conditions") or [], _condition("DisruptionTarget", True, reason, message)
             )
@@ -1097,7 +1102,7 @@ class ControlPlane:
                 "Pending",
                 "Running",
             ):
-                await self._disrupt_pod(key, pod, "JobSetFailed", "JobSet failed")
+                await self._disrupt_pod(key, pod, "JobSetFailed", "JobSet failed", condition=False)
 
     async def _delete_with_dependents(self, key: Any) -> None:
         await self.api.remove_object(key)  # the GC removes the dependents on the next pass
