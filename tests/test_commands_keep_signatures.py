@@ -139,8 +139,9 @@ def test_an_edited_status_json_is_not_carried_into_a_new_signature(bench_home, m
     cli = CliRunner()
     for command in (["rebuild-warehouse", rid], ["report", rid]):
         out = cli.invoke(app, command)
-        assert "not signed again: status.json no longer names the run as its signature does" in out.output, out.output
-        assert "benchmark_class.granted (signed 'realism_grade', status.json 'publication_grade')" in out.output
+        said = out.output + str(out.exception)  # report refuses (exit 1), its signed report kept
+        assert "not signed again: status.json no longer names the run as its signature does" in said, said
+        assert "benchmark_class.granted (signed 'realism_grade', status.json 'publication_grade')" in said
         assert env.read_bytes() == before  # the signature stays what it was
     predicate = json.loads(base64.b64decode(json.loads(env.read_text())["payload"]))["predicate"]
     assert predicate["benchmark_class"]["granted"] == "realism_grade" and predicate["run_name"] == "synthetic"
@@ -166,7 +167,8 @@ def test_an_edited_status_json_is_not_carried_into_a_new_signature(bench_home, m
     st["finished_utc"] = "1999-01-01T00:00:00Z"
     (rd / "status.json").write_text(json.dumps(st))
     out = cli.invoke(app, ["report", rid])
-    assert f"finished_utc (signed {finished!r}, status.json '1999-01-01T00:00:00Z')" in out.output, out.output
+    said = out.output + str(out.exception)
+    assert out.exit_code == 1 and f"finished_utc (signed {finished!r}, status.json '1999-01-01T00:00:00Z')" in said, said
     assert env.read_bytes() == before
 
 
@@ -206,14 +208,16 @@ def test_report_signs_over_only_what_it_writes_and_nothing_added(bench_home, mon
     cli = CliRunner()
     (rd / "reports" / f"{rid}_report.md").write_text("verdict: no change\n")  # not a file `report` writes
     out = cli.invoke(app, ["report", rid])
-    assert "not signed again: signed files changed that this command did not write" in out.output, out.output
+    said = out.output + str(out.exception)  # refused (exit 1): the signed report is kept as it was
+    assert out.exit_code == 1 and "not signed again: signed files changed that this command did not write" in said, said
     assert cli.invoke(app, ["verify", rid]).exit_code == 1
     (rd / "reports" / f"{rid}_report.md").write_text("verdict: REGRESSION, tps -12%\n")  # restored
     (rd / "structured" / f"{rid}_notes.json").write_text('{"verdict": "fine"}')  # added after signing
     for command in (["report", rid], ["rebuild-warehouse", rid]):
         out = cli.invoke(app, command)
-        assert "not signed again: files were added since signing" in out.output, out.output
-        assert f"structured/{rid}_notes.json" in out.output
+        said = out.output + str(out.exception)
+        assert "not signed again: files were added since signing" in said, said
+        assert f"structured/{rid}_notes.json" in said
         verified = cli.invoke(app, ["verify", rid]).output
         assert f"not covered: structured/{rid}_notes.json" in verified, verified  # it stays unsigned
     (rd / "structured" / f"{rid}_notes.json").unlink()
@@ -332,3 +336,48 @@ def test_a_run_that_ends_later_publishes_its_hot_metrics_again(bench_home, monke
     assert 'phase="Analyzing"' in prom.read_text()
     assert cancel_run(bench_home, rid, "canceled while it was being analysed")
     assert 'phase="Canceled"' in prom.read_text() and 'phase="Analyzing"' not in prom.read_text()
+
+
+def test_report_that_cannot_sign_again_keeps_the_signed_report_and_exits_non_zero(bench_home, monkeypatch, tmp_path):
+    """With a verify key that is not the one that signed the run (a rotated or another site's key),
+    `benchrun report` rewrote the signed report, could not sign again, warned and exited 0: the run
+    then failed verify and promote."""
+    from pathlib import Path
+
+    import benchrun.report.html as html
+    from benchrun.provenance.keys import KEY_ENV, VERIFY_KEY_ENV
+
+    rid = "run-k"
+    rd = _signed_run(bench_home, monkeypatch, rid)
+    cli = CliRunner()
+    assert cli.invoke(app, ["report", rid]).exit_code == 0
+    report = rd / "reports" / f"{rid}_report.html"
+    signed = report.read_bytes()
+    assert cli.invoke(app, ["verify", rid]).exit_code == 0
+    real = html.build_report
+
+    def built_differently(run_dir, *a, **k):  # what a later run of the workload (its history) does to it
+        path = real(run_dir, *a, **k)
+        Path(path).write_bytes(Path(path).read_bytes() + b"<!-- history grew -->")
+        return path
+
+    monkeypatch.setattr(html, "build_report", built_differently)
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    other = Ed25519PrivateKey.generate()
+    (tmp_path / "other.pub.pem").write_bytes(other.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    monkeypatch.setenv(VERIFY_KEY_ENV, str(tmp_path / "other.pub.pem"))
+    out = cli.invoke(app, ["report", rid])
+    said = out.output + str(out.exception)
+    assert out.exit_code == 1, said
+    assert f"{rid}: report not rewritten, its signed report and figures are kept as they were: not signed again: " \
+           "the current signature cannot be checked" in said, said
+    assert report.read_bytes() == signed
+    monkeypatch.delenv(VERIFY_KEY_ENV)
+    assert cli.invoke(app, ["verify", rid]).exit_code == 0
+    # with the key that signed it, the new report is written and signed
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    assert cli.invoke(app, ["report", rid]).exit_code == 0
+    assert report.read_bytes() != signed and cli.invoke(app, ["verify", rid]).exit_code == 0

@@ -321,3 +321,43 @@ def test_rows_in_the_iceberg_tables_show_a_run_sealed_its_evidence(bench_home):
     _unseal(rd, "elsewhere/${RUN_ID}/")
     failed, why = unsigned(rd)
     assert failed and "rows in the warehouse (" in why and "benchmark_run_fact" in why, why
+
+
+def test_a_missing_private_key_is_refused_not_replaced_over_the_public_key_that_signed_the_runs(tmp_path, monkeypatch):
+    """With keys/ed25519.pem gone (a copy that skipped a 0600 file, a deletion), the next signing made a
+    new key and overwrote ed25519.pub.pem: promote and compare then refused every earlier run."""
+    from benchrun.provenance.keys import load_signing_key, local_key_paths
+
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    home = tmp_path / "home"
+    first = load_signing_key(home)
+    priv, pub = local_key_paths(home)
+    old_pub = pub.read_text()
+    priv.unlink()
+    with pytest.raises(BenchrunError) as err:
+        load_signing_key(home)
+    said = str(err.value)
+    assert f"signing key {priv} is missing, but {pub} (keyid {first.keyid}) is there" in said
+    assert "Restore ed25519.pem from a backup (mode 0600)" in said and "--public-key THAT_FILE" in said
+    assert pub.read_text() == old_pub and not priv.exists()
+    # moved aside on purpose, a new key is made
+    pub.rename(tmp_path / "old.pub.pem")
+    assert load_signing_key(home).keyid != first.keyid
+
+
+def test_a_replaced_private_key_keeps_the_earlier_public_key_beside_the_new_one(tmp_path, monkeypatch):
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from benchrun.provenance.keys import load_public_key, keyid_of, load_signing_key, local_key_paths
+
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    home = tmp_path / "home"
+    first = load_signing_key(home)
+    priv, pub = local_key_paths(home)
+    priv.write_bytes(Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    second = load_signing_key(home)
+    assert second.keyid != first.keyid and keyid_of(load_public_key(pub)) == second.keyid
+    kept = pub.with_name(f"ed25519.{first.keyid}.pub.pem")
+    assert keyid_of(load_public_key(kept)) == first.keyid

@@ -118,15 +118,38 @@ def load_signing_key(home: Path | str | None = None) -> SigningKey:
     priv_path, pub_path = local_key_paths(home)
     priv_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     if not priv_path.exists():
+        if pub_path.exists():
+            # the public key of a key that signed this home's runs: a new key made here overwrote it, and
+            # promote and compare (which verify with it) then refused every earlier run (review 2026-12-08)
+            raise BenchrunError(
+                f"signing key {priv_path} is missing, but {pub_path} (keyid {_keyid_of_file(pub_path)}) is there: "
+                "the key that signed this home's runs. A new key would replace that public key and every earlier "
+                f"run would fail verify, promote and compare. Restore {priv_path.name} from a backup (mode 0600); or, "
+                f"to start a new key on purpose, move {pub_path.name} out of {pub_path.parent} first (`benchrun verify "
+                "RUN --public-key THAT_FILE` still checks the runs it signed), or set $BENCHRUN_SIGNING_KEY")
         _create_local(priv_path)
     _check_private_mode(priv_path)
     key = _load_private(priv_path, None)
     public = key.public_key()
     pem = public_pem(public)
-    if not pub_path.exists() or pub_path.read_text(encoding="utf-8") != pem:
+    if pub_path.exists() and pub_path.read_text(encoding="utf-8") != pem:
+        # the private key was replaced: keep the public key that signed the earlier runs beside the new one
+        kept = pub_path.with_name(f"ed25519.{_keyid_of_file(pub_path)}.pub.pem")
+        os.replace(pub_path, kept)
+        log.warning("the local signing key changed (now keyid %s): the earlier public key is kept as %s; verify "
+                    "the runs it signed with `benchrun verify RUN --public-key %s`", keyid_of(public), kept, kept)
+    if not pub_path.exists():
         atomic_write_text(pub_path, pem)
         os.chmod(pub_path, 0o644)
     return SigningKey(key, public, keyid_of(public), str(priv_path), pub_path)
+
+
+def _keyid_of_file(path: Path) -> str:
+    """The keyid of the public key in ``path``, or what is wrong with the file."""
+    try:
+        return keyid_of(load_public_key(path))
+    except BenchrunError as exc:
+        return f"unreadable: {exc}"
 
 
 def load_public_key(path: Path | str) -> Ed25519PublicKey:

@@ -348,8 +348,12 @@ def report(run_id: str = typer.Argument(..., help="Run id or run directory.")) -
     settle(home_location()[0], lambda line: typer.echo(line, err=True))  # one writer of the report at a time
     run_dir = resolve_run(run_id)
     _refuse_live(run_dir)
+    kept = _signed_report_files(run_dir)
     path = build_report(run_dir)
-    _resign(run_dir)
+    if kept is None:
+        _resign(run_dir)
+    else:
+        _resign_or_restore(run_dir, kept)
     typer.echo(f"report: {path}")
     typer.echo(f"figures: {path.parent.parent / 'figures'}")
 
@@ -408,6 +412,42 @@ def _resign(run_dir: "Path", *written: str) -> None:
         why = resign_if_intact(run_dir, rewritten=(*report_outputs(run_dir), *written))
         if why:
             typer.echo(f"warning: {run_dir.name}: {why}", err=True)
+
+
+def _signed_report_files(run_dir: "Path") -> "dict[str, bytes | None] | None":
+    """The report's files as signed (run-relative path -> bytes, None when absent), for a signed run of
+    a home; None for a run never signed (its report is simply written)."""
+    from benchrun.provenance.signing import envelope_path
+    from benchrun.report.html import report_outputs
+
+    run_dir = Path(run_dir)
+    if not (envelope_path(run_dir).is_file() and (run_dir / "status.json").is_file() and run_dir.parent.name == "runs"):
+        return None
+    return {rel: (run_dir / rel).read_bytes() if (run_dir / rel).is_file() else None for rel in report_outputs(run_dir)}
+
+
+def _resign_or_restore(run_dir: "Path", kept: "dict[str, bytes | None]") -> None:
+    """Sign the run again over the report just written; when it cannot be (a key that does not verify its
+    signature, an edit elsewhere), put the signed report and figures back as they were and refuse: the
+    report was rewritten with exit 0 and the run then failed verify and promote (review 2026-12-08)."""
+    from benchrun.fsio import atomic_write_bytes
+    from benchrun.lifecycle import resign_if_intact
+    from benchrun.report.html import report_outputs
+
+    run_dir = Path(run_dir)
+    why = resign_if_intact(run_dir, rewritten=tuple(report_outputs(run_dir)))
+    if not why:
+        return
+    for rel in sorted(set(report_outputs(run_dir)) | set(kept)):
+        data = kept.get(rel)
+        if data is not None:
+            atomic_write_bytes(run_dir / rel, data)
+        else:
+            (run_dir / rel).unlink(missing_ok=True)
+    raise BenchrunError(f"{run_dir.name}: report not rewritten, its signed report and figures are kept as they were: "
+                        f"{why}. The run is signed, and a report it cannot sign again would fail `benchrun verify` "
+                        "and `promote`; make the signature checkable (the key that signed it: unset "
+                        "BENCHRUN_VERIFY_PUBLIC_KEY / BENCHRUN_SIGNING_KEY if they name another) and run it again")
 
 
 def register(app: typer.Typer) -> None:
