@@ -576,3 +576,34 @@ def test_sharegpt_replies_stay_with_their_prompts_past_empty_or_consecutive_huma
     e = load_dataset(tmp_path / "d.json").entries[0]
     assert e.prompts == ("first question", "second,\ncontinued", "last, unanswered")
     assert e.replies == ("first answer", "second answer")
+
+
+def test_a_jsonl_record_holding_a_line_separator_is_one_record(tmp_path):
+    """str.splitlines broke JSONL records at U+2028, U+2029 and U+0085, which JSON strings may hold
+    unescaped (json.dumps(..., ensure_ascii=False) writes them): a valid file was refused as not JSON."""
+    from benchrun.loadgen.dataset import load_dataset
+
+    prompts = ["Hello\u2028world", "second \x85 NEL", "para\u2029graph \x1c sep"]
+    path = tmp_path / "d.jsonl"
+    path.write_text("\r\n".join(json.dumps({"prompt": p}, ensure_ascii=False) for p in prompts) + "\r\n",
+                    encoding="utf-8")
+    assert [e.prompts for e in load_dataset(path).entries] == [(p,) for p in prompts]
+
+
+def test_surrogate_halves_never_end_a_sweep(tmp_path, toks):
+    """JSON admits lone \\uD8xx escapes: a dataset prompt holding one, or a reply streamed as an emoji's
+    two halves in two chunks, reached the tokenizers library, which refused the string ("TextInputSequence
+    must be str"), and the whole sweep ended."""
+    from types import SimpleNamespace
+
+    from benchrun.loadgen.dataset import load_dataset
+    from benchrun.loadgen.records import tokenizer_count
+
+    path = tmp_path / "sur.jsonl"
+    path.write_text('{"prompt": "hello \\ud83d world"}\n{"prompt": "pair \\ud83d\\ude00 ok"}\n', encoding="utf-8")
+    entries = load_dataset(path).entries
+    assert [e.prompts[0] for e in entries] == ["hello \ufffd world", "pair \U0001F600 ok"]
+    tok = HFTokenizer(toks["bpe"])
+    assert tok.count("\ud83d") == tok.count("\ufffd") and tok.count("\ud83d" + "\ude00") == tok.count("\U0001F600")
+    out = SimpleNamespace(generated=["a ", "\ud83d", "\ude00"], chunk_tokens=[1, 1, 1], chunk_token_method=None)
+    assert tokenizer_count(out, tok) == max(3, tok.count("a \U0001F600"))

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchrun.loadgen.tokens import whole_text
+
 FORMATS = ("auto", "sharegpt", "jsonl", "parquet")
 _HUMAN = frozenset({"human", "user"})
 _ASSISTANT = frozenset({"gpt", "assistant", "bot", "chatgpt", "model"})
@@ -117,13 +119,24 @@ def _entry(rec: Any, idx: int, fmt: str, where: str) -> Entry | None:
         prompts, replies = conv
         if not prompts:
             return None
-        return Entry(idx, tuple(prompts), tuple(replies), _output_tokens(rec.get("output_tokens"), where))
+        return Entry(idx, tuple(map(whole_text, prompts)), tuple(map(whole_text, replies)),
+                     _output_tokens(rec.get("output_tokens"), where))
     prompt = rec.get("prompt")
     if not isinstance(prompt, str):
         raise DatasetError(f"{where}: needs a string 'prompt' (generic layout: {{\"prompt\": ..., \"output_tokens\": N}})")
     if not prompt.strip():
         return None
-    return Entry(idx, (prompt,), (), _output_tokens(rec.get("output_tokens"), where))
+    return Entry(idx, (whole_text(prompt),), (), _output_tokens(rec.get("output_tokens"), where))
+
+
+def jsonl_lines(text: str) -> list[str]:
+    """JSON Lines' records: split on ``\\n`` only (a ``\\r`` before it dropped). ``str.splitlines`` also
+    breaks at U+2028, U+2029, U+0085 and other separators, which JSON strings may hold unescaped
+    (RFC 8259 §7; ``json.dumps(..., ensure_ascii=False)`` writes them): a valid record was cut in two."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
 def _detect(p: Path, text: str | None) -> str:
@@ -134,7 +147,7 @@ def _detect(p: Path, text: str | None) -> str:
     first = text.lstrip()[:1]
     if first == "[":
         return "sharegpt"
-    for line in text.splitlines():
+    for line in jsonl_lines(text):
         if line.strip():
             try:
                 rec = json.loads(line)
@@ -173,7 +186,7 @@ def load_dataset(path: str | Path, fmt: str = "auto", expect_sha256: str | None 
             raise DatasetError(f"dataset {p}: not JSON ({exc}); fix the file or give one record a line (JSONL)") from None
         records = [(rec, f"{p}: record {i}") for i, rec in enumerate(data)]
     else:
-        for n, line in enumerate((text or "").splitlines(), 1):
+        for n, line in enumerate(jsonl_lines(text or ""), 1):
             if not line.strip():
                 continue
             try:

@@ -18,6 +18,18 @@ import numpy as np
 from benchrun.loadgen.workload import VOCABULARY, make_prompt, renamed_within
 
 
+def whole_text(text: str) -> str:
+    """``text`` as UTF-8 and a tokenizer take it: UTF-16 surrogate halves that arrived apart (an emoji a
+    server streamed as ``\\ud83d`` in one chunk and ``\\ude00`` in the next, joined as two code points)
+    made one character again, and a lone half U+FFFD. JSON admits lone ``\\uD8xx`` escapes; the
+    tokenizers library refuses such a string, and one reply (or dataset prompt) ended the whole sweep."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 class TokenizerError(ValueError):
     """A tokenizer that cannot be loaded or used; the message names the path and the fix."""
 
@@ -70,7 +82,7 @@ class HFTokenizer:
         self._filler_ids = [VOCABULARY.index(w) for w in self._fillers]
 
     def _ids(self, text: str) -> list[int]:
-        return self._tok.encode(text, add_special_tokens=False).ids
+        return self._tok.encode(whole_text(text), add_special_tokens=False).ids
 
     def count(self, text: str) -> int:
         return len(self._ids(text)) if text else 0
