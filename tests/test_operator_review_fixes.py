@@ -378,3 +378,65 @@ def test_the_docs_delete_the_benchmarkruns_before_the_operator_and_the_finalizer
     assert harness.get(KIND, "left", NS)["metadata"]["finalizers"] == [FINALIZER]
     api_of(harness).patch_namespaced_custom_object(*CR, NS, "benchmarkruns", "left", json.loads(patch))
     assert harness.get(KIND, "left", NS) is None
+
+
+def test_a_finished_benchmarkrun_whose_dagster_run_is_gone_is_followed_not_run_again(
+        harness, instance, runs, canary_doc) -> None:
+    """The Dagster run store was the only record that a generation had started: with its run deleted
+    (the UI's "Delete run", a database reset), every relist queued the benchmark again under the same
+    run id, and the Succeeded object went back to Running."""
+    create(harness, doc(canary_doc, "done"))
+    op = operator(harness, runs)
+    op.relist()
+    uid = harness.get(KIND, "done", NS)["metadata"]["uid"]
+    [run] = runs_of(instance, uid)
+    run_id = run.tags["dagster/partition"]
+    rd = RunDir.for_run(run_id)
+    for phase in ("Running", "Analyzing", "Succeeded"):
+        rd.set_phase(phase)
+    instance.report_run_canceled(run)  # any finished state of the Dagster run
+    op.catch_up()
+    assert harness.get(KIND, "done", NS)["status"]["phase"] == "Succeeded"
+    instance.delete_run(run.run_id)
+    again = operator(harness, DagsterRuns(instance))  # a restart, or a relist after 410
+    again.relist()
+    assert runs_of(instance, uid) == [] and again.stats.started == 0 and again.stats.reused == 1
+    status = harness.get(KIND, "done", NS)["status"]
+    assert (status["phase"], status["runId"]) == ("Succeeded", run_id)
+    assert rd.read_status()["phase"] == "Succeeded" and uid in again.known
+    # registered but never started (its submit lost with the record): started, as before
+    create(harness, doc(canary_doc, "owed"))
+    op.relist()
+    owed_uid = harness.get(KIND, "owed", NS)["metadata"]["uid"]
+    [owed] = runs_of(instance, owed_uid)
+    instance.delete_run(owed.run_id)
+    third = operator(harness, DagsterRuns(instance))
+    third.relist()
+    assert len(runs_of(instance, owed_uid)) == 1 and third.stats.started == 1
+
+
+def test_objects_waiting_for_a_start_token_are_read_only_as_tokens_come(harness, instance, runs, canary_doc,
+                                                                        monkeypatch) -> None:
+    """Each pass read every rate-limited object again (a GET and Dagster queries) though the bucket could
+    start none of them: the backlog times the pass rate in API calls, what the rate limit was for."""
+    for i in range(6):
+        create(harness, doc(canary_doc, f"w{i}"))
+    op = Operator(api_of(harness), runs, Settings(namespace=NS, page_size=2, watch_timeout_s=30, starts_per_s=0.001,
+                                                  start_burst=2))
+    op.relist()
+    assert op.stats.started == 2 and len(op.waiting) == 4
+    gets: list[str] = []
+    real = kube.get_benchmarkrun
+
+    def counted(api, namespace, name):
+        gets.append(name)
+        return real(api, namespace, name)
+
+    monkeypatch.setattr(kube, "get_benchmarkrun", counted)
+    for _ in range(5):
+        op.retry_waiting()
+    assert gets == [] and op.stats.started == 2 and len(op.waiting) == 4  # was: 20 GETs
+    assert op._watch_timeout() == 30  # the next token is 1000 s away: the watch waits its full time, not 1 s
+    op.bucket.tokens = 2.0  # time passes: two tokens, the two oldest are read and started
+    op.retry_waiting()
+    assert gets == ["w2", "w3"] and op.stats.started == 4 and len(op.waiting) == 2

@@ -113,3 +113,16 @@ def test_crd_schema_rejects_what_the_model_rejects() -> None:
     del doc["spec"]["sinks"]
     errors = {tuple(e.absolute_path)[-1] if e.absolute_path else e.validator for e in jsonschema.Draft4Validator(open_api_schema()).iter_errors(doc)}
     assert errors == {"minReplicates", "cadence", "spec"}  # spec: required key sinks missing
+
+
+def test_the_crd_refuses_a_name_no_run_id_can_be_made_of() -> None:
+    """metadata was an open object: the API server took "gemm.v2" (a valid subdomain) and a 64–253
+    character name, and the operator then set Rejected, "fix the spec and apply it again" — which a
+    name, immutable, never can be. The CRD now holds the name to the model's DNS label."""
+    validator = jsonschema.Draft4Validator(open_api_schema())
+    doc = yaml.safe_load(ALL_SPECS[0].read_text())
+    for bad in ("gemm.v2", "a" * 64, "Gemm", "-gemm"):
+        doc["metadata"]["name"] = bad
+        assert [tuple(e.absolute_path) for e in validator.iter_errors(doc)] == [("metadata", "name")], bad
+    doc["metadata"]["name"] = "gemm-v2"
+    assert list(validator.iter_errors(doc)) == []

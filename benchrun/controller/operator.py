@@ -68,11 +68,15 @@ class TokenBucket:
         self.rate, self.burst = float(rate), int(burst)
         self.tokens, self.stamp = float(burst), time.monotonic()
 
-    def take(self) -> bool:
+    def available(self) -> float:
+        """The tokens saved up now (none taken)."""
         now = time.monotonic()
         self.tokens = min(float(self.burst), self.tokens + (now - self.stamp) * self.rate)
         self.stamp = now
-        if self.tokens >= 1.0:
+        return self.tokens
+
+    def take(self) -> bool:
+        if self.available() >= 1.0:
             self.tokens -= 1.0
             return True
         return False
@@ -133,6 +137,8 @@ class Operator:
         self.bucket = TokenBucket(settings.starts_per_s, settings.start_burst)
         self.version: str | None = None
         self.waiting: dict[str, dict[str, Any]] = {}  # uid -> object: rate-limited or failed, tried again
+        # the waiting objects that wait for a start token only, oldest first: read again only as tokens come
+        self._rate_limited: dict[str, None] = {}
         self.known: dict[str, tuple[ResourceRef, str]] = {}  # uid -> (ref, run_id) for status catch-up
         self.stats = Stats()
         self._last_catch_up = 0.0
@@ -257,6 +263,7 @@ class Operator:
                 uid = str((obj.get("metadata") or {}).get("uid"))
                 self.known.pop(uid, None)
                 self.waiting.pop(uid, None)
+                self._rate_limited.pop(uid, None)
                 self._settled.pop(uid, None)
                 self._not_before.pop(uid, None)
                 self._stop_tries.pop(uid, None)
@@ -271,14 +278,25 @@ class Operator:
         """The watch's ``timeoutSeconds``: short while an object waits to be tried again now, else up to
         the earliest deferred deletion, else ``watch_timeout_s``."""
         now, longest = time.monotonic(), self.settings.watch_timeout_s
-        due = [self._not_before.get(uid, 0.0) - now for uid in self.waiting]
+        token_due = self.bucket.wait_s() if self.bucket.available() < 1.0 else 0.0
+        due = [token_due if uid in self._rate_limited else self._not_before.get(uid, 0.0) - now for uid in self.waiting]
         return max(1, min([longest, *(int(d + 0.999) for d in due)])) if due else longest
 
     def retry_waiting(self) -> None:
+        """Read again and reconcile the waiting objects that are due: those backing off once their time
+        comes, those waiting for a start token only as many as the bucket holds, oldest first. Before,
+        every one was read (a GET and Dagster queries) every pass whether or not a token had come: 28
+        waiting objects made 145 GETs in 5 passes that started 2 (review 2026-12-08)."""
         now = time.monotonic()
+        tokens = int(self.bucket.available())
         for uid in list(self.waiting):
             if self._not_before.get(uid, 0.0) > now:
                 continue  # a deletion backing off: tried again when its time comes
+            if uid in self._rate_limited:
+                if tokens < 1:
+                    continue  # no start token yet: nothing to read it for
+                tokens -= 1
+                self._rate_limited.pop(uid)
             self.keep_lease()
             obj = self.waiting.pop(uid)
             fresh = kube.get_benchmarkrun(self.api, ResourceRef.of(obj).namespace, ResourceRef.of(obj).name)
@@ -415,8 +433,19 @@ class Operator:
         if status.get("observedGeneration") == ref.generation and status.get("phase") == "Rejected":
             self._supersede(obj, ref)  # a stop still pending from an earlier edit goes on
             return
+        recorded = status.get("runId") if status.get("observedGeneration") == ref.generation else None
+        if recorded and self._ran(str(recorded), ref):
+            # its Dagster run record is gone (deleted in the UI, a database reset) but the object's status and
+            # the run's own status.json say this generation ran: follow it, never run the benchmark again (every
+            # relist started it anew, and a Succeeded object went back to Running: review 2026-12-08)
+            self.known[ref.uid] = (ref, str(recorded))
+            self.stats.reused += 1
+            self._write_from_run(obj, ref, str(recorded))
+            self._supersede(obj, ref, started=True)
+            return
         if not self.bucket.take():
             self.waiting[ref.uid] = obj
+            self._rate_limited[ref.uid] = None
             return
         try:
             prepared = _register_once(self.register, obj, ref, _created(obj), self.settings.home)
@@ -440,6 +469,22 @@ class Operator:
         self.known[ref.uid] = (ref, prepared.run_id)
         self._write_from_run(obj, ref, prepared.run_id)
         self._supersede(obj, ref, started=True)
+
+    def _ran(self, run_id: str, ref: ResourceRef) -> bool:
+        """Whether run ``run_id`` is this generation's (its status.json names the object) and went past
+        Pending: registered only, its start is still owed (a submit that failed is retried)."""
+        from benchrun.paths import benchrun_home, is_run_id
+        from benchrun.rundir import RunDir
+        from benchrun.sharedstate import pull_run
+
+        if not is_run_id(run_id):
+            return False  # a status someone wrote by hand names no run of ours
+        try:
+            pull_run(run_id, benchrun_home(self.settings.home), status_only=True)  # the worker's pod wrote it
+        except (BenchrunError, OSError):
+            pass  # the local copy decides
+        st = RunDir.for_run(run_id, self.settings.home).read_status()
+        return st.get("resource") == ref.to_json() and st.get("phase") not in (None, "Pending")
 
     def _supersede(self, obj: dict[str, Any], ref: ResourceRef, *, started: bool = False) -> None:
         """Stop the in-flight runs of the object's earlier generations and mark their run directories

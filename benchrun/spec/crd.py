@@ -26,7 +26,7 @@ import yaml
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from benchrun.spec.model import API_VERSION, KIND, BenchmarkRun, RunStatus, SeveralShapes, Spec
+from benchrun.spec.model import API_VERSION, KIND, BenchmarkRun, Metadata, RunStatus, SeveralShapes, Spec
 
 GROUP, VERSION = API_VERSION.split("/")
 PLURAL = "benchmarkruns"
@@ -153,7 +153,10 @@ def crd() -> dict[str, Any]:
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},
-            "metadata": {"type": "object"},
+            # the run id is made of the name (a DNS label, as spec.model's Metadata requires): the API server
+            # refuses another name at create, where a Rejected status could only say "recreate it" (the
+            # name of an object cannot change; re-applying, the advice, never fixed it: review 2026-12-08)
+            "metadata": {"type": "object", "properties": {"name": model_schema(Metadata)["properties"]["name"]}},
             "spec": model_schema(Spec),
             "status": model_schema(RunStatus),
         },
