@@ -338,11 +338,17 @@ def delete_run(run_id: str, *, home: Path | str | None = None, instance: Any = N
         remove_partition(root, table, run_id)
     if tables:
         out.removed.append(f"warehouse partitions of {len(tables)} table(s): {', '.join(tables)}")
+    from benchrun.stats.cpfact import FACT_RELPATH, drop_run
+
+    breaks = drop_run(root, run_id)
+    if breaks:
+        push_paths(root, FACT_RELPATH)
+        out.removed.append(f"{breaks} change point(s) of change_point_fact that start at the run")
     held = _delete_iceberg_rows(root, run_id)
     if held:
         out.removed.append(f"its rows of {len(held)} Iceberg table(s): {', '.join(held)} (one commit each; "
                            "earlier snapshots keep them until they expire)")
-    if tables or held:
+    if tables or held or breaks:
         refresh_views(root)
     for extra in (default_textfile(run_id, root), liveness_path(root, run_id)):
         if extra.exists():

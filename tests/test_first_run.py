@@ -301,3 +301,26 @@ def test_a_delete_cut_short_inside_its_last_step_is_finished_by_deleting_again(t
     assert not rd.exists() and [r.name for r in list_runs(tmp_path)] == []  # never listed half-removed
     out = delete_run(rd.name, home=tmp_path)
     assert "what an earlier delete left" in out.removed[0] and not list((tmp_path / "runs").iterdir())
+
+
+def test_delete_takes_the_runs_change_points_out_of_the_fact(tmp_path):
+    """A deleted run's breaks stayed in change_point_fact until the next change-points pass, naming a
+    run no other table held."""
+    import pandas as pd
+
+    from benchrun.runctl import delete_run
+    from benchrun.stats.changepoint import FACT_COLUMNS
+    from benchrun.stats.cpfact import read_change_point_fact, write_change_point_fact
+    from benchrun.stats.synthetic import make_run
+    from benchrun.warehouse import query
+
+    rid = "gone-20261202000000-bbbbbbbb"
+    make_run(tmp_path, rid, {("s", "c", "tps"): ([1.0, 2.0], "tok/s", "higher")})
+    rows = [{c: None for c in FACT_COLUMNS} | {"series_id": f"s{i}", "run_id": r, "alarm_run_id": rid, "metric": "tps"}
+            for i, r in enumerate((rid, "kept-20261202000000-cccccccc"))]
+    write_change_point_fact(pd.DataFrame(rows, columns=FACT_COLUMNS), tmp_path)
+    out = delete_run(rid, home=tmp_path)
+    assert "1 change point(s) of change_point_fact that start at the run" in out.removed
+    assert read_change_point_fact(tmp_path)["run_id"].tolist() == ["kept-20261202000000-cccccccc"]
+    assert query("SELECT run_id FROM change_point_fact", tmp_path).table.to_pylist() == [
+        {"run_id": "kept-20261202000000-cccccccc"}]

@@ -49,3 +49,15 @@ def write_change_point_fact(df: "pd.DataFrame", home: Path) -> Path:
     with atomic_path(target) as tmp:
         df.to_parquet(tmp, index=False)
     return target
+
+
+def drop_run(home: Path, run_id: str) -> int:
+    """Take a deleted run's breaks out of the fact (``benchrun delete``); how many rows went. They stayed
+    until the next change-points pass, naming a run no table held any more."""
+    fact = read_change_point_fact(home)
+    if fact is None or fact.empty or "run_id" not in fact.columns:
+        return 0
+    kept = fact[fact["run_id"].astype(str) != run_id]
+    if len(kept) != len(fact):
+        write_change_point_fact(kept.reset_index(drop=True), home)
+    return len(fact) - len(kept)
