@@ -48,3 +48,15 @@ def test_query_json_writes_big_integers_as_strings_and_non_finite_doubles_as_nul
     for given in (doc["snapshot_ids"]["measurement_fact"], json.dumps(doc["snapshot_ids"]["measurement_fact"])):
         assert CliRunner().invoke(app, ["query", "--as-of", given, "--json", "SELECT 1 AS one"]).exit_code == 0
     assert seen[1:] == [SNAPSHOT, SNAPSHOT]
+
+
+def test_query_json_writes_a_decimal_as_the_number_it_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """DuckDB reads `1.5` as DECIMAL(2,1), and --json wrote every DECIMAL as a string ("1.5"): a reader
+    summing a column got text. A DECIMAL a double holds exactly is a number; one it cannot hold keeps
+    its digits as a string, as a big integer does."""
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    sql = "SELECT 1.5 AS a, 0.1 AS b, 12.345::DECIMAL(10,3) AS c, 1234567890.123456789012::DECIMAL(38,18) AS d"
+    out = CliRunner().invoke(app, ["query", "--json", sql])
+    assert out.exit_code == 0, out.output
+    assert _strict_loads(out.stdout)["rows"] == [{"a": 1.5, "b": 0.1, "c": 12.345,
+                                                  "d": "1234567890.123456789012000000"}]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import decimal
 import json
 import math
 from typing import Any, Optional
@@ -47,14 +48,20 @@ _EXACT = 2**53 - 1  # the largest integer every JSON reader (jq, JavaScript) hol
 
 def _strict(value: Any) -> Any:
     """``value`` as strict JSON reads it back: an integer beyond ±(2**53 - 1) (an Iceberg snapshot
-    id) as a string of its digits, which jq would otherwise round; NaN and ±Infinity, which
-    strict JSON has no token for, as null."""
+    id) as a string of its digits, which jq would otherwise round; a DECIMAL as a number when a
+    double holds it exactly (it was always a string), else its digits as a string; NaN and
+    ±Infinity, which strict JSON has no token for, as null."""
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, int):
         return value if -_EXACT <= value <= _EXACT else str(value)
     if isinstance(value, float):
         return value if math.isfinite(value) else None
+    if isinstance(value, decimal.Decimal):  # DuckDB's DECIMAL (`SELECT 1.5` is one): a number where it is exact
+        if not value.is_finite():
+            return None
+        as_float = float(value)
+        return as_float if decimal.Decimal(repr(as_float)) == value else str(value)
     if isinstance(value, dict):
         return {k: _strict(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
