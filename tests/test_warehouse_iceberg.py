@@ -861,6 +861,10 @@ def test_a_tagged_decision_reads_the_same_numbers_after_its_snapshots_would_have
         query(sql, tmp_path, as_of=lakeviews.parse_as_of("never-made"))
     with pytest.raises(BenchrunError, match="a letter, then"):
         lake.tag_tables(tmp_path, "main")
+    # --as-of main suggested `tag-warehouse main`, which is refused just above: it says what main is
+    with pytest.raises(BenchrunError, match="--as-of main: main is the warehouse as it is now") as err:
+        lakeviews.parse_as_of("main")
+    assert "tag-warehouse" not in str(err.value)
     bad = runner.invoke(app, ["query", "--as-of", "2026-13-40", sql])
     assert bad.exit_code != 0 and "tag-warehouse" in bad.output + str(bad.exception)
 

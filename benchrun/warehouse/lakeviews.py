@@ -65,6 +65,10 @@ def parse_as_of(value: str) -> int | dt.datetime | Tag:
     try:
         when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
+        if text == "main":  # Iceberg's branch of the current snapshots, no tag: `tag-warehouse main` is refused
+            raise BenchrunError("--as-of main: main is the warehouse as it is now, which a query without --as-of "
+                                f"reads; to read an earlier state give a tag, a snapshot id ({_SNAPSHOT_IDS}) or a "
+                                "time") from None
         if TAG_PATTERN.fullmatch(text):
             return Tag(text)
         raise BenchrunError(f"--as-of {value!r}: give a snapshot id ({_SNAPSHOT_IDS}), an ISO 8601 time such as "
