@@ -129,3 +129,32 @@ def test_a_child_the_suite_starts_is_the_suites_from_the_next_sample(tmp_path, m
     # the busy child's CPU is the suite's while it runs (before: ~0 until the next listing)
     assert counted >= 0.1 * span, (counted, span)
     assert _background_mean(table) <= max(before, after) + DEFAULT_CONTENTION_PCT, (_background_mean(table), before, after)
+
+
+DAEMONIZING = ("import subprocess, sys, time\n"
+               "subprocess.Popen([sys.executable, '-c', 'import time\\nt = time.time()\\nwhile time.time() - t < 1.5: pass'])\n"
+               "print(time.time(), flush=True)\n")  # exits at once: the busy child is reparented to pid 1
+
+
+@pytest.mark.slow
+def test_a_process_the_suite_left_behind_its_exited_parent_is_still_the_suites(tmp_path, monkeypatch):
+    """Found in review (2026-12-08): a suite's process whose parent exited (`cmd &` in a shell that ends, a
+    server that daemonizes) moves under pid 1, out of the parent tree; its CPU was background (59 % → 99 %
+    on this 2-core machine) though the launcher, which starts each suite in a session of its own, kills it
+    as the suite's. Both looks (each sample's, and the full listing) take the session's processes; the full
+    listing is put off here (30 s) so that only a sample's look can find it, after its parent is gone."""
+    monkeypatch.setattr(host, "TREE_REFRESH_S", 30.0)
+    sampler = Sampler(tmp_path / "s.parquet", 10.0, gpus=False)
+    sampler.start()
+    proc = subprocess.Popen([sys.executable, "-c", DAEMONIZING], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    sampler.watch(proc.pid)
+    out, _ = proc.communicate()
+    left = float(out.split()[0])
+    time.sleep(1.8)  # the orphan runs on
+    sampler.stop()
+    rows = [r for r in read_samples(tmp_path / "s.parquet").to_pylist() if r["metric"] == "suite_cpu_pct"
+            and left + 0.3 <= r["ts"].timestamp() <= left + 1.4]
+    span = sum(r["interval_s"] for r in rows)
+    counted = sum(r["value"] / 100.0 * r["interval_s"] * psutil.cpu_count() for r in rows)
+    assert span >= 0.8 and counted >= 0.3 * span, (counted, span)  # before: ~0

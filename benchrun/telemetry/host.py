@@ -139,9 +139,20 @@ class HostProbe:
             self._tree_cpu_dead += max(gone_roots, reaped_cpu)
         return cpu + self._tree_cpu_dead, rss
 
+    def _of_a_suite_session(self, pid: int) -> bool:
+        """Whether ``pid`` is in the session a suite root leads: the launcher starts each suite in a session
+        of its own and counts everything left in it as the suite's. A process whose parent exited (``cmd &``
+        in a shell that ends, a server that daemonizes) is reparented to pid 1 out of the parent tree, and its
+        CPU was counted as background: the suite flagged its own run contended (review 2026-12-08)."""
+        try:
+            return os.getsid(pid) in self.suite_pids
+        except OSError:
+            return False
+
     def _discover(self, now: float) -> None:
         """Add the suite's new processes to the tree: a full listing every TREE_REFRESH_S (and
-        after ``watch``), else only the processes started since the last look whose parent is in it."""
+        after ``watch``), else only the processes started since the last look whose parent is in it;
+        both take too the processes of a suite root's session that left the parent tree."""
         try:
             pids: set[int] | None = set(psutil.pids())  # before the listing: what starts after it is new next time
         except (psutil.Error, OSError):
@@ -157,6 +168,12 @@ class HostProbe:
                     continue
                 for p in members:
                     self._tree.setdefault(p.pid, p)
+            for pid in pids or ():
+                if pid not in self._tree and self._of_a_suite_session(pid):
+                    try:
+                        self._tree.setdefault(pid, psutil.Process(pid))
+                    except psutil.Error:
+                        continue
             return
         if pids is None:
             return
@@ -171,7 +188,7 @@ class HostProbe:
         while grew:  # a new child of a new child joins once its parent has
             grew = False
             for pid, (p, ppid) in list(parent_of.items()):
-                if ppid in self._tree:
+                if ppid in self._tree or self._of_a_suite_session(pid):
                     self._tree.setdefault(pid, p)
                     del parent_of[pid]
                     grew = True
