@@ -295,6 +295,12 @@ def test_sglang_and_vllm_names_map_to_one_vocabulary():
     assert names["requests_waiting"] == "sglang:num_queue_reqs"
     old_vllm = '# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc{engine="0"} 0.25\nvllm:gpu_cache_usage_perc{engine="1"} 0.5\n'
     assert servermetrics.mapped(servermetrics.parse(old_vllm))[0] == {"kv_cache_usage_ratio": 0.75}  # summed over engines
+    # a NaN or Inf sample (the exposition format allows them: a gauge with nothing to report) is no value;
+    # it made the point's mean NaN, written into the result as the bare token NaN
+    nan = ('# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc{engine="0"} NaN\n'
+           'vllm:gpu_cache_usage_perc{engine="1"} 0.5\n# TYPE vllm:num_requests_waiting gauge\n'
+           'vllm:num_requests_waiting +Inf\n')
+    assert servermetrics.mapped(servermetrics.parse(nan))[0] == {"kv_cache_usage_ratio": 0.5}
 
 
 def test_server_metrics_are_scraped_during_each_point(server):

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -62,7 +63,10 @@ MAPPING: dict[str, tuple[tuple[str, ...], str, str]] = {
 
 
 def parse(text: str) -> dict[str, float]:
-    """Server sample name -> value summed over its label sets (histogram and summary series skipped)."""
+    """Server sample name -> value summed over its label sets (histogram and summary series skipped). A
+    NaN or ±Inf sample, which the exposition format allows (a gauge with nothing to report), is no value:
+    it made the point's mean NaN, written into the result as the bare token NaN, which strict JSON
+    readers refuse."""
     from prometheus_client.parser import text_string_to_metric_families
 
     out: dict[str, float] = {}
@@ -70,7 +74,7 @@ def parse(text: str) -> dict[str, float]:
         if fam.type in ("histogram", "summary", "gaugehistogram"):
             continue
         for s in fam.samples:
-            if s.name.endswith("_created"):
+            if s.name.endswith("_created") or not math.isfinite(float(s.value)):
                 continue
             out[s.name] = out.get(s.name, 0.0) + float(s.value)
     return out
