@@ -64,17 +64,35 @@ def test_interval_from_the_environment_must_be_positive(monkeypatch, tmp_path):
     assert ProgressDisplay(tmp_path / "p.json", io.StringIO()).interval_s == 2.5
 
 
-def test_run_refuses_a_bad_interval_before_it_makes_a_run_or_waits_for_the_turn(monkeypatch, tmp_path, capsys):
-    """Review 2026-12-07: checked only once the benchmark turn was taken (22 s of waiting behind
-    another run), then exit 1 and a Failed run left in `benchrun runs` for a setting never usable."""
+@pytest.mark.parametrize("name, value", [("BENCHRUN_PROGRESS_INTERVAL_S", "abc"),
+                                         ("BENCHRUN_REPORT_FIGURES", "sideways"),
+                                         ("BENCHRUN_CONTENTION_PCT", "ten"), ("BENCHRUN_CONTENTION_PCT", "150")])
+def test_run_refuses_a_bad_setting_before_it_makes_a_run_or_waits_for_the_turn(monkeypatch, tmp_path, capsys,
+                                                                                name, value):
+    """Review 2026-12-07: the interval was checked only once the benchmark turn was taken (22 s of waiting
+    behind another run), then exit 1 and a Failed run left in `benchrun runs` for a setting never usable.
+    Review 2026-12-08: a bad BENCHRUN_REPORT_FIGURES failed the run at its report step after every launch
+    had measured; BENCHRUN_CONTENTION_PCT=ten was read as the default without a word."""
     from helpers import cli_in_process
 
     spec = ROOT / "specs" / "local" / "canary.yaml"
     monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("BENCHRUN_PROGRESS_INTERVAL_S", "abc")
+    monkeypatch.setenv(name, value)
     code, out, err = cli_in_process(["run", str(spec)], monkeypatch, capsys)
-    assert code == 2 and "BENCHRUN_PROGRESS_INTERVAL_S='abc'" in out + err
+    assert code == 2 and f"{name}={value!r}" in out + err, (code, out, err)
     assert not (tmp_path / "home" / "runs").exists() or not any((tmp_path / "home" / "runs").iterdir())
+
+
+def test_a_mistyped_warm_setting_is_refused_not_read_as_the_default(monkeypatch):
+    """BENCHRUN_WARM=requir ran the command cold and exited 0, where `require` is meant to fail without a
+    warm orchestrator (exit 2, as the entry point turns a WarmError)."""
+    from benchrun.warm.client import mode
+    from benchrun.warm.key import WarmError
+
+    assert [mode({"BENCHRUN_WARM": v}) for v in ("", "0", "off", "1", "auto", "require", " Require ")] == \
+        ["auto", "off", "off", "auto", "auto", "require", "require"]
+    with pytest.raises(WarmError, match="BENCHRUN_WARM='requir': expected 0"):
+        mode({"BENCHRUN_WARM": "requir"})
 
 
 def test_a_confirmation_round_after_the_last_launch_is_shown_not_analysing_eta_0(tmp_path):

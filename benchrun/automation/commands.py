@@ -43,9 +43,9 @@ def run(
     _use_home(home)
     cadence = check_cadence(name)
     if execute:  # as `benchrun run`: a bad setting is refused before anything is submitted
-        from benchrun.progress_display import interval_from_env
+        from benchrun.commands import settings_up_front
 
-        interval_s = interval_from_env()
+        interval_s = settings_up_front()
     folder = specs if specs is not None else default_specs_dir()
     failed_runs = 0
     not_registered: list[str] = []

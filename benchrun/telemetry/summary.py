@@ -24,12 +24,23 @@ SAMPLED = (*(m for m, _ in TIMED), *(m for m, _ in PEAKS), "suite_cpu_pct", "gpu
 
 
 def contention_threshold_pct(environ: dict[str, str] | None = None) -> float:
-    """``BENCHRUN_CONTENTION_PCT`` (percent of the machine's CPU), default 10."""
+    """``BENCHRUN_CONTENTION_PCT`` (percent of the machine's CPU), default 10. A value that is not a
+    number from 0 to 100 is refused (exit 2) naming the variable: ``ten`` was read as the default
+    without a word, and the threshold decides which replicates a comparison keeps (review 2026-12-08)."""
     raw = (environ if environ is not None else os.environ).get("BENCHRUN_CONTENTION_PCT")
-    try:
-        return float(raw) if raw else DEFAULT_CONTENTION_PCT
-    except ValueError:
+    if not raw or not raw.strip():
         return DEFAULT_CONTENTION_PCT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 <= value <= 100.0:
+        from benchrun.errors import BenchrunError
+
+        raise BenchrunError(f"BENCHRUN_CONTENTION_PCT={raw!r}: expected the mean background CPU (a percent of the "
+                            f"machine, 0 to 100) above which a replicate is contended; unset it for the default "
+                            f"{DEFAULT_CONTENTION_PCT:g}", exit_code=2)
+    return value
 
 
 def _values(table: pa.Table, metric: str) -> np.ndarray:

@@ -29,7 +29,13 @@ def mode(environ: dict[str, str] | None = None) -> str:
     raw = (os.environ if environ is None else environ).get("BENCHRUN_WARM", "").strip().lower()
     if raw in ("0", "off", "no", "false"):
         return "off"
-    return "require" if raw == "require" else "auto"
+    if raw in ("", "1", "auto", "on", "yes", "true"):
+        return "auto"
+    if raw == "require":
+        return "require"
+    # a typo (`requir`) was read as the default, and a command meant to fail without a warm server ran cold
+    raise WarmError(f"BENCHRUN_WARM={raw!r}: expected 0 (never use a warm orchestrator), require (fail when none "
+                    "serves this code) or unset (use one when it runs)")
 
 
 def connect(path: Path, timeout_s: float = 2.0) -> socket.socket | None:
