@@ -96,6 +96,9 @@ BAD_INPUT = [
     ("non-utf8", "metadata:\n  name: caf\xe9\n".encode("latin-1"), True, "not UTF-8"),
     ("control-char", b"a: \x07\n", True, "control character U+0007"),
     ("yaml-bomb", BOMB, True, "YAML bomb"),
+    # few values, each an alias of one 800 KB string: 3.2 GB in validate's canonical JSON (review 2026-12-08)
+    ("long-string-aliases", b"a: &a " + b"A" * 800_000 + b"\nb: [" + b", ".join([b"*a"] * 2000) + b"]\n", True,
+     "characters of values"),
     ("deep-flow", b"[" * 100_000 + b"]" * 100_000, True, f"nested deeper than {MAX_DEPTH}"),
     ("deep-block", "".join("  " * i + f"k{i}:\n" for i in range(500)).encode() + b"  " * 500 + b"v\n", True, "nested deeper"),
     ("recursive-alias", b"a: &a [*a]\n", True, "nested deeper"),

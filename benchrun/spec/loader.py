@@ -34,6 +34,10 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 MAX_BYTES = 1024 * 1024
 MAX_DEPTH = 64
 MAX_VALUES = 50_000
+# Characters of scalars the file may expand to, aliases counted each time they are used: 50,000 values
+# were the only bound, and 2,000 aliases of one 800 KB string (a file under 1 MiB) made 3.2 GB in
+# validate's canonical JSON, 12,000 ran it out of memory (review 2026-12-08).
+MAX_EXPANDED_CHARS = 4 * MAX_BYTES
 INT64_MAX = 2**63 - 1
 
 Path = tuple[str | int, ...]
@@ -219,10 +223,12 @@ def load_documents(data: bytes) -> list[YamlDocument]:
 
 
 class _Budget:
-    """Counts values produced per file (aliases expanded) against MAX_VALUES."""
+    """Counts values produced per file (aliases expanded) against MAX_VALUES, and their scalars'
+    characters against MAX_EXPANDED_CHARS."""
 
     def __init__(self) -> None:
         self.count = 0
+        self.chars = 0
 
     def spend(self, node: Node) -> None:
         self.count += 1
@@ -231,6 +237,12 @@ class _Budget:
                 f"the file expands to more than {MAX_VALUES} values (anchors/aliases: a YAML bomb?)",
                 node.start_mark.line + 1,
             )
+        if isinstance(node, ScalarNode):
+            self.chars += len(node.value)
+            if self.chars > MAX_EXPANDED_CHARS:
+                raise YamlLoadError(
+                    f"the file expands to more than {MAX_EXPANDED_CHARS} characters of values (aliases of long "
+                    "strings: a YAML bomb?)", node.start_mark.line + 1)
 
 
 class _Converter:
