@@ -119,3 +119,30 @@ def test_a_chunk_whose_continuous_usage_did_not_grow_counts_no_token():
         # one gap: from the first token's chunk to the second's, the empty-handed chunk between them none
         assert r["token_gaps_ms"] == [(r["last_token_mono_ns"] - r["first_token_mono_ns"]) / 1e6]
         assert r["token_gaps_ms"][0] > 5
+
+
+def test_a_hostile_servers_events_fail_their_request_not_the_sweep_nor_the_terminal():
+    """Found in review (2026-12-08): one event of JSON nested past Python's stack raised RecursionError
+    out of the sweep (every point lost); a server's error message reached the terminal with its escape
+    sequences (window title, colours, a hidden hyperlink)."""
+    with _server(["[" * 200_000]) as (url, _):
+        rows = _sweep(url, 2)
+    assert [r["error_kind"] for r in rows] == ["malformed_sse"] * 2
+    title = "\x1b]0;PWNED\x07\x1b[31mred\x1b[0m \x9b2J"
+    with _server([_chat({"content": "a"}), {"error": {"message": title}}]) as (url, _):
+        rows = _sweep(url, 1)
+    assert rows[0]["error"] == "server_error: \\x1b]0;PWNED\\x07\\x1b[31mred\\x1b[0m \\x9b2J", rows[0]["error"]
+
+
+def test_a_chunked_models_listing_cut_short_is_an_error_not_a_spin():
+    """`1\\r\\nA\\r\\n3x` (no end of the second size line) looped forever in get_json, outside its timeout,
+    its memory growing."""
+    import pytest
+
+    from benchrun.loadgen.client import dechunk
+
+    assert dechunk(b"1\r\nA\r\n3;ext\r\nbcd\r\n0\r\n\r\n", "GET /v1/models") == b"Abcd"
+    for bad, said in ((b"1\r\nA\r\n3x", "no end of a chunk-size line"), (b"zz\r\n", "bad chunk size"),
+                      (b"9\r\nAB\r\n", "a chunk of 9 bytes"), (b"-1\r\n\r\n", "a chunk of -1 bytes")):
+        with pytest.raises(OSError, match=said):
+            dechunk(bad, "GET /v1/models")

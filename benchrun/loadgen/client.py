@@ -164,19 +164,35 @@ async def get_json(endpoint: Endpoint, path: str, timeout_s: float = 5.0) -> Any
         finally:
             writer.close()
     if headers.get("transfer-encoding", "").lower() == "chunked":
-        body = bytearray()
-        pos = 0
-        while True:
-            j = data.find(b"\r\n", pos)
-            size = int(data[pos:j].split(b";")[0], 16)
-            if size == 0:
-                break
-            body += data[j + 2 : j + 2 + size]
-            pos = j + 2 + size + 2
-        data = bytes(body)
+        data = dechunk(data, f"GET {path}")
     if status != 200:
         raise OSError(f"GET {path}: HTTP {status}")
-    return json.loads(data)
+    try:
+        return json.loads(data)
+    except RecursionError:  # nested past Python's stack: a hostile server's, never a traceback
+        raise ValueError(f"GET {path}: JSON nested too deeply") from None
+
+
+def dechunk(data: bytes, what: str) -> bytes:
+    """The body of a whole ``Transfer-Encoding: chunked`` response; OSError naming ``what`` when it is cut
+    short or malformed. A body without a chunk-size line's end (``1\\r\\nA\\r\\n3x``) looped forever and grew
+    without bound, outside every timeout (review 2026-12-08)."""
+    body = bytearray()
+    pos = 0
+    while True:
+        j = data.find(b"\r\n", pos)
+        if j < 0:
+            raise OSError(f"{what}: chunked body cut short (no end of a chunk-size line)")
+        try:
+            size = int(data[pos:j].split(b";")[0], 16)
+        except ValueError:
+            raise OSError(f"{what}: chunked body has a bad chunk size {bytes(data[pos:j][:20])!r}") from None
+        if size < 0 or j + 2 + size > len(data):
+            raise OSError(f"{what}: chunked body cut short (a chunk of {size} bytes)")
+        if size == 0:
+            return bytes(body)
+        body += data[j + 2 : j + 2 + size]
+        pos = j + 2 + size + 2
 
 
 async def probe(endpoint: Endpoint, timeout_s: float = 5.0) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -66,7 +67,17 @@ class Outcome:
         """Mark the request failed (the first failure wins)."""
         if self.error_kind is None:
             self.error_kind = kind
-            self.error = f"{kind}: {detail}"
+            self.error = f"{kind}: {printable(detail)}"
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """A server's text as benchrun prints and keeps it: control characters (C0, DEL, C1) written as
+    ``\\xNN``. A server's error message reached the terminal as it came, escape sequences and all
+    (a window title, colours, a hidden hyperlink: review 2026-12-08)."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 # A server's numbers are untrusted: a token count outside 0..MAX_TOKENS (or not an integer) is
@@ -121,9 +132,9 @@ async def _read_error_body(reader: asyncio.StreamReader, headers: dict[str, str]
         msg = obj.get("error", obj.get("detail", obj))  # OpenAI/vLLM: error.message; FastAPI: detail
         if isinstance(msg, dict):
             msg = msg.get("message", msg.get("detail", msg))
-        return str(msg)[:200]
-    except (ValueError, AttributeError):
-        return text.strip().replace("\n", " ")[:200]
+        return printable(str(msg)[:200])
+    except (ValueError, AttributeError, RecursionError):  # RecursionError: JSON nested past Python's stack
+        return printable(text.strip().replace("\n", " ")[:200])
 
 
 # The most the client buffers of one SSE event (or chunk-size line) that has not ended yet: a
@@ -257,7 +268,7 @@ async def _consume_stream(reader: TimedReader, headers: dict[str, str], out: Out
                     break
                 try:
                     obj = loads(payload)
-                except ValueError:
+                except (ValueError, RecursionError):  # nested past Python's stack: it ended the whole sweep
                     out.fail("malformed_sse", f"event is not JSON: {payload[:60]!r}")
                     return False
                 if not isinstance(obj, dict):
