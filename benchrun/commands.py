@@ -286,13 +286,14 @@ def run_here(console: Any, prepared: Any, interval_s: float, *, no_wait: bool = 
     try:
         instance = sub.get_instance()
         reap(console, instance)
-        with benchmark_turn(rd.home, rd.run_id, wait=not no_wait, instance=instance,
-                            on_wait=lambda m: console.print(m, markup=False)):
-            from benchrun.report import worker
+        from benchrun.report import worker
 
-            # The last run's report figures may still be drawing: a benchmark must not share the
-            # machine with them. This command draws its own after the status is final.
-            worker.wait_for_workers(rd.home)
+        # The last run's report figures may still be drawing: a benchmark must not share the machine with
+        # them, so the turn waits for them before it asks Dagster for a run in progress (a run its daemon
+        # started meanwhile is then seen). This command draws its own after the status is final.
+        with benchmark_turn(rd.home, rd.run_id, wait=not no_wait, instance=instance,
+                            on_wait=lambda m: console.print(m, markup=False),
+                            settle=lambda: worker.wait_for_workers(rd.home)):
             from benchrun.envcapture import open_background_window
 
             # Our turn: the before-run load sample covers the start-up from here (ours left out).

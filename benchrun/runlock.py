@@ -85,9 +85,12 @@ class TurnRefused(BenchrunError):
 @contextlib.contextmanager
 def benchmark_turn(home: Path, run_id: str, *, wait: bool = True, instance: Any = None,
                    on_wait: Callable[[str], None] | None = None,
-                   timeout_s: float | None = None) -> Iterator[None]:
+                   timeout_s: float | None = None, settle: Callable[[], None] | None = None) -> Iterator[None]:
     """Hold the one-benchmark-at-a-time turn for ``run_id`` (wait for it, or refuse when
-    ``wait`` is false) while the body runs."""
+    ``wait`` is false) while the body runs. ``settle`` (the last run's figure worker, up to minutes)
+    runs once the locks are held and before the Dagster instance is asked for a run in progress:
+    asked first, a run the daemon dequeued during that wait (it takes no lock) measured beside this
+    one (review 2026-12-08)."""
     from benchrun.liveness import identity, in_progress_holder, reap_dead_runs
     from benchrun.rundir import utc_now
 
@@ -116,6 +119,8 @@ def benchmark_turn(home: Path, run_id: str, *, wait: bool = True, instance: Any 
                 fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
                 message = (f"{_holder_text(_machine_holder_path(machine))} holds this machine's "
                            f"one-benchmark-at-a-time turn ({MACHINE_LOCK_ENV}={machine})")
+            if message is None and settle is not None:
+                settle()
             if message is None and instance is not None:
                 reap_dead_runs(home, instance)
                 holder = in_progress_holder(instance)

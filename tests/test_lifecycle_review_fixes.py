@@ -291,3 +291,26 @@ def test_a_homes_holder_record_whose_process_is_gone_is_not_believed(tmp_path, m
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_run_the_daemon_starts_while_the_turn_settles_is_seen_before_the_benchmark(tmp_path, monkeypatch):
+    """Review 2026-12-08: `benchrun run` asked Dagster for a run in progress, then waited up to 300 s for the
+    last run's figure worker inside the turn: a run the daemon dequeued meanwhile (it takes no lock) and the
+    CLI's benchmark both ran. The wait (``settle``) now comes first, and the instance is asked after it."""
+    import dagster as dg
+
+    from benchrun.liveness import JOB_NAME, PARTITION_TAG
+    from benchrun.runlock import TurnRefused, benchmark_turn
+
+    monkeypatch.setenv("BENCHRUN_MACHINE_LOCK", "off")
+    instance = dg.DagsterInstance.ephemeral()
+
+    def the_daemon_starts_a_nightly() -> None:
+        instance.add_run(dg.DagsterRun(job_name=JOB_NAME, run_id="d" * 8 + "-0000-0000-0000-000000000000",
+                                       status=dg.DagsterRunStatus.STARTED, tags={PARTITION_TAG: "nightly-x"}))
+
+    with pytest.raises(TurnRefused, match=r"run nightly-x \(Dagster run d+-0000-0000-0000-000000000000, STARTED\) "
+                                          "holds the one-benchmark-at-a-time turn"):
+        with benchmark_turn(tmp_path / "home", "cli-run", wait=False, instance=instance,
+                            settle=the_daemon_starts_a_nightly):
+            pytest.fail("the CLI's benchmark started beside the daemon's run")
