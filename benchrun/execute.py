@@ -265,6 +265,7 @@ def run_layer(
         flush_prometheus(exc)
         if results:
             record_launches(run_dir, plan.name, results)
+        _set_aside_unrecorded(run_dir, plan, results)
         raise
     flush_prometheus()  # the layer's replicates' Prometheus records, before they are recorded and read
     from benchrun.envcapture import open_background_window
@@ -274,6 +275,32 @@ def run_layer(
     outcome = LayerOutcome(plan.name, layer_status(results), results)
     _record_layer(run_dir, outcome)
     return outcome
+
+
+def _set_aside_unrecorded(run_dir: RunDir, plan: LayerPlan, results: list[LaunchResult]) -> None:
+    """The files of the launch the interruption cut short (its suite may have written an ok result just
+    before) set aside as an earlier launch's (:func:`benchrun.launch.rerun.set_aside_earlier`): kept,
+    never read as the run's. Its ok document, absent from the launch record, was counted by the report's
+    statistics while ``show`` and the record said the launch never finished (review 2026-12-08)."""
+    from benchrun.launch.rerun import set_aside_earlier
+
+    if len(results) >= len(plan.invocations):
+        return
+    inv = plan.invocations[len(results)]  # launched one after another: the one in progress
+    try:
+        rows = json.loads(run_dir.file("structured", "launches", "", "json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        rows = []
+    if any(isinstance(r, dict) and (r.get("suite"), r.get("replicate")) == (inv.suite, inv.replicate) for r in rows):
+        return  # an earlier materialization's launch the record still holds (nothing of this one was recorded)
+    try:
+        moved = set_aside_earlier(run_dir.path, inv)
+    except OSError as exc:  # the interruption's own reason must still reach the caller
+        log.warning("%s r%d: the interrupted launch's files could not be set aside (%s)", inv.suite, inv.replicate, exc)
+        return
+    if moved:
+        log.warning("%s r%d: its launch was interrupted before it was recorded; its files are kept as %s, not read "
+                    "as the run's", inv.suite, inv.replicate, ", ".join(moved))
 
 
 def finish_layer(plan: LayerPlan, run_dir: RunDir, results: list[LaunchResult]) -> LayerOutcome:

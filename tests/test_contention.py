@@ -465,3 +465,33 @@ def test_the_n_column_marks_only_rows_whose_replicates_were_left_out():
     kept = "candidate: 2 contended, kept (only 2 quiet replicates, fewer than 3)"
     assert left_out({"contention": kept}) == kept
     assert left_out({"name": "failed_replicates", "failed_candidate": 1}) == ""  # its n is the launches
+
+
+def test_a_launch_cut_short_by_a_cancel_is_set_aside_not_read_as_the_runs(tmp_path):
+    """Review 2026-12-08: a cancel landed while gemm r2 ran; its suite had written an ok result just before,
+    which the launch record (and `show`) never listed, but the report's statistics counted (n 2, not 1)."""
+    import pytest
+
+    from benchrun.execute import run_layer
+    from benchrun.rundir import RunDir
+    from benchrun.stats.load import replicate_table
+
+    run_id = "cut-20261202000000-aaaaaaaa"
+    rd = RunDir(tmp_path, run_id).create()
+    rd.write_status({"run_id": run_id, "phase": "Running", "conditions": []})
+
+    class Canceled(_Busy):
+        def launch(self, inv, run_dir, extra_env=None):
+            res = super().launch(inv, run_dir, extra_env)
+            if inv.replicate == 2:  # the result is written; the cancel arrives before the launch returns
+                raise KeyboardInterrupt
+            return res
+
+    with pytest.raises(KeyboardInterrupt):
+        run_layer(_plan(run_id, 0), rd, Canceled({}))
+    record = json.loads((rd.path / f"structured/{run_id}_launches.json").read_text())
+    assert [(r["suite"], r["replicate"]) for r in record] == [("s", 1)]
+    assert sorted(replicate_table(rd.path)["replicate"]) == [1]  # was [1, 2]
+    assert not (rd.path / f"structured/{run_id}_s_r2.json").exists()
+    kept = json.loads((rd.path / f"raw/{run_id}_s_r2_earlier1.json").read_text())  # kept, not read
+    assert kept["status"] == "ok" and kept["samples"] == {"calls": f"raw/{run_id}_s_r2_earlier1_calls.json"}
