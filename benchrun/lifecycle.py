@@ -446,6 +446,24 @@ def resign_checked(run_dir: Path, home: Path | str | None = None, *,
     return None, result
 
 
+def _signing_as_written(rd: RunDir) -> tuple[str | None, str | None]:
+    """``spec.provenance.signing``'s backend and attestation format as the pinned spec writes them
+    (unvalidated; None where absent)."""
+    from benchrun.spec.loader import YamlLoadError, load_documents
+
+    try:
+        docs = load_documents(rd.file("structured", "spec", "", "yaml").read_bytes())
+    except (OSError, YamlLoadError, ValueError) as exc:
+        raise BenchrunError(f"run {rd.run_id}: its pinned spec cannot be read ({exc})") from None
+    data = docs[0].data if docs else None
+    spec = data.get("spec") if isinstance(data, dict) else None
+    provenance = spec.get("provenance") if isinstance(spec, dict) else None
+    signing = provenance.get("signing") if isinstance(provenance, dict) else None
+    signing = signing if isinstance(signing, dict) else {}
+    backend, fmt = signing.get("backend"), signing.get("attestationFormat")
+    return (backend if isinstance(backend, str) else None), (fmt if isinstance(fmt, str) else None)
+
+
 def resign_if_intact(run_dir: Path, home: Path | str | None = None, *, rewritten: tuple[str, ...] = ()) -> str | None:
     """:func:`resign_checked`: None when re-signed or never signed; else why not."""
     return resign_checked(run_dir, home, rewritten=rewritten)[0]
@@ -461,9 +479,17 @@ def sign_publication(rd: RunDir, keep: dict[str, Any] | None = None) -> Any:
     if not envelope_path(rd.path).is_file():
         rd.update_status(final_signature=None)  # never signed: no final signature is owed
         return None
-    signing = load_pinned(rd).run.spec.provenance.signing
-    result = sign_run(rd.path, rd.home, backend_requested=signing.backend,
-                      attestation_format=signing.attestation_format, keep=keep)
+    try:
+        signing = load_pinned(rd).run.spec.provenance.signing
+        backend, attestation_format = signing.backend, signing.attestation_format
+    except BenchrunError:
+        if keep is None:
+            raise
+        # Signing again a run whose signature :func:`resign_checked` just verified, sealed spec included: a
+        # pinned spec that today's rules refuse (a rule added since it was pinned) was admitted when it was
+        # pinned, and its signing settings are read as written. It made `benchrun report` impossible to sign.
+        backend, attestation_format = _signing_as_written(rd)
+    result = sign_run(rd.path, rd.home, backend_requested=backend, attestation_format=attestation_format, keep=keep)
     ok, reason, message = result.condition()
     rd.set_condition("Signed", ok, reason, message)
     rd.update_status(final_signature=None)  # the last step: the finished run is signed

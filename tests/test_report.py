@@ -135,8 +135,15 @@ def test_cli_compare_json_promote_report(home):
     assert "environment.kernel" in r.stderr and r.stderr.count("\n") == 1
     r = run("compare", "base", "missing-run")
     assert r.returncode == 1 and "not found" in r.stderr and "Traceback" not in r.stderr
+    # cand is signed, and its pinned spec (this fixture's) is not one today's rules admit: signed again all the
+    # same (its signature verified, the spec read as written), so the report is written and verify passes
     r = run("report", "cand")
-    assert r.returncode == 0 and (home / "runs" / "cand" / "reports" / "cand_report.html").is_file()
+    assert r.returncode == 0 and (home / "runs" / "cand" / "reports" / "cand_report.html").is_file(), r.stderr
+    assert "not signed again" not in r.stderr, r.stderr
+    from benchrun.provenance.keys import load_signing_key
+
+    r = run("verify", "cand", "--trust-keyid", load_signing_key(home).keyid)
+    assert r.returncode == 0, r.stdout + r.stderr
 
 
 @pytest.mark.slow
