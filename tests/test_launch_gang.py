@@ -225,3 +225,9 @@ def test_the_node_whose_own_failure_ended_the_gang_is_named_not_a_peer_stopped_a
     assert named is not None and named.startswith("node 1 (b) failed: evicted: its pod was deleted while it ran"), named
     # a gang that succeeded all the same is no failure
     assert failed_node(inv, {0: pod("a", 0, 10), 1: pod("b", 0, 11)}, True, gone={1: running}) is None
+    # a node that failed by itself is named, not the peer the Job controller deleted for it (gone between
+    # polls: no eviction)
+    peer = NS(status=NS(phase="Running", reason=None, message=None, conditions=None, container_statuses=[]),
+              spec=NS(node_name="a"), metadata=NS(name="a", deletion_timestamp=None))
+    named = failed_node(inv, {0: peer, 1: pod("b", 3, 10)}, True, gone={0: peer})
+    assert named is not None and named.startswith("node 1 (b) failed: exited with code 3"), named

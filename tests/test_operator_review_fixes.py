@@ -404,6 +404,15 @@ def test_a_finished_benchmarkrun_whose_dagster_run_is_gone_is_followed_not_run_a
     status = harness.get(KIND, "done", NS)["status"]
     assert (status["phase"], status["runId"]) == ("Succeeded", run_id)
     assert rd.read_status()["phase"] == "Succeeded" and uid in again.known
+    # its run directory gone too (a fresh home beside a reset database): nothing says it ran, so it starts
+    # (it raised "no such run" on every pass, and never started)
+    import shutil
+
+    instance.delete_run(runs_of(instance, uid)[0].run_id) if runs_of(instance, uid) else None
+    shutil.rmtree(rd.path)
+    fresh = operator(harness, DagsterRuns(instance))
+    fresh.relist()
+    assert fresh.stats.started == 1 and not fresh.stats.errors and len(runs_of(instance, uid)) == 1
     # registered but never started (its submit lost with the record): started, as before
     create(harness, doc(canary_doc, "owed"))
     op.relist()

@@ -361,3 +361,19 @@ def test_a_replaced_private_key_keeps_the_earlier_public_key_beside_the_new_one(
     assert second.keyid != first.keyid and keyid_of(load_public_key(pub)) == second.keyid
     kept = pub.with_name(f"ed25519.{first.keyid}.pub.pem")
     assert keyid_of(load_public_key(kept)) == first.keyid
+
+
+def test_a_damaged_public_key_beside_the_private_key_is_kept_aside_and_made_again(tmp_path, monkeypatch):
+    """An unreadable ed25519.pub.pem (truncated, edited) made every signing raise ValueError (its keeping name
+    held the error text, a '/' in it); before the earlier-key change it was simply written again."""
+    from benchrun.provenance.keys import keyid_of, load_public_key, load_signing_key, local_key_paths
+
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    home = tmp_path / "home"
+    first = load_signing_key(home)
+    _priv, pub = local_key_paths(home)
+    pub.write_text("-----BEGIN PUBLIC KEY-----\ntrunc")
+    again = load_signing_key(home)
+    assert again.keyid == first.keyid and keyid_of(load_public_key(pub)) == first.keyid
+    [kept] = pub.parent.glob("ed25519.unreadable-*.pub.pem")
+    assert kept.read_text().endswith("trunc")

@@ -98,7 +98,11 @@ BAD_INPUT = [
     ("yaml-bomb", BOMB, True, "YAML bomb"),
     # few values, each an alias of one 800 KB string: 3.2 GB in validate's canonical JSON (review 2026-12-08)
     ("long-string-aliases", b"a: &a " + b"A" * 800_000 + b"\nb: [" + b", ".join([b"*a"] * 2000) + b"]\n", True,
-     "characters of values"),
+     "characters of values and keys"),
+    ("long-string-alias-keys", b"a: &a " + b"A" * 800_000 + b"\nb:\n" + b"".join([b"- {*a : 1}\n"] * 2000), True,
+     "characters of values and keys"),
+    ("long-string-merged-keys", b"a: &m\n  ? " + b"K" * 800_000 + b"\n  : 1\nb:\n" + b"".join([b"- {<<: *m}\n"] * 2000),
+     True, "characters of values and keys"),
     ("deep-flow", b"[" * 100_000 + b"]" * 100_000, True, f"nested deeper than {MAX_DEPTH}"),
     ("deep-block", "".join("  " * i + f"k{i}:\n" for i in range(500)).encode() + b"  " * 500 + b"v\n", True, "nested deeper"),
     ("recursive-alias", b"a: &a [*a]\n", True, "nested deeper"),

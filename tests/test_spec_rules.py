@@ -616,9 +616,16 @@ def test_reported_metric_lists_agree_with_what_writes_the_rows() -> None:
     from benchrun.telemetry.samples import Sample, samples_table
 
     table = samples_table(Sample(float(t), "test", "host", q, 1.0, "%", device_index=0)
-                          for q in SAMPLED for t in range(4))
+                          for q in (*SAMPLED, "gpu_throttled") for t in range(4))
     written = {r["name"] for r in summarise(table)}
     assert written == set(SUMMARY_METRICS)
+    # a declared sampled quantity covers rows the comparison reads as its (benchrun.stats.reading.declared)
+    from benchrun.stats.family import parse_primary
+    from benchrun.stats.reading import declared
+
+    for q in SAMPLED:
+        assert any(declared([parse_primary(f"gemm/{q}", field="secondary")], "gemm", "telemetry", row)
+                   for row in SUMMARY_METRICS), q
 
 
 def test_a_builtin_suite_reporting_a_metric_it_does_not_list_fails_the_replicate(tmp_path) -> None:

@@ -483,7 +483,10 @@ class Operator:
             pull_run(run_id, benchrun_home(self.settings.home), status_only=True)  # the worker's pod wrote it
         except (BenchrunError, OSError):
             pass  # the local copy decides
-        st = RunDir.for_run(run_id, self.settings.home).read_status()
+        try:
+            st = RunDir.for_run(run_id, self.settings.home).read_status()
+        except (BenchrunError, OSError):
+            return False  # no run directory (a fresh home) or a damaged one: nothing says it ran, so it starts
         return st.get("resource") == ref.to_json() and st.get("phase") not in (None, "Pending")
 
     def _supersede(self, obj: dict[str, Any], ref: ResourceRef, *, started: bool = False) -> None:

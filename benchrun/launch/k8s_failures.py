@@ -116,7 +116,10 @@ def failed_node(inv: Invocation, pods: dict[int, Any], deleted: bool, gone: dict
             finished = epoch(getattr(term, "finished_at", None)) if term is not None else None
             evicted = pod.status.reason == "Evicted" or disrupted(pod) is not None
             failed.append((not evicted, stopped, finished if finished is not None else float("inf"), rank, pod))
-    if gone and (failed or any(p.status.phase != "Succeeded" for p in pods.values())):
+    own = [f for f in failed if f[0] and not f[1]]  # a node that failed by itself (not evicted, not signalled)
+    # a pod gone between polls is the cause only when no node failed by itself: the Job controller deletes the
+    # peers of a node that exited 3, and a pod gone that way is no eviction (review of 2026-12-08's change)
+    if gone and not own and (failed or any(p.status.phase != "Succeeded" for p in pods.values())):
         rank, pod = min(gone.items(), key=lambda g: (epoch(g[1].metadata.deletion_timestamp) or float("inf"), g[0]))
         why = disrupted(pod) or ("its pod was deleted while it ran and gone before a poll saw it end (a node "
                                  "drain's eviction, a preemption, or someone deleting it)")

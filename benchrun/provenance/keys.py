@@ -6,6 +6,7 @@ Key material is never logged or put in a message; only the key id (sha256 of the
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -132,12 +133,22 @@ def load_signing_key(home: Path | str | None = None) -> SigningKey:
     key = _load_private(priv_path, None)
     public = key.public_key()
     pem = public_pem(public)
-    if pub_path.exists() and pub_path.read_text(encoding="utf-8") != pem:
-        # the private key was replaced: keep the public key that signed the earlier runs beside the new one
-        kept = pub_path.with_name(f"ed25519.{_keyid_of_file(pub_path)}.pub.pem")
-        os.replace(pub_path, kept)
-        log.warning("the local signing key changed (now keyid %s): the earlier public key is kept as %s; verify "
-                    "the runs it signed with `benchrun verify RUN --public-key %s`", keyid_of(public), kept, kept)
+    try:
+        earlier = pub_path.read_bytes()
+    except FileNotFoundError:
+        earlier = None
+    if earlier is not None and earlier != pem.encode("utf-8"):
+        # the private key was replaced: keep the public key that signed the earlier runs beside the new one (named
+        # by its keyid, or, unreadable, by its bytes' hash)
+        try:
+            tag = keyid_of(load_public_key(pub_path))
+        except BenchrunError:
+            tag = "unreadable-" + hashlib.sha256(earlier).hexdigest()[:16]
+        kept = pub_path.with_name(f"ed25519.{tag}.pub.pem")
+        with contextlib.suppress(FileNotFoundError):  # another signer moved it first
+            os.replace(pub_path, kept)
+            log.warning("the local signing key changed (now keyid %s): the earlier public key is kept as %s; verify "
+                        "the runs it signed with `benchrun verify RUN --public-key %s`", keyid_of(public), kept, kept)
     if not pub_path.exists():
         atomic_write_text(pub_path, pem)
         os.chmod(pub_path, 0o644)

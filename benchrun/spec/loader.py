@@ -238,11 +238,14 @@ class _Budget:
                 node.start_mark.line + 1,
             )
         if isinstance(node, ScalarNode):
-            self.chars += len(node.value)
-            if self.chars > MAX_EXPANDED_CHARS:
-                raise YamlLoadError(
-                    f"the file expands to more than {MAX_EXPANDED_CHARS} characters of values (aliases of long "
-                    "strings: a YAML bomb?)", node.start_mark.line + 1)
+            self.text(len(node.value), node.start_mark.line + 1)
+
+    def text(self, n: int, line: int) -> None:
+        """Count ``n`` characters of a scalar (a value or a key, as often as aliases use it)."""
+        self.chars += n
+        if self.chars > MAX_EXPANDED_CHARS:
+            raise YamlLoadError(f"the file expands to more than {MAX_EXPANDED_CHARS} characters of values and keys "
+                                "(aliases of long strings: a YAML bomb?)", line)
 
 
 class _Converter:
@@ -307,6 +310,7 @@ class _Converter:
             if not isinstance(key_node, ScalarNode):
                 self.error(path, f"line {key_line}: a mapping key must be a plain string, not a {key_node.id}")
                 continue
+            self.budget.text(len(key_node.value), key_line)  # a key's characters too (an alias of a long string)
             key = key_node.value if key_node.tag in _KEEP_TEXT_TAGS | {_CORE + "str"} else self.scalar(key_node, path)
             if not isinstance(key, str):
                 self.error(path + (str(key),), f"key {key_node.value!r} must be a string (quote it)")
@@ -317,6 +321,7 @@ class _Converter:
             self.doc.lines[path + (key,)] = key_line
             out[key] = self.convert(value_node, path + (key,))
         for key, value_node, key_line in merged:  # explicit keys win over merged ones
+            self.budget.text(len(key), key_line)
             if key not in out:
                 self.doc.lines[path + (key,)] = key_line
                 out[key] = self.convert(value_node, path + (key,))
