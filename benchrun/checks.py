@@ -25,17 +25,23 @@ def primary_metrics(spec: dict[str, Any]) -> set[str]:
     return out
 
 
-def p99_primary_points(tails: "pd.DataFrame", primary: Iterable[str], need: int) -> list[dict[str, Any]]:
+def p99_primary_points(tails: "pd.DataFrame", primary: Iterable[str], need: int,
+                       contended: dict[str, set[int]] | None = None) -> list[dict[str, Any]]:
     """Each serving point whose p99 a primary metric gates on (``p99_latency_ms`` is the p99 of a
     point's ``e2e_ms``: ``benchrun.stats.tails.P99_METRICS``), with its requests pooled over the
     run's replicates (the count the comparison judges the p99 on) and whether they reach ``need``
     (``benchrun.stats.tails.requests_needed``): a point short of it is ``not gateable`` in any
-    comparison of this run, so its primary cannot clear or flag anything."""
+    comparison of this run, so its primary cannot clear or flag anything. ``contended``: suite →
+    contended replicates, left out as the comparison leaves them out (where 3 quiet ones remain:
+    :func:`benchrun.stats.contention.exclude`); they were pooled, and the check passed where every
+    comparison said "not gateable"."""
     from benchrun.stats.compare import parse_primary
+    from benchrun.stats.contention import exclude
     from benchrun.stats.tails import P99_METRICS
 
     if tails is None or tails.empty:
         return []
+    tails = exclude(tails, contended or {})[0]
     parsed = [parse_primary(text) for text in sorted(primary)]
     sels = [(sel, P99_METRICS[sel.metric][0]) for sel in parsed if sel.metric in P99_METRICS]
     rows = tails[tails["bucket"].astype(str) == "all"]

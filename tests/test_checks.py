@@ -35,6 +35,12 @@ def test_p99_rule_applies_to_the_points_a_p99_primary_gates_on():
                                      {"p99_latency_ms"}, 368)
     assert [(r["suite"], r["enough"]) for r in bare] == [("a", False), ("b", True)]
     assert checks.p99_primary_points(tails, {"ttft_ms", "tokens_per_second"}, 368) == []
+    # a contended replicate is left out as the comparison leaves it out (3 quiet ones remain): 400 pooled
+    # requests were "enough" while every comparison of the run judged the point on 320, "not gateable"
+    [row] = checks.p99_primary_points(tails, primary, 368, contended={"serving_workflow": {2}})
+    assert (row["pooled_requests"], row["replicates"], row["enough"]) == (320, 4, False)
+    few = _tails([("serving_workflow", "c=4", "e2e_ms", [130] * 3)])  # 2 quiet ones only: kept, as compared
+    assert checks.p99_primary_points(few, primary, 368, contended={"serving_workflow": {2}})[0]["pooled_requests"] == 390
 
 
 def test_interval_budget_and_outliers_judge_primary_metrics_only():
