@@ -57,8 +57,17 @@ def test_the_values_run_suites_on_kueue_jobs(kustomized):
     assert s.run_volume_claim is None and not k8s["volumes"]
     assert not [d for d in kustomized if d["kind"] == "PersistentVolumeClaim"]
     assert s.outputs_uri == location_env()["BENCHRUN_SHARED_STATE"]
-    assert s.env_secret == "benchrun-s3" and {"name": "benchrun-s3"} in k8s["envSecrets"]
-    assert (s.pipes_messages, s.pipes_s3_bucket) == ("s3", s.outputs_uri.split("/")[2])
+    # the pods get a key of their own (scoped to pods/ and the Pipes bucket), never the run workers' (review
+    # 2026-12-08: both read benchrun-s3, so a suite image held keys to runs/, published/ and the warehouse)
+    assert s.env_secret == "benchrun-s3-pods" and {"name": "benchrun-s3"} in k8s["envSecrets"]
+    assert {"name": s.env_secret} not in k8s["envSecrets"]
+    # Pipes messages go under random keys at a bucket's root: a bucket of their own, which the pods' key may write
+    assert s.pipes_messages == "s3" and s.pipes_s3_bucket and s.pipes_s3_bucket != s.outputs_uri.split("/")[2]
+    docs = (ROOT / "docs" / "kubernetes.md").read_text()
+    assert f"create secret generic {s.env_secret}" in docs and f"{s.pipes_s3_bucket}/*" in docs
+    # the webserver listens on its service port as uid 10001: no port below 1024 (ip_unprivileged_port_start)
+    web = values["dagsterWebserver"]
+    assert web["podSecurityContext"]["runAsUser"] != 0 and web["service"]["port"] >= 1024
     # each run's queue is its cadence's: no one queue for every run
     assert s.queue_name is None and s.queue_for("nightly")[0] in {
         d["metadata"]["name"] for d in kustomized if d["kind"] == "LocalQueue"}
@@ -98,7 +107,7 @@ def test_the_example_renders_valid_jobs_whose_commands_are_in_the_image(kustomiz
         assert {"name": "run-dir", "emptyDir": {}} in pod["volumes"]
         container = pod["containers"][0]
         assert container["command"] == ["python"] and container["args"][:2] == ["-m", "benchrun.launch.podout"]
-        assert container["envFrom"] == [{"secretRef": {"name": "benchrun-s3"}}]
+        assert container["envFrom"] == [{"secretRef": {"name": "benchrun-s3-pods"}}]
     gemm = [o for o in objs if o["metadata"]["labels"]["benchrun.dev/suite"] == "gemm"][0]
     assert gemm["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
 

@@ -57,14 +57,17 @@ def test_the_deploy_walkthrough_takes_the_example_to_succeeded_with_every_output
     bucket = env["BENCHRUN_LAUNCHER_OUTPUTS_URI"].split("/")[2]
     s3 = boto3.client("s3", endpoint_url=s3_env)
     s3.create_bucket(Bucket=bucket)
+    s3.create_bucket(Bucket=env["BENCHRUN_LAUNCHER_PIPES_S3_BUCKET"])  # the Pipes messages' own bucket
     policy = Policy(deploy_rbac_docs(BASE))
     # step 3: benchrun's objects, RBAC enforced; step 4: the S3 Secret (the pods' only credentials)
     cluster = kcluster_factory(namespace=RUNS, crds=[CRD], rbac=policy, host_env={"PYTHONPATH": str(ROOT)},
                                queues={q: {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "16"} for q in LANES},
                                priority_classes={f"benchrun-{q}": v for q, v in LANES.items()})
-    cluster.create("secrets", {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "benchrun-s3"},
-                               "stringData": {k: os.environ[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-                                                                         "AWS_DEFAULT_REGION", "BENCHRUN_S3_ENDPOINT_URL")}})
+    for secret in ("benchrun-s3", env["BENCHRUN_LAUNCHER_ENV_SECRET"]):  # the run workers', the pods'
+        cluster.create("secrets", {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret},
+                                   "stringData": {k: os.environ[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                                                                             "AWS_DEFAULT_REGION",
+                                                                             "BENCHRUN_S3_ENDPOINT_URL")}})
     # step 5: the code location's environment from the Helm values (the homes are this test's)
     for key, value in env.items():
         if key.startswith("BENCHRUN_LAUNCHER_") or key in ("BENCHRUN_CR_NAMESPACE", "BENCHRUN_SHARED_STATE"):
