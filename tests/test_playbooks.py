@@ -667,6 +667,19 @@ def test_straggler_with_mad_zero_a_rank_a_hair_off_the_median_is_no_straggler(tm
     assert {r["rank_id"]: r["n_off_zero_mad"] for r in res.rows}[3] == 0
 
 
+def test_straggler_robust_z_of_tightly_clustered_ranks_needs_a_real_difference_too(tmp_path: Path) -> None:
+    """Review 2026-12-08: ranks at 1000/1000.5/1001 us make MAD tiny, so a rank at 1010 us (1 % slower) had
+    z 12.5 and was flagged a straggler in 3 of 3 replicates; the MAD-0 rule already asked OFF_MEDIAN_MIN."""
+    add_run(tmp_path, "tight")
+    times = {0: [1000.0, 1000.2, 1000.1], 1: [1000.5, 1000.6, 1000.4], 2: [1001.0, 1001.1, 1000.9],
+             3: [1010.0, 1010.2, 1010.1]}
+    put(tmp_path, "measurement_fact", "tight", allreduce(times, [(3, 5.0)] * 3, p50=1000.0))
+    res = distributed_straggler(tmp_path, "tight", None)
+    assert res.verdict == "clear", res.reason
+    r3 = {r["rank_id"]: r for r in res.rows}[3]
+    assert abs(r3["median_robust_z"]) >= straggler.Z_MIN and r3["n_stood_out"] == 0
+
+
 def test_a_straggler_playbook_that_judged_nothing_records_no_straggler_list(tmp_path: Path) -> None:
     """Found in review: an "unavailable" straggler answer (no per-rank rows: a training run, whose per-rank
     step times the playbook does not read) still wrote straggler_nodes=[] and the report printed "Straggler

@@ -13,6 +13,8 @@ QUESTION = "Distributed runs show periodic spikes and one node looks slow: which
 # A rank "stands out" in one replicate of one message size when either
 #  * its own median time in the collective is a robust outlier among the ranks:
 #    |value − median| / (1.4826 · MAD) ≥ Z_MIN (the same 3.5 as the replicate outlier rule),
+#    and at least OFF_MEDIAN_MIN of the median away from it (tightly clustered healthy ranks make
+#    MAD tiny: 1010 µs against 1000 µs had z 12.5 and was flagged, 1 % off: review 2026-12-08),
 #    computed only with at least MIN_RANKS_FOR_Z ranks (with two, |z| is always 0.67); when
 #    MAD is 0 (at least half the ranks took exactly the median time) z is undefined and a rank
 #    whose time differs from the median by at least OFF_MEDIAN_MIN of it stands out (its z is
@@ -134,6 +136,7 @@ per_replicate AS (
     SELECT s.suite, s."case", s.replicate, s.rank_id, s.node_name, s.n_ranks, s.time_us,
            nt.cpu_util_pct, nt.background_cpu_pct, nt.gpu_util_pct, nt.gpu_throttled_pct, nt.telemetry_evidence,
            CASE WHEN s.n_ranks >= $4 AND s.mad_us > 0 THEN (s.time_us - s.median_us) / s.mad_us END AS robust_z,
+           abs(s.time_us - s.median_us) >= $6 * abs(s.median_us) AS off_enough,
            s.n_ranks >= $4 AND s.mad_us = 0 AND abs(s.time_us - s.median_us) >= $6 * abs(s.median_us)
                AND s.time_us <> s.median_us AS off_zero_mad,
            a.rank_id IS NOT NULL AS arrived_last,
@@ -183,7 +186,8 @@ node_summary AS (
 rank_rows AS (
 SELECT suite, "case", rank_id, any_value(node_name) AS node_name, max(n_ranks) AS n_ranks,
        count(*) AS n_replicates,
-       count(*) FILTER (WHERE abs(robust_z) >= $3 OR off_zero_mad OR (arrived_last AND lag_share >= $5)) AS n_stood_out,
+       count(*) FILTER (WHERE (abs(robust_z) >= $3 AND off_enough) OR off_zero_mad
+                        OR (arrived_last AND lag_share >= $5)) AS n_stood_out,
        count(*) FILTER (WHERE off_zero_mad) AS n_off_zero_mad,
        count(*) FILTER (WHERE arrived_last) AS n_arrived_last,
        median(time_us) AS median_time_us,
