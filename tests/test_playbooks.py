@@ -359,6 +359,30 @@ def test_low_gpu_utilization_flagged_and_clear(tmp_path: Path) -> None:
     assert res.verdict == "clear" and res.rows[0]["gpu_util_pct"] == 94.0 and res.rows[0]["flagged"] is False
 
 
+def test_low_gpu_utilization_is_not_clear_when_the_starved_suites_throughput_was_never_compared(
+        tmp_path: Path) -> None:
+    """Review 2026-12-08: the starved suite's tokens/s had another case in the baseline, so its change was
+    None; a busy suite beside it compared fine, and the answer was "clear" — a pass for lack of evidence."""
+    def suite_rows(suite: str, util: list[float], tokens: list[float], case: str) -> list[dict[str, Any]]:
+        out = gpu_rows(util, tokens)
+        for r in out:
+            r["suite"] = suite
+            if r["metric"] == "tokens_per_second":
+                r["case"] = case
+        return out
+
+    add_run(tmp_path, "base")
+    put(tmp_path, "measurement_fact", "base", suite_rows("train_step", [90, 92, 91], [1000, 1010, 990], "seq=512")
+        + suite_rows("gemm", [95, 95, 95], [100, 100, 100], ""))
+    add_run(tmp_path, "cand")
+    put(tmp_path, "measurement_fact", "cand", suite_rows("train_step", [30, 35, 40], [700, 690, 710], "seq=1024")
+        + suite_rows("gemm", [95, 95, 95], [100, 101, 99], ""))
+    res = low_gpu_utilization(tmp_path, "cand", "base")
+    assert res.verdict == "unavailable", res.reason
+    assert res.reason.startswith("GPU utilization below 50% in train_step, but no throughput metric of it is in "
+                                 "both cand and baseline base"), res.reason
+
+
 def test_low_gpu_utilization_counts_a_training_replicate_once(tmp_path: Path) -> None:
     """The training suite writes tokens_per_second to measurement_fact and training_outcome_fact: the
     union counted 10 replicates for 5, and n_util_samples came out a string (a HUGEINT sum)."""
