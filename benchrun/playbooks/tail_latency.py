@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from benchrun.errors import BenchrunError
 from benchrun.loadgen.metrics import COUNT_REASON_TAIL, LEGACY_COUNT_REASON_TAILS
 from benchrun.playbooks.base import REPLICATE_STATUS_CTE, PlaybookResult, check_runs, fetch, ratio, replicates_phrase
 
@@ -49,7 +50,8 @@ WITH """ + REPLICATE_STATUS_CTE + """,
 serving AS (
     SELECT s.run_id, s.suite, s.replicate, s.point, coalesce(s.bucket, 'all') AS bucket, s.n_requests,
            s.e2e_ms_mean, s.e2e_ms_p50, s.e2e_ms_p99, s.ttft_ms_mean, s.ttft_ms_p50, s.ttft_ms_p99,
-           coalesce(rs.status, 'status not recorded') AS replicate_status,
+           CASE WHEN list_contains($5, s.run_id || '/' || s.suite || '/' || CAST(s.replicate AS VARCHAR))
+                THEN 'contended' ELSE coalesce(rs.status, 'status not recorded') END AS replicate_status,
            CASE WHEN s.verdict IS NULL OR s.verdict = 'valid' THEN CAST([] AS VARCHAR[])
                 WHEN coalesce(len(s.verdict_reasons), 0) = 0 THEN [s.verdict]
                 ELSE list_filter(s.verdict_reasons, lambda r: NOT (ends_with(r, $3) OR ends_with(r, $4)))
@@ -233,12 +235,43 @@ def _judge(row: dict[str, Any], min_requests: int) -> tuple[bool, bool, str]:
     return False, False, f"p99 ×{p99:.2f} (< ×{P99_GROWTH_MIN:g})"
 
 
+def _contended(home: Path, run_ids: list[str | None]) -> list[str]:
+    """``run/suite/replicate`` of each replicate ``benchrun compare`` leaves out as contended: a suite's
+    replicates measured on a contended machine where at least MIN_QUIET quiet ones remain
+    (:func:`benchrun.stats.contention.exclude`, read from the run directories' results). The playbook judged
+    them (a p99 ×4 from two loaded replicates) while compare said they were excluded (review 2026-12-08)."""
+    from benchrun.stats.contention import contended_replicates, exclude
+    from benchrun.stats.load import replicate_table
+
+    out = []
+    for rid in run_ids:
+        run_dir = Path(home) / "runs" / str(rid)
+        if rid is None or not (run_dir / "status.json").is_file():
+            continue  # no run directory here (deleted, or another home's): the warehouse's rows stand
+        try:
+            contended = contended_replicates(run_dir)
+            table = replicate_table(run_dir, include_failed=True) if contended else None
+        except (BenchrunError, OSError, ValueError):
+            continue
+        if table is None:
+            continue
+        for suite, (_n, done) in exclude(table, contended)[1].items():
+            if done == "excluded":
+                out += [f"{rid}/{suite}/{rep}" for rep in sorted(contended[suite])]
+    return out
+
+
 def _left_out(rows: list[dict[str, Any]], run_id: str, role: str) -> str:
     """What of ``run_id``'s serving rows was not judged, and why ('' when nothing)."""
     mine = [r for r in rows if r["run_id"] == run_id]
-    failed = [(r["suite"], r["replicate"], r["replicate_status"]) for r in mine if not r["replicate_ok"]]
+    busy = sorted({(r["suite"], r["replicate"]) for r in mine if r["replicate_status"] == "contended"})
+    failed = [(r["suite"], r["replicate"], r["replicate_status"]) for r in mine
+              if not r["replicate_ok"] and r["replicate_status"] != "contended"]
     invalid = [r for r in mine if r["replicate_ok"]]
     parts = []
+    if busy:
+        parts.append(f"{len(busy)} replicate(s) measured on a contended machine, left out as compare leaves them "
+                     f"(at least 3 quiet ones remain: {', '.join(f'{s} r{k}' for s, k in busy)})")
     if failed:
         parts.append(f"{len(set(failed))} replicate(s) whose result is not ok ({replicates_phrase(failed)})")
     if invalid:
@@ -257,7 +290,8 @@ def tail_latency_regression(home: Path, run_id: str, baseline_run_id: str | None
     from benchrun.stats.tails import requests_needed
 
     check_runs(home, run_id, baseline_run_id)
-    params = [run_id, baseline_run_id, COUNT_REASON_TAIL, LEGACY_COUNT_REASON_TAILS[0]]
+    params = [run_id, baseline_run_id, COUNT_REASON_TAIL, LEGACY_COUNT_REASON_TAILS[0],
+              _contended(home, [run_id, baseline_run_id])]
     rows, digest = fetch(SQL, home, params)
     dropped, _ = fetch(LEFT_OUT_SQL, home, params)
     arms = _pooled_arms(fetch(REQUESTS_SQL, home, params)[0]) if rows else {}
