@@ -691,6 +691,34 @@ def test_straggler_with_mad_zero_a_rank_a_hair_off_the_median_is_no_straggler(tm
     assert {r["rank_id"]: r["n_off_zero_mad"] for r in res.rows}[3] == 0
 
 
+def test_a_playbooks_query_reproduces_through_benchrun_query_with_its_recorded_params(tmp_path: Path,
+                                                                                     monkeypatch) -> None:
+    """Review 2026-12-08: --json recorded the SQL and its digest but not the values of its $1..$7, so
+    `benchrun query` refused it ("Values were not provided ...") and the evidence could not be re-derived."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from benchrun.cli import app
+
+    add_run(tmp_path, "ar")
+    times = {0: [1000.0, 1001.0, 999.0], 1: [1010.0, 1011.0, 1009.0], 2: [400.0, 410.0, 390.0],
+             3: [990.0, 991.0, 989.0]}
+    put(tmp_path, "measurement_fact", "ar", allreduce(times, [(2, 600.0)] * 3))
+    res = distributed_straggler(tmp_path, "ar", None)
+    assert res.params[:2] == ["ar", None] and len(res.params) == 7
+    monkeypatch.setenv("BENCHRUN_HOME", str(tmp_path))
+    args = ["query", "--json", res.sql]
+    for value in res.params:
+        args += ["--param", value if isinstance(value, str) else json.dumps(value)]
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 0, out.output + str(out.exception)
+    doc = json.loads(out.stdout)
+    assert doc["query_spec_digest"] == res.query_spec_digest
+    assert [(r["rank_id"], r["n_stood_out"]) for r in doc["rows"]] == [(r["rank_id"], r["n_stood_out"]) for r in res.rows]
+    assert res.to_dict()["params"] == res.params
+
+
 def test_straggler_robust_z_of_tightly_clustered_ranks_needs_a_real_difference_too(tmp_path: Path) -> None:
     """Review 2026-12-08: ranks at 1000/1000.5/1001 us make MAD tiny, so a rank at 1010 us (1 % slower) had
     z 12.5 and was flagged a straggler in 3 of 3 replicates; the MAD-0 rule already asked OFF_MEDIAN_MIN."""

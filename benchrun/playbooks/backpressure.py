@@ -124,7 +124,7 @@ def scheduler_backpressure(home: Path, run_id: str, baseline_run_id: str | None)
 
     def result(verdict: str, reason: str) -> PlaybookResult:
         return PlaybookResult(NAME, QUESTION, verdict, f"{reason}. {JUDGED}. {NOT_RECORDED}", rows, digest, SQL,
-                              run_id, baseline_run_id)
+                              run_id, baseline_run_id, [run_id, baseline_run_id])
 
     if not rows:
         return result("unavailable", f"run {run_id} has neither start times nor launch-timeline metrics")

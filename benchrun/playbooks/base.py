@@ -21,7 +21,8 @@ class PlaybookResult:
 
     ``rows`` are the rows of ``sql`` (the evidence query, run over the warehouse views with
     the run ids as parameters) plus the columns the verdict added (``flagged``, ``why``);
-    ``query_spec_digest`` is that query's identity (``benchrun.warehouse.query_spec_digest``).
+    ``query_spec_digest`` is that query's identity (``benchrun.warehouse.query_spec_digest``), and
+    ``params`` its parameters, so ``benchrun query "$sql" --param ...`` reproduces the rows.
     """
 
     name: str
@@ -33,6 +34,8 @@ class PlaybookResult:
     sql: str
     run_id: str = ""
     baseline_run_id: str | None = None
+    # the values of ``sql``'s $1, $2, ...: `benchrun query "$sql" --param ...` gives the rows (and digest) again
+    params: list[Any] = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

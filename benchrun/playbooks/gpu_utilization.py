@@ -344,7 +344,8 @@ def low_gpu_utilization(home: Path, run_id: str, baseline_run_id: str | None) ->
         if rows:
             reason += (f"; utilization read from the measured window's summaries for {windowed} replicate(s) and from "
                        f"whole-process samples for {sliced} (util_source per suite)")
-        return PlaybookResult(NAME, QUESTION, verdict, reason, rows, digest, SQL, run_id, baseline_run_id)
+        return PlaybookResult(NAME, QUESTION, verdict, reason, rows, digest, SQL, run_id, baseline_run_id,
+                              [run_id, baseline_run_id])
 
     if not rows:
         sampled, _ = fetch(SAMPLED_SQL, home, [run_id])

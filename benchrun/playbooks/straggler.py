@@ -282,7 +282,8 @@ def distributed_straggler(home: Path, run_id: str, baseline_run_id: str | None) 
                 f"({replicates_phrase(failed)})" if failed else "")
 
     def result(verdict: str, reason: str) -> PlaybookResult:
-        return PlaybookResult(NAME, QUESTION, verdict, reason + left_out, rows, digest, SQL, run_id, baseline_run_id)
+        return PlaybookResult(NAME, QUESTION, verdict, reason + left_out, rows, digest, SQL, run_id, baseline_run_id,
+                              params)
 
     if not rows and failed:
         return result("unavailable", f"run {run_id}'s per-rank rows (rank_p50_time_us) are all from replicates "

@@ -302,7 +302,8 @@ def tail_latency_regression(home: Path, run_id: str, baseline_run_id: str | None
     left_out = f"; left out, not judged: {'; '.join(notes)}" if notes else ""
 
     def result(verdict: str, reason: str) -> PlaybookResult:
-        return PlaybookResult(NAME, QUESTION, verdict, reason + left_out, rows, digest, SQL, run_id, baseline_run_id)
+        return PlaybookResult(NAME, QUESTION, verdict, reason + left_out, rows, digest, SQL, run_id, baseline_run_id,
+                              params)
 
     if not rows and any(r["run_id"] == run_id for r in dropped):
         return result("unavailable", f"none of run {run_id}'s serving rows with a p99 is from an ok replicate at a "

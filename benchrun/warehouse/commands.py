@@ -79,6 +79,10 @@ def query_cmd(
     as_of: Optional[str] = typer.Option(None, "--as-of", metavar="SNAPSHOT|TIME|TAG",
                                         help="Read the Iceberg tables as of a snapshot id, an ISO 8601 time, or a "
                                              "tag made by `benchrun tag-warehouse`."),
+    param: Optional[list[str]] = typer.Option(None, "--param", metavar="VALUE",
+                                              help="The value of $1, $2, ... in order (repeat it): JSON where it "
+                                                   "reads as JSON (3, null, [\"a\"]), else the text as given; a "
+                                                   "playbook's --json records its query's params."),
 ) -> None:
     """Run read-only SQL over the curated warehouse (a table by default).
 
@@ -99,7 +103,7 @@ def query_cmd(
     seen = None
     try:
         with stop_queries_on_signal() as seen:  # Ctrl-C / SIGTERM end a runaway query at once
-            _query(sql, as_json, as_csv, limit, vertical, as_of)
+            _query(sql, as_json, as_csv, limit, vertical, as_of, [_param(v) for v in param or []])
     except (Exception, KeyboardInterrupt, SystemExit):
         if seen is None or seen.take() is None:
             raise
@@ -108,8 +112,16 @@ def query_cmd(
         raise typer.Exit(128 + seen.signum) from None
 
 
+def _param(text: str) -> Any:
+    """A --param value: what it reads as in JSON, else the text (a run id, a name)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
 def _query(sql: str, as_json: bool, as_csv: bool, limit: int, vertical: Optional[bool],
-           as_of: Optional[str] = None) -> None:
+           as_of: Optional[str] = None, params: list[Any] | None = None) -> None:
     import sys
 
     from benchrun.errors import BenchrunError
@@ -131,7 +143,7 @@ def _query(sql: str, as_json: bool, as_csv: bool, limit: int, vertical: Optional
         pull_paths(home, CHANGE_POINTS)
     except BenchrunError as exc:  # a read-only command: what this home holds, said so
         print(f"warning: {exc}; the query reads what this home holds of it", file=sys.stderr)
-    stream = stream_query(sql, home, limit=limit or None, as_of=when)
+    stream = stream_query(sql, home, limit=limit or None, as_of=when, params=params)
     for note in stream.notes:
         print(f"warning: {note}", file=sys.stderr)
     cols = stream.columns

@@ -547,8 +547,9 @@ class QueryStream:
 
 
 def stream_query(sql: str, home: Path, *, limit: int | None = DEFAULT_QUERY_LIMIT,
-                 batch_rows: int = 2048, as_of: Any = None) -> QueryStream:
-    """Start one read-only query and return its rows as a stream, cut after ``limit`` rows."""
+                 batch_rows: int = 2048, as_of: Any = None, params: list[Any] | None = None) -> QueryStream:
+    """Start one read-only query and return its rows as a stream, cut after ``limit`` rows; ``params``
+    the values of its ``$1``, ``$2``, ... (a playbook's query, as its --json records them)."""
     import duckdb
 
     if limit is not None and limit < 1:
@@ -559,7 +560,7 @@ def stream_query(sql: str, home: Path, *, limit: int | None = DEFAULT_QUERY_LIMI
     con = connect(home, notes, as_of=as_of, snapshots=snapshots)
     _RUNNING.add(con)
     try:
-        rel = con.execute(sql)
+        rel = con.execute(sql, params or [])
         reader = rel.to_arrow_reader(batch_rows)
         columns = list(reader.schema.names)
     except duckdb.Error as exc:
