@@ -243,8 +243,8 @@ def test_query_streams_its_records(home: Path, monkeypatch: pytest.MonkeyPatch) 
     printed_before: list[int] = []
     real = views.stream_query
 
-    def stream_query(sql, home, *, limit=None, as_of=None):
-        stream = real(sql, home, limit=limit, as_of=as_of, batch_rows=10)
+    def stream_query(sql, home, *, limit=None, as_of=None, params=None):
+        stream = real(sql, home, limit=limit, as_of=as_of, batch_rows=10, params=params)
         batches = stream.batches
 
         def counted():

@@ -30,9 +30,9 @@ def test_query_json_writes_big_integers_as_strings_and_non_finite_doubles_as_nul
     seen: list = []
     real = views.stream_query
 
-    def stream_query(sql, home, *, limit=None, as_of=None):
+    def stream_query(sql, home, *, limit=None, as_of=None, params=None):
         seen.append(as_of)
-        stream = real(sql, home, limit=limit, as_of=None)
+        stream = real(sql, home, limit=limit, as_of=None, params=params)
         stream.snapshot_ids = {"measurement_fact": SNAPSHOT, "serving_outcome_fact": None}
         return stream
 
