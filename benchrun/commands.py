@@ -227,6 +227,8 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
 
     _use_home(home)
     console = _console()
+    from benchrun.runsettings import settings_up_front
+
     interval_s = settings_up_front()
     try:
         prepared = sub.prepare(spec)
@@ -241,31 +243,11 @@ def run(spec: Path = typer.Argument(..., help="BenchmarkRun YAML"), home: Option
     raise typer.Exit(exit_code_for(run_here(console, prepared, interval_s, no_wait=no_wait)))
 
 
-def settings_up_front() -> float:
-    """The environment settings a run reads only once it measures, read before anything is made or waited
-    for (exit 2 naming the variable): ``BENCHRUN_PROGRESS_INTERVAL_S`` (returned; it was read after the
-    turn), ``BENCHRUN_REPORT_FIGURES`` (a bad value failed the run at its report step, after every
-    launch had measured) and ``BENCHRUN_CONTENTION_PCT`` (``ten`` was the default, unsaid): review
-    2026-12-07 and -08. ``run`` and ``cadence run --execute`` call it."""
-    from benchrun.progress_display import interval_from_env
-    from benchrun.report import worker
-    from benchrun.telemetry.summary import contention_threshold_pct
-
-    interval_s = interval_from_env()
-    if os.environ.get(worker.ENV) is not None:
-        try:
-            worker.background()
-        except BenchrunError as exc:
-            raise BenchrunError(str(exc), exit_code=2) from None
-    contention_threshold_pct()
-    return interval_s
-
-
 def run_here(console: Any, prepared: Any, interval_s: float, *, no_wait: bool = False) -> dict[str, Any]:
     """Run a prepared (pinned, registered) run in this process as ``benchrun run`` does, and print its
     headline, conditions and report: its liveness claim, the one-benchmark-at-a-time turn (waited for,
     or refused with ``no_wait``), live progress, Ctrl-C as Canceled and a failed step as Failed with
-    benchrun's reason; progress lines every ``interval_s`` (:func:`settings_up_front`, read by the caller
+    benchrun's reason; progress lines every ``interval_s`` (:func:`benchrun.runsettings.settings_up_front`, read by the caller
     before anything is made). Returns the final status. ``cadence run --execute`` runs each run through it
     (it took no turn, and measured beside another benchmark: review 2026-12-07)."""
     from benchrun import submit as sub

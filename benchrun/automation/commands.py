@@ -43,7 +43,7 @@ def run(
     _use_home(home)
     cadence = check_cadence(name)
     if execute:  # as `benchrun run`: a bad setting is refused before anything is submitted
-        from benchrun.commands import settings_up_front
+        from benchrun.runsettings import settings_up_front
 
         interval_s = settings_up_front()
     folder = specs if specs is not None else default_specs_dir()
