@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 
 from typing import TYPE_CHECKING
@@ -26,7 +27,7 @@ app = typer.Typer(
     suggest_commands=False,
     # Rich's boxed help suits a terminal; piped (`benchrun run --help | less`, docs) it wraps
     # every option into an 80-column box, so a pipe gets click's plain help instead.
-    rich_markup_mode="rich" if sys.stdout.isatty() else None,
+    rich_markup_mode="rich" if sys.stdout is not None and sys.stdout.isatty() else None,
 )
 
 # Each module defines ``register(app: typer.Typer) -> None``. Heavy imports (dagster,
@@ -82,6 +83,9 @@ def main() -> None:
 
     gcpolicy.skip_the_final_collection()  # 0.9 s of a run's exit (benchrun.gcpolicy)
     gcpolicy.in_command = True
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:  # started with it closed (`>&-`): Python leaves None, and the first
+            setattr(sys, name, open(os.devnull, "w"))  # print raised AttributeError; the output goes nowhere, as asked
     try:
         _main()
     finally:
@@ -178,14 +182,16 @@ def _usage_error_json(exc: "click.UsageError") -> None:
 def _run() -> None:
     # Decided per command, not at import: a warm orchestrator imported this module with its
     # own (redirected) stdout, and the command's stdout may be a terminal.
-    tty = sys.stdout.isatty()
+    tty = sys.stdout is not None and sys.stdout.isatty()  # None: started with fd 1 closed (`>&-`)
     app.rich_markup_mode = "rich" if tty else None
     # Typer escapes "[default: …]" / "[required]" for rich whenever rich is installed, which a
     # pipe would show as "\[required]": plain help is written without rich at all.
     typer.core.HAS_RICH = tty and _RICH
     try:
         # Without standalone mode click returns a command's typer.Exit code instead of exiting.
-        rc = app(standalone_mode=False)
+        # The program's name as users type it: a command the detached warm server (`python -m benchrun.entry`)
+        # runs said "Usage: python -m benchrun.benchrun ..." (click's guess from __main__'s package)
+        rc = app(standalone_mode=False, prog_name="benchrun")
     except BenchrunError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)

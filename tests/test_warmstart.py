@@ -434,3 +434,45 @@ def test_a_client_with_another_io_priority_runs_its_command_itself(server):
     assert proc.returncode == 0 and "1 valid" in proc.stdout, proc.stderr
     assert len(_served(server, "validate")) == before
     assert "not started: the client's ionice differs" in server["log"].read_text()
+
+
+def test_a_served_commands_usage_names_benchrun_as_a_cold_one_does(server):
+    """Review 2026-12-08: a server started as `python -m benchrun.entry` (what `serve --detach` runs) printed
+    "Usage: python -m benchrun.benchrun runs" (click's guess from __main__'s package), and a mistyped command's
+    hint named that too."""
+    for how in ("require", "0"):
+        env = {**server["env"], "BENCHRUN_WARM": how}
+        out = _cli(env, "runs", "--help")
+        assert out.returncode == 0 and out.stdout.splitlines()[0].startswith("Usage: benchrun runs"), (how, out.stdout)
+        bad = _cli(env, "nosuchcmd")
+        assert bad.returncode == 2 and "Try 'benchrun --help' for help." in bad.stderr, (how, bad.stderr)
+
+
+def test_a_signal_the_client_ignores_still_reaches_a_command_that_handles_it(server):
+    """Review 2026-12-08: a shell starts background jobs with SIGINT ignored; refserver installs its own
+    handler, so cold `kill -INT` stops it, while the served one never got the signal (the client dropped
+    signals it ignored) and ran on."""
+    ignore_int = {"preexec_fn": lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)}
+    cold, _ = _refserver({**server["env"], "BENCHRUN_WARM": "0"}, **ignore_int)
+    cold.send_signal(signal.SIGINT)
+    expected = cold.wait(timeout=30)
+    proc, pid = _refserver({**server["env"], "BENCHRUN_WARM": "require"}, server, **ignore_int)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) == expected
+    _gone(pid)
+
+
+def test_a_command_with_a_standard_stream_closed_runs_here(server):
+    """Review 2026-12-08: with stdin (or stdout) closed the control socket took that descriptor and went to the
+    command as its stdin (it kept the client's end: a kill -9 of the client never hung it up) or its stdout
+    (its output went into the protocol's frames). Such a command runs in the client's process; with
+    BENCHRUN_WARM=require it is refused (exit 2)."""
+    before = len(_served(server, "runs"))
+    for fd in (0, 1):
+        close = {"preexec_fn": (lambda fd=fd: os.close(fd))}
+        out = _cli({**server["env"], "BENCHRUN_WARM": "auto"}, "runs", **close)
+        assert out.returncode == 0, out.stderr
+        refused = _cli({**server["env"], "BENCHRUN_WARM": "require"}, "runs", **close)
+        assert refused.returncode == 2 and f"file descriptor(s) {fd} (stdin/stdout/stderr) are closed" \
+            in refused.stderr, refused.stderr
+    assert len(_served(server, "runs")) == before  # none was handed over

@@ -38,6 +38,14 @@ def mode(environ: dict[str, str] | None = None) -> str:
                     "serves this code) or unset (use one when it runs)")
 
 
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
+
+
 def connect(path: Path, timeout_s: float = 2.0) -> socket.socket | None:
     """A connection to the server at ``path``; None when none listens there."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -77,6 +85,14 @@ def run_remote(argv: list[str], environ: dict[str, str] | None = None) -> int | 
     environ = dict(os.environ if environ is None else environ)
     how = mode(environ)
     if how == "off":
+        return None
+    closed = [fd for fd in (0, 1, 2) if not _is_open(fd)]
+    if closed:
+        # the control socket would take the lowest free descriptor and go to the command as its stdin or
+        # stdout (its frames read as input, its hang-up never seen): such a command runs here (review 2026-12-08)
+        if how == "require":
+            raise WarmError(f"file descriptor(s) {', '.join(map(str, closed))} (stdin/stdout/stderr) are closed: "
+                            "a command is handed to the warm orchestrator with its three standard streams open")
         return None
     try:
         path = socket_path(environ)
@@ -124,13 +140,16 @@ def run_remote(argv: list[str], environ: dict[str, str] | None = None) -> int | 
 
 
 class _Forwarding:
-    """Signals the client gets go to the command's process (those it ignores stay ignored);
-    the ones that arrive before the child's pid is known are delivered when it is."""
+    """Signals the client gets go to the command's process, those the client was started ignoring too:
+    the command starts with them ignored (``context.take_on``), as a cold process would, and one that
+    installs its own handler (refserver, the operator) then gets them; not forwarded, `kill -INT` of a
+    backgrounded served refserver never stopped it (review 2026-12-08). The ones that arrive before the
+    child's pid is known are delivered when it is."""
 
-    def __init__(self, ignored: list[int]) -> None:
+    def __init__(self, _ignored: list[int]) -> None:  # the client's ignored signals: forwarded all the same
         self.pid: int | None = None
         self.pending: list[int] = []
-        self.signals = [s for s in FORWARDED_SIGNALS if int(s) not in ignored]
+        self.signals = list(FORWARDED_SIGNALS)
         self.previous: dict[int, Any] = {}
 
     def __enter__(self) -> "_Forwarding":
