@@ -193,12 +193,10 @@ def _p99_has_enough_requests(run_id: str) -> dg.AssetCheckResult:
     from benchrun.stats.load import confidence_level
     from benchrun.stats.tails import requests_needed
 
-    from benchrun.stats.contention import contended_replicates
-
     spec = load_run(_run_dir(run_id)).spec
     need = requests_needed(0.99, confidence_level(spec))
     points = checks.p99_primary_points(_stats(run_id).tails, checks.primary_metrics(spec), need,
-                                       contended=contended_replicates(_run_dir(run_id)))
+                                       keep=checks.compared_replicates(_run_dir(run_id)))
     if not points:
         return dg.AssetCheckResult(passed=True, severity=dg.AssetCheckSeverity.WARN,
                                    description="not applicable: no primary metric is the p99 of a measured serving "
@@ -244,7 +242,7 @@ TRIAL_STATISTICS_CHECKS = {
                             "metrics are listed, not failed."),
     dg.AssetCheckSpec("p99_has_enough_requests", asset=trial_statistics, description="Where a primary metric is the p99 of a serving point (p99_latency_ms), each such "
                             "point's successful requests over the replicates reach the count a comparison needs to gate on its p99 "
-                            "(368 at 95 %), contended replicates left out as the comparison leaves them out; without "
+                            "(368 at 95 %), over the replicates a comparison pools (ok ones, contended ones left out as it leaves them); without "
                             "such a primary the rule does not apply."),
     dg.AssetCheckSpec("lineage_complete", asset=trial_statistics, description="Every published number walks back to its digests and hashed raw files."),
 ], can_subset=True, name="trial_statistics_checks")

@@ -26,22 +26,22 @@ def primary_metrics(spec: dict[str, Any]) -> set[str]:
 
 
 def p99_primary_points(tails: "pd.DataFrame", primary: Iterable[str], need: int,
-                       contended: dict[str, set[int]] | None = None) -> list[dict[str, Any]]:
+                       keep: set[tuple[str, int]] | None = None) -> list[dict[str, Any]]:
     """Each serving point whose p99 a primary metric gates on (``p99_latency_ms`` is the p99 of a
     point's ``e2e_ms``: ``benchrun.stats.tails.P99_METRICS``), with its requests pooled over the
     run's replicates (the count the comparison judges the p99 on) and whether they reach ``need``
     (``benchrun.stats.tails.requests_needed``): a point short of it is ``not gateable`` in any
-    comparison of this run, so its primary cannot clear or flag anything. ``contended``: suite →
-    contended replicates, left out as the comparison leaves them out (where 3 quiet ones remain:
-    :func:`benchrun.stats.contention.exclude`); they were pooled, and the check passed where every
-    comparison said "not gateable"."""
+    comparison of this run, so its primary cannot clear or flag anything. ``keep``: the (suite,
+    replicate)s a comparison pools (:func:`compared_replicates`: ok ones, contended ones left out where
+    3 quiet ones remain); a failed replicate's requests and left-out contended ones were pooled, and the
+    check passed where every comparison said "not gateable"."""
     from benchrun.stats.compare import parse_primary
-    from benchrun.stats.contention import exclude
     from benchrun.stats.tails import P99_METRICS
 
     if tails is None or tails.empty:
         return []
-    tails = exclude(tails, contended or {})[0]
+    if keep is not None:
+        tails = tails[[(str(s), int(r)) in keep for s, r in zip(tails["suite"], tails["replicate"])]]
     parsed = [parse_primary(text) for text in sorted(primary)]
     sels = [(sel, P99_METRICS[sel.metric][0]) for sel in parsed if sel.metric in P99_METRICS]
     rows = tails[tails["bucket"].astype(str) == "all"]
@@ -54,6 +54,16 @@ def p99_primary_points(tails: "pd.DataFrame", primary: Iterable[str], need: int,
                         "replicates": int(g["replicate"].nunique()), "pooled_requests": pooled,
                         "needed": int(need), "enough": pooled >= need})
     return out
+
+
+def compared_replicates(run_dir: Any) -> set[tuple[str, int]]:
+    """The (suite, replicate)s whose requests a comparison of the run pools: its ok replicates, the
+    contended ones left out where a suite keeps 3 quiet ones (``benchrun.stats.analysis``'s rule)."""
+    from benchrun.stats.contention import contended_replicates, exclude
+    from benchrun.stats.load import replicate_table
+    from benchrun.stats.tails import kept_replicates
+
+    return kept_replicates(exclude(replicate_table(run_dir, include_failed=True), contended_replicates(run_dir))[0])
 
 
 def gating_rows(table: "pd.DataFrame", primary: set[str]) -> "pd.Series":

@@ -35,12 +35,32 @@ def test_p99_rule_applies_to_the_points_a_p99_primary_gates_on():
                                      {"p99_latency_ms"}, 368)
     assert [(r["suite"], r["enough"]) for r in bare] == [("a", False), ("b", True)]
     assert checks.p99_primary_points(tails, {"ttft_ms", "tokens_per_second"}, 368) == []
-    # a contended replicate is left out as the comparison leaves it out (3 quiet ones remain): 400 pooled
-    # requests were "enough" while every comparison of the run judged the point on 320, "not gateable"
-    [row] = checks.p99_primary_points(tails, primary, 368, contended={"serving_workflow": {2}})
+    # only the replicates a comparison pools count (a contended one left out, a failed one's requests): 400
+    # pooled requests were "enough" while every comparison of the run judged the point on 320, "not gateable"
+    keep = {("serving_workflow", k) for k in (1, 3, 4, 5)}
+    [row] = checks.p99_primary_points(tails, primary, 368, keep=keep)
     assert (row["pooled_requests"], row["replicates"], row["enough"]) == (320, 4, False)
-    few = _tails([("serving_workflow", "c=4", "e2e_ms", [130] * 3)])  # 2 quiet ones only: kept, as compared
-    assert checks.p99_primary_points(few, primary, 368, contended={"serving_workflow": {2}})[0]["pooled_requests"] == 390
+
+
+def test_the_p99_check_pools_the_replicates_a_comparison_pools(tmp_path):
+    """Review 2026-12-08: the check excluded contended replicates by counting every replicate with requests as
+    quiet, a failed one included; compare counts ok ones only. r3 failed (its requests file stayed), r4 and
+    r5 contended: 2 quiet ones, so compare keeps r4 and r5 and pools 4 × 100 = 400; the check pooled r1-r3."""
+    import json
+
+    from benchrun.stats.synthetic import make_run
+
+    rd = make_run(tmp_path, "p", {("serve", "c=4", "p99_latency_ms"): ([1.0] * 5, "ms", "lower")},
+                  failed_replicates={"serve": [3]})
+    for k in (4, 5):
+        path = rd / "structured" / f"p_serve_r{k}.json"
+        doc = json.loads(path.read_text())
+        doc["telemetry"] = {"contended": True, "contention_reason": "background CPU 60 %"}
+        path.write_text(json.dumps(doc))
+    assert checks.compared_replicates(rd) == {("serve", k) for k in (1, 2, 4, 5)}
+    tails = _tails([("serve", "c=4", "e2e_ms", [100] * 5)])
+    [row] = checks.p99_primary_points(tails, {"serve/p99_latency_ms"}, 368, keep=checks.compared_replicates(rd))
+    assert (row["pooled_requests"], row["enough"]) == (400, True)
 
 
 def test_interval_budget_and_outliers_judge_primary_metrics_only():

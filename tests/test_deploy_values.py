@@ -68,6 +68,9 @@ def test_the_values_run_suites_on_kueue_jobs(kustomized):
     # the webserver listens on its service port as uid 10001: no port below 1024 (ip_unprivileged_port_start)
     web = values["dagsterWebserver"]
     assert web["podSecurityContext"]["runAsUser"] != 0 and web["service"]["port"] >= 1024
+    # the chart copies its probes as written (defaults: port 80): they must name the port it listens on
+    for probe in ("readinessProbe", "startupProbe"):
+        assert web[probe]["httpGet"]["port"] == web["service"]["port"], probe
     # each run's queue is its cadence's: no one queue for every run
     assert s.queue_name is None and s.queue_for("nightly")[0] in {
         d["metadata"]["name"] for d in kustomized if d["kind"] == "LocalQueue"}

@@ -381,6 +381,13 @@ def test_low_gpu_utilization_is_not_clear_when_the_starved_suites_throughput_was
     assert res.verdict == "unavailable", res.reason
     assert res.reason.startswith("GPU utilization below 50% in train_step, but no throughput metric of it is in "
                                  "both cand and baseline base"), res.reason
+    # a suite with no throughput metric at all beside an idle GPU (job_startup on a GPU node) is no such case
+    for rid in ("base2", "cand2"):
+        add_run(tmp_path, rid)
+        idle = [r for r in suite_rows("job_startup", [2, 2, 2], [1, 1, 1], "") if r["metric"] != "tokens_per_second"]
+        put(tmp_path, "measurement_fact", rid, suite_rows("train_step", [93, 93, 93], [1000, 1001, 999], "seq=512")
+            + idle)
+    assert low_gpu_utilization(tmp_path, "cand2", "base2").verdict == "clear"
 
 
 def test_low_gpu_utilization_counts_a_training_replicate_once(tmp_path: Path) -> None:

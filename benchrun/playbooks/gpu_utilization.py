@@ -406,7 +406,8 @@ def low_gpu_utilization(home: Path, run_id: str, baseline_run_id: str | None) ->
                                      f"the run, {r['base_n_replicates']} in the baseline, at least "
                                      f"{SEPARATION_MIN_REPLICATES} each needed (run more replicates); {rule}")
     judged = {r["suite"] for r in low_rows if r["throughput_change"] is not None}
-    unjudged = sorted({r["suite"] for r in low_rows} - judged)
+    # a suite with no throughput metric at all (job_startup beside an idle GPU) has nothing to judge: not unjudged
+    unjudged = sorted({r["suite"] for r in low_rows if r["throughput_metric"] is not None} - judged)
     if unjudged:
         # a starved suite whose throughput the baseline cannot speak for is not judged: no "clear" for lack of
         # evidence (a metric reported under another case in the baseline read clear: review 2026-12-08)
