@@ -274,17 +274,24 @@ def _outputs_check(settings: Any, core: Any, ns: str) -> Check:
         bucket, _prefix = parse_uri(settings.outputs_uri)
     except ValueError as exc:
         return Check("suite outputs", False, str(exc), "set BENCHRUN_LAUNCHER_OUTPUTS_URI=s3://bucket/prefix")
-    try:
-        import boto3
+    import boto3
 
-        boto3.client("s3", endpoint_url=os.environ.get("BENCHRUN_S3_ENDPOINT_URL") or None).head_bucket(Bucket=bucket)
-    except Exception as exc:  # noqa: BLE001 - whatever the store answers is the detail
-        detail = redact_in(" ".join(str(exc).split()), os.environ.get("BENCHRUN_S3_ENDPOINT_URL"))
-        return Check("suite outputs", False, f"bucket {bucket}: {detail[:200]}",
-                     f"create the bucket or fix BENCHRUN_LAUNCHER_OUTPUTS_URI ({settings.outputs_uri})")
+    client = boto3.client("s3", endpoint_url=os.environ.get("BENCHRUN_S3_ENDPOINT_URL") or None)
+    # the Pipes messages' bucket where it is another (its messages are dropped unsaid when it is missing)
+    pipes = settings.pipes_s3_bucket if settings.pipes_messages == "s3" else None
+    for name, what, fix in ((bucket, "bucket", f"create the bucket or fix BENCHRUN_LAUNCHER_OUTPUTS_URI "
+                                                f"({settings.outputs_uri})"),
+                            *(((pipes, "Pipes messages' bucket", "create it (docs/kubernetes.md step 1) or fix "
+                                                             "BENCHRUN_LAUNCHER_PIPES_S3_BUCKET"),)
+                              if pipes and pipes != bucket else ())):
+        try:
+            client.head_bucket(Bucket=name)
+        except Exception as exc:  # noqa: BLE001 - whatever the store answers is the detail
+            detail = redact_in(" ".join(str(exc).split()), os.environ.get("BENCHRUN_S3_ENDPOINT_URL"))
+            return Check("suite outputs", False, f"{what} {name}: {detail[:200]}", fix)
     if not settings.env_secret:
         return Check("suite outputs", False, f"bucket {bucket} reachable, but the pods get no S3 credentials",
-                     "set BENCHRUN_LAUNCHER_ENV_SECRET=benchrun-s3 (the Secret of docs/kubernetes.md step 4)")
+                     "set BENCHRUN_LAUNCHER_ENV_SECRET=benchrun-s3-pods (the Secret of docs/kubernetes.md step 4)")
     try:
         core.read_namespaced_secret(settings.env_secret, ns)
     except ApiException as exc:

@@ -98,11 +98,15 @@ def test_preflight_checks_the_way_back_for_the_suites_files(deployed, bench_home
         if e["name"].startswith("BENCHRUN_LAUNCHER_"):
             monkeypatch.setenv(e["name"], e["value"])
     assert report(preflight(EXAMPLE))["suite outputs"][0] is False  # no bucket yet
-    boto3.client("s3", endpoint_url=s3_env).create_bucket(Bucket="benchrun-artifacts")
+    s3 = boto3.client("s3", endpoint_url=s3_env)
+    s3.create_bucket(Bucket="benchrun-artifacts")
+    ok, line = report(preflight(EXAMPLE))["suite outputs"]  # the Pipes messages' bucket of its own is missing
+    assert ok is False and "Pipes messages' bucket benchrun-pipes" in line and "step 1" in line, line
+    s3.create_bucket(Bucket="benchrun-pipes")
     ok, line = report(preflight(EXAMPLE))["suite outputs"]
-    assert ok is False and "Secret benchrun-runs/benchrun-s3 (the pods' S3 credentials) is missing" in line
-    assert "kubectl -n benchrun-runs create secret generic benchrun-s3" in line
-    deployed.create("secrets", {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "benchrun-s3"},
+    assert ok is False and "Secret benchrun-runs/benchrun-s3-pods (the pods' S3 credentials) is missing" in line
+    assert "kubectl -n benchrun-runs create secret generic benchrun-s3-pods" in line
+    deployed.create("secrets", {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "benchrun-s3-pods"},
                                 "stringData": {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y"}})
     ok, line = report(preflight(EXAMPLE))["suite outputs"]
     assert ok is True and "s3://benchrun-artifacts/benchrun" in line, line
