@@ -104,10 +104,3 @@ def write_spec(tmp_path: Path) -> Callable[[dict[str, Any], str], Path]:
 
 # The Kubernetes cluster harness (tests/kharness): `kcluster` and `kcluster_factory`.
 from kharness.fixtures import kcluster, kcluster_factory  # noqa: E402,F401
-
-
-def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
-    """Tests marked slow first, in their order, then the rest: xdist hands tests out in collection order,
-    and a long test collected near the end (the soak, the warm server's, the walkthrough's) held a worker
-    after the others had finished (longest first is the usual cure for that tail)."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
