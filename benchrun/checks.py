@@ -59,11 +59,10 @@ def p99_primary_points(tails: "pd.DataFrame", primary: Iterable[str], need: int,
 def compared_replicates(run_dir: Any) -> set[tuple[str, int]]:
     """The (suite, replicate)s whose requests a comparison of the run pools: its ok replicates, the
     contended ones left out where a suite keeps 3 quiet ones (``benchrun.stats.analysis``'s rule)."""
-    from benchrun.stats.contention import contended_replicates, exclude
-    from benchrun.stats.load import replicate_table
+    from benchrun.stats.contention import compared_table
     from benchrun.stats.tails import kept_replicates
 
-    return kept_replicates(exclude(replicate_table(run_dir, include_failed=True), contended_replicates(run_dir))[0])
+    return kept_replicates(compared_table(run_dir)[0])
 
 
 def gating_rows(table: "pd.DataFrame", primary: set[str]) -> "pd.Series":

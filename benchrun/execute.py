@@ -217,15 +217,21 @@ class Progress:
         return round(left, 1)
 
 
-def record_launches(run_dir: RunDir | Path, layer: str, results: list[LaunchResult]) -> None:
-    """Replace this layer's rows in ``structured/<run_id>_launches.json`` (re-runs stay exact);
-    ``run_dir`` a run's RunDir or an output directory named by its run id (a confirmation arm)."""
+def _launch_record(run_dir: RunDir | Path) -> tuple[Path, list[dict[str, Any]]]:
+    """``structured/<run_id>_launches.json`` and its rows ([] when absent or unreadable)."""
     path = (run_dir.file("structured", "launches", "", "json") if isinstance(run_dir, RunDir)
             else Path(run_dir) / "structured" / f"{Path(run_dir).name}_launches.json")
     try:
         rows = json.loads(path.read_text(encoding="utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError):
+    except (OSError, ValueError):
         rows = []
+    return path, [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+
+
+def record_launches(run_dir: RunDir | Path, layer: str, results: list[LaunchResult]) -> None:
+    """Replace this layer's rows in ``structured/<run_id>_launches.json`` (re-runs stay exact);
+    ``run_dir`` a run's RunDir or an output directory named by its run id (a confirmation arm)."""
+    path, rows = _launch_record(run_dir)
     rows = [r for r in rows if r.get("layer") != layer] + [r.to_json() for r in results]
     atomic_write_json(path, rows)
 
@@ -287,11 +293,7 @@ def _set_aside_unrecorded(run_dir: RunDir, plan: LayerPlan, results: list[Launch
     if len(results) >= len(plan.invocations):
         return
     inv = plan.invocations[len(results)]  # launched one after another: the one in progress
-    try:
-        rows = json.loads(run_dir.file("structured", "launches", "", "json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        rows = []
-    if any(isinstance(r, dict) and (r.get("suite"), r.get("replicate")) == (inv.suite, inv.replicate) for r in rows):
+    if any((r.get("suite"), r.get("replicate")) == (inv.suite, inv.replicate) for r in _launch_record(run_dir)[1]):
         return  # an earlier materialization's launch the record still holds (nothing of this one was recorded)
     try:
         moved = set_aside_earlier(run_dir.path, inv)

@@ -74,10 +74,11 @@ def verdict(
         return "failed", said + ("; Job deleted" if deleted else "; Job NOT deleted"), code
     if pod_reason == "Evicted":
         return "failed", f"evicted: {pod_message or 'no message'}", code
-    if disrupted(pod) and (pod.status.phase == "Failed" or (code or 0) != 0):
+    why = disrupted(pod)
+    if why and (pod.status.phase == "Failed" or (code or 0) != 0):
         # a drain (the Eviction API), the scheduler's preemption, the taint manager: the pod's own
         # condition says why it was stopped, not the SIGTERM it exited with (review 2026-12-08)
-        return "failed", f"evicted: {disrupted(pod)}" + (f" (exit code {code})" if code is not None else ""), code
+        return "failed", f"evicted: {why}" + (f" (exit code {code})" if code is not None else ""), code
     if term is None:
         why = f"{pod_reason}: {pod_message}" if pod_reason else (pod_message or "no container status")
         return "failed", f"pod {pod.status.phase} without a container exit ({why})", code

@@ -240,8 +240,7 @@ def _contended(home: Path, run_ids: list[str | None]) -> list[str]:
     replicates measured on a contended machine where at least MIN_QUIET quiet ones remain
     (:func:`benchrun.stats.contention.exclude`, read from the run directories' results). The playbook judged
     them (a p99 ×4 from two loaded replicates) while compare said they were excluded (review 2026-12-08)."""
-    from benchrun.stats.contention import contended_replicates, exclude
-    from benchrun.stats.load import replicate_table
+    from benchrun.stats.contention import compared_table
 
     out = []
     for rid in run_ids:
@@ -249,13 +248,10 @@ def _contended(home: Path, run_ids: list[str | None]) -> list[str]:
         if rid is None or not (run_dir / "status.json").is_file():
             continue  # no run directory here (deleted, or another home's): the warehouse's rows stand
         try:
-            contended = contended_replicates(run_dir)
-            table = replicate_table(run_dir, include_failed=True) if contended else None
+            _table, info, contended = compared_table(run_dir)
         except (BenchrunError, OSError, ValueError):
             continue
-        if table is None:
-            continue
-        for suite, (_n, done) in exclude(table, contended)[1].items():
+        for suite, (_n, done) in info.items():
             if done == "excluded":
                 out += [f"{rid}/{suite}/{rep}" for rep in sorted(contended[suite])]
     return out

@@ -146,10 +146,8 @@ def compare_runs(
     from benchrun.stats import contention
 
     # replicates measured on a contended machine leave the comparison by a stated rule (benchrun.stats.contention)
-    table_b, b_info = contention.exclude(replicate_table(base.path, include_failed=True),
-                                         contention.contended_replicates(base.path))
-    table_c, c_info = contention.exclude(replicate_table(cand.path, include_failed=True),
-                                         contention.contended_replicates(cand.path))
+    table_b, b_info, _ = contention.compared_table(base.path)
+    table_c, c_info, _ = contention.compared_table(cand.path)
     units = admit.unit_mismatches(table_b, table_c)
     if units:
         gate.refusals.extend(units)

@@ -71,6 +71,17 @@ def exclude(table: Any, contended: dict[str, set[int]], *, min_quiet: int = MIN_
     return (table[~drop].reset_index(drop=True) if drop is not None else table), info
 
 
+def compared_table(run_dir: str | Path) -> tuple[Any, dict[str, tuple[int, str]], dict[str, set[int]]]:
+    """A run's replicate table as a comparison takes it (failed launches counted, contended replicates
+    left out by the rule: :func:`exclude`), what was done per suite, and the contended replicates. The
+    comparison, the p99 check and the tail-latency playbook read one answer to "which replicates count"."""
+    from benchrun.stats.load import replicate_table
+
+    contended = contended_replicates(run_dir)
+    table, info = exclude(replicate_table(run_dir, include_failed=True), contended)
+    return table, info, contended
+
+
 def annotate(rows: Any, base_info: dict[str, tuple[int, str]], cand_info: dict[str, tuple[int, str]],
              base_reruns: dict[str, dict[str, int]] | None = None,
              cand_reruns: dict[str, dict[str, int]] | None = None) -> None:

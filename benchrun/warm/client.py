@@ -120,7 +120,7 @@ def run_remote(argv: list[str], environ: dict[str, str] | None = None) -> int | 
     # Forwarding is in place before the command is handed over: the command can print (to our
     # stdout, which it holds) and be signalled before this process would otherwise have installed
     # it, and a SIGTERM in that gap killed this client instead of reaching the command.
-    fwd = _Forwarding(req["context"]["ignored"])
+    fwd = _Forwarding()
     status: int | None = None
     try:
         with fwd:
@@ -146,7 +146,7 @@ class _Forwarding:
     backgrounded served refserver never stopped it (review 2026-12-08). The ones that arrive before the
     child's pid is known are delivered when it is."""
 
-    def __init__(self, _ignored: list[int]) -> None:  # the client's ignored signals: forwarded all the same
+    def __init__(self) -> None:
         self.pid: int | None = None
         self.pending: list[int] = []
         self.signals = list(FORWARDED_SIGNALS)
